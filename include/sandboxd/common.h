@@ -1,0 +1,71 @@
+/* common.h — small shared helpers: the error carrier, cleanup attributes,
+ * ownership hand-off and bounded string copies. Every module includes it. */
+#ifndef SANDBOXD_COMMON_H
+#define SANDBOXD_COMMON_H
+
+#include <stdarg.h>
+#include <stdbool.h>
+#include <stddef.h>
+#include <stdint.h>
+#include <stdlib.h>
+
+#define SBX_VERSION "0.1.0"
+
+/* Where a caller needs more than a negative errno: Docker's HTTP status and
+ * the engine's own message, or a human sentence naming what went wrong.
+ * Optional everywhere; functions accept NULL. */
+struct sbx_error {
+        int http_status; /* 0 when the failure did not come from an HTTP reply */
+        char msg[1024];
+};
+
+/* Fill *err (if non-NULL) with a formatted message; returns `code` so callers
+ * can `return sbx_error_set(err, -EINVAL, 0, "...")`. */
+int sbx_error_set(struct sbx_error *err, int code, int http_status, const char *fmt, ...)
+        __attribute__((format(printf, 4, 5)));
+
+/* Prefix an existing message with more context ("creating container: ..."). */
+void sbx_error_prefix(struct sbx_error *err, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
+
+/* Hand ownership on: returns the pointer and NULLs the variable, so a cleanup
+ * attribute on the variable does not free it. */
+#define TAKE_PTR(p)                                                                                          \
+        ({                                                                                                   \
+                __typeof__(p) _p_ = (p);                                                                     \
+                (p) = NULL;                                                                                  \
+                _p_;                                                                                         \
+        })
+
+#define TAKE_FD(fd)                                                                                          \
+        ({                                                                                                   \
+                int _fd_ = (fd);                                                                             \
+                (fd) = -1;                                                                                   \
+                _fd_;                                                                                        \
+        })
+
+static inline void freep(void *p) { free(*(void **)p); }
+void closep(int *fd);
+
+#define _cleanup_(f) __attribute__((cleanup(f)))
+#define _cleanup_free_ _cleanup_(freep)
+#define _cleanup_close_ _cleanup_(closep)
+
+#define ELEMENTSOF(x) (sizeof(x) / sizeof((x)[0]))
+
+/* strlcpy-like: always NUL-terminates, returns true if it fit. */
+bool sbx_strlcpy(char *dst, const char *src, size_t size);
+
+/* Monotonic and wall clocks in milliseconds. */
+int64_t sbx_now_ms(void);
+int64_t sbx_wall_ms(void);
+
+/* Sleep for ms milliseconds (restarts on EINTR). */
+void sbx_sleep_ms(int64_t ms);
+
+/* Generate a random RFC 4122 v4 UUID into out (37 bytes). Returns 0 or -errno. */
+int sbx_uuid(char out[37]);
+
+/* Random hex string of 2*nbytes chars into out (out must hold 2*nbytes+1). */
+int sbx_random_hex(char *out, size_t nbytes);
+
+#endif

@@ -1,0 +1,96 @@
+/* config.h — the daemon's configuration.
+ *
+ * One table of keys (name, type, range, default, field) drives the parser,
+ * the environment overrides (SANDBOXD_<KEY>), --check-config and the
+ * documentation in etc/sandboxd.conf. The file format is `key = value` lines;
+ * `#` starts a comment; values may be double-quoted. The result is a plain
+ * struct that is read-only once loading returns. */
+#ifndef SANDBOXD_CONFIG_H
+#define SANDBOXD_CONFIG_H
+
+#include <stdbool.h>
+#include <stdint.h>
+
+#include "sandboxd/common.h"
+
+#define SBX_PATH_MAX 512
+
+struct sbx_config {
+        /* paths */
+        char data_dir[SBX_PATH_MAX];
+        char api_socket[SBX_PATH_MAX];
+        char admin_socket[SBX_PATH_MAX];
+        char admin_group[64]; /* "" → socket mode 0600, else 0660 with this group */
+        char docker_socket[SBX_PATH_MAX];
+        char instance[64];
+        char log_level[16];
+
+        /* container */
+        char image[256];
+        int64_t memory_bytes;
+        int64_t nano_cpus;
+        int64_t pids_limit;
+        int64_t tmpfs_bytes;
+        char network_default[16]; /* "bridge" | "none" */
+        char publish_ip[64];
+        int sandbox_uid;
+        int docker_timeout_ms;
+
+        /* ports */
+        int port_range_lo;
+        int port_range_hi;
+        int ports_per_session;
+
+        /* sessions and monitoring */
+        int max_sessions;
+        int idle_timeout_s;
+        int monitor_interval_ms;
+        int startup_checks;
+        int startup_check_interval_ms;
+
+        /* exec */
+        int exec_timeout_default_s;
+        int exec_timeout_max_s;
+        int exec_kill_grace_ms;
+        int max_exec_global;
+        int max_exec_per_session;
+        int64_t exec_output_cap_bytes;   /* spooled per stream per execution */
+        int64_t exec_result_head_bytes;  /* head and tail returned inline */
+        int64_t max_command_bytes;
+        int64_t max_stdin_bytes;
+
+        /* services */
+        int max_services_per_session;
+        int service_stop_grace_ms;
+
+        /* files */
+        int64_t max_file_bytes;
+
+        /* gc */
+        int max_age_s;
+        int execution_retention_s;
+        int workspace_retention_s; /* -1 = keep forever */
+};
+
+/* Fill cfg with every default. */
+void config_defaults(struct sbx_config *cfg);
+
+/* Load: defaults, then the file (if path is non-NULL), then SANDBOXD_<KEY>
+ * environment overrides, then cross-key checks. On failure returns -EINVAL
+ * (or -errno for an unreadable file) and writes a message naming the file,
+ * line and reason into err. path NULL means "no file". */
+int config_load(const char *path, struct sbx_config *ret, struct sbx_error *err);
+
+/* Apply one `key = value` (as from the file). Returns 0 or -EINVAL with err
+ * explaining why (unknown key, malformed, out of range). */
+int config_set(struct sbx_config *cfg, const char *key, const char *value, struct sbx_error *err);
+
+/* Write every key with its current value and a one-line description, in the
+ * format of etc/sandboxd.conf (used for --print-config and by tests to check
+ * the documented file covers every key). */
+void config_dump(const struct sbx_config *cfg, int fd);
+
+/* Iterate over known key names (NULL past the end). */
+const char *config_key_name(size_t i);
+
+#endif

@@ -1,0 +1,126 @@
+/* common.c — the error carrier, clocks, random ids. No state, no locks. */
+#include "sandboxd/common.h"
+
+#include <errno.h>
+#include <fcntl.h>
+#include <stdio.h>
+#include <string.h>
+#include <sys/random.h>
+#include <time.h>
+#include <unistd.h>
+
+int sbx_error_set(struct sbx_error *err, int code, int http_status, const char *fmt, ...)
+{
+        if (err) {
+                va_list ap;
+                va_start(ap, fmt);
+                vsnprintf(err->msg, sizeof(err->msg), fmt, ap);
+                va_end(ap);
+                err->http_status = http_status;
+        }
+        return code;
+}
+
+void sbx_error_prefix(struct sbx_error *err, const char *fmt, ...)
+{
+        char prefix[512], old[sizeof(err->msg)];
+        va_list ap;
+
+        if (!err)
+                return;
+        va_start(ap, fmt);
+        vsnprintf(prefix, sizeof(prefix), fmt, ap);
+        va_end(ap);
+        memcpy(old, err->msg, sizeof(old));
+        snprintf(err->msg, sizeof(err->msg), "%s: %s", prefix, old);
+}
+
+void closep(int *fd)
+{
+        if (*fd >= 0) {
+                int saved = errno;
+                close(*fd);
+                errno = saved;
+        }
+}
+
+bool sbx_strlcpy(char *dst, const char *src, size_t size)
+{
+        size_t n;
+
+        if (size == 0)
+                return false;
+        if (!src)
+                src = "";
+        n = strlen(src);
+        if (n >= size) {
+                memcpy(dst, src, size - 1);
+                dst[size - 1] = '\0';
+                return false;
+        }
+        memcpy(dst, src, n + 1);
+        return true;
+}
+
+int64_t sbx_now_ms(void)
+{
+        struct timespec ts;
+        clock_gettime(CLOCK_MONOTONIC, &ts);
+        return (int64_t)ts.tv_sec * 1000 + ts.tv_nsec / 1000000;
+}
+
+int64_t sbx_wall_ms(void)
+{
+        struct timespec ts;
+        clock_gettime(CLOCK_REALTIME, &ts);
+        return (int64_t)ts.tv_sec * 1000 + ts.tv_nsec / 1000000;
+}
+
+void sbx_sleep_ms(int64_t ms)
+{
+        struct timespec ts = {.tv_sec = ms / 1000, .tv_nsec = (ms % 1000) * 1000000};
+        while (nanosleep(&ts, &ts) < 0 && errno == EINTR)
+                ;
+}
+
+static int fill_random(void *buf, size_t n)
+{
+        uint8_t *p = buf;
+        while (n > 0) {
+                ssize_t r = getrandom(p, n, 0);
+                if (r < 0) {
+                        if (errno == EINTR)
+                                continue;
+                        return -errno;
+                }
+                p += r;
+                n -= (size_t)r;
+        }
+        return 0;
+}
+
+int sbx_uuid(char out[37])
+{
+        uint8_t b[16];
+        int r = fill_random(b, sizeof(b));
+        if (r < 0)
+                return r;
+        b[6] = (b[6] & 0x0f) | 0x40;
+        b[8] = (b[8] & 0x3f) | 0x80;
+        snprintf(out, 37, "%02x%02x%02x%02x-%02x%02x-%02x%02x-%02x%02x-%02x%02x%02x%02x%02x%02x", b[0], b[1],
+                 b[2], b[3], b[4], b[5], b[6], b[7], b[8], b[9], b[10], b[11], b[12], b[13], b[14], b[15]);
+        return 0;
+}
+
+int sbx_random_hex(char *out, size_t nbytes)
+{
+        uint8_t b[64];
+        if (nbytes > sizeof(b))
+                return -EINVAL;
+        int r = fill_random(b, nbytes);
+        if (r < 0)
+                return r;
+        for (size_t i = 0; i < nbytes; i++)
+                snprintf(out + 2 * i, 3, "%02x", b[i]);
+        return 0;
+}

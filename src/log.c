@@ -1,0 +1,107 @@
+/* log.c — JSON lines on stderr. The level is a single atomic int; each line
+ * is built in a stack buffer and written with one write(2), so lines from
+ * different threads never interleave. */
+#include "sandboxd/log.h"
+
+#include <errno.h>
+#include <stdio.h>
+#include <string.h>
+#include <sys/time.h>
+#include <time.h>
+#include <unistd.h>
+
+static volatile int current_level = LOG_LEVEL_INFO;
+
+static const char *const level_names[] = {"debug", "info", "warn", "error"};
+
+void log_set_level(enum log_level level) { __atomic_store_n(&current_level, (int)level, __ATOMIC_RELAXED); }
+
+enum log_level log_get_level(void) { return (enum log_level)__atomic_load_n(&current_level, __ATOMIC_RELAXED); }
+
+int log_level_from_string(const char *s, enum log_level *ret_level)
+{
+        for (size_t i = 0; i < sizeof(level_names) / sizeof(level_names[0]); i++)
+                if (s && strcmp(s, level_names[i]) == 0) {
+                        *ret_level = (enum log_level)i;
+                        return 0;
+                }
+        return -EINVAL;
+}
+
+const char *log_level_to_string(enum log_level level)
+{
+        if ((int)level < 0 || (size_t)level >= sizeof(level_names) / sizeof(level_names[0]))
+                return "info";
+        return level_names[level];
+}
+
+/* Append s as a JSON string body (without quotes), escaping as needed. */
+static size_t put_escaped(char *buf, size_t pos, size_t cap, const char *s)
+{
+        for (; *s && pos + 7 < cap; s++) {
+                unsigned char c = (unsigned char)*s;
+                if (c == '"' || c == '\\') {
+                        buf[pos++] = '\\';
+                        buf[pos++] = (char)c;
+                } else if (c == '\n') {
+                        buf[pos++] = '\\';
+                        buf[pos++] = 'n';
+                } else if (c < 0x20 || c == 0x7f) {
+                        pos += (size_t)snprintf(buf + pos, cap - pos, "\\u%04x", c);
+                } else {
+                        buf[pos++] = (char)c; /* UTF-8 passes through; invalid bytes are rare in our own messages */
+                }
+        }
+        return pos;
+}
+
+static size_t put_field(char *buf, size_t pos, size_t cap, const char *key, const char *value)
+{
+        if (!value || !*value)
+                return pos;
+        pos += (size_t)snprintf(buf + pos, cap - pos, ",\"%s\":\"", key);
+        if (pos >= cap)
+                return cap;
+        pos = put_escaped(buf, pos, cap, value);
+        if (pos + 1 < cap)
+                buf[pos++] = '"';
+        return pos;
+}
+
+void log_ctxv(enum log_level level, const char *user, const char *session, const char *container, const char *fmt,
+              va_list ap)
+{
+        char msg[2048], line[4096], ts[40];
+        struct timeval tv;
+        struct tm tm;
+        size_t pos;
+        int saved = errno;
+
+        if ((int)level < __atomic_load_n(&current_level, __ATOMIC_RELAXED))
+                return;
+        vsnprintf(msg, sizeof(msg), fmt, ap);
+        gettimeofday(&tv, NULL);
+        gmtime_r(&tv.tv_sec, &tm);
+        strftime(ts, sizeof(ts), "%Y-%m-%dT%H:%M:%S", &tm);
+
+        pos = (size_t)snprintf(line, sizeof(line), "{\"ts\":\"%s.%03ldZ\",\"level\":\"%s\",\"msg\":\"", ts,
+                               (long)(tv.tv_usec / 1000), log_level_to_string(level));
+        pos = put_escaped(line, pos, sizeof(line) - 64, msg);
+        line[pos++] = '"';
+        pos = put_field(line, pos, sizeof(line) - 8, "user_id", user);
+        pos = put_field(line, pos, sizeof(line) - 8, "session_id", session);
+        pos = put_field(line, pos, sizeof(line) - 8, "container_id", container);
+        line[pos++] = '}';
+        line[pos++] = '\n';
+        (void)!write(STDERR_FILENO, line, pos);
+        errno = saved;
+}
+
+void log_ctx(enum log_level level, const char *user, const char *session, const char *container, const char *fmt,
+             ...)
+{
+        va_list ap;
+        va_start(ap, fmt);
+        log_ctxv(level, user, session, container, fmt, ap);
+        va_end(ap);
+}

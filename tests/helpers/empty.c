@@ -1,0 +1,1 @@
+/* keeps the test helper library non-empty */

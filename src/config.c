@@ -1,0 +1,466 @@
+/* config.c — the config table and its parser.
+ *
+ * One table row per key: name, type, range, default, field offset and a
+ * one-line description. The parser, the SANDBOXD_<KEY> environment
+ * overrides, config_dump() and --check-config all walk the same table, so a
+ * key cannot exist in one place and be missing from another. No state, no
+ * locks: the result is a plain struct the caller treats as read-only. */
+#include "sandboxd/config.h"
+
+#include <assert.h>
+#include <ctype.h>
+#include <errno.h>
+#include <inttypes.h>
+#include <limits.h>
+#include <stddef.h>
+#include <stdio.h>
+#include <string.h>
+#include <unistd.h>
+
+enum config_type {
+        CFG_STRING,   /* copied into a char[] field */
+        CFG_PATH,     /* absolute path string */
+        CFG_ENUM,     /* one of `choices` */
+        CFG_INT,      /* int, plain integer */
+        CFG_DURATION, /* int seconds; accepts suffix s, m, h, d; or -1 where min allows */
+        CFG_MS,       /* int milliseconds; accepts suffix ms, s */
+        CFG_SIZE,     /* int64 bytes; accepts suffix k, m, g (powers of 1024) */
+        CFG_CPUS,     /* int64 nano-CPUs; value is a decimal number of CPUs */
+        CFG_RANGE,    /* "lo-hi" into two ints (field, field2) */
+};
+
+struct config_key {
+        const char *name;
+        enum config_type type;
+        size_t offset;
+        size_t size;    /* for strings */
+        size_t offset2; /* for ranges */
+        int64_t min, max;
+        const char *def;
+        const char *choices; /* for enums, '|'-separated */
+        const char *doc;
+};
+
+#define F(field) offsetof(struct sbx_config, field), sizeof(((struct sbx_config *)0)->field)
+
+static const struct config_key keys[] = {
+        {"data_dir", CFG_PATH, F(data_dir), 0, 0, 0, "/var/lib/sandboxd", NULL,
+         "state: sqlite file, workspaces, execution spools"},
+        {"api_socket", CFG_PATH, F(api_socket), 0, 0, 0, "/run/sandboxd/api.sock", NULL,
+         "Unix socket for agents and connectors (token auth)"},
+        {"admin_socket", CFG_PATH, F(admin_socket), 0, 0, 0, "/run/sandboxd/admin.sock", NULL,
+         "Unix socket for admins (file permissions + peer credentials)"},
+        {"admin_group", CFG_STRING, F(admin_group), 0, 0, 0, "", NULL,
+         "empty: admin socket mode 0600; else 0660 owned by this group"},
+        {"docker_socket", CFG_PATH, F(docker_socket), 0, 0, 0, "/var/run/docker.sock", NULL,
+         "the Docker Engine API socket"},
+        {"instance", CFG_STRING, F(instance), 0, 0, 0, "default", NULL,
+         "label value that keeps several daemons on one engine apart ([A-Za-z0-9_.-])"},
+        {"log_level", CFG_ENUM, F(log_level), 0, 0, 0, "info", "debug|info|warn|error", "minimum level logged"},
+        {"image", CFG_STRING, F(image), 0, 0, 0, "sandboxd/python:latest", NULL,
+         "sandbox image (built by scripts/build-images.sh)"},
+        {"memory", CFG_SIZE, F(memory_bytes), 0, 16 << 20, INT64_C(1) << 40, "1g", NULL,
+         "memory limit per container; swap is disabled (MemorySwap = Memory)"},
+        {"cpus", CFG_CPUS, F(nano_cpus), 0, 10000000, INT64_C(256) * 1000000000, "1", NULL,
+         "CPU limit per container, in CPUs (decimal)"},
+        {"pids_limit", CFG_INT, F(pids_limit), 0, 8, 1 << 20, "256", NULL, "max processes per container"},
+        {"tmpfs_size", CFG_SIZE, F(tmpfs_bytes), 0, 1 << 20, INT64_C(1) << 36, "64m", NULL,
+         "size cap of the noexec tmpfs at /tmp"},
+        {"network_default", CFG_ENUM, F(network_default), 0, 0, 0, "bridge", "bridge|none",
+         "network of sessions without private data"},
+        {"publish_ip", CFG_STRING, F(publish_ip), 0, 0, 0, "127.0.0.1", NULL,
+         "host address the session port blocks are published on"},
+        {"sandbox_uid", CFG_INT, F(sandbox_uid), 0, 1, 65534, "1000", NULL,
+         "uid (and gid) processes run as inside containers; owns the workspaces"},
+        {"docker_timeout", CFG_MS, F(docker_timeout_ms), 0, 100, 600000, "30s", NULL,
+         "timeout of one Docker API call"},
+        {"port_range", CFG_RANGE, F(port_range_lo), offsetof(struct sbx_config, port_range_hi), 1024, 65535,
+         "20000-29999", NULL, "host ports handed out to sessions"},
+        {"ports_per_session", CFG_INT, F(ports_per_session), 0, 0, 1000, "5", NULL,
+         "fixed block of published ports per container (0: publish none)"},
+        {"max_sessions", CFG_INT, F(max_sessions), 0, 1, 100000, "1000", NULL, "live sessions at most"},
+        {"idle_timeout", CFG_DURATION, F(idle_timeout_s), 0, 10, 86400 * 365, "30m", NULL,
+         "a session idle this long is stopped (workspace kept)"},
+        {"monitor_interval", CFG_MS, F(monitor_interval_ms), 0, 100, 3600000, "5s", NULL,
+         "health monitor poll interval (the events stream reacts at once)"},
+        {"startup_checks", CFG_INT, F(startup_checks), 0, 1, 100, "3", NULL,
+         "consecutive running inspections before a container counts as started"},
+        {"startup_check_interval", CFG_MS, F(startup_check_interval_ms), 0, 1, 10000, "50ms", NULL,
+         "pause between those inspections"},
+        {"exec_timeout_default", CFG_DURATION, F(exec_timeout_default_s), 0, 1, 86400, "60s", NULL,
+         "timeout of an execution that names none"},
+        {"exec_timeout_max", CFG_DURATION, F(exec_timeout_max_s), 0, 1, 86400 * 7, "1h", NULL,
+         "largest timeout a caller may ask for"},
+        {"exec_kill_grace", CFG_MS, F(exec_kill_grace_ms), 0, 0, 600000, "2s", NULL,
+         "SIGTERM to SIGKILL grace period on timeout/cancel"},
+        {"max_exec_global", CFG_INT, F(max_exec_global), 0, 1, 10000, "10", NULL,
+         "concurrent executions across all sessions"},
+        {"max_exec_per_session", CFG_INT, F(max_exec_per_session), 0, 1, 10000, "5", NULL,
+         "concurrent executions per session"},
+        {"exec_output_cap", CFG_SIZE, F(exec_output_cap_bytes), 0, 1024, INT64_C(1) << 40, "64m", NULL,
+         "bytes of each stream spooled per execution; the rest is counted and dropped"},
+        {"exec_result_head", CFG_SIZE, F(exec_result_head_bytes), 0, 256, 16 << 20, "32k", NULL,
+         "bytes of head and of tail returned inline in a result"},
+        {"max_command_size", CFG_SIZE, F(max_command_bytes), 0, 64, 64 << 20, "256k", NULL,
+         "largest command or code body accepted"},
+        {"max_stdin_size", CFG_SIZE, F(max_stdin_bytes), 0, 0, INT64_C(1) << 32, "16m", NULL,
+         "bytes of stdin accepted per execution"},
+        {"max_services_per_session", CFG_INT, F(max_services_per_session), 0, 0, 1000, "8", NULL,
+         "long-running services per session"},
+        {"service_stop_grace", CFG_MS, F(service_stop_grace_ms), 0, 0, 600000, "5s", NULL,
+         "SIGTERM to SIGKILL grace period when stopping a service"},
+        {"max_file_size", CFG_SIZE, F(max_file_bytes), 0, 1, INT64_C(1) << 32, "16m", NULL,
+         "largest file written or read in one call"},
+        {"max_age", CFG_DURATION, F(max_age_s), 0, 60, 86400 * 3650, "7d", NULL,
+         "gc removes containers older than this"},
+        {"execution_retention", CFG_DURATION, F(execution_retention_s), 0, 60, 86400 * 3650, "7d", NULL,
+         "gc removes execution output spools older than this"},
+        {"workspace_retention", CFG_DURATION, F(workspace_retention_s), 0, -1, 86400 * 3650, "-1", NULL,
+         "gc removes workspaces of sessions gone this long; -1 keeps them forever"},
+};
+
+#undef F
+
+const char *config_key_name(size_t i) { return i < ELEMENTSOF(keys) ? keys[i].name : NULL; }
+
+static const struct config_key *find_key(const char *name)
+{
+        for (size_t i = 0; i < ELEMENTSOF(keys); i++)
+                if (strcmp(keys[i].name, name) == 0)
+                        return &keys[i];
+        return NULL;
+}
+
+/* Parse a decimal integer with an optional unit suffix. units is a list of
+ * {suffix, multiplier} pairs; the empty suffix gives the default multiplier. */
+struct unit {
+        const char *suffix;
+        int64_t mult;
+};
+
+static int parse_scaled(const char *v, const struct unit *units, size_t n_units, int64_t *ret)
+{
+        char *end;
+        long long x;
+
+        errno = 0;
+        x = strtoll(v, &end, 10);
+        if (errno != 0 || end == v)
+                return -EINVAL;
+        for (size_t i = 0; i < n_units; i++) {
+                if (strcasecmp(end, units[i].suffix) != 0)
+                        continue;
+                if (x != 0 && (llabs(x) > INT64_MAX / units[i].mult))
+                        return -ERANGE;
+                *ret = (int64_t)x * units[i].mult;
+                return 0;
+        }
+        return -EINVAL;
+}
+
+static int parse_cpus(const char *v, int64_t *ret)
+{
+        /* decimal CPUs → nano-CPUs without floating point: "1.5" → 1500000000 */
+        int64_t whole = 0, frac = 0, scale = 1000000000;
+        const char *p = v;
+
+        if (!isdigit((unsigned char)*p))
+                return -EINVAL;
+        for (; isdigit((unsigned char)*p); p++) {
+                whole = whole * 10 + (*p - '0');
+                if (whole > 100000)
+                        return -ERANGE;
+        }
+        if (*p == '.') {
+                p++;
+                if (!isdigit((unsigned char)*p))
+                        return -EINVAL;
+                for (; isdigit((unsigned char)*p); p++) {
+                        if (scale == 1)
+                                return -EINVAL; /* finer than a nano-CPU */
+                        scale /= 10;
+                        frac += (*p - '0') * scale;
+                }
+        }
+        if (*p)
+                return -EINVAL;
+        *ret = whole * 1000000000 + frac;
+        return 0;
+}
+
+static int store_int(const struct config_key *k, struct sbx_config *cfg, size_t offset, int64_t x,
+                     struct sbx_error *err)
+{
+        if (x < k->min || x > k->max)
+                return sbx_error_set(err, -EINVAL, 0, "%s: %" PRId64 " is out of range [%" PRId64 ", %" PRId64 "]",
+                                     k->name, x, k->min, k->max);
+        if (k->size == sizeof(int64_t))
+                *(int64_t *)((char *)cfg + offset) = x;
+        else
+                *(int *)((char *)cfg + offset) = (int)x;
+        return 0;
+}
+
+static bool valid_label_value(const char *v)
+{
+        if (!*v || strlen(v) > 63)
+                return false;
+        for (; *v; v++)
+                if (!isalnum((unsigned char)*v) && !strchr("_.-", *v))
+                        return false;
+        return true;
+}
+
+int config_set(struct sbx_config *cfg, const char *key, const char *value, struct sbx_error *err)
+{
+        static const struct unit size_units[] = {{"", 1},         {"b", 1},         {"k", 1024},
+                                                 {"kb", 1024},    {"m", 1 << 20},   {"mb", 1 << 20},
+                                                 {"g", 1 << 30},  {"gb", 1 << 30},  {"t", INT64_C(1) << 40}};
+        static const struct unit dur_units[] = {{"", 1}, {"s", 1}, {"m", 60}, {"h", 3600}, {"d", 86400}};
+        static const struct unit ms_units[] = {{"", 1}, {"ms", 1}, {"s", 1000}, {"m", 60000}};
+        const struct config_key *k = find_key(key);
+        char *field;
+        int64_t x;
+        int r;
+
+        if (!k)
+                return sbx_error_set(err, -EINVAL, 0, "unknown key '%s'", key);
+        field = (char *)cfg + k->offset;
+
+        switch (k->type) {
+        case CFG_PATH:
+                if (value[0] != '/')
+                        return sbx_error_set(err, -EINVAL, 0, "%s: '%s' is not an absolute path", key, value);
+                /* fall through */
+        case CFG_STRING:
+                if (strlen(value) >= k->size)
+                        return sbx_error_set(err, -EINVAL, 0, "%s: value is longer than %zu bytes", key,
+                                             k->size - 1);
+                if (strcmp(key, "instance") == 0 && !valid_label_value(value))
+                        return sbx_error_set(err, -EINVAL, 0,
+                                             "instance: '%s' must be 1-63 characters of [A-Za-z0-9_.-]", value);
+                sbx_strlcpy(field, value, k->size);
+                return 0;
+        case CFG_ENUM: {
+                size_t n = strlen(value);
+                for (const char *c = k->choices; c && *c;) {
+                        const char *bar = strchrnul(c, '|');
+                        if ((size_t)(bar - c) == n && strncmp(c, value, n) == 0) {
+                                sbx_strlcpy(field, value, k->size);
+                                return 0;
+                        }
+                        c = *bar ? bar + 1 : bar;
+                }
+                return sbx_error_set(err, -EINVAL, 0, "%s: '%s' is not one of %s", key, value, k->choices);
+        }
+        case CFG_INT:
+                r = parse_scaled(value, dur_units, 1, &x);
+                break;
+        case CFG_DURATION:
+                r = parse_scaled(value, dur_units, ELEMENTSOF(dur_units), &x);
+                break;
+        case CFG_MS:
+                r = parse_scaled(value, ms_units, ELEMENTSOF(ms_units), &x);
+                break;
+        case CFG_SIZE:
+                r = parse_scaled(value, size_units, ELEMENTSOF(size_units), &x);
+                break;
+        case CFG_CPUS:
+                r = parse_cpus(value, &x);
+                break;
+        case CFG_RANGE: {
+                int lo, hi, used = 0;
+                if (sscanf(value, "%d-%d%n", &lo, &hi, &used) != 2 || value[used] != '\0')
+                        return sbx_error_set(err, -EINVAL, 0, "%s: '%s' is not of the form LOW-HIGH", key, value);
+                if (lo < k->min || hi > k->max || lo > hi)
+                        return sbx_error_set(err, -EINVAL, 0,
+                                             "%s: '%s' must satisfy %" PRId64 " <= LOW <= HIGH <= %" PRId64, key,
+                                             value, k->min, k->max);
+                *(int *)field = lo;
+                *(int *)((char *)cfg + k->offset2) = hi;
+                return 0;
+        }
+        default:
+                return sbx_error_set(err, -EINVAL, 0, "%s: unsupported type", key);
+        }
+        if (r == -ERANGE)
+                return sbx_error_set(err, -EINVAL, 0, "%s: '%s' is out of range", key, value);
+        if (r < 0)
+                return sbx_error_set(err, -EINVAL, 0, "%s: '%s' is not a valid %s", key, value,
+                                     k->type == CFG_SIZE       ? "size (e.g. 512m)"
+                                     : k->type == CFG_DURATION ? "duration (e.g. 30m)"
+                                     : k->type == CFG_MS       ? "duration (e.g. 500ms, 5s)"
+                                     : k->type == CFG_CPUS     ? "CPU count (e.g. 1.5)"
+                                                               : "integer");
+        return store_int(k, cfg, k->offset, x, err);
+}
+
+void config_defaults(struct sbx_config *cfg)
+{
+        memset(cfg, 0, sizeof(*cfg));
+        for (size_t i = 0; i < ELEMENTSOF(keys); i++) {
+                int r = config_set(cfg, keys[i].name, keys[i].def, NULL);
+                assert(r == 0); /* a bad default is a bug in the table */
+                (void)r;
+        }
+}
+
+static char *trim(char *s)
+{
+        char *e;
+        while (isspace((unsigned char)*s))
+                s++;
+        e = s + strlen(s);
+        while (e > s && isspace((unsigned char)e[-1]))
+                *--e = '\0';
+        return s;
+}
+
+/* One `key = value` line; value may be "double-quoted". Comments start at #
+ * outside quotes. */
+static int parse_line(struct sbx_config *cfg, char *line, struct sbx_error *err)
+{
+        char *eq, *key, *value;
+        bool quoted = false;
+
+        for (char *p = line; *p; p++) {
+                if (*p == '"')
+                        quoted = !quoted;
+                else if (*p == '#' && !quoted) {
+                        *p = '\0';
+                        break;
+                }
+        }
+        line = trim(line);
+        if (!*line)
+                return 0;
+        eq = strchr(line, '=');
+        if (!eq)
+                return sbx_error_set(err, -EINVAL, 0, "expected 'key = value'");
+        *eq = '\0';
+        key = trim(line);
+        value = trim(eq + 1);
+        if (*value == '"') {
+                size_t n = strlen(value);
+                if (n < 2 || value[n - 1] != '"')
+                        return sbx_error_set(err, -EINVAL, 0, "%s: unterminated quoted value", key);
+                value[n - 1] = '\0';
+                value++;
+        }
+        if (!*key)
+                return sbx_error_set(err, -EINVAL, 0, "missing key before '='");
+        return config_set(cfg, key, value, err);
+}
+
+static int check_cross(const struct sbx_config *cfg, struct sbx_error *err)
+{
+        int span = cfg->port_range_hi - cfg->port_range_lo + 1;
+
+        if (cfg->ports_per_session > span)
+                return sbx_error_set(err, -EINVAL, 0,
+                                     "ports_per_session (%d) is larger than port_range %d-%d (%d ports)",
+                                     cfg->ports_per_session, cfg->port_range_lo, cfg->port_range_hi, span);
+        if (cfg->exec_timeout_default_s > cfg->exec_timeout_max_s)
+                return sbx_error_set(err, -EINVAL, 0, "exec_timeout_default (%ds) exceeds exec_timeout_max (%ds)",
+                                     cfg->exec_timeout_default_s, cfg->exec_timeout_max_s);
+        if (cfg->max_exec_per_session > cfg->max_exec_global)
+                return sbx_error_set(err, -EINVAL, 0, "max_exec_per_session (%d) exceeds max_exec_global (%d)",
+                                     cfg->max_exec_per_session, cfg->max_exec_global);
+        return 0;
+}
+
+int config_load(const char *path, struct sbx_config *ret, struct sbx_error *err)
+{
+        struct sbx_config cfg;
+        char line[4096];
+        unsigned lineno = 0;
+        int r;
+
+        config_defaults(&cfg);
+        if (path) {
+                FILE *f = fopen(path, "re");
+                if (!f)
+                        return sbx_error_set(err, -errno, 0, "%s: cannot open: %s", path, strerror(errno));
+                while (fgets(line, sizeof(line), f)) {
+                        lineno++;
+                        if (!strchr(line, '\n') && !feof(f)) {
+                                fclose(f);
+                                return sbx_error_set(err, -EINVAL, 0, "%s:%u: line too long", path, lineno);
+                        }
+                        r = parse_line(&cfg, line, err);
+                        if (r < 0) {
+                                fclose(f);
+                                sbx_error_prefix(err, "%s:%u", path, lineno);
+                                return r;
+                        }
+                }
+                fclose(f);
+        }
+
+        for (size_t i = 0; i < ELEMENTSOF(keys); i++) {
+                char env[128], *p;
+                const char *v;
+
+                snprintf(env, sizeof(env), "SANDBOXD_%s", keys[i].name);
+                for (p = env; *p; p++)
+                        *p = (char)toupper((unsigned char)*p);
+                v = getenv(env);
+                if (!v)
+                        continue;
+                r = config_set(&cfg, keys[i].name, v, err);
+                if (r < 0) {
+                        sbx_error_prefix(err, "environment %s", env);
+                        return r;
+                }
+        }
+
+        r = check_cross(&cfg, err);
+        if (r < 0) {
+                if (path)
+                        sbx_error_prefix(err, "%s", path);
+                return r;
+        }
+        *ret = cfg;
+        return 0;
+}
+
+static void format_value(const struct sbx_config *cfg, const struct config_key *k, char *buf, size_t size)
+{
+        const char *field = (const char *)cfg + k->offset;
+
+        switch (k->type) {
+        case CFG_STRING:
+        case CFG_PATH:
+        case CFG_ENUM:
+                snprintf(buf, size, "%s", field);
+                break;
+        case CFG_RANGE:
+                snprintf(buf, size, "%d-%d", *(const int *)field, *(const int *)((const char *)cfg + k->offset2));
+                break;
+        case CFG_CPUS: {
+                int64_t n = *(const int64_t *)field;
+                snprintf(buf, size, "%" PRId64 ".%09" PRId64, n / 1000000000, n % 1000000000);
+                break;
+        }
+        case CFG_SIZE:
+                snprintf(buf, size, "%" PRId64, *(const int64_t *)field);
+                break;
+        case CFG_MS:
+                snprintf(buf, size, "%dms", *(const int *)field);
+                break;
+        case CFG_DURATION:
+                snprintf(buf, size, "%d", *(const int *)field);
+                break;
+        default:
+                snprintf(buf, size, "%d", *(const int *)field);
+        }
+}
+
+void config_dump(const struct sbx_config *cfg, int fd)
+{
+        for (size_t i = 0; i < ELEMENTSOF(keys); i++) {
+                char value[SBX_PATH_MAX + 8];
+                format_value(cfg, &keys[i], value, sizeof(value));
+                dprintf(fd, "# %s (default: %s)\n%s = %s\n", keys[i].doc, keys[i].def, keys[i].name, value);
+        }
+}

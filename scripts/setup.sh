@@ -1,0 +1,92 @@
+#!/usr/bin/env bash
+# setup.sh — make a Debian 12 machine ready to build, run and test sandboxd.
+#
+# Run as root. Idempotent: installs the apt packages that are missing, starts
+# dockerd if nothing answers on the Docker socket, then builds the offline
+# sandbox images (scripts/build-images.sh). When everything is already in
+# place it only checks, which takes a second or two.
+#
+# Environment:
+#   SANDBOXD_DOCKER_SOCKET  Docker socket to use (default /var/run/docker.sock)
+#   SANDBOXD_SKIP_IMAGES=1  do not build the images
+#
+# Progress goes to stderr, so `scripts/run.sh mcp` keeps stdout clean.
+set -euo pipefail
+
+ROOT=$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)
+SOCK=${SANDBOXD_DOCKER_SOCKET:-/var/run/docker.sock}
+DOCKERD_LOG=/var/log/sandboxd-dockerd.log
+DOCKERD_WAIT=${SANDBOXD_DOCKERD_WAIT:-60}
+
+log() { printf 'setup: %s\n' "$*" >&2; }
+die() { printf 'setup: error: %s\n' "$*" >&2; exit 1; }
+
+[[ $(id -u) -eq 0 ]] || die "run as root (it installs packages and starts dockerd)"
+
+# --- apt packages -----------------------------------------------------------
+
+PACKAGES=(
+	build-essential cmake pkg-config git
+	libcurl4-openssl-dev libcjson-dev libsqlite3-dev sqlite3 libcriterion-dev
+	docker.io iptables mmdebstrap mount busybox-static
+	curl jq iproute2 procps ca-certificates
+)
+# Node may come from elsewhere (e.g. nodesource, whose nodejs bundles npm);
+# installing Debian's on top would conflict, so only add what is not on PATH.
+command -v node >/dev/null 2>&1 || PACKAGES+=(nodejs)
+command -v npm >/dev/null 2>&1 || PACKAGES+=(npm)
+
+missing=()
+for pkg in "${PACKAGES[@]}"; do
+	status=$(dpkg-query -W -f='${db:Status-Abbrev}' "$pkg" 2>/dev/null || true)
+	[[ $status == ii* ]] || missing+=("$pkg")
+done
+if ((${#missing[@]})); then
+	log "installing ${missing[*]}"
+	export DEBIAN_FRONTEND=noninteractive
+	apt-get update -q >&2
+	apt-get install -y -q --no-install-recommends "${missing[@]}" >&2
+else
+	log "apt packages present"
+fi
+
+# --- dockerd ----------------------------------------------------------------
+
+docker_ping() {
+	[[ $(curl -s --max-time 3 --unix-socket "$SOCK" http://d/_ping 2>/dev/null) == OK ]]
+}
+
+dockerd_running() {
+	local pid
+	[[ -r /var/run/docker.pid ]] || return 1
+	pid=$(cat /var/run/docker.pid 2>/dev/null) || return 1
+	[[ -n $pid && -d /proc/$pid ]] && [[ $(cat "/proc/$pid/comm" 2>/dev/null) == dockerd ]]
+}
+
+if docker_ping; then
+	log "dockerd answers on $SOCK"
+else
+	if dockerd_running; then
+		# Started (by us or an init script) but not answering yet: wait, do not
+		# start a second daemon that would fight over /var/lib/docker.
+		log "dockerd is starting (pid $(cat /var/run/docker.pid)), waiting"
+	else
+		log "starting dockerd (log: $DOCKERD_LOG)"
+		# No containerd is started here: docker.io's dockerd runs its own
+		# when none listens on /run/containerd/containerd.sock.
+		# setsid + nohup: the daemon must outlive this script and its shell.
+		setsid nohup dockerd -H "unix://$SOCK" >>"$DOCKERD_LOG" 2>&1 </dev/null &
+	fi
+	for ((i = 0; i < DOCKERD_WAIT * 2; i++)); do
+		docker_ping && break
+		sleep 0.5
+	done
+	docker_ping || die "dockerd did not answer on $SOCK within ${DOCKERD_WAIT}s; see $DOCKERD_LOG"
+	log "dockerd is up"
+fi
+
+# --- images -----------------------------------------------------------------
+
+if [[ ${SANDBOXD_SKIP_IMAGES:-0} != 1 ]]; then
+	bash "$ROOT/scripts/build-images.sh"
+fi

@@ -78,6 +78,8 @@ static const struct config_key keys[] = {
          "20000-29999", NULL, "host ports handed out to sessions"},
         {"ports_per_session", CFG_INT, F(ports_per_session), 0, 0, 1000, "5", NULL,
          "fixed block of published ports per container (0: publish none)"},
+        {"container_port_base", CFG_INT, F(container_port_base), 0, 1, 65000, "8000", NULL,
+         "the block is published from container ports base..base+ports_per_session-1"},
         {"max_sessions", CFG_INT, F(max_sessions), 0, 1, 100000, "1000", NULL, "live sessions at most"},
         {"idle_timeout", CFG_DURATION, F(idle_timeout_s), 0, 10, 86400 * 365, "30m", NULL,
          "a session idle this long is stopped (workspace kept)"},
@@ -85,7 +87,7 @@ static const struct config_key keys[] = {
          "health monitor poll interval (the events stream reacts at once)"},
         {"startup_checks", CFG_INT, F(startup_checks), 0, 1, 100, "3", NULL,
          "consecutive running inspections before a container counts as started"},
-        {"startup_check_interval", CFG_MS, F(startup_check_interval_ms), 0, 1, 10000, "50ms", NULL,
+        {"startup_check_interval", CFG_MS, F(startup_check_interval_ms), 0, 1, 10000, "25ms", NULL,
          "pause between those inspections"},
         {"exec_timeout_default", CFG_DURATION, F(exec_timeout_default_s), 0, 1, 86400, "60s", NULL,
          "timeout of an execution that names none"},
@@ -360,6 +362,8 @@ static int check_cross(const struct sbx_config *cfg, struct sbx_error *err)
                 return sbx_error_set(err, -EINVAL, 0,
                                      "ports_per_session (%d) is larger than port_range %d-%d (%d ports)",
                                      cfg->ports_per_session, cfg->port_range_lo, cfg->port_range_hi, span);
+        if (cfg->container_port_base + cfg->ports_per_session - 1 > 65535)
+                return sbx_error_set(err, -EINVAL, 0, "container_port_base + ports_per_session exceeds 65535");
         if (cfg->exec_timeout_default_s > cfg->exec_timeout_max_s)
                 return sbx_error_set(err, -EINVAL, 0, "exec_timeout_default (%ds) exceeds exec_timeout_max (%ds)",
                                      cfg->exec_timeout_default_s, cfg->exec_timeout_max_s);

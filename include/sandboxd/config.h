@@ -40,6 +40,7 @@ struct sbx_config {
         int port_range_lo;
         int port_range_hi;
         int ports_per_session;
+        int container_port_base; /* block maps to container ports base..base+n-1 */
 
         /* sessions and monitoring */
         int max_sessions;

@@ -1,0 +1,141 @@
+/* session.h — the session manager: the `user_id:session_id` key, the session
+ * table in memory and in the store, the state machine
+ * CREATING → RUNNING → STOPPED / ERROR, activity time, idle expiry, restart
+ * reconciliation and get_or_create, which lazily creates (or recreates) the
+ * session's hardened container.
+ *
+ * Sessions are reference-counted: session_get_or_create() hands out a
+ * reference that also counts as an operation in progress (idle expiry skips
+ * the session while one is held); give it back with session_release(). */
+#ifndef SANDBOXD_SESSION_H
+#define SANDBOXD_SESSION_H
+
+#include <stdbool.h>
+#include <stddef.h>
+#include <stdint.h>
+
+#include "sandboxd/common.h"
+#include "sandboxd/config.h"
+
+struct docker;
+struct store;
+struct portpool;
+struct session_manager;
+struct session;
+
+#define SESSION_KEY_MAX 64
+
+enum session_state {
+        SESSION_CREATING,
+        SESSION_RUNNING,
+        SESSION_STOPPED,
+        SESSION_ERROR,
+};
+
+const char *session_state_to_string(enum session_state s);
+int session_state_from_string(const char *s, enum session_state *ret);
+
+/* 1-64 characters of [A-Za-z0-9_.-], not "." nor "..". */
+bool session_id_valid(const char *id);
+/* Both parts valid; otherwise -EINVAL with a message naming the bad part. */
+int session_key_check(const char *user, const char *session, struct sbx_error *err);
+
+/* Called after a session's container failed or was replaced, outside every
+ * lock. cause is e.g. "exited with code 137", "oom_killed", "stopped",
+ * "removed", "recreated", "privacy_ratchet", "idle_expired", "destroyed". */
+typedef void (*session_failure_fn)(const char *user, const char *session, const char *container_id,
+                                   const char *cause, void *userdata);
+
+/* Returns the network mode a session requires ("bridge" or "none"). The
+ * privacy module installs one; the default returns cfg->network_default. */
+typedef const char *(*session_network_policy_fn)(const char *user, const char *session, void *userdata);
+
+/* extra_labels: NULL-terminated "k=v" labels added to every container (tests
+ * use it for their run label); copied. */
+int session_manager_new(const struct sbx_config *cfg, struct docker *d, struct store *st, struct portpool *pp,
+                        const char *const *extra_labels, struct session_manager **ret, struct sbx_error *err);
+/* Frees memory only: containers keep running (a restart adopts them). */
+void session_manager_free(struct session_manager *m);
+
+int session_register_failure_handler(struct session_manager *m, session_failure_fn fn, void *userdata);
+void session_set_network_policy(struct session_manager *m, session_network_policy_fn fn, void *userdata);
+
+/* Make sure (user, session) has a running, healthy container with the
+ * network mode it requires, creating or recreating it on the same workspace
+ * when needed, and count a user operation (activity time). On success
+ * *ret holds a reference: pass it to session_release(). */
+int session_get_or_create(struct session_manager *m, const char *user, const char *session, struct session **ret,
+                          struct sbx_error *err);
+void session_release(struct session *s);
+
+const char *session_user(const struct session *s);
+const char *session_name(const struct session *s);
+/* The running container's id, copied under the lock. */
+void session_container_id(struct session *s, char ret_id[65]);
+
+struct session_info {
+        char user[SESSION_KEY_MAX + 1];
+        char session[SESSION_KEY_MAX + 1];
+        enum session_state state;
+        char container_id[65];
+        char image[256];
+        char network_mode[16];
+        char workspace[SBX_PATH_MAX];
+        int *ports; /* host ports of the block (malloc'd, free with session_info_done) */
+        size_t n_ports;
+        char last_error[1024];
+        char error_cause[64];
+        int64_t created_at; /* unix ms */
+        int64_t last_activity;
+};
+void session_info_done(struct session_info *info);
+
+/* Snapshot without side effects (no activity, no Docker). -ENOENT if unknown. */
+int session_get_info(struct session_manager *m, const char *user, const char *session, struct session_info *ret);
+/* All known sessions, filtered by user and/or state (NULL = any). */
+int session_list(struct session_manager *m, const char *user, const enum session_state *state,
+                 struct session_info **ret, size_t *ret_n);
+void session_info_list_free(struct session_info *list, size_t n);
+
+/* Monitor entry: the container of (user, session) failed with cause. Marks
+ * ERROR only if container_id is still the session's RUNNING container (a
+ * later, more specific cause — stopped, removed — refines the first one).
+ * Never creates anything and never counts as activity. Returns true if the
+ * session changed. */
+bool session_mark_failed(struct session_manager *m, const char *user, const char *session,
+                         const char *container_id, const char *cause);
+
+/* (user, session, container_id) of every RUNNING session, copied. */
+struct session_ref {
+        char user[SESSION_KEY_MAX + 1];
+        char session[SESSION_KEY_MAX + 1];
+        char container_id[65];
+};
+int session_running(struct session_manager *m, struct session_ref **ret, size_t *ret_n);
+
+/* Stop sessions idle longer than idle_timeout: container removed, ports
+ * released, state STOPPED, workspace kept. Returns how many. */
+int session_expire_idle(struct session_manager *m, int64_t now_wall_ms);
+
+/* Remove the container, release the ports, forget the session (store row,
+ * private marks, services); the workspace is deleted only with purge. */
+int session_destroy(struct session_manager *m, const char *user, const char *session, bool purge,
+                    struct sbx_error *err);
+
+/* Reconcile the store with Docker after a (re)start: adopt running
+ * containers of this instance that match a session, mark sessions whose
+ * container is gone ERROR, remove this instance's containers that match no
+ * session, release ports held by no container. Never touches containers of
+ * other instances or without sandboxd labels. */
+struct session_reconcile_report {
+        size_t adopted;
+        size_t marked_error;
+        size_t removed_orphans;
+        size_t ports_released;
+};
+int session_reconcile(struct session_manager *m, struct session_reconcile_report *ret, struct sbx_error *err);
+
+/* Counts by state (indexed by enum session_state). */
+void session_counts(struct session_manager *m, size_t counts[4]);
+
+#endif

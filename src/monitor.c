@@ -1,0 +1,221 @@
+/* monitor.c — the health monitor threads.
+ *
+ * Threads: "sbx-events" (blocking in the Docker events stream) and
+ * "sbx-monitor" (the periodic poll and idle expiry). Each has its own
+ * libcurl handle through the Docker client's per-thread handles.
+ * mon->lock guards `stopping` and pairs with mon->wake for the poll sleep;
+ * the counters are atomics. No lock is held across a Docker call: the poll
+ * works on a copy of the running sessions (session_running()). */
+#include "sandboxd/monitor.h"
+
+#include <errno.h>
+#include <pthread.h>
+#include <stdio.h>
+#include <string.h>
+#include <time.h>
+
+#include "sandboxd/container.h"
+#include "sandboxd/docker.h"
+#include "sandboxd/log.h"
+#include "sandboxd/session.h"
+
+struct monitor {
+        const struct sbx_config *cfg;
+        struct docker *docker;
+        struct session_manager *sessions;
+        char instance_filter[128];
+
+        pthread_t events_thread, poll_thread;
+        bool events_started, poll_started;
+
+        pthread_mutex_t lock;
+        pthread_cond_t wake;
+        bool stopping;
+        volatile bool stop_events; /* polled by docker_events_follow */
+
+        int64_t last_poll;   /* atomic */
+        uint64_t events_seen; /* atomic */
+};
+
+/* Why a container that is not running stopped, from an inspect. */
+static void exit_cause(struct monitor *mon, const char *id, char *cause, size_t size)
+{
+        struct docker_container_info info;
+
+        if (docker_container_inspect(mon->docker, id, &info, NULL) == -ENOENT)
+                snprintf(cause, size, "removed");
+        else if (info.running)
+                cause[0] = '\0';
+        else if (info.oom_killed)
+                snprintf(cause, size, "oom_killed");
+        else
+                snprintf(cause, size, "exited with code %d", info.exit_code);
+}
+
+static int on_event(const struct docker_event *ev, void *ud)
+{
+        struct monitor *mon = ud;
+        const char *user = docker_kv_get(ev->labels, ev->n_labels, CONTAINER_LABEL_USER);
+        const char *session = docker_kv_get(ev->labels, ev->n_labels, CONTAINER_LABEL_SESSION);
+        char cause[96] = "";
+
+        __atomic_add_fetch(&mon->events_seen, 1, __ATOMIC_RELAXED);
+        if (!user || !session || strcmp(ev->type, "container") != 0)
+                return mon->stop_events;
+
+        if (strcmp(ev->action, "die") == 0 || strcmp(ev->action, "oom") == 0) {
+                exit_cause(mon, ev->id, cause, sizeof(cause));
+                if (!cause[0]) {
+                        /* An OOM kill of one process inside a container that still runs: the
+                         * execution that hit it reports it; the session stays healthy. */
+                        log_ctx(LOG_LEVEL_WARN, user, session, ev->id, "OOM kill inside the container");
+                        return mon->stop_events;
+                }
+        } else if (strcmp(ev->action, "stop") == 0) {
+                snprintf(cause, sizeof(cause), "stopped");
+        } else if (strcmp(ev->action, "destroy") == 0) {
+                snprintf(cause, sizeof(cause), "removed");
+        } else {
+                return mon->stop_events;
+        }
+        if (session_mark_failed(mon->sessions, user, session, ev->id, cause))
+                log_ctx(LOG_LEVEL_WARN, user, session, ev->id, "container failure detected (event %s): %s",
+                        ev->action, cause);
+        return mon->stop_events;
+}
+
+static void *events_main(void *ud)
+{
+        struct monitor *mon = ud;
+        const char *filters[] = {CONTAINER_LABEL_MANAGED "=1", mon->instance_filter, NULL};
+        const char *actions[] = {"die", "oom", "stop", "destroy", NULL};
+
+        pthread_setname_np(pthread_self(), "sbx-events");
+        while (!mon->stop_events) {
+                struct sbx_error err = {0};
+                int r = docker_events_follow(mon->docker, filters, actions, on_event, mon, &mon->stop_events, 0, &err);
+                if (r < 0 && !mon->stop_events) {
+                        log_warn("events stream ended: %s; the periodic poll covers the gap", err.msg);
+                        sbx_sleep_ms(1000);
+                }
+        }
+        return NULL;
+}
+
+static void poll_once(struct monitor *mon)
+{
+        const char *filters[] = {CONTAINER_LABEL_MANAGED "=1", mon->instance_filter, NULL};
+        struct docker_container_summary *list = NULL;
+        struct session_ref *running = NULL;
+        size_t n = 0, n_running = 0;
+        struct sbx_error err = {0};
+
+        if (docker_container_list(mon->docker, filters, true, &list, &n, &err) < 0) {
+                log_warn("monitor poll: cannot list containers: %s", err.msg);
+                goto expire;
+        }
+        if (session_running(mon->sessions, &running, &n_running) < 0)
+                goto expire;
+        for (size_t i = 0; i < n_running; i++) {
+                const struct docker_container_summary *c = NULL;
+                char cause[96] = "";
+
+                for (size_t j = 0; j < n && !c; j++)
+                        if (strcmp(list[j].id, running[i].container_id) == 0)
+                                c = &list[j];
+                if (!c)
+                        snprintf(cause, sizeof(cause), "removed");
+                else if (strcmp(c->state, "running") != 0)
+                        exit_cause(mon, c->id, cause, sizeof(cause));
+                if (cause[0] && session_mark_failed(mon->sessions, running[i].user, running[i].session,
+                                                    running[i].container_id, cause))
+                        log_ctx(LOG_LEVEL_WARN, running[i].user, running[i].session, running[i].container_id,
+                                "container failure detected (poll): %s", cause);
+        }
+        __atomic_store_n(&mon->last_poll, sbx_wall_ms(), __ATOMIC_RELAXED);
+expire:
+        free(list);
+        free(running);
+        (void)session_expire_idle(mon->sessions, sbx_wall_ms());
+}
+
+static void *poll_main(void *ud)
+{
+        struct monitor *mon = ud;
+
+        pthread_setname_np(pthread_self(), "sbx-monitor");
+        pthread_mutex_lock(&mon->lock);
+        while (!mon->stopping) {
+                struct timespec until;
+
+                pthread_mutex_unlock(&mon->lock);
+                poll_once(mon);
+                pthread_mutex_lock(&mon->lock);
+                clock_gettime(CLOCK_MONOTONIC, &until);
+                until.tv_sec += mon->cfg->monitor_interval_ms / 1000;
+                until.tv_nsec += (long)(mon->cfg->monitor_interval_ms % 1000) * 1000000;
+                if (until.tv_nsec >= 1000000000) {
+                        until.tv_sec++;
+                        until.tv_nsec -= 1000000000;
+                }
+                while (!mon->stopping && pthread_cond_timedwait(&mon->wake, &mon->lock, &until) != ETIMEDOUT)
+                        ;
+        }
+        pthread_mutex_unlock(&mon->lock);
+        return NULL;
+}
+
+int monitor_start(const struct sbx_config *cfg, struct docker *d, struct session_manager *m, struct monitor **ret,
+                  struct sbx_error *err)
+{
+        struct monitor *mon = calloc(1, sizeof(*mon));
+        pthread_condattr_t ca;
+        int r;
+
+        if (!mon)
+                return sbx_error_set(err, -ENOMEM, 0, "out of memory");
+        mon->cfg = cfg;
+        mon->docker = d;
+        mon->sessions = m;
+        snprintf(mon->instance_filter, sizeof(mon->instance_filter), CONTAINER_LABEL_INSTANCE "=%s", cfg->instance);
+        pthread_mutex_init(&mon->lock, NULL);
+        pthread_condattr_init(&ca);
+        pthread_condattr_setclock(&ca, CLOCK_MONOTONIC);
+        pthread_cond_init(&mon->wake, &ca);
+        pthread_condattr_destroy(&ca);
+
+        r = -pthread_create(&mon->events_thread, NULL, events_main, mon);
+        if (r == 0) {
+                mon->events_started = true;
+                r = -pthread_create(&mon->poll_thread, NULL, poll_main, mon);
+                mon->poll_started = r == 0;
+        }
+        if (r < 0) {
+                monitor_stop(mon);
+                return sbx_error_set(err, r, 0, "cannot start the monitor threads: %s", strerror(-r));
+        }
+        *ret = mon;
+        return 0;
+}
+
+void monitor_stop(struct monitor *mon)
+{
+        if (!mon)
+                return;
+        pthread_mutex_lock(&mon->lock);
+        mon->stopping = true;
+        mon->stop_events = true;
+        pthread_cond_broadcast(&mon->wake);
+        pthread_mutex_unlock(&mon->lock);
+        if (mon->poll_started)
+                pthread_join(mon->poll_thread, NULL);
+        if (mon->events_started)
+                pthread_join(mon->events_thread, NULL);
+        pthread_mutex_destroy(&mon->lock);
+        pthread_cond_destroy(&mon->wake);
+        free(mon);
+}
+
+int64_t monitor_last_poll(struct monitor *mon) { return __atomic_load_n(&mon->last_poll, __ATOMIC_RELAXED); }
+
+uint64_t monitor_events_seen(struct monitor *mon) { return __atomic_load_n(&mon->events_seen, __ATOMIC_RELAXED); }

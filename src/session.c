@@ -1,0 +1,1081 @@
+/* session.c — the session manager.
+ *
+ * Locks:
+ *   m->lock   guards the hash table, every session's `refs` and `next`, the
+ *             handler list and the resolved image id. Never held across a
+ *             Docker call or together with a session lock taken after it
+ *             (order: m->lock, then s->lock, and only for short copies).
+ *   s->lock   guards every other field of a session. Never held across a
+ *             Docker call either: a thread that must create, recreate or
+ *             remove the container sets s->transitioning, drops the lock,
+ *             does the Docker work, then retakes the lock, publishes the
+ *             result and broadcasts s->cond. Others wait on s->cond, so for
+ *             one key at most one container is ever being made.
+ *
+ * The store mirrors every state transition (written under s->lock: a local
+ * sqlite write, not a Docker call), so a restart sees the last state. */
+#include "sandboxd/session.h"
+
+#include <errno.h>
+#include <pthread.h>
+#include <stdio.h>
+#include <string.h>
+
+#include "sandboxd/container.h"
+#include "sandboxd/docker.h"
+#include "sandboxd/log.h"
+#include "sandboxd/portpool.h"
+#include "sandboxd/store.h"
+
+#define N_BUCKETS 1024
+#define MAX_HANDLERS 8
+#define MAX_EXTRA_LABELS 8
+
+struct session {
+        struct session_manager *mgr;
+        char user[SESSION_KEY_MAX + 1];
+        char id[SESSION_KEY_MAX + 1];
+        struct session *next; /* hash chain (m->lock) */
+        int refs;             /* (m->lock) */
+
+        pthread_mutex_t lock;
+        pthread_cond_t cond;
+        bool transitioning; /* one thread is changing the container */
+        int active_ops;     /* references handed out by get_or_create */
+        bool persisted;     /* the store has a row */
+        enum session_state state;
+        char container_id[65];
+        char image[256];
+        char network_mode[16];
+        char workspace[SBX_PATH_MAX];
+        char last_error[1024];
+        char error_cause[64];
+        int64_t created_at;
+        int64_t last_activity;
+};
+
+struct handler {
+        session_failure_fn fn;
+        void *userdata;
+};
+
+struct session_manager {
+        const struct sbx_config *cfg;
+        struct docker *docker;
+        struct store *store;
+        struct portpool *ports;
+        char *extra_labels[MAX_EXTRA_LABELS + 1];
+
+        pthread_mutex_t lock;
+        struct session *buckets[N_BUCKETS];
+        size_t n_sessions;
+        struct handler handlers[MAX_HANDLERS];
+        size_t n_handlers;
+        session_network_policy_fn policy;
+        void *policy_ud;
+        char image_id[80]; /* cfg->image resolved to its id, "" until first use */
+};
+
+static const char *const state_names[] = {"CREATING", "RUNNING", "STOPPED", "ERROR"};
+
+const char *session_state_to_string(enum session_state s)
+{
+        return (unsigned)s < ELEMENTSOF(state_names) ? state_names[s] : "UNKNOWN";
+}
+
+int session_state_from_string(const char *s, enum session_state *ret)
+{
+        for (size_t i = 0; i < ELEMENTSOF(state_names); i++)
+                if (s && strcmp(s, state_names[i]) == 0) {
+                        *ret = (enum session_state)i;
+                        return 0;
+                }
+        return -EINVAL;
+}
+
+bool session_id_valid(const char *id)
+{
+        size_t n;
+
+        if (!id)
+                return false;
+        n = strnlen(id, SESSION_KEY_MAX + 1);
+        if (n == 0 || n > SESSION_KEY_MAX || strcmp(id, ".") == 0 || strcmp(id, "..") == 0)
+                return false;
+        for (size_t i = 0; i < n; i++) {
+                char c = id[i];
+                if (!((c >= 'a' && c <= 'z') || (c >= 'A' && c <= 'Z') || (c >= '0' && c <= '9') || c == '_' ||
+                      c == '.' || c == '-'))
+                        return false;
+        }
+        return true;
+}
+
+int session_key_check(const char *user, const char *session, struct sbx_error *err)
+{
+        if (!session_id_valid(user))
+                return sbx_error_set(err, -EINVAL, 0,
+                                     "invalid user_id: must be 1-64 characters of [A-Za-z0-9_.-] and not '.' or '..'");
+        if (!session_id_valid(session))
+                return sbx_error_set(err, -EINVAL, 0,
+                                     "invalid session_id: must be 1-64 characters of [A-Za-z0-9_.-] and not '.' or '..'");
+        return 0;
+}
+
+static unsigned key_hash(const char *user, const char *id)
+{
+        uint32_t h = 2166136261u;
+        for (const char *p = user; *p; p++)
+                h = (h ^ (uint8_t)*p) * 16777619u;
+        h = (h ^ ':') * 16777619u;
+        for (const char *p = id; *p; p++)
+                h = (h ^ (uint8_t)*p) * 16777619u;
+        return h % N_BUCKETS;
+}
+
+/* ---- persistence ---- */
+
+static void persist_locked(struct session *s)
+{
+        struct store_session row = {0};
+        int r;
+
+        sbx_strlcpy(row.user_id, s->user, sizeof(row.user_id));
+        sbx_strlcpy(row.session_id, s->id, sizeof(row.session_id));
+        sbx_strlcpy(row.state, session_state_to_string(s->state), sizeof(row.state));
+        sbx_strlcpy(row.container_id, s->container_id, sizeof(row.container_id));
+        sbx_strlcpy(row.image, s->image, sizeof(row.image));
+        sbx_strlcpy(row.network_mode, s->network_mode, sizeof(row.network_mode));
+        sbx_strlcpy(row.last_error, s->last_error, sizeof(row.last_error));
+        sbx_strlcpy(row.error_cause, s->error_cause, sizeof(row.error_cause));
+        row.created_at = s->created_at;
+        row.updated_at = sbx_wall_ms();
+        row.last_activity = s->last_activity;
+        r = store_session_put(s->mgr->store, &row);
+        if (r < 0)
+                log_ctx(LOG_LEVEL_ERROR, s->user, s->id, s->container_id, "cannot persist session state %s: %s",
+                        row.state, strerror(-r));
+        else
+                s->persisted = true;
+}
+
+static void set_state_locked(struct session *s, enum session_state state, const char *cause, const char *error)
+{
+        if (s->state != state)
+                log_ctx(LOG_LEVEL_INFO, s->user, s->id, s->container_id[0] ? s->container_id : NULL,
+                        "session %s -> %s%s%s", session_state_to_string(s->state), session_state_to_string(state),
+                        cause ? ": " : "", cause ? cause : "");
+        s->state = state;
+        if (cause)
+                sbx_strlcpy(s->error_cause, cause, sizeof(s->error_cause));
+        if (error)
+                sbx_strlcpy(s->last_error, error, sizeof(s->last_error));
+        persist_locked(s);
+}
+
+/* ---- table ---- */
+
+static struct session *session_alloc(struct session_manager *m, const char *user, const char *id)
+{
+        struct session *s = calloc(1, sizeof(*s));
+        if (!s)
+                return NULL;
+        s->mgr = m;
+        sbx_strlcpy(s->user, user, sizeof(s->user));
+        sbx_strlcpy(s->id, id, sizeof(s->id));
+        pthread_mutex_init(&s->lock, NULL);
+        pthread_cond_init(&s->cond, NULL);
+        s->state = SESSION_STOPPED;
+        s->created_at = s->last_activity = sbx_wall_ms();
+        return s;
+}
+
+static void session_load_row(struct session *s, const struct store_session *row)
+{
+        enum session_state st = SESSION_ERROR;
+        (void)session_state_from_string(row->state, &st);
+        s->state = st;
+        s->persisted = true;
+        sbx_strlcpy(s->container_id, row->container_id, sizeof(s->container_id));
+        sbx_strlcpy(s->image, row->image, sizeof(s->image));
+        sbx_strlcpy(s->network_mode, row->network_mode, sizeof(s->network_mode));
+        sbx_strlcpy(s->last_error, row->last_error, sizeof(s->last_error));
+        sbx_strlcpy(s->error_cause, row->error_cause, sizeof(s->error_cause));
+        s->created_at = row->created_at;
+        s->last_activity = row->last_activity;
+}
+
+static struct session *find_locked(struct session_manager *m, const char *user, const char *id)
+{
+        for (struct session *s = m->buckets[key_hash(user, id)]; s; s = s->next)
+                if (strcmp(s->user, user) == 0 && strcmp(s->id, id) == 0)
+                        return s;
+        return NULL;
+}
+
+static void insert_locked(struct session_manager *m, struct session *s)
+{
+        unsigned h = key_hash(s->user, s->id);
+        s->next = m->buckets[h];
+        m->buckets[h] = s;
+        s->refs++; /* the table's own reference */
+        m->n_sessions++;
+}
+
+static void unlink_locked(struct session_manager *m, struct session *s)
+{
+        for (struct session **pp = &m->buckets[key_hash(s->user, s->id)]; *pp; pp = &(*pp)->next)
+                if (*pp == s) {
+                        *pp = s->next;
+                        s->next = NULL;
+                        m->n_sessions--;
+                        s->refs--;
+                        return;
+                }
+}
+
+static void session_free(struct session *s)
+{
+        pthread_mutex_destroy(&s->lock);
+        pthread_cond_destroy(&s->cond);
+        free(s);
+}
+
+static void unref(struct session *s)
+{
+        struct session_manager *m;
+        bool last;
+
+        if (!s)
+                return;
+        m = s->mgr;
+        pthread_mutex_lock(&m->lock);
+        last = --s->refs == 0;
+        pthread_mutex_unlock(&m->lock);
+        if (last)
+                session_free(s);
+}
+
+static size_t live_count_locked(struct session_manager *m)
+{
+        size_t n = 0;
+        for (size_t b = 0; b < N_BUCKETS; b++)
+                for (struct session *s = m->buckets[b]; s; s = s->next)
+                        if (s->state == SESSION_RUNNING || s->state == SESSION_CREATING || s->transitioning)
+                                n++;
+        return n;
+}
+
+/* Find the session, or make it (from its store row if there is one). */
+static int lookup_ref(struct session_manager *m, const char *user, const char *id, bool create, struct session **ret,
+                      struct sbx_error *err)
+{
+        struct session *s;
+        struct store_session row;
+
+        pthread_mutex_lock(&m->lock);
+        s = find_locked(m, user, id);
+        if (s) {
+                s->refs++;
+                pthread_mutex_unlock(&m->lock);
+                *ret = s;
+                return 0;
+        }
+        if (!create) {
+                pthread_mutex_unlock(&m->lock);
+                return -ENOENT;
+        }
+        if (live_count_locked(m) >= (size_t)m->cfg->max_sessions) {
+                pthread_mutex_unlock(&m->lock);
+                return sbx_error_set(err, -EUSERS, 0, "too many sessions: the limit max_sessions=%d is reached",
+                                     m->cfg->max_sessions);
+        }
+        s = session_alloc(m, user, id);
+        if (!s) {
+                pthread_mutex_unlock(&m->lock);
+                return sbx_error_set(err, -ENOMEM, 0, "out of memory");
+        }
+        if (store_session_get(m->store, user, id, &row) == 0)
+                session_load_row(s, &row);
+        insert_locked(m, s);
+        s->refs++;
+        pthread_mutex_unlock(&m->lock);
+        *ret = s;
+        return 0;
+}
+
+/* ---- manager ---- */
+
+static const char *default_policy(const char *user, const char *session, void *ud)
+{
+        const struct sbx_config *cfg = ud;
+        return cfg->network_default;
+}
+
+int session_manager_new(const struct sbx_config *cfg, struct docker *d, struct store *st, struct portpool *pp,
+                        const char *const *extra_labels, struct session_manager **ret, struct sbx_error *err)
+{
+        struct session_manager *m = calloc(1, sizeof(*m));
+        struct store_session *rows = NULL;
+        size_t n = 0;
+        int r;
+
+        if (!m)
+                return sbx_error_set(err, -ENOMEM, 0, "out of memory");
+        m->cfg = cfg;
+        m->docker = d;
+        m->store = st;
+        m->ports = pp;
+        m->policy = default_policy;
+        m->policy_ud = (void *)cfg;
+        pthread_mutex_init(&m->lock, NULL);
+        for (size_t i = 0; extra_labels && extra_labels[i] && i < MAX_EXTRA_LABELS; i++)
+                m->extra_labels[i] = strdup(extra_labels[i]);
+
+        r = store_session_list(st, NULL, NULL, &rows, &n);
+        if (r < 0) {
+                session_manager_free(m);
+                return sbx_error_set(err, r, 0, "cannot load sessions from the store: %s", strerror(-r));
+        }
+        for (size_t i = 0; i < n; i++) {
+                struct session *s;
+                if (strcmp(rows[i].state, "DESTROYED") == 0 ||
+                    !session_id_valid(rows[i].user_id) || !session_id_valid(rows[i].session_id))
+                        continue;
+                s = session_alloc(m, rows[i].user_id, rows[i].session_id);
+                if (!s)
+                        break;
+                session_load_row(s, &rows[i]);
+                insert_locked(m, s);
+        }
+        free(rows);
+        *ret = m;
+        return 0;
+}
+
+void session_manager_free(struct session_manager *m)
+{
+        if (!m)
+                return;
+        for (size_t b = 0; b < N_BUCKETS; b++) {
+                struct session *s = m->buckets[b];
+                while (s) {
+                        struct session *next = s->next;
+                        /* callers must have released their references */
+                        session_free(s);
+                        s = next;
+                }
+        }
+        for (size_t i = 0; i < MAX_EXTRA_LABELS; i++)
+                free(m->extra_labels[i]);
+        pthread_mutex_destroy(&m->lock);
+        free(m);
+}
+
+int session_register_failure_handler(struct session_manager *m, session_failure_fn fn, void *userdata)
+{
+        int r = 0;
+        pthread_mutex_lock(&m->lock);
+        if (m->n_handlers >= MAX_HANDLERS)
+                r = -ENOSPC;
+        else
+                m->handlers[m->n_handlers++] = (struct handler){fn, userdata};
+        pthread_mutex_unlock(&m->lock);
+        return r;
+}
+
+void session_set_network_policy(struct session_manager *m, session_network_policy_fn fn, void *userdata)
+{
+        pthread_mutex_lock(&m->lock);
+        m->policy = fn ? fn : default_policy;
+        m->policy_ud = fn ? userdata : (void *)m->cfg;
+        pthread_mutex_unlock(&m->lock);
+}
+
+static const char *required_network(struct session_manager *m, const char *user, const char *id)
+{
+        session_network_policy_fn fn;
+        void *ud;
+
+        pthread_mutex_lock(&m->lock);
+        fn = m->policy;
+        ud = m->policy_ud;
+        pthread_mutex_unlock(&m->lock);
+        return fn(user, id, ud);
+}
+
+static void call_handlers(struct session_manager *m, const char *user, const char *id, const char *container_id,
+                          const char *cause)
+{
+        struct handler hs[MAX_HANDLERS];
+        size_t n;
+
+        pthread_mutex_lock(&m->lock);
+        n = m->n_handlers;
+        memcpy(hs, m->handlers, n * sizeof(hs[0]));
+        pthread_mutex_unlock(&m->lock);
+        for (size_t i = 0; i < n; i++)
+                hs[i].fn(user, id, container_id, cause, hs[i].userdata);
+}
+
+/* Resolve cfg->image to its id once, so every container of this daemon runs
+ * the same image even if the tag moves. */
+static int resolve_image(struct session_manager *m, char ret[256], struct sbx_error *err)
+{
+        struct docker_image_info info;
+        int r;
+
+        pthread_mutex_lock(&m->lock);
+        sbx_strlcpy(ret, m->image_id, 256);
+        pthread_mutex_unlock(&m->lock);
+        if (ret[0])
+                return 0;
+        r = docker_image_inspect(m->docker, m->cfg->image, &info, err);
+        if (r == -ENOENT)
+                return sbx_error_set(err, -ENOENT, 404,
+                                     "image '%s' does not exist on the Docker engine; build it with "
+                                     "scripts/build-images.sh",
+                                     m->cfg->image);
+        if (r < 0) {
+                sbx_error_prefix(err, "resolving image %s", m->cfg->image);
+                return r;
+        }
+        pthread_mutex_lock(&m->lock);
+        sbx_strlcpy(m->image_id, info.id, sizeof(m->image_id));
+        pthread_mutex_unlock(&m->lock);
+        sbx_strlcpy(ret, info.id, 256);
+        return 0;
+}
+
+/* Cause from an inspect of a container that is no longer running. */
+static void describe_exit(const struct docker_container_info *info, char *buf, size_t size)
+{
+        if (info->oom_killed)
+                snprintf(buf, size, "oom_killed");
+        else
+                snprintf(buf, size, "exited with code %d", info->exit_code);
+}
+
+/* Remove the old container (if any) and release nothing: the port block
+ * stays with the session across a recreation. Runs without locks. */
+static int make_container(struct session *s, const char *old_id, const char *network, char ret_id[65],
+                          char ret_image[256], char ret_workspace[SBX_PATH_MAX], struct sbx_error *err)
+{
+        struct session_manager *m = s->mgr;
+        const struct sbx_config *cfg = m->cfg;
+        _cleanup_free_ int *ports = NULL;
+        struct container_params p = {0};
+        int r;
+
+        if (old_id && old_id[0]) {
+                r = container_remove(m->docker, old_id, err);
+                if (r < 0) {
+                        sbx_error_prefix(err, "removing the old container %.12s", old_id);
+                        return r;
+                }
+                (void)store_container_removed(m->store, old_id, "replaced", sbx_wall_ms());
+        }
+        r = resolve_image(m, ret_image, err);
+        if (r < 0)
+                return r;
+        r = container_workspace_ensure(cfg, s->user, s->id, ret_workspace, err);
+        if (r < 0)
+                return r;
+        if (cfg->ports_per_session > 0) {
+                ports = calloc((size_t)cfg->ports_per_session, sizeof(int));
+                if (!ports)
+                        return sbx_error_set(err, -ENOMEM, 0, "out of memory");
+                r = portpool_reserve_block(m->ports, s->user, s->id, ports, err);
+                if (r < 0)
+                        return r;
+        }
+        p.user = s->user;
+        p.session = s->id;
+        p.image = ret_image;
+        p.network_mode = network;
+        p.workspace = ret_workspace;
+        p.host_ports = ports;
+        p.n_ports = (size_t)cfg->ports_per_session;
+        p.extra_labels = (const char *const *)m->extra_labels;
+        r = container_create_started(m->docker, cfg, &p, ret_id, err);
+        if (r < 0) {
+                (void)portpool_release(m->ports, s->user, s->id);
+                return r;
+        }
+        (void)portpool_set_container(m->ports, s->user, s->id, ret_id);
+        (void)store_container_add(m->store, ret_id, s->user, s->id, ret_image, network, sbx_wall_ms());
+        return 0;
+}
+
+/* Inspect the container of a RUNNING session: 0 if usable as is, else a
+ * reason to (re)create in cause. -errno for a Docker failure. */
+static int validate(struct session_manager *m, const char *id, const char *network, char *cause, size_t size,
+                    struct sbx_error *err)
+{
+        struct docker_container_info info;
+        int r = docker_container_inspect(m->docker, id, &info, err);
+
+        if (r == -ENOENT) {
+                snprintf(cause, size, "removed");
+                return 1;
+        }
+        if (r < 0)
+                return r;
+        if (!info.running) {
+                describe_exit(&info, cause, size);
+                return 1;
+        }
+        if (strcmp(network, "none") == 0 && info.has_network) {
+                snprintf(cause, size, "privacy_ratchet");
+                return 1;
+        }
+        return 0;
+}
+
+static void touch_locked(struct session *s)
+{
+        s->last_activity = sbx_wall_ms();
+        (void)store_session_touch(s->mgr->store, s->user, s->id, s->last_activity);
+}
+
+int session_get_or_create(struct session_manager *m, const char *user, const char *id, struct session **ret,
+                          struct sbx_error *err)
+{
+        struct session *s;
+        char old_id[65], new_id[65], image[256], workspace[SBX_PATH_MAX], cause[128];
+        const char *network;
+        bool notified = false;
+        int r;
+
+        r = session_key_check(user, id, err);
+        if (r < 0)
+                return r;
+        r = lookup_ref(m, user, id, true, &s, err);
+        if (r < 0)
+                return r;
+
+        pthread_mutex_lock(&s->lock);
+        for (;;) {
+                while (s->transitioning)
+                        pthread_cond_wait(&s->cond, &s->lock);
+
+                cause[0] = '\0';
+                if (s->state == SESSION_RUNNING && s->container_id[0]) {
+                        memcpy(old_id, s->container_id, sizeof(old_id));
+                        s->active_ops++;
+                        pthread_mutex_unlock(&s->lock);
+                        /* The actual container is inspected before every use, never a cached view:
+                         * it may have died, vanished, or now need a network it must not have. */
+                        network = required_network(m, user, id);
+                        r = validate(m, old_id, network, cause, sizeof(cause), err);
+                        pthread_mutex_lock(&s->lock);
+                        if (r == 0) {
+                                touch_locked(s);
+                                pthread_mutex_unlock(&s->lock);
+                                *ret = s;
+                                return 0;
+                        }
+                        s->active_ops--;
+                        if (r < 0) {
+                                pthread_mutex_unlock(&s->lock);
+                                sbx_error_prefix(err, "checking the session's container");
+                                unref(s);
+                                return r;
+                        }
+                        if (s->transitioning || strcmp(s->container_id, old_id) != 0)
+                                continue; /* someone else already acted on it */
+                        if (s->state == SESSION_RUNNING && strcmp(cause, "privacy_ratchet") != 0) {
+                                char msg[256];
+                                snprintf(msg, sizeof(msg), "container %.12s failed: %s", old_id, cause);
+                                set_state_locked(s, SESSION_ERROR, cause, msg);
+                                pthread_mutex_unlock(&s->lock);
+                                call_handlers(m, user, id, old_id, cause);
+                                pthread_mutex_lock(&s->lock);
+                                notified = true;
+                                continue;
+                        }
+                }
+
+                /* (Re)create. Only this thread does it; the others wait on s->cond. */
+                s->transitioning = true;
+                memcpy(old_id, s->container_id, sizeof(old_id));
+                if (!cause[0])
+                        snprintf(cause, sizeof(cause), "%s", s->state == SESSION_ERROR ? "recreated" : "");
+                set_state_locked(s, SESSION_CREATING, NULL, NULL);
+                pthread_mutex_unlock(&s->lock);
+
+                network = required_network(m, user, id);
+                if (old_id[0] && cause[0] && !notified)
+                        call_handlers(m, user, id, old_id, cause);
+                r = make_container(s, old_id, network, new_id, image, workspace, err);
+
+                pthread_mutex_lock(&s->lock);
+                s->transitioning = false;
+                if (r < 0) {
+                        s->container_id[0] = '\0';
+                        set_state_locked(s, SESSION_ERROR, "create_failed", err ? err->msg : "creation failed");
+                        pthread_cond_broadcast(&s->cond);
+                        pthread_mutex_unlock(&s->lock);
+                        log_ctx(LOG_LEVEL_WARN, user, id, NULL, "cannot create container: %s",
+                                err ? err->msg : strerror(-r));
+                        unref(s);
+                        return r;
+                }
+                memcpy(s->container_id, new_id, sizeof(s->container_id));
+                sbx_strlcpy(s->image, image, sizeof(s->image));
+                sbx_strlcpy(s->network_mode, network, sizeof(s->network_mode));
+                sbx_strlcpy(s->workspace, workspace, sizeof(s->workspace));
+                s->last_error[0] = '\0';
+                s->error_cause[0] = '\0';
+                if (old_id[0] && strcmp(cause, "privacy_ratchet") == 0)
+                        (void)store_audit(m->store, "daemon", user, id, "privacy.ratchet", NULL);
+                s->active_ops++;
+                s->last_activity = sbx_wall_ms();
+                set_state_locked(s, SESSION_RUNNING, NULL, NULL);
+                pthread_cond_broadcast(&s->cond);
+                pthread_mutex_unlock(&s->lock);
+                *ret = s;
+                return 0;
+        }
+}
+
+void session_release(struct session *s)
+{
+        if (!s)
+                return;
+        pthread_mutex_lock(&s->lock);
+        s->active_ops--;
+        pthread_mutex_unlock(&s->lock);
+        unref(s);
+}
+
+const char *session_user(const struct session *s) { return s->user; }
+const char *session_name(const struct session *s) { return s->id; }
+
+void session_container_id(struct session *s, char ret_id[65])
+{
+        pthread_mutex_lock(&s->lock);
+        memcpy(ret_id, s->container_id, 65);
+        pthread_mutex_unlock(&s->lock);
+}
+
+/* ---- snapshots ---- */
+
+static void snapshot_locked(struct session *s, struct session_info *info)
+{
+        memset(info, 0, sizeof(*info));
+        sbx_strlcpy(info->user, s->user, sizeof(info->user));
+        sbx_strlcpy(info->session, s->id, sizeof(info->session));
+        info->state = s->state;
+        sbx_strlcpy(info->container_id, s->container_id, sizeof(info->container_id));
+        sbx_strlcpy(info->image, s->image, sizeof(info->image));
+        sbx_strlcpy(info->network_mode, s->network_mode, sizeof(info->network_mode));
+        sbx_strlcpy(info->workspace, s->workspace, sizeof(info->workspace));
+        sbx_strlcpy(info->last_error, s->last_error, sizeof(info->last_error));
+        sbx_strlcpy(info->error_cause, s->error_cause, sizeof(info->error_cause));
+        info->created_at = s->created_at;
+        info->last_activity = s->last_activity;
+}
+
+static void fill_ports(struct session_manager *m, struct session_info *info)
+{
+        int n = portpool_per_session(m->ports);
+        if (n <= 0)
+                return;
+        info->ports = calloc((size_t)n, sizeof(int));
+        if (info->ports && portpool_lookup(m->ports, info->user, info->session, info->ports) == 0)
+                info->n_ports = (size_t)n;
+}
+
+void session_info_done(struct session_info *info)
+{
+        if (!info)
+                return;
+        free(info->ports);
+        info->ports = NULL;
+        info->n_ports = 0;
+}
+
+int session_get_info(struct session_manager *m, const char *user, const char *id, struct session_info *ret)
+{
+        struct session *s;
+        int r = lookup_ref(m, user, id, false, &s, NULL);
+        if (r < 0)
+                return r;
+        pthread_mutex_lock(&s->lock);
+        snapshot_locked(s, ret);
+        pthread_mutex_unlock(&s->lock);
+        unref(s);
+        fill_ports(m, ret);
+        return 0;
+}
+
+/* Copy references to every session (so no table lock is held while each
+ * session is looked at). */
+static int all_refs(struct session_manager *m, struct session ***ret, size_t *ret_n)
+{
+        struct session **list;
+        size_t n = 0;
+
+        pthread_mutex_lock(&m->lock);
+        list = calloc(m->n_sessions + 1, sizeof(*list));
+        if (!list) {
+                pthread_mutex_unlock(&m->lock);
+                return -ENOMEM;
+        }
+        for (size_t b = 0; b < N_BUCKETS; b++)
+                for (struct session *s = m->buckets[b]; s; s = s->next) {
+                        s->refs++;
+                        list[n++] = s;
+                }
+        pthread_mutex_unlock(&m->lock);
+        *ret = list;
+        *ret_n = n;
+        return 0;
+}
+
+static void refs_free(struct session **list, size_t n)
+{
+        for (size_t i = 0; i < n; i++)
+                unref(list[i]);
+        free(list);
+}
+
+int session_list(struct session_manager *m, const char *user, const enum session_state *state,
+                 struct session_info **ret, size_t *ret_n)
+{
+        struct session **all;
+        struct session_info *out;
+        size_t n, k = 0;
+        int r = all_refs(m, &all, &n);
+
+        if (r < 0)
+                return r;
+        out = calloc(n + 1, sizeof(*out));
+        if (!out) {
+                refs_free(all, n);
+                return -ENOMEM;
+        }
+        for (size_t i = 0; i < n; i++) {
+                struct session *s = all[i];
+                pthread_mutex_lock(&s->lock);
+                if ((!user || strcmp(user, s->user) == 0) && (!state || *state == s->state))
+                        snapshot_locked(s, &out[k++]);
+                pthread_mutex_unlock(&s->lock);
+        }
+        refs_free(all, n);
+        for (size_t i = 0; i < k; i++)
+                fill_ports(m, &out[i]);
+        *ret = out;
+        *ret_n = k;
+        return 0;
+}
+
+void session_info_list_free(struct session_info *list, size_t n)
+{
+        for (size_t i = 0; list && i < n; i++)
+                session_info_done(&list[i]);
+        free(list);
+}
+
+void session_counts(struct session_manager *m, size_t counts[4])
+{
+        memset(counts, 0, 4 * sizeof(size_t));
+        pthread_mutex_lock(&m->lock);
+        for (size_t b = 0; b < N_BUCKETS; b++)
+                for (struct session *s = m->buckets[b]; s; s = s->next) {
+                        pthread_mutex_lock(&s->lock);
+                        if ((unsigned)s->state < 4)
+                                counts[s->state]++;
+                        pthread_mutex_unlock(&s->lock);
+                }
+        pthread_mutex_unlock(&m->lock);
+}
+
+int session_running(struct session_manager *m, struct session_ref **ret, size_t *ret_n)
+{
+        struct session **all;
+        struct session_ref *out;
+        size_t n, k = 0;
+        int r = all_refs(m, &all, &n);
+
+        if (r < 0)
+                return r;
+        out = calloc(n + 1, sizeof(*out));
+        if (!out) {
+                refs_free(all, n);
+                return -ENOMEM;
+        }
+        for (size_t i = 0; i < n; i++) {
+                struct session *s = all[i];
+                pthread_mutex_lock(&s->lock);
+                if (s->state == SESSION_RUNNING && !s->transitioning && s->container_id[0]) {
+                        sbx_strlcpy(out[k].user, s->user, sizeof(out[k].user));
+                        sbx_strlcpy(out[k].session, s->id, sizeof(out[k].session));
+                        memcpy(out[k].container_id, s->container_id, 65);
+                        k++;
+                }
+                pthread_mutex_unlock(&s->lock);
+        }
+        refs_free(all, n);
+        *ret = out;
+        *ret_n = k;
+        return 0;
+}
+
+/* ---- failures ---- */
+
+/* How specific a cause is: a later event may refine "exited" into "stopped"
+ * (docker stop) or "removed" (docker rm -f), never the other way. */
+static int cause_rank(const char *cause)
+{
+        if (strcmp(cause, "removed") == 0)
+                return 4;
+        if (strcmp(cause, "stopped") == 0)
+                return 3;
+        if (strcmp(cause, "oom_killed") == 0)
+                return 2;
+        return 1;
+}
+
+bool session_mark_failed(struct session_manager *m, const char *user, const char *id, const char *container_id,
+                         const char *cause)
+{
+        struct session *s;
+        bool changed = false, first = false;
+        char msg[256];
+
+        if (lookup_ref(m, user, id, false, &s, NULL) < 0)
+                return false;
+        pthread_mutex_lock(&s->lock);
+        if (!s->transitioning && strcmp(s->container_id, container_id) == 0) {
+                snprintf(msg, sizeof(msg), "container %.12s failed: %s", container_id, cause);
+                if (s->state == SESSION_RUNNING) {
+                        set_state_locked(s, SESSION_ERROR, cause, msg);
+                        changed = first = true;
+                } else if (s->state == SESSION_ERROR && cause_rank(cause) > cause_rank(s->error_cause)) {
+                        set_state_locked(s, SESSION_ERROR, cause, msg);
+                        changed = true;
+                }
+        }
+        pthread_mutex_unlock(&s->lock);
+        unref(s);
+        if (first)
+                call_handlers(m, user, id, container_id, cause);
+        return changed;
+}
+
+/* Take the container away from a session that is not in use: used by idle
+ * expiry and destroy. Returns with s->transitioning set and the old id in
+ * ret_id (maybe ""), or -EBUSY. */
+static int begin_teardown(struct session *s, bool only_idle, int64_t idle_before, char ret_id[65])
+{
+        int r = 0;
+
+        pthread_mutex_lock(&s->lock);
+        if (only_idle) {
+                if (s->transitioning || s->active_ops > 0 || s->state != SESSION_RUNNING ||
+                    s->last_activity >= idle_before)
+                        r = -EBUSY;
+        } else {
+                while (s->transitioning)
+                        pthread_cond_wait(&s->cond, &s->lock);
+        }
+        if (r == 0) {
+                s->transitioning = true;
+                memcpy(ret_id, s->container_id, 65);
+        }
+        pthread_mutex_unlock(&s->lock);
+        return r;
+}
+
+static void end_teardown(struct session *s, enum session_state state, const char *cause)
+{
+        pthread_mutex_lock(&s->lock);
+        s->transitioning = false;
+        s->container_id[0] = '\0';
+        set_state_locked(s, state, cause, NULL);
+        pthread_cond_broadcast(&s->cond);
+        pthread_mutex_unlock(&s->lock);
+}
+
+int session_expire_idle(struct session_manager *m, int64_t now_wall_ms)
+{
+        struct session **all;
+        size_t n;
+        int count = 0;
+        int64_t before = now_wall_ms - (int64_t)m->cfg->idle_timeout_s * 1000;
+
+        if (all_refs(m, &all, &n) < 0)
+                return -ENOMEM;
+        for (size_t i = 0; i < n; i++) {
+                struct session *s = all[i];
+                char id[65];
+                struct sbx_error err = {0};
+
+                if (begin_teardown(s, true, before, id) < 0)
+                        continue;
+                if (id[0] && container_remove(m->docker, id, &err) < 0) {
+                        log_ctx(LOG_LEVEL_WARN, s->user, s->id, id, "idle expiry: cannot remove container: %s",
+                                err.msg);
+                        pthread_mutex_lock(&s->lock);
+                        s->transitioning = false;
+                        pthread_cond_broadcast(&s->cond);
+                        pthread_mutex_unlock(&s->lock);
+                        continue;
+                }
+                if (id[0])
+                        (void)store_container_removed(m->store, id, "idle_expired", sbx_wall_ms());
+                (void)portpool_release(m->ports, s->user, s->id);
+                end_teardown(s, SESSION_STOPPED, "idle_expired");
+                call_handlers(m, s->user, s->id, id, "idle_expired");
+                count++;
+        }
+        refs_free(all, n);
+        return count;
+}
+
+int session_destroy(struct session_manager *m, const char *user, const char *id, bool purge, struct sbx_error *err)
+{
+        struct session *s;
+        char cid[65];
+        int r;
+
+        r = session_key_check(user, id, err);
+        if (r < 0)
+                return r;
+        r = lookup_ref(m, user, id, false, &s, err);
+        if (r < 0)
+                return sbx_error_set(err, -ENOENT, 0, "no such session %s:%s", user, id);
+        (void)begin_teardown(s, false, 0, cid);
+        if (cid[0]) {
+                r = container_remove(m->docker, cid, err);
+                if (r < 0) {
+                        pthread_mutex_lock(&s->lock);
+                        s->transitioning = false;
+                        pthread_cond_broadcast(&s->cond);
+                        pthread_mutex_unlock(&s->lock);
+                        unref(s);
+                        sbx_error_prefix(err, "removing container %.12s", cid);
+                        return r;
+                }
+                (void)store_container_removed(m->store, cid, "destroyed", sbx_wall_ms());
+        }
+        (void)portpool_release(m->ports, user, id);
+        call_handlers(m, user, id, cid, "destroyed");
+        r = store_session_delete(m->store, user, id);
+        if (r < 0)
+                log_ctx(LOG_LEVEL_ERROR, user, id, NULL, "cannot delete session row: %s", strerror(-r));
+        if (purge) {
+                r = container_workspace_purge(m->cfg, user, id, err);
+                if (r < 0)
+                        log_ctx(LOG_LEVEL_WARN, user, id, NULL, "%s", err ? err->msg : "cannot purge workspace");
+        }
+        pthread_mutex_lock(&m->lock);
+        unlink_locked(m, s);
+        pthread_mutex_unlock(&m->lock);
+        pthread_mutex_lock(&s->lock);
+        s->transitioning = false;
+        s->state = SESSION_STOPPED;
+        s->container_id[0] = '\0';
+        pthread_cond_broadcast(&s->cond);
+        pthread_mutex_unlock(&s->lock);
+        unref(s);
+        return r < 0 && purge ? r : 0;
+}
+
+/* ---- restart reconciliation ---- */
+
+static bool keep_port_owner(const char *user, const char *id, void *ud)
+{
+        struct session_manager *m = ud;
+        struct session *s;
+        bool keep = false;
+
+        if (lookup_ref(m, user, id, false, &s, NULL) < 0)
+                return false;
+        pthread_mutex_lock(&s->lock);
+        keep = s->container_id[0] != '\0' || s->transitioning;
+        pthread_mutex_unlock(&s->lock);
+        unref(s);
+        return keep;
+}
+
+int session_reconcile(struct session_manager *m, struct session_reconcile_report *ret, struct sbx_error *err)
+{
+        char filter[128];
+        const char *filters[3] = {CONTAINER_LABEL_MANAGED "=1", filter, NULL};
+        struct docker_container_summary *list = NULL;
+        struct session_reconcile_report rep = {0};
+        struct session **all;
+        size_t n = 0, n_all;
+        int r;
+
+        snprintf(filter, sizeof(filter), CONTAINER_LABEL_INSTANCE "=%s", m->cfg->instance);
+        r = docker_container_list(m->docker, filters, true, &list, &n, err);
+        if (r < 0) {
+                sbx_error_prefix(err, "listing containers of instance %s", m->cfg->instance);
+                return r;
+        }
+        r = all_refs(m, &all, &n_all);
+        if (r < 0) {
+                free(list);
+                return r;
+        }
+
+        /* Sessions: adopt their container if it runs, else mark ERROR. */
+        for (size_t i = 0; i < n_all; i++) {
+                struct session *s = all[i];
+                const struct docker_container_summary *c = NULL;
+                char cause[96] = "", msg[256];
+
+                pthread_mutex_lock(&s->lock);
+                for (size_t j = 0; s->container_id[0] && j < n; j++)
+                        if (strcmp(list[j].id, s->container_id) == 0)
+                                c = &list[j];
+                if (c && strcmp(c->state, "running") == 0) {
+                        if (s->state != SESSION_RUNNING)
+                                set_state_locked(s, SESSION_RUNNING, NULL, NULL);
+                        rep.adopted++;
+                } else if (s->state == SESSION_RUNNING || s->state == SESSION_CREATING) {
+                        if (!c)
+                                s->container_id[0] = '\0'; /* gone: nothing holds its ports any more */
+                        snprintf(cause, sizeof(cause), "%s", c ? "exited while the daemon was down" : "removed");
+                        snprintf(msg, sizeof(msg), "container %.12s %s", s->container_id[0] ? s->container_id : "-",
+                                 c ? "was not running after a daemon restart" : "was missing after a daemon restart");
+                        set_state_locked(s, SESSION_ERROR, cause, msg);
+                        rep.marked_error++;
+                }
+                pthread_mutex_unlock(&s->lock);
+        }
+
+        /* Containers of this instance that belong to no session: remove. */
+        for (size_t j = 0; j < n; j++) {
+                bool owned = false;
+                for (size_t i = 0; i < n_all && !owned; i++) {
+                        pthread_mutex_lock(&all[i]->lock);
+                        owned = strcmp(all[i]->container_id, list[j].id) == 0;
+                        pthread_mutex_unlock(&all[i]->lock);
+                }
+                if (owned)
+                        continue;
+                if (container_remove(m->docker, list[j].id, NULL) == 0) {
+                        (void)store_container_removed(m->store, list[j].id, "orphan", sbx_wall_ms());
+                        rep.removed_orphans++;
+                        log_ctx(LOG_LEVEL_INFO, docker_kv_get(list[j].labels, list[j].n_labels, CONTAINER_LABEL_USER),
+                                docker_kv_get(list[j].labels, list[j].n_labels, CONTAINER_LABEL_SESSION), list[j].id,
+                                "removed orphan container");
+                }
+        }
+        refs_free(all, n_all);
+        free(list);
+
+        r = portpool_release_unheld(m->ports, keep_port_owner, m);
+        if (r > 0)
+                rep.ports_released = (size_t)r;
+        if (ret)
+                *ret = rep;
+        log_info("reconciled: %zu adopted, %zu marked ERROR, %zu orphans removed, %zu ports released", rep.adopted,
+                 rep.marked_error, rep.removed_orphans, rep.ports_released);
+        return 0;
+}

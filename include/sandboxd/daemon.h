@@ -1,0 +1,39 @@
+/* daemon.h — wires the modules into one running daemon: store, Docker
+ * client, port pool, session manager, reconciliation and the monitor. The
+ * fronts (main, tests, benchmarks) create one with daemon_open() and tear it
+ * down with daemon_close(). */
+#ifndef SANDBOXD_DAEMON_H
+#define SANDBOXD_DAEMON_H
+
+#include "sandboxd/common.h"
+#include "sandboxd/config.h"
+
+struct docker;
+struct store;
+struct portpool;
+struct session_manager;
+struct monitor;
+
+struct daemon {
+        struct sbx_config cfg; /* read-only after daemon_open */
+        struct docker *docker;
+        struct store *store;
+        struct portpool *ports;
+        struct session_manager *sessions;
+        struct monitor *monitor;
+        int64_t started_at; /* unix ms */
+};
+
+struct daemon_options {
+        const char *const *extra_labels; /* NULL-terminated "k=v" on every container (tests) */
+        bool no_monitor;                 /* skip the monitor threads (tests that drive it by hand) */
+};
+
+/* Open everything and reconcile with Docker. On failure nothing is left
+ * running and err says which part failed and why. */
+int daemon_open(const struct sbx_config *cfg, const struct daemon_options *opts, struct daemon **ret,
+                struct sbx_error *err);
+/* Stop the monitor, free everything. Containers keep running. NULL is fine. */
+void daemon_close(struct daemon *d);
+
+#endif

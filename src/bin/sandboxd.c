@@ -1,0 +1,124 @@
+/* sandboxd — the daemon's front: parse arguments, load the config, open the
+ * daemon, wait for SIGINT/SIGTERM. All logic lives in the core library. */
+#include <curl/curl.h>
+#include <errno.h>
+#include <getopt.h>
+#include <signal.h>
+#include <stdio.h>
+#include <string.h>
+#include <unistd.h>
+
+#include "sandboxd/config.h"
+#include "sandboxd/daemon.h"
+#include "sandboxd/log.h"
+
+static void usage(FILE *f)
+{
+        fprintf(f,
+                "Usage: sandboxd [OPTIONS]\n"
+                "\n"
+                "A multi-tenant Docker sandbox daemon: one hardened container per agent session.\n"
+                "\n"
+                "  -c, --config FILE    read FILE (key = value lines; see etc/sandboxd.conf)\n"
+                "      --check-config   validate the config (file and SANDBOXD_* environment) and exit:\n"
+                "                       0 if valid, 1 naming the offending line and why\n"
+                "      --print-config   print every key with its effective value and exit\n"
+                "  -V, --version        print the version and exit\n"
+                "  -h, --help           show this help and exit\n"
+                "\n"
+                "Without --config the embedded defaults apply. Every key can be overridden\n"
+                "by the environment variable SANDBOXD_<KEY> (e.g. SANDBOXD_DATA_DIR).\n");
+}
+
+int main(int argc, char **argv)
+{
+        enum { OPT_CHECK = 256, OPT_PRINT };
+        static const struct option opts[] = {
+                {"config", required_argument, NULL, 'c'},
+                {"check-config", no_argument, NULL, OPT_CHECK},
+                {"print-config", no_argument, NULL, OPT_PRINT},
+                {"version", no_argument, NULL, 'V'},
+                {"help", no_argument, NULL, 'h'},
+                {0},
+        };
+        const char *config_path = NULL;
+        bool check = false, print = false;
+        struct sbx_config cfg;
+        struct sbx_error err = {0};
+        struct daemon *d = NULL;
+        enum log_level level;
+        sigset_t set;
+        int c, sig, r;
+
+        while ((c = getopt_long(argc, argv, "c:Vh", opts, NULL)) != -1) {
+                switch (c) {
+                case 'c':
+                        config_path = optarg;
+                        break;
+                case OPT_CHECK:
+                        check = true;
+                        break;
+                case OPT_PRINT:
+                        print = true;
+                        break;
+                case 'V':
+                        printf("sandboxd %s\n", SBX_VERSION);
+                        return 0;
+                case 'h':
+                        usage(stdout);
+                        return 0;
+                default:
+                        usage(stderr);
+                        return 2;
+                }
+        }
+        if (optind < argc) {
+                fprintf(stderr, "sandboxd: unexpected argument '%s'\n", argv[optind]);
+                usage(stderr);
+                return 2;
+        }
+
+        r = config_load(config_path, &cfg, &err);
+        if (r < 0) {
+                fprintf(stderr, "sandboxd: invalid configuration: %s\n", err.msg);
+                return 1;
+        }
+        if (check) {
+                printf("configuration OK%s%s\n", config_path ? ": " : " (embedded defaults)",
+                       config_path ? config_path : "");
+                return 0;
+        }
+        if (print) {
+                config_dump(&cfg, STDOUT_FILENO);
+                return 0;
+        }
+        if (log_level_from_string(cfg.log_level, &level) == 0)
+                log_set_level(level);
+
+        /* Block the signals we wait for before any thread starts, so every
+         * thread inherits the mask and only sigwait() below sees them. */
+        sigemptyset(&set);
+        sigaddset(&set, SIGINT);
+        sigaddset(&set, SIGTERM);
+        pthread_sigmask(SIG_BLOCK, &set, NULL);
+        signal(SIGPIPE, SIG_IGN);
+
+        if (curl_global_init(CURL_GLOBAL_ALL) != 0) {
+                log_error("cannot initialise libcurl");
+                return 1;
+        }
+        r = daemon_open(&cfg, NULL, &d, &err);
+        if (r < 0) {
+                log_error("cannot start: %s", err.msg);
+                curl_global_cleanup();
+                return 1;
+        }
+        log_info("sandboxd %s running (instance %s, data_dir %s)", SBX_VERSION, cfg.instance, cfg.data_dir);
+
+        while (sigwait(&set, &sig) != 0)
+                ;
+        log_info("received %s, shutting down", strsignal(sig));
+        daemon_close(d);
+        curl_global_cleanup();
+        return 0;
+}

@@ -1,0 +1,89 @@
+/* daemon.c — opening and closing the whole daemon in dependency order.
+ * No state of its own beyond the struct; no threads but the monitor's. */
+#include "sandboxd/daemon.h"
+
+#include <errno.h>
+#include <stdio.h>
+#include <string.h>
+#include <sys/stat.h>
+
+#include "sandboxd/docker.h"
+#include "sandboxd/log.h"
+#include "sandboxd/monitor.h"
+#include "sandboxd/portpool.h"
+#include "sandboxd/session.h"
+#include "sandboxd/store.h"
+
+int daemon_open(const struct sbx_config *cfg, const struct daemon_options *opts, struct daemon **ret,
+                struct sbx_error *err)
+{
+        static const struct daemon_options no_opts = {0};
+        struct daemon *d = calloc(1, sizeof(*d));
+        char db[SBX_PATH_MAX + 32];
+        struct docker_version ver;
+        int r;
+
+        if (!d)
+                return sbx_error_set(err, -ENOMEM, 0, "out of memory");
+        if (!opts)
+                opts = &no_opts;
+        d->cfg = *cfg;
+        d->started_at = sbx_wall_ms();
+
+        if (mkdir(d->cfg.data_dir, 0711) < 0 && errno != EEXIST) {
+                r = sbx_error_set(err, -errno, 0, "cannot create data_dir %s: %m", d->cfg.data_dir);
+                goto fail;
+        }
+        snprintf(db, sizeof(db), "%s/sandboxd.db", d->cfg.data_dir);
+        r = store_open(db, &d->store, err);
+        if (r < 0) {
+                sbx_error_prefix(err, "opening the store %s", db);
+                goto fail;
+        }
+
+        d->docker = docker_new(d->cfg.docker_socket, d->cfg.docker_timeout_ms);
+        if (!d->docker) {
+                r = sbx_error_set(err, -ENOMEM, 0, "out of memory");
+                goto fail;
+        }
+        r = docker_negotiate(d->docker, err);
+        if (r < 0) {
+                sbx_error_prefix(err, "connecting to Docker at %s", d->cfg.docker_socket);
+                goto fail;
+        }
+        if (docker_version(d->docker, &ver, NULL) == 0)
+                log_info("Docker engine %s, API %s", ver.version, docker_api_version(d->docker));
+
+        r = portpool_new(d->store, d->cfg.port_range_lo, d->cfg.port_range_hi, d->cfg.ports_per_session, &d->ports,
+                         err);
+        if (r < 0)
+                goto fail;
+        r = session_manager_new(&d->cfg, d->docker, d->store, d->ports, opts->extra_labels, &d->sessions, err);
+        if (r < 0)
+                goto fail;
+        r = session_reconcile(d->sessions, NULL, err);
+        if (r < 0)
+                goto fail;
+        if (!opts->no_monitor) {
+                r = monitor_start(&d->cfg, d->docker, d->sessions, &d->monitor, err);
+                if (r < 0)
+                        goto fail;
+        }
+        *ret = d;
+        return 0;
+fail:
+        daemon_close(d);
+        return r;
+}
+
+void daemon_close(struct daemon *d)
+{
+        if (!d)
+                return;
+        monitor_stop(d->monitor);
+        session_manager_free(d->sessions);
+        portpool_free(d->ports);
+        docker_free(d->docker);
+        store_close(d->store);
+        free(d);
+}

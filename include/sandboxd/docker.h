@@ -14,6 +14,8 @@
  *   -EBUSY   409 conflict otherwise (e.g. container not running)
  *   -EIO     other HTTP errors, -ETIMEDOUT, -ECONNREFUSED / -ENOENT for the socket,
  *   -EPROTO  unparseable reply.
+ * A missing or dead socket fails fast with "cannot reach Docker at <path>: <why>".
+ * The caller calls curl_global_init() once (main, before any thread starts).
  * Low module: it logs at debug level only. */
 #ifndef SANDBOXD_DOCKER_H
 #define SANDBOXD_DOCKER_H
@@ -29,18 +31,26 @@
 
 struct docker;
 
-/* Create a client for the given socket. timeout_ms bounds every ordinary call.
- * Does no I/O. Returns NULL on OOM. */
+/* Create a client for the given socket. timeout_ms bounds every ordinary call
+ * (<= 0: 30 s). Does no I/O. Returns NULL on OOM or an empty path. Several
+ * clients may coexist; each has its own per-thread handles. */
 struct docker *docker_new(const char *socket_path, long timeout_ms);
+/* Free the client and every thread's handle for it. No other thread may be
+ * using it any more. Accepts NULL. */
 void docker_free(struct docker *d);
 
-/* GET /_ping. */
+/* The errno for an HTTP status, as listed above (0 for 2xx). conflict_is_exists
+ * picks -EEXIST over -EBUSY for 409 (create, rename). */
+int docker_status_to_errno(long status, bool conflict_is_exists);
+
+/* GET /_ping (unversioned before negotiation). */
 int docker_ping(struct docker *d, struct sbx_error *err);
 
 /* GET /version, then pin the API version used in every later path ("/v1.43/...").
  * Safe to call more than once. Before it, calls use the unversioned paths. */
 int docker_negotiate(struct docker *d, struct sbx_error *err);
-/* The negotiated API version ("1.43"), or NULL before docker_negotiate(). */
+/* The negotiated API version ("1.43"), or NULL before docker_negotiate().
+ * The pointer stays valid until docker_free(). */
 const char *docker_api_version(struct docker *d);
 
 struct docker_version {
@@ -50,6 +60,7 @@ struct docker_version {
         char os[32];
         char arch[32];
 };
+/* GET /version. */
 int docker_version(struct docker *d, struct docker_version *ret, struct sbx_error *err);
 
 struct docker_image_info {
@@ -57,7 +68,7 @@ struct docker_image_info {
         char digest[160]; /* first RepoDigests entry, "" for local-only images */
         char recipe[80];  /* label sandboxd.recipe, "" if absent */
 };
-/* -ENOENT when the image does not exist locally. */
+/* GET /images/{name}/json. -ENOENT when the image does not exist locally. */
 int docker_image_inspect(struct docker *d, const char *image, struct docker_image_info *ret,
                          struct sbx_error *err);
 
@@ -105,19 +116,24 @@ struct docker_container_spec {
         bool open_stdin;          /* keep STDIN open (OpenStdin) */
 };
 
-/* POST /containers/create. *ret_id (64 hex + NUL) is written on success. */
+/* POST /containers/create?name=. *ret_id (64 hex + NUL) is written on success.
+ * A missing image is -ENOENT ("No such image: <name>"); a taken name -EEXIST. */
 int docker_container_create(struct docker *d, const struct docker_container_spec *spec, char ret_id[65],
                             struct sbx_error *err);
 /* Build the create body without sending it (for tests). Caller frees. */
 char *docker_container_spec_to_json(const struct docker_container_spec *spec);
 
+/* POST /containers/{id}/start. A container that already runs is success (304). */
 int docker_container_start(struct docker *d, const char *id, struct sbx_error *err);
-/* POST /containers/{id}/stop?t=timeout_s. A container that was already stopped is success. */
+/* POST /containers/{id}/stop?t=timeout_s. A container that was already stopped
+ * is success. The call's bound is the client timeout plus timeout_s. */
 int docker_container_stop(struct docker *d, const char *id, int timeout_s, struct sbx_error *err);
-/* POST /containers/{id}/kill?signal=sig (sig like "SIGKILL", NULL for default). */
+/* POST /containers/{id}/kill?signal=sig (sig like "SIGKILL", NULL for default).
+ * -EBUSY if the container is not running. */
 int docker_container_kill(struct docker *d, const char *id, const char *signal, struct sbx_error *err);
 /* DELETE /containers/{id}?force=...&v=1. A missing container is -ENOENT. */
 int docker_container_remove(struct docker *d, const char *id, bool force, struct sbx_error *err);
+/* POST /containers/{id}/rename?name=. -EEXIST if the name is taken. */
 int docker_container_rename(struct docker *d, const char *id, const char *new_name, struct sbx_error *err);
 
 #define DOCKER_MAX_LABELS 16
@@ -149,13 +165,15 @@ struct docker_container_info {
         bool init;
         bool privileged;
         int64_t memory, memory_swap, nano_cpus, pids_limit;
+        /* Config.Labels: sandboxd.* first, then the others while they fit;
+         * a key or value too long for struct docker_kv is left out. */
         struct docker_kv labels[DOCKER_MAX_LABELS];
         size_t n_labels;
 };
 /* GET /containers/{id}/json. */
 int docker_container_inspect(struct docker *d, const char *id, struct docker_container_info *ret,
                              struct sbx_error *err);
-/* Parse an inspect reply body (exposed for unit tests). */
+/* Parse an inspect reply body (exposed for unit tests). 0 or -EPROTO. */
 int docker_container_info_parse(const char *json, struct docker_container_info *ret);
 /* Value of a label in an info/summary, or NULL. */
 const char *docker_kv_get(const struct docker_kv *kvs, size_t n, const char *key);
@@ -172,10 +190,12 @@ struct docker_container_summary {
  * NULL-terminated list of "key" or "key=value". *ret_list is malloc'd (free()). */
 int docker_container_list(struct docker *d, const char *const *label_filters, bool all,
                           struct docker_container_summary **ret_list, size_t *ret_n, struct sbx_error *err);
+/* Parse a list reply body (exposed for unit tests). 0, -EPROTO or -ENOMEM. */
 int docker_container_list_parse(const char *json, struct docker_container_summary **ret_list, size_t *ret_n);
 
-/* GET /containers/{id}/logs?stdout=1&stderr=1&tail=N, demultiplexed and joined
- * (stdout and stderr interleaved in arrival order). *ret_text is malloc'd, NUL-terminated. */
+/* GET /containers/{id}/logs?stdout=1&stderr=1&tail=N (N < 0: all), demultiplexed
+ * and joined (stdout and stderr interleaved in arrival order; a TTY container's
+ * raw log is passed through). *ret_text is malloc'd, NUL-terminated. */
 int docker_container_logs(struct docker *d, const char *id, int tail_lines, char **ret_text,
                           struct sbx_error *err);
 
@@ -185,7 +205,8 @@ struct docker_stats {
         uint64_t pids;
         uint64_t cpu_total_ns;
 };
-/* GET /containers/{id}/stats?stream=false&one-shot=true. */
+/* GET /containers/{id}/stats?stream=false&one-shot=true. Fields the engine
+ * does not report (e.g. of a stopped container) are 0. */
 int docker_container_stats(struct docker *d, const char *id, struct docker_stats *ret, struct sbx_error *err);
 
 /* ---- archive ---- */
@@ -194,7 +215,8 @@ int docker_container_stats(struct docker *d, const char *id, struct docker_stats
 int docker_archive_put(struct docker *d, const char *id, const char *dir, const void *tar, size_t len,
                        struct sbx_error *err);
 /* GET /containers/{id}/archive?path=p — a tar of p. Fails with -EFBIG if the
- * reply exceeds max_bytes. *ret_tar is malloc'd. */
+ * reply exceeds max_bytes (0: 16 MiB). *ret_tar is malloc'd. -ENOENT if the
+ * container or the path does not exist. */
 int docker_archive_get(struct docker *d, const char *id, const char *path, size_t max_bytes, void **ret_tar,
                        size_t *ret_len, struct sbx_error *err);
 
@@ -207,7 +229,8 @@ struct docker_exec_spec {
         const char *user;
         bool attach_stdin;
 };
-/* POST /containers/{id}/exec. ret_exec_id: 64 hex + NUL. */
+/* POST /containers/{id}/exec (stdout and stderr always attached, no TTY).
+ * ret_exec_id: 64 hex + NUL. -EBUSY if the container is not running. */
 int docker_exec_create(struct docker *d, const char *container_id, const struct docker_exec_spec *spec,
                        char ret_exec_id[65], struct sbx_error *err);
 
@@ -222,7 +245,30 @@ enum docker_stream_kind {
         DOCKER_STREAM_STDERR = 2,
 };
 
-/* Start the exec and return the attached stream. Uses its own connection. */
+/* Incremental demultiplexer for the non-TTY stream format of exec/attach/logs:
+ * frames of an 8-byte header {type, 0, 0, 0, big-endian uint32 length} and
+ * the payload. Headers and payloads may be split anywhere across reads.
+ * Exposed for unit tests and for callers that demultiplex their own bytes. */
+struct docker_demux {
+        uint8_t hdr[8];
+        size_t hdr_len;   /* header bytes collected so far */
+        size_t remaining; /* payload bytes of the current frame still to come */
+        enum docker_stream_kind kind;
+};
+void docker_demux_init(struct docker_demux *m);
+/* Consume bytes from data[0, len). Returns how many were consumed, or -EPROTO
+ * for a malformed header. When payload is at hand, *ret_payload points into
+ * data, *ret_payload_len (1..max_payload) is set with *ret_kind (type 0 and 1
+ * → STDOUT, 2 and the engine's 3 "systemerr" → STDERR); otherwise
+ * *ret_payload_len is 0. Call again with the unconsumed rest. */
+ssize_t docker_demux_next(struct docker_demux *m, const void *data, size_t len, size_t max_payload,
+                          enum docker_stream_kind *ret_kind, const void **ret_payload, size_t *ret_payload_len);
+/* True between frames (nothing of a frame pending). */
+bool docker_demux_idle(const struct docker_demux *m);
+
+/* Start the exec and return the attached stream. Uses its own connection (a
+ * plain AF_UNIX socket, SOCK_CLOEXEC); connect and reply headers are bounded
+ * by the client timeout. An unknown exec id is -ENOENT. */
 int docker_exec_attach(struct docker *d, const char *exec_id, struct docker_stream **ret_stream,
                        struct sbx_error *err);
 /* The fd to poll(2) for readability. */
@@ -232,10 +278,12 @@ int docker_stream_fd(struct docker_stream *s);
  * *ret_kind set, 0 on end of stream, -ETIMEDOUT, or another -errno. */
 ssize_t docker_stream_read(struct docker_stream *s, enum docker_stream_kind *ret_kind, void *buf, size_t cap,
                            int timeout_ms);
-/* Write to the exec's stdin (all of it). */
+/* Write to the exec's stdin (all of it; blocks while the socket is full).
+ * -EPIPE once the process has closed its stdin. */
 int docker_stream_write(struct docker_stream *s, const void *buf, size_t len);
 /* Signal end-of-input (shutdown(SHUT_WR)). */
 int docker_stream_close_write(struct docker_stream *s);
+/* Close the connection (the process keeps running). Accepts NULL. */
 void docker_stream_free(struct docker_stream *s);
 
 struct docker_exec_info {
@@ -243,13 +291,19 @@ struct docker_exec_info {
         int exit_code; /* -1 while running */
         int pid;       /* host pid namespace view */
 };
+/* GET /exec/{id}/json. */
 int docker_exec_inspect(struct docker *d, const char *exec_id, struct docker_exec_info *ret,
                         struct sbx_error *err);
 
 /* Convenience: create, attach, feed stdin_data (may be NULL) then EOF, collect
- * stdout and stderr (each capped at max_output bytes, the rest dropped and
- * counted), inspect. Outputs are malloc'd and NUL-terminated. timeout_ms
- * bounds the whole run (-ETIMEDOUT; the process is not killed). */
+ * stdout and stderr (each capped at max_output bytes, 0 = 1 MiB; the rest is
+ * dropped and `truncated` set), inspect. Three requests: create, start
+ * (attached), inspect (repeated briefly while the engine has not yet recorded
+ * the exit code). stdin is attached when stdin_data is given or
+ * spec->attach_stdin is set; an attached stdin always gets EOF once the data is
+ * written. Outputs are malloc'd and NUL-terminated; *ret is written only on
+ * success. timeout_ms (-1: none) bounds the whole run (-ETIMEDOUT; the process
+ * is not killed). */
 struct docker_exec_result {
         int exit_code;
         char *out;
@@ -261,19 +315,23 @@ struct docker_exec_result {
 int docker_exec_run(struct docker *d, const char *container_id, const struct docker_exec_spec *spec,
                     const void *stdin_data, size_t stdin_len, size_t max_output, int timeout_ms,
                     struct docker_exec_result *ret, struct sbx_error *err);
+/* Free the outputs of a result (accepts NULL; safe to call twice). */
 void docker_exec_result_done(struct docker_exec_result *r);
 
 /* ---- events ---- */
 
 struct docker_event {
         char type[16];   /* "container" */
-        char action[32]; /* "die", "oom", "kill", "stop", "destroy", "start", ... ("exec_*" trimmed to before ':') */
+        char action[32]; /* "die", "oom", "kill", "stop", "destroy", "start", ... (trimmed before ':',
+                            so "exec_start: sh -c x" → "exec_start", "health_status: healthy" → "health_status") */
         char id[65];
         int exit_code;   /* from Actor.Attributes.exitCode, -1 if absent */
         int64_t time_nano;
         struct docker_kv labels[DOCKER_MAX_LABELS]; /* the Actor.Attributes that are labels we filtered on or sandboxd.* */
         size_t n_labels;
 };
+/* Parse one event object (exposed for unit tests): labels keep sandboxd.* only.
+ * 0 or -EPROTO. */
 int docker_event_parse(const char *json, struct docker_event *ret);
 
 /* Return non-zero from the callback to stop the stream. */
@@ -281,11 +339,13 @@ typedef int (*docker_event_cb)(const struct docker_event *ev, void *userdata);
 
 /* Follow GET /events with filters type=container, the given label filters
  * (NULL-terminated "key=value") and actions (NULL-terminated, or NULL for all).
- * Blocks, calling cb for each event. After a dropped connection it reconnects
- * with since=<last event time> so nothing is missed, backing off up to 1s.
- * Returns 0 when cb asks to stop or *stop becomes true (checked at least every
- * 200 ms), or -errno if the engine cannot be reached for reconnect_limit_ms
- * (0 = retry forever). */
+ * Blocks, calling cb for each event (on the calling thread; cb may call other
+ * docker_* functions). After a dropped connection it reconnects with
+ * since=<last event time> so nothing is missed (the event already delivered is
+ * not repeated), backing off from 100 ms up to 1s. Returns 0 when cb asks to
+ * stop or *stop (may be NULL) becomes true (checked at least every 200 ms), the
+ * engine's error if it rejects the request (4xx), or -errno if the engine
+ * cannot be reached for reconnect_limit_ms (0 = retry forever). */
 int docker_events_follow(struct docker *d, const char *const *label_filters, const char *const *actions,
                          docker_event_cb cb, void *userdata, volatile bool *stop, long reconnect_limit_ms,
                          struct sbx_error *err);

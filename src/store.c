@@ -1,0 +1,936 @@
+/* store.c — sqlite3 access: opening, the migration runner, typed queries.
+ *
+ * The only code in sandboxd that runs SQL. One struct store owns one sqlite3
+ * connection (SQLITE_OPEN_FULLMUTEX, WAL, busy timeout) and a small cache of
+ * prepared statements keyed by the address of their SQL string literal.
+ *
+ * Locking: store->lock guards the connection, the statement cache and every
+ * statement in it. Every public function takes it for its whole duration, so
+ * a cached statement is never stepped by two threads at once, a multi-statement
+ * transaction is never interleaved with another thread's statements, and
+ * sqlite3_errmsg()/sqlite3_changes() belong to the call that just ran.
+ * Several processes (or several struct store on one file) are serialised by
+ * sqlite's own file locks: writers use BEGIN IMMEDIATE and wait up to the
+ * busy timeout.
+ *
+ * Adding a query: write the SQL as a literal with numbered parameters, then
+ *   _cleanup_(q_end) struct query q = {};
+ *   r = q_start(&q, s, "UPDATE t SET a = ?1 WHERE b = ?2");
+ *   q_text(&q, a); q_int64(&q, b);
+ *   r = q_exec(&q);                 // or: while ((r = q_step(&q)) > 0) q_col_*()
+ * with the store lock held (STORE_LOCK(s)) and, for several writes, a struct tx. */
+#include "sandboxd/store.h"
+
+#include <errno.h>
+#include <fcntl.h>
+#include <pthread.h>
+#include <sqlite3.h>
+#include <string.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+#include "sandboxd/log.h"
+
+#define STORE_BUSY_TIMEOUT_MS 5000
+#define STORE_KEY_MAX 64 /* user_id / session_id, as in struct store_session */
+
+struct cached_stmt {
+        const char *sql; /* a string literal: compared by address */
+        sqlite3_stmt *stmt;
+};
+
+struct store {
+        pthread_mutex_t lock;
+        sqlite3 *db;
+        struct cached_stmt *cache;
+        size_t n_cache, cap_cache;
+};
+
+/* ---- locking ---- */
+
+static struct store *store_lock(struct store *s)
+{
+        pthread_mutex_lock(&s->lock);
+        return s;
+}
+
+static void store_unlockp(struct store **s)
+{
+        if (*s)
+                pthread_mutex_unlock(&(*s)->lock);
+}
+
+#define STORE_LOCK(s) _cleanup_(store_unlockp) struct store *_store_locked_ __attribute__((unused)) = store_lock(s)
+
+/* ---- errors ---- */
+
+/* Map the connection's last error to a negative errno and log sqlite's
+ * message at debug level. Constraint violations keep their meaning so that
+ * callers can tell "already there" (-EEXIST) from "not allowed" (-EINVAL). */
+static int store_fail(struct store *s, const char *what)
+{
+        int ext = sqlite3_extended_errcode(s->db);
+
+        log_debug("store: %s: %s (sqlite %d)", what, sqlite3_errmsg(s->db), ext);
+        switch (ext & 0xff) {
+        case SQLITE_BUSY:
+        case SQLITE_LOCKED:
+                return -EBUSY;
+        case SQLITE_NOMEM:
+                return -ENOMEM;
+        case SQLITE_CONSTRAINT:
+                if (ext == SQLITE_CONSTRAINT_PRIMARYKEY || ext == SQLITE_CONSTRAINT_UNIQUE)
+                        return -EEXIST;
+                return -EINVAL;
+        default:
+                return -EIO;
+        }
+}
+
+static bool key_ok(const char *v)
+{
+        return v && *v && strlen(v) <= STORE_KEY_MAX;
+}
+
+/* ---- prepared statements ---- */
+
+/* The cached statement for `sql`, reset and with no bindings. */
+static int stmt_get(struct store *s, const char *sql, sqlite3_stmt **ret)
+{
+        sqlite3_stmt *stmt = NULL;
+
+        for (size_t i = 0; i < s->n_cache; i++)
+                if (s->cache[i].sql == sql) {
+                        stmt = s->cache[i].stmt;
+                        sqlite3_reset(stmt);
+                        sqlite3_clear_bindings(stmt);
+                        *ret = stmt;
+                        return 0;
+                }
+
+        if (s->n_cache == s->cap_cache) {
+                size_t cap = s->cap_cache ? s->cap_cache * 2 : 32;
+                struct cached_stmt *c = realloc(s->cache, cap * sizeof(*c));
+                if (!c)
+                        return -ENOMEM;
+                s->cache = c;
+                s->cap_cache = cap;
+        }
+        if (sqlite3_prepare_v2(s->db, sql, -1, &stmt, NULL) != SQLITE_OK)
+                return store_fail(s, "prepare");
+        s->cache[s->n_cache++] = (struct cached_stmt){sql, stmt};
+        *ret = stmt;
+        return 0;
+}
+
+/* One use of one cached statement. Binding errors are remembered and
+ * reported by the next q_step()/q_exec(), so call sites stay short. */
+struct query {
+        struct store *s;
+        sqlite3_stmt *stmt;
+        int next_param; /* 1-based index of the next q_* binding */
+        int bind_rc;    /* first sqlite error while binding */
+};
+
+static int q_start(struct query *q, struct store *s, const char *sql)
+{
+        int r;
+
+        *q = (struct query){.s = s, .next_param = 1, .bind_rc = SQLITE_OK};
+        r = stmt_get(s, sql, &q->stmt);
+        if (r < 0)
+                q->stmt = NULL;
+        return r;
+}
+
+static void q_bound(struct query *q, int rc)
+{
+        q->next_param++;
+        if (rc != SQLITE_OK && q->bind_rc == SQLITE_OK)
+                q->bind_rc = rc;
+}
+
+/* NULL binds SQL NULL. */
+static void q_text(struct query *q, const char *v)
+{
+        q_bound(q, v ? sqlite3_bind_text(q->stmt, q->next_param, v, -1, SQLITE_TRANSIENT)
+                     : sqlite3_bind_null(q->stmt, q->next_param));
+}
+
+/* NULL and "" bind SQL NULL: for optional columns such as container_id. */
+static void q_text_opt(struct query *q, const char *v)
+{
+        q_text(q, v && *v ? v : NULL);
+}
+
+static void q_int64(struct query *q, int64_t v)
+{
+        q_bound(q, sqlite3_bind_int64(q->stmt, q->next_param, v));
+}
+
+/* 1 when a row is ready, 0 when done, -errno on failure. */
+static int q_step(struct query *q)
+{
+        int rc;
+
+        if (q->bind_rc != SQLITE_OK) {
+                log_debug("store: bind: %s", sqlite3_errstr(q->bind_rc));
+                return q->bind_rc == SQLITE_NOMEM ? -ENOMEM : -EIO;
+        }
+        rc = sqlite3_step(q->stmt);
+        if (rc == SQLITE_ROW)
+                return 1;
+        if (rc == SQLITE_DONE)
+                return 0;
+        return store_fail(q->s, sqlite3_sql(q->stmt));
+}
+
+/* Run a statement that returns no rows; returns the number of rows changed. */
+static int q_exec(struct query *q)
+{
+        int r;
+
+        while ((r = q_step(q)) > 0)
+                ;
+        if (r < 0)
+                return r;
+        return sqlite3_changes(q->s->db);
+}
+
+static void q_end(struct query *q)
+{
+        if (q->stmt) {
+                sqlite3_reset(q->stmt);
+                sqlite3_clear_bindings(q->stmt);
+                q->stmt = NULL;
+        }
+}
+
+/* Copy a text column into a fixed buffer; NULL reads as "", and a value too
+ * long for the buffer is cut (always NUL-terminated). */
+static void q_col_text(struct query *q, int col, char *buf, size_t size)
+{
+        sbx_strlcpy(buf, (const char *)sqlite3_column_text(q->stmt, col), size);
+}
+
+static int64_t q_col_int64(struct query *q, int col)
+{
+        return sqlite3_column_int64(q->stmt, col);
+}
+
+/* Run a single parameterless statement (BEGIN, COMMIT, PRAGMA ...). */
+static int exec_simple(struct store *s, const char *sql)
+{
+        _cleanup_(q_end) struct query q = {};
+        int r = q_start(&q, s, sql);
+        if (r < 0)
+                return r;
+        r = q_exec(&q);
+        return r < 0 ? r : 0;
+}
+
+/* Grow a malloc'd array by one element; returns the new slot or NULL. */
+static void *array_push(void **array, size_t *n, size_t *cap, size_t elem)
+{
+        if (*n == *cap) {
+                size_t c = *cap ? *cap * 2 : 16;
+                void *p = realloc(*array, c * elem);
+                if (!p)
+                        return NULL;
+                *array = p;
+                *cap = c;
+        }
+        return (char *)*array + (*n)++ * elem;
+}
+
+/* ---- transactions ---- */
+
+/* Rolled back by its cleanup unless committed. Declare queries used inside
+ * the transaction after it, so they are reset before the rollback runs. */
+struct tx {
+        struct store *s;
+};
+
+static int tx_begin(struct store *s, struct tx *tx)
+{
+        int r = exec_simple(s, "BEGIN IMMEDIATE");
+        if (r < 0)
+                return r;
+        tx->s = s;
+        return 0;
+}
+
+static int tx_commit(struct tx *tx)
+{
+        int r = exec_simple(tx->s, "COMMIT");
+        if (r < 0)
+                return r; /* still active: the cleanup rolls back */
+        tx->s = NULL;
+        return 0;
+}
+
+static void tx_rollbackp(struct tx *tx)
+{
+        /* Some errors (SQLITE_FULL, SQLITE_IOERR) end the transaction themselves. */
+        if (tx->s && !sqlite3_get_autocommit(tx->s->db))
+                (void)exec_simple(tx->s, "ROLLBACK");
+        tx->s = NULL;
+}
+
+/* ---- opening ---- */
+
+/* Create the file (or tighten an existing one) with mode 0600 before sqlite
+ * opens it: sqlite creates files 0644 & ~umask, and gives the -wal and -shm
+ * files the main file's mode. */
+static int prepare_db_file(const char *path, struct sbx_error *err)
+{
+        _cleanup_close_ int fd = -1;
+        struct stat st;
+
+        fd = open(path, O_RDWR | O_CREAT | O_CLOEXEC | O_NOFOLLOW, 0600);
+        if (fd < 0)
+                return sbx_error_set(err, -errno, 0, "opening database %s: %s", path, strerror(errno));
+        if (fstat(fd, &st) < 0)
+                return sbx_error_set(err, -errno, 0, "stat %s: %s", path, strerror(errno));
+        if (!S_ISREG(st.st_mode))
+                return sbx_error_set(err, -EINVAL, 0, "database %s is not a regular file", path);
+        if ((st.st_mode & 07777) != 0600 && fchmod(fd, 0600) < 0)
+                return sbx_error_set(err, -errno, 0, "chmod 0600 %s: %s", path, strerror(errno));
+        return 0;
+}
+
+static int configure_connection(struct store *s, struct sbx_error *err)
+{
+        static const char *const pragmas[] = {
+                "PRAGMA foreign_keys=ON",
+                "PRAGMA synchronous=NORMAL",
+        };
+        _cleanup_(q_end) struct query q = {};
+        char mode[16] = "";
+        int r;
+
+        /* First, so that switching to WAL waits for other openers too. */
+        if (sqlite3_busy_timeout(s->db, STORE_BUSY_TIMEOUT_MS) != SQLITE_OK)
+                return sbx_error_set(err, -EIO, 0, "setting busy timeout: %s", sqlite3_errmsg(s->db));
+
+        r = q_start(&q, s, "PRAGMA journal_mode=WAL");
+        if (r >= 0)
+                r = q_step(&q);
+        if (r < 0)
+                return sbx_error_set(err, r, 0, "enabling WAL: %s", sqlite3_errmsg(s->db));
+        if (r > 0)
+                q_col_text(&q, 0, mode, sizeof(mode));
+        q_end(&q);
+        if (strcasecmp(mode, "wal") != 0)
+                return sbx_error_set(err, -EIO, 0, "enabling WAL: journal_mode stayed \"%s\"", mode);
+
+        for (size_t i = 0; i < ELEMENTSOF(pragmas); i++) {
+                r = exec_simple(s, pragmas[i]);
+                if (r < 0)
+                        return sbx_error_set(err, r, 0, "%s: %s", pragmas[i], sqlite3_errmsg(s->db));
+        }
+        return 0;
+}
+
+static int migrations_apply(struct store *s, const struct store_migration *migs, size_t n,
+                            struct sbx_error *err);
+
+int store_open_with(const char *path, const struct store_migration *migs, size_t n, struct store **ret,
+                    struct sbx_error *err)
+{
+        struct store *s;
+        int r;
+
+        if (!path || !*path || !ret || (n > 0 && !migs))
+                return sbx_error_set(err, -EINVAL, 0, "store_open: bad arguments");
+
+        r = prepare_db_file(path, err);
+        if (r < 0)
+                return r;
+
+        s = calloc(1, sizeof(*s));
+        if (!s)
+                return sbx_error_set(err, -ENOMEM, 0, "out of memory");
+        pthread_mutex_init(&s->lock, NULL);
+
+        /* sqlite opens every file (db, -wal, -shm, journal dir) with O_CLOEXEC on Linux. */
+        if (sqlite3_open_v2(path, &s->db,
+                            SQLITE_OPEN_READWRITE | SQLITE_OPEN_CREATE | SQLITE_OPEN_FULLMUTEX |
+                                    SQLITE_OPEN_NOFOLLOW,
+                            NULL) != SQLITE_OK) {
+                r = sbx_error_set(err, -EIO, 0, "opening database %s: %s", path,
+                                  s->db ? sqlite3_errmsg(s->db) : "out of memory");
+                goto fail;
+        }
+        sqlite3_extended_result_codes(s->db, 1);
+
+        r = configure_connection(s, err);
+        if (r < 0) {
+                sbx_error_prefix(err, "database %s", path);
+                goto fail;
+        }
+        r = migrations_apply(s, migs, n, err);
+        if (r < 0) {
+                sbx_error_prefix(err, "database %s", path);
+                goto fail;
+        }
+
+        *ret = s;
+        return 0;
+fail:
+        store_close(s);
+        return r;
+}
+
+int store_open(const char *path, struct store **ret, struct sbx_error *err)
+{
+        size_t n;
+        const struct store_migration *migs = store_builtin_migrations(&n);
+
+        return store_open_with(path, migs, n, ret, err);
+}
+
+void store_close(struct store *s)
+{
+        if (!s)
+                return;
+        for (size_t i = 0; i < s->n_cache; i++)
+                sqlite3_finalize(s->cache[i].stmt);
+        free(s->cache);
+        if (s->db && sqlite3_close(s->db) != SQLITE_OK)
+                log_debug("store: close: %s", sqlite3_errmsg(s->db));
+        pthread_mutex_destroy(&s->lock);
+        free(s);
+}
+
+/* ---- migrations ---- */
+
+static int schema_max_version(struct store *s, int *ret_version)
+{
+        _cleanup_(q_end) struct query q = {};
+        int r = q_start(&q, s, "SELECT COALESCE(MAX(version), 0) FROM schema_migrations");
+        if (r < 0)
+                return r;
+        r = q_step(&q);
+        if (r < 0)
+                return r;
+        *ret_version = r > 0 ? (int)q_col_int64(&q, 0) : 0;
+        return 0;
+}
+
+static int migration_applied(struct store *s, int version, bool *ret_applied)
+{
+        _cleanup_(q_end) struct query q = {};
+        int r = q_start(&q, s, "SELECT 1 FROM schema_migrations WHERE version = ?1");
+        if (r < 0)
+                return r;
+        q_int64(&q, version);
+        r = q_step(&q);
+        if (r < 0)
+                return r;
+        *ret_applied = r > 0;
+        return 0;
+}
+
+static int migration_apply_one(struct store *s, const struct store_migration *m, struct sbx_error *err)
+{
+        _cleanup_(tx_rollbackp) struct tx tx = {};
+        char *errmsg = NULL;
+        bool applied;
+        int r;
+
+        r = tx_begin(s, &tx);
+        if (r < 0)
+                return sbx_error_set(err, r, 0, "migration %s: begin: %s", m->name, sqlite3_errmsg(s->db));
+
+        /* Another process may have applied it between our check and BEGIN IMMEDIATE. */
+        r = migration_applied(s, m->version, &applied);
+        if (r < 0)
+                return sbx_error_set(err, r, 0, "migration %s: %s", m->name, sqlite3_errmsg(s->db));
+        if (applied)
+                return tx_commit(&tx);
+
+        /* Migration files are trusted build inputs and may hold several
+         * statements, hence sqlite3_exec rather than one prepared statement. */
+        if (sqlite3_exec(s->db, m->sql, NULL, NULL, &errmsg) != SQLITE_OK) {
+                r = store_fail(s, m->name);
+                if (r != -EBUSY && r != -ENOMEM)
+                        r = -EIO; /* a broken migration, not a constraint the caller could act on */
+                sbx_error_set(err, r, 0, "migration %s failed: %s", m->name,
+                              errmsg ? errmsg : sqlite3_errmsg(s->db));
+                sqlite3_free(errmsg);
+                return r;
+        }
+
+        {
+                _cleanup_(q_end) struct query q = {};
+                r = q_start(&q, s, "INSERT INTO schema_migrations (version, name, applied_at) VALUES (?1, ?2, ?3)");
+                if (r >= 0) {
+                        q_int64(&q, m->version);
+                        q_text(&q, m->name);
+                        q_int64(&q, sbx_wall_ms());
+                        r = q_exec(&q);
+                }
+                if (r < 0)
+                        return sbx_error_set(err, r, 0, "migration %s: recording version: %s", m->name,
+                                             sqlite3_errmsg(s->db));
+        }
+
+        r = tx_commit(&tx);
+        if (r < 0)
+                return sbx_error_set(err, r, 0, "migration %s: commit: %s", m->name, sqlite3_errmsg(s->db));
+        log_debug("store: applied migration %s", m->name);
+        return 0;
+}
+
+static int migrations_apply(struct store *s, const struct store_migration *migs, size_t n,
+                            struct sbx_error *err)
+{
+        int newest = 0, current = 0, r;
+
+        for (size_t i = 0; i < n; i++) {
+                const struct store_migration *m = &migs[i];
+                if (!m->name || !m->sql || m->version <= 0)
+                        return sbx_error_set(err, -EINVAL, 0, "migration #%zu is malformed", i);
+                if (i > 0 && m->version <= migs[i - 1].version)
+                        return sbx_error_set(err, -EINVAL, 0,
+                                             "migration versions must be strictly increasing: %s (%d) after %s (%d)",
+                                             m->name, m->version, migs[i - 1].name, migs[i - 1].version);
+                newest = m->version;
+        }
+
+        r = exec_simple(s, "CREATE TABLE IF NOT EXISTS schema_migrations ("
+                           "version INTEGER PRIMARY KEY, name TEXT NOT NULL, applied_at INTEGER NOT NULL)");
+        if (r < 0)
+                return sbx_error_set(err, r, 0, "creating schema_migrations: %s", sqlite3_errmsg(s->db));
+
+        r = schema_max_version(s, &current);
+        if (r < 0)
+                return sbx_error_set(err, r, 0, "reading schema version: %s", sqlite3_errmsg(s->db));
+        if (current > newest)
+                return sbx_error_set(err, -EPROTONOSUPPORT, 0,
+                                     "database schema version %d is newer than this sandboxd knows (%d); "
+                                     "upgrade sandboxd",
+                                     current, newest);
+
+        for (size_t i = 0; i < n; i++) {
+                bool applied;
+
+                r = migration_applied(s, migs[i].version, &applied);
+                if (r < 0)
+                        return sbx_error_set(err, r, 0, "migration %s: %s", migs[i].name, sqlite3_errmsg(s->db));
+                if (applied)
+                        continue;
+                r = migration_apply_one(s, &migs[i], err);
+                if (r < 0)
+                        return r;
+        }
+        return 0;
+}
+
+int store_schema_version(struct store *s, int *ret_version)
+{
+        STORE_LOCK(s);
+        return schema_max_version(s, ret_version);
+}
+
+int store_vacuum(struct store *s, struct sbx_error *err)
+{
+        STORE_LOCK(s);
+        int r;
+
+        r = exec_simple(s, "VACUUM");
+        if (r < 0)
+                return sbx_error_set(err, r, 0, "VACUUM: %s", sqlite3_errmsg(s->db));
+        r = exec_simple(s, "PRAGMA wal_checkpoint(TRUNCATE)");
+        if (r < 0)
+                return sbx_error_set(err, r, 0, "wal checkpoint: %s", sqlite3_errmsg(s->db));
+        return 0;
+}
+
+/* ---- sessions ---- */
+
+#define SESSION_COLUMNS                                                                                      \
+        "user_id, session_id, state, container_id, image, network_mode, last_error, error_cause, created_at, " \
+        "updated_at, last_activity"
+
+static void session_from_row(struct query *q, struct store_session *row)
+{
+        memset(row, 0, sizeof(*row));
+        q_col_text(q, 0, row->user_id, sizeof(row->user_id));
+        q_col_text(q, 1, row->session_id, sizeof(row->session_id));
+        q_col_text(q, 2, row->state, sizeof(row->state));
+        q_col_text(q, 3, row->container_id, sizeof(row->container_id));
+        q_col_text(q, 4, row->image, sizeof(row->image));
+        q_col_text(q, 5, row->network_mode, sizeof(row->network_mode));
+        q_col_text(q, 6, row->last_error, sizeof(row->last_error));
+        q_col_text(q, 7, row->error_cause, sizeof(row->error_cause));
+        row->created_at = q_col_int64(q, 8);
+        row->updated_at = q_col_int64(q, 9);
+        row->last_activity = q_col_int64(q, 10);
+}
+
+int store_session_put(struct store *s, const struct store_session *row)
+{
+        STORE_LOCK(s);
+        _cleanup_(q_end) struct query q = {};
+        int r;
+
+        if (!row || !key_ok(row->user_id) || !key_ok(row->session_id))
+                return -EINVAL;
+        /* An upsert, not INSERT OR REPLACE: REPLACE deletes the old row first,
+         * which would fire ON DELETE actions of any future foreign key. */
+        r = q_start(&q, s,
+                    "INSERT INTO sessions (" SESSION_COLUMNS ") VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9, ?10, ?11) "
+                    "ON CONFLICT (user_id, session_id) DO UPDATE SET state = excluded.state, "
+                    "container_id = excluded.container_id, image = excluded.image, "
+                    "network_mode = excluded.network_mode, last_error = excluded.last_error, "
+                    "error_cause = excluded.error_cause, created_at = excluded.created_at, "
+                    "updated_at = excluded.updated_at, last_activity = excluded.last_activity");
+        if (r < 0)
+                return r;
+        q_text(&q, row->user_id);
+        q_text(&q, row->session_id);
+        q_text(&q, row->state);
+        q_text_opt(&q, row->container_id);
+        q_text_opt(&q, row->image);
+        q_text_opt(&q, row->network_mode);
+        q_text_opt(&q, row->last_error);
+        q_text_opt(&q, row->error_cause);
+        q_int64(&q, row->created_at);
+        q_int64(&q, row->updated_at);
+        q_int64(&q, row->last_activity);
+        r = q_exec(&q);
+        return r < 0 ? r : 0;
+}
+
+int store_session_get(struct store *s, const char *user, const char *session, struct store_session *ret)
+{
+        STORE_LOCK(s);
+        _cleanup_(q_end) struct query q = {};
+        int r;
+
+        if (!user || !session || !ret)
+                return -EINVAL;
+        r = q_start(&q, s, "SELECT " SESSION_COLUMNS " FROM sessions WHERE user_id = ?1 AND session_id = ?2");
+        if (r < 0)
+                return r;
+        q_text(&q, user);
+        q_text(&q, session);
+        r = q_step(&q);
+        if (r < 0)
+                return r;
+        if (r == 0)
+                return -ENOENT;
+        session_from_row(&q, ret);
+        return 0;
+}
+
+int store_session_delete(struct store *s, const char *user, const char *session)
+{
+        /* Everything that belongs to the session's live state; containers,
+         * executions and audit_log are history and stay. */
+        static const char *const deletes[] = {
+                "DELETE FROM port_allocations WHERE user_id = ?1 AND session_id = ?2",
+                "DELETE FROM private_datasets WHERE user_id = ?1 AND session_id = ?2",
+                "DELETE FROM services WHERE user_id = ?1 AND session_id = ?2",
+                "DELETE FROM sessions WHERE user_id = ?1 AND session_id = ?2",
+        };
+        STORE_LOCK(s);
+        _cleanup_(tx_rollbackp) struct tx tx = {};
+        int r, deleted = 0;
+
+        if (!key_ok(user) || !key_ok(session))
+                return -EINVAL;
+        r = tx_begin(s, &tx);
+        if (r < 0)
+                return r;
+        for (size_t i = 0; i < ELEMENTSOF(deletes); i++) {
+                _cleanup_(q_end) struct query q = {};
+                r = q_start(&q, s, deletes[i]);
+                if (r < 0)
+                        return r;
+                q_text(&q, user);
+                q_text(&q, session);
+                r = q_exec(&q);
+                if (r < 0)
+                        return r;
+                deleted = r; /* the last statement is the session row */
+        }
+        r = tx_commit(&tx);
+        if (r < 0)
+                return r;
+        return deleted > 0 ? 0 : -ENOENT;
+}
+
+int store_session_list(struct store *s, const char *user, const char *state, struct store_session **ret,
+                       size_t *ret_n)
+{
+        STORE_LOCK(s);
+        _cleanup_(q_end) struct query q = {};
+        _cleanup_free_ struct store_session *rows = NULL;
+        size_t n = 0, cap = 0;
+        int r;
+
+        if (!ret || !ret_n)
+                return -EINVAL;
+        r = q_start(&q, s,
+                    "SELECT " SESSION_COLUMNS " FROM sessions WHERE (?1 IS NULL OR user_id = ?1) "
+                    "AND (?2 IS NULL OR state = ?2) ORDER BY user_id, session_id");
+        if (r < 0)
+                return r;
+        q_text(&q, user);
+        q_text(&q, state);
+        while ((r = q_step(&q)) > 0) {
+                struct store_session *row = array_push((void **)&rows, &n, &cap, sizeof(*rows));
+                if (!row)
+                        return -ENOMEM;
+                session_from_row(&q, row);
+        }
+        if (r < 0)
+                return r;
+        *ret = TAKE_PTR(rows); /* ownership to the caller; NULL when n == 0 */
+        *ret_n = n;
+        return 0;
+}
+
+int store_session_touch(struct store *s, const char *user, const char *session, int64_t now_ms)
+{
+        STORE_LOCK(s);
+        _cleanup_(q_end) struct query q = {};
+        int r;
+
+        if (!user || !session)
+                return -EINVAL;
+        /* MAX: two racing touches must not move activity backwards. */
+        r = q_start(&q, s,
+                    "UPDATE sessions SET last_activity = MAX(last_activity, ?3) "
+                    "WHERE user_id = ?1 AND session_id = ?2");
+        if (r < 0)
+                return r;
+        q_text(&q, user);
+        q_text(&q, session);
+        q_int64(&q, now_ms);
+        r = q_exec(&q);
+        if (r < 0)
+                return r;
+        return r > 0 ? 0 : -ENOENT;
+}
+
+/* ---- containers ---- */
+
+int store_container_add(struct store *s, const char *container_id, const char *user, const char *session,
+                        const char *image, const char *network_mode, int64_t now_ms)
+{
+        STORE_LOCK(s);
+        _cleanup_(q_end) struct query q = {};
+        int r;
+
+        if (!container_id || !*container_id || !key_ok(user) || !key_ok(session))
+                return -EINVAL;
+        r = q_start(&q, s,
+                    "INSERT INTO containers (container_id, user_id, session_id, image, network_mode, created_at) "
+                    "VALUES (?1, ?2, ?3, ?4, ?5, ?6)");
+        if (r < 0)
+                return r;
+        q_text(&q, container_id);
+        q_text(&q, user);
+        q_text(&q, session);
+        q_text_opt(&q, image);
+        q_text_opt(&q, network_mode);
+        q_int64(&q, now_ms);
+        r = q_exec(&q);
+        return r < 0 ? r : 0;
+}
+
+int store_container_removed(struct store *s, const char *container_id, const char *cause, int64_t now_ms)
+{
+        STORE_LOCK(s);
+        _cleanup_(q_end) struct query q = {};
+        int r;
+
+        if (!container_id)
+                return -EINVAL;
+        r = q_start(&q, s, "UPDATE containers SET removed_at = ?2, end_cause = ?3 WHERE container_id = ?1");
+        if (r < 0)
+                return r;
+        q_text(&q, container_id);
+        q_int64(&q, now_ms);
+        q_text_opt(&q, cause);
+        r = q_exec(&q);
+        if (r < 0)
+                return r;
+        return r > 0 ? 0 : -ENOENT;
+}
+
+/* ---- port allocations ---- */
+
+int store_ports_reserve(struct store *s, const int *ports, size_t n, const char *user, const char *session,
+                        int64_t now_ms)
+{
+        STORE_LOCK(s);
+        _cleanup_(tx_rollbackp) struct tx tx = {};
+        int r;
+
+        if ((n > 0 && !ports) || !key_ok(user) || !key_ok(session))
+                return -EINVAL;
+        for (size_t i = 0; i < n; i++)
+                if (ports[i] < 1 || ports[i] > 65535)
+                        return -EINVAL;
+        if (n == 0)
+                return 0;
+
+        r = tx_begin(s, &tx);
+        if (r < 0)
+                return r;
+        for (size_t i = 0; i < n; i++) {
+                _cleanup_(q_end) struct query q = {};
+                r = q_start(&q, s,
+                            "INSERT INTO port_allocations (port, user_id, session_id, reserved_at) "
+                            "VALUES (?1, ?2, ?3, ?4)");
+                if (r < 0)
+                        return r;
+                q_int64(&q, ports[i]);
+                q_text(&q, user);
+                q_text(&q, session);
+                q_int64(&q, now_ms);
+                r = q_exec(&q);
+                if (r == -EEXIST)
+                        return -EADDRINUSE; /* the cleanup rolls back the earlier inserts */
+                if (r < 0)
+                        return r;
+        }
+        return tx_commit(&tx);
+}
+
+int store_ports_set_container(struct store *s, const char *user, const char *session, const char *container_id)
+{
+        STORE_LOCK(s);
+        _cleanup_(q_end) struct query q = {};
+        int r;
+
+        if (!user || !session)
+                return -EINVAL;
+        r = q_start(&q, s, "UPDATE port_allocations SET container_id = ?3 WHERE user_id = ?1 AND session_id = ?2");
+        if (r < 0)
+                return r;
+        q_text(&q, user);
+        q_text(&q, session);
+        q_text_opt(&q, container_id);
+        r = q_exec(&q);
+        if (r < 0)
+                return r;
+        return r > 0 ? 0 : -ENOENT;
+}
+
+int store_ports_release(struct store *s, const char *user, const char *session)
+{
+        STORE_LOCK(s);
+        _cleanup_(q_end) struct query q = {};
+        int r;
+
+        if (!user || !session)
+                return -EINVAL;
+        r = q_start(&q, s, "DELETE FROM port_allocations WHERE user_id = ?1 AND session_id = ?2");
+        if (r < 0)
+                return r;
+        q_text(&q, user);
+        q_text(&q, session);
+        return q_exec(&q);
+}
+
+int store_ports_release_port(struct store *s, int port)
+{
+        STORE_LOCK(s);
+        _cleanup_(q_end) struct query q = {};
+        int r;
+
+        r = q_start(&q, s, "DELETE FROM port_allocations WHERE port = ?1");
+        if (r < 0)
+                return r;
+        q_int64(&q, port);
+        r = q_exec(&q);
+        if (r < 0)
+                return r;
+        return r > 0 ? 0 : -ENOENT;
+}
+
+int store_ports_list(struct store *s, struct store_port **ret, size_t *ret_n)
+{
+        STORE_LOCK(s);
+        _cleanup_(q_end) struct query q = {};
+        _cleanup_free_ struct store_port *rows = NULL;
+        size_t n = 0, cap = 0;
+        int r;
+
+        if (!ret || !ret_n)
+                return -EINVAL;
+        r = q_start(&q, s, "SELECT port, user_id, session_id, container_id FROM port_allocations ORDER BY port");
+        if (r < 0)
+                return r;
+        while ((r = q_step(&q)) > 0) {
+                struct store_port *row = array_push((void **)&rows, &n, &cap, sizeof(*rows));
+                if (!row)
+                        return -ENOMEM;
+                memset(row, 0, sizeof(*row));
+                row->port = (int)q_col_int64(&q, 0);
+                q_col_text(&q, 1, row->user_id, sizeof(row->user_id));
+                q_col_text(&q, 2, row->session_id, sizeof(row->session_id));
+                q_col_text(&q, 3, row->container_id, sizeof(row->container_id));
+        }
+        if (r < 0)
+                return r;
+        *ret = TAKE_PTR(rows); /* ownership to the caller; NULL when n == 0 */
+        *ret_n = n;
+        return 0;
+}
+
+/* ---- audit ---- */
+
+int store_audit(struct store *s, const char *actor, const char *user, const char *session, const char *action,
+                const char *detail_json)
+{
+        STORE_LOCK(s);
+        _cleanup_(q_end) struct query q = {};
+        int r;
+
+        if (!action || !*action)
+                return -EINVAL;
+        r = q_start(&q, s,
+                    "INSERT INTO audit_log (ts, actor, user_id, session_id, action, detail) "
+                    "VALUES (?1, ?2, ?3, ?4, ?5, ?6)");
+        if (r < 0)
+                return r;
+        q_int64(&q, sbx_wall_ms());
+        q_text_opt(&q, actor);
+        q_text_opt(&q, user);
+        q_text_opt(&q, session);
+        q_text(&q, action);
+        q_text_opt(&q, detail_json);
+        r = q_exec(&q);
+        return r < 0 ? r : 0;
+}
+
+int store_audit_count(struct store *s, const char *user, const char *session, const char *action,
+                      int64_t *ret_count)
+{
+        STORE_LOCK(s);
+        _cleanup_(q_end) struct query q = {};
+        int r;
+
+        if (!ret_count)
+                return -EINVAL;
+        r = q_start(&q, s,
+                    "SELECT COUNT(*) FROM audit_log WHERE (?1 IS NULL OR action = ?1) "
+                    "AND (?2 IS NULL OR user_id = ?2) AND (?3 IS NULL OR session_id = ?3)");
+        if (r < 0)
+                return r;
+        q_text(&q, action);
+        q_text(&q, user);
+        q_text(&q, session);
+        r = q_step(&q);
+        if (r < 0)
+                return r;
+        *ret_count = r > 0 ? q_col_int64(&q, 0) : 0;
+        return 0;
+}

@@ -247,9 +247,12 @@ int container_create_started(struct docker *d, const struct sbx_config *cfg, con
         spec.privileged = false;
         spec.network_mode = p->network_mode;
 
-        r = docker_container_create(d, &spec, id, err);
+        struct sbx_error e = {0};
+        r = docker_container_create(d, &spec, id, &e);
         free(ports);
-        if (r == -ENOENT)
+        if (err)
+                *err = e;
+        if (r == -ENOENT && e.http_status == 404)
                 return sbx_error_set(err, -ENOENT, 404,
                                      "image '%s' does not exist on the Docker engine; build it with "
                                      "scripts/build-images.sh",

@@ -430,8 +430,11 @@ static int resolve_image(struct session_manager *m, char ret[256], struct sbx_er
         pthread_mutex_unlock(&m->lock);
         if (ret[0])
                 return 0;
-        r = docker_image_inspect(m->docker, m->cfg->image, &info, err);
-        if (r == -ENOENT)
+        struct sbx_error e = {0};
+        r = docker_image_inspect(m->docker, m->cfg->image, &info, &e);
+        if (err)
+                *err = e;
+        if (r == -ENOENT && e.http_status == 404)
                 return sbx_error_set(err, -ENOENT, 404,
                                      "image '%s' does not exist on the Docker engine; build it with "
                                      "scripts/build-images.sh",

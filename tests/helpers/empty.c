@@ -1,1 +1,0 @@
-/* keeps the test helper library non-empty */

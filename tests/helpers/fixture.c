@@ -1,0 +1,100 @@
+/* fixture.c — see fixture.h. */
+#include "fixture.h"
+
+#include <criterion/criterion.h>
+#include <errno.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "sandboxd/container.h"
+#include "testenv.h"
+
+void fixture_config(struct sbx_config *cfg)
+{
+        _cleanup_free_ char *dir = testenv_tmpdir();
+        config_defaults(cfg);
+        snprintf(cfg->data_dir, sizeof(cfg->data_dir), "%s/data", dir);
+        snprintf(cfg->docker_socket, sizeof(cfg->docker_socket), "%s", testenv_docker_socket());
+        snprintf(cfg->instance, sizeof(cfg->instance), "%s", testenv_run_id());
+        snprintf(cfg->image, sizeof(cfg->image), "%s", TESTENV_TEST_IMAGE);
+        cfg->memory_bytes = 128 << 20;
+        cfg->pids_limit = 128;
+        cfg->port_range_lo = 42000;
+        cfg->port_range_hi = 42999;
+        cfg->ports_per_session = 3;
+        cfg->monitor_interval_ms = 500;
+        cfg->idle_timeout_s = 3600;
+        snprintf(cfg->log_level, sizeof(cfg->log_level), "warn");
+}
+
+const char *const *fixture_labels(void)
+{
+        static char label[128];
+        static const char *labels[2];
+        snprintf(label, sizeof(label), "%s=%s", TESTENV_RUN_LABEL, testenv_run_id());
+        labels[0] = label;
+        labels[1] = NULL;
+        return labels;
+}
+
+struct daemon *fixture_open(const struct sbx_config *cfg, bool monitor)
+{
+        struct daemon_options opts = {.extra_labels = fixture_labels(), .no_monitor = !monitor};
+        struct daemon *d = NULL;
+        struct sbx_error err = {0};
+
+        (void)testenv_docker(); /* curl_global_init and the atexit cleanup */
+        cr_assert_eq(daemon_open(cfg, &opts, &d, &err), 0, "daemon_open: %s", err.msg);
+        return d;
+}
+
+int fixture_count_containers(const char *user, const char *session)
+{
+        char f1[128], f2[128], f3[128];
+        const char *filters[] = {f1, f2, f3, NULL};
+        struct docker_container_summary *list = NULL;
+        size_t n = 0;
+
+        snprintf(f1, sizeof(f1), CONTAINER_LABEL_INSTANCE "=%s", testenv_run_id());
+        snprintf(f2, sizeof(f2), CONTAINER_LABEL_USER "=%s", user);
+        snprintf(f3, sizeof(f3), CONTAINER_LABEL_SESSION "=%s", session);
+        cr_assert_eq(docker_container_list(testenv_docker(), filters, true, &list, &n, NULL), 0);
+        free(list);
+        return (int)n;
+}
+
+int fixture_sh(const char *container_id, const char *script, char **ret_out)
+{
+        const char *cmd[] = {"sh", "-c", script, NULL};
+        struct docker_exec_spec spec = {.cmd = cmd};
+        struct docker_exec_result res = {0};
+        struct sbx_error err = {0};
+        int r = docker_exec_run(testenv_docker(), container_id, &spec, NULL, 0, 1 << 20, 60000, &res, &err);
+
+        cr_assert_eq(r, 0, "exec %s: %s", script, err.msg);
+        r = res.exit_code;
+        if (ret_out)
+                *ret_out = TAKE_PTR(res.out);
+        docker_exec_result_done(&res);
+        return r;
+}
+
+int fixture_docker_cli(const char *args)
+{
+        char cmd[1024];
+        snprintf(cmd, sizeof(cmd), "docker %s >/dev/null 2>&1", args);
+        return system(cmd);
+}
+
+long fixture_wait(bool (*pred)(void *ud), void *ud, long timeout_ms)
+{
+        int64_t start = sbx_now_ms();
+        for (;;) {
+                if (pred(ud))
+                        return (long)(sbx_now_ms() - start);
+                if (sbx_now_ms() - start > timeout_ms)
+                        return -1;
+                sbx_sleep_ms(5);
+        }
+}

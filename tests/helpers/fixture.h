@@ -1,0 +1,29 @@
+/* fixture.h — a sandboxd daemon for integration tests: a private data_dir,
+ * instance = the test run id (so cleanup finds every container), the tiny
+ * sandboxd/test image, and a port range of its own. */
+#ifndef SANDBOXD_FIXTURE_H
+#define SANDBOXD_FIXTURE_H
+
+#include <stdbool.h>
+
+#include "sandboxd/config.h"
+#include "sandboxd/daemon.h"
+#include "sandboxd/docker.h"
+
+/* Defaults tuned for tests; data_dir is a fresh temp dir. */
+void fixture_config(struct sbx_config *cfg);
+/* daemon_open with the run label on every container; asserts success. */
+struct daemon *fixture_open(const struct sbx_config *cfg, bool monitor);
+/* The extra labels every test container carries. */
+const char *const *fixture_labels(void);
+/* Containers (all states) of this run's instance for user:session. */
+int fixture_count_containers(const char *user, const char *session);
+/* Run `sh -c script` in a container as the sandbox user; returns the exit
+ * code, stdout in *ret_out if non-NULL (malloc'd). */
+int fixture_sh(const char *container_id, const char *script, char **ret_out);
+/* Run the docker CLI with args (a shell fragment built only from test constants and ids). */
+int fixture_docker_cli(const char *args);
+/* Poll until pred(ud) or timeout_ms passes; returns elapsed ms or -1. */
+long fixture_wait(bool (*pred)(void *ud), void *ud, long timeout_ms);
+
+#endif

@@ -1,0 +1,185 @@
+/* testenv.c — shared test fixtures: the per-run id and label, one negotiated
+ * Docker client per process, private temp directories, and the cleanup that
+ * removes everything labelled with the run id (registered with atexit on
+ * first use, so a failing assertion still cleans up; a crash is swept by
+ * scripts/test.sh through $SANDBOXD_TEST_RUN).
+ *
+ * Criterion runs each test in its own forked worker; all state here is
+ * created lazily inside the worker, so every worker has its own client and
+ * its own atexit cleanup. `lock` guards the tmpdir list and the client. */
+#define _XOPEN_SOURCE 700
+#include "testenv.h"
+
+#include <errno.h>
+#include <ftw.h>
+#include <pthread.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <unistd.h>
+
+#include <curl/curl.h>
+
+static pthread_mutex_t lock = PTHREAD_MUTEX_INITIALIZER;
+static char run_id[64];
+static char run_filter[128];
+static bool registered;
+static struct docker *docker;
+static bool docker_failed;
+static char **tmpdirs;
+static size_t n_tmpdirs;
+
+static void testenv_atexit(void)
+{
+        testenv_cleanup();
+        pthread_mutex_lock(&lock);
+        docker_free(docker);
+        docker = NULL;
+        pthread_mutex_unlock(&lock);
+        curl_global_cleanup();
+}
+
+/* Called with lock held. */
+static void init_locked(void)
+{
+        const char *env;
+
+        if (registered)
+                return;
+        registered = true;
+        env = getenv("SANDBOXD_TEST_RUN");
+        if (env && *env)
+                snprintf(run_id, sizeof(run_id), "%s", env);
+        else {
+                char hex[9] = "0";
+                sbx_random_hex(hex, 4);
+                snprintf(run_id, sizeof(run_id), "t%d-%s", (int)getpid(), hex);
+        }
+        snprintf(run_filter, sizeof(run_filter), "%s=%s", TESTENV_RUN_LABEL, run_id);
+        /* once per process, before any test thread uses libcurl */
+        curl_global_init(CURL_GLOBAL_DEFAULT);
+        atexit(testenv_atexit);
+}
+
+const char *testenv_run_id(void)
+{
+        pthread_mutex_lock(&lock);
+        init_locked();
+        pthread_mutex_unlock(&lock);
+        return run_id;
+}
+
+const char *testenv_run_filter(void)
+{
+        testenv_run_id();
+        return run_filter;
+}
+
+const char *testenv_docker_socket(void)
+{
+        const char *s = getenv("SANDBOXD_DOCKER_SOCKET");
+        return s && *s ? s : "/var/run/docker.sock";
+}
+
+struct docker *testenv_docker(void)
+{
+        struct docker *d;
+
+        pthread_mutex_lock(&lock);
+        init_locked();
+        if (!docker && !docker_failed) {
+                struct sbx_error err = {0};
+                int64_t deadline = sbx_now_ms() + 20000; /* dockerd may still be starting */
+                int r = -ENOMEM;
+
+                docker = docker_new(testenv_docker_socket(), 60000);
+                while (docker && (r = docker_negotiate(docker, &err)) < 0 && sbx_now_ms() < deadline)
+                        sbx_sleep_ms(250);
+                if (!docker || r < 0) {
+                        fprintf(stderr, "testenv: no usable Docker at %s: %s\n", testenv_docker_socket(),
+                                docker ? err.msg : "out of memory");
+                        docker_free(docker);
+                        docker = NULL;
+                        docker_failed = true;
+                }
+        }
+        d = docker;
+        pthread_mutex_unlock(&lock);
+        return d;
+}
+
+char *testenv_tmpdir(void)
+{
+        const char *base = getenv("TMPDIR");
+        char *path, **grown;
+
+        testenv_run_id();
+        if (asprintf(&path, "%s/sandboxd-test-%s-XXXXXX", base && *base ? base : "/tmp", run_id) < 0)
+                return NULL;
+        if (!mkdtemp(path)) {
+                free(path);
+                return NULL;
+        }
+        pthread_mutex_lock(&lock);
+        grown = realloc(tmpdirs, (n_tmpdirs + 1) * sizeof(*tmpdirs));
+        if (grown) {
+                tmpdirs = grown;
+                tmpdirs[n_tmpdirs] = strdup(path);
+                if (tmpdirs[n_tmpdirs])
+                        n_tmpdirs++;
+        }
+        pthread_mutex_unlock(&lock);
+        return path;
+}
+
+static int rm_entry(const char *path, const struct stat *st, int type, struct FTW *ftw)
+{
+        if (type == FTW_DP)
+                rmdir(path);
+        else
+                unlink(path);
+        return 0; /* keep going: remove as much as we can */
+}
+
+static void remove_labelled(struct docker *d, const char *filter)
+{
+        const char *filters[] = {filter, NULL};
+        struct docker_container_summary *list = NULL;
+        size_t n = 0;
+
+        if (docker_container_list(d, filters, true, &list, &n, NULL) < 0)
+                return;
+        for (size_t i = 0; i < n; i++)
+                docker_container_remove(d, list[i].id, true, NULL);
+        free(list);
+}
+
+void testenv_cleanup(void)
+{
+        char instance_filter[128];
+        char **dirs;
+        size_t n;
+
+        pthread_mutex_lock(&lock);
+        if (!registered) {
+                pthread_mutex_unlock(&lock);
+                return; /* nothing was ever created */
+        }
+        dirs = tmpdirs;
+        n = n_tmpdirs;
+        tmpdirs = NULL;
+        n_tmpdirs = 0;
+        pthread_mutex_unlock(&lock);
+
+        /* only talk to Docker if this process used it */
+        if (docker) {
+                remove_labelled(docker, run_filter);
+                snprintf(instance_filter, sizeof(instance_filter), "sandboxd.instance=%s", run_id);
+                remove_labelled(docker, instance_filter);
+        }
+        for (size_t i = 0; i < n; i++) {
+                nftw(dirs[i], rm_entry, 16, FTW_DEPTH | FTW_PHYS);
+                free(dirs[i]);
+        }
+        free(dirs);
+}

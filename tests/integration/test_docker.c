@@ -1,0 +1,740 @@
+/* Integration tests for the Docker client against the real dockerd and the
+ * sandboxd/test:latest image (busybox, uid 1000, CMD keeps running).
+ * Every container carries the run label and is removed by the test itself
+ * and, should an assertion fail first, by testenv_cleanup() at exit. */
+#include <criterion/criterion.h>
+#include <errno.h>
+#include <pthread.h>
+#include <stdio.h>
+#include <string.h>
+#include <sys/socket.h>
+#include <sys/un.h>
+#include <unistd.h>
+
+#include "sandboxd/docker.h"
+#include "testenv.h"
+
+static struct docker *D;
+
+/* containers this test created, removed in the teardown */
+static char made[8][65];
+static size_t n_made;
+
+static void setup(void)
+{
+        D = testenv_docker();
+        cr_assert_not_null(D, "no Docker at %s", testenv_docker_socket());
+        n_made = 0;
+}
+
+static void teardown(void)
+{
+        for (size_t i = 0; i < n_made; i++)
+                docker_container_remove(D, made[i], true, NULL);
+        n_made = 0;
+}
+
+TestSuite(docker, .init = setup, .fini = teardown, .timeout = 120);
+
+static const char *const keep_running[] = {"sleep", "1000", NULL};
+
+/* Create (and start, if asked) a container of the test image with the run label. */
+static void make_container(struct docker_container_spec *spec, bool start, char id[65])
+{
+        struct docker_label labels[4] = {{TESTENV_RUN_LABEL, testenv_run_id()}, {"sandboxd.test.case", "docker"}};
+        struct sbx_error err = {0};
+        int r;
+
+        if (!spec->image)
+                spec->image = TESTENV_TEST_IMAGE;
+        for (size_t i = 0; i < spec->n_labels && i < 2; i++)
+                labels[2 + i] = spec->labels[i];
+        spec->n_labels = 2 + (spec->n_labels < 2 ? spec->n_labels : 2);
+        spec->labels = labels;
+        r = docker_container_create(D, spec, id, &err);
+        cr_assert_eq(r, 0, "create: %d %s", r, err.msg);
+        cr_assert_lt(n_made, ELEMENTSOF(made));
+        memcpy(made[n_made++], id, 65);
+        if (start) {
+                r = docker_container_start(D, id, &err);
+                cr_assert_eq(r, 0, "start: %d %s", r, err.msg);
+        }
+        spec->labels = NULL;
+}
+
+static void exec_ok(const char *id, const char *const *cmd, const char *in, size_t in_len, size_t max_output,
+                    struct docker_exec_result *res)
+{
+        struct docker_exec_spec es = {.cmd = cmd};
+        struct sbx_error err = {0};
+        int r = docker_exec_run(D, id, &es, in, in_len, max_output, 30000, res, &err);
+        cr_assert_eq(r, 0, "exec %s: %d %s", cmd[0], r, err.msg);
+}
+
+Test(docker, lifecycle_hardened)
+{
+        const char *drop[] = {"ALL", NULL};
+        const char *secopt[] = {"no-new-privileges:true", NULL};
+        const char *tmpfs[] = {"/tmp:rw,noexec,nosuid,size=16m", NULL};
+        const struct docker_label extra[] = {{"sandboxd.session", "s-lifecycle"}};
+        struct docker_container_spec spec = {
+                .user = "1000:1000",
+                .cmd = keep_running,
+                .cap_drop = drop,
+                .security_opt = secopt,
+                .tmpfs = tmpfs,
+                .memory = 128 << 20,
+                .nano_cpus = 500000000,
+                .pids_limit = 64,
+                .readonly_rootfs = true,
+                .init = true,
+                .network_mode = "none",
+                .labels = extra,
+                .n_labels = 1,
+        };
+        struct docker_container_info info;
+        struct docker_exec_result res;
+        struct sbx_error err = {0};
+        char id[65];
+        int r;
+
+        make_container(&spec, true, id);
+        r = docker_container_inspect(D, id, &info, &err);
+        cr_assert_eq(r, 0, "inspect: %s", err.msg);
+        cr_expect_str_eq(info.id, id);
+        cr_expect(info.running);
+        cr_expect_str_eq(info.status, "running");
+        cr_expect_gt(info.pid, 0);
+        cr_expect(info.readonly_rootfs);
+        cr_expect(info.init);
+        cr_expect_not(info.privileged);
+        cr_expect_eq(info.memory, 128 << 20);
+        cr_expect_eq(info.memory_swap, 128 << 20);
+        cr_expect_eq(info.nano_cpus, 500000000);
+        cr_expect_eq(info.pids_limit, 64);
+        cr_expect_str_eq(info.network_mode, "none");
+        cr_expect_not(info.has_network);
+        cr_expect_str_eq(docker_kv_get(info.labels, info.n_labels, TESTENV_RUN_LABEL), testenv_run_id());
+        cr_expect_str_eq(docker_kv_get(info.labels, info.n_labels, "sandboxd.session"), "s-lifecycle");
+
+        /* stdout and stderr apart, exit code */
+        {
+                const char *cmd[] = {"sh", "-c", "echo out; echo err >&2; echo more; exit 3", NULL};
+                exec_ok(id, cmd, NULL, 0, 0, &res);
+                cr_expect_eq(res.exit_code, 3);
+                cr_expect_str_eq(res.out, "out\nmore\n");
+                cr_expect_eq(res.out_len, 9);
+                cr_expect_str_eq(res.err, "err\n");
+                cr_expect_not(res.truncated);
+                docker_exec_result_done(&res);
+        }
+        /* the hardening is really in force inside */
+        {
+                const char *cmd[] = {"sh", "-c", "id -u; grep CapEff /proc/self/status; touch /x 2>/dev/null || echo ro; "
+                                                 "grep NoNewPrivs /proc/self/status", NULL};
+                exec_ok(id, cmd, NULL, 0, 0, &res);
+                cr_expect_eq(res.exit_code, 0);
+                cr_expect(strstr(res.out, "1000\n") == res.out, "out: %s", res.out);
+                cr_expect(strstr(res.out, "CapEff:\t0000000000000000"), "out: %s", res.out);
+                cr_expect(strstr(res.out, "ro\n"), "out: %s", res.out);
+                cr_expect(strstr(res.out, "NoNewPrivs:\t1"), "out: %s", res.out);
+                docker_exec_result_done(&res);
+        }
+        /* stdin fed and echoed back */
+        {
+                const char *cmd[] = {"cat", NULL};
+                const char in[] = "hello\nworld";
+                exec_ok(id, cmd, in, sizeof(in) - 1, 0, &res);
+                cr_expect_eq(res.exit_code, 0);
+                cr_expect_str_eq(res.out, in);
+                cr_expect_eq(res.err_len, 0);
+                docker_exec_result_done(&res);
+        }
+        /* a big stdin while the output flows back: no deadlock, nothing lost */
+        {
+                const char *cmd[] = {"cat", NULL};
+                size_t n = 3 << 20;
+                char *in = malloc(n);
+                cr_assert_not_null(in);
+                for (size_t i = 0; i < n; i++)
+                        in[i] = (char)('a' + i % 26);
+                exec_ok(id, cmd, in, n, n, &res);
+                cr_expect_eq(res.exit_code, 0);
+                cr_expect_eq(res.out_len, n);
+                cr_expect(memcmp(res.out, in, n) == 0);
+                cr_expect_not(res.truncated);
+                docker_exec_result_done(&res);
+                free(in);
+        }
+        /* output cap */
+        {
+                const char *cmd[] = {"sh", "-c", "yes | head -c 100000; echo e >&2", NULL};
+                exec_ok(id, cmd, NULL, 0, 1000, &res);
+                cr_expect_eq(res.exit_code, 0);
+                cr_expect_eq(res.out_len, 1000);
+                cr_expect_eq(strlen(res.out), 1000);
+                cr_expect_str_eq(res.err, "e\n");
+                cr_expect(res.truncated);
+                docker_exec_result_done(&res);
+        }
+
+        r = docker_container_stop(D, id, 1, &err);
+        cr_assert_eq(r, 0, "stop: %s", err.msg);
+        r = docker_container_stop(D, id, 1, &err);
+        cr_expect_eq(r, 0, "stop again: %s", err.msg);
+        r = docker_container_inspect(D, id, &info, &err);
+        cr_assert_eq(r, 0);
+        cr_expect_not(info.running);
+        cr_expect_str_eq(info.status, "exited");
+        {
+                const char *cmd[] = {"true", NULL};
+                struct docker_exec_spec es = {.cmd = cmd};
+                r = docker_exec_run(D, id, &es, NULL, 0, 0, 10000, &res, &err);
+                cr_expect_eq(r, -EBUSY, "exec in a stopped container: %d %s", r, err.msg);
+                cr_expect_eq(err.http_status, 409);
+        }
+        r = docker_container_remove(D, id, false, &err);
+        cr_assert_eq(r, 0, "remove: %s", err.msg);
+        r = docker_container_inspect(D, id, &info, &err);
+        cr_expect_eq(r, -ENOENT);
+        cr_expect_eq(err.http_status, 404);
+        cr_expect(strstr(err.msg, "No such container"), "msg: %s", err.msg);
+        r = docker_container_remove(D, id, true, &err);
+        cr_expect_eq(r, -ENOENT);
+}
+
+Test(docker, exec_stream_by_hand)
+{
+        struct docker_container_spec spec = {.cmd = keep_running};
+        const char *cmd[] = {"sh", "-c", "read line; echo got:$line; sleep 2; echo late >&2; exit 7", NULL};
+        struct docker_exec_spec es = {.cmd = cmd, .attach_stdin = true};
+        struct docker_stream *s = NULL;
+        struct docker_exec_info xi;
+        struct sbx_error err = {0};
+        enum docker_stream_kind kind;
+        char exec_id[65], buf[64];
+        char id[65];
+        ssize_t n;
+        int r;
+
+        make_container(&spec, true, id);
+        r = docker_exec_create(D, id, &es, exec_id, &err);
+        cr_assert_eq(r, 0, "%s", err.msg);
+        r = docker_exec_attach(D, exec_id, &s, &err);
+        cr_assert_eq(r, 0, "%s", err.msg);
+        cr_expect_geq(docker_stream_fd(s), 0);
+        /* nothing yet: the read must give up at its timeout */
+        n = docker_stream_read(s, &kind, buf, sizeof(buf), 100);
+        cr_expect_eq(n, -ETIMEDOUT);
+        cr_assert_eq(docker_stream_write(s, "x1\n", 3), 0);
+        n = docker_stream_read(s, &kind, buf, sizeof(buf), 10000);
+        cr_assert_gt(n, 0);
+        cr_expect_eq(kind, DOCKER_STREAM_STDOUT);
+        cr_expect(n == 7 && memcmp(buf, "got:x1\n", 7) == 0, "read %zd: %.*s", n, (int)(n > 0 ? n : 0), buf);
+        cr_expect_eq(docker_stream_close_write(s), 0);
+        r = docker_exec_inspect(D, exec_id, &xi, &err);
+        cr_assert_eq(r, 0, "%s", err.msg);
+        cr_expect(xi.running);
+        cr_expect_eq(xi.exit_code, -1);
+        cr_expect_gt(xi.pid, 0);
+        /* a small buffer splits the frame */
+        n = docker_stream_read(s, &kind, buf, 3, 10000);
+        cr_assert_eq(n, 3);
+        cr_expect_eq(kind, DOCKER_STREAM_STDERR);
+        n = docker_stream_read(s, &kind, buf + 3, 3, 10000);
+        cr_assert_eq(n, 2);
+        cr_expect(memcmp(buf, "late\n", 5) == 0);
+        n = docker_stream_read(s, &kind, buf, sizeof(buf), 10000);
+        cr_expect_eq(n, 0, "EOF");
+        docker_stream_free(s);
+        for (int i = 0; i < 100; i++) {
+                r = docker_exec_inspect(D, exec_id, &xi, &err);
+                if (r < 0 || !xi.running)
+                        break;
+                usleep(10000);
+        }
+        cr_expect_eq(r, 0);
+        cr_expect_not(xi.running);
+        cr_expect_eq(xi.exit_code, 7);
+
+        r = docker_exec_attach(D, "0000000000000000000000000000000000000000000000000000000000000000", &s, &err);
+        cr_expect_eq(r, -ENOENT, "%d %s", r, err.msg);
+        cr_expect_eq(err.http_status, 404);
+        r = docker_exec_inspect(D, "nosuchexec", &xi, &err);
+        cr_expect_eq(r, -ENOENT);
+}
+
+/* ---- events ---- */
+
+struct follow {
+        const char *want_id;
+        volatile bool stop;
+        pthread_mutex_t lock;
+        pthread_cond_t cond;
+        bool seen_die;
+        int exit_code;
+        bool label_ok;
+        int n_events;
+        int result;
+        bool done;
+        struct sbx_error err;
+};
+
+static int on_event(const struct docker_event *ev, void *userdata)
+{
+        struct follow *f = userdata;
+
+        pthread_mutex_lock(&f->lock);
+        f->n_events++;
+        if (strcmp(ev->id, f->want_id) == 0 && strcmp(ev->action, "die") == 0) {
+                f->seen_die = true;
+                f->exit_code = ev->exit_code;
+                f->label_ok = docker_kv_get(ev->labels, ev->n_labels, TESTENV_RUN_LABEL) != NULL;
+                pthread_cond_broadcast(&f->cond);
+        }
+        pthread_mutex_unlock(&f->lock);
+        return 0; /* keep following: the stop flag ends it */
+}
+
+static void *follow_main(void *arg)
+{
+        struct follow *f = arg;
+        const char *filters[] = {testenv_run_filter(), NULL};
+        int r = docker_events_follow(D, filters, NULL, on_event, f, &f->stop, 0, &f->err);
+
+        pthread_mutex_lock(&f->lock);
+        f->result = r;
+        f->done = true;
+        pthread_cond_broadcast(&f->cond);
+        pthread_mutex_unlock(&f->lock);
+        return NULL;
+}
+
+static bool wait_for(struct follow *f, bool *flag, int seconds)
+{
+        struct timespec until;
+        bool ok;
+
+        clock_gettime(CLOCK_REALTIME, &until);
+        until.tv_sec += seconds;
+        pthread_mutex_lock(&f->lock);
+        while (!*flag && pthread_cond_timedwait(&f->cond, &f->lock, &until) == 0)
+                ;
+        ok = *flag;
+        pthread_mutex_unlock(&f->lock);
+        return ok;
+}
+
+Test(docker, events_die)
+{
+        struct docker_container_spec spec = {.cmd = keep_running};
+        struct follow f = {.lock = PTHREAD_MUTEX_INITIALIZER, .cond = PTHREAD_COND_INITIALIZER};
+        struct sbx_error err = {0};
+        pthread_t t;
+        char id[65];
+        int r;
+
+        make_container(&spec, true, id);
+        f.want_id = id;
+        cr_assert_eq(pthread_create(&t, NULL, follow_main, &f), 0);
+        usleep(300 * 1000); /* let the stream connect; since= is not used on the first connect */
+        r = docker_container_kill(D, id, "SIGKILL", &err);
+        cr_assert_eq(r, 0, "kill: %s", err.msg);
+        cr_expect(wait_for(&f, &f.seen_die, 10), "no die event for %s", id);
+        cr_expect_eq(f.exit_code, 137);
+        cr_expect(f.label_ok);
+        /* kill on a dead container: the engine says 409 */
+        r = docker_container_kill(D, id, NULL, &err);
+        cr_expect_eq(r, -EBUSY, "%d %s", r, err.msg);
+
+        f.stop = true;
+        cr_expect(wait_for(&f, &f.done, 10), "follow did not stop");
+        pthread_join(t, NULL);
+        cr_expect_eq(f.result, 0, "follow: %s", f.err.msg);
+}
+
+static int stop_at_first(const struct docker_event *ev, void *userdata)
+{
+        int *n = userdata;
+        (*n)++;
+        return 1;
+}
+
+static void *start_later(void *arg)
+{
+        usleep(500 * 1000);
+        docker_container_start(D, arg, NULL);
+        return NULL;
+}
+
+Test(docker, events_cb_stops_follow)
+{
+        const char *filters[] = {testenv_run_filter(), NULL};
+        const char *actions[] = {"start", NULL};
+        struct docker_container_spec spec = {.cmd = keep_running};
+        struct sbx_error err = {0};
+        pthread_t t;
+        char id[65];
+        int n = 0, r;
+
+        /* the callback's non-zero return ends the follow, with no stop flag */
+        make_container(&spec, false, id);
+        cr_assert_eq(pthread_create(&t, NULL, start_later, id), 0);
+        r = docker_events_follow(D, filters, actions, stop_at_first, &n, NULL, 0, &err);
+        pthread_join(t, NULL);
+        cr_expect_eq(r, 0, "%s", err.msg);
+        cr_expect_eq(n, 1);
+}
+
+/* ---- archive ---- */
+
+/* A one-file ustar archive. */
+static size_t tar_one(uint8_t *out, size_t cap, const char *name, const char *data, size_t len)
+{
+        size_t total = 512 + (len + 511) / 512 * 512 + 1024;
+        unsigned sum = 0;
+
+        cr_assert_leq(total, cap);
+        memset(out, 0, total);
+        snprintf((char *)out, 100, "%s", name);
+        memcpy(out + 100, "0000644", 8);
+        memcpy(out + 108, "0001750", 8); /* uid 1000 */
+        memcpy(out + 116, "0001750", 8);
+        snprintf((char *)out + 124, 12, "%011o", (unsigned)len);
+        snprintf((char *)out + 136, 12, "%011o", 1700000000u);
+        memset(out + 148, ' ', 8);
+        out[156] = '0';
+        memcpy(out + 257, "ustar", 6);
+        memcpy(out + 263, "00", 2);
+        for (int i = 0; i < 512; i++)
+                sum += out[i];
+        snprintf((char *)out + 148, 8, "%06o", sum);
+        out[155] = ' ';
+        memcpy(out + 512, data, len);
+        return total;
+}
+
+/* Find a regular file whose name ends with `name` in a tar. */
+static const uint8_t *tar_find(const uint8_t *tar, size_t len, const char *name, size_t *ret_len)
+{
+        size_t off = 0;
+
+        while (off + 512 <= len && tar[off]) {
+                char fname[101] = {0}, size_s[13] = {0};
+                size_t sz, nl = strlen(name);
+                memcpy(fname, tar + off, 100);
+                memcpy(size_s, tar + off + 124, 12);
+                sz = strtoul(size_s, NULL, 8);
+                if ((tar[off + 156] == '0' || tar[off + 156] == 0) && strlen(fname) >= nl &&
+                    strcmp(fname + strlen(fname) - nl, name) == 0 && off + 512 + sz <= len) {
+                        *ret_len = sz;
+                        return tar + off + 512;
+                }
+                off += 512 + (sz + 511) / 512 * 512;
+        }
+        return NULL;
+}
+
+Test(docker, archive_roundtrip)
+{
+        struct docker_container_spec spec = {.cmd = keep_running};
+        static const char content[] = "archive payload\nline two\n";
+        static uint8_t tar[8192];
+        struct sbx_error err = {0};
+        struct docker_exec_result res;
+        const uint8_t *found;
+        size_t tlen, got_len, flen;
+        void *got = NULL;
+        char id[65];
+        int r;
+
+        make_container(&spec, true, id);
+        tlen = tar_one(tar, sizeof(tar), "hello.txt", content, sizeof(content) - 1);
+        r = docker_archive_put(D, id, "/workspace", tar, tlen, &err);
+        cr_assert_eq(r, 0, "put: %d %s", r, err.msg);
+        {
+                const char *cmd[] = {"cat", "/workspace/hello.txt", NULL};
+                exec_ok(id, cmd, NULL, 0, 0, &res);
+                cr_expect_str_eq(res.out, content);
+                docker_exec_result_done(&res);
+        }
+        r = docker_archive_get(D, id, "/workspace/hello.txt", 1 << 20, &got, &got_len, &err);
+        cr_assert_eq(r, 0, "get: %d %s", r, err.msg);
+        found = tar_find(got, got_len, "hello.txt", &flen);
+        cr_assert_not_null(found, "hello.txt not in the %zu-byte tar", got_len);
+        cr_expect_eq(flen, sizeof(content) - 1);
+        cr_expect(memcmp(found, content, flen) == 0);
+        free(got);
+
+        r = docker_archive_get(D, id, "/workspace/hello.txt", 100, &got, &got_len, &err);
+        cr_expect_eq(r, -EFBIG, "%d %s", r, err.msg);
+        r = docker_archive_get(D, id, "/workspace/nope.txt", 0, &got, &got_len, &err);
+        cr_expect_eq(r, -ENOENT, "%d %s", r, err.msg);
+        r = docker_archive_put(D, id, "/no/such/dir", tar, tlen, &err);
+        cr_expect_eq(r, -ENOENT, "%d %s", r, err.msg);
+}
+
+/* ---- error paths ---- */
+
+Test(docker, missing_socket)
+{
+        struct docker *d = docker_new("/nonexistent/sandboxd-test.sock", 2000);
+        struct sbx_error err = {0};
+        int64_t t0 = sbx_now_ms();
+        int r;
+
+        cr_assert_not_null(d);
+        r = docker_ping(d, &err);
+        cr_expect_eq(r, -ENOENT, "%d %s", r, err.msg);
+        cr_expect(strstr(err.msg, "/nonexistent/sandboxd-test.sock"), "msg: %s", err.msg);
+        cr_expect(strstr(err.msg, "cannot reach Docker"), "msg: %s", err.msg);
+        cr_expect_eq(err.http_status, 0);
+        r = docker_negotiate(d, &err);
+        cr_expect_eq(r, -ENOENT);
+        {
+                const char *cmd[] = {"true", NULL};
+                struct docker_exec_spec es = {.cmd = cmd};
+                struct docker_stream *s;
+                r = docker_exec_attach(d, "abc", &s, &err);
+                cr_expect_eq(r, -ENOENT, "%d %s", r, err.msg);
+                cr_expect(strstr(err.msg, "/nonexistent/sandboxd-test.sock"), "msg: %s", err.msg);
+                r = docker_exec_create(d, "abc", &es, (char[65]){0}, &err);
+                cr_expect_eq(r, -ENOENT);
+        }
+        {
+                volatile bool stop = false;
+                r = docker_events_follow(d, NULL, NULL, stop_at_first, &(int){0}, &stop, 500, &err);
+                cr_expect_eq(r, -ENOENT, "%d %s", r, err.msg);
+        }
+        /* generous bound: all of the above fail fast, far below the timeouts */
+        cr_expect_lt(sbx_now_ms() - t0, 10000);
+        docker_free(d);
+}
+
+/* A socket that accepts connections but never answers: every call ends at
+ * the client timeout with -ETIMEDOUT instead of hanging. */
+Test(docker, silent_socket_times_out)
+{
+        char *dir = testenv_tmpdir(), path[256];
+        struct sockaddr_un sa = {.sun_family = AF_UNIX};
+        struct sbx_error err = {0};
+        struct docker *d;
+        int fd, r;
+
+        cr_assert_not_null(dir);
+        snprintf(path, sizeof(path), "%s/silent.sock", dir);
+        snprintf(sa.sun_path, sizeof(sa.sun_path), "%s", path);
+        fd = socket(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC, 0);
+        cr_assert_geq(fd, 0);
+        cr_assert_eq(bind(fd, (struct sockaddr *)&sa, sizeof(sa)), 0);
+        cr_assert_eq(listen(fd, 16), 0);
+
+        d = docker_new(path, 500);
+        r = docker_ping(d, &err);
+        cr_expect_eq(r, -ETIMEDOUT, "%d %s", r, err.msg);
+        cr_expect(strstr(err.msg, path), "msg: %s", err.msg);
+        {
+                struct docker_stream *s;
+                r = docker_exec_attach(d, "abc", &s, &err);
+                cr_expect_eq(r, -ETIMEDOUT, "%d %s", r, err.msg);
+        }
+        docker_free(d);
+        close(fd);
+
+        /* nobody listening any more: refused */
+        d = docker_new(path, 500);
+        r = docker_ping(d, &err);
+        cr_expect_eq(r, -ECONNREFUSED, "%d %s", r, err.msg);
+        docker_free(d);
+        free(dir);
+}
+
+Test(docker, not_found_and_conflicts)
+{
+        struct docker_container_spec spec = {.image = "sandboxd/does-not-exist:nope", .cmd = keep_running};
+        struct docker_container_info info;
+        struct docker_image_info img;
+        struct sbx_error err = {0};
+        char id[65], name[64], name2[64];
+        int r;
+
+        r = docker_container_create(D, &spec, id, &err);
+        cr_expect_eq(r, -ENOENT, "%d %s", r, err.msg);
+        cr_expect(strstr(err.msg, "sandboxd/does-not-exist:nope"), "msg: %s", err.msg);
+        cr_expect_eq(err.http_status, 404);
+
+        r = docker_container_inspect(D, "sandboxd-no-such-container", &info, &err);
+        cr_expect_eq(r, -ENOENT, "%d %s", r, err.msg);
+        r = docker_container_start(D, "sandboxd-no-such-container", &err);
+        cr_expect_eq(r, -ENOENT);
+        r = docker_image_inspect(D, "sandboxd/does-not-exist:nope", &img, &err);
+        cr_expect_eq(r, -ENOENT);
+
+        /* names: create with a taken name → -EEXIST, rename onto it → -EEXIST */
+        snprintf(name, sizeof(name), "sbx-test-%s-a", testenv_run_id());
+        snprintf(name2, sizeof(name2), "sbx-test-%s-b", testenv_run_id());
+        spec = (struct docker_container_spec){.name = name, .cmd = keep_running};
+        make_container(&spec, false, id);
+        spec = (struct docker_container_spec){.name = name, .cmd = keep_running,
+                                               .labels = (struct docker_label[]){{TESTENV_RUN_LABEL, testenv_run_id()}},
+                                               .n_labels = 1, .image = TESTENV_TEST_IMAGE};
+        {
+                char id2[65];
+                r = docker_container_create(D, &spec, id2, &err);
+                cr_expect_eq(r, -EEXIST, "%d %s", r, err.msg);
+                cr_expect_eq(err.http_status, 409);
+        }
+        spec = (struct docker_container_spec){.name = name2, .cmd = keep_running};
+        {
+                char id2[65];
+                make_container(&spec, false, id2);
+                r = docker_container_rename(D, id2, name, &err);
+                cr_expect_eq(r, -EEXIST, "%d %s", r, err.msg);
+        }
+        snprintf(name2, sizeof(name2), "sbx-test-%s-c", testenv_run_id());
+        r = docker_container_rename(D, id, name2, &err);
+        cr_expect_eq(r, 0, "%s", err.msg);
+        r = docker_container_inspect(D, name2, &info, &err);
+        cr_expect_eq(r, 0, "%s", err.msg);
+        cr_expect_str_eq(info.id, id);
+        cr_expect_str_eq(info.name, name2);
+        /* starting twice is fine */
+        cr_expect_eq(docker_container_start(D, id, &err), 0, "%s", err.msg);
+        cr_expect_eq(docker_container_start(D, id, &err), 0, "%s", err.msg);
+}
+
+/* ---- logs, stats, list, image, version ---- */
+
+Test(docker, logs_and_stats)
+{
+        const char *cmd[] = {"sh", "-c", "for i in 1 2 3 4 5; do echo line$i; done; echo errline >&2; exec sleep 1000", NULL};
+        struct docker_container_spec spec = {.cmd = cmd};
+        struct docker_stats st;
+        struct sbx_error err = {0};
+        char *text = NULL, id[65];
+        int r;
+
+        make_container(&spec, true, id);
+        for (int i = 0; i < 100; i++) {
+                free(text);
+                text = NULL;
+                r = docker_container_logs(D, id, -1, &text, &err);
+                cr_assert_eq(r, 0, "%s", err.msg);
+                if (strstr(text, "errline"))
+                        break;
+                usleep(50 * 1000);
+        }
+        cr_expect(strstr(text, "line1\nline2\nline3\nline4\nline5\n"), "logs: %s", text);
+        cr_expect(strstr(text, "errline\n"), "logs: %s", text);
+        free(text);
+        r = docker_container_logs(D, id, 2, &text, &err);
+        cr_assert_eq(r, 0, "%s", err.msg);
+        /* stdout and stderr reach the log file through separate copiers, so
+         * errline may sit anywhere in it: only the count and the end are sure */
+        {
+                size_t lines = 0;
+                for (const char *c = text; *c; c++)
+                        lines += *c == '\n';
+                cr_expect_eq(lines, 2, "tail: %s", text);
+        }
+        cr_expect(strstr(text, "line5\n"), "tail: %s", text);
+        cr_expect_null(strstr(text, "line3"), "tail: %s", text);
+        cr_expect_null(strstr(text, "\x01"), "frame headers leaked: %s", text);
+        free(text);
+
+        r = docker_container_stats(D, id, &st, &err);
+        cr_assert_eq(r, 0, "%s", err.msg);
+        cr_expect_gt(st.memory_usage, 0);
+        cr_expect_gt(st.memory_limit, 0);
+        cr_expect_geq(st.pids, 1);
+}
+
+Test(docker, list_image_version)
+{
+        struct docker_container_spec spec = {.cmd = keep_running};
+        const char *filters[] = {testenv_run_filter(), "sandboxd.test.case=docker", NULL};
+        const char *none[] = {"sandboxd.test.case=none-such", NULL};
+        struct docker_container_summary *list = NULL;
+        struct docker_image_info img;
+        struct docker_version v;
+        struct sbx_error err = {0};
+        char id[65];
+        size_t n = 0;
+        bool found = false;
+        int r;
+
+        cr_expect_str_eq(docker_api_version(D), "1.41" /* the engine's, below our max */);
+        r = docker_version(D, &v, &err);
+        cr_assert_eq(r, 0, "%s", err.msg);
+        cr_expect_neq(v.version[0], '\0');
+        cr_expect_str_eq(v.os, "linux");
+        cr_expect_eq(docker_ping(D, &err), 0);
+
+        make_container(&spec, false, id);
+        r = docker_container_list(D, filters, true, &list, &n, &err);
+        cr_assert_eq(r, 0, "%s", err.msg);
+        for (size_t i = 0; i < n; i++)
+                if (strcmp(list[i].id, id) == 0) {
+                        found = true;
+                        cr_expect_str_eq(list[i].state, "created");
+                        cr_expect_gt(list[i].created, 0);
+                        cr_expect_str_eq(docker_kv_get(list[i].labels, list[i].n_labels, TESTENV_RUN_LABEL),
+                                         testenv_run_id());
+                }
+        cr_expect(found);
+        free(list);
+        /* not running: excluded without all */
+        r = docker_container_list(D, filters, false, &list, &n, &err);
+        cr_assert_eq(r, 0);
+        for (size_t i = 0; i < n; i++)
+                cr_expect_str_neq(list[i].id, id);
+        free(list);
+        r = docker_container_list(D, none, true, &list, &n, &err);
+        cr_assert_eq(r, 0);
+        cr_expect_eq(n, 0);
+        free(list);
+
+        r = docker_image_inspect(D, TESTENV_TEST_IMAGE, &img, &err);
+        cr_assert_eq(r, 0, "%s", err.msg);
+        cr_expect(strncmp(img.id, "sha256:", 7) == 0, "id %s", img.id);
+        cr_expect_neq(img.recipe[0], '\0', "the test image carries sandboxd.recipe");
+}
+
+/* Two clients in one process, used from several threads at once: each
+ * (thread, client) pair gets its own handle. */
+struct pinger {
+        struct docker *a, *b;
+        int failures;
+};
+
+static void *ping_main(void *arg)
+{
+        struct pinger *p = arg;
+        for (int i = 0; i < 20; i++) {
+                if (docker_ping(p->a, NULL) < 0)
+                        p->failures++;
+                if (docker_ping(p->b, NULL) < 0)
+                        p->failures++;
+        }
+        return NULL;
+}
+
+Test(docker, two_clients_many_threads)
+{
+        struct docker *b = docker_new(testenv_docker_socket(), 10000);
+        struct pinger p[4];
+        pthread_t t[4];
+
+        cr_assert_not_null(b);
+        cr_assert_eq(docker_negotiate(b, NULL), 0);
+        for (int i = 0; i < 4; i++) {
+                p[i] = (struct pinger){.a = D, .b = b};
+                cr_assert_eq(pthread_create(&t[i], NULL, ping_main, &p[i]), 0);
+        }
+        for (int i = 0; i < 4; i++) {
+                pthread_join(t[i], NULL);
+                cr_expect_eq(p[i].failures, 0);
+        }
+        cr_expect_eq(docker_ping(b, NULL), 0);
+        docker_free(b);
+}

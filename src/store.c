@@ -32,6 +32,7 @@
 #include "sandboxd/log.h"
 
 #define STORE_BUSY_TIMEOUT_MS 5000
+#define STORE_OPEN_RETRY_MS 20
 #define STORE_KEY_MAX 64 /* user_id / session_id, as in struct store_session */
 
 struct cached_stmt {
@@ -339,6 +340,7 @@ int store_open_with(const char *path, const struct store_migration *migs, size_t
                     struct sbx_error *err)
 {
         struct store *s;
+        int64_t deadline;
         int r;
 
         if (!path || !*path || !ret || (n > 0 && !migs))
@@ -364,12 +366,19 @@ int store_open_with(const char *path, const struct store_migration *migs, size_t
         }
         sqlite3_extended_result_codes(s->db, 1);
 
-        r = configure_connection(s, err);
-        if (r < 0) {
-                sbx_error_prefix(err, "database %s", path);
-                goto fail;
+        /* While another process switches a fresh file to WAL or sets up its
+         * wal-index, sqlite can answer SQLITE_BUSY without consulting the busy
+         * handler. Both steps are idempotent, so retry them for as long as the
+         * busy timeout would have waited. */
+        deadline = sbx_now_ms() + STORE_BUSY_TIMEOUT_MS;
+        for (;;) {
+                r = configure_connection(s, err);
+                if (r >= 0)
+                        r = migrations_apply(s, migs, n, err);
+                if (r != -EBUSY || sbx_now_ms() >= deadline)
+                        break;
+                sbx_sleep_ms(STORE_OPEN_RETRY_MS);
         }
-        r = migrations_apply(s, migs, n, err);
         if (r < 0) {
                 sbx_error_prefix(err, "database %s", path);
                 goto fail;

@@ -245,7 +245,7 @@ Test(migrations, builtin_list_creates_every_table)
  * second INSERT would leave two rows). */
 Test(migrations, concurrent_openers_apply_once)
 {
-        enum { N = 4 };
+        enum { N = 8 };
         const struct store_migration migs[] = {
                 {1, "0001_hits.sql", "CREATE TABLE hits (x INTEGER);"},
                 {2, "0002_hit.sql", "INSERT INTO hits VALUES (1);"},

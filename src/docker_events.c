@@ -300,8 +300,16 @@ int docker_events_follow(struct docker *d, const char *const *label_filters, con
                                                   d->socket_path, curl_easy_strerror(cc));
                         break;
                 }
-                for (long slept = 0; slept < backoff && !stop_requested(&x); slept += EVENTS_POLL_MS)
-                        sbx_sleep_ms(EVENTS_POLL_MS);
+                {
+                        /* never sleep past the reconnect limit */
+                        int64_t until = sbx_now_ms() + backoff;
+                        if (reconnect_limit_ms > 0 && until > down_since + reconnect_limit_ms)
+                                until = down_since + reconnect_limit_ms;
+                        while (!stop_requested(&x) && sbx_now_ms() < until) {
+                                int64_t left = until - sbx_now_ms();
+                                sbx_sleep_ms(left < EVENTS_POLL_MS ? left : EVENTS_POLL_MS);
+                        }
+                }
                 backoff = backoff * 2 > EVENTS_BACKOFF_MAX_MS ? EVENTS_BACKOFF_MAX_MS : backoff * 2;
         }
 out:

@@ -7,6 +7,7 @@
 #include <pthread.h>
 #include <stdio.h>
 #include <string.h>
+#include <poll.h>
 #include <sys/socket.h>
 #include <sys/un.h>
 #include <unistd.h>
@@ -347,7 +348,7 @@ Test(docker, events_die)
         r = docker_container_kill(D, id, NULL, &err);
         cr_expect_eq(r, -EBUSY, "%d %s", r, err.msg);
 
-        f.stop = true;
+        __atomic_store_n(&f.stop, true, __ATOMIC_RELAXED);
         cr_expect(wait_for(&f, &f.done, 10), "follow did not stop");
         pthread_join(t, NULL);
         cr_expect_eq(f.result, 0, "follow: %s", f.err.msg);
@@ -737,4 +738,290 @@ Test(docker, two_clients_many_threads)
         }
         cr_expect_eq(docker_ping(b, NULL), 0);
         docker_free(b);
+}
+
+/* ---- a fake engine, for faults the real one does not produce on demand:
+ * a dropped events stream, replies split at awkward places ---- */
+
+struct fake_conn {
+        const void *parts[8]; /* written one by one, 50 ms apart */
+        size_t lens[8];
+        bool hold; /* keep the connection open until the fake quits */
+        char request[4096];
+};
+
+struct fake {
+        char path[256];
+        int lfd;
+        struct fake_conn conns[4];
+        size_t n_conns;
+        volatile bool quit;
+        pthread_t thread;
+};
+
+static bool fake_quit(struct fake *f)
+{
+        return __atomic_load_n(&f->quit, __ATOMIC_RELAXED);
+}
+
+static void *fake_main(void *arg)
+{
+        struct fake *f = arg;
+
+        for (size_t i = 0; i < f->n_conns && !fake_quit(f); i++) {
+                struct fake_conn *c = &f->conns[i];
+                struct pollfd p = {.fd = f->lfd, .events = POLLIN};
+                size_t got = 0;
+                int fd;
+
+                while (!fake_quit(f) && poll(&p, 1, 50) == 0)
+                        ;
+                if (fake_quit(f))
+                        break;
+                fd = accept4(f->lfd, NULL, NULL, SOCK_CLOEXEC);
+                if (fd < 0)
+                        break;
+                /* the request: headers and, if any, a small body */
+                while (got < sizeof(c->request) - 1) {
+                        ssize_t n = recv(fd, c->request + got, sizeof(c->request) - 1 - got, 0);
+                        const char *end;
+                        if (n <= 0)
+                                break;
+                        got += (size_t)n;
+                        c->request[got] = '\0';
+                        end = strstr(c->request, "\r\n\r\n");
+                        if (end) {
+                                const char *cl = strcasestr(c->request, "Content-Length:");
+                                size_t body = cl ? strtoul(cl + 15, NULL, 10) : 0;
+                                if (got >= (size_t)(end + 4 - c->request) + body)
+                                        break;
+                        }
+                }
+                for (size_t k = 0; k < ELEMENTSOF(c->parts) && c->parts[k]; k++) {
+                        if (k)
+                                usleep(50 * 1000);
+                        if (send(fd, c->parts[k], c->lens[k], MSG_NOSIGNAL) < 0)
+                                break;
+                }
+                while (c->hold && !fake_quit(f)) {
+                        char b[256];
+                        struct pollfd q = {.fd = fd, .events = POLLIN};
+                        if (poll(&q, 1, 50) > 0 && recv(fd, b, sizeof(b), MSG_DONTWAIT) == 0)
+                                break; /* the client hung up */
+                }
+                close(fd);
+        }
+        return NULL;
+}
+
+static void fake_start(struct fake *f)
+{
+        struct sockaddr_un sa = {.sun_family = AF_UNIX};
+        char *dir = testenv_tmpdir();
+
+        cr_assert_not_null(dir);
+        snprintf(f->path, sizeof(f->path), "%s/fake.sock", dir);
+        free(dir);
+        snprintf(sa.sun_path, sizeof(sa.sun_path), "%s", f->path);
+        f->lfd = socket(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC, 0);
+        cr_assert_geq(f->lfd, 0);
+        cr_assert_eq(bind(f->lfd, (struct sockaddr *)&sa, sizeof(sa)), 0);
+        cr_assert_eq(listen(f->lfd, 8), 0);
+        cr_assert_eq(pthread_create(&f->thread, NULL, fake_main, f), 0);
+}
+
+static void fake_stop(struct fake *f)
+{
+        __atomic_store_n(&f->quit, true, __ATOMIC_RELAXED);
+        pthread_join(f->thread, NULL);
+        close(f->lfd);
+}
+
+#define PART(c, k, s) ((c)->parts[k] = (s), (c)->lens[k] = strlen(s))
+
+static void fake_setup(void)
+{
+        testenv_run_id(); /* registers the cleanup (tmpdirs) and curl_global_init */
+}
+
+TestSuite(docker_fake, .init = fake_setup, .timeout = 60);
+
+#define EV_A "{\"status\":\"start\",\"id\":\"aaa\",\"Type\":\"container\",\"Action\":\"start\",\"Actor\":{\"ID\":\"aaa\"," \
+             "\"Attributes\":{\"sandboxd.test.run\":\"x\"}},\"scope\":\"local\",\"time\":1795262914,"                  \
+             "\"timeNano\":1795262914000000123}"
+#define EV_B "{\"Type\":\"container\",\"Action\":\"die\",\"Actor\":{\"ID\":\"bbb\",\"Attributes\":{\"exitCode\":\"1\"}}," \
+             "\"time\":1795262915,\"timeNano\":1795262915000000000}"
+
+struct collected {
+        char actions[8][32];
+        char ids[8][65];
+        int n;
+        volatile bool *stop;
+};
+
+static int collect(const struct docker_event *ev, void *userdata)
+{
+        struct collected *c = userdata;
+
+        if (c->n < 8) {
+                snprintf(c->actions[c->n], sizeof(c->actions[0]), "%s", ev->action);
+                snprintf(c->ids[c->n], sizeof(c->ids[0]), "%s", ev->id);
+                c->n++;
+        }
+        if (strcmp(ev->id, "bbb") == 0)
+                __atomic_store_n(c->stop, true, __ATOMIC_RELAXED); /* seen by the follow within 200 ms */
+        return 0;
+}
+
+static char chunk_buf[8][512];
+
+/* HTTP/1.1 chunk framing of s into chunk_buf[slot]. */
+static const char *chunk(int slot, const char *s)
+{
+        snprintf(chunk_buf[slot], sizeof(chunk_buf[slot]), "%zx\r\n%s\r\n", strlen(s), s);
+        return chunk_buf[slot];
+}
+
+Test(docker_fake, events_reconnect_since_and_dedup)
+{
+        static const char hdr[] = "HTTP/1.1 200 OK\r\nContent-Type: application/json\r\nServer: Docker\r\n"
+                                  "Transfer-Encoding: chunked\r\n\r\n";
+        static const char ev_a[] = EV_A "\n";
+        char first_half[256], second_half[256];
+        struct fake f = {0};
+        volatile bool stop = false;
+        struct collected col = {.stop = &stop};
+        struct sbx_error err = {0};
+        const char *labels[] = {"sandboxd.test.run=x", NULL};
+        struct docker *d;
+        int r;
+
+        /* connection 1: event A split in the middle of the object, then a clean end */
+        snprintf(first_half, sizeof(first_half), "%.40s", ev_a);
+        snprintf(second_half, sizeof(second_half), "%s", ev_a + 40);
+        PART(&f.conns[0], 0, hdr);
+        PART(&f.conns[0], 1, chunk(0, first_half));
+        PART(&f.conns[0], 2, chunk(1, second_half));
+        PART(&f.conns[0], 3, "0\r\n\r\n");
+        /* connection 2: the replay of A (must not be delivered twice), then B; stays open */
+        PART(&f.conns[1], 0, hdr);
+        PART(&f.conns[1], 1, chunk(2, EV_A "\n" EV_B "\n"));
+        f.conns[1].hold = true;
+        f.n_conns = 2;
+        fake_start(&f);
+
+        d = docker_new(f.path, 2000);
+        r = docker_events_follow(d, labels, NULL, collect, &col, &stop, 0, &err);
+        fake_stop(&f);
+        docker_free(d);
+
+        cr_expect_eq(r, 0, "%d %s", r, err.msg);
+        cr_assert_eq(col.n, 2);
+        cr_expect_str_eq(col.ids[0], "aaa");
+        cr_expect_str_eq(col.actions[0], "start");
+        cr_expect_str_eq(col.ids[1], "bbb");
+        cr_expect_str_eq(col.actions[1], "die");
+        cr_expect(strstr(f.conns[0].request, "GET /events?filters="), "%s", f.conns[0].request);
+        cr_expect_null(strstr(f.conns[0].request, "since="), "%s", f.conns[0].request);
+        cr_expect(strstr(f.conns[0].request, "sandboxd.test.run%3Dx"), "%s", f.conns[0].request);
+        cr_expect(strstr(f.conns[1].request, "since=1795262914.000000123"), "%s", f.conns[1].request);
+}
+
+Test(docker_fake, events_unreachable_limit)
+{
+        struct collected col = {0};
+        struct sbx_error err = {0};
+        struct docker *d = docker_new("/nonexistent/fake.sock", 1000);
+        int r = docker_events_follow(d, NULL, NULL, collect, &col, NULL, 800, &err);
+
+        cr_expect_eq(r, -ENOENT, "%d %s", r, err.msg);
+        cr_expect(strstr(err.msg, "/nonexistent/fake.sock"), "%s", err.msg);
+        docker_free(d);
+}
+
+static size_t mkframe(uint8_t *out, uint8_t type, const char *payload)
+{
+        size_t n = strlen(payload);
+        out[0] = type;
+        out[1] = out[2] = out[3] = 0;
+        out[4] = (uint8_t)(n >> 24);
+        out[5] = (uint8_t)(n >> 16);
+        out[6] = (uint8_t)(n >> 8);
+        out[7] = (uint8_t)n;
+        memcpy(out + 8, payload, n);
+        return n + 8;
+}
+
+Test(docker_fake, attach_headers_and_frames_in_one_read)
+{
+        static const char hdr[] = "HTTP/1.1 101 UPGRADED\r\nContent-Type: application/vnd.docker.raw-stream\r\n"
+                                  "Connection: Upgrade\r\nUpgrade: tcp\r\n\r\n";
+        uint8_t one[512], two[512];
+        size_t n1 = 0, n2 = 0;
+        struct fake f = {0};
+        struct sbx_error err = {0};
+        struct docker_stream *s = NULL;
+        enum docker_stream_kind kind;
+        char out[64] = "", errs[64] = "", buf[64];
+        struct docker *d;
+        ssize_t n;
+        int r;
+
+        /* headers + a whole frame + 5 bytes of the next header in one write */
+        memcpy(one, hdr, sizeof(hdr) - 1);
+        n1 = sizeof(hdr) - 1;
+        n1 += mkframe(one + n1, 1, "hello ");
+        n2 = mkframe(two, 2, "err");
+        memcpy(one + n1, two, 5);
+        n1 += 5;
+        memmove(two, two + 5, n2 - 5);
+        n2 -= 5;
+        n2 += mkframe(two + n2, 1, "world");
+        f.conns[0].parts[0] = one;
+        f.conns[0].lens[0] = n1;
+        f.conns[0].parts[1] = two;
+        f.conns[0].lens[1] = n2;
+        f.n_conns = 1;
+        fake_start(&f);
+
+        d = docker_new(f.path, 2000);
+        r = docker_exec_attach(d, "abc123", &s, &err);
+        cr_assert_eq(r, 0, "%d %s", r, err.msg);
+        while ((n = docker_stream_read(s, &kind, buf, sizeof(buf), 5000)) > 0)
+                strncat(kind == DOCKER_STREAM_STDERR ? errs : out, buf, (size_t)n);
+        cr_expect_eq(n, 0, "%zd", n);
+        cr_expect_str_eq(out, "hello world");
+        cr_expect_str_eq(errs, "err");
+        docker_stream_free(s);
+        fake_stop(&f);
+        docker_free(d);
+        cr_expect(strstr(f.conns[0].request, "POST /exec/abc123/start HTTP/1.1\r\n"), "%s", f.conns[0].request);
+        cr_expect(strcasestr(f.conns[0].request, "\r\nUpgrade: tcp\r\n"), "%s", f.conns[0].request);
+        cr_expect(strcasestr(f.conns[0].request, "\r\nConnection: Upgrade\r\n"), "%s", f.conns[0].request);
+        cr_expect(strstr(f.conns[0].request, "{\"Detach\":false,\"Tty\":false}"), "%s", f.conns[0].request);
+}
+
+Test(docker_fake, attach_chunked_error_reply)
+{
+        struct fake f = {0};
+        struct sbx_error err = {0};
+        struct docker_stream *s = NULL;
+        struct docker *d;
+        int r;
+
+        PART(&f.conns[0], 0, "HTTP/1.1 409 Conflict\r\nContent-Type: application/json\r\n"
+                             "Transfer-Encoding: chunked\r\n\r\n");
+        PART(&f.conns[0], 1, chunk(0, "{\"message\":\"Container abc is not running\"}\n"));
+        PART(&f.conns[0], 2, "0\r\n\r\n");
+        f.conns[0].hold = true; /* keep-alive: the reply's framing, not EOF, must end the read */
+        f.n_conns = 1;
+        fake_start(&f);
+        d = docker_new(f.path, 3000);
+        r = docker_exec_attach(d, "abc", &s, &err);
+        cr_expect_eq(r, -EBUSY, "%d %s", r, err.msg);
+        cr_expect_eq(err.http_status, 409);
+        cr_expect_str_eq(err.msg, "Container abc is not running");
+        cr_expect_null(s);
+        fake_stop(&f);
+        docker_free(d);
 }

@@ -21,6 +21,7 @@
 #include <errno.h>
 #include <stdio.h>
 #include <string.h>
+#include <sys/socket.h>
 #include <sys/stat.h>
 #include <unistd.h>
 
@@ -120,7 +121,11 @@ void docker_free(struct docker *d)
         if (!d)
                 return;
         /* After this no destructor runs for the key; we reap every handle
-         * ourselves. Callers guarantee no other thread still uses d. */
+         * ourselves. Callers guarantee no other thread still uses d. Other
+         * threads' stale values for the deleted key are never seen again:
+         * glibc tags each value with the key's generation, so a later
+         * client that reuses the key number starts from NULL. */
+        pthread_setspecific(d->key, NULL);
         pthread_key_delete(d->key);
         pthread_mutex_lock(&d->lock);
         while ((h = d->handles)) {
@@ -232,6 +237,22 @@ char *docker_path_escape(const char *s, bool keep_slash)
 
 /* ---- the request primitive ---- */
 
+/* libcurl opens its sockets without close-on-exec; a Docker connection
+ * leaked into a child process would hand it root-equivalent access. */
+static curl_socket_t open_cloexec(void *clientp, curlsocktype purpose, struct curl_sockaddr *addr)
+{
+        return socket(addr->family, addr->socktype | SOCK_CLOEXEC, addr->protocol);
+}
+
+void docker_curl_common(void *c, struct docker *d)
+{
+        curl_easy_setopt(c, CURLOPT_UNIX_SOCKET_PATH, d->socket_path);
+        curl_easy_setopt(c, CURLOPT_NOSIGNAL, 1L);
+        curl_easy_setopt(c, CURLOPT_OPENSOCKETFUNCTION, open_cloexec);
+        curl_easy_setopt(c, CURLOPT_CONNECTTIMEOUT_MS,
+                         d->timeout_ms < DOCKER_CONNECT_TIMEOUT_MS ? d->timeout_ms : DOCKER_CONNECT_TIMEOUT_MS);
+}
+
 struct recv_buf {
         char *data;
         size_t len, cap, max;
@@ -307,12 +328,9 @@ int docker_http(struct docker *d, const char *method, const char *path, const ch
 
         /* reset keeps the live connection: that is the keep-alive we want */
         curl_easy_reset(c);
-        curl_easy_setopt(c, CURLOPT_UNIX_SOCKET_PATH, d->socket_path);
+        docker_curl_common(c, d);
         curl_easy_setopt(c, CURLOPT_URL, url);
-        curl_easy_setopt(c, CURLOPT_NOSIGNAL, 1L);
         curl_easy_setopt(c, CURLOPT_TIMEOUT_MS, timeout);
-        curl_easy_setopt(c, CURLOPT_CONNECTTIMEOUT_MS,
-                         timeout < DOCKER_CONNECT_TIMEOUT_MS ? timeout : DOCKER_CONNECT_TIMEOUT_MS);
         curl_easy_setopt(c, CURLOPT_ERRORBUFFER, errbuf);
         curl_easy_setopt(c, CURLOPT_WRITEFUNCTION, recv_write);
         curl_easy_setopt(c, CURLOPT_WRITEDATA, &b);

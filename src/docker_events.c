@@ -185,11 +185,9 @@ static CURLcode events_once(struct docker *d, struct events_ctx *x, CURLM *multi
         bool done = false;
 
         curl_easy_reset(x->curl);
-        curl_easy_setopt(x->curl, CURLOPT_UNIX_SOCKET_PATH, d->socket_path);
+        docker_curl_common(x->curl, d);
         curl_easy_setopt(x->curl, CURLOPT_URL, url);
-        curl_easy_setopt(x->curl, CURLOPT_NOSIGNAL, 1L);
-        curl_easy_setopt(x->curl, CURLOPT_TIMEOUT, 0L);
-        curl_easy_setopt(x->curl, CURLOPT_CONNECTTIMEOUT_MS, d->timeout_ms < 5000 ? d->timeout_ms : 5000L);
+        curl_easy_setopt(x->curl, CURLOPT_TIMEOUT, 0L); /* the stream is meant to stay open */
         curl_easy_setopt(x->curl, CURLOPT_WRITEFUNCTION, events_write);
         curl_easy_setopt(x->curl, CURLOPT_WRITEDATA, x);
         curl_easy_setopt(x->curl, CURLOPT_NOPROGRESS, 0L);

@@ -618,8 +618,8 @@ int docker_exec_run(struct docker *d, const char *container_id, const struct doc
                         ssize_t n = send(s->fd, in + in_off, stdin_len - in_off, MSG_NOSIGNAL | MSG_DONTWAIT);
                         if (n > 0)
                                 in_off += (size_t)n;
-                        else if (n < 0 && errno == EPIPE)
-                                in_off = stdin_len, stdin_open = false; /* the process closed stdin */
+                        else if (n < 0 && (errno == EPIPE || errno == ECONNRESET))
+                                in_off = stdin_len, stdin_open = false; /* the process is gone; read what it said */
                         else if (n < 0 && errno != EAGAIN && errno != EINTR) {
                                 r = sbx_error_set(err, -errno, 0, "exec stdin: %s", strerror(errno));
                                 goto out;

@@ -43,6 +43,10 @@ int docker_http(struct docker *d, const char *method, const char *path, const ch
                 struct docker_reply *ret, struct sbx_error *err);
 void docker_reply_done(struct docker_reply *r);
 
+/* Options every CURL handle of this client gets: the socket path, NOSIGNAL,
+ * close-on-exec sockets, the connect timeout. (CURL is void in curl.h.) */
+void docker_curl_common(void *curl, struct docker *d);
+
 /* Turn a non-2xx reply into -errno + err (engine message, status). */
 int docker_reply_error(const struct docker_reply *r, bool conflict_is_exists, struct sbx_error *err);
 

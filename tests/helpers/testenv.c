@@ -157,6 +157,7 @@ static void remove_labelled(struct docker *d, const char *filter)
 void testenv_cleanup(void)
 {
         char instance_filter[128];
+        struct docker *d;
         char **dirs;
         size_t n;
 
@@ -169,13 +170,14 @@ void testenv_cleanup(void)
         n = n_tmpdirs;
         tmpdirs = NULL;
         n_tmpdirs = 0;
+        d = docker;
         pthread_mutex_unlock(&lock);
 
-        /* only talk to Docker if this process used it */
-        if (docker) {
-                remove_labelled(docker, run_filter);
+        /* only talk to Docker if this process used it (the client lives until exit) */
+        if (d) {
+                remove_labelled(d, run_filter);
                 snprintf(instance_filter, sizeof(instance_filter), "sandboxd.instance=%s", run_id);
-                remove_labelled(docker, instance_filter);
+                remove_labelled(d, instance_filter);
         }
         for (size_t i = 0; i < n; i++) {
                 nftw(dirs[i], rm_entry, 16, FTW_DEPTH | FTW_PHYS);

@@ -167,6 +167,24 @@ Test(docker, lifecycle_hardened)
                 docker_exec_result_done(&res);
                 free(in);
         }
+        /* the process ignores (part of) a big stdin and exits: not an error */
+        {
+                const char *cmd1[] = {"true", NULL};
+                const char *cmd2[] = {"head", "-c", "10", NULL};
+                size_t n = 4 << 20;
+                char *in = malloc(n);
+                cr_assert_not_null(in);
+                memset(in, 'z', n);
+                exec_ok(id, cmd1, in, n, 0, &res);
+                cr_expect_eq(res.exit_code, 0);
+                cr_expect_eq(res.out_len, 0);
+                docker_exec_result_done(&res);
+                exec_ok(id, cmd2, in, n, 0, &res);
+                cr_expect_eq(res.exit_code, 0);
+                cr_expect_str_eq(res.out, "zzzzzzzzzz");
+                docker_exec_result_done(&res);
+                free(in);
+        }
         /* output cap */
         {
                 const char *cmd[] = {"sh", "-c", "yes | head -c 100000; echo e >&2", NULL};

@@ -247,7 +247,12 @@ Test(migrations, concurrent_openers_apply_once)
 {
         enum { N = 8 };
         const struct store_migration migs[] = {
-                {1, "0001_hits.sql", "CREATE TABLE hits (x INTEGER);"},
+                /* Slow enough (20k rows) that the other openers have passed
+                 * their first "applied?" check and wait on the write lock. */
+                {1, "0001_hits.sql",
+                 "CREATE TABLE hits (x INTEGER); CREATE TABLE filler (i INTEGER);"
+                 "WITH RECURSIVE c(i) AS (SELECT 1 UNION ALL SELECT i + 1 FROM c WHERE i < 20000) "
+                 "INSERT INTO filler SELECT i FROM c;"},
                 {2, "0002_hit.sql", "INSERT INTO hits VALUES (1);"},
                 {3, "0003_more.sql", "CREATE TABLE more (y INTEGER); INSERT INTO hits VALUES (2);"},
         };

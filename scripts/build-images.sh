@@ -42,12 +42,18 @@ TEST_REF=sandboxd/test:latest
 PYTHON_REF=sandboxd/python:latest
 PYTHON_BASE_REPO=sandboxd/base-python
 
-# The python rootfs. passwd is for useradd in the Dockerfile.
+# The python rootfs. passwd is for useradd in the Dockerfile. python3-munkres
+# satisfies python3-fonttools' "python3-scipy | python3-munkres" (fonttools
+# comes with matplotlib): scipy would bring pythran, g++ and boost, ~600 MB.
 PYTHON_PACKAGES=(
 	python3 python3-pip python3-numpy python3-pandas python3-matplotlib
+	python3-munkres
 	nodejs bash coreutils procps iproute2 lsof ca-certificates passwd
 )
 PYTHON_VARIANT=minbase
+# apt installs Recommends by default inside mmdebstrap too; here they would
+# pull a compiler and boost (python3-pip -> build-essential, scipy -> pythran).
+PYTHON_APTOPTS=('Apt::Install-Recommends "false"')
 PYTHON_DPKGOPTS=(
 	'path-exclude=/usr/share/man/*'
 	'path-exclude=/usr/share/info/*'
@@ -171,7 +177,7 @@ build_python_base() {
 	((${#sources[@]})) || die "no usable apt sources on this host"
 	hash=$({
 		echo "sandboxd/base-python $codename $PYTHON_VARIANT"
-		printf '%s\n' "${PYTHON_PACKAGES[@]}" "${PYTHON_DPKGOPTS[@]}"
+		printf '%s\n' "${PYTHON_PACKAGES[@]}" "${PYTHON_APTOPTS[@]}" "${PYTHON_DPKGOPTS[@]}"
 		cat "${sources[@]}"
 		declare -f build_python_base
 	} | sha256)
@@ -183,6 +189,7 @@ build_python_base() {
 	fi
 
 	for opt in "${PYTHON_DPKGOPTS[@]}"; do dpkgopts+=("--dpkgopt=$opt"); done
+	for opt in "${PYTHON_APTOPTS[@]}"; do aptopts+=("--aptopt=$opt"); done
 	while IFS= read -r opt; do aptopts+=("--aptopt=$opt"); done < <(host_aptopts)
 	log "python: mmdebstrap $codename ($PYTHON_VARIANT) from $(printf '%s ' "${sources[@]##*/}")"
 	t0=$(now)

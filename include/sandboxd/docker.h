@@ -12,7 +12,10 @@
  *   -ENOENT  404 (no such container / image / exec)
  *   -EEXIST  409 conflict on create/rename
  *   -EBUSY   409 conflict otherwise (e.g. container not running)
- *   -EIO     other HTTP errors, -ETIMEDOUT, -ECONNREFUSED / -ENOENT for the socket,
+ *   -EIO     other HTTP errors (and transport failures not listed here)
+ *   -ETIMEDOUT  no complete reply within the bound
+ *   -ECONNREFUSED / -ENOENT  the socket refuses connections / does not exist
+ *   -EFBIG   a reply larger than the call's cap
  *   -EPROTO  unparseable reply.
  * A missing or dead socket fails fast with "cannot reach Docker at <path>: <why>".
  * The caller calls curl_global_init() once (main, before any thread starts).

@@ -294,7 +294,9 @@ int portpool_reserve_block(struct portpool *p, const char *user, const char *ses
                 }
                 r = block_take(p, k, user, session, true);
                 if (r < 0) {
-                        (void)store_ports_release(p->st, user, session);
+                        /* Undo just these ports: the session may hold others from an older layout. */
+                        for (int j = 0; j < p->per; j++)
+                                (void)store_ports_release_port(p->st, ports[j]);
                         sbx_error_set(err, r, 0, "out of memory");
                         goto out;
                 }

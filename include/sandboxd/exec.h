@@ -1,0 +1,177 @@
+/* exec.h — the execution engine: commands and code runs in a session's
+ * container, sync or async, streamed, with stdin, cancel and timeouts.
+ *
+ * Every execution gets a UUID and a row in the store. Its stdout and stderr
+ * are spooled apart to {data_dir}/executions/<id>.stdout / .stderr, each
+ * capped at exec_output_cap bytes (bytes past the cap are counted, not
+ * kept). Results carry a bounded head and tail of each stream and the total
+ * byte counts; the rest is readable by offset with exec_read_output().
+ *
+ * Process trees: each execution's processes carry SBX_EXEC_ID=<uuid> in
+ * their environment. Timeout and cancel send SIGTERM to every process in
+ * the container that carries it (children, `&` grandchildren and setsid
+ * escapees alike), wait exec_kill_grace, then SIGKILL, and repeat until
+ * none is left. Other executions' processes carry other ids and are left
+ * alone.
+ *
+ * Limits: at most max_exec_global running executions and
+ * max_exec_per_session per session. Past a cap the request is refused at
+ * once with -EBUSY and a message naming the cap (it is not queued): an
+ * agent learns immediately and can wait for its own executions.
+ *
+ * Threads: one worker thread ("sbx-exec") per running execution, bounded by
+ * max_exec_global. The engine's lock guards the registry and the counters;
+ * each execution's lock guards its state and pairs with its condition
+ * variable for long-polls. No lock is held across a Docker call. */
+#ifndef SANDBOXD_EXEC_H
+#define SANDBOXD_EXEC_H
+
+#include <stdbool.h>
+#include <stddef.h>
+#include <stdint.h>
+
+#include "sandboxd/common.h"
+#include "sandboxd/config.h"
+
+struct docker;
+struct store;
+struct session_manager;
+struct exec_engine;
+
+enum exec_state {
+        EXEC_PENDING,
+        EXEC_RUNNING,
+        EXEC_COMPLETED, /* ran to its end; exit_code says how it went */
+        EXEC_FAILED,    /* could not run to its end: container died, daemon restarted, OOM, Docker error */
+        EXEC_CANCELLED,
+        EXEC_TIMEOUT,
+};
+#define EXEC_STATE_COUNT 6
+
+enum exec_cause {
+        EXEC_CAUSE_NONE, /* still running */
+        EXEC_CAUSE_EXITED,
+        EXEC_CAUSE_TIMEOUT,
+        EXEC_CAUSE_CANCELLED,
+        EXEC_CAUSE_OOM,
+        EXEC_CAUSE_CONTAINER_DIED,
+        EXEC_CAUSE_DAEMON_RESTARTED,
+        EXEC_CAUSE_ERROR, /* Docker refused to run it; see error */
+};
+
+const char *exec_state_to_string(enum exec_state s);
+int exec_state_from_string(const char *s, enum exec_state *ret);
+const char *exec_cause_to_string(enum exec_cause c);
+bool exec_state_is_final(enum exec_state s);
+
+enum exec_language {
+        EXEC_LANG_NONE, /* a shell command */
+        EXEC_LANG_PYTHON,
+        EXEC_LANG_NODE,
+        EXEC_LANG_BASH,
+};
+int exec_language_from_string(const char *s, enum exec_language *ret);
+
+enum exec_stream {
+        EXEC_STDOUT = 1,
+        EXEC_STDERR = 2,
+};
+
+/* Called on the execution's worker thread for each chunk as it arrives.
+ * Must not block for long, and must not call back into the engine for the
+ * same execution with a wait. */
+typedef void (*exec_output_fn)(const char *exec_id, enum exec_stream stream, const void *data, size_t len,
+                               void *userdata);
+
+struct exec_request {
+        const char *user;
+        const char *session;
+        const char *command;         /* shell command (language NONE) */
+        enum exec_language language; /* or code in this language */
+        const char *code;
+        size_t code_len;    /* 0 = strlen(code) */
+        int timeout_s;      /* 0 = exec_timeout_default; capped at exec_timeout_max */
+        const char *workdir;  /* NULL = /workspace; relative paths are under /workspace */
+        const char *const *env; /* "K=V", NULL-terminated; keys must be [A-Za-z_][A-Za-z0-9_]* */
+        const void *stdin_data; /* fed at start (may be NULL) */
+        size_t stdin_len;
+        bool interactive;       /* keep stdin open for exec_send_stdin() until EOF */
+        const char *actor;      /* for the audit log: "token:<id>", "admin", ... */
+        exec_output_fn on_output;
+        void *userdata;
+};
+
+/* A view of one execution. Strings are malloc'd: free with exec_result_done. */
+struct exec_result {
+        char id[37];
+        char user[65];
+        char session[65];
+        enum exec_state state;
+        enum exec_cause cause;
+        int exit_code; /* -1 unless it exited */
+        char error[512];
+        int64_t created_at; /* unix ms */
+        int64_t duration_ms;
+        uint64_t stdout_bytes; /* total produced, including any past the cap */
+        uint64_t stderr_bytes;
+        bool truncated;       /* head/tail below are not the whole output, or the spool cap dropped bytes */
+        /* Output: with offsets (exec_status) the bytes from that offset on, up
+         * to max_bytes; without (exec_run) head + "\n...\n" marker-free
+         * concatenation is avoided: head and tail are given apart. Raw bytes,
+         * not NUL-safe as strings: use the lengths. */
+        char *stdout_head, *stdout_tail;
+        size_t stdout_head_len, stdout_tail_len;
+        char *stderr_head, *stderr_tail;
+        size_t stderr_head_len, stderr_tail_len;
+        uint64_t stdout_offset; /* where stdout_head starts (0 for a full result) */
+        uint64_t stderr_offset;
+        char command_preview[161];
+};
+void exec_result_done(struct exec_result *r);
+
+int exec_engine_new(const struct sbx_config *cfg, struct docker *d, struct store *st, struct session_manager *sm,
+                    struct exec_engine **ret, struct sbx_error *err);
+/* Executions still running when the daemon stopped are marked FAILED with
+ * cause daemon_restarted (their output so far stays readable). */
+int exec_engine_recover(struct exec_engine *e, size_t *ret_failed);
+/* Cancels what runs, joins the workers, frees. NULL is fine. */
+void exec_engine_free(struct exec_engine *e);
+
+/* Start an execution; writes its id at once. Refusals (bad input, caps,
+ * session errors) happen before anything runs and return -errno + err. */
+int exec_start(struct exec_engine *e, const struct exec_request *req, char ret_id[37], struct sbx_error *err);
+
+/* Start and wait for the end; *ret is a full result (head and tail). */
+int exec_run(struct exec_engine *e, const struct exec_request *req, struct exec_result *ret, struct sbx_error *err);
+
+/* Status of an execution of `user` (other users' ids are -ENOENT). Waits up
+ * to wait_ms (capped at 60 s) for it to end or for output past the offsets.
+ * With offsets >= 0 the result carries up to max_bytes of each stream from
+ * those offsets in *_head (tail empty); with offsets < 0 head and tail. */
+int exec_status(struct exec_engine *e, const char *user, const char *id, int64_t stdout_offset,
+                int64_t stderr_offset, size_t max_bytes, int wait_ms, struct exec_result *ret, struct sbx_error *err);
+
+/* Executions of user (and session if non-NULL), newest first, whose state
+ * is in states_mask (bit 1<<state; 0 = all), at most limit. */
+int exec_list(struct exec_engine *e, const char *user, const char *session, unsigned states_mask, size_t limit,
+              struct exec_result **ret, size_t *ret_n);
+void exec_result_list_free(struct exec_result *list, size_t n);
+
+/* Feed stdin of a running interactive execution; eof closes it. */
+int exec_send_stdin(struct exec_engine *e, const char *user, const char *id, const void *data, size_t len, bool eof,
+                    struct sbx_error *err);
+
+/* Cancel: SIGTERM, grace, SIGKILL of the execution's tree (force: SIGKILL
+ * at once). A finished execution gives -EALREADY naming its state. */
+int exec_cancel(struct exec_engine *e, const char *user, const char *id, bool force, struct sbx_error *err);
+
+/* Running executions, globally and for one session (for stats and caps). */
+size_t exec_running_count(struct exec_engine *e, const char *user, const char *session);
+
+/* Run a helper command in a session's container as part of the daemon's own
+ * work (services, files): not audited as a user execution, not capped. */
+int exec_internal(struct exec_engine *e, const char *container_id, const char *const *argv, const void *stdin_data,
+                  size_t stdin_len, int timeout_ms, int *ret_exit, char **ret_out, size_t *ret_out_len,
+                  struct sbx_error *err);
+
+#endif

@@ -1,0 +1,26 @@
+/* utf8.h — making tenant bytes safe for JSON text.
+ *
+ * Output of a command is raw bytes. Where it travels as JSON text, every
+ * byte sequence that is not valid UTF-8 (stray continuation bytes, overlong
+ * forms, surrogates, code points past U+10FFFF, sequences cut at the end)
+ * is replaced by U+FFFD, one per maximal invalid subsequence, and NUL by
+ * U+FFFD too. Byte counts and offsets always refer to the raw bytes, which
+ * stay readable unchanged as base64. */
+#ifndef SANDBOXD_UTF8_H
+#define SANDBOXD_UTF8_H
+
+#include <stdbool.h>
+#include <stddef.h>
+
+/* Length of the valid UTF-8 sequence at s (1-4), or 0 if invalid/incomplete. */
+size_t utf8_valid_prefix(const unsigned char *s, size_t len);
+bool utf8_is_valid(const void *buf, size_t len);
+/* A NUL-terminated, valid UTF-8 copy (malloc'd) of buf; NULL on OOM. */
+char *utf8_sanitize(const void *buf, size_t len);
+
+/* Base64 (RFC 4648, with padding). Encode returns a malloc'd string. Decode
+ * returns -EINVAL for bad input; *ret is malloc'd. */
+char *base64_encode(const void *buf, size_t len);
+int base64_decode(const char *s, size_t len, unsigned char **ret, size_t *ret_len);
+
+#endif

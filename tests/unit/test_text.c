@@ -1,5 +1,6 @@
 /* Unit tests for SHA-256, UTF-8 repair and base64. */
 #include <criterion/criterion.h>
+#include <errno.h>
 #include <stdlib.h>
 #include <string.h>
 

@@ -8,6 +8,7 @@
 #include <sys/stat.h>
 
 #include "sandboxd/docker.h"
+#include "sandboxd/exec.h"
 #include "sandboxd/log.h"
 #include "sandboxd/monitor.h"
 #include "sandboxd/portpool.h"
@@ -64,6 +65,10 @@ int daemon_open(const struct sbx_config *cfg, const struct daemon_options *opts,
         r = session_reconcile(d->sessions, NULL, err);
         if (r < 0)
                 goto fail;
+        r = exec_engine_new(&d->cfg, d->docker, d->store, d->sessions, &d->exec, err);
+        if (r < 0)
+                goto fail;
+        (void)exec_engine_recover(d->exec, NULL);
         if (!opts->no_monitor) {
                 r = monitor_start(&d->cfg, d->docker, d->sessions, &d->monitor, err);
                 if (r < 0)
@@ -81,6 +86,7 @@ void daemon_close(struct daemon *d)
         if (!d)
                 return;
         monitor_stop(d->monitor);
+        exec_engine_free(d->exec);
         session_manager_free(d->sessions);
         portpool_free(d->ports);
         docker_free(d->docker);

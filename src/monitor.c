@@ -66,9 +66,13 @@ static int on_event(const struct docker_event *ev, void *ud)
         if (strcmp(ev->action, "die") == 0 || strcmp(ev->action, "oom") == 0) {
                 exit_cause(mon, ev->id, cause, sizeof(cause));
                 if (!cause[0]) {
-                        /* An OOM kill of one process inside a container that still runs: the
-                         * execution that hit it reports it; the session stays healthy. */
-                        log_ctx(LOG_LEVEL_WARN, user, session, ev->id, "OOM kill inside the container");
+                        /* An OOM kill of one process inside a container that still runs (or a
+                         * die event raced by a recreation): the execution that hit an OOM
+                         * reports it; the session stays healthy. */
+                        if (strcmp(ev->action, "oom") == 0) {
+                                session_note_oom(mon->sessions, user, session, ev->id);
+                                log_ctx(LOG_LEVEL_WARN, user, session, ev->id, "OOM kill inside the container");
+                        }
                         return mon->stop_events;
                 }
         } else if (strcmp(ev->action, "stop") == 0) {

@@ -52,6 +52,7 @@ struct session {
         char error_cause[64];
         int64_t created_at;
         int64_t last_activity;
+        uint64_t oom_events; /* of the current container */
 };
 
 struct handler {
@@ -625,6 +626,7 @@ int session_get_or_create(struct session_manager *m, const char *user, const cha
                         return r;
                 }
                 memcpy(s->container_id, new_id, sizeof(s->container_id));
+                s->oom_events = 0;
                 sbx_strlcpy(s->image, image, sizeof(s->image));
                 sbx_strlcpy(s->network_mode, network, sizeof(s->network_mode));
                 sbx_strlcpy(s->workspace, workspace, sizeof(s->workspace));
@@ -866,6 +868,28 @@ bool session_mark_failed(struct session_manager *m, const char *user, const char
         if (first)
                 call_handlers(m, user, id, container_id, cause);
         return changed;
+}
+
+void session_note_oom(struct session_manager *m, const char *user, const char *id, const char *container_id)
+{
+        struct session *s;
+
+        if (lookup_ref(m, user, id, false, &s, NULL) < 0)
+                return;
+        pthread_mutex_lock(&s->lock);
+        if (strcmp(s->container_id, container_id) == 0)
+                s->oom_events++;
+        pthread_mutex_unlock(&s->lock);
+        unref(s);
+}
+
+uint64_t session_oom_events(struct session *s)
+{
+        uint64_t n;
+        pthread_mutex_lock(&s->lock);
+        n = s->oom_events;
+        pthread_mutex_unlock(&s->lock);
+        return n;
 }
 
 /* Take the container away from a session that is not in use: used by idle

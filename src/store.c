@@ -943,3 +943,217 @@ int store_audit_count(struct store *s, const char *user, const char *session, co
         *ret_count = r > 0 ? q_col_int64(&q, 0) : 0;
         return 0;
 }
+
+/* ---- executions ---- */
+
+#define EXEC_COLUMNS                                                                                         \
+        "id, user_id, session_id, container_id, kind, command_preview, command_sha256, state, cause, error, " \
+        "spool_path, exit_code, stdout_bytes, stderr_bytes, stdout_spooled, stderr_spooled, truncated, "       \
+        "created_at, finished_at, duration_ms"
+
+static void exec_from_row(struct query *q, struct store_execution *row)
+{
+        memset(row, 0, sizeof(*row));
+        q_col_text(q, 0, row->id, sizeof(row->id));
+        q_col_text(q, 1, row->user_id, sizeof(row->user_id));
+        q_col_text(q, 2, row->session_id, sizeof(row->session_id));
+        q_col_text(q, 3, row->container_id, sizeof(row->container_id));
+        q_col_text(q, 4, row->kind, sizeof(row->kind));
+        q_col_text(q, 5, row->command_preview, sizeof(row->command_preview));
+        q_col_text(q, 6, row->command_sha256, sizeof(row->command_sha256));
+        q_col_text(q, 7, row->state, sizeof(row->state));
+        q_col_text(q, 8, row->cause, sizeof(row->cause));
+        q_col_text(q, 9, row->error, sizeof(row->error));
+        q_col_text(q, 10, row->spool_path, sizeof(row->spool_path));
+        row->exit_code = sqlite3_column_type(q->stmt, 11) == SQLITE_NULL ? -1 : (int)q_col_int64(q, 11);
+        row->stdout_bytes = q_col_int64(q, 12);
+        row->stderr_bytes = q_col_int64(q, 13);
+        row->stdout_spooled = q_col_int64(q, 14);
+        row->stderr_spooled = q_col_int64(q, 15);
+        row->truncated = q_col_int64(q, 16) != 0;
+        row->created_at = q_col_int64(q, 17);
+        row->finished_at = q_col_int64(q, 18);
+        row->duration_ms = q_col_int64(q, 19);
+}
+
+int store_exec_put(struct store *s, const struct store_execution *row)
+{
+        STORE_LOCK(s);
+        _cleanup_(q_end) struct query q = {};
+        int r;
+
+        if (!row || !row->id[0] || !key_ok(row->user_id) || !key_ok(row->session_id))
+                return -EINVAL;
+        r = q_start(&q, s,
+                    "INSERT INTO executions (" EXEC_COLUMNS ") VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9, ?10, "
+                    "?11, ?12, ?13, ?14, ?15, ?16, ?17, ?18, ?19, ?20) "
+                    "ON CONFLICT (id) DO UPDATE SET container_id = excluded.container_id, state = excluded.state, "
+                    "cause = excluded.cause, error = excluded.error, exit_code = excluded.exit_code, "
+                    "stdout_bytes = excluded.stdout_bytes, stderr_bytes = excluded.stderr_bytes, "
+                    "stdout_spooled = excluded.stdout_spooled, stderr_spooled = excluded.stderr_spooled, "
+                    "truncated = excluded.truncated, finished_at = excluded.finished_at, "
+                    "duration_ms = excluded.duration_ms");
+        if (r < 0)
+                return r;
+        q_text(&q, row->id);
+        q_text(&q, row->user_id);
+        q_text(&q, row->session_id);
+        q_text_opt(&q, row->container_id);
+        q_text(&q, row->kind);
+        q_text_opt(&q, row->command_preview);
+        q_text_opt(&q, row->command_sha256);
+        q_text(&q, row->state);
+        q_text_opt(&q, row->cause);
+        q_text_opt(&q, row->error);
+        q_text_opt(&q, row->spool_path);
+        if (row->exit_code >= 0)
+                q_int64(&q, row->exit_code);
+        else
+                q_text(&q, NULL);
+        q_int64(&q, row->stdout_bytes);
+        q_int64(&q, row->stderr_bytes);
+        q_int64(&q, row->stdout_spooled);
+        q_int64(&q, row->stderr_spooled);
+        q_int64(&q, row->truncated ? 1 : 0);
+        q_int64(&q, row->created_at);
+        if (row->finished_at > 0)
+                q_int64(&q, row->finished_at);
+        else
+                q_text(&q, NULL);
+        q_int64(&q, row->duration_ms);
+        r = q_exec(&q);
+        return r < 0 ? r : 0;
+}
+
+int store_exec_get(struct store *s, const char *id, struct store_execution *ret)
+{
+        STORE_LOCK(s);
+        _cleanup_(q_end) struct query q = {};
+        int r;
+
+        if (!id || !ret)
+                return -EINVAL;
+        r = q_start(&q, s, "SELECT " EXEC_COLUMNS " FROM executions WHERE id = ?1");
+        if (r < 0)
+                return r;
+        q_text(&q, id);
+        r = q_step(&q);
+        if (r < 0)
+                return r;
+        if (r == 0)
+                return -ENOENT;
+        exec_from_row(&q, ret);
+        return 0;
+}
+
+static bool state_in(const char *state, const char *const *states)
+{
+        if (!states)
+                return true;
+        for (size_t i = 0; states[i]; i++)
+                if (strcmp(states[i], state) == 0)
+                        return true;
+        return false;
+}
+
+int store_exec_list(struct store *s, const char *user, const char *session, const char *const *states,
+                    size_t limit, struct store_execution **ret, size_t *ret_n)
+{
+        STORE_LOCK(s);
+        _cleanup_(q_end) struct query q = {};
+        _cleanup_free_ struct store_execution *rows = NULL;
+        size_t n = 0, cap = 0;
+        int r;
+
+        if (!user || !ret || !ret_n)
+                return -EINVAL;
+        /* The state filter is applied here rather than in SQL so the statement
+         * stays one fixed, cached text. */
+        r = q_start(&q, s,
+                    "SELECT " EXEC_COLUMNS " FROM executions WHERE user_id = ?1 AND (?2 IS NULL OR session_id = ?2) "
+                    "ORDER BY created_at DESC, id");
+        if (r < 0)
+                return r;
+        q_text(&q, user);
+        q_text(&q, session);
+        while (n < limit && (r = q_step(&q)) > 0) {
+                struct store_execution row;
+                exec_from_row(&q, &row);
+                if (!state_in(row.state, states))
+                        continue;
+                struct store_execution *slot = array_push((void **)&rows, &n, &cap, sizeof(*rows));
+                if (!slot)
+                        return -ENOMEM;
+                *slot = row;
+        }
+        if (r < 0)
+                return r;
+        *ret = TAKE_PTR(rows);
+        *ret_n = n;
+        return 0;
+}
+
+int store_exec_fail_unfinished(struct store *s, const char *cause, const char *error, int64_t now_ms,
+                               size_t *ret_n)
+{
+        STORE_LOCK(s);
+        _cleanup_(q_end) struct query q = {};
+        int r;
+
+        r = q_start(&q, s,
+                    "UPDATE executions SET state = 'FAILED', cause = ?1, error = ?2, finished_at = ?3, "
+                    "duration_ms = MAX(0, ?3 - created_at) WHERE state IN ('PENDING', 'RUNNING')");
+        if (r < 0)
+                return r;
+        q_text(&q, cause);
+        q_text(&q, error);
+        q_int64(&q, now_ms);
+        r = q_exec(&q);
+        if (r < 0)
+                return r;
+        if (ret_n)
+                *ret_n = (size_t)r;
+        return 0;
+}
+
+int store_exec_list_finished_before(struct store *s, int64_t before_ms, size_t limit, struct store_execution **ret,
+                                    size_t *ret_n)
+{
+        STORE_LOCK(s);
+        _cleanup_(q_end) struct query q = {};
+        _cleanup_free_ struct store_execution *rows = NULL;
+        size_t n = 0, cap = 0;
+        int r;
+
+        r = q_start(&q, s,
+                    "SELECT " EXEC_COLUMNS " FROM executions WHERE finished_at IS NOT NULL AND finished_at < ?1 "
+                    "AND spool_path IS NOT NULL ORDER BY finished_at LIMIT ?2");
+        if (r < 0)
+                return r;
+        q_int64(&q, before_ms);
+        q_int64(&q, (int64_t)limit);
+        while ((r = q_step(&q)) > 0) {
+                struct store_execution *slot = array_push((void **)&rows, &n, &cap, sizeof(*rows));
+                if (!slot)
+                        return -ENOMEM;
+                exec_from_row(&q, slot);
+        }
+        if (r < 0)
+                return r;
+        *ret = TAKE_PTR(rows);
+        *ret_n = n;
+        return 0;
+}
+
+int store_exec_clear_spool(struct store *s, const char *id)
+{
+        STORE_LOCK(s);
+        _cleanup_(q_end) struct query q = {};
+        int r = q_start(&q, s, "UPDATE executions SET spool_path = NULL, stdout_spooled = 0, stderr_spooled = 0 "
+                               "WHERE id = ?1");
+        if (r < 0)
+                return r;
+        q_text(&q, id);
+        r = q_exec(&q);
+        return r < 0 ? r : r == 0 ? -ENOENT : 0;
+}

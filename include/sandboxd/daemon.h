@@ -13,6 +13,7 @@ struct store;
 struct portpool;
 struct session_manager;
 struct monitor;
+struct exec_engine;
 
 struct daemon {
         struct sbx_config cfg; /* read-only after daemon_open */
@@ -21,6 +22,7 @@ struct daemon {
         struct portpool *ports;
         struct session_manager *sessions;
         struct monitor *monitor;
+        struct exec_engine *exec;
         int64_t started_at; /* unix ms */
 };
 

@@ -105,6 +105,12 @@ void session_info_list_free(struct session_info *list, size_t n);
 bool session_mark_failed(struct session_manager *m, const char *user, const char *session,
                          const char *container_id, const char *cause);
 
+/* Monitor entry: an OOM kill happened inside the session's container while
+ * it kept running. Counted so an execution killed by it can say "oom". */
+void session_note_oom(struct session_manager *m, const char *user, const char *session, const char *container_id);
+/* OOM kills noted for the session's current container so far. */
+uint64_t session_oom_events(struct session *s);
+
 /* (user, session, container_id) of every RUNNING session, copied. */
 struct session_ref {
         char user[SESSION_KEY_MAX + 1];

@@ -139,6 +139,46 @@ struct store_port {
  * for the caller to free (NULL when there are none). */
 int store_ports_list(struct store *s, struct store_port **ret, size_t *ret_n);
 
+/* ---- executions ---- */
+
+struct store_execution {
+        char id[37];
+        char user_id[65];
+        char session_id[65];
+        char container_id[65];
+        char kind[16];             /* exec | python3 | node | bash */
+        char command_preview[161];
+        char command_sha256[65];
+        char state[16];            /* PENDING RUNNING COMPLETED FAILED CANCELLED TIMEOUT */
+        char cause[32];
+        char error[512];
+        char spool_path[600];      /* the stdout spool; stderr is beside it */
+        int exit_code;             /* -1 = none */
+        int64_t stdout_bytes, stderr_bytes;     /* produced */
+        int64_t stdout_spooled, stderr_spooled; /* kept */
+        bool truncated;
+        int64_t created_at, finished_at, duration_ms; /* unix ms; 0 = not yet */
+};
+
+/* Insert or update the whole row. */
+int store_exec_put(struct store *s, const struct store_execution *row);
+/* -ENOENT when absent. */
+int store_exec_get(struct store *s, const char *id, struct store_execution *ret);
+/* Executions of user (and session if non-NULL), newest first, whose state is
+ * one of states (NULL-terminated; NULL = any), at most limit. malloc'd array. */
+int store_exec_list(struct store *s, const char *user, const char *session, const char *const *states,
+                    size_t limit, struct store_execution **ret, size_t *ret_n);
+/* Mark every PENDING/RUNNING execution FAILED with cause and error (after a
+ * daemon restart). *ret_n = how many. */
+int store_exec_fail_unfinished(struct store *s, const char *cause, const char *error, int64_t now_ms,
+                               size_t *ret_n);
+/* Executions that finished before before_ms, oldest first, at most limit
+ * (for gc of their spools). malloc'd array. */
+int store_exec_list_finished_before(struct store *s, int64_t before_ms, size_t limit, struct store_execution **ret,
+                                    size_t *ret_n);
+/* Forget the spool of an execution (gc removed the files). */
+int store_exec_clear_spool(struct store *s, const char *id);
+
 /* ---- audit ---- */
 
 /* Append an audit row stamped with the wall clock. action is required;

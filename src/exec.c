@@ -1,0 +1,1204 @@
+/* exec.c — the execution engine (see exec.h for the contract).
+ *
+ * Locks:
+ *   e->lock   the registry of live executions (e->live), every execution's
+ *             refs, and the worker count (paired with e->idle for shutdown).
+ *   x->lock   an execution's state, counters and spool offsets; paired with
+ *             x->cond, broadcast on every state change and output chunk so
+ *             long-polls wake up.
+ *   x->stdin_lock  serialises writes to the exec's stdin and the stream's
+ *             teardown, so a blocked stdin write never stalls the output.
+ * Order: e->lock before x->lock; never a Docker call under either.
+ *
+ * A live execution stays in e->live until its worker has persisted the
+ * final state; after that every read comes from the store and the spool. */
+#include "sandboxd/exec.h"
+
+#include <cjson/cJSON.h>
+#include <errno.h>
+#include <fcntl.h>
+#include <inttypes.h>
+#include <pthread.h>
+#include <stdio.h>
+#include <string.h>
+#include <sys/stat.h>
+#include <time.h>
+#include <unistd.h>
+
+#include "sandboxd/container.h"
+#include "sandboxd/docker.h"
+#include "sandboxd/log.h"
+#include "sandboxd/session.h"
+#include "sandboxd/sha256.h"
+#include "sandboxd/store.h"
+#include "sandboxd/utf8.h"
+
+#define MAX_ENV 128
+#define MAX_ENV_BYTES (64 * 1024)
+#define MAX_WAIT_MS 60000
+#define SLICE_MS 100
+#define KILL_ROUNDS 10
+#define READ_CHUNK (64 * 1024)
+
+/* Signals every process whose environment carries SBX_EXEC_ID=$1, prints how
+ * many. The id is an argument, never part of the script text. */
+static const char kill_script[] =
+        "n=0; for d in /proc/[0-9]*; do p=${d#/proc/}; [ \"$p\" = \"$$\" ] && continue; "
+        "if tr '\\0' '\\n' < \"$d/environ\" 2>/dev/null | grep -qxF \"SBX_EXEC_ID=$1\"; then "
+        "kill -\"$2\" \"$p\" 2>/dev/null && n=$((n+1)); fi; done; echo $n";
+
+/* Writes stdin to the file $1 (a path the daemon chose). */
+static const char write_script[] = "umask 077; cat > \"$1\"";
+
+struct execution {
+        struct exec_engine *e;
+        int refs;               /* e->lock */
+        struct execution *next; /* e->live (e->lock) */
+
+        /* fixed at creation */
+        char id[37];
+        char user[65];
+        char session[65];
+        char kind[16];
+        char actor[96];
+        char preview[161];
+        char sha[65];
+        char workdir[1024];
+        char **argv;
+        char **env;
+        void *stdin_data;
+        size_t stdin_len;
+        void *code;
+        size_t code_len;
+        char code_path[96];
+        bool interactive;
+        int timeout_s;
+        int64_t created_at;
+        exec_output_fn on_output;
+        void *userdata;
+        char spool[2][SBX_PATH_MAX + 64];
+
+        pthread_mutex_t lock;
+        pthread_cond_t cond;
+        enum exec_state state;
+        enum exec_cause cause;
+        int exit_code;
+        int start_error; /* -errno when it never ran */
+        char error[512];
+        char container_id[65];
+        int64_t duration_ms;
+        uint64_t total[2];   /* [0] stdout, [1] stderr */
+        uint64_t spooled[2];
+        bool cancel;
+        bool force;
+        bool finished; /* final state persisted and audited */
+
+        pthread_mutex_t stdin_lock;
+        struct docker_stream *stream;
+        bool stdin_closed;
+        uint64_t stdin_sent;
+        int spool_fd[2];
+};
+
+struct exec_engine {
+        const struct sbx_config *cfg;
+        struct docker *docker;
+        struct store *store;
+        struct session_manager *sessions;
+        char spool_dir[SBX_PATH_MAX + 16];
+
+        pthread_mutex_t lock;
+        pthread_cond_t idle;
+        struct execution *live;
+        size_t workers;
+        bool closing;
+};
+
+static const char *const state_names[] = {"PENDING", "RUNNING", "COMPLETED", "FAILED", "CANCELLED", "TIMEOUT"};
+static const char *const cause_names[] = {"",          "exited",         "timeout",           "cancelled",
+                                          "oom",       "container_died", "daemon_restarted",  "error"};
+
+const char *exec_state_to_string(enum exec_state s)
+{
+        return (unsigned)s < ELEMENTSOF(state_names) ? state_names[s] : "UNKNOWN";
+}
+
+int exec_state_from_string(const char *s, enum exec_state *ret)
+{
+        for (size_t i = 0; i < ELEMENTSOF(state_names); i++)
+                if (s && strcasecmp(s, state_names[i]) == 0) {
+                        *ret = (enum exec_state)i;
+                        return 0;
+                }
+        return -EINVAL;
+}
+
+const char *exec_cause_to_string(enum exec_cause c)
+{
+        return (unsigned)c < ELEMENTSOF(cause_names) ? cause_names[c] : "";
+}
+
+static enum exec_cause cause_from_string(const char *s)
+{
+        for (size_t i = 0; i < ELEMENTSOF(cause_names); i++)
+                if (s && strcmp(s, cause_names[i]) == 0)
+                        return (enum exec_cause)i;
+        return EXEC_CAUSE_NONE;
+}
+
+bool exec_state_is_final(enum exec_state s) { return s >= EXEC_COMPLETED; }
+
+int exec_language_from_string(const char *s, enum exec_language *ret)
+{
+        static const struct {
+                const char *name;
+                enum exec_language lang;
+        } langs[] = {{"python", EXEC_LANG_PYTHON}, {"python3", EXEC_LANG_PYTHON}, {"node", EXEC_LANG_NODE},
+                     {"javascript", EXEC_LANG_NODE}, {"bash", EXEC_LANG_BASH}};
+        for (size_t i = 0; i < ELEMENTSOF(langs); i++)
+                if (s && strcmp(s, langs[i].name) == 0) {
+                        *ret = langs[i].lang;
+                        return 0;
+                }
+        return -EINVAL;
+}
+
+/* ---- validation ---- */
+
+/* Lexically resolve workdir under /workspace; refuse anything that leaves
+ * it. (Symlinks inside the container cannot widen what the tenant may do:
+ * the command runs with the container's rights wherever it starts.) */
+static int normalize_workdir(const char *in, char out[1024], struct sbx_error *err)
+{
+        char buf[2048], *save = NULL, *part;
+        size_t len = 0;
+
+        if (!in || !*in)
+                in = CONTAINER_WORKSPACE;
+        if (snprintf(buf, sizeof(buf), "%s%s", in[0] == '/' ? "" : CONTAINER_WORKSPACE "/", in) >= 1024)
+                return sbx_error_set(err, -EINVAL, 0, "workdir is too long");
+        out[0] = '\0';
+        for (part = strtok_r(buf, "/", &save); part; part = strtok_r(NULL, "/", &save)) {
+                if (strcmp(part, ".") == 0)
+                        continue;
+                if (strcmp(part, "..") == 0) {
+                        char *slash = strrchr(out, '/');
+                        if (slash)
+                                *slash = '\0';
+                        len = strlen(out);
+                        continue;
+                }
+                for (const char *c = part; *c; c++)
+                        if ((unsigned char)*c < 0x20)
+                                return sbx_error_set(err, -EINVAL, 0, "workdir contains control characters");
+                len += (size_t)snprintf(out + len, 1024 - len, "/%s", part);
+        }
+        if (strcmp(out, CONTAINER_WORKSPACE) != 0 && strncmp(out, CONTAINER_WORKSPACE "/", strlen(CONTAINER_WORKSPACE) + 1) != 0)
+                return sbx_error_set(err, -EINVAL, 0, "workdir '%s' is outside /workspace", in);
+        return 0;
+}
+
+static int check_env(const char *const *env, size_t *ret_n, struct sbx_error *err)
+{
+        size_t n = 0, bytes = 0;
+
+        for (; env && env[n]; n++) {
+                const char *kv = env[n], *eq = strchr(kv, '=');
+                if (n >= MAX_ENV)
+                        return sbx_error_set(err, -E2BIG, 0, "too many environment variables (max %d)", MAX_ENV);
+                if (!eq || eq == kv || !((kv[0] >= 'A' && kv[0] <= 'Z') || (kv[0] >= 'a' && kv[0] <= 'z') || kv[0] == '_'))
+                        return sbx_error_set(err, -EINVAL, 0, "environment entry %zu is not NAME=value", n);
+                for (const char *c = kv; c < eq; c++)
+                        if (!((*c >= 'A' && *c <= 'Z') || (*c >= 'a' && *c <= 'z') || (*c >= '0' && *c <= '9') || *c == '_'))
+                                return sbx_error_set(err, -EINVAL, 0, "environment name '%.*s' is not [A-Za-z_][A-Za-z0-9_]*",
+                                                     (int)(eq - kv), kv);
+                if (strncmp(kv, "SBX_", 4) == 0)
+                        return sbx_error_set(err, -EINVAL, 0, "environment names starting with SBX_ are reserved");
+                bytes += strlen(kv) + 1;
+                if (bytes > MAX_ENV_BYTES)
+                        return sbx_error_set(err, -E2BIG, 0, "environment is larger than %d bytes", MAX_ENV_BYTES);
+        }
+        *ret_n = n;
+        return 0;
+}
+
+/* ---- executions ---- */
+
+static void strv_free(char **v)
+{
+        for (size_t i = 0; v && v[i]; i++)
+                free(v[i]);
+        free(v);
+}
+
+static void execution_free(struct execution *x)
+{
+        if (!x)
+                return;
+        strv_free(x->argv);
+        strv_free(x->env);
+        free(x->stdin_data);
+        free(x->code);
+        for (int i = 0; i < 2; i++)
+                if (x->spool_fd[i] >= 0)
+                        close(x->spool_fd[i]);
+        docker_stream_free(x->stream);
+        pthread_mutex_destroy(&x->lock);
+        pthread_cond_destroy(&x->cond);
+        pthread_mutex_destroy(&x->stdin_lock);
+        free(x);
+}
+
+static void unref(struct execution *x)
+{
+        struct exec_engine *e;
+        bool last;
+
+        if (!x)
+                return;
+        e = x->e;
+        pthread_mutex_lock(&e->lock);
+        last = --x->refs == 0;
+        pthread_mutex_unlock(&e->lock);
+        if (last)
+                execution_free(x);
+}
+
+static void unrefp(struct execution **x) { unref(*x); }
+
+static struct execution *find_ref(struct exec_engine *e, const char *user, const char *id)
+{
+        struct execution *x;
+
+        pthread_mutex_lock(&e->lock);
+        for (x = e->live; x; x = x->next)
+                if (strcmp(x->id, id) == 0 && (!user || strcmp(x->user, user) == 0)) {
+                        x->refs++;
+                        break;
+                }
+        pthread_mutex_unlock(&e->lock);
+        return x;
+}
+
+static void persist(struct execution *x)
+{
+        struct store_execution row = {0};
+        int r;
+
+        pthread_mutex_lock(&x->lock);
+        sbx_strlcpy(row.id, x->id, sizeof(row.id));
+        sbx_strlcpy(row.user_id, x->user, sizeof(row.user_id));
+        sbx_strlcpy(row.session_id, x->session, sizeof(row.session_id));
+        sbx_strlcpy(row.container_id, x->container_id, sizeof(row.container_id));
+        sbx_strlcpy(row.kind, x->kind, sizeof(row.kind));
+        sbx_strlcpy(row.command_preview, x->preview, sizeof(row.command_preview));
+        sbx_strlcpy(row.command_sha256, x->sha, sizeof(row.command_sha256));
+        sbx_strlcpy(row.state, exec_state_to_string(x->state), sizeof(row.state));
+        sbx_strlcpy(row.cause, exec_cause_to_string(x->cause), sizeof(row.cause));
+        sbx_strlcpy(row.error, x->error, sizeof(row.error));
+        sbx_strlcpy(row.spool_path, x->spool[0], sizeof(row.spool_path));
+        row.exit_code = x->exit_code;
+        row.stdout_bytes = (int64_t)x->total[0];
+        row.stderr_bytes = (int64_t)x->total[1];
+        row.stdout_spooled = (int64_t)x->spooled[0];
+        row.stderr_spooled = (int64_t)x->spooled[1];
+        row.truncated = x->total[0] > x->spooled[0] || x->total[1] > x->spooled[1];
+        row.created_at = x->created_at;
+        row.duration_ms = x->duration_ms;
+        row.finished_at = exec_state_is_final(x->state) ? x->created_at + x->duration_ms : 0;
+        pthread_mutex_unlock(&x->lock);
+        r = store_exec_put(x->e->store, &row);
+        if (r < 0)
+                log_ctx(LOG_LEVEL_ERROR, x->user, x->session, NULL, "cannot record execution %s: %s", x->id,
+                        strerror(-r));
+}
+
+static void set_state(struct execution *x, enum exec_state st, enum exec_cause cause)
+{
+        pthread_mutex_lock(&x->lock);
+        x->state = st;
+        x->cause = cause;
+        pthread_cond_broadcast(&x->cond);
+        pthread_mutex_unlock(&x->lock);
+}
+
+static void on_chunk(struct execution *x, int k, const char *buf, size_t n)
+{
+        uint64_t cap = (uint64_t)x->e->cfg->exec_output_cap_bytes;
+
+        pthread_mutex_lock(&x->lock);
+        x->total[k] += n;
+        if (x->spooled[k] < cap && x->spool_fd[k] >= 0) {
+                size_t keep = cap - x->spooled[k] < n ? (size_t)(cap - x->spooled[k]) : n;
+                ssize_t w = pwrite(x->spool_fd[k], buf, keep, (off_t)x->spooled[k]);
+                if (w > 0)
+                        x->spooled[k] += (uint64_t)w;
+        }
+        pthread_cond_broadcast(&x->cond);
+        pthread_mutex_unlock(&x->lock);
+        if (x->on_output)
+                x->on_output(x->id, k == 0 ? EXEC_STDOUT : EXEC_STDERR, buf, n, x->userdata);
+}
+
+/* Signal the execution's whole tree; returns how many were signalled. */
+static int kill_tree(struct execution *x, const char *sig)
+{
+        const char *argv[] = {"sh", "-c", kill_script, "sbx-kill", x->id, sig, NULL};
+        _cleanup_free_ char *out = NULL;
+        int code = -1, r;
+
+        r = exec_internal(x->e, x->container_id, argv, NULL, 0, 15000, &code, &out, NULL, NULL);
+        if (r < 0 || code != 0)
+                return r < 0 ? r : -EIO;
+        return out ? atoi(out) : 0;
+}
+
+static void kill_until_gone(struct execution *x)
+{
+        for (int i = 0; i < KILL_ROUNDS; i++)
+                if (kill_tree(x, "KILL") <= 0)
+                        return;
+}
+
+/* Open both spool files (O_CLOEXEC, 0600, truncated). */
+static int open_spools(struct execution *x)
+{
+        for (int k = 0; k < 2; k++) {
+                x->spool_fd[k] = open(x->spool[k], O_RDWR | O_CREAT | O_TRUNC | O_CLOEXEC | O_NOFOLLOW, 0600);
+                if (x->spool_fd[k] < 0)
+                        return -errno;
+        }
+        return 0;
+}
+
+static void audit(struct execution *x)
+{
+        cJSON *d = cJSON_CreateObject();
+        _cleanup_free_ char *preview = utf8_sanitize(x->preview, strlen(x->preview));
+        char *json;
+
+        pthread_mutex_lock(&x->lock);
+        cJSON_AddStringToObject(d, "execution_id", x->id);
+        cJSON_AddStringToObject(d, "kind", x->kind);
+        cJSON_AddStringToObject(d, "preview", preview ? preview : "");
+        cJSON_AddStringToObject(d, "sha256", x->sha);
+        cJSON_AddStringToObject(d, "state", exec_state_to_string(x->state));
+        cJSON_AddStringToObject(d, "cause", exec_cause_to_string(x->cause));
+        if (x->exit_code >= 0)
+                cJSON_AddNumberToObject(d, "exit_code", x->exit_code);
+        else
+                cJSON_AddNullToObject(d, "exit_code");
+        cJSON_AddNumberToObject(d, "duration_ms", (double)x->duration_ms);
+        cJSON_AddStringToObject(d, "container_id", x->container_id);
+        pthread_mutex_unlock(&x->lock);
+        json = cJSON_PrintUnformatted(d);
+        (void)store_audit(x->e->store, x->actor[0] ? x->actor : "unknown", x->user, x->session, "exec", json);
+        free(json);
+        cJSON_Delete(d);
+}
+
+/* The worker: get the session's container, start, pump output, enforce the
+ * deadline and cancel, then classify how it ended. */
+static void run(struct execution *x)
+{
+        struct exec_engine *e = x->e;
+        const struct sbx_config *cfg = e->cfg;
+        struct docker_exec_spec spec = {0};
+        struct docker_exec_info info;
+        struct session *s = NULL;
+        struct sbx_error err = {0};
+        char exec_id[65], buf[READ_CHUNK];
+        int64_t start = sbx_now_ms(), deadline, kill_at = 0, give_up_at = 0;
+        uint64_t oom_before;
+        bool killing = false, hard = false, timed_out = false, cancelled = false, container_died = false;
+        int r;
+
+        r = session_get_or_create(e->sessions, x->user, x->session, &s, &err);
+        if (r < 0)
+                goto failed;
+        session_container_id(s, x->container_id);
+        oom_before = session_oom_events(s);
+
+        if (x->code) {
+                const char *wargv[] = {"sh", "-c", write_script, "sbx-write", x->code_path, NULL};
+                int code = -1;
+                r = exec_internal(e, x->container_id, wargv, x->code, x->code_len, cfg->docker_timeout_ms, &code,
+                                  NULL, NULL, &err);
+                if (r == 0 && code != 0)
+                        r = sbx_error_set(&err, -EIO, 0, "cannot write the code file in the container (exit %d)", code);
+                if (r < 0)
+                        goto failed;
+        }
+
+        spec.cmd = (const char *const *)x->argv;
+        spec.env = (const char *const *)x->env;
+        spec.workdir = x->workdir;
+        spec.attach_stdin = x->interactive || x->stdin_len > 0;
+        r = docker_exec_create(e->docker, x->container_id, &spec, exec_id, &err);
+        if (r == 0)
+                r = open_spools(x) < 0 ? sbx_error_set(&err, -EIO, 0, "cannot open the output spool: %m") : 0;
+        if (r == 0) {
+                struct docker_stream *stream = NULL;
+                r = docker_exec_attach(e->docker, exec_id, &stream, &err);
+                pthread_mutex_lock(&x->stdin_lock);
+                x->stream = stream;
+                pthread_mutex_unlock(&x->stdin_lock);
+        }
+        if (r < 0)
+                goto failed;
+
+        start = sbx_now_ms();
+        deadline = start + (int64_t)x->timeout_s * 1000;
+        set_state(x, EXEC_RUNNING, EXEC_CAUSE_NONE);
+        persist(x);
+
+        pthread_mutex_lock(&x->stdin_lock);
+        if (x->stdin_len > 0) {
+                (void)docker_stream_write(x->stream, x->stdin_data, x->stdin_len);
+                x->stdin_sent = x->stdin_len;
+        }
+        if (!x->interactive && spec.attach_stdin) {
+                (void)docker_stream_close_write(x->stream);
+                x->stdin_closed = true;
+        }
+        pthread_mutex_unlock(&x->stdin_lock);
+
+        for (;;) {
+                enum docker_stream_kind kind;
+                int64_t now = sbx_now_ms();
+                ssize_t n;
+                bool want_cancel, want_force;
+
+                pthread_mutex_lock(&x->lock);
+                want_cancel = x->cancel;
+                want_force = x->force;
+                pthread_mutex_unlock(&x->lock);
+
+                if (!killing && (want_cancel || now >= deadline)) {
+                        killing = true;
+                        cancelled = want_cancel;
+                        timed_out = !want_cancel;
+                        hard = want_force;
+                        (void)kill_tree(x, hard ? "KILL" : "TERM");
+                        kill_at = sbx_now_ms() + cfg->exec_kill_grace_ms;
+                        give_up_at = kill_at + 5000;
+                } else if (killing && !hard && (want_force || now >= kill_at)) {
+                        hard = true;
+                        kill_until_gone(x);
+                } else if (killing && hard && now >= give_up_at) {
+                        break; /* the stream did not close: stop waiting for it */
+                }
+
+                n = docker_stream_read(x->stream, &kind, buf, sizeof(buf), SLICE_MS);
+                if (n > 0) {
+                        if (kind == DOCKER_STREAM_STDOUT || kind == DOCKER_STREAM_STDERR)
+                                on_chunk(x, kind == DOCKER_STREAM_STDOUT ? 0 : 1, buf, (size_t)n);
+                        continue;
+                }
+                if (n == 0)
+                        break;
+                if (n != -ETIMEDOUT) {
+                        container_died = true; /* the connection broke under us */
+                        break;
+                }
+        }
+
+        if (killing)
+                kill_until_gone(x); /* no straggler survives: setsid'd and backgrounded ones included */
+        pthread_mutex_lock(&x->stdin_lock);
+        docker_stream_free(x->stream);
+        x->stream = NULL;
+        x->stdin_closed = true;
+        pthread_mutex_unlock(&x->stdin_lock);
+
+        x->exit_code = -1;
+        for (int i = 0; i < 20; i++) {
+                r = docker_exec_inspect(e->docker, exec_id, &info, NULL);
+                if (r < 0 || !info.running)
+                        break;
+                sbx_sleep_ms(10);
+        }
+        if (r == 0 && !info.running)
+                x->exit_code = info.exit_code;
+        if (!killing && (r < 0 || x->exit_code < 0 || x->exit_code >= 128)) {
+                /* Killed by a signal: was it the whole container? Docker may still
+                 * report it running for a moment, but it can no longer run anything. */
+                struct docker_container_info ci;
+                const char *probe[] = {"true", NULL};
+                int code = -1;
+                if (docker_container_inspect(e->docker, x->container_id, &ci, NULL) < 0 || !ci.running ||
+                    exec_internal(e, x->container_id, probe, NULL, 0, 5000, &code, NULL, NULL, NULL) < 0 || code != 0)
+                        container_died = true;
+        }
+
+        pthread_mutex_lock(&x->lock);
+        x->duration_ms = sbx_now_ms() - start;
+        pthread_mutex_unlock(&x->lock);
+        if (cancelled)
+                set_state(x, EXEC_CANCELLED, EXEC_CAUSE_CANCELLED);
+        else if (timed_out)
+                set_state(x, EXEC_TIMEOUT, EXEC_CAUSE_TIMEOUT);
+        else if (container_died)
+                set_state(x, EXEC_FAILED, EXEC_CAUSE_CONTAINER_DIED);
+        else if (x->exit_code == 137) {
+                /* SIGKILL we did not send: an OOM kill if the engine reported one meanwhile */
+                bool oom = false;
+                for (int i = 0; i < 30 && !oom; i++) {
+                        oom = session_oom_events(s) > oom_before;
+                        if (!oom)
+                                sbx_sleep_ms(10);
+                }
+                set_state(x, oom ? EXEC_FAILED : EXEC_COMPLETED, oom ? EXEC_CAUSE_OOM : EXEC_CAUSE_EXITED);
+        } else
+                set_state(x, EXEC_COMPLETED, EXEC_CAUSE_EXITED);
+        if (x->code) {
+                const char *rargv[] = {"rm", "-f", x->code_path, NULL};
+                (void)exec_internal(e, x->container_id, rargv, NULL, 0, 5000, NULL, NULL, NULL, NULL);
+        }
+        goto done;
+
+failed:
+        pthread_mutex_lock(&x->lock);
+        x->start_error = r;
+        snprintf(x->error, sizeof(x->error), "%s", err.msg[0] ? err.msg : strerror(-r));
+        x->duration_ms = sbx_now_ms() - start;
+        pthread_mutex_unlock(&x->lock);
+        set_state(x, EXEC_FAILED, EXEC_CAUSE_ERROR);
+        log_ctx(LOG_LEVEL_WARN, x->user, x->session, x->container_id[0] ? x->container_id : NULL,
+                "execution %s could not run: %s", x->id, x->error);
+done:
+        persist(x);
+        audit(x);
+        session_release(s);
+        pthread_mutex_lock(&x->lock);
+        x->finished = true;
+        pthread_cond_broadcast(&x->cond);
+        pthread_mutex_unlock(&x->lock);
+}
+
+static void *worker_main(void *ud)
+{
+        struct execution *x = ud;
+        struct exec_engine *e = x->e;
+
+        pthread_setname_np(pthread_self(), "sbx-exec");
+        run(x);
+
+        pthread_mutex_lock(&e->lock);
+        for (struct execution **pp = &e->live; *pp; pp = &(*pp)->next)
+                if (*pp == x) {
+                        *pp = x->next;
+                        x->refs--;
+                        break;
+                }
+        e->workers--;
+        pthread_cond_broadcast(&e->idle);
+        pthread_mutex_unlock(&e->lock);
+        /* wake long-polls that now have to read from the store */
+        pthread_mutex_lock(&x->lock);
+        pthread_cond_broadcast(&x->cond);
+        pthread_mutex_unlock(&x->lock);
+        unref(x);
+        return NULL;
+}
+
+/* ---- engine ---- */
+
+int exec_engine_new(const struct sbx_config *cfg, struct docker *d, struct store *st, struct session_manager *sm,
+                    struct exec_engine **ret, struct sbx_error *err)
+{
+        struct exec_engine *e = calloc(1, sizeof(*e));
+
+        if (!e)
+                return sbx_error_set(err, -ENOMEM, 0, "out of memory");
+        e->cfg = cfg;
+        e->docker = d;
+        e->store = st;
+        e->sessions = sm;
+        snprintf(e->spool_dir, sizeof(e->spool_dir), "%s/executions", cfg->data_dir);
+        if (mkdir(e->spool_dir, 0700) < 0 && errno != EEXIST) {
+                int r = -errno;
+                free(e);
+                return sbx_error_set(err, r, 0, "cannot create %s: %s", cfg->data_dir, strerror(-r));
+        }
+        pthread_mutex_init(&e->lock, NULL);
+        pthread_cond_init(&e->idle, NULL);
+        *ret = e;
+        return 0;
+}
+
+int exec_engine_recover(struct exec_engine *e, size_t *ret_failed)
+{
+        size_t n = 0;
+        int r = store_exec_fail_unfinished(e->store, exec_cause_to_string(EXEC_CAUSE_DAEMON_RESTARTED),
+                                           "the daemon restarted while it ran", sbx_wall_ms(), &n);
+        if (r == 0 && n > 0)
+                log_info("%zu executions were running when the daemon stopped: marked FAILED (daemon_restarted)", n);
+        if (ret_failed)
+                *ret_failed = n;
+        return r;
+}
+
+void exec_engine_free(struct exec_engine *e)
+{
+        if (!e)
+                return;
+        pthread_mutex_lock(&e->lock);
+        e->closing = true;
+        for (struct execution *x = e->live; x; x = x->next) {
+                pthread_mutex_lock(&x->lock);
+                x->cancel = true;
+                x->force = true;
+                pthread_mutex_unlock(&x->lock);
+        }
+        while (e->workers > 0)
+                pthread_cond_wait(&e->idle, &e->lock);
+        pthread_mutex_unlock(&e->lock);
+        pthread_mutex_destroy(&e->lock);
+        pthread_cond_destroy(&e->idle);
+        free(e);
+}
+
+size_t exec_running_count(struct exec_engine *e, const char *user, const char *session)
+{
+        size_t n = 0;
+        pthread_mutex_lock(&e->lock);
+        for (struct execution *x = e->live; x; x = x->next)
+                if ((!user || strcmp(user, x->user) == 0) && (!session || strcmp(session, x->session) == 0))
+                        n++;
+        pthread_mutex_unlock(&e->lock);
+        return n;
+}
+
+static char **strv_dup(const char *const *v, size_t extra_front, size_t *ret_n)
+{
+        size_t n = 0;
+        char **out;
+
+        while (v && v[n])
+                n++;
+        out = calloc(n + extra_front + 1, sizeof(char *));
+        if (!out)
+                return NULL;
+        for (size_t i = 0; i < n; i++)
+                if (!(out[extra_front + i] = strdup(v[i]))) {
+                        strv_free(out);
+                        return NULL;
+                }
+        if (ret_n)
+                *ret_n = n + extra_front;
+        return out;
+}
+
+static int build(struct exec_engine *e, const struct exec_request *req, struct execution **ret, struct sbx_error *err)
+{
+        const struct sbx_config *cfg = e->cfg;
+        _cleanup_(unrefp) struct execution *x = NULL;
+        const char *text;
+        size_t text_len, n_env;
+        int r;
+
+        r = session_key_check(req->user, req->session, err);
+        if (r < 0)
+                return r;
+        if (req->language == EXEC_LANG_NONE) {
+                if (!req->command || !*req->command)
+                        return sbx_error_set(err, -EINVAL, 0, "command is empty");
+                text = req->command;
+                text_len = strlen(text);
+        } else {
+                if (!req->code)
+                        return sbx_error_set(err, -EINVAL, 0, "code is missing");
+                text = req->code;
+                text_len = req->code_len ? req->code_len : strlen(req->code);
+        }
+        if ((int64_t)text_len > cfg->max_command_bytes)
+                return sbx_error_set(err, -E2BIG, 0, "%s is %zu bytes; the limit is %" PRId64,
+                                     req->language ? "code" : "command", text_len, cfg->max_command_bytes);
+        if ((int64_t)req->stdin_len > cfg->max_stdin_bytes)
+                return sbx_error_set(err, -E2BIG, 0, "stdin is %zu bytes; the limit is %" PRId64, req->stdin_len,
+                                     cfg->max_stdin_bytes);
+        if (req->timeout_s < 0 || req->timeout_s > cfg->exec_timeout_max_s)
+                return sbx_error_set(err, -EINVAL, 0, "timeout must be between 1 and %d seconds",
+                                     cfg->exec_timeout_max_s);
+        r = check_env(req->env, &n_env, err);
+        if (r < 0)
+                return r;
+
+        x = calloc(1, sizeof(*x));
+        if (!x)
+                return sbx_error_set(err, -ENOMEM, 0, "out of memory");
+        x->e = e;
+        x->refs = 1;
+        x->spool_fd[0] = x->spool_fd[1] = -1;
+        pthread_mutex_init(&x->lock, NULL);
+        pthread_cond_init(&x->cond, NULL);
+        pthread_mutex_init(&x->stdin_lock, NULL);
+        r = normalize_workdir(req->workdir, x->workdir, err);
+        if (r < 0)
+                return r;
+        (void)sbx_uuid(x->id);
+        sbx_strlcpy(x->user, req->user, sizeof(x->user));
+        sbx_strlcpy(x->session, req->session, sizeof(x->session));
+        sbx_strlcpy(x->actor, req->actor, sizeof(x->actor));
+        x->timeout_s = req->timeout_s > 0 ? req->timeout_s : cfg->exec_timeout_default_s;
+        x->interactive = req->interactive;
+        x->on_output = req->on_output;
+        x->userdata = req->userdata;
+        x->created_at = sbx_wall_ms();
+        x->exit_code = -1;
+        x->state = EXEC_PENDING;
+        sha256_hex(text, text_len, x->sha);
+        memcpy(x->preview, text, text_len < sizeof(x->preview) - 1 ? text_len : sizeof(x->preview) - 1);
+        for (char *p = x->preview; *p; p++)
+                if (*p == '\n' || *p == '\r' || *p == '\t')
+                        *p = ' ';
+        for (int k = 0; k < 2; k++)
+                snprintf(x->spool[k], sizeof(x->spool[k]), "%s/%s.%s", e->spool_dir, x->id, k ? "stderr" : "stdout");
+
+        /* The environment: the caller's entries plus the tree marker. */
+        x->env = strv_dup(req->env, 1, NULL);
+        if (!x->env || asprintf(&x->env[0], "SBX_EXEC_ID=%s", x->id) < 0)
+                return sbx_error_set(err, -ENOMEM, 0, "out of memory");
+
+        if (req->language == EXEC_LANG_NONE) {
+                const char *argv[] = {"sh", "-c", req->command, NULL};
+                sbx_strlcpy(x->kind, "exec", sizeof(x->kind));
+                x->argv = strv_dup(argv, 0, NULL);
+        } else {
+                /* The code travels as data: written to a file the daemon names,
+                 * then given to the interpreter as a path. */
+                static const char *const interp[] = {[EXEC_LANG_PYTHON] = "python3", [EXEC_LANG_NODE] = "node",
+                                                     [EXEC_LANG_BASH] = "bash"};
+                static const char *const ext[] = {[EXEC_LANG_PYTHON] = "py", [EXEC_LANG_NODE] = "js",
+                                                  [EXEC_LANG_BASH] = "sh"};
+                if ((unsigned)req->language >= ELEMENTSOF(interp) || !interp[req->language])
+                        return sbx_error_set(err, -EINVAL, 0, "unsupported language");
+                snprintf(x->code_path, sizeof(x->code_path), "/tmp/sbx-code-%s.%s", x->id, ext[req->language]);
+                const char *argv[] = {interp[req->language], x->code_path, NULL};
+                snprintf(x->kind, sizeof(x->kind), "%s", interp[req->language]);
+                x->argv = strv_dup(argv, 0, NULL);
+                x->code = malloc(text_len ? text_len : 1);
+                if (x->code)
+                        memcpy(x->code, text, text_len);
+                x->code_len = text_len;
+                if (!x->code)
+                        return sbx_error_set(err, -ENOMEM, 0, "out of memory");
+        }
+        if (!x->argv)
+                return sbx_error_set(err, -ENOMEM, 0, "out of memory");
+        if (req->stdin_len > 0) {
+                x->stdin_data = malloc(req->stdin_len);
+                if (!x->stdin_data)
+                        return sbx_error_set(err, -ENOMEM, 0, "out of memory");
+                memcpy(x->stdin_data, req->stdin_data, req->stdin_len);
+                x->stdin_len = req->stdin_len;
+        }
+        *ret = TAKE_PTR(x);
+        return 0;
+}
+
+/* Register and start; with ret_x, also hand back a reference. */
+static int start_internal(struct exec_engine *e, const struct exec_request *req, char ret_id[37],
+                          struct execution **ret_x, struct sbx_error *err)
+{
+        struct execution *x = NULL;
+        size_t global = 0, mine = 0;
+        pthread_attr_t attr;
+        pthread_t t;
+        int r;
+
+        r = build(e, req, &x, err);
+        if (r < 0)
+                return r;
+
+        pthread_mutex_lock(&e->lock);
+        for (struct execution *y = e->live; y; y = y->next) {
+                global++;
+                if (strcmp(y->user, x->user) == 0 && strcmp(y->session, x->session) == 0)
+                        mine++;
+        }
+        if (e->closing)
+                r = sbx_error_set(err, -ESHUTDOWN, 0, "the daemon is shutting down");
+        else if (mine >= (size_t)e->cfg->max_exec_per_session)
+                r = sbx_error_set(err, -EBUSY, 0,
+                                  "busy: %zu executions are running in this session (max_exec_per_session=%d); "
+                                  "wait for one to finish or cancel one",
+                                  mine, e->cfg->max_exec_per_session);
+        else if (global >= (size_t)e->cfg->max_exec_global)
+                r = sbx_error_set(err, -EBUSY, 0,
+                                  "busy: %zu executions are running on this daemon (max_exec_global=%d); retry later",
+                                  global, e->cfg->max_exec_global);
+        if (r < 0) {
+                pthread_mutex_unlock(&e->lock);
+                unref(x);
+                return r;
+        }
+        x->next = e->live;
+        e->live = x;
+        x->refs += 2; /* the registry's and the worker's */
+        e->workers++;
+        pthread_mutex_unlock(&e->lock);
+
+        persist(x);
+        memcpy(ret_id, x->id, 37);
+
+        pthread_attr_init(&attr);
+        pthread_attr_setdetachstate(&attr, PTHREAD_CREATE_DETACHED);
+        r = -pthread_create(&t, &attr, worker_main, x);
+        pthread_attr_destroy(&attr);
+        if (r < 0) {
+                pthread_mutex_lock(&e->lock);
+                for (struct execution **pp = &e->live; *pp; pp = &(*pp)->next)
+                        if (*pp == x) {
+                                *pp = x->next;
+                                break;
+                        }
+                e->workers--;
+                x->refs -= 2;
+                pthread_mutex_unlock(&e->lock);
+                set_state(x, EXEC_FAILED, EXEC_CAUSE_ERROR);
+                snprintf(x->error, sizeof(x->error), "cannot start a worker thread: %s", strerror(-r));
+                persist(x);
+                unref(x);
+                return sbx_error_set(err, r, 0, "cannot start a worker thread: %s", strerror(-r));
+        }
+        if (ret_x)
+                *ret_x = x; /* the caller's reference */
+        else
+                unref(x); /* the registry and the worker keep theirs */
+        return 0;
+}
+
+int exec_start(struct exec_engine *e, const struct exec_request *req, char ret_id[37], struct sbx_error *err)
+{
+        return start_internal(e, req, ret_id, NULL, err);
+}
+
+/* ---- reading results ---- */
+
+void exec_result_done(struct exec_result *r)
+{
+        if (!r)
+                return;
+        free(r->stdout_head);
+        free(r->stdout_tail);
+        free(r->stderr_head);
+        free(r->stderr_tail);
+        r->stdout_head = r->stdout_tail = r->stderr_head = r->stderr_tail = NULL;
+}
+
+void exec_result_list_free(struct exec_result *list, size_t n)
+{
+        for (size_t i = 0; list && i < n; i++)
+                exec_result_done(&list[i]);
+        free(list);
+}
+
+/* Read up to len bytes at off from a spool file into a malloc'd buffer. */
+static int read_spool(const char *path, uint64_t off, size_t len, char **ret, size_t *ret_len)
+{
+        _cleanup_close_ int fd = -1;
+        char *buf = malloc(len + 1);
+        size_t got = 0;
+
+        if (!buf)
+                return -ENOMEM;
+        fd = open(path, O_RDONLY | O_CLOEXEC | O_NOFOLLOW);
+        while (fd >= 0 && got < len) {
+                ssize_t n = pread(fd, buf + got, len - got, (off_t)(off + got));
+                if (n <= 0)
+                        break;
+                got += (size_t)n;
+        }
+        buf[got] = '\0';
+        *ret = buf;
+        *ret_len = got;
+        return 0;
+}
+
+static void fill_output(struct exec_result *res, const char *spool_base_stdout, uint64_t spooled[2],
+                        int64_t offsets[2], size_t max_bytes, size_t head_bytes)
+{
+        char path[2][SBX_PATH_MAX + 64];
+        char **head[2] = {&res->stdout_head, &res->stderr_head};
+        char **tail[2] = {&res->stdout_tail, &res->stderr_tail};
+        size_t *head_len[2] = {&res->stdout_head_len, &res->stderr_head_len};
+        size_t *tail_len[2] = {&res->stdout_tail_len, &res->stderr_tail_len};
+        uint64_t *off_out[2] = {&res->stdout_offset, &res->stderr_offset};
+        uint64_t totals[2] = {res->stdout_bytes, res->stderr_bytes};
+        size_t base_len = strlen(spool_base_stdout);
+
+        /* the stderr spool is the stdout path with its suffix swapped */
+        snprintf(path[0], sizeof(path[0]), "%s", spool_base_stdout);
+        snprintf(path[1], sizeof(path[1]), "%.*sstderr", (int)(base_len > 6 ? base_len - 6 : 0), spool_base_stdout);
+        for (int k = 0; k < 2; k++) {
+                if (totals[k] > spooled[k])
+                        res->truncated = true;
+                if (offsets[k] >= 0) {
+                        uint64_t off = (uint64_t)offsets[k] < spooled[k] ? (uint64_t)offsets[k] : spooled[k];
+                        size_t len = spooled[k] - off < max_bytes ? (size_t)(spooled[k] - off) : max_bytes;
+                        *off_out[k] = off;
+                        (void)read_spool(path[k], off, len, head[k], head_len[k]);
+                        if (off + len < spooled[k])
+                                res->truncated = true;
+                        *tail[k] = calloc(1, 1);
+                } else if (spooled[k] <= 2 * head_bytes) {
+                        (void)read_spool(path[k], 0, (size_t)spooled[k], head[k], head_len[k]);
+                        *tail[k] = calloc(1, 1);
+                } else {
+                        (void)read_spool(path[k], 0, head_bytes, head[k], head_len[k]);
+                        (void)read_spool(path[k], spooled[k] - head_bytes, head_bytes, tail[k], tail_len[k]);
+                        res->truncated = true;
+                }
+        }
+}
+
+static void result_from_live(struct execution *x, struct exec_result *res, uint64_t spooled[2])
+{
+        memset(res, 0, sizeof(*res));
+        memcpy(res->id, x->id, sizeof(res->id));
+        sbx_strlcpy(res->user, x->user, sizeof(res->user));
+        sbx_strlcpy(res->session, x->session, sizeof(res->session));
+        sbx_strlcpy(res->command_preview, x->preview, sizeof(res->command_preview));
+        sbx_strlcpy(res->error, x->error, sizeof(res->error));
+        res->state = x->state;
+        res->cause = x->cause;
+        res->exit_code = x->exit_code;
+        res->created_at = x->created_at;
+        res->duration_ms = exec_state_is_final(x->state) ? x->duration_ms : sbx_wall_ms() - x->created_at;
+        res->stdout_bytes = x->total[0];
+        res->stderr_bytes = x->total[1];
+        spooled[0] = x->spooled[0];
+        spooled[1] = x->spooled[1];
+}
+
+static void result_from_row(const struct store_execution *row, struct exec_result *res, uint64_t spooled[2])
+{
+        memset(res, 0, sizeof(*res));
+        sbx_strlcpy(res->id, row->id, sizeof(res->id));
+        sbx_strlcpy(res->user, row->user_id, sizeof(res->user));
+        sbx_strlcpy(res->session, row->session_id, sizeof(res->session));
+        sbx_strlcpy(res->command_preview, row->command_preview, sizeof(res->command_preview));
+        sbx_strlcpy(res->error, row->error, sizeof(res->error));
+        (void)exec_state_from_string(row->state, &res->state);
+        res->cause = cause_from_string(row->cause);
+        res->exit_code = row->exit_code;
+        res->created_at = row->created_at;
+        res->duration_ms = row->duration_ms;
+        res->stdout_bytes = (uint64_t)row->stdout_bytes;
+        res->stderr_bytes = (uint64_t)row->stderr_bytes;
+        spooled[0] = (uint64_t)row->stdout_spooled;
+        spooled[1] = (uint64_t)row->stderr_spooled;
+}
+
+/* A row written before the daemon died may lag behind its spool: the files
+ * are the truth for what was kept. */
+static void spool_sizes(const char *stdout_spool, struct exec_result *res, uint64_t spooled[2])
+{
+        size_t n = strlen(stdout_spool);
+        char path[SBX_PATH_MAX + 64];
+        uint64_t *totals[2] = {&res->stdout_bytes, &res->stderr_bytes};
+        struct stat st;
+
+        if (n < 6)
+                return;
+        for (int k = 0; k < 2; k++) {
+                snprintf(path, sizeof(path), "%.*s%s", (int)(n - 6), stdout_spool, k ? "stderr" : "stdout");
+                if (stat(path, &st) == 0 && (uint64_t)st.st_size > spooled[k])
+                        spooled[k] = (uint64_t)st.st_size;
+                if (*totals[k] < spooled[k])
+                        *totals[k] = spooled[k];
+        }
+}
+
+int exec_status(struct exec_engine *e, const char *user, const char *id, int64_t stdout_offset,
+                int64_t stderr_offset, size_t max_bytes, int wait_ms, struct exec_result *ret, struct sbx_error *err)
+{
+        struct execution *x = find_ref(e, user, id);
+        int64_t offsets[2] = {stdout_offset, stderr_offset};
+        uint64_t spooled[2];
+        char spool[SBX_PATH_MAX + 64];
+
+        if (wait_ms > MAX_WAIT_MS)
+                wait_ms = MAX_WAIT_MS;
+        if (max_bytes == 0 || max_bytes > (size_t)e->cfg->exec_result_head_bytes * 2)
+                max_bytes = (size_t)e->cfg->exec_result_head_bytes * 2;
+        if (x) {
+                struct timespec until;
+                clock_gettime(CLOCK_REALTIME, &until);
+                until.tv_sec += wait_ms / 1000;
+                until.tv_nsec += (long)(wait_ms % 1000) * 1000000;
+                if (until.tv_nsec >= 1000000000) {
+                        until.tv_sec++;
+                        until.tv_nsec -= 1000000000;
+                }
+                pthread_mutex_lock(&x->lock);
+                /* long-poll: until it ends, or output past the caller's offsets arrives */
+                while (wait_ms > 0 && !exec_state_is_final(x->state) &&
+                       !(stdout_offset >= 0 && x->spooled[0] > (uint64_t)stdout_offset) &&
+                       !(stderr_offset >= 0 && x->spooled[1] > (uint64_t)stderr_offset))
+                        if (pthread_cond_timedwait(&x->cond, &x->lock, &until) == ETIMEDOUT)
+                                break;
+                result_from_live(x, ret, spooled);
+                pthread_mutex_unlock(&x->lock);
+                sbx_strlcpy(spool, x->spool[0], sizeof(spool));
+                unref(x);
+        } else {
+                struct store_execution row;
+                int r = store_exec_get(e->store, id, &row);
+                if (r < 0 || strcmp(row.user_id, user) != 0)
+                        return sbx_error_set(err, -ENOENT, 0, "no execution %s", id);
+                result_from_row(&row, ret, spooled);
+                sbx_strlcpy(spool, row.spool_path, sizeof(spool));
+                spool_sizes(spool, ret, spooled);
+        }
+        fill_output(ret, spool, spooled, offsets, max_bytes, (size_t)e->cfg->exec_result_head_bytes);
+        return 0;
+}
+
+int exec_run(struct exec_engine *e, const struct exec_request *req, struct exec_result *ret, struct sbx_error *err)
+{
+        char id[37];
+        struct execution *x = NULL;
+        int r = start_internal(e, req, id, &x, err);
+
+        if (r < 0)
+                return r;
+        pthread_mutex_lock(&x->lock);
+        while (!x->finished)
+                pthread_cond_wait(&x->cond, &x->lock);
+        r = x->start_error;
+        if (r < 0)
+                sbx_error_set(err, r, 0, "%s", x->error);
+        pthread_mutex_unlock(&x->lock);
+        unref(x);
+        if (r < 0)
+                return r;
+        return exec_status(e, req->user, id, -1, -1, 0, 0, ret, err);
+}
+
+int exec_list(struct exec_engine *e, const char *user, const char *session, unsigned states_mask, size_t limit,
+              struct exec_result **ret, size_t *ret_n)
+{
+        struct store_execution *rows = NULL;
+        struct exec_result *out;
+        size_t n = 0, k = 0;
+        int r;
+
+        const char *states[EXEC_STATE_COUNT + 1] = {0};
+        size_t n_states = 0;
+
+        for (int i = 0; i < EXEC_STATE_COUNT; i++)
+                if (states_mask & (1u << i))
+                        states[n_states++] = state_names[i];
+        r = store_exec_list(e->store, user, session, states_mask ? states : NULL, limit ? limit : 100, &rows, &n);
+        if (r < 0)
+                return r;
+        out = calloc(n + 1, sizeof(*out));
+        if (!out) {
+                free(rows);
+                return -ENOMEM;
+        }
+        for (size_t i = 0; i < n; i++) {
+                uint64_t spooled[2];
+                struct execution *x = find_ref(e, user, rows[i].id);
+                if (x) {
+                        pthread_mutex_lock(&x->lock);
+                        result_from_live(x, &out[k], spooled);
+                        pthread_mutex_unlock(&x->lock);
+                        unref(x);
+                } else {
+                        result_from_row(&rows[i], &out[k], spooled);
+                }
+                k++;
+        }
+        free(rows);
+        *ret = out;
+        *ret_n = k;
+        return 0;
+}
+
+/* The error for an id that is not live: unknown, or finished. */
+static int finished_error(struct exec_engine *e, const char *user, const char *id, struct sbx_error *err)
+{
+        struct store_execution row;
+        if (store_exec_get(e->store, id, &row) < 0 || strcmp(row.user_id, user) != 0)
+                return sbx_error_set(err, -ENOENT, 0, "no execution %s", id);
+        return sbx_error_set(err, -EALREADY, 0, "execution %s has already finished: %s", id, row.state);
+}
+
+int exec_send_stdin(struct exec_engine *e, const char *user, const char *id, const void *data, size_t len, bool eof,
+                    struct sbx_error *err)
+{
+        struct execution *x = find_ref(e, user, id);
+        int r = 0;
+
+        if (!x)
+                return finished_error(e, user, id, err);
+        pthread_mutex_lock(&x->stdin_lock);
+        if (exec_state_is_final(x->state))
+                r = sbx_error_set(err, -EALREADY, 0, "execution %s has already finished: %s", id,
+                                  exec_state_to_string(x->state));
+        else if (!x->interactive)
+                r = sbx_error_set(err, -EINVAL, 0, "execution %s was not started with interactive stdin", id);
+        else if (!x->stream || x->stdin_closed)
+                r = sbx_error_set(err, -EPIPE, 0, "stdin of execution %s is closed", id);
+        else if (x->stdin_sent + len > (uint64_t)e->cfg->max_stdin_bytes)
+                r = sbx_error_set(err, -E2BIG, 0, "stdin would exceed %" PRId64 " bytes", e->cfg->max_stdin_bytes);
+        if (r == 0 && len > 0) {
+                r = docker_stream_write(x->stream, data, len);
+                if (r < 0)
+                        sbx_error_set(err, r, 0, "cannot write to stdin: %s", strerror(-r));
+                else
+                        x->stdin_sent += len;
+        }
+        if (r == 0 && eof) {
+                (void)docker_stream_close_write(x->stream);
+                x->stdin_closed = true;
+        }
+        pthread_mutex_unlock(&x->stdin_lock);
+        unref(x);
+        return r;
+}
+
+int exec_cancel(struct exec_engine *e, const char *user, const char *id, bool force, struct sbx_error *err)
+{
+        struct execution *x = find_ref(e, user, id);
+        int r = 0;
+
+        if (!x)
+                return finished_error(e, user, id, err);
+        pthread_mutex_lock(&x->lock);
+        if (exec_state_is_final(x->state))
+                r = sbx_error_set(err, -EALREADY, 0, "execution %s has already finished: %s", id,
+                                  exec_state_to_string(x->state));
+        else {
+                x->cancel = true;
+                x->force = x->force || force;
+        }
+        pthread_mutex_unlock(&x->lock);
+        unref(x);
+        return r;
+}
+
+int exec_internal(struct exec_engine *e, const char *container_id, const char *const *argv, const void *stdin_data,
+                  size_t stdin_len, int timeout_ms, int *ret_exit, char **ret_out, size_t *ret_out_len,
+                  struct sbx_error *err)
+{
+        struct docker_exec_spec spec = {.cmd = argv, .attach_stdin = stdin_data != NULL};
+        struct docker_exec_result res = {0};
+        int r;
+
+        r = docker_exec_run(e->docker, container_id, &spec, stdin_data, stdin_len, 1 << 20, timeout_ms, &res, err);
+        if (r < 0)
+                return r;
+        if (ret_exit)
+                *ret_exit = res.exit_code;
+        if (ret_out)
+                *ret_out = TAKE_PTR(res.out);
+        if (ret_out_len)
+                *ret_out_len = res.out_len;
+        docker_exec_result_done(&res);
+        return 0;
+}

@@ -13,12 +13,7 @@
  * sqlite's own file locks: writers use BEGIN IMMEDIATE and wait up to the
  * busy timeout.
  *
- * Adding a query: write the SQL as a literal with numbered parameters, then
- *   _cleanup_(q_end) struct query q = {};
- *   r = q_start(&q, s, "UPDATE t SET a = ?1 WHERE b = ?2");
- *   q_text(&q, a); q_int64(&q, b);
- *   r = q_exec(&q);                 // or: while ((r = q_step(&q)) > 0) q_col_*()
- * with the store lock held (STORE_LOCK(s)) and, for several writes, a struct tx. */
+ * Adding a query: see store_internal.h. */
 #include "sandboxd/store.h"
 
 #include <errno.h>
@@ -30,45 +25,34 @@
 #include <unistd.h>
 
 #include "sandboxd/log.h"
+#include "store_internal.h"
 
 #define STORE_BUSY_TIMEOUT_MS 5000
 #define STORE_OPEN_RETRY_MS 20
-#define STORE_KEY_MAX 64 /* user_id / session_id, as in struct store_session */
 
-struct cached_stmt {
-        const char *sql; /* a string literal: compared by address */
-        sqlite3_stmt *stmt;
-};
 
-struct store {
-        pthread_mutex_t lock;
-        sqlite3 *db;
-        struct cached_stmt *cache;
-        size_t n_cache, cap_cache;
-};
 
 /* ---- locking ---- */
 
-static struct store *store_lock(struct store *s)
+struct store *store_lock(struct store *s)
 {
         pthread_mutex_lock(&s->lock);
         return s;
 }
 
-static void store_unlockp(struct store **s)
+void store_unlockp(struct store **s)
 {
         if (*s)
                 pthread_mutex_unlock(&(*s)->lock);
 }
 
-#define STORE_LOCK(s) _cleanup_(store_unlockp) struct store *_store_locked_ __attribute__((unused)) = store_lock(s)
 
 /* ---- errors ---- */
 
 /* Map the connection's last error to a negative errno and log sqlite's
  * message at debug level. Constraint violations keep their meaning so that
  * callers can tell "already there" (-EEXIST) from "not allowed" (-EINVAL). */
-static int store_fail(struct store *s, const char *what)
+int store_fail(struct store *s, const char *what)
 {
         int ext = sqlite3_extended_errcode(s->db);
 
@@ -88,7 +72,7 @@ static int store_fail(struct store *s, const char *what)
         }
 }
 
-static bool key_ok(const char *v)
+bool store_key_ok(const char *v)
 {
         return v && *v && strlen(v) <= STORE_KEY_MAX;
 }
@@ -96,7 +80,7 @@ static bool key_ok(const char *v)
 /* ---- prepared statements ---- */
 
 /* The cached statement for `sql`, reset and with no bindings. */
-static int stmt_get(struct store *s, const char *sql, sqlite3_stmt **ret)
+int store_stmt_get(struct store *s, const char *sql, sqlite3_stmt **ret)
 {
         sqlite3_stmt *stmt = NULL;
 
@@ -125,26 +109,20 @@ static int stmt_get(struct store *s, const char *sql, sqlite3_stmt **ret)
 }
 
 /* One use of one cached statement. Binding errors are remembered and
- * reported by the next q_step()/q_exec(), so call sites stay short. */
-struct query {
-        struct store *s;
-        sqlite3_stmt *stmt;
-        int next_param; /* 1-based index of the next q_* binding */
-        int bind_rc;    /* first sqlite error while binding */
-};
+ * reported by the next sq_step()/sq_exec(), so call sites stay short. */
 
-static int q_start(struct query *q, struct store *s, const char *sql)
+int sq_start(struct store_query *q, struct store *s, const char *sql)
 {
         int r;
 
-        *q = (struct query){.s = s, .next_param = 1, .bind_rc = SQLITE_OK};
-        r = stmt_get(s, sql, &q->stmt);
+        *q = (struct store_query){.s = s, .next_param = 1, .bind_rc = SQLITE_OK};
+        r = store_stmt_get(s, sql, &q->stmt);
         if (r < 0)
                 q->stmt = NULL;
         return r;
 }
 
-static void q_bound(struct query *q, int rc)
+void sq_bound(struct store_query *q, int rc)
 {
         q->next_param++;
         if (rc != SQLITE_OK && q->bind_rc == SQLITE_OK)
@@ -152,25 +130,25 @@ static void q_bound(struct query *q, int rc)
 }
 
 /* NULL binds SQL NULL. */
-static void q_text(struct query *q, const char *v)
+void sq_text(struct store_query *q, const char *v)
 {
-        q_bound(q, v ? sqlite3_bind_text(q->stmt, q->next_param, v, -1, SQLITE_TRANSIENT)
+        sq_bound(q, v ? sqlite3_bind_text(q->stmt, q->next_param, v, -1, SQLITE_TRANSIENT)
                      : sqlite3_bind_null(q->stmt, q->next_param));
 }
 
 /* NULL and "" bind SQL NULL: for optional columns such as container_id. */
-static void q_text_opt(struct query *q, const char *v)
+void sq_text_opt(struct store_query *q, const char *v)
 {
-        q_text(q, v && *v ? v : NULL);
+        sq_text(q, v && *v ? v : NULL);
 }
 
-static void q_int64(struct query *q, int64_t v)
+void sq_int64(struct store_query *q, int64_t v)
 {
-        q_bound(q, sqlite3_bind_int64(q->stmt, q->next_param, v));
+        sq_bound(q, sqlite3_bind_int64(q->stmt, q->next_param, v));
 }
 
 /* 1 when a row is ready, 0 when done, -errno on failure. */
-static int q_step(struct query *q)
+int sq_step(struct store_query *q)
 {
         int rc;
 
@@ -187,18 +165,18 @@ static int q_step(struct query *q)
 }
 
 /* Run a statement that returns no rows; returns the number of rows changed. */
-static int q_exec(struct query *q)
+int sq_exec(struct store_query *q)
 {
         int r;
 
-        while ((r = q_step(q)) > 0)
+        while ((r = sq_step(q)) > 0)
                 ;
         if (r < 0)
                 return r;
         return sqlite3_changes(q->s->db);
 }
 
-static void q_end(struct query *q)
+void sq_end(struct store_query *q)
 {
         if (q->stmt) {
                 sqlite3_reset(q->stmt);
@@ -209,29 +187,29 @@ static void q_end(struct query *q)
 
 /* Copy a text column into a fixed buffer; NULL reads as "", and a value too
  * long for the buffer is cut (always NUL-terminated). */
-static void q_col_text(struct query *q, int col, char *buf, size_t size)
+void sq_col_text(struct store_query *q, int col, char *buf, size_t size)
 {
         sbx_strlcpy(buf, (const char *)sqlite3_column_text(q->stmt, col), size);
 }
 
-static int64_t q_col_int64(struct query *q, int col)
+int64_t sq_col_int64(struct store_query *q, int col)
 {
         return sqlite3_column_int64(q->stmt, col);
 }
 
 /* Run a single parameterless statement (BEGIN, COMMIT, PRAGMA ...). */
-static int exec_simple(struct store *s, const char *sql)
+int store_exec_simple(struct store *s, const char *sql)
 {
-        _cleanup_(q_end) struct query q = {};
-        int r = q_start(&q, s, sql);
+        _cleanup_(sq_end) struct store_query q = {};
+        int r = sq_start(&q, s, sql);
         if (r < 0)
                 return r;
-        r = q_exec(&q);
+        r = sq_exec(&q);
         return r < 0 ? r : 0;
 }
 
 /* Grow a malloc'd array by one element; returns the new slot or NULL. */
-static void *array_push(void **array, size_t *n, size_t *cap, size_t elem)
+void *store_array_push(void **array, size_t *n, size_t *cap, size_t elem)
 {
         if (*n == *cap) {
                 size_t c = *cap ? *cap * 2 : 16;
@@ -248,33 +226,30 @@ static void *array_push(void **array, size_t *n, size_t *cap, size_t elem)
 
 /* Rolled back by its cleanup unless committed. Declare queries used inside
  * the transaction after it, so they are reset before the rollback runs. */
-struct tx {
-        struct store *s;
-};
 
-static int tx_begin(struct store *s, struct tx *tx)
+int store_tx_begin(struct store *s, struct store_tx *tx)
 {
-        int r = exec_simple(s, "BEGIN IMMEDIATE");
+        int r = store_exec_simple(s, "BEGIN IMMEDIATE");
         if (r < 0)
                 return r;
         tx->s = s;
         return 0;
 }
 
-static int tx_commit(struct tx *tx)
+int store_tx_commit(struct store_tx *tx)
 {
-        int r = exec_simple(tx->s, "COMMIT");
+        int r = store_exec_simple(tx->s, "COMMIT");
         if (r < 0)
                 return r; /* still active: the cleanup rolls back */
         tx->s = NULL;
         return 0;
 }
 
-static void tx_rollbackp(struct tx *tx)
+void store_tx_rollbackp(struct store_tx *tx)
 {
         /* Some errors (SQLITE_FULL, SQLITE_IOERR) end the transaction themselves. */
         if (tx->s && !sqlite3_get_autocommit(tx->s->db))
-                (void)exec_simple(tx->s, "ROLLBACK");
+                (void)store_exec_simple(tx->s, "ROLLBACK");
         tx->s = NULL;
 }
 
@@ -306,7 +281,7 @@ static int configure_connection(struct store *s, struct sbx_error *err)
                 "PRAGMA foreign_keys=ON",
                 "PRAGMA synchronous=NORMAL",
         };
-        _cleanup_(q_end) struct query q = {};
+        _cleanup_(sq_end) struct store_query q = {};
         char mode[16] = "";
         int r;
 
@@ -314,19 +289,19 @@ static int configure_connection(struct store *s, struct sbx_error *err)
         if (sqlite3_busy_timeout(s->db, STORE_BUSY_TIMEOUT_MS) != SQLITE_OK)
                 return sbx_error_set(err, -EIO, 0, "setting busy timeout: %s", sqlite3_errmsg(s->db));
 
-        r = q_start(&q, s, "PRAGMA journal_mode=WAL");
+        r = sq_start(&q, s, "PRAGMA journal_mode=WAL");
         if (r >= 0)
-                r = q_step(&q);
+                r = sq_step(&q);
         if (r < 0)
                 return sbx_error_set(err, r, 0, "enabling WAL: %s", sqlite3_errmsg(s->db));
         if (r > 0)
-                q_col_text(&q, 0, mode, sizeof(mode));
-        q_end(&q);
+                sq_col_text(&q, 0, mode, sizeof(mode));
+        sq_end(&q);
         if (strcasecmp(mode, "wal") != 0)
                 return sbx_error_set(err, -EIO, 0, "enabling WAL: journal_mode stayed \"%s\"", mode);
 
         for (size_t i = 0; i < ELEMENTSOF(pragmas); i++) {
-                r = exec_simple(s, pragmas[i]);
+                r = store_exec_simple(s, pragmas[i]);
                 if (r < 0)
                         return sbx_error_set(err, r, 0, "%s: %s", pragmas[i], sqlite3_errmsg(s->db));
         }
@@ -416,25 +391,25 @@ void store_close(struct store *s)
 
 static int schema_max_version(struct store *s, int *ret_version)
 {
-        _cleanup_(q_end) struct query q = {};
-        int r = q_start(&q, s, "SELECT COALESCE(MAX(version), 0) FROM schema_migrations");
+        _cleanup_(sq_end) struct store_query q = {};
+        int r = sq_start(&q, s, "SELECT COALESCE(MAX(version), 0) FROM schema_migrations");
         if (r < 0)
                 return r;
-        r = q_step(&q);
+        r = sq_step(&q);
         if (r < 0)
                 return r;
-        *ret_version = r > 0 ? (int)q_col_int64(&q, 0) : 0;
+        *ret_version = r > 0 ? (int)sq_col_int64(&q, 0) : 0;
         return 0;
 }
 
 static int migration_applied(struct store *s, int version, bool *ret_applied)
 {
-        _cleanup_(q_end) struct query q = {};
-        int r = q_start(&q, s, "SELECT 1 FROM schema_migrations WHERE version = ?1");
+        _cleanup_(sq_end) struct store_query q = {};
+        int r = sq_start(&q, s, "SELECT 1 FROM schema_migrations WHERE version = ?1");
         if (r < 0)
                 return r;
-        q_int64(&q, version);
-        r = q_step(&q);
+        sq_int64(&q, version);
+        r = sq_step(&q);
         if (r < 0)
                 return r;
         *ret_applied = r > 0;
@@ -443,12 +418,12 @@ static int migration_applied(struct store *s, int version, bool *ret_applied)
 
 static int migration_apply_one(struct store *s, const struct store_migration *m, struct sbx_error *err)
 {
-        _cleanup_(tx_rollbackp) struct tx tx = {};
+        _cleanup_(store_tx_rollbackp) struct store_tx tx = {};
         char *errmsg = NULL;
         bool applied;
         int r;
 
-        r = tx_begin(s, &tx);
+        r = store_tx_begin(s, &tx);
         if (r < 0)
                 return sbx_error_set(err, r, 0, "migration %s: begin: %s", m->name, sqlite3_errmsg(s->db));
 
@@ -457,7 +432,7 @@ static int migration_apply_one(struct store *s, const struct store_migration *m,
         if (r < 0)
                 return sbx_error_set(err, r, 0, "migration %s: %s", m->name, sqlite3_errmsg(s->db));
         if (applied)
-                return tx_commit(&tx);
+                return store_tx_commit(&tx);
 
         /* Migration files are trusted build inputs and may hold several
          * statements, hence sqlite3_exec rather than one prepared statement. */
@@ -472,20 +447,20 @@ static int migration_apply_one(struct store *s, const struct store_migration *m,
         }
 
         {
-                _cleanup_(q_end) struct query q = {};
-                r = q_start(&q, s, "INSERT INTO schema_migrations (version, name, applied_at) VALUES (?1, ?2, ?3)");
+                _cleanup_(sq_end) struct store_query q = {};
+                r = sq_start(&q, s, "INSERT INTO schema_migrations (version, name, applied_at) VALUES (?1, ?2, ?3)");
                 if (r >= 0) {
-                        q_int64(&q, m->version);
-                        q_text(&q, m->name);
-                        q_int64(&q, sbx_wall_ms());
-                        r = q_exec(&q);
+                        sq_int64(&q, m->version);
+                        sq_text(&q, m->name);
+                        sq_int64(&q, sbx_wall_ms());
+                        r = sq_exec(&q);
                 }
                 if (r < 0)
                         return sbx_error_set(err, r, 0, "migration %s: recording version: %s", m->name,
                                              sqlite3_errmsg(s->db));
         }
 
-        r = tx_commit(&tx);
+        r = store_tx_commit(&tx);
         if (r < 0)
                 return sbx_error_set(err, r, 0, "migration %s: commit: %s", m->name, sqlite3_errmsg(s->db));
         log_debug("store: applied migration %s", m->name);
@@ -508,7 +483,7 @@ static int migrations_apply(struct store *s, const struct store_migration *migs,
                 newest = m->version;
         }
 
-        r = exec_simple(s, "CREATE TABLE IF NOT EXISTS schema_migrations ("
+        r = store_exec_simple(s, "CREATE TABLE IF NOT EXISTS schema_migrations ("
                            "version INTEGER PRIMARY KEY, name TEXT NOT NULL, applied_at INTEGER NOT NULL)");
         if (r < 0)
                 return sbx_error_set(err, r, 0, "creating schema_migrations: %s", sqlite3_errmsg(s->db));
@@ -548,10 +523,10 @@ int store_vacuum(struct store *s, struct sbx_error *err)
         STORE_LOCK(s);
         int r;
 
-        r = exec_simple(s, "VACUUM");
+        r = store_exec_simple(s, "VACUUM");
         if (r < 0)
                 return sbx_error_set(err, r, 0, "VACUUM: %s", sqlite3_errmsg(s->db));
-        r = exec_simple(s, "PRAGMA wal_checkpoint(TRUNCATE)");
+        r = store_exec_simple(s, "PRAGMA wal_checkpoint(TRUNCATE)");
         if (r < 0)
                 return sbx_error_set(err, r, 0, "wal checkpoint: %s", sqlite3_errmsg(s->db));
         return 0;
@@ -563,33 +538,33 @@ int store_vacuum(struct store *s, struct sbx_error *err)
         "user_id, session_id, state, container_id, image, network_mode, last_error, error_cause, created_at, " \
         "updated_at, last_activity"
 
-static void session_from_row(struct query *q, struct store_session *row)
+static void session_from_row(struct store_query *q, struct store_session *row)
 {
         memset(row, 0, sizeof(*row));
-        q_col_text(q, 0, row->user_id, sizeof(row->user_id));
-        q_col_text(q, 1, row->session_id, sizeof(row->session_id));
-        q_col_text(q, 2, row->state, sizeof(row->state));
-        q_col_text(q, 3, row->container_id, sizeof(row->container_id));
-        q_col_text(q, 4, row->image, sizeof(row->image));
-        q_col_text(q, 5, row->network_mode, sizeof(row->network_mode));
-        q_col_text(q, 6, row->last_error, sizeof(row->last_error));
-        q_col_text(q, 7, row->error_cause, sizeof(row->error_cause));
-        row->created_at = q_col_int64(q, 8);
-        row->updated_at = q_col_int64(q, 9);
-        row->last_activity = q_col_int64(q, 10);
+        sq_col_text(q, 0, row->user_id, sizeof(row->user_id));
+        sq_col_text(q, 1, row->session_id, sizeof(row->session_id));
+        sq_col_text(q, 2, row->state, sizeof(row->state));
+        sq_col_text(q, 3, row->container_id, sizeof(row->container_id));
+        sq_col_text(q, 4, row->image, sizeof(row->image));
+        sq_col_text(q, 5, row->network_mode, sizeof(row->network_mode));
+        sq_col_text(q, 6, row->last_error, sizeof(row->last_error));
+        sq_col_text(q, 7, row->error_cause, sizeof(row->error_cause));
+        row->created_at = sq_col_int64(q, 8);
+        row->updated_at = sq_col_int64(q, 9);
+        row->last_activity = sq_col_int64(q, 10);
 }
 
 int store_session_put(struct store *s, const struct store_session *row)
 {
         STORE_LOCK(s);
-        _cleanup_(q_end) struct query q = {};
+        _cleanup_(sq_end) struct store_query q = {};
         int r;
 
-        if (!row || !key_ok(row->user_id) || !key_ok(row->session_id))
+        if (!row || !store_key_ok(row->user_id) || !store_key_ok(row->session_id))
                 return -EINVAL;
         /* An upsert, not INSERT OR REPLACE: REPLACE deletes the old row first,
          * which would fire ON DELETE actions of any future foreign key. */
-        r = q_start(&q, s,
+        r = sq_start(&q, s,
                     "INSERT INTO sessions (" SESSION_COLUMNS ") VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9, ?10, ?11) "
                     "ON CONFLICT (user_id, session_id) DO UPDATE SET state = excluded.state, "
                     "container_id = excluded.container_id, image = excluded.image, "
@@ -598,35 +573,35 @@ int store_session_put(struct store *s, const struct store_session *row)
                     "updated_at = excluded.updated_at, last_activity = excluded.last_activity");
         if (r < 0)
                 return r;
-        q_text(&q, row->user_id);
-        q_text(&q, row->session_id);
-        q_text(&q, row->state);
-        q_text_opt(&q, row->container_id);
-        q_text_opt(&q, row->image);
-        q_text_opt(&q, row->network_mode);
-        q_text_opt(&q, row->last_error);
-        q_text_opt(&q, row->error_cause);
-        q_int64(&q, row->created_at);
-        q_int64(&q, row->updated_at);
-        q_int64(&q, row->last_activity);
-        r = q_exec(&q);
+        sq_text(&q, row->user_id);
+        sq_text(&q, row->session_id);
+        sq_text(&q, row->state);
+        sq_text_opt(&q, row->container_id);
+        sq_text_opt(&q, row->image);
+        sq_text_opt(&q, row->network_mode);
+        sq_text_opt(&q, row->last_error);
+        sq_text_opt(&q, row->error_cause);
+        sq_int64(&q, row->created_at);
+        sq_int64(&q, row->updated_at);
+        sq_int64(&q, row->last_activity);
+        r = sq_exec(&q);
         return r < 0 ? r : 0;
 }
 
 int store_session_get(struct store *s, const char *user, const char *session, struct store_session *ret)
 {
         STORE_LOCK(s);
-        _cleanup_(q_end) struct query q = {};
+        _cleanup_(sq_end) struct store_query q = {};
         int r;
 
         if (!user || !session || !ret)
                 return -EINVAL;
-        r = q_start(&q, s, "SELECT " SESSION_COLUMNS " FROM sessions WHERE user_id = ?1 AND session_id = ?2");
+        r = sq_start(&q, s, "SELECT " SESSION_COLUMNS " FROM sessions WHERE user_id = ?1 AND session_id = ?2");
         if (r < 0)
                 return r;
-        q_text(&q, user);
-        q_text(&q, session);
-        r = q_step(&q);
+        sq_text(&q, user);
+        sq_text(&q, session);
+        r = sq_step(&q);
         if (r < 0)
                 return r;
         if (r == 0)
@@ -646,27 +621,27 @@ int store_session_delete(struct store *s, const char *user, const char *session)
                 "DELETE FROM sessions WHERE user_id = ?1 AND session_id = ?2",
         };
         STORE_LOCK(s);
-        _cleanup_(tx_rollbackp) struct tx tx = {};
+        _cleanup_(store_tx_rollbackp) struct store_tx tx = {};
         int r, deleted = 0;
 
-        if (!key_ok(user) || !key_ok(session))
+        if (!store_key_ok(user) || !store_key_ok(session))
                 return -EINVAL;
-        r = tx_begin(s, &tx);
+        r = store_tx_begin(s, &tx);
         if (r < 0)
                 return r;
         for (size_t i = 0; i < ELEMENTSOF(deletes); i++) {
-                _cleanup_(q_end) struct query q = {};
-                r = q_start(&q, s, deletes[i]);
+                _cleanup_(sq_end) struct store_query q = {};
+                r = sq_start(&q, s, deletes[i]);
                 if (r < 0)
                         return r;
-                q_text(&q, user);
-                q_text(&q, session);
-                r = q_exec(&q);
+                sq_text(&q, user);
+                sq_text(&q, session);
+                r = sq_exec(&q);
                 if (r < 0)
                         return r;
                 deleted = r; /* the last statement is the session row */
         }
-        r = tx_commit(&tx);
+        r = store_tx_commit(&tx);
         if (r < 0)
                 return r;
         return deleted > 0 ? 0 : -ENOENT;
@@ -676,22 +651,22 @@ int store_session_list(struct store *s, const char *user, const char *state, str
                        size_t *ret_n)
 {
         STORE_LOCK(s);
-        _cleanup_(q_end) struct query q = {};
+        _cleanup_(sq_end) struct store_query q = {};
         _cleanup_free_ struct store_session *rows = NULL;
         size_t n = 0, cap = 0;
         int r;
 
         if (!ret || !ret_n)
                 return -EINVAL;
-        r = q_start(&q, s,
+        r = sq_start(&q, s,
                     "SELECT " SESSION_COLUMNS " FROM sessions WHERE (?1 IS NULL OR user_id = ?1) "
                     "AND (?2 IS NULL OR state = ?2) ORDER BY user_id, session_id");
         if (r < 0)
                 return r;
-        q_text(&q, user);
-        q_text(&q, state);
-        while ((r = q_step(&q)) > 0) {
-                struct store_session *row = array_push((void **)&rows, &n, &cap, sizeof(*rows));
+        sq_text(&q, user);
+        sq_text(&q, state);
+        while ((r = sq_step(&q)) > 0) {
+                struct store_session *row = store_array_push((void **)&rows, &n, &cap, sizeof(*rows));
                 if (!row)
                         return -ENOMEM;
                 session_from_row(&q, row);
@@ -706,21 +681,21 @@ int store_session_list(struct store *s, const char *user, const char *state, str
 int store_session_touch(struct store *s, const char *user, const char *session, int64_t now_ms)
 {
         STORE_LOCK(s);
-        _cleanup_(q_end) struct query q = {};
+        _cleanup_(sq_end) struct store_query q = {};
         int r;
 
         if (!user || !session)
                 return -EINVAL;
         /* MAX: two racing touches must not move activity backwards. */
-        r = q_start(&q, s,
+        r = sq_start(&q, s,
                     "UPDATE sessions SET last_activity = MAX(last_activity, ?3) "
                     "WHERE user_id = ?1 AND session_id = ?2");
         if (r < 0)
                 return r;
-        q_text(&q, user);
-        q_text(&q, session);
-        q_int64(&q, now_ms);
-        r = q_exec(&q);
+        sq_text(&q, user);
+        sq_text(&q, session);
+        sq_int64(&q, now_ms);
+        r = sq_exec(&q);
         if (r < 0)
                 return r;
         return r > 0 ? 0 : -ENOENT;
@@ -732,41 +707,41 @@ int store_container_add(struct store *s, const char *container_id, const char *u
                         const char *image, const char *network_mode, int64_t now_ms)
 {
         STORE_LOCK(s);
-        _cleanup_(q_end) struct query q = {};
+        _cleanup_(sq_end) struct store_query q = {};
         int r;
 
-        if (!container_id || !*container_id || !key_ok(user) || !key_ok(session))
+        if (!container_id || !*container_id || !store_key_ok(user) || !store_key_ok(session))
                 return -EINVAL;
-        r = q_start(&q, s,
+        r = sq_start(&q, s,
                     "INSERT INTO containers (container_id, user_id, session_id, image, network_mode, created_at) "
                     "VALUES (?1, ?2, ?3, ?4, ?5, ?6)");
         if (r < 0)
                 return r;
-        q_text(&q, container_id);
-        q_text(&q, user);
-        q_text(&q, session);
-        q_text_opt(&q, image);
-        q_text_opt(&q, network_mode);
-        q_int64(&q, now_ms);
-        r = q_exec(&q);
+        sq_text(&q, container_id);
+        sq_text(&q, user);
+        sq_text(&q, session);
+        sq_text_opt(&q, image);
+        sq_text_opt(&q, network_mode);
+        sq_int64(&q, now_ms);
+        r = sq_exec(&q);
         return r < 0 ? r : 0;
 }
 
 int store_container_removed(struct store *s, const char *container_id, const char *cause, int64_t now_ms)
 {
         STORE_LOCK(s);
-        _cleanup_(q_end) struct query q = {};
+        _cleanup_(sq_end) struct store_query q = {};
         int r;
 
         if (!container_id)
                 return -EINVAL;
-        r = q_start(&q, s, "UPDATE containers SET removed_at = ?2, end_cause = ?3 WHERE container_id = ?1");
+        r = sq_start(&q, s, "UPDATE containers SET removed_at = ?2, end_cause = ?3 WHERE container_id = ?1");
         if (r < 0)
                 return r;
-        q_text(&q, container_id);
-        q_int64(&q, now_ms);
-        q_text_opt(&q, cause);
-        r = q_exec(&q);
+        sq_text(&q, container_id);
+        sq_int64(&q, now_ms);
+        sq_text_opt(&q, cause);
+        r = sq_exec(&q);
         if (r < 0)
                 return r;
         return r > 0 ? 0 : -ENOENT;
@@ -778,10 +753,10 @@ int store_ports_reserve(struct store *s, const int *ports, size_t n, const char 
                         int64_t now_ms)
 {
         STORE_LOCK(s);
-        _cleanup_(tx_rollbackp) struct tx tx = {};
+        _cleanup_(store_tx_rollbackp) struct store_tx tx = {};
         int r;
 
-        if ((n > 0 && !ports) || !key_ok(user) || !key_ok(session))
+        if ((n > 0 && !ports) || !store_key_ok(user) || !store_key_ok(session))
                 return -EINVAL;
         for (size_t i = 0; i < n; i++)
                 if (ports[i] < 1 || ports[i] > 65535)
@@ -789,44 +764,44 @@ int store_ports_reserve(struct store *s, const int *ports, size_t n, const char 
         if (n == 0)
                 return 0;
 
-        r = tx_begin(s, &tx);
+        r = store_tx_begin(s, &tx);
         if (r < 0)
                 return r;
         for (size_t i = 0; i < n; i++) {
-                _cleanup_(q_end) struct query q = {};
-                r = q_start(&q, s,
+                _cleanup_(sq_end) struct store_query q = {};
+                r = sq_start(&q, s,
                             "INSERT INTO port_allocations (port, user_id, session_id, reserved_at) "
                             "VALUES (?1, ?2, ?3, ?4)");
                 if (r < 0)
                         return r;
-                q_int64(&q, ports[i]);
-                q_text(&q, user);
-                q_text(&q, session);
-                q_int64(&q, now_ms);
-                r = q_exec(&q);
+                sq_int64(&q, ports[i]);
+                sq_text(&q, user);
+                sq_text(&q, session);
+                sq_int64(&q, now_ms);
+                r = sq_exec(&q);
                 if (r == -EEXIST)
                         return -EADDRINUSE; /* the cleanup rolls back the earlier inserts */
                 if (r < 0)
                         return r;
         }
-        return tx_commit(&tx);
+        return store_tx_commit(&tx);
 }
 
 int store_ports_set_container(struct store *s, const char *user, const char *session, const char *container_id)
 {
         STORE_LOCK(s);
-        _cleanup_(q_end) struct query q = {};
+        _cleanup_(sq_end) struct store_query q = {};
         int r;
 
         if (!user || !session)
                 return -EINVAL;
-        r = q_start(&q, s, "UPDATE port_allocations SET container_id = ?3 WHERE user_id = ?1 AND session_id = ?2");
+        r = sq_start(&q, s, "UPDATE port_allocations SET container_id = ?3 WHERE user_id = ?1 AND session_id = ?2");
         if (r < 0)
                 return r;
-        q_text(&q, user);
-        q_text(&q, session);
-        q_text_opt(&q, container_id);
-        r = q_exec(&q);
+        sq_text(&q, user);
+        sq_text(&q, session);
+        sq_text_opt(&q, container_id);
+        r = sq_exec(&q);
         if (r < 0)
                 return r;
         return r > 0 ? 0 : -ENOENT;
@@ -835,30 +810,30 @@ int store_ports_set_container(struct store *s, const char *user, const char *ses
 int store_ports_release(struct store *s, const char *user, const char *session)
 {
         STORE_LOCK(s);
-        _cleanup_(q_end) struct query q = {};
+        _cleanup_(sq_end) struct store_query q = {};
         int r;
 
         if (!user || !session)
                 return -EINVAL;
-        r = q_start(&q, s, "DELETE FROM port_allocations WHERE user_id = ?1 AND session_id = ?2");
+        r = sq_start(&q, s, "DELETE FROM port_allocations WHERE user_id = ?1 AND session_id = ?2");
         if (r < 0)
                 return r;
-        q_text(&q, user);
-        q_text(&q, session);
-        return q_exec(&q);
+        sq_text(&q, user);
+        sq_text(&q, session);
+        return sq_exec(&q);
 }
 
 int store_ports_release_port(struct store *s, int port)
 {
         STORE_LOCK(s);
-        _cleanup_(q_end) struct query q = {};
+        _cleanup_(sq_end) struct store_query q = {};
         int r;
 
-        r = q_start(&q, s, "DELETE FROM port_allocations WHERE port = ?1");
+        r = sq_start(&q, s, "DELETE FROM port_allocations WHERE port = ?1");
         if (r < 0)
                 return r;
-        q_int64(&q, port);
-        r = q_exec(&q);
+        sq_int64(&q, port);
+        r = sq_exec(&q);
         if (r < 0)
                 return r;
         return r > 0 ? 0 : -ENOENT;
@@ -867,25 +842,25 @@ int store_ports_release_port(struct store *s, int port)
 int store_ports_list(struct store *s, struct store_port **ret, size_t *ret_n)
 {
         STORE_LOCK(s);
-        _cleanup_(q_end) struct query q = {};
+        _cleanup_(sq_end) struct store_query q = {};
         _cleanup_free_ struct store_port *rows = NULL;
         size_t n = 0, cap = 0;
         int r;
 
         if (!ret || !ret_n)
                 return -EINVAL;
-        r = q_start(&q, s, "SELECT port, user_id, session_id, container_id FROM port_allocations ORDER BY port");
+        r = sq_start(&q, s, "SELECT port, user_id, session_id, container_id FROM port_allocations ORDER BY port");
         if (r < 0)
                 return r;
-        while ((r = q_step(&q)) > 0) {
-                struct store_port *row = array_push((void **)&rows, &n, &cap, sizeof(*rows));
+        while ((r = sq_step(&q)) > 0) {
+                struct store_port *row = store_array_push((void **)&rows, &n, &cap, sizeof(*rows));
                 if (!row)
                         return -ENOMEM;
                 memset(row, 0, sizeof(*row));
-                row->port = (int)q_col_int64(&q, 0);
-                q_col_text(&q, 1, row->user_id, sizeof(row->user_id));
-                q_col_text(&q, 2, row->session_id, sizeof(row->session_id));
-                q_col_text(&q, 3, row->container_id, sizeof(row->container_id));
+                row->port = (int)sq_col_int64(&q, 0);
+                sq_col_text(&q, 1, row->user_id, sizeof(row->user_id));
+                sq_col_text(&q, 2, row->session_id, sizeof(row->session_id));
+                sq_col_text(&q, 3, row->container_id, sizeof(row->container_id));
         }
         if (r < 0)
                 return r;
@@ -900,23 +875,23 @@ int store_audit(struct store *s, const char *actor, const char *user, const char
                 const char *detail_json)
 {
         STORE_LOCK(s);
-        _cleanup_(q_end) struct query q = {};
+        _cleanup_(sq_end) struct store_query q = {};
         int r;
 
         if (!action || !*action)
                 return -EINVAL;
-        r = q_start(&q, s,
+        r = sq_start(&q, s,
                     "INSERT INTO audit_log (ts, actor, user_id, session_id, action, detail) "
                     "VALUES (?1, ?2, ?3, ?4, ?5, ?6)");
         if (r < 0)
                 return r;
-        q_int64(&q, sbx_wall_ms());
-        q_text_opt(&q, actor);
-        q_text_opt(&q, user);
-        q_text_opt(&q, session);
-        q_text(&q, action);
-        q_text_opt(&q, detail_json);
-        r = q_exec(&q);
+        sq_int64(&q, sbx_wall_ms());
+        sq_text_opt(&q, actor);
+        sq_text_opt(&q, user);
+        sq_text_opt(&q, session);
+        sq_text(&q, action);
+        sq_text_opt(&q, detail_json);
+        r = sq_exec(&q);
         return r < 0 ? r : 0;
 }
 
@@ -924,236 +899,23 @@ int store_audit_count(struct store *s, const char *user, const char *session, co
                       int64_t *ret_count)
 {
         STORE_LOCK(s);
-        _cleanup_(q_end) struct query q = {};
+        _cleanup_(sq_end) struct store_query q = {};
         int r;
 
         if (!ret_count)
                 return -EINVAL;
-        r = q_start(&q, s,
+        r = sq_start(&q, s,
                     "SELECT COUNT(*) FROM audit_log WHERE (?1 IS NULL OR action = ?1) "
                     "AND (?2 IS NULL OR user_id = ?2) AND (?3 IS NULL OR session_id = ?3)");
         if (r < 0)
                 return r;
-        q_text(&q, action);
-        q_text(&q, user);
-        q_text(&q, session);
-        r = q_step(&q);
+        sq_text(&q, action);
+        sq_text(&q, user);
+        sq_text(&q, session);
+        r = sq_step(&q);
         if (r < 0)
                 return r;
-        *ret_count = r > 0 ? q_col_int64(&q, 0) : 0;
+        *ret_count = r > 0 ? sq_col_int64(&q, 0) : 0;
         return 0;
 }
 
-/* ---- executions ---- */
-
-#define EXEC_COLUMNS                                                                                         \
-        "id, user_id, session_id, container_id, kind, command_preview, command_sha256, state, cause, error, " \
-        "spool_path, exit_code, stdout_bytes, stderr_bytes, stdout_spooled, stderr_spooled, truncated, "       \
-        "created_at, finished_at, duration_ms"
-
-static void exec_from_row(struct query *q, struct store_execution *row)
-{
-        memset(row, 0, sizeof(*row));
-        q_col_text(q, 0, row->id, sizeof(row->id));
-        q_col_text(q, 1, row->user_id, sizeof(row->user_id));
-        q_col_text(q, 2, row->session_id, sizeof(row->session_id));
-        q_col_text(q, 3, row->container_id, sizeof(row->container_id));
-        q_col_text(q, 4, row->kind, sizeof(row->kind));
-        q_col_text(q, 5, row->command_preview, sizeof(row->command_preview));
-        q_col_text(q, 6, row->command_sha256, sizeof(row->command_sha256));
-        q_col_text(q, 7, row->state, sizeof(row->state));
-        q_col_text(q, 8, row->cause, sizeof(row->cause));
-        q_col_text(q, 9, row->error, sizeof(row->error));
-        q_col_text(q, 10, row->spool_path, sizeof(row->spool_path));
-        row->exit_code = sqlite3_column_type(q->stmt, 11) == SQLITE_NULL ? -1 : (int)q_col_int64(q, 11);
-        row->stdout_bytes = q_col_int64(q, 12);
-        row->stderr_bytes = q_col_int64(q, 13);
-        row->stdout_spooled = q_col_int64(q, 14);
-        row->stderr_spooled = q_col_int64(q, 15);
-        row->truncated = q_col_int64(q, 16) != 0;
-        row->created_at = q_col_int64(q, 17);
-        row->finished_at = q_col_int64(q, 18);
-        row->duration_ms = q_col_int64(q, 19);
-}
-
-int store_exec_put(struct store *s, const struct store_execution *row)
-{
-        STORE_LOCK(s);
-        _cleanup_(q_end) struct query q = {};
-        int r;
-
-        if (!row || !row->id[0] || !key_ok(row->user_id) || !key_ok(row->session_id))
-                return -EINVAL;
-        r = q_start(&q, s,
-                    "INSERT INTO executions (" EXEC_COLUMNS ") VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9, ?10, "
-                    "?11, ?12, ?13, ?14, ?15, ?16, ?17, ?18, ?19, ?20) "
-                    "ON CONFLICT (id) DO UPDATE SET container_id = excluded.container_id, state = excluded.state, "
-                    "cause = excluded.cause, error = excluded.error, exit_code = excluded.exit_code, "
-                    "stdout_bytes = excluded.stdout_bytes, stderr_bytes = excluded.stderr_bytes, "
-                    "stdout_spooled = excluded.stdout_spooled, stderr_spooled = excluded.stderr_spooled, "
-                    "truncated = excluded.truncated, finished_at = excluded.finished_at, "
-                    "duration_ms = excluded.duration_ms");
-        if (r < 0)
-                return r;
-        q_text(&q, row->id);
-        q_text(&q, row->user_id);
-        q_text(&q, row->session_id);
-        q_text_opt(&q, row->container_id);
-        q_text(&q, row->kind);
-        q_text_opt(&q, row->command_preview);
-        q_text_opt(&q, row->command_sha256);
-        q_text(&q, row->state);
-        q_text_opt(&q, row->cause);
-        q_text_opt(&q, row->error);
-        q_text_opt(&q, row->spool_path);
-        if (row->exit_code >= 0)
-                q_int64(&q, row->exit_code);
-        else
-                q_text(&q, NULL);
-        q_int64(&q, row->stdout_bytes);
-        q_int64(&q, row->stderr_bytes);
-        q_int64(&q, row->stdout_spooled);
-        q_int64(&q, row->stderr_spooled);
-        q_int64(&q, row->truncated ? 1 : 0);
-        q_int64(&q, row->created_at);
-        if (row->finished_at > 0)
-                q_int64(&q, row->finished_at);
-        else
-                q_text(&q, NULL);
-        q_int64(&q, row->duration_ms);
-        r = q_exec(&q);
-        return r < 0 ? r : 0;
-}
-
-int store_exec_get(struct store *s, const char *id, struct store_execution *ret)
-{
-        STORE_LOCK(s);
-        _cleanup_(q_end) struct query q = {};
-        int r;
-
-        if (!id || !ret)
-                return -EINVAL;
-        r = q_start(&q, s, "SELECT " EXEC_COLUMNS " FROM executions WHERE id = ?1");
-        if (r < 0)
-                return r;
-        q_text(&q, id);
-        r = q_step(&q);
-        if (r < 0)
-                return r;
-        if (r == 0)
-                return -ENOENT;
-        exec_from_row(&q, ret);
-        return 0;
-}
-
-static bool state_in(const char *state, const char *const *states)
-{
-        if (!states)
-                return true;
-        for (size_t i = 0; states[i]; i++)
-                if (strcmp(states[i], state) == 0)
-                        return true;
-        return false;
-}
-
-int store_exec_list(struct store *s, const char *user, const char *session, const char *const *states,
-                    size_t limit, struct store_execution **ret, size_t *ret_n)
-{
-        STORE_LOCK(s);
-        _cleanup_(q_end) struct query q = {};
-        _cleanup_free_ struct store_execution *rows = NULL;
-        size_t n = 0, cap = 0;
-        int r;
-
-        if (!user || !ret || !ret_n)
-                return -EINVAL;
-        /* The state filter is applied here rather than in SQL so the statement
-         * stays one fixed, cached text. */
-        r = q_start(&q, s,
-                    "SELECT " EXEC_COLUMNS " FROM executions WHERE user_id = ?1 AND (?2 IS NULL OR session_id = ?2) "
-                    "ORDER BY created_at DESC, id");
-        if (r < 0)
-                return r;
-        q_text(&q, user);
-        q_text(&q, session);
-        while (n < limit && (r = q_step(&q)) > 0) {
-                struct store_execution row;
-                exec_from_row(&q, &row);
-                if (!state_in(row.state, states))
-                        continue;
-                struct store_execution *slot = array_push((void **)&rows, &n, &cap, sizeof(*rows));
-                if (!slot)
-                        return -ENOMEM;
-                *slot = row;
-        }
-        if (r < 0)
-                return r;
-        *ret = TAKE_PTR(rows);
-        *ret_n = n;
-        return 0;
-}
-
-int store_exec_fail_unfinished(struct store *s, const char *cause, const char *error, int64_t now_ms,
-                               size_t *ret_n)
-{
-        STORE_LOCK(s);
-        _cleanup_(q_end) struct query q = {};
-        int r;
-
-        r = q_start(&q, s,
-                    "UPDATE executions SET state = 'FAILED', cause = ?1, error = ?2, finished_at = ?3, "
-                    "duration_ms = MAX(0, ?3 - created_at) WHERE state IN ('PENDING', 'RUNNING')");
-        if (r < 0)
-                return r;
-        q_text(&q, cause);
-        q_text(&q, error);
-        q_int64(&q, now_ms);
-        r = q_exec(&q);
-        if (r < 0)
-                return r;
-        if (ret_n)
-                *ret_n = (size_t)r;
-        return 0;
-}
-
-int store_exec_list_finished_before(struct store *s, int64_t before_ms, size_t limit, struct store_execution **ret,
-                                    size_t *ret_n)
-{
-        STORE_LOCK(s);
-        _cleanup_(q_end) struct query q = {};
-        _cleanup_free_ struct store_execution *rows = NULL;
-        size_t n = 0, cap = 0;
-        int r;
-
-        r = q_start(&q, s,
-                    "SELECT " EXEC_COLUMNS " FROM executions WHERE finished_at IS NOT NULL AND finished_at < ?1 "
-                    "AND spool_path IS NOT NULL ORDER BY finished_at LIMIT ?2");
-        if (r < 0)
-                return r;
-        q_int64(&q, before_ms);
-        q_int64(&q, (int64_t)limit);
-        while ((r = q_step(&q)) > 0) {
-                struct store_execution *slot = array_push((void **)&rows, &n, &cap, sizeof(*rows));
-                if (!slot)
-                        return -ENOMEM;
-                exec_from_row(&q, slot);
-        }
-        if (r < 0)
-                return r;
-        *ret = TAKE_PTR(rows);
-        *ret_n = n;
-        return 0;
-}
-
-int store_exec_clear_spool(struct store *s, const char *id)
-{
-        STORE_LOCK(s);
-        _cleanup_(q_end) struct query q = {};
-        int r = q_start(&q, s, "UPDATE executions SET spool_path = NULL, stdout_spooled = 0, stderr_spooled = 0 "
-                               "WHERE id = ?1");
-        if (r < 0)
-                return r;
-        q_text(&q, id);
-        r = q_exec(&q);
-        return r < 0 ? r : r == 0 ? -ENOENT : 0;
-}

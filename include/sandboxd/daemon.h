@@ -14,6 +14,8 @@ struct portpool;
 struct session_manager;
 struct monitor;
 struct exec_engine;
+struct service_manager;
+struct privacy;
 
 struct daemon {
         struct sbx_config cfg; /* read-only after daemon_open */
@@ -23,6 +25,8 @@ struct daemon {
         struct session_manager *sessions;
         struct monitor *monitor;
         struct exec_engine *exec;
+        struct service_manager *services;
+        struct privacy *privacy;
         int64_t started_at; /* unix ms */
 };
 

@@ -12,6 +12,7 @@
 #include "sandboxd/log.h"
 #include "sandboxd/monitor.h"
 #include "sandboxd/portpool.h"
+#include "sandboxd/privacy.h"
 #include "sandboxd/session.h"
 #include "sandboxd/store.h"
 
@@ -62,6 +63,9 @@ int daemon_open(const struct sbx_config *cfg, const struct daemon_options *opts,
         r = session_manager_new(&d->cfg, d->docker, d->store, d->ports, opts->extra_labels, &d->sessions, err);
         if (r < 0)
                 goto fail;
+        r = privacy_new(d->store, d->sessions, &d->privacy, err);
+        if (r < 0)
+                goto fail;
         r = session_reconcile(d->sessions, NULL, err);
         if (r < 0)
                 goto fail;
@@ -87,6 +91,7 @@ void daemon_close(struct daemon *d)
                 return;
         monitor_stop(d->monitor);
         exec_engine_free(d->exec);
+        privacy_free(d->privacy);
         session_manager_free(d->sessions);
         portpool_free(d->ports);
         docker_free(d->docker);

@@ -397,13 +397,37 @@ static void audit(struct execution *x)
         cJSON_Delete(d);
 }
 
+/* In the session's container: write the code file (run_code), create the exec. */
+static int prepare(struct execution *x, char exec_id[65], struct sbx_error *err)
+{
+        struct exec_engine *e = x->e;
+        struct docker_exec_spec spec = {0};
+        int r;
+
+        if (x->code) {
+                const char *wargv[] = {"sh", "-c", write_script, "sbx-write", x->code_path, NULL};
+                int code = -1;
+                r = exec_internal(e, x->container_id, wargv, x->code, x->code_len, e->cfg->docker_timeout_ms, &code,
+                                  NULL, NULL, err);
+                if (r < 0)
+                        return r;
+                if (code != 0)
+                        return sbx_error_set(err, -EIO, 0, "cannot write the code file in the container (exit %d)",
+                                             code);
+        }
+        spec.cmd = (const char *const *)x->argv;
+        spec.env = (const char *const *)x->env;
+        spec.workdir = x->workdir;
+        spec.attach_stdin = x->interactive || x->stdin_len > 0;
+        return docker_exec_create(e->docker, x->container_id, &spec, exec_id, err);
+}
+
 /* The worker: get the session's container, start, pump output, enforce the
  * deadline and cancel, then classify how it ended. */
 static void run(struct execution *x)
 {
         struct exec_engine *e = x->e;
         const struct sbx_config *cfg = e->cfg;
-        struct docker_exec_spec spec = {0};
         struct docker_exec_info info;
         struct session *s = NULL;
         struct sbx_error err = {0};
@@ -413,28 +437,20 @@ static void run(struct execution *x)
         bool killing = false, hard = false, timed_out = false, cancelled = false, container_died = false;
         int r;
 
-        r = session_get_or_create(e->sessions, x->user, x->session, &s, &err);
-        if (r < 0)
-                goto failed;
-        session_container_id(s, x->container_id);
-        oom_before = session_oom_events(s);
-
-        if (x->code) {
-                const char *wargv[] = {"sh", "-c", write_script, "sbx-write", x->code_path, NULL};
-                int code = -1;
-                r = exec_internal(e, x->container_id, wargv, x->code, x->code_len, cfg->docker_timeout_ms, &code,
-                                  NULL, NULL, &err);
-                if (r == 0 && code != 0)
-                        r = sbx_error_set(&err, -EIO, 0, "cannot write the code file in the container (exit %d)", code);
+        /* A container can vanish between the session check and the exec (the
+         * privacy ratchet, an external kill): then check the session again, once. */
+        for (int attempt = 0;; attempt++) {
+                r = session_get_or_create(e->sessions, x->user, x->session, &s, &err);
                 if (r < 0)
                         goto failed;
+                session_container_id(s, x->container_id);
+                oom_before = session_oom_events(s);
+                r = prepare(x, exec_id, &err);
+                if (r == 0 || attempt > 0 || (r != -ENOENT && r != -EBUSY))
+                        break;
+                session_release(s);
+                s = NULL;
         }
-
-        spec.cmd = (const char *const *)x->argv;
-        spec.env = (const char *const *)x->env;
-        spec.workdir = x->workdir;
-        spec.attach_stdin = x->interactive || x->stdin_len > 0;
-        r = docker_exec_create(e->docker, x->container_id, &spec, exec_id, &err);
         if (r == 0)
                 r = open_spools(x) < 0 ? sbx_error_set(&err, -EIO, 0, "cannot open the output spool: %m") : 0;
         if (r == 0) {
@@ -457,7 +473,7 @@ static void run(struct execution *x)
                 (void)docker_stream_write(x->stream, x->stdin_data, x->stdin_len);
                 x->stdin_sent = x->stdin_len;
         }
-        if (!x->interactive && spec.attach_stdin) {
+        if (!x->interactive && x->stdin_len > 0) {
                 (void)docker_stream_close_write(x->stream);
                 x->stdin_closed = true;
         }

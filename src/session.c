@@ -53,6 +53,7 @@ struct session {
         int64_t created_at;
         int64_t last_activity;
         uint64_t oom_events; /* of the current container */
+        char ratchet_from[65]; /* networked container removed by the privacy ratchet, until its successor exists */
 };
 
 struct handler {
@@ -393,6 +394,8 @@ void session_set_network_policy(struct session_manager *m, session_network_polic
         pthread_mutex_unlock(&m->lock);
 }
 
+const char *session_default_network(struct session_manager *m) { return m->cfg->network_default; }
+
 static const char *required_network(struct session_manager *m, const char *user, const char *id)
 {
         session_network_policy_fn fn;
@@ -485,7 +488,11 @@ static int make_container(struct session *s, const char *old_id, const char *net
         r = container_workspace_ensure(cfg, s->user, s->id, ret_workspace, err);
         if (r < 0)
                 return r;
-        if (cfg->ports_per_session > 0) {
+        if (strcmp(network, "none") == 0) {
+                /* Nothing can be published without a network, and a private session
+                 * never gets one back: its block goes back to the pool. */
+                (void)portpool_release(m->ports, s->user, s->id);
+        } else if (cfg->ports_per_session > 0) {
                 ports = calloc((size_t)cfg->ports_per_session, sizeof(int));
                 if (!ports)
                         return sbx_error_set(err, -ENOMEM, 0, "out of memory");
@@ -499,7 +506,7 @@ static int make_container(struct session *s, const char *old_id, const char *net
         p.network_mode = network;
         p.workspace = ret_workspace;
         p.host_ports = ports;
-        p.n_ports = (size_t)cfg->ports_per_session;
+        p.n_ports = ports ? (size_t)cfg->ports_per_session : 0;
         p.extra_labels = (const char *const *)m->extra_labels;
         r = container_create_started(m->docker, cfg, &p, ret_id, err);
         if (r < 0) {
@@ -534,6 +541,16 @@ static int validate(struct session_manager *m, const char *id, const char *netwo
                 return 1;
         }
         return 0;
+}
+
+/* The audit record of a FULL → NONE transition: old and new container. */
+static void audit_ratchet(struct session_manager *m, const char *user, const char *id, const char *old_id,
+                          const char *new_id)
+{
+        char detail[256];
+        snprintf(detail, sizeof(detail), "{\"old_container\":\"%s\",\"new_container\":\"%s\",\"network_mode\":\"none\"}",
+                 old_id, new_id ? new_id : "");
+        (void)store_audit(m->store, "daemon", user, id, "privacy.ratchet", detail);
 }
 
 static void touch_locked(struct session *s)
@@ -633,7 +650,11 @@ int session_get_or_create(struct session_manager *m, const char *user, const cha
                 s->last_error[0] = '\0';
                 s->error_cause[0] = '\0';
                 if (old_id[0] && strcmp(cause, "privacy_ratchet") == 0)
-                        (void)store_audit(m->store, "daemon", user, id, "privacy.ratchet", NULL);
+                        memcpy(s->ratchet_from, old_id, sizeof(s->ratchet_from));
+                if (s->ratchet_from[0]) {
+                        audit_ratchet(m, user, id, s->ratchet_from, new_id);
+                        s->ratchet_from[0] = '\0';
+                }
                 s->active_ops++;
                 s->last_activity = sbx_wall_ms();
                 set_state_locked(s, SESSION_RUNNING, NULL, NULL);
@@ -868,6 +889,62 @@ bool session_mark_failed(struct session_manager *m, const char *user, const char
         if (first)
                 call_handlers(m, user, id, container_id, cause);
         return changed;
+}
+
+static void end_teardown(struct session *s, enum session_state state, const char *cause);
+
+int session_enforce_network(struct session_manager *m, const char *user, const char *id, struct sbx_error *err)
+{
+        struct docker_container_info info;
+        struct session *s;
+        char cid[65];
+        int r;
+
+        if (lookup_ref(m, user, id, false, &s, NULL) < 0)
+                return 0; /* no container yet: the first one is made with the required mode */
+        pthread_mutex_lock(&s->lock);
+        while (s->transitioning)
+                pthread_cond_wait(&s->cond, &s->lock);
+        if (!s->container_id[0]) {
+                pthread_mutex_unlock(&s->lock);
+                unref(s);
+                return 0;
+        }
+        s->transitioning = true;
+        memcpy(cid, s->container_id, sizeof(cid));
+        pthread_mutex_unlock(&s->lock);
+
+        r = docker_container_inspect(m->docker, cid, &info, err);
+        if (r == -ENOENT || (r == 0 && !(strcmp(required_network(m, user, id), "none") == 0 && info.has_network))) {
+                /* gone already, or already as required: nothing to take away */
+                pthread_mutex_lock(&s->lock);
+                s->transitioning = false;
+                pthread_cond_broadcast(&s->cond);
+                pthread_mutex_unlock(&s->lock);
+                unref(s);
+                return 0;
+        }
+        if (r == 0)
+                r = container_remove(m->docker, cid, err);
+        if (r < 0) {
+                pthread_mutex_lock(&s->lock);
+                s->transitioning = false;
+                pthread_cond_broadcast(&s->cond);
+                pthread_mutex_unlock(&s->lock);
+                unref(s);
+                sbx_error_prefix(err, "removing the networked container %.12s", cid);
+                return r;
+        }
+        (void)store_container_removed(m->store, cid, "privacy_ratchet", sbx_wall_ms());
+        (void)portpool_release(m->ports, user, id);
+        pthread_mutex_lock(&s->lock);
+        memcpy(s->ratchet_from, cid, sizeof(s->ratchet_from));
+        pthread_mutex_unlock(&s->lock);
+        end_teardown(s, SESSION_STOPPED, "privacy_ratchet");
+        call_handlers(m, user, id, cid, "privacy_ratchet");
+        log_ctx(LOG_LEVEL_INFO, user, id, cid, "privacy ratchet: networked container removed");
+        unref(s);
+        return 0;
 }
 
 void session_note_oom(struct session_manager *m, const char *user, const char *id, const char *container_id)

@@ -59,6 +59,8 @@ void session_manager_free(struct session_manager *m);
 
 int session_register_failure_handler(struct session_manager *m, session_failure_fn fn, void *userdata);
 void session_set_network_policy(struct session_manager *m, session_network_policy_fn fn, void *userdata);
+/* The configured network of sessions without private data. */
+const char *session_default_network(struct session_manager *m);
 
 /* Make sure (user, session) has a running, healthy container with the
  * network mode it requires, creating or recreating it on the same workspace
@@ -104,6 +106,13 @@ void session_info_list_free(struct session_info *list, size_t n);
  * session changed. */
 bool session_mark_failed(struct session_manager *m, const char *user, const char *session,
                          const char *container_id, const char *cause);
+
+/* Make sure the session holds no container with more network than it now
+ * requires: a networked container of a session that requires "none" is
+ * removed at once (services cleared with cause privacy_ratchet); the next
+ * operation creates its successor. Waits for a creation in progress. */
+int session_enforce_network(struct session_manager *m, const char *user, const char *session,
+                            struct sbx_error *err);
 
 /* Monitor entry: an OOM kill happened inside the session's container while
  * it kept running. Counted so an execution killed by it can say "oom". */

@@ -179,6 +179,22 @@ int store_exec_list_finished_before(struct store *s, int64_t before_ms, size_t l
 /* Forget the spool of an execution (gc removed the files). */
 int store_exec_clear_spool(struct store *s, const char *id);
 
+/* ---- private datasets ---- */
+
+struct store_private {
+        char dataset[257];
+        char source[257];
+        int64_t marked_at;
+};
+/* Record a mark; *ret_inserted false when it was already there (idempotent). */
+int store_private_add(struct store *s, const char *user, const char *session, const char *dataset,
+                      const char *source, int64_t now_ms, bool *ret_inserted);
+/* Whether (user, session) has any mark. */
+int store_private_any(struct store *s, const char *user, const char *session, bool *ret);
+/* Marks of (user, session), oldest first. malloc'd array. */
+int store_private_list(struct store *s, const char *user, const char *session, struct store_private **ret,
+                       size_t *ret_n);
+
 /* ---- audit ---- */
 
 /* Append an audit row stamped with the wall clock. action is required;

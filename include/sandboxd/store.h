@@ -207,4 +207,68 @@ int store_audit(struct store *s, const char *actor, const char *user, const char
 int store_audit_count(struct store *s, const char *user, const char *session, const char *action,
                       int64_t *ret_count);
 
+/* ---- gc (the batch cleanup behind `sandboxd --gc`; queries in store_gc.c) ----
+ *
+ * gc runs in its own process beside a daemon that may write the same rows, so
+ * each write below re-checks the condition gc decided on in the same
+ * statement and changes nothing, returning -ESTALE, when the row moved on. */
+
+/* Take container_id away from the session if its row still names that
+ * container, is RUNNING or ERROR, has last_activity < last_activity_before
+ * and, with require_quiet, no PENDING or RUNNING execution. A RUNNING row
+ * becomes STOPPED with error_cause = cause and updated_at = now_ms; an ERROR
+ * row only loses its container_id (its error and updated_at stay). */
+int store_gc_session_take_container(struct store *s, const char *user, const char *session, const char *container_id,
+                                    int64_t last_activity_before, bool require_quiet, const char *cause,
+                                    int64_t now_ms);
+/* Delete the session row if it is still ERROR with this container_id ("" =
+ * none) and this updated_at. Only the row: port allocations and services are
+ * gc'd on their own, and private dataset marks stay with the workspace. */
+int store_gc_session_forget(struct store *s, const char *user, const char *session, const char *container_id,
+                            int64_t updated_at);
+/* Delete the allocation of port to (user, session) unless that session's row
+ * is RUNNING, CREATING or ERROR (-ESTALE then, or when it is not allocated to
+ * that session any more). */
+int store_gc_port_release(struct store *s, int port, const char *user, const char *session);
+
+struct store_gc_service {
+        char user_id[65];
+        char session_id[65];
+        char name[65];
+        char container_id[65]; /* "" if none */
+        char state[16];
+};
+/* Every services row (all sessions). malloc'd array. */
+int store_gc_services_list(struct store *s, struct store_gc_service **ret, size_t *ret_n);
+/* Delete the row if its container_id ("" = none) and state are still these. */
+int store_gc_service_delete(struct store *s, const char *user, const char *session, const char *name,
+                            const char *container_id, const char *state);
+
+struct store_gc_spool {
+        char id[37];
+        int64_t finished_at;
+};
+/* Executions still holding a spool that finished before before_ms, ordered
+ * by (finished_at, id) and strictly after (after_finished_at, after_id) (0 and
+ * "" for the first page), at most limit. malloc'd array. */
+int store_gc_spools_list(struct store *s, int64_t before_ms, int64_t after_finished_at, const char *after_id,
+                         size_t limit, struct store_gc_spool **ret, size_t *ret_n);
+/* Whether execution id exists and still holds its spool. */
+int store_gc_spool_known(struct store *s, const char *id, bool *ret_known);
+
+/* The newest time (unix ms) anything of (user, session) is recorded:
+ * containers created or removed, executions, audit rows. 0 if nothing is. */
+int store_gc_session_last_seen(struct store *s, const char *user, const char *session, int64_t *ret_ms);
+/* Delete the private dataset marks of a session that has no row any more
+ * (after its workspace was purged). Returns how many, or -errno. */
+int store_gc_private_forget(struct store *s, const char *user, const char *session);
+
+/* Row counts and page figures (for the report and tests). */
+struct store_gc_stats {
+        int64_t sessions, ports, services, executions, spools, private_datasets;
+        int64_t containers, containers_live, audit;
+        int64_t page_size, page_count, freelist_count;
+};
+int store_gc_stats(struct store *s, struct store_gc_stats *ret);
+
 #endif

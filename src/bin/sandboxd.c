@@ -10,6 +10,7 @@
 
 #include "sandboxd/config.h"
 #include "sandboxd/daemon.h"
+#include "sandboxd/gc.h"
 #include "sandboxd/log.h"
 
 static void usage(FILE *f)
@@ -23,6 +24,12 @@ static void usage(FILE *f)
                 "      --check-config   validate the config (file and SANDBOXD_* environment) and exit:\n"
                 "                       0 if valid, 1 naming the offending line and why\n"
                 "      --print-config   print every key with its effective value and exit\n"
+                "      --gc             batch cleanup instead of the daemon: remove what abandoned\n"
+                "                       sessions left (idle, old and orphan containers, ERROR sessions,\n"
+                "                       ports, services, execution spools, expired workspaces), vacuum\n"
+                "                       the store, print a report and exit: 0 if every item went well\n"
+                "      --dry-run        with --gc: report what would go, change nothing\n"
+                "      --json           with --gc: print the report as JSON\n"
                 "  -V, --version        print the version and exit\n"
                 "  -h, --help           show this help and exit\n"
                 "\n"
@@ -32,17 +39,20 @@ static void usage(FILE *f)
 
 int main(int argc, char **argv)
 {
-        enum { OPT_CHECK = 256, OPT_PRINT };
+        enum { OPT_CHECK = 256, OPT_PRINT, OPT_GC, OPT_DRY_RUN, OPT_JSON };
         static const struct option opts[] = {
                 {"config", required_argument, NULL, 'c'},
                 {"check-config", no_argument, NULL, OPT_CHECK},
                 {"print-config", no_argument, NULL, OPT_PRINT},
+                {"gc", no_argument, NULL, OPT_GC},
+                {"dry-run", no_argument, NULL, OPT_DRY_RUN},
+                {"json", no_argument, NULL, OPT_JSON},
                 {"version", no_argument, NULL, 'V'},
                 {"help", no_argument, NULL, 'h'},
                 {0},
         };
         const char *config_path = NULL;
-        bool check = false, print = false;
+        bool check = false, print = false, gc = false, dry_run = false, json = false;
         struct sbx_config cfg;
         struct sbx_error err = {0};
         struct daemon *d = NULL;
@@ -61,6 +71,15 @@ int main(int argc, char **argv)
                 case OPT_PRINT:
                         print = true;
                         break;
+                case OPT_GC:
+                        gc = true;
+                        break;
+                case OPT_DRY_RUN:
+                        dry_run = true;
+                        break;
+                case OPT_JSON:
+                        json = true;
+                        break;
                 case 'V':
                         printf("sandboxd %s\n", SBX_VERSION);
                         return 0;
@@ -75,6 +94,10 @@ int main(int argc, char **argv)
         if (optind < argc) {
                 fprintf(stderr, "sandboxd: unexpected argument '%s'\n", argv[optind]);
                 usage(stderr);
+                return 2;
+        }
+        if ((dry_run || json) && !gc) {
+                fprintf(stderr, "sandboxd: --dry-run and --json go with --gc\n");
                 return 2;
         }
 
@@ -95,6 +118,17 @@ int main(int argc, char **argv)
         if (log_level_from_string(cfg.log_level, &level) == 0)
                 log_set_level(level);
 
+        if (gc) {
+                signal(SIGPIPE, SIG_IGN);
+                if (curl_global_init(CURL_GLOBAL_ALL) != 0) {
+                        log_error("cannot initialise libcurl");
+                        return 1;
+                }
+                r = gc_main(&cfg, dry_run, json, stdout);
+                curl_global_cleanup();
+                return r;
+        }
+
         /* Block the signals we wait for before any thread starts, so every
          * thread inherits the mask and only sigwait() below sees them. */
         sigemptyset(&set);
@@ -107,7 +141,7 @@ int main(int argc, char **argv)
                 log_error("cannot initialise libcurl");
                 return 1;
         }
-        r = daemon_open(&cfg, NULL, &d, &err);
+        r = daemon_open(&cfg, &(struct daemon_options){.sockets = true}, &d, &err);
         if (r < 0) {
                 log_error("cannot start: %s", err.msg);
                 curl_global_cleanup();

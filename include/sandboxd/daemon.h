@@ -16,6 +16,8 @@ struct monitor;
 struct exec_engine;
 struct service_manager;
 struct privacy;
+struct api_server;
+struct admin_server;
 
 struct daemon {
         struct sbx_config cfg; /* read-only after daemon_open */
@@ -28,11 +30,14 @@ struct daemon {
         struct service_manager *services;
         struct privacy *privacy;
         int64_t started_at; /* unix ms */
+        struct api_server *api;     /* the socket fronts (opts->sockets) */
+        struct admin_server *admin;
 };
 
 struct daemon_options {
         const char *const *extra_labels; /* NULL-terminated "k=v" on every container (tests) */
         bool no_monitor;                 /* skip the monitor threads (tests that drive it by hand) */
+        bool sockets;                    /* serve api_socket and admin_socket (the daemon; socket tests) */
 };
 
 /* Open everything and reconcile with Docker. On failure nothing is left
@@ -41,5 +46,9 @@ int daemon_open(const struct sbx_config *cfg, const struct daemon_options *opts,
                 struct sbx_error *err);
 /* Stop the monitor, free everything. Containers keep running. NULL is fine. */
 void daemon_close(struct daemon *d);
+
+/* The Docker engine's version, asked now (for health and stats: the fronts
+ * never talk to Docker themselves). */
+int daemon_docker_version(struct daemon *d, char *ret, size_t size, struct sbx_error *err);
 
 #endif

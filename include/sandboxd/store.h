@@ -271,4 +271,24 @@ struct store_gc_stats {
 };
 int store_gc_stats(struct store *s, struct store_gc_stats *ret);
 
+/* ---- API tokens (only digests are stored) ---- */
+
+struct store_token {
+        char id[33];
+        char user_id[65];
+        char role[16];          /* agent | connector */
+        char token_sha256[65];  /* hex digest of the token */
+        int64_t created_at;     /* unix ms */
+        int64_t revoked_at;     /* 0 = live */
+};
+/* Insert a token row. -EEXIST if the id or digest is taken, -EINVAL for an
+ * unknown role. */
+int store_token_add(struct store *s, const struct store_token *row);
+/* The row whose digest is sha256_hex (revoked or not). -ENOENT when absent. */
+int store_token_get_by_digest(struct store *s, const char *sha256_hex, struct store_token *ret);
+/* Set revoked_at. -ENOENT for an unknown id, -EALREADY if already revoked. */
+int store_token_revoke(struct store *s, const char *id, int64_t now_ms);
+/* All rows, oldest first. malloc'd array. */
+int store_token_list(struct store *s, struct store_token **ret, size_t *ret_n);
+
 #endif

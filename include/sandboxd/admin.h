@@ -1,0 +1,51 @@
+/* admin.h — the admin socket: the door for operators (sandboxctl).
+ *
+ * admin_socket is a Unix stream socket, mode 0600 (owner: the daemon's
+ * user), or 0660 and group admin_group when that is set; the mode and group
+ * are in place before the socket can be reached. On top of the file
+ * permissions every connection's peer is checked with SO_PEERCRED: uid 0,
+ * the daemon's own uid and (with admin_group) members of that group are
+ * served; anyone else gets one "forbidden" reply and is disconnected (and the
+ * refusal is audited).
+ *
+ * Protocol: one JSON object per line (at most ADMIN_MAX_LINE bytes), answered
+ * in order:
+ *   request   {"cmd": "<name>", ...arguments..., "id"?: <any>}
+ *   success   {"ok": true, "result": ..., "id"?: ...}
+ *   failure   {"ok": false, "error": {"code": "<code>", "message": "<text>"}}
+ * with the API's error codes (bad_request, forbidden, not_found, invalid,
+ * busy, conflict, unavailable, internal, ...).
+ *
+ *   health                                    → {status: "ok"|"degraded", version, uptime_s, docker: {ok, version?, error?}}
+ *   stats                                     → {uptime_s, started_at, version, docker_version, sessions: {creating,
+ *                                                running, stopped, error, total}, executions_running,
+ *                                                ports: {used, total}, monitor_last_poll (unix ms or null)}
+ *   sessions.list   {user?, state?}           → {sessions: [{user, session, state, container_id, image,
+ *                                                network_mode, private, ports, created_at, last_activity,
+ *                                                last_error, error_cause}]}
+ *   session.show    {user, session}           → the above plus {workspace, datasets: [{dataset, source,
+ *                                                marked_at}], services: [...], executions: [recent, newest first]}
+ *   session.destroy {user, session, purge?}   → {user, session, purged}
+ *   session.mark_private {user, session, dataset, source?} → {user, session, datasets, network_mode}
+ *   token.create    {user, role?: agent|connector} → {token, id, user, role}  (the token is shown only here)
+ *   token.revoke    {id}                      → {id, revoked: true}
+ *   token.list      {}                        → {tokens: [{id, user, role, created_at, revoked_at}]}
+ * Every command that changes something is audited (action "admin.<cmd>",
+ * actor "admin:uid=<uid>"). */
+#ifndef SANDBOXD_ADMIN_H
+#define SANDBOXD_ADMIN_H
+
+#include "sandboxd/common.h"
+
+#define ADMIN_MAX_LINE (1024 * 1024)
+
+struct daemon;
+struct admin_server;
+
+/* Bind admin_socket (stale socket replaced safely) and serve it. -EINVAL
+ * (with err) for an admin_group that does not exist. */
+int admin_server_start(struct daemon *d, struct admin_server **ret, struct sbx_error *err);
+/* Stop accepting, close connections, join. NULL is fine. */
+void admin_server_stop(struct admin_server *s);
+
+#endif

@@ -1,0 +1,85 @@
+/* files.h — files in a session's workspace, read and written from INSIDE the
+ * session's container, never through a host path.
+ *
+ * Every operation runs a fixed script in the container as the sandbox user
+ * (exec_internal), with the path as an argv element (never spliced into a
+ * shell line). A process in the container can plant symlinks anywhere in its
+ * workspace; the daemon never follows one on the host, because it never opens
+ * workspace paths on the host at all: what the script can reach is exactly
+ * what the tenant can reach already, so a symlink to /etc/passwd reads the
+ * container's file at most. Still, the script resolves the path (readlink -f)
+ * and refuses anything that resolves outside /workspace, so results are
+ * honest and the workspace is the only thing these calls ever touch.
+ *
+ * Paths: relative to /workspace, or absolute under /workspace. They are
+ * normalised lexically ("a/./b//c", "a/../b"); a path that climbs out of
+ * /workspace ("../x", "/etc/passwd", "/workspace/../etc") is refused with
+ * -EPERM before anything runs.
+ *
+ * Sizes: a write holds at most max_file_size bytes; a read returns at most
+ * min(max_file_size, FILES_READ_MAX) bytes per call (use offset to go on). */
+#ifndef SANDBOXD_FILES_H
+#define SANDBOXD_FILES_H
+
+#include <stdbool.h>
+#include <stddef.h>
+#include <stdint.h>
+
+#include "sandboxd/common.h"
+
+struct daemon;
+
+#define FILES_PATH_MAX 4096
+#define FILES_READ_MAX (4 * 1024 * 1024)
+#define FILES_LIST_MAX 1000
+
+enum files_type {
+        FILES_FILE,
+        FILES_DIR,
+        FILES_SYMLINK,
+        FILES_OTHER,
+};
+const char *files_type_to_string(enum files_type t);
+
+/* Normalise path (see above) into ret (absolute, under /workspace, no
+ * trailing slash). -EPERM for an escape, -EINVAL for an empty or over-long
+ * path or one with control characters. */
+int files_normalize(const char *path, char ret[FILES_PATH_MAX], struct sbx_error *err);
+
+/* Write data as the whole content of path (created with its missing parent
+ * directories, mode 0644; an existing file is replaced atomically through a
+ * temporary file and a rename). -EFBIG past max_file_size, -EPERM if the path
+ * resolves outside /workspace (through a symlink), -EISDIR for a directory,
+ * -ENOTDIR when a parent is not a directory. */
+int files_write(struct daemon *d, const char *user, const char *session, const char *path, const void *data,
+                size_t len, char ret_path[FILES_PATH_MAX], struct sbx_error *err);
+
+struct files_read_result {
+        char path[FILES_PATH_MAX]; /* normalised */
+        char *data;                /* malloc'd, NUL-terminated for convenience; len bytes */
+        size_t len;
+        uint64_t size; /* the file's size */
+        bool eof;      /* offset + len reached the end of the file */
+};
+void files_read_result_done(struct files_read_result *r);
+
+/* Read up to length bytes (< 0: as much as a call allows) from offset.
+ * -ENOENT, -EISDIR, -EINVAL for something that is not a regular file (a
+ * FIFO would block), -EACCES, -EPERM as for write. */
+int files_read(struct daemon *d, const char *user, const char *session, const char *path, uint64_t offset,
+               int64_t length, struct files_read_result *ret, struct sbx_error *err);
+
+struct files_entry {
+        char name[256];
+        enum files_type type; /* a symlink is reported as such, never followed */
+        int64_t size;         /* bytes for files, the link's length for symlinks, 0 otherwise */
+};
+
+/* The entries of a directory (NULL or "" = /workspace), sorted by name, at
+ * most FILES_LIST_MAX (*ret_truncated says there were more). -ENOTDIR for a
+ * non-directory. */
+int files_list(struct daemon *d, const char *user, const char *session, const char *path,
+               char ret_path[FILES_PATH_MAX], struct files_entry **ret, size_t *ret_n, bool *ret_truncated,
+               struct sbx_error *err);
+
+#endif

@@ -1,0 +1,57 @@
+/* token.h — API tokens: who is calling the API socket.
+ *
+ * A token is "sbx_" followed by 64 hex digits (32 random bytes). It is shown
+ * once, when created; the store keeps only its SHA-256 digest, with an id
+ * (16 hex digits, safe to show and log), the user it acts for and its role:
+ *   agent      every API method on the user's own sessions except mark_private;
+ *   connector  the same plus mark_private (a data connector declaring that it
+ *              put private data into a session).
+ * Verification hashes the presented token, looks the digest up and compares
+ * digests in constant time; a revoked token is refused like an unknown one. */
+#ifndef SANDBOXD_TOKEN_H
+#define SANDBOXD_TOKEN_H
+
+#include <stdbool.h>
+#include <stddef.h>
+#include <stdint.h>
+
+#include "sandboxd/common.h"
+
+struct store;
+
+#define TOKEN_PREFIX "sbx_"
+#define TOKEN_LEN (4 + 64)  /* characters, without the NUL */
+#define TOKEN_ID_LEN 16
+
+enum token_role {
+        TOKEN_ROLE_AGENT,
+        TOKEN_ROLE_CONNECTOR,
+};
+const char *token_role_to_string(enum token_role r);
+/* "agent" | "connector"; -EINVAL otherwise. */
+int token_role_from_string(const char *s, enum token_role *ret);
+
+struct token_info {
+        char id[TOKEN_ID_LEN + 1];
+        char user[65];
+        enum token_role role;
+        int64_t created_at; /* unix ms */
+        int64_t revoked_at; /* 0 = live */
+};
+
+/* Create a token for user (a valid session-style id). Writes the token
+ * (shown only now) and its row. -EINVAL for a bad user. */
+int token_create(struct store *st, const char *user, enum token_role role, char ret_token[TOKEN_LEN + 1],
+                 struct token_info *ret_info, struct sbx_error *err);
+/* -ENOENT for an unknown id, -EALREADY if it is revoked already. */
+int token_revoke(struct store *st, const char *id, struct sbx_error *err);
+/* Every token (never the secret), oldest first. malloc'd array. */
+int token_list(struct store *st, struct token_info **ret, size_t *ret_n);
+/* The live token's row; -EACCES for anything else (malformed, unknown,
+ * revoked), -EIO and friends if the store fails. */
+int token_verify(struct store *st, const char *token, struct token_info *ret);
+
+/* Compare n bytes without an early exit. */
+bool token_equal_ct(const void *a, const void *b, size_t n);
+
+#endif

@@ -1,0 +1,717 @@
+/* admin.c — the admin socket front (protocol in include/sandboxd/admin.h):
+ * file permissions set before the socket is reachable, a peer-credential
+ * check on every connection, then one JSON command per line. Thin: it calls
+ * the session manager, exec engine, services, privacy and token modules.
+ *
+ * Threads: "sbx-admin" accepts (listener.c); one worker per connection (at
+ * most ADMIN_MAX_CONNS) answers its commands in order. No shared state
+ * beyond the read-only server struct. */
+#include "sandboxd/admin.h"
+
+#include <cjson/cJSON.h>
+#include <ctype.h>
+#include <errno.h>
+#include <grp.h>
+#include <pwd.h>
+#include <stdio.h>
+#include <string.h>
+#include <unistd.h>
+
+#include "listener.h"
+#include "sandboxd/daemon.h"
+#include "sandboxd/exec.h"
+#include "sandboxd/log.h"
+#include "sandboxd/monitor.h"
+#include "sandboxd/portpool.h"
+#include "sandboxd/privacy.h"
+#include "sandboxd/service.h"
+#include "sandboxd/session.h"
+#include "sandboxd/store.h"
+#include "sandboxd/token.h"
+#include "sandboxd/utf8.h"
+
+#define ADMIN_MAX_CONNS 16
+#define ADMIN_RECENT_EXECUTIONS 10
+
+struct admin_server {
+        struct daemon *d;
+        struct sockserver *ss;
+        bool has_group;
+        gid_t gid;
+};
+
+struct admin_req {
+        struct admin_server *srv;
+        struct daemon *d;
+        const cJSON *args;
+        char actor[48];
+};
+
+struct admin_err {
+        const char *code;
+        char msg[1024];
+};
+
+static void cjson_deletep(cJSON **p)
+{
+        cJSON_Delete(*p);
+}
+
+static int fail(struct admin_err *e, const char *code, const char *fmt, ...) __attribute__((format(printf, 3, 4)));
+static int fail(struct admin_err *e, const char *code, const char *fmt, ...)
+{
+        va_list ap;
+        e->code = code;
+        va_start(ap, fmt);
+        vsnprintf(e->msg, sizeof(e->msg), fmt, ap);
+        va_end(ap);
+        return -1;
+}
+
+static const char *errno_code(int r)
+{
+        switch (-r) {
+        case EINVAL:
+                return "invalid";
+        case ENOENT:
+                return "not_found";
+        case EACCES:
+        case EPERM:
+                return "forbidden";
+        case EBUSY:
+                return "busy";
+        case EEXIST:
+        case EALREADY:
+                return "conflict";
+        case ECONNREFUSED:
+        case ETIMEDOUT:
+        case EIO:
+                return "unavailable";
+        default:
+                return "internal";
+        }
+}
+
+static int fail_errno(struct admin_err *e, int r, const struct sbx_error *err)
+{
+        return fail(e, errno_code(r), "%s", err && err->msg[0] ? err->msg : strerror(-r));
+}
+
+/* ---- arguments ---- */
+
+static int a_string(struct admin_req *q, const char *name, bool required, const char **ret, struct admin_err *e)
+{
+        const cJSON *v = cJSON_GetObjectItemCaseSensitive(q->args, name);
+        if (!v || cJSON_IsNull(v)) {
+                if (required)
+                        return fail(e, "bad_request", "%s is required", name);
+                *ret = NULL;
+                return 0;
+        }
+        if (!cJSON_IsString(v) || !v->valuestring)
+                return fail(e, "bad_request", "%s must be a string", name);
+        *ret = v->valuestring;
+        return 0;
+}
+
+static int a_bool(struct admin_req *q, const char *name, bool *ret, struct admin_err *e)
+{
+        const cJSON *v = cJSON_GetObjectItemCaseSensitive(q->args, name);
+        if (!v || cJSON_IsNull(v)) {
+                *ret = false;
+                return 0;
+        }
+        if (!cJSON_IsBool(v))
+                return fail(e, "bad_request", "%s must be true or false", name);
+        *ret = cJSON_IsTrue(v);
+        return 0;
+}
+
+static int a_key(struct admin_req *q, const char **ret_user, const char **ret_session, struct admin_err *e)
+{
+        struct sbx_error err = {0};
+        if (a_string(q, "user", true, ret_user, e) < 0 || a_string(q, "session", true, ret_session, e) < 0)
+                return -1;
+        if (session_key_check(*ret_user, *ret_session, &err) < 0)
+                return fail(e, "invalid", "%s", err.msg);
+        return 0;
+}
+
+/* ---- formatting ---- */
+
+static void add_lower(cJSON *o, const char *key, const char *s)
+{
+        char buf[64];
+        size_t i = 0;
+        for (; s && s[i] && i + 1 < sizeof(buf); i++)
+                buf[i] = (char)tolower((unsigned char)s[i]);
+        buf[i] = '\0';
+        cJSON_AddStringToObject(o, key, buf);
+}
+
+static void add_text(cJSON *o, const char *key, const char *s)
+{
+        if (s && *s) {
+                _cleanup_free_ char *clean = utf8_sanitize(s, strlen(s));
+                cJSON_AddStringToObject(o, key, clean ? clean : "");
+        } else {
+                cJSON_AddNullToObject(o, key);
+        }
+}
+
+static void add_time(cJSON *o, const char *key, int64_t ms)
+{
+        if (ms > 0)
+                cJSON_AddNumberToObject(o, key, (double)ms);
+        else
+                cJSON_AddNullToObject(o, key);
+}
+
+static cJSON *datasets_json(struct daemon *d, const char *user, const char *session)
+{
+        struct privacy_dataset *list = NULL;
+        size_t n = 0;
+        cJSON *a = cJSON_CreateArray();
+
+        if (!a || !d->privacy || privacy_list(d->privacy, user, session, &list, &n) < 0)
+                return a;
+        for (size_t i = 0; i < n; i++) {
+                cJSON *x = cJSON_CreateObject();
+                add_text(x, "dataset", list[i].dataset);
+                add_text(x, "source", list[i].source);
+                add_time(x, "marked_at", list[i].marked_at);
+                cJSON_AddItemToArray(a, x);
+        }
+        free(list);
+        return a;
+}
+
+static cJSON *session_json(struct daemon *d, const struct session_info *s)
+{
+        cJSON *o = cJSON_CreateObject(), *ports;
+
+        cJSON_AddStringToObject(o, "user", s->user);
+        cJSON_AddStringToObject(o, "session", s->session);
+        add_lower(o, "state", session_state_to_string(s->state));
+        add_text(o, "container_id", s->container_id);
+        add_text(o, "image", s->image);
+        add_text(o, "network_mode", s->network_mode);
+        cJSON_AddBoolToObject(o, "private", d->privacy && privacy_is_private(d->privacy, s->user, s->session));
+        ports = cJSON_AddArrayToObject(o, "ports");
+        for (size_t i = 0; i < s->n_ports; i++) {
+                cJSON *p = cJSON_CreateObject();
+                cJSON_AddNumberToObject(p, "container_port", d->cfg.container_port_base + (int)i);
+                cJSON_AddNumberToObject(p, "host_port", s->ports[i]);
+                cJSON_AddItemToArray(ports, p);
+        }
+        add_time(o, "created_at", s->created_at);
+        add_time(o, "last_activity", s->last_activity);
+        add_text(o, "last_error", s->last_error);
+        add_text(o, "error_cause", s->error_cause);
+        return o;
+}
+
+static void audit(struct admin_req *q, const char *user, const char *session, const char *cmd, cJSON *detail)
+{
+        char action[64], *json = detail ? cJSON_PrintUnformatted(detail) : NULL;
+
+        snprintf(action, sizeof(action), "admin.%s", cmd);
+        (void)store_audit(q->d->store, q->actor, user, session, action, json);
+        free(json);
+        cJSON_Delete(detail);
+}
+
+/* ---- commands ---- */
+
+typedef int (*cmd_fn)(struct admin_req *q, cJSON **ret, struct admin_err *e);
+
+static int c_health(struct admin_req *q, cJSON **ret, struct admin_err *e)
+{
+        char version[64];
+        struct sbx_error err = {0};
+        int r = daemon_docker_version(q->d, version, sizeof(version), &err);
+        cJSON *docker;
+
+        *ret = cJSON_CreateObject();
+        cJSON_AddStringToObject(*ret, "status", r == 0 ? "ok" : "degraded");
+        cJSON_AddStringToObject(*ret, "version", SBX_VERSION);
+        cJSON_AddNumberToObject(*ret, "uptime_s", (double)((sbx_wall_ms() - q->d->started_at) / 1000));
+        docker = cJSON_AddObjectToObject(*ret, "docker");
+        cJSON_AddBoolToObject(docker, "ok", r == 0);
+        if (r == 0)
+                cJSON_AddStringToObject(docker, "version", version);
+        else
+                add_text(docker, "error", err.msg[0] ? err.msg : strerror(-r));
+        return 0;
+}
+
+static int c_stats(struct admin_req *q, cJSON **ret, struct admin_err *e)
+{
+        size_t counts[4] = {0}, used = 0, total = 0;
+        char version[64] = "";
+        cJSON *s, *p;
+        int64_t last;
+
+        session_counts(q->d->sessions, counts);
+        portpool_usage(q->d->ports, &used, &total);
+        *ret = cJSON_CreateObject();
+        cJSON_AddStringToObject(*ret, "version", SBX_VERSION);
+        cJSON_AddNumberToObject(*ret, "started_at", (double)q->d->started_at);
+        cJSON_AddNumberToObject(*ret, "uptime_s", (double)((sbx_wall_ms() - q->d->started_at) / 1000));
+        if (daemon_docker_version(q->d, version, sizeof(version), NULL) == 0)
+                cJSON_AddStringToObject(*ret, "docker_version", version);
+        else
+                cJSON_AddNullToObject(*ret, "docker_version");
+        s = cJSON_AddObjectToObject(*ret, "sessions");
+        cJSON_AddNumberToObject(s, "creating", (double)counts[SESSION_CREATING]);
+        cJSON_AddNumberToObject(s, "running", (double)counts[SESSION_RUNNING]);
+        cJSON_AddNumberToObject(s, "stopped", (double)counts[SESSION_STOPPED]);
+        cJSON_AddNumberToObject(s, "error", (double)counts[SESSION_ERROR]);
+        cJSON_AddNumberToObject(s, "total", (double)(counts[0] + counts[1] + counts[2] + counts[3]));
+        cJSON_AddNumberToObject(*ret, "executions_running", (double)exec_running_count(q->d->exec, NULL, NULL));
+        p = cJSON_AddObjectToObject(*ret, "ports");
+        cJSON_AddNumberToObject(p, "used", (double)used);
+        cJSON_AddNumberToObject(p, "total", (double)total);
+        last = q->d->monitor ? monitor_last_poll(q->d->monitor) : 0;
+        add_time(*ret, "monitor_last_poll", last);
+        return 0;
+}
+
+static int c_sessions_list(struct admin_req *q, cJSON **ret, struct admin_err *e)
+{
+        const char *user, *state_s;
+        enum session_state state;
+        struct session_info *list = NULL;
+        size_t n = 0;
+        cJSON *a;
+        int r;
+
+        if (a_string(q, "user", false, &user, e) < 0 || a_string(q, "state", false, &state_s, e) < 0)
+                return -1;
+        if (state_s) {
+                char up[16];
+                size_t i = 0;
+                for (; state_s[i] && i + 1 < sizeof(up); i++)
+                        up[i] = (char)toupper((unsigned char)state_s[i]);
+                up[i] = '\0';
+                if (session_state_from_string(up, &state) < 0)
+                        return fail(e, "invalid", "state must be creating, running, stopped or error");
+        }
+        r = session_list(q->d->sessions, user, state_s ? &state : NULL, &list, &n);
+        if (r < 0)
+                return fail_errno(e, r, NULL);
+        *ret = cJSON_CreateObject();
+        a = cJSON_AddArrayToObject(*ret, "sessions");
+        for (size_t i = 0; i < n; i++)
+                cJSON_AddItemToArray(a, session_json(q->d, &list[i]));
+        session_info_list_free(list, n);
+        return 0;
+}
+
+static cJSON *services_json(struct daemon *d, const char *user, const char *session)
+{
+        struct service_info *list = NULL;
+        size_t n = 0;
+        cJSON *a = cJSON_CreateArray();
+
+        if (!a || !d->services || service_list(d->services, user, session, &list, &n) < 0)
+                return a;
+        for (size_t i = 0; i < n; i++) {
+                cJSON *o = cJSON_CreateObject(), *ports;
+                cJSON_AddStringToObject(o, "name", list[i].name);
+                add_lower(o, "state", service_state_to_string(list[i].state));
+                if (list[i].pid > 0)
+                        cJSON_AddNumberToObject(o, "pid", list[i].pid);
+                else
+                        cJSON_AddNullToObject(o, "pid");
+                if (list[i].exit_code >= 0)
+                        cJSON_AddNumberToObject(o, "exit_code", list[i].exit_code);
+                else
+                        cJSON_AddNullToObject(o, "exit_code");
+                add_text(o, "command", list[i].command);
+                ports = cJSON_AddArrayToObject(o, "ports");
+                for (size_t k = 0; k < list[i].n_ports && k < SERVICE_MAX_PORTS; k++) {
+                        cJSON *p = cJSON_CreateObject();
+                        cJSON_AddNumberToObject(p, "container_port", list[i].ports[k].container_port);
+                        if (list[i].ports[k].host_port > 0)
+                                cJSON_AddNumberToObject(p, "host_port", list[i].ports[k].host_port);
+                        else
+                                cJSON_AddNullToObject(p, "host_port");
+                        cJSON_AddItemToArray(ports, p);
+                }
+                add_time(o, "started_at", list[i].started_at);
+                add_time(o, "stopped_at", list[i].stopped_at);
+                add_text(o, "last_error", list[i].last_error);
+                cJSON_AddItemToArray(a, o);
+        }
+        free(list);
+        return a;
+}
+
+static cJSON *executions_json(struct daemon *d, const char *user, const char *session)
+{
+        struct exec_result *list = NULL;
+        size_t n = 0;
+        cJSON *a = cJSON_CreateArray();
+
+        if (!a || exec_list(d->exec, user, session, 0, ADMIN_RECENT_EXECUTIONS, &list, &n) < 0)
+                return a;
+        for (size_t i = 0; i < n; i++) {
+                cJSON *o = cJSON_CreateObject();
+                cJSON_AddStringToObject(o, "execution_id", list[i].id);
+                add_lower(o, "state", exec_state_to_string(list[i].state));
+                add_text(o, "cause", exec_cause_to_string(list[i].cause));
+                if (list[i].exit_code >= 0)
+                        cJSON_AddNumberToObject(o, "exit_code", list[i].exit_code);
+                else
+                        cJSON_AddNullToObject(o, "exit_code");
+                add_text(o, "command_preview", list[i].command_preview);
+                add_time(o, "created_at", list[i].created_at);
+                cJSON_AddNumberToObject(o, "duration_ms", (double)list[i].duration_ms);
+                add_text(o, "error", list[i].error);
+                cJSON_AddItemToArray(a, o);
+        }
+        exec_result_list_free(list, n);
+        return a;
+}
+
+static int c_session_show(struct admin_req *q, cJSON **ret, struct admin_err *e)
+{
+        const char *user, *session;
+        struct session_info info;
+        int r;
+
+        if (a_key(q, &user, &session, e) < 0)
+                return -1;
+        r = session_get_info(q->d->sessions, user, session, &info);
+        if (r == -ENOENT)
+                return fail(e, "not_found", "no session %s:%s", user, session);
+        if (r < 0)
+                return fail_errno(e, r, NULL);
+        *ret = session_json(q->d, &info);
+        add_text(*ret, "workspace", info.workspace);
+        cJSON_AddItemToObject(*ret, "datasets", datasets_json(q->d, user, session));
+        cJSON_AddItemToObject(*ret, "services", services_json(q->d, user, session));
+        cJSON_AddItemToObject(*ret, "executions", executions_json(q->d, user, session));
+        session_info_done(&info);
+        return 0;
+}
+
+static int c_session_destroy(struct admin_req *q, cJSON **ret, struct admin_err *e)
+{
+        const char *user, *session;
+        bool purge = false;
+        struct sbx_error err = {0};
+        cJSON *detail;
+        int r;
+
+        if (a_key(q, &user, &session, e) < 0 || a_bool(q, "purge", &purge, e) < 0)
+                return -1;
+        r = session_destroy(q->d->sessions, user, session, purge, &err);
+        if (r < 0)
+                return fail_errno(e, r, &err);
+        detail = cJSON_CreateObject();
+        cJSON_AddBoolToObject(detail, "purge", purge);
+        audit(q, user, session, "session.destroy", detail);
+        *ret = cJSON_CreateObject();
+        cJSON_AddStringToObject(*ret, "user", user);
+        cJSON_AddStringToObject(*ret, "session", session);
+        cJSON_AddBoolToObject(*ret, "purged", purge);
+        return 0;
+}
+
+static int c_session_mark_private(struct admin_req *q, cJSON **ret, struct admin_err *e)
+{
+        const char *user, *session, *dataset, *source;
+        struct sbx_error err = {0};
+        cJSON *detail;
+        int r;
+
+        if (a_key(q, &user, &session, e) < 0 || a_string(q, "dataset", true, &dataset, e) < 0 ||
+            a_string(q, "source", false, &source, e) < 0)
+                return -1;
+        if (!q->d->privacy)
+                return fail(e, "unavailable", "privacy marks are not available in this daemon");
+        r = privacy_mark(q->d->privacy, user, session, dataset, source, q->actor, &err);
+        if (r < 0)
+                return fail_errno(e, r, &err);
+        detail = cJSON_CreateObject();
+        add_text(detail, "dataset", dataset);
+        add_text(detail, "source", source);
+        audit(q, user, session, "session.mark_private", detail);
+        *ret = cJSON_CreateObject();
+        cJSON_AddStringToObject(*ret, "user", user);
+        cJSON_AddStringToObject(*ret, "session", session);
+        cJSON_AddItemToObject(*ret, "datasets", datasets_json(q->d, user, session));
+        cJSON_AddStringToObject(*ret, "network_mode", privacy_required_network(q->d->privacy, user, session));
+        return 0;
+}
+
+static int c_token_create(struct admin_req *q, cJSON **ret, struct admin_err *e)
+{
+        const char *user, *role_s;
+        enum token_role role = TOKEN_ROLE_AGENT;
+        char token[TOKEN_LEN + 1];
+        struct token_info info;
+        struct sbx_error err = {0};
+        cJSON *detail;
+        int r;
+
+        if (a_string(q, "user", true, &user, e) < 0 || a_string(q, "role", false, &role_s, e) < 0)
+                return -1;
+        if (role_s && token_role_from_string(role_s, &role) < 0)
+                return fail(e, "invalid", "role must be agent or connector");
+        r = token_create(q->d->store, user, role, token, &info, &err);
+        if (r < 0)
+                return fail_errno(e, r, &err);
+        detail = cJSON_CreateObject();
+        cJSON_AddStringToObject(detail, "token_id", info.id);
+        cJSON_AddStringToObject(detail, "role", token_role_to_string(role));
+        audit(q, user, NULL, "token.create", detail);
+        *ret = cJSON_CreateObject();
+        cJSON_AddStringToObject(*ret, "token", token);
+        cJSON_AddStringToObject(*ret, "id", info.id);
+        cJSON_AddStringToObject(*ret, "user", info.user);
+        cJSON_AddStringToObject(*ret, "role", token_role_to_string(info.role));
+        explicit_bzero(token, sizeof(token));
+        return 0;
+}
+
+static int c_token_revoke(struct admin_req *q, cJSON **ret, struct admin_err *e)
+{
+        const char *id;
+        struct sbx_error err = {0};
+        cJSON *detail;
+        int r;
+
+        if (a_string(q, "id", true, &id, e) < 0)
+                return -1;
+        r = token_revoke(q->d->store, id, &err);
+        if (r < 0)
+                return fail_errno(e, r, &err);
+        detail = cJSON_CreateObject();
+        cJSON_AddStringToObject(detail, "token_id", id);
+        audit(q, NULL, NULL, "token.revoke", detail);
+        *ret = cJSON_CreateObject();
+        cJSON_AddStringToObject(*ret, "id", id);
+        cJSON_AddTrueToObject(*ret, "revoked");
+        return 0;
+}
+
+static int c_token_list(struct admin_req *q, cJSON **ret, struct admin_err *e)
+{
+        struct token_info *list = NULL;
+        size_t n = 0;
+        cJSON *a;
+        int r = token_list(q->d->store, &list, &n);
+
+        if (r < 0)
+                return fail_errno(e, r, NULL);
+        *ret = cJSON_CreateObject();
+        a = cJSON_AddArrayToObject(*ret, "tokens");
+        for (size_t i = 0; i < n; i++) {
+                cJSON *o = cJSON_CreateObject();
+                cJSON_AddStringToObject(o, "id", list[i].id);
+                cJSON_AddStringToObject(o, "user", list[i].user);
+                cJSON_AddStringToObject(o, "role", token_role_to_string(list[i].role));
+                add_time(o, "created_at", list[i].created_at);
+                add_time(o, "revoked_at", list[i].revoked_at);
+                cJSON_AddItemToArray(a, o);
+        }
+        free(list);
+        return 0;
+}
+
+static const struct {
+        const char *name;
+        cmd_fn fn;
+} commands[] = {
+        {"health", c_health},
+        {"stats", c_stats},
+        {"sessions.list", c_sessions_list},
+        {"session.show", c_session_show},
+        {"session.destroy", c_session_destroy},
+        {"session.mark_private", c_session_mark_private},
+        {"token.create", c_token_create},
+        {"token.revoke", c_token_revoke},
+        {"token.list", c_token_list},
+};
+
+/* ---- connections ---- */
+
+static void send_line(int fd, cJSON *o)
+{
+        char *text = cJSON_PrintUnformatted(o);
+        size_t n;
+
+        if (!text)
+                return;
+        n = strlen(text);
+        text[n] = '\n';
+        (void)listener_send_all(fd, text, n + 1);
+        free(text);
+}
+
+static void reply(int fd, const cJSON *id, cJSON *result, const struct admin_err *e)
+{
+        cJSON *o = cJSON_CreateObject();
+
+        if (!o) {
+                cJSON_Delete(result);
+                return;
+        }
+        if (id)
+                cJSON_AddItemToObject(o, "id", cJSON_Duplicate(id, true));
+        if (result) {
+                cJSON_AddTrueToObject(o, "ok");
+                cJSON_AddItemToObject(o, "result", result);
+        } else {
+                cJSON *err;
+                cJSON_AddFalseToObject(o, "ok");
+                err = cJSON_AddObjectToObject(o, "error");
+                cJSON_AddStringToObject(err, "code", e && e->code ? e->code : "internal");
+                add_text(err, "message", e && e->msg[0] ? e->msg : "internal error");
+        }
+        send_line(fd, o);
+        cJSON_Delete(o);
+}
+
+static void handle_line(struct admin_req *q, int fd, const char *line, size_t len)
+{
+        _cleanup_(cjson_deletep) cJSON *root = cJSON_ParseWithLength(line, len);
+        const cJSON *cmd, *id;
+        struct admin_err e = {0};
+        cJSON *result = NULL;
+
+        if (!root || !cJSON_IsObject(root)) {
+                fail(&e, "bad_request", root ? "a command must be a JSON object" : "malformed JSON");
+                reply(fd, NULL, NULL, &e);
+                return;
+        }
+        id = cJSON_GetObjectItemCaseSensitive(root, "id");
+        cmd = cJSON_GetObjectItemCaseSensitive(root, "cmd");
+        if (!cJSON_IsString(cmd) || !cmd->valuestring) {
+                fail(&e, "bad_request", "cmd must be a string");
+                reply(fd, id, NULL, &e);
+                return;
+        }
+        q->args = root;
+        for (size_t i = 0; i < ELEMENTSOF(commands); i++) {
+                if (strcmp(commands[i].name, cmd->valuestring) != 0)
+                        continue;
+                log_info("admin: %s (%s)", commands[i].name, q->actor);
+                if (commands[i].fn(q, &result, &e) < 0 || !result) {
+                        cJSON_Delete(result);
+                        if (!e.code)
+                                fail(&e, "internal", "out of memory");
+                        reply(fd, id, NULL, &e);
+                } else {
+                        reply(fd, id, result, NULL);
+                }
+                return;
+        }
+        _cleanup_free_ char *name = utf8_sanitize(cmd->valuestring, strnlen(cmd->valuestring, 64));
+        fail(&e, "bad_request", "unknown command \"%s\"", name ? name : "");
+        reply(fd, id, NULL, &e);
+}
+
+static bool peer_allowed(struct admin_server *srv, const struct ucred *peer)
+{
+        struct passwd pw, *pwp = NULL;
+        struct group gr, *grp = NULL;
+        char buf[16384];
+
+        if (peer->uid == 0 || peer->uid == getuid())
+                return true;
+        if (!srv->has_group)
+                return false;
+        if (peer->gid == srv->gid)
+                return true;
+        if (getpwuid_r(peer->uid, &pw, buf, sizeof(buf) / 2, &pwp) != 0 || !pwp)
+                return false;
+        if (getgrgid_r(srv->gid, &gr, buf + sizeof(buf) / 2, sizeof(buf) / 2, &grp) != 0 || !grp)
+                return false;
+        for (char **m = grp->gr_mem; m && *m; m++)
+                if (strcmp(*m, pwp->pw_name) == 0)
+                        return true;
+        return false;
+}
+
+static void serve(struct sockserver *ss, int fd, const struct ucred *peer, void *ud)
+{
+        struct admin_server *srv = ud;
+        struct admin_req q = {.srv = srv, .d = srv->d};
+        struct linereader lr;
+
+        snprintf(q.actor, sizeof(q.actor), "admin:uid=%u", (unsigned)peer->uid);
+        if (!peer_allowed(srv, peer)) {
+                struct admin_err e = {0};
+                char detail[96];
+                fail(&e, "forbidden", "uid %u may not use the admin socket", (unsigned)peer->uid);
+                reply(fd, NULL, NULL, &e);
+                snprintf(detail, sizeof(detail), "{\"peer_uid\":%u,\"peer_pid\":%d}", (unsigned)peer->uid,
+                         (int)peer->pid);
+                (void)store_audit(srv->d->store, q.actor, NULL, NULL, "admin.refused", detail);
+                log_warn("admin: refused uid %u (pid %d)", (unsigned)peer->uid, (int)peer->pid);
+                return;
+        }
+        linereader_init(&lr, fd, ADMIN_MAX_LINE);
+        for (;;) {
+                char *line;
+                size_t len;
+                int r = linereader_next(&lr, &line, &len, -1, sockserver_stop_fd(ss));
+                if (r == -E2BIG) {
+                        struct admin_err e = {0};
+                        fail(&e, "bad_request", "command line longer than %d bytes; closing", ADMIN_MAX_LINE);
+                        reply(fd, NULL, NULL, &e);
+                        break;
+                }
+                if (r <= 0)
+                        break;
+                while (len > 0 && isspace((unsigned char)line[len - 1]))
+                        line[--len] = '\0';
+                if (len > 0)
+                        handle_line(&q, fd, line, len);
+        }
+        linereader_done(&lr);
+}
+
+int admin_server_start(struct daemon *d, struct admin_server **ret, struct sbx_error *err)
+{
+        struct admin_server *srv = calloc(1, sizeof(*srv));
+        mode_t mode = 0600;
+        gid_t gid = (gid_t)-1;
+        int r;
+
+        if (!srv)
+                return sbx_error_set(err, -ENOMEM, 0, "out of memory");
+        srv->d = d;
+        if (d->cfg.admin_group[0]) {
+                struct group gr, *grp = NULL;
+                char buf[16384];
+                if (getgrnam_r(d->cfg.admin_group, &gr, buf, sizeof(buf), &grp) != 0 || !grp) {
+                        free(srv);
+                        return sbx_error_set(err, -EINVAL, 0, "admin_group %s does not exist", d->cfg.admin_group);
+                }
+                srv->has_group = true;
+                srv->gid = gid = grp->gr_gid;
+                mode = 0660;
+        }
+        r = sockserver_start("admin", "sbx-admin", d->cfg.admin_socket, mode, gid, ADMIN_MAX_CONNS, serve, srv,
+                             &srv->ss, err);
+        if (r < 0) {
+                free(srv);
+                return r;
+        }
+        log_info("admin socket listening on %s (mode %04o)", d->cfg.admin_socket, (unsigned)mode);
+        *ret = srv;
+        return 0;
+}
+
+void admin_server_stop(struct admin_server *srv)
+{
+        if (!srv)
+                return;
+        sockserver_stop(srv->ss);
+        free(srv);
+}

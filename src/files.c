@@ -1,0 +1,401 @@
+/* files.c — read, write and list files of a session's workspace by running
+ * fixed scripts inside its container as the sandbox user (see files.h for
+ * why this is the symlink-safe way). The path is always an argv element; the
+ * scripts resolve it with readlink -f and refuse anything outside /workspace.
+ * No state and no threads of its own: every call holds a session reference
+ * for its duration so idle expiry leaves the container alone meanwhile. */
+#include "sandboxd/files.h"
+
+#include <errno.h>
+#include <inttypes.h>
+#include <stdio.h>
+#include <string.h>
+
+#include "sandboxd/daemon.h"
+#include "sandboxd/exec.h"
+#include "sandboxd/session.h"
+
+#define WORKSPACE "/workspace"
+#define SCRIPT_TIMEOUT_MS 120000
+/* exec_internal keeps at most 1 MiB of output; a read chunk and its size
+ * line must fit. */
+#define READ_CHUNK ((size_t)(1 << 20) - 64)
+
+/* Exit codes the scripts use for refusals (above anything sh itself uses
+ * for its own errors, below 126/127). */
+enum {
+        X_NOENT = 12,
+        X_OUTSIDE = 13,
+        X_ISDIR = 14,
+        X_NOTREG = 15,
+        X_ACCES = 16,
+        X_MKDIR = 17,
+        X_NOTDIR = 18,
+        X_IO = 19,
+};
+
+/* The shared prelude: `inside P` says whether P is /workspace or below. */
+#define PRELUDE "inside() { case \"$1\" in /workspace|/workspace/*) return 0;; esac; return 1; }\n"
+
+/* $1 path, $2 offset, $3 length. Prints the size on one line, then the bytes. */
+static const char read_script[] = PRELUDE
+        "r=$(readlink -f \"$1\") || exit 12\n"
+        "inside \"$r\" || exit 13\n"
+        "[ -e \"$r\" ] || exit 12\n"
+        "[ -d \"$r\" ] && exit 14\n"
+        "[ -f \"$r\" ] || exit 15\n"
+        "[ -r \"$r\" ] || exit 16\n"
+        "s=$(stat -c %s -- \"$r\") || exit 12\n"
+        "echo \"$s\"\n"
+        "[ \"$3\" -gt 0 ] && [ \"$2\" -lt \"$s\" ] || exit 0\n"
+        "tail -c +$(($2 + 1)) -- \"$r\" | head -c \"$3\"\n";
+
+/* $1 path; the content on stdin. Prints the bytes written. The parent is
+ * resolved (deepest existing ancestor first, so mkdir -p cannot be steered
+ * outside), then the file goes to a temporary beside the resolved target and
+ * is renamed over it: rename(2) replaces a symlink planted meanwhile rather
+ * than writing through it. */
+static const char write_script[] = PRELUDE
+        "p=\"$1\"; d=\"${p%/*}\"; b=\"${p##*/}\"\n"
+        "a=\"$d\"; while [ ! -e \"$a\" ] && [ ! -L \"$a\" ]; do a=\"${a%/*}\"; done\n"
+        "ra=$(readlink -f \"$a\") || exit 12\n"
+        "inside \"$ra\" || exit 13\n"
+        "[ -d \"$ra\" ] || exit 18\n"
+        "mkdir -p \"$d\" 2>/dev/null || exit 17\n"
+        "rd=$(readlink -f \"$d\") || exit 12\n"
+        "inside \"$rd\" || exit 13\n"
+        "[ -d \"$rd\" ] || exit 18\n"
+        "t=\"$rd/$b\"\n"
+        "if [ -L \"$t\" ] || [ -e \"$t\" ]; then\n"
+        "  rt=$(readlink -f \"$t\") || exit 13\n"
+        "  inside \"$rt\" || exit 13\n"
+        "  [ \"$rt\" = /workspace ] && exit 14\n"
+        "  [ -d \"$rt\" ] && exit 14\n"
+        "  t=\"$rt\"\n"
+        "fi\n"
+        "tmp=$(mktemp \"${t%/*}/.sbx-write.XXXXXX\" 2>/dev/null) || exit 16\n"
+        "cat > \"$tmp\" || { rm -f -- \"$tmp\"; exit 19; }\n"
+        "chmod 644 -- \"$tmp\"\n"
+        "n=$(stat -c %s -- \"$tmp\")\n"
+        "mv -f -- \"$tmp\" \"$t\" || { rm -f -- \"$tmp\"; exit 19; }\n"
+        "echo \"$n\"\n";
+
+/* $1 directory, $2 max entries. Prints "<type> <size>\0<name>\0" per entry
+ * (type f d l o; lstat semantics: a symlink is never followed), then "T\0"
+ * if there were more. */
+static const char list_script[] = PRELUDE
+        "r=$(readlink -f \"$1\") || exit 12\n"
+        "inside \"$r\" || exit 13\n"
+        "[ -e \"$r\" ] || exit 12\n"
+        "[ -d \"$r\" ] || exit 18\n"
+        "cd -- \"$r\" 2>/dev/null || exit 16\n"
+        "n=0\n"
+        "for f in * .[!.]* ..?*; do\n"
+        "  [ -e \"$f\" ] || [ -L \"$f\" ] || continue\n"
+        "  n=$((n + 1)); if [ \"$n\" -gt \"$2\" ]; then printf 'T\\0'; break; fi\n"
+        "  if [ -L \"$f\" ]; then t=l; elif [ -f \"$f\" ]; then t=f; elif [ -d \"$f\" ]; then t=d; else t=o; fi\n"
+        "  s=0; case $t in f|l) s=$(stat -c %s -- \"$f\" 2>/dev/null) || s=0;; esac\n"
+        "  printf '%s %s\\0%s\\0' \"$t\" \"$s\" \"$f\"\n"
+        "done\n";
+
+static const char *const type_names[] = {"file", "dir", "symlink", "other"};
+
+const char *files_type_to_string(enum files_type t)
+{
+        return (unsigned)t < ELEMENTSOF(type_names) ? type_names[t] : "other";
+}
+
+int files_normalize(const char *path, char ret[FILES_PATH_MAX], struct sbx_error *err)
+{
+        char out[FILES_PATH_MAX];
+        size_t len = 0, depth = 0;
+        const char *p;
+
+        if (!path || !*path)
+                return sbx_error_set(err, -EINVAL, 0, "path is empty");
+        if (strlen(path) >= FILES_PATH_MAX - sizeof(WORKSPACE))
+                return sbx_error_set(err, -EINVAL, 0, "path is longer than %d bytes", FILES_PATH_MAX - 16);
+        for (p = path; *p; p++)
+                if ((unsigned char)*p < 0x20 || *p == 0x7f)
+                        return sbx_error_set(err, -EINVAL, 0, "path contains control characters");
+
+        /* Build the absolute path component by component; depth counts the
+         * components kept, so ".." past the root stays at the root. */
+        if (path[0] != '/') {
+                memcpy(out, WORKSPACE, sizeof(WORKSPACE));
+                len = sizeof(WORKSPACE) - 1;
+                depth = 1;
+        } else {
+                out[0] = '\0';
+        }
+        for (p = path; *p;) {
+                const char *end;
+                size_t n;
+
+                while (*p == '/')
+                        p++;
+                if (!*p)
+                        break;
+                end = strchr(p, '/');
+                n = end ? (size_t)(end - p) : strlen(p);
+                if (n > 255)
+                        return sbx_error_set(err, -EINVAL, 0, "a path component is longer than 255 bytes");
+                if (n == 1 && p[0] == '.') {
+                        /* nothing */
+                } else if (n == 2 && p[0] == '.' && p[1] == '.') {
+                        if (depth > 0) {
+                                char *slash = strrchr(out, '/');
+                                len = (size_t)(slash - out);
+                                out[len] = '\0';
+                                depth--;
+                        }
+                } else {
+                        out[len++] = '/';
+                        memcpy(out + len, p, n);
+                        len += n;
+                        out[len] = '\0';
+                        depth++;
+                }
+                p += n;
+        }
+        if (strcmp(out, WORKSPACE) != 0 && strncmp(out, WORKSPACE "/", sizeof(WORKSPACE)) != 0)
+                return sbx_error_set(err, -EPERM, 0, "path %s is outside /workspace", path);
+        memcpy(ret, out, len + 1);
+        return 0;
+}
+
+/* The refusal a script's exit code stands for. */
+static int script_error(int code, const char *what, const char *path, const char *out, struct sbx_error *err)
+{
+        switch (code) {
+        case X_NOENT:
+                return sbx_error_set(err, -ENOENT, 0, "%s: %s does not exist", what, path);
+        case X_OUTSIDE:
+                return sbx_error_set(err, -EPERM, 0, "%s: %s resolves outside /workspace (through a symlink)", what,
+                                     path);
+        case X_ISDIR:
+                return sbx_error_set(err, -EISDIR, 0, "%s: %s is a directory", what, path);
+        case X_NOTREG:
+                return sbx_error_set(err, -EINVAL, 0, "%s: %s is not a regular file", what, path);
+        case X_ACCES:
+                return sbx_error_set(err, -EACCES, 0, "%s: permission denied on %s", what, path);
+        case X_MKDIR:
+                return sbx_error_set(err, -EACCES, 0, "%s: cannot create the parent directories of %s", what, path);
+        case X_NOTDIR:
+                return sbx_error_set(err, -ENOTDIR, 0, "%s: %s (or a parent) is not a directory", what, path);
+        case X_IO:
+                return sbx_error_set(err, -EIO, 0, "%s: writing %s failed (workspace full?)", what, path);
+        default:
+                return sbx_error_set(err, -EIO, 0, "%s: the helper in the container failed with exit code %d%s%.200s",
+                                     what, code, out && *out ? ": " : "", out ? out : "");
+        }
+}
+
+/* The session's container, with a reference the caller releases. */
+static int open_container(struct daemon *d, const char *user, const char *session, struct session **ret_s,
+                          char ret_cid[65], struct sbx_error *err)
+{
+        int r = session_get_or_create(d->sessions, user, session, ret_s, err);
+        if (r < 0)
+                return r;
+        session_container_id(*ret_s, ret_cid);
+        return 0;
+}
+
+int files_write(struct daemon *d, const char *user, const char *session, const char *path, const void *data,
+                size_t len, char ret_path[FILES_PATH_MAX], struct sbx_error *err)
+{
+        char norm[FILES_PATH_MAX], cid[65];
+        struct session *s = NULL;
+        _cleanup_free_ char *out = NULL;
+        int code = -1, r;
+
+        r = files_normalize(path, norm, err);
+        if (r < 0)
+                return r;
+        if (strcmp(norm, WORKSPACE) == 0)
+                return sbx_error_set(err, -EISDIR, 0, "write: /workspace is a directory");
+        if ((int64_t)len > d->cfg.max_file_bytes)
+                return sbx_error_set(err, -EFBIG, 0, "write: %zu bytes is over max_file_size (%" PRId64 ")", len,
+                                     d->cfg.max_file_bytes);
+        r = open_container(d, user, session, &s, cid, err);
+        if (r < 0)
+                return r;
+        {
+                const char *argv[] = {"sh", "-c", write_script, "sbx-write", norm, NULL};
+                /* a non-NULL pointer attaches stdin even for an empty file */
+                r = exec_internal(d->exec, cid, argv, data ? data : "", len, SCRIPT_TIMEOUT_MS, &code, &out, NULL,
+                                  err);
+        }
+        session_release(s);
+        if (r < 0) {
+                sbx_error_prefix(err, "write %s", norm);
+                return r;
+        }
+        if (code != 0)
+                return script_error(code, "write", norm, out, err);
+        if (!out || strtoull(out, NULL, 10) != len)
+                return sbx_error_set(err, -EIO, 0, "write: %s: short write (%s of %zu bytes)", norm,
+                                     out ? out : "?", len);
+        if (ret_path)
+                memcpy(ret_path, norm, strlen(norm) + 1);
+        return 0;
+}
+
+void files_read_result_done(struct files_read_result *r)
+{
+        if (!r)
+                return;
+        free(r->data);
+        r->data = NULL;
+}
+
+int files_read(struct daemon *d, const char *user, const char *session, const char *path, uint64_t offset,
+               int64_t length, struct files_read_result *ret, struct sbx_error *err)
+{
+        char norm[FILES_PATH_MAX], cid[65];
+        struct session *s = NULL;
+        _cleanup_free_ char *buf = NULL;
+        size_t want, got = 0;
+        uint64_t size = 0;
+        int r = 0;
+
+        r = files_normalize(path, norm, err);
+        if (r < 0)
+                return r;
+        want = d->cfg.max_file_bytes < FILES_READ_MAX ? (size_t)d->cfg.max_file_bytes : FILES_READ_MAX;
+        if (length >= 0 && (uint64_t)length < want)
+                want = (size_t)length;
+        if (offset > (uint64_t)INT64_MAX / 2)
+                return sbx_error_set(err, -EINVAL, 0, "offset is too large");
+        buf = malloc(want + 1);
+        if (!buf)
+                return sbx_error_set(err, -ENOMEM, 0, "out of memory");
+
+        r = open_container(d, user, session, &s, cid, err);
+        if (r < 0)
+                return r;
+        /* One script run per chunk: exec_internal bounds its output. The
+         * first run also answers for empty reads (it prints the size). */
+        do {
+                size_t chunk = want - got < READ_CHUNK ? want - got : READ_CHUNK;
+                char a_off[24], a_len[24], *nl;
+                const char *argv[] = {"sh", "-c", read_script, "sbx-read", norm, a_off, a_len, NULL};
+                _cleanup_free_ char *out = NULL;
+                size_t out_len = 0, n;
+                int code = -1;
+
+                snprintf(a_off, sizeof(a_off), "%" PRIu64, offset + got);
+                snprintf(a_len, sizeof(a_len), "%zu", chunk);
+                r = exec_internal(d->exec, cid, argv, NULL, 0, SCRIPT_TIMEOUT_MS, &code, &out, &out_len, err);
+                if (r < 0) {
+                        sbx_error_prefix(err, "read %s", norm);
+                        break;
+                }
+                if (code != 0) {
+                        r = script_error(code, "read", norm, NULL, err);
+                        break;
+                }
+                nl = out ? memchr(out, '\n', out_len) : NULL;
+                if (!nl) {
+                        r = sbx_error_set(err, -EIO, 0, "read %s: malformed helper output", norm);
+                        break;
+                }
+                size = strtoull(out, NULL, 10);
+                n = out_len - (size_t)(nl + 1 - out);
+                if (n > chunk)
+                        n = chunk;
+                memcpy(buf + got, nl + 1, n);
+                got += n;
+                if (n < chunk)
+                        break; /* end of file */
+        } while (got < want);
+        session_release(s);
+        if (r < 0)
+                return r;
+
+        memset(ret, 0, sizeof(*ret));
+        memcpy(ret->path, norm, strlen(norm) + 1);
+        buf[got] = '\0';
+        ret->data = TAKE_PTR(buf);
+        ret->len = got;
+        ret->size = size;
+        ret->eof = offset + got >= size;
+        return 0;
+}
+
+static int entry_cmp(const void *a, const void *b)
+{
+        return strcmp(((const struct files_entry *)a)->name, ((const struct files_entry *)b)->name);
+}
+
+int files_list(struct daemon *d, const char *user, const char *session, const char *path,
+               char ret_path[FILES_PATH_MAX], struct files_entry **ret, size_t *ret_n, bool *ret_truncated,
+               struct sbx_error *err)
+{
+        char norm[FILES_PATH_MAX], cid[65], max[16];
+        struct session *s = NULL;
+        _cleanup_free_ char *out = NULL;
+        _cleanup_free_ struct files_entry *list = NULL;
+        size_t out_len = 0, n = 0;
+        bool truncated = false;
+        int code = -1, r;
+
+        r = files_normalize(path && *path ? path : WORKSPACE, norm, err);
+        if (r < 0)
+                return r;
+        r = open_container(d, user, session, &s, cid, err);
+        if (r < 0)
+                return r;
+        snprintf(max, sizeof(max), "%d", FILES_LIST_MAX);
+        {
+                const char *argv[] = {"sh", "-c", list_script, "sbx-list", norm, max, NULL};
+                r = exec_internal(d->exec, cid, argv, NULL, 0, SCRIPT_TIMEOUT_MS, &code, &out, &out_len, err);
+        }
+        session_release(s);
+        if (r < 0) {
+                sbx_error_prefix(err, "list %s", norm);
+                return r;
+        }
+        if (code != 0)
+                return script_error(code, "list", norm, NULL, err);
+
+        list = calloc(FILES_LIST_MAX + 1, sizeof(*list));
+        if (!list)
+                return sbx_error_set(err, -ENOMEM, 0, "out of memory");
+        /* Records are NUL-separated: names can hold any byte but NUL and '/'. */
+        for (size_t i = 0; out && i < out_len;) {
+                const char *head = out + i, *name;
+                size_t hl = strnlen(head, out_len - i), nl;
+                struct files_entry *e;
+
+                if (hl == 1 && head[0] == 'T') {
+                        truncated = true;
+                        break;
+                }
+                if (i + hl + 1 >= out_len || hl < 3 || head[1] != ' ')
+                        break; /* cut short: keep what parsed */
+                name = head + hl + 1;
+                nl = strnlen(name, out_len - (i + hl + 1));
+                if (i + hl + 1 + nl >= out_len)
+                        break;
+                i += hl + 1 + nl + 1;
+                if (n >= FILES_LIST_MAX || nl == 0 || nl > 255) {
+                        truncated = truncated || n >= FILES_LIST_MAX;
+                        continue;
+                }
+                e = &list[n++];
+                memcpy(e->name, name, nl + 1);
+                e->type = head[0] == 'f' ? FILES_FILE : head[0] == 'd' ? FILES_DIR
+                        : head[0] == 'l' ? FILES_SYMLINK : FILES_OTHER;
+                e->size = strtoll(head + 2, NULL, 10);
+        }
+        qsort(list, n, sizeof(*list), entry_cmp);
+        if (ret_path)
+                memcpy(ret_path, norm, strlen(norm) + 1);
+        *ret = TAKE_PTR(list);
+        *ret_n = n;
+        if (ret_truncated)
+                *ret_truncated = truncated;
+        return 0;
+}

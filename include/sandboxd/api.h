@@ -4,54 +4,93 @@
  * Wire protocol (api_socket, a Unix stream socket, mode 0666 — every request
  * is authenticated by its token; the peer's uid from SO_PEERCRED is logged):
  * one JSON object per line, at most API_MAX_LINE bytes, requests answered in
- * order on a connection; a client may open several connections.
+ * order on a connection; a client may open several connections (at most 64
+ * at once across all clients; past that a connection gets one busy reply and
+ * is closed). A connection must send an authenticated request within 30 s
+ * of opening; after 5 failed authentications it is closed. An over-long line
+ * gets a bad_request reply and the connection is closed. Replies can be
+ * longer than API_MAX_LINE (a 4 MiB read_file, worst case after escaping):
+ * clients should accept lines up to API_MAX_REPLY.
  *
  *   request   {"id": <any JSON>, "token": "<token>", "method": "<name>", "params": {...}}
  *   success   {"id": ..., "ok": true, "result": {...}}
  *   failure   {"id": ..., "ok": false, "error": {"code": "<code>", "message": "<text>"}}
  *   progress  {"id": ..., "event": "output", "stream": "stdout"|"stderr", "data": "<utf-8 text>"}
- *             sent before the final reply of exec/run_code when params.stream is true.
+ *             sent before the final reply of a foreground exec/run_code when
+ *             params.stream is true. Best effort: a client reading slower
+ *             than the command writes loses chunks (never the final reply,
+ *             which carries the output as always); UTF-8 sequences are never
+ *             split between two events.
+ * "id" is echoed as given (null when the line could not be parsed).
  *
- * Error codes: bad_request (malformed JSON, wrong types, line too long),
- * unauthorized (missing/wrong/revoked token), forbidden (role may not),
- * not_found, invalid (bad argument), busy (a cap reached), too_large,
- * conflict (e.g. a service name already running), already_finished,
- * unavailable (Docker down), internal.
+ * Error codes: bad_request (malformed JSON, wrong types, missing fields,
+ * unknown method, line too long), unauthorized (missing/wrong/revoked
+ * token), forbidden (role may not; permission denied in the container),
+ * not_found, invalid (bad argument, e.g. a path outside /workspace),
+ * busy (a cap reached), too_large, conflict (e.g. a service name already
+ * running, stdin already closed), already_finished, unavailable (Docker
+ * down, the execution could not run), internal.
+ *
+ * Tokens (see token.h): role agent may call every method but mark_private;
+ * role connector may call every method.
  *
  * Every method takes params.session (1-64 of [A-Za-z0-9_.-]); the user is
- * always the token's: a request can only reach its own user's sessions.
+ * always the token's: a request can only reach its own user's sessions, and
+ * an execution id is found only in the session it ran in (otherwise
+ * not_found, exactly as for an unknown id). The session's container is
+ * created on first use.
  *
- *   exec            {command, timeout_seconds?, workdir?, env?: {K: V}, stdin?, background?, interactive?, stream?}
- *   run_code        {language: python|node|bash, code, timeout_seconds?, background?, interactive?, stream?}
- *       → an execution result (below); with background → {execution_id, state} at once
- *   get_execution   {execution_id, wait?: seconds, stdout_offset?, stderr_offset?, encoding?: utf8|base64}
- *   send_stdin      {execution_id, data, eof?}
- *   cancel_execution{execution_id, force?}
- *   list_executions {states?: [..], limit?}
+ *   exec            {command, timeout_seconds?, workdir?, env?: {K: V}, stdin?, background?, interactive?, stream?, encoding?}
+ *   run_code        {language: python|node|bash, code, timeout_seconds?, workdir?, env?, stdin?, background?, interactive?, stream?, encoding?}
+ *       → an execution result (below); with background → {execution_id, state} at once.
+ *         A client that disconnects while waiting gets no reply; the
+ *         execution runs on and stays readable by id.
+ *   get_execution   {execution_id, wait?: seconds (0-60), stdout_offset?, stderr_offset?, encoding?: utf8|base64}
+ *       → an execution result. wait long-polls until the execution ends or,
+ *         with an offset, until output past it arrives. With stdout_offset
+ *         (stderr_offset), stdout (stderr) is the bytes from that offset on
+ *         (at most 2 × exec_result_head), and the result adds stdout_offset
+ *         and stdout_next_offset (the offset to ask for next; raw bytes).
+ *   send_stdin      {execution_id, data, encoding?, eof?}              → {execution_id, bytes, eof}
+ *   cancel_execution{execution_id, force?}   → the execution result, after waiting up to the kill grace + 5 s for it to end
+ *   list_executions {states?: [..], limit?: 1-1000 (50)}   → {executions: [result without stdout/stderr, plus command_preview]}
  *   write_file      {path, content, encoding?: utf8|base64}      → {path, bytes}
- *   read_file       {path, offset?, length?, encoding?}          → {path, content, encoding, bytes, size, eof}
- *   list_files      {path?}                                      → {path, entries: [{name, type, size}]}
+ *   read_file       {path, offset?, length?, encoding?}
+ *       → {path, content, encoding, valid_utf8 (utf8 only: false when bytes
+ *         were replaced), offset, bytes, size, eof}; at most
+ *         min(max_file_size, 4 MiB) per call.
+ *   list_files      {path?}       → {path, entries: [{name, type: file|dir|symlink|other, size}], truncated}
+ *       Paths are relative to /workspace or absolute under it; anything
+ *       resolving outside (lexically or through a symlink) is refused.
  *   start_service   {name, command, workdir?}                    → a service (below)
- *   stop_service    {name}
- *   list_services   {}                                            → {services: [...]}
- *   service_logs    {name, tail_lines?}                          → {name, stdout, stderr}
- *   session_info    {}    → {user, session, state, network_mode, private, ports: [{container_port, host_port}],
- *                            container_id, created_at, last_activity, last_error}
+ *   stop_service    {name}                                       → a service
+ *   list_services   {}                                           → {services: [...]}
+ *   service_logs    {name, tail_lines?: 1-10000 (100)}           → {name, stdout, stderr}
+ *   session_info    {}    → {user, session, state, network_mode, private, datasets: [{dataset, source, marked_at}],
+ *                            ports: [{container_port, host_port}], container_id, image, created_at,
+ *                            last_activity, last_error, error_cause}
  *   mark_private    {dataset, source?}  (role connector only)    → {session, datasets, network_mode}
  *
- * Execution result: {execution_id, state, exit_code (null unless exited),
- * cause, stdout, stderr, stdout_bytes, stderr_bytes, truncated, duration_ms}
- * where stdout/stderr are the head, then "\n...[N bytes omitted]...\n",
- * then the tail when the output was larger than the inline bound; text is
+ * Execution result: {execution_id, session, state, exit_code (null unless
+ * exited), cause, error, stdout, stderr, encoding, stdout_bytes,
+ * stderr_bytes, truncated, duration_ms, created_at} where state is one of
+ * pending running completed failed cancelled timeout; cause is null while
+ * running, else exited timeout cancelled oom container_died
+ * daemon_restarted error; stdout/stderr are the head, then
+ * "\n...[N bytes omitted]...\n", then the tail when the output was larger
+ * than the inline bound (N counts bytes past the spool cap too); text is
  * UTF-8 with invalid bytes replaced by U+FFFD (encoding base64 gives the raw
- * bytes). Service: {name, state, pid, exit_code, ports: [{container_port,
- * host_port}], started_at, last_error}. */
+ * bytes, with the same marker bytes between head and tail). Times are unix
+ * ms. Service: {name, state (starting running stopping stopped failed), pid,
+ * exit_code, command, workdir, ports: [{container_port, host_port}],
+ * started_at, stopped_at, last_error}. Absent values are null. */
 #ifndef SANDBOXD_API_H
 #define SANDBOXD_API_H
 
 #include "sandboxd/common.h"
 
 #define API_MAX_LINE (8 * 1024 * 1024)
+#define API_MAX_REPLY (32 * 1024 * 1024)
 
 struct daemon;
 struct api_server;

@@ -7,14 +7,13 @@
 #include <string.h>
 #include <sys/stat.h>
 
-#include "sandboxd/admin.h"
-#include "sandboxd/api.h"
 #include "sandboxd/docker.h"
 #include "sandboxd/exec.h"
 #include "sandboxd/log.h"
 #include "sandboxd/monitor.h"
 #include "sandboxd/portpool.h"
 #include "sandboxd/privacy.h"
+#include "sandboxd/service.h"
 #include "sandboxd/session.h"
 #include "sandboxd/store.h"
 
@@ -68,23 +67,21 @@ int daemon_open(const struct sbx_config *cfg, const struct daemon_options *opts,
         r = privacy_new(d->store, d->sessions, &d->privacy, err);
         if (r < 0)
                 goto fail;
-        r = session_reconcile(d->sessions, NULL, err);
-        if (r < 0)
-                goto fail;
         r = exec_engine_new(&d->cfg, d->docker, d->store, d->sessions, &d->exec, err);
         if (r < 0)
                 goto fail;
         (void)exec_engine_recover(d->exec, NULL);
+        /* before reconciling, so services of containers lost meanwhile are cleared */
+        r = service_manager_new(&d->cfg, d->docker, d->store, d->sessions, d->exec, &d->services, err);
+        if (r < 0)
+                goto fail;
+        r = session_reconcile(d->sessions, NULL, err);
+        if (r < 0)
+                goto fail;
         if (!opts->no_monitor) {
                 r = monitor_start(&d->cfg, d->docker, d->sessions, &d->monitor, err);
-                if (r < 0)
-                        goto fail;
-        }
-        /* The fronts come last: every engine they call exists by now. */
-        if (opts->sockets) {
-                r = api_server_start(d, &d->api, err);
                 if (r == 0)
-                        r = admin_server_start(d, &d->admin, err);
+                        r = service_manager_start(d->services, err);
                 if (r < 0)
                         goto fail;
         }
@@ -99,10 +96,8 @@ void daemon_close(struct daemon *d)
 {
         if (!d)
                 return;
-        /* The fronts first, so no request arrives while the engines go. */
-        admin_server_stop(d->admin);
-        api_server_stop(d->api);
         monitor_stop(d->monitor);
+        service_manager_free(d->services);
         exec_engine_free(d->exec);
         privacy_free(d->privacy);
         session_manager_free(d->sessions);
@@ -110,14 +105,4 @@ void daemon_close(struct daemon *d)
         docker_free(d->docker);
         store_close(d->store);
         free(d);
-}
-
-int daemon_docker_version(struct daemon *d, char *ret, size_t size, struct sbx_error *err)
-{
-        struct docker_version v;
-        int r = docker_version(d->docker, &v, err);
-        if (r < 0)
-                return r;
-        sbx_strlcpy(ret, v.version, size);
-        return 0;
 }

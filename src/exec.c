@@ -168,7 +168,7 @@ int exec_language_from_string(const char *s, enum exec_language *ret)
 /* Lexically resolve workdir under /workspace; refuse anything that leaves
  * it. (Symlinks inside the container cannot widen what the tenant may do:
  * the command runs with the container's rights wherever it starts.) */
-static int normalize_workdir(const char *in, char out[1024], struct sbx_error *err)
+int exec_workdir_resolve(const char *in, char out[1024], struct sbx_error *err)
 {
         char buf[2048], *save = NULL, *part;
         size_t len = 0;
@@ -750,7 +750,7 @@ static int build(struct exec_engine *e, const struct exec_request *req, struct e
         pthread_mutex_init(&x->lock, NULL);
         pthread_cond_init(&x->cond, NULL);
         pthread_mutex_init(&x->stdin_lock, NULL);
-        r = normalize_workdir(req->workdir, x->workdir, err);
+        r = exec_workdir_resolve(req->workdir, x->workdir, err);
         if (r < 0)
                 return r;
         (void)sbx_uuid(x->id);

@@ -1132,6 +1132,7 @@ int session_reconcile(struct session_manager *m, struct session_reconcile_report
                 struct session *s = all[i];
                 const struct docker_container_summary *c = NULL;
                 char cause[96] = "", msg[256];
+                bool failed = false;
 
                 pthread_mutex_lock(&s->lock);
                 for (size_t j = 0; s->container_id[0] && j < n; j++)
@@ -1149,8 +1150,11 @@ int session_reconcile(struct session_manager *m, struct session_reconcile_report
                                  c ? "was not running after a daemon restart" : "was missing after a daemon restart");
                         set_state_locked(s, SESSION_ERROR, cause, msg);
                         rep.marked_error++;
+                        failed = true;
                 }
                 pthread_mutex_unlock(&s->lock);
+                if (failed)
+                        call_handlers(m, s->user, s->id, c ? c->id : "", cause);
         }
 
         /* Containers of this instance that belong to no session: remove. */

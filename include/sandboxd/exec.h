@@ -168,6 +168,10 @@ int exec_cancel(struct exec_engine *e, const char *user, const char *id, bool fo
 /* Running executions, globally and for one session (for stats and caps). */
 size_t exec_running_count(struct exec_engine *e, const char *user, const char *session);
 
+/* Resolve a workdir lexically under /workspace (NULL or "" is /workspace;
+ * relative paths are under it); -EINVAL if it leaves /workspace. */
+int exec_workdir_resolve(const char *in, char out[1024], struct sbx_error *err);
+
 /* Run a helper command in a session's container as part of the daemon's own
  * work (services, files): not audited as a user execution, not capped. */
 int exec_internal(struct exec_engine *e, const char *container_id, const char *const *argv, const void *stdin_data,

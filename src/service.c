@@ -1,0 +1,622 @@
+/* service.c — the service manager (see service.h).
+ *
+ * In the container each service has a directory
+ * /workspace/.sandboxd/services/<name>/ holding run.sh (the tenant's
+ * command, written as data through stdin), stdout.log, stderr.log and, once
+ * it ended, `exit` (its exit code). A fixed launcher script starts
+ * `setsid sh -c 'sh run.sh; echo $? > exit'` under nohup in the background
+ * and prints its PID, which is also the process group and session id. Every
+ * process of the service carries SBX_SERVICE_ID=<name>-<start ms> in its
+ * environment: the last-resort kill and the port discovery find them by it.
+ *
+ * The store is the truth for service rows. m->lock serialises the
+ * read-modify-write of rows (never held across a Docker call); a monitor
+ * update applies only if the row still describes the same start
+ * (started_at), so a stop or restart racing a monitor pass wins.
+ *
+ * Threads: "sbx-services", the one monitor thread for every session. */
+#include "sandboxd/service.h"
+
+#include <cjson/cJSON.h>
+#include <errno.h>
+#include <inttypes.h>
+#include <pthread.h>
+#include <stdio.h>
+#include <string.h>
+#include <time.h>
+
+#include "sandboxd/docker.h"
+#include "sandboxd/exec.h"
+#include "sandboxd/log.h"
+#include "sandboxd/session.h"
+#include "sandboxd/store.h"
+
+#define SERVICE_DIR "/workspace/.sandboxd/services"
+
+/* $1 dir, $2 workdir. Prints the service's PID. (nohup where the image has
+ * it; without a terminal setsid alone already shields it from SIGHUP.) */
+static const char launch_script[] =
+        "d=\"$1\"; cd \"$2\" || exit 97; rm -f \"$d/exit\"; n=$(command -v nohup); "
+        "$n setsid sh -c 'sh \"$1/run.sh\"; echo $? > \"$1/exit\"' sbx-service \"$d\" "
+        "> \"$d/stdout.log\" 2> \"$d/stderr.log\" < /dev/null & echo $!";
+
+/* $1 dir: (re)create the service directory and write run.sh from stdin. */
+static const char prepare_script[] =
+        "umask 077; mkdir -p \"$1\" && cat > \"$1/run.sh\"";
+
+/* $1 pid, $2 marker id, $3 grace in tenths of a second. */
+static const char stop_script[] =
+        "pid=$1; kill -TERM -\"$pid\" 2>/dev/null || kill -TERM \"$pid\" 2>/dev/null; i=0; "
+        "while [ -d /proc/\"$pid\" ] && [ \"$i\" -lt \"$3\" ]; do sleep 0.1; i=$((i+1)); done; "
+        "kill -KILL -\"$pid\" 2>/dev/null; "
+        "r=0; while [ \"$r\" -lt 20 ]; do n=0; for d in /proc/[0-9]*; do "
+        "if tr '\\0' '\\n' < \"$d/environ\" 2>/dev/null | grep -qxF \"SBX_SERVICE_ID=$2\"; then "
+        "kill -KILL \"${d#/proc/}\" 2>/dev/null && n=$((n+1)); fi; done; "
+        "[ \"$n\" -eq 0 ] && break; r=$((r+1)); sleep 0.1; done; echo stopped";
+
+/* Arguments: triples "marker pid dir". For each: its state and listening ports.
+ *   state <marker> running|exited <code>|gone
+ *   port <marker> <port> */
+static const char probe_script[] =
+        "while [ $# -ge 3 ]; do id=$1; pid=$2; dir=$3; shift 3; "
+        "if [ -f \"$dir/exit\" ] && ! [ -d /proc/\"$pid\" ]; then echo \"state $id exited $(cat \"$dir/exit\")\"; "
+        "elif [ -d /proc/\"$pid\" ]; then echo \"state $id running\"; "
+        "inodes=''; for p in /proc/[0-9]*; do "
+        "if tr '\\0' '\\n' < \"$p/environ\" 2>/dev/null | grep -qxF \"SBX_SERVICE_ID=$id\"; then "
+        "for f in \"$p\"/fd/*; do l=$(readlink \"$f\" 2>/dev/null); case \"$l\" in socket:*) "
+        "l=${l#socket:[}; inodes=\"$inodes ${l%]}\";; esac; done; fi; done; "
+        "[ -n \"$inodes\" ] && cat /proc/net/tcp /proc/net/tcp6 2>/dev/null | "
+        "awk -v id=\"$id\" -v inodes=\"$inodes\" 'BEGIN { n = split(inodes, a, \" \"); for (i = 1; i <= n; i++) want[a[i]] = 1 } "
+        "$4 == \"0A\" && ($10 in want) { split($2, la, \":\"); port = 0; h = la[2]; "
+        "for (i = 1; i <= length(h); i++) port = port * 16 + index(\"0123456789ABCDEF\", substr(h, i, 1)) - 1; "
+        "if (!(port in seen)) { seen[port] = 1; print \"port \" id \" \" port } }'; "
+        "else echo \"state $id gone\"; fi; done";
+
+struct service_manager {
+        const struct sbx_config *cfg;
+        struct docker *docker;
+        struct store *store;
+        struct session_manager *sessions;
+        struct exec_engine *exec;
+
+        pthread_mutex_t lock; /* rows' read-modify-write; `stopping` */
+        pthread_cond_t wake;
+        bool stopping;
+        bool started;
+        pthread_t thread;
+};
+
+static const char *const state_names[] = {"STARTING", "RUNNING", "STOPPING", "STOPPED", "FAILED"};
+
+const char *service_state_to_string(enum service_state s)
+{
+        return (unsigned)s < ELEMENTSOF(state_names) ? state_names[s] : "UNKNOWN";
+}
+
+static enum service_state state_from_string(const char *s)
+{
+        for (size_t i = 0; i < ELEMENTSOF(state_names); i++)
+                if (strcmp(s, state_names[i]) == 0)
+                        return (enum service_state)i;
+        return SERVICE_FAILED;
+}
+
+static bool is_active(const char *state)
+{
+        return strcmp(state, "STARTING") == 0 || strcmp(state, "RUNNING") == 0 || strcmp(state, "STOPPING") == 0;
+}
+
+static void marker_of(const struct store_service *row, char *buf, size_t size)
+{
+        snprintf(buf, size, "%s-%" PRId64, row->name, row->started_at);
+}
+
+static void info_from_row(const struct store_service *row, struct service_info *info)
+{
+        cJSON *ports, *it;
+
+        memset(info, 0, sizeof(*info));
+        sbx_strlcpy(info->name, row->name, sizeof(info->name));
+        info->state = state_from_string(row->state);
+        info->pid = row->pid;
+        info->exit_code = row->exit_code;
+        sbx_strlcpy(info->command, row->command, sizeof(info->command));
+        sbx_strlcpy(info->workdir, row->workdir, sizeof(info->workdir));
+        sbx_strlcpy(info->last_error, row->last_error, sizeof(info->last_error));
+        info->started_at = row->started_at;
+        info->stopped_at = row->stopped_at;
+        ports = cJSON_Parse(row->ports[0] ? row->ports : "[]");
+        cJSON_ArrayForEach(it, ports)
+        {
+                if (info->n_ports >= SERVICE_MAX_PORTS)
+                        break;
+                info->ports[info->n_ports].container_port =
+                        (int)cJSON_GetNumberValue(cJSON_GetObjectItem(it, "container_port"));
+                info->ports[info->n_ports].host_port = (int)cJSON_GetNumberValue(cJSON_GetObjectItem(it, "host_port"));
+                info->n_ports++;
+        }
+        cJSON_Delete(ports);
+}
+
+static bool name_valid(const char *name)
+{
+        return session_id_valid(name); /* the same rule: 1-64 of [A-Za-z0-9_.-], not . or .. */
+}
+
+/* ---- failure handler: the container failed or was replaced ---- */
+
+static void on_session_failure(const char *user, const char *session, const char *container_id, const char *cause,
+                               void *ud)
+{
+        struct service_manager *m = ud;
+        struct store_service *rows = NULL;
+        size_t n = 0;
+        bool clean = strcmp(cause, "idle_expired") == 0 || strcmp(cause, "destroyed") == 0;
+
+        pthread_mutex_lock(&m->lock);
+        if (store_service_list(m->store, user, session, true, &rows, &n) == 0)
+                for (size_t i = 0; i < n; i++) {
+                        if (container_id && *container_id && rows[i].container_id[0] &&
+                            strcmp(rows[i].container_id, container_id) != 0)
+                                continue; /* belongs to a newer container */
+                        sbx_strlcpy(rows[i].state, clean ? "STOPPED" : "FAILED", sizeof(rows[i].state));
+                        snprintf(rows[i].last_error, sizeof(rows[i].last_error), "container %s", cause);
+                        rows[i].stopped_at = sbx_wall_ms();
+                        rows[i].pid = 0;
+                        sbx_strlcpy(rows[i].ports, "[]", sizeof(rows[i].ports));
+                        (void)store_service_put(m->store, &rows[i]);
+                        log_ctx(LOG_LEVEL_INFO, user, session, container_id, "service %s cleared: %s", rows[i].name,
+                                cause);
+                }
+        pthread_mutex_unlock(&m->lock);
+        free(rows);
+}
+
+/* ---- start / stop / list / logs ---- */
+
+int service_start(struct service_manager *m, const char *user, const char *session, const char *name,
+                  const char *command, const char *workdir, struct service_info *ret, struct sbx_error *err)
+{
+        char wd[1024], dir[256], cid[65], *out = NULL;
+        struct store_service row = {0}, old;
+        struct store_service *rows = NULL;
+        struct session *s = NULL;
+        const char *check_argv[] = {"test", "-d", wd, NULL};
+        const char *prep_argv[] = {"sh", "-c", prepare_script, "sbx-prepare", dir, NULL};
+        const char *launch_argv[] = {"sh", "-c", launch_script, "sbx-launch", dir, wd, NULL};
+        char marker_env[128];
+        const char *env[] = {marker_env, NULL};
+        size_t n = 0, active = 0;
+        int code = -1, r;
+
+        r = session_key_check(user, session, err);
+        if (r < 0)
+                return r;
+        if (!name_valid(name))
+                return sbx_error_set(err, -EINVAL, 0, "invalid service name: must be 1-64 characters of "
+                                                      "[A-Za-z0-9_.-] and not '.' or '..'");
+        if (!command || !*command)
+                return sbx_error_set(err, -EINVAL, 0, "command is empty");
+        if ((int64_t)strlen(command) > m->cfg->max_command_bytes)
+                return sbx_error_set(err, -E2BIG, 0, "command is %zu bytes; the limit is %" PRId64, strlen(command),
+                                     m->cfg->max_command_bytes);
+        r = exec_workdir_resolve(workdir, wd, err);
+        if (r < 0)
+                return r;
+        snprintf(dir, sizeof(dir), SERVICE_DIR "/%s", name);
+
+        /* Reserve the name: a STARTING row, so a second start of the same name fails at once. */
+        pthread_mutex_lock(&m->lock);
+        if (store_service_get(m->store, user, session, name, &old) == 0 && is_active(old.state)) {
+                pthread_mutex_unlock(&m->lock);
+                return sbx_error_set(err, -EEXIST, 0, "service %s is already %s (pid %d); stop it first", name,
+                                     old.state, old.pid);
+        }
+        if (store_service_list(m->store, user, session, true, &rows, &n) == 0)
+                active = n;
+        free(rows);
+        if (active >= (size_t)m->cfg->max_services_per_session) {
+                pthread_mutex_unlock(&m->lock);
+                return sbx_error_set(err, -EUSERS, 0, "too many services in this session (max_services_per_session=%d)",
+                                     m->cfg->max_services_per_session);
+        }
+        sbx_strlcpy(row.user_id, user, sizeof(row.user_id));
+        sbx_strlcpy(row.session_id, session, sizeof(row.session_id));
+        sbx_strlcpy(row.name, name, sizeof(row.name));
+        sbx_strlcpy(row.command, command, sizeof(row.command));
+        sbx_strlcpy(row.workdir, wd, sizeof(row.workdir));
+        sbx_strlcpy(row.state, "STARTING", sizeof(row.state));
+        sbx_strlcpy(row.ports, "[]", sizeof(row.ports));
+        row.exit_code = -1;
+        row.started_at = sbx_wall_ms();
+        r = store_service_put(m->store, &row);
+        pthread_mutex_unlock(&m->lock);
+        if (r < 0)
+                return sbx_error_set(err, r, 0, "cannot record the service: %s", strerror(-r));
+
+        r = session_get_or_create(m->sessions, user, session, &s, err);
+        if (r < 0)
+                goto fail;
+        session_container_id(s, cid);
+        sbx_strlcpy(row.container_id, cid, sizeof(row.container_id));
+
+        r = exec_internal(m->exec, cid, check_argv, NULL, 0, m->cfg->docker_timeout_ms, &code, NULL, NULL, err);
+        if (r == 0 && code != 0)
+                r = sbx_error_set(err, -ENOENT, 0, "workdir %s does not exist in the session", wd);
+        if (r == 0)
+                r = exec_internal(m->exec, cid, prep_argv, command, strlen(command), m->cfg->docker_timeout_ms, &code,
+                                  NULL, NULL, err);
+        if (r == 0 && code != 0)
+                r = sbx_error_set(err, -EIO, 0, "cannot write the start script (exit %d)", code);
+        if (r < 0)
+                goto fail;
+
+        /* The launcher runs with the marker in its environment, so every process
+         * of the service inherits it. */
+        marker_of(&row, marker_env + snprintf(marker_env, sizeof(marker_env), "SBX_SERVICE_ID="),
+                  sizeof(marker_env) - 15);
+        {
+                struct docker_exec_spec spec = {.cmd = launch_argv, .env = env};
+                struct docker_exec_result res = {0};
+                r = docker_exec_run(m->docker, cid, &spec, NULL, 0, 4096, m->cfg->docker_timeout_ms,
+                                    &res, err);
+                code = res.exit_code;
+                out = TAKE_PTR(res.out);
+                docker_exec_result_done(&res);
+        }
+        if (r == 0 && (code != 0 || !out || atoi(out) <= 0))
+                r = sbx_error_set(err, code == 97 ? -ENOENT : -EIO, 0, "the service did not start (exit %d)", code);
+        if (r < 0)
+                goto fail;
+
+        pthread_mutex_lock(&m->lock);
+        row.pid = atoi(out);
+        sbx_strlcpy(row.state, "RUNNING", sizeof(row.state));
+        r = store_service_put(m->store, &row);
+        pthread_mutex_unlock(&m->lock);
+        free(out);
+        session_release(s);
+        (void)store_audit(m->store, "api", user, session, "service.start", NULL);
+        log_ctx(LOG_LEVEL_INFO, user, session, cid, "service %s started (pid %d)", name, row.pid);
+        if (ret)
+                info_from_row(&row, ret);
+        return r;
+
+fail:
+        free(out);
+        session_release(s);
+        /* nothing half-started: the row goes back to FAILED with the reason */
+        pthread_mutex_lock(&m->lock);
+        sbx_strlcpy(row.state, "FAILED", sizeof(row.state));
+        snprintf(row.last_error, sizeof(row.last_error), "%s", err ? err->msg : strerror(-r));
+        row.stopped_at = sbx_wall_ms();
+        (void)store_service_put(m->store, &row);
+        pthread_mutex_unlock(&m->lock);
+        return r;
+}
+
+int service_stop(struct service_manager *m, const char *user, const char *session, const char *name,
+                 struct service_info *ret, struct sbx_error *err)
+{
+        struct store_service row;
+        struct session *s = NULL;
+        char cid[65], pid[16], marker[128], grace[16];
+        const char *argv[] = {"sh", "-c", stop_script, "sbx-stop", pid, marker, grace, NULL};
+        int code = -1, r;
+
+        r = session_key_check(user, session, err);
+        if (r < 0)
+                return r;
+        if (!name_valid(name))
+                return sbx_error_set(err, -EINVAL, 0, "invalid service name");
+        pthread_mutex_lock(&m->lock);
+        r = store_service_get(m->store, user, session, name, &row);
+        if (r == 0 && is_active(row.state)) {
+                sbx_strlcpy(row.state, "STOPPING", sizeof(row.state));
+                (void)store_service_put(m->store, &row);
+        }
+        pthread_mutex_unlock(&m->lock);
+        if (r < 0)
+                return sbx_error_set(err, -ENOENT, 0, "no service named %s in this session", name);
+        if (strcmp(row.state, "STOPPING") != 0) {
+                if (ret)
+                        info_from_row(&row, ret);
+                return 0; /* already stopped or failed: nothing to do */
+        }
+
+        r = session_get_or_create(m->sessions, user, session, &s, err);
+        if (r == 0) {
+                session_container_id(s, cid);
+                if (strcmp(cid, row.container_id) == 0 && row.pid > 0) {
+                        snprintf(pid, sizeof(pid), "%d", row.pid);
+                        marker_of(&row, marker, sizeof(marker));
+                        snprintf(grace, sizeof(grace), "%d", m->cfg->service_stop_grace_ms / 100);
+                        r = exec_internal(m->exec, cid, argv, NULL, 0,
+                                          m->cfg->service_stop_grace_ms + m->cfg->docker_timeout_ms, &code, NULL, NULL,
+                                          err);
+                }
+                /* else the container it ran in is gone: so is the service */
+                session_release(s);
+        }
+
+        pthread_mutex_lock(&m->lock);
+        if (store_service_get(m->store, user, session, name, &row) == 0 && strcmp(row.state, "STOPPING") == 0) {
+                sbx_strlcpy(row.state, r < 0 ? "FAILED" : "STOPPED", sizeof(row.state));
+                if (r < 0)
+                        snprintf(row.last_error, sizeof(row.last_error), "stop failed: %s", err ? err->msg : "");
+                row.stopped_at = sbx_wall_ms();
+                sbx_strlcpy(row.ports, "[]", sizeof(row.ports));
+                (void)store_service_put(m->store, &row);
+        }
+        pthread_mutex_unlock(&m->lock);
+        if (ret)
+                info_from_row(&row, ret);
+        return r;
+}
+
+int service_list(struct service_manager *m, const char *user, const char *session, struct service_info **ret,
+                 size_t *ret_n)
+{
+        struct store_service *rows = NULL;
+        struct service_info *out;
+        size_t n = 0;
+        int r = store_service_list(m->store, user, session, false, &rows, &n);
+
+        if (r < 0)
+                return r;
+        out = calloc(n + 1, sizeof(*out));
+        if (!out) {
+                free(rows);
+                return -ENOMEM;
+        }
+        for (size_t i = 0; i < n; i++)
+                info_from_row(&rows[i], &out[i]);
+        free(rows);
+        *ret = out;
+        *ret_n = n;
+        return 0;
+}
+
+int service_logs(struct service_manager *m, const char *user, const char *session, const char *name,
+                 int tail_lines, char **ret_stdout, char **ret_stderr, struct sbx_error *err)
+{
+        struct store_service row;
+        struct session *s = NULL;
+        char cid[65], lines[16], path[2][256];
+        char *outs[2] = {NULL, NULL};
+        int r;
+
+        r = session_key_check(user, session, err);
+        if (r < 0)
+                return r;
+        if (!name_valid(name) || store_service_get(m->store, user, session, name, &row) < 0)
+                return sbx_error_set(err, -ENOENT, 0, "no service named %s in this session", name);
+        if (tail_lines <= 0)
+                tail_lines = 100;
+        if (tail_lines > 10000)
+                tail_lines = 10000;
+        snprintf(lines, sizeof(lines), "%d", tail_lines);
+        r = session_get_or_create(m->sessions, user, session, &s, err);
+        if (r < 0)
+                return r;
+        session_container_id(s, cid);
+        for (int k = 0; k < 2 && r == 0; k++) {
+                snprintf(path[k], sizeof(path[k]), SERVICE_DIR "/%s/%s.log", name, k ? "stderr" : "stdout");
+                const char *argv[] = {"tail", "-n", lines, path[k], NULL};
+                int code = -1;
+                r = exec_internal(m->exec, cid, argv, NULL, 0, m->cfg->docker_timeout_ms, &code, &outs[k], NULL, err);
+                if (r == 0 && !outs[k])
+                        outs[k] = strdup("");
+        }
+        session_release(s);
+        if (r < 0) {
+                free(outs[0]);
+                free(outs[1]);
+                return r;
+        }
+        *ret_stdout = outs[0];
+        *ret_stderr = outs[1];
+        return 0;
+}
+
+/* ---- monitor ---- */
+
+/* Probe one session's active services with one exec, then apply. */
+static void probe_session(struct service_manager *m, struct store_service *rows, size_t n)
+{
+        struct session_info si;
+        const char **argv = calloc(3 * n + 5, sizeof(char *));
+        char (*markers)[128] = calloc(n, sizeof(*markers));
+        char (*pids)[16] = calloc(n, sizeof(*pids));
+        char (*dirs)[256] = calloc(n, sizeof(*dirs));
+        _cleanup_free_ char *out = NULL;
+        size_t k = 0;
+        int code = -1;
+
+        if (!argv || !markers || !pids || !dirs)
+                goto done;
+        argv[k++] = "sh";
+        argv[k++] = "-c";
+        argv[k++] = probe_script;
+        argv[k++] = "sbx-probe";
+        for (size_t i = 0; i < n; i++) {
+                marker_of(&rows[i], markers[i], sizeof(markers[i]));
+                snprintf(pids[i], sizeof(pids[i]), "%d", rows[i].pid);
+                snprintf(dirs[i], sizeof(dirs[i]), SERVICE_DIR "/%s", rows[i].name);
+                argv[k++] = markers[i];
+                argv[k++] = pids[i];
+                argv[k++] = dirs[i];
+        }
+        if (exec_internal(m->exec, rows[0].container_id, argv, NULL, 0, m->cfg->docker_timeout_ms, &code, &out, NULL,
+                          NULL) < 0 ||
+            code != 0 || !out)
+                goto done; /* the container may be gone: the health monitor handles that */
+        if (session_get_info(m->sessions, rows[0].user_id, rows[0].session_id, &si) < 0)
+                goto done;
+
+        for (size_t i = 0; i < n; i++) {
+                cJSON *ports = cJSON_CreateArray();
+                char state[16] = "", *line, *save = NULL, *copy = strdup(out);
+                int exit_code = -1;
+                char *json;
+
+                for (line = copy ? strtok_r(copy, "\n", &save) : NULL; line; line = strtok_r(NULL, "\n", &save)) {
+                        char kind[8], id[128], what[16];
+                        int v = -1;
+                        int f = sscanf(line, "%7s %127s %15s %d", kind, id, what, &v);
+                        if (f < 3 || strcmp(id, markers[i]) != 0)
+                                continue;
+                        if (strcmp(kind, "state") == 0) {
+                                snprintf(state, sizeof(state), "%s", what);
+                                exit_code = v;
+                        } else if (strcmp(kind, "port") == 0 && cJSON_GetArraySize(ports) < SERVICE_MAX_PORTS) {
+                                int port = atoi(what), host = 0;
+                                int idx = port - m->cfg->container_port_base;
+                                cJSON *p = cJSON_CreateObject();
+                                if (idx >= 0 && (size_t)idx < si.n_ports)
+                                        host = si.ports[idx];
+                                cJSON_AddNumberToObject(p, "container_port", port);
+                                cJSON_AddNumberToObject(p, "host_port", host);
+                                cJSON_AddItemToArray(ports, p);
+                        }
+                }
+                free(copy);
+                json = cJSON_PrintUnformatted(ports);
+                cJSON_Delete(ports);
+
+                /* apply, unless the row changed meanwhile (stopped, restarted) */
+                pthread_mutex_lock(&m->lock);
+                struct store_service cur;
+                if (state[0] && store_service_get(m->store, rows[i].user_id, rows[i].session_id, rows[i].name, &cur) == 0 &&
+                    cur.started_at == rows[i].started_at && strcmp(cur.state, "RUNNING") == 0) {
+                        if (strcmp(state, "running") == 0) {
+                                sbx_strlcpy(cur.ports, json ? json : "[]", sizeof(cur.ports));
+                        } else {
+                                bool ok = strcmp(state, "exited") == 0 && exit_code == 0;
+                                sbx_strlcpy(cur.state, ok ? "STOPPED" : "FAILED", sizeof(cur.state));
+                                cur.exit_code = strcmp(state, "exited") == 0 ? exit_code : -1;
+                                if (!ok)
+                                        snprintf(cur.last_error, sizeof(cur.last_error), "%s",
+                                                 cur.exit_code >= 0 ? "exited with a non-zero code"
+                                                                    : "the process vanished without an exit code");
+                                cur.stopped_at = sbx_wall_ms();
+                                cur.pid = 0;
+                                sbx_strlcpy(cur.ports, "[]", sizeof(cur.ports));
+                                log_ctx(LOG_LEVEL_INFO, cur.user_id, cur.session_id, cur.container_id,
+                                        "service %s ended: %s (exit %d)", cur.name, cur.state, cur.exit_code);
+                        }
+                        (void)store_service_put(m->store, &cur);
+                }
+                pthread_mutex_unlock(&m->lock);
+                free(json);
+        }
+        session_info_done(&si);
+done:
+        free(argv);
+        free(markers);
+        free(pids);
+        free(dirs);
+}
+
+void service_monitor_once(struct service_manager *m)
+{
+        struct store_service *rows = NULL;
+        size_t n = 0, i = 0;
+
+        if (store_service_list(m->store, NULL, NULL, true, &rows, &n) < 0)
+                return;
+        /* rows come ordered by user, session: probe each run of one container */
+        while (i < n) {
+                size_t j = i;
+                while (j < n && strcmp(rows[j].user_id, rows[i].user_id) == 0 &&
+                       strcmp(rows[j].session_id, rows[i].session_id) == 0 &&
+                       strcmp(rows[j].container_id, rows[i].container_id) == 0)
+                        j++;
+                /* only RUNNING rows with a pid are probed; STARTING/STOPPING belong to a call in progress */
+                size_t k = i;
+                for (size_t x = i; x < j; x++)
+                        if (strcmp(rows[x].state, "RUNNING") == 0 && rows[x].pid > 0 && rows[x].container_id[0])
+                                rows[k++] = rows[x];
+                if (k > i)
+                        probe_session(m, rows + i, k - i);
+                i = j;
+        }
+        free(rows);
+}
+
+static void *monitor_main(void *ud)
+{
+        struct service_manager *m = ud;
+
+        pthread_setname_np(pthread_self(), "sbx-services");
+        pthread_mutex_lock(&m->lock);
+        while (!m->stopping) {
+                struct timespec until;
+                pthread_mutex_unlock(&m->lock);
+                service_monitor_once(m);
+                pthread_mutex_lock(&m->lock);
+                clock_gettime(CLOCK_MONOTONIC, &until);
+                until.tv_sec += m->cfg->monitor_interval_ms / 1000;
+                until.tv_nsec += (long)(m->cfg->monitor_interval_ms % 1000) * 1000000;
+                if (until.tv_nsec >= 1000000000) {
+                        until.tv_sec++;
+                        until.tv_nsec -= 1000000000;
+                }
+                while (!m->stopping && pthread_cond_timedwait(&m->wake, &m->lock, &until) != ETIMEDOUT)
+                        ;
+        }
+        pthread_mutex_unlock(&m->lock);
+        return NULL;
+}
+
+int service_manager_new(const struct sbx_config *cfg, struct docker *d, struct store *st, struct session_manager *sm,
+                        struct exec_engine *ex, struct service_manager **ret, struct sbx_error *err)
+{
+        struct service_manager *m = calloc(1, sizeof(*m));
+        pthread_condattr_t ca;
+        int r;
+
+        if (!m)
+                return sbx_error_set(err, -ENOMEM, 0, "out of memory");
+        m->cfg = cfg;
+        m->docker = d;
+        m->store = st;
+        m->sessions = sm;
+        m->exec = ex;
+        pthread_mutex_init(&m->lock, NULL);
+        pthread_condattr_init(&ca);
+        pthread_condattr_setclock(&ca, CLOCK_MONOTONIC);
+        pthread_cond_init(&m->wake, &ca);
+        pthread_condattr_destroy(&ca);
+        r = session_register_failure_handler(sm, on_session_failure, m);
+        if (r < 0) {
+                service_manager_free(m);
+                return sbx_error_set(err, r, 0, "cannot register the service failure handler");
+        }
+        *ret = m;
+        return 0;
+}
+
+int service_manager_start(struct service_manager *m, struct sbx_error *err)
+{
+        int r = -pthread_create(&m->thread, NULL, monitor_main, m);
+        if (r < 0)
+                return sbx_error_set(err, r, 0, "cannot start the service monitor: %s", strerror(-r));
+        m->started = true;
+        return 0;
+}
+
+void service_manager_free(struct service_manager *m)
+{
+        if (!m)
+                return;
+        pthread_mutex_lock(&m->lock);
+        m->stopping = true;
+        pthread_cond_broadcast(&m->wake);
+        pthread_mutex_unlock(&m->lock);
+        if (m->started)
+                pthread_join(m->thread, NULL);
+        pthread_mutex_destroy(&m->lock);
+        pthread_cond_destroy(&m->wake);
+        free(m);
+}

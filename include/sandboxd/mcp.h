@@ -1,0 +1,153 @@
+/* mcp.h — the MCP front door: a stdio JSON-RPC 2.0 adapter (sandboxd-mcp)
+ * that an MCP client launches as a subprocess, translating tool calls into
+ * requests on the daemon's API socket (api.h).
+ *
+ * Framing: one JSON-RPC message per line on stdin and stdout, at most
+ * MCP_MAX_LINE bytes; a longer line is discarded as it streams past and
+ * answered with a parse error, never buffered whole. Nothing but protocol
+ * goes to stdout; logs go to stderr (log.h).
+ *
+ * Two protocol eras are served side by side, decided per request:
+ *   - legacy (2024-11-05, 2025-03-26, 2025-06-18, 2025-11-25): `initialize`
+ *     negotiates the version (the client's if supported, else the latest),
+ *     then `ping`, `logging/setLevel`, `tools/list`, `tools/call`.
+ *   - 2026-07-28 (stateless): a request whose params._meta carries
+ *     "io.modelcontextprotocol/protocolVersion" (plus
+ *     "io.modelcontextprotocol/clientCapabilities", optionally
+ *     ".../clientInfo" and ".../logLevel") is served on its own, with no
+ *     handshake: `server/discover`, `tools/list`, `tools/call`. Every result
+ *     carries resultType "complete" and _meta ".../serverInfo". A version we
+ *     do not speak gets -32022 with data {supported, requested}.
+ *
+ * Tool calls run concurrently: each tools/call gets a worker thread with its
+ * own API connection, so a long exec never blocks a cancel or a ping. A call
+ * whose request carries params._meta.progressToken gets
+ * notifications/progress as output arrives; notifications/cancelled
+ * (params.requestId) cancels the execution behind the call over a second API
+ * connection and suppresses the call's response. Closing stdin ends the
+ * adapter; executions go on in the daemon and stay readable by id.
+ *
+ * The protocol core is independent of stdio: feed it lines (or raw bytes)
+ * and it writes complete output lines through a callback, which makes it
+ * testable without a daemon. */
+#ifndef SANDBOXD_MCP_H
+#define SANDBOXD_MCP_H
+
+#include <stdbool.h>
+#include <stddef.h>
+
+#include "sandboxd/common.h"
+
+#define MCP_MAX_LINE (8 * 1024 * 1024)
+/* Output lines stay under this too: the official SDKs drop a client whose
+ * read buffer passes 10 MiB. A tool result that would not fit is cut down
+ * (see mcp.c) rather than sent. */
+#define MCP_MAX_OUTPUT (8 * 1024 * 1024)
+/* read_file returns at most this much per call unless asked for less. */
+#define MCP_READ_FILE_MAX (1024 * 1024)
+#define MCP_MAX_INFLIGHT_DEFAULT 32
+
+/* JSON-RPC and MCP error codes. */
+#define MCP_PARSE_ERROR -32700
+#define MCP_INVALID_REQUEST -32600
+#define MCP_METHOD_NOT_FOUND -32601
+#define MCP_INVALID_PARAMS -32602
+#define MCP_INTERNAL_ERROR -32603
+#define MCP_UNSUPPORTED_PROTOCOL_VERSION -32022 /* 2026-07-28 */
+
+#define MCP_MODERN_VERSION "2026-07-28"
+#define MCP_LATEST_LEGACY_VERSION "2025-11-25"
+
+struct mcp;
+
+/* Receives one complete output line (a JSON-RPC message followed by '\n').
+ * Called with the adapter's output lock held, so lines never interleave.
+ * Returns 0, or a negative errno when the output is gone (the adapter then
+ * stops writing). */
+typedef int (*mcp_write_fn)(const char *line, size_t len, void *userdata);
+
+struct mcp_options {
+        const char *api_socket; /* the daemon's API socket */
+        const char *token;      /* NULL or "": tool calls report that none is configured */
+        const char *session;    /* default session; NULL or "": "mcp-<random>" per adapter */
+        mcp_write_fn write;
+        void *write_userdata;
+        size_t max_inflight;  /* concurrent tool calls; 0 = MCP_MAX_INFLIGHT_DEFAULT */
+        int poll_wait_s;      /* long-poll wait while following an execution; 0 = 30 */
+};
+
+/* Copies every option. -EINVAL for a missing write callback or an invalid
+ * default session. */
+int mcp_new(const struct mcp_options *opt, struct mcp **ret, struct sbx_error *err);
+/* Drops the caller's reference: no more output is written, and the adapter is
+ * freed once the last in-flight call has ended. NULL is fine. */
+void mcp_free(struct mcp *m);
+
+/* Handle one line (without its '\n'; a trailing '\r' is ignored). */
+void mcp_handle_line(struct mcp *m, const char *line, size_t len);
+/* Split raw input into lines, enforcing MCP_MAX_LINE. */
+void mcp_feed(struct mcp *m, const void *data, size_t len);
+/* End of input: handles an unterminated last line. */
+void mcp_feed_eof(struct mcp *m);
+
+/* Wait until no tool call is in flight, at most timeout_ms (< 0: forever).
+ * Returns 0, or -ETIMEDOUT. */
+int mcp_drain(struct mcp *m, int timeout_ms);
+/* Tool calls currently in flight. */
+size_t mcp_inflight(struct mcp *m);
+/* True once the write callback failed. */
+bool mcp_output_closed(struct mcp *m);
+/* The session used when a tool call names none. */
+const char *mcp_default_session(struct mcp *m);
+
+/* ---- tools (mcp_tools.c) ---- */
+
+/* Names of the tools, in the order tools/list gives them; NULL past the end. */
+const char *mcp_tool_name(size_t i);
+size_t mcp_tool_count(void);
+
+/* ---- a subset of JSON Schema (mcp_schema.c), the one the tool schemas use:
+ * type (a name or a list), enum, minimum, maximum, minLength, maxLength
+ * (code points), properties, required, additionalProperties (false or a
+ * schema), items, minItems, maxItems. Other keywords (pattern among them:
+ * the tools check names themselves) are ignored. The schema is assumed
+ * well-formed. */
+struct cJSON;
+
+/* Returns true if value conforms; otherwise writes "<path>: <why>" to msg. */
+bool mcp_schema_validate(const struct cJSON *schema, const struct cJSON *value, const char *path, char *msg,
+                         size_t msg_size);
+/* Makes value conform in place where it can: properties of a wrong type are
+ * dropped, missing required ones get a neutral value of their type (null when
+ * allowed), array items that cannot conform are dropped. Used on daemon
+ * replies so structuredContent always matches the advertised outputSchema.
+ * Returns false only if value itself is of the wrong type. */
+bool mcp_schema_conform(const struct cJSON *schema, struct cJSON *value);
+
+/* ---- the API socket client (mcp_api.c): one connection, one request at a
+ * time, replies read line by line up to API_MAX_REPLY. ---- */
+struct mcp_api;
+
+struct mcp_api_error {
+        char code[32];     /* the API's code ("not_found", ...), or "transport" */
+        char message[1024];
+};
+
+/* Called for each progress line ({"event": "output", ...}) before the reply. */
+typedef void (*mcp_api_event_fn)(const struct cJSON *event, void *userdata);
+
+int mcp_api_open(const char *socket_path, struct mcp_api **ret, struct sbx_error *err);
+void mcp_api_close(struct mcp_api *a);
+/* The connection's fd, for shutdown(2) from another thread to wake a
+ * blocked request; -1 if closed. */
+int mcp_api_fd(struct mcp_api *a);
+/* Send {id, token, method, params} and read until the reply. params is
+ * borrowed. On success *ret_result is the reply's result (caller frees).
+ * Returns -EREMOTEIO for an error reply (err holds its code and message),
+ * -ETIMEDOUT when no reply came within timeout_ms, other -errno for a broken
+ * connection or a malformed reply. */
+int mcp_api_request(struct mcp_api *a, const char *token, const char *method, const struct cJSON *params,
+                    int timeout_ms, mcp_api_event_fn on_event, void *userdata, struct cJSON **ret_result,
+                    struct mcp_api_error *err);
+
+#endif

@@ -1,0 +1,254 @@
+/* mcp_api.c — the adapter's client for the daemon's API socket (api.h): one
+ * Unix stream connection, one request at a time, line-delimited JSON with
+ * every reply line bounded by API_MAX_REPLY.
+ *
+ * Threads: a connection belongs to one thread. The only cross-thread use is
+ * shutdown(2) on its fd (mcp_api_fd) to wake a request blocked in read, which
+ * then fails with -ECONNRESET; the owner still closes the fd. */
+#include <errno.h>
+#include <fcntl.h>
+#include <poll.h>
+#include <stdio.h>
+#include <string.h>
+#include <sys/socket.h>
+#include <sys/un.h>
+#include <unistd.h>
+
+#include <cjson/cJSON.h>
+
+#include "sandboxd/api.h"
+#include "sandboxd/mcp.h"
+
+struct mcp_api {
+        int fd;
+        unsigned long next_id;
+        char *buf; /* bytes read past the last line */
+        size_t len, cap;
+};
+
+int mcp_api_open(const char *socket_path, struct mcp_api **ret, struct sbx_error *err)
+{
+        struct sockaddr_un sa = {.sun_family = AF_UNIX};
+        struct mcp_api *a;
+        int fd;
+
+        if (!socket_path || !*socket_path)
+                return sbx_error_set(err, -EINVAL, 0, "no API socket configured");
+        if (!sbx_strlcpy(sa.sun_path, socket_path, sizeof(sa.sun_path)))
+                return sbx_error_set(err, -ENAMETOOLONG, 0, "API socket path too long: %s", socket_path);
+        fd = socket(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC, 0);
+        if (fd < 0)
+                return sbx_error_set(err, -errno, 0, "socket: %s", strerror(errno));
+        if (connect(fd, (struct sockaddr *)&sa, sizeof(sa)) < 0) {
+                int e = errno;
+                close(fd);
+                return sbx_error_set(err, -e, 0, "cannot connect to sandboxd at %s: %s", socket_path, strerror(e));
+        }
+        a = calloc(1, sizeof(*a));
+        if (!a) {
+                close(fd);
+                return sbx_error_set(err, -ENOMEM, 0, "out of memory");
+        }
+        a->fd = fd;
+        a->next_id = 1;
+        *ret = a;
+        return 0;
+}
+
+void mcp_api_close(struct mcp_api *a)
+{
+        if (!a)
+                return;
+        if (a->fd >= 0)
+                close(a->fd);
+        free(a->buf);
+        free(a);
+}
+
+int mcp_api_fd(struct mcp_api *a) { return a ? a->fd : -1; }
+
+static int write_all(int fd, const char *p, size_t n)
+{
+        while (n) {
+                ssize_t k = send(fd, p, n, MSG_NOSIGNAL);
+                if (k < 0) {
+                        if (errno == EINTR)
+                                continue;
+                        return -errno;
+                }
+                p += k;
+                n -= (size_t)k;
+        }
+        return 0;
+}
+
+/* Read one line (without '\n') into a malloc'd string. */
+static int read_line(struct mcp_api *a, int64_t deadline, char **ret, size_t *ret_len)
+{
+        size_t scanned = 0;
+
+        for (;;) {
+                char *nl = a->len > scanned ? memchr(a->buf + scanned, '\n', a->len - scanned) : NULL;
+                if (nl) {
+                        size_t n = (size_t)(nl - a->buf);
+                        char *line = malloc(n + 1);
+                        if (!line)
+                                return -ENOMEM;
+                        memcpy(line, a->buf, n);
+                        line[n] = '\0';
+                        memmove(a->buf, nl + 1, a->len - n - 1);
+                        a->len -= n + 1;
+                        *ret = line;
+                        *ret_len = n;
+                        return 0;
+                }
+                scanned = a->len;
+                if (a->len > API_MAX_REPLY)
+                        return -EMSGSIZE;
+                if (a->cap - a->len < 65536) {
+                        size_t cap = a->cap ? a->cap * 2 : 65536;
+                        char *b;
+                        if (cap > API_MAX_REPLY + 65536 + 1)
+                                cap = API_MAX_REPLY + 65536 + 1;
+                        if (cap <= a->len)
+                                return -EMSGSIZE;
+                        b = realloc(a->buf, cap);
+                        if (!b)
+                                return -ENOMEM;
+                        a->buf = b;
+                        a->cap = cap;
+                }
+                int64_t left = deadline - sbx_now_ms();
+                if (left <= 0)
+                        return -ETIMEDOUT;
+                struct pollfd p = {.fd = a->fd, .events = POLLIN};
+                int r = poll(&p, 1, left > 60000 ? 60000 : (int)left);
+                if (r < 0) {
+                        if (errno == EINTR)
+                                continue;
+                        return -errno;
+                }
+                if (r == 0)
+                        continue;
+                ssize_t k = recv(a->fd, a->buf + a->len, a->cap - a->len, 0);
+                if (k < 0) {
+                        if (errno == EINTR || errno == EAGAIN)
+                                continue;
+                        return -errno;
+                }
+                if (k == 0)
+                        return -ECONNRESET;
+                a->len += (size_t)k;
+        }
+}
+
+static void set_err(struct mcp_api_error *err, const char *code, const char *fmt, ...)
+        __attribute__((format(printf, 3, 4)));
+static void set_err(struct mcp_api_error *err, const char *code, const char *fmt, ...)
+{
+        va_list ap;
+
+        if (!err)
+                return;
+        sbx_strlcpy(err->code, code, sizeof(err->code));
+        va_start(ap, fmt);
+        vsnprintf(err->message, sizeof(err->message), fmt, ap);
+        va_end(ap);
+}
+
+int mcp_api_request(struct mcp_api *a, const char *token, const char *method, const cJSON *params, int timeout_ms,
+                    mcp_api_event_fn on_event, void *userdata, cJSON **ret_result, struct mcp_api_error *err)
+{
+        unsigned long id;
+        int64_t deadline;
+        cJSON *req;
+        char *out;
+        int r;
+
+        if (!a || a->fd < 0) {
+                set_err(err, "transport", "not connected to sandboxd");
+                return -ENOTCONN;
+        }
+        id = a->next_id++;
+        req = cJSON_CreateObject();
+        if (!req || !cJSON_AddNumberToObject(req, "id", (double)id) ||
+            !cJSON_AddStringToObject(req, "token", token ? token : "") ||
+            !cJSON_AddStringToObject(req, "method", method) ||
+            !cJSON_AddItemToObject(req, "params",
+                                   params ? cJSON_Duplicate(params, true) : cJSON_CreateObject())) {
+                cJSON_Delete(req);
+                set_err(err, "transport", "out of memory");
+                return -ENOMEM;
+        }
+        out = cJSON_PrintUnformatted(req);
+        cJSON_Delete(req);
+        if (!out) {
+                set_err(err, "transport", "out of memory");
+                return -ENOMEM;
+        }
+        size_t n = strlen(out);
+        out[n] = '\n'; /* PrintUnformatted never emits a raw newline; replace the NUL */
+        r = write_all(a->fd, out, n + 1);
+        free(out);
+        if (r < 0) {
+                set_err(err, "transport", "sending to sandboxd: %s", strerror(-r));
+                return r;
+        }
+
+        deadline = sbx_now_ms() + (timeout_ms > 0 ? timeout_ms : 300000);
+        for (;;) {
+                char *line = NULL;
+                size_t len = 0;
+                cJSON *msg, *rid, *ok;
+
+                r = read_line(a, deadline, &line, &len);
+                if (r < 0) {
+                        set_err(err, "transport", "%s",
+                                r == -ECONNRESET  ? "sandboxd closed the connection"
+                                : r == -ETIMEDOUT ? "no reply from sandboxd in time"
+                                : r == -EMSGSIZE  ? "reply from sandboxd too long"
+                                                  : strerror(-r));
+                        return r;
+                }
+                msg = cJSON_ParseWithLength(line, len);
+                free(line);
+                if (!cJSON_IsObject(msg)) {
+                        cJSON_Delete(msg);
+                        set_err(err, "transport", "malformed reply from sandboxd");
+                        return -EBADMSG;
+                }
+                rid = cJSON_GetObjectItemCaseSensitive(msg, "id");
+                if (!cJSON_IsNumber(rid) || (unsigned long)rid->valuedouble != id) {
+                        /* A reply to nothing we asked (e.g. id null for a line the
+                         * daemon could not parse) still ends the exchange. */
+                        const cJSON *e = cJSON_GetObjectItemCaseSensitive(msg, "error");
+                        const cJSON *m = cJSON_GetObjectItemCaseSensitive(e, "message");
+                        set_err(err, "transport", "unexpected reply from sandboxd%s%s", cJSON_IsString(m) ? ": " : "",
+                                cJSON_IsString(m) ? m->valuestring : "");
+                        cJSON_Delete(msg);
+                        return -EBADMSG;
+                }
+                if (cJSON_GetObjectItemCaseSensitive(msg, "event")) {
+                        if (on_event)
+                                on_event(msg, userdata);
+                        cJSON_Delete(msg);
+                        continue;
+                }
+                ok = cJSON_GetObjectItemCaseSensitive(msg, "ok");
+                if (cJSON_IsTrue(ok)) {
+                        cJSON *result = cJSON_DetachItemFromObjectCaseSensitive(msg, "result");
+                        cJSON_Delete(msg);
+                        *ret_result = result ? result : cJSON_CreateObject();
+                        return *ret_result ? 0 : -ENOMEM;
+                }
+                {
+                        const cJSON *e = cJSON_GetObjectItemCaseSensitive(msg, "error");
+                        const cJSON *c = cJSON_GetObjectItemCaseSensitive(e, "code");
+                        const cJSON *m = cJSON_GetObjectItemCaseSensitive(e, "message");
+                        set_err(err, cJSON_IsString(c) ? c->valuestring : "internal", "%s",
+                                cJSON_IsString(m) ? m->valuestring : "request failed");
+                }
+                cJSON_Delete(msg);
+                return -EREMOTEIO;
+        }
+}

@@ -1,0 +1,475 @@
+/* sandboxctl — the operators' CLI over the admin socket: parse arguments,
+ * send one command, print the reply as a table (or raw JSON with --json).
+ * All the work happens in the daemon; see include/sandboxd/admin.h. */
+#include <cjson/cJSON.h>
+#include <errno.h>
+#include <getopt.h>
+#include <inttypes.h>
+#include <stdio.h>
+#include <string.h>
+#include <sys/socket.h>
+#include <sys/un.h>
+#include <time.h>
+#include <unistd.h>
+
+#include "sandboxd/config.h"
+
+#define REPLY_MAX (64 * 1024 * 1024)
+
+enum { EXIT_FAILED = 1, EXIT_USAGE = 2, EXIT_UNREACHABLE = 3 };
+
+static void usage(FILE *f)
+{
+        fprintf(f,
+                "Usage: sandboxctl [OPTIONS] COMMAND [ARGS]\n"
+                "\n"
+                "Administer a running sandboxd through its admin socket.\n"
+                "\n"
+                "Commands:\n"
+                "  health                               is the daemon (and Docker) well?\n"
+                "  stats                                sessions by state, executions, ports, monitor\n"
+                "  sessions [--user U] [--state S]      list sessions\n"
+                "  show USER SESSION                    one session in detail\n"
+                "  destroy USER SESSION [--purge]       remove its container and forget it\n"
+                "                                       (--purge also deletes the workspace)\n"
+                "  mark-private USER SESSION DATASET [SOURCE]\n"
+                "                                       record private data: network off for good\n"
+                "  token create USER [agent|connector]  make an API token (shown once)\n"
+                "  token revoke ID                      revoke a token\n"
+                "  token list                           list tokens (never the secrets)\n"
+                "\n"
+                "Options:\n"
+                "  -s, --socket PATH   the admin socket (default: admin_socket from the config)\n"
+                "  -c, --config FILE   read admin_socket from FILE (SANDBOXD_ADMIN_SOCKET overrides)\n"
+                "  -j, --json          print the raw JSON result\n"
+                "  -h, --help          show this help\n"
+                "\n"
+                "Exit status: 0 done, 1 the daemon refused or failed, 2 usage, 3 cannot reach the daemon.\n");
+}
+
+/* ---- transport ---- */
+
+static int call(const char *path, cJSON *req, cJSON **ret_reply)
+{
+        struct sockaddr_un sa = {.sun_family = AF_UNIX};
+        char *text, *buf = NULL;
+        size_t len = 0, cap = 0;
+        int fd;
+
+        if (strlen(path) >= sizeof(sa.sun_path)) {
+                fprintf(stderr, "sandboxctl: socket path too long: %s\n", path);
+                return -ENAMETOOLONG;
+        }
+        strcpy(sa.sun_path, path);
+        fd = socket(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC, 0);
+        if (fd < 0 || connect(fd, (struct sockaddr *)&sa, sizeof(sa)) < 0) {
+                int e = errno;
+                fprintf(stderr, "sandboxctl: cannot connect to %s: %s\n", path, strerror(e));
+                if (e == EACCES)
+                        fprintf(stderr, "sandboxctl: the admin socket is for root, the daemon's user and "
+                                        "admin_group\n");
+                if (fd >= 0)
+                        close(fd);
+                return -e;
+        }
+        text = cJSON_PrintUnformatted(req);
+        if (!text) {
+                close(fd);
+                return -ENOMEM;
+        }
+        len = strlen(text);
+        text[len] = '\n';
+        for (size_t off = 0; off < len + 1;) {
+                ssize_t n = send(fd, text + off, len + 1 - off, MSG_NOSIGNAL);
+                if (n < 0) {
+                        if (errno == EINTR)
+                                continue;
+                        fprintf(stderr, "sandboxctl: cannot send: %m\n");
+                        free(text);
+                        close(fd);
+                        return -EIO;
+                }
+                off += (size_t)n;
+        }
+        free(text);
+        len = 0;
+        for (;;) {
+                ssize_t n;
+                if (cap - len < 65536) {
+                        char *nb;
+                        cap = cap ? cap * 2 : 65536;
+                        if (cap > REPLY_MAX + 1)
+                                break;
+                        nb = realloc(buf, cap);
+                        if (!nb)
+                                break;
+                        buf = nb;
+                }
+                n = read(fd, buf + len, cap - len - 1);
+                if (n < 0 && errno == EINTR)
+                        continue;
+                if (n <= 0)
+                        break;
+                len += (size_t)n;
+                if (memchr(buf + len - (size_t)n, '\n', (size_t)n))
+                        break;
+        }
+        close(fd);
+        if (!buf || len == 0) {
+                fprintf(stderr, "sandboxctl: the daemon closed the connection without a reply\n");
+                free(buf);
+                return -EIO;
+        }
+        buf[len] = '\0';
+        *ret_reply = cJSON_Parse(buf);
+        free(buf);
+        if (!*ret_reply) {
+                fprintf(stderr, "sandboxctl: unreadable reply\n");
+                return -EPROTO;
+        }
+        return 0;
+}
+
+/* ---- printing ---- */
+
+static const char *str(const cJSON *o, const char *key)
+{
+        const cJSON *v = cJSON_GetObjectItemCaseSensitive(o, key);
+        return cJSON_IsString(v) ? v->valuestring : "-";
+}
+
+static double num(const cJSON *o, const char *key, double def)
+{
+        const cJSON *v = cJSON_GetObjectItemCaseSensitive(o, key);
+        return cJSON_IsNumber(v) ? v->valuedouble : def;
+}
+
+static bool flag(const cJSON *o, const char *key)
+{
+        return cJSON_IsTrue(cJSON_GetObjectItemCaseSensitive(o, key));
+}
+
+static const char *when(const cJSON *o, const char *key, char buf[32])
+{
+        double ms = num(o, key, -1);
+        time_t t;
+        struct tm tm;
+
+        if (ms <= 0)
+                return "-";
+        t = (time_t)(ms / 1000);
+        localtime_r(&t, &tm);
+        strftime(buf, 32, "%Y-%m-%d %H:%M:%S", &tm);
+        return buf;
+}
+
+static void print_ports(const cJSON *ports)
+{
+        const cJSON *p;
+        bool first = true;
+        cJSON_ArrayForEach(p, ports) {
+                double host = num(p, "host_port", 0);
+                if (host > 0)
+                        printf("%s%.0f->%.0f", first ? "" : ",", host, num(p, "container_port", 0));
+                else
+                        printf("%s%.0f", first ? "" : ",", num(p, "container_port", 0));
+                first = false;
+        }
+        if (first)
+                printf("-");
+}
+
+static void print_health(const cJSON *r)
+{
+        const cJSON *docker = cJSON_GetObjectItemCaseSensitive(r, "docker");
+        printf("status:  %s\n", str(r, "status"));
+        printf("version: %s\n", str(r, "version"));
+        printf("uptime:  %.0f s\n", num(r, "uptime_s", 0));
+        if (flag(docker, "ok"))
+                printf("docker:  ok (%s)\n", str(docker, "version"));
+        else
+                printf("docker:  unreachable: %s\n", str(docker, "error"));
+}
+
+static void print_stats(const cJSON *r)
+{
+        const cJSON *s = cJSON_GetObjectItemCaseSensitive(r, "sessions");
+        const cJSON *p = cJSON_GetObjectItemCaseSensitive(r, "ports");
+        char t[32];
+        printf("version:             %s\n", str(r, "version"));
+        printf("uptime:              %.0f s\n", num(r, "uptime_s", 0));
+        printf("docker:              %s\n", str(r, "docker_version"));
+        printf("sessions:            %.0f (creating %.0f, running %.0f, stopped %.0f, error %.0f)\n",
+               num(s, "total", 0), num(s, "creating", 0), num(s, "running", 0), num(s, "stopped", 0),
+               num(s, "error", 0));
+        printf("executions running:  %.0f\n", num(r, "executions_running", 0));
+        printf("ports:               %.0f of %.0f in use\n", num(p, "used", 0), num(p, "total", 0));
+        printf("monitor last poll:   %s\n", when(r, "monitor_last_poll", t));
+}
+
+static void print_sessions(const cJSON *r)
+{
+        const cJSON *list = cJSON_GetObjectItemCaseSensitive(r, "sessions"), *s;
+        char t[32];
+
+        printf("%-20s %-20s %-9s %-7s %-8s %-12s %-19s %s\n", "USER", "SESSION", "STATE", "NETWORK", "PRIVATE",
+               "CONTAINER", "LAST ACTIVITY", "PORTS");
+        cJSON_ArrayForEach(s, list) {
+                printf("%-20s %-20s %-9s %-7s %-8s %-12.12s %-19s ", str(s, "user"), str(s, "session"),
+                       str(s, "state"), str(s, "network_mode"), flag(s, "private") ? "yes" : "no",
+                       str(s, "container_id"), when(s, "last_activity", t));
+                print_ports(cJSON_GetObjectItemCaseSensitive(s, "ports"));
+                printf("\n");
+        }
+        if (cJSON_GetArraySize(list) == 0)
+                printf("(no sessions)\n");
+}
+
+static void print_show(const cJSON *r)
+{
+        const cJSON *x;
+        char t[32];
+
+        printf("session:       %s:%s\n", str(r, "user"), str(r, "session"));
+        printf("state:         %s\n", str(r, "state"));
+        printf("container:     %s\n", str(r, "container_id"));
+        printf("image:         %s\n", str(r, "image"));
+        printf("network:       %s%s\n", str(r, "network_mode"), flag(r, "private") ? " (private)" : "");
+        printf("workspace:     %s\n", str(r, "workspace"));
+        printf("ports:         ");
+        print_ports(cJSON_GetObjectItemCaseSensitive(r, "ports"));
+        printf("\n");
+        printf("created:       %s\n", when(r, "created_at", t));
+        printf("last activity: %s\n", when(r, "last_activity", t));
+        printf("last error:    %s", str(r, "last_error"));
+        if (strcmp(str(r, "error_cause"), "-") != 0)
+                printf(" (cause: %s)", str(r, "error_cause"));
+        printf("\n");
+
+        printf("\nprivate datasets:\n");
+        cJSON_ArrayForEach(x, cJSON_GetObjectItemCaseSensitive(r, "datasets"))
+                printf("  %-30s source %-20s marked %s\n", str(x, "dataset"), str(x, "source"),
+                       when(x, "marked_at", t));
+        if (cJSON_GetArraySize(cJSON_GetObjectItemCaseSensitive(r, "datasets")) == 0)
+                printf("  (none)\n");
+
+        printf("\nservices:\n");
+        cJSON_ArrayForEach(x, cJSON_GetObjectItemCaseSensitive(r, "services")) {
+                printf("  %-20s %-9s pid %-7.0f ports ", str(x, "name"), str(x, "state"), num(x, "pid", 0));
+                print_ports(cJSON_GetObjectItemCaseSensitive(x, "ports"));
+                printf("  %s\n", str(x, "command"));
+        }
+        if (cJSON_GetArraySize(cJSON_GetObjectItemCaseSensitive(r, "services")) == 0)
+                printf("  (none)\n");
+
+        printf("\nrecent executions:\n");
+        cJSON_ArrayForEach(x, cJSON_GetObjectItemCaseSensitive(r, "executions")) {
+                const cJSON *code = cJSON_GetObjectItemCaseSensitive(x, "exit_code");
+                char codebuf[16] = "-";
+                if (cJSON_IsNumber(code))
+                        snprintf(codebuf, sizeof(codebuf), "%d", code->valueint);
+                printf("  %s %-19s %-10s exit %-4s %6.0f ms  %s\n", str(x, "execution_id"), when(x, "created_at", t),
+                       str(x, "state"), codebuf, num(x, "duration_ms", 0), str(x, "command_preview"));
+        }
+        if (cJSON_GetArraySize(cJSON_GetObjectItemCaseSensitive(r, "executions")) == 0)
+                printf("  (none)\n");
+}
+
+static void print_tokens(const cJSON *r)
+{
+        const cJSON *t;
+        char c[32], v[32];
+
+        printf("%-16s %-20s %-9s %-19s %s\n", "ID", "USER", "ROLE", "CREATED", "REVOKED");
+        cJSON_ArrayForEach(t, cJSON_GetObjectItemCaseSensitive(r, "tokens"))
+                printf("%-16s %-20s %-9s %-19s %s\n", str(t, "id"), str(t, "user"), str(t, "role"),
+                       when(t, "created_at", c), when(t, "revoked_at", v));
+}
+
+/* ---- main ---- */
+
+int main(int argc, char **argv)
+{
+        static const struct option opts[] = {
+                {"socket", required_argument, NULL, 's'},
+                {"config", required_argument, NULL, 'c'},
+                {"json", no_argument, NULL, 'j'},
+                {"help", no_argument, NULL, 'h'},
+                {0},
+        };
+        const char *socket_path = NULL, *config_path = NULL, *cmd;
+        char sock[SBX_PATH_MAX];
+        bool json = false;
+        cJSON *req = NULL, *reply = NULL, *result;
+        void (*printer)(const cJSON *) = NULL;
+        int c, r, n_args;
+        char **args;
+
+        /* "+": options stop at the command, so its own flags stay its own */
+        while ((c = getopt_long(argc, argv, "+s:c:jh", opts, NULL)) != -1) {
+                switch (c) {
+                case 's':
+                        socket_path = optarg;
+                        break;
+                case 'c':
+                        config_path = optarg;
+                        break;
+                case 'j':
+                        json = true;
+                        break;
+                case 'h':
+                        usage(stdout);
+                        return 0;
+                default:
+                        usage(stderr);
+                        return EXIT_USAGE;
+                }
+        }
+        if (optind >= argc) {
+                usage(stderr);
+                return EXIT_USAGE;
+        }
+        if (!socket_path) {
+                struct sbx_config cfg;
+                struct sbx_error err = {0};
+                if (config_load(config_path, &cfg, &err) < 0) {
+                        fprintf(stderr, "sandboxctl: invalid configuration: %s\n", err.msg);
+                        return EXIT_USAGE;
+                }
+                snprintf(sock, sizeof(sock), "%s", cfg.admin_socket);
+                socket_path = sock;
+        }
+        cmd = argv[optind];
+        args = argv + optind + 1;
+        n_args = argc - optind - 1;
+        req = cJSON_CreateObject();
+
+#define NEED(lo, hi)                                                                                         \
+        do {                                                                                                 \
+                if (n_args < (lo) || n_args > (hi)) {                                                        \
+                        fprintf(stderr, "sandboxctl: wrong number of arguments for %s\n", cmd);              \
+                        usage(stderr);                                                                       \
+                        cJSON_Delete(req);                                                                   \
+                        return EXIT_USAGE;                                                                   \
+                }                                                                                            \
+        } while (0)
+
+        if (strcmp(cmd, "health") == 0) {
+                NEED(0, 0);
+                cJSON_AddStringToObject(req, "cmd", "health");
+                printer = print_health;
+        } else if (strcmp(cmd, "stats") == 0) {
+                NEED(0, 0);
+                cJSON_AddStringToObject(req, "cmd", "stats");
+                printer = print_stats;
+        } else if (strcmp(cmd, "sessions") == 0) {
+                cJSON_AddStringToObject(req, "cmd", "sessions.list");
+                for (int i = 0; i < n_args; i++) {
+                        if ((strcmp(args[i], "--user") == 0 || strcmp(args[i], "--state") == 0) && i + 1 < n_args) {
+                                cJSON_AddStringToObject(req, args[i] + 2, args[i + 1]);
+                                i++;
+                        } else {
+                                fprintf(stderr, "sandboxctl: sessions takes --user U and --state S\n");
+                                cJSON_Delete(req);
+                                return EXIT_USAGE;
+                        }
+                }
+                printer = print_sessions;
+        } else if (strcmp(cmd, "show") == 0) {
+                NEED(2, 2);
+                cJSON_AddStringToObject(req, "cmd", "session.show");
+                cJSON_AddStringToObject(req, "user", args[0]);
+                cJSON_AddStringToObject(req, "session", args[1]);
+                printer = print_show;
+        } else if (strcmp(cmd, "destroy") == 0) {
+                bool purge = false;
+                int pos = 0;
+                const char *pa[2] = {0};
+                for (int i = 0; i < n_args; i++) {
+                        if (strcmp(args[i], "--purge") == 0)
+                                purge = true;
+                        else if (pos < 2)
+                                pa[pos++] = args[i];
+                        else
+                                pos = 3;
+                }
+                if (pos != 2) {
+                        fprintf(stderr, "sandboxctl: destroy USER SESSION [--purge]\n");
+                        cJSON_Delete(req);
+                        return EXIT_USAGE;
+                }
+                cJSON_AddStringToObject(req, "cmd", "session.destroy");
+                cJSON_AddStringToObject(req, "user", pa[0]);
+                cJSON_AddStringToObject(req, "session", pa[1]);
+                cJSON_AddBoolToObject(req, "purge", purge);
+        } else if (strcmp(cmd, "mark-private") == 0) {
+                NEED(3, 4);
+                cJSON_AddStringToObject(req, "cmd", "session.mark_private");
+                cJSON_AddStringToObject(req, "user", args[0]);
+                cJSON_AddStringToObject(req, "session", args[1]);
+                cJSON_AddStringToObject(req, "dataset", args[2]);
+                if (n_args == 4)
+                        cJSON_AddStringToObject(req, "source", args[3]);
+        } else if (strcmp(cmd, "token") == 0 && n_args >= 1) {
+                const char *sub = args[0];
+                args++;
+                n_args--;
+                if (strcmp(sub, "create") == 0) {
+                        NEED(1, 2);
+                        cJSON_AddStringToObject(req, "cmd", "token.create");
+                        cJSON_AddStringToObject(req, "user", args[0]);
+                        if (n_args == 2)
+                                cJSON_AddStringToObject(req, "role", args[1]);
+                } else if (strcmp(sub, "revoke") == 0) {
+                        NEED(1, 1);
+                        cJSON_AddStringToObject(req, "cmd", "token.revoke");
+                        cJSON_AddStringToObject(req, "id", args[0]);
+                } else if (strcmp(sub, "list") == 0) {
+                        NEED(0, 0);
+                        cJSON_AddStringToObject(req, "cmd", "token.list");
+                        printer = print_tokens;
+                } else {
+                        fprintf(stderr, "sandboxctl: token create|revoke|list\n");
+                        cJSON_Delete(req);
+                        return EXIT_USAGE;
+                }
+        } else {
+                fprintf(stderr, "sandboxctl: unknown command '%s'\n", cmd);
+                usage(stderr);
+                cJSON_Delete(req);
+                return EXIT_USAGE;
+        }
+
+        r = call(socket_path, req, &reply);
+        cJSON_Delete(req);
+        if (r < 0)
+                return EXIT_UNREACHABLE;
+        if (!cJSON_IsTrue(cJSON_GetObjectItemCaseSensitive(reply, "ok"))) {
+                const cJSON *e = cJSON_GetObjectItemCaseSensitive(reply, "error");
+                fprintf(stderr, "sandboxctl: %s: %s\n", str(e, "code"), str(e, "message"));
+                cJSON_Delete(reply);
+                return EXIT_FAILED;
+        }
+        result = cJSON_GetObjectItemCaseSensitive(reply, "result");
+        if (json) {
+                char *out = cJSON_Print(result);
+                printf("%s\n", out ? out : "null");
+                free(out);
+        } else if (printer) {
+                printer(result);
+        } else if (strcmp(cmd, "destroy") == 0) {
+                printf("destroyed %s:%s%s\n", str(result, "user"), str(result, "session"),
+                       flag(result, "purged") ? " (workspace purged)" : "");
+        } else if (strcmp(cmd, "mark-private") == 0) {
+                printf("%s:%s is private (network %s)\n", str(result, "user"), str(result, "session"),
+                       str(result, "network_mode"));
+        } else if (strcmp(args[-1], "create") == 0) {
+                printf("token:  %s\nid:     %s\nuser:   %s\nrole:   %s\n", str(result, "token"), str(result, "id"),
+                       str(result, "user"), str(result, "role"));
+                fprintf(stderr, "(the token is shown only now; store it safely)\n");
+        } else {
+                printf("revoked token %s\n", str(result, "id"));
+        }
+        cJSON_Delete(reply);
+        return 0;
+}

@@ -46,6 +46,7 @@
 #define API_LIST_MAX 1000
 #define SINK_MAX_BYTES (1 << 20)  /* progress queued for one request; past it chunks are dropped */
 #define WAIT_SLICE_MS 1000
+#define STDIN_PENDING_WAIT_MS 60000 /* a pending execution may still be creating its container */
 #define OFFSET_NONE (INT64_MAX / 2) /* an offset past any output: cheap status polls */
 
 struct api_conn;
@@ -911,6 +912,16 @@ static int m_send_stdin(struct req *q, cJSON **ret, struct api_err *e)
                 return -1;
         if (own_execution(q, id, &res, e) < 0)
                 return -1;
+        /* Right after a background start the execution may not be attached
+         * yet: wait for it rather than refuse the first bytes. */
+        for (int i = 0; res.state == EXEC_PENDING && i < STDIN_PENDING_WAIT_MS / 50; i++) {
+                exec_result_done(&res);
+                sbx_sleep_ms(50);
+                if (should_abandon(q))
+                        return 1;
+                if (own_execution(q, id, &res, e) < 0)
+                        return -1;
+        }
         exec_result_done(&res);
         r = exec_send_stdin(q->d->exec, q->tok.user, id, data, len, eof, &err);
         if (r < 0)

@@ -315,6 +315,10 @@ static void note_done(struct gc *g, enum gc_kind kind, const char *id, const cha
         g->rep->kinds[kind].count++;
         g->rep->kinds[kind].bytes += bytes;
         push_item(g, kind, id, user, session, bytes, reason, NULL);
+        if (kind == GC_STORE) {
+                log_info("gc: %s the store %s: %s", g->dry_run ? "would vacuum" : "vacuumed", id, reason);
+                return;
+        }
         log_ctx(LOG_LEVEL_INFO, user, session, is_container_kind(kind) ? id : NULL, "gc: %s %s %s (%" PRIu64
                 " bytes): %s", g->dry_run ? "would remove" : "removed", kind_items[kind], id, bytes, reason);
 }
@@ -561,7 +565,7 @@ static void gc_ports(struct gc *g)
                 if (!g->dry_run) {
                         r = store_gc_port_release(g->st, p->port, p->user_id, p->session_id);
                         if (r == -ESTALE) {
-                                note_kept(g, GC_PORTS, id, p->user_id, p->session_id, "its session is live again");
+                                note_kept(g, GC_PORTS, id, p->user_id, p->session_id, "its session holds it again (RUNNING, CREATING or ERROR)");
                                 continue;
                         }
                         if (r < 0) {
@@ -1014,9 +1018,9 @@ static void gc_workspaces(struct gc *g)
         _cleanup_close_ int wfd = -1;
         char **users;
 
+        gc_leftover_trash(g); /* decided by an earlier run, whatever the retention now */
         if (g->cfg->workspace_retention_s < 0)
                 return; /* keep forever */
-        gc_leftover_trash(g);
         snprintf(dir, sizeof(dir), "%s/workspaces", g->cfg->data_dir);
         wfd = open(dir, O_RDONLY | O_DIRECTORY | O_NOFOLLOW | O_CLOEXEC);
         if (wfd < 0)

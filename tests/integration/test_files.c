@@ -17,9 +17,17 @@ TestSuite(files, .timeout = 600);
 static struct sbx_config cfg;
 static struct daemon *d;
 
-static void open_daemon(void)
+static void config(void)
 {
         fixture_config(&cfg);
+        /* a port range of this suite's own: suites run side by side */
+        cfg.port_range_lo = 46000;
+        cfg.port_range_hi = 46499;
+}
+
+static void open_daemon(void)
+{
+        config();
         d = fixture_open(&cfg, false);
 }
 
@@ -182,7 +190,7 @@ Test(files, size_caps)
         struct files_read_result r;
         char *buf;
 
-        fixture_config(&cfg);
+        config();
         cfg.max_file_bytes = 64 * 1024;
         d = fixture_open(&cfg, false);
         buf = calloc(1, (size_t)cfg.max_file_bytes + 1);

@@ -1,0 +1,1074 @@
+/* bench.c — sandboxd-bench: sandboxd against plain Docker, in one run.
+ *
+ * Starts the real daemon (the binary given with --daemon, configured by the
+ * SANDBOXD_* environment it inherits), talks to it over its API and admin
+ * sockets exactly as a client would, and measures beside it, in the same run
+ * and interleaved sample by sample, what a user scripting the docker CLI
+ * would get: `docker run -d` with the hardening flags of src/container.c
+ * (read from the same configuration the daemon loads) plus `docker exec`.
+ *
+ * Phases, in order (sizes for full / --quick):
+ *   cold session        create + first exec of `true`   vs docker run -d + docker exec   (20 / 5 pairs)
+ *   exec round trip     API exec `true` in a warm session vs docker exec CLI, same container (200 / 30)
+ *   engine exec         the same three Engine API calls the daemon makes, no daemon (reference)
+ *   run_code            python print(1)                                                 (50 / 10)
+ *   RSS                 VmRSS of the daemon idle, then at S1 and S2 sessions      (50, 200 / 20, 40)
+ *   concurrency         S1 sessions x 20 execs at once: throughput, latency, errors
+ *   detection           docker kill -> session ERROR on the admin socket            (10 / 3)
+ *   restart             SIGKILL the daemon with R sessions alive, start it again: time to both
+ *                       sockets answering and to its "reconciled:" log line          (R = 100 / 40)
+ *
+ * Threads: the main thread, plus short-lived workers in the concurrent
+ * phases, each with its own socket connection; they share only series
+ * (locked) and atomic counters. */
+#include <curl/curl.h>
+#include <errno.h>
+#include <getopt.h>
+#include <inttypes.h>
+#include <math.h>
+#include <signal.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <strings.h>
+#include <sys/stat.h>
+#include <sys/sysinfo.h>
+#include <sys/utsname.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include "bench.h"
+#include "sandboxd/config.h"
+#include "sandboxd/docker.h"
+
+#define USER_NAME "bench"
+#define CALL_TIMEOUT_MS 120000
+#define READY_TIMEOUT_MS 120000
+
+struct sizes {
+        int cold, exec, run_code, conc_sessions, conc_execs, rss_sessions, detect, restart_sessions, restart;
+};
+
+static const struct sizes full_sizes = {20, 200, 50, 50, 20, 200, 10, 100, 3};
+static const struct sizes quick_sizes = {5, 30, 10, 20, 20, 40, 3, 40, 1};
+
+struct bench {
+        struct sbx_config cfg;
+        struct sizes sz;
+        bool quick;
+        const char *daemon_bin, *log_path, *pid_path, *json_path, *bench_id, *docker;
+        pid_t daemon;
+        char token[256];
+        char ws_root[SBX_PATH_MAX];
+        int base_port;       /* next baseline port block */
+        int sessions_alive;  /* bulk sessions s0..s{n-1} created so far */
+        struct docker *engine; /* the reference Engine API client */
+        struct report rep;
+};
+
+/* ---- the daemon ---- */
+
+static void write_pidfile(struct bench *b)
+{
+        FILE *f;
+        if (!b->pid_path)
+                return;
+        f = fopen(b->pid_path, "we");
+        if (f) {
+                fprintf(f, "%d\n", (int)b->daemon);
+                fclose(f);
+        }
+}
+
+static bool admin_healthy(struct bench *b)
+{
+        cJSON *req = cJSON_CreateObject(), *reply;
+        bool ok;
+        cJSON_AddStringToObject(req, "cmd", "health");
+        reply = admin_call(b->cfg.admin_socket, req, 2000);
+        ok = reply_ok(reply);
+        cJSON_Delete(reply);
+        return ok;
+}
+
+/* Any authenticated reply from the API socket (session_info of a known
+ * session touches no Docker); before a token exists, any reply at all. */
+static bool api_answers(struct bench *b, const char *session)
+{
+        struct conn c;
+        cJSON *p, *reply;
+        bool ok;
+
+        if (conn_open(&c, b->cfg.api_socket) < 0)
+                return false;
+        p = cJSON_CreateObject();
+        cJSON_AddStringToObject(p, "session", session);
+        reply = api_call(&c, b->token[0] ? b->token : NULL, "session_info", p, 2000);
+        ok = b->token[0] ? reply_ok(reply) : reply != NULL;
+        cJSON_Delete(reply);
+        conn_close(&c);
+        return ok;
+}
+
+/* Start the daemon and wait until both sockets answer; returns ms from the
+ * spawn to that point, or -1. */
+static double daemon_start(struct bench *b, const char *probe_session)
+{
+        double t0 = bench_now_ms();
+
+        b->daemon = daemon_spawn(b->daemon_bin, b->log_path);
+        if (b->daemon < 0) {
+                say("cannot start %s: %s", b->daemon_bin, strerror((int)-b->daemon));
+                return -1;
+        }
+        write_pidfile(b);
+        while (bench_now_ms() - t0 < READY_TIMEOUT_MS) {
+                int status;
+                if (waitpid(b->daemon, &status, WNOHANG) == b->daemon) {
+                        say("the daemon exited during start (status %d); see %s", status, b->log_path);
+                        b->daemon = 0;
+                        return -1;
+                }
+                if (admin_healthy(b) && api_answers(b, probe_session))
+                        return bench_now_ms() - t0;
+                usleep(2000);
+        }
+        say("the daemon did not answer within %d s; see %s", READY_TIMEOUT_MS / 1000, b->log_path);
+        return -1;
+}
+
+static void daemon_stop(struct bench *b, int sig)
+{
+        if (b->daemon <= 0)
+                return;
+        kill(b->daemon, sig);
+        while (waitpid(b->daemon, NULL, 0) < 0 && errno == EINTR)
+                ;
+        b->daemon = 0;
+}
+
+static int create_token(struct bench *b)
+{
+        cJSON *req = cJSON_CreateObject(), *reply;
+        const char *tok;
+        char e[512];
+
+        cJSON_AddStringToObject(req, "cmd", "token.create");
+        cJSON_AddStringToObject(req, "user", USER_NAME);
+        cJSON_AddStringToObject(req, "role", "agent");
+        reply = admin_call(b->cfg.admin_socket, req, 10000);
+        tok = json_str(reply_result(reply), "token");
+        if (!tok) {
+                reply_error(reply, e, sizeof(e));
+                say("token.create failed: %s", e);
+                cJSON_Delete(reply);
+                return -1;
+        }
+        snprintf(b->token, sizeof(b->token), "%s", tok);
+        cJSON_Delete(reply);
+        return 0;
+}
+
+static double rss_mb(struct bench *b)
+{
+        long kb = proc_rss_kb(b->daemon);
+        return kb < 0 ? NAN : (double)kb * 1024.0 / 1e6;
+}
+
+/* ---- sessions through the API ---- */
+
+/* exec `true` and require exit code 0; returns the round trip in ms or -1. */
+static double timed_exec(struct bench *b, struct conn *c, const char *session, const char *cmd, char *why,
+                         size_t why_size)
+{
+        double t0 = bench_now_ms(), dt;
+        cJSON *reply = api_exec(c, b->token, session, cmd, CALL_TIMEOUT_MS);
+        const cJSON *res = reply_result(reply);
+
+        dt = bench_now_ms() - t0;
+        if (!res || json_num(res, "exit_code", -1) != 0) {
+                if (!res)
+                        reply_error(reply, why, why_size);
+                else
+                        snprintf(why, why_size, "state %s, exit code %g, stderr %.200s",
+                                 json_str(res, "state") ? json_str(res, "state") : "?",
+                                 json_num(res, "exit_code", -1),
+                                 json_str(res, "stderr") ? json_str(res, "stderr") : "");
+                dt = -1;
+        }
+        cJSON_Delete(reply);
+        return dt;
+}
+
+static int session_container(struct bench *b, struct conn *c, const char *session, char *ret_id, size_t size)
+{
+        cJSON *p = cJSON_CreateObject(), *reply;
+        const char *id;
+        int r = -1;
+
+        cJSON_AddStringToObject(p, "session", session);
+        reply = api_call(c, b->token, "session_info", p, CALL_TIMEOUT_MS);
+        id = json_str(reply_result(reply), "container_id");
+        if (id) {
+                snprintf(ret_id, size, "%s", id);
+                r = 0;
+        }
+        cJSON_Delete(reply);
+        return r;
+}
+
+static const char *admin_session_state(struct bench *b, const char *session, char *buf, size_t size)
+{
+        cJSON *req = cJSON_CreateObject(), *reply;
+        const char *st;
+
+        cJSON_AddStringToObject(req, "cmd", "session.show");
+        cJSON_AddStringToObject(req, "user", USER_NAME);
+        cJSON_AddStringToObject(req, "session", session);
+        reply = admin_call(b->cfg.admin_socket, req, 10000);
+        st = json_str(reply_result(reply), "state");
+        snprintf(buf, size, "%s", st ? st : "");
+        cJSON_Delete(reply);
+        return buf;
+}
+
+static int admin_destroy(struct bench *b, const char *session)
+{
+        cJSON *req = cJSON_CreateObject(), *reply;
+        int r;
+
+        cJSON_AddStringToObject(req, "cmd", "session.destroy");
+        cJSON_AddStringToObject(req, "user", USER_NAME);
+        cJSON_AddStringToObject(req, "session", session);
+        cJSON_AddBoolToObject(req, "purge", true);
+        reply = admin_call(b->cfg.admin_socket, req, CALL_TIMEOUT_MS);
+        r = reply_ok(reply) ? 0 : -1;
+        cJSON_Delete(reply);
+        return r;
+}
+
+/* Bring bulk sessions s0..s{n-1} to life, `workers` creations at a time. */
+struct grow {
+        struct bench *b;
+        int next, upto;
+        int errors;
+        pthread_mutex_t lock;
+};
+
+static void *grow_main(void *ud)
+{
+        struct grow *g = ud;
+        struct conn c;
+
+        if (conn_open(&c, g->b->cfg.api_socket) < 0) {
+                __atomic_add_fetch(&g->errors, 1, __ATOMIC_RELAXED);
+                return NULL;
+        }
+        for (;;) {
+                char name[32], why[512];
+                int i;
+                pthread_mutex_lock(&g->lock);
+                i = g->next < g->upto ? g->next++ : -1;
+                pthread_mutex_unlock(&g->lock);
+                if (i < 0)
+                        break;
+                snprintf(name, sizeof(name), "s%d", i);
+                if (timed_exec(g->b, &c, name, "true", why, sizeof(why)) < 0) {
+                        say("creating session %s failed: %s", name, why);
+                        __atomic_add_fetch(&g->errors, 1, __ATOMIC_RELAXED);
+                }
+        }
+        conn_close(&c);
+        return NULL;
+}
+
+static int grow_sessions(struct bench *b, int from, int upto, int workers)
+{
+        struct grow g = {.b = b, .next = from, .upto = upto};
+        pthread_t th[16];
+        double t0 = bench_now_ms();
+
+        if (upto <= from)
+                return 0;
+        pthread_mutex_init(&g.lock, NULL);
+        if (workers > (int)ELEMENTSOF(th))
+                workers = (int)ELEMENTSOF(th);
+        for (int i = 0; i < workers; i++)
+                pthread_create(&th[i], NULL, grow_main, &g);
+        for (int i = 0; i < workers; i++)
+                pthread_join(th[i], NULL);
+        pthread_mutex_destroy(&g.lock);
+        if (upto > b->sessions_alive)
+                b->sessions_alive = upto;
+        say("sessions s%d..s%d ready in %.1f s (%d at a time, %d errors)", from, upto - 1,
+            (bench_now_ms() - t0) / 1000, workers, g.errors);
+        return g.errors;
+}
+
+/* ---- the plain-Docker baseline ---- */
+
+/* `docker run -d` with every flag src/container.c gives a session container,
+ * the same published block size, image and workspace layout. */
+static int baseline_run(struct bench *b, const char *ws, char *ret_id, size_t size, double *ret_ms)
+{
+        char *argv[128];
+        char label[128], user[32], pids[32], mem[32], cpus[32], tmpfs[160], vol[SBX_PATH_MAX + 32], err[1024];
+        char ports[64][80];
+        int n = 0, r;
+        double t0;
+
+        argv[n++] = (char *)b->docker;
+        argv[n++] = "run";
+        argv[n++] = "-d";
+        snprintf(label, sizeof(label), "sandboxd.bench=%s", b->bench_id);
+        argv[n++] = "--label";
+        argv[n++] = label;
+        argv[n++] = "--init";
+        argv[n++] = "--read-only";
+        argv[n++] = "--cap-drop";
+        argv[n++] = "ALL";
+        argv[n++] = "--security-opt";
+        argv[n++] = "no-new-privileges:true";
+        snprintf(user, sizeof(user), "%d:%d", b->cfg.sandbox_uid, b->cfg.sandbox_uid);
+        argv[n++] = "--user";
+        argv[n++] = user;
+        snprintf(pids, sizeof(pids), "%" PRId64, b->cfg.pids_limit);
+        argv[n++] = "--pids-limit";
+        argv[n++] = pids;
+        snprintf(mem, sizeof(mem), "%" PRId64, b->cfg.memory_bytes);
+        argv[n++] = "--memory";
+        argv[n++] = mem;
+        argv[n++] = "--memory-swap";
+        argv[n++] = mem;
+        snprintf(cpus, sizeof(cpus), "%.3f", (double)b->cfg.nano_cpus / 1e9);
+        argv[n++] = "--cpus";
+        argv[n++] = cpus;
+        snprintf(tmpfs, sizeof(tmpfs), "/tmp:rw,noexec,nosuid,nodev,size=%" PRId64, b->cfg.tmpfs_bytes);
+        argv[n++] = "--tmpfs";
+        argv[n++] = tmpfs;
+        snprintf(vol, sizeof(vol), "%s:/workspace:rw", ws);
+        argv[n++] = "-v";
+        argv[n++] = vol;
+        argv[n++] = "-w";
+        argv[n++] = "/workspace";
+        argv[n++] = "-e";
+        argv[n++] = "HOME=/workspace";
+        argv[n++] = "--hostname";
+        argv[n++] = "sandbox";
+        argv[n++] = "--network";
+        argv[n++] = b->cfg.network_default;
+        if (strcmp(b->cfg.network_default, "none") != 0)
+                for (int i = 0; i < b->cfg.ports_per_session && i < 64; i++) {
+                        snprintf(ports[i], sizeof(ports[i]), "%s:%d:%d", b->cfg.publish_ip, b->base_port + i,
+                                 b->cfg.container_port_base + i);
+                        argv[n++] = "-p";
+                        argv[n++] = ports[i];
+                }
+        argv[n++] = b->cfg.image;
+        argv[n] = NULL;
+        b->base_port += b->cfg.ports_per_session;
+
+        t0 = bench_now_ms();
+        r = run_cmd(argv, ret_id, size, err, sizeof(err));
+        *ret_ms = bench_now_ms() - t0;
+        if (r != 0 || !ret_id[0]) {
+                say("docker run failed (%d): %s", r, err);
+                return -1;
+        }
+        return 0;
+}
+
+static double docker_exec_cli(struct bench *b, const char *id)
+{
+        char *argv[] = {(char *)b->docker, "exec", (char *)id, "true", NULL};
+        char err[512];
+        double t0 = bench_now_ms();
+        int r = run_cmd(argv, NULL, 0, err, sizeof(err));
+        double dt = bench_now_ms() - t0;
+        if (r != 0) {
+                say("docker exec failed (%d): %s", r, err);
+                return -1;
+        }
+        return dt;
+}
+
+static void docker_rm(struct bench *b, const char *id)
+{
+        char *argv[] = {(char *)b->docker, "rm", "-f", (char *)id, NULL};
+        (void)run_cmd(argv, NULL, 0, NULL, 0);
+}
+
+static int make_workspace(struct bench *b, int i, char *ret, size_t size)
+{
+        snprintf(ret, size, "%s/%d", b->ws_root, i);
+        if (mkdir(ret, 0700) < 0 && errno != EEXIST)
+                return -1;
+        return chown(ret, (uid_t)b->cfg.sandbox_uid, (gid_t)b->cfg.sandbox_uid);
+}
+
+/* ---- phases ---- */
+
+static int phase_cold(struct bench *b)
+{
+        struct measurement *m = report_add(&b->rep, "cold_session", "ms");
+        struct conn c;
+        int errors = 0;
+
+        m->has_baseline = true;
+        snprintf(m->baseline_desc, sizeof(m->baseline_desc),
+                 "docker run -d (same image, hardening flags, %d published ports) + docker exec true",
+                 b->cfg.ports_per_session);
+        measurement_target(m, TARGET_RATIO_LE, 1.3, "<= 1.3x baseline");
+        if (conn_open(&c, b->cfg.api_socket) < 0)
+                return -1;
+        say("cold session: %d interleaved pairs", b->sz.cold);
+        for (int i = 0; i < b->sz.cold; i++) {
+                char name[32], why[512], id[128] = "", ws[SBX_PATH_MAX];
+                double dt, run_ms, exec_ms;
+
+                /* A then B, then B then A: neither side always goes first */
+                for (int k = 0; k < 2; k++) {
+                        if ((k == 0) == (i % 2 == 0)) {
+                                snprintf(name, sizeof(name), "cold%d", i);
+                                dt = timed_exec(b, &c, name, "true", why, sizeof(why));
+                                if (dt < 0) {
+                                        say("cold session %s failed: %s", name, why);
+                                        errors++;
+                                } else {
+                                        series_add(&m->s, dt);
+                                }
+                                (void)admin_destroy(b, name);
+                        } else {
+                                if (make_workspace(b, i, ws, sizeof(ws)) < 0 ||
+                                    baseline_run(b, ws, id, sizeof(id), &run_ms) < 0) {
+                                        errors++;
+                                        continue;
+                                }
+                                exec_ms = docker_exec_cli(b, id);
+                                if (exec_ms >= 0)
+                                        series_add(&m->base, run_ms + exec_ms);
+                                else
+                                        errors++;
+                                docker_rm(b, id);
+                        }
+                }
+        }
+        conn_close(&c);
+        if (errors)
+                snprintf(m->note, sizeof(m->note), "%d failed samples", errors);
+        return 0;
+}
+
+static int phase_exec(struct bench *b)
+{
+        struct measurement *m = report_add(&b->rep, "exec_roundtrip", "ms");
+        struct measurement *eng = report_add(&b->rep, "engine_exec_reference", "ms");
+        const char *argv[] = {"sh", "-c", "true", NULL};
+        struct docker_exec_spec spec = {.cmd = argv};
+        char cid[128], why[512];
+        struct conn c;
+        int errors = 0, base_errors = 0;
+
+        m->has_baseline = true;
+        snprintf(m->baseline_desc, sizeof(m->baseline_desc), "docker exec <the session's own container> true (CLI)");
+        measurement_target(m, TARGET_RATIO_LE, 1.0, "<= 1.0x baseline");
+        snprintf(eng->note, sizeof(eng->note),
+                 "reference, no target: the three Engine API calls the daemon makes for an exec (create, "
+                 "attached start, inspect), made directly with the daemon's own Docker client on the same "
+                 "container; the daemon's own cost is exec_roundtrip minus this");
+        if (conn_open(&c, b->cfg.api_socket) < 0)
+                return -1;
+        if (timed_exec(b, &c, "warm", "true", why, sizeof(why)) < 0 ||
+            session_container(b, &c, "warm", cid, sizeof(cid)) < 0) {
+                say("cannot create the warm session: %s", why);
+                conn_close(&c);
+                return -1;
+        }
+        say("exec round trip: %d interleaved pairs on container %.12s", b->sz.exec, cid);
+        for (int i = 0; i < 3; i++) { /* warm-up, not counted */
+                (void)timed_exec(b, &c, "warm", "true", why, sizeof(why));
+                (void)docker_exec_cli(b, cid);
+        }
+        for (int i = 0; i < b->sz.exec; i++) {
+                for (int k = 0; k < 3; k++) {
+                        int which = (k + i) % 3; /* rotate the order */
+                        double dt;
+                        if (which == 0) {
+                                dt = timed_exec(b, &c, "warm", "true", why, sizeof(why));
+                                if (dt < 0) {
+                                        say("exec failed: %s", why);
+                                        errors++;
+                                } else {
+                                        series_add(&m->s, dt);
+                                }
+                        } else if (which == 1) {
+                                dt = docker_exec_cli(b, cid);
+                                if (dt >= 0) {
+                                        series_add(&m->base, dt);
+                                } else {
+                                        /* replaced under us (see the note): follow the session */
+                                        base_errors++;
+                                        (void)session_container(b, &c, "warm", cid, sizeof(cid));
+                                }
+                        } else {
+                                struct docker_exec_result res;
+                                double t0 = bench_now_ms();
+                                if (docker_exec_run(b->engine, cid, &spec, NULL, 0, 0, 30000, &res, NULL) == 0) {
+                                        series_add(&eng->s, bench_now_ms() - t0);
+                                        docker_exec_result_done(&res);
+                                }
+                        }
+                }
+        }
+        conn_close(&c);
+        if (errors || base_errors)
+                snprintf(m->note, sizeof(m->note), "%d failed sandboxd samples, %d failed baseline samples", errors,
+                         base_errors);
+        return 0;
+}
+
+static int phase_run_code(struct bench *b)
+{
+        struct measurement *m = report_add(&b->rep, "run_code_python", "ms");
+        struct conn c;
+        int errors = 0;
+
+        snprintf(m->note, sizeof(m->note), "run_code {language: python, code: print(1)} in the warm session");
+        if (conn_open(&c, b->cfg.api_socket) < 0)
+                return -1;
+        say("run_code python: %d samples", b->sz.run_code);
+        for (int i = 0; i < b->sz.run_code + 2; i++) {
+                cJSON *p = cJSON_CreateObject(), *reply;
+                const cJSON *res;
+                double t0 = bench_now_ms(), dt;
+                cJSON_AddStringToObject(p, "session", "warm");
+                cJSON_AddStringToObject(p, "language", "python");
+                cJSON_AddStringToObject(p, "code", "print(1)");
+                reply = api_call(&c, b->token, "run_code", p, CALL_TIMEOUT_MS);
+                dt = bench_now_ms() - t0;
+                res = reply_result(reply);
+                if (!res || json_num(res, "exit_code", -1) != 0 || !json_str(res, "stdout") ||
+                    strcmp(json_str(res, "stdout"), "1\n") != 0) {
+                        char why[512];
+                        reply_error(reply, why, sizeof(why));
+                        say("run_code failed: %s", res ? "wrong output or exit code" : why);
+                        errors++;
+                } else if (i >= 2) { /* two warm-ups */
+                        series_add(&m->s, dt);
+                }
+                cJSON_Delete(reply);
+        }
+        conn_close(&c);
+        if (errors)
+                snprintf(m->note + strlen(m->note), sizeof(m->note) - strlen(m->note), "; %d failed", errors);
+        return 0;
+}
+
+static void rss_point(struct bench *b, int sessions, bool target, const char *extra)
+{
+        char name[64];
+        struct measurement *m;
+        double v = rss_mb(b);
+
+        if (sessions)
+                snprintf(name, sizeof(name), "daemon_rss_%d_sessions", sessions);
+        else
+                snprintf(name, sizeof(name), "daemon_rss_idle");
+        m = report_add(&b->rep, name, "MB");
+        series_add(&m->s, v);
+        if (target)
+                measurement_target(m, TARGET_P50_LE, 40, "<= 40 MB at 200 sessions");
+        snprintf(m->note, sizeof(m->note), "VmRSS of the daemon process alone (pid %d), %d live sessions%s%s",
+                 (int)b->daemon, sessions,
+                 sessions && !target ? "; the 40 MB target is for 200 sessions, which this mode does not reach" : "",
+                 extra ? extra : "");
+        say("%s: %.1f MB", name, v);
+}
+
+/* The concurrent phase: every worker owns one session (and, for the API,
+ * one connection); the baseline runs the docker exec CLI on the same
+ * containers with the same concurrency. */
+struct conc {
+        struct bench *b;
+        bool cli;
+        int execs;
+        char (*cids)[128];
+        struct series *lat;
+        int errors;
+        pthread_barrier_t start;
+};
+
+struct conc_worker {
+        struct conc *k;
+        int index;
+        pthread_t th;
+};
+
+static void *conc_main(void *ud)
+{
+        struct conc_worker *w = ud;
+        struct conc *k = w->k;
+        char name[32], why[512] = "";
+        struct conn c = {.fd = -1};
+        bool connected = k->cli || conn_open(&c, k->b->cfg.api_socket) == 0;
+
+        snprintf(name, sizeof(name), "s%d", w->index);
+        pthread_barrier_wait(&k->start);
+        for (int i = 0; i < k->execs; i++) {
+                double dt;
+                if (k->cli)
+                        dt = docker_exec_cli(k->b, k->cids[w->index]);
+                else
+                        dt = connected ? timed_exec(k->b, &c, name, "true", why, sizeof(why)) : -1;
+                if (dt < 0) {
+                        if (__atomic_add_fetch(&k->errors, 1, __ATOMIC_RELAXED) <= 5 && !k->cli)
+                                say("concurrent exec in %s failed: %s", name, connected ? why : "cannot connect");
+                } else {
+                        series_add(k->lat, dt);
+                }
+        }
+        if (!k->cli)
+                conn_close(&c);
+        return NULL;
+}
+
+/* One round of n workers x execs; returns the wall time in ms. */
+static double conc_round(struct conc *k, int n)
+{
+        struct conc_worker *w = calloc((size_t)n, sizeof(*w));
+        double t0;
+
+        pthread_barrier_init(&k->start, NULL, (unsigned)n + 1);
+        for (int i = 0; i < n; i++) {
+                w[i] = (struct conc_worker){.k = k, .index = i};
+                pthread_create(&w[i].th, NULL, conc_main, &w[i]);
+        }
+        pthread_barrier_wait(&k->start);
+        t0 = bench_now_ms();
+        for (int i = 0; i < n; i++)
+                pthread_join(w[i].th, NULL);
+        pthread_barrier_destroy(&k->start);
+        free(w);
+        return bench_now_ms() - t0;
+}
+
+static int phase_concurrency(struct bench *b)
+{
+        int n = b->sz.conc_sessions, total = n * b->sz.conc_execs;
+        char name[64];
+        struct measurement *lat, *thr, *err;
+        struct conc api = {.b = b, .execs = b->sz.conc_execs}, cli = {.b = b, .cli = true, .execs = b->sz.conc_execs};
+        char (*cids)[128] = calloc((size_t)n, sizeof(*cids));
+        double wall, wall_cli;
+        struct conn c;
+
+        snprintf(name, sizeof(name), "concurrent_exec_%dx%d", n, api.execs);
+        lat = report_add(&b->rep, name, "ms");
+        lat->has_baseline = true;
+        snprintf(lat->baseline_desc, sizeof(lat->baseline_desc),
+                 "%d threads each running the docker exec CLI %d times on the same containers", n, api.execs);
+        api.lat = &lat->s;
+        cli.lat = &lat->base;
+        cli.cids = cids;
+        if (conn_open(&c, b->cfg.api_socket) < 0) {
+                free(cids);
+                return -1;
+        }
+        for (int i = 0; i < n; i++) {
+                snprintf(name, sizeof(name), "s%d", i);
+                (void)session_container(b, &c, name, cids[i], sizeof(cids[i]));
+        }
+        conn_close(&c);
+
+        say("concurrency: %d sessions x %d execs, all at once (API, then the CLI baseline)", n, api.execs);
+        wall = conc_round(&api, n);
+        say("concurrency: API %.1f exec/s, %d errors", (double)(total - api.errors) / (wall / 1000), api.errors);
+        wall_cli = conc_round(&cli, n);
+        say("concurrency: CLI %.1f exec/s, %d errors", (double)(total - cli.errors) / (wall_cli / 1000), cli.errors);
+        free(cids);
+
+        snprintf(lat->note, sizeof(lat->note), "latency of each exec `true` while %d sessions exec at once", n);
+        thr = report_add(&b->rep, "concurrent_throughput", "exec/s");
+        series_add(&thr->s, (double)(total - api.errors) / (wall / 1000));
+        thr->has_baseline = true;
+        series_add(&thr->base, (double)(total - cli.errors) / (wall_cli / 1000));
+        snprintf(thr->baseline_desc, sizeof(thr->baseline_desc), "the same execs through the docker exec CLI");
+        snprintf(thr->note, sizeof(thr->note), "%d execs in %.2f s (CLI: %.2f s, %d errors)", total, wall / 1000,
+                 wall_cli / 1000, cli.errors);
+        err = report_add(&b->rep, "concurrent_errors", "count");
+        series_add(&err->s, api.errors);
+        measurement_target(err, TARGET_EQ, 0, "0 errors");
+        if (n != 50)
+                snprintf(err->note, sizeof(err->note), "--quick: %d sessions instead of 50", n);
+        return 0;
+}
+
+/* "2026-11-21T12:39:16.795527650Z" (UTC) as unix ms; -1 if unparsable. */
+static int64_t rfc3339_ms(const char *s)
+{
+        struct tm tm = {0};
+        const char *rest = strptime(s, "%Y-%m-%dT%H:%M:%S", &tm);
+        int64_t ms;
+
+        if (!rest)
+                return -1;
+        ms = (int64_t)timegm(&tm) * 1000;
+        if (*rest == '.') {
+                int digits = 0, frac = 0;
+                for (rest++; *rest >= '0' && *rest <= '9'; rest++)
+                        if (digits < 3) {
+                                frac = frac * 10 + (*rest - '0');
+                                digits++;
+                        }
+                while (digits++ < 3)
+                        frac *= 10;
+                ms += frac;
+        }
+        return ms;
+}
+
+static int phase_detection(struct bench *b)
+{
+        struct measurement *m = report_add(&b->rep, "detection_latency", "ms");
+        struct measurement *after = report_add(&b->rep, "detection_after_exit", "ms");
+        struct series cli;
+        struct conn c;
+        int misses = 0;
+
+        measurement_target(m, TARGET_P50_LE, 1000, "p50 <= 1000 ms");
+        series_init(&cli);
+        if (conn_open(&c, b->cfg.api_socket) < 0)
+                return -1;
+        say("detection: %d kills", b->sz.detect);
+        for (int i = 0; i < b->sz.detect; i++) {
+                char name[32], cid[128], state[32], why[512];
+                char *argv[] = {(char *)b->docker, "kill", cid, NULL};
+                double t0, t_cli, t1 = -1;
+
+                snprintf(name, sizeof(name), "s%d", i);
+                if (session_container(b, &c, name, cid, sizeof(cid)) < 0) {
+                        misses++;
+                        continue;
+                }
+                t0 = bench_now_ms();
+                if (run_cmd(argv, NULL, 0, NULL, 0) != 0) {
+                        misses++;
+                        continue;
+                }
+                t_cli = bench_now_ms();
+                series_add(&cli, t_cli - t0);
+                while (bench_now_ms() - t0 < 30000) {
+                        if (strcasecmp(admin_session_state(b, name, state, sizeof(state)), "error") == 0) {
+                                t1 = bench_now_ms();
+                                break;
+                        }
+                        usleep(2000);
+                }
+                if (t1 < 0) {
+                        misses++;
+                } else {
+                        struct docker_container_info info;
+                        int64_t wall1 = bench_wall_ms() - (int64_t)(bench_now_ms() - t1);
+                        series_add(&m->s, t1 - t0);
+                        /* the old container is still there until the next use replaces it */
+                        if (docker_container_inspect(b->engine, cid, &info, NULL) == 0) {
+                                int64_t fin = rfc3339_ms(info.finished_at);
+                                if (fin > 0)
+                                        series_add(&after->s, (double)(wall1 - fin));
+                        }
+                }
+                /* bring it back for the later phases (the next use recreates it) */
+                if (timed_exec(b, &c, name, "true", why, sizeof(why)) < 0)
+                        say("recreating %s failed: %s", name, why);
+        }
+        conn_close(&c);
+        snprintf(m->note, sizeof(m->note),
+                 "from spawning `docker kill` (CLI) to session.show saying error, polled every 2 ms; the "
+                 "docker kill CLI alone took p50 %.0f ms%s",
+                 series_pct(&cli, 50), misses ? "; some kills were not detected within 30 s" : "");
+        snprintf(after->note, sizeof(after->note),
+                 "reference: from the container's State.FinishedAt (the engine's exit time) to session.show "
+                 "saying error");
+        series_done(&cli);
+        return misses ? -1 : 0;
+}
+
+/* ts "2026-11-21T12:35:33.123Z" of the first "reconciled:" line at or after
+ * offset in the log, as unix ms; -1 if none. */
+static int64_t find_reconciled(const char *log_path, long offset, char *line_out, size_t size)
+{
+        FILE *f = fopen(log_path, "re");
+        char line[4096];
+        int64_t ms = -1;
+
+        if (!f)
+                return -1;
+        fseek(f, offset, SEEK_SET);
+        while (fgets(line, sizeof(line), f)) {
+                char *ts = strstr(line, "\"ts\":\"");
+                struct tm tm = {0};
+                int msec = 0;
+                if (!strstr(line, "reconciled:") || !ts)
+                        continue;
+                ts += 6;
+                if (!strptime(ts, "%Y-%m-%dT%H:%M:%S", &tm) || sscanf(ts + 19, ".%3d", &msec) != 1)
+                        continue;
+                ms = (int64_t)timegm(&tm) * 1000 + msec;
+                snprintf(line_out, size, "%s", line);
+                break;
+        }
+        fclose(f);
+        return ms;
+}
+
+static long file_size(const char *path)
+{
+        struct stat st;
+        return stat(path, &st) == 0 ? (long)st.st_size : 0;
+}
+
+static int phase_restart(struct bench *b)
+{
+        struct measurement *ready = report_add(&b->rep, "restart_ready", "ms");
+        struct measurement *rec = report_add(&b->rep, "restart_reconciled", "ms");
+        char last[4096] = "";
+        int n = b->sz.restart_sessions;
+
+        say("restart: %d x SIGKILL + start with %d sessions", b->sz.restart, n);
+        for (int i = 0; i < b->sz.restart; i++) {
+                long off;
+                int64_t wall0, rec_ms;
+                double dt;
+
+                daemon_stop(b, SIGKILL);
+                off = file_size(b->log_path);
+                wall0 = bench_wall_ms();
+                dt = daemon_start(b, "s0");
+                if (dt < 0)
+                        return -1;
+                series_add(&ready->s, dt);
+                rec_ms = find_reconciled(b->log_path, off, last, sizeof(last));
+                if (rec_ms >= 0)
+                        series_add(&rec->s, (double)(rec_ms - wall0));
+                else
+                        say("no \"reconciled:\" line in %s after the restart", b->log_path);
+        }
+        snprintf(ready->note, sizeof(ready->note),
+                 "SIGKILL with %d sessions alive, then from exec of the daemon until the admin socket answers "
+                 "health and the API socket answers session_info",
+                 n);
+        {
+                char *msg = strstr(last, "\"msg\":\"");
+                char *end = msg ? strchr(msg + 7, '"') : NULL;
+                if (end)
+                        *end = '\0';
+                snprintf(rec->note, sizeof(rec->note),
+                         "from exec of the daemon to the timestamp of its log line (ms resolution): %s",
+                         msg ? msg + 7 : "(not found)");
+        }
+        return 0;
+}
+
+/* ---- machine and config ---- */
+
+static cJSON *machine_info(struct bench *b)
+{
+        cJSON *o = cJSON_CreateObject();
+        struct utsname u;
+        struct sysinfo si;
+        char line[512], ver[128] = "";
+        char *argv[] = {(char *)b->docker, "version", "--format", "{{.Server.Version}}", NULL};
+        FILE *f;
+
+        cJSON_AddNumberToObject(o, "nproc", (double)sysconf(_SC_NPROCESSORS_ONLN));
+        if (sysinfo(&si) == 0)
+                cJSON_AddNumberToObject(o, "memory_gib",
+                                        round((double)si.totalram * si.mem_unit / (1 << 30) * 10) / 10);
+        if (uname(&u) == 0) {
+                cJSON_AddStringToObject(o, "kernel", u.release);
+                cJSON_AddStringToObject(o, "arch", u.machine);
+        }
+        f = fopen("/proc/cpuinfo", "re");
+        while (f && fgets(line, sizeof(line), f)) {
+                char *colon = strchr(line, ':');
+                if (strncmp(line, "model name", 10) == 0 && colon) {
+                        line[strcspn(line, "\n")] = '\0';
+                        cJSON_AddStringToObject(o, "cpu", colon + 2);
+                        break;
+                }
+        }
+        if (f)
+                fclose(f);
+        f = fopen("/etc/debian_version", "re");
+        if (f && fgets(line, sizeof(line), f)) {
+                line[strcspn(line, "\n")] = '\0';
+                cJSON_AddStringToObject(o, "debian", line);
+        }
+        if (f)
+                fclose(f);
+        if (run_cmd(argv, ver, sizeof(ver), NULL, 0) == 0)
+                cJSON_AddStringToObject(o, "docker", ver);
+        return o;
+}
+
+static cJSON *config_info(struct bench *b)
+{
+        cJSON *o = cJSON_CreateObject();
+        char range[32];
+        cJSON_AddStringToObject(o, "image", b->cfg.image);
+        cJSON_AddNumberToObject(o, "ports_per_session", b->cfg.ports_per_session);
+        snprintf(range, sizeof(range), "%d-%d", b->cfg.port_range_lo, b->cfg.port_range_hi);
+        cJSON_AddStringToObject(o, "port_range", range);
+        cJSON_AddNumberToObject(o, "max_sessions", b->cfg.max_sessions);
+        cJSON_AddNumberToObject(o, "max_exec_global", b->cfg.max_exec_global);
+        cJSON_AddNumberToObject(o, "max_exec_per_session", b->cfg.max_exec_per_session);
+        cJSON_AddNumberToObject(o, "monitor_interval_ms", b->cfg.monitor_interval_ms);
+        cJSON_AddNumberToObject(o, "memory_bytes", (double)b->cfg.memory_bytes);
+        cJSON_AddNumberToObject(o, "cpus", (double)b->cfg.nano_cpus / 1e9);
+        cJSON_AddNumberToObject(o, "pids_limit", (double)b->cfg.pids_limit);
+        cJSON_AddStringToObject(o, "network", b->cfg.network_default);
+        cJSON_AddStringToObject(o, "log_level", b->cfg.log_level);
+        return o;
+}
+
+/* ---- main ---- */
+
+static void usage(FILE *f)
+{
+        fprintf(f, "Usage: sandboxd-bench [--quick] --daemon BIN --bench-id ID [--json PATH] [--log FILE]\n"
+                   "                      [--pidfile FILE] [--baseline-port N] [--docker CLI]\n"
+                   "\n"
+                   "Starts BIN (configured by the SANDBOXD_* environment, which this program reads\n"
+                   "too) and measures it against plain docker run / docker exec. Meant to be run by\n"
+                   "scripts/bench.sh, which prepares that environment and cleans up afterwards.\n"
+                   "Baseline containers are labelled sandboxd.bench=ID.\n");
+}
+
+int main(int argc, char **argv)
+{
+        static const struct option opts[] = {
+                {"quick", no_argument, NULL, 'q'},       {"daemon", required_argument, NULL, 'd'},
+                {"json", required_argument, NULL, 'j'},  {"log", required_argument, NULL, 'l'},
+                {"pidfile", required_argument, NULL, 'p'}, {"bench-id", required_argument, NULL, 'b'},
+                {"baseline-port", required_argument, NULL, 'P'}, {"docker", required_argument, NULL, 'D'},
+                {"help", no_argument, NULL, 'h'},        {0},
+        };
+        struct bench b = {.docker = "docker", .json_path = "bench/results.json"};
+        struct sbx_error err = {0};
+        double t_start = bench_now_ms(), dt;
+        char log_default[SBX_PATH_MAX + 16], extra[160];
+        int c, rc = 0, s1, s2;
+
+        while ((c = getopt_long(argc, argv, "h", opts, NULL)) != -1) {
+                switch (c) {
+                case 'q': b.quick = true; break;
+                case 'd': b.daemon_bin = optarg; break;
+                case 'j': b.json_path = optarg; break;
+                case 'l': b.log_path = optarg; break;
+                case 'p': b.pid_path = optarg; break;
+                case 'b': b.bench_id = optarg; break;
+                case 'P': b.base_port = atoi(optarg); break;
+                case 'D': b.docker = optarg; break;
+                case 'h': usage(stdout); return 0;
+                default: usage(stderr); return 2;
+                }
+        }
+        if (!b.daemon_bin || !b.bench_id) {
+                usage(stderr);
+                return 2;
+        }
+        if (config_load(NULL, &b.cfg, &err) < 0) {
+                say("invalid configuration: %s", err.msg);
+                return 2;
+        }
+        b.sz = b.quick ? quick_sizes : full_sizes;
+        s1 = b.sz.conc_sessions;
+        s2 = b.sz.rss_sessions;
+        if (b.cfg.max_sessions < s2 + 2 ||
+            (b.cfg.port_range_hi - b.cfg.port_range_lo + 1) / (b.cfg.ports_per_session ? b.cfg.ports_per_session : 1) <
+                    s2 + 2 ||
+            b.cfg.max_exec_global < s1 || b.cfg.max_exec_per_session < 1) {
+                say("the daemon's configuration is too small for %d sessions and %d concurrent execs "
+                    "(max_sessions %d, port_range %d-%d, max_exec_global %d)",
+                    s2, s1, b.cfg.max_sessions, b.cfg.port_range_lo, b.cfg.port_range_hi, b.cfg.max_exec_global);
+                return 2;
+        }
+        if (!b.base_port)
+                b.base_port = b.cfg.port_range_hi + 1;
+        if (!b.log_path) {
+                snprintf(log_default, sizeof(log_default), "%s/daemon.log", b.cfg.data_dir);
+                b.log_path = log_default;
+        }
+        snprintf(b.ws_root, sizeof(b.ws_root), "%s/baseline-workspaces", b.cfg.data_dir);
+        signal(SIGPIPE, SIG_IGN);
+        curl_global_init(CURL_GLOBAL_ALL);
+        b.engine = docker_new(b.cfg.docker_socket, 30000);
+        if (!b.engine || docker_negotiate(b.engine, &err) < 0) {
+                say("cannot reach Docker: %s", err.msg);
+                return 1;
+        }
+        mkdir(b.cfg.data_dir, 0711);
+        if (mkdir(b.ws_root, 0711) < 0 && errno != EEXIST) {
+                say("cannot create %s: %m", b.ws_root);
+                return 1;
+        }
+        b.rep.mode = b.quick ? "quick" : "full";
+        b.rep.machine = machine_info(&b);
+        b.rep.config = config_info(&b);
+
+        dt = daemon_start(&b, "s0");
+        if (dt < 0)
+                return 1;
+        say("daemon pid %d answering after %.0f ms (instance %s, image %s)", (int)b.daemon, dt, b.cfg.instance,
+            b.cfg.image);
+        if (create_token(&b) < 0) {
+                rc = 1;
+                goto out;
+        }
+        sleep(1);
+        rss_point(&b, 0, false, NULL);
+
+        if (phase_cold(&b) < 0 || phase_exec(&b) < 0 || phase_run_code(&b) < 0) {
+                rc = 1;
+                goto out;
+        }
+        (void)admin_destroy(&b, "warm"); /* from here on the bulk sessions s0.. are all there is */
+        grow_sessions(&b, 0, s1, 8);
+        rss_point(&b, s1, false, NULL);
+        phase_concurrency(&b);
+        if (phase_detection(&b) < 0)
+                rc = 1;
+        grow_sessions(&b, s1, b.sz.restart_sessions, 8);
+        if (phase_restart(&b) < 0) {
+                rc = 1;
+                goto out;
+        }
+        grow_sessions(&b, b.sz.restart_sessions, s2, 8);
+        snprintf(extra, sizeof(extra),
+                 s2 > b.sz.restart_sessions
+                         ? "; measured after the restart phase (this process adopted %d sessions, then created the rest)"
+                         : "; measured after the restart phase (this process adopted all %d sessions)",
+                 b.sz.restart_sessions);
+        rss_point(&b, s2, s2 == 200, extra);
+
+out:
+        daemon_stop(&b, SIGTERM);
+        b.rep.wall_s = (bench_now_ms() - t_start) / 1000;
+        report_print(&b.rep, stdout);
+        {
+                char *mj = cJSON_PrintUnformatted(b.rep.machine);
+                printf("machine: %s\n", mj ? mj : "?");
+                free(mj);
+        }
+        printf("wall time: %.0f s (%s mode)\n", b.rep.wall_s, b.rep.mode);
+        if (report_write_json(&b.rep, b.json_path) < 0) {
+                say("cannot write %s: %m", b.json_path);
+                rc = 1;
+        } else {
+                printf("results written to %s\n", b.json_path);
+        }
+        report_done(&b.rep);
+        docker_free(b.engine);
+        curl_global_cleanup();
+        return rc;
+}

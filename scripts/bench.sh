@@ -1,0 +1,116 @@
+#!/usr/bin/env bash
+# bench.sh — measure sandboxd against plain Docker, in one run.
+#
+#   scripts/bench.sh [--quick] [--json PATH]
+#
+# Runs scripts/setup.sh (unless SANDBOXD_SKIP_SETUP=1), builds the daemon and
+# sandboxd-bench into $SANDBOXD_BUILD_DIR (default build/), then runs
+# sandboxd-bench, which starts a real daemon on a private data dir and
+# sockets and measures it, interleaved sample by sample, against
+# `docker run -d` / `docker exec` with the same image and hardening flags.
+# Prints a table and writes JSON (default bench/results.json).
+#
+#   --quick      under 2 minutes: fewer samples; 20 and 40 sessions instead of
+#                50 and 200; restart with 40 sessions instead of 100
+#   --json PATH  where to write the results
+#
+# Every container made here is removed on exit, success or failure: the
+# daemon's (label sandboxd.instance=bench-<id>) and the baselines' (label
+# sandboxd.bench=<id>). The daemon's log stays in $SANDBOXD_BENCH_KEEP_LOG
+# if that is set, otherwise it goes with the temporary directory.
+#
+# The daemon gets these settings (environment overrides, see etc/):
+#   image sandboxd/python:latest, max_sessions 300, port_range 33000-34499
+#   (300 blocks of 5), max_exec_global 64, max_exec_per_session 8,
+#   monitor_interval 2s, idle_timeout 1h; baselines publish from 34500 up.
+# Any SANDBOXD_* variable already set wins over these.
+set -euo pipefail
+
+ROOT=$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)
+cd "$ROOT"
+
+quick=()
+json=bench/results.json
+while (($#)); do
+	case $1 in
+	--quick) quick=(--quick) ;;
+	--json)
+		[[ $# -ge 2 ]] || { echo "bench: --json needs a path" >&2; exit 2; }
+		json=$2
+		shift
+		;;
+	--json=*) json=${1#--json=} ;;
+	-h | --help) sed -n '2,27s/^# \{0,1\}//p' "${BASH_SOURCE[0]}"; exit 0 ;;
+	*) echo "usage: scripts/bench.sh [--quick] [--json PATH]" >&2; exit 2 ;;
+	esac
+	shift
+done
+
+BUILD=${SANDBOXD_BUILD_DIR:-build}
+SOCK=${SANDBOXD_DOCKER_SOCKET:-/var/run/docker.sock}
+ID=$(date +%s)-$RANDOM
+TMP=$(mktemp -d /tmp/sandboxd-bench.XXXXXX)
+chmod 711 "$TMP"
+PIDFILE=$TMP/daemon.pid
+LOG=$TMP/daemon.log
+
+log() { printf 'bench: %s\n' "$*" >&2; }
+
+remove_label() {
+	local label=$1 ids
+	# curl, not the docker CLI: the sweep must not depend on the client.
+	ids=$(curl -s --max-time 20 --unix-socket "$SOCK" -G http://d/containers/json \
+		--data-urlencode all=1 --data-urlencode "filters={\"label\":[\"$label\"]}" 2>/dev/null |
+		jq -r '.[].Id' 2>/dev/null || true)
+	[[ -n $ids ]] || return 0
+	# a few at a time: removing 200 containers one by one takes a while
+	xargs -r -P 8 -I{} curl -s --max-time 60 --unix-socket "$SOCK" -X DELETE \
+		"http://d/containers/{}?force=1&v=1" -o /dev/null <<<"$ids" || true
+	log "removed $(wc -w <<<"$ids") container(s) labelled $label"
+}
+
+cleanup() {
+	local rc=$? pid
+	trap - EXIT INT TERM
+	if [[ -s $PIDFILE ]]; then
+		pid=$(cat "$PIDFILE")
+		if [[ -n $pid && -d /proc/$pid ]] && [[ $(cat "/proc/$pid/comm" 2>/dev/null) == sandboxd ]]; then
+			kill -KILL "$pid" 2>/dev/null || true
+		fi
+	fi
+	remove_label "sandboxd.instance=bench-$ID"
+	remove_label "sandboxd.bench=$ID"
+	if [[ -n ${SANDBOXD_BENCH_KEEP_LOG:-} && -f $LOG ]]; then
+		cp "$LOG" "$SANDBOXD_BENCH_KEEP_LOG" && log "daemon log kept in $SANDBOXD_BENCH_KEEP_LOG"
+	fi
+	rm -rf "$TMP"
+	exit "$rc"
+}
+trap cleanup EXIT
+trap 'exit 130' INT
+trap 'exit 143' TERM
+
+if [[ ${SANDBOXD_SKIP_SETUP:-0} != 1 ]]; then
+	bash scripts/setup.sh
+fi
+{
+	cmake -S . -B "$BUILD" -DCMAKE_BUILD_TYPE=RelWithDebInfo
+	cmake --build "$BUILD" -j2 --target sandboxd sandboxd-bench
+} >&2
+
+export SANDBOXD_DATA_DIR=${SANDBOXD_DATA_DIR:-$TMP/data}
+export SANDBOXD_API_SOCKET=$TMP/api.sock
+export SANDBOXD_ADMIN_SOCKET=$TMP/admin.sock
+export SANDBOXD_INSTANCE=bench-$ID
+export SANDBOXD_IMAGE=${SANDBOXD_IMAGE:-sandboxd/python:latest}
+export SANDBOXD_MAX_SESSIONS=${SANDBOXD_MAX_SESSIONS:-300}
+export SANDBOXD_PORT_RANGE=${SANDBOXD_PORT_RANGE:-33000-34499}
+export SANDBOXD_MAX_EXEC_GLOBAL=${SANDBOXD_MAX_EXEC_GLOBAL:-64}
+export SANDBOXD_MAX_EXEC_PER_SESSION=${SANDBOXD_MAX_EXEC_PER_SESSION:-8}
+export SANDBOXD_MONITOR_INTERVAL=${SANDBOXD_MONITOR_INTERVAL:-2s}
+export SANDBOXD_IDLE_TIMEOUT=${SANDBOXD_IDLE_TIMEOUT:-1h}
+
+mkdir -p "$(dirname "$json")"
+log "run $ID: instance $SANDBOXD_INSTANCE, data in $TMP"
+"$BUILD/sandboxd-bench" "${quick[@]}" --daemon "$BUILD/sandboxd" --bench-id "$ID" \
+	--json "$json" --log "$LOG" --pidfile "$PIDFILE"

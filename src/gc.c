@@ -164,6 +164,15 @@ static ssize_t find_container(struct gc *g, const char *id)
         return -1;
 }
 
+/* The session row whose container this is, or -1. */
+static ssize_t find_row_naming(struct gc *g, const char *id)
+{
+        for (size_t i = 0; id && *id && i < g->n_rows; i++)
+                if (!g->row_gone[i] && strcmp(g->rows[i].container_id, id) == 0)
+                        return (ssize_t)i;
+        return -1;
+}
+
 /* A container of (user, session) that this run leaves in place. */
 static bool has_container(struct gc *g, const char *user, const char *session)
 {
@@ -445,25 +454,23 @@ static void gc_containers(struct gc *g)
         for (size_t j = 0; j < g->n_ctrs; j++) {
                 const struct docker_container_summary *c = &g->ctrs[j];
                 const char *user = label(c, CONTAINER_LABEL_USER), *session = label(c, CONTAINER_LABEL_SESSION);
-                ssize_t i = find_row(g, user, session);
+                ssize_t i = find_row_naming(g, c->id), li;
                 struct store_session *row = i >= 0 ? &g->rows[i] : NULL;
 
-                if (!user || !session) {
-                        snprintf(reason, sizeof(reason), "carries no session labels");
-                        remove_orphan(g, j, reason);
-                        continue;
-                }
                 if (!row) {
-                        snprintf(reason, sizeof(reason), "session %s:%s does not exist", user, session);
-                        remove_orphan(g, j, reason);
-                        continue;
-                }
-                if (streq(row->state, "CREATING"))
-                        continue; /* the daemon is making this session's container */
-                if (!streq(row->container_id, c->id)) {
-                        snprintf(reason, sizeof(reason), "not the container of session %s:%s (%s, %s%.12s)", user,
-                                 session, row->state, row->container_id[0] ? "container " : "no container",
-                                 row->container_id);
+                        /* The container of no session, as reconciliation judges it: by id. */
+                        li = find_row(g, user, session);
+                        if (li >= 0 && streq(g->rows[li].state, "CREATING"))
+                                continue; /* the daemon is making this session's container */
+                        if (!user || !session)
+                                snprintf(reason, sizeof(reason), "carries no session labels");
+                        else if (li < 0)
+                                snprintf(reason, sizeof(reason), "session %s:%s does not exist", user, session);
+                        else
+                                snprintf(reason, sizeof(reason), "not the container of session %s:%s (%s, %s%.12s)",
+                                         user, session, g->rows[li].state,
+                                         g->rows[li].container_id[0] ? "container " : "no container",
+                                         g->rows[li].container_id);
                         remove_orphan(g, j, reason);
                         continue;
                 }
@@ -474,7 +481,8 @@ static void gc_containers(struct gc *g)
                         fmt_age((int64_t)g->cfg->idle_timeout_s * 1000, b, sizeof(b));
                         snprintf(reason, sizeof(reason), "session idle for %s (idle_timeout %s)", a, b);
                         remove_owned(g, j, (size_t)i, GC_IDLE_CONTAINERS, idle_before, false, "gc_idle", reason);
-                } else if (c->created * 1000 < old_before && row->last_activity < g->now - GC_RECENT_MS) {
+                } else if (c->created > 0 && c->created * 1000 < old_before &&
+                           row->last_activity < g->now - GC_RECENT_MS) {
                         fmt_age(g->now - c->created * 1000, a, sizeof(a));
                         fmt_age((int64_t)g->cfg->max_age_s * 1000, b, sizeof(b));
                         snprintf(reason, sizeof(reason), "created %s ago (max_age %s)", a, b);

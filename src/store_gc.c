@@ -228,7 +228,8 @@ int store_gc_session_last_seen(struct store *s, const char *user, const char *se
                     "WHERE user_id = ?1 AND session_id = ?2), 0), "
                     "COALESCE((SELECT MAX(MAX(created_at, COALESCE(finished_at, 0))) FROM executions "
                     "WHERE user_id = ?1 AND session_id = ?2), 0), "
-                    "COALESCE((SELECT MAX(ts) FROM audit_log WHERE user_id = ?1 AND session_id = ?2), 0))");
+                    "COALESCE((SELECT MAX(ts) FROM audit_log WHERE user_id = ?1 AND session_id = ?2 "
+                    "AND COALESCE(actor, '') <> 'gc'), 0))");
         if (r < 0)
                 return r;
         sq_text(&q, user);

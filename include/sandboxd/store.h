@@ -257,7 +257,8 @@ int store_gc_spools_list(struct store *s, int64_t before_ms, int64_t after_finis
 int store_gc_spool_known(struct store *s, const char *id, bool *ret_known);
 
 /* The newest time (unix ms) anything of (user, session) is recorded:
- * containers created or removed, executions, audit rows. 0 if nothing is. */
+ * containers created or removed, executions, audit rows other than gc's own
+ * (gc removing a session does not restart its clock). 0 if nothing is. */
 int store_gc_session_last_seen(struct store *s, const char *user, const char *session, int64_t *ret_ms);
 /* Delete the private dataset marks of a session that has no row any more
  * (after its workspace was purged). Returns how many, or -errno. */

@@ -19,6 +19,7 @@
 #include <sqlite3.h>
 #include <stdio.h>
 #include <string.h>
+#include <sys/file.h>
 #include <sys/stat.h>
 #include <sys/wait.h>
 #include <unistd.h>
@@ -1030,4 +1031,109 @@ Test(gc, the_binary_reports_json_and_exits_non_zero_when_an_item_fails)
                 cr_assert_eq(system(cmd), 0);
         }
         cr_assert_eq(run_binary(&cfg, "--gc", &out), 0, "%s", out);
+}
+
+/* ---- coordination ---- */
+
+/* Each change gc makes re-checks, in one statement, what it decided on: a
+ * daemon that touched the row in between wins. */
+Test(gc, the_daemon_wins_every_race_in_the_store)
+{
+        struct sbx_config cfg;
+        struct store *st;
+        struct store_session row;
+        int64_t now;
+
+        gc_config(&cfg);
+        mkdirs(cfg.data_dir);
+        st = open_store(&cfg);
+        now = sbx_wall_ms();
+        row_new(st, "alice", "s", "RUNNING", now - 2 * HOUR_MS);
+        row_set(st, "alice", "s", NULL, "c1", 0, 0);
+
+        /* gc saw it idle; a request came in since */
+        cr_assert_eq(store_session_touch(st, "alice", "s", now), 0);
+        cr_assert_eq(store_gc_session_take_container(st, "alice", "s", "c1", now - HOUR_MS, false, "gc_idle", now),
+                     -ESTALE);
+        /* the daemon replaced the container */
+        cr_assert_eq(store_gc_session_take_container(st, "alice", "s", "c0", now + 1, false, "gc_idle", now), -ESTALE);
+        /* an execution is running (max_age wants the session quiet) */
+        {
+                char ex[37];
+                put_exec(&cfg, st, "alice", "s", "RUNNING", 0, -1, -1, ex);
+        }
+        cr_assert_eq(store_gc_session_take_container(st, "alice", "s", "c1", now + 1, true, "gc_max_age", now),
+                     -ESTALE);
+        cr_assert_eq(store_session_get(st, "alice", "s", &row), 0);
+        cr_assert_str_eq(row.state, "RUNNING");
+        cr_assert_str_eq(row.container_id, "c1");
+        /* and when nothing moved, it goes */
+        cr_assert_eq(store_gc_session_take_container(st, "alice", "s", "c1", now + 1, false, "gc_idle", now + 5), 0);
+        cr_assert_eq(store_session_get(st, "alice", "s", &row), 0);
+        cr_assert_str_eq(row.state, "STOPPED");
+        cr_assert_str_eq(row.error_cause, "gc_idle");
+        cr_assert_str_eq(row.container_id, "");
+        cr_assert_eq(row.updated_at, now + 5);
+
+        /* an ERROR row the daemon retried since gc looked */
+        row_new(st, "bob", "e", "ERROR", now - 2 * HOUR_MS);
+        cr_assert_eq(store_gc_session_forget(st, "bob", "e", "", now - 3 * HOUR_MS), -ESTALE);
+        cr_assert_eq(store_session_get(st, "bob", "e", &row), 0);
+        cr_assert_eq(store_gc_session_forget(st, "bob", "e", "", now - 2 * HOUR_MS), 0);
+        cr_assert_eq(store_session_get(st, "bob", "e", &row), -ENOENT);
+
+        /* ports of a session that became CREATING (the daemon reserves after writing that) */
+        row_new(st, "carl", "p", "STOPPED", now - DAY_MS);
+        cr_assert_eq(store_ports_reserve(st, (const int[]){42980, 42981}, 2, "carl", "p", now), 0);
+        row_set(st, "carl", "p", "CREATING", NULL, now, 0);
+        cr_assert_eq(store_gc_port_release(st, 42980, "carl", "p"), -ESTALE);
+        row_set(st, "carl", "p", "STOPPED", NULL, now, 0);
+        cr_assert_eq(store_gc_port_release(st, 42980, "carl", "p"), 0);
+        cr_assert_eq(store_gc_port_release(st, 42980, "carl", "p"), -ESTALE, "released twice");
+        cr_assert_eq(store_gc_port_release(st, 42981, "dave", "p"), -ESTALE, "released another session's port");
+        store_close(st);
+
+        /* a service restarted in a new container since gc looked */
+        sql(&cfg, "INSERT INTO services (user_id, session_id, name, container_id, command, state) "
+                  "VALUES ('alice', 's', 'web', 'c2', 'httpd', 'RUNNING')");
+        st = open_store(&cfg);
+        cr_assert_eq(store_gc_service_delete(st, "alice", "s", "web", "c1", "RUNNING"), -ESTALE);
+        cr_assert_eq(store_gc_service_delete(st, "alice", "s", "web", "c2", "FAILED"), -ESTALE);
+        cr_assert_eq(store_gc_service_delete(st, "alice", "s", "web", "c2", "RUNNING"), 0);
+        store_close(st);
+}
+
+Test(gc, one_real_run_at_a_time_and_a_dry_run_beside_it)
+{
+        struct sbx_config cfg;
+        struct store *st;
+        struct gc_options o = {0};
+        struct gc_report rep = {0};
+        struct sbx_error err = {0};
+        char lock[700];
+        int fd;
+
+        gc_config(&cfg);
+        mkdirs(cfg.data_dir);
+        st = open_store(&cfg);
+        store_close(st);
+        snprintf(lock, sizeof(lock), "%s/gc.lock", cfg.data_dir);
+        fd = open(lock, O_RDWR | O_CREAT | O_CLOEXEC, 0600);
+        cr_assert_geq(fd, 0);
+        cr_assert_eq(flock(fd, LOCK_EX | LOCK_NB), 0);
+
+        cr_assert_eq(gc_run(&cfg, &o, &rep, &err), -EBUSY);
+        cr_assert_not_null(strstr(err.msg, "another gc"), "%s", err.msg);
+        o.dry_run = true;
+        cr_assert_eq(gc_run(&cfg, &o, &rep, &err), 0, "%s", err.msg);
+        gc_report_done(&rep);
+
+        close(fd);
+        o.dry_run = false;
+        cr_assert_eq(gc_run(&cfg, &o, &rep, &err), 0, "%s", err.msg);
+        gc_report_done(&rep);
+
+        /* and without a store there is nothing to run on */
+        snprintf(cfg.data_dir, sizeof(cfg.data_dir), "%s/nope", lock);
+        cr_assert_eq(gc_run(&cfg, &o, &rep, &err), -ENOENT);
 }

@@ -101,7 +101,7 @@ int store_token_list(struct store *s, struct store_token **ret, size_t *ret_n)
 
         if (!ret || !ret_n)
                 return -EINVAL;
-        r = sq_start(&q, s, "SELECT " TOKEN_COLUMNS " FROM api_tokens ORDER BY created_at, id");
+        r = sq_start(&q, s, "SELECT " TOKEN_COLUMNS " FROM api_tokens ORDER BY created_at, rowid");
         if (r < 0)
                 return r;
         while ((r = sq_step(&q)) > 0) {

@@ -6,7 +6,11 @@
 #include <pthread.h>
 #include <stdio.h>
 #include <string.h>
+#include <sys/resource.h>
+#include <sys/socket.h>
 #include <sys/stat.h>
+#include <sys/un.h>
+#include <sys/wait.h>
 #include <unistd.h>
 
 #include "apiclient.h"
@@ -691,4 +695,80 @@ Test(api, connection_cap_and_stale_socket)
         /* closed: the socket file is removed */
         close_daemon();
         cr_assert_neq(access(cfg.api_socket, F_OK), 0, "socket left behind");
+}
+
+static int count_fds(void)
+{
+        int n = 0;
+        char p[64];
+        for (int fd = 0; fd < 4096; fd++) {
+                snprintf(p, sizeof(p), "/proc/self/fd/%d", fd);
+                if (access(p, F_OK) == 0)
+                        n = fd + 1;
+        }
+        return n;
+}
+
+static double cpu_seconds(void)
+{
+        struct rusage ru;
+        getrusage(RUSAGE_SELF, &ru);
+        return (double)(ru.ru_utime.tv_sec + ru.ru_stime.tv_sec) +
+               (double)(ru.ru_utime.tv_usec + ru.ru_stime.tv_usec) / 1e6;
+}
+
+/* Out of descriptors, the accept thread backs off instead of spinning on a
+ * listening socket that stays readable, and serves again once fds free up. */
+Test(api, accept_backs_off_on_emfile)
+{
+        struct rlimit old, low;
+        int p[2];
+        pid_t pid;
+        double cpu0, cpu1;
+        char buf[256] = "";
+        ssize_t n;
+        int status;
+
+        open_daemon();
+        cr_assert_eq(pipe(p), 0);
+        cr_assert_eq(getrlimit(RLIMIT_NOFILE, &old), 0);
+
+        /* the client lives in a child, with a descriptor table of its own */
+        pid = fork();
+        cr_assert_geq(pid, 0);
+        if (pid == 0) {
+                struct sockaddr_un sa = {.sun_family = AF_UNIX};
+                char line[256];
+                int fd, k = 0;
+                close(p[0]);
+                snprintf(sa.sun_path, sizeof(sa.sun_path), "%s", cfg.api_socket);
+                fd = socket(AF_UNIX, SOCK_STREAM, 0);
+                sbx_sleep_ms(300); /* let the parent lower its limit first */
+                if (connect(fd, (struct sockaddr *)&sa, sizeof(sa)) < 0)
+                        _exit(3);
+                (void)!write(fd, "{}\n", 3);
+                while (k < (int)sizeof(line) - 1 && read(fd, line + k, 1) == 1 && line[k] != '\n')
+                        k++;
+                (void)!write(p[1], line, (size_t)k);
+                _exit(0);
+        }
+        close(p[1]);
+        low = old;
+        low.rlim_cur = (rlim_t)count_fds(); /* every new descriptor fails with EMFILE */
+        cr_assert_eq(setrlimit(RLIMIT_NOFILE, &low), 0);
+        sbx_sleep_ms(500);
+        cpu0 = cpu_seconds();
+        sbx_sleep_ms(1500);
+        cpu1 = cpu_seconds();
+        cr_assert_eq(setrlimit(RLIMIT_NOFILE, &old), 0);
+        /* a spinning accept loop burns a whole core for the 1.5 s */
+        cr_assert_lt(cpu1 - cpu0, 0.15, "accept loop spun: %.2f s of CPU in 1.5 s", cpu1 - cpu0);
+
+        n = read(p[0], buf, sizeof(buf) - 1);
+        cr_assert_gt(n, 0, "the waiting client was never served");
+        buf[n] = '\0';
+        cr_assert_not_null(strstr(buf, "\"unauthorized\""), "%s", buf);
+        cr_assert_eq(waitpid(pid, &status, 0), pid);
+        close(p[0]);
+        close_daemon();
 }

@@ -7,6 +7,8 @@
 #include <string.h>
 #include <sys/stat.h>
 
+#include "sandboxd/admin.h"
+#include "sandboxd/api.h"
 #include "sandboxd/docker.h"
 #include "sandboxd/exec.h"
 #include "sandboxd/log.h"
@@ -85,6 +87,14 @@ int daemon_open(const struct sbx_config *cfg, const struct daemon_options *opts,
                 if (r < 0)
                         goto fail;
         }
+        /* The fronts come last: every engine they call exists by now. */
+        if (opts->sockets) {
+                r = api_server_start(d, &d->api, err);
+                if (r == 0)
+                        r = admin_server_start(d, &d->admin, err);
+                if (r < 0)
+                        goto fail;
+        }
         *ret = d;
         return 0;
 fail:
@@ -96,6 +106,9 @@ void daemon_close(struct daemon *d)
 {
         if (!d)
                 return;
+        /* The fronts first, so no request arrives while the engines go. */
+        admin_server_stop(d->admin);
+        api_server_stop(d->api);
         monitor_stop(d->monitor);
         service_manager_free(d->services);
         exec_engine_free(d->exec);
@@ -105,4 +118,14 @@ void daemon_close(struct daemon *d)
         docker_free(d->docker);
         store_close(d->store);
         free(d);
+}
+
+int daemon_docker_version(struct daemon *d, char *ret, size_t size, struct sbx_error *err)
+{
+        struct docker_version v;
+        int r = docker_version(d->docker, &v, err);
+        if (r < 0)
+                return r;
+        sbx_strlcpy(ret, v.version, size);
+        return 0;
 }

@@ -1,0 +1,109 @@
+#!/usr/bin/env bash
+# test.sh — set up, build and run every sandboxd test.
+#
+#   scripts/test.sh          setup.sh, build into build/, ctest -L unit, then
+#                            ctest -L integration (real dockerd), then the JS
+#                            tests in tests/js/ if that directory exists.
+#   scripts/test.sh --asan   build into build-asan with ASan+UBSan and run the
+#                            unit tests only.
+#
+# Every container a test creates is labelled sandboxd.test.run=$SANDBOXD_TEST_RUN
+# (a fresh id per run, exported here); an EXIT trap removes them all, whether
+# the tests pass, fail or crash. The script goes on after a failed test step so
+# one run reports everything, and exits non-zero if any step failed.
+#
+# Environment: SANDBOXD_BUILD_DIR (default build, or build-asan with --asan),
+#              SANDBOXD_TEST_RUN (default: a fresh id), SANDBOXD_DOCKER_SOCKET.
+set -euo pipefail
+
+ROOT=$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)
+cd "$ROOT"
+
+asan=0
+case ${1:-} in
+'') ;;
+--asan) asan=1 ;;
+-h | --help) sed -n '2,17s/^# \{0,1\}//p' "${BASH_SOURCE[0]}"; exit 0 ;;
+*) echo "usage: scripts/test.sh [--asan]" >&2; exit 2 ;;
+esac
+
+log() { printf '\ntest: %s\n' "$*" >&2; }
+
+if ((asan)); then
+	BUILD=${SANDBOXD_BUILD_DIR:-build-asan}
+else
+	BUILD=${SANDBOXD_BUILD_DIR:-build}
+fi
+
+SOCK=${SANDBOXD_DOCKER_SOCKET:-/var/run/docker.sock}
+export SANDBOXD_TEST_RUN=${SANDBOXD_TEST_RUN:-t$(date +%s)-$RANDOM}
+
+sweep() {
+	local rc=$? ids
+	# curl, not the docker CLI: the sweep must work with whatever client is
+	# (or is not) on PATH, and must not fail the trap.
+	for label in "sandboxd.test.run=$SANDBOXD_TEST_RUN" "sandboxd.instance=$SANDBOXD_TEST_RUN"; do
+		ids=$(curl -s --max-time 10 --unix-socket "$SOCK" -G http://d/containers/json \
+			--data-urlencode all=1 \
+			--data-urlencode "filters={\"label\":[\"$label\"]}" 2>/dev/null |
+			jq -r '.[].Id' 2>/dev/null || true)
+		for id in $ids; do
+			curl -s --max-time 30 --unix-socket "$SOCK" -X DELETE \
+				"http://d/containers/$id?force=1&v=1" >/dev/null 2>&1 || true
+		done
+		[[ -z $ids ]] || echo "test: removed $(wc -w <<<"$ids") container(s) labelled $label" >&2
+	done
+	exit "$rc"
+}
+trap sweep EXIT
+
+log "run $SANDBOXD_TEST_RUN: setup"
+if ((asan)); then
+	# The unit tests need neither Docker images nor a daemon.
+	SANDBOXD_SKIP_IMAGES=1 bash scripts/setup.sh
+else
+	bash scripts/setup.sh
+fi
+
+failed=()
+step() {
+	local name=$1
+	shift
+	log "$name"
+	if "$@"; then
+		return 0
+	fi
+	failed+=("$name")
+	return 1
+}
+
+if ((asan)); then
+	export ASAN_OPTIONS=${ASAN_OPTIONS:-detect_leaks=1:abort_on_error=1}
+	export UBSAN_OPTIONS=${UBSAN_OPTIONS:-print_stacktrace=1:halt_on_error=1}
+	log "build (ASan+UBSan) into $BUILD"
+	cmake -S . -B "$BUILD" -DCMAKE_BUILD_TYPE=RelWithDebInfo -DSANDBOXD_ASAN=ON
+	cmake --build "$BUILD" -j2
+	step "unit tests (ASan+UBSan)" ctest --test-dir "$BUILD" --output-on-failure -L unit || true
+else
+	log "build into $BUILD"
+	cmake -S . -B "$BUILD" -DCMAKE_BUILD_TYPE=RelWithDebInfo
+	cmake --build "$BUILD" -j2
+	step "unit tests" ctest --test-dir "$BUILD" --output-on-failure -L unit || true
+	step "integration tests" ctest --test-dir "$BUILD" --output-on-failure -L integration || true
+	if [[ -d tests/js ]]; then
+		if [[ -f tests/package.json ]]; then
+			if [[ -f tests/package-lock.json ]]; then
+				step "npm ci" npm ci --prefix tests --no-audit --no-fund || true
+			else
+				step "npm install" npm install --prefix tests --no-audit --no-fund || true
+			fi
+		fi
+		step "JS tests" node --test tests/js/ || true
+	fi
+fi
+
+if ((${#failed[@]})); then
+	log "FAILED: $(printf '%s; ' "${failed[@]}")"
+	exit 1
+fi
+log "all passed (run $SANDBOXD_TEST_RUN)"

@@ -2,10 +2,10 @@
 # run.sh — set up this machine, build sandboxd and run the daemon in the
 # foreground with its embedded defaults (sqlite file, local dockerd, the
 # locally built sandboxd/python image). Arguments go to build/sandboxd as is,
-# e.g. `scripts/run.sh --check-config` or `scripts/run.sh mcp`.
+# e.g. `scripts/run.sh --print-config` or `scripts/run.sh --gc --dry-run`.
 #
 # Set-up and build output goes to stderr, so stdout belongs to sandboxd alone
-# (the MCP adapter speaks JSON-RPC on it).
+# (`--gc --json` prints its report there).
 set -euo pipefail
 
 ROOT=$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)

@@ -1,0 +1,397 @@
+// mcp.test.mjs — sandboxd-mcp end to end, driven by the official MCP
+// TypeScript SDKs against a real sandboxd and real containers:
+//   - @modelcontextprotocol/sdk (1.x): the legacy era, initialize handshake;
+//   - @modelcontextprotocol/client (2.x) pinned to protocol 2026-07-28: the
+//     stateless era (server/discover probe, per-request _meta envelope);
+//   - raw JSON-RPC lines for what no SDK exposes (every legacy version, the
+//     -32022 error, a client that disconnects mid-call).
+// One daemon serves the whole file (node --test runs files in parallel, and
+// two daemons of one instance would reconcile each other's containers away).
+import assert from 'node:assert/strict';
+import { after, before, describe, test } from 'node:test';
+
+import { Client as LegacyClient } from '@modelcontextprotocol/sdk/client/index.js';
+import { StdioClientTransport as LegacyStdio } from '@modelcontextprotocol/sdk/client/stdio.js';
+import { Client as ModernClient } from '@modelcontextprotocol/client';
+import { StdioClientTransport as ModernStdio } from '@modelcontextprotocol/client/stdio';
+
+import { Daemon, MCP_BIN, RawAdapter } from './harness.mjs';
+
+const TOOLS = [
+        'exec',
+        'run_code',
+        'get_execution',
+        'send_stdin',
+        'cancel_execution',
+        'list_executions',
+        'write_file',
+        'read_file',
+        'list_files',
+        'start_service',
+        'stop_service',
+        'list_services',
+        'service_logs',
+        'session_info',
+];
+const sleep = (ms) => new Promise((r) => setTimeout(r, ms));
+
+let daemon;
+let token;
+let failed = false;
+
+/** test() that remembers a failure, so the daemon log is shown once at the end. */
+function check(name, fn, opts = {}) {
+        test(name, { timeout: 120000, ...opts }, async (t) => {
+                try {
+                        await fn(t);
+                } catch (e) {
+                        failed = true;
+                        throw e;
+                }
+        });
+}
+
+before(async () => {
+        daemon = new Daemon();
+        await daemon.start();
+        token = await daemon.createToken('jsuser');
+});
+
+after(async () => {
+        if (failed && daemon) process.stderr.write(`--- sandboxd log (tail) ---\n${daemon.logTail(60)}\n`);
+        if (daemon) await daemon.stop();
+});
+
+/** Poll a tool until pred(structuredContent) holds. */
+async function until(client, name, args, pred, timeoutMs = 30000) {
+        const deadline = Date.now() + timeoutMs;
+        let last;
+        while (Date.now() < deadline) {
+                last = await client.callTool({ name, arguments: args });
+                if (!last.isError && pred(last.structuredContent)) return last.structuredContent;
+                await sleep(300);
+        }
+        assert.fail(`${name} never satisfied the condition; last: ${JSON.stringify(last)}`);
+}
+
+/** The scenarios both SDKs go through; `call(name, args, opts)` is callTool. */
+function commonScenarios(getClient, session) {
+        check('lists every tool with input and output schemas', async () => {
+                const { tools } = await getClient().listTools();
+                assert.deepEqual(tools.map((t) => t.name).sort(), [...TOOLS].sort());
+                for (const t of tools) {
+                        assert.equal(t.inputSchema.type, 'object', `${t.name} inputSchema`);
+                        assert.equal(t.outputSchema?.type, 'object', `${t.name} outputSchema`);
+                        assert.ok(t.inputSchema.properties.session, `${t.name} takes session`);
+                        assert.ok(t.description.length > 10);
+                }
+        });
+
+        check('exec runs a shell command', async () => {
+                const r = await getClient().callTool({
+                        name: 'exec',
+                        arguments: { command: 'echo hello; echo oops >&2; id -u', env: { GREETING: 'hi' } },
+                });
+                assert.equal(r.isError ?? false, false, JSON.stringify(r));
+                const s = r.structuredContent;
+                assert.equal(s.state, 'completed');
+                assert.equal(s.exit_code, 0);
+                assert.equal(s.stdout, 'hello\n1000\n');
+                assert.equal(s.stderr, 'oops\n');
+                assert.equal(s.stdout_bytes, 11);
+                assert.equal(s.truncated, false);
+                assert.ok(s.execution_id);
+                assert.equal(r.content[0].type, 'text');
+                assert.deepEqual(JSON.parse(r.content[0].text), s);
+        });
+
+        check('run_code runs python', async () => {
+                const r = await getClient().callTool({
+                        name: 'run_code',
+                        arguments: { language: 'python', code: 'import sys\nprint(sum(range(10)))\nprint(sys.version_info[0])' },
+                });
+                assert.equal(r.isError ?? false, false, JSON.stringify(r));
+                assert.equal(r.structuredContent.stdout, '45\n3\n');
+        });
+
+        check('a failing command is an error result', async () => {
+                let r = await getClient().callTool({ name: 'exec', arguments: { command: 'echo bad >&2; exit 3' } });
+                assert.equal(r.isError, true);
+                assert.equal(r.structuredContent.exit_code, 3);
+                assert.equal(r.structuredContent.state, 'completed');
+                assert.equal(r.structuredContent.stderr, 'bad\n');
+
+                r = await getClient().callTool({ name: 'exec', arguments: { command: 'sleep 30', timeout_seconds: 1 } });
+                assert.equal(r.isError, true);
+                assert.equal(r.structuredContent.state, 'timeout');
+                assert.equal(r.structuredContent.exit_code, null);
+
+                // a daemon-side error: an error result carrying the daemon's message
+                r = await getClient().callTool({ name: 'read_file', arguments: { path: 'no/such/file.txt' } });
+                assert.equal(r.isError, true);
+                assert.match(r.content[0].text, /not_found/);
+
+                // argument validation: an error result the model can read
+                r = await getClient().callTool({ name: 'exec', arguments: { command: 42 } });
+                assert.equal(r.isError, true);
+                assert.match(r.content[0].text, /arguments\.command: expected string/);
+        });
+
+        check('progress notifications follow a slow command', async () => {
+                const seen = [];
+                const r = await getClient().callTool(
+                        {
+                                name: 'exec',
+                                arguments: { command: 'for i in 1 2 3 4; do echo tick $i; sleep 0.4; done' },
+                        },
+                        undefined,
+                        { onprogress: (p) => seen.push(p), resetTimeoutOnProgress: true },
+                );
+                assert.equal(r.isError ?? false, false);
+                assert.equal(r.structuredContent.stdout, 'tick 1\ntick 2\ntick 3\ntick 4\n');
+                assert.ok(seen.length >= 3, `progress notifications: ${JSON.stringify(seen)}`);
+                for (let i = 1; i < seen.length; i++) assert.ok(seen[i].progress > seen[i - 1].progress, 'progress increases');
+                assert.match(seen[0].message, new RegExp(r.structuredContent.execution_id));
+                const text = seen
+                        .slice(1)
+                        .map((p) => p.message)
+                        .join('');
+                assert.equal(text, 'tick 1\ntick 2\ntick 3\ntick 4\n');
+        });
+
+        check('aborting a call cancels its execution', async () => {
+                const ac = new AbortController();
+                let executionId;
+                const call = getClient().callTool(
+                        { name: 'exec', arguments: { command: 'echo started; sleep 60; echo never' } },
+                        undefined,
+                        {
+                                signal: ac.signal,
+                                onprogress: (p) => {
+                                        const m = /execution (\S+) started/.exec(p.message ?? '');
+                                        if (m) executionId = m[1];
+                                        if ((p.message ?? '').includes('started\n')) ac.abort('enough');
+                                },
+                        },
+                );
+                await assert.rejects(call);
+                assert.ok(executionId, 'the first progress named the execution');
+                const s = await until(
+                        getClient(),
+                        'get_execution',
+                        { execution_id: executionId, wait: 5 },
+                        (x) => x.state !== 'running' && x.state !== 'pending',
+                );
+                assert.equal(s.state, 'cancelled');
+                assert.equal(s.stdout, 'started\n');
+        });
+
+        check('files: write, read, list', async () => {
+                const content = 'line one\nünïcødé ✓\n';
+                let r = await getClient().callTool({ name: 'write_file', arguments: { path: `${session}/notes.txt`, content } });
+                assert.equal(r.isError ?? false, false, JSON.stringify(r));
+                assert.equal(r.structuredContent.bytes, Buffer.byteLength(content));
+                r = await getClient().callTool({ name: 'read_file', arguments: { path: `${session}/notes.txt` } });
+                assert.equal(r.structuredContent.content, content);
+                assert.equal(r.structuredContent.eof, true);
+                r = await getClient().callTool({ name: 'read_file', arguments: { path: `${session}/notes.txt`, offset: 5, length: 3 } });
+                assert.equal(r.structuredContent.content, 'one');
+                r = await getClient().callTool({
+                        name: 'write_file',
+                        arguments: { path: `${session}/bin.dat`, content: Buffer.from([0, 1, 2, 255]).toString('base64'), encoding: 'base64' },
+                });
+                assert.equal(r.structuredContent.bytes, 4);
+                r = await getClient().callTool({ name: 'list_files', arguments: { path: session } });
+                const names = r.structuredContent.entries.map((e) => e.name).sort();
+                assert.deepEqual(names, ['bin.dat', 'notes.txt']);
+                // the command sees the same workspace
+                r = await getClient().callTool({ name: 'exec', arguments: { command: `wc -c < ${session}/bin.dat` } });
+                assert.equal(r.structuredContent.stdout.trim(), '4');
+        });
+
+        check('services: start, list with its port, stop', async () => {
+                const name = `web-${session}`;
+                let r = await getClient().callTool({
+                        name: 'start_service',
+                        arguments: { name, command: 'python3 -m http.server 8000' },
+                });
+                assert.equal(r.isError ?? false, false, JSON.stringify(r));
+                assert.equal(r.structuredContent.name, name);
+                const svc = await until(getClient(), 'list_services', {}, (s) =>
+                        s.services.some((x) => x.name === name && x.state === 'running' && x.ports.some((p) => p.container_port === 8000)),
+                );
+                const port = svc.services.find((x) => x.name === name).ports.find((p) => p.container_port === 8000);
+                assert.ok(port.host_port > 0, 'published on a host port');
+                const info = (await getClient().callTool({ name: 'session_info', arguments: {} })).structuredContent;
+                assert.equal(info.state, 'running');
+                assert.equal(info.private, false);
+                assert.ok(info.ports.some((p) => p.container_port === 8000 && p.host_port === port.host_port));
+                // reachable from the host through the published port
+                const res = await fetch(`http://127.0.0.1:${port.host_port}/`);
+                assert.equal(res.status, 200);
+                await res.text();
+                r = await getClient().callTool({ name: 'stop_service', arguments: { name } });
+                assert.equal(r.isError ?? false, false, JSON.stringify(r));
+                assert.ok(['stopped', 'failed'].includes(r.structuredContent.state), JSON.stringify(r.structuredContent));
+                const after = await getClient().callTool({ name: 'list_services', arguments: {} });
+                assert.notEqual(after.structuredContent.services.find((x) => x.name === name)?.state, 'running');
+        });
+}
+
+describe('legacy era: @modelcontextprotocol/sdk', () => {
+        let client;
+        let transport;
+        const session = 'js-legacy';
+
+        before(async () => {
+                client = new LegacyClient({ name: 'sandboxd-js-test', version: '1.0.0' });
+                transport = new LegacyStdio({
+                        command: MCP_BIN,
+                        args: ['--session', session],
+                        env: daemon.mcpEnv(token),
+                        stderr: 'pipe',
+                });
+                let stderr = '';
+                transport.stderr?.on('data', (d) => (stderr += d));
+                client.onerror = (e) => process.stderr.write(`legacy client error: ${e}\n${stderr.slice(-2000)}\n`);
+                await client.connect(transport);
+        });
+
+        after(async () => {
+                await client?.close();
+        });
+
+        check('initialize: server info and capabilities', async () => {
+                assert.equal(client.getServerVersion().name, 'sandboxd-mcp');
+                const caps = client.getServerCapabilities();
+                assert.ok(caps.tools);
+                assert.ok(caps.logging);
+                assert.ok(client.getInstructions().includes('exec'));
+                await client.ping();
+                await client.setLoggingLevel('warning');
+        });
+
+        commonScenarios(() => client, session);
+});
+
+describe('2026-07-28: @modelcontextprotocol/client pinned', () => {
+        let client;
+        let transport;
+        const session = 'js-modern';
+
+        before(async () => {
+                client = new ModernClient(
+                        { name: 'sandboxd-js-test-v2', version: '2.0.0' },
+                        { versionNegotiation: { mode: { pin: '2026-07-28' } } },
+                );
+                transport = new ModernStdio({
+                        command: MCP_BIN,
+                        args: ['--session', session],
+                        env: daemon.mcpEnv(token),
+                        stderr: 'pipe',
+                });
+                await client.connect(transport);
+        });
+
+        after(async () => {
+                await client?.close();
+        });
+
+        check('server/discover negotiated the stateless era', async () => {
+                assert.equal(client.getProtocolEra(), 'modern');
+                assert.equal(client.getNegotiatedProtocolVersion(), '2026-07-28');
+                const d = client.getDiscoverResult();
+                assert.deepEqual(d.supportedVersions, ['2026-07-28']);
+                assert.ok(d.capabilities.tools);
+                assert.equal(client.getServerVersion()?.name, 'sandboxd-mcp');
+        });
+
+        // The v2 client's callTool takes (params, options): adapt to the v1 shape.
+        const v2 = {
+                listTools: (...a) => client.listTools(...a),
+                callTool: (params, _schema, options) => client.callTool(params, options),
+        };
+        commonScenarios(() => v2, session);
+});
+
+describe('raw JSON-RPC lines', () => {
+        check('every legacy version, the stateless envelope and its errors', async () => {
+                const a = new RawAdapter(['--session', 'js-raw'], daemon.mcpEnv(token));
+                try {
+                        let id = 1;
+                        for (const v of ['2024-11-05', '2025-03-26', '2025-06-18', '2025-11-25']) {
+                                const r = await a.request(id++, 'initialize', {
+                                        protocolVersion: v,
+                                        capabilities: {},
+                                        clientInfo: { name: 'raw', version: '0' },
+                                });
+                                assert.equal(r.result.protocolVersion, v);
+                        }
+                        let r = await a.request(id++, 'initialize', { protocolVersion: '1999-01-01', capabilities: {} });
+                        assert.equal(r.result.protocolVersion, '2025-11-25');
+                        const meta = (v) => ({
+                                'io.modelcontextprotocol/protocolVersion': v,
+                                'io.modelcontextprotocol/clientCapabilities': {},
+                                'io.modelcontextprotocol/clientInfo': { name: 'raw', version: '0' },
+                        });
+                        r = await a.request(id++, 'tools/call', {
+                                name: 'exec',
+                                arguments: { command: 'echo stateless' },
+                                _meta: meta('2026-07-28'),
+                        });
+                        assert.equal(r.result.resultType, 'complete');
+                        assert.equal(r.result.structuredContent.stdout, 'stateless\n');
+                        assert.equal(r.result._meta['io.modelcontextprotocol/serverInfo'].name, 'sandboxd-mcp');
+                        r = await a.request(id++, 'tools/list', { _meta: meta('2030-01-01') });
+                        assert.equal(r.error.code, -32022);
+                        assert.deepEqual(r.error.data, { supported: ['2026-07-28'], requested: '2030-01-01' });
+                        r = await a.request(id++, 'ping', { _meta: meta('2026-07-28') });
+                        assert.equal(r.error.code, -32601);
+                        a.send('this is not json');
+                        r = await a.next((m) => m.error?.code === -32700);
+                        assert.equal(r.id, null);
+                        r = await a.request(id++, 'nope/nothing', {});
+                        assert.equal(r.error.code, -32601);
+                        r = await a.request(id++, 'tools/call', { name: 'no_such_tool', arguments: {} });
+                        assert.equal(r.error.code, -32602);
+                } finally {
+                        a.kill();
+                }
+        });
+
+        check('a client that disconnects mid-call: the execution goes on and stays readable', async () => {
+                const a = new RawAdapter(['--session', 'js-raw', '--drain-ms', '0'], daemon.mcpEnv(token));
+                let executionId;
+                try {
+                        a.send({
+                                jsonrpc: '2.0',
+                                id: 1,
+                                method: 'tools/call',
+                                params: {
+                                        name: 'exec',
+                                        arguments: { command: 'sleep 2; echo finished' },
+                                        _meta: { progressToken: 'p' },
+                                },
+                        });
+                        const p = await a.next((m) => m.method === 'notifications/progress');
+                        executionId = /execution (\S+) started/.exec(p.params.message)[1];
+                        const t0 = Date.now();
+                        const ex = await a.close();
+                        assert.equal(ex.code, 0);
+                        assert.ok(Date.now() - t0 < 1500, 'the adapter exits when stdin closes');
+                } finally {
+                        a.kill();
+                }
+                const b = new RawAdapter(['--session', 'js-raw'], daemon.mcpEnv(token));
+                try {
+                        const r = await b.request(2, 'tools/call', {
+                                name: 'get_execution',
+                                arguments: { execution_id: executionId, wait: 30 },
+                        });
+                        assert.equal(r.result.structuredContent.state, 'completed');
+                        assert.equal(r.result.structuredContent.stdout, 'finished\n');
+                } finally {
+                        b.kill();
+                }
+        });
+});

@@ -44,8 +44,23 @@ done
 if ((${#missing[@]})); then
 	log "installing ${missing[*]}"
 	export DEBIAN_FRONTEND=noninteractive
+	own_policy=0
+	if [[ ! -d /run/systemd/system && ! -e /usr/sbin/policy-rc.d ]]; then
+		# Without systemd, docker.io's postinst runs /etc/init.d/docker, which
+		# fails in many VMs and containers and then fails the whole install.
+		# Keep services from starting during the install; dockerd is started
+		# below, the same way everywhere.
+		printf '#!/bin/sh\nexit 101\n' >/usr/sbin/policy-rc.d
+		chmod 0755 /usr/sbin/policy-rc.d
+		own_policy=1
+		trap 'rm -f /usr/sbin/policy-rc.d' EXIT
+	fi
 	apt-get update -q >&2
 	apt-get install -y -q --no-install-recommends "${missing[@]}" >&2
+	if ((own_policy)); then
+		rm -f /usr/sbin/policy-rc.d
+		trap - EXIT
+	fi
 else
 	log "apt packages present"
 fi
@@ -66,10 +81,18 @@ dockerd_running() {
 if docker_ping; then
 	log "dockerd answers on $SOCK"
 else
+	if ! grep -q '^[^ ]* /sys/fs/cgroup' /proc/mounts; then
+		# No init mounted any cgroup hierarchy; dockerd needs one.
+		log "mounting cgroup2 on /sys/fs/cgroup"
+		mount -t cgroup2 cgroup2 /sys/fs/cgroup
+	fi
 	if dockerd_running; then
 		# Started (by us or an init script) but not answering yet: wait, do not
 		# start a second daemon that would fight over /var/lib/docker.
 		log "dockerd is starting (pid $(cat /var/run/docker.pid)), waiting"
+	elif [[ -d /run/systemd/system && $SOCK == /var/run/docker.sock ]] &&
+		systemctl start docker.service >&2; then
+		log "started docker.service"
 	else
 		log "starting dockerd (log: $DOCKERD_LOG)"
 		# No containerd is started here: docker.io's dockerd runs its own

@@ -1149,6 +1149,17 @@ int gc_run(const struct sbx_config *cfg, const struct gc_options *opts, struct g
                                              "another gc is running on %s (%s is locked)", cfg->data_dir, lock_path);
         }
 
+        if (g.dry_run) {
+                int have = 0, want = 0;
+                r = store_gc_schema_check(db, &have, &want);
+                if (r < 0)
+                        return sbx_error_set(err, r, 0, "reading the schema version of %s: %s", db, strerror(-r));
+                if (have < want)
+                        return sbx_error_set(err, -ESTALE, 0,
+                                             "the store %s is at schema version %d and this binary needs %d: a dry "
+                                             "run does not migrate it (start the daemon or run a real gc first)",
+                                             db, have, want);
+        }
         r = store_open(db, &g.st, err);
         if (r < 0) {
                 sbx_error_prefix(err, "opening the store");

@@ -8,6 +8,7 @@
 #include <errno.h>
 #include <string.h>
 
+#include "sandboxd/log.h"
 #include "store_internal.h"
 
 static bool opt_key_ok(const char *v)
@@ -304,5 +305,47 @@ int store_gc_stats(struct store *s, struct store_gc_stats *ret)
                         return r;
         }
         *ret = st;
+        return 0;
+}
+
+int store_gc_schema_check(const char *path, int *ret_have, int *ret_want)
+{
+        const struct store_migration *migs;
+        sqlite3 *db = NULL;
+        sqlite3_stmt *q = NULL;
+        size_t n = 0;
+        int have = 0, rc, r = 0;
+
+        if (!path || !ret_have || !ret_want)
+                return -EINVAL;
+        migs = store_builtin_migrations(&n);
+        /* Read-write without CREATE: a read-only connection to a WAL database
+         * may leave -wal and -shm files behind; this one reads and closes like
+         * any other connection, which leaves none. */
+        rc = sqlite3_open_v2(path, &db, SQLITE_OPEN_READWRITE | SQLITE_OPEN_NOFOLLOW, NULL);
+        if (rc != SQLITE_OK) {
+                r = rc == SQLITE_CANTOPEN ? -ENOENT : -EIO;
+                goto out;
+        }
+        sqlite3_busy_timeout(db, 5000);
+        rc = sqlite3_prepare_v2(db, "SELECT COALESCE(MAX(version), 0) FROM schema_migrations", -1, &q, NULL);
+        if (rc == SQLITE_OK) {
+                rc = sqlite3_step(q);
+                if (rc == SQLITE_ROW)
+                        have = sqlite3_column_int(q, 0);
+                else if (rc != SQLITE_DONE)
+                        r = rc == SQLITE_BUSY ? -EBUSY : -EIO;
+        } else if (!strstr(sqlite3_errmsg(db), "no such table")) {
+                r = rc == SQLITE_BUSY ? -EBUSY : rc == SQLITE_NOTADB ? -EPROTO : -EIO;
+        }
+out:
+        if (r < 0)
+                log_debug("store: schema check of %s: %s", path, db ? sqlite3_errmsg(db) : "cannot open");
+        sqlite3_finalize(q);
+        sqlite3_close(db);
+        if (r < 0)
+                return r;
+        *ret_have = have;
+        *ret_want = n ? migs[n - 1].version : 0;
         return 0;
 }

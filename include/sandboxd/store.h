@@ -271,6 +271,11 @@ struct store_gc_stats {
         int64_t page_size, page_count, freelist_count;
 };
 int store_gc_stats(struct store *s, struct store_gc_stats *ret);
+/* Without opening a store (so nothing is migrated): the newest migration
+ * applied to the database at path (0 for none or an empty file) and the
+ * newest this binary knows. -ENOENT if there is no file. For a dry run,
+ * which must not migrate. */
+int store_gc_schema_check(const char *path, int *ret_have, int *ret_want);
 
 /* ---- API tokens (only digests are stored) ---- */
 

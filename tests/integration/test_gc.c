@@ -1137,3 +1137,28 @@ Test(gc, one_real_run_at_a_time_and_a_dry_run_beside_it)
         snprintf(cfg.data_dir, sizeof(cfg.data_dir), "%s/nope", lock);
         cr_assert_eq(gc_run(&cfg, &o, &rep, &err), -ENOENT);
 }
+
+Test(gc, a_dry_run_never_migrates_the_store)
+{
+        struct sbx_config cfg;
+        struct gc_options o = {.dry_run = true};
+        struct gc_report rep = {0};
+        struct sbx_error err = {0};
+        char db[700];
+        struct stat st;
+
+        gc_config(&cfg);
+        mkdirs(cfg.data_dir);
+        snprintf(db, sizeof(db), "%s/sandboxd.db", cfg.data_dir);
+        write_file(db, 0); /* as old as it gets: no migration applied */
+        cr_assert_eq(gc_run(&cfg, &o, &rep, &err), -ESTALE);
+        cr_assert_not_null(strstr(err.msg, "does not migrate"), "%s", err.msg);
+        cr_assert_eq(stat(db, &st), 0);
+        cr_assert_eq(st.st_size, 0, "the dry run wrote to the store");
+        o.dry_run = false;
+        cr_assert_eq(gc_run(&cfg, &o, &rep, &err), 0, "%s", err.msg); /* a real run migrates, as the daemon would */
+        gc_report_done(&rep);
+        o.dry_run = true;
+        cr_assert_eq(gc_run(&cfg, &o, &rep, &err), 0, "%s", err.msg);
+        gc_report_done(&rep);
+}

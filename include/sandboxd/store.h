@@ -195,6 +195,32 @@ int store_private_any(struct store *s, const char *user, const char *session, bo
 int store_private_list(struct store *s, const char *user, const char *session, struct store_private **ret,
                        size_t *ret_n);
 
+/* ---- services ---- */
+
+struct store_service {
+        char user_id[65];
+        char session_id[65];
+        char name[65];
+        char container_id[65];
+        char command[4096]; /* preview; the full command lives in the container's start script */
+        char workdir[1024];
+        char state[16];     /* STARTING RUNNING STOPPING STOPPED FAILED */
+        int pid;            /* 0 = none */
+        int exit_code;      /* -1 = none */
+        char ports[1024];   /* JSON list of {container_port, host_port} */
+        char last_error[512];
+        int64_t started_at, stopped_at; /* unix ms; 0 = not yet */
+};
+/* Insert or update the whole row. */
+int store_service_put(struct store *s, const struct store_service *row);
+/* -ENOENT when absent. */
+int store_service_get(struct store *s, const char *user, const char *session, const char *name,
+                      struct store_service *ret);
+/* Services of (user, session), by name; both NULL = every session's, only those
+ * in STARTING, RUNNING or STOPPING when active_only. malloc'd array. */
+int store_service_list(struct store *s, const char *user, const char *session, bool active_only,
+                       struct store_service **ret, size_t *ret_n);
+
 /* ---- audit ---- */
 
 /* Append an audit row stamped with the wall clock. action is required;
@@ -206,6 +232,26 @@ int store_audit(struct store *s, const char *actor, const char *user, const char
  * and stats. */
 int store_audit_count(struct store *s, const char *user, const char *session, const char *action,
                       int64_t *ret_count);
+
+/* ---- API tokens (only digests are stored) ---- */
+
+struct store_token {
+        char id[33];
+        char user_id[65];
+        char role[16];          /* agent | connector */
+        char token_sha256[65];  /* hex digest of the token */
+        int64_t created_at;     /* unix ms */
+        int64_t revoked_at;     /* 0 = live */
+};
+/* Insert a token row. -EEXIST if the id or digest is taken, -EINVAL for an
+ * unknown role. */
+int store_token_add(struct store *s, const struct store_token *row);
+/* The row whose digest is sha256_hex (revoked or not). -ENOENT when absent. */
+int store_token_get_by_digest(struct store *s, const char *sha256_hex, struct store_token *ret);
+/* Set revoked_at. -ENOENT for an unknown id, -EALREADY if already revoked. */
+int store_token_revoke(struct store *s, const char *id, int64_t now_ms);
+/* All rows, oldest first. malloc'd array. */
+int store_token_list(struct store *s, struct store_token **ret, size_t *ret_n);
 
 /* ---- gc (the batch cleanup behind `sandboxd --gc`; queries in store_gc.c) ----
  *
@@ -276,25 +322,5 @@ int store_gc_stats(struct store *s, struct store_gc_stats *ret);
  * newest this binary knows. -ENOENT if there is no file. For a dry run,
  * which must not migrate. */
 int store_gc_schema_check(const char *path, int *ret_have, int *ret_want);
-
-/* ---- API tokens (only digests are stored) ---- */
-
-struct store_token {
-        char id[33];
-        char user_id[65];
-        char role[16];          /* agent | connector */
-        char token_sha256[65];  /* hex digest of the token */
-        int64_t created_at;     /* unix ms */
-        int64_t revoked_at;     /* 0 = live */
-};
-/* Insert a token row. -EEXIST if the id or digest is taken, -EINVAL for an
- * unknown role. */
-int store_token_add(struct store *s, const struct store_token *row);
-/* The row whose digest is sha256_hex (revoked or not). -ENOENT when absent. */
-int store_token_get_by_digest(struct store *s, const char *sha256_hex, struct store_token *ret);
-/* Set revoked_at. -ENOENT for an unknown id, -EALREADY if already revoked. */
-int store_token_revoke(struct store *s, const char *id, int64_t now_ms);
-/* All rows, oldest first. malloc'd array. */
-int store_token_list(struct store *s, struct store_token **ret, size_t *ret_n);
 
 #endif

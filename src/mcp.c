@@ -485,6 +485,13 @@ static void *call_thread(void *p)
 
 /* ---- requests ---- */
 
+static bool valid_id(const cJSON *id)
+{
+        if (cJSON_IsString(id))
+                return true;
+        return cJSON_IsNumber(id) && id->valuedouble == (double)(int64_t)id->valuedouble;
+}
+
 struct req {
         const cJSON *id;
         const char *method;
@@ -642,7 +649,7 @@ static void handle_tools_call(struct mcp *m, const struct req *q)
         sbx_strlcpy(c->tool, name->valuestring, sizeof(c->tool));
         c->args = args ? cJSON_Duplicate(args, true) : cJSON_CreateObject();
         sbx_strlcpy(c->session, session ? session->valuestring : m->session, sizeof(c->session));
-        if (cJSON_IsString(token) || (cJSON_IsNumber(token) && token->valuedouble == (double)(int64_t)token->valuedouble))
+        if (valid_id(token)) /* a progress token is a string or an integer, like an id */
                 c->progress_token = cJSON_Duplicate(token, true);
         c->rank = q->rank;
         c->modern = q->modern;
@@ -724,13 +731,6 @@ static void handle_cancelled(struct mcp *m, const cJSON *params)
         pthread_mutex_unlock(&m->lock);
 }
 
-static bool valid_id(const cJSON *id)
-{
-        if (cJSON_IsString(id))
-                return true;
-        return cJSON_IsNumber(id) && id->valuedouble == (double)(int64_t)id->valuedouble;
-}
-
 /* The 2026-07-28 envelope: returns 0 (valid, version supported), or sends the
  * error and returns -1. */
 static int check_envelope(struct mcp *m, const cJSON *id, const cJSON *meta, struct req *q)
@@ -794,6 +794,7 @@ static void handle_request(struct mcp *m, const cJSON *id, const char *method, c
         if (cJSON_GetObjectItemCaseSensitive(meta, META_PROTOCOL_VERSION)) {
                 if (check_envelope(m, id, meta, &q) < 0)
                         return;
+                log_debug("mcp: %.100s (" MCP_MODERN_VERSION ")", method);
                 if (strcmp(method, "server/discover") == 0)
                         handle_discover(m, &q);
                 else if (strcmp(method, "tools/list") == 0)
@@ -808,6 +809,7 @@ static void handle_request(struct mcp *m, const cJSON *id, const char *method, c
         pthread_mutex_lock(&m->lock);
         q.rank = m->legacy_rank ? m->legacy_rank : MCP_REV_2025_11_25;
         pthread_mutex_unlock(&m->lock);
+        log_debug("mcp: %.100s (%s)", method, rank_version(q.rank));
         if (strcmp(method, "initialize") == 0)
                 handle_initialize(m, &q);
         else if (strcmp(method, "ping") == 0)
@@ -878,7 +880,8 @@ void mcp_handle_line(struct mcp *m, const char *line, size_t len)
         method = cJSON_GetObjectItemCaseSensitive(msg, "method");
         id = cJSON_GetObjectItemCaseSensitive(msg, "id");
         params = cJSON_GetObjectItemCaseSensitive(msg, "params");
-        if (!method && (cJSON_GetObjectItemCaseSensitive(msg, "result") || cJSON_GetObjectItemCaseSensitive(msg, "error"))) {
+        if (!method &&
+            (cJSON_GetObjectItemCaseSensitive(msg, "result") || cJSON_GetObjectItemCaseSensitive(msg, "error"))) {
                 /* A response: we never send requests, so there is nothing to match. */
                 log_debug("mcp: ignoring a response from the client");
                 goto out;

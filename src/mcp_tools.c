@@ -177,7 +177,8 @@ static struct mcp_tool tools[] = {
                          "'limit':{'type':'integer','minimum':1,'maximum':1000}," SESSION_PROP "},"
                          "'additionalProperties':false}",
                 .output = "{'type':'object','properties':{'executions':{'type':'array','items':"
-                          "{'type':'object','properties':{" EXEC_OUT_PROPS ",'command_preview':{'type':['string','null']},"
+                          "{'type':'object','properties':{" EXEC_OUT_PROPS ","
+                          "'command_preview':{'type':['string','null']},"
                           "'created_at':{'type':['integer','string','null']}}}}},'required':['executions']}",
                 .read_only = true,
                 .idempotent = true,
@@ -292,8 +293,14 @@ static struct mcp_tool tools[] = {
                                "marked on it), and its published ports.",
                 .input = "{'type':'object','properties':{" SESSION_PROP "},'additionalProperties':false}",
                 .output = "{'type':'object','properties':{'user':{'type':'string'},'session':{'type':'string'},"
-                          "'state':{'type':'string'},'network_mode':{'type':['string','null'],'description':'bridge, or none when the session is private.'},"
-                          "'private':{'type':'boolean','description':'True once private data was marked on the session: its network is then none for good.'},'datasets':{'type':'array','items':{'type':'object','properties':{'dataset':{'type':'string'},'source':{'type':['string','null']}}}},'ports':{'type':'array','items':{'type':'object',"
+                          "'state':{'type':'string','description':'creating, running, stopped or error.'},"
+                          "'network_mode':{'type':['string','null'],'description':'bridge, or none when the "
+                          "session is private.'},"
+                          "'private':{'type':'boolean','description':'True once private data was marked on the "
+                          "session: its network is then none for good.'},"
+                          "'datasets':{'type':'array','items':{'type':'object','properties':{"
+                          "'dataset':{'type':'string'},'source':{'type':['string','null']}}}},"
+                          "'ports':{'type':'array','items':{'type':'object',"
                           "'properties':{'container_port':{'type':'integer'},'host_port':{'type':['integer',"
                           "'null']}}}},'container_id':{'type':['string','null']},"
                           "'created_at':{'type':['integer','string','null']},"

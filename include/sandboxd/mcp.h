@@ -45,7 +45,9 @@
 #define MCP_MAX_OUTPUT (8 * 1024 * 1024)
 /* read_file returns at most this much per call unless asked for less. */
 #define MCP_READ_FILE_MAX (1024 * 1024)
-#define MCP_MAX_INFLIGHT_DEFAULT 32
+/* Each call in flight holds one API connection (two while cancelling), and
+ * the daemon serves 64 connections across all clients. */
+#define MCP_MAX_INFLIGHT_DEFAULT 16
 
 /* JSON-RPC and MCP error codes. */
 #define MCP_PARSE_ERROR -32700

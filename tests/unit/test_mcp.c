@@ -254,7 +254,8 @@ Test(mcp, discover)
         cr_assert_str_eq(cJSON_GetObjectItem(res, "resultType")->valuestring, "complete");
         cr_assert(cJSON_IsNumber(cJSON_GetObjectItem(res, "ttlMs")));
         cr_assert_str_eq(cJSON_GetObjectItem(res, "cacheScope")->valuestring, "public");
-        const cJSON *info = cJSON_GetObjectItem(cJSON_GetObjectItem(res, "_meta"), "io.modelcontextprotocol/serverInfo");
+        const cJSON *meta = cJSON_GetObjectItem(res, "_meta");
+        const cJSON *info = cJSON_GetObjectItem(meta, "io.modelcontextprotocol/serverInfo");
         cr_assert_str_eq(cJSON_GetObjectItem(info, "name")->valuestring, "sandboxd-mcp");
         cJSON_Delete(r);
 }
@@ -311,8 +312,8 @@ Test(mcp, stateless_era_has_no_handshake_methods)
 {
         assert_error("{\"jsonrpc\":\"2.0\",\"id\":1,\"method\":\"ping\",\"params\":{" ENVELOPE("2026-07-28") "}}",
                      MCP_METHOD_NOT_FOUND, false);
-        assert_error("{\"jsonrpc\":\"2.0\",\"id\":1,\"method\":\"logging/setLevel\",\"params\":{\"level\":\"info\"," ENVELOPE(
-                             "2026-07-28") "}}",
+        assert_error("{\"jsonrpc\":\"2.0\",\"id\":1,\"method\":\"logging/setLevel\",\"params\":{"
+                     "\"level\":\"info\"," ENVELOPE("2026-07-28") "}}",
                      MCP_METHOD_NOT_FOUND, false);
         assert_error("{\"jsonrpc\":\"2.0\",\"id\":1,\"method\":\"initialize\",\"params\":{\"protocolVersion\":"
                      "\"2026-07-28\"," ENVELOPE("2026-07-28") "}}",
@@ -334,6 +335,11 @@ static const cJSON *find_tool(const cJSON *tools, const char *name)
         return NULL;
 }
 
+static const cJSON *schema_props(const cJSON *tools, const char *tool, const char *which)
+{
+        return cJSON_GetObjectItem(cJSON_GetObjectItem(find_tool(tools, tool), which), "properties");
+}
+
 Test(mcp, tools_list_has_every_tool_with_schemas)
 {
         cJSON *r = ask("{\"jsonrpc\":\"2.0\",\"id\":1,\"method\":\"tools/list\"}");
@@ -349,8 +355,8 @@ Test(mcp, tools_list_has_every_tool_with_schemas)
                 cr_assert(cJSON_IsString(cJSON_GetObjectItem(t, "title")));
                 const cJSON *in = cJSON_GetObjectItem(t, "inputSchema");
                 const cJSON *out = cJSON_GetObjectItem(t, "outputSchema");
-                cr_assert_str_eq(cJSON_GetObjectItem(in, "type")->valuestring, "object", "%s input", expected_tools[i]);
-                cr_assert_str_eq(cJSON_GetObjectItem(out, "type")->valuestring, "object", "%s output", expected_tools[i]);
+                cr_assert_str_eq(cJSON_GetObjectItem(in, "type")->valuestring, "object", "%s in", expected_tools[i]);
+                cr_assert_str_eq(cJSON_GetObjectItem(out, "type")->valuestring, "object", "%s out", expected_tools[i]);
                 cr_assert(cJSON_IsObject(cJSON_GetObjectItem(cJSON_GetObjectItem(in, "properties"), "session")),
                           "%s takes session", expected_tools[i]);
                 cr_assert(cJSON_IsObject(cJSON_GetObjectItem(t, "annotations")));
@@ -374,25 +380,23 @@ Test(mcp, tools_list_has_every_tool_with_schemas)
                 {"service_logs", "name tail_lines"},
         };
         for (size_t i = 0; i < ELEMENTSOF(args); i++) {
-                const cJSON *props =
-                        cJSON_GetObjectItem(cJSON_GetObjectItem(find_tool(tools, args[i].tool), "inputSchema"), "properties");
+                const cJSON *props = schema_props(tools, args[i].tool, "inputSchema");
                 char buf[128], *save = NULL;
                 snprintf(buf, sizeof(buf), "%s", args[i].args);
                 for (char *a = strtok_r(buf, " ", &save); a; a = strtok_r(NULL, " ", &save))
                         cr_assert_not_null(cJSON_GetObjectItem(props, a), "%s takes %s", args[i].tool, a);
         }
         /* execution results and session_info carry the documented fields */
-        const cJSON *eo = cJSON_GetObjectItem(cJSON_GetObjectItem(find_tool(tools, "exec"), "outputSchema"), "properties");
+        const cJSON *eo = schema_props(tools, "exec", "outputSchema");
         static const char *const exec_fields[] = {"execution_id", "state",        "exit_code",    "cause",
                                                   "stdout",       "stderr",       "stdout_bytes", "stderr_bytes",
                                                   "truncated",    "duration_ms"};
         for (size_t i = 0; i < ELEMENTSOF(exec_fields); i++)
                 cr_assert_not_null(cJSON_GetObjectItem(eo, exec_fields[i]), "exec output has %s", exec_fields[i]);
-        const cJSON *so =
-                cJSON_GetObjectItem(cJSON_GetObjectItem(find_tool(tools, "session_info"), "outputSchema"), "properties");
+        const cJSON *so = schema_props(tools, "session_info", "outputSchema");
         static const char *const session_fields[] = {"state", "network_mode", "private", "ports"};
         for (size_t i = 0; i < ELEMENTSOF(session_fields); i++)
-                cr_assert_not_null(cJSON_GetObjectItem(so, session_fields[i]), "session_info has %s", session_fields[i]);
+                cr_assert_not_null(cJSON_GetObjectItem(so, session_fields[i]), "session_info: %s", session_fields[i]);
         cJSON_Delete(r);
 }
 
@@ -480,8 +484,8 @@ Test(mcp, malformed_lines)
 Test(mcp, unknown_methods_and_notifications)
 {
         assert_error("{\"jsonrpc\":\"2.0\",\"id\":1,\"method\":\"resources/list\"}", MCP_METHOD_NOT_FOUND, false);
-        assert_error("{\"jsonrpc\":\"2.0\",\"id\":\"x\",\"method\":\"prompts/list\",\"params\":{}}", MCP_METHOD_NOT_FOUND,
-                     false);
+        assert_error("{\"jsonrpc\":\"2.0\",\"id\":\"x\",\"method\":\"prompts/list\",\"params\":{}}",
+                     MCP_METHOD_NOT_FOUND, false);
         assert_error("{\"jsonrpc\":\"2.0\",\"id\":2,\"method\":\"completion/complete\",\"params\":{" ENVELOPE(
                              "2026-07-28") "}}",
                      MCP_METHOD_NOT_FOUND, false);
@@ -522,10 +526,11 @@ Test(mcp, tools_call_protocol_errors)
 {
         assert_error("{\"jsonrpc\":\"2.0\",\"id\":1,\"method\":\"tools/call\",\"params\":{\"name\":\"rm_rf\"}}",
                      MCP_INVALID_PARAMS, false);
-        assert_error("{\"jsonrpc\":\"2.0\",\"id\":1,\"method\":\"tools/call\",\"params\":{}}", MCP_INVALID_PARAMS, false);
-        assert_error("{\"jsonrpc\":\"2.0\",\"id\":1,\"method\":\"tools/call\"}", MCP_INVALID_PARAMS, false);
-        assert_error("{\"jsonrpc\":\"2.0\",\"id\":1,\"method\":\"tools/call\",\"params\":{\"name\":1}}", MCP_INVALID_PARAMS,
+        assert_error("{\"jsonrpc\":\"2.0\",\"id\":1,\"method\":\"tools/call\",\"params\":{}}", MCP_INVALID_PARAMS,
                      false);
+        assert_error("{\"jsonrpc\":\"2.0\",\"id\":1,\"method\":\"tools/call\"}", MCP_INVALID_PARAMS, false);
+        assert_error("{\"jsonrpc\":\"2.0\",\"id\":1,\"method\":\"tools/call\",\"params\":{\"name\":1}}",
+                     MCP_INVALID_PARAMS, false);
         assert_error("{\"jsonrpc\":\"2.0\",\"id\":1,\"method\":\"tools/call\",\"params\":{\"name\":\"exec\","
                      "\"arguments\":[\"ls\"]}}",
                      MCP_INVALID_PARAMS, false);
@@ -590,8 +595,8 @@ Test(mcp, tools_call_without_token_or_daemon)
 
 Test(mcp, feed_splits_lines_across_chunks)
 {
-        const char *two = "{\"jsonrpc\":\"2.0\",\"id\":1,\"method\":\"ping\"}\n{\"jsonrpc\":\"2.0\",\"id\":2,\"method\":"
-                          "\"ping\"}\r\n\n";
+        const char *two = "{\"jsonrpc\":\"2.0\",\"id\":1,\"method\":\"ping\"}\n"
+                          "{\"jsonrpc\":\"2.0\",\"id\":2,\"method\":\"ping\"}\r\n\n";
         for (const char *p = two; *p; p++)
                 mcp_feed(m, p, 1);
         cJSON *a = next_msg(), *b = next_msg();
@@ -747,7 +752,7 @@ static cJSON *fake_exec(const char *state, const char *out_b64, uint64_t off, ui
 static void *fake_conn(void *p)
 {
         int fd = (int)(intptr_t)p;
-        char buf[65536];
+        static __thread char buf[65536];
         size_t len = 0;
 
         for (;;) {
@@ -801,6 +806,18 @@ static void *fake_conn(void *p)
                                         fake_reply(fd, id, fake_exec("running", "qWxsbw==", 2, 6)); /* "\xa9llo" */
                                 else
                                         fake_reply(fd, id, fake_exec("completed", "", 6, 6));
+                        } else if (strcmp(method, "service_logs") == 0) {
+                                /* tail_lines × 1000 bytes of log: a reply as large as we like */
+                                size_t n = (size_t)cJSON_GetObjectItem(params, "tail_lines")->valueint * 1000;
+                                char *big = malloc(n + 1);
+                                memset(big, 'x', n);
+                                big[n] = '\0';
+                                cJSON *r = cJSON_CreateObject();
+                                cJSON_AddStringToObject(r, "name", "web");
+                                cJSON_AddStringToObject(r, "stdout", big);
+                                cJSON_AddStringToObject(r, "stderr", "");
+                                free(big);
+                                fake_reply(fd, id, r);
                         } else if (strcmp(method, "cancel_execution") == 0) {
                                 const cJSON *x = cJSON_GetObjectItem(params, "execution_id");
                                 if (!cJSON_IsString(x) || strcmp(x->valuestring, "ex-1") != 0)
@@ -958,5 +975,54 @@ Test(mcp_fake, duplicate_id_in_flight_is_refused)
         cr_assert_eq(error_code(r), MCP_INVALID_REQUEST);
         cJSON_Delete(r);
         send_line("{\"jsonrpc\":\"2.0\",\"method\":\"notifications/cancelled\",\"params\":{\"requestId\":5}}");
+        cr_assert_eq(mcp_drain(m, 10000), 0);
+}
+
+Test(mcp_fake, results_stay_under_the_output_limit)
+{
+        cJSON *r;
+        const cJSON *sc;
+
+        /* 5 MB of log: with its text copy the message would pass 8 MiB, so the
+         * text becomes a note and structuredContent carries the logs */
+        send_line("{\"jsonrpc\":\"2.0\",\"id\":1,\"method\":\"tools/call\",\"params\":{\"name\":\"service_logs\","
+                  "\"arguments\":{\"name\":\"web\",\"tail_lines\":5000}}}");
+        r = next_msg_wait(20000);
+        cr_assert_not_null(r);
+        cr_assert_not(is_error(r));
+        sc = cJSON_GetObjectItem(result_of(r), "structuredContent");
+        cr_assert_eq(strlen(cJSON_GetObjectItem(sc, "stdout")->valuestring), 5000000);
+        cr_assert_not_null(strstr(tool_text(r), "see structuredContent"));
+        cJSON_Delete(r);
+
+        /* 9 MB cannot fit at all: an error result asking for less */
+        send_line("{\"jsonrpc\":\"2.0\",\"id\":2,\"method\":\"tools/call\",\"params\":{\"name\":\"service_logs\","
+                  "\"arguments\":{\"name\":\"web\",\"tail_lines\":9000}}}");
+        r = next_msg_wait(20000);
+        cr_assert_not_null(r);
+        cr_assert(is_error(r));
+        cr_assert_not_null(strstr(tool_text(r), "tail_lines"));
+        cJSON_Delete(r);
+}
+
+Test(mcp_fake, calls_in_flight_are_capped)
+{
+        struct mcp_options o = {.api_socket = fk.path, .token = "t", .session = "unit", .write = capture,
+                                .max_inflight = 1};
+        struct sbx_error err = {0};
+
+        mcp_free(m);
+        cr_assert_eq(mcp_new(&o, &m, &err), 0);
+        pthread_mutex_lock(&fk.lock);
+        fk.hold = true;
+        pthread_mutex_unlock(&fk.lock);
+        send_line("{\"jsonrpc\":\"2.0\",\"id\":1,\"method\":\"tools/call\",\"params\":{\"name\":\"exec\","
+                  "\"arguments\":{\"command\":\"sleep 100\"}}}");
+        cJSON *r = ask("{\"jsonrpc\":\"2.0\",\"id\":2,\"method\":\"tools/call\",\"params\":{\"name\":\"exec\","
+                       "\"arguments\":{\"command\":\"true\"}}}");
+        cr_assert(is_error(r));
+        cr_assert_not_null(strstr(tool_text(r), "busy"));
+        cJSON_Delete(r);
+        send_line("{\"jsonrpc\":\"2.0\",\"method\":\"notifications/cancelled\",\"params\":{\"requestId\":1}}");
         cr_assert_eq(mcp_drain(m, 10000), 0);
 }

@@ -74,8 +74,10 @@ async function until(client, name, args, pred, timeoutMs = 30000) {
         assert.fail(`${name} never satisfied the condition; last: ${JSON.stringify(last)}`);
 }
 
-/** The scenarios both SDKs go through; `call(name, args, opts)` is callTool. */
+/** The scenarios both SDKs go through (getClient() has the 1.x callTool signature). */
 function commonScenarios(getClient, session) {
+        const call = (name, args, opts) => getClient().callTool({ name, arguments: args }, undefined, opts);
+
         check('lists every tool with input and output schemas', async () => {
                 const { tools } = await getClient().listTools();
                 assert.deepEqual(tools.map((t) => t.name).sort(), [...TOOLS].sort());
@@ -108,7 +110,10 @@ function commonScenarios(getClient, session) {
         check('run_code runs python', async () => {
                 const r = await getClient().callTool({
                         name: 'run_code',
-                        arguments: { language: 'python', code: 'import sys\nprint(sum(range(10)))\nprint(sys.version_info[0])' },
+                        arguments: {
+                                language: 'python',
+                                code: 'import sys\nprint(sum(range(10)))\nprint(sys.version_info[0])',
+                        },
                 });
                 assert.equal(r.isError ?? false, false, JSON.stringify(r));
                 assert.equal(r.structuredContent.stdout, '45\n3\n');
@@ -121,7 +126,7 @@ function commonScenarios(getClient, session) {
                 assert.equal(r.structuredContent.state, 'completed');
                 assert.equal(r.structuredContent.stderr, 'bad\n');
 
-                r = await getClient().callTool({ name: 'exec', arguments: { command: 'sleep 30', timeout_seconds: 1 } });
+                r = await call('exec', { command: 'sleep 30', timeout_seconds: 1 });
                 assert.equal(r.isError, true);
                 assert.equal(r.structuredContent.state, 'timeout');
                 assert.equal(r.structuredContent.exit_code, null);
@@ -150,7 +155,8 @@ function commonScenarios(getClient, session) {
                 assert.equal(r.isError ?? false, false);
                 assert.equal(r.structuredContent.stdout, 'tick 1\ntick 2\ntick 3\ntick 4\n');
                 assert.ok(seen.length >= 3, `progress notifications: ${JSON.stringify(seen)}`);
-                for (let i = 1; i < seen.length; i++) assert.ok(seen[i].progress > seen[i - 1].progress, 'progress increases');
+                for (let i = 1; i < seen.length; i++)
+                        assert.ok(seen[i].progress > seen[i - 1].progress, 'progress increases');
                 assert.match(seen[0].message, new RegExp(r.structuredContent.execution_id));
                 const text = seen
                         .slice(1)
@@ -186,19 +192,61 @@ function commonScenarios(getClient, session) {
                 assert.equal(s.stdout, 'started\n');
         });
 
+        check('background executions: stdin, offsets, listing, cancel', async () => {
+                const c = getClient();
+                let r = await c.callTool({
+                        name: 'exec',
+                        arguments: {
+                                command: 'read x; echo "got $x"; read y; echo "then $y"',
+                                background: true,
+                                interactive: true,
+                        },
+                });
+                assert.equal(r.isError ?? false, false, JSON.stringify(r));
+                const id = r.structuredContent.execution_id;
+                assert.ok(['pending', 'running'].includes(r.structuredContent.state));
+                r = await c.callTool({ name: 'send_stdin', arguments: { execution_id: id, data: 'one\n' } });
+                assert.equal(r.structuredContent.bytes, 4);
+                let s = await until(c, 'get_execution', { execution_id: id, wait: 5, stdout_offset: 0 }, (x) =>
+                        x.stdout.includes('got one'),
+                );
+                assert.equal(s.stdout_offset, 0);
+                r = await c.callTool({ name: 'send_stdin', arguments: { execution_id: id, data: 'two\n', eof: true } });
+                s = await until(c, 'get_execution', { execution_id: id, wait: 10 }, (x) => x.state === 'completed');
+                assert.equal(s.stdout, 'got one\nthen two\n');
+                r = await c.callTool({ name: 'get_execution', arguments: { execution_id: id, stdout_offset: 8 } });
+                assert.equal(r.structuredContent.stdout, 'then two\n');
+
+                r = await call('run_code', { language: 'bash', code: 'sleep 60', background: true });
+                const sleeper = r.structuredContent.execution_id;
+                r = await c.callTool({ name: 'list_executions', arguments: { states: ['running', 'pending'] } });
+                assert.ok(r.structuredContent.executions.some((x) => x.execution_id === sleeper), JSON.stringify(r));
+                r = await c.callTool({ name: 'cancel_execution', arguments: { execution_id: sleeper, force: true } });
+                assert.equal(r.isError ?? false, false, JSON.stringify(r));
+                assert.equal(r.structuredContent.state, 'cancelled');
+                r = await c.callTool({ name: 'cancel_execution', arguments: { execution_id: sleeper } });
+                assert.equal(r.isError, true, 'cancelling a finished execution is refused');
+                r = await c.callTool({ name: 'list_executions', arguments: { limit: 1000 } });
+                assert.ok(r.structuredContent.executions.length >= 2);
+        });
+
         check('files: write, read, list', async () => {
                 const content = 'line one\nünïcødé ✓\n';
-                let r = await getClient().callTool({ name: 'write_file', arguments: { path: `${session}/notes.txt`, content } });
+                let r = await call('write_file', { path: `${session}/notes.txt`, content });
                 assert.equal(r.isError ?? false, false, JSON.stringify(r));
                 assert.equal(r.structuredContent.bytes, Buffer.byteLength(content));
                 r = await getClient().callTool({ name: 'read_file', arguments: { path: `${session}/notes.txt` } });
                 assert.equal(r.structuredContent.content, content);
                 assert.equal(r.structuredContent.eof, true);
-                r = await getClient().callTool({ name: 'read_file', arguments: { path: `${session}/notes.txt`, offset: 5, length: 3 } });
+                r = await call('read_file', { path: `${session}/notes.txt`, offset: 5, length: 3 });
                 assert.equal(r.structuredContent.content, 'one');
                 r = await getClient().callTool({
                         name: 'write_file',
-                        arguments: { path: `${session}/bin.dat`, content: Buffer.from([0, 1, 2, 255]).toString('base64'), encoding: 'base64' },
+                        arguments: {
+                                path: `${session}/bin.dat`,
+                                content: Buffer.from([0, 1, 2, 255]).toString('base64'),
+                                encoding: 'base64',
+                        },
                 });
                 assert.equal(r.structuredContent.bytes, 4);
                 r = await getClient().callTool({ name: 'list_files', arguments: { path: session } });
@@ -217,9 +265,8 @@ function commonScenarios(getClient, session) {
                 });
                 assert.equal(r.isError ?? false, false, JSON.stringify(r));
                 assert.equal(r.structuredContent.name, name);
-                const svc = await until(getClient(), 'list_services', {}, (s) =>
-                        s.services.some((x) => x.name === name && x.state === 'running' && x.ports.some((p) => p.container_port === 8000)),
-                );
+                const serving = (x) => x.name === name && x.state === 'running' && x.ports.some((p) => p.container_port === 8000);
+                const svc = await until(getClient(), 'list_services', {}, (s) => s.services.some(serving));
                 const port = svc.services.find((x) => x.name === name).ports.find((p) => p.container_port === 8000);
                 assert.ok(port.host_port > 0, 'published on a host port');
                 const info = (await getClient().callTool({ name: 'session_info', arguments: {} })).structuredContent;
@@ -232,7 +279,7 @@ function commonScenarios(getClient, session) {
                 await res.text();
                 r = await getClient().callTool({ name: 'stop_service', arguments: { name } });
                 assert.equal(r.isError ?? false, false, JSON.stringify(r));
-                assert.ok(['stopped', 'failed'].includes(r.structuredContent.state), JSON.stringify(r.structuredContent));
+                assert.ok(['stopped', 'failed'].includes(r.structuredContent.state), JSON.stringify(r));
                 const after = await getClient().callTool({ name: 'list_services', arguments: {} });
                 assert.notEqual(after.structuredContent.services.find((x) => x.name === name)?.state, 'running');
         });
@@ -272,6 +319,16 @@ describe('legacy era: @modelcontextprotocol/sdk', () => {
         });
 
         commonScenarios(() => client, session);
+
+        check('the session argument reaches another sandbox', async () => {
+                await client.callTool({ name: 'write_file', arguments: { path: 'mine.txt', content: 'a' } });
+                let r = await client.callTool({ name: 'list_files', arguments: { session: 'js-other' } });
+                assert.ok(!r.structuredContent.entries.some((e) => e.name === 'mine.txt'));
+                r = await client.callTool({ name: 'session_info', arguments: { session: 'js-other' } });
+                assert.equal(r.structuredContent.session, 'js-other');
+                r = await client.callTool({ name: 'exec', arguments: { command: 'true', session: '../x' } });
+                assert.equal(r.isError, true);
+        });
 });
 
 describe('2026-07-28: @modelcontextprotocol/client pinned', () => {
@@ -327,7 +384,7 @@ describe('raw JSON-RPC lines', () => {
                                 });
                                 assert.equal(r.result.protocolVersion, v);
                         }
-                        let r = await a.request(id++, 'initialize', { protocolVersion: '1999-01-01', capabilities: {} });
+                        let r = await a.request(id++, 'initialize', { protocolVersion: '1999-01-01' });
                         assert.equal(r.result.protocolVersion, '2025-11-25');
                         const meta = (v) => ({
                                 'io.modelcontextprotocol/protocolVersion': v,

@@ -265,7 +265,8 @@ function commonScenarios(getClient, session) {
                 });
                 assert.equal(r.isError ?? false, false, JSON.stringify(r));
                 assert.equal(r.structuredContent.name, name);
-                const serving = (x) => x.name === name && x.state === 'running' && x.ports.some((p) => p.container_port === 8000);
+                const on8000 = (x) => x.ports.some((p) => p.container_port === 8000);
+                const serving = (x) => x.name === name && x.state === 'running' && on8000(x);
                 const svc = await until(getClient(), 'list_services', {}, (s) => s.services.some(serving));
                 const port = svc.services.find((x) => x.name === name).ports.find((p) => p.container_port === 8000);
                 assert.ok(port.host_port > 0, 'published on a host port');

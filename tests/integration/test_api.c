@@ -113,7 +113,11 @@ Test(api, socket_mode_and_exec_round_trip)
                 cr_assert_eq(apic_send(fd, buf, strlen(buf)), 0);
                 apic_request(fd, 2, tok_a, "exec", apic_json("{\"session\": \"s1\", \"command\": \"echo two\"}"));
                 r = apic_reply(fd, 60000, NULL);
-                cr_assert_str_eq(cJSON_PrintUnformatted(cJSON_GetObjectItem(r, "id")), "{\"x\":[1,\"two\"]}");
+                {
+                        char *id = cJSON_PrintUnformatted(cJSON_GetObjectItem(r, "id"));
+                        cr_assert_str_eq(id, "{\"x\":[1,\"two\"]}");
+                        free(id);
+                }
                 cr_assert_str_eq(apic_str(apic_result(r), "stdout"), "one\n");
                 cJSON_Delete(r);
                 r = apic_reply(fd, 60000, NULL);
@@ -635,7 +639,13 @@ Test(api, disconnect_mid_exec_keeps_execution)
         fd = apic_connect(cfg.api_socket);
         apic_request(fd, 1, tok_a, "exec",
                      apic_json("{\"session\": \"s1\", \"stream\": true, \"command\": \"echo begin; sleep 2; echo end\"}"));
-        sbx_sleep_ms(700);
+        {
+                /* the first progress event proves the execution runs */
+                char *first = apic_read_line(fd, 60000);
+                cr_assert_not_null(first);
+                cr_assert_not_null(strstr(first, "\"event\":\"output\""), "%s", first);
+                free(first);
+        }
         close(fd); /* gone mid-call */
 
         r = call(tok_a, "list_executions", "{\"session\": \"s1\"}");

@@ -127,6 +127,23 @@ reuse() {
 	return 0
 }
 
+# After a rebuild: remove the image REF pointed at before, if nothing else
+# names or uses it (docker refuses while a container uses it; that is fine).
+drop_superseded() {
+	local old=$1 tags
+	[[ -n $old ]] || return 0
+	tags=$("$DOCKER" image inspect -f '{{len .RepoTags}}' "$old" 2>/dev/null || echo 1)
+	[[ $tags == 0 ]] && "$DOCKER" rmi "$old" >/dev/null 2>&1 || true
+}
+
+# Remove base images of older python recipes; the current one stays.
+drop_old_bases() {
+	local keep=$1 ref
+	while IFS= read -r ref; do
+		[[ $ref == "$keep" ]] || "$DOCKER" rmi "$ref" >/dev/null 2>&1 || true
+	done < <("$DOCKER" images --format '{{.Repository}}:{{.Tag}}' "$PYTHON_BASE_REPO")
+}
+
 busybox_path() {
 	local p
 	p=$(dpkg -L busybox-static 2>/dev/null | awk '/\/bin\/busybox$/ { print; exit }')
@@ -135,7 +152,7 @@ busybox_path() {
 }
 
 build_test() {
-	local dir=$WORK/test hash t0
+	local dir=$WORK/test hash t0 old
 	mkdir -p "$dir"
 	cp "$ROOT/images/test/Dockerfile" "$dir/Dockerfile"
 	cp "$(busybox_path)" "$dir/busybox"
@@ -150,8 +167,10 @@ build_test() {
 
 	log "test: building (recipe ${hash:0:12})"
 	t0=$(now)
+	old=$("$DOCKER" image inspect -f '{{.Id}}' "$TEST_REF" 2>/dev/null || true)
 	"$DOCKER" build --network none --force-rm --quiet \
 		--label "sandboxd.recipe=$hash" -t "$TEST_REF" "$dir" >/dev/null
+	drop_superseded "$old"
 	log "test: built in $(since "$t0")"
 }
 
@@ -211,7 +230,7 @@ build_python_base() {
 }
 
 build_python() {
-	local base hash t0
+	local base hash t0 old
 	t0=$(now)
 	base=$(build_python_base)
 	hash=$({
@@ -223,9 +242,12 @@ build_python() {
 	reuse python "$hash" "$PYTHON_REF" && return 0
 
 	log "python: building (recipe ${hash:0:12})"
+	old=$("$DOCKER" image inspect -f '{{.Id}}' "$PYTHON_REF" 2>/dev/null || true)
 	"$DOCKER" build --network none --force-rm --quiet \
 		--build-arg "BASE=$base" \
 		--label "sandboxd.recipe=$hash" -t "$PYTHON_REF" "$ROOT/images/python" >/dev/null
+	drop_superseded "$old"
+	drop_old_bases "$base"
 	log "python: built in $(since "$t0")"
 }
 

@@ -113,6 +113,7 @@ retag() {
 	if [[ $cur != "$id" ]]; then
 		"$DOCKER" tag "$id" "$ref"
 		log "$ref -> ${id#sha256:}"
+		drop_superseded "$cur"
 	fi
 }
 

@@ -261,8 +261,11 @@ int portpool_reserve_block(struct portpool *p, const char *user, const char *ses
         pthread_mutex_lock(&p->lock);
         mine = find_block(p, user, session);
         if (mine >= 0) {
+                /* the store rows may have been released by another process (--gc) */
                 block_fill_ports(p, (size_t)mine, ret_ports);
-                r = 0;
+                r = store_ports_ensure(p->st, ret_ports, (size_t)p->per, user, session, sbx_wall_ms());
+                if (r < 0)
+                        sbx_error_set(err, r, 0, "re-recording ports: %s", strerror(-r));
                 goto out;
         }
 
@@ -392,7 +395,8 @@ int portpool_release_unheld(struct portpool *p, bool (*keep)(const char *user, c
         if (r < 0)
                 return r;
 
-        qsort(rows, n, sizeof(*rows), cmp_port_owner);
+        if (n > 0)
+                qsort(rows, n, sizeof(*rows), cmp_port_owner);
         for (size_t i = 0; i < n; i++) {
                 if (i > 0 && cmp_port_owner(&rows[i - 1], &rows[i]) == 0)
                         continue; /* one call per session, not per port */

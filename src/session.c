@@ -1067,7 +1067,7 @@ int session_destroy(struct session_manager *m, const char *user, const char *id,
         }
         (void)portpool_release(m->ports, user, id);
         call_handlers(m, user, id, cid, "destroyed");
-        r = store_session_delete(m->store, user, id);
+        r = store_session_delete(m->store, user, id, purge);
         if (r < 0)
                 log_ctx(LOG_LEVEL_ERROR, user, id, NULL, "cannot delete session row: %s", strerror(-r));
         if (purge) {

@@ -610,16 +610,19 @@ int store_session_get(struct store *s, const char *user, const char *session, st
         return 0;
 }
 
-int store_session_delete(struct store *s, const char *user, const char *session)
+int store_session_delete(struct store *s, const char *user, const char *session, bool drop_private)
 {
         /* Everything that belongs to the session's live state; containers,
-         * executions and audit_log are history and stay. */
+         * executions and audit_log are history and stay. The private marks go
+         * only with the workspace (drop_private): a workspace that outlives its
+         * session row still holds whatever private data entered it, so a
+         * session later made on it must come back without a network. */
         static const char *const deletes[] = {
                 "DELETE FROM port_allocations WHERE user_id = ?1 AND session_id = ?2",
-                "DELETE FROM private_datasets WHERE user_id = ?1 AND session_id = ?2",
                 "DELETE FROM services WHERE user_id = ?1 AND session_id = ?2",
                 "DELETE FROM sessions WHERE user_id = ?1 AND session_id = ?2",
         };
+        static const char drop_marks[] = "DELETE FROM private_datasets WHERE user_id = ?1 AND session_id = ?2";
         STORE_LOCK(s);
         _cleanup_(store_tx_rollbackp) struct store_tx tx = {};
         int r, deleted = 0;
@@ -629,9 +632,12 @@ int store_session_delete(struct store *s, const char *user, const char *session)
         r = store_tx_begin(s, &tx);
         if (r < 0)
                 return r;
-        for (size_t i = 0; i < ELEMENTSOF(deletes); i++) {
+        for (size_t i = 0; i < ELEMENTSOF(deletes) + 1; i++) {
                 _cleanup_(sq_end) struct store_query q = {};
-                r = sq_start(&q, s, deletes[i]);
+                const char *sql = i == 0 ? drop_marks : deletes[i - 1];
+                if (i == 0 && !drop_private)
+                        continue;
+                r = sq_start(&q, s, sql);
                 if (r < 0)
                         return r;
                 sq_text(&q, user);
@@ -781,6 +787,36 @@ int store_ports_reserve(struct store *s, const int *ports, size_t n, const char 
                 r = sq_exec(&q);
                 if (r == -EEXIST)
                         return -EADDRINUSE; /* the cleanup rolls back the earlier inserts */
+                if (r < 0)
+                        return r;
+        }
+        return store_tx_commit(&tx);
+}
+
+int store_ports_ensure(struct store *s, const int *ports, size_t n, const char *user, const char *session,
+                       int64_t now_ms)
+{
+        STORE_LOCK(s);
+        _cleanup_(store_tx_rollbackp) struct store_tx tx = {};
+        int r;
+
+        if (!store_key_ok(user) || !store_key_ok(session) || (n > 0 && !ports))
+                return -EINVAL;
+        r = store_tx_begin(s, &tx);
+        if (r < 0)
+                return r;
+        for (size_t i = 0; i < n; i++) {
+                _cleanup_(sq_end) struct store_query q = {};
+                r = sq_start(&q, s,
+                             "INSERT INTO port_allocations (port, user_id, session_id, reserved_at) "
+                             "VALUES (?1, ?2, ?3, ?4) ON CONFLICT (port) DO NOTHING");
+                if (r < 0)
+                        return r;
+                sq_int64(&q, ports[i]);
+                sq_text(&q, user);
+                sq_text(&q, session);
+                sq_int64(&q, now_ms);
+                r = sq_exec(&q);
                 if (r < 0)
                         return r;
         }

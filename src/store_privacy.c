@@ -1,6 +1,7 @@
 /* store_privacy.c — typed queries of private_datasets. There is no query
- * that deletes a mark on its own: only store_session_delete() (destroying
- * the whole session) removes them. */
+ * that deletes a mark on its own: only store_session_delete() with
+ * drop_private (destroying the session together with its workspace) removes
+ * them. */
 #include <errno.h>
 #include <string.h>
 

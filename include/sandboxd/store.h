@@ -91,10 +91,12 @@ int store_session_put(struct store *s, const struct store_session *row);
 /* Read one row into *ret. -ENOENT when absent. */
 int store_session_get(struct store *s, const char *user, const char *session, struct store_session *ret);
 /* Destroy: in one transaction, delete the session row and its
- * port_allocations, private_datasets and services rows. containers,
- * executions and audit_log are history and stay. -ENOENT if there was no
- * session row (the other rows are deleted all the same). */
-int store_session_delete(struct store *s, const char *user, const char *session);
+ * port_allocations and services rows, and its private_datasets rows only
+ * with drop_private (when the workspace goes too: marks must outlive a row
+ * whose workspace survives). containers, executions and audit_log are
+ * history and stay. -ENOENT if there was no session row (the other rows are
+ * deleted all the same). */
+int store_session_delete(struct store *s, const char *user, const char *session, bool drop_private);
 /* All rows, ordered by (user_id, session_id), optionally filtered by user
  * and/or state (NULL = any). *ret is a malloc'd array of *ret_n rows for the
  * caller to free (NULL when there are none). */
@@ -123,6 +125,11 @@ int store_ports_reserve(struct store *s, const int *ports, size_t n, const char 
                         int64_t now_ms);
 /* Record container_id (NULL or "" clears it) on every allocation of the
  * session. -ENOENT if the session holds no port. */
+/* Re-insert rows for ports[0..n) of (user, session) that are missing
+ * (another process, e.g. --gc, may have released them); ports held by
+ * someone else are left alone. */
+int store_ports_ensure(struct store *s, const int *ports, size_t n, const char *user, const char *session,
+                       int64_t now_ms);
 int store_ports_set_container(struct store *s, const char *user, const char *session, const char *container_id);
 /* Delete every allocation of (user, session). Returns the number of ports
  * deleted (0 if it held none), or -errno. */

@@ -3,6 +3,7 @@
 #include <dirent.h>
 #include <errno.h>
 #include <signal.h>
+#include <sys/prctl.h>
 #include <stdio.h>
 #include <string.h>
 #include <sys/wait.h>
@@ -425,6 +426,7 @@ Test(exec, running_execution_survives_as_daemon_restarted)
         cr_assert_eq(pipe(pipefd), 0);
         pid = fork();
         if (pid == 0) {
+                prctl(PR_SET_PDEATHSIG, SIGKILL); /* never outlive the test, whatever fails there */
                 struct daemon *cd = fixture_open(&cfg, false);
                 struct exec_request req = {.user = "u1", .session = "rs", .command = "echo partial; sleep 120"};
                 char cid[37];

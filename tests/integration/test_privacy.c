@@ -230,3 +230,23 @@ Test(privacy, no_execution_that_starts_after_the_mark_sees_a_network)
                         cr_assert_lt(rc[i].ended, marked, "exec %d saw a network after the mark returned", i);
         daemon_close(d);
 }
+
+Test(privacy, destroy_without_purge_keeps_the_mark_with_the_workspace)
+{
+        struct exec_result r;
+        struct sbx_error err = {0};
+
+        open_daemon(NULL);
+        r = sh("kept", "echo private-data > /workspace/p.txt");
+        exec_result_done(&r);
+        cr_assert_eq(privacy_mark(d->privacy, "u1", "kept", "ds", NULL, "test", &err), 0, "%s", err.msg);
+        cr_assert_eq(session_destroy(d->sessions, "u1", "kept", false, &err), 0, "%s", err.msg);
+        /* the same key again, on the same surviving workspace: still no network */
+        r = sh("kept", "cat /workspace/p.txt; ls /sys/class/net | grep -vxc lo || true");
+        cr_assert(output_is(&r, "private-data\n0\n"), "%.*s", (int)r.stdout_head_len, r.stdout_head);
+        exec_result_done(&r);
+        /* destroying with the workspace forgets the mark too */
+        cr_assert_eq(session_destroy(d->sessions, "u1", "kept", true, &err), 0, "%s", err.msg);
+        cr_assert_not(privacy_is_private(d->privacy, "u1", "kept"));
+        daemon_close(d);
+}

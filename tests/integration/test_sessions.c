@@ -7,6 +7,7 @@
 #include <errno.h>
 #include <pthread.h>
 #include <signal.h>
+#include <sys/prctl.h>
 #include <stdio.h>
 #include <string.h>
 #include <sys/stat.h>
@@ -528,6 +529,7 @@ Test(sessions, kill9_restart_reconciles_and_foreign_containers_survive)
         pid = fork(); /* before this process starts any thread */
         cr_assert_geq(pid, 0);
         if (pid == 0) {
+                prctl(PR_SET_PDEATHSIG, SIGKILL); /* never outlive the test, whatever fails there */
                 struct daemon *cd = fixture_open(&cfg, true);
                 struct session *s;
                 char id[65];

@@ -225,7 +225,7 @@ Test(store, session_delete_drops_ports_datasets_services)
                  "('alice', 's1', 'web', 'python -m http.server', 'RUNNING'), "
                  "('alice', 's2', 'web', 'python -m http.server', 'RUNNING');");
 
-        cr_assert_eq(store_session_delete(st, "alice", "s1"), 0);
+        cr_assert_eq(store_session_delete(st, "alice", "s1", true), 0);
         cr_assert_eq(store_session_get(st, "alice", "s1", &got), -ENOENT);
         cr_assert_eq(store_session_get(st, "alice", "s2", &got), 0);
         cr_assert_eq(port_count(), 1);
@@ -238,7 +238,7 @@ Test(store, session_delete_drops_ports_datasets_services)
         cr_assert_eq(raw_int("SELECT COUNT(*) FROM containers"), 1);
         cr_assert_eq(raw_int("SELECT COUNT(*) FROM audit_log"), 1);
 
-        cr_assert_eq(store_session_delete(st, "alice", "s1"), -ENOENT);
+        cr_assert_eq(store_session_delete(st, "alice", "s1", true), -ENOENT);
 }
 
 Test(store, session_touch)

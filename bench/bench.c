@@ -8,15 +8,16 @@
  * (read from the same configuration the daemon loads) plus `docker exec`.
  *
  * Phases, in order (sizes for full / --quick):
- *   cold session        create + first exec of `true`   vs docker run -d + docker exec   (20 / 5 pairs)
- *   exec round trip     API exec `true` in a warm session vs docker exec CLI, same container (200 / 30)
+ *   cold session        create + first exec of `true`   vs docker run -d + docker exec   (20 / 4 pairs)
+ *   exec round trip     API exec `true` in a warm session vs docker exec CLI, same container (200 / 25)
  *   engine exec         the same three Engine API calls the daemon makes, no daemon (reference)
  *   run_code            python print(1)                                                 (50 / 10)
- *   RSS                 VmRSS of the daemon idle, then at S1 and S2 sessions      (50, 200 / 20, 40)
- *   concurrency         S1 sessions x 20 execs at once: throughput, latency, errors
+ *   RSS                 VmRSS of the daemon idle, then at S1 and S2 sessions      (50, 200 / 20, 30)
+ *   concurrency         S1 sessions x E execs at once: throughput, latency, errors, then the
+ *                       same through the docker exec CLI                             (E = 20 / 10)
  *   detection           docker kill -> session ERROR on the admin socket            (10 / 3)
  *   restart             SIGKILL the daemon with R sessions alive, start it again: time to both
- *                       sockets answering and to its "reconciled:" log line          (R = 100 / 40)
+ *                       sockets answering and to its "reconciled:" log line          (R = 100 / 30)
  *
  * Threads: the main thread, plus short-lived workers in the concurrent
  * phases, each with its own socket connection; they share only series
@@ -50,7 +51,7 @@ struct sizes {
 };
 
 static const struct sizes full_sizes = {20, 200, 50, 50, 20, 200, 10, 100, 3};
-static const struct sizes quick_sizes = {5, 30, 10, 20, 20, 40, 3, 40, 1};
+static const struct sizes quick_sizes = {4, 25, 10, 20, 10, 30, 3, 30, 1};
 
 struct bench {
         struct sbx_config cfg;
@@ -63,6 +64,7 @@ struct bench {
         int base_port;       /* next baseline port block */
         int sessions_alive;  /* bulk sessions s0..s{n-1} created so far */
         struct docker *engine; /* the reference Engine API client */
+        pid_t dockerd;         /* for CPU accounting; -1 if unknown */
         struct report rep;
 };
 
@@ -169,10 +171,28 @@ static int create_token(struct bench *b)
         return 0;
 }
 
-static double rss_mb(struct bench *b)
+static double status_mb(struct bench *b, const char *key)
 {
-        long kb = proc_rss_kb(b->daemon);
+        long kb = proc_status_kb(b->daemon, key);
         return kb < 0 ? NAN : (double)kb * 1024.0 / 1e6;
+}
+
+/* CPU time (ms) consumed so far by the daemon, dockerd and the whole machine. */
+struct cpu {
+        double daemon, dockerd, machine;
+};
+
+static struct cpu cpu_now(struct bench *b)
+{
+        return (struct cpu){proc_cpu_ms(b->daemon), b->dockerd > 0 ? proc_cpu_ms(b->dockerd) : NAN,
+                            system_busy_ms()};
+}
+
+static void cpu_add_delta(struct cpu *acc, const struct cpu *t0, const struct cpu *t1)
+{
+        acc->daemon += t1->daemon - t0->daemon;
+        acc->dockerd += t1->dockerd - t0->dockerd;
+        acc->machine += t1->machine - t0->machine;
 }
 
 /* ---- sessions through the API ---- */
@@ -411,9 +431,13 @@ static int make_workspace(struct bench *b, int i, char *ret, size_t size)
 static int phase_cold(struct bench *b)
 {
         struct measurement *m = report_add(&b->rep, "cold_session", "ms");
+        struct cpu cpu[2] = {{0}};
+        struct series run_s, exec_s;
         struct conn c;
         int errors = 0;
 
+        series_init(&run_s);
+        series_init(&exec_s);
         m->has_baseline = true;
         snprintf(m->baseline_desc, sizeof(m->baseline_desc),
                  "docker run -d (same image, hardening flags, %d published ports) + docker exec true",
@@ -429,8 +453,11 @@ static int phase_cold(struct bench *b)
                 /* A then B, then B then A: neither side always goes first */
                 for (int k = 0; k < 2; k++) {
                         if ((k == 0) == (i % 2 == 0)) {
+                                struct cpu c0 = cpu_now(b), c1;
                                 snprintf(name, sizeof(name), "cold%d", i);
                                 dt = timed_exec(b, &c, name, "true", why, sizeof(why));
+                                c1 = cpu_now(b);
+                                cpu_add_delta(&cpu[0], &c0, &c1);
                                 if (dt < 0) {
                                         say("cold session %s failed: %s", name, why);
                                         errors++;
@@ -439,14 +466,22 @@ static int phase_cold(struct bench *b)
                                 }
                                 (void)admin_destroy(b, name);
                         } else {
-                                if (make_workspace(b, i, ws, sizeof(ws)) < 0 ||
-                                    baseline_run(b, ws, id, sizeof(id), &run_ms) < 0) {
+                                struct cpu c0, c1;
+                                if (make_workspace(b, i, ws, sizeof(ws)) < 0)
+                                        continue;
+                                c0 = cpu_now(b);
+                                if (baseline_run(b, ws, id, sizeof(id), &run_ms) < 0) {
                                         errors++;
                                         continue;
                                 }
                                 exec_ms = docker_exec_cli(b, id);
-                                if (exec_ms >= 0)
+                                c1 = cpu_now(b);
+                                cpu_add_delta(&cpu[1], &c0, &c1);
+                                series_add(&run_s, run_ms);
+                                if (exec_ms >= 0) {
                                         series_add(&m->base, run_ms + exec_ms);
+                                        series_add(&exec_s, exec_ms);
+                                }
                                 else
                                         errors++;
                                 docker_rm(b, id);
@@ -454,8 +489,15 @@ static int phase_cold(struct bench *b)
                 }
         }
         conn_close(&c);
-        if (errors)
-                snprintf(m->note, sizeof(m->note), "%d failed samples", errors);
+        snprintf(m->note, sizeof(m->note),
+                 "baseline split: docker run -d p50 %.0f ms + docker exec p50 %.0f ms; CPU per cold session, ms "
+                 "(daemon / dockerd / whole machine, which includes anything else running): sandboxd %.0f / %.0f / "
+                 "%.0f, baseline - / %.0f / %.0f%s",
+                 series_pct(&run_s, 50), series_pct(&exec_s, 50), cpu[0].daemon / b->sz.cold,
+                 cpu[0].dockerd / b->sz.cold, cpu[0].machine / b->sz.cold, cpu[1].dockerd / b->sz.cold,
+                 cpu[1].machine / b->sz.cold, errors ? "; some samples failed" : "");
+        series_done(&run_s);
+        series_done(&exec_s);
         return 0;
 }
 
@@ -466,6 +508,7 @@ static int phase_exec(struct bench *b)
         const char *argv[] = {"sh", "-c", "true", NULL};
         struct docker_exec_spec spec = {.cmd = argv};
         char cid[128], why[512];
+        struct cpu cpu[3] = {{0}};
         struct conn c;
         int errors = 0, base_errors = 0;
 
@@ -492,6 +535,7 @@ static int phase_exec(struct bench *b)
         for (int i = 0; i < b->sz.exec; i++) {
                 for (int k = 0; k < 3; k++) {
                         int which = (k + i) % 3; /* rotate the order */
+                        struct cpu c0 = cpu_now(b), c1;
                         double dt;
                         if (which == 0) {
                                 dt = timed_exec(b, &c, "warm", "true", why, sizeof(why));
@@ -518,12 +562,24 @@ static int phase_exec(struct bench *b)
                                         docker_exec_result_done(&res);
                                 }
                         }
+                        c1 = cpu_now(b);
+                        cpu_add_delta(&cpu[which], &c0, &c1);
                 }
         }
         conn_close(&c);
+        {
+                double n = b->sz.exec;
+                /* 10 ms clock ticks: per-sample deltas are coarse, their sum over n samples is not */
+                snprintf(m->note, sizeof(m->note),
+                         "CPU per exec, ms (daemon / dockerd / whole machine, which includes anything else running): "
+                         "API %.1f / %.1f / %.1f; docker exec "
+                         "CLI - / %.1f / %.1f; engine reference - / %.1f / %.1f%s",
+                         cpu[0].daemon / n, cpu[0].dockerd / n, cpu[0].machine / n, cpu[1].dockerd / n,
+                         cpu[1].machine / n, cpu[2].dockerd / n, cpu[2].machine / n,
+                         errors || base_errors ? "; some samples failed" : "");
+        }
         if (errors || base_errors)
-                snprintf(m->note, sizeof(m->note), "%d failed sandboxd samples, %d failed baseline samples", errors,
-                         base_errors);
+                say("exec: %d failed sandboxd samples, %d failed baseline samples", errors, base_errors);
         return 0;
 }
 
@@ -568,7 +624,7 @@ static void rss_point(struct bench *b, int sessions, bool target, const char *ex
 {
         char name[64];
         struct measurement *m;
-        double v = rss_mb(b);
+        double v = status_mb(b, "VmRSS");
 
         if (sessions)
                 snprintf(name, sizeof(name), "daemon_rss_%d_sessions", sessions);
@@ -578,8 +634,11 @@ static void rss_point(struct bench *b, int sessions, bool target, const char *ex
         series_add(&m->s, v);
         if (target)
                 measurement_target(m, TARGET_P50_LE, 40, "<= 40 MB at 200 sessions");
-        snprintf(m->note, sizeof(m->note), "VmRSS of the daemon process alone (pid %d), %d live sessions%s%s",
-                 (int)b->daemon, sessions,
+        snprintf(m->note, sizeof(m->note),
+                 "VmRSS of the daemon process alone (pid %d), %d live sessions: %.1f MB anonymous + %.1f MB "
+                 "file-backed (shared libraries), %ld threads%s%s",
+                 (int)b->daemon, sessions, status_mb(b, "RssAnon"), status_mb(b, "RssFile"),
+                 proc_status_kb(b->daemon, "Threads"),
                  sessions && !target ? "; the 40 MB target is for 200 sessions, which this mode does not reach" : "",
                  extra ? extra : "");
         say("%s: %.1f MB", name, v);
@@ -660,6 +719,7 @@ static int phase_concurrency(struct bench *b)
         struct conc api = {.b = b, .execs = b->sz.conc_execs}, cli = {.b = b, .cli = true, .execs = b->sz.conc_execs};
         char (*cids)[128] = calloc((size_t)n, sizeof(*cids));
         double wall, wall_cli;
+        struct cpu c0, c1, cpu_api = {0}, cpu_cli = {0};
         struct conn c;
 
         snprintf(name, sizeof(name), "concurrent_exec_%dx%d", n, api.execs);
@@ -681,13 +741,27 @@ static int phase_concurrency(struct bench *b)
         conn_close(&c);
 
         say("concurrency: %d sessions x %d execs, all at once (API, then the CLI baseline)", n, api.execs);
+        c0 = cpu_now(b);
         wall = conc_round(&api, n);
+        c1 = cpu_now(b);
+        cpu_add_delta(&cpu_api, &c0, &c1);
         say("concurrency: API %.1f exec/s, %d errors", (double)(total - api.errors) / (wall / 1000), api.errors);
+        c0 = cpu_now(b);
         wall_cli = conc_round(&cli, n);
+        c1 = cpu_now(b);
+        cpu_add_delta(&cpu_cli, &c0, &c1);
         say("concurrency: CLI %.1f exec/s, %d errors", (double)(total - cli.errors) / (wall_cli / 1000), cli.errors);
         free(cids);
 
-        snprintf(lat->note, sizeof(lat->note), "latency of each exec `true` while %d sessions exec at once", n);
+        snprintf(lat->note, sizeof(lat->note),
+                 "latency of each exec `true` while %d sessions exec at once; CPU per exec, ms (daemon / dockerd "
+                 "/ whole machine): API %.1f / %.1f / %.1f, CLI - / %.1f / %.1f; the machine was busy %.0f%% "
+                 "(API) and %.0f%% (CLI) of its %ld CPUs",
+                 n, cpu_api.daemon / total, cpu_api.dockerd / total, cpu_api.machine / total,
+                 cpu_cli.dockerd / total, cpu_cli.machine / total,
+                 100 * cpu_api.machine / (wall * (double)sysconf(_SC_NPROCESSORS_ONLN)),
+                 100 * cpu_cli.machine / (wall_cli * (double)sysconf(_SC_NPROCESSORS_ONLN)),
+                 sysconf(_SC_NPROCESSORS_ONLN));
         thr = report_add(&b->rep, "concurrent_throughput", "exec/s");
         series_add(&thr->s, (double)(total - api.errors) / (wall / 1000));
         thr->has_baseline = true;
@@ -698,8 +772,9 @@ static int phase_concurrency(struct bench *b)
         err = report_add(&b->rep, "concurrent_errors", "count");
         series_add(&err->s, api.errors);
         measurement_target(err, TARGET_EQ, 0, "0 errors");
-        if (n != 50)
-                snprintf(err->note, sizeof(err->note), "--quick: %d sessions instead of 50", n);
+        if (n != 50 || api.execs != 20)
+                snprintf(err->note, sizeof(err->note), "--quick: %d sessions x %d execs instead of 50 x 20", n,
+                         api.execs);
         return 0;
 }
 
@@ -834,6 +909,13 @@ static int phase_restart(struct bench *b)
         char last[4096] = "";
         int n = b->sz.restart_sessions;
 
+        {
+                struct measurement *peak = report_add(&b->rep, "daemon_rss_peak", "MB");
+                series_add(&peak->s, status_mb(b, "VmHWM"));
+                snprintf(peak->note, sizeof(peak->note),
+                         "VmHWM of the first daemon process, read just before the restart phase kills it: the "
+                         "most it ever held through the cold, exec, concurrency and detection phases");
+        }
         say("restart: %d x SIGKILL + start with %d sessions", b->sz.restart, n);
         for (int i = 0; i < b->sz.restart; i++) {
                 long off;
@@ -1007,6 +1089,7 @@ int main(int argc, char **argv)
                 say("cannot reach Docker: %s", err.msg);
                 return 1;
         }
+        b.dockerd = pidfile_read("/var/run/docker.pid");
         mkdir(b.cfg.data_dir, 0711);
         if (mkdir(b.ws_root, 0711) < 0 && errno != EEXIST) {
                 say("cannot create %s: %m", b.ws_root);

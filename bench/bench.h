@@ -66,8 +66,16 @@ int run_cmd(char *const argv[], char *out, size_t out_size, char *errbuf, size_t
  * stdin from /dev/null; returns its pid or -errno. */
 pid_t daemon_spawn(const char *bin, const char *log_path);
 
-/* VmRSS of pid in kB, or -1. */
-long proc_rss_kb(pid_t pid);
+/* A "Key: N kB" field of /proc/<pid>/status (VmRSS, VmHWM, RssAnon,
+ * RssFile, Threads), or -1. */
+long proc_status_kb(pid_t pid, const char *key);
+
+/* user + system CPU time of pid so far, in ms (NAN if unknown). */
+double proc_cpu_ms(pid_t pid);
+/* Busy CPU time of the whole machine so far (all CPUs, /proc/stat), in ms. */
+double system_busy_ms(void);
+/* The pid in a pid file, or -1. */
+pid_t pidfile_read(const char *path);
 
 /* ---- samples and the report ---- */
 

@@ -345,9 +345,10 @@ pid_t daemon_spawn(const char *bin, const char *log_path)
         return pid;
 }
 
-long proc_rss_kb(pid_t pid)
+long proc_status_kb(pid_t pid, const char *key)
 {
         char path[64], line[256];
+        size_t klen = strlen(key);
         long kb = -1;
         FILE *f;
 
@@ -356,12 +357,64 @@ long proc_rss_kb(pid_t pid)
         if (!f)
                 return -1;
         while (fgets(line, sizeof(line), f))
-                if (strncmp(line, "VmRSS:", 6) == 0) {
-                        kb = strtol(line + 6, NULL, 10);
+                if (strncmp(line, key, klen) == 0 && line[klen] == ':') {
+                        kb = strtol(line + klen + 1, NULL, 10);
                         break;
                 }
         fclose(f);
         return kb;
+}
+
+double proc_cpu_ms(pid_t pid)
+{
+        char path[64], buf[1024], *p;
+        unsigned long long ut, st;
+        ssize_t n;
+        int fd;
+
+        snprintf(path, sizeof(path), "/proc/%d/stat", (int)pid);
+        fd = open(path, O_RDONLY | O_CLOEXEC);
+        if (fd < 0)
+                return NAN;
+        n = read(fd, buf, sizeof(buf) - 1);
+        close(fd);
+        if (n <= 0)
+                return NAN;
+        buf[n] = '\0';
+        p = strrchr(buf, ')'); /* comm may contain spaces */
+        /* after ") ": state ppid pgrp session tty tpgid flags minflt cminflt majflt cmajflt utime stime */
+        if (!p || sscanf(p + 2, "%*c %*d %*d %*d %*d %*d %*u %*u %*u %*u %*u %llu %llu", &ut, &st) != 2)
+                return NAN;
+        return (double)(ut + st) * 1000.0 / (double)sysconf(_SC_CLK_TCK);
+}
+
+double system_busy_ms(void)
+{
+        unsigned long long v[8] = {0};
+        FILE *f = fopen("/proc/stat", "re");
+        int k;
+
+        if (!f)
+                return NAN;
+        k = fscanf(f, "cpu %llu %llu %llu %llu %llu %llu %llu %llu", &v[0], &v[1], &v[2], &v[3], &v[4], &v[5],
+                   &v[6], &v[7]);
+        fclose(f);
+        if (k < 8)
+                return NAN;
+        /* everything but idle and iowait */
+        return (double)(v[0] + v[1] + v[2] + v[5] + v[6] + v[7]) * 1000.0 / (double)sysconf(_SC_CLK_TCK);
+}
+
+pid_t pidfile_read(const char *path)
+{
+        FILE *f = fopen(path, "re");
+        int pid = -1;
+        if (!f)
+                return -1;
+        if (fscanf(f, "%d", &pid) != 1)
+                pid = -1;
+        fclose(f);
+        return pid;
 }
 
 /* ---- series ---- */

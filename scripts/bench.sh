@@ -10,8 +10,9 @@
 # `docker run -d` / `docker exec` with the same image and hardening flags.
 # Prints a table and writes JSON (default bench/results.json).
 #
-#   --quick      under 2 minutes: fewer samples; 20 and 40 sessions instead of
-#                50 and 200; restart with 40 sessions instead of 100
+#   --quick      under 2 minutes: fewer samples; 20 sessions x 10 execs for
+#                concurrency instead of 50 x 20; RSS at 20 and 30 sessions
+#                instead of 50 and 200; restart with 30 sessions, not 100
 #   --json PATH  where to write the results
 #
 # Every container made here is removed on exit, success or failure: the
@@ -23,7 +24,8 @@
 #   image sandboxd/python:latest, max_sessions 300, port_range 33000-34499
 #   (300 blocks of 5), max_exec_global 64, max_exec_per_session 8,
 #   monitor_interval 2s, idle_timeout 1h; baselines publish from 34500 up.
-# Any SANDBOXD_* variable already set wins over these.
+# Any other SANDBOXD_* variable already set wins over these; the data dir,
+# both sockets and the instance are always the run's own.
 set -euo pipefail
 
 ROOT=$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)
@@ -40,7 +42,7 @@ while (($#)); do
 		shift
 		;;
 	--json=*) json=${1#--json=} ;;
-	-h | --help) sed -n '2,27s/^# \{0,1\}//p' "${BASH_SOURCE[0]}"; exit 0 ;;
+	-h | --help) sed -n '2,/^# both sockets/s/^# \{0,1\}//p' "${BASH_SOURCE[0]}"; exit 0 ;;
 	*) echo "usage: scripts/bench.sh [--quick] [--json PATH]" >&2; exit 2 ;;
 	esac
 	shift
@@ -98,7 +100,7 @@ fi
 	cmake --build "$BUILD" -j2 --target sandboxd sandboxd-bench
 } >&2
 
-export SANDBOXD_DATA_DIR=${SANDBOXD_DATA_DIR:-$TMP/data}
+export SANDBOXD_DATA_DIR=$TMP/data
 export SANDBOXD_API_SOCKET=$TMP/api.sock
 export SANDBOXD_ADMIN_SOCKET=$TMP/admin.sock
 export SANDBOXD_INSTANCE=bench-$ID

@@ -731,6 +731,19 @@ static void handle_cancelled(struct mcp *m, const cJSON *params)
         pthread_mutex_unlock(&m->lock);
 }
 
+static bool modern_claim_valid(const cJSON *meta)
+{
+        const cJSON *pv = cJSON_GetObjectItemCaseSensitive(meta, META_PROTOCOL_VERSION);
+        const cJSON *info = cJSON_GetObjectItemCaseSensitive(meta, META_CLIENT_INFO);
+        const cJSON *level = cJSON_GetObjectItemCaseSensitive(meta, META_LOG_LEVEL);
+
+        return cJSON_IsString(pv) && strcmp(pv->valuestring, MCP_MODERN_VERSION) == 0 &&
+               cJSON_IsObject(cJSON_GetObjectItemCaseSensitive(meta, META_CLIENT_CAPABILITIES)) &&
+               (!info || (cJSON_IsObject(info) && cJSON_IsString(cJSON_GetObjectItemCaseSensitive(info, "name")) &&
+                          cJSON_IsString(cJSON_GetObjectItemCaseSensitive(info, "version")))) &&
+               (!level || (cJSON_IsString(level) && log_level_index(level->valuestring) >= 0));
+}
+
 /* The 2026-07-28 envelope: returns 0 (valid, version supported), or sends the
  * error and returns -1. */
 static int check_envelope(struct mcp *m, const cJSON *id, const cJSON *meta, struct req *q)
@@ -791,7 +804,11 @@ static void handle_request(struct mcp *m, const cJSON *id, const char *method, c
                 send_error(m, id, MCP_INVALID_PARAMS, NULL, "%.100s: params._meta must be an object", method);
                 return;
         }
-        if (cJSON_GetObjectItemCaseSensitive(meta, META_PROTOCOL_VERSION)) {
+        /* initialize is the legacy handshake unless it carries a valid
+         * stateless envelope (as the SDKs classify it), which then makes it
+         * an unknown method of that era. */
+        if (cJSON_GetObjectItemCaseSensitive(meta, META_PROTOCOL_VERSION) &&
+            (strcmp(method, "initialize") != 0 || modern_claim_valid(meta))) {
                 if (check_envelope(m, id, meta, &q) < 0)
                         return;
                 log_debug("mcp: %.100s (" MCP_MODERN_VERSION ")", method);

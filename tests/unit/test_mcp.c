@@ -218,6 +218,11 @@ Test(mcp, initialize_with_unknown_version_offers_the_latest)
                 "\"2026-07-28\",\"capabilities\":{}}}");
         cr_assert_str_eq(cJSON_GetObjectItem(result_of(r), "protocolVersion")->valuestring, "2025-11-25");
         cJSON_Delete(r);
+        /* and so is one whose envelope names a legacy version */
+        r = ask("{\"jsonrpc\":\"2.0\",\"id\":3,\"method\":\"initialize\",\"params\":{\"protocolVersion\":"
+                "\"2025-06-18\",\"capabilities\":{}," ENVELOPE("2025-06-18") "}}");
+        cr_assert_str_eq(cJSON_GetObjectItem(result_of(r), "protocolVersion")->valuestring, "2025-06-18");
+        cJSON_Delete(r);
 }
 
 Test(mcp, initialize_bad_params)

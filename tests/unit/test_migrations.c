@@ -2,6 +2,7 @@
  * refusal of newer or malformed lists, WAL, the builtin schema, and two
  * processes racing on one fresh file. */
 #include <criterion/criterion.h>
+#include <dirent.h>
 #include <errno.h>
 #include <limits.h>
 #include <sqlite3.h>
@@ -23,16 +24,24 @@ static void setup(void)
         snprintf(dbpath, sizeof(dbpath), "%s/test.db", tmpdir);
 }
 
-static void teardown(void)
+/* Remove the private temp dir and whatever sqlite left in it. */
+static void rm_tmpdir(void)
 {
-        static const char *const suffixes[] = {"", "-wal", "-shm", "-journal"};
-        char p[PATH_MAX + 16];
+        DIR *d = opendir(tmpdir);
+        struct dirent *de;
 
-        for (size_t i = 0; i < ELEMENTSOF(suffixes); i++) {
-                snprintf(p, sizeof(p), "%s%s", dbpath, suffixes[i]);
-                unlink(p);
+        if (d) {
+                while ((de = readdir(d)))
+                        if (strcmp(de->d_name, ".") != 0 && strcmp(de->d_name, "..") != 0)
+                                unlinkat(dirfd(d), de->d_name, 0);
+                closedir(d);
         }
         rmdir(tmpdir);
+}
+
+static void teardown(void)
+{
+        rm_tmpdir();
 }
 
 TestSuite(migrations, .init = setup, .fini = teardown);

@@ -2,6 +2,7 @@
  * release, idempotence, persistence, outside holders, reconciliation.
  * Uses ports 41000-41199, which nothing on a test host should hold. */
 #include <criterion/criterion.h>
+#include <dirent.h>
 #include <errno.h>
 #include <limits.h>
 #include <netinet/in.h>
@@ -29,18 +30,26 @@ static void setup(void)
         cr_assert_eq(store_open(dbpath, &st, &err), 0, "%s", err.msg);
 }
 
-static void teardown(void)
+/* Remove the private temp dir and whatever sqlite left in it. */
+static void rm_tmpdir(void)
 {
-        static const char *const suffixes[] = {"", "-wal", "-shm", "-journal"};
-        char p[PATH_MAX + 16];
+        DIR *d = opendir(tmpdir);
+        struct dirent *de;
 
-        store_close(st);
-        st = NULL;
-        for (size_t i = 0; i < ELEMENTSOF(suffixes); i++) {
-                snprintf(p, sizeof(p), "%s%s", dbpath, suffixes[i]);
-                unlink(p);
+        if (d) {
+                while ((de = readdir(d)))
+                        if (strcmp(de->d_name, ".") != 0 && strcmp(de->d_name, "..") != 0)
+                                unlinkat(dirfd(d), de->d_name, 0);
+                closedir(d);
         }
         rmdir(tmpdir);
+}
+
+static void teardown(void)
+{
+        store_close(st);
+        st = NULL;
+        rm_tmpdir();
 }
 
 TestSuite(portpool, .init = setup, .fini = teardown);

@@ -29,18 +29,26 @@ static void setup(void)
         cr_assert_eq(store_open(dbpath, &st, &err), 0, "%s", err.msg);
 }
 
-static void teardown(void)
+/* Remove the private temp dir and whatever sqlite left in it. */
+static void rm_tmpdir(void)
 {
-        static const char *const suffixes[] = {"", "-wal", "-shm", "-journal"};
-        char p[PATH_MAX + 16];
+        DIR *d = opendir(tmpdir);
+        struct dirent *de;
 
-        store_close(st);
-        st = NULL;
-        for (size_t i = 0; i < ELEMENTSOF(suffixes); i++) {
-                snprintf(p, sizeof(p), "%s%s", dbpath, suffixes[i]);
-                unlink(p);
+        if (d) {
+                while ((de = readdir(d)))
+                        if (strcmp(de->d_name, ".") != 0 && strcmp(de->d_name, "..") != 0)
+                                unlinkat(dirfd(d), de->d_name, 0);
+                closedir(d);
         }
         rmdir(tmpdir);
+}
+
+static void teardown(void)
+{
+        store_close(st);
+        st = NULL;
+        rm_tmpdir();
 }
 
 TestSuite(store, .init = setup, .fini = teardown);
@@ -239,6 +247,13 @@ Test(store, session_delete_drops_ports_datasets_services)
         cr_assert_eq(raw_int("SELECT COUNT(*) FROM audit_log"), 1);
 
         cr_assert_eq(store_session_delete(st, "alice", "s1", true), -ENOENT);
+
+        /* Without drop_private the marks outlive the row (the workspace keeps the data). */
+        cr_assert_eq(store_session_delete(st, "alice", "s2", false), 0);
+        cr_assert_eq(store_session_get(st, "alice", "s2", &got), -ENOENT);
+        cr_assert_eq(raw_int("SELECT COUNT(*) FROM private_datasets WHERE session_id = 's2'"), 1);
+        cr_assert_eq(raw_int("SELECT COUNT(*) FROM services"), 0);
+        cr_assert_eq(port_count(), 0);
 }
 
 Test(store, session_touch)

@@ -1,0 +1,83 @@
+/* api_internal.h — what the API front's two files share: api.c (the
+ * socket, connections, authentication, streaming sinks, waiting) and
+ * api_methods.c (parameters, formatting, the methods). Private to src/. */
+#ifndef SANDBOXD_API_INTERNAL_H
+#define SANDBOXD_API_INTERNAL_H
+
+#include <cjson/cJSON.h>
+#include <pthread.h>
+#include <stdbool.h>
+#include <stdint.h>
+#include <sys/socket.h>
+
+#include "sandboxd/api.h"
+#include "sandboxd/exec.h"
+#include "sandboxd/token.h"
+
+#define API_WAIT_SLICE_MS 1000
+#define API_OFFSET_NONE (INT64_MAX / 2) /* an offset past any output: cheap status polls */
+
+struct daemon;
+struct sockserver;
+
+struct api_server {
+        struct daemon *d;
+        struct sockserver *ss;
+};
+
+/* One connection, on its worker's stack. */
+struct api_conn {
+        struct api_server *srv;
+        int fd;
+        struct ucred peer;
+        pthread_mutex_t wlock;
+        bool broken; /* wlock: a write failed, the peer is gone */
+        int auth_failures;
+        bool authenticated;
+};
+
+struct api_err {
+        const char *code;
+        char msg[1024];
+};
+
+/* One authenticated request. */
+struct req {
+        struct api_conn *c;
+        struct daemon *d;
+        const cJSON *id;
+        const cJSON *params;
+        const char *method;
+        struct token_info tok;
+        char actor[48];
+        const char *session;
+};
+
+/* Fill e; returns -1 so callers can `return api_fail(...)`. */
+int api_fail(struct api_err *e, const char *code, const char *fmt, ...) __attribute__((format(printf, 3, 4)));
+/* e from a -errno and the callee's message (or what, or strerror). */
+int api_fail_errno(struct api_err *e, int r, const struct sbx_error *err, const char *what);
+
+/* Bytes as a JSON string: base64, or UTF-8 with invalid bytes replaced. */
+void api_add_bytes(cJSON *o, const char *key, const void *buf, size_t len, bool base64);
+
+/* A method: 0 with *ret, <0 with e filled, 1 for "send nothing" (the
+ * client is gone). */
+typedef int (*api_method_fn)(struct req *q, cJSON **ret, struct api_err *e);
+api_method_fn api_method_find(const char *name);
+
+/* Streaming: a sink collects an execution's output (api_sink_on_output is
+ * the engine's callback; its userdata is (void *)(uintptr_t)sink->handle). */
+struct api_sink;
+struct api_sink *api_sink_new(void);
+uint64_t api_sink_handle(const struct api_sink *s);
+void api_sink_free(struct api_sink *s);
+void api_sink_on_output(const char *exec_id, enum exec_stream stream, const void *data, size_t len, void *ud);
+
+/* The client left or the server stops: stop waiting. */
+bool api_should_abandon(struct req *q);
+/* Wait for the execution to end (at most max_ms, -1 = no limit), streaming
+ * its output if s. 1 ended (or the wait is over), 0 abandoned, <0 error. */
+int api_wait_final(struct req *q, const char *id, struct api_sink *s, int64_t max_ms, struct api_err *e);
+
+#endif

@@ -782,3 +782,50 @@ Test(api, accept_backs_off_on_emfile)
         close(p[0]);
         close_daemon();
 }
+
+Test(api, services_through_the_socket)
+{
+        cJSON *r;
+        const cJSON *res;
+        bool logged = false;
+
+        open_daemon();
+        r = call(tok_a, "start_service", "{\"session\": \"svc\", \"name\": \"web\", "
+                                         "\"command\": \"echo hello-from-service; sleep 120\"}");
+        res = apic_result(r);
+        cr_assert_not_null(res, "%s", cJSON_PrintUnformatted(r));
+        cr_assert_str_eq(apic_str(res, "name"), "web");
+        cr_assert(strcmp(apic_str(res, "state"), "starting") == 0 || strcmp(apic_str(res, "state"), "running") == 0,
+                  "state %s", apic_str(res, "state"));
+        cr_assert_gt(apic_num(res, "pid"), 0);
+        cr_assert(cJSON_IsArray(cJSON_GetObjectItem(res, "ports")));
+        cJSON_Delete(r);
+
+        expect_code(call(tok_a, "start_service", "{\"session\": \"svc\", \"name\": \"web\", \"command\": \"true\"}"),
+                    "conflict", "same name twice");
+        expect_code(call(tok_a, "start_service", "{\"session\": \"svc\", \"name\": \"../x\", \"command\": \"true\"}"),
+                    "invalid", "bad name");
+        expect_code(call(tok_a, "stop_service", "{\"session\": \"svc\", \"name\": \"nope\"}"), "not_found", "unknown");
+        /* another user's session of the same name has no such service */
+        r = call(tok_b, "list_services", "{\"session\": \"svc\"}");
+        cr_assert_eq(cJSON_GetArraySize(cJSON_GetObjectItem(apic_result(r), "services")), 0);
+        cJSON_Delete(r);
+        expect_code(call(tok_b, "service_logs", "{\"session\": \"svc\", \"name\": \"web\"}"), "not_found", "B logs");
+
+        r = call(tok_a, "list_services", "{\"session\": \"svc\"}");
+        cr_assert_eq(cJSON_GetArraySize(cJSON_GetObjectItem(apic_result(r), "services")), 1);
+        cJSON_Delete(r);
+        for (int i = 0; i < 50 && !logged; i++) {
+                r = call(tok_a, "service_logs", "{\"session\": \"svc\", \"name\": \"web\", \"tail_lines\": 10}");
+                logged = apic_result(r) && strstr(apic_str(apic_result(r), "stdout"), "hello-from-service");
+                cJSON_Delete(r);
+                if (!logged)
+                        sbx_sleep_ms(100);
+        }
+        cr_assert(logged, "the service's output never showed in its logs");
+
+        r = call(tok_a, "stop_service", "{\"session\": \"svc\", \"name\": \"web\"}");
+        cr_assert_str_eq(apic_str(apic_result(r), "state"), "stopped", "%s", cJSON_PrintUnformatted(r));
+        cJSON_Delete(r);
+        close_daemon();
+}

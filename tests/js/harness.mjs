@@ -71,7 +71,13 @@ export class Daemon {
                 this.proc = null;
                 this.cleaned = false;
                 this._onExit = () => this.cleanupSync();
+                this._onSignal = (sig) => {
+                        this.cleanupSync();
+                        process.exit(sig === 'SIGINT' ? 130 : 143);
+                };
                 process.on('exit', this._onExit);
+                process.once('SIGINT', this._onSignal);
+                process.once('SIGTERM', this._onSignal);
         }
 
         async start() {
@@ -142,6 +148,8 @@ export class Daemon {
                 if (this.cleaned) return;
                 this.cleaned = true;
                 process.removeListener('exit', this._onExit);
+                process.removeListener('SIGINT', this._onSignal);
+                process.removeListener('SIGTERM', this._onSignal);
                 try {
                         if (this.proc && this.proc.exitCode === null && this.proc.signalCode === null)
                                 this.proc.kill('SIGKILL');

@@ -461,8 +461,8 @@ static void handle_line(struct api_conn *c, const char *line, size_t len)
         }
         r = token_verify(c->srv->d->store, token->valuestring, &q.tok);
         if (r < 0) {
-                c->auth_failures++;
                 if (r == -EACCES) {
+                        c->auth_failures++;
                         audit_auth_failure(c, "unknown or revoked token", q.method);
                         send_error(c, q.id, "unauthorized", "the token is unknown or revoked");
                 } else {
@@ -534,12 +534,16 @@ static void serve(struct sockserver *ss, int fd, const struct ucred *peer, void 
         struct api_conn *c = &conn;
         struct linereader lr;
 
+        int64_t auth_deadline = sbx_now_ms() + API_AUTH_TIMEOUT_MS;
+
         pthread_mutex_init(&c->wlock, NULL);
         linereader_init(&lr, fd, API_MAX_LINE);
         for (;;) {
                 char *line;
                 size_t len;
-                int r = linereader_next(&lr, &line, &len, c->authenticated ? -1 : API_AUTH_TIMEOUT_MS,
+                /* until its first good token, a connection has a deadline from its opening */
+                int64_t left = auth_deadline - sbx_now_ms();
+                int r = linereader_next(&lr, &line, &len, c->authenticated ? -1 : left > 0 ? (int)left : 0,
                                         sockserver_stop_fd(ss));
                 if (r == -E2BIG) {
                         send_error(c, NULL, "bad_request", "request line longer than API_MAX_LINE; closing");

@@ -434,6 +434,8 @@ static void *accept_main(void *ud)
                 }
                 c->srv = srv;
                 c->fd = fd;
+                /* unknown unless the kernel says: never uid 0 by default */
+                c->peer = (struct ucred){.pid = 0, .uid = (uid_t)-1, .gid = (gid_t)-1};
                 (void)listener_peer(fd, &c->peer);
                 (void)setsockopt(fd, SOL_SOCKET, SO_SNDTIMEO, &tv, sizeof(tv));
                 c->next = srv->conns;

@@ -223,7 +223,10 @@ function commonScenarios(getClient, session) {
                 assert.ok(r.structuredContent.executions.some((x) => x.execution_id === sleeper), JSON.stringify(r));
                 r = await c.callTool({ name: 'cancel_execution', arguments: { execution_id: sleeper, force: true } });
                 assert.equal(r.isError ?? false, false, JSON.stringify(r));
-                assert.equal(r.structuredContent.state, 'cancelled');
+                assert.equal(r.structuredContent.execution_id, sleeper);
+                // the daemon answers after the kill grace at most, possibly before the end is recorded
+                s = await until(c, 'get_execution', { execution_id: sleeper, wait: 10 }, (x) => x.state !== 'running');
+                assert.equal(s.state, 'cancelled');
                 r = await c.callTool({ name: 'cancel_execution', arguments: { execution_id: sleeper } });
                 assert.equal(r.isError, true, 'cancelling a finished execution is refused');
                 r = await c.callTool({ name: 'list_executions', arguments: { limit: 1000 } });

@@ -123,13 +123,13 @@ int store_container_removed(struct store *s, const char *container_id, const cha
  * inserted); -EINVAL for a port outside 1..65535. n == 0 does nothing. */
 int store_ports_reserve(struct store *s, const int *ports, size_t n, const char *user, const char *session,
                         int64_t now_ms);
-/* Record container_id (NULL or "" clears it) on every allocation of the
- * session. -ENOENT if the session holds no port. */
 /* Re-insert rows for ports[0..n) of (user, session) that are missing
  * (another process, e.g. --gc, may have released them); ports held by
  * someone else are left alone. */
 int store_ports_ensure(struct store *s, const int *ports, size_t n, const char *user, const char *session,
                        int64_t now_ms);
+/* Record container_id (NULL or "" clears it) on every allocation of the
+ * session. -ENOENT if the session holds no port. */
 int store_ports_set_container(struct store *s, const char *user, const char *session, const char *container_id);
 /* Delete every allocation of (user, session). Returns the number of ports
  * deleted (0 if it held none), or -errno. */

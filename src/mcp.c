@@ -8,8 +8,10 @@
  * worker thread (mcp_tools.c) holding a reference on the adapter.
  *   - out_lock serializes output lines (and guards output_closed, orphaned);
  *   - lock guards the call list, the counters, the negotiated legacy version,
- *     the client log level, and each call's cancelled / api_fd /
- *     execution_id / progress fields.
+ *     the client log level, and each call's cancelled / api_fd / progress
+ *     fields.
+ * A cancel marks the call and shuts its API connection down; the worker,
+ * woken, cancels the execution it started over a second connection.
  * lock may be taken before out_lock, never the other way round. */
 #include <errno.h>
 #include <stdarg.h>
@@ -320,13 +322,6 @@ bool mcp_call_cancelled(struct mcp_call *c)
         r = c->cancelled;
         pthread_mutex_unlock(&c->m->lock);
         return r;
-}
-
-void mcp_call_set_execution(struct mcp_call *c, const char *execution_id)
-{
-        pthread_mutex_lock(&c->m->lock);
-        sbx_strlcpy(c->execution_id, execution_id ? execution_id : "", sizeof(c->execution_id));
-        pthread_mutex_unlock(&c->m->lock);
 }
 
 void mcp_call_progress(struct mcp_call *c, double progress, const char *message)

@@ -84,7 +84,6 @@ struct mcp_call {
         /* guarded by m->lock */
         bool cancelled;
         int api_fd; /* the connection a cancel shuts down; -1 */
-        char execution_id[64];
         double progress; /* last value sent */
         bool progress_sent;
 
@@ -96,8 +95,6 @@ struct mcp_call {
 int mcp_call_attach(struct mcp_call *c, struct mcp_api *a);
 void mcp_call_detach(struct mcp_call *c);
 bool mcp_call_cancelled(struct mcp_call *c);
-/* Remember the execution behind the call, so a cancel can name it. */
-void mcp_call_set_execution(struct mcp_call *c, const char *execution_id);
 /* notifications/progress, only if the request asked for it and progress grew. */
 void mcp_call_progress(struct mcp_call *c, double progress, const char *message);
 /* notifications/message, if the client wants this level. */

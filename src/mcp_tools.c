@@ -676,8 +676,9 @@ static void run_exec(struct mcp_call *c, const struct mcp_tool *t, struct mcp_to
         cJSON_DeleteItemFromObjectCaseSensitive(params, "background");
         cJSON_AddTrueToObject(params, "background");
 
-        /* Not attached: the start is quick, and cutting it short would leave
-         * an execution we could not name. A cancel is honoured right after. */
+        /* Not attached to the call: cutting the start short (it may include
+         * creating the container) could leave an execution we cannot name.
+         * A cancel that came meanwhile is honoured right after. */
         k = mcp_api_request(a, c->m->token, t->name, params, REQUEST_TIMEOUT_MS, NULL, NULL, &res, &e);
         if (k < 0) {
                 if (mcp_call_cancelled(c))
@@ -692,7 +693,6 @@ static void run_exec(struct mcp_call *c, const struct mcp_tool *t, struct mcp_to
                 goto out;
         }
         sbx_strlcpy(id, idj->valuestring, sizeof(id));
-        mcp_call_set_execution(c, id);
         log_info("mcp: %s started execution %s (session %s)", t->name, id, c->session);
         mcp_call_log(c, MCP_LOG_INFO, "execution %s started", id);
         {

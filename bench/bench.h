@@ -62,6 +62,11 @@ double json_num(const cJSON *o, const char *key, double def);
  * /dev/null. */
 int run_cmd(char *const argv[], char *out, size_t out_size, char *errbuf, size_t err_size);
 
+/* Start argv (PATH lookup) with stdio on /dev/null without waiting; its
+ * pid or -errno. wait_exit() reaps it and returns what run_cmd would. */
+pid_t spawn_quiet(char *const argv[]);
+int wait_exit(pid_t pid);
+
 /* Start the daemon binary with stdout and stderr appended to log_path and
  * stdin from /dev/null; returns its pid or -errno. */
 pid_t daemon_spawn(const char *bin, const char *log_path);
@@ -74,6 +79,9 @@ long proc_status_kb(pid_t pid, const char *key);
 double proc_cpu_ms(pid_t pid);
 /* Busy CPU time of the whole machine so far (all CPUs, /proc/stat), in ms. */
 double system_busy_ms(void);
+/* How many processes are named comm, with their Pss (proportional set
+ * size: shared pages divided among their users) summed, in kB. */
+int procs_by_comm(const char *comm, long *ret_pss_kb);
 /* The pid in a pid file, or -1. */
 pid_t pidfile_read(const char *path);
 

@@ -4,6 +4,7 @@
  * shared between threads. */
 #include "bench.h"
 
+#include <dirent.h>
 #include <errno.h>
 #include <fcntl.h>
 #include <math.h>
@@ -318,6 +319,30 @@ int run_cmd(char *const argv[], char *out, size_t out_size, char *errbuf, size_t
         return -1000 - WTERMSIG(status);
 }
 
+pid_t spawn_quiet(char *const argv[])
+{
+        posix_spawn_file_actions_t fa;
+        pid_t pid;
+        int r;
+
+        posix_spawn_file_actions_init(&fa);
+        posix_spawn_file_actions_addopen(&fa, 0, "/dev/null", O_RDONLY, 0);
+        posix_spawn_file_actions_addopen(&fa, 1, "/dev/null", O_WRONLY, 0);
+        posix_spawn_file_actions_addopen(&fa, 2, "/dev/null", O_WRONLY, 0);
+        r = posix_spawnp(&pid, argv[0], &fa, NULL, argv, environ);
+        posix_spawn_file_actions_destroy(&fa);
+        return r == 0 ? pid : -r;
+}
+
+int wait_exit(pid_t pid)
+{
+        int status;
+        while (waitpid(pid, &status, 0) < 0)
+                if (errno != EINTR)
+                        return -errno;
+        return WIFEXITED(status) ? WEXITSTATUS(status) : -1000 - WTERMSIG(status);
+}
+
 pid_t daemon_spawn(const char *bin, const char *log_path)
 {
         int fd = open(log_path, O_WRONLY | O_CREAT | O_APPEND | O_CLOEXEC, 0644);
@@ -403,6 +428,46 @@ double system_busy_ms(void)
                 return NAN;
         /* everything but idle and iowait */
         return (double)(v[0] + v[1] + v[2] + v[5] + v[6] + v[7]) * 1000.0 / (double)sysconf(_SC_CLK_TCK);
+}
+
+int procs_by_comm(const char *comm, long *ret_pss_kb)
+{
+        DIR *d = opendir("/proc");
+        struct dirent *de;
+        long total = 0;
+        int n = 0;
+
+        if (!d)
+                return -errno;
+        while ((de = readdir(d))) {
+                char path[300], name[64] = "";
+                FILE *f;
+                if (de->d_name[0] < '0' || de->d_name[0] > '9')
+                        continue;
+                snprintf(path, sizeof(path), "/proc/%s/comm", de->d_name);
+                f = fopen(path, "re");
+                if (!f)
+                        continue;
+                if (fgets(name, sizeof(name), f))
+                        name[strcspn(name, "\n")] = '\0';
+                fclose(f);
+                if (strcmp(name, comm) == 0) {
+                        char line[256];
+                        n++;
+                        snprintf(path, sizeof(path), "/proc/%s/smaps_rollup", de->d_name);
+                        f = fopen(path, "re");
+                        while (f && fgets(line, sizeof(line), f))
+                                if (strncmp(line, "Pss:", 4) == 0) {
+                                        total += strtol(line + 4, NULL, 10);
+                                        break;
+                                }
+                        if (f)
+                                fclose(f);
+                }
+        }
+        closedir(d);
+        *ret_pss_kb = total;
+        return n;
 }
 
 pid_t pidfile_read(const char *path)

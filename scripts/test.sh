@@ -98,7 +98,8 @@ else
 				step "npm install" npm install --prefix tests --no-audit --no-fund || true
 			fi
 		fi
-		step "JS tests" node --test tests/js/ || true
+		export SANDBOXD_BUILD_DIR="$BUILD"
+		step "JS tests" node --test tests/js/*.test.mjs || true
 	fi
 fi
 

@@ -432,7 +432,7 @@ static void run(struct execution *x)
         struct session *s = NULL;
         struct sbx_error err = {0};
         char exec_id[65], buf[READ_CHUNK];
-        int64_t start = sbx_now_ms(), deadline, kill_at = 0, give_up_at = 0;
+        int64_t start = sbx_now_ms(), deadline, kill_at = 0, give_up_at = 0, last_sweep = 0;
         uint64_t oom_before;
         bool killing = false, hard = false, timed_out = false, cancelled = false, container_died = false;
         int r;
@@ -496,13 +496,22 @@ static void run(struct execution *x)
                         timed_out = !want_cancel;
                         hard = want_force;
                         (void)kill_tree(x, hard ? "KILL" : "TERM");
-                        kill_at = sbx_now_ms() + cfg->exec_kill_grace_ms;
+                        last_sweep = sbx_now_ms();
+                        kill_at = last_sweep + cfg->exec_kill_grace_ms;
                         give_up_at = kill_at + 5000;
                 } else if (killing && !hard && (want_force || now >= kill_at)) {
                         hard = true;
                         kill_until_gone(x);
-                } else if (killing && hard && now >= give_up_at) {
-                        break; /* the stream did not close: stop waiting for it */
+                        last_sweep = sbx_now_ms();
+                } else if (killing && hard) {
+                        if (now >= give_up_at)
+                                break; /* the stream did not close: stop waiting for it */
+                        if (now - last_sweep >= 200) {
+                                /* a process that did not exist yet at the last sweep
+                                 * (the exec was still starting) is caught now */
+                                kill_until_gone(x);
+                                last_sweep = sbx_now_ms();
+                        }
                 }
 
                 n = docker_stream_read(x->stream, &kind, buf, sizeof(buf), SLICE_MS);
@@ -527,16 +536,17 @@ static void run(struct execution *x)
         x->stdin_closed = true;
         pthread_mutex_unlock(&x->stdin_lock);
 
-        x->exit_code = -1;
         for (int i = 0; i < 20; i++) {
                 r = docker_exec_inspect(e->docker, exec_id, &info, NULL);
                 if (r < 0 || !info.running)
                         break;
                 sbx_sleep_ms(10);
         }
-        if (r == 0 && !info.running)
-                x->exit_code = info.exit_code;
-        if (!killing && (r < 0 || x->exit_code < 0 || x->exit_code >= 128)) {
+        int exit_code = r == 0 && !info.running ? info.exit_code : -1;
+        pthread_mutex_lock(&x->lock);
+        x->exit_code = exit_code;
+        pthread_mutex_unlock(&x->lock);
+        if (!killing && (r < 0 || exit_code < 0 || exit_code >= 128)) {
                 /* Killed by a signal: was it the whole container? Docker may still
                  * report it running for a moment, but it can no longer run anything. */
                 struct docker_container_info ci;
@@ -556,7 +566,7 @@ static void run(struct execution *x)
                 set_state(x, EXEC_TIMEOUT, EXEC_CAUSE_TIMEOUT);
         else if (container_died)
                 set_state(x, EXEC_FAILED, EXEC_CAUSE_CONTAINER_DIED);
-        else if (x->exit_code == 137) {
+        else if (exit_code == 137) {
                 /* SIGKILL we did not send: an OOM kill if the engine reported one meanwhile */
                 bool oom = false;
                 for (int i = 0; i < 30 && !oom; i++) {

@@ -208,7 +208,7 @@ void monitor_stop(struct monitor *mon)
                 return;
         pthread_mutex_lock(&mon->lock);
         mon->stopping = true;
-        mon->stop_events = true;
+        __atomic_store_n(&mon->stop_events, true, __ATOMIC_SEQ_CST);
         pthread_cond_broadcast(&mon->wake);
         pthread_mutex_unlock(&mon->lock);
         if (mon->poll_started)

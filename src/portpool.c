@@ -261,12 +261,17 @@ int portpool_reserve_block(struct portpool *p, const char *user, const char *ses
         pthread_mutex_lock(&p->lock);
         mine = find_block(p, user, session);
         if (mine >= 0) {
-                /* the store rows may have been released by another process (--gc) */
+                /* The store rows may have been released by another process (--gc):
+                 * record them again, or, if something else holds one now, give the
+                 * block up and take a new one. */
                 block_fill_ports(p, (size_t)mine, ret_ports);
                 r = store_ports_ensure(p->st, ret_ports, (size_t)p->per, user, session, sbx_wall_ms());
-                if (r < 0)
-                        sbx_error_set(err, r, 0, "re-recording ports: %s", strerror(-r));
-                goto out;
+                if (r != -EADDRINUSE) {
+                        if (r < 0)
+                                sbx_error_set(err, r, 0, "re-recording ports: %s", strerror(-r));
+                        goto out;
+                }
+                block_free(p, (size_t)mine);
         }
 
         for (size_t i = 0; i < p->n_blocks; i++) {

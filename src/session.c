@@ -262,9 +262,12 @@ static size_t live_count_locked(struct session_manager *m)
 {
         size_t n = 0;
         for (size_t b = 0; b < N_BUCKETS; b++)
-                for (struct session *s = m->buckets[b]; s; s = s->next)
+                for (struct session *s = m->buckets[b]; s; s = s->next) {
+                        pthread_mutex_lock(&s->lock); /* order: m->lock, then s->lock */
                         if (s->state == SESSION_RUNNING || s->state == SESSION_CREATING || s->transitioning)
                                 n++;
+                        pthread_mutex_unlock(&s->lock);
+                }
         return n;
 }
 

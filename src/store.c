@@ -843,6 +843,21 @@ int store_ports_ensure(struct store *s, const int *ports, size_t n, const char *
                 r = sq_exec(&q);
                 if (r < 0)
                         return r;
+                if (r == 0) { /* there already: ours, or someone else's? */
+                        _cleanup_(sq_end) struct store_query o = {};
+                        r = sq_start(&o, s, "SELECT 1 FROM port_allocations WHERE port = ?1 AND user_id = ?2 AND "
+                                            "session_id = ?3");
+                        if (r < 0)
+                                return r;
+                        sq_int64(&o, ports[i]);
+                        sq_text(&o, user);
+                        sq_text(&o, session);
+                        r = sq_step(&o);
+                        if (r < 0)
+                                return r;
+                        if (r == 0)
+                                return -EADDRINUSE; /* the cleanup rolls back what this call inserted */
+                }
         }
         return store_tx_commit(&tx);
 }

@@ -124,8 +124,8 @@ int store_container_removed(struct store *s, const char *container_id, const cha
 int store_ports_reserve(struct store *s, const int *ports, size_t n, const char *user, const char *session,
                         int64_t now_ms);
 /* Re-insert rows for ports[0..n) of (user, session) that are missing
- * (another process, e.g. --gc, may have released them); ports held by
- * someone else are left alone. */
+ * (another process, e.g. --gc, may have released them). -EADDRINUSE, with
+ * nothing inserted, if another session holds any of them. */
 int store_ports_ensure(struct store *s, const int *ports, size_t n, const char *user, const char *session,
                        int64_t now_ms);
 /* Record container_id (NULL or "" clears it) on every allocation of the

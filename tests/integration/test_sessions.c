@@ -271,10 +271,11 @@ static void failure_roundtrip(const char *sid, const char *action, const char *w
         cr_assert_eq(fixture_sh(id, "echo precious > /workspace/keep.txt", NULL), 0);
 
         if (strcmp(action, "oom") == 0) {
-                /* Make the container's own process the OOM victim, then exhaust memory. */
+                /* Make the container's own process the OOM victim, then exhaust
+                 * memory in many small pieces, so no hog outscores it. */
                 (void)fixture_sh(id,
                                  "for p in /proc/[0-9]*; do [ \"$(cat $p/comm)\" = sleep ] && echo 1000 > $p/oom_score_adj; done;"
-                                 "x=$(head -c 200000000 /dev/zero | tr '\\0' a)",
+                                 "for i in 1 2 3 4 5 6 7 8; do (x=$(head -c 6000000 /dev/zero | tr '\\0' a); sleep 20) & done; wait",
                                  NULL);
         } else {
                 snprintf(cli, sizeof(cli), "%s %s", action, id);

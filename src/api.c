@@ -314,14 +314,7 @@ static void sink_drain(struct req *q, struct api_sink *s, int wait_ms)
 
         pthread_mutex_lock(&sinks_lock);
         if (s->len == 0 && wait_ms > 0) {
-                struct timespec until;
-                clock_gettime(CLOCK_REALTIME, &until);
-                until.tv_sec += wait_ms / 1000;
-                until.tv_nsec += (long)(wait_ms % 1000) * 1000000;
-                if (until.tv_nsec >= 1000000000) {
-                        until.tv_sec++;
-                        until.tv_nsec -= 1000000000;
-                }
+                struct timespec until = sbx_deadline_after(CLOCK_REALTIME, wait_ms);
                 (void)pthread_cond_timedwait(&s->cond, &sinks_lock, &until);
         }
         buf = s->buf;

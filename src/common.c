@@ -76,6 +76,19 @@ int64_t sbx_wall_ms(void)
         return (int64_t)ts.tv_sec * 1000 + ts.tv_nsec / 1000000;
 }
 
+struct timespec sbx_deadline_after(clockid_t clock, int64_t ms)
+{
+        struct timespec ts;
+        clock_gettime(clock, &ts);
+        ts.tv_sec += ms / 1000;
+        ts.tv_nsec += (long)(ms % 1000) * 1000000;
+        if (ts.tv_nsec >= 1000000000) {
+                ts.tv_sec++;
+                ts.tv_nsec -= 1000000000;
+        }
+        return ts;
+}
+
 void sbx_sleep_ms(int64_t ms)
 {
         struct timespec ts = {.tv_sec = ms / 1000, .tv_nsec = (ms % 1000) * 1000000};

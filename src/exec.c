@@ -1051,14 +1051,7 @@ int exec_status(struct exec_engine *e, const char *user, const char *id, int64_t
         if (max_bytes == 0 || max_bytes > (size_t)e->cfg->exec_result_head_bytes * 2)
                 max_bytes = (size_t)e->cfg->exec_result_head_bytes * 2;
         if (x) {
-                struct timespec until;
-                clock_gettime(CLOCK_REALTIME, &until);
-                until.tv_sec += wait_ms / 1000;
-                until.tv_nsec += (long)(wait_ms % 1000) * 1000000;
-                if (until.tv_nsec >= 1000000000) {
-                        until.tv_sec++;
-                        until.tv_nsec -= 1000000000;
-                }
+                struct timespec until = sbx_deadline_after(CLOCK_REALTIME, wait_ms);
                 pthread_mutex_lock(&x->lock);
                 /* long-poll: until it ends, or output past the caller's offsets arrives */
                 while (wait_ms > 0 && !exec_state_is_final(x->state) &&

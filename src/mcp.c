@@ -141,18 +141,9 @@ void mcp_free(struct mcp *m)
 
 int mcp_drain(struct mcp *m, int timeout_ms)
 {
-        struct timespec until;
+        struct timespec until = sbx_deadline_after(CLOCK_REALTIME, timeout_ms >= 0 ? timeout_ms : 0);
         int r = 0;
 
-        clock_gettime(CLOCK_REALTIME, &until);
-        if (timeout_ms >= 0) {
-                until.tv_sec += timeout_ms / 1000;
-                until.tv_nsec += (long)(timeout_ms % 1000) * 1000000L;
-                if (until.tv_nsec >= 1000000000L) {
-                        until.tv_sec++;
-                        until.tv_nsec -= 1000000000L;
-                }
-        }
         pthread_mutex_lock(&m->lock);
         while (m->inflight > 0 && r == 0)
                 r = timeout_ms < 0 ? pthread_cond_wait(&m->idle, &m->lock)

@@ -155,13 +155,7 @@ static void *poll_main(void *ud)
                 pthread_mutex_unlock(&mon->lock);
                 poll_once(mon);
                 pthread_mutex_lock(&mon->lock);
-                clock_gettime(CLOCK_MONOTONIC, &until);
-                until.tv_sec += mon->cfg->monitor_interval_ms / 1000;
-                until.tv_nsec += (long)(mon->cfg->monitor_interval_ms % 1000) * 1000000;
-                if (until.tv_nsec >= 1000000000) {
-                        until.tv_sec++;
-                        until.tv_nsec -= 1000000000;
-                }
+                until = sbx_deadline_after(CLOCK_MONOTONIC, mon->cfg->monitor_interval_ms);
                 while (!mon->stopping && pthread_cond_timedwait(&mon->wake, &mon->lock, &until) != ETIMEDOUT)
                         ;
         }

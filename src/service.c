@@ -555,13 +555,7 @@ static void *monitor_main(void *ud)
                 pthread_mutex_unlock(&m->lock);
                 service_monitor_once(m);
                 pthread_mutex_lock(&m->lock);
-                clock_gettime(CLOCK_MONOTONIC, &until);
-                until.tv_sec += m->cfg->monitor_interval_ms / 1000;
-                until.tv_nsec += (long)(m->cfg->monitor_interval_ms % 1000) * 1000000;
-                if (until.tv_nsec >= 1000000000) {
-                        until.tv_sec++;
-                        until.tv_nsec -= 1000000000;
-                }
+                until = sbx_deadline_after(CLOCK_MONOTONIC, m->cfg->monitor_interval_ms);
                 while (!m->stopping && pthread_cond_timedwait(&m->wake, &m->lock, &until) != ETIMEDOUT)
                         ;
         }

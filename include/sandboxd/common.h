@@ -8,6 +8,7 @@
 #include <stddef.h>
 #include <stdint.h>
 #include <stdlib.h>
+#include <time.h>
 
 #define SBX_VERSION "0.1.0"
 
@@ -58,6 +59,9 @@ bool sbx_strlcpy(char *dst, const char *src, size_t size);
 /* Monotonic and wall clocks in milliseconds. */
 int64_t sbx_now_ms(void);
 int64_t sbx_wall_ms(void);
+
+/* The absolute time ms milliseconds from now on clock (for timed waits). */
+struct timespec sbx_deadline_after(clockid_t clock, int64_t ms);
 
 /* Sleep for ms milliseconds (restarts on EINTR). */
 void sbx_sleep_ms(int64_t ms);

@@ -8,7 +8,7 @@
  * (read from the same configuration the daemon loads) plus `docker exec`.
  *
  * Phases, in order (sizes for full / --quick):
- *   cold session        create + first exec of `true`   vs docker run -d + docker exec   (20 / 4 pairs)
+ *   cold session        create + first exec of `true`   vs docker run -d + docker exec   (20 / 6 pairs)
  *   exec round trip     API exec `true` in a warm session vs docker exec CLI, same container (200 / 25)
  *   engine exec         the same three Engine API calls the daemon makes, no daemon (reference)
  *   run_code            python print(1)                                                 (50 / 10)
@@ -19,9 +19,13 @@
  *   restart             SIGKILL the daemon with R sessions alive, start it again: time to both
  *                       sockets answering and to its "reconciled:" log line          (R = 100 / 30)
  *
+ * This file holds the phases and main; harness.c the daemon, socket and
+ * baseline helpers they use; util.c the clients, processes and report.
+ *
  * Threads: the main thread, plus short-lived workers in the concurrent
- * phases, each with its own socket connection; they share only series
- * (locked) and atomic counters. */
+ * phases, each with its own socket connection, and an events-stream
+ * watcher during detection; they share only series (locked), a mutex-
+ * guarded watch slot and atomic counters. */
 #include <curl/curl.h>
 #include <errno.h>
 #include <getopt.h>
@@ -33,398 +37,13 @@
 #include <string.h>
 #include <strings.h>
 #include <sys/stat.h>
-#include <sys/sysinfo.h>
-#include <sys/utsname.h>
 #include <sys/wait.h>
 #include <unistd.h>
 
-#include "bench.h"
-#include "sandboxd/config.h"
-#include "sandboxd/docker.h"
-
-#define USER_NAME "bench"
-#define CALL_TIMEOUT_MS 120000
-#define READY_TIMEOUT_MS 120000
-
-struct sizes {
-        int cold, exec, run_code, conc_sessions, conc_execs, rss_sessions, detect, restart_sessions, restart;
-};
+#include "harness.h"
 
 static const struct sizes full_sizes = {20, 200, 50, 50, 20, 200, 10, 100, 3};
-static const struct sizes quick_sizes = {4, 25, 10, 20, 10, 30, 3, 30, 1};
-
-struct bench {
-        struct sbx_config cfg;
-        struct sizes sz;
-        bool quick;
-        const char *daemon_bin, *log_path, *pid_path, *json_path, *bench_id, *docker;
-        pid_t daemon;
-        char token[256];
-        char ws_root[SBX_PATH_MAX];
-        int base_port;       /* next baseline port block */
-        int sessions_alive;  /* bulk sessions s0..s{n-1} created so far */
-        struct docker *engine; /* the reference Engine API client */
-        pid_t dockerd;         /* for CPU accounting; -1 if unknown */
-        struct report rep;
-};
-
-/* ---- the daemon ---- */
-
-static void write_pidfile(struct bench *b)
-{
-        FILE *f;
-        if (!b->pid_path)
-                return;
-        f = fopen(b->pid_path, "we");
-        if (f) {
-                fprintf(f, "%d\n", (int)b->daemon);
-                fclose(f);
-        }
-}
-
-static bool admin_healthy(struct bench *b)
-{
-        cJSON *req = cJSON_CreateObject(), *reply;
-        bool ok;
-        cJSON_AddStringToObject(req, "cmd", "health");
-        reply = admin_call(b->cfg.admin_socket, req, 2000);
-        ok = reply_ok(reply);
-        cJSON_Delete(reply);
-        return ok;
-}
-
-/* Any authenticated reply from the API socket (session_info of a known
- * session touches no Docker); before a token exists, any reply at all. */
-static bool api_answers(struct bench *b, const char *session)
-{
-        struct conn c;
-        cJSON *p, *reply;
-        bool ok;
-
-        if (conn_open(&c, b->cfg.api_socket) < 0)
-                return false;
-        p = cJSON_CreateObject();
-        cJSON_AddStringToObject(p, "session", session);
-        reply = api_call(&c, b->token[0] ? b->token : NULL, "session_info", p, 2000);
-        ok = b->token[0] ? reply_ok(reply) : reply != NULL;
-        cJSON_Delete(reply);
-        conn_close(&c);
-        return ok;
-}
-
-/* Start the daemon and wait until both sockets answer; returns ms from the
- * spawn to that point, or -1. */
-static double daemon_start(struct bench *b, const char *probe_session)
-{
-        double t0 = bench_now_ms();
-
-        b->daemon = daemon_spawn(b->daemon_bin, b->log_path);
-        if (b->daemon < 0) {
-                say("cannot start %s: %s", b->daemon_bin, strerror((int)-b->daemon));
-                return -1;
-        }
-        write_pidfile(b);
-        while (bench_now_ms() - t0 < READY_TIMEOUT_MS) {
-                int status;
-                if (waitpid(b->daemon, &status, WNOHANG) == b->daemon) {
-                        say("the daemon exited during start (status %d); see %s", status, b->log_path);
-                        b->daemon = 0;
-                        return -1;
-                }
-                if (admin_healthy(b) && api_answers(b, probe_session))
-                        return bench_now_ms() - t0;
-                usleep(2000);
-        }
-        say("the daemon did not answer within %d s; see %s", READY_TIMEOUT_MS / 1000, b->log_path);
-        return -1;
-}
-
-static void daemon_stop(struct bench *b, int sig)
-{
-        if (b->daemon <= 0)
-                return;
-        kill(b->daemon, sig);
-        while (waitpid(b->daemon, NULL, 0) < 0 && errno == EINTR)
-                ;
-        b->daemon = 0;
-}
-
-static int create_token(struct bench *b)
-{
-        cJSON *req = cJSON_CreateObject(), *reply;
-        const char *tok;
-        char e[512];
-
-        cJSON_AddStringToObject(req, "cmd", "token.create");
-        cJSON_AddStringToObject(req, "user", USER_NAME);
-        cJSON_AddStringToObject(req, "role", "agent");
-        reply = admin_call(b->cfg.admin_socket, req, 10000);
-        tok = json_str(reply_result(reply), "token");
-        if (!tok) {
-                reply_error(reply, e, sizeof(e));
-                say("token.create failed: %s", e);
-                cJSON_Delete(reply);
-                return -1;
-        }
-        snprintf(b->token, sizeof(b->token), "%s", tok);
-        cJSON_Delete(reply);
-        return 0;
-}
-
-static double status_mb(struct bench *b, const char *key)
-{
-        long kb = proc_status_kb(b->daemon, key);
-        return kb < 0 ? NAN : (double)kb * 1024.0 / 1e6;
-}
-
-/* CPU time (ms) consumed so far by the daemon, dockerd and the whole machine. */
-struct cpu {
-        double daemon, dockerd, machine;
-};
-
-static struct cpu cpu_now(struct bench *b)
-{
-        return (struct cpu){proc_cpu_ms(b->daemon), b->dockerd > 0 ? proc_cpu_ms(b->dockerd) : NAN,
-                            system_busy_ms()};
-}
-
-static void cpu_add_delta(struct cpu *acc, const struct cpu *t0, const struct cpu *t1)
-{
-        acc->daemon += t1->daemon - t0->daemon;
-        acc->dockerd += t1->dockerd - t0->dockerd;
-        acc->machine += t1->machine - t0->machine;
-}
-
-/* ---- sessions through the API ---- */
-
-/* exec `true` and require exit code 0; returns the round trip in ms or -1. */
-static double timed_exec(struct bench *b, struct conn *c, const char *session, const char *cmd, char *why,
-                         size_t why_size)
-{
-        double t0 = bench_now_ms(), dt;
-        cJSON *reply = api_exec(c, b->token, session, cmd, CALL_TIMEOUT_MS);
-        const cJSON *res = reply_result(reply);
-
-        dt = bench_now_ms() - t0;
-        if (!res || json_num(res, "exit_code", -1) != 0) {
-                if (!res)
-                        reply_error(reply, why, why_size);
-                else
-                        snprintf(why, why_size, "state %s, exit code %g, stderr %.200s",
-                                 json_str(res, "state") ? json_str(res, "state") : "?",
-                                 json_num(res, "exit_code", -1),
-                                 json_str(res, "stderr") ? json_str(res, "stderr") : "");
-                dt = -1;
-        }
-        cJSON_Delete(reply);
-        return dt;
-}
-
-static int session_container(struct bench *b, struct conn *c, const char *session, char *ret_id, size_t size)
-{
-        cJSON *p = cJSON_CreateObject(), *reply;
-        const char *id;
-        int r = -1;
-
-        cJSON_AddStringToObject(p, "session", session);
-        reply = api_call(c, b->token, "session_info", p, CALL_TIMEOUT_MS);
-        id = json_str(reply_result(reply), "container_id");
-        if (id) {
-                snprintf(ret_id, size, "%s", id);
-                r = 0;
-        }
-        cJSON_Delete(reply);
-        return r;
-}
-
-static const char *admin_session_state(struct bench *b, const char *session, char *buf, size_t size)
-{
-        cJSON *req = cJSON_CreateObject(), *reply;
-        const char *st;
-
-        cJSON_AddStringToObject(req, "cmd", "session.show");
-        cJSON_AddStringToObject(req, "user", USER_NAME);
-        cJSON_AddStringToObject(req, "session", session);
-        reply = admin_call(b->cfg.admin_socket, req, 10000);
-        st = json_str(reply_result(reply), "state");
-        snprintf(buf, size, "%s", st ? st : "");
-        cJSON_Delete(reply);
-        return buf;
-}
-
-static int admin_destroy(struct bench *b, const char *session)
-{
-        cJSON *req = cJSON_CreateObject(), *reply;
-        int r;
-
-        cJSON_AddStringToObject(req, "cmd", "session.destroy");
-        cJSON_AddStringToObject(req, "user", USER_NAME);
-        cJSON_AddStringToObject(req, "session", session);
-        cJSON_AddBoolToObject(req, "purge", true);
-        reply = admin_call(b->cfg.admin_socket, req, CALL_TIMEOUT_MS);
-        r = reply_ok(reply) ? 0 : -1;
-        cJSON_Delete(reply);
-        return r;
-}
-
-/* Bring bulk sessions s0..s{n-1} to life, `workers` creations at a time. */
-struct grow {
-        struct bench *b;
-        int next, upto;
-        int errors;
-        pthread_mutex_t lock;
-};
-
-static void *grow_main(void *ud)
-{
-        struct grow *g = ud;
-        struct conn c;
-
-        if (conn_open(&c, g->b->cfg.api_socket) < 0) {
-                __atomic_add_fetch(&g->errors, 1, __ATOMIC_RELAXED);
-                return NULL;
-        }
-        for (;;) {
-                char name[32], why[512];
-                int i;
-                pthread_mutex_lock(&g->lock);
-                i = g->next < g->upto ? g->next++ : -1;
-                pthread_mutex_unlock(&g->lock);
-                if (i < 0)
-                        break;
-                snprintf(name, sizeof(name), "s%d", i);
-                if (timed_exec(g->b, &c, name, "true", why, sizeof(why)) < 0) {
-                        say("creating session %s failed: %s", name, why);
-                        __atomic_add_fetch(&g->errors, 1, __ATOMIC_RELAXED);
-                }
-        }
-        conn_close(&c);
-        return NULL;
-}
-
-static int grow_sessions(struct bench *b, int from, int upto, int workers)
-{
-        struct grow g = {.b = b, .next = from, .upto = upto};
-        pthread_t th[16];
-        double t0 = bench_now_ms();
-
-        if (upto <= from)
-                return 0;
-        pthread_mutex_init(&g.lock, NULL);
-        if (workers > (int)ELEMENTSOF(th))
-                workers = (int)ELEMENTSOF(th);
-        for (int i = 0; i < workers; i++)
-                pthread_create(&th[i], NULL, grow_main, &g);
-        for (int i = 0; i < workers; i++)
-                pthread_join(th[i], NULL);
-        pthread_mutex_destroy(&g.lock);
-        if (upto > b->sessions_alive)
-                b->sessions_alive = upto;
-        say("sessions s%d..s%d ready in %.1f s (%d at a time, %d errors)", from, upto - 1,
-            (bench_now_ms() - t0) / 1000, workers, g.errors);
-        return g.errors;
-}
-
-/* ---- the plain-Docker baseline ---- */
-
-/* `docker run -d` with every flag src/container.c gives a session container,
- * the same published block size, image and workspace layout. */
-static int baseline_run(struct bench *b, const char *ws, char *ret_id, size_t size, double *ret_ms)
-{
-        char *argv[128];
-        char label[128], user[32], pids[32], mem[32], cpus[32], tmpfs[160], vol[SBX_PATH_MAX + 32], err[1024];
-        char ports[64][80];
-        int n = 0, r;
-        double t0;
-
-        argv[n++] = (char *)b->docker;
-        argv[n++] = "run";
-        argv[n++] = "-d";
-        snprintf(label, sizeof(label), "sandboxd.bench=%s", b->bench_id);
-        argv[n++] = "--label";
-        argv[n++] = label;
-        argv[n++] = "--init";
-        argv[n++] = "--read-only";
-        argv[n++] = "--cap-drop";
-        argv[n++] = "ALL";
-        argv[n++] = "--security-opt";
-        argv[n++] = "no-new-privileges:true";
-        snprintf(user, sizeof(user), "%d:%d", b->cfg.sandbox_uid, b->cfg.sandbox_uid);
-        argv[n++] = "--user";
-        argv[n++] = user;
-        snprintf(pids, sizeof(pids), "%" PRId64, b->cfg.pids_limit);
-        argv[n++] = "--pids-limit";
-        argv[n++] = pids;
-        snprintf(mem, sizeof(mem), "%" PRId64, b->cfg.memory_bytes);
-        argv[n++] = "--memory";
-        argv[n++] = mem;
-        argv[n++] = "--memory-swap";
-        argv[n++] = mem;
-        snprintf(cpus, sizeof(cpus), "%.3f", (double)b->cfg.nano_cpus / 1e9);
-        argv[n++] = "--cpus";
-        argv[n++] = cpus;
-        snprintf(tmpfs, sizeof(tmpfs), "/tmp:rw,noexec,nosuid,nodev,size=%" PRId64, b->cfg.tmpfs_bytes);
-        argv[n++] = "--tmpfs";
-        argv[n++] = tmpfs;
-        snprintf(vol, sizeof(vol), "%s:/workspace:rw", ws);
-        argv[n++] = "-v";
-        argv[n++] = vol;
-        argv[n++] = "-w";
-        argv[n++] = "/workspace";
-        argv[n++] = "-e";
-        argv[n++] = "HOME=/workspace";
-        argv[n++] = "--hostname";
-        argv[n++] = "sandbox";
-        argv[n++] = "--network";
-        argv[n++] = b->cfg.network_default;
-        if (strcmp(b->cfg.network_default, "none") != 0)
-                for (int i = 0; i < b->cfg.ports_per_session && i < 64; i++) {
-                        snprintf(ports[i], sizeof(ports[i]), "%s:%d:%d", b->cfg.publish_ip, b->base_port + i,
-                                 b->cfg.container_port_base + i);
-                        argv[n++] = "-p";
-                        argv[n++] = ports[i];
-                }
-        argv[n++] = b->cfg.image;
-        argv[n] = NULL;
-        b->base_port += b->cfg.ports_per_session;
-
-        t0 = bench_now_ms();
-        r = run_cmd(argv, ret_id, size, err, sizeof(err));
-        *ret_ms = bench_now_ms() - t0;
-        if (r != 0 || !ret_id[0]) {
-                say("docker run failed (%d): %s", r, err);
-                return -1;
-        }
-        return 0;
-}
-
-static double docker_exec_cli(struct bench *b, const char *id)
-{
-        char *argv[] = {(char *)b->docker, "exec", (char *)id, "true", NULL};
-        char err[512];
-        double t0 = bench_now_ms();
-        int r = run_cmd(argv, NULL, 0, err, sizeof(err));
-        double dt = bench_now_ms() - t0;
-        if (r != 0) {
-                say("docker exec failed (%d): %s", r, err);
-                return -1;
-        }
-        return dt;
-}
-
-static void docker_rm(struct bench *b, const char *id)
-{
-        char *argv[] = {(char *)b->docker, "rm", "-f", (char *)id, NULL};
-        (void)run_cmd(argv, NULL, 0, NULL, 0);
-}
-
-static int make_workspace(struct bench *b, int i, char *ret, size_t size)
-{
-        snprintf(ret, size, "%s/%d", b->ws_root, i);
-        if (mkdir(ret, 0700) < 0 && errno != EEXIST)
-                return -1;
-        return chown(ret, (uid_t)b->cfg.sandbox_uid, (gid_t)b->cfg.sandbox_uid);
-}
+static const struct sizes quick_sizes = {6, 25, 10, 20, 10, 30, 3, 30, 1};
 
 /* ---- phases ---- */
 
@@ -432,12 +51,14 @@ static int phase_cold(struct bench *b)
 {
         struct measurement *m = report_add(&b->rep, "cold_session", "ms");
         struct cpu cpu[2] = {{0}};
-        struct series run_s, exec_s;
+        struct series run_s, exec_s, create_s;
+        long log_offset = file_size(b->log_path);
         struct conn c;
         int errors = 0;
 
         series_init(&run_s);
         series_init(&exec_s);
+        series_init(&create_s);
         m->has_baseline = true;
         snprintf(m->baseline_desc, sizeof(m->baseline_desc),
                  "docker run -d (same image, hardening flags, %d published ports) + docker exec true",
@@ -489,15 +110,19 @@ static int phase_cold(struct bench *b)
                 }
         }
         conn_close(&c);
+        creation_spans(b->log_path, log_offset, "cold", &create_s);
         snprintf(m->note, sizeof(m->note),
-                 "baseline split: docker run -d p50 %.0f ms + docker exec p50 %.0f ms; CPU per cold session, ms "
-                 "(daemon / dockerd / whole machine, which includes anything else running): sandboxd %.0f / %.0f / "
-                 "%.0f, baseline - / %.0f / %.0f%s",
-                 series_pct(&run_s, 50), series_pct(&exec_s, 50), cpu[0].daemon / b->sz.cold,
+                 "sandboxd: container creation (CREATING to RUNNING in the daemon's log, ms resolution) p50 %.0f "
+                 "ms of it; baseline split: docker run -d p50 %.0f ms + docker exec p50 %.0f ms; CPU per cold "
+                 "session, ms (daemon / dockerd / whole machine, which includes anything else running): sandboxd "
+                 "%.0f / %.0f / %.0f, baseline - / %.0f / %.0f%s",
+                 series_pct(&create_s, 50), series_pct(&run_s, 50), series_pct(&exec_s, 50),
+                 cpu[0].daemon / b->sz.cold,
                  cpu[0].dockerd / b->sz.cold, cpu[0].machine / b->sz.cold, cpu[1].dockerd / b->sz.cold,
                  cpu[1].machine / b->sz.cold, errors ? "; some samples failed" : "");
         series_done(&run_s);
         series_done(&exec_s);
+        series_done(&create_s);
         return 0;
 }
 
@@ -781,30 +406,6 @@ static int phase_concurrency(struct bench *b)
         return 0;
 }
 
-/* "2026-11-21T12:39:16.795527650Z" (UTC) as unix ms; -1 if unparsable. */
-static int64_t rfc3339_ms(const char *s)
-{
-        struct tm tm = {0};
-        const char *rest = strptime(s, "%Y-%m-%dT%H:%M:%S", &tm);
-        int64_t ms;
-
-        if (!rest)
-                return -1;
-        ms = (int64_t)timegm(&tm) * 1000;
-        if (*rest == '.') {
-                int digits = 0, frac = 0;
-                for (rest++; *rest >= '0' && *rest <= '9'; rest++)
-                        if (digits < 3) {
-                                frac = frac * 10 + (*rest - '0');
-                                digits++;
-                        }
-                while (digits++ < 3)
-                        frac *= 10;
-                ms += frac;
-        }
-        return ms;
-}
-
 /* A client of the events stream doing what the daemon's die handler does:
  * on the die event of the watched container, inspect it. */
 struct watch {
@@ -951,40 +552,6 @@ static int phase_detection(struct bench *b)
         return misses ? -1 : 0;
 }
 
-/* ts "2026-11-21T12:35:33.123Z" of the first "reconciled:" line at or after
- * offset in the log, as unix ms; -1 if none. */
-static int64_t find_reconciled(const char *log_path, long offset, char *line_out, size_t size)
-{
-        FILE *f = fopen(log_path, "re");
-        char line[4096];
-        int64_t ms = -1;
-
-        if (!f)
-                return -1;
-        fseek(f, offset, SEEK_SET);
-        while (fgets(line, sizeof(line), f)) {
-                char *ts = strstr(line, "\"ts\":\"");
-                struct tm tm = {0};
-                int msec = 0;
-                if (!strstr(line, "reconciled:") || !ts)
-                        continue;
-                ts += 6;
-                if (!strptime(ts, "%Y-%m-%dT%H:%M:%S", &tm) || sscanf(ts + 19, ".%3d", &msec) != 1)
-                        continue;
-                ms = (int64_t)timegm(&tm) * 1000 + msec;
-                snprintf(line_out, size, "%s", line);
-                break;
-        }
-        fclose(f);
-        return ms;
-}
-
-static long file_size(const char *path)
-{
-        struct stat st;
-        return stat(path, &st) == 0 ? (long)st.st_size : 0;
-}
-
 static int phase_restart(struct bench *b)
 {
         struct measurement *ready = report_add(&b->rep, "restart_ready", "ms");
@@ -1032,68 +599,6 @@ static int phase_restart(struct bench *b)
                          msg ? msg + 7 : "(not found)");
         }
         return 0;
-}
-
-/* ---- machine and config ---- */
-
-static cJSON *machine_info(struct bench *b)
-{
-        cJSON *o = cJSON_CreateObject();
-        struct utsname u;
-        struct sysinfo si;
-        char line[512], ver[128] = "";
-        char *argv[] = {(char *)b->docker, "version", "--format", "{{.Server.Version}}", NULL};
-        FILE *f;
-
-        cJSON_AddNumberToObject(o, "nproc", (double)sysconf(_SC_NPROCESSORS_ONLN));
-        if (sysinfo(&si) == 0)
-                cJSON_AddNumberToObject(o, "memory_gib",
-                                        round((double)si.totalram * si.mem_unit / (1 << 30) * 10) / 10);
-        if (uname(&u) == 0) {
-                cJSON_AddStringToObject(o, "kernel", u.release);
-                cJSON_AddStringToObject(o, "arch", u.machine);
-        }
-        f = fopen("/proc/cpuinfo", "re");
-        while (f && fgets(line, sizeof(line), f)) {
-                char *colon = strchr(line, ':');
-                if (strncmp(line, "model name", 10) == 0 && colon) {
-                        line[strcspn(line, "\n")] = '\0';
-                        cJSON_AddStringToObject(o, "cpu", colon + 2);
-                        break;
-                }
-        }
-        if (f)
-                fclose(f);
-        f = fopen("/etc/debian_version", "re");
-        if (f && fgets(line, sizeof(line), f)) {
-                line[strcspn(line, "\n")] = '\0';
-                cJSON_AddStringToObject(o, "debian", line);
-        }
-        if (f)
-                fclose(f);
-        if (run_cmd(argv, ver, sizeof(ver), NULL, 0) == 0)
-                cJSON_AddStringToObject(o, "docker", ver);
-        return o;
-}
-
-static cJSON *config_info(struct bench *b)
-{
-        cJSON *o = cJSON_CreateObject();
-        char range[32];
-        cJSON_AddStringToObject(o, "image", b->cfg.image);
-        cJSON_AddNumberToObject(o, "ports_per_session", b->cfg.ports_per_session);
-        snprintf(range, sizeof(range), "%d-%d", b->cfg.port_range_lo, b->cfg.port_range_hi);
-        cJSON_AddStringToObject(o, "port_range", range);
-        cJSON_AddNumberToObject(o, "max_sessions", b->cfg.max_sessions);
-        cJSON_AddNumberToObject(o, "max_exec_global", b->cfg.max_exec_global);
-        cJSON_AddNumberToObject(o, "max_exec_per_session", b->cfg.max_exec_per_session);
-        cJSON_AddNumberToObject(o, "monitor_interval_ms", b->cfg.monitor_interval_ms);
-        cJSON_AddNumberToObject(o, "memory_bytes", (double)b->cfg.memory_bytes);
-        cJSON_AddNumberToObject(o, "cpus", (double)b->cfg.nano_cpus / 1e9);
-        cJSON_AddNumberToObject(o, "pids_limit", (double)b->cfg.pids_limit);
-        cJSON_AddStringToObject(o, "network", b->cfg.network_default);
-        cJSON_AddStringToObject(o, "log_level", b->cfg.log_level);
-        return o;
 }
 
 /* ---- main ---- */

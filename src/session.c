@@ -491,30 +491,43 @@ static int make_container(struct session *s, const char *old_id, const char *net
         r = container_workspace_ensure(cfg, s->user, s->id, ret_workspace, err);
         if (r < 0)
                 return r;
-        if (strcmp(network, "none") == 0) {
-                /* Nothing can be published without a network, and a private session
-                 * never gets one back: its block goes back to the pool. */
+        /* A port can be taken by something else between the pool's probe and
+         * Docker's bind: then the next block is tried (the pool moves on). */
+        for (int attempt = 0;; attempt++) {
+                struct sbx_error e = {0};
+
+                if (strcmp(network, "none") == 0) {
+                        /* Nothing can be published without a network, and a private session
+                         * never gets one back: its block goes back to the pool. */
+                        (void)portpool_release(m->ports, s->user, s->id);
+                } else if (cfg->ports_per_session > 0) {
+                        if (!ports)
+                                ports = calloc((size_t)cfg->ports_per_session, sizeof(int));
+                        if (!ports)
+                                return sbx_error_set(err, -ENOMEM, 0, "out of memory");
+                        r = portpool_reserve_block(m->ports, s->user, s->id, ports, err);
+                        if (r < 0)
+                                return r;
+                }
+                p.user = s->user;
+                p.session = s->id;
+                p.image = ret_image;
+                p.network_mode = network;
+                p.workspace = ret_workspace;
+                p.host_ports = ports;
+                p.n_ports = ports ? (size_t)cfg->ports_per_session : 0;
+                p.extra_labels = (const char *const *)m->extra_labels;
+                r = container_create_started(m->docker, cfg, &p, ret_id, &e);
+                if (err)
+                        *err = e;
+                if (r == 0)
+                        break;
                 (void)portpool_release(m->ports, s->user, s->id);
-        } else if (cfg->ports_per_session > 0) {
-                ports = calloc((size_t)cfg->ports_per_session, sizeof(int));
-                if (!ports)
-                        return sbx_error_set(err, -ENOMEM, 0, "out of memory");
-                r = portpool_reserve_block(m->ports, s->user, s->id, ports, err);
-                if (r < 0)
+                if (attempt >= 2 || !ports ||
+                    (!strstr(e.msg, "port is already allocated") && !strstr(e.msg, "address already in use")))
                         return r;
-        }
-        p.user = s->user;
-        p.session = s->id;
-        p.image = ret_image;
-        p.network_mode = network;
-        p.workspace = ret_workspace;
-        p.host_ports = ports;
-        p.n_ports = ports ? (size_t)cfg->ports_per_session : 0;
-        p.extra_labels = (const char *const *)m->extra_labels;
-        r = container_create_started(m->docker, cfg, &p, ret_id, err);
-        if (r < 0) {
-                (void)portpool_release(m->ports, s->user, s->id);
-                return r;
+                log_ctx(LOG_LEVEL_WARN, s->user, s->id, NULL, "a published port was taken meanwhile, retrying: %s",
+                        e.msg);
         }
         (void)portpool_set_container(m->ports, s->user, s->id, ret_id);
         (void)store_container_add(m->store, ret_id, s->user, s->id, ret_image, network, sbx_wall_ms());

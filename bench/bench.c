@@ -12,12 +12,13 @@
  *   exec round trip     API exec `true` in a warm session vs docker exec CLI, same container (200 / 25)
  *   engine exec         the same three Engine API calls the daemon makes, no daemon (reference)
  *   run_code            python print(1)                                                 (50 / 10)
- *   RSS                 VmRSS of the daemon idle, then at S1 and S2 sessions      (50, 200 / 20, 30)
+ *   RSS                 VmRSS of the daemon idle, then with S1 sessions          (S1 = 50 / 20)
  *   concurrency         S1 sessions x E execs at once: throughput, latency, errors, then the
  *                       same through the docker exec CLI                             (E = 20 / 10)
  *   detection           docker kill -> session ERROR on the admin socket            (10 / 3)
- *   restart             SIGKILL the daemon with R sessions alive, start it again: time to both
- *                       sockets answering and to its "reconciled:" log line          (R = 100 / 30)
+ *   RSS                 with S2 sessions, and the peak so far (VmHWM)             (S2 = 200 / 30)
+ *   restart             destroy sessions down to R, SIGKILL the daemon, start it again: time to
+ *                       both sockets answering and to its "reconciled:" log line (R = 100 / 30)
  *
  * This file holds the phases and main; harness.c the daemon, socket and
  * baseline helpers they use; util.c the clients, processes and report.
@@ -559,13 +560,6 @@ static int phase_restart(struct bench *b)
         char last[4096] = "";
         int n = b->sz.restart_sessions;
 
-        {
-                struct measurement *peak = report_add(&b->rep, "daemon_rss_peak", "MB");
-                series_add(&peak->s, status_mb(b, "VmHWM"));
-                snprintf(peak->note, sizeof(peak->note),
-                         "VmHWM of the first daemon process, read just before the restart phase kills it: the "
-                         "most it ever held through the cold, exec, concurrency and detection phases");
-        }
         say("restart: %d x SIGKILL + start with %d sessions", b->sz.restart, n);
         for (int i = 0; i < b->sz.restart; i++) {
                 long off;
@@ -626,7 +620,7 @@ int main(int argc, char **argv)
         struct bench b = {.docker = "docker", .json_path = "bench/results.json"};
         struct sbx_error err = {0};
         double t_start = bench_now_ms(), dt;
-        char log_default[SBX_PATH_MAX + 16], extra[160];
+        char log_default[SBX_PATH_MAX + 16];
         int c, rc = 0, s1, s2;
 
         while ((c = getopt_long(argc, argv, "h", opts, NULL)) != -1) {
@@ -709,18 +703,22 @@ int main(int argc, char **argv)
         phase_concurrency(&b);
         if (phase_detection(&b) < 0)
                 rc = 1;
-        grow_sessions(&b, s1, b.sz.restart_sessions, 8);
+        /* RSS at S2 from the process that went through everything above */
+        grow_sessions(&b, s1, s2, 8);
+        rss_point(&b, s2, s2 == 200, NULL);
+        {
+                struct measurement *peak = report_add(&b.rep, "daemon_rss_peak", "MB");
+                series_add(&peak->s, status_mb(&b, "VmHWM"));
+                snprintf(peak->note, sizeof(peak->note),
+                         "VmHWM of the daemon process before the restart phase: the most it held at any point of "
+                         "the cold, exec, concurrency (%d connections at once), detection and RSS phases",
+                         s1);
+        }
+        shrink_sessions(&b, b.sz.restart_sessions, s2, 8);
         if (phase_restart(&b) < 0) {
                 rc = 1;
                 goto out;
         }
-        grow_sessions(&b, b.sz.restart_sessions, s2, 8);
-        snprintf(extra, sizeof(extra),
-                 s2 > b.sz.restart_sessions
-                         ? "; measured after the restart phase (this process adopted %d sessions, then created the rest)"
-                         : "; measured after the restart phase (this process adopted all %d sessions)",
-                 b.sz.restart_sessions);
-        rss_point(&b, s2, s2 == 200, extra);
 
 out:
         daemon_stop(&b, SIGTERM);

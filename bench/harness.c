@@ -217,6 +217,7 @@ int admin_destroy(struct bench *b, const char *session)
 /* Bring bulk sessions s0..s{n-1} to life, `workers` creations at a time. */
 struct grow {
         struct bench *b;
+        bool destroy;
         int next, upto;
         int errors;
         pthread_mutex_t lock;
@@ -240,8 +241,10 @@ static void *grow_main(void *ud)
                 if (i < 0)
                         break;
                 snprintf(name, sizeof(name), "s%d", i);
-                if (timed_exec(g->b, &c, name, "true", why, sizeof(why)) < 0) {
-                        say("creating session %s failed: %s", name, why);
+                if (g->destroy ? admin_destroy(g->b, name) < 0
+                               : timed_exec(g->b, &c, name, "true", why, sizeof(why)) < 0) {
+                        say("%s session %s failed%s%s", g->destroy ? "destroying" : "creating", name,
+                            g->destroy ? "" : ": ", g->destroy ? "" : why);
                         __atomic_add_fetch(&g->errors, 1, __ATOMIC_RELAXED);
                 }
         }
@@ -249,9 +252,9 @@ static void *grow_main(void *ud)
         return NULL;
 }
 
-int grow_sessions(struct bench *b, int from, int upto, int workers)
+static int run_workers(struct bench *b, bool destroy, int from, int upto, int workers)
 {
-        struct grow g = {.b = b, .next = from, .upto = upto};
+        struct grow g = {.b = b, .destroy = destroy, .next = from, .upto = upto};
         pthread_t th[16];
         double t0 = bench_now_ms();
 
@@ -265,11 +268,25 @@ int grow_sessions(struct bench *b, int from, int upto, int workers)
         for (int i = 0; i < workers; i++)
                 pthread_join(th[i], NULL);
         pthread_mutex_destroy(&g.lock);
+        say("sessions s%d..s%d %s in %.1f s (%d at a time, %d errors)", from, upto - 1,
+            destroy ? "destroyed" : "ready", (bench_now_ms() - t0) / 1000, workers, g.errors);
+        return g.errors;
+}
+
+int grow_sessions(struct bench *b, int from, int upto, int workers)
+{
+        int r = run_workers(b, false, from, upto, workers);
         if (upto > b->sessions_alive)
                 b->sessions_alive = upto;
-        say("sessions s%d..s%d ready in %.1f s (%d at a time, %d errors)", from, upto - 1,
-            (bench_now_ms() - t0) / 1000, workers, g.errors);
-        return g.errors;
+        return r;
+}
+
+int shrink_sessions(struct bench *b, int from, int upto, int workers)
+{
+        int r = run_workers(b, true, from, upto, workers);
+        if (from < b->sessions_alive)
+                b->sessions_alive = from;
+        return r;
 }
 
 /* ---- the plain-Docker baseline ---- */

@@ -68,6 +68,8 @@ int admin_destroy(struct bench *b, const char *session);
 /* Bring sessions s{from}..s{upto-1} to life (an exec each), `workers` at a
  * time. Returns the number of failures. */
 int grow_sessions(struct bench *b, int from, int upto, int workers);
+/* session.destroy (with purge) s{from}..s{upto-1}, `workers` at a time. */
+int shrink_sessions(struct bench *b, int from, int upto, int workers);
 
 /* ---- the plain-Docker baseline ---- */
 

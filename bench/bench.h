@@ -68,7 +68,8 @@ pid_t spawn_quiet(char *const argv[]);
 int wait_exit(pid_t pid);
 
 /* Start the daemon binary with stdout and stderr appended to log_path and
- * stdin from /dev/null; returns its pid or -errno. */
+ * stdin from /dev/null; it is SIGKILLed when this process dies. Returns its
+ * pid or -errno. */
 pid_t daemon_spawn(const char *bin, const char *log_path);
 
 /* A "Key: N kB" field of /proc/<pid>/status (VmRSS, VmHWM, RssAnon,

@@ -15,6 +15,7 @@
 #include <stdlib.h>
 #include <string.h>
 #include <strings.h>
+#include <sys/prctl.h>
 #include <sys/socket.h>
 #include <sys/un.h>
 #include <sys/wait.h>
@@ -346,7 +347,7 @@ int wait_exit(pid_t pid)
 pid_t daemon_spawn(const char *bin, const char *log_path)
 {
         int fd = open(log_path, O_WRONLY | O_CREAT | O_APPEND | O_CLOEXEC, 0644);
-        pid_t pid;
+        pid_t parent = getpid(), pid;
 
         if (fd < 0)
                 return -errno;
@@ -359,6 +360,9 @@ pid_t daemon_spawn(const char *bin, const char *log_path)
         if (pid == 0) {
                 int null = open("/dev/null", O_RDONLY);
                 sigset_t none;
+                /* the daemon under test never outlives the benchmark, however it ends */
+                if (prctl(PR_SET_PDEATHSIG, SIGKILL) < 0 || getppid() != parent)
+                        _exit(127);
                 sigemptyset(&none);
                 sigprocmask(SIG_SETMASK, &none, NULL);
                 if (null < 0 || dup2(null, 0) < 0 || dup2(fd, 1) < 0 || dup2(fd, 2) < 0)

@@ -71,9 +71,17 @@ remove_label() {
 	log "removed $(wc -w <<<"$ids") container(s) labelled $label"
 }
 
+BENCH_PID=
 cleanup() {
-	local rc=$? pid
+	local rc=$? pid interrupted=0
 	trap - EXIT INT TERM
+	# The benchmark first, so it starts nothing more (the daemon it started
+	# dies with it: PR_SET_PDEATHSIG), then whatever is left.
+	if [[ -n $BENCH_PID ]] && kill -0 "$BENCH_PID" 2>/dev/null; then
+		interrupted=1
+		kill -TERM "$BENCH_PID" 2>/dev/null || true
+		wait "$BENCH_PID" 2>/dev/null || true
+	fi
 	if [[ -s $PIDFILE ]]; then
 		pid=$(cat "$PIDFILE")
 		if [[ -n $pid && -d /proc/$pid ]] && [[ $(cat "/proc/$pid/comm" 2>/dev/null) == sandboxd ]]; then
@@ -82,6 +90,12 @@ cleanup() {
 	fi
 	remove_label "sandboxd.instance=bench-$ID"
 	remove_label "sandboxd.bench=$ID"
+	if ((interrupted)); then
+		# a docker run the benchmark had in flight may still land
+		sleep 3
+		remove_label "sandboxd.instance=bench-$ID"
+		remove_label "sandboxd.bench=$ID"
+	fi
 	if [[ -n ${SANDBOXD_BENCH_KEEP_LOG:-} && -f $LOG ]]; then
 		cp "$LOG" "$SANDBOXD_BENCH_KEEP_LOG" && log "daemon log kept in $SANDBOXD_BENCH_KEEP_LOG"
 	fi
@@ -114,5 +128,9 @@ export SANDBOXD_IDLE_TIMEOUT=${SANDBOXD_IDLE_TIMEOUT:-1h}
 
 mkdir -p "$(dirname "$json")"
 log "run $ID: instance $SANDBOXD_INSTANCE, data in $TMP"
+# In the background and waited for, so a signal to this script runs the
+# cleanup at once instead of after the benchmark has finished.
 "$BUILD/sandboxd-bench" "${quick[@]}" --daemon "$BUILD/sandboxd" --bench-id "$ID" \
-	--json "$json" --log "$LOG" --pidfile "$PIDFILE"
+	--json "$json" --log "$LOG" --pidfile "$PIDFILE" &
+BENCH_PID=$!
+wait "$BENCH_PID"

@@ -16,6 +16,8 @@
  *   concurrency         S1 sessions x E execs at once: throughput, latency, errors, then the
  *                       same through the docker exec CLI                             (E = 20 / 10)
  *   detection           docker kill -> session ERROR on the admin socket            (10 / 3)
+ *   teardown            docker kill of a baseline container with and without its published
+ *                       ports (reference: what the detection waits for)             (10 / 3)
  *   RSS                 with S2 sessions, and the peak so far (VmHWM)             (S2 = 200 / 30)
  *   restart             destroy sessions down to R, SIGKILL the daemon, start it again: time to
  *                       both sockets answering and to its "reconciled:" log line (R = 100 / 30)
@@ -92,7 +94,7 @@ static int phase_cold(struct bench *b)
                                 if (make_workspace(b, i, ws, sizeof(ws)) < 0)
                                         continue;
                                 c0 = cpu_now(b);
-                                if (baseline_run(b, ws, id, sizeof(id), &run_ms) < 0) {
+                                if (baseline_run(b, ws, true, id, sizeof(id), &run_ms) < 0) {
                                         errors++;
                                         continue;
                                 }
@@ -553,6 +555,40 @@ static int phase_detection(struct bench *b)
         return misses ? -1 : 0;
 }
 
+/* What the published ports cost when a container dies: docker kill of a
+ * baseline container with the session's port block, and without any,
+ * interleaved. The CLI returns once Docker has torn the container down,
+ * which is also when an inspect issued on its die event returns. */
+static int phase_teardown(struct bench *b)
+{
+        struct measurement *m = report_add(&b->rep, "docker_kill_teardown", "ms");
+
+        m->has_baseline = true;
+        snprintf(m->baseline_desc, sizeof(m->baseline_desc),
+                 "the same container without published ports (--network %s, no -p)", b->cfg.network_default);
+        snprintf(m->note, sizeof(m->note),
+                 "reference, plain Docker: `docker kill` of a baseline container with its %d published ports, "
+                 "until the CLI returns (Docker has torn the container down)",
+                 b->cfg.ports_per_session);
+        say("teardown: %d interleaved pairs of docker kill with and without published ports", b->sz.detect);
+        for (int i = 0; i < b->sz.detect; i++)
+                for (int k = 0; k < 2; k++) {
+                        bool publish = (k == 0) == (i % 2 == 0);
+                        char id[128] = "", ws[SBX_PATH_MAX];
+                        char *argv[] = {(char *)b->docker, "kill", id, NULL};
+                        double run_ms, t0;
+                        if (make_workspace(b, 1000 + 2 * i + k, ws, sizeof(ws)) < 0 ||
+                            baseline_run(b, ws, publish, id, sizeof(id), &run_ms) < 0)
+                                continue;
+                        usleep(300000); /* let it settle, as a session container would have */
+                        t0 = bench_now_ms();
+                        if (run_cmd(argv, NULL, 0, NULL, 0) == 0)
+                                series_add(publish ? &m->s : &m->base, bench_now_ms() - t0);
+                        docker_rm(b, id);
+                }
+        return 0;
+}
+
 static int phase_restart(struct bench *b)
 {
         struct measurement *ready = report_add(&b->rep, "restart_ready", "ms");
@@ -703,6 +739,7 @@ int main(int argc, char **argv)
         phase_concurrency(&b);
         if (phase_detection(&b) < 0)
                 rc = 1;
+        phase_teardown(&b);
         /* RSS at S2 from the process that went through everything above */
         grow_sessions(&b, s1, s2, 8);
         rss_point(&b, s2, s2 == 200, NULL);

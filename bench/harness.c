@@ -293,7 +293,7 @@ int shrink_sessions(struct bench *b, int from, int upto, int workers)
 
 /* `docker run -d` with every flag src/container.c gives a session container,
  * the same published block size, image and workspace layout. */
-int baseline_run(struct bench *b, const char *ws, char *ret_id, size_t size, double *ret_ms)
+int baseline_run(struct bench *b, const char *ws, bool publish, char *ret_id, size_t size, double *ret_ms)
 {
         char *argv[128];
         char label[128], user[32], pids[32], mem[32], cpus[32], tmpfs[160], vol[SBX_PATH_MAX + 32], err[1024];
@@ -341,7 +341,7 @@ int baseline_run(struct bench *b, const char *ws, char *ret_id, size_t size, dou
         argv[n++] = "sandbox";
         argv[n++] = "--network";
         argv[n++] = b->cfg.network_default;
-        if (strcmp(b->cfg.network_default, "none") != 0)
+        if (publish && strcmp(b->cfg.network_default, "none") != 0)
                 for (int i = 0; i < b->cfg.ports_per_session && i < 64; i++) {
                         snprintf(ports[i], sizeof(ports[i]), "%s:%d:%d", b->cfg.publish_ip, b->base_port + i,
                                  b->cfg.container_port_base + i);
@@ -350,7 +350,8 @@ int baseline_run(struct bench *b, const char *ws, char *ret_id, size_t size, dou
                 }
         argv[n++] = b->cfg.image;
         argv[n] = NULL;
-        b->base_port += b->cfg.ports_per_session;
+        if (publish)
+                b->base_port += b->cfg.ports_per_session;
 
         t0 = bench_now_ms();
         r = run_cmd(argv, ret_id, size, err, sizeof(err));

@@ -74,9 +74,9 @@ int shrink_sessions(struct bench *b, int from, int upto, int workers);
 /* ---- the plain-Docker baseline ---- */
 
 /* `docker run -d` with every flag src/container.c gives a session container,
- * on workspace ws and the next baseline port block; the id into ret_id and
- * the CLI's duration into *ret_ms. */
-int baseline_run(struct bench *b, const char *ws, char *ret_id, size_t size, double *ret_ms);
+ * on workspace ws and (with publish) the next baseline port block; the id
+ * into ret_id and the CLI's duration into *ret_ms. */
+int baseline_run(struct bench *b, const char *ws, bool publish, char *ret_id, size_t size, double *ret_ms);
 /* `docker exec id true`: ms, or -1. */
 double docker_exec_cli(struct bench *b, const char *id);
 void docker_rm(struct bench *b, const char *id);

@@ -40,12 +40,17 @@
 #define KILL_ROUNDS 10
 #define READ_CHUNK (64 * 1024)
 
-/* Signals every process whose environment carries SBX_EXEC_ID=$1, prints how
- * many. The id is an argument, never part of the script text. */
+/* Signals every process whose environment carries SBX_EXEC_ID=$1 with $2,
+ * prints how many. The tree is frozen (SIGSTOP) before the signal and thawed
+ * after, so no process can react in between: a shell whose child dies first
+ * would otherwise run its next command before its own signal reaches it.
+ * The id is an argument, never part of the script text. */
 static const char kill_script[] =
-        "n=0; for d in /proc/[0-9]*; do p=${d#/proc/}; [ \"$p\" = \"$$\" ] && continue; "
-        "if tr '\\0' '\\n' < \"$d/environ\" 2>/dev/null | grep -qxF \"SBX_EXEC_ID=$1\"; then "
-        "kill -\"$2\" \"$p\" 2>/dev/null && n=$((n+1)); fi; done; echo $n";
+        "pids=''; for d in /proc/[0-9]*; do p=${d#/proc/}; [ \"$p\" = \"$$\" ] && continue; "
+        "if tr '\\0' '\\n' 2>/dev/null < \"$d/environ\" | grep -qxF \"SBX_EXEC_ID=$1\"; then pids=\"$pids $p\"; fi; "
+        "done; [ -z \"$pids\" ] && { echo 0; exit 0; }; "
+        "kill -STOP $pids 2>/dev/null; kill -\"$2\" $pids 2>/dev/null; kill -CONT $pids 2>/dev/null; "
+        "set -- $pids; echo $#";
 
 /* Writes stdin to the file $1 (a path the daemon chose). */
 static const char write_script[] = "umask 077; cat > \"$1\"";

@@ -50,7 +50,7 @@ static const char stop_script[] =
         "while [ -d /proc/\"$pid\" ] && [ \"$i\" -lt \"$3\" ]; do sleep 0.1; i=$((i+1)); done; "
         "kill -KILL -\"$pid\" 2>/dev/null; "
         "r=0; while [ \"$r\" -lt 20 ]; do n=0; for d in /proc/[0-9]*; do "
-        "if tr '\\0' '\\n' < \"$d/environ\" 2>/dev/null | grep -qxF \"SBX_SERVICE_ID=$2\"; then "
+        "if tr '\\0' '\\n' 2>/dev/null < \"$d/environ\" | grep -qxF \"SBX_SERVICE_ID=$2\"; then "
         "kill -KILL \"${d#/proc/}\" 2>/dev/null && n=$((n+1)); fi; done; "
         "[ \"$n\" -eq 0 ] && break; r=$((r+1)); sleep 0.1; done; echo stopped";
 
@@ -62,7 +62,7 @@ static const char probe_script[] =
         "if [ -f \"$dir/exit\" ] && ! [ -d /proc/\"$pid\" ]; then echo \"state $id exited $(cat \"$dir/exit\")\"; "
         "elif [ -d /proc/\"$pid\" ]; then echo \"state $id running\"; "
         "inodes=''; for p in /proc/[0-9]*; do "
-        "if tr '\\0' '\\n' < \"$p/environ\" 2>/dev/null | grep -qxF \"SBX_SERVICE_ID=$id\"; then "
+        "if tr '\\0' '\\n' 2>/dev/null < \"$p/environ\" | grep -qxF \"SBX_SERVICE_ID=$id\"; then "
         "for f in \"$p\"/fd/*; do l=$(readlink \"$f\" 2>/dev/null); case \"$l\" in socket:*) "
         "l=${l#socket:[}; inodes=\"$inodes ${l%]}\";; esac; done; fi; done; "
         "[ -n \"$inodes\" ] && cat /proc/net/tcp /proc/net/tcp6 2>/dev/null | "

@@ -587,3 +587,29 @@ Test(exec, stdin_round_trip_with_python_input)
         cr_assert_eq(exec_send_stdin(d->exec, "u1", id, "late", 4, false, &err), -EALREADY);
         close_daemon();
 }
+
+Test(exec, cancel_stops_the_shell_before_its_next_command)
+{
+        char id[37];
+        struct exec_result res;
+
+        /* Killing the child first would let the shell run `echo never`: the
+         * whole tree must take its signal at once. Repeated to catch the race. */
+        open_daemon(NULL, false);
+        for (int i = 0; i < 5; i++) {
+                start_sh("order", "echo started; sleep 60; echo never", 0, id);
+                for (int k = 0; k < 100; k++) {
+                        cr_assert_eq(exec_status(d->exec, "u1", id, 0, 0, 0, 200, &res, NULL), 0);
+                        bool seen = res.stdout_head_len > 0;
+                        exec_result_done(&res);
+                        if (seen)
+                                break;
+                }
+                cr_assert_eq(exec_cancel(d->exec, "u1", id, false, NULL), 0);
+                res = wait_end(id);
+                cr_assert_eq(res.state, EXEC_CANCELLED);
+                cr_assert_eq(res.stdout_head_len, 8, "round %d: %.*s", i, (int)res.stdout_head_len, res.stdout_head);
+                exec_result_done(&res);
+        }
+        close_daemon();
+}

@@ -63,6 +63,15 @@ static int on_event(const struct docker_event *ev, void *ud)
         if (!user || !session || strcmp(ev->type, "container") != 0)
                 return mon->stop_events;
 
+        if (strcmp(ev->action, "die") == 0 && ev->exit_code >= 0) {
+                /* Mark at once from the event's own exit code: an inspect now would
+                 * wait for Docker to finish tearing the container down (hundreds of
+                 * ms with published ports). The inspect below only refines it (OOM). */
+                snprintf(cause, sizeof(cause), "exited with code %d", ev->exit_code);
+                if (session_mark_failed(mon->sessions, user, session, ev->id, cause))
+                        log_ctx(LOG_LEVEL_WARN, user, session, ev->id, "container failure detected (event die): %s",
+                                cause);
+        }
         if (strcmp(ev->action, "die") == 0 || strcmp(ev->action, "oom") == 0) {
                 exit_cause(mon, ev->id, cause, sizeof(cause));
                 if (!cause[0]) {

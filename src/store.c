@@ -779,58 +779,20 @@ int store_container_removed(struct store *s, const char *container_id, const cha
 
 /* ---- port allocations ---- */
 
-int store_ports_reserve(struct store *s, const int *ports, size_t n, const char *user, const char *session,
-                        int64_t now_ms)
+/* Insert rows for ports[0..n) in one transaction. A port already recorded
+ * is -EADDRINUSE (and nothing is inserted) unless ours_ok and the row is
+ * (user, session)'s own. */
+static int ports_insert(struct store *s, const int *ports, size_t n, const char *user, const char *session,
+                        int64_t now_ms, bool ours_ok)
 {
-        STORE_LOCK(s);
         _cleanup_(store_tx_rollbackp) struct store_tx tx = {};
-        int r;
+        int r = store_tx_begin(s, &tx);
 
-        if ((n > 0 && !ports) || !store_key_ok(user) || !store_key_ok(session))
-                return -EINVAL;
-        for (size_t i = 0; i < n; i++)
-                if (ports[i] < 1 || ports[i] > 65535)
-                        return -EINVAL;
-        if (n == 0)
-                return 0;
-
-        r = store_tx_begin(s, &tx);
         if (r < 0)
                 return r;
         for (size_t i = 0; i < n; i++) {
                 _cleanup_(sq_end) struct store_query q = {};
-                r = sq_start(&q, s,
-                            "INSERT INTO port_allocations (port, user_id, session_id, reserved_at) "
-                            "VALUES (?1, ?2, ?3, ?4)");
-                if (r < 0)
-                        return r;
-                sq_int64(&q, ports[i]);
-                sq_text(&q, user);
-                sq_text(&q, session);
-                sq_int64(&q, now_ms);
-                r = sq_exec(&q);
-                if (r == -EEXIST)
-                        return -EADDRINUSE; /* the cleanup rolls back the earlier inserts */
-                if (r < 0)
-                        return r;
-        }
-        return store_tx_commit(&tx);
-}
-
-int store_ports_ensure(struct store *s, const int *ports, size_t n, const char *user, const char *session,
-                       int64_t now_ms)
-{
-        STORE_LOCK(s);
-        _cleanup_(store_tx_rollbackp) struct store_tx tx = {};
-        int r;
-
-        if (!store_key_ok(user) || !store_key_ok(session) || (n > 0 && !ports))
-                return -EINVAL;
-        r = store_tx_begin(s, &tx);
-        if (r < 0)
-                return r;
-        for (size_t i = 0; i < n; i++) {
-                _cleanup_(sq_end) struct store_query q = {};
+                _cleanup_(sq_end) struct store_query o = {};
                 r = sq_start(&q, s,
                              "INSERT INTO port_allocations (port, user_id, session_id, reserved_at) "
                              "VALUES (?1, ?2, ?3, ?4) ON CONFLICT (port) DO NOTHING");
@@ -843,23 +805,49 @@ int store_ports_ensure(struct store *s, const int *ports, size_t n, const char *
                 r = sq_exec(&q);
                 if (r < 0)
                         return r;
-                if (r == 0) { /* there already: ours, or someone else's? */
-                        _cleanup_(sq_end) struct store_query o = {};
-                        r = sq_start(&o, s, "SELECT 1 FROM port_allocations WHERE port = ?1 AND user_id = ?2 AND "
-                                            "session_id = ?3");
-                        if (r < 0)
-                                return r;
-                        sq_int64(&o, ports[i]);
-                        sq_text(&o, user);
-                        sq_text(&o, session);
-                        r = sq_step(&o);
-                        if (r < 0)
-                                return r;
-                        if (r == 0)
-                                return -EADDRINUSE; /* the cleanup rolls back what this call inserted */
-                }
+                if (r > 0)
+                        continue;
+                if (!ours_ok)
+                        return -EADDRINUSE; /* the cleanup rolls back the earlier inserts */
+                r = sq_start(&o, s,
+                             "SELECT 1 FROM port_allocations WHERE port = ?1 AND user_id = ?2 AND session_id = ?3");
+                if (r < 0)
+                        return r;
+                sq_int64(&o, ports[i]);
+                sq_text(&o, user);
+                sq_text(&o, session);
+                r = sq_step(&o);
+                if (r < 0)
+                        return r;
+                if (r == 0)
+                        return -EADDRINUSE;
         }
         return store_tx_commit(&tx);
+}
+
+int store_ports_reserve(struct store *s, const int *ports, size_t n, const char *user, const char *session,
+                        int64_t now_ms)
+{
+        STORE_LOCK(s);
+
+        if ((n > 0 && !ports) || !store_key_ok(user) || !store_key_ok(session))
+                return -EINVAL;
+        for (size_t i = 0; i < n; i++)
+                if (ports[i] < 1 || ports[i] > 65535)
+                        return -EINVAL;
+        if (n == 0)
+                return 0;
+        return ports_insert(s, ports, n, user, session, now_ms, false);
+}
+
+int store_ports_ensure(struct store *s, const int *ports, size_t n, const char *user, const char *session,
+                       int64_t now_ms)
+{
+        STORE_LOCK(s);
+
+        if (!store_key_ok(user) || !store_key_ok(session) || (n > 0 && !ports))
+                return -EINVAL;
+        return ports_insert(s, ports, n, user, session, now_ms, true);
 }
 
 int store_ports_set_container(struct store *s, const char *user, const char *session, const char *container_id)

@@ -518,7 +518,7 @@ done:
         free(dirs);
 }
 
-void service_monitor_once(struct service_manager *m)
+static void monitor_once(struct service_manager *m)
 {
         struct store_service *rows = NULL;
         size_t n = 0, i = 0;
@@ -553,7 +553,7 @@ static void *monitor_main(void *ud)
         while (!m->stopping) {
                 struct timespec until;
                 pthread_mutex_unlock(&m->lock);
-                service_monitor_once(m);
+                monitor_once(m);
                 pthread_mutex_lock(&m->lock);
                 until = sbx_deadline_after(CLOCK_MONOTONIC, m->cfg->monitor_interval_ms);
                 while (!m->stopping && pthread_cond_timedwait(&m->wake, &m->lock, &until) != ETIMEDOUT)

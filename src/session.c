@@ -783,29 +783,59 @@ static void refs_free(struct session **list, size_t n)
         free(list);
 }
 
-int session_list(struct session_manager *m, const char *user, const enum session_state *state,
-                 struct session_info **ret, size_t *ret_n)
+/* Copy out every session that `take` accepts, each under its own lock, into
+ * a malloc'd array of elem-sized slots; no table lock is held meanwhile. */
+static int collect(struct session_manager *m, bool (*take)(struct session *s, void *slot, void *ud), void *ud,
+                   size_t elem, void **ret, size_t *ret_n)
 {
         struct session **all;
-        struct session_info *out;
+        char *out;
         size_t n, k = 0;
         int r = all_refs(m, &all, &n);
 
         if (r < 0)
                 return r;
-        out = calloc(n + 1, sizeof(*out));
+        out = calloc(n + 1, elem);
         if (!out) {
                 refs_free(all, n);
                 return -ENOMEM;
         }
         for (size_t i = 0; i < n; i++) {
-                struct session *s = all[i];
-                pthread_mutex_lock(&s->lock);
-                if ((!user || strcmp(user, s->user) == 0) && (!state || *state == s->state))
-                        snapshot_locked(s, &out[k++]);
-                pthread_mutex_unlock(&s->lock);
+                pthread_mutex_lock(&all[i]->lock);
+                if (take(all[i], out + k * elem, ud))
+                        k++;
+                pthread_mutex_unlock(&all[i]->lock);
         }
         refs_free(all, n);
+        *ret = out;
+        *ret_n = k;
+        return 0;
+}
+
+struct list_filter {
+        const char *user;
+        const enum session_state *state;
+};
+
+static bool take_info(struct session *s, void *slot, void *ud)
+{
+        const struct list_filter *f = ud;
+        if ((f->user && strcmp(f->user, s->user) != 0) || (f->state && *f->state != s->state))
+                return false;
+        snapshot_locked(s, slot);
+        return true;
+}
+
+int session_list(struct session_manager *m, const char *user, const enum session_state *state,
+                 struct session_info **ret, size_t *ret_n)
+{
+        struct list_filter f = {user, state};
+        struct session_info *out;
+        size_t k;
+        int r = collect(m, take_info, &f, sizeof(*out), (void **)&out, &k);
+
+        if (r < 0)
+                return r;
         for (size_t i = 0; i < k; i++)
                 fill_ports(m, &out[i]);
         *ret = out;
@@ -834,35 +864,20 @@ void session_counts(struct session_manager *m, size_t counts[4])
         pthread_mutex_unlock(&m->lock);
 }
 
+static bool take_running(struct session *s, void *slot, void *ud)
+{
+        struct session_ref *ref = slot;
+        if (s->state != SESSION_RUNNING || s->transitioning || !s->container_id[0])
+                return false;
+        sbx_strlcpy(ref->user, s->user, sizeof(ref->user));
+        sbx_strlcpy(ref->session, s->id, sizeof(ref->session));
+        memcpy(ref->container_id, s->container_id, sizeof(ref->container_id));
+        return true;
+}
+
 int session_running(struct session_manager *m, struct session_ref **ret, size_t *ret_n)
 {
-        struct session **all;
-        struct session_ref *out;
-        size_t n, k = 0;
-        int r = all_refs(m, &all, &n);
-
-        if (r < 0)
-                return r;
-        out = calloc(n + 1, sizeof(*out));
-        if (!out) {
-                refs_free(all, n);
-                return -ENOMEM;
-        }
-        for (size_t i = 0; i < n; i++) {
-                struct session *s = all[i];
-                pthread_mutex_lock(&s->lock);
-                if (s->state == SESSION_RUNNING && !s->transitioning && s->container_id[0]) {
-                        sbx_strlcpy(out[k].user, s->user, sizeof(out[k].user));
-                        sbx_strlcpy(out[k].session, s->id, sizeof(out[k].session));
-                        memcpy(out[k].container_id, s->container_id, 65);
-                        k++;
-                }
-                pthread_mutex_unlock(&s->lock);
-        }
-        refs_free(all, n);
-        *ret = out;
-        *ret_n = k;
-        return 0;
+        return collect(m, take_running, NULL, sizeof(**ret), (void **)ret, ret_n);
 }
 
 /* ---- failures ---- */

@@ -177,35 +177,6 @@ int store_exec_fail_unfinished(struct store *s, const char *cause, const char *e
         return 0;
 }
 
-int store_exec_list_finished_before(struct store *s, int64_t before_ms, size_t limit, struct store_execution **ret,
-                                    size_t *ret_n)
-{
-        STORE_LOCK(s);
-        _cleanup_(sq_end) struct store_query q = {};
-        _cleanup_free_ struct store_execution *rows = NULL;
-        size_t n = 0, cap = 0;
-        int r;
-
-        r = sq_start(&q, s,
-                    "SELECT " EXEC_COLUMNS " FROM executions WHERE finished_at IS NOT NULL AND finished_at < ?1 "
-                    "AND spool_path IS NOT NULL ORDER BY finished_at LIMIT ?2");
-        if (r < 0)
-                return r;
-        sq_int64(&q, before_ms);
-        sq_int64(&q, (int64_t)limit);
-        while ((r = sq_step(&q)) > 0) {
-                struct store_execution *slot = store_array_push((void **)&rows, &n, &cap, sizeof(*rows));
-                if (!slot)
-                        return -ENOMEM;
-                exec_from_row(&q, slot);
-        }
-        if (r < 0)
-                return r;
-        *ret = TAKE_PTR(rows);
-        *ret_n = n;
-        return 0;
-}
-
 int store_exec_clear_spool(struct store *s, const char *id)
 {
         STORE_LOCK(s);

@@ -83,7 +83,5 @@ int service_list(struct service_manager *m, const char *user, const char *sessio
 /* The last tail_lines lines (1..10000) of stdout and stderr (malloc'd). */
 int service_logs(struct service_manager *m, const char *user, const char *session, const char *name,
                  int tail_lines, char **ret_stdout, char **ret_stderr, struct sbx_error *err);
-/* Run one monitor pass now (tests). */
-void service_monitor_once(struct service_manager *m);
 
 #endif

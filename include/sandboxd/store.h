@@ -179,10 +179,6 @@ int store_exec_list(struct store *s, const char *user, const char *session, cons
  * daemon restart). *ret_n = how many. */
 int store_exec_fail_unfinished(struct store *s, const char *cause, const char *error, int64_t now_ms,
                                size_t *ret_n);
-/* Executions that finished before before_ms, oldest first, at most limit
- * (for gc of their spools). malloc'd array. */
-int store_exec_list_finished_before(struct store *s, int64_t before_ms, size_t limit, struct store_execution **ret,
-                                    size_t *ret_n);
 /* Forget the spool of an execution (gc removed the files). */
 int store_exec_clear_spool(struct store *s, const char *id);
 

@@ -474,11 +474,35 @@ ssize_t docker_stream_read(struct docker_stream *s, enum docker_stream_kind *ret
         }
 }
 
-int docker_stream_write(struct docker_stream *s, const void *buf, size_t len)
+int docker_stream_write(struct docker_stream *s, const void *buf, size_t len, int timeout_ms)
 {
         if (!s || (!buf && len))
                 return -EINVAL;
-        return send_all(s->fd, buf, len, -1);
+        return send_all(s->fd, buf, len, timeout_ms < 0 ? -1 : sbx_now_ms() + timeout_ms);
+}
+
+ssize_t docker_stream_write_some(struct docker_stream *s, const void *buf, size_t len)
+{
+        if (!s || (!buf && len))
+                return -EINVAL;
+        for (;;) {
+                ssize_t n = send(s->fd, buf, len, MSG_NOSIGNAL | MSG_DONTWAIT);
+                if (n >= 0)
+                        return n;
+                if (errno == EAGAIN || errno == EWOULDBLOCK)
+                        return 0;
+                if (errno != EINTR)
+                        return -errno;
+        }
+}
+
+int docker_stream_wait(struct docker_stream *s, bool writable, int timeout_ms)
+{
+        if (!s)
+                return -EINVAL;
+        if (s->pos < s->len || s->eof)
+                return 0;
+        return wait_fd(s->fd, (short)(POLLIN | (writable ? POLLOUT : 0)), timeout_ms < 0 ? -1 : sbx_now_ms() + timeout_ms);
 }
 
 int docker_stream_close_write(struct docker_stream *s)

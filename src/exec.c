@@ -6,8 +6,11 @@
  *   x->lock   an execution's state, counters and spool offsets; paired with
  *             x->cond, broadcast on every state change and output chunk so
  *             long-polls wake up.
- *   x->stdin_lock  serialises writes to the exec's stdin and the stream's
- *             teardown, so a blocked stdin write never stalls the output.
+ *   x->stdin_lock  guards the stdin queue (stdin_data/off/len/eof), the
+ *             writes to the exec's stdin and the stream's teardown. Stdin
+ *             is never written with a wait: the worker pumps the queue
+ *             while it reads output, so a process that does not read its
+ *             stdin never holds up its timeout, cancel or output.
  * Order: e->lock before x->lock; never a Docker call under either.
  *
  * A live execution stays in e->live until its worker has persisted the
@@ -39,6 +42,8 @@
 #define SLICE_MS 100
 #define KILL_ROUNDS 10
 #define READ_CHUNK (64 * 1024)
+#define KILL_EXEC_MS 5000               /* one sweep of kill_script */
+#define STDIN_PENDING_MAX (1024 * 1024) /* send_stdin bytes waiting for a process that does not read */
 
 /* Signals every process whose environment carries SBX_EXEC_ID=$1 with $2,
  * prints how many. The tree is frozen (SIGSTOP) before the signal and thawed
@@ -71,8 +76,10 @@ struct execution {
         char workdir[1024];
         char **argv;
         char **env;
-        void *stdin_data;
+        void *stdin_data; /* the stdin queue: [stdin_off, stdin_len) not yet written (stdin_lock) */
         size_t stdin_len;
+        size_t stdin_off;
+        bool stdin_eof; /* close stdin once the queue is written (stdin_lock) */
         void *code;
         size_t code_len;
         char code_path[96];
@@ -352,7 +359,7 @@ static int kill_tree(struct execution *x, const char *sig)
         _cleanup_free_ char *out = NULL;
         int code = -1, r;
 
-        r = exec_internal(x->e, x->container_id, argv, NULL, 0, 15000, &code, &out, NULL, NULL);
+        r = exec_internal(x->e, x->container_id, argv, NULL, 0, KILL_EXEC_MS, &code, &out, NULL, NULL);
         if (r < 0 || code != 0)
                 return r < 0 ? r : -EIO;
         return out ? atoi(out) : 0;
@@ -360,9 +367,50 @@ static int kill_tree(struct execution *x, const char *sig)
 
 static void kill_until_gone(struct execution *x)
 {
-        for (int i = 0; i < KILL_ROUNDS; i++)
+        int64_t until = sbx_now_ms() + KILL_EXEC_MS;
+
+        for (int i = 0; i < KILL_ROUNDS && sbx_now_ms() < until; i++)
                 if (kill_tree(x, "KILL") <= 0)
                         return;
+}
+
+/* Write what the process takes of the stdin queue now, never waiting; close
+ * stdin once the queue is written and EOF was asked for. Under stdin_lock.
+ * True while bytes are still waiting for the process to read them. */
+static bool stdin_pump_locked(struct execution *x)
+{
+        bool pending = false;
+
+        while (x->stream && !x->stdin_closed && x->stdin_off < x->stdin_len) {
+                ssize_t n = docker_stream_write_some(x->stream, (char *)x->stdin_data + x->stdin_off,
+                                                     x->stdin_len - x->stdin_off);
+                if (n == 0) {
+                        pending = true;
+                        break;
+                }
+                if (n < 0)
+                        x->stdin_closed = true; /* it closed its stdin or is gone: the rest can never be read */
+                else
+                        x->stdin_off += (size_t)n;
+        }
+        if (!pending) {
+                free(x->stdin_data);
+                x->stdin_data = NULL;
+                x->stdin_off = x->stdin_len = 0;
+        }
+        if (!pending && x->stdin_eof && x->stream && !x->stdin_closed) {
+                (void)docker_stream_close_write(x->stream);
+                x->stdin_closed = true;
+        }
+        return pending;
+}
+
+static bool stdin_pump(struct execution *x)
+{
+        pthread_mutex_lock(&x->stdin_lock);
+        bool pending = stdin_pump_locked(x);
+        pthread_mutex_unlock(&x->stdin_lock);
+        return pending;
 }
 
 /* Open both spool files (O_CLOEXEC, 0600, truncated). */
@@ -474,21 +522,15 @@ static void run(struct execution *x)
         persist(x);
 
         pthread_mutex_lock(&x->stdin_lock);
-        if (x->stdin_len > 0) {
-                (void)docker_stream_write(x->stream, x->stdin_data, x->stdin_len);
-                x->stdin_sent = x->stdin_len;
-        }
-        if (!x->interactive && x->stdin_len > 0) {
-                (void)docker_stream_close_write(x->stream);
-                x->stdin_closed = true;
-        }
+        x->stdin_sent = x->stdin_len;
+        x->stdin_eof = !x->interactive && x->stdin_len > 0;
         pthread_mutex_unlock(&x->stdin_lock);
 
         for (;;) {
                 enum docker_stream_kind kind;
                 int64_t now = sbx_now_ms();
                 ssize_t n;
-                bool want_cancel, want_force;
+                bool want_cancel, want_force, stdin_pending;
 
                 pthread_mutex_lock(&x->lock);
                 want_cancel = x->cancel;
@@ -519,7 +561,13 @@ static void run(struct execution *x)
                         }
                 }
 
-                n = docker_stream_read(x->stream, &kind, buf, sizeof(buf), SLICE_MS);
+                /* stdin goes in as the process takes it, between reads */
+                stdin_pending = !killing && stdin_pump(x);
+                n = docker_stream_read(x->stream, &kind, buf, sizeof(buf), stdin_pending ? 0 : SLICE_MS);
+                if (n == -ETIMEDOUT && stdin_pending) {
+                        (void)docker_stream_wait(x->stream, true, SLICE_MS);
+                        continue;
+                }
                 if (n > 0) {
                         if (kind == DOCKER_STREAM_STDOUT || kind == DOCKER_STREAM_STDERR)
                                 on_chunk(x, kind == DOCKER_STREAM_STDOUT ? 0 : 1, buf, (size_t)n);
@@ -690,12 +738,23 @@ void exec_engine_free(struct exec_engine *e)
         free(e);
 }
 
+/* An execution in e->live whose state is final is only being recorded:
+ * it no longer counts against any cap. Under e->lock. */
+static bool holds_slot(struct execution *x)
+{
+        pthread_mutex_lock(&x->lock);
+        bool r = !exec_state_is_final(x->state);
+        pthread_mutex_unlock(&x->lock);
+        return r;
+}
+
 size_t exec_running_count(struct exec_engine *e, const char *user, const char *session)
 {
         size_t n = 0;
         pthread_mutex_lock(&e->lock);
         for (struct execution *x = e->live; x; x = x->next)
-                if ((!user || strcmp(user, x->user) == 0) && (!session || strcmp(session, x->session) == 0))
+                if ((!user || strcmp(user, x->user) == 0) && (!session || strcmp(session, x->session) == 0) &&
+                    holds_slot(x))
                         n++;
         pthread_mutex_unlock(&e->lock);
         return n;
@@ -845,6 +904,8 @@ static int start_internal(struct exec_engine *e, const struct exec_request *req,
 
         pthread_mutex_lock(&e->lock);
         for (struct execution *y = e->live; y; y = y->next) {
+                if (!holds_slot(y))
+                        continue;
                 global++;
                 if (strcmp(y->user, x->user) == 0 && strcmp(y->session, x->session) == 0)
                         mine++;
@@ -1166,21 +1227,37 @@ int exec_send_stdin(struct exec_engine *e, const char *user, const char *id, con
                                   exec_state_to_string(x->state));
         else if (!x->interactive)
                 r = sbx_error_set(err, -EINVAL, 0, "execution %s was not started with interactive stdin", id);
-        else if (!x->stream || x->stdin_closed)
+        else if (!x->stream || x->stdin_closed || x->stdin_eof)
                 r = sbx_error_set(err, -EPIPE, 0, "stdin of execution %s is closed", id);
         else if (x->stdin_sent + len > (uint64_t)e->cfg->max_stdin_bytes)
                 r = sbx_error_set(err, -E2BIG, 0, "stdin would exceed %" PRId64 " bytes", e->cfg->max_stdin_bytes);
+        else if (x->stdin_len - x->stdin_off + len > STDIN_PENDING_MAX)
+                /* never a wait on a process that does not read: the caller learns it at once */
+                r = sbx_error_set(err, -EAGAIN,
+                                  0, "busy: execution %s is not reading its stdin (%zu bytes sent earlier are still "
+                                  "waiting); retry later",
+                                  id, x->stdin_len - x->stdin_off);
         if (r == 0 && len > 0) {
-                r = docker_stream_write(x->stream, data, len);
-                if (r < 0)
-                        sbx_error_set(err, r, 0, "cannot write to stdin: %s", strerror(-r));
-                else
+                char *q;
+                if (x->stdin_off > 0) {
+                        memmove(x->stdin_data, (char *)x->stdin_data + x->stdin_off, x->stdin_len - x->stdin_off);
+                        x->stdin_len -= x->stdin_off;
+                        x->stdin_off = 0;
+                }
+                q = realloc(x->stdin_data, x->stdin_len + len);
+                if (!q)
+                        r = sbx_error_set(err, -ENOMEM, 0, "out of memory");
+                else {
+                        memcpy(q + x->stdin_len, data, len);
+                        x->stdin_data = q;
+                        x->stdin_len += len;
                         x->stdin_sent += len;
+                }
         }
-        if (r == 0 && eof) {
-                (void)docker_stream_close_write(x->stream);
-                x->stdin_closed = true;
-        }
+        if (r == 0 && eof)
+                x->stdin_eof = true;
+        if (r == 0)
+                (void)stdin_pump_locked(x); /* what the process takes now; the worker writes the rest */
         pthread_mutex_unlock(&x->stdin_lock);
         unref(x);
         return r;

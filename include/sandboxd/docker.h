@@ -281,9 +281,17 @@ int docker_stream_fd(struct docker_stream *s);
  * *ret_kind set, 0 on end of stream, -ETIMEDOUT, or another -errno. */
 ssize_t docker_stream_read(struct docker_stream *s, enum docker_stream_kind *ret_kind, void *buf, size_t cap,
                            int timeout_ms);
-/* Write to the exec's stdin (all of it; blocks while the socket is full).
- * -EPIPE once the process has closed its stdin. */
-int docker_stream_write(struct docker_stream *s, const void *buf, size_t len);
+/* Write to the exec's stdin (all of it), waiting up to timeout_ms (-1
+ * forever) while the socket is full: -ETIMEDOUT then (part of buf may have
+ * been written). -EPIPE once the process has closed its stdin. */
+int docker_stream_write(struct docker_stream *s, const void *buf, size_t len, int timeout_ms);
+/* Write what the socket takes now, never waiting: the bytes written (0 when
+ * it is full), or -errno (-EPIPE once the process has closed its stdin). */
+ssize_t docker_stream_write_some(struct docker_stream *s, const void *buf, size_t len);
+/* Wait up to timeout_ms until a read would not block (buffered bytes, data,
+ * end of stream) or, with writable, a write would take bytes. 0 when ready,
+ * -ETIMEDOUT, or -errno. */
+int docker_stream_wait(struct docker_stream *s, bool writable, int timeout_ms);
 /* Signal end-of-input (shutdown(SHUT_WR)). */
 int docker_stream_close_write(struct docker_stream *s);
 /* Close the connection (the process keeps running). Accepts NULL. */

@@ -19,6 +19,10 @@
  * once with -EBUSY and a message naming the cap (it is not queued): an
  * agent learns immediately and can wait for its own executions.
  *
+ * Stdin is queued and written only as the process reads it (never with a
+ * wait), so stdin never holds up a timeout or cancel; send_stdin past 1 MiB
+ * still unread is -EAGAIN.
+ *
  * Threads: one worker thread ("sbx-exec") per running execution, bounded by
  * max_exec_global. The engine's lock guards the registry and the counters;
  * each execution's lock guards its state and pairs with its condition
@@ -157,7 +161,9 @@ int exec_list(struct exec_engine *e, const char *user, const char *session, unsi
               struct exec_result **ret, size_t *ret_n);
 void exec_result_list_free(struct exec_result *list, size_t n);
 
-/* Feed stdin of a running interactive execution; eof closes it. */
+/* Feed stdin of a running interactive execution; eof closes it once the
+ * queue is written. Never waits: -EAGAIN when more than 1 MiB sent earlier
+ * is still unread by the process. */
 int exec_send_stdin(struct exec_engine *e, const char *user, const char *id, const void *data, size_t len, bool eof,
                     struct sbx_error *err);
 

@@ -245,7 +245,7 @@ Test(docker, exec_stream_by_hand)
         /* nothing yet: the read must give up at its timeout */
         n = docker_stream_read(s, &kind, buf, sizeof(buf), 100);
         cr_expect_eq(n, -ETIMEDOUT);
-        cr_assert_eq(docker_stream_write(s, "x1\n", 3), 0);
+        cr_assert_eq(docker_stream_write(s, "x1\n", 3, 10000), 0);
         n = docker_stream_read(s, &kind, buf, sizeof(buf), 10000);
         cr_assert_gt(n, 0);
         cr_expect_eq(kind, DOCKER_STREAM_STDOUT);

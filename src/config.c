@@ -70,6 +70,8 @@ static const struct config_key keys[] = {
          "OOM-killer bias of container processes, so host memory pressure takes them before the daemon"},
         {"tmpfs_size", CFG_SIZE, F(tmpfs_bytes), 0, 1 << 20, INT64_C(1) << 36, "64m", NULL,
          "size cap of the noexec tmpfs at /tmp"},
+        {"runtime", CFG_ENUM, F(runtime), 0, 0, 0, "runc", "runc|runsc",
+         "OCI runtime of sandbox containers (runsc: gVisor, sealed); per user: sandboxctl runtime"},
         {"network_default", CFG_ENUM, F(network_default), 0, 0, 0, "bridge", "bridge|none",
          "network of sessions without private data"},
         {"publish_ip", CFG_STRING, F(publish_ip), 0, 0, 0, "127.0.0.1", NULL,

@@ -15,6 +15,7 @@
 #include "sandboxd/monitor.h"
 #include "sandboxd/portpool.h"
 #include "sandboxd/privacy.h"
+#include "sandboxd/runtime.h"
 #include "sandboxd/service.h"
 #include "sandboxd/session.h"
 #include "sandboxd/store.h"
@@ -69,6 +70,10 @@ int daemon_open(const struct sbx_config *cfg, const struct daemon_options *opts,
         r = privacy_new(d->store, d->sessions, &d->privacy, err);
         if (r < 0)
                 goto fail;
+        r = runtime_new(&d->cfg, d->docker, d->store, &d->runtime, err);
+        if (r < 0)
+                goto fail;
+        runtime_attach(d->runtime, d->sessions);
         r = exec_engine_new(&d->cfg, d->docker, d->store, d->sessions, &d->exec, err);
         if (r < 0)
                 goto fail;
@@ -112,6 +117,9 @@ void daemon_close(struct daemon *d)
         monitor_stop(d->monitor);
         service_manager_free(d->services);
         exec_engine_free(d->exec);
+        if (d->runtime && d->sessions)
+                runtime_attach(NULL, d->sessions);
+        runtime_free(d->runtime);
         privacy_free(d->privacy);
         session_manager_free(d->sessions);
         portpool_free(d->ports);

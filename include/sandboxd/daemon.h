@@ -29,6 +29,7 @@ struct daemon {
         struct exec_engine *exec;
         struct service_manager *services;
         struct privacy *privacy;
+        struct runtime *runtime; /* runc | runsc per user */
         int64_t started_at; /* unix ms */
         struct api_server *api;     /* the socket fronts (opts->sockets) */
         struct admin_server *admin;

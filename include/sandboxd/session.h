@@ -59,6 +59,10 @@ void session_manager_free(struct session_manager *m);
 
 int session_register_failure_handler(struct session_manager *m, session_failure_fn fn, void *userdata);
 void session_set_network_policy(struct session_manager *m, session_network_policy_fn fn, void *userdata);
+/* Containers made from now on get the runner (when its binary is usable).
+ * Set once, before the first container is made. */
+struct runner_hub;
+void session_set_runner_hub(struct session_manager *m, struct runner_hub *h);
 /* The configured network of sessions without private data. */
 const char *session_default_network(struct session_manager *m);
 

@@ -22,6 +22,7 @@ struct store;
 struct portpool;
 struct session_manager;
 struct session;
+struct quota;
 
 #define SESSION_KEY_MAX 64
 
@@ -63,6 +64,9 @@ void session_set_network_policy(struct session_manager *m, session_network_polic
  * Set once, before the first container is made. */
 struct runner_hub;
 void session_set_runner_hub(struct session_manager *m, struct runner_hub *h);
+/* Per-user limits (max_sessions_per_user and its overrides) come from q
+ * from now on; without one, from the config. q must outlive m. */
+void session_set_quota(struct session_manager *m, struct quota *q);
 /* The configured network of sessions without private data. */
 const char *session_default_network(struct session_manager *m);
 

@@ -220,6 +220,8 @@ Test(sessions, container_dying_during_start_is_refused_with_its_logs)
 
         fixture_config(&cfg);
         snprintf(cfg.image, sizeof(cfg.image), "%s", tag);
+        /* the runner replaces the image's command: this is about the image's own */
+        snprintf(cfg.runner_binary, sizeof(cfg.runner_binary), "/nonexistent/sandboxd-runner");
         d = fixture_open(&cfg, false);
         int r = session_get_or_create(d->sessions, "u", "crash", &s, &err);
         snprintf(cmd, sizeof(cmd), "docker rmi -f %s >/dev/null 2>&1", tag);

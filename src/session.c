@@ -574,7 +574,9 @@ static int make_container(struct session *s, const char *old_id, const char **ne
         /* Without a usable runner binary the container runs the image's own
          * command and executions fall back to docker exec. */
         char runner_dir[SBX_PATH_MAX];
-        const char *runner_bin = runner_hub_binary(m->runner);
+        /* Not under gVisor: with the runner as its main process the gVisor sandbox of Debian 12's
+         * runsc dies within seconds ("shim disconnected"), so runsc sessions use docker exec. */
+        const char *runner_bin = strcmp(ret_runtime, "runsc") == 0 ? NULL : runner_hub_binary(m->runner);
         if (runner_bin) {
                 struct sbx_error re = {0};
                 if (runner_hub_prepare(m->runner, s->user, s->id, runner_dir, &re) < 0) {

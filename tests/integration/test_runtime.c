@@ -16,6 +16,7 @@
 #include "sandboxd/exec.h"
 #include "sandboxd/files.h"
 #include "sandboxd/privacy.h"
+#include "sandboxd/runner.h"
 #include "sandboxd/session.h"
 #include "testenv.h"
 
@@ -57,6 +58,10 @@ static int sh(const char *user, const char *session, const char *command, char *
 
         cr_assert_eq(exec_run(d->exec, &req, &res, &err), 0, "exec %s: %s", command, err.msg);
         code = res.exit_code;
+        if (code != 0)
+                fprintf(stderr, "test_runtime: `%s` exited %d (%s): %s / %s\n", command, code,
+                        exec_cause_to_string(res.cause), res.stdout_head ? res.stdout_head : "",
+                        res.stderr_head ? res.stderr_head : "");
         if (ret_out)
                 *ret_out = strdup(res.stdout_head ? res.stdout_head : "");
         exec_result_done(&res);
@@ -115,6 +120,10 @@ Test(runtime, per_user)
         session_release(s);
         fprintf(stderr, "test_runtime: CASE: gVisor runs here: the session runs under runsc\n");
         expect_info("hirisk", "s", "runsc", "none");
+
+        /* no runner under gVisor (session.c says why): executions go through docker exec */
+        if (runner_hub_binary(d->runner))
+                cr_assert_not(runner_hub_wait(d->runner, "hirisk", "s", 1000), "a runner runs under gVisor");
 
         /* gVisor's kernel answers, not the host's */
         cr_assert_eq(sh("hirisk", "s", "dmesg", &out), 0);

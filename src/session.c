@@ -28,6 +28,7 @@
 #include "sandboxd/portpool.h"
 #include "sandboxd/quota.h"
 #include "sandboxd/store.h"
+#include "sandboxd/wsquota.h"
 
 #define N_BUCKETS 1024
 #define MAX_HANDLERS 8
@@ -537,6 +538,8 @@ static int make_container(struct session *s, const char *old_id, const char *net
         if (r < 0)
                 return r;
         r = container_workspace_ensure(cfg, s->user, s->id, ret_workspace, err);
+        if (r == 0)
+                r = wsquota_attach(cfg, s->user, s->id, err);
         if (r < 0)
                 return r;
         /* A port can be taken by something else between the pool's probe and
@@ -993,6 +996,16 @@ bool session_mark_failed(struct session_manager *m, const char *user, const char
 
 static void end_teardown(struct session *s, enum session_state state, const char *cause);
 
+/* The session's container is gone: its workspace image is unmounted
+ * (workspace_quota_mode loop). Called inside the session's transition. */
+static void release_workspace(struct session_manager *m, const char *user, const char *id)
+{
+        struct sbx_error err = {0};
+
+        if (wsquota_detach(m->cfg, user, id, &err) < 0)
+                log_ctx(LOG_LEVEL_WARN, user, id, NULL, "%s", err.msg);
+}
+
 int session_enforce_network(struct session_manager *m, const char *user, const char *id, struct sbx_error *err)
 {
         struct docker_container_info info;
@@ -1037,6 +1050,7 @@ int session_enforce_network(struct session_manager *m, const char *user, const c
         }
         (void)store_container_removed(m->store, cid, "privacy_ratchet", sbx_wall_ms());
         (void)portpool_release(m->ports, user, id);
+        release_workspace(m, user, id);
         pthread_mutex_lock(&s->lock);
         memcpy(s->ratchet_from, cid, sizeof(s->ratchet_from));
         pthread_mutex_unlock(&s->lock);
@@ -1131,6 +1145,7 @@ int session_expire_idle(struct session_manager *m, int64_t now_wall_ms)
                 if (id[0])
                         (void)store_container_removed(m->store, id, "idle_expired", sbx_wall_ms());
                 (void)portpool_release(m->ports, s->user, s->id);
+                release_workspace(m, s->user, s->id);
                 end_teardown(s, SESSION_STOPPED, "idle_expired");
                 call_handlers(m, s->user, s->id, id, "idle_expired");
                 count++;
@@ -1166,12 +1181,17 @@ int session_destroy(struct session_manager *m, const char *user, const char *id,
                 (void)store_container_removed(m->store, cid, "destroyed", sbx_wall_ms());
         }
         (void)portpool_release(m->ports, user, id);
+        if (!purge)
+                release_workspace(m, user, id);
         call_handlers(m, user, id, cid, "destroyed");
         r = store_session_delete(m->store, user, id, purge);
         if (r < 0)
                 log_ctx(LOG_LEVEL_ERROR, user, id, NULL, "cannot delete session row: %s", strerror(-r));
         if (purge) {
-                r = container_workspace_purge(m->cfg, user, id, err);
+                /* the image is unmounted first: a mount point cannot be deleted */
+                r = wsquota_purge(m->cfg, user, id, err);
+                if (r == 0)
+                        r = container_workspace_purge(m->cfg, user, id, err);
                 if (r < 0)
                         log_ctx(LOG_LEVEL_WARN, user, id, NULL, "%s", err ? err->msg : "cannot purge workspace");
         }
@@ -1190,6 +1210,8 @@ int session_destroy(struct session_manager *m, const char *user, const char *id,
 
 /* ---- restart reconciliation ---- */
 
+/* Does the session hold a container (or is it getting one)? Its ports and
+ * its mounted workspace stay. */
 static bool keep_port_owner(const char *user, const char *id, void *ud)
 {
         struct session_manager *m = ud;
@@ -1281,6 +1303,11 @@ int session_reconcile(struct session_manager *m, struct session_reconcile_report
         r = portpool_release_unheld(m->ports, keep_port_owner, m);
         if (r > 0)
                 rep.ports_released = (size_t)r;
+        /* workspace images mounted for containers that are gone (the daemon
+         * died between removing one and unmounting) */
+        r = wsquota_sweep(m->cfg, keep_port_owner, m);
+        if (r > 0)
+                log_info("reconciled: %d workspace image(s) of sessions without a container unmounted", r);
         if (ret)
                 *ret = rep;
         log_info("reconciled: %zu adopted, %zu marked ERROR, %zu orphans removed, %zu ports released", rep.adopted,

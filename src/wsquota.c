@@ -32,6 +32,7 @@
 #define IMAGES_DIR "workspace-images"
 #define MKFS_TIMEOUT_MS 60000
 #define LOOP_TRIES 16
+#define FULL_SLACK (256 * 1024) /* ext4 says ENOSPC with a few blocks left for its own metadata */
 #define SCAN_MAX_DEPTH 256
 
 static const char *const mkfs_paths[] = {"/usr/sbin/mkfs.ext4", "/sbin/mkfs.ext4", NULL};
@@ -373,7 +374,8 @@ static void scan_at(int dirfd, dev_t dev, int depth, struct scan *sc)
 }
 
 /* Figures from a mounted file system's statvfs, counted as the image's:
- * the limit is the image size, used is what is not free. */
+ * the limit is the image size, used is what a tenant can no longer write
+ * (ext4 keeps a small reserve for its own metadata, counted as used). */
 static bool usage_mounted(int ufd, const char *session, uint64_t image_bytes, struct wsquota_usage *u)
 {
         _cleanup_close_ int fd = openat(ufd, session, O_RDONLY | O_DIRECTORY | O_NOFOLLOW | O_CLOEXEC);
@@ -382,7 +384,7 @@ static bool usage_mounted(int ufd, const char *session, uint64_t image_bytes, st
         if (fd < 0 || fstatvfs(fd, &sv) < 0)
                 return false;
         u->bytes_limit = image_bytes;
-        u->bytes_used = image_bytes - (uint64_t)sv.f_bfree * sv.f_frsize;
+        u->bytes_used = image_bytes - (uint64_t)sv.f_bavail * sv.f_frsize;
         u->inodes_limit = sv.f_files;
         u->inodes_used = sv.f_files - sv.f_ffree;
         return true;
@@ -458,7 +460,7 @@ void wsquota_usage(const struct sbx_config *cfg, const char *user, const char *s
         }
         /* off (and project, refused at start): no limit, and no scan a tenant
          * could make expensive; usage is not measured. */
-        if (u.known && ((u.bytes_limit && u.bytes_used >= u.bytes_limit) ||
+        if (u.known && ((u.bytes_limit && u.bytes_used + (mode_is(cfg, "loop") ? FULL_SLACK : 0) >= u.bytes_limit) ||
                         (u.inodes_limit && u.inodes_used >= u.inodes_limit)))
                 u.over = true;
         *ret = u;

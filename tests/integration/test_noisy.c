@@ -76,6 +76,7 @@ Test(noisy, fork_bomb_and_cpu_spin_leave_the_neighbour_served)
 
         fixture_config(&cfg);
         cfg.pids_limit = PIDS_LIMIT;
+        cfg.ports_per_session = 0; /* no port range shared with other suites */
         cfg.exec_kill_grace_ms = 500;
         d = fixture_open(&cfg, false);
 

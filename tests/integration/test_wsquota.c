@@ -158,14 +158,6 @@ static void assert_released(const char *session)
         cr_assert_geq(fixture_wait(image_released, NULL, 20000), 0, "a loop device still holds %s", img);
 }
 
-static void container_of(const char *session, char id[65])
-{
-        struct session_info info;
-        cr_assert_eq(session_get_info(d->sessions, "u1", session, &info), 0);
-        memcpy(id, info.container_id, 65);
-        session_info_done(&info);
-}
-
 Test(wsquota, loop_limits_bytes_and_files_and_survives_recreation_and_restart)
 {
         char out[4096], ws[SBX_PATH_MAX], img[SBX_PATH_MAX], cid[65];
@@ -224,7 +216,7 @@ Test(wsquota, loop_limits_bytes_and_files_and_survives_recreation_and_restart)
         cJSON_Delete(r);
 
         /* recreation: the container goes, the files and the limit stay */
-        container_of("a", cid);
+        fixture_container_of(d, "u1", "a", cid);
         cr_assert_eq(docker_container_remove(testenv_docker(), cid, true, NULL), 0);
         cr_assert_eq(sh("a", "cat /workspace/marker", out, sizeof(out)), 0, "%s", out);
         cr_assert_str_eq(out, "kept\n");

@@ -61,47 +61,115 @@ int container_workspace_ensure(const struct sbx_config *cfg, const char *user, c
         return 0;
 }
 
-/* Remove everything under dirfd, never following symlinks: entries are
- * unlinked by name relative to an fd opened with O_NOFOLLOW. */
-static int remove_tree_at(int dirfd, int depth)
+/* Empty directory `fd`: unlink what is not a directory, and hoist every
+ * subdirectory up into `top` under a fresh name (renameat2 with
+ * RENAME_NOREPLACE, so nothing is ever replaced). Returns how many
+ * directories were hoisted, or -errno. */
+static int empty_into(int top, int fd, unsigned long *counter)
 {
         DIR *dir;
         struct dirent *de;
-        int r = 0, fd;
+        int r = 0, hoisted = 0, dup_fd = dup(fd);
 
-        if (depth > 256)
-                return -ELOOP;
-        fd = dup(dirfd);
-        if (fd < 0)
+        if (dup_fd < 0)
                 return -errno;
-        dir = fdopendir(fd);
+        dir = fdopendir(dup_fd);
         if (!dir) {
-                close(fd);
+                close(dup_fd);
                 return -errno;
         }
         while ((de = readdir(dir))) {
                 if (strcmp(de->d_name, ".") == 0 || strcmp(de->d_name, "..") == 0)
                         continue;
-                if (unlinkat(dirfd, de->d_name, 0) == 0)
+                /* a symlink, file, fifo or socket goes by name: nothing is followed */
+                if (unlinkat(fd, de->d_name, 0) == 0 || errno == ENOENT)
                         continue;
-                if (errno == EISDIR || errno == EPERM) {
-                        int sub = openat(dirfd, de->d_name, O_RDONLY | O_DIRECTORY | O_NOFOLLOW | O_CLOEXEC);
+                if (errno != EISDIR) {
+                        r = -errno;
+                        continue;
+                }
+                if (unlinkat(fd, de->d_name, AT_REMOVEDIR) == 0)
+                        continue;
+                for (;;) {
+                        char name[48];
+                        snprintf(name, sizeof(name), ".sbx-purge-%lu", (*counter)++);
+                        if (renameat2(fd, de->d_name, top, name, RENAME_NOREPLACE) == 0) {
+                                hoisted++;
+                                break;
+                        }
+                        if (errno != EEXIST) {
+                                r = -errno;
+                                break;
+                        }
+                }
+        }
+        closedir(dir);
+        return r < 0 ? r : hoisted;
+}
+
+/* Remove everything under `top` (a directory fd), never following a
+ * symlink, at any depth, with two fds: each subdirectory of top is emptied
+ * by unlinking its non-directories and moving its subdirectories up into
+ * top, then removed; repeat until top is empty. No recursion, so a tree
+ * thousands of levels deep costs no stack and no fds, and the walk needs no
+ * path (no PATH_MAX). Every entry is handled once (hoisting moves, never
+ * copies), so this ends; a pass that changes nothing fails instead. */
+static int remove_tree_at(int top)
+{
+        unsigned long counter = 0;
+
+        for (;;) {
+                DIR *dir;
+                struct dirent *de;
+                int r = 0, dup_fd = dup(top);
+                bool any = false, progress = false;
+
+                if (dup_fd < 0)
+                        return -errno;
+                dir = fdopendir(dup_fd);
+                if (!dir) {
+                        close(dup_fd);
+                        return -errno;
+                }
+                while ((de = readdir(dir))) {
+                        int sub, k;
+
+                        if (strcmp(de->d_name, ".") == 0 || strcmp(de->d_name, "..") == 0)
+                                continue;
+                        any = true;
+                        /* Linux says EISDIR for a directory (POSIX allows EPERM, which
+                         * Linux keeps for an immutable file: a real failure) */
+                        if (unlinkat(top, de->d_name, 0) == 0 || errno == ENOENT ||
+                            (errno == EISDIR && unlinkat(top, de->d_name, AT_REMOVEDIR) == 0)) {
+                                progress = true;
+                                continue;
+                        }
+                        if (errno != ENOTEMPTY && errno != EEXIST) {
+                                r = -errno;
+                                continue;
+                        }
+                        sub = openat(top, de->d_name, O_RDONLY | O_DIRECTORY | O_NOFOLLOW | O_CLOEXEC);
                         if (sub < 0) {
                                 r = -errno;
                                 continue;
                         }
-                        int k = remove_tree_at(sub, depth + 1);
+                        k = empty_into(top, sub, &counter);
                         close(sub);
+                        if (k > 0)
+                                progress = true;
                         if (k < 0)
                                 r = k;
-                        else if (unlinkat(dirfd, de->d_name, AT_REMOVEDIR) < 0)
+                        else if (unlinkat(top, de->d_name, AT_REMOVEDIR) == 0)
+                                progress = true;
+                        else if (errno != ENOTEMPTY && errno != EEXIST)
                                 r = -errno;
-                } else if (errno != ENOENT) {
-                        r = -errno;
                 }
+                closedir(dir);
+                if (!any)
+                        return 0;
+                if (!progress)
+                        return r < 0 ? r : -ENOTEMPTY;
         }
-        closedir(dir);
-        return r;
 }
 
 int container_workspace_purge(const struct sbx_config *cfg, const char *user, const char *session,
@@ -109,6 +177,7 @@ int container_workspace_purge(const struct sbx_config *cfg, const char *user, co
 {
         char path[SBX_PATH_MAX];
         _cleanup_close_ int u = -1, s = -1;
+        struct stat st;
         int r;
 
         snprintf(path, sizeof(path), "%s/workspaces/%s", cfg->data_dir, user);
@@ -118,11 +187,15 @@ int container_workspace_purge(const struct sbx_config *cfg, const char *user, co
         s = openat(u, session, O_RDONLY | O_DIRECTORY | O_NOFOLLOW | O_CLOEXEC);
         if (s < 0)
                 return errno == ENOENT ? 0 : sbx_error_set(err, -errno, 0, "cannot open workspace: %m");
-        r = remove_tree_at(s, 0);
+        r = remove_tree_at(s);
         if (r >= 0 && unlinkat(u, session, AT_REMOVEDIR) < 0)
                 r = -errno;
         if (r < 0)
                 return sbx_error_set(err, r, 0, "cannot delete workspace %s/%s: %s", path, session, strerror(-r));
+        /* Verifiably gone: callers drop what hangs on the workspace (private marks) only after this. */
+        if (fstatat(u, session, &st, AT_SYMLINK_NOFOLLOW) == 0 || errno != ENOENT)
+                return sbx_error_set(err, -ENOTEMPTY, 0, "workspace %s/%s is still there after its purge", path,
+                                     session);
         return 0;
 }
 

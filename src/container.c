@@ -107,16 +107,43 @@ static int empty_into(int top, int fd, unsigned long *counter)
         return r < 0 ? r : hoisted;
 }
 
+/* Remove entry `name` of top, whatever it is; a directory's own
+ * subdirectories are hoisted into top (empty_into) before it goes. */
+static int remove_entry(int top, const char *name, unsigned long *counter)
+{
+        int sub, k;
+
+        /* Linux says EISDIR for a directory (POSIX allows EPERM, which Linux
+         * keeps for an immutable file: a real failure) */
+        if (unlinkat(top, name, 0) == 0 || errno == ENOENT)
+                return 0;
+        if (errno != EISDIR)
+                return -errno;
+        if (unlinkat(top, name, AT_REMOVEDIR) == 0)
+                return 0;
+        if (errno != ENOTEMPTY && errno != EEXIST)
+                return -errno;
+        sub = openat(top, name, O_RDONLY | O_DIRECTORY | O_NOFOLLOW | O_CLOEXEC);
+        if (sub < 0)
+                return -errno;
+        k = empty_into(top, sub, counter);
+        close(sub);
+        if (k < 0)
+                return k;
+        return unlinkat(top, name, AT_REMOVEDIR) < 0 ? -errno : 0;
+}
+
 /* Remove everything under `top` (a directory fd), never following a
- * symlink, at any depth, with two fds: each subdirectory of top is emptied
- * by unlinking its non-directories and moving its subdirectories up into
- * top, then removed; repeat until top is empty. No recursion, so a tree
- * thousands of levels deep costs no stack and no fds, and the walk needs no
- * path (no PATH_MAX). Every entry is handled once (hoisting moves, never
- * copies), so this ends; a pass that changes nothing fails instead. */
+ * symlink, at any depth, with two fds: a directory is emptied by unlinking
+ * its non-directories and moving its subdirectories up into top under the
+ * names .sbx-purge-0, -1, ... (a queue that needs no memory: the counter
+ * says how far it goes), then removed. No recursion, so a tree thousands
+ * of levels deep costs no stack and no fds, and no path is ever built (no
+ * PATH_MAX). Entries are moved, never copied, so this ends; a pass that
+ * removes nothing fails instead. */
 static int remove_tree_at(int top)
 {
-        unsigned long counter = 0;
+        unsigned long counter = 0, next = 0;
 
         for (;;) {
                 DIR *dir;
@@ -131,38 +158,27 @@ static int remove_tree_at(int top)
                         close(dup_fd);
                         return -errno;
                 }
+                rewinddir(dir); /* a dup shares the offset the last pass left at the end */
                 while ((de = readdir(dir))) {
-                        int sub, k;
+                        int k;
 
                         if (strcmp(de->d_name, ".") == 0 || strcmp(de->d_name, "..") == 0)
                                 continue;
                         any = true;
-                        /* Linux says EISDIR for a directory (POSIX allows EPERM, which
-                         * Linux keeps for an immutable file: a real failure) */
-                        if (unlinkat(top, de->d_name, 0) == 0 || errno == ENOENT ||
-                            (errno == EISDIR && unlinkat(top, de->d_name, AT_REMOVEDIR) == 0)) {
+                        k = remove_entry(top, de->d_name, &counter);
+                        if (k == 0)
                                 progress = true;
-                                continue;
-                        }
-                        if (errno != ENOTEMPTY && errno != EEXIST) {
-                                r = -errno;
-                                continue;
-                        }
-                        sub = openat(top, de->d_name, O_RDONLY | O_DIRECTORY | O_NOFOLLOW | O_CLOEXEC);
-                        if (sub < 0) {
-                                r = -errno;
-                                continue;
-                        }
-                        k = empty_into(top, sub, &counter);
-                        close(sub);
-                        if (k > 0)
-                                progress = true;
-                        if (k < 0)
+                        else
                                 r = k;
-                        else if (unlinkat(top, de->d_name, AT_REMOVEDIR) == 0)
-                                progress = true;
-                        else if (errno != ENOTEMPTY && errno != EEXIST)
-                                r = -errno;
+                        while (next < counter) { /* drain what was hoisted */
+                                char name[48];
+                                snprintf(name, sizeof(name), ".sbx-purge-%lu", next++);
+                                k = remove_entry(top, name, &counter);
+                                if (k == 0)
+                                        progress = true;
+                                else
+                                        r = k;
+                        }
                 }
                 closedir(dir);
                 if (!any)

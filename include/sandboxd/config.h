@@ -30,6 +30,8 @@ struct sbx_config {
         int64_t memory_bytes;
         int64_t nano_cpus;
         int64_t pids_limit;
+        int cpu_shares;
+        int oom_score_adj;
         int64_t tmpfs_bytes;
         char network_default[16]; /* "bridge" | "none" */
         char publish_ip[64];

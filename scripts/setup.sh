@@ -31,6 +31,7 @@ PACKAGES=(
 	docker.io iptables mmdebstrap mount busybox-static
 	libmicrohttpd-dev libgnutls28-dev openssl
 	curl jq iproute2 procps ca-certificates
+	systemd socat
 )
 # Node may come from elsewhere (e.g. nodesource, whose nodejs bundles npm);
 # installing Debian's on top would conflict, so only add what is not on PATH.

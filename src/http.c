@@ -76,6 +76,7 @@ struct http_req {
         char *body;
         size_t len;
         bool too_large;
+        bool timeout_off; /* the connection's idle limit is lifted while this request is answered */
 };
 
 /* ---- helpers ---- */
@@ -622,15 +623,23 @@ static enum MHD_Result on_request(void *cls, struct MHD_Connection *conn, const 
                 *upload_size = 0;
                 return MHD_YES;
         }
+        /* The idle limit guards the request's arrival; the answer may take as
+         * long as the method does (on_completed restores the limit). */
+        (void)MHD_set_connection_option(conn, MHD_CONNECTION_OPTION_TIMEOUT, 0u);
+        rq->timeout_off = true;
         return request_run(srv, conn, hc, rq);
 }
 
 static void on_completed(void *cls, struct MHD_Connection *conn, void **con_cls, enum MHD_RequestTerminationCode toe)
 {
+        struct http_server *srv = cls;
         struct http_req *rq = *con_cls;
 
         if (!rq)
                 return;
+        if (rq->timeout_off)
+                (void)MHD_set_connection_option(conn, MHD_CONNECTION_OPTION_TIMEOUT,
+                                                (unsigned)srv->d->cfg.http_timeout_s);
         free(rq->body);
         free(rq);
         *con_cls = NULL;

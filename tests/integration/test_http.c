@@ -247,6 +247,21 @@ Test(http, exec_tokens_and_statuses, .init = setup_tls, .fini = teardown)
                 code = curl(NULL, "-H @%s/hdr https://127.0.0.1:%d/healthz", pki, port);
                 cr_assert(code == 431 || code == 413, "oversized headers: %d", code);
         }
+        /* an answer may take longer than the idle limit (2 s here) */
+        cr_assert_eq(post(tok_a, "exec", "{\"session\": \"s1\", \"command\": \"sleep 3; echo late\"}", &r), 200);
+        cr_assert_str_eq(apic_str(r, "stdout"), "late\n");
+        cJSON_Delete(r);
+        /* keep-alive: both requests on one connection, the second after a wait past the idle limit's start */
+        {
+                char cmd[2048];
+                snprintf(cmd, sizeof(cmd),
+                         "curl -sS -v --max-time 60 --cacert %s/ca.pem -H 'Authorization: Bearer %s' "
+                         "--data-binary '{\"session\":\"s1\",\"command\":\"sleep 2.5\"}' -o /dev/null "
+                         "https://127.0.0.1:%d/v1/exec -o /dev/null https://127.0.0.1:%d/v1/exec 2>&1 | "
+                         "grep -c -e '^< HTTP/1.1 200' -e 'Re-using existing connection' | grep -qx 3",
+                         pki, tok_a, port, port);
+                cr_assert_eq(system(cmd), 0, "two 200s on one reused connection");
+        }
         /* the daemon still answers */
         cr_assert_eq(post(tok_a, "session_info", "{\"session\": \"s1\"}", &r), 200);
         cr_assert_str_eq(apic_str(r, "state"), "running");
@@ -287,6 +302,12 @@ Test(http, sse_streams_output_then_the_result, .init = setup_tls, .fini = teardo
         cr_assert_str_eq(apic_str(r, "stdout"), "one\nthree\n");
         cr_assert_str_eq(apic_str(r, "state"), "completed");
         cJSON_Delete(r);
+        free(body);
+
+        /* a stream quiet for longer than the idle limit stays open */
+        cr_assert_eq(sse_exec(jpath, "{\"session\": \"s2\", \"command\": \"sleep 3; echo late\"}", &body), 200);
+        cr_assert(strstr(body, "event: result\ndata: ") != NULL, "%s", body);
+        cr_assert(strstr(body, "\"stdout\":\"late\\n\"") != NULL, "%s", body);
         free(body);
 
         /* an error before the call runs comes as one error event */

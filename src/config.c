@@ -70,6 +70,8 @@ static const struct config_key keys[] = {
         {"log_level", CFG_ENUM, F(log_level), 0, 0, 0, "info", "debug|info|warn|error", "minimum level logged"},
         {"image", CFG_STRING, F(image), 0, 0, 0, "sandboxd/python:latest", NULL,
          "sandbox image (built by scripts/build-images.sh)"},
+        {"runner_binary", CFG_STRING, F(runner_binary), 0, 0, 0, "", NULL,
+         "in-container runner (root-owned, static); empty: sandboxd-runner next to the daemon; missing: docker exec"},
         {"memory", CFG_SIZE, F(memory_bytes), 0, 16 << 20, INT64_C(1) << 40, "1g", NULL,
          "memory limit per container; swap is disabled (MemorySwap = Memory)"},
         {"cpus", CFG_CPUS, F(nano_cpus), 0, 10000000, INT64_C(256) * 1000000000, "1", NULL,

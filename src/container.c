@@ -13,6 +13,7 @@
 #include <unistd.h>
 
 #include "sandboxd/docker.h"
+#include "sandboxd/runner_proto.h"
 
 /* Open (creating if needed) dir `name` under dirfd without following a
  * symlink, and make it owned by uid with mode. Returns the new fd. */
@@ -185,7 +186,10 @@ int container_create_started(struct docker *d, const struct sbx_config *cfg, con
         static const char *const env[] = {"HOME=" CONTAINER_WORKSPACE, NULL};
         struct docker_label labels[4 + 8];
         struct docker_port_binding *ports = NULL;
-        const char *binds[2] = {NULL, NULL};
+        static const char *const runner_entry[] = {RP_BINARY_PATH, NULL};
+        static const char *const runner_cmd[] = {RP_SOCKET_DIR "/" RP_SOCKET_NAME, NULL};
+        const char *binds[4] = {NULL, NULL, NULL, NULL};
+        char runner_bin_bind[SBX_PATH_MAX + 32], runner_dir_bind[SBX_PATH_MAX + 32];
         const char *tmpfs[2] = {NULL, NULL};
         char bind[SBX_PATH_MAX + 32], tmpfs_opt[128], user[32], extra[8][128];
         struct docker_container_spec spec = {0};
@@ -210,6 +214,14 @@ int container_create_started(struct docker *d, const struct sbx_config *cfg, con
 
         snprintf(bind, sizeof(bind), "%s:" CONTAINER_WORKSPACE ":rw", p->workspace);
         binds[0] = bind;
+        if (p->runner_binary && p->runner_dir) {
+                snprintf(runner_bin_bind, sizeof(runner_bin_bind), "%s:" RP_BINARY_PATH ":ro", p->runner_binary);
+                snprintf(runner_dir_bind, sizeof(runner_dir_bind), "%s:" RP_SOCKET_DIR ":ro", p->runner_dir);
+                binds[1] = runner_bin_bind;
+                binds[2] = runner_dir_bind;
+                spec.entrypoint = runner_entry;
+                spec.cmd = runner_cmd;
+        }
         snprintf(tmpfs_opt, sizeof(tmpfs_opt), "/tmp:rw,noexec,nosuid,nodev,size=%" PRId64, cfg->tmpfs_bytes);
         tmpfs[0] = tmpfs_opt;
         snprintf(user, sizeof(user), "%d:%d", cfg->sandbox_uid, cfg->sandbox_uid);

@@ -26,6 +26,7 @@
 #include "sandboxd/docker.h"
 #include "sandboxd/log.h"
 #include "sandboxd/portpool.h"
+#include "sandboxd/runner.h"
 #include "sandboxd/quota.h"
 #include "sandboxd/store.h"
 
@@ -79,6 +80,7 @@ struct session_manager {
         void *policy_ud;
         struct quota *quota; /* per-user limits; NULL: the config defaults */
         char image_id[80]; /* cfg->image resolved to its id, "" until first use */
+        struct runner_hub *runner; /* NULL: containers run without the runner */
 };
 
 static const char *const state_names[] = {"CREATING", "RUNNING", "STOPPED", "ERROR"};
@@ -430,6 +432,8 @@ int session_register_failure_handler(struct session_manager *m, session_failure_
         return r;
 }
 
+void session_set_runner_hub(struct session_manager *m, struct runner_hub *h) { m->runner = h; }
+
 void session_set_network_policy(struct session_manager *m, session_network_policy_fn fn, void *userdata)
 {
         pthread_mutex_lock(&m->lock);
@@ -539,6 +543,17 @@ static int make_container(struct session *s, const char *old_id, const char *net
         r = container_workspace_ensure(cfg, s->user, s->id, ret_workspace, err);
         if (r < 0)
                 return r;
+        /* Without a usable runner binary the container runs the image's own
+         * command and executions fall back to docker exec. */
+        char runner_dir[SBX_PATH_MAX];
+        const char *runner_bin = runner_hub_binary(m->runner);
+        if (runner_bin) {
+                struct sbx_error re = {0};
+                if (runner_hub_prepare(m->runner, s->user, s->id, runner_dir, &re) < 0) {
+                        log_ctx(LOG_LEVEL_WARN, s->user, s->id, NULL, "no runner for this container: %s", re.msg);
+                        runner_bin = NULL;
+                }
+        }
         /* A port can be taken by something else between the pool's probe and
          * Docker's bind: then the next block is tried (the pool moves on). */
         for (int attempt = 0;; attempt++) {
@@ -565,6 +580,8 @@ static int make_container(struct session *s, const char *old_id, const char *net
                 p.host_ports = ports;
                 p.n_ports = ports ? (size_t)cfg->ports_per_session : 0;
                 p.extra_labels = (const char *const *)m->extra_labels;
+                p.runner_binary = runner_bin;
+                p.runner_dir = runner_bin ? runner_dir : NULL;
                 r = container_create_started(m->docker, cfg, &p, ret_id, &e);
                 if (err)
                         *err = e;

@@ -19,6 +19,7 @@ struct privacy;
 struct api_server;
 struct admin_server;
 struct http_server;
+struct runner_hub;
 
 struct daemon {
         struct sbx_config cfg; /* read-only after daemon_open */
@@ -30,6 +31,7 @@ struct daemon {
         struct exec_engine *exec;
         struct service_manager *services;
         struct privacy *privacy;
+        struct runner_hub *runner; /* per-session runner sockets */
         int64_t started_at; /* unix ms */
         struct api_server *api;     /* the socket fronts (opts->sockets) */
         struct admin_server *admin;

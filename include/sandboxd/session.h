@@ -60,6 +60,10 @@ void session_manager_free(struct session_manager *m);
 
 int session_register_failure_handler(struct session_manager *m, session_failure_fn fn, void *userdata);
 void session_set_network_policy(struct session_manager *m, session_network_policy_fn fn, void *userdata);
+/* Containers made from now on get the runner (when its binary is usable).
+ * Set once, before the first container is made. */
+struct runner_hub;
+void session_set_runner_hub(struct session_manager *m, struct runner_hub *h);
 /* Per-user limits (max_sessions_per_user and its overrides) come from q
  * from now on; without one, from the config. q must outlive m. */
 void session_set_quota(struct session_manager *m, struct quota *q);

@@ -6,7 +6,6 @@
 #include <criterion/criterion.h>
 #include <criterion/logging.h>
 #include <errno.h>
-#include <libgen.h>
 #include <stdio.h>
 #include <string.h>
 
@@ -27,19 +26,10 @@ static struct daemon *d;
 
 static void open_daemon(void)
 {
-        struct daemon_options opts = {.extra_labels = fixture_labels(), .no_monitor = true, .sockets = true};
-        struct sbx_error err = {0};
-        char dir[SBX_PATH_MAX];
-
         fixture_config(&cfg);
         cfg.port_range_lo = 45700; /* a range of this suite's own */
         cfg.port_range_hi = 45799;
-        snprintf(dir, sizeof(dir), "%s", cfg.data_dir);
-        dirname(dir);
-        snprintf(cfg.api_socket, sizeof(cfg.api_socket), "%s/run/api.sock", dir);
-        snprintf(cfg.admin_socket, sizeof(cfg.admin_socket), "%s/run/admin.sock", dir);
-        (void)testenv_docker();
-        cr_assert_eq(daemon_open(&cfg, &opts, &d, &err), 0, "daemon_open: %s", err.msg);
+        d = fixture_open_sockets(&cfg);
 }
 
 static cJSON *admin_ok(const char *line)

@@ -15,6 +15,7 @@
 #include "sandboxd/monitor.h"
 #include "sandboxd/portpool.h"
 #include "sandboxd/privacy.h"
+#include "sandboxd/quota.h"
 #include "sandboxd/runner.h"
 #include "sandboxd/service.h"
 #include "sandboxd/session.h"
@@ -73,9 +74,13 @@ int daemon_open(const struct sbx_config *cfg, const struct daemon_options *opts,
                          err);
         if (r < 0)
                 goto fail;
+        r = quota_new(d->store, &d->quota, err);
+        if (r < 0)
+                goto fail;
         r = session_manager_new(&d->cfg, d->docker, d->store, d->ports, opts->extra_labels, &d->sessions, err);
         if (r < 0)
                 goto fail;
+        session_set_quota(d->sessions, d->quota);
         r = runner_hub_new(&d->cfg, &d->runner, err);
         if (r < 0)
                 goto fail;
@@ -89,11 +94,13 @@ int daemon_open(const struct sbx_config *cfg, const struct daemon_options *opts,
         r = exec_engine_new(&d->cfg, d->docker, d->store, d->sessions, &d->exec, err);
         if (r < 0)
                 goto fail;
+        exec_set_quota(d->exec, d->quota);
         (void)exec_engine_recover(d->exec, NULL);
         /* before reconciling, so services of containers lost meanwhile are cleared */
         r = service_manager_new(&d->cfg, d->docker, d->store, d->sessions, d->exec, &d->services, err);
         if (r < 0)
                 goto fail;
+        service_set_quota(d->services, d->quota);
         r = session_reconcile(d->sessions, NULL, err);
         if (r < 0)
                 goto fail;
@@ -131,6 +138,7 @@ void daemon_close(struct daemon *d)
         exec_engine_free(d->exec);
         privacy_free(d->privacy);
         session_manager_free(d->sessions);
+        quota_free(d->quota); /* after every engine that asks it */
         runner_hub_free(d->runner);
         portpool_free(d->ports);
         docker_free(d->docker);

@@ -69,3 +69,35 @@ int store_quota_list(struct store *s, struct store_quota **ret, size_t *ret_n)
         *ret_n = n;
         return 0;
 }
+
+int store_quota_spool_usage(struct store *s, const char *user, const char *session, int64_t *ret_bytes,
+                            char ret_oldest[37])
+{
+        STORE_LOCK(s);
+        _cleanup_(sq_end) struct store_query q = {};
+        int r;
+
+        if (!store_key_ok(user) || !store_key_ok(session))
+                return -EINVAL;
+        /* Ended executions only: a live one is counted by the exec engine. A
+         * cleared spool has its byte counts zeroed, so it adds nothing. */
+        r = sq_start(&q, s,
+                     "SELECT COALESCE(SUM(stdout_spooled + stderr_spooled), 0), "
+                     "(SELECT id FROM executions WHERE user_id = ?1 AND session_id = ?2 AND spool_path IS NOT NULL "
+                     " AND state IN ('COMPLETED', 'FAILED', 'CANCELLED', 'TIMEOUT') "
+                     " AND stdout_spooled + stderr_spooled > 0 ORDER BY created_at, id LIMIT 1) "
+                     "FROM executions WHERE user_id = ?1 AND session_id = ?2 AND spool_path IS NOT NULL "
+                     "AND state IN ('COMPLETED', 'FAILED', 'CANCELLED', 'TIMEOUT')");
+        if (r < 0)
+                return r;
+        sq_text(&q, user);
+        sq_text(&q, session);
+        r = sq_step(&q);
+        if (r < 0)
+                return r;
+        *ret_bytes = r > 0 ? sq_col_int64(&q, 0) : 0;
+        ret_oldest[0] = '\0';
+        if (r > 0)
+                sq_col_text(&q, 1, ret_oldest, 37);
+        return 0;
+}

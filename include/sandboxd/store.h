@@ -195,6 +195,10 @@ int store_quota_set(struct store *s, const char *user, const char *key, int64_t 
 int store_quota_unset(struct store *s, const char *user, const char *key);
 /* Every override, ordered by user and key; *ret malloc'd. */
 int store_quota_list(struct store *s, struct store_quota **ret, size_t *ret_n);
+/* Bytes kept in the output spools of the session's ended executions, and
+ * the id of the oldest of them that still holds any ("" if none). */
+int store_quota_spool_usage(struct store *s, const char *user, const char *session, int64_t *ret_bytes,
+                            char ret_oldest[37]);
 
 /* ---- private datasets ---- */
 

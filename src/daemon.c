@@ -11,6 +11,7 @@
 #include "sandboxd/api.h"
 #include "sandboxd/docker.h"
 #include "sandboxd/exec.h"
+#include "sandboxd/http.h"
 #include "sandboxd/log.h"
 #include "sandboxd/monitor.h"
 #include "sandboxd/portpool.h"
@@ -20,6 +21,7 @@
 #include "sandboxd/service.h"
 #include "sandboxd/session.h"
 #include "sandboxd/store.h"
+#include "sandboxd/wsquota.h"
 
 /* A destroyed session's runner socket and directory go with it; any other
  * failure keeps them for the next container of the session. */
@@ -46,6 +48,9 @@ int daemon_open(const struct sbx_config *cfg, const struct daemon_options *opts,
         d->cfg = *cfg;
         d->started_at = sbx_wall_ms();
 
+        r = wsquota_check_config(&d->cfg, err);
+        if (r < 0)
+                goto fail;
         if (mkdir(d->cfg.data_dir, 0711) < 0 && errno != EEXIST) {
                 r = sbx_error_set(err, -errno, 0, "cannot create data_dir %s: %m", d->cfg.data_dir);
                 goto fail;
@@ -116,6 +121,8 @@ int daemon_open(const struct sbx_config *cfg, const struct daemon_options *opts,
                 r = api_server_start(d, &d->api, err);
                 if (r == 0)
                         r = admin_server_start(d, &d->admin, err);
+                if (r == 0)
+                        r = http_server_start(d, &d->http, err);
                 if (r < 0)
                         goto fail;
         }
@@ -131,6 +138,7 @@ void daemon_close(struct daemon *d)
         if (!d)
                 return;
         /* The fronts first, so no request arrives while the engines go. */
+        http_server_stop(d->http);
         admin_server_stop(d->admin);
         api_server_stop(d->api);
         monitor_stop(d->monitor);

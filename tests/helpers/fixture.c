@@ -9,6 +9,7 @@
 #include <sys/wait.h>
 
 #include "sandboxd/container.h"
+#include "sandboxd/session.h"
 #include "testenv.h"
 
 void fixture_config(struct sbx_config *cfg)
@@ -118,4 +119,13 @@ int fixture_sandboxctl(const char *bin_dir, const char *admin_socket, const char
         status = pclose(p);
         *ret_out = out;
         return WIFEXITED(status) ? WEXITSTATUS(status) : -1;
+}
+
+void fixture_container_of(struct daemon *d, const char *user, const char *session, char ret_id[65])
+{
+        struct session_info info;
+
+        cr_assert_eq(session_get_info(d->sessions, user, session, &info), 0, "no session %s:%s", user, session);
+        memcpy(ret_id, info.container_id, 65);
+        session_info_done(&info);
 }

@@ -27,6 +27,8 @@ int fixture_docker_cli(const char *args);
  * only from test constants); its exit status, stdout and stderr in *ret_out
  * (malloc'd). */
 int fixture_sandboxctl(const char *bin_dir, const char *admin_socket, const char *args, char **ret_out);
+/* The container id of user:session (asserts the session exists). */
+void fixture_container_of(struct daemon *d, const char *user, const char *session, char ret_id[65]);
 /* Poll until pred(ud) or timeout_ms passes; returns elapsed ms or -1. */
 long fixture_wait(bool (*pred)(void *ud), void *ud, long timeout_ms);
 

@@ -30,6 +30,7 @@
 #include "sandboxd/daemon.h"
 #include "sandboxd/exec.h"
 #include "sandboxd/log.h"
+#include "sandboxd/metrics.h"
 #include "sandboxd/session.h"
 #include "sandboxd/store.h"
 #include "sandboxd/token.h"
@@ -428,6 +429,7 @@ static void audit_auth_failure(struct api_conn *c, const char *reason, const cha
                 _cleanup_free_ char *m = utf8_sanitize(method, strnlen(method, 64));
                 cJSON_AddStringToObject(d, "method", m ? m : "");
         }
+        metrics_auth_failure();
         json = cJSON_PrintUnformatted(d);
         (void)store_audit(c->d->store, actor, NULL, NULL, "auth.fail", json);
         free(json);

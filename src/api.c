@@ -4,7 +4,7 @@
  * logic of its own beyond that.
  *
  * Threads: "sbx-api" accepts (listener.c); each connection gets one worker
- * ("sbx-api-conn", at most API_MAX_CONNS) that answers its requests in order.
+ * ("sbx-api-conn", at most max_connections, max_connections_per_uid per peer uid) that answers its requests in order.
  *   c->wlock     serialises writes to one connection, and c->broken
  *   sinks_lock   guards the registry of streaming sinks and every sink's
  *                queue (sink->cond pairs with it)
@@ -30,13 +30,12 @@
 #include "sandboxd/daemon.h"
 #include "sandboxd/exec.h"
 #include "sandboxd/log.h"
+#include "sandboxd/reqguard.h"
 #include "sandboxd/session.h"
 #include "sandboxd/store.h"
 #include "sandboxd/token.h"
 #include "sandboxd/utf8.h"
 
-#define API_MAX_CONNS 64
-#define API_AUTH_TIMEOUT_MS 30000 /* a connection must authenticate within this */
 #define API_MAX_AUTH_FAILURES 5   /* then the connection is closed */
 #define SINK_MAX_BYTES (1 << 20)  /* progress queued for one request; past it chunks are dropped */
 
@@ -405,10 +404,17 @@ int api_wait_final(struct req *q, const char *id, struct api_sink *s, int64_t ma
 
 static void audit_auth_failure(struct api_conn *c, const char *reason, const char *method)
 {
-        cJSON *d = cJSON_CreateObject();
+        cJSON *d;
         char actor[48], *json;
+        uint64_t suppressed = 0;
 
+        /* a peer that keeps failing must not grow the audit log (or the log) without bound */
+        if (!reqguard_audit_allowed(c->peer.uid, sbx_now_ms(), &suppressed))
+                return;
+        d = cJSON_CreateObject();
         snprintf(actor, sizeof(actor), "peer:uid=%u", (unsigned)c->peer.uid);
+        if (suppressed > 0)
+                cJSON_AddNumberToObject(d, "suppressed_before", (double)suppressed);
         cJSON_AddNumberToObject(d, "peer_uid", c->peer.uid);
         cJSON_AddNumberToObject(d, "peer_pid", c->peer.pid);
         cJSON_AddStringToObject(d, "reason", reason);
@@ -420,8 +426,8 @@ static void audit_auth_failure(struct api_conn *c, const char *reason, const cha
         (void)store_audit(c->srv->d->store, actor, NULL, NULL, "auth.fail", json);
         free(json);
         cJSON_Delete(d);
-        log_warn("api: authentication failed from uid %u pid %d: %s", (unsigned)c->peer.uid, (int)c->peer.pid,
-                 reason);
+        log_warn("api: authentication failed from uid %u pid %d: %s%s", (unsigned)c->peer.uid, (int)c->peer.pid,
+                 reason, suppressed > 0 ? " (earlier failures of this uid were not audited)" : "");
 }
 
 static void handle_line(struct api_conn *c, const char *line, size_t len)
@@ -432,14 +438,22 @@ static void handle_line(struct api_conn *c, const char *line, size_t len)
         struct api_err e = {0};
         cJSON *result = NULL;
         api_method_fn fn = NULL;
+        enum reqguard_verdict verdict;
         int r;
 
+        /* bounded before it is parsed: elements and nesting, not only bytes */
+        verdict = reqguard_scan(line, len, REQGUARD_MAX_ELEMENTS, REQGUARD_MAX_DEPTH);
+        if (verdict == REQGUARD_TOO_MANY_ELEMENTS || verdict == REQGUARD_TOO_DEEP) {
+                send_error(c, NULL, "too_large", reqguard_verdict_message(verdict));
+                return;
+        }
         root = cJSON_ParseWithLength(line, len);
         if (!root || !cJSON_IsObject(root)) {
                 send_error(c, NULL, "bad_request", root ? "a request must be a JSON object" : "malformed JSON");
                 return;
         }
-        q.id = cJSON_GetObjectItemCaseSensitive(root, "id");
+        /* until the token verifies, only a small id is echoed */
+        q.id = reqguard_reply_id(cJSON_GetObjectItemCaseSensitive(root, "id"));
         token = cJSON_GetObjectItemCaseSensitive(root, "token");
         method = cJSON_GetObjectItemCaseSensitive(root, "method");
         params = cJSON_GetObjectItemCaseSensitive(root, "params");
@@ -464,7 +478,13 @@ static void handle_line(struct api_conn *c, const char *line, size_t len)
                 return;
         }
         c->authenticated = true;
+        q.id = cJSON_GetObjectItemCaseSensitive(root, "id");
         snprintf(q.actor, sizeof(q.actor), "token:%s", q.tok.id);
+        if (verdict != REQGUARD_OK) {
+                /* strict strings: never a silently truncated id, path, name or value */
+                send_error(c, q.id, "invalid", reqguard_verdict_message(verdict));
+                return;
+        }
 
         if (!q.method) {
                 send_error(c, q.id, "bad_request", "method must be a string");
@@ -520,30 +540,51 @@ static void handle_line(struct api_conn *c, const char *line, size_t len)
 
 /* ---- connections ---- */
 
+/* A first line longer than the pre-authentication cap is read on only when
+ * its prefix carries a token that verifies. */
+static bool prefix_authenticates(struct api_conn *c, const struct linereader *lr)
+{
+        char token[256];
+        struct token_info info;
+
+        return reqguard_prefix_token(lr->buf, lr->len, token, sizeof(token)) &&
+               token_verify(c->srv->d->store, token, &info) == 0;
+}
+
 static void serve(struct sockserver *ss, int fd, const struct ucred *peer, void *ud)
 {
         struct api_server *srv = ud;
+        const struct sbx_config *cfg = &srv->d->cfg;
         struct api_conn conn = {.srv = srv, .fd = fd, .peer = *peer};
         struct api_conn *c = &conn;
         struct linereader lr;
-
-        int64_t auth_deadline = sbx_now_ms() + API_AUTH_TIMEOUT_MS;
+        /* until its first good token, a connection has a short deadline from its opening */
+        int64_t auth_deadline = sbx_now_ms() + cfg->auth_timeout_ms;
 
         pthread_mutex_init(&c->wlock, NULL);
-        linereader_init(&lr, fd, API_MAX_LINE);
+        linereader_init(&lr, fd, REQGUARD_PREAUTH_LINE);
         for (;;) {
                 char *line;
                 size_t len;
-                /* until its first good token, a connection has a deadline from its opening */
                 int64_t left = auth_deadline - sbx_now_ms();
-                int r = linereader_next(&lr, &line, &len, c->authenticated ? -1 : left > 0 ? (int)left : 0,
+                int r = linereader_next(&lr, &line, &len,
+                                        c->authenticated ? cfg->connection_idle_timeout_ms : left > 0 ? (int)left : 0,
                                         sockserver_stop_fd(ss));
+                if (r == -E2BIG && !c->authenticated && prefix_authenticates(c, &lr)) {
+                        lr.max = API_MAX_LINE;
+                        continue;
+                }
                 if (r == -E2BIG) {
-                        send_error(c, NULL, "bad_request", "request line longer than API_MAX_LINE; closing");
+                        send_error(c, NULL, "bad_request",
+                                   c->authenticated ? "request line longer than API_MAX_LINE; closing"
+                                                    : "an unauthenticated request is limited to 4 KiB (send the "
+                                                      "token before large fields); closing");
                         break;
                 }
                 if (r == -ETIMEDOUT) {
-                        send_error(c, NULL, "unauthorized", "no authenticated request in time; closing");
+                        send_error(c, NULL, c->authenticated ? "unavailable" : "unauthorized",
+                                   c->authenticated ? "no request in connection_idle_timeout; closing"
+                                                    : "no authenticated request in time; closing");
                         break;
                 }
                 if (r <= 0)
@@ -553,6 +594,8 @@ static void serve(struct sockserver *ss, int fd, const struct ucred *peer, void 
                 if (len == 0)
                         continue;
                 handle_line(c, line, len);
+                if (c->authenticated)
+                        lr.max = API_MAX_LINE;
                 if (c->auth_failures >= API_MAX_AUTH_FAILURES || conn_broken(c))
                         break;
         }
@@ -569,8 +612,8 @@ int api_server_start(struct daemon *d, struct api_server **ret, struct sbx_error
                 return sbx_error_set(err, -ENOMEM, 0, "out of memory");
         srv->d = d;
         /* every request carries a token: the socket itself is open to all */
-        r = sockserver_start("API", "sbx-api", d->cfg.api_socket, 0666, (gid_t)-1, API_MAX_CONNS, serve, srv,
-                             &srv->ss, err);
+        r = sockserver_start("API", "sbx-api", d->cfg.api_socket, 0666, (gid_t)-1, (size_t)d->cfg.max_connections,
+                             (size_t)d->cfg.max_connections_per_uid, serve, srv, &srv->ss, err);
         if (r < 0) {
                 free(srv);
                 return r;

@@ -12,6 +12,9 @@
  *   exec round trip     API exec `true` in a warm session vs docker exec CLI, same container (200 / 25)
  *   engine exec         the same three Engine API calls the daemon makes, no daemon (reference)
  *   run_code            python print(1)                                                 (50 / 10)
+ *   noisy neighbour     exec round trip of one session while another fork-bombs, spins, writes
+ *                       output at full speed, then all three; ratio to the same round trip with
+ *                       the noisy session idle (noisy.c)                            (40 / 10 per part)
  *   RSS                 VmRSS of the daemon idle, then with S1 sessions          (S1 = 50 / 20)
  *   concurrency         S1 sessions x E execs at once: throughput, latency, errors, then the
  *                       same through the docker exec CLI                             (E = 20 / 10)
@@ -23,7 +26,7 @@
  *                       both sockets answering and to its "reconciled:" log line (R = 100 / 30)
  *
  * This file holds the phases and main; harness.c the daemon, socket and
- * baseline helpers they use; util.c the clients, processes and report.
+ * baseline helpers they use; noisy.c the noisy neighbour; util.c the clients, processes and report.
  *
  * Threads: the main thread, plus short-lived workers in the concurrent
  * phases, each with its own socket connection, and an events-stream
@@ -45,8 +48,8 @@
 
 #include "harness.h"
 
-static const struct sizes full_sizes = {20, 200, 50, 50, 20, 200, 10, 100, 3};
-static const struct sizes quick_sizes = {6, 25, 10, 20, 10, 30, 3, 30, 1};
+static const struct sizes full_sizes = {20, 200, 50, 50, 20, 200, 10, 100, 3, 40};
+static const struct sizes quick_sizes = {6, 25, 10, 20, 10, 30, 3, 30, 1, 10};
 
 /* ---- phases ---- */
 
@@ -636,12 +639,13 @@ static int phase_restart(struct bench *b)
 static void usage(FILE *f)
 {
         fprintf(f, "Usage: sandboxd-bench [--quick] --daemon BIN --bench-id ID [--json PATH] [--log FILE]\n"
-                   "                      [--pidfile FILE] [--baseline-port N] [--docker CLI]\n"
+                   "                      [--pidfile FILE] [--baseline-port N] [--docker CLI] [--only noisy]\n"
                    "\n"
                    "Starts BIN (configured by the SANDBOXD_* environment, which this program reads\n"
                    "too) and measures it against plain docker run / docker exec. Meant to be run by\n"
                    "scripts/bench.sh, which prepares that environment and cleans up afterwards.\n"
-                   "Baseline containers are labelled sandboxd.bench=ID.\n");
+                   "Baseline containers are labelled sandboxd.bench=ID. --only noisy runs the noisy\n"
+                   "neighbour phase alone.\n");
 }
 
 int main(int argc, char **argv)
@@ -651,13 +655,15 @@ int main(int argc, char **argv)
                 {"json", required_argument, NULL, 'j'},  {"log", required_argument, NULL, 'l'},
                 {"pidfile", required_argument, NULL, 'p'}, {"bench-id", required_argument, NULL, 'b'},
                 {"baseline-port", required_argument, NULL, 'P'}, {"docker", required_argument, NULL, 'D'},
-                {"help", no_argument, NULL, 'h'},        {0},
+                {"only", required_argument, NULL, 'o'},  {"help", no_argument, NULL, 'h'},
+                {0},
         };
         struct bench b = {.docker = "docker", .json_path = "bench/results.json"};
         struct sbx_error err = {0};
         double t_start = bench_now_ms(), dt;
         char log_default[SBX_PATH_MAX + 16];
         int c, rc = 0, s1, s2;
+        bool only_noisy = false;
 
         while ((c = getopt_long(argc, argv, "h", opts, NULL)) != -1) {
                 switch (c) {
@@ -669,6 +675,13 @@ int main(int argc, char **argv)
                 case 'b': b.bench_id = optarg; break;
                 case 'P': b.base_port = atoi(optarg); break;
                 case 'D': b.docker = optarg; break;
+                case 'o':
+                        if (strcmp(optarg, "noisy") != 0) {
+                                usage(stderr);
+                                return 2;
+                        }
+                        only_noisy = true;
+                        break;
                 case 'h': usage(stdout); return 0;
                 default: usage(stderr); return 2;
                 }
@@ -729,7 +742,12 @@ int main(int argc, char **argv)
         sleep(1);
         rss_point(&b, 0, false, NULL);
 
-        if (phase_cold(&b) < 0 || phase_exec(&b) < 0 || phase_run_code(&b) < 0) {
+        if (only_noisy) {
+                if (phase_noisy(&b) < 0)
+                        rc = 1;
+                goto out;
+        }
+        if (phase_cold(&b) < 0 || phase_exec(&b) < 0 || phase_run_code(&b) < 0 || phase_noisy(&b) < 0) {
                 rc = 1;
                 goto out;
         }

@@ -296,7 +296,7 @@ int shrink_sessions(struct bench *b, int from, int upto, int workers)
 int baseline_run(struct bench *b, const char *ws, bool publish, char *ret_id, size_t size, double *ret_ms)
 {
         char *argv[128];
-        char label[128], user[32], pids[32], mem[32], cpus[32], tmpfs[160], vol[SBX_PATH_MAX + 32], err[1024];
+        char label[128], user[32], pids[32], mem[32], cpus[32], shares[32], oom[32], tmpfs[160], vol[SBX_PATH_MAX + 32], err[1024];
         char ports[64][80];
         int n = 0, r;
         double t0;
@@ -327,6 +327,12 @@ int baseline_run(struct bench *b, const char *ws, bool publish, char *ret_id, si
         snprintf(cpus, sizeof(cpus), "%.3f", (double)b->cfg.nano_cpus / 1e9);
         argv[n++] = "--cpus";
         argv[n++] = cpus;
+        snprintf(shares, sizeof(shares), "%d", b->cfg.cpu_shares);
+        argv[n++] = "--cpu-shares";
+        argv[n++] = shares;
+        snprintf(oom, sizeof(oom), "%d", b->cfg.oom_score_adj);
+        argv[n++] = "--oom-score-adj";
+        argv[n++] = oom;
         snprintf(tmpfs, sizeof(tmpfs), "/tmp:rw,noexec,nosuid,nodev,size=%" PRId64, b->cfg.tmpfs_bytes);
         argv[n++] = "--tmpfs";
         argv[n++] = tmpfs;

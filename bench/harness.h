@@ -14,7 +14,7 @@
 
 /* Sample counts and session counts of one mode (full or --quick). */
 struct sizes {
-        int cold, exec, run_code, conc_sessions, conc_execs, rss_sessions, detect, restart_sessions, restart;
+        int cold, exec, run_code, conc_sessions, conc_execs, rss_sessions, detect, restart_sessions, restart, noisy;
 };
 
 struct bench {
@@ -94,6 +94,11 @@ void creation_spans(const char *log_path, long offset, const char *prefix, struc
 /* Unix ms of the first "reconciled:" line past offset (the line into
  * line_out), or -1. */
 int64_t find_reconciled(const char *log_path, long offset, char *line_out, size_t size);
+
+/* ---- phases in their own files ---- */
+
+/* noisy.c: the noisy_neighbour measurements. */
+int phase_noisy(struct bench *b);
 
 /* ---- for the report ---- */
 

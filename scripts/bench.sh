@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # bench.sh — measure sandboxd against plain Docker, in one run.
 #
-#   scripts/bench.sh [--quick] [--json PATH]
+#   scripts/bench.sh [--quick] [--only noisy] [--json PATH]
 #
 # Runs scripts/setup.sh (unless SANDBOXD_SKIP_SETUP=1), builds the daemon and
 # sandboxd-bench into $SANDBOXD_BUILD_DIR (default build/), then runs
@@ -13,6 +13,7 @@
 #   --quick      under 2 minutes: fewer samples; 20 sessions x 10 execs for
 #                concurrency instead of 50 x 20; RSS at 20 and 30 sessions
 #                instead of 50 and 200; restart with 30 sessions, not 100
+#   --only noisy only the noisy_neighbour phase (about 1-2 minutes)
 #   --json PATH  where to write the results
 #
 # Every container made here is removed on exit, success or failure: the
@@ -35,7 +36,12 @@ quick=()
 json=bench/results.json
 while (($#)); do
 	case $1 in
-	--quick) quick=(--quick) ;;
+	--quick) quick+=(--quick) ;;
+	--only)
+		[[ $# -ge 2 && $2 == noisy ]] || { echo "bench: --only takes: noisy" >&2; exit 2; }
+		quick+=(--only noisy)
+		shift
+		;;
 	--json)
 		[[ $# -ge 2 ]] || { echo "bench: --json needs a path" >&2; exit 2; }
 		json=$2
@@ -43,7 +49,7 @@ while (($#)); do
 		;;
 	--json=*) json=${1#--json=} ;;
 	-h | --help) sed -n '2,/^# both sockets/s/^# \{0,1\}//p' "${BASH_SOURCE[0]}"; exit 0 ;;
-	*) echo "usage: scripts/bench.sh [--quick] [--json PATH]" >&2; exit 2 ;;
+	*) echo "usage: scripts/bench.sh [--quick] [--only noisy] [--json PATH]" >&2; exit 2 ;;
 	esac
 	shift
 done
@@ -123,6 +129,9 @@ export SANDBOXD_MAX_SESSIONS=${SANDBOXD_MAX_SESSIONS:-300}
 export SANDBOXD_PORT_RANGE=${SANDBOXD_PORT_RANGE:-33000-34499}
 export SANDBOXD_MAX_EXEC_GLOBAL=${SANDBOXD_MAX_EXEC_GLOBAL:-64}
 export SANDBOXD_MAX_EXEC_PER_SESSION=${SANDBOXD_MAX_EXEC_PER_SESSION:-8}
+# one user drives every session of the benchmark
+export SANDBOXD_MAX_SESSIONS_PER_USER=${SANDBOXD_MAX_SESSIONS_PER_USER:-300}
+export SANDBOXD_MAX_EXEC_PER_USER=${SANDBOXD_MAX_EXEC_PER_USER:-64}
 export SANDBOXD_MONITOR_INTERVAL=${SANDBOXD_MONITOR_INTERVAL:-2s}
 export SANDBOXD_IDLE_TIMEOUT=${SANDBOXD_IDLE_TIMEOUT:-1h}
 

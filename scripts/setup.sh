@@ -30,6 +30,7 @@ PACKAGES=(
 	libcurl4-openssl-dev libcjson-dev libsqlite3-dev sqlite3 libcriterion-dev
 	docker.io iptables mmdebstrap mount busybox-static
 	curl jq iproute2 procps ca-certificates
+	systemd socat
 )
 # Node may come from elsewhere (e.g. nodesource, whose nodejs bundles npm);
 # installing Debian's on top would conflict, so only add what is not on PATH.

@@ -30,10 +30,14 @@
 #include "sandboxd/session.h"
 #include "sandboxd/store.h"
 #include "sandboxd/token.h"
+#include "sandboxd/usage.h"
 #include "sandboxd/utf8.h"
 
 #define ADMIN_MAX_CONNS 16
 #define ADMIN_RECENT_EXECUTIONS 10
+#define ADMIN_TOP_MAX 1000      /* sessions per top sample */
+#define ADMIN_LOGS_DEFAULT 200  /* audit rows and log lines per session.logs */
+#define ADMIN_LOGS_MAX 4096
 
 struct admin_server {
         struct daemon *d;
@@ -524,6 +528,115 @@ static int c_token_list(struct admin_req *q, cJSON **ret, struct admin_err *e)
         return 0;
 }
 
+static int a_limit(struct admin_req *q, const char *name, int def, int max, int *ret, struct admin_err *e)
+{
+        const cJSON *v = cJSON_GetObjectItemCaseSensitive(q->args, name);
+        if (!v || cJSON_IsNull(v)) {
+                *ret = def;
+                return 0;
+        }
+        if (!cJSON_IsNumber(v) || v->valuedouble < 1 || v->valuedouble > max || v->valuedouble != (int)v->valuedouble)
+                return fail(e, "bad_request", "%s must be an integer from 1 to %d", name, max);
+        *ret = (int)v->valuedouble;
+        return 0;
+}
+
+/* Live sessions with their usage; the client turns two samples into CPU % (like docker stats). */
+static int c_sessions_top(struct admin_req *q, cJSON **ret, struct admin_err *e)
+{
+        struct usage_row *rows = NULL;
+        size_t n = 0;
+        const char *user;
+        cJSON *a;
+        int r;
+
+        if (a_string(q, "user", false, &user, e) < 0)
+                return -1;
+        r = usage_collect(q->d, user, ADMIN_TOP_MAX, &rows, &n);
+        if (r < 0)
+                return fail_errno(e, r, NULL);
+        *ret = cJSON_CreateObject();
+        cJSON_AddNumberToObject(*ret, "sampled_at", (double)sbx_wall_ms());
+        cJSON_AddNumberToObject(*ret, "cpus_per_session", (double)q->d->cfg.nano_cpus / 1e9);
+        a = cJSON_AddArrayToObject(*ret, "sessions");
+        for (size_t i = 0; i < n; i++) {
+                const struct usage_row *u = &rows[i];
+                cJSON *o = cJSON_CreateObject();
+                cJSON_AddStringToObject(o, "user", u->user);
+                cJSON_AddStringToObject(o, "session", u->session);
+                add_lower(o, "state", session_state_to_string(u->state));
+                add_text(o, "container_id", u->container_id);
+                add_text(o, "network_mode", u->network_mode);
+                if (u->has_stats) {
+                        cJSON_AddNumberToObject(o, "cpu_total_ns", (double)u->cpu_total_ns);
+                        cJSON_AddNumberToObject(o, "memory_usage", (double)u->memory_usage);
+                        cJSON_AddNumberToObject(o, "memory_limit", (double)u->memory_limit);
+                        cJSON_AddNumberToObject(o, "pids", (double)u->pids);
+                } else {
+                        cJSON_AddNullToObject(o, "cpu_total_ns");
+                        cJSON_AddNullToObject(o, "memory_usage");
+                        cJSON_AddNullToObject(o, "memory_limit");
+                        cJSON_AddNullToObject(o, "pids");
+                }
+                cJSON_AddNumberToObject(o, "sampled_at", (double)u->sampled_at);
+                cJSON_AddNumberToObject(o, "executions_running", (double)u->executions_running);
+                cJSON_AddNumberToObject(o, "executions_total", (double)u->executions_total);
+                /* no egress path is metered yet (the gateway's proxy will count it) */
+                cJSON_AddNullToObject(o, "egress_bytes");
+                cJSON_AddItemToArray(a, o);
+        }
+        free(rows);
+        return 0;
+}
+
+/* A session's audit rows (persistent) and the daemon's log lines that named it (the
+ * recent ones this process still holds). */
+static int c_session_logs(struct admin_req *q, cJSON **ret, struct admin_err *e)
+{
+        struct store_audit_row *rows = NULL;
+        char **lines = NULL;
+        size_t n_rows = 0, n_lines = 0;
+        const char *user, *session;
+        cJSON *a;
+        int limit = 0, r;
+
+        if (a_key(q, &user, &session, e) < 0 || a_limit(q, "limit", ADMIN_LOGS_DEFAULT, ADMIN_LOGS_MAX, &limit, e) < 0)
+                return -1;
+        r = store_audit_list(q->d->store, user, session, (size_t)limit, &rows, &n_rows);
+        if (r < 0)
+                return fail_errno(e, r, NULL);
+        r = log_session_lines(user, session, (size_t)limit, &lines, &n_lines);
+        if (r < 0) {
+                store_audit_rows_free(rows, n_rows);
+                return fail_errno(e, r, NULL);
+        }
+        *ret = cJSON_CreateObject();
+        cJSON_AddStringToObject(*ret, "user", user);
+        cJSON_AddStringToObject(*ret, "session", session);
+        a = cJSON_AddArrayToObject(*ret, "audit");
+        for (size_t i = 0; i < n_rows; i++) {
+                cJSON *o = cJSON_CreateObject(), *detail = rows[i].detail ? cJSON_Parse(rows[i].detail) : NULL;
+                cJSON_AddNumberToObject(o, "id", (double)rows[i].id);
+                cJSON_AddNumberToObject(o, "ts", (double)rows[i].ts);
+                add_text(o, "actor", rows[i].actor);
+                add_text(o, "action", rows[i].action);
+                if (detail)
+                        cJSON_AddItemToObject(o, "detail", detail);
+                else
+                        add_text(o, "detail", rows[i].detail);
+                cJSON_AddItemToArray(a, o);
+        }
+        a = cJSON_AddArrayToObject(*ret, "log");
+        for (size_t i = 0; i < n_lines; i++) {
+                cJSON *line = cJSON_Parse(lines[i]);
+                if (line)
+                        cJSON_AddItemToArray(a, line);
+        }
+        store_audit_rows_free(rows, n_rows);
+        log_lines_free(lines, n_lines);
+        return 0;
+}
+
 static const struct {
         const char *name;
         cmd_fn fn;
@@ -531,9 +644,11 @@ static const struct {
         {"health", c_health},
         {"stats", c_stats},
         {"sessions.list", c_sessions_list},
+        {"sessions.top", c_sessions_top},
         {"session.show", c_session_show},
         {"session.destroy", c_session_destroy},
         {"session.mark_private", c_session_mark_private},
+        {"session.logs", c_session_logs},
         {"token.create", c_token_create},
         {"token.revoke", c_token_revoke},
         {"token.list", c_token_list},
@@ -610,7 +725,9 @@ static void handle_line(struct admin_req *q, int fd, const char *line, size_t le
         for (size_t i = 0; i < ELEMENTSOF(commands); i++) {
                 if (strcmp(commands[i].name, cmd->valuestring) != 0)
                         continue;
-                log_info("admin: %s (%s)", commands[i].name, q->actor);
+                /* top polls every few seconds: keep it out of the info log */
+                log_ctx(strcmp(cmd->valuestring, "sessions.top") == 0 ? LOG_LEVEL_DEBUG : LOG_LEVEL_INFO, NULL, NULL, NULL, "admin: %s (%s)",
+                        commands[i].name, q->actor);
                 if (commands[i].fn(q, &result, &e) < 0 || !result) {
                         cJSON_Delete(result);
                         if (!e.code)

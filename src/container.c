@@ -242,6 +242,8 @@ int container_create_started(struct docker *d, const struct sbx_config *cfg, con
         spec.memory_swap = cfg->memory_bytes;
         spec.nano_cpus = cfg->nano_cpus;
         spec.pids_limit = cfg->pids_limit;
+        spec.cpu_shares = cfg->cpu_shares;
+        spec.oom_score_adj = cfg->oom_score_adj;
         spec.readonly_rootfs = true;
         spec.init = true;
         spec.privileged = false;

@@ -191,6 +191,10 @@ char *docker_container_spec_to_json(const struct docker_container_spec *spec)
                 cJSON_AddNumberToObject(host, "MemorySwap", (double)spec->memory_swap);
         if (spec->nano_cpus)
                 cJSON_AddNumberToObject(host, "NanoCpus", (double)spec->nano_cpus);
+        if (spec->cpu_shares)
+                cJSON_AddNumberToObject(host, "CpuShares", (double)spec->cpu_shares);
+        if (spec->oom_score_adj)
+                cJSON_AddNumberToObject(host, "OomScoreAdj", spec->oom_score_adj);
         cJSON_AddBoolToObject(host, "ReadonlyRootfs", spec->readonly_rootfs);
         cJSON_AddBoolToObject(host, "Init", spec->init);
         cJSON_AddBoolToObject(host, "Privileged", spec->privileged);
@@ -249,6 +253,8 @@ int docker_container_info_parse(const char *json, struct docker_container_info *
         info.memory_swap = docker_json_i64(host, "MemorySwap", 0);
         info.nano_cpus = docker_json_i64(host, "NanoCpus", 0);
         info.pids_limit = docker_json_i64(host, "PidsLimit", 0);
+        info.cpu_shares = docker_json_i64(host, "CpuShares", 0);
+        info.oom_score_adj = (int)docker_json_i64(host, "OomScoreAdj", 0);
 
         if (!cJSON_IsObject(nets))
                 nets = NULL;

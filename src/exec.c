@@ -31,6 +31,7 @@
 #include "sandboxd/container.h"
 #include "sandboxd/docker.h"
 #include "sandboxd/log.h"
+#include "sandboxd/quota.h"
 #include "sandboxd/session.h"
 #include "sandboxd/sha256.h"
 #include "sandboxd/store.h"
@@ -117,6 +118,7 @@ struct exec_engine {
         struct docker *docker;
         struct store *store;
         struct session_manager *sessions;
+        struct quota *quota; /* per-user limits; NULL: the config defaults */
         char spool_dir[SBX_PATH_MAX + 16];
 
         pthread_mutex_t lock;
@@ -718,6 +720,13 @@ int exec_engine_recover(struct exec_engine *e, size_t *ret_failed)
         return r;
 }
 
+void exec_set_quota(struct exec_engine *e, struct quota *q)
+{
+        pthread_mutex_lock(&e->lock);
+        e->quota = q;
+        pthread_mutex_unlock(&e->lock);
+}
+
 void exec_engine_free(struct exec_engine *e)
 {
         if (!e)
@@ -888,12 +897,54 @@ static int build(struct exec_engine *e, const struct exec_request *req, struct e
         return 0;
 }
 
+static int cmp_str(const void *a, const void *b)
+{
+        return strcmp(*(const char *const *)a, *(const char *const *)b);
+}
+
+/* What x would join, counted over the executions holding a slot. Under
+ * e->lock. -ENOMEM only if the distinct users cannot be counted. */
+static int count_load(struct exec_engine *e, const struct execution *x, struct quota_exec_load *ret)
+{
+        _cleanup_free_ const char **others = NULL;
+        size_t n = 0, cap = 0;
+
+        *ret = (struct quota_exec_load){0};
+        for (struct execution *y = e->live; y; y = y->next) {
+                if (!holds_slot(y))
+                        continue;
+                ret->global++;
+                if (strcmp(y->user, x->user) != 0) {
+                        if (n == cap) {
+                                const char **p = realloc(others, (cap = cap ? 2 * cap : 16) * sizeof(*p));
+                                if (!p)
+                                        return -ENOMEM;
+                                others = p;
+                        }
+                        others[n++] = y->user;
+                        continue;
+                }
+                ret->user++;
+                if (strcmp(y->session, x->session) == 0)
+                        ret->session++;
+        }
+        if (n > 0) {
+                qsort(others, n, sizeof(*others), cmp_str);
+                ret->other_users = 1;
+                for (size_t i = 1; i < n; i++)
+                        if (strcmp(others[i], others[i - 1]) != 0)
+                                ret->other_users++;
+        }
+        return 0;
+}
+
 /* Register and start; with ret_x, also hand back a reference. */
 static int start_internal(struct exec_engine *e, const struct exec_request *req, char ret_id[37],
                           struct execution **ret_x, struct sbx_error *err)
 {
         struct execution *x = NULL;
-        size_t global = 0, mine = 0;
+        struct quota_limits lim;
+        struct quota_exec_load load;
         pthread_attr_t attr;
         pthread_t t;
         int r;
@@ -903,24 +954,14 @@ static int start_internal(struct exec_engine *e, const struct exec_request *req,
                 return r;
 
         pthread_mutex_lock(&e->lock);
-        for (struct execution *y = e->live; y; y = y->next) {
-                if (!holds_slot(y))
-                        continue;
-                global++;
-                if (strcmp(y->user, x->user) == 0 && strcmp(y->session, x->session) == 0)
-                        mine++;
-        }
-        if (e->closing)
+        quota_limits_get(e->quota, e->cfg, x->user, &lim); /* q->lock is a leaf */
+        r = count_load(e, x, &load);
+        if (r < 0)
+                r = sbx_error_set(err, r, 0, "out of memory");
+        else if (e->closing)
                 r = sbx_error_set(err, -ESHUTDOWN, 0, "the daemon is shutting down");
-        else if (mine >= (size_t)e->cfg->max_exec_per_session)
-                r = sbx_error_set(err, -EBUSY, 0,
-                                  "busy: %zu executions are running in this session (max_exec_per_session=%d); "
-                                  "wait for one to finish or cancel one",
-                                  mine, e->cfg->max_exec_per_session);
-        else if (global >= (size_t)e->cfg->max_exec_global)
-                r = sbx_error_set(err, -EBUSY, 0,
-                                  "busy: %zu executions are running on this daemon (max_exec_global=%d); retry later",
-                                  global, e->cfg->max_exec_global);
+        else
+                r = quota_exec_admit(e->cfg, &lim, &load, err);
         if (r < 0) {
                 pthread_mutex_unlock(&e->lock);
                 unref(x);

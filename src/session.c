@@ -17,6 +17,7 @@
 #include "sandboxd/session.h"
 
 #include <errno.h>
+#include <inttypes.h>
 #include <pthread.h>
 #include <stdio.h>
 #include <string.h>
@@ -25,6 +26,7 @@
 #include "sandboxd/docker.h"
 #include "sandboxd/log.h"
 #include "sandboxd/portpool.h"
+#include "sandboxd/quota.h"
 #include "sandboxd/store.h"
 
 #define N_BUCKETS 1024
@@ -75,6 +77,7 @@ struct session_manager {
         size_t n_handlers;
         session_network_policy_fn policy;
         void *policy_ud;
+        struct quota *quota; /* per-user limits; NULL: the config defaults */
         char image_id[80]; /* cfg->image resolved to its id, "" until first use */
 };
 
@@ -258,17 +261,54 @@ static void unref(struct session *s)
                 session_free(s);
 }
 
-static size_t live_count_locked(struct session_manager *m)
+static bool live_locked(const struct session *s)
 {
-        size_t n = 0;
+        return s->state == SESSION_RUNNING || s->state == SESSION_CREATING || s->transitioning;
+}
+
+/* Live sessions on the daemon and of `user`, not counting `skip` (whose
+ * lock the caller may hold). Under m->lock; takes each other s->lock in
+ * turn (order: m->lock, then s->lock; a second session lock is safe here
+ * because every other path holds at most one, and counting passes are
+ * serialised by m->lock). */
+static void live_count_locked(struct session_manager *m, const struct session *skip, const char *user,
+                              size_t *ret_all, size_t *ret_user)
+{
+        size_t n = 0, mine = 0;
         for (size_t b = 0; b < N_BUCKETS; b++)
                 for (struct session *s = m->buckets[b]; s; s = s->next) {
-                        pthread_mutex_lock(&s->lock); /* order: m->lock, then s->lock */
-                        if (s->state == SESSION_RUNNING || s->state == SESSION_CREATING || s->transitioning)
+                        if (s == skip)
+                                continue;
+                        pthread_mutex_lock(&s->lock);
+                        if (live_locked(s)) {
                                 n++;
+                                if (strcmp(s->user, user) == 0)
+                                        mine++;
+                        }
                         pthread_mutex_unlock(&s->lock);
                 }
-        return n;
+        *ret_all = n;
+        *ret_user = mine;
+}
+
+/* May one more session of `user` become live? Under m->lock. */
+static int admit_locked(struct session_manager *m, const struct session *skip, const char *user,
+                        struct sbx_error *err)
+{
+        struct quota_limits lim;
+        size_t all, mine;
+
+        quota_limits_get(m->quota, m->cfg, user, &lim); /* q->lock is a leaf */
+        live_count_locked(m, skip, user, &all, &mine);
+        if ((int64_t)mine >= lim.sessions)
+                return sbx_error_set(err, -EUSERS, 0,
+                                     "busy: too many sessions: this user has %zu live sessions "
+                                     "(max_sessions_per_user=%" PRId64 "); destroy one or let one expire",
+                                     mine, lim.sessions);
+        if (all >= (size_t)m->cfg->max_sessions)
+                return sbx_error_set(err, -EUSERS, 0, "busy: too many sessions: the limit max_sessions=%d is reached",
+                                     m->cfg->max_sessions);
+        return 0;
 }
 
 /* Find the session, or make it (from its store row if there is one). */
@@ -277,6 +317,7 @@ static int lookup_ref(struct session_manager *m, const char *user, const char *i
 {
         struct session *s;
         struct store_session row;
+        int r;
 
         pthread_mutex_lock(&m->lock);
         s = find_locked(m, user, id);
@@ -290,10 +331,10 @@ static int lookup_ref(struct session_manager *m, const char *user, const char *i
                 pthread_mutex_unlock(&m->lock);
                 return -ENOENT;
         }
-        if (live_count_locked(m) >= (size_t)m->cfg->max_sessions) {
+        r = admit_locked(m, NULL, user, err);
+        if (r < 0) {
                 pthread_mutex_unlock(&m->lock);
-                return sbx_error_set(err, -EUSERS, 0, "too many sessions: the limit max_sessions=%d is reached",
-                                     m->cfg->max_sessions);
+                return r;
         }
         s = session_alloc(m, user, id);
         if (!s) {
@@ -394,6 +435,13 @@ void session_set_network_policy(struct session_manager *m, session_network_polic
         pthread_mutex_lock(&m->lock);
         m->policy = fn ? fn : default_policy;
         m->policy_ud = fn ? userdata : (void *)m->cfg;
+        pthread_mutex_unlock(&m->lock);
+}
+
+void session_set_quota(struct session_manager *m, struct quota *q)
+{
+        pthread_mutex_lock(&m->lock);
+        m->quota = q;
         pthread_mutex_unlock(&m->lock);
 }
 
@@ -633,6 +681,27 @@ int session_get_or_create(struct session_manager *m, const char *user, const cha
                         }
                 }
 
+                /* A session that is not live counts against the caps again
+                 * from here on: admitted under m->lock together with the
+                 * mark, so two threads cannot both take the last slot. */
+                if (!live_locked(s)) {
+                        pthread_mutex_unlock(&s->lock);
+                        pthread_mutex_lock(&m->lock);
+                        pthread_mutex_lock(&s->lock);
+                        if (live_locked(s)) { /* someone else got there first */
+                                pthread_mutex_unlock(&m->lock);
+                                continue;
+                        }
+                        r = admit_locked(m, s, user, err);
+                        if (r == 0)
+                                s->transitioning = true;
+                        pthread_mutex_unlock(&m->lock);
+                        if (r < 0) {
+                                pthread_mutex_unlock(&s->lock);
+                                unref(s);
+                                return r;
+                        }
+                }
                 /* (Re)create. Only this thread does it; the others wait on s->cond. */
                 s->transitioning = true;
                 memcpy(old_id, s->container_id, sizeof(old_id));

@@ -27,6 +27,15 @@
  *                                                marked_at}], services: [...], executions: [recent, newest first]}
  *   session.destroy {user, session, purge?}   → {user, session, purged}
  *   session.mark_private {user, session, dataset, source?} → {user, session, datasets, network_mode}
+ *   sessions.top    {user?}                   → {sampled_at, cpus_per_session, sessions: [{user, session, state,
+ *                                                container_id, network_mode, cpu_total_ns, memory_usage,
+ *                                                memory_limit, pids (these four null if Docker could not say),
+ *                                                sampled_at, executions_running, executions_total,
+ *                                                egress_bytes (null: not metered yet)}]}  CREATING and
+ *                                                RUNNING sessions, at most 1000; CPU % is the client's delta
+ *   session.logs    {user, session, limit?: 1-4096 (200)} → {user, session, audit: [{id, ts, actor, action,
+ *                                                detail}], log: [the daemon's JSON log lines naming the session,
+ *                                                of the last 4096 such lines this process wrote]}  oldest first
  *   token.create    {user, role?: agent|connector} → {token, id, user, role}  (the token is shown only here)
  *   token.revoke    {id}                      → {id, revoked: true}
  *   token.list      {}                        → {tokens: [{id, user, role, created_at, revoked_at}]}

@@ -34,6 +34,8 @@ struct sbx_config {
         int64_t memory_bytes;
         int64_t nano_cpus;
         int64_t pids_limit;
+        int cpu_shares;
+        int oom_score_adj;
         int64_t tmpfs_bytes;
         char network_default[16]; /* "bridge" | "none" */
         char publish_ip[64];
@@ -48,6 +50,7 @@ struct sbx_config {
 
         /* sessions and monitoring */
         int max_sessions;
+        int max_sessions_per_user; /* default of the per-user quota (quota.h) */
         int idle_timeout_s;
         int monitor_interval_ms;
         int startup_checks;
@@ -59,6 +62,7 @@ struct sbx_config {
         int exec_kill_grace_ms;
         int max_exec_global;
         int max_exec_per_session;
+        int max_exec_per_user; /* default of the per-user quota (quota.h) */
         int64_t exec_output_cap_bytes;   /* spooled per stream per execution */
         int64_t exec_result_head_bytes;  /* head and tail returned inline */
         int64_t max_command_bytes;

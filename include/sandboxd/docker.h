@@ -112,6 +112,8 @@ struct docker_container_spec {
         int64_t memory_swap;
         int64_t nano_cpus;
         int64_t pids_limit;
+        int64_t cpu_shares;    /* relative CPU weight (CpuShares; cgroup v2 cpu.weight); 0: engine default */
+        int oom_score_adj;     /* OomScoreAdj; 0 leaves it out */
         bool readonly_rootfs;
         bool init;
         bool privileged; /* always false from sandboxd; here for tests of the mapper */
@@ -167,7 +169,8 @@ struct docker_container_info {
         bool readonly_rootfs;
         bool init;
         bool privileged;
-        int64_t memory, memory_swap, nano_cpus, pids_limit;
+        int64_t memory, memory_swap, nano_cpus, pids_limit, cpu_shares;
+        int oom_score_adj;
         /* Config.Labels: sandboxd.* first, then the others while they fit;
          * a key or value too long for struct docker_kv is left out. */
         struct docker_kv labels[DOCKER_MAX_LABELS];

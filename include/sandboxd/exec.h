@@ -40,6 +40,7 @@
 struct docker;
 struct store;
 struct session_manager;
+struct quota;
 struct exec_engine;
 
 enum exec_state {
@@ -135,6 +136,9 @@ void exec_result_done(struct exec_result *r);
 
 int exec_engine_new(const struct sbx_config *cfg, struct docker *d, struct store *st, struct session_manager *sm,
                     struct exec_engine **ret, struct sbx_error *err);
+/* Per-user limits (max_exec_per_user and its overrides) come from q from
+ * now on; without one, from the config. q must outlive the engine. */
+void exec_set_quota(struct exec_engine *e, struct quota *q);
 /* Executions still running when the daemon stopped are marked FAILED with
  * cause daemon_restarted (their output so far stays readable). */
 int exec_engine_recover(struct exec_engine *e, size_t *ret_failed);

@@ -7,6 +7,7 @@
 #define SANDBOXD_LOG_H
 
 #include <stdarg.h>
+#include <stddef.h>
 
 enum log_level {
         LOG_LEVEL_DEBUG = 0,
@@ -28,6 +29,12 @@ void log_ctx(enum log_level level, const char *user, const char *session, const 
              const char *fmt, ...) __attribute__((format(printf, 5, 6)));
 void log_ctxv(enum log_level level, const char *user, const char *session, const char *container,
               const char *fmt, va_list ap);
+
+/* The last `max` lines (of the most recent 4096 that named any session) that
+ * named user:session, oldest first, each a JSON object without newline.
+ * *ret_lines is malloc'd: free with log_lines_free(). */
+int log_session_lines(const char *user, const char *session, size_t max, char ***ret_lines, size_t *ret_n);
+void log_lines_free(char **lines, size_t n);
 
 #define log_debug(...) log_ctx(LOG_LEVEL_DEBUG, NULL, NULL, NULL, __VA_ARGS__)
 #define log_info(...) log_ctx(LOG_LEVEL_INFO, NULL, NULL, NULL, __VA_ARGS__)

@@ -22,6 +22,7 @@ struct store;
 struct portpool;
 struct session_manager;
 struct session;
+struct quota;
 
 #define SESSION_KEY_MAX 64
 
@@ -59,6 +60,9 @@ void session_manager_free(struct session_manager *m);
 
 int session_register_failure_handler(struct session_manager *m, session_failure_fn fn, void *userdata);
 void session_set_network_policy(struct session_manager *m, session_network_policy_fn fn, void *userdata);
+/* Per-user limits (max_sessions_per_user and its overrides) come from q
+ * from now on; without one, from the config. q must outlive m. */
+void session_set_quota(struct session_manager *m, struct quota *q);
 /* The configured network of sessions without private data. */
 const char *session_default_network(struct session_manager *m);
 

@@ -236,6 +236,22 @@ int store_audit(struct store *s, const char *actor, const char *user, const char
 int store_audit_count(struct store *s, const char *user, const char *session, const char *action,
                       int64_t *ret_count);
 
+/* One audit row of a session (store_audit_list). detail is malloc'd JSON or NULL. */
+struct store_audit_row {
+        int64_t id;
+        int64_t ts; /* wall ms */
+        char actor[80];
+        char action[64];
+        char *detail;
+};
+/* The newest `limit` (1-100000) audit rows of user:session, oldest first. *ret is
+ * malloc'd: free with store_audit_rows_free(). */
+int store_audit_list(struct store *s, const char *user, const char *session, size_t limit,
+                     struct store_audit_row **ret, size_t *ret_n);
+void store_audit_rows_free(struct store_audit_row *rows, size_t n);
+/* Executions ever recorded for user:session (gc removes old ones). */
+int store_exec_count(struct store *s, const char *user, const char *session, int64_t *ret_count);
+
 /* ---- API tokens (only digests are stored) ---- */
 
 struct store_token {

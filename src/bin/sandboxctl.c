@@ -5,6 +5,7 @@
 #include <errno.h>
 #include <getopt.h>
 #include <inttypes.h>
+#include <stdlib.h>
 #include <stdio.h>
 #include <string.h>
 #include <sys/socket.h>
@@ -37,6 +38,10 @@ static void usage(FILE *f)
                 "  token create USER [agent|connector]  make an API token (shown once)\n"
                 "  token revoke ID                      revoke a token\n"
                 "  token list                           list tokens (never the secrets)\n"
+                "  top [--user U] [--interval SEC] [--no-stream]\n"
+                "                                       live sessions: CPU, memory, pids, executions,\n"
+                "                                       egress, refreshed like docker stats\n"
+                "  logs USER SESSION [--limit N]        the session's audit and daemon log lines\n"
                 "\n"
                 "Options:\n"
                 "  -s, --socket PATH   the admin socket (default: admin_socket from the config)\n"
@@ -286,6 +291,198 @@ static void print_tokens(const cJSON *r)
                        when(t, "created_at", c), when(t, "revoked_at", v));
 }
 
+/* ---- top: two samples make CPU % (the delta of CPU time over the delta of wall time) ---- */
+
+struct top_prev {
+        char id[65];
+        double cpu_ns, at_ms;
+};
+
+static void human_bytes(double b, char buf[16])
+{
+        static const char *const units[] = {"B", "KiB", "MiB", "GiB", "TiB"};
+        size_t u = 0;
+        while (b >= 1024 && u + 1 < sizeof(units) / sizeof(units[0])) {
+                b /= 1024;
+                u++;
+        }
+        snprintf(buf, 16, u ? "%.1f%s" : "%.0f%s", b, units[u]);
+}
+
+/* Adds cpu_percent to each session of cur (null on the first sight of a container) and
+ * remembers cur's samples in *prev for the next frame. */
+static void top_cpu(cJSON *cur, struct top_prev **prev, size_t *n_prev)
+{
+        const cJSON *arr = cJSON_GetObjectItemCaseSensitive(cur, "sessions"), *o;
+        size_t n = (size_t)cJSON_GetArraySize(arr), k = 0;
+        struct top_prev *next = calloc(n + 1, sizeof(*next));
+
+        cJSON_ArrayForEach(o, arr)
+        {
+                double cpu = num(o, "cpu_total_ns", -1), at = num(o, "sampled_at", 0), pct = -1;
+                const char *id = str(o, "container_id");
+                for (size_t i = 0; i < *n_prev && cpu >= 0; i++)
+                        if (strcmp((*prev)[i].id, id) == 0 && at > (*prev)[i].at_ms && cpu >= (*prev)[i].cpu_ns)
+                                pct = (cpu - (*prev)[i].cpu_ns) / ((at - (*prev)[i].at_ms) * 1e6) * 100;
+                if (pct >= 0)
+                        cJSON_AddNumberToObject((cJSON *)o, "cpu_percent", pct);
+                else
+                        cJSON_AddNullToObject((cJSON *)o, "cpu_percent");
+                if (next && cpu >= 0 && k < n) {
+                        snprintf(next[k].id, sizeof(next[k].id), "%s", id);
+                        next[k].cpu_ns = cpu;
+                        next[k++].at_ms = at;
+                }
+        }
+        free(*prev);
+        *prev = next;
+        *n_prev = next ? k : 0;
+}
+
+static void print_top(const cJSON *r)
+{
+        const cJSON *o;
+
+        printf("%-16s %-20s %-8s %7s %21s %6s %5s %11s %7s %s\n", "USER", "SESSION", "STATE", "CPU %",
+               "MEM USAGE / LIMIT", "MEM %", "PIDS", "EXECS RUN/ALL", "EGRESS", "NETWORK");
+        cJSON_ArrayForEach(o, cJSON_GetObjectItemCaseSensitive(r, "sessions"))
+        {
+                char cpu[16] = "-", mem[48] = "-", memp[16] = "-", pids[16] = "-", used[16], lim[16], execs[32],
+                     egress[16] = "-";
+                double pct = num(o, "cpu_percent", -1), mu = num(o, "memory_usage", -1),
+                       ml = num(o, "memory_limit", -1), eg = num(o, "egress_bytes", -1);
+
+                if (pct >= 0)
+                        snprintf(cpu, sizeof(cpu), "%.2f%%", pct);
+                if (mu >= 0 && ml > 0) {
+                        human_bytes(mu, used);
+                        human_bytes(ml, lim);
+                        snprintf(mem, sizeof(mem), "%s / %s", used, lim);
+                        snprintf(memp, sizeof(memp), "%.2f%%", mu / ml * 100);
+                }
+                if (num(o, "pids", -1) >= 0)
+                        snprintf(pids, sizeof(pids), "%.0f", num(o, "pids", 0));
+                snprintf(execs, sizeof(execs), "%.0f/%.0f", num(o, "executions_running", 0),
+                         num(o, "executions_total", 0));
+                if (eg >= 0)
+                        human_bytes(eg, egress);
+                printf("%-16s %-20s %-8s %7s %21s %6s %5s %13s %7s %s\n", str(o, "user"), str(o, "session"),
+                       str(o, "state"), cpu, mem, memp, pids, execs, egress, str(o, "network_mode"));
+        }
+}
+
+static int run_top(const char *socket_path, const char *user, double interval_s, bool stream, bool json)
+{
+        struct top_prev *prev = NULL;
+        size_t n_prev = 0;
+        bool tty = isatty(STDOUT_FILENO);
+        int rc = 0;
+
+        /* The first frame needs two samples; without --no-stream it refreshes until killed. */
+        for (int frame = 0;; frame++) {
+                cJSON *req = cJSON_CreateObject(), *reply = NULL, *result;
+                int r;
+
+                cJSON_AddStringToObject(req, "cmd", "sessions.top");
+                if (user)
+                        cJSON_AddStringToObject(req, "user", user);
+                r = call(socket_path, req, &reply);
+                cJSON_Delete(req);
+                if (r < 0) {
+                        rc = EXIT_UNREACHABLE;
+                        break;
+                }
+                if (!cJSON_IsTrue(cJSON_GetObjectItemCaseSensitive(reply, "ok"))) {
+                        const cJSON *e = cJSON_GetObjectItemCaseSensitive(reply, "error");
+                        fprintf(stderr, "sandboxctl: %s: %s\n", str(e, "code"), str(e, "message"));
+                        cJSON_Delete(reply);
+                        rc = EXIT_FAILED;
+                        break;
+                }
+                result = cJSON_GetObjectItemCaseSensitive(reply, "result");
+                top_cpu(result, &prev, &n_prev);
+                if (frame > 0) {
+                        if (json) {
+                                char *out = cJSON_PrintUnformatted(result);
+                                printf("%s\n", out ? out : "null");
+                                free(out);
+                        } else {
+                                if (tty && stream)
+                                        printf("\033[H\033[2J"); /* home, clear: one table in place */
+                                else if (frame > 1)
+                                        printf("\n");
+                                print_top(result);
+                        }
+                        fflush(stdout);
+                }
+                cJSON_Delete(reply);
+                if (frame > 0 && !stream)
+                        break;
+                struct timespec ts = {(time_t)interval_s, (long)((interval_s - (double)(time_t)interval_s) * 1e9)};
+                while (nanosleep(&ts, &ts) < 0 && errno == EINTR)
+                        ;
+        }
+        free(prev);
+        return rc;
+}
+
+/* ---- logs: audit rows and daemon log lines, merged by time ---- */
+
+struct log_entry {
+        char ts[40]; /* ISO 8601 with ms, UTC: sorts as text */
+        int source;  /* 0 audit, 1 log: audit first on a tie */
+        const cJSON *o;
+};
+
+static int log_entry_cmp(const void *a, const void *b)
+{
+        const struct log_entry *x = a, *y = b;
+        int c = strcmp(x->ts, y->ts);
+        return c ? c : x->source - y->source;
+}
+
+static void print_logs(const cJSON *r)
+{
+        const cJSON *audit = cJSON_GetObjectItemCaseSensitive(r, "audit");
+        const cJSON *lines = cJSON_GetObjectItemCaseSensitive(r, "log"), *o;
+        size_t n = 0, cap = (size_t)cJSON_GetArraySize(audit) + (size_t)cJSON_GetArraySize(lines);
+        struct log_entry *v = calloc(cap + 1, sizeof(*v));
+
+        if (!v)
+                return;
+        cJSON_ArrayForEach(o, audit)
+        {
+                double ms = num(o, "ts", 0);
+                time_t t = (time_t)(ms / 1000);
+                struct tm tm;
+                char base[24];
+                gmtime_r(&t, &tm);
+                strftime(base, sizeof(base), "%Y-%m-%dT%H:%M:%S", &tm);
+                snprintf(v[n].ts, sizeof(v[n].ts), "%s.%03dZ", base, (int)((int64_t)ms % 1000));
+                v[n].source = 0;
+                v[n++].o = o;
+        }
+        cJSON_ArrayForEach(o, lines)
+        {
+                snprintf(v[n].ts, sizeof(v[n].ts), "%s", str(o, "ts"));
+                v[n].source = 1;
+                v[n++].o = o;
+        }
+        qsort(v, n, sizeof(*v), log_entry_cmp);
+        for (size_t i = 0; i < n; i++) {
+                if (v[i].source == 0) {
+                        const cJSON *d = cJSON_GetObjectItemCaseSensitive(v[i].o, "detail");
+                        char *dt = d && !cJSON_IsNull(d) ? cJSON_PrintUnformatted(d) : NULL;
+                        printf("%s audit %-24s %s%s%s\n", v[i].ts, str(v[i].o, "action"), str(v[i].o, "actor"),
+                               dt ? " " : "", dt ? dt : "");
+                        free(dt);
+                } else {
+                        printf("%s %-5s %s\n", v[i].ts, str(v[i].o, "level"), str(v[i].o, "msg"));
+                }
+        }
+        free(v);
+}
+
 /* ---- main ---- */
 
 int main(int argc, char **argv)
@@ -410,6 +607,59 @@ int main(int argc, char **argv)
                 cJSON_AddStringToObject(req, "dataset", args[2]);
                 if (n_args == 4)
                         cJSON_AddStringToObject(req, "source", args[3]);
+        } else if (strcmp(cmd, "top") == 0) {
+                const char *user = NULL;
+                double interval = 0; /* 0: 2 s refreshing, 1 s between the two samples of --no-stream */
+                bool stream = true;
+                for (int i = 0; i < n_args; i++) {
+                        char *end = NULL;
+                        if (strcmp(args[i], "--user") == 0 && i + 1 < n_args) {
+                                user = args[++i];
+                        } else if (strcmp(args[i], "--interval") == 0 && i + 1 < n_args) {
+                                interval = strtod(args[++i], &end);
+                                if (!end || *end || !(interval >= 0.2 && interval <= 3600)) {
+                                        fprintf(stderr, "sandboxctl: --interval takes 0.2 to 3600 seconds\n");
+                                        cJSON_Delete(req);
+                                        return EXIT_USAGE;
+                                }
+                        } else if (strcmp(args[i], "--no-stream") == 0) {
+                                stream = false;
+                        } else {
+                                fprintf(stderr, "sandboxctl: top [--user U] [--interval SEC] [--no-stream]\n");
+                                cJSON_Delete(req);
+                                return EXIT_USAGE;
+                        }
+                }
+                cJSON_Delete(req);
+                return run_top(socket_path, user, interval > 0 ? interval : stream ? 2 : 1, stream, json);
+        } else if (strcmp(cmd, "logs") == 0) {
+                int pos = 0;
+                const char *pa[2] = {0};
+                for (int i = 0; i < n_args; i++) {
+                        if (strcmp(args[i], "--limit") == 0 && i + 1 < n_args) {
+                                char *end = NULL;
+                                long lim = strtol(args[++i], &end, 10);
+                                if (!end || *end || lim < 1 || lim > 4096) {
+                                        fprintf(stderr, "sandboxctl: --limit takes 1 to 4096\n");
+                                        cJSON_Delete(req);
+                                        return EXIT_USAGE;
+                                }
+                                cJSON_AddNumberToObject(req, "limit", (double)lim);
+                        } else if (pos < 2) {
+                                pa[pos++] = args[i];
+                        } else {
+                                pos = 3;
+                        }
+                }
+                if (pos != 2) {
+                        fprintf(stderr, "sandboxctl: logs USER SESSION [--limit N]\n");
+                        cJSON_Delete(req);
+                        return EXIT_USAGE;
+                }
+                cJSON_AddStringToObject(req, "cmd", "session.logs");
+                cJSON_AddStringToObject(req, "user", pa[0]);
+                cJSON_AddStringToObject(req, "session", pa[1]);
+                printer = print_logs;
         } else if (strcmp(cmd, "token") == 0 && n_args >= 1) {
                 const char *sub = args[0];
                 args++;

@@ -12,6 +12,7 @@
 #include "sandboxd/daemon.h"
 #include "sandboxd/gc.h"
 #include "sandboxd/log.h"
+#include "sandboxd/sdnotify.h"
 
 static void usage(FILE *f)
 {
@@ -148,10 +149,15 @@ int main(int argc, char **argv)
                 return 1;
         }
         log_info("sandboxd %s running (instance %s, data_dir %s)", SBX_VERSION, cfg.instance, cfg.data_dir);
+        /* Both sockets listen by now: a Type=notify unit's dependants may start. */
+        r = sdnotify_send("READY=1\nSTATUS=running");
+        if (r < 0)
+                log_warn("cannot notify the service manager (NOTIFY_SOCKET): %s", strerror(-r));
 
         while (sigwait(&set, &sig) != 0)
                 ;
         log_info("received %s, shutting down", strsignal(sig));
+        (void)sdnotify_send("STOPPING=1");
         daemon_close(d);
         curl_global_cleanup();
         return 0;

@@ -184,7 +184,8 @@ static char *start_pinned(const char *session, int timeout_s, bool interactive)
 
 Test(isolation, stdin_never_pins_an_execution)
 {
-        static const char *const env[] = {"SANDBOXD_MAX_EXEC_GLOBAL=11", "SANDBOXD_MAX_EXEC_PER_SESSION=10", NULL};
+        static const char *const env[] = {"SANDBOXD_MAX_EXEC_GLOBAL=11", "SANDBOXD_MAX_EXEC_PER_SESSION=10",
+                                           "SANDBOXD_MAX_EXEC_PER_USER=11", NULL};
         char *ids[PINS];
         int64_t started, until;
         bool all;

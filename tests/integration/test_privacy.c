@@ -206,6 +206,7 @@ Test(privacy, no_execution_that_starts_after_the_mark_sees_a_network)
         fixture_config(&cfg);
         cfg.max_exec_per_session = 15;
         cfg.max_exec_global = 20;
+        cfg.max_exec_per_user = 15;
         d = fixture_open(&cfg, false);
         r = sh("race", "true");
         exec_result_done(&r);

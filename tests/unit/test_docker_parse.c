@@ -19,7 +19,8 @@ static const char inspect_running[] =
         "\"Image\":\"sha256:afa0ae2d1f376df53d303fceb95f513cdd22d4bfb0e4c18ea0cfafe045add225\","
         "\"Name\":\"/sbx-u1-s1\",\"RestartCount\":2,"
         "\"HostConfig\":{\"NetworkMode\":\"bridge\",\"Privileged\":false,\"ReadonlyRootfs\":true,\"Init\":true,"
-        "\"Memory\":536870912,\"MemorySwap\":536870912,\"NanoCpus\":1000000000,\"PidsLimit\":256},"
+        "\"Memory\":536870912,\"MemorySwap\":536870912,\"NanoCpus\":1000000000,\"PidsLimit\":256,"
+        "\"CpuShares\":256,\"OomScoreAdj\":500},"
         "\"Config\":{\"Image\":\"sandboxd/test:latest\",\"Labels\":{"
         "\"org.opencontainers.image.title\":\"t\",\"a\":\"1\",\"sandboxd.user\":\"u1\","
         "\"sandboxd.session\":\"s1\",\"sandboxd.managed\":\"1\"}},"
@@ -58,6 +59,8 @@ Test(docker_parse, inspect_running)
         cr_expect_eq(info.memory_swap, 536870912);
         cr_expect_eq(info.nano_cpus, 1000000000);
         cr_expect_eq(info.pids_limit, 256);
+        cr_expect_eq(info.cpu_shares, 256);
+        cr_expect_eq(info.oom_score_adj, 500);
         cr_assert_eq(info.n_labels, 5);
         /* sandboxd.* first */
         for (size_t i = 0; i < 3; i++)
@@ -256,6 +259,8 @@ Test(docker_parse, spec_to_json_every_field)
                 .memory = 512 << 20,
                 .nano_cpus = 1500000000,
                 .pids_limit = 128,
+                .cpu_shares = 256,
+                .oom_score_adj = 500,
                 .readonly_rootfs = true,
                 .init = true,
                 .privileged = false,
@@ -291,6 +296,8 @@ Test(docker_parse, spec_to_json_every_field)
         cr_expect_eq(path(h, "Memory", NULL)->valuedouble, 512 << 20);
         cr_expect_eq(path(h, "MemorySwap", NULL)->valuedouble, 512 << 20);
         cr_expect_eq(path(h, "NanoCpus", NULL)->valuedouble, 1500000000);
+        cr_expect_eq(path(h, "CpuShares", NULL)->valuedouble, 256);
+        cr_expect_eq(path(h, "OomScoreAdj", NULL)->valuedouble, 500);
         cr_expect(cJSON_IsTrue(path(h, "ReadonlyRootfs", NULL)));
         cr_expect(cJSON_IsTrue(path(h, "Init", NULL)));
         cr_expect(cJSON_IsFalse(path(h, "Privileged", NULL)));
@@ -321,6 +328,8 @@ Test(docker_parse, spec_to_json_minimal_and_swap)
         /* zero limits and NULL arrays stay unset: the engine's defaults apply */
         cr_expect_null(path(h, "PidsLimit", NULL));
         cr_expect_null(path(h, "NanoCpus", NULL));
+        cr_expect_null(path(h, "CpuShares", NULL));
+        cr_expect_null(path(h, "OomScoreAdj", NULL));
         cr_expect_null(path(h, "CapDrop", NULL));
         cr_expect_null(path(h, "NetworkMode", NULL));
         cr_expect_null(path(j, "Cmd", NULL));

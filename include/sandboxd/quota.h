@@ -1,0 +1,58 @@
+/* quota.h — quotas per user.
+ *
+ * Each user has four limits: live sessions, concurrent executions, services
+ * per session and execution-output (spool) bytes per session. Their
+ * defaults are config keys (max_sessions_per_user, max_exec_per_user,
+ * max_services_per_session, max_spool_per_session); an admin may override
+ * any of them for one user (admin `quota.set`, `sandboxctl quota set`),
+ * and the override is kept in the store.
+ *
+ * On top of the per-user caps, the global execution cap is shared fairly:
+ * while executions of other users are running, a user holding
+ * ceil(max_exec_global / users running) or more gets `busy` naming its
+ * fair share. Nothing is preempted to make room: a user who took more
+ * while alone regains slots only as its executions end (every execution
+ * ends by its timeout).
+ *
+ * The module owns the overrides only; the counting is done by the owners
+ * of what is counted (session manager, exec engine, services, spools),
+ * which ask quota_limits_get() and call the admission checks below. */
+#ifndef SANDBOXD_QUOTA_H
+#define SANDBOXD_QUOTA_H
+
+#include <stdbool.h>
+#include <stddef.h>
+#include <stdint.h>
+
+#include "sandboxd/common.h"
+#include "sandboxd/config.h"
+
+struct store;
+struct quota;
+
+struct quota_limits {
+        int64_t sessions;    /* live sessions of the user */
+        int64_t execs;       /* concurrent executions of the user */
+        int64_t services;    /* services per session */
+        int64_t spool_bytes; /* execution output kept per session */
+};
+
+/* The limits of a user: the config defaults, with the user's overrides if
+ * q is non-NULL. Never fails. */
+void quota_limits_get(struct quota *q, const struct sbx_config *cfg, const char *user, struct quota_limits *ret);
+
+/* What the exec engine counts when an execution asks for a slot. */
+struct quota_exec_load {
+        size_t global;      /* executions holding a slot on the daemon */
+        size_t user;        /* of them, the requesting user's */
+        size_t session;     /* of them, the requesting session's */
+        size_t other_users; /* distinct other users holding a slot */
+};
+
+/* 0 if one more execution may start, else -EBUSY with err naming the cap:
+ * max_exec_per_session, max_exec_per_user, the fair share of
+ * max_exec_global, or max_exec_global. */
+int quota_exec_admit(const struct sbx_config *cfg, const struct quota_limits *lim, const struct quota_exec_load *load,
+                     struct sbx_error *err);
+
+#endif

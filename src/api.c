@@ -4,7 +4,8 @@
  * logic of its own beyond that.
  *
  * Threads: "sbx-api" accepts (listener.c); each connection gets one worker
- * ("sbx-api-conn", at most max_connections, max_connections_per_uid per peer uid) that answers its requests in order.
+ * ("sbx-api-conn", at most max_connections in all and max_connections_per_uid
+ * per peer uid) that answers its requests in order.
  *   c->wlock     serialises writes to one connection, and c->broken
  *   sinks_lock   guards the registry of streaming sinks and every sink's
  *                queue (sink->cond pairs with it)
@@ -120,9 +121,14 @@ static bool conn_broken(struct api_conn *c)
  * connection broken and later writes are skipped. */
 static void conn_send(struct api_conn *c, cJSON *obj)
 {
-        char *text = cJSON_PrintUnformatted(obj);
+        char *text;
         size_t n;
 
+        if (c->send) {
+                c->send(c, obj);
+                return;
+        }
+        text = cJSON_PrintUnformatted(obj);
         if (!text)
                 return;
         n = strlen(text);
@@ -358,6 +364,8 @@ static void sink_drain(struct req *q, struct api_sink *s, int wait_ms)
 static bool peer_gone(struct api_conn *c)
 {
         struct pollfd p = {.fd = c->fd, .events = 0};
+        if (c->gone)
+                return c->gone(c);
         if (conn_broken(c))
                 return true;
         return poll(&p, 1, 0) > 0 && (p.revents & (POLLHUP | POLLERR));
@@ -365,7 +373,7 @@ static bool peer_gone(struct api_conn *c)
 
 bool api_should_abandon(struct req *q)
 {
-        return sockserver_stopping(q->c->srv->ss) || peer_gone(q->c);
+        return (q->c->srv && sockserver_stopping(q->c->srv->ss)) || peer_gone(q->c);
 }
 
 int api_wait_final(struct req *q, const char *id, struct api_sink *s, int64_t max_ms, struct api_err *e)
@@ -405,43 +413,127 @@ int api_wait_final(struct req *q, const char *id, struct api_sink *s, int64_t ma
 static void audit_auth_failure(struct api_conn *c, const char *reason, const char *method)
 {
         cJSON *d;
-        char actor[48], *json;
+        char actor[80], *json;
         uint64_t suppressed = 0;
 
-        /* a peer that keeps failing must not grow the audit log (or the log) without bound */
-        if (!reqguard_audit_allowed(c->peer.uid, sbx_now_ms(), &suppressed))
+        /* a peer that keeps failing must not grow the audit log without bound
+         * (network peers, which have no uid, share one budget) */
+        if (!reqguard_audit_allowed(c->peer_addr ? (uid_t)-1 : c->peer.uid, sbx_now_ms(), &suppressed))
                 return;
         d = cJSON_CreateObject();
-        snprintf(actor, sizeof(actor), "peer:uid=%u", (unsigned)c->peer.uid);
         if (suppressed > 0)
                 cJSON_AddNumberToObject(d, "suppressed_before", (double)suppressed);
-        cJSON_AddNumberToObject(d, "peer_uid", c->peer.uid);
-        cJSON_AddNumberToObject(d, "peer_pid", c->peer.pid);
+        if (c->peer_addr) {
+                snprintf(actor, sizeof(actor), "peer:%s", c->peer_addr);
+                cJSON_AddStringToObject(d, "peer_addr", c->peer_addr);
+        } else {
+                snprintf(actor, sizeof(actor), "peer:uid=%u", (unsigned)c->peer.uid);
+                cJSON_AddNumberToObject(d, "peer_uid", c->peer.uid);
+                cJSON_AddNumberToObject(d, "peer_pid", c->peer.pid);
+        }
         cJSON_AddStringToObject(d, "reason", reason);
         if (method) {
                 _cleanup_free_ char *m = utf8_sanitize(method, strnlen(method, 64));
                 cJSON_AddStringToObject(d, "method", m ? m : "");
         }
         json = cJSON_PrintUnformatted(d);
-        (void)store_audit(c->srv->d->store, actor, NULL, NULL, "auth.fail", json);
+        (void)store_audit(c->d->store, actor, NULL, NULL, "auth.fail", json);
         free(json);
         cJSON_Delete(d);
-        log_warn("api: authentication failed from uid %u pid %d: %s%s", (unsigned)c->peer.uid, (int)c->peer.pid,
-                 reason, suppressed > 0 ? " (earlier failures of this uid were not audited)" : "");
+        if (c->peer_addr)
+                log_warn("api: authentication failed from %s: %s", c->peer_addr, reason);
+        else
+                log_warn("api: authentication failed from uid %u pid %d: %s", (unsigned)c->peer.uid,
+                         (int)c->peer.pid, reason);
+}
+
+int api_authenticate(struct api_conn *c, const char *token, const char *method, struct token_info *ret,
+                     struct api_err *e)
+{
+        int r;
+
+        if (!token || !*token) {
+                c->auth_failures++;
+                audit_auth_failure(c, "missing token", method);
+                return api_fail(e, "unauthorized", "a token is required");
+        }
+        r = token_verify(c->d->store, token, ret);
+        if (r == -EACCES) {
+                c->auth_failures++;
+                audit_auth_failure(c, "unknown or revoked token", method);
+                return api_fail(e, "unauthorized", "the token is unknown or revoked");
+        }
+        if (r < 0)
+                return api_fail(e, "unavailable", "cannot check the token now; retry");
+        c->authenticated = true;
+        return 0;
+}
+
+int api_call(struct api_conn *c, const struct token_info *tok, const cJSON *id, const char *method,
+             const cJSON *params, cJSON **ret_result, struct api_err *e)
+{
+        struct req q = {.c = c, .d = c->d, .id = id, .method = method, .tok = *tok};
+        cJSON *result = NULL;
+        api_method_fn fn;
+        const cJSON *s;
+        int r;
+
+        snprintf(q.actor, sizeof(q.actor), "token:%s", q.tok.id);
+        if (!method)
+                return api_fail(e, "bad_request", "method must be a string");
+        fn = api_method_find(method);
+        if (!fn) {
+                _cleanup_free_ char *m = utf8_sanitize(method, strnlen(method, 64));
+                return api_fail(e, "bad_request", "unknown method \"%s\"", m ? m : "");
+        }
+        if (params && !cJSON_IsNull(params) && !cJSON_IsObject(params))
+                return api_fail(e, "bad_request", "params must be an object");
+        q.params = params && cJSON_IsObject(params) ? params : NULL;
+        s = cJSON_GetObjectItemCaseSensitive(q.params, "session");
+        if (!s || cJSON_IsNull(s))
+                return api_fail(e, "bad_request", "params.session is required");
+        if (!cJSON_IsString(s) || !s->valuestring)
+                return api_fail(e, "bad_request", "params.session must be a string");
+        if (!session_id_valid(s->valuestring))
+                return api_fail(e, "invalid", "params.session must be 1-64 characters of [A-Za-z0-9_.-]");
+        q.session = s->valuestring;
+        if (c->peer_addr)
+                log_ctx(LOG_LEVEL_INFO, q.tok.user, q.session, NULL, "api: %s (token %s, peer %s)", q.method,
+                        q.tok.id, c->peer_addr);
+        else
+                log_ctx(LOG_LEVEL_INFO, q.tok.user, q.session, NULL, "api: %s (token %s, peer uid %u pid %d)",
+                        q.method, q.tok.id, (unsigned)c->peer.uid, (int)c->peer.pid);
+
+        r = fn(&q, &result, e);
+        if (r == 1) {
+                cJSON_Delete(result);
+                return 1; /* the client is gone */
+        }
+        if (r < 0) {
+                cJSON_Delete(result);
+                if (!e->code)
+                        e->code = "internal";
+                if (!e->msg[0])
+                        snprintf(e->msg, sizeof(e->msg), "internal error");
+                return -1;
+        }
+        if (!result)
+                return api_fail(e, "internal", "out of memory");
+        *ret_result = result;
+        return 0;
 }
 
 static void handle_line(struct api_conn *c, const char *line, size_t len)
 {
         _cleanup_(cjson_deletep) cJSON *root = NULL;
-        struct req q = {.c = c, .d = c->srv->d};
-        const cJSON *token, *method, *params;
+        const cJSON *id, *token, *method;
+        struct token_info tok;
         struct api_err e = {0};
         cJSON *result = NULL;
-        api_method_fn fn = NULL;
         enum reqguard_verdict verdict;
         int r;
 
-        /* bounded before it is parsed: elements and nesting, not only bytes */
+        /* bounded before it is parsed: values and nesting, not only bytes */
         verdict = reqguard_scan(line, len, REQGUARD_MAX_ELEMENTS, REQGUARD_MAX_DEPTH);
         if (verdict == REQGUARD_TOO_MANY_ELEMENTS || verdict == REQGUARD_TOO_DEEP) {
                 send_error(c, NULL, "too_large", reqguard_verdict_message(verdict));
@@ -453,89 +545,28 @@ static void handle_line(struct api_conn *c, const char *line, size_t len)
                 return;
         }
         /* until the token verifies, only a small id is echoed */
-        q.id = reqguard_reply_id(cJSON_GetObjectItemCaseSensitive(root, "id"));
+        id = reqguard_reply_id(cJSON_GetObjectItemCaseSensitive(root, "id"));
         token = cJSON_GetObjectItemCaseSensitive(root, "token");
         method = cJSON_GetObjectItemCaseSensitive(root, "method");
-        params = cJSON_GetObjectItemCaseSensitive(root, "params");
-        q.method = cJSON_IsString(method) ? method->valuestring : NULL;
 
         /* Authenticate before saying anything else about the request. */
-        if (!cJSON_IsString(token) || !token->valuestring || !*token->valuestring) {
-                c->auth_failures++;
-                audit_auth_failure(c, "missing token", q.method);
-                send_error(c, q.id, "unauthorized", "a token is required");
-                return;
-        }
-        r = token_verify(c->srv->d->store, token->valuestring, &q.tok);
-        if (r < 0) {
-                if (r == -EACCES) {
-                        c->auth_failures++;
-                        audit_auth_failure(c, "unknown or revoked token", q.method);
-                        send_error(c, q.id, "unauthorized", "the token is unknown or revoked");
-                } else {
-                        send_error(c, q.id, "unavailable", "cannot check the token now; retry");
-                }
-                return;
-        }
-        c->authenticated = true;
-        q.id = cJSON_GetObjectItemCaseSensitive(root, "id");
-        snprintf(q.actor, sizeof(q.actor), "token:%s", q.tok.id);
-        if (verdict != REQGUARD_OK) {
+        r = api_authenticate(c, cJSON_IsString(token) ? token->valuestring : NULL,
+                             cJSON_IsString(method) ? method->valuestring : NULL, &tok, &e);
+        if (r == 0) {
+                id = cJSON_GetObjectItemCaseSensitive(root, "id");
                 /* strict strings: never a silently truncated id, path, name or value */
-                send_error(c, q.id, "invalid", reqguard_verdict_message(verdict));
+                if (verdict != REQGUARD_OK)
+                        r = api_fail(&e, "invalid", "%s", reqguard_verdict_message(verdict));
+        }
+        if (r == 0)
+                r = api_call(c, &tok, id, cJSON_IsString(method) ? method->valuestring : NULL,
+                             cJSON_GetObjectItemCaseSensitive(root, "params"), &result, &e);
+        if (r == 1)
                 return;
-        }
-
-        if (!q.method) {
-                send_error(c, q.id, "bad_request", "method must be a string");
-                return;
-        }
-        fn = api_method_find(q.method);
-        if (!fn) {
-                _cleanup_free_ char *m = utf8_sanitize(q.method, strnlen(q.method, 64));
-                snprintf(e.msg, sizeof(e.msg), "unknown method \"%s\"", m ? m : "");
-                send_error(c, q.id, "bad_request", e.msg);
-                return;
-        }
-        if (params && !cJSON_IsNull(params) && !cJSON_IsObject(params)) {
-                send_error(c, q.id, "bad_request", "params must be an object");
-                return;
-        }
-        q.params = params && cJSON_IsObject(params) ? params : NULL;
-        {
-                const cJSON *s = cJSON_GetObjectItemCaseSensitive(q.params, "session");
-                const char *session = cJSON_IsString(s) ? s->valuestring : NULL;
-                if (!s || cJSON_IsNull(s)) {
-                        send_error(c, q.id, "bad_request", "params.session is required");
-                        return;
-                }
-                if (!session) {
-                        send_error(c, q.id, "bad_request", "params.session must be a string");
-                        return;
-                }
-                if (!session_id_valid(session)) {
-                        send_error(c, q.id, "invalid", "params.session must be 1-64 characters of [A-Za-z0-9_.-]");
-                        return;
-                }
-                q.session = session;
-        }
-        log_ctx(LOG_LEVEL_INFO, q.tok.user, q.session, NULL, "api: %s (token %s, peer uid %u pid %d)", q.method,
-                q.tok.id, (unsigned)c->peer.uid, (int)c->peer.pid);
-
-        r = fn(&q, &result, &e);
-        if (r == 1) {
-                cJSON_Delete(result);
-                return; /* the client is gone */
-        }
-        if (r < 0) {
-                cJSON_Delete(result);
-                send_error(c, q.id, e.code ? e.code : "internal", e.msg[0] ? e.msg : "internal error");
-                return;
-        }
-        if (!result)
-                send_error(c, q.id, "internal", "out of memory");
+        if (r < 0)
+                send_error(c, id, e.code, e.msg);
         else
-                send_result(c, q.id, result);
+                send_result(c, id, result);
 }
 
 /* ---- connections ---- */
@@ -548,18 +579,19 @@ static bool prefix_authenticates(struct api_conn *c, const struct linereader *lr
         struct token_info info;
 
         return reqguard_prefix_token(lr->buf, lr->len, token, sizeof(token)) &&
-               token_verify(c->srv->d->store, token, &info) == 0;
+               token_verify(c->d->store, token, &info) == 0;
 }
 
 static void serve(struct sockserver *ss, int fd, const struct ucred *peer, void *ud)
 {
         struct api_server *srv = ud;
         const struct sbx_config *cfg = &srv->d->cfg;
-        struct api_conn conn = {.srv = srv, .fd = fd, .peer = *peer};
+        struct api_conn conn = {.srv = srv, .d = srv->d, .fd = fd, .peer = *peer};
         struct api_conn *c = &conn;
         struct linereader lr;
         /* until its first good token, a connection has a short deadline from its opening */
         int64_t auth_deadline = sbx_now_ms() + cfg->auth_timeout_ms;
+        bool prefix_ok = false;
 
         pthread_mutex_init(&c->wlock, NULL);
         linereader_init(&lr, fd, REQGUARD_PREAUTH_LINE);
@@ -567,24 +599,27 @@ static void serve(struct sockserver *ss, int fd, const struct ucred *peer, void 
                 char *line;
                 size_t len;
                 int64_t left = auth_deadline - sbx_now_ms();
+                bool idle = c->authenticated || prefix_ok;
                 int r = linereader_next(&lr, &line, &len,
-                                        c->authenticated ? cfg->connection_idle_timeout_ms : left > 0 ? (int)left : 0,
+                                        idle ? cfg->connection_idle_timeout_ms : left > 0 ? (int)left : 0,
                                         sockserver_stop_fd(ss));
-                if (r == -E2BIG && !c->authenticated && prefix_authenticates(c, &lr)) {
+                if (r == -E2BIG && !idle && prefix_authenticates(c, &lr)) {
+                        /* a large first request whose leading token verifies: read on */
+                        prefix_ok = true;
                         lr.max = API_MAX_LINE;
                         continue;
                 }
                 if (r == -E2BIG) {
                         send_error(c, NULL, "bad_request",
-                                   c->authenticated ? "request line longer than API_MAX_LINE; closing"
-                                                    : "an unauthenticated request is limited to 4 KiB (send the "
-                                                      "token before large fields); closing");
+                                   idle ? "request line longer than API_MAX_LINE; closing"
+                                        : "an unauthenticated request is limited to 4 KiB (send the token before "
+                                          "large fields); closing");
                         break;
                 }
                 if (r == -ETIMEDOUT) {
-                        send_error(c, NULL, c->authenticated ? "unavailable" : "unauthorized",
-                                   c->authenticated ? "no request in connection_idle_timeout; closing"
-                                                    : "no authenticated request in time; closing");
+                        send_error(c, NULL, idle ? "unavailable" : "unauthorized",
+                                   idle ? "no request in connection_idle_timeout; closing"
+                                        : "no authenticated request in time; closing");
                         break;
                 }
                 if (r <= 0)
@@ -596,6 +631,7 @@ static void serve(struct sockserver *ss, int fd, const struct ucred *peer, void 
                 handle_line(c, line, len);
                 if (c->authenticated)
                         lr.max = API_MAX_LINE;
+                prefix_ok = false;
                 if (c->auth_failures >= API_MAX_AUTH_FAILURES || conn_broken(c))
                         break;
         }

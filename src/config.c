@@ -60,6 +60,17 @@ static const struct config_key keys[] = {
          "a new API connection must send an authenticated request within this"},
         {"connection_idle_timeout", CFG_MS, F(connection_idle_timeout_ms), 0, 1000, 86400000, "300s", NULL,
          "an API or admin connection with no request this long is closed"},
+        {"http_listen", CFG_STRING, F(http_listen), 0, 0, 0, "", NULL,
+         "host:port of the HTTPS API and MCP front (empty: off; plain HTTP only on loopback)"},
+        {"tls_cert", CFG_STRING, F(tls_cert), 0, 0, 0, "", NULL,
+         "PEM certificate (chain) of http_listen; empty: plain HTTP, allowed on loopback only"},
+        {"tls_key", CFG_STRING, F(tls_key), 0, 0, 0, "", NULL, "PEM private key of tls_cert"},
+        {"tls_client_ca", CFG_STRING, F(tls_client_ca), 0, 0, 0, "", NULL,
+         "PEM CA file: when set, HTTPS clients must present a certificate it signed (mTLS)"},
+        {"http_timeout", CFG_DURATION, F(http_timeout_s), 0, 1, 3600, "30s", NULL,
+         "an HTTP connection idle this long (TLS handshake included), or unauthenticated this long, is closed"},
+        {"metrics_listen", CFG_STRING, F(metrics_listen), 0, 0, 0, "", NULL,
+         "loopback host:port serving /metrics (Prometheus text) and /healthz (empty: off)"},
         {"docker_socket", CFG_PATH, F(docker_socket), 0, 0, 0, "/var/run/docker.sock", NULL,
          "the Docker Engine API socket"},
         {"instance", CFG_STRING, F(instance), 0, 0, 0, "default", NULL,
@@ -67,6 +78,8 @@ static const struct config_key keys[] = {
         {"log_level", CFG_ENUM, F(log_level), 0, 0, 0, "info", "debug|info|warn|error", "minimum level logged"},
         {"image", CFG_STRING, F(image), 0, 0, 0, "sandboxd/python:latest", NULL,
          "sandbox image (built by scripts/build-images.sh)"},
+        {"runner_binary", CFG_STRING, F(runner_binary), 0, 0, 0, "", NULL,
+         "in-container runner (root-owned, static); empty: sandboxd-runner next to the daemon; missing: docker exec"},
         {"memory", CFG_SIZE, F(memory_bytes), 0, 16 << 20, INT64_C(1) << 40, "1g", NULL,
          "memory limit per container; swap is disabled (MemorySwap = Memory)"},
         {"cpus", CFG_CPUS, F(nano_cpus), 0, 10000000, INT64_C(256) * 1000000000, "1", NULL,
@@ -376,6 +389,11 @@ static int parse_line(struct sbx_config *cfg, char *line, struct sbx_error *err)
 static int check_cross(const struct sbx_config *cfg, struct sbx_error *err)
 {
         int span = cfg->port_range_hi - cfg->port_range_lo + 1;
+
+        if (!cfg->tls_cert[0] != !cfg->tls_key[0])
+                return sbx_error_set(err, -EINVAL, 0, "tls_cert and tls_key go together: set both or neither");
+        if (cfg->tls_client_ca[0] && !cfg->tls_cert[0])
+                return sbx_error_set(err, -EINVAL, 0, "tls_client_ca needs tls_cert and tls_key (mTLS is TLS)");
 
         if (cfg->ports_per_session > span)
                 return sbx_error_set(err, -EINVAL, 0,

@@ -11,13 +11,24 @@
 #include "sandboxd/api.h"
 #include "sandboxd/docker.h"
 #include "sandboxd/exec.h"
+#include "sandboxd/http.h"
 #include "sandboxd/log.h"
 #include "sandboxd/monitor.h"
 #include "sandboxd/portpool.h"
 #include "sandboxd/privacy.h"
+#include "sandboxd/runner.h"
 #include "sandboxd/service.h"
 #include "sandboxd/session.h"
 #include "sandboxd/store.h"
+
+/* A destroyed session's runner socket and directory go with it; any other
+ * failure keeps them for the next container of the session. */
+static void drop_runner(const char *user, const char *session, const char *container_id, const char *cause,
+                        void *userdata)
+{
+        if (strcmp(cause, "destroyed") == 0)
+                runner_hub_drop(userdata, user, session);
+}
 
 int daemon_open(const struct sbx_config *cfg, const struct daemon_options *opts, struct daemon **ret,
                 struct sbx_error *err)
@@ -66,6 +77,13 @@ int daemon_open(const struct sbx_config *cfg, const struct daemon_options *opts,
         r = session_manager_new(&d->cfg, d->docker, d->store, d->ports, opts->extra_labels, &d->sessions, err);
         if (r < 0)
                 goto fail;
+        r = runner_hub_new(&d->cfg, &d->runner, err);
+        if (r < 0)
+                goto fail;
+        if (!runner_hub_binary(d->runner))
+                log_warn("the runner binary is missing or not root-owned: containers run without it (docker exec)");
+        session_set_runner_hub(d->sessions, d->runner);
+        (void)session_register_failure_handler(d->sessions, drop_runner, d->runner);
         r = privacy_new(d->store, d->sessions, &d->privacy, err);
         if (r < 0)
                 goto fail;
@@ -92,6 +110,8 @@ int daemon_open(const struct sbx_config *cfg, const struct daemon_options *opts,
                 r = api_server_start(d, &d->api, err);
                 if (r == 0)
                         r = admin_server_start(d, &d->admin, err);
+                if (r == 0)
+                        r = http_server_start(d, &d->http, err);
                 if (r < 0)
                         goto fail;
         }
@@ -107,6 +127,7 @@ void daemon_close(struct daemon *d)
         if (!d)
                 return;
         /* The fronts first, so no request arrives while the engines go. */
+        http_server_stop(d->http);
         admin_server_stop(d->admin);
         api_server_stop(d->api);
         monitor_stop(d->monitor);
@@ -114,6 +135,7 @@ void daemon_close(struct daemon *d)
         exec_engine_free(d->exec);
         privacy_free(d->privacy);
         session_manager_free(d->sessions);
+        runner_hub_free(d->runner);
         portpool_free(d->ports);
         docker_free(d->docker);
         store_close(d->store);

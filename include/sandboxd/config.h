@@ -27,10 +27,19 @@ struct sbx_config {
         int connection_idle_timeout_ms; /* no request this long: the connection is closed */
         char docker_socket[SBX_PATH_MAX];
         char instance[64];
+
+        /* network fronts (http.c); "" = off */
+        char http_listen[128];            /* host:port of the HTTPS API and MCP front */
+        char tls_cert[SBX_PATH_MAX];      /* PEM certificate chain; "" = plain HTTP (loopback only) */
+        char tls_key[SBX_PATH_MAX];       /* PEM private key */
+        char tls_client_ca[SBX_PATH_MAX]; /* PEM CA: clients must present a certificate it signed */
+        int http_timeout_s;               /* idle limit, and the time to authenticate */
+        char metrics_listen[128];         /* host:port (loopback) of /metrics and /healthz */
         char log_level[16];
 
         /* container */
         char image[256];
+        char runner_binary[SBX_PATH_MAX]; /* "" → sandboxd-runner next to the executable */
         int64_t memory_bytes;
         int64_t nano_cpus;
         int64_t pids_limit;

@@ -26,6 +26,11 @@ struct container_params {
         const int *host_ports;    /* block to publish (ignored with network "none") */
         size_t n_ports;
         const char *const *extra_labels; /* NULL-terminated "k=v", e.g. the test run label */
+        /* Both set: the runner binary and the session's runner directory are
+         * bind-mounted read-only and the runner is the main process under the
+         * init. Either NULL: the image's command runs (docker exec only). */
+        const char *runner_binary;
+        const char *runner_dir;
 };
 
 /* Create (if missing) {data_dir}/workspaces/{user}/{session}: every level is

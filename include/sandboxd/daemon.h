@@ -18,6 +18,8 @@ struct service_manager;
 struct privacy;
 struct api_server;
 struct admin_server;
+struct http_server;
+struct runner_hub;
 
 struct daemon {
         struct sbx_config cfg; /* read-only after daemon_open */
@@ -29,15 +31,17 @@ struct daemon {
         struct exec_engine *exec;
         struct service_manager *services;
         struct privacy *privacy;
+        struct runner_hub *runner; /* per-session runner sockets */
         int64_t started_at; /* unix ms */
         struct api_server *api;     /* the socket fronts (opts->sockets) */
         struct admin_server *admin;
+        struct http_server *http;   /* the network front (opts->sockets and http_listen) */
 };
 
 struct daemon_options {
         const char *const *extra_labels; /* NULL-terminated "k=v" on every container (tests) */
         bool no_monitor;                 /* skip the monitor threads (tests that drive it by hand) */
-        bool sockets;                    /* serve api_socket and admin_socket (the daemon; socket tests) */
+        bool sockets;                    /* serve api_socket, admin_socket and http_listen (the daemon; front tests) */
 };
 
 /* Open everything and reconcile with Docker. On failure nothing is left

@@ -1,0 +1,105 @@
+/* runner.h — the daemon's side of the in-container runner: one unix socket
+ * per session, the connection from that session's sandboxd-runner, and
+ * executions carried over it (protocol: runner_proto.h).
+ *
+ * Each session gets {data_dir}/runner/<hash of user:session>/ : the parent
+ * {data_dir}/runner is root 0700, so no other host user reaches any of it;
+ * the session directory is root 0755 and holds only runner.sock (0666). It
+ * is bind-mounted read-only at RP_SOCKET_DIR in that session's container
+ * alone, so the container can connect but never plant or replace anything,
+ * and a socket reaches exactly one session.
+ *
+ * Everything the runner sends is untrusted tenant input: frames are size
+ * capped, tags must name an execution started on that very connection, and
+ * lengths and fields are checked before use. A protocol error closes the
+ * connection; its executions end as lost (the caller decides what that
+ * means). One connection per session at a time.
+ *
+ * Threads: one hub thread ("sbx-runner") accepts and reads every
+ * connection (epoll) and calls the output callbacks. Callers start, feed,
+ * signal and wait for executions from their own threads. The hub's lock
+ * guards the channel list, each channel's connection state and its
+ * executions; each execution's lock guards its state (paired with its
+ * condition variable). Writes to a connection hold that channel's write
+ * lock only, with a deadline. */
+#ifndef SANDBOXD_RUNNER_H
+#define SANDBOXD_RUNNER_H
+
+#include <stdbool.h>
+#include <stddef.h>
+#include <stdint.h>
+
+#include "sandboxd/common.h"
+#include "sandboxd/config.h"
+#include "sandboxd/runner_proto.h"
+
+struct runner_hub;
+struct runner_exec;
+
+/* Start the hub thread. The runner binary is cfg->runner_binary, or
+ * sandboxd-runner next to the running executable when that is empty. */
+int runner_hub_new(const struct sbx_config *cfg, struct runner_hub **ret, struct sbx_error *err);
+/* Stops the thread, closes every socket. Containers keep running. NULL is fine. */
+void runner_hub_free(struct runner_hub *h);
+
+/* Host path of the runner binary if it is usable (a root-owned regular file
+ * nobody else may write), else NULL: containers then run without a runner
+ * and executions use docker exec. Checked on every call (cheap). */
+const char *runner_hub_binary(struct runner_hub *h);
+
+/* Make (or re-make after a restart) the session directory and listen in it.
+ * Idempotent. *ret_dir is the host directory to bind-mount read-only. */
+int runner_hub_prepare(struct runner_hub *h, const char *user, const char *session, char ret_dir[SBX_PATH_MAX],
+                       struct sbx_error *err);
+/* Stop listening for the session and remove its directory. */
+void runner_hub_drop(struct runner_hub *h, const char *user, const char *session);
+
+/* Wait up to timeout_ms for the session's runner to be connected. True if
+ * it is. With a channel that was never prepared, false at once. */
+bool runner_hub_wait(struct runner_hub *h, const char *user, const char *session, int timeout_ms);
+
+/* The connected runner's version string ("" when none). */
+bool runner_hub_version(struct runner_hub *h, const char *user, const char *session, char *ret, size_t size);
+
+struct runner_exec_spec {
+        const char *workdir;        /* absolute */
+        const char *code_path;      /* NULL: no code file */
+        const void *code;
+        size_t code_len;
+        const char *const *argv;    /* NULL-terminated */
+        const char *const *env;     /* "K=V", NULL-terminated; added to the container's */
+        bool stdin_pipe;            /* else stdin is /dev/null */
+};
+
+struct runner_exit {
+        int exit_code;  /* 128+signal when killed */
+        int signal;
+        uint64_t cpu_user_ms;
+        uint64_t cpu_system_ms;
+        uint64_t max_rss_kb;
+};
+
+/* Called on the hub thread for each output chunk (stream 0 stdout, 1
+ * stderr). Must not block for long. */
+typedef void (*runner_output_fn)(void *userdata, int stream, const void *data, size_t len);
+
+/* Send an execution to the session's runner. -ENOTCONN if none is
+ * connected, -E2BIG if the request does not fit one frame. */
+int runner_exec_start(struct runner_hub *h, const char *user, const char *session,
+                      const struct runner_exec_spec *spec, runner_output_fn on_output, void *userdata,
+                      struct runner_exec **ret, struct sbx_error *err);
+/* Wait up to timeout_ms for the end: 0 and *ret when it exited,
+ * -ETIMEDOUT while it runs, -ECONNRESET if the connection was lost,
+ * another -errno (with err) if the runner could not start it. */
+int runner_exec_wait(struct runner_exec *x, int timeout_ms, struct runner_exit *ret, struct sbx_error *err);
+/* Hand stdin to the runner, never waiting: returns how many bytes were
+ * taken (0 while RP_STDIN_WINDOW bytes are still unread by the process),
+ * or -errno. */
+ssize_t runner_exec_write_stdin(struct runner_exec *x, const void *data, size_t len);
+int runner_exec_close_stdin(struct runner_exec *x);
+/* Signal the execution's whole tree (SIGTERM, SIGKILL, ...). */
+int runner_exec_signal(struct runner_exec *x, int sig);
+/* Forget it (the process is not touched). NULL is fine. */
+void runner_exec_free(struct runner_exec *x);
+
+#endif

@@ -1,0 +1,819 @@
+/* sandboxd-runner — the process that lives in every sandbox container.
+ *
+ * Built static with musl; bind-mounted read-only at RP_BINARY_PATH and run
+ * as the container's main process under Docker's init. It needs nothing
+ * from the image: no shell, no libc, no interpreter.
+ *
+ * It connects to the daemon through the session directory (RP_SOCKET_DIR,
+ * a read-only bind mount of a root-owned host directory) and reconnects
+ * with backoff whenever the daemon is away. It starts executions on
+ * request (see runner_proto.h), each under a shim of its own:
+ *
+ *   runner ─ shim (child subreaper) ─ leader (setsid: own session and group)
+ *                                      └ every descendant, however it forks
+ *
+ * Orphans of an execution reparent to its shim, never to the runner, so
+ * "the execution's processes" is exactly "the shim's descendants" and a
+ * signal reaches every one of them: double-forked, setsid and `env -i`
+ * processes included. The shim reports the leader's wait status and the
+ * rusage of everything it reaped, then keeps reaping until its subtree is
+ * empty.
+ *
+ * Single-threaded: one poll loop. Every buffer is bounded: output is read
+ * from a pipe only while the outgoing buffer has room, so a process whose
+ * output cannot be delivered blocks in write() instead of losing bytes.
+ *
+ * The runner is non-dumpable (no ptrace, no /proc/<pid>/mem for the tenant's
+ * uid). Tenant code runs as the same uid and can still kill it; the runner
+ * is the container's main process, so its death stops the container and
+ * the daemon recreates it on the next request. */
+#include <dirent.h>
+#include <errno.h>
+#include <fcntl.h>
+#include <poll.h>
+#include <signal.h>
+#include <stdbool.h>
+#include <stdint.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/prctl.h>
+#include <sys/resource.h>
+#include <sys/socket.h>
+#include <sys/stat.h>
+#include <sys/syscall.h>
+#include <sys/un.h>
+#include <sys/wait.h>
+#include <time.h>
+#include <unistd.h>
+
+#include "sandboxd/runner_proto.h"
+
+#ifndef SYS_close_range
+#define SYS_close_range 436
+#endif
+
+#define MAX_JOBS 256
+#define OUT_CAP (1024 * 1024)      /* frames waiting for the daemon */
+#define STDIN_CAP (2 * RP_STDIN_WINDOW)
+#define DRAIN_MS 200               /* output still read after the leader exited */
+#define MAX_PROCS 8192
+
+struct job {
+        bool used;
+        bool exit_sent;   /* RP_EXIT went out: only draining/discarding is left */
+        bool have_status; /* the shim reported the leader's end */
+        bool shim_gone;
+        uint32_t tag;
+        pid_t shim;
+        int out[2];       /* read ends of stdout/stderr */
+        int in;           /* write end of stdin, -1 if none */
+        int status;       /* read end of the shim's report */
+        char *inq;
+        size_t inq_len, inq_off;
+        bool in_eof;
+        int64_t exited_at;
+        struct rp_exit ex;
+        char code_path[256];
+};
+
+static struct job jobs[MAX_JOBS];
+static int sock = -1;
+static char *outbuf;
+static size_t out_len, out_off;
+static unsigned char *inbuf;
+static size_t in_len;
+static int sigpipe_fds[2] = {-1, -1};
+static const char *sock_path = RP_SOCKET_DIR "/" RP_SOCKET_NAME;
+
+static int64_t now_ms(void)
+{
+        struct timespec ts;
+        clock_gettime(CLOCK_MONOTONIC, &ts);
+        return (int64_t)ts.tv_sec * 1000 + ts.tv_nsec / 1000000;
+}
+
+static void on_sigchld(int sig)
+{
+        int saved = errno;
+        (void)sig;
+        if (write(sigpipe_fds[1], "c", 1) < 0) {
+        }
+        errno = saved;
+}
+
+/* ---- outgoing frames ---- */
+
+static bool out_room(size_t n) { return out_len + n <= OUT_CAP; }
+
+/* Control frames may exceed OUT_CAP a little: they are few and small. */
+static void send_frame(uint16_t type, uint16_t flags, uint32_t tag, const void *p1, size_t n1, const void *p2,
+                       size_t n2)
+{
+        struct rp_hdr h = {.len = (uint32_t)(n1 + n2), .type = type, .flags = flags, .tag = tag};
+
+        if (sock < 0 && type != RP_HELLO)
+                return; /* nobody to tell; executions keep their own state */
+        if (out_len + RP_HDR_LEN + n1 + n2 > OUT_CAP + 64 * 1024)
+                return;
+        memcpy(outbuf + out_len, &h, RP_HDR_LEN);
+        out_len += RP_HDR_LEN;
+        if (n1)
+                memcpy(outbuf + out_len, p1, n1);
+        out_len += n1;
+        if (n2)
+                memcpy(outbuf + out_len, p2, n2);
+        out_len += n2;
+}
+
+static void send_failed(uint32_t tag, int err, const char *msg)
+{
+        uint32_t e = (uint32_t)err;
+        send_frame(RP_FAILED, 0, tag, &e, sizeof(e), msg, strlen(msg));
+}
+
+static void disconnect(void)
+{
+        if (sock >= 0)
+                close(sock);
+        sock = -1;
+        /* A frame may be half-written: the next connection starts clean. */
+        out_len = out_off = 0;
+        in_len = 0;
+}
+
+static void flush_out(void)
+{
+        while (sock >= 0 && out_off < out_len) {
+                ssize_t n = send(sock, outbuf + out_off, out_len - out_off, MSG_DONTWAIT | MSG_NOSIGNAL);
+                if (n < 0) {
+                        if (errno == EINTR)
+                                continue;
+                        if (errno != EAGAIN)
+                                disconnect();
+                        return;
+                }
+                out_off += (size_t)n;
+        }
+        if (out_off == out_len)
+                out_off = out_len = 0;
+        else if (out_off > OUT_CAP / 2) {
+                memmove(outbuf, outbuf + out_off, out_len - out_off);
+                out_len -= out_off;
+                out_off = 0;
+        }
+}
+
+/* ---- process trees ---- */
+
+/* Signal every descendant of root (not root itself); returns how many. */
+static int tree_signal(pid_t root, int sig)
+{
+        static pid_t pid[MAX_PROCS], ppid[MAX_PROCS];
+        static bool mark[MAX_PROCS];
+        size_t n = 0;
+        int hits = 0;
+        DIR *d = opendir("/proc");
+        struct dirent *de;
+        bool changed;
+
+        if (!d)
+                return 0;
+        while ((de = readdir(d)) && n < MAX_PROCS) {
+                char path[300], buf[512], *p;
+                int fd;
+                ssize_t k;
+                char state;
+                int pp;
+
+                if (de->d_name[0] < '1' || de->d_name[0] > '9')
+                        continue;
+                snprintf(path, sizeof(path), "/proc/%s/stat", de->d_name);
+                fd = open(path, O_RDONLY | O_CLOEXEC);
+                if (fd < 0)
+                        continue;
+                k = read(fd, buf, sizeof(buf) - 1);
+                close(fd);
+                if (k <= 0)
+                        continue;
+                buf[k] = '\0';
+                p = strrchr(buf, ')');
+                if (!p || sscanf(p + 1, " %c %d", &state, &pp) != 2 || state == 'Z' || state == 'X')
+                        continue;
+                pid[n] = (pid_t)atoi(de->d_name);
+                ppid[n] = (pid_t)pp;
+                mark[n] = false;
+                n++;
+        }
+        closedir(d);
+        do {
+                changed = false;
+                for (size_t i = 0; i < n; i++) {
+                        if (mark[i])
+                                continue;
+                        bool under = ppid[i] == root;
+                        for (size_t j = 0; !under && j < n; j++)
+                                under = mark[j] && pid[j] == ppid[i];
+                        if (under)
+                                mark[i] = changed = true;
+                }
+        } while (changed);
+        for (size_t i = 0; i < n; i++)
+                if (mark[i] && kill(pid[i], sig) == 0)
+                        hits++;
+        return hits;
+}
+
+static void tree_kill(pid_t root, int sig)
+{
+        if (sig != SIGKILL) {
+                (void)tree_signal(root, sig);
+                return;
+        }
+        /* Freeze, then kill, until a scan finds nobody: a process forking
+         * between two scans is caught by the next one. */
+        for (int round = 0; round < 64; round++) {
+                if (tree_signal(root, SIGSTOP) == 0)
+                        break;
+                (void)tree_signal(root, SIGKILL);
+        }
+}
+
+/* ---- executions ---- */
+
+static struct job *job_find(uint32_t tag)
+{
+        for (int i = 0; i < MAX_JOBS; i++)
+                if (jobs[i].used && jobs[i].tag == tag && !jobs[i].exit_sent)
+                        return &jobs[i];
+        return NULL;
+}
+
+static void job_close_fd(int *fd)
+{
+        if (*fd >= 0)
+                close(*fd);
+        *fd = -1;
+}
+
+static void job_free(struct job *j)
+{
+        job_close_fd(&j->out[0]);
+        job_close_fd(&j->out[1]);
+        job_close_fd(&j->in);
+        job_close_fd(&j->status);
+        free(j->inq);
+        memset(j, 0, sizeof(*j));
+        j->out[0] = j->out[1] = j->in = j->status = -1;
+}
+
+/* The shim: reap the leader, report, keep reaping the subtree. Never returns. */
+static void shim_main(pid_t leader)
+{
+        struct {
+                int status;
+                struct rusage ru;
+        } rep = {0};
+        int st;
+        pid_t p;
+
+        for (;;) {
+                p = waitpid(-1, &st, 0);
+                if (p == leader) {
+                        rep.status = st;
+                        break;
+                }
+                if (p < 0 && errno != EINTR) {
+                        rep.status = 255 << 8;
+                        break;
+                }
+        }
+        getrusage(RUSAGE_CHILDREN, &rep.ru);
+        if (write(3, &rep, sizeof(rep)) < 0) {
+        }
+        close(3);
+        while (waitpid(-1, &st, 0) > 0 || errno == EINTR)
+                ;
+        _exit(0);
+}
+
+static void leader_exec(const char *workdir, char **argv, char **envp)
+{
+        sigset_t none;
+
+        sigemptyset(&none);
+        sigprocmask(SIG_SETMASK, &none, NULL);
+        signal(SIGPIPE, SIG_DFL);
+        signal(SIGCHLD, SIG_DFL);
+        signal(SIGTERM, SIG_DFL);
+        setsid();
+        close(3);
+        if (chdir(workdir) < 0) {
+                dprintf(2, "sandboxd-runner: cannot enter %s: %s\n", workdir, strerror(errno));
+                _exit(126);
+        }
+        execvpe(argv[0], argv, envp);
+        dprintf(2, "sandboxd-runner: %s: %s\n", argv[0], strerror(errno));
+        _exit(errno == ENOENT ? 127 : 126);
+}
+
+/* Parse an RP_EXEC payload and start it. Every length is checked. */
+static void job_start(uint32_t tag, uint16_t flags, const unsigned char *p, size_t len)
+{
+        struct rp_exec hdr;
+        const char *s, *end, *workdir, *code_path;
+        char **argv = NULL, **envp = NULL;
+        int pin[2] = {-1, -1}, pout[2] = {-1, -1}, perr[2] = {-1, -1}, pst[2] = {-1, -1};
+        struct job *j = NULL;
+        size_t nenv_base = 0;
+        extern char **environ;
+        pid_t shim;
+
+        if (len < sizeof(hdr)) {
+                send_failed(tag, EINVAL, "short exec frame");
+                return;
+        }
+        memcpy(&hdr, p, sizeof(hdr));
+        if (hdr.argc < 1 || hdr.argc > RP_MAX_ARGS || hdr.envc > RP_MAX_ARGS || hdr.code_len > len) {
+                send_failed(tag, EINVAL, "bad exec header");
+                return;
+        }
+        if (job_find(tag)) {
+                send_failed(tag, EEXIST, "tag in use");
+                return;
+        }
+        for (int i = 0; i < MAX_JOBS && !j; i++)
+                if (!jobs[i].used)
+                        j = &jobs[i];
+        if (!j) {
+                send_failed(tag, EBUSY, "too many executions in this container");
+                return;
+        }
+        s = (const char *)p + sizeof(hdr);
+        end = (const char *)p + len - hdr.code_len;
+        if (s > end) {
+                send_failed(tag, EINVAL, "bad exec lengths");
+                return;
+        }
+        while (environ && environ[nenv_base])
+                nenv_base++;
+        argv = calloc(hdr.argc + 1, sizeof(char *));
+        envp = calloc(nenv_base + hdr.envc + 1, sizeof(char *));
+        if (!argv || !envp)
+                goto nomem;
+        /* strings: workdir, code_path, argv..., env... — each must end inside the frame */
+        {
+                const char **slots[2] = {&workdir, &code_path};
+                size_t total = 2 + hdr.argc + hdr.envc, k = 0;
+                for (; k < total; k++) {
+                        const char *z = memchr(s, '\0', (size_t)(end - s));
+                        if (!z) {
+                                send_failed(tag, EINVAL, "unterminated string in exec frame");
+                                goto out;
+                        }
+                        if (k < 2)
+                                *slots[k] = s;
+                        else if (k < 2 + hdr.argc)
+                                argv[k - 2] = (char *)s;
+                        else
+                                envp[nenv_base + (k - 2 - hdr.argc)] = (char *)s;
+                        s = z + 1;
+                }
+        }
+        /* container environment first, minus what the request overrides */
+        {
+                size_t w = 0;
+                for (size_t b = 0; b < nenv_base; b++) {
+                        const char *eq = strchr(environ[b], '=');
+                        size_t kl = eq ? (size_t)(eq - environ[b]) + 1 : strlen(environ[b]);
+                        bool over = false;
+                        for (uint32_t e = 0; e < hdr.envc && !over; e++)
+                                over = strncmp(envp[nenv_base + e], environ[b], kl) == 0;
+                        if (!over)
+                                envp[w++] = environ[b];
+                }
+                for (uint32_t e = 0; e < hdr.envc; e++)
+                        envp[w++] = envp[nenv_base + e];
+                envp[w] = NULL;
+        }
+        if (workdir[0] != '/' || strlen(code_path) >= sizeof(j->code_path)) {
+                send_failed(tag, EINVAL, "bad workdir or code path");
+                goto out;
+        }
+        if (code_path[0]) {
+                int fd = open(code_path, O_WRONLY | O_CREAT | O_EXCL | O_NOFOLLOW | O_CLOEXEC, 0600);
+                const unsigned char *c = (const unsigned char *)end;
+                size_t left = hdr.code_len;
+                if (fd < 0) {
+                        send_failed(tag, errno, "cannot create the code file");
+                        goto out;
+                }
+                while (left > 0) {
+                        ssize_t w = write(fd, c, left);
+                        if (w <= 0) {
+                                close(fd);
+                                unlink(code_path);
+                                send_failed(tag, EIO, "cannot write the code file");
+                                goto out;
+                        }
+                        c += w;
+                        left -= (size_t)w;
+                }
+                close(fd);
+        }
+        if (pipe2(pout, O_CLOEXEC) < 0 || pipe2(perr, O_CLOEXEC) < 0 || pipe2(pst, O_CLOEXEC) < 0 ||
+            ((flags & RP_EXEC_STDIN) && pipe2(pin, O_CLOEXEC) < 0)) {
+                send_failed(tag, errno, "cannot make pipes");
+                goto fail_fds;
+        }
+        shim = fork();
+        if (shim < 0) {
+                send_failed(tag, errno, "cannot fork");
+                goto fail_fds;
+        }
+        if (shim == 0) {
+                int devnull = -1;
+                pid_t leader;
+                prctl(PR_SET_CHILD_SUBREAPER, 1);
+                if (pin[0] < 0)
+                        pin[0] = devnull = open("/dev/null", O_RDONLY | O_CLOEXEC);
+                /* stdio of the leader at 0..2, the report pipe at 3, nothing else */
+                int keep[4] = {fcntl(pin[0], F_DUPFD_CLOEXEC, 10), fcntl(pout[1], F_DUPFD_CLOEXEC, 10),
+                               fcntl(perr[1], F_DUPFD_CLOEXEC, 10), fcntl(pst[1], F_DUPFD_CLOEXEC, 10)};
+                for (int i = 0; i < 4; i++)
+                        if (keep[i] < 0 || dup2(keep[i], i) < 0)
+                                _exit(125);
+                syscall(SYS_close_range, 4u, ~0u, 0u);
+                (void)devnull;
+                leader = fork();
+                if (leader < 0)
+                        _exit(125);
+                if (leader == 0)
+                        leader_exec(workdir, argv, envp);
+                close(0);
+                close(1);
+                close(2);
+                shim_main(leader);
+        }
+        close(pout[1]);
+        close(perr[1]);
+        close(pst[1]);
+        if (pin[0] >= 0)
+                close(pin[0]);
+        memset(j, 0, sizeof(*j));
+        j->used = true;
+        j->tag = tag;
+        j->shim = shim;
+        j->out[0] = pout[0];
+        j->out[1] = perr[0];
+        j->status = pst[0];
+        j->in = pin[1];
+        if (j->in >= 0)
+                fcntl(j->in, F_SETFL, O_NONBLOCK);
+        fcntl(j->out[0], F_SETFL, O_NONBLOCK);
+        fcntl(j->out[1], F_SETFL, O_NONBLOCK);
+        snprintf(j->code_path, sizeof(j->code_path), "%s", code_path);
+        {
+                uint32_t pid = (uint32_t)shim;
+                send_frame(RP_STARTED, 0, tag, &pid, sizeof(pid), NULL, 0);
+        }
+        goto out;
+
+fail_fds:
+        for (int i = 0; i < 2; i++) {
+                if (pin[i] >= 0)
+                        close(pin[i]);
+                if (pout[i] >= 0)
+                        close(pout[i]);
+                if (perr[i] >= 0)
+                        close(perr[i]);
+                if (pst[i] >= 0)
+                        close(pst[i]);
+        }
+        if (code_path[0])
+                unlink(code_path);
+        goto out;
+nomem:
+        send_failed(tag, ENOMEM, "out of memory");
+out:
+        free(argv);
+        free(envp);
+}
+
+static void job_stdin_pump(struct job *j)
+{
+        while (j->in >= 0 && j->inq_off < j->inq_len) {
+                ssize_t n = write(j->in, j->inq + j->inq_off, j->inq_len - j->inq_off);
+                if (n < 0) {
+                        if (errno == EINTR)
+                                continue;
+                        if (errno == EAGAIN)
+                                return;
+                        job_close_fd(&j->in); /* it closed its stdin: the rest can never be read */
+                        break;
+                }
+                j->inq_off += (size_t)n;
+                uint32_t ack = (uint32_t)n;
+                send_frame(RP_STDIN_ACK, 0, j->tag, &ack, sizeof(ack), NULL, 0);
+        }
+        if (j->inq_off == j->inq_len)
+                j->inq_off = j->inq_len = 0;
+        if (j->in_eof && j->inq_len == 0)
+                job_close_fd(&j->in);
+}
+
+static void job_stdin(struct job *j, const unsigned char *p, size_t len, bool eof)
+{
+        if (eof) {
+                j->in_eof = true;
+        } else if (j->in >= 0) {
+                if (j->inq_off > 0) {
+                        memmove(j->inq, j->inq + j->inq_off, j->inq_len - j->inq_off);
+                        j->inq_len -= j->inq_off;
+                        j->inq_off = 0;
+                }
+                if (j->inq_len + len > STDIN_CAP)
+                        return; /* the daemon keeps a smaller window: a broken daemon, drop it */
+                char *q = realloc(j->inq, j->inq_len + len);
+                if (!q)
+                        return;
+                memcpy(q + j->inq_len, p, len);
+                j->inq = q;
+                j->inq_len += len;
+        }
+        job_stdin_pump(j);
+}
+
+/* The shim's report: the leader's status and the tree's usage. */
+static void job_read_status(struct job *j)
+{
+        struct {
+                int status;
+                struct rusage ru;
+        } rep;
+        ssize_t n = read(j->status, &rep, sizeof(rep));
+
+        if (n < 0 && (errno == EINTR || errno == EAGAIN))
+                return;
+        job_close_fd(&j->status);
+        if (n != (ssize_t)sizeof(rep)) {
+                /* the shim died before it could report (killed): no usage known */
+                memset(&rep, 0, sizeof(rep));
+                rep.status = SIGKILL;
+        }
+        if (WIFEXITED(rep.status)) {
+                j->ex.exit_code = WEXITSTATUS(rep.status);
+        } else if (WIFSIGNALED(rep.status)) {
+                j->ex.signal = WTERMSIG(rep.status);
+                j->ex.exit_code = 128 + j->ex.signal;
+        }
+        j->ex.utime_us = (uint64_t)rep.ru.ru_utime.tv_sec * 1000000 + (uint64_t)rep.ru.ru_utime.tv_usec;
+        j->ex.stime_us = (uint64_t)rep.ru.ru_stime.tv_sec * 1000000 + (uint64_t)rep.ru.ru_stime.tv_usec;
+        j->ex.maxrss_kb = (uint64_t)rep.ru.ru_maxrss;
+        j->have_status = true;
+        j->exited_at = now_ms();
+        job_close_fd(&j->in);
+}
+
+static void job_read_output(struct job *j, int k)
+{
+        static char buf[RP_CHUNK];
+        ssize_t n = read(j->out[k], buf, sizeof(buf));
+
+        if (n < 0 && (errno == EINTR || errno == EAGAIN))
+                return;
+        if (n <= 0) {
+                job_close_fd(&j->out[k]);
+                return;
+        }
+        if (!j->exit_sent)
+                send_frame(RP_OUTPUT, k ? RP_OUT_STDERR : 0, j->tag, buf, (size_t)n, NULL, 0);
+}
+
+/* Send RP_EXIT once the leader ended and its output is drained (or the drain
+ * time is up: a background process may hold the pipes for ever). */
+static void job_maybe_finish(struct job *j)
+{
+        if (!j->exit_sent && j->have_status &&
+            ((j->out[0] < 0 && j->out[1] < 0) || now_ms() - j->exited_at >= DRAIN_MS)) {
+                send_frame(RP_EXIT, 0, j->tag, &j->ex, sizeof(j->ex), NULL, 0);
+                j->exit_sent = true;
+                if (j->code_path[0])
+                        unlink(j->code_path);
+        }
+        /* lingering background processes keep their pipes; read and discard until they close */
+        if (j->exit_sent && j->out[0] < 0 && j->out[1] < 0 && j->shim_gone)
+                job_free(j);
+}
+
+static void reap(void)
+{
+        int st;
+        pid_t p;
+
+        while ((p = waitpid(-1, &st, WNOHANG)) > 0)
+                for (int i = 0; i < MAX_JOBS; i++)
+                        if (jobs[i].used && jobs[i].shim == p)
+                                jobs[i].shim_gone = true;
+}
+
+/* ---- incoming frames ---- */
+
+static void handle_frame(const struct rp_hdr *h, const unsigned char *p)
+{
+        struct job *j = h->tag ? job_find(h->tag) : NULL;
+
+        switch (h->type) {
+        case RP_EXEC:
+                job_start(h->tag, h->flags, p, h->len);
+                break;
+        case RP_STDIN:
+        case RP_STDIN_EOF:
+                if (j)
+                        job_stdin(j, p, h->len, h->type == RP_STDIN_EOF);
+                break;
+        case RP_SIGNAL:
+                if (j && h->len == 4) {
+                        uint32_t sig;
+                        memcpy(&sig, p, 4);
+                        if (sig == SIGTERM || sig == SIGKILL || sig == SIGINT || sig == SIGHUP)
+                                tree_kill(j->shim, (int)sig);
+                }
+                break;
+        case RP_PING:
+                send_frame(RP_PONG, 0, 0, NULL, 0, NULL, 0);
+                break;
+        default:
+                break; /* unknown frames are skipped: newer daemons may send more */
+        }
+}
+
+static void read_sock(void)
+{
+        for (;;) {
+                ssize_t n = recv(sock, inbuf + in_len, RP_HDR_LEN + RP_MAX_TO_RUNNER - in_len, MSG_DONTWAIT);
+                if (n < 0 && errno == EINTR)
+                        continue;
+                if (n < 0 && errno == EAGAIN)
+                        return;
+                if (n <= 0) {
+                        disconnect();
+                        return;
+                }
+                in_len += (size_t)n;
+                for (;;) {
+                        struct rp_hdr h;
+                        if (in_len < RP_HDR_LEN)
+                                break;
+                        memcpy(&h, inbuf, RP_HDR_LEN);
+                        if (h.len > RP_MAX_TO_RUNNER) {
+                                disconnect();
+                                return;
+                        }
+                        if (in_len < RP_HDR_LEN + h.len)
+                                break;
+                        handle_frame(&h, inbuf + RP_HDR_LEN);
+                        if (sock < 0)
+                                return;
+                        memmove(inbuf, inbuf + RP_HDR_LEN + h.len, in_len - RP_HDR_LEN - h.len);
+                        in_len -= RP_HDR_LEN + h.len;
+                }
+        }
+}
+
+static bool try_connect(void)
+{
+        struct sockaddr_un sa = {.sun_family = AF_UNIX};
+        struct rp_hello hello = {.protocol = RP_PROTOCOL, .pid = (uint32_t)getpid()};
+        int fd;
+
+        if (strlen(sock_path) >= sizeof(sa.sun_path))
+                return false;
+        strcpy(sa.sun_path, sock_path);
+        fd = socket(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC, 0);
+        if (fd < 0)
+                return false;
+        if (connect(fd, (struct sockaddr *)&sa, sizeof(sa)) < 0) {
+                close(fd);
+                return false;
+        }
+        fcntl(fd, F_SETFL, O_NONBLOCK);
+        sock = fd;
+        out_len = out_off = 0;
+        send_frame(RP_HELLO, 0, 0, &hello, sizeof(hello), RP_VERSION, strlen(RP_VERSION));
+        return true;
+}
+
+int main(int argc, char **argv)
+{
+        struct sigaction sa = {0};
+        int64_t next_connect = 0, backoff = 5;
+
+        if (argc > 1 && strcmp(argv[1], "--version") == 0) {
+                printf("%s\n", RP_VERSION);
+                return 0;
+        }
+        if (argc > 1)
+                sock_path = argv[1];
+        prctl(PR_SET_DUMPABLE, 0);
+        prctl(PR_SET_CHILD_SUBREAPER, 1);
+        outbuf = malloc(OUT_CAP + 64 * 1024 + RP_HDR_LEN + RP_CHUNK);
+        inbuf = malloc(RP_HDR_LEN + RP_MAX_TO_RUNNER);
+        if (!outbuf || !inbuf || pipe2(sigpipe_fds, O_CLOEXEC | O_NONBLOCK) < 0)
+                return 1;
+        for (int i = 0; i < MAX_JOBS; i++)
+                jobs[i].out[0] = jobs[i].out[1] = jobs[i].in = jobs[i].status = -1;
+        signal(SIGPIPE, SIG_IGN);
+        sa.sa_handler = on_sigchld;
+        sa.sa_flags = SA_RESTART | SA_NOCLDSTOP;
+        sigaction(SIGCHLD, &sa, NULL);
+
+        for (;;) {
+                struct pollfd pfd[2 + 4 * MAX_JOBS];
+                struct {
+                        struct job *j;
+                        int what; /* 0,1 output; 2 status; 3 stdin */
+                } who[2 + 4 * MAX_JOBS];
+                nfds_t n = 0;
+                int64_t now = now_ms(), timeout = 1000;
+                bool room = sock >= 0 && out_room(RP_HDR_LEN + RP_CHUNK);
+
+                if (sock < 0 && now >= next_connect) {
+                        if (try_connect())
+                                backoff = 5;
+                        else {
+                                next_connect = now + backoff;
+                                backoff = backoff * 2 > 1000 ? 1000 : backoff * 2;
+                        }
+                }
+                if (sock < 0 && next_connect - now < timeout)
+                        timeout = next_connect - now > 0 ? next_connect - now : 0;
+                pfd[n] = (struct pollfd){.fd = sigpipe_fds[0], .events = POLLIN};
+                who[n++].j = NULL;
+                if (sock >= 0) {
+                        pfd[n] = (struct pollfd){.fd = sock, .events = POLLIN | (out_len > out_off ? POLLOUT : 0)};
+                        who[n++].j = NULL;
+                }
+                for (int i = 0; i < MAX_JOBS; i++) {
+                        struct job *j = &jobs[i];
+                        if (!j->used)
+                                continue;
+                        for (int k = 0; k < 2; k++)
+                                /* a full buffer leaves the pipe unread: the writer blocks, nothing is lost */
+                                if (j->out[k] >= 0 && (room || j->exit_sent)) {
+                                        pfd[n] = (struct pollfd){.fd = j->out[k], .events = POLLIN};
+                                        who[n].j = j;
+                                        who[n++].what = k;
+                                }
+                        if (j->status >= 0) {
+                                pfd[n] = (struct pollfd){.fd = j->status, .events = POLLIN};
+                                who[n].j = j;
+                                who[n++].what = 2;
+                        }
+                        if (j->in >= 0 && j->inq_len > j->inq_off) {
+                                pfd[n] = (struct pollfd){.fd = j->in, .events = POLLOUT};
+                                who[n].j = j;
+                                who[n++].what = 3;
+                        }
+                        if (j->have_status && !j->exit_sent) {
+                                int64_t left = j->exited_at + DRAIN_MS - now;
+                                if (left < timeout)
+                                        timeout = left > 0 ? left : 0;
+                        }
+                }
+                if (poll(pfd, n, (int)timeout) < 0 && errno != EINTR)
+                        return 1;
+                for (nfds_t i = 0; i < n; i++) {
+                        if (!pfd[i].revents)
+                                continue;
+                        if (!who[i].j) {
+                                if (pfd[i].fd == sigpipe_fds[0]) {
+                                        char b[64];
+                                        while (read(sigpipe_fds[0], b, sizeof(b)) > 0)
+                                                ;
+                                        reap();
+                                } else if (pfd[i].fd == sock) {
+                                        if (pfd[i].revents & (POLLIN | POLLHUP | POLLERR))
+                                                read_sock();
+                                        if (sock >= 0 && (pfd[i].revents & POLLOUT))
+                                                flush_out();
+                                }
+                                continue;
+                        }
+                        struct job *j = who[i].j;
+                        if (!j->used)
+                                continue;
+                        if (who[i].what < 2 && j->out[who[i].what] == pfd[i].fd)
+                                job_read_output(j, who[i].what);
+                        else if (who[i].what == 2 && j->status == pfd[i].fd)
+                                job_read_status(j);
+                        else if (who[i].what == 3 && j->in == pfd[i].fd)
+                                job_stdin_pump(j);
+                }
+                reap();
+                for (int i = 0; i < MAX_JOBS; i++)
+                        if (jobs[i].used)
+                                job_maybe_finish(&jobs[i]);
+                flush_out();
+        }
+}

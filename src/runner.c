@@ -1,0 +1,905 @@
+/* runner.c — per-session runner sockets, connections and the executions
+ * carried over them (see runner.h for the contract, runner_proto.h for the
+ * wire format).
+ *
+ * Locks:
+ *   h->lock   the channel list, every channel's fds, connection state,
+ *             refs and executions list, and every execution's refs; paired
+ *             with h->cond, broadcast when a runner connects.
+ *   c->wlock  writes to a channel's connection (held across one frame, with
+ *             a deadline; never with h->lock).
+ *   x->lock   an execution's state; paired with x->cond.
+ * Order: h->lock before x->lock. c->wlock is never held with either.
+ *
+ * Only the hub thread reads connections, closes fds and frees channels, so
+ * an epoll event never points at freed memory: a dropped channel is only
+ * marked, and the thread retires it between two epoll batches. */
+#include "sandboxd/runner.h"
+
+#include <errno.h>
+#include <fcntl.h>
+#include <inttypes.h>
+#include <limits.h>
+#include <poll.h>
+#include <pthread.h>
+#include <signal.h>
+#include <stdio.h>
+#include <string.h>
+#include <sys/epoll.h>
+#include <sys/random.h>
+#include <sys/socket.h>
+#include <sys/stat.h>
+#include <sys/un.h>
+#include <unistd.h>
+
+#include "sandboxd/log.h"
+#include "sandboxd/sha256.h"
+
+#define WRITE_DEADLINE_MS 2000
+#define MAX_EVENTS 64
+
+enum ep_kind { EP_LISTEN, EP_CONN };
+
+struct runner_chan;
+
+struct ep_ref {
+        struct runner_chan *c;
+        enum ep_kind kind;
+};
+
+struct runner_chan {
+        struct runner_hub *h;
+        struct runner_chan *next; /* h->chans */
+        int refs;
+        bool dead;
+        char user[65], session[65];
+        char dir[SBX_PATH_MAX];
+        int dirfd, lfd, cfd;
+        bool hello;
+        char version[64];
+        uint32_t next_tag;
+        struct ep_ref ep_listen, ep_conn;
+        unsigned char *inbuf;
+        size_t in_len;
+        struct runner_exec *execs;
+        pthread_mutex_t wlock;
+};
+
+struct runner_exec {
+        struct runner_chan *c;
+        struct runner_exec *next; /* c->execs (h->lock) */
+        int refs;                 /* h->lock */
+        uint32_t tag;
+        int cfd; /* the connection it was started on */
+        runner_output_fn on_output;
+        void *userdata;
+
+        pthread_mutex_t lock;
+        pthread_cond_t cond;
+        bool ended, lost;
+        int fail;
+        char error[256];
+        struct runner_exit exit;
+        uint64_t stdin_sent, stdin_acked;
+};
+
+struct runner_hub {
+        const struct sbx_config *cfg;
+        char root[SBX_PATH_MAX];
+        char binary[SBX_PATH_MAX];
+        pthread_mutex_t lock;
+        pthread_cond_t cond;
+        struct runner_chan *chans;
+        int epfd;
+        int wake[2];
+        bool stop;
+        pthread_t thread;
+};
+
+/* ---- helpers ---- */
+
+static void chan_key_hash(const char *user, const char *session, char out[33])
+{
+        char key[140], hex[65];
+        int n = snprintf(key, sizeof(key), "%s:%s", user, session);
+        sha256_hex(key, (size_t)n, hex);
+        memcpy(out, hex, 32);
+        out[32] = '\0';
+}
+
+static struct runner_chan *chan_find_locked(struct runner_hub *h, const char *user, const char *session)
+{
+        for (struct runner_chan *c = h->chans; c; c = c->next)
+                if (!c->dead && strcmp(c->user, user) == 0 && strcmp(c->session, session) == 0)
+                        return c;
+        return NULL;
+}
+
+static void exec_end(struct runner_exec *x, bool lost, int fail, const char *msg, const struct runner_exit *ex)
+{
+        pthread_mutex_lock(&x->lock);
+        if (!x->ended) {
+                x->ended = true;
+                x->lost = lost;
+                x->fail = fail;
+                if (msg)
+                        sbx_strlcpy(x->error, msg, sizeof(x->error));
+                if (ex)
+                        x->exit = *ex;
+        }
+        pthread_cond_broadcast(&x->cond);
+        pthread_mutex_unlock(&x->lock);
+}
+
+/* Close a channel's connection: every execution on it is lost. Hub thread
+ * only (it owns reads and closes). Takes h->lock. */
+static void conn_close(struct runner_hub *h, struct runner_chan *c, const char *why)
+{
+        pthread_mutex_lock(&h->lock);
+        if (c->cfd < 0) {
+                pthread_mutex_unlock(&h->lock);
+                return;
+        }
+        (void)epoll_ctl(h->epfd, EPOLL_CTL_DEL, c->cfd, NULL);
+        /* writers may hold the fd: shut it down now, close it under wlock */
+        (void)shutdown(c->cfd, SHUT_RDWR);
+        for (struct runner_exec *x = c->execs; x; x = x->next)
+                if (x->cfd == c->cfd)
+                        exec_end(x, true, -ECONNRESET, "the runner connection was lost", NULL);
+        pthread_mutex_unlock(&h->lock);
+        pthread_mutex_lock(&c->wlock);
+        pthread_mutex_lock(&h->lock);
+        close(c->cfd);
+        c->cfd = -1;
+        c->hello = false;
+        c->version[0] = '\0';
+        c->in_len = 0;
+        pthread_mutex_unlock(&h->lock);
+        pthread_mutex_unlock(&c->wlock);
+        if (why)
+                log_ctx(LOG_LEVEL_DEBUG, c->user, c->session, NULL, "runner connection closed: %s", why);
+}
+
+/* Write one frame with a deadline. Caller holds c->wlock; fd is its cfd. */
+static int write_all(int fd, const void *buf, size_t len, int64_t until)
+{
+        const char *p = buf;
+
+        while (len > 0) {
+                ssize_t n = send(fd, p, len, MSG_DONTWAIT | MSG_NOSIGNAL);
+                if (n < 0 && errno == EINTR)
+                        continue;
+                if (n < 0 && errno == EAGAIN) {
+                        struct pollfd pfd = {.fd = fd, .events = POLLOUT};
+                        int64_t left = until - sbx_now_ms();
+                        if (left <= 0)
+                                return -ETIMEDOUT;
+                        (void)poll(&pfd, 1, (int)left);
+                        continue;
+                }
+                if (n < 0)
+                        return -errno;
+                p += n;
+                len -= (size_t)n;
+        }
+        return 0;
+}
+
+static int send_frame(struct runner_chan *c, int cfd, uint16_t type, uint16_t flags, uint32_t tag, const void *p1,
+                      size_t n1, const void *p2, size_t n2)
+{
+        struct rp_hdr hdr = {.len = (uint32_t)(n1 + n2), .type = type, .flags = flags, .tag = tag};
+        int64_t until = sbx_now_ms() + WRITE_DEADLINE_MS;
+        int r;
+
+        if (n1 + n2 > RP_MAX_TO_RUNNER)
+                return -E2BIG;
+        pthread_mutex_lock(&c->wlock);
+        pthread_mutex_lock(&c->h->lock);
+        bool same = c->cfd == cfd && cfd >= 0;
+        pthread_mutex_unlock(&c->h->lock);
+        if (!same)
+                r = -ECONNRESET;
+        else {
+                r = write_all(cfd, &hdr, sizeof(hdr), until);
+                if (r == 0 && n1)
+                        r = write_all(cfd, p1, n1, until);
+                if (r == 0 && n2)
+                        r = write_all(cfd, p2, n2, until);
+                if (r < 0)
+                        (void)shutdown(cfd, SHUT_RDWR); /* a half-written frame: the hub thread closes it */
+        }
+        pthread_mutex_unlock(&c->wlock);
+        return r;
+}
+
+/* ---- frames from the runner (hub thread) ---- */
+
+static struct runner_exec *exec_find_ref(struct runner_hub *h, struct runner_chan *c, uint32_t tag)
+{
+        struct runner_exec *x;
+
+        pthread_mutex_lock(&h->lock);
+        for (x = c->execs; x; x = x->next)
+                if (x->tag == tag && x->cfd == c->cfd) {
+                        x->refs++;
+                        break;
+                }
+        pthread_mutex_unlock(&h->lock);
+        return x;
+}
+
+static void exec_unref(struct runner_exec *x)
+{
+        struct runner_hub *h;
+        bool last;
+
+        if (!x)
+                return;
+        h = x->c->h;
+        pthread_mutex_lock(&h->lock);
+        last = --x->refs == 0;
+        pthread_mutex_unlock(&h->lock);
+        if (last) {
+                pthread_mutex_destroy(&x->lock);
+                pthread_cond_destroy(&x->cond);
+                free(x);
+        }
+}
+
+/* Returns false on a protocol error. Every field is checked here. */
+static bool handle_frame(struct runner_hub *h, struct runner_chan *c, const struct rp_hdr *hdr,
+                         const unsigned char *p)
+{
+        struct runner_exec *x = NULL;
+
+        if (!c->hello) {
+                struct rp_hello hello;
+                size_t vlen;
+                if (hdr->type != RP_HELLO || hdr->len < sizeof(hello) || hdr->len > sizeof(hello) + 63)
+                        return false;
+                memcpy(&hello, p, sizeof(hello));
+                if (hello.protocol != RP_PROTOCOL)
+                        return false;
+                vlen = hdr->len - sizeof(hello);
+                for (size_t i = 0; i < vlen; i++)
+                        if (p[sizeof(hello) + i] < 0x20 || p[sizeof(hello) + i] > 0x7e)
+                                return false;
+                pthread_mutex_lock(&h->lock);
+                memcpy(c->version, p + sizeof(hello), vlen);
+                c->version[vlen] = '\0';
+                c->hello = true;
+                pthread_cond_broadcast(&h->cond);
+                pthread_mutex_unlock(&h->lock);
+                log_ctx(LOG_LEVEL_DEBUG, c->user, c->session, NULL, "runner connected: %s (pid %" PRIu32 ")",
+                        c->version, hello.pid);
+                return true;
+        }
+        if (hdr->type == RP_PONG)
+                return hdr->len == 0;
+        if (hdr->tag == 0)
+                return false;
+        x = exec_find_ref(h, c, hdr->tag);
+        if (!x)
+                return true; /* an execution we forgot (freed or from before): its bytes go nowhere */
+        bool ok = true;
+        switch (hdr->type) {
+        case RP_STARTED:
+                ok = hdr->len == 4;
+                break;
+        case RP_OUTPUT:
+                ok = hdr->len <= RP_CHUNK && (hdr->flags & ~RP_OUT_STDERR) == 0;
+                if (ok && hdr->len > 0 && !x->ended && x->on_output)
+                        x->on_output(x->userdata, (hdr->flags & RP_OUT_STDERR) ? 1 : 0, p, hdr->len);
+                break;
+        case RP_STDIN_ACK: {
+                uint32_t n;
+                ok = hdr->len == 4;
+                if (!ok)
+                        break;
+                memcpy(&n, p, 4);
+                pthread_mutex_lock(&x->lock);
+                ok = x->stdin_acked + n <= x->stdin_sent;
+                if (ok)
+                        x->stdin_acked += n;
+                pthread_cond_broadcast(&x->cond);
+                pthread_mutex_unlock(&x->lock);
+                break;
+        }
+        case RP_EXIT: {
+                struct rp_exit e;
+                struct runner_exit ex;
+                ok = hdr->len == sizeof(e);
+                if (!ok)
+                        break;
+                memcpy(&e, p, sizeof(e));
+                ok = e.exit_code >= 0 && e.exit_code <= 255 && e.signal >= 0 && e.signal < 65;
+                if (!ok)
+                        break;
+                ex = (struct runner_exit){.exit_code = e.exit_code,
+                                          .signal = e.signal,
+                                          .cpu_user_ms = e.utime_us / 1000,
+                                          .cpu_system_ms = e.stime_us / 1000,
+                                          .max_rss_kb = e.maxrss_kb};
+                exec_end(x, false, 0, NULL, &ex);
+                break;
+        }
+        case RP_FAILED: {
+                char msg[200];
+                uint32_t e;
+                size_t n;
+                ok = hdr->len >= 4;
+                if (!ok)
+                        break;
+                memcpy(&e, p, 4);
+                n = hdr->len - 4 < sizeof(msg) - 1 ? hdr->len - 4 : sizeof(msg) - 1;
+                for (size_t i = 0; i < n; i++)
+                        msg[i] = p[4 + i] >= 0x20 && p[4 + i] < 0x7f ? (char)p[4 + i] : '?';
+                msg[n] = '\0';
+                exec_end(x, false, e > 0 && e < 4096 ? -(int)e : -EIO, msg, NULL);
+                break;
+        }
+        default:
+                ok = false;
+        }
+        exec_unref(x);
+        return ok;
+}
+
+static void conn_read(struct runner_hub *h, struct runner_chan *c)
+{
+        for (;;) {
+                ssize_t n = recv(c->cfd, c->inbuf + c->in_len, RP_HDR_LEN + RP_MAX_FROM_RUNNER - c->in_len,
+                                 MSG_DONTWAIT);
+                if (n < 0 && errno == EINTR)
+                        continue;
+                if (n < 0 && errno == EAGAIN)
+                        return;
+                if (n <= 0) {
+                        conn_close(h, c, n == 0 ? "end of stream" : strerror(errno));
+                        return;
+                }
+                c->in_len += (size_t)n;
+                for (;;) {
+                        struct rp_hdr hdr;
+                        if (c->in_len < RP_HDR_LEN)
+                                break;
+                        memcpy(&hdr, c->inbuf, RP_HDR_LEN);
+                        if (hdr.len > RP_MAX_FROM_RUNNER) {
+                                log_ctx(LOG_LEVEL_WARN, c->user, c->session, NULL,
+                                        "runner sent a %" PRIu32 "-byte frame (max %d): disconnected", hdr.len,
+                                        RP_MAX_FROM_RUNNER);
+                                conn_close(h, c, "oversized frame");
+                                return;
+                        }
+                        if (c->in_len < RP_HDR_LEN + hdr.len)
+                                break;
+                        if (!handle_frame(h, c, &hdr, c->inbuf + RP_HDR_LEN)) {
+                                log_ctx(LOG_LEVEL_WARN, c->user, c->session, NULL,
+                                        "runner sent an invalid frame (type %u): disconnected", hdr.type);
+                                conn_close(h, c, "protocol error");
+                                return;
+                        }
+                        memmove(c->inbuf, c->inbuf + RP_HDR_LEN + hdr.len, c->in_len - RP_HDR_LEN - hdr.len);
+                        c->in_len -= RP_HDR_LEN + hdr.len;
+                }
+        }
+}
+
+static void conn_accept(struct runner_hub *h, struct runner_chan *c)
+{
+        for (;;) {
+                int fd = accept4(c->lfd, NULL, NULL, SOCK_CLOEXEC | SOCK_NONBLOCK);
+                if (fd < 0)
+                        return; /* EAGAIN, or EMFILE: the next event retries */
+                pthread_mutex_lock(&h->lock);
+                if (c->cfd >= 0) {
+                        /* one runner per session: a second connection is someone else */
+                        pthread_mutex_unlock(&h->lock);
+                        close(fd);
+                        continue;
+                }
+                c->cfd = fd;
+                c->hello = false;
+                c->in_len = 0;
+                c->next_tag = 0;
+                /* tags differ from any an earlier daemon used, whose executions may still run */
+                if (getrandom(&c->next_tag, sizeof(c->next_tag), 0) != sizeof(c->next_tag))
+                        c->next_tag = (uint32_t)sbx_now_ms();
+                struct epoll_event ev = {.events = EPOLLIN | EPOLLRDHUP, .data.ptr = &c->ep_conn};
+                (void)epoll_ctl(h->epfd, EPOLL_CTL_ADD, fd, &ev);
+                pthread_mutex_unlock(&h->lock);
+        }
+}
+
+static void chan_free(struct runner_chan *c)
+{
+        if (c->lfd >= 0)
+                close(c->lfd);
+        if (c->dirfd >= 0)
+                close(c->dirfd);
+        free(c->inbuf);
+        pthread_mutex_destroy(&c->wlock);
+        free(c);
+}
+
+/* Retire dropped channels that nobody references any more. Hub thread. */
+static void reap_dead(struct runner_hub *h)
+{
+        for (;;) {
+                struct runner_chan *dead = NULL;
+                pthread_mutex_lock(&h->lock);
+                for (struct runner_chan **pp = &h->chans; *pp; pp = &(*pp)->next)
+                        if ((*pp)->dead) {
+                                dead = *pp;
+                                break;
+                        }
+                pthread_mutex_unlock(&h->lock);
+                if (!dead)
+                        return;
+                conn_close(h, dead, NULL);
+                pthread_mutex_lock(&h->lock);
+                if (dead->refs > 0 || dead->execs) {
+                        pthread_mutex_unlock(&h->lock);
+                        return; /* an execution handle still points at it: next pass */
+                }
+                for (struct runner_chan **pp = &h->chans; *pp; pp = &(*pp)->next)
+                        if (*pp == dead) {
+                                *pp = dead->next;
+                                break;
+                        }
+                if (dead->lfd >= 0)
+                        (void)epoll_ctl(h->epfd, EPOLL_CTL_DEL, dead->lfd, NULL);
+                pthread_mutex_unlock(&h->lock);
+                chan_free(dead);
+        }
+}
+
+static void *hub_main(void *ud)
+{
+        struct runner_hub *h = ud;
+        struct epoll_event evs[MAX_EVENTS];
+
+        pthread_setname_np(pthread_self(), "sbx-runner");
+        for (;;) {
+                int n = epoll_wait(h->epfd, evs, MAX_EVENTS, 1000);
+                pthread_mutex_lock(&h->lock);
+                bool stop = h->stop;
+                pthread_mutex_unlock(&h->lock);
+                if (stop)
+                        break;
+                for (int i = 0; i < n; i++) {
+                        struct ep_ref *ref = evs[i].data.ptr;
+                        if (!ref) {
+                                char b[64];
+                                while (read(h->wake[0], b, sizeof(b)) > 0)
+                                        ;
+                                continue;
+                        }
+                        if (ref->c->dead)
+                                continue;
+                        if (ref->kind == EP_LISTEN)
+                                conn_accept(h, ref->c);
+                        else if (ref->c->cfd >= 0)
+                                conn_read(h, ref->c);
+                }
+                reap_dead(h);
+        }
+        return NULL;
+}
+
+static void hub_wake(struct runner_hub *h)
+{
+        if (write(h->wake[1], "w", 1) < 0) {
+                /* the pipe is full: the thread is already due to wake */
+        }
+}
+
+/* ---- public ---- */
+
+int runner_hub_new(const struct sbx_config *cfg, struct runner_hub **ret, struct sbx_error *err)
+{
+        struct runner_hub *h = calloc(1, sizeof(*h));
+        struct epoll_event ev = {.events = EPOLLIN, .data.ptr = NULL};
+        int r;
+
+        if (!h)
+                return sbx_error_set(err, -ENOMEM, 0, "out of memory");
+        h->cfg = cfg;
+        h->wake[0] = h->wake[1] = -1;
+        snprintf(h->root, sizeof(h->root), "%s/runner", cfg->data_dir);
+        if (cfg->runner_binary[0]) {
+                sbx_strlcpy(h->binary, cfg->runner_binary, sizeof(h->binary));
+        } else {
+                char exe[SBX_PATH_MAX];
+                ssize_t n = readlink("/proc/self/exe", exe, sizeof(exe) - 1);
+                char *slash;
+                exe[n > 0 ? n : 0] = '\0';
+                slash = strrchr(exe, '/');
+                if (slash)
+                        *slash = '\0';
+                snprintf(h->binary, sizeof(h->binary), "%s/sandboxd-runner", exe);
+        }
+        if (mkdir(h->root, 0700) < 0 && errno != EEXIST) {
+                r = -errno;
+                free(h);
+                return sbx_error_set(err, r, 0, "cannot create %s: %s", h->root, strerror(-r));
+        }
+        (void)chmod(h->root, 0700);
+        pthread_mutex_init(&h->lock, NULL);
+        pthread_cond_init(&h->cond, NULL);
+        h->epfd = epoll_create1(EPOLL_CLOEXEC);
+        if (h->epfd < 0 || pipe2(h->wake, O_CLOEXEC | O_NONBLOCK) < 0 ||
+            epoll_ctl(h->epfd, EPOLL_CTL_ADD, h->wake[0], &ev) < 0) {
+                r = sbx_error_set(err, -errno, 0, "cannot set up the runner hub: %m");
+                goto fail;
+        }
+        r = -pthread_create(&h->thread, NULL, hub_main, h);
+        if (r < 0) {
+                sbx_error_set(err, r, 0, "cannot start the runner thread: %s", strerror(-r));
+                goto fail;
+        }
+        *ret = h;
+        return 0;
+fail:
+        if (h->epfd >= 0)
+                close(h->epfd);
+        for (int i = 0; i < 2; i++)
+                if (h->wake[i] >= 0)
+                        close(h->wake[i]);
+        pthread_mutex_destroy(&h->lock);
+        pthread_cond_destroy(&h->cond);
+        free(h);
+        return r;
+}
+
+void runner_hub_free(struct runner_hub *h)
+{
+        if (!h)
+                return;
+        pthread_mutex_lock(&h->lock);
+        h->stop = true;
+        pthread_mutex_unlock(&h->lock);
+        hub_wake(h);
+        pthread_join(h->thread, NULL);
+        while (h->chans) {
+                struct runner_chan *c = h->chans;
+                h->chans = c->next;
+                if (c->cfd >= 0)
+                        close(c->cfd);
+                for (struct runner_exec *x = c->execs; x; x = x->next)
+                        x->c = NULL; /* handles outliving the hub must not exist; be safe */
+                chan_free(c);
+        }
+        close(h->epfd);
+        close(h->wake[0]);
+        close(h->wake[1]);
+        pthread_mutex_destroy(&h->lock);
+        pthread_cond_destroy(&h->cond);
+        free(h);
+}
+
+const char *runner_hub_binary(struct runner_hub *h)
+{
+        struct stat st;
+
+        /* root's own file, nobody else may change it: it runs in every container */
+        if (!h || stat(h->binary, &st) < 0 || !S_ISREG(st.st_mode) || st.st_uid != 0 || (st.st_mode & 022) ||
+            !(st.st_mode & 0001))
+                return NULL;
+        return h->binary;
+}
+
+int runner_hub_prepare(struct runner_hub *h, const char *user, const char *session, char ret_dir[SBX_PATH_MAX],
+                       struct sbx_error *err)
+{
+        _cleanup_close_ int root = -1, dfd = -1, lfd = -1;
+        struct runner_chan *c;
+        char hash[33], path[SBX_PATH_MAX], proc[64];
+        struct sockaddr_un sa = {.sun_family = AF_UNIX};
+        struct stat st;
+
+        chan_key_hash(user, session, hash);
+        if (snprintf(path, sizeof(path), "%s/%s", h->root, hash) >= (int)sizeof(path))
+                return sbx_error_set(err, -ENAMETOOLONG, 0, "runner directory path too long");
+        pthread_mutex_lock(&h->lock);
+        c = chan_find_locked(h, user, session);
+        pthread_mutex_unlock(&h->lock);
+        if (c) {
+                sbx_strlcpy(ret_dir, path, SBX_PATH_MAX);
+                return 0;
+        }
+
+        root = open(h->root, O_RDONLY | O_DIRECTORY | O_NOFOLLOW | O_CLOEXEC);
+        if (root < 0)
+                return sbx_error_set(err, -errno, 0, "cannot open %s: %m", h->root);
+        if (mkdirat(root, hash, 0755) < 0 && errno != EEXIST)
+                return sbx_error_set(err, -errno, 0, "cannot create %s: %m", path);
+        dfd = openat(root, hash, O_RDONLY | O_DIRECTORY | O_NOFOLLOW | O_CLOEXEC);
+        if (dfd < 0 || fstat(dfd, &st) < 0)
+                return sbx_error_set(err, -errno, 0, "cannot open %s: %m", path);
+        if ((st.st_uid != 0 && fchown(dfd, 0, 0) < 0) || ((st.st_mode & 07777) != 0755 && fchmod(dfd, 0755) < 0))
+                return sbx_error_set(err, -errno, 0, "cannot secure %s: %m", path);
+        /* a stale socket from an earlier daemon; only root ever writes here */
+        if (unlinkat(dfd, RP_SOCKET_NAME, 0) < 0 && errno != ENOENT)
+                return sbx_error_set(err, -errno, 0, "cannot remove the stale socket in %s: %m", path);
+        /* bind through the directory fd: no path is re-resolved, and the
+         * length limit of sun_path does not depend on data_dir */
+        snprintf(proc, sizeof(proc), "/proc/self/fd/%d/" RP_SOCKET_NAME, dfd);
+        sbx_strlcpy(sa.sun_path, proc, sizeof(sa.sun_path));
+        lfd = socket(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC | SOCK_NONBLOCK, 0);
+        if (lfd < 0 || bind(lfd, (struct sockaddr *)&sa, sizeof(sa)) < 0)
+                return sbx_error_set(err, -errno, 0, "cannot bind the runner socket in %s: %m", path);
+        if (fchmodat(dfd, RP_SOCKET_NAME, 0666, 0) < 0 || listen(lfd, 4) < 0)
+                return sbx_error_set(err, -errno, 0, "cannot listen on the runner socket in %s: %m", path);
+
+        c = calloc(1, sizeof(*c));
+        if (c)
+                c->inbuf = malloc(RP_HDR_LEN + RP_MAX_FROM_RUNNER);
+        if (!c || !c->inbuf) {
+                free(c);
+                return sbx_error_set(err, -ENOMEM, 0, "out of memory");
+        }
+        c->h = h;
+        sbx_strlcpy(c->user, user, sizeof(c->user));
+        sbx_strlcpy(c->session, session, sizeof(c->session));
+        sbx_strlcpy(c->dir, path, sizeof(c->dir));
+        c->cfd = -1;
+        c->ep_listen = (struct ep_ref){c, EP_LISTEN};
+        c->ep_conn = (struct ep_ref){c, EP_CONN};
+        pthread_mutex_init(&c->wlock, NULL);
+        pthread_mutex_lock(&h->lock);
+        if (chan_find_locked(h, user, session)) {
+                /* another thread prepared it meanwhile: ours goes (its socket file is the other's now? no:
+                 * both bound the same name; the later bind replaced nothing because we unlinked first) */
+                pthread_mutex_unlock(&h->lock);
+                chan_free(c);
+                sbx_strlcpy(ret_dir, path, SBX_PATH_MAX);
+                return 0;
+        }
+        c->dirfd = TAKE_FD(dfd);
+        c->lfd = TAKE_FD(lfd);
+        struct epoll_event ev = {.events = EPOLLIN, .data.ptr = &c->ep_listen};
+        (void)epoll_ctl(h->epfd, EPOLL_CTL_ADD, c->lfd, &ev);
+        c->next = h->chans;
+        h->chans = c;
+        pthread_mutex_unlock(&h->lock);
+        sbx_strlcpy(ret_dir, path, SBX_PATH_MAX);
+        return 0;
+}
+
+void runner_hub_drop(struct runner_hub *h, const char *user, const char *session)
+{
+        struct runner_chan *c;
+        char hash[33];
+        _cleanup_close_ int root = -1;
+
+        if (!h)
+                return;
+        pthread_mutex_lock(&h->lock);
+        c = chan_find_locked(h, user, session);
+        if (c)
+                c->dead = true;
+        pthread_mutex_unlock(&h->lock);
+        hub_wake(h);
+        chan_key_hash(user, session, hash);
+        root = open(h->root, O_RDONLY | O_DIRECTORY | O_NOFOLLOW | O_CLOEXEC);
+        if (root >= 0) {
+                _cleanup_close_ int dfd = openat(root, hash, O_RDONLY | O_DIRECTORY | O_NOFOLLOW | O_CLOEXEC);
+                if (dfd >= 0)
+                        (void)unlinkat(dfd, RP_SOCKET_NAME, 0);
+                (void)unlinkat(root, hash, AT_REMOVEDIR);
+        }
+}
+
+bool runner_hub_wait(struct runner_hub *h, const char *user, const char *session, int timeout_ms)
+{
+        struct timespec until = sbx_deadline_after(CLOCK_REALTIME, timeout_ms);
+        bool ok = false;
+
+        if (!h)
+                return false;
+        pthread_mutex_lock(&h->lock);
+        for (;;) {
+                struct runner_chan *c = chan_find_locked(h, user, session);
+                if (!c)
+                        break;
+                if (c->cfd >= 0 && c->hello) {
+                        ok = true;
+                        break;
+                }
+                if (timeout_ms <= 0 || pthread_cond_timedwait(&h->cond, &h->lock, &until) == ETIMEDOUT)
+                        break;
+        }
+        pthread_mutex_unlock(&h->lock);
+        return ok;
+}
+
+bool runner_hub_version(struct runner_hub *h, const char *user, const char *session, char *ret, size_t size)
+{
+        bool ok = false;
+
+        if (size)
+                ret[0] = '\0';
+        if (!h)
+                return false;
+        pthread_mutex_lock(&h->lock);
+        struct runner_chan *c = chan_find_locked(h, user, session);
+        if (c && c->cfd >= 0 && c->hello) {
+                sbx_strlcpy(ret, c->version, size);
+                ok = true;
+        }
+        pthread_mutex_unlock(&h->lock);
+        return ok;
+}
+
+/* The RP_EXEC payload; malloc'd. */
+static int build_exec_payload(const struct runner_exec_spec *spec, char **ret, size_t *ret_len)
+{
+        struct rp_exec hdr = {0};
+        size_t len = sizeof(hdr), argc = 0, envc = 0;
+        char *buf, *p;
+
+        while (spec->argv[argc])
+                argc++;
+        while (spec->env && spec->env[envc])
+                envc++;
+        if (argc == 0 || argc > RP_MAX_ARGS || envc > RP_MAX_ARGS || spec->code_len > RP_MAX_TO_RUNNER)
+                return -E2BIG;
+        len += strlen(spec->workdir) + 1 + strlen(spec->code_path ? spec->code_path : "") + 1 + spec->code_len;
+        for (size_t i = 0; i < argc; i++)
+                len += strlen(spec->argv[i]) + 1;
+        for (size_t i = 0; i < envc; i++)
+                len += strlen(spec->env[i]) + 1;
+        if (len > RP_MAX_TO_RUNNER)
+                return -E2BIG;
+        buf = malloc(len);
+        if (!buf)
+                return -ENOMEM;
+        hdr.argc = (uint32_t)argc;
+        hdr.envc = (uint32_t)envc;
+        hdr.code_len = (uint32_t)spec->code_len;
+        memcpy(buf, &hdr, sizeof(hdr));
+        p = buf + sizeof(hdr);
+        p = stpcpy(p, spec->workdir) + 1;
+        p = stpcpy(p, spec->code_path ? spec->code_path : "") + 1;
+        for (size_t i = 0; i < argc; i++)
+                p = stpcpy(p, spec->argv[i]) + 1;
+        for (size_t i = 0; i < envc; i++)
+                p = stpcpy(p, spec->env[i]) + 1;
+        if (spec->code_len)
+                memcpy(p, spec->code, spec->code_len);
+        *ret = buf;
+        *ret_len = len;
+        return 0;
+}
+
+int runner_exec_start(struct runner_hub *h, const char *user, const char *session,
+                      const struct runner_exec_spec *spec, runner_output_fn on_output, void *userdata,
+                      struct runner_exec **ret, struct sbx_error *err)
+{
+        _cleanup_free_ char *payload = NULL;
+        struct runner_exec *x;
+        struct runner_chan *c;
+        size_t len;
+        int r;
+
+        if (!h)
+                return sbx_error_set(err, -ENOTCONN, 0, "no runner");
+        r = build_exec_payload(spec, &payload, &len);
+        if (r < 0)
+                return sbx_error_set(err, r, 0, "the request does not fit a runner frame");
+        x = calloc(1, sizeof(*x));
+        if (!x)
+                return sbx_error_set(err, -ENOMEM, 0, "out of memory");
+        pthread_mutex_init(&x->lock, NULL);
+        pthread_cond_init(&x->cond, NULL);
+        x->on_output = on_output;
+        x->userdata = userdata;
+        x->refs = 1;
+
+        pthread_mutex_lock(&h->lock);
+        c = chan_find_locked(h, user, session);
+        if (!c || c->cfd < 0 || !c->hello) {
+                pthread_mutex_unlock(&h->lock);
+                pthread_mutex_destroy(&x->lock);
+                pthread_cond_destroy(&x->cond);
+                free(x);
+                return sbx_error_set(err, -ENOTCONN, 0, "the session's runner is not connected");
+        }
+        x->c = c;
+        x->cfd = c->cfd;
+        if (++c->next_tag == 0)
+                c->next_tag = 1;
+        x->tag = c->next_tag;
+        x->next = c->execs;
+        c->execs = x;
+        c->refs++;
+        pthread_mutex_unlock(&h->lock);
+
+        r = send_frame(c, x->cfd, RP_EXEC, spec->stdin_pipe ? RP_EXEC_STDIN : 0, x->tag, payload, len, NULL, 0);
+        if (r < 0) {
+                runner_exec_free(x);
+                return sbx_error_set(err, -ENOTCONN, 0, "cannot send the execution to the runner: %s",
+                                     strerror(-r));
+        }
+        *ret = x;
+        return 0;
+}
+
+int runner_exec_wait(struct runner_exec *x, int timeout_ms, struct runner_exit *ret, struct sbx_error *err)
+{
+        struct timespec until = sbx_deadline_after(CLOCK_REALTIME, timeout_ms);
+        int r;
+
+        pthread_mutex_lock(&x->lock);
+        while (!x->ended && timeout_ms > 0)
+                if (pthread_cond_timedwait(&x->cond, &x->lock, &until) == ETIMEDOUT)
+                        break;
+        if (!x->ended)
+                r = -ETIMEDOUT;
+        else if (x->lost)
+                r = sbx_error_set(err, -ECONNRESET, 0, "%s", x->error);
+        else if (x->fail < 0)
+                r = sbx_error_set(err, x->fail, 0, "the runner could not start it: %s", x->error);
+        else {
+                *ret = x->exit;
+                r = 0;
+        }
+        pthread_mutex_unlock(&x->lock);
+        return r;
+}
+
+ssize_t runner_exec_write_stdin(struct runner_exec *x, const void *data, size_t len)
+{
+        size_t room;
+        int r;
+
+        pthread_mutex_lock(&x->lock);
+        if (x->ended) {
+                pthread_mutex_unlock(&x->lock);
+                return -EPIPE;
+        }
+        room = RP_STDIN_WINDOW - (size_t)(x->stdin_sent - x->stdin_acked);
+        if (len > room)
+                len = room;
+        if (len > RP_CHUNK)
+                len = RP_CHUNK;
+        x->stdin_sent += len;
+        pthread_mutex_unlock(&x->lock);
+        if (len == 0)
+                return 0;
+        r = send_frame(x->c, x->cfd, RP_STDIN, 0, x->tag, data, len, NULL, 0);
+        return r < 0 ? r : (ssize_t)len;
+}
+
+int runner_exec_close_stdin(struct runner_exec *x)
+{
+        return send_frame(x->c, x->cfd, RP_STDIN_EOF, 0, x->tag, NULL, 0, NULL, 0);
+}
+
+int runner_exec_signal(struct runner_exec *x, int sig)
+{
+        uint32_t s = (uint32_t)sig;
+        return send_frame(x->c, x->cfd, RP_SIGNAL, 0, x->tag, &s, sizeof(s), NULL, 0);
+}
+
+void runner_exec_free(struct runner_exec *x)
+{
+        struct runner_hub *h;
+        struct runner_chan *c;
+
+        if (!x)
+                return;
+        c = x->c;
+        h = c->h;
+        pthread_mutex_lock(&h->lock);
+        for (struct runner_exec **pp = &c->execs; *pp; pp = &(*pp)->next)
+                if (*pp == x) {
+                        *pp = x->next;
+                        break;
+                }
+        c->refs--;
+        pthread_mutex_unlock(&h->lock);
+        exec_unref(x);
+}

@@ -32,6 +32,7 @@
 #include "sandboxd/token.h"
 #include "sandboxd/usage.h"
 #include "sandboxd/utf8.h"
+#include "sandboxd/wsquota.h"
 
 #define ADMIN_MAX_CONNS 16
 #define ADMIN_RECENT_EXECUTIONS 10
@@ -86,6 +87,8 @@ static const char *errno_code(int r)
                 return "forbidden";
         case EBUSY:
                 return "busy";
+        case EDQUOT:
+                return "quota_exceeded";
         case EEXIST:
         case EALREADY:
                 return "conflict";
@@ -396,6 +399,11 @@ static int c_session_show(struct admin_req *q, cJSON **ret, struct admin_err *e)
                 return fail_errno(e, r, NULL);
         *ret = session_json(q->d, &info);
         add_text(*ret, "workspace", info.workspace);
+        {
+                struct wsquota_usage u;
+                wsquota_usage(&q->d->cfg, user, session, &u);
+                cJSON_AddItemToObject(*ret, "workspace_usage", wsquota_usage_to_json(&u));
+        }
         cJSON_AddItemToObject(*ret, "datasets", datasets_json(q->d, user, session));
         cJSON_AddItemToObject(*ret, "services", services_json(q->d, user, session));
         cJSON_AddItemToObject(*ret, "executions", executions_json(q->d, user, session));

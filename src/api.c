@@ -72,6 +72,8 @@ static const char *errno_code(int r)
                 return "not_found";
         case EACCES:
                 return "forbidden";
+        case EDQUOT:
+                return "quota_exceeded";
         case EBUSY:
         case EUSERS:
         case ENOSPC:

@@ -44,6 +44,9 @@ struct sbx_config {
         int64_t nano_cpus;
         int64_t pids_limit;
         int cpu_shares;
+        char workspace_quota_mode[16];
+        int64_t workspace_quota_bytes;
+        int workspace_inodes;
         int oom_score_adj;
         int64_t tmpfs_bytes;
         char network_default[16]; /* "bridge" | "none" */

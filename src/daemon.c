@@ -89,6 +89,7 @@ int daemon_open(const struct sbx_config *cfg, const struct daemon_options *opts,
         r = exec_engine_new(&d->cfg, d->docker, d->store, d->sessions, &d->exec, err);
         if (r < 0)
                 goto fail;
+        exec_engine_set_runner(d->exec, d->runner);
         (void)exec_engine_recover(d->exec, NULL);
         /* before reconciling, so services of containers lost meanwhile are cleared */
         r = service_manager_new(&d->cfg, d->docker, d->store, d->sessions, d->exec, &d->services, err);

@@ -131,6 +131,14 @@ struct exec_result {
         uint64_t stdout_offset; /* where stdout_head starts (0 for a full result) */
         uint64_t stderr_offset;
         char command_preview[161];
+        char via[16]; /* "runner" | "docker_exec" | "" (never ran) */
+        /* usage of the whole tree, from the rusage of its reaped processes
+         * (runner only; -1 when unknown) */
+        int64_t cpu_user_ms, cpu_system_ms, max_rss_kb;
+        /* provenance */
+        char image[256];
+        char runtime[32];
+        char runner_version[64]; /* "" unless via the runner */
 };
 void exec_result_done(struct exec_result *r);
 
@@ -139,6 +147,10 @@ int exec_engine_new(const struct sbx_config *cfg, struct docker *d, struct store
 /* Per-user limits (max_exec_per_user and its overrides) come from q from
  * now on; without one, from the config. q must outlive the engine. */
 void exec_set_quota(struct exec_engine *e, struct quota *q);
+/* Run executions on the session's runner when one is connected (else
+ * docker exec). Set once, before the first execution. */
+struct runner_hub;
+void exec_engine_set_runner(struct exec_engine *e, struct runner_hub *h);
 /* Executions still running when the daemon stopped are marked FAILED with
  * cause daemon_restarted (their output so far stays readable). */
 int exec_engine_recover(struct exec_engine *e, size_t *ret_failed);

@@ -544,6 +544,7 @@ static int run_via_runner(struct execution *x, struct session *s, uint64_t oom_b
         bool killing = false, hard = false, timed_out = false, cancelled = false, lost = false;
         int r;
 
+        (void)runner_hub_adopt(e->runner, x->user, x->session); /* after a restart: listen again */
         if (!runner_hub_wait(e->runner, x->user, x->session, RUNNER_CONNECT_WAIT_MS))
                 return -ENOTCONN;
         if (open_spools(x) < 0)

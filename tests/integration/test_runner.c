@@ -218,3 +218,67 @@ Test(runner, a_runner_killed_by_tenant_code_recovers_on_the_next_request)
         cr_assert_str_neq(c1, c2, "the container was not recreated");
         daemon_close(d);
 }
+
+struct cause_wait {
+        const char *session;
+        const char *cause;
+};
+
+static bool has_cause(void *ud)
+{
+        struct cause_wait *w = ud;
+        struct session_info info;
+        bool ok = false;
+        if (session_get_info(d->sessions, "u1", w->session, &info) == 0) {
+                ok = info.state == SESSION_ERROR && strcmp(info.error_cause, w->cause) == 0;
+                session_info_done(&info);
+        }
+        return ok;
+}
+
+Test(runner, a_stopped_runner_misses_its_heartbeats_and_the_session_recovers)
+{
+        struct exec_result res;
+        char c1[65], c2[65];
+        struct cause_wait w = {"s1", "runner_unresponsive"};
+
+        fixture_config(&cfg);
+        cfg.runner_heartbeat_ms = 300;
+        d = fixture_open(&cfg, false);
+        ensure_session("s1", c1);
+        cr_assert(runner_hub_wait(d->runner, "u1", "s1", 20000));
+        /* tenant code (same uid) stops the runner: it can no longer answer */
+        cr_assert_eq(fixture_sh(c1, "for p in /proc/[0-9]*; do [ \"$(cat $p/comm 2>/dev/null)\" = sandboxd-runner ] && "
+                                    "kill -STOP ${p#/proc/}; done; true",
+                                NULL),
+                     0);
+        cr_assert_geq(fixture_wait(has_cause, &w, 30000), 0, "the silent runner was not detected");
+        run_sh("s1", "echo back", 0, &res);
+        cr_assert_eq(res.state, EXEC_COMPLETED);
+        cr_assert_str_eq(res.via, "runner");
+        exec_result_done(&res);
+        ensure_session("s1", c2);
+        cr_assert_str_neq(c1, c2, "the container was not recreated");
+        daemon_close(d);
+}
+
+Test(runner, after_a_daemon_restart_the_runner_reconnects_and_serves)
+{
+        struct exec_result res;
+        char c1[65], c2[65];
+
+        open_daemon(NULL);
+        ensure_session("s1", c1);
+        run_sh("s1", "true", 0, &res);
+        cr_assert_str_eq(res.via, "runner");
+        exec_result_done(&res);
+        daemon_close(d);
+        d = fixture_open(&cfg, false); /* the same data_dir: the session is adopted */
+        run_sh("s1", "echo again", 0, &res);
+        cr_assert_str_eq(res.via, "runner", "the adopted container's runner did not reconnect");
+        cr_assert_eq(res.stdout_head_len, 6);
+        exec_result_done(&res);
+        ensure_session("s1", c2);
+        cr_assert_str_eq(c1, c2, "the container was replaced");
+        daemon_close(d);
+}

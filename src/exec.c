@@ -502,6 +502,37 @@ static int prepare(struct execution *x, char exec_id[65], struct sbx_error *err)
         return docker_exec_create(e->docker, x->container_id, &spec, exec_id, err);
 }
 
+static void read_cancel(struct execution *x, bool *ret_cancel, bool *ret_force)
+{
+        pthread_mutex_lock(&x->lock);
+        *ret_cancel = x->cancel;
+        *ret_force = x->force;
+        pthread_mutex_unlock(&x->lock);
+}
+
+/* How it ended, in order of precedence. */
+static void set_final_state(struct execution *x, struct session *s, uint64_t oom_before, bool cancelled,
+                            bool timed_out, bool container_died, bool sigkilled)
+{
+        if (cancelled)
+                set_state(x, EXEC_CANCELLED, EXEC_CAUSE_CANCELLED);
+        else if (timed_out)
+                set_state(x, EXEC_TIMEOUT, EXEC_CAUSE_TIMEOUT);
+        else if (container_died)
+                set_state(x, EXEC_FAILED, EXEC_CAUSE_CONTAINER_DIED);
+        else if (sigkilled) {
+                /* SIGKILL we did not send: an OOM kill if the engine reported one meanwhile */
+                bool oom = false;
+                for (int i = 0; i < 30 && !oom; i++) {
+                        oom = session_oom_events(s) > oom_before;
+                        if (!oom)
+                                sbx_sleep_ms(10);
+                }
+                set_state(x, oom ? EXEC_FAILED : EXEC_COMPLETED, oom ? EXEC_CAUSE_OOM : EXEC_CAUSE_EXITED);
+        } else
+                set_state(x, EXEC_COMPLETED, EXEC_CAUSE_EXITED);
+}
+
 /* Where it runs: the session's image (by id) and the container runtime. */
 static void provenance(struct execution *x)
 {
@@ -574,10 +605,7 @@ static int run_via_runner(struct execution *x, struct session *s, uint64_t oom_b
                 bool want_cancel, want_force, stdin_pending;
                 struct sbx_error werr = {0};
 
-                pthread_mutex_lock(&x->lock);
-                want_cancel = x->cancel;
-                want_force = x->force;
-                pthread_mutex_unlock(&x->lock);
+                read_cancel(x, &want_cancel, &want_force);
                 if (!killing && (want_cancel || now >= deadline)) {
                         killing = true;
                         cancelled = want_cancel;
@@ -624,23 +652,7 @@ static int run_via_runner(struct execution *x, struct session *s, uint64_t oom_b
         x->usage = ex;
         x->duration_ms = sbx_now_ms() - start;
         pthread_mutex_unlock(&x->lock);
-        if (cancelled)
-                set_state(x, EXEC_CANCELLED, EXEC_CAUSE_CANCELLED);
-        else if (timed_out)
-                set_state(x, EXEC_TIMEOUT, EXEC_CAUSE_TIMEOUT);
-        else if (lost)
-                set_state(x, EXEC_FAILED, EXEC_CAUSE_CONTAINER_DIED);
-        else if (ex.signal == SIGKILL) {
-                /* SIGKILL we did not send: an OOM kill if the engine reported one meanwhile */
-                bool oom = false;
-                for (int i = 0; i < 30 && !oom; i++) {
-                        oom = session_oom_events(s) > oom_before;
-                        if (!oom)
-                                sbx_sleep_ms(10);
-                }
-                set_state(x, oom ? EXEC_FAILED : EXEC_COMPLETED, oom ? EXEC_CAUSE_OOM : EXEC_CAUSE_EXITED);
-        } else
-                set_state(x, EXEC_COMPLETED, EXEC_CAUSE_EXITED);
+        set_final_state(x, s, oom_before, cancelled, timed_out, lost, !lost && ex.signal == SIGKILL);
         return 0;
 }
 
@@ -710,10 +722,7 @@ static void run(struct execution *x)
                 ssize_t n;
                 bool want_cancel, want_force, stdin_pending;
 
-                pthread_mutex_lock(&x->lock);
-                want_cancel = x->cancel;
-                want_force = x->force;
-                pthread_mutex_unlock(&x->lock);
+                read_cancel(x, &want_cancel, &want_force);
 
                 if (!killing && (want_cancel || now >= deadline)) {
                         killing = true;
@@ -791,23 +800,7 @@ static void run(struct execution *x)
         pthread_mutex_lock(&x->lock);
         x->duration_ms = sbx_now_ms() - start;
         pthread_mutex_unlock(&x->lock);
-        if (cancelled)
-                set_state(x, EXEC_CANCELLED, EXEC_CAUSE_CANCELLED);
-        else if (timed_out)
-                set_state(x, EXEC_TIMEOUT, EXEC_CAUSE_TIMEOUT);
-        else if (container_died)
-                set_state(x, EXEC_FAILED, EXEC_CAUSE_CONTAINER_DIED);
-        else if (exit_code == 137) {
-                /* SIGKILL we did not send: an OOM kill if the engine reported one meanwhile */
-                bool oom = false;
-                for (int i = 0; i < 30 && !oom; i++) {
-                        oom = session_oom_events(s) > oom_before;
-                        if (!oom)
-                                sbx_sleep_ms(10);
-                }
-                set_state(x, oom ? EXEC_FAILED : EXEC_COMPLETED, oom ? EXEC_CAUSE_OOM : EXEC_CAUSE_EXITED);
-        } else
-                set_state(x, EXEC_COMPLETED, EXEC_CAUSE_EXITED);
+        set_final_state(x, s, oom_before, cancelled, timed_out, container_died, exit_code == 137);
         if (x->code) {
                 const char *rargv[] = {"rm", "-f", x->code_path, NULL};
                 (void)exec_internal(e, x->container_id, rargv, NULL, 0, 5000, NULL, NULL, NULL, NULL);

@@ -7,12 +7,16 @@
  * kept). Results carry a bounded head and tail of each stream and the total
  * byte counts; the rest is readable by offset with exec_read_output().
  *
- * Process trees: each execution's processes carry SBX_EXEC_ID=<uuid> in
- * their environment. Timeout and cancel send SIGTERM to every process in
- * the container that carries it (children, `&` grandchildren and setsid
- * escapees alike), wait exec_kill_grace, then SIGKILL, and repeat until
- * none is left. Other executions' processes carry other ids and are left
- * alone.
+ * Paths: an execution runs on the session's in-container runner when it
+ * is connected (runner.h), else through docker exec; results say which
+ * (via) and, on the runner, the tree's usage.
+ *
+ * Process trees: on the runner each execution lives under its own child
+ * subreaper, so timeout and cancel (SIGTERM, exec_kill_grace, then freeze
+ * and SIGKILL until none is left) reach every descendant, env -i and setsid
+ * ones included. On docker exec its processes carry SBX_EXEC_ID=<uuid> in
+ * their environment and every process carrying it is signalled (a process
+ * that wipes its environment escapes). Other executions are left alone.
  *
  * Limits: at most max_exec_global running executions and
  * max_exec_per_session per session. Past a cap the request is refused at

@@ -1,5 +1,6 @@
 /* Integration tests of the in-container runner and its channel (real dockerd). */
 #include <criterion/criterion.h>
+#include <dirent.h>
 #include <errno.h>
 #include <stdio.h>
 #include <string.h>
@@ -196,10 +197,24 @@ Test(runner, timeout_kills_env_i_and_setsid_escapees)
         daemon_close(d);
 }
 
+/* The next request gets a new container whose runner serves it. */
+static void assert_recreated_on_runner(const char *old_cid)
+{
+        struct exec_result res;
+        char cid[65];
+
+        run_sh("s1", "echo back", 0, &res);
+        cr_assert_eq(res.state, EXEC_COMPLETED);
+        cr_assert_str_eq(res.via, "runner");
+        exec_result_done(&res);
+        ensure_session("s1", cid);
+        cr_assert_str_neq(old_cid, cid, "the container was not recreated");
+}
+
 Test(runner, a_runner_killed_by_tenant_code_recovers_on_the_next_request)
 {
         struct exec_result res;
-        char c1[65], c2[65];
+        char c1[65];
 
         open_daemon(NULL);
         ensure_session("s1", c1);
@@ -210,12 +225,7 @@ Test(runner, a_runner_killed_by_tenant_code_recovers_on_the_next_request)
         cr_assert_eq(res.state, EXEC_FAILED);
         cr_assert_eq(res.cause, EXEC_CAUSE_CONTAINER_DIED);
         exec_result_done(&res);
-        run_sh("s1", "echo back", 0, &res);
-        cr_assert_eq(res.state, EXEC_COMPLETED);
-        cr_assert_str_eq(res.via, "runner");
-        exec_result_done(&res);
-        ensure_session("s1", c2);
-        cr_assert_str_neq(c1, c2, "the container was not recreated");
+        assert_recreated_on_runner(c1);
         daemon_close(d);
 }
 
@@ -238,8 +248,7 @@ static bool has_cause(void *ud)
 
 Test(runner, a_stopped_runner_misses_its_heartbeats_and_the_session_recovers)
 {
-        struct exec_result res;
-        char c1[65], c2[65];
+        char c1[65];
         struct cause_wait w = {"s1", "runner_unresponsive"};
 
         fixture_config(&cfg);
@@ -253,12 +262,7 @@ Test(runner, a_stopped_runner_misses_its_heartbeats_and_the_session_recovers)
                                 NULL),
                      0);
         cr_assert_geq(fixture_wait(has_cause, &w, 30000), 0, "the silent runner was not detected");
-        run_sh("s1", "echo back", 0, &res);
-        cr_assert_eq(res.state, EXEC_COMPLETED);
-        cr_assert_str_eq(res.via, "runner");
-        exec_result_done(&res);
-        ensure_session("s1", c2);
-        cr_assert_str_neq(c1, c2, "the container was not recreated");
+        assert_recreated_on_runner(c1);
         daemon_close(d);
 }
 
@@ -280,5 +284,61 @@ Test(runner, after_a_daemon_restart_the_runner_reconnects_and_serves)
         exec_result_done(&res);
         ensure_session("s1", c2);
         cr_assert_str_eq(c1, c2, "the container was replaced");
+        daemon_close(d);
+}
+
+static int count_dir(const char *path)
+{
+        DIR *dir = opendir(path);
+        struct dirent *de;
+        int n = 0;
+        if (!dir)
+                return -1;
+        while ((de = readdir(dir)))
+                if (de->d_name[0] != '.')
+                        n++;
+        closedir(dir);
+        return n;
+}
+
+static int threads_before;
+
+static bool threads_settled(void *ud)
+{
+        (void)ud;
+        return count_dir("/proc/self/task") <= threads_before;
+}
+
+Test(runner, a_thousand_sequential_execs_leak_no_fd_or_thread)
+{
+        struct exec_result res;
+        char cid[65];
+        int fds_before, fds_after;
+
+        open_daemon(NULL);
+        ensure_session("s1", cid);
+        cr_assert(runner_hub_wait(d->runner, "u1", "s1", 20000));
+        for (int i = 0; i < 10; i++) { /* warm-up: the store's statements, the spool dir */
+                run_sh("s1", "true", 0, &res);
+                exec_result_done(&res);
+        }
+        sbx_sleep_ms(200); /* the last warm-up worker thread ends */
+        threads_before = count_dir("/proc/self/task");
+        fds_before = count_dir("/proc/self/fd");
+        for (int i = 0; i < 1000; i++) {
+                run_sh("s1", "echo $$", 0, &res);
+                cr_assert_str_eq(res.via, "runner");
+                cr_assert_eq(res.exit_code, 0);
+                exec_result_done(&res);
+        }
+        cr_assert_geq(fixture_wait(threads_settled, NULL, 10000), 0, "threads: %d before, %d after", threads_before,
+                      count_dir("/proc/self/task"));
+        fds_after = count_dir("/proc/self/fd");
+        cr_assert_leq(fds_after, fds_before, "fds: %d before, %d after", fds_before, fds_after);
+        /* and the runner is still one process with nothing left behind */
+        char *out = NULL;
+        cr_assert_eq(fixture_sh(cid, "ps -o args | grep -c '^sh -c echo' || true", &out), 0);
+        cr_assert_eq(atoi(out), 0, "leftover processes: %s", out);
+        free(out);
         daemon_close(d);
 }

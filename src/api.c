@@ -121,9 +121,14 @@ static bool conn_broken(struct api_conn *c)
  * connection broken and later writes are skipped. */
 static void conn_send(struct api_conn *c, cJSON *obj)
 {
-        char *text = cJSON_PrintUnformatted(obj);
+        char *text;
         size_t n;
 
+        if (c->send) {
+                c->send(c, obj);
+                return;
+        }
+        text = cJSON_PrintUnformatted(obj);
         if (!text)
                 return;
         n = strlen(text);
@@ -359,6 +364,8 @@ static void sink_drain(struct req *q, struct api_sink *s, int wait_ms)
 static bool peer_gone(struct api_conn *c)
 {
         struct pollfd p = {.fd = c->fd, .events = 0};
+        if (c->gone)
+                return c->gone(c);
         if (conn_broken(c))
                 return true;
         return poll(&p, 1, 0) > 0 && (p.revents & (POLLHUP | POLLERR));
@@ -366,7 +373,7 @@ static bool peer_gone(struct api_conn *c)
 
 bool api_should_abandon(struct req *q)
 {
-        return sockserver_stopping(q->c->srv->ss) || peer_gone(q->c);
+        return (q->c->srv && sockserver_stopping(q->c->srv->ss)) || peer_gone(q->c);
 }
 
 int api_wait_final(struct req *q, const char *id, struct api_sink *s, int64_t max_ms, struct api_err *e)
@@ -406,32 +413,115 @@ int api_wait_final(struct req *q, const char *id, struct api_sink *s, int64_t ma
 static void audit_auth_failure(struct api_conn *c, const char *reason, const char *method)
 {
         cJSON *d = cJSON_CreateObject();
-        char actor[48], *json;
+        char actor[80], *json;
 
-        snprintf(actor, sizeof(actor), "peer:uid=%u", (unsigned)c->peer.uid);
-        cJSON_AddNumberToObject(d, "peer_uid", c->peer.uid);
-        cJSON_AddNumberToObject(d, "peer_pid", c->peer.pid);
+        if (c->peer_addr) {
+                snprintf(actor, sizeof(actor), "peer:%s", c->peer_addr);
+                cJSON_AddStringToObject(d, "peer_addr", c->peer_addr);
+        } else {
+                snprintf(actor, sizeof(actor), "peer:uid=%u", (unsigned)c->peer.uid);
+                cJSON_AddNumberToObject(d, "peer_uid", c->peer.uid);
+                cJSON_AddNumberToObject(d, "peer_pid", c->peer.pid);
+        }
         cJSON_AddStringToObject(d, "reason", reason);
         if (method) {
                 _cleanup_free_ char *m = utf8_sanitize(method, strnlen(method, 64));
                 cJSON_AddStringToObject(d, "method", m ? m : "");
         }
         json = cJSON_PrintUnformatted(d);
-        (void)store_audit(c->srv->d->store, actor, NULL, NULL, "auth.fail", json);
+        (void)store_audit(c->d->store, actor, NULL, NULL, "auth.fail", json);
         free(json);
         cJSON_Delete(d);
-        log_warn("api: authentication failed from uid %u pid %d: %s", (unsigned)c->peer.uid, (int)c->peer.pid,
-                 reason);
+        if (c->peer_addr)
+                log_warn("api: authentication failed from %s: %s", c->peer_addr, reason);
+        else
+                log_warn("api: authentication failed from uid %u pid %d: %s", (unsigned)c->peer.uid,
+                         (int)c->peer.pid, reason);
+}
+
+int api_authenticate(struct api_conn *c, const char *token, const char *method, struct token_info *ret,
+                     struct api_err *e)
+{
+        int r;
+
+        if (!token || !*token) {
+                c->auth_failures++;
+                audit_auth_failure(c, "missing token", method);
+                return api_fail(e, "unauthorized", "a token is required");
+        }
+        r = token_verify(c->d->store, token, ret);
+        if (r == -EACCES) {
+                c->auth_failures++;
+                audit_auth_failure(c, "unknown or revoked token", method);
+                return api_fail(e, "unauthorized", "the token is unknown or revoked");
+        }
+        if (r < 0)
+                return api_fail(e, "unavailable", "cannot check the token now; retry");
+        c->authenticated = true;
+        return 0;
+}
+
+int api_call(struct api_conn *c, const struct token_info *tok, const cJSON *id, const char *method,
+             const cJSON *params, cJSON **ret_result, struct api_err *e)
+{
+        struct req q = {.c = c, .d = c->d, .id = id, .method = method, .tok = *tok};
+        cJSON *result = NULL;
+        api_method_fn fn;
+        const cJSON *s;
+        int r;
+
+        snprintf(q.actor, sizeof(q.actor), "token:%s", q.tok.id);
+        if (!method)
+                return api_fail(e, "bad_request", "method must be a string");
+        fn = api_method_find(method);
+        if (!fn) {
+                _cleanup_free_ char *m = utf8_sanitize(method, strnlen(method, 64));
+                return api_fail(e, "bad_request", "unknown method \"%s\"", m ? m : "");
+        }
+        if (params && !cJSON_IsNull(params) && !cJSON_IsObject(params))
+                return api_fail(e, "bad_request", "params must be an object");
+        q.params = params && cJSON_IsObject(params) ? params : NULL;
+        s = cJSON_GetObjectItemCaseSensitive(q.params, "session");
+        if (!s || cJSON_IsNull(s))
+                return api_fail(e, "bad_request", "params.session is required");
+        if (!cJSON_IsString(s) || !s->valuestring)
+                return api_fail(e, "bad_request", "params.session must be a string");
+        if (!session_id_valid(s->valuestring))
+                return api_fail(e, "invalid", "params.session must be 1-64 characters of [A-Za-z0-9_.-]");
+        q.session = s->valuestring;
+        if (c->peer_addr)
+                log_ctx(LOG_LEVEL_INFO, q.tok.user, q.session, NULL, "api: %s (token %s, peer %s)", q.method,
+                        q.tok.id, c->peer_addr);
+        else
+                log_ctx(LOG_LEVEL_INFO, q.tok.user, q.session, NULL, "api: %s (token %s, peer uid %u pid %d)",
+                        q.method, q.tok.id, (unsigned)c->peer.uid, (int)c->peer.pid);
+
+        r = fn(&q, &result, e);
+        if (r == 1) {
+                cJSON_Delete(result);
+                return 1; /* the client is gone */
+        }
+        if (r < 0) {
+                cJSON_Delete(result);
+                if (!e->code)
+                        e->code = "internal";
+                if (!e->msg[0])
+                        snprintf(e->msg, sizeof(e->msg), "internal error");
+                return -1;
+        }
+        if (!result)
+                return api_fail(e, "internal", "out of memory");
+        *ret_result = result;
+        return 0;
 }
 
 static void handle_line(struct api_conn *c, const char *line, size_t len)
 {
         _cleanup_(cjson_deletep) cJSON *root = NULL;
-        struct req q = {.c = c, .d = c->srv->d};
-        const cJSON *token, *method, *params;
+        const cJSON *id, *token, *method;
+        struct token_info tok;
         struct api_err e = {0};
         cJSON *result = NULL;
-        api_method_fn fn = NULL;
         int r;
 
         root = cJSON_ParseWithLength(line, len);
@@ -439,83 +529,22 @@ static void handle_line(struct api_conn *c, const char *line, size_t len)
                 send_error(c, NULL, "bad_request", root ? "a request must be a JSON object" : "malformed JSON");
                 return;
         }
-        q.id = cJSON_GetObjectItemCaseSensitive(root, "id");
+        id = cJSON_GetObjectItemCaseSensitive(root, "id");
         token = cJSON_GetObjectItemCaseSensitive(root, "token");
         method = cJSON_GetObjectItemCaseSensitive(root, "method");
-        params = cJSON_GetObjectItemCaseSensitive(root, "params");
-        q.method = cJSON_IsString(method) ? method->valuestring : NULL;
 
         /* Authenticate before saying anything else about the request. */
-        if (!cJSON_IsString(token) || !token->valuestring || !*token->valuestring) {
-                c->auth_failures++;
-                audit_auth_failure(c, "missing token", q.method);
-                send_error(c, q.id, "unauthorized", "a token is required");
+        r = api_authenticate(c, cJSON_IsString(token) ? token->valuestring : NULL,
+                             cJSON_IsString(method) ? method->valuestring : NULL, &tok, &e);
+        if (r == 0)
+                r = api_call(c, &tok, id, cJSON_IsString(method) ? method->valuestring : NULL,
+                             cJSON_GetObjectItemCaseSensitive(root, "params"), &result, &e);
+        if (r == 1)
                 return;
-        }
-        r = token_verify(c->srv->d->store, token->valuestring, &q.tok);
-        if (r < 0) {
-                if (r == -EACCES) {
-                        c->auth_failures++;
-                        audit_auth_failure(c, "unknown or revoked token", q.method);
-                        send_error(c, q.id, "unauthorized", "the token is unknown or revoked");
-                } else {
-                        send_error(c, q.id, "unavailable", "cannot check the token now; retry");
-                }
-                return;
-        }
-        c->authenticated = true;
-        snprintf(q.actor, sizeof(q.actor), "token:%s", q.tok.id);
-
-        if (!q.method) {
-                send_error(c, q.id, "bad_request", "method must be a string");
-                return;
-        }
-        fn = api_method_find(q.method);
-        if (!fn) {
-                _cleanup_free_ char *m = utf8_sanitize(q.method, strnlen(q.method, 64));
-                snprintf(e.msg, sizeof(e.msg), "unknown method \"%s\"", m ? m : "");
-                send_error(c, q.id, "bad_request", e.msg);
-                return;
-        }
-        if (params && !cJSON_IsNull(params) && !cJSON_IsObject(params)) {
-                send_error(c, q.id, "bad_request", "params must be an object");
-                return;
-        }
-        q.params = params && cJSON_IsObject(params) ? params : NULL;
-        {
-                const cJSON *s = cJSON_GetObjectItemCaseSensitive(q.params, "session");
-                const char *session = cJSON_IsString(s) ? s->valuestring : NULL;
-                if (!s || cJSON_IsNull(s)) {
-                        send_error(c, q.id, "bad_request", "params.session is required");
-                        return;
-                }
-                if (!session) {
-                        send_error(c, q.id, "bad_request", "params.session must be a string");
-                        return;
-                }
-                if (!session_id_valid(session)) {
-                        send_error(c, q.id, "invalid", "params.session must be 1-64 characters of [A-Za-z0-9_.-]");
-                        return;
-                }
-                q.session = session;
-        }
-        log_ctx(LOG_LEVEL_INFO, q.tok.user, q.session, NULL, "api: %s (token %s, peer uid %u pid %d)", q.method,
-                q.tok.id, (unsigned)c->peer.uid, (int)c->peer.pid);
-
-        r = fn(&q, &result, &e);
-        if (r == 1) {
-                cJSON_Delete(result);
-                return; /* the client is gone */
-        }
-        if (r < 0) {
-                cJSON_Delete(result);
-                send_error(c, q.id, e.code ? e.code : "internal", e.msg[0] ? e.msg : "internal error");
-                return;
-        }
-        if (!result)
-                send_error(c, q.id, "internal", "out of memory");
+        if (r < 0)
+                send_error(c, id, e.code, e.msg);
         else
-                send_result(c, q.id, result);
+                send_result(c, id, result);
 }
 
 /* ---- connections ---- */
@@ -523,7 +552,7 @@ static void handle_line(struct api_conn *c, const char *line, size_t len)
 static void serve(struct sockserver *ss, int fd, const struct ucred *peer, void *ud)
 {
         struct api_server *srv = ud;
-        struct api_conn conn = {.srv = srv, .fd = fd, .peer = *peer};
+        struct api_conn conn = {.srv = srv, .d = srv->d, .fd = fd, .peer = *peer};
         struct api_conn *c = &conn;
         struct linereader lr;
 

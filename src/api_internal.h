@@ -25,10 +25,18 @@ struct api_server {
         struct sockserver *ss;
 };
 
-/* One connection, on its worker's stack. */
+/* One connection, on its worker's stack. The API socket fills srv, fd and
+ * peer; another transport (http.c) leaves srv NULL, fd -1, names the peer
+ * in peer_addr and supplies send (progress events) and gone (the client
+ * left: stop waiting). */
 struct api_conn {
         struct api_server *srv;
+        struct daemon *d;
         int fd;
+        const char *peer_addr; /* "ip:port" for network peers, else NULL (peer holds the creds) */
+        void (*send)(struct api_conn *c, cJSON *msg);
+        bool (*gone)(struct api_conn *c);
+        void *transport; /* the transport's own state */
         struct ucred peer;
         pthread_mutex_t wlock;
         bool broken; /* wlock: a write failed, the peer is gone */
@@ -52,6 +60,17 @@ struct req {
         char actor[48];
         const char *session;
 };
+
+/* Check a token (counting and auditing failures on c): 0 with *ret, or -1
+ * with e (unauthorized, or unavailable when the store cannot answer). */
+int api_authenticate(struct api_conn *c, const char *token, const char *method, struct token_info *ret,
+                     struct api_err *e);
+/* The dispatcher every transport shares: check method, params and
+ * params.session, run the method as tok's user. 0 with *ret_result, -1 with
+ * e (code and message always set), 1 when the client left (send nothing).
+ * Progress of a streamed exec goes to c->send. */
+int api_call(struct api_conn *c, const struct token_info *tok, const cJSON *id, const char *method,
+             const cJSON *params, cJSON **ret_result, struct api_err *e);
 
 /* Fill e; returns -1 so callers can `return api_fail(...)`. */
 int api_fail(struct api_err *e, const char *code, const char *fmt, ...) __attribute__((format(printf, 3, 4)));

@@ -52,6 +52,17 @@ static const struct config_key keys[] = {
          "Unix socket for admins (file permissions + peer credentials)"},
         {"admin_group", CFG_STRING, F(admin_group), 0, 0, 0, "", NULL,
          "empty: admin socket mode 0600; else 0660 owned by this group"},
+        {"http_listen", CFG_STRING, F(http_listen), 0, 0, 0, "", NULL,
+         "host:port of the HTTPS API and MCP front (empty: off; plain HTTP only on loopback)"},
+        {"tls_cert", CFG_STRING, F(tls_cert), 0, 0, 0, "", NULL,
+         "PEM certificate (chain) of http_listen; empty: plain HTTP, allowed on loopback only"},
+        {"tls_key", CFG_STRING, F(tls_key), 0, 0, 0, "", NULL, "PEM private key of tls_cert"},
+        {"tls_client_ca", CFG_STRING, F(tls_client_ca), 0, 0, 0, "", NULL,
+         "PEM CA file: when set, HTTPS clients must present a certificate it signed (mTLS)"},
+        {"http_timeout", CFG_DURATION, F(http_timeout_s), 0, 1, 3600, "30s", NULL,
+         "an HTTP connection idle this long (TLS handshake included), or unauthenticated this long, is closed"},
+        {"metrics_listen", CFG_STRING, F(metrics_listen), 0, 0, 0, "", NULL,
+         "loopback host:port serving /metrics (Prometheus text) and /healthz (empty: off)"},
         {"docker_socket", CFG_PATH, F(docker_socket), 0, 0, 0, "/var/run/docker.sock", NULL,
          "the Docker Engine API socket"},
         {"instance", CFG_STRING, F(instance), 0, 0, 0, "default", NULL,
@@ -370,6 +381,11 @@ static int parse_line(struct sbx_config *cfg, char *line, struct sbx_error *err)
 static int check_cross(const struct sbx_config *cfg, struct sbx_error *err)
 {
         int span = cfg->port_range_hi - cfg->port_range_lo + 1;
+
+        if (!cfg->tls_cert[0] != !cfg->tls_key[0])
+                return sbx_error_set(err, -EINVAL, 0, "tls_cert and tls_key go together: set both or neither");
+        if (cfg->tls_client_ca[0] && !cfg->tls_cert[0])
+                return sbx_error_set(err, -EINVAL, 0, "tls_client_ca needs tls_cert and tls_key (mTLS is TLS)");
 
         if (cfg->ports_per_session > span)
                 return sbx_error_set(err, -EINVAL, 0,

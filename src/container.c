@@ -62,47 +62,131 @@ int container_workspace_ensure(const struct sbx_config *cfg, const char *user, c
         return 0;
 }
 
-/* Remove everything under dirfd, never following symlinks: entries are
- * unlinked by name relative to an fd opened with O_NOFOLLOW. */
-static int remove_tree_at(int dirfd, int depth)
+/* Empty directory `fd`: unlink what is not a directory, and hoist every
+ * subdirectory up into `top` under a fresh name (renameat2 with
+ * RENAME_NOREPLACE, so nothing is ever replaced). Returns how many
+ * directories were hoisted, or -errno. */
+static int empty_into(int top, int fd, unsigned long *counter)
 {
         DIR *dir;
         struct dirent *de;
-        int r = 0, fd;
+        int r = 0, hoisted = 0, dup_fd = dup(fd);
 
-        if (depth > 256)
-                return -ELOOP;
-        fd = dup(dirfd);
-        if (fd < 0)
+        if (dup_fd < 0)
                 return -errno;
-        dir = fdopendir(fd);
+        dir = fdopendir(dup_fd);
         if (!dir) {
-                close(fd);
+                close(dup_fd);
                 return -errno;
         }
         while ((de = readdir(dir))) {
                 if (strcmp(de->d_name, ".") == 0 || strcmp(de->d_name, "..") == 0)
                         continue;
-                if (unlinkat(dirfd, de->d_name, 0) == 0)
+                /* a symlink, file, fifo or socket goes by name: nothing is followed */
+                if (unlinkat(fd, de->d_name, 0) == 0 || errno == ENOENT)
                         continue;
-                if (errno == EISDIR || errno == EPERM) {
-                        int sub = openat(dirfd, de->d_name, O_RDONLY | O_DIRECTORY | O_NOFOLLOW | O_CLOEXEC);
-                        if (sub < 0) {
-                                r = -errno;
-                                continue;
-                        }
-                        int k = remove_tree_at(sub, depth + 1);
-                        close(sub);
-                        if (k < 0)
-                                r = k;
-                        else if (unlinkat(dirfd, de->d_name, AT_REMOVEDIR) < 0)
-                                r = -errno;
-                } else if (errno != ENOENT) {
+                if (errno != EISDIR) {
                         r = -errno;
+                        continue;
+                }
+                if (unlinkat(fd, de->d_name, AT_REMOVEDIR) == 0)
+                        continue;
+                for (;;) {
+                        char name[48];
+                        snprintf(name, sizeof(name), ".sbx-purge-%lu", (*counter)++);
+                        if (renameat2(fd, de->d_name, top, name, RENAME_NOREPLACE) == 0) {
+                                hoisted++;
+                                break;
+                        }
+                        if (errno != EEXIST) {
+                                r = -errno;
+                                break;
+                        }
                 }
         }
         closedir(dir);
-        return r;
+        return r < 0 ? r : hoisted;
+}
+
+/* Remove entry `name` of top, whatever it is; a directory's own
+ * subdirectories are hoisted into top (empty_into) before it goes. */
+static int remove_entry(int top, const char *name, unsigned long *counter)
+{
+        int sub, k;
+
+        /* Linux says EISDIR for a directory (POSIX allows EPERM, which Linux
+         * keeps for an immutable file: a real failure) */
+        if (unlinkat(top, name, 0) == 0 || errno == ENOENT)
+                return 0;
+        if (errno != EISDIR)
+                return -errno;
+        if (unlinkat(top, name, AT_REMOVEDIR) == 0)
+                return 0;
+        if (errno != ENOTEMPTY && errno != EEXIST)
+                return -errno;
+        sub = openat(top, name, O_RDONLY | O_DIRECTORY | O_NOFOLLOW | O_CLOEXEC);
+        if (sub < 0)
+                return -errno;
+        k = empty_into(top, sub, counter);
+        close(sub);
+        if (k < 0)
+                return k;
+        return unlinkat(top, name, AT_REMOVEDIR) < 0 ? -errno : 0;
+}
+
+/* Remove everything under `top` (a directory fd), never following a
+ * symlink, at any depth, with two fds: a directory is emptied by unlinking
+ * its non-directories and moving its subdirectories up into top under the
+ * names .sbx-purge-0, -1, ... (a queue that needs no memory: the counter
+ * says how far it goes), then removed. No recursion, so a tree thousands
+ * of levels deep costs no stack and no fds, and no path is ever built (no
+ * PATH_MAX). Entries are moved, never copied, so this ends; a pass that
+ * removes nothing fails instead. */
+static int remove_tree_at(int top)
+{
+        unsigned long counter = 0, next = 0;
+
+        for (;;) {
+                DIR *dir;
+                struct dirent *de;
+                int r = 0, dup_fd = dup(top);
+                bool any = false, progress = false;
+
+                if (dup_fd < 0)
+                        return -errno;
+                dir = fdopendir(dup_fd);
+                if (!dir) {
+                        close(dup_fd);
+                        return -errno;
+                }
+                rewinddir(dir); /* a dup shares the offset the last pass left at the end */
+                while ((de = readdir(dir))) {
+                        int k;
+
+                        if (strcmp(de->d_name, ".") == 0 || strcmp(de->d_name, "..") == 0)
+                                continue;
+                        any = true;
+                        k = remove_entry(top, de->d_name, &counter);
+                        if (k == 0)
+                                progress = true;
+                        else
+                                r = k;
+                        while (next < counter) { /* drain what was hoisted */
+                                char name[48];
+                                snprintf(name, sizeof(name), ".sbx-purge-%lu", next++);
+                                k = remove_entry(top, name, &counter);
+                                if (k == 0)
+                                        progress = true;
+                                else
+                                        r = k;
+                        }
+                }
+                closedir(dir);
+                if (!any)
+                        return 0;
+                if (!progress)
+                        return r < 0 ? r : -ENOTEMPTY;
+        }
 }
 
 int container_workspace_purge(const struct sbx_config *cfg, const char *user, const char *session,
@@ -110,6 +194,7 @@ int container_workspace_purge(const struct sbx_config *cfg, const char *user, co
 {
         char path[SBX_PATH_MAX];
         _cleanup_close_ int u = -1, s = -1;
+        struct stat st;
         int r;
 
         snprintf(path, sizeof(path), "%s/workspaces/%s", cfg->data_dir, user);
@@ -119,11 +204,15 @@ int container_workspace_purge(const struct sbx_config *cfg, const char *user, co
         s = openat(u, session, O_RDONLY | O_DIRECTORY | O_NOFOLLOW | O_CLOEXEC);
         if (s < 0)
                 return errno == ENOENT ? 0 : sbx_error_set(err, -errno, 0, "cannot open workspace: %m");
-        r = remove_tree_at(s, 0);
+        r = remove_tree_at(s);
         if (r >= 0 && unlinkat(u, session, AT_REMOVEDIR) < 0)
                 r = -errno;
         if (r < 0)
                 return sbx_error_set(err, r, 0, "cannot delete workspace %s/%s: %s", path, session, strerror(-r));
+        /* Verifiably gone: callers drop what hangs on the workspace (private marks) only after this. */
+        if (fstatat(u, session, &st, AT_SYMLINK_NOFOLLOW) == 0 || errno != ENOENT)
+                return sbx_error_set(err, -ENOTEMPTY, 0, "workspace %s/%s is still there after its purge", path,
+                                     session);
         return 0;
 }
 

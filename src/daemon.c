@@ -11,6 +11,7 @@
 #include "sandboxd/api.h"
 #include "sandboxd/docker.h"
 #include "sandboxd/exec.h"
+#include "sandboxd/http.h"
 #include "sandboxd/log.h"
 #include "sandboxd/monitor.h"
 #include "sandboxd/portpool.h"
@@ -142,6 +143,8 @@ int daemon_open(const struct sbx_config *cfg, const struct daemon_options *opts,
                 r = api_server_start(d, &d->api, err);
                 if (r == 0)
                         r = admin_server_start(d, &d->admin, err);
+                if (r == 0)
+                        r = http_server_start(d, &d->http, err);
                 if (r < 0)
                         goto fail;
         }
@@ -157,6 +160,7 @@ void daemon_close(struct daemon *d)
         if (!d)
                 return;
         /* The fronts first, so no request arrives while the engines go. */
+        http_server_stop(d->http);
         admin_server_stop(d->admin);
         api_server_stop(d->api);
         monitor_stop(d->monitor);

@@ -44,6 +44,7 @@ struct session {
         pthread_mutex_t lock;
         pthread_cond_t cond;
         bool transitioning; /* one thread is changing the container */
+        bool destroyed;     /* gone from the table: a waiter must not bring it back */
         int active_ops;     /* references handed out by get_or_create */
         bool persisted;     /* the store has a row */
         enum session_state state;
@@ -660,6 +661,15 @@ int session_get_or_create(struct session_manager *m, const char *user, const cha
         for (;;) {
                 while (s->transitioning)
                         pthread_cond_wait(&s->cond, &s->lock);
+                if (s->destroyed) {
+                        /* Destroyed while this request waited: making a container now
+                         * would bring back a session that is gone, with whatever network
+                         * a dropped mark would allow. The caller may ask again. */
+                        pthread_mutex_unlock(&s->lock);
+                        unref(s);
+                        return sbx_error_set(err, -ENOENT, 0, "session %s:%s was destroyed while this request waited",
+                                             user, id);
+                }
 
                 cause[0] = '\0';
                 if (s->state == SESSION_RUNNING && s->container_id[0]) {
@@ -1056,6 +1066,8 @@ int session_enforce_network(struct session_manager *m, const char *user, const c
         (void)portpool_release(m->ports, user, id);
         pthread_mutex_lock(&s->lock);
         memcpy(s->ratchet_from, cid, sizeof(s->ratchet_from));
+        /* what it has now, and all it will ever get: no session view shows the old network again */
+        sbx_strlcpy(s->network_mode, "none", sizeof(s->network_mode));
         pthread_mutex_unlock(&s->lock);
         end_teardown(s, SESSION_STOPPED, "privacy_ratchet");
         call_handlers(m, user, id, cid, "privacy_ratchet");
@@ -1102,6 +1114,8 @@ static int begin_teardown(struct session *s, bool only_idle, int64_t idle_before
                 while (s->transitioning)
                         pthread_cond_wait(&s->cond, &s->lock);
         }
+        if (s->destroyed)
+                r = -ENOENT;
         if (r == 0) {
                 s->transitioning = true;
                 memcpy(ret_id, s->container_id, 65);
@@ -1159,16 +1173,20 @@ int session_expire_idle(struct session_manager *m, int64_t now_wall_ms)
 int session_destroy(struct session_manager *m, const char *user, const char *id, bool purge, struct sbx_error *err)
 {
         struct session *s;
+        struct sbx_error perr = {0};
         char cid[65];
-        int r;
+        int r, purged = 0;
 
         r = session_key_check(user, id, err);
         if (r < 0)
                 return r;
         r = lookup_ref(m, user, id, false, &s, err);
+        if (r == 0 && begin_teardown(s, false, 0, cid) < 0) {
+                unref(s);
+                r = -ENOENT;
+        }
         if (r < 0)
                 return sbx_error_set(err, -ENOENT, 0, "no such session %s:%s", user, id);
-        (void)begin_teardown(s, false, 0, cid);
         if (cid[0]) {
                 r = container_remove(m->docker, cid, err);
                 if (r < 0) {
@@ -1184,28 +1202,49 @@ int session_destroy(struct session_manager *m, const char *user, const char *id,
         }
         (void)portpool_release(m->ports, user, id);
         call_handlers(m, user, id, cid, "destroyed");
-        r = store_session_delete(m->store, user, id, purge);
+        /* The ratchet: the private marks go only once the workspace is
+         * verifiably gone. A purge that fails, or a daemon killed during it,
+         * leaves the marks (and what is left of the workspace) behind, so
+         * the key's next container is made with no network. */
+        if (purge) {
+                purged = container_workspace_purge(m->cfg, user, id, &perr);
+                if (purged < 0)
+                        log_ctx(LOG_LEVEL_WARN, user, id, NULL, "%s; private marks kept", perr.msg);
+        }
+        r = store_session_delete(m->store, user, id, purge && purged == 0);
         if (r < 0)
                 log_ctx(LOG_LEVEL_ERROR, user, id, NULL, "cannot delete session row: %s", strerror(-r));
-        if (purge) {
-                r = container_workspace_purge(m->cfg, user, id, err);
-                if (r < 0)
-                        log_ctx(LOG_LEVEL_WARN, user, id, NULL, "%s", err ? err->msg : "cannot purge workspace");
-        }
         pthread_mutex_lock(&m->lock);
         unlink_locked(m, s);
         pthread_mutex_unlock(&m->lock);
         pthread_mutex_lock(&s->lock);
         s->transitioning = false;
+        s->destroyed = true;
         s->state = SESSION_STOPPED;
         s->container_id[0] = '\0';
         pthread_cond_broadcast(&s->cond);
         pthread_mutex_unlock(&s->lock);
         unref(s);
-        return r < 0 && purge ? r : 0;
+        if (purged < 0) {
+                if (err)
+                        *err = perr;
+                sbx_error_prefix(err, "the session is destroyed but its workspace is not (it stays private if it "
+                                      "was)");
+                return purged;
+        }
+        return 0;
 }
 
 /* ---- restart reconciliation ---- */
+
+static bool live_container(struct session *s)
+{
+        bool r;
+        pthread_mutex_lock(&s->lock);
+        r = s->container_id[0] != '\0';
+        pthread_mutex_unlock(&s->lock);
+        return r;
+}
 
 static bool keep_port_owner(const char *user, const char *id, void *ud)
 {
@@ -1292,6 +1331,28 @@ int session_reconcile(struct session_manager *m, struct session_reconcile_report
                                 "removed orphan container");
                 }
         }
+        /* The ratchet across a restart: a mark may have been recorded just
+         * before the daemon died, with the networked container still there.
+         * Every adopted container of a session that now requires "none" is
+         * inspected and, if it has a network, removed before any front or
+         * the monitor starts. */
+        for (size_t i = 0; i < n_all; i++) {
+                struct session *s = all[i];
+                struct sbx_error e = {0};
+                bool adopted;
+
+                pthread_mutex_lock(&s->lock);
+                adopted = s->state == SESSION_RUNNING && s->container_id[0];
+                pthread_mutex_unlock(&s->lock);
+                if (!adopted || strcmp(required_network(m, s->user, s->id), "none") != 0)
+                        continue;
+                if (session_enforce_network(m, s->user, s->id, &e) < 0)
+                        /* every request still inspects the container and recreates it
+                         * without a network before using it */
+                        log_ctx(LOG_LEVEL_WARN, s->user, s->id, NULL, "reconcile: %s", e.msg);
+                else if (!live_container(s))
+                        rep.ratchet_removed++;
+        }
         refs_free(all, n_all);
         free(list);
 
@@ -1300,7 +1361,8 @@ int session_reconcile(struct session_manager *m, struct session_reconcile_report
                 rep.ports_released = (size_t)r;
         if (ret)
                 *ret = rep;
-        log_info("reconciled: %zu adopted, %zu marked ERROR, %zu orphans removed, %zu ports released", rep.adopted,
-                 rep.marked_error, rep.removed_orphans, rep.ports_released);
+        log_info("reconciled: %zu adopted, %zu marked ERROR, %zu orphans removed, %zu ports released, "
+                 "%zu networked containers of private sessions removed",
+                 rep.adopted, rep.marked_error, rep.removed_orphans, rep.ports_released, rep.ratchet_removed);
         return 0;
 }

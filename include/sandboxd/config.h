@@ -23,6 +23,14 @@ struct sbx_config {
         char admin_group[64]; /* "" → socket mode 0600, else 0660 with this group */
         char docker_socket[SBX_PATH_MAX];
         char instance[64];
+
+        /* network fronts (http.c); "" = off */
+        char http_listen[128];            /* host:port of the HTTPS API and MCP front */
+        char tls_cert[SBX_PATH_MAX];      /* PEM certificate chain; "" = plain HTTP (loopback only) */
+        char tls_key[SBX_PATH_MAX];       /* PEM private key */
+        char tls_client_ca[SBX_PATH_MAX]; /* PEM CA: clients must present a certificate it signed */
+        int http_timeout_s;               /* idle limit, and the time to authenticate */
+        char metrics_listen[128];         /* host:port (loopback) of /metrics and /healthz */
         char log_level[16];
 
         /* container */

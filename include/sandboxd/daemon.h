@@ -18,6 +18,7 @@ struct service_manager;
 struct privacy;
 struct api_server;
 struct admin_server;
+struct http_server;
 struct runner_hub;
 
 struct daemon {
@@ -34,12 +35,13 @@ struct daemon {
         int64_t started_at; /* unix ms */
         struct api_server *api;     /* the socket fronts (opts->sockets) */
         struct admin_server *admin;
+        struct http_server *http;   /* the network front (opts->sockets and http_listen) */
 };
 
 struct daemon_options {
         const char *const *extra_labels; /* NULL-terminated "k=v" on every container (tests) */
         bool no_monitor;                 /* skip the monitor threads (tests that drive it by hand) */
-        bool sockets;                    /* serve api_socket and admin_socket (the daemon; socket tests) */
+        bool sockets;                    /* serve api_socket, admin_socket and http_listen (the daemon; front tests) */
 };
 
 /* Open everything and reconcile with Docker. On failure nothing is left

@@ -141,20 +141,26 @@ int session_running(struct session_manager *m, struct session_ref **ret, size_t 
 int session_expire_idle(struct session_manager *m, int64_t now_wall_ms);
 
 /* Remove the container, release the ports, forget the session (store row,
- * private marks, services); the workspace is deleted only with purge. */
+ * services); the workspace is deleted only with purge, and the private
+ * marks only once the workspace is verifiably gone: a failed purge returns
+ * its error and leaves the marks, so the key stays private. A request
+ * waiting on the session meanwhile gets -ENOENT, never a new container. */
 int session_destroy(struct session_manager *m, const char *user, const char *session, bool purge,
                     struct sbx_error *err);
 
 /* Reconcile the store with Docker after a (re)start: adopt running
  * containers of this instance that match a session, mark sessions whose
  * container is gone ERROR, remove this instance's containers that match no
- * session, release ports held by no container. Never touches containers of
+ * session, remove an adopted container that has a network while its
+ * session requires none (a mark recorded just before a crash), release
+ * ports held by no container. Never touches containers of
  * other instances or without sandboxd labels. */
 struct session_reconcile_report {
         size_t adopted;
         size_t marked_error;
         size_t removed_orphans;
         size_t ports_released;
+        size_t ratchet_removed; /* networked containers of private sessions */
 };
 int session_reconcile(struct session_manager *m, struct session_reconcile_report *ret, struct sbx_error *err);
 

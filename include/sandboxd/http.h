@@ -1,0 +1,74 @@
+/* http.h — the network front door: the JSON API (and, later, MCP) over
+ * HTTPS, built on libmicrohttpd with GnuTLS. Off unless http_listen is set.
+ *
+ * Transport:
+ *   - http_listen = host:port (a numeric IPv4 address, or [IPv6]:port).
+ *   - TLS from tls_cert + tls_key (PEM). Without them the front serves plain
+ *     HTTP, which is refused unless the address is loopback (127.0.0.0/8,
+ *     ::1), and the daemon logs a warning saying so.
+ *   - tls_client_ca (PEM): every request must come over a TLS session whose
+ *     client certificate that CA signed (mTLS); otherwise 403 and the
+ *     connection is closed.
+ *   - Limits, as on the API socket: at most HTTP_MAX_CONNS connections at
+ *     once (past that new connections are refused at accept),
+ *     HTTP_MAX_PER_PEER per client address, request headers at most
+ *     HTTP_MAX_HEADERS bytes (431), a body at most API_MAX_LINE bytes (413,
+ *     refused from Content-Length before any of it is read), a connection
+ *     idle (no byte moving, a TLS handshake included) for http_timeout (30 s)
+ *     is closed, and one that has not authenticated a request within
+ *     http_timeout of opening is closed whatever it trickles (slowloris). After 5 failed authentications a connection is closed.
+ *
+ * Authentication: every request but GET /healthz carries
+ * `Authorization: Bearer <api token>` — the same tokens, roles and per-user
+ * isolation as the API socket (api.h). The token is checked when the headers
+ * are complete, before any of the body is read.
+ *
+ * The JSON API: `POST /v1/<method>` with the method's params object as the
+ * body (application/json; an empty body is {}), through the same dispatcher
+ * as the socket (api_call in api.c). Success: 200 with the method's result
+ * object as the body. Failure: {"error": {"code", "message"}} with the
+ * status for the code:
+ *   bad_request, invalid → 400   unauthorized → 401   forbidden → 403
+ *   not_found, unknown method → 404   conflict, already_finished → 409
+ *   too_large → 413   busy → 429   unavailable → 503   internal → 500
+ * exec and run_code with `Accept: text/event-stream` answer 200 with a
+ * Server-Sent Events stream: `event: output` with data
+ * {"stream": "stdout"|"stderr", "data": "<utf-8 text>"} as output arrives
+ * (best effort, as the socket's progress lines), then exactly one final
+ * `event: result` (data: the result object) or `event: error` (data:
+ * {"code", "message", "status"}). Comment lines (": keep-alive") come every
+ * HTTP_SSE_KEEPALIVE_MS of silence.
+ *
+ * GET /healthz → 200 "ok" (no token). */
+#ifndef SANDBOXD_HTTP_H
+#define SANDBOXD_HTTP_H
+
+#include <stdbool.h>
+#include <sys/socket.h>
+
+#include "sandboxd/common.h"
+
+#define HTTP_MAX_CONNS 64
+#define HTTP_MAX_PER_PEER 16
+#define HTTP_MAX_HEADERS (64 * 1024)
+#define HTTP_SSE_KEEPALIVE_MS 10000
+
+struct daemon;
+struct http_server;
+
+/* Parse "a.b.c.d:port" or "[v6]:port" (numeric only; port 0 = any free
+ * port). *ret_loopback says whether the address is loopback. */
+int http_parse_listen(const char *text, struct sockaddr_storage *ret, socklen_t *ret_len, bool *ret_loopback);
+
+/* Start serving http_listen (does nothing and returns 0 when it is empty):
+ * reads the PEM files, refuses plain HTTP off loopback. */
+int http_server_start(struct daemon *d, struct http_server **ret, struct sbx_error *err);
+/* The bound port (useful with port 0). */
+int http_server_port(const struct http_server *s);
+/* Stop accepting, end every connection and request worker. NULL is fine. */
+void http_server_stop(struct http_server *s);
+
+/* The HTTP status for an API error code. */
+int http_status_for_code(const char *code);
+
+#endif

@@ -1,0 +1,846 @@
+/* http.c — the network front door (include/sandboxd/http.h): libmicrohttpd
+ * with GnuTLS, bearer tokens, POST /v1/<method> through the API dispatcher
+ * (api_call), and SSE for streamed executions. No logic of its own beyond
+ * routing, authentication and formatting.
+ *
+ * Threads: MHD's listening thread accepts; every connection gets one MHD
+ * thread (MHD_USE_THREAD_PER_CONNECTION, at most HTTP_MAX_CONNS), on which a
+ * request runs api_call directly. An SSE request runs api_call on a worker
+ * ("sbx-http-sse") that hands events to the connection's thread through a
+ * struct sse: sse->lock guards its queue and flags, and it is freed by the
+ * last of the worker and the response (refs). "sbx-http-reap" closes
+ * connections that have not authenticated in time.
+ *   srv->lock  guards the connection list (for the reaper) and the count of
+ *              live SSE workers (srv->cond: http_server_stop waits for 0). */
+#include "sandboxd/http.h"
+
+#include <arpa/inet.h>
+#include <cjson/cJSON.h>
+#include <errno.h>
+#include <fcntl.h>
+#include <gnutls/gnutls.h>
+#include <microhttpd.h>
+#include <netdb.h>
+#include <poll.h>
+#include <pthread.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+#include "api_internal.h"
+#include "sandboxd/daemon.h"
+#include "sandboxd/log.h"
+#include "sandboxd/utf8.h"
+
+#define HTTP_MAX_AUTH_FAILURES 5
+#define SSE_MAX_QUEUE (1 << 20) /* output events queued for one stream; past it they are dropped */
+#define PEM_MAX (1 << 20)
+
+struct http_conn;
+
+struct http_server {
+        struct daemon *d;
+        struct MHD_Daemon *mhd;
+        char *cert, *key, *ca; /* PEM text, alive as long as mhd */
+        int port;
+        pthread_mutex_t lock;
+        pthread_cond_t cond;
+        struct http_conn *conns; /* lock */
+        int sse_workers;         /* lock */
+        bool stopping;           /* lock; read unlocked as a hint by the waits */
+        pthread_t reaper;
+        bool reaper_started;
+};
+
+/* One TCP connection (MHD's socket context), from its opening to its close. */
+struct http_conn {
+        struct http_server *srv;
+        struct http_conn *next; /* srv->lock */
+        int fd;
+        int64_t opened_ms;
+        struct api_conn api; /* auth failures and the authenticated flag */
+        char peer[64];
+};
+
+/* One request (MHD's con_cls). */
+struct http_req {
+        bool started;
+        bool sse;
+        int status; /* != 0: an error decided before the body was read */
+        const char *code;
+        char msg[256];
+        char method[64];
+        struct token_info tok;
+        char *body;
+        size_t len;
+        bool too_large;
+        bool timeout_off; /* the connection's idle limit is lifted while this request is answered */
+};
+
+/* ---- helpers ---- */
+
+int http_status_for_code(const char *code)
+{
+        static const struct {
+                const char *code;
+                int status;
+        } map[] = {
+                {"bad_request", 400}, {"invalid", 400},  {"unauthorized", 401}, {"forbidden", 403},
+                {"not_found", 404},   {"conflict", 409}, {"already_finished", 409}, {"too_large", 413},
+                {"busy", 429},        {"unavailable", 503},
+        };
+        for (size_t i = 0; code && i < ELEMENTSOF(map); i++)
+                if (strcmp(map[i].code, code) == 0)
+                        return map[i].status;
+        return 500;
+}
+
+int http_parse_listen(const char *text, struct sockaddr_storage *ret, socklen_t *ret_len, bool *ret_loopback)
+{
+        char host[64];
+        const char *colon, *port;
+        struct addrinfo hints = {.ai_flags = AI_NUMERICHOST | AI_NUMERICSERV, .ai_socktype = SOCK_STREAM};
+        struct addrinfo *ai = NULL;
+        size_t hl;
+        char *end;
+        long p;
+
+        if (text[0] == '[') {
+                const char *close = strchr(text, ']');
+                if (!close || close[1] != ':')
+                        return -EINVAL;
+                hl = (size_t)(close - text - 1);
+                if (hl == 0 || hl >= sizeof(host))
+                        return -EINVAL;
+                memcpy(host, text + 1, hl);
+                port = close + 2;
+        } else {
+                colon = strrchr(text, ':');
+                if (!colon || colon == text || (size_t)(colon - text) >= sizeof(host))
+                        return -EINVAL;
+                hl = (size_t)(colon - text);
+                memcpy(host, text, hl);
+                port = colon + 1;
+        }
+        host[hl] = '\0';
+        errno = 0;
+        p = strtol(port, &end, 10);
+        if (!*port || *end || errno || p < 0 || p > 65535)
+                return -EINVAL;
+        if (getaddrinfo(host, port, &hints, &ai) != 0 || !ai)
+                return -EINVAL;
+        memcpy(ret, ai->ai_addr, ai->ai_addrlen);
+        *ret_len = ai->ai_addrlen;
+        freeaddrinfo(ai);
+        if (ret->ss_family == AF_INET) {
+                const struct sockaddr_in *in = (const struct sockaddr_in *)ret;
+                *ret_loopback = (ntohl(in->sin_addr.s_addr) >> 24) == 127;
+        } else {
+                const struct sockaddr_in6 *in6 = (const struct sockaddr_in6 *)ret;
+                *ret_loopback = IN6_IS_ADDR_LOOPBACK(&in6->sin6_addr);
+        }
+        return 0;
+}
+
+static int read_pem(const char *key, const char *path, char **ret, struct sbx_error *err)
+{
+        _cleanup_close_ int fd = open(path, O_RDONLY | O_CLOEXEC | O_NOCTTY);
+        struct stat st;
+        char *buf;
+        size_t got = 0;
+
+        if (fd < 0)
+                return sbx_error_set(err, -errno, 0, "%s: cannot open %s: %m", key, path);
+        if (fstat(fd, &st) < 0 || !S_ISREG(st.st_mode) || st.st_size <= 0 || st.st_size > PEM_MAX)
+                return sbx_error_set(err, -EINVAL, 0, "%s: %s is not a PEM file of at most 1 MiB", key, path);
+        buf = malloc((size_t)st.st_size + 1);
+        if (!buf)
+                return sbx_error_set(err, -ENOMEM, 0, "out of memory");
+        while (got < (size_t)st.st_size) {
+                ssize_t n = read(fd, buf + got, (size_t)st.st_size - got);
+                if (n <= 0) {
+                        free(buf);
+                        return sbx_error_set(err, n < 0 ? -errno : -EIO, 0, "%s: cannot read %s", key, path);
+                }
+                got += (size_t)n;
+        }
+        buf[got] = '\0';
+        *ret = buf;
+        return 0;
+}
+
+static enum MHD_Result queue_text(struct MHD_Connection *conn, int status, const char *type, char *text,
+                                  bool close)
+{
+        struct MHD_Response *resp = MHD_create_response_from_buffer(strlen(text), text, MHD_RESPMEM_MUST_FREE);
+        enum MHD_Result r;
+
+        if (!resp) {
+                free(text);
+                return MHD_NO;
+        }
+        MHD_add_response_header(resp, MHD_HTTP_HEADER_CONTENT_TYPE, type);
+        if (status == 401)
+                MHD_add_response_header(resp, MHD_HTTP_HEADER_WWW_AUTHENTICATE, "Bearer");
+        if (close)
+                MHD_add_response_header(resp, MHD_HTTP_HEADER_CONNECTION, "close");
+        r = MHD_queue_response(conn, (unsigned)status, resp);
+        MHD_destroy_response(resp);
+        return r;
+}
+
+static enum MHD_Result queue_json(struct MHD_Connection *conn, int status, cJSON *obj, bool close)
+{
+        char *text = obj ? cJSON_PrintUnformatted(obj) : NULL;
+        cJSON_Delete(obj);
+        if (!text)
+                return MHD_NO;
+        return queue_text(conn, status, "application/json", text, close);
+}
+
+static cJSON *error_object(const char *code, const char *msg, int status)
+{
+        cJSON *o = cJSON_CreateObject(), *e;
+        _cleanup_free_ char *clean = utf8_sanitize(msg, strlen(msg));
+
+        if (!o)
+                return NULL;
+        e = status ? o : cJSON_AddObjectToObject(o, "error");
+        cJSON_AddStringToObject(e, "code", code);
+        cJSON_AddStringToObject(e, "message", clean ? clean : "");
+        if (status)
+                cJSON_AddNumberToObject(e, "status", status);
+        return o;
+}
+
+static enum MHD_Result queue_error(struct MHD_Connection *conn, int status, const char *code, const char *msg,
+                                   bool close)
+{
+        return queue_json(conn, status, error_object(code, msg, 0), close);
+}
+
+/* The client closed its end (FIN or reset); only on the connection's thread. */
+static bool fd_gone(int fd)
+{
+        struct pollfd p = {.fd = fd, .events = POLLRDHUP};
+        return fd >= 0 && poll(&p, 1, 0) > 0 && (p.revents & (POLLRDHUP | POLLHUP | POLLERR));
+}
+
+static bool srv_stopping(struct http_server *srv)
+{
+        return __atomic_load_n(&srv->stopping, __ATOMIC_RELAXED);
+}
+
+/* ---- synchronous requests: api_call on the connection's thread ---- */
+
+static void drop_progress(struct api_conn *c, cJSON *msg)
+{
+}
+
+static bool sync_gone(struct api_conn *c)
+{
+        struct http_conn *hc = c->transport;
+        return srv_stopping(hc->srv) || fd_gone(hc->fd);
+}
+
+/* ---- SSE: api_call on a worker, events through a queue ---- */
+
+struct sse {
+        struct http_server *srv;
+        pthread_mutex_t lock;
+        pthread_cond_t cond;
+        int refs;      /* lock */
+        char *buf;     /* lock: SSE text not yet handed to MHD */
+        size_t len, off;
+        bool done;     /* lock: the final event is queued */
+        bool closed;   /* lock: the response is gone (client left or server stops) */
+        uint64_t dropped;
+        int fd;        /* the connection's socket: polled only on its own thread */
+        int64_t quiet_since;
+        struct api_conn c;
+        char peer[64]; /* c.peer_addr: the connection's own copy may go before the worker */
+        struct token_info tok;
+        char method[64];
+        cJSON *params;
+};
+
+static void sse_unref(struct sse *s)
+{
+        int left;
+
+        pthread_mutex_lock(&s->lock);
+        left = --s->refs;
+        pthread_mutex_unlock(&s->lock);
+        if (left > 0)
+                return;
+        pthread_mutex_destroy(&s->lock);
+        pthread_cond_destroy(&s->cond);
+        cJSON_Delete(s->params);
+        free(s->buf);
+        free(s);
+}
+
+static void sse_push(struct sse *s, const char *event, cJSON *data, bool final)
+{
+        _cleanup_free_ char *json = cJSON_PrintUnformatted(data);
+        size_t need;
+        char *nb;
+
+        if (!json)
+                return;
+        need = strlen("event: ") + strlen(event) + strlen("\ndata: ") + strlen(json) + 2;
+        pthread_mutex_lock(&s->lock);
+        if (s->closed || (!final && s->len - s->off + need > SSE_MAX_QUEUE)) {
+                s->dropped++;
+                goto out;
+        }
+        if (s->off > 0 && s->off == s->len)
+                s->off = s->len = 0;
+        nb = realloc(s->buf, s->len + need + 1);
+        if (!nb)
+                goto out;
+        s->buf = nb;
+        s->len += (size_t)snprintf(nb + s->len, need + 1, "event: %s\ndata: %s\n\n", event, json);
+        pthread_cond_signal(&s->cond);
+out:
+        if (final) {
+                s->done = true;
+                pthread_cond_signal(&s->cond);
+        }
+        pthread_mutex_unlock(&s->lock);
+}
+
+/* api.c's progress message {"id", "event": "output", "stream", "data"}. */
+static void sse_send(struct api_conn *c, cJSON *msg)
+{
+        struct sse *s = c->transport;
+        cJSON *o = cJSON_CreateObject();
+
+        if (!o)
+                return;
+        cJSON_AddItemReferenceToObject(o, "stream", cJSON_GetObjectItemCaseSensitive(msg, "stream"));
+        cJSON_AddItemReferenceToObject(o, "data", cJSON_GetObjectItemCaseSensitive(msg, "data"));
+        sse_push(s, "output", o, false);
+        cJSON_Delete(o);
+}
+
+static bool sse_gone(struct api_conn *c)
+{
+        struct sse *s = c->transport;
+        bool closed;
+
+        pthread_mutex_lock(&s->lock);
+        closed = s->closed;
+        pthread_mutex_unlock(&s->lock);
+        return closed || srv_stopping(s->srv);
+}
+
+static void *sse_worker(void *arg)
+{
+        struct sse *s = arg;
+        struct http_server *srv = s->srv;
+        struct api_err e = {0};
+        cJSON *result = NULL;
+        int r;
+
+        r = api_call(&s->c, &s->tok, NULL, s->method, s->params, &result, &e);
+        if (r == 0) {
+                sse_push(s, "result", result, true);
+                cJSON_Delete(result);
+        } else {
+                cJSON *o = error_object(r < 0 ? e.code : "unavailable", r < 0 ? e.msg : "request abandoned",
+                                        http_status_for_code(r < 0 ? e.code : "unavailable"));
+                sse_push(s, "error", o, true);
+                cJSON_Delete(o);
+        }
+        sse_unref(s);
+        pthread_mutex_lock(&srv->lock);
+        srv->sse_workers--;
+        pthread_cond_broadcast(&srv->cond);
+        pthread_mutex_unlock(&srv->lock);
+        return NULL;
+}
+
+/* MHD pulls the stream on the connection's thread: block until there is
+ * something, the worker is done, or the client left. */
+static ssize_t sse_read(void *cls, uint64_t pos, char *buf, size_t max)
+{
+        struct sse *s = cls;
+        ssize_t n = 0;
+
+        pthread_mutex_lock(&s->lock);
+        for (;;) {
+                if (s->off < s->len) {
+                        size_t k = s->len - s->off < max ? s->len - s->off : max;
+                        memcpy(buf, s->buf + s->off, k);
+                        s->off += k;
+                        s->quiet_since = sbx_now_ms();
+                        n = (ssize_t)k;
+                        break;
+                }
+                if (s->done) {
+                        n = MHD_CONTENT_READER_END_OF_STREAM;
+                        break;
+                }
+                if (srv_stopping(s->srv) || fd_gone(s->fd)) {
+                        n = MHD_CONTENT_READER_END_WITH_ERROR;
+                        break;
+                }
+                if (sbx_now_ms() - s->quiet_since >= HTTP_SSE_KEEPALIVE_MS) {
+                        static const char ka[] = ": keep-alive\n\n";
+                        size_t k = sizeof(ka) - 1 < max ? sizeof(ka) - 1 : max;
+                        memcpy(buf, ka, k);
+                        s->quiet_since = sbx_now_ms();
+                        n = (ssize_t)k;
+                        break;
+                }
+                struct timespec until = sbx_deadline_after(CLOCK_REALTIME, 500);
+                (void)pthread_cond_timedwait(&s->cond, &s->lock, &until);
+        }
+        pthread_mutex_unlock(&s->lock);
+        return n;
+}
+
+static void sse_response_free(void *cls)
+{
+        struct sse *s = cls;
+
+        pthread_mutex_lock(&s->lock);
+        s->closed = true;
+        pthread_mutex_unlock(&s->lock);
+        sse_unref(s);
+}
+
+static enum MHD_Result start_sse(struct http_server *srv, struct MHD_Connection *conn, struct http_conn *hc,
+                                 struct http_req *rq, cJSON *params)
+{
+        struct sse *s = calloc(1, sizeof(*s));
+        struct MHD_Response *resp;
+        pthread_attr_t attr;
+        pthread_t t;
+        enum MHD_Result ret;
+
+        if (!s) {
+                cJSON_Delete(params);
+                return queue_error(conn, 503, "unavailable", "out of memory", false);
+        }
+        pthread_mutex_init(&s->lock, NULL);
+        pthread_cond_init(&s->cond, NULL);
+        s->srv = srv;
+        s->refs = 2; /* the worker and the response */
+        s->fd = hc->fd;
+        s->quiet_since = sbx_now_ms();
+        s->c = hc->api;
+        s->c.send = sse_send;
+        s->c.gone = sse_gone;
+        s->c.transport = s;
+        snprintf(s->peer, sizeof(s->peer), "%s", hc->peer);
+        s->c.peer_addr = s->peer;
+        s->tok = rq->tok;
+        snprintf(s->method, sizeof(s->method), "%s", rq->method);
+        /* the client asked for a stream: the method streams its progress */
+        cJSON_DeleteItemFromObjectCaseSensitive(params, "stream");
+        cJSON_AddTrueToObject(params, "stream");
+        s->params = params;
+
+        resp = MHD_create_response_from_callback(MHD_SIZE_UNKNOWN, 16 * 1024, sse_read, s, sse_response_free);
+        if (!resp) {
+                s->refs = 1;
+                sse_unref(s);
+                return queue_error(conn, 503, "unavailable", "out of memory", false);
+        }
+        MHD_add_response_header(resp, MHD_HTTP_HEADER_CONTENT_TYPE, "text/event-stream");
+        MHD_add_response_header(resp, MHD_HTTP_HEADER_CACHE_CONTROL, "no-cache");
+
+        pthread_mutex_lock(&srv->lock);
+        srv->sse_workers++;
+        pthread_mutex_unlock(&srv->lock);
+        pthread_attr_init(&attr);
+        pthread_attr_setdetachstate(&attr, PTHREAD_CREATE_DETACHED);
+        if (pthread_create(&t, &attr, sse_worker, s) != 0) {
+                pthread_attr_destroy(&attr);
+                pthread_mutex_lock(&srv->lock);
+                srv->sse_workers--;
+                pthread_mutex_unlock(&srv->lock);
+                MHD_destroy_response(resp); /* drops the response's ref */
+                return queue_error(conn, 503, "unavailable", "cannot start a stream now", false);
+        }
+        pthread_attr_destroy(&attr);
+        pthread_setname_np(t, "sbx-http-sse");
+        ret = MHD_queue_response(conn, MHD_HTTP_OK, resp);
+        MHD_destroy_response(resp);
+        return ret;
+}
+
+/* ---- requests ---- */
+
+static bool client_cert_ok(struct MHD_Connection *conn)
+{
+        const union MHD_ConnectionInfo *ci = MHD_get_connection_info(conn, MHD_CONNECTION_INFO_GNUTLS_SESSION);
+        gnutls_session_t tls;
+        unsigned status = 0;
+
+        if (!ci || !ci->tls_session)
+                return false;
+        tls = (gnutls_session_t)ci->tls_session;
+        if (gnutls_certificate_type_get(tls) != GNUTLS_CRT_X509)
+                return false;
+        return gnutls_certificate_verify_peers2(tls, &status) == 0 && status == 0;
+}
+
+static bool method_name_ok(const char *m)
+{
+        size_t n = strlen(m);
+        if (n == 0 || n >= 64)
+                return false;
+        for (; *m; m++)
+                if (!((*m >= 'a' && *m <= 'z') || *m == '_' || (*m >= '0' && *m <= '9')))
+                        return false;
+        return true;
+}
+
+/* First call of a request: everything that can be decided from the headers. */
+static void request_begin(struct http_server *srv, struct MHD_Connection *conn, struct http_conn *hc,
+                          struct http_req *rq, const char *url, const char *verb)
+{
+        const char *auth, *len, *accept;
+        struct api_err e = {0};
+
+#define FAIL(st, c, ...)                                                                                               \
+        do {                                                                                                           \
+                rq->status = (st);                                                                                     \
+                rq->code = (c);                                                                                        \
+                snprintf(rq->msg, sizeof(rq->msg), __VA_ARGS__);                                                       \
+                return;                                                                                                \
+        } while (0)
+
+        if (srv->ca && !client_cert_ok(conn))
+                FAIL(403, "forbidden", "a client certificate signed by the configured CA is required");
+        if (strcmp(url, "/healthz") == 0) {
+                rq->status = 200;
+                return;
+        }
+        if (strncmp(url, "/v1/", 4) != 0)
+                FAIL(404, "not_found", "no such path; the API is POST /v1/<method>");
+        if (strcmp(verb, MHD_HTTP_METHOD_POST) != 0)
+                FAIL(405, "bad_request", "use POST");
+
+        auth = MHD_lookup_connection_value(conn, MHD_HEADER_KIND, MHD_HTTP_HEADER_AUTHORIZATION);
+        if (auth && strncasecmp(auth, "Bearer ", 7) == 0)
+                auth += 7;
+        else
+                auth = NULL;
+        if (api_authenticate(&hc->api, auth, url + 4, &rq->tok, &e) < 0)
+                FAIL(http_status_for_code(e.code), e.code, "%s", e.msg);
+
+        if (!method_name_ok(url + 4) || !api_method_find(url + 4))
+                FAIL(404, "not_found", "unknown method");
+        snprintf(rq->method, sizeof(rq->method), "%s", url + 4);
+        len = MHD_lookup_connection_value(conn, MHD_HEADER_KIND, MHD_HTTP_HEADER_CONTENT_LENGTH);
+        if (len && strtoull(len, NULL, 10) > API_MAX_LINE)
+                FAIL(413, "too_large", "the body is larger than %d bytes", API_MAX_LINE);
+        accept = MHD_lookup_connection_value(conn, MHD_HEADER_KIND, MHD_HTTP_HEADER_ACCEPT);
+        rq->sse = accept && strstr(accept, "text/event-stream") &&
+                  (strcmp(rq->method, "exec") == 0 || strcmp(rq->method, "run_code") == 0);
+#undef FAIL
+}
+
+static enum MHD_Result request_run(struct http_server *srv, struct MHD_Connection *conn, struct http_conn *hc,
+                                   struct http_req *rq)
+{
+        cJSON *params, *result = NULL;
+        struct api_err e = {0};
+        struct api_conn c;
+        int r;
+
+        if (rq->too_large)
+                return queue_error(conn, 413, "too_large", "the body is larger than API_MAX_LINE", true);
+        params = rq->len ? cJSON_ParseWithLength(rq->body, rq->len) : cJSON_CreateObject();
+        if (!params || !cJSON_IsObject(params)) {
+                cJSON_Delete(params);
+                return queue_error(conn, 400, "bad_request",
+                                   params ? "the body must be a JSON object (the params)" : "malformed JSON", false);
+        }
+        if (rq->sse)
+                return start_sse(srv, conn, hc, rq, params);
+
+        c = hc->api;
+        c.send = drop_progress;
+        c.gone = sync_gone;
+        c.transport = hc;
+        r = api_call(&c, &rq->tok, NULL, rq->method, params, &result, &e);
+        cJSON_Delete(params);
+        if (r == 1)
+                return MHD_NO; /* the client left: close */
+        if (r < 0)
+                return queue_error(conn, http_status_for_code(e.code), e.code, e.msg, false);
+        return queue_json(conn, 200, result, false);
+}
+
+static enum MHD_Result on_request(void *cls, struct MHD_Connection *conn, const char *url, const char *verb,
+                                  const char *version, const char *upload, size_t *upload_size, void **con_cls)
+{
+        struct http_server *srv = cls;
+        struct http_req *rq = *con_cls;
+        const union MHD_ConnectionInfo *ci = MHD_get_connection_info(conn, MHD_CONNECTION_INFO_SOCKET_CONTEXT);
+        struct http_conn *hc = ci ? ci->socket_context : NULL;
+
+        if (!hc)
+                return MHD_NO;
+        if (!rq) {
+                rq = calloc(1, sizeof(*rq));
+                if (!rq)
+                        return MHD_NO;
+                *con_cls = rq;
+                request_begin(srv, conn, hc, rq, url, verb);
+                if (rq->status == 200)
+                        return queue_text(conn, 200, "text/plain", strdup("ok\n"), false);
+                if (rq->status) {
+                        bool close = rq->status == 403 || hc->api.auth_failures >= HTTP_MAX_AUTH_FAILURES ||
+                                     rq->status == 413;
+                        return queue_error(conn, rq->status, rq->code, rq->msg, close);
+                }
+                return MHD_YES;
+        }
+        if (*upload_size) {
+                if (!rq->too_large && rq->len + *upload_size <= API_MAX_LINE) {
+                        char *nb = realloc(rq->body, rq->len + *upload_size);
+                        if (nb) {
+                                memcpy(nb + rq->len, upload, *upload_size);
+                                rq->body = nb;
+                                rq->len += *upload_size;
+                        } else {
+                                rq->too_large = true;
+                        }
+                } else {
+                        rq->too_large = true; /* discard the rest: memory stays bounded */
+                        free(rq->body);
+                        rq->body = NULL;
+                        rq->len = 0;
+                }
+                *upload_size = 0;
+                return MHD_YES;
+        }
+        /* The idle limit guards the request's arrival; the answer may take as
+         * long as the method does (on_completed restores the limit). */
+        (void)MHD_set_connection_option(conn, MHD_CONNECTION_OPTION_TIMEOUT, 0u);
+        rq->timeout_off = true;
+        return request_run(srv, conn, hc, rq);
+}
+
+static void on_completed(void *cls, struct MHD_Connection *conn, void **con_cls, enum MHD_RequestTerminationCode toe)
+{
+        struct http_server *srv = cls;
+        struct http_req *rq = *con_cls;
+
+        if (!rq)
+                return;
+        if (rq->timeout_off)
+                (void)MHD_set_connection_option(conn, MHD_CONNECTION_OPTION_TIMEOUT,
+                                                (unsigned)srv->d->cfg.http_timeout_s);
+        free(rq->body);
+        free(rq);
+        *con_cls = NULL;
+}
+
+static void on_connection(void *cls, struct MHD_Connection *conn, void **socket_context,
+                          enum MHD_ConnectionNotificationCode code)
+{
+        struct http_server *srv = cls;
+        struct http_conn *hc = *socket_context;
+
+        if (code == MHD_CONNECTION_NOTIFY_STARTED) {
+                const union MHD_ConnectionInfo *fdi = MHD_get_connection_info(conn, MHD_CONNECTION_INFO_CONNECTION_FD);
+                const union MHD_ConnectionInfo *ai = MHD_get_connection_info(conn, MHD_CONNECTION_INFO_CLIENT_ADDRESS);
+                char host[INET6_ADDRSTRLEN] = "?", port[8] = "?";
+
+                hc = calloc(1, sizeof(*hc));
+                if (!hc)
+                        return; /* on_request refuses a connection without a context */
+                hc->srv = srv;
+                hc->fd = fdi ? fdi->connect_fd : -1;
+                hc->opened_ms = sbx_now_ms();
+                if (ai && ai->client_addr)
+                        (void)getnameinfo(ai->client_addr,
+                                          ai->client_addr->sa_family == AF_INET6 ? sizeof(struct sockaddr_in6)
+                                                                                 : sizeof(struct sockaddr_in),
+                                          host, sizeof(host), port, sizeof(port), NI_NUMERICHOST | NI_NUMERICSERV);
+                snprintf(hc->peer, sizeof(hc->peer), "ip=%s port=%s", host, port);
+                hc->api.d = srv->d;
+                hc->api.fd = -1;
+                hc->api.peer_addr = hc->peer;
+                pthread_mutex_lock(&srv->lock);
+                hc->next = srv->conns;
+                srv->conns = hc;
+                pthread_mutex_unlock(&srv->lock);
+                *socket_context = hc;
+                return;
+        }
+        if (!hc)
+                return;
+        /* MHD closes the socket after this returns: the reaper never sees a reused fd */
+        pthread_mutex_lock(&srv->lock);
+        for (struct http_conn **pp = &srv->conns; *pp; pp = &(*pp)->next)
+                if (*pp == hc) {
+                        *pp = hc->next;
+                        break;
+                }
+        pthread_mutex_unlock(&srv->lock);
+        free(hc);
+        *socket_context = NULL;
+}
+
+/* Connections that have not authenticated within http_timeout of opening
+ * are shut down, however slowly they keep sending (slowloris). */
+static void *reaper_main(void *arg)
+{
+        struct http_server *srv = arg;
+        int64_t preauth_ms = (int64_t)srv->d->cfg.http_timeout_s * 1000;
+
+        pthread_mutex_lock(&srv->lock);
+        while (!srv->stopping) {
+                struct timespec until = sbx_deadline_after(CLOCK_REALTIME, 1000);
+                int64_t now = sbx_now_ms();
+
+                for (struct http_conn *hc = srv->conns; hc; hc = hc->next)
+                        if (!hc->api.authenticated && now - hc->opened_ms > preauth_ms && hc->fd >= 0) {
+                                log_info("http: closing %s: no authenticated request within %d s", hc->peer,
+                                         srv->d->cfg.http_timeout_s);
+                                (void)shutdown(hc->fd, SHUT_RDWR);
+                                hc->opened_ms = INT64_MAX / 2; /* once */
+                        }
+                (void)pthread_cond_timedwait(&srv->cond, &srv->lock, &until);
+        }
+        pthread_mutex_unlock(&srv->lock);
+        return NULL;
+}
+
+static void mhd_log(void *cls, const char *fmt, va_list ap)
+{
+        char buf[512];
+
+        vsnprintf(buf, sizeof(buf), fmt, ap);
+        buf[strcspn(buf, "\n")] = '\0';
+        log_debug("http: %s", buf);
+}
+
+int http_server_start(struct daemon *d, struct http_server **ret, struct sbx_error *err)
+{
+        const struct sbx_config *cfg = &d->cfg;
+        struct http_server *srv;
+        struct sockaddr_storage addr;
+        socklen_t alen;
+        bool loopback, tls;
+        struct MHD_OptionItem opts[16];
+        size_t n = 0;
+        unsigned flags = MHD_USE_THREAD_PER_CONNECTION | MHD_USE_INTERNAL_POLLING_THREAD | MHD_USE_ERROR_LOG;
+        const union MHD_DaemonInfo *info;
+        int r;
+
+        *ret = NULL;
+        if (!cfg->http_listen[0])
+                return 0;
+        if (http_parse_listen(cfg->http_listen, &addr, &alen, &loopback) < 0)
+                return sbx_error_set(err, -EINVAL, 0,
+                                     "http_listen: '%s' is not a numeric host:port ([v6]:port for IPv6)",
+                                     cfg->http_listen);
+        tls = cfg->tls_cert[0] != '\0';
+        if (!tls && !loopback)
+                return sbx_error_set(err, -EINVAL, 0,
+                                     "http_listen %s is not loopback: set tls_cert and tls_key (plain HTTP is "
+                                     "allowed on loopback only)",
+                                     cfg->http_listen);
+        srv = calloc(1, sizeof(*srv));
+        if (!srv)
+                return sbx_error_set(err, -ENOMEM, 0, "out of memory");
+        srv->d = d;
+        pthread_mutex_init(&srv->lock, NULL);
+        pthread_cond_init(&srv->cond, NULL);
+        if (tls) {
+                r = read_pem("tls_cert", cfg->tls_cert, &srv->cert, err);
+                if (r == 0)
+                        r = read_pem("tls_key", cfg->tls_key, &srv->key, err);
+                if (r == 0 && cfg->tls_client_ca[0])
+                        r = read_pem("tls_client_ca", cfg->tls_client_ca, &srv->ca, err);
+                if (r < 0)
+                        goto fail;
+                flags |= MHD_USE_TLS;
+                opts[n++] = (struct MHD_OptionItem){MHD_OPTION_HTTPS_MEM_CERT, 0, srv->cert};
+                opts[n++] = (struct MHD_OptionItem){MHD_OPTION_HTTPS_MEM_KEY, 0, srv->key};
+                if (srv->ca)
+                        opts[n++] = (struct MHD_OptionItem){MHD_OPTION_HTTPS_MEM_TRUST, 0, srv->ca};
+        }
+        if (addr.ss_family == AF_INET6)
+                flags |= MHD_USE_IPv6;
+        opts[n++] = (struct MHD_OptionItem){MHD_OPTION_SOCK_ADDR, 0, &addr};
+        opts[n++] = (struct MHD_OptionItem){MHD_OPTION_CONNECTION_LIMIT, HTTP_MAX_CONNS, NULL};
+        opts[n++] = (struct MHD_OptionItem){MHD_OPTION_PER_IP_CONNECTION_LIMIT, HTTP_MAX_PER_PEER, NULL};
+        opts[n++] = (struct MHD_OptionItem){MHD_OPTION_CONNECTION_TIMEOUT, (intptr_t)cfg->http_timeout_s, NULL};
+        opts[n++] = (struct MHD_OptionItem){MHD_OPTION_CONNECTION_MEMORY_LIMIT, HTTP_MAX_HEADERS, NULL};
+        opts[n++] = (struct MHD_OptionItem){MHD_OPTION_LISTEN_BACKLOG_SIZE, 64, NULL};
+        opts[n++] = (struct MHD_OptionItem){MHD_OPTION_END, 0, NULL};
+
+        srv->mhd = MHD_start_daemon(flags, 0, NULL, NULL, on_request, srv, MHD_OPTION_ARRAY, opts,
+                                    MHD_OPTION_NOTIFY_COMPLETED, on_completed, srv, MHD_OPTION_NOTIFY_CONNECTION,
+                                    on_connection, srv, MHD_OPTION_EXTERNAL_LOGGER, mhd_log, srv, MHD_OPTION_END);
+        if (!srv->mhd) {
+                r = sbx_error_set(err, -EADDRNOTAVAIL, 0,
+                                  "cannot serve HTTP%s on %s (address in use, or a bad certificate or key)",
+                                  tls ? "S" : "", cfg->http_listen);
+                goto fail;
+        }
+        info = MHD_get_daemon_info(srv->mhd, MHD_DAEMON_INFO_BIND_PORT);
+        srv->port = info ? info->port : 0;
+        if (pthread_create(&srv->reaper, NULL, reaper_main, srv) != 0) {
+                r = sbx_error_set(err, -EAGAIN, 0, "cannot start the HTTP reaper thread");
+                goto fail;
+        }
+        srv->reaper_started = true;
+        pthread_setname_np(srv->reaper, "sbx-http-reap");
+        if (tls)
+                log_info("HTTPS listening on %s (port %d)%s", cfg->http_listen, srv->port,
+                         srv->ca ? ", client certificates required" : "");
+        else
+                log_warn("HTTP listening on %s (port %d) WITHOUT TLS: allowed because the address is loopback",
+                         cfg->http_listen, srv->port);
+        *ret = srv;
+        return 0;
+fail:
+        http_server_stop(srv);
+        return r;
+}
+
+int http_server_port(const struct http_server *s)
+{
+        return s ? s->port : 0;
+}
+
+void http_server_stop(struct http_server *srv)
+{
+        if (!srv)
+                return;
+        pthread_mutex_lock(&srv->lock);
+        __atomic_store_n(&srv->stopping, true, __ATOMIC_RELAXED);
+        pthread_cond_broadcast(&srv->cond);
+        pthread_mutex_unlock(&srv->lock);
+        if (srv->reaper_started)
+                pthread_join(srv->reaper, NULL);
+        /* every wait in a handler polls srv->stopping: the connection threads end */
+        if (srv->mhd)
+                MHD_stop_daemon(srv->mhd);
+        pthread_mutex_lock(&srv->lock);
+        while (srv->sse_workers > 0)
+                pthread_cond_wait(&srv->cond, &srv->lock);
+        pthread_mutex_unlock(&srv->lock);
+        pthread_mutex_destroy(&srv->lock);
+        pthread_cond_destroy(&srv->cond);
+        free(srv->cert);
+        if (srv->key) {
+                explicit_bzero(srv->key, strlen(srv->key));
+                free(srv->key);
+        }
+        free(srv->ca);
+        free(srv);
+}

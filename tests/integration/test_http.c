@@ -1,0 +1,413 @@
+/* Integration tests of the HTTP front (http.h) against the real dockerd:
+ * curl over HTTPS on loopback, with a CA, server and client certificates the
+ * test makes with the openssl CLI. */
+#include <arpa/inet.h>
+#include <criterion/criterion.h>
+#include <errno.h>
+#include <netinet/in.h>
+#include <poll.h>
+#include <stdio.h>
+#include <string.h>
+#include <sys/socket.h>
+#include <unistd.h>
+
+#include "apiclient.h"
+#include "fixture.h"
+#include "sandboxd/api.h"
+#include "sandboxd/http.h"
+#include "sandboxd/store.h"
+#include "sandboxd/token.h"
+#include "testenv.h"
+
+TestSuite(http, .timeout = 300);
+
+static struct sbx_config cfg;
+static struct daemon *d;
+static char tok_a[TOKEN_LEN + 1], tok_b[TOKEN_LEN + 1];
+static char pki[SBX_PATH_MAX]; /* certificates made by make_pki() */
+static int port;
+
+static int sh(const char *fmt, ...) __attribute__((format(printf, 1, 2)));
+static int sh(const char *fmt, ...)
+{
+        char cmd[4096];
+        va_list ap;
+        va_start(ap, fmt);
+        vsnprintf(cmd, sizeof(cmd), fmt, ap);
+        va_end(ap);
+        return system(cmd);
+}
+
+/* A CA, a server certificate for 127.0.0.1, a client certificate the CA
+ * signed, and a self-signed client certificate the CA never saw. */
+static void make_pki(void)
+{
+        _cleanup_free_ char *dir = testenv_tmpdir();
+        snprintf(pki, sizeof(pki), "%s", dir);
+        cr_assert_eq(sh("cd %s && exec >openssl.log 2>&1 && "
+                        "openssl req -x509 -newkey rsa:2048 -nodes -keyout ca.key -out ca.pem -days 2 "
+                        "  -subj /CN=sbx-test-ca && "
+                        "openssl req -newkey rsa:2048 -nodes -keyout server.key -out server.csr -subj /CN=127.0.0.1 && "
+                        "printf 'subjectAltName=IP:127.0.0.1\\nbasicConstraints=CA:FALSE\\n' >server.ext && "
+                        "openssl x509 -req -in server.csr -CA ca.pem -CAkey ca.key -CAcreateserial -out server.pem "
+                        "  -days 2 -extfile server.ext && "
+                        "openssl req -newkey rsa:2048 -nodes -keyout client.key -out client.csr -subj /CN=agent && "
+                        "printf 'basicConstraints=CA:FALSE\\nextendedKeyUsage=clientAuth\\n' >client.ext && "
+                        "openssl x509 -req -in client.csr -CA ca.pem -CAkey ca.key -CAcreateserial -out client.pem "
+                        "  -days 2 -extfile client.ext && "
+                        "openssl req -x509 -newkey rsa:2048 -nodes -keyout rogue.key -out rogue.pem -days 2 "
+                        "  -subj /CN=rogue",
+                        pki),
+                     0, "openssl failed: see %s/openssl.log", pki);
+}
+
+static void open_daemon(bool tls, bool mtls)
+{
+        struct daemon_options opts = {.extra_labels = fixture_labels(), .no_monitor = true, .sockets = true};
+        struct sbx_error err = {0};
+
+        fixture_config(&cfg);
+        cfg.port_range_lo = 46500;
+        cfg.port_range_hi = 46999;
+        cfg.ports_per_session = 0;
+        snprintf(cfg.api_socket, sizeof(cfg.api_socket), "%s/api.sock", cfg.data_dir);
+        snprintf(cfg.admin_socket, sizeof(cfg.admin_socket), "%s/admin.sock", cfg.data_dir);
+        snprintf(cfg.http_listen, sizeof(cfg.http_listen), "127.0.0.1:0");
+        cfg.http_timeout_s = 2;
+        if (tls) {
+                snprintf(cfg.tls_cert, sizeof(cfg.tls_cert), "%s/server.pem", pki);
+                snprintf(cfg.tls_key, sizeof(cfg.tls_key), "%s/server.key", pki);
+        }
+        if (mtls)
+                snprintf(cfg.tls_client_ca, sizeof(cfg.tls_client_ca), "%s/ca.pem", pki);
+        cr_assert_eq(daemon_open(&cfg, &opts, &d, &err), 0, "daemon_open: %s", err.msg);
+        port = http_server_port(d->http);
+        cr_assert_gt(port, 0);
+        cr_assert_eq(token_create(d->store, "alice", TOKEN_ROLE_AGENT, tok_a, NULL, &err), 0, "%s", err.msg);
+        cr_assert_eq(token_create(d->store, "bob", TOKEN_ROLE_AGENT, tok_b, NULL, &err), 0, "%s", err.msg);
+}
+
+static void setup_tls(void)
+{
+        (void)testenv_docker();
+        make_pki();
+        open_daemon(true, false);
+}
+
+static void teardown(void)
+{
+        daemon_close(d);
+        d = NULL;
+}
+
+/* curl with extra args (test constants, tokens and paths only); the status
+ * code, the body in *ret_body (malloc'd, may be NULL). */
+static int curl(char **ret_body, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
+static int curl(char **ret_body, const char *fmt, ...)
+{
+        char args[4096], cmd[8192], body_path[SBX_PATH_MAX + 16];
+        va_list ap;
+        FILE *p;
+        int code = -1;
+
+        va_start(ap, fmt);
+        vsnprintf(args, sizeof(args), fmt, ap);
+        va_end(ap);
+        snprintf(body_path, sizeof(body_path), "%s/body", pki);
+        snprintf(cmd, sizeof(cmd), "curl -sS --max-time 60 --cacert %s/ca.pem -o %s -w '%%{http_code}' %s", pki,
+                 body_path, args);
+        p = popen(cmd, "r");
+        cr_assert_not_null(p);
+        if (fscanf(p, "%d", &code) != 1)
+                code = -1;
+        pclose(p);
+        if (ret_body) {
+                FILE *f = fopen(body_path, "re");
+                char *buf = calloc(1, 1 << 20);
+                size_t n = f ? fread(buf, 1, (1 << 20) - 1, f) : 0;
+                buf[n] = '\0';
+                if (f)
+                        fclose(f);
+                *ret_body = buf;
+        }
+        unlink(body_path);
+        return code;
+}
+
+/* POST /v1/<method> over HTTPS with a bearer token: the status; *ret the body as JSON. */
+static int post(const char *token, const char *method, const char *json, cJSON **ret)
+{
+        char *body = NULL;
+        int code;
+        char auth[128] = "";
+        char jpath[SBX_PATH_MAX + 16];
+        FILE *f;
+
+        snprintf(jpath, sizeof(jpath), "%s/req.json", pki);
+        f = fopen(jpath, "we");
+        fputs(json, f);
+        fclose(f);
+        if (token)
+                snprintf(auth, sizeof(auth), "-H 'Authorization: Bearer %s'", token);
+        code = curl(&body, "%s -H 'Content-Type: application/json' --data-binary @%s https://127.0.0.1:%d/v1/%s",
+                    auth, jpath, port, method);
+        if (ret)
+                *ret = cJSON_Parse(body);
+        free(body);
+        return code;
+}
+
+static const char *err_code(const cJSON *o)
+{
+        const cJSON *e = cJSON_GetObjectItem(o, "error");
+        return e ? apic_str(e, "code") : "";
+}
+
+Test(http, exec_tokens_and_statuses, .init = setup_tls, .fini = teardown)
+{
+        cJSON *r = NULL;
+        char *body = NULL, id[64];
+
+        /* a round trip, the result as the body */
+        cr_assert_eq(post(tok_a, "exec", "{\"session\": \"s1\", \"command\": \"echo hi; exit 3\"}", &r), 200);
+        cr_assert_str_eq(apic_str(r, "state"), "completed");
+        cr_assert_eq(apic_num(r, "exit_code"), 3);
+        cr_assert_str_eq(apic_str(r, "stdout"), "hi\n");
+        snprintf(id, sizeof(id), "%s", apic_str(r, "execution_id"));
+        cJSON_Delete(r);
+
+        /* tokens: absent, wrong; the error names the code */
+        cr_assert_eq(post(NULL, "exec", "{\"session\": \"s1\", \"command\": \"true\"}", &r), 401);
+        cr_assert_str_eq(err_code(r), "unauthorized");
+        cJSON_Delete(r);
+        cr_assert_eq(post("0123456789abcdef", "exec", "{\"session\": \"s1\", \"command\": \"true\"}", &r), 401);
+        cJSON_Delete(r);
+
+        /* another tenant's execution id is not found, exactly like an unknown one */
+        {
+                char p[256];
+                snprintf(p, sizeof(p), "{\"session\": \"s1\", \"execution_id\": \"%s\"}", id);
+                cr_assert_eq(post(tok_b, "get_execution", p, &r), 404);
+                cr_assert_str_eq(err_code(r), "not_found");
+                cJSON_Delete(r);
+                cr_assert_eq(post(tok_a, "get_execution", p, &r), 200);
+                cr_assert_str_eq(apic_str(r, "stdout"), "hi\n");
+                cJSON_Delete(r);
+        }
+
+        /* statuses for the codes */
+        cr_assert_eq(post(tok_a, "exec", "{\"command\": \"true\"}", &r), 400); /* no session */
+        cr_assert_str_eq(err_code(r), "bad_request");
+        cJSON_Delete(r);
+        cr_assert_eq(post(tok_a, "exec", "{\"session\": \"s1\", ", &r), 400);
+        cJSON_Delete(r);
+        cr_assert_eq(post(tok_a, "exec", "[1]", &r), 400);
+        cJSON_Delete(r);
+        cr_assert_eq(post(tok_a, "no_such_method", "{}", &r), 404);
+        cJSON_Delete(r);
+        cr_assert_eq(post(tok_a, "read_file", "{\"session\": \"s1\", \"path\": \"nope\"}", &r), 404);
+        cJSON_Delete(r);
+        cr_assert_eq(post(tok_a, "mark_private", "{\"session\": \"s1\", \"dataset\": \"x\"}", &r), 403);
+        cr_assert_str_eq(err_code(r), "forbidden");
+        cJSON_Delete(r);
+        cr_assert_eq(post(tok_a, "read_file", "{\"session\": \"s1\", \"path\": \"../etc/passwd\"}", &r), 400);
+        cJSON_Delete(r);
+
+        /* wrong verb, wrong path, health */
+        cr_assert_eq(curl(NULL, "-H 'Authorization: Bearer %s' https://127.0.0.1:%d/v1/exec", tok_a, port), 405);
+        cr_assert_eq(curl(NULL, "https://127.0.0.1:%d/nowhere", port), 404);
+        cr_assert_eq(curl(&body, "https://127.0.0.1:%d/healthz", port), 200);
+        cr_assert_str_eq(body, "ok\n");
+        free(body);
+
+        /* a too large body is refused from its Content-Length, before it is read */
+        cr_assert_eq(curl(&body,
+                          "-H 'Authorization: Bearer %s' -H 'Content-Length: 99999999' --data-binary 'x' "
+                          "https://127.0.0.1:%d/v1/exec",
+                          tok_a, port),
+                     413);
+        free(body);
+        /* ... and one that arrives chunked, without a length, when it passes the cap */
+        cr_assert_eq(sh("head -c 9000000 /dev/zero | tr '\\0' 'x' >%s/big", pki), 0);
+        cr_assert_eq(curl(&body,
+                          "-H 'Authorization: Bearer %s' -H 'Transfer-Encoding: chunked' --data-binary @%s/big "
+                          "https://127.0.0.1:%d/v1/exec",
+                          tok_a, pki, port),
+                     413);
+        free(body);
+        /* headers past the cap */
+        {
+                char *big = malloc(HTTP_MAX_HEADERS + 100);
+                memset(big, 'a', HTTP_MAX_HEADERS + 99);
+                big[HTTP_MAX_HEADERS + 99] = '\0';
+                int code = curl(NULL, "-H 'X-Big: %.*s' https://127.0.0.1:%d/healthz", 3000, big, port);
+                cr_assert_eq(code, 200); /* a few KiB is fine */
+                free(big);
+                cr_assert_eq(sh("printf 'X-Big: %%070000d\\r\\n' 0 >%s/hdr", pki), 0);
+                code = curl(NULL, "-H @%s/hdr https://127.0.0.1:%d/healthz", pki, port);
+                cr_assert(code == 431 || code == 413, "oversized headers: %d", code);
+        }
+        /* an answer may take longer than the idle limit (2 s here) */
+        cr_assert_eq(post(tok_a, "exec", "{\"session\": \"s1\", \"command\": \"sleep 3; echo late\"}", &r), 200);
+        cr_assert_str_eq(apic_str(r, "stdout"), "late\n");
+        cJSON_Delete(r);
+        /* keep-alive: both requests on one connection, the second after a wait past the idle limit's start */
+        {
+                char cmd[2048];
+                snprintf(cmd, sizeof(cmd),
+                         "curl -sS -v --max-time 60 --cacert %s/ca.pem -H 'Authorization: Bearer %s' "
+                         "--data-binary '{\"session\":\"s1\",\"command\":\"sleep 2.5\"}' -o /dev/null "
+                         "https://127.0.0.1:%d/v1/exec -o /dev/null https://127.0.0.1:%d/v1/exec 2>&1 | "
+                         "grep -c -e '^< HTTP/1.1 200' -e 'Re-using existing connection' | grep -qx 3",
+                         pki, tok_a, port, port);
+                cr_assert_eq(system(cmd), 0, "two 200s on one reused connection");
+        }
+        /* the daemon still answers */
+        cr_assert_eq(post(tok_a, "session_info", "{\"session\": \"s1\"}", &r), 200);
+        cr_assert_str_eq(apic_str(r, "state"), "running");
+        cJSON_Delete(r);
+}
+
+/* POST /v1/exec asking for Server-Sent Events, with params from json. */
+static int sse_exec(const char *jpath, const char *json, char **ret_body)
+{
+        FILE *f = fopen(jpath, "we");
+        fputs(json, f);
+        fclose(f);
+        return curl(ret_body,
+                    "-N -H 'Accept: text/event-stream' -H 'Authorization: Bearer %s' --data-binary @%s "
+                    "https://127.0.0.1:%d/v1/exec",
+                    tok_a, jpath, port);
+}
+
+Test(http, sse_streams_output_then_the_result, .init = setup_tls, .fini = teardown)
+{
+        char *body = NULL, jpath[SBX_PATH_MAX + 16];
+        const char *res;
+        cJSON *r;
+
+        snprintf(jpath, sizeof(jpath), "%s/sse.json", pki);
+        cr_assert_eq(sse_exec(jpath, "{\"session\": \"s2\", \"command\": "
+                                     "\"echo one; sleep 0.3; echo two >&2; sleep 0.3; echo three\"}",
+                              &body),
+                     200);
+        /* output events carry the streams' bytes; exactly one final result, last */
+        cr_assert(strstr(body, "event: output\ndata: {\"stream\":\"stdout\",\"data\":\"one\\n") != NULL, "%s", body);
+        cr_assert(strstr(body, "\"stream\":\"stderr\",\"data\":\"two\\n\"") != NULL, "%s", body);
+        res = strstr(body, "event: result\ndata: ");
+        cr_assert_not_null(res, "%s", body);
+        cr_assert_null(strstr(res + 1, "event:"), "the result is the last event: %s", body);
+        r = cJSON_Parse(res + strlen("event: result\ndata: "));
+        cr_assert_not_null(r, "%s", body);
+        cr_assert_str_eq(apic_str(r, "stdout"), "one\nthree\n");
+        cr_assert_str_eq(apic_str(r, "state"), "completed");
+        cJSON_Delete(r);
+        free(body);
+
+        /* a stream quiet for longer than the idle limit stays open */
+        cr_assert_eq(sse_exec(jpath, "{\"session\": \"s2\", \"command\": \"sleep 3; echo late\"}", &body), 200);
+        cr_assert(strstr(body, "event: result\ndata: ") != NULL, "%s", body);
+        cr_assert(strstr(body, "\"stdout\":\"late\\n\"") != NULL, "%s", body);
+        free(body);
+
+        /* an error before the call runs comes as one error event */
+        cr_assert_eq(sse_exec(jpath, "{\"session\": \"s2\"}", &body), 200);
+        cr_assert(strstr(body, "event: error\ndata: {\"code\":\"bad_request\"") != NULL, "%s", body);
+        cr_assert(strstr(body, "\"status\":400") != NULL, "%s", body);
+        free(body);
+}
+
+/* A TCP peer that stops in the middle of the handshake, or trickles bytes, is
+ * closed by the daemon (http_timeout is 2 s here). */
+static int connect_port(void)
+{
+        struct sockaddr_in a = {.sin_family = AF_INET, .sin_port = htons((uint16_t)port)};
+        int fd = socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0);
+        a.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+        cr_assert_eq(connect(fd, (struct sockaddr *)&a, sizeof(a)), 0);
+        return fd;
+}
+
+/* Wait up to timeout_ms for the peer to close; true if it did. Sends one
+ * byte of junk every 500 ms when trickle. */
+static bool closed_by_peer(int fd, int timeout_ms, bool trickle)
+{
+        int64_t until = sbx_now_ms() + timeout_ms;
+        while (sbx_now_ms() < until) {
+                struct pollfd p = {.fd = fd, .events = POLLIN};
+                char buf[256];
+                if (poll(&p, 1, 500) > 0) {
+                        ssize_t n = recv(fd, buf, sizeof(buf), 0);
+                        if (n <= 0)
+                                return true;
+                }
+                if (trickle && send(fd, "G", 1, MSG_NOSIGNAL) < 0)
+                        return true;
+        }
+        return false;
+}
+
+Test(http, stalled_handshakes_and_slowloris_are_closed, .init = setup_tls, .fini = teardown)
+{
+        int fd = connect_port();
+        /* half a TLS ClientHello header, then nothing */
+        cr_assert_eq(send(fd, "\x16\x03\x01", 3, MSG_NOSIGNAL), 3);
+        cr_assert(closed_by_peer(fd, 30000, false), "a stalled TLS handshake is closed");
+        close(fd);
+
+        fd = connect_port();
+        cr_assert(closed_by_peer(fd, 30000, true), "a trickling peer is closed");
+        close(fd);
+}
+
+Test(http, mtls_requires_a_client_certificate_signed_by_the_ca)
+{
+        char *body = NULL;
+
+        (void)testenv_docker();
+        make_pki();
+        open_daemon(true, true);
+        cr_assert_eq(curl(&body, "https://127.0.0.1:%d/healthz", port), 403);
+        cr_assert(strstr(body, "client certificate") != NULL, "%s", body);
+        free(body);
+        cr_assert_eq(curl(NULL, "--cert %s/rogue.pem --key %s/rogue.key https://127.0.0.1:%d/healthz", pki, pki, port),
+                     403);
+        cr_assert_eq(curl(&body, "--cert %s/client.pem --key %s/client.key https://127.0.0.1:%d/healthz", pki, pki,
+                          port),
+                     200);
+        free(body);
+        cr_assert_eq(curl(&body,
+                          "--cert %s/client.pem --key %s/client.key -H 'Authorization: Bearer %s' "
+                          "--data-binary '{\"session\":\"m1\",\"command\":\"echo mtls\"}' https://127.0.0.1:%d/v1/exec",
+                          pki, pki, tok_a, port),
+                     200);
+        cr_assert(strstr(body, "\"stdout\":\"mtls\\n\"") != NULL, "%s", body);
+        free(body);
+        teardown();
+}
+
+Test(http, plain_http_only_on_loopback)
+{
+        struct daemon_options opts = {.extra_labels = fixture_labels(), .no_monitor = true, .sockets = true};
+        struct sbx_error err = {0};
+        char *body = NULL;
+
+        (void)testenv_docker();
+        make_pki();
+        fixture_config(&cfg);
+        cfg.ports_per_session = 0;
+        snprintf(cfg.api_socket, sizeof(cfg.api_socket), "%s/api.sock", cfg.data_dir);
+        snprintf(cfg.admin_socket, sizeof(cfg.admin_socket), "%s/admin.sock", cfg.data_dir);
+        snprintf(cfg.http_listen, sizeof(cfg.http_listen), "0.0.0.0:0");
+        cr_assert_lt(daemon_open(&cfg, &opts, &d, &err), 0);
+        cr_assert(strstr(err.msg, "loopback") != NULL, "%s", err.msg);
+
+        open_daemon(false, false);
+        cr_assert_eq(curl(&body, "http://127.0.0.1:%d/healthz", port), 200);
+        free(body);
+        cr_assert_eq(curl(NULL, "-H 'Authorization: Bearer %s' --data-binary '{\"session\":\"p1\",\"command\":\"true\"}' "
+                                "http://127.0.0.1:%d/v1/exec",
+                          tok_a, port),
+                     200);
+        teardown();
+}

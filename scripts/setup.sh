@@ -28,7 +28,7 @@ die() { printf 'setup: error: %s\n' "$*" >&2; exit 1; }
 PACKAGES=(
 	build-essential cmake pkg-config git
 	libcurl4-openssl-dev libcjson-dev libsqlite3-dev sqlite3 libcriterion-dev
-	docker.io iptables mmdebstrap mount busybox-static musl-tools
+	docker.io iptables mmdebstrap mount busybox-static musl-tools e2fsprogs
 	libmicrohttpd-dev libgnutls28-dev openssl
 	curl jq iproute2 procps ca-certificates
 	systemd socat

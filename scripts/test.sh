@@ -53,6 +53,18 @@ sweep() {
 		done
 		[[ -z $ids ]] || echo "test: removed $(wc -w <<<"$ids") container(s) labelled $label" >&2
 	done
+	# Workspace images (workspace_quota_mode loop) that a crashed test left
+	# mounted: every one lives under a temp dir named after the run id. The
+	# loop devices have autoclear and go with the mount; any still attached
+	# to a file of this run is detached.
+	local mp dev n=0
+	while read -r mp; do
+		umount -l "$mp" 2>/dev/null && n=$((n + 1))
+	done < <(awk -v id="$SANDBOXD_TEST_RUN" 'index($5, "/sandboxd-test-" id "-") { print $5 }' /proc/self/mountinfo | sort -r)
+	while read -r dev; do
+		losetup -d "$dev" 2>/dev/null && n=$((n + 1))
+	done < <(losetup -l -n -O NAME,BACK-FILE 2>/dev/null | awk -v id="$SANDBOXD_TEST_RUN" 'index($2, "/sandboxd-test-" id "-") { print $1 }')
+	((n == 0)) || echo "test: released $n workspace mount(s)/loop device(s) of run $SANDBOXD_TEST_RUN" >&2
 	exit "$rc"
 }
 trap sweep EXIT

@@ -21,6 +21,7 @@
 #include "sandboxd/session.h"
 #include "sandboxd/token.h"
 #include "sandboxd/utf8.h"
+#include "sandboxd/wsquota.h"
 
 #define API_MAX_ENV 256
 #define API_LIST_MAX 1000
@@ -786,6 +787,15 @@ static void add_datasets(cJSON *o, struct daemon *d, const char *user, const cha
         free(list);
 }
 
+/* "workspace_usage": the workspace's use of its disk quota. */
+static void add_workspace_usage(cJSON *o, const struct sbx_config *cfg, const char *user, const char *session)
+{
+        struct wsquota_usage u;
+
+        wsquota_usage(cfg, user, session, &u);
+        cJSON_AddItemToObject(o, "workspace_usage", wsquota_usage_to_json(&u));
+}
+
 static int m_session_info(struct req *q, cJSON **ret, struct api_err *e)
 {
         struct session_info info;
@@ -814,6 +824,7 @@ static int m_session_info(struct req *q, cJSON **ret, struct api_err *e)
         cJSON_AddNumberToObject(*ret, "last_activity", (double)info.last_activity);
         add_text_or_null(*ret, "last_error", info.last_error);
         add_text_or_null(*ret, "error_cause", info.error_cause);
+        add_workspace_usage(*ret, &q->d->cfg, q->tok.user, q->session);
         session_info_done(&info);
         return 0;
 }

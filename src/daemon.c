@@ -20,6 +20,7 @@
 #include "sandboxd/service.h"
 #include "sandboxd/session.h"
 #include "sandboxd/store.h"
+#include "sandboxd/wsquota.h"
 
 /* A destroyed session's runner socket and directory go with it; any other
  * failure keeps them for the next container of the session. */
@@ -76,6 +77,9 @@ int daemon_open(const struct sbx_config *cfg, const struct daemon_options *opts,
         d->cfg = *cfg;
         d->started_at = sbx_wall_ms();
 
+        r = wsquota_check_config(&d->cfg, err);
+        if (r < 0)
+                goto fail;
         if (mkdir(d->cfg.data_dir, 0711) < 0 && errno != EEXIST) {
                 r = sbx_error_set(err, -errno, 0, "cannot create data_dir %s: %m", d->cfg.data_dir);
                 goto fail;

@@ -38,6 +38,7 @@
 #include "sandboxd/sha256.h"
 #include "sandboxd/store.h"
 #include "sandboxd/utf8.h"
+#include "sandboxd/wsquota.h"
 
 #define MAX_ENV 128
 #define MAX_ENV_BYTES (64 * 1024)
@@ -1123,6 +1124,11 @@ static int start_internal(struct exec_engine *e, const struct exec_request *req,
         r = build(e, req, &x, err);
         if (r < 0)
                 return r;
+        r = wsquota_admit(e->cfg, x->user, x->session, err); /* measure mode: a scan, outside the lock */
+        if (r < 0) {
+                unref(x);
+                return r;
+        }
 
         pthread_mutex_lock(&e->lock);
         quota_limits_get(e->quota, e->cfg, x->user, &lim); /* q->lock is a leaf */

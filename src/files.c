@@ -14,6 +14,7 @@
 #include "sandboxd/daemon.h"
 #include "sandboxd/exec.h"
 #include "sandboxd/session.h"
+#include "sandboxd/wsquota.h"
 
 #define WORKSPACE "/workspace"
 #define SCRIPT_TIMEOUT_MS 120000
@@ -218,6 +219,9 @@ int files_write(struct daemon *d, const char *user, const char *session, const c
         if ((int64_t)len > d->cfg.max_file_bytes)
                 return sbx_error_set(err, -EFBIG, 0, "write: %zu bytes is over max_file_size (%" PRId64 ")", len,
                                      d->cfg.max_file_bytes);
+        r = wsquota_admit(&d->cfg, user, session, err);
+        if (r < 0)
+                return r;
         r = open_container(d, user, session, &s, cid, err);
         if (r < 0)
                 return r;

@@ -57,6 +57,7 @@
 #include "sandboxd/log.h"
 #include "sandboxd/session.h"
 #include "sandboxd/store.h"
+#include "sandboxd/wsquota.h"
 
 #define SPOOL_BATCH 512
 #define WALK_MAX_DEPTH 256
@@ -753,6 +754,38 @@ static void gc_spools(struct gc *g)
         }
 }
 
+/* ---- workspace images (workspace_quota_mode loop) ---- */
+
+/* Keep a mounted workspace whose session has a container or a live row
+ * (RUNNING, CREATING, ERROR: the daemon may be giving it one); the row is
+ * read fresh, so the daemon's latest word counts. */
+static bool mount_needed(const char *user, const char *session, void *ud)
+{
+        struct gc *g = ud;
+        struct store_session fresh;
+
+        if (has_container(g, user, session))
+                return true;
+        if (store_session_get(g->st, user, session, &fresh) < 0)
+                return false;
+        return state_live(fresh.state) || streq(fresh.state, "ERROR");
+}
+
+/* Unmount images the daemon left mounted for sessions that no longer have a
+ * container (a daemon that died between the two). A dry run unmounts nothing. */
+static void gc_mounts(struct gc *g)
+{
+        int r;
+
+        if (g->dry_run || strcmp(g->cfg->workspace_quota_mode, "loop") != 0)
+                return;
+        r = wsquota_sweep(g->cfg, mount_needed, g);
+        if (r > 0)
+                log_info("gc: %d workspace image(s) of sessions without a container unmounted", r);
+        else if (r < 0)
+                log_warn("gc: cannot read the mount table: %s", strerror(-r));
+}
+
 /* ---- workspaces ---- */
 
 /* Is (user, session) still as dead as gc saw it? expect is the row gc
@@ -867,6 +900,9 @@ static int purge_workspace(struct gc *g, int ufd, const char *user, const char *
         r = still_dead(g, user, session, expect, err);
         if (r <= 0)
                 return r < 0 ? r : -ESTALE;
+        r = wsquota_detach(g->cfg, user, session, err); /* a mount point cannot be moved */
+        if (r < 0)
+                return r;
         root = trash_root(g);
         if (root) {
                 troot = open(root, O_RDONLY | O_DIRECTORY | O_NOFOLLOW | O_CLOEXEC);
@@ -879,7 +915,8 @@ static int purge_workspace(struct gc *g, int ufd, const char *user, const char *
                 if (tfd >= 0 && errno != EXDEV)
                         return sbx_error_set(err, -errno, 0, "moving the workspace into %s: %m", root);
                 /* No trash on this file system: delete in place (the checks above just passed). */
-                return container_workspace_purge(g->cfg, user, session, err);
+                r = container_workspace_purge(g->cfg, user, session, err);
+                return r < 0 ? r : wsquota_purge(g->cfg, user, session, err);
         }
         r = still_dead(g, user, session, expect, err);
         if (r <= 0) {
@@ -892,6 +929,8 @@ static int purge_workspace(struct gc *g, int ufd, const char *user, const char *
         }
         r = purge_in_trash(g, root, user, session, err);
         remove_empty_dirs(root, (const char *const[]){"workspaces", user}, 2);
+        if (r == 0)
+                r = wsquota_purge(g->cfg, user, session, err); /* its image, once the workspace is gone */
         if (r < 0)
                 return r;
         if (!expect)
@@ -1186,6 +1225,7 @@ int gc_run(const struct sbx_config *cfg, const struct gc_options *opts, struct g
         gc_ports(&g);
         gc_services(&g);
         gc_spools(&g);
+        gc_mounts(&g);
         gc_workspaces(&g);
         gc_vacuum(&g, db);
 

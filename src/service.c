@@ -30,6 +30,7 @@
 #include "sandboxd/log.h"
 #include "sandboxd/session.h"
 #include "sandboxd/store.h"
+#include "sandboxd/wsquota.h"
 
 #define SERVICE_DIR "/workspace/.sandboxd/services"
 
@@ -197,6 +198,9 @@ int service_start(struct service_manager *m, const char *user, const char *sessi
                                                       "[A-Za-z0-9_.-] and not '.' or '..'");
         if (!command || !*command)
                 return sbx_error_set(err, -EINVAL, 0, "command is empty");
+        r = wsquota_admit(m->cfg, user, session, err);
+        if (r < 0)
+                return r;
         if ((int64_t)strlen(command) > m->cfg->max_command_bytes)
                 return sbx_error_set(err, -E2BIG, 0, "command is %zu bytes; the limit is %" PRId64, strlen(command),
                                      m->cfg->max_command_bytes);

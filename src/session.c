@@ -29,6 +29,7 @@
 #include "sandboxd/runner.h"
 #include "sandboxd/quota.h"
 #include "sandboxd/store.h"
+#include "sandboxd/wsquota.h"
 
 #define N_BUCKETS 1024
 #define MAX_HANDLERS 8
@@ -542,6 +543,8 @@ static int make_container(struct session *s, const char *old_id, const char *net
         if (r < 0)
                 return r;
         r = container_workspace_ensure(cfg, s->user, s->id, ret_workspace, err);
+        if (r == 0)
+                r = wsquota_attach(cfg, s->user, s->id, err);
         if (r < 0)
                 return r;
         /* Without a usable runner binary the container runs the image's own
@@ -1020,6 +1023,16 @@ bool session_mark_failed(struct session_manager *m, const char *user, const char
 
 static void end_teardown(struct session *s, enum session_state state, const char *cause);
 
+/* The session's container is gone: its workspace image is unmounted
+ * (workspace_quota_mode loop). Called inside the session's transition. */
+static void release_workspace(struct session_manager *m, const char *user, const char *id)
+{
+        struct sbx_error err = {0};
+
+        if (wsquota_detach(m->cfg, user, id, &err) < 0)
+                log_ctx(LOG_LEVEL_WARN, user, id, NULL, "%s", err.msg);
+}
+
 int session_enforce_network(struct session_manager *m, const char *user, const char *id, struct sbx_error *err)
 {
         struct docker_container_info info;
@@ -1064,6 +1077,7 @@ int session_enforce_network(struct session_manager *m, const char *user, const c
         }
         (void)store_container_removed(m->store, cid, "privacy_ratchet", sbx_wall_ms());
         (void)portpool_release(m->ports, user, id);
+        release_workspace(m, user, id);
         pthread_mutex_lock(&s->lock);
         memcpy(s->ratchet_from, cid, sizeof(s->ratchet_from));
         /* what it has now, and all it will ever get: no session view shows the old network again */
@@ -1162,6 +1176,7 @@ int session_expire_idle(struct session_manager *m, int64_t now_wall_ms)
                 if (id[0])
                         (void)store_container_removed(m->store, id, "idle_expired", sbx_wall_ms());
                 (void)portpool_release(m->ports, s->user, s->id);
+                release_workspace(m, s->user, s->id);
                 end_teardown(s, SESSION_STOPPED, "idle_expired");
                 call_handlers(m, s->user, s->id, id, "idle_expired");
                 count++;
@@ -1201,13 +1216,18 @@ int session_destroy(struct session_manager *m, const char *user, const char *id,
                 (void)store_container_removed(m->store, cid, "destroyed", sbx_wall_ms());
         }
         (void)portpool_release(m->ports, user, id);
+        if (!purge)
+                release_workspace(m, user, id);
         call_handlers(m, user, id, cid, "destroyed");
         /* The ratchet: the private marks go only once the workspace is
          * verifiably gone. A purge that fails, or a daemon killed during it,
          * leaves the marks (and what is left of the workspace) behind, so
          * the key's next container is made with no network. */
         if (purge) {
-                purged = container_workspace_purge(m->cfg, user, id, &perr);
+                /* the image is unmounted first: a mount point cannot be deleted */
+                purged = wsquota_purge(m->cfg, user, id, &perr);
+                if (purged == 0)
+                        purged = container_workspace_purge(m->cfg, user, id, &perr);
                 if (purged < 0)
                         log_ctx(LOG_LEVEL_WARN, user, id, NULL, "%s; private marks kept", perr.msg);
         }
@@ -1246,6 +1266,8 @@ static bool live_container(struct session *s)
         return r;
 }
 
+/* Does the session hold a container (or is it getting one)? Its ports and
+ * its mounted workspace stay. */
 static bool keep_port_owner(const char *user, const char *id, void *ud)
 {
         struct session_manager *m = ud;
@@ -1359,6 +1381,11 @@ int session_reconcile(struct session_manager *m, struct session_reconcile_report
         r = portpool_release_unheld(m->ports, keep_port_owner, m);
         if (r > 0)
                 rep.ports_released = (size_t)r;
+        /* workspace images mounted for containers that are gone (the daemon
+         * died between removing one and unmounting) */
+        r = wsquota_sweep(m->cfg, keep_port_owner, m);
+        if (r > 0)
+                log_info("reconciled: %d workspace image(s) of sessions without a container unmounted", r);
         if (ret)
                 *ret = rep;
         log_info("reconciled: %zu adopted, %zu marked ERROR, %zu orphans removed, %zu ports released, "

@@ -230,6 +230,31 @@ static void print_sessions(const cJSON *r)
                 printf("(no sessions)\n");
 }
 
+/* "disk: 12.3 MB of 1073.7 MB, 40 of 65536 files (loop, mounted)" */
+static void print_usage(const cJSON *u)
+{
+        const cJSON *used = cJSON_GetObjectItemCaseSensitive(u, "bytes_used");
+        const cJSON *files = cJSON_GetObjectItemCaseSensitive(u, "inodes_used");
+
+        if (!u)
+                return;
+        printf("disk:          ");
+        if (cJSON_IsNumber(used))
+                printf("%.1f MB", used->valuedouble / 1e6);
+        else
+                printf("? (not measured)");
+        if (num(u, "bytes_limit", 0) > 0)
+                printf(" of %.1f MB", num(u, "bytes_limit", 0) / 1e6);
+        if (cJSON_IsNumber(files))
+                printf(", %.0f", files->valuedouble);
+        else
+                printf(", ?");
+        if (num(u, "inodes_limit", 0) > 0)
+                printf(" of %.0f", num(u, "inodes_limit", 0));
+        printf(" files (%s%s%s)\n", str(u, "mode"), flag(u, "mounted") ? ", mounted" : "",
+               flag(u, "over") ? ", OVER QUOTA" : "");
+}
+
 static void print_show(const cJSON *r)
 {
         const cJSON *x;
@@ -241,6 +266,7 @@ static void print_show(const cJSON *r)
         printf("image:         %s\n", str(r, "image"));
         printf("network:       %s%s\n", str(r, "network_mode"), flag(r, "private") ? " (private)" : "");
         printf("workspace:     %s\n", str(r, "workspace"));
+        print_usage(cJSON_GetObjectItemCaseSensitive(r, "workspace_usage"));
         printf("ports:         ");
         print_ports(cJSON_GetObjectItemCaseSensitive(r, "ports"));
         printf("\n");

@@ -8,6 +8,7 @@
 #include <string.h>
 
 #include "sandboxd/container.h"
+#include "sandboxd/session.h"
 #include "testenv.h"
 
 void fixture_config(struct sbx_config *cfg)
@@ -97,4 +98,13 @@ long fixture_wait(bool (*pred)(void *ud), void *ud, long timeout_ms)
                         return -1;
                 sbx_sleep_ms(5);
         }
+}
+
+void fixture_container_of(struct daemon *d, const char *user, const char *session, char ret_id[65])
+{
+        struct session_info info;
+
+        cr_assert_eq(session_get_info(d->sessions, user, session, &info), 0, "no session %s:%s", user, session);
+        memcpy(ret_id, info.container_id, 65);
+        session_info_done(&info);
 }

@@ -23,6 +23,8 @@ int fixture_count_containers(const char *user, const char *session);
 int fixture_sh(const char *container_id, const char *script, char **ret_out);
 /* Run the docker CLI with args (a shell fragment built only from test constants and ids). */
 int fixture_docker_cli(const char *args);
+/* The container id of user:session (asserts the session exists). */
+void fixture_container_of(struct daemon *d, const char *user, const char *session, char ret_id[65]);
 /* Poll until pred(ud) or timeout_ms passes; returns elapsed ms or -1. */
 long fixture_wait(bool (*pred)(void *ud), void *ud, long timeout_ms);
 

@@ -17,6 +17,8 @@
 #include <stdlib.h>
 #include <string.h>
 #include <unistd.h>
+#include <limits.h>
+#include <sys/mount.h>
 
 #include <curl/curl.h>
 
@@ -154,6 +156,35 @@ static void remove_labelled(struct docker *d, const char *filter)
         free(list);
 }
 
+/* Unmount (lazily) every mount under dir, deepest first: the workspace
+ * images a loop-mode test left mounted. Their loop devices were set up with
+ * autoclear and go with the mount. */
+static void unmount_under(const char *dir)
+{
+        char real[PATH_MAX], prefix[PATH_MAX + 2], *line = NULL;
+        size_t cap = 0, plen;
+
+        if (!realpath(dir, real))
+                return;
+        plen = (size_t)snprintf(prefix, sizeof(prefix), "%s/", real);
+        for (int round = 0; round < 8; round++) {
+                FILE *f = fopen("/proc/self/mountinfo", "re");
+                char deepest[PATH_MAX] = "";
+                if (!f)
+                        break;
+                while (getline(&line, &cap, f) > 0) {
+                        char mp[PATH_MAX];
+                        if (sscanf(line, "%*s %*s %*s %*s %4095s", mp) == 1 && strncmp(mp, prefix, plen) == 0 &&
+                            strlen(mp) > strlen(deepest))
+                                snprintf(deepest, sizeof(deepest), "%s", mp);
+                }
+                fclose(f);
+                if (!deepest[0] || umount2(deepest, MNT_DETACH) < 0)
+                        break;
+        }
+        free(line);
+}
+
 void testenv_cleanup(void)
 {
         char instance_filter[128];
@@ -180,7 +211,8 @@ void testenv_cleanup(void)
                 remove_labelled(d, instance_filter);
         }
         for (size_t i = 0; i < n; i++) {
-                nftw(dirs[i], rm_entry, 16, FTW_DEPTH | FTW_PHYS);
+                unmount_under(dirs[i]);
+                nftw(dirs[i], rm_entry, 16, FTW_DEPTH | FTW_PHYS | FTW_MOUNT);
                 free(dirs[i]);
         }
         free(dirs);

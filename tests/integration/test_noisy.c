@@ -27,14 +27,6 @@ static const char bomb[] = "i=0; while [ $i -lt 4 ]; do (while :; do :; done) & 
 static struct sbx_config cfg;
 static struct daemon *d;
 
-static void container_of(const char *session, char id[65])
-{
-        struct session_info info;
-        cr_assert_eq(session_get_info(d->sessions, "u1", session, &info), 0);
-        memcpy(id, info.container_id, 65);
-        session_info_done(&info);
-}
-
 static void run_ok(const char *session, const char *command)
 {
         struct exec_request req = {.user = "u1", .session = session, .command = command, .timeout_s = 60,
@@ -76,12 +68,13 @@ Test(noisy, fork_bomb_and_cpu_spin_leave_the_neighbour_served)
 
         fixture_config(&cfg);
         cfg.pids_limit = PIDS_LIMIT;
+        cfg.ports_per_session = 0; /* no port range shared with other suites */
         cfg.exec_kill_grace_ms = 500;
         d = fixture_open(&cfg, false);
 
         run_ok("quiet", "echo ok");
         run_ok("noisy", "echo ok");
-        container_of("noisy", noisy_id);
+        fixture_container_of(d, "u1", "noisy", noisy_id);
 
         /* the neighbour's weight is below the host's 1024; its limits stay */
         cr_assert_eq(docker_container_inspect(testenv_docker(), noisy_id, &info, NULL), 0);

@@ -32,6 +32,7 @@
 #include "api_internal.h"
 #include "sandboxd/daemon.h"
 #include "sandboxd/log.h"
+#include "sandboxd/reqguard.h"
 #include "sandboxd/utf8.h"
 
 #define HTTP_MAX_AUTH_FAILURES 5
@@ -553,10 +554,17 @@ static enum MHD_Result request_run(struct http_server *srv, struct MHD_Connectio
         cJSON *params, *result = NULL;
         struct api_err e = {0};
         struct api_conn c;
+        enum reqguard_verdict verdict;
         int r;
 
         if (rq->too_large)
                 return queue_error(conn, 413, "too_large", "the body is larger than API_MAX_LINE", true);
+        /* bounded before parsing, and strict strings, as on the API socket (reqguard.h) */
+        verdict = reqguard_scan(rq->body, rq->len, REQGUARD_MAX_ELEMENTS, REQGUARD_MAX_DEPTH);
+        if (verdict != REQGUARD_OK)
+                return reqguard_verdict_is_invalid(verdict)
+                               ? queue_error(conn, 400, "invalid", reqguard_verdict_message(verdict), false)
+                               : queue_error(conn, 413, "too_large", reqguard_verdict_message(verdict), false);
         params = rq->len ? cJSON_ParseWithLength(rq->body, rq->len) : cJSON_CreateObject();
         if (!params || !cJSON_IsObject(params)) {
                 cJSON_Delete(params);

@@ -23,6 +23,7 @@
 
 #include "mcp_internal.h"
 #include "sandboxd/log.h"
+#include "sandboxd/reqguard.h"
 #include "sandboxd/session.h"
 #include "sandboxd/utf8.h"
 
@@ -845,6 +846,7 @@ void mcp_handle_line(struct mcp *m, const char *line, size_t len)
 {
         const char *end = NULL;
         const cJSON *jsonrpc, *method, *id, *params;
+        enum reqguard_verdict verdict;
         cJSON *msg;
         size_t i;
 
@@ -856,6 +858,12 @@ void mcp_handle_line(struct mcp *m, const char *line, size_t len)
                 return; /* blank lines are not messages */
         if (memchr(line, '\0', len)) {
                 send_error(m, NULL, MCP_PARSE_ERROR, NULL, "Parse error: NUL byte in message");
+                return;
+        }
+        /* bounded before parsing (see reqguard.h) */
+        verdict = reqguard_scan(line, len, REQGUARD_MAX_ELEMENTS, REQGUARD_MAX_DEPTH);
+        if (!reqguard_verdict_is_invalid(verdict) && verdict != REQGUARD_OK) {
+                send_error(m, NULL, MCP_INVALID_REQUEST, NULL, "%s", reqguard_verdict_message(verdict));
                 return;
         }
         msg = cJSON_ParseWithLengthOpts(line, len, &end, false);
@@ -887,6 +895,12 @@ void mcp_handle_line(struct mcp *m, const char *line, size_t len)
             (cJSON_GetObjectItemCaseSensitive(msg, "result") || cJSON_GetObjectItemCaseSensitive(msg, "error"))) {
                 /* A response: we never send requests, so there is nothing to match. */
                 log_debug("mcp: ignoring a response from the client");
+                goto out;
+        }
+        if (verdict != REQGUARD_OK && method) {
+                /* strict strings: a NUL would truncate an argument, invalid UTF-8 is no JSON text */
+                send_error(m, valid_id(id) ? id : NULL, MCP_INVALID_PARAMS, NULL, "%s",
+                           reqguard_verdict_message(verdict));
                 goto out;
         }
         if (!cJSON_IsString(jsonrpc) || strcmp(jsonrpc->valuestring, "2.0") != 0) {

@@ -109,7 +109,7 @@ static char *as_user(uid_t uid, gid_t gid, const char *path, const char *line)
                 if (connect(fd, (struct sockaddr *)&sa, sizeof(sa)) < 0) {
                         n = snprintf(out, sizeof(out), "ERRNO:%d", errno);
                 } else {
-                        (void)!write(fd, line, strlen(line));
+                        (void)!send(fd, line, strlen(line), MSG_NOSIGNAL); /* the refusal may close first: no SIGPIPE */
                         while (n < (int)sizeof(out) - 1) {
                                 ssize_t k = read(fd, out + n, 1);
                                 if (k <= 0 || out[n] == '\n')

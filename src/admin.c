@@ -12,6 +12,7 @@
 #include <ctype.h>
 #include <errno.h>
 #include <grp.h>
+#include <inttypes.h>
 #include <pwd.h>
 #include <stdio.h>
 #include <string.h>
@@ -21,10 +22,12 @@
 #include "sandboxd/daemon.h"
 #include "sandboxd/exec.h"
 #include "sandboxd/log.h"
+#include "sandboxd/metrics.h"
 #include "sandboxd/monitor.h"
 #include "sandboxd/portpool.h"
 #include "sandboxd/privacy.h"
 #include "sandboxd/quota.h"
+#include "sandboxd/reqguard.h"
 #include "sandboxd/service.h"
 #include "sandboxd/session.h"
 #include "sandboxd/store.h"
@@ -282,6 +285,18 @@ static int c_stats(struct admin_req *q, cJSON **ret, struct admin_err *e)
         cJSON_AddNumberToObject(p, "total", (double)total);
         last = q->d->monitor ? monitor_last_poll(q->d->monitor) : 0;
         add_time(*ret, "monitor_last_poll", last);
+        return 0;
+}
+
+/* The Prometheus text of metrics_listen's /metrics (sandboxctl metrics). */
+static int c_metrics(struct admin_req *q, cJSON **ret, struct admin_err *e)
+{
+        _cleanup_free_ char *text = NULL;
+
+        if (metrics_render(q->d, &text) < 0)
+                return fail(e, "internal", "out of memory");
+        *ret = cJSON_CreateObject();
+        cJSON_AddStringToObject(*ret, "text", text);
         return 0;
 }
 
@@ -772,6 +787,7 @@ static const struct {
 } commands[] = {
         {"health", c_health},
         {"stats", c_stats},
+        {"metrics", c_metrics},
         {"sessions.list", c_sessions_list},
         {"sessions.top", c_sessions_top},
         {"session.show", c_session_show},
@@ -828,11 +844,20 @@ static void reply(int fd, const cJSON *id, cJSON *result, const struct admin_err
 
 static void handle_line(struct admin_req *q, int fd, const char *line, size_t len)
 {
-        _cleanup_(cjson_deletep) cJSON *root = cJSON_ParseWithLength(line, len);
+        _cleanup_(cjson_deletep) cJSON *root = NULL;
+        enum reqguard_verdict verdict = reqguard_scan(line, len, REQGUARD_MAX_ELEMENTS, REQGUARD_MAX_DEPTH);
         const cJSON *cmd, *id;
         struct admin_err e = {0};
         cJSON *result = NULL;
 
+        if (verdict != REQGUARD_OK) {
+                /* bounded before parsing; strict strings: nothing is truncated at a NUL */
+                fail(&e, reqguard_verdict_is_invalid(verdict) ? "invalid" : "too_large", "%s",
+                     reqguard_verdict_message(verdict));
+                reply(fd, NULL, NULL, &e);
+                return;
+        }
+        root = cJSON_ParseWithLength(line, len);
         if (!root || !cJSON_IsObject(root)) {
                 fail(&e, "bad_request", root ? "a command must be a JSON object" : "malformed JSON");
                 reply(fd, NULL, NULL, &e);
@@ -898,11 +923,15 @@ static void serve(struct sockserver *ss, int fd, const struct ucred *peer, void 
         snprintf(q.actor, sizeof(q.actor), "admin:uid=%u", (unsigned)peer->uid);
         if (!peer_allowed(srv, peer)) {
                 struct admin_err e = {0};
-                char detail[96];
+                char detail[128];
+                uint64_t suppressed = 0;
                 fail(&e, "forbidden", "uid %u may not use the admin socket", (unsigned)peer->uid);
                 reply(fd, NULL, NULL, &e);
-                snprintf(detail, sizeof(detail), "{\"peer_uid\":%u,\"peer_pid\":%d}", (unsigned)peer->uid,
-                         (int)peer->pid);
+                /* a peer that keeps trying must not grow the audit log without bound */
+                if (!reqguard_audit_allowed(peer->uid, sbx_now_ms(), &suppressed))
+                        return;
+                snprintf(detail, sizeof(detail), "{\"peer_uid\":%u,\"peer_pid\":%d,\"suppressed_before\":%" PRIu64 "}",
+                         (unsigned)peer->uid, (int)peer->pid, suppressed);
                 (void)store_audit(srv->d->store, q.actor, NULL, NULL, "admin.refused", detail);
                 log_warn("admin: refused uid %u (pid %d)", (unsigned)peer->uid, (int)peer->pid);
                 return;
@@ -911,7 +940,8 @@ static void serve(struct sockserver *ss, int fd, const struct ucred *peer, void 
         for (;;) {
                 char *line;
                 size_t len;
-                int r = linereader_next(&lr, &line, &len, -1, sockserver_stop_fd(ss));
+                int r = linereader_next(&lr, &line, &len, srv->d->cfg.connection_idle_timeout_ms,
+                                        sockserver_stop_fd(ss));
                 if (r == -E2BIG) {
                         struct admin_err e = {0};
                         fail(&e, "bad_request", "command line longer than %d bytes; closing", ADMIN_MAX_LINE);
@@ -949,8 +979,8 @@ int admin_server_start(struct daemon *d, struct admin_server **ret, struct sbx_e
                 srv->gid = gid = grp->gr_gid;
                 mode = 0660;
         }
-        r = sockserver_start("admin", "sbx-admin", d->cfg.admin_socket, mode, gid, ADMIN_MAX_CONNS, serve, srv,
-                             &srv->ss, err);
+        r = sockserver_start("admin", "sbx-admin", d->cfg.admin_socket, mode, gid, ADMIN_MAX_CONNS,
+                             (size_t)d->cfg.max_connections_per_uid, serve, srv, &srv->ss, err);
         if (r < 0) {
                 free(srv);
                 return r;

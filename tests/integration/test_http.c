@@ -523,3 +523,104 @@ Test(http, metrics_parse_and_move_as_executions_run)
         cr_assert_eq(system(cmd), 0, "sandboxctl metrics");
         teardown();
 }
+
+/* POST /mcp: the status; the body in *ret_body; the Mcp-Session-Id answered into sid (if any). */
+static int mcp_post(const char *token, const char *sid, const char *json, bool sse, char **ret_body, char *ret_sid)
+{
+        char jpath[SBX_PATH_MAX + 16], hpath[SBX_PATH_MAX + 16], sidh[128] = "";
+        FILE *f;
+        int code;
+
+        snprintf(jpath, sizeof(jpath), "%s/mcp.json", pki);
+        snprintf(hpath, sizeof(hpath), "%s/mcp.hdr", pki);
+        f = fopen(jpath, "we");
+        fputs(json, f);
+        fclose(f);
+        if (sid)
+                snprintf(sidh, sizeof(sidh), "-H 'Mcp-Session-Id: %s'", sid);
+        code = curl(ret_body,
+                    "-N -D %s -H 'Authorization: Bearer %s' %s -H 'Content-Type: application/json' "
+                    "-H 'Accept: application/json%s' --data-binary @%s https://127.0.0.1:%d/mcp",
+                    hpath, token, sidh, sse ? ", text/event-stream" : "", jpath, port);
+        if (ret_sid) {
+                char line[256];
+                ret_sid[0] = '\0';
+                f = fopen(hpath, "re");
+                while (f && fgets(line, sizeof(line), f))
+                        if (strncasecmp(line, "Mcp-Session-Id: ", 16) == 0)
+                                sscanf(line + 16, "%64[0-9a-f]", ret_sid);
+                if (f)
+                        fclose(f);
+        }
+        return code;
+}
+
+Test(http, mcp_sessions_tools_and_isolation, .init = setup_tls, .fini = teardown)
+{
+        char sid[65], *body = NULL;
+
+        /* no session and no 2026 envelope: 400; initialize: a session id */
+        cr_assert_eq(mcp_post(tok_a, NULL, "{\"jsonrpc\":\"2.0\",\"id\":1,\"method\":\"tools/list\"}", false, &body, NULL),
+                     400);
+        free(body);
+        cr_assert_eq(mcp_post(tok_a, NULL,
+                              "{\"jsonrpc\":\"2.0\",\"id\":1,\"method\":\"initialize\",\"params\":{\"protocolVersion\":"
+                              "\"2025-06-18\",\"capabilities\":{},\"clientInfo\":{\"name\":\"curl\",\"version\":\"1\"}}}",
+                              false, &body, sid),
+                     200);
+        cr_assert_eq(strlen(sid), 32, "Mcp-Session-Id: %s", sid);
+        cr_assert(strstr(body, "\"protocolVersion\":\"2025-06-18\"") != NULL, "%s", body);
+        free(body);
+        cr_assert_eq(mcp_post(tok_a, sid, "{\"jsonrpc\":\"2.0\",\"method\":\"notifications/initialized\"}", false, &body,
+                              NULL),
+                     202);
+        free(body);
+        cr_assert_eq(mcp_post(tok_a, sid, "{\"jsonrpc\":\"2.0\",\"id\":2,\"method\":\"tools/list\"}", false, &body, NULL),
+                     200);
+        cr_assert(strstr(body, "\"name\":\"exec\"") != NULL, "%s", body);
+        free(body);
+
+        /* a tool call, streamed: progress, then the response */
+        cr_assert_eq(mcp_post(tok_a, sid,
+                              "{\"jsonrpc\":\"2.0\",\"id\":3,\"method\":\"tools/call\",\"params\":{\"name\":\"exec\","
+                              "\"arguments\":{\"command\":\"echo from-mcp; sleep 0.5; echo more\"},"
+                              "\"_meta\":{\"progressToken\":\"p3\"}}}",
+                              true, &body, NULL),
+                     200);
+        cr_assert(strstr(body, "event: message\ndata: {\"jsonrpc\":\"2.0\",\"method\":\"notifications/progress\"") !=
+                          NULL,
+                  "%s", body);
+        cr_assert(strstr(body, "data: {\"jsonrpc\":\"2.0\",\"id\":3,\"result\"") != NULL, "%s", body);
+        cr_assert(strstr(body, "from-mcp") != NULL, "%s", body);
+        free(body);
+
+        /* another user's token cannot use the session; an unknown id is 404 too */
+        cr_assert_eq(mcp_post(tok_b, sid, "{\"jsonrpc\":\"2.0\",\"id\":4,\"method\":\"tools/list\"}", false, &body, NULL),
+                     404);
+        free(body);
+        cr_assert_eq(mcp_post(tok_a, "00000000000000000000000000000000",
+                              "{\"jsonrpc\":\"2.0\",\"id\":4,\"method\":\"tools/list\"}", false, &body, NULL),
+                     404);
+        free(body);
+
+        /* the 2026-07-28 era needs no session */
+        cr_assert_eq(mcp_post(tok_a, NULL,
+                              "{\"jsonrpc\":\"2.0\",\"id\":5,\"method\":\"tools/call\",\"params\":{\"name\":\"exec\","
+                              "\"arguments\":{\"session\":\"s9\",\"command\":\"echo modern\"},\"_meta\":{"
+                              "\"io.modelcontextprotocol/protocolVersion\":\"2026-07-28\","
+                              "\"io.modelcontextprotocol/clientCapabilities\":{}}}}",
+                              false, &body, NULL),
+                     200);
+        cr_assert(strstr(body, "modern") != NULL && strstr(body, "\"resultType\":\"complete\"") != NULL, "%s", body);
+        free(body);
+
+        /* DELETE ends it */
+        cr_assert_eq(curl(NULL, "-X DELETE -H 'Authorization: Bearer %s' -H 'Mcp-Session-Id: %s' https://127.0.0.1:%d/mcp",
+                          tok_a, sid, port),
+                     200);
+        cr_assert_eq(mcp_post(tok_a, sid, "{\"jsonrpc\":\"2.0\",\"id\":6,\"method\":\"tools/list\"}", false, &body, NULL),
+                     404);
+        free(body);
+        /* no token, no MCP */
+        cr_assert_eq(curl(NULL, "--data-binary '{}' https://127.0.0.1:%d/mcp", port), 401);
+}

@@ -136,6 +136,17 @@ static int curl(char **ret_body, const char *fmt, ...)
         return code;
 }
 
+/* Write text to <pki>/<name>; the path in ret. */
+static void put_file(const char *name, const char *text, char ret[SBX_PATH_MAX + 16])
+{
+        FILE *f;
+        snprintf(ret, SBX_PATH_MAX + 16, "%s/%s", pki, name);
+        f = fopen(ret, "we");
+        cr_assert_not_null(f);
+        fputs(text, f);
+        fclose(f);
+}
+
 /* POST /v1/<method> over HTTPS with a bearer token: the status; *ret the body as JSON. */
 static int post(const char *token, const char *method, const char *json, cJSON **ret)
 {
@@ -143,12 +154,8 @@ static int post(const char *token, const char *method, const char *json, cJSON *
         int code;
         char auth[128] = "";
         char jpath[SBX_PATH_MAX + 16];
-        FILE *f;
 
-        snprintf(jpath, sizeof(jpath), "%s/req.json", pki);
-        f = fopen(jpath, "we");
-        fputs(json, f);
-        fclose(f);
+        put_file("req.json", json, jpath);
         if (token)
                 snprintf(auth, sizeof(auth), "-H 'Authorization: Bearer %s'", token);
         code = curl(&body, "%s -H 'Content-Type: application/json' --data-binary @%s https://127.0.0.1:%d/v1/%s",
@@ -271,11 +278,10 @@ Test(http, exec_tokens_and_statuses, .init = setup_tls, .fini = teardown)
 }
 
 /* POST /v1/exec asking for Server-Sent Events, with params from json. */
-static int sse_exec(const char *jpath, const char *json, char **ret_body)
+static int sse_exec(const char *name, const char *json, char **ret_body)
 {
-        FILE *f = fopen(jpath, "we");
-        fputs(json, f);
-        fclose(f);
+        char jpath[SBX_PATH_MAX + 16];
+        put_file(name, json, jpath);
         return curl(ret_body,
                     "-N -H 'Accept: text/event-stream' -H 'Authorization: Bearer %s' --data-binary @%s "
                     "https://127.0.0.1:%d/v1/exec",
@@ -284,12 +290,11 @@ static int sse_exec(const char *jpath, const char *json, char **ret_body)
 
 Test(http, sse_streams_output_then_the_result, .init = setup_tls, .fini = teardown)
 {
-        char *body = NULL, jpath[SBX_PATH_MAX + 16];
+        char *body = NULL;
         const char *res;
         cJSON *r;
 
-        snprintf(jpath, sizeof(jpath), "%s/sse.json", pki);
-        cr_assert_eq(sse_exec(jpath, "{\"session\": \"s2\", \"command\": "
+        cr_assert_eq(sse_exec("sse.json", "{\"session\": \"s2\", \"command\": "
                                      "\"echo one; sleep 0.3; echo two >&2; sleep 0.3; echo three\"}",
                               &body),
                      200);
@@ -307,13 +312,13 @@ Test(http, sse_streams_output_then_the_result, .init = setup_tls, .fini = teardo
         free(body);
 
         /* a stream quiet for longer than the idle limit stays open */
-        cr_assert_eq(sse_exec(jpath, "{\"session\": \"s2\", \"command\": \"sleep 3; echo late\"}", &body), 200);
+        cr_assert_eq(sse_exec("sse.json", "{\"session\": \"s2\", \"command\": \"sleep 3; echo late\"}", &body), 200);
         cr_assert(strstr(body, "event: result\ndata: ") != NULL, "%s", body);
         cr_assert(strstr(body, "\"stdout\":\"late\\n\"") != NULL, "%s", body);
         free(body);
 
         /* an error before the call runs comes as one error event */
-        cr_assert_eq(sse_exec(jpath, "{\"session\": \"s2\"}", &body), 200);
+        cr_assert_eq(sse_exec("sse.json", "{\"session\": \"s2\"}", &body), 200);
         cr_assert(strstr(body, "event: error\ndata: {\"code\":\"bad_request\"") != NULL, "%s", body);
         cr_assert(strstr(body, "\"status\":400") != NULL, "%s", body);
         free(body);
@@ -531,11 +536,9 @@ static int mcp_post(const char *token, const char *sid, const char *json, bool s
         FILE *f;
         int code;
 
-        snprintf(jpath, sizeof(jpath), "%s/mcp.json", pki);
+
         snprintf(hpath, sizeof(hpath), "%s/mcp.hdr", pki);
-        f = fopen(jpath, "we");
-        fputs(json, f);
-        fclose(f);
+        put_file("mcp.json", json, jpath);
         if (sid)
                 snprintf(sidh, sizeof(sidh), "-H 'Mcp-Session-Id: %s'", sid);
         code = curl(ret_body,

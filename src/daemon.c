@@ -149,6 +149,8 @@ int daemon_open(const struct sbx_config *cfg, const struct daemon_options *opts,
                         r = admin_server_start(d, &d->admin, err);
                 if (r == 0)
                         r = http_server_start(d, &d->http, err);
+                if (r == 0)
+                        r = http_metrics_start(d, &d->metrics, err);
                 if (r < 0)
                         goto fail;
         }
@@ -164,6 +166,7 @@ void daemon_close(struct daemon *d)
         if (!d)
                 return;
         /* The fronts first, so no request arrives while the engines go. */
+        http_server_stop(d->metrics);
         http_server_stop(d->http);
         admin_server_stop(d->admin);
         api_server_stop(d->api);

@@ -32,6 +32,7 @@
 #include "sandboxd/container.h"
 #include "sandboxd/docker.h"
 #include "sandboxd/log.h"
+#include "sandboxd/metrics.h"
 #include "sandboxd/quota.h"
 #include "sandboxd/runner.h"
 #include "sandboxd/session.h"
@@ -351,6 +352,8 @@ static void set_state(struct execution *x, enum exec_state st, enum exec_cause c
         pthread_mutex_lock(&x->lock);
         x->state = st;
         x->cause = cause;
+        if (exec_state_is_final(st)) /* counted before anyone can see it final */
+                metrics_exec_finished(st, cause, x->duration_ms);
         pthread_cond_broadcast(&x->cond);
         pthread_mutex_unlock(&x->lock);
 }

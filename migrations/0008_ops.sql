@@ -7,7 +7,8 @@ CREATE TABLE user_policy (
         updated_at     INTEGER NOT NULL
 );
 
--- The host uid a session's processes run as (from sandbox_uid_range), like its port block:
+-- Not used yet (issue 18 item 3, not built): the host uid a session's processes will run as (from
+-- sandbox_uid_range), like its port block:
 -- kept while the session's workspace exists, so every later container reuses it.
 CREATE TABLE session_uids (
         user_id        TEXT NOT NULL,

@@ -12,6 +12,7 @@
 #include <ctype.h>
 #include <errno.h>
 #include <grp.h>
+#include <inttypes.h>
 #include <pwd.h>
 #include <stdio.h>
 #include <string.h>
@@ -21,10 +22,13 @@
 #include "sandboxd/daemon.h"
 #include "sandboxd/exec.h"
 #include "sandboxd/log.h"
+#include "sandboxd/metrics.h"
 #include "sandboxd/monitor.h"
 #include "sandboxd/portpool.h"
 #include "sandboxd/privacy.h"
 #include "sandboxd/runtime.h"
+#include "sandboxd/quota.h"
+#include "sandboxd/reqguard.h"
 #include "sandboxd/service.h"
 #include "sandboxd/session.h"
 #include "sandboxd/store.h"
@@ -283,6 +287,18 @@ static int c_stats(struct admin_req *q, cJSON **ret, struct admin_err *e)
         cJSON_AddNumberToObject(p, "total", (double)total);
         last = q->d->monitor ? monitor_last_poll(q->d->monitor) : 0;
         add_time(*ret, "monitor_last_poll", last);
+        return 0;
+}
+
+/* The Prometheus text of metrics_listen's /metrics (sandboxctl metrics). */
+static int c_metrics(struct admin_req *q, cJSON **ret, struct admin_err *e)
+{
+        _cleanup_free_ char *text = NULL;
+
+        if (metrics_render(q->d, &text) < 0)
+                return fail(e, "internal", "out of memory");
+        *ret = cJSON_CreateObject();
+        cJSON_AddStringToObject(*ret, "text", text);
         return 0;
 }
 
@@ -685,12 +701,135 @@ static int c_user_runtime(struct admin_req *q, cJSON **ret, struct admin_err *e)
         return 0;
 }
 
+/* ---- quotas ---- */
+
+static cJSON *quota_json(struct daemon *d, const char *user)
+{
+        struct quota_limits lim;
+        struct store_quota *rows = NULL;
+        struct session_info *list = NULL;
+        size_t n = 0, live = 0;
+        cJSON *o = cJSON_CreateObject(), *l, *ov, *u;
+
+        quota_limits_get(d->quota, &d->cfg, user, &lim);
+        cJSON_AddStringToObject(o, "user", user);
+        l = cJSON_AddObjectToObject(o, "limits");
+        cJSON_AddNumberToObject(l, "max_sessions_per_user", (double)lim.sessions);
+        cJSON_AddNumberToObject(l, "max_exec_per_user", (double)lim.execs);
+        cJSON_AddNumberToObject(l, "max_services_per_session", (double)lim.services);
+        cJSON_AddNumberToObject(l, "max_spool_per_session", (double)lim.spool_bytes);
+        ov = cJSON_AddObjectToObject(o, "overrides");
+        if (d->quota && quota_overrides(d->quota, user, &rows, &n) == 0)
+                for (size_t i = 0; i < n; i++)
+                        cJSON_AddNumberToObject(ov, rows[i].key, (double)rows[i].value);
+        free(rows);
+        u = cJSON_AddObjectToObject(o, "usage");
+        if (session_list(d->sessions, user, NULL, &list, &n) == 0)
+                for (size_t i = 0; i < n; i++)
+                        live += list[i].state == SESSION_RUNNING || list[i].state == SESSION_CREATING;
+        session_info_list_free(list, n);
+        cJSON_AddNumberToObject(u, "live_sessions", (double)live);
+        cJSON_AddNumberToObject(u, "executions_running", (double)exec_running_count(d->exec, user, NULL));
+        return o;
+}
+
+static int a_user(struct admin_req *q, const char **ret, struct admin_err *e)
+{
+        if (a_string(q, "user", true, ret, e) < 0)
+                return -1;
+        if (!session_id_valid(*ret))
+                return fail(e, "invalid", "invalid user_id: must be 1-64 characters of [A-Za-z0-9_.-]");
+        return 0;
+}
+
+static int c_quota_show(struct admin_req *q, cJSON **ret, struct admin_err *e)
+{
+        const char *user;
+
+        if (a_user(q, &user, e) < 0)
+                return -1;
+        *ret = quota_json(q->d, user);
+        return 0;
+}
+
+static int c_quota_set(struct admin_req *q, cJSON **ret, struct admin_err *e)
+{
+        const cJSON *v = cJSON_GetObjectItemCaseSensitive(q->args, "value");
+        const char *user, *key;
+        struct sbx_error err = {0};
+        cJSON *detail;
+        int r;
+
+        if (a_user(q, &user, e) < 0 || a_string(q, "key", true, &key, e) < 0)
+                return -1;
+        /* a double holds every integer up to 2^53 exactly: more than any quota's range */
+        if (!cJSON_IsNumber(v) || v->valuedouble != (double)(int64_t)v->valuedouble)
+                return fail(e, "bad_request", "value must be an integer");
+        r = quota_set(q->d->quota, user, key, (int64_t)v->valuedouble, &err);
+        if (r < 0)
+                return fail_errno(e, r, &err);
+        detail = cJSON_CreateObject();
+        cJSON_AddStringToObject(detail, "key", key);
+        cJSON_AddNumberToObject(detail, "value", v->valuedouble);
+        audit(q, user, NULL, "quota.set", detail);
+        *ret = quota_json(q->d, user);
+        return 0;
+}
+
+static int c_quota_unset(struct admin_req *q, cJSON **ret, struct admin_err *e)
+{
+        const char *user, *key;
+        struct sbx_error err = {0};
+        cJSON *detail;
+        int r;
+
+        if (a_user(q, &user, e) < 0 || a_string(q, "key", false, &key, e) < 0)
+                return -1;
+        r = quota_unset(q->d->quota, user, key, &err);
+        if (r < 0)
+                return fail_errno(e, r, &err);
+        detail = cJSON_CreateObject();
+        add_text(detail, "key", key ? key : "*");
+        audit(q, user, NULL, "quota.unset", detail);
+        *ret = quota_json(q->d, user);
+        cJSON_AddNumberToObject(*ret, "removed", r);
+        return 0;
+}
+
+static int c_quota_list(struct admin_req *q, cJSON **ret, struct admin_err *e)
+{
+        struct store_quota *rows = NULL;
+        size_t n = 0;
+        cJSON *a, *defaults;
+        int r = quota_overrides(q->d->quota, NULL, &rows, &n);
+
+        if (r < 0)
+                return fail_errno(e, r, NULL);
+        *ret = cJSON_CreateObject();
+        defaults = cJSON_AddObjectToObject(*ret, "defaults");
+        cJSON_AddNumberToObject(defaults, "max_sessions_per_user", q->d->cfg.max_sessions_per_user);
+        cJSON_AddNumberToObject(defaults, "max_exec_per_user", q->d->cfg.max_exec_per_user);
+        cJSON_AddNumberToObject(defaults, "max_services_per_session", q->d->cfg.max_services_per_session);
+        cJSON_AddNumberToObject(defaults, "max_spool_per_session", (double)q->d->cfg.max_spool_per_session_bytes);
+        a = cJSON_AddArrayToObject(*ret, "overrides");
+        for (size_t i = 0; i < n; i++) {
+                cJSON *o = cJSON_CreateObject();
+                cJSON_AddStringToObject(o, "user", rows[i].user_id);
+                cJSON_AddStringToObject(o, "key", rows[i].key);
+                cJSON_AddNumberToObject(o, "value", (double)rows[i].value);
+                cJSON_AddItemToArray(a, o);
+        }
+        free(rows);
+        return 0;
+}
+
 static const struct {
         const char *name;
         cmd_fn fn;
 } commands[] = {
         {"health", c_health},
         {"stats", c_stats},
+        {"metrics", c_metrics},
         {"sessions.list", c_sessions_list},
         {"sessions.top", c_sessions_top},
         {"session.show", c_session_show},
@@ -701,6 +840,10 @@ static const struct {
         {"token.create", c_token_create},
         {"token.revoke", c_token_revoke},
         {"token.list", c_token_list},
+        {"quota.show", c_quota_show},
+        {"quota.set", c_quota_set},
+        {"quota.unset", c_quota_unset},
+        {"quota.list", c_quota_list},
 };
 
 /* ---- connections ---- */
@@ -744,11 +887,20 @@ static void reply(int fd, const cJSON *id, cJSON *result, const struct admin_err
 
 static void handle_line(struct admin_req *q, int fd, const char *line, size_t len)
 {
-        _cleanup_(cjson_deletep) cJSON *root = cJSON_ParseWithLength(line, len);
+        _cleanup_(cjson_deletep) cJSON *root = NULL;
+        enum reqguard_verdict verdict = reqguard_scan(line, len, REQGUARD_MAX_ELEMENTS, REQGUARD_MAX_DEPTH);
         const cJSON *cmd, *id;
         struct admin_err e = {0};
         cJSON *result = NULL;
 
+        if (verdict != REQGUARD_OK) {
+                /* bounded before parsing; strict strings: nothing is truncated at a NUL */
+                fail(&e, reqguard_verdict_is_invalid(verdict) ? "invalid" : "too_large", "%s",
+                     reqguard_verdict_message(verdict));
+                reply(fd, NULL, NULL, &e);
+                return;
+        }
+        root = cJSON_ParseWithLength(line, len);
         if (!root || !cJSON_IsObject(root)) {
                 fail(&e, "bad_request", root ? "a command must be a JSON object" : "malformed JSON");
                 reply(fd, NULL, NULL, &e);
@@ -814,11 +966,15 @@ static void serve(struct sockserver *ss, int fd, const struct ucred *peer, void 
         snprintf(q.actor, sizeof(q.actor), "admin:uid=%u", (unsigned)peer->uid);
         if (!peer_allowed(srv, peer)) {
                 struct admin_err e = {0};
-                char detail[96];
+                char detail[128];
+                uint64_t suppressed = 0;
                 fail(&e, "forbidden", "uid %u may not use the admin socket", (unsigned)peer->uid);
                 reply(fd, NULL, NULL, &e);
-                snprintf(detail, sizeof(detail), "{\"peer_uid\":%u,\"peer_pid\":%d}", (unsigned)peer->uid,
-                         (int)peer->pid);
+                /* a peer that keeps trying must not grow the audit log without bound */
+                if (!reqguard_audit_allowed(peer->uid, sbx_now_ms(), &suppressed))
+                        return;
+                snprintf(detail, sizeof(detail), "{\"peer_uid\":%u,\"peer_pid\":%d,\"suppressed_before\":%" PRIu64 "}",
+                         (unsigned)peer->uid, (int)peer->pid, suppressed);
                 (void)store_audit(srv->d->store, q.actor, NULL, NULL, "admin.refused", detail);
                 log_warn("admin: refused uid %u (pid %d)", (unsigned)peer->uid, (int)peer->pid);
                 return;
@@ -827,7 +983,8 @@ static void serve(struct sockserver *ss, int fd, const struct ucred *peer, void 
         for (;;) {
                 char *line;
                 size_t len;
-                int r = linereader_next(&lr, &line, &len, -1, sockserver_stop_fd(ss));
+                int r = linereader_next(&lr, &line, &len, srv->d->cfg.connection_idle_timeout_ms,
+                                        sockserver_stop_fd(ss));
                 if (r == -E2BIG) {
                         struct admin_err e = {0};
                         fail(&e, "bad_request", "command line longer than %d bytes; closing", ADMIN_MAX_LINE);
@@ -865,8 +1022,8 @@ int admin_server_start(struct daemon *d, struct admin_server **ret, struct sbx_e
                 srv->gid = gid = grp->gr_gid;
                 mode = 0660;
         }
-        r = sockserver_start("admin", "sbx-admin", d->cfg.admin_socket, mode, gid, ADMIN_MAX_CONNS, serve, srv,
-                             &srv->ss, err);
+        r = sockserver_start("admin", "sbx-admin", d->cfg.admin_socket, mode, gid, ADMIN_MAX_CONNS,
+                             (size_t)d->cfg.max_connections_per_uid, serve, srv, &srv->ss, err);
         if (r < 0) {
                 free(srv);
                 return r;

@@ -4,7 +4,8 @@
  * logic of its own beyond that.
  *
  * Threads: "sbx-api" accepts (listener.c); each connection gets one worker
- * ("sbx-api-conn", at most API_MAX_CONNS) that answers its requests in order.
+ * ("sbx-api-conn", at most max_connections in all and max_connections_per_uid
+ * per peer uid) that answers its requests in order.
  *   c->wlock     serialises writes to one connection, and c->broken
  *   sinks_lock   guards the registry of streaming sinks and every sink's
  *                queue (sink->cond pairs with it)
@@ -30,13 +31,13 @@
 #include "sandboxd/daemon.h"
 #include "sandboxd/exec.h"
 #include "sandboxd/log.h"
+#include "sandboxd/metrics.h"
+#include "sandboxd/reqguard.h"
 #include "sandboxd/session.h"
 #include "sandboxd/store.h"
 #include "sandboxd/token.h"
 #include "sandboxd/utf8.h"
 
-#define API_MAX_CONNS 64
-#define API_AUTH_TIMEOUT_MS 30000 /* a connection must authenticate within this */
 #define API_MAX_AUTH_FAILURES 5   /* then the connection is closed */
 #define SINK_MAX_BYTES (1 << 20)  /* progress queued for one request; past it chunks are dropped */
 
@@ -414,9 +415,18 @@ int api_wait_final(struct req *q, const char *id, struct api_sink *s, int64_t ma
 
 static void audit_auth_failure(struct api_conn *c, const char *reason, const char *method)
 {
-        cJSON *d = cJSON_CreateObject();
+        cJSON *d;
         char actor[80], *json;
+        uint64_t suppressed = 0;
 
+        metrics_auth_failure(); /* every one, audited or not */
+        /* a peer that keeps failing must not grow the audit log without bound
+         * (network peers, which have no uid, share one budget) */
+        if (!reqguard_audit_allowed(c->peer_addr ? (uid_t)-1 : c->peer.uid, sbx_now_ms(), &suppressed))
+                return;
+        d = cJSON_CreateObject();
+        if (suppressed > 0)
+                cJSON_AddNumberToObject(d, "suppressed_before", (double)suppressed);
         if (c->peer_addr) {
                 snprintf(actor, sizeof(actor), "peer:%s", c->peer_addr);
                 cJSON_AddStringToObject(d, "peer_addr", c->peer_addr);
@@ -524,20 +534,34 @@ static void handle_line(struct api_conn *c, const char *line, size_t len)
         struct token_info tok;
         struct api_err e = {0};
         cJSON *result = NULL;
+        enum reqguard_verdict verdict;
         int r;
 
+        /* bounded before it is parsed: values and nesting, not only bytes */
+        verdict = reqguard_scan(line, len, REQGUARD_MAX_ELEMENTS, REQGUARD_MAX_DEPTH);
+        if (verdict == REQGUARD_TOO_MANY_ELEMENTS || verdict == REQGUARD_TOO_DEEP) {
+                send_error(c, NULL, "too_large", reqguard_verdict_message(verdict));
+                return;
+        }
         root = cJSON_ParseWithLength(line, len);
         if (!root || !cJSON_IsObject(root)) {
                 send_error(c, NULL, "bad_request", root ? "a request must be a JSON object" : "malformed JSON");
                 return;
         }
-        id = cJSON_GetObjectItemCaseSensitive(root, "id");
+        /* until the token verifies, only a small id is echoed */
+        id = reqguard_reply_id(cJSON_GetObjectItemCaseSensitive(root, "id"));
         token = cJSON_GetObjectItemCaseSensitive(root, "token");
         method = cJSON_GetObjectItemCaseSensitive(root, "method");
 
         /* Authenticate before saying anything else about the request. */
         r = api_authenticate(c, cJSON_IsString(token) ? token->valuestring : NULL,
                              cJSON_IsString(method) ? method->valuestring : NULL, &tok, &e);
+        if (r == 0) {
+                id = cJSON_GetObjectItemCaseSensitive(root, "id");
+                /* strict strings: never a silently truncated id, path, name or value */
+                if (verdict != REQGUARD_OK)
+                        r = api_fail(&e, "invalid", "%s", reqguard_verdict_message(verdict));
+        }
         if (r == 0)
                 r = api_call(c, &tok, id, cJSON_IsString(method) ? method->valuestring : NULL,
                              cJSON_GetObjectItemCaseSensitive(root, "params"), &result, &e);
@@ -551,30 +575,55 @@ static void handle_line(struct api_conn *c, const char *line, size_t len)
 
 /* ---- connections ---- */
 
+/* A first line longer than the pre-authentication cap is read on only when
+ * its prefix carries a token that verifies. */
+static bool prefix_authenticates(struct api_conn *c, const struct linereader *lr)
+{
+        char token[256];
+        struct token_info info;
+
+        return reqguard_prefix_token(lr->buf, lr->len, token, sizeof(token)) &&
+               token_verify(c->d->store, token, &info) == 0;
+}
+
 static void serve(struct sockserver *ss, int fd, const struct ucred *peer, void *ud)
 {
         struct api_server *srv = ud;
+        const struct sbx_config *cfg = &srv->d->cfg;
         struct api_conn conn = {.srv = srv, .d = srv->d, .fd = fd, .peer = *peer};
         struct api_conn *c = &conn;
         struct linereader lr;
-
-        int64_t auth_deadline = sbx_now_ms() + API_AUTH_TIMEOUT_MS;
+        /* until its first good token, a connection has a short deadline from its opening */
+        int64_t auth_deadline = sbx_now_ms() + cfg->auth_timeout_ms;
+        bool prefix_ok = false;
 
         pthread_mutex_init(&c->wlock, NULL);
-        linereader_init(&lr, fd, API_MAX_LINE);
+        linereader_init(&lr, fd, REQGUARD_PREAUTH_LINE);
         for (;;) {
                 char *line;
                 size_t len;
-                /* until its first good token, a connection has a deadline from its opening */
                 int64_t left = auth_deadline - sbx_now_ms();
-                int r = linereader_next(&lr, &line, &len, c->authenticated ? -1 : left > 0 ? (int)left : 0,
+                bool idle = c->authenticated || prefix_ok;
+                int r = linereader_next(&lr, &line, &len,
+                                        idle ? cfg->connection_idle_timeout_ms : left > 0 ? (int)left : 0,
                                         sockserver_stop_fd(ss));
+                if (r == -E2BIG && !idle && prefix_authenticates(c, &lr)) {
+                        /* a large first request whose leading token verifies: read on */
+                        prefix_ok = true;
+                        lr.max = API_MAX_LINE;
+                        continue;
+                }
                 if (r == -E2BIG) {
-                        send_error(c, NULL, "bad_request", "request line longer than API_MAX_LINE; closing");
+                        send_error(c, NULL, "bad_request",
+                                   idle ? "request line longer than API_MAX_LINE; closing"
+                                        : "an unauthenticated request is limited to 4 KiB (send the token before "
+                                          "large fields); closing");
                         break;
                 }
                 if (r == -ETIMEDOUT) {
-                        send_error(c, NULL, "unauthorized", "no authenticated request in time; closing");
+                        send_error(c, NULL, idle ? "unavailable" : "unauthorized",
+                                   idle ? "no request in connection_idle_timeout; closing"
+                                        : "no authenticated request in time; closing");
                         break;
                 }
                 if (r <= 0)
@@ -584,6 +633,9 @@ static void serve(struct sockserver *ss, int fd, const struct ucred *peer, void 
                 if (len == 0)
                         continue;
                 handle_line(c, line, len);
+                if (c->authenticated)
+                        lr.max = API_MAX_LINE;
+                prefix_ok = false;
                 if (c->auth_failures >= API_MAX_AUTH_FAILURES || conn_broken(c))
                         break;
         }
@@ -600,8 +652,8 @@ int api_server_start(struct daemon *d, struct api_server **ret, struct sbx_error
                 return sbx_error_set(err, -ENOMEM, 0, "out of memory");
         srv->d = d;
         /* every request carries a token: the socket itself is open to all */
-        r = sockserver_start("API", "sbx-api", d->cfg.api_socket, 0666, (gid_t)-1, API_MAX_CONNS, serve, srv,
-                             &srv->ss, err);
+        r = sockserver_start("API", "sbx-api", d->cfg.api_socket, 0666, (gid_t)-1, (size_t)d->cfg.max_connections,
+                             (size_t)d->cfg.max_connections_per_uid, serve, srv, &srv->ss, err);
         if (r < 0) {
                 free(srv);
                 return r;

@@ -17,6 +17,7 @@
 
 #include "sandboxd/config.h"
 #include "sandboxd/log.h"
+#include "sandboxd/reqguard.h"
 
 /* mkdir -p with mode 0755 for missing components; existing ones are left as
  * they are. */
@@ -357,6 +358,7 @@ struct sockserver {
         char what[32];
         char thread_name[16];
         size_t max_conns;
+        size_t max_per_uid;
         sockserver_fn fn;
         void *ud;
         pthread_t accept_thread;
@@ -417,13 +419,29 @@ static void *accept_main(void *ud)
                 pthread_t t;
                 int fd, r;
 
+                /* unknown unless the kernel says: never uid 0 by default */
+                struct ucred peer = {.pid = 0, .uid = (uid_t)-1, .gid = (gid_t)-1};
+                size_t mine = 0;
+
                 if (listener_accept(&srv->l, srv->what, &fd) < 0)
                         break;
+                (void)listener_peer(fd, &peer);
                 pthread_mutex_lock(&srv->lock);
+                for (struct sockserver_conn *o = srv->conns; o; o = o->next)
+                        mine += o->peer.uid == peer.uid;
                 if (srv->n_conns >= srv->max_conns) {
                         pthread_mutex_unlock(&srv->lock);
                         log_warn("%s: %zu connections open; refusing one more", srv->what, srv->max_conns);
                         refuse(fd, "too many connections; retry later");
+                        continue;
+                }
+                /* one local user cannot take every slot (root, who could stop the daemon anyway, is not capped) */
+                if (peer.uid != 0 && mine >= srv->max_per_uid) {
+                        pthread_mutex_unlock(&srv->lock);
+                        if (reqguard_audit_allowed(peer.uid, sbx_now_ms(), NULL))
+                                log_warn("%s: uid %u has %zu connections open; refusing one more", srv->what,
+                                         (unsigned)peer.uid, mine);
+                        refuse(fd, "too many connections from this uid; retry later");
                         continue;
                 }
                 c = calloc(1, sizeof(*c));
@@ -434,9 +452,7 @@ static void *accept_main(void *ud)
                 }
                 c->srv = srv;
                 c->fd = fd;
-                /* unknown unless the kernel says: never uid 0 by default */
-                c->peer = (struct ucred){.pid = 0, .uid = (uid_t)-1, .gid = (gid_t)-1};
-                (void)listener_peer(fd, &c->peer);
+                c->peer = peer;
                 (void)setsockopt(fd, SOL_SOCKET, SO_SNDTIMEO, &tv, sizeof(tv));
                 c->next = srv->conns;
                 srv->conns = c;
@@ -459,7 +475,8 @@ static void *accept_main(void *ud)
 }
 
 int sockserver_start(const char *what, const char *thread_name, const char *path, mode_t mode, gid_t gid,
-                     size_t max_conns, sockserver_fn fn, void *ud, struct sockserver **ret, struct sbx_error *err)
+                     size_t max_conns, size_t max_per_uid, sockserver_fn fn, void *ud, struct sockserver **ret,
+                     struct sbx_error *err)
 {
         struct sockserver *srv = calloc(1, sizeof(*srv));
         int r;
@@ -469,6 +486,7 @@ int sockserver_start(const char *what, const char *thread_name, const char *path
         sbx_strlcpy(srv->what, what, sizeof(srv->what));
         sbx_strlcpy(srv->thread_name, thread_name, sizeof(srv->thread_name));
         srv->max_conns = max_conns;
+        srv->max_per_uid = max_per_uid;
         srv->fn = fn;
         srv->ud = ud;
         pthread_mutex_init(&srv->lock, NULL);

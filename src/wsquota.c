@@ -37,6 +37,9 @@
 
 static const char *const mkfs_paths[] = {"/usr/sbin/mkfs.ext4", "/sbin/mkfs.ext4", NULL};
 
+static bool usage_mounted(int ufd, const char *session, struct wsquota_usage *u);
+static void usage_save(int iufd, const char *session, const struct wsquota_usage *u);
+
 static bool mode_is(const struct sbx_config *cfg, const char *mode)
 {
         return strcmp(cfg->workspace_quota_mode, mode) == 0;
@@ -294,6 +297,12 @@ int wsquota_detach(const struct sbx_config *cfg, const char *user, const char *s
         if (ufd < 0)
                 return ufd == -ENOENT ? 0 : sbx_error_set(err, ufd, 0, "cannot open the workspaces of %s", user);
         snprintf(path, sizeof(path), "%s/workspaces/%s/%s", cfg->data_dir, user, session);
+        if (is_mounted_at(ufd, session)) {
+                struct wsquota_usage u = {0};
+                _cleanup_close_ int iufd = open_user_dir(cfg, IMAGES_DIR, user, false);
+                if (iufd >= 0 && usage_mounted(ufd, session, &u))
+                        usage_save(iufd, session, &u);
+        }
         /* a stacked mount (it should never be) goes too */
         for (int i = 0; i < 8 && is_mounted_at(ufd, session); i++) {
                 if (umount2(path, UMOUNT_NOFOLLOW) == 0)
@@ -323,6 +332,8 @@ int wsquota_purge(const struct sbx_config *cfg, const char *user, const char *se
         if (unlinkat(iufd, image, 0) < 0 && errno != ENOENT)
                 return sbx_error_set(err, -errno, 0, "cannot delete the workspace image of %s:%s: %m", user,
                                      session);
+        snprintf(image, sizeof(image), "%s.usage", session);
+        (void)unlinkat(iufd, image, 0);
         return 0;
 }
 
@@ -373,27 +384,62 @@ static void scan_at(int dirfd, dev_t dev, int depth, struct scan *sc)
         closedir(d);
 }
 
-/* Figures from a mounted file system's statvfs, counted as the image's:
- * the limit is the image size, used is what a tenant can no longer write
- * (ext4 keeps a small reserve for its own metadata, counted as used). */
-static bool usage_mounted(int ufd, const char *session, uint64_t image_bytes, struct wsquota_usage *u)
+/* Figures from a mounted file system's statvfs: the limit is what files
+ * can fill (the image less ext4's journal and inode tables), used is what a
+ * tenant can no longer write (ext4's small metadata reserve counts as used). */
+static bool usage_mounted(int ufd, const char *session, struct wsquota_usage *u)
 {
         _cleanup_close_ int fd = openat(ufd, session, O_RDONLY | O_DIRECTORY | O_NOFOLLOW | O_CLOEXEC);
         struct statvfs sv;
 
-        if (fd < 0 || fstatvfs(fd, &sv) < 0)
+        if (fd < 0 || fstatvfs(fd, &sv) < 0 || sv.f_bavail > sv.f_blocks || sv.f_ffree > sv.f_files)
                 return false;
-        u->bytes_limit = image_bytes;
-        u->bytes_used = image_bytes - (uint64_t)sv.f_bavail * sv.f_frsize;
+        u->bytes_limit = (uint64_t)sv.f_blocks * sv.f_frsize;
+        u->bytes_used = (uint64_t)(sv.f_blocks - sv.f_bavail) * sv.f_frsize;
         u->inodes_limit = sv.f_files;
         u->inodes_used = sv.f_files - sv.f_ffree;
         return true;
 }
 
+/* The figures of an unmounted workspace: written at each unmount to
+ * {images}/<user>/<session>.usage (root's), so they read the same as while
+ * mounted. */
+static void usage_save(int iufd, const char *session, const struct wsquota_usage *u)
+{
+        char tmp[96], final[96], line[128];
+        int fd, n;
+
+        snprintf(tmp, sizeof(tmp), ".%s.usage.new", session);
+        snprintf(final, sizeof(final), "%s.usage", session);
+        n = snprintf(line, sizeof(line), "%" PRIu64 " %" PRIu64 " %" PRIu64 " %" PRIu64 "\n", u->bytes_used,
+                     u->bytes_limit, u->inodes_used, u->inodes_limit);
+        fd = openat(iufd, tmp, O_WRONLY | O_CREAT | O_TRUNC | O_NOFOLLOW | O_CLOEXEC, 0600);
+        if (fd < 0)
+                return;
+        if (write(fd, line, (size_t)n) != n || close(fd) < 0 || renameat(iufd, tmp, iufd, final) < 0)
+                (void)unlinkat(iufd, tmp, 0);
+}
+
+static bool usage_load(int iufd, const char *session, struct wsquota_usage *u)
+{
+        char name[96], line[128];
+        _cleanup_close_ int fd = -1;
+        ssize_t n;
+
+        snprintf(name, sizeof(name), "%s.usage", session);
+        fd = openat(iufd, name, O_RDONLY | O_NOFOLLOW | O_CLOEXEC);
+        if (fd < 0 || (n = read(fd, line, sizeof(line) - 1)) <= 0)
+                return false;
+        line[n] = '\0';
+        return sscanf(line, "%" SCNu64 " %" SCNu64 " %" SCNu64 " %" SCNu64, &u->bytes_used, &u->bytes_limit,
+                      &u->inodes_used, &u->inodes_limit) == 4;
+}
+
 static uint32_t le32(const unsigned char *p) { return p[0] | p[1] << 8 | p[2] << 16 | (uint32_t)p[3] << 24; }
 
-/* Figures from an unmounted image's ext4 superblock (its counters are
- * exact after a clean unmount). */
+/* Figures from an unmounted image's ext4 superblock when no saved figures
+ * exist (its counters are exact after a clean unmount; the limit is the
+ * whole image, metadata included). */
 static bool usage_image(int img, uint64_t image_bytes, struct wsquota_usage *u)
 {
         unsigned char sb[1024];
@@ -430,8 +476,9 @@ void wsquota_usage(const struct sbx_config *cfg, const char *user, const char *s
                         img = openat(iufd, image, O_RDONLY | O_NOFOLLOW | O_CLOEXEC);
                 if (img >= 0 && fstat(img, &st) == 0) {
                         u.mounted = ufd >= 0 && is_mounted_at(ufd, session);
-                        u.known = u.mounted ? usage_mounted(ufd, session, (uint64_t)st.st_size, &u)
-                                            : usage_image(img, (uint64_t)st.st_size, &u);
+                        u.known = u.mounted ? usage_mounted(ufd, session, &u)
+                                            : usage_load(iufd, session, &u) ||
+                                                      usage_image(img, (uint64_t)st.st_size, &u);
                 } else {
                         /* no image yet: nothing written, the limit it will get */
                         u.known = true;

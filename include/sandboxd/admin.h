@@ -20,6 +20,7 @@
  *   stats                                     → {uptime_s, started_at, version, docker_version, sessions: {creating,
  *                                                running, stopped, error, total}, executions_running,
  *                                                ports: {used, total}, monitor_last_poll (unix ms or null)}
+ *   metrics                                   → {text: the Prometheus exposition of metrics.h}
  *   sessions.list   {user?, state?}           → {sessions: [{user, session, state, container_id, image,
  *                                                network_mode, private, ports, created_at, last_activity,
  *                                                last_error, error_cause}]}
@@ -42,6 +43,12 @@
  *   token.create    {user, role?: agent|connector} → {token, id, user, role}  (the token is shown only here)
  *   token.revoke    {id}                      → {id, revoked: true}
  *   token.list      {}                        → {tokens: [{id, user, role, created_at, revoked_at}]}
+ *   quota.show      {user}                    → {user, limits: {max_sessions_per_user, max_exec_per_user,
+ *                                                max_services_per_session, max_spool_per_session}, overrides: {key:
+ *                                                value}, usage: {live_sessions, executions_running}}
+ *   quota.set       {user, key, value: integer} → as quota.show (key: one of the four limits; 0..its config max)
+ *   quota.unset     {user, key?}              → as quota.show, plus removed (no key: every override of user)
+ *   quota.list      {}                        → {defaults: {the four keys}, overrides: [{user, key, value}]}
  * Every command that changes something is audited (action "admin.<cmd>",
  * actor "admin:uid=<uid>"). */
 #ifndef SANDBOXD_ADMIN_H

@@ -4,13 +4,24 @@
  * Wire protocol (api_socket, a Unix stream socket, mode 0666 — every request
  * is authenticated by its token; the peer's uid from SO_PEERCRED is logged):
  * one JSON object per line, at most API_MAX_LINE bytes, requests answered in
- * order on a connection; a client may open several connections (at most 64
- * at once across all clients; past that a connection gets one busy reply and
- * is closed). A connection must send an authenticated request within 30 s
- * of opening; after 5 failed authentications it is closed. An over-long line
- * gets a bad_request reply and the connection is closed. Replies can be
- * longer than API_MAX_LINE (a 4 MiB read_file, worst case after escaping):
- * clients should accept lines up to API_MAX_REPLY.
+ * order on a connection; a client may open several connections (at most
+ * max_connections at once across all clients, and max_connections_per_uid
+ * from one peer uid other than root; past either a connection gets one busy
+ * reply and is closed). Limits on what a peer costs (see reqguard.h):
+ *   - until a request on the connection has authenticated, a line may be at
+ *     most 4 KiB, unless its first 4 KiB already hold a top-level "token"
+ *     that verifies (put the token before large fields); a connection must
+ *     send an authenticated request within auth_timeout (5 s); after 5
+ *     failed authentications it is closed;
+ *   - a line may hold at most 100000 JSON values nested at most 32 deep
+ *     (too_large, checked before parsing);
+ *   - a request that is not valid UTF-8, or has a NUL (\u0000) in any
+ *     string, is refused with invalid: nothing is ever truncated at a NUL;
+ *   - an unauthenticated reply echoes "id" only when it is small (else null);
+ *   - a connection with no request for connection_idle_timeout is closed.
+ * An over-long line gets a bad_request reply and the connection is closed.
+ * Replies can be longer than API_MAX_LINE (a 4 MiB read_file, worst case
+ * after escaping): clients should accept lines up to API_MAX_REPLY.
  *
  *   request   {"id": <any JSON>, "token": "<token>", "method": "<name>", "params": {...}}
  *   success   {"id": ..., "ok": true, "result": {...}}

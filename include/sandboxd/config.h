@@ -21,6 +21,10 @@ struct sbx_config {
         char api_socket[SBX_PATH_MAX];
         char admin_socket[SBX_PATH_MAX];
         char admin_group[64]; /* "" → socket mode 0600, else 0660 with this group */
+        int max_connections;            /* API socket, in total */
+        int max_connections_per_uid;    /* API and admin sockets, per peer uid (root exempt) */
+        int auth_timeout_ms;            /* a new API connection authenticates within this */
+        int connection_idle_timeout_ms; /* no request this long: the connection is closed */
         char docker_socket[SBX_PATH_MAX];
         char instance[64];
 
@@ -36,6 +40,7 @@ struct sbx_config {
         /* container */
         char image[256];
         char runner_binary[SBX_PATH_MAX]; /* "" → sandboxd-runner next to the executable */
+        int runner_heartbeat_ms;
         int64_t memory_bytes;
         int64_t nano_cpus;
         int64_t pids_limit;
@@ -73,6 +78,7 @@ struct sbx_config {
         int max_exec_per_session;
         int max_exec_per_user; /* default of the per-user quota (quota.h) */
         int64_t exec_output_cap_bytes;   /* spooled per stream per execution */
+        int64_t max_spool_per_session_bytes; /* default of the per-user quota (quota.h) */
         int64_t exec_result_head_bytes;  /* head and tail returned inline */
         int64_t max_command_bytes;
         int64_t max_stdin_bytes;
@@ -88,6 +94,7 @@ struct sbx_config {
         int max_age_s;
         int execution_retention_s;
         int workspace_retention_s; /* -1 = keep forever */
+        int audit_retention_s;     /* -1 = keep forever */
 };
 
 /* Fill cfg with every default. */

@@ -16,6 +16,7 @@ struct monitor;
 struct exec_engine;
 struct service_manager;
 struct privacy;
+struct quota;
 struct api_server;
 struct admin_server;
 struct http_server;
@@ -32,11 +33,13 @@ struct daemon {
         struct service_manager *services;
         struct privacy *privacy;
         struct runtime *runtime; /* runc | runsc per user */
+        struct quota *quota; /* per-user limits and their overrides */
         struct runner_hub *runner; /* per-session runner sockets */
         int64_t started_at; /* unix ms */
         struct api_server *api;     /* the socket fronts (opts->sockets) */
         struct admin_server *admin;
         struct http_server *http;   /* the network front (opts->sockets and http_listen) */
+        struct http_server *metrics; /* metrics_listen (opts->sockets) */
 };
 
 struct daemon_options {

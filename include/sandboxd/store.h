@@ -165,6 +165,11 @@ struct store_execution {
         int64_t stdout_spooled, stderr_spooled; /* kept */
         bool truncated;
         int64_t created_at, finished_at, duration_ms; /* unix ms; 0 = not yet */
+        char via[16];              /* "runner" | "docker_exec" | "" (never ran) */
+        int64_t cpu_user_ms, cpu_system_ms, max_rss_kb; /* usage of its tree; -1 = unknown */
+        char image[256];           /* provenance: image id (digest) */
+        char runtime[32];
+        char runner_version[64];   /* "" when not run by the runner */
 };
 
 /* Insert or update the whole row. */
@@ -181,6 +186,24 @@ int store_exec_fail_unfinished(struct store *s, const char *cause, const char *e
                                size_t *ret_n);
 /* Forget the spool of an execution (gc removed the files). */
 int store_exec_clear_spool(struct store *s, const char *id);
+
+/* ---- per-user quota overrides ---- */
+
+struct store_quota {
+        char user_id[65];
+        char key[48];
+        int64_t value;
+};
+/* Insert or replace the override of `key` for user. */
+int store_quota_set(struct store *s, const char *user, const char *key, int64_t value, int64_t now_ms);
+/* Drop one override (key) or all of the user's (key NULL); rows removed. */
+int store_quota_unset(struct store *s, const char *user, const char *key);
+/* Every override, ordered by user and key; *ret malloc'd. */
+int store_quota_list(struct store *s, struct store_quota **ret, size_t *ret_n);
+/* Bytes kept in the output spools of the session's ended executions, and
+ * the id of the oldest of them that still holds any ("" if none). */
+int store_quota_spool_usage(struct store *s, const char *user, const char *session, int64_t *ret_bytes,
+                            char ret_oldest[37]);
 
 /* ---- private datasets ---- */
 

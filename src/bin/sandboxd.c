@@ -13,6 +13,7 @@
 #include "sandboxd/gc.h"
 #include "sandboxd/log.h"
 #include "sandboxd/sdnotify.h"
+#include "sandboxd/wsquota.h"
 
 static void usage(FILE *f)
 {
@@ -108,6 +109,12 @@ int main(int argc, char **argv)
                 return 1;
         }
         if (check) {
+                /* what the host must offer for the settings (workspace_quota_mode) */
+                r = wsquota_check_config(&cfg, &err);
+                if (r < 0) {
+                        fprintf(stderr, "sandboxd: invalid configuration: %s\n", err.msg);
+                        return 1;
+                }
                 printf("configuration OK%s%s\n", config_path ? ": " : " (embedded defaults)",
                        config_path ? config_path : "");
                 return 0;

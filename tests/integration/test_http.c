@@ -6,6 +6,7 @@
 #include <errno.h>
 #include <netinet/in.h>
 #include <poll.h>
+#include <regex.h>
 #include <stdio.h>
 #include <string.h>
 #include <sys/socket.h>
@@ -73,6 +74,7 @@ static void open_daemon(bool tls, bool mtls)
         snprintf(cfg.api_socket, sizeof(cfg.api_socket), "%s/api.sock", cfg.data_dir);
         snprintf(cfg.admin_socket, sizeof(cfg.admin_socket), "%s/admin.sock", cfg.data_dir);
         snprintf(cfg.http_listen, sizeof(cfg.http_listen), "127.0.0.1:0");
+        snprintf(cfg.metrics_listen, sizeof(cfg.metrics_listen), "127.0.0.1:0");
         cfg.http_timeout_s = 2;
         if (tls) {
                 snprintf(cfg.tls_cert, sizeof(cfg.tls_cert), "%s/server.pem", pki);
@@ -134,6 +136,17 @@ static int curl(char **ret_body, const char *fmt, ...)
         return code;
 }
 
+/* Write text to <pki>/<name>; the path in ret. */
+static void put_file(const char *name, const char *text, char ret[SBX_PATH_MAX + 16])
+{
+        FILE *f;
+        snprintf(ret, SBX_PATH_MAX + 16, "%s/%s", pki, name);
+        f = fopen(ret, "we");
+        cr_assert_not_null(f);
+        fputs(text, f);
+        fclose(f);
+}
+
 /* POST /v1/<method> over HTTPS with a bearer token: the status; *ret the body as JSON. */
 static int post(const char *token, const char *method, const char *json, cJSON **ret)
 {
@@ -141,12 +154,8 @@ static int post(const char *token, const char *method, const char *json, cJSON *
         int code;
         char auth[128] = "";
         char jpath[SBX_PATH_MAX + 16];
-        FILE *f;
 
-        snprintf(jpath, sizeof(jpath), "%s/req.json", pki);
-        f = fopen(jpath, "we");
-        fputs(json, f);
-        fclose(f);
+        put_file("req.json", json, jpath);
         if (token)
                 snprintf(auth, sizeof(auth), "-H 'Authorization: Bearer %s'", token);
         code = curl(&body, "%s -H 'Content-Type: application/json' --data-binary @%s https://127.0.0.1:%d/v1/%s",
@@ -269,11 +278,10 @@ Test(http, exec_tokens_and_statuses, .init = setup_tls, .fini = teardown)
 }
 
 /* POST /v1/exec asking for Server-Sent Events, with params from json. */
-static int sse_exec(const char *jpath, const char *json, char **ret_body)
+static int sse_exec(const char *name, const char *json, char **ret_body)
 {
-        FILE *f = fopen(jpath, "we");
-        fputs(json, f);
-        fclose(f);
+        char jpath[SBX_PATH_MAX + 16];
+        put_file(name, json, jpath);
         return curl(ret_body,
                     "-N -H 'Accept: text/event-stream' -H 'Authorization: Bearer %s' --data-binary @%s "
                     "https://127.0.0.1:%d/v1/exec",
@@ -282,12 +290,11 @@ static int sse_exec(const char *jpath, const char *json, char **ret_body)
 
 Test(http, sse_streams_output_then_the_result, .init = setup_tls, .fini = teardown)
 {
-        char *body = NULL, jpath[SBX_PATH_MAX + 16];
+        char *body = NULL;
         const char *res;
         cJSON *r;
 
-        snprintf(jpath, sizeof(jpath), "%s/sse.json", pki);
-        cr_assert_eq(sse_exec(jpath, "{\"session\": \"s2\", \"command\": "
+        cr_assert_eq(sse_exec("sse.json", "{\"session\": \"s2\", \"command\": "
                                      "\"echo one; sleep 0.3; echo two >&2; sleep 0.3; echo three\"}",
                               &body),
                      200);
@@ -305,13 +312,13 @@ Test(http, sse_streams_output_then_the_result, .init = setup_tls, .fini = teardo
         free(body);
 
         /* a stream quiet for longer than the idle limit stays open */
-        cr_assert_eq(sse_exec(jpath, "{\"session\": \"s2\", \"command\": \"sleep 3; echo late\"}", &body), 200);
+        cr_assert_eq(sse_exec("sse.json", "{\"session\": \"s2\", \"command\": \"sleep 3; echo late\"}", &body), 200);
         cr_assert(strstr(body, "event: result\ndata: ") != NULL, "%s", body);
         cr_assert(strstr(body, "\"stdout\":\"late\\n\"") != NULL, "%s", body);
         free(body);
 
         /* an error before the call runs comes as one error event */
-        cr_assert_eq(sse_exec(jpath, "{\"session\": \"s2\"}", &body), 200);
+        cr_assert_eq(sse_exec("sse.json", "{\"session\": \"s2\"}", &body), 200);
         cr_assert(strstr(body, "event: error\ndata: {\"code\":\"bad_request\"") != NULL, "%s", body);
         cr_assert(strstr(body, "\"status\":400") != NULL, "%s", body);
         free(body);
@@ -410,4 +417,213 @@ Test(http, plain_http_only_on_loopback)
                           tok_a, port),
                      200);
         teardown();
+}
+
+/* Every line of a Prometheus text exposition: a comment, or
+ * name{labels} value. */
+static bool prometheus_text_ok(const char *text, char *why, size_t why_len)
+{
+        regex_t sample;
+        bool ok = true;
+        const char *line = text;
+
+        cr_assert_eq(regcomp(&sample,
+                             "^[a-zA-Z_:][a-zA-Z0-9_:]*(\\{[a-zA-Z_][a-zA-Z0-9_]*=\"[^\"]*\""
+                             "(,[a-zA-Z_][a-zA-Z0-9_]*=\"[^\"]*\")*\\})? (-?[0-9.e+]+|\\+Inf|NaN)$",
+                             REG_EXTENDED | REG_NOSUB),
+                     0);
+        while (*line && ok) {
+                const char *nl = strchr(line, '\n');
+                char buf[512];
+                size_t n = nl ? (size_t)(nl - line) : strlen(line);
+                snprintf(buf, sizeof(buf), "%.*s", (int)n, line);
+                if (!(strncmp(buf, "# HELP ", 7) == 0 || strncmp(buf, "# TYPE ", 7) == 0) &&
+                    regexec(&sample, buf, 0, NULL, 0) != 0) {
+                        snprintf(why, why_len, "bad line: %s", buf);
+                        ok = false;
+                }
+                if (!nl) {
+                        snprintf(why, why_len, "no final newline");
+                        ok = false;
+                        break;
+                }
+                line = nl + 1;
+        }
+        regfree(&sample);
+        return ok;
+}
+
+/* The value of the sample whose line starts with prefix (name and labels). */
+static double sample_value(const char *text, const char *prefix)
+{
+        size_t n = strlen(prefix);
+        for (const char *l = text; l && *l; l = strchr(l, '\n') ? strchr(l, '\n') + 1 : NULL)
+                if (strncmp(l, prefix, n) == 0 && l[n] == ' ')
+                        return strtod(l + n + 1, NULL);
+        return -1;
+}
+
+Test(http, metrics_parse_and_move_as_executions_run)
+{
+        struct daemon_options opts = {.extra_labels = fixture_labels(), .no_monitor = true, .sockets = true};
+        struct sbx_error err = {0};
+        char *before = NULL, *after = NULL, why[600] = "", cmd[2 * SBX_PATH_MAX];
+        int mport;
+        cJSON *r;
+
+        (void)testenv_docker();
+        make_pki();
+        /* metrics are served on loopback only */
+        fixture_config(&cfg);
+        snprintf(cfg.api_socket, sizeof(cfg.api_socket), "%s/api.sock", cfg.data_dir);
+        snprintf(cfg.admin_socket, sizeof(cfg.admin_socket), "%s/admin.sock", cfg.data_dir);
+        snprintf(cfg.metrics_listen, sizeof(cfg.metrics_listen), "0.0.0.0:0");
+        cr_assert_lt(daemon_open(&cfg, &opts, &d, &err), 0);
+        cr_assert(strstr(err.msg, "loopback") != NULL, "%s", err.msg);
+
+        open_daemon(true, false);
+        mport = http_server_port(d->metrics);
+        cr_assert_gt(mport, 0);
+
+        cr_assert_eq(curl(&before, "http://127.0.0.1:%d/metrics", mport), 200);
+        cr_assert(prometheus_text_ok(before, why, sizeof(why)), "%s", why);
+        cr_assert_eq(sample_value(before, "sandboxd_up"), 1);
+        cr_assert_gt(sample_value(before, "process_resident_memory_bytes"), 0);
+        cr_assert_gt(sample_value(before, "process_threads"), 1);
+        cr_assert_gt(sample_value(before, "process_open_fds"), 2);
+
+        cr_assert_eq(post(tok_a, "exec", "{\"session\": \"met\", \"command\": \"exit 0\"}", &r), 200);
+        cJSON_Delete(r);
+        cr_assert_eq(post(tok_a, "exec", "{\"session\": \"met\", \"command\": \"sleep 5\", \"timeout_seconds\": 1}",
+                          &r),
+                     200);
+        cr_assert_str_eq(apic_str(r, "state"), "timeout");
+        cJSON_Delete(r);
+        cr_assert_eq(post("0000000000000000", "exec", "{\"session\": \"met\", \"command\": \"true\"}", NULL), 401);
+
+        cr_assert_eq(curl(&after, "http://127.0.0.1:%d/metrics", mport), 200);
+        cr_assert(prometheus_text_ok(after, why, sizeof(why)), "%s", why);
+#define DELTA(prefix) (sample_value(after, prefix) - sample_value(before, prefix))
+        cr_assert_eq(DELTA("sandboxd_executions_total{state=\"completed\",cause=\"exited\"}"), 1);
+        cr_assert_eq(DELTA("sandboxd_executions_total{state=\"timeout\",cause=\"timeout\"}"), 1);
+        cr_assert_eq(DELTA("sandboxd_exec_duration_seconds_count"), 2);
+        cr_assert_eq(DELTA("sandboxd_exec_duration_seconds_bucket{le=\"+Inf\"}"), 2);
+        cr_assert_geq(DELTA("sandboxd_exec_duration_seconds_sum"), 1.0, "the timeout ran at least 1 s");
+        cr_assert_lt(DELTA("sandboxd_exec_duration_seconds_bucket{le=\"0.5\"}"), 2, "the 1 s one is above 0.5 s");
+        cr_assert_geq(DELTA("sandboxd_auth_failures_total"), 1);
+        cr_assert_geq(DELTA("sandboxd_http_requests_total{code=\"401\"}"), 1);
+        cr_assert_geq(DELTA("sandboxd_http_requests_total{code=\"200\"}"), 2);
+        cr_assert_eq(sample_value(after, "sandboxd_sessions{state=\"running\"}"), 1);
+#undef DELTA
+        free(before);
+        free(after);
+
+        /* health; anything else is 404; sandboxctl metrics prints the same text */
+        cr_assert_eq(curl(&before, "http://127.0.0.1:%d/healthz", mport), 200);
+        cr_assert_str_eq(before, "ok\n");
+        free(before);
+        cr_assert_eq(curl(NULL, "http://127.0.0.1:%d/v1/exec", mport), 404);
+        snprintf(cmd, sizeof(cmd), "%s/sandboxctl -s %s metrics | grep -qx 'sandboxd_up 1'", SANDBOXD_BINARY_DIR,
+                 cfg.admin_socket);
+        cr_assert_eq(system(cmd), 0, "sandboxctl metrics");
+        teardown();
+}
+
+/* POST /mcp: the status; the body in *ret_body; the Mcp-Session-Id answered into sid (if any). */
+static int mcp_post(const char *token, const char *sid, const char *json, bool sse, char **ret_body, char *ret_sid)
+{
+        char jpath[SBX_PATH_MAX + 16], hpath[SBX_PATH_MAX + 16], sidh[128] = "";
+        FILE *f;
+        int code;
+
+
+        snprintf(hpath, sizeof(hpath), "%s/mcp.hdr", pki);
+        put_file("mcp.json", json, jpath);
+        if (sid)
+                snprintf(sidh, sizeof(sidh), "-H 'Mcp-Session-Id: %s'", sid);
+        code = curl(ret_body,
+                    "-N -D %s -H 'Authorization: Bearer %s' %s -H 'Content-Type: application/json' "
+                    "-H 'Accept: application/json%s' --data-binary @%s https://127.0.0.1:%d/mcp",
+                    hpath, token, sidh, sse ? ", text/event-stream" : "", jpath, port);
+        if (ret_sid) {
+                char line[256];
+                ret_sid[0] = '\0';
+                f = fopen(hpath, "re");
+                while (f && fgets(line, sizeof(line), f))
+                        if (strncasecmp(line, "Mcp-Session-Id: ", 16) == 0)
+                                sscanf(line + 16, "%64[0-9a-f]", ret_sid);
+                if (f)
+                        fclose(f);
+        }
+        return code;
+}
+
+Test(http, mcp_sessions_tools_and_isolation, .init = setup_tls, .fini = teardown)
+{
+        char sid[65], *body = NULL;
+
+        /* no session and no 2026 envelope: 400; initialize: a session id */
+        cr_assert_eq(mcp_post(tok_a, NULL, "{\"jsonrpc\":\"2.0\",\"id\":1,\"method\":\"tools/list\"}", false, &body, NULL),
+                     400);
+        free(body);
+        cr_assert_eq(mcp_post(tok_a, NULL,
+                              "{\"jsonrpc\":\"2.0\",\"id\":1,\"method\":\"initialize\",\"params\":{\"protocolVersion\":"
+                              "\"2025-06-18\",\"capabilities\":{},\"clientInfo\":{\"name\":\"curl\",\"version\":\"1\"}}}",
+                              false, &body, sid),
+                     200);
+        cr_assert_eq(strlen(sid), 32, "Mcp-Session-Id: %s", sid);
+        cr_assert(strstr(body, "\"protocolVersion\":\"2025-06-18\"") != NULL, "%s", body);
+        free(body);
+        cr_assert_eq(mcp_post(tok_a, sid, "{\"jsonrpc\":\"2.0\",\"method\":\"notifications/initialized\"}", false, &body,
+                              NULL),
+                     202);
+        free(body);
+        cr_assert_eq(mcp_post(tok_a, sid, "{\"jsonrpc\":\"2.0\",\"id\":2,\"method\":\"tools/list\"}", false, &body, NULL),
+                     200);
+        cr_assert(strstr(body, "\"name\":\"exec\"") != NULL, "%s", body);
+        free(body);
+
+        /* a tool call, streamed: progress, then the response */
+        cr_assert_eq(mcp_post(tok_a, sid,
+                              "{\"jsonrpc\":\"2.0\",\"id\":3,\"method\":\"tools/call\",\"params\":{\"name\":\"exec\","
+                              "\"arguments\":{\"command\":\"echo from-mcp; sleep 0.5; echo more\"},"
+                              "\"_meta\":{\"progressToken\":\"p3\"}}}",
+                              true, &body, NULL),
+                     200);
+        cr_assert(strstr(body, "event: message\ndata: {\"jsonrpc\":\"2.0\",\"method\":\"notifications/progress\"") !=
+                          NULL,
+                  "%s", body);
+        cr_assert(strstr(body, "data: {\"jsonrpc\":\"2.0\",\"id\":3,\"result\"") != NULL, "%s", body);
+        cr_assert(strstr(body, "from-mcp") != NULL, "%s", body);
+        free(body);
+
+        /* another user's token cannot use the session; an unknown id is 404 too */
+        cr_assert_eq(mcp_post(tok_b, sid, "{\"jsonrpc\":\"2.0\",\"id\":4,\"method\":\"tools/list\"}", false, &body, NULL),
+                     404);
+        free(body);
+        cr_assert_eq(mcp_post(tok_a, "00000000000000000000000000000000",
+                              "{\"jsonrpc\":\"2.0\",\"id\":4,\"method\":\"tools/list\"}", false, &body, NULL),
+                     404);
+        free(body);
+
+        /* the 2026-07-28 era needs no session */
+        cr_assert_eq(mcp_post(tok_a, NULL,
+                              "{\"jsonrpc\":\"2.0\",\"id\":5,\"method\":\"tools/call\",\"params\":{\"name\":\"exec\","
+                              "\"arguments\":{\"session\":\"s9\",\"command\":\"echo modern\"},\"_meta\":{"
+                              "\"io.modelcontextprotocol/protocolVersion\":\"2026-07-28\","
+                              "\"io.modelcontextprotocol/clientCapabilities\":{}}}}",
+                              false, &body, NULL),
+                     200);
+        cr_assert(strstr(body, "modern") != NULL && strstr(body, "\"resultType\":\"complete\"") != NULL, "%s", body);
+        free(body);
+
+        /* DELETE ends it */
+        cr_assert_eq(curl(NULL, "-X DELETE -H 'Authorization: Bearer %s' -H 'Mcp-Session-Id: %s' https://127.0.0.1:%d/mcp",
+                          tok_a, sid, port),
+                     200);
+        cr_assert_eq(mcp_post(tok_a, sid, "{\"jsonrpc\":\"2.0\",\"id\":6,\"method\":\"tools/list\"}", false, &body, NULL),
+                     404);
+        free(body);
+        /* no token, no MCP */
+        cr_assert_eq(curl(NULL, "--data-binary '{}' https://127.0.0.1:%d/mcp", port), 401);
 }

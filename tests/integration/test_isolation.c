@@ -283,3 +283,228 @@ Test(isolation, send_stdin_to_a_process_not_reading_is_refused_not_blocked)
         free(id);
         stop_daemon();
 }
+
+/* ---- item 2: fronts an unauthenticated peer cannot exhaust ---- */
+
+/* The daemon's peak resident set (VmHWM), in KiB. */
+static long peak_rss_kib(void)
+{
+        char path[64], line[256];
+        long kib = -1;
+        FILE *f;
+
+        snprintf(path, sizeof(path), "/proc/%d/status", (int)daemon_pid);
+        f = fopen(path, "re");
+        cr_assert_not_null(f);
+        while (fgets(line, sizeof(line), f))
+                if (sscanf(line, "VmHWM: %ld kB", &kib) == 1)
+                        break;
+        fclose(f);
+        cr_assert_gt(kib, 0);
+        return kib;
+}
+
+/* Send text (as much as the daemon takes before it closes) and a newline,
+ * then return its one reply, or NULL if it closed without one. */
+static cJSON *send_raw(const char *text, size_t len)
+{
+        int fd = apic_connect(api_sock);
+        cJSON *r = NULL;
+        char *line;
+
+        cr_assert_geq(fd, 0);
+        (void)apic_send(fd, text, len);
+        (void)apic_send(fd, "\n", 1);
+        line = apic_read_line(fd, 30000);
+        if (line)
+                r = cJSON_Parse(line);
+        free(line);
+        close(fd);
+        return r;
+}
+
+/* {"id":[0,0,0,...]} of about n bytes; with token, the token leads. */
+static char *zeros_line(size_t n, const char *token, size_t *ret_len)
+{
+        char *s = malloc(n + 256);
+        size_t len;
+
+        cr_assert_not_null(s);
+        if (token)
+                len = (size_t)sprintf(s, "{\"token\":\"%s\",\"method\":\"list_sessions\",\"id\":[0", token);
+        else
+                len = (size_t)sprintf(s, "{\"id\":[0");
+        while (len < n) {
+                memcpy(s + len, ",0", 2);
+                len += 2;
+        }
+        memcpy(s + len, "]}", 2);
+        len += 2;
+        s[len] = '\0';
+        *ret_len = len;
+        return s;
+}
+
+/* ... and of n nested arrays */
+static char *nested_line(size_t n, const char *token, size_t *ret_len)
+{
+        char *s = malloc(2 * n + 256);
+        size_t len;
+
+        cr_assert_not_null(s);
+        if (token)
+                len = (size_t)sprintf(s, "{\"token\":\"%s\",\"method\":\"list_sessions\",\"id\":", token);
+        else
+                len = (size_t)sprintf(s, "{\"id\":");
+        memset(s + len, '[', n);
+        len += n;
+        memset(s + len, ']', n);
+        len += n;
+        s[len++] = '}';
+        s[len] = '\0';
+        *ret_len = len;
+        return s;
+}
+
+Test(isolation, an_unauthenticated_peer_cannot_spend_the_daemons_memory)
+{
+        long before, after;
+        size_t len;
+        char *s, *big_id;
+        cJSON *r;
+
+        start_daemon(NULL);
+        before = peak_rss_kib();
+
+        /* 6 MB unauthenticated: refused after a few KiB, never parsed */
+        s = zeros_line(6 << 20, NULL, &len);
+        r = send_raw(s, len);
+        cr_assert_not_null(r, "no reply to an over-long unauthenticated line");
+        cr_assert_str_eq(apic_code(r), "bad_request", "%s", cJSON_PrintUnformatted(r));
+        cr_assert_not_null(strstr(apic_str(cJSON_GetObjectItem(r, "error"), "message"), "unauthenticated"));
+        cJSON_Delete(r);
+        free(s);
+
+        /* deep nesting, unauthenticated and small: refused before parsing */
+        s = nested_line(2000, NULL, &len);
+        r = send_raw(s, len);
+        cr_assert_str_eq(apic_code(r), "too_large", "%s", cJSON_PrintUnformatted(r));
+        cJSON_Delete(r);
+        free(s);
+
+        /* with a good token leading, a large first line is read, but its
+         * values and nesting are still capped before parsing */
+        s = zeros_line(6 << 20, tok_a, &len);
+        r = send_raw(s, len);
+        cr_assert_str_eq(apic_code(r), "too_large", "%s", cJSON_PrintUnformatted(r));
+        cJSON_Delete(r);
+        free(s);
+        s = nested_line(3 << 20, tok_a, &len);
+        r = send_raw(s, len);
+        cr_assert_str_eq(apic_code(r), "too_large", "%s", cJSON_PrintUnformatted(r));
+        cJSON_Delete(r);
+        free(s);
+
+        /* a good token that does not lead does not open the large line */
+        s = zeros_line(1 << 20, NULL, &len);
+        memcpy(s + len - 1, ",\"token\":\"", 10);
+        len += 9;
+        len += (size_t)sprintf(s + len, "%s\"}", tok_a);
+        r = send_raw(s, len);
+        cr_assert_str_eq(apic_code(r), "bad_request", "%s", cJSON_PrintUnformatted(r));
+        cJSON_Delete(r);
+        free(s);
+
+        /* an unauthenticated reply does not echo a large id */
+        big_id = malloc(2048);
+        memset(big_id, 'i', 2047);
+        big_id[2047] = '\0';
+        s = malloc(4096);
+        len = (size_t)snprintf(s, 4096, "{\"id\":\"%s\",\"token\":\"nope\",\"method\":\"list_sessions\"}", big_id);
+        r = send_raw(s, len);
+        cr_assert_str_eq(apic_code(r), "unauthorized", "%s", cJSON_PrintUnformatted(r));
+        cr_assert(cJSON_IsNull(cJSON_GetObjectItem(r, "id")), "a 2 KiB unauthenticated id was echoed");
+        cJSON_Delete(r);
+        free(s);
+        free(big_id);
+
+        after = peak_rss_kib();
+        fprintf(stderr, "isolation: daemon peak RSS %ld KiB -> %ld KiB (+%ld KiB)\n", before, after, after - before);
+        cr_assert_lt(after - before, 50 * 1024, "peak RSS grew by %ld KiB", after - before);
+
+        /* the daemon still serves */
+        r = call(tok_b, "list_executions", "{\"session\": \"probe\"}");
+        cr_assert_not_null(apic_result(r), "%s", cJSON_PrintUnformatted(r));
+        cJSON_Delete(r);
+        stop_daemon();
+}
+
+#define IDLE_CONNS 70
+
+/* 70 idle connections from uid nobody (a child that drops to it): the
+ * per-uid cap keeps slots for everyone else, and the rest of nobody's
+ * connections get busy at once. */
+Test(isolation, one_local_user_cannot_take_every_connection)
+{
+        /* a long auth deadline, so that only the per-uid cap can save the slots */
+        static const char *const env[] = {"SANDBOXD_AUTH_TIMEOUT=120s", "SANDBOXD_MAX_CONNECTIONS=64",
+                                          "SANDBOXD_MAX_CONNECTIONS_PER_UID=16", NULL};
+        struct passwd *pw = getpwnam("nobody");
+        int report[2], go[2];
+        int counts[2] = {0, 0};
+        pid_t child;
+        cJSON *r;
+        char c = 0;
+
+        cr_assert_not_null(pw, "no user nobody");
+        cr_assert_eq(getuid(), 0, "this test needs root to become nobody");
+        start_daemon(env);
+        cr_assert_eq(pipe2(report, O_CLOEXEC), 0);
+        cr_assert_eq(pipe2(go, O_CLOEXEC), 0);
+        child = fork();
+        cr_assert_geq(child, 0);
+        if (child == 0) {
+                int fds[IDLE_CONNS], res[2] = {0, 0};
+                (void)prctl(PR_SET_PDEATHSIG, SIGKILL);
+                if (setgid(pw->pw_gid) < 0 || setuid(pw->pw_uid) < 0)
+                        _exit(2);
+                /* hold every connection open, then ask once on each: a held
+                 * connection answers unauthorized, a turned away one said busy */
+                for (int i = 0; i < IDLE_CONNS; i++) {
+                        fds[i] = apic_connect(api_sock);
+                        if (fds[i] < 0)
+                                _exit(3);
+                }
+                for (int i = 0; i < IDLE_CONNS; i++)
+                        (void)apic_send(fds[i], "{\"id\":1}\n", 9);
+                for (int i = 0; i < IDLE_CONNS; i++) {
+                        char *line = apic_read_line(fds[i], 60000);
+                        if (line && strstr(line, "\"unauthorized\""))
+                                res[0]++;
+                        else if (line && strstr(line, "\"busy\""))
+                                res[1]++;
+                        free(line);
+                }
+                if (write(report[1], res, sizeof(res)) != sizeof(res))
+                        _exit(4);
+                (void)read(go[0], &c, 1);
+                _exit(0);
+        }
+        close(report[1]);
+        close(go[0]);
+        cr_assert_eq(read(report[0], counts, sizeof(counts)), (ssize_t)sizeof(counts), "the nobody child failed");
+        fprintf(stderr, "isolation: nobody holds %d idle connections, %d were refused busy\n", counts[0], counts[1]);
+        cr_assert_eq(counts[0], 16, "nobody holds %d connections, not its cap of 16", counts[0]);
+        cr_assert_eq(counts[1], IDLE_CONNS - 16);
+
+        /* while they are held, another uid is served */
+        r = call(tok_b, "list_executions", "{\"session\": \"probe\"}");
+        cr_assert_not_null(apic_result(r), "another uid was not served: %s", cJSON_PrintUnformatted(r));
+        cJSON_Delete(r);
+
+        (void)write(go[1], "x", 1);
+        close(go[1]);
+        close(report[0]);
+        (void)waitpid(child, NULL, 0);
+        stop_daemon();
+}

@@ -56,6 +56,21 @@ static bool bomb_at_limit(void *ud)
         return st.pids >= PIDS_LIMIT - 2;
 }
 
+static const char *bomb_exec;
+
+static bool exec_ended(void *ud)
+{
+        struct exec_result res;
+        bool done;
+
+        (void)ud;
+        if (exec_status(d->exec, "u1", bomb_exec, -1, -1, 0, 0, &res, NULL) < 0)
+                return false;
+        done = exec_state_is_final(res.state);
+        exec_result_done(&res);
+        return done;
+}
+
 Test(noisy, fork_bomb_and_cpu_spin_leave_the_neighbour_served)
 {
         struct exec_request req = {.user = "u1", .session = "noisy", .command = bomb, .timeout_s = 120,
@@ -100,8 +115,12 @@ Test(noisy, fork_bomb_and_cpu_spin_leave_the_neighbour_served)
         (void)bomb_at_limit(&peak);
         cr_assert_leq(peak, PIDS_LIMIT, "the container passed its PID limit: %llu", (unsigned long long)peak);
 
-        /* A bomb at its PID limit leaves no PID for an in-container kill
-         * sweep; removing the session's container ends it for sure. */
+        /* Cancel ends the execution (and frees its slot) even though a bomb
+         * at its PID limit leaves no PID for the in-container kill sweep;
+         * removing the session's container then ends the processes. */
+        cr_assert_eq(exec_cancel(d->exec, "u1", exec_id, true, &err), 0, "cancel: %s", err.msg);
+        bomb_exec = exec_id;
+        cr_assert_geq(fixture_wait(exec_ended, NULL, 90000), 0, "the cancelled bomb's execution never ended");
         cr_assert_eq(session_destroy(d->sessions, "u1", "noisy", true, &err), 0, "destroy: %s", err.msg);
         cr_assert_eq(fixture_count_containers("u1", "noisy"), 0);
         run_ok("quiet", "echo ok");

@@ -455,9 +455,9 @@ Test(mcp, malformed_lines)
         assert_error("{\"jsonrpc\":\"2.0\",\"id\":1,\"method\":\"ping\",\"params\":[1]}", MCP_INVALID_PARAMS, false);
         assert_error("{\"jsonrpc\":\"2.0\",\"id\":1,\"method\":\"ping\",\"params\":\"x\"}", MCP_INVALID_PARAMS, false);
 
-        /* invalid UTF-8 echoed in a message stays valid UTF-8 */
+        /* invalid UTF-8 is refused (strict strings), in a message that stays valid UTF-8 */
         cJSON *r = ask("{\"jsonrpc\":\"2.0\",\"id\":1,\"method\":\"\xff\xfe\"}");
-        cr_assert_eq(error_code(r), MCP_METHOD_NOT_FOUND);
+        cr_assert_eq(error_code(r), MCP_INVALID_PARAMS);
         const char *msg = cJSON_GetObjectItem(cJSON_GetObjectItem(r, "error"), "message")->valuestring;
         cr_assert(utf8_is_valid(msg, strlen(msg)));
         cJSON_Delete(r);

@@ -508,3 +508,84 @@ Test(isolation, one_local_user_cannot_take_every_connection)
         (void)waitpid(child, NULL, 0);
         stop_daemon();
 }
+
+/* ---- item 7: strict strings ---- */
+
+static const char *const methods[] = {
+        "exec",         "run_code",      "get_execution", "send_stdin",   "cancel_execution",
+        "list_executions", "write_file", "read_file",     "list_files",   "start_service",
+        "stop_service", "list_services", "service_logs",  "session_info", "mark_private",
+};
+/* every string parameter any method takes, and an env name and value */
+static const char *const str_params[] = {
+        "session", "command", "code",   "language", "content",  "data", "dataset", "encoding", "execution_id",
+        "name",    "path",    "source", "stdin",    "workdir",  "stream", "env.name", "env.value",
+};
+
+/* One request line with bad in parameter p (the others are plausible). */
+static size_t bad_request_line(char *buf, size_t size, const char *method, const char *p, const char *bad)
+{
+        char v[64];
+
+        snprintf(v, sizeof(v), "\"x%sy\"", bad);
+        if (strcmp(p, "env.name") == 0)
+                return (size_t)snprintf(buf, size,
+                                        "{\"id\":7,\"token\":\"%s\",\"method\":\"%s\",\"params\":{\"session\":\"strict\","
+                                        "\"command\":\"true\",\"env\":{%s:\"v\"}}}\n",
+                                        tok_a, method, v);
+        if (strcmp(p, "env.value") == 0)
+                return (size_t)snprintf(buf, size,
+                                        "{\"id\":7,\"token\":\"%s\",\"method\":\"%s\",\"params\":{\"session\":\"strict\","
+                                        "\"command\":\"true\",\"env\":{\"K\":%s}}}\n",
+                                        tok_a, method, v);
+        return (size_t)snprintf(buf, size,
+                                "{\"id\":7,\"token\":\"%s\",\"method\":\"%s\",\"params\":{\"session\":\"strict\",\"%s\":%s}}\n",
+                                tok_a, method, p, v);
+}
+
+Test(isolation, nul_and_invalid_utf8_are_refused_in_every_string_parameter)
+{
+        /* a NUL as JSON writes it, a raw NUL (\x01 stands for it below), a lone continuation
+         * byte, an overlong '/', a surrogate */
+        static const char *const bads[] = {"\\u0000", "\\u0000tail", "\x01", "\x80", "\xc0\xaf", "\xed\xa0\x80"};
+        char line[1024];
+        int fd, tried = 0;
+        cJSON *r;
+
+        start_daemon(NULL);
+        fd = apic_connect(api_sock);
+        cr_assert_geq(fd, 0);
+        for (size_t m = 0; m < ELEMENTSOF(methods); m++)
+                for (size_t p = 0; p < ELEMENTSOF(str_params); p++)
+                        for (size_t b = 0; b < ELEMENTSOF(bads); b++) {
+                                size_t len = bad_request_line(line, sizeof(line), methods[m], str_params[p], bads[b]);
+                                char *reply, *nul = memchr(line, '\x01', len);
+                                if (nul)
+                                        *nul = '\0';
+                                cr_assert_eq(apic_send(fd, line, len), 0);
+                                reply = apic_read_line(fd, 30000);
+                                cr_assert_not_null(reply, "%s %s: no reply", methods[m], str_params[p]);
+                                r = cJSON_Parse(reply);
+                                cr_assert_str_eq(apic_code(r), "invalid", "%s params.%s with bad string %zu: %s",
+                                                 methods[m], str_params[p], b, reply);
+                                cJSON_Delete(r);
+                                free(reply);
+                                tried++;
+                        }
+        close(fd);
+        fprintf(stderr, "isolation: %d requests with a NUL or invalid UTF-8 all refused with invalid\n", tried);
+
+        /* the session id that would have been truncated was never created */
+        r = call(tok_a, "list_executions", "{\"session\": \"x\"}");
+        cr_assert_not_null(apic_result(r), "%s", cJSON_PrintUnformatted(r));
+        cJSON_Delete(r);
+
+        /* the admin socket too: a user id holding a NUL is not cut short */
+        r = apic_admin(admin_sock, "{\"cmd\": \"token.create\", \"user\": \"carol\\u0000evil\"}");
+        cr_assert_str_eq(apic_code(r), "invalid", "%s", cJSON_PrintUnformatted(r));
+        cJSON_Delete(r);
+        r = apic_admin(admin_sock, "{\"cmd\": \"token.create\", \"user\": \"carol\xff\"}");
+        cr_assert_str_eq(apic_code(r), "invalid", "%s", cJSON_PrintUnformatted(r));
+        cJSON_Delete(r);
+        stop_daemon();
+}

@@ -7,6 +7,7 @@
  *   - NUL and invalid UTF-8 are refused in every string parameter (item 7);
  *   - unauthenticated failures are rate-limited in the audit log (item 8). */
 #include <criterion/criterion.h>
+#include <sqlite3.h>
 #include <errno.h>
 #include <fcntl.h>
 #include <poll.h>
@@ -24,6 +25,7 @@
 #include "apiclient.h"
 #include "sandboxd/common.h"
 #include "sandboxd/config.h"
+#include "sandboxd/reqguard.h"
 #include "testenv.h"
 
 TestSuite(isolation, .timeout = 600);
@@ -496,6 +498,31 @@ Test(isolation, one_local_user_cannot_take_every_connection)
         fprintf(stderr, "isolation: nobody holds %d idle connections, %d were refused busy\n", counts[0], counts[1]);
         cr_assert_eq(counts[0], 16, "nobody holds %d connections, not its cap of 16", counts[0]);
         cr_assert_eq(counts[1], IDLE_CONNS - 16);
+
+        /* item 8: nobody's 16 failed authentications were written at most
+         * REQGUARD_AUDIT_BURST times (all came well within one window) */
+        {
+                char db[SBX_PATH_MAX + 32];
+                sqlite3 *h = NULL;
+                sqlite3_stmt *q = NULL;
+                long long rows = -1;
+
+                snprintf(db, sizeof(db), "file:%s/data/sandboxd.db?mode=ro", dir);
+                cr_assert_eq(sqlite3_open_v2(db, &h, SQLITE_OPEN_READONLY | SQLITE_OPEN_URI, NULL), SQLITE_OK);
+                sqlite3_busy_timeout(h, 10000);
+                cr_assert_eq(sqlite3_prepare_v2(h,
+                                                "SELECT COUNT(*) FROM audit_log WHERE action = 'auth.fail' AND "
+                                                "actor = 'peer:uid=' || ?1",
+                                                -1, &q, NULL),
+                             SQLITE_OK);
+                sqlite3_bind_int64(q, 1, (sqlite3_int64)pw->pw_uid);
+                if (sqlite3_step(q) == SQLITE_ROW)
+                        rows = sqlite3_column_int64(q, 0);
+                sqlite3_finalize(q);
+                sqlite3_close(h);
+                fprintf(stderr, "isolation: 16 failed authentications of nobody, %lld audit rows\n", rows);
+                cr_assert(rows >= 1 && rows <= REQGUARD_AUDIT_BURST, "%lld auth.fail rows for 16 failures", rows);
+        }
 
         /* while they are held, another uid is served */
         r = call(tok_b, "list_executions", "{\"session\": \"probe\"}");

@@ -145,11 +145,12 @@ static int phase_exec(struct bench *b)
 
         m->has_baseline = true;
         snprintf(m->baseline_desc, sizeof(m->baseline_desc), "docker exec <the session's own container> true (CLI)");
-        measurement_target(m, TARGET_RATIO_LE, 1.0, "<= 1.0x baseline");
+        /* issue 13: through the in-container runner, >= 10x faster than the CLI (and p50 <= 5 ms) */
+        measurement_target(m, TARGET_RATIO_LE, 0.1, "<= 0.1x baseline (p50 <= 5 ms)");
         snprintf(eng->note, sizeof(eng->note),
-                 "reference, no target: the three Engine API calls the daemon makes for an exec (create, "
+                 "reference, no target: the three Engine API calls of the docker exec fallback (create, "
                  "attached start, inspect), made directly with the daemon's own Docker client on the same "
-                 "container; the daemon's own cost is exec_roundtrip minus this");
+                 "container");
         if (conn_open(&c, b->cfg.api_socket) < 0)
                 return -1;
         if (timed_exec(b, &c, "warm", "true", why, sizeof(why)) < 0 ||
@@ -221,6 +222,7 @@ static int phase_run_code(struct bench *b)
         int errors = 0;
 
         snprintf(m->note, sizeof(m->note), "run_code {language: python, code: print(1)} in the warm session");
+        measurement_target(m, TARGET_P50_LE, 40, "p50 <= 40 ms");
         if (conn_open(&c, b->cfg.api_socket) < 0)
                 return -1;
         say("run_code python: %d samples", b->sz.run_code);

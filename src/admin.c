@@ -22,6 +22,7 @@
 #include "sandboxd/daemon.h"
 #include "sandboxd/exec.h"
 #include "sandboxd/log.h"
+#include "sandboxd/metrics.h"
 #include "sandboxd/monitor.h"
 #include "sandboxd/portpool.h"
 #include "sandboxd/privacy.h"
@@ -283,6 +284,18 @@ static int c_stats(struct admin_req *q, cJSON **ret, struct admin_err *e)
         cJSON_AddNumberToObject(p, "total", (double)total);
         last = q->d->monitor ? monitor_last_poll(q->d->monitor) : 0;
         add_time(*ret, "monitor_last_poll", last);
+        return 0;
+}
+
+/* The Prometheus text of metrics_listen's /metrics (sandboxctl metrics). */
+static int c_metrics(struct admin_req *q, cJSON **ret, struct admin_err *e)
+{
+        _cleanup_free_ char *text = NULL;
+
+        if (metrics_render(q->d, &text) < 0)
+                return fail(e, "internal", "out of memory");
+        *ret = cJSON_CreateObject();
+        cJSON_AddStringToObject(*ret, "text", text);
         return 0;
 }
 
@@ -651,6 +664,7 @@ static const struct {
 } commands[] = {
         {"health", c_health},
         {"stats", c_stats},
+        {"metrics", c_metrics},
         {"sessions.list", c_sessions_list},
         {"sessions.top", c_sessions_top},
         {"session.show", c_session_show},

@@ -31,6 +31,7 @@
 #include "sandboxd/daemon.h"
 #include "sandboxd/exec.h"
 #include "sandboxd/log.h"
+#include "sandboxd/metrics.h"
 #include "sandboxd/reqguard.h"
 #include "sandboxd/session.h"
 #include "sandboxd/store.h"
@@ -418,6 +419,7 @@ static void audit_auth_failure(struct api_conn *c, const char *reason, const cha
         char actor[80], *json;
         uint64_t suppressed = 0;
 
+        metrics_auth_failure(); /* every one, audited or not */
         /* a peer that keeps failing must not grow the audit log without bound
          * (network peers, which have no uid, share one budget) */
         if (!reqguard_audit_allowed(c->peer_addr ? (uid_t)-1 : c->peer.uid, sbx_now_ms(), &suppressed))

@@ -197,6 +197,23 @@ static void add_exec_common(cJSON *o, const struct exec_result *r)
         cJSON_AddBoolToObject(o, "truncated", r->truncated);
         cJSON_AddNumberToObject(o, "duration_ms", (double)r->duration_ms);
         cJSON_AddNumberToObject(o, "created_at", (double)r->created_at);
+        add_text_or_null(o, "via", r->via);
+        if (r->cpu_user_ms >= 0) {
+                cJSON *u = cJSON_AddObjectToObject(o, "usage");
+                cJSON_AddNumberToObject(u, "cpu_user_ms", (double)r->cpu_user_ms);
+                cJSON_AddNumberToObject(u, "cpu_system_ms", (double)r->cpu_system_ms);
+                cJSON_AddNumberToObject(u, "max_rss_kb", (double)r->max_rss_kb);
+        } else {
+                cJSON_AddNullToObject(o, "usage");
+        }
+        if (r->image[0]) {
+                cJSON *p = cJSON_AddObjectToObject(o, "provenance");
+                add_text_or_null(p, "image", r->image);
+                add_text_or_null(p, "runtime", r->runtime);
+                add_text_or_null(p, "runner_version", r->runner_version);
+        } else {
+                cJSON_AddNullToObject(o, "provenance");
+        }
 }
 
 /* A full result (head and tail), or with offsets the chunk from each. */

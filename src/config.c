@@ -80,6 +80,8 @@ static const struct config_key keys[] = {
          "sandbox image (built by scripts/build-images.sh)"},
         {"runner_binary", CFG_STRING, F(runner_binary), 0, 0, 0, "", NULL,
          "in-container runner (root-owned, static); empty: sandboxd-runner next to the daemon; missing: docker exec"},
+        {"runner_heartbeat", CFG_MS, F(runner_heartbeat_ms), 0, 100, 600000, "2s", NULL,
+         "runner ping interval; silent for three of them: treated like a dead container"},
         {"memory", CFG_SIZE, F(memory_bytes), 0, 16 << 20, INT64_C(1) << 40, "1g", NULL,
          "memory limit per container; swap is disabled (MemorySwap = Memory)"},
         {"cpus", CFG_CPUS, F(nano_cpus), 0, 10000000, INT64_C(256) * 1000000000, "1", NULL,

@@ -31,6 +31,36 @@ static void drop_runner(const char *user, const char *session, const char *conta
                 runner_hub_drop(userdata, user, session);
 }
 
+/* A runner that broke the protocol or stopped answering: its container
+ * counts as failed, and the next request recreates it. */
+static void runner_lost(const char *user, const char *session, const char *cause, void *userdata)
+{
+        struct session_manager *m = userdata;
+        struct session_info info;
+
+        if (session_get_info(m, user, session, &info) < 0)
+                return;
+        if (info.container_id[0])
+                (void)session_mark_failed(m, user, session, info.container_id, cause);
+        session_info_done(&info);
+}
+
+/* After a restart: listen again for every running session's runner. */
+static void adopt_runners(struct daemon *d)
+{
+        struct session_ref *refs = NULL;
+        size_t n = 0, adopted = 0;
+
+        if (session_running(d->sessions, &refs, &n) < 0)
+                return;
+        for (size_t i = 0; i < n; i++)
+                if (runner_hub_adopt(d->runner, refs[i].user, refs[i].session) == 0)
+                        adopted++;
+        free(refs);
+        if (adopted)
+                log_info("listening again for %zu runners", adopted);
+}
+
 int daemon_open(const struct sbx_config *cfg, const struct daemon_options *opts, struct daemon **ret,
                 struct sbx_error *err)
 {
@@ -88,12 +118,14 @@ int daemon_open(const struct sbx_config *cfg, const struct daemon_options *opts,
                 log_warn("the runner binary is missing or not root-owned: containers run without it (docker exec)");
         session_set_runner_hub(d->sessions, d->runner);
         (void)session_register_failure_handler(d->sessions, drop_runner, d->runner);
+        runner_hub_set_lost_handler(d->runner, runner_lost, d->sessions);
         r = privacy_new(d->store, d->sessions, &d->privacy, err);
         if (r < 0)
                 goto fail;
         r = exec_engine_new(&d->cfg, d->docker, d->store, d->sessions, &d->exec, err);
         if (r < 0)
                 goto fail;
+        exec_engine_set_runner(d->exec, d->runner);
         (void)exec_engine_recover(d->exec, NULL);
         /* before reconciling, so services of containers lost meanwhile are cleared */
         r = service_manager_new(&d->cfg, d->docker, d->store, d->sessions, d->exec, &d->services, err);
@@ -102,6 +134,7 @@ int daemon_open(const struct sbx_config *cfg, const struct daemon_options *opts,
         r = session_reconcile(d->sessions, NULL, err);
         if (r < 0)
                 goto fail;
+        adopt_runners(d);
         if (!opts->no_monitor) {
                 r = monitor_start(&d->cfg, d->docker, d->sessions, &d->monitor, err);
                 if (r == 0)
@@ -116,6 +149,8 @@ int daemon_open(const struct sbx_config *cfg, const struct daemon_options *opts,
                         r = admin_server_start(d, &d->admin, err);
                 if (r == 0)
                         r = http_server_start(d, &d->http, err);
+                if (r == 0)
+                        r = http_metrics_start(d, &d->metrics, err);
                 if (r < 0)
                         goto fail;
         }
@@ -131,6 +166,7 @@ void daemon_close(struct daemon *d)
         if (!d)
                 return;
         /* The fronts first, so no request arrives while the engines go. */
+        http_server_stop(d->metrics);
         http_server_stop(d->http);
         admin_server_stop(d->admin);
         api_server_stop(d->api);
@@ -138,8 +174,8 @@ void daemon_close(struct daemon *d)
         service_manager_free(d->services);
         exec_engine_free(d->exec);
         privacy_free(d->privacy);
+        runner_hub_free(d->runner); /* its thread calls into the sessions */
         session_manager_free(d->sessions);
-        runner_hub_free(d->runner);
         portpool_free(d->ports);
         docker_free(d->docker);
         store_close(d->store);

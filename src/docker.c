@@ -28,6 +28,7 @@
 #include <curl/curl.h>
 
 #include "sandboxd/log.h"
+#include "sandboxd/metrics.h"
 
 #define DOCKER_CONNECT_TIMEOUT_MS 5000L
 
@@ -368,6 +369,8 @@ int docker_http(struct docker *d, const char *method, const char *path, const ch
                 b.data = NULL;
                 r = ret->body ? 0 : sbx_error_set(err, -ENOMEM, 0, "out of memory");
                 log_debug("docker %s %s -> %ld (%zu bytes)", method, path, ret->status, ret->len);
+                if (ret->status >= 500)
+                        metrics_docker_error();
                 goto out;
         }
 
@@ -396,6 +399,7 @@ int docker_http(struct docker *d, const char *method, const char *path, const ch
                 break;
         }
         log_debug("docker %s %s failed: %s", method, path, curl_easy_strerror(cc));
+        metrics_docker_error();
 out:
         /* the error buffer lives on our stack: do not leave it in the handle */
         curl_easy_setopt(c, CURLOPT_ERRORBUFFER, NULL);

@@ -20,6 +20,7 @@
 #include <cjson/cJSON.h>
 #include <errno.h>
 #include <fcntl.h>
+#include <signal.h>
 #include <inttypes.h>
 #include <pthread.h>
 #include <stdio.h>
@@ -31,7 +32,9 @@
 #include "sandboxd/container.h"
 #include "sandboxd/docker.h"
 #include "sandboxd/log.h"
+#include "sandboxd/metrics.h"
 #include "sandboxd/quota.h"
+#include "sandboxd/runner.h"
 #include "sandboxd/session.h"
 #include "sandboxd/sha256.h"
 #include "sandboxd/store.h"
@@ -46,6 +49,7 @@
 #define READ_CHUNK (64 * 1024)
 #define KILL_EXEC_MS 5000               /* one sweep of kill_script */
 #define STDIN_PENDING_MAX (1024 * 1024) /* send_stdin bytes waiting for a process that does not read */
+#define RUNNER_CONNECT_WAIT_MS 3000     /* a new container's runner connects within milliseconds */
 
 /* Signals every process whose environment carries SBX_EXEC_ID=$1 with $2,
  * prints how many. The tree is frozen (SIGSTOP) before the signal and thawed
@@ -106,9 +110,16 @@ struct execution {
         bool cancel;
         bool force;
         bool finished; /* final state persisted and audited */
+        char via[16];
+        bool have_usage;
+        struct runner_exit usage;
+        char image[256];
+        char runtime[32];
+        char runner_version[64];
 
         pthread_mutex_t stdin_lock;
         struct docker_stream *stream;
+        struct runner_exec *rx; /* set instead of stream when the runner runs it (stdin_lock) */
         bool stdin_closed;
         uint64_t stdin_sent;
         int spool_fd[2];
@@ -120,6 +131,7 @@ struct exec_engine {
         struct store *store;
         struct session_manager *sessions;
         struct quota *quota; /* per-user limits; NULL: the config defaults */
+        struct runner_hub *runner;
         char spool_dir[SBX_PATH_MAX + 16];
 
         pthread_mutex_t lock;
@@ -321,6 +333,13 @@ static void persist(struct execution *x)
         row.created_at = x->created_at;
         row.duration_ms = x->duration_ms;
         row.finished_at = exec_state_is_final(x->state) ? x->created_at + x->duration_ms : 0;
+        sbx_strlcpy(row.via, x->via, sizeof(row.via));
+        row.cpu_user_ms = x->have_usage ? (int64_t)x->usage.cpu_user_ms : -1;
+        row.cpu_system_ms = x->have_usage ? (int64_t)x->usage.cpu_system_ms : -1;
+        row.max_rss_kb = x->have_usage ? (int64_t)x->usage.max_rss_kb : -1;
+        sbx_strlcpy(row.image, x->image, sizeof(row.image));
+        sbx_strlcpy(row.runtime, x->runtime, sizeof(row.runtime));
+        sbx_strlcpy(row.runner_version, x->runner_version, sizeof(row.runner_version));
         pthread_mutex_unlock(&x->lock);
         r = store_exec_put(x->e->store, &row);
         if (r < 0)
@@ -333,6 +352,8 @@ static void set_state(struct execution *x, enum exec_state st, enum exec_cause c
         pthread_mutex_lock(&x->lock);
         x->state = st;
         x->cause = cause;
+        if (exec_state_is_final(st)) /* counted before anyone can see it final */
+                metrics_exec_finished(st, cause, x->duration_ms);
         pthread_cond_broadcast(&x->cond);
         pthread_mutex_unlock(&x->lock);
 }
@@ -384,9 +405,11 @@ static bool stdin_pump_locked(struct execution *x)
 {
         bool pending = false;
 
-        while (x->stream && !x->stdin_closed && x->stdin_off < x->stdin_len) {
-                ssize_t n = docker_stream_write_some(x->stream, (char *)x->stdin_data + x->stdin_off,
-                                                     x->stdin_len - x->stdin_off);
+        while ((x->stream || x->rx) && !x->stdin_closed && x->stdin_off < x->stdin_len) {
+                const char *p = (char *)x->stdin_data + x->stdin_off;
+                size_t left = x->stdin_len - x->stdin_off;
+                ssize_t n = x->rx ? runner_exec_write_stdin(x->rx, p, left)
+                                  : docker_stream_write_some(x->stream, p, left);
                 if (n == 0) {
                         pending = true;
                         break;
@@ -401,8 +424,11 @@ static bool stdin_pump_locked(struct execution *x)
                 x->stdin_data = NULL;
                 x->stdin_off = x->stdin_len = 0;
         }
-        if (!pending && x->stdin_eof && x->stream && !x->stdin_closed) {
-                (void)docker_stream_close_write(x->stream);
+        if (!pending && x->stdin_eof && (x->stream || x->rx) && !x->stdin_closed) {
+                if (x->rx)
+                        (void)runner_exec_close_stdin(x->rx);
+                else
+                        (void)docker_stream_close_write(x->stream);
                 x->stdin_closed = true;
         }
         return pending;
@@ -420,6 +446,8 @@ static bool stdin_pump(struct execution *x)
 static int open_spools(struct execution *x)
 {
         for (int k = 0; k < 2; k++) {
+                if (x->spool_fd[k] >= 0)
+                        continue; /* opened by a runner attempt that fell back */
                 x->spool_fd[k] = open(x->spool[k], O_RDWR | O_CREAT | O_TRUNC | O_CLOEXEC | O_NOFOLLOW, 0600);
                 if (x->spool_fd[k] < 0)
                         return -errno;
@@ -478,6 +506,160 @@ static int prepare(struct execution *x, char exec_id[65], struct sbx_error *err)
         return docker_exec_create(e->docker, x->container_id, &spec, exec_id, err);
 }
 
+static void read_cancel(struct execution *x, bool *ret_cancel, bool *ret_force)
+{
+        pthread_mutex_lock(&x->lock);
+        *ret_cancel = x->cancel;
+        *ret_force = x->force;
+        pthread_mutex_unlock(&x->lock);
+}
+
+/* How it ended, in order of precedence. */
+static void set_final_state(struct execution *x, struct session *s, uint64_t oom_before, bool cancelled,
+                            bool timed_out, bool container_died, bool sigkilled)
+{
+        if (cancelled)
+                set_state(x, EXEC_CANCELLED, EXEC_CAUSE_CANCELLED);
+        else if (timed_out)
+                set_state(x, EXEC_TIMEOUT, EXEC_CAUSE_TIMEOUT);
+        else if (container_died)
+                set_state(x, EXEC_FAILED, EXEC_CAUSE_CONTAINER_DIED);
+        else if (sigkilled) {
+                /* SIGKILL we did not send: an OOM kill if the engine reported one meanwhile */
+                bool oom = false;
+                for (int i = 0; i < 30 && !oom; i++) {
+                        oom = session_oom_events(s) > oom_before;
+                        if (!oom)
+                                sbx_sleep_ms(10);
+                }
+                set_state(x, oom ? EXEC_FAILED : EXEC_COMPLETED, oom ? EXEC_CAUSE_OOM : EXEC_CAUSE_EXITED);
+        } else
+                set_state(x, EXEC_COMPLETED, EXEC_CAUSE_EXITED);
+}
+
+/* Where it runs: the session's image (by id) and the container runtime. */
+static void provenance(struct execution *x)
+{
+        struct session_info info;
+
+        if (session_get_info(x->e->sessions, x->user, x->session, &info) < 0)
+                return;
+        pthread_mutex_lock(&x->lock);
+        sbx_strlcpy(x->image, info.image, sizeof(x->image));
+        sbx_strlcpy(x->runtime, "runc", sizeof(x->runtime));
+        pthread_mutex_unlock(&x->lock);
+        session_info_done(&info);
+}
+
+static void on_runner_output(void *ud, int stream, const void *data, size_t len)
+{
+        on_chunk(ud, stream, data, len);
+}
+
+/* The runner path: the session's runner starts the execution in its own
+ * process group and session under a subreaper shim, so a signal reaches
+ * its whole tree. -ENOTCONN when no runner is connected (the caller falls
+ * back to docker exec); any other result is final and the state is set. */
+static int run_via_runner(struct execution *x, struct session *s, uint64_t oom_before, struct sbx_error *err)
+{
+        struct exec_engine *e = x->e;
+        const struct sbx_config *cfg = e->cfg;
+        struct runner_exec_spec spec = {
+                .workdir = x->workdir,
+                .code_path = x->code ? x->code_path : NULL,
+                .code = x->code,
+                .code_len = x->code_len,
+                .argv = (const char *const *)x->argv,
+                .env = (const char *const *)x->env + 1, /* no tree marker: the runner's shim is the tree */
+                .stdin_pipe = x->interactive || x->stdin_len > 0,
+        };
+        struct runner_exec *rx = NULL;
+        struct runner_exit ex = {0};
+        int64_t start, deadline, kill_at = 0, give_up_at = 0;
+        bool killing = false, hard = false, timed_out = false, cancelled = false, lost = false;
+        int r;
+
+        (void)runner_hub_adopt(e->runner, x->user, x->session); /* after a restart: listen again */
+        if (!runner_hub_wait(e->runner, x->user, x->session, RUNNER_CONNECT_WAIT_MS))
+                return -ENOTCONN;
+        if (open_spools(x) < 0)
+                return sbx_error_set(err, -EIO, 0, "cannot open the output spool: %m");
+        r = runner_exec_start(e->runner, x->user, x->session, &spec, on_runner_output, x, &rx, err);
+        if (r < 0)
+                return r;
+        pthread_mutex_lock(&x->lock);
+        (void)runner_hub_version(e->runner, x->user, x->session, x->runner_version, sizeof(x->runner_version));
+        pthread_mutex_unlock(&x->lock);
+        pthread_mutex_lock(&x->stdin_lock);
+        x->rx = rx;
+        x->stdin_sent = x->stdin_len;
+        x->stdin_eof = !x->interactive && x->stdin_len > 0;
+        pthread_mutex_unlock(&x->stdin_lock);
+        pthread_mutex_lock(&x->lock);
+        sbx_strlcpy(x->via, "runner", sizeof(x->via));
+        pthread_mutex_unlock(&x->lock);
+
+        start = sbx_now_ms();
+        deadline = start + (int64_t)x->timeout_s * 1000;
+        set_state(x, EXEC_RUNNING, EXEC_CAUSE_NONE);
+        persist(x);
+
+        for (;;) {
+                int64_t now = sbx_now_ms();
+                bool want_cancel, want_force, stdin_pending;
+                struct sbx_error werr = {0};
+
+                read_cancel(x, &want_cancel, &want_force);
+                if (!killing && (want_cancel || now >= deadline)) {
+                        killing = true;
+                        cancelled = want_cancel;
+                        timed_out = !want_cancel;
+                        hard = want_force;
+                        (void)runner_exec_signal(rx, hard ? SIGKILL : SIGTERM);
+                        kill_at = sbx_now_ms() + cfg->exec_kill_grace_ms;
+                        give_up_at = kill_at + 5000;
+                } else if (killing && !hard && (want_force || now >= kill_at)) {
+                        hard = true;
+                        (void)runner_exec_signal(rx, SIGKILL);
+                } else if (killing && hard && now >= give_up_at) {
+                        lost = true; /* the runner does not answer: treat it like a dead container */
+                        break;
+                }
+                stdin_pending = !killing && stdin_pump(x);
+                r = runner_exec_wait(rx, stdin_pending ? 10 : SLICE_MS, &ex, &werr);
+                if (r == 0)
+                        break;
+                if (r == -ETIMEDOUT)
+                        continue;
+                if (r == -ECONNRESET) {
+                        lost = true;
+                        break;
+                }
+                /* the runner could not start it (no such workdir, fork failed, ...) */
+                pthread_mutex_lock(&x->stdin_lock);
+                x->rx = NULL;
+                x->stdin_closed = true;
+                pthread_mutex_unlock(&x->stdin_lock);
+                runner_exec_free(rx);
+                return sbx_error_set(err, r, 0, "%s", werr.msg);
+        }
+
+        pthread_mutex_lock(&x->stdin_lock);
+        x->rx = NULL;
+        x->stdin_closed = true;
+        pthread_mutex_unlock(&x->stdin_lock);
+        runner_exec_free(rx);
+
+        pthread_mutex_lock(&x->lock);
+        x->exit_code = lost ? -1 : ex.exit_code;
+        x->have_usage = !lost;
+        x->usage = ex;
+        x->duration_ms = sbx_now_ms() - start;
+        pthread_mutex_unlock(&x->lock);
+        set_final_state(x, s, oom_before, cancelled, timed_out, lost, !lost && ex.signal == SIGKILL);
+        return 0;
+}
+
 /* The worker: get the session's container, start, pump output, enforce the
  * deadline and cancel, then classify how it ended. */
 static void run(struct execution *x)
@@ -501,6 +683,12 @@ static void run(struct execution *x)
                         goto failed;
                 session_container_id(s, x->container_id);
                 oom_before = session_oom_events(s);
+                provenance(x);
+                r = run_via_runner(x, s, oom_before, &err);
+                if (r == 0)
+                        goto done;
+                if (r != -ENOTCONN)
+                        goto failed;
                 r = prepare(x, exec_id, &err);
                 if (r == 0 || attempt > 0 || (r != -ENOENT && r != -EBUSY))
                         break;
@@ -521,6 +709,9 @@ static void run(struct execution *x)
 
         start = sbx_now_ms();
         deadline = start + (int64_t)x->timeout_s * 1000;
+        pthread_mutex_lock(&x->lock);
+        sbx_strlcpy(x->via, "docker_exec", sizeof(x->via));
+        pthread_mutex_unlock(&x->lock);
         set_state(x, EXEC_RUNNING, EXEC_CAUSE_NONE);
         persist(x);
 
@@ -535,10 +726,7 @@ static void run(struct execution *x)
                 ssize_t n;
                 bool want_cancel, want_force, stdin_pending;
 
-                pthread_mutex_lock(&x->lock);
-                want_cancel = x->cancel;
-                want_force = x->force;
-                pthread_mutex_unlock(&x->lock);
+                read_cancel(x, &want_cancel, &want_force);
 
                 if (!killing && (want_cancel || now >= deadline)) {
                         killing = true;
@@ -616,23 +804,7 @@ static void run(struct execution *x)
         pthread_mutex_lock(&x->lock);
         x->duration_ms = sbx_now_ms() - start;
         pthread_mutex_unlock(&x->lock);
-        if (cancelled)
-                set_state(x, EXEC_CANCELLED, EXEC_CAUSE_CANCELLED);
-        else if (timed_out)
-                set_state(x, EXEC_TIMEOUT, EXEC_CAUSE_TIMEOUT);
-        else if (container_died)
-                set_state(x, EXEC_FAILED, EXEC_CAUSE_CONTAINER_DIED);
-        else if (exit_code == 137) {
-                /* SIGKILL we did not send: an OOM kill if the engine reported one meanwhile */
-                bool oom = false;
-                for (int i = 0; i < 30 && !oom; i++) {
-                        oom = session_oom_events(s) > oom_before;
-                        if (!oom)
-                                sbx_sleep_ms(10);
-                }
-                set_state(x, oom ? EXEC_FAILED : EXEC_COMPLETED, oom ? EXEC_CAUSE_OOM : EXEC_CAUSE_EXITED);
-        } else
-                set_state(x, EXEC_COMPLETED, EXEC_CAUSE_EXITED);
+        set_final_state(x, s, oom_before, cancelled, timed_out, container_died, exit_code == 137);
         if (x->code) {
                 const char *rargv[] = {"rm", "-f", x->code_path, NULL};
                 (void)exec_internal(e, x->container_id, rargv, NULL, 0, 5000, NULL, NULL, NULL, NULL);
@@ -708,6 +880,8 @@ int exec_engine_new(const struct sbx_config *cfg, struct docker *d, struct store
         *ret = e;
         return 0;
 }
+
+void exec_engine_set_runner(struct exec_engine *e, struct runner_hub *h) { e->runner = h; }
 
 int exec_engine_recover(struct exec_engine *e, size_t *ret_failed)
 {
@@ -1110,6 +1284,13 @@ static void result_from_live(struct execution *x, struct exec_result *res, uint6
         res->stderr_bytes = x->total[1];
         spooled[0] = x->spooled[0];
         spooled[1] = x->spooled[1];
+        sbx_strlcpy(res->via, x->via, sizeof(res->via));
+        res->cpu_user_ms = x->have_usage ? (int64_t)x->usage.cpu_user_ms : -1;
+        res->cpu_system_ms = x->have_usage ? (int64_t)x->usage.cpu_system_ms : -1;
+        res->max_rss_kb = x->have_usage ? (int64_t)x->usage.max_rss_kb : -1;
+        sbx_strlcpy(res->image, x->image, sizeof(res->image));
+        sbx_strlcpy(res->runtime, x->runtime, sizeof(res->runtime));
+        sbx_strlcpy(res->runner_version, x->runner_version, sizeof(res->runner_version));
 }
 
 static void result_from_row(const struct store_execution *row, struct exec_result *res, uint64_t spooled[2])
@@ -1129,6 +1310,13 @@ static void result_from_row(const struct store_execution *row, struct exec_resul
         res->stderr_bytes = (uint64_t)row->stderr_bytes;
         spooled[0] = (uint64_t)row->stdout_spooled;
         spooled[1] = (uint64_t)row->stderr_spooled;
+        sbx_strlcpy(res->via, row->via, sizeof(res->via));
+        res->cpu_user_ms = row->cpu_user_ms;
+        res->cpu_system_ms = row->cpu_system_ms;
+        res->max_rss_kb = row->max_rss_kb;
+        sbx_strlcpy(res->image, row->image, sizeof(res->image));
+        sbx_strlcpy(res->runtime, row->runtime, sizeof(res->runtime));
+        sbx_strlcpy(res->runner_version, row->runner_version, sizeof(res->runner_version));
 }
 
 /* A row written before the daemon died may lag behind its spool: the files
@@ -1274,7 +1462,7 @@ int exec_send_stdin(struct exec_engine *e, const char *user, const char *id, con
                                   exec_state_to_string(x->state));
         else if (!x->interactive)
                 r = sbx_error_set(err, -EINVAL, 0, "execution %s was not started with interactive stdin", id);
-        else if (!x->stream || x->stdin_closed || x->stdin_eof)
+        else if ((!x->stream && !x->rx) || x->stdin_closed || x->stdin_eof)
                 r = sbx_error_set(err, -EPIPE, 0, "stdin of execution %s is closed", id);
         else if (x->stdin_sent + len > (uint64_t)e->cfg->max_stdin_bytes)
                 r = sbx_error_set(err, -E2BIG, 0, "stdin would exceed %" PRId64 " bytes", e->cfg->max_stdin_bytes);

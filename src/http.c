@@ -32,6 +32,7 @@
 #include "api_internal.h"
 #include "sandboxd/daemon.h"
 #include "sandboxd/log.h"
+#include "sandboxd/metrics.h"
 #include "sandboxd/reqguard.h"
 #include "sandboxd/utf8.h"
 
@@ -43,6 +44,7 @@ struct http_conn;
 
 struct http_server {
         struct daemon *d;
+        bool metrics; /* the metrics front: /metrics and /healthz, no token, loopback, no TLS */
         struct MHD_Daemon *mhd;
         char *cert, *key, *ca; /* PEM text, alive as long as mhd */
         int port;
@@ -189,6 +191,7 @@ static enum MHD_Result queue_text(struct MHD_Connection *conn, int status, const
                 MHD_add_response_header(resp, MHD_HTTP_HEADER_CONNECTION, "close");
         r = MHD_queue_response(conn, (unsigned)status, resp);
         MHD_destroy_response(resp);
+        metrics_http_status(status);
         return r;
 }
 
@@ -472,6 +475,7 @@ static enum MHD_Result start_sse(struct http_server *srv, struct MHD_Connection 
         pthread_setname_np(t, "sbx-http-sse");
         ret = MHD_queue_response(conn, MHD_HTTP_OK, resp);
         MHD_destroy_response(resp);
+        metrics_http_status(200);
         return ret;
 }
 
@@ -587,6 +591,28 @@ static enum MHD_Result request_run(struct http_server *srv, struct MHD_Connectio
         return queue_json(conn, 200, result, false);
 }
 
+/* The metrics front: GET only, no body, no token (loopback only). */
+static enum MHD_Result metrics_request(struct http_server *srv, struct MHD_Connection *conn, const char *url,
+                                       const char *verb, void **con_cls)
+{
+        char version[64];
+        char *text = NULL;
+
+        if (strcmp(verb, MHD_HTTP_METHOD_GET) != 0 && strcmp(verb, MHD_HTTP_METHOD_HEAD) != 0)
+                return queue_text(conn, 405, "text/plain", strdup("use GET\n"), true);
+        if (strcmp(url, "/metrics") == 0) {
+                if (metrics_render(srv->d, &text) < 0)
+                        return queue_text(conn, 503, "text/plain", strdup("out of memory\n"), false);
+                return queue_text(conn, 200, "text/plain; version=0.0.4; charset=utf-8", text, false);
+        }
+        if (strcmp(url, "/healthz") == 0) {
+                if (daemon_docker_version(srv->d, version, sizeof(version), NULL) < 0)
+                        return queue_text(conn, 503, "text/plain", strdup("docker unreachable\n"), false);
+                return queue_text(conn, 200, "text/plain", strdup("ok\n"), false);
+        }
+        return queue_text(conn, 404, "text/plain", strdup("not found: /metrics or /healthz\n"), false);
+}
+
 static enum MHD_Result on_request(void *cls, struct MHD_Connection *conn, const char *url, const char *verb,
                                   const char *version, const char *upload, size_t *upload_size, void **con_cls)
 {
@@ -597,6 +623,8 @@ static enum MHD_Result on_request(void *cls, struct MHD_Connection *conn, const 
 
         if (!hc)
                 return MHD_NO;
+        if (srv->metrics)
+                return metrics_request(srv, conn, url, verb, con_cls);
         if (!rq) {
                 rq = calloc(1, sizeof(*rq));
                 if (!rq)
@@ -734,7 +762,8 @@ static void mhd_log(void *cls, const char *fmt, va_list ap)
         log_debug("http: %s", buf);
 }
 
-int http_server_start(struct daemon *d, struct http_server **ret, struct sbx_error *err)
+static int server_start(struct daemon *d, const char *key, const char *listen, bool metrics,
+                        struct http_server **ret, struct sbx_error *err)
 {
         const struct sbx_config *cfg = &d->cfg;
         struct http_server *srv;
@@ -748,22 +777,25 @@ int http_server_start(struct daemon *d, struct http_server **ret, struct sbx_err
         int r;
 
         *ret = NULL;
-        if (!cfg->http_listen[0])
+        if (!listen[0])
                 return 0;
-        if (http_parse_listen(cfg->http_listen, &addr, &alen, &loopback) < 0)
-                return sbx_error_set(err, -EINVAL, 0,
-                                     "http_listen: '%s' is not a numeric host:port ([v6]:port for IPv6)",
-                                     cfg->http_listen);
-        tls = cfg->tls_cert[0] != '\0';
+        if (http_parse_listen(listen, &addr, &alen, &loopback) < 0)
+                return sbx_error_set(err, -EINVAL, 0, "%s: '%s' is not a numeric host:port ([v6]:port for IPv6)",
+                                     key, listen);
+        tls = !metrics && cfg->tls_cert[0] != '\0';
+        if (metrics && !loopback)
+                return sbx_error_set(err, -EINVAL, 0, "%s %s is not loopback: metrics are served on loopback only",
+                                     key, listen);
         if (!tls && !loopback)
                 return sbx_error_set(err, -EINVAL, 0,
-                                     "http_listen %s is not loopback: set tls_cert and tls_key (plain HTTP is "
+                                     "%s %s is not loopback: set tls_cert and tls_key (plain HTTP is "
                                      "allowed on loopback only)",
-                                     cfg->http_listen);
+                                     key, listen);
         srv = calloc(1, sizeof(*srv));
         if (!srv)
                 return sbx_error_set(err, -ENOMEM, 0, "out of memory");
         srv->d = d;
+        srv->metrics = metrics;
         pthread_mutex_init(&srv->lock, NULL);
         pthread_cond_init(&srv->cond, NULL);
         if (tls) {
@@ -795,29 +827,44 @@ int http_server_start(struct daemon *d, struct http_server **ret, struct sbx_err
                                     on_connection, srv, MHD_OPTION_EXTERNAL_LOGGER, mhd_log, srv, MHD_OPTION_END);
         if (!srv->mhd) {
                 r = sbx_error_set(err, -EADDRNOTAVAIL, 0,
-                                  "cannot serve HTTP%s on %s (address in use, or a bad certificate or key)",
-                                  tls ? "S" : "", cfg->http_listen);
+                                  "%s: cannot serve HTTP%s on %s (address in use, or a bad certificate or key)", key,
+                                  tls ? "S" : "", listen);
                 goto fail;
         }
         info = MHD_get_daemon_info(srv->mhd, MHD_DAEMON_INFO_BIND_PORT);
         srv->port = info ? info->port : 0;
-        if (pthread_create(&srv->reaper, NULL, reaper_main, srv) != 0) {
+        /* the metrics front has no authentication to wait for: its idle limit is enough */
+        if (!metrics && pthread_create(&srv->reaper, NULL, reaper_main, srv) != 0) {
                 r = sbx_error_set(err, -EAGAIN, 0, "cannot start the HTTP reaper thread");
                 goto fail;
         }
-        srv->reaper_started = true;
-        pthread_setname_np(srv->reaper, "sbx-http-reap");
-        if (tls)
-                log_info("HTTPS listening on %s (port %d)%s", cfg->http_listen, srv->port,
+        if (!metrics) {
+                srv->reaper_started = true;
+                pthread_setname_np(srv->reaper, "sbx-http-reap");
+        }
+        if (metrics)
+                log_info("metrics listening on %s (port %d): /metrics, /healthz", listen, srv->port);
+        else if (tls)
+                log_info("HTTPS listening on %s (port %d)%s", listen, srv->port,
                          srv->ca ? ", client certificates required" : "");
         else
                 log_warn("HTTP listening on %s (port %d) WITHOUT TLS: allowed because the address is loopback",
-                         cfg->http_listen, srv->port);
+                         listen, srv->port);
         *ret = srv;
         return 0;
 fail:
         http_server_stop(srv);
         return r;
+}
+
+int http_server_start(struct daemon *d, struct http_server **ret, struct sbx_error *err)
+{
+        return server_start(d, "http_listen", d->cfg.http_listen, false, ret, err);
+}
+
+int http_metrics_start(struct daemon *d, struct http_server **ret, struct sbx_error *err)
+{
+        return server_start(d, "metrics_listen", d->cfg.metrics_listen, true, ret, err);
 }
 
 int http_server_port(const struct http_server *s)

@@ -71,7 +71,7 @@ int mcp_new(const struct mcp_options *opt, struct mcp **ret, struct sbx_error *e
         struct mcp *m;
         int r;
 
-        if (!opt || !opt->write)
+        if (!opt || (!opt->write && !opt->write_related))
                 return sbx_error_set(err, -EINVAL, 0, "no output callback");
         if (opt->session && *opt->session && !session_id_valid(opt->session))
                 return sbx_error_set(err, -EINVAL, 0,
@@ -108,6 +108,7 @@ int mcp_new(const struct mcp_options *opt, struct mcp **ret, struct sbx_error *e
         m->max_inflight = opt->max_inflight ? opt->max_inflight : MCP_MAX_INFLIGHT_DEFAULT;
         m->poll_wait_s = opt->poll_wait_s > 0 ? opt->poll_wait_s : 30;
         m->write = opt->write;
+        m->write_related = opt->write_related;
         m->write_userdata = opt->write_userdata;
         m->client_log_level = -1;
         pthread_mutex_init(&m->out_lock, NULL);
@@ -178,8 +179,10 @@ const char *mcp_default_session(struct mcp *m) { return m->session; }
 
 /* ---- output ---- */
 
-/* Serialize and write one message; takes msg. */
-static void send_msg(struct mcp *m, cJSON *msg)
+/* Serialize and write one message; takes msg. related is the id of the
+ * request it answers or belongs to (progress, logs of a call), NULL for
+ * none: a transport with several streams routes by it. */
+static void send_msg(struct mcp *m, cJSON *msg, const cJSON *related)
 {
         char *text;
         size_t n;
@@ -195,7 +198,9 @@ static void send_msg(struct mcp *m, cJSON *msg)
         n = strlen(text);
         text[n] = '\n'; /* cJSON escapes every control character: no raw newline inside */
         pthread_mutex_lock(&m->out_lock);
-        if (!m->output_closed && !m->orphaned && m->write(text, n + 1, m->write_userdata) < 0) {
+        if (!m->output_closed && !m->orphaned &&
+            (m->write_related ? m->write_related(text, n + 1, related, m->write_userdata)
+                              : m->write(text, n + 1, m->write_userdata)) < 0) {
                 m->output_closed = true;
                 log_info("mcp: output closed");
         }
@@ -236,7 +241,7 @@ static void send_error(struct mcp *m, const cJSON *id, int code, cJSON *data, co
                 cJSON_AddItemToObject(e, "data", data);
         free(clean);
         log_debug("mcp: error %d: %s", code, buf);
-        send_msg(m, msg);
+        send_msg(m, msg, id);
 }
 
 static cJSON *server_info(void)
@@ -272,16 +277,16 @@ static void send_result(struct mcp *m, const cJSON *id, cJSON *result, bool mode
                 cJSON_AddStringToObject(result, "resultType", "complete");
         }
         cJSON_AddItemToObject(msg, "result", result);
-        send_msg(m, msg);
+        send_msg(m, msg, id);
 }
 
-static void send_notification(struct mcp *m, const char *method, cJSON *params)
+static void send_notification(struct mcp *m, const char *method, cJSON *params, const cJSON *related)
 {
         cJSON *msg = envelope(NULL);
 
         cJSON_AddStringToObject(msg, "method", method);
         cJSON_AddItemToObject(msg, "params", params);
-        send_msg(m, msg);
+        send_msg(m, msg, related);
 }
 
 /* ---- calls in flight ---- */
@@ -336,7 +341,7 @@ void mcp_call_progress(struct mcp_call *c, double progress, const char *message)
         if (message && c->rank >= MCP_REV_2025_03_26)
                 cJSON_AddStringToObject(params, "message", message);
         /* Sent under lock so progress values leave in increasing order. */
-        send_notification(m, "notifications/progress", params);
+        send_notification(m, "notifications/progress", params, c->id);
         pthread_mutex_unlock(&m->lock);
 }
 
@@ -363,7 +368,7 @@ void mcp_call_log(struct mcp_call *c, int level, const char *fmt, ...)
         cJSON_AddStringToObject(params, "logger", SERVER_NAME);
         cJSON_AddStringToObject(params, "data", clean ? clean : "");
         free(clean);
-        send_notification(m, "notifications/message", params);
+        send_notification(m, "notifications/message", params, c->id);
 }
 
 static void call_free(struct mcp_call *c)
@@ -695,6 +700,18 @@ static void handle_tools_call(struct mcp *m, const struct req *q)
         log_debug("mcp: %s call started (session %s)", name->valuestring, session ? session->valuestring : m->session);
 }
 
+/* Mark a call cancelled and wake its worker out of its read; the worker
+ * then cancels the execution it started. Under m->lock. */
+static void cancel_call_locked(struct mcp_call *c, const char *why)
+{
+        if (c->cancelled)
+                return;
+        c->cancelled = true;
+        if (c->api_fd >= 0)
+                shutdown(c->api_fd, SHUT_RDWR);
+        log_info("mcp: %s call cancelled %.200s", c->tool, why);
+}
+
 static void handle_cancelled(struct mcp *m, const cJSON *params)
 {
         const cJSON *rid = cJSON_GetObjectItemCaseSensitive(params, "requestId");
@@ -707,14 +724,16 @@ static void handle_cancelled(struct mcp *m, const cJSON *params)
         for (c = m->calls; c; c = c->next)
                 if (cJSON_Compare(c->id, rid, true))
                         break;
-        if (c && !c->cancelled) {
-                c->cancelled = true;
-                /* Wakes the worker out of its read; it then cancels the execution. */
-                if (c->api_fd >= 0)
-                        shutdown(c->api_fd, SHUT_RDWR);
-                log_info("mcp: %s call cancelled by the client%s%.200s", c->tool,
-                         cJSON_IsString(reason) ? ": " : "", cJSON_IsString(reason) ? reason->valuestring : "");
-        }
+        if (c)
+                cancel_call_locked(c, cJSON_IsString(reason) ? reason->valuestring : "by the client");
+        pthread_mutex_unlock(&m->lock);
+}
+
+void mcp_cancel_all(struct mcp *m)
+{
+        pthread_mutex_lock(&m->lock);
+        for (struct mcp_call *c = m->calls; c; c = c->next)
+                cancel_call_locked(c, "(the MCP session ended)");
         pthread_mutex_unlock(&m->lock);
 }
 

@@ -45,6 +45,7 @@ struct mcp {
         /* out_lock guards write, output_closed and orphaned: one line at a time. */
         pthread_mutex_t out_lock;
         mcp_write_fn write;
+        mcp_write_related_fn write_related; /* used instead of write when set */
         void *write_userdata;
         bool output_closed; /* the write callback failed */
         bool orphaned;      /* mcp_free was called: calls still running write nothing */

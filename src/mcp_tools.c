@@ -55,6 +55,10 @@ struct mcp_tool {
         "'stderr_bytes':{'type':'integer'},"                                                                         \
         "'truncated':{'type':'boolean','description':'True when stdout/stderr above are not the whole output.'},"   \
         "'duration_ms':{'type':['integer','null']},"                                                                 \
+        "'via':{'type':['string','null'],'description':'runner (the in-container runner) or docker_exec.'},"       \
+        "'usage':{'type':['object','null'],'description':'cpu_user_ms, cpu_system_ms and max_rss_kb of the whole "  \
+        "process tree (runner only).'},"                                                                             \
+        "'provenance':{'type':['object','null'],'description':'image (id), runtime and runner_version.'},"          \
         "'error':{'type':['string','null']}"
 
 #define EXEC_OUTPUT "{'type':'object','properties':{" EXEC_OUT_PROPS "},'required':['execution_id','state']}"

@@ -56,6 +56,10 @@ struct runner_chan {
         char dir[SBX_PATH_MAX];
         int dirfd, lfd, cfd;
         bool hello;
+        bool ever_hello;      /* since the last prepare (a new container) */
+        bool waited_in_vain;  /* a wait timed out before any runner came */
+        int64_t last_rx;      /* monotonic ms of the last frame (heartbeat) */
+        int64_t last_ping;
         char version[64];
         uint32_t next_tag;
         struct ep_ref ep_listen, ep_conn;
@@ -94,6 +98,8 @@ struct runner_hub {
         int wake[2];
         bool stop;
         pthread_t thread;
+        runner_lost_fn on_lost;
+        void *lost_ud;
 };
 
 /* ---- helpers ---- */
@@ -158,6 +164,19 @@ static void conn_close(struct runner_hub *h, struct runner_chan *c, const char *
         pthread_mutex_unlock(&c->wlock);
         if (why)
                 log_ctx(LOG_LEVEL_DEBUG, c->user, c->session, NULL, "runner connection closed: %s", why);
+}
+
+/* A runner that broke the protocol or stopped answering is treated like a
+ * dead container (an orderly end of stream is the container's own death,
+ * which the monitor sees). Hub thread. */
+static void conn_fail(struct runner_hub *h, struct runner_chan *c, const char *cause, const char *why)
+{
+        bool was_hello = c->hello;
+
+        log_ctx(LOG_LEVEL_WARN, c->user, c->session, NULL, "runner disconnected: %s", why);
+        conn_close(h, c, why);
+        if (was_hello && h->on_lost)
+                h->on_lost(c->user, c->session, cause, h->lost_ud);
 }
 
 /* Write one frame with a deadline. Caller holds c->wlock; fd is its cfd. */
@@ -269,6 +288,7 @@ static bool handle_frame(struct runner_hub *h, struct runner_chan *c, const stru
                 memcpy(c->version, p + sizeof(hello), vlen);
                 c->version[vlen] = '\0';
                 c->hello = true;
+                c->ever_hello = true;
                 pthread_cond_broadcast(&h->cond);
                 pthread_mutex_unlock(&h->lock);
                 log_ctx(LOG_LEVEL_DEBUG, c->user, c->session, NULL, "runner connected: %s (pid %" PRIu32 ")",
@@ -360,24 +380,20 @@ static void conn_read(struct runner_hub *h, struct runner_chan *c)
                         return;
                 }
                 c->in_len += (size_t)n;
+                c->last_rx = sbx_now_ms();
                 for (;;) {
                         struct rp_hdr hdr;
                         if (c->in_len < RP_HDR_LEN)
                                 break;
                         memcpy(&hdr, c->inbuf, RP_HDR_LEN);
                         if (hdr.len > RP_MAX_FROM_RUNNER) {
-                                log_ctx(LOG_LEVEL_WARN, c->user, c->session, NULL,
-                                        "runner sent a %" PRIu32 "-byte frame (max %d): disconnected", hdr.len,
-                                        RP_MAX_FROM_RUNNER);
-                                conn_close(h, c, "oversized frame");
+                                conn_fail(h, c, "runner_protocol_error", "oversized frame");
                                 return;
                         }
                         if (c->in_len < RP_HDR_LEN + hdr.len)
                                 break;
                         if (!handle_frame(h, c, &hdr, c->inbuf + RP_HDR_LEN)) {
-                                log_ctx(LOG_LEVEL_WARN, c->user, c->session, NULL,
-                                        "runner sent an invalid frame (type %u): disconnected", hdr.type);
-                                conn_close(h, c, "protocol error");
+                                conn_fail(h, c, "runner_protocol_error", "invalid frame");
                                 return;
                         }
                         memmove(c->inbuf, c->inbuf + RP_HDR_LEN + hdr.len, c->in_len - RP_HDR_LEN - hdr.len);
@@ -401,6 +417,7 @@ static void conn_accept(struct runner_hub *h, struct runner_chan *c)
                 }
                 c->cfd = fd;
                 c->hello = false;
+                c->last_rx = c->last_ping = sbx_now_ms();
                 c->in_len = 0;
                 c->next_tag = 0;
                 /* tags differ from any an earlier daemon used, whose executions may still run */
@@ -455,6 +472,37 @@ static void reap_dead(struct runner_hub *h)
         }
 }
 
+/* Ping every connected runner each heartbeat interval; one silent for
+ * three intervals is treated like a dead container. Hub thread. */
+static void heartbeat(struct runner_hub *h)
+{
+        int64_t now = sbx_now_ms(), every = h->cfg->runner_heartbeat_ms;
+
+        for (;;) {
+                struct runner_chan *late = NULL, *due = NULL;
+                int cfd = -1;
+                pthread_mutex_lock(&h->lock);
+                for (struct runner_chan *c = h->chans; c && !late && !due; c = c->next) {
+                        if (c->dead || c->cfd < 0)
+                                continue;
+                        if (now - c->last_rx > 3 * every)
+                                late = c;
+                        else if (c->hello && now - c->last_ping >= every) {
+                                due = c;
+                                cfd = c->cfd;
+                                c->last_ping = now;
+                        }
+                }
+                pthread_mutex_unlock(&h->lock);
+                if (late)
+                        conn_fail(h, late, "runner_unresponsive", "no heartbeat answer");
+                else if (due)
+                        (void)send_frame(due, cfd, RP_PING, 0, 0, NULL, 0, NULL, 0);
+                else
+                        return;
+        }
+}
+
 static void *hub_main(void *ud)
 {
         struct runner_hub *h = ud;
@@ -462,7 +510,7 @@ static void *hub_main(void *ud)
 
         pthread_setname_np(pthread_self(), "sbx-runner");
         for (;;) {
-                int n = epoll_wait(h->epfd, evs, MAX_EVENTS, 1000);
+                int n = epoll_wait(h->epfd, evs, MAX_EVENTS, 250);
                 pthread_mutex_lock(&h->lock);
                 bool stop = h->stop;
                 pthread_mutex_unlock(&h->lock);
@@ -484,6 +532,7 @@ static void *hub_main(void *ud)
                                 conn_read(h, ref->c);
                 }
                 reap_dead(h);
+                heartbeat(h);
         }
         return NULL;
 }
@@ -604,6 +653,10 @@ int runner_hub_prepare(struct runner_hub *h, const char *user, const char *sessi
                 return sbx_error_set(err, -ENAMETOOLONG, 0, "runner directory path too long");
         pthread_mutex_lock(&h->lock);
         c = chan_find_locked(h, user, session);
+        if (c) {
+                c->waited_in_vain = false; /* a new container: its runner is worth waiting for */
+                c->ever_hello = c->hello;
+        }
         pthread_mutex_unlock(&h->lock);
         if (c) {
                 sbx_strlcpy(ret_dir, path, SBX_PATH_MAX);
@@ -668,6 +721,35 @@ int runner_hub_prepare(struct runner_hub *h, const char *user, const char *sessi
         return 0;
 }
 
+int runner_hub_adopt(struct runner_hub *h, const char *user, const char *session)
+{
+        char hash[33], dir[SBX_PATH_MAX];
+        _cleanup_close_ int root = -1;
+        struct stat st;
+        bool known;
+
+        if (!h || !runner_hub_binary(h))
+                return -ENOENT;
+        pthread_mutex_lock(&h->lock);
+        known = chan_find_locked(h, user, session) != NULL;
+        pthread_mutex_unlock(&h->lock);
+        if (known)
+                return 0;
+        chan_key_hash(user, session, hash);
+        root = open(h->root, O_RDONLY | O_DIRECTORY | O_NOFOLLOW | O_CLOEXEC);
+        if (root < 0 || fstatat(root, hash, &st, AT_SYMLINK_NOFOLLOW) < 0 || !S_ISDIR(st.st_mode))
+                return -ENOENT;
+        return runner_hub_prepare(h, user, session, dir, NULL);
+}
+
+void runner_hub_set_lost_handler(struct runner_hub *h, runner_lost_fn fn, void *userdata)
+{
+        pthread_mutex_lock(&h->lock);
+        h->on_lost = fn;
+        h->lost_ud = userdata;
+        pthread_mutex_unlock(&h->lock);
+}
+
 void runner_hub_drop(struct runner_hub *h, const char *user, const char *session)
 {
         struct runner_chan *c;
@@ -708,8 +790,14 @@ bool runner_hub_wait(struct runner_hub *h, const char *user, const char *session
                         ok = true;
                         break;
                 }
-                if (timeout_ms <= 0 || pthread_cond_timedwait(&h->cond, &h->lock, &until) == ETIMEDOUT)
+                if (c->waited_in_vain && !c->ever_hello)
+                        break; /* this container has no runner: do not make every request wait */
+                if (timeout_ms <= 0)
                         break;
+                if (pthread_cond_timedwait(&h->cond, &h->lock, &until) == ETIMEDOUT) {
+                        c->waited_in_vain = true;
+                        break;
+                }
         }
         pthread_mutex_unlock(&h->lock);
         return ok;

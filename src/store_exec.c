@@ -10,7 +10,8 @@
 #define EXEC_COLUMNS                                                                                         \
         "id, user_id, session_id, container_id, kind, command_preview, command_sha256, state, cause, error, " \
         "spool_path, exit_code, stdout_bytes, stderr_bytes, stdout_spooled, stderr_spooled, truncated, "       \
-        "created_at, finished_at, duration_ms"
+        "created_at, finished_at, duration_ms, via, cpu_user_ms, cpu_system_ms, max_rss_kb, image, runtime, "     \
+        "runner_version"
 
 static void exec_from_row(struct store_query *q, struct store_execution *row)
 {
@@ -35,6 +36,22 @@ static void exec_from_row(struct store_query *q, struct store_execution *row)
         row->created_at = sq_col_int64(q, 17);
         row->finished_at = sq_col_int64(q, 18);
         row->duration_ms = sq_col_int64(q, 19);
+        sq_col_text(q, 20, row->via, sizeof(row->via));
+        for (int i = 0; i < 3; i++) {
+                int64_t *usage[] = {&row->cpu_user_ms, &row->cpu_system_ms, &row->max_rss_kb};
+                *usage[i] = sqlite3_column_type(q->stmt, 21 + i) == SQLITE_NULL ? -1 : sq_col_int64(q, 21 + i);
+        }
+        sq_col_text(q, 24, row->image, sizeof(row->image));
+        sq_col_text(q, 25, row->runtime, sizeof(row->runtime));
+        sq_col_text(q, 26, row->runner_version, sizeof(row->runner_version));
+}
+
+static void bind_usage(struct store_query *q, int64_t v)
+{
+        if (v >= 0)
+                sq_int64(q, v);
+        else
+                sq_text(q, NULL);
 }
 
 int store_exec_put(struct store *s, const struct store_execution *row)
@@ -47,13 +64,15 @@ int store_exec_put(struct store *s, const struct store_execution *row)
                 return -EINVAL;
         r = sq_start(&q, s,
                     "INSERT INTO executions (" EXEC_COLUMNS ") VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9, ?10, "
-                    "?11, ?12, ?13, ?14, ?15, ?16, ?17, ?18, ?19, ?20) "
+                    "?11, ?12, ?13, ?14, ?15, ?16, ?17, ?18, ?19, ?20, ?21, ?22, ?23, ?24, ?25, ?26, ?27) "
                     "ON CONFLICT (id) DO UPDATE SET container_id = excluded.container_id, state = excluded.state, "
                     "cause = excluded.cause, error = excluded.error, exit_code = excluded.exit_code, "
                     "stdout_bytes = excluded.stdout_bytes, stderr_bytes = excluded.stderr_bytes, "
                     "stdout_spooled = excluded.stdout_spooled, stderr_spooled = excluded.stderr_spooled, "
                     "truncated = excluded.truncated, finished_at = excluded.finished_at, "
-                    "duration_ms = excluded.duration_ms");
+                    "duration_ms = excluded.duration_ms, via = excluded.via, cpu_user_ms = excluded.cpu_user_ms, "
+                    "cpu_system_ms = excluded.cpu_system_ms, max_rss_kb = excluded.max_rss_kb, "
+                    "image = excluded.image, runtime = excluded.runtime, runner_version = excluded.runner_version");
         if (r < 0)
                 return r;
         sq_text(&q, row->id);
@@ -82,6 +101,13 @@ int store_exec_put(struct store *s, const struct store_execution *row)
         else
                 sq_text(&q, NULL);
         sq_int64(&q, row->duration_ms);
+        sq_text_opt(&q, row->via);
+        bind_usage(&q, row->cpu_user_ms);
+        bind_usage(&q, row->cpu_system_ms);
+        bind_usage(&q, row->max_rss_kb);
+        sq_text_opt(&q, row->image);
+        sq_text_opt(&q, row->runtime);
+        sq_text_opt(&q, row->runner_version);
         r = sq_exec(&q);
         return r < 0 ? r : 0;
 }

@@ -20,6 +20,7 @@
  *   stats                                     → {uptime_s, started_at, version, docker_version, sessions: {creating,
  *                                                running, stopped, error, total}, executions_running,
  *                                                ports: {used, total}, monitor_last_poll (unix ms or null)}
+ *   metrics                                   → {text: the Prometheus exposition of metrics.h}
  *   sessions.list   {user?, state?}           → {sessions: [{user, session, state, container_id, image,
  *                                                network_mode, private, ports, created_at, last_activity,
  *                                                last_error, error_cause}]}

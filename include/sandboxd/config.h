@@ -40,6 +40,7 @@ struct sbx_config {
         /* container */
         char image[256];
         char runner_binary[SBX_PATH_MAX]; /* "" → sandboxd-runner next to the executable */
+        int runner_heartbeat_ms;
         int64_t memory_bytes;
         int64_t nano_cpus;
         int64_t pids_limit;

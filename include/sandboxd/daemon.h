@@ -36,6 +36,7 @@ struct daemon {
         struct api_server *api;     /* the socket fronts (opts->sockets) */
         struct admin_server *admin;
         struct http_server *http;   /* the network front (opts->sockets and http_listen) */
+        struct http_server *metrics; /* metrics_listen (opts->sockets) */
 };
 
 struct daemon_options {

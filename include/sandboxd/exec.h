@@ -7,12 +7,16 @@
  * kept). Results carry a bounded head and tail of each stream and the total
  * byte counts; the rest is readable by offset with exec_read_output().
  *
- * Process trees: each execution's processes carry SBX_EXEC_ID=<uuid> in
- * their environment. Timeout and cancel send SIGTERM to every process in
- * the container that carries it (children, `&` grandchildren and setsid
- * escapees alike), wait exec_kill_grace, then SIGKILL, and repeat until
- * none is left. Other executions' processes carry other ids and are left
- * alone.
+ * Paths: an execution runs on the session's in-container runner when it
+ * is connected (runner.h), else through docker exec; results say which
+ * (via) and, on the runner, the tree's usage.
+ *
+ * Process trees: on the runner each execution lives under its own child
+ * subreaper, so timeout and cancel (SIGTERM, exec_kill_grace, then freeze
+ * and SIGKILL until none is left) reach every descendant, env -i and setsid
+ * ones included. On docker exec its processes carry SBX_EXEC_ID=<uuid> in
+ * their environment and every process carrying it is signalled (a process
+ * that wipes its environment escapes). Other executions are left alone.
  *
  * Limits: at most max_exec_global running executions and
  * max_exec_per_session per session. Past a cap the request is refused at
@@ -131,6 +135,14 @@ struct exec_result {
         uint64_t stdout_offset; /* where stdout_head starts (0 for a full result) */
         uint64_t stderr_offset;
         char command_preview[161];
+        char via[16]; /* "runner" | "docker_exec" | "" (never ran) */
+        /* usage of the whole tree, from the rusage of its reaped processes
+         * (runner only; -1 when unknown) */
+        int64_t cpu_user_ms, cpu_system_ms, max_rss_kb;
+        /* provenance */
+        char image[256];
+        char runtime[32];
+        char runner_version[64]; /* "" unless via the runner */
 };
 void exec_result_done(struct exec_result *r);
 
@@ -139,6 +151,10 @@ int exec_engine_new(const struct sbx_config *cfg, struct docker *d, struct store
 /* Per-user limits (max_exec_per_user and its overrides) come from q from
  * now on; without one, from the config. q must outlive the engine. */
 void exec_set_quota(struct exec_engine *e, struct quota *q);
+/* Run executions on the session's runner when one is connected (else
+ * docker exec). Set once, before the first execution. */
+struct runner_hub;
+void exec_engine_set_runner(struct exec_engine *e, struct runner_hub *h);
 /* Executions still running when the daemon stopped are marked FAILED with
  * cause daemon_restarted (their output so far stays readable). */
 int exec_engine_recover(struct exec_engine *e, size_t *ret_failed);

@@ -63,6 +63,10 @@ int http_parse_listen(const char *text, struct sockaddr_storage *ret, socklen_t 
 /* Start serving http_listen (does nothing and returns 0 when it is empty):
  * reads the PEM files, refuses plain HTTP off loopback. */
 int http_server_start(struct daemon *d, struct http_server **ret, struct sbx_error *err);
+/* Start serving metrics_listen (nothing when empty): GET /metrics
+ * (metrics.h) and /healthz (200 "ok", or 503 when Docker does not answer),
+ * no token, plain HTTP, loopback only. */
+int http_metrics_start(struct daemon *d, struct http_server **ret, struct sbx_error *err);
 /* The bound port (useful with port 0). */
 int http_server_port(const struct http_server *s);
 /* Stop accepting, end every connection and request worker. NULL is fine. */

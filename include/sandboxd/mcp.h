@@ -67,18 +67,26 @@ struct mcp;
  * Returns 0, or a negative errno when the output is gone (the adapter then
  * stops writing). */
 typedef int (*mcp_write_fn)(const char *line, size_t len, void *userdata);
+/* The same, told which request the line answers or belongs to (the id of
+ * its request for a response, and for the progress and log notifications
+ * of a tool call; NULL for anything else): a transport with a stream per
+ * request (Streamable HTTP) routes by it. */
+struct cJSON;
+typedef int (*mcp_write_related_fn)(const char *line, size_t len, const struct cJSON *related, void *userdata);
 
 struct mcp_options {
         const char *api_socket; /* the daemon's API socket */
         const char *token;      /* NULL or "": tool calls report that none is configured */
         const char *session;    /* default session; NULL or "": "mcp-<random>" per adapter */
         mcp_write_fn write;
+        mcp_write_related_fn write_related; /* instead of write, for transports that route */
         void *write_userdata;
         size_t max_inflight;  /* concurrent tool calls; 0 = MCP_MAX_INFLIGHT_DEFAULT */
         int poll_wait_s;      /* long-poll wait while following an execution; 0 = 30 */
 };
 
-/* Copies every option. -EINVAL for a missing write callback or an invalid
+/* Copies every option. -EINVAL for a missing write callback (write or
+ * write_related) or an invalid
  * default session. */
 int mcp_new(const struct mcp_options *opt, struct mcp **ret, struct sbx_error *err);
 /* Drops the caller's reference: no more output is written, and the adapter is
@@ -92,6 +100,9 @@ void mcp_feed(struct mcp *m, const void *data, size_t len);
 /* End of input: handles an unterminated last line. */
 void mcp_feed_eof(struct mcp *m);
 
+/* Cancel every tool call in flight, as notifications/cancelled would (their
+ * responses are suppressed; the executions behind them are cancelled). */
+void mcp_cancel_all(struct mcp *m);
 /* Wait until no tool call is in flight, at most timeout_ms (< 0: forever).
  * Returns 0, or -ETIMEDOUT. */
 int mcp_drain(struct mcp *m, int timeout_ms);

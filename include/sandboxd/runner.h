@@ -51,11 +51,23 @@ const char *runner_hub_binary(struct runner_hub *h);
  * Idempotent. *ret_dir is the host directory to bind-mount read-only. */
 int runner_hub_prepare(struct runner_hub *h, const char *user, const char *session, char ret_dir[SBX_PATH_MAX],
                        struct sbx_error *err);
+/* After a daemon restart: listen again for a session whose directory
+ * exists (its container was made with a runner, which reconnects on its
+ * own). 0 when listening, -ENOENT when the session never had a runner. */
+int runner_hub_adopt(struct runner_hub *h, const char *user, const char *session);
+
+/* Called on the hub thread when a runner that had said hello broke the
+ * protocol ("runner_protocol_error") or missed its heartbeats for three
+ * runner_heartbeat intervals ("runner_unresponsive"). */
+typedef void (*runner_lost_fn)(const char *user, const char *session, const char *cause, void *userdata);
+void runner_hub_set_lost_handler(struct runner_hub *h, runner_lost_fn fn, void *userdata);
+
 /* Stop listening for the session and remove its directory. */
 void runner_hub_drop(struct runner_hub *h, const char *user, const char *session);
 
 /* Wait up to timeout_ms for the session's runner to be connected. True if
- * it is. With a channel that was never prepared, false at once. */
+ * it is. False at once without a channel, and for a container whose
+ * runner never came although a wait already timed out (no runner in it). */
 bool runner_hub_wait(struct runner_hub *h, const char *user, const char *session, int timeout_ms);
 
 /* The connected runner's version string ("" when none). */

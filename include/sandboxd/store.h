@@ -165,6 +165,11 @@ struct store_execution {
         int64_t stdout_spooled, stderr_spooled; /* kept */
         bool truncated;
         int64_t created_at, finished_at, duration_ms; /* unix ms; 0 = not yet */
+        char via[16];              /* "runner" | "docker_exec" | "" (never ran) */
+        int64_t cpu_user_ms, cpu_system_ms, max_rss_kb; /* usage of its tree; -1 = unknown */
+        char image[256];           /* provenance: image id (digest) */
+        char runtime[32];
+        char runner_version[64];   /* "" when not run by the runner */
 };
 
 /* Insert or update the whole row. */

@@ -29,6 +29,7 @@ static void usage(FILE *f)
                 "Commands:\n"
                 "  health                               is the daemon (and Docker) well?\n"
                 "  stats                                sessions by state, executions, ports, monitor\n"
+                "  metrics                              the Prometheus text (as metrics_listen's /metrics)\n"
                 "  sessions [--user U] [--state S]      list sessions\n"
                 "  show USER SESSION                    one session in detail\n"
                 "  destroy USER SESSION [--purge]       remove its container and forget it\n"
@@ -210,6 +211,11 @@ static void print_stats(const cJSON *r)
         printf("executions running:  %.0f\n", num(r, "executions_running", 0));
         printf("ports:               %.0f of %.0f in use\n", num(p, "used", 0), num(p, "total", 0));
         printf("monitor last poll:   %s\n", when(r, "monitor_last_poll", t));
+}
+
+static void print_metrics(const cJSON *r)
+{
+        fputs(str(r, "text"), stdout);
 }
 
 static void print_sessions(const cJSON *r)
@@ -585,6 +591,10 @@ int main(int argc, char **argv)
                 NEED(0, 0);
                 cJSON_AddStringToObject(req, "cmd", "stats");
                 printer = print_stats;
+        } else if (strcmp(cmd, "metrics") == 0) {
+                NEED(0, 0);
+                cJSON_AddStringToObject(req, "cmd", "metrics");
+                printer = print_metrics;
         } else if (strcmp(cmd, "sessions") == 0) {
                 cJSON_AddStringToObject(req, "cmd", "sessions.list");
                 for (int i = 0; i < n_args; i++) {

@@ -195,7 +195,15 @@ Test(exec, cancel_and_cancel_after_end)
 
         open_daemon(NULL, false);
         start_sh("c", "echo before; trap '' TERM; sleep 300", 0, id);
-        sbx_sleep_ms(1500);
+        /* cancel once it has started (the container may take a while to come up) */
+        for (int i = 0; i < 60; i++) {
+                cr_assert_eq(exec_status(d->exec, "u1", id, 0, 0, 0, 1000, &res, NULL), 0);
+                bool started = res.stdout_bytes >= 7;
+                exec_result_done(&res);
+                if (started)
+                        break;
+        }
+        sbx_sleep_ms(200); /* past the trap */
         cr_assert_eq(exec_cancel(d->exec, "u1", id, false, &err), 0, "%s", err.msg);
         res = wait_end(id);
         cr_assert_eq(res.state, EXEC_CANCELLED);

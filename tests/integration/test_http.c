@@ -6,6 +6,7 @@
 #include <errno.h>
 #include <netinet/in.h>
 #include <poll.h>
+#include <regex.h>
 #include <stdio.h>
 #include <string.h>
 #include <sys/socket.h>
@@ -73,6 +74,7 @@ static void open_daemon(bool tls, bool mtls)
         snprintf(cfg.api_socket, sizeof(cfg.api_socket), "%s/api.sock", cfg.data_dir);
         snprintf(cfg.admin_socket, sizeof(cfg.admin_socket), "%s/admin.sock", cfg.data_dir);
         snprintf(cfg.http_listen, sizeof(cfg.http_listen), "127.0.0.1:0");
+        snprintf(cfg.metrics_listen, sizeof(cfg.metrics_listen), "127.0.0.1:0");
         cfg.http_timeout_s = 2;
         if (tls) {
                 snprintf(cfg.tls_cert, sizeof(cfg.tls_cert), "%s/server.pem", pki);
@@ -409,5 +411,115 @@ Test(http, plain_http_only_on_loopback)
                                 "http://127.0.0.1:%d/v1/exec",
                           tok_a, port),
                      200);
+        teardown();
+}
+
+/* Every line of a Prometheus text exposition: a comment, or
+ * name{labels} value. */
+static bool prometheus_text_ok(const char *text, char *why, size_t why_len)
+{
+        regex_t sample;
+        bool ok = true;
+        const char *line = text;
+
+        cr_assert_eq(regcomp(&sample,
+                             "^[a-zA-Z_:][a-zA-Z0-9_:]*(\\{[a-zA-Z_][a-zA-Z0-9_]*=\"[^\"]*\""
+                             "(,[a-zA-Z_][a-zA-Z0-9_]*=\"[^\"]*\")*\\})? (-?[0-9.e+]+|\\+Inf|NaN)$",
+                             REG_EXTENDED | REG_NOSUB),
+                     0);
+        while (*line && ok) {
+                const char *nl = strchr(line, '\n');
+                char buf[512];
+                size_t n = nl ? (size_t)(nl - line) : strlen(line);
+                snprintf(buf, sizeof(buf), "%.*s", (int)n, line);
+                if (!(strncmp(buf, "# HELP ", 7) == 0 || strncmp(buf, "# TYPE ", 7) == 0) &&
+                    regexec(&sample, buf, 0, NULL, 0) != 0) {
+                        snprintf(why, why_len, "bad line: %s", buf);
+                        ok = false;
+                }
+                if (!nl) {
+                        snprintf(why, why_len, "no final newline");
+                        ok = false;
+                        break;
+                }
+                line = nl + 1;
+        }
+        regfree(&sample);
+        return ok;
+}
+
+/* The value of the sample whose line starts with prefix (name and labels). */
+static double sample_value(const char *text, const char *prefix)
+{
+        size_t n = strlen(prefix);
+        for (const char *l = text; l && *l; l = strchr(l, '\n') ? strchr(l, '\n') + 1 : NULL)
+                if (strncmp(l, prefix, n) == 0 && l[n] == ' ')
+                        return strtod(l + n + 1, NULL);
+        return -1;
+}
+
+Test(http, metrics_parse_and_move_as_executions_run)
+{
+        struct daemon_options opts = {.extra_labels = fixture_labels(), .no_monitor = true, .sockets = true};
+        struct sbx_error err = {0};
+        char *before = NULL, *after = NULL, why[600] = "", cmd[2 * SBX_PATH_MAX];
+        int mport;
+        cJSON *r;
+
+        (void)testenv_docker();
+        make_pki();
+        /* metrics are served on loopback only */
+        fixture_config(&cfg);
+        snprintf(cfg.api_socket, sizeof(cfg.api_socket), "%s/api.sock", cfg.data_dir);
+        snprintf(cfg.admin_socket, sizeof(cfg.admin_socket), "%s/admin.sock", cfg.data_dir);
+        snprintf(cfg.metrics_listen, sizeof(cfg.metrics_listen), "0.0.0.0:0");
+        cr_assert_lt(daemon_open(&cfg, &opts, &d, &err), 0);
+        cr_assert(strstr(err.msg, "loopback") != NULL, "%s", err.msg);
+
+        open_daemon(true, false);
+        mport = http_server_port(d->metrics);
+        cr_assert_gt(mport, 0);
+
+        cr_assert_eq(curl(&before, "http://127.0.0.1:%d/metrics", mport), 200);
+        cr_assert(prometheus_text_ok(before, why, sizeof(why)), "%s", why);
+        cr_assert_eq(sample_value(before, "sandboxd_up"), 1);
+        cr_assert_gt(sample_value(before, "process_resident_memory_bytes"), 0);
+        cr_assert_gt(sample_value(before, "process_threads"), 1);
+        cr_assert_gt(sample_value(before, "process_open_fds"), 2);
+
+        cr_assert_eq(post(tok_a, "exec", "{\"session\": \"met\", \"command\": \"exit 0\"}", &r), 200);
+        cJSON_Delete(r);
+        cr_assert_eq(post(tok_a, "exec", "{\"session\": \"met\", \"command\": \"sleep 5\", \"timeout_seconds\": 1}",
+                          &r),
+                     200);
+        cr_assert_str_eq(apic_str(r, "state"), "timeout");
+        cJSON_Delete(r);
+        cr_assert_eq(post("0000000000000000", "exec", "{\"session\": \"met\", \"command\": \"true\"}", NULL), 401);
+
+        cr_assert_eq(curl(&after, "http://127.0.0.1:%d/metrics", mport), 200);
+        cr_assert(prometheus_text_ok(after, why, sizeof(why)), "%s", why);
+#define DELTA(prefix) (sample_value(after, prefix) - sample_value(before, prefix))
+        cr_assert_eq(DELTA("sandboxd_executions_total{state=\"completed\",cause=\"exited\"}"), 1);
+        cr_assert_eq(DELTA("sandboxd_executions_total{state=\"timeout\",cause=\"timeout\"}"), 1);
+        cr_assert_eq(DELTA("sandboxd_exec_duration_seconds_count"), 2);
+        cr_assert_eq(DELTA("sandboxd_exec_duration_seconds_bucket{le=\"+Inf\"}"), 2);
+        cr_assert_geq(DELTA("sandboxd_exec_duration_seconds_sum"), 1.0, "the timeout ran at least 1 s");
+        cr_assert_lt(DELTA("sandboxd_exec_duration_seconds_bucket{le=\"0.5\"}"), 2, "the 1 s one is above 0.5 s");
+        cr_assert_geq(DELTA("sandboxd_auth_failures_total"), 1);
+        cr_assert_geq(DELTA("sandboxd_http_requests_total{code=\"401\"}"), 1);
+        cr_assert_geq(DELTA("sandboxd_http_requests_total{code=\"200\"}"), 2);
+        cr_assert_eq(sample_value(after, "sandboxd_sessions{state=\"running\"}"), 1);
+#undef DELTA
+        free(before);
+        free(after);
+
+        /* health; anything else is 404; sandboxctl metrics prints the same text */
+        cr_assert_eq(curl(&before, "http://127.0.0.1:%d/healthz", mport), 200);
+        cr_assert_str_eq(before, "ok\n");
+        free(before);
+        cr_assert_eq(curl(NULL, "http://127.0.0.1:%d/v1/exec", mport), 404);
+        snprintf(cmd, sizeof(cmd), "%s/sandboxctl -s %s metrics | grep -qx 'sandboxd_up 1'", SANDBOXD_BINARY_DIR,
+                 cfg.admin_socket);
+        cr_assert_eq(system(cmd), 0, "sandboxctl metrics");
         teardown();
 }

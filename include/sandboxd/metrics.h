@@ -1,0 +1,40 @@
+/* metrics.h — the daemon's figures in the Prometheus text exposition format
+ * (version 0.0.4): served at GET /metrics on metrics_listen (loopback only,
+ * no token; http.c) and by `sandboxctl metrics` (admin command "metrics").
+ *
+ *   sandboxd_up, sandboxd_start_time_seconds, sandboxd_build_info{version}
+ *   sandboxd_sessions{state="creating|running|stopped|error"}      gauge
+ *   sandboxd_executions_running                                      gauge
+ *   sandboxd_executions_total{state,cause}   finished executions     counter
+ *   sandboxd_exec_duration_seconds           histogram of the run time of finished executions
+ *   sandboxd_docker_api_errors_total         Engine API calls that failed (transport, timeout, 5xx) counter
+ *   sandboxd_http_requests_total{code}       answers of the HTTP front, by status  counter
+ *   sandboxd_auth_failures_total             failed authentications on the API socket and HTTP  counter
+ *   sandboxd_ports_used, sandboxd_ports_total                        gauges
+ *   process_resident_memory_bytes, process_open_fds, process_threads gauges
+ *
+ * The counters are process-wide atomics (one daemon per process; tests that
+ * open several compare deltas). */
+#ifndef SANDBOXD_METRICS_H
+#define SANDBOXD_METRICS_H
+
+#include <stdint.h>
+
+#include "sandboxd/exec.h"
+
+struct daemon;
+
+/* A finished execution (exec.c, once per execution). */
+void metrics_exec_finished(enum exec_state state, enum exec_cause cause, int64_t duration_ms);
+/* An Engine API call that failed for a reason other than the engine's
+ * ordinary answers (docker.c). */
+void metrics_docker_error(void);
+/* An HTTP answer's status (http.c). */
+void metrics_http_status(int status);
+/* A failed authentication (api.c). */
+void metrics_auth_failure(void);
+
+/* The whole exposition text, malloc'd in *ret. 0 or -ENOMEM. */
+int metrics_render(struct daemon *d, char **ret);
+
+#endif

@@ -1,0 +1,245 @@
+/* metrics.c — counters the modules bump and the Prometheus text built from
+ * them and from the engines' gauges (include/sandboxd/metrics.h).
+ *
+ * Locking: none. Counters are relaxed atomics (a scrape may see one counter
+ * a moment ahead of another, which Prometheus tolerates); the gauges are
+ * asked of their owners (session_counts, exec_running_count,
+ * portpool_usage) and of /proc/self at render time. */
+#include "sandboxd/metrics.h"
+
+#include <dirent.h>
+#include <errno.h>
+#include <fcntl.h>
+#include <stdarg.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <unistd.h>
+
+#include "sandboxd/daemon.h"
+#include "sandboxd/portpool.h"
+#include "sandboxd/session.h"
+
+#define CAUSE_COUNT (EXEC_CAUSE_ERROR + 1)
+
+/* upper bounds in ms of the duration histogram's buckets (then +Inf) */
+static const int64_t bucket_ms[] = {10, 25, 50, 100, 250, 500, 1000, 2500, 5000, 10000, 30000, 60000, 300000};
+#define BUCKETS (sizeof(bucket_ms) / sizeof(bucket_ms[0]))
+
+static uint64_t exec_total[EXEC_STATE_COUNT][CAUSE_COUNT];
+static uint64_t exec_bucket[BUCKETS + 1];
+static uint64_t exec_sum_ms;
+static uint64_t docker_errors;
+static uint64_t auth_failures;
+static const int http_codes[] = {200, 400, 401, 403, 404, 405, 409, 413, 429, 431, 500, 503};
+#define HTTP_CODES (sizeof(http_codes) / sizeof(http_codes[0]))
+static uint64_t http_total[HTTP_CODES + 1]; /* the last one: any other status */
+
+#define BUMP(x, n) __atomic_add_fetch(&(x), (n), __ATOMIC_RELAXED)
+#define LOAD(x) __atomic_load_n(&(x), __ATOMIC_RELAXED)
+
+void metrics_exec_finished(enum exec_state state, enum exec_cause cause, int64_t duration_ms)
+{
+        size_t b = 0;
+
+        if ((unsigned)state >= EXEC_STATE_COUNT || (unsigned)cause >= CAUSE_COUNT)
+                return;
+        if (duration_ms < 0)
+                duration_ms = 0;
+        BUMP(exec_total[state][cause], 1);
+        while (b < BUCKETS && duration_ms > bucket_ms[b])
+                b++;
+        BUMP(exec_bucket[b], 1); /* cumulated at render time */
+        BUMP(exec_sum_ms, (uint64_t)duration_ms);
+}
+
+void metrics_docker_error(void)
+{
+        BUMP(docker_errors, 1);
+}
+
+void metrics_auth_failure(void)
+{
+        BUMP(auth_failures, 1);
+}
+
+void metrics_http_status(int status)
+{
+        size_t i = 0;
+        while (i < HTTP_CODES && http_codes[i] != status)
+                i++;
+        BUMP(http_total[i], 1);
+}
+
+/* ---- rendering ---- */
+
+struct text {
+        char *buf;
+        size_t len, cap;
+        bool oom;
+};
+
+static void put(struct text *t, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
+static void put(struct text *t, const char *fmt, ...)
+{
+        va_list ap;
+        int n;
+
+        if (t->oom)
+                return;
+        for (;;) {
+                va_start(ap, fmt);
+                n = vsnprintf(t->buf + t->len, t->cap - t->len, fmt, ap);
+                va_end(ap);
+                if (n < 0) {
+                        t->oom = true;
+                        return;
+                }
+                if ((size_t)n < t->cap - t->len) {
+                        t->len += (size_t)n;
+                        return;
+                }
+                size_t cap = (t->cap + (size_t)n + 1) * 2;
+                char *nb = realloc(t->buf, cap);
+                if (!nb) {
+                        t->oom = true;
+                        return;
+                }
+                t->buf = nb;
+                t->cap = cap;
+        }
+}
+
+static void head(struct text *t, const char *name, const char *type, const char *help)
+{
+        put(t, "# HELP %s %s\n# TYPE %s %s\n", name, help, name, type);
+}
+
+/* A "Key:   value kB" line of /proc/self/status. */
+static long long proc_status(const char *key)
+{
+        FILE *f = fopen("/proc/self/status", "re");
+        char line[256];
+        size_t kl = strlen(key);
+        long long v = -1;
+
+        if (!f)
+                return -1;
+        while (fgets(line, sizeof(line), f))
+                if (strncmp(line, key, kl) == 0 && line[kl] == ':') {
+                        v = strtoll(line + kl + 1, NULL, 10);
+                        break;
+                }
+        fclose(f);
+        return v;
+}
+
+static long count_fds(void)
+{
+        DIR *dir = opendir("/proc/self/fd");
+        struct dirent *de;
+        long n = 0;
+
+        if (!dir)
+                return -1;
+        while ((de = readdir(dir)))
+                if (de->d_name[0] != '.')
+                        n++;
+        closedir(dir);
+        return n - 1; /* the directory's own fd */
+}
+
+/* The final states and the causes each can have (exec.h). */
+static const struct {
+        enum exec_state state;
+        const char *name;
+        enum exec_cause cause;
+} final_pairs[] = {
+        {EXEC_COMPLETED, "completed", EXEC_CAUSE_EXITED},
+        {EXEC_FAILED, "failed", EXEC_CAUSE_OOM},
+        {EXEC_FAILED, "failed", EXEC_CAUSE_CONTAINER_DIED},
+        {EXEC_FAILED, "failed", EXEC_CAUSE_DAEMON_RESTARTED},
+        {EXEC_FAILED, "failed", EXEC_CAUSE_ERROR},
+        {EXEC_CANCELLED, "cancelled", EXEC_CAUSE_CANCELLED},
+        {EXEC_TIMEOUT, "timeout", EXEC_CAUSE_TIMEOUT},
+};
+
+int metrics_render(struct daemon *d, char **ret)
+{
+        static const char *const session_states[] = {"creating", "running", "stopped", "error"};
+        struct text t = {0};
+        size_t counts[4] = {0}, used = 0, total = 0;
+        uint64_t cum = 0;
+
+        session_counts(d->sessions, counts);
+        if (d->ports)
+                portpool_usage(d->ports, &used, &total);
+
+        head(&t, "sandboxd_up", "gauge", "1 while the daemon serves");
+        put(&t, "sandboxd_up 1\n");
+        head(&t, "sandboxd_build_info", "gauge", "the daemon's version");
+        put(&t, "sandboxd_build_info{version=\"%s\"} 1\n", SBX_VERSION);
+        head(&t, "sandboxd_start_time_seconds", "gauge", "when the daemon started (unix time)");
+        put(&t, "sandboxd_start_time_seconds %.3f\n", (double)d->started_at / 1000.0);
+
+        head(&t, "sandboxd_sessions", "gauge", "sessions by state");
+        for (size_t i = 0; i < 4; i++)
+                put(&t, "sandboxd_sessions{state=\"%s\"} %zu\n", session_states[i], counts[i]);
+
+        head(&t, "sandboxd_executions_running", "gauge", "executions pending or running now");
+        put(&t, "sandboxd_executions_running %zu\n", exec_running_count(d->exec, NULL, NULL));
+        head(&t, "sandboxd_executions_total", "counter", "finished executions by final state and cause");
+        for (size_t i = 0; i < ELEMENTSOF(final_pairs); i++) {
+                enum exec_state st = final_pairs[i].state;
+                enum exec_cause c = final_pairs[i].cause;
+                put(&t, "sandboxd_executions_total{state=\"%s\",cause=\"%s\"} %llu\n", final_pairs[i].name,
+                    exec_cause_to_string(c), (unsigned long long)LOAD(exec_total[st][c]));
+        }
+
+        head(&t, "sandboxd_exec_duration_seconds", "histogram", "run time of finished executions");
+        for (size_t b = 0; b <= BUCKETS; b++) {
+                cum += LOAD(exec_bucket[b]);
+                if (b < BUCKETS)
+                        put(&t, "sandboxd_exec_duration_seconds_bucket{le=\"%g\"} %llu\n",
+                            (double)bucket_ms[b] / 1000.0, (unsigned long long)cum);
+                else
+                        put(&t, "sandboxd_exec_duration_seconds_bucket{le=\"+Inf\"} %llu\n",
+                            (unsigned long long)cum);
+        }
+        put(&t, "sandboxd_exec_duration_seconds_sum %.3f\n", (double)LOAD(exec_sum_ms) / 1000.0);
+        put(&t, "sandboxd_exec_duration_seconds_count %llu\n", (unsigned long long)cum);
+
+        head(&t, "sandboxd_docker_api_errors_total", "counter",
+             "Docker Engine API calls that failed: unreachable, timed out, broken, or a 5xx answer");
+        put(&t, "sandboxd_docker_api_errors_total %llu\n", (unsigned long long)LOAD(docker_errors));
+        head(&t, "sandboxd_auth_failures_total", "counter", "failed token authentications (API socket and HTTP)");
+        put(&t, "sandboxd_auth_failures_total %llu\n", (unsigned long long)LOAD(auth_failures));
+        head(&t, "sandboxd_http_requests_total", "counter", "answers of the HTTP front by status");
+        for (size_t i = 0; i <= HTTP_CODES; i++) {
+                if (i < HTTP_CODES)
+                        put(&t, "sandboxd_http_requests_total{code=\"%d\"} %llu\n", http_codes[i],
+                            (unsigned long long)LOAD(http_total[i]));
+                else
+                        put(&t, "sandboxd_http_requests_total{code=\"other\"} %llu\n",
+                            (unsigned long long)LOAD(http_total[i]));
+        }
+
+        head(&t, "sandboxd_ports_used", "gauge", "host ports handed out to sessions");
+        put(&t, "sandboxd_ports_used %zu\n", used);
+        head(&t, "sandboxd_ports_total", "gauge", "host ports in the pool");
+        put(&t, "sandboxd_ports_total %zu\n", total);
+
+        head(&t, "process_resident_memory_bytes", "gauge", "resident set size of the daemon");
+        put(&t, "process_resident_memory_bytes %lld\n", proc_status("VmRSS") * 1024);
+        head(&t, "process_open_fds", "gauge", "open file descriptors of the daemon");
+        put(&t, "process_open_fds %ld\n", count_fds());
+        head(&t, "process_threads", "gauge", "threads of the daemon");
+        put(&t, "process_threads %lld\n", proc_status("Threads"));
+
+        if (t.oom) {
+                free(t.buf);
+                return -ENOMEM;
+        }
+        *ret = t.buf;
+        return 0;
+}

@@ -30,6 +30,7 @@
 #include <unistd.h>
 
 #include "api_internal.h"
+#include "http_internal.h"
 #include "sandboxd/daemon.h"
 #include "sandboxd/log.h"
 #include "sandboxd/metrics.h"
@@ -39,48 +40,6 @@
 #define HTTP_MAX_AUTH_FAILURES 5
 #define SSE_MAX_QUEUE (1 << 20) /* output events queued for one stream; past it they are dropped */
 #define PEM_MAX (1 << 20)
-
-struct http_conn;
-
-struct http_server {
-        struct daemon *d;
-        bool metrics; /* the metrics front: /metrics and /healthz, no token, loopback, no TLS */
-        struct MHD_Daemon *mhd;
-        char *cert, *key, *ca; /* PEM text, alive as long as mhd */
-        int port;
-        pthread_mutex_t lock;
-        pthread_cond_t cond;
-        struct http_conn *conns; /* lock */
-        int sse_workers;         /* lock */
-        bool stopping;           /* lock; read unlocked as a hint by the waits */
-        pthread_t reaper;
-        bool reaper_started;
-};
-
-/* One TCP connection (MHD's socket context), from its opening to its close. */
-struct http_conn {
-        struct http_server *srv;
-        struct http_conn *next; /* srv->lock */
-        int fd;
-        int64_t opened_ms;
-        struct api_conn api; /* auth failures and the authenticated flag */
-        char peer[64];
-};
-
-/* One request (MHD's con_cls). */
-struct http_req {
-        bool started;
-        bool sse;
-        int status; /* != 0: an error decided before the body was read */
-        const char *code;
-        char msg[256];
-        char method[64];
-        struct token_info tok;
-        char *body;
-        size_t len;
-        bool too_large;
-        bool timeout_off; /* the connection's idle limit is lifted while this request is answered */
-};
 
 /* ---- helpers ---- */
 
@@ -174,7 +133,7 @@ static int read_pem(const char *key, const char *path, char **ret, struct sbx_er
         return 0;
 }
 
-static enum MHD_Result queue_text(struct MHD_Connection *conn, int status, const char *type, char *text,
+enum MHD_Result http_queue_text(struct MHD_Connection *conn, int status, const char *type, char *text,
                                   bool close)
 {
         struct MHD_Response *resp = MHD_create_response_from_buffer(strlen(text), text, MHD_RESPMEM_MUST_FREE);
@@ -201,7 +160,7 @@ static enum MHD_Result queue_json(struct MHD_Connection *conn, int status, cJSON
         cJSON_Delete(obj);
         if (!text)
                 return MHD_NO;
-        return queue_text(conn, status, "application/json", text, close);
+        return http_queue_text(conn, status, "application/json", text, close);
 }
 
 static cJSON *error_object(const char *code, const char *msg, int status)
@@ -219,20 +178,20 @@ static cJSON *error_object(const char *code, const char *msg, int status)
         return o;
 }
 
-static enum MHD_Result queue_error(struct MHD_Connection *conn, int status, const char *code, const char *msg,
+enum MHD_Result http_queue_error(struct MHD_Connection *conn, int status, const char *code, const char *msg,
                                    bool close)
 {
         return queue_json(conn, status, error_object(code, msg, 0), close);
 }
 
 /* The client closed its end (FIN or reset); only on the connection's thread. */
-static bool fd_gone(int fd)
+bool http_fd_gone(int fd)
 {
         struct pollfd p = {.fd = fd, .events = POLLRDHUP};
         return fd >= 0 && poll(&p, 1, 0) > 0 && (p.revents & (POLLRDHUP | POLLHUP | POLLERR));
 }
 
-static bool srv_stopping(struct http_server *srv)
+bool http_stopping(struct http_server *srv)
 {
         return __atomic_load_n(&srv->stopping, __ATOMIC_RELAXED);
 }
@@ -246,7 +205,7 @@ static void drop_progress(struct api_conn *c, cJSON *msg)
 static bool sync_gone(struct api_conn *c)
 {
         struct http_conn *hc = c->transport;
-        return srv_stopping(hc->srv) || fd_gone(hc->fd);
+        return http_stopping(hc->srv) || http_fd_gone(hc->fd);
 }
 
 /* ---- SSE: api_call on a worker, events through a queue ---- */
@@ -270,7 +229,7 @@ struct sse {
         cJSON *params;
 };
 
-static void sse_unref(struct sse *s)
+void http_sse_unref(struct sse *s)
 {
         int left;
 
@@ -286,15 +245,11 @@ static void sse_unref(struct sse *s)
         free(s);
 }
 
-static void sse_push(struct sse *s, const char *event, cJSON *data, bool final)
+void http_sse_push_text(struct sse *s, const char *event, const char *json, bool final)
 {
-        _cleanup_free_ char *json = cJSON_PrintUnformatted(data);
-        size_t need;
+        size_t need = strlen("event: ") + strlen(event) + strlen("\ndata: ") + strlen(json) + 2;
         char *nb;
 
-        if (!json)
-                return;
-        need = strlen("event: ") + strlen(event) + strlen("\ndata: ") + strlen(json) + 2;
         pthread_mutex_lock(&s->lock);
         if (s->closed || (!final && s->len - s->off + need > SSE_MAX_QUEUE)) {
                 s->dropped++;
@@ -314,6 +269,16 @@ out:
                 pthread_cond_signal(&s->cond);
         }
         pthread_mutex_unlock(&s->lock);
+}
+
+static void sse_push(struct sse *s, const char *event, cJSON *data, bool final)
+{
+        _cleanup_free_ char *json = cJSON_PrintUnformatted(data);
+
+        if (json)
+                http_sse_push_text(s, event, json, final);
+        else if (final)
+                http_sse_push_text(s, event, "{}", final);
 }
 
 /* api.c's progress message {"id", "event": "output", "stream", "data"}. */
@@ -338,7 +303,7 @@ static bool sse_gone(struct api_conn *c)
         pthread_mutex_lock(&s->lock);
         closed = s->closed;
         pthread_mutex_unlock(&s->lock);
-        return closed || srv_stopping(s->srv);
+        return closed || http_stopping(s->srv);
 }
 
 static void *sse_worker(void *arg)
@@ -359,7 +324,7 @@ static void *sse_worker(void *arg)
                 sse_push(s, "error", o, true);
                 cJSON_Delete(o);
         }
-        sse_unref(s);
+        http_sse_unref(s);
         pthread_mutex_lock(&srv->lock);
         srv->sse_workers--;
         pthread_cond_broadcast(&srv->cond);
@@ -388,7 +353,7 @@ static ssize_t sse_read(void *cls, uint64_t pos, char *buf, size_t max)
                         n = MHD_CONTENT_READER_END_OF_STREAM;
                         break;
                 }
-                if (srv_stopping(s->srv) || fd_gone(s->fd)) {
+                if (http_stopping(s->srv) || http_fd_gone(s->fd)) {
                         n = MHD_CONTENT_READER_END_WITH_ERROR;
                         break;
                 }
@@ -414,13 +379,55 @@ static void sse_response_free(void *cls)
         pthread_mutex_lock(&s->lock);
         s->closed = true;
         pthread_mutex_unlock(&s->lock);
-        sse_unref(s);
+        http_sse_unref(s);
+}
+
+struct sse *http_sse_new(struct http_server *srv, int fd)
+{
+        struct sse *s = calloc(1, sizeof(*s));
+
+        if (!s)
+                return NULL;
+        pthread_mutex_init(&s->lock, NULL);
+        pthread_cond_init(&s->cond, NULL);
+        s->srv = srv;
+        s->refs = 1;
+        s->fd = fd;
+        s->quiet_since = sbx_now_ms();
+        return s;
+}
+
+struct MHD_Response *http_sse_response(struct sse *s)
+{
+        struct MHD_Response *resp;
+
+        pthread_mutex_lock(&s->lock);
+        s->refs++;
+        pthread_mutex_unlock(&s->lock);
+        resp = MHD_create_response_from_callback(MHD_SIZE_UNKNOWN, 16 * 1024, sse_read, s, sse_response_free);
+        if (!resp) {
+                http_sse_unref(s);
+                return NULL;
+        }
+        MHD_add_response_header(resp, MHD_HTTP_HEADER_CONTENT_TYPE, "text/event-stream");
+        MHD_add_response_header(resp, MHD_HTTP_HEADER_CACHE_CONTROL, "no-cache");
+        return resp;
+}
+
+bool http_sse_closed(struct sse *s)
+{
+        bool closed;
+
+        pthread_mutex_lock(&s->lock);
+        closed = s->closed;
+        pthread_mutex_unlock(&s->lock);
+        return closed;
 }
 
 static enum MHD_Result start_sse(struct http_server *srv, struct MHD_Connection *conn, struct http_conn *hc,
                                  struct http_req *rq, cJSON *params)
 {
-        struct sse *s = calloc(1, sizeof(*s));
+        struct sse *s = http_sse_new(srv, hc->fd);
         struct MHD_Response *resp;
         pthread_attr_t attr;
         pthread_t t;
@@ -428,15 +435,9 @@ static enum MHD_Result start_sse(struct http_server *srv, struct MHD_Connection 
 
         if (!s) {
                 cJSON_Delete(params);
-                return queue_error(conn, 503, "unavailable", "out of memory", false);
+                return http_queue_error(conn, 503, "unavailable", "out of memory", false);
         }
-        pthread_mutex_init(&s->lock, NULL);
-        pthread_cond_init(&s->cond, NULL);
-        s->srv = srv;
-        s->refs = 2; /* the worker and the response */
-        s->fd = hc->fd;
-        s->quiet_since = sbx_now_ms();
-        s->c = hc->api;
+        s->c = hc->api; /* the worker's reference is http_sse_new's; the response takes its own */
         s->c.send = sse_send;
         s->c.gone = sse_gone;
         s->c.transport = s;
@@ -449,14 +450,11 @@ static enum MHD_Result start_sse(struct http_server *srv, struct MHD_Connection 
         cJSON_AddTrueToObject(params, "stream");
         s->params = params;
 
-        resp = MHD_create_response_from_callback(MHD_SIZE_UNKNOWN, 16 * 1024, sse_read, s, sse_response_free);
+        resp = http_sse_response(s);
         if (!resp) {
-                s->refs = 1;
-                sse_unref(s);
-                return queue_error(conn, 503, "unavailable", "out of memory", false);
+                http_sse_unref(s);
+                return http_queue_error(conn, 503, "unavailable", "out of memory", false);
         }
-        MHD_add_response_header(resp, MHD_HTTP_HEADER_CONTENT_TYPE, "text/event-stream");
-        MHD_add_response_header(resp, MHD_HTTP_HEADER_CACHE_CONTROL, "no-cache");
 
         pthread_mutex_lock(&srv->lock);
         srv->sse_workers++;
@@ -469,7 +467,8 @@ static enum MHD_Result start_sse(struct http_server *srv, struct MHD_Connection 
                 srv->sse_workers--;
                 pthread_mutex_unlock(&srv->lock);
                 MHD_destroy_response(resp); /* drops the response's ref */
-                return queue_error(conn, 503, "unavailable", "cannot start a stream now", false);
+                http_sse_unref(s);          /* and the worker's */
+                return http_queue_error(conn, 503, "unavailable", "cannot start a stream now", false);
         }
         pthread_attr_destroy(&attr);
         pthread_setname_np(t, "sbx-http-sse");
@@ -527,28 +526,34 @@ static void request_begin(struct http_server *srv, struct MHD_Connection *conn, 
                 rq->status = 200;
                 return;
         }
-        if (strncmp(url, "/v1/", 4) != 0)
-                FAIL(404, "not_found", "no such path; the API is POST /v1/<method>");
-        if (strcmp(verb, MHD_HTTP_METHOD_POST) != 0)
-                FAIL(405, "bad_request", "use POST");
+        rq->mcp = strcmp(url, "/mcp") == 0;
+        if (!rq->mcp && strncmp(url, "/v1/", 4) != 0)
+                FAIL(404, "not_found", "no such path; the API is POST /v1/<method>, MCP is /mcp");
+        if (rq->mcp ? strcmp(verb, MHD_HTTP_METHOD_POST) != 0 && strcmp(verb, MHD_HTTP_METHOD_GET) != 0 &&
+                              strcmp(verb, MHD_HTTP_METHOD_DELETE) != 0
+                    : strcmp(verb, MHD_HTTP_METHOD_POST) != 0)
+                FAIL(405, "bad_request", rq->mcp ? "use POST, GET or DELETE" : "use POST");
 
         auth = MHD_lookup_connection_value(conn, MHD_HEADER_KIND, MHD_HTTP_HEADER_AUTHORIZATION);
         if (auth && strncasecmp(auth, "Bearer ", 7) == 0)
                 auth += 7;
         else
                 auth = NULL;
-        if (api_authenticate(&hc->api, auth, url + 4, &rq->tok, &e) < 0)
+        if (api_authenticate(&hc->api, auth, strcmp(url, "/mcp") == 0 ? "mcp" : url + 4, &rq->tok, &e) < 0)
                 FAIL(http_status_for_code(e.code), e.code, "%s", e.msg);
 
-        if (!method_name_ok(url + 4) || !api_method_find(url + 4))
+        if (rq->mcp)
+                snprintf(rq->method, sizeof(rq->method), "mcp");
+        else if (!method_name_ok(url + 4) || !api_method_find(url + 4))
                 FAIL(404, "not_found", "unknown method");
-        snprintf(rq->method, sizeof(rq->method), "%s", url + 4);
+        else
+                snprintf(rq->method, sizeof(rq->method), "%s", url + 4);
         len = MHD_lookup_connection_value(conn, MHD_HEADER_KIND, MHD_HTTP_HEADER_CONTENT_LENGTH);
         if (len && strtoull(len, NULL, 10) > API_MAX_LINE)
                 FAIL(413, "too_large", "the body is larger than %d bytes", API_MAX_LINE);
         accept = MHD_lookup_connection_value(conn, MHD_HEADER_KIND, MHD_HTTP_HEADER_ACCEPT);
         rq->sse = accept && strstr(accept, "text/event-stream") &&
-                  (strcmp(rq->method, "exec") == 0 || strcmp(rq->method, "run_code") == 0);
+                  (rq->mcp || strcmp(rq->method, "exec") == 0 || strcmp(rq->method, "run_code") == 0);
 #undef FAIL
 }
 
@@ -562,17 +567,17 @@ static enum MHD_Result request_run(struct http_server *srv, struct MHD_Connectio
         int r;
 
         if (rq->too_large)
-                return queue_error(conn, 413, "too_large", "the body is larger than API_MAX_LINE", true);
+                return http_queue_error(conn, 413, "too_large", "the body is larger than API_MAX_LINE", true);
         /* bounded before parsing, and strict strings, as on the API socket (reqguard.h) */
         verdict = reqguard_scan(rq->body, rq->len, REQGUARD_MAX_ELEMENTS, REQGUARD_MAX_DEPTH);
         if (verdict != REQGUARD_OK)
                 return reqguard_verdict_is_invalid(verdict)
-                               ? queue_error(conn, 400, "invalid", reqguard_verdict_message(verdict), false)
-                               : queue_error(conn, 413, "too_large", reqguard_verdict_message(verdict), false);
+                               ? http_queue_error(conn, 400, "invalid", reqguard_verdict_message(verdict), false)
+                               : http_queue_error(conn, 413, "too_large", reqguard_verdict_message(verdict), false);
         params = rq->len ? cJSON_ParseWithLength(rq->body, rq->len) : cJSON_CreateObject();
         if (!params || !cJSON_IsObject(params)) {
                 cJSON_Delete(params);
-                return queue_error(conn, 400, "bad_request",
+                return http_queue_error(conn, 400, "bad_request",
                                    params ? "the body must be a JSON object (the params)" : "malformed JSON", false);
         }
         if (rq->sse)
@@ -587,7 +592,7 @@ static enum MHD_Result request_run(struct http_server *srv, struct MHD_Connectio
         if (r == 1)
                 return MHD_NO; /* the client left: close */
         if (r < 0)
-                return queue_error(conn, http_status_for_code(e.code), e.code, e.msg, false);
+                return http_queue_error(conn, http_status_for_code(e.code), e.code, e.msg, false);
         return queue_json(conn, 200, result, false);
 }
 
@@ -599,18 +604,18 @@ static enum MHD_Result metrics_request(struct http_server *srv, struct MHD_Conne
         char *text = NULL;
 
         if (strcmp(verb, MHD_HTTP_METHOD_GET) != 0 && strcmp(verb, MHD_HTTP_METHOD_HEAD) != 0)
-                return queue_text(conn, 405, "text/plain", strdup("use GET\n"), true);
+                return http_queue_text(conn, 405, "text/plain", strdup("use GET\n"), true);
         if (strcmp(url, "/metrics") == 0) {
                 if (metrics_render(srv->d, &text) < 0)
-                        return queue_text(conn, 503, "text/plain", strdup("out of memory\n"), false);
-                return queue_text(conn, 200, "text/plain; version=0.0.4; charset=utf-8", text, false);
+                        return http_queue_text(conn, 503, "text/plain", strdup("out of memory\n"), false);
+                return http_queue_text(conn, 200, "text/plain; version=0.0.4; charset=utf-8", text, false);
         }
         if (strcmp(url, "/healthz") == 0) {
                 if (daemon_docker_version(srv->d, version, sizeof(version), NULL) < 0)
-                        return queue_text(conn, 503, "text/plain", strdup("docker unreachable\n"), false);
-                return queue_text(conn, 200, "text/plain", strdup("ok\n"), false);
+                        return http_queue_text(conn, 503, "text/plain", strdup("docker unreachable\n"), false);
+                return http_queue_text(conn, 200, "text/plain", strdup("ok\n"), false);
         }
-        return queue_text(conn, 404, "text/plain", strdup("not found: /metrics or /healthz\n"), false);
+        return http_queue_text(conn, 404, "text/plain", strdup("not found: /metrics or /healthz\n"), false);
 }
 
 static enum MHD_Result on_request(void *cls, struct MHD_Connection *conn, const char *url, const char *verb,
@@ -632,11 +637,11 @@ static enum MHD_Result on_request(void *cls, struct MHD_Connection *conn, const 
                 *con_cls = rq;
                 request_begin(srv, conn, hc, rq, url, verb);
                 if (rq->status == 200)
-                        return queue_text(conn, 200, "text/plain", strdup("ok\n"), false);
+                        return http_queue_text(conn, 200, "text/plain", strdup("ok\n"), false);
                 if (rq->status) {
                         bool close = rq->status == 403 || hc->api.auth_failures >= HTTP_MAX_AUTH_FAILURES ||
                                      rq->status == 413;
-                        return queue_error(conn, rq->status, rq->code, rq->msg, close);
+                        return http_queue_error(conn, rq->status, rq->code, rq->msg, close);
                 }
                 return MHD_YES;
         }
@@ -663,6 +668,8 @@ static enum MHD_Result on_request(void *cls, struct MHD_Connection *conn, const 
          * long as the method does (on_completed restores the limit). */
         (void)MHD_set_connection_option(conn, MHD_CONNECTION_OPTION_TIMEOUT, 0u);
         rq->timeout_off = true;
+        if (rq->mcp)
+                return http_mcp_request(srv, conn, hc, rq, verb);
         return request_run(srv, conn, hc, rq);
 }
 
@@ -748,6 +755,9 @@ static void *reaper_main(void *arg)
                                 hc->opened_ms = INT64_MAX / 2; /* once */
                         }
                 (void)pthread_cond_timedwait(&srv->cond, &srv->lock, &until);
+                pthread_mutex_unlock(&srv->lock);
+                http_mcp_expire(srv);
+                pthread_mutex_lock(&srv->lock);
         }
         pthread_mutex_unlock(&srv->lock);
         return NULL;
@@ -797,6 +807,7 @@ static int server_start(struct daemon *d, const char *key, const char *listen, b
         srv->d = d;
         srv->metrics = metrics;
         pthread_mutex_init(&srv->lock, NULL);
+        pthread_mutex_init(&srv->mcp_lock, NULL);
         pthread_cond_init(&srv->cond, NULL);
         if (tls) {
                 r = read_pem("tls_cert", cfg->tls_cert, &srv->cert, err);
@@ -889,7 +900,9 @@ void http_server_stop(struct http_server *srv)
         while (srv->sse_workers > 0)
                 pthread_cond_wait(&srv->cond, &srv->lock);
         pthread_mutex_unlock(&srv->lock);
+        http_mcp_stop(srv);
         pthread_mutex_destroy(&srv->lock);
+        pthread_mutex_destroy(&srv->mcp_lock);
         pthread_cond_destroy(&srv->cond);
         free(srv->cert);
         if (srv->key) {

@@ -136,6 +136,17 @@ static int curl(char **ret_body, const char *fmt, ...)
         return code;
 }
 
+/* Write text to <pki>/<name>; the path in ret. */
+static void put_file(const char *name, const char *text, char ret[SBX_PATH_MAX + 16])
+{
+        FILE *f;
+        snprintf(ret, SBX_PATH_MAX + 16, "%s/%s", pki, name);
+        f = fopen(ret, "we");
+        cr_assert_not_null(f);
+        fputs(text, f);
+        fclose(f);
+}
+
 /* POST /v1/<method> over HTTPS with a bearer token: the status; *ret the body as JSON. */
 static int post(const char *token, const char *method, const char *json, cJSON **ret)
 {
@@ -143,12 +154,8 @@ static int post(const char *token, const char *method, const char *json, cJSON *
         int code;
         char auth[128] = "";
         char jpath[SBX_PATH_MAX + 16];
-        FILE *f;
 
-        snprintf(jpath, sizeof(jpath), "%s/req.json", pki);
-        f = fopen(jpath, "we");
-        fputs(json, f);
-        fclose(f);
+        put_file("req.json", json, jpath);
         if (token)
                 snprintf(auth, sizeof(auth), "-H 'Authorization: Bearer %s'", token);
         code = curl(&body, "%s -H 'Content-Type: application/json' --data-binary @%s https://127.0.0.1:%d/v1/%s",
@@ -271,11 +278,10 @@ Test(http, exec_tokens_and_statuses, .init = setup_tls, .fini = teardown)
 }
 
 /* POST /v1/exec asking for Server-Sent Events, with params from json. */
-static int sse_exec(const char *jpath, const char *json, char **ret_body)
+static int sse_exec(const char *name, const char *json, char **ret_body)
 {
-        FILE *f = fopen(jpath, "we");
-        fputs(json, f);
-        fclose(f);
+        char jpath[SBX_PATH_MAX + 16];
+        put_file(name, json, jpath);
         return curl(ret_body,
                     "-N -H 'Accept: text/event-stream' -H 'Authorization: Bearer %s' --data-binary @%s "
                     "https://127.0.0.1:%d/v1/exec",
@@ -284,12 +290,11 @@ static int sse_exec(const char *jpath, const char *json, char **ret_body)
 
 Test(http, sse_streams_output_then_the_result, .init = setup_tls, .fini = teardown)
 {
-        char *body = NULL, jpath[SBX_PATH_MAX + 16];
+        char *body = NULL;
         const char *res;
         cJSON *r;
 
-        snprintf(jpath, sizeof(jpath), "%s/sse.json", pki);
-        cr_assert_eq(sse_exec(jpath, "{\"session\": \"s2\", \"command\": "
+        cr_assert_eq(sse_exec("sse.json", "{\"session\": \"s2\", \"command\": "
                                      "\"echo one; sleep 0.3; echo two >&2; sleep 0.3; echo three\"}",
                               &body),
                      200);
@@ -307,13 +312,13 @@ Test(http, sse_streams_output_then_the_result, .init = setup_tls, .fini = teardo
         free(body);
 
         /* a stream quiet for longer than the idle limit stays open */
-        cr_assert_eq(sse_exec(jpath, "{\"session\": \"s2\", \"command\": \"sleep 3; echo late\"}", &body), 200);
+        cr_assert_eq(sse_exec("sse.json", "{\"session\": \"s2\", \"command\": \"sleep 3; echo late\"}", &body), 200);
         cr_assert(strstr(body, "event: result\ndata: ") != NULL, "%s", body);
         cr_assert(strstr(body, "\"stdout\":\"late\\n\"") != NULL, "%s", body);
         free(body);
 
         /* an error before the call runs comes as one error event */
-        cr_assert_eq(sse_exec(jpath, "{\"session\": \"s2\"}", &body), 200);
+        cr_assert_eq(sse_exec("sse.json", "{\"session\": \"s2\"}", &body), 200);
         cr_assert(strstr(body, "event: error\ndata: {\"code\":\"bad_request\"") != NULL, "%s", body);
         cr_assert(strstr(body, "\"status\":400") != NULL, "%s", body);
         free(body);
@@ -522,4 +527,103 @@ Test(http, metrics_parse_and_move_as_executions_run)
                  cfg.admin_socket);
         cr_assert_eq(system(cmd), 0, "sandboxctl metrics");
         teardown();
+}
+
+/* POST /mcp: the status; the body in *ret_body; the Mcp-Session-Id answered into sid (if any). */
+static int mcp_post(const char *token, const char *sid, const char *json, bool sse, char **ret_body, char *ret_sid)
+{
+        char jpath[SBX_PATH_MAX + 16], hpath[SBX_PATH_MAX + 16], sidh[128] = "";
+        FILE *f;
+        int code;
+
+
+        snprintf(hpath, sizeof(hpath), "%s/mcp.hdr", pki);
+        put_file("mcp.json", json, jpath);
+        if (sid)
+                snprintf(sidh, sizeof(sidh), "-H 'Mcp-Session-Id: %s'", sid);
+        code = curl(ret_body,
+                    "-N -D %s -H 'Authorization: Bearer %s' %s -H 'Content-Type: application/json' "
+                    "-H 'Accept: application/json%s' --data-binary @%s https://127.0.0.1:%d/mcp",
+                    hpath, token, sidh, sse ? ", text/event-stream" : "", jpath, port);
+        if (ret_sid) {
+                char line[256];
+                ret_sid[0] = '\0';
+                f = fopen(hpath, "re");
+                while (f && fgets(line, sizeof(line), f))
+                        if (strncasecmp(line, "Mcp-Session-Id: ", 16) == 0)
+                                sscanf(line + 16, "%64[0-9a-f]", ret_sid);
+                if (f)
+                        fclose(f);
+        }
+        return code;
+}
+
+Test(http, mcp_sessions_tools_and_isolation, .init = setup_tls, .fini = teardown)
+{
+        char sid[65], *body = NULL;
+
+        /* no session and no 2026 envelope: 400; initialize: a session id */
+        cr_assert_eq(mcp_post(tok_a, NULL, "{\"jsonrpc\":\"2.0\",\"id\":1,\"method\":\"tools/list\"}", false, &body, NULL),
+                     400);
+        free(body);
+        cr_assert_eq(mcp_post(tok_a, NULL,
+                              "{\"jsonrpc\":\"2.0\",\"id\":1,\"method\":\"initialize\",\"params\":{\"protocolVersion\":"
+                              "\"2025-06-18\",\"capabilities\":{},\"clientInfo\":{\"name\":\"curl\",\"version\":\"1\"}}}",
+                              false, &body, sid),
+                     200);
+        cr_assert_eq(strlen(sid), 32, "Mcp-Session-Id: %s", sid);
+        cr_assert(strstr(body, "\"protocolVersion\":\"2025-06-18\"") != NULL, "%s", body);
+        free(body);
+        cr_assert_eq(mcp_post(tok_a, sid, "{\"jsonrpc\":\"2.0\",\"method\":\"notifications/initialized\"}", false, &body,
+                              NULL),
+                     202);
+        free(body);
+        cr_assert_eq(mcp_post(tok_a, sid, "{\"jsonrpc\":\"2.0\",\"id\":2,\"method\":\"tools/list\"}", false, &body, NULL),
+                     200);
+        cr_assert(strstr(body, "\"name\":\"exec\"") != NULL, "%s", body);
+        free(body);
+
+        /* a tool call, streamed: progress, then the response */
+        cr_assert_eq(mcp_post(tok_a, sid,
+                              "{\"jsonrpc\":\"2.0\",\"id\":3,\"method\":\"tools/call\",\"params\":{\"name\":\"exec\","
+                              "\"arguments\":{\"command\":\"echo from-mcp; sleep 0.5; echo more\"},"
+                              "\"_meta\":{\"progressToken\":\"p3\"}}}",
+                              true, &body, NULL),
+                     200);
+        cr_assert(strstr(body, "event: message\ndata: {\"jsonrpc\":\"2.0\",\"method\":\"notifications/progress\"") !=
+                          NULL,
+                  "%s", body);
+        cr_assert(strstr(body, "data: {\"jsonrpc\":\"2.0\",\"id\":3,\"result\"") != NULL, "%s", body);
+        cr_assert(strstr(body, "from-mcp") != NULL, "%s", body);
+        free(body);
+
+        /* another user's token cannot use the session; an unknown id is 404 too */
+        cr_assert_eq(mcp_post(tok_b, sid, "{\"jsonrpc\":\"2.0\",\"id\":4,\"method\":\"tools/list\"}", false, &body, NULL),
+                     404);
+        free(body);
+        cr_assert_eq(mcp_post(tok_a, "00000000000000000000000000000000",
+                              "{\"jsonrpc\":\"2.0\",\"id\":4,\"method\":\"tools/list\"}", false, &body, NULL),
+                     404);
+        free(body);
+
+        /* the 2026-07-28 era needs no session */
+        cr_assert_eq(mcp_post(tok_a, NULL,
+                              "{\"jsonrpc\":\"2.0\",\"id\":5,\"method\":\"tools/call\",\"params\":{\"name\":\"exec\","
+                              "\"arguments\":{\"session\":\"s9\",\"command\":\"echo modern\"},\"_meta\":{"
+                              "\"io.modelcontextprotocol/protocolVersion\":\"2026-07-28\","
+                              "\"io.modelcontextprotocol/clientCapabilities\":{}}}}",
+                              false, &body, NULL),
+                     200);
+        cr_assert(strstr(body, "modern") != NULL && strstr(body, "\"resultType\":\"complete\"") != NULL, "%s", body);
+        free(body);
+
+        /* DELETE ends it */
+        cr_assert_eq(curl(NULL, "-X DELETE -H 'Authorization: Bearer %s' -H 'Mcp-Session-Id: %s' https://127.0.0.1:%d/mcp",
+                          tok_a, sid, port),
+                     200);
+        cr_assert_eq(mcp_post(tok_a, sid, "{\"jsonrpc\":\"2.0\",\"id\":6,\"method\":\"tools/list\"}", false, &body, NULL),
+                     404);
+        free(body);
+        /* no token, no MCP */
+        cr_assert_eq(curl(NULL, "--data-binary '{}' https://127.0.0.1:%d/mcp", port), 401);
 }

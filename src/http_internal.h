@@ -1,0 +1,92 @@
+/* http_internal.h — what the HTTP front's files share: http.c (the
+ * listener, requests, the JSON API, SSE streams) and http_mcp.c (MCP
+ * Streamable HTTP at /mcp). Private to src/. */
+#ifndef SANDBOXD_HTTP_INTERNAL_H
+#define SANDBOXD_HTTP_INTERNAL_H
+
+#include <microhttpd.h>
+#include <pthread.h>
+#include <stdbool.h>
+
+#include "api_internal.h"
+#include "sandboxd/http.h"
+
+struct http_mcp_session;
+
+struct http_conn;
+
+struct http_server {
+        struct daemon *d;
+        bool metrics; /* the metrics front: /metrics and /healthz, no token, loopback, no TLS */
+        struct MHD_Daemon *mhd;
+        char *cert, *key, *ca; /* PEM text, alive as long as mhd */
+        int port;
+        pthread_mutex_t lock;
+        pthread_cond_t cond;
+        struct http_conn *conns; /* lock */
+        int sse_workers;         /* lock */
+        bool stopping;           /* lock; read unlocked as a hint by the waits */
+        pthread_t reaper;
+        bool reaper_started;
+        /* http_mcp.c: MCP sessions of the initialize era (mcp_lock) */
+        pthread_mutex_t mcp_lock;
+        struct http_mcp_session *mcp_sessions;
+        size_t mcp_count;
+};
+
+/* One TCP connection (MHD's socket context), from its opening to its close. */
+struct http_conn {
+        struct http_server *srv;
+        struct http_conn *next; /* srv->lock */
+        int fd;
+        int64_t opened_ms;
+        struct api_conn api; /* auth failures and the authenticated flag */
+        char peer[64];
+};
+
+/* One request (MHD's con_cls). */
+struct http_req {
+        bool started;
+        bool sse;
+        int status; /* != 0: an error decided before the body was read */
+        const char *code;
+        char msg[256];
+        char method[64];
+        struct token_info tok;
+        char *body;
+        size_t len;
+        bool too_large;
+        bool mcp; /* /mcp */
+        bool timeout_off; /* the connection's idle limit is lifted while this request is answered */
+};
+
+/* A response with a JSON or text body (status counted in the metrics). */
+enum MHD_Result http_queue_text(struct MHD_Connection *conn, int status, const char *type, char *text, bool close);
+enum MHD_Result http_queue_error(struct MHD_Connection *conn, int status, const char *code, const char *msg,
+                                 bool close);
+/* The client closed its end; only on the connection's own thread. */
+bool http_fd_gone(int fd);
+bool http_stopping(struct http_server *srv);
+
+/* An SSE stream: a bounded queue the connection's thread drains into the
+ * response. http_sse_new gives the caller one reference; http_sse_response
+ * takes another for the response (dropped when MHD is done with it). */
+struct sse;
+struct sse *http_sse_new(struct http_server *srv, int fd);
+struct MHD_Response *http_sse_response(struct sse *s);
+/* Queue "event: <event>\ndata: <json>\n\n"; final ends the stream after it. */
+void http_sse_push_text(struct sse *s, const char *event, const char *json, bool final);
+/* The response is gone (client left or server stopping). */
+bool http_sse_closed(struct sse *s);
+void http_sse_unref(struct sse *s);
+
+/* http_mcp.c: /mcp (POST, GET, DELETE) once the request is authenticated
+ * and its body read. */
+enum MHD_Result http_mcp_request(struct http_server *srv, struct MHD_Connection *conn, struct http_conn *hc,
+                                 struct http_req *rq, const char *verb);
+/* End MCP sessions idle past their limit (the reaper, every second). */
+void http_mcp_expire(struct http_server *srv);
+/* End every MCP session (stopping). */
+void http_mcp_stop(struct http_server *srv);
+
+#endif

@@ -26,6 +26,7 @@
 #include "sandboxd/monitor.h"
 #include "sandboxd/portpool.h"
 #include "sandboxd/privacy.h"
+#include "sandboxd/quota.h"
 #include "sandboxd/reqguard.h"
 #include "sandboxd/service.h"
 #include "sandboxd/session.h"
@@ -658,6 +659,128 @@ static int c_session_logs(struct admin_req *q, cJSON **ret, struct admin_err *e)
         return 0;
 }
 
+/* ---- quotas ---- */
+
+static cJSON *quota_json(struct daemon *d, const char *user)
+{
+        struct quota_limits lim;
+        struct store_quota *rows = NULL;
+        struct session_info *list = NULL;
+        size_t n = 0, live = 0;
+        cJSON *o = cJSON_CreateObject(), *l, *ov, *u;
+
+        quota_limits_get(d->quota, &d->cfg, user, &lim);
+        cJSON_AddStringToObject(o, "user", user);
+        l = cJSON_AddObjectToObject(o, "limits");
+        cJSON_AddNumberToObject(l, "max_sessions_per_user", (double)lim.sessions);
+        cJSON_AddNumberToObject(l, "max_exec_per_user", (double)lim.execs);
+        cJSON_AddNumberToObject(l, "max_services_per_session", (double)lim.services);
+        cJSON_AddNumberToObject(l, "max_spool_per_session", (double)lim.spool_bytes);
+        ov = cJSON_AddObjectToObject(o, "overrides");
+        if (d->quota && quota_overrides(d->quota, user, &rows, &n) == 0)
+                for (size_t i = 0; i < n; i++)
+                        cJSON_AddNumberToObject(ov, rows[i].key, (double)rows[i].value);
+        free(rows);
+        u = cJSON_AddObjectToObject(o, "usage");
+        if (session_list(d->sessions, user, NULL, &list, &n) == 0)
+                for (size_t i = 0; i < n; i++)
+                        live += list[i].state == SESSION_RUNNING || list[i].state == SESSION_CREATING;
+        session_info_list_free(list, n);
+        cJSON_AddNumberToObject(u, "live_sessions", (double)live);
+        cJSON_AddNumberToObject(u, "executions_running", (double)exec_running_count(d->exec, user, NULL));
+        return o;
+}
+
+static int a_user(struct admin_req *q, const char **ret, struct admin_err *e)
+{
+        if (a_string(q, "user", true, ret, e) < 0)
+                return -1;
+        if (!session_id_valid(*ret))
+                return fail(e, "invalid", "invalid user_id: must be 1-64 characters of [A-Za-z0-9_.-]");
+        return 0;
+}
+
+static int c_quota_show(struct admin_req *q, cJSON **ret, struct admin_err *e)
+{
+        const char *user;
+
+        if (a_user(q, &user, e) < 0)
+                return -1;
+        *ret = quota_json(q->d, user);
+        return 0;
+}
+
+static int c_quota_set(struct admin_req *q, cJSON **ret, struct admin_err *e)
+{
+        const cJSON *v = cJSON_GetObjectItemCaseSensitive(q->args, "value");
+        const char *user, *key;
+        struct sbx_error err = {0};
+        cJSON *detail;
+        int r;
+
+        if (a_user(q, &user, e) < 0 || a_string(q, "key", true, &key, e) < 0)
+                return -1;
+        /* a double holds every integer up to 2^53 exactly: more than any quota's range */
+        if (!cJSON_IsNumber(v) || v->valuedouble != (double)(int64_t)v->valuedouble)
+                return fail(e, "bad_request", "value must be an integer");
+        r = quota_set(q->d->quota, user, key, (int64_t)v->valuedouble, &err);
+        if (r < 0)
+                return fail_errno(e, r, &err);
+        detail = cJSON_CreateObject();
+        cJSON_AddStringToObject(detail, "key", key);
+        cJSON_AddNumberToObject(detail, "value", v->valuedouble);
+        audit(q, user, NULL, "quota.set", detail);
+        *ret = quota_json(q->d, user);
+        return 0;
+}
+
+static int c_quota_unset(struct admin_req *q, cJSON **ret, struct admin_err *e)
+{
+        const char *user, *key;
+        struct sbx_error err = {0};
+        cJSON *detail;
+        int r;
+
+        if (a_user(q, &user, e) < 0 || a_string(q, "key", false, &key, e) < 0)
+                return -1;
+        r = quota_unset(q->d->quota, user, key, &err);
+        if (r < 0)
+                return fail_errno(e, r, &err);
+        detail = cJSON_CreateObject();
+        add_text(detail, "key", key ? key : "*");
+        audit(q, user, NULL, "quota.unset", detail);
+        *ret = quota_json(q->d, user);
+        cJSON_AddNumberToObject(*ret, "removed", r);
+        return 0;
+}
+
+static int c_quota_list(struct admin_req *q, cJSON **ret, struct admin_err *e)
+{
+        struct store_quota *rows = NULL;
+        size_t n = 0;
+        cJSON *a, *defaults;
+        int r = quota_overrides(q->d->quota, NULL, &rows, &n);
+
+        if (r < 0)
+                return fail_errno(e, r, NULL);
+        *ret = cJSON_CreateObject();
+        defaults = cJSON_AddObjectToObject(*ret, "defaults");
+        cJSON_AddNumberToObject(defaults, "max_sessions_per_user", q->d->cfg.max_sessions_per_user);
+        cJSON_AddNumberToObject(defaults, "max_exec_per_user", q->d->cfg.max_exec_per_user);
+        cJSON_AddNumberToObject(defaults, "max_services_per_session", q->d->cfg.max_services_per_session);
+        cJSON_AddNumberToObject(defaults, "max_spool_per_session", (double)q->d->cfg.max_spool_per_session_bytes);
+        a = cJSON_AddArrayToObject(*ret, "overrides");
+        for (size_t i = 0; i < n; i++) {
+                cJSON *o = cJSON_CreateObject();
+                cJSON_AddStringToObject(o, "user", rows[i].user_id);
+                cJSON_AddStringToObject(o, "key", rows[i].key);
+                cJSON_AddNumberToObject(o, "value", (double)rows[i].value);
+                cJSON_AddItemToArray(a, o);
+        }
+        free(rows);
+        return 0;
+}
+
 static const struct {
         const char *name;
         cmd_fn fn;
@@ -674,6 +797,10 @@ static const struct {
         {"token.create", c_token_create},
         {"token.revoke", c_token_revoke},
         {"token.list", c_token_list},
+        {"quota.show", c_quota_show},
+        {"quota.set", c_quota_set},
+        {"quota.unset", c_quota_unset},
+        {"quota.list", c_quota_list},
 };
 
 /* ---- connections ---- */

@@ -137,6 +137,8 @@ static const struct config_key keys[] = {
         {"max_exec_per_user", CFG_INT, F(max_exec_per_user), 0, 1, 10000, "5", NULL,
          "concurrent executions of one user (overridable per user); past it, and past a fair share "
          "of max_exec_global while other users run, busy"},
+        {"max_spool_per_session", CFG_SIZE, F(max_spool_per_session_bytes), 0, 0, INT64_C(1) << 40, "1g", NULL,
+         "execution output kept on disk per session (overridable per user); past it the oldest goes"},
         {"exec_output_cap", CFG_SIZE, F(exec_output_cap_bytes), 0, 1024, INT64_C(1) << 40, "64m", NULL,
          "bytes of each stream spooled per execution; the rest is counted and dropped"},
         {"exec_result_head", CFG_SIZE, F(exec_result_head_bytes), 0, 256, 16 << 20, "32k", NULL,

@@ -16,6 +16,7 @@
 #include "sandboxd/monitor.h"
 #include "sandboxd/portpool.h"
 #include "sandboxd/privacy.h"
+#include "sandboxd/quota.h"
 #include "sandboxd/runner.h"
 #include "sandboxd/service.h"
 #include "sandboxd/session.h"
@@ -108,9 +109,13 @@ int daemon_open(const struct sbx_config *cfg, const struct daemon_options *opts,
                          err);
         if (r < 0)
                 goto fail;
+        r = quota_new(d->store, &d->quota, err);
+        if (r < 0)
+                goto fail;
         r = session_manager_new(&d->cfg, d->docker, d->store, d->ports, opts->extra_labels, &d->sessions, err);
         if (r < 0)
                 goto fail;
+        session_set_quota(d->sessions, d->quota);
         r = runner_hub_new(&d->cfg, &d->runner, err);
         if (r < 0)
                 goto fail;
@@ -125,12 +130,14 @@ int daemon_open(const struct sbx_config *cfg, const struct daemon_options *opts,
         r = exec_engine_new(&d->cfg, d->docker, d->store, d->sessions, &d->exec, err);
         if (r < 0)
                 goto fail;
+        exec_set_quota(d->exec, d->quota);
         exec_engine_set_runner(d->exec, d->runner);
         (void)exec_engine_recover(d->exec, NULL);
         /* before reconciling, so services of containers lost meanwhile are cleared */
         r = service_manager_new(&d->cfg, d->docker, d->store, d->sessions, d->exec, &d->services, err);
         if (r < 0)
                 goto fail;
+        service_set_quota(d->services, d->quota);
         r = session_reconcile(d->sessions, NULL, err);
         if (r < 0)
                 goto fail;
@@ -176,6 +183,7 @@ void daemon_close(struct daemon *d)
         privacy_free(d->privacy);
         runner_hub_free(d->runner); /* its thread calls into the sessions */
         session_manager_free(d->sessions);
+        quota_free(d->quota); /* after every engine that asks it */
         portpool_free(d->ports);
         docker_free(d->docker);
         store_close(d->store);

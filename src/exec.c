@@ -107,6 +107,7 @@ struct execution {
         int64_t duration_ms;
         uint64_t total[2];   /* [0] stdout, [1] stderr */
         uint64_t spooled[2];
+        uint64_t spool_budget; /* both streams together: its share of the session's spool quota */
         bool cancel;
         bool force;
         bool finished; /* final state persisted and audited */
@@ -364,6 +365,10 @@ static void on_chunk(struct execution *x, int k, const char *buf, size_t n)
 
         pthread_mutex_lock(&x->lock);
         x->total[k] += n;
+        if (x->spool_budget < x->spooled[0] + x->spooled[1] + cap - x->spooled[k]) /* the session's quota is nearer */
+                cap = x->spooled[k] + (x->spool_budget > x->spooled[0] + x->spooled[1]
+                                               ? x->spool_budget - x->spooled[0] - x->spooled[1]
+                                               : 0);
         if (x->spooled[k] < cap && x->spool_fd[k] >= 0) {
                 size_t keep = cap - x->spooled[k] < n ? (size_t)(cap - x->spooled[k]) : n;
                 ssize_t w = pwrite(x->spool_fd[k], buf, keep, (off_t)x->spooled[k]);
@@ -1113,6 +1118,49 @@ static int count_load(struct exec_engine *e, const struct execution *x, struct q
         return 0;
 }
 
+/* The session's spool quota: room for one more execution's full output
+ * (both streams at exec_output_cap) is made by removing the spools of the
+ * session's oldest ended executions, like a log ring. Returns the bytes the
+ * ended executions keep afterwards. No lock held: store and file I/O. */
+static int64_t spool_make_room(struct exec_engine *e, const char *user, const char *session, int64_t limit,
+                               int64_t want)
+{
+        int64_t kept = 0;
+
+        for (int i = 0; i < 10000; i++) { /* bounded: each round clears one spool */
+                char oldest[37], path[SBX_PATH_MAX + 64];
+
+                if (store_quota_spool_usage(e->store, user, session, &kept, oldest) < 0)
+                        return kept;
+                if (kept <= limit - want || !oldest[0])
+                        return kept;
+                for (int k = 0; k < 2; k++) {
+                        snprintf(path, sizeof(path), "%s/%s.%s", e->spool_dir, oldest, k ? "stderr" : "stdout");
+                        (void)unlink(path);
+                }
+                if (store_exec_clear_spool(e->store, oldest) < 0)
+                        return kept;
+                log_ctx(LOG_LEVEL_INFO, user, session, NULL,
+                        "output of execution %s removed: the session's spools reached max_spool_per_session", oldest);
+        }
+        return kept;
+}
+
+/* What the session's live executions may still spool. Under e->lock. */
+static uint64_t spool_live(struct exec_engine *e, const struct execution *x)
+{
+        uint64_t sum = 0;
+        for (struct execution *y = e->live; y; y = y->next) {
+                if (strcmp(y->user, x->user) != 0 || strcmp(y->session, x->session) != 0)
+                        continue;
+                pthread_mutex_lock(&y->lock);
+                /* one that ended counts what it kept (its row may not be final yet) */
+                sum += exec_state_is_final(y->state) ? y->spooled[0] + y->spooled[1] : y->spool_budget;
+                pthread_mutex_unlock(&y->lock);
+        }
+        return sum;
+}
+
 /* Register and start; with ret_x, also hand back a reference. */
 static int start_internal(struct exec_engine *e, const struct exec_request *req, char ret_id[37],
                           struct execution **ret_x, struct sbx_error *err)
@@ -1120,6 +1168,8 @@ static int start_internal(struct exec_engine *e, const struct exec_request *req,
         struct execution *x = NULL;
         struct quota_limits lim;
         struct quota_exec_load load;
+        int64_t want, kept;
+        uint64_t live;
         pthread_attr_t attr;
         pthread_t t;
         int r;
@@ -1135,6 +1185,18 @@ static int start_internal(struct exec_engine *e, const struct exec_request *req,
 
         pthread_mutex_lock(&e->lock);
         quota_limits_get(e->quota, e->cfg, x->user, &lim); /* q->lock is a leaf */
+        pthread_mutex_unlock(&e->lock);
+        want = 2 * e->cfg->exec_output_cap_bytes;
+        if (want > lim.spool_bytes)
+                want = lim.spool_bytes;
+        kept = spool_make_room(e, x->user, x->session, lim.spool_bytes, want);
+
+        pthread_mutex_lock(&e->lock);
+        live = spool_live(e, x);
+        /* what the quota leaves, at most a full output; 0 spools nothing (counted, truncated) */
+        x->spool_budget = lim.spool_bytes - kept > (int64_t)live ? (uint64_t)(lim.spool_bytes - kept) - live : 0;
+        if (x->spool_budget > (uint64_t)want)
+                x->spool_budget = (uint64_t)want;
         r = count_load(e, x, &load);
         if (r < 0)
                 r = sbx_error_set(err, r, 0, "out of memory");

@@ -28,6 +28,7 @@
 #include "sandboxd/docker.h"
 #include "sandboxd/exec.h"
 #include "sandboxd/log.h"
+#include "sandboxd/quota.h"
 #include "sandboxd/session.h"
 #include "sandboxd/store.h"
 #include "sandboxd/wsquota.h"
@@ -79,6 +80,7 @@ struct service_manager {
         struct store *store;
         struct session_manager *sessions;
         struct exec_engine *exec;
+        struct quota *quota; /* per-user limits; NULL: the config defaults (m->lock) */
 
         pthread_mutex_t lock; /* rows' read-modify-write; `stopping` */
         pthread_cond_t wake;
@@ -187,6 +189,7 @@ int service_start(struct service_manager *m, const char *user, const char *sessi
         const char *launch_argv[] = {"sh", "-c", launch_script, "sbx-launch", dir, wd, NULL};
         char marker_env[128];
         const char *env[] = {marker_env, NULL};
+        struct quota_limits lim;
         size_t n = 0, active = 0;
         int code = -1, r;
 
@@ -219,10 +222,12 @@ int service_start(struct service_manager *m, const char *user, const char *sessi
         if (store_service_list(m->store, user, session, true, &rows, &n) == 0)
                 active = n;
         free(rows);
-        if (active >= (size_t)m->cfg->max_services_per_session) {
+        quota_limits_get(m->quota, m->cfg, user, &lim); /* q->lock is a leaf */
+        if ((int64_t)active >= lim.services) {
                 pthread_mutex_unlock(&m->lock);
-                return sbx_error_set(err, -EUSERS, 0, "too many services in this session (max_services_per_session=%d)",
-                                     m->cfg->max_services_per_session);
+                return sbx_error_set(err, -EUSERS, 0,
+                                     "busy: too many services in this session (max_services_per_session=%" PRId64 ")",
+                                     lim.services);
         }
         sbx_strlcpy(row.user_id, user, sizeof(row.user_id));
         sbx_strlcpy(row.session_id, session, sizeof(row.session_id));
@@ -602,6 +607,13 @@ int service_manager_start(struct service_manager *m, struct sbx_error *err)
                 return sbx_error_set(err, r, 0, "cannot start the service monitor: %s", strerror(-r));
         m->started = true;
         return 0;
+}
+
+void service_set_quota(struct service_manager *m, struct quota *q)
+{
+        pthread_mutex_lock(&m->lock);
+        m->quota = q;
+        pthread_mutex_unlock(&m->lock);
 }
 
 void service_manager_free(struct service_manager *m)

@@ -40,6 +40,12 @@
  *   token.create    {user, role?: agent|connector} → {token, id, user, role}  (the token is shown only here)
  *   token.revoke    {id}                      → {id, revoked: true}
  *   token.list      {}                        → {tokens: [{id, user, role, created_at, revoked_at}]}
+ *   quota.show      {user}                    → {user, limits: {max_sessions_per_user, max_exec_per_user,
+ *                                                max_services_per_session, max_spool_per_session}, overrides: {key:
+ *                                                value}, usage: {live_sessions, executions_running}}
+ *   quota.set       {user, key, value: integer} → as quota.show (key: one of the four limits; 0..its config max)
+ *   quota.unset     {user, key?}              → as quota.show, plus removed (no key: every override of user)
+ *   quota.list      {}                        → {defaults: {the four keys}, overrides: [{user, key, value}]}
  * Every command that changes something is audited (action "admin.<cmd>",
  * actor "admin:uid=<uid>"). */
 #ifndef SANDBOXD_ADMIN_H

@@ -77,6 +77,7 @@ struct sbx_config {
         int max_exec_per_session;
         int max_exec_per_user; /* default of the per-user quota (quota.h) */
         int64_t exec_output_cap_bytes;   /* spooled per stream per execution */
+        int64_t max_spool_per_session_bytes; /* default of the per-user quota (quota.h) */
         int64_t exec_result_head_bytes;  /* head and tail returned inline */
         int64_t max_command_bytes;
         int64_t max_stdin_bytes;

@@ -16,6 +16,7 @@ struct monitor;
 struct exec_engine;
 struct service_manager;
 struct privacy;
+struct quota;
 struct api_server;
 struct admin_server;
 struct http_server;
@@ -31,6 +32,7 @@ struct daemon {
         struct exec_engine *exec;
         struct service_manager *services;
         struct privacy *privacy;
+        struct quota *quota; /* per-user limits and their overrides */
         struct runner_hub *runner; /* per-session runner sockets */
         int64_t started_at; /* unix ms */
         struct api_server *api;     /* the socket fronts (opts->sockets) */

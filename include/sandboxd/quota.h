@@ -37,6 +37,24 @@ struct quota_limits {
         int64_t spool_bytes; /* execution output kept per session */
 };
 
+/* Load the overrides from the store. */
+int quota_new(struct store *st, struct quota **ret, struct sbx_error *err);
+void quota_free(struct quota *q);
+
+/* The override keys (the config keys they override), NULL past the end. */
+const char *quota_key_name(size_t i);
+
+/* Override `key` for user: recorded in the store, in force at once for
+ * every later admission (what runs already is never stopped). value is
+ * 0..the key's config maximum; 0 refuses the user that resource. */
+int quota_set(struct quota *q, const char *user, const char *key, int64_t value, struct sbx_error *err);
+/* Back to the config default for one key, or every key (key NULL).
+ * Returns how many overrides went. */
+int quota_unset(struct quota *q, const char *user, const char *key, struct sbx_error *err);
+/* The overrides of user (NULL: of everyone), copied; free() *ret. */
+struct store_quota;
+int quota_overrides(struct quota *q, const char *user, struct store_quota **ret, size_t *ret_n);
+
 /* The limits of a user: the config defaults, with the user's overrides if
  * q is non-NULL. Never fails. */
 void quota_limits_get(struct quota *q, const struct sbx_config *cfg, const char *user, struct quota_limits *ret);

@@ -28,6 +28,7 @@ struct docker;
 struct store;
 struct session_manager;
 struct exec_engine;
+struct quota;
 struct service_manager;
 
 enum service_state {
@@ -68,6 +69,9 @@ int service_manager_new(const struct sbx_config *cfg, struct docker *d, struct s
 int service_manager_start(struct service_manager *m, struct sbx_error *err);
 /* Stop the monitor thread and free. Services keep running. NULL is fine. */
 void service_manager_free(struct service_manager *m);
+/* Per-user limits (max_services_per_session and its overrides) come from q
+ * from now on; without one, from the config. q must outlive m. */
+void service_set_quota(struct service_manager *m, struct quota *q);
 
 /* name: 1-64 of [A-Za-z0-9_.-]. -EEXIST if that name is running; -EUSERS
  * past max_services_per_session; -E2BIG for a command over

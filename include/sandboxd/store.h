@@ -187,6 +187,24 @@ int store_exec_fail_unfinished(struct store *s, const char *cause, const char *e
 /* Forget the spool of an execution (gc removed the files). */
 int store_exec_clear_spool(struct store *s, const char *id);
 
+/* ---- per-user quota overrides ---- */
+
+struct store_quota {
+        char user_id[65];
+        char key[48];
+        int64_t value;
+};
+/* Insert or replace the override of `key` for user. */
+int store_quota_set(struct store *s, const char *user, const char *key, int64_t value, int64_t now_ms);
+/* Drop one override (key) or all of the user's (key NULL); rows removed. */
+int store_quota_unset(struct store *s, const char *user, const char *key);
+/* Every override, ordered by user and key; *ret malloc'd. */
+int store_quota_list(struct store *s, struct store_quota **ret, size_t *ret_n);
+/* Bytes kept in the output spools of the session's ended executions, and
+ * the id of the oldest of them that still holds any ("" if none). */
+int store_quota_spool_usage(struct store *s, const char *user, const char *session, int64_t *ret_bytes,
+                            char ret_oldest[37]);
+
 /* ---- private datasets ---- */
 
 struct store_private {
@@ -333,6 +351,10 @@ int store_gc_session_last_seen(struct store *s, const char *user, const char *se
 /* Delete the private dataset marks of a session that has no row any more
  * (after its workspace was purged). Returns how many, or -errno. */
 int store_gc_private_forget(struct store *s, const char *user, const char *session);
+
+/* Audit rows written before before_ms (audit_retention): deleted, or with
+ * dry_run only counted. Returns how many, or -errno. */
+int store_gc_audit_prune(struct store *s, int64_t before_ms, bool dry_run);
 
 /* Row counts and page figures (for the report and tests). */
 struct store_gc_stats {

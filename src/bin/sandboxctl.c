@@ -39,6 +39,12 @@ static void usage(FILE *f)
                 "  token create USER [agent|connector]  make an API token (shown once)\n"
                 "  token revoke ID                      revoke a token\n"
                 "  token list                           list tokens (never the secrets)\n"
+                "  quota show USER                      a user's limits (defaults and overrides) and usage\n"
+                "  quota set USER KEY VALUE             override a default for USER: KEY is max_sessions_per_user,\n"
+                "                                       max_exec_per_user, max_services_per_session or\n"
+                "                                       max_spool_per_session (VALUE may be 512m, 2g)\n"
+                "  quota unset USER [KEY]               back to the default (one key, or all)\n"
+                "  quota list                           defaults and every override\n"
                 "  top [--user U] [--interval SEC] [--no-stream]\n"
                 "                                       live sessions: CPU, memory, pids, executions,\n"
                 "                                       egress, refreshed like docker stats\n"
@@ -473,6 +479,51 @@ static int log_entry_cmp(const void *a, const void *b)
         return c ? c : x->source - y->source;
 }
 
+static void print_quota(const cJSON *r)
+{
+        static const char *const keys[] = {"max_sessions_per_user", "max_exec_per_user", "max_services_per_session",
+                                           "max_spool_per_session"};
+        const cJSON *lim = cJSON_GetObjectItemCaseSensitive(r, "limits");
+        const cJSON *ov = cJSON_GetObjectItemCaseSensitive(r, "overrides");
+        const cJSON *u = cJSON_GetObjectItemCaseSensitive(r, "usage");
+
+        printf("user:                      %s\n", str(r, "user"));
+        for (size_t i = 0; i < sizeof(keys) / sizeof(keys[0]); i++)
+                printf("%-26s %.0f%s\n", keys[i], num(lim, keys[i], 0),
+                       cJSON_GetObjectItemCaseSensitive(ov, keys[i]) ? " (override)" : "");
+        printf("live sessions:             %.0f\n", num(u, "live_sessions", 0));
+        printf("executions running:        %.0f\n", num(u, "executions_running", 0));
+}
+
+static void print_quota_list(const cJSON *r)
+{
+        const cJSON *d = cJSON_GetObjectItemCaseSensitive(r, "defaults"), *o;
+        printf("defaults: max_sessions_per_user=%.0f max_exec_per_user=%.0f max_services_per_session=%.0f "
+               "max_spool_per_session=%.0f\n",
+               num(d, "max_sessions_per_user", 0), num(d, "max_exec_per_user", 0),
+               num(d, "max_services_per_session", 0), num(d, "max_spool_per_session", 0));
+        printf("%-20s %-26s %s\n", "USER", "KEY", "VALUE");
+        cJSON_ArrayForEach(o, cJSON_GetObjectItemCaseSensitive(r, "overrides"))
+                printf("%-20s %-26s %.0f\n", str(o, "user"), str(o, "key"), num(o, "value", 0));
+}
+
+/* An integer with an optional k, m or g suffix (powers of 1024); -1 if not. */
+static double parse_quota_value(const char *s)
+{
+        char *end = NULL;
+        long long x = strtoll(s, &end, 10);
+        double mult = 1;
+
+        if (!end || end == s || x < 0)
+                return -1;
+        if (*end && !end[1])
+                mult = *end == 'k' || *end == 'K' ? 1024.0 : *end == 'm' || *end == 'M' ? 1048576.0
+                     : *end == 'g' || *end == 'G' ? 1073741824.0 : 0;
+        else if (*end)
+                mult = 0;
+        return mult > 0 ? (double)x * mult : -1;
+}
+
 static void print_logs(const cJSON *r)
 {
         const cJSON *audit = cJSON_GetObjectItemCaseSensitive(r, "audit");
@@ -696,6 +747,44 @@ int main(int argc, char **argv)
                 cJSON_AddStringToObject(req, "user", pa[0]);
                 cJSON_AddStringToObject(req, "session", pa[1]);
                 printer = print_logs;
+        } else if (strcmp(cmd, "quota") == 0 && n_args >= 1) {
+                const char *sub = args[0];
+                args++;
+                n_args--;
+                printer = print_quota;
+                if (strcmp(sub, "show") == 0) {
+                        NEED(1, 1);
+                        cJSON_AddStringToObject(req, "cmd", "quota.show");
+                        cJSON_AddStringToObject(req, "user", args[0]);
+                } else if (strcmp(sub, "set") == 0) {
+                        double v;
+                        NEED(3, 3);
+                        v = parse_quota_value(args[2]);
+                        if (v < 0) {
+                                fprintf(stderr, "sandboxctl: quota set: '%s' is not a count or a size (512m)\n",
+                                        args[2]);
+                                cJSON_Delete(req);
+                                return EXIT_USAGE;
+                        }
+                        cJSON_AddStringToObject(req, "cmd", "quota.set");
+                        cJSON_AddStringToObject(req, "user", args[0]);
+                        cJSON_AddStringToObject(req, "key", args[1]);
+                        cJSON_AddNumberToObject(req, "value", v);
+                } else if (strcmp(sub, "unset") == 0) {
+                        NEED(1, 2);
+                        cJSON_AddStringToObject(req, "cmd", "quota.unset");
+                        cJSON_AddStringToObject(req, "user", args[0]);
+                        if (n_args == 2)
+                                cJSON_AddStringToObject(req, "key", args[1]);
+                } else if (strcmp(sub, "list") == 0) {
+                        NEED(0, 0);
+                        cJSON_AddStringToObject(req, "cmd", "quota.list");
+                        printer = print_quota_list;
+                } else {
+                        fprintf(stderr, "sandboxctl: quota show|set|unset|list\n");
+                        cJSON_Delete(req);
+                        return EXIT_USAGE;
+                }
         } else if (strcmp(cmd, "token") == 0 && n_args >= 1) {
                 const char *sub = args[0];
                 args++;

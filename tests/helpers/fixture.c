@@ -6,6 +6,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/wait.h>
 
 #include "sandboxd/container.h"
 #include "sandboxd/session.h"
@@ -98,6 +99,26 @@ long fixture_wait(bool (*pred)(void *ud), void *ud, long timeout_ms)
                         return -1;
                 sbx_sleep_ms(5);
         }
+}
+
+int fixture_sandboxctl(const char *bin_dir, const char *admin_socket, const char *args, char **ret_out)
+{
+        char cmd[2048];
+        size_t n = 0, cap = 1 << 20;
+        char *out = malloc(cap);
+        FILE *p;
+        int status;
+
+        cr_assert_not_null(out);
+        snprintf(cmd, sizeof(cmd), "%s/sandboxctl --socket '%s' %s 2>&1", bin_dir, admin_socket, args);
+        p = popen(cmd, "r");
+        cr_assert_not_null(p);
+        for (size_t k; (k = fread(out + n, 1, cap - 1 - n, p)) > 0;)
+                n += k;
+        out[n] = '\0';
+        status = pclose(p);
+        *ret_out = out;
+        return WIFEXITED(status) ? WEXITSTATUS(status) : -1;
 }
 
 void fixture_container_of(struct daemon *d, const char *user, const char *session, char ret_id[65])

@@ -23,6 +23,10 @@ int fixture_count_containers(const char *user, const char *session);
 int fixture_sh(const char *container_id, const char *script, char **ret_out);
 /* Run the docker CLI with args (a shell fragment built only from test constants and ids). */
 int fixture_docker_cli(const char *args);
+/* Run bin_dir/sandboxctl on admin_socket with args (a shell fragment built
+ * only from test constants); its exit status, stdout and stderr in *ret_out
+ * (malloc'd). */
+int fixture_sandboxctl(const char *bin_dir, const char *admin_socket, const char *args, char **ret_out);
 /* The container id of user:session (asserts the session exists). */
 void fixture_container_of(struct daemon *d, const char *user, const char *session, char ret_id[65]);
 /* Poll until pred(ud) or timeout_ms passes; returns elapsed ms or -1. */

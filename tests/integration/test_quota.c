@@ -1,14 +1,23 @@
 /* Integration tests of the per-user quotas (issue 12 item 3) against the
  * real dockerd: live sessions per user, concurrent executions per user, the
- * fair share of the global execution cap; another user is served while one
- * is at a cap. */
+ * fair share of the global execution cap (another user is served while one
+ * is at a cap), services per session, spool bytes per session, and the
+ * per-user overrides through the admin socket and sandboxctl. */
 #include <criterion/criterion.h>
+#include <dirent.h>
 #include <errno.h>
+#include <libgen.h>
 #include <stdio.h>
 #include <string.h>
+#include <sys/stat.h>
+#include <sys/wait.h>
+
+#include "apiclient.h"
 
 #include "fixture.h"
 #include "sandboxd/exec.h"
+#include "sandboxd/quota.h"
+#include "sandboxd/service.h"
 #include "sandboxd/session.h"
 #include "testenv.h"
 
@@ -156,5 +165,172 @@ Test(quota, fair_share_of_the_global_cap)
         busy_naming("alice", "a1", "fair share");
         cancel_all("alice", &a[2], 2);
         cancel_all("bob", b, 2);
+        daemon_close(d);
+}
+
+/* ---- overrides, services, spools ---- */
+
+static void open_with_sockets(void)
+{
+        struct daemon_options opts = {.extra_labels = fixture_labels(), .no_monitor = true, .sockets = true};
+        struct sbx_error err = {0};
+        char dir[SBX_PATH_MAX];
+
+        snprintf(dir, sizeof(dir), "%s", cfg.data_dir);
+        dirname(dir);
+        snprintf(cfg.api_socket, sizeof(cfg.api_socket), "%s/run/api.sock", dir);
+        snprintf(cfg.admin_socket, sizeof(cfg.admin_socket), "%s/run/admin.sock", dir);
+        (void)testenv_docker();
+        cr_assert_eq(daemon_open(&cfg, &opts, &d, &err), 0, "daemon_open: %s", err.msg);
+}
+
+static int ctl(const char *args, char **out)
+{
+        return fixture_sandboxctl(SANDBOXD_BINARY_DIR, cfg.admin_socket, args, out);
+}
+
+static void ctl_ok(const char *args, const char *expect)
+{
+        char *out = NULL;
+        cr_assert_eq(ctl(args, &out), 0, "sandboxctl %s: %s", args, out);
+        cr_assert_not_null(strstr(out, expect), "sandboxctl %s: no '%s' in:\n%s", args, expect, out);
+        free(out);
+}
+
+Test(quota, overrides_through_sandboxctl_and_the_admin_socket_survive_a_restart)
+{
+        char ids[3][37], *out = NULL;
+        cJSON *r;
+
+        fixture_config(&cfg);
+        cfg.max_exec_per_user = 2;
+        open_with_sockets();
+        ctl_ok("quota set alice max_exec_per_user 1", "max_exec_per_user          1 (override)");
+        ctl_ok("quota set alice max_sessions_per_user 3", "max_sessions_per_user      3 (override)");
+        start_ok("alice", "a1", "sleep 120", ids[0]);
+        busy_naming("alice", "a2", "max_exec_per_user=1");
+        /* bob keeps the default */
+        start_ok("bob", "b1", "sleep 120", ids[1]);
+        start_ok("bob", "b1", "sleep 120", ids[2]);
+        busy_naming("bob", "b1", "max_exec_per_user=2");
+        ctl_ok("quota show alice", "executions running:        1");
+        ctl_ok("quota list", "alice                max_exec_per_user          1");
+
+        /* bad input is refused, not stored */
+        cr_assert_eq(ctl("quota set alice max_everything 3", &out), 1, "%s", out);
+        free(out);
+        cr_assert_eq(ctl("quota set alice max_exec_per_user -1", &out), 2, "%s", out);
+        free(out);
+        r = apic_admin(cfg.admin_socket, "{\"cmd\": \"quota.set\", \"user\": \"../alice\", "
+                                         "\"key\": \"max_exec_per_user\", \"value\": 9}");
+        cr_assert_str_eq(apic_code(r), "invalid", "%s", cJSON_PrintUnformatted(r));
+        cJSON_Delete(r);
+        r = apic_admin(cfg.admin_socket, "{\"cmd\": \"quota.set\", \"user\": \"alice\", "
+                                         "\"key\": \"max_exec_per_user\", \"value\": 1.5}");
+        cr_assert_str_eq(apic_code(r), "bad_request", "%s", cJSON_PrintUnformatted(r));
+        cJSON_Delete(r);
+        cancel_all("alice", ids, 1);
+        cancel_all("bob", &ids[1], 2);
+
+        /* the overrides live in the store: a restart keeps them */
+        daemon_close(d);
+        open_with_sockets();
+        r = apic_admin(cfg.admin_socket, "{\"cmd\": \"quota.show\", \"user\": \"alice\"}");
+        cr_assert_eq(apic_num(cJSON_GetObjectItem(apic_result(r), "limits"), "max_exec_per_user"), 1,
+                     "%s", cJSON_PrintUnformatted(r));
+        cJSON_Delete(r);
+        start_ok("alice", "a1", "sleep 120", ids[0]);
+        busy_naming("alice", "a1", "max_exec_per_user=1");
+
+        /* unset: back to the default at once */
+        ctl_ok("quota unset alice max_exec_per_user", "max_exec_per_user          2\n");
+        start_ok("alice", "a1", "sleep 120", ids[1]);
+        ctl_ok("quota unset alice", "max_sessions_per_user      100\n");
+        cancel_all("alice", ids, 2);
+        daemon_close(d);
+}
+
+Test(quota, services_per_session_follow_the_users_quota)
+{
+        struct sbx_error err = {0};
+
+        fixture_config(&cfg);
+        cfg.max_services_per_session = 2;
+        open_daemon();
+        cr_assert_eq(quota_set(d->quota, "alice", "max_services_per_session", 1, &err), 0, "%s", err.msg);
+        cr_assert_eq(service_start(d->services, "alice", "s", "one", "sleep 1000", NULL, NULL, &err), 0, "%s",
+                     err.msg);
+        cr_assert_eq(service_start(d->services, "alice", "s", "two", "sleep 1000", NULL, NULL, &err), -EUSERS);
+        cr_assert_not_null(strstr(err.msg, "max_services_per_session=1"), "%s", err.msg);
+        /* bob gets the default */
+        cr_assert_eq(service_start(d->services, "bob", "s", "one", "sleep 1000", NULL, NULL, &err), 0, "%s", err.msg);
+        cr_assert_eq(service_start(d->services, "bob", "s", "two", "sleep 1000", NULL, NULL, &err), 0, "%s", err.msg);
+        daemon_close(d);
+}
+
+/* Bytes in every spool file of this daemon (one session writes here). */
+static long long spool_bytes_on_disk(void)
+{
+        char dir[SBX_PATH_MAX + 16], path[SBX_PATH_MAX + 300];
+        long long sum = 0;
+        struct dirent *de;
+        struct stat st;
+        DIR *dp;
+
+        snprintf(dir, sizeof(dir), "%s/executions", cfg.data_dir);
+        dp = opendir(dir);
+        cr_assert_not_null(dp);
+        while ((de = readdir(dp)))
+                if (de->d_name[0] != '.' && snprintf(path, sizeof(path), "%s/%s", dir, de->d_name) > 0 &&
+                    stat(path, &st) == 0)
+                        sum += st.st_size;
+        closedir(dp);
+        return sum;
+}
+
+static struct exec_result run_out(const char *session, const char *command)
+{
+        struct exec_request req = {.user = "alice", .session = session, .command = command, .actor = "test"};
+        struct exec_result res;
+        struct sbx_error err = {0};
+        cr_assert_eq(exec_run(d->exec, &req, &res, &err), 0, "%s: %s", command, err.msg);
+        cr_assert_eq(res.state, EXEC_COMPLETED, "%s", command);
+        return res;
+}
+
+Test(quota, spool_bytes_per_session)
+{
+        struct exec_result a, b, c, again;
+
+        fixture_config(&cfg);
+        cfg.exec_output_cap_bytes = 4096;
+        cfg.max_spool_per_session_bytes = 10000;
+        open_daemon();
+
+        /* one execution: each stream capped, both within the session's quota */
+        a = run_out("s", "head -c 9000 /dev/zero; head -c 9000 /dev/zero >&2");
+        cr_assert(a.truncated);
+        cr_assert_eq(a.stdout_bytes, 9000);
+        cr_assert_leq(spool_bytes_on_disk(), 10000);
+
+        /* the next ones make room by removing the oldest output, never more than the quota */
+        b = run_out("s", "head -c 3000 /dev/zero | tr '\\0' b");
+        cr_assert_leq(spool_bytes_on_disk(), 10000);
+        c = run_out("s", "head -c 3000 /dev/zero | tr '\\0' c");
+        cr_assert_leq(spool_bytes_on_disk(), 10000);
+        cr_assert_eq(exec_status(d->exec, "alice", c.id, 0, 0, 3000, 0, &again, NULL), 0);
+        cr_assert_eq(again.stdout_head_len, 3000, "the newest output was not kept");
+        cr_assert_eq(again.stdout_head[2999], 'c');
+        exec_result_done(&again);
+
+        /* a quota below one execution's full output: that execution gets what there is */
+        cr_assert_eq(quota_set(d->quota, "alice", "max_spool_per_session", 5000, NULL), 0);
+        exec_result_done(&a);
+        a = run_out("s", "head -c 4000 /dev/zero; head -c 4000 /dev/zero >&2");
+        cr_assert(a.truncated, "8000 bytes of output fit in a 5000-byte quota");
+        cr_assert_leq(spool_bytes_on_disk(), 5000);
+        exec_result_done(&a);
+        exec_result_done(&b);
+        exec_result_done(&c);
         daemon_close(d);
 }

@@ -65,13 +65,13 @@
 
 static const char *const kind_names[GC_KIND_COUNT] = {
         "idle_containers", "old_containers", "orphan_containers", "error_sessions", "ports",
-        "services",        "execution_spools", "workspaces",      "store",
+        "services",        "execution_spools", "workspaces",      "audit_rows", "store",
 };
 
 /* What an item is, in log lines. */
 static const char *const kind_items[GC_KIND_COUNT] = {
         "idle container", "old container", "orphan container", "ERROR session", "port allocation",
-        "service row",    "execution spool", "workspace",      "store",
+        "service row",    "execution spool", "workspace",      "audit rows", "store",
 };
 
 const char *gc_kind_name(enum gc_kind k)
@@ -754,6 +754,31 @@ static void gc_spools(struct gc *g)
         }
 }
 
+/* ---- audit rows ---- */
+
+/* Rows past audit_retention go in one statement: one report item counting
+ * them (a row is not worth an item of its own). */
+static void gc_audit(struct gc *g)
+{
+        int64_t before = g->now - (int64_t)g->cfg->audit_retention_s * 1000;
+        char reason[128], b[32];
+        int r;
+
+        if (g->cfg->audit_retention_s < 0)
+                return;
+        fmt_age((int64_t)g->cfg->audit_retention_s * 1000, b, sizeof(b));
+        snprintf(reason, sizeof(reason), "written more than %s ago (audit_retention)", b);
+        r = store_gc_audit_prune(g->st, before, g->dry_run);
+        if (r < 0) {
+                note_failed(g, GC_AUDIT, "audit_log", NULL, NULL, reason, strerror(-r));
+                return;
+        }
+        if (r == 0)
+                return;
+        note_done(g, GC_AUDIT, "audit_log", NULL, NULL, 0, reason);
+        g->rep->kinds[GC_AUDIT].count += (uint64_t)r - 1;
+}
+
 /* ---- workspace images (workspace_quota_mode loop) ---- */
 
 /* Keep a mounted workspace whose session has a container or a live row
@@ -1225,6 +1250,7 @@ int gc_run(const struct sbx_config *cfg, const struct gc_options *opts, struct g
         gc_ports(&g);
         gc_services(&g);
         gc_spools(&g);
+        gc_audit(&g);
         gc_mounts(&g);
         gc_workspaces(&g);
         gc_vacuum(&g, db);

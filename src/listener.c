@@ -1,10 +1,14 @@
 /* listener.c — Unix socket plumbing shared by the API and admin fronts:
  * safe bind (stale-socket replacement, permissions before the socket is
- * reachable), accept with EMFILE back-off, capped line reading, and sends
- * that never raise SIGPIPE. No threads and no shared state of its own. */
+ * reachable), accept with EMFILE back-off, capped line reading, sends
+ * that never raise SIGPIPE, and the served socket (sockserver): an accept
+ * thread that caps connections in total and per peer uid (SO_PEERCRED),
+ * one worker thread per connection. What a request may cost before its
+ * peer is trusted is reqguard.h's. */
 #include "listener.h"
 
 #include <errno.h>
+#include <inttypes.h>
 #include <fcntl.h>
 #include <libgen.h>
 #include <poll.h>
@@ -17,7 +21,6 @@
 
 #include "sandboxd/config.h"
 #include "sandboxd/log.h"
-#include "sandboxd/reqguard.h"
 
 /* mkdir -p with mode 0755 for missing components; existing ones are left as
  * they are. */
@@ -367,7 +370,27 @@ struct sockserver {
         pthread_cond_t cond; /* n_conns reached 0 */
         struct sockserver_conn *conns;
         size_t n_conns;
+        /* the accept thread's alone: refusals are logged at most every
+         * REFUSAL_LOG_MS, with how many there were since */
+        int64_t refusal_logged_at;
+        uint64_t refusals;
 };
+
+#define REFUSAL_LOG_MS 10000
+
+/* A flood of refused connections must not flood the log either. */
+static void log_refusal(struct sockserver *srv, const char *why, uid_t uid)
+{
+        int64_t now = sbx_now_ms();
+
+        srv->refusals++;
+        if (srv->refusal_logged_at && now - srv->refusal_logged_at < REFUSAL_LOG_MS)
+                return;
+        log_warn("%s: refusing connections: %s (uid %u; %" PRIu64 " refused since the last such line)", srv->what,
+                 why, (unsigned)uid, srv->refusals);
+        srv->refusal_logged_at = now;
+        srv->refusals = 0;
+}
 
 static void conn_finish(struct sockserver_conn *c)
 {
@@ -431,16 +454,14 @@ static void *accept_main(void *ud)
                         mine += o->peer.uid == peer.uid;
                 if (srv->n_conns >= srv->max_conns) {
                         pthread_mutex_unlock(&srv->lock);
-                        log_warn("%s: %zu connections open; refusing one more", srv->what, srv->max_conns);
+                        log_refusal(srv, "max_connections open", peer.uid);
                         refuse(fd, "too many connections; retry later");
                         continue;
                 }
                 /* one local user cannot take every slot (root, who could stop the daemon anyway, is not capped) */
                 if (peer.uid != 0 && mine >= srv->max_per_uid) {
                         pthread_mutex_unlock(&srv->lock);
-                        if (reqguard_audit_allowed(peer.uid, sbx_now_ms(), NULL))
-                                log_warn("%s: uid %u has %zu connections open; refusing one more", srv->what,
-                                         (unsigned)peer.uid, mine);
+                        log_refusal(srv, "this uid has max_connections_per_uid open", peer.uid);
                         refuse(fd, "too many connections from this uid; retry later");
                         continue;
                 }

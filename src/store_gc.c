@@ -260,6 +260,25 @@ int store_gc_private_forget(struct store *s, const char *user, const char *sessi
         return sq_exec(&q);
 }
 
+int store_gc_audit_prune(struct store *s, int64_t before_ms, bool dry_run)
+{
+        STORE_LOCK(s);
+        _cleanup_(sq_end) struct store_query q = {};
+        int r;
+
+        r = sq_start(&q, s,
+                     dry_run ? "SELECT COUNT(*) FROM audit_log WHERE ts < ?1" : "DELETE FROM audit_log WHERE ts < ?1");
+        if (r < 0)
+                return r;
+        sq_int64(&q, before_ms);
+        if (!dry_run)
+                return sq_exec(&q);
+        r = sq_step(&q);
+        if (r < 0)
+                return r;
+        return r > 0 ? (int)sq_col_int64(&q, 0) : 0;
+}
+
 static int count_one(struct store *s, const char *sql, int64_t *ret)
 {
         _cleanup_(sq_end) struct store_query q = {};

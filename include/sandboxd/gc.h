@@ -14,6 +14,7 @@
  *   - services rows whose container is not running;
  *   - execution output spools past execution_retention (and spool files no
  *     execution row knows, as old);
+ *   - audit rows older than audit_retention (when >= 0);
  *   - when workspace_retention >= 0, workspaces of sessions destroyed (no
  *     row) or STOPPED/ERROR for longer than that;
  * then it vacuums the store.
@@ -52,12 +53,13 @@ enum gc_kind {
         GC_SERVICES,
         GC_SPOOLS,
         GC_WORKSPACES,
+        GC_AUDIT,
         GC_STORE,
 };
-#define GC_KIND_COUNT 9
+#define GC_KIND_COUNT 10
 
 /* "idle_containers", "old_containers", "orphan_containers", "error_sessions",
- * "ports", "services", "execution_spools", "workspaces", "store". */
+ * "ports", "services", "execution_spools", "workspaces", "audit_rows", "store". */
 const char *gc_kind_name(enum gc_kind k);
 
 struct gc_count {

@@ -525,6 +525,54 @@ Test(gc, execution_spools_past_retention)
         gc_report_done(&rep);
 }
 
+Test(gc, audit_rows_past_retention)
+{
+        struct sbx_config cfg;
+        struct store *st;
+        struct gc_report rep;
+        char q[512];
+        int64_t now;
+
+        gc_config(&cfg);
+        cfg.audit_retention_s = 30 * 86400;
+        mkdirs(cfg.data_dir);
+        st = open_store(&cfg);
+        cr_assert_eq(store_audit(st, "test", "alice", "s1", "recent", NULL), 0);
+        store_close(st);
+        now = sbx_wall_ms();
+        for (int i = 0; i < 3; i++) {
+                snprintf(q, sizeof(q),
+                         "INSERT INTO audit_log (ts, actor, action) VALUES (%lld, 'peer:uid=65534', 'auth.fail')",
+                         (long long)(now - 31 * DAY_MS - i));
+                sql(&cfg, q);
+        }
+        snprintf(q, sizeof(q), "INSERT INTO audit_log (ts, actor, action) VALUES (%lld, 'test', 'young')",
+                 (long long)(now - 29 * DAY_MS));
+        sql(&cfg, q);
+
+        run_gc(&cfg, true, &rep);
+        expect_kind(&rep, GC_AUDIT, 3, 0);
+        gc_report_done(&rep);
+        cr_assert_eq(sql_count(&cfg, "SELECT COUNT(*) FROM audit_log WHERE action = 'auth.fail'"), 3,
+                     "a dry run deleted audit rows");
+
+        run_gc(&cfg, false, &rep);
+        expect_kind(&rep, GC_AUDIT, 3, 0);
+        cr_assert(has_item(&rep, GC_AUDIT, "audit_log"));
+        gc_report_done(&rep);
+        cr_assert_eq(sql_count(&cfg, "SELECT COUNT(*) FROM audit_log WHERE action = 'auth.fail'"), 0);
+        cr_assert_eq(sql_count(&cfg, "SELECT COUNT(*) FROM audit_log WHERE action IN ('recent', 'young')"), 2,
+                     "rows within audit_retention were deleted");
+
+        /* -1 keeps them forever */
+        cfg.audit_retention_s = -1;
+        sql(&cfg, "INSERT INTO audit_log (ts, actor, action) VALUES (1, 'test', 'ancient')");
+        run_gc(&cfg, false, &rep);
+        expect_kind(&rep, GC_AUDIT, 0, 0);
+        gc_report_done(&rep);
+        cr_assert_eq(sql_count(&cfg, "SELECT COUNT(*) FROM audit_log WHERE action = 'ancient'"), 1);
+}
+
 Test(gc, workspaces_of_dead_sessions_past_retention)
 {
         struct sbx_config cfg;

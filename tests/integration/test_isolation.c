@@ -7,6 +7,7 @@
  *   - NUL and invalid UTF-8 are refused in every string parameter (item 7);
  *   - unauthenticated failures are rate-limited in the audit log (item 8). */
 #include <criterion/criterion.h>
+#include <sqlite3.h>
 #include <errno.h>
 #include <fcntl.h>
 #include <poll.h>
@@ -24,6 +25,7 @@
 #include "apiclient.h"
 #include "sandboxd/common.h"
 #include "sandboxd/config.h"
+#include "sandboxd/reqguard.h"
 #include "testenv.h"
 
 TestSuite(isolation, .timeout = 600);
@@ -497,6 +499,31 @@ Test(isolation, one_local_user_cannot_take_every_connection)
         cr_assert_eq(counts[0], 16, "nobody holds %d connections, not its cap of 16", counts[0]);
         cr_assert_eq(counts[1], IDLE_CONNS - 16);
 
+        /* item 8: nobody's 16 failed authentications were written at most
+         * REQGUARD_AUDIT_BURST times (all came well within one window) */
+        {
+                char db[SBX_PATH_MAX + 32];
+                sqlite3 *h = NULL;
+                sqlite3_stmt *q = NULL;
+                long long rows = -1;
+
+                snprintf(db, sizeof(db), "file:%s/data/sandboxd.db?mode=ro", dir);
+                cr_assert_eq(sqlite3_open_v2(db, &h, SQLITE_OPEN_READONLY | SQLITE_OPEN_URI, NULL), SQLITE_OK);
+                sqlite3_busy_timeout(h, 10000);
+                cr_assert_eq(sqlite3_prepare_v2(h,
+                                                "SELECT COUNT(*) FROM audit_log WHERE action = 'auth.fail' AND "
+                                                "actor = 'peer:uid=' || ?1",
+                                                -1, &q, NULL),
+                             SQLITE_OK);
+                sqlite3_bind_int64(q, 1, (sqlite3_int64)pw->pw_uid);
+                if (sqlite3_step(q) == SQLITE_ROW)
+                        rows = sqlite3_column_int64(q, 0);
+                sqlite3_finalize(q);
+                sqlite3_close(h);
+                fprintf(stderr, "isolation: 16 failed authentications of nobody, %lld audit rows\n", rows);
+                cr_assert(rows >= 1 && rows <= REQGUARD_AUDIT_BURST, "%lld auth.fail rows for 16 failures", rows);
+        }
+
         /* while they are held, another uid is served */
         r = call(tok_b, "list_executions", "{\"session\": \"probe\"}");
         cr_assert_not_null(apic_result(r), "another uid was not served: %s", cJSON_PrintUnformatted(r));
@@ -506,5 +533,130 @@ Test(isolation, one_local_user_cannot_take_every_connection)
         close(go[1]);
         close(report[0]);
         (void)waitpid(child, NULL, 0);
+        stop_daemon();
+}
+
+/* ---- item 7: strict strings ---- */
+
+static const char *const methods[] = {
+        "exec",         "run_code",      "get_execution", "send_stdin",   "cancel_execution",
+        "list_executions", "write_file", "read_file",     "list_files",   "start_service",
+        "stop_service", "list_services", "service_logs",  "session_info", "mark_private",
+};
+/* every string parameter any method takes, and an env name and value */
+static const char *const str_params[] = {
+        "session", "command", "code",   "language", "content",  "data", "dataset", "encoding", "execution_id",
+        "name",    "path",    "source", "stdin",    "workdir",  "stream", "env.name", "env.value",
+};
+
+/* One request line with bad in parameter p (the others are plausible). */
+static size_t bad_request_line(char *buf, size_t size, const char *method, const char *p, const char *bad)
+{
+        char v[64];
+
+        snprintf(v, sizeof(v), "\"x%sy\"", bad);
+        if (strcmp(p, "env.name") == 0)
+                return (size_t)snprintf(buf, size,
+                                        "{\"id\":7,\"token\":\"%s\",\"method\":\"%s\",\"params\":{\"session\":\"strict\","
+                                        "\"command\":\"true\",\"env\":{%s:\"v\"}}}\n",
+                                        tok_a, method, v);
+        if (strcmp(p, "env.value") == 0)
+                return (size_t)snprintf(buf, size,
+                                        "{\"id\":7,\"token\":\"%s\",\"method\":\"%s\",\"params\":{\"session\":\"strict\","
+                                        "\"command\":\"true\",\"env\":{\"K\":%s}}}\n",
+                                        tok_a, method, v);
+        return (size_t)snprintf(buf, size,
+                                "{\"id\":7,\"token\":\"%s\",\"method\":\"%s\",\"params\":{\"session\":\"strict\",\"%s\":%s}}\n",
+                                tok_a, method, p, v);
+}
+
+Test(isolation, nul_and_invalid_utf8_are_refused_in_every_string_parameter)
+{
+        /* a NUL as JSON writes it, a raw NUL (\x01 stands for it below), a lone continuation
+         * byte, an overlong '/', a surrogate */
+        static const char *const bads[] = {"\\u0000", "\\u0000tail", "\x01", "\x80", "\xc0\xaf", "\xed\xa0\x80"};
+        char line[1024];
+        int fd, tried = 0;
+        cJSON *r;
+
+        start_daemon(NULL);
+        fd = apic_connect(api_sock);
+        cr_assert_geq(fd, 0);
+        for (size_t m = 0; m < ELEMENTSOF(methods); m++)
+                for (size_t p = 0; p < ELEMENTSOF(str_params); p++)
+                        for (size_t b = 0; b < ELEMENTSOF(bads); b++) {
+                                size_t len = bad_request_line(line, sizeof(line), methods[m], str_params[p], bads[b]);
+                                char *reply, *nul = memchr(line, '\x01', len);
+                                if (nul)
+                                        *nul = '\0';
+                                cr_assert_eq(apic_send(fd, line, len), 0);
+                                reply = apic_read_line(fd, 30000);
+                                cr_assert_not_null(reply, "%s %s: no reply", methods[m], str_params[p]);
+                                r = cJSON_Parse(reply);
+                                cr_assert_str_eq(apic_code(r), "invalid", "%s params.%s with bad string %zu: %s",
+                                                 methods[m], str_params[p], b, reply);
+                                cJSON_Delete(r);
+                                free(reply);
+                                tried++;
+                        }
+        close(fd);
+        fprintf(stderr, "isolation: %d requests with a NUL or invalid UTF-8 all refused with invalid\n", tried);
+
+        /* the session id that would have been truncated was never created */
+        r = call(tok_a, "list_executions", "{\"session\": \"x\"}");
+        cr_assert_not_null(apic_result(r), "%s", cJSON_PrintUnformatted(r));
+        cJSON_Delete(r);
+
+        /* the admin socket too: a user id holding a NUL is not cut short */
+        r = apic_admin(admin_sock, "{\"cmd\": \"token.create\", \"user\": \"carol\\u0000evil\"}");
+        cr_assert_str_eq(apic_code(r), "invalid", "%s", cJSON_PrintUnformatted(r));
+        cJSON_Delete(r);
+        r = apic_admin(admin_sock, "{\"cmd\": \"token.create\", \"user\": \"carol\xff\"}");
+        cr_assert_str_eq(apic_code(r), "invalid", "%s", cJSON_PrintUnformatted(r));
+        cJSON_Delete(r);
+        stop_daemon();
+}
+
+/* The daemon's end of fd is closed: EOF within a generous deadline. */
+static bool closed_by_daemon(int fd)
+{
+        struct pollfd p = {.fd = fd, .events = POLLIN};
+        char c;
+
+        return poll(&p, 1, 60000) == 1 && read(fd, &c, 1) == 0;
+}
+
+/* An idle authenticated connection and a silent unauthenticated one are
+ * both closed by the daemon (after a line saying why). */
+Test(isolation, idle_and_unauthenticated_connections_are_closed)
+{
+        static const char *const env[] = {"SANDBOXD_AUTH_TIMEOUT=1s", "SANDBOXD_CONNECTION_IDLE_TIMEOUT=1s", NULL};
+        int authed, silent;
+        char *line;
+        cJSON *r;
+
+        start_daemon(env);
+        authed = apic_connect(api_sock);
+        silent = apic_connect(api_sock);
+        cr_assert_geq(authed, 0);
+        cr_assert_geq(silent, 0);
+        apic_request(authed, 1, tok_a, "list_executions", apic_json("{\"session\": \"idle\"}"));
+        r = apic_reply(authed, 30000, NULL);
+        cr_assert_not_null(apic_result(r), "%s", cJSON_PrintUnformatted(r));
+        cJSON_Delete(r);
+
+        line = apic_read_line(authed, 60000);
+        cr_assert_not_null(line, "an idle authenticated connection was never closed");
+        cr_assert_not_null(strstr(line, "connection_idle_timeout"), "%s", line);
+        free(line);
+        cr_assert(closed_by_daemon(authed), "the idle connection stayed open");
+
+        line = apic_read_line(silent, 60000);
+        cr_assert_not_null(line, "a silent unauthenticated connection was never closed");
+        cr_assert_not_null(strstr(line, "\"unauthorized\""), "%s", line);
+        free(line);
+        cr_assert(closed_by_daemon(silent), "the unauthenticated connection stayed open");
+        close(authed);
+        close(silent);
         stop_daemon();
 }

@@ -31,7 +31,7 @@ PACKAGES=(
 	docker.io iptables mmdebstrap mount busybox-static musl-tools e2fsprogs
 	libmicrohttpd-dev libgnutls28-dev openssl
 	curl jq iproute2 procps ca-certificates
-	systemd socat
+	systemd socat runsc
 )
 # Node may come from elsewhere (e.g. nodesource, whose nodejs bundles npm);
 # installing Debian's on top would conflict, so only add what is not on PATH.
@@ -108,6 +108,56 @@ else
 	done
 	docker_ping || die "dockerd did not answer on $SOCK within ${DOCKERD_WAIT}s; see $DOCKERD_LOG"
 	log "dockerd is up"
+fi
+
+# --- gVisor (runsc) as a Docker runtime -------------------------------------
+# Sessions of users whose policy says `runtime = runsc` run under gVisor. The
+# runtime is registered in /etc/docker/daemon.json (other keys kept) and dockerd
+# reloads it on SIGHUP: runtimes are among the options it reloads, so running
+# containers are untouched and dockerd is never restarted. --host-uds=open lets
+# a sandbox connect() to a unix socket the daemon listens on in a bind mount (the
+# session directory); gVisor refuses host sockets by default. --network=none:
+# gVisor's own loopback only. With sandbox networking, Debian 12's runsc under
+# docker.io 20.10 fails every start here ("cannot run with network enabled in
+# root network namespace"), and sandboxd seals runsc sessions anyway.
+
+DAEMON_JSON=/etc/docker/daemon.json
+RUNSC_ENTRY='{"path":"/usr/bin/runsc","runtimeArgs":["--host-uds=open","--network=none"]}'
+
+register_runsc() {
+	local cur new pid changed=0
+	if [[ -s $DAEMON_JSON ]]; then
+		cur=$(jq -c . "$DAEMON_JSON") || {
+			log "warning: $DAEMON_JSON is not valid JSON; runsc not registered"
+			return 0
+		}
+	else
+		cur='{}'
+	fi
+	new=$(jq -c --argjson e "$RUNSC_ENTRY" '.runtimes.runsc = $e' <<<"$cur")
+	if [[ $new != "$cur" ]]; then
+		mkdir -p "$(dirname "$DAEMON_JSON")"
+		jq . <<<"$new" >"$DAEMON_JSON.tmp" && mv "$DAEMON_JSON.tmp" "$DAEMON_JSON"
+		log "registered runsc in $DAEMON_JSON"
+		changed=1
+	fi
+	if ((changed)) || ! curl -s --max-time 5 --unix-socket "$SOCK" http://d/info | jq -e '.Runtimes.runsc' >/dev/null; then
+		pid=$(cat /var/run/docker.pid 2>/dev/null || true)
+		if [[ -n $pid && $(cat "/proc/$pid/comm" 2>/dev/null) == dockerd ]]; then
+			log "reloading dockerd's runtimes (SIGHUP to $pid)"
+			kill -HUP "$pid"
+			for ((i = 0; i < 40; i++)); do
+				curl -s --max-time 5 --unix-socket "$SOCK" http://d/info |
+					jq -e --argjson e "$RUNSC_ENTRY" '.Runtimes.runsc == $e' >/dev/null && break
+				sleep 0.25
+			done
+		fi
+		curl -s --max-time 5 --unix-socket "$SOCK" http://d/info | jq -e '.Runtimes.runsc' >/dev/null ||
+			log "warning: dockerd does not list the runsc runtime; sessions with runtime = runsc will be refused"
+	fi
+}
+if [[ $SOCK == /var/run/docker.sock ]]; then
+	register_runsc
 fi
 
 # --- images -----------------------------------------------------------------

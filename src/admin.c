@@ -26,6 +26,7 @@
 #include "sandboxd/monitor.h"
 #include "sandboxd/portpool.h"
 #include "sandboxd/privacy.h"
+#include "sandboxd/runtime.h"
 #include "sandboxd/quota.h"
 #include "sandboxd/reqguard.h"
 #include "sandboxd/service.h"
@@ -207,6 +208,7 @@ static cJSON *session_json(struct daemon *d, const struct session_info *s)
         add_text(o, "container_id", s->container_id);
         add_text(o, "image", s->image);
         add_text(o, "network_mode", s->network_mode);
+        add_text(o, "runtime", s->runtime);
         cJSON_AddBoolToObject(o, "private", d->privacy && privacy_is_private(d->privacy, s->user, s->session));
         ports = cJSON_AddArrayToObject(o, "ports");
         for (size_t i = 0; i < s->n_ports; i++) {
@@ -659,6 +661,46 @@ static int c_session_logs(struct admin_req *q, cJSON **ret, struct admin_err *e)
         return 0;
 }
 
+/* A user's runtime: read it, or set (runc | runsc) or reset ("default") the override. */
+static int c_user_runtime(struct admin_req *q, cJSON **ret, struct admin_err *e)
+{
+        const char *user, *name;
+        char effective[RUNTIME_NAME_MAX], over[16];
+        struct sbx_error err = {0};
+        int r;
+
+        if (a_string(q, "user", true, &user, e) < 0 || a_string(q, "runtime", false, &name, e) < 0)
+                return -1;
+        if (!session_id_valid(user))
+                return fail(e, "invalid", "user must be 1-64 characters of [A-Za-z0-9_.-]");
+        if (name) {
+                r = runtime_set_user(q->d->runtime, user, name, &err);
+                if (r < 0)
+                        return fail_errno(e, r, &err);
+                cJSON *detail = cJSON_CreateObject();
+                cJSON_AddStringToObject(detail, "runtime", name);
+                audit(q, user, NULL, "user.runtime", detail);
+        }
+        r = runtime_for_user(q->d->runtime, user, effective);
+        if (r == 0)
+                r = store_user_runtime_get(q->d->store, user, over);
+        if (r < 0)
+                return fail_errno(e, r, NULL);
+        *ret = cJSON_CreateObject();
+        cJSON_AddStringToObject(*ret, "user", user);
+        cJSON_AddStringToObject(*ret, "runtime", effective);
+        add_text(*ret, "override", over);
+        cJSON_AddStringToObject(*ret, "default", q->d->cfg.runtime);
+        /* can it run here? (a warning, not a refusal: the operator may register runsc later) */
+        err = (struct sbx_error){0};
+        if (runtime_check(q->d->runtime, effective, &err) < 0)
+                add_text(*ret, "unavailable", err.msg);
+        else
+                cJSON_AddNullToObject(*ret, "unavailable");
+        cJSON_AddStringToObject(*ret, "applies_to", "containers created from now on (new sessions and recreations)");
+        return 0;
+}
+
 /* ---- quotas ---- */
 
 static cJSON *quota_json(struct daemon *d, const char *user)
@@ -794,6 +836,7 @@ static const struct {
         {"session.destroy", c_session_destroy},
         {"session.mark_private", c_session_mark_private},
         {"session.logs", c_session_logs},
+        {"user.runtime", c_user_runtime},
         {"token.create", c_token_create},
         {"token.revoke", c_token_revoke},
         {"token.list", c_token_list},

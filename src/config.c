@@ -93,6 +93,8 @@ static const struct config_key keys[] = {
          "OOM-killer bias of container processes, so host memory pressure takes them before the daemon"},
         {"tmpfs_size", CFG_SIZE, F(tmpfs_bytes), 0, 1 << 20, INT64_C(1) << 36, "64m", NULL,
          "size cap of the noexec tmpfs at /tmp"},
+        {"runtime", CFG_ENUM, F(runtime), 0, 0, 0, "runc", "runc|runsc",
+         "OCI runtime of sandbox containers (runsc: gVisor, sealed); per user: sandboxctl runtime"},
         {"workspace_quota_mode", CFG_ENUM, F(workspace_quota_mode), 0, 0, 0, "off", "off|project|loop|measure",
          "workspace disk quota: loop = an ext4 image per workspace; measure = refuse work once over (README)"},
         {"workspace_quota", CFG_SIZE, F(workspace_quota_bytes), 0, 16 << 20, INT64_C(1) << 44, "1g", NULL,

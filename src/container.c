@@ -349,6 +349,7 @@ int container_create_started(struct docker *d, const struct sbx_config *cfg, con
         spec.init = true;
         spec.privileged = false;
         spec.network_mode = p->network_mode;
+        spec.runtime = p->runtime;
 
         struct sbx_error e = {0};
         r = docker_container_create(d, &spec, id, &e);

@@ -16,6 +16,7 @@
 #include "sandboxd/monitor.h"
 #include "sandboxd/portpool.h"
 #include "sandboxd/privacy.h"
+#include "sandboxd/runtime.h"
 #include "sandboxd/quota.h"
 #include "sandboxd/runner.h"
 #include "sandboxd/service.h"
@@ -127,6 +128,10 @@ int daemon_open(const struct sbx_config *cfg, const struct daemon_options *opts,
         r = privacy_new(d->store, d->sessions, &d->privacy, err);
         if (r < 0)
                 goto fail;
+        r = runtime_new(&d->cfg, d->docker, d->store, &d->runtime, err);
+        if (r < 0)
+                goto fail;
+        runtime_attach(d->runtime, d->sessions);
         r = exec_engine_new(&d->cfg, d->docker, d->store, d->sessions, &d->exec, err);
         if (r < 0)
                 goto fail;
@@ -180,6 +185,9 @@ void daemon_close(struct daemon *d)
         monitor_stop(d->monitor);
         service_manager_free(d->services);
         exec_engine_free(d->exec);
+        if (d->runtime && d->sessions)
+                runtime_attach(NULL, d->sessions);
+        runtime_free(d->runtime);
         privacy_free(d->privacy);
         runner_hub_free(d->runner); /* its thread calls into the sessions */
         session_manager_free(d->sessions);

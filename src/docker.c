@@ -507,6 +507,18 @@ int docker_version(struct docker *d, struct docker_version *ret, struct sbx_erro
         return 0;
 }
 
+int docker_has_runtime(struct docker *d, const char *name, bool *ret, struct sbx_error *err)
+{
+        cJSON *j = NULL;
+        int r = docker_call(d, "GET", "/info", NULL, false, 0, 0, &j, err);
+
+        if (r < 0)
+                return r;
+        *ret = cJSON_GetObjectItemCaseSensitive(cJSON_GetObjectItemCaseSensitive(j, "Runtimes"), name) != NULL;
+        cJSON_Delete(j);
+        return 0;
+}
+
 int docker_negotiate(struct docker *d, struct sbx_error *err)
 {
         struct docker_version v;

@@ -199,6 +199,7 @@ char *docker_container_spec_to_json(const struct docker_container_spec *spec)
         cJSON_AddBoolToObject(host, "Init", spec->init);
         cJSON_AddBoolToObject(host, "Privileged", spec->privileged);
         add_string(host, "NetworkMode", spec->network_mode);
+        add_string(host, "Runtime", spec->runtime);
 
         out = cJSON_PrintUnformatted(root);
 out:
@@ -246,6 +247,7 @@ int docker_container_info_parse(const char *json, struct docker_container_info *
         sbx_strlcpy(info.error, docker_json_str(state, "Error"), sizeof(info.error));
 
         sbx_strlcpy(info.network_mode, docker_json_str(host, "NetworkMode"), sizeof(info.network_mode));
+        sbx_strlcpy(info.runtime, docker_json_str(host, "Runtime"), sizeof(info.runtime));
         info.readonly_rootfs = docker_json_bool(host, "ReadonlyRootfs");
         info.init = docker_json_bool(host, "Init");
         info.privileged = docker_json_bool(host, "Privileged");

@@ -300,6 +300,8 @@ static struct mcp_tool tools[] = {
                           "'state':{'type':'string','description':'creating, running, stopped or error.'},"
                           "'network_mode':{'type':['string','null'],'description':'bridge, or none when the "
                           "session is private.'},"
+                          "'runtime':{'type':['string','null'],'description':'OCI runtime of the container: runc, "
+                          "or runsc (gVisor, no network).'},"
                           "'private':{'type':'boolean','description':'True once private data was marked on the "
                           "session: its network is then none for good.'},"
                           "'datasets':{'type':'array','items':{'type':'object','properties':{"

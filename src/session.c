@@ -52,6 +52,7 @@ struct session {
         char container_id[65];
         char image[256];
         char network_mode[16];
+        char runtime[16]; /* of the current container, as Docker reports it */
         char workspace[SBX_PATH_MAX];
         char last_error[1024];
         char error_cause[64];
@@ -80,6 +81,8 @@ struct session_manager {
         size_t n_handlers;
         session_network_policy_fn policy;
         void *policy_ud;
+        session_runtime_fn runtime_fn; /* (m->lock) NULL: the engine's default runtime */
+        void *runtime_ud;
         struct quota *quota; /* per-user limits; NULL: the config defaults */
         char image_id[80]; /* cfg->image resolved to its id, "" until first use */
         struct runner_hub *runner; /* NULL: containers run without the runner */
@@ -444,6 +447,14 @@ void session_set_network_policy(struct session_manager *m, session_network_polic
         pthread_mutex_unlock(&m->lock);
 }
 
+void session_set_runtime_policy(struct session_manager *m, session_runtime_fn fn, void *userdata)
+{
+        pthread_mutex_lock(&m->lock);
+        m->runtime_fn = fn;
+        m->runtime_ud = userdata;
+        pthread_mutex_unlock(&m->lock);
+}
+
 void session_set_quota(struct session_manager *m, struct quota *q)
 {
         pthread_mutex_lock(&m->lock);
@@ -522,14 +533,31 @@ static void describe_exit(const struct docker_container_info *info, char *buf, s
 
 /* Remove the old container (if any) and release nothing: the port block
  * stays with the session across a recreation. Runs without locks. */
-static int make_container(struct session *s, const char *old_id, const char *network, char ret_id[65],
-                          char ret_image[256], char ret_workspace[SBX_PATH_MAX], struct sbx_error *err)
+static int make_container(struct session *s, const char *old_id, const char **network, char ret_id[65],
+                          char ret_image[256], char ret_workspace[SBX_PATH_MAX], char ret_runtime[16],
+                          struct sbx_error *err)
 {
         struct session_manager *m = s->mgr;
         const struct sbx_config *cfg = m->cfg;
         _cleanup_free_ int *ports = NULL;
         struct container_params p = {0};
+        session_runtime_fn runtime_fn;
+        void *runtime_ud;
         int r;
+
+        /* The runtime first: a runtime that cannot run refuses the session before anything changes. */
+        pthread_mutex_lock(&m->lock);
+        runtime_fn = m->runtime_fn;
+        runtime_ud = m->runtime_ud;
+        pthread_mutex_unlock(&m->lock);
+        ret_runtime[0] = '\0';
+        if (runtime_fn) {
+                r = runtime_fn(s->user, ret_runtime, err, runtime_ud);
+                if (r < 0)
+                        return r;
+        }
+        if (strcmp(ret_runtime, "runsc") == 0)
+                *network = "none"; /* gVisor sessions are sealed (runtime.c says why) */
 
         if (old_id && old_id[0]) {
                 r = container_remove(m->docker, old_id, err);
@@ -550,7 +578,9 @@ static int make_container(struct session *s, const char *old_id, const char *net
         /* Without a usable runner binary the container runs the image's own
          * command and executions fall back to docker exec. */
         char runner_dir[SBX_PATH_MAX];
-        const char *runner_bin = runner_hub_binary(m->runner);
+        /* Not under gVisor: with the runner as its main process the gVisor sandbox of Debian 12's
+         * runsc dies within seconds ("shim disconnected"), so runsc sessions use docker exec. */
+        const char *runner_bin = strcmp(ret_runtime, "runsc") == 0 ? NULL : runner_hub_binary(m->runner);
         if (runner_bin) {
                 struct sbx_error re = {0};
                 if (runner_hub_prepare(m->runner, s->user, s->id, runner_dir, &re) < 0) {
@@ -563,7 +593,7 @@ static int make_container(struct session *s, const char *old_id, const char *net
         for (int attempt = 0;; attempt++) {
                 struct sbx_error e = {0};
 
-                if (strcmp(network, "none") == 0) {
+                if (strcmp(*network, "none") == 0) {
                         /* Nothing can be published without a network, and a private session
                          * never gets one back: its block goes back to the pool. */
                         (void)portpool_release(m->ports, s->user, s->id);
@@ -579,7 +609,8 @@ static int make_container(struct session *s, const char *old_id, const char *net
                 p.user = s->user;
                 p.session = s->id;
                 p.image = ret_image;
-                p.network_mode = network;
+                p.network_mode = *network;
+                p.runtime = ret_runtime[0] ? ret_runtime : NULL;
                 p.workspace = ret_workspace;
                 p.host_ports = ports;
                 p.n_ports = ports ? (size_t)cfg->ports_per_session : 0;
@@ -587,6 +618,8 @@ static int make_container(struct session *s, const char *old_id, const char *net
                 p.runner_binary = runner_bin;
                 p.runner_dir = runner_bin ? runner_dir : NULL;
                 r = container_create_started(m->docker, cfg, &p, ret_id, &e);
+                if (r < 0 && p.runtime && strcmp(p.runtime, "runsc") == 0)
+                        sbx_error_prefix(&e, "under gVisor (runsc)");
                 if (err)
                         *err = e;
                 if (r == 0)
@@ -599,14 +632,14 @@ static int make_container(struct session *s, const char *old_id, const char *net
                         e.msg);
         }
         (void)portpool_set_container(m->ports, s->user, s->id, ret_id);
-        (void)store_container_add(m->store, ret_id, s->user, s->id, ret_image, network, sbx_wall_ms());
+        (void)store_container_add(m->store, ret_id, s->user, s->id, ret_image, *network, sbx_wall_ms());
         return 0;
 }
 
 /* Inspect the container of a RUNNING session: 0 if usable as is, else a
  * reason to (re)create in cause. -errno for a Docker failure. */
 static int validate(struct session_manager *m, const char *id, const char *network, char *cause, size_t size,
-                    struct sbx_error *err)
+                    char ret_runtime[16], struct sbx_error *err)
 {
         struct docker_container_info info;
         int r = docker_container_inspect(m->docker, id, &info, err);
@@ -625,6 +658,7 @@ static int validate(struct session_manager *m, const char *id, const char *netwo
                 snprintf(cause, size, "privacy_ratchet");
                 return 1;
         }
+        sbx_strlcpy(ret_runtime, info.runtime, 16);
         return 0;
 }
 
@@ -648,7 +682,7 @@ int session_get_or_create(struct session_manager *m, const char *user, const cha
                           struct sbx_error *err)
 {
         struct session *s;
-        char old_id[65], new_id[65], image[256], workspace[SBX_PATH_MAX], cause[128];
+        char old_id[65], new_id[65], image[256], workspace[SBX_PATH_MAX], cause[128], runtime[16];
         const char *network;
         bool notified = false;
         int r;
@@ -686,12 +720,16 @@ int session_get_or_create(struct session_manager *m, const char *user, const cha
                          * for its container, so the exec path needs no inspect. A session that
                          * must have no network is still inspected: the ratchet is checked on
                          * the container itself. */
-                        if (strcmp(network, "none") != 0 && runner_hub_wait(m->runner, user, id, 0))
+                        if (strcmp(network, "none") != 0 && runner_hub_wait(m->runner, user, id, 0)) {
                                 r = 0;
-                        else
-                                r = validate(m, old_id, network, cause, sizeof(cause), err);
+                                sbx_strlcpy(runtime, "runc", sizeof(runtime)); /* never a runner under runsc */
+                        } else {
+                                r = validate(m, old_id, network, cause, sizeof(cause), runtime, err);
+                        }
                         pthread_mutex_lock(&s->lock);
                         if (r == 0) {
+                                if (strcmp(s->container_id, old_id) == 0) /* adopted ones learn it here */
+                                        sbx_strlcpy(s->runtime, runtime, sizeof(s->runtime));
                                 touch_locked(s);
                                 pthread_mutex_unlock(&s->lock);
                                 *ret = s;
@@ -750,7 +788,7 @@ int session_get_or_create(struct session_manager *m, const char *user, const cha
                 network = required_network(m, user, id);
                 if (old_id[0] && cause[0] && !notified)
                         call_handlers(m, user, id, old_id, cause);
-                r = make_container(s, old_id, network, new_id, image, workspace, err);
+                r = make_container(s, old_id, &network, new_id, image, workspace, runtime, err);
 
                 pthread_mutex_lock(&s->lock);
                 s->transitioning = false;
@@ -768,6 +806,8 @@ int session_get_or_create(struct session_manager *m, const char *user, const cha
                 s->oom_events = 0;
                 sbx_strlcpy(s->image, image, sizeof(s->image));
                 sbx_strlcpy(s->network_mode, network, sizeof(s->network_mode));
+                /* what Docker fills in when none is named: its default, runc */
+                sbx_strlcpy(s->runtime, runtime[0] ? runtime : "runc", sizeof(s->runtime));
                 sbx_strlcpy(s->workspace, workspace, sizeof(s->workspace));
                 s->last_error[0] = '\0';
                 s->error_cause[0] = '\0';
@@ -818,6 +858,7 @@ static void snapshot_locked(struct session *s, struct session_info *info)
         sbx_strlcpy(info->container_id, s->container_id, sizeof(info->container_id));
         sbx_strlcpy(info->image, s->image, sizeof(info->image));
         sbx_strlcpy(info->network_mode, s->network_mode, sizeof(info->network_mode));
+        sbx_strlcpy(info->runtime, s->runtime, sizeof(info->runtime));
         sbx_strlcpy(info->workspace, s->workspace, sizeof(info->workspace));
         sbx_strlcpy(info->last_error, s->last_error, sizeof(info->last_error));
         sbx_strlcpy(info->error_cause, s->error_cause, sizeof(info->error_cause));

@@ -77,3 +77,44 @@ int store_exec_count(struct store *s, const char *user, const char *session, int
         *ret_count = r > 0 ? sq_col_int64(&q, 0) : 0;
         return 0;
 }
+
+int store_user_runtime_get(struct store *s, const char *user, char ret[16])
+{
+        STORE_LOCK(s);
+        _cleanup_(sq_end) struct store_query q = {};
+        int r;
+
+        if (!store_key_ok(user))
+                return -EINVAL;
+        r = sq_start(&q, s, "SELECT runtime FROM user_policy WHERE user_id = ?1 AND runtime IS NOT NULL");
+        if (r < 0)
+                return r;
+        sq_text(&q, user);
+        r = sq_step(&q);
+        if (r < 0)
+                return r;
+        ret[0] = '\0';
+        if (r > 0)
+                sq_col_text(&q, 0, ret, 16);
+        return 0;
+}
+
+int store_user_runtime_set(struct store *s, const char *user, const char *runtime, int64_t now_ms)
+{
+        STORE_LOCK(s);
+        _cleanup_(sq_end) struct store_query q = {};
+        int r;
+
+        if (!store_key_ok(user))
+                return -EINVAL;
+        r = sq_start(&q, s,
+                     "INSERT INTO user_policy (user_id, runtime, updated_at) VALUES (?1, ?2, ?3) "
+                     "ON CONFLICT (user_id) DO UPDATE SET runtime = excluded.runtime, updated_at = excluded.updated_at");
+        if (r < 0)
+                return r;
+        sq_text(&q, user);
+        sq_text_opt(&q, runtime);
+        sq_int64(&q, now_ms);
+        r = sq_exec(&q);
+        return r < 0 ? r : 0;
+}

@@ -50,6 +50,7 @@ struct sbx_config {
         int workspace_inodes;
         int oom_score_adj;
         int64_t tmpfs_bytes;
+        char runtime[16];         /* "runc" | "runsc" (gVisor); per-user overrides in the store */
         char network_default[16]; /* "bridge" | "none" */
         char publish_ip[64];
         int sandbox_uid;

@@ -22,6 +22,7 @@ struct container_params {
         const char *session;
         const char *image;        /* resolved image id ("sha256:...") or name */
         const char *network_mode; /* "bridge" | "none" */
+        const char *runtime;      /* OCI runtime ("runc" | "runsc"); NULL: the engine's default */
         const char *workspace;    /* host path of the workspace */
         const int *host_ports;    /* block to publish (ignored with network "none") */
         size_t n_ports;

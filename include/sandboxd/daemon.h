@@ -32,6 +32,7 @@ struct daemon {
         struct exec_engine *exec;
         struct service_manager *services;
         struct privacy *privacy;
+        struct runtime *runtime; /* runc | runsc per user */
         struct quota *quota; /* per-user limits and their overrides */
         struct runner_hub *runner; /* per-session runner sockets */
         int64_t started_at; /* unix ms */

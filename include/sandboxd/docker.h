@@ -118,8 +118,12 @@ struct docker_container_spec {
         bool init;
         bool privileged; /* always false from sandboxd; here for tests of the mapper */
         const char *network_mode; /* "bridge" | "none" | NULL (engine default) */
+        const char *runtime;      /* HostConfig.Runtime: "runc" | "runsc" | NULL (engine default) */
         bool open_stdin;          /* keep STDIN open (OpenStdin) */
 };
+
+/* GET /info: whether the engine lists `name` among its OCI runtimes (daemon.json "runtimes"). */
+int docker_has_runtime(struct docker *d, const char *name, bool *ret, struct sbx_error *err);
 
 /* POST /containers/create?name=. *ret_id (64 hex + NUL) is written on success.
  * A missing image is -ENOENT ("No such image: <name>"); a taken name -EEXIST. */
@@ -164,6 +168,7 @@ struct docker_container_info {
         char finished_at[40];
         char error[256];      /* State.Error */
         char network_mode[64];/* HostConfig.NetworkMode */
+        char runtime[32];     /* HostConfig.Runtime */
         bool has_network;     /* NetworkSettings.Networks has any network other than "none" */
         /* selected HostConfig fields, for verification */
         bool readonly_rootfs;

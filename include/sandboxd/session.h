@@ -51,6 +51,11 @@ typedef void (*session_failure_fn)(const char *user, const char *session, const 
  * privacy module installs one; the default returns cfg->network_default. */
 typedef const char *(*session_network_policy_fn)(const char *user, const char *session, void *userdata);
 
+/* Writes the OCI runtime ("runc" | "runsc") the next container of user gets, or fails
+ * (then no container is made) with a message naming why that runtime cannot run. The
+ * runtime module installs one; without one the engine's default runtime is used. */
+typedef int (*session_runtime_fn)(const char *user, char ret_runtime[16], struct sbx_error *err, void *userdata);
+
 /* extra_labels: NULL-terminated "k=v" labels added to every container (tests
  * use it for their run label); copied. */
 int session_manager_new(const struct sbx_config *cfg, struct docker *d, struct store *st, struct portpool *pp,
@@ -60,6 +65,7 @@ void session_manager_free(struct session_manager *m);
 
 int session_register_failure_handler(struct session_manager *m, session_failure_fn fn, void *userdata);
 void session_set_network_policy(struct session_manager *m, session_network_policy_fn fn, void *userdata);
+void session_set_runtime_policy(struct session_manager *m, session_runtime_fn fn, void *userdata);
 /* Containers made from now on get the runner (when its binary is usable).
  * Set once, before the first container is made. */
 struct runner_hub;
@@ -90,6 +96,7 @@ struct session_info {
         char container_id[65];
         char image[256];
         char network_mode[16];
+        char runtime[16]; /* of the current container ("" unknown: none yet, or the engine's default) */
         char workspace[SBX_PATH_MAX];
         int *ports; /* host ports of the block (malloc'd, free with session_info_done) */
         size_t n_ports;

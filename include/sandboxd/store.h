@@ -272,6 +272,10 @@ struct store_audit_row {
 int store_audit_list(struct store *s, const char *user, const char *session, size_t limit,
                      struct store_audit_row **ret, size_t *ret_n);
 void store_audit_rows_free(struct store_audit_row *rows, size_t n);
+/* A user's runtime override ("runc" | "runsc"), "" when the config's applies. */
+int store_user_runtime_get(struct store *s, const char *user, char ret[16]);
+/* Set (runtime NULL or "": remove) a user's runtime override. */
+int store_user_runtime_set(struct store *s, const char *user, const char *runtime, int64_t now_ms);
 /* Executions ever recorded for user:session (gc removes old ones). */
 int store_exec_count(struct store *s, const char *user, const char *session, int64_t *ret_count);
 

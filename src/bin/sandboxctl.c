@@ -49,6 +49,8 @@ static void usage(FILE *f)
                 "                                       live sessions: CPU, memory, pids, executions,\n"
                 "                                       egress, refreshed like docker stats\n"
                 "  logs USER SESSION [--limit N]        the session's audit and daemon log lines\n"
+                "  runtime USER [runc|runsc|default]    show or set the user's container runtime\n"
+                "                                       (runsc: gVisor, no network; new containers)\n"
                 "\n"
                 "Options:\n"
                 "  -s, --socket PATH   the admin socket (default: admin_socket from the config)\n"
@@ -277,6 +279,7 @@ static void print_show(const cJSON *r)
         printf("container:     %s\n", str(r, "container_id"));
         printf("image:         %s\n", str(r, "image"));
         printf("network:       %s%s\n", str(r, "network_mode"), flag(r, "private") ? " (private)" : "");
+        printf("runtime:       %s\n", str(r, "runtime"));
         printf("workspace:     %s\n", str(r, "workspace"));
         print_usage(cJSON_GetObjectItemCaseSensitive(r, "workspace_usage"));
         printf("ports:         ");
@@ -566,6 +569,16 @@ static void print_logs(const cJSON *r)
         free(v);
 }
 
+static void print_runtime(const cJSON *r)
+{
+        const cJSON *o = cJSON_GetObjectItemCaseSensitive(r, "override");
+        printf("user:     %s\nruntime:  %s (%s)\n", str(r, "user"), str(r, "runtime"),
+               cJSON_IsString(o) ? "the user's override" : "the config's default");
+        if (cJSON_IsString(cJSON_GetObjectItemCaseSensitive(r, "unavailable")))
+                printf("warning:  %s\n", str(r, "unavailable"));
+        printf("applies:  to %s\n", str(r, "applies_to"));
+}
+
 /* ---- main ---- */
 
 int main(int argc, char **argv)
@@ -747,6 +760,13 @@ int main(int argc, char **argv)
                 cJSON_AddStringToObject(req, "user", pa[0]);
                 cJSON_AddStringToObject(req, "session", pa[1]);
                 printer = print_logs;
+        } else if (strcmp(cmd, "runtime") == 0) {
+                NEED(1, 2);
+                cJSON_AddStringToObject(req, "cmd", "user.runtime");
+                cJSON_AddStringToObject(req, "user", args[0]);
+                if (n_args == 2)
+                        cJSON_AddStringToObject(req, "runtime", args[1]);
+                printer = print_runtime;
         } else if (strcmp(cmd, "quota") == 0 && n_args >= 1) {
                 const char *sub = args[0];
                 args++;

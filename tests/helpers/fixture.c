@@ -51,6 +51,24 @@ struct daemon *fixture_open(const struct sbx_config *cfg, bool monitor)
         return d;
 }
 
+struct daemon *fixture_open_sockets(struct sbx_config *cfg)
+{
+        struct daemon_options opts = {.extra_labels = fixture_labels(), .no_monitor = true, .sockets = true};
+        struct daemon *d = NULL;
+        struct sbx_error err = {0};
+        char dir[SBX_PATH_MAX], *slash;
+
+        snprintf(dir, sizeof(dir), "%s", cfg->data_dir);
+        slash = strrchr(dir, '/');
+        cr_assert_not_null(slash);
+        *slash = '\0';
+        snprintf(cfg->api_socket, sizeof(cfg->api_socket), "%s/run/api.sock", dir);
+        snprintf(cfg->admin_socket, sizeof(cfg->admin_socket), "%s/run/admin.sock", dir);
+        (void)testenv_docker();
+        cr_assert_eq(daemon_open(cfg, &opts, &d, &err), 0, "daemon_open: %s", err.msg);
+        return d;
+}
+
 int fixture_count_containers(const char *user, const char *session)
 {
         char f1[128], f2[128], f3[128];

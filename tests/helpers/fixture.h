@@ -14,6 +14,8 @@
 void fixture_config(struct sbx_config *cfg);
 /* daemon_open with the run label on every container; asserts success. */
 struct daemon *fixture_open(const struct sbx_config *cfg, bool monitor);
+/* The same with both sockets served, under run/ beside data_dir (set in cfg), no monitor. */
+struct daemon *fixture_open_sockets(struct sbx_config *cfg);
 /* The extra labels every test container carries. */
 const char *const *fixture_labels(void);
 /* Containers (all states) of this run's instance for user:session. */

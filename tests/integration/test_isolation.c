@@ -616,3 +616,47 @@ Test(isolation, nul_and_invalid_utf8_are_refused_in_every_string_parameter)
         cJSON_Delete(r);
         stop_daemon();
 }
+
+/* The daemon's end of fd is closed: EOF within a generous deadline. */
+static bool closed_by_daemon(int fd)
+{
+        struct pollfd p = {.fd = fd, .events = POLLIN};
+        char c;
+
+        return poll(&p, 1, 60000) == 1 && read(fd, &c, 1) == 0;
+}
+
+/* An idle authenticated connection and a silent unauthenticated one are
+ * both closed by the daemon (after a line saying why). */
+Test(isolation, idle_and_unauthenticated_connections_are_closed)
+{
+        static const char *const env[] = {"SANDBOXD_AUTH_TIMEOUT=1s", "SANDBOXD_CONNECTION_IDLE_TIMEOUT=1s", NULL};
+        int authed, silent;
+        char *line;
+        cJSON *r;
+
+        start_daemon(env);
+        authed = apic_connect(api_sock);
+        silent = apic_connect(api_sock);
+        cr_assert_geq(authed, 0);
+        cr_assert_geq(silent, 0);
+        apic_request(authed, 1, tok_a, "list_executions", apic_json("{\"session\": \"idle\"}"));
+        r = apic_reply(authed, 30000, NULL);
+        cr_assert_not_null(apic_result(r), "%s", cJSON_PrintUnformatted(r));
+        cJSON_Delete(r);
+
+        line = apic_read_line(authed, 60000);
+        cr_assert_not_null(line, "an idle authenticated connection was never closed");
+        cr_assert_not_null(strstr(line, "connection_idle_timeout"), "%s", line);
+        free(line);
+        cr_assert(closed_by_daemon(authed), "the idle connection stayed open");
+
+        line = apic_read_line(silent, 60000);
+        cr_assert_not_null(line, "a silent unauthenticated connection was never closed");
+        cr_assert_not_null(strstr(line, "\"unauthorized\""), "%s", line);
+        free(line);
+        cr_assert(closed_by_daemon(silent), "the unauthenticated connection stayed open");
+        close(authed);
+        close(silent);
+        stop_daemon();
+}

@@ -2,7 +2,6 @@
  * `sandboxctl top` (admin sessions.top) and `sandboxctl logs` (session.logs). */
 #include <criterion/criterion.h>
 #include <errno.h>
-#include <libgen.h>
 #include <stdio.h>
 #include <string.h>
 #include <sys/wait.h>
@@ -21,18 +20,9 @@ static struct daemon *d;
 
 static void open_daemon(void)
 {
-        struct daemon_options opts = {.extra_labels = fixture_labels(), .no_monitor = true, .sockets = true};
-        struct sbx_error err = {0};
-        char dir[SBX_PATH_MAX];
-
         fixture_config(&cfg);
         cfg.ports_per_session = 0; /* nothing published: no port range shared with other suites */
-        snprintf(dir, sizeof(dir), "%s", cfg.data_dir);
-        dirname(dir);
-        snprintf(cfg.api_socket, sizeof(cfg.api_socket), "%s/run/api.sock", dir);
-        snprintf(cfg.admin_socket, sizeof(cfg.admin_socket), "%s/run/admin.sock", dir);
-        (void)testenv_docker();
-        cr_assert_eq(daemon_open(&cfg, &opts, &d, &err), 0, "daemon_open: %s", err.msg);
+        d = fixture_open_sockets(&cfg);
 }
 
 static void create(const char *user, const char *session)

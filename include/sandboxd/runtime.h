@@ -1,0 +1,36 @@
+/* runtime.h — the OCI runtime a session's containers get: runc, or runsc (gVisor) for
+ * high-risk tenants, chosen by the config's `runtime` and overridden per user through the
+ * admin socket (stored, so restarts keep it). */
+#pragma once
+
+#include <stdbool.h>
+
+#include "sandboxd/common.h"
+#include "sandboxd/config.h"
+
+struct docker;
+struct store;
+struct session_manager;
+struct runtime;
+
+#define RUNTIME_NAME_MAX 16
+
+int runtime_new(const struct sbx_config *cfg, struct docker *d, struct store *st, struct runtime **ret,
+                struct sbx_error *err);
+void runtime_free(struct runtime *rt);
+
+/* Make the session manager ask rt for every new container's runtime (and refuse to create
+ * one when that runtime cannot run). */
+void runtime_attach(struct runtime *rt, struct session_manager *sm);
+
+/* The runtime of user's next container: the user's override, else the config's. */
+int runtime_for_user(struct runtime *rt, const char *user, char ret[RUNTIME_NAME_MAX]);
+/* Whether name ("runc" | "runsc") can run here: runc always; runsc only when dockerd lists it
+ * (scripts/setup.sh registers it). -ENOTSUP naming why otherwise. */
+int runtime_check(struct runtime *rt, const char *name, struct sbx_error *err);
+/* Set a user's override (name "runc" | "runsc"), or remove it (name NULL or "default"). */
+int runtime_set_user(struct runtime *rt, const char *user, const char *name, struct sbx_error *err);
+/* Whether name is a known runtime. */
+bool runtime_name_valid(const char *name);
+/* Containers under this runtime have no network but their own loopback (gVisor here). */
+bool runtime_sealed(const char *name);

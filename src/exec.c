@@ -551,7 +551,8 @@ static void provenance(struct execution *x)
                 return;
         pthread_mutex_lock(&x->lock);
         sbx_strlcpy(x->image, info.image, sizeof(x->image));
-        sbx_strlcpy(x->runtime, "runc", sizeof(x->runtime));
+        /* the session's container as Docker reports it; "" only before its first use: runc */
+        sbx_strlcpy(x->runtime, info.runtime[0] ? info.runtime : "runc", sizeof(x->runtime));
         pthread_mutex_unlock(&x->lock);
         session_info_done(&info);
 }

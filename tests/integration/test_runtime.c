@@ -115,6 +115,15 @@ Test(runtime, per_user)
         if (runner_hub_binary(d->runner))
                 cr_assert_not(runner_hub_wait(d->runner, "hirisk", "s", 1000), "a runner runs under gVisor");
 
+        /* every result's provenance names the runtime */
+        {
+                struct exec_request req = {.user = "hirisk", .session = "s", .command = "true", .actor = "test"};
+                struct exec_result res;
+                cr_assert_eq(exec_run(d->exec, &req, &res, &err), 0, "%s", err.msg);
+                cr_assert_str_eq(res.runtime, "runsc");
+                exec_result_done(&res);
+        }
+
         /* gVisor's kernel answers, not the host's */
         cr_assert_eq(sh("hirisk", "s", "dmesg", &out), 0);
         cr_assert_not_null(strstr(out, "gVisor"), "dmesg: %s", out);

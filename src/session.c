@@ -599,10 +599,12 @@ static int make_container(struct session *s, const char *old_id, const char **ne
          * then the next block is tried (the pool moves on). */
         bool priv = gateway_is_private(m->gateway, s->user, s->id);
         bool sealed = strcmp(*network, "none") == 0;
+        /* a sealed container without a runner (gVisor, no binary) cannot be reached at all */
+        bool no_block = priv || (sealed && !runner_bin);
         for (int attempt = 0;; attempt++) {
                 struct sbx_error e = {0};
 
-                if (priv) {
+                if (no_block) {
                         (void)portpool_release(m->ports, s->user, s->id);
                 } else if (cfg->ports_per_session > 0) {
                         if (!ports)
@@ -613,7 +615,7 @@ static int make_container(struct session *s, const char *old_id, const char **ne
                         if (r < 0)
                                 return r;
                 }
-                size_t n_ports = !priv && ports ? (size_t)cfg->ports_per_session : 0;
+                size_t n_ports = !no_block && ports ? (size_t)cfg->ports_per_session : 0;
                 r = gateway_open(m->gateway, s->user, s->id, runner_bin ? runner_dir : NULL, ports, n_ports,
                                  sealed && !priv, &e);
                 if (r == -EADDRINUSE && attempt < 2) {

@@ -20,6 +20,7 @@
 #include "sandboxd/docker.h"
 #include "sandboxd/exec.h"
 #include "sandboxd/gateway.h"
+#include "sandboxd/gc.h"
 #include "sandboxd/privacy.h"
 #include "sandboxd/service.h"
 #include "sandboxd/session.h"
@@ -335,5 +336,20 @@ Test(network, bridge_mode_uses_an_own_network_without_inter_container_traffic)
         out = host_out(cmd);
         cr_assert_str_eq(out, "1");
         free(out);
+
+        /* --gc keeps it while it is in use or the default, removes it otherwise */
+        struct gc_report rep;
+        cr_assert_eq(gc_run(&cfg, NULL, &rep, &err), 0, "%s", err.msg);
+        cr_assert_eq(rep.kinds[GC_NETWORKS].count, 0, "gc removed the network of network_default = bridge");
+        gc_report_done(&rep);
+        cr_assert_eq(session_destroy(d->sessions, "u1", "b", false, &err), 0, "%s", err.msg);
         daemon_close(d);
+        snprintf(cfg.network_default, sizeof(cfg.network_default), "none");
+        cr_assert_eq(gc_run(&cfg, NULL, &rep, &err), 0, "%s", err.msg);
+        cr_assert_eq(rep.kinds[GC_NETWORKS].count, 1);
+        cr_assert_eq(rep.total.failed, 0);
+        gc_report_done(&rep);
+        cr_assert_eq(docker_network_inspect_option(testenv_docker(), name, CONTAINER_NETWORK_ICC_OPTION, icc,
+                                                   sizeof(icc), NULL),
+                     -ENOENT, "the network outlived --gc");
 }

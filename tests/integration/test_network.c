@@ -231,6 +231,39 @@ Test(network, sealed_container_forwards_its_ports_without_docker)
         daemon_close(d);
 }
 
+Test(network, a_restart_serves_the_ports_again_and_keeps_the_ratchet)
+{
+        struct sbx_error err = {0};
+        char *out;
+        int port, code;
+
+        open_daemon(NULL);
+        cr_assert_eq(service_start(d->services, "u1", "a", "web", "python3 -m http.server 8001 --bind 127.0.0.1",
+                                   NULL, NULL, &err),
+                     0, "%s", err.msg);
+        free(sh("p", "true", NULL));
+        cr_assert_eq(privacy_mark(d->privacy, "u1", "p", "ds", "src", "test", &err), 0, "%s", err.msg);
+        daemon_close(d); /* containers (and the service) keep running */
+
+        d = fixture_open(&cfg, false);
+        {
+                struct session_info info;
+                cr_assert_eq(session_get_info(d->sessions, "u1", "a", &info), 0);
+                cr_assert_geq(info.n_ports, 2);
+                port = info.ports[1]; /* container port 8001 */
+                session_info_done(&info);
+        }
+        struct http_probe probe = {port};
+        cr_assert_geq(fixture_wait(http_answers, &probe, 30000), 0, "port %d not served after the restart", port);
+        out = sh("a", "ls /run/sandboxd", NULL);
+        cr_assert_str_eq(out, "egress.sock\nfwd.sock\nrunner.sock\n");
+        free(out);
+        out = sh("p", "ls /run/sandboxd; echo ${HTTP_PROXY:-unset}", &code);
+        cr_assert_str_eq(out, "runner.sock\nhttp://127.0.0.1:3128\n", "the private session after the restart: %s", out);
+        free(out);
+        daemon_close(d);
+}
+
 /* An asyncio echo server inside (one process, no thread per connection). */
 static const char echo_server[] =
         "python3 -c \"import asyncio\n"

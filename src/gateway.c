@@ -49,7 +49,7 @@
 #define CMD_DEADLINE_MS 5000
 #define PAIR_TIMEOUT_S 10      /* a host connection waits this long for the runner's data connection */
 #define HELLO_TIMEOUT_S 5      /* a new fwd.sock connection must say what it is by then */
-#define MAX_UNPAIRED 256       /* fwd.sock connections of a session not yet known */
+#define UNIX_BACKLOG 4096      /* a burst of forwards opens as many data connections at once */
 #define CTRL_OUT_MAX (256 * 1024) /* RP_FWD_OPEN frames queued for a runner */
 #define HOST_BACKLOG 511
 
@@ -397,7 +397,8 @@ static void fwd_sock_accept(struct evconnlistener *l, evutil_socket_t fd, struct
         struct gw_pending *p;
         struct timeval tv = {HELLO_TIMEOUT_S, 0};
 
-        if (s->n_pending >= MAX_UNPAIRED || !(p = calloc(1, sizeof(*p)))) {
+        /* connections not yet known: as many as forwards may wait for one */
+        if (s->n_pending >= (size_t)s->gw->cfg->forward_max_per_session || !(p = calloc(1, sizeof(*p)))) {
                 evutil_closesocket(fd);
                 return;
         }
@@ -485,7 +486,7 @@ static int unix_listen(struct gw_sess *s, struct gw_listen *gl, const char *name
         if (fd < 0)
                 return sbx_error_set(err, -errno, 0, "socket: %m");
         if (bind(fd, (struct sockaddr *)&sa, sizeof(sa)) < 0 || fchmodat(s->dirfd, name, 0666, 0) < 0 ||
-            listen(fd, 128) < 0) {
+            listen(fd, UNIX_BACKLOG) < 0) {
                 int r = -errno;
                 close(fd);
                 return sbx_error_set(err, r, 0, "cannot listen on %s: %s", name, strerror(-r));

@@ -9,6 +9,7 @@
 #include <errno.h>
 #include <netinet/in.h>
 #include <poll.h>
+#include <pthread.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -279,6 +280,32 @@ static const char echo_server[] =
         "asyncio.run(m())\"";
 
 #define N_CONNS 1000
+#define BULK (16u << 20)
+
+struct bulk_writer {
+        int fd;
+        size_t sent;
+};
+
+static unsigned char pattern_at(size_t i) { return (unsigned char)(i * 131u + (i >> 12)); }
+
+static void *bulk_write(void *ud)
+{
+        struct bulk_writer *w = ud;
+        unsigned char buf[65536];
+
+        while (w->sent < BULK) {
+                size_t n = BULK - w->sent < sizeof(buf) ? BULK - w->sent : sizeof(buf);
+                for (size_t i = 0; i < n; i++)
+                        buf[i] = pattern_at(w->sent + i);
+                ssize_t k = send(w->fd, buf, n, MSG_NOSIGNAL);
+                if (k <= 0)
+                        break;
+                w->sent += (size_t)k;
+        }
+        shutdown(w->fd, SHUT_WR); /* the half close travels through both splices */
+        return NULL;
+}
 
 Test(network, a_thousand_concurrent_forwards_with_bounded_memory)
 {
@@ -308,6 +335,34 @@ Test(network, a_thousand_concurrent_forwards_with_bounded_memory)
                 usleep(100 * 1000);
         }
         cr_assert(ok, "the echo server never answered on port %d", port);
+
+        /* 16 MiB there and back on one connection, written and read at once:
+         * every byte in order, then the EOF passed on both ways */
+        {
+                struct bulk_writer w = {connect_port(port), 0};
+                pthread_t th;
+                unsigned char buf[65536];
+                size_t got = 0, bad = 0;
+                cr_assert_geq(w.fd, 0);
+                pthread_create(&th, NULL, bulk_write, &w);
+                for (;;) {
+                        struct pollfd p = {.fd = w.fd, .events = POLLIN};
+                        ssize_t n;
+                        if (poll(&p, 1, 20000) <= 0)
+                                break;
+                        n = read(w.fd, buf, sizeof(buf));
+                        if (n <= 0)
+                                break;
+                        for (ssize_t i = 0; i < n; i++)
+                                bad += buf[i] != pattern_at(got + (size_t)i);
+                        got += (size_t)n;
+                }
+                pthread_join(th, NULL);
+                close(w.fd);
+                cr_assert_eq(w.sent, BULK);
+                cr_assert_eq(got, BULK, "echoed %zu of %u bytes", got, BULK);
+                cr_assert_eq(bad, 0, "%zu bytes changed on the way", bad);
+        }
 
         before = rss_kb();
         for (int i = 0; i < N_CONNS; i++) {

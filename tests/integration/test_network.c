@@ -397,6 +397,73 @@ Test(network, a_thousand_concurrent_forwards_with_bounded_memory)
         daemon_close(d);
 }
 
+/* Start the echo server in session and wait until it answers through port. */
+static void start_echo(const char *session, int *ret_port)
+{
+        struct sbx_error err = {0};
+        int port, ok = 0;
+
+        free(sh(session, "true", NULL));
+        cr_assert_eq(service_start(d->services, "u1", session, "echo", echo_server, NULL, NULL, &err), 0, "%s",
+                     err.msg);
+        port = first_port(session);
+        for (int i = 0; i < 300 && !ok; i++) {
+                char buf[8] = "";
+                int fd = connect_port(port);
+                ok = fd >= 0 && send(fd, "ping", 4, MSG_NOSIGNAL) == 4 && read_some(fd, buf, 4, 1000) == 4;
+                if (fd >= 0)
+                        close(fd);
+                if (!ok)
+                        usleep(100 * 1000);
+        }
+        cr_assert(ok, "the echo server never answered on port %d", port);
+        *ret_port = port;
+}
+
+static bool echoes(int fd)
+{
+        char buf[8] = "";
+        return send(fd, "pong", 4, MSG_NOSIGNAL) == 4 && read_some(fd, buf, 4, 5000) == 4 && memcmp(buf, "pong", 4) == 0;
+}
+
+Test(network, forwards_are_capped_per_session)
+{
+        int port, fds[4], extra;
+
+        fixture_config(&cfg);
+        snprintf(cfg.image, sizeof(cfg.image), "%s", TESTENV_PYTHON_IMAGE);
+        cfg.memory_bytes = 256 << 20;
+        cfg.forward_max_per_session = 4;
+        d = fixture_open(&cfg, false);
+        start_echo("c", &port);
+        for (int i = 0; i < 4; i++) {
+                fds[i] = connect_port(port);
+                cr_assert_geq(fds[i], 0);
+                cr_assert(echoes(fds[i]), "connection %d within the cap", i);
+        }
+        /* the fifth is accepted by the kernel and closed by the gateway at once */
+        extra = connect_port(port);
+        cr_assert_geq(extra, 0);
+        cr_assert_not(echoes(extra), "a connection past forward_max_per_session was served");
+        close(extra);
+        /* once the closed one's pair is gone (its EOF went through the runner
+         * and the server and back), its slot serves again */
+        close(fds[0]);
+        bool reused = false;
+        for (int i = 0; i < 100 && !reused; i++) {
+                extra = connect_port(port);
+                reused = extra >= 0 && echoes(extra);
+                if (extra >= 0)
+                        close(extra);
+                if (!reused)
+                        sbx_sleep_ms(100);
+        }
+        cr_assert(reused, "a freed slot is not reused");
+        for (int i = 1; i < 4; i++)
+                close(fds[i]);
+        daemon_close(d);
+}
+
 Test(network, bridge_mode_uses_an_own_network_without_inter_container_traffic)
 {
         struct sbx_error err = {0};

@@ -47,11 +47,11 @@
 #include "sandboxd/runner_proto.h"
 
 #define CMD_DEADLINE_MS 5000
-#define PAIR_TIMEOUT_S 10      /* a host connection waits this long for the runner's data connection */
+#define PAIR_TIMEOUT_S 30      /* a host connection waits this long for the runner's data connection */
 #define HELLO_TIMEOUT_S 5      /* a new fwd.sock connection must say what it is by then */
 #define UNIX_BACKLOG 4096      /* a burst of forwards opens as many data connections at once */
 #define CTRL_OUT_MAX (256 * 1024) /* RP_FWD_OPEN frames queued for a runner */
-#define HOST_BACKLOG 511
+#define HOST_BACKLOG 4096 /* a burst of clients must not overflow the accept queue (SYN-ACK retries take seconds) */
 
 enum cmd_kind { CMD_OPEN, CMD_ENFORCE, CMD_DROP };
 

@@ -150,6 +150,7 @@ expire:
         free(list);
         free(running);
         (void)session_expire_idle(mon->sessions, sbx_wall_ms());
+        (void)session_expire_ttl(mon->sessions, sbx_wall_ms());
 }
 
 static void *poll_main(void *ud)

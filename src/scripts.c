@@ -90,7 +90,7 @@ void scripts_name(const char *language, const char *content_hash, int64_t create
 bool scripts_name_valid(const char *name)
 {
         /* script-YYYYmmddTHHMMSSZ-<12 hex>.<ext> */
-        static const char shape[] = "script-dddddddddTddddddZ-hhhhhhhhhhhh.";
+        static const char shape[] = "script-ddddddddTddddddZ-hhhhhhhhhhhh.";
         size_t n = strlen(shape);
 
         if (!name || strncmp(name, "script-", 7) != 0 || strlen(name) < n + 2)

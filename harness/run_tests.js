@@ -61,7 +61,7 @@ function sbxMain(marker, codeB64, testsB64) {
   const done = (passed) => (d) => {
     if (childSeen[d.nesting]) return; // a suite: its tests were reported
     const error = passed ? null : errorText(d.details && d.details.error);
-    if (!passed && leaves === 0 && d.nesting === 0 && d.name === path.basename(file)) {
+    if (!passed && leaves === 0 && d.nesting === 0 && (d.name === file || d.name === path.basename(file))) {
       // the file itself failed before any test ran: a crash
       loadFailure = stderrText || error || 'the test file failed to load';
       return;

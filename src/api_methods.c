@@ -433,7 +433,7 @@ static int run_execution_code(struct req *q, enum exec_language lang, const char
         } else {
                 *ret = exec_json(&res, base64, false, false);
                 if (*ret && lang != EXEC_LANG_NONE)
-                        api_agent_add_cached(q, &res, *ret, cache);
+                        api_agent_add_cached(q, &res, *ret, true);
         }
         exec_result_done(&res);
 out:

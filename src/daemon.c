@@ -138,7 +138,7 @@ int daemon_open(const struct sbx_config *cfg, const struct daemon_options *opts,
                 goto fail;
         exec_set_quota(d->exec, d->quota);
         exec_engine_set_runner(d->exec, d->runner);
-        r = scripts_new(&d->cfg, d->store, &d->scripts);
+        r = scripts_new(&d->cfg, d->store, d->quota, &d->scripts);
         if (r < 0) {
                 sbx_error_set(err, r, 0, "out of memory");
                 goto fail;

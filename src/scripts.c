@@ -14,6 +14,7 @@
 #include <string.h>
 #include <time.h>
 
+#include "sandboxd/quota.h"
 #include "sandboxd/sha256.h"
 #include "sandboxd/utf8.h"
 
@@ -38,13 +39,14 @@ struct pending {
 struct scripts {
         const struct sbx_config *cfg;
         struct store *store;
+        struct quota *quota; /* per-user overrides of the caps; NULL: the config's */
         pthread_mutex_t lock;
         struct pending table[SCRIPTS_PENDING_MAX];
         size_t bytes; /* code held by RUNNING entries */
         uint64_t seq;
 };
 
-int scripts_new(const struct sbx_config *cfg, struct store *st, struct scripts **ret)
+int scripts_new(const struct sbx_config *cfg, struct store *st, struct quota *q, struct scripts **ret)
 {
         struct scripts *s = calloc(1, sizeof(*s));
 
@@ -52,6 +54,7 @@ int scripts_new(const struct sbx_config *cfg, struct store *st, struct scripts *
                 return -ENOMEM;
         s->cfg = cfg;
         s->store = st;
+        s->quota = q;
         pthread_mutex_init(&s->lock, NULL);
         *ret = s;
         return 0;
@@ -190,8 +193,10 @@ int scripts_save(struct scripts *s, const char *user, const char *language, cons
                  struct store_script *ret, struct sbx_error *err)
 {
         struct store_script row = {0};
+        struct quota_limits lim;
         int r;
 
+        quota_limits_get(s->quota, s->cfg, user, &lim);
         sha256_hex(code, strlen(code), row.content_hash);
         row.created_at = sbx_wall_ms();
         sbx_strlcpy(row.language, language, sizeof(row.language));
@@ -199,15 +204,14 @@ int scripts_save(struct scripts *s, const char *user, const char *language, cons
         scripts_description(language, code, row.description);
         row.code = (char *)code;
         row.bytes = (int64_t)strlen(code);
-        r = store_script_add(s->store, user, &row, s->cfg->max_scripts_per_user, s->cfg->max_script_bytes_per_user,
-                             ret);
+        r = store_script_add(s->store, user, &row, lim.scripts, lim.script_bytes, ret);
         if (r == -EEXIST)
                 return 1;
         if (r == -EDQUOT)
                 return sbx_error_set(err, -EDQUOT, 0,
-                                     "the script cache is full (at most %d scripts and %" PRId64
-                                     " bytes of code per user): clear_scripts makes room",
-                                     s->cfg->max_scripts_per_user, s->cfg->max_script_bytes_per_user);
+                                     "the script cache is full (at most %" PRId64 " scripts and %" PRId64
+                                     " bytes of code for this user): clear_scripts makes room",
+                                     lim.scripts, lim.script_bytes);
         if (r < 0)
                 return sbx_error_set(err, r, 0, "cannot save the script: %s", strerror(-r));
         row.code = NULL;
@@ -229,9 +233,11 @@ void scripts_note_run(struct scripts *s, const char *user, const char *exec_id, 
 {
         size_t len = strlen(code);
         struct pending *slot = NULL;
+        struct quota_limits lim;
         char *copy;
 
-        if (s->cfg->max_scripts_per_user <= 0 || len > SCRIPTS_PENDING_BYTES)
+        quota_limits_get(s->quota, s->cfg, user, &lim);
+        if (lim.scripts <= 0 || len > SCRIPTS_PENDING_BYTES)
                 return;
         copy = strdup(code);
         if (!copy)

@@ -4,8 +4,8 @@
  * caller says cache: false. The same code (by SHA-256) is never stored
  * twice for a user: a second success points at the first copy. Saved
  * scripts can be run by name, listed and cleared; each user's cache is
- * capped by max_scripts_per_user and max_script_bytes_per_user, and no
- * user sees another's.
+ * capped by max_scripts_per_user and max_script_bytes_per_user (overridable
+ * per user, quota.h), and no user sees another's.
  *
  * An execution is saved when its end is observed (run_code waiting for it,
  * or get_execution seeing it final): until then its code waits in a
@@ -32,7 +32,9 @@
 
 struct scripts;
 
-int scripts_new(const struct sbx_config *cfg, struct store *st, struct scripts **ret);
+/* q: per-user overrides of the caps (quota.h), or NULL for the config's. */
+struct quota;
+int scripts_new(const struct sbx_config *cfg, struct store *st, struct quota *q, struct scripts **ret);
 void scripts_free(struct scripts *s);
 
 /* The description of code: the text of its leading comment (# for python

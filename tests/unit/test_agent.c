@@ -220,7 +220,7 @@ static void setup(void)
         config_defaults(&cfg);
         cfg.max_scripts_per_user = 3;
         cfg.max_script_bytes_per_user = 1000;
-        cr_assert_eq(scripts_new(&cfg, st, &sc), 0);
+        cr_assert_eq(scripts_new(&cfg, st, NULL, &sc), 0);
 }
 
 static void teardown(void)

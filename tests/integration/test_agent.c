@@ -14,6 +14,7 @@
 #include "apiclient.h"
 #include "fixture.h"
 #include "sandboxd/daemon.h"
+#include "sandboxd/quota.h"
 #include "sandboxd/session.h"
 #include "sandboxd/token.h"
 #include "testenv.h"
@@ -286,6 +287,15 @@ Test(agent, script_cache)
         cJSON_Delete(r);
         r = call(tok_a, "list_scripts", "{}");
         cr_assert_eq(apic_num(apic_result(r), "count"), 0);
+        cJSON_Delete(r);
+
+        /* the caps are per-user quotas: an override of 1 */
+        cr_assert_eq(quota_set(d->quota, "alice", "max_scripts_per_user", 1, NULL), 0);
+        r = run_code(tok_a, "bash", "echo one\n");
+        cr_assert(cJSON_IsObject(cJSON_GetObjectItem(apic_result(r), "cached")), "%s", cJSON_PrintUnformatted(r));
+        cJSON_Delete(r);
+        r = run_code(tok_a, "bash", "echo two\n");
+        cr_assert(cJSON_IsNull(cJSON_GetObjectItem(apic_result(r), "cached")), "%s", cJSON_PrintUnformatted(r));
         cJSON_Delete(r);
         close_daemon();
 }

@@ -360,6 +360,8 @@ int api_m_run_tests(struct req *q, cJSON **ret, struct api_err *e)
         }
         r = api_wait_final(q, id, NULL, -1, e);
         if (r <= 0) {
+                if (r == 0) /* nobody is left to read the results: stop the run */
+                        (void)exec_cancel(q->d->exec, q->tok.user, id, true, NULL);
                 r = r == 0 ? 1 : r;
                 goto out;
         }

@@ -612,8 +612,15 @@ static cJSON *api_params(struct mcp_call *c)
 static int wait_timeout_ms(const cJSON *params)
 {
         const cJSON *w = cJSON_GetObjectItemCaseSensitive(params, "wait");
+        /* run_tests waits for its whole run: as long as the run may take */
+        const cJSON *t = cJSON_GetObjectItemCaseSensitive(params, "timeout_seconds");
+        bool bg = cJSON_IsTrue(cJSON_GetObjectItemCaseSensitive(params, "background"));
+        int extra = cJSON_IsNumber(t) && !bg && t->valuedouble > 0 && t->valuedouble < 7 * 86400
+                            ? (int)t->valuedouble * 1000
+                            : 0;
 
-        return REQUEST_TIMEOUT_MS + (cJSON_IsNumber(w) && w->valuedouble > 0 ? (int)w->valuedouble * 1000 : 0);
+        return REQUEST_TIMEOUT_MS + extra +
+               (cJSON_IsNumber(w) && w->valuedouble > 0 && w->valuedouble <= 3600 ? (int)w->valuedouble * 1000 : 0);
 }
 
 static void api_failure(struct mcp_call *c, struct mcp_tool_result *r, int k, const struct mcp_api_error *e)

@@ -162,7 +162,7 @@ void scripts_description(const char *language, const char *code, char ret[SCRIPT
                         continue;
                 }
                 if (!slashes && l[0] == '#') {
-                        if (k >= 6 && strstr(l, "coding") && len == 0 && memmem(l, k, "coding", 6))
+                        if (len == 0 && (memmem(l, k, "coding:", 7) || memmem(l, k, "coding=", 7)))
                                 continue; /* a PEP 263 line */
                         append_text(buf, &len, l + 1, k - 1);
                 } else if (slashes && k >= 2 && l[0] == '/' && l[1] == '/') {

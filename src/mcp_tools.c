@@ -101,7 +101,7 @@ static void run_exec(struct mcp_call *c, const struct mcp_tool *t, struct mcp_to
 
 #define SESSION_INFO_PROPS                                                                                           \
         "'session':{'type':'string'},'state':{'type':'string','description':'creating, running, stopped or "         \
-        "error.'},'image':{'type':'string'},'created_at':{'type':'integer'},'last_activity':{'type':'integer'},"     \
+        "error.'},'image':" NULLABLE_DESC("string", "Id of the image the container runs.") ",'created_at':{'type':'integer'},'last_activity':{'type':'integer'},"     \
         "'expires_at':" NULLABLE_DESC("integer", "When the TTL ends the session (unix ms); null: no TTL.") ","      \
         "'env_names':{'type':'array','items':{'type':'string'},'description':'Names of the default environment."     \
         "'},'image_name':{'type':'string','description':'The image create_session chose.'}"

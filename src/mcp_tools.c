@@ -481,6 +481,11 @@ static void api_failure(struct mcp_call *c, struct mcp_tool_result *r, int k, co
 /* Shape a reply as the advertised outputSchema says; takes res. */
 static void set_structured(const struct mcp_tool *t, struct mcp_tool_result *r, cJSON *res)
 {
+        const cJSON *sess = cJSON_GetObjectItemCaseSensitive(res, "session");
+
+        /* output cut short: links to the whole of it (not for offset reads) */
+        if (!cJSON_GetObjectItemCaseSensitive(res, "stdout_offset") && cJSON_IsString(sess))
+                r->links = mcp_resource_links(sess->valuestring, res);
         if (cJSON_IsArray(res) && t->wrap) {
                 cJSON *o = cJSON_CreateObject();
                 cJSON_AddItemToObject(o, t->wrap, res);

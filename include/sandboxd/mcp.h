@@ -45,6 +45,9 @@
 #define MCP_MAX_OUTPUT (8 * 1024 * 1024)
 /* read_file returns at most this much per call unless asked for less. */
 #define MCP_READ_FILE_MAX (1024 * 1024)
+/* resources/read returns at most this much of an execution's stream per
+ * page (mcp_resources.c); base64 keeps it under MCP_MAX_OUTPUT. */
+#define MCP_RESOURCE_PAGE (1024 * 1024)
 /* Each call in flight holds one API connection (two while cancelling), and
  * the daemon serves 64 connections across all clients. */
 #define MCP_MAX_INFLIGHT_DEFAULT 16
@@ -56,6 +59,7 @@
 #define MCP_INVALID_PARAMS -32602
 #define MCP_INTERNAL_ERROR -32603
 #define MCP_UNSUPPORTED_PROTOCOL_VERSION -32022 /* 2026-07-28 */
+#define MCP_RESOURCE_NOT_FOUND -32002
 
 #define MCP_MODERN_VERSION "2026-07-28"
 #define MCP_LATEST_LEGACY_VERSION "2025-11-25"

@@ -492,7 +492,8 @@ Test(mcp, malformed_lines)
 
 Test(mcp, unknown_methods_and_notifications)
 {
-        assert_error("{\"jsonrpc\":\"2.0\",\"id\":1,\"method\":\"resources/list\"}", MCP_METHOD_NOT_FOUND, false);
+        assert_error("{\"jsonrpc\":\"2.0\",\"id\":1,\"method\":\"resources/subscribe\"}", MCP_METHOD_NOT_FOUND,
+                     false);
         assert_error("{\"jsonrpc\":\"2.0\",\"id\":\"x\",\"method\":\"prompts/list\",\"params\":{}}",
                      MCP_METHOD_NOT_FOUND, false);
         assert_error("{\"jsonrpc\":\"2.0\",\"id\":2,\"method\":\"completion/complete\",\"params\":{" ENVELOPE(
@@ -507,6 +508,43 @@ Test(mcp, unknown_methods_and_notifications)
         send_line("{\"jsonrpc\":\"2.0\",\"id\":3,\"result\":{}}");
         send_line("{\"jsonrpc\":\"2.0\",\"id\":4,\"error\":{\"code\":1,\"message\":\"x\"}}");
         cr_assert_eq(pending(), 0);
+}
+
+/* Resources: advertised, listed (empty), a template, and reads of uris
+ * that are not an execution's output refused as not found, in both eras. */
+Test(mcp, resources_without_a_daemon)
+{
+        static const char *const bad[] = {
+                "file:///etc/passwd",
+                "sandboxd://sessions/../executions/00000000-0000-0000-0000-000000000000/stdout",
+                "sandboxd://sessions/s/executions/x;y/stdout",
+                "sandboxd://sessions/s/executions/0a-1/stdin",
+                "sandboxd://sessions/s/executions/0a-1/stdout?offset=-1",
+                "sandboxd://sessions/s/executions/0a-1/stdout?offset=1x",
+                "sandboxd://sessions/s/executions/0a-1/stdout?session=other",
+        };
+        cJSON *r = ask("{\"jsonrpc\":\"2.0\",\"id\":1,\"method\":\"initialize\",\"params\":{\"protocolVersion\":"
+                       "\"2025-11-25\",\"capabilities\":{},\"clientInfo\":{\"name\":\"unit\",\"version\":\"1\"}}}");
+        cr_assert(cJSON_IsObject(cJSON_GetObjectItem(cJSON_GetObjectItem(result_of(r), "capabilities"), "resources")));
+        cJSON_Delete(r);
+        r = ask("{\"jsonrpc\":\"2.0\",\"id\":2,\"method\":\"resources/list\"}");
+        cr_assert_eq(cJSON_GetArraySize(cJSON_GetObjectItem(result_of(r), "resources")), 0);
+        cJSON_Delete(r);
+        r = ask("{\"jsonrpc\":\"2.0\",\"id\":3,\"method\":\"resources/templates/list\"}");
+        cr_assert_eq(cJSON_GetArraySize(cJSON_GetObjectItem(result_of(r), "resourceTemplates")), 1);
+        cJSON_Delete(r);
+        for (size_t i = 0; i < ELEMENTSOF(bad); i++) {
+                char line[512];
+                snprintf(line, sizeof(line),
+                         "{\"jsonrpc\":\"2.0\",\"id\":%zu,\"method\":\"resources/read\",\"params\":{\"uri\":\"%s\"}}",
+                         10 + i, bad[i]);
+                assert_error(line, MCP_RESOURCE_NOT_FOUND, false);
+        }
+        assert_error("{\"jsonrpc\":\"2.0\",\"id\":30,\"method\":\"resources/read\",\"params\":{\"uri\":5}}",
+                     MCP_INVALID_PARAMS, false);
+        assert_error("{\"jsonrpc\":\"2.0\",\"id\":31,\"method\":\"resources/read\",\"params\":{\"uri\":\"x\"," ENVELOPE(
+                             "2026-07-28") "}}",
+                     MCP_RESOURCE_NOT_FOUND, false);
 }
 
 /* ---- tools/call without a daemon ---- */

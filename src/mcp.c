@@ -587,6 +587,16 @@ static void handle_tools_list(struct mcp *m, const struct req *q)
 
 /* ---- resources: execution output by reference (mcp_resources.c) ---- */
 
+/* 2026-07-28 results of the resources/ methods say how long they may be
+ * cached, and for whom. Output is a user's own and may still grow. */
+static void add_cache_hints(cJSON *result, const struct req *q, int ttl_ms, bool shared)
+{
+        if (!q->modern)
+                return;
+        cJSON_AddNumberToObject(result, "ttlMs", ttl_ms);
+        cJSON_AddStringToObject(result, "cacheScope", shared ? "public" : "private");
+}
+
 static void handle_resources_read(struct mcp *m, const struct req *q)
 {
         cJSON *result = NULL;
@@ -597,6 +607,7 @@ static void handle_resources_read(struct mcp *m, const struct req *q)
                 send_error(m, q->id, code, NULL, "%s", msg);
                 return;
         }
+        add_cache_hints(result, q, 0, false);
         send_result(m, q->id, result, q->modern);
 }
 
@@ -606,6 +617,7 @@ static void handle_resources_list(struct mcp *m, const struct req *q)
 
         /* nothing to list: outputs are reached through the links in results */
         cJSON_AddArrayToObject(result, "resources");
+        add_cache_hints(result, q, 0, false);
         send_result(m, q->id, result, q->modern);
 }
 
@@ -614,6 +626,7 @@ static void handle_resource_templates(struct mcp *m, const struct req *q)
         cJSON *result = cJSON_CreateObject();
 
         cJSON_AddItemToObject(result, "resourceTemplates", mcp_resource_templates());
+        add_cache_hints(result, q, TOOLS_TTL_MS, true);
         send_result(m, q->id, result, q->modern);
 }
 

@@ -35,6 +35,8 @@
 #define RESOURCE_TIMEOUT_MS 30000
 #define OFFSET_PAST_ALL 1e15 /* the other stream's offset: past any output, so none comes back */
 #define META_PREFIX "sandboxd/"
+/* get_execution requests per page (each returns up to 2 × exec_result_head) */
+#define PAGE_MAX_REQUESTS 256
 
 struct res_uri {
         char session[65];
@@ -163,9 +165,12 @@ cJSON *mcp_resource_templates(void)
         return list;
 }
 
-/* Bytes of one stream from r->offset, at most MCP_RESOURCE_PAGE, in *buf. */
+/* Bytes of one stream from u->offset, at most MCP_RESOURCE_PAGE, in *buf;
+ * *ret_drained when the last read found nothing more, and *ret_final when
+ * that read also saw the execution ended (so nothing more will come). */
 static int read_page(struct mcp *m, const struct res_uri *u, unsigned char **ret_buf, size_t *ret_len,
-                     uint64_t *ret_total, bool *ret_final, int *ret_code, char *msg, size_t msg_size)
+                     uint64_t *ret_total, bool *ret_final, bool *ret_drained, int *ret_code, char *msg,
+                     size_t msg_size)
 {
         struct mcp_api *a = NULL;
         struct sbx_error err = {0};
@@ -190,7 +195,8 @@ static int read_page(struct mcp *m, const struct res_uri *u, unsigned char **ret
         snprintf(key, sizeof(key), "%s_offset", strcmp(u->stream, "stdout") == 0 ? "stderr" : "stdout");
         cJSON_ReplaceItemInObjectCaseSensitive(params, key, cJSON_CreateNumber(OFFSET_PAST_ALL));
         snprintf(key, sizeof(key), "%s_offset", u->stream);
-        for (;;) {
+        *ret_drained = false;
+        for (int i = 0; i < PAGE_MAX_REQUESTS; i++) {
                 struct mcp_api_error e = {0};
                 cJSON *res = NULL;
                 const cJSON *data, *state;
@@ -239,7 +245,11 @@ static int read_page(struct mcp *m, const struct res_uri *u, unsigned char **ret
                 }
                 free(chunk);
                 cJSON_Delete(res);
-                if (n == 0 || len >= MCP_RESOURCE_PAGE)
+                if (n == 0) {
+                        *ret_drained = true;
+                        break;
+                }
+                if (len >= MCP_RESOURCE_PAGE)
                         break;
         }
         cJSON_Delete(params);
@@ -277,7 +287,7 @@ int mcp_resource_read(struct mcp *m, const cJSON *params, cJSON **ret_result, in
         _cleanup_free_ unsigned char *buf = NULL;
         size_t len = 0;
         uint64_t total = 0, next;
-        bool final = false, eof;
+        bool final = false, drained = false, eof;
         cJSON *result, *contents, *item, *meta;
         char next_uri[300];
 
@@ -298,13 +308,13 @@ int mcp_resource_read(struct mcp *m, const cJSON *params, cJSON **ret_result, in
                 snprintf(msg, msg_size, "no API token configured for sandboxd-mcp");
                 return -1;
         }
-        if (read_page(m, &u, &buf, &len, &total, &final, ret_code, msg, msg_size) < 0)
+        if (read_page(m, &u, &buf, &len, &total, &final, &drained, ret_code, msg, msg_size) < 0)
                 return -1;
-        if (len >= MCP_RESOURCE_PAGE) /* a full page ends on a character boundary */
+        if (!drained) /* more follows: the page ends on a character boundary */
                 len -= incomplete_utf8_tail(buf, len);
         next = u.offset + len;
-        /* the end: the execution ended and nothing is left past this page */
-        eof = final && len < MCP_RESOURCE_PAGE - 3;
+        /* the end: the execution had ended when a read found nothing more */
+        eof = final && drained;
 
         result = cJSON_CreateObject();
         contents = cJSON_AddArrayToObject(result, "contents");

@@ -52,13 +52,15 @@ static const struct {
         {"start_service", IDEM_RESULT}, {"write_file", IDEM_RESULT}, {"create_session", IDEM_RESULT},
 };
 
-static const int *idem_kind_of(const char *method)
+/* Whether method takes idempotency_key, and how its result is kept. */
+static bool idem_method(const char *method, enum idem_kind *ret_kind)
 {
-        static const int kinds[] = {IDEM_RESULT, IDEM_EXECUTION};
         for (size_t i = 0; method && i < ELEMENTSOF(idem_methods); i++)
-                if (strcmp(idem_methods[i].method, method) == 0)
-                        return &kinds[idem_methods[i].kind];
-        return NULL;
+                if (strcmp(idem_methods[i].method, method) == 0) {
+                        *ret_kind = idem_methods[i].kind;
+                        return true;
+                }
+        return false;
 }
 
 bool api_idem_key_valid(const char *key)
@@ -156,7 +158,7 @@ void api_idem_bind_execution(struct req *q, const char *execution_id)
 }
 
 /* Answer a retry from the key's row. */
-static int replay(struct req *q, int kind, const struct store_idem *row, cJSON **ret, struct api_err *e)
+static int replay(struct req *q, enum idem_kind kind, const struct store_idem *row, cJSON **ret, struct api_err *e)
 {
         log_ctx(LOG_LEVEL_INFO, q->tok.user, q->session, NULL, "api: %s: idempotent retry of key %s answered%s%s",
                 q->method, q->idem_key, row->execution_id[0] ? " by execution " : "", row->execution_id);
@@ -198,13 +200,14 @@ static int wait_pending(struct req *q, struct store_idem *row, struct api_err *e
 int api_idem_call(struct req *q, api_method_fn fn, cJSON **ret, struct api_err *e)
 {
         const cJSON *k = cJSON_GetObjectItemCaseSensitive(q->params, "idempotency_key");
-        const int *kind = idem_kind_of(q->method);
+        enum idem_kind kind = IDEM_RESULT;
+        bool takes_key = idem_method(q->method, &kind);
         char hash[65];
         int r;
 
         if (!k || cJSON_IsNull(k))
                 return fn(q, ret, e);
-        if (!kind)
+        if (!takes_key)
                 return api_fail(e, "invalid", "%s does not take params.idempotency_key", q->method);
         if (!cJSON_IsString(k))
                 return api_fail(e, "bad_request", "params.idempotency_key must be a string");
@@ -239,7 +242,7 @@ int api_idem_call(struct req *q, api_method_fn fn, cJSON **ret, struct api_err *
                 }
                 r = wait_pending(q, &row, e);
                 if (r == 1)
-                        r = replay(q, *kind, &row, ret, e);
+                        r = replay(q, kind, &row, ret, e);
                 store_idem_done(&row);
                 if (r == 2)
                         return 1; /* the client left */
@@ -248,7 +251,7 @@ int api_idem_call(struct req *q, api_method_fn fn, cJSON **ret, struct api_err *
         }
 
         r = fn(q, ret, e);
-        if (r == 0 && *kind == IDEM_RESULT) {
+        if (r == 0 && kind == IDEM_RESULT) {
                 char *text = cJSON_PrintUnformatted(*ret);
                 int s = text ? store_idem_finish(q->d->store, q->tok.user, q->method, q->idem_key, text) : -ENOMEM;
                 free(text);
@@ -258,7 +261,7 @@ int api_idem_call(struct req *q, api_method_fn fn, cJSON **ret, struct api_err *
                         "api: %s: cannot record the result of idempotency key %s: %s", q->method, q->idem_key,
                         strerror(-s));
         }
-        if (!q->idem_bound || *kind != IDEM_EXECUTION)
+        if (!q->idem_bound || kind != IDEM_EXECUTION)
                 (void)store_idem_release(q->d->store, q->tok.user, q->method, q->idem_key);
         return r;
 }

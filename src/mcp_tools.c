@@ -137,8 +137,8 @@ static struct mcp_tool tools[] = {
         {
                 .name = "get_execution",
                 .title = "Follow an execution",
-                .description = "State and output of an execution. wait long-polls up to that many seconds for "
-                               "it to end or, with offsets, for output past them; with stdout_offset / "
+                .description = "State and output of an execution. wait long-polls up to that many seconds (true: "
+                               "the longest, 60) for it to end or, with offsets, for output past them; with stdout_offset / "
                                "stderr_offset the output returned starts at those byte offsets.",
                 .input = "{'type':'object','properties':{" EXEC_ID_PROP ","
                          "'wait':{'anyOf':[{'type':'integer','minimum':0,'maximum':60},{'type':'boolean'}],"

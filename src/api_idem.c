@@ -171,7 +171,8 @@ static int replay(struct req *q, enum idem_kind kind, const struct store_idem *r
 }
 
 /* Wait for the call holding the key to finish: 1 with *row DONE, 0 when
- * the key was released (claim again), <0 with e. */
+ * the key was released (claim again), 2 when the client left, <0 with e.
+ * *row is freed on every return but 1. */
 static int wait_pending(struct req *q, struct store_idem *row, struct api_err *e)
 {
         /* the holder runs at most as long as an execution may */

@@ -513,7 +513,7 @@ int api_call(struct api_conn *c, const struct token_info *tok, const cJSON *id, 
                 log_ctx(LOG_LEVEL_INFO, q.tok.user, q.session, NULL, "api: %s (token %s, peer uid %u pid %d)",
                         q.method, q.tok.id, (unsigned)c->peer.uid, (int)c->peer.pid);
 
-        r = fn(&q, &result, e);
+        r = api_idem_call(&q, fn, &result, e);
         if (r == 1) {
                 cJSON_Delete(result);
                 return 1; /* the client is gone */

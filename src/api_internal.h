@@ -59,6 +59,8 @@ struct req {
         struct token_info tok;
         char actor[48];
         const char *session;
+        const char *idem_key; /* params.idempotency_key, once claimed (api_idem.c) */
+        bool idem_bound;      /* the key records this request's execution */
 };
 
 /* Check a token (counting and auditing failures on c): 0 with *ret, or -1
@@ -84,6 +86,20 @@ void api_add_bytes(cJSON *o, const char *key, const void *buf, size_t len, bool 
  * client is gone). */
 typedef int (*api_method_fn)(struct req *q, cJSON **ret, struct api_err *e);
 api_method_fn api_method_find(const char *name);
+
+/* Idempotency (api_idem.c). Run fn under params.idempotency_key when the
+ * method takes one (a table of method names), else just run fn. Same
+ * returns as a method. */
+int api_idem_call(struct req *q, api_method_fn fn, cJSON **ret, struct api_err *e);
+/* 1-STORE_IDEM_KEY_MAX characters of [A-Za-z0-9._:-]. */
+bool api_idem_key_valid(const char *key);
+/* A method that starts an execution names it to the key it runs under (a
+ * no-op without one); retries then answer from that execution. */
+void api_idem_bind_execution(struct req *q, const char *execution_id);
+/* The reply exec / run_code give for execution id, as q's params ask
+ * (background: its id and state; otherwise wait for the end, then the full
+ * result). In api_methods.c. */
+int api_execution_reply(struct req *q, const char *id, cJSON **ret, struct api_err *e);
 
 /* Streaming: a sink collects an execution's output (api_sink_on_output is
  * the engine's callback; its userdata is (void *)(uintptr_t)sink->handle). */

@@ -25,6 +25,7 @@
 
 #define API_MAX_ENV 256
 #define API_LIST_MAX 1000
+#define API_WAIT_MAX_S 60 /* the longest long-poll: get_execution wait: true */
 #define STDIN_PENDING_WAIT_MS 60000 /* a pending execution may still be creating its container */
 
 /* ---- parameters ---- */
@@ -76,6 +77,21 @@ static int p_bool(struct req *q, const char *name, bool def, bool *ret, struct a
                 return api_fail(e, "bad_request", "params.%s must be true or false", name);
         *ret = cJSON_IsTrue(v);
         return 0;
+}
+
+/* params.wait: seconds (0 to API_WAIT_MAX_S), or true for the longest
+ * wait and false for none, as the seeds' agents poll. */
+static int p_wait(struct req *q, int64_t *ret, struct api_err *e)
+{
+        const cJSON *v = cJSON_GetObjectItemCaseSensitive(q->params, "wait");
+
+        if (cJSON_IsBool(v)) {
+                *ret = cJSON_IsTrue(v) ? API_WAIT_MAX_S : 0;
+                return 0;
+        }
+        if (v && !cJSON_IsNull(v) && !cJSON_IsNumber(v))
+                return api_fail(e, "bad_request", "params.wait must be a number of seconds or a boolean");
+        return p_int(q, "wait", 0, API_WAIT_MAX_S, 0, ret, e);
 }
 
 /* params.<name>: "utf8" (default) or "base64". */
@@ -317,6 +333,59 @@ static int preflight_session(struct req *q, struct api_err *e)
         return 0;
 }
 
+/* After the start: background gives the id and state at once; otherwise
+ * wait for the end (streaming into sink if any), then the full result. */
+static int execution_reply(struct req *q, const char *id, bool background, bool base64, bool cached,
+                           struct api_sink *sink, cJSON **ret, struct api_err *e)
+{
+        struct exec_result res;
+        struct sbx_error err = {0};
+        int r;
+
+        if (!background) {
+                r = api_wait_final(q, id, sink, -1, e);
+                if (r <= 0) {
+                        if (r == 0)
+                                log_ctx(LOG_LEVEL_INFO, q->tok.user, q->session, NULL,
+                                        "api: client left during execution %s; it runs on", id);
+                        return r == 0 ? 1 : r;
+                }
+        }
+        {
+                /* background: the state only (cheap); otherwise the full result */
+                int64_t off = background ? API_OFFSET_NONE : -1;
+                r = exec_status(q->d->exec, q->tok.user, id, off, off, background ? 1 : 0, 0, &res, &err);
+        }
+        if (r < 0)
+                return api_fail_errno(e, r, &err, NULL);
+        if (background) {
+                *ret = cJSON_CreateObject();
+                cJSON_AddStringToObject(*ret, "execution_id", id);
+                add_lower(*ret, "state", exec_state_to_string(res.state));
+        } else if (res.state == EXEC_FAILED && res.cause == EXEC_CAUSE_ERROR) {
+                r = api_fail(e, "unavailable", "execution %s could not run: %s", id, res.error);
+        } else {
+                *ret = exec_json(&res, base64, false, false);
+                if (*ret && cached)
+                        api_agent_add_cached(q, &res, *ret, true); /* run_code: what the cache saved */
+        }
+        exec_result_done(&res);
+        return r;
+}
+
+int api_execution_reply(struct req *q, const char *id, cJSON **ret, struct api_err *e)
+{
+        struct exec_result res;
+        bool background, base64;
+
+        if (p_bool(q, "background", false, &background, e) < 0 || p_encoding(q, "encoding", &base64, e) < 0)
+                return -1;
+        if (own_execution(q, id, &res, e) < 0)
+                return -1;
+        exec_result_done(&res);
+        return execution_reply(q, id, background, base64, strcmp(q->method, "run_code") == 0, NULL, ret, e);
+}
+
 /* code_override: run_code {script} (the saved script's code). */
 static int run_execution_code(struct req *q, enum exec_language lang, const char *code_override, bool cache,
                               cJSON **ret, struct api_err *e)
@@ -330,7 +399,6 @@ static int run_execution_code(struct req *q, enum exec_language lang, const char
         size_t n_env = 0;
         struct api_sink *sink = NULL;
         struct sbx_error err = {0};
-        struct exec_result res;
         char id[37];
         int r = -1;
 
@@ -405,37 +473,8 @@ static int run_execution_code(struct req *q, enum exec_language lang, const char
         }
         if (cache)
                 api_agent_note_run(q, id, lang, code);
-        if (!background) {
-                r = api_wait_final(q, id, sink, -1, e);
-                if (r <= 0) {
-                        if (r == 0)
-                                log_ctx(LOG_LEVEL_INFO, q->tok.user, q->session, NULL,
-                                        "api: client left during execution %s; it runs on", id);
-                        r = r == 0 ? 1 : r;
-                        goto out;
-                }
-        }
-        {
-                /* background: the state only (cheap); otherwise the full result */
-                int64_t off = background ? API_OFFSET_NONE : -1;
-                r = exec_status(q->d->exec, q->tok.user, id, off, off, background ? 1 : 0, 0, &res, &err);
-        }
-        if (r < 0) {
-                r = api_fail_errno(e, r, &err, NULL);
-                goto out;
-        }
-        if (background) {
-                *ret = cJSON_CreateObject();
-                cJSON_AddStringToObject(*ret, "execution_id", id);
-                add_lower(*ret, "state", exec_state_to_string(res.state));
-        } else if (res.state == EXEC_FAILED && res.cause == EXEC_CAUSE_ERROR) {
-                r = api_fail(e, "unavailable", "execution %s could not run: %s", id, res.error);
-        } else {
-                *ret = exec_json(&res, base64, false, false);
-                if (*ret && lang != EXEC_LANG_NONE)
-                        api_agent_add_cached(q, &res, *ret, true);
-        }
-        exec_result_done(&res);
+        api_idem_bind_execution(q, id);
+        r = execution_reply(q, id, background, base64, lang != EXEC_LANG_NONE, sink, ret, e);
 out:
         api_sink_free(sink);
         for (size_t i = 0; i < n_env; i++)
@@ -492,7 +531,7 @@ static int m_get_execution(struct req *q, cJSON **ret, struct api_err *e)
         int64_t until;
         int r;
 
-        if (p_string(q, "execution_id", true, &id, e) < 0 || p_int(q, "wait", 0, 60, 0, &wait_s, e) < 0 ||
+        if (p_string(q, "execution_id", true, &id, e) < 0 || p_wait(q, &wait_s, e) < 0 ||
             p_int(q, "stdout_offset", 0, INT64_MAX / 4, -1, &out_off, e) < 0 ||
             p_int(q, "stderr_offset", 0, INT64_MAX / 4, -1, &err_off, e) < 0 ||
             p_encoding(q, "encoding", &base64, e) < 0)
@@ -596,11 +635,12 @@ static int m_list_executions(struct req *q, cJSON **ret, struct api_err *e)
         struct exec_result *list = NULL;
         unsigned mask = 0;
         size_t n = 0;
-        int64_t limit;
+        int64_t limit, within_ms;
         cJSON *a;
         int r;
 
-        if (p_int(q, "limit", 1, API_LIST_MAX, 50, &limit, e) < 0)
+        if (p_int(q, "limit", 1, API_LIST_MAX, 50, &limit, e) < 0 ||
+            p_int(q, "completed_within_ms", 0, INT64_C(86400000) * 3650, -1, &within_ms, e) < 0)
                 return -1;
         if (states && !cJSON_IsNull(states)) {
                 if (!cJSON_IsArray(states))
@@ -618,7 +658,9 @@ static int m_list_executions(struct req *q, cJSON **ret, struct api_err *e)
                         mask |= 1u << st;
                 }
         }
-        r = exec_list(q->d->exec, q->tok.user, q->session, mask, (size_t)limit, &list, &n);
+        /* completed_within_ms: only executions that ended that recently */
+        r = exec_list_finished(q->d->exec, q->tok.user, q->session, mask,
+                               within_ms >= 0 ? sbx_now_ms() - within_ms : -1, (size_t)limit, &list, &n);
         if (r < 0)
                 return api_fail_errno(e, r, NULL, "cannot list executions");
         *ret = cJSON_CreateObject();

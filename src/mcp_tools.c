@@ -41,13 +41,19 @@ struct mcp_tool {
         "'session':{'type':'string','pattern':'^[A-Za-z0-9_.-]{1,64}$','description':'The sandbox session "        \
         "(container and /workspace) to use. Default: this connection session.'}"
 
+#define IDEM_KEY_PROP                                                                                                \
+        "'idempotency_key':{'type':'string','pattern':'^[A-Za-z0-9._:-]{1,128}$','description':'Retry-safe "      \
+        "call: a retry with the same key and the same arguments within the idempotency window (24 h by default) "   \
+        "returns the result of the first call (or follows its execution) without running anything again; the same "  \
+        "key with different arguments is a conflict error.'}"
+
 #define EXEC_ID_PROP "'execution_id':{'type':'string','minLength':1,'description':'Id returned by exec or run_code.'}"
 
 #define EXEC_OUT_PROPS                                                                                               \
         "'execution_id':{'type':'string'},"                                                                          \
         "'state':{'type':'string','description':'pending, running, completed, failed, cancelled or timeout.'},"    \
-        "'exit_code':{'type':['integer','null'],'description':'The exit status; null unless the process exited.'}," \
-        "'cause':{'type':['string','null'],'description':'Why it ended: exited, timeout, cancelled, oom, "          \
+        "'exit_code':{'anyOf':[{'type':'integer'},{'type':'null'}],'description':'The exit status; null unless the process exited.'}," \
+        "'cause':{'anyOf':[{'type':'string'},{'type':'null'}],'description':'Why it ended: exited, timeout, cancelled, oom, "          \
         "container_died, daemon_restarted or error; empty while running.'},"                                        \
         "'stdout':{'type':'string','description':'Output as UTF-8 text; a long stream gives its head and tail "    \
         "around a note of the bytes omitted.'},"                                                                     \
@@ -55,26 +61,26 @@ struct mcp_tool {
         "'stdout_bytes':{'type':'integer','description':'Total bytes written to stdout so far.'},"                  \
         "'stderr_bytes':{'type':'integer'},"                                                                         \
         "'truncated':{'type':'boolean','description':'True when stdout/stderr above are not the whole output.'},"   \
-        "'duration_ms':{'type':['integer','null']},"                                                                 \
-        "'via':{'type':['string','null'],'description':'runner (the in-container runner) or docker_exec.'},"       \
-        "'usage':{'type':['object','null'],'description':'cpu_user_ms, cpu_system_ms and max_rss_kb of the whole "  \
+        "'duration_ms':{'anyOf':[{'type':'integer'},{'type':'null'}]},"                                                                 \
+        "'via':{'anyOf':[{'type':'string'},{'type':'null'}],'description':'runner (the in-container runner) or docker_exec.'},"       \
+        "'usage':{'anyOf':[{'type':'object'},{'type':'null'}],'description':'cpu_user_ms, cpu_system_ms and max_rss_kb of the whole "  \
         "process tree (runner only).'},"                                                                             \
-        "'provenance':{'type':['object','null'],'description':'image (id), runtime and runner_version.'},"          \
-        "'error':{'type':['string','null']}"
+        "'provenance':{'anyOf':[{'type':'object'},{'type':'null'}],'description':'image (id), runtime and runner_version.'},"          \
+        "'error':{'anyOf':[{'type':'string'},{'type':'null'}]}"
 
 #define EXEC_OUTPUT "{'type':'object','properties':{" EXEC_OUT_PROPS "},'required':['execution_id','state']}"
 
 #define SERVICE_OUT_PROPS                                                                                            \
         "'name':{'type':'string'},"                                                                                  \
         "'state':{'type':'string','description':'starting, running, stopping, stopped or failed.'},"                \
-        "'pid':{'type':['integer','null']},"                                                                         \
-        "'exit_code':{'type':['integer','null']},"                                                                   \
+        "'pid':{'anyOf':[{'type':'integer'},{'type':'null'}]},"                                                                         \
+        "'exit_code':{'anyOf':[{'type':'integer'},{'type':'null'}]},"                                                                   \
         "'ports':{'type':'array','description':'TCP ports the service listens on, with the host port each is "     \
         "published on (0 or null when not published).','items':{'type':'object','properties':{"                     \
-        "'container_port':{'type':'integer'},'host_port':{'type':['integer','null']}}}},"                           \
-        "'started_at':{'type':['integer','string','null']},"                                                         \
-        "'stopped_at':{'type':['integer','string','null']},"                                                         \
-        "'last_error':{'type':['string','null']}"
+        "'container_port':{'type':'integer'},'host_port':{'anyOf':[{'type':'integer'},{'type':'null'}]}}}},"                           \
+        "'started_at':{'anyOf':[{'type':'integer'},{'type':'null'}]},"                                                         \
+        "'stopped_at':{'anyOf':[{'type':'integer'},{'type':'null'}]},"                                                         \
+        "'last_error':{'anyOf':[{'type':'string'},{'type':'null'}]}"
 
 #define SERVICE_OUTPUT "{'type':'object','properties':{" SERVICE_OUT_PROPS "},'required':['name','state']}"
 
@@ -240,7 +246,7 @@ static struct mcp_tool tools[] = {
                          "'stdin':{'type':'string','description':'Text fed to standard input.'},"
                          "'background':{'type':'boolean','description':'Return at once with the execution_id.'},"
                          "'interactive':{'type':'boolean','description':'Keep stdin open for send_stdin until "
-                         "eof.'}," SESSION_PROP "},"
+                         "eof.'}," IDEM_KEY_PROP "," SESSION_PROP "},"
                          "'required':['command'],'additionalProperties':false}",
                 .output = EXEC_OUTPUT,
                 .destructive = true,
@@ -267,7 +273,7 @@ static struct mcp_tool tools[] = {
                          "'stdin':{'type':'string'},"
                          "'background':{'type':'boolean','description':'Return at once with the execution_id.'},"
                          "'interactive':{'type':'boolean','description':'Keep stdin open for send_stdin until "
-                         "eof.'}," SESSION_PROP "},"
+                         "eof.'}," IDEM_KEY_PROP "," SESSION_PROP "},"
                          "'additionalProperties':false}",
                 .output = "{'type':'object','properties':{" EXEC_OUT_PROPS "," CACHED_PROPS "},"
                           "'required':['execution_id','state']}",
@@ -277,11 +283,12 @@ static struct mcp_tool tools[] = {
         {
                 .name = "get_execution",
                 .title = "Follow an execution",
-                .description = "State and output of an execution. wait long-polls up to that many seconds for "
-                               "it to end or, with offsets, for output past them; with stdout_offset / "
+                .description = "State and output of an execution. wait long-polls up to that many seconds (true: "
+                               "the longest, 60) for it to end or, with offsets, for output past them; with stdout_offset / "
                                "stderr_offset the output returned starts at those byte offsets.",
                 .input = "{'type':'object','properties':{" EXEC_ID_PROP ","
-                         "'wait':{'type':'integer','minimum':0,'maximum':60,'description':'Seconds to wait.'},"
+                         "'wait':{'anyOf':[{'type':'integer','minimum':0,'maximum':60},{'type':'boolean'}],"
+                         "'description':'Seconds to wait (at most 60), or true for the longest wait.'},"
                          "'stdout_offset':{'type':'integer','minimum':0},"
                          "'stderr_offset':{'type':'integer','minimum':0}," SESSION_PROP "},"
                          "'required':['execution_id'],'additionalProperties':false}",
@@ -324,12 +331,15 @@ static struct mcp_tool tools[] = {
                 .input = "{'type':'object','properties':{"
                          "'states':{'type':'array','items':{'type':'string'},'description':'Only these states "
                          "(pending, running, completed, failed, cancelled, timeout).'},"
-                         "'limit':{'type':'integer','minimum':1,'maximum':1000}," SESSION_PROP "},"
+                         "'limit':{'type':'integer','minimum':1,'maximum':1000},"
+                         "'completed_within_ms':{'type':'integer','minimum':0,'description':'Only executions "
+                         "that ended within this many milliseconds, the most recently ended first.'},"
+                         SESSION_PROP "},"
                          "'additionalProperties':false}",
                 .output = "{'type':'object','properties':{'executions':{'type':'array','items':"
                           "{'type':'object','properties':{" EXEC_OUT_PROPS ","
-                          "'command_preview':{'type':['string','null']},"
-                          "'created_at':{'type':['integer','string','null']}}}}},'required':['executions']}",
+                          "'command_preview':{'anyOf':[{'type':'string'},{'type':'null'}]},"
+                          "'created_at':{'anyOf':[{'type':'integer'},{'type':'null'}]}}}}},'required':['executions']}",
                 .read_only = true,
                 .idempotent = true,
                 .wrap = "executions",
@@ -343,7 +353,7 @@ static struct mcp_tool tools[] = {
                 .input = "{'type':'object','properties':{"
                          "'path':{'type':'string','minLength':1},"
                          "'content':{'type':'string'},"
-                         "'encoding':{'type':'string','enum':['utf8','base64']}," SESSION_PROP "},"
+                         "'encoding':{'type':'string','enum':['utf8','base64']}," IDEM_KEY_PROP "," SESSION_PROP "},"
                          "'required':['path','content'],'additionalProperties':false}",
                 .output = "{'type':'object','properties':{'path':{'type':'string'},'bytes':{'type':'integer'}},"
                           "'required':['path','bytes']}",
@@ -380,8 +390,8 @@ static struct mcp_tool tools[] = {
                          "'additionalProperties':false}",
                 .output = "{'type':'object','properties':{'path':{'type':'string'},'entries':{'type':'array',"
                           "'items':{'type':'object','properties':{'name':{'type':'string'},'type':{'type':"
-                          "'string','description':'file, dir, symlink or other'},'size':{'type':['integer',"
-                          "'null']}}}},'truncated':{'type':'boolean'}},'required':['path','entries']}",
+                          "'string','description':'file, dir, symlink or other'},'size':{'anyOf':[{'type':"
+                          "'integer'},{'type':'null'}]}}}},'truncated':{'type':'boolean'}},'required':['path','entries']}",
                 .read_only = true,
                 .idempotent = true,
                 .run = run_passthrough,
@@ -395,7 +405,7 @@ static struct mcp_tool tools[] = {
                 .input = "{'type':'object','properties':{"
                          "'name':{'type':'string','pattern':'^[A-Za-z0-9_.-]{1,64}$'},"
                          "'command':{'type':'string','minLength':1},"
-                         "'workdir':{'type':'string'}," SESSION_PROP "},"
+                         "'workdir':{'type':'string'}," IDEM_KEY_PROP "," SESSION_PROP "},"
                          "'required':['name','command'],'additionalProperties':false}",
                 .output = SERVICE_OUTPUT,
                 .run = run_passthrough,
@@ -444,20 +454,20 @@ static struct mcp_tool tools[] = {
                 .input = "{'type':'object','properties':{" SESSION_PROP "},'additionalProperties':false}",
                 .output = "{'type':'object','properties':{'user':{'type':'string'},'session':{'type':'string'},"
                           "'state':{'type':'string','description':'creating, running, stopped or error.'},"
-                          "'network_mode':{'type':['string','null'],'description':'bridge, or none when the "
+                          "'network_mode':{'anyOf':[{'type':'string'},{'type':'null'}],'description':'bridge, or none when the "
                           "session is private.'},"
-                          "'runtime':{'type':['string','null'],'description':'OCI runtime of the container: runc, "
+                          "'runtime':{'anyOf':[{'type':'string'},{'type':'null'}],'description':'OCI runtime of the container: runc, "
                           "or runsc (gVisor, no network).'},"
                           "'private':{'type':'boolean','description':'True once private data was marked on the "
                           "session: its network is then none for good.'},"
                           "'datasets':{'type':'array','items':{'type':'object','properties':{"
-                          "'dataset':{'type':'string'},'source':{'type':['string','null']}}}},"
+                          "'dataset':{'type':'string'},'source':{'anyOf':[{'type':'string'},{'type':'null'}]}}}},"
                           "'ports':{'type':'array','items':{'type':'object',"
-                          "'properties':{'container_port':{'type':'integer'},'host_port':{'type':['integer',"
-                          "'null']}}}},'container_id':{'type':['string','null']},"
-                          "'created_at':{'type':['integer','string','null']},"
-                          "'last_activity':{'type':['integer','string','null']},"
-                          "'last_error':{'type':['string','null']}},"
+                          "'properties':{'container_port':{'type':'integer'},'host_port':{'anyOf':[{'type':"
+                          "'integer'},{'type':'null'}]}}}},'container_id':{'anyOf':[{'type':'string'},{'type':'null'}]},"
+                          "'created_at':{'anyOf':[{'type':'integer'},{'type':'null'}]},"
+                          "'last_activity':{'anyOf':[{'type':'integer'},{'type':'null'}]},"
+                          "'last_error':{'anyOf':[{'type':'string'},{'type':'null'}]}},"
                           "'required':['state','network_mode','private','ports']}",
                 .read_only = true,
                 .idempotent = true,
@@ -619,6 +629,8 @@ static int wait_timeout_ms(const cJSON *params)
                             ? (int)t->valuedouble * 1000
                             : 0;
 
+        if (cJSON_IsTrue(w))
+                return REQUEST_TIMEOUT_MS + extra + 60000;
         return REQUEST_TIMEOUT_MS + extra +
                (cJSON_IsNumber(w) && w->valuedouble > 0 && w->valuedouble <= 3600 ? (int)w->valuedouble * 1000 : 0);
 }
@@ -637,6 +649,11 @@ static void api_failure(struct mcp_call *c, struct mcp_tool_result *r, int k, co
 /* Shape a reply as the advertised outputSchema says; takes res. */
 static void set_structured(const struct mcp_tool *t, struct mcp_tool_result *r, cJSON *res)
 {
+        const cJSON *sess = cJSON_GetObjectItemCaseSensitive(res, "session");
+
+        /* output cut short: links to the whole of it (not for offset reads) */
+        if (!cJSON_GetObjectItemCaseSensitive(res, "stdout_offset") && cJSON_IsString(sess))
+                r->links = mcp_resource_links(sess->valuestring, res);
         if (cJSON_IsArray(res) && t->wrap) {
                 cJSON *o = cJSON_CreateObject();
                 cJSON_AddItemToObject(o, t->wrap, res);

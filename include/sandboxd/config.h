@@ -94,6 +94,10 @@ struct sbx_config {
         /* files */
         int64_t max_file_bytes;
 
+        /* idempotency keys (api_idem.c) */
+        int idempotency_window_s;
+        int idempotency_max_keys; /* per user */
+
         /* gc */
         int max_age_s;
         int execution_retention_s;

@@ -180,6 +180,10 @@ int store_exec_get(struct store *s, const char *id, struct store_execution *ret)
  * one of states (NULL-terminated; NULL = any), at most limit. malloc'd array. */
 int store_exec_list(struct store *s, const char *user, const char *session, const char *const *states,
                     size_t limit, struct store_execution **ret, size_t *ret_n);
+/* The same for executions that finished at or after since_ms (unix ms),
+ * the most recently finished first. */
+int store_exec_list_finished(struct store *s, const char *user, const char *session, const char *const *states,
+                             int64_t since_ms, size_t limit, struct store_execution **ret, size_t *ret_n);
 /* Mark every PENDING/RUNNING execution FAILED with cause and error (after a
  * daemon restart). *ret_n = how many. */
 int store_exec_fail_unfinished(struct store *s, const char *cause, const char *error, int64_t now_ms,
@@ -421,5 +425,37 @@ int store_session_options_clear_ttl(struct store *s, const char *user, const cha
  * two malloc'd arrays of 65-byte keys (at most limit). */
 int store_session_options_expired(struct store *s, int64_t now_ms, size_t limit, char (**ret_users)[65],
                                   char (**ret_sessions)[65], size_t *ret_n);
+/* ---- idempotency keys (store_idem.c, migration 0015) ---- */
+
+#define STORE_IDEM_KEY_MAX 128
+
+/* One key's row. result is malloc'd: free with store_idem_done. */
+struct store_idem {
+        char request_hash[65];
+        char state[16];        /* PENDING | DONE */
+        char execution_id[37]; /* "" unless bound to an execution */
+        char *result;          /* NULL unless finished with a result */
+        int64_t created_at, expires_at;
+};
+void store_idem_done(struct store_idem *row);
+/* Claim (user, method, key) for a request whose params hash to hash: 1 when
+ * claimed (a new PENDING row), 0 when the key is already held (*ret is that
+ * row), -EDQUOT when user already holds max_keys live keys (0 = no cap). The
+ * user's keys past expires_at are deleted first. Atomic: of concurrent
+ * claims exactly one gets 1. */
+int store_idem_claim(struct store *s, const char *user, const char *method, const char *key, const char *hash,
+                     int64_t now_ms, int64_t expires_at, int64_t max_keys, struct store_idem *ret);
+int store_idem_get(struct store *s, const char *user, const char *method, const char *key, struct store_idem *ret);
+/* DONE, answered by the execution's record from now on. */
+int store_idem_set_execution(struct store *s, const char *user, const char *method, const char *key,
+                             const char *execution_id);
+/* DONE, answered by result (JSON text) from now on. */
+int store_idem_finish(struct store *s, const char *user, const char *method, const char *key, const char *result);
+/* Forget a PENDING claim (the request failed before doing anything). */
+int store_idem_release(struct store *s, const char *user, const char *method, const char *key);
+/* At start-up: claims whose request died with the previous daemon. Returns how many, or -errno. */
+int store_idem_reset_pending(struct store *s);
+/* Keys past their window: deleted, or with dry_run counted. Returns how many, or -errno. */
+int store_idem_prune(struct store *s, int64_t now_ms, bool dry_run);
 
 #endif

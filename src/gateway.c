@@ -509,7 +509,8 @@ static int unix_listen(struct gw_sess *s, struct gw_listen *gl, const char *name
         }
         gl->s = s;
         gl->index = -1;
-        gl->l = evconnlistener_new(s->gw->base, cb, gl, LEV_OPT_CLOSE_ON_FREE | LEV_OPT_CLOSE_ON_EXEC, -1, fd);
+        /* backlog 0: already listening (-1 would make libevent listen() again with 128) */
+        gl->l = evconnlistener_new(s->gw->base, cb, gl, LEV_OPT_CLOSE_ON_FREE | LEV_OPT_CLOSE_ON_EXEC, 0, fd);
         if (!gl->l) {
                 close(fd);
                 return sbx_error_set(err, -ENOMEM, 0, "out of memory");
@@ -556,7 +557,8 @@ static int host_listen(struct gw_sess *s, struct gw_listen *gl, int index, int p
         gl->s = s;
         gl->index = index;
         gl->port = port;
-        gl->l = evconnlistener_new(s->gw->base, host_accept, gl, LEV_OPT_CLOSE_ON_FREE | LEV_OPT_CLOSE_ON_EXEC, -1,
+        /* backlog 0: already listening (-1 would make libevent listen() again with 128) */
+        gl->l = evconnlistener_new(s->gw->base, host_accept, gl, LEV_OPT_CLOSE_ON_FREE | LEV_OPT_CLOSE_ON_EXEC, 0,
                                    fd);
         if (!gl->l) {
                 close(fd);

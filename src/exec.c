@@ -48,6 +48,8 @@
 #include "sandboxd/utf8.h"
 #include "sandboxd/wsquota.h"
 
+_Static_assert(EXEC_TTY_MAX_ROWS == RP_TTY_MAX_ROWS && EXEC_TTY_MAX_COLS == RP_TTY_MAX_COLS, "tty limits");
+
 #define MAX_ENV 128
 #define MAX_ENV_BYTES (64 * 1024)
 #define MAX_WAIT_MS 60000

@@ -92,6 +92,9 @@ enum exec_stream {
 typedef void (*exec_output_fn)(const char *exec_id, enum exec_stream stream, const void *data, size_t len,
                                void *userdata);
 
+#define EXEC_TTY_MAX_ROWS 1000 /* = RP_TTY_MAX_ROWS */
+#define EXEC_TTY_MAX_COLS 1000
+
 struct exec_request {
         const char *user;
         const char *session;

@@ -965,6 +965,8 @@ static int adopt_register(struct exec_engine *e, const struct store_execution *r
         x->spool_budget = row->spool_budget > 0 ? (uint64_t)row->spool_budget : 0;
         x->total[0] = (uint64_t)row->stdout_bytes;
         x->total[1] = (uint64_t)row->stderr_bytes;
+        x->spooled[0] = (uint64_t)row->stdout_spooled; /* until its worker reads the files */
+        x->spooled[1] = (uint64_t)row->stderr_spooled;
         x->interactive = row->interactive;
         x->tty = row->tty;
         x->runner_tag = row->runner_tag;

@@ -305,3 +305,19 @@ Test(durable, a_tty_resize_is_seen_by_stty)
         daemon_close(d);
 }
 
+
+Test(durable, without_a_runner_a_tty_is_refused_clearly)
+{
+        struct exec_request req = {.user = "u1", .session = "s1", .command = "tty", .tty = true, .actor = "test"};
+        struct exec_result res;
+        struct sbx_error err = {0};
+
+        fixture_config(&cfg);
+        snprintf(cfg.runner_binary, sizeof(cfg.runner_binary), "/nonexistent/sandboxd-runner");
+        d = fixture_open(&cfg, false);
+        cr_assert_eq(exec_run(d->exec, &req, &res, &err), -ENOTSUP, "a tty ran without the runner");
+        cr_assert(strstr(err.msg, "needs the session's runner") != NULL, "error: %s", err.msg);
+        req.rows = 1001; /* and a size out of range is refused before anything runs */
+        cr_assert_eq(exec_run(d->exec, &req, &res, &err), -EINVAL);
+        daemon_close(d);
+}

@@ -224,6 +224,8 @@ Test(durable, a_graceful_restart_keeps_an_execution_and_its_deadline)
         wait_stdout(id, "before");
         daemon_close(d); /* a stop, not a crash: the executions are left to the runner */
         d = fixture_open(&cfg, false);
+        /* both hold their slots again at once, before their runner is back */
+        cr_assert_eq(exec_running_count(d->exec, "u1", "s1"), 2);
 
         wait_final(id, &res);
         cr_assert_eq(res.state, EXEC_COMPLETED, "state %s: %s", exec_state_to_string(res.state), res.error);

@@ -4,17 +4,20 @@
 #include <criterion/criterion.h>
 #include <errno.h>
 #include <signal.h>
+#include <stdarg.h>
 #include <stdio.h>
 #include <string.h>
 #include <sys/prctl.h>
 #include <sys/wait.h>
 #include <unistd.h>
 
+#include "apiclient.h"
 #include "fixture.h"
 #include "sandboxd/exec.h"
 #include "sandboxd/runner.h"
 #include "sandboxd/session.h"
 #include "sandboxd/sha256.h"
+#include "sandboxd/token.h"
 #include "testenv.h"
 
 TestSuite(durable, .timeout = 300);
@@ -321,5 +324,70 @@ Test(durable, without_a_runner_a_tty_is_refused_clearly)
         cr_assert(strstr(err.msg, "needs the session's runner") != NULL, "error: %s", err.msg);
         req.rows = 1001; /* and a size out of range is refused before anything runs */
         cr_assert_eq(exec_run(d->exec, &req, &res, &err), -EINVAL);
+        daemon_close(d);
+}
+
+/* The same through the API: exec with tty, resize_terminal, send_stdin. */
+__attribute__((format(printf, 3, 4))) static cJSON *api(const char *token, const char *method, const char *fmt,
+                                                         ...)
+{
+        va_list ap;
+        char params[512];
+        va_start(ap, fmt);
+        vsnprintf(params, sizeof(params), fmt, ap);
+        va_end(ap);
+        return apic_call(cfg.api_socket, token, method, apic_json(params));
+}
+
+static char *api_stdout_until(const char *token, const char *id, const char *needle)
+{
+        for (int i = 0; i < 30; i++) {
+                cJSON *r = api(token, "get_execution", "{\"session\":\"t1\",\"execution_id\":\"%s\",\"wait\":1}", id);
+                const char *out = apic_str(apic_result(r), "stdout");
+                if (out && strstr(out, needle)) {
+                        char *copy = strdup(out);
+                        cJSON_Delete(r);
+                        return copy;
+                }
+                cJSON_Delete(r);
+        }
+        cr_assert_fail("stdout of %s never showed '%s'", id, needle);
+        return NULL;
+}
+
+Test(durable, the_api_runs_a_tty_and_resizes_it)
+{
+        char tok[TOKEN_LEN + 1], other[TOKEN_LEN + 1], id[64];
+        struct sbx_error err = {0};
+        cJSON *r;
+
+        fixture_config(&cfg);
+        d = fixture_open_sockets(&cfg);
+        cr_assert_eq(token_create(d->store, "alice", TOKEN_ROLE_AGENT, tok, NULL, &err), 0, "%s", err.msg);
+        cr_assert_eq(token_create(d->store, "bob", TOKEN_ROLE_AGENT, other, NULL, &err), 0, "%s", err.msg);
+        r = api(tok, "exec",
+                "{\"session\":\"t1\",\"command\":\"%s\",\"tty\":true,\"rows\":5,\"cols\":7,"
+                "\"background\":true}",
+                "stty size; read x; stty size");
+        cr_assert_str_eq(apic_code(r), "", "exec: %s", cJSON_PrintUnformatted(r));
+        snprintf(id, sizeof(id), "%s", apic_str(apic_result(r), "execution_id"));
+        cJSON_Delete(r);
+        free(api_stdout_until(tok, id, "5 7"));
+
+        r = api(tok, "resize_terminal", "{\"session\":\"t1\",\"execution_id\":\"%s\",\"rows\":0,\"cols\":11}", id);
+        cr_assert_str_neq(apic_code(r), "", "a zero-row terminal was accepted");
+        cJSON_Delete(r);
+        r = api(other, "resize_terminal", "{\"session\":\"t1\",\"execution_id\":\"%s\",\"rows\":9,\"cols\":11}",
+                id);
+        cr_assert_str_eq(apic_code(r), "not_found", "another user resized it");
+        cJSON_Delete(r);
+        r = api(tok, "resize_terminal", "{\"session\":\"t1\",\"execution_id\":\"%s\",\"rows\":9,\"cols\":11}", id);
+        cr_assert_str_eq(apic_code(r), "", "resize_terminal: %s", cJSON_PrintUnformatted(r));
+        cr_assert_eq(apic_num(apic_result(r), "rows"), 9);
+        cJSON_Delete(r);
+        r = api(tok, "send_stdin", "{\"session\":\"t1\",\"execution_id\":\"%s\",\"data\":\"\\n\"}", id);
+        cr_assert_str_eq(apic_code(r), "", "send_stdin: %s", cJSON_PrintUnformatted(r));
+        cJSON_Delete(r);
+        free(api_stdout_until(tok, id, "9 11"));
         daemon_close(d);
 }

@@ -110,6 +110,7 @@ struct runner_exec {
         uint64_t stdin_sent, stdin_acked;
         uint64_t recv[2];  /* stream offsets: delivered to on_output (persisted by it) */
         uint64_t acked[2]; /* what RP_ACK said last */
+        int in_callback;   /* on_output calls under way (x->lock) */
 };
 
 struct runner_hub {
@@ -423,9 +424,16 @@ static bool handle_frame(struct runner_hub *h, struct runner_chan *c, const stru
                 ok = hdr->len <= RP_CHUNK && (hdr->flags & ~RP_OUT_STDERR) == 0;
                 if (ok && hdr->len > 0 && !x->ended) {
                         int k = (hdr->flags & RP_OUT_STDERR) ? 1 : 0;
-                        if (x->on_output)
-                                x->on_output(x->userdata, k, p, hdr->len);
+                        runner_output_fn fn;
                         pthread_mutex_lock(&x->lock);
+                        fn = x->on_output; /* NULL once freed: its userdata may be gone */
+                        x->in_callback += fn != NULL;
+                        pthread_mutex_unlock(&x->lock);
+                        if (fn)
+                                fn(x->userdata, k, p, hdr->len);
+                        pthread_mutex_lock(&x->lock);
+                        if (fn && --x->in_callback == 0)
+                                pthread_cond_broadcast(&x->cond);
                         x->recv[k] += hdr->len; /* on_output has persisted it: it may be acknowledged */
                         if (x->recv[k] - x->acked[k] >= ACK_EVERY)
                                 pthread_cond_broadcast(&x->cond);
@@ -1157,6 +1165,13 @@ void runner_exec_free(struct runner_exec *x)
                 }
         c->refs--;
         pthread_mutex_unlock(&h->lock);
+        /* an execution left running (the daemon stops) still sends output:
+         * no callback may run once the caller frees its userdata */
+        pthread_mutex_lock(&x->lock);
+        x->on_output = NULL;
+        while (x->in_callback > 0)
+                pthread_cond_wait(&x->cond, &x->lock);
+        pthread_mutex_unlock(&x->lock);
         exec_unref(x);
 }
 

@@ -90,6 +90,7 @@ struct runner_chan {
         struct runner_job jobs[RP_MAX_JOBS]; /* listed by the runner after hello, not claimed yet */
         size_t n_jobs;
         bool jobs_complete; /* RP_JOBS_END arrived on this connection */
+        bool refused_once;  /* a connection was refused before its hello (since the last prepare) */
 };
 
 struct runner_exec {
@@ -201,9 +202,16 @@ static void conn_close(struct runner_hub *h, struct runner_chan *c, const char *
  * which the monitor sees). Hub thread. */
 static void conn_fail(struct runner_hub *h, struct runner_chan *c, const char *cause, const char *why)
 {
-        bool was_hello = c->hello;
+        bool was_hello = c->hello, quiet; /* hello is written by this (the hub) thread only */
 
-        log_ctx(LOG_LEVEL_WARN, c->user, c->session, NULL, "runner disconnected: %s", why);
+        /* a runner refused before its hello (another protocol version: a container
+         * from before an upgrade) retries every second: say it once per container */
+        pthread_mutex_lock(&h->lock);
+        quiet = !was_hello && c->refused_once;
+        if (!was_hello)
+                c->refused_once = true;
+        pthread_mutex_unlock(&h->lock);
+        log_ctx(quiet ? LOG_LEVEL_DEBUG : LOG_LEVEL_WARN, c->user, c->session, NULL, "runner disconnected: %s", why);
         conn_close(h, c, why);
         if (was_hello && h->on_lost)
                 h->on_lost(c->user, c->session, cause, h->lost_ud);
@@ -786,6 +794,7 @@ int runner_hub_prepare(struct runner_hub *h, const char *user, const char *sessi
         c = chan_find_locked(h, user, session);
         if (c) {
                 c->waited_in_vain = false; /* a new container: its runner is worth waiting for */
+                c->refused_once = false;
                 c->ever_hello = c->hello;
         }
         pthread_mutex_unlock(&h->lock);

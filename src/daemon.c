@@ -157,6 +157,7 @@ int daemon_open(const struct sbx_config *cfg, const struct daemon_options *opts,
         if (r < 0)
                 goto fail;
         adopt_runners(d);
+        exec_engine_adopt(d->exec); /* executions the runners kept while the daemon was away */
         if (!opts->no_monitor) {
                 r = monitor_start(&d->cfg, d->docker, d->sessions, &d->monitor, err);
                 if (r == 0)

@@ -246,7 +246,13 @@ static struct mcp_tool tools[] = {
                          "'stdin':{'type':'string','description':'Text fed to standard input.'},"
                          "'background':{'type':'boolean','description':'Return at once with the execution_id.'},"
                          "'interactive':{'type':'boolean','description':'Keep stdin open for send_stdin until "
-                         "eof.'}," IDEM_KEY_PROP "," SESSION_PROP "},"
+                         "eof.'},"
+                         "'tty':{'type':'boolean','description':'Run on a pseudo-terminal (programs see a "
+                         "terminal; output comes back as stdout; implies interactive; send_stdin eof sends ^D).'},"
+                         "'rows':{'type':'integer','minimum':1,'maximum':1000,'description':'Terminal rows "
+                         "(tty). Default 24.'},"
+                         "'cols':{'type':'integer','minimum':1,'maximum':1000,'description':'Terminal columns "
+                         "(tty). Default 80.'}," IDEM_KEY_PROP "," SESSION_PROP "},"
                          "'required':['command'],'additionalProperties':false}",
                 .output = EXEC_OUTPUT,
                 .destructive = true,
@@ -309,6 +315,20 @@ static struct mcp_tool tools[] = {
                          "'required':['execution_id'],'additionalProperties':false}",
                 .output = "{'type':'object','properties':{'execution_id':{'type':'string'},"
                           "'bytes':{'type':'integer'},'eof':{'type':'boolean'},'state':{'type':'string'}}}",
+                .run = run_passthrough,
+        },
+        {
+                .name = "resize_terminal",
+                .title = "Resize an execution's terminal",
+                .description = "Change the window size of a running execution started with tty: true (its "
+                               "programs get SIGWINCH, as in a resized terminal).",
+                .input = "{'type':'object','properties':{" EXEC_ID_PROP ","
+                         "'rows':{'type':'integer','minimum':1,'maximum':1000},"
+                         "'cols':{'type':'integer','minimum':1,'maximum':1000}," SESSION_PROP "},"
+                         "'required':['execution_id','rows','cols'],'additionalProperties':false}",
+                .output = "{'type':'object','properties':{'execution_id':{'type':'string'},"
+                          "'rows':{'type':'integer'},'cols':{'type':'integer'}},'required':['execution_id']}",
+                .idempotent = true,
                 .run = run_passthrough,
         },
         {

@@ -52,7 +52,12 @@
  * not_found, exactly as for an unknown id). The session's container is
  * created on first use.
  *
- *   exec            {command, timeout_seconds?, workdir?, env?: {K: V}, stdin?, background?, interactive?, stream?, encoding?}
+ *   exec            {command, timeout_seconds?, workdir?, env?: {K: V}, stdin?, background?, interactive?, stream?, encoding?,
+ *                    tty?, rows?: 1-1000 (24), cols?: 1-1000 (80)}
+ *       tty: on a pseudo-terminal made by the session's runner (implies
+ *         interactive; output comes back as stdout; eof sends ^D). Refused
+ *         (unavailable) when the runner is not connected: the docker exec
+ *         fallback runs no terminal.
  *   run_code        {language: python|node|bash, code, timeout_seconds?, workdir?, env?, stdin?, background?, interactive?, stream?, encoding?}
  *       → an execution result (below); with background → {execution_id, state} at once.
  *         A client that disconnects while waiting gets no reply; the
@@ -64,6 +69,7 @@
  *         (at most 2 × exec_result_head), and the result adds stdout_offset
  *         and stdout_next_offset (the offset to ask for next; raw bytes).
  *   send_stdin      {execution_id, data, encoding?, eof?}              → {execution_id, bytes, eof}
+ *   resize_terminal {execution_id, rows: 1-1000, cols: 1-1000}   → {execution_id, rows, cols} (a tty execution's window; SIGWINCH)
  *   cancel_execution{execution_id, force?}   → the execution result, after waiting up to the kill grace + 5 s for it to end
  *   list_executions {states?: [..], limit?: 1-1000 (50), completed_within_ms?}
  *       → {executions: [result without stdout/stderr, plus command_preview]},

@@ -35,6 +35,18 @@
  *                 double-forked, setsid and `env -i` processes are in it).
  *                 SIGKILL freezes the tree first and repeats until none is left.
  *   RP_PING       heartbeat; answered with RP_PONG.
+ *   RP_RESUME     re-adopt an execution the runner listed in RP_JOB after a
+ *                 reconnect; payload: struct rp_offsets, the bytes of each
+ *                 stream the daemon already has. Output resumes at
+ *                 clamp(have, acked, produced) per stream (both ends compute
+ *                 it from the RP_JOB figures), then RP_EXIT if it ended.
+ *   RP_ACK        payload: struct rp_offsets: every byte of each stream
+ *                 before these offsets is persisted; the runner frees them.
+ *   RP_FORGET     the daemon recorded the end (or will never adopt it): the
+ *                 runner drops the execution, killing its tree if it still
+ *                 runs. Until then it keeps the execution, its exit status
+ *                 and its unacknowledged output across reconnects.
+ *   RP_RESIZE     payload: struct rp_winsize; a tty execution's window size.
  * Runner -> daemon
  *   RP_HELLO      payload: struct rp_hello then the version string.
  *   RP_STARTED    payload: uint32 pid of the execution's leader.
@@ -45,6 +57,21 @@
  *   RP_FAILED     the execution could not start; payload: uint32 errno then
  *                 a message (not NUL-terminated). The last frame about a tag.
  *   RP_PONG       answer to RP_PING.
+ *   RP_JOB        right after RP_HELLO, one per execution the runner still
+ *                 holds (running, or ended but not forgotten); payload:
+ *                 struct rp_job.
+ *   RP_JOBS_END   the RP_JOB list is complete (sent on every connect).
+ *
+ * Durable executions: the runner keeps each execution's output from the
+ * last RP_ACK on (at most RP_RETAIN_CAP bytes per stream): it reads a pipe
+ * only while that buffer has room, so while the daemon is away a process
+ * that writes more blocks in write() instead of losing bytes. Output
+ * frames go out only for executions started or resumed on the current
+ * connection, in stream order, so a frame's offset is implicit.
+ *
+ * Terminals: RP_EXEC with RP_EXEC_TTY runs the execution on a new
+ * pseudo-terminal (rows and cols in rp_exec.winsize); its output comes back
+ * as stdout, RP_STDIN goes to the terminal and RP_STDIN_EOF sends ^D.
  */
 #ifndef SANDBOXD_RUNNER_PROTO_H
 #define SANDBOXD_RUNNER_PROTO_H
@@ -52,7 +79,7 @@
 #include <stdint.h>
 
 #define RP_VERSION "sandboxd-runner/1"
-#define RP_PROTOCOL 1
+#define RP_PROTOCOL 2 /* 2: durable executions (RP_JOB, RP_RESUME, RP_ACK, RP_FORGET), tty */
 #define RP_SOCKET_DIR "/run/sandboxd"
 #define RP_SOCKET_NAME "runner.sock"
 #define RP_BINARY_PATH "/run/sandboxd-runner"
@@ -63,6 +90,10 @@
 #define RP_MAX_TO_RUNNER (2 * 1024 * 1024)
 #define RP_MAX_ARGS 4096
 #define RP_STDIN_WINDOW (256 * 1024) /* stdin bytes in flight per execution */
+#define RP_RETAIN_CAP (256 * 1024)   /* unacknowledged output the runner keeps per stream */
+#define RP_MAX_JOBS 256              /* executions one runner holds at a time */
+#define RP_TTY_MAX_ROWS 1000
+#define RP_TTY_MAX_COLS 1000
 
 enum rp_type {
         RP_HELLO = 1,
@@ -77,10 +108,18 @@ enum rp_type {
         RP_FAILED = 10,
         RP_PING = 11,
         RP_PONG = 12,
+        RP_JOB = 13,
+        RP_JOBS_END = 14,
+        RP_RESUME = 15,
+        RP_ACK = 16,
+        RP_FORGET = 17,
+        RP_RESIZE = 18,
 };
 
 #define RP_OUT_STDERR 1u
 #define RP_EXEC_STDIN 1u /* keep a stdin pipe (else stdin is /dev/null) */
+#define RP_EXEC_TTY 2u   /* run on a pseudo-terminal (stdin, stdout and stderr are it) */
+#define RP_JOB_EXITED 1u /* rp_job.flags: its leader ended and its output is complete */
 
 struct rp_hdr {
         uint32_t len;
@@ -98,7 +137,23 @@ struct rp_exec {
         uint32_t argc; /* 1..RP_MAX_ARGS */
         uint32_t envc; /* 0..RP_MAX_ARGS */
         uint32_t code_len;
-        uint32_t reserved;
+        uint32_t winsize; /* RP_EXEC_TTY: rows << 16 | cols, each 1..RP_TTY_MAX_*; else 0 */
+};
+
+struct rp_offsets {
+        uint64_t off[2]; /* [0] stdout, [1] stderr */
+};
+
+struct rp_job {
+        uint64_t produced[2]; /* bytes of each stream read from the process so far */
+        uint64_t acked[2];    /* the last RP_ACK: the runner keeps [acked, produced) */
+        uint32_t pid;         /* its shim */
+        uint32_t flags;       /* RP_JOB_EXITED */
+};
+
+struct rp_winsize {
+        uint16_t rows;
+        uint16_t cols;
 };
 
 struct rp_exit {

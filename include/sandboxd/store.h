@@ -170,6 +170,13 @@ struct store_execution {
         char image[256];           /* provenance: image id (digest) */
         char runtime[32];
         char runner_version[64];   /* "" when not run by the runner */
+        /* to re-adopt it after a restart (0009) */
+        int64_t started_at;        /* unix ms it began running; 0 = not yet */
+        uint32_t runner_tag;       /* 0 = not on the runner */
+        int64_t deadline_at;       /* unix ms of its timeout */
+        int64_t spool_budget;      /* its share of the session's spool quota */
+        char actor[96];
+        bool interactive, tty;
 };
 
 /* Insert or update the whole row. */
@@ -188,6 +195,12 @@ int store_exec_list_finished(struct store *s, const char *user, const char *sess
  * daemon restart). *ret_n = how many. */
 int store_exec_fail_unfinished(struct store *s, const char *cause, const char *error, int64_t now_ms,
                                size_t *ret_n);
+/* Mark every PENDING/RUNNING execution that the runner cannot hold (no
+ * runner tag) FAILED with cause and error (after a daemon restart). */
+int store_exec_fail_unadoptable(struct store *s, const char *cause, const char *error, int64_t now_ms,
+                                size_t *ret_n);
+/* Every RUNNING execution with a runner tag (to re-adopt), oldest first. */
+int store_exec_list_adoptable(struct store *s, struct store_execution **ret, size_t *ret_n);
 /* Forget the spool of an execution (gc removed the files). */
 int store_exec_clear_spool(struct store *s, const char *id);
 

@@ -22,6 +22,7 @@ const TOOLS = [
         'run_code',
         'get_execution',
         'send_stdin',
+        'resize_terminal',
         'cancel_execution',
         'list_executions',
         'write_file',

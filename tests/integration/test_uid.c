@@ -228,3 +228,195 @@ Test(uid, two_sessions_own_uids_api_works_and_a_breakout_reaches_nothing_else)
         close(ufd);
         daemon_close(d);
 }
+
+static void expect_id(const char *session, uid_t uid)
+{
+        char *out = api_sh(session, "id -u");
+        cr_assert_eq((uid_t)strtoul(out, NULL, 10), uid, "id -u says %s, the recorded uid is %u", out, (unsigned)uid);
+        free(out);
+}
+
+static bool exists(const char *path)
+{
+        struct stat st;
+        return lstat(path, &st) == 0;
+}
+
+Test(uid, kept_across_recreation_and_restart_released_by_purge_and_gc)
+{
+        char cid[65], cid2[65], cmd[128], ws[SBX_PATH_MAX], ident[SBX_PATH_MAX + 32];
+        struct sbx_error err = {0};
+        struct gc_report rep;
+        uid_t a, none;
+        int64_t ghost;
+
+        setup();
+        cr_assert_eq(sessuid_lookup(d->store, "u1", "a", &none), -ENOENT, "a uid before the first container");
+        free(api_sh("a", "echo kept > /workspace/f"));
+        a = uid_of("a");
+        expect_id("a", a);
+
+        /* recreation: the container dies, the next request makes another under the same uid */
+        fixture_container_of(d, "u1", "a", cid);
+        snprintf(cmd, sizeof(cmd), "kill %s", cid);
+        cr_assert_eq(fixture_docker_cli(cmd), 0);
+        expect_id("a", a);
+        fixture_container_of(d, "u1", "a", cid2);
+        cr_assert_str_neq(cid, cid2, "the killed container was not replaced");
+        cr_assert_eq(uid_of("a"), a);
+
+        /* a daemon restart: the store remembers */
+        daemon_close(d);
+        open_daemon();
+        cr_assert_eq(uid_of("a"), a);
+        expect_id("a", a);
+        /* another session does not get it, and a destroy that keeps the workspace keeps the uid */
+        free(api_sh("b", "true"));
+        cr_assert_neq(uid_of("b"), a);
+        cr_assert_eq(session_destroy(d->sessions, "u1", "a", false, &err), 0, "%s", err.msg);
+        cr_assert_eq(uid_of("a"), a);
+        expect_id("a", a);
+        {
+                char *out = api_sh("a", "cat /workspace/f");
+                cr_assert_str_eq(out, "kept\n");
+                free(out);
+        }
+
+        /* purge: the workspace goes, and the uid with it (and its identity files) */
+        snprintf(ident, sizeof(ident), "%s/identities/%u.passwd", cfg.data_dir, (unsigned)a);
+        cr_assert(exists(ident));
+        cr_assert_eq(session_destroy(d->sessions, "u1", "a", true, &err), 0, "%s", err.msg);
+        ws_path("a", ws, sizeof(ws));
+        cr_assert_not(exists(ws));
+        cr_assert_eq(sessuid_lookup(d->store, "u1", "a", &none), -ENOENT, "the purged session keeps uid %u",
+                     (unsigned)none);
+        cr_assert_not(exists(ident));
+        /* handed out round the range: the next new session does not get the released uid back */
+        free(api_sh("c", "true"));
+        cr_assert_neq(uid_of("c"), a);
+
+        /* --gc: a uid whose workspace is gone (a daemon that died between purge and release) */
+        cr_assert_eq(store_uid_assign(d->store, "u1", "ghost", cfg.sandbox_uid_lo, cfg.sandbox_uid_hi, sbx_wall_ms(),
+                                      &ghost),
+                     0);
+        cr_assert_eq(gc_run(&cfg, &(struct gc_options){.dry_run = false}, &rep, &err), 0, "%s", err.msg);
+        cr_assert_eq(rep.kinds[GC_UIDS].count, 1, "gc released %llu uids",
+                     (unsigned long long)rep.kinds[GC_UIDS].count);
+        gc_report_done(&rep);
+        cr_assert_eq(sessuid_lookup(d->store, "u1", "ghost", &none), -ENOENT);
+        /* ... and never one whose workspace exists */
+        (void)uid_of("b");
+        (void)uid_of("c");
+        daemon_close(d);
+}
+
+Test(uid, a_workspace_from_before_is_handed_over_without_following_symlinks)
+{
+        char ws[SBX_PATH_MAX], p[SBX_PATH_MAX + 64], outside[SBX_PATH_MAX];
+        struct stat st;
+        uid_t a;
+        int fd;
+
+        setup();
+        /* what an older daemon left: the image's uid 1000 owns it, a tenant planted a
+         * symlink to a host file, and root owns one entry */
+        ws_path("old", ws, sizeof(ws));
+        snprintf(p, sizeof(p), "%s/workspaces", cfg.data_dir);
+        cr_assert(mkdir(cfg.data_dir, 0711) == 0 || errno == EEXIST);
+        cr_assert(mkdir(p, 0711) == 0 || errno == EEXIST);
+        snprintf(p, sizeof(p), "%s/workspaces/u1", cfg.data_dir);
+        cr_assert(mkdir(p, 0711) == 0 || errno == EEXIST);
+        cr_assert_eq(mkdir(ws, 0700), 0);
+        cr_assert_eq(chown(ws, 1000, 1000), 0);
+        snprintf(p, sizeof(p), "%s/sub", ws);
+        cr_assert_eq(mkdir(p, 0755), 0);
+        cr_assert_eq(chown(p, 1000, 1000), 0);
+        snprintf(p, sizeof(p), "%s/sub/file", ws);
+        fd = open(p, O_WRONLY | O_CREAT | O_EXCL, 0644);
+        cr_assert_geq(fd, 0);
+        close(fd);
+        cr_assert_eq(chown(p, 1000, 1000), 0);
+        snprintf(p, sizeof(p), "%s/rootfile", ws);
+        fd = open(p, O_WRONLY | O_CREAT | O_EXCL, 0600);
+        cr_assert_geq(fd, 0);
+        close(fd);
+        snprintf(outside, sizeof(outside), "%s/outside", cfg.data_dir);
+        fd = open(outside, O_WRONLY | O_CREAT | O_EXCL, 0600);
+        cr_assert_geq(fd, 0);
+        close(fd);
+        cr_assert_eq(chown(outside, 1000, 1000), 0); /* even a target the old uid owns stays as it is */
+        snprintf(p, sizeof(p), "%s/sub/link", ws);
+        cr_assert_eq(symlink(outside, p), 0);
+        cr_assert_eq(lchown(p, 1000, 1000), 0);
+
+        {
+                char *out = api_sh("old", "id -u; cat /workspace/sub/file && touch /workspace/sub/new && echo ok");
+                a = uid_of("old");
+                char want[64];
+                snprintf(want, sizeof(want), "%u\nok\n", (unsigned)a);
+                cr_assert_str_eq(out, want);
+                free(out);
+        }
+        assert_owned(ws, a);
+        snprintf(p, sizeof(p), "%s/sub", ws);
+        assert_owned(p, a);
+        snprintf(p, sizeof(p), "%s/sub/file", ws);
+        assert_owned(p, a);
+        snprintf(p, sizeof(p), "%s/sub/link", ws);
+        assert_owned(p, a); /* the link itself */
+        cr_assert_eq(stat(outside, &st), 0);
+        cr_assert_eq(st.st_uid, 1000, "the symlink was followed: its target now belongs to %u",
+                     (unsigned)st.st_uid);
+        snprintf(p, sizeof(p), "%s/rootfile", ws);
+        cr_assert_eq(lstat(p, &st), 0);
+        cr_assert_eq(st.st_uid, 0, "a root-owned entry was given away");
+        daemon_close(d);
+}
+
+Test(uid, loop_mode_image_root_is_the_session_uid)
+{
+        char ws[SBX_PATH_MAX], *out, want[64];
+        uid_t a;
+
+        fixture_config(&cfg);
+        cfg.ports_per_session = 0;
+        snprintf(cfg.workspace_quota_mode, sizeof(cfg.workspace_quota_mode), "loop");
+        cfg.workspace_quota_bytes = 16 << 20;
+        cfg.workspace_inodes = 1024;
+        tok[0] = '\0';
+        open_daemon();
+        out = api_sh("a", "id -u; stat -c %u /workspace; touch /workspace/x && stat -c %u /workspace/x");
+        a = uid_of("a");
+        snprintf(want, sizeof(want), "%u\n%u\n%u\n", (unsigned)a, (unsigned)a, (unsigned)a);
+        cr_assert_str_eq(out, want);
+        free(out);
+        ws_path("a", ws, sizeof(ws));
+        assert_owned(ws, a); /* the mounted image's root, seen from the host */
+        {
+                struct sbx_error err = {0};
+                cr_assert_eq(session_destroy(d->sessions, "u1", "a", true, &err), 0, "%s", err.msg);
+        }
+        daemon_close(d);
+}
+
+Test(uid, python_node_and_pip_know_the_session_user)
+{
+        char *out, want[256];
+        uid_t a;
+
+        fixture_config(&cfg);
+        cfg.ports_per_session = 0;
+        snprintf(cfg.image, sizeof(cfg.image), "%s", TESTENV_PYTHON_IMAGE);
+        tok[0] = '\0';
+        open_daemon();
+        out = api_sh("py", "whoami; python3 -c 'import getpass, os, pwd, site; "
+                           "print(getpass.getuser(), pwd.getpwuid(os.getuid()).pw_dir, os.path.expanduser(\"~\"), "
+                           "site.getuserbase())'; "
+                           "node -e 'const os = require(\"os\"); console.log(os.userInfo().username, os.homedir())'");
+        a = uid_of("py");
+        (void)a;
+        snprintf(want, sizeof(want), "sandbox\nsandbox /workspace /workspace /workspace/.local\nsandbox /workspace\n");
+        cr_assert_str_eq(out, want);
+        free(out);
+        daemon_close(d);
+}

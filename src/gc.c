@@ -1154,10 +1154,14 @@ static void gc_uids(struct gc *g)
                     !session_id_valid(u->session_id))
                         continue;
                 snprintf(id, sizeof(id), "%s/%s", u->user_id, u->session_id);
-                taken = workspace_taken(g, id);
                 snprintf(path, sizeof(path), "%s/workspaces/%s", g->cfg->data_dir, id);
-                if (!taken && (lstat(path, &st) == 0 || errno != ENOENT))
-                        continue;
+                /* a real run deleted what it purged; a dry run only noted it */
+                taken = false;
+                if (lstat(path, &st) == 0 || errno != ENOENT) {
+                        taken = g->dry_run && g->rep->kinds[GC_WORKSPACES].count > 0 && workspace_taken(g, id);
+                        if (!taken)
+                                continue;
+                }
                 snprintf(reason, sizeof(reason), "uid %" PRId64 ": %s", u->uid,
                          taken ? "its workspace was purged by this run" : "its workspace does not exist");
                 snprintf(id, sizeof(id), "%" PRId64, u->uid);

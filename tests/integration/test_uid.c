@@ -420,3 +420,18 @@ Test(uid, python_node_and_pip_know_the_session_user)
         free(out);
         daemon_close(d);
 }
+
+Test(uid, the_daemon_refuses_a_range_a_host_account_holds)
+{
+        struct daemon_options opts = {.extra_labels = fixture_labels(), .no_monitor = true};
+        struct sbx_error err = {0};
+        struct daemon *x = NULL;
+
+        fixture_config(&cfg);
+        cfg.sandbox_uid_lo = 60000; /* nobody, 65534, is in every passwd database */
+        cfg.sandbox_uid_hi = 70000;
+        cr_assert_eq(daemon_open(&cfg, &opts, &x, &err), -EEXIST, "the daemon started: %s", err.msg);
+        cr_assert_null(x);
+        cr_assert_not_null(strstr(err.msg, "sandbox_uid_range 60000-70000"), "%s", err.msg);
+        cr_assert_not_null(strstr(err.msg, "65534"), "%s", err.msg);
+}

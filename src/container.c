@@ -43,7 +43,7 @@ int container_workspace_ensure(const struct sbx_config *cfg, const char *user, c
 {
         _cleanup_close_ int root = -1, ws = -1, u = -1, s = -1;
         char path[SBX_PATH_MAX];
-        struct sessuid_own_stats own;
+        struct sessuid_own_stats own = {0};
         struct stat st;
         int r;
 
@@ -56,9 +56,11 @@ int container_workspace_ensure(const struct sbx_config *cfg, const char *user, c
         root = open(cfg->data_dir, O_RDONLY | O_DIRECTORY | O_CLOEXEC);
         if (root < 0)
                 return sbx_error_set(err, -errno, 0, "cannot open data_dir %s: %m", cfg->data_dir);
-        ws = open_or_make_dir(root, "workspaces", 0, 0711);
+        /* Root's and closed: dockerd resolves the bind as root, and no session uid on the
+         * host reaches any workspace by path, even one whose tenant opened its mode. */
+        ws = open_or_make_dir(root, "workspaces", 0, 0700);
         if (ws >= 0)
-                u = open_or_make_dir(ws, user, 0, 0711);
+                u = open_or_make_dir(ws, user, 0, 0700);
         if (u >= 0) {
                 if (mkdirat(u, session, 0700) < 0 && errno != EEXIST)
                         s = -errno;
@@ -134,7 +136,7 @@ int container_identity_ensure(const struct sbx_config *cfg, uid_t uid, char ret_
         root = open(cfg->data_dir, O_RDONLY | O_DIRECTORY | O_CLOEXEC);
         if (root < 0)
                 return sbx_error_set(err, -errno, 0, "cannot open data_dir %s: %m", cfg->data_dir);
-        dfd = open_or_make_dir(root, IDENTITY_DIR, 0, 0711);
+        dfd = open_or_make_dir(root, IDENTITY_DIR, 0, 0700);
         if (dfd < 0)
                 return sbx_error_set(err, dfd, 0, "cannot create %s: %s", dir, strerror(-dfd));
         /* The image's user is "sandbox" at uid 1000; the session's is the same name at its own uid, so

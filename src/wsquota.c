@@ -279,7 +279,7 @@ int wsquota_attach(const struct sbx_config *cfg, const char *user, const char *s
          * chose. An image from before per-session uids moves over whole. */
         root = open_dir_at(ufd, session, false, 0);
         if (root >= 0) {
-                struct sessuid_own_stats own;
+                struct sessuid_own_stats own = {0};
                 r = sessuid_own_tree(root, st.st_uid, &own);
                 if (own.changed > 0 || own.cut)
                         log_ctx(own.cut ? LOG_LEVEL_WARN : LOG_LEVEL_INFO, user, session, NULL,

@@ -38,14 +38,16 @@ struct container_params {
 
 /* Create (if missing) {data_dir}/workspaces/{user}/{session}: every level is
  * opened with O_NOFOLLOW|O_DIRECTORY relative to its parent, so no symlink is
- * followed; parents are root-owned 0711, the session directory is owned by
+ * followed; parents are root-owned 0700 (no session uid reaches any
+ * workspace by path on the host), the session directory is owned by
  * uid:uid (the session's, sessuid.h) with mode 0700. A workspace another uid
  * owned (one from before per-session uids) is handed over whole first
  * (sessuid_own_tree). Keys must already be validated; uid 0 is refused. */
 int container_workspace_ensure(const struct sbx_config *cfg, const char *user, const char *session, uid_t uid,
                                char ret_path[SBX_PATH_MAX], struct sbx_error *err);
 
-/* {data_dir}/identities/<uid>.passwd and .group (root's, 0644): root,
+/* {data_dir}/identities/<uid>.passwd and .group (root's, 0644, in a 0700
+ * directory): root,
  * "sandbox" at uid:uid with home /workspace, nobody. Bind-mounted read-only
  * on the container's /etc/passwd and /etc/group, so the session's uid has a
  * name inside (whoami, getpwuid, ~). Rewritten only when they differ. */

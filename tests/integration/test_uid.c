@@ -108,8 +108,9 @@ static void assert_owned(const char *path, uid_t uid)
 }
 
 /* In a child that became uid (and gid) on the host, as a breakout from a
- * container would land: 0 if every expectation held, else the line that
- * failed. */
+ * container would land: 0 if every expectation held, else the check that
+ * failed. Handles on both workspaces are taken as root first, so B's own
+ * mode is what refuses, not only the closed parents. */
 static int as_uid(uid_t uid, int ufd, const char *own, const char *other, pid_t other_pid)
 {
         pid_t pid = fork();
@@ -117,20 +118,25 @@ static int as_uid(uid_t uid, int ufd, const char *own, const char *other, pid_t 
 
         cr_assert_geq(pid, 0);
         if (pid == 0) {
-                int fd;
-                if (setgroups(0, NULL) < 0 || setresgid(uid, uid, uid) < 0 || setresuid(uid, uid, uid) < 0)
+                int fd, own_fd = openat(ufd, own, O_PATH | O_DIRECTORY | O_CLOEXEC),
+                        other_fd = openat(ufd, other, O_PATH | O_DIRECTORY | O_CLOEXEC);
+                if (own_fd < 0 || other_fd < 0 || setgroups(0, NULL) < 0 || setresgid(uid, uid, uid) < 0 ||
+                    setresuid(uid, uid, uid) < 0)
                         _exit(1);
+                fd = openat(other_fd, ".", O_RDONLY | O_DIRECTORY | O_CLOEXEC);
+                if (fd >= 0 || errno != EACCES)
+                        _exit(2); /* the other session's workspace, even with a handle on it */
                 fd = openat(ufd, other, O_RDONLY | O_DIRECTORY | O_CLOEXEC);
                 if (fd >= 0 || errno != EACCES)
-                        _exit(2); /* the other session's workspace */
-                fd = openat(ufd, own, O_RDONLY | O_DIRECTORY | O_CLOEXEC);
+                        _exit(3); /* ... or by name */
+                fd = openat(own_fd, ".", O_RDONLY | O_DIRECTORY | O_CLOEXEC);
                 if (fd < 0)
-                        _exit(3); /* its own workspace */
+                        _exit(4); /* its own workspace */
                 close(fd);
                 if (kill(other_pid, 0) == 0 || errno != EPERM)
-                        _exit(4); /* signal the other session's init */
+                        _exit(5); /* signal the other session's init */
                 if (ptrace(PTRACE_ATTACH, other_pid, NULL, NULL) == 0 || errno != EPERM)
-                        _exit(5); /* trace it */
+                        _exit(6); /* trace it */
                 _exit(0);
         }
         cr_assert_eq(waitpid(pid, &status, 0), pid);
@@ -193,6 +199,17 @@ Test(uid, two_sessions_own_uids_api_works_and_a_breakout_reaches_nothing_else)
                 cr_assert_eq(st.st_mode & 07777, 0700);
         }
 
+        /* every workspace sits in root's closed directories */
+        {
+                struct stat st;
+                snprintf(host, sizeof(host), "%s/workspaces", cfg.data_dir);
+                cr_assert_eq(stat(host, &st), 0);
+                cr_assert(st.st_uid == 0 && (st.st_mode & 07777) == 0700, "%s: %o", host, st.st_mode & 07777);
+                snprintf(host, sizeof(host), "%s/workspaces/u1", cfg.data_dir);
+                cr_assert_eq(stat(host, &st), 0);
+                cr_assert(st.st_uid == 0 && (st.st_mode & 07777) == 0700, "%s: %o", host, st.st_mode & 07777);
+        }
+
         /* a breakout from A: B's workspace, B's processes */
         fixture_container_of(d, "u1", "b", cid_b);
         cr_assert_eq(docker_container_inspect(testenv_docker(), cid_b, &info, NULL), 0);
@@ -219,7 +236,7 @@ Test(uid, two_sessions_own_uids_api_works_and_a_breakout_reaches_nothing_else)
                 struct docker_container_info ia;
                 int k = as_uid(a, ufd, "a", "b", info.pid);
                 cr_assert_eq(k, 0, "as A's uid, check %d of the breakout failed (1 setup, 2 B's workspace opened, "
-                                   "3 own refused, 4 B signalled, 5 B traced)", k);
+                                   "3 the same by name, 4 own refused, 5 B signalled, 6 B traced)", k);
                 fixture_container_of(d, "u1", "a", cid_a);
                 cr_assert_eq(docker_container_inspect(testenv_docker(), cid_a, &ia, NULL), 0);
                 k = as_uid(b, ufd, "b", "a", ia.pid);
@@ -323,9 +340,9 @@ Test(uid, a_workspace_from_before_is_handed_over_without_following_symlinks)
         ws_path("old", ws, sizeof(ws));
         snprintf(p, sizeof(p), "%s/workspaces", cfg.data_dir);
         cr_assert(mkdir(cfg.data_dir, 0711) == 0 || errno == EEXIST);
-        cr_assert(mkdir(p, 0711) == 0 || errno == EEXIST);
+        cr_assert(mkdir(p, 0700) == 0 || errno == EEXIST);
         snprintf(p, sizeof(p), "%s/workspaces/u1", cfg.data_dir);
-        cr_assert(mkdir(p, 0711) == 0 || errno == EEXIST);
+        cr_assert(mkdir(p, 0700) == 0 || errno == EEXIST);
         cr_assert_eq(mkdir(ws, 0700), 0);
         cr_assert_eq(chown(ws, 1000, 1000), 0);
         snprintf(p, sizeof(p), "%s/sub", ws);

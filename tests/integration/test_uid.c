@@ -452,3 +452,30 @@ Test(uid, the_daemon_refuses_a_range_a_host_account_holds)
         cr_assert_not_null(strstr(err.msg, "sandbox_uid_range 60000-70000"), "%s", err.msg);
         cr_assert_not_null(strstr(err.msg, "65534"), "%s", err.msg);
 }
+
+Test(uid, a_container_from_before_per_session_uids_is_replaced_at_restart)
+{
+        char cid[65], cid2[65], cause[64] = "";
+        struct session_info info;
+        uid_t a;
+
+        setup();
+        free(api_sh("old", "true"));
+        fixture_container_of(d, "u1", "old", cid);
+        /* what an older daemon left: a running container, and no uid recorded for its session */
+        cr_assert_eq(store_uid_release(d->store, "u1", "old"), 0);
+        daemon_close(d);
+        open_daemon();
+        cr_assert_eq(session_get_info(d->sessions, "u1", "old", &info), 0);
+        cr_assert_eq(info.state, SESSION_ERROR);
+        snprintf(cause, sizeof(cause), "%s", info.error_cause);
+        session_info_done(&info);
+        cr_assert_str_eq(cause, "uid_per_session");
+        cr_assert_eq(fixture_count_containers("u1", "old"), 0, "the old container was kept");
+        free(api_sh("old", "true")); /* the next request: a container under the session's own uid */
+        a = uid_of("old");
+        expect_id("old", a);
+        fixture_container_of(d, "u1", "old", cid2);
+        cr_assert_str_neq(cid, cid2);
+        daemon_close(d);
+}

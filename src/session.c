@@ -536,7 +536,7 @@ static void describe_exit(const struct docker_container_info *info, char *buf, s
  * stays with the session across a recreation. Runs without locks. */
 static int make_container(struct session *s, const char *old_id, const char **network, char ret_id[65],
                           char ret_image[256], char ret_workspace[SBX_PATH_MAX], char ret_runtime[16],
-                          uid_t *ret_uid, struct sbx_error *err)
+                          struct sbx_error *err)
 {
         struct session_manager *m = s->mgr;
         const struct sbx_config *cfg = m->cfg;
@@ -544,6 +544,7 @@ static int make_container(struct session *s, const char *old_id, const char **ne
         struct container_params p = {0};
         session_runtime_fn runtime_fn;
         void *runtime_ud;
+        uid_t uid;
         int r;
 
         /* The runtime first: a runtime that cannot run refuses the session before anything changes. */
@@ -572,10 +573,10 @@ static int make_container(struct session *s, const char *old_id, const char **ne
         if (r < 0)
                 return r;
         /* The session's own host uid: recorded at its first container, the same for every later one. */
-        r = sessuid_get_or_assign(m->store, cfg, s->user, s->id, ret_uid, err);
+        r = sessuid_get_or_assign(m->store, cfg, s->user, s->id, &uid, err);
         if (r < 0)
                 return r;
-        r = container_workspace_ensure(cfg, s->user, s->id, *ret_uid, ret_workspace, err);
+        r = container_workspace_ensure(cfg, s->user, s->id, uid, ret_workspace, err);
         if (r == 0)
                 r = wsquota_attach(cfg, s->user, s->id, err);
         if (r < 0)
@@ -617,7 +618,7 @@ static int make_container(struct session *s, const char *old_id, const char **ne
                 p.network_mode = *network;
                 p.runtime = ret_runtime[0] ? ret_runtime : NULL;
                 p.workspace = ret_workspace;
-                p.uid = *ret_uid;
+                p.uid = uid;
                 p.host_ports = ports;
                 p.n_ports = ports ? (size_t)cfg->ports_per_session : 0;
                 p.extra_labels = (const char *const *)m->extra_labels;
@@ -690,7 +691,6 @@ int session_get_or_create(struct session_manager *m, const char *user, const cha
         struct session *s;
         char old_id[65], new_id[65], image[256], workspace[SBX_PATH_MAX], cause[128], runtime[16];
         const char *network;
-        uid_t uid = 0;
         bool notified = false;
         int r;
 
@@ -795,7 +795,7 @@ int session_get_or_create(struct session_manager *m, const char *user, const cha
                 network = required_network(m, user, id);
                 if (old_id[0] && cause[0] && !notified)
                         call_handlers(m, user, id, old_id, cause);
-                r = make_container(s, old_id, &network, new_id, image, workspace, runtime, &uid, err);
+                r = make_container(s, old_id, &network, new_id, image, workspace, runtime, err);
 
                 pthread_mutex_lock(&s->lock);
                 s->transitioning = false;
@@ -1392,7 +1392,8 @@ int session_reconcile(struct session_manager *m, struct session_reconcile_report
                 for (size_t j = 0; s->container_id[0] && j < n; j++)
                         if (strcmp(list[j].id, s->container_id) == 0)
                                 c = &list[j];
-                if (c && strcmp(c->state, "running") == 0 && sessuid_lookup(m->store, s->user, s->id, &(uid_t){0}) < 0) {
+                if (c && strcmp(c->state, "running") == 0 &&
+                    sessuid_lookup(m->store, s->user, s->id, &(uid_t){0}) == -ENOENT) {
                         /* Made before per-session uids (it runs as the image's uid 1000, shared by every
                          * such container): it goes as an orphan below, and the next request makes one
                          * under the session's own uid. */

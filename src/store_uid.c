@@ -43,8 +43,24 @@ int store_uid_get(struct store *s, const char *user, const char *session, int64_
  * every probe). */
 static int uid_free_locked(struct store *s, int64_t lo, int64_t hi, int64_t *ret_uid)
 {
-        _cleanup_(sq_end) struct store_query q = {};
-        int r = sq_start(&q, s,
+        _cleanup_(sq_end) struct store_query q = {}, next = {};
+        /* the usual case, one probe: the uid after the last one handed out is free */
+        int r = sq_start(&next, s,
+                         "SELECT last_uid + 1 FROM session_uid_cursor WHERE id = 1 AND last_uid + 1 BETWEEN ?1 AND ?2 "
+                         "AND NOT EXISTS (SELECT 1 FROM session_uids WHERE uid = last_uid + 1)");
+
+        if (r < 0)
+                return r;
+        sq_int64(&next, lo);
+        sq_int64(&next, hi);
+        r = sq_step(&next);
+        if (r < 0)
+                return r;
+        if (r > 0) {
+                *ret_uid = sq_col_int64(&next, 0);
+                return 0;
+        }
+        r = sq_start(&q, s,
                          "WITH cur(v) AS (SELECT COALESCE((SELECT last_uid FROM session_uid_cursor WHERE id = 1), ?1 - 1)) "
                          "SELECT c FROM (SELECT ?1 AS c UNION ALL SELECT v + 1 FROM cur UNION ALL "
                          "SELECT uid + 1 FROM session_uids WHERE uid >= ?1 AND uid < ?2) "

@@ -99,4 +99,34 @@ bool api_should_abandon(struct req *q);
  * its output if s. 1 ended (or the wait is over), 0 abandoned, <0 error. */
 int api_wait_final(struct req *q, const char *id, struct api_sink *s, int64_t max_ms, struct api_err *e);
 
+/* ---- agent tools (issue 17): api_agent.c, and the helpers of
+ * api_methods.c it shares ---- */
+int api_param_string(struct req *q, const char *name, bool required, const char **ret, struct api_err *e);
+int api_param_int(struct req *q, const char *name, int64_t lo, int64_t hi, int64_t def, int64_t *ret,
+                  struct api_err *e);
+int api_param_bool(struct req *q, const char *name, bool def, bool *ret, struct api_err *e);
+/* A stream of r as text: head, the omitted-bytes note, tail. */
+void api_add_stream(cJSON *o, const char *key, const struct exec_result *r, enum exec_stream stream);
+int api_m_session_info(struct req *q, cJSON **ret, struct api_err *e);
+/* Methods that act on the user, not one session: params.session optional. */
+bool api_method_user_level(const char *name);
+
+/* Append the session's default environment (create_session's env) to
+ * env/env_buf, skipping names env already has. */
+int api_agent_default_env(struct req *q, const char **env, char **env_buf, size_t *n_env, size_t max,
+                          struct api_err *e);
+/* run_code {script}: the saved script's language and code (malloc'd). */
+int api_agent_script_code(struct req *q, const char *name, enum exec_language *lang, char **ret_code,
+                          struct api_err *e);
+/* run_code started exec_id: keep its code for the cache. */
+void api_agent_note_run(struct req *q, const char *exec_id, enum exec_language lang, const char *code);
+/* A final run's "cached" (the script it saved; null when none, if always). */
+void api_agent_add_cached(struct req *q, const struct exec_result *res, cJSON *o, bool always);
+int api_m_run_tests(struct req *q, cJSON **ret, struct api_err *e);
+int api_m_list_scripts(struct req *q, cJSON **ret, struct api_err *e);
+int api_m_clear_scripts(struct req *q, cJSON **ret, struct api_err *e);
+int api_m_create_session(struct req *q, cJSON **ret, struct api_err *e);
+int api_m_destroy_session(struct req *q, cJSON **ret, struct api_err *e);
+int api_m_list_sessions(struct req *q, cJSON **ret, struct api_err *e);
+
 #endif

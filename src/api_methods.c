@@ -317,7 +317,9 @@ static int preflight_session(struct req *q, struct api_err *e)
         return 0;
 }
 
-static int run_execution(struct req *q, enum exec_language lang, cJSON **ret, struct api_err *e)
+/* code_override: run_code {script} (the saved script's code). */
+static int run_execution_code(struct req *q, enum exec_language lang, const char *code_override, bool cache,
+                              cJSON **ret, struct api_err *e)
 {
         const char *command = NULL, *code = NULL, *workdir = NULL, *stdin_s = NULL;
         int64_t timeout;
@@ -335,6 +337,8 @@ static int run_execution(struct req *q, enum exec_language lang, cJSON **ret, st
         if (lang == EXEC_LANG_NONE) {
                 if (p_string(q, "command", true, &command, e) < 0)
                         return -1;
+        } else if (code_override) {
+                code = code_override;
         } else if (p_string(q, "code", true, &code, e) < 0) {
                 return -1;
         }
@@ -367,6 +371,8 @@ static int run_execution(struct req *q, enum exec_language lang, cJSON **ret, st
                 }
         }
 
+        if (api_agent_default_env(q, env, env_buf, &n_env, API_MAX_ENV, e) < 0)
+                goto out;
         if (preflight_session(q, e) < 0)
                 goto out;
         if (stream && !background) {
@@ -397,6 +403,8 @@ static int run_execution(struct req *q, enum exec_language lang, cJSON **ret, st
                 r = api_fail_errno(e, r, &err, NULL);
                 goto out;
         }
+        if (cache)
+                api_agent_note_run(q, id, lang, code);
         if (!background) {
                 r = api_wait_final(q, id, sink, -1, e);
                 if (r <= 0) {
@@ -424,6 +432,8 @@ static int run_execution(struct req *q, enum exec_language lang, cJSON **ret, st
                 r = api_fail(e, "unavailable", "execution %s could not run: %s", id, res.error);
         } else {
                 *ret = exec_json(&res, base64, false, false);
+                if (*ret && lang != EXEC_LANG_NONE)
+                        api_agent_add_cached(q, &res, *ret, true);
         }
         exec_result_done(&res);
 out:
@@ -435,14 +445,30 @@ out:
 
 static int m_exec(struct req *q, cJSON **ret, struct api_err *e)
 {
-        return run_execution(q, EXEC_LANG_NONE, ret, e);
+        return run_execution_code(q, EXEC_LANG_NONE, NULL, false, ret, e);
 }
 
 static int m_run_code(struct req *q, cJSON **ret, struct api_err *e)
 {
-        const char *language;
+        const char *language, *script, *code;
         enum exec_language lang;
+        bool cache;
 
+        if (p_string(q, "script", false, &script, e) < 0 || p_bool(q, "cache", true, &cache, e) < 0)
+                return -1;
+        if (script) {
+                /* a saved script: its own language and code */
+                _cleanup_free_ char *saved = NULL;
+                int r;
+                if (p_string(q, "code", false, &code, e) < 0)
+                        return -1;
+                if (code)
+                        return api_fail(e, "invalid", "params.code and params.script exclude each other");
+                if (api_agent_script_code(q, script, &lang, &saved, e) < 0)
+                        return -1;
+                r = run_execution_code(q, lang, saved, cache, ret, e);
+                return r;
+        }
         if (p_string(q, "language", true, &language, e) < 0)
                 return -1;
         if (strcmp(language, "python") == 0 || strcmp(language, "python3") == 0)
@@ -453,7 +479,7 @@ static int m_run_code(struct req *q, cJSON **ret, struct api_err *e)
                 lang = EXEC_LANG_BASH;
         else
                 return api_fail(e, "invalid", "params.language must be python, node or bash");
-        return run_execution(q, lang, ret, e);
+        return run_execution_code(q, lang, NULL, cache, ret, e);
 }
 
 static int m_get_execution(struct req *q, cJSON **ret, struct api_err *e)
@@ -494,6 +520,8 @@ static int m_get_execution(struct req *q, cJSON **ret, struct api_err *e)
                         return 1;
         }
         *ret = exec_json(&res, base64, out_off >= 0, err_off >= 0);
+        if (*ret)
+                api_agent_add_cached(q, &res, *ret, false);
         exec_result_done(&res);
         return 0;
 }
@@ -873,6 +901,13 @@ static const struct {
         {"service_logs", m_service_logs},
         {"session_info", m_session_info},
         {"mark_private", m_mark_private},
+        /* agent tools (issue 17): api_agent.c */
+        {"run_tests", api_m_run_tests},
+        {"list_scripts", api_m_list_scripts},
+        {"clear_scripts", api_m_clear_scripts},
+        {"create_session", api_m_create_session},
+        {"destroy_session", api_m_destroy_session},
+        {"list_sessions", api_m_list_sessions},
 };
 
 api_method_fn api_method_find(const char *name)
@@ -881,4 +916,43 @@ api_method_fn api_method_find(const char *name)
                 if (strcmp(methods[i].name, name) == 0)
                         return methods[i].fn;
         return NULL;
+}
+
+/* ---- agent tools (issue 17): what api_agent.c shares ---- */
+
+int api_param_string(struct req *q, const char *name, bool required, const char **ret, struct api_err *e)
+{
+        return p_string(q, name, required, ret, e);
+}
+
+int api_param_int(struct req *q, const char *name, int64_t lo, int64_t hi, int64_t def, int64_t *ret,
+                  struct api_err *e)
+{
+        return p_int(q, name, lo, hi, def, ret, e);
+}
+
+int api_param_bool(struct req *q, const char *name, bool def, bool *ret, struct api_err *e)
+{
+        return p_bool(q, name, def, ret, e);
+}
+
+void api_add_stream(cJSON *o, const char *key, const struct exec_result *r, enum exec_stream stream)
+{
+        if (stream == EXEC_STDOUT)
+                add_stream(o, key, r->stdout_head, r->stdout_head_len, r->stdout_tail, r->stdout_tail_len,
+                           r->stdout_bytes, false);
+        else
+                add_stream(o, key, r->stderr_head, r->stderr_head_len, r->stderr_tail, r->stderr_tail_len,
+                           r->stderr_bytes, false);
+}
+
+int api_m_session_info(struct req *q, cJSON **ret, struct api_err *e)
+{
+        return m_session_info(q, ret, e);
+}
+
+bool api_method_user_level(const char *name)
+{
+        return strcmp(name, "list_sessions") == 0 || strcmp(name, "list_scripts") == 0 ||
+               strcmp(name, "clear_scripts") == 0 || strcmp(name, "create_session") == 0;
 }

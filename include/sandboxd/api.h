@@ -45,7 +45,7 @@
  * Tokens (see token.h): role agent may call every method but mark_private;
  * role connector may call every method.
  *
- * Every method takes params.session (1-64 of [A-Za-z0-9_.-]); the user is
+ * Every method but the user-level ones below takes params.session (1-64 of [A-Za-z0-9_.-]); the user is
  * always the token's: a request can only reach its own user's sessions, and
  * an execution id is found only in the session it ran in (otherwise
  * not_found, exactly as for an unknown id). The session's container is
@@ -81,6 +81,23 @@
  *                            ports: [{container_port, host_port}], container_id, image, created_at,
  *                            last_activity, last_error, error_cause}
  *   mark_private    {dataset, source?}  (role connector only)    → {session, datasets, network_mode}
+ *
+ * Agent tools (issue 17, src/api_agent.c; README "Agent tools"):
+ *   run_tests       {language: python|node, tests, code?, timeout_seconds?}
+ *       → {success, summary: {total, passed, failed, skipped}, tests: [{name, passed, skipped, error,
+ *         duration_ms}], tests_truncated, output, duration_ms, error, execution_id, language}
+ *   run_code        also {script: NAME} (run a saved script) and {cache: false}; its result (and
+ *                   get_execution's, once final) carries cached: {name, content_hash, language,
+ *                   description, bytes, created_at} or null, and cache_error when the cap refused it
+ *   list_scripts    {filter?, limit?: 1-1000 (100)}  → {scripts: [...], count, bytes, max_count, max_bytes}
+ *   clear_scripts   {name?}                          → {removed}
+ *   create_session  {session?, ttl_seconds?, image?, env?: {K: V}}  → session_info + {expires_at, env_names,
+ *                   image_name}; conflict if the session exists
+ *   destroy_session {session, purge?}   → {session, destroyed, purged, cancelled_executions}
+ *   list_sessions   {}                  → {sessions: [{session, state, image, created_at, last_activity,
+ *                   expires_at, ...}]}
+ * list_scripts, clear_scripts, list_sessions and create_session take no
+ * params.session (create_session names one when it is absent).
  *
  * Execution result: {execution_id, session, state, exit_code (null unless
  * exited), cause, error, stdout, stderr, encoding, stdout_bytes,

@@ -396,4 +396,53 @@ int store_gc_stats(struct store *s, struct store_gc_stats *ret);
  * which must not migrate. */
 int store_gc_schema_check(const char *path, int *ret_have, int *ret_want);
 
+/* ---- agent tools (issue 17): the script cache and session options ---- */
+
+struct store_script {
+        char name[96];
+        char content_hash[65];
+        char language[16];
+        char description[256]; /* "" when none */
+        char *code;            /* malloc'd (store_script_get only; NULL in lists) */
+        int64_t bytes;
+        int64_t created_at; /* unix ms */
+};
+void store_script_done(struct store_script *row);
+/* Save row for user unless a script with its content_hash exists: then
+ * -EEXIST and *ret_existing (without code) is that script. Past max_count
+ * scripts or max_bytes of code for the user: -EDQUOT, nothing saved. */
+int store_script_add(struct store *s, const char *user, const struct store_script *row, int64_t max_count,
+                     int64_t max_bytes, struct store_script *ret_existing);
+/* One of user's scripts, with its code. -ENOENT when user has none so named. */
+int store_script_get(struct store *s, const char *user, const char *name, struct store_script *ret);
+/* user's scripts (without code), newest first, at most limit; filter (NULL:
+ * all) keeps those whose name or description contains it. malloc'd array. */
+int store_script_list(struct store *s, const char *user, const char *filter, size_t limit,
+                      struct store_script **ret, size_t *ret_n);
+/* Remove one script (name) or all of user's (name NULL); *ret_removed counts. */
+int store_script_delete(struct store *s, const char *user, const char *name, int64_t *ret_removed);
+/* How many scripts user has and their code's bytes. */
+int store_script_usage(struct store *s, const char *user, int64_t *ret_count, int64_t *ret_bytes);
+
+struct store_session_options {
+        char image[256];  /* "" : the config's */
+        char *env_json;   /* malloc'd JSON object, or NULL */
+        int64_t expires_at; /* unix ms; 0: no TTL */
+        int64_t created_at;
+};
+void store_session_options_done(struct store_session_options *o);
+/* Replace the options of user:session. */
+int store_session_options_set(struct store *s, const char *user, const char *session,
+                              const struct store_session_options *o);
+/* -ENOENT when the session has none. */
+int store_session_options_get(struct store *s, const char *user, const char *session,
+                              struct store_session_options *ret);
+int store_session_options_delete(struct store *s, const char *user, const char *session);
+/* Forget the TTL of user:session (it ended it). */
+int store_session_options_clear_ttl(struct store *s, const char *user, const char *session);
+/* Sessions whose TTL is over at now_ms, as "user" and "session" pairs in
+ * two malloc'd arrays of 65-byte keys (at most limit). */
+int store_session_options_expired(struct store *s, int64_t now_ms, size_t limit, char (**ret_users)[65],
+                                  char (**ret_sessions)[65], size_t *ret_n);
+
 #endif

@@ -335,6 +335,8 @@ static const char *const expected_tools[] = {
         "exec",         "run_code",     "get_execution",  "send_stdin",    "cancel_execution",
         "list_executions", "write_file", "read_file",     "list_files",    "start_service",
         "stop_service", "list_services", "service_logs", "session_info",
+        /* agent tools (issue 17) */
+        "run_tests", "list_scripts", "clear_scripts", "create_session", "destroy_session", "list_sessions",
 };
 
 static const cJSON *find_tool(const cJSON *tools, const char *name)
@@ -366,8 +368,16 @@ Test(mcp, tools_list_has_every_tool_with_schemas)
                 const cJSON *out = cJSON_GetObjectItem(t, "outputSchema");
                 cr_assert_str_eq(cJSON_GetObjectItem(in, "type")->valuestring, "object", "%s in", expected_tools[i]);
                 cr_assert_str_eq(cJSON_GetObjectItem(out, "type")->valuestring, "object", "%s out", expected_tools[i]);
-                cr_assert(cJSON_IsObject(cJSON_GetObjectItem(cJSON_GetObjectItem(in, "properties"), "session")),
+                /* the user-level tools (issue 17) act on the user, not on one session */
+                bool user_level = strcmp(expected_tools[i], "list_scripts") == 0 ||
+                                  strcmp(expected_tools[i], "clear_scripts") == 0 ||
+                                  strcmp(expected_tools[i], "list_sessions") == 0;
+                cr_assert(user_level ||
+                                  cJSON_IsObject(cJSON_GetObjectItem(cJSON_GetObjectItem(in, "properties"), "session")),
                           "%s takes session", expected_tools[i]);
+                cr_assert(!user_level ||
+                                  !cJSON_GetObjectItem(cJSON_GetObjectItem(in, "properties"), "session"),
+                          "%s takes no session", expected_tools[i]);
                 cr_assert(cJSON_IsObject(cJSON_GetObjectItem(t, "annotations")));
         }
         /* the argument names the tools are documented with */

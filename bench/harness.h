@@ -80,7 +80,7 @@ int baseline_run(struct bench *b, const char *ws, bool publish, char *ret_id, si
 /* `docker exec id true`: ms, or -1. */
 double docker_exec_cli(struct bench *b, const char *id);
 void docker_rm(struct bench *b, const char *id);
-/* A baseline workspace directory owned by sandbox_uid, mode 0700. */
+/* A baseline workspace directory owned by the top uid of sandbox_uid_range, mode 0700. */
 int make_workspace(struct bench *b, int i, char *ret, size_t size);
 
 /* ---- the daemon's log and other files ---- */

@@ -22,6 +22,7 @@
 #include "sandboxd/runner.h"
 #include "sandboxd/service.h"
 #include "sandboxd/session.h"
+#include "sandboxd/sessuid.h"
 #include "sandboxd/store.h"
 #include "sandboxd/wsquota.h"
 
@@ -81,6 +82,8 @@ int daemon_open(const struct sbx_config *cfg, const struct daemon_options *opts,
         d->started_at = sbx_wall_ms();
 
         r = wsquota_check_config(&d->cfg, err);
+        if (r == 0)
+                r = sessuid_check_host(&d->cfg, err); /* no host account may share a session's uid */
         if (r < 0)
                 goto fail;
         if (mkdir(d->cfg.data_dir, 0711) < 0 && errno != EEXIST) {

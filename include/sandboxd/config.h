@@ -54,7 +54,8 @@ struct sbx_config {
         char runtime[16];         /* "runc" | "runsc" (gVisor); per-user overrides in the store */
         char network_default[16]; /* "bridge" | "none" */
         char publish_ip[64];
-        int sandbox_uid;
+        int sandbox_uid_lo; /* sandbox_uid_range: one host uid (and gid) per session (sessuid.h) */
+        int sandbox_uid_hi;
         int docker_timeout_ms;
 
         /* ports */

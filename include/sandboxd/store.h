@@ -296,6 +296,29 @@ int store_user_runtime_set(struct store *s, const char *user, const char *runtim
 /* Executions ever recorded for user:session (gc removes old ones). */
 int store_exec_count(struct store *s, const char *user, const char *session, int64_t *ret_count);
 
+/* ---- session uids (store_uid.c; sessuid.h says what they are for) ---- */
+
+struct store_uid {
+        char user_id[65];
+        char session_id[65];
+        int64_t uid;
+        int64_t assigned_at; /* unix ms */
+};
+/* The uid recorded for (user, session); -ENOENT when none is. */
+int store_uid_get(struct store *s, const char *user, const char *session, int64_t *ret_uid);
+/* The recorded uid, or else the lowest of [lo, hi] no session holds,
+ * recorded in the same transaction. -ENOSPC when every uid of the range is
+ * held. */
+int store_uid_assign(struct store *s, const char *user, const char *session, int64_t lo, int64_t hi,
+                     int64_t now_ms, int64_t *ret_uid);
+/* Forget the uid of (user, session); -ENOENT if it had none. */
+int store_uid_release(struct store *s, const char *user, const char *session);
+/* Every row, ordered by uid. malloc'd array (NULL when none). */
+int store_uid_list(struct store *s, struct store_uid **ret, size_t *ret_n);
+/* gc: delete the row (user, session, uid) unless that session's row is
+ * RUNNING or CREATING by now. -ESTALE when kept. */
+int store_gc_uid_release(struct store *s, const char *user, const char *session, int64_t uid);
+
 /* ---- API tokens (only digests are stored) ---- */
 
 struct store_token {

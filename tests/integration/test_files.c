@@ -9,6 +9,7 @@
 
 #include "fixture.h"
 #include "sandboxd/files.h"
+#include "sandboxd/sessuid.h"
 #include "sandboxd/session.h"
 #include "testenv.h"
 
@@ -151,7 +152,10 @@ Test(files, text_binary_and_offsets)
                 struct stat st;
                 snprintf(host, sizeof(host), "%s/workspaces/u1/s1/deep/er/bin.dat", cfg.data_dir);
                 cr_assert_eq(stat(host, &st), 0, "%s missing on the host", host);
-                cr_assert_eq(st.st_uid, (uid_t)cfg.sandbox_uid);
+                uid_t uid = 0;
+                cr_assert_eq(sessuid_lookup(d->store, "u1", "s1", &uid), 0);
+                cr_assert_eq(st.st_uid, uid, "owned by %u, not the session's uid %u", (unsigned)st.st_uid,
+                             (unsigned)uid);
                 cr_assert_eq(st.st_size, (off_t)sizeof(bin));
         }
         (void)norm;

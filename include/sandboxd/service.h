@@ -30,6 +30,7 @@ struct session_manager;
 struct exec_engine;
 struct quota;
 struct service_manager;
+struct runner_hub;
 
 enum service_state {
         SERVICE_STARTING,
@@ -72,6 +73,10 @@ void service_manager_free(struct service_manager *m);
 /* Per-user limits (max_services_per_session and its overrides) come from q
  * from now on; without one, from the config. q must outlive m. */
 void service_set_quota(struct service_manager *m, struct quota *q);
+/* Services start on the session's runner when it is connected (supervised
+ * there, ports reported as they open), else through docker exec. Call
+ * before service_manager_start; h must outlive m. */
+void service_set_runner(struct service_manager *m, struct runner_hub *h);
 
 /* name: 1-64 of [A-Za-z0-9_.-]. -EEXIST if that name is running; -EUSERS
  * past max_services_per_session; -E2BIG for a command over

@@ -24,6 +24,7 @@
 #define CACHE_MAX (2 * RP_SVC_MAX)
 #define PID_LIMIT 4194304 /* PID_MAX_LIMIT */
 #define WRITE_FRAME (RP_MAX_TO_RUNNER - 8192)
+#define MAX_STALLS 200 /* answers without progress ("no room now") before giving up, 5 ms apart */
 
 struct op {
         struct op *next;
@@ -199,7 +200,7 @@ int runner_file_read(struct runner_hub *h, const char *user, const char *session
         struct op *op = NULL;
         size_t got = 0;
         uint64_t size = 0;
-        int r = op_new(o, user, session, false, &op);
+        int r = op_new(o, user, session, false, &op), stalls = 0;
 
         if (r < 0)
                 return r;
@@ -216,7 +217,8 @@ int runner_file_read(struct runner_hub *h, const char *user, const char *session
                 got += op->len;
                 size = op->rep.size;
                 if (op->len == 0 && want > 0 && offset + got < size) {
-                        r = sbx_now_ms() < until ? 0 : -ETIMEDOUT; /* the runner had no room: ask again */
+                        /* the runner had no room: ask again, a bounded number of times */
+                        r = sbx_now_ms() < until && ++stalls < MAX_STALLS ? 0 : -ETIMEDOUT;
                         if (r == 0)
                                 sbx_sleep_ms(5);
                         continue;
@@ -301,14 +303,14 @@ int runner_file_list(struct runner_hub *h, const char *user, const char *session
         struct op *op = NULL;
         uint32_t start = 0;
         bool truncated = false;
-        int r = op_new(o, user, session, false, &op), rounds = 0;
+        int r = op_new(o, user, session, false, &op), rounds = 0, stalls = 0;
 
         if (r < 0)
                 return r;
         for (;;) {
                 size_t i = 0;
                 r = file_call(o, op, RP_FILE_LIST, start, 0, path, until);
-                if (r == -EAGAIN && sbx_now_ms() < until) {
+                if (r == -EAGAIN && sbx_now_ms() < until && ++stalls < MAX_STALLS) {
                         sbx_sleep_ms(5);
                         continue;
                 }

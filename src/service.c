@@ -50,6 +50,7 @@
 #define RUNNER_WAIT_MS 3000 /* a new container's runner connects within milliseconds */
 #define KILL_WAIT_MS 5000   /* after SIGKILL: the runner freezes and kills the tree */
 #define MAX_DIRTY 64
+#define APPLY_GAP_MS 20
 #define LOG_TAIL_BYTES (1 << 20) /* service_logs reads at most this much of a log's end */
 
 /* $1 dir, $2 workdir. Prints the service's PID. (nohup where the image has
@@ -842,8 +843,10 @@ static void *monitor_main(void *ud)
                         next_pass = sbx_now_ms() + m->cfg->monitor_interval_ms;
                 }
                 pthread_mutex_lock(&m->wlock);
-                until = sbx_deadline_after(CLOCK_MONOTONIC, next_pass - sbx_now_ms());
-                while (!m->stopping && m->n_dirty == 0 &&
+                /* at most one batch of reports per APPLY_GAP_MS: a runner that floods
+                 * reports cannot keep this thread from the other sessions */
+                until = sbx_deadline_after(CLOCK_MONOTONIC, n ? APPLY_GAP_MS : next_pass - sbx_now_ms());
+                while (!m->stopping && (n || m->n_dirty == 0) &&
                        pthread_cond_timedwait(&m->wake, &m->wlock, &until) != ETIMEDOUT)
                         ;
         }

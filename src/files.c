@@ -196,6 +196,9 @@ static int errno_error(int r, const char *what, const char *path, struct sbx_err
                 return sbx_error_set(err, -EIO, 0, "%s: writing %s failed (workspace full?)", what, path);
         case -ETIMEDOUT:
                 return sbx_error_set(err, -ETIMEDOUT, 0, "%s: %s: the runner did not answer in time", what, path);
+        case -EBUSY:
+                return sbx_error_set(err, -EBUSY, 0, "busy: too many writes at once in this session (%s %s)", what,
+                                     path);
         default:
                 return sbx_error_set(err, -EIO, 0, "%s: %s: %s", what, path, strerror(-r));
         }

@@ -280,7 +280,7 @@ static void file_read(uint32_t tag, const struct rp_file_req *rq, const char *pa
 {
         static char buf[RP_CHUNK];
         char res[PATH_MAX];
-        struct stat st;
+        struct stat st = {0};
         size_t want, got = 0, room;
         int fd, r;
 

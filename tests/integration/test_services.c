@@ -312,3 +312,24 @@ Test(services, docker_exec_fallback)
         cr_assert_eq(services, 0);
         daemon_close(d);
 }
+
+/* A service that ends while the daemon is away is recorded with its exit
+ * code once the daemon is back (the runner kept it and reports it again). */
+Test(services, exit_while_the_daemon_is_away)
+{
+        struct sbx_error err = {0};
+        uint64_t files, services;
+
+        open_daemon(NULL);
+        cr_assert_eq(service_start(d->services, "u1", "away", "s", "sleep 2; exit 7", NULL, NULL, &err), 0, "%s",
+                     err.msg);
+        runner_ops_counts(d->runner, &files, &services);
+        cr_assert_eq(services, 1, "not on the runner");
+        daemon_close(d); /* the container and the runner keep running */
+        sbx_sleep_ms(3000);
+        d = fixture_open(&cfg, true);
+        struct want w = {"away", "s", SERVICE_FAILED, false};
+        cr_assert_geq(fixture_wait(reached, &w, 20000), 0, "the end was never recorded");
+        cr_assert_eq(find("away", "s").exit_code, 7);
+        daemon_close(d);
+}

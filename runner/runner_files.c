@@ -26,6 +26,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/random.h>
 #include <sys/stat.h>
 #include <sys/syscall.h>
 #include <unistd.h>
@@ -479,9 +480,12 @@ static void file_write(const struct rp_hdr *h, const unsigned char *p)
                 }
                 w->dirfd = dfd;
                 for (int tries = 0; tries < 16 && w->fd < 0; tries++) {
-                        snprintf(w->tmp, sizeof(w->tmp), ".sbx-write.%06lx",
-                                 (unsigned long)((now_ms() * 2654435761u + (uint64_t)tries * 40503u + (uint64_t)getpid()) &
-                                                 0xffffff));
+                        uint64_t rnd = (uint64_t)now_ms() * 2654435761u + (uint64_t)tries;
+                        if (getrandom(&rnd, sizeof(rnd), GRND_NONBLOCK) < 0) {
+                                /* keep the clock's: O_EXCL below still refuses a clash */
+                        }
+                        snprintf(w->tmp, sizeof(w->tmp), ".sbx-write.%012llx",
+                                 (unsigned long long)(rnd & 0xffffffffffffull));
                         w->fd = openat(dfd, w->tmp, O_WRONLY | O_CREAT | O_EXCL | O_NOFOLLOW | O_CLOEXEC, 0644);
                         if (w->fd < 0 && errno != EEXIST)
                                 break;

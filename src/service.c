@@ -439,9 +439,10 @@ int service_stop(struct service_manager *m, const char *user, const char *sessio
         if (r == 0) {
                 session_container_id(s, cid);
                 marker_of(&row, marker, sizeof(marker));
-                if (strcmp(cid, row.container_id) == 0 && row.pid > 0 && stop_via_runner(m, user, session, marker, err, &r)) {
+                bool here = strcmp(cid, row.container_id) == 0 && row.pid > 0;
+                if (here && stop_via_runner(m, user, session, marker, err, &r)) {
                         /* done: the runner ended its whole tree (or said why not) */
-                } else if (strcmp(cid, row.container_id) == 0 && row.pid > 0) {
+                } else if (here) {
                         snprintf(pid, sizeof(pid), "%d", row.pid);
                         snprintf(grace, sizeof(grace), "%d", m->cfg->service_stop_grace_ms / 100);
                         r = exec_internal(m->exec, cid, argv, NULL, 0,

@@ -151,7 +151,8 @@ Test(services, stop_leaves_no_process_behind)
 
         open_daemon(NULL);
         cr_assert_eq(service_start(d->services, "u1", "tree", "t",
-                                   "trap '' TERM; sleep 2001 & setsid sleep 2002 & (sh -c 'trap \"\" TERM; sleep 2003') & "
+                                   "trap '' TERM; sleep 2001 & setsid sleep 2002 & "
+                                   "(sh -c 'trap \"\" TERM; sleep 2003') & "
                                    "env -i sh -c 'sleep 2005 &'; (setsid sleep 2006 &); sleep 2004",
                                    NULL, NULL, &err),
                      0, "%s", err.msg);

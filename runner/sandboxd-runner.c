@@ -19,6 +19,10 @@
  * rusage of everything it reaped, then keeps reaping until its subtree is
  * empty.
  *
+ * Services (runner_svc.c) live under shims of their own the same way, and
+ * workspace files (runner_files.c) are read and written confined to
+ * /workspace; both are described in runner_proto.h.
+ *
  * Single-threaded: one poll loop. Every buffer is bounded: output is read
  * from a pipe only while the outgoing buffer has room, so a process whose
  * output cannot be delivered blocks in write() instead of losing bytes.
@@ -108,8 +112,7 @@ static void on_sigchld(int sig)
 static bool out_room(size_t n) { return out_len + n <= OUT_CAP; }
 
 /* Control frames may exceed OUT_CAP a little: they are few and small. */
-void send_frame(uint16_t type, uint16_t flags, uint32_t tag, const void *p1, size_t n1, const void *p2,
-                       size_t n2)
+void send_frame(uint16_t type, uint16_t flags, uint32_t tag, const void *p1, size_t n1, const void *p2, size_t n2)
 {
         struct rp_hdr h = {.len = (uint32_t)(n1 + n2), .type = type, .flags = flags, .tag = tag};
 
@@ -629,8 +632,8 @@ static void reap(void)
         while ((p = waitpid(-1, &st, WNOHANG)) > 0)
                 if (!svc_reaped(p, st))
                         for (int i = 0; i < MAX_JOBS; i++)
-                        if (jobs[i].used && jobs[i].shim == p)
-                                jobs[i].shim_gone = true;
+                                if (jobs[i].used && jobs[i].shim == p)
+                                        jobs[i].shim_gone = true;
 }
 
 /* ---- incoming frames ---- */

@@ -23,7 +23,10 @@
 
 #define CACHE_MAX (2 * RP_SVC_MAX)
 #define PID_LIMIT 4194304 /* PID_MAX_LIMIT */
-#define WRITE_FRAME (RP_MAX_TO_RUNNER - 8192)
+/* Bytes of a file per frame: well under RP_MAX_TO_RUNNER, so one frame
+ * never holds the connection's write lock for long, even when the
+ * container's CPU quota slows the runner down. */
+#define WRITE_FRAME (256 * 1024)
 #define MAX_STALLS 200 /* answers without progress ("no room now") before giving up, 5 ms apart */
 
 struct op {

@@ -8,6 +8,9 @@
  * CACHE_MAX per session) until the daemon forgets them or the connection
  * closes.
  *
+ * The cache is hashed by session, so a report costs the same however many
+ * sessions there are.
+ *
  * Locks: o->lock guards o->ops, o->svcs and the counters; paired with
  * o->cond (CLOCK_REALTIME), broadcast on every reply, report and close.
  * A leaf: never held across runner_hub_send or the services callback. */
@@ -22,6 +25,7 @@
 #include "sandboxd/common.h"
 
 #define CACHE_MAX (2 * RP_SVC_MAX)
+#define BUCKETS 256
 #define PID_LIMIT 4194304 /* PID_MAX_LIMIT */
 /* Bytes of a file per frame: well under RP_MAX_TO_RUNNER, so one frame
  * never holds the connection's write lock for long, even when the
@@ -55,7 +59,7 @@ struct runner_ops {
         pthread_mutex_t lock;
         pthread_cond_t cond;
         struct op *ops;
-        struct svc_entry *svcs;
+        struct svc_entry *svcs[BUCKETS]; /* by session_bucket() */
         uint32_t next_tag;
         runner_svc_fn on_svc;
         void *svc_ud;
@@ -79,15 +83,28 @@ void runner_ops_free(struct runner_ops *o)
 {
         if (!o)
                 return;
-        while (o->svcs) {
-                struct svc_entry *e = o->svcs;
-                o->svcs = e->next;
-                free(e);
-        }
+        for (size_t b = 0; b < BUCKETS; b++)
+                while (o->svcs[b]) {
+                        struct svc_entry *e = o->svcs[b];
+                        o->svcs[b] = e->next;
+                        free(e);
+                }
         /* every op belongs to a caller that has returned by now */
         pthread_mutex_destroy(&o->lock);
         pthread_cond_destroy(&o->cond);
         free(o);
+}
+
+static size_t session_bucket(const char *user, const char *session)
+{
+        uint32_t h = 2166136261u; /* FNV-1a */
+
+        for (const char *p = user; *p; p++)
+                h = (h ^ (unsigned char)*p) * 16777619u;
+        h = (h ^ ':') * 16777619u;
+        for (const char *p = session; *p; p++)
+                h = (h ^ (unsigned char)*p) * 16777619u;
+        return h % BUCKETS;
 }
 
 static bool same_session(const char *u1, const char *s1, const char *u2, const char *s2)
@@ -428,7 +445,7 @@ void runner_svc_forget(struct runner_hub *h, const char *user, const char *sessi
         if (!o)
                 return;
         pthread_mutex_lock(&o->lock);
-        for (struct svc_entry **pp = &o->svcs; *pp; pp = &(*pp)->next)
+        for (struct svc_entry **pp = &o->svcs[session_bucket(user, session)]; *pp; pp = &(*pp)->next)
                 if (same_session((*pp)->user, (*pp)->session, user, session) &&
                     strcmp((*pp)->st.marker, marker) == 0) {
                         struct svc_entry *e = *pp;
@@ -443,7 +460,7 @@ void runner_svc_forget(struct runner_hub *h, const char *user, const char *sessi
 static struct svc_entry *entry_find_locked(struct runner_ops *o, const char *user, const char *session,
                                            const char *marker)
 {
-        for (struct svc_entry *e = o->svcs; e; e = e->next)
+        for (struct svc_entry *e = o->svcs[session_bucket(user, session)]; e; e = e->next)
                 if (same_session(e->user, e->session, user, session) && strcmp(e->st.marker, marker) == 0)
                         return e;
         return NULL;
@@ -477,7 +494,7 @@ int runner_svc_states(struct runner_hub *h, const char *user, const char *sessio
                 return -ENOMEM;
         if (o) {
                 pthread_mutex_lock(&o->lock);
-                for (struct svc_entry *e = o->svcs; e && n < CACHE_MAX; e = e->next)
+                for (struct svc_entry *e = o->svcs[session_bucket(user, session)]; e && n < CACHE_MAX; e = e->next)
                         if (same_session(e->user, e->session, user, session))
                                 out[n++] = e->st;
                 pthread_mutex_unlock(&o->lock);
@@ -641,13 +658,13 @@ static bool svc_report(struct runner_ops *o, const char *user, const char *sessi
                 struct svc_entry *e = entry_find_locked(o, user, session, st.marker);
                 if (!e) {
                         size_t n = 0;
-                        for (struct svc_entry *x = o->svcs; x; x = x->next)
+                        for (struct svc_entry *x = o->svcs[session_bucket(user, session)]; x; x = x->next)
                                 n += same_session(x->user, x->session, user, session);
                         if (n < CACHE_MAX && (e = calloc(1, sizeof(*e)))) {
                                 sbx_strlcpy(e->user, user, sizeof(e->user));
                                 sbx_strlcpy(e->session, session, sizeof(e->session));
-                                e->next = o->svcs;
-                                o->svcs = e;
+                                e->next = o->svcs[session_bucket(user, session)];
+                                o->svcs[session_bucket(user, session)] = e;
                         }
                 }
                 if (e) {
@@ -694,7 +711,7 @@ void runner_ops_closed(struct runner_ops *o, const char *user, const char *sessi
                         op->done = true;
                         op->err = -ECONNRESET;
                 }
-        for (struct svc_entry **pp = &o->svcs; *pp;) {
+        for (struct svc_entry **pp = &o->svcs[session_bucket(user, session)]; *pp;) {
                 struct svc_entry *e = *pp;
                 if (e->conn == conn && same_session(e->user, e->session, user, session)) {
                         *pp = e->next;

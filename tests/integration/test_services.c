@@ -272,8 +272,21 @@ Test(services, runner_reports_the_port_and_the_exact_pid)
         cr_assert(strstr(out, "http.server 8001") != NULL, "pid %d is %s", info.pid, out);
         free(out);
         session_info_done(&si);
+
+        /* a port opened by a setsid grandchild is still the service's */
+        cr_assert_eq(service_start(d->services, "u1", "push", "deep",
+                                   "sh -c 'setsid python3 -m http.server 8002 & wait'; sleep 1000", NULL, &info, &err),
+                     0, "%s", err.msg);
+        struct want w2 = {"push", "deep", SERVICE_RUNNING, true};
+        cr_assert_geq(fixture_wait(reached, &w2, 20000), 0, "the grandchild's port was never reported");
+        info = find("push", "deep");
+        cr_assert_eq(info.n_ports, 1);
+        cr_assert_eq(info.ports[0].container_port, 8002);
+        cr_assert_eq(find("push", "web").ports[0].container_port, 8001, "ports were mixed up between services");
+
         cr_assert_eq(service_stop(d->services, "u1", "push", "web", &info, &err), 0, "%s", err.msg);
         cr_assert_eq(info.state, SERVICE_STOPPED);
+        cr_assert_eq(service_stop(d->services, "u1", "push", "deep", &info, &err), 0, "%s", err.msg);
         cr_assert_eq(count_procs("push", "[h]ttp.server"), 0);
         daemon_close(d);
 }

@@ -19,6 +19,10 @@
  * rusage of everything it reaped, then keeps reaping until its subtree is
  * empty.
  *
+ * Services (runner_svc.c) live under shims of their own the same way, and
+ * workspace files (runner_files.c) are read and written confined to
+ * /workspace; both are described in runner_proto.h.
+ *
  * Single-threaded: one poll loop. Every buffer is bounded: output is read
  * from a pipe only while the execution's retained buffer (RP_RETAIN_CAP per
  * stream, RETAIN_TOTAL in all) has room, so a process whose output cannot be
@@ -59,6 +63,7 @@
 #include <time.h>
 #include <unistd.h>
 
+#include "runner_ext.h"
 #include "sandboxd/runner_proto.h"
 
 #ifndef SYS_close_range
@@ -119,7 +124,7 @@ static size_t retained_total;
 static int sigpipe_fds[2] = {-1, -1};
 static const char *sock_path = RP_SOCKET_DIR "/" RP_SOCKET_NAME;
 
-static int64_t now_ms(void)
+int64_t now_ms(void)
 {
         struct timespec ts;
         clock_gettime(CLOCK_MONOTONIC, &ts);
@@ -140,8 +145,7 @@ static void on_sigchld(int sig)
 static bool out_room(size_t n) { return out_len + n <= OUT_CAP; }
 
 /* Control frames may exceed OUT_CAP a little: they are few and small. */
-static void send_frame(uint16_t type, uint16_t flags, uint32_t tag, const void *p1, size_t n1, const void *p2,
-                       size_t n2)
+void send_frame(uint16_t type, uint16_t flags, uint32_t tag, const void *p1, size_t n1, const void *p2, size_t n2)
 {
         struct rp_hdr h = {.len = (uint32_t)(n1 + n2), .type = type, .flags = flags, .tag = tag};
 
@@ -159,6 +163,12 @@ static void send_frame(uint16_t type, uint16_t flags, uint32_t tag, const void *
         out_len += n2;
 }
 
+size_t out_reply_room(void)
+{
+        size_t cap = OUT_CAP + 64 * 1024;
+        return out_len + RP_HDR_LEN < cap ? cap - out_len - RP_HDR_LEN : 0;
+}
+
 static void send_failed(uint32_t tag, int err, const char *msg)
 {
         uint32_t e = (uint32_t)err;
@@ -170,6 +180,7 @@ static void disconnect(void)
         if (sock >= 0)
                 close(sock);
         sock = -1;
+        files_disconnected();
         /* A frame may be half-written: the next connection starts clean.
          * Executions keep their unacknowledged output and their exit. */
         out_len = out_off = 0;
@@ -201,20 +212,15 @@ static void flush_out(void)
 
 /* ---- process trees ---- */
 
-/* Signal every descendant of root (not root itself); returns how many. */
-static int tree_signal(pid_t root, int sig)
+size_t proc_scan(pid_t *pid, pid_t *ppid, size_t max)
 {
-        static pid_t pid[MAX_PROCS], ppid[MAX_PROCS];
-        static bool mark[MAX_PROCS];
-        size_t n = 0;
-        int hits = 0;
         DIR *d = opendir("/proc");
         struct dirent *de;
-        bool changed;
+        size_t n = 0;
 
         if (!d)
                 return 0;
-        while ((de = readdir(d)) && n < MAX_PROCS) {
+        while ((de = readdir(d)) && n < max) {
                 char path[300], buf[512], *p;
                 int fd;
                 ssize_t k;
@@ -237,10 +243,22 @@ static int tree_signal(pid_t root, int sig)
                         continue;
                 pid[n] = (pid_t)atoi(de->d_name);
                 ppid[n] = (pid_t)pp;
-                mark[n] = false;
                 n++;
         }
         closedir(d);
+        return n;
+}
+
+/* Signal every descendant of root (not root itself); returns how many. */
+static int tree_signal(pid_t root, int sig)
+{
+        static pid_t pid[MAX_PROCS], ppid[MAX_PROCS];
+        static bool mark[MAX_PROCS];
+        size_t n = proc_scan(pid, ppid, MAX_PROCS);
+        int hits = 0;
+        bool changed;
+
+        memset(mark, 0, n * sizeof(mark[0]));
         do {
                 changed = false;
                 for (size_t i = 0; i < n; i++) {
@@ -259,7 +277,7 @@ static int tree_signal(pid_t root, int sig)
         return hits;
 }
 
-static void tree_kill(pid_t root, int sig)
+void tree_kill(pid_t root, int sig)
 {
         if (sig != SIGKILL) {
                 (void)tree_signal(root, sig);
@@ -917,9 +935,10 @@ static void reap(void)
         pid_t p;
 
         while ((p = waitpid(-1, &st, WNOHANG)) > 0)
-                for (int i = 0; i < MAX_JOBS; i++)
-                        if (jobs[i].used && jobs[i].shim == p)
-                                jobs[i].shim_gone = true;
+                if (!svc_reaped(p, st))
+                        for (int i = 0; i < MAX_JOBS; i++)
+                                if (jobs[i].used && jobs[i].shim == p)
+                                        jobs[i].shim_gone = true;
 }
 
 /* ---- incoming frames ---- */
@@ -962,6 +981,16 @@ static void handle_frame(const struct rp_hdr *h, const unsigned char *p)
         case RP_RESIZE:
                 if (j)
                         job_resize(j, p, h->len);
+                break;
+        case RP_FILE_READ:
+        case RP_FILE_WRITE:
+        case RP_FILE_LIST:
+                files_frame(h, p);
+                break;
+        case RP_SVC_START:
+        case RP_SVC_SIGNAL:
+        case RP_SVC_FORGET:
+                svc_frame(h, p);
                 break;
         default:
                 break; /* unknown frames are skipped: newer daemons may send more */
@@ -1022,6 +1051,7 @@ static bool try_connect(void)
         out_len = out_off = 0;
         send_frame(RP_HELLO, 0, 0, &hello, sizeof(hello), RP_VERSION, strlen(RP_VERSION));
         jobs_report();
+        svc_connected();
         return true;
 }
 
@@ -1101,6 +1131,11 @@ int main(int argc, char **argv)
                                         timeout = left > 0 ? left : 0;
                         }
                 }
+                {
+                        int t = svc_timeout(now);
+                        if (t >= 0 && t < timeout)
+                                timeout = t;
+                }
                 if (poll(pfd, n, (int)timeout) < 0 && errno != EINTR)
                         return 1;
                 for (nfds_t i = 0; i < n; i++) {
@@ -1136,6 +1171,7 @@ int main(int argc, char **argv)
                                 job_send_output(&jobs[i]);
                                 job_maybe_finish(&jobs[i]);
                         }
+                svc_tick(now_ms());
                 flush_out();
         }
 }

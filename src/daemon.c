@@ -156,6 +156,7 @@ int daemon_open(const struct sbx_config *cfg, const struct daemon_options *opts,
         if (r < 0)
                 goto fail;
         service_set_quota(d->services, d->quota);
+        service_set_runner(d->services, d->runner);
         r = session_reconcile(d->sessions, NULL, err);
         if (r < 0)
                 goto fail;

@@ -433,7 +433,7 @@ static struct mcp_tool tools[] = {
         {
                 .name = "stop_service",
                 .title = "Stop a service",
-                .description = "Stop a service: SIGTERM to its process group, SIGKILL after a grace period.",
+                .description = "Stop a service: SIGTERM to all its processes, SIGKILL after a grace period.",
                 .input = "{'type':'object','properties':{'name':{'type':'string','minLength':1}," SESSION_PROP "},"
                          "'required':['name'],'additionalProperties':false}",
                 .output = "{'type':'object','properties':{" SERVICE_OUT_PROPS "}}",

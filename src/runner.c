@@ -39,6 +39,7 @@
 #include <sys/un.h>
 #include <unistd.h>
 
+#include "runner_internal.h"
 #include "sandboxd/log.h"
 #include "sandboxd/sha256.h"
 
@@ -82,6 +83,7 @@ struct runner_chan {
         int64_t last_ping;
         char version[64];
         uint32_t next_tag;
+        uint64_t conn_id; /* which connection: files and services (runner_ops.c) match it */
         struct ep_ref ep_listen, ep_conn;
         unsigned char *inbuf;
         size_t in_len;
@@ -129,6 +131,8 @@ struct runner_hub {
         void *lost_ud;
         struct runner_expect *expect; /* h->lock */
         size_t n_expect;
+        uint64_t next_conn_id;
+        struct runner_ops *ops; /* files and services (runner_ops.c) */
 };
 
 /* ---- helpers ---- */
@@ -186,6 +190,7 @@ static void conn_close(struct runner_hub *h, struct runner_chan *c, const char *
         pthread_mutex_unlock(&h->lock);
         pthread_mutex_lock(&c->wlock);
         pthread_mutex_lock(&h->lock);
+        uint64_t conn_id = c->conn_id;
         close(c->cfd);
         c->cfd = -1;
         c->hello = false;
@@ -193,6 +198,7 @@ static void conn_close(struct runner_hub *h, struct runner_chan *c, const char *
         c->in_len = 0;
         pthread_mutex_unlock(&h->lock);
         pthread_mutex_unlock(&c->wlock);
+        runner_ops_closed(h->ops, c->user, c->session, conn_id);
         if (why)
                 log_ctx(LOG_LEVEL_DEBUG, c->user, c->session, NULL, "runner connection closed: %s", why);
 }
@@ -418,6 +424,8 @@ static bool handle_frame(struct runner_hub *h, struct runner_chan *c, const stru
                 return job_listed(h, c, hdr, p);
         if (hdr->type == RP_JOBS_END)
                 return hdr->len == 0 && jobs_listed(h, c);
+        if (hdr->type >= RP_FILE_READ && hdr->type <= RP_SVC_STATE)
+                return runner_ops_frame(h->ops, c->user, c->session, c->conn_id, hdr, p);
         if (hdr->tag == 0)
                 return false;
         x = exec_find_ref(h, c, hdr->tag);
@@ -552,6 +560,7 @@ static void conn_accept(struct runner_hub *h, struct runner_chan *c)
                         continue;
                 }
                 c->cfd = fd;
+                c->conn_id = ++h->next_conn_id;
                 c->hello = false;
                 c->n_jobs = 0;
                 c->jobs_complete = false;
@@ -721,6 +730,11 @@ int runner_hub_new(const struct sbx_config *cfg, struct runner_hub **ret, struct
                 r = sbx_error_set(err, -errno, 0, "cannot set up the runner hub: %m");
                 goto fail;
         }
+        h->ops = runner_ops_new(h);
+        if (!h->ops) {
+                r = sbx_error_set(err, -ENOMEM, 0, "out of memory");
+                goto fail;
+        }
         r = -pthread_create(&h->thread, NULL, hub_main, h);
         if (r < 0) {
                 sbx_error_set(err, r, 0, "cannot start the runner thread: %s", strerror(-r));
@@ -729,6 +743,7 @@ int runner_hub_new(const struct sbx_config *cfg, struct runner_hub **ret, struct
         *ret = h;
         return 0;
 fail:
+        runner_ops_free(h->ops);
         if (h->epfd >= 0)
                 close(h->epfd);
         for (int i = 0; i < 2; i++)
@@ -758,6 +773,7 @@ void runner_hub_free(struct runner_hub *h)
                         x->c = NULL; /* handles outliving the hub must not exist; be safe */
                 chan_free(c);
         }
+        runner_ops_free(h->ops);
         close(h->epfd);
         close(h->wake[0]);
         close(h->wake[1]);
@@ -1301,4 +1317,46 @@ int runner_exec_resize(struct runner_exec *x, int rows, int cols)
         if (rows < 1 || rows > RP_TTY_MAX_ROWS || cols < 1 || cols > RP_TTY_MAX_COLS)
                 return -EINVAL;
         return send_frame(x->c, x->cfd, RP_RESIZE, 0, x->tag, &w, sizeof(w), NULL, 0);
+}
+
+/* ---- for runner_ops.c ---- */
+
+struct runner_ops *runner_hub_ops(struct runner_hub *h) { return h ? h->ops : NULL; }
+
+int runner_hub_conn(struct runner_hub *h, const char *user, const char *session, uint64_t *ret)
+{
+        int r = -ENOTCONN;
+
+        if (!h)
+                return r;
+        pthread_mutex_lock(&h->lock);
+        struct runner_chan *c = chan_find_locked(h, user, session);
+        if (c && c->cfd >= 0 && c->hello) {
+                *ret = c->conn_id;
+                r = 0;
+        }
+        pthread_mutex_unlock(&h->lock);
+        return r;
+}
+
+int runner_hub_send(struct runner_hub *h, const char *user, const char *session, uint64_t conn, uint16_t type,
+                    uint16_t flags, uint32_t tag, const void *p1, size_t n1, const void *p2, size_t n2)
+{
+        struct runner_chan *c;
+        int cfd, r;
+
+        pthread_mutex_lock(&h->lock);
+        c = chan_find_locked(h, user, session);
+        if (!c || c->cfd < 0 || !c->hello || c->conn_id != conn) {
+                pthread_mutex_unlock(&h->lock);
+                return -ENOTCONN;
+        }
+        cfd = c->cfd;
+        c->refs++; /* reap_dead leaves it alone meanwhile */
+        pthread_mutex_unlock(&h->lock);
+        r = send_frame(c, cfd, type, flags, tag, p1, n1, p2, n2);
+        pthread_mutex_lock(&h->lock);
+        c->refs--;
+        pthread_mutex_unlock(&h->lock);
+        return r;
 }

@@ -1,6 +1,7 @@
 /* runner.h — the daemon's side of the in-container runner: one unix socket
  * per session, the connection from that session's sandboxd-runner, and
- * executions carried over it (protocol: runner_proto.h).
+ * executions carried over it (protocol: runner_proto.h). Workspace files
+ * and services ride the same connection: runner_ops.h.
  *
  * Each session gets {data_dir}/runner/<hash of user:session>/ : the parent
  * {data_dir}/runner is root 0700, so no other host user reaches any of it;

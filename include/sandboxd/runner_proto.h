@@ -72,6 +72,43 @@
  * Terminals: RP_EXEC with RP_EXEC_TTY runs the execution on a new
  * pseudo-terminal (rows and cols in rp_exec.winsize); its output comes back
  * as stdout, RP_STDIN goes to the terminal and RP_STDIN_EOF sends ^D.
+ *
+ * Workspace files (types 20-23). One request in flight per tag; the runner
+ * answers every request with exactly one RP_FILE_REPLY (same tag). Paths are
+ * absolute, normalised, under /workspace; the runner resolves them itself,
+ * refuses one that leads outside (EPERM) and opens only with
+ * openat2(RESOLVE_IN_ROOT | RESOLVE_NO_MAGICLINKS) below /workspace.
+ *   RP_FILE_READ  payload: struct rp_file_req (offset, length <= RP_CHUNK),
+ *                 then the path. Reply: the file's size, then the bytes.
+ *   RP_FILE_WRITE flags RP_FW_BEGIN: struct rp_file_req (length = total
+ *                 bytes), the path, then the first bytes; later frames are
+ *                 more bytes; RP_FW_END (may be on the same frame) commits
+ *                 (a temporary beside the target renamed over it). Reply
+ *                 only after RP_FW_END, or at the first error.
+ *   RP_FILE_LIST  payload: struct rp_file_req (offset = first entry index),
+ *                 then the path. Reply: records (type byte 'f' 'd' 'l' 'o',
+ *                 int64 size, uint16 name length, the name), `next` the index
+ *                 to ask for next (0: done), RP_FR_TRUNCATED past
+ *                 RP_FILE_LIST_MAX entries.
+ *   RP_FILE_REPLY struct rp_file_reply then the data; err is a positive errno.
+ *
+ * Services (types 24-27). A service is named by its marker (the daemon's
+ * "<name>-<start ms>"); the runner keeps up to RP_SVC_MAX of them, each under
+ * a shim of its own (a child subreaper: the service's whole tree), output in
+ * <dir>/stdout.log and stderr.log, the exit code in <dir>/exit.
+ *   RP_SVC_START  payload: struct rp_svc_start, then NUL-terminated strings:
+ *                 marker, dir, workdir, env[envc]; then cmd_len bytes of the
+ *                 command (written to <dir>/run.sh and run with sh). Answered
+ *                 by an RP_SVC_STATE with the same tag.
+ *   RP_SVC_SIGNAL payload: uint32 signal, then the marker. Reaches every
+ *                 process of the service's tree (SIGKILL: frozen, then killed
+ *                 until none is left).
+ *   RP_SVC_FORGET payload: the marker; the daemon has recorded its end.
+ *   RP_SVC_STATE  payload: struct rp_svc_state, then the marker. Sent with
+ *                 tag 0 whenever a service's state or listening ports change
+ *                 (ports are polled every RP_SVC_PORT_POLL_MS while a service
+ *                 runs), and for every service the runner still holds right
+ *                 after each RP_HELLO.
  */
 #ifndef SANDBOXD_RUNNER_PROTO_H
 #define SANDBOXD_RUNNER_PROTO_H
@@ -114,6 +151,14 @@ enum rp_type {
         RP_ACK = 16,
         RP_FORGET = 17,
         RP_RESIZE = 18,
+        RP_FILE_READ = 20,
+        RP_FILE_WRITE = 21,
+        RP_FILE_LIST = 22,
+        RP_FILE_REPLY = 23,
+        RP_SVC_START = 24,
+        RP_SVC_SIGNAL = 25,
+        RP_SVC_FORGET = 26,
+        RP_SVC_STATE = 27,
 };
 
 #define RP_OUT_STDERR 1u
@@ -162,6 +207,48 @@ struct rp_exit {
         uint64_t utime_us;   /* rusage of the reaped tree */
         uint64_t stime_us;
         uint64_t maxrss_kb;
+};
+
+#define RP_FW_BEGIN 1u
+#define RP_FW_END 2u
+#define RP_FR_TRUNCATED 1u
+#define RP_FILE_LIST_MAX 1000
+#define RP_MARKER_MAX 127 /* bytes of a service marker */
+#define RP_SVC_MAX 64     /* services a runner holds (running or not yet forgotten) */
+#define RP_SVC_MAX_PORTS 16
+#define RP_SVC_PORT_POLL_MS 50
+
+struct rp_file_req {
+        uint64_t offset;
+        uint64_t length;
+};
+
+struct rp_file_reply {
+        int32_t err;   /* 0 or a positive errno */
+        uint32_t flags; /* RP_FR_* */
+        uint64_t size; /* READ: the file's size; WRITE: bytes written */
+        uint32_t next; /* LIST: the next index to ask for, 0 when done */
+        uint32_t reserved;
+};
+
+struct rp_svc_start {
+        uint32_t envc;    /* 0..RP_MAX_ARGS */
+        uint32_t cmd_len;
+};
+
+enum rp_svc_phase {
+        RP_SVC_RUNNING = 1,
+        RP_SVC_EXITED = 2,
+        RP_SVC_FAILED = 3, /* could not start; err says why */
+};
+
+struct rp_svc_state {
+        uint32_t pid;       /* the service's leader (its own session and group) */
+        uint32_t phase;     /* enum rp_svc_phase */
+        int32_t exit_code;  /* EXITED: 0..255, 128+signal when killed */
+        int32_t err;        /* FAILED: a positive errno */
+        uint32_t n_ports;   /* 0..RP_SVC_MAX_PORTS */
+        uint16_t ports[RP_SVC_MAX_PORTS]; /* TCP ports its processes listen on */
 };
 
 #endif

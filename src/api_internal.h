@@ -85,6 +85,17 @@ void api_add_bytes(cJSON *o, const char *key, const void *buf, size_t len, bool 
 typedef int (*api_method_fn)(struct req *q, cJSON **ret, struct api_err *e);
 api_method_fn api_method_find(const char *name);
 
+/* api_tasks.c: the MCP tasks methods (create_task, get_task, cancel_task).
+ * A task lives API_TASK_TTL_MS; a user holds at most API_TASKS_PER_USER
+ * live ones (API_TASKS_MAX in all). */
+#define API_TASK_TTL_MS (60 * 60 * 1000)
+#define API_TASK_POLL_MS 1000
+#define API_TASKS_PER_USER 64
+#define API_TASKS_MAX 4096
+api_method_fn api_tasks_method_find(const char *name);
+/* A method that needs no params.session (it names its object by id alone). */
+bool api_tasks_sessionless(const char *name);
+
 /* Streaming: a sink collects an execution's output (api_sink_on_output is
  * the engine's callback; its userdata is (void *)(uintptr_t)sink->handle). */
 struct api_sink;

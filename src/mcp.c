@@ -254,18 +254,21 @@ static cJSON *server_info(void)
         return info;
 }
 
-static cJSON *capabilities(void)
+static cJSON *capabilities(bool modern)
 {
         cJSON *caps = cJSON_CreateObject();
         cJSON *tools = cJSON_AddObjectToObject(caps, "tools");
 
         cJSON_AddFalseToObject(tools, "listChanged");
         cJSON_AddObjectToObject(caps, "logging");
+        if (modern)
+                cJSON_AddObjectToObject(cJSON_AddObjectToObject(caps, "extensions"), MCP_TASKS_EXTENSION);
         return caps;
 }
 
-/* Send a result; takes result. Modern results carry resultType and serverInfo. */
-static void send_result(struct mcp *m, const cJSON *id, cJSON *result, bool modern)
+/* Send a result; takes result. Modern results carry resultType (type, else
+ * "complete") and serverInfo. */
+static void send_result_typed(struct mcp *m, const cJSON *id, cJSON *result, bool modern, const char *type)
 {
         cJSON *msg = envelope(id);
 
@@ -274,10 +277,16 @@ static void send_result(struct mcp *m, const cJSON *id, cJSON *result, bool mode
                 if (!cJSON_IsObject(meta))
                         meta = cJSON_AddObjectToObject(result, "_meta");
                 cJSON_AddItemToObject(meta, META_SERVER_INFO, server_info());
-                cJSON_AddStringToObject(result, "resultType", "complete");
+                cJSON_DeleteItemFromObjectCaseSensitive(result, "resultType");
+                cJSON_AddStringToObject(result, "resultType", type ? type : "complete");
         }
         cJSON_AddItemToObject(msg, "result", result);
         send_msg(m, msg, id);
+}
+
+static void send_result(struct mcp *m, const cJSON *id, cJSON *result, bool modern)
+{
+        send_result_typed(m, id, result, modern, NULL);
 }
 
 static void send_notification(struct mcp *m, const char *method, cJSON *params, const cJSON *related)
@@ -415,7 +424,7 @@ static size_t printed_size(const cJSON *j)
 
 /* A tool result that fits in one output line: first without the text copy
  * of the structured content, then as an error asking for less. */
-static cJSON *bounded_tool_result(const struct mcp_tool_result *r, int rank)
+cJSON *mcp_tool_result_json(const struct mcp_tool_result *r, int rank)
 {
         const size_t budget = MCP_MAX_OUTPUT - 4096; /* room for the envelope */
         cJSON *res = tool_result_json(r, rank);
@@ -450,7 +459,10 @@ static void *call_thread(void *p)
         struct mcp_tool_result r = {0};
         bool cancelled;
 
-        mcp_tool_run(c, &r);
+        if (c->kind == MCP_CALL_TASK)
+                mcp_task_run(c, &r);
+        else
+                mcp_tool_run(c, &r);
 
         pthread_mutex_lock(&m->lock);
         for (pp = &m->calls; *pp; pp = &(*pp)->next)
@@ -461,14 +473,25 @@ static void *call_thread(void *p)
         cancelled = c->cancelled;
         /* Answer before the call leaves the count, so mcp_drain returning
          * means every answer has been written. */
-        if (!cancelled && !r.suppress)
-                send_result(m, c->id, bounded_tool_result(&r, c->rank), c->modern);
+        if (cancelled || r.suppress)
+                ;
+        else if (r.rpc_code) {
+                send_error(m, c->id, r.rpc_code, r.rpc_data, "%s", r.rpc_message);
+                r.rpc_data = NULL;
+        } else if (r.raw) {
+                send_result_typed(m, c->id, r.raw, c->modern, r.raw_type);
+                r.raw = NULL;
+        } else {
+                send_result(m, c->id, mcp_tool_result_json(&r, c->rank), c->modern);
+        }
         m->inflight--;
         pthread_cond_broadcast(&m->idle);
         pthread_mutex_unlock(&m->lock);
 
         log_debug("mcp: %s call done%s%s", c->tool, r.is_error ? " (error)" : "", cancelled ? " (cancelled)" : "");
         cJSON_Delete(r.structured);
+        cJSON_Delete(r.raw);
+        cJSON_Delete(r.rpc_data);
         free(r.text);
         call_free(c);
         mcp_unref(m);
@@ -491,6 +514,7 @@ struct req {
         bool modern;
         int rank;
         int log_level; /* modern: the envelope's logLevel; -1 none */
+        bool tasks_ok; /* modern: the client capabilities name the tasks extension */
 };
 
 static void handle_initialize(struct mcp *m, const struct req *q)
@@ -527,7 +551,7 @@ static void handle_initialize(struct mcp *m, const struct req *q)
 
         result = cJSON_CreateObject();
         cJSON_AddStringToObject(result, "protocolVersion", rank_version(rank));
-        cJSON_AddItemToObject(result, "capabilities", capabilities());
+        cJSON_AddItemToObject(result, "capabilities", capabilities(false));
         cJSON_AddItemToObject(result, "serverInfo", server_info());
         cJSON_AddStringToObject(result, "instructions", instructions);
         send_result(m, q->id, result, false);
@@ -539,7 +563,7 @@ static void handle_discover(struct mcp *m, const struct req *q)
 
         versions = cJSON_AddArrayToObject(result, "supportedVersions");
         cJSON_AddItemToArray(versions, cJSON_CreateString(MCP_MODERN_VERSION));
-        cJSON_AddItemToObject(result, "capabilities", capabilities());
+        cJSON_AddItemToObject(result, "capabilities", capabilities(true));
         cJSON_AddItemToObject(result, "serverInfo", server_info());
         cJSON_AddStringToObject(result, "instructions", instructions);
         cJSON_AddNumberToObject(result, "ttlMs", TOOLS_TTL_MS);
@@ -584,6 +608,9 @@ static void send_tool_error(struct mcp *m, const struct req *q, const char *text
         send_result(m, q->id, tool_result_json(&r, q->rank), q->modern);
 }
 
+static void start_call(struct mcp *m, const struct req *q, enum mcp_call_kind kind, const char *name,
+                       const cJSON *args, const char *session, const cJSON *token);
+
 static void handle_tools_call(struct mcp *m, const struct req *q)
 {
         const cJSON *name = cJSON_GetObjectItemCaseSensitive(q->params, "name");
@@ -592,11 +619,7 @@ static void handle_tools_call(struct mcp *m, const struct req *q)
         const cJSON *token = cJSON_GetObjectItemCaseSensitive(meta, "progressToken");
         const cJSON *session;
         const struct mcp_tool *tool;
-        struct mcp_call *c, *it;
         char msg[512];
-        pthread_attr_t attr;
-        pthread_t th;
-        int r;
 
         if (!cJSON_IsString(name)) {
                 send_error(m, q->id, MCP_INVALID_PARAMS, NULL, "tools/call: params.name must be a string");
@@ -630,6 +653,27 @@ static void handle_tools_call(struct mcp *m, const struct req *q)
                 send_tool_error(m, q, "invalid arguments: session must be 1-64 of [A-Za-z0-9_.-], not '.' or '..'");
                 return;
         }
+        start_call(m, q, MCP_CALL_TOOL, name->valuestring, args, session ? session->valuestring : m->session,
+                   token);
+}
+
+static void refuse_call(struct mcp *m, const struct req *q, enum mcp_call_kind kind, const char *why)
+{
+        if (kind == MCP_CALL_TOOL)
+                send_tool_error(m, q, why);
+        else
+                send_error(m, q->id, MCP_INTERNAL_ERROR, NULL, "%s", why);
+}
+
+/* Register a call and start its worker thread, which answers it. */
+static void start_call(struct mcp *m, const struct req *q, enum mcp_call_kind kind, const char *name,
+                       const cJSON *args, const char *session, const cJSON *token)
+{
+        struct mcp_call *c, *it;
+        char msg[512];
+        pthread_attr_t attr;
+        pthread_t th;
+        int r;
 
         c = calloc(1, sizeof(*c));
         if (!c) {
@@ -637,10 +681,12 @@ static void handle_tools_call(struct mcp *m, const struct req *q)
                 return;
         }
         c->m = m;
+        c->kind = kind;
+        c->tasks_ok = q->tasks_ok;
         c->id = cJSON_Duplicate(q->id, true);
-        sbx_strlcpy(c->tool, name->valuestring, sizeof(c->tool));
+        sbx_strlcpy(c->tool, name, sizeof(c->tool));
         c->args = args ? cJSON_Duplicate(args, true) : cJSON_CreateObject();
-        sbx_strlcpy(c->session, session ? session->valuestring : m->session, sizeof(c->session));
+        sbx_strlcpy(c->session, session, sizeof(c->session));
         if (valid_id(token)) /* a progress token is a string or an integer, like an id */
                 c->progress_token = cJSON_Duplicate(token, true);
         c->rank = q->rank;
@@ -668,7 +714,7 @@ static void handle_tools_call(struct mcp *m, const struct req *q)
                 call_free(c);
                 snprintf(msg, sizeof(msg), "busy: %zu tool calls are already in flight; wait for one to finish",
                          m->max_inflight);
-                send_tool_error(m, q, msg);
+                refuse_call(m, q, kind, msg);
                 return;
         }
         c->next = m->calls;
@@ -694,10 +740,32 @@ static void handle_tools_call(struct mcp *m, const struct req *q)
                 pthread_mutex_unlock(&m->lock);
                 call_free(c);
                 __atomic_sub_fetch(&m->refs, 1, __ATOMIC_ACQ_REL); /* the caller still holds its own */
-                send_tool_error(m, q, "busy: cannot start a worker thread");
+                refuse_call(m, q, kind, "busy: cannot start a worker thread");
                 return;
         }
-        log_debug("mcp: %s call started (session %s)", name->valuestring, session ? session->valuestring : m->session);
+        log_debug("mcp: %s call started (session %s)", name, session);
+}
+
+/* tasks/get, tasks/cancel, tasks/update: on a worker like a tool call
+ * (they ask the daemon), for clients that declared the extension. */
+static void handle_tasks(struct mcp *m, const struct req *q)
+{
+        const cJSON *tid = cJSON_GetObjectItemCaseSensitive(q->params, "taskId");
+        cJSON *data, *ext;
+
+        if (!q->tasks_ok) {
+                data = cJSON_CreateObject();
+                ext = cJSON_AddObjectToObject(cJSON_AddObjectToObject(data, "requiredCapabilities"), "extensions");
+                cJSON_AddObjectToObject(ext, MCP_TASKS_EXTENSION);
+                send_error(m, q->id, MCP_MISSING_CLIENT_CAPABILITY, data,
+                           "Missing required client capability: the " MCP_TASKS_EXTENSION " extension");
+                return;
+        }
+        if (!cJSON_IsString(tid) || !*tid->valuestring || strlen(tid->valuestring) > 64) {
+                send_error(m, q->id, MCP_INVALID_PARAMS, NULL, "%.32s: params.taskId must be a task id", q->method);
+                return;
+        }
+        start_call(m, q, MCP_CALL_TASK, q->method, q->params, m->session, NULL);
 }
 
 /* Mark a call cancelled and wake its worker out of its read; the worker
@@ -794,6 +862,8 @@ static int check_envelope(struct mcp *m, const cJSON *id, const cJSON *meta, str
         q->modern = true;
         q->rank = MCP_REV_2026_07_28;
         q->log_level = level ? log_level_index(level->valuestring) : -1;
+        q->tasks_ok = cJSON_IsObject(cJSON_GetObjectItemCaseSensitive(
+                cJSON_GetObjectItemCaseSensitive(caps, "extensions"), MCP_TASKS_EXTENSION));
         return 0;
 }
 
@@ -824,6 +894,9 @@ static void handle_request(struct mcp *m, const cJSON *id, const char *method, c
                         handle_tools_list(m, &q);
                 else if (strcmp(method, "tools/call") == 0)
                         handle_tools_call(m, &q);
+                else if (strcmp(method, "tasks/get") == 0 || strcmp(method, "tasks/cancel") == 0 ||
+                         strcmp(method, "tasks/update") == 0)
+                        handle_tasks(m, &q);
                 else
                         send_error(m, id, MCP_METHOD_NOT_FOUND, NULL, "Method not found: %.100s", method);
                 return;

@@ -420,6 +420,87 @@ describe('raw JSON-RPC lines', () => {
                 }
         });
 
+        check('tasks extension: a long exec becomes a task, followed to the end; another cancelled', async () => {
+                const meta = (tasks) => ({
+                        'io.modelcontextprotocol/protocolVersion': '2026-07-28',
+                        'io.modelcontextprotocol/clientCapabilities': tasks
+                                ? { extensions: { 'io.modelcontextprotocol/tasks': {} } }
+                                : {},
+                });
+                const a = new RawAdapter(['--session', 'js-tasks'], daemon.mcpEnv(token));
+                try {
+                        let r = await a.request(1, 'server/discover', { _meta: meta(true) });
+                        assert.deepEqual(r.result.capabilities.extensions, { 'io.modelcontextprotocol/tasks': {} });
+                        // quick: answered in place even when tasks are allowed
+                        r = await a.request(2, 'tools/call', {
+                                name: 'exec',
+                                arguments: { command: 'echo quick' },
+                                _meta: meta(true),
+                        });
+                        assert.equal(r.result.resultType, 'complete');
+                        // long: a task, durable before the answer
+                        r = await a.request(3, 'tools/call', {
+                                name: 'exec',
+                                arguments: { command: 'sleep 2; echo done; exit 3' },
+                                _meta: meta(true),
+                        });
+                        assert.equal(r.result.resultType, 'task', JSON.stringify(r));
+                        const task = r.result;
+                        assert.match(task.taskId, /^[0-9a-f]{32}$/);
+                        assert.equal(task.status, 'working');
+                        assert.equal(task.ttlMs, 3600000);
+                        assert.ok(task.pollIntervalMs > 0);
+                        assert.ok(!Number.isNaN(Date.parse(task.createdAt)));
+                        let id = 10;
+                        for (const deadline = Date.now() + 60000; ; await sleep(task.pollIntervalMs)) {
+                                r = await a.request(id++, 'tasks/get', { taskId: task.taskId, _meta: meta(true) });
+                                assert.equal(r.result.resultType, 'complete');
+                                if (r.result.status !== 'working') break;
+                                assert.ok(Date.now() < deadline, 'the task ends');
+                        }
+                        assert.equal(r.result.status, 'completed');
+                        assert.equal(r.result.result.isError, true); // exit 3: a tool error, still completed
+                        assert.equal(r.result.result.structuredContent.stdout, 'done\n');
+                        assert.equal(r.result.result.structuredContent.exit_code, 3);
+                        // without the extension: no task, and tasks/* is refused
+                        r = await a.request(id++, 'tasks/get', { taskId: task.taskId, _meta: meta(false) });
+                        assert.equal(r.error.code, -32021);
+                        r = await a.request(id++, 'tasks/get', { taskId: 'f'.repeat(32), _meta: meta(true) });
+                        assert.equal(r.error.code, -32602);
+
+                        // cancelled
+                        r = await a.request(id++, 'tools/call', {
+                                name: 'run_code',
+                                arguments: { language: 'bash', code: 'sleep 60' },
+                                _meta: meta(true),
+                        });
+                        assert.equal(r.result.resultType, 'task');
+                        const t2 = r.result.taskId;
+                        r = await a.request(id++, 'tasks/cancel', { taskId: t2, _meta: meta(true) });
+                        assert.equal(r.result.resultType, 'complete');
+                        for (const deadline = Date.now() + 30000; ; await sleep(300)) {
+                                r = await a.request(id++, 'tasks/get', { taskId: t2, _meta: meta(true) });
+                                if (r.result.status !== 'working') break;
+                                assert.ok(Date.now() < deadline, 'the cancel takes effect');
+                        }
+                        assert.equal(r.result.status, 'cancelled');
+
+                        // another user's adapter does not find the task
+                        const other = await daemon.createToken('jsother');
+                        const b = new RawAdapter(['--session', 'js-tasks'], daemon.mcpEnv(other));
+                        try {
+                                r = await b.request(1, 'tasks/get', { taskId: task.taskId, _meta: meta(true) });
+                                assert.equal(r.error.code, -32602);
+                                r = await b.request(2, 'tasks/cancel', { taskId: t2, _meta: meta(true) });
+                                assert.equal(r.error.code, -32602);
+                        } finally {
+                                b.kill();
+                        }
+                } finally {
+                        a.kill();
+                }
+        });
+
         check('a client that disconnects mid-call: the execution goes on and stays readable', async () => {
                 const a = new RawAdapter(['--session', 'js-raw', '--drain-ms', '0'], daemon.mcpEnv(token));
                 let executionId;

@@ -1,6 +1,8 @@
 // MCP over Streamable HTTP against a real sandboxd's /mcp, over HTTPS with a
 // CA and server certificate the test makes (openssl), through the official
-// SDK 1.x client transport: list tools, exec with progress, a cancel, DELETE.
+// SDK 1.x client transport: list tools, exec with progress, a cancel, DELETE;
+// the 2.x client (2026-07-28) and the tasks extension (raw JSON-RPC: neither
+// SDK client follows io.modelcontextprotocol/tasks yet).
 import assert from 'node:assert/strict';
 import { execFileSync } from 'node:child_process';
 import fs from 'node:fs';
@@ -11,6 +13,7 @@ import { after, before, describe, test } from 'node:test';
 
 import { Client } from '@modelcontextprotocol/sdk/client/index.js';
 import { StreamableHTTPClientTransport } from '@modelcontextprotocol/sdk/client/streamableHttp.js';
+import { Client as ModernClient, StreamableHTTPClientTransport as ModernHTTP } from '@modelcontextprotocol/client';
 
 import { Daemon } from './harness.mjs';
 
@@ -54,7 +57,7 @@ function caFetch(ca) {
                 });
 }
 
-describe('MCP Streamable HTTP over HTTPS (SDK 1.x)', () => {
+describe('MCP Streamable HTTP over HTTPS (SDK 1.x and 2.x)', () => {
         let d, token, url, ca;
 
         before(async () => {
@@ -156,6 +159,95 @@ describe('MCP Streamable HTTP over HTTPS (SDK 1.x)', () => {
                 });
                 assert.equal(res.status, 404);
                 await client.close();
+        });
+
+        /** One stateless (2026-07-28) JSON-RPC request by POST; resolves with the parsed answer. */
+        const rpc = async (tok, id, method, params, tasks = true) => {
+                const res = await caFetch(ca)(url, {
+                        method: 'POST',
+                        headers: {
+                                Authorization: `Bearer ${tok}`,
+                                'Content-Type': 'application/json',
+                                Accept: 'application/json, text/event-stream',
+                        },
+                        body: JSON.stringify({
+                                jsonrpc: '2.0',
+                                id,
+                                method,
+                                params: {
+                                        ...params,
+                                        _meta: {
+                                                'io.modelcontextprotocol/protocolVersion': '2026-07-28',
+                                                'io.modelcontextprotocol/clientCapabilities': tasks
+                                                        ? { extensions: { 'io.modelcontextprotocol/tasks': {} } }
+                                                        : {},
+                                        },
+                                },
+                        }),
+                });
+                assert.equal(res.status, 200);
+                return res.json();
+        };
+
+        test('2026-07-28 client, and tasks followed to the end and cancelled', { timeout: 240000 }, async () => {
+                const client = new ModernClient(
+                        { name: 'sbx-http-test-v2', version: '2.0.0' },
+                        { versionNegotiation: { mode: { pin: '2026-07-28' } } },
+                );
+                await client.connect(
+                        new ModernHTTP(url, {
+                                fetch: caFetch(ca),
+                                requestInit: { headers: { Authorization: `Bearer ${token}` } },
+                        }),
+                );
+                assert.equal(client.getNegotiatedProtocolVersion(), '2026-07-28');
+                assert.ok(client.getDiscoverResult().capabilities.extensions['io.modelcontextprotocol/tasks']);
+                assert.ok((await client.listTools()).tools.some((t) => t.name === 'run_code'));
+                const q = await client.callTool({ name: 'exec', arguments: { command: 'echo v2', session: 'h2' } });
+                assert.equal(q.structuredContent.stdout, 'v2\n');
+                await client.close();
+
+                let r = await rpc(token, 1, 'tools/call', {
+                        name: 'exec',
+                        arguments: { command: 'sleep 2; echo late', session: 'h2' },
+                });
+                assert.equal(r.result.resultType, 'task', JSON.stringify(r));
+                const t1 = r.result;
+                assert.equal(t1.status, 'working');
+                let id = 2;
+                for (const deadline = Date.now() + 60000; ; await sleep(t1.pollIntervalMs)) {
+                        r = await rpc(token, id++, 'tasks/get', { taskId: t1.taskId });
+                        if (r.result.status !== 'working') break;
+                        assert.ok(Date.now() < deadline, 'the task ends');
+                }
+                assert.equal(r.result.status, 'completed');
+                assert.equal(r.result.result.structuredContent.stdout, 'late\n');
+                assert.equal(r.result.result.isError ?? false, false);
+
+                r = await rpc(token, id++, 'tools/call', { name: 'exec', arguments: { command: 'sleep 60', session: 'h2' } });
+                assert.equal(r.result.resultType, 'task');
+                const t2 = r.result.taskId;
+                const bob = await d.createToken('bob-tasks');
+                r = await rpc(bob, id++, 'tasks/cancel', { taskId: t2 });
+                assert.equal(r.error.code, -32602, "another user's task is unknown");
+                r = await rpc(token, id++, 'tasks/cancel', { taskId: t2 });
+                assert.deepEqual(Object.keys(r.result).sort(), ['_meta', 'resultType']);
+                for (const deadline = Date.now() + 30000; ; await sleep(300)) {
+                        r = await rpc(token, id++, 'tasks/get', { taskId: t2 });
+                        if (r.result.status !== 'working') break;
+                        assert.ok(Date.now() < deadline, 'the cancel takes effect');
+                }
+                assert.equal(r.result.status, 'cancelled');
+                // the task is durable in the daemon: the JSON API sees it too
+                const res = await caFetch(ca)(new URL('/v1/get_task', url), {
+                        method: 'POST',
+                        headers: { Authorization: `Bearer ${token}`, 'Content-Type': 'application/json' },
+                        body: JSON.stringify({ task_id: t2 }),
+                });
+                assert.equal(res.status, 200);
+                const body = await res.json();
+                assert.equal(body.status, 'cancelled');
+                assert.equal(body.cancel_requested, true);
         });
 
         test('a wrong token gets 401; another user cannot use the session', { timeout: 60000 }, async () => {

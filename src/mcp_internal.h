@@ -131,6 +131,15 @@ int mcp_task_create(struct mcp_call *c, struct mcp_api *a, const char *exec_id, 
 /* Run a tasks/ request (c->tool is the method, c->args its params). */
 void mcp_task_run(struct mcp_call *c, struct mcp_tool_result *r);
 
+/* mcp_api_https.c: the API client over HTTPS (POST <url>/v1/<method>). */
+struct mcp_https;
+bool mcp_https_is_url(const char *s);
+int mcp_https_open(const char *url, struct mcp_https **ret, struct sbx_error *err);
+void mcp_https_close(struct mcp_https *h);
+int mcp_https_fd(struct mcp_https *h);
+int mcp_https_request(struct mcp_https *h, const char *token, const char *method, const cJSON *params,
+                      int timeout_ms, cJSON **ret_result, struct mcp_api_error *err);
+
 /* mcp_tools.c */
 struct mcp_tool;
 /* Parse every schema once; 0 or -EINVAL (a broken built-in schema). */

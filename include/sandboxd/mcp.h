@@ -150,7 +150,17 @@ struct mcp_api_error {
 /* Called for each progress line ({"event": "output", ...}) before the reply. */
 typedef void (*mcp_api_event_fn)(const struct cJSON *event, void *userdata);
 
+/* socket_path may instead be an https:// URL (http:// to loopback only): the
+ * same requests then go as POST <url>/v1/<method> (http.h), with the TLS
+ * files of mcp_https_configure; on_event is not called over HTTPS. */
 int mcp_api_open(const char *socket_path, struct mcp_api **ret, struct sbx_error *err);
+/* Once, before any thread: the CA file to trust instead of the system's
+ * (NULL: the system store), and a client certificate and key for mTLS (both
+ * or neither). curl_global_init must have run. 0 or -EINVAL. */
+int mcp_https_configure(const char *cacert, const char *cert, const char *key);
+/* 0 if url is usable for mcp_api_open (https://, or http:// to a loopback
+ * host; no blanks, query or fragment), else -EINVAL with err. */
+int mcp_https_check_url(const char *url, struct sbx_error *err);
 void mcp_api_close(struct mcp_api *a);
 /* The connection's fd, for shutdown(2) from another thread to wake a
  * blocked request; -1 if closed. */

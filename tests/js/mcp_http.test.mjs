@@ -12,10 +12,11 @@ import { Readable } from 'node:stream';
 import { after, before, describe, test } from 'node:test';
 
 import { Client } from '@modelcontextprotocol/sdk/client/index.js';
+import { StdioClientTransport } from '@modelcontextprotocol/sdk/client/stdio.js';
 import { StreamableHTTPClientTransport } from '@modelcontextprotocol/sdk/client/streamableHttp.js';
 import { Client as ModernClient, StreamableHTTPClientTransport as ModernHTTP } from '@modelcontextprotocol/client';
 
-import { Daemon } from './harness.mjs';
+import { Daemon, MCP_BIN } from './harness.mjs';
 
 const sleep = (ms) => new Promise((r) => setTimeout(r, ms));
 
@@ -248,6 +249,58 @@ describe('MCP Streamable HTTP over HTTPS (SDK 1.x and 2.x)', () => {
                 const body = await res.json();
                 assert.equal(body.status, 'cancelled');
                 assert.equal(body.cancel_requested, true);
+        });
+
+        test('sandboxd-mcp --url: the stdio adapter through the HTTPS API', { timeout: 120000 }, async () => {
+                const env = { ...process.env, SANDBOXD_TOKEN: token, SANDBOXD_LOG_LEVEL: 'debug' };
+                delete env.SANDBOXD_API_SOCKET; // nothing local to fall back on
+                const transport = new StdioClientTransport({
+                        command: MCP_BIN,
+                        args: ['--url', `https://127.0.0.1:${url.port}`, '--cacert', path.join(d.dir, 'ca.pem'),
+                               '--session', 'remote'],
+                        env,
+                        stderr: 'pipe',
+                });
+                let stderr = '';
+                transport.stderr?.on('data', (b) => (stderr += b));
+                const client = new Client({ name: 'sbx-url-test', version: '1.0.0' });
+                try {
+                        await client.connect(transport);
+                        const tools = await client.listTools();
+                        assert.ok(tools.tools.some((t) => t.name === 'exec'));
+                        const r = await client.callTool({ name: 'exec', arguments: { command: 'echo over https' } });
+                        assert.equal(r.isError ?? false, false, JSON.stringify(r) + stderr);
+                        assert.equal(r.structuredContent.stdout, 'over https\n');
+                        // a cancel wakes the adapter's HTTPS request and cancels the execution
+                        const ac = new AbortController();
+                        let executionId;
+                        const call = client.callTool(
+                                { name: 'exec', arguments: { command: 'echo started; sleep 60' } },
+                                undefined,
+                                {
+                                        signal: ac.signal,
+                                        onprogress: (p) => {
+                                                const m = /execution (\S+) started/.exec(p.message ?? '');
+                                                if (m) executionId = m[1];
+                                                if ((p.message ?? '').includes('started\n')) ac.abort('enough');
+                                        },
+                                },
+                        );
+                        await assert.rejects(call);
+                        let state;
+                        for (const deadline = Date.now() + 30000; Date.now() < deadline; await sleep(300)) {
+                                const s = await client.callTool({
+                                        name: 'get_execution',
+                                        arguments: { execution_id: executionId, wait: 5 },
+                                });
+                                state = s.structuredContent?.state;
+                                if (state !== 'running' && state !== 'pending') break;
+                        }
+                        assert.equal(state, 'cancelled');
+                } finally {
+                        await client.close();
+                }
+                assert.match(stderr, /remote https:\/\/127\.0\.0\.1/);
         });
 
         test('a wrong token gets 401; another user cannot use the session', { timeout: 60000 }, async () => {

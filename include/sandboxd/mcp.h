@@ -1,6 +1,7 @@
 /* mcp.h — the MCP front door: a stdio JSON-RPC 2.0 adapter (sandboxd-mcp)
  * that an MCP client launches as a subprocess, translating tool calls into
- * requests on the daemon's API socket (api.h).
+ * requests on the daemon's API socket (api.h), or with an https:// URL on a
+ * remote daemon's HTTPS API (http.h). The daemon's /mcp serves the same core.
  *
  * Framing: one JSON-RPC message per line on stdin and stdout, at most
  * MCP_MAX_LINE bytes; a longer line is discarded as it streams past and
@@ -18,6 +19,13 @@
  *     handshake: `server/discover`, `tools/list`, `tools/call`. Every result
  *     carries resultType "complete" and _meta ".../serverInfo". A version we
  *     do not speak gets -32022 with data {supported, requested}.
+ *
+ * Tasks (io.modelcontextprotocol/tasks, 2026-07-28 era; mcp_tasks.c): a
+ * request whose client capabilities name the extension may get a
+ * CreateTaskResult instead of a CallToolResult for a long exec/run_code,
+ * followed with tasks/get, tasks/cancel (and tasks/update); the task is the
+ * daemon's (its create_task / get_task / cancel_task API methods). A tasks
+ * method without the extension declared is -32021.
  *
  * Tool calls run concurrently: each tools/call gets a worker thread with its
  * own API connection, so a long exec never blocks a cancel or a ping. A call

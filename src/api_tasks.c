@@ -64,7 +64,11 @@ static cJSON *task_json(struct req *q, const struct store_task *t)
                 msg = "the execution behind this task is gone";
                 cJSON_AddNullToObject(o, "execution_state");
         } else {
-                if (!exec_state_is_final(res.state)) {
+                if (t->cancel_requested) {
+                        /* accepted while it ran: cancelled for good, however it ended */
+                        status = "cancelled";
+                        snprintf(buf, sizeof(buf), "cancelled at the client's request (execution %s)", res.id);
+                } else if (!exec_state_is_final(res.state)) {
                         status = "working";
                         snprintf(buf, sizeof(buf), "execution %s is %s", res.id, exec_state_to_string(res.state));
                 } else if (res.state == EXEC_CANCELLED) {
@@ -165,16 +169,27 @@ static int m_get_task(struct req *q, cJSON **ret, struct api_err *e)
         return 0;
 }
 
-/* Cooperative, as the extension says: the request is recorded and the
- * execution cancelled; an execution that already ended keeps its status. */
+/* A task already cancelled, or whose execution already ended, cannot be
+ * cancelled (already_finished); otherwise the request is recorded, which makes the task
+ * cancelled for good, and the execution is cancelled. */
 static int m_cancel_task(struct req *q, cJSON **ret, struct api_err *e)
 {
         struct store_task t;
+        struct exec_result res;
         struct sbx_error err = {0};
         int r;
 
         if (own_task(q, &t, e) < 0)
                 return -1;
+        if (t.cancel_requested)
+                return api_fail(e, "already_finished", "task %s is already cancelled", t.task_id);
+        if (exec_status(q->d->exec, q->tok.user, t.execution_id, API_OFFSET_NONE, API_OFFSET_NONE, 1, 0, &res,
+                        &err) == 0) {
+                bool final = exec_state_is_final(res.state);
+                exec_result_done(&res);
+                if (final)
+                        return api_fail(e, "already_finished", "task %s has already ended", t.task_id);
+        }
         r = store_task_mark_cancel(q->d->store, q->tok.user, t.task_id, sbx_now_ms());
         if (r < 0 && r != -ENOENT)
                 return api_fail_errno(e, r, NULL, "cannot record the cancel");

@@ -254,15 +254,22 @@ static cJSON *server_info(void)
         return info;
 }
 
-static cJSON *capabilities(bool modern)
+static cJSON *capabilities(int rank)
 {
         cJSON *caps = cJSON_CreateObject();
         cJSON *tools = cJSON_AddObjectToObject(caps, "tools");
 
         cJSON_AddFalseToObject(tools, "listChanged");
         cJSON_AddObjectToObject(caps, "logging");
-        if (modern)
+        if (rank == MCP_REV_2026_07_28) {
                 cJSON_AddObjectToObject(cJSON_AddObjectToObject(caps, "extensions"), MCP_TASKS_EXTENSION);
+        } else if (rank == MCP_REV_2025_11_25) {
+                /* 2025-11-25's experimental tasks: tools/call may be one, tasks/cancel works; no tasks/list */
+                cJSON *tasks = cJSON_AddObjectToObject(caps, "tasks");
+                cJSON_AddObjectToObject(tasks, "cancel");
+                cJSON_AddObjectToObject(cJSON_AddObjectToObject(cJSON_AddObjectToObject(tasks, "requests"), "tools"),
+                                        "call");
+        }
         return caps;
 }
 
@@ -514,7 +521,8 @@ struct req {
         bool modern;
         int rank;
         int log_level; /* modern: the envelope's logLevel; -1 none */
-        bool tasks_ok; /* modern: the client capabilities name the tasks extension */
+        bool tasks_ok; /* modern: the client capabilities name the tasks extension; legacy: 2025-11-25 */
+        bool legacy_task; /* 2025-11-25 tools/call with params.task */
 };
 
 static void handle_initialize(struct mcp *m, const struct req *q)
@@ -551,7 +559,7 @@ static void handle_initialize(struct mcp *m, const struct req *q)
 
         result = cJSON_CreateObject();
         cJSON_AddStringToObject(result, "protocolVersion", rank_version(rank));
-        cJSON_AddItemToObject(result, "capabilities", capabilities(false));
+        cJSON_AddItemToObject(result, "capabilities", capabilities(rank));
         cJSON_AddItemToObject(result, "serverInfo", server_info());
         cJSON_AddStringToObject(result, "instructions", instructions);
         send_result(m, q->id, result, false);
@@ -563,7 +571,7 @@ static void handle_discover(struct mcp *m, const struct req *q)
 
         versions = cJSON_AddArrayToObject(result, "supportedVersions");
         cJSON_AddItemToArray(versions, cJSON_CreateString(MCP_MODERN_VERSION));
-        cJSON_AddItemToObject(result, "capabilities", capabilities(true));
+        cJSON_AddItemToObject(result, "capabilities", capabilities(MCP_REV_2026_07_28));
         cJSON_AddItemToObject(result, "serverInfo", server_info());
         cJSON_AddStringToObject(result, "instructions", instructions);
         cJSON_AddNumberToObject(result, "ttlMs", TOOLS_TTL_MS);
@@ -593,6 +601,18 @@ static void handle_tools_list(struct mcp *m, const struct req *q)
         cJSON *result = cJSON_CreateObject();
 
         cJSON_AddItemToObject(result, "tools", mcp_tools_list(q->rank));
+        if (q->rank == MCP_REV_2025_11_25) {
+                /* 2025-11-25's experimental tasks: the long-running tools may be called as tasks */
+                cJSON *t;
+                cJSON_ArrayForEach(t, cJSON_GetObjectItemCaseSensitive(result, "tools"))
+                {
+                        const cJSON *n = cJSON_GetObjectItemCaseSensitive(t, "name");
+                        if (cJSON_IsString(n) && (strcmp(n->valuestring, "exec") == 0 ||
+                                                  strcmp(n->valuestring, "run_code") == 0))
+                                cJSON_AddStringToObject(cJSON_AddObjectToObject(t, "execution"), "taskSupport",
+                                                        "optional");
+                }
+        }
         if (q->modern) {
                 cJSON_AddNumberToObject(result, "ttlMs", TOOLS_TTL_MS);
                 cJSON_AddStringToObject(result, "cacheScope", "public");
@@ -653,6 +673,23 @@ static void handle_tools_call(struct mcp *m, const struct req *q)
                 send_tool_error(m, q, "invalid arguments: session must be 1-64 of [A-Za-z0-9_.-], not '.' or '..'");
                 return;
         }
+        if (!q->modern && q->tasks_ok && cJSON_GetObjectItemCaseSensitive(q->params, "task")) {
+                /* 2025-11-25: a task-augmented call (params.task {ttl?}; our ttl is our own) */
+                struct req tq = *q;
+                if (!cJSON_IsObject(cJSON_GetObjectItemCaseSensitive(q->params, "task"))) {
+                        send_error(m, q->id, MCP_INVALID_PARAMS, NULL, "tools/call: params.task must be an object");
+                        return;
+                }
+                if (strcmp(name->valuestring, "exec") != 0 && strcmp(name->valuestring, "run_code") != 0) {
+                        send_error(m, q->id, MCP_METHOD_NOT_FOUND, NULL, "%.64s cannot run as a task (taskSupport)",
+                                   name->valuestring);
+                        return;
+                }
+                tq.legacy_task = true;
+                start_call(m, &tq, MCP_CALL_TOOL, name->valuestring, args,
+                           session ? session->valuestring : m->session, token);
+                return;
+        }
         start_call(m, q, MCP_CALL_TOOL, name->valuestring, args, session ? session->valuestring : m->session,
                    token);
 }
@@ -682,7 +719,8 @@ static void start_call(struct mcp *m, const struct req *q, enum mcp_call_kind ki
         }
         c->m = m;
         c->kind = kind;
-        c->tasks_ok = q->tasks_ok;
+        c->tasks_ok = q->tasks_ok && q->modern;
+        c->legacy_task = q->legacy_task;
         c->id = cJSON_Duplicate(q->id, true);
         sbx_strlcpy(c->tool, name, sizeof(c->tool));
         c->args = args ? cJSON_Duplicate(args, true) : cJSON_CreateObject();
@@ -753,6 +791,11 @@ static void handle_tasks(struct mcp *m, const struct req *q)
         const cJSON *tid = cJSON_GetObjectItemCaseSensitive(q->params, "taskId");
         cJSON *data, *ext;
 
+        if (!q->tasks_ok && !q->modern) {
+                send_error(m, q->id, MCP_METHOD_NOT_FOUND, NULL, "Method not found: %.32s (tasks need 2025-11-25)",
+                           q->method);
+                return;
+        }
         if (!q->tasks_ok) {
                 data = cJSON_CreateObject();
                 ext = cJSON_AddObjectToObject(cJSON_AddObjectToObject(data, "requiredCapabilities"), "extensions");
@@ -905,6 +948,7 @@ static void handle_request(struct mcp *m, const cJSON *id, const char *method, c
         pthread_mutex_lock(&m->lock);
         q.rank = m->legacy_rank ? m->legacy_rank : MCP_REV_2025_11_25;
         pthread_mutex_unlock(&m->lock);
+        q.tasks_ok = q.rank == MCP_REV_2025_11_25;
         log_debug("mcp: %.100s (%s)", method, rank_version(q.rank));
         if (strcmp(method, "initialize") == 0)
                 handle_initialize(m, &q);
@@ -916,6 +960,9 @@ static void handle_request(struct mcp *m, const cJSON *id, const char *method, c
                 handle_tools_call(m, &q);
         else if (strcmp(method, "logging/setLevel") == 0)
                 handle_set_level(m, &q);
+        else if (strcmp(method, "tasks/get") == 0 || strcmp(method, "tasks/result") == 0 ||
+                 strcmp(method, "tasks/cancel") == 0)
+                handle_tasks(m, &q);
         else if (strcmp(method, "server/discover") == 0)
                 send_error(m, id, MCP_INVALID_PARAMS, NULL,
                            "server/discover needs the " MCP_MODERN_VERSION " _meta envelope (" META_PROTOCOL_VERSION

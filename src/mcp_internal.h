@@ -96,6 +96,7 @@ struct mcp_call {
         int log_level; /* the least severe level the client wants for this call; -1 none */
         enum mcp_call_kind kind;
         bool tasks_ok; /* the request declared the io.modelcontextprotocol/tasks extension */
+        bool legacy_task; /* 2025-11-25: the request asked for a task (params.task) */
 
         /* guarded by m->lock */
         bool cancelled;
@@ -128,7 +129,9 @@ cJSON *mcp_tool_result_json(const struct mcp_tool_result *r, int rank);
 /* Record execution exec_id as a task and make r its CreateTaskResult: 0, or
  * -errno (r untouched: the caller follows the execution itself). */
 int mcp_task_create(struct mcp_call *c, struct mcp_api *a, const char *exec_id, struct mcp_tool_result *r);
-/* Run a tasks/ request (c->tool is the method, c->args its params). */
+/* Run a tasks/ request (c->tool is the method, c->args its params): the
+ * extension's tasks/get, tasks/cancel, tasks/update when c->modern, else
+ * 2025-11-25's tasks/get, tasks/result, tasks/cancel. */
 void mcp_task_run(struct mcp_call *c, struct mcp_tool_result *r);
 
 /* mcp_api_https.c: the API client over HTTPS (POST <url>/v1/<method>). */

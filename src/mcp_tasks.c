@@ -20,6 +20,17 @@
  * live ttlMs (an hour) and are capped per user by the daemon (api_tasks.c).
  * There is no tasks/list or tasks/result in this extension.
  *
+ * The 2025-11-25 era had tasks of its own (experimental, the shape the 1.x
+ * SDK's client.experimental.tasks speaks), served here too on the same
+ * daemon tasks: initialize advertises capabilities.tasks {cancel,
+ * requests.tools.call}, tools/list marks exec and run_code
+ * execution.taskSupport "optional"; a tools/call with params.task answers
+ * {task: Task} at once (Task with ttl and pollInterval); tasks/get → the
+ * Task; tasks/result → waits for the end, then the CallToolResult with
+ * _meta["io.modelcontextprotocol/related-task"]; tasks/cancel → the Task,
+ * now cancelled for good (-32602 for a task that already ended). No
+ * tasks/list.
+ *
  * Threads: everything here runs on a call's worker thread (mcp.c). */
 #include <errno.h>
 #include <stdarg.h>
@@ -51,8 +62,9 @@ static const char *str(const cJSON *o, const char *key)
         return cJSON_IsString(v) ? v->valuestring : "";
 }
 
-/* The extension's Task from the daemon's task object. */
-static cJSON *task_from_api(const cJSON *t)
+/* The Task from the daemon's task object: the extension's (ttlMs,
+ * pollIntervalMs) or, for 2025-11-25, the experimental one (ttl, pollInterval). */
+static cJSON *task_from_api(const cJSON *t, bool modern)
 {
         cJSON *o = cJSON_CreateObject();
         const cJSON *ttl = cJSON_GetObjectItemCaseSensitive(t, "ttl_ms");
@@ -64,8 +76,9 @@ static cJSON *task_from_api(const cJSON *t)
                 cJSON_AddStringToObject(o, "statusMessage", str(t, "status_message"));
         iso8601(o, "createdAt", cJSON_GetObjectItemCaseSensitive(t, "created_at"));
         iso8601(o, "lastUpdatedAt", cJSON_GetObjectItemCaseSensitive(t, "updated_at"));
-        cJSON_AddNumberToObject(o, "ttlMs", cJSON_IsNumber(ttl) ? ttl->valuedouble : 0);
-        cJSON_AddNumberToObject(o, "pollIntervalMs", cJSON_IsNumber(poll) ? poll->valuedouble : 1000);
+        cJSON_AddNumberToObject(o, modern ? "ttlMs" : "ttl", cJSON_IsNumber(ttl) ? ttl->valuedouble : 0);
+        cJSON_AddNumberToObject(o, modern ? "pollIntervalMs" : "pollInterval",
+                                cJSON_IsNumber(poll) ? poll->valuedouble : 1000);
         return o;
 }
 
@@ -85,8 +98,13 @@ int mcp_task_create(struct mcp_call *c, struct mcp_api *a, const char *exec_id, 
                 mcp_call_log(c, MCP_LOG_NOTICE, "no task for execution %s: %s", exec_id, e.message);
                 return k;
         }
-        r->raw = task_from_api(res);
-        r->raw_type = "task";
+        if (c->modern) {
+                r->raw = task_from_api(res, true);
+                r->raw_type = "task";
+        } else {
+                r->raw = cJSON_CreateObject();
+                cJSON_AddItemToObject(r->raw, "task", task_from_api(res, false));
+        }
         log_info("mcp: %s execution %s is task %s", c->tool, exec_id, str(res, "task_id"));
         cJSON_Delete(res);
         return 0;
@@ -131,6 +149,63 @@ static cJSON *task_result(struct mcp_call *c, struct mcp_api *a, const cJSON *t,
         return out;
 }
 
+/* 2025-11-25 tasks/result: wait (long-polling the execution) until the task
+ * ends, then answer what the call would have, tagged with its task. Takes t. */
+static void legacy_result(struct mcp_call *c, struct mcp_api *a, const char *task_id, cJSON *t,
+                          struct mcp_tool_result *r)
+{
+        struct mcp_api_error e = {0};
+        cJSON *params, *res = NULL, *result;
+        int k;
+
+        while (strcmp(str(t, "status"), "working") == 0) {
+                params = cJSON_CreateObject();
+                cJSON_AddStringToObject(params, "session", str(t, "session"));
+                cJSON_AddStringToObject(params, "execution_id", str(t, "execution_id"));
+                cJSON_AddNumberToObject(params, "wait", 30);
+                k = mcp_api_request(a, c->m->token, "get_execution", params, 30000 + TASK_REQUEST_TIMEOUT_MS, NULL,
+                                    NULL, &res, &e);
+                cJSON_Delete(params);
+                cJSON_Delete(res);
+                res = NULL;
+                if (mcp_call_cancelled(c)) {
+                        r->suppress = true;
+                        cJSON_Delete(t);
+                        return;
+                }
+                params = cJSON_CreateObject();
+                cJSON_AddStringToObject(params, "task_id", task_id);
+                if (k == 0)
+                        k = mcp_api_request(a, c->m->token, "get_task", params, TASK_REQUEST_TIMEOUT_MS, NULL, NULL,
+                                            &res, &e);
+                cJSON_Delete(params);
+                if (k < 0) {
+                        api_error(r, task_id, &e);
+                        cJSON_Delete(t);
+                        return;
+                }
+                cJSON_Delete(t);
+                t = res;
+                res = NULL;
+        }
+        if (strcmp(str(t, "status"), "failed") == 0) {
+                rpc_error(r, MCP_INTERNAL_ERROR, "%.200s", str(t, "status_message"));
+                cJSON_Delete(t);
+                return;
+        }
+        /* completed, or cancelled: the execution's own result says how it ended */
+        result = task_result(c, a, t, &e);
+        cJSON_Delete(t);
+        if (!result) {
+                api_error(r, task_id, &e);
+                return;
+        }
+        cJSON_AddStringToObject(cJSON_AddObjectToObject(cJSON_AddObjectToObject(result, "_meta"),
+                                                        "io.modelcontextprotocol/related-task"),
+                                "taskId", task_id);
+        r->raw = result;
+}
+
 void mcp_task_run(struct mcp_call *c, struct mcp_tool_result *r)
 {
         const char *task_id = str(c->args, "taskId");
@@ -153,18 +228,35 @@ void mcp_task_run(struct mcp_call *c, struct mcp_tool_result *r)
         cJSON_AddStringToObject(params, "task_id", task_id);
         k = mcp_api_request(a, c->m->token, method, params, TASK_REQUEST_TIMEOUT_MS, NULL, NULL, &res, &e);
         cJSON_Delete(params);
+        if (k == -EREMOTEIO && strcmp(e.code, "already_finished") == 0) {
+                /* the extension acknowledges anyway; 2025-11-25 refuses a terminal task */
+                if (c->modern)
+                        r->raw = cJSON_CreateObject();
+                else
+                        rpc_error(r, MCP_INVALID_PARAMS, "task %.64s has already ended", task_id);
+                goto out;
+        }
         if (k < 0) {
                 api_error(r, task_id, &e);
                 goto out;
         }
-        if (strcmp(c->tool, "tasks/get") != 0) {
+        if (strcmp(c->tool, "tasks/cancel") == 0)
+                log_info("mcp: task %s cancelled", task_id);
+        if (c->modern && strcmp(c->tool, "tasks/get") != 0) {
                 /* tasks/cancel and tasks/update: an empty acknowledgement */
-                if (strcmp(c->tool, "tasks/cancel") == 0)
-                        log_info("mcp: task %s cancel requested", task_id);
                 r->raw = cJSON_CreateObject();
                 goto out;
         }
-        r->raw = task_from_api(res);
+        if (!c->modern) {
+                /* tasks/get and tasks/cancel: the Task; tasks/result: the call's own answer */
+                if (strcmp(c->tool, "tasks/result") == 0) {
+                        legacy_result(c, a, task_id, res, r);
+                        res = NULL;
+                } else
+                        r->raw = task_from_api(res, false);
+                goto out;
+        }
+        r->raw = task_from_api(res, true);
         if (strcmp(str(res, "status"), "completed") == 0) {
                 cJSON *result = task_result(c, a, res, &e);
                 if (!result) {

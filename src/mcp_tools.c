@@ -670,7 +670,7 @@ static void run_exec(struct mcp_call *c, const struct mcp_tool *t, struct mcp_to
         int64_t started;
         int k, quick = 0;
 
-        if (cJSON_IsTrue(bg)) {
+        if (cJSON_IsTrue(bg) && !c->legacy_task) {
                 run_passthrough(c, t, r);
                 return;
         }
@@ -709,6 +709,16 @@ static void run_exec(struct mcp_call *c, const struct mcp_tool *t, struct mcp_to
                 mcp_call_progress(c, 0, note);
         }
 
+        if (c->legacy_task) {
+                /* 2025-11-25: asked as a task, answered as one at once (or refused) */
+                if (mcp_task_create(c, a, id, r) < 0) {
+                        cancel_behind(c, id);
+                        r->rpc_code = MCP_INTERNAL_ERROR;
+                        snprintf(r->rpc_message, sizeof(r->rpc_message),
+                                 "cannot make a task now (too many live tasks?): call without params.task");
+                }
+                goto out;
+        }
         started = sbx_now_ms();
         poll = cJSON_CreateObject();
         cJSON_AddStringToObject(poll, "session", c->session);

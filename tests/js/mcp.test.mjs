@@ -324,6 +324,47 @@ describe('legacy era: @modelcontextprotocol/sdk', () => {
 
         commonScenarios(() => client, session);
 
+        check('2025-11-25 tasks (client.experimental.tasks): followed to the end, and cancelled', async () => {
+                assert.ok(client.getServerCapabilities().tasks?.requests?.tools?.call);
+                const tools = await client.listTools();
+                assert.equal(tools.tools.find((t) => t.name === 'exec').execution?.taskSupport, 'optional');
+                assert.equal(tools.tools.find((t) => t.name === 'read_file').execution, undefined);
+                const seen = [];
+                let result;
+                for await (const msg of client.experimental.tasks.callToolStream({
+                        name: 'exec',
+                        arguments: { command: 'sleep 1; echo tasked' },
+                })) {
+                        seen.push(msg.type);
+                        if (msg.type === 'error') throw msg.error;
+                        if (msg.type === 'taskCreated') assert.equal(msg.task.ttl, 3600000);
+                        if (msg.type === 'result') result = msg.result;
+                }
+                assert.equal(seen[0], 'taskCreated');
+                assert.ok(seen.includes('taskStatus'), seen.join());
+                assert.equal(result.structuredContent.stdout, 'tasked\n');
+                assert.equal(result.isError ?? false, false);
+
+                let taskId;
+                let ended;
+                for await (const msg of client.experimental.tasks.callToolStream({
+                        name: 'run_code',
+                        arguments: { language: 'bash', code: 'sleep 60' },
+                })) {
+                        if (msg.type === 'taskCreated') {
+                                taskId = msg.task.taskId;
+                                const c = await client.experimental.tasks.cancelTask(taskId);
+                                assert.equal(c.status, 'cancelled');
+                        }
+                        assert.notEqual(msg.type, 'result', 'a cancelled task gives no result');
+                        if (msg.type === 'error') ended = String(msg.error.message);
+                }
+                assert.match(ended, /cancelled/);
+                assert.equal((await client.experimental.tasks.getTask(taskId)).status, 'cancelled');
+                await assert.rejects(client.experimental.tasks.cancelTask(taskId), /already ended/);
+                await assert.rejects(client.experimental.tasks.getTask('0'.repeat(32)), /Unknown task/);
+        });
+
         check('the session argument reaches another sandbox', async () => {
                 await client.callTool({ name: 'write_file', arguments: { path: 'mine.txt', content: 'a' } });
                 let r = await client.callTool({ name: 'list_files', arguments: { session: 'js-other' } });

@@ -280,10 +280,25 @@ Test(mcp, tasks_extension_negotiation)
         const cJSON *ext = cJSON_GetObjectItem(cJSON_GetObjectItem(result_of(r), "capabilities"), "extensions");
         cr_assert(cJSON_IsObject(cJSON_GetObjectItem(ext, "io.modelcontextprotocol/tasks")));
         cJSON_Delete(r);
-        /* the legacy handshake advertises no extension */
+        /* the legacy handshake advertises no extension: 2025-11-25 its own tasks, older versions none */
         r = ask("{\"jsonrpc\":\"2.0\",\"id\":2,\"method\":\"initialize\",\"params\":{\"protocolVersion\":"
                 "\"2025-11-25\"}}");
-        cr_assert_null(cJSON_GetObjectItem(cJSON_GetObjectItem(result_of(r), "capabilities"), "extensions"));
+        const cJSON *caps = cJSON_GetObjectItem(result_of(r), "capabilities");
+        cr_assert_null(cJSON_GetObjectItem(caps, "extensions"));
+        cr_assert(cJSON_IsObject(cJSON_GetObjectItem(
+                cJSON_GetObjectItem(cJSON_GetObjectItem(cJSON_GetObjectItem(caps, "tasks"), "requests"), "tools"),
+                "call")));
+        cJSON_Delete(r);
+        /* 2025-11-25: only exec and run_code run as tasks, and params.task is an object */
+        assert_error("{\"jsonrpc\":\"2.0\",\"id\":20,\"method\":\"tools/call\",\"params\":{\"name\":\"read_file\","
+                     "\"arguments\":{\"path\":\"x\"},\"task\":{}}}",
+                     MCP_METHOD_NOT_FOUND, false);
+        assert_error("{\"jsonrpc\":\"2.0\",\"id\":21,\"method\":\"tools/call\",\"params\":{\"name\":\"exec\","
+                     "\"arguments\":{\"command\":\"true\"},\"task\":5}}",
+                     MCP_INVALID_PARAMS, false);
+        r = ask("{\"jsonrpc\":\"2.0\",\"id\":2,\"method\":\"initialize\",\"params\":{\"protocolVersion\":"
+                "\"2025-06-18\"}}");
+        cr_assert_null(cJSON_GetObjectItem(cJSON_GetObjectItem(result_of(r), "capabilities"), "tasks"));
         cJSON_Delete(r);
         /* a tasks/ method without the extension declared: -32021 naming it */
         r = ask("{\"jsonrpc\":\"2.0\",\"id\":3,\"method\":\"tasks/get\",\"params\":{\"taskId\":\"ab\"," ENVELOPE(

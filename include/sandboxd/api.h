@@ -83,12 +83,14 @@
  *   mark_private    {dataset, source?}  (role connector only)    → {session, datasets, network_mode}
  *   create_task     {execution_id, tool: exec|run_code}   → a task (below), recorded in the store
  *   get_task        {task_id}  (no session needed)        → a task
- *   cancel_task     {task_id}  (no session needed)        → a task; its execution is cancelled
+ *   cancel_task     {task_id}  (no session needed)        → the task, cancelled from now on, and its
+ *                   execution cancelled; already_finished if it had ended or was cancelled
  *       The MCP tasks extension's handles (api_tasks.c). A task is the
  *       user's alone, lives an hour, and a user holds at most 64 live ones
  *       (busy past that). Task: {task_id, session, execution_id, tool,
  *       status (working completed cancelled failed, from the execution's
- *       state; failed only when the execution is gone), status_message,
+ *       state, cancelled once cancel_task took it; failed only when the
+ *       execution is gone), status_message,
  *       execution_state, ttl_ms, poll_interval_ms, created_at, updated_at,
  *       expires_at, cancel_requested}.
  *

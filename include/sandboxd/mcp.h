@@ -25,7 +25,9 @@
  * CreateTaskResult instead of a CallToolResult for a long exec/run_code,
  * followed with tasks/get, tasks/cancel (and tasks/update); the task is the
  * daemon's (its create_task / get_task / cancel_task API methods). A tasks
- * method without the extension declared is -32021.
+ * method without the extension declared is -32021. At 2025-11-25 the
+ * experimental tasks of that version are served instead (params.task,
+ * tasks/get, tasks/result, tasks/cancel); see mcp_tasks.c.
  *
  * Tool calls run concurrently: each tools/call gets a worker thread with its
  * own API connection, so a long exec never blocks a cancel or a ping. A call

@@ -187,10 +187,13 @@ describe('MCP Streamable HTTP over HTTPS (SDK 1.x and 2.x)', () => {
                         }),
                 });
                 assert.equal(res.status, 200);
-                return res.json();
+                if (!(res.headers.get('content-type') ?? '').includes('text/event-stream')) return res.json();
+                // a streamed answer: the response is the event that carries our id
+                const events = (await res.text()).split('\n').filter((l) => l.startsWith('data: '));
+                return events.map((l) => JSON.parse(l.slice(6))).find((m) => m.id === id);
         };
 
-        test('2026-07-28 client, and tasks followed to the end and cancelled', { timeout: 240000 }, async () => {
+        test('2026-07-28 client (progress, a cancel), and tasks followed to the end and cancelled', { timeout: 240000 }, async () => {
                 const client = new ModernClient(
                         { name: 'sbx-http-test-v2', version: '2.0.0' },
                         { versionNegotiation: { mode: { pin: '2026-07-28' } } },
@@ -206,6 +209,40 @@ describe('MCP Streamable HTTP over HTTPS (SDK 1.x and 2.x)', () => {
                 assert.ok((await client.listTools()).tools.some((t) => t.name === 'run_code'));
                 const q = await client.callTool({ name: 'exec', arguments: { command: 'echo v2', session: 'h2' } });
                 assert.equal(q.structuredContent.stdout, 'v2\n');
+                // progress streams (SSE) without an MCP session too
+                const seen = [];
+                const p = await client.callTool(
+                        { name: 'exec', arguments: { command: 'for i in 1 2 3; do echo tick $i; sleep 0.4; done', session: 'h2' } },
+                        { onprogress: (x) => seen.push(x), resetTimeoutOnProgress: true },
+                );
+                assert.equal(p.structuredContent.stdout, 'tick 1\ntick 2\ntick 3\n');
+                assert.ok(seen.length >= 2, `progress: ${JSON.stringify(seen)}`);
+                // an aborted call: the stream closes and the execution is cancelled
+                const ac = new AbortController();
+                let executionId;
+                const call = client.callTool(
+                        { name: 'exec', arguments: { command: 'echo started; sleep 60', session: 'h2' } },
+                        {
+                                signal: ac.signal,
+                                onprogress: (x) => {
+                                        const m = /execution (\S+) started/.exec(x.message ?? '');
+                                        if (m) executionId = m[1];
+                                        if ((x.message ?? '').includes('started\n')) ac.abort('enough');
+                                },
+                        },
+                );
+                await assert.rejects(call);
+                assert.ok(executionId, 'the first progress named the execution');
+                let state;
+                for (const deadline = Date.now() + 30000; Date.now() < deadline; await sleep(300)) {
+                        const s = await client.callTool({
+                                name: 'get_execution',
+                                arguments: { execution_id: executionId, wait: 5, session: 'h2' },
+                        });
+                        state = s.structuredContent?.state;
+                        if (state !== 'running' && state !== 'pending') break;
+                }
+                assert.equal(state, 'cancelled');
                 await client.close();
 
                 let r = await rpc(token, 1, 'tools/call', {

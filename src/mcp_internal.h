@@ -69,6 +69,7 @@ struct mcp_tool_result {
         char *text;        /* NULL: the serialized structured content */
         bool is_error;
         bool suppress; /* no response at all (the call was cancelled) */
+        cJSON *links;  /* resource_link content items (mcp_resources.c), or NULL */
         /* Instead of a CallToolResult (mcp_tasks.c): a whole result object of
          * resultType raw_type (a CreateTaskResult, a tasks/get result), or a
          * JSON-RPC error when rpc_code is set. */
@@ -156,5 +157,16 @@ void mcp_tool_run(struct mcp_call *c, struct mcp_tool_result *r);
 /* The tool result of a finished execution (a get_execution reply; takes res),
  * as the tool itself would have answered. */
 void mcp_tool_execution_result(const char *tool, cJSON *res, struct mcp_tool_result *r);
+
+/* mcp_resources.c */
+/* resource_link items to the whole stdout and stderr of a result whose
+ * output was cut (truncated: true), else NULL. */
+cJSON *mcp_resource_links(const char *session, const cJSON *structured);
+/* The resourceTemplates array of resources/templates/list. */
+cJSON *mcp_resource_templates(void);
+/* resources/read: 0 with *ret_result, or -1 with a JSON-RPC error code and
+ * message. Blocks on the API socket (bounded). */
+int mcp_resource_read(struct mcp *m, const cJSON *params, cJSON **ret_result, int *ret_code, char *msg,
+                      size_t msg_size);
 
 #endif

@@ -145,6 +145,7 @@ static cJSON *task_result(struct mcp_call *c, struct mcp_api *a, const cJSON *t,
         mcp_tool_execution_result(str(t, "tool"), res, &tr);
         out = mcp_tool_result_json(&tr, c->rank);
         cJSON_Delete(tr.structured);
+        cJSON_Delete(tr.links);
         free(tr.text);
         return out;
 }

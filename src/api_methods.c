@@ -988,7 +988,7 @@ api_method_fn api_method_find(const char *name)
         for (size_t i = 0; i < ELEMENTSOF(methods); i++)
                 if (strcmp(methods[i].name, name) == 0)
                         return methods[i].fn;
-        return NULL;
+        return api_tasks_method_find(name);
 }
 
 /* ---- agent tools (issue 17): what api_agent.c shares ---- */

@@ -781,6 +781,21 @@ static void gc_audit(struct gc *g)
         g->rep->kinds[GC_AUDIT].count += (uint64_t)r - 1;
 }
 
+/* MCP tasks past their ttl (the daemon also drops them at each new task):
+ * bookkeeping rows, logged rather than itemized in the report. */
+static void gc_tasks(struct gc *g)
+{
+        int r;
+
+        if (g->dry_run)
+                return;
+        r = store_task_purge(g->st, g->now);
+        if (r < 0)
+                log_warn("gc: expired MCP tasks: %s", strerror(-r));
+        else if (r > 0)
+                log_info("gc: %d expired MCP tasks deleted", r);
+}
+
 /* Idempotency keys past idempotency_window: one report item counting them. */
 static void gc_idempotency_keys(struct gc *g)
 {
@@ -1338,6 +1353,7 @@ int gc_run(const struct sbx_config *cfg, const struct gc_options *opts, struct g
         gc_spools(&g);
         gc_audit(&g);
         gc_idempotency_keys(&g);
+        gc_tasks(&g);
         gc_mounts(&g);
         gc_workspaces(&g);
         gc_uids(&g);

@@ -871,9 +871,11 @@ static void run_exec(struct mcp_call *c, const struct mcp_tool *t, struct mcp_to
         char id[64];
         uint64_t so = 0, se = 0;
         bool follow_output = c->progress_token != NULL;
+        bool may_task = c->tasks_ok; /* a task once it has run MCP_TASK_AFTER_S */
+        int64_t started;
         int k, quick = 0;
 
-        if (cJSON_IsTrue(bg)) {
+        if (cJSON_IsTrue(bg) && !c->legacy_task) {
                 run_passthrough(c, t, r);
                 return;
         }
@@ -912,10 +914,21 @@ static void run_exec(struct mcp_call *c, const struct mcp_tool *t, struct mcp_to
                 mcp_call_progress(c, 0, note);
         }
 
+        if (c->legacy_task) {
+                /* 2025-11-25: asked as a task, answered as one at once (or refused) */
+                if (mcp_task_create(c, a, id, r) < 0) {
+                        cancel_behind(c, id);
+                        r->rpc_code = MCP_INTERNAL_ERROR;
+                        snprintf(r->rpc_message, sizeof(r->rpc_message),
+                                 "cannot make a task now (too many live tasks?): call without params.task");
+                }
+                goto out;
+        }
+        started = sbx_now_ms();
         poll = cJSON_CreateObject();
         cJSON_AddStringToObject(poll, "session", c->session);
         cJSON_AddStringToObject(poll, "execution_id", id);
-        cJSON_AddNumberToObject(poll, "wait", c->m->poll_wait_s);
+        cJSON_AddNumberToObject(poll, "wait", may_task ? MCP_TASK_AFTER_S : c->m->poll_wait_s);
         if (follow_output) {
                 cJSON_AddStringToObject(poll, "encoding", "base64");
                 cJSON_AddNumberToObject(poll, "stdout_offset", 0);
@@ -953,6 +966,13 @@ static void run_exec(struct mcp_call *c, const struct mcp_tool *t, struct mcp_to
                         goto out;
                 }
                 final = state_final(res);
+                if (may_task && !final && sbx_now_ms() - started >= MCP_TASK_AFTER_S * 1000 - 50) {
+                        /* Long: hand the client a task instead (else go on in the foreground). */
+                        if (mcp_task_create(c, a, id, r) == 0)
+                                goto out;
+                        may_task = false;
+                        cJSON_ReplaceItemInObjectCaseSensitive(poll, "wait", cJSON_CreateNumber(c->m->poll_wait_s));
+                }
                 if (!follow_output) {
                         if (final)
                                 break;
@@ -1015,6 +1035,19 @@ out:
         cJSON_Delete(poll);
         cJSON_Delete(params);
         mcp_api_close(a);
+}
+
+void mcp_tool_execution_result(const char *tool, cJSON *res, struct mcp_tool_result *r)
+{
+        const struct mcp_tool *t = mcp_tool_find(tool);
+
+        if (!t) {
+                cJSON_Delete(res);
+                result_error(r, "unknown tool %s", tool);
+                return;
+        }
+        r->is_error = execution_failed(res);
+        set_structured(t, r, res);
 }
 
 void mcp_tool_run(struct mcp_call *c, struct mcp_tool_result *r)

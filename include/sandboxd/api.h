@@ -46,7 +46,7 @@
  * Tokens (see token.h): role agent may call every method but mark_private;
  * role connector may call every method.
  *
- * Every method but the user-level ones below takes params.session (1-64 of [A-Za-z0-9_.-]); the user is
+ * Every method but the user-level ones below (and get_task, cancel_task) takes params.session (1-64 of [A-Za-z0-9_.-]); the user is
  * always the token's: a request can only reach its own user's sessions, and
  * an execution id is found only in the session it ran in (otherwise
  * not_found, exactly as for an unknown id). The session's container is
@@ -91,6 +91,18 @@
  *                            ports: [{container_port, host_port}], container_id, image, created_at,
  *                            last_activity, last_error, error_cause}
  *   mark_private    {dataset, source?}  (role connector only)    → {session, datasets, network_mode}
+ *   create_task     {execution_id, tool: exec|run_code}   → a task (below), recorded in the store
+ *   get_task        {task_id}  (no session needed)        → a task
+ *   cancel_task     {task_id}  (no session needed)        → the task, cancelled from now on, and its
+ *                   execution cancelled; already_finished if it had ended or was cancelled
+ *       The MCP tasks extension's handles (api_tasks.c). A task is the
+ *       user's alone, lives an hour, and a user holds at most 64 live ones
+ *       (busy past that). Task: {task_id, session, execution_id, tool,
+ *       status (working completed cancelled failed, from the execution's
+ *       state, cancelled once cancel_task took it; failed only when the
+ *       execution is gone), status_message,
+ *       execution_state, ttl_ms, poll_interval_ms, created_at, updated_at,
+ *       expires_at, cancel_requested}.
  *
  * Agent tools (issue 17, src/api_agent.c; README "Agent tools"):
  *   run_tests       {language: python|node, tests, code?, timeout_seconds?}

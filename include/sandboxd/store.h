@@ -494,4 +494,30 @@ int store_idem_reset_pending(struct store *s);
 /* Keys past their window: deleted, or with dry_run counted. Returns how many, or -errno. */
 int store_idem_prune(struct store *s, int64_t now_ms, bool dry_run);
 
+/* ---- MCP tasks (the tasks extension's durable handles; store_tasks.c) ----
+ * Reads are scoped to a user and skip expired rows (expires_at <= now):
+ * another user's task, an expired one and an unknown one are all -ENOENT. */
+struct store_task {
+        char task_id[33];
+        char user_id[65];
+        char session_id[65];
+        char execution_id[64];
+        char tool[32];
+        int64_t ttl_ms, poll_interval_ms;
+        int64_t created_at, updated_at, expires_at; /* unix ms */
+        bool cancel_requested;
+};
+/* Insert (expires_at = created_at + ttl_ms), first deleting every expired
+ * task; -EDQUOT when the user already has max_per_user live tasks or all
+ * users max_total. */
+int store_task_add(struct store *s, const struct store_task *row, int64_t now_ms, size_t max_per_user,
+                   size_t max_total);
+int store_task_get(struct store *s, const char *user, const char *task_id, int64_t now_ms, struct store_task *ret);
+/* Record a cancel request (updated_at = now). */
+int store_task_mark_cancel(struct store *s, const char *user, const char *task_id, int64_t now_ms);
+/* Live tasks of user (NULL: of everyone). */
+int store_task_count(struct store *s, const char *user, int64_t now_ms, size_t *ret);
+/* Delete expired tasks; returns how many, or -errno. */
+int store_task_purge(struct store *s, int64_t now_ms);
+
 #endif

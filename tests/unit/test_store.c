@@ -571,3 +571,51 @@ Test(store, exec_adoptable_rows_keep_the_runner_tag_and_deadline)
         cr_assert(rows[0].interactive && rows[0].tty);
         free(rows);
 }
+
+/* MCP tasks (migration 0013): per user, capped, gone after their ttl. */
+Test(store, tasks_scoped_capped_and_expiring)
+{
+        struct store_task t = {}, got;
+        int64_t now = 1000000;
+        size_t n = 0;
+
+        snprintf(t.task_id, sizeof(t.task_id), "%032x", 1);
+        snprintf(t.user_id, sizeof(t.user_id), "alice");
+        snprintf(t.session_id, sizeof(t.session_id), "s1");
+        snprintf(t.execution_id, sizeof(t.execution_id), "e1");
+        snprintf(t.tool, sizeof(t.tool), "exec");
+        t.ttl_ms = 1000;
+        t.poll_interval_ms = 500;
+        t.created_at = now;
+        cr_assert_eq(store_task_add(st, &t, now, 2, 10), 0);
+        cr_assert_eq(store_task_add(st, &t, now, 2, 10), -EEXIST);
+        cr_assert_eq(store_task_get(st, "alice", t.task_id, now + 10, &got), 0);
+        cr_assert_str_eq(got.execution_id, "e1");
+        cr_assert_eq(got.expires_at, now + 1000);
+        cr_assert_eq(store_task_get(st, "bob", t.task_id, now + 10, &got), -ENOENT);
+        cr_assert_eq(store_task_mark_cancel(st, "bob", t.task_id, now + 10), -ENOENT);
+        cr_assert_eq(store_task_mark_cancel(st, "alice", t.task_id, now + 20), 0);
+        cr_assert_eq(store_task_get(st, "alice", t.task_id, now + 30, &got), 0);
+        cr_assert(got.cancel_requested);
+        cr_assert_eq(got.updated_at, now + 20);
+
+        snprintf(t.task_id, sizeof(t.task_id), "%032x", 2);
+        cr_assert_eq(store_task_add(st, &t, now, 2, 10), 0);
+        snprintf(t.task_id, sizeof(t.task_id), "%032x", 3);
+        cr_assert_eq(store_task_add(st, &t, now, 2, 10), -EDQUOT, "the per-user cap");
+        snprintf(t.user_id, sizeof(t.user_id), "bob");
+        cr_assert_eq(store_task_add(st, &t, now, 2, 3), 0, "another user has room");
+        snprintf(t.task_id, sizeof(t.task_id), "%032x", 4);
+        cr_assert_eq(store_task_add(st, &t, now, 2, 3), -EDQUOT, "the global cap");
+
+        /* past the ttl: not found, not counted, and purged by the next add */
+        snprintf(t.user_id, sizeof(t.user_id), "alice");
+        cr_assert_eq(store_task_get(st, "alice", "00000000000000000000000000000001", now + 1000, &got), -ENOENT);
+        cr_assert_eq(store_task_count(st, NULL, now + 1000, &n), 0);
+        cr_assert_eq(n, 0);
+        t.created_at = now + 2000;
+        cr_assert_eq(store_task_add(st, &t, now + 2000, 2, 3), 0);
+        cr_assert_eq(store_task_count(st, NULL, now + 2000, &n), 0);
+        cr_assert_eq(n, 1);
+        cr_assert_eq(store_task_purge(st, now + 5000), 1);
+}

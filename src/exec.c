@@ -1049,7 +1049,10 @@ static void run_adopted(struct execution *x)
                 pthread_mutex_lock(&x->lock);
                 snprintf(x->error, sizeof(x->error), "the daemon restarted while it ran and %s", why);
                 x->duration_ms = sbx_wall_ms() - x->started_wall;
+                x->state = EXEC_FAILED; /* recorded before a waiter wakes: a list by state agrees with it */
+                x->cause = EXEC_CAUSE_DAEMON_RESTARTED;
                 pthread_mutex_unlock(&x->lock);
+                persist(x);
                 set_state(x, EXEC_FAILED, EXEC_CAUSE_DAEMON_RESTARTED);
                 log_ctx(LOG_LEVEL_WARN, x->user, x->session, x->container_id, "execution %s: %s", x->id, x->error);
                 goto done;

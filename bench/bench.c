@@ -11,6 +11,8 @@
  *   cold session        create + first exec of `true`   vs docker run -d + docker exec   (20 / 6 pairs)
  *   exec round trip     API exec `true` in a warm session vs docker exec CLI, same container (200 / 25)
  *   engine exec         the same three Engine API calls the daemon makes, no daemon (reference)
+ *   http round trip     POST /v1/exec over HTTPS with keep-alive vs the API socket, in turn
+ *                       (http.c)                                                   (200 / 50)
  *   run_code            python print(1)                                                 (50 / 10)
  *   noisy neighbour     exec round trip of one session while another fork-bombs, spins, writes
  *                       output at full speed, then all three; ratio to the same round trip with
@@ -30,7 +32,8 @@
  * one baseline container with a published block costs, times S2.
  *
  * This file holds the phases and main; harness.c the daemon, socket and
- * baseline helpers they use; noisy.c the noisy neighbour; util.c the clients, processes and report.
+ * baseline helpers they use; noisy.c the noisy neighbour; http.c the HTTPS round trip; util.c the
+ * clients, processes and report.
  *
  * Threads: the main thread, plus short-lived workers in the concurrent
  * phases, each with its own socket connection, and an events-stream
@@ -52,8 +55,8 @@
 
 #include "harness.h"
 
-static const struct sizes full_sizes = {20, 200, 50, 50, 20, 200, 10, 100, 3, 40};
-static const struct sizes quick_sizes = {6, 25, 10, 20, 10, 30, 3, 30, 1, 10};
+static const struct sizes full_sizes = {20, 200, 50, 50, 20, 200, 10, 100, 3, 40, 200};
+static const struct sizes quick_sizes = {6, 25, 10, 20, 10, 30, 3, 30, 1, 10, 50};
 
 /* ---- phases ---- */
 
@@ -698,13 +701,15 @@ static int phase_restart(struct bench *b)
 static void usage(FILE *f)
 {
         fprintf(f, "Usage: sandboxd-bench [--quick] --daemon BIN --bench-id ID [--json PATH] [--log FILE]\n"
-                   "                      [--pidfile FILE] [--baseline-port N] [--docker CLI] [--only noisy|network]\n"
+                   "                      [--pidfile FILE] [--baseline-port N] [--docker CLI] [--only noisy|http|network]\n"
+                   "                      [--http-ca FILE]\n"
                    "\n"
                    "Starts BIN (configured by the SANDBOXD_* environment, which this program reads\n"
                    "too) and measures it against plain docker run / docker exec. Meant to be run by\n"
                    "scripts/bench.sh, which prepares that environment and cleans up afterwards.\n"
                    "Baseline containers are labelled sandboxd.bench=ID. --only noisy runs the noisy\n"
-                   "neighbour phase alone.\n");
+                   "neighbour phase alone, --only http the HTTPS round trip alone. --http-ca: the CA of\n"
+                   "the daemon's HTTPS certificate (its http_listen); without it there is no HTTPS row.\n");
 }
 
 int main(int argc, char **argv)
@@ -715,6 +720,7 @@ int main(int argc, char **argv)
                 {"pidfile", required_argument, NULL, 'p'}, {"bench-id", required_argument, NULL, 'b'},
                 {"baseline-port", required_argument, NULL, 'P'}, {"docker", required_argument, NULL, 'D'},
                 {"only", required_argument, NULL, 'o'},  {"help", no_argument, NULL, 'h'},
+                {"http-ca", required_argument, NULL, 'C'},
                 {0},
         };
         struct bench b = {.docker = "docker", .json_path = "bench/results.json"};
@@ -722,7 +728,7 @@ int main(int argc, char **argv)
         double t_start = bench_now_ms(), dt;
         char log_default[SBX_PATH_MAX + 16];
         int c, rc = 0, s1, s2;
-        bool only_noisy = false, only_network = false;
+        bool only_noisy = false, only_http = false, only_network = false;
 
         while ((c = getopt_long(argc, argv, "h", opts, NULL)) != -1) {
                 switch (c) {
@@ -734,9 +740,12 @@ int main(int argc, char **argv)
                 case 'b': b.bench_id = optarg; break;
                 case 'P': b.base_port = atoi(optarg); break;
                 case 'D': b.docker = optarg; break;
+                case 'C': b.http_ca = optarg; break;
                 case 'o':
                         if (strcmp(optarg, "noisy") == 0)
                                 only_noisy = true;
+                        else if (strcmp(optarg, "http") == 0)
+                                only_http = true;
                         else if (strcmp(optarg, "network") == 0)
                                 only_network = true;
                         else {
@@ -804,8 +813,8 @@ int main(int argc, char **argv)
         sleep(1);
         rss_point(&b, 0, false, NULL);
 
-        if (only_noisy) {
-                if (phase_noisy(&b) < 0)
+        if (only_noisy || only_http) {
+                if ((only_noisy ? phase_noisy(&b) : phase_http(&b)) < 0)
                         rc = 1;
                 goto out;
         }
@@ -816,7 +825,8 @@ int main(int argc, char **argv)
                         phase_network_rss(&b, s2);
                 goto out;
         }
-        if (phase_cold(&b) < 0 || phase_exec(&b) < 0 || phase_run_code(&b) < 0 || phase_noisy(&b) < 0) {
+        if (phase_cold(&b) < 0 || phase_exec(&b) < 0 || phase_http(&b) < 0 || phase_run_code(&b) < 0 ||
+            phase_noisy(&b) < 0) {
                 rc = 1;
                 goto out;
         }

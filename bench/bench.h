@@ -105,6 +105,7 @@ enum target_kind {
         TARGET_RATIO_LE, /* p50 / baseline p50 <= limit */
         TARGET_P50_LE,   /* p50 <= limit (in the measurement's unit) */
         TARGET_EQ,       /* p50 == limit (error counts) */
+        TARGET_DIFF_LE,  /* p50 - baseline p50 <= limit (in the measurement's unit) */
 };
 
 struct measurement {

@@ -313,7 +313,7 @@ int baseline_run(struct bench *b, const char *ws, bool publish, char *ret_id, si
         argv[n++] = "ALL";
         argv[n++] = "--security-opt";
         argv[n++] = "no-new-privileges:true";
-        snprintf(user, sizeof(user), "%d:%d", b->cfg.sandbox_uid, b->cfg.sandbox_uid);
+        snprintf(user, sizeof(user), "%d:%d", b->cfg.sandbox_uid_hi, b->cfg.sandbox_uid_hi); /* a uid of the range, as sessions get */
         argv[n++] = "--user";
         argv[n++] = user;
         snprintf(pids, sizeof(pids), "%" PRId64, b->cfg.pids_limit);
@@ -396,7 +396,7 @@ int make_workspace(struct bench *b, int i, char *ret, size_t size)
         snprintf(ret, size, "%s/%d", b->ws_root, i);
         if (mkdir(ret, 0700) < 0 && errno != EEXIST)
                 return -1;
-        return chown(ret, (uid_t)b->cfg.sandbox_uid, (gid_t)b->cfg.sandbox_uid);
+        return chown(ret, (uid_t)b->cfg.sandbox_uid_hi, (gid_t)b->cfg.sandbox_uid_hi);
 }
 
 long file_size(const char *path)

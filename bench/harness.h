@@ -14,7 +14,8 @@
 
 /* Sample counts and session counts of one mode (full or --quick). */
 struct sizes {
-        int cold, exec, run_code, conc_sessions, conc_execs, rss_sessions, detect, restart_sessions, restart, noisy;
+        int cold, exec, run_code, conc_sessions, conc_execs, rss_sessions, detect, restart_sessions, restart, noisy,
+                http;
 };
 
 struct bench {
@@ -22,6 +23,7 @@ struct bench {
         struct sizes sz;
         bool quick;
         const char *daemon_bin, *log_path, *pid_path, *json_path, *bench_id, *docker;
+        const char *http_ca; /* the CA of the daemon's HTTPS certificate; NULL: no HTTPS row */
         pid_t daemon;
         char token[256];
         char ws_root[SBX_PATH_MAX]; /* baseline workspaces */
@@ -82,7 +84,7 @@ int baseline_run(struct bench *b, const char *ws, bool publish, char *ret_id, si
 /* `docker exec id true`: ms, or -1. */
 double docker_exec_cli(struct bench *b, const char *id);
 void docker_rm(struct bench *b, const char *id);
-/* A baseline workspace directory owned by sandbox_uid, mode 0700. */
+/* A baseline workspace directory owned by the top uid of sandbox_uid_range, mode 0700. */
 int make_workspace(struct bench *b, int i, char *ret, size_t size);
 
 /* ---- the daemon's log and other files ---- */
@@ -101,6 +103,8 @@ int64_t find_reconciled(const char *log_path, long offset, char *line_out, size_
 
 /* noisy.c: the noisy_neighbour measurements. */
 int phase_noisy(struct bench *b);
+/* http.c: http_exec_roundtrip, POST /v1/exec over HTTPS against the socket. */
+int phase_http(struct bench *b);
 
 /* ---- for the report ---- */
 

@@ -593,6 +593,8 @@ int measurement_met(const struct measurement *m)
                 return p50 <= m->limit;
         case TARGET_EQ:
                 return p50 == m->limit;
+        case TARGET_DIFF_LE:
+                return !m->has_baseline || m->base.n == 0 ? -1 : p50 - series_pct(&m->base, 50) <= m->limit;
         default:
                 return -1;
         }

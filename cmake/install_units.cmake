@@ -1,6 +1,6 @@
 # install_units.cmake — run by `cmake --install` (install(CODE) in CMakeLists.txt): writes the
 # systemd units with the paths of *this* install, so `cmake --install build --prefix P` yields
-# units that start P/bin/sandboxd with P's config. Inputs: SBX_SRC, SBX_BINDIR_REL,
+# units that start P/bin/sandboxd with P's config. Inputs: SBX_SRC, SBX_BIN, SBX_BINDIR_REL,
 # SBX_SYSCONFDIR_REL, SBX_UNITDIR (empty: <prefix>/lib/systemd/system). DESTDIR is honoured by
 # file(INSTALL).
 set(prefix "${CMAKE_INSTALL_PREFIX}")
@@ -24,7 +24,9 @@ else()
   set(unitdir "${prefix}/lib/systemd/system")
 endif()
 
-set(gen "${CMAKE_CURRENT_BINARY_DIR}/systemd-units")
+# In the build tree: an install script's CMAKE_CURRENT_BINARY_DIR is the directory cmake --install
+# runs from, often the source tree.
+set(gen "${SBX_BIN}/systemd-units")
 file(MAKE_DIRECTORY "${gen}")
 foreach(unit sandboxd.service sandboxd-gc.service)
   configure_file("${SBX_SRC}/systemd/${unit}.in" "${gen}/${unit}" @ONLY)

@@ -19,9 +19,23 @@
  * rusage of everything it reaped, then keeps reaping until its subtree is
  * empty.
  *
+ * Services (runner_svc.c) live under shims of their own the same way, and
+ * workspace files (runner_files.c) are read and written confined to
+ * /workspace; both are described in runner_proto.h.
+ *
  * Single-threaded: one poll loop. Every buffer is bounded: output is read
- * from a pipe only while the outgoing buffer has room, so a process whose
- * output cannot be delivered blocks in write() instead of losing bytes.
+ * from a pipe only while the execution's retained buffer (RP_RETAIN_CAP per
+ * stream, RETAIN_TOTAL in all) has room, so a process whose output cannot be
+ * delivered blocks in write() instead of losing bytes.
+ *
+ * Durable executions: an execution outlives the daemon's connection. Its
+ * output is kept from the daemon's last RP_ACK on, its exit status until
+ * RP_FORGET; after a reconnect the runner lists what it holds (RP_JOB) and
+ * the daemon resumes each one at the byte it had persisted (RP_RESUME).
+ *
+ * Terminals: an RP_EXEC_TTY execution runs on a pseudo-terminal the runner
+ * opens itself (posix_openpt on the container's /dev/ptmx), made the
+ * controlling terminal of the leader's session.
  *
  * The runner is non-dumpable (no ptrace, no /proc/<pid>/mem for the tenant's
  * uid). Tenant code runs as the same uid and can still kill it; the runner
@@ -37,6 +51,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/ioctl.h>
 #include <sys/prctl.h>
 #include <sys/resource.h>
 #include <sys/socket.h>
@@ -44,45 +59,68 @@
 #include <sys/syscall.h>
 #include <sys/un.h>
 #include <sys/wait.h>
+#include <termios.h>
 #include <time.h>
 #include <unistd.h>
 
+#include "runner_ext.h"
 #include "sandboxd/runner_proto.h"
 
 #ifndef SYS_close_range
 #define SYS_close_range 436
 #endif
 
-#define MAX_JOBS 256
+#ifndef TIOCGPTPEER
+#define TIOCGPTPEER 0x5441
+#endif
+
+#define MAX_JOBS RP_MAX_JOBS
+#define RETAIN_TOTAL (16 * 1024 * 1024) /* unacknowledged output of all executions together */
 #define OUT_CAP (1024 * 1024)      /* frames waiting for the daemon */
 #define STDIN_CAP (2 * RP_STDIN_WINDOW)
 #define DRAIN_MS 200               /* output still read after the leader exited */
 #define MAX_PROCS 8192
 
+/* One output stream's bytes the daemon has not acknowledged yet. */
+struct ostream {
+        char *buf;
+        size_t len, size;
+        uint64_t base; /* stream offset of buf[0]: the daemon persisted everything before it */
+        uint64_t sent; /* next offset to frame on the current connection */
+};
+
 struct job {
         bool used;
-        bool exit_sent;   /* RP_EXIT went out: only draining/discarding is left */
+        bool exit_sent;   /* RP_EXIT went out on the current connection */
         bool have_status; /* the shim reported the leader's end */
+        bool finished;    /* leader ended and output drained: later output is discarded */
+        bool adopted;     /* started or resumed on the current connection: frames about it may go out */
+        bool forgotten;   /* RP_FORGET: nothing more is reported; freed once its pipes close */
         bool shim_gone;
         uint32_t tag;
         pid_t shim;
-        int out[2];       /* read ends of stdout/stderr */
+        int out[2];       /* read ends of stdout/stderr (a tty: out[0] is the terminal, out[1] -1) */
         int in;           /* write end of stdin, -1 if none */
         int status;       /* read end of the shim's report */
+        int pty;          /* the terminal's master side, -1 without a tty */
         char *inq;
         size_t inq_len, inq_off;
+        size_t in_old;    /* queued stdin from an earlier connection: written, never acknowledged */
         bool in_eof;
         int64_t exited_at;
         struct rp_exit ex;
+        struct ostream os[2];
         char code_path[256];
 };
 
 static struct job jobs[MAX_JOBS];
+static void jobs_detach(void);
 static int sock = -1;
 static char *outbuf;
 static size_t out_len, out_off;
 static unsigned char *inbuf;
 static size_t in_len;
+static size_t retained_total;
 static int sigpipe_fds[2] = {-1, -1};
 static const char *sock_path = RP_SOCKET_DIR "/" RP_SOCKET_NAME;
 
@@ -100,7 +138,7 @@ static void net_start(void)
         (void)runner_net_start(dir); /* without it executions still run; the session has no network */
 }
 
-static int64_t now_ms(void)
+int64_t now_ms(void)
 {
         struct timespec ts;
         clock_gettime(CLOCK_MONOTONIC, &ts);
@@ -121,8 +159,7 @@ static void on_sigchld(int sig)
 static bool out_room(size_t n) { return out_len + n <= OUT_CAP; }
 
 /* Control frames may exceed OUT_CAP a little: they are few and small. */
-static void send_frame(uint16_t type, uint16_t flags, uint32_t tag, const void *p1, size_t n1, const void *p2,
-                       size_t n2)
+void send_frame(uint16_t type, uint16_t flags, uint32_t tag, const void *p1, size_t n1, const void *p2, size_t n2)
 {
         struct rp_hdr h = {.len = (uint32_t)(n1 + n2), .type = type, .flags = flags, .tag = tag};
 
@@ -140,6 +177,12 @@ static void send_frame(uint16_t type, uint16_t flags, uint32_t tag, const void *
         out_len += n2;
 }
 
+size_t out_reply_room(void)
+{
+        size_t cap = OUT_CAP + 64 * 1024;
+        return out_len + RP_HDR_LEN < cap ? cap - out_len - RP_HDR_LEN : 0;
+}
+
 static void send_failed(uint32_t tag, int err, const char *msg)
 {
         uint32_t e = (uint32_t)err;
@@ -151,9 +194,12 @@ static void disconnect(void)
         if (sock >= 0)
                 close(sock);
         sock = -1;
-        /* A frame may be half-written: the next connection starts clean. */
+        files_disconnected();
+        /* A frame may be half-written: the next connection starts clean.
+         * Executions keep their unacknowledged output and their exit. */
         out_len = out_off = 0;
         in_len = 0;
+        jobs_detach();
 }
 
 static void flush_out(void)
@@ -180,20 +226,15 @@ static void flush_out(void)
 
 /* ---- process trees ---- */
 
-/* Signal every descendant of root (not root itself); returns how many. */
-static int tree_signal(pid_t root, int sig)
+size_t proc_scan(pid_t *pid, pid_t *ppid, size_t max)
 {
-        static pid_t pid[MAX_PROCS], ppid[MAX_PROCS];
-        static bool mark[MAX_PROCS];
-        size_t n = 0;
-        int hits = 0;
         DIR *d = opendir("/proc");
         struct dirent *de;
-        bool changed;
+        size_t n = 0;
 
         if (!d)
                 return 0;
-        while ((de = readdir(d)) && n < MAX_PROCS) {
+        while ((de = readdir(d)) && n < max) {
                 char path[300], buf[512], *p;
                 int fd;
                 ssize_t k;
@@ -216,10 +257,22 @@ static int tree_signal(pid_t root, int sig)
                         continue;
                 pid[n] = (pid_t)atoi(de->d_name);
                 ppid[n] = (pid_t)pp;
-                mark[n] = false;
                 n++;
         }
         closedir(d);
+        return n;
+}
+
+/* Signal every descendant of root (not root itself); returns how many. */
+static int tree_signal(pid_t root, int sig)
+{
+        static pid_t pid[MAX_PROCS], ppid[MAX_PROCS];
+        static bool mark[MAX_PROCS];
+        size_t n = proc_scan(pid, ppid, MAX_PROCS);
+        int hits = 0;
+        bool changed;
+
+        memset(mark, 0, n * sizeof(mark[0]));
         do {
                 changed = false;
                 for (size_t i = 0; i < n; i++) {
@@ -238,7 +291,7 @@ static int tree_signal(pid_t root, int sig)
         return hits;
 }
 
-static void tree_kill(pid_t root, int sig)
+void tree_kill(pid_t root, int sig)
 {
         if (sig != SIGKILL) {
                 (void)tree_signal(root, sig);
@@ -258,7 +311,7 @@ static void tree_kill(pid_t root, int sig)
 static struct job *job_find(uint32_t tag)
 {
         for (int i = 0; i < MAX_JOBS; i++)
-                if (jobs[i].used && jobs[i].tag == tag && !jobs[i].exit_sent)
+                if (jobs[i].used && jobs[i].tag == tag && !jobs[i].forgotten)
                         return &jobs[i];
         return NULL;
 }
@@ -270,15 +323,25 @@ static void job_close_fd(int *fd)
         *fd = -1;
 }
 
+static void ostream_release(struct ostream *o)
+{
+        retained_total -= o->len;
+        free(o->buf);
+        memset(o, 0, sizeof(*o));
+}
+
 static void job_free(struct job *j)
 {
         job_close_fd(&j->out[0]);
         job_close_fd(&j->out[1]);
         job_close_fd(&j->in);
         job_close_fd(&j->status);
+        job_close_fd(&j->pty);
+        ostream_release(&j->os[0]);
+        ostream_release(&j->os[1]);
         free(j->inq);
         memset(j, 0, sizeof(*j));
-        j->out[0] = j->out[1] = j->in = j->status = -1;
+        j->out[0] = j->out[1] = j->in = j->status = j->pty = -1;
 }
 
 /* The shim: reap the leader, report, keep reaping the subtree. Never returns. */
@@ -311,7 +374,7 @@ static void shim_main(pid_t leader)
         _exit(0);
 }
 
-static void leader_exec(const char *workdir, char **argv, char **envp)
+static void leader_exec(const char *workdir, char **argv, char **envp, bool tty)
 {
         sigset_t none;
 
@@ -321,6 +384,8 @@ static void leader_exec(const char *workdir, char **argv, char **envp)
         signal(SIGCHLD, SIG_DFL);
         signal(SIGTERM, SIG_DFL);
         setsid();
+        if (tty)
+                (void)ioctl(0, TIOCSCTTY, 0); /* the new session's controlling terminal */
         close(3);
         if (chdir(workdir) < 0) {
                 dprintf(2, "sandboxd-runner: cannot enter %s: %s\n", workdir, strerror(errno));
@@ -331,6 +396,56 @@ static void leader_exec(const char *workdir, char **argv, char **envp)
         _exit(errno == ENOENT ? 127 : 126);
 }
 
+/* ---- terminals ---- */
+
+static bool winsize_ok(uint32_t rows, uint32_t cols)
+{
+        return rows >= 1 && rows <= RP_TTY_MAX_ROWS && cols >= 1 && cols <= RP_TTY_MAX_COLS;
+}
+
+/* A new pseudo-terminal from the container's /dev/ptmx: the master for the
+ * runner, the slave for the execution (opened through the master, so no
+ * path under /dev/pts is trusted). -1 with errno on failure. */
+static int pty_open(uint16_t rows, uint16_t cols, int *ret_master, int *ret_slave)
+{
+        struct winsize ws = {.ws_row = rows, .ws_col = cols};
+        int m = posix_openpt(O_RDWR | O_NOCTTY | O_CLOEXEC), sl = -1, saved;
+
+        if (m < 0)
+                return -1;
+        if (unlockpt(m) < 0 || ioctl(m, TIOCSWINSZ, &ws) < 0)
+                goto fail;
+        sl = ioctl(m, TIOCGPTPEER, O_RDWR | O_NOCTTY | O_CLOEXEC);
+        if (sl < 0) {
+                /* kernels before 4.13: by name; /dev/pts is the container's devpts, which tenants cannot plant in */
+                char *name = ptsname(m);
+                if (!name || (sl = open(name, O_RDWR | O_NOCTTY | O_CLOEXEC)) < 0)
+                        goto fail;
+        }
+        *ret_master = m;
+        *ret_slave = sl;
+        return 0;
+fail:
+        saved = errno;
+        close(m);
+        errno = saved;
+        return -1;
+}
+
+static void job_resize(struct job *j, const unsigned char *p, size_t len)
+{
+        struct rp_winsize w;
+        struct winsize ws;
+
+        if (j->pty < 0 || len != sizeof(w))
+                return;
+        memcpy(&w, p, sizeof(w));
+        if (!winsize_ok(w.rows, w.cols))
+                return;
+        ws = (struct winsize){.ws_row = w.rows, .ws_col = w.cols};
+        (void)ioctl(j->pty, TIOCSWINSZ, &ws); /* the kernel sends SIGWINCH to its foreground group */
+}
+
 /* Parse an RP_EXEC payload and start it. Every length is checked. */
 static void job_start(uint32_t tag, uint16_t flags, const unsigned char *p, size_t len)
 {
@@ -338,6 +453,8 @@ static void job_start(uint32_t tag, uint16_t flags, const unsigned char *p, size
         const char *s, *end, *workdir, *code_path;
         char **argv = NULL, **envp = NULL;
         int pin[2] = {-1, -1}, pout[2] = {-1, -1}, perr[2] = {-1, -1}, pst[2] = {-1, -1};
+        int ptm = -1, pts = -1;
+        bool tty = flags & RP_EXEC_TTY;
         struct job *j = NULL;
         size_t nenv_base = 0;
         extern char **environ;
@@ -348,7 +465,8 @@ static void job_start(uint32_t tag, uint16_t flags, const unsigned char *p, size
                 return;
         }
         memcpy(&hdr, p, sizeof(hdr));
-        if (hdr.argc < 1 || hdr.argc > RP_MAX_ARGS || hdr.envc > RP_MAX_ARGS || hdr.code_len > len) {
+        if (hdr.argc < 1 || hdr.argc > RP_MAX_ARGS || hdr.envc > RP_MAX_ARGS || hdr.code_len > len ||
+            (tty && !winsize_ok(hdr.winsize >> 16, hdr.winsize & 0xffff))) {
                 send_failed(tag, EINVAL, "bad exec header");
                 return;
         }
@@ -435,8 +553,19 @@ static void job_start(uint32_t tag, uint16_t flags, const unsigned char *p, size
                 }
                 close(fd);
         }
-        if (pipe2(pout, O_CLOEXEC) < 0 || pipe2(perr, O_CLOEXEC) < 0 || pipe2(pst, O_CLOEXEC) < 0 ||
-            ((flags & RP_EXEC_STDIN) && pipe2(pin, O_CLOEXEC) < 0)) {
+        if (tty) {
+                if (pty_open((uint16_t)(hdr.winsize >> 16), (uint16_t)(hdr.winsize & 0xffff), &ptm, &pts) < 0) {
+                        send_failed(tag, errno, "cannot open a pseudo-terminal");
+                        goto fail_fds;
+                }
+                /* the leader's stdin, stdout and stderr are all the terminal */
+                pin[0] = pts;
+                pout[1] = pts;
+                perr[1] = pts;
+                pts = -1;
+        }
+        if ((!tty && (pipe2(pout, O_CLOEXEC) < 0 || pipe2(perr, O_CLOEXEC) < 0)) || pipe2(pst, O_CLOEXEC) < 0 ||
+            (!tty && (flags & RP_EXEC_STDIN) && pipe2(pin, O_CLOEXEC) < 0)) {
                 send_failed(tag, errno, "cannot make pipes");
                 goto fail_fds;
         }
@@ -463,29 +592,45 @@ static void job_start(uint32_t tag, uint16_t flags, const unsigned char *p, size
                 if (leader < 0)
                         _exit(125);
                 if (leader == 0)
-                        leader_exec(workdir, argv, envp);
+                        leader_exec(workdir, argv, envp, tty);
                 close(0);
                 close(1);
                 close(2);
                 shim_main(leader);
         }
-        close(pout[1]);
-        close(perr[1]);
         close(pst[1]);
-        if (pin[0] >= 0)
-                close(pin[0]);
+        if (tty) {
+                close(pout[1]); /* the one slave fd: pin[0] and perr[1] are the same */
+        } else {
+                close(pout[1]);
+                close(perr[1]);
+                if (pin[0] >= 0)
+                        close(pin[0]);
+        }
         memset(j, 0, sizeof(*j));
         j->used = true;
+        j->adopted = true;
         j->tag = tag;
         j->shim = shim;
-        j->out[0] = pout[0];
-        j->out[1] = perr[0];
         j->status = pst[0];
-        j->in = pin[1];
+        j->pty = -1;
+        if (tty) {
+                /* one open terminal, three fds: output, input (closed at EOF), window size */
+                j->pty = ptm;
+                j->out[0] = fcntl(ptm, F_DUPFD_CLOEXEC, 3);
+                j->out[1] = -1;
+                j->in = fcntl(ptm, F_DUPFD_CLOEXEC, 3);
+        } else {
+                j->out[0] = pout[0];
+                j->out[1] = perr[0];
+                j->in = pin[1];
+        }
         if (j->in >= 0)
                 fcntl(j->in, F_SETFL, O_NONBLOCK);
-        fcntl(j->out[0], F_SETFL, O_NONBLOCK);
-        fcntl(j->out[1], F_SETFL, O_NONBLOCK);
+        if (j->out[0] >= 0)
+                fcntl(j->out[0], F_SETFL, O_NONBLOCK);
+        if (j->out[1] >= 0)
+                fcntl(j->out[1], F_SETFL, O_NONBLOCK);
         snprintf(j->code_path, sizeof(j->code_path), "%s", code_path);
         {
                 uint32_t pid = (uint32_t)shim;
@@ -494,6 +639,13 @@ static void job_start(uint32_t tag, uint16_t flags, const unsigned char *p, size
         goto out;
 
 fail_fds:
+        if (ptm >= 0)
+                close(ptm);
+        if (tty) {
+                if (pout[1] >= 0)
+                        close(pout[1]); /* the slave, once */
+                pin[0] = pout[1] = perr[1] = -1;
+        }
         for (int i = 0; i < 2; i++) {
                 if (pin[i] >= 0)
                         close(pin[i]);
@@ -527,13 +679,21 @@ static void job_stdin_pump(struct job *j)
                         break;
                 }
                 j->inq_off += (size_t)n;
-                uint32_t ack = (uint32_t)n;
-                send_frame(RP_STDIN_ACK, 0, j->tag, &ack, sizeof(ack), NULL, 0);
+                /* bytes queued before a reconnect belong to no window of the current daemon */
+                size_t old = j->in_old < (size_t)n ? j->in_old : (size_t)n;
+                j->in_old -= old;
+                uint32_t ack = (uint32_t)((size_t)n - old);
+                if (ack && j->adopted)
+                        send_frame(RP_STDIN_ACK, 0, j->tag, &ack, sizeof(ack), NULL, 0);
         }
         if (j->inq_off == j->inq_len)
                 j->inq_off = j->inq_len = 0;
-        if (j->in_eof && j->inq_len == 0)
+        if (j->in_eof && j->inq_len == 0 && j->in >= 0) {
+                if (j->pty >= 0 && write(j->in, "\x04", 1) < 0) {
+                        /* a terminal has no end of input: ^D is its EOF; a full one cannot take it */
+                }
                 job_close_fd(&j->in);
+        }
 }
 
 static void job_stdin(struct job *j, const unsigned char *p, size_t len, bool eof)
@@ -589,35 +749,198 @@ static void job_read_status(struct job *j)
         job_close_fd(&j->in);
 }
 
+/* Output is kept until the daemon acknowledges it; a finished or forgotten
+ * execution's late output (background processes) is read and discarded. */
+static size_t job_read_room(const struct job *j, int k)
+{
+        size_t room = RP_RETAIN_CAP - j->os[k].len;
+
+        if (j->finished || j->forgotten)
+                return RP_CHUNK;
+        if (RETAIN_TOTAL - retained_total < room)
+                room = RETAIN_TOTAL - retained_total;
+        return room < RP_CHUNK ? room : RP_CHUNK;
+}
+
 static void job_read_output(struct job *j, int k)
 {
         static char buf[RP_CHUNK];
-        ssize_t n = read(j->out[k], buf, sizeof(buf));
+        struct ostream *o = &j->os[k];
+        size_t want = job_read_room(j, k);
+        ssize_t n;
 
+        if (want == 0)
+                return;
+        n = read(j->out[k], buf, want);
         if (n < 0 && (errno == EINTR || errno == EAGAIN))
                 return;
         if (n <= 0) {
-                job_close_fd(&j->out[k]);
+                job_close_fd(&j->out[k]); /* end of file; a terminal gives EIO once every slave fd closed */
                 return;
         }
-        if (!j->exit_sent)
-                send_frame(RP_OUTPUT, k ? RP_OUT_STDERR : 0, j->tag, buf, (size_t)n, NULL, 0);
+        if (j->finished || j->forgotten)
+                return;
+        if (o->len + (size_t)n > o->size) {
+                size_t size = o->size ? 2 * o->size : 16 * 1024;
+                while (size < o->len + (size_t)n)
+                        size *= 2;
+                if (size > RP_RETAIN_CAP)
+                        size = RP_RETAIN_CAP;
+                char *b = realloc(o->buf, size);
+                if (!b)
+                        return; /* cannot happen within the caps; the bytes are lost, never overrun */
+                o->buf = b;
+                o->size = size;
+        }
+        memcpy(o->buf + o->len, buf, (size_t)n);
+        o->len += (size_t)n;
+        retained_total += (size_t)n;
 }
 
-/* Send RP_EXIT once the leader ended and its output is drained (or the drain
- * time is up: a background process may hold the pipes for ever). */
+/* Frame what the current connection has not been sent yet, while the
+ * outgoing buffer has room. */
+static void job_send_output(struct job *j)
+{
+        if (sock < 0 || !j->adopted || j->forgotten)
+                return;
+        for (int k = 0; k < 2; k++) {
+                struct ostream *o = &j->os[k];
+                while (o->sent < o->base + o->len && out_room(RP_HDR_LEN + RP_CHUNK)) {
+                        uint64_t left = o->base + o->len - o->sent;
+                        size_t n = left < RP_CHUNK ? (size_t)left : RP_CHUNK;
+                        send_frame(RP_OUTPUT, k ? RP_OUT_STDERR : 0, j->tag, o->buf + (o->sent - o->base), n, NULL, 0);
+                        o->sent += n;
+                }
+        }
+}
+
+/* Drop what the daemon has persisted: offsets up to what was framed. */
+static void ostream_ack(struct ostream *o, uint64_t off)
+{
+        size_t drop;
+
+        if (off > o->sent)
+                off = o->sent;
+        if (off <= o->base)
+                return;
+        drop = (size_t)(off - o->base);
+        memmove(o->buf, o->buf + drop, o->len - drop);
+        o->len -= drop;
+        o->base = off;
+        retained_total -= drop;
+        if (o->len == 0 && o->size > 64 * 1024) {
+                free(o->buf);
+                o->buf = NULL;
+                o->size = 0;
+        }
+}
+
+/* The leader ended and its output is drained (or the drain time is up: a
+ * background process may hold the pipes for ever) — then RP_EXIT, once all
+ * kept output went out on this connection. */
 static void job_maybe_finish(struct job *j)
 {
-        if (!j->exit_sent && j->have_status &&
-            ((j->out[0] < 0 && j->out[1] < 0) || now_ms() - j->exited_at >= DRAIN_MS)) {
+        if (j->have_status && !j->finished) {
+                for (int k = 0; k < 2; k++)
+                        if (j->out[k] >= 0 && job_read_room(j, k) == 0)
+                                j->exited_at = now_ms(); /* its output waits for the daemon: no drain deadline yet */
+                if ((j->out[0] < 0 && j->out[1] < 0) || now_ms() - j->exited_at >= DRAIN_MS) {
+                        j->finished = true;
+                        if (j->code_path[0])
+                                unlink(j->code_path);
+                }
+        }
+        if (j->finished && j->adopted && !j->forgotten && !j->exit_sent && sock >= 0 &&
+            j->os[0].sent == j->os[0].base + j->os[0].len && j->os[1].sent == j->os[1].base + j->os[1].len &&
+            out_room(RP_HDR_LEN + sizeof(j->ex))) {
                 send_frame(RP_EXIT, 0, j->tag, &j->ex, sizeof(j->ex), NULL, 0);
                 j->exit_sent = true;
-                if (j->code_path[0])
-                        unlink(j->code_path);
         }
         /* lingering background processes keep their pipes; read and discard until they close */
-        if (j->exit_sent && j->out[0] < 0 && j->out[1] < 0 && j->shim_gone)
+        if (j->forgotten && j->out[0] < 0 && j->out[1] < 0 && j->shim_gone)
                 job_free(j);
+}
+
+/* ---- durable executions ---- */
+
+/* After RP_HELLO: every execution still held, then the end of the list. */
+static void jobs_report(void)
+{
+        for (int i = 0; i < MAX_JOBS; i++) {
+                struct job *j = &jobs[i];
+                struct rp_job r;
+                if (!j->used || j->forgotten)
+                        continue;
+                r = (struct rp_job){.pid = (uint32_t)j->shim, .flags = j->finished ? RP_JOB_EXITED : 0};
+                for (int k = 0; k < 2; k++) {
+                        r.produced[k] = j->os[k].base + j->os[k].len;
+                        r.acked[k] = j->os[k].base;
+                }
+                send_frame(RP_JOB, 0, j->tag, &r, sizeof(r), NULL, 0);
+        }
+        send_frame(RP_JOBS_END, 0, 0, NULL, 0, NULL, 0);
+}
+
+/* The connection is gone: nothing is adopted until the next daemon resumes it. */
+static void jobs_detach(void)
+{
+        for (int i = 0; i < MAX_JOBS; i++) {
+                struct job *j = &jobs[i];
+                if (!j->used)
+                        continue;
+                j->adopted = false;
+                j->exit_sent = false;
+                j->in_old = j->inq_len - j->inq_off;
+        }
+}
+
+/* RP_RESUME: output goes on from what the daemon has, within what is kept. */
+static void job_resume(struct job *j, uint32_t tag, const unsigned char *p, size_t len)
+{
+        struct rp_offsets have;
+
+        if (!j) {
+                send_failed(tag, ENOENT, "no such execution to resume");
+                return;
+        }
+        if (len != sizeof(have) || j->adopted)
+                return;
+        memcpy(&have, p, sizeof(have));
+        for (int k = 0; k < 2; k++) {
+                struct ostream *o = &j->os[k];
+                uint64_t end = o->base + o->len, at = have.off[k];
+                if (at < o->base)
+                        at = o->base;
+                if (at > end)
+                        at = end;
+                o->sent = end; /* let the ack below drop what the daemon already has */
+                ostream_ack(o, at);
+                o->sent = at;
+        }
+        j->in_old = j->inq_len - j->inq_off;
+        j->adopted = true;
+}
+
+static void job_ack(struct job *j, const unsigned char *p, size_t len)
+{
+        struct rp_offsets a;
+
+        if (!j->adopted || len != sizeof(a))
+                return;
+        memcpy(&a, p, sizeof(a));
+        ostream_ack(&j->os[0], a.off[0]);
+        ostream_ack(&j->os[1], a.off[1]);
+}
+
+/* RP_FORGET: the daemon recorded its end, or will never adopt it. */
+static void job_forget(struct job *j)
+{
+        if (!j->have_status)
+                tree_kill(j->shim, SIGKILL); /* nobody will ever read its result */
+        j->forgotten = true;
+        ostream_release(&j->os[0]);
+        ostream_release(&j->os[1]);
+        job_close_fd(&j->in);
 }
 
 static void reap(void)
@@ -626,9 +949,10 @@ static void reap(void)
         pid_t p;
 
         while ((p = waitpid(-1, &st, WNOHANG)) > 0)
-                for (int i = 0; i < MAX_JOBS; i++)
-                        if (jobs[i].used && jobs[i].shim == p)
-                                jobs[i].shim_gone = true;
+                if (!svc_reaped(p, st))
+                        for (int i = 0; i < MAX_JOBS; i++)
+                                if (jobs[i].used && jobs[i].shim == p)
+                                        jobs[i].shim_gone = true;
 }
 
 /* ---- incoming frames ---- */
@@ -643,7 +967,7 @@ static void handle_frame(const struct rp_hdr *h, const unsigned char *p)
                 break;
         case RP_STDIN:
         case RP_STDIN_EOF:
-                if (j)
+                if (j && j->adopted)
                         job_stdin(j, p, h->len, h->type == RP_STDIN_EOF);
                 break;
         case RP_SIGNAL:
@@ -656,6 +980,31 @@ static void handle_frame(const struct rp_hdr *h, const unsigned char *p)
                 break;
         case RP_PING:
                 send_frame(RP_PONG, 0, 0, NULL, 0, NULL, 0);
+                break;
+        case RP_RESUME:
+                job_resume(j, h->tag, p, h->len);
+                break;
+        case RP_ACK:
+                if (j)
+                        job_ack(j, p, h->len);
+                break;
+        case RP_FORGET:
+                if (j)
+                        job_forget(j);
+                break;
+        case RP_RESIZE:
+                if (j)
+                        job_resize(j, p, h->len);
+                break;
+        case RP_FILE_READ:
+        case RP_FILE_WRITE:
+        case RP_FILE_LIST:
+                files_frame(h, p);
+                break;
+        case RP_SVC_START:
+        case RP_SVC_SIGNAL:
+        case RP_SVC_FORGET:
+                svc_frame(h, p);
                 break;
         default:
                 break; /* unknown frames are skipped: newer daemons may send more */
@@ -715,6 +1064,8 @@ static bool try_connect(void)
         sock = fd;
         out_len = out_off = 0;
         send_frame(RP_HELLO, 0, 0, &hello, sizeof(hello), RP_VERSION, strlen(RP_VERSION));
+        jobs_report();
+        svc_connected();
         return true;
 }
 
@@ -736,7 +1087,7 @@ int main(int argc, char **argv)
         if (!outbuf || !inbuf || pipe2(sigpipe_fds, O_CLOEXEC | O_NONBLOCK) < 0)
                 return 1;
         for (int i = 0; i < MAX_JOBS; i++)
-                jobs[i].out[0] = jobs[i].out[1] = jobs[i].in = jobs[i].status = -1;
+                jobs[i].out[0] = jobs[i].out[1] = jobs[i].in = jobs[i].status = jobs[i].pty = -1;
         signal(SIGPIPE, SIG_IGN);
         sa.sa_handler = on_sigchld;
         sa.sa_flags = SA_RESTART | SA_NOCLDSTOP;
@@ -751,7 +1102,6 @@ int main(int argc, char **argv)
                 } who[2 + 4 * MAX_JOBS];
                 nfds_t n = 0;
                 int64_t now = now_ms(), timeout = 1000;
-                bool room = sock >= 0 && out_room(RP_HDR_LEN + RP_CHUNK);
 
                 if (sock < 0 && now >= next_connect) {
                         if (try_connect())
@@ -775,7 +1125,7 @@ int main(int argc, char **argv)
                                 continue;
                         for (int k = 0; k < 2; k++)
                                 /* a full buffer leaves the pipe unread: the writer blocks, nothing is lost */
-                                if (j->out[k] >= 0 && (room || j->exit_sent)) {
+                                if (j->out[k] >= 0 && job_read_room(j, k) > 0) {
                                         pfd[n] = (struct pollfd){.fd = j->out[k], .events = POLLIN};
                                         who[n].j = j;
                                         who[n++].what = k;
@@ -790,11 +1140,16 @@ int main(int argc, char **argv)
                                 who[n].j = j;
                                 who[n++].what = 3;
                         }
-                        if (j->have_status && !j->exit_sent) {
+                        if (j->have_status && !j->finished) {
                                 int64_t left = j->exited_at + DRAIN_MS - now;
                                 if (left < timeout)
                                         timeout = left > 0 ? left : 0;
                         }
+                }
+                {
+                        int t = svc_timeout(now);
+                        if (t >= 0 && t < timeout)
+                                timeout = t;
                 }
                 if (poll(pfd, n, (int)timeout) < 0 && errno != EINTR)
                         return 1;
@@ -827,8 +1182,11 @@ int main(int argc, char **argv)
                 }
                 reap();
                 for (int i = 0; i < MAX_JOBS; i++)
-                        if (jobs[i].used)
+                        if (jobs[i].used) {
+                                job_send_output(&jobs[i]);
                                 job_maybe_finish(&jobs[i]);
+                        }
+                svc_tick(now_ms());
                 flush_out();
         }
 }

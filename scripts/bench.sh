@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # bench.sh — measure sandboxd against plain Docker, in one run.
 #
-#   scripts/bench.sh [--quick] [--only noisy|network] [--json PATH]
+#   scripts/bench.sh [--quick] [--only noisy|http|network] [--json PATH]
 #
 # Runs scripts/setup.sh (unless SANDBOXD_SKIP_SETUP=1), builds the daemon and
 # sandboxd-bench into $SANDBOXD_BUILD_DIR (default build/), then runs
@@ -17,6 +17,8 @@
 #   --only network  cold_session, then daemon RSS with S2 sessions (30 quick,
 #                200 full) and their port listeners against the docker-proxy
 #                PSS of one published baseline container times S2
+#   --only http  only the http_exec_roundtrip row (POST /v1/exec over HTTPS
+#                against the API socket; well under a minute)
 #   --json PATH  where to write the results
 #
 # Every container made here is removed on exit, success or failure: the
@@ -27,7 +29,8 @@
 # The daemon gets these settings (environment overrides, see etc/):
 #   image sandboxd/python:latest, max_sessions 300, port_range 33000-34499
 #   (300 blocks of 5), max_exec_global 64, max_exec_per_session 8,
-#   monitor_interval 2s, idle_timeout 1h; baselines publish from 34500 up.
+#   monitor_interval 2s, idle_timeout 1h; baselines publish from 34500 up;
+#   http_listen 127.0.0.1:0 with a CA and server certificate made here.
 # Any other SANDBOXD_* variable already set wins over these; the data dir,
 # both sockets and the instance are always the run's own.
 set -euo pipefail
@@ -41,7 +44,7 @@ while (($#)); do
 	case $1 in
 	--quick) quick+=(--quick) ;;
 	--only)
-		[[ $# -ge 2 && ($2 == noisy || $2 == network) ]] || { echo "bench: --only takes: noisy, network" >&2; exit 2; }
+		[[ $# -ge 2 && ($2 == noisy || $2 == http || $2 == network) ]] || { echo "bench: --only takes: noisy, http, network" >&2; exit 2; }
 		quick+=(--only "$2")
 		shift
 		;;
@@ -52,7 +55,7 @@ while (($#)); do
 		;;
 	--json=*) json=${1#--json=} ;;
 	-h | --help) sed -n '2,/^# both sockets/s/^# \{0,1\}//p' "${BASH_SOURCE[0]}"; exit 0 ;;
-	*) echo "usage: scripts/bench.sh [--quick] [--only noisy|network] [--json PATH]" >&2; exit 2 ;;
+	*) echo "usage: scripts/bench.sh [--quick] [--only noisy|http|network] [--json PATH]" >&2; exit 2 ;;
 	esac
 	shift
 done
@@ -137,12 +140,25 @@ export SANDBOXD_MAX_SESSIONS_PER_USER=${SANDBOXD_MAX_SESSIONS_PER_USER:-300}
 export SANDBOXD_MAX_EXEC_PER_USER=${SANDBOXD_MAX_EXEC_PER_USER:-64}
 export SANDBOXD_MONITOR_INTERVAL=${SANDBOXD_MONITOR_INTERVAL:-2s}
 export SANDBOXD_IDLE_TIMEOUT=${SANDBOXD_IDLE_TIMEOUT:-1h}
+# the HTTPS front on loopback (an ephemeral port: the benchmark reads it from the log)
+mkdir -m 700 "$TMP/tls"
+(
+	cd "$TMP/tls"
+	openssl req -x509 -newkey rsa:2048 -nodes -keyout ca.key -out ca.pem -days 2 -subj /CN=sandboxd-bench-ca
+	openssl req -newkey rsa:2048 -nodes -keyout server.key -out server.csr -subj /CN=127.0.0.1
+	printf 'subjectAltName=IP:127.0.0.1\nbasicConstraints=CA:FALSE\n' >server.ext
+	openssl x509 -req -in server.csr -CA ca.pem -CAkey ca.key -CAcreateserial -out server.pem -days 2 \
+		-extfile server.ext
+) >/dev/null 2>&1 || { log "openssl could not make the test certificates"; exit 1; }
+export SANDBOXD_HTTP_LISTEN=127.0.0.1:0
+export SANDBOXD_TLS_CERT=$TMP/tls/server.pem
+export SANDBOXD_TLS_KEY=$TMP/tls/server.key
 
 mkdir -p "$(dirname "$json")"
 log "run $ID: instance $SANDBOXD_INSTANCE, data in $TMP"
 # In the background and waited for, so a signal to this script runs the
 # cleanup at once instead of after the benchmark has finished.
 "$BUILD/sandboxd-bench" "${quick[@]}" --daemon "$BUILD/sandboxd" --bench-id "$ID" \
-	--json "$json" --log "$LOG" --pidfile "$PIDFILE" &
+	--json "$json" --log "$LOG" --pidfile "$PIDFILE" --http-ca "$TMP/tls/ca.pem" &
 BENCH_PID=$!
 wait "$BENCH_PID"

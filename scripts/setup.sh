@@ -160,6 +160,47 @@ if [[ $SOCK == /var/run/docker.sock ]]; then
 	register_runsc
 fi
 
+# --- sandbox_uid_range ------------------------------------------------------
+# Every session runs as a host uid (and gid) of its own from sandbox_uid_range
+# (README, "A host uid per session"). No host account, group or subordinate-id
+# range may hold one of them: the daemon refuses to start otherwise, and
+# `sandboxd --check-config` says the same. The range is the config's (the
+# environment's SANDBOXD_SANDBOX_UID_RANGE, else an installed sandboxd.conf),
+# or the default.
+
+uid_range() {
+	local r=${SANDBOXD_SANDBOX_UID_RANGE:-} f
+	if [[ -z $r ]]; then
+		for f in /etc/sandboxd/sandboxd.conf /usr/local/etc/sandboxd/sandboxd.conf; do
+			[[ -r $f ]] || continue
+			r=$(sed -n 's/^[[:space:]]*sandbox_uid_range[[:space:]]*=[[:space:]]*"\{0,1\}\([0-9]*-[0-9]*\).*/\1/p' "$f" | tail -n 1)
+			[[ -n $r ]] && break
+		done
+	fi
+	echo "${r:-200000-299999}"
+}
+
+check_uid_range() {
+	local range lo hi clash='' f
+	range=$(uid_range)
+	lo=${range%-*}
+	hi=${range#*-}
+	[[ $lo =~ ^[0-9]+$ && $hi =~ ^[0-9]+$ ]] || die "sandbox_uid_range '$range' is not LOW-HIGH"
+	clash=$(getent passwd | awk -F: -v lo="$lo" -v hi="$hi" \
+		'$3 + 0 >= lo + 0 && $3 + 0 <= hi + 0 { print "uid " $3 " of the account " $1 " (passwd)"; exit }')
+	[[ -n $clash ]] || clash=$(getent group | awk -F: -v lo="$lo" -v hi="$hi" \
+		'$3 + 0 >= lo + 0 && $3 + 0 <= hi + 0 { print "gid " $3 " of the group " $1 " (group)"; exit }')
+	for f in /etc/subuid /etc/subgid; do
+		[[ -z $clash && -r $f ]] || continue
+		clash=$(awk -F: -v lo="$lo" -v hi="$hi" '$2 ~ /^[0-9]+$/ && $3 ~ /^[0-9]+$/ && $3 > 0 &&
+			$2 + 0 <= hi + 0 && $2 + $3 - 1 >= lo + 0 {
+				print "subordinate ids " $2 "-" ($2 + $3 - 1) " of " $1 " (" FILENAME ")"; exit }' "$f")
+	done
+	[[ -z $clash ]] || die "sandbox_uid_range $range holds the $clash: set sandbox_uid_range to a range no host account, group or subordinate-id range uses"
+	log "sandbox_uid_range $range: held by no host account, group or subordinate-id range"
+}
+check_uid_range
+
 # --- images -----------------------------------------------------------------
 
 if [[ ${SANDBOXD_SKIP_IMAGES:-0} != 1 ]]; then

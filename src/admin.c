@@ -209,6 +209,10 @@ static cJSON *session_json(struct daemon *d, const struct session_info *s)
         add_text(o, "image", s->image);
         add_text(o, "network_mode", s->network_mode);
         add_text(o, "runtime", s->runtime);
+        if (s->uid)
+                cJSON_AddNumberToObject(o, "uid", (double)s->uid); /* the session's host uid (sessuid.h) */
+        else
+                cJSON_AddNullToObject(o, "uid");
         cJSON_AddBoolToObject(o, "private", d->privacy && privacy_is_private(d->privacy, s->user, s->session));
         ports = cJSON_AddArrayToObject(o, "ports");
         for (size_t i = 0; i < s->n_ports; i++) {

@@ -494,7 +494,7 @@ int api_call(struct api_conn *c, const struct token_info *tok, const cJSON *id, 
                 return api_fail(e, "bad_request", "params must be an object");
         q.params = params && cJSON_IsObject(params) ? params : NULL;
         s = cJSON_GetObjectItemCaseSensitive(q.params, "session");
-        if ((!s || cJSON_IsNull(s)) && api_method_user_level(method))
+        if ((!s || cJSON_IsNull(s)) && (api_method_user_level(method) || api_tasks_sessionless(method)))
                 s = NULL; /* acts on the user; create_session names one itself */
         else if (!s || cJSON_IsNull(s))
                 return api_fail(e, "bad_request", "params.session is required");

@@ -101,6 +101,17 @@ void api_idem_bind_execution(struct req *q, const char *execution_id);
  * result). In api_methods.c. */
 int api_execution_reply(struct req *q, const char *id, cJSON **ret, struct api_err *e);
 
+/* api_tasks.c: the MCP tasks methods (create_task, get_task, cancel_task).
+ * A task lives API_TASK_TTL_MS; a user holds at most API_TASKS_PER_USER
+ * live ones (API_TASKS_MAX in all). */
+#define API_TASK_TTL_MS (60 * 60 * 1000)
+#define API_TASK_POLL_MS 1000
+#define API_TASKS_PER_USER 64
+#define API_TASKS_MAX 4096
+api_method_fn api_tasks_method_find(const char *name);
+/* A method that needs no params.session (it names its object by id alone). */
+bool api_tasks_sessionless(const char *name);
+
 /* Streaming: a sink collects an execution's output (api_sink_on_output is
  * the engine's callback; its userdata is (void *)(uintptr_t)sink->handle). */
 struct api_sink;

@@ -391,8 +391,8 @@ static int run_execution_code(struct req *q, enum exec_language lang, const char
                               cJSON **ret, struct api_err *e)
 {
         const char *command = NULL, *code = NULL, *workdir = NULL, *stdin_s = NULL;
-        int64_t timeout;
-        bool background, interactive, stream, base64;
+        int64_t timeout, rows, cols;
+        bool background, interactive, stream, base64, tty;
         const cJSON *env_obj = cJSON_GetObjectItemCaseSensitive(q->params, "env");
         const char *env[API_MAX_ENV + 1] = {0};
         char *env_buf[API_MAX_ENV] = {0};
@@ -414,7 +414,8 @@ static int run_execution_code(struct req *q, enum exec_language lang, const char
             p_string(q, "workdir", false, &workdir, e) < 0 || p_string(q, "stdin", false, &stdin_s, e) < 0 ||
             p_bool(q, "background", false, &background, e) < 0 ||
             p_bool(q, "interactive", false, &interactive, e) < 0 || p_bool(q, "stream", false, &stream, e) < 0 ||
-            p_encoding(q, "encoding", &base64, e) < 0)
+            p_encoding(q, "encoding", &base64, e) < 0 || p_bool(q, "tty", false, &tty, e) < 0 ||
+            p_int(q, "rows", 1, EXEC_TTY_MAX_ROWS, 24, &rows, e) < 0 || p_int(q, "cols", 1, EXEC_TTY_MAX_COLS, 80, &cols, e) < 0)
                 return -1;
         if (env_obj && !cJSON_IsNull(env_obj)) {
                 const cJSON *it;
@@ -462,6 +463,9 @@ static int run_execution_code(struct req *q, enum exec_language lang, const char
                 .stdin_data = stdin_s,
                 .stdin_len = stdin_s ? strlen(stdin_s) : 0,
                 .interactive = interactive,
+                .tty = tty,
+                .rows = (int)rows,
+                .cols = (int)cols,
                 .actor = q->actor,
                 .on_output = sink ? api_sink_on_output : NULL,
                 .userdata = sink ? (void *)(uintptr_t)api_sink_handle(sink) : NULL,
@@ -598,6 +602,32 @@ static int m_send_stdin(struct req *q, cJSON **ret, struct api_err *e)
         cJSON_AddStringToObject(*ret, "execution_id", id);
         cJSON_AddNumberToObject(*ret, "bytes", (double)len);
         cJSON_AddBoolToObject(*ret, "eof", eof);
+        return 0;
+}
+
+static int m_resize_terminal(struct req *q, cJSON **ret, struct api_err *e)
+{
+        const char *id;
+        int64_t rows, cols;
+        struct exec_result res;
+        struct sbx_error err = {0};
+        int r;
+
+        if (p_string(q, "execution_id", true, &id, e) < 0 || p_int(q, "rows", 1, EXEC_TTY_MAX_ROWS, -1, &rows, e) < 0 ||
+            p_int(q, "cols", 1, EXEC_TTY_MAX_COLS, -1, &cols, e) < 0)
+                return -1;
+        if (rows < 0 || cols < 0)
+                return api_fail(e, "bad_request", "params.rows and params.cols are required");
+        if (own_execution(q, id, &res, e) < 0)
+                return -1;
+        exec_result_done(&res);
+        r = exec_resize(q->d->exec, q->tok.user, id, (int)rows, (int)cols, &err);
+        if (r < 0)
+                return api_fail_errno(e, r, &err, NULL);
+        *ret = cJSON_CreateObject();
+        cJSON_AddStringToObject(*ret, "execution_id", id);
+        cJSON_AddNumberToObject(*ret, "rows", (double)rows);
+        cJSON_AddNumberToObject(*ret, "cols", (double)cols);
         return 0;
 }
 
@@ -933,6 +963,7 @@ static const struct {
         {"get_execution", m_get_execution},
         {"send_stdin", m_send_stdin},
         {"cancel_execution", m_cancel_execution},
+        {"resize_terminal", m_resize_terminal},
         {"list_executions", m_list_executions},
         {"write_file", m_write_file},
         {"read_file", m_read_file},
@@ -957,7 +988,7 @@ api_method_fn api_method_find(const char *name)
         for (size_t i = 0; i < ELEMENTSOF(methods); i++)
                 if (strcmp(methods[i].name, name) == 0)
                         return methods[i].fn;
-        return NULL;
+        return api_tasks_method_find(name);
 }
 
 /* ---- agent tools (issue 17): what api_agent.c shares ---- */

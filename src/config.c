@@ -112,8 +112,10 @@ static const struct config_key keys[] = {
          "open port-forwarded connections of one user's sessions at most"},
         {"forward_max_total", CFG_INT, F(forward_max_total), 0, 1, 10000000, "16384", NULL,
          "open port-forwarded connections of all sessions at most"},
-        {"sandbox_uid", CFG_INT, F(sandbox_uid), 0, 1, 65534, "1000", NULL,
-         "uid (and gid) processes run as inside containers; owns the workspaces"},
+        {"sandbox_uid_range", CFG_RANGE, F(sandbox_uid_lo), offsetof(struct sbx_config, sandbox_uid_hi), 1000,
+         2147483646, "200000-299999", NULL,
+         "host uids (and gids) handed out one per session: its processes run as it and it owns the workspace; "
+         "no host account may hold one"},
         {"docker_timeout", CFG_MS, F(docker_timeout_ms), 0, 100, 600000, "30s", NULL,
          "timeout of one Docker API call"},
         {"port_range", CFG_RANGE, F(port_range_lo), offsetof(struct sbx_config, port_range_hi), 1024, 65535,
@@ -432,6 +434,11 @@ static int check_cross(const struct sbx_config *cfg, struct sbx_error *err)
                                      cfg->ports_per_session, cfg->port_range_lo, cfg->port_range_hi, span);
         if (cfg->container_port_base + cfg->ports_per_session - 1 > 65535)
                 return sbx_error_set(err, -EINVAL, 0, "container_port_base + ports_per_session exceeds 65535");
+        if ((int64_t)cfg->sandbox_uid_hi - cfg->sandbox_uid_lo + 1 < cfg->max_sessions)
+                return sbx_error_set(err, -EINVAL, 0,
+                                     "sandbox_uid_range %d-%d holds fewer uids than max_sessions (%d): every session "
+                                     "needs one of its own",
+                                     cfg->sandbox_uid_lo, cfg->sandbox_uid_hi, cfg->max_sessions);
         if (cfg->exec_timeout_default_s > cfg->exec_timeout_max_s)
                 return sbx_error_set(err, -EINVAL, 0, "exec_timeout_default (%ds) exceeds exec_timeout_max (%ds)",
                                      cfg->exec_timeout_default_s, cfg->exec_timeout_max_s);

@@ -13,7 +13,9 @@
 #include <unistd.h>
 
 #include "sandboxd/docker.h"
+#include "sandboxd/log.h"
 #include "sandboxd/runner_proto.h"
+#include "sandboxd/sessuid.h"
 
 /* Open (creating if needed) dir `name` under dirfd without following a
  * symlink, and make it owned by uid with mode. Returns the new fd. */
@@ -36,12 +38,17 @@ static int open_or_make_dir(int dirfd, const char *name, uid_t uid, mode_t mode)
         return fd;
 }
 
-int container_workspace_ensure(const struct sbx_config *cfg, const char *user, const char *session,
+int container_workspace_ensure(const struct sbx_config *cfg, const char *user, const char *session, uid_t uid,
                                char ret_path[SBX_PATH_MAX], struct sbx_error *err)
 {
         _cleanup_close_ int root = -1, ws = -1, u = -1, s = -1;
         char path[SBX_PATH_MAX];
+        struct sessuid_own_stats own = {0};
+        struct stat st;
+        int r;
 
+        if (uid == 0)
+                return sbx_error_set(err, -EINVAL, 0, "a workspace is never root's");
         if (snprintf(path, sizeof(path), "%s/workspaces/%s/%s", cfg->data_dir, user, session) >= (int)sizeof(path))
                 return sbx_error_set(err, -ENAMETOOLONG, 0, "workspace path too long");
         if (mkdir(cfg->data_dir, 0711) < 0 && errno != EEXIST)
@@ -49,17 +56,114 @@ int container_workspace_ensure(const struct sbx_config *cfg, const char *user, c
         root = open(cfg->data_dir, O_RDONLY | O_DIRECTORY | O_CLOEXEC);
         if (root < 0)
                 return sbx_error_set(err, -errno, 0, "cannot open data_dir %s: %m", cfg->data_dir);
-        ws = open_or_make_dir(root, "workspaces", 0, 0711);
+        /* Root's and closed: dockerd resolves the bind as root, and no session uid on the
+         * host reaches any workspace by path, even one whose tenant opened its mode. */
+        ws = open_or_make_dir(root, "workspaces", 0, 0700);
         if (ws >= 0)
-                u = open_or_make_dir(ws, user, 0, 0711);
-        if (u >= 0)
-                s = open_or_make_dir(u, session, (uid_t)cfg->sandbox_uid, 0700);
+                u = open_or_make_dir(ws, user, 0, 0700);
+        if (u >= 0) {
+                if (mkdirat(u, session, 0700) < 0 && errno != EEXIST)
+                        s = -errno;
+                else if ((s = openat(u, session, O_RDONLY | O_DIRECTORY | O_NOFOLLOW | O_CLOEXEC)) < 0)
+                        s = -errno;
+        }
         if (s < 0) {
-                int r = ws < 0 ? ws : u < 0 ? u : s;
+                r = ws < 0 ? ws : u < 0 ? u : s;
                 return sbx_error_set(err, r, 0, "cannot create workspace %s: %s", path, strerror(-r));
         }
+        if (fstat(s, &st) < 0 || ((st.st_mode & 07777) != 0700 && fchmod(s, 0700) < 0))
+                return sbx_error_set(err, -errno, 0, "cannot secure workspace %s: %m", path);
+        /* A new directory is root's until here; one from before per-session
+         * uids (the image's uid 1000) or of an earlier uid moves over whole. */
+        r = sessuid_own_tree(s, uid, &own);
+        if (own.changed > 0 || own.cut)
+                log_ctx(own.cut ? LOG_LEVEL_WARN : LOG_LEVEL_INFO, user, session, NULL,
+                        "workspace given to uid %u: %" PRIu64 " of %" PRIu64 " entries changed owner%s", (unsigned)uid,
+                        own.changed, own.visited,
+                        own.cut ? "; stopped at the walk's bound, the rest keeps its old owner (README: A host uid "
+                                  "per session)"
+                                : "");
+        if (r < 0)
+                return sbx_error_set(err, r, 0, "cannot give workspace %s to uid %u: %s", path, (unsigned)uid,
+                                     strerror(-r));
         sbx_strlcpy(ret_path, path, SBX_PATH_MAX);
         return 0;
+}
+
+/* ---- the identity files: /etc/passwd and /etc/group naming the session's uid ---- */
+
+#define IDENTITY_DIR "identities"
+
+/* Write {data_dir}/identities/<uid>.<ext> (root's, 0644) unless it already
+ * holds text; its path in ret. Written beside and renamed into place. */
+static int identity_file(int dfd, const char *dir, uid_t uid, const char *ext, const char *text,
+                         char ret[SBX_PATH_MAX])
+{
+        char name[48], tmp[64], cur[512];
+        size_t len = strlen(text);
+        _cleanup_close_ int fd = -1;
+        ssize_t n;
+
+        snprintf(name, sizeof(name), "%u.%s", (unsigned)uid, ext);
+        if (snprintf(ret, SBX_PATH_MAX, "%s/%s", dir, name) >= SBX_PATH_MAX)
+                return -ENAMETOOLONG;
+        fd = openat(dfd, name, O_RDONLY | O_NOFOLLOW | O_CLOEXEC);
+        if (fd >= 0 && (n = read(fd, cur, sizeof(cur))) == (ssize_t)len && memcmp(cur, text, len) == 0)
+                return 0;
+        snprintf(tmp, sizeof(tmp), ".%s.new", name);
+        (void)unlinkat(dfd, tmp, 0);
+        closep(&fd);
+        fd = openat(dfd, tmp, O_WRONLY | O_CREAT | O_EXCL | O_NOFOLLOW | O_CLOEXEC, 0644);
+        if (fd < 0)
+                return -errno;
+        if (write(fd, text, len) != (ssize_t)len || fchmod(fd, 0644) < 0 || renameat(dfd, tmp, dfd, name) < 0) {
+                int r = errno ? -errno : -EIO;
+                (void)unlinkat(dfd, tmp, 0);
+                return r;
+        }
+        return 0;
+}
+
+int container_identity_ensure(const struct sbx_config *cfg, uid_t uid, char ret_passwd[SBX_PATH_MAX],
+                              char ret_group[SBX_PATH_MAX], struct sbx_error *err)
+{
+        _cleanup_close_ int root = -1, dfd = -1;
+        char dir[SBX_PATH_MAX], passwd[256], group[128];
+        int r;
+
+        if (snprintf(dir, sizeof(dir), "%s/" IDENTITY_DIR, cfg->data_dir) >= (int)sizeof(dir))
+                return sbx_error_set(err, -ENAMETOOLONG, 0, "data_dir too long");
+        root = open(cfg->data_dir, O_RDONLY | O_DIRECTORY | O_CLOEXEC);
+        if (root < 0)
+                return sbx_error_set(err, -errno, 0, "cannot open data_dir %s: %m", cfg->data_dir);
+        dfd = open_or_make_dir(root, IDENTITY_DIR, 0, 0700);
+        if (dfd < 0)
+                return sbx_error_set(err, dfd, 0, "cannot create %s: %s", dir, strerror(-dfd));
+        /* The image's user is "sandbox" at uid 1000; the session's is the same name at its own uid, so
+         * whoami, ~ and the tools that look the user up (getpwuid) keep working. */
+        snprintf(passwd, sizeof(passwd),
+                 "root:x:0:0:root:/root:/bin/sh\n"
+                 "sandbox:x:%u:%u:sandbox:" CONTAINER_WORKSPACE ":/bin/sh\n"
+                 "nobody:x:65534:65534:nobody:/nonexistent:/bin/false\n",
+                 (unsigned)uid, (unsigned)uid);
+        snprintf(group, sizeof(group), "root:x:0:\nsandbox:x:%u:\nnogroup:x:65534:\n", (unsigned)uid);
+        r = identity_file(dfd, dir, uid, "passwd", passwd, ret_passwd);
+        if (r == 0)
+                r = identity_file(dfd, dir, uid, "group", group, ret_group);
+        if (r < 0)
+                return sbx_error_set(err, r, 0, "cannot write the identity files of uid %u in %s: %s", (unsigned)uid,
+                                     dir, strerror(-r));
+        return 0;
+}
+
+void container_identity_drop(const struct sbx_config *cfg, uid_t uid)
+{
+        char path[SBX_PATH_MAX + 64];
+
+        snprintf(path, sizeof(path), "%s/" IDENTITY_DIR "/%u.passwd", cfg->data_dir, (unsigned)uid);
+        (void)unlink(path);
+        snprintf(path, sizeof(path), "%s/" IDENTITY_DIR "/%u.group", cfg->data_dir, (unsigned)uid);
+        (void)unlink(path);
 }
 
 /* Empty directory `fd`: unlink what is not a directory, and hoist every
@@ -289,8 +393,10 @@ int container_create_started(struct docker *d, const struct sbx_config *cfg, con
         char network[160];
         static const char *const runner_entry[] = {RP_BINARY_PATH, NULL};
         static const char *const runner_cmd[] = {RP_SOCKET_DIR "/" RP_SOCKET_NAME, NULL};
-        const char *binds[4] = {NULL, NULL, NULL, NULL};
+        const char *binds[6] = {NULL, NULL, NULL, NULL, NULL, NULL};
         char runner_bin_bind[SBX_PATH_MAX + 32], runner_dir_bind[SBX_PATH_MAX + 32];
+        char passwd[SBX_PATH_MAX], group[SBX_PATH_MAX], passwd_bind[SBX_PATH_MAX + 32], group_bind[SBX_PATH_MAX + 32];
+        size_t n_binds = 0;
         const char *tmpfs[2] = {NULL, NULL};
         char bind[SBX_PATH_MAX + 32], tmpfs_opt[128], user[32], extra[8][128];
         struct docker_container_spec spec = {0};
@@ -312,19 +418,29 @@ int container_create_started(struct docker *d, const struct sbx_config *cfg, con
                 labels[n_labels++] = (struct docker_label){extra[i], eq + 1};
         }
 
+        /* The session's own uid, never root and never one shared with another session (sessuid.h). */
+        if (p->uid == 0)
+                return sbx_error_set(err, -EINVAL, 0, "a sandbox container never runs as root");
+        r = container_identity_ensure(cfg, p->uid, passwd, group, err);
+        if (r < 0)
+                return r;
         snprintf(bind, sizeof(bind), "%s:" CONTAINER_WORKSPACE ":rw", p->workspace);
-        binds[0] = bind;
+        binds[n_binds++] = bind;
+        snprintf(passwd_bind, sizeof(passwd_bind), "%s:/etc/passwd:ro", passwd);
+        snprintf(group_bind, sizeof(group_bind), "%s:/etc/group:ro", group);
+        binds[n_binds++] = passwd_bind;
+        binds[n_binds++] = group_bind;
         if (p->runner_binary && p->runner_dir) {
                 snprintf(runner_bin_bind, sizeof(runner_bin_bind), "%s:" RP_BINARY_PATH ":ro", p->runner_binary);
                 snprintf(runner_dir_bind, sizeof(runner_dir_bind), "%s:" RP_SOCKET_DIR ":ro", p->runner_dir);
-                binds[1] = runner_bin_bind;
-                binds[2] = runner_dir_bind;
+                binds[n_binds++] = runner_bin_bind;
+                binds[n_binds++] = runner_dir_bind;
                 spec.entrypoint = runner_entry;
                 spec.cmd = runner_cmd;
         }
         snprintf(tmpfs_opt, sizeof(tmpfs_opt), "/tmp:rw,noexec,nosuid,nodev,size=%" PRId64, cfg->tmpfs_bytes);
         tmpfs[0] = tmpfs_opt;
-        snprintf(user, sizeof(user), "%d:%d", cfg->sandbox_uid, cfg->sandbox_uid);
+        snprintf(user, sizeof(user), "%u:%u", (unsigned)p->uid, (unsigned)p->uid);
 
         /* No port is published: the gateway listens on the session's block
          * and forwards through the runner (gateway.h). "bridge" is never

@@ -24,6 +24,7 @@
 #include "sandboxd/runner.h"
 #include "sandboxd/service.h"
 #include "sandboxd/session.h"
+#include "sandboxd/sessuid.h"
 #include "sandboxd/store.h"
 #include "sandboxd/wsquota.h"
 
@@ -120,6 +121,8 @@ int daemon_open(const struct sbx_config *cfg, const struct daemon_options *opts,
         d->started_at = sbx_wall_ms();
 
         r = wsquota_check_config(&d->cfg, err);
+        if (r == 0)
+                r = sessuid_check_host(&d->cfg, err); /* no host account may share a session's uid */
         if (r < 0)
                 goto fail;
         if (mkdir(d->cfg.data_dir, 0711) < 0 && errno != EEXIST) {
@@ -200,10 +203,12 @@ int daemon_open(const struct sbx_config *cfg, const struct daemon_options *opts,
         if (r < 0)
                 goto fail;
         service_set_quota(d->services, d->quota);
+        service_set_runner(d->services, d->runner);
         r = session_reconcile(d->sessions, NULL, err);
         if (r < 0)
                 goto fail;
         adopt_runners(d);
+        exec_engine_adopt(d->exec); /* executions the runners kept while the daemon was away */
         if (!opts->no_monitor) {
                 r = monitor_start(&d->cfg, d->docker, d->sessions, &d->monitor, err);
                 if (r == 0)

@@ -14,7 +14,14 @@
  * Order: e->lock before x->lock; never a Docker call under either.
  *
  * A live execution stays in e->live until its worker has persisted the
- * final state; after that every read comes from the store and the spool. */
+ * final state; after that every read comes from the store and the spool.
+ *
+ * Durable executions: one the runner runs outlives the daemon. Its row
+ * keeps the runner's tag, its deadline and its spool share; a daemon that
+ * stops (gracefully or not) leaves it RUNNING, and the next one registers
+ * it as live at once (it holds its slots) and re-adopts it from the runner
+ * with its output from the last byte of its spool files. The runner forgets
+ * an execution only after its end is persisted here. */
 #include "sandboxd/exec.h"
 
 #include <cjson/cJSON.h>
@@ -41,6 +48,8 @@
 #include "sandboxd/utf8.h"
 #include "sandboxd/wsquota.h"
 
+_Static_assert(EXEC_TTY_MAX_ROWS == RP_TTY_MAX_ROWS && EXEC_TTY_MAX_COLS == RP_TTY_MAX_COLS, "tty limits");
+
 #define MAX_ENV 128
 #define MAX_ENV_BYTES (64 * 1024)
 #define MAX_WAIT_MS 60000
@@ -50,6 +59,7 @@
 #define KILL_EXEC_MS 5000               /* one sweep of kill_script */
 #define STDIN_PENDING_MAX (1024 * 1024) /* send_stdin bytes waiting for a process that does not read */
 #define RUNNER_CONNECT_WAIT_MS 3000     /* a new container's runner connects within milliseconds */
+#define ADOPT_WAIT_MS 30000             /* a running container's runner reconnects within about a second */
 
 /* Signals every process whose environment carries SBX_EXEC_ID=$1 with $2,
  * prints how many. The tree is frozen (SIGSTOP) before the signal and thawed
@@ -117,6 +127,16 @@ struct execution {
         char image[256];
         char runtime[32];
         char runner_version[64];
+        /* durable (runner) executions */
+        uint32_t runner_tag;        /* 0 until the runner has it */
+        int64_t started_wall;       /* unix ms it began running */
+        int64_t deadline_wall;      /* unix ms of its timeout */
+        bool adopting;              /* registered from the store after a restart */
+        bool has_worker;            /* e->lock */
+        bool detach;                /* the engine stops: leave it to the runner and the next daemon */
+        struct runner_exec *rx_done; /* ended on the runner: forgotten there once the end is persisted */
+        bool tty;
+        int rows, cols;
 
         pthread_mutex_t stdin_lock;
         struct docker_stream *stream;
@@ -341,6 +361,13 @@ static void persist(struct execution *x)
         sbx_strlcpy(row.image, x->image, sizeof(row.image));
         sbx_strlcpy(row.runtime, x->runtime, sizeof(row.runtime));
         sbx_strlcpy(row.runner_version, x->runner_version, sizeof(row.runner_version));
+        row.started_at = x->started_wall;
+        row.runner_tag = x->runner_tag;
+        row.deadline_at = x->deadline_wall;
+        row.spool_budget = (int64_t)x->spool_budget;
+        sbx_strlcpy(row.actor, x->actor, sizeof(row.actor));
+        row.interactive = x->interactive;
+        row.tty = x->tty;
         pthread_mutex_unlock(&x->lock);
         r = store_exec_put(x->e->store, &row);
         if (r < 0)
@@ -519,6 +546,14 @@ static void read_cancel(struct execution *x, bool *ret_cancel, bool *ret_force)
         pthread_mutex_unlock(&x->lock);
 }
 
+static bool read_detach(struct execution *x)
+{
+        pthread_mutex_lock(&x->lock);
+        bool r = x->detach;
+        pthread_mutex_unlock(&x->lock);
+        return r;
+}
+
 /* How it ended, in order of precedence. */
 static void set_final_state(struct execution *x, struct session *s, uint64_t oom_before, bool cancelled,
                             bool timed_out, bool container_died, bool sigkilled)
@@ -530,9 +565,10 @@ static void set_final_state(struct execution *x, struct session *s, uint64_t oom
         else if (container_died)
                 set_state(x, EXEC_FAILED, EXEC_CAUSE_CONTAINER_DIED);
         else if (sigkilled) {
-                /* SIGKILL we did not send: an OOM kill if the engine reported one meanwhile */
+                /* SIGKILL we did not send: an OOM kill if the engine reported one meanwhile
+                 * (an execution adopted after a restart has no count from before: s is NULL) */
                 bool oom = false;
-                for (int i = 0; i < 30 && !oom; i++) {
+                for (int i = 0; s && i < 30 && !oom; i++) {
                         oom = session_oom_events(s) > oom_before;
                         if (!oom)
                                 sbx_sleep_ms(10);
@@ -562,6 +598,9 @@ static void on_runner_output(void *ud, int stream, const void *data, size_t len)
         on_chunk(ud, stream, data, len);
 }
 
+static int runner_loop(struct execution *x, struct session *s, uint64_t oom_before, struct runner_exec *rx,
+                       int64_t start, int64_t deadline, struct sbx_error *err);
+
 /* The runner path: the session's runner starts the execution in its own
  * process group and session under a subreaper shim, so a signal reaches
  * its whole tree. -ENOTCONN when no runner is connected (the caller falls
@@ -569,7 +608,6 @@ static void on_runner_output(void *ud, int stream, const void *data, size_t len)
 static int run_via_runner(struct execution *x, struct session *s, uint64_t oom_before, struct sbx_error *err)
 {
         struct exec_engine *e = x->e;
-        const struct sbx_config *cfg = e->cfg;
         struct runner_exec_spec spec = {
                 .workdir = x->workdir,
                 .code_path = x->code ? x->code_path : NULL,
@@ -578,11 +616,12 @@ static int run_via_runner(struct execution *x, struct session *s, uint64_t oom_b
                 .argv = (const char *const *)x->argv,
                 .env = (const char *const *)x->env + 1, /* no tree marker: the runner's shim is the tree */
                 .stdin_pipe = x->interactive || x->stdin_len > 0,
+                .tty = x->tty,
+                .rows = x->rows,
+                .cols = x->cols,
         };
         struct runner_exec *rx = NULL;
-        struct runner_exit ex = {0};
-        int64_t start, deadline, kill_at = 0, give_up_at = 0;
-        bool killing = false, hard = false, timed_out = false, cancelled = false, lost = false;
+        int64_t start;
         int r;
 
         (void)runner_hub_adopt(e->runner, x->user, x->session); /* after a restart: listen again */
@@ -601,20 +640,41 @@ static int run_via_runner(struct execution *x, struct session *s, uint64_t oom_b
         x->stdin_sent = x->stdin_len;
         x->stdin_eof = !x->interactive && x->stdin_len > 0;
         pthread_mutex_unlock(&x->stdin_lock);
+        start = sbx_now_ms();
         pthread_mutex_lock(&x->lock);
         sbx_strlcpy(x->via, "runner", sizeof(x->via));
+        x->runner_tag = runner_exec_tag(rx);
+        x->started_wall = sbx_wall_ms();
+        x->deadline_wall = x->started_wall + (int64_t)x->timeout_s * 1000;
         pthread_mutex_unlock(&x->lock);
 
-        start = sbx_now_ms();
-        deadline = start + (int64_t)x->timeout_s * 1000;
         set_state(x, EXEC_RUNNING, EXEC_CAUSE_NONE);
-        persist(x);
+        persist(x); /* with the runner's tag: from now on it survives the daemon */
+        return runner_loop(x, s, oom_before, rx, start, start + (int64_t)x->timeout_s * 1000, err);
+}
+
+/* Wait for an execution on the runner (new, or adopted after a restart;
+ * start and deadline are monotonic ms): stdin, deadline and cancel, then
+ * how it ended. -ESHUTDOWN when the engine stops first: the execution is
+ * left to the runner, its row RUNNING for the next daemon. */
+static int runner_loop(struct execution *x, struct session *s, uint64_t oom_before, struct runner_exec *rx,
+                       int64_t start, int64_t deadline, struct sbx_error *err)
+{
+        const struct sbx_config *cfg = x->e->cfg;
+        struct runner_exit ex = {0};
+        int64_t kill_at = 0, give_up_at = 0;
+        bool killing = false, hard = false, timed_out = false, cancelled = false, lost = false, detached = false;
+        int r;
 
         for (;;) {
                 int64_t now = sbx_now_ms();
                 bool want_cancel, want_force, stdin_pending;
                 struct sbx_error werr = {0};
 
+                if (read_detach(x)) {
+                        detached = true;
+                        break;
+                }
                 read_cancel(x, &want_cancel, &want_force);
                 if (!killing && (want_cancel || now >= deadline)) {
                         killing = true;
@@ -654,7 +714,12 @@ static int run_via_runner(struct execution *x, struct session *s, uint64_t oom_b
         x->rx = NULL;
         x->stdin_closed = true;
         pthread_mutex_unlock(&x->stdin_lock);
-        runner_exec_free(rx);
+        if (detached || lost)
+                runner_exec_free(rx);
+        else
+                x->rx_done = rx; /* forgotten by the runner once its end is persisted */
+        if (detached)
+                return -ESHUTDOWN;
 
         pthread_mutex_lock(&x->lock);
         x->exit_code = lost ? -1 : ex.exit_code;
@@ -664,6 +729,24 @@ static int run_via_runner(struct execution *x, struct session *s, uint64_t oom_b
         pthread_mutex_unlock(&x->lock);
         set_final_state(x, s, oom_before, cancelled, timed_out, lost, !lost && ex.signal == SIGKILL);
         return 0;
+}
+
+/* The end is persisted: the runner may drop the execution. */
+static void forget_on_runner(struct execution *x)
+{
+        if (!x->rx_done)
+                return;
+        (void)runner_exec_forget(x->rx_done);
+        runner_exec_free(x->rx_done);
+        x->rx_done = NULL;
+}
+
+static void mark_finished(struct execution *x)
+{
+        pthread_mutex_lock(&x->lock);
+        x->finished = true;
+        pthread_cond_broadcast(&x->cond);
+        pthread_mutex_unlock(&x->lock);
 }
 
 /* The worker: get the session's container, start, pump output, enforce the
@@ -693,6 +776,12 @@ static void run(struct execution *x)
                 r = run_via_runner(x, s, oom_before, &err);
                 if (r == 0)
                         goto done;
+                if (r == -ESHUTDOWN)
+                        goto detached;
+                if (r == -ENOTCONN && x->tty)
+                        r = sbx_error_set(&err, -ENOTSUP, 0,
+                                          "a terminal (tty) needs the session's runner, which is not connected; "
+                                          "docker exec runs no terminal here");
                 if (r != -ENOTCONN)
                         goto failed;
                 r = prepare(x, exec_id, &err);
@@ -829,11 +918,211 @@ failed:
 done:
         persist(x);
         audit(x);
+        forget_on_runner(x);
         session_release(s);
+        mark_finished(x);
+        return;
+detached:
+        persist(x); /* RUNNING, with what it produced so far: the next daemon adopts it */
+        session_release(s);
+        mark_finished(x);
+}
+
+/* ---- durable executions: re-adoption after a restart ---- */
+
+static void *worker_main(void *ud);
+
+/* A live execution from a row the runner may still run. No worker yet. */
+static int adopt_register(struct exec_engine *e, const struct store_execution *row)
+{
+        struct execution *x = calloc(1, sizeof(*x));
+
+        if (!x)
+                return -ENOMEM;
+        x->e = e;
+        x->refs = 1; /* the registry's */
+        x->spool_fd[0] = x->spool_fd[1] = -1;
+        pthread_mutex_init(&x->lock, NULL);
+        pthread_cond_init(&x->cond, NULL);
+        pthread_mutex_init(&x->stdin_lock, NULL);
+        sbx_strlcpy(x->id, row->id, sizeof(x->id));
+        sbx_strlcpy(x->user, row->user_id, sizeof(x->user));
+        sbx_strlcpy(x->session, row->session_id, sizeof(x->session));
+        sbx_strlcpy(x->kind, row->kind, sizeof(x->kind));
+        sbx_strlcpy(x->actor, row->actor[0] ? row->actor : "unknown", sizeof(x->actor));
+        sbx_strlcpy(x->preview, row->command_preview, sizeof(x->preview));
+        sbx_strlcpy(x->sha, row->command_sha256, sizeof(x->sha));
+        sbx_strlcpy(x->container_id, row->container_id, sizeof(x->container_id));
+        sbx_strlcpy(x->via, "runner", sizeof(x->via));
+        sbx_strlcpy(x->image, row->image, sizeof(x->image));
+        sbx_strlcpy(x->runtime, row->runtime, sizeof(x->runtime));
+        sbx_strlcpy(x->runner_version, row->runner_version, sizeof(x->runner_version));
+        for (int k = 0; k < 2; k++)
+                snprintf(x->spool[k], sizeof(x->spool[k]), "%s/%s.%s", e->spool_dir, x->id, k ? "stderr" : "stdout");
+        x->created_at = row->created_at;
+        x->started_wall = row->started_at > 0 ? row->started_at : row->created_at;
+        x->deadline_wall = row->deadline_at;
+        x->spool_budget = row->spool_budget > 0 ? (uint64_t)row->spool_budget : 0;
+        x->total[0] = (uint64_t)row->stdout_bytes;
+        x->total[1] = (uint64_t)row->stderr_bytes;
+        x->spooled[0] = (uint64_t)row->stdout_spooled; /* until its worker reads the files */
+        x->spooled[1] = (uint64_t)row->stderr_spooled;
+        x->interactive = row->interactive;
+        x->tty = row->tty;
+        x->runner_tag = row->runner_tag;
+        x->exit_code = -1;
+        x->state = EXEC_RUNNING;
+        x->adopting = true;
+        runner_hub_expect(e->runner, x->user, x->session, x->runner_tag);
+        pthread_mutex_lock(&e->lock);
+        x->next = e->live;
+        e->live = x;
+        pthread_mutex_unlock(&e->lock);
+        return 0;
+}
+
+/* The spools as they were left: output goes on after their last byte.
+ * have[k]: the bytes of each stream the daemon had (kept or counted past
+ * the cap), which the files show when the row lags behind them. */
+static int open_spools_append(struct execution *x, uint64_t have[2])
+{
+        for (int k = 0; k < 2; k++) {
+                struct stat st;
+                x->spool_fd[k] = open(x->spool[k], O_RDWR | O_CREAT | O_CLOEXEC | O_NOFOLLOW, 0600);
+                if (x->spool_fd[k] < 0 || fstat(x->spool_fd[k], &st) < 0)
+                        return -errno;
+                x->spooled[k] = (uint64_t)st.st_size;
+                have[k] = x->total[k] > x->spooled[k] ? x->total[k] : x->spooled[k];
+        }
+        return 0;
+}
+
+/* Is the container the execution ran in still the session's, and running? */
+static bool adopt_container_alive(struct execution *x)
+{
+        struct session_info info;
+        bool ok;
+
+        if (session_get_info(x->e->sessions, x->user, x->session, &info) < 0)
+                return false;
+        ok = info.state == SESSION_RUNNING && strcmp(info.container_id, x->container_id) == 0;
+        session_info_done(&info);
+        return ok;
+}
+
+/* The worker of an execution adopted after a restart. */
+static void run_adopted(struct execution *x)
+{
+        struct exec_engine *e = x->e;
+        struct runner_exec *rx = NULL;
+        struct sbx_error err = {0};
+        uint64_t have[2] = {0, 0}, from[2];
+        int64_t until = sbx_now_ms() + ADOPT_WAIT_MS, now_wall, now;
+        char why[300] = "";
+        int r;
+
         pthread_mutex_lock(&x->lock);
-        x->finished = true;
+        r = open_spools_append(x, have);
+        pthread_mutex_unlock(&x->lock);
+        if (r < 0)
+                snprintf(why, sizeof(why), "its output spool cannot be opened: %s", strerror(-r));
+        while (!why[0]) {
+                if (read_detach(x)) {
+                        mark_finished(x); /* still RUNNING for the next daemon */
+                        return;
+                }
+                if (!adopt_container_alive(x)) {
+                        snprintf(why, sizeof(why), "its container stopped while the daemon was away");
+                        break;
+                }
+                r = runner_exec_adopt(e->runner, x->user, x->session, x->runner_tag, have, on_runner_output, x, 250,
+                                      &rx, from, &err);
+                if (r == 0)
+                        break;
+                if (r != -ETIMEDOUT)
+                        snprintf(why, sizeof(why), "%s", err.msg);
+                else if (sbx_now_ms() >= until)
+                        snprintf(why, sizeof(why), "its runner did not come back within %d s", ADOPT_WAIT_MS / 1000);
+        }
+        if (why[0]) {
+                runner_hub_unexpect(e->runner, x->user, x->session, x->runner_tag);
+                pthread_mutex_lock(&x->lock);
+                snprintf(x->error, sizeof(x->error), "the daemon restarted while it ran and %s", why);
+                x->duration_ms = sbx_wall_ms() - x->started_wall;
+                x->state = EXEC_FAILED; /* recorded before a waiter wakes: a list by state agrees with it */
+                x->cause = EXEC_CAUSE_DAEMON_RESTARTED;
+                pthread_mutex_unlock(&x->lock);
+                persist(x);
+                set_state(x, EXEC_FAILED, EXEC_CAUSE_DAEMON_RESTARTED);
+                log_ctx(LOG_LEVEL_WARN, x->user, x->session, x->container_id, "execution %s: %s", x->id, x->error);
+                goto done;
+        }
+        pthread_mutex_lock(&x->lock);
+        x->total[0] = from[0]; /* past what the spool holds: bytes counted past the cap */
+        x->total[1] = from[1];
         pthread_cond_broadcast(&x->cond);
         pthread_mutex_unlock(&x->lock);
+        pthread_mutex_lock(&x->stdin_lock);
+        x->rx = rx;
+        x->stdin_eof = !x->interactive; /* its stdin queue went with the daemon that had it */
+        pthread_mutex_unlock(&x->stdin_lock);
+        log_ctx(LOG_LEVEL_INFO, x->user, x->session, x->container_id,
+                "execution %s adopted from the runner at stdout %" PRIu64 ", stderr %" PRIu64, x->id, from[0], from[1]);
+
+        now_wall = sbx_wall_ms();
+        now = sbx_now_ms();
+        r = runner_loop(x, NULL, 0, rx, now - (now_wall - x->started_wall), now + (x->deadline_wall - now_wall), &err);
+        if (r == -ESHUTDOWN) {
+                persist(x);
+                mark_finished(x);
+                return;
+        }
+        if (r < 0) {
+                pthread_mutex_lock(&x->lock);
+                snprintf(x->error, sizeof(x->error), "the daemon restarted while it ran and %s", err.msg);
+                x->duration_ms = sbx_wall_ms() - x->started_wall;
+                pthread_mutex_unlock(&x->lock);
+                set_state(x, EXEC_FAILED, EXEC_CAUSE_DAEMON_RESTARTED);
+        }
+done:
+        persist(x);
+        audit(x);
+        forget_on_runner(x);
+        mark_finished(x);
+}
+
+void exec_engine_adopt(struct exec_engine *e)
+{
+        for (;;) {
+                struct execution *x = NULL;
+                pthread_attr_t attr;
+                pthread_t t;
+                int r;
+
+                pthread_mutex_lock(&e->lock);
+                for (struct execution *y = e->live; y && !x; y = y->next)
+                        if (y->adopting && !y->has_worker)
+                                x = y;
+                if (x) {
+                        x->has_worker = true;
+                        x->refs++; /* the worker's */
+                        e->workers++;
+                }
+                pthread_mutex_unlock(&e->lock);
+                if (!x)
+                        return;
+                pthread_attr_init(&attr);
+                pthread_attr_setdetachstate(&attr, PTHREAD_CREATE_DETACHED);
+                r = -pthread_create(&t, &attr, worker_main, x);
+                pthread_attr_destroy(&attr);
+                if (r < 0) {
+                        pthread_mutex_lock(&e->lock);
+                        x->refs--;
+                        e->workers--;
+                        pthread_mutex_unlock(&e->lock);
+                        log_error("cannot start a worker for execution %s: %s", x->id, strerror(-r));
+                }
+        }
 }
 
 static void *worker_main(void *ud)
@@ -842,7 +1131,10 @@ static void *worker_main(void *ud)
         struct exec_engine *e = x->e;
 
         pthread_setname_np(pthread_self(), "sbx-exec");
-        run(x);
+        if (x->adopting)
+                run_adopted(x);
+        else
+                run(x);
 
         pthread_mutex_lock(&e->lock);
         for (struct execution **pp = &e->live; *pp; pp = &(*pp)->next)
@@ -891,11 +1183,25 @@ void exec_engine_set_runner(struct exec_engine *e, struct runner_hub *h) { e->ru
 
 int exec_engine_recover(struct exec_engine *e, size_t *ret_failed)
 {
-        size_t n = 0;
-        int r = store_exec_fail_unfinished(e->store, exec_cause_to_string(EXEC_CAUSE_DAEMON_RESTARTED),
-                                           "the daemon restarted while it ran", sbx_wall_ms(), &n);
+        const char *cause = exec_cause_to_string(EXEC_CAUSE_DAEMON_RESTARTED);
+        _cleanup_free_ struct store_execution *rows = NULL;
+        size_t n = 0, n_rows = 0, adopted = 0;
+        int r;
+
+        if (!e->runner) /* nothing can hold an execution across the restart */
+                r = store_exec_fail_unfinished(e->store, cause, "the daemon restarted while it ran", sbx_wall_ms(), &n);
+        else
+                r = store_exec_fail_unadoptable(e->store, cause, "the daemon restarted while it ran (not on the runner)",
+                                                sbx_wall_ms(), &n);
         if (r == 0 && n > 0)
                 log_info("%zu executions were running when the daemon stopped: marked FAILED (daemon_restarted)", n);
+        if (r == 0 && e->runner && store_exec_list_adoptable(e->store, &rows, &n_rows) == 0)
+                for (size_t i = 0; i < n_rows; i++)
+                        if (adopt_register(e, &rows[i]) == 0)
+                                adopted++;
+        if (adopted)
+                log_info("%zu executions were running on their runners when the daemon stopped: adopting them",
+                         adopted);
         if (ret_failed)
                 *ret_failed = n;
         return r;
@@ -918,10 +1224,19 @@ void exec_engine_free(struct exec_engine *e)
                 pthread_mutex_lock(&x->lock);
                 x->cancel = true;
                 x->force = true;
+                x->detach = true; /* on the runner it runs on: the next daemon adopts it */
                 pthread_mutex_unlock(&x->lock);
         }
         while (e->workers > 0)
                 pthread_cond_wait(&e->idle, &e->lock);
+        /* registered for adoption, never started (exec_engine_adopt not called) */
+        while (e->live) {
+                struct execution *x = e->live;
+                e->live = x->next;
+                pthread_mutex_unlock(&e->lock);
+                unref(x);
+                pthread_mutex_lock(&e->lock);
+        }
         pthread_mutex_unlock(&e->lock);
         pthread_mutex_destroy(&e->lock);
         pthread_cond_destroy(&e->idle);
@@ -1022,7 +1337,13 @@ static int build(struct exec_engine *e, const struct exec_request *req, struct e
         sbx_strlcpy(x->session, req->session, sizeof(x->session));
         sbx_strlcpy(x->actor, req->actor, sizeof(x->actor));
         x->timeout_s = req->timeout_s > 0 ? req->timeout_s : cfg->exec_timeout_default_s;
-        x->interactive = req->interactive;
+        x->interactive = req->interactive || req->tty; /* a terminal's input stays open */
+        x->tty = req->tty;
+        x->rows = req->rows ? req->rows : 24;
+        x->cols = req->cols ? req->cols : 80;
+        if (x->tty && (x->rows < 1 || x->rows > RP_TTY_MAX_ROWS || x->cols < 1 || x->cols > RP_TTY_MAX_COLS))
+                return sbx_error_set(err, -EINVAL, 0, "a terminal has 1..%d rows and 1..%d columns", RP_TTY_MAX_ROWS,
+                                     RP_TTY_MAX_COLS);
         x->on_output = req->on_output;
         x->userdata = req->userdata;
         x->created_at = sbx_wall_ms();
@@ -1611,4 +1932,34 @@ int exec_internal(struct exec_engine *e, const char *container_id, const char *c
                 *ret_out_len = res.out_len;
         docker_exec_result_done(&res);
         return 0;
+}
+
+int exec_resize(struct exec_engine *e, const char *user, const char *id, int rows, int cols, struct sbx_error *err)
+{
+        struct execution *x = find_ref(e, user, id);
+        int r = 0;
+
+        if (!x)
+                return finished_error(e, user, id, err);
+        if (rows < 1 || rows > RP_TTY_MAX_ROWS || cols < 1 || cols > RP_TTY_MAX_COLS)
+                r = sbx_error_set(err, -EINVAL, 0, "a terminal has 1..%d rows and 1..%d columns", RP_TTY_MAX_ROWS,
+                                  RP_TTY_MAX_COLS);
+        else if (!x->tty)
+                r = sbx_error_set(err, -EINVAL, 0, "execution %s has no terminal (start it with tty)", id);
+        pthread_mutex_lock(&x->stdin_lock);
+        if (r == 0 && exec_state_is_final(x->state))
+                r = sbx_error_set(err, -EALREADY, 0, "execution %s has already finished: %s", id,
+                                  exec_state_to_string(x->state));
+        else if (r == 0 && !x->rx)
+                r = sbx_error_set(err, -EAGAIN, 0, "busy: the terminal of execution %s is not attached yet; retry", id);
+        else if (r == 0)
+                r = runner_exec_resize(x->rx, rows, cols);
+        if (r == 0) {
+                x->rows = rows;
+                x->cols = cols;
+        } else if (err && !err->msg[0])
+                sbx_error_set(err, r, 0, "cannot resize the terminal: %s", strerror(-r));
+        pthread_mutex_unlock(&x->stdin_lock);
+        unref(x);
+        return r;
 }

@@ -1,9 +1,12 @@
-/* files.c — read, write and list files of a session's workspace by running
- * fixed scripts inside its container as the sandbox user (see files.h for
- * why this is the symlink-safe way). The path is always an argv element; the
- * scripts resolve it with readlink -f and refuse anything outside /workspace.
- * No state and no threads of its own: every call holds a session reference
- * for its duration so idle expiry leaves the container alone meanwhile. */
+/* files.c — read, write and list files of a session's workspace from
+ * inside its container (see files.h for why that is the symlink-safe way).
+ * The session's runner does the I/O when it is connected (runner_ops.h:
+ * openat2 confined to /workspace); otherwise fixed scripts run through
+ * docker exec as the sandbox user, the path always an argv element, resolved
+ * with readlink -f and refused outside /workspace. Both answer with the same
+ * errors. No state and no threads of its own: every call holds a session
+ * reference for its duration so idle expiry leaves the container alone
+ * meanwhile. */
 #include "sandboxd/files.h"
 
 #include <errno.h>
@@ -13,11 +16,14 @@
 
 #include "sandboxd/daemon.h"
 #include "sandboxd/exec.h"
+#include "sandboxd/runner.h"
+#include "sandboxd/runner_ops.h"
 #include "sandboxd/session.h"
 #include "sandboxd/wsquota.h"
 
 #define WORKSPACE "/workspace"
 #define SCRIPT_TIMEOUT_MS 120000
+#define RUNNER_WAIT_MS 3000 /* a new container's runner connects within milliseconds */
 /* exec_internal keeps at most 1 MiB of output; a read chunk and its size
  * line must fit. */
 #define READ_CHUNK ((size_t)(1 << 20) - 64)
@@ -165,31 +171,60 @@ int files_normalize(const char *path, char ret[FILES_PATH_MAX], struct sbx_error
         return 0;
 }
 
+/* The refusal an errno stands for, from the runner or a script's exit code. */
+static int errno_error(int r, const char *what, const char *path, struct sbx_error *err)
+{
+        switch (r) {
+        case -ENOENT:
+                return sbx_error_set(err, -ENOENT, 0, "%s: %s does not exist", what, path);
+        case -EPERM:
+        case -ELOOP:
+        case -EXDEV:
+                return sbx_error_set(err, -EPERM, 0, "%s: %s resolves outside /workspace (through a symlink)", what,
+                                     path);
+        case -EISDIR:
+                return sbx_error_set(err, -EISDIR, 0, "%s: %s is a directory", what, path);
+        case -EINVAL:
+                return sbx_error_set(err, -EINVAL, 0, "%s: %s is not a regular file", what, path);
+        case -EACCES:
+                return sbx_error_set(err, -EACCES, 0, "%s: permission denied on %s", what, path);
+        case -ENOTDIR:
+                return sbx_error_set(err, -ENOTDIR, 0, "%s: %s (or a parent) is not a directory", what, path);
+        case -ENOSPC:
+        case -EDQUOT:
+        case -EFBIG:
+                return sbx_error_set(err, -EIO, 0, "%s: writing %s failed (workspace full?)", what, path);
+        case -ETIMEDOUT:
+                return sbx_error_set(err, -ETIMEDOUT, 0, "%s: %s: the runner did not answer in time", what, path);
+        case -EBUSY:
+                return sbx_error_set(err, -EBUSY, 0, "busy: too many writes at once in this session (%s %s)", what,
+                                     path);
+        default:
+                return sbx_error_set(err, -EIO, 0, "%s: %s: %s", what, path, strerror(-r));
+        }
+}
+
 /* The refusal a script's exit code stands for. */
 static int script_error(int code, const char *what, const char *path, const char *out, struct sbx_error *err)
 {
-        switch (code) {
-        case X_NOENT:
-                return sbx_error_set(err, -ENOENT, 0, "%s: %s does not exist", what, path);
-        case X_OUTSIDE:
-                return sbx_error_set(err, -EPERM, 0, "%s: %s resolves outside /workspace (through a symlink)", what,
-                                     path);
-        case X_ISDIR:
-                return sbx_error_set(err, -EISDIR, 0, "%s: %s is a directory", what, path);
-        case X_NOTREG:
-                return sbx_error_set(err, -EINVAL, 0, "%s: %s is not a regular file", what, path);
-        case X_ACCES:
-                return sbx_error_set(err, -EACCES, 0, "%s: permission denied on %s", what, path);
-        case X_MKDIR:
+        static const int map[][2] = {{X_NOENT, -ENOENT}, {X_OUTSIDE, -EPERM}, {X_ISDIR, -EISDIR},
+                                     {X_NOTREG, -EINVAL}, {X_ACCES, -EACCES}, {X_NOTDIR, -ENOTDIR},
+                                     {X_IO, -ENOSPC}};
+
+        if (code == X_MKDIR)
                 return sbx_error_set(err, -EACCES, 0, "%s: cannot create the parent directories of %s", what, path);
-        case X_NOTDIR:
-                return sbx_error_set(err, -ENOTDIR, 0, "%s: %s (or a parent) is not a directory", what, path);
-        case X_IO:
-                return sbx_error_set(err, -EIO, 0, "%s: writing %s failed (workspace full?)", what, path);
-        default:
-                return sbx_error_set(err, -EIO, 0, "%s: the helper in the container failed with exit code %d%s%.200s",
-                                     what, code, out && *out ? ": " : "", out ? out : "");
-        }
+        for (size_t i = 0; i < ELEMENTSOF(map); i++)
+                if (map[i][0] == code)
+                        return errno_error(map[i][1], what, path, err);
+        return sbx_error_set(err, -EIO, 0, "%s: the helper in the container failed with exit code %d%s%.200s", what,
+                             code, out && *out ? ": " : "", out ? out : "");
+}
+
+/* Is the session's runner there to do it? (After a restart: listen again.) */
+static bool via_runner(struct daemon *d, const char *user, const char *session)
+{
+        (void)runner_hub_adopt(d->runner, user, session);
+        return runner_hub_wait(d->runner, user, session, RUNNER_WAIT_MS);
 }
 
 /* The session's container, with a reference the caller releases. */
@@ -225,6 +260,17 @@ int files_write(struct daemon *d, const char *user, const char *session, const c
         r = open_container(d, user, session, &s, cid, err);
         if (r < 0)
                 return r;
+        r = via_runner(d, user, session)
+                    ? runner_file_write(d->runner, user, session, norm, data ? data : "", len, SCRIPT_TIMEOUT_MS)
+                    : -ENOTCONN;
+        if (r != -ENOTCONN) {
+                session_release(s);
+                if (r < 0)
+                        return errno_error(r, "write", norm, err);
+                if (ret_path)
+                        memcpy(ret_path, norm, strlen(norm) + 1);
+                return 0;
+        }
         {
                 const char *argv[] = {"sh", "-c", write_script, "sbx-write", norm, NULL};
                 /* a non-NULL pointer attaches stdin even for an empty file */
@@ -279,6 +325,16 @@ int files_read(struct daemon *d, const char *user, const char *session, const ch
         r = open_container(d, user, session, &s, cid, err);
         if (r < 0)
                 return r;
+        r = via_runner(d, user, session) ? runner_file_read(d->runner, user, session, norm, offset, want, buf, &got,
+                                                            &size, SCRIPT_TIMEOUT_MS)
+                                         : -ENOTCONN;
+        if (r != -ENOTCONN) {
+                session_release(s);
+                if (r < 0)
+                        return errno_error(r, "read", norm, err);
+                goto done;
+        }
+        r = 0;
         /* One script run per chunk: exec_internal bounds its output. The
          * first run also answers for empty reads (it prints the size). */
         do {
@@ -317,7 +373,7 @@ int files_read(struct daemon *d, const char *user, const char *session, const ch
         session_release(s);
         if (r < 0)
                 return r;
-
+done:
         memset(ret, 0, sizeof(*ret));
         memcpy(ret->path, norm, strlen(norm) + 1);
         buf[got] = '\0';
@@ -326,6 +382,28 @@ int files_read(struct daemon *d, const char *user, const char *session, const ch
         ret->size = size;
         ret->eof = offset + got >= size;
         return 0;
+}
+
+struct list_acc {
+        struct files_entry *list;
+        size_t n;
+        bool truncated;
+};
+
+static void on_entry(void *ud, char type, int64_t size, const char *name, size_t name_len)
+{
+        struct list_acc *a = ud;
+        struct files_entry *e;
+
+        if (a->n >= FILES_LIST_MAX) {
+                a->truncated = true;
+                return;
+        }
+        e = &a->list[a->n++];
+        memcpy(e->name, name, name_len);
+        e->name[name_len] = '\0';
+        e->type = type == 'f' ? FILES_FILE : type == 'd' ? FILES_DIR : type == 'l' ? FILES_SYMLINK : FILES_OTHER;
+        e->size = size;
 }
 
 static int entry_cmp(const void *a, const void *b)
@@ -348,9 +426,24 @@ int files_list(struct daemon *d, const char *user, const char *session, const ch
         r = files_normalize(path && *path ? path : WORKSPACE, norm, err);
         if (r < 0)
                 return r;
+        list = calloc(FILES_LIST_MAX + 1, sizeof(*list));
+        if (!list)
+                return sbx_error_set(err, -ENOMEM, 0, "out of memory");
         r = open_container(d, user, session, &s, cid, err);
         if (r < 0)
                 return r;
+        if (via_runner(d, user, session)) {
+                struct list_acc acc = {.list = list};
+                r = runner_file_list(d->runner, user, session, norm, on_entry, &acc, &truncated, SCRIPT_TIMEOUT_MS);
+                if (r != -ENOTCONN) {
+                        session_release(s);
+                        if (r < 0)
+                                return errno_error(r, "list", norm, err);
+                        n = acc.n;
+                        truncated = truncated || acc.truncated;
+                        goto done;
+                }
+        }
         snprintf(max, sizeof(max), "%d", FILES_LIST_MAX);
         {
                 const char *argv[] = {"sh", "-c", list_script, "sbx-list", norm, max, NULL};
@@ -364,9 +457,6 @@ int files_list(struct daemon *d, const char *user, const char *session, const ch
         if (code != 0)
                 return script_error(code, "list", norm, NULL, err);
 
-        list = calloc(FILES_LIST_MAX + 1, sizeof(*list));
-        if (!list)
-                return sbx_error_set(err, -ENOMEM, 0, "out of memory");
         /* Records are NUL-separated: names can hold any byte but NUL and '/'. */
         for (size_t i = 0; out && i < out_len;) {
                 const char *head = out + i, *name;
@@ -394,6 +484,7 @@ int files_list(struct daemon *d, const char *user, const char *session, const ch
                         : head[0] == 'l' ? FILES_SYMLINK : FILES_OTHER;
                 e->size = strtoll(head + 2, NULL, 10);
         }
+done:
         qsort(list, n, sizeof(*list), entry_cmp);
         if (ret_path)
                 memcpy(ret_path, norm, strlen(norm) + 1);

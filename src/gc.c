@@ -66,14 +66,14 @@
 static const char *const kind_names[GC_KIND_COUNT] = {
         "idle_containers", "old_containers", "orphan_containers", "error_sessions", "ports",
         "services",        "execution_spools", "workspaces",      "audit_rows", "idempotency_keys",
-        "store",           "networks",
+        "session_uids",    "store",           "networks",
 };
 
 /* What an item is, in log lines. */
 static const char *const kind_items[GC_KIND_COUNT] = {
         "idle container", "old container", "orphan container", "ERROR session", "port allocation",
         "service row",    "execution spool", "workspace",      "audit rows", "idempotency keys",
-        "store",          "network",
+        "session uid",    "store",          "network",
 };
 
 const char *gc_kind_name(enum gc_kind k)
@@ -817,6 +817,21 @@ static void gc_audit(struct gc *g)
         g->rep->kinds[GC_AUDIT].count += (uint64_t)r - 1;
 }
 
+/* MCP tasks past their ttl (the daemon also drops them at each new task):
+ * bookkeeping rows, logged rather than itemized in the report. */
+static void gc_tasks(struct gc *g)
+{
+        int r;
+
+        if (g->dry_run)
+                return;
+        r = store_task_purge(g->st, g->now);
+        if (r < 0)
+                log_warn("gc: expired MCP tasks: %s", strerror(-r));
+        else if (r > 0)
+                log_info("gc: %d expired MCP tasks deleted", r);
+}
+
 /* Idempotency keys past idempotency_window: one report item counting them. */
 static void gc_idempotency_keys(struct gc *g)
 {
@@ -1168,6 +1183,74 @@ static void gc_workspaces(struct gc *g)
         }
 }
 
+/* ---- session uids ---- */
+
+/* Did this run delete (or, dry, decide to delete) the workspace user/session? */
+static bool workspace_taken(struct gc *g, const char *id)
+{
+        for (size_t i = 0; i < g->rep->n_items; i++)
+                if (g->rep->items[i].kind == GC_WORKSPACES && !g->rep->items[i].failed &&
+                    strcmp(g->rep->items[i].id, id) == 0)
+                        return true;
+        return false;
+}
+
+/* A uid is the session's while its workspace exists (sessuid.h): one whose
+ * workspace is gone (this run purged it, the daemon died between a purge and
+ * the release, or an operator deleted it), of a session that is not live and
+ * has no container, goes back to the range. */
+static void gc_uids(struct gc *g)
+{
+        _cleanup_free_ struct store_uid *rows = NULL;
+        size_t n = 0;
+        char reason[160], id[160], path[SBX_PATH_MAX + 160];
+        struct stat st;
+        int r;
+
+        r = store_uid_list(g->st, &rows, &n);
+        if (r < 0) {
+                note_failed(g, GC_UIDS, "-", NULL, NULL, "listing session uids", strerror(-r));
+                return;
+        }
+        for (size_t k = 0; k < n; k++) {
+                const struct store_uid *u = &rows[k];
+                ssize_t i = find_row(g, u->user_id, u->session_id);
+                bool taken;
+
+                if (i >= 0 && !g->row_gone[i] && state_live(g->rows[i].state))
+                        continue;
+                if (has_container(g, u->user_id, u->session_id) || !session_id_valid(u->user_id) ||
+                    !session_id_valid(u->session_id))
+                        continue;
+                snprintf(id, sizeof(id), "%s/%s", u->user_id, u->session_id);
+                snprintf(path, sizeof(path), "%s/workspaces/%s", g->cfg->data_dir, id);
+                /* a real run deleted what it purged; a dry run only noted it */
+                taken = false;
+                if (lstat(path, &st) == 0 || errno != ENOENT) {
+                        taken = g->dry_run && g->rep->kinds[GC_WORKSPACES].count > 0 && workspace_taken(g, id);
+                        if (!taken)
+                                continue;
+                }
+                snprintf(reason, sizeof(reason), "uid %" PRId64 ": %s", u->uid,
+                         taken ? "its workspace was purged by this run" : "its workspace does not exist");
+                snprintf(id, sizeof(id), "%" PRId64, u->uid);
+                if (!g->dry_run) {
+                        r = store_gc_uid_release(g->st, u->user_id, u->session_id, u->uid);
+                        if (r == -ESTALE) {
+                                note_kept(g, GC_UIDS, id, u->user_id, u->session_id, "its session is live again");
+                                continue;
+                        }
+                        if (r < 0) {
+                                note_failed(g, GC_UIDS, id, u->user_id, u->session_id, reason, strerror(-r));
+                                continue;
+                        }
+                        if (u->uid > 0 && u->uid <= INT32_MAX)
+                                container_identity_drop(g->cfg, (uid_t)u->uid);
+                }
+                note_done(g, GC_UIDS, id, u->user_id, u->session_id, 0, reason);
+        }
+}
+
 /* ---- the store ---- */
 
 static uint64_t path_bytes(const char *path)
@@ -1307,8 +1390,10 @@ int gc_run(const struct sbx_config *cfg, const struct gc_options *opts, struct g
         gc_spools(&g);
         gc_audit(&g);
         gc_idempotency_keys(&g);
+        gc_tasks(&g);
         gc_mounts(&g);
         gc_workspaces(&g);
+        gc_uids(&g);
         gc_vacuum(&g, db);
 
         for (size_t k = 0; k < GC_KIND_COUNT; k++) {

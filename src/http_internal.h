@@ -32,6 +32,7 @@ struct http_server {
         pthread_mutex_t mcp_lock;
         struct http_mcp_session *mcp_sessions;
         size_t mcp_count;
+        struct http_mcp_session *mcp_parked; /* stateless cores whose answer streams on (mcp_lock) */
 };
 
 /* One TCP connection (MHD's socket context), from its opening to its close. */

@@ -11,7 +11,9 @@
  *     404. GET opens the session's server stream (SSE); DELETE ends the
  *     session and cancels its calls in flight.
  *   - 2026-07-28 era: a request whose params._meta names the protocol
- *     version needs no session: it is served by a core made for it alone.
+ *     version needs no session: it is served by a core made for it alone,
+ *     freed with the answer (a streamed one is parked until the reaper sees
+ *     it delivered, or its client gone: then its call is cancelled).
  *   - A request answers with one JSON body, or, for tools/call when the
  *     client accepts text/event-stream, an SSE stream carrying the call's
  *     progress and log notifications and then its response.
@@ -208,12 +210,43 @@ static struct http_mcp_session *session_find(struct http_server *srv, const char
         return s;
 }
 
+/* A parked stateless core is over once its answer went out (on_line dropped
+ * the route) or its client left (the stream closed: its call is cancelled). */
+static bool parked_over(struct http_mcp_session *s)
+{
+        bool over;
+
+        pthread_mutex_lock(&s->lock);
+        over = !s->routes || (s->routes->sse && http_sse_closed(s->routes->sse));
+        pthread_mutex_unlock(&s->lock);
+        return over;
+}
+
+static void parked_reap(struct http_server *srv, bool all)
+{
+        for (;;) {
+                struct http_mcp_session *s, **pp;
+                pthread_mutex_lock(&srv->mcp_lock);
+                for (pp = &srv->mcp_parked; (s = *pp); pp = &s->next)
+                        if (all || parked_over(s)) {
+                                *pp = s->next;
+                                break;
+                        }
+                pthread_mutex_unlock(&srv->mcp_lock);
+                if (!s)
+                        return;
+                mcp_cancel_all(s->m); /* nothing if the answer went out */
+                session_free(s);
+        }
+}
+
 void http_mcp_expire(struct http_server *srv)
 {
         struct http_mcp_session *gone[16];
         size_t n = 0;
         int64_t now = sbx_now_ms();
 
+        parked_reap(srv, false);
         pthread_mutex_lock(&srv->mcp_lock);
         for (struct http_mcp_session *s = srv->mcp_sessions, *next; s && n < ELEMENTSOF(gone); s = next) {
                 next = s->next;
@@ -231,6 +264,7 @@ void http_mcp_expire(struct http_server *srv)
 
 void http_mcp_stop(struct http_server *srv)
 {
+        parked_reap(srv, true);
         for (;;) {
                 struct http_mcp_session *s;
                 pthread_mutex_lock(&srv->mcp_lock);
@@ -343,7 +377,7 @@ static enum MHD_Result post(struct http_server *srv, struct MHD_Connection *conn
         _cleanup_(cjson_deletep) cJSON *msg = NULL;
         struct http_mcp_session *s = NULL;
         const cJSON *method, *id;
-        bool initialize, stream, announce = false, registered = true;
+        bool initialize, stream = false, announce = false, registered = true;
         struct sbx_error err = {0};
         enum MHD_Result ret;
 
@@ -404,11 +438,16 @@ static enum MHD_Result post(struct http_server *srv, struct MHD_Connection *conn
                 mcp_handle_line(s->m, rq->body, rq->len);
                 ret = http_queue_text(conn, 202, "application/json", strdup(""), false);
         } else {
-                /* a stateless core ends with its request: it answers with one JSON body */
-                stream = rq->sse && registered && strcmp(method->valuestring, "tools/call") == 0;
+                stream = rq->sse && strcmp(method->valuestring, "tools/call") == 0;
                 ret = answer(srv, conn, hc, rq, s, id, stream, announce);
         }
-        if (!registered) {
+        if (!registered && stream) {
+                /* the answer streams on after this returns: the reaper frees the core */
+                pthread_mutex_lock(&srv->mcp_lock);
+                s->next = srv->mcp_parked;
+                srv->mcp_parked = s;
+                pthread_mutex_unlock(&srv->mcp_lock);
+        } else if (!registered) {
                 mcp_cancel_all(s->m); /* the client left before the answer: nothing stays behind */
                 session_free(s);
         } else {

@@ -254,7 +254,7 @@ static cJSON *server_info(void)
         return info;
 }
 
-static cJSON *capabilities(void)
+static cJSON *capabilities(int rank)
 {
         cJSON *caps = cJSON_CreateObject();
         cJSON *tools = cJSON_AddObjectToObject(caps, "tools");
@@ -265,11 +265,21 @@ static cJSON *capabilities(void)
         cJSON *res = cJSON_AddObjectToObject(caps, "resources");
         cJSON_AddFalseToObject(res, "subscribe");
         cJSON_AddFalseToObject(res, "listChanged");
+        if (rank == MCP_REV_2026_07_28) {
+                cJSON_AddObjectToObject(cJSON_AddObjectToObject(caps, "extensions"), MCP_TASKS_EXTENSION);
+        } else if (rank == MCP_REV_2025_11_25) {
+                /* 2025-11-25's experimental tasks: tools/call may be one, tasks/cancel works; no tasks/list */
+                cJSON *tasks = cJSON_AddObjectToObject(caps, "tasks");
+                cJSON_AddObjectToObject(tasks, "cancel");
+                cJSON_AddObjectToObject(cJSON_AddObjectToObject(cJSON_AddObjectToObject(tasks, "requests"), "tools"),
+                                        "call");
+        }
         return caps;
 }
 
-/* Send a result; takes result. Modern results carry resultType and serverInfo. */
-static void send_result(struct mcp *m, const cJSON *id, cJSON *result, bool modern)
+/* Send a result; takes result. Modern results carry resultType (type, else
+ * "complete") and serverInfo. */
+static void send_result_typed(struct mcp *m, const cJSON *id, cJSON *result, bool modern, const char *type)
 {
         cJSON *msg = envelope(id);
 
@@ -278,10 +288,16 @@ static void send_result(struct mcp *m, const cJSON *id, cJSON *result, bool mode
                 if (!cJSON_IsObject(meta))
                         meta = cJSON_AddObjectToObject(result, "_meta");
                 cJSON_AddItemToObject(meta, META_SERVER_INFO, server_info());
-                cJSON_AddStringToObject(result, "resultType", "complete");
+                cJSON_DeleteItemFromObjectCaseSensitive(result, "resultType");
+                cJSON_AddStringToObject(result, "resultType", type ? type : "complete");
         }
         cJSON_AddItemToObject(msg, "result", result);
         send_msg(m, msg, id);
+}
+
+static void send_result(struct mcp *m, const cJSON *id, cJSON *result, bool modern)
+{
+        send_result_typed(m, id, result, modern, NULL);
 }
 
 static void send_notification(struct mcp *m, const char *method, cJSON *params, const cJSON *related)
@@ -423,7 +439,7 @@ static size_t printed_size(const cJSON *j)
 
 /* A tool result that fits in one output line: first without the text copy
  * of the structured content, then as an error asking for less. */
-static cJSON *bounded_tool_result(const struct mcp_tool_result *r, int rank)
+cJSON *mcp_tool_result_json(const struct mcp_tool_result *r, int rank)
 {
         const size_t budget = MCP_MAX_OUTPUT - 4096; /* room for the envelope */
         cJSON *res = tool_result_json(r, rank);
@@ -458,7 +474,10 @@ static void *call_thread(void *p)
         struct mcp_tool_result r = {0};
         bool cancelled;
 
-        mcp_tool_run(c, &r);
+        if (c->kind == MCP_CALL_TASK)
+                mcp_task_run(c, &r);
+        else
+                mcp_tool_run(c, &r);
 
         pthread_mutex_lock(&m->lock);
         for (pp = &m->calls; *pp; pp = &(*pp)->next)
@@ -469,14 +488,25 @@ static void *call_thread(void *p)
         cancelled = c->cancelled;
         /* Answer before the call leaves the count, so mcp_drain returning
          * means every answer has been written. */
-        if (!cancelled && !r.suppress)
-                send_result(m, c->id, bounded_tool_result(&r, c->rank), c->modern);
+        if (cancelled || r.suppress)
+                ;
+        else if (r.rpc_code) {
+                send_error(m, c->id, r.rpc_code, r.rpc_data, "%s", r.rpc_message);
+                r.rpc_data = NULL;
+        } else if (r.raw) {
+                send_result_typed(m, c->id, r.raw, c->modern, r.raw_type);
+                r.raw = NULL;
+        } else {
+                send_result(m, c->id, mcp_tool_result_json(&r, c->rank), c->modern);
+        }
         m->inflight--;
         pthread_cond_broadcast(&m->idle);
         pthread_mutex_unlock(&m->lock);
 
         log_debug("mcp: %s call done%s%s", c->tool, r.is_error ? " (error)" : "", cancelled ? " (cancelled)" : "");
         cJSON_Delete(r.structured);
+        cJSON_Delete(r.raw);
+        cJSON_Delete(r.rpc_data);
         cJSON_Delete(r.links);
         free(r.text);
         call_free(c);
@@ -500,6 +530,8 @@ struct req {
         bool modern;
         int rank;
         int log_level; /* modern: the envelope's logLevel; -1 none */
+        bool tasks_ok; /* modern: the client capabilities name the tasks extension; legacy: 2025-11-25 */
+        bool legacy_task; /* 2025-11-25 tools/call with params.task */
 };
 
 static void handle_initialize(struct mcp *m, const struct req *q)
@@ -536,7 +568,7 @@ static void handle_initialize(struct mcp *m, const struct req *q)
 
         result = cJSON_CreateObject();
         cJSON_AddStringToObject(result, "protocolVersion", rank_version(rank));
-        cJSON_AddItemToObject(result, "capabilities", capabilities());
+        cJSON_AddItemToObject(result, "capabilities", capabilities(rank));
         cJSON_AddItemToObject(result, "serverInfo", server_info());
         cJSON_AddStringToObject(result, "instructions", instructions);
         send_result(m, q->id, result, false);
@@ -548,7 +580,7 @@ static void handle_discover(struct mcp *m, const struct req *q)
 
         versions = cJSON_AddArrayToObject(result, "supportedVersions");
         cJSON_AddItemToArray(versions, cJSON_CreateString(MCP_MODERN_VERSION));
-        cJSON_AddItemToObject(result, "capabilities", capabilities());
+        cJSON_AddItemToObject(result, "capabilities", capabilities(MCP_REV_2026_07_28));
         cJSON_AddItemToObject(result, "serverInfo", server_info());
         cJSON_AddStringToObject(result, "instructions", instructions);
         cJSON_AddNumberToObject(result, "ttlMs", TOOLS_TTL_MS);
@@ -578,6 +610,18 @@ static void handle_tools_list(struct mcp *m, const struct req *q)
         cJSON *result = cJSON_CreateObject();
 
         cJSON_AddItemToObject(result, "tools", mcp_tools_list(q->rank));
+        if (q->rank == MCP_REV_2025_11_25) {
+                /* 2025-11-25's experimental tasks: the long-running tools may be called as tasks */
+                cJSON *t;
+                cJSON_ArrayForEach(t, cJSON_GetObjectItemCaseSensitive(result, "tools"))
+                {
+                        const cJSON *n = cJSON_GetObjectItemCaseSensitive(t, "name");
+                        if (cJSON_IsString(n) && (strcmp(n->valuestring, "exec") == 0 ||
+                                                  strcmp(n->valuestring, "run_code") == 0))
+                                cJSON_AddStringToObject(cJSON_AddObjectToObject(t, "execution"), "taskSupport",
+                                                        "optional");
+                }
+        }
         if (q->modern) {
                 cJSON_AddNumberToObject(result, "ttlMs", TOOLS_TTL_MS);
                 cJSON_AddStringToObject(result, "cacheScope", "public");
@@ -652,6 +696,9 @@ static void send_tool_error(struct mcp *m, const struct req *q, const char *text
         send_result(m, q->id, tool_result_json(&r, q->rank), q->modern);
 }
 
+static void start_call(struct mcp *m, const struct req *q, enum mcp_call_kind kind, const char *name,
+                       const cJSON *args, const char *session, const cJSON *token);
+
 static void handle_tools_call(struct mcp *m, const struct req *q)
 {
         const cJSON *name = cJSON_GetObjectItemCaseSensitive(q->params, "name");
@@ -660,11 +707,7 @@ static void handle_tools_call(struct mcp *m, const struct req *q)
         const cJSON *token = cJSON_GetObjectItemCaseSensitive(meta, "progressToken");
         const cJSON *session;
         const struct mcp_tool *tool;
-        struct mcp_call *c, *it;
         char msg[512];
-        pthread_attr_t attr;
-        pthread_t th;
-        int r;
 
         if (!cJSON_IsString(name)) {
                 send_error(m, q->id, MCP_INVALID_PARAMS, NULL, "tools/call: params.name must be a string");
@@ -698,6 +741,44 @@ static void handle_tools_call(struct mcp *m, const struct req *q)
                 send_tool_error(m, q, "invalid arguments: session must be 1-64 of [A-Za-z0-9_.-], not '.' or '..'");
                 return;
         }
+        if (!q->modern && q->tasks_ok && cJSON_GetObjectItemCaseSensitive(q->params, "task")) {
+                /* 2025-11-25: a task-augmented call (params.task {ttl?}; our ttl is our own) */
+                struct req tq = *q;
+                if (!cJSON_IsObject(cJSON_GetObjectItemCaseSensitive(q->params, "task"))) {
+                        send_error(m, q->id, MCP_INVALID_PARAMS, NULL, "tools/call: params.task must be an object");
+                        return;
+                }
+                if (strcmp(name->valuestring, "exec") != 0 && strcmp(name->valuestring, "run_code") != 0) {
+                        send_error(m, q->id, MCP_METHOD_NOT_FOUND, NULL, "%.64s cannot run as a task (taskSupport)",
+                                   name->valuestring);
+                        return;
+                }
+                tq.legacy_task = true;
+                start_call(m, &tq, MCP_CALL_TOOL, name->valuestring, args,
+                           session ? session->valuestring : m->session, token);
+                return;
+        }
+        start_call(m, q, MCP_CALL_TOOL, name->valuestring, args, session ? session->valuestring : m->session,
+                   token);
+}
+
+static void refuse_call(struct mcp *m, const struct req *q, enum mcp_call_kind kind, const char *why)
+{
+        if (kind == MCP_CALL_TOOL)
+                send_tool_error(m, q, why);
+        else
+                send_error(m, q->id, MCP_INTERNAL_ERROR, NULL, "%s", why);
+}
+
+/* Register a call and start its worker thread, which answers it. */
+static void start_call(struct mcp *m, const struct req *q, enum mcp_call_kind kind, const char *name,
+                       const cJSON *args, const char *session, const cJSON *token)
+{
+        struct mcp_call *c, *it;
+        char msg[512];
+        pthread_attr_t attr;
+        pthread_t th;
+        int r;
 
         c = calloc(1, sizeof(*c));
         if (!c) {
@@ -705,10 +786,13 @@ static void handle_tools_call(struct mcp *m, const struct req *q)
                 return;
         }
         c->m = m;
+        c->kind = kind;
+        c->tasks_ok = q->tasks_ok && q->modern;
+        c->legacy_task = q->legacy_task;
         c->id = cJSON_Duplicate(q->id, true);
-        sbx_strlcpy(c->tool, name->valuestring, sizeof(c->tool));
+        sbx_strlcpy(c->tool, name, sizeof(c->tool));
         c->args = args ? cJSON_Duplicate(args, true) : cJSON_CreateObject();
-        sbx_strlcpy(c->session, session ? session->valuestring : m->session, sizeof(c->session));
+        sbx_strlcpy(c->session, session, sizeof(c->session));
         if (valid_id(token)) /* a progress token is a string or an integer, like an id */
                 c->progress_token = cJSON_Duplicate(token, true);
         c->rank = q->rank;
@@ -736,7 +820,7 @@ static void handle_tools_call(struct mcp *m, const struct req *q)
                 call_free(c);
                 snprintf(msg, sizeof(msg), "busy: %zu tool calls are already in flight; wait for one to finish",
                          m->max_inflight);
-                send_tool_error(m, q, msg);
+                refuse_call(m, q, kind, msg);
                 return;
         }
         c->next = m->calls;
@@ -762,10 +846,37 @@ static void handle_tools_call(struct mcp *m, const struct req *q)
                 pthread_mutex_unlock(&m->lock);
                 call_free(c);
                 __atomic_sub_fetch(&m->refs, 1, __ATOMIC_ACQ_REL); /* the caller still holds its own */
-                send_tool_error(m, q, "busy: cannot start a worker thread");
+                refuse_call(m, q, kind, "busy: cannot start a worker thread");
                 return;
         }
-        log_debug("mcp: %s call started (session %s)", name->valuestring, session ? session->valuestring : m->session);
+        log_debug("mcp: %s call started (session %s)", name, session);
+}
+
+/* tasks/get, tasks/cancel, tasks/update: on a worker like a tool call
+ * (they ask the daemon), for clients that declared the extension. */
+static void handle_tasks(struct mcp *m, const struct req *q)
+{
+        const cJSON *tid = cJSON_GetObjectItemCaseSensitive(q->params, "taskId");
+        cJSON *data, *ext;
+
+        if (!q->tasks_ok && !q->modern) {
+                send_error(m, q->id, MCP_METHOD_NOT_FOUND, NULL, "Method not found: %.32s (tasks need 2025-11-25)",
+                           q->method);
+                return;
+        }
+        if (!q->tasks_ok) {
+                data = cJSON_CreateObject();
+                ext = cJSON_AddObjectToObject(cJSON_AddObjectToObject(data, "requiredCapabilities"), "extensions");
+                cJSON_AddObjectToObject(ext, MCP_TASKS_EXTENSION);
+                send_error(m, q->id, MCP_MISSING_CLIENT_CAPABILITY, data,
+                           "Missing required client capability: the " MCP_TASKS_EXTENSION " extension");
+                return;
+        }
+        if (!cJSON_IsString(tid) || !*tid->valuestring || strlen(tid->valuestring) > 64) {
+                send_error(m, q->id, MCP_INVALID_PARAMS, NULL, "%.32s: params.taskId must be a task id", q->method);
+                return;
+        }
+        start_call(m, q, MCP_CALL_TASK, q->method, q->params, m->session, NULL);
 }
 
 /* Mark a call cancelled and wake its worker out of its read; the worker
@@ -862,6 +973,8 @@ static int check_envelope(struct mcp *m, const cJSON *id, const cJSON *meta, str
         q->modern = true;
         q->rank = MCP_REV_2026_07_28;
         q->log_level = level ? log_level_index(level->valuestring) : -1;
+        q->tasks_ok = cJSON_IsObject(cJSON_GetObjectItemCaseSensitive(
+                cJSON_GetObjectItemCaseSensitive(caps, "extensions"), MCP_TASKS_EXTENSION));
         return 0;
 }
 
@@ -892,6 +1005,9 @@ static void handle_request(struct mcp *m, const cJSON *id, const char *method, c
                         handle_tools_list(m, &q);
                 else if (strcmp(method, "tools/call") == 0)
                         handle_tools_call(m, &q);
+                else if (strcmp(method, "tasks/get") == 0 || strcmp(method, "tasks/cancel") == 0 ||
+                         strcmp(method, "tasks/update") == 0)
+                        handle_tasks(m, &q);
                 else if (!handle_resources(m, &q, method))
                         send_error(m, id, MCP_METHOD_NOT_FOUND, NULL, "Method not found: %.100s", method);
                 return;
@@ -900,6 +1016,7 @@ static void handle_request(struct mcp *m, const cJSON *id, const char *method, c
         pthread_mutex_lock(&m->lock);
         q.rank = m->legacy_rank ? m->legacy_rank : MCP_REV_2025_11_25;
         pthread_mutex_unlock(&m->lock);
+        q.tasks_ok = q.rank == MCP_REV_2025_11_25;
         log_debug("mcp: %.100s (%s)", method, rank_version(q.rank));
         if (strcmp(method, "initialize") == 0)
                 handle_initialize(m, &q);
@@ -911,6 +1028,9 @@ static void handle_request(struct mcp *m, const cJSON *id, const char *method, c
                 handle_tools_call(m, &q);
         else if (strcmp(method, "logging/setLevel") == 0)
                 handle_set_level(m, &q);
+        else if (strcmp(method, "tasks/get") == 0 || strcmp(method, "tasks/result") == 0 ||
+                 strcmp(method, "tasks/cancel") == 0)
+                handle_tasks(m, &q);
         else if (handle_resources(m, &q, method))
                 ;
         else if (strcmp(method, "server/discover") == 0)

@@ -1,6 +1,8 @@
 /* mcp_api.c — the adapter's client for the daemon's API socket (api.h): one
  * Unix stream connection, one request at a time, line-delimited JSON with
- * every reply line bounded by API_MAX_REPLY.
+ * every reply line bounded by API_MAX_REPLY. Given an https:// URL instead of
+ * a socket path, every call goes to mcp_api_https.c (the same requests as
+ * POST /v1/<method>).
  *
  * Threads: a connection belongs to one thread. The only cross-thread use is
  * shutdown(2) on its fd (mcp_api_fd) to wake a request blocked in read, which
@@ -16,10 +18,12 @@
 
 #include <cjson/cJSON.h>
 
+#include "mcp_internal.h"
 #include "sandboxd/api.h"
 #include "sandboxd/mcp.h"
 
 struct mcp_api {
+        struct mcp_https *https; /* an https:// URL instead of a socket (mcp_api_https.c) */
         int fd;
         unsigned long next_id;
         char *buf; /* bytes read past the last line */
@@ -34,6 +38,21 @@ int mcp_api_open(const char *socket_path, struct mcp_api **ret, struct sbx_error
 
         if (!socket_path || !*socket_path)
                 return sbx_error_set(err, -EINVAL, 0, "no API socket configured");
+        if (mcp_https_is_url(socket_path)) {
+                struct mcp_https *h;
+                int r = mcp_https_open(socket_path, &h, err);
+                if (r < 0)
+                        return r;
+                a = calloc(1, sizeof(*a));
+                if (!a) {
+                        mcp_https_close(h);
+                        return sbx_error_set(err, -ENOMEM, 0, "out of memory");
+                }
+                a->https = h;
+                a->fd = -1;
+                *ret = a;
+                return 0;
+        }
         if (!sbx_strlcpy(sa.sun_path, socket_path, sizeof(sa.sun_path)))
                 return sbx_error_set(err, -ENAMETOOLONG, 0, "API socket path too long: %s", socket_path);
         fd = socket(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC, 0);
@@ -61,11 +80,12 @@ void mcp_api_close(struct mcp_api *a)
                 return;
         if (a->fd >= 0)
                 close(a->fd);
+        mcp_https_close(a->https);
         free(a->buf);
         free(a);
 }
 
-int mcp_api_fd(struct mcp_api *a) { return a ? a->fd : -1; }
+int mcp_api_fd(struct mcp_api *a) { return !a ? -1 : a->https ? mcp_https_fd(a->https) : a->fd; }
 
 static int write_all(int fd, const char *p, size_t n)
 {
@@ -165,6 +185,8 @@ int mcp_api_request(struct mcp_api *a, const char *token, const char *method, co
         char *out;
         int r;
 
+        if (a && a->https)
+                return mcp_https_request(a->https, token, method, params, timeout_ms, ret_result, err);
         if (!a || a->fd < 0) {
                 set_err(err, "transport", "not connected to sandboxd");
                 return -ENOTCONN;

@@ -70,6 +70,19 @@ struct mcp_tool_result {
         bool is_error;
         bool suppress; /* no response at all (the call was cancelled) */
         cJSON *links;  /* resource_link content items (mcp_resources.c), or NULL */
+        /* Instead of a CallToolResult (mcp_tasks.c): a whole result object of
+         * resultType raw_type (a CreateTaskResult, a tasks/get result), or a
+         * JSON-RPC error when rpc_code is set. */
+        cJSON *raw;
+        const char *raw_type;
+        int rpc_code;
+        char rpc_message[256];
+        cJSON *rpc_data;
+};
+
+enum mcp_call_kind {
+        MCP_CALL_TOOL, /* tools/call */
+        MCP_CALL_TASK, /* tasks/get, tasks/cancel, tasks/update (mcp_tasks.c) */
 };
 
 struct mcp_call {
@@ -82,6 +95,9 @@ struct mcp_call {
         int rank;              /* the version governing the request */
         bool modern;
         int log_level; /* the least severe level the client wants for this call; -1 none */
+        enum mcp_call_kind kind;
+        bool tasks_ok; /* the request declared the io.modelcontextprotocol/tasks extension */
+        bool legacy_task; /* 2025-11-25: the request asked for a task (params.task) */
 
         /* guarded by m->lock */
         bool cancelled;
@@ -102,6 +118,32 @@ void mcp_call_progress(struct mcp_call *c, double progress, const char *message)
 /* notifications/message, if the client wants this level. */
 void mcp_call_log(struct mcp_call *c, int level, const char *fmt, ...) __attribute__((format(printf, 3, 4)));
 
+/* The CallToolResult for r, cut down to fit one output line (mcp.c). */
+cJSON *mcp_tool_result_json(const struct mcp_tool_result *r, int rank);
+
+/* mcp_tasks.c: the tasks extension (io.modelcontextprotocol/tasks), on the
+ * API's create_task / get_task / cancel_task. */
+#define MCP_TASKS_EXTENSION "io.modelcontextprotocol/tasks"
+/* An exec or run_code still running after this long becomes a task, when
+ * the request declared the extension. */
+#define MCP_TASK_AFTER_S 1
+/* Record execution exec_id as a task and make r its CreateTaskResult: 0, or
+ * -errno (r untouched: the caller follows the execution itself). */
+int mcp_task_create(struct mcp_call *c, struct mcp_api *a, const char *exec_id, struct mcp_tool_result *r);
+/* Run a tasks/ request (c->tool is the method, c->args its params): the
+ * extension's tasks/get, tasks/cancel, tasks/update when c->modern, else
+ * 2025-11-25's tasks/get, tasks/result, tasks/cancel. */
+void mcp_task_run(struct mcp_call *c, struct mcp_tool_result *r);
+
+/* mcp_api_https.c: the API client over HTTPS (POST <url>/v1/<method>). */
+struct mcp_https;
+bool mcp_https_is_url(const char *s);
+int mcp_https_open(const char *url, struct mcp_https **ret, struct sbx_error *err);
+void mcp_https_close(struct mcp_https *h);
+int mcp_https_fd(struct mcp_https *h);
+int mcp_https_request(struct mcp_https *h, const char *token, const char *method, const cJSON *params,
+                      int timeout_ms, cJSON **ret_result, struct mcp_api_error *err);
+
 /* mcp_tools.c */
 struct mcp_tool;
 /* Parse every schema once; 0 or -EINVAL (a broken built-in schema). */
@@ -112,6 +154,9 @@ const cJSON *mcp_tool_input_schema(const struct mcp_tool *t);
 cJSON *mcp_tools_list(int rank);
 /* Run the call on the current (worker) thread. */
 void mcp_tool_run(struct mcp_call *c, struct mcp_tool_result *r);
+/* The tool result of a finished execution (a get_execution reply; takes res),
+ * as the tool itself would have answered. */
+void mcp_tool_execution_result(const char *tool, cJSON *res, struct mcp_tool_result *r);
 
 /* mcp_resources.c */
 /* resource_link items to the whole stdout and stderr of a result whose

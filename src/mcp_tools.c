@@ -246,7 +246,13 @@ static struct mcp_tool tools[] = {
                          "'stdin':{'type':'string','description':'Text fed to standard input.'},"
                          "'background':{'type':'boolean','description':'Return at once with the execution_id.'},"
                          "'interactive':{'type':'boolean','description':'Keep stdin open for send_stdin until "
-                         "eof.'}," IDEM_KEY_PROP "," SESSION_PROP "},"
+                         "eof.'},"
+                         "'tty':{'type':'boolean','description':'Run on a pseudo-terminal (programs see a "
+                         "terminal; output comes back as stdout; implies interactive; send_stdin eof sends ^D).'},"
+                         "'rows':{'type':'integer','minimum':1,'maximum':1000,'description':'Terminal rows "
+                         "(tty). Default 24.'},"
+                         "'cols':{'type':'integer','minimum':1,'maximum':1000,'description':'Terminal columns "
+                         "(tty). Default 80.'}," IDEM_KEY_PROP "," SESSION_PROP "},"
                          "'required':['command'],'additionalProperties':false}",
                 .output = EXEC_OUTPUT,
                 .destructive = true,
@@ -309,6 +315,20 @@ static struct mcp_tool tools[] = {
                          "'required':['execution_id'],'additionalProperties':false}",
                 .output = "{'type':'object','properties':{'execution_id':{'type':'string'},"
                           "'bytes':{'type':'integer'},'eof':{'type':'boolean'},'state':{'type':'string'}}}",
+                .run = run_passthrough,
+        },
+        {
+                .name = "resize_terminal",
+                .title = "Resize an execution's terminal",
+                .description = "Change the window size of a running execution started with tty: true (its "
+                               "programs get SIGWINCH, as in a resized terminal).",
+                .input = "{'type':'object','properties':{" EXEC_ID_PROP ","
+                         "'rows':{'type':'integer','minimum':1,'maximum':1000},"
+                         "'cols':{'type':'integer','minimum':1,'maximum':1000}," SESSION_PROP "},"
+                         "'required':['execution_id','rows','cols'],'additionalProperties':false}",
+                .output = "{'type':'object','properties':{'execution_id':{'type':'string'},"
+                          "'rows':{'type':'integer'},'cols':{'type':'integer'}},'required':['execution_id']}",
+                .idempotent = true,
                 .run = run_passthrough,
         },
         {
@@ -413,7 +433,7 @@ static struct mcp_tool tools[] = {
         {
                 .name = "stop_service",
                 .title = "Stop a service",
-                .description = "Stop a service: SIGTERM to its process group, SIGKILL after a grace period.",
+                .description = "Stop a service: SIGTERM to all its processes, SIGKILL after a grace period.",
                 .input = "{'type':'object','properties':{'name':{'type':'string','minLength':1}," SESSION_PROP "},"
                          "'required':['name'],'additionalProperties':false}",
                 .output = "{'type':'object','properties':{" SERVICE_OUT_PROPS "}}",
@@ -852,9 +872,11 @@ static void run_exec(struct mcp_call *c, const struct mcp_tool *t, struct mcp_to
         char id[64];
         uint64_t so = 0, se = 0;
         bool follow_output = c->progress_token != NULL;
+        bool may_task = c->tasks_ok; /* a task once it has run MCP_TASK_AFTER_S */
+        int64_t started;
         int k, quick = 0;
 
-        if (cJSON_IsTrue(bg)) {
+        if (cJSON_IsTrue(bg) && !c->legacy_task) {
                 run_passthrough(c, t, r);
                 return;
         }
@@ -893,10 +915,21 @@ static void run_exec(struct mcp_call *c, const struct mcp_tool *t, struct mcp_to
                 mcp_call_progress(c, 0, note);
         }
 
+        if (c->legacy_task) {
+                /* 2025-11-25: asked as a task, answered as one at once (or refused) */
+                if (mcp_task_create(c, a, id, r) < 0) {
+                        cancel_behind(c, id);
+                        r->rpc_code = MCP_INTERNAL_ERROR;
+                        snprintf(r->rpc_message, sizeof(r->rpc_message),
+                                 "cannot make a task now (too many live tasks?): call without params.task");
+                }
+                goto out;
+        }
+        started = sbx_now_ms();
         poll = cJSON_CreateObject();
         cJSON_AddStringToObject(poll, "session", c->session);
         cJSON_AddStringToObject(poll, "execution_id", id);
-        cJSON_AddNumberToObject(poll, "wait", c->m->poll_wait_s);
+        cJSON_AddNumberToObject(poll, "wait", may_task ? MCP_TASK_AFTER_S : c->m->poll_wait_s);
         if (follow_output) {
                 cJSON_AddStringToObject(poll, "encoding", "base64");
                 cJSON_AddNumberToObject(poll, "stdout_offset", 0);
@@ -934,6 +967,13 @@ static void run_exec(struct mcp_call *c, const struct mcp_tool *t, struct mcp_to
                         goto out;
                 }
                 final = state_final(res);
+                if (may_task && !final && sbx_now_ms() - started >= MCP_TASK_AFTER_S * 1000 - 50) {
+                        /* Long: hand the client a task instead (else go on in the foreground). */
+                        if (mcp_task_create(c, a, id, r) == 0)
+                                goto out;
+                        may_task = false;
+                        cJSON_ReplaceItemInObjectCaseSensitive(poll, "wait", cJSON_CreateNumber(c->m->poll_wait_s));
+                }
                 if (!follow_output) {
                         if (final)
                                 break;
@@ -996,6 +1036,19 @@ out:
         cJSON_Delete(poll);
         cJSON_Delete(params);
         mcp_api_close(a);
+}
+
+void mcp_tool_execution_result(const char *tool, cJSON *res, struct mcp_tool_result *r)
+{
+        const struct mcp_tool *t = mcp_tool_find(tool);
+
+        if (!t) {
+                cJSON_Delete(res);
+                result_error(r, "unknown tool %s", tool);
+                return;
+        }
+        r->is_error = execution_failed(res);
+        set_structured(t, r, res);
 }
 
 void mcp_tool_run(struct mcp_call *c, struct mcp_tool_result *r)

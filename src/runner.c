@@ -13,7 +13,14 @@
  *
  * Only the hub thread reads connections, closes fds and frees channels, so
  * an epoll event never points at freed memory: a dropped channel is only
- * marked, and the thread retires it between two epoll batches. */
+ * marked, and the thread retires it between two epoll batches.
+ *
+ * Durable executions: after a restart the exec engine tells the hub which
+ * (session, tag) it will adopt (h->expect, h->lock). A runner lists what it
+ * holds right after its hello (c->jobs, h->lock); on the end of that list
+ * the hub forgets every job nobody expects, and runner_exec_adopt() claims
+ * the others. Output is acknowledged (RP_ACK) from the thread that waits
+ * for the execution, never from the hub thread, once it is persisted. */
 #include "sandboxd/runner.h"
 
 #include <errno.h>
@@ -32,11 +39,25 @@
 #include <sys/un.h>
 #include <unistd.h>
 
+#include "runner_internal.h"
 #include "sandboxd/log.h"
 #include "sandboxd/sha256.h"
 
 #define WRITE_DEADLINE_MS 2000
 #define MAX_EVENTS 64
+#define ACK_EVERY (64 * 1024) /* unacknowledged bytes that wake the waiter to acknowledge them */
+
+/* An execution a reconnected runner still holds, until claimed. */
+struct runner_job {
+        uint32_t tag;
+        struct rp_job r;
+};
+
+/* An execution the exec engine will adopt after a restart. */
+struct runner_expect {
+        char user[65], session[65];
+        uint32_t tag;
+};
 
 enum ep_kind { EP_LISTEN, EP_CONN };
 
@@ -62,11 +83,16 @@ struct runner_chan {
         int64_t last_ping;
         char version[64];
         uint32_t next_tag;
+        uint64_t conn_id; /* which connection: files and services (runner_ops.c) match it */
         struct ep_ref ep_listen, ep_conn;
         unsigned char *inbuf;
         size_t in_len;
         struct runner_exec *execs;
         pthread_mutex_t wlock;
+        struct runner_job jobs[RP_MAX_JOBS]; /* listed by the runner after hello, not claimed yet */
+        size_t n_jobs;
+        bool jobs_complete; /* RP_JOBS_END arrived on this connection */
+        bool refused_once;  /* a connection was refused before its hello (since the last prepare) */
 };
 
 struct runner_exec {
@@ -85,6 +111,9 @@ struct runner_exec {
         char error[256];
         struct runner_exit exit;
         uint64_t stdin_sent, stdin_acked;
+        uint64_t recv[2];  /* stream offsets: delivered to on_output (persisted by it) */
+        uint64_t acked[2]; /* what RP_ACK said last */
+        int in_callback;   /* on_output calls under way (x->lock) */
 };
 
 struct runner_hub {
@@ -100,6 +129,10 @@ struct runner_hub {
         pthread_t thread;
         runner_lost_fn on_lost;
         void *lost_ud;
+        struct runner_expect *expect; /* h->lock */
+        size_t n_expect;
+        uint64_t next_conn_id;
+        struct runner_ops *ops; /* files and services (runner_ops.c) */
 };
 
 /* ---- helpers ---- */
@@ -152,9 +185,12 @@ static void conn_close(struct runner_hub *h, struct runner_chan *c, const char *
         for (struct runner_exec *x = c->execs; x; x = x->next)
                 if (x->cfd == c->cfd)
                         exec_end(x, true, -ECONNRESET, "the runner connection was lost", NULL);
+        c->n_jobs = 0;
+        c->jobs_complete = false;
         pthread_mutex_unlock(&h->lock);
         pthread_mutex_lock(&c->wlock);
         pthread_mutex_lock(&h->lock);
+        uint64_t conn_id = c->conn_id;
         close(c->cfd);
         c->cfd = -1;
         c->hello = false;
@@ -162,6 +198,7 @@ static void conn_close(struct runner_hub *h, struct runner_chan *c, const char *
         c->in_len = 0;
         pthread_mutex_unlock(&h->lock);
         pthread_mutex_unlock(&c->wlock);
+        runner_ops_closed(h->ops, c->user, c->session, conn_id);
         if (why)
                 log_ctx(LOG_LEVEL_DEBUG, c->user, c->session, NULL, "runner connection closed: %s", why);
 }
@@ -171,9 +208,16 @@ static void conn_close(struct runner_hub *h, struct runner_chan *c, const char *
  * which the monitor sees). Hub thread. */
 static void conn_fail(struct runner_hub *h, struct runner_chan *c, const char *cause, const char *why)
 {
-        bool was_hello = c->hello;
+        bool was_hello = c->hello, quiet; /* hello is written by this (the hub) thread only */
 
-        log_ctx(LOG_LEVEL_WARN, c->user, c->session, NULL, "runner disconnected: %s", why);
+        /* a runner refused before its hello (another protocol version: a container
+         * from before an upgrade) retries every second: say it once per container */
+        pthread_mutex_lock(&h->lock);
+        quiet = !was_hello && c->refused_once;
+        if (!was_hello)
+                c->refused_once = true;
+        pthread_mutex_unlock(&h->lock);
+        log_ctx(quiet ? LOG_LEVEL_DEBUG : LOG_LEVEL_WARN, c->user, c->session, NULL, "runner disconnected: %s", why);
         conn_close(h, c, why);
         if (was_hello && h->on_lost)
                 h->on_lost(c->user, c->session, cause, h->lost_ud);
@@ -266,6 +310,85 @@ static void exec_unref(struct runner_exec *x)
         }
 }
 
+/* ---- durable executions: what a reconnected runner still holds ---- */
+
+static bool expected_locked(struct runner_hub *h, const char *user, const char *session, uint32_t tag)
+{
+        for (size_t i = 0; i < h->n_expect; i++)
+                if (h->expect[i].tag == tag && strcmp(h->expect[i].user, user) == 0 &&
+                    strcmp(h->expect[i].session, session) == 0)
+                        return true;
+        return false;
+}
+
+static void unexpect_locked(struct runner_hub *h, const char *user, const char *session, uint32_t tag)
+{
+        for (size_t i = 0; i < h->n_expect; i++)
+                if (h->expect[i].tag == tag && strcmp(h->expect[i].user, user) == 0 &&
+                    strcmp(h->expect[i].session, session) == 0) {
+                        h->expect[i] = h->expect[--h->n_expect];
+                        return;
+                }
+}
+
+/* RP_JOB: one execution the runner holds. Hub thread. */
+static bool job_listed(struct runner_hub *h, struct runner_chan *c, const struct rp_hdr *hdr, const unsigned char *p)
+{
+        struct rp_job r;
+        bool ok = true;
+
+        if (hdr->len != sizeof(r) || hdr->tag == 0 || hdr->flags != 0)
+                return false;
+        memcpy(&r, p, sizeof(r));
+        if ((r.flags & ~RP_JOB_EXITED) != 0)
+                return false;
+        for (int k = 0; k < 2; k++)
+                if (r.acked[k] > r.produced[k] || r.produced[k] > (UINT64_C(1) << 62))
+                        return false;
+        pthread_mutex_lock(&h->lock);
+        if (c->jobs_complete || c->n_jobs >= RP_MAX_JOBS)
+                ok = false;
+        for (size_t i = 0; ok && i < c->n_jobs; i++)
+                ok = c->jobs[i].tag != hdr->tag;
+        if (ok)
+                c->jobs[c->n_jobs++] = (struct runner_job){.tag = hdr->tag, .r = r};
+        pthread_mutex_unlock(&h->lock);
+        return ok;
+}
+
+/* RP_JOBS_END: a job nobody will adopt is forgotten (its tree killed if it
+ * still runs); the others wait for runner_exec_adopt(). Hub thread. */
+static bool jobs_listed(struct runner_hub *h, struct runner_chan *c)
+{
+        uint32_t forget[RP_MAX_JOBS];
+        size_t n = 0;
+        int cfd;
+
+        pthread_mutex_lock(&h->lock);
+        if (c->jobs_complete) {
+                pthread_mutex_unlock(&h->lock);
+                return false;
+        }
+        c->jobs_complete = true;
+        cfd = c->cfd;
+        for (size_t i = 0; i < c->n_jobs;) {
+                if (expected_locked(h, c->user, c->session, c->jobs[i].tag)) {
+                        i++;
+                        continue;
+                }
+                forget[n++] = c->jobs[i].tag;
+                c->jobs[i] = c->jobs[--c->n_jobs];
+        }
+        pthread_cond_broadcast(&h->cond);
+        pthread_mutex_unlock(&h->lock);
+        for (size_t i = 0; i < n; i++)
+                (void)send_frame(c, cfd, RP_FORGET, 0, forget[i], NULL, 0, NULL, 0);
+        if (n)
+                log_ctx(LOG_LEVEL_INFO, c->user, c->session, NULL,
+                        "the runner held %zu executions nobody adopts: dropped", n);
+        return true;
+}
+
 /* Returns false on a protocol error. Every field is checked here. */
 static bool handle_frame(struct runner_hub *h, struct runner_chan *c, const struct rp_hdr *hdr,
                          const unsigned char *p)
@@ -297,6 +420,12 @@ static bool handle_frame(struct runner_hub *h, struct runner_chan *c, const stru
         }
         if (hdr->type == RP_PONG)
                 return hdr->len == 0;
+        if (hdr->type == RP_JOB)
+                return job_listed(h, c, hdr, p);
+        if (hdr->type == RP_JOBS_END)
+                return hdr->len == 0 && jobs_listed(h, c);
+        if (hdr->type >= RP_FILE_READ && hdr->type <= RP_SVC_STATE)
+                return runner_ops_frame(h->ops, c->user, c->session, c->conn_id, hdr, p);
         if (hdr->tag == 0)
                 return false;
         x = exec_find_ref(h, c, hdr->tag);
@@ -309,8 +438,23 @@ static bool handle_frame(struct runner_hub *h, struct runner_chan *c, const stru
                 break;
         case RP_OUTPUT:
                 ok = hdr->len <= RP_CHUNK && (hdr->flags & ~RP_OUT_STDERR) == 0;
-                if (ok && hdr->len > 0 && !x->ended && x->on_output)
-                        x->on_output(x->userdata, (hdr->flags & RP_OUT_STDERR) ? 1 : 0, p, hdr->len);
+                if (ok && hdr->len > 0 && !x->ended) {
+                        int k = (hdr->flags & RP_OUT_STDERR) ? 1 : 0;
+                        runner_output_fn fn;
+                        pthread_mutex_lock(&x->lock);
+                        fn = x->on_output; /* NULL once freed: its userdata may be gone */
+                        x->in_callback += fn != NULL;
+                        pthread_mutex_unlock(&x->lock);
+                        if (fn)
+                                fn(x->userdata, k, p, hdr->len);
+                        pthread_mutex_lock(&x->lock);
+                        if (fn && --x->in_callback == 0)
+                                pthread_cond_broadcast(&x->cond);
+                        x->recv[k] += hdr->len; /* on_output has persisted it: it may be acknowledged */
+                        if (x->recv[k] - x->acked[k] >= ACK_EVERY)
+                                pthread_cond_broadcast(&x->cond);
+                        pthread_mutex_unlock(&x->lock);
+                }
                 break;
         case RP_STDIN_ACK: {
                 uint32_t n;
@@ -416,7 +560,10 @@ static void conn_accept(struct runner_hub *h, struct runner_chan *c)
                         continue;
                 }
                 c->cfd = fd;
+                c->conn_id = ++h->next_conn_id;
                 c->hello = false;
+                c->n_jobs = 0;
+                c->jobs_complete = false;
                 c->last_rx = c->last_ping = sbx_now_ms();
                 c->in_len = 0;
                 c->next_tag = 0;
@@ -571,7 +718,7 @@ int runner_hub_new(const struct sbx_config *cfg, struct runner_hub **ret, struct
         }
         if (mkdir(h->root, 0700) < 0 && errno != EEXIST) {
                 r = sbx_error_set(err, -errno, 0, "cannot create %s: %m", h->root);
-                free(h); /* after the message, which names h->root */
+                free(h); /* after the message: it names h->root */
                 return r;
         }
         (void)chmod(h->root, 0700);
@@ -583,6 +730,11 @@ int runner_hub_new(const struct sbx_config *cfg, struct runner_hub **ret, struct
                 r = sbx_error_set(err, -errno, 0, "cannot set up the runner hub: %m");
                 goto fail;
         }
+        h->ops = runner_ops_new(h);
+        if (!h->ops) {
+                r = sbx_error_set(err, -ENOMEM, 0, "out of memory");
+                goto fail;
+        }
         r = -pthread_create(&h->thread, NULL, hub_main, h);
         if (r < 0) {
                 sbx_error_set(err, r, 0, "cannot start the runner thread: %s", strerror(-r));
@@ -591,6 +743,7 @@ int runner_hub_new(const struct sbx_config *cfg, struct runner_hub **ret, struct
         *ret = h;
         return 0;
 fail:
+        runner_ops_free(h->ops);
         if (h->epfd >= 0)
                 close(h->epfd);
         for (int i = 0; i < 2; i++)
@@ -620,11 +773,13 @@ void runner_hub_free(struct runner_hub *h)
                         x->c = NULL; /* handles outliving the hub must not exist; be safe */
                 chan_free(c);
         }
+        runner_ops_free(h->ops);
         close(h->epfd);
         close(h->wake[0]);
         close(h->wake[1]);
         pthread_mutex_destroy(&h->lock);
         pthread_cond_destroy(&h->cond);
+        free(h->expect);
         free(h);
 }
 
@@ -655,6 +810,7 @@ int runner_hub_prepare(struct runner_hub *h, const char *user, const char *sessi
         c = chan_find_locked(h, user, session);
         if (c) {
                 c->waited_in_vain = false; /* a new container: its runner is worth waiting for */
+                c->refused_once = false;
                 c->ever_hello = c->hello;
         }
         pthread_mutex_unlock(&h->lock);
@@ -842,6 +998,17 @@ bool runner_hub_version(struct runner_hub *h, const char *user, const char *sess
         return ok;
 }
 
+static bool tag_in_use_locked(struct runner_hub *h, struct runner_chan *c, uint32_t tag)
+{
+        for (struct runner_exec *x = c->execs; x; x = x->next)
+                if (x->tag == tag)
+                        return true;
+        for (size_t i = 0; i < c->n_jobs; i++)
+                if (c->jobs[i].tag == tag)
+                        return true;
+        return expected_locked(h, c->user, c->session, tag);
+}
+
 /* The RP_EXEC payload; malloc'd. */
 static int build_exec_payload(const struct runner_exec_spec *spec, char **ret, size_t *ret_len)
 {
@@ -868,6 +1035,13 @@ static int build_exec_payload(const struct runner_exec_spec *spec, char **ret, s
         hdr.argc = (uint32_t)argc;
         hdr.envc = (uint32_t)envc;
         hdr.code_len = (uint32_t)spec->code_len;
+        if (spec->tty) {
+                if (spec->rows < 1 || spec->rows > RP_TTY_MAX_ROWS || spec->cols < 1 || spec->cols > RP_TTY_MAX_COLS) {
+                        free(buf);
+                        return -EINVAL;
+                }
+                hdr.winsize = (uint32_t)spec->rows << 16 | (uint32_t)spec->cols;
+        }
         memcpy(buf, &hdr, sizeof(hdr));
         p = buf + sizeof(hdr);
         p = stpcpy(p, spec->workdir) + 1;
@@ -896,6 +1070,9 @@ int runner_exec_start(struct runner_hub *h, const char *user, const char *sessio
         if (!h)
                 return sbx_error_set(err, -ENOTCONN, 0, "no runner");
         r = build_exec_payload(spec, &payload, &len);
+        if (r == -EINVAL)
+                return sbx_error_set(err, r, 0, "the terminal size must be 1..%d rows and 1..%d columns",
+                                     RP_TTY_MAX_ROWS, RP_TTY_MAX_COLS);
         if (r < 0)
                 return sbx_error_set(err, r, 0, "the request does not fit a runner frame");
         x = calloc(1, sizeof(*x));
@@ -918,15 +1095,18 @@ int runner_exec_start(struct runner_hub *h, const char *user, const char *sessio
         }
         x->c = c;
         x->cfd = c->cfd;
-        if (++c->next_tag == 0)
-                c->next_tag = 1;
+        do /* never a tag the runner may still hold from an earlier daemon */
+                if (++c->next_tag == 0)
+                        c->next_tag = 1;
+        while (tag_in_use_locked(h, c, c->next_tag));
         x->tag = c->next_tag;
         x->next = c->execs;
         c->execs = x;
         c->refs++;
         pthread_mutex_unlock(&h->lock);
 
-        r = send_frame(c, x->cfd, RP_EXEC, spec->stdin_pipe ? RP_EXEC_STDIN : 0, x->tag, payload, len, NULL, 0);
+        r = send_frame(c, x->cfd, RP_EXEC, (spec->stdin_pipe ? RP_EXEC_STDIN : 0) | (spec->tty ? RP_EXEC_TTY : 0),
+                       x->tag, payload, len, NULL, 0);
         if (r < 0) {
                 runner_exec_free(x);
                 return sbx_error_set(err, -ENOTCONN, 0, "cannot send the execution to the runner: %s",
@@ -936,15 +1116,36 @@ int runner_exec_start(struct runner_hub *h, const char *user, const char *sessio
         return 0;
 }
 
+/* Acknowledge what on_output has persisted. Caller holds x->lock; drops it
+ * around the write. */
+static void exec_ack_locked(struct runner_exec *x)
+{
+        struct rp_offsets o = {{x->recv[0], x->recv[1]}};
+
+        x->acked[0] = x->recv[0];
+        x->acked[1] = x->recv[1];
+        pthread_mutex_unlock(&x->lock);
+        (void)send_frame(x->c, x->cfd, RP_ACK, 0, x->tag, &o, sizeof(o), NULL, 0);
+        pthread_mutex_lock(&x->lock);
+}
+
 int runner_exec_wait(struct runner_exec *x, int timeout_ms, struct runner_exit *ret, struct sbx_error *err)
 {
         struct timespec until = sbx_deadline_after(CLOCK_REALTIME, timeout_ms);
         int r;
 
         pthread_mutex_lock(&x->lock);
-        while (!x->ended && timeout_ms > 0)
-                if (pthread_cond_timedwait(&x->cond, &x->lock, &until) == ETIMEDOUT)
+        while (!x->ended) {
+                if (x->recv[0] - x->acked[0] >= ACK_EVERY || x->recv[1] - x->acked[1] >= ACK_EVERY) {
+                        exec_ack_locked(x); /* the runner frees it and reads on */
+                        continue;
+                }
+                if (timeout_ms <= 0 || pthread_cond_timedwait(&x->cond, &x->lock, &until) == ETIMEDOUT)
                         break;
+        }
+        /* an end needs no acknowledgement: RP_FORGET frees everything */
+        if (!x->ended && (x->recv[0] != x->acked[0] || x->recv[1] != x->acked[1]))
+                exec_ack_locked(x);
         if (!x->ended)
                 r = -ETIMEDOUT;
         else if (x->lost)
@@ -1010,5 +1211,173 @@ void runner_exec_free(struct runner_exec *x)
                 }
         c->refs--;
         pthread_mutex_unlock(&h->lock);
+        /* an execution left running (the daemon stops) still sends output:
+         * no callback may run once the caller frees its userdata */
+        pthread_mutex_lock(&x->lock);
+        x->on_output = NULL;
+        while (x->in_callback > 0)
+                pthread_cond_wait(&x->cond, &x->lock);
+        pthread_mutex_unlock(&x->lock);
         exec_unref(x);
+}
+
+/* ---- durable executions and terminals ---- */
+
+void runner_hub_expect(struct runner_hub *h, const char *user, const char *session, uint32_t tag)
+{
+        struct runner_expect *p;
+
+        if (!h || tag == 0)
+                return;
+        pthread_mutex_lock(&h->lock);
+        if (!expected_locked(h, user, session, tag)) {
+                p = realloc(h->expect, (h->n_expect + 1) * sizeof(*p));
+                if (p) {
+                        h->expect = p;
+                        p = &h->expect[h->n_expect++];
+                        memset(p, 0, sizeof(*p));
+                        sbx_strlcpy(p->user, user, sizeof(p->user));
+                        sbx_strlcpy(p->session, session, sizeof(p->session));
+                        p->tag = tag;
+                }
+        }
+        pthread_mutex_unlock(&h->lock);
+}
+
+void runner_hub_unexpect(struct runner_hub *h, const char *user, const char *session, uint32_t tag)
+{
+        if (!h)
+                return;
+        pthread_mutex_lock(&h->lock);
+        unexpect_locked(h, user, session, tag);
+        pthread_mutex_unlock(&h->lock);
+}
+
+int runner_exec_adopt(struct runner_hub *h, const char *user, const char *session, uint32_t tag,
+                      const uint64_t have[2], runner_output_fn on_output, void *userdata, int timeout_ms,
+                      struct runner_exec **ret, uint64_t ret_start[2], struct sbx_error *err)
+{
+        struct timespec until = sbx_deadline_after(CLOCK_REALTIME, timeout_ms);
+        struct rp_offsets o = {{have[0], have[1]}};
+        struct runner_chan *c = NULL;
+        struct runner_exec *x;
+        struct rp_job job;
+        size_t i;
+        int r;
+
+        if (!h || runner_hub_adopt(h, user, session) < 0)
+                return sbx_error_set(err, -ENOENT, 0, "the session has no runner");
+        pthread_mutex_lock(&h->lock);
+        for (;;) {
+                c = chan_find_locked(h, user, session);
+                if (c && c->cfd >= 0 && c->hello && c->jobs_complete)
+                        break;
+                c = NULL;
+                if (timeout_ms <= 0 || pthread_cond_timedwait(&h->cond, &h->lock, &until) == ETIMEDOUT)
+                        break;
+        }
+        if (!c) {
+                pthread_mutex_unlock(&h->lock);
+                return sbx_error_set(err, -ETIMEDOUT, 0, "the session's runner has not come back");
+        }
+        for (i = 0; i < c->n_jobs && c->jobs[i].tag != tag; i++)
+                ;
+        if (i == c->n_jobs) {
+                unexpect_locked(h, user, session, tag);
+                pthread_mutex_unlock(&h->lock);
+                return sbx_error_set(err, -ENOENT, 0, "the runner no longer holds it");
+        }
+        x = calloc(1, sizeof(*x));
+        if (!x) {
+                pthread_mutex_unlock(&h->lock);
+                return sbx_error_set(err, -ENOMEM, 0, "out of memory");
+        }
+        job = c->jobs[i].r;
+        c->jobs[i] = c->jobs[--c->n_jobs];
+        unexpect_locked(h, user, session, tag);
+        pthread_mutex_init(&x->lock, NULL);
+        pthread_cond_init(&x->cond, NULL);
+        x->on_output = on_output;
+        x->userdata = userdata;
+        x->refs = 1;
+        x->c = c;
+        x->cfd = c->cfd;
+        x->tag = tag;
+        for (int k = 0; k < 2; k++) {
+                /* the runner computes the same: it kept [acked, produced) */
+                uint64_t at = have[k] < job.acked[k] ? job.acked[k] : have[k];
+                x->recv[k] = x->acked[k] = at > job.produced[k] ? job.produced[k] : at;
+        }
+        x->next = c->execs;
+        c->execs = x;
+        c->refs++;
+        pthread_mutex_unlock(&h->lock);
+
+        r = send_frame(c, x->cfd, RP_RESUME, 0, tag, &o, sizeof(o), NULL, 0);
+        if (r < 0) {
+                runner_exec_free(x);
+                return sbx_error_set(err, -ECONNRESET, 0, "the runner connection was lost");
+        }
+        ret_start[0] = x->recv[0];
+        ret_start[1] = x->recv[1];
+        *ret = x;
+        return 0;
+}
+
+uint32_t runner_exec_tag(const struct runner_exec *x) { return x ? x->tag : 0; }
+
+int runner_exec_forget(struct runner_exec *x)
+{
+        return send_frame(x->c, x->cfd, RP_FORGET, 0, x->tag, NULL, 0, NULL, 0);
+}
+
+int runner_exec_resize(struct runner_exec *x, int rows, int cols)
+{
+        struct rp_winsize w = {.rows = (uint16_t)rows, .cols = (uint16_t)cols};
+
+        if (rows < 1 || rows > RP_TTY_MAX_ROWS || cols < 1 || cols > RP_TTY_MAX_COLS)
+                return -EINVAL;
+        return send_frame(x->c, x->cfd, RP_RESIZE, 0, x->tag, &w, sizeof(w), NULL, 0);
+}
+
+/* ---- for runner_ops.c ---- */
+
+struct runner_ops *runner_hub_ops(struct runner_hub *h) { return h ? h->ops : NULL; }
+
+int runner_hub_conn(struct runner_hub *h, const char *user, const char *session, uint64_t *ret)
+{
+        int r = -ENOTCONN;
+
+        if (!h)
+                return r;
+        pthread_mutex_lock(&h->lock);
+        struct runner_chan *c = chan_find_locked(h, user, session);
+        if (c && c->cfd >= 0 && c->hello) {
+                *ret = c->conn_id;
+                r = 0;
+        }
+        pthread_mutex_unlock(&h->lock);
+        return r;
+}
+
+int runner_hub_send(struct runner_hub *h, const char *user, const char *session, uint64_t conn, uint16_t type,
+                    uint16_t flags, uint32_t tag, const void *p1, size_t n1, const void *p2, size_t n2)
+{
+        struct runner_chan *c;
+        int cfd, r;
+
+        pthread_mutex_lock(&h->lock);
+        c = chan_find_locked(h, user, session);
+        if (!c || c->cfd < 0 || !c->hello || c->conn_id != conn) {
+                pthread_mutex_unlock(&h->lock);
+                return -ENOTCONN;
+        }
+        cfd = c->cfd;
+        c->refs++; /* reap_dead leaves it alone meanwhile */
+        pthread_mutex_unlock(&h->lock);
+        r = send_frame(c, cfd, type, flags, tag, p1, n1, p2, n2);
+        pthread_mutex_lock(&h->lock);
+        c->refs--;
+        pthread_mutex_unlock(&h->lock);
+        return r;
 }

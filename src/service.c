@@ -1,5 +1,13 @@
 /* service.c — the service manager (see service.h).
  *
+ * Two paths. When the session's runner is connected it supervises the
+ * service itself (runner_ops.h): exact PID, exit code, stop escalation over
+ * the whole tree, and a report within about RP_SVC_PORT_POLL_MS of a new
+ * listening port, pushed to this module (on_runner_report marks the session
+ * dirty and wakes the monitor thread, which applies the runner's latest
+ * reports to the store). Otherwise docker exec, as below; the monitor probes
+ * only the services no runner reports on.
+ *
  * In the container each service has a directory
  * /workspace/.sandboxd/services/<name>/ holding run.sh (the tenant's
  * command, written as data through stdin), stdout.log, stderr.log and, once
@@ -14,13 +22,16 @@
  * update applies only if the row still describes the same start
  * (started_at), so a stop or restart racing a monitor pass wins.
  *
- * Threads: "sbx-services", the one monitor thread for every session. */
+ * Threads: "sbx-services", the one monitor thread for every session. m->wlock
+ * guards `stopping` and the dirty sessions, paired with m->wake; it is a
+ * leaf (the runner's hub thread takes it). */
 #include "sandboxd/service.h"
 
 #include <cjson/cJSON.h>
 #include <errno.h>
 #include <inttypes.h>
 #include <pthread.h>
+#include <signal.h>
 #include <stdio.h>
 #include <string.h>
 #include <time.h>
@@ -29,11 +40,18 @@
 #include "sandboxd/exec.h"
 #include "sandboxd/log.h"
 #include "sandboxd/quota.h"
+#include "sandboxd/runner.h"
+#include "sandboxd/runner_ops.h"
 #include "sandboxd/session.h"
 #include "sandboxd/store.h"
 #include "sandboxd/wsquota.h"
 
 #define SERVICE_DIR "/workspace/.sandboxd/services"
+#define RUNNER_WAIT_MS 3000 /* a new container's runner connects within milliseconds */
+#define KILL_WAIT_MS 5000   /* after SIGKILL: the runner freezes and kills the tree */
+#define MAX_DIRTY 64
+#define APPLY_GAP_MS 20
+#define LOG_TAIL_BYTES (1 << 20) /* service_logs reads at most this much of a log's end */
 
 /* $1 dir, $2 workdir. Prints the service's PID. (nohup where the image has
  * it; without a terminal setsid alone already shields it from SIGHUP.) */
@@ -81,12 +99,18 @@ struct service_manager {
         struct session_manager *sessions;
         struct exec_engine *exec;
         struct quota *quota; /* per-user limits; NULL: the config defaults (m->lock) */
+        struct runner_hub *runner; /* NULL: docker exec only */
 
-        pthread_mutex_t lock; /* rows' read-modify-write; `stopping` */
+        pthread_mutex_t lock; /* rows' read-modify-write */
+        pthread_mutex_t wlock; /* `stopping`, the dirty sessions; with `wake` */
         pthread_cond_t wake;
         bool stopping;
         bool started;
         pthread_t thread;
+        struct {
+                char user[65], session[65];
+        } dirty[MAX_DIRTY];
+        size_t n_dirty;
 };
 
 static const char *const state_names[] = {"STARTING", "RUNNING", "STOPPING", "STOPPED", "FAILED"};
@@ -177,6 +201,41 @@ static void on_session_failure(const char *user, const char *session, const char
 
 /* ---- start / stop / list / logs ---- */
 
+static size_t apply_runner(struct service_manager *m, const char *user, const char *session);
+
+/* The runner path of a start: *row gets the pid. -ENOTCONN when no runner
+ * is connected (the caller falls back to docker exec). */
+static int start_via_runner(struct service_manager *m, const char *user, const char *session,
+                            struct store_service *row, const char *dir, const char *wd, const char *command,
+                            const char *const *env, struct sbx_error *err)
+{
+        struct runner_svc_spec spec = {.dir = dir, .workdir = wd, .env = env, .command = command,
+                                       .command_len = strlen(command)};
+        struct runner_svc_state st;
+        char marker[128];
+        int r;
+
+        if (!m->runner)
+                return -ENOTCONN;
+        (void)runner_hub_adopt(m->runner, user, session); /* after a restart: listen again */
+        if (!runner_hub_wait(m->runner, user, session, RUNNER_WAIT_MS))
+                return -ENOTCONN;
+        marker_of(row, marker, sizeof(marker));
+        spec.marker = marker;
+        r = runner_svc_start(m->runner, user, session, &spec, m->cfg->docker_timeout_ms, &st);
+        if (r == -ENOTCONN || r == -E2BIG)
+                return -ENOTCONN; /* E2BIG: a command past one frame still runs through docker exec */
+        if (r < 0)
+                return sbx_error_set(err, r == -ETIMEDOUT ? -ETIMEDOUT : -EIO, 0,
+                                     "the runner did not start the service: %s", strerror(-r));
+        if (st.phase == RP_SVC_FAILED)
+                return st.err == ENOENT ? sbx_error_set(err, -ENOENT, 0, "workdir %s does not exist in the session", wd)
+                                        : sbx_error_set(err, -EIO, 0, "the service did not start: %s",
+                                                        strerror(st.err));
+        row->pid = st.pid;
+        return 0;
+}
+
 int service_start(struct service_manager *m, const char *user, const char *session, const char *name,
                   const char *command, const char *workdir, struct service_info *ret, struct sbx_error *err)
 {
@@ -248,7 +307,16 @@ int service_start(struct service_manager *m, const char *user, const char *sessi
                 goto fail;
         session_container_id(s, cid);
         sbx_strlcpy(row.container_id, cid, sizeof(row.container_id));
+        /* The marker rides in every process's environment (the docker exec
+         * fallback's stop and probe find them by it). */
+        marker_of(&row, marker_env + snprintf(marker_env, sizeof(marker_env), "SBX_SERVICE_ID="),
+                  sizeof(marker_env) - 15);
 
+        r = start_via_runner(m, user, session, &row, dir, wd, command, env, err);
+        if (r == 0)
+                goto started;
+        if (r != -ENOTCONN)
+                goto fail;
         r = exec_internal(m->exec, cid, check_argv, NULL, 0, m->cfg->docker_timeout_ms, &code, NULL, NULL, err);
         if (r == 0 && code != 0)
                 r = sbx_error_set(err, -ENOENT, 0, "workdir %s does not exist in the session", wd);
@@ -262,8 +330,6 @@ int service_start(struct service_manager *m, const char *user, const char *sessi
 
         /* The launcher runs with the marker in its environment, so every process
          * of the service inherits it. */
-        marker_of(&row, marker_env + snprintf(marker_env, sizeof(marker_env), "SBX_SERVICE_ID="),
-                  sizeof(marker_env) - 15);
         {
                 struct docker_exec_spec spec = {.cmd = launch_argv, .env = env};
                 struct docker_exec_result res = {0};
@@ -278,13 +344,15 @@ int service_start(struct service_manager *m, const char *user, const char *sessi
         if (r < 0)
                 goto fail;
 
-        pthread_mutex_lock(&m->lock);
         row.pid = atoi(out);
+started:
+        pthread_mutex_lock(&m->lock);
         sbx_strlcpy(row.state, "RUNNING", sizeof(row.state));
         r = store_service_put(m->store, &row);
         pthread_mutex_unlock(&m->lock);
         free(out);
         session_release(s);
+        (void)apply_runner(m, user, session); /* a report that came before the row said RUNNING */
         (void)store_audit(m->store, "api", user, session, "service.start", NULL);
         log_ctx(LOG_LEVEL_INFO, user, session, cid, "service %s started (pid %d)", name, row.pid);
         if (ret)
@@ -302,6 +370,40 @@ fail:
         (void)store_service_put(m->store, &row);
         pthread_mutex_unlock(&m->lock);
         return r;
+}
+
+/* The runner path of a stop: SIGTERM to the whole tree, service_stop_grace,
+ * then SIGKILL (the runner freezes and kills until none is left). False
+ * when the runner does not hold the service (the caller uses docker exec);
+ * else *ret_r is the result. */
+static bool stop_via_runner(struct service_manager *m, const char *user, const char *session, const char *marker,
+                            struct sbx_error *err, int *ret_r)
+{
+        struct runner_svc_state st;
+
+        if (!m->runner || !runner_svc_get(m->runner, user, session, marker, &st))
+                return false;
+        *ret_r = 0;
+        if (st.phase == RP_SVC_EXITED) {
+                runner_svc_forget(m->runner, user, session, marker);
+                return true;
+        }
+        if (runner_svc_signal(m->runner, user, session, marker, SIGTERM) < 0)
+                return false;
+        if (runner_svc_wait_end(m->runner, user, session, marker, m->cfg->service_stop_grace_ms, NULL)) {
+                runner_svc_forget(m->runner, user, session, marker);
+                return true;
+        }
+        if (!runner_svc_get(m->runner, user, session, marker, NULL) ||
+            runner_svc_signal(m->runner, user, session, marker, SIGKILL) < 0)
+                return false; /* the connection went meanwhile */
+        if (runner_svc_wait_end(m->runner, user, session, marker, KILL_WAIT_MS, NULL))
+                runner_svc_forget(m->runner, user, session, marker);
+        else if (runner_svc_get(m->runner, user, session, marker, NULL))
+                *ret_r = sbx_error_set(err, -EIO, 0, "the service's processes did not end after SIGKILL");
+        else
+                return false;
+        return true;
 }
 
 int service_stop(struct service_manager *m, const char *user, const char *session, const char *name,
@@ -336,9 +438,12 @@ int service_stop(struct service_manager *m, const char *user, const char *sessio
         r = session_get_or_create(m->sessions, user, session, &s, err);
         if (r == 0) {
                 session_container_id(s, cid);
-                if (strcmp(cid, row.container_id) == 0 && row.pid > 0) {
+                marker_of(&row, marker, sizeof(marker));
+                bool here = strcmp(cid, row.container_id) == 0 && row.pid > 0;
+                if (here && stop_via_runner(m, user, session, marker, err, &r)) {
+                        /* done: the runner ended its whole tree (or said why not) */
+                } else if (here) {
                         snprintf(pid, sizeof(pid), "%d", row.pid);
-                        marker_of(&row, marker, sizeof(marker));
                         snprintf(grace, sizeof(grace), "%d", m->cfg->service_stop_grace_ms / 100);
                         r = exec_internal(m->exec, cid, argv, NULL, 0,
                                           m->cfg->service_stop_grace_ms + m->cfg->docker_timeout_ms, &code, NULL, NULL,
@@ -386,6 +491,44 @@ int service_list(struct service_manager *m, const char *user, const char *sessio
         return 0;
 }
 
+/* The last `lines` lines of a log, read through the runner from its last
+ * LOG_TAIL_BYTES (what `tail -n` printed through docker exec, within the
+ * same bound). A log not written yet reads as empty. */
+static int tail_via_runner(struct service_manager *m, const char *user, const char *session, const char *path,
+                           int lines, char **ret)
+{
+        uint64_t size = 0;
+        size_t len = 0, start;
+        char *buf = malloc(LOG_TAIL_BYTES + 1);
+        int r;
+
+        if (!buf)
+                return -ENOMEM;
+        r = runner_file_read(m->runner, user, session, path, 0, 0, buf, &len, &size, m->cfg->docker_timeout_ms);
+        if (r == 0 && size > 0)
+                r = runner_file_read(m->runner, user, session, path, size > LOG_TAIL_BYTES ? size - LOG_TAIL_BYTES : 0,
+                                     LOG_TAIL_BYTES, buf, &len, &size, m->cfg->docker_timeout_ms);
+        if (r == -ENOENT) {
+                r = 0;
+                len = 0;
+        }
+        if (r < 0) {
+                free(buf);
+                return r;
+        }
+        /* from the end: a last line without its newline counts as a line */
+        start = len;
+        if (start > 0 && buf[start - 1] == '\n')
+                start--;
+        for (int n = 0; start > 0; start--)
+                if (buf[start - 1] == '\n' && ++n == lines)
+                        break;
+        memmove(buf, buf + start, len - start);
+        buf[len - start] = '\0';
+        *ret = buf;
+        return 0;
+}
+
 int service_logs(struct service_manager *m, const char *user, const char *session, const char *name,
                  int tail_lines, char **ret_stdout, char **ret_stderr, struct sbx_error *err)
 {
@@ -409,6 +552,27 @@ int service_logs(struct service_manager *m, const char *user, const char *sessio
         if (r < 0)
                 return r;
         session_container_id(s, cid);
+        if (m->runner && runner_hub_wait(m->runner, user, session, RUNNER_WAIT_MS)) {
+                for (int k = 0; k < 2 && r == 0; k++) {
+                        snprintf(path[k], sizeof(path[k]), SERVICE_DIR "/%s/%s.log", name, k ? "stderr" : "stdout");
+                        r = tail_via_runner(m, user, session, path[k], tail_lines, &outs[k]);
+                }
+                if (r != -ENOTCONN) {
+                        session_release(s);
+                        if (r < 0) {
+                                free(outs[0]);
+                                free(outs[1]);
+                                return sbx_error_set(err, r, 0, "cannot read the service's logs: %s", strerror(-r));
+                        }
+                        *ret_stdout = outs[0];
+                        *ret_stderr = outs[1];
+                        return 0;
+                }
+                free(outs[0]);
+                free(outs[1]);
+                outs[0] = outs[1] = NULL;
+                r = 0;
+        }
         for (int k = 0; k < 2 && r == 0; k++) {
                 snprintf(path[k], sizeof(path[k]), SERVICE_DIR "/%s/%s.log", name, k ? "stderr" : "stdout");
                 const char *argv[] = {"tail", "-n", lines, path[k], NULL};
@@ -429,6 +593,112 @@ int service_logs(struct service_manager *m, const char *user, const char *sessio
 }
 
 /* ---- monitor ---- */
+
+/* {container_port, host_port} for each port: the session's published block
+ * starts at container_port_base. malloc'd JSON. */
+static char *ports_json(struct service_manager *m, const struct session_info *si, const int *ports, size_t n)
+{
+        cJSON *arr = cJSON_CreateArray();
+        char *json;
+
+        for (size_t i = 0; arr && i < n && i < SERVICE_MAX_PORTS; i++) {
+                int idx = ports[i] - m->cfg->container_port_base, host = 0;
+                cJSON *p = cJSON_CreateObject();
+                if (si && idx >= 0 && (size_t)idx < si->n_ports)
+                        host = si->ports[idx];
+                cJSON_AddNumberToObject(p, "container_port", ports[i]);
+                cJSON_AddNumberToObject(p, "host_port", host);
+                cJSON_AddItemToArray(arr, p);
+        }
+        json = arr ? cJSON_PrintUnformatted(arr) : NULL;
+        cJSON_Delete(arr);
+        return json;
+}
+
+/* Apply what a probe or the runner found about a RUNNING service, unless
+ * its row changed meanwhile (stopped, restarted): its ports while it runs;
+ * STOPPED (exit 0) or FAILED once it ended (exit_code -1: vanished). */
+static bool apply_state(struct service_manager *m, const struct store_service *probed, const struct session_info *si,
+                        bool running, int exit_code, const int *ports, size_t n_ports)
+{
+        struct store_service cur;
+        char *json = running ? ports_json(m, si, ports, n_ports) : NULL;
+        bool ended = false;
+
+        pthread_mutex_lock(&m->lock);
+        if (store_service_get(m->store, probed->user_id, probed->session_id, probed->name, &cur) == 0 &&
+            cur.started_at == probed->started_at && strcmp(cur.state, "RUNNING") == 0) {
+                if (running) {
+                        if (strcmp(cur.ports, json ? json : "[]") != 0) {
+                                sbx_strlcpy(cur.ports, json ? json : "[]", sizeof(cur.ports));
+                                (void)store_service_put(m->store, &cur);
+                        }
+                } else {
+                        bool ok = exit_code == 0;
+                        sbx_strlcpy(cur.state, ok ? "STOPPED" : "FAILED", sizeof(cur.state));
+                        cur.exit_code = exit_code;
+                        if (!ok)
+                                snprintf(cur.last_error, sizeof(cur.last_error), "%s",
+                                         cur.exit_code >= 0 ? "exited with a non-zero code"
+                                                            : "the process vanished without an exit code");
+                        cur.stopped_at = sbx_wall_ms();
+                        cur.pid = 0;
+                        sbx_strlcpy(cur.ports, "[]", sizeof(cur.ports));
+                        (void)store_service_put(m->store, &cur);
+                        ended = true;
+                        log_ctx(LOG_LEVEL_INFO, cur.user_id, cur.session_id, cur.container_id,
+                                "service %s ended: %s (exit %d)", cur.name, cur.state, cur.exit_code);
+                }
+        }
+        pthread_mutex_unlock(&m->lock);
+        free(json);
+        return ended;
+}
+
+/* Apply the runner's latest reports on the session's services. Returns
+ * how many reports there were. */
+static size_t apply_runner(struct service_manager *m, const char *user, const char *session)
+{
+        struct runner_svc_state *st = NULL;
+        struct store_service *rows = NULL;
+        struct session_info si;
+        size_t n_st = 0, n_rows = 0;
+        bool have_si;
+
+        if (!m->runner || runner_svc_states(m->runner, user, session, &st, &n_st) < 0 || n_st == 0) {
+                free(st);
+                return 0;
+        }
+        have_si = session_get_info(m->sessions, user, session, &si) == 0;
+        if (store_service_list(m->store, user, session, false, &rows, &n_rows) < 0)
+                n_rows = 0;
+        for (size_t i = 0; i < n_st; i++) {
+                const struct store_service *row = NULL;
+                char marker[128];
+                for (size_t k = 0; k < n_rows && !row; k++) {
+                        marker_of(&rows[k], marker, sizeof(marker));
+                        if (strcmp(marker, st[i].marker) == 0)
+                                row = &rows[k];
+                }
+                if (!row || !is_active(row->state)) {
+                        /* a start that failed or was stopped meanwhile, or not ours: the runner may drop it */
+                        if (st[i].phase == RP_SVC_EXITED)
+                                runner_svc_forget(m->runner, user, session, st[i].marker);
+                        continue;
+                }
+                if (strcmp(row->state, "RUNNING") != 0)
+                        continue; /* a start or stop under way applies its own result */
+                if (st[i].phase == RP_SVC_RUNNING)
+                        (void)apply_state(m, row, have_si ? &si : NULL, true, -1, st[i].ports, st[i].n_ports);
+                else if (apply_state(m, row, NULL, false, st[i].exit_code, NULL, 0))
+                        runner_svc_forget(m->runner, user, session, st[i].marker);
+        }
+        if (have_si)
+                session_info_done(&si);
+        free(rows);
+        free(st);
+        return n_st;
+}
 
 /* Probe one session's active services with one exec, then apply. */
 static void probe_session(struct service_manager *m, struct store_service *rows, size_t n)
@@ -464,10 +734,10 @@ static void probe_session(struct service_manager *m, struct store_service *rows,
                 goto done;
 
         for (size_t i = 0; i < n; i++) {
-                cJSON *ports = cJSON_CreateArray();
+                int found[SERVICE_MAX_PORTS];
+                size_t n_found = 0;
                 char state[16] = "", *line, *save = NULL, *copy = strdup(out);
                 int exit_code = -1;
-                char *json;
 
                 for (line = copy ? strtok_r(copy, "\n", &save) : NULL; line; line = strtok_r(NULL, "\n", &save)) {
                         char kind[8], id[128], what[16];
@@ -478,46 +748,17 @@ static void probe_session(struct service_manager *m, struct store_service *rows,
                         if (strcmp(kind, "state") == 0) {
                                 snprintf(state, sizeof(state), "%s", what);
                                 exit_code = v;
-                        } else if (strcmp(kind, "port") == 0 && cJSON_GetArraySize(ports) < SERVICE_MAX_PORTS) {
-                                int port = atoi(what), host = 0;
-                                int idx = port - m->cfg->container_port_base;
-                                cJSON *p = cJSON_CreateObject();
-                                if (idx >= 0 && (size_t)idx < si.n_ports)
-                                        host = si.ports[idx];
-                                cJSON_AddNumberToObject(p, "container_port", port);
-                                cJSON_AddNumberToObject(p, "host_port", host);
-                                cJSON_AddItemToArray(ports, p);
+                        } else if (strcmp(kind, "port") == 0 && n_found < SERVICE_MAX_PORTS) {
+                                int port = atoi(what);
+                                if (port > 0 && port < 65536)
+                                        found[n_found++] = port;
                         }
                 }
                 free(copy);
-                json = cJSON_PrintUnformatted(ports);
-                cJSON_Delete(ports);
-
-                /* apply, unless the row changed meanwhile (stopped, restarted) */
-                pthread_mutex_lock(&m->lock);
-                struct store_service cur;
-                if (state[0] && store_service_get(m->store, rows[i].user_id, rows[i].session_id, rows[i].name, &cur) == 0 &&
-                    cur.started_at == rows[i].started_at && strcmp(cur.state, "RUNNING") == 0) {
-                        if (strcmp(state, "running") == 0) {
-                                sbx_strlcpy(cur.ports, json ? json : "[]", sizeof(cur.ports));
-                        } else {
-                                bool ok = strcmp(state, "exited") == 0 && exit_code == 0;
-                                sbx_strlcpy(cur.state, ok ? "STOPPED" : "FAILED", sizeof(cur.state));
-                                cur.exit_code = strcmp(state, "exited") == 0 ? exit_code : -1;
-                                if (!ok)
-                                        snprintf(cur.last_error, sizeof(cur.last_error), "%s",
-                                                 cur.exit_code >= 0 ? "exited with a non-zero code"
-                                                                    : "the process vanished without an exit code");
-                                cur.stopped_at = sbx_wall_ms();
-                                cur.pid = 0;
-                                sbx_strlcpy(cur.ports, "[]", sizeof(cur.ports));
-                                log_ctx(LOG_LEVEL_INFO, cur.user_id, cur.session_id, cur.container_id,
-                                        "service %s ended: %s (exit %d)", cur.name, cur.state, cur.exit_code);
-                        }
-                        (void)store_service_put(m->store, &cur);
-                }
-                pthread_mutex_unlock(&m->lock);
-                free(json);
+                if (strcmp(state, "running") == 0)
+                        apply_state(m, &rows[i], &si, true, -1, found, n_found);
+                else if (state[0])
+                        apply_state(m, &rows[i], &si, false, strcmp(state, "exited") == 0 ? exit_code : -1, NULL, 0);
         }
         session_info_done(&si);
 done:
@@ -541,11 +782,19 @@ static void monitor_once(struct service_manager *m)
                        strcmp(rows[j].session_id, rows[i].session_id) == 0 &&
                        strcmp(rows[j].container_id, rows[i].container_id) == 0)
                         j++;
+                /* the runner's reports first (a pass catches any notice missed) */
+                bool runner = m->runner && runner_hub_wait(m->runner, rows[i].user_id, rows[i].session_id, 0) &&
+                              apply_runner(m, rows[i].user_id, rows[i].session_id) > 0;
                 /* only RUNNING rows with a pid are probed; STARTING/STOPPING belong to a call in progress */
                 size_t k = i;
-                for (size_t x = i; x < j; x++)
+                for (size_t x = i; x < j; x++) {
+                        char marker[128];
+                        marker_of(&rows[x], marker, sizeof(marker));
+                        if (runner && runner_svc_get(m->runner, rows[x].user_id, rows[x].session_id, marker, NULL))
+                                continue; /* the runner reports on it */
                         if (strcmp(rows[x].state, "RUNNING") == 0 && rows[x].pid > 0 && rows[x].container_id[0])
                                 rows[k++] = rows[x];
+                }
                 if (k > i)
                         probe_session(m, rows + i, k - i);
                 i = j;
@@ -553,22 +802,56 @@ static void monitor_once(struct service_manager *m)
         free(rows);
 }
 
+/* On the runner hub's thread: hand the session over to the monitor thread. */
+static void on_runner_report(void *ud, const char *user, const char *session)
+{
+        struct service_manager *m = ud;
+        bool known = false;
+
+        pthread_mutex_lock(&m->wlock);
+        for (size_t i = 0; i < m->n_dirty && !known; i++)
+                known = strcmp(m->dirty[i].user, user) == 0 && strcmp(m->dirty[i].session, session) == 0;
+        if (!known && m->n_dirty < MAX_DIRTY) { /* past it, the next pass applies it */
+                sbx_strlcpy(m->dirty[m->n_dirty].user, user, sizeof(m->dirty[0].user));
+                sbx_strlcpy(m->dirty[m->n_dirty].session, session, sizeof(m->dirty[0].session));
+                m->n_dirty++;
+        }
+        pthread_cond_broadcast(&m->wake);
+        pthread_mutex_unlock(&m->wlock);
+}
+
 static void *monitor_main(void *ud)
 {
         struct service_manager *m = ud;
+        int64_t next_pass = 0;
 
         pthread_setname_np(pthread_self(), "sbx-services");
-        pthread_mutex_lock(&m->lock);
+        pthread_mutex_lock(&m->wlock);
         while (!m->stopping) {
                 struct timespec until;
-                pthread_mutex_unlock(&m->lock);
-                monitor_once(m);
-                pthread_mutex_lock(&m->lock);
-                until = sbx_deadline_after(CLOCK_MONOTONIC, m->cfg->monitor_interval_ms);
-                while (!m->stopping && pthread_cond_timedwait(&m->wake, &m->lock, &until) != ETIMEDOUT)
+                size_t n = m->n_dirty;
+                struct {
+                        char user[65], session[65];
+                } dirty[MAX_DIRTY];
+
+                memcpy(dirty, m->dirty, n * sizeof(dirty[0]));
+                m->n_dirty = 0;
+                pthread_mutex_unlock(&m->wlock);
+                for (size_t i = 0; i < n; i++)
+                        (void)apply_runner(m, dirty[i].user, dirty[i].session);
+                if (sbx_now_ms() >= next_pass) {
+                        monitor_once(m);
+                        next_pass = sbx_now_ms() + m->cfg->monitor_interval_ms;
+                }
+                pthread_mutex_lock(&m->wlock);
+                /* at most one batch of reports per APPLY_GAP_MS: a runner that floods
+                 * reports cannot keep this thread from the other sessions */
+                until = sbx_deadline_after(CLOCK_MONOTONIC, n ? APPLY_GAP_MS : next_pass - sbx_now_ms());
+                while (!m->stopping && (n || m->n_dirty == 0) &&
+                       pthread_cond_timedwait(&m->wake, &m->wlock, &until) != ETIMEDOUT)
                         ;
         }
-        pthread_mutex_unlock(&m->lock);
+        pthread_mutex_unlock(&m->wlock);
         return NULL;
 }
 
@@ -587,6 +870,7 @@ int service_manager_new(const struct sbx_config *cfg, struct docker *d, struct s
         m->sessions = sm;
         m->exec = ex;
         pthread_mutex_init(&m->lock, NULL);
+        pthread_mutex_init(&m->wlock, NULL);
         pthread_condattr_init(&ca);
         pthread_condattr_setclock(&ca, CLOCK_MONOTONIC);
         pthread_cond_init(&m->wake, &ca);
@@ -609,6 +893,12 @@ int service_manager_start(struct service_manager *m, struct sbx_error *err)
         return 0;
 }
 
+void service_set_runner(struct service_manager *m, struct runner_hub *h)
+{
+        m->runner = h;
+        runner_svc_set_handler(h, on_runner_report, m);
+}
+
 void service_set_quota(struct service_manager *m, struct quota *q)
 {
         pthread_mutex_lock(&m->lock);
@@ -620,13 +910,16 @@ void service_manager_free(struct service_manager *m)
 {
         if (!m)
                 return;
-        pthread_mutex_lock(&m->lock);
+        if (m->runner)
+                runner_svc_set_handler(m->runner, NULL, NULL); /* waits out a call under way */
+        pthread_mutex_lock(&m->wlock);
         m->stopping = true;
         pthread_cond_broadcast(&m->wake);
-        pthread_mutex_unlock(&m->lock);
+        pthread_mutex_unlock(&m->wlock);
         if (m->started)
                 pthread_join(m->thread, NULL);
         pthread_mutex_destroy(&m->lock);
+        pthread_mutex_destroy(&m->wlock);
         pthread_cond_destroy(&m->wake);
         free(m);
 }

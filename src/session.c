@@ -29,6 +29,7 @@
 #include "sandboxd/portpool.h"
 #include "sandboxd/runner.h"
 #include "sandboxd/quota.h"
+#include "sandboxd/sessuid.h"
 #include "sandboxd/store.h"
 #include "sandboxd/wsquota.h"
 
@@ -572,6 +573,7 @@ static int make_container(struct session *s, const char *old_id, const char **ne
         struct container_params p = {0};
         session_runtime_fn runtime_fn;
         void *runtime_ud;
+        uid_t uid;
         int r;
 
         /* The runtime first: a runtime that cannot run refuses the session before anything changes. */
@@ -599,7 +601,11 @@ static int make_container(struct session *s, const char *old_id, const char **ne
         r = session_image(m, s, ret_image, err);
         if (r < 0)
                 return r;
-        r = container_workspace_ensure(cfg, s->user, s->id, ret_workspace, err);
+        /* The session's own host uid: recorded at its first container, the same for every later one. */
+        r = sessuid_get_or_assign(m->store, cfg, s->user, s->id, &uid, err);
+        if (r < 0)
+                return r;
+        r = container_workspace_ensure(cfg, s->user, s->id, uid, ret_workspace, err);
         if (r == 0)
                 r = wsquota_attach(cfg, s->user, s->id, err);
         if (r < 0)
@@ -664,6 +670,7 @@ static int make_container(struct session *s, const char *old_id, const char **ne
                 p.egress_proxy = sealed && !priv && runner_bin;
                 p.runtime = ret_runtime[0] ? ret_runtime : NULL;
                 p.workspace = ret_workspace;
+                p.uid = uid;
                 p.extra_labels = (const char *const *)m->extra_labels;
                 p.runner_binary = runner_bin;
                 p.runner_dir = runner_bin ? runner_dir : NULL;
@@ -916,6 +923,9 @@ static void snapshot_locked(struct session *s, struct session_info *info)
 static void fill_ports(struct session_manager *m, struct session_info *info)
 {
         int n = portpool_per_session(m->ports);
+
+        if (sessuid_lookup(m->store, info->user, info->session, &info->uid) < 0)
+                info->uid = 0;
         if (n <= 0)
                 return;
         info->ports = calloc((size_t)n, sizeof(int));
@@ -1126,6 +1136,22 @@ static void release_workspace(struct session_manager *m, const char *user, const
 
         if (wsquota_detach(m->cfg, user, id, &err) < 0)
                 log_ctx(LOG_LEVEL_WARN, user, id, NULL, "%s", err.msg);
+}
+
+/* The workspace is verifiably gone: so goes the session's uid, and with it
+ * the identity files naming it. */
+static void release_uid(struct session_manager *m, const char *user, const char *id)
+{
+        uid_t uid;
+
+        if (sessuid_lookup(m->store, user, id, &uid) < 0)
+                return;
+        if (sessuid_release(m->store, user, id) < 0) {
+                log_ctx(LOG_LEVEL_WARN, user, id, NULL, "cannot release uid %u; --gc will", (unsigned)uid);
+                return;
+        }
+        container_identity_drop(m->cfg, uid);
+        log_ctx(LOG_LEVEL_DEBUG, user, id, NULL, "uid %u released with the workspace", (unsigned)uid);
 }
 
 int session_enforce_network(struct session_manager *m, const char *user, const char *id, struct sbx_error *err)
@@ -1357,6 +1383,8 @@ int session_destroy(struct session_manager *m, const char *user, const char *id,
                         purged = container_workspace_purge(m->cfg, user, id, &perr);
                 if (purged < 0)
                         log_ctx(LOG_LEVEL_WARN, user, id, NULL, "%s; private marks kept", perr.msg);
+                else
+                        release_uid(m, user, id);
         }
         r = store_session_delete(m->store, user, id, purge && purged == 0);
         if (r < 0)
@@ -1444,7 +1472,19 @@ int session_reconcile(struct session_manager *m, struct session_reconcile_report
                 for (size_t j = 0; s->container_id[0] && j < n; j++)
                         if (strcmp(list[j].id, s->container_id) == 0)
                                 c = &list[j];
-                if (c && strcmp(c->state, "running") == 0) {
+                if (c && strcmp(c->state, "running") == 0 &&
+                    sessuid_lookup(m->store, s->user, s->id, &(uid_t){0}) == -ENOENT) {
+                        /* Made before per-session uids (it runs as the image's uid 1000, shared by every
+                         * such container): it goes as an orphan below, and the next request makes one
+                         * under the session's own uid. */
+                        snprintf(cause, sizeof(cause), "uid_per_session");
+                        snprintf(msg, sizeof(msg), "container %.12s ran under a uid shared with other sessions",
+                                 s->container_id);
+                        s->container_id[0] = '\0';
+                        set_state_locked(s, SESSION_ERROR, cause, msg);
+                        rep.marked_error++;
+                        failed = true;
+                } else if (c && strcmp(c->state, "running") == 0) {
                         if (s->state != SESSION_RUNNING)
                                 set_state_locked(s, SESSION_RUNNING, NULL, NULL);
                         rep.adopted++;

@@ -11,7 +11,7 @@
         "id, user_id, session_id, container_id, kind, command_preview, command_sha256, state, cause, error, " \
         "spool_path, exit_code, stdout_bytes, stderr_bytes, stdout_spooled, stderr_spooled, truncated, "       \
         "created_at, finished_at, duration_ms, via, cpu_user_ms, cpu_system_ms, max_rss_kb, image, runtime, "     \
-        "runner_version"
+        "runner_version, started_at, runner_tag, deadline_at, spool_budget, actor, interactive, tty"
 
 static void exec_from_row(struct store_query *q, struct store_execution *row)
 {
@@ -44,6 +44,13 @@ static void exec_from_row(struct store_query *q, struct store_execution *row)
         sq_col_text(q, 24, row->image, sizeof(row->image));
         sq_col_text(q, 25, row->runtime, sizeof(row->runtime));
         sq_col_text(q, 26, row->runner_version, sizeof(row->runner_version));
+        row->started_at = sq_col_int64(q, 27);
+        row->runner_tag = (uint32_t)sq_col_int64(q, 28);
+        row->deadline_at = sq_col_int64(q, 29);
+        row->spool_budget = sq_col_int64(q, 30);
+        sq_col_text(q, 31, row->actor, sizeof(row->actor));
+        row->interactive = sq_col_int64(q, 32) != 0;
+        row->tty = sq_col_int64(q, 33) != 0;
 }
 
 static void bind_usage(struct store_query *q, int64_t v)
@@ -64,7 +71,7 @@ int store_exec_put(struct store *s, const struct store_execution *row)
                 return -EINVAL;
         r = sq_start(&q, s,
                     "INSERT INTO executions (" EXEC_COLUMNS ") VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9, ?10, "
-                    "?11, ?12, ?13, ?14, ?15, ?16, ?17, ?18, ?19, ?20, ?21, ?22, ?23, ?24, ?25, ?26, ?27) "
+                    "?11, ?12, ?13, ?14, ?15, ?16, ?17, ?18, ?19, ?20, ?21, ?22, ?23, ?24, ?25, ?26, ?27, ?28, ?29, ?30, ?31, ?32, ?33, ?34) "
                     "ON CONFLICT (id) DO UPDATE SET container_id = excluded.container_id, state = excluded.state, "
                     "cause = excluded.cause, error = excluded.error, exit_code = excluded.exit_code, "
                     "stdout_bytes = excluded.stdout_bytes, stderr_bytes = excluded.stderr_bytes, "
@@ -72,7 +79,9 @@ int store_exec_put(struct store *s, const struct store_execution *row)
                     "truncated = excluded.truncated, finished_at = excluded.finished_at, "
                     "duration_ms = excluded.duration_ms, via = excluded.via, cpu_user_ms = excluded.cpu_user_ms, "
                     "cpu_system_ms = excluded.cpu_system_ms, max_rss_kb = excluded.max_rss_kb, "
-                    "image = excluded.image, runtime = excluded.runtime, runner_version = excluded.runner_version");
+                    "image = excluded.image, runtime = excluded.runtime, runner_version = excluded.runner_version, "
+                    "started_at = excluded.started_at, runner_tag = excluded.runner_tag, "
+                    "deadline_at = excluded.deadline_at, spool_budget = excluded.spool_budget");
         if (r < 0)
                 return r;
         sq_text(&q, row->id);
@@ -108,6 +117,13 @@ int store_exec_put(struct store *s, const struct store_execution *row)
         sq_text_opt(&q, row->image);
         sq_text_opt(&q, row->runtime);
         sq_text_opt(&q, row->runner_version);
+        bind_usage(&q, row->started_at > 0 ? row->started_at : -1);
+        bind_usage(&q, row->runner_tag ? (int64_t)row->runner_tag : -1);
+        bind_usage(&q, row->deadline_at > 0 ? row->deadline_at : -1);
+        sq_int64(&q, row->spool_budget);
+        sq_text_opt(&q, row->actor);
+        sq_int64(&q, row->interactive ? 1 : 0);
+        sq_int64(&q, row->tty ? 1 : 0);
         r = sq_exec(&q);
         return r < 0 ? r : 0;
 }
@@ -229,6 +245,56 @@ int store_exec_fail_unfinished(struct store *s, const char *cause, const char *e
                 return r;
         if (ret_n)
                 *ret_n = (size_t)r;
+        return 0;
+}
+
+int store_exec_fail_unadoptable(struct store *s, const char *cause, const char *error, int64_t now_ms,
+                                size_t *ret_n)
+{
+        STORE_LOCK(s);
+        _cleanup_(sq_end) struct store_query q = {};
+        int r;
+
+        r = sq_start(&q, s,
+                    "UPDATE executions SET state = 'FAILED', cause = ?1, error = ?2, finished_at = ?3, "
+                    "duration_ms = MAX(0, ?3 - created_at) WHERE state IN ('PENDING', 'RUNNING') AND "
+                    "(state = 'PENDING' OR runner_tag IS NULL)");
+        if (r < 0)
+                return r;
+        sq_text(&q, cause);
+        sq_text(&q, error);
+        sq_int64(&q, now_ms);
+        r = sq_exec(&q);
+        if (r < 0)
+                return r;
+        if (ret_n)
+                *ret_n = (size_t)r;
+        return 0;
+}
+
+int store_exec_list_adoptable(struct store *s, struct store_execution **ret, size_t *ret_n)
+{
+        STORE_LOCK(s);
+        _cleanup_(sq_end) struct store_query q = {};
+        _cleanup_free_ struct store_execution *rows = NULL;
+        size_t n = 0, cap = 0;
+        int r;
+
+        r = sq_start(&q, s,
+                    "SELECT " EXEC_COLUMNS " FROM executions WHERE state = 'RUNNING' AND runner_tag IS NOT NULL "
+                    "ORDER BY created_at, id");
+        if (r < 0)
+                return r;
+        while ((r = sq_step(&q)) > 0) {
+                struct store_execution *slot = store_array_push((void **)&rows, &n, &cap, sizeof(*rows));
+                if (!slot)
+                        return -ENOMEM;
+                exec_from_row(&q, slot);
+        }
+        if (r < 0)
+                return r;
+        *ret = TAKE_PTR(rows);
+        *ret_n = n;
         return 0;
 }
 

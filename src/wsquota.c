@@ -28,6 +28,7 @@
 #include <unistd.h>
 
 #include "sandboxd/log.h"
+#include "sandboxd/sessuid.h"
 
 #define IMAGES_DIR "workspace-images"
 #define MKFS_TIMEOUT_MS 60000
@@ -274,10 +275,19 @@ int wsquota_attach(const struct sbx_config *cfg, const char *user, const char *s
                 return sbx_error_set(err, r, 0, "cannot mount the workspace image of %s:%s: %s", user, session,
                                      strerror(-r));
         }
-        /* The mounted root: the owner container_workspace_ensure chose. */
+        /* The mounted root: the session's uid, the owner container_workspace_ensure
+         * chose. An image from before per-session uids moves over whole. */
         root = open_dir_at(ufd, session, false, 0);
-        if (root < 0 || fchown(root, st.st_uid, st.st_gid) < 0 || fchmod(root, 0700) < 0) {
-                r = root < 0 ? root : -errno;
+        if (root >= 0) {
+                struct sessuid_own_stats own = {0};
+                r = sessuid_own_tree(root, st.st_uid, &own);
+                if (own.changed > 0 || own.cut)
+                        log_ctx(own.cut ? LOG_LEVEL_WARN : LOG_LEVEL_INFO, user, session, NULL,
+                                "workspace image given to uid %u: %" PRIu64 " entries changed owner%s",
+                                (unsigned)st.st_uid, own.changed, own.cut ? " (stopped at the walk's bound)" : "");
+        }
+        if (root < 0 || r < 0 || fchmod(root, 0700) < 0) {
+                r = root < 0 ? root : r < 0 ? r : -errno;
                 (void)wsquota_detach(cfg, user, session, NULL);
                 return sbx_error_set(err, r, 0, "cannot prepare the mounted workspace: %s", strerror(-r));
         }

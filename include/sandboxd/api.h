@@ -46,13 +46,18 @@
  * Tokens (see token.h): role agent may call every method but mark_private;
  * role connector may call every method.
  *
- * Every method but the user-level ones below takes params.session (1-64 of [A-Za-z0-9_.-]); the user is
+ * Every method but the user-level ones below (and get_task, cancel_task) takes params.session (1-64 of [A-Za-z0-9_.-]); the user is
  * always the token's: a request can only reach its own user's sessions, and
  * an execution id is found only in the session it ran in (otherwise
  * not_found, exactly as for an unknown id). The session's container is
  * created on first use.
  *
- *   exec            {command, timeout_seconds?, workdir?, env?: {K: V}, stdin?, background?, interactive?, stream?, encoding?}
+ *   exec            {command, timeout_seconds?, workdir?, env?: {K: V}, stdin?, background?, interactive?, stream?, encoding?,
+ *                    tty?, rows?: 1-1000 (24), cols?: 1-1000 (80)}
+ *       tty: on a pseudo-terminal made by the session's runner (implies
+ *         interactive; output comes back as stdout; eof sends ^D). Refused
+ *         (unavailable) when the runner is not connected: the docker exec
+ *         fallback runs no terminal.
  *   run_code        {language: python|node|bash, code, timeout_seconds?, workdir?, env?, stdin?, background?, interactive?, stream?, encoding?}
  *       → an execution result (below); with background → {execution_id, state} at once.
  *         A client that disconnects while waiting gets no reply; the
@@ -64,6 +69,7 @@
  *         (at most 2 × exec_result_head), and the result adds stdout_offset
  *         and stdout_next_offset (the offset to ask for next; raw bytes).
  *   send_stdin      {execution_id, data, encoding?, eof?}              → {execution_id, bytes, eof}
+ *   resize_terminal {execution_id, rows: 1-1000, cols: 1-1000}   → {execution_id, rows, cols} (a tty execution's window; SIGWINCH)
  *   cancel_execution{execution_id, force?}   → the execution result, after waiting up to the kill grace + 5 s for it to end
  *   list_executions {states?: [..], limit?: 1-1000 (50), completed_within_ms?}
  *       → {executions: [result without stdout/stderr, plus command_preview]},
@@ -85,6 +91,18 @@
  *                            ports: [{container_port, host_port}], container_id, image, created_at,
  *                            last_activity, last_error, error_cause}
  *   mark_private    {dataset, source?}  (role connector only)    → {session, datasets, network_mode}
+ *   create_task     {execution_id, tool: exec|run_code}   → a task (below), recorded in the store
+ *   get_task        {task_id}  (no session needed)        → a task
+ *   cancel_task     {task_id}  (no session needed)        → the task, cancelled from now on, and its
+ *                   execution cancelled; already_finished if it had ended or was cancelled
+ *       The MCP tasks extension's handles (api_tasks.c). A task is the
+ *       user's alone, lives an hour, and a user holds at most 64 live ones
+ *       (busy past that). Task: {task_id, session, execution_id, tool,
+ *       status (working completed cancelled failed, from the execution's
+ *       state, cancelled once cancel_task took it; failed only when the
+ *       execution is gone), status_message,
+ *       execution_state, ttl_ms, poll_interval_ms, created_at, updated_at,
+ *       expires_at, cancel_requested}.
  *
  * Agent tools (issue 17, src/api_agent.c; README "Agent tools"):
  *   run_tests       {language: python|node, tests, code?, timeout_seconds?}

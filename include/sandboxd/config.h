@@ -57,7 +57,8 @@ struct sbx_config {
         int forward_max_per_session;
         int forward_max_per_user;
         int forward_max_total;
-        int sandbox_uid;
+        int sandbox_uid_lo; /* sandbox_uid_range: one host uid (and gid) per session (sessuid.h) */
+        int sandbox_uid_hi;
         int docker_timeout_ms;
 
         /* ports */

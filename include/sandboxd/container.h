@@ -5,6 +5,7 @@
 #define SANDBOXD_CONTAINER_H
 
 #include <stddef.h>
+#include <sys/types.h>
 
 #include "sandboxd/common.h"
 #include "sandboxd/config.h"
@@ -25,6 +26,7 @@ struct container_params {
         bool egress_proxy;        /* HTTP(S)_PROXY & co. point at the runner's egress endpoint */
         const char *runtime;      /* OCI runtime ("runc" | "runsc"); NULL: the engine's default */
         const char *workspace;    /* host path of the workspace */
+        uid_t uid;                /* the session's host uid (and gid), sessuid.h; never 0 */
         const char *const *extra_labels; /* NULL-terminated "k=v", e.g. the test run label */
         /* Both set: the runner binary and the session's runner directory are
          * bind-mounted read-only and the runner is the main process under the
@@ -35,10 +37,23 @@ struct container_params {
 
 /* Create (if missing) {data_dir}/workspaces/{user}/{session}: every level is
  * opened with O_NOFOLLOW|O_DIRECTORY relative to its parent, so no symlink is
- * followed; parents are root-owned 0711, the session directory is owned by
- * sandbox_uid with mode 0700. Keys must already be validated. */
-int container_workspace_ensure(const struct sbx_config *cfg, const char *user, const char *session,
+ * followed; parents are root-owned 0700 (no session uid reaches any
+ * workspace by path on the host), the session directory is owned by
+ * uid:uid (the session's, sessuid.h) with mode 0700. A workspace another uid
+ * owned (one from before per-session uids) is handed over whole first
+ * (sessuid_own_tree). Keys must already be validated; uid 0 is refused. */
+int container_workspace_ensure(const struct sbx_config *cfg, const char *user, const char *session, uid_t uid,
                                char ret_path[SBX_PATH_MAX], struct sbx_error *err);
+
+/* {data_dir}/identities/<uid>.passwd and .group (root's, 0644, in a 0700
+ * directory): root,
+ * "sandbox" at uid:uid with home /workspace, nobody. Bind-mounted read-only
+ * on the container's /etc/passwd and /etc/group, so the session's uid has a
+ * name inside (whoami, getpwuid, ~). Rewritten only when they differ. */
+int container_identity_ensure(const struct sbx_config *cfg, uid_t uid, char ret_passwd[SBX_PATH_MAX],
+                              char ret_group[SBX_PATH_MAX], struct sbx_error *err);
+/* Delete the identity files of a released uid. */
+void container_identity_drop(const struct sbx_config *cfg, uid_t uid);
 
 /* Delete the workspace tree without following any symlink in it. */
 int container_workspace_purge(const struct sbx_config *cfg, const char *user, const char *session,

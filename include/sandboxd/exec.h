@@ -92,6 +92,9 @@ enum exec_stream {
 typedef void (*exec_output_fn)(const char *exec_id, enum exec_stream stream, const void *data, size_t len,
                                void *userdata);
 
+#define EXEC_TTY_MAX_ROWS 1000 /* = RP_TTY_MAX_ROWS */
+#define EXEC_TTY_MAX_COLS 1000
+
 struct exec_request {
         const char *user;
         const char *session;
@@ -105,6 +108,8 @@ struct exec_request {
         const void *stdin_data; /* fed at start (may be NULL) */
         size_t stdin_len;
         bool interactive;       /* keep stdin open for exec_send_stdin() until EOF */
+        bool tty;               /* on a pseudo-terminal (runner only; implies interactive); output is stdout */
+        int rows, cols;         /* its size; 0 = 24 x 80 */
         const char *actor;      /* for the audit log: "token:<id>", "admin", ... */
         exec_output_fn on_output;
         void *userdata;
@@ -155,10 +160,21 @@ void exec_set_quota(struct exec_engine *e, struct quota *q);
  * docker exec). Set once, before the first execution. */
 struct runner_hub;
 void exec_engine_set_runner(struct exec_engine *e, struct runner_hub *h);
-/* Executions still running when the daemon stopped are marked FAILED with
- * cause daemon_restarted (their output so far stays readable). */
+/* After a restart. Executions the session's runner may still run (RUNNING
+ * with a runner tag) are registered as live at once — they hold their
+ * slots and caps, and exec_status waits on them — and re-adopted by
+ * exec_engine_adopt(). The others still PENDING or RUNNING are marked
+ * FAILED with cause daemon_restarted (their output so far stays readable).
+ * Call it before the runner hub listens (runner_hub_expect). */
 int exec_engine_recover(struct exec_engine *e, size_t *ret_failed);
-/* Cancels what runs, joins the workers, frees. NULL is fine. */
+/* Start re-adopting what exec_engine_recover registered (after the
+ * sessions are reconciled): each resumes its output from the last byte of
+ * its spool and keeps its deadline. One whose container is gone, or whose
+ * runner does not come back within 30 s, ends FAILED (daemon_restarted). */
+void exec_engine_adopt(struct exec_engine *e);
+/* Joins the workers, frees. NULL is fine. Executions on a runner are left
+ * running there (their rows stay RUNNING for the next daemon to adopt);
+ * those on docker exec are cancelled. */
 void exec_engine_free(struct exec_engine *e);
 
 /* Start an execution; writes its id at once. Refusals (bad input, caps,
@@ -190,6 +206,10 @@ void exec_result_list_free(struct exec_result *list, size_t n);
  * is still unread by the process. */
 int exec_send_stdin(struct exec_engine *e, const char *user, const char *id, const void *data, size_t len, bool eof,
                     struct sbx_error *err);
+
+/* A tty execution's new window size (its programs get SIGWINCH). -EINVAL
+ * if it has no terminal or the size is out of range, -EALREADY if it ended. */
+int exec_resize(struct exec_engine *e, const char *user, const char *id, int rows, int cols, struct sbx_error *err);
 
 /* Cancel: SIGTERM, grace, SIGKILL of the execution's tree (force: SIGKILL
  * at once). A finished execution gives -EALREADY naming its state. */

@@ -1,9 +1,16 @@
 /* files.h — files in a session's workspace, read and written from INSIDE the
  * session's container, never through a host path.
  *
- * Every operation runs a fixed script in the container as the sandbox user
- * (exec_internal), with the path as an argv element (never spliced into a
- * shell line). A process in the container can plant symlinks anywhere in its
+ * When the session's runner is connected it does the I/O (runner_ops.h): it
+ * resolves the path as the tenant's tools would, refuses (-EPERM) one that
+ * leads outside /workspace (a link to /, /etc, /proc/self/root, `..` above
+ * /workspace), and opens only with openat2(RESOLVE_IN_ROOT |
+ * RESOLVE_NO_MAGICLINKS) below /workspace, so a link planted meanwhile
+ * still resolves inside. The answers below hold on both paths.
+ *
+ * Otherwise (the docker exec fallback) every operation runs a fixed script
+ * in the container as the sandbox user (exec_internal), with the path as an
+ * argv element (never spliced into a shell line). A process in the container can plant symlinks anywhere in its
  * workspace; the daemon never follows one on the host, because it never opens
  * workspace paths on the host at all: what the script can reach is exactly
  * what the tenant can reach already, so a symlink to /etc/passwd reads the

@@ -15,6 +15,8 @@
  *   - execution output spools past execution_retention (and spool files no
  *     execution row knows, as old);
  *   - audit rows older than audit_retention (when >= 0);
+ *   - session uids (sessuid.h) whose workspace is gone, of sessions that
+ *     are not live and have no container;
  *   - when workspace_retention >= 0, workspaces of sessions destroyed (no
  *     row) or STOPPED/ERROR for longer than that;
  *   - this instance's bridge network (sandboxd-<instance>) when
@@ -58,13 +60,15 @@ enum gc_kind {
         GC_WORKSPACES,
         GC_AUDIT,
         GC_IDEMPOTENCY_KEYS,
+        GC_UIDS,
         GC_STORE,
         GC_NETWORKS,
 };
-#define GC_KIND_COUNT 12
+#define GC_KIND_COUNT 13
 
 /* "idle_containers", "old_containers", "orphan_containers", "error_sessions",
- * "ports", "services", "execution_spools", "workspaces", "audit_rows", "idempotency_keys", "store". */
+ * "ports", "services", "execution_spools", "workspaces", "audit_rows", "idempotency_keys",
+ * "session_uids", "store". */
 const char *gc_kind_name(enum gc_kind k);
 
 struct gc_count {

@@ -1,5 +1,6 @@
-/* http.h — the network front door: the JSON API (and, later, MCP) over
- * HTTPS, built on libmicrohttpd with GnuTLS. Off unless http_listen is set.
+/* http.h — the network front door: the JSON API and MCP (Streamable HTTP at
+ * /mcp, http_mcp.c, with the tasks extension of the shared core) over HTTPS,
+ * built on libmicrohttpd with GnuTLS. Off unless http_listen is set.
  *
  * Transport:
  *   - http_listen = host:port (a numeric IPv4 address, or [IPv6]:port).

@@ -1,6 +1,7 @@
 /* mcp.h — the MCP front door: a stdio JSON-RPC 2.0 adapter (sandboxd-mcp)
  * that an MCP client launches as a subprocess, translating tool calls into
- * requests on the daemon's API socket (api.h).
+ * requests on the daemon's API socket (api.h), or with an https:// URL on a
+ * remote daemon's HTTPS API (http.h). The daemon's /mcp serves the same core.
  *
  * Framing: one JSON-RPC message per line on stdin and stdout, at most
  * MCP_MAX_LINE bytes; a longer line is discarded as it streams past and
@@ -21,6 +22,15 @@
  *     ttlMs and cacheScope). Every result
  *     carries resultType "complete" and _meta ".../serverInfo". A version we
  *     do not speak gets -32022 with data {supported, requested}.
+ *
+ * Tasks (io.modelcontextprotocol/tasks, 2026-07-28 era; mcp_tasks.c): a
+ * request whose client capabilities name the extension may get a
+ * CreateTaskResult instead of a CallToolResult for a long exec/run_code,
+ * followed with tasks/get, tasks/cancel (and tasks/update); the task is the
+ * daemon's (its create_task / get_task / cancel_task API methods). A tasks
+ * method without the extension declared is -32021. At 2025-11-25 the
+ * experimental tasks of that version are served instead (params.task,
+ * tasks/get, tasks/result, tasks/cancel); see mcp_tasks.c.
  *
  * Tool calls run concurrently: each tools/call gets a worker thread with its
  * own API connection, so a long exec never blocks a cancel or a ping. A call
@@ -71,6 +81,7 @@
 #define MCP_INTERNAL_ERROR -32603
 #define MCP_UNSUPPORTED_PROTOCOL_VERSION -32022 /* 2026-07-28 */
 #define MCP_RESOURCE_NOT_FOUND -32002
+#define MCP_MISSING_CLIENT_CAPABILITY -32021   /* 2026-07-28 */
 
 #define MCP_MODERN_VERSION "2026-07-28"
 #define MCP_LATEST_LEGACY_VERSION "2025-11-25"
@@ -167,7 +178,17 @@ struct mcp_api_error {
 /* Called for each progress line ({"event": "output", ...}) before the reply. */
 typedef void (*mcp_api_event_fn)(const struct cJSON *event, void *userdata);
 
+/* socket_path may instead be an https:// URL (http:// to loopback only): the
+ * same requests then go as POST <url>/v1/<method> (http.h), with the TLS
+ * files of mcp_https_configure; on_event is not called over HTTPS. */
 int mcp_api_open(const char *socket_path, struct mcp_api **ret, struct sbx_error *err);
+/* Once, before any thread: the CA file to trust instead of the system's
+ * (NULL: the system store), and a client certificate and key for mTLS (both
+ * or neither). curl_global_init must have run. 0 or -EINVAL. */
+int mcp_https_configure(const char *cacert, const char *cert, const char *key);
+/* 0 if url is usable for mcp_api_open (https://, or http:// to a loopback
+ * host; no blanks, query or fragment), else -EINVAL with err. */
+int mcp_https_check_url(const char *url, struct sbx_error *err);
 void mcp_api_close(struct mcp_api *a);
 /* The connection's fd, for shutdown(2) from another thread to wake a
  * blocked request; -1 if closed. */

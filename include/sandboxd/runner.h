@@ -1,6 +1,7 @@
 /* runner.h — the daemon's side of the in-container runner: one unix socket
  * per session, the connection from that session's sandboxd-runner, and
- * executions carried over it (protocol: runner_proto.h).
+ * executions carried over it (protocol: runner_proto.h). Workspace files
+ * and services ride the same connection: runner_ops.h.
  *
  * Each session gets {data_dir}/runner/<hash of user:session>/ : the parent
  * {data_dir}/runner is root 0700, so no other host user reaches any of it;
@@ -84,6 +85,8 @@ struct runner_exec_spec {
         const char *const *argv;    /* NULL-terminated */
         const char *const *env;     /* "K=V", NULL-terminated; added to the container's */
         bool stdin_pipe;            /* else stdin is /dev/null */
+        bool tty;                   /* on a new pseudo-terminal (stdin, stdout, stderr); output is stdout */
+        int rows, cols;             /* its size (tty): 1..RP_TTY_MAX_ROWS, 1..RP_TTY_MAX_COLS */
 };
 
 struct runner_exit {
@@ -105,7 +108,10 @@ int runner_exec_start(struct runner_hub *h, const char *user, const char *sessio
                       struct runner_exec **ret, struct sbx_error *err);
 /* Wait up to timeout_ms for the end: 0 and *ret when it exited,
  * -ETIMEDOUT while it runs, -ECONNRESET if the connection was lost,
- * another -errno (with err) if the runner could not start it. */
+ * another -errno (with err) if the runner could not start it.
+ * While it waits it acknowledges (RP_ACK) the output on_output has
+ * returned from, so the runner may free it: every 64 KiB, and at the end of
+ * a wait that timed out. Call it from one thread at a time. */
 int runner_exec_wait(struct runner_exec *x, int timeout_ms, struct runner_exit *ret, struct sbx_error *err);
 /* Hand stdin to the runner, never waiting: returns how many bytes were
  * taken (0 while RP_STDIN_WINDOW bytes are still unread by the process),
@@ -114,7 +120,39 @@ ssize_t runner_exec_write_stdin(struct runner_exec *x, const void *data, size_t 
 int runner_exec_close_stdin(struct runner_exec *x);
 /* Signal the execution's whole tree (SIGTERM, SIGKILL, ...). */
 int runner_exec_signal(struct runner_exec *x, int sig);
-/* Forget it (the process is not touched). NULL is fine. */
+/* Forget it (the process is not touched). NULL is fine. The runner keeps
+ * the execution (and its unacknowledged output and exit) until
+ * runner_exec_forget(): a daemon that stops before can adopt it again. */
 void runner_exec_free(struct runner_exec *x);
+
+/* ---- durable executions (protocol: RP_JOB, RP_RESUME, RP_ACK, RP_FORGET) ----
+ *
+ * A runner keeps every execution, with its output from the last
+ * acknowledgement on and its exit status, until the daemon forgets it; it
+ * survives the daemon's restart or SIGKILL. A daemon that starts again
+ * says which executions it will adopt (runner_hub_expect, before any
+ * runner connects); when a runner connects it lists what it holds, and
+ * every execution nobody expects is forgotten (killed if it still runs). */
+
+/* The tag of an execution (persisted with it, to adopt it after a restart). */
+uint32_t runner_exec_tag(const struct runner_exec *x);
+/* The daemon recorded its end: the runner may drop it. */
+int runner_exec_forget(struct runner_exec *x);
+void runner_hub_expect(struct runner_hub *h, const char *user, const char *session, uint32_t tag);
+void runner_hub_unexpect(struct runner_hub *h, const char *user, const char *session, uint32_t tag);
+/* Take over execution `tag` of the session's runner: waits up to timeout_ms
+ * for the runner to connect and list what it holds. have[k]: the bytes of
+ * each stream the caller already has; on_output gets what follows, from
+ * ret_start[k] (have[k] unless the runner had already dropped bytes the
+ * caller acknowledged but did not keep: output past its cap). -ETIMEDOUT
+ * while no runner listed its executions, -ENOENT if it does not hold this
+ * one (the expectation is dropped either way except on -ETIMEDOUT). */
+int runner_exec_adopt(struct runner_hub *h, const char *user, const char *session, uint32_t tag,
+                      const uint64_t have[2], runner_output_fn on_output, void *userdata, int timeout_ms,
+                      struct runner_exec **ret, uint64_t ret_start[2], struct sbx_error *err);
+
+/* A tty execution's new window size (the runner sends SIGWINCH). -EINVAL
+ * out of range. */
+int runner_exec_resize(struct runner_exec *x, int rows, int cols);
 
 #endif

@@ -35,6 +35,18 @@
  *                 double-forked, setsid and `env -i` processes are in it).
  *                 SIGKILL freezes the tree first and repeats until none is left.
  *   RP_PING       heartbeat; answered with RP_PONG.
+ *   RP_RESUME     re-adopt an execution the runner listed in RP_JOB after a
+ *                 reconnect; payload: struct rp_offsets, the bytes of each
+ *                 stream the daemon already has. Output resumes at
+ *                 clamp(have, acked, produced) per stream (both ends compute
+ *                 it from the RP_JOB figures), then RP_EXIT if it ended.
+ *   RP_ACK        payload: struct rp_offsets: every byte of each stream
+ *                 before these offsets is persisted; the runner frees them.
+ *   RP_FORGET     the daemon recorded the end (or will never adopt it): the
+ *                 runner drops the execution, killing its tree if it still
+ *                 runs. Until then it keeps the execution, its exit status
+ *                 and its unacknowledged output across reconnects.
+ *   RP_RESIZE     payload: struct rp_winsize; a tty execution's window size.
  * Runner -> daemon
  *   RP_HELLO      payload: struct rp_hello then the version string.
  *   RP_STARTED    payload: uint32 pid of the execution's leader.
@@ -61,6 +73,58 @@
  *   RP_FWD_HELLO  runner -> daemon, empty; makes the connection the control.
  *   RP_FWD_OPEN   daemon -> runner, tag = forward id; struct rp_fwd_open.
  *   RP_FWD_DATA   runner -> daemon, tag = forward id; uint64 token.
+ *   RP_JOB        right after RP_HELLO, one per execution the runner still
+ *                 holds (running, or ended but not forgotten); payload:
+ *                 struct rp_job.
+ *   RP_JOBS_END   the RP_JOB list is complete (sent on every connect).
+ *
+ * Durable executions: the runner keeps each execution's output from the
+ * last RP_ACK on (at most RP_RETAIN_CAP bytes per stream): it reads a pipe
+ * only while that buffer has room, so while the daemon is away a process
+ * that writes more blocks in write() instead of losing bytes. Output
+ * frames go out only for executions started or resumed on the current
+ * connection, in stream order, so a frame's offset is implicit.
+ *
+ * Terminals: RP_EXEC with RP_EXEC_TTY runs the execution on a new
+ * pseudo-terminal (rows and cols in rp_exec.winsize); its output comes back
+ * as stdout, RP_STDIN goes to the terminal and RP_STDIN_EOF sends ^D.
+ *
+ * Workspace files (types 20-23). One request in flight per tag; the runner
+ * answers every request with exactly one RP_FILE_REPLY (same tag). Paths are
+ * absolute, normalised, under /workspace; the runner resolves them itself,
+ * refuses one that leads outside (EPERM) and opens only with
+ * openat2(RESOLVE_IN_ROOT | RESOLVE_NO_MAGICLINKS) below /workspace.
+ *   RP_FILE_READ  payload: struct rp_file_req (offset, length <= RP_CHUNK),
+ *                 then the path. Reply: the file's size, then the bytes.
+ *   RP_FILE_WRITE flags RP_FW_BEGIN: struct rp_file_req (length = total
+ *                 bytes), the path, then the first bytes; later frames are
+ *                 more bytes; RP_FW_END (may be on the same frame) commits
+ *                 (a temporary beside the target renamed over it). Reply
+ *                 only after RP_FW_END, or at the first error.
+ *   RP_FILE_LIST  payload: struct rp_file_req (offset = first entry index),
+ *                 then the path. Reply: records (type byte 'f' 'd' 'l' 'o',
+ *                 int64 size, uint16 name length, the name), `next` the index
+ *                 to ask for next (0: done), RP_FR_TRUNCATED past
+ *                 RP_FILE_LIST_MAX entries.
+ *   RP_FILE_REPLY struct rp_file_reply then the data; err is a positive errno.
+ *
+ * Services (types 24-27). A service is named by its marker (the daemon's
+ * "<name>-<start ms>"); the runner keeps up to RP_SVC_MAX of them, each under
+ * a shim of its own (a child subreaper: the service's whole tree), output in
+ * <dir>/stdout.log and stderr.log, the exit code in <dir>/exit.
+ *   RP_SVC_START  payload: struct rp_svc_start, then NUL-terminated strings:
+ *                 marker, dir, workdir, env[envc]; then cmd_len bytes of the
+ *                 command (written to <dir>/run.sh and run with sh). Answered
+ *                 by an RP_SVC_STATE with the same tag.
+ *   RP_SVC_SIGNAL payload: uint32 signal, then the marker. Reaches every
+ *                 process of the service's tree (SIGKILL: frozen, then killed
+ *                 until none is left).
+ *   RP_SVC_FORGET payload: the marker; the daemon has recorded its end.
+ *   RP_SVC_STATE  payload: struct rp_svc_state, then the marker. Sent with
+ *                 tag 0 whenever a service's state or listening ports change
+ *                 (ports are polled every RP_SVC_PORT_POLL_MS while a service
+ *                 runs), and for every service the runner still holds right
+ *                 after each RP_HELLO.
  */
 #ifndef SANDBOXD_RUNNER_PROTO_H
 #define SANDBOXD_RUNNER_PROTO_H
@@ -68,7 +132,7 @@
 #include <stdint.h>
 
 #define RP_VERSION "sandboxd-runner/1"
-#define RP_PROTOCOL 1
+#define RP_PROTOCOL 2 /* 2: durable executions (RP_JOB, RP_RESUME, RP_ACK, RP_FORGET), tty */
 #define RP_SOCKET_DIR "/run/sandboxd"
 #define RP_SOCKET_NAME "runner.sock"
 #define RP_BINARY_PATH "/run/sandboxd-runner"
@@ -82,6 +146,10 @@
 #define RP_MAX_TO_RUNNER (2 * 1024 * 1024)
 #define RP_MAX_ARGS 4096
 #define RP_STDIN_WINDOW (256 * 1024) /* stdin bytes in flight per execution */
+#define RP_RETAIN_CAP (256 * 1024)   /* unacknowledged output the runner keeps per stream */
+#define RP_MAX_JOBS 256              /* executions one runner holds at a time */
+#define RP_TTY_MAX_ROWS 1000
+#define RP_TTY_MAX_COLS 1000
 
 enum rp_type {
         RP_HELLO = 1,
@@ -100,10 +168,26 @@ enum rp_type {
         RP_FWD_HELLO = 30,
         RP_FWD_OPEN = 31,
         RP_FWD_DATA = 32,
+        RP_JOB = 13,
+        RP_JOBS_END = 14,
+        RP_RESUME = 15,
+        RP_ACK = 16,
+        RP_FORGET = 17,
+        RP_RESIZE = 18,
+        RP_FILE_READ = 20,
+        RP_FILE_WRITE = 21,
+        RP_FILE_LIST = 22,
+        RP_FILE_REPLY = 23,
+        RP_SVC_START = 24,
+        RP_SVC_SIGNAL = 25,
+        RP_SVC_FORGET = 26,
+        RP_SVC_STATE = 27,
 };
 
 #define RP_OUT_STDERR 1u
 #define RP_EXEC_STDIN 1u /* keep a stdin pipe (else stdin is /dev/null) */
+#define RP_EXEC_TTY 2u   /* run on a pseudo-terminal (stdin, stdout and stderr are it) */
+#define RP_JOB_EXITED 1u /* rp_job.flags: its leader ended and its output is complete */
 
 struct rp_hdr {
         uint32_t len;
@@ -121,7 +205,23 @@ struct rp_exec {
         uint32_t argc; /* 1..RP_MAX_ARGS */
         uint32_t envc; /* 0..RP_MAX_ARGS */
         uint32_t code_len;
-        uint32_t reserved;
+        uint32_t winsize; /* RP_EXEC_TTY: rows << 16 | cols, each 1..RP_TTY_MAX_*; else 0 */
+};
+
+struct rp_offsets {
+        uint64_t off[2]; /* [0] stdout, [1] stderr */
+};
+
+struct rp_job {
+        uint64_t produced[2]; /* bytes of each stream read from the process so far */
+        uint64_t acked[2];    /* the last RP_ACK: the runner keeps [acked, produced) */
+        uint32_t pid;         /* its shim */
+        uint32_t flags;       /* RP_JOB_EXITED */
+};
+
+struct rp_winsize {
+        uint16_t rows;
+        uint16_t cols;
 };
 
 struct rp_exit {
@@ -136,6 +236,48 @@ struct rp_fwd_open {
         uint32_t port;     /* 1..65535: connect to 127.0.0.1:port inside */
         uint32_t reserved;
         uint64_t token;    /* echoed in RP_FWD_DATA */
+};
+
+#define RP_FW_BEGIN 1u
+#define RP_FW_END 2u
+#define RP_FR_TRUNCATED 1u
+#define RP_FILE_LIST_MAX 1000
+#define RP_MARKER_MAX 127 /* bytes of a service marker */
+#define RP_SVC_MAX 64     /* services a runner holds (running or not yet forgotten) */
+#define RP_SVC_MAX_PORTS 16
+#define RP_SVC_PORT_POLL_MS 50
+
+struct rp_file_req {
+        uint64_t offset;
+        uint64_t length;
+};
+
+struct rp_file_reply {
+        int32_t err;   /* 0 or a positive errno */
+        uint32_t flags; /* RP_FR_* */
+        uint64_t size; /* READ: the file's size; WRITE: bytes written */
+        uint32_t next; /* LIST: the next index to ask for, 0 when done */
+        uint32_t reserved;
+};
+
+struct rp_svc_start {
+        uint32_t envc;    /* 0..RP_MAX_ARGS */
+        uint32_t cmd_len;
+};
+
+enum rp_svc_phase {
+        RP_SVC_RUNNING = 1,
+        RP_SVC_EXITED = 2,
+        RP_SVC_FAILED = 3, /* could not start; err says why */
+};
+
+struct rp_svc_state {
+        uint32_t pid;       /* the service's leader (its own session and group) */
+        uint32_t phase;     /* enum rp_svc_phase */
+        int32_t exit_code;  /* EXITED: 0..255, 128+signal when killed */
+        int32_t err;        /* FAILED: a positive errno */
+        uint32_t n_ports;   /* 0..RP_SVC_MAX_PORTS */
+        uint16_t ports[RP_SVC_MAX_PORTS]; /* TCP ports its processes listen on */
 };
 
 #endif

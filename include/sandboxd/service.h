@@ -1,6 +1,13 @@
 /* service.h — long-running processes in a session's container.
  *
- * start_service writes a start script into the container and runs it with
+ * On the session's runner (when connected): the runner supervises the
+ * service under a subreaper shim (runner_ops.h), reports its exact PID and
+ * exit code, and pushes its listening ports within about
+ * RP_SVC_PORT_POLL_MS of the listen; a stop escalates SIGTERM, the grace,
+ * SIGKILL over the service's whole tree. Logs and the port mapping are the
+ * same on both paths.
+ *
+ * The docker exec fallback: start_service writes a start script into the container and runs it with
  * nohup in a new process group (setsid), stdout and stderr going to
  * /workspace/.sandboxd/services/<name>.stdout / .stderr, its PID captured
  * and the service recorded in the store. One monitor thread ("sbx-services")
@@ -30,6 +37,7 @@ struct session_manager;
 struct exec_engine;
 struct quota;
 struct service_manager;
+struct runner_hub;
 
 enum service_state {
         SERVICE_STARTING,
@@ -72,14 +80,19 @@ void service_manager_free(struct service_manager *m);
 /* Per-user limits (max_services_per_session and its overrides) come from q
  * from now on; without one, from the config. q must outlive m. */
 void service_set_quota(struct service_manager *m, struct quota *q);
+/* Services start on the session's runner when it is connected (supervised
+ * there, ports reported as they open), else through docker exec. Call
+ * before service_manager_start; h must outlive m. */
+void service_set_runner(struct service_manager *m, struct runner_hub *h);
 
 /* name: 1-64 of [A-Za-z0-9_.-]. -EEXIST if that name is running; -EUSERS
  * past max_services_per_session; -E2BIG for a command over
  * max_command_size; -ENOENT for a missing workdir. */
 int service_start(struct service_manager *m, const char *user, const char *session, const char *name,
                   const char *command, const char *workdir, struct service_info *ret, struct sbx_error *err);
-/* SIGTERM to the group, wait service_stop_grace, SIGKILL, then a last-resort
- * kill of every process carrying the service's marker. -ENOENT if unknown. */
+/* SIGTERM, wait service_stop_grace, SIGKILL: on the runner to the service's
+ * whole tree; on the fallback to its group, then a last-resort kill of every
+ * process carrying the service's marker. -ENOENT if unknown. */
 int service_stop(struct service_manager *m, const char *user, const char *session, const char *name,
                  struct service_info *ret, struct sbx_error *err);
 int service_list(struct service_manager *m, const char *user, const char *session, struct service_info **ret,

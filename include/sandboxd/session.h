@@ -13,6 +13,7 @@
 #include <stdbool.h>
 #include <stddef.h>
 #include <stdint.h>
+#include <sys/types.h>
 
 #include "sandboxd/common.h"
 #include "sandboxd/config.h"
@@ -104,6 +105,7 @@ struct session_info {
         char network_mode[16];
         char runtime[16]; /* of the current container ("" unknown: none yet, or the engine's default) */
         char workspace[SBX_PATH_MAX];
+        uid_t uid;  /* the session's host uid (sessuid.h); 0 while it has none */
         int *ports; /* host ports of the block (malloc'd, free with session_info_done) */
         size_t n_ports;
         char last_error[1024];

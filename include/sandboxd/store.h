@@ -170,6 +170,13 @@ struct store_execution {
         char image[256];           /* provenance: image id (digest) */
         char runtime[32];
         char runner_version[64];   /* "" when not run by the runner */
+        /* to re-adopt it after a restart (0009) */
+        int64_t started_at;        /* unix ms it began running; 0 = not yet */
+        uint32_t runner_tag;       /* 0 = not on the runner */
+        int64_t deadline_at;       /* unix ms of its timeout */
+        int64_t spool_budget;      /* its share of the session's spool quota */
+        char actor[96];
+        bool interactive, tty;
 };
 
 /* Insert or update the whole row. */
@@ -188,6 +195,12 @@ int store_exec_list_finished(struct store *s, const char *user, const char *sess
  * daemon restart). *ret_n = how many. */
 int store_exec_fail_unfinished(struct store *s, const char *cause, const char *error, int64_t now_ms,
                                size_t *ret_n);
+/* Mark every PENDING/RUNNING execution that the runner cannot hold (no
+ * runner tag) FAILED with cause and error (after a daemon restart). */
+int store_exec_fail_unadoptable(struct store *s, const char *cause, const char *error, int64_t now_ms,
+                                size_t *ret_n);
+/* Every RUNNING execution with a runner tag (to re-adopt), oldest first. */
+int store_exec_list_adoptable(struct store *s, struct store_execution **ret, size_t *ret_n);
 /* Forget the spool of an execution (gc removed the files). */
 int store_exec_clear_spool(struct store *s, const char *id);
 
@@ -282,6 +295,29 @@ int store_user_runtime_get(struct store *s, const char *user, char ret[16]);
 int store_user_runtime_set(struct store *s, const char *user, const char *runtime, int64_t now_ms);
 /* Executions ever recorded for user:session (gc removes old ones). */
 int store_exec_count(struct store *s, const char *user, const char *session, int64_t *ret_count);
+
+/* ---- session uids (store_uid.c; sessuid.h says what they are for) ---- */
+
+struct store_uid {
+        char user_id[65];
+        char session_id[65];
+        int64_t uid;
+        int64_t assigned_at; /* unix ms */
+};
+/* The uid recorded for (user, session); -ENOENT when none is. */
+int store_uid_get(struct store *s, const char *user, const char *session, int64_t *ret_uid);
+/* The recorded uid, or else the lowest of [lo, hi] no session holds,
+ * recorded in the same transaction. -ENOSPC when every uid of the range is
+ * held. */
+int store_uid_assign(struct store *s, const char *user, const char *session, int64_t lo, int64_t hi,
+                     int64_t now_ms, int64_t *ret_uid);
+/* Forget the uid of (user, session); -ENOENT if it had none. */
+int store_uid_release(struct store *s, const char *user, const char *session);
+/* Every row, ordered by uid. malloc'd array (NULL when none). */
+int store_uid_list(struct store *s, struct store_uid **ret, size_t *ret_n);
+/* gc: delete the row (user, session, uid) unless that session's row is
+ * RUNNING or CREATING by now. -ESTALE when kept. */
+int store_gc_uid_release(struct store *s, const char *user, const char *session, int64_t uid);
 
 /* ---- API tokens (only digests are stored) ---- */
 
@@ -457,5 +493,31 @@ int store_idem_release(struct store *s, const char *user, const char *method, co
 int store_idem_reset_pending(struct store *s);
 /* Keys past their window: deleted, or with dry_run counted. Returns how many, or -errno. */
 int store_idem_prune(struct store *s, int64_t now_ms, bool dry_run);
+
+/* ---- MCP tasks (the tasks extension's durable handles; store_tasks.c) ----
+ * Reads are scoped to a user and skip expired rows (expires_at <= now):
+ * another user's task, an expired one and an unknown one are all -ENOENT. */
+struct store_task {
+        char task_id[33];
+        char user_id[65];
+        char session_id[65];
+        char execution_id[64];
+        char tool[32];
+        int64_t ttl_ms, poll_interval_ms;
+        int64_t created_at, updated_at, expires_at; /* unix ms */
+        bool cancel_requested;
+};
+/* Insert (expires_at = created_at + ttl_ms), first deleting every expired
+ * task; -EDQUOT when the user already has max_per_user live tasks or all
+ * users max_total. */
+int store_task_add(struct store *s, const struct store_task *row, int64_t now_ms, size_t max_per_user,
+                   size_t max_total);
+int store_task_get(struct store *s, const char *user, const char *task_id, int64_t now_ms, struct store_task *ret);
+/* Record a cancel request (updated_at = now). */
+int store_task_mark_cancel(struct store *s, const char *user, const char *task_id, int64_t now_ms);
+/* Live tasks of user (NULL: of everyone). */
+int store_task_count(struct store *s, const char *user, int64_t now_ms, size_t *ret);
+/* Delete expired tasks; returns how many, or -errno. */
+int store_task_purge(struct store *s, int64_t now_ms);
 
 #endif

@@ -44,8 +44,9 @@ int wsquota_check_config(const struct sbx_config *cfg, struct sbx_error *err);
 /* loop: make the workspace's image if it has none (refused with -ENOTEMPTY
  * if the directory already holds files from before loop mode) and mount it
  * on the workspace directory, unless mounted already. The mounted root gets
- * the owner that container_workspace_ensure gave the directory, mode 0700;
- * the directory underneath becomes root's, so a container that ever gets it
+ * the owner that container_workspace_ensure gave the directory (the
+ * session's uid; an image's tree from an earlier owner is handed over with
+ * sessuid_own_tree), mode 0700; the directory underneath becomes root's, so a container that ever gets it
  * unmounted cannot write there. Other modes: nothing. */
 int wsquota_attach(const struct sbx_config *cfg, const char *user, const char *session, struct sbx_error *err);
 

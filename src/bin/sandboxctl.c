@@ -280,6 +280,10 @@ static void print_show(const cJSON *r)
         printf("image:         %s\n", str(r, "image"));
         printf("network:       %s%s\n", str(r, "network_mode"), flag(r, "private") ? " (private)" : "");
         printf("runtime:       %s\n", str(r, "runtime"));
+        if (cJSON_IsNumber(cJSON_GetObjectItemCaseSensitive(r, "uid")))
+                printf("host uid:      %.0f\n", cJSON_GetObjectItemCaseSensitive(r, "uid")->valuedouble);
+        else
+                printf("host uid:      -\n");
         printf("workspace:     %s\n", str(r, "workspace"));
         print_usage(cJSON_GetObjectItemCaseSensitive(r, "workspace_usage"));
         printf("ports:         ");

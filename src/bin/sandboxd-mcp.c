@@ -1,7 +1,8 @@
 /* sandboxd-mcp — the MCP stdio adapter's front: parse arguments, find the
- * API socket and the token, then pump stdin into the protocol core (mcp.h)
- * and its output onto stdout until stdin closes. All logic lives in the core
- * library. */
+ * API socket (or, with --url, a remote daemon's HTTPS API) and the token,
+ * then pump stdin into the protocol core (mcp.h) and its output onto stdout
+ * until stdin closes. All logic lives in the core library. */
+#include <curl/curl.h>
 #include <errno.h>
 #include <getopt.h>
 #include <signal.h>
@@ -23,6 +24,11 @@ static void usage(FILE *f)
                 "API socket. Serves MCP 2024-11-05 to 2025-11-25 (initialize) and 2026-07-28.\n"
                 "\n"
                 "  -c, --config FILE      read the daemon's config FILE to find api_socket\n"
+                "      --url URL          use a remote daemon's HTTPS API instead of the socket:\n"
+                "                         https://host:port (its http_listen); $SANDBOXD_URL\n"
+                "      --cacert FILE      trust this CA (PEM) for --url instead of the system's\n"
+                "      --cert FILE        client certificate (PEM) for an mTLS daemon, with --key\n"
+                "      --key FILE         its private key\n"
                 "      --token-file FILE  read the API token from FILE (default: $SANDBOXD_TOKEN)\n"
                 "  -s, --session NAME     default session for tool calls that name none\n"
                 "                         (default: $SANDBOXD_SESSION, else mcp-<random> per process)\n"
@@ -74,17 +80,22 @@ static int read_token_file(const char *path, char **ret)
 
 int main(int argc, char **argv)
 {
-        enum { OPT_TOKEN_FILE = 256, OPT_DRAIN };
+        enum { OPT_TOKEN_FILE = 256, OPT_DRAIN, OPT_URL, OPT_CACERT, OPT_CERT, OPT_KEY };
         static const struct option opts[] = {
                 {"config", required_argument, NULL, 'c'},
                 {"token-file", required_argument, NULL, OPT_TOKEN_FILE},
                 {"session", required_argument, NULL, 's'},
                 {"drain-ms", required_argument, NULL, OPT_DRAIN},
+                {"url", required_argument, NULL, OPT_URL},
+                {"cacert", required_argument, NULL, OPT_CACERT},
+                {"cert", required_argument, NULL, OPT_CERT},
+                {"key", required_argument, NULL, OPT_KEY},
                 {"version", no_argument, NULL, 'V'},
                 {"help", no_argument, NULL, 'h'},
                 {0},
         };
         const char *config_path = NULL, *token_file = NULL, *session = NULL;
+        const char *url = NULL, *cacert = NULL, *cert = NULL, *key = NULL;
         char *token = NULL;
         long drain_ms = 2000;
         struct sbx_config cfg;
@@ -104,6 +115,18 @@ int main(int argc, char **argv)
                         break;
                 case 's':
                         session = optarg;
+                        break;
+                case OPT_URL:
+                        url = optarg;
+                        break;
+                case OPT_CACERT:
+                        cacert = optarg;
+                        break;
+                case OPT_CERT:
+                        cert = optarg;
+                        break;
+                case OPT_KEY:
+                        key = optarg;
                         break;
                 case OPT_DRAIN: {
                         char *end;
@@ -154,12 +177,39 @@ int main(int argc, char **argv)
                 log_warn("sandboxd-mcp: no API token (SANDBOXD_TOKEN or --token-file): tool calls will fail");
         if (!session)
                 session = getenv("SANDBOXD_SESSION");
+        if (!url && getenv("SANDBOXD_URL") && *getenv("SANDBOXD_URL"))
+                url = getenv("SANDBOXD_URL");
+        if ((cacert || cert || key) && !url) {
+                log_error("sandboxd-mcp: --cacert, --cert and --key go with --url");
+                free(token);
+                return 2;
+        }
+        if (url) {
+                const char *files[] = {cacert, cert, key};
+                for (size_t i = 0; i < ELEMENTSOF(files); i++)
+                        if (files[i] && access(files[i], R_OK) < 0) {
+                                log_error("sandboxd-mcp: cannot read %s: %s", files[i], strerror(errno));
+                                free(token);
+                                return 1;
+                        }
+                if (mcp_https_check_url(url, &err) < 0 || mcp_https_configure(cacert, cert, key) < 0) {
+                        log_error("sandboxd-mcp: --url %s: %s", url,
+                                  err.msg[0] ? err.msg : "--cert and --key go together");
+                        free(token);
+                        return 2;
+                }
+                if (curl_global_init(CURL_GLOBAL_ALL) != 0) {
+                        log_error("sandboxd-mcp: cannot initialize libcurl");
+                        free(token);
+                        return 1;
+                }
+        }
 
         /* A client that goes away must not kill us mid-write: write() reports it. */
         signal(SIGPIPE, SIG_IGN);
 
         struct mcp_options o = {
-                .api_socket = cfg.api_socket,
+                .api_socket = url ? url : cfg.api_socket,
                 .token = token,
                 .session = session,
                 .write = write_stdout,
@@ -170,8 +220,8 @@ int main(int argc, char **argv)
                 free(token);
                 return 1;
         }
-        log_info("sandboxd-mcp %s: api socket %s, default session %s", SBX_VERSION, cfg.api_socket,
-                 mcp_default_session(m));
+        log_info("sandboxd-mcp %s: %s %s, default session %s", SBX_VERSION, url ? "remote" : "api socket",
+                 url ? url : cfg.api_socket, mcp_default_session(m));
 
         for (;;) {
                 ssize_t k = read(STDIN_FILENO, buf, sizeof(buf));

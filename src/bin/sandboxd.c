@@ -13,6 +13,7 @@
 #include "sandboxd/gc.h"
 #include "sandboxd/log.h"
 #include "sandboxd/sdnotify.h"
+#include "sandboxd/sessuid.h"
 #include "sandboxd/wsquota.h"
 
 static void usage(FILE *f)
@@ -111,6 +112,8 @@ int main(int argc, char **argv)
         if (check) {
                 /* what the host must offer for the settings (workspace_quota_mode) */
                 r = wsquota_check_config(&cfg, &err);
+                if (r == 0)
+                        r = sessuid_check_host(&cfg, &err); /* sandbox_uid_range against host accounts */
                 if (r < 0) {
                         fprintf(stderr, "sandboxd: invalid configuration: %s\n", err.msg);
                         return 1;

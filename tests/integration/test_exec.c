@@ -10,6 +10,7 @@
 #include <unistd.h>
 
 #include "fixture.h"
+#include "sandboxd/container.h"
 #include "sandboxd/exec.h"
 #include "sandboxd/session.h"
 #include "sandboxd/store.h"
@@ -456,9 +457,17 @@ Test(exec, running_execution_survives_as_daemon_restarted)
         cr_assert_eq(read(pipefd[0], id, 37), 37);
         kill(pid, SIGKILL);
         waitpid(pid, NULL, 0);
+        /* the runner would keep it running for the next daemon: only a container
+         * that died meanwhile leaves it daemon_restarted */
+        {
+                char cmd[512];
+                snprintf(cmd, sizeof(cmd), "kill $(docker ps -q --filter label=" CONTAINER_LABEL_INSTANCE "=%s "
+                         "--filter label=" CONTAINER_LABEL_SESSION "=rs)", cfg.instance);
+                cr_assert_eq(fixture_docker_cli(cmd), 0);
+        }
 
         d = fixture_open(&cfg, false);
-        cr_assert_eq(exec_status(d->exec, "u1", id, -1, -1, 0, 0, &res, NULL), 0);
+        cr_assert_eq(exec_status(d->exec, "u1", id, -1, -1, 0, 30000, &res, NULL), 0);
         cr_assert_eq(res.state, EXEC_FAILED);
         cr_assert_eq(res.cause, EXEC_CAUSE_DAEMON_RESTARTED);
         cr_assert_eq(memcmp(res.stdout_head, "partial\n", 8), 0);

@@ -9,6 +9,9 @@
 
 #include "fixture.h"
 #include "sandboxd/files.h"
+#include "sandboxd/sessuid.h"
+#include "sandboxd/runner.h"
+#include "sandboxd/runner_ops.h"
 #include "sandboxd/session.h"
 #include "testenv.h"
 
@@ -58,6 +61,13 @@ static void container_of(const char *session, char id[65])
         cr_assert_eq(session_get_info(d->sessions, "u1", session, &info), 0);
         memcpy(id, info.container_id, 65);
         session_info_done(&info);
+}
+
+static uint64_t runner_file_ops(void)
+{
+        uint64_t files, services;
+        runner_ops_counts(d->runner, &files, &services);
+        return files;
 }
 
 Test(files, normalize_paths)
@@ -151,7 +161,10 @@ Test(files, text_binary_and_offsets)
                 struct stat st;
                 snprintf(host, sizeof(host), "%s/workspaces/u1/s1/deep/er/bin.dat", cfg.data_dir);
                 cr_assert_eq(stat(host, &st), 0, "%s missing on the host", host);
-                cr_assert_eq(st.st_uid, (uid_t)cfg.sandbox_uid);
+                uid_t uid = 0;
+                cr_assert_eq(sessuid_lookup(d->store, "u1", "s1", &uid), 0);
+                cr_assert_eq(st.st_uid, uid, "owned by %u, not the session's uid %u", (unsigned)st.st_uid,
+                             (unsigned)uid);
                 cr_assert_eq(st.st_size, (off_t)sizeof(bin));
         }
         (void)norm;
@@ -180,6 +193,7 @@ Test(files, large_file_is_read_in_chunks)
         cr_assert_eq(r.len, 100000);
         cr_assert_eq(memcmp(r.data, buf + 1048000, 100000), 0);
         files_read_result_done(&r);
+        cr_assert_eq(runner_file_ops(), 3, "not through the runner"); /* 2.5 MB: several frames each way */
         free(buf);
         close_daemon();
 }
@@ -398,5 +412,96 @@ Test(files, symlink_escapes)
                 if (strcmp(list[i].name, "evil") == 0 || strcmp(list[i].name, "hostlink") == 0)
                         cr_assert_eq(list[i].type, FILES_SYMLINK, "%s", list[i].name);
         free(list);
+        cr_assert_geq(runner_file_ops(), 25, "these calls did not go through the runner");
+        close_daemon();
+}
+
+/* Through the runner: symlinks to / and to /proc/self/root, `..` escapes
+ * through links, and a path through a symlinked directory that stays inside. */
+Test(files, runner_confines_to_the_workspace)
+{
+        struct sbx_error err = {0};
+        struct files_read_result r;
+        struct files_entry *list = NULL;
+        size_t n = 0;
+        bool trunc;
+        char cid[65];
+        uint64_t before;
+
+        open_daemon();
+        write_ok("s1", "real/data.txt", "inside", 6);
+        container_of("s1", cid);
+        cr_assert(runner_hub_wait(d->runner, "u1", "s1", 20000), "the runner did not connect");
+        cr_assert_eq(fixture_sh(cid, "cd /workspace && ln -s / slash && ln -s /proc/self/root procroot && "
+                                     "ln -s /proc/self/cwd proccwd && ln -s .. up && mkdir -p a/b && "
+                                     "ln -s ../../.. a/b/top && ln -s real linkdir && ln -s /workspace/real abslink",
+                                NULL),
+                     0);
+        before = runner_file_ops();
+
+        const char *escapes[] = {"slash/etc/passwd", "procroot/etc/passwd", "proccwd/etc/passwd", "up/etc/passwd",
+                                 "a/b/top/etc/passwd", "slash", "procroot"};
+        for (size_t i = 0; i < ELEMENTSOF(escapes); i++) {
+                int rc = files_read(d, "u1", "s1", escapes[i], 0, -1, &r, &err);
+                cr_assert_eq(rc, -EPERM, "read %s gave %d (%s)", escapes[i], rc, err.msg);
+                rc = files_write(d, "u1", "s1", escapes[i], "x", 1, NULL, &err);
+                cr_assert(rc == -EPERM, "write %s gave %d (%s)", escapes[i], rc, err.msg);
+                rc = files_list(d, "u1", "s1", escapes[i], NULL, &list, &n, &trunc, &err);
+                cr_assert_eq(rc, -EPERM, "list %s gave %d (%s)", escapes[i], rc, err.msg);
+        }
+        /* writes that would make directories through those links make nothing */
+        cr_assert_eq(files_write(d, "u1", "s1", "slash/tmp/sbx-new/x", "x", 1, NULL, &err), -EPERM);
+        cr_assert_eq(files_write(d, "u1", "s1", "a/b/top/tmp/x", "x", 1, NULL, &err), -EPERM);
+        cr_assert_neq(fixture_sh(cid, "test -e /tmp/sbx-new || test -e /tmp/x", NULL), 0);
+
+        /* through a symlinked directory that stays inside: read, write, list */
+        r = read_ok("s1", "linkdir/data.txt", 0, -1);
+        cr_assert_eq(r.len, 6);
+        cr_assert_eq(memcmp(r.data, "inside", 6), 0);
+        files_read_result_done(&r);
+        write_ok("s1", "linkdir/new.txt", "via link", 8);
+        r = read_ok("s1", "real/new.txt", 0, -1);
+        cr_assert_eq(r.len, 8, "the write through the link landed elsewhere");
+        files_read_result_done(&r);
+        r = read_ok("s1", "abslink/new.txt", 0, -1); /* an absolute link into /workspace */
+        cr_assert_eq(r.len, 8);
+        files_read_result_done(&r);
+        cr_assert_eq(files_list(d, "u1", "s1", "linkdir", NULL, &list, &n, &trunc, &err), 0, "%s", err.msg);
+        cr_assert_eq(n, 2);
+        cr_assert_str_eq(list[0].name, "data.txt");
+        cr_assert_str_eq(list[1].name, "new.txt");
+        free(list);
+        /* and a link that climbs out and back stays refused, not re-rooted */
+        cr_assert_eq(files_read(d, "u1", "s1", "up/workspace/real/data.txt", 0, -1, &r, &err), -EPERM);
+
+        cr_assert_gt(runner_file_ops(), before, "the runner did not serve these calls");
+        close_daemon();
+}
+
+/* Without a runner the same calls go through docker exec, with the same answers. */
+Test(files, docker_exec_fallback)
+{
+        struct sbx_error err = {0};
+        struct files_read_result r;
+        struct files_entry *list = NULL;
+        size_t n = 0;
+        bool trunc;
+        char cid[65];
+
+        config();
+        snprintf(cfg.runner_binary, sizeof(cfg.runner_binary), "/nonexistent/sandboxd-runner");
+        d = fixture_open(&cfg, false);
+        write_ok("s1", "dir/a.txt", "fallback", 8);
+        r = read_ok("s1", "dir/a.txt", 2, -1);
+        cr_assert_eq(r.len, 6);
+        cr_assert_eq(memcmp(r.data, "llback", 6), 0);
+        files_read_result_done(&r);
+        cr_assert_eq(files_list(d, "u1", "s1", "dir", NULL, &list, &n, &trunc, &err), 0, "%s", err.msg);
+        cr_assert_eq(n, 1);
+        free(list);
+        container_of("s1", cid);
+        cr_assert_eq(fixture_sh(cid, "ln -s / /workspace/slash", NULL), 0);
+        cr_assert_eq(files_read(d, "u1", "s1", "slash/etc/passwd", 0, -1, &r, &err), -EPERM);
+        cr_assert_eq(runner_file_ops(), 0, "a runner served calls although none was mounted");
         close_daemon();
 }

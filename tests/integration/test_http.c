@@ -627,3 +627,145 @@ Test(http, mcp_sessions_tools_and_isolation, .init = setup_tls, .fini = teardown
         /* no token, no MCP */
         cr_assert_eq(curl(NULL, "--data-binary '{}' https://127.0.0.1:%d/mcp", port), 401);
 }
+
+/* The tasks behind the MCP tasks extension, through the JSON API: per user,
+ * capped, gone after their ttl. */
+Test(http, tasks_are_per_user_capped_and_expire, .init = setup_tls, .fini = teardown)
+{
+        cJSON *r = NULL;
+        char p[256], exec_id[64], task_id[64];
+        struct store_task old = {0};
+        size_t n = 0;
+        int code;
+
+        cr_assert_eq(post(tok_a, "exec", "{\"session\": \"t1\", \"command\": \"sleep 30\", \"background\": true}", &r),
+                     200);
+        snprintf(exec_id, sizeof(exec_id), "%s", apic_str(r, "execution_id"));
+        cJSON_Delete(r);
+        snprintf(p, sizeof(p), "{\"session\": \"t1\", \"execution_id\": \"%s\", \"tool\": \"exec\"}", exec_id);
+        cr_assert_eq(post(tok_a, "create_task", p, &r), 200);
+        snprintf(task_id, sizeof(task_id), "%s", apic_str(r, "task_id"));
+        cr_assert_str_eq(apic_str(r, "status"), "working");
+        cr_assert_eq(apic_num(r, "ttl_ms"), 3600000);
+        cJSON_Delete(r);
+
+        /* bob: not his execution, not his task (404 as for an unknown one) */
+        cr_assert_eq(post(tok_b, "create_task", p, &r), 404);
+        cJSON_Delete(r);
+        snprintf(p, sizeof(p), "{\"task_id\": \"%s\"}", task_id);
+        cr_assert_eq(post(tok_b, "get_task", p, &r), 404);
+        cJSON_Delete(r);
+        cr_assert_eq(post(tok_b, "cancel_task", p, &r), 404);
+        cJSON_Delete(r);
+        cr_assert_eq(post(tok_a, "get_task", "{\"task_id\": \"../../etc\"}", &r), 404);
+        cJSON_Delete(r);
+
+        /* the cap: 64 live tasks per user, then busy (429) */
+        snprintf(p, sizeof(p), "{\"session\": \"t1\", \"execution_id\": \"%s\", \"tool\": \"exec\"}", exec_id);
+        for (int i = 1; i < 64; i++) {
+                cr_assert_eq(post(tok_a, "create_task", p, NULL), 200, "task %d", i);
+        }
+        code = post(tok_a, "create_task", p, &r);
+        cr_assert_eq(code, 429, "the 65th live task");
+        cr_assert_str_eq(err_code(r), "busy");
+        cJSON_Delete(r);
+
+        /* cancel: the execution is cancelled, the task says so */
+        snprintf(p, sizeof(p), "{\"task_id\": \"%s\"}", task_id);
+        cr_assert_eq(post(tok_a, "cancel_task", p, &r), 200);
+        cJSON_Delete(r);
+        for (int i = 0; i < 100; i++) {
+                cr_assert_eq(post(tok_a, "get_task", p, &r), 200);
+                if (strcmp(apic_str(r, "status"), "working") != 0)
+                        break;
+                cJSON_Delete(r);
+                r = NULL;
+                sbx_sleep_ms(200);
+        }
+        cr_assert_str_eq(apic_str(r, "status"), "cancelled");
+        cJSON_Delete(r);
+
+        /* expiry: a task past its ttl is not found, and purged */
+        snprintf(old.task_id, sizeof(old.task_id), "%032d", 7);
+        snprintf(old.user_id, sizeof(old.user_id), "alice");
+        snprintf(old.session_id, sizeof(old.session_id), "t1");
+        snprintf(old.execution_id, sizeof(old.execution_id), "%s", exec_id);
+        snprintf(old.tool, sizeof(old.tool), "exec");
+        old.ttl_ms = 1000;
+        old.poll_interval_ms = 1000;
+        old.created_at = sbx_now_ms() - 5000;
+        cr_assert_eq(store_task_add(d->store, &old, old.created_at, 1000, 1000), 0);
+        snprintf(p, sizeof(p), "{\"task_id\": \"%s\"}", old.task_id);
+        cr_assert_eq(post(tok_a, "get_task", p, &r), 404);
+        cJSON_Delete(r);
+        cr_assert_eq(store_task_purge(d->store, sbx_now_ms()), 1);
+        cr_assert_eq(store_task_count(d->store, "alice", sbx_now_ms(), &n), 0);
+        cr_assert_eq(n, 64);
+
+        /* and an unknown Mcp-Session-Id is 404 for DELETE and GET too */
+        cr_assert_eq(curl(NULL, "-X DELETE -H 'Authorization: Bearer %s' -H 'Mcp-Session-Id: %032d' "
+                                "https://127.0.0.1:%d/mcp",
+                          tok_a, 1, port),
+                     404);
+        cr_assert_eq(curl(NULL, "-H 'Authorization: Bearer %s' -H 'Mcp-Session-Id: zz' https://127.0.0.1:%d/mcp", tok_a,
+                          port),
+                     404);
+}
+
+/* sandboxd-mcp --url against an mTLS daemon: served with the client
+ * certificate, refused without it. */
+Test(http, mcp_adapter_over_https_with_mtls)
+{
+        char out[SBX_PATH_MAX + 16], cmd_in[SBX_PATH_MAX + 16];
+        char *body = NULL;
+
+        (void)testenv_docker();
+        make_pki();
+        open_daemon(true, true);
+        put_file("in.jsonl",
+                 "{\"jsonrpc\":\"2.0\",\"id\":1,\"method\":\"initialize\",\"params\":{\"protocolVersion\":"
+                 "\"2025-06-18\",\"capabilities\":{},\"clientInfo\":{\"name\":\"t\",\"version\":\"1\"}}}\n"
+                 "{\"jsonrpc\":\"2.0\",\"id\":2,\"method\":\"tools/list\"}\n"
+                 "{\"jsonrpc\":\"2.0\",\"id\":3,\"method\":\"tools/call\",\"params\":{\"name\":\"exec\","
+                 "\"arguments\":{\"command\":\"echo via-url\"}}}\n",
+                 cmd_in);
+        snprintf(out, sizeof(out), "%s/out.jsonl", pki);
+        cr_assert_eq(sh("SANDBOXD_TOKEN=%s SANDBOXD_API_SOCKET=/nonexistent timeout 120 %s/sandboxd-mcp "
+                        "--url https://127.0.0.1:%d --cacert %s/ca.pem --cert %s/client.pem --key %s/client.key "
+                        "--session u1 --drain-ms 60000 <%s >%s 2>%s/mcp.log",
+                        tok_a, SANDBOXD_BINARY_DIR, port, pki, pki, pki, cmd_in, out, pki),
+                     0);
+        {
+                FILE *f = fopen(out, "re");
+                body = calloc(1, 1 << 20);
+                size_t n = f ? fread(body, 1, (1 << 20) - 1, f) : 0;
+                body[n] = '\0';
+                if (f)
+                        fclose(f);
+        }
+        cr_assert(strstr(body, "\"name\":\"exec\"") != NULL, "tools/list: %s", body);
+        cr_assert(strstr(body, "\"stdout\":\"via-url\\n\"") != NULL, "exec: %s", body);
+        free(body);
+
+        /* without the client certificate the daemon refuses: the call is a tool error */
+        cr_assert_eq(sh("SANDBOXD_TOKEN=%s timeout 120 %s/sandboxd-mcp --url https://127.0.0.1:%d --cacert %s/ca.pem "
+                        "--session u1 --drain-ms 60000 <%s >%s 2>%s/mcp.log",
+                        tok_a, SANDBOXD_BINARY_DIR, port, pki, cmd_in, out, pki),
+                     0);
+        {
+                FILE *f = fopen(out, "re");
+                body = calloc(1, 1 << 20);
+                size_t n = f ? fread(body, 1, (1 << 20) - 1, f) : 0;
+                body[n] = '\0';
+                if (f)
+                        fclose(f);
+        }
+        cr_assert(strstr(body, "via-url") == NULL, "%s", body);
+        cr_assert(strstr(body, "\"isError\":true") != NULL, "%s", body);
+        cr_assert(strstr(body, "forbidden") != NULL, "%s", body);
+        free(body);
+        /* a plain http:// URL to a remote host is refused before any request */
+        cr_assert_eq(sh("%s/sandboxd-mcp --url http://192.0.2.1:80 </dev/null >/dev/null 2>&1", SANDBOXD_BINARY_DIR) >> 8,
+                     2);
+        teardown();
+}

@@ -99,7 +99,7 @@ static void expect_network(const char *session, const char *mode)
 static void workspace_of(const char *session, char ret[SBX_PATH_MAX])
 {
         struct sbx_error err = {0};
-        cr_assert_eq(container_workspace_ensure(&cfg, "alice", session, ret, &err), 0, "%s", err.msg);
+        cr_assert_eq(container_workspace_ensure(&cfg, "alice", session, (uid_t)cfg.sandbox_uid_lo, ret, &err), 0, "%s", err.msg);
 }
 
 static bool exists(const char *path)

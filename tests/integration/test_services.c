@@ -10,6 +10,8 @@
 
 #include "fixture.h"
 #include "sandboxd/exec.h"
+#include "sandboxd/runner.h"
+#include "sandboxd/runner_ops.h"
 #include "sandboxd/service.h"
 #include "sandboxd/session.h"
 #include "testenv.h"
@@ -149,11 +151,13 @@ Test(services, stop_leaves_no_process_behind)
 
         open_daemon(NULL);
         cr_assert_eq(service_start(d->services, "u1", "tree", "t",
-                                   "trap '' TERM; sleep 2001 & setsid sleep 2002 & (sh -c 'trap \"\" TERM; sleep 2003') & sleep 2004",
+                                   "trap '' TERM; sleep 2001 & setsid sleep 2002 & "
+                                   "(sh -c 'trap \"\" TERM; sleep 2003') & "
+                                   "env -i sh -c 'sleep 2005 &'; (setsid sleep 2006 &); sleep 2004",
                                    NULL, NULL, &err),
                      0, "%s", err.msg);
         sbx_sleep_ms(500);
-        cr_assert_geq(count_procs("tree", "[s]leep 200"), 4);
+        cr_assert_geq(count_procs("tree", "[s]leep 200"), 6);
         cr_assert_eq(service_stop(d->services, "u1", "tree", "t", &info, &err), 0, "%s", err.msg);
         cr_assert_eq(info.state, SERVICE_STOPPED);
         cr_assert_eq(count_procs("tree", "[s]leep 200"), 0, "a process of the service survived");
@@ -231,5 +235,115 @@ Test(services, bad_input_leaves_nothing_half_started)
         cr_assert_eq(service_start(d->services, "u1", "cap", "b", "sleep 100", NULL, NULL, &err), 0, "%s", err.msg);
         cr_assert_eq(service_start(d->services, "u1", "cap", "c", "sleep 100", NULL, NULL, &err), -EUSERS);
         cr_assert_not_null(strstr(err.msg, "max_services_per_session"), "%s", err.msg);
+        daemon_close(d);
+}
+
+/* The runner supervises it: its exact PID, and a port pushed as soon as it
+ * listens. The monitor's docker exec probe runs once at start-up and then
+ * not for an hour, so only the runner's report can show the port. */
+Test(services, runner_reports_the_port_and_the_exact_pid)
+{
+        struct service_info info;
+        struct sbx_error err = {0};
+        struct session_info si;
+        uint64_t files, services;
+        char script[128], *out = NULL;
+
+        fixture_config(&cfg);
+        snprintf(cfg.image, sizeof(cfg.image), "%s", TESTENV_PYTHON_IMAGE);
+        cfg.service_stop_grace_ms = 1000;
+        cfg.monitor_interval_ms = 3600000;
+        d = fixture_open(&cfg, true);
+        cr_assert_eq(service_start(d->services, "u1", "push", "web", "exec python3 -m http.server 8001", NULL, &info,
+                                   &err),
+                     0, "%s", err.msg);
+        runner_ops_counts(d->runner, &files, &services);
+        cr_assert_eq(services, 1, "the service did not start on the runner");
+        struct want w = {"push", "web", SERVICE_RUNNING, true};
+        cr_assert_geq(fixture_wait(reached, &w, 20000), 0, "the runner never reported the port");
+        info = find("push", "web");
+        cr_assert_eq(info.n_ports, 1);
+        cr_assert_eq(info.ports[0].container_port, 8001);
+        cr_assert_eq(session_get_info(d->sessions, "u1", "push", &si), 0);
+        cr_assert_eq(info.ports[0].host_port, si.ports[1], "the mapping to the host block changed");
+        /* the PID is the service's own process (exec replaced the sh of run.sh) */
+        snprintf(script, sizeof(script), "tr '\\0' ' ' < /proc/%d/cmdline", info.pid);
+        cr_assert_eq(fixture_sh(si.container_id, script, &out), 0);
+        cr_assert(strstr(out, "http.server 8001") != NULL, "pid %d is %s", info.pid, out);
+        free(out);
+        session_info_done(&si);
+
+        /* a port opened by a setsid grandchild is still the service's */
+        cr_assert_eq(service_start(d->services, "u1", "push", "deep",
+                                   "sh -c 'setsid python3 -m http.server 8002 & wait'; sleep 1000", NULL, &info, &err),
+                     0, "%s", err.msg);
+        struct want w2 = {"push", "deep", SERVICE_RUNNING, true};
+        cr_assert_geq(fixture_wait(reached, &w2, 20000), 0, "the grandchild's port was never reported");
+        info = find("push", "deep");
+        cr_assert_eq(info.n_ports, 1);
+        cr_assert_eq(info.ports[0].container_port, 8002);
+        cr_assert_eq(find("push", "web").ports[0].container_port, 8001, "ports were mixed up between services");
+
+        cr_assert_eq(service_stop(d->services, "u1", "push", "web", &info, &err), 0, "%s", err.msg);
+        cr_assert_eq(info.state, SERVICE_STOPPED);
+        cr_assert_eq(service_stop(d->services, "u1", "push", "deep", &info, &err), 0, "%s", err.msg);
+        cr_assert_eq(count_procs("push", "[h]ttp.server"), 0);
+        daemon_close(d);
+}
+
+/* Without a runner, services still start, log and stop through docker exec. */
+Test(services, docker_exec_fallback)
+{
+        struct sbx_error err = {0};
+        struct service_info info;
+        uint64_t files, services;
+        char *o = NULL, *e = NULL;
+
+        fixture_config(&cfg);
+        cfg.service_stop_grace_ms = 1000;
+        cfg.monitor_interval_ms = 200;
+        snprintf(cfg.runner_binary, sizeof(cfg.runner_binary), "/nonexistent/sandboxd-runner");
+        d = fixture_open(&cfg, true);
+        cr_assert_eq(service_start(d->services, "u1", "fb", "s", "echo hello; sleep 1000", NULL, &info, &err), 0,
+                     "%s", err.msg);
+        cr_assert_eq(info.state, SERVICE_RUNNING);
+        cr_assert_gt(info.pid, 0);
+        for (int i = 0; i < 100; i++) { /* until the shell got to its echo */
+                free(o);
+                free(e);
+                cr_assert_eq(service_logs(d->services, "u1", "fb", "s", 10, &o, &e, &err), 0, "%s", err.msg);
+                if (*o)
+                        break;
+                sbx_sleep_ms(100);
+        }
+        cr_assert_str_eq(o, "hello\n");
+        free(o);
+        free(e);
+        cr_assert_eq(service_stop(d->services, "u1", "fb", "s", &info, &err), 0, "%s", err.msg);
+        cr_assert_eq(info.state, SERVICE_STOPPED);
+        cr_assert_eq(count_procs("fb", "[s]leep 1000"), 0);
+        runner_ops_counts(d->runner, &files, &services);
+        cr_assert_eq(services, 0);
+        daemon_close(d);
+}
+
+/* A service that ends while the daemon is away is recorded with its exit
+ * code once the daemon is back (the runner kept it and reports it again). */
+Test(services, exit_while_the_daemon_is_away)
+{
+        struct sbx_error err = {0};
+        uint64_t files, services;
+
+        open_daemon(NULL);
+        cr_assert_eq(service_start(d->services, "u1", "away", "s", "sleep 2; exit 7", NULL, NULL, &err), 0, "%s",
+                     err.msg);
+        runner_ops_counts(d->runner, &files, &services);
+        cr_assert_eq(services, 1, "not on the runner");
+        daemon_close(d); /* the container and the runner keep running */
+        sbx_sleep_ms(3000);
+        d = fixture_open(&cfg, true);
+        struct want w = {"away", "s", SERVICE_FAILED, false};
+        cr_assert_geq(fixture_wait(reached, &w, 20000), 0, "the end was never recorded");
+        cr_assert_eq(find("away", "s").exit_code, 7);
         daemon_close(d);
 }

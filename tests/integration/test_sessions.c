@@ -119,14 +119,18 @@ Test(sessions, lazy_creation_and_hardening_flags)
         cr_assert_eq(session_get_info(d->sessions, "alice", "lazy", &info), 0);
         cr_assert_eq(info.state, SESSION_RUNNING);
         cr_assert_eq(info.n_ports, 3);
+        /* the session's own host uid, from the range */
+        cr_assert_geq(info.uid, (uid_t)cfg.sandbox_uid_lo);
+        cr_assert_leq(info.uid, (uid_t)cfg.sandbox_uid_hi);
+        uid_t uid = info.uid;
         memcpy(id, info.container_id, 65);
         session_info_done(&info);
         cr_assert_eq(fixture_count_containers("alice", "lazy"), 1);
 
-        /* the workspace: owned by the sandbox uid, closed to other host users */
+        /* the workspace: owned by the session's uid, closed to other host users */
         snprintf(ws, sizeof(ws), "%s/workspaces/alice/lazy", cfg.data_dir);
         cr_assert_eq(stat(ws, &st), 0);
-        cr_assert_eq(st.st_uid, (uid_t)cfg.sandbox_uid);
+        cr_assert_eq(st.st_uid, uid);
         cr_assert_eq(st.st_mode & 07777, 0700);
 
         cJSON *j = docker_inspect_json(id);
@@ -150,7 +154,9 @@ Test(sessions, lazy_creation_and_hardening_flags)
         char bind[700];
         snprintf(bind, sizeof(bind), "%s:/workspace:rw", ws);
         cr_assert(json_array_has(cJSON_GetObjectItem(hc, "Binds"), bind));
-        cr_assert_str_eq(cJSON_GetObjectItem(conf, "User")->valuestring, "1000:1000");
+        char user[32];
+        snprintf(user, sizeof(user), "%u:%u", (unsigned)uid, (unsigned)uid);
+        cr_assert_str_eq(cJSON_GetObjectItem(conf, "User")->valuestring, user);
         cJSON *labels = cJSON_GetObjectItem(conf, "Labels");
         cr_assert_str_eq(cJSON_GetObjectItem(labels, "sandboxd.managed")->valuestring, "1");
         cr_assert_str_eq(cJSON_GetObjectItem(labels, "sandboxd.user")->valuestring, "alice");
@@ -164,7 +170,7 @@ Test(sessions, lazy_creation_and_hardening_flags)
         /* inside: non-root, read-only rootfs, noexec /tmp, writable workspace */
         char *out = NULL;
         cr_assert_eq(fixture_sh(id, "id -u", &out), 0);
-        cr_assert_eq(atoi(out), 1000);
+        cr_assert_eq((uid_t)atoi(out), uid, "id -u says %s, the session's uid is %u", out, (unsigned)uid);
         free(out);
         cr_assert_neq(fixture_sh(id, "touch /etc/x 2>/dev/null", NULL), 0, "rootfs is writable");
         cr_assert_eq(fixture_sh(id, "echo hi > /workspace/f && cat /workspace/f", NULL), 0);

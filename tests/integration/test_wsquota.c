@@ -270,7 +270,7 @@ Test(wsquota, restart_and_gc_unmount_what_a_dead_daemon_left)
 
         setup("loop", 16 << 20, 1024);
         /* a daemon that died between removing a container and unmounting */
-        cr_assert_eq(container_workspace_ensure(&cfg, "u1", "ghost", path, &err), 0, "%s", err.msg);
+        cr_assert_eq(container_workspace_ensure(&cfg, "u1", "ghost", (uid_t)cfg.sandbox_uid_lo, path, &err), 0, "%s", err.msg);
         cr_assert_eq(wsquota_attach(&cfg, "u1", "ghost", &err), 0, "%s", err.msg);
         ws_path("ghost", ws, sizeof(ws));
         cr_assert(mounted(ws));

@@ -22,6 +22,7 @@ const TOOLS = [
         'run_code',
         'get_execution',
         'send_stdin',
+        'resize_terminal',
         'cancel_execution',
         'list_executions',
         'write_file',
@@ -379,6 +380,47 @@ describe('legacy era: @modelcontextprotocol/sdk', () => {
 
         commonScenarios(() => client, session);
 
+        check('2025-11-25 tasks (client.experimental.tasks): followed to the end, and cancelled', async () => {
+                assert.ok(client.getServerCapabilities().tasks?.requests?.tools?.call);
+                const tools = await client.listTools();
+                assert.equal(tools.tools.find((t) => t.name === 'exec').execution?.taskSupport, 'optional');
+                assert.equal(tools.tools.find((t) => t.name === 'read_file').execution, undefined);
+                const seen = [];
+                let result;
+                for await (const msg of client.experimental.tasks.callToolStream({
+                        name: 'exec',
+                        arguments: { command: 'sleep 1; echo tasked' },
+                })) {
+                        seen.push(msg.type);
+                        if (msg.type === 'error') throw msg.error;
+                        if (msg.type === 'taskCreated') assert.equal(msg.task.ttl, 3600000);
+                        if (msg.type === 'result') result = msg.result;
+                }
+                assert.equal(seen[0], 'taskCreated');
+                assert.ok(seen.includes('taskStatus'), seen.join());
+                assert.equal(result.structuredContent.stdout, 'tasked\n');
+                assert.equal(result.isError ?? false, false);
+
+                let taskId;
+                let ended;
+                for await (const msg of client.experimental.tasks.callToolStream({
+                        name: 'run_code',
+                        arguments: { language: 'bash', code: 'sleep 60' },
+                })) {
+                        if (msg.type === 'taskCreated') {
+                                taskId = msg.task.taskId;
+                                const c = await client.experimental.tasks.cancelTask(taskId);
+                                assert.equal(c.status, 'cancelled');
+                        }
+                        assert.notEqual(msg.type, 'result', 'a cancelled task gives no result');
+                        if (msg.type === 'error') ended = String(msg.error.message);
+                }
+                assert.match(ended, /cancelled/);
+                assert.equal((await client.experimental.tasks.getTask(taskId)).status, 'cancelled');
+                await assert.rejects(client.experimental.tasks.cancelTask(taskId), /already ended/);
+                await assert.rejects(client.experimental.tasks.getTask('0'.repeat(32)), /Unknown task/);
+        });
+
         check('the session argument reaches another sandbox', async () => {
                 await client.callTool({ name: 'write_file', arguments: { path: 'mine.txt', content: 'a' } });
                 let r = await client.callTool({ name: 'list_files', arguments: { session: 'js-other' } });
@@ -470,6 +512,80 @@ describe('raw JSON-RPC lines', () => {
                         assert.equal(r.error.code, -32601);
                         r = await a.request(id++, 'tools/call', { name: 'no_such_tool', arguments: {} });
                         assert.equal(r.error.code, -32602);
+                } finally {
+                        a.kill();
+                }
+        });
+
+        check('tasks extension: a long exec becomes a task, followed to the end; another cancelled', async () => {
+                const meta = (tasks) => ({
+                        'io.modelcontextprotocol/protocolVersion': '2026-07-28',
+                        'io.modelcontextprotocol/clientCapabilities': tasks
+                                ? { extensions: { 'io.modelcontextprotocol/tasks': {} } }
+                                : {},
+                });
+                const a = new RawAdapter(['--session', 'js-tasks'], daemon.mcpEnv(token));
+                try {
+                        let r = await a.request(1, 'server/discover', { _meta: meta(true) });
+                        assert.deepEqual(r.result.capabilities.extensions, { 'io.modelcontextprotocol/tasks': {} });
+                        // long (over a second): a task, durable before the answer
+                        r = await a.request(3, 'tools/call', {
+                                name: 'exec',
+                                arguments: { command: 'sleep 2; echo done; exit 3' },
+                                _meta: meta(true),
+                        });
+                        assert.equal(r.result.resultType, 'task', JSON.stringify(r));
+                        const task = r.result;
+                        assert.match(task.taskId, /^[0-9a-f]{32}$/);
+                        assert.equal(task.status, 'working');
+                        assert.equal(task.ttlMs, 3600000);
+                        assert.ok(task.pollIntervalMs > 0);
+                        assert.ok(!Number.isNaN(Date.parse(task.createdAt)));
+                        let id = 10;
+                        for (const deadline = Date.now() + 60000; ; await sleep(task.pollIntervalMs)) {
+                                r = await a.request(id++, 'tasks/get', { taskId: task.taskId, _meta: meta(true) });
+                                assert.equal(r.result.resultType, 'complete');
+                                if (r.result.status !== 'working') break;
+                                assert.ok(Date.now() < deadline, 'the task ends');
+                        }
+                        assert.equal(r.result.status, 'completed');
+                        assert.equal(r.result.result.isError, true); // exit 3: a tool error, still completed
+                        assert.equal(r.result.result.structuredContent.stdout, 'done\n');
+                        assert.equal(r.result.result.structuredContent.exit_code, 3);
+                        // without the extension: no task, and tasks/* is refused
+                        r = await a.request(id++, 'tasks/get', { taskId: task.taskId, _meta: meta(false) });
+                        assert.equal(r.error.code, -32021);
+                        r = await a.request(id++, 'tasks/get', { taskId: 'f'.repeat(32), _meta: meta(true) });
+                        assert.equal(r.error.code, -32602);
+
+                        // cancelled
+                        r = await a.request(id++, 'tools/call', {
+                                name: 'run_code',
+                                arguments: { language: 'bash', code: 'sleep 60' },
+                                _meta: meta(true),
+                        });
+                        assert.equal(r.result.resultType, 'task');
+                        const t2 = r.result.taskId;
+                        r = await a.request(id++, 'tasks/cancel', { taskId: t2, _meta: meta(true) });
+                        assert.equal(r.result.resultType, 'complete');
+                        for (const deadline = Date.now() + 30000; ; await sleep(300)) {
+                                r = await a.request(id++, 'tasks/get', { taskId: t2, _meta: meta(true) });
+                                if (r.result.status !== 'working') break;
+                                assert.ok(Date.now() < deadline, 'the cancel takes effect');
+                        }
+                        assert.equal(r.result.status, 'cancelled');
+
+                        // another user's adapter does not find the task
+                        const other = await daemon.createToken('jsother');
+                        const b = new RawAdapter(['--session', 'js-tasks'], daemon.mcpEnv(other));
+                        try {
+                                r = await b.request(1, 'tasks/get', { taskId: task.taskId, _meta: meta(true) });
+                                assert.equal(r.error.code, -32602);
+                                r = await b.request(2, 'tasks/cancel', { taskId: t2, _meta: meta(true) });
+                                assert.equal(r.error.code, -32602);
+                        } finally {
+                                b.kill();
+                        }
                 } finally {
                         a.kill();
                 }

@@ -152,6 +152,29 @@ describe('portable, honest schemas', () => {
                 assert.doesNotMatch(stderr, /^(Warning|Error): tool/m, stderr);
                 assert.doesNotMatch(stderr, /Schema portability/, stderr);
         });
+
+        check('the MCP Inspector CLI calls run_tests and gets structured results', async () => {
+                const tests = 'def test_ok():\n    assert 2 * 3 == 6\n\ndef test_bad():\n    assert 2 * 3 == 7\n';
+                const { stdout } = await new Promise((resolve, reject) =>
+                        execFile(
+                                INSPECTOR,
+                                // the Inspector hands its server only the variables given with -e
+                                ['--cli', '-e', `SANDBOXD_API_SOCKET=${daemon.apiSocket}`, '-e', `SANDBOXD_TOKEN=${token}`,
+                                        MCP_BIN, '--method', 'tools/call', '--tool-name', 'run_tests',
+                                        '--tool-arg', 'language=python', '--tool-arg', `tests=${tests}`],
+                                { env: daemon.mcpEnv(token), timeout: 180000, maxBuffer: 16 << 20 },
+                                (err, out, errOut) =>
+                                        err ? reject(new Error(`${err.message}\n${errOut}`)) : resolve({ stdout: out, stderr: errOut }),
+                        ),
+                );
+                const text = stdout.trim();
+                const result = JSON.parse(text.slice(text.indexOf('{')));
+                const s = result.structuredContent;
+                assert.ok(s, text);
+                assert.equal(s.success, false);
+                assert.deepEqual(s.summary, { total: 2, passed: 1, failed: 1, skipped: 0 });
+                assert.equal(s.tests.find((t) => t.name === 'test_bad').passed, false);
+        });
 });
 
 describe('large outputs by reference', () => {

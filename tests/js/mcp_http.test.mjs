@@ -1,6 +1,8 @@
 // MCP over Streamable HTTP against a real sandboxd's /mcp, over HTTPS with a
 // CA and server certificate the test makes (openssl), through the official
-// SDK 1.x client transport: list tools, exec with progress, a cancel, DELETE.
+// SDK 1.x client transport: list tools, exec with progress, a cancel, DELETE;
+// the 2.x client (2026-07-28) and the tasks extension (raw JSON-RPC: neither
+// SDK client follows io.modelcontextprotocol/tasks yet).
 import assert from 'node:assert/strict';
 import { execFileSync } from 'node:child_process';
 import fs from 'node:fs';
@@ -10,9 +12,11 @@ import { Readable } from 'node:stream';
 import { after, before, describe, test } from 'node:test';
 
 import { Client } from '@modelcontextprotocol/sdk/client/index.js';
+import { StdioClientTransport } from '@modelcontextprotocol/sdk/client/stdio.js';
 import { StreamableHTTPClientTransport } from '@modelcontextprotocol/sdk/client/streamableHttp.js';
+import { Client as ModernClient, StreamableHTTPClientTransport as ModernHTTP } from '@modelcontextprotocol/client';
 
-import { Daemon } from './harness.mjs';
+import { Daemon, MCP_BIN } from './harness.mjs';
 
 const sleep = (ms) => new Promise((r) => setTimeout(r, ms));
 
@@ -54,7 +58,7 @@ function caFetch(ca) {
                 });
 }
 
-describe('MCP Streamable HTTP over HTTPS (SDK 1.x)', () => {
+describe('MCP Streamable HTTP over HTTPS (SDK 1.x and 2.x)', () => {
         let d, token, url, ca;
 
         before(async () => {
@@ -156,6 +160,184 @@ describe('MCP Streamable HTTP over HTTPS (SDK 1.x)', () => {
                 });
                 assert.equal(res.status, 404);
                 await client.close();
+        });
+
+        /** One stateless (2026-07-28) JSON-RPC request by POST; resolves with the parsed answer. */
+        const rpc = async (tok, id, method, params, tasks = true) => {
+                const res = await caFetch(ca)(url, {
+                        method: 'POST',
+                        headers: {
+                                Authorization: `Bearer ${tok}`,
+                                'Content-Type': 'application/json',
+                                Accept: 'application/json, text/event-stream',
+                        },
+                        body: JSON.stringify({
+                                jsonrpc: '2.0',
+                                id,
+                                method,
+                                params: {
+                                        ...params,
+                                        _meta: {
+                                                'io.modelcontextprotocol/protocolVersion': '2026-07-28',
+                                                'io.modelcontextprotocol/clientCapabilities': tasks
+                                                        ? { extensions: { 'io.modelcontextprotocol/tasks': {} } }
+                                                        : {},
+                                        },
+                                },
+                        }),
+                });
+                assert.equal(res.status, 200);
+                if (!(res.headers.get('content-type') ?? '').includes('text/event-stream')) return res.json();
+                // a streamed answer: the response is the event that carries our id
+                const events = (await res.text()).split('\n').filter((l) => l.startsWith('data: '));
+                return events.map((l) => JSON.parse(l.slice(6))).find((m) => m.id === id);
+        };
+
+        test('2026-07-28 client (progress, a cancel), and tasks followed to the end and cancelled', { timeout: 240000 }, async () => {
+                const client = new ModernClient(
+                        { name: 'sbx-http-test-v2', version: '2.0.0' },
+                        { versionNegotiation: { mode: { pin: '2026-07-28' } } },
+                );
+                await client.connect(
+                        new ModernHTTP(url, {
+                                fetch: caFetch(ca),
+                                requestInit: { headers: { Authorization: `Bearer ${token}` } },
+                        }),
+                );
+                assert.equal(client.getNegotiatedProtocolVersion(), '2026-07-28');
+                assert.ok(client.getDiscoverResult().capabilities.extensions['io.modelcontextprotocol/tasks']);
+                assert.ok((await client.listTools()).tools.some((t) => t.name === 'run_code'));
+                const q = await client.callTool({ name: 'exec', arguments: { command: 'echo v2', session: 'h2' } });
+                assert.equal(q.structuredContent.stdout, 'v2\n');
+                // progress streams (SSE) without an MCP session too
+                const seen = [];
+                const p = await client.callTool(
+                        { name: 'exec', arguments: { command: 'for i in 1 2 3; do echo tick $i; sleep 0.4; done', session: 'h2' } },
+                        { onprogress: (x) => seen.push(x), resetTimeoutOnProgress: true },
+                );
+                assert.equal(p.structuredContent.stdout, 'tick 1\ntick 2\ntick 3\n');
+                assert.ok(seen.length >= 2, `progress: ${JSON.stringify(seen)}`);
+                // an aborted call: the stream closes and the execution is cancelled
+                const ac = new AbortController();
+                let executionId;
+                const call = client.callTool(
+                        { name: 'exec', arguments: { command: 'echo started; sleep 60', session: 'h2' } },
+                        {
+                                signal: ac.signal,
+                                onprogress: (x) => {
+                                        const m = /execution (\S+) started/.exec(x.message ?? '');
+                                        if (m) executionId = m[1];
+                                        if ((x.message ?? '').includes('started\n')) ac.abort('enough');
+                                },
+                        },
+                );
+                await assert.rejects(call);
+                assert.ok(executionId, 'the first progress named the execution');
+                let state;
+                for (const deadline = Date.now() + 30000; Date.now() < deadline; await sleep(300)) {
+                        const s = await client.callTool({
+                                name: 'get_execution',
+                                arguments: { execution_id: executionId, wait: 5, session: 'h2' },
+                        });
+                        state = s.structuredContent?.state;
+                        if (state !== 'running' && state !== 'pending') break;
+                }
+                assert.equal(state, 'cancelled');
+                await client.close();
+
+                let r = await rpc(token, 1, 'tools/call', {
+                        name: 'exec',
+                        arguments: { command: 'sleep 2; echo late', session: 'h2' },
+                });
+                assert.equal(r.result.resultType, 'task', JSON.stringify(r));
+                const t1 = r.result;
+                assert.equal(t1.status, 'working');
+                let id = 2;
+                for (const deadline = Date.now() + 60000; ; await sleep(t1.pollIntervalMs)) {
+                        r = await rpc(token, id++, 'tasks/get', { taskId: t1.taskId });
+                        if (r.result.status !== 'working') break;
+                        assert.ok(Date.now() < deadline, 'the task ends');
+                }
+                assert.equal(r.result.status, 'completed');
+                assert.equal(r.result.result.structuredContent.stdout, 'late\n');
+                assert.equal(r.result.result.isError ?? false, false);
+
+                r = await rpc(token, id++, 'tools/call', { name: 'exec', arguments: { command: 'sleep 60', session: 'h2' } });
+                assert.equal(r.result.resultType, 'task');
+                const t2 = r.result.taskId;
+                const bob = await d.createToken('bob-tasks');
+                r = await rpc(bob, id++, 'tasks/cancel', { taskId: t2 });
+                assert.equal(r.error.code, -32602, "another user's task is unknown");
+                r = await rpc(token, id++, 'tasks/cancel', { taskId: t2 });
+                assert.deepEqual(Object.keys(r.result).sort(), ['_meta', 'resultType']);
+                for (const deadline = Date.now() + 30000; ; await sleep(300)) {
+                        r = await rpc(token, id++, 'tasks/get', { taskId: t2 });
+                        if (r.result.status !== 'working') break;
+                        assert.ok(Date.now() < deadline, 'the cancel takes effect');
+                }
+                assert.equal(r.result.status, 'cancelled');
+                // the task is durable in the daemon: the JSON API sees it too
+                const res = await caFetch(ca)(new URL('/v1/get_task', url), {
+                        method: 'POST',
+                        headers: { Authorization: `Bearer ${token}`, 'Content-Type': 'application/json' },
+                        body: JSON.stringify({ task_id: t2 }),
+                });
+                assert.equal(res.status, 200);
+                const body = await res.json();
+                assert.equal(body.status, 'cancelled');
+                assert.equal(body.cancel_requested, true);
+        });
+
+        test('sandboxd-mcp --url: the stdio adapter through the HTTPS API', { timeout: 120000 }, async () => {
+                const env = { ...process.env, SANDBOXD_TOKEN: token, SANDBOXD_LOG_LEVEL: 'debug' };
+                delete env.SANDBOXD_API_SOCKET; // nothing local to fall back on
+                const transport = new StdioClientTransport({
+                        command: MCP_BIN,
+                        args: ['--url', `https://127.0.0.1:${url.port}`, '--cacert', path.join(d.dir, 'ca.pem'),
+                               '--session', 'remote'],
+                        env,
+                        stderr: 'pipe',
+                });
+                let stderr = '';
+                transport.stderr?.on('data', (b) => (stderr += b));
+                const client = new Client({ name: 'sbx-url-test', version: '1.0.0' });
+                try {
+                        await client.connect(transport);
+                        const tools = await client.listTools();
+                        assert.ok(tools.tools.some((t) => t.name === 'exec'));
+                        const r = await client.callTool({ name: 'exec', arguments: { command: 'echo over https' } });
+                        assert.equal(r.isError ?? false, false, JSON.stringify(r) + stderr);
+                        assert.equal(r.structuredContent.stdout, 'over https\n');
+                        // a cancel wakes the adapter's HTTPS request and cancels the execution
+                        const ac = new AbortController();
+                        let executionId;
+                        const call = client.callTool(
+                                { name: 'exec', arguments: { command: 'echo started; sleep 60' } },
+                                undefined,
+                                {
+                                        signal: ac.signal,
+                                        onprogress: (p) => {
+                                                const m = /execution (\S+) started/.exec(p.message ?? '');
+                                                if (m) executionId = m[1];
+                                                if ((p.message ?? '').includes('started\n')) ac.abort('enough');
+                                        },
+                                },
+                        );
+                        await assert.rejects(call);
+                        let state;
+                        for (const deadline = Date.now() + 30000; Date.now() < deadline; await sleep(300)) {
+                                const s = await client.callTool({
+                                        name: 'get_execution',
+                                        arguments: { execution_id: executionId, wait: 5 },
+                                });
+                                state = s.structuredContent?.state;
+                                if (state !== 'running' && state !== 'pending') break;
+                        }
+                        assert.equal(state, 'cancelled');
+                } finally {
+                        await client.close();
+                }
+                assert.match(stderr, /remote https:\/\/127\.0\.0\.1/);
         });
 
         test('a wrong token gets 401; another user cannot use the session', { timeout: 60000 }, async () => {

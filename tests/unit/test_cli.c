@@ -96,3 +96,14 @@ Test(cli, version_help_and_usage_errors)
         cr_assert_eq(run("--config /nonexistent/x.conf --check-config", out, sizeof(out)), 1);
         cr_assert_not_null(strstr(out, "/nonexistent/x.conf"), "%s", out);
 }
+
+Test(cli, check_config_refuses_a_uid_range_a_host_account_holds)
+{
+        char out[4096], args[128];
+        /* nobody (65534) is in every passwd database */
+        conf("sandbox_uid_range = 60000-70000\n");
+        snprintf(args, sizeof(args), "--config %s --check-config", path);
+        cr_assert_eq(run(args, out, sizeof(out)), 1, "%s", out);
+        cr_assert_not_null(strstr(out, "sandbox_uid_range"), "%s", out);
+        cr_assert_not_null(strstr(out, "65534"), "%s", out);
+}

@@ -269,6 +269,64 @@ Test(mcp, discover)
         cJSON_Delete(r);
 }
 
+#define TASKS_ENVELOPE                                                                                               \
+        "\"_meta\":{\"io.modelcontextprotocol/protocolVersion\":\"2026-07-28\","                                      \
+        "\"io.modelcontextprotocol/clientCapabilities\":{\"extensions\":{\"io.modelcontextprotocol/tasks\":{}}}}"
+
+Test(mcp, tasks_extension_negotiation)
+{
+        cJSON *r = ask("{\"jsonrpc\":\"2.0\",\"id\":1,\"method\":\"server/discover\",\"params\":{" ENVELOPE(
+                "2026-07-28") "}}");
+        const cJSON *ext = cJSON_GetObjectItem(cJSON_GetObjectItem(result_of(r), "capabilities"), "extensions");
+        cr_assert(cJSON_IsObject(cJSON_GetObjectItem(ext, "io.modelcontextprotocol/tasks")));
+        cJSON_Delete(r);
+        /* the legacy handshake advertises no extension: 2025-11-25 its own tasks, older versions none */
+        r = ask("{\"jsonrpc\":\"2.0\",\"id\":2,\"method\":\"initialize\",\"params\":{\"protocolVersion\":"
+                "\"2025-11-25\"}}");
+        const cJSON *caps = cJSON_GetObjectItem(result_of(r), "capabilities");
+        cr_assert_null(cJSON_GetObjectItem(caps, "extensions"));
+        cr_assert(cJSON_IsObject(cJSON_GetObjectItem(
+                cJSON_GetObjectItem(cJSON_GetObjectItem(cJSON_GetObjectItem(caps, "tasks"), "requests"), "tools"),
+                "call")));
+        cJSON_Delete(r);
+        /* 2025-11-25: only exec and run_code run as tasks, and params.task is an object */
+        assert_error("{\"jsonrpc\":\"2.0\",\"id\":20,\"method\":\"tools/call\",\"params\":{\"name\":\"read_file\","
+                     "\"arguments\":{\"path\":\"x\"},\"task\":{}}}",
+                     MCP_METHOD_NOT_FOUND, false);
+        assert_error("{\"jsonrpc\":\"2.0\",\"id\":21,\"method\":\"tools/call\",\"params\":{\"name\":\"exec\","
+                     "\"arguments\":{\"command\":\"true\"},\"task\":5}}",
+                     MCP_INVALID_PARAMS, false);
+        r = ask("{\"jsonrpc\":\"2.0\",\"id\":2,\"method\":\"initialize\",\"params\":{\"protocolVersion\":"
+                "\"2025-06-18\"}}");
+        cr_assert_null(cJSON_GetObjectItem(cJSON_GetObjectItem(result_of(r), "capabilities"), "tasks"));
+        cJSON_Delete(r);
+        /* a tasks/ method without the extension declared: -32021 naming it */
+        r = ask("{\"jsonrpc\":\"2.0\",\"id\":3,\"method\":\"tasks/get\",\"params\":{\"taskId\":\"ab\"," ENVELOPE(
+                "2026-07-28") "}}");
+        cr_assert_eq(error_code(r), MCP_MISSING_CLIENT_CAPABILITY);
+        const cJSON *data = cJSON_GetObjectItem(cJSON_GetObjectItem(r, "error"), "data");
+        cr_assert(cJSON_IsObject(cJSON_GetObjectItem(
+                cJSON_GetObjectItem(cJSON_GetObjectItem(data, "requiredCapabilities"), "extensions"),
+                "io.modelcontextprotocol/tasks")));
+        cJSON_Delete(r);
+        /* no taskId, or not a string: invalid params; the legacy era has no tasks/ methods */
+        assert_error("{\"jsonrpc\":\"2.0\",\"id\":4,\"method\":\"tasks/get\",\"params\":{" TASKS_ENVELOPE "}}",
+                     MCP_INVALID_PARAMS, false);
+        assert_error("{\"jsonrpc\":\"2.0\",\"id\":5,\"method\":\"tasks/cancel\",\"params\":{\"taskId\":7," TASKS_ENVELOPE
+                     "}}",
+                     MCP_INVALID_PARAMS, false);
+        assert_error("{\"jsonrpc\":\"2.0\",\"id\":6,\"method\":\"tasks/get\",\"params\":{\"taskId\":\"ab\"}}",
+                     MCP_METHOD_NOT_FOUND, false);
+        /* a well-formed one with no daemon behind: an internal error, answered from the worker */
+        send_line("{\"jsonrpc\":\"2.0\",\"id\":7,\"method\":\"tasks/get\",\"params\":{\"taskId\":\"ab\"," TASKS_ENVELOPE
+                  "}}");
+        r = next_msg_wait(10000);
+        cr_assert_not_null(r);
+        cr_assert_eq(error_code(r), MCP_INTERNAL_ERROR);
+        cr_assert_eq(cJSON_GetObjectItem(r, "id")->valueint, 7);
+        cJSON_Delete(r);
+}
+
 Test(mcp, unsupported_stateless_version)
 {
         cJSON *r = ask("{\"jsonrpc\":\"2.0\",\"id\":9,\"method\":\"tools/list\",\"params\":{" ENVELOPE(
@@ -332,7 +390,7 @@ Test(mcp, stateless_era_has_no_handshake_methods)
 /* ---- tools/list ---- */
 
 static const char *const expected_tools[] = {
-        "exec",         "run_code",     "get_execution",  "send_stdin",    "cancel_execution",
+        "exec",         "run_code",     "get_execution",  "send_stdin",    "resize_terminal", "cancel_execution",
         "list_executions", "write_file", "read_file",     "list_files",    "start_service",
         "stop_service", "list_services", "service_logs", "session_info",
         /* agent tools (issue 17) */
@@ -390,6 +448,8 @@ Test(mcp, tools_list_has_every_tool_with_schemas)
                 {"get_execution", "execution_id wait stdout_offset stderr_offset"},
                 {"send_stdin", "execution_id data eof"},
                 {"cancel_execution", "execution_id force"},
+                {"resize_terminal", "execution_id rows cols"},
+                {"exec", "tty rows cols"},
                 {"list_executions", "states limit"},
                 {"write_file", "path content encoding"},
                 {"read_file", "path offset length"},

@@ -534,3 +534,88 @@ Test(store, concurrent_threads_own_connections)
         free(list);
         cr_assert_eq(port_count(), THREADS * (ROUNDS / 20));
 }
+
+/* 0009: what a restarted daemon needs to re-adopt an execution from its runner. */
+Test(store, exec_adoptable_rows_keep_the_runner_tag_and_deadline)
+{
+        struct store_execution row = {0}, *rows = NULL;
+        size_t n = 0, failed = 0;
+
+        for (int i = 0; i < 3; i++) {
+                snprintf(row.id, sizeof(row.id), "00000000-0000-0000-0000-00000000000%d", i);
+                snprintf(row.user_id, sizeof(row.user_id), "u1");
+                snprintf(row.session_id, sizeof(row.session_id), "s1");
+                snprintf(row.kind, sizeof(row.kind), "exec");
+                snprintf(row.state, sizeof(row.state), i == 2 ? "PENDING" : "RUNNING");
+                snprintf(row.actor, sizeof(row.actor), "token:t1");
+                row.exit_code = -1;
+                row.created_at = 1000 + i;
+                row.started_at = 2000;
+                row.runner_tag = i == 0 ? 0xfffffff0u : 0; /* only the first ran on the runner */
+                row.deadline_at = 9000;
+                row.spool_budget = 1 << 20;
+                row.interactive = true;
+                row.tty = i == 0;
+                cr_assert_eq(store_exec_put(st, &row), 0);
+        }
+        cr_assert_eq(store_exec_fail_unadoptable(st, "daemon_restarted", "gone", 5000, &failed), 0);
+        cr_assert_eq(failed, 2, "the PENDING row and the one without a tag fail");
+        cr_assert_eq(store_exec_list_adoptable(st, &rows, &n), 0);
+        cr_assert_eq(n, 1);
+        cr_assert_str_eq(rows[0].id, "00000000-0000-0000-0000-000000000000");
+        cr_assert_eq(rows[0].runner_tag, 0xfffffff0u);
+        cr_assert_eq(rows[0].deadline_at, 9000);
+        cr_assert_eq(rows[0].started_at, 2000);
+        cr_assert_eq(rows[0].spool_budget, 1 << 20);
+        cr_assert_str_eq(rows[0].actor, "token:t1");
+        cr_assert(rows[0].interactive && rows[0].tty);
+        free(rows);
+}
+
+/* MCP tasks (migration 0013): per user, capped, gone after their ttl. */
+Test(store, tasks_scoped_capped_and_expiring)
+{
+        struct store_task t = {}, got;
+        int64_t now = 1000000;
+        size_t n = 0;
+
+        snprintf(t.task_id, sizeof(t.task_id), "%032x", 1);
+        snprintf(t.user_id, sizeof(t.user_id), "alice");
+        snprintf(t.session_id, sizeof(t.session_id), "s1");
+        snprintf(t.execution_id, sizeof(t.execution_id), "e1");
+        snprintf(t.tool, sizeof(t.tool), "exec");
+        t.ttl_ms = 1000;
+        t.poll_interval_ms = 500;
+        t.created_at = now;
+        cr_assert_eq(store_task_add(st, &t, now, 2, 10), 0);
+        cr_assert_eq(store_task_add(st, &t, now, 2, 10), -EEXIST);
+        cr_assert_eq(store_task_get(st, "alice", t.task_id, now + 10, &got), 0);
+        cr_assert_str_eq(got.execution_id, "e1");
+        cr_assert_eq(got.expires_at, now + 1000);
+        cr_assert_eq(store_task_get(st, "bob", t.task_id, now + 10, &got), -ENOENT);
+        cr_assert_eq(store_task_mark_cancel(st, "bob", t.task_id, now + 10), -ENOENT);
+        cr_assert_eq(store_task_mark_cancel(st, "alice", t.task_id, now + 20), 0);
+        cr_assert_eq(store_task_get(st, "alice", t.task_id, now + 30, &got), 0);
+        cr_assert(got.cancel_requested);
+        cr_assert_eq(got.updated_at, now + 20);
+
+        snprintf(t.task_id, sizeof(t.task_id), "%032x", 2);
+        cr_assert_eq(store_task_add(st, &t, now, 2, 10), 0);
+        snprintf(t.task_id, sizeof(t.task_id), "%032x", 3);
+        cr_assert_eq(store_task_add(st, &t, now, 2, 10), -EDQUOT, "the per-user cap");
+        snprintf(t.user_id, sizeof(t.user_id), "bob");
+        cr_assert_eq(store_task_add(st, &t, now, 2, 3), 0, "another user has room");
+        snprintf(t.task_id, sizeof(t.task_id), "%032x", 4);
+        cr_assert_eq(store_task_add(st, &t, now, 2, 3), -EDQUOT, "the global cap");
+
+        /* past the ttl: not found, not counted, and purged by the next add */
+        snprintf(t.user_id, sizeof(t.user_id), "alice");
+        cr_assert_eq(store_task_get(st, "alice", "00000000000000000000000000000001", now + 1000, &got), -ENOENT);
+        cr_assert_eq(store_task_count(st, NULL, now + 1000, &n), 0);
+        cr_assert_eq(n, 0);
+        t.created_at = now + 2000;
+        cr_assert_eq(store_task_add(st, &t, now + 2000, 2, 3), 0);
+        cr_assert_eq(store_task_count(st, NULL, now + 2000, &n), 0);
+        cr_assert_eq(n, 1);
+        cr_assert_eq(store_task_purge(st, now + 5000), 1);
+}

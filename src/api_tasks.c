@@ -1,0 +1,229 @@
+/* api_tasks.c — the API methods behind the MCP tasks extension
+ * (io.modelcontextprotocol/tasks): create_task, get_task, cancel_task.
+ *
+ * A task is a durable handle (the mcp_tasks table, migration 0013) on one
+ * execution that an MCP tool call started; its status is derived from that
+ * execution's state each time it is read, so nothing has to keep it up to
+ * date. Tasks belong to the token's user: another user's task id is
+ * not_found, exactly like an unknown or expired one. Each user holds at
+ * most API_TASKS_PER_USER live tasks (API_TASKS_MAX in all); a task lives
+ * API_TASK_TTL_MS from its creation, and expired rows are deleted at the
+ * next creation (and by `sandboxd --gc`).
+ *
+ * These methods are registered through api_tasks_method_find (called by
+ * api_method_find); get_task and cancel_task need no params.session. */
+#include <errno.h>
+#include <stdio.h>
+#include <string.h>
+
+#include "api_internal.h"
+#include "sandboxd/daemon.h"
+#include "sandboxd/exec.h"
+#include "sandboxd/log.h"
+#include "sandboxd/store.h"
+
+static int p_str(struct req *q, const char *name, size_t max, const char **ret, struct api_err *e)
+{
+        const cJSON *v = cJSON_GetObjectItemCaseSensitive(q->params, name);
+
+        if (!cJSON_IsString(v) || !v->valuestring[0])
+                return api_fail(e, "bad_request", "params.%s must be a non-empty string", name);
+        if (strlen(v->valuestring) > max)
+                return api_fail(e, "invalid", "params.%s is too long", name);
+        *ret = v->valuestring;
+        return 0;
+}
+
+static bool task_id_ok(const char *id)
+{
+        size_t n = strlen(id);
+
+        if (n != 32)
+                return false;
+        for (size_t i = 0; i < n; i++)
+                if (!((id[i] >= '0' && id[i] <= '9') || (id[i] >= 'a' && id[i] <= 'f')))
+                        return false;
+        return true;
+}
+
+/* The task with its status, from the execution's current state. */
+static cJSON *task_json(struct req *q, const struct store_task *t)
+{
+        struct exec_result res;
+        struct sbx_error err = {0};
+        const char *status, *msg = NULL;
+        char buf[160];
+        int64_t updated = t->updated_at;
+        cJSON *o = cJSON_CreateObject();
+        int r;
+
+        r = exec_status(q->d->exec, q->tok.user, t->execution_id, API_OFFSET_NONE, API_OFFSET_NONE, 1, 0, &res,
+                        &err);
+        if (r < 0) {
+                status = "failed";
+                msg = "the execution behind this task is gone";
+                cJSON_AddNullToObject(o, "execution_state");
+        } else {
+                if (t->cancel_requested) {
+                        /* accepted while it ran: cancelled for good, however it ended */
+                        status = "cancelled";
+                        snprintf(buf, sizeof(buf), "cancelled at the client's request (execution %s)", res.id);
+                } else if (!exec_state_is_final(res.state)) {
+                        status = "working";
+                        snprintf(buf, sizeof(buf), "execution %s is %s", res.id, exec_state_to_string(res.state));
+                } else if (res.state == EXEC_CANCELLED) {
+                        status = "cancelled";
+                        snprintf(buf, sizeof(buf), "execution %s was cancelled", res.id);
+                } else {
+                        /* ran to an end, even a failing one: the tool result says how */
+                        status = "completed";
+                        snprintf(buf, sizeof(buf), "execution %s ended: %s", res.id, exec_state_to_string(res.state));
+                }
+                msg = buf;
+                if (exec_state_is_final(res.state) && res.created_at + res.duration_ms > updated)
+                        updated = res.created_at + res.duration_ms;
+                cJSON_AddStringToObject(o, "execution_state", exec_state_to_string(res.state));
+                exec_result_done(&res);
+        }
+        cJSON_AddStringToObject(o, "task_id", t->task_id);
+        cJSON_AddStringToObject(o, "session", t->session_id);
+        cJSON_AddStringToObject(o, "execution_id", t->execution_id);
+        cJSON_AddStringToObject(o, "tool", t->tool);
+        cJSON_AddStringToObject(o, "status", status);
+        cJSON_AddStringToObject(o, "status_message", msg);
+        cJSON_AddNumberToObject(o, "ttl_ms", (double)t->ttl_ms);
+        cJSON_AddNumberToObject(o, "poll_interval_ms", (double)t->poll_interval_ms);
+        cJSON_AddNumberToObject(o, "created_at", (double)t->created_at);
+        cJSON_AddNumberToObject(o, "updated_at", (double)updated);
+        cJSON_AddNumberToObject(o, "expires_at", (double)t->expires_at);
+        cJSON_AddBoolToObject(o, "cancel_requested", t->cancel_requested);
+        return o;
+}
+
+static int m_create_task(struct req *q, cJSON **ret, struct api_err *e)
+{
+        const char *exec_id, *tool;
+        struct store_task t = {0};
+        struct exec_result res;
+        struct sbx_error err = {0};
+        int r;
+
+        if (p_str(q, "execution_id", sizeof(t.execution_id) - 1, &exec_id, e) < 0 ||
+            p_str(q, "tool", sizeof(t.tool) - 1, &tool, e) < 0)
+                return -1;
+        if (strcmp(tool, "exec") != 0 && strcmp(tool, "run_code") != 0)
+                return api_fail(e, "invalid", "params.tool must be exec or run_code");
+        r = exec_status(q->d->exec, q->tok.user, exec_id, API_OFFSET_NONE, API_OFFSET_NONE, 1, 0, &res, &err);
+        if (r < 0)
+                return api_fail_errno(e, r, &err, NULL);
+        r = strcmp(res.session, q->session);
+        exec_result_done(&res);
+        if (r != 0)
+                return api_fail(e, "not_found", "no execution %s in session %s", exec_id, q->session);
+
+        r = sbx_random_hex(t.task_id, 16);
+        if (r < 0)
+                return api_fail(e, "internal", "no randomness for a task id");
+        snprintf(t.user_id, sizeof(t.user_id), "%s", q->tok.user);
+        snprintf(t.session_id, sizeof(t.session_id), "%s", q->session);
+        snprintf(t.execution_id, sizeof(t.execution_id), "%s", exec_id);
+        snprintf(t.tool, sizeof(t.tool), "%s", tool);
+        t.ttl_ms = API_TASK_TTL_MS;
+        t.poll_interval_ms = API_TASK_POLL_MS;
+        t.created_at = t.updated_at = sbx_now_ms();
+        t.expires_at = t.created_at + t.ttl_ms;
+        r = store_task_add(q->d->store, &t, t.created_at, API_TASKS_PER_USER, API_TASKS_MAX);
+        if (r == -EDQUOT)
+                return api_fail(e, "busy", "too many live tasks (at most %d per user): follow or cancel some first",
+                                API_TASKS_PER_USER);
+        if (r < 0)
+                return api_fail_errno(e, r, NULL, "cannot record the task");
+        *ret = task_json(q, &t);
+        return 0;
+}
+
+static int own_task(struct req *q, struct store_task *t, struct api_err *e)
+{
+        const char *id;
+        int r;
+
+        if (p_str(q, "task_id", 64, &id, e) < 0)
+                return -1;
+        if (!task_id_ok(id))
+                return api_fail(e, "not_found", "no task %.64s", id);
+        r = store_task_get(q->d->store, q->tok.user, id, sbx_now_ms(), t);
+        if (r == -ENOENT)
+                return api_fail(e, "not_found", "no task %s", id);
+        if (r < 0)
+                return api_fail_errno(e, r, NULL, "cannot read the task");
+        return 0;
+}
+
+static int m_get_task(struct req *q, cJSON **ret, struct api_err *e)
+{
+        struct store_task t;
+
+        if (own_task(q, &t, e) < 0)
+                return -1;
+        *ret = task_json(q, &t);
+        return 0;
+}
+
+/* A task already cancelled, or whose execution already ended, cannot be
+ * cancelled (already_finished); otherwise the request is recorded, which makes the task
+ * cancelled for good, and the execution is cancelled. */
+static int m_cancel_task(struct req *q, cJSON **ret, struct api_err *e)
+{
+        struct store_task t;
+        struct exec_result res;
+        struct sbx_error err = {0};
+        int r;
+
+        if (own_task(q, &t, e) < 0)
+                return -1;
+        if (t.cancel_requested)
+                return api_fail(e, "already_finished", "task %s is already cancelled", t.task_id);
+        if (exec_status(q->d->exec, q->tok.user, t.execution_id, API_OFFSET_NONE, API_OFFSET_NONE, 1, 0, &res,
+                        &err) == 0) {
+                bool final = exec_state_is_final(res.state);
+                exec_result_done(&res);
+                if (final)
+                        return api_fail(e, "already_finished", "task %s has already ended", t.task_id);
+        }
+        r = store_task_mark_cancel(q->d->store, q->tok.user, t.task_id, sbx_now_ms());
+        if (r < 0 && r != -ENOENT)
+                return api_fail_errno(e, r, NULL, "cannot record the cancel");
+        t.cancel_requested = true;
+        r = exec_cancel(q->d->exec, q->tok.user, t.execution_id, false, &err);
+        if (r < 0 && r != -ENOENT && r != -EALREADY)
+                log_ctx(LOG_LEVEL_WARN, q->tok.user, t.session_id, NULL, "api: cancel_task %s: %s", t.task_id,
+                        err.msg[0] ? err.msg : strerror(-r));
+        *ret = task_json(q, &t);
+        return 0;
+}
+
+static const struct {
+        const char *name;
+        api_method_fn fn;
+        bool sessionless;
+} task_methods[] = {
+        {"create_task", m_create_task, false},
+        {"get_task", m_get_task, true},
+        {"cancel_task", m_cancel_task, true},
+};
+
+api_method_fn api_tasks_method_find(const char *name)
+{
+        for (size_t i = 0; i < ELEMENTSOF(task_methods); i++)
+                if (strcmp(task_methods[i].name, name) == 0)
+                        return task_methods[i].fn;
+        return NULL;
+}
+
+bool api_tasks_sessionless(const char *name)
+{
+        for (size_t i = 0; name && i < ELEMENTSOF(task_methods); i++)
+                if (strcmp(task_methods[i].name, name) == 0)
+                        return task_methods[i].sessionless;
+        return false;
+}

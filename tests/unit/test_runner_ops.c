@@ -1,0 +1,217 @@
+/* Unit tests of the daemon's side of runner files and services
+ * (runner_ops.c) against a fake runner on the session socket: reports are
+ * confined to their session, and every malformed one is a protocol error. */
+#include <criterion/criterion.h>
+#include <errno.h>
+#include <pthread.h>
+#include <stdio.h>
+#include <string.h>
+#include <sys/socket.h>
+#include <sys/un.h>
+#include <unistd.h>
+
+#include "sandboxd/config.h"
+#include "sandboxd/runner.h"
+#include "sandboxd/runner_ops.h"
+#include "sandboxd/runner_proto.h"
+
+static struct sbx_config cfg;
+static struct runner_hub *h;
+static char dir[SBX_PATH_MAX];
+static pthread_mutex_t lost_lock = PTHREAD_MUTEX_INITIALIZER;
+static int lost;
+static char lost_cause[64];
+
+static void on_lost(const char *user, const char *session, const char *cause, void *ud)
+{
+        (void)user;
+        (void)session;
+        (void)ud;
+        pthread_mutex_lock(&lost_lock);
+        lost++;
+        snprintf(lost_cause, sizeof(lost_cause), "%s", cause);
+        pthread_mutex_unlock(&lost_lock);
+}
+
+static int lost_count(void)
+{
+        pthread_mutex_lock(&lost_lock);
+        int n = lost;
+        pthread_mutex_unlock(&lost_lock);
+        return n;
+}
+
+static void setup(void)
+{
+        struct sbx_error err = {0};
+        char tmpl[] = "/tmp/sbx-runner-ops-XXXXXX";
+
+        config_defaults(&cfg);
+        cr_assert_not_null(mkdtemp(tmpl));
+        snprintf(cfg.data_dir, sizeof(cfg.data_dir), "%s", tmpl);
+        cfg.runner_heartbeat_ms = 60000;
+        cr_assert_eq(runner_hub_new(&cfg, &h, &err), 0, "%s", err.msg);
+        runner_hub_set_lost_handler(h, on_lost, NULL);
+        cr_assert_eq(runner_hub_prepare(h, "u1", "s1", dir, &err), 0, "%s", err.msg);
+}
+
+static void teardown(void)
+{
+        char cmd[SBX_PATH_MAX + 16];
+
+        runner_hub_free(h);
+        snprintf(cmd, sizeof(cmd), "rm -rf '%s'", cfg.data_dir);
+        cr_assert_eq(system(cmd), 0);
+}
+
+TestSuite(runner_ops, .init = setup, .fini = teardown, .timeout = 60);
+
+static void put(int fd, uint16_t type, uint32_t tag, const void *p1, size_t n1, const void *p2, size_t n2)
+{
+        struct rp_hdr hdr = {.len = (uint32_t)(n1 + n2), .type = type, .tag = tag};
+        cr_assert_eq(write(fd, &hdr, sizeof(hdr)), (ssize_t)sizeof(hdr));
+        if (n1)
+                cr_assert_eq(write(fd, p1, n1), (ssize_t)n1);
+        if (n2)
+                cr_assert_eq(write(fd, p2, n2), (ssize_t)n2);
+}
+
+/* A fake runner: connected, hello sent, and the hub has seen it. */
+static int fake_runner(void)
+{
+        struct sockaddr_un sa = {.sun_family = AF_UNIX};
+        struct rp_hello hello = {.protocol = RP_PROTOCOL, .pid = 1};
+        int fd = socket(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC, 0);
+
+        snprintf(sa.sun_path, sizeof(sa.sun_path), "%s/" RP_SOCKET_NAME, dir);
+        for (int i = 0; i < 100 && connect(fd, (struct sockaddr *)&sa, sizeof(sa)) < 0; i++)
+                usleep(10000);
+        put(fd, RP_HELLO, 0, &hello, sizeof(hello), "fake", 4);
+        cr_assert(runner_hub_wait(h, "u1", "s1", 5000), "the hub did not take the fake runner");
+        return fd;
+}
+
+static bool wait_for(bool (*pred)(void))
+{
+        for (int i = 0; i < 500; i++) {
+                if (pred())
+                        return true;
+                usleep(10000);
+        }
+        return false;
+}
+
+static bool have_web(void) { return runner_svc_get(h, "u1", "s1", "web-1", NULL); }
+
+Test(runner_ops, a_report_lands_in_its_own_session_only)
+{
+        struct rp_svc_state st = {.pid = 42, .phase = RP_SVC_RUNNING, .n_ports = 2, .ports = {8000, 8001}};
+        struct runner_svc_state got;
+        int fd = fake_runner();
+
+        put(fd, RP_SVC_STATE, 0, &st, sizeof(st), "web-1", 5);
+        cr_assert(wait_for(have_web), "the report never arrived");
+        cr_assert(runner_svc_get(h, "u1", "s1", "web-1", &got));
+        cr_assert_eq(got.pid, 42);
+        cr_assert_eq(got.n_ports, 2);
+        cr_assert_eq(got.ports[1], 8001);
+        cr_assert_not(runner_svc_get(h, "u1", "s2", "web-1", NULL), "a report reached another session");
+        cr_assert_not(runner_svc_get(h, "u2", "s1", "web-1", NULL), "a report reached another user");
+        /* the connection goes: so do its reports */
+        close(fd);
+        for (int i = 0; i < 500 && runner_svc_get(h, "u1", "s1", "web-1", NULL); i++)
+                usleep(10000);
+        cr_assert_not(runner_svc_get(h, "u1", "s1", "web-1", NULL));
+        cr_assert_eq(lost_count(), 0, "an orderly close is not a protocol error");
+}
+
+static int lost_target;
+static bool lost_reached(void) { return lost_count() >= lost_target; }
+
+Test(runner_ops, malformed_reports_close_the_connection)
+{
+        struct rp_svc_state ok = {.pid = 42, .phase = RP_SVC_RUNNING, .n_ports = 1, .ports = {8000}};
+        struct rp_svc_state bad[8];
+        const char *markers[8] = {"a-1", "a-1", "a-1", "a-1", "a-1", "has space", "a/b", ""};
+        char long_marker[RP_MARKER_MAX + 2];
+
+        for (size_t i = 0; i < 8; i++)
+                bad[i] = ok;
+        bad[0].ports[0] = 0;                              /* port 0 */
+        bad[1].pid = 0;                                   /* no pid */
+        bad[2].n_ports = RP_SVC_MAX_PORTS + 1;            /* too many ports */
+        bad[3].phase = RP_SVC_EXITED;
+        bad[3].exit_code = 300;                           /* exit code out of range */
+        bad[4].phase = 9;                                 /* no such phase */
+        bad[6].pid = 5000000;                             /* past PID_MAX_LIMIT */
+        for (size_t i = 0; i < 8; i++) {
+                int fd = fake_runner();
+                put(fd, RP_SVC_STATE, 0, &bad[i], sizeof(bad[i]), markers[i], strlen(markers[i]));
+                lost_target = (int)i + 1;
+                cr_assert(wait_for(lost_reached), "bad report %zu was accepted", i);
+                close(fd);
+        }
+        cr_assert_str_eq(lost_cause, "runner_protocol_error");
+
+        /* a marker past RP_MARKER_MAX, a failure without a request, a reply
+         * with an errno past 4095, a daemon-to-runner type */
+        memset(long_marker, 'x', sizeof(long_marker));
+        struct rp_svc_state failed = {.phase = RP_SVC_FAILED, .err = EIO};
+        struct rp_file_reply rep = {.err = 5000};
+        uint32_t sig = 9;
+        int fd = fake_runner();
+        put(fd, RP_SVC_STATE, 0, &ok, sizeof(ok), long_marker, sizeof(long_marker));
+        lost_target = 9;
+        cr_assert(wait_for(lost_reached));
+        close(fd);
+        fd = fake_runner();
+        put(fd, RP_SVC_STATE, 0, &failed, sizeof(failed), "a-1", 3);
+        lost_target = 10;
+        cr_assert(wait_for(lost_reached));
+        close(fd);
+        fd = fake_runner();
+        put(fd, RP_FILE_REPLY, 7, &rep, sizeof(rep), NULL, 0);
+        lost_target = 11;
+        cr_assert(wait_for(lost_reached));
+        close(fd);
+        fd = fake_runner();
+        put(fd, RP_SVC_SIGNAL, 0, &sig, sizeof(sig), "a-1", 3);
+        lost_target = 12;
+        cr_assert(wait_for(lost_reached));
+        close(fd);
+        cr_assert_not(runner_svc_get(h, "u1", "s1", "a-1", NULL), "a rejected report was kept");
+}
+
+/* A fake runner that answers a read with more bytes than were asked for. */
+static void *oversharing_runner(void *ud)
+{
+        int fd = *(int *)ud;
+        unsigned char buf[RP_HDR_LEN + 4096];
+        struct rp_hdr hdr;
+        struct rp_file_reply rep = {.size = 100};
+        char data[100];
+
+        if (read(fd, buf, sizeof(buf)) < (ssize_t)RP_HDR_LEN)
+                return NULL;
+        memcpy(&hdr, buf, RP_HDR_LEN);
+        memset(data, 'z', sizeof(data));
+        put(fd, RP_FILE_REPLY, hdr.tag, &rep, sizeof(rep), data, sizeof(data));
+        return NULL;
+}
+
+Test(runner_ops, a_reply_past_the_request_is_refused)
+{
+        char buf[16];
+        size_t len = 0;
+        uint64_t size = 0;
+        pthread_t t;
+        int fd = fake_runner();
+
+        cr_assert_eq(pthread_create(&t, NULL, oversharing_runner, &fd), 0);
+        cr_assert_eq(runner_file_read(h, "u1", "s1", "/workspace/x", 0, 10, buf, &len, &size, 5000), -EIO);
+        pthread_join(t, NULL);
+        /* and nobody answering is a timeout, not a hang */
+        cr_assert_eq(runner_file_read(h, "u1", "s1", "/workspace/x", 0, 10, buf, &len, &size, 200), -ETIMEDOUT);
+        close(fd);
+        cr_assert_eq(runner_file_read(h, "u1", "s2", "/workspace/x", 0, 10, buf, &len, &size, 200), -ENOTCONN);
+}

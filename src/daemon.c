@@ -10,6 +10,7 @@
 #include "sandboxd/admin.h"
 #include "sandboxd/api.h"
 #include "sandboxd/docker.h"
+#include "sandboxd/egress.h"
 #include "sandboxd/exec.h"
 #include "sandboxd/http.h"
 #include "sandboxd/log.h"
@@ -128,6 +129,10 @@ int daemon_open(const struct sbx_config *cfg, const struct daemon_options *opts,
         r = privacy_new(d->store, d->sessions, &d->privacy, err);
         if (r < 0)
                 goto fail;
+        r = egress_new(&d->cfg, d->store, &d->egress, err);
+        if (r < 0)
+                goto fail;
+        privacy_set_egress(d->privacy, d->egress);
         r = runtime_new(&d->cfg, d->docker, d->store, &d->runtime, err);
         if (r < 0)
                 goto fail;
@@ -189,6 +194,7 @@ void daemon_close(struct daemon *d)
                 runtime_attach(NULL, d->sessions);
         runtime_free(d->runtime);
         privacy_free(d->privacy);
+        egress_free(d->egress); /* closes every tunnel, writing their rows */
         runner_hub_free(d->runner); /* its thread calls into the sessions */
         session_manager_free(d->sessions);
         quota_free(d->quota); /* after every engine that asks it */

@@ -57,6 +57,7 @@
 #include "sandboxd/log.h"
 #include "sandboxd/session.h"
 #include "sandboxd/store.h"
+#include "sandboxd/store_egress.h"
 #include "sandboxd/wsquota.h"
 
 #define SPOOL_BATCH 512
@@ -779,6 +780,28 @@ static void gc_audit(struct gc *g)
         g->rep->kinds[GC_AUDIT].count += (uint64_t)r - 1;
 }
 
+/* The egress proxy's decisions (egress_log) keep the audit retention. */
+static void gc_egress_log(struct gc *g)
+{
+        int64_t before = g->now - (int64_t)g->cfg->audit_retention_s * 1000;
+        char reason[128], b[32];
+        int r;
+
+        if (g->cfg->audit_retention_s < 0)
+                return;
+        fmt_age((int64_t)g->cfg->audit_retention_s * 1000, b, sizeof(b));
+        snprintf(reason, sizeof(reason), "egress decisions recorded more than %s ago (audit_retention)", b);
+        r = store_gc_egress_prune(g->st, before, g->dry_run);
+        if (r < 0) {
+                note_failed(g, GC_AUDIT, "egress_log", NULL, NULL, reason, strerror(-r));
+                return;
+        }
+        if (r == 0)
+                return;
+        note_done(g, GC_AUDIT, "egress_log", NULL, NULL, 0, reason);
+        g->rep->kinds[GC_AUDIT].count += (uint64_t)r - 1;
+}
+
 /* ---- workspace images (workspace_quota_mode loop) ---- */
 
 /* Keep a mounted workspace whose session has a container or a live row
@@ -1251,6 +1274,7 @@ int gc_run(const struct sbx_config *cfg, const struct gc_options *opts, struct g
         gc_services(&g);
         gc_spools(&g);
         gc_audit(&g);
+        gc_egress_log(&g);
         gc_mounts(&g);
         gc_workspaces(&g);
         gc_vacuum(&g, db);

@@ -21,6 +21,7 @@ struct api_server;
 struct admin_server;
 struct http_server;
 struct runner_hub;
+struct egress;
 
 struct daemon {
         struct sbx_config cfg; /* read-only after daemon_open */
@@ -35,6 +36,7 @@ struct daemon {
         struct runtime *runtime; /* runc | runsc per user */
         struct quota *quota; /* per-user limits and their overrides */
         struct runner_hub *runner; /* per-session runner sockets */
+        struct egress *egress;     /* the egress proxy (egress.h) */
         int64_t started_at; /* unix ms */
         struct api_server *api;     /* the socket fronts (opts->sockets) */
         struct admin_server *admin;

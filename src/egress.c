@@ -283,12 +283,6 @@ static void tunnel_free(struct tunnel *t)
         struct egress *eg = t->eg;
 
         dns_drop(t);
-        if (t->cli)
-                bufferevent_free(t->cli);
-        if (t->up)
-                bufferevent_free(t->up);
-        if (t->timer)
-                event_free(t->timer);
         if (t->s) {
                 if (t->prev)
                         t->prev->next = t->next;
@@ -300,6 +294,18 @@ static void tunnel_free(struct tunnel *t)
                 t->s->last_used = sbx_now_ms();
         }
         atomic_fetch_sub(&eg->n_open, 1);
+        /* libevent may close the fds a little later (finalizers): the peers see
+         * the end now, which the ratchet promises */
+        if (t->cli) {
+                shutdown(bufferevent_getfd(t->cli), SHUT_RDWR);
+                bufferevent_free(t->cli);
+        }
+        if (t->up) {
+                shutdown(bufferevent_getfd(t->up), SHUT_RDWR);
+                bufferevent_free(t->up);
+        }
+        if (t->timer)
+                event_free(t->timer);
         free(t->arena);
         free(t);
 }
@@ -1450,7 +1456,7 @@ void egress_accept(struct egress *eg, const char *user, const char *session, int
 
         if (fd < 0)
                 return;
-        if (!eg || !session_id_valid(user) || !session_id_valid(session)) {
+        if (!eg || !session_id_valid(user) || !session_id_valid(session) || evutil_make_socket_nonblocking(fd) < 0) {
                 close(fd);
                 return;
         }

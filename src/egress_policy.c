@@ -51,15 +51,15 @@ static bool name_ok(const char *s, size_t len)
         for (size_t i = 0; i < len; i++) {
                 unsigned char c = (unsigned char)s[i];
                 if (c == '.') {
-                        if (label == 0)
+                        if (label == 0 || s[i - 1] == '-')
                                 return false;
                         label = 0;
                         continue;
                 }
-                if (!(isalnum(c) || c == '-' || c == '_') || ++label > 63)
+                if (!(isalnum(c) || c == '-' || c == '_') || ++label > 63 || (c == '-' && label == 1))
                         return false;
         }
-        return label > 0;
+        return label > 0 && s[len - 1] != '-';
 }
 
 int egress_host_normalize(const char *in, size_t len, char ret[EGRESS_HOST_MAX])
@@ -292,7 +292,7 @@ static const char *v6_class(const uint8_t *a)
         static const uint8_t zero[16] = {0};
         static const uint8_t mapped[12] = {0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0xff, 0xff};
         static const uint8_t nat64[12] = {0x00, 0x64, 0xff, 0x9b};
-        static const uint8_t metadata[16] = {0xfd, 0x00, 0x0e, 0xc2, [15] = 0x54};
+        static const uint8_t metadata[16] = {0xfd, 0x00, 0x0e, 0xc2, [14] = 0x02, [15] = 0x54}; /* fd00:ec2::254 */
 
         if (memcmp(a, zero, 15) == 0)
                 return a[15] == 1 ? "loopback" : "unspecified";

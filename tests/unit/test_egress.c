@@ -170,8 +170,8 @@ static void setup(void)
         server_start(&http_up, false);
         server_start(&echo_up, true);
         config_defaults(&cfg);
-        set("egress_allow", "up.test:*, echo.test:*, *.wild.test:*, private.test:*");
-        set("egress_resolve", "up.test=127.0.0.1, echo.test=127.0.0.1, a.wild.test=127.0.0.1, "
+        set("egress_allow", "up.test:*, echo.test:*, *.wild.test:*, private.test:*, tls.test:*");
+        set("egress_resolve", "up.test=127.0.0.1, echo.test=127.0.0.1, a.wild.test=127.0.0.1, tls.test=127.0.0.1, "
                               "other.test=127.0.0.1, private.test=10.255.255.1");
         set("egress_allow_private", "127.0.0.1/32");
 }
@@ -685,4 +685,116 @@ Test(egress, blocked_rows_are_rate_limited_with_a_count)
         n = rows(&r, 60);
         cr_assert_eq(n, 60, "at most 60 blocked rows a minute per session, got %zu", n);
         free(r);
+}
+
+/* ---- real clients: curl and python urllib through a TCP front ---- */
+
+/* What the gateway does: every connection accepted here goes to egress_accept. */
+static void *front(void *arg)
+{
+        int lfd = (int)(intptr_t)arg;
+        for (;;) {
+                int c = accept4(lfd, NULL, NULL, SOCK_CLOEXEC);
+                if (c < 0) {
+                        if (errno == EINTR || errno == ECONNABORTED)
+                                continue;
+                        return NULL;
+                }
+                egress_accept(eg, USER, SESS, c);
+        }
+}
+
+static int run(const char *cmd, char *out, size_t cap)
+{
+        FILE *f = popen(cmd, "r");
+        size_t n;
+        cr_assert_not_null(f);
+        n = fread(out, 1, cap - 1, f);
+        out[n] = '\0';
+        return pclose(f);
+}
+
+Test(egress, curl_and_python_reach_http_and_https_upstreams)
+{
+        static const char server_py[] =
+                "import http.server, ssl, sys\n"
+                "class H(http.server.BaseHTTPRequestHandler):\n"
+                "    def do_GET(self):\n"
+                "        b = b'tls-hello'\n"
+                "        self.send_response(200); self.send_header('Content-Length', str(len(b)))\n"
+                "        self.end_headers(); self.wfile.write(b)\n"
+                "    def log_message(self, *a): pass\n"
+                "s = http.server.ThreadingHTTPServer(('127.0.0.1', 0), H)\n"
+                "c = ssl.SSLContext(ssl.PROTOCOL_TLS_SERVER); c.load_cert_chain(sys.argv[1], sys.argv[2])\n"
+                "s.socket = c.wrap_socket(s.socket, server_side=True)\n"
+                "print(s.server_address[1], flush=True)\n"
+                "s.serve_forever()\n";
+        char cmd[2048], out[4096], path[400];
+        pthread_t ft;
+        int lfd, lport, tls_port = 0, rc;
+        pid_t pid;
+        int pipefd[2];
+        FILE *f;
+
+        start();
+        lfd = listen_loopback(&lport);
+        cr_assert_eq(pthread_create(&ft, NULL, front, (void *)(intptr_t)lfd), 0);
+
+        /* a certificate for tls.test, made now */
+        snprintf(cmd, sizeof(cmd),
+                 "openssl req -x509 -newkey ec -pkeyopt ec_paramgen_curve:prime256v1 -nodes -days 1 -subj /CN=tls.test "
+                 "-addext subjectAltName=DNS:tls.test -keyout %s/key.pem -out %s/cert.pem 2>&1",
+                 tmpdir, tmpdir);
+        cr_assert_eq(run(cmd, out, sizeof(out)), 0, "openssl: %s", out);
+        snprintf(path, sizeof(path), "%s/server.py", tmpdir);
+        f = fopen(path, "w");
+        cr_assert_not_null(f);
+        fputs(server_py, f);
+        fclose(f);
+        cr_assert_eq(pipe2(pipefd, O_CLOEXEC), 0);
+        pid = fork();
+        cr_assert_geq(pid, 0);
+        if (pid == 0) {
+                char k[400], c[400];
+                dup2(pipefd[1], 1);
+                snprintf(c, sizeof(c), "%s/cert.pem", tmpdir);
+                snprintf(k, sizeof(k), "%s/key.pem", tmpdir);
+                execlp("python3", "python3", path, c, k, (char *)NULL);
+                _exit(127);
+        }
+        close(pipefd[1]);
+        f = fdopen(pipefd[0], "r");
+        cr_assert(fscanf(f, "%d", &tls_port) == 1 && tls_port > 0, "the HTTPS upstream did not start");
+
+        /* curl: plain HTTP (absolute URI) and HTTPS (CONNECT) */
+        snprintf(cmd, sizeof(cmd), "curl -sS --max-time 20 -x http://127.0.0.1:%d http://up.test:%d/x 2>&1", lport,
+                 http_up.port);
+        rc = run(cmd, out, sizeof(out));
+        cr_assert(rc == 0 && strcmp(out, "hello") == 0, "curl http: rc %d: %s", rc, out);
+        snprintf(cmd, sizeof(cmd),
+                 "curl -sS --max-time 20 -x http://127.0.0.1:%d --cacert %s/cert.pem https://tls.test:%d/ 2>&1", lport,
+                 tmpdir, tls_port);
+        rc = run(cmd, out, sizeof(out));
+        cr_assert(rc == 0 && strcmp(out, "tls-hello") == 0, "curl https: rc %d: %s", rc, out);
+        snprintf(cmd, sizeof(cmd), "curl -sS --max-time 20 -o /dev/null -w '%%{http_code}' -x http://127.0.0.1:%d "
+                 "http://blocked.test/ 2>&1", lport);
+        run(cmd, out, sizeof(out));
+        cr_assert_str_eq(out, "403", "curl sees the refusal");
+
+        /* python urllib, from the environment's proxy variables */
+        snprintf(cmd, sizeof(cmd),
+                 "HTTP_PROXY=http://127.0.0.1:%d HTTPS_PROXY=http://127.0.0.1:%d python3 -c \""
+                 "import ssl, urllib.request as u; c = ssl.create_default_context(cafile='%s/cert.pem'); "
+                 "print(u.urlopen('http://up.test:%d/', timeout=20).read().decode(), "
+                 "u.urlopen('https://tls.test:%d/', timeout=20, context=c).read().decode())\" 2>&1",
+                 lport, lport, tmpdir, http_up.port, tls_port);
+        rc = run(cmd, out, sizeof(out));
+        cr_assert(rc == 0 && strcmp(out, "hello tls-hello\n") == 0, "python: rc %d: %s", rc, out);
+
+        kill(pid, SIGTERM);
+        waitpid(pid, NULL, 0);
+        fclose(f);
+        shutdown(lfd, SHUT_RDWR);
+        pthread_join(ft, NULL);
+        close(lfd);
 }

@@ -53,6 +53,8 @@ struct sbx_config {
         char runtime[16];         /* "runc" | "runsc" (gVisor); per-user overrides in the store */
         char network_default[16]; /* "bridge" | "none" */
         char publish_ip[64];
+        int forward_max_per_session;
+        int forward_max_total;
         int sandbox_uid;
         int docker_timeout_ms;
 

@@ -36,7 +36,8 @@ struct daemon {
         struct runtime *runtime; /* runc | runsc per user */
         struct quota *quota; /* per-user limits and their overrides */
         struct runner_hub *runner; /* per-session runner sockets */
-        struct egress *egress;     /* the egress proxy (egress.h) */
+        struct egress *egress;     /* the egress proxy behind egress.sock */
+        struct gateway *gateway;   /* egress.sock, fwd.sock and the host port listeners */
         int64_t started_at; /* unix ms */
         struct api_server *api;     /* the socket fronts (opts->sockets) */
         struct admin_server *admin;

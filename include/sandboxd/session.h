@@ -70,6 +70,12 @@ void session_set_runtime_policy(struct session_manager *m, session_runtime_fn fn
  * Set once, before the first container is made. */
 struct runner_hub;
 void session_set_runner_hub(struct session_manager *m, struct runner_hub *h);
+/* The network channels of sealed containers (gateway.h): every container
+ * made from now on is served by gw, and session_enforce_network applies the
+ * ratchet to it. Without one every session is served nothing. Set once,
+ * before the first container is made. */
+struct gateway;
+void session_set_gateway(struct session_manager *m, struct gateway *gw);
 /* Per-user limits (max_sessions_per_user and its overrides) come from q
  * from now on; without one, from the config. q must outlive m. */
 void session_set_quota(struct session_manager *m, struct quota *q);

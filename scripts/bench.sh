@@ -117,7 +117,7 @@ if [[ ${SANDBOXD_SKIP_SETUP:-0} != 1 ]]; then
 fi
 {
 	cmake -S . -B "$BUILD" -DCMAKE_BUILD_TYPE=RelWithDebInfo
-	cmake --build "$BUILD" -j2 --target sandboxd sandboxd-bench
+	cmake --build "$BUILD" -j2 --target sandboxd sandboxd-bench sandboxd-egress-bench
 } >&2
 
 export SANDBOXD_DATA_DIR=$TMP/data
@@ -143,3 +143,10 @@ log "run $ID: instance $SANDBOXD_INSTANCE, data in $TMP"
 	--json "$json" --log "$LOG" --pidfile "$PIDFILE" &
 BENCH_PID=$!
 wait "$BENCH_PID"
+
+# The egress proxy against a direct loopback connection to the same upstream
+# (host-side, issue 14): added latency per plain HTTP request and MB/s
+# through a CONNECT tunnel. One JSON line beside the main results.
+egress_args=(--requests 500 --megabytes 512)
+[[ ${quick[0]:-} == --quick ]] && egress_args=(--requests 100 --megabytes 64)
+"$BUILD/sandboxd-egress-bench" "${egress_args[@]}" | tee "${json%.json}-egress.json"

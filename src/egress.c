@@ -49,6 +49,7 @@
 #include "sandboxd/store_egress.h"
 
 #define RELAY_HIGH (256 * 1024)   /* bytes buffered per direction before reading pauses */
+#define RELAY_CHUNK (64 * 1024)  /* largest single read or write */
 #define MAX_HEADERS 100
 #define MAX_ADDRS 8
 #define MAX_PENDING 4096          /* accepted fds waiting for the loop */
@@ -916,6 +917,11 @@ static void start_relay(struct tunnel *t)
         arm(t, t->eg->cfg.egress_idle_timeout_ms);
         bufferevent_setwatermark(t->cli, EV_READ, 0, RELAY_HIGH);
         bufferevent_setwatermark(t->up, EV_READ, 0, RELAY_HIGH);
+        /* libevent reads 16 KiB at a time by default: fewer, larger syscalls */
+        bufferevent_set_max_single_read(t->cli, RELAY_CHUNK);
+        bufferevent_set_max_single_read(t->up, RELAY_CHUNK);
+        bufferevent_set_max_single_write(t->cli, RELAY_CHUNK);
+        bufferevent_set_max_single_write(t->up, RELAY_CHUNK);
         bufferevent_setcb(t->cli, relay_read, NULL, relay_event, t);
         bufferevent_setcb(t->up, relay_read, NULL, relay_event, t);
         bufferevent_enable(t->up, EV_READ | EV_WRITE);

@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # bench.sh — measure sandboxd against plain Docker, in one run.
 #
-#   scripts/bench.sh [--quick] [--only noisy] [--json PATH]
+#   scripts/bench.sh [--quick] [--only noisy|network] [--json PATH]
 #
 # Runs scripts/setup.sh (unless SANDBOXD_SKIP_SETUP=1), builds the daemon and
 # sandboxd-bench into $SANDBOXD_BUILD_DIR (default build/), then runs
@@ -14,6 +14,9 @@
 #                concurrency instead of 50 x 20; RSS at 20 and 30 sessions
 #                instead of 50 and 200; restart with 30 sessions, not 100
 #   --only noisy only the noisy_neighbour phase (about 1-2 minutes)
+#   --only network  cold_session, then daemon RSS with S2 sessions (30 quick,
+#                200 full) and their port listeners against the docker-proxy
+#                PSS of one published baseline container times S2
 #   --json PATH  where to write the results
 #
 # Every container made here is removed on exit, success or failure: the
@@ -38,8 +41,8 @@ while (($#)); do
 	case $1 in
 	--quick) quick+=(--quick) ;;
 	--only)
-		[[ $# -ge 2 && $2 == noisy ]] || { echo "bench: --only takes: noisy" >&2; exit 2; }
-		quick+=(--only noisy)
+		[[ $# -ge 2 && ($2 == noisy || $2 == network) ]] || { echo "bench: --only takes: noisy, network" >&2; exit 2; }
+		quick+=(--only "$2")
 		shift
 		;;
 	--json)
@@ -49,7 +52,7 @@ while (($#)); do
 		;;
 	--json=*) json=${1#--json=} ;;
 	-h | --help) sed -n '2,/^# both sockets/s/^# \{0,1\}//p' "${BASH_SOURCE[0]}"; exit 0 ;;
-	*) echo "usage: scripts/bench.sh [--quick] [--only noisy] [--json PATH]" >&2; exit 2 ;;
+	*) echo "usage: scripts/bench.sh [--quick] [--only noisy|network] [--json PATH]" >&2; exit 2 ;;
 	esac
 	shift
 done

@@ -109,6 +109,8 @@ static const struct config_key keys[] = {
          "host address the daemon listens on for the session port blocks"},
         {"forward_max_per_session", CFG_INT, F(forward_max_per_session), 0, 1, 1000000, "2048", NULL,
          "open port-forwarded connections of one session at most"},
+        {"forward_max_per_user", CFG_INT, F(forward_max_per_user), 0, 1, 10000000, "4096", NULL,
+         "open port-forwarded connections of one user's sessions at most"},
         {"forward_max_total", CFG_INT, F(forward_max_total), 0, 1, 10000000, "16384", NULL,
          "open port-forwarded connections of all sessions at most"},
         {"sandbox_uid", CFG_INT, F(sandbox_uid), 0, 1, 65534, "1000", NULL,

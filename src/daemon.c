@@ -36,13 +36,13 @@ static void drop_runner(const char *user, const char *session, const char *conta
 }
 
 /* The gateway follows the port block: it stops serving a session whose
- * block was released (destroyed, idle, the ratchet); a container that died
- * keeps its listeners for its successor. */
+ * block was released (destroyed, idle or TTL expiry, the ratchet); a
+ * container that died keeps its listeners for its successor. */
 static void drop_gateway(const char *user, const char *session, const char *container_id, const char *cause,
                          void *userdata)
 {
         if (strcmp(cause, "destroyed") == 0 || strcmp(cause, "idle_expired") == 0 ||
-            strcmp(cause, "privacy_ratchet") == 0)
+            strcmp(cause, "ttl_expired") == 0 || strcmp(cause, "privacy_ratchet") == 0)
                 gateway_drop(userdata, user, session);
 }
 

@@ -49,7 +49,7 @@
 #define CMD_DEADLINE_MS 5000
 #define PAIR_TIMEOUT_S 10      /* a host connection waits this long for the runner's data connection */
 #define HELLO_TIMEOUT_S 5      /* a new fwd.sock connection must say what it is by then */
-#define MAX_UNPAIRED 256       /* fwd.sock connections of a session not yet known */
+#define UNIX_BACKLOG 4096      /* a burst of forwards opens as many data connections at once */
 #define CTRL_OUT_MAX (256 * 1024) /* RP_FWD_OPEN frames queued for a runner */
 #define HOST_BACKLOG 511
 
@@ -105,9 +105,17 @@ struct gw_pending {
         struct bufferevent *b;
 };
 
+/* Forwards of one user across its sessions (forward_max_per_user). */
+struct gw_user {
+        struct gw_user *next;
+        char user[65];
+        size_t sessions, fwds;
+};
+
 struct gw_sess {
         struct gateway *gw;
         struct gw_sess *next;
+        struct gw_user *u;
         char user[65], session[65];
         bool sealed; /* the ratchet: never served again until dropped */
         int dirfd;   /* the runner directory, -1 without a runner */
@@ -135,6 +143,7 @@ struct gateway {
         gateway_private_fn is_private;
         void *private_ud;
         struct gw_sess *sessions;  /* loop thread only */
+        struct gw_user *users;     /* loop thread only */
         size_t n_fwds;             /* loop thread only */
         atomic_size_t st_sessions, st_listeners, st_forwards;
 };
@@ -157,6 +166,7 @@ static void fwd_free(struct gw_fwd *f)
         if (f->next)
                 f->next->prev = f->prev;
         s->n_fwds--;
+        s->u->fwds--;
         s->gw->n_fwds--;
         atomic_fetch_sub(&s->gw->st_forwards, 1);
         free(f);
@@ -258,6 +268,7 @@ static void host_accept(struct evconnlistener *l, evutil_socket_t fd, struct soc
         struct gw_fwd *f;
 
         if (!s->ctrl || s->n_fwds >= (size_t)gw->cfg->forward_max_per_session ||
+            s->u->fwds >= (size_t)gw->cfg->forward_max_per_user ||
             gw->n_fwds >= (size_t)gw->cfg->forward_max_total ||
             evbuffer_get_length(bufferevent_get_output(s->ctrl)) > CTRL_OUT_MAX) {
                 evutil_closesocket(fd); /* no runner, or over a cap: refused at once */
@@ -294,6 +305,7 @@ static void host_accept(struct evconnlistener *l, evutil_socket_t fd, struct soc
                 s->fwds->prev = f;
         s->fwds = f;
         s->n_fwds++;
+        s->u->fwds++;
         gw->n_fwds++;
         atomic_fetch_add(&gw->st_forwards, 1);
         struct timeval tv = {PAIR_TIMEOUT_S, 0};
@@ -397,7 +409,8 @@ static void fwd_sock_accept(struct evconnlistener *l, evutil_socket_t fd, struct
         struct gw_pending *p;
         struct timeval tv = {HELLO_TIMEOUT_S, 0};
 
-        if (s->n_pending >= MAX_UNPAIRED || !(p = calloc(1, sizeof(*p)))) {
+        /* connections not yet known: as many as forwards may wait for one */
+        if (s->n_pending >= (size_t)s->gw->cfg->forward_max_per_session || !(p = calloc(1, sizeof(*p)))) {
                 evutil_closesocket(fd);
                 return;
         }
@@ -485,7 +498,7 @@ static int unix_listen(struct gw_sess *s, struct gw_listen *gl, const char *name
         if (fd < 0)
                 return sbx_error_set(err, -errno, 0, "socket: %m");
         if (bind(fd, (struct sockaddr *)&sa, sizeof(sa)) < 0 || fchmodat(s->dirfd, name, 0666, 0) < 0 ||
-            listen(fd, 128) < 0) {
+            listen(fd, UNIX_BACKLOG) < 0) {
                 int r = -errno;
                 close(fd);
                 return sbx_error_set(err, r, 0, "cannot listen on %s: %s", name, strerror(-r));
@@ -580,9 +593,41 @@ static void sess_close_all(struct gw_sess *s)
         }
 }
 
+static struct gw_user *user_ref(struct gateway *gw, const char *user)
+{
+        struct gw_user *u;
+
+        for (u = gw->users; u; u = u->next)
+                if (strcmp(u->user, user) == 0)
+                        break;
+        if (!u) {
+                u = calloc(1, sizeof(*u));
+                if (!u)
+                        return NULL;
+                sbx_strlcpy(u->user, user, sizeof(u->user));
+                u->next = gw->users;
+                gw->users = u;
+        }
+        u->sessions++;
+        return u;
+}
+
+static void user_unref(struct gateway *gw, struct gw_user *u)
+{
+        if (--u->sessions > 0)
+                return;
+        for (struct gw_user **pp = &gw->users; *pp; pp = &(*pp)->next)
+                if (*pp == u) {
+                        *pp = u->next;
+                        break;
+                }
+        free(u);
+}
+
 static void sess_free(struct gateway *gw, struct gw_sess *s)
 {
         sess_close_all(s);
+        user_unref(gw, s->u);
         if (s->dirfd >= 0)
                 close(s->dirfd);
         for (struct gw_sess **pp = &gw->sessions; *pp; pp = &(*pp)->next)
@@ -622,8 +667,10 @@ static int do_open(struct gateway *gw, struct gw_cmd *c)
                 return 0;
         if (!s) {
                 s = calloc(1, sizeof(*s));
-                if (!s)
+                if (!s || !(s->u = user_ref(gw, c->user))) {
+                        free(s);
                         return sbx_error_set(&c->err, -ENOMEM, 0, "out of memory");
+                }
                 s->gw = gw;
                 s->dirfd = -1;
                 sbx_strlcpy(s->user, c->user, sizeof(s->user));

@@ -67,12 +67,14 @@
 static const char *const kind_names[GC_KIND_COUNT] = {
         "idle_containers", "old_containers", "orphan_containers", "error_sessions", "ports",
         "services",        "execution_spools", "workspaces",      "audit_rows", "store",
+        "networks",
 };
 
 /* What an item is, in log lines. */
 static const char *const kind_items[GC_KIND_COUNT] = {
         "idle container", "old container", "orphan container", "ERROR session", "port allocation",
         "service row",    "execution spool", "workspace",      "audit rows", "store",
+        "network",
 };
 
 const char *gc_kind_name(enum gc_kind k)
@@ -496,6 +498,42 @@ static void gc_containers(struct gc *g)
 }
 
 /* ---- sessions left in ERROR ---- */
+
+/* The instance's bridge network: only network_default = bridge uses it
+ * (the daemon makes it again on demand). */
+static void gc_networks(struct gc *g)
+{
+        char instance[160];
+        const char *filters[] = {CONTAINER_LABEL_MANAGED "=1", instance, NULL};
+        char(*names)[128] = NULL;
+        size_t n = 0;
+        struct sbx_error err = {0};
+
+        snprintf(instance, sizeof(instance), CONTAINER_LABEL_INSTANCE "=%s", g->cfg->instance);
+        if (docker_network_list(g->dk, filters, &names, &n, &err) < 0) {
+                log_warn("gc: cannot list networks: %s", err.msg);
+                return;
+        }
+        for (size_t i = 0; i < n; i++) {
+                const char *reason = "network_default is not bridge";
+                if (streq(g->cfg->network_default, "bridge")) {
+                        note_kept(g, GC_NETWORKS, names[i], NULL, NULL, "network_default is bridge");
+                        continue;
+                }
+                if (!g->dry_run) {
+                        int r = docker_network_remove(g->dk, names[i], &err);
+                        if (r < 0 && r != -ENOENT) {
+                                if (strstr(err.msg, "active endpoints"))
+                                        note_kept(g, GC_NETWORKS, names[i], NULL, NULL, "containers are attached");
+                                else
+                                        note_failed(g, GC_NETWORKS, names[i], NULL, NULL, reason, err.msg);
+                                continue;
+                        }
+                }
+                note_done(g, GC_NETWORKS, names[i], NULL, NULL, 0, reason);
+        }
+        free(names);
+}
 
 static void gc_error_sessions(struct gc *g)
 {
@@ -1269,6 +1307,7 @@ int gc_run(const struct sbx_config *cfg, const struct gc_options *opts, struct g
                  g.n_ctrs, g.n_rows);
 
         gc_containers(&g);
+        gc_networks(&g); /* after the containers that may have used it */
         gc_error_sessions(&g);
         gc_ports(&g);
         gc_services(&g);

@@ -298,8 +298,9 @@ static struct mcp_tool tools[] = {
                 .input = "{'type':'object','properties':{" SESSION_PROP "},'additionalProperties':false}",
                 .output = "{'type':'object','properties':{'user':{'type':'string'},'session':{'type':'string'},"
                           "'state':{'type':'string','description':'creating, running, stopped or error.'},"
-                          "'network_mode':{'type':['string','null'],'description':'bridge, or none when the "
-                          "session is private.'},"
+                          "'network_mode':{'type':['string','null'],'description':'none (sealed: egress "
+                          "through the proxy, ports forwarded by the daemon; a private session has neither), or "
+                          "bridge (the operator chose raw networking).'},"
                           "'runtime':{'type':['string','null'],'description':'OCI runtime of the container: runc, "
                           "or runsc (gVisor, no network).'},"
                           "'private':{'type':'boolean','description':'True once private data was marked on the "

@@ -570,9 +570,9 @@ int runner_hub_new(const struct sbx_config *cfg, struct runner_hub **ret, struct
                 snprintf(h->binary, sizeof(h->binary), "%s/sandboxd-runner", exe);
         }
         if (mkdir(h->root, 0700) < 0 && errno != EEXIST) {
-                r = -errno;
-                free(h);
-                return sbx_error_set(err, r, 0, "cannot create %s: %s", h->root, strerror(-r));
+                r = sbx_error_set(err, -errno, 0, "cannot create %s: %m", h->root);
+                free(h); /* after the message, which names h->root */
+                return r;
         }
         (void)chmod(h->root, 0700);
         pthread_mutex_init(&h->lock, NULL);

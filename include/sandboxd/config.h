@@ -54,6 +54,7 @@ struct sbx_config {
         char network_default[16]; /* "bridge" | "none" */
         char publish_ip[64];
         int forward_max_per_session;
+        int forward_max_per_user;
         int forward_max_total;
         int sandbox_uid;
         int docker_timeout_ms;

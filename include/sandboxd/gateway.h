@@ -15,7 +15,8 @@
  * Everything arriving on the sockets is tenant input: frames are checked,
  * a data connection must name a forward the gateway opened (id and a random
  * token), unpaired connections time out, and forwards are capped per
- * session (forward_max_per_session) and in total (forward_max_total). Each
+ * session, per user and in total (forward_max_per_session,
+ * forward_max_per_user, forward_max_total). Each
  * forwarded connection buffers at most GATEWAY_BUF_HIGH bytes per direction.
  *
  * Threads: one thread ("sbx-gateway") runs a libevent loop that owns every

@@ -17,6 +17,9 @@
  *   - audit rows older than audit_retention (when >= 0);
  *   - when workspace_retention >= 0, workspaces of sessions destroyed (no
  *     row) or STOPPED/ERROR for longer than that;
+ *   - this instance's bridge network (sandboxd-<instance>) when
+ *     network_default is not bridge and no container is attached to it
+ *     (Docker refuses while one is: then it is kept);
  * then it vacuums the store.
  *
  * What it never touches: containers without the sandboxd labels or of
@@ -55,8 +58,9 @@ enum gc_kind {
         GC_WORKSPACES,
         GC_AUDIT,
         GC_STORE,
+        GC_NETWORKS,
 };
-#define GC_KIND_COUNT 10
+#define GC_KIND_COUNT 11
 
 /* "idle_containers", "old_containers", "orphan_containers", "error_sessions",
  * "ports", "services", "execution_spools", "workspaces", "audit_rows", "store". */

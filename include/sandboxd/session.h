@@ -129,7 +129,9 @@ bool session_mark_failed(struct session_manager *m, const char *user, const char
                          const char *container_id, const char *cause);
 
 /* Make sure the session holds no container with more network than it now
- * requires: a networked container of a session that requires "none" is
+ * requires: first the gateway closes a private session's listeners, egress
+ * socket and tunnels (gateway_enforce: all a sealed container has); then a
+ * networked (bridge) container of a session that requires "none" is
  * removed at once (services cleared with cause privacy_ratchet); the next
  * operation creates its successor. Waits for a creation in progress. */
 int session_enforce_network(struct session_manager *m, const char *user, const char *session,

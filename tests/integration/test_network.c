@@ -9,6 +9,7 @@
 #include <errno.h>
 #include <netinet/in.h>
 #include <poll.h>
+#include <pthread.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -20,6 +21,7 @@
 #include "sandboxd/docker.h"
 #include "sandboxd/exec.h"
 #include "sandboxd/gateway.h"
+#include "sandboxd/gc.h"
 #include "sandboxd/privacy.h"
 #include "sandboxd/service.h"
 #include "sandboxd/session.h"
@@ -230,6 +232,39 @@ Test(network, sealed_container_forwards_its_ports_without_docker)
         daemon_close(d);
 }
 
+Test(network, a_restart_serves_the_ports_again_and_keeps_the_ratchet)
+{
+        struct sbx_error err = {0};
+        char *out;
+        int port, code;
+
+        open_daemon(NULL);
+        cr_assert_eq(service_start(d->services, "u1", "a", "web", "python3 -m http.server 8001 --bind 127.0.0.1",
+                                   NULL, NULL, &err),
+                     0, "%s", err.msg);
+        free(sh("p", "true", NULL));
+        cr_assert_eq(privacy_mark(d->privacy, "u1", "p", "ds", "src", "test", &err), 0, "%s", err.msg);
+        daemon_close(d); /* containers (and the service) keep running */
+
+        d = fixture_open(&cfg, false);
+        {
+                struct session_info info;
+                cr_assert_eq(session_get_info(d->sessions, "u1", "a", &info), 0);
+                cr_assert_geq(info.n_ports, 2);
+                port = info.ports[1]; /* container port 8001 */
+                session_info_done(&info);
+        }
+        struct http_probe probe = {port};
+        cr_assert_geq(fixture_wait(http_answers, &probe, 30000), 0, "port %d not served after the restart", port);
+        out = sh("a", "ls /run/sandboxd", NULL);
+        cr_assert_str_eq(out, "egress.sock\nfwd.sock\nrunner.sock\n");
+        free(out);
+        out = sh("p", "ls /run/sandboxd; echo ${HTTP_PROXY:-unset}", &code);
+        cr_assert_str_eq(out, "runner.sock\nhttp://127.0.0.1:3128\n", "the private session after the restart: %s", out);
+        free(out);
+        daemon_close(d);
+}
+
 /* An asyncio echo server inside (one process, no thread per connection). */
 static const char echo_server[] =
         "python3 -c \"import asyncio\n"
@@ -245,6 +280,32 @@ static const char echo_server[] =
         "asyncio.run(m())\"";
 
 #define N_CONNS 1000
+#define BULK (16u << 20)
+
+struct bulk_writer {
+        int fd;
+        size_t sent;
+};
+
+static unsigned char pattern_at(size_t i) { return (unsigned char)(i * 131u + (i >> 12)); }
+
+static void *bulk_write(void *ud)
+{
+        struct bulk_writer *w = ud;
+        unsigned char buf[65536];
+
+        while (w->sent < BULK) {
+                size_t n = BULK - w->sent < sizeof(buf) ? BULK - w->sent : sizeof(buf);
+                for (size_t i = 0; i < n; i++)
+                        buf[i] = pattern_at(w->sent + i);
+                ssize_t k = send(w->fd, buf, n, MSG_NOSIGNAL);
+                if (k <= 0)
+                        break;
+                w->sent += (size_t)k;
+        }
+        shutdown(w->fd, SHUT_WR); /* the half close travels through both splices */
+        return NULL;
+}
 
 Test(network, a_thousand_concurrent_forwards_with_bounded_memory)
 {
@@ -274,6 +335,34 @@ Test(network, a_thousand_concurrent_forwards_with_bounded_memory)
                 usleep(100 * 1000);
         }
         cr_assert(ok, "the echo server never answered on port %d", port);
+
+        /* 16 MiB there and back on one connection, written and read at once:
+         * every byte in order, then the EOF passed on both ways */
+        {
+                struct bulk_writer w = {connect_port(port), 0};
+                pthread_t th;
+                unsigned char buf[65536];
+                size_t got = 0, bad = 0;
+                cr_assert_geq(w.fd, 0);
+                pthread_create(&th, NULL, bulk_write, &w);
+                for (;;) {
+                        struct pollfd p = {.fd = w.fd, .events = POLLIN};
+                        ssize_t n;
+                        if (poll(&p, 1, 20000) <= 0)
+                                break;
+                        n = read(w.fd, buf, sizeof(buf));
+                        if (n <= 0)
+                                break;
+                        for (ssize_t i = 0; i < n; i++)
+                                bad += buf[i] != pattern_at(got + (size_t)i);
+                        got += (size_t)n;
+                }
+                pthread_join(th, NULL);
+                close(w.fd);
+                cr_assert_eq(w.sent, BULK);
+                cr_assert_eq(got, BULK, "echoed %zu of %u bytes", got, BULK);
+                cr_assert_eq(bad, 0, "%zu bytes changed on the way", bad);
+        }
 
         before = rss_kb();
         for (int i = 0; i < N_CONNS; i++) {
@@ -308,6 +397,73 @@ Test(network, a_thousand_concurrent_forwards_with_bounded_memory)
         daemon_close(d);
 }
 
+/* Start the echo server in session and wait until it answers through port. */
+static void start_echo(const char *session, int *ret_port)
+{
+        struct sbx_error err = {0};
+        int port, ok = 0;
+
+        free(sh(session, "true", NULL));
+        cr_assert_eq(service_start(d->services, "u1", session, "echo", echo_server, NULL, NULL, &err), 0, "%s",
+                     err.msg);
+        port = first_port(session);
+        for (int i = 0; i < 300 && !ok; i++) {
+                char buf[8] = "";
+                int fd = connect_port(port);
+                ok = fd >= 0 && send(fd, "ping", 4, MSG_NOSIGNAL) == 4 && read_some(fd, buf, 4, 1000) == 4;
+                if (fd >= 0)
+                        close(fd);
+                if (!ok)
+                        usleep(100 * 1000);
+        }
+        cr_assert(ok, "the echo server never answered on port %d", port);
+        *ret_port = port;
+}
+
+static bool echoes(int fd)
+{
+        char buf[8] = "";
+        return send(fd, "pong", 4, MSG_NOSIGNAL) == 4 && read_some(fd, buf, 4, 5000) == 4 && memcmp(buf, "pong", 4) == 0;
+}
+
+Test(network, forwards_are_capped_per_session)
+{
+        int port, fds[4], extra;
+
+        fixture_config(&cfg);
+        snprintf(cfg.image, sizeof(cfg.image), "%s", TESTENV_PYTHON_IMAGE);
+        cfg.memory_bytes = 256 << 20;
+        cfg.forward_max_per_session = 4;
+        d = fixture_open(&cfg, false);
+        start_echo("c", &port);
+        for (int i = 0; i < 4; i++) {
+                fds[i] = connect_port(port);
+                cr_assert_geq(fds[i], 0);
+                cr_assert(echoes(fds[i]), "connection %d within the cap", i);
+        }
+        /* the fifth is accepted by the kernel and closed by the gateway at once */
+        extra = connect_port(port);
+        cr_assert_geq(extra, 0);
+        cr_assert_not(echoes(extra), "a connection past forward_max_per_session was served");
+        close(extra);
+        /* once the closed one's pair is gone (its EOF went through the runner
+         * and the server and back), its slot serves again */
+        close(fds[0]);
+        bool reused = false;
+        for (int i = 0; i < 100 && !reused; i++) {
+                extra = connect_port(port);
+                reused = extra >= 0 && echoes(extra);
+                if (extra >= 0)
+                        close(extra);
+                if (!reused)
+                        sbx_sleep_ms(100);
+        }
+        cr_assert(reused, "a freed slot is not reused");
+        for (int i = 1; i < 4; i++)
+                close(fds[i]);
+        daemon_close(d);
+}
+
 Test(network, bridge_mode_uses_an_own_network_without_inter_container_traffic)
 {
         struct sbx_error err = {0};
@@ -335,5 +491,20 @@ Test(network, bridge_mode_uses_an_own_network_without_inter_container_traffic)
         out = host_out(cmd);
         cr_assert_str_eq(out, "1");
         free(out);
+
+        /* --gc keeps it while it is in use or the default, removes it otherwise */
+        struct gc_report rep;
+        cr_assert_eq(gc_run(&cfg, NULL, &rep, &err), 0, "%s", err.msg);
+        cr_assert_eq(rep.kinds[GC_NETWORKS].count, 0, "gc removed the network of network_default = bridge");
+        gc_report_done(&rep);
+        cr_assert_eq(session_destroy(d->sessions, "u1", "b", false, &err), 0, "%s", err.msg);
         daemon_close(d);
+        snprintf(cfg.network_default, sizeof(cfg.network_default), "none");
+        cr_assert_eq(gc_run(&cfg, NULL, &rep, &err), 0, "%s", err.msg);
+        cr_assert_eq(rep.kinds[GC_NETWORKS].count, 1);
+        cr_assert_eq(rep.total.failed, 0);
+        gc_report_done(&rep);
+        cr_assert_eq(docker_network_inspect_option(testenv_docker(), name, CONTAINER_NETWORK_ICC_OPTION, icc,
+                                                   sizeof(icc), NULL),
+                     -ENOENT, "the network outlived --gc");
 }

@@ -42,7 +42,8 @@
  * running, stdin already closed), already_finished, unavailable (Docker
  * down, the execution could not run), internal.
  *
- * Tokens (see token.h): role agent may call every method but mark_private;
+ * Tokens (see token.h): role agent may call every method but mark_private
+ * and egress_allow;
  * role connector may call every method.
  *
  * Every method takes params.session (1-64 of [A-Za-z0-9_.-]); the user is
@@ -79,8 +80,11 @@
  *   service_logs    {name, tail_lines?: 1-10000 (100)}           → {name, stdout, stderr}
  *   session_info    {}    → {user, session, state, network_mode, private, datasets: [{dataset, source, marked_at}],
  *                            ports: [{container_port, host_port}], container_id, image, created_at,
- *                            last_activity, last_error, error_cause}
+ *                            last_activity, last_error, error_cause, egress: {mode: egress|bridge|none,
+ *                            allow: [{pattern, scope: config|user|session}], upstream_proxy}}
  *   mark_private    {dataset, source?}  (role connector only)    → {session, datasets, network_mode}
+ *   egress_allow    {pattern, scope?: session|user (session), remove?}  (role connector only)
+ *                                                                → the session's egress (as session_info's), session
  *
  * Execution result: {execution_id, session, state, exit_code (null unless
  * exited), cause, error, stdout, stderr, encoding, stdout_bytes,

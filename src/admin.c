@@ -734,6 +734,8 @@ static cJSON *quota_json(struct daemon *d, const char *user)
         cJSON_AddNumberToObject(l, "max_exec_per_user", (double)lim.execs);
         cJSON_AddNumberToObject(l, "max_services_per_session", (double)lim.services);
         cJSON_AddNumberToObject(l, "max_spool_per_session", (double)lim.spool_bytes);
+        cJSON_AddNumberToObject(l, "max_scripts_per_user", (double)lim.scripts);
+        cJSON_AddNumberToObject(l, "max_script_bytes_per_user", (double)lim.script_bytes);
         ov = cJSON_AddObjectToObject(o, "overrides");
         if (d->quota && quota_overrides(d->quota, user, &rows, &n) == 0)
                 for (size_t i = 0; i < n; i++)

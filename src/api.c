@@ -494,13 +494,18 @@ int api_call(struct api_conn *c, const struct token_info *tok, const cJSON *id, 
                 return api_fail(e, "bad_request", "params must be an object");
         q.params = params && cJSON_IsObject(params) ? params : NULL;
         s = cJSON_GetObjectItemCaseSensitive(q.params, "session");
-        if (!s || cJSON_IsNull(s))
+        if ((!s || cJSON_IsNull(s)) && api_method_user_level(method))
+                s = NULL; /* acts on the user; create_session names one itself */
+        else if (!s || cJSON_IsNull(s))
                 return api_fail(e, "bad_request", "params.session is required");
-        if (!cJSON_IsString(s) || !s->valuestring)
+        if (!s)
+                q.session = "";
+        else if (!cJSON_IsString(s) || !s->valuestring)
                 return api_fail(e, "bad_request", "params.session must be a string");
-        if (!session_id_valid(s->valuestring))
+        else if (!session_id_valid(s->valuestring))
                 return api_fail(e, "invalid", "params.session must be 1-64 characters of [A-Za-z0-9_.-]");
-        q.session = s->valuestring;
+        else
+                q.session = s->valuestring;
         if (c->peer_addr)
                 log_ctx(LOG_LEVEL_INFO, q.tok.user, q.session, NULL, "api: %s (token %s, peer %s)", q.method,
                         q.tok.id, c->peer_addr);
@@ -508,7 +513,7 @@ int api_call(struct api_conn *c, const struct token_info *tok, const cJSON *id, 
                 log_ctx(LOG_LEVEL_INFO, q.tok.user, q.session, NULL, "api: %s (token %s, peer uid %u pid %d)",
                         q.method, q.tok.id, (unsigned)c->peer.uid, (int)c->peer.pid);
 
-        r = fn(&q, &result, e);
+        r = api_idem_call(&q, fn, &result, e);
         if (r == 1) {
                 cJSON_Delete(result);
                 return 1; /* the client is gone */

@@ -59,6 +59,8 @@ struct req {
         struct token_info tok;
         char actor[48];
         const char *session;
+        const char *idem_key; /* params.idempotency_key, once claimed (api_idem.c) */
+        bool idem_bound;      /* the key records this request's execution */
 };
 
 /* Check a token (counting and auditing failures on c): 0 with *ret, or -1
@@ -85,6 +87,20 @@ void api_add_bytes(cJSON *o, const char *key, const void *buf, size_t len, bool 
 typedef int (*api_method_fn)(struct req *q, cJSON **ret, struct api_err *e);
 api_method_fn api_method_find(const char *name);
 
+/* Idempotency (api_idem.c). Run fn under params.idempotency_key when the
+ * method takes one (a table of method names), else just run fn. Same
+ * returns as a method. */
+int api_idem_call(struct req *q, api_method_fn fn, cJSON **ret, struct api_err *e);
+/* 1-STORE_IDEM_KEY_MAX characters of [A-Za-z0-9._:-]. */
+bool api_idem_key_valid(const char *key);
+/* A method that starts an execution names it to the key it runs under (a
+ * no-op without one); retries then answer from that execution. */
+void api_idem_bind_execution(struct req *q, const char *execution_id);
+/* The reply exec / run_code give for execution id, as q's params ask
+ * (background: its id and state; otherwise wait for the end, then the full
+ * result). In api_methods.c. */
+int api_execution_reply(struct req *q, const char *id, cJSON **ret, struct api_err *e);
+
 /* Streaming: a sink collects an execution's output (api_sink_on_output is
  * the engine's callback; its userdata is (void *)(uintptr_t)sink->handle). */
 struct api_sink;
@@ -98,5 +114,35 @@ bool api_should_abandon(struct req *q);
 /* Wait for the execution to end (at most max_ms, -1 = no limit), streaming
  * its output if s. 1 ended (or the wait is over), 0 abandoned, <0 error. */
 int api_wait_final(struct req *q, const char *id, struct api_sink *s, int64_t max_ms, struct api_err *e);
+
+/* ---- agent tools (issue 17): api_agent.c, and the helpers of
+ * api_methods.c it shares ---- */
+int api_param_string(struct req *q, const char *name, bool required, const char **ret, struct api_err *e);
+int api_param_int(struct req *q, const char *name, int64_t lo, int64_t hi, int64_t def, int64_t *ret,
+                  struct api_err *e);
+int api_param_bool(struct req *q, const char *name, bool def, bool *ret, struct api_err *e);
+/* A stream of r as text: head, the omitted-bytes note, tail. */
+void api_add_stream(cJSON *o, const char *key, const struct exec_result *r, enum exec_stream stream);
+int api_m_session_info(struct req *q, cJSON **ret, struct api_err *e);
+/* Methods that act on the user, not one session: params.session optional. */
+bool api_method_user_level(const char *name);
+
+/* Append the session's default environment (create_session's env) to
+ * env/env_buf, skipping names env already has. */
+int api_agent_default_env(struct req *q, const char **env, char **env_buf, size_t *n_env, size_t max,
+                          struct api_err *e);
+/* run_code {script}: the saved script's language and code (malloc'd). */
+int api_agent_script_code(struct req *q, const char *name, enum exec_language *lang, char **ret_code,
+                          struct api_err *e);
+/* run_code started exec_id: keep its code for the cache. */
+void api_agent_note_run(struct req *q, const char *exec_id, enum exec_language lang, const char *code);
+/* A final run's "cached" (the script it saved; null when none, if always). */
+void api_agent_add_cached(struct req *q, const struct exec_result *res, cJSON *o, bool always);
+int api_m_run_tests(struct req *q, cJSON **ret, struct api_err *e);
+int api_m_list_scripts(struct req *q, cJSON **ret, struct api_err *e);
+int api_m_clear_scripts(struct req *q, cJSON **ret, struct api_err *e);
+int api_m_create_session(struct req *q, cJSON **ret, struct api_err *e);
+int api_m_destroy_session(struct req *q, cJSON **ret, struct api_err *e);
+int api_m_list_sessions(struct req *q, cJSON **ret, struct api_err *e);
 
 #endif

@@ -26,6 +26,7 @@
 
 #define API_MAX_ENV 256
 #define API_LIST_MAX 1000
+#define API_WAIT_MAX_S 60 /* the longest long-poll: get_execution wait: true */
 #define STDIN_PENDING_WAIT_MS 60000 /* a pending execution may still be creating its container */
 
 /* ---- parameters ---- */
@@ -77,6 +78,21 @@ static int p_bool(struct req *q, const char *name, bool def, bool *ret, struct a
                 return api_fail(e, "bad_request", "params.%s must be true or false", name);
         *ret = cJSON_IsTrue(v);
         return 0;
+}
+
+/* params.wait: seconds (0 to API_WAIT_MAX_S), or true for the longest
+ * wait and false for none, as the seeds' agents poll. */
+static int p_wait(struct req *q, int64_t *ret, struct api_err *e)
+{
+        const cJSON *v = cJSON_GetObjectItemCaseSensitive(q->params, "wait");
+
+        if (cJSON_IsBool(v)) {
+                *ret = cJSON_IsTrue(v) ? API_WAIT_MAX_S : 0;
+                return 0;
+        }
+        if (v && !cJSON_IsNull(v) && !cJSON_IsNumber(v))
+                return api_fail(e, "bad_request", "params.wait must be a number of seconds or a boolean");
+        return p_int(q, "wait", 0, API_WAIT_MAX_S, 0, ret, e);
 }
 
 /* params.<name>: "utf8" (default) or "base64". */
@@ -318,7 +334,62 @@ static int preflight_session(struct req *q, struct api_err *e)
         return 0;
 }
 
-static int run_execution(struct req *q, enum exec_language lang, cJSON **ret, struct api_err *e)
+/* After the start: background gives the id and state at once; otherwise
+ * wait for the end (streaming into sink if any), then the full result. */
+static int execution_reply(struct req *q, const char *id, bool background, bool base64, bool cached,
+                           struct api_sink *sink, cJSON **ret, struct api_err *e)
+{
+        struct exec_result res;
+        struct sbx_error err = {0};
+        int r;
+
+        if (!background) {
+                r = api_wait_final(q, id, sink, -1, e);
+                if (r <= 0) {
+                        if (r == 0)
+                                log_ctx(LOG_LEVEL_INFO, q->tok.user, q->session, NULL,
+                                        "api: client left during execution %s; it runs on", id);
+                        return r == 0 ? 1 : r;
+                }
+        }
+        {
+                /* background: the state only (cheap); otherwise the full result */
+                int64_t off = background ? API_OFFSET_NONE : -1;
+                r = exec_status(q->d->exec, q->tok.user, id, off, off, background ? 1 : 0, 0, &res, &err);
+        }
+        if (r < 0)
+                return api_fail_errno(e, r, &err, NULL);
+        if (background) {
+                *ret = cJSON_CreateObject();
+                cJSON_AddStringToObject(*ret, "execution_id", id);
+                add_lower(*ret, "state", exec_state_to_string(res.state));
+        } else if (res.state == EXEC_FAILED && res.cause == EXEC_CAUSE_ERROR) {
+                r = api_fail(e, "unavailable", "execution %s could not run: %s", id, res.error);
+        } else {
+                *ret = exec_json(&res, base64, false, false);
+                if (*ret && cached)
+                        api_agent_add_cached(q, &res, *ret, true); /* run_code: what the cache saved */
+        }
+        exec_result_done(&res);
+        return r;
+}
+
+int api_execution_reply(struct req *q, const char *id, cJSON **ret, struct api_err *e)
+{
+        struct exec_result res;
+        bool background, base64;
+
+        if (p_bool(q, "background", false, &background, e) < 0 || p_encoding(q, "encoding", &base64, e) < 0)
+                return -1;
+        if (own_execution(q, id, &res, e) < 0)
+                return -1;
+        exec_result_done(&res);
+        return execution_reply(q, id, background, base64, strcmp(q->method, "run_code") == 0, NULL, ret, e);
+}
+
+/* code_override: run_code {script} (the saved script's code). */
+static int run_execution_code(struct req *q, enum exec_language lang, const char *code_override, bool cache,
+                              cJSON **ret, struct api_err *e)
 {
         const char *command = NULL, *code = NULL, *workdir = NULL, *stdin_s = NULL;
         int64_t timeout;
@@ -329,13 +400,14 @@ static int run_execution(struct req *q, enum exec_language lang, cJSON **ret, st
         size_t n_env = 0;
         struct api_sink *sink = NULL;
         struct sbx_error err = {0};
-        struct exec_result res;
         char id[37];
         int r = -1;
 
         if (lang == EXEC_LANG_NONE) {
                 if (p_string(q, "command", true, &command, e) < 0)
                         return -1;
+        } else if (code_override) {
+                code = code_override;
         } else if (p_string(q, "code", true, &code, e) < 0) {
                 return -1;
         }
@@ -368,6 +440,8 @@ static int run_execution(struct req *q, enum exec_language lang, cJSON **ret, st
                 }
         }
 
+        if (api_agent_default_env(q, env, env_buf, &n_env, API_MAX_ENV, e) < 0)
+                goto out;
         if (preflight_session(q, e) < 0)
                 goto out;
         if (stream && !background) {
@@ -398,35 +472,10 @@ static int run_execution(struct req *q, enum exec_language lang, cJSON **ret, st
                 r = api_fail_errno(e, r, &err, NULL);
                 goto out;
         }
-        if (!background) {
-                r = api_wait_final(q, id, sink, -1, e);
-                if (r <= 0) {
-                        if (r == 0)
-                                log_ctx(LOG_LEVEL_INFO, q->tok.user, q->session, NULL,
-                                        "api: client left during execution %s; it runs on", id);
-                        r = r == 0 ? 1 : r;
-                        goto out;
-                }
-        }
-        {
-                /* background: the state only (cheap); otherwise the full result */
-                int64_t off = background ? API_OFFSET_NONE : -1;
-                r = exec_status(q->d->exec, q->tok.user, id, off, off, background ? 1 : 0, 0, &res, &err);
-        }
-        if (r < 0) {
-                r = api_fail_errno(e, r, &err, NULL);
-                goto out;
-        }
-        if (background) {
-                *ret = cJSON_CreateObject();
-                cJSON_AddStringToObject(*ret, "execution_id", id);
-                add_lower(*ret, "state", exec_state_to_string(res.state));
-        } else if (res.state == EXEC_FAILED && res.cause == EXEC_CAUSE_ERROR) {
-                r = api_fail(e, "unavailable", "execution %s could not run: %s", id, res.error);
-        } else {
-                *ret = exec_json(&res, base64, false, false);
-        }
-        exec_result_done(&res);
+        if (cache)
+                api_agent_note_run(q, id, lang, code);
+        api_idem_bind_execution(q, id);
+        r = execution_reply(q, id, background, base64, lang != EXEC_LANG_NONE, sink, ret, e);
 out:
         api_sink_free(sink);
         for (size_t i = 0; i < n_env; i++)
@@ -436,14 +485,30 @@ out:
 
 static int m_exec(struct req *q, cJSON **ret, struct api_err *e)
 {
-        return run_execution(q, EXEC_LANG_NONE, ret, e);
+        return run_execution_code(q, EXEC_LANG_NONE, NULL, false, ret, e);
 }
 
 static int m_run_code(struct req *q, cJSON **ret, struct api_err *e)
 {
-        const char *language;
+        const char *language, *script, *code;
         enum exec_language lang;
+        bool cache;
 
+        if (p_string(q, "script", false, &script, e) < 0 || p_bool(q, "cache", true, &cache, e) < 0)
+                return -1;
+        if (script) {
+                /* a saved script: its own language and code */
+                _cleanup_free_ char *saved = NULL;
+                int r;
+                if (p_string(q, "code", false, &code, e) < 0)
+                        return -1;
+                if (code)
+                        return api_fail(e, "invalid", "params.code and params.script exclude each other");
+                if (api_agent_script_code(q, script, &lang, &saved, e) < 0)
+                        return -1;
+                r = run_execution_code(q, lang, saved, cache, ret, e);
+                return r;
+        }
         if (p_string(q, "language", true, &language, e) < 0)
                 return -1;
         if (strcmp(language, "python") == 0 || strcmp(language, "python3") == 0)
@@ -454,7 +519,7 @@ static int m_run_code(struct req *q, cJSON **ret, struct api_err *e)
                 lang = EXEC_LANG_BASH;
         else
                 return api_fail(e, "invalid", "params.language must be python, node or bash");
-        return run_execution(q, lang, ret, e);
+        return run_execution_code(q, lang, NULL, cache, ret, e);
 }
 
 static int m_get_execution(struct req *q, cJSON **ret, struct api_err *e)
@@ -467,7 +532,7 @@ static int m_get_execution(struct req *q, cJSON **ret, struct api_err *e)
         int64_t until;
         int r;
 
-        if (p_string(q, "execution_id", true, &id, e) < 0 || p_int(q, "wait", 0, 60, 0, &wait_s, e) < 0 ||
+        if (p_string(q, "execution_id", true, &id, e) < 0 || p_wait(q, &wait_s, e) < 0 ||
             p_int(q, "stdout_offset", 0, INT64_MAX / 4, -1, &out_off, e) < 0 ||
             p_int(q, "stderr_offset", 0, INT64_MAX / 4, -1, &err_off, e) < 0 ||
             p_encoding(q, "encoding", &base64, e) < 0)
@@ -495,6 +560,8 @@ static int m_get_execution(struct req *q, cJSON **ret, struct api_err *e)
                         return 1;
         }
         *ret = exec_json(&res, base64, out_off >= 0, err_off >= 0);
+        if (*ret)
+                api_agent_add_cached(q, &res, *ret, false);
         exec_result_done(&res);
         return 0;
 }
@@ -569,11 +636,12 @@ static int m_list_executions(struct req *q, cJSON **ret, struct api_err *e)
         struct exec_result *list = NULL;
         unsigned mask = 0;
         size_t n = 0;
-        int64_t limit;
+        int64_t limit, within_ms;
         cJSON *a;
         int r;
 
-        if (p_int(q, "limit", 1, API_LIST_MAX, 50, &limit, e) < 0)
+        if (p_int(q, "limit", 1, API_LIST_MAX, 50, &limit, e) < 0 ||
+            p_int(q, "completed_within_ms", 0, INT64_C(86400000) * 3650, -1, &within_ms, e) < 0)
                 return -1;
         if (states && !cJSON_IsNull(states)) {
                 if (!cJSON_IsArray(states))
@@ -591,7 +659,9 @@ static int m_list_executions(struct req *q, cJSON **ret, struct api_err *e)
                         mask |= 1u << st;
                 }
         }
-        r = exec_list(q->d->exec, q->tok.user, q->session, mask, (size_t)limit, &list, &n);
+        /* completed_within_ms: only executions that ended that recently */
+        r = exec_list_finished(q->d->exec, q->tok.user, q->session, mask,
+                               within_ms >= 0 ? sbx_now_ms() - within_ms : -1, (size_t)limit, &list, &n);
         if (r < 0)
                 return api_fail_errno(e, r, NULL, "cannot list executions");
         *ret = cJSON_CreateObject();
@@ -906,6 +976,13 @@ static const struct {
         {"session_info", m_session_info},
         {"mark_private", m_mark_private},
         {"egress_allow", m_egress_allow},
+        /* agent tools (issue 17): api_agent.c */
+        {"run_tests", api_m_run_tests},
+        {"list_scripts", api_m_list_scripts},
+        {"clear_scripts", api_m_clear_scripts},
+        {"create_session", api_m_create_session},
+        {"destroy_session", api_m_destroy_session},
+        {"list_sessions", api_m_list_sessions},
 };
 
 api_method_fn api_method_find(const char *name)
@@ -914,4 +991,43 @@ api_method_fn api_method_find(const char *name)
                 if (strcmp(methods[i].name, name) == 0)
                         return methods[i].fn;
         return NULL;
+}
+
+/* ---- agent tools (issue 17): what api_agent.c shares ---- */
+
+int api_param_string(struct req *q, const char *name, bool required, const char **ret, struct api_err *e)
+{
+        return p_string(q, name, required, ret, e);
+}
+
+int api_param_int(struct req *q, const char *name, int64_t lo, int64_t hi, int64_t def, int64_t *ret,
+                  struct api_err *e)
+{
+        return p_int(q, name, lo, hi, def, ret, e);
+}
+
+int api_param_bool(struct req *q, const char *name, bool def, bool *ret, struct api_err *e)
+{
+        return p_bool(q, name, def, ret, e);
+}
+
+void api_add_stream(cJSON *o, const char *key, const struct exec_result *r, enum exec_stream stream)
+{
+        if (stream == EXEC_STDOUT)
+                add_stream(o, key, r->stdout_head, r->stdout_head_len, r->stdout_tail, r->stdout_tail_len,
+                           r->stdout_bytes, false);
+        else
+                add_stream(o, key, r->stderr_head, r->stderr_head_len, r->stderr_tail, r->stderr_tail_len,
+                           r->stderr_bytes, false);
+}
+
+int api_m_session_info(struct req *q, cJSON **ret, struct api_err *e)
+{
+        return m_session_info(q, ret, e);
+}
+
+bool api_method_user_level(const char *name)
+{
+        return strcmp(name, "list_sessions") == 0 || strcmp(name, "list_scripts") == 0 ||
+               strcmp(name, "clear_scripts") == 0 || strcmp(name, "create_session") == 0;
 }

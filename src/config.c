@@ -155,6 +155,14 @@ static const struct config_key keys[] = {
          "bytes of head and of tail returned inline in a result"},
         {"max_command_size", CFG_SIZE, F(max_command_bytes), 0, 64, 64 << 20, "256k", NULL,
          "largest command or code body accepted"},
+        {"images", CFG_STRING, F(images), 0, 0, 0, "", NULL,
+         "further images create_session may choose, comma-separated (image is always allowed)"},
+        {"max_scripts_per_user", CFG_INT, F(max_scripts_per_user), 0, 0, 100000, "200", NULL,
+         "scripts a user's script cache holds at most (0: no caching)"},
+        {"max_script_bytes_per_user", CFG_SIZE, F(max_script_bytes_per_user), 0, 0, INT64_C(1) << 32, "16m", NULL,
+         "bytes of code a user's script cache holds at most"},
+        {"session_ttl_max", CFG_DURATION, F(session_ttl_max_s), 0, 1, 86400 * 365, "7d", NULL,
+         "largest ttl_seconds create_session accepts"},
         {"max_stdin_size", CFG_SIZE, F(max_stdin_bytes), 0, 0, INT64_C(1) << 32, "16m", NULL,
          "bytes of stdin accepted per execution"},
         {"max_services_per_session", CFG_INT, F(max_services_per_session), 0, 0, 1000, "8", NULL,
@@ -190,6 +198,10 @@ static const struct config_key keys[] = {
          "an egress tunnel with no byte either way this long is closed"},
         {"egress_max_rules", CFG_INT, F(egress_max_rules), 0, 1, 100000, "256", NULL,
          "allowlist additions per user and per session (admin socket and connector API)"},
+        {"idempotency_window", CFG_DURATION, F(idempotency_window_s), 0, 60, 86400 * 30, "24h", NULL,
+         "how long an idempotency_key answers a retry with the first call's result"},
+        {"idempotency_max_keys", CFG_INT, F(idempotency_max_keys), 0, 1, 10000000, "10000", NULL,
+         "live idempotency keys one user may hold; past it a call with a new key is quota_exceeded"},
         {"max_age", CFG_DURATION, F(max_age_s), 0, 60, 86400 * 3650, "7d", NULL,
          "gc removes containers older than this"},
         {"execution_retention", CFG_DURATION, F(execution_retention_s), 0, 60, 86400 * 3650, "7d", NULL,
@@ -573,4 +585,30 @@ void config_dump(const struct sbx_config *cfg, int fd)
                 format_value(cfg, &keys[i], value, sizeof(value));
                 dprintf(fd, "# %s (default: %s)\n%s = %s\n", keys[i].doc, keys[i].def, keys[i].name, value);
         }
+}
+
+bool config_image_allowed(const struct sbx_config *cfg, const char *image)
+{
+        size_t n;
+
+        if (!image || !*image)
+                return false;
+        if (strcmp(image, cfg->image) == 0)
+                return true;
+        n = strlen(image);
+        for (const char *p = cfg->images; *p;) {
+                const char *end = strchr(p, ',');
+                size_t len = end ? (size_t)(end - p) : strlen(p);
+                const char *a = p, *b = p + len;
+                while (a < b && isspace((unsigned char)*a))
+                        a++;
+                while (b > a && isspace((unsigned char)b[-1]))
+                        b--;
+                if ((size_t)(b - a) == n && memcmp(a, image, n) == 0)
+                        return true;
+                if (!end)
+                        break;
+                p = end + 1;
+        }
+        return false;
 }

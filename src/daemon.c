@@ -19,6 +19,7 @@
 #include "sandboxd/portpool.h"
 #include "sandboxd/privacy.h"
 #include "sandboxd/runtime.h"
+#include "sandboxd/scripts.h"
 #include "sandboxd/quota.h"
 #include "sandboxd/runner.h"
 #include "sandboxd/service.h"
@@ -131,6 +132,10 @@ int daemon_open(const struct sbx_config *cfg, const struct daemon_options *opts,
                 sbx_error_prefix(err, "opening the store %s", db);
                 goto fail;
         }
+        /* claims whose request died with the previous daemon answer nothing;
+         * keys past their window go (each user's also go on their next claim) */
+        (void)store_idem_reset_pending(d->store);
+        (void)store_idem_prune(d->store, sbx_now_ms(), false);
 
         d->docker = docker_new(d->cfg.docker_socket, d->cfg.docker_timeout_ms);
         if (!d->docker) {
@@ -186,6 +191,11 @@ int daemon_open(const struct sbx_config *cfg, const struct daemon_options *opts,
                 goto fail;
         exec_set_quota(d->exec, d->quota);
         exec_engine_set_runner(d->exec, d->runner);
+        r = scripts_new(&d->cfg, d->store, d->quota, &d->scripts);
+        if (r < 0) {
+                sbx_error_set(err, r, 0, "out of memory");
+                goto fail;
+        }
         (void)exec_engine_recover(d->exec, NULL);
         /* before reconciling, so services of containers lost meanwhile are cleared */
         r = service_manager_new(&d->cfg, d->docker, d->store, d->sessions, d->exec, &d->services, err);
@@ -234,6 +244,7 @@ void daemon_close(struct daemon *d)
         monitor_stop(d->monitor);
         service_manager_free(d->services);
         exec_engine_free(d->exec);
+        scripts_free(d->scripts);
         if (d->runtime && d->sessions)
                 runtime_attach(NULL, d->sessions);
         runtime_free(d->runtime);

@@ -1464,6 +1464,12 @@ int exec_run(struct exec_engine *e, const struct exec_request *req, struct exec_
 int exec_list(struct exec_engine *e, const char *user, const char *session, unsigned states_mask, size_t limit,
               struct exec_result **ret, size_t *ret_n)
 {
+        return exec_list_finished(e, user, session, states_mask, -1, limit, ret, ret_n);
+}
+
+int exec_list_finished(struct exec_engine *e, const char *user, const char *session, unsigned states_mask,
+                       int64_t finished_since_ms, size_t limit, struct exec_result **ret, size_t *ret_n)
+{
         struct store_execution *rows = NULL;
         struct exec_result *out;
         size_t n = 0, k = 0;
@@ -1475,7 +1481,12 @@ int exec_list(struct exec_engine *e, const char *user, const char *session, unsi
         for (int i = 0; i < EXEC_STATE_COUNT; i++)
                 if (states_mask & (1u << i))
                         states[n_states++] = state_names[i];
-        r = store_exec_list(e->store, user, session, states_mask ? states : NULL, limit ? limit : 100, &rows, &n);
+        if (finished_since_ms >= 0)
+                r = store_exec_list_finished(e->store, user, session, states_mask ? states : NULL, finished_since_ms,
+                                             limit ? limit : 100, &rows, &n);
+        else
+                r = store_exec_list(e->store, user, session, states_mask ? states : NULL, limit ? limit : 100, &rows,
+                                    &n);
         if (r < 0)
                 return r;
         out = calloc(n + 1, sizeof(*out));

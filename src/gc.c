@@ -66,15 +66,15 @@
 
 static const char *const kind_names[GC_KIND_COUNT] = {
         "idle_containers", "old_containers", "orphan_containers", "error_sessions", "ports",
-        "services",        "execution_spools", "workspaces",      "audit_rows", "store",
-        "networks",
+        "services",        "execution_spools", "workspaces",      "audit_rows", "idempotency_keys",
+        "store",           "networks",
 };
 
 /* What an item is, in log lines. */
 static const char *const kind_items[GC_KIND_COUNT] = {
         "idle container", "old container", "orphan container", "ERROR session", "port allocation",
-        "service row",    "execution spool", "workspace",      "audit rows", "store",
-        "network",
+        "service row",    "execution spool", "workspace",      "audit rows", "idempotency keys",
+        "store",          "network",
 };
 
 const char *gc_kind_name(enum gc_kind k)
@@ -840,6 +840,22 @@ static void gc_egress_log(struct gc *g)
         g->rep->kinds[GC_AUDIT].count += (uint64_t)r - 1;
 }
 
+/* Idempotency keys past idempotency_window: one report item counting them. */
+static void gc_idempotency_keys(struct gc *g)
+{
+        const char *reason = "past idempotency_window";
+        int r = store_idem_prune(g->st, g->now, g->dry_run);
+
+        if (r < 0) {
+                note_failed(g, GC_IDEMPOTENCY_KEYS, "idempotency_keys", NULL, NULL, reason, strerror(-r));
+                return;
+        }
+        if (r == 0)
+                return;
+        note_done(g, GC_IDEMPOTENCY_KEYS, "idempotency_keys", NULL, NULL, 0, reason);
+        g->rep->kinds[GC_IDEMPOTENCY_KEYS].count += (uint64_t)r - 1;
+}
+
 /* ---- workspace images (workspace_quota_mode loop) ---- */
 
 /* Keep a mounted workspace whose session has a container or a live row
@@ -1314,6 +1330,7 @@ int gc_run(const struct sbx_config *cfg, const struct gc_options *opts, struct g
         gc_spools(&g);
         gc_audit(&g);
         gc_egress_log(&g);
+        gc_idempotency_keys(&g);
         gc_mounts(&g);
         gc_workspaces(&g);
         gc_vacuum(&g, db);

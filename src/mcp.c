@@ -261,6 +261,10 @@ static cJSON *capabilities(void)
 
         cJSON_AddFalseToObject(tools, "listChanged");
         cJSON_AddObjectToObject(caps, "logging");
+        /* execution output by reference (mcp_resources.c) */
+        cJSON *res = cJSON_AddObjectToObject(caps, "resources");
+        cJSON_AddFalseToObject(res, "subscribe");
+        cJSON_AddFalseToObject(res, "listChanged");
         return caps;
 }
 
@@ -397,6 +401,10 @@ static cJSON *tool_result_json(const struct mcp_tool_result *r, int rank)
                 free(text);
         }
         cJSON_AddItemToArray(content, block);
+        if (r->links && rank >= MCP_REV_2025_06_18) { /* resource_link came with 2025-06-18 */
+                const cJSON *l;
+                cJSON_ArrayForEach(l, r->links) cJSON_AddItemToArray(content, cJSON_Duplicate(l, true));
+        }
         if (r->structured && rank >= MCP_REV_2025_06_18)
                 cJSON_AddItemToObject(result, "structuredContent", cJSON_Duplicate(r->structured, true));
         if (r->is_error)
@@ -469,6 +477,7 @@ static void *call_thread(void *p)
 
         log_debug("mcp: %s call done%s%s", c->tool, r.is_error ? " (error)" : "", cancelled ? " (cancelled)" : "");
         cJSON_Delete(r.structured);
+        cJSON_Delete(r.links);
         free(r.text);
         call_free(c);
         mcp_unref(m);
@@ -574,6 +583,65 @@ static void handle_tools_list(struct mcp *m, const struct req *q)
                 cJSON_AddStringToObject(result, "cacheScope", "public");
         }
         send_result(m, q->id, result, q->modern);
+}
+
+/* ---- resources: execution output by reference (mcp_resources.c) ---- */
+
+/* 2026-07-28 results of the resources/ methods say how long they may be
+ * cached, and for whom. Output is a user's own and may still grow. */
+static void add_cache_hints(cJSON *result, const struct req *q, int ttl_ms, bool shared)
+{
+        if (!q->modern)
+                return;
+        cJSON_AddNumberToObject(result, "ttlMs", ttl_ms);
+        cJSON_AddStringToObject(result, "cacheScope", shared ? "public" : "private");
+}
+
+static void handle_resources_read(struct mcp *m, const struct req *q)
+{
+        cJSON *result = NULL;
+        char msg[1200];
+        int code = MCP_INTERNAL_ERROR;
+
+        if (mcp_resource_read(m, q->params, &result, &code, msg, sizeof(msg)) < 0) {
+                send_error(m, q->id, code, NULL, "%s", msg);
+                return;
+        }
+        add_cache_hints(result, q, 0, false);
+        send_result(m, q->id, result, q->modern);
+}
+
+static void handle_resources_list(struct mcp *m, const struct req *q)
+{
+        cJSON *result = cJSON_CreateObject();
+
+        /* nothing to list: outputs are reached through the links in results */
+        cJSON_AddArrayToObject(result, "resources");
+        add_cache_hints(result, q, 0, false);
+        send_result(m, q->id, result, q->modern);
+}
+
+static void handle_resource_templates(struct mcp *m, const struct req *q)
+{
+        cJSON *result = cJSON_CreateObject();
+
+        cJSON_AddItemToObject(result, "resourceTemplates", mcp_resource_templates());
+        add_cache_hints(result, q, TOOLS_TTL_MS, true);
+        send_result(m, q->id, result, q->modern);
+}
+
+/* The resources/ methods; false if method is none of them. */
+static bool handle_resources(struct mcp *m, const struct req *q, const char *method)
+{
+        if (strcmp(method, "resources/read") == 0)
+                handle_resources_read(m, q);
+        else if (strcmp(method, "resources/list") == 0)
+                handle_resources_list(m, q);
+        else if (strcmp(method, "resources/templates/list") == 0)
+                handle_resource_templates(m, q);
+        else
+                return false;
+        return true;
 }
 
 /* An input validation error: a tool result the model can read and correct. */
@@ -824,7 +892,7 @@ static void handle_request(struct mcp *m, const cJSON *id, const char *method, c
                         handle_tools_list(m, &q);
                 else if (strcmp(method, "tools/call") == 0)
                         handle_tools_call(m, &q);
-                else
+                else if (!handle_resources(m, &q, method))
                         send_error(m, id, MCP_METHOD_NOT_FOUND, NULL, "Method not found: %.100s", method);
                 return;
         }
@@ -843,6 +911,8 @@ static void handle_request(struct mcp *m, const cJSON *id, const char *method, c
                 handle_tools_call(m, &q);
         else if (strcmp(method, "logging/setLevel") == 0)
                 handle_set_level(m, &q);
+        else if (handle_resources(m, &q, method))
+                ;
         else if (strcmp(method, "server/discover") == 0)
                 send_error(m, id, MCP_INVALID_PARAMS, NULL,
                            "server/discover needs the " MCP_MODERN_VERSION " _meta envelope (" META_PROTOCOL_VERSION

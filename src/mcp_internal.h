@@ -69,6 +69,7 @@ struct mcp_tool_result {
         char *text;        /* NULL: the serialized structured content */
         bool is_error;
         bool suppress; /* no response at all (the call was cancelled) */
+        cJSON *links;  /* resource_link content items (mcp_resources.c), or NULL */
 };
 
 struct mcp_call {
@@ -111,5 +112,16 @@ const cJSON *mcp_tool_input_schema(const struct mcp_tool *t);
 cJSON *mcp_tools_list(int rank);
 /* Run the call on the current (worker) thread. */
 void mcp_tool_run(struct mcp_call *c, struct mcp_tool_result *r);
+
+/* mcp_resources.c */
+/* resource_link items to the whole stdout and stderr of a result whose
+ * output was cut (truncated: true), else NULL. */
+cJSON *mcp_resource_links(const char *session, const cJSON *structured);
+/* The resourceTemplates array of resources/templates/list. */
+cJSON *mcp_resource_templates(void);
+/* resources/read: 0 with *ret_result, or -1 with a JSON-RPC error code and
+ * message. Blocks on the API socket (bounded). */
+int mcp_resource_read(struct mcp *m, const cJSON *params, cJSON **ret_result, int *ret_code, char *msg,
+                      size_t msg_size);
 
 #endif

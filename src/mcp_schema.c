@@ -3,8 +3,18 @@
  * what the client is told and what the adapter enforces cannot drift), and
  * daemon replies are made to conform to its outputSchema (so clients that
  * validate structuredContent, as the official SDKs do, never reject a reply
- * because the daemon grew or lost a field). No threads, no state. */
+ * because the daemon grew or lost a field). No threads, no state.
+ *
+ * Keywords enforced (and the only ones the tool schemas may use; the JS
+ * tests check the published schemas against this list): type (one name, or
+ * a list), anyOf, enum, minimum, maximum, minLength, maxLength, pattern,
+ * items, minItems, maxItems, properties, required, additionalProperties;
+ * description and title are annotations. pattern is a POSIX extended regular
+ * expression (regcomp REG_EXTENDED|REG_NOSUB) — the schemas keep to the part
+ * of it that ECMA-262 reads the same way (anchors, bracket classes, {m,n}) —
+ * matched only against strings of at most PATTERN_INPUT_MAX bytes. */
 #include <math.h>
+#include <regex.h>
 #include <stdarg.h>
 #include <stdio.h>
 #include <string.h>
@@ -12,6 +22,8 @@
 #include <cjson/cJSON.h>
 
 #include "sandboxd/mcp.h"
+
+#define PATTERN_INPUT_MAX 4096 /* longer strings never match a pattern (no regex run on them) */
 
 static bool is_integer(const cJSON *v)
 {
@@ -59,6 +71,9 @@ static bool schema_type_ok(const cJSON *schema, const cJSON *v)
 static bool schema_allows_type(const cJSON *schema, const char *name)
 {
         const cJSON *type = cJSON_GetObjectItemCaseSensitive(schema, "type"), *t;
+        const cJSON *any = cJSON_GetObjectItemCaseSensitive(schema, "anyOf"), *b;
+
+        cJSON_ArrayForEach(b, any) if (schema_allows_type(b, name)) return true;
 
         if (cJSON_IsString(type))
                 return strcmp(type->valuestring, name) == 0;
@@ -71,10 +86,24 @@ static void type_list(const cJSON *schema, char *buf, size_t size)
         const cJSON *type = cJSON_GetObjectItemCaseSensitive(schema, "type"), *t;
         size_t pos = 0;
 
+        const cJSON *any = cJSON_GetObjectItemCaseSensitive(schema, "anyOf");
+
         buf[0] = '\0';
         if (cJSON_IsString(type)) {
                 snprintf(buf, size, "%s", type->valuestring);
                 return;
+        }
+        if (cJSON_IsArray(any))
+                type = NULL;
+        cJSON_ArrayForEach(t, any)
+        {
+                const cJSON *bt = cJSON_GetObjectItemCaseSensitive(t, "type");
+                if (!cJSON_IsString(bt))
+                        continue;
+                pos += (size_t)snprintf(buf + pos, pos < size ? size - pos : 0, "%s%s", pos ? " or " : "",
+                                        bt->valuestring);
+                if (pos >= size)
+                        return;
         }
         cJSON_ArrayForEach(t, type)
         {
@@ -166,6 +195,30 @@ static double num_kw(const cJSON *schema, const char *kw, bool *present)
         return *present ? k->valuedouble : 0;
 }
 
+/* pattern: 1 matches, 0 does not, -1 the pattern does not compile. */
+static int pattern_match(const char *pattern, const char *s)
+{
+        regex_t re;
+        int r;
+
+        if (strlen(s) > PATTERN_INPUT_MAX)
+                return 0;
+        if (regcomp(&re, pattern, REG_EXTENDED | REG_NOSUB) != 0)
+                return -1;
+        r = regexec(&re, s, 0, NULL, 0) == 0 ? 1 : 0;
+        regfree(&re);
+        return r;
+}
+
+/* The first anyOf branch value validates against, or NULL. */
+static const cJSON *any_of_branch(const cJSON *any, const cJSON *value)
+{
+        const cJSON *b;
+
+        cJSON_ArrayForEach(b, any) if (mcp_schema_validate(b, value, NULL, NULL, 0)) return b;
+        return NULL;
+}
+
 bool mcp_schema_validate(const cJSON *schema, const cJSON *value, const char *path, char *msg, size_t msg_size)
 {
         char buf[160], sub[256], lim[32];
@@ -176,6 +229,17 @@ bool mcp_schema_validate(const cJSON *schema, const cJSON *value, const char *pa
                 return true;
         if (!path)
                 path = "value";
+        {
+                const cJSON *any = cJSON_GetObjectItemCaseSensitive(schema, "anyOf"), *b;
+                if (cJSON_IsArray(any) && !any_of_branch(any, value)) {
+                        /* one branch of the value's type explains best why */
+                        cJSON_ArrayForEach(b, any) if (schema_type_ok(b, value) &&
+                                                       cJSON_GetObjectItemCaseSensitive(b, "type")) return
+                                mcp_schema_validate(b, value, path, msg, msg_size);
+                        type_list(schema, buf, sizeof(buf));
+                        return fail(msg, msg_size, path, "expected %s, got %s", buf, json_kind(value));
+                }
+        }
         if (!schema_type_ok(schema, value)) {
                 type_list(schema, buf, sizeof(buf));
                 return fail(msg, msg_size, path, "expected %s, got %s", buf, json_kind(value));
@@ -208,6 +272,9 @@ bool mcp_schema_validate(const cJSON *schema, const cJSON *value, const char *pa
                         snprintf(lim, sizeof(lim), "%.15g", n);
                         return fail(msg, msg_size, path, "must be at most %s characters long", lim);
                 }
+                const cJSON *pat = cJSON_GetObjectItemCaseSensitive(schema, "pattern");
+                if (cJSON_IsString(pat) && pattern_match(pat->valuestring, value->valuestring) != 1)
+                        return fail(msg, msg_size, path, "must match the pattern %.100s", pat->valuestring);
         }
         if (cJSON_IsArray(value)) {
                 const cJSON *items = cJSON_GetObjectItemCaseSensitive(schema, "items"), *it;
@@ -286,8 +353,17 @@ static cJSON *neutral_value(const cJSON *schema)
 
 bool mcp_schema_conform(const cJSON *schema, cJSON *value)
 {
+        const cJSON *any = cJSON_GetObjectItemCaseSensitive(schema, "anyOf"), *b;
+
         if (!cJSON_IsObject(schema) || !value)
                 return true;
+        if (cJSON_IsArray(any)) {
+                /* conform to the first branch of the value's type */
+                cJSON_ArrayForEach(b, any) if (schema_type_ok(b, value) && mcp_schema_conform(b, value) &&
+                                               mcp_schema_validate(b, value, NULL, NULL, 0)) break;
+                if (!b)
+                        return false;
+        }
         if (!schema_type_ok(schema, value))
                 return false;
         if (cJSON_IsArray(value)) {

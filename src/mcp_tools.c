@@ -32,6 +32,7 @@ struct mcp_tool {
         const char *output;
         bool read_only, destructive, idempotent;
         const char *wrap; /* a bare array reply goes under this key */
+        bool user_level;  /* acts on the user: the connection's default session is not added */
         void (*run)(struct mcp_call *c, const struct mcp_tool *t, struct mcp_tool_result *r);
         cJSON *input_schema, *output_schema;
 };
@@ -40,13 +41,19 @@ struct mcp_tool {
         "'session':{'type':'string','pattern':'^[A-Za-z0-9_.-]{1,64}$','description':'The sandbox session "        \
         "(container and /workspace) to use. Default: this connection session.'}"
 
+#define IDEM_KEY_PROP                                                                                                \
+        "'idempotency_key':{'type':'string','pattern':'^[A-Za-z0-9._:-]{1,128}$','description':'Retry-safe "      \
+        "call: a retry with the same key and the same arguments within the idempotency window (24 h by default) "   \
+        "returns the result of the first call (or follows its execution) without running anything again; the same "  \
+        "key with different arguments is a conflict error.'}"
+
 #define EXEC_ID_PROP "'execution_id':{'type':'string','minLength':1,'description':'Id returned by exec or run_code.'}"
 
 #define EXEC_OUT_PROPS                                                                                               \
         "'execution_id':{'type':'string'},"                                                                          \
         "'state':{'type':'string','description':'pending, running, completed, failed, cancelled or timeout.'},"    \
-        "'exit_code':{'type':['integer','null'],'description':'The exit status; null unless the process exited.'}," \
-        "'cause':{'type':['string','null'],'description':'Why it ended: exited, timeout, cancelled, oom, "          \
+        "'exit_code':{'anyOf':[{'type':'integer'},{'type':'null'}],'description':'The exit status; null unless the process exited.'}," \
+        "'cause':{'anyOf':[{'type':'string'},{'type':'null'}],'description':'Why it ended: exited, timeout, cancelled, oom, "          \
         "container_died, daemon_restarted or error; empty while running.'},"                                        \
         "'stdout':{'type':'string','description':'Output as UTF-8 text; a long stream gives its head and tail "    \
         "around a note of the bytes omitted.'},"                                                                     \
@@ -54,31 +61,168 @@ struct mcp_tool {
         "'stdout_bytes':{'type':'integer','description':'Total bytes written to stdout so far.'},"                  \
         "'stderr_bytes':{'type':'integer'},"                                                                         \
         "'truncated':{'type':'boolean','description':'True when stdout/stderr above are not the whole output.'},"   \
-        "'duration_ms':{'type':['integer','null']},"                                                                 \
-        "'via':{'type':['string','null'],'description':'runner (the in-container runner) or docker_exec.'},"       \
-        "'usage':{'type':['object','null'],'description':'cpu_user_ms, cpu_system_ms and max_rss_kb of the whole "  \
+        "'duration_ms':{'anyOf':[{'type':'integer'},{'type':'null'}]},"                                                                 \
+        "'via':{'anyOf':[{'type':'string'},{'type':'null'}],'description':'runner (the in-container runner) or docker_exec.'},"       \
+        "'usage':{'anyOf':[{'type':'object'},{'type':'null'}],'description':'cpu_user_ms, cpu_system_ms and max_rss_kb of the whole "  \
         "process tree (runner only).'},"                                                                             \
-        "'provenance':{'type':['object','null'],'description':'image (id), runtime and runner_version.'},"          \
-        "'error':{'type':['string','null']}"
+        "'provenance':{'anyOf':[{'type':'object'},{'type':'null'}],'description':'image (id), runtime and runner_version.'},"          \
+        "'error':{'anyOf':[{'type':'string'},{'type':'null'}]}"
 
 #define EXEC_OUTPUT "{'type':'object','properties':{" EXEC_OUT_PROPS "},'required':['execution_id','state']}"
 
 #define SERVICE_OUT_PROPS                                                                                            \
         "'name':{'type':'string'},"                                                                                  \
         "'state':{'type':'string','description':'starting, running, stopping, stopped or failed.'},"                \
-        "'pid':{'type':['integer','null']},"                                                                         \
-        "'exit_code':{'type':['integer','null']},"                                                                   \
+        "'pid':{'anyOf':[{'type':'integer'},{'type':'null'}]},"                                                                         \
+        "'exit_code':{'anyOf':[{'type':'integer'},{'type':'null'}]},"                                                                   \
         "'ports':{'type':'array','description':'TCP ports the service listens on, with the host port each is "     \
         "published on (0 or null when not published).','items':{'type':'object','properties':{"                     \
-        "'container_port':{'type':'integer'},'host_port':{'type':['integer','null']}}}},"                           \
-        "'started_at':{'type':['integer','string','null']},"                                                         \
-        "'stopped_at':{'type':['integer','string','null']},"                                                         \
-        "'last_error':{'type':['string','null']}"
+        "'container_port':{'type':'integer'},'host_port':{'anyOf':[{'type':'integer'},{'type':'null'}]}}}},"                           \
+        "'started_at':{'anyOf':[{'type':'integer'},{'type':'null'}]},"                                                         \
+        "'stopped_at':{'anyOf':[{'type':'integer'},{'type':'null'}]},"                                                         \
+        "'last_error':{'anyOf':[{'type':'string'},{'type':'null'}]}"
 
 #define SERVICE_OUTPUT "{'type':'object','properties':{" SERVICE_OUT_PROPS "},'required':['name','state']}"
 
 static void run_passthrough(struct mcp_call *c, const struct mcp_tool *t, struct mcp_tool_result *r);
 static void run_exec(struct mcp_call *c, const struct mcp_tool *t, struct mcp_tool_result *r);
+
+/* ---- agent tools (issue 17): run_tests, the script cache, sessions as tools ---- */
+
+#define NULLABLE(t) "{'anyOf':[{'type':'" t "'},{'type':'null'}]}"
+#define NULLABLE_DESC(t, d) "{'anyOf':[{'type':'" t "'},{'type':'null'}],'description':'" d "'}"
+
+#define SCRIPT_NAME_PATTERN "^script-[0-9]{8}T[0-9]{6}Z-[0-9a-f]{12}[.](py|js|sh)$"
+
+#define SCRIPT_PROPS                                                                                                 \
+        "'name':{'type':'string'},'content_hash':{'type':'string','description':'SHA-256 of the code (hex).'},"      \
+        "'language':{'type':'string'},'description':" NULLABLE_DESC("string", "From the code leading comment.") "," \
+        "'bytes':{'type':'integer'},'created_at':{'type':'integer','description':'Unix ms.'}"
+
+#define CACHED_PROPS                                                                                                 \
+        "'cached':{'anyOf':[{'type':'object','properties':{" SCRIPT_PROPS "}},{'type':'null'}],'description':'The "   \
+        "script cache entry this successful run_code is saved as (an earlier one when the same code was saved "       \
+        "before); null when not saved.'},"                                                                           \
+        "'cache_error':{'type':'string','description':'Why the run was not saved (the cache is full).'}"
+
+#define SESSION_INFO_PROPS                                                                                           \
+        "'session':{'type':'string'},'state':{'type':'string','description':'creating, running, stopped or "         \
+        "error.'},'image':" NULLABLE_DESC("string", "Id of the image the container runs.") ",'created_at':{'type':'integer'},'last_activity':{'type':'integer'},"     \
+        "'expires_at':" NULLABLE_DESC("integer", "When the TTL ends the session (unix ms); null: no TTL.") ","      \
+        "'env_names':{'type':'array','items':{'type':'string'},'description':'Names of the default environment."     \
+        "'},'image_name':{'type':'string','description':'The image create_session chose.'}"
+
+static struct mcp_tool agent_tools[] = {
+        {
+                .name = "run_tests",
+                .title = "Run tests",
+                .description = "Run a test suite in the session's sandbox and get structured results. python: "
+                               "plain test_* functions using assert, and unittest.TestCase classes (unittest.skip "
+                               "skips). node: node:test with node:assert. code, if given, runs first (python: as "
+                               "module solution, whose names the tests also see; node: the test file is code "
+                               "followed by tests). success is true when every test passed or was skipped; a "
+                               "crash before any test ran gives success false and error.",
+                .input = "{'type':'object','properties':{"
+                         "'language':{'type':'string','enum':['python','node']},"
+                         "'tests':{'type':'string','minLength':1,'description':'The test source.'},"
+                         "'code':{'type':'string','description':'The implementation under test.'},"
+                         "'timeout_seconds':{'type':'integer','minimum':1,'description':'For the whole run.'},"
+                         SESSION_PROP "},"
+                         "'required':['language','tests'],'additionalProperties':false}",
+                .output = "{'type':'object','properties':{'success':{'type':'boolean'},"
+                          "'summary':{'type':'object','properties':{'total':{'type':'integer'},"
+                          "'passed':{'type':'integer'},'failed':{'type':'integer'},'skipped':{'type':'integer'}},"
+                          "'required':['total','passed','failed','skipped']},"
+                          "'tests':{'type':'array','items':{'type':'object','properties':{'name':{'type':'string'},"
+                          "'passed':{'type':'boolean'},'skipped':{'type':'boolean'},'error':" NULLABLE("string") ","
+                          "'duration_ms':{'type':'integer'}},'required':['name','passed']}},"
+                          "'tests_truncated':{'type':'boolean'},"
+                          "'output':{'type':'string','description':'What the code and tests printed (head and "
+                          "tail when long).'},"
+                          "'duration_ms':{'type':'integer'},'error':" NULLABLE("string") ","
+                          "'execution_id':{'type':'string'},'language':{'type':'string'}},"
+                          "'required':['success','summary','tests']}",
+                .destructive = true,
+                .run = run_passthrough,
+        },
+        {
+                .name = "list_scripts",
+                .title = "List saved scripts",
+                .description = "Your script cache: code of successful run_code calls, newest first, with the "
+                               "cache's use of its caps. filter keeps scripts whose name or description contains "
+                               "it. Run one with run_code {script: name}.",
+                .input = "{'type':'object','properties':{'filter':{'type':'string','maxLength':256},"
+                         "'limit':{'type':'integer','minimum':1,'maximum':1000}},'additionalProperties':false}",
+                .output = "{'type':'object','properties':{'scripts':{'type':'array','items':{'type':'object',"
+                          "'properties':{" SCRIPT_PROPS "}}},'count':{'type':'integer'},'bytes':{'type':'integer'},"
+                          "'max_count':{'type':'integer'},'max_bytes':{'type':'integer'}},'required':['scripts']}",
+                .read_only = true,
+                .idempotent = true,
+                .user_level = true,
+                .run = run_passthrough,
+        },
+        {
+                .name = "clear_scripts",
+                .title = "Remove saved scripts",
+                .description = "Remove one saved script (name) or, without a name, your whole script cache.",
+                .input = "{'type':'object','properties':{'name':{'type':'string','pattern':'" SCRIPT_NAME_PATTERN
+                         "'}},'additionalProperties':false}",
+                .output = "{'type':'object','properties':{'removed':{'type':'integer'}},'required':['removed']}",
+                .destructive = true,
+                .idempotent = true,
+                .user_level = true,
+                .run = run_passthrough,
+        },
+        {
+                .name = "create_session",
+                .title = "Create a session",
+                .description = "Start a sandbox session now and return its info. session names it (default: a "
+                               "new generated name); ttl_seconds ends it that long from now, as the idle timeout "
+                               "does (its workspace stays); image picks one of the images the operator allows; env "
+                               "is the default environment of its executions.",
+                .input = "{'type':'object','properties':{"
+                         "'session':{'type':'string','pattern':'^[A-Za-z0-9_.-]{1,64}$','description':'Name of "
+                         "the new session. Default: generated.'},"
+                         "'ttl_seconds':{'type':'integer','minimum':1},"
+                         "'image':{'type':'string','minLength':1},"
+                         "'env':{'type':'object','additionalProperties':{'type':'string'},"
+                         "'description':'Default environment variables (at most 64).'}},"
+                         "'additionalProperties':false}",
+                .output = "{'type':'object','properties':{" SESSION_INFO_PROPS ","
+                          "'network_mode':" NULLABLE("string") ",'container_id':" NULLABLE("string") "},"
+                          "'required':['session','state']}",
+                .user_level = true,
+                .run = run_passthrough,
+        },
+        {
+                .name = "destroy_session",
+                .title = "Destroy a session",
+                .description = "End a session: its running executions are cancelled and its container removed. "
+                               "The workspace is kept unless purge is true.",
+                .input = "{'type':'object','properties':{"
+                         "'session':{'type':'string','pattern':'^[A-Za-z0-9_.-]{1,64}$'},"
+                         "'purge':{'type':'boolean','description':'Delete the workspace too.'}},"
+                         "'required':['session'],'additionalProperties':false}",
+                .output = "{'type':'object','properties':{'session':{'type':'string'},'destroyed':{'type':"
+                          "'boolean'},'purged':{'type':'boolean'},'cancelled_executions':{'type':'integer'}},"
+                          "'required':['session','destroyed']}",
+                .destructive = true,
+                .idempotent = false,
+                .run = run_passthrough,
+        },
+        {
+                .name = "list_sessions",
+                .title = "List sessions",
+                .description = "Your sessions, with their state and TTL.",
+                .input = "{'type':'object','properties':{},'additionalProperties':false}",
+                .output = "{'type':'object','properties':{'sessions':{'type':'array','items':{'type':'object',"
+                          "'properties':{" SESSION_INFO_PROPS "}}}},'required':['sessions']}",
+                .read_only = true,
+                .idempotent = true,
+                .user_level = true,
+                .run = run_passthrough,
+        },
+};
 
 static struct mcp_tool tools[] = {
         {
@@ -102,7 +246,7 @@ static struct mcp_tool tools[] = {
                          "'stdin':{'type':'string','description':'Text fed to standard input.'},"
                          "'background':{'type':'boolean','description':'Return at once with the execution_id.'},"
                          "'interactive':{'type':'boolean','description':'Keep stdin open for send_stdin until "
-                         "eof.'}," SESSION_PROP "},"
+                         "eof.'}," IDEM_KEY_PROP "," SESSION_PROP "},"
                          "'required':['command'],'additionalProperties':false}",
                 .output = EXEC_OUTPUT,
                 .destructive = true,
@@ -112,34 +256,43 @@ static struct mcp_tool tools[] = {
                 .name = "run_code",
                 .title = "Run a code snippet",
                 .description = "Run a python, node or bash program in the session's sandbox container (working "
-                               "directory /workspace). Same results and options as exec.",
+                               "directory /workspace). Same results and options as exec. A run that succeeds is "
+                               "saved in your script cache (cached says under which name; cache: false opts "
+                               "out); script: NAME runs a saved script instead of code.",
                 .input = "{'type':'object','properties':{"
-                         "'language':{'type':'string','enum':['python','node','bash']},"
+                         "'language':{'type':'string','enum':['python','node','bash'],'description':'Required "
+                         "with code.'},"
                          "'code':{'type':'string','minLength':1,'description':'The program text.'},"
+                         "'script':{'type':'string','pattern':'" SCRIPT_NAME_PATTERN "','description':'Run this "
+                         "saved script (see list_scripts) instead of code.'},"
+                         "'cache':{'type':'boolean','description':'Save the code in the script cache if the run "
+                         "succeeds. Default true.'},"
                          "'timeout_seconds':{'type':'integer','minimum':1},"
                          "'workdir':{'type':'string'},"
                          "'env':{'type':'object','additionalProperties':{'type':'string'}},"
                          "'stdin':{'type':'string'},"
                          "'background':{'type':'boolean','description':'Return at once with the execution_id.'},"
                          "'interactive':{'type':'boolean','description':'Keep stdin open for send_stdin until "
-                         "eof.'}," SESSION_PROP "},"
-                         "'required':['language','code'],'additionalProperties':false}",
-                .output = EXEC_OUTPUT,
+                         "eof.'}," IDEM_KEY_PROP "," SESSION_PROP "},"
+                         "'additionalProperties':false}",
+                .output = "{'type':'object','properties':{" EXEC_OUT_PROPS "," CACHED_PROPS "},"
+                          "'required':['execution_id','state']}",
                 .destructive = true,
                 .run = run_exec,
         },
         {
                 .name = "get_execution",
                 .title = "Follow an execution",
-                .description = "State and output of an execution. wait long-polls up to that many seconds for "
-                               "it to end or, with offsets, for output past them; with stdout_offset / "
+                .description = "State and output of an execution. wait long-polls up to that many seconds (true: "
+                               "the longest, 60) for it to end or, with offsets, for output past them; with stdout_offset / "
                                "stderr_offset the output returned starts at those byte offsets.",
                 .input = "{'type':'object','properties':{" EXEC_ID_PROP ","
-                         "'wait':{'type':'integer','minimum':0,'maximum':60,'description':'Seconds to wait.'},"
+                         "'wait':{'anyOf':[{'type':'integer','minimum':0,'maximum':60},{'type':'boolean'}],"
+                         "'description':'Seconds to wait (at most 60), or true for the longest wait.'},"
                          "'stdout_offset':{'type':'integer','minimum':0},"
                          "'stderr_offset':{'type':'integer','minimum':0}," SESSION_PROP "},"
                          "'required':['execution_id'],'additionalProperties':false}",
-                .output = "{'type':'object','properties':{" EXEC_OUT_PROPS ","
+                .output = "{'type':'object','properties':{" EXEC_OUT_PROPS "," CACHED_PROPS ","
                           "'stdout_offset':{'type':'integer'},'stderr_offset':{'type':'integer'}},"
                           "'required':['execution_id','state']}",
                 .read_only = true,
@@ -178,12 +331,15 @@ static struct mcp_tool tools[] = {
                 .input = "{'type':'object','properties':{"
                          "'states':{'type':'array','items':{'type':'string'},'description':'Only these states "
                          "(pending, running, completed, failed, cancelled, timeout).'},"
-                         "'limit':{'type':'integer','minimum':1,'maximum':1000}," SESSION_PROP "},"
+                         "'limit':{'type':'integer','minimum':1,'maximum':1000},"
+                         "'completed_within_ms':{'type':'integer','minimum':0,'description':'Only executions "
+                         "that ended within this many milliseconds, the most recently ended first.'},"
+                         SESSION_PROP "},"
                          "'additionalProperties':false}",
                 .output = "{'type':'object','properties':{'executions':{'type':'array','items':"
                           "{'type':'object','properties':{" EXEC_OUT_PROPS ","
-                          "'command_preview':{'type':['string','null']},"
-                          "'created_at':{'type':['integer','string','null']}}}}},'required':['executions']}",
+                          "'command_preview':{'anyOf':[{'type':'string'},{'type':'null'}]},"
+                          "'created_at':{'anyOf':[{'type':'integer'},{'type':'null'}]}}}}},'required':['executions']}",
                 .read_only = true,
                 .idempotent = true,
                 .wrap = "executions",
@@ -197,7 +353,7 @@ static struct mcp_tool tools[] = {
                 .input = "{'type':'object','properties':{"
                          "'path':{'type':'string','minLength':1},"
                          "'content':{'type':'string'},"
-                         "'encoding':{'type':'string','enum':['utf8','base64']}," SESSION_PROP "},"
+                         "'encoding':{'type':'string','enum':['utf8','base64']}," IDEM_KEY_PROP "," SESSION_PROP "},"
                          "'required':['path','content'],'additionalProperties':false}",
                 .output = "{'type':'object','properties':{'path':{'type':'string'},'bytes':{'type':'integer'}},"
                           "'required':['path','bytes']}",
@@ -234,8 +390,8 @@ static struct mcp_tool tools[] = {
                          "'additionalProperties':false}",
                 .output = "{'type':'object','properties':{'path':{'type':'string'},'entries':{'type':'array',"
                           "'items':{'type':'object','properties':{'name':{'type':'string'},'type':{'type':"
-                          "'string','description':'file, dir, symlink or other'},'size':{'type':['integer',"
-                          "'null']}}}},'truncated':{'type':'boolean'}},'required':['path','entries']}",
+                          "'string','description':'file, dir, symlink or other'},'size':{'anyOf':[{'type':"
+                          "'integer'},{'type':'null'}]}}}},'truncated':{'type':'boolean'}},'required':['path','entries']}",
                 .read_only = true,
                 .idempotent = true,
                 .run = run_passthrough,
@@ -249,7 +405,7 @@ static struct mcp_tool tools[] = {
                 .input = "{'type':'object','properties':{"
                          "'name':{'type':'string','pattern':'^[A-Za-z0-9_.-]{1,64}$'},"
                          "'command':{'type':'string','minLength':1},"
-                         "'workdir':{'type':'string'}," SESSION_PROP "},"
+                         "'workdir':{'type':'string'}," IDEM_KEY_PROP "," SESSION_PROP "},"
                          "'required':['name','command'],'additionalProperties':false}",
                 .output = SERVICE_OUTPUT,
                 .run = run_passthrough,
@@ -298,27 +454,35 @@ static struct mcp_tool tools[] = {
                 .input = "{'type':'object','properties':{" SESSION_PROP "},'additionalProperties':false}",
                 .output = "{'type':'object','properties':{'user':{'type':'string'},'session':{'type':'string'},"
                           "'state':{'type':'string','description':'creating, running, stopped or error.'},"
-                          "'network_mode':{'type':['string','null'],'description':'none (sealed: egress "
-                          "through the proxy, ports forwarded by the daemon; a private session has neither), or "
-                          "bridge (the operator chose raw networking).'},"
-                          "'runtime':{'type':['string','null'],'description':'OCI runtime of the container: runc, "
+                          "'network_mode':{'anyOf':[{'type':'string'},{'type':'null'}],'description':'none (sealed: "
+                          "egress through the proxy, ports forwarded by the daemon; a private session has neither), "
+                          "or bridge (the operator chose raw networking).'},"
+                          "'runtime':{'anyOf':[{'type':'string'},{'type':'null'}],'description':'OCI runtime of the container: runc, "
                           "or runsc (gVisor, no network).'},"
                           "'private':{'type':'boolean','description':'True once private data was marked on the "
                           "session: its network is then none for good.'},"
                           "'datasets':{'type':'array','items':{'type':'object','properties':{"
-                          "'dataset':{'type':'string'},'source':{'type':['string','null']}}}},"
+                          "'dataset':{'type':'string'},'source':{'anyOf':[{'type':'string'},{'type':'null'}]}}}},"
                           "'ports':{'type':'array','items':{'type':'object',"
-                          "'properties':{'container_port':{'type':'integer'},'host_port':{'type':['integer',"
-                          "'null']}}}},'container_id':{'type':['string','null']},"
-                          "'created_at':{'type':['integer','string','null']},"
-                          "'last_activity':{'type':['integer','string','null']},"
-                          "'last_error':{'type':['string','null']}},"
+                          "'properties':{'container_port':{'type':'integer'},'host_port':{'anyOf':[{'type':"
+                          "'integer'},{'type':'null'}]}}}},'container_id':{'anyOf':[{'type':'string'},{'type':'null'}]},"
+                          "'created_at':{'anyOf':[{'type':'integer'},{'type':'null'}]},"
+                          "'last_activity':{'anyOf':[{'type':'integer'},{'type':'null'}]},"
+                          "'last_error':{'anyOf':[{'type':'string'},{'type':'null'}]}},"
                           "'required':['state','network_mode','private','ports']}",
                 .read_only = true,
                 .idempotent = true,
                 .run = run_passthrough,
         },
 };
+
+#define N_TOOLS (ELEMENTSOF(tools) + ELEMENTSOF(agent_tools))
+
+/* The i-th tool of both tables (i < N_TOOLS). */
+static struct mcp_tool *tool_at(size_t i)
+{
+        return i < ELEMENTSOF(tools) ? &tools[i] : &agent_tools[i - ELEMENTSOF(tools)];
+}
 
 static pthread_once_t tools_once = PTHREAD_ONCE_INIT;
 static int tools_init_result;
@@ -340,11 +504,12 @@ static cJSON *parse_quoted(const char *text)
 
 static void tools_init_once(void)
 {
-        for (size_t i = 0; i < ELEMENTSOF(tools); i++) {
-                tools[i].input_schema = parse_quoted(tools[i].input);
-                tools[i].output_schema = parse_quoted(tools[i].output);
-                if (!cJSON_IsObject(tools[i].input_schema) || !cJSON_IsObject(tools[i].output_schema)) {
-                        log_error("mcp: the built-in schema of tool %s does not parse", tools[i].name);
+        for (size_t i = 0; i < N_TOOLS; i++) {
+                struct mcp_tool *t = tool_at(i);
+                t->input_schema = parse_quoted(t->input);
+                t->output_schema = parse_quoted(t->output);
+                if (!cJSON_IsObject(t->input_schema) || !cJSON_IsObject(t->output_schema)) {
+                        log_error("mcp: the built-in schema of tool %s does not parse", t->name);
                         tools_init_result = -EINVAL;
                 }
         }
@@ -356,15 +521,15 @@ int mcp_tools_init(void)
         return tools_init_result;
 }
 
-size_t mcp_tool_count(void) { return ELEMENTSOF(tools); }
+size_t mcp_tool_count(void) { return N_TOOLS; }
 
-const char *mcp_tool_name(size_t i) { return i < ELEMENTSOF(tools) ? tools[i].name : NULL; }
+const char *mcp_tool_name(size_t i) { return i < N_TOOLS ? tool_at(i)->name : NULL; }
 
 const struct mcp_tool *mcp_tool_find(const char *name)
 {
-        for (size_t i = 0; name && i < ELEMENTSOF(tools); i++)
-                if (strcmp(tools[i].name, name) == 0)
-                        return &tools[i];
+        for (size_t i = 0; name && i < N_TOOLS; i++)
+                if (strcmp(tool_at(i)->name, name) == 0)
+                        return tool_at(i);
         return NULL;
 }
 
@@ -375,8 +540,8 @@ cJSON *mcp_tools_list(int rank)
         cJSON *list = cJSON_CreateArray();
 
         mcp_tools_init();
-        for (size_t i = 0; i < ELEMENTSOF(tools); i++) {
-                const struct mcp_tool *t = &tools[i];
+        for (size_t i = 0; i < N_TOOLS; i++) {
+                const struct mcp_tool *t = tool_at(i);
                 cJSON *o = cJSON_CreateObject();
 
                 cJSON_AddStringToObject(o, "name", t->name);
@@ -444,6 +609,12 @@ static cJSON *api_params(struct mcp_call *c)
 
         if (!p)
                 return NULL;
+        {
+                /* a user-level tool names a session only when the caller did */
+                const struct mcp_tool *t = mcp_tool_find(c->tool);
+                if (t && t->user_level && !cJSON_GetObjectItemCaseSensitive(c->args, "session"))
+                        return p;
+        }
         cJSON_DeleteItemFromObjectCaseSensitive(p, "session");
         cJSON_AddStringToObject(p, "session", c->session);
         return p;
@@ -452,8 +623,17 @@ static cJSON *api_params(struct mcp_call *c)
 static int wait_timeout_ms(const cJSON *params)
 {
         const cJSON *w = cJSON_GetObjectItemCaseSensitive(params, "wait");
+        /* run_tests waits for its whole run: as long as the run may take */
+        const cJSON *t = cJSON_GetObjectItemCaseSensitive(params, "timeout_seconds");
+        bool bg = cJSON_IsTrue(cJSON_GetObjectItemCaseSensitive(params, "background"));
+        int extra = cJSON_IsNumber(t) && !bg && t->valuedouble > 0 && t->valuedouble < 7 * 86400
+                            ? (int)t->valuedouble * 1000
+                            : 0;
 
-        return REQUEST_TIMEOUT_MS + (cJSON_IsNumber(w) && w->valuedouble > 0 ? (int)w->valuedouble * 1000 : 0);
+        if (cJSON_IsTrue(w))
+                return REQUEST_TIMEOUT_MS + extra + 60000;
+        return REQUEST_TIMEOUT_MS + extra +
+               (cJSON_IsNumber(w) && w->valuedouble > 0 && w->valuedouble <= 3600 ? (int)w->valuedouble * 1000 : 0);
 }
 
 static void api_failure(struct mcp_call *c, struct mcp_tool_result *r, int k, const struct mcp_api_error *e)
@@ -470,6 +650,11 @@ static void api_failure(struct mcp_call *c, struct mcp_tool_result *r, int k, co
 /* Shape a reply as the advertised outputSchema says; takes res. */
 static void set_structured(const struct mcp_tool *t, struct mcp_tool_result *r, cJSON *res)
 {
+        const cJSON *sess = cJSON_GetObjectItemCaseSensitive(res, "session");
+
+        /* output cut short: links to the whole of it (not for offset reads) */
+        if (!cJSON_GetObjectItemCaseSensitive(res, "stdout_offset") && cJSON_IsString(sess))
+                r->links = mcp_resource_links(sess->valuestring, res);
         if (cJSON_IsArray(res) && t->wrap) {
                 cJSON *o = cJSON_CreateObject();
                 cJSON_AddItemToObject(o, t->wrap, res);

@@ -1,7 +1,8 @@
 /* monitor.c — the health monitor threads.
  *
  * Threads: "sbx-events" (blocking in the Docker events stream) and
- * "sbx-monitor" (the periodic poll and idle expiry). Each has its own
+ * "sbx-monitor" (the periodic poll, idle expiry and the TTLs create_session
+ * set, session_expire_ttl()). Each has its own
  * libcurl handle through the Docker client's per-thread handles.
  * mon->lock guards `stopping` and pairs with mon->wake for the poll sleep;
  * the counters are atomics. No lock is held across a Docker call: the poll
@@ -150,6 +151,7 @@ expire:
         free(list);
         free(running);
         (void)session_expire_idle(mon->sessions, sbx_wall_ms());
+        (void)session_expire_ttl(mon->sessions, sbx_wall_ms());
 }
 
 static void *poll_main(void *ud)

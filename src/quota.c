@@ -23,6 +23,8 @@ static const struct {
         {"max_exec_per_user", 10000},
         {"max_services_per_session", 1000},
         {"max_spool_per_session", INT64_C(1) << 40},
+        {"max_scripts_per_user", 100000},            /* the script cache (scripts.h) */
+        {"max_script_bytes_per_user", INT64_C(1) << 32},
 };
 
 struct quota {
@@ -72,7 +74,7 @@ static int key_index(const char *key)
 
 static int64_t *limit_field(struct quota_limits *l, int i)
 {
-        int64_t *fields[] = {&l->sessions, &l->execs, &l->services, &l->spool_bytes};
+        int64_t *fields[] = {&l->sessions, &l->execs, &l->services, &l->spool_bytes, &l->scripts, &l->script_bytes};
         return fields[i];
 }
 
@@ -83,6 +85,8 @@ void quota_limits_get(struct quota *q, const struct sbx_config *cfg, const char 
                 .execs = cfg->max_exec_per_user,
                 .services = cfg->max_services_per_session,
                 .spool_bytes = cfg->max_spool_per_session_bytes,
+                .scripts = cfg->max_scripts_per_user,
+                .script_bytes = cfg->max_script_bytes_per_user,
         };
         if (!q || !user)
                 return;
@@ -106,7 +110,8 @@ int quota_set(struct quota *q, const char *user, const char *key, int64_t value,
         if (k < 0)
                 return sbx_error_set(err, -EINVAL, 0,
                                      "unknown quota '%s': one of max_sessions_per_user, max_exec_per_user, "
-                                     "max_services_per_session, max_spool_per_session",
+                                     "max_services_per_session, max_spool_per_session, max_scripts_per_user, "
+                                     "max_script_bytes_per_user",
                                      key ? key : "");
         if (value < 0 || value > keys[k].max)
                 return sbx_error_set(err, -EINVAL, 0, "%s: %" PRId64 " is out of range [0, %" PRId64 "]", key,

@@ -526,6 +526,31 @@ static int resolve_image(struct session_manager *m, char ret[256], struct sbx_er
         return 0;
 }
 
+/* The image of s: the one create_session chose (store_session_options),
+ * while the operator still allows it, else the config's. */
+static int session_image(struct session_manager *m, struct session *s, char ret[256], struct sbx_error *err)
+{
+        struct store_session_options o = {0};
+        struct docker_image_info info;
+        int r;
+
+        if (store_session_options_get(m->store, s->user, s->id, &o) < 0 || !o.image[0] ||
+            strcmp(o.image, m->cfg->image) == 0) {
+                store_session_options_done(&o);
+                return resolve_image(m, ret, err);
+        }
+        store_session_options_done(&o);
+        if (!config_image_allowed(m->cfg, o.image))
+                return sbx_error_set(err, -EACCES, 0, "image '%s' is no longer among the allowed images", o.image);
+        r = docker_image_inspect(m->docker, o.image, &info, err);
+        if (r < 0) {
+                sbx_error_prefix(err, "resolving image %s", o.image);
+                return r;
+        }
+        sbx_strlcpy(ret, info.id, 256);
+        return 0;
+}
+
 /* Cause from an inspect of a container that is no longer running. */
 static void describe_exit(const struct docker_container_info *info, char *buf, size_t size)
 {
@@ -571,7 +596,7 @@ static int make_container(struct session *s, const char *old_id, const char **ne
                 }
                 (void)store_container_removed(m->store, old_id, "replaced", sbx_wall_ms());
         }
-        r = resolve_image(m, ret_image, err);
+        r = session_image(m, s, ret_image, err);
         if (r < 0)
                 return r;
         r = container_workspace_ensure(cfg, s->user, s->id, ret_workspace, err);
@@ -1221,6 +1246,32 @@ static void end_teardown(struct session *s, enum session_state state, const char
         pthread_mutex_unlock(&s->lock);
 }
 
+/* Stop s (container removed, ports released, STOPPED, workspace kept) with
+ * cause; only_idle: only if idle since before. 1 stopped, 0 not. */
+static int stop_one(struct session_manager *m, struct session *s, bool only_idle, int64_t before, const char *cause)
+{
+        char id[65];
+        struct sbx_error err = {0};
+
+        if (begin_teardown(s, only_idle, before, id) < 0)
+                return 0;
+        if (id[0] && container_remove(m->docker, id, &err) < 0) {
+                log_ctx(LOG_LEVEL_WARN, s->user, s->id, id, "%s: cannot remove container: %s", cause, err.msg);
+                pthread_mutex_lock(&s->lock);
+                s->transitioning = false;
+                pthread_cond_broadcast(&s->cond);
+                pthread_mutex_unlock(&s->lock);
+                return 0;
+        }
+        if (id[0])
+                (void)store_container_removed(m->store, id, cause, sbx_wall_ms());
+        (void)portpool_release(m->ports, s->user, s->id);
+        release_workspace(m, s->user, s->id);
+        end_teardown(s, SESSION_STOPPED, cause);
+        call_handlers(m, s->user, s->id, id, cause);
+        return 1;
+}
+
 int session_expire_idle(struct session_manager *m, int64_t now_wall_ms)
 {
         struct session **all;
@@ -1230,31 +1281,34 @@ int session_expire_idle(struct session_manager *m, int64_t now_wall_ms)
 
         if (all_refs(m, &all, &n) < 0)
                 return -ENOMEM;
-        for (size_t i = 0; i < n; i++) {
-                struct session *s = all[i];
-                char id[65];
-                struct sbx_error err = {0};
-
-                if (begin_teardown(s, true, before, id) < 0)
-                        continue;
-                if (id[0] && container_remove(m->docker, id, &err) < 0) {
-                        log_ctx(LOG_LEVEL_WARN, s->user, s->id, id, "idle expiry: cannot remove container: %s",
-                                err.msg);
-                        pthread_mutex_lock(&s->lock);
-                        s->transitioning = false;
-                        pthread_cond_broadcast(&s->cond);
-                        pthread_mutex_unlock(&s->lock);
-                        continue;
-                }
-                if (id[0])
-                        (void)store_container_removed(m->store, id, "idle_expired", sbx_wall_ms());
-                (void)portpool_release(m->ports, s->user, s->id);
-                release_workspace(m, s->user, s->id);
-                end_teardown(s, SESSION_STOPPED, "idle_expired");
-                call_handlers(m, s->user, s->id, id, "idle_expired");
-                count++;
-        }
+        for (size_t i = 0; i < n; i++)
+                count += stop_one(m, all[i], true, before, "idle_expired");
         refs_free(all, n);
+        return count;
+}
+
+int session_expire_ttl(struct session_manager *m, int64_t now_wall_ms)
+{
+        char(*users)[65] = NULL, (*ids)[65] = NULL;
+        size_t n = 0;
+        int count = 0;
+
+        if (store_session_options_expired(m->store, now_wall_ms, 256, &users, &ids, &n) < 0)
+                return -EIO;
+        for (size_t i = 0; i < n; i++) {
+                struct session *s;
+                /* the TTL is spent whatever happens next: a later use starts the session afresh */
+                (void)store_session_options_clear_ttl(m->store, users[i], ids[i]);
+                if (lookup_ref(m, users[i], ids[i], false, &s, NULL) < 0)
+                        continue;
+                if (stop_one(m, s, false, 0, "ttl_expired")) {
+                        log_ctx(LOG_LEVEL_INFO, users[i], ids[i], NULL, "session stopped: its TTL is over");
+                        count++;
+                }
+                unref(s);
+        }
+        free(users);
+        free(ids);
         return count;
 }
 
@@ -1307,6 +1361,7 @@ int session_destroy(struct session_manager *m, const char *user, const char *id,
         r = store_session_delete(m->store, user, id, purge && purged == 0);
         if (r < 0)
                 log_ctx(LOG_LEVEL_ERROR, user, id, NULL, "cannot delete session row: %s", strerror(-r));
+        (void)store_session_options_delete(m->store, user, id);
         pthread_mutex_lock(&m->lock);
         unlink_locked(m, s);
         pthread_mutex_unlock(&m->lock);

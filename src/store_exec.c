@@ -143,13 +143,36 @@ static bool state_in(const char *state, const char *const *states)
         return false;
 }
 
+/* The rows q yields whose state is in states, at most limit. Store lock held. */
+static int exec_rows(struct store_query *q, const char *const *states, size_t limit, struct store_execution **ret,
+                     size_t *ret_n)
+{
+        _cleanup_free_ struct store_execution *rows = NULL;
+        size_t n = 0, cap = 0;
+        int r = 0;
+
+        while (n < limit && (r = sq_step(q)) > 0) {
+                struct store_execution row;
+                exec_from_row(q, &row);
+                if (!state_in(row.state, states))
+                        continue;
+                struct store_execution *slot = store_array_push((void **)&rows, &n, &cap, sizeof(*rows));
+                if (!slot)
+                        return -ENOMEM;
+                *slot = row;
+        }
+        if (r < 0)
+                return r;
+        *ret = TAKE_PTR(rows);
+        *ret_n = n;
+        return 0;
+}
+
 int store_exec_list(struct store *s, const char *user, const char *session, const char *const *states,
                     size_t limit, struct store_execution **ret, size_t *ret_n)
 {
         STORE_LOCK(s);
         _cleanup_(sq_end) struct store_query q = {};
-        _cleanup_free_ struct store_execution *rows = NULL;
-        size_t n = 0, cap = 0;
         int r;
 
         if (!user || !ret || !ret_n)
@@ -163,21 +186,27 @@ int store_exec_list(struct store *s, const char *user, const char *session, cons
                 return r;
         sq_text(&q, user);
         sq_text(&q, session);
-        while (n < limit && (r = sq_step(&q)) > 0) {
-                struct store_execution row;
-                exec_from_row(&q, &row);
-                if (!state_in(row.state, states))
-                        continue;
-                struct store_execution *slot = store_array_push((void **)&rows, &n, &cap, sizeof(*rows));
-                if (!slot)
-                        return -ENOMEM;
-                *slot = row;
-        }
+        return exec_rows(&q, states, limit, ret, ret_n);
+}
+
+int store_exec_list_finished(struct store *s, const char *user, const char *session, const char *const *states,
+                             int64_t since_ms, size_t limit, struct store_execution **ret, size_t *ret_n)
+{
+        STORE_LOCK(s);
+        _cleanup_(sq_end) struct store_query q = {};
+        int r;
+
+        if (!user || !ret || !ret_n)
+                return -EINVAL;
+        r = sq_start(&q, s,
+                     "SELECT " EXEC_COLUMNS " FROM executions WHERE user_id = ?1 AND finished_at >= ?3 AND "
+                     "(?2 IS NULL OR session_id = ?2) ORDER BY finished_at DESC, id");
         if (r < 0)
                 return r;
-        *ret = TAKE_PTR(rows);
-        *ret_n = n;
-        return 0;
+        sq_text(&q, user);
+        sq_text(&q, session);
+        sq_int64(&q, since_ms);
+        return exec_rows(&q, states, limit, ret, ret_n);
 }
 
 int store_exec_fail_unfinished(struct store *s, const char *cause, const char *error, int64_t now_ms,

@@ -39,14 +39,15 @@
  * token), forbidden (role may not; permission denied in the container),
  * not_found, invalid (bad argument, e.g. a path outside /workspace),
  * busy (a cap reached), too_large, conflict (e.g. a service name already
- * running, stdin already closed), already_finished, unavailable (Docker
+ * running, stdin already closed, an idempotency_key reused with another
+ * request), quota_exceeded, already_finished, unavailable (Docker
  * down, the execution could not run), internal.
  *
  * Tokens (see token.h): role agent may call every method but mark_private
  * and egress_allow;
  * role connector may call every method.
  *
- * Every method takes params.session (1-64 of [A-Za-z0-9_.-]); the user is
+ * Every method but the user-level ones below takes params.session (1-64 of [A-Za-z0-9_.-]); the user is
  * always the token's: a request can only reach its own user's sessions, and
  * an execution id is found only in the session it ran in (otherwise
  * not_found, exactly as for an unknown id). The session's container is
@@ -57,7 +58,7 @@
  *       → an execution result (below); with background → {execution_id, state} at once.
  *         A client that disconnects while waiting gets no reply; the
  *         execution runs on and stays readable by id.
- *   get_execution   {execution_id, wait?: seconds (0-60), stdout_offset?, stderr_offset?, encoding?: utf8|base64}
+ *   get_execution   {execution_id, wait?: seconds (0-60) or true (60) / false (0), stdout_offset?, stderr_offset?, encoding?: utf8|base64}
  *       → an execution result. wait long-polls until the execution ends or,
  *         with an offset, until output past it arrives. With stdout_offset
  *         (stderr_offset), stdout (stderr) is the bytes from that offset on
@@ -65,7 +66,10 @@
  *         and stdout_next_offset (the offset to ask for next; raw bytes).
  *   send_stdin      {execution_id, data, encoding?, eof?}              → {execution_id, bytes, eof}
  *   cancel_execution{execution_id, force?}   → the execution result, after waiting up to the kill grace + 5 s for it to end
- *   list_executions {states?: [..], limit?: 1-1000 (50)}   → {executions: [result without stdout/stderr, plus command_preview]}
+ *   list_executions {states?: [..], limit?: 1-1000 (50), completed_within_ms?}
+ *       → {executions: [result without stdout/stderr, plus command_preview]},
+ *         newest first; with completed_within_ms only those that ended that
+ *         recently, the most recently ended first.
  *   write_file      {path, content, encoding?: utf8|base64}      → {path, bytes}
  *   read_file       {path, offset?, length?, encoding?}
  *       → {path, content, encoding, valid_utf8 (utf8 only: false when bytes
@@ -85,6 +89,33 @@
  *   mark_private    {dataset, source?}  (role connector only)    → {session, datasets, network_mode}
  *   egress_allow    {pattern, scope?: session|user (session), remove?}  (role connector only)
  *                                                                → the session's egress (as session_info's), session
+ *
+ * Agent tools (issue 17, src/api_agent.c; README "Agent tools"):
+ *   run_tests       {language: python|node, tests, code?, timeout_seconds?}
+ *       → {success, summary: {total, passed, failed, skipped}, tests: [{name, passed, skipped, error,
+ *         duration_ms}], tests_truncated, output, duration_ms, error, execution_id, language}
+ *   run_code        also {script: NAME} (run a saved script) and {cache: false}; its result (and
+ *                   get_execution's, once final) carries cached: {name, content_hash, language,
+ *                   description, bytes, created_at} or null, and cache_error when the cap refused it
+ *   list_scripts    {filter?, limit?: 1-1000 (100)}  → {scripts: [...], count, bytes, max_count, max_bytes}
+ *   clear_scripts   {name?}                          → {removed}
+ *   create_session  {session?, ttl_seconds?, image?, env?: {K: V}}  → session_info + {expires_at, env_names,
+ *                   image_name}; conflict if the session exists
+ *   destroy_session {session, purge?}   → {session, destroyed, purged, cancelled_executions}
+ *   list_sessions   {}                  → {sessions: [{session, state, image, created_at, last_activity,
+ *                   expires_at, ...}]}
+ * list_scripts, clear_scripts, list_sessions and create_session take no
+ * params.session (create_session names one when it is absent).
+ * Idempotency (api_idem.c): exec, run_code, start_service and write_file
+ * (and run_tests, create_session where they exist) take idempotency_key
+ * (1-128 of [A-Za-z0-9._:-]). Per token user and method, a retry with the
+ * same key and the same params within idempotency_window answers with the
+ * first call's result without running anything again — for exec and
+ * run_code, from the first call's execution (background: its id and state,
+ * even while it runs; otherwise its end); the same key with other params is
+ * conflict; past idempotency_max_keys live keys a new key is
+ * quota_exceeded. Keys survive restarts; a call that failed before doing
+ * anything leaves none. Any other method refuses the parameter (invalid).
  *
  * Execution result: {execution_id, session, state, exit_code (null unless
  * exited), cause, error, stdout, stderr, encoding, stdout_bytes,

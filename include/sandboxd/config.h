@@ -39,6 +39,7 @@ struct sbx_config {
 
         /* container */
         char image[256];
+        char images[1024];                /* further images create_session may choose, comma-separated */
         char runner_binary[SBX_PATH_MAX]; /* "" → sandboxd-runner next to the executable */
         int runner_heartbeat_ms;
         int64_t memory_bytes;
@@ -84,6 +85,9 @@ struct sbx_config {
         int64_t max_spool_per_session_bytes; /* default of the per-user quota (quota.h) */
         int64_t exec_result_head_bytes;  /* head and tail returned inline */
         int64_t max_command_bytes;
+        int max_scripts_per_user;         /* the script cache (issue 17) */
+        int64_t max_script_bytes_per_user;
+        int session_ttl_max_s;
         int64_t max_stdin_bytes;
 
         /* services */
@@ -107,6 +111,9 @@ struct sbx_config {
         int egress_connect_timeout_ms;
         int egress_idle_timeout_ms;
         int egress_max_rules;            /* additions per user and per session */
+        /* idempotency keys (api_idem.c) */
+        int idempotency_window_s;
+        int idempotency_max_keys; /* per user */
 
         /* gc */
         int max_age_s;
@@ -132,6 +139,9 @@ int config_set(struct sbx_config *cfg, const char *key, const char *value, struc
  * format of etc/sandboxd.conf (used for --print-config and by tests to check
  * the documented file covers every key). */
 void config_dump(const struct sbx_config *cfg, int fd);
+
+/* image is the config's image or one of images (exact names). */
+bool config_image_allowed(const struct sbx_config *cfg, const char *image);
 
 /* Iterate over known key names (NULL past the end). */
 const char *config_key_name(size_t i);

@@ -22,6 +22,7 @@ struct admin_server;
 struct http_server;
 struct runner_hub;
 struct egress;
+struct scripts;
 
 struct daemon {
         struct sbx_config cfg; /* read-only after daemon_open */
@@ -38,6 +39,7 @@ struct daemon {
         struct runner_hub *runner; /* per-session runner sockets */
         struct egress *egress;     /* the egress proxy behind egress.sock */
         struct gateway *gateway;   /* egress.sock, fwd.sock and the host port listeners */
+        struct scripts *scripts;   /* the script cache's runs in flight (scripts.h) */
         int64_t started_at; /* unix ms */
         struct api_server *api;     /* the socket fronts (opts->sockets) */
         struct admin_server *admin;

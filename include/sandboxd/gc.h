@@ -57,13 +57,14 @@ enum gc_kind {
         GC_SPOOLS,
         GC_WORKSPACES,
         GC_AUDIT,
+        GC_IDEMPOTENCY_KEYS,
         GC_STORE,
         GC_NETWORKS,
 };
-#define GC_KIND_COUNT 11
+#define GC_KIND_COUNT 12
 
 /* "idle_containers", "old_containers", "orphan_containers", "error_sessions",
- * "ports", "services", "execution_spools", "workspaces", "audit_rows", "store". */
+ * "ports", "services", "execution_spools", "workspaces", "audit_rows", "idempotency_keys", "store". */
 const char *gc_kind_name(enum gc_kind k);
 
 struct gc_count {

@@ -10,12 +10,15 @@
  * Two protocol eras are served side by side, decided per request:
  *   - legacy (2024-11-05, 2025-03-26, 2025-06-18, 2025-11-25): `initialize`
  *     negotiates the version (the client's if supported, else the latest),
- *     then `ping`, `logging/setLevel`, `tools/list`, `tools/call`.
+ *     then `ping`, `logging/setLevel`, `tools/list`, `tools/call`, and the
+ *     resources methods below.
  *   - 2026-07-28 (stateless): a request whose params._meta carries
  *     "io.modelcontextprotocol/protocolVersion" (plus
  *     "io.modelcontextprotocol/clientCapabilities", optionally
  *     ".../clientInfo" and ".../logLevel") is served on its own, with no
- *     handshake: `server/discover`, `tools/list`, `tools/call`. Every result
+ *     handshake: `server/discover`, `tools/list`, `tools/call`,
+ *     `resources/read`, `resources/list`, `resources/templates/list` (with
+ *     ttlMs and cacheScope). Every result
  *     carries resultType "complete" and _meta ".../serverInfo". A version we
  *     do not speak gets -32022 with data {supported, requested}.
  *
@@ -26,6 +29,14 @@
  * (params.requestId) cancels the execution behind the call over a second API
  * connection and suppresses the call's response. Closing stdin ends the
  * adapter; executions go on in the daemon and stay readable by id.
+ *
+ * Large outputs by reference (mcp_resources.c): a tool result whose output
+ * was cut (truncated) carries resource_link content items (2025-06-18 and
+ * later) to each stream's whole output,
+ * sandboxd://sessions/<session>/executions/<id>/<stdout|stderr>, which
+ * resources/read serves in pages of MCP_RESOURCE_PAGE bytes (?offset=<n>;
+ * _meta sandboxd/next names the next page) through get_execution with the
+ * caller's token, so another user's execution is -32002 not found.
  *
  * The protocol core is independent of stdio: feed it lines (or raw bytes)
  * and it writes complete output lines through a callback, which makes it
@@ -45,6 +56,9 @@
 #define MCP_MAX_OUTPUT (8 * 1024 * 1024)
 /* read_file returns at most this much per call unless asked for less. */
 #define MCP_READ_FILE_MAX (1024 * 1024)
+/* resources/read returns at most this much of an execution's stream per
+ * page (mcp_resources.c); base64 keeps it under MCP_MAX_OUTPUT. */
+#define MCP_RESOURCE_PAGE (1024 * 1024)
 /* Each call in flight holds one API connection (two while cancelling), and
  * the daemon serves 64 connections across all clients. */
 #define MCP_MAX_INFLIGHT_DEFAULT 16
@@ -56,6 +70,7 @@
 #define MCP_INVALID_PARAMS -32602
 #define MCP_INTERNAL_ERROR -32603
 #define MCP_UNSUPPORTED_PROTOCOL_VERSION -32022 /* 2026-07-28 */
+#define MCP_RESOURCE_NOT_FOUND -32002
 
 #define MCP_MODERN_VERSION "2026-07-28"
 #define MCP_LATEST_LEGACY_VERSION "2025-11-25"
@@ -119,12 +134,15 @@ const char *mcp_default_session(struct mcp *m);
 const char *mcp_tool_name(size_t i);
 size_t mcp_tool_count(void);
 
-/* ---- a subset of JSON Schema (mcp_schema.c), the one the tool schemas use:
- * type (a name or a list), enum, minimum, maximum, minLength, maxLength
- * (code points), properties, required, additionalProperties (false or a
- * schema), items, minItems, maxItems. Other keywords (pattern among them:
- * the tools check names themselves) are ignored. The schema is assumed
- * well-formed. */
+/* ---- a subset of JSON Schema (mcp_schema.c), the one the tool schemas use,
+ * every keyword of it enforced: type (a name or a list; the published
+ * schemas use one name and anyOf branches for nullable fields, which
+ * single-type dialects accept), anyOf, enum, minimum, maximum, minLength,
+ * maxLength (code points), pattern (POSIX ERE, on strings up to 4 KiB),
+ * properties, required, additionalProperties (false or a schema), items,
+ * minItems, maxItems. Annotations (description, title) are ignored; the JS
+ * tests refuse any other keyword in the published schemas. The schema is
+ * assumed well-formed. */
 struct cJSON;
 
 /* Returns true if value conforms; otherwise writes "<path>: <why>" to msg. */

@@ -1,9 +1,11 @@
 /* quota.h — quotas per user.
  *
- * Each user has four limits: live sessions, concurrent executions, services
- * per session and execution-output (spool) bytes per session. Their
- * defaults are config keys (max_sessions_per_user, max_exec_per_user,
- * max_services_per_session, max_spool_per_session); an admin may override
+ * Each user has six limits: live sessions, concurrent executions, services
+ * per session, execution-output (spool) bytes per session, and the script
+ * cache's scripts and bytes. Their defaults are config keys
+ * (max_sessions_per_user, max_exec_per_user, max_services_per_session,
+ * max_spool_per_session, max_scripts_per_user, max_script_bytes_per_user);
+ * an admin may override
  * any of them for one user (admin `quota.set`, `sandboxctl quota set`),
  * and the override is kept in the store.
  *
@@ -35,6 +37,8 @@ struct quota_limits {
         int64_t execs;       /* concurrent executions of the user */
         int64_t services;    /* services per session */
         int64_t spool_bytes; /* execution output kept per session */
+        int64_t scripts;      /* the user's script cache: scripts (scripts.h) */
+        int64_t script_bytes; /* and bytes of code */
 };
 
 /* Load the overrides from the store. */

@@ -154,6 +154,10 @@ int session_running(struct session_manager *m, struct session_ref **ret, size_t 
 /* Stop sessions idle longer than idle_timeout: container removed, ports
  * released, state STOPPED, workspace kept. Returns how many. */
 int session_expire_idle(struct session_manager *m, int64_t now_wall_ms);
+/* Stop sessions whose TTL (create_session's ttl_seconds, in the store) is
+ * over, as idle expiry does, busy or not, and forget the TTL. Returns how
+ * many. */
+int session_expire_ttl(struct session_manager *m, int64_t now_wall_ms);
 
 /* Remove the container, release the ports, forget the session (store row,
  * services); the workspace is deleted only with purge, and the private

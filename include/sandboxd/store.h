@@ -180,6 +180,10 @@ int store_exec_get(struct store *s, const char *id, struct store_execution *ret)
  * one of states (NULL-terminated; NULL = any), at most limit. malloc'd array. */
 int store_exec_list(struct store *s, const char *user, const char *session, const char *const *states,
                     size_t limit, struct store_execution **ret, size_t *ret_n);
+/* The same for executions that finished at or after since_ms (unix ms),
+ * the most recently finished first. */
+int store_exec_list_finished(struct store *s, const char *user, const char *session, const char *const *states,
+                             int64_t since_ms, size_t limit, struct store_execution **ret, size_t *ret_n);
 /* Mark every PENDING/RUNNING execution FAILED with cause and error (after a
  * daemon restart). *ret_n = how many. */
 int store_exec_fail_unfinished(struct store *s, const char *cause, const char *error, int64_t now_ms,
@@ -372,5 +376,86 @@ int store_gc_stats(struct store *s, struct store_gc_stats *ret);
  * newest this binary knows. -ENOENT if there is no file. For a dry run,
  * which must not migrate. */
 int store_gc_schema_check(const char *path, int *ret_have, int *ret_want);
+
+/* ---- agent tools (issue 17): the script cache and session options ---- */
+
+struct store_script {
+        char name[96];
+        char content_hash[65];
+        char language[16];
+        char description[256]; /* "" when none */
+        char *code;            /* malloc'd (store_script_get only; NULL in lists) */
+        int64_t bytes;
+        int64_t created_at; /* unix ms */
+};
+void store_script_done(struct store_script *row);
+/* Save row for user unless a script with its content_hash exists: then
+ * -EEXIST and *ret_existing (without code) is that script. Past max_count
+ * scripts or max_bytes of code for the user: -EDQUOT, nothing saved. */
+int store_script_add(struct store *s, const char *user, const struct store_script *row, int64_t max_count,
+                     int64_t max_bytes, struct store_script *ret_existing);
+/* One of user's scripts, with its code. -ENOENT when user has none so named. */
+int store_script_get(struct store *s, const char *user, const char *name, struct store_script *ret);
+/* user's scripts (without code), newest first, at most limit; filter (NULL:
+ * all) keeps those whose name or description contains it. malloc'd array. */
+int store_script_list(struct store *s, const char *user, const char *filter, size_t limit,
+                      struct store_script **ret, size_t *ret_n);
+/* Remove one script (name) or all of user's (name NULL); *ret_removed counts. */
+int store_script_delete(struct store *s, const char *user, const char *name, int64_t *ret_removed);
+/* How many scripts user has and their code's bytes. */
+int store_script_usage(struct store *s, const char *user, int64_t *ret_count, int64_t *ret_bytes);
+
+struct store_session_options {
+        char image[256];  /* "" : the config's */
+        char *env_json;   /* malloc'd JSON object, or NULL */
+        int64_t expires_at; /* unix ms; 0: no TTL */
+        int64_t created_at;
+};
+void store_session_options_done(struct store_session_options *o);
+/* Replace the options of user:session. */
+int store_session_options_set(struct store *s, const char *user, const char *session,
+                              const struct store_session_options *o);
+/* -ENOENT when the session has none. */
+int store_session_options_get(struct store *s, const char *user, const char *session,
+                              struct store_session_options *ret);
+int store_session_options_delete(struct store *s, const char *user, const char *session);
+/* Forget the TTL of user:session (it ended it). */
+int store_session_options_clear_ttl(struct store *s, const char *user, const char *session);
+/* Sessions whose TTL is over at now_ms, as "user" and "session" pairs in
+ * two malloc'd arrays of 65-byte keys (at most limit). */
+int store_session_options_expired(struct store *s, int64_t now_ms, size_t limit, char (**ret_users)[65],
+                                  char (**ret_sessions)[65], size_t *ret_n);
+/* ---- idempotency keys (store_idem.c, migration 0015) ---- */
+
+#define STORE_IDEM_KEY_MAX 128
+
+/* One key's row. result is malloc'd: free with store_idem_done. */
+struct store_idem {
+        char request_hash[65];
+        char state[16];        /* PENDING | DONE */
+        char execution_id[37]; /* "" unless bound to an execution */
+        char *result;          /* NULL unless finished with a result */
+        int64_t created_at, expires_at;
+};
+void store_idem_done(struct store_idem *row);
+/* Claim (user, method, key) for a request whose params hash to hash: 1 when
+ * claimed (a new PENDING row), 0 when the key is already held (*ret is that
+ * row), -EDQUOT when user already holds max_keys live keys (0 = no cap). The
+ * user's keys past expires_at are deleted first. Atomic: of concurrent
+ * claims exactly one gets 1. */
+int store_idem_claim(struct store *s, const char *user, const char *method, const char *key, const char *hash,
+                     int64_t now_ms, int64_t expires_at, int64_t max_keys, struct store_idem *ret);
+int store_idem_get(struct store *s, const char *user, const char *method, const char *key, struct store_idem *ret);
+/* DONE, answered by the execution's record from now on. */
+int store_idem_set_execution(struct store *s, const char *user, const char *method, const char *key,
+                             const char *execution_id);
+/* DONE, answered by result (JSON text) from now on. */
+int store_idem_finish(struct store *s, const char *user, const char *method, const char *key, const char *result);
+/* Forget a PENDING claim (the request failed before doing anything). */
+int store_idem_release(struct store *s, const char *user, const char *method, const char *key);
+/* At start-up: claims whose request died with the previous daemon. Returns how many, or -errno. */
+int store_idem_reset_pending(struct store *s);
+/* Keys past their window: deleted, or with dry_run counted. Returns how many, or -errno. */
+int store_idem_prune(struct store *s, int64_t now_ms, bool dry_run);
 
 #endif

@@ -32,7 +32,15 @@ const TOOLS = [
         'list_services',
         'service_logs',
         'session_info',
+        // agent tools (issue 17)
+        'run_tests',
+        'list_scripts',
+        'clear_scripts',
+        'create_session',
+        'destroy_session',
+        'list_sessions',
 ];
+const USER_LEVEL = new Set(['list_scripts', 'clear_scripts', 'list_sessions']);
 const sleep = (ms) => new Promise((r) => setTimeout(r, ms));
 
 let daemon;
@@ -84,7 +92,8 @@ function commonScenarios(getClient, session) {
                 for (const t of tools) {
                         assert.equal(t.inputSchema.type, 'object', `${t.name} inputSchema`);
                         assert.equal(t.outputSchema?.type, 'object', `${t.name} outputSchema`);
-                        assert.ok(t.inputSchema.properties.session, `${t.name} takes session`);
+                        if (!USER_LEVEL.has(t.name))
+                                assert.ok(t.inputSchema.properties.session, `${t.name} takes session`);
                         assert.ok(t.description.length > 10);
                 }
         });
@@ -117,6 +126,52 @@ function commonScenarios(getClient, session) {
                 });
                 assert.equal(r.isError ?? false, false, JSON.stringify(r));
                 assert.equal(r.structuredContent.stdout, '45\n3\n');
+        });
+
+        check('run_tests gives structured results (python and node)', async () => {
+                let r = await call('run_tests', {
+                        language: 'python',
+                        code: 'def mul(a, b):\n    return a * b\n',
+                        tests: 'import unittest\ndef test_ok():\n    assert mul(2, 3) == 6\n' +
+                                'def test_bad():\n    assert mul(2, 3) == 7\n' +
+                                '@unittest.skip("later")\ndef test_skip():\n    pass\n',
+                });
+                assert.equal(r.isError ?? false, false, JSON.stringify(r));
+                let s = r.structuredContent;
+                assert.equal(s.success, false);
+                assert.deepEqual(s.summary, { total: 3, passed: 1, failed: 1, skipped: 1 });
+                const bad = s.tests.find((t) => t.name === 'test_bad');
+                assert.equal(bad.passed, false);
+                assert.match(bad.error, /AssertionError/);
+                assert.equal(typeof s.duration_ms, 'number');
+
+                r = await call('run_tests', {
+                        language: 'node',
+                        tests: "const test = require('node:test');\nconst assert = require('node:assert');\n" +
+                                "test('ok', () => assert.equal(1 + 1, 2));\n",
+                });
+                s = r.structuredContent;
+                assert.equal(s.success, true, JSON.stringify(r));
+                assert.deepEqual(s.summary, { total: 1, passed: 1, failed: 0, skipped: 0 });
+                assert.deepEqual(s.tests.map((t) => t.name), ['ok']);
+        });
+
+        check('create_session, exec in it, destroy_session', async () => {
+                const name = `${session}-made`;
+                let r = await call('create_session', { session: name, env: { COLOR: 'teal' }, ttl_seconds: 600 });
+                assert.equal(r.isError ?? false, false, JSON.stringify(r));
+                assert.equal(r.structuredContent.session, name);
+                assert.equal(r.structuredContent.state, 'running');
+                assert.equal(typeof r.structuredContent.expires_at, 'number');
+                r = await call('exec', { session: name, command: 'echo $COLOR' });
+                assert.equal(r.structuredContent.stdout, 'teal\n', JSON.stringify(r));
+                r = await call('list_sessions', {});
+                assert.ok(r.structuredContent.sessions.some((x) => x.session === name));
+                r = await call('destroy_session', { session: name, purge: true });
+                assert.equal(r.structuredContent.destroyed, true, JSON.stringify(r));
+                assert.equal(r.structuredContent.purged, true);
+                r = await call('list_sessions', {});
+                assert.ok(!r.structuredContent.sessions.some((x) => x.session === name));
         });
 
         check('a failing command is an error result', async () => {

@@ -335,6 +335,8 @@ static const char *const expected_tools[] = {
         "exec",         "run_code",     "get_execution",  "send_stdin",    "cancel_execution",
         "list_executions", "write_file", "read_file",     "list_files",    "start_service",
         "stop_service", "list_services", "service_logs", "session_info",
+        /* agent tools (issue 17) */
+        "run_tests", "list_scripts", "clear_scripts", "create_session", "destroy_session", "list_sessions",
 };
 
 static const cJSON *find_tool(const cJSON *tools, const char *name)
@@ -366,8 +368,16 @@ Test(mcp, tools_list_has_every_tool_with_schemas)
                 const cJSON *out = cJSON_GetObjectItem(t, "outputSchema");
                 cr_assert_str_eq(cJSON_GetObjectItem(in, "type")->valuestring, "object", "%s in", expected_tools[i]);
                 cr_assert_str_eq(cJSON_GetObjectItem(out, "type")->valuestring, "object", "%s out", expected_tools[i]);
-                cr_assert(cJSON_IsObject(cJSON_GetObjectItem(cJSON_GetObjectItem(in, "properties"), "session")),
+                /* the user-level tools (issue 17) act on the user, not on one session */
+                bool user_level = strcmp(expected_tools[i], "list_scripts") == 0 ||
+                                  strcmp(expected_tools[i], "clear_scripts") == 0 ||
+                                  strcmp(expected_tools[i], "list_sessions") == 0;
+                cr_assert(user_level ||
+                                  cJSON_IsObject(cJSON_GetObjectItem(cJSON_GetObjectItem(in, "properties"), "session")),
                           "%s takes session", expected_tools[i]);
+                cr_assert(!user_level ||
+                                  !cJSON_GetObjectItem(cJSON_GetObjectItem(in, "properties"), "session"),
+                          "%s takes no session", expected_tools[i]);
                 cr_assert(cJSON_IsObject(cJSON_GetObjectItem(t, "annotations")));
         }
         /* the argument names the tools are documented with */
@@ -492,7 +502,8 @@ Test(mcp, malformed_lines)
 
 Test(mcp, unknown_methods_and_notifications)
 {
-        assert_error("{\"jsonrpc\":\"2.0\",\"id\":1,\"method\":\"resources/list\"}", MCP_METHOD_NOT_FOUND, false);
+        assert_error("{\"jsonrpc\":\"2.0\",\"id\":1,\"method\":\"resources/subscribe\"}", MCP_METHOD_NOT_FOUND,
+                     false);
         assert_error("{\"jsonrpc\":\"2.0\",\"id\":\"x\",\"method\":\"prompts/list\",\"params\":{}}",
                      MCP_METHOD_NOT_FOUND, false);
         assert_error("{\"jsonrpc\":\"2.0\",\"id\":2,\"method\":\"completion/complete\",\"params\":{" ENVELOPE(
@@ -507,6 +518,43 @@ Test(mcp, unknown_methods_and_notifications)
         send_line("{\"jsonrpc\":\"2.0\",\"id\":3,\"result\":{}}");
         send_line("{\"jsonrpc\":\"2.0\",\"id\":4,\"error\":{\"code\":1,\"message\":\"x\"}}");
         cr_assert_eq(pending(), 0);
+}
+
+/* Resources: advertised, listed (empty), a template, and reads of uris
+ * that are not an execution's output refused as not found, in both eras. */
+Test(mcp, resources_without_a_daemon)
+{
+        static const char *const bad[] = {
+                "file:///etc/passwd",
+                "sandboxd://sessions/../executions/00000000-0000-0000-0000-000000000000/stdout",
+                "sandboxd://sessions/s/executions/x;y/stdout",
+                "sandboxd://sessions/s/executions/0a-1/stdin",
+                "sandboxd://sessions/s/executions/0a-1/stdout?offset=-1",
+                "sandboxd://sessions/s/executions/0a-1/stdout?offset=1x",
+                "sandboxd://sessions/s/executions/0a-1/stdout?session=other",
+        };
+        cJSON *r = ask("{\"jsonrpc\":\"2.0\",\"id\":1,\"method\":\"initialize\",\"params\":{\"protocolVersion\":"
+                       "\"2025-11-25\",\"capabilities\":{},\"clientInfo\":{\"name\":\"unit\",\"version\":\"1\"}}}");
+        cr_assert(cJSON_IsObject(cJSON_GetObjectItem(cJSON_GetObjectItem(result_of(r), "capabilities"), "resources")));
+        cJSON_Delete(r);
+        r = ask("{\"jsonrpc\":\"2.0\",\"id\":2,\"method\":\"resources/list\"}");
+        cr_assert_eq(cJSON_GetArraySize(cJSON_GetObjectItem(result_of(r), "resources")), 0);
+        cJSON_Delete(r);
+        r = ask("{\"jsonrpc\":\"2.0\",\"id\":3,\"method\":\"resources/templates/list\"}");
+        cr_assert_eq(cJSON_GetArraySize(cJSON_GetObjectItem(result_of(r), "resourceTemplates")), 1);
+        cJSON_Delete(r);
+        for (size_t i = 0; i < ELEMENTSOF(bad); i++) {
+                char line[512];
+                snprintf(line, sizeof(line),
+                         "{\"jsonrpc\":\"2.0\",\"id\":%zu,\"method\":\"resources/read\",\"params\":{\"uri\":\"%s\"}}",
+                         10 + i, bad[i]);
+                assert_error(line, MCP_RESOURCE_NOT_FOUND, false);
+        }
+        assert_error("{\"jsonrpc\":\"2.0\",\"id\":30,\"method\":\"resources/read\",\"params\":{\"uri\":5}}",
+                     MCP_INVALID_PARAMS, false);
+        assert_error("{\"jsonrpc\":\"2.0\",\"id\":31,\"method\":\"resources/read\",\"params\":{\"uri\":\"x\"," ENVELOPE(
+                             "2026-07-28") "}}",
+                     MCP_RESOURCE_NOT_FOUND, false);
 }
 
 /* ---- tools/call without a daemon ---- */
@@ -558,7 +606,10 @@ Test(mcp, tools_call_argument_errors_are_tool_errors)
                 {"{\"command\":\"ls\",\"timeout_seconds\":1.5}", "timeout_seconds: expected integer"},
                 {"{\"command\":\"ls\",\"env\":{\"A\":1}}", "arguments.env.A: expected string"},
                 {"{\"command\":\"ls\",\"bogus\":1}", "arguments.bogus: is not a known property"},
-                {"{\"command\":\"ls\",\"session\":\"../etc\"}", "session must be"},
+                /* the schema's pattern is enforced, not only advertised */
+                {"{\"command\":\"ls\",\"session\":\"../etc\"}", "arguments.session: must match the pattern"},
+                {"{\"command\":\"ls\",\"idempotency_key\":\"a b\"}", "arguments.idempotency_key: must match"},
+                {"{\"command\":\"ls\",\"idempotency_key\":\"\"}", "arguments.idempotency_key: must match"},
                 {"{\"command\":\"ls\",\"session\":\"..\"}", "session must be"},
                 {"{\"command\":\"ls\",\"session\":7}", "arguments.session: expected string"},
         };
@@ -697,6 +748,60 @@ Test(mcp_schema, validate_and_conform)
         cr_assert(cJSON_IsFalse(cJSON_GetObjectItem(v, "d")));
         cr_assert_eq(cJSON_GetArraySize(cJSON_GetObjectItem(v, "c")), 2, "the bare 5 is dropped");
         cr_assert_not_null(cJSON_GetObjectItem(v, "extra"), "unknown fields pass through");
+        cJSON_Delete(v);
+        cJSON_Delete(schema);
+}
+
+/* anyOf branches (one type each) and pattern: enforced and conformed to. */
+Test(mcp_schema, any_of_and_pattern)
+{
+        cJSON *schema = cJSON_Parse(
+                "{\"type\":\"object\",\"properties\":{\"n\":{\"anyOf\":[{\"type\":\"integer\",\"maximum\":60},"
+                "{\"type\":\"boolean\"}]},\"s\":{\"anyOf\":[{\"type\":\"string\"},{\"type\":\"null\"}]},"
+                "\"k\":{\"type\":\"string\",\"pattern\":\"^[A-Za-z0-9._:-]{1,8}$\"}},\"required\":[\"s\"]}");
+        char msg[256], longk[5000];
+        cJSON *v;
+
+        v = cJSON_Parse("{\"n\":true,\"s\":null,\"k\":\"a.b:c-1\"}");
+        cr_assert(mcp_schema_validate(schema, v, "v", msg, sizeof(msg)), "%s", msg);
+        cJSON_Delete(v);
+        v = cJSON_Parse("{\"n\":5,\"s\":\"x\"}");
+        cr_assert(mcp_schema_validate(schema, v, "v", msg, sizeof(msg)), "%s", msg);
+        cJSON_Delete(v);
+        v = cJSON_Parse("{\"n\":61,\"s\":null}");
+        cr_assert_not(mcp_schema_validate(schema, v, "v", msg, sizeof(msg)));
+        cr_assert_str_eq(msg, "v.n: must be at most 60", "the branch of the value's type explains");
+        cJSON_Delete(v);
+        v = cJSON_Parse("{\"n\":\"x\",\"s\":null}");
+        cr_assert_not(mcp_schema_validate(schema, v, "v", msg, sizeof(msg)));
+        cr_assert_str_eq(msg, "v.n: expected integer or boolean, got a string");
+        cJSON_Delete(v);
+        v = cJSON_Parse("{\"s\":7}");
+        cr_assert_not(mcp_schema_validate(schema, v, "v", msg, sizeof(msg)));
+        cJSON_Delete(v);
+        static const char *const bad[] = {"a b", "", "123456789", "ab/", "x\ny"};
+        for (size_t i = 0; i < ELEMENTSOF(bad); i++) {
+                v = cJSON_CreateObject();
+                cJSON_AddNullToObject(v, "s");
+                cJSON_AddStringToObject(v, "k", bad[i]);
+                cr_assert_not(mcp_schema_validate(schema, v, "v", msg, sizeof(msg)), "'%s' must not match", bad[i]);
+                cr_assert_not_null(strstr(msg, "must match the pattern"), "%s", msg);
+                cJSON_Delete(v);
+        }
+        /* a long input is refused without running the regex on it */
+        memset(longk, 'a', sizeof(longk) - 1);
+        longk[sizeof(longk) - 1] = '\0';
+        v = cJSON_CreateObject();
+        cJSON_AddNullToObject(v, "s");
+        cJSON_AddStringToObject(v, "k", longk);
+        cr_assert_not(mcp_schema_validate(schema, v, "v", msg, sizeof(msg)));
+        cJSON_Delete(v);
+
+        /* conform: a value of no branch goes; a missing nullable one becomes null */
+        v = cJSON_Parse("{\"n\":\"x\"}");
+        cr_assert(mcp_schema_conform(schema, v));
+        cr_assert_null(cJSON_GetObjectItem(v, "n"));
+        cr_assert(cJSON_IsNull(cJSON_GetObjectItem(v, "s")));
         cJSON_Delete(v);
         cJSON_Delete(schema);
 }

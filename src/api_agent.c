@@ -1,0 +1,573 @@
+/* api_agent.c — the API methods agents asked for (issue 17; protocol in
+ * include/sandboxd/api.h): run_tests, the script cache (list_scripts,
+ * clear_scripts, and run_code's cache and script parameters through the
+ * hooks below), and sessions as tools (create_session, destroy_session,
+ * list_sessions). Like api_methods.c: type-check, call the modules, format;
+ * every method acts for the token's user only. No state, no threads. */
+#include <cjson/cJSON.h>
+#include <ctype.h>
+#include <errno.h>
+#include <inttypes.h>
+#include <stdio.h>
+#include <string.h>
+
+#include "api_internal.h"
+#include "sandboxd/daemon.h"
+#include "sandboxd/exec.h"
+#include "sandboxd/log.h"
+#include "sandboxd/scripts.h"
+#include "sandboxd/session.h"
+#include "sandboxd/store.h"
+#include "sandboxd/testrun.h"
+#include "sandboxd/utf8.h"
+
+#define ENV_MAX_ENTRIES 64
+#define ENV_NAME_MAX 128
+#define ENV_VALUE_MAX (32 * 1024)
+#define ENV_TOTAL_MAX (64 * 1024)
+#define SCRIPT_FILTER_MAX 256
+
+static const char *lang_name(enum exec_language l)
+{
+        return l == EXEC_LANG_PYTHON ? "python" : l == EXEC_LANG_NODE ? "node" : "bash";
+}
+
+/* ---- the session's default environment ---- */
+
+static bool env_name_ok(const char *s)
+{
+        size_t n = strlen(s);
+
+        if (n == 0 || n > ENV_NAME_MAX || !(isalpha((unsigned char)s[0]) || s[0] == '_'))
+                return false;
+        for (size_t i = 1; i < n; i++)
+                if (!(isalnum((unsigned char)s[i]) || s[i] == '_'))
+                        return false;
+        return true;
+}
+
+/* params.env of create_session: an object of at most ENV_MAX_ENTRIES
+ * valid names with string values, within the size caps; *ret_json the
+ * canonical JSON (NULL when absent). */
+static int parse_session_env(struct req *q, char **ret_json, struct api_err *e)
+{
+        const cJSON *env = cJSON_GetObjectItemCaseSensitive(q->params, "env"), *it;
+        size_t n = 0, total = 0;
+
+        *ret_json = NULL;
+        if (!env || cJSON_IsNull(env))
+                return 0;
+        if (!cJSON_IsObject(env))
+                return api_fail(e, "bad_request", "params.env must be an object of strings");
+        cJSON_ArrayForEach(it, env) {
+                if (!cJSON_IsString(it) || !it->valuestring)
+                        return api_fail(e, "bad_request", "params.env values must be strings");
+                if (!env_name_ok(it->string))
+                        return api_fail(e, "invalid",
+                                        "params.env names must be 1-%d characters of [A-Za-z0-9_], not starting "
+                                        "with a digit",
+                                        ENV_NAME_MAX);
+                if (strncmp(it->string, "SBX_", 4) == 0)
+                        return api_fail(e, "invalid", "params.env names starting with SBX_ are reserved");
+                if (strlen(it->valuestring) > ENV_VALUE_MAX)
+                        return api_fail(e, "too_large", "params.env.%s is longer than %d bytes", it->string,
+                                        ENV_VALUE_MAX);
+                total += strlen(it->string) + strlen(it->valuestring) + 2;
+                if (++n > ENV_MAX_ENTRIES || total > ENV_TOTAL_MAX)
+                        return api_fail(e, "too_large", "params.env has more than %d entries or %d bytes",
+                                        ENV_MAX_ENTRIES, ENV_TOTAL_MAX);
+        }
+        *ret_json = cJSON_PrintUnformatted(env);
+        return *ret_json ? 0 : api_fail(e, "internal", "out of memory");
+}
+
+int api_agent_default_env(struct req *q, const char **env, char **env_buf, size_t *n_env, size_t max,
+                          struct api_err *e)
+{
+        struct store_session_options o = {0};
+        cJSON *obj, *it;
+        int r = 0;
+
+        if (store_session_options_get(q->d->store, q->tok.user, q->session, &o) < 0 || !o.env_json) {
+                store_session_options_done(&o);
+                return 0;
+        }
+        obj = cJSON_Parse(o.env_json);
+        store_session_options_done(&o);
+        cJSON_ArrayForEach(it, obj) {
+                bool named = false;
+                size_t nl;
+
+                if (!cJSON_IsString(it) || !it->string)
+                        continue;
+                nl = strlen(it->string);
+                for (size_t i = 0; i < *n_env && !named; i++)
+                        named = strncmp(env[i], it->string, nl) == 0 && env[i][nl] == '=';
+                if (named)
+                        continue; /* the request's own value wins */
+                if (*n_env >= max) {
+                        r = api_fail(e, "too_large", "params.env and the session's environment exceed %zu entries",
+                                     max);
+                        break;
+                }
+                if (asprintf(&env_buf[*n_env], "%s=%s", it->string, it->valuestring) < 0) {
+                        env_buf[*n_env] = NULL;
+                        r = api_fail(e, "internal", "out of memory");
+                        break;
+                }
+                env[*n_env] = env_buf[*n_env];
+                (*n_env)++;
+        }
+        cJSON_Delete(obj);
+        return r;
+}
+
+/* ---- the script cache ---- */
+
+static cJSON *script_json(const struct store_script *s)
+{
+        cJSON *o = cJSON_CreateObject();
+
+        if (!o)
+                return NULL;
+        cJSON_AddStringToObject(o, "name", s->name);
+        cJSON_AddStringToObject(o, "content_hash", s->content_hash);
+        cJSON_AddStringToObject(o, "language", s->language);
+        if (s->description[0])
+                api_add_bytes(o, "description", s->description, strlen(s->description), false);
+        else
+                cJSON_AddNullToObject(o, "description");
+        cJSON_AddNumberToObject(o, "bytes", (double)s->bytes);
+        cJSON_AddNumberToObject(o, "created_at", (double)s->created_at);
+        return o;
+}
+
+int api_agent_script_code(struct req *q, const char *name, enum exec_language *lang, char **ret_code,
+                          struct api_err *e)
+{
+        struct store_script s = {0};
+        int r;
+
+        if (!scripts_name_valid(name))
+                return api_fail(e, "invalid", "params.script is not a script name (script-<time>-<hash>.<ext>)");
+        r = store_script_get(q->d->store, q->tok.user, name, &s);
+        if (r == -ENOENT)
+                return api_fail(e, "not_found", "no script %s (list_scripts shows yours)", name);
+        if (r < 0)
+                return api_fail_errno(e, r, NULL, "cannot read the script");
+        *lang = strcmp(s.language, "python") == 0 ? EXEC_LANG_PYTHON
+                : strcmp(s.language, "node") == 0 ? EXEC_LANG_NODE
+                                                   : EXEC_LANG_BASH;
+        *ret_code = s.code;
+        s.code = NULL;
+        return 0;
+}
+
+void api_agent_note_run(struct req *q, const char *exec_id, enum exec_language lang, const char *code)
+{
+        if (q->d->scripts && lang != EXEC_LANG_NONE)
+                scripts_note_run(q->d->scripts, q->tok.user, exec_id, lang_name(lang), code);
+}
+
+void api_agent_add_cached(struct req *q, const struct exec_result *res, cJSON *o, bool always)
+{
+        struct store_script s = {0};
+        struct sbx_error err = {0};
+        int r = -ENOENT;
+
+        if (q->d->scripts && exec_state_is_final(res->state))
+                r = scripts_settle(q->d->scripts, q->tok.user, res->id,
+                                   res->state == EXEC_COMPLETED && res->exit_code == 0, &s, &err);
+        if (r == 0) {
+                cJSON_AddItemToObject(o, "cached", script_json(&s));
+                return;
+        }
+        if (r == -EDQUOT || always)
+                cJSON_AddNullToObject(o, "cached");
+        if (r == -EDQUOT)
+                cJSON_AddStringToObject(o, "cache_error", err.msg);
+}
+
+int api_m_list_scripts(struct req *q, cJSON **ret, struct api_err *e)
+{
+        const char *filter;
+        int64_t limit, count = 0, bytes = 0;
+        struct store_script *list = NULL;
+        size_t n = 0;
+        cJSON *a;
+        int r;
+
+        if (api_param_string(q, "filter", false, &filter, e) < 0 ||
+            api_param_int(q, "limit", 1, 1000, 100, &limit, e) < 0)
+                return -1;
+        if (filter && strlen(filter) > SCRIPT_FILTER_MAX)
+                return api_fail(e, "too_large", "params.filter is longer than %d bytes", SCRIPT_FILTER_MAX);
+        r = store_script_list(q->d->store, q->tok.user, filter && *filter ? filter : NULL, (size_t)limit, &list, &n);
+        if (r == 0)
+                r = store_script_usage(q->d->store, q->tok.user, &count, &bytes);
+        if (r < 0) {
+                free(list);
+                return api_fail_errno(e, r, NULL, "cannot list scripts");
+        }
+        *ret = cJSON_CreateObject();
+        a = cJSON_AddArrayToObject(*ret, "scripts");
+        for (size_t i = 0; i < n; i++)
+                cJSON_AddItemToArray(a, script_json(&list[i]));
+        free(list);
+        cJSON_AddNumberToObject(*ret, "count", (double)count);
+        cJSON_AddNumberToObject(*ret, "bytes", (double)bytes);
+        cJSON_AddNumberToObject(*ret, "max_count", q->d->cfg.max_scripts_per_user);
+        cJSON_AddNumberToObject(*ret, "max_bytes", (double)q->d->cfg.max_script_bytes_per_user);
+        return 0;
+}
+
+int api_m_clear_scripts(struct req *q, cJSON **ret, struct api_err *e)
+{
+        const char *name;
+        int64_t removed = 0;
+        int r;
+
+        if (api_param_string(q, "name", false, &name, e) < 0)
+                return -1;
+        if (name && !scripts_name_valid(name))
+                return api_fail(e, "invalid", "params.name is not a script name (script-<time>-<hash>.<ext>)");
+        r = store_script_delete(q->d->store, q->tok.user, name, &removed);
+        if (r < 0)
+                return api_fail_errno(e, r, NULL, "cannot clear scripts");
+        if (name && removed == 0)
+                return api_fail(e, "not_found", "no script %s", name);
+        *ret = cJSON_CreateObject();
+        cJSON_AddNumberToObject(*ret, "removed", (double)removed);
+        return 0;
+}
+
+/* ---- run_tests ---- */
+
+/* The execution's whole stdout (the result channel), at most TESTRUN_RESULTS_MAX. */
+static int read_results(struct req *q, const char *id, char **ret, size_t *ret_len, struct api_err *e)
+{
+        char *buf = NULL;
+        size_t len = 0;
+
+        for (;;) {
+                struct exec_result res;
+                struct sbx_error err = {0};
+                int r = exec_status(q->d->exec, q->tok.user, id, (int64_t)len, API_OFFSET_NONE, 0, 0, &res, &err);
+                char *b;
+
+                if (r < 0) {
+                        free(buf);
+                        return api_fail_errno(e, r, &err, NULL);
+                }
+                if (res.stdout_head_len == 0 || len >= TESTRUN_RESULTS_MAX) {
+                        exec_result_done(&res);
+                        break;
+                }
+                b = realloc(buf, len + res.stdout_head_len + 1);
+                if (!b) {
+                        exec_result_done(&res);
+                        free(buf);
+                        return api_fail(e, "internal", "out of memory");
+                }
+                buf = b;
+                memcpy(buf + len, res.stdout_head, res.stdout_head_len);
+                len += res.stdout_head_len;
+                buf[len] = '\0';
+                exec_result_done(&res);
+        }
+        *ret = buf;
+        *ret_len = len;
+        return 0;
+}
+
+static void add_run_error(cJSON *o, const struct testrun_report *rep, const struct exec_result *res)
+{
+        char msg[640];
+
+        if (rep->error) {
+                api_add_bytes(o, "error", rep->error, strlen(rep->error), false);
+                return;
+        }
+        if (res->state == EXEC_TIMEOUT)
+                snprintf(msg, sizeof(msg), "the tests timed out after %" PRId64 " ms", res->duration_ms);
+        else if (res->state == EXEC_CANCELLED)
+                snprintf(msg, sizeof(msg), "the test run was cancelled");
+        else if (res->state != EXEC_COMPLETED)
+                snprintf(msg, sizeof(msg), "the test run failed: %s%s%s", exec_cause_to_string(res->cause),
+                         res->error[0] ? ": " : "", res->error);
+        else if (!rep->started)
+                snprintf(msg, sizeof(msg), "the test harness did not start (exit code %d)", res->exit_code);
+        else if (!rep->ended)
+                snprintf(msg, sizeof(msg), "the test run ended before its last test (exit code %d)", res->exit_code);
+        else {
+                cJSON_AddNullToObject(o, "error");
+                return;
+        }
+        cJSON_AddStringToObject(o, "error", msg);
+}
+
+int api_m_run_tests(struct req *q, cJSON **ret, struct api_err *e)
+{
+        const char *language, *tests, *code;
+        enum testrun_language tl;
+        int64_t timeout;
+        _cleanup_free_ char *program = NULL, *out = NULL;
+        char marker[TESTRUN_MARKER_MAX], id[37];
+        const char *env[ENV_MAX_ENTRIES + 1] = {0};
+        char *env_buf[ENV_MAX_ENTRIES] = {0};
+        size_t program_len, n_env = 0, out_len = 0;
+        struct testrun_report rep = {0};
+        struct session *s = NULL;
+        struct sbx_error err = {0};
+        struct exec_result res;
+        cJSON *sum;
+        int r;
+
+        if (api_param_string(q, "language", true, &language, e) < 0 ||
+            api_param_string(q, "tests", true, &tests, e) < 0 || api_param_string(q, "code", false, &code, e) < 0 ||
+            api_param_int(q, "timeout_seconds", 0, q->d->cfg.exec_timeout_max_s, 0, &timeout, e) < 0)
+                return -1;
+        if (testrun_language_from_string(language, &tl) < 0)
+                return api_fail(e, "invalid", "params.language must be python or node");
+        if (!*tests)
+                return api_fail(e, "invalid", "params.tests is empty");
+        if (strlen(tests) + (code ? strlen(code) : 0) > (size_t)q->d->cfg.max_command_bytes / 2)
+                return api_fail(e, "too_large", "code and tests are more than %" PRId64 " bytes together",
+                                q->d->cfg.max_command_bytes / 2);
+        r = testrun_program(tl, code, tests, marker, &program, &program_len, &err);
+        if (r < 0)
+                return api_fail_errno(e, r, &err, NULL);
+        r = session_get_or_create(q->d->sessions, q->tok.user, q->session, &s, &err);
+        if (r < 0)
+                return api_fail_errno(e, r, &err, "the session's container is not available");
+        session_release(s);
+        if (api_agent_default_env(q, env, env_buf, &n_env, ENV_MAX_ENTRIES, e) < 0)
+                goto out;
+        struct exec_request req = {
+                .user = q->tok.user,
+                .session = q->session,
+                .language = tl == TESTRUN_PYTHON ? EXEC_LANG_PYTHON : EXEC_LANG_NODE,
+                .code = program,
+                .code_len = program_len,
+                .timeout_s = (int)timeout,
+                .env = n_env ? env : NULL,
+                .actor = q->actor,
+        };
+        r = exec_start(q->d->exec, &req, id, &err);
+        if (r < 0) {
+                r = api_fail_errno(e, r, &err, NULL);
+                goto out;
+        }
+        r = api_wait_final(q, id, NULL, -1, e);
+        if (r <= 0) {
+                if (r == 0) /* nobody is left to read the results: stop the run */
+                        (void)exec_cancel(q->d->exec, q->tok.user, id, true, NULL);
+                r = r == 0 ? 1 : r;
+                goto out;
+        }
+        r = read_results(q, id, &out, &out_len, e);
+        if (r < 0)
+                goto out;
+        r = exec_status(q->d->exec, q->tok.user, id, -1, -1, 0, 0, &res, &err);
+        if (r < 0) {
+                r = api_fail_errno(e, r, &err, NULL);
+                goto out;
+        }
+        if (res.state == EXEC_FAILED && res.cause == EXEC_CAUSE_ERROR) {
+                r = api_fail(e, "unavailable", "the tests could not run: %s", res.error);
+                exec_result_done(&res);
+                goto out;
+        }
+        if (testrun_parse(marker, out ? out : "", out_len, &rep) < 0) {
+                exec_result_done(&res);
+                r = api_fail(e, "internal", "out of memory");
+                goto out;
+        }
+        *ret = cJSON_CreateObject();
+        cJSON_AddBoolToObject(*ret, "success",
+                              rep.started && rep.ended && !rep.error && rep.failed == 0 &&
+                                      res.state == EXEC_COMPLETED);
+        sum = cJSON_AddObjectToObject(*ret, "summary");
+        cJSON_AddNumberToObject(sum, "total", (double)rep.total);
+        cJSON_AddNumberToObject(sum, "passed", (double)rep.passed);
+        cJSON_AddNumberToObject(sum, "failed", (double)rep.failed);
+        cJSON_AddNumberToObject(sum, "skipped", (double)rep.skipped);
+        cJSON_AddItemToObject(*ret, "tests", rep.tests);
+        rep.tests = NULL;
+        cJSON_AddBoolToObject(*ret, "tests_truncated", rep.truncated);
+        api_add_stream(*ret, "output", &res, EXEC_STDERR);
+        cJSON_AddNumberToObject(*ret, "duration_ms", (double)res.duration_ms);
+        add_run_error(*ret, &rep, &res);
+        cJSON_AddStringToObject(*ret, "execution_id", id);
+        cJSON_AddStringToObject(*ret, "language", tl == TESTRUN_PYTHON ? "python" : "node");
+        exec_result_done(&res);
+        r = 0;
+out:
+        testrun_report_done(&rep);
+        for (size_t i = 0; i < n_env; i++)
+                free(env_buf[i]);
+        return r;
+}
+
+/* ---- sessions as tools ---- */
+
+/* expires_at / image / env names of a session's options into o. */
+static void add_options(struct req *q, const char *session, cJSON *o)
+{
+        struct store_session_options opt = {0};
+
+        if (store_session_options_get(q->d->store, q->tok.user, session, &opt) < 0) {
+                cJSON_AddNullToObject(o, "expires_at");
+                return;
+        }
+        if (opt.expires_at > 0)
+                cJSON_AddNumberToObject(o, "expires_at", (double)opt.expires_at);
+        else
+                cJSON_AddNullToObject(o, "expires_at");
+        if (opt.env_json) {
+                cJSON *env = cJSON_Parse(opt.env_json), *names = cJSON_AddArrayToObject(o, "env_names"), *it;
+                cJSON_ArrayForEach(it, env)
+                        if (it->string)
+                                cJSON_AddItemToArray(names, cJSON_CreateString(it->string));
+                cJSON_Delete(env);
+        }
+        if (opt.image[0])
+                cJSON_AddStringToObject(o, "image_name", opt.image);
+        store_session_options_done(&opt);
+}
+
+int api_m_create_session(struct req *q, cJSON **ret, struct api_err *e)
+{
+        const char *image;
+        int64_t ttl;
+        _cleanup_free_ char *env_json = NULL;
+        char generated[24];
+        struct session_info info;
+        struct session *s = NULL;
+        struct sbx_error err = {0};
+        struct store_session_options opt = {0};
+        int r;
+
+        if (api_param_string(q, "image", false, &image, e) < 0 ||
+            api_param_int(q, "ttl_seconds", 1, q->d->cfg.session_ttl_max_s, 0, &ttl, e) < 0 ||
+            parse_session_env(q, &env_json, e) < 0)
+                return -1;
+        if (image && !config_image_allowed(&q->d->cfg, image))
+                return api_fail(e, "invalid", "params.image is not an allowed image (the operator's image and images)");
+        if (!q->session || !*q->session) {
+                char hex[13];
+                if (sbx_random_hex(hex, 6) < 0)
+                        return api_fail(e, "internal", "no randomness for a session name");
+                snprintf(generated, sizeof(generated), "s-%s", hex);
+                q->session = generated;
+        }
+        if (session_get_info(q->d->sessions, q->tok.user, q->session, &info) == 0) {
+                session_info_done(&info);
+                return api_fail(e, "conflict", "session %s exists: use it, or destroy_session it first", q->session);
+        }
+        sbx_strlcpy(opt.image, image && strcmp(image, q->d->cfg.image) != 0 ? image : "", sizeof(opt.image));
+        opt.env_json = env_json;
+        opt.expires_at = ttl > 0 ? sbx_wall_ms() + ttl * 1000 : 0;
+        opt.created_at = sbx_wall_ms();
+        if (opt.image[0] || opt.env_json || opt.expires_at) {
+                r = store_session_options_set(q->d->store, q->tok.user, q->session, &opt);
+                if (r < 0)
+                        return api_fail_errno(e, r, NULL, "cannot record the session's options");
+        }
+        r = session_get_or_create(q->d->sessions, q->tok.user, q->session, &s, &err);
+        if (r < 0) {
+                if (session_get_info(q->d->sessions, q->tok.user, q->session, &info) == 0)
+                        session_info_done(&info);
+                else
+                        (void)store_session_options_delete(q->d->store, q->tok.user, q->session);
+                return api_fail_errno(e, r, &err, "the session's container is not available");
+        }
+        session_release(s);
+        log_ctx(LOG_LEVEL_INFO, q->tok.user, q->session, NULL, "session created (create_session, ttl %" PRId64 " s)",
+                ttl);
+        r = api_m_session_info(q, ret, e);
+        if (r == 0)
+                add_options(q, q->session, *ret);
+        return r;
+}
+
+int api_m_destroy_session(struct req *q, cJSON **ret, struct api_err *e)
+{
+        bool purge;
+        struct session_info info;
+        struct exec_result *list = NULL;
+        size_t n = 0, cancelled = 0;
+        struct sbx_error err = {0};
+        cJSON *detail;
+        char *json;
+        int r;
+
+        if (api_param_bool(q, "purge", false, &purge, e) < 0)
+                return -1;
+        if (!q->session || !*q->session)
+                return api_fail(e, "bad_request", "params.session is required");
+        if (session_get_info(q->d->sessions, q->tok.user, q->session, &info) < 0)
+                return api_fail(e, "not_found", "no session %s", q->session);
+        session_info_done(&info);
+        /* its executions first: cancelled (and their end awaited), not left to die with the container */
+        if (exec_list(q->d->exec, q->tok.user, q->session, (1u << EXEC_PENDING) | (1u << EXEC_RUNNING), 1000, &list,
+                      &n) == 0) {
+                for (size_t i = 0; i < n; i++)
+                        if (exec_cancel(q->d->exec, q->tok.user, list[i].id, true, NULL) == 0)
+                                cancelled++;
+                for (size_t i = 0; i < n; i++) {
+                        struct api_err we = {0};
+                        if (api_wait_final(q, list[i].id, NULL, q->d->cfg.exec_kill_grace_ms + 5000, &we) == 0)
+                                break; /* the client left: destroy anyway */
+                }
+                exec_result_list_free(list, n);
+        }
+        r = session_destroy(q->d->sessions, q->tok.user, q->session, purge, &err);
+        if (r < 0)
+                return api_fail_errno(e, r, &err, NULL);
+        detail = cJSON_CreateObject();
+        cJSON_AddBoolToObject(detail, "purge", purge);
+        cJSON_AddNumberToObject(detail, "cancelled_executions", (double)cancelled);
+        json = cJSON_PrintUnformatted(detail);
+        (void)store_audit(q->d->store, q->actor, q->tok.user, q->session, "session.destroy", json);
+        free(json);
+        cJSON_Delete(detail);
+        *ret = cJSON_CreateObject();
+        cJSON_AddStringToObject(*ret, "session", q->session);
+        cJSON_AddBoolToObject(*ret, "destroyed", true);
+        cJSON_AddBoolToObject(*ret, "purged", purge);
+        cJSON_AddNumberToObject(*ret, "cancelled_executions", (double)cancelled);
+        return 0;
+}
+
+int api_m_list_sessions(struct req *q, cJSON **ret, struct api_err *e)
+{
+        struct session_info *list = NULL;
+        size_t n = 0;
+        cJSON *a;
+        int r;
+
+        r = session_list(q->d->sessions, q->tok.user, NULL, &list, &n);
+        if (r < 0)
+                return api_fail_errno(e, r, NULL, "cannot list sessions");
+        *ret = cJSON_CreateObject();
+        a = cJSON_AddArrayToObject(*ret, "sessions");
+        for (size_t i = 0; i < n; i++) {
+                cJSON *o = cJSON_CreateObject();
+                char state[16];
+                size_t k = 0;
+
+                for (const char *p = session_state_to_string(list[i].state); *p && k + 1 < sizeof(state); p++)
+                        state[k++] = (char)tolower((unsigned char)*p);
+                state[k] = '\0';
+                cJSON_AddStringToObject(o, "session", list[i].session);
+                cJSON_AddStringToObject(o, "state", state);
+                cJSON_AddStringToObject(o, "image", list[i].image);
+                cJSON_AddNumberToObject(o, "created_at", (double)list[i].created_at);
+                cJSON_AddNumberToObject(o, "last_activity", (double)list[i].last_activity);
+                add_options(q, list[i].session, o);
+                cJSON_AddItemToArray(a, o);
+        }
+        session_info_list_free(list, n);
+        return 0;
+}

@@ -930,8 +930,10 @@ static void start_relay(struct tunnel *t)
                 bufferevent_enable(t->cli, EV_READ);
         if (t->is_connect)
                 evbuffer_add_printf(bufferevent_get_output(t->cli), "HTTP/1.1 200 Connection established\r\n\r\n");
-        /* bytes that came after the head (a body, an early TLS hello) */
-        relay_read(t->cli, t);
+        /* bytes that came after the head (a body, an early TLS hello), and
+         * those an upstream proxy sent right behind its answer */
+        if (relay_move(t, t->cli))
+                (void)relay_move(t, t->up);
 }
 
 /* The destination is connected (or the upstream proxy agreed): go. */

@@ -798,3 +798,79 @@ Test(egress, curl_and_python_reach_http_and_https_upstreams)
         pthread_join(ft, NULL);
         close(lfd);
 }
+
+/* egress_upstream_proxy: this proxy (A) sends allowed traffic through
+ * another (B, a second instance standing in for a corporate proxy). */
+static struct egress *eg_b;
+
+static void *front_b(void *arg)
+{
+        int lfd = (int)(intptr_t)arg;
+        for (;;) {
+                int c = accept4(lfd, NULL, NULL, SOCK_CLOEXEC);
+                if (c < 0) {
+                        if (errno == EINTR || errno == ECONNABORTED)
+                                continue;
+                        return NULL;
+                }
+                egress_accept(eg_b, "corp", "proxy", c);
+        }
+}
+
+Test(egress, upstream_proxy_carries_connect_and_plain_http)
+{
+        struct sbx_config cfg_b = cfg;
+        struct sbx_error err = {0};
+        char opt[128], req[256], buf[4096];
+        pthread_t ft;
+        int lfd, lport, fd;
+
+        /* B: the corporate proxy, allowing the loopback upstreams */
+        cr_assert_eq(egress_new(&cfg_b, st, &eg_b, &err), 0, "%s", err.msg);
+        lfd = listen_loopback(&lport);
+        cr_assert_eq(pthread_create(&ft, NULL, front_b, (void *)(intptr_t)lfd), 0);
+        /* A: no private addresses at all; the names go to B unresolved */
+        set("egress_allow_private", "");
+        snprintf(opt, sizeof(opt), "http://corp.test:%d", lport);
+        set("egress_upstream_proxy", opt);
+        set("egress_resolve", "corp.test=127.0.0.1");
+        start();
+
+        fd = proxy_conn();
+        snprintf(req, sizeof(req), "CONNECT echo.test:%d HTTP/1.1\r\n\r\n", echo_up.port);
+        send_str(fd, req);
+        recv_until(fd, buf, sizeof(buf), "\r\n\r\n", 10000);
+        cr_assert(strncmp(buf, "HTTP/1.1 200", 12) == 0, "through B: %s", buf);
+        send_str(fd, "via-b");
+        recv_until(fd, buf, sizeof(buf), "via-b", 10000);
+        cr_assert_str_eq(buf, "via-b");
+        close(fd);
+
+        fd = proxy_conn();
+        snprintf(req, sizeof(req), "GET http://up.test:%d/p HTTP/1.1\r\n\r\n", http_up.port);
+        send_str(fd, req);
+        recv_until(fd, buf, sizeof(buf), NULL, 10000);
+        close(fd);
+        cr_assert(strncmp(buf, "HTTP/1.1 200", 12) == 0 && strstr(buf, "hello"), "plain HTTP through B: %s", buf);
+        pthread_mutex_lock(&seen_lock);
+        cr_assert(strncmp(seen, "GET /p HTTP/1.1\r\n", 17) == 0, "B rewrote A's absolute form: %s", seen);
+        pthread_mutex_unlock(&seen_lock);
+
+        /* A still decides: a name off A's list never reaches B */
+        fd = proxy_conn();
+        send_str(fd, "CONNECT nope.test:443 HTTP/1.1\r\n\r\n");
+        recv_until(fd, buf, sizeof(buf), NULL, 10000);
+        close(fd);
+        cr_assert(strncmp(buf, "HTTP/1.1 403", 12) == 0, "%s", buf);
+        /* and B's refusal comes back as a 502 */
+        fd = proxy_conn();
+        send_str(fd, "CONNECT a.wild.test:1 HTTP/1.1\r\n\r\n");
+        recv_until(fd, buf, sizeof(buf), NULL, 10000);
+        close(fd);
+        cr_assert(strncmp(buf, "HTTP/1.1 502", 12) == 0 && strstr(buf, "upstream_proxy"), "%s", buf);
+
+        shutdown(lfd, SHUT_RDWR);
+        pthread_join(ft, NULL);
+        close(lfd);
+        egress_free(eg_b);
+}

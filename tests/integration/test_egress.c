@@ -323,3 +323,53 @@ Test(egress_ct, mark_private_closes_open_tunnels_and_survives_a_restart)
         daemon_close(d);
         upstreams_stop();
 }
+
+/* The admin side: sandboxctl egress-allow / egress-policy / egress / stats,
+ * and metrics, on the admin socket (no container needed). */
+static int ctl(const char *args, char **out)
+{
+        return fixture_sandboxctl(SANDBOXD_BINARY_DIR, cfg.admin_socket, args, out);
+}
+
+Test(egress_ct, sandboxctl_manages_additions_and_shows_the_log)
+{
+        struct store_egress_entry row = {.ts = 1, .port = 443, .bytes_up = 10, .bytes_down = 20};
+        char *out = NULL;
+
+        fixture_config(&cfg);
+        snprintf(cfg.network_default, sizeof(cfg.network_default), "none");
+        cr_assert_eq(config_set(&cfg, "egress_allow", "pypi.org", NULL), 0);
+        d = fixture_open_sockets(&cfg);
+
+        cr_assert_eq(ctl("egress-allow u1 '*.corp.example:8443' --session s9", &out), 0, "%s", out);
+        cr_assert(strstr(out, "*.corp.example:8443") && strstr(out, "session"), "%s", out);
+        free(out);
+        cr_assert_eq(ctl("egress-allow u1 github.com", &out), 0, "%s", out);
+        free(out);
+        cr_assert_neq(ctl("egress-allow u1 '*'", &out), 0, "allow-all is the config's alone");
+        free(out);
+        cr_assert_eq(ctl("egress-policy u1 s9", &out), 0, "%s", out);
+        cr_assert(strstr(out, "mode: egress") && strstr(out, "config   pypi.org") && strstr(out, "user     github.com") &&
+                          strstr(out, "session  *.corp.example:8443"),
+                  "%s", out);
+        free(out);
+        cr_assert_eq(ctl("egress-deny u1 github.com", &out), 0, "%s", out);
+        cr_assert_null(strstr(out, "github.com"), "%s", out);
+        free(out);
+
+        snprintf(row.host, sizeof(row.host), "blocked.example");
+        snprintf(row.method, sizeof(row.method), "CONNECT");
+        snprintf(row.decision, sizeof(row.decision), "blocked");
+        snprintf(row.reason, sizeof(row.reason), "not_allowed");
+        cr_assert_eq(store_egress_log_add(d->store, "u1", "s9", &row), 0);
+        cr_assert_eq(ctl("egress u1 s9", &out), 0, "%s", out);
+        cr_assert(strstr(out, "DECISION") && strstr(out, "blocked.example") && strstr(out, "not_allowed"), "%s", out);
+        free(out);
+        cr_assert_eq(ctl("stats", &out), 0, "%s", out);
+        cr_assert(strstr(out, "egress:"), "%s", out);
+        free(out);
+        cr_assert_eq(ctl("metrics", &out), 0, "%s", out);
+        cr_assert(strstr(out, "sandboxd_egress_total{decision=\"blocked\"}"), "%s", out);
+        free(out);
+        daemon_close(d);
+}

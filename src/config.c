@@ -184,6 +184,8 @@ static const struct config_key keys[] = {
          "open egress proxy connections across all sessions"},
         {"egress_max_tunnels_per_session", CFG_INT, F(egress_max_tunnels_per_session), 0, 1, 1000000, "256", NULL,
          "open egress proxy connections per session"},
+        {"egress_max_tunnels_per_user", CFG_INT, F(egress_max_tunnels_per_user), 0, 1, 1000000, "1024", NULL,
+         "open egress proxy connections of one user, all its sessions together"},
         {"egress_conns_per_minute", CFG_INT, F(egress_conns_per_minute), 0, 1, 10000000, "600", NULL,
          "new egress proxy connections per session per minute"},
         {"egress_max_bytes_per_session", CFG_SIZE, F(egress_max_bytes_per_session), 0, 0, INT64_C(1) << 50, "0",
@@ -486,8 +488,11 @@ static int check_cross(const struct sbx_config *cfg, struct sbx_error *err)
                 if (r < 0)
                         return r;
         }
-        if (cfg->egress_max_tunnels_per_session > cfg->egress_max_tunnels)
-                return sbx_error_set(err, -EINVAL, 0, "egress_max_tunnels_per_session exceeds egress_max_tunnels");
+        if (cfg->egress_max_tunnels_per_session > cfg->egress_max_tunnels_per_user ||
+            cfg->egress_max_tunnels_per_user > cfg->egress_max_tunnels)
+                return sbx_error_set(err, -EINVAL, 0,
+                                     "egress_max_tunnels_per_session <= egress_max_tunnels_per_user <= "
+                                     "egress_max_tunnels is required");
         return 0;
 }
 

@@ -1189,6 +1189,16 @@ static void refuse_fd(struct egress *eg, struct esess *s, int fd, int status, co
         tunnel_refuse(t, status, reason, detail);
 }
 
+/* Open connections of all the user's sessions (loop thread: the list is its own). */
+static int user_open(struct egress *eg, const char *user)
+{
+        int n = 0;
+        for (struct esess *s = eg->sessions; s; s = s->next)
+                if (strcmp(s->user, user) == 0)
+                        n += atomic_load(&s->n_open);
+        return n;
+}
+
 static void start_one(struct egress *eg, const struct pending *p)
 {
         struct esess *s = sess_get(eg, p->user, p->session);
@@ -1211,6 +1221,10 @@ static void start_one(struct egress *eg, const struct pending *p)
         }
         if (atomic_load(&s->n_open) >= eg->cfg.egress_max_tunnels_per_session) {
                 refuse_fd(eg, s, p->fd, 429, "cap_tunnels", "the session has too many open tunnels");
+                return;
+        }
+        if (user_open(eg, p->user) >= eg->cfg.egress_max_tunnels_per_user) {
+                refuse_fd(eg, s, p->fd, 429, "cap_user", "the user's sessions have too many open tunnels");
                 return;
         }
         t = calloc(1, sizeof(*t));

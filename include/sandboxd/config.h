@@ -104,6 +104,7 @@ struct sbx_config {
         char egress_upstream_proxy[300]; /* http://host:port or "" */
         int egress_max_tunnels;          /* open proxy connections, all sessions */
         int egress_max_tunnels_per_session;
+        int egress_max_tunnels_per_user;
         int egress_conns_per_minute;     /* new connections per session per minute */
         int64_t egress_max_bytes_per_session; /* both ways, since the daemon started; 0 = no cap */
         int64_t egress_max_header_bytes;

@@ -125,6 +125,7 @@ static void open_daemon(void)
                              0);
                 cr_assert_eq(config_set(&cfg, "egress_allow_private", "127.0.0.1/32", &err), 0);
                 cr_assert_eq(config_set(&cfg, "egress_max_tunnels_per_session", "1100", &err), 0);
+                cr_assert_eq(config_set(&cfg, "egress_max_tunnels_per_user", "1100", &err), 0);
                 cr_assert_eq(config_set(&cfg, "egress_conns_per_minute", "100000", &err), 0);
         }
         d = fixture_open(&cfg, false);

@@ -476,6 +476,7 @@ Test(egress, caps_per_session)
         int fds[2], fd;
 
         set("egress_max_tunnels_per_session", "2");
+        set("egress_max_tunnels_per_user", "3");
         set("egress_conns_per_minute", "3");
         start();
         snprintf(req, sizeof(req), "CONNECT echo.test:%d HTTP/1.1\r\n\r\n", echo_up.port);
@@ -492,8 +493,15 @@ Test(egress, caps_per_session)
         fd = proxy_conn_as("s2");
         send_str(fd, req);
         recv_until(fd, buf, sizeof(buf), "\r\n\r\n", 10000);
-        close(fd);
         cr_assert(strncmp(buf, "HTTP/1.1 200", 12) == 0, "another session is not affected: %s", buf);
+        {
+                /* the user's cap (3): a third session's tunnel is one too many */
+                int fd3 = proxy_conn_as("s3");
+                recv_until(fd3, buf, sizeof(buf), NULL, 10000);
+                close(fd3);
+                cr_assert(strncmp(buf, "HTTP/1.1 429", 12) == 0 && strstr(buf, "cap_user"), "s3: %s", buf);
+        }
+        close(fd);
         close(fds[0]);
         close(fds[1]);
         /* the two tunnels are gone (their rows say so), then the rate: 2 of 3 are used */

@@ -47,71 +47,15 @@
 #include "sandboxd/session.h"
 #include "sandboxd/store.h"
 #include "sandboxd/store_egress.h"
+#include "egress_internal.h"
 
 #define RELAY_HIGH (256 * 1024)   /* bytes buffered per direction before reading pauses */
 #define RELAY_CHUNK (64 * 1024)  /* largest single read or write */
-#define MAX_HEADERS 100
-#define MAX_ADDRS 8
 #define MAX_PENDING 4096          /* accepted fds waiting for the loop */
 #define LOG_WINDOW_MS 60000       /* blocked rows per session: at most LOG_BLOCKED_MAX a minute */
 #define LOG_BLOCKED_MAX 60
 #define SESSION_FORGET_MS 600000  /* a session with no tunnel this long is forgotten */
 #define CLOSE_WAIT_MS 5000
-
-enum tstate { T_HEAD, T_RESOLVE, T_CONNECT, T_PROXY_HS, T_RELAY };
-
-struct esess {
-        struct esess *next;
-        char user[65], session[65];
-        struct tunnel *tunnels;
-        atomic_int n_open;
-        atomic_int_least64_t bytes;
-        atomic_uint_least64_t allowed, blocked;
-        int64_t window_start;
-        int window_count;
-        int64_t log_window_start;
-        int log_window_rows;
-        int64_t suppressed;
-        int64_t last_used;
-        bool closed; /* the ratchet ran: every later connection is refused */
-};
-
-struct hdr {
-        uint32_t name, name_len, value, value_len; /* offsets into t->arena */
-};
-
-struct dns_ctx {
-        struct tunnel *t; /* NULL once the tunnel is gone */
-        bool proxy;
-};
-
-struct tunnel {
-        struct egress *eg;
-        struct esess *s;
-        struct tunnel *prev, *next;
-        struct bufferevent *cli, *up;
-        struct event *timer;
-        enum tstate state;
-        http_parser parser;
-        bool is_connect, head_done, body_done, cli_eof, up_eof, cli_shut, up_shut, finished;
-        char method[16];
-        char host[EGRESS_HOST_MAX];
-        int port;
-        char *arena; /* url and headers, at most egress_max_header bytes */
-        size_t arena_len, arena_cap;
-        uint32_t url, url_len;
-        struct hdr hdrs[MAX_HEADERS];
-        int n_hdrs;
-        bool in_value;
-        struct dns_ctx *dns;
-        struct evdns_getaddrinfo_request *dns_req;
-        struct sockaddr_storage addrs[MAX_ADDRS];
-        socklen_t addr_lens[MAX_ADDRS];
-        int n_addrs, next_addr;
-        char address[64];
-        int64_t started_wall, started, last_activity;
-        int64_t bytes_up, bytes_down;
-};
 
 struct pending {
         struct pending *next;
@@ -408,206 +352,6 @@ static void tunnel_timer(evutil_socket_t fd, short what, void *arg)
         }
 }
 
-/* ---- request head ---- */
-
-static int arena_add(struct tunnel *t, const char *at, size_t len, uint32_t *ret_off)
-{
-        if (t->arena_len + len > t->arena_cap)
-                return -1;
-        if (ret_off)
-                *ret_off = (uint32_t)t->arena_len;
-        memcpy(t->arena + t->arena_len, at, len);
-        t->arena_len += len;
-        return 0;
-}
-
-static int on_url(http_parser *p, const char *at, size_t len)
-{
-        struct tunnel *t = p->data;
-        uint32_t off;
-        if (arena_add(t, at, len, &off) < 0)
-                return -1;
-        if (t->url_len == 0)
-                t->url = off;
-        t->url_len += (uint32_t)len;
-        return 0;
-}
-
-static int on_field(http_parser *p, const char *at, size_t len)
-{
-        struct tunnel *t = p->data;
-        uint32_t off;
-
-        if (t->in_value || t->n_hdrs == 0) {
-                if (t->n_hdrs >= MAX_HEADERS)
-                        return -1;
-                t->n_hdrs++;
-                t->hdrs[t->n_hdrs - 1] = (struct hdr){0};
-                t->in_value = false;
-        }
-        if (arena_add(t, at, len, &off) < 0)
-                return -1;
-        if (t->hdrs[t->n_hdrs - 1].name_len == 0)
-                t->hdrs[t->n_hdrs - 1].name = off;
-        t->hdrs[t->n_hdrs - 1].name_len += (uint32_t)len;
-        return 0;
-}
-
-static int on_value(http_parser *p, const char *at, size_t len)
-{
-        struct tunnel *t = p->data;
-        struct hdr *h;
-        uint32_t off;
-
-        if (t->n_hdrs == 0)
-                return -1;
-        h = &t->hdrs[t->n_hdrs - 1];
-        if (arena_add(t, at, len, &off) < 0)
-                return -1;
-        if (!t->in_value) {
-                h->value = off;
-                h->value_len = 0;
-        }
-        h->value_len += (uint32_t)len;
-        t->in_value = true;
-        return 0;
-}
-
-static int on_headers_complete(http_parser *p)
-{
-        struct tunnel *t = p->data;
-        t->head_done = true;
-        return 0;
-}
-
-static int on_message_complete(http_parser *p)
-{
-        struct tunnel *t = p->data;
-        t->body_done = true;
-        http_parser_pause(p, 1); /* the bytes after it are not this request's */
-        return 0;
-}
-
-static const http_parser_settings request_settings = {
-        .on_url = on_url,
-        .on_header_field = on_field,
-        .on_header_value = on_value,
-        .on_headers_complete = on_headers_complete,
-        .on_message_complete = on_message_complete,
-};
-
-static bool name_is(const struct tunnel *t, const struct hdr *h, const char *name)
-{
-        return h->name_len == strlen(name) && strncasecmp(t->arena + h->name, name, h->name_len) == 0;
-}
-
-/* Is header h named as a token in any Connection header (so hop-by-hop)? */
-static bool named_by_connection(const struct tunnel *t, const struct hdr *h)
-{
-        for (int i = 0; i < t->n_hdrs; i++) {
-                const struct hdr *c = &t->hdrs[i];
-                const char *v = t->arena + c->value, *end = v + c->value_len;
-                if (!name_is(t, c, "Connection"))
-                        continue;
-                while (v < end) {
-                        const char *tok;
-                        while (v < end && (*v == ' ' || *v == '\t' || *v == ','))
-                                v++;
-                        tok = v;
-                        while (v < end && *v != ',' && *v != ' ' && *v != '\t')
-                                v++;
-                        if ((size_t)(v - tok) == h->name_len && strncasecmp(tok, t->arena + h->name, h->name_len) == 0)
-                                return true;
-                }
-        }
-        return false;
-}
-
-static bool hop_by_hop(const struct tunnel *t, const struct hdr *h)
-{
-        static const char *const names[] = {"Connection", "Proxy-Connection", "Keep-Alive", "Proxy-Authorization",
-                                            "Proxy-Authenticate", "TE", "Trailer", "Upgrade", "Host"};
-        for (size_t i = 0; i < ELEMENTSOF(names); i++)
-                if (name_is(t, h, names[i]))
-                        return true;
-        return named_by_connection(t, h);
-}
-
-/* Take host and port from the request target; for plain HTTP also the
- * origin-form path. Returns an error reason, or NULL. */
-static const char *parse_target(struct tunnel *t, const char **ret_path, size_t *ret_path_len)
-{
-        struct http_parser_url u;
-        const char *url = t->arena + t->url;
-
-        http_parser_url_init(&u);
-        if (t->url_len == 0 || http_parser_parse_url(url, t->url_len, t->is_connect, &u) != 0)
-                return "bad_target";
-        if (!(u.field_set & (1 << UF_HOST)))
-                return "bad_target";
-        if (egress_host_normalize(url + u.field_data[UF_HOST].off, u.field_data[UF_HOST].len, t->host) < 0)
-                return "bad_host";
-        if (u.field_set & (1 << UF_USERINFO))
-                return "bad_target";
-        if (t->is_connect) {
-                if (!(u.field_set & (1 << UF_PORT)) || u.port == 0)
-                        return "bad_target";
-                t->port = u.port;
-                return NULL;
-        }
-        if (!(u.field_set & (1 << UF_SCHEMA)))
-                return "not_absolute";
-        if (u.field_data[UF_SCHEMA].len != 4 || strncasecmp(url + u.field_data[UF_SCHEMA].off, "http", 4) != 0)
-                return "scheme";
-        t->port = (u.field_set & (1 << UF_PORT)) ? u.port : 80;
-        if (t->port == 0)
-                return "bad_target";
-        if (u.field_set & (1 << UF_PATH)) {
-                /* origin-form: the path and query, as sent (no fragment) */
-                size_t end = u.field_data[UF_PATH].off + u.field_data[UF_PATH].len;
-                if (u.field_set & (1 << UF_QUERY))
-                        end = u.field_data[UF_QUERY].off + u.field_data[UF_QUERY].len;
-                *ret_path = url + u.field_data[UF_PATH].off;
-                *ret_path_len = end - u.field_data[UF_PATH].off;
-        } else {
-                *ret_path = "/";
-                *ret_path_len = 1;
-        }
-        return NULL;
-}
-
-/* The request head as it goes upstream: origin-form when direct, absolute
- * when through egress_upstream_proxy; Host from the target; hop-by-hop
- * headers dropped; Connection: close. */
-static void write_request_head(struct tunnel *t, const char *path, size_t path_len)
-{
-        struct evbuffer *out = bufferevent_get_output(t->up);
-        bool v6 = strchr(t->host, ':') != NULL;
-        char authority[EGRESS_HOST_MAX + 16];
-
-        if (t->port == 80)
-                snprintf(authority, sizeof(authority), v6 ? "[%s]" : "%s", t->host);
-        else
-                snprintf(authority, sizeof(authority), v6 ? "[%s]:%d" : "%s:%d", t->host, t->port);
-        if (t->eg->up_port)
-                evbuffer_add_printf(out, "%s http://%s%.*s HTTP/1.%d\r\n", t->method, authority, (int)path_len, path,
-                                    t->parser.http_minor ? 1 : 0);
-        else
-                evbuffer_add_printf(out, "%s %.*s HTTP/1.%d\r\n", t->method, (int)path_len, path,
-                                    t->parser.http_minor ? 1 : 0);
-        evbuffer_add_printf(out, "Host: %s\r\n", authority);
-        for (int i = 0; i < t->n_hdrs; i++) {
-                const struct hdr *h = &t->hdrs[i];
-                if (hop_by_hop(t, h))
-                        continue;
-                evbuffer_add(out, t->arena + h->name, h->name_len);
-                evbuffer_add(out, ": ", 2);
-                evbuffer_add(out, t->arena + h->value, h->value_len);
-                evbuffer_add(out, "\r\n", 2);
-        }
-        evbuffer_add_printf(out, "Connection: close\r\n\r\n");
-}
-
 /* ---- policy ---- */
 
 static bool host_allowed(struct tunnel *t)
@@ -802,7 +546,7 @@ static bool relay_move(struct tunnel *t, struct bufferevent *bev)
                         evbuffer_ptr_set(src, &pos, fwd, EVBUFFER_PTR_SET);
                         if (evbuffer_peek(src, -1, &pos, &v, 1) < 1)
                                 break;
-                        fwd += http_parser_execute(&t->parser, &request_settings, v.iov_base, v.iov_len);
+                        fwd += http_parser_execute(&t->parser, &egress_request_settings, v.iov_base, v.iov_len);
                         if (HTTP_PARSER_ERRNO(&t->parser) != HPE_OK && HTTP_PARSER_ERRNO(&t->parser) != HPE_PAUSED) {
                                 tunnel_finish(t, "bad_body");
                                 return false;
@@ -942,8 +686,8 @@ static void upstream_ready(struct tunnel *t)
         if (!t->is_connect) {
                 const char *path = "/";
                 size_t path_len = 1;
-                (void)parse_target(t, &path, &path_len);
-                write_request_head(t, path, path_len);
+                (void)egress_http_target(t, &path, &path_len);
+                egress_http_write_head(t, bufferevent_get_output(t->up), t->eg->up_port != 0, path, path_len);
                 t->bytes_up += (int64_t)evbuffer_get_length(bufferevent_get_output(t->up));
         }
         free(t->arena); /* the head is gone upstream; the parser keeps no pointer into it */
@@ -1053,7 +797,7 @@ static void decide(struct tunnel *t)
         bufferevent_disable(t->cli, EV_READ);
         t->is_connect = t->parser.method == HTTP_CONNECT;
         sbx_strlcpy(t->method, http_method_str(t->parser.method), sizeof(t->method));
-        why = parse_target(t, &path, &path_len);
+        why = egress_http_target(t, &path, &path_len);
         if (why) {
                 tunnel_refuse(t, 400, why,
                               strcmp(why, "scheme") == 0 ? "https:// goes through CONNECT"
@@ -1124,7 +868,7 @@ static void head_read(struct bufferevent *bev, void *arg)
                 return;
         }
         t->arena_cap = n;
-        got = http_parser_execute(&t->parser, &request_settings, head, n);
+        got = http_parser_execute(&t->parser, &egress_request_settings, head, n);
         if ((HTTP_PARSER_ERRNO(&t->parser) != HPE_OK && HTTP_PARSER_ERRNO(&t->parser) != HPE_PAUSED) ||
             !t->head_done) {
                 tunnel_refuse(t, t->n_hdrs >= MAX_HEADERS ? 431 : 400, "bad_request",

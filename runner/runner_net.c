@@ -264,7 +264,7 @@ static void egress_listen(void)
         if (fd < 0)
                 return;
         setsockopt(fd, SOL_SOCKET, SO_REUSEADDR, &one, sizeof(one));
-        if (bind(fd, (struct sockaddr *)&sa, sizeof(sa)) < 0 || listen(fd, 512) < 0 ||
+        if (bind(fd, (struct sockaddr *)&sa, sizeof(sa)) < 0 || listen(fd, 4096) < 0 ||
             epoll_ctl(epfd, EPOLL_CTL_ADD, fd, &ev) < 0) {
                 close(fd);
                 return;

@@ -47,11 +47,12 @@
 #include "sandboxd/runner_proto.h"
 
 #define CMD_DEADLINE_MS 5000
-#define PAIR_TIMEOUT_S 10      /* a host connection waits this long for the runner's data connection */
-#define HELLO_TIMEOUT_S 5      /* a new fwd.sock connection must say what it is by then */
+#define PAIR_TIMEOUT_S 30      /* a host connection waits this long for the runner's data connection */
+#define HELLO_TIMEOUT_S 30     /* a new fwd.sock connection must say what it is by then (as long as a
+                                * forward waits for it: a starved loop must not drop a good one) */
 #define UNIX_BACKLOG 4096      /* a burst of forwards opens as many data connections at once */
 #define CTRL_OUT_MAX (256 * 1024) /* RP_FWD_OPEN frames queued for a runner */
-#define HOST_BACKLOG 511
+#define HOST_BACKLOG 4096 /* a burst of clients must not overflow the accept queue (SYN-ACK retries take seconds) */
 
 enum cmd_kind { CMD_OPEN, CMD_ENFORCE, CMD_DROP };
 
@@ -238,8 +239,11 @@ static void fwd_event(struct bufferevent *bev, short what, void *ud)
 static void fwd_timeout(evutil_socket_t fd, short what, void *ud)
 {
         struct gw_fwd *f = ud;
-        if (!f->paired)
+        if (!f->paired) {
+                log_ctx(LOG_LEVEL_DEBUG, f->s->user, f->s->session, NULL,
+                        "gateway: the runner did not answer forward %u in time", f->id);
                 fwd_free(f);
+        }
 }
 
 static void fwd_start(struct gw_fwd *f)

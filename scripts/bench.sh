@@ -124,7 +124,7 @@ fi
 {
 	cmake -S . -B "$BUILD" -DCMAKE_BUILD_TYPE=RelWithDebInfo
 	# the runner too: without it every exec would take the docker exec fallback
-	targets=(sandboxd sandboxd-bench)
+	targets=(sandboxd sandboxd-bench sandboxd-egress-bench)
 	command -v musl-gcc >/dev/null && targets+=(runner)
 	cmake --build "$BUILD" -j2 --target "${targets[@]}"
 } >&2
@@ -165,3 +165,10 @@ log "run $ID: instance $SANDBOXD_INSTANCE, data in $TMP"
 	--json "$json" --log "$LOG" --pidfile "$PIDFILE" --http-ca "$TMP/tls/ca.pem" &
 BENCH_PID=$!
 wait "$BENCH_PID"
+
+# The egress proxy against a direct loopback connection to the same upstream
+# (host-side, issue 14): added latency per plain HTTP request and MB/s
+# through a CONNECT tunnel. One JSON line beside the main results.
+egress_args=(--requests 500 --megabytes 512)
+[[ ${quick[0]:-} == --quick ]] && egress_args=(--requests 100 --megabytes 64)
+"$BUILD/sandboxd-egress-bench" "${egress_args[@]}" | tee "${json%.json}-egress.json"

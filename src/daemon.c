@@ -177,6 +177,8 @@ int daemon_open(const struct sbx_config *cfg, const struct daemon_options *opts,
                 goto fail;
         r = egress_new(&d->cfg, d->store, &d->egress, err);
         if (r == 0)
+                privacy_set_egress(d->privacy, d->egress);
+        if (r == 0)
                 r = gateway_new(&d->cfg, d->egress, &d->gateway, err);
         if (r < 0)
                 goto fail;
@@ -252,7 +254,7 @@ void daemon_close(struct daemon *d)
                 runtime_attach(NULL, d->sessions);
         runtime_free(d->runtime);
         gateway_free(d->gateway); /* its thread asks privacy and calls egress */
-        egress_free(d->egress);
+        egress_free(d->egress); /* closes every tunnel, writing their rows */
         privacy_free(d->privacy);
         runner_hub_free(d->runner); /* its thread calls into the sessions */
         session_manager_free(d->sessions);

@@ -57,6 +57,7 @@
 #include "sandboxd/log.h"
 #include "sandboxd/session.h"
 #include "sandboxd/store.h"
+#include "sandboxd/store_egress.h"
 #include "sandboxd/wsquota.h"
 
 #define SPOOL_BATCH 512
@@ -832,6 +833,28 @@ static void gc_tasks(struct gc *g)
                 log_info("gc: %d expired MCP tasks deleted", r);
 }
 
+/* The egress proxy's decisions (egress_log) keep the audit retention. */
+static void gc_egress_log(struct gc *g)
+{
+        int64_t before = g->now - (int64_t)g->cfg->audit_retention_s * 1000;
+        char reason[128], b[32];
+        int r;
+
+        if (g->cfg->audit_retention_s < 0)
+                return;
+        fmt_age((int64_t)g->cfg->audit_retention_s * 1000, b, sizeof(b));
+        snprintf(reason, sizeof(reason), "egress decisions recorded more than %s ago (audit_retention)", b);
+        r = store_gc_egress_prune(g->st, before, g->dry_run);
+        if (r < 0) {
+                note_failed(g, GC_AUDIT, "egress_log", NULL, NULL, reason, strerror(-r));
+                return;
+        }
+        if (r == 0)
+                return;
+        note_done(g, GC_AUDIT, "egress_log", NULL, NULL, 0, reason);
+        g->rep->kinds[GC_AUDIT].count += (uint64_t)r - 1;
+}
+
 /* Idempotency keys past idempotency_window: one report item counting them. */
 static void gc_idempotency_keys(struct gc *g)
 {
@@ -1389,6 +1412,7 @@ int gc_run(const struct sbx_config *cfg, const struct gc_options *opts, struct g
         gc_services(&g);
         gc_spools(&g);
         gc_audit(&g);
+        gc_egress_log(&g);
         gc_idempotency_keys(&g);
         gc_tasks(&g);
         gc_mounts(&g);

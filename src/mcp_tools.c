@@ -488,7 +488,11 @@ static struct mcp_tool tools[] = {
                           "'integer'},{'type':'null'}]}}}},'container_id':{'anyOf':[{'type':'string'},{'type':'null'}]},"
                           "'created_at':{'anyOf':[{'type':'integer'},{'type':'null'}]},"
                           "'last_activity':{'anyOf':[{'type':'integer'},{'type':'null'}]},"
-                          "'last_error':{'anyOf':[{'type':'string'},{'type':'null'}]}},"
+                          "'last_error':{'anyOf':[{'type':'string'},{'type':'null'}]},"
+                          "'egress':{'type':'object','description':'The effective egress policy: mode egress (through "
+                          "the proxy; allow lists the patterns and their scope: config, user or session), bridge, or "
+                          "none (private).','properties':{'mode':{'type':'string'},'allow':{'type':'array','items':"
+                          "{'type':'object','properties':{'pattern':{'type':'string'},'scope':{'type':'string'}}}}}}},"
                           "'required':['state','network_mode','private','ports']}",
                 .read_only = true,
                 .idempotent = true,

@@ -21,6 +21,7 @@ struct api_server;
 struct admin_server;
 struct http_server;
 struct runner_hub;
+struct egress;
 struct scripts;
 
 struct daemon {

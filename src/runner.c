@@ -510,9 +510,15 @@ static bool handle_frame(struct runner_hub *h, struct runner_chan *c, const stru
         return ok;
 }
 
+/* Reads at most CONN_READ_ROUNDS buffers per call: the socket is level
+ * triggered, so a runner that never pauses is read again on the next
+ * epoll_wait, after the other sessions' events, instead of holding the hub. */
+#define CONN_READ_ROUNDS 8
+
 static void conn_read(struct runner_hub *h, struct runner_chan *c)
 {
-        for (;;) {
+        for (int round = 0; round < CONN_READ_ROUNDS; round++) {
+                size_t off = 0;
                 ssize_t n = recv(c->cfd, c->inbuf + c->in_len, RP_HDR_LEN + RP_MAX_FROM_RUNNER - c->in_len,
                                  MSG_DONTWAIT);
                 if (n < 0 && errno == EINTR)
@@ -525,23 +531,28 @@ static void conn_read(struct runner_hub *h, struct runner_chan *c)
                 }
                 c->in_len += (size_t)n;
                 c->last_rx = sbx_now_ms();
+                /* frames are taken from off on and the rest moved down once:
+                 * not once per frame (a buffer of tiny frames was quadratic) */
                 for (;;) {
                         struct rp_hdr hdr;
-                        if (c->in_len < RP_HDR_LEN)
+                        if (c->in_len - off < RP_HDR_LEN)
                                 break;
-                        memcpy(&hdr, c->inbuf, RP_HDR_LEN);
+                        memcpy(&hdr, c->inbuf + off, RP_HDR_LEN);
                         if (hdr.len > RP_MAX_FROM_RUNNER) {
                                 conn_fail(h, c, "runner_protocol_error", "oversized frame");
                                 return;
                         }
-                        if (c->in_len < RP_HDR_LEN + hdr.len)
+                        if (c->in_len - off < RP_HDR_LEN + hdr.len)
                                 break;
-                        if (!handle_frame(h, c, &hdr, c->inbuf + RP_HDR_LEN)) {
+                        if (!handle_frame(h, c, &hdr, c->inbuf + off + RP_HDR_LEN)) {
                                 conn_fail(h, c, "runner_protocol_error", "invalid frame");
                                 return;
                         }
-                        memmove(c->inbuf, c->inbuf + RP_HDR_LEN + hdr.len, c->in_len - RP_HDR_LEN - hdr.len);
-                        c->in_len -= RP_HDR_LEN + hdr.len;
+                        off += RP_HDR_LEN + hdr.len;
+                }
+                if (off) {
+                        memmove(c->inbuf, c->inbuf + off, c->in_len - off);
+                        c->in_len -= off;
                 }
         }
 }

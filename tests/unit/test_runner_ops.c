@@ -215,3 +215,57 @@ Test(runner_ops, a_reply_past_the_request_is_refused)
         close(fd);
         cr_assert_eq(runner_file_read(h, "u1", "s2", "/workspace/x", 0, 10, buf, &len, &size, 200), -ENOTCONN);
 }
+
+/* A runner connected for session sess of u1 (prepared here), hello sent. */
+static int fake_runner_for(const char *sess)
+{
+        struct sbx_error err = {0};
+        char d[SBX_PATH_MAX];
+        struct sockaddr_un sa = {.sun_family = AF_UNIX};
+        struct rp_hello hello = {.protocol = RP_PROTOCOL, .pid = 1};
+        int fd = socket(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC, 0);
+
+        cr_assert_eq(runner_hub_prepare(h, "u1", sess, d, &err), 0, "%s", err.msg);
+        snprintf(sa.sun_path, sizeof(sa.sun_path), "%s/" RP_SOCKET_NAME, d);
+        for (int i = 0; i < 100 && connect(fd, (struct sockaddr *)&sa, sizeof(sa)) < 0; i++)
+                usleep(10000);
+        put(fd, RP_HELLO, 0, &hello, sizeof(hello), "fake", 4);
+        return fd;
+}
+
+static volatile int flood_stop;
+
+/* Valid frames (RP_PONG) as fast as the socket takes them, until told to stop. */
+static void *flooding_runner(void *ud)
+{
+        static struct rp_hdr frames[8192];
+        int fd = *(int *)ud;
+
+        for (size_t i = 0; i < sizeof(frames) / sizeof(frames[0]); i++)
+                frames[i] = (struct rp_hdr){.type = RP_PONG};
+        while (!flood_stop)
+                if (write(fd, frames, sizeof(frames)) < 0)
+                        break;
+        return NULL;
+}
+
+/* One runner sending without pause must not keep the hub thread from the
+ * other sessions' runners. */
+Test(runner_ops, a_flooding_runner_does_not_starve_the_others)
+{
+        int fd = fake_runner(), fd2;
+        pthread_t t;
+        bool served;
+
+        cr_assert_eq(pthread_create(&t, NULL, flooding_runner, &fd), 0);
+        usleep(100000); /* the hub is busy with the flood by now */
+        fd2 = fake_runner_for("s2");
+        served = runner_hub_wait(h, "u1", "s2", 5000);
+        flood_stop = 1;
+        shutdown(fd, SHUT_RDWR);
+        pthread_join(t, NULL);
+        close(fd);
+        close(fd2);
+        cr_assert(served, "another session's runner was not served while one runner flooded the hub");
+        cr_assert_eq(lost_count(), 0, "valid frames are not a protocol error");
+}

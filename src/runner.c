@@ -276,6 +276,42 @@ static int send_frame(struct runner_chan *c, int cfd, uint16_t type, uint16_t fl
         return r;
 }
 
+/* A frame without payload (RP_PING, RP_FORGET) from the hub thread, which
+ * must never wait on one runner: not for its write lock (a writer may hold
+ * it up to WRITE_DEADLINE_MS against a runner that never reads) and not for
+ * room in its socket. -EAGAIN when it cannot go now: a ping is due again
+ * next heartbeat (silence is judged by last_rx), and a job not forgotten is
+ * listed again at the runner's next connect. */
+static int send_frame_nowait(struct runner_chan *c, int cfd, uint16_t type, uint32_t tag)
+{
+        struct rp_hdr hdr = {.len = 0, .type = type, .flags = 0, .tag = tag};
+        ssize_t n;
+        int r;
+
+        if (pthread_mutex_trylock(&c->wlock) != 0)
+                return -EAGAIN;
+        pthread_mutex_lock(&c->h->lock);
+        bool same = c->cfd == cfd && cfd >= 0;
+        pthread_mutex_unlock(&c->h->lock);
+        if (!same)
+                r = -ECONNRESET;
+        else {
+                do
+                        n = send(cfd, &hdr, sizeof(hdr), MSG_DONTWAIT | MSG_NOSIGNAL);
+                while (n < 0 && errno == EINTR);
+                if (n == (ssize_t)sizeof(hdr))
+                        r = 0;
+                else if (n < 0)
+                        r = errno == EAGAIN ? -EAGAIN : -errno;
+                else {
+                        r = -EIO; /* a half-written header: the hub thread closes it */
+                        (void)shutdown(cfd, SHUT_RDWR);
+                }
+        }
+        pthread_mutex_unlock(&c->wlock);
+        return r;
+}
+
 /* ---- frames from the runner (hub thread) ---- */
 
 static struct runner_exec *exec_find_ref(struct runner_hub *h, struct runner_chan *c, uint32_t tag)
@@ -382,7 +418,7 @@ static bool jobs_listed(struct runner_hub *h, struct runner_chan *c)
         pthread_cond_broadcast(&h->cond);
         pthread_mutex_unlock(&h->lock);
         for (size_t i = 0; i < n; i++)
-                (void)send_frame(c, cfd, RP_FORGET, 0, forget[i], NULL, 0, NULL, 0);
+                (void)send_frame_nowait(c, cfd, RP_FORGET, forget[i]);
         if (n)
                 log_ctx(LOG_LEVEL_INFO, c->user, c->session, NULL,
                         "the runner held %zu executions nobody adopts: dropped", n);
@@ -655,7 +691,7 @@ static void heartbeat(struct runner_hub *h)
                 if (late)
                         conn_fail(h, late, "runner_unresponsive", "no heartbeat answer");
                 else if (due)
-                        (void)send_frame(due, cfd, RP_PING, 0, 0, NULL, 0, NULL, 0);
+                        (void)send_frame_nowait(due, cfd, RP_PING, 0);
                 else
                         return;
         }

@@ -45,6 +45,7 @@
 
 #define WRITE_DEADLINE_MS 2000
 #define MAX_EVENTS 64
+#define PING_RETRY_MS 100 /* a ping that could not go now is tried again after this */
 #define ACK_EVERY (64 * 1024) /* unacknowledged bytes that wake the waiter to acknowledge them */
 
 /* An execution a reconnected runner still holds, until claimed. */
@@ -690,10 +691,15 @@ static void heartbeat(struct runner_hub *h)
                 pthread_mutex_unlock(&h->lock);
                 if (late)
                         conn_fail(h, late, "runner_unresponsive", "no heartbeat answer");
-                else if (due)
-                        (void)send_frame_nowait(due, cfd, RP_PING, 0);
-                else
+                else if (!due)
                         return;
+                else if (send_frame_nowait(due, cfd, RP_PING, 0) == -EAGAIN) {
+                        /* a writer holds it, or its socket is full: try again soon,
+                         * so a long write does not cost a busy runner its pings */
+                        pthread_mutex_lock(&h->lock);
+                        due->last_ping = now - every + PING_RETRY_MS;
+                        pthread_mutex_unlock(&h->lock);
+                }
         }
 }
 

@@ -120,7 +120,10 @@ if [[ ${SANDBOXD_SKIP_SETUP:-0} != 1 ]]; then
 fi
 {
 	cmake -S . -B "$BUILD" -DCMAKE_BUILD_TYPE=RelWithDebInfo
-	cmake --build "$BUILD" -j2 --target sandboxd sandboxd-bench
+	# the runner too: without it every exec would take the docker exec fallback
+	targets=(sandboxd sandboxd-bench)
+	command -v musl-gcc >/dev/null && targets+=(runner)
+	cmake --build "$BUILD" -j2 --target "${targets[@]}"
 } >&2
 
 export SANDBOXD_DATA_DIR=$TMP/data

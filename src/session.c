@@ -25,6 +25,7 @@
 #include "sandboxd/container.h"
 #include "sandboxd/docker.h"
 #include "sandboxd/log.h"
+#include "sandboxd/gateway.h"
 #include "sandboxd/portpool.h"
 #include "sandboxd/runner.h"
 #include "sandboxd/quota.h"
@@ -87,6 +88,7 @@ struct session_manager {
         struct quota *quota; /* per-user limits; NULL: the config defaults */
         char image_id[80]; /* cfg->image resolved to its id, "" until first use */
         struct runner_hub *runner; /* NULL: containers run without the runner */
+        struct gateway *gateway;   /* NULL: no listeners, every session counts as private */
 };
 
 static const char *const state_names[] = {"CREATING", "RUNNING", "STOPPED", "ERROR"};
@@ -440,6 +442,8 @@ int session_register_failure_handler(struct session_manager *m, session_failure_
 
 void session_set_runner_hub(struct session_manager *m, struct runner_hub *h) { m->runner = h; }
 
+void session_set_gateway(struct session_manager *m, struct gateway *gw) { m->gateway = gw; }
+
 void session_set_network_policy(struct session_manager *m, session_network_policy_fn fn, void *userdata)
 {
         pthread_mutex_lock(&m->lock);
@@ -619,14 +623,19 @@ static int make_container(struct session *s, const char *old_id, const char **ne
                         runner_bin = NULL;
                 }
         }
-        /* A port can be taken by something else between the pool's probe and
-         * Docker's bind: then the next block is tried (the pool moves on). */
+        /* A private session is served nothing: no listeners, no egress, and
+         * its block goes back to the pool. Anyone else keeps a fixed block,
+         * on which the gateway listens (no PortBindings). A port can be taken
+         * by something else between the pool's probe and the gateway's bind:
+         * then the next block is tried (the pool moves on). */
+        bool priv = gateway_is_private(m->gateway, s->user, s->id);
+        bool sealed = strcmp(*network, "none") == 0;
+        /* a sealed container without a runner (gVisor, no binary) cannot be reached at all */
+        bool no_block = priv || (sealed && !runner_bin);
         for (int attempt = 0;; attempt++) {
                 struct sbx_error e = {0};
 
-                if (strcmp(*network, "none") == 0) {
-                        /* Nothing can be published without a network, and a private session
-                         * never gets one back: its block goes back to the pool. */
+                if (no_block) {
                         (void)portpool_release(m->ports, s->user, s->id);
                 } else if (cfg->ports_per_session > 0) {
                         if (!ports)
@@ -637,15 +646,31 @@ static int make_container(struct session *s, const char *old_id, const char **ne
                         if (r < 0)
                                 return r;
                 }
+                size_t n_ports = !no_block && ports ? (size_t)cfg->ports_per_session : 0;
+                r = gateway_open(m->gateway, s->user, s->id, runner_bin ? runner_dir : NULL, ports, n_ports,
+                                 sealed && !priv, &e);
+                if (r == -EADDRINUSE && attempt < 2) {
+                        log_ctx(LOG_LEVEL_WARN, s->user, s->id, NULL, "a port was taken meanwhile, retrying: %s",
+                                e.msg);
+                        (void)portpool_release(m->ports, s->user, s->id);
+                        continue;
+                }
+                if (r < 0) {
+                        if (err)
+                                *err = e;
+                        (void)portpool_release(m->ports, s->user, s->id);
+                        gateway_drop(m->gateway, s->user, s->id);
+                        return r;
+                }
                 p.user = s->user;
                 p.session = s->id;
                 p.image = ret_image;
                 p.network_mode = *network;
+                /* the proxy variables only where something answers on the endpoint */
+                p.egress_proxy = sealed && !priv && runner_bin;
                 p.runtime = ret_runtime[0] ? ret_runtime : NULL;
                 p.workspace = ret_workspace;
                 p.uid = uid;
-                p.host_ports = ports;
-                p.n_ports = ports ? (size_t)cfg->ports_per_session : 0;
                 p.extra_labels = (const char *const *)m->extra_labels;
                 p.runner_binary = runner_bin;
                 p.runner_dir = runner_bin ? runner_dir : NULL;
@@ -657,11 +682,8 @@ static int make_container(struct session *s, const char *old_id, const char **ne
                 if (r == 0)
                         break;
                 (void)portpool_release(m->ports, s->user, s->id);
-                if (attempt >= 2 || !ports ||
-                    (!strstr(e.msg, "port is already allocated") && !strstr(e.msg, "address already in use")))
-                        return r;
-                log_ctx(LOG_LEVEL_WARN, s->user, s->id, NULL, "a published port was taken meanwhile, retrying: %s",
-                        e.msg);
+                gateway_drop(m->gateway, s->user, s->id);
+                return r;
         }
         (void)portpool_set_container(m->ports, s->user, s->id, ret_id);
         (void)store_container_add(m->store, ret_id, s->user, s->id, ret_image, *network, sbx_wall_ms());
@@ -1139,6 +1161,9 @@ int session_enforce_network(struct session_manager *m, const char *user, const c
         char cid[65];
         int r;
 
+        /* a sealed container has nothing to remove: the ratchet is the gateway
+         * closing its listeners, its sockets and its tunnels */
+        gateway_enforce(m->gateway, user, id);
         if (lookup_ref(m, user, id, false, &s, NULL) < 0)
                 return 0; /* no container yet: the first one is made with the required mode */
         pthread_mutex_lock(&s->lock);

@@ -20,9 +20,12 @@ TestSuite(noisy, .timeout = 300);
 
 /* Four spinners first (they must exist before the bomb takes every PID),
  * then a classic fork bomb; `wait` is a builtin, so the shell needs no PID
- * of its own to keep the execution alive. */
-static const char bomb[] = "i=0; while [ $i -lt 4 ]; do (while :; do :; done) & i=$((i+1)); done; "
-                           "b() { b | b & }; b; wait";
+ * of its own to keep the execution alive. Under bash (the python image):
+ * bash retries a fork that fails, so the bomb stays at its limit; busybox
+ * ash and dash give up at once and the bomb collapses within a second or
+ * two, sooner than the PID count can be sampled on a loaded host. */
+static const char bomb[] = "exec bash -c 'i=0; while [ $i -lt 4 ]; do (while :; do :; done) & i=$((i+1)); done; "
+                           "b() { b | b & }; b; wait'";
 
 static struct sbx_config cfg;
 static struct daemon *d;
@@ -82,6 +85,7 @@ Test(noisy, fork_bomb_and_cpu_spin_leave_the_neighbour_served)
         uint64_t peak = 0;
 
         fixture_config(&cfg);
+        snprintf(cfg.image, sizeof(cfg.image), "%s", TESTENV_PYTHON_IMAGE); /* bash, see bomb */
         cfg.pids_limit = PIDS_LIMIT;
         cfg.ports_per_session = 0; /* no port range shared with other suites */
         cfg.exec_kill_grace_ms = 500;

@@ -36,6 +36,7 @@ struct daemon {
         struct runtime *runtime; /* runc | runsc per user */
         struct quota *quota; /* per-user limits and their overrides */
         struct runner_hub *runner; /* per-session runner sockets */
+        struct pool *pool;         /* warm pool (pool.h) */
         struct scripts *scripts;   /* the script cache's runs in flight (scripts.h) */
         int64_t started_at; /* unix ms */
         struct api_server *api;     /* the socket fronts (opts->sockets) */

@@ -71,6 +71,10 @@ void session_set_runtime_policy(struct session_manager *m, session_runtime_fn fn
  * Set once, before the first container is made. */
 struct runner_hub;
 void session_set_runner_hub(struct session_manager *m, struct runner_hub *h);
+/* New sessions may take a warm pool container (pool.h). Set once, before
+ * the first request. */
+struct pool;
+void session_set_pool(struct session_manager *m, struct pool *p);
 /* Per-user limits (max_sessions_per_user and its overrides) come from q
  * from now on; without one, from the config. q must outlive m. */
 void session_set_quota(struct session_manager *m, struct quota *q);
@@ -106,6 +110,7 @@ struct session_info {
         char error_cause[64];
         int64_t created_at; /* unix ms */
         int64_t last_activity;
+        bool pooled; /* the current container came from the warm pool */
 };
 void session_info_done(struct session_info *info);
 

@@ -947,6 +947,13 @@ int runner_hub_rekey(struct runner_hub *h, const struct sbx_config *cfg, const c
         root = open(root_path, O_RDONLY | O_DIRECTORY | O_NOFOLLOW | O_CLOEXEC);
         if (root < 0)
                 return sbx_error_set(err, -errno, 0, "cannot open %s: %m", root_path);
+        if (!h && strcmp(from, to) == 0) { /* the same key: remove the directory */
+                _cleanup_close_ int dfd = openat(root, to, O_RDONLY | O_DIRECTORY | O_NOFOLLOW | O_CLOEXEC);
+                if (dfd >= 0)
+                        (void)unlinkat(dfd, RP_SOCKET_NAME, 0);
+                (void)unlinkat(root, to, AT_REMOVEDIR);
+                return 0;
+        }
         if (fstatat(root, from, &st, AT_SYMLINK_NOFOLLOW) == 0) {
                 if (!S_ISDIR(st.st_mode))
                         return sbx_error_set(err, -ENOTDIR, 0, "%s/%s is not a directory", root_path, from);

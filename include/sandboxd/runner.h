@@ -73,7 +73,8 @@ void runner_hub_drop(struct runner_hub *h, const char *user, const char *session
  * old directory is gone and the new one exists it is done. h may be NULL
  * (restart recovery, before the hub runs): then only the directory moves,
  * under {data_dir}/runner. A directory the target already had (a runner of
- * an earlier container of that session) is replaced. */
+ * an earlier container of that session) is replaced. With h NULL and the
+ * same key on both sides the directory is removed (a discarded pool slot). */
 int runner_hub_rekey(struct runner_hub *h, const struct sbx_config *cfg, const char *from_user,
                      const char *from_session, const char *to_user, const char *to_session, struct sbx_error *err);
 

@@ -49,6 +49,16 @@ struct pool {
         bool creating;
 };
 
+static pool_test_hook_fn test_hook; /* tests only: see pool.h */
+
+void pool_set_test_hook(pool_test_hook_fn fn) { test_hook = fn; }
+
+static void hook(const char *stage)
+{
+        if (test_hook)
+                test_hook(stage);
+}
+
 /* ---- slots on disk and in Docker ---- */
 
 /* Remove everything of a slot: container, runner directory, workspace, uid, row (in that order, so a
@@ -118,12 +128,14 @@ static int finish_claim(const struct sbx_config *cfg, struct store *st, struct r
                 if (renameat2(pfd, row->slot, ufd, row->session_id, RENAME_NOREPLACE) < 0)
                         return sbx_error_set(err, -errno, 0, "cannot move slot %s to the workspace of %s:%s: %m",
                                              row->slot, row->user_id, row->session_id);
+                hook("moved");
         } else {
                 snprintf(ret_ws, SBX_PATH_MAX, "%s/workspaces/%s/%s", cfg->data_dir, row->user_id, row->session_id);
         }
         r = runner_hub_rekey(h, cfg, POOL_USER, row->slot, row->user_id, row->session_id, err);
         if (r < 0 && r != -ENOENT)
                 return r;
+        hook("rekeyed");
         r = store_pool_claim_commit(st, POOL_USER, row, sbx_wall_ms());
         if (r < 0)
                 return sbx_error_set(err, r, 0, "recording the claim of slot %s: %s", row->slot, strerror(-r));
@@ -437,6 +449,8 @@ int pool_claim(struct pool *p, const char *user, const char *session, const char
                         row.slot);
                 slot_discard(p->cfg, p->store, p->docker, p->runner, row.slot, row.container_id);
         }
+        if (r == 0)
+                hook("claiming");
         if (r == 0)
                 r = finish_claim(p->cfg, p->store, p->runner, &row, ret->workspace, &ret->uid, err);
         pthread_mutex_lock(&p->lock);

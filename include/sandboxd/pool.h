@@ -99,4 +99,10 @@ struct pool_stats {
 };
 void pool_stats(struct pool *p, struct pool_stats *ret);
 
+/* Tests only: called at each step of a claim ("claiming": the slot is
+ * marked, "moved": the workspace renamed, "rekeyed": the runner moved), so a
+ * test can SIGKILL the daemon there. Process-wide; NULL: none. */
+typedef void (*pool_test_hook_fn)(const char *stage);
+void pool_set_test_hook(pool_test_hook_fn fn);
+
 #endif

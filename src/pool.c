@@ -474,6 +474,24 @@ int pool_claim(struct pool *p, const char *user, const char *session, const char
         return 0;
 }
 
+void pool_make_room(struct pool *p)
+{
+        struct store_pool_slot row;
+        size_t load;
+
+        if (!p || p->cfg->pool_size <= 0)
+                return;
+        pthread_mutex_lock(&p->lock);
+        load = p->load ? p->load(p->load_ud) : 0;
+        pthread_mutex_unlock(&p->lock);
+        if (load + count_slots(p, NULL) <= (size_t)p->cfg->max_sessions)
+                return;
+        if (store_pool_evict_oldest(p->store, &row) < 0)
+                return;
+        log_info("pool: slot %s removed to make room for a session (max_sessions)", row.slot);
+        slot_discard(p->cfg, p->store, p->docker, p->runner, row.slot, row.container_id);
+}
+
 /* ---- lifetime and stats ---- */
 
 int pool_new(const struct sbx_config *cfg, struct docker *d, struct store *st, struct runner_hub *h,

@@ -445,6 +445,26 @@ void session_set_runner_hub(struct session_manager *m, struct runner_hub *h) { m
 
 void session_set_pool(struct session_manager *m, struct pool *p) { m->pool = p; }
 
+int session_find_container(struct session_manager *m, const char *container_id, char ret_user[SESSION_KEY_MAX + 1],
+                           char ret_session[SESSION_KEY_MAX + 1])
+{
+        int r = -ENOENT;
+
+        pthread_mutex_lock(&m->lock);
+        for (size_t b = 0; b < N_BUCKETS && r < 0; b++)
+                for (struct session *s = m->buckets[b]; s && r < 0; s = s->next) {
+                        pthread_mutex_lock(&s->lock);
+                        if (s->container_id[0] && strcmp(s->container_id, container_id) == 0) {
+                                memcpy(ret_user, s->user, SESSION_KEY_MAX + 1);
+                                memcpy(ret_session, s->id, SESSION_KEY_MAX + 1);
+                                r = 0;
+                        }
+                        pthread_mutex_unlock(&s->lock);
+                }
+        pthread_mutex_unlock(&m->lock);
+        return r;
+}
+
 void session_set_network_policy(struct session_manager *m, session_network_policy_fn fn, void *userdata)
 {
         pthread_mutex_lock(&m->lock);
@@ -865,8 +885,10 @@ int session_get_or_create(struct session_manager *m, const char *user, const cha
                 s->pooled = false;
                 if (!old_id[0] && try_pool(s, network, new_id, image, workspace, runtime) == 0)
                         s->pooled = true;
-                else
+                else {
+                        pool_make_room(m->pool); /* slots count against max_sessions */
                         r = make_container(s, old_id, &network, new_id, image, workspace, runtime, err);
+                }
 
                 pthread_mutex_lock(&s->lock);
                 s->transitioning = false;

@@ -214,3 +214,19 @@ int store_pool_claim_commit(struct store *s, const char *pool_user, const struct
                 return r;
         return store_tx_commit(&tx);
 }
+
+int store_pool_evict_oldest(struct store *s, struct store_pool_slot *ret)
+{
+        STORE_LOCK(s);
+        _cleanup_(sq_end) struct store_query q = {};
+        int r = sq_start(&q, s,
+                         "UPDATE pool_slots SET state = 'creating' WHERE slot = (SELECT slot FROM pool_slots "
+                         "WHERE state = 'ready' ORDER BY created_at, slot LIMIT 1) RETURNING " SLOT_COLUMNS);
+        if (r < 0)
+                return r;
+        r = sq_step(&q);
+        if (r <= 0)
+                return r < 0 ? r : -ENOENT;
+        slot_row(&q, ret);
+        return 0;
+}

@@ -87,6 +87,11 @@ int pool_claim(struct pool *p, const char *user, const char *session, const char
  * mode, not when it already has a uid or a non-empty workspace. */
 bool pool_applies(struct pool *p, const char *user, const char *session, const char *network);
 
+/* Before a cold creation: when live sessions (the new one included) and
+ * slots together exceed max_sessions, the oldest ready slot is removed, so
+ * the pool gives way to sessions. */
+void pool_make_room(struct pool *p);
+
 struct pool_stats {
         int size;          /* pool_size */
         size_t ready;      /* slots ready now */

@@ -75,6 +75,10 @@ void session_set_runner_hub(struct session_manager *m, struct runner_hub *h);
  * the first request. */
 struct pool;
 void session_set_pool(struct session_manager *m, struct pool *p);
+/* The session whose current container is container_id (a claimed pool
+ * container still carries the pool's labels). -ENOENT if none. */
+int session_find_container(struct session_manager *m, const char *container_id, char ret_user[SESSION_KEY_MAX + 1],
+                           char ret_session[SESSION_KEY_MAX + 1]);
 /* Per-user limits (max_sessions_per_user and its overrides) come from q
  * from now on; without one, from the config. q must outlive m. */
 void session_set_quota(struct session_manager *m, struct quota *q);

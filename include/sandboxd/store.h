@@ -546,5 +546,8 @@ int store_pool_claim_begin(struct store *s, const char *user, const char *sessio
  * session's and the session row says RUNNING on it. */
 int store_pool_claim_commit(struct store *s, const char *pool_user, const struct store_pool_slot *slot,
                             int64_t now_ms);
+/* The oldest ready slot goes back to 'creating' (restart recovery removes
+ * those) for its removal; -ENOENT when none is ready. */
+int store_pool_evict_oldest(struct store *s, struct store_pool_slot *ret);
 
 #endif

@@ -4,7 +4,8 @@
  *     nothing of another session), and the pool refills;
  *   - a burst of new sessions larger than the pool: every one is served
  *     (some cold), and the pool comes back;
- *   - a private session never takes a pool container;
+ *   - a private session never takes a pool container, and slots count
+ *     against max_sessions (one gives way to a cold session);
  *   - SIGKILL at each step of a claim, then a restart: the claimed container
  *     is the session's exactly once, no slot directory or uid is left, no
  *     workspace is shared;
@@ -229,6 +230,7 @@ Test(pool, a_private_session_never_takes_a_pool_container)
         struct pool_stats ps;
 
         setup(1);
+        cfg.max_sessions = 1; /* the slot counts against it: the cold session makes it give way */
         d = fixture_open(&cfg, false);
         wait_full();
         cr_assert_eq(privacy_mark(d->privacy, "u1", "p1", "patients", "test", "test", NULL), 0);
@@ -237,7 +239,11 @@ Test(pool, a_private_session_never_takes_a_pool_container)
         cr_assert_not(is_pooled("p1"));
         pool_stats(d->pool, &ps);
         cr_assert_eq(ps.claims, 0);
-        cr_assert_eq(ps.ready, 1);
+        cr_assert_eq(ps.ready, 0, "the slot did not give way to the session under max_sessions 1");
+        cr_assert_eq(pool_dir_entries(), 0);
+        sbx_sleep_ms(1500); /* the refill thread's next look: it must not make one back */
+        pool_stats(d->pool, &ps);
+        cr_assert_eq(ps.ready + ps.creating, 0, "the pool refilled past max_sessions");
         daemon_close(d);
         remove_run_containers();
 }

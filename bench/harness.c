@@ -345,9 +345,11 @@ int baseline_run(struct bench *b, const char *ws, bool publish, char *ret_id, si
         argv[n++] = "HOME=/workspace";
         argv[n++] = "--hostname";
         argv[n++] = "sandbox";
+        /* the baseline keeps what a docker CLI user does: Docker's default
+         * bridge and -p, whatever the daemon's own network_default is */
         argv[n++] = "--network";
-        argv[n++] = b->cfg.network_default;
-        if (publish && strcmp(b->cfg.network_default, "none") != 0)
+        argv[n++] = BASELINE_NETWORK;
+        if (publish)
                 for (int i = 0; i < b->cfg.ports_per_session && i < 64; i++) {
                         snprintf(ports[i], sizeof(ports[i]), "%s:%d:%d", b->cfg.publish_ip, b->base_port + i,
                                  b->cfg.container_port_base + i);
@@ -550,6 +552,7 @@ cJSON *config_info(struct bench *b)
         cJSON_AddNumberToObject(o, "cpus", (double)b->cfg.nano_cpus / 1e9);
         cJSON_AddNumberToObject(o, "pids_limit", (double)b->cfg.pids_limit);
         cJSON_AddStringToObject(o, "network", b->cfg.network_default);
+        cJSON_AddStringToObject(o, "baseline_network", BASELINE_NETWORK);
         cJSON_AddStringToObject(o, "log_level", b->cfg.log_level);
         return o;
 }

@@ -75,6 +75,8 @@ int shrink_sessions(struct bench *b, int from, int upto, int workers);
 
 /* ---- the plain-Docker baseline ---- */
 
+#define BASELINE_NETWORK "bridge" /* docker run --network bridge -p ...: the flags a CLI user has */
+
 /* `docker run -d` with every flag src/container.c gives a session container,
  * on workspace ws and (with publish) the next baseline port block; the id
  * into ret_id and the CLI's duration into *ret_ms. */

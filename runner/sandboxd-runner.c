@@ -124,6 +124,20 @@ static size_t retained_total;
 static int sigpipe_fds[2] = {-1, -1};
 static const char *sock_path = RP_SOCKET_DIR "/" RP_SOCKET_NAME;
 
+int runner_net_start(const char *dir); /* runner_net.c: the network channels, on their own thread */
+
+static void net_start(void)
+{
+        char dir[108];
+        char *slash;
+
+        snprintf(dir, sizeof(dir), "%s", sock_path);
+        slash = strrchr(dir, '/');
+        if (slash && slash != dir)
+                *slash = '\0';
+        (void)runner_net_start(dir); /* without it executions still run; the session has no network */
+}
+
 int64_t now_ms(void)
 {
         struct timespec ts;
@@ -1078,6 +1092,7 @@ int main(int argc, char **argv)
         sa.sa_handler = on_sigchld;
         sa.sa_flags = SA_RESTART | SA_NOCLDSTOP;
         sigaction(SIGCHLD, &sa, NULL);
+        net_start();
 
         for (;;) {
                 struct pollfd pfd[2 + 4 * MAX_JOBS];

@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # bench.sh — measure sandboxd against plain Docker, in one run.
 #
-#   scripts/bench.sh [--quick] [--only noisy|http|pool] [--json PATH]
+#   scripts/bench.sh [--quick] [--only noisy|http|network|pool] [--json PATH]
 #
 # Runs scripts/setup.sh (unless SANDBOXD_SKIP_SETUP=1), builds the daemon and
 # sandboxd-bench into $SANDBOXD_BUILD_DIR (default build/), then runs
@@ -14,6 +14,9 @@
 #                concurrency instead of 50 x 20; RSS at 20 and 30 sessions
 #                instead of 50 and 200; restart with 30 sessions, not 100
 #   --only noisy only the noisy_neighbour phase (about 1-2 minutes)
+#   --only network  cold_session, then daemon RSS with S2 sessions (30 quick,
+#                200 full) and their port listeners against the docker-proxy
+#                PSS of one published baseline container times S2
 #   --only http  only the http_exec_roundtrip row (POST /v1/exec over HTTPS
 #                against the API socket; well under a minute)
 #   --only pool  only the warm pool rows: first_command_new_session with the
@@ -46,8 +49,8 @@ while (($#)); do
 	case $1 in
 	--quick) quick+=(--quick) ;;
 	--only)
-		[[ $# -ge 2 && ($2 == noisy || $2 == http || $2 == pool) ]] ||
-			{ echo "bench: --only takes: noisy, http, pool" >&2; exit 2; }
+		[[ $# -ge 2 && ($2 == noisy || $2 == http || $2 == network || $2 == pool) ]] ||
+			{ echo "bench: --only takes: noisy, http, network, pool" >&2; exit 2; }
 		quick+=(--only "$2")
 		[[ $2 == pool ]] && only_pool=1
 		shift
@@ -59,7 +62,7 @@ while (($#)); do
 		;;
 	--json=*) json=${1#--json=} ;;
 	-h | --help) sed -n '2,/^# both sockets/s/^# \{0,1\}//p' "${BASH_SOURCE[0]}"; exit 0 ;;
-	*) echo "usage: scripts/bench.sh [--quick] [--only noisy|http|pool] [--json PATH]" >&2; exit 2 ;;
+	*) echo "usage: scripts/bench.sh [--quick] [--only noisy|http|network|pool] [--json PATH]" >&2; exit 2 ;;
 	esac
 	shift
 done
@@ -127,7 +130,10 @@ if [[ ${SANDBOXD_SKIP_SETUP:-0} != 1 ]]; then
 fi
 {
 	cmake -S . -B "$BUILD" -DCMAKE_BUILD_TYPE=RelWithDebInfo
-	cmake --build "$BUILD" -j2 --target sandboxd sandboxd-bench
+	# the runner too: without it every exec would take the docker exec fallback
+	targets=(sandboxd sandboxd-bench sandboxd-egress-bench)
+	command -v musl-gcc >/dev/null && targets+=(runner)
+	cmake --build "$BUILD" -j2 --target "${targets[@]}"
 } >&2
 
 export SANDBOXD_DATA_DIR=$TMP/data
@@ -171,3 +177,10 @@ log "run $ID: instance $SANDBOXD_INSTANCE, data in $TMP"
 	--json "$json" --log "$LOG" --pidfile "$PIDFILE" --http-ca "$TMP/tls/ca.pem" &
 BENCH_PID=$!
 wait "$BENCH_PID"
+
+# The egress proxy against a direct loopback connection to the same upstream
+# (host-side, issue 14): added latency per plain HTTP request and MB/s
+# through a CONNECT tunnel. One JSON line beside the main results.
+egress_args=(--requests 500 --megabytes 512)
+[[ ${quick[0]:-} == --quick ]] && egress_args=(--requests 100 --megabytes 64)
+"$BUILD/sandboxd-egress-bench" "${egress_args[@]}" | tee "${json%.json}-egress.json"

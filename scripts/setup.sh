@@ -30,6 +30,7 @@ PACKAGES=(
 	libcurl4-openssl-dev libcjson-dev libsqlite3-dev sqlite3 libcriterion-dev
 	docker.io iptables mmdebstrap mount busybox-static musl-tools e2fsprogs
 	libmicrohttpd-dev libgnutls28-dev openssl
+	libevent-dev libhttp-parser-dev
 	curl jq iproute2 procps ca-certificates
 	systemd socat runsc
 )

@@ -20,6 +20,8 @@
 
 #include "listener.h"
 #include "sandboxd/daemon.h"
+#include "sandboxd/egress.h"
+#include "sandboxd/egress_rules.h"
 #include "sandboxd/exec.h"
 #include "sandboxd/log.h"
 #include "sandboxd/metrics.h"
@@ -318,6 +320,14 @@ static int c_stats(struct admin_req *q, cJSON **ret, struct admin_err *e)
         last = q->d->monitor ? monitor_last_poll(q->d->monitor) : 0;
         add_time(*ret, "monitor_last_poll", last);
         add_pool(*ret, q->d->pool);
+        {
+                struct egress_stats es;
+                egress_stats(q->d->egress, &es);
+                p = cJSON_AddObjectToObject(*ret, "egress");
+                cJSON_AddNumberToObject(p, "allowed", (double)es.allowed);
+                cJSON_AddNumberToObject(p, "blocked", (double)es.blocked);
+                cJSON_AddNumberToObject(p, "open", es.open);
+        }
         return 0;
 }
 
@@ -452,6 +462,7 @@ static int c_session_show(struct admin_req *q, cJSON **ret, struct admin_err *e)
                 cJSON_AddItemToObject(*ret, "workspace_usage", wsquota_usage_to_json(&u));
         }
         cJSON_AddItemToObject(*ret, "datasets", datasets_json(q->d, user, session));
+        cJSON_AddItemToObject(*ret, "egress", egress_rules_policy_json(q->d->store, q->d->privacy, &q->d->cfg, user, session));
         cJSON_AddItemToObject(*ret, "services", services_json(q->d, user, session));
         cJSON_AddItemToObject(*ret, "executions", executions_json(q->d, user, session));
         session_info_done(&info);
@@ -636,8 +647,13 @@ static int c_sessions_top(struct admin_req *q, cJSON **ret, struct admin_err *e)
                 cJSON_AddNumberToObject(o, "sampled_at", (double)u->sampled_at);
                 cJSON_AddNumberToObject(o, "executions_running", (double)u->executions_running);
                 cJSON_AddNumberToObject(o, "executions_total", (double)u->executions_total);
-                /* no egress path is metered yet (the gateway's proxy will count it) */
-                cJSON_AddNullToObject(o, "egress_bytes");
+                {
+                        struct egress_stats es;
+                        if (egress_session_stats(q->d->egress, u->user, u->session, &es) == 0)
+                                cJSON_AddNumberToObject(o, "egress_bytes", (double)es.bytes);
+                        else
+                                cJSON_AddNullToObject(o, "egress_bytes");
+                }
                 cJSON_AddItemToArray(a, o);
         }
         free(rows);
@@ -856,6 +872,69 @@ static int c_quota_list(struct admin_req *q, cJSON **ret, struct admin_err *e)
         return 0;
 }
 
+/* ---- egress (README "Egress") ---- */
+
+/* The session's egress rows, newest first. */
+static int c_egress_log(struct admin_req *q, cJSON **ret, struct admin_err *e)
+{
+        const char *user, *session;
+        int limit = 0, r = 0;
+        cJSON *rows;
+
+        if (a_key(q, &user, &session, e) < 0 || a_limit(q, "limit", ADMIN_LOGS_DEFAULT, ADMIN_LOGS_MAX, &limit, e) < 0)
+                return -1;
+        rows = egress_rules_log_json(q->d->store, user, session, (size_t)limit, &r);
+        if (!rows)
+                return fail_errno(e, r < 0 ? r : -ENOMEM, NULL);
+        *ret = cJSON_CreateObject();
+        cJSON_AddStringToObject(*ret, "user", user);
+        cJSON_AddStringToObject(*ret, "session", session);
+        cJSON_AddItemToObject(*ret, "entries", rows);
+        return 0;
+}
+
+/* The effective policy of user (and session, if given). */
+static int c_egress_policy(struct admin_req *q, cJSON **ret, struct admin_err *e)
+{
+        const char *user, *session;
+
+        if (a_user(q, &user, e) < 0 || a_string(q, "session", false, &session, e) < 0)
+                return -1;
+        if (session && !session_id_valid(session))
+                return fail(e, "invalid", "invalid session_id: must be 1-64 characters of [A-Za-z0-9_.-]");
+        *ret = egress_rules_policy_json(q->d->store, q->d->privacy, &q->d->cfg, user, session);
+        if (!*ret)
+                return fail(e, "internal", "out of memory");
+        cJSON_AddStringToObject(*ret, "user", user);
+        add_text(*ret, "session", session);
+        return 0;
+}
+
+static int egress_change(struct admin_req *q, cJSON **ret, struct admin_err *e, bool remove)
+{
+        const char *user, *session, *pattern;
+        struct sbx_error err = {0};
+        int r;
+
+        if (a_user(q, &user, e) < 0 || a_string(q, "session", false, &session, e) < 0 ||
+            a_string(q, "pattern", true, &pattern, e) < 0)
+                return -1;
+        r = egress_rules_change(q->d->store, &q->d->cfg, user, session, pattern, remove, q->actor, &err);
+        if (r < 0)
+                return fail_errno(e, r, &err);
+        return c_egress_policy(q, ret, e);
+}
+
+static int c_egress_allow(struct admin_req *q, cJSON **ret, struct admin_err *e)
+{
+        return egress_change(q, ret, e, false);
+}
+
+static int c_egress_deny(struct admin_req *q, cJSON **ret, struct admin_err *e)
+{
+        return egress_change(q, ret, e, true);
+}
+
 static const struct {
         const char *name;
         cmd_fn fn;
@@ -878,6 +957,10 @@ static const struct {
         {"quota.set", c_quota_set},
         {"quota.unset", c_quota_unset},
         {"quota.list", c_quota_list},
+        {"egress.log", c_egress_log},
+        {"egress.policy", c_egress_policy},
+        {"egress.allow", c_egress_allow},
+        {"egress.deny", c_egress_deny},
 };
 
 /* ---- connections ---- */

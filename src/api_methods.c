@@ -13,6 +13,7 @@
 
 #include "api_internal.h"
 #include "sandboxd/daemon.h"
+#include "sandboxd/egress_rules.h"
 #include "sandboxd/exec.h"
 #include "sandboxd/files.h"
 #include "sandboxd/log.h"
@@ -927,7 +928,38 @@ static int m_session_info(struct req *q, cJSON **ret, struct api_err *e)
         add_text_or_null(*ret, "last_error", info.last_error);
         add_text_or_null(*ret, "error_cause", info.error_cause);
         add_workspace_usage(*ret, &q->d->cfg, q->tok.user, q->session);
+        cJSON_AddItemToObject(*ret, "egress",
+                              egress_rules_policy_json(q->d->store, q->d->privacy, &q->d->cfg, q->tok.user, q->session));
         session_info_done(&info);
+        return 0;
+}
+
+/* A connector adds (or, with remove, takes back) an egress pattern for this
+ * session, or with scope "user" for every session of its user. */
+static int m_egress_allow(struct req *q, cJSON **ret, struct api_err *e)
+{
+        const char *pattern, *scope;
+        struct sbx_error err = {0};
+        bool remove = false, user_wide;
+        int r;
+
+        if (q->tok.role != TOKEN_ROLE_CONNECTOR)
+                return api_fail(e, "forbidden", "egress_allow needs a connector token; this token's role is %s",
+                                token_role_to_string(q->tok.role));
+        if (p_string(q, "pattern", true, &pattern, e) < 0 || p_string(q, "scope", false, &scope, e) < 0 ||
+            p_bool(q, "remove", false, &remove, e) < 0)
+                return -1;
+        if (scope && strcmp(scope, "session") != 0 && strcmp(scope, "user") != 0)
+                return api_fail(e, "invalid", "scope must be session or user");
+        user_wide = scope && strcmp(scope, "user") == 0;
+        r = egress_rules_change(q->d->store, &q->d->cfg, q->tok.user, user_wide ? NULL : q->session, pattern, remove,
+                                q->actor, &err);
+        if (r < 0)
+                return api_fail_errno(e, r, &err, NULL);
+        *ret = egress_rules_policy_json(q->d->store, q->d->privacy, &q->d->cfg, q->tok.user, q->session);
+        if (!*ret)
+                return api_fail(e, "internal", "out of memory");
+        cJSON_AddStringToObject(*ret, "session", q->session);
         return 0;
 }
 
@@ -975,6 +1007,7 @@ static const struct {
         {"service_logs", m_service_logs},
         {"session_info", m_session_info},
         {"mark_private", m_mark_private},
+        {"egress_allow", m_egress_allow},
         /* agent tools (issue 17): api_agent.c */
         {"run_tests", api_m_run_tests},
         {"list_scripts", api_m_list_scripts},

@@ -6,6 +6,7 @@
  * key cannot exist in one place and be missing from another. No state, no
  * locks: the result is a plain struct the caller treats as read-only. */
 #include "sandboxd/config.h"
+#include "sandboxd/egress_policy.h"
 
 #include <assert.h>
 #include <ctype.h>
@@ -101,10 +102,17 @@ static const struct config_key keys[] = {
          "bytes per session workspace (loop: the image size, file system metadata included)"},
         {"workspace_inodes", CFG_INT, F(workspace_inodes), 0, 1024, 1 << 26, "65536", NULL,
          "files and directories per session workspace"},
-        {"network_default", CFG_ENUM, F(network_default), 0, 0, 0, "bridge", "bridge|none",
-         "network of sessions without private data"},
+        {"network_default", CFG_ENUM, F(network_default), 0, 0, 0, "none", "bridge|none",
+         "network of sessions without private data: none = sealed (egress proxy, port forwards by the daemon); "
+         "bridge = sandboxd's own bridge network, inter-container traffic off"},
         {"publish_ip", CFG_STRING, F(publish_ip), 0, 0, 0, "127.0.0.1", NULL,
-         "host address the session port blocks are published on"},
+         "host address the daemon listens on for the session port blocks"},
+        {"forward_max_per_session", CFG_INT, F(forward_max_per_session), 0, 1, 1000000, "2048", NULL,
+         "open port-forwarded connections of one session at most"},
+        {"forward_max_per_user", CFG_INT, F(forward_max_per_user), 0, 1, 10000000, "4096", NULL,
+         "open port-forwarded connections of one user's sessions at most"},
+        {"forward_max_total", CFG_INT, F(forward_max_total), 0, 1, 10000000, "16384", NULL,
+         "open port-forwarded connections of all sessions at most"},
         {"sandbox_uid_range", CFG_RANGE, F(sandbox_uid_lo), offsetof(struct sbx_config, sandbox_uid_hi), 1000,
          2147483646, "200000-299999", NULL,
          "host uids (and gids) handed out one per session: its processes run as it and it owns the workspace; "
@@ -114,9 +122,9 @@ static const struct config_key keys[] = {
         {"port_range", CFG_RANGE, F(port_range_lo), offsetof(struct sbx_config, port_range_hi), 1024, 65535,
          "20000-29999", NULL, "host ports handed out to sessions"},
         {"ports_per_session", CFG_INT, F(ports_per_session), 0, 0, 1000, "5", NULL,
-         "fixed block of published ports per container (0: publish none)"},
+         "fixed block of host ports per session (0: none)"},
         {"container_port_base", CFG_INT, F(container_port_base), 0, 1, 65000, "8000", NULL,
-         "the block is published from container ports base..base+ports_per_session-1"},
+         "the block forwards to container ports base..base+ports_per_session-1"},
         {"max_sessions", CFG_INT, F(max_sessions), 0, 1, 100000, "1000", NULL, "live sessions at most"},
         {"pool_size", CFG_INT, F(pool_size), 0, 0, 1000, "0", NULL,
          "warm pool: containers of the default image made ahead for new sessions (0: off)"},
@@ -167,6 +175,35 @@ static const struct config_key keys[] = {
          "SIGTERM to SIGKILL grace period when stopping a service"},
         {"max_file_size", CFG_SIZE, F(max_file_bytes), 0, 1, INT64_C(1) << 32, "16m", NULL,
          "largest file written or read in one call"},
+        {"egress_allow", CFG_STRING, F(egress_allow), 0, 0, 0, "", NULL,
+         "hosts every session may reach through the egress proxy: name, *.suffix, optionally :port or :* "
+         "(default ports 80 and 443); empty: none"},
+        {"egress_allow_private", CFG_STRING, F(egress_allow_private), 0, 0, 0, "", NULL,
+         "CIDR list of loopback/private/link-local addresses the egress proxy may still connect to"},
+        {"egress_resolve", CFG_STRING, F(egress_resolve), 0, 0, 0, "", NULL,
+         "static name=ip overrides for the egress proxy's resolver (internal mirrors, tests)"},
+        {"egress_upstream_proxy", CFG_STRING, F(egress_upstream_proxy), 0, 0, 0, "", NULL,
+         "http://host:port: allowed egress goes through this proxy (CONNECT); empty: direct"},
+        {"egress_max_tunnels", CFG_INT, F(egress_max_tunnels), 0, 1, 1000000, "4096", NULL,
+         "open egress proxy connections across all sessions"},
+        {"egress_max_tunnels_per_session", CFG_INT, F(egress_max_tunnels_per_session), 0, 1, 1000000, "256", NULL,
+         "open egress proxy connections per session"},
+        {"egress_max_tunnels_per_user", CFG_INT, F(egress_max_tunnels_per_user), 0, 1, 1000000, "1024", NULL,
+         "open egress proxy connections of one user, all its sessions together"},
+        {"egress_conns_per_minute", CFG_INT, F(egress_conns_per_minute), 0, 1, 10000000, "600", NULL,
+         "new egress proxy connections per session per minute"},
+        {"egress_max_bytes_per_session", CFG_SIZE, F(egress_max_bytes_per_session), 0, 0, INT64_C(1) << 50, "0",
+         NULL, "egress bytes (both ways) per session since the daemon started; 0: no cap"},
+        {"egress_max_header", CFG_SIZE, F(egress_max_header_bytes), 0, 1024, 1 << 20, "16k", NULL,
+         "largest proxy request head (request line and headers)"},
+        {"egress_header_timeout", CFG_MS, F(egress_header_timeout_ms), 0, 100, 600000, "10s", NULL,
+         "a proxy client must send its whole request head within this"},
+        {"egress_connect_timeout", CFG_MS, F(egress_connect_timeout_ms), 0, 100, 600000, "10s", NULL,
+         "resolving and connecting upstream (through egress_upstream_proxy too) within this"},
+        {"egress_idle_timeout", CFG_MS, F(egress_idle_timeout_ms), 0, 1000, 86400000, "300s", NULL,
+         "an egress tunnel with no byte either way this long is closed"},
+        {"egress_max_rules", CFG_INT, F(egress_max_rules), 0, 1, 100000, "256", NULL,
+         "allowlist additions per user and per session (admin socket and connector API)"},
         {"idempotency_window", CFG_DURATION, F(idempotency_window_s), 0, 60, 86400 * 30, "24h", NULL,
          "how long an idempotency_key answers a retry with the first call's result"},
         {"idempotency_max_keys", CFG_INT, F(idempotency_max_keys), 0, 1, 10000000, "10000", NULL,
@@ -440,6 +477,31 @@ static int check_cross(const struct sbx_config *cfg, struct sbx_error *err)
         if (cfg->max_exec_per_session > cfg->max_exec_global)
                 return sbx_error_set(err, -EINVAL, 0, "max_exec_per_session (%d) exceeds max_exec_global (%d)",
                                      cfg->max_exec_per_session, cfg->max_exec_global);
+        {
+                char **v = NULL, host[EGRESS_HOST_MAX];
+                struct egress_cidr *c = NULL;
+                struct egress_override *o = NULL;
+                size_t n = 0;
+                int port, r;
+
+                r = egress_allow_parse(cfg->egress_allow, true, &v, &n, err);
+                egress_strv_free(v, n);
+                if (r == 0)
+                        r = egress_cidrs_parse(cfg->egress_allow_private, &c, &n, err);
+                free(c);
+                if (r == 0)
+                        r = egress_overrides_parse(cfg->egress_resolve, &o, &n, err);
+                free(o);
+                if (r == 0 && cfg->egress_upstream_proxy[0])
+                        r = egress_upstream_parse(cfg->egress_upstream_proxy, host, &port, err);
+                if (r < 0)
+                        return r;
+        }
+        if (cfg->egress_max_tunnels_per_session > cfg->egress_max_tunnels_per_user ||
+            cfg->egress_max_tunnels_per_user > cfg->egress_max_tunnels)
+                return sbx_error_set(err, -EINVAL, 0,
+                                     "egress_max_tunnels_per_session <= egress_max_tunnels_per_user <= "
+                                     "egress_max_tunnels is required");
         return 0;
 }
 

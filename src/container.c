@@ -376,9 +376,21 @@ int container_create_started(struct docker *d, const struct sbx_config *cfg, con
 {
         static const char *const cap_drop[] = {"ALL", NULL};
         static const char *const security_opt[] = {"no-new-privileges:true", NULL};
-        static const char *const env[] = {"HOME=" CONTAINER_WORKSPACE, NULL};
+        static const char *const env_sealed[] = {"HOME=" CONTAINER_WORKSPACE, NULL};
+        /* the runner's egress endpoint; NO_PROXY keeps the container's own loopback direct */
+#define PROXY_URL "http://127.0.0.1:3128" /* RP_EGRESS_PORT */
+        static const char *const env_proxy[] = {"HOME=" CONTAINER_WORKSPACE,
+                                                "HTTP_PROXY=" PROXY_URL,
+                                                "HTTPS_PROXY=" PROXY_URL,
+                                                "http_proxy=" PROXY_URL,
+                                                "https_proxy=" PROXY_URL,
+                                                "NO_PROXY=localhost,127.0.0.1",
+                                                "no_proxy=localhost,127.0.0.1",
+                                                NULL};
+#undef PROXY_URL
+        _Static_assert(RP_EGRESS_PORT == 3128, "PROXY_URL names the egress port");
         struct docker_label labels[4 + 8];
-        struct docker_port_binding *ports = NULL;
+        char network[160];
         static const char *const runner_entry[] = {RP_BINARY_PATH, NULL};
         static const char *const runner_cmd[] = {RP_SOCKET_DIR "/" RP_SOCKET_NAME, NULL};
         const char *binds[6] = {NULL, NULL, NULL, NULL, NULL, NULL};
@@ -388,7 +400,6 @@ int container_create_started(struct docker *d, const struct sbx_config *cfg, con
         const char *tmpfs[2] = {NULL, NULL};
         char bind[SBX_PATH_MAX + 32], tmpfs_opt[128], user[32], extra[8][128];
         struct docker_container_spec spec = {0};
-        bool networked = strcmp(p->network_mode, "none") != 0;
         size_t n_labels = 0;
         char id[65];
         int r;
@@ -431,28 +442,27 @@ int container_create_started(struct docker *d, const struct sbx_config *cfg, con
         tmpfs[0] = tmpfs_opt;
         snprintf(user, sizeof(user), "%u:%u", (unsigned)p->uid, (unsigned)p->uid);
 
-        /* Without a network there is nothing to publish on: the block stays
-         * reserved for the session but is not bound (see README, privacy). */
-        if (networked && p->n_ports > 0) {
-                ports = calloc(p->n_ports, sizeof(*ports));
-                if (!ports)
-                        return sbx_error_set(err, -ENOMEM, 0, "out of memory");
-                for (size_t i = 0; i < p->n_ports; i++)
-                        ports[i] = (struct docker_port_binding){container_port(cfg, i), p->host_ports[i],
-                                                                cfg->publish_ip};
+        /* No port is published: the gateway listens on the session's block
+         * and forwards through the runner (gateway.h). "bridge" is never
+         * Docker's default bridge but sandboxd's own, inter-container traffic off. */
+        if (strcmp(p->network_mode, "bridge") == 0) {
+                r = container_network_ensure(d, cfg, err);
+                if (r < 0)
+                        return r;
+                container_network_name(cfg, network, sizeof(network));
+        } else {
+                sbx_strlcpy(network, "none", sizeof(network));
         }
 
         spec.image = p->image;
         spec.user = user;
-        spec.env = env;
+        spec.env = p->egress_proxy ? env_proxy : env_sealed;
         spec.workdir = CONTAINER_WORKSPACE;
         spec.hostname = "sandbox";
         spec.binds = binds;
         spec.tmpfs = tmpfs;
         spec.cap_drop = cap_drop;
         spec.security_opt = security_opt; /* Docker's default seccomp profile stays on: we never pass seccomp= */
-        spec.ports = ports;
-        spec.n_ports = ports ? p->n_ports : 0;
         spec.labels = labels;
         spec.n_labels = n_labels;
         spec.memory = cfg->memory_bytes;
@@ -464,12 +474,11 @@ int container_create_started(struct docker *d, const struct sbx_config *cfg, con
         spec.readonly_rootfs = true;
         spec.init = true;
         spec.privileged = false;
-        spec.network_mode = p->network_mode;
+        spec.network_mode = network;
         spec.runtime = p->runtime;
 
         struct sbx_error e = {0};
         r = docker_container_create(d, &spec, id, &e);
-        free(ports);
         if (err)
                 *err = e;
         if (r == -ENOENT && e.http_status == 404)
@@ -491,5 +500,38 @@ int container_create_started(struct docker *d, const struct sbx_config *cfg, con
         if (r < 0)
                 return r;
         memcpy(ret_id, id, 65);
+        return 0;
+}
+
+void container_network_name(const struct sbx_config *cfg, char *ret, size_t size)
+{
+        snprintf(ret, size, "sandboxd-%s", cfg->instance);
+}
+
+int container_network_ensure(struct docker *d, const struct sbx_config *cfg, struct sbx_error *err)
+{
+        const struct docker_label labels[] = {{CONTAINER_LABEL_MANAGED, "1"}, {CONTAINER_LABEL_INSTANCE, cfg->instance}};
+        const struct docker_label options[] = {{CONTAINER_NETWORK_ICC_OPTION, "false"}};
+        char name[160], icc[16];
+        int r;
+
+        container_network_name(cfg, name, sizeof(name));
+        r = docker_network_inspect_option(d, name, CONTAINER_NETWORK_ICC_OPTION, icc, sizeof(icc), err);
+        if (r == -ENOENT) {
+                r = docker_network_create(d, name, labels, ELEMENTSOF(labels), options, ELEMENTSOF(options), err);
+                if (r == -EEXIST) /* made by another thread meanwhile */
+                        r = 0;
+                if (r < 0)
+                        sbx_error_prefix(err, "creating the network %s", name);
+                return r;
+        }
+        if (r < 0)
+                return r;
+        /* someone else's network of that name, or one with inter-container traffic on: never join it */
+        if (strcmp(icc, "false") != 0)
+                return sbx_error_set(err, -EPERM, 0,
+                                     "network %s exists with inter-container traffic allowed; remove it (sandboxd "
+                                     "--gc) so sandboxd can make its own",
+                                     name);
         return 0;
 }

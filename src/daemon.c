@@ -10,7 +10,9 @@
 #include "sandboxd/admin.h"
 #include "sandboxd/api.h"
 #include "sandboxd/docker.h"
+#include "sandboxd/egress.h"
 #include "sandboxd/exec.h"
+#include "sandboxd/gateway.h"
 #include "sandboxd/http.h"
 #include "sandboxd/log.h"
 #include "sandboxd/monitor.h"
@@ -36,6 +38,22 @@ static void drop_runner(const char *user, const char *session, const char *conta
                 runner_hub_drop(userdata, user, session);
 }
 
+/* The gateway follows the port block: it stops serving a session whose
+ * block was released (destroyed, idle or TTL expiry, the ratchet); a
+ * container that died keeps its listeners for its successor. */
+static void drop_gateway(const char *user, const char *session, const char *container_id, const char *cause,
+                         void *userdata)
+{
+        if (strcmp(cause, "destroyed") == 0 || strcmp(cause, "idle_expired") == 0 ||
+            strcmp(cause, "ttl_expired") == 0 || strcmp(cause, "privacy_ratchet") == 0)
+                gateway_drop(userdata, user, session);
+}
+
+static bool gateway_private(const char *user, const char *session, void *userdata)
+{
+        return privacy_is_private(userdata, user, session);
+}
+
 /* A runner that broke the protocol or stopped answering: its container
  * counts as failed, and the next request recreates it. */
 static void runner_lost(const char *user, const char *session, const char *cause, void *userdata)
@@ -50,7 +68,6 @@ static void runner_lost(const char *user, const char *session, const char *cause
         session_info_done(&info);
 }
 
-/* After a restart: listen again for every running session's runner. */
 static size_t live_sessions(void *ud)
 {
         size_t counts[4] = {0};
@@ -58,16 +75,38 @@ static size_t live_sessions(void *ud)
         return counts[SESSION_CREATING] + counts[SESSION_RUNNING];
 }
 
+/* After a restart: listen again for every running session's runner, and
+ * serve its channels and port block again. */
 static void adopt_runners(struct daemon *d)
 {
         struct session_ref *refs = NULL;
         size_t n = 0, adopted = 0;
+        int per = portpool_per_session(d->ports);
+        _cleanup_free_ int *ports = per > 0 ? calloc((size_t)per, sizeof(int)) : NULL;
 
         if (session_running(d->sessions, &refs, &n) < 0)
                 return;
-        for (size_t i = 0; i < n; i++)
-                if (runner_hub_adopt(d->runner, refs[i].user, refs[i].session) == 0)
+        for (size_t i = 0; i < n; i++) {
+                const char *user = refs[i].user, *session = refs[i].session;
+                char dir[SBX_PATH_MAX];
+                struct session_info info;
+                struct sbx_error e = {0};
+                bool has_dir;
+                size_t n_ports = 0;
+
+                if (runner_hub_adopt(d->runner, user, session) == 0)
                         adopted++;
+                has_dir = runner_hub_dir(d->runner, user, session, dir) == 0;
+                if (ports && portpool_lookup(d->ports, user, session, ports) == 0)
+                        n_ports = (size_t)per;
+                bool sealed = false;
+                if (session_get_info(d->sessions, user, session, &info) == 0) {
+                        sealed = strcmp(info.network_mode, "none") == 0;
+                        session_info_done(&info);
+                }
+                if (gateway_open(d->gateway, user, session, has_dir ? dir : NULL, ports, n_ports, sealed, &e) < 0)
+                        log_ctx(LOG_LEVEL_WARN, user, session, NULL, "gateway: %s", e.msg);
+        }
         free(refs);
         if (adopted)
                 log_info("listening again for %zu runners", adopted);
@@ -153,6 +192,16 @@ int daemon_open(const struct sbx_config *cfg, const struct daemon_options *opts,
         r = privacy_new(d->store, d->sessions, &d->privacy, err);
         if (r < 0)
                 goto fail;
+        r = egress_new(&d->cfg, d->store, &d->egress, err);
+        if (r == 0)
+                privacy_set_egress(d->privacy, d->egress);
+        if (r == 0)
+                r = gateway_new(&d->cfg, d->egress, &d->gateway, err);
+        if (r < 0)
+                goto fail;
+        gateway_set_private_check(d->gateway, gateway_private, d->privacy);
+        session_set_gateway(d->sessions, d->gateway);
+        (void)session_register_failure_handler(d->sessions, drop_gateway, d->gateway);
         r = runtime_new(&d->cfg, d->docker, d->store, &d->runtime, err);
         if (r < 0)
                 goto fail;
@@ -225,6 +274,8 @@ void daemon_close(struct daemon *d)
         if (d->runtime && d->sessions)
                 runtime_attach(NULL, d->sessions);
         runtime_free(d->runtime);
+        gateway_free(d->gateway); /* its thread asks privacy and calls egress */
+        egress_free(d->egress); /* closes every tunnel, writing their rows */
         privacy_free(d->privacy);
         pool_free(d->pool); /* its thread uses the runner hub */
         runner_hub_free(d->runner); /* its thread calls into the sessions */

@@ -895,3 +895,98 @@ int docker_archive_get(struct docker *d, const char *id, const char *p, size_t m
         *ret_tar = TAKE_PTR(rep.body);
         return 0;
 }
+
+/* ---- networks ---- */
+
+int docker_network_create(struct docker *d, const char *name, const struct docker_label *labels, size_t n_labels,
+                          const struct docker_label *options, size_t n_options, struct sbx_error *err)
+{
+        _cleanup_free_ char *body = NULL;
+        cJSON *j = cJSON_CreateObject(), *l, *o;
+
+        if (!name || !*name)
+                return sbx_error_set(err, -EINVAL, 0, "network without a name");
+        if (!j)
+                return sbx_error_set(err, -ENOMEM, 0, "out of memory");
+        cJSON_AddStringToObject(j, "Name", name);
+        cJSON_AddStringToObject(j, "Driver", "bridge");
+        cJSON_AddBoolToObject(j, "CheckDuplicate", true);
+        l = cJSON_AddObjectToObject(j, "Labels");
+        o = cJSON_AddObjectToObject(j, "Options");
+        for (size_t i = 0; l && i < n_labels; i++)
+                cJSON_AddStringToObject(l, labels[i].key, labels[i].value);
+        for (size_t i = 0; o && i < n_options; i++)
+                cJSON_AddStringToObject(o, options[i].key, options[i].value);
+        body = cJSON_PrintUnformatted(j);
+        cJSON_Delete(j);
+        if (!body)
+                return sbx_error_set(err, -ENOMEM, 0, "out of memory");
+        return docker_call(d, "POST", "/networks/create", body, true, 0, 0, NULL, err);
+}
+
+int docker_network_inspect_option(struct docker *d, const char *name, const char *option, char *ret, size_t size,
+                                  struct sbx_error *err)
+{
+        _cleanup_free_ char *path = path_with_id("/networks", name, NULL, false);
+        cJSON *j = NULL;
+        const char *v;
+        int r;
+
+        CHECK_PATH(path, err);
+        r = docker_call(d, "GET", path, NULL, false, 0, 0, &j, err);
+        if (r < 0)
+                return r;
+        v = docker_json_str(cJSON_GetObjectItemCaseSensitive(j, "Options"), option);
+        sbx_strlcpy(ret, v ? v : "", size);
+        cJSON_Delete(j);
+        return 0;
+}
+
+int docker_network_remove(struct docker *d, const char *name, struct sbx_error *err)
+{
+        _cleanup_free_ char *path = path_with_id("/networks", name, NULL, false);
+
+        CHECK_PATH(path, err);
+        return docker_call(d, "DELETE", path, NULL, false, 0, 0, NULL, err);
+}
+
+int docker_network_list(struct docker *d, const char *const *label_filters, char (**ret_names)[128], size_t *ret_n,
+                        struct sbx_error *err)
+{
+        _cleanup_free_ char *path = NULL, *fjson = NULL;
+        char *efilters = NULL;
+        char(*names)[128] = NULL;
+        cJSON *f, *j = NULL, *it;
+        size_t n = 0;
+        int r;
+
+        f = docker_filters_new(label_filters);
+        fjson = f ? cJSON_PrintUnformatted(f) : NULL;
+        cJSON_Delete(f);
+        if (!fjson || !(efilters = curl_easy_escape(NULL, fjson, 0)))
+                return sbx_error_set(err, -ENOMEM, 0, "out of memory");
+        r = asprintf(&path, "/networks?filters=%s", efilters);
+        curl_free(efilters);
+        if (r < 0) {
+                path = NULL;
+                return sbx_error_set(err, -ENOMEM, 0, "out of memory");
+        }
+        r = docker_call(d, "GET", path, NULL, false, 0, 0, &j, err);
+        if (r < 0)
+                return r;
+        names = calloc((size_t)cJSON_GetArraySize(j) + 1, sizeof(*names));
+        if (!names) {
+                cJSON_Delete(j);
+                return sbx_error_set(err, -ENOMEM, 0, "out of memory");
+        }
+        cJSON_ArrayForEach(it, j)
+        {
+                const char *name = docker_json_str(it, "Name");
+                if (name && *name)
+                        sbx_strlcpy(names[n++], name, sizeof(names[0]));
+        }
+        cJSON_Delete(j);
+        *ret_names = names;
+        *ret_n = n;
+        return 0;
+}

@@ -58,6 +58,7 @@
 #include "sandboxd/pool.h"
 #include "sandboxd/session.h"
 #include "sandboxd/store.h"
+#include "sandboxd/store_egress.h"
 #include "sandboxd/wsquota.h"
 
 #define SPOOL_BATCH 512
@@ -67,14 +68,14 @@
 static const char *const kind_names[GC_KIND_COUNT] = {
         "idle_containers", "old_containers", "orphan_containers", "error_sessions", "ports",
         "services",        "execution_spools", "workspaces",      "audit_rows", "idempotency_keys",
-        "session_uids",    "store",
+        "session_uids",    "store",           "networks",
 };
 
 /* What an item is, in log lines. */
 static const char *const kind_items[GC_KIND_COUNT] = {
         "idle container", "old container", "orphan container", "ERROR session", "port allocation",
         "service row",    "execution spool", "workspace",      "audit rows", "idempotency keys",
-        "session uid",    "store",
+        "session uid",    "store",          "network",
 };
 
 const char *gc_kind_name(enum gc_kind k)
@@ -502,6 +503,42 @@ static void gc_containers(struct gc *g)
 
 /* ---- sessions left in ERROR ---- */
 
+/* The instance's bridge network: only network_default = bridge uses it
+ * (the daemon makes it again on demand). */
+static void gc_networks(struct gc *g)
+{
+        char instance[160];
+        const char *filters[] = {CONTAINER_LABEL_MANAGED "=1", instance, NULL};
+        char(*names)[128] = NULL;
+        size_t n = 0;
+        struct sbx_error err = {0};
+
+        snprintf(instance, sizeof(instance), CONTAINER_LABEL_INSTANCE "=%s", g->cfg->instance);
+        if (docker_network_list(g->dk, filters, &names, &n, &err) < 0) {
+                log_warn("gc: cannot list networks: %s", err.msg);
+                return;
+        }
+        for (size_t i = 0; i < n; i++) {
+                const char *reason = "network_default is not bridge";
+                if (streq(g->cfg->network_default, "bridge")) {
+                        note_kept(g, GC_NETWORKS, names[i], NULL, NULL, "network_default is bridge");
+                        continue;
+                }
+                if (!g->dry_run) {
+                        int r = docker_network_remove(g->dk, names[i], &err);
+                        if (r < 0 && r != -ENOENT) {
+                                if (strstr(err.msg, "active endpoints"))
+                                        note_kept(g, GC_NETWORKS, names[i], NULL, NULL, "containers are attached");
+                                else
+                                        note_failed(g, GC_NETWORKS, names[i], NULL, NULL, reason, err.msg);
+                                continue;
+                        }
+                }
+                note_done(g, GC_NETWORKS, names[i], NULL, NULL, 0, reason);
+        }
+        free(names);
+}
+
 static void gc_error_sessions(struct gc *g)
 {
         int64_t idle_before = g->now - (int64_t)g->cfg->idle_timeout_s * 1000;
@@ -798,6 +835,28 @@ static void gc_tasks(struct gc *g)
                 log_warn("gc: expired MCP tasks: %s", strerror(-r));
         else if (r > 0)
                 log_info("gc: %d expired MCP tasks deleted", r);
+}
+
+/* The egress proxy's decisions (egress_log) keep the audit retention. */
+static void gc_egress_log(struct gc *g)
+{
+        int64_t before = g->now - (int64_t)g->cfg->audit_retention_s * 1000;
+        char reason[128], b[32];
+        int r;
+
+        if (g->cfg->audit_retention_s < 0)
+                return;
+        fmt_age((int64_t)g->cfg->audit_retention_s * 1000, b, sizeof(b));
+        snprintf(reason, sizeof(reason), "egress decisions recorded more than %s ago (audit_retention)", b);
+        r = store_gc_egress_prune(g->st, before, g->dry_run);
+        if (r < 0) {
+                note_failed(g, GC_AUDIT, "egress_log", NULL, NULL, reason, strerror(-r));
+                return;
+        }
+        if (r == 0)
+                return;
+        note_done(g, GC_AUDIT, "egress_log", NULL, NULL, 0, reason);
+        g->rep->kinds[GC_AUDIT].count += (uint64_t)r - 1;
 }
 
 /* Idempotency keys past idempotency_window: one report item counting them. */
@@ -1351,11 +1410,13 @@ int gc_run(const struct sbx_config *cfg, const struct gc_options *opts, struct g
                  g.n_ctrs, g.n_rows);
 
         gc_containers(&g);
+        gc_networks(&g); /* after the containers that may have used it */
         gc_error_sessions(&g);
         gc_ports(&g);
         gc_services(&g);
         gc_spools(&g);
         gc_audit(&g);
+        gc_egress_log(&g);
         gc_idempotency_keys(&g);
         gc_tasks(&g);
         gc_mounts(&g);

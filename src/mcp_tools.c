@@ -474,8 +474,9 @@ static struct mcp_tool tools[] = {
                 .input = "{'type':'object','properties':{" SESSION_PROP "},'additionalProperties':false}",
                 .output = "{'type':'object','properties':{'user':{'type':'string'},'session':{'type':'string'},"
                           "'state':{'type':'string','description':'creating, running, stopped or error.'},"
-                          "'network_mode':{'anyOf':[{'type':'string'},{'type':'null'}],'description':'bridge, or none when the "
-                          "session is private.'},"
+                          "'network_mode':{'anyOf':[{'type':'string'},{'type':'null'}],'description':'none (sealed: "
+                          "egress through the proxy, ports forwarded by the daemon; a private session has neither), "
+                          "or bridge (the operator chose raw networking).'},"
                           "'runtime':{'anyOf':[{'type':'string'},{'type':'null'}],'description':'OCI runtime of the container: runc, "
                           "or runsc (gVisor, no network).'},"
                           "'private':{'type':'boolean','description':'True once private data was marked on the "
@@ -487,7 +488,11 @@ static struct mcp_tool tools[] = {
                           "'integer'},{'type':'null'}]}}}},'container_id':{'anyOf':[{'type':'string'},{'type':'null'}]},"
                           "'created_at':{'anyOf':[{'type':'integer'},{'type':'null'}]},"
                           "'last_activity':{'anyOf':[{'type':'integer'},{'type':'null'}]},"
-                          "'last_error':{'anyOf':[{'type':'string'},{'type':'null'}]}},"
+                          "'last_error':{'anyOf':[{'type':'string'},{'type':'null'}]},"
+                          "'egress':{'type':'object','description':'The effective egress policy: mode egress (through "
+                          "the proxy; allow lists the patterns and their scope: config, user or session), bridge, or "
+                          "none (private).','properties':{'mode':{'type':'string'},'allow':{'type':'array','items':"
+                          "{'type':'object','properties':{'pattern':{'type':'string'},'scope':{'type':'string'}}}}}}},"
                           "'required':['state','network_mode','private','ports']}",
                 .read_only = true,
                 .idempotent = true,

@@ -17,6 +17,7 @@
 #include <unistd.h>
 
 #include "sandboxd/daemon.h"
+#include "sandboxd/egress.h"
 #include "sandboxd/portpool.h"
 #include "sandboxd/session.h"
 
@@ -222,6 +223,16 @@ int metrics_render(struct daemon *d, char **ret)
                 else
                         put(&t, "sandboxd_http_requests_total{code=\"other\"} %llu\n",
                             (unsigned long long)LOAD(http_total[i]));
+        }
+
+        {
+                struct egress_stats es;
+                egress_stats(d->egress, &es);
+                head(&t, "sandboxd_egress_total", "counter", "egress proxy decisions since the daemon started");
+                put(&t, "sandboxd_egress_total{decision=\"allowed\"} %llu\n", (unsigned long long)es.allowed);
+                put(&t, "sandboxd_egress_total{decision=\"blocked\"} %llu\n", (unsigned long long)es.blocked);
+                head(&t, "sandboxd_egress_open", "gauge", "egress proxy connections open now");
+                put(&t, "sandboxd_egress_open %d\n", es.open);
         }
 
         head(&t, "sandboxd_ports_used", "gauge", "host ports handed out to sessions");

@@ -313,6 +313,9 @@ static int refill_one(struct pool *p, struct sbx_error *err)
         cp.workspace = ws;
         cp.uid = uid;
         cp.extra_labels = (const char *const *)p->labels;
+        /* the proxy variables point at the runner's egress endpoint; egress.sock behind it
+         * exists only once a session claimed the slot (gateway_open) */
+        cp.egress_proxy = strcmp(cp.network_mode, "none") == 0 && runner_bin;
         cp.runner_binary = runner_bin;
         cp.runner_dir = runner_bin ? runner_dir : NULL;
         r = container_create_started(p->docker, p->cfg, &cp, id, err);
@@ -403,7 +406,7 @@ bool pool_applies(struct pool *p, const char *user, const char *session, const c
 
         if (!p || p->cfg->pool_size <= 0 || strcmp(p->cfg->workspace_quota_mode, "loop") == 0 ||
             strcmp(p->cfg->workspace_quota_mode, "project") == 0 || strcmp(network, p->cfg->network_default) != 0 ||
-            (strcmp(network, "none") != 0 && p->cfg->ports_per_session > 0))
+            (strcmp(network, "none") != 0 && p->cfg->ports_per_session > 0) || !runner_hub_binary(p->runner))
                 return false;
         bool private_data = true;
         if (store_private_any(p->store, user, session, &private_data) < 0 || private_data)

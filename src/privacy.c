@@ -10,6 +10,7 @@
 #include <stdio.h>
 #include <string.h>
 
+#include "sandboxd/egress.h"
 #include "sandboxd/log.h"
 #include "sandboxd/session.h"
 #include "sandboxd/store.h"
@@ -18,6 +19,7 @@ struct privacy {
         struct store *store;
         struct session_manager *sessions;
         const char *fallback; /* network for unmarked sessions */
+        struct egress *egress; /* set once at start-up, before any front */
 };
 
 static const char *policy(const char *user, const char *session, void *ud)
@@ -36,6 +38,12 @@ int privacy_new(struct store *st, struct session_manager *sm, struct privacy **r
         session_set_network_policy(sm, policy, p);
         *ret = p;
         return 0;
+}
+
+void privacy_set_egress(struct privacy *p, struct egress *eg)
+{
+        if (p)
+                p->egress = eg;
 }
 
 void privacy_free(struct privacy *p)
@@ -98,8 +106,10 @@ int privacy_mark(struct privacy *p, const char *user, const char *session, const
                 cJSON_Delete(d);
                 log_ctx(LOG_LEVEL_INFO, user, session, NULL, "session marked private (dataset %s)", dataset);
         }
-        /* 2. then take any networked container away before returning: the
-         * ordering guarantee in privacy.h rests on this */
+        /* 2. close the session's egress tunnels (the proxy refuses new ones:
+         * the mark is durable), 3. then take any networked container away
+         * before returning: the ordering guarantee in privacy.h rests on this */
+        egress_close_session(p->egress, user, session);
         r = session_enforce_network(p->sessions, user, session, err);
         if (r < 0)
                 sbx_error_prefix(err, "the mark is recorded, but the networked container could not be removed");

@@ -898,6 +898,23 @@ int runner_hub_adopt(struct runner_hub *h, const char *user, const char *session
         return runner_hub_prepare(h, user, session, dir, NULL);
 }
 
+int runner_hub_dir(struct runner_hub *h, const char *user, const char *session, char ret_dir[SBX_PATH_MAX])
+{
+        struct runner_chan *c;
+        int r = -ENOENT;
+
+        if (!h)
+                return -ENOENT;
+        pthread_mutex_lock(&h->lock);
+        c = chan_find_locked(h, user, session);
+        if (c) {
+                sbx_strlcpy(ret_dir, c->dir, SBX_PATH_MAX);
+                r = 0;
+        }
+        pthread_mutex_unlock(&h->lock);
+        return r;
+}
+
 void runner_hub_set_lost_handler(struct runner_hub *h, runner_lost_fn fn, void *userdata)
 {
         pthread_mutex_lock(&h->lock);
@@ -924,8 +941,12 @@ void runner_hub_drop(struct runner_hub *h, const char *user, const char *session
         root = open(h->root, O_RDONLY | O_DIRECTORY | O_NOFOLLOW | O_CLOEXEC);
         if (root >= 0) {
                 _cleanup_close_ int dfd = openat(root, hash, O_RDONLY | O_DIRECTORY | O_NOFOLLOW | O_CLOEXEC);
-                if (dfd >= 0)
+                if (dfd >= 0) {
                         (void)unlinkat(dfd, RP_SOCKET_NAME, 0);
+                        /* the gateway's (gateway_drop may come later) */
+                        (void)unlinkat(dfd, RP_EGRESS_SOCKET_NAME, 0);
+                        (void)unlinkat(dfd, RP_FWD_SOCKET_NAME, 0);
+                }
                 (void)unlinkat(root, hash, AT_REMOVEDIR);
         }
 }

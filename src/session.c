@@ -25,6 +25,7 @@
 #include "sandboxd/container.h"
 #include "sandboxd/docker.h"
 #include "sandboxd/log.h"
+#include "sandboxd/gateway.h"
 #include "sandboxd/portpool.h"
 #include "sandboxd/runner.h"
 #include "sandboxd/pool.h"
@@ -90,6 +91,7 @@ struct session_manager {
         char image_id[80]; /* cfg->image resolved to its id, "" until first use */
         struct runner_hub *runner; /* NULL: containers run without the runner */
         struct pool *pool;         /* NULL: no warm pool */
+        struct gateway *gateway;   /* NULL: no listeners, every session counts as private */
 };
 
 static const char *const state_names[] = {"CREATING", "RUNNING", "STOPPED", "ERROR"};
@@ -464,6 +466,7 @@ int session_find_container(struct session_manager *m, const char *container_id, 
         pthread_mutex_unlock(&m->lock);
         return r;
 }
+void session_set_gateway(struct session_manager *m, struct gateway *gw) { m->gateway = gw; }
 
 void session_set_network_policy(struct session_manager *m, session_network_policy_fn fn, void *userdata)
 {
@@ -644,14 +647,19 @@ static int make_container(struct session *s, const char *old_id, const char **ne
                         runner_bin = NULL;
                 }
         }
-        /* A port can be taken by something else between the pool's probe and
-         * Docker's bind: then the next block is tried (the pool moves on). */
+        /* A private session is served nothing: no listeners, no egress, and
+         * its block goes back to the pool. Anyone else keeps a fixed block,
+         * on which the gateway listens (no PortBindings). A port can be taken
+         * by something else between the pool's probe and the gateway's bind:
+         * then the next block is tried (the pool moves on). */
+        bool priv = gateway_is_private(m->gateway, s->user, s->id);
+        bool sealed = strcmp(*network, "none") == 0;
+        /* a sealed container without a runner (gVisor, no binary) cannot be reached at all */
+        bool no_block = priv || (sealed && !runner_bin);
         for (int attempt = 0;; attempt++) {
                 struct sbx_error e = {0};
 
-                if (strcmp(*network, "none") == 0) {
-                        /* Nothing can be published without a network, and a private session
-                         * never gets one back: its block goes back to the pool. */
+                if (no_block) {
                         (void)portpool_release(m->ports, s->user, s->id);
                 } else if (cfg->ports_per_session > 0) {
                         if (!ports)
@@ -662,15 +670,31 @@ static int make_container(struct session *s, const char *old_id, const char **ne
                         if (r < 0)
                                 return r;
                 }
+                size_t n_ports = !no_block && ports ? (size_t)cfg->ports_per_session : 0;
+                r = gateway_open(m->gateway, s->user, s->id, runner_bin ? runner_dir : NULL, ports, n_ports,
+                                 sealed && !priv, &e);
+                if (r == -EADDRINUSE && attempt < 2) {
+                        log_ctx(LOG_LEVEL_WARN, s->user, s->id, NULL, "a port was taken meanwhile, retrying: %s",
+                                e.msg);
+                        (void)portpool_release(m->ports, s->user, s->id);
+                        continue;
+                }
+                if (r < 0) {
+                        if (err)
+                                *err = e;
+                        (void)portpool_release(m->ports, s->user, s->id);
+                        gateway_drop(m->gateway, s->user, s->id);
+                        return r;
+                }
                 p.user = s->user;
                 p.session = s->id;
                 p.image = ret_image;
                 p.network_mode = *network;
+                /* the proxy variables only where something answers on the endpoint */
+                p.egress_proxy = sealed && !priv && runner_bin;
                 p.runtime = ret_runtime[0] ? ret_runtime : NULL;
                 p.workspace = ret_workspace;
                 p.uid = uid;
-                p.host_ports = ports;
-                p.n_ports = ports ? (size_t)cfg->ports_per_session : 0;
                 p.extra_labels = (const char *const *)m->extra_labels;
                 p.runner_binary = runner_bin;
                 p.runner_dir = runner_bin ? runner_dir : NULL;
@@ -682,11 +706,8 @@ static int make_container(struct session *s, const char *old_id, const char **ne
                 if (r == 0)
                         break;
                 (void)portpool_release(m->ports, s->user, s->id);
-                if (attempt >= 2 || !ports ||
-                    (!strstr(e.msg, "port is already allocated") && !strstr(e.msg, "address already in use")))
-                        return r;
-                log_ctx(LOG_LEVEL_WARN, s->user, s->id, NULL, "a published port was taken meanwhile, retrying: %s",
-                        e.msg);
+                gateway_drop(m->gateway, s->user, s->id);
+                return r;
         }
         (void)portpool_set_container(m->ports, s->user, s->id, ret_id);
         (void)store_container_add(m->store, ret_id, s->user, s->id, ret_image, *network, sbx_wall_ms());
@@ -735,6 +756,53 @@ static void touch_locked(struct session *s)
         (void)store_session_touch(s->mgr->store, s->user, s->id, s->last_activity);
 }
 
+/* Ports and egress of a claimed pool container, bound now that it is the
+ * session's (a slot is served nothing while in the pool): the session's
+ * port block and the gateway's listeners, fwd.sock and egress.sock in its
+ * (re-keyed) runner directory. Pool containers are never private ones
+ * (try_pool). -errno: the caller replaces the container on the cold path. */
+static int bind_claimed(struct session *s, const char *network, const char *id)
+{
+        struct session_manager *m = s->mgr;
+        const struct sbx_config *cfg = m->cfg;
+        _cleanup_free_ int *ports = NULL;
+        char runner_dir[SBX_PATH_MAX];
+        bool sealed = strcmp(network, "none") == 0, have_runner;
+        struct sbx_error e = {0};
+        int r;
+
+        have_runner = runner_hub_binary(m->runner) && runner_hub_prepare(m->runner, s->user, s->id, runner_dir, &e) == 0;
+        for (int attempt = 0;; attempt++) {
+                if (cfg->ports_per_session > 0 && have_runner) {
+                        if (!ports)
+                                ports = calloc((size_t)cfg->ports_per_session, sizeof(int));
+                        if (!ports)
+                                return -ENOMEM;
+                        r = portpool_reserve_block(m->ports, s->user, s->id, ports, &e);
+                        if (r < 0)
+                                break;
+                }
+                size_t n = ports ? (size_t)cfg->ports_per_session : 0;
+                r = gateway_open(m->gateway, s->user, s->id, have_runner ? runner_dir : NULL, ports, n,
+                                 sealed && have_runner, &e);
+                if (r == -EADDRINUSE && attempt < 2) {
+                        (void)portpool_release(m->ports, s->user, s->id);
+                        continue;
+                }
+                break;
+        }
+        if (r < 0) {
+                log_ctx(LOG_LEVEL_WARN, s->user, s->id, id, "pool: cannot serve the claimed container, cold path: %s",
+                        e.msg);
+                (void)portpool_release(m->ports, s->user, s->id);
+                gateway_drop(m->gateway, s->user, s->id);
+                return r;
+        }
+        if (ports)
+                (void)portpool_set_container(m->ports, s->user, s->id, id);
+        return 0;
+}
+
 /* The warm path (pool.h): a new session of the default image and runtime,
  * not private, with no workspace content, takes a pool container. 0 with
  * the claimed container; otherwise the caller takes the cold path. */
@@ -746,6 +814,7 @@ static int try_pool(struct session *s, const char *network, char ret_id[65], cha
         struct pool_claim c = {0};
         struct sbx_error e = {0};
         bool other_image;
+        int r;
 
         if (!m->pool || m->cfg->pool_size <= 0)
                 return -ENOENT;
@@ -760,11 +829,15 @@ static int try_pool(struct session *s, const char *network, char ret_id[65], cha
         other_image = store_session_options_get(m->store, s->user, s->id, &o) == 0 && o.image[0] &&
                       strcmp(o.image, m->cfg->image) != 0;
         store_session_options_done(&o);
-        if (other_image || !pool_applies(m->pool, s->user, s->id, network))
+        if (other_image || gateway_is_private(m->gateway, s->user, s->id) ||
+            !pool_applies(m->pool, s->user, s->id, network))
                 return -ENOENT;
         if (pool_claim(m->pool, s->user, s->id, network, &c, &e) < 0)
                 return -ENOENT;
         memcpy(ret_id, c.container_id, 65);
+        r = bind_claimed(s, network, ret_id);
+        if (r < 0)
+                return r; /* ret_id is the claimed container: the cold path replaces it */
         sbx_strlcpy(ret_image, c.image, 256);
         sbx_strlcpy(ret_workspace, c.workspace, SBX_PATH_MAX);
         sbx_strlcpy(ret_runtime, "runc", 16);
@@ -883,9 +956,12 @@ int session_get_or_create(struct session_manager *m, const char *user, const cha
                 if (old_id[0] && cause[0] && !notified)
                         call_handlers(m, user, id, old_id, cause);
                 s->pooled = false;
+                new_id[0] = '\0';
                 if (!old_id[0] && try_pool(s, network, new_id, image, workspace, runtime) == 0)
                         s->pooled = true;
                 else {
+                        if (new_id[0]) /* claimed but not servable: replaced like a failed container */
+                                memcpy(old_id, new_id, sizeof(old_id));
                         pool_make_room(m->pool); /* slots count against max_sessions */
                         r = make_container(s, old_id, &network, new_id, image, workspace, runtime, err);
                 }
@@ -1208,6 +1284,9 @@ int session_enforce_network(struct session_manager *m, const char *user, const c
         char cid[65];
         int r;
 
+        /* a sealed container has nothing to remove: the ratchet is the gateway
+         * closing its listeners, its sockets and its tunnels */
+        gateway_enforce(m->gateway, user, id);
         if (lookup_ref(m, user, id, false, &s, NULL) < 0)
                 return 0; /* no container yet: the first one is made with the required mode */
         pthread_mutex_lock(&s->lock);

@@ -19,20 +19,23 @@
  *   health                                    → {status: "ok"|"degraded", version, uptime_s, docker: {ok, version?, error?}}
  *   stats                                     → {uptime_s, started_at, version, docker_version, sessions: {creating,
  *                                                running, stopped, error, total}, executions_running,
- *                                                ports: {used, total}, monitor_last_poll (unix ms or null)}
+ *                                                ports: {used, total}, monitor_last_poll (unix ms or null),
+ *                                                egress: {allowed, blocked, open}}
  *   metrics                                   → {text: the Prometheus exposition of metrics.h}
  *   sessions.list   {user?, state?}           → {sessions: [{user, session, state, container_id, image,
  *                                                network_mode, private, ports, created_at, last_activity,
  *                                                last_error, error_cause}]}
  *   session.show    {user, session}           → the above plus {workspace, datasets: [{dataset, source,
- *                                                marked_at}], services: [...], executions: [recent, newest first]}
+ *                                                marked_at}], egress: {mode, allow, upstream_proxy}, services: [...],
+ *                                                executions: [recent, newest first]}
  *   session.destroy {user, session, purge?}   → {user, session, purged}
  *   session.mark_private {user, session, dataset, source?} → {user, session, datasets, network_mode}
  *   sessions.top    {user?}                   → {sampled_at, cpus_per_session, sessions: [{user, session, state,
  *                                                container_id, network_mode, cpu_total_ns, memory_usage,
  *                                                memory_limit, pids (these four null if Docker could not say),
  *                                                sampled_at, executions_running, executions_total,
- *                                                egress_bytes (null: not metered yet)}]}  CREATING and
+ *                                                egress_bytes (through the egress proxy since the daemon
+ *                                                started; null: not seen)}]}  CREATING and
  *                                                RUNNING sessions, at most 1000; CPU % is the client's delta
  *   session.logs    {user, session, limit?: 1-4096 (200)} → {user, session, audit: [{id, ts, actor, action,
  *                                                detail}], log: [the daemon's JSON log lines naming the session,
@@ -40,6 +43,12 @@
  *   user.runtime    {user, runtime?: runc|runsc|default} → {user, runtime (effective), override, default,
  *                                                unavailable (why it cannot run here, or null), applies_to}
  *                                                (with runtime: sets or resets the user's override first)
+ *   egress.log      {user, session, limit?: 1-4096 (200)} → {user, session, entries: [{id, ts, host, port,
+ *                                                method, decision, reason, address, bytes_up, bytes_down,
+ *                                                duration_ms, suppressed}]}  newest first
+ *   egress.policy   {user, session?}          → {user, session, mode, allow: [{pattern, scope}], upstream_proxy}
+ *   egress.allow    {user, pattern, session?} → as egress.policy (adds for every session of user, or one)
+ *   egress.deny     {user, pattern, session?} → as egress.policy (removes such an addition)
  *   token.create    {user, role?: agent|connector} → {token, id, user, role}  (the token is shown only here)
  *   token.revoke    {id}                      → {id, revoked: true}
  *   token.list      {}                        → {tokens: [{id, user, role, created_at, revoked_at}]}

@@ -43,7 +43,8 @@
  * request), quota_exceeded, already_finished, unavailable (Docker
  * down, the execution could not run), internal.
  *
- * Tokens (see token.h): role agent may call every method but mark_private;
+ * Tokens (see token.h): role agent may call every method but mark_private
+ * and egress_allow;
  * role connector may call every method.
  *
  * Every method but the user-level ones below (and get_task, cancel_task) takes params.session (1-64 of [A-Za-z0-9_.-]); the user is
@@ -89,7 +90,8 @@
  *   service_logs    {name, tail_lines?: 1-10000 (100)}           → {name, stdout, stderr}
  *   session_info    {}    → {user, session, state, network_mode, private, datasets: [{dataset, source, marked_at}],
  *                            ports: [{container_port, host_port}], container_id, image, created_at,
- *                            last_activity, last_error, error_cause}
+ *                            last_activity, last_error, error_cause, egress: {mode: egress|bridge|none,
+ *                            allow: [{pattern, scope: config|user|session}], upstream_proxy}}
  *   mark_private    {dataset, source?}  (role connector only)    → {session, datasets, network_mode}
  *   create_task     {execution_id, tool: exec|run_code}   → a task (below), recorded in the store
  *   get_task        {task_id}  (no session needed)        → a task
@@ -103,6 +105,8 @@
  *       execution is gone), status_message,
  *       execution_state, ttl_ms, poll_interval_ms, created_at, updated_at,
  *       expires_at, cancel_requested}.
+ *   egress_allow    {pattern, scope?: session|user (session), remove?}  (role connector only)
+ *                                                                → the session's egress (as session_info's), session
  *
  * Agent tools (issue 17, src/api_agent.c; README "Agent tools"):
  *   run_tests       {language: python|node, tests, code?, timeout_seconds?}

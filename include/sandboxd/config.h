@@ -54,6 +54,9 @@ struct sbx_config {
         char runtime[16];         /* "runc" | "runsc" (gVisor); per-user overrides in the store */
         char network_default[16]; /* "bridge" | "none" */
         char publish_ip[64];
+        int forward_max_per_session;
+        int forward_max_per_user;
+        int forward_max_total;
         int sandbox_uid_lo; /* sandbox_uid_range: one host uid (and gid) per session (sessuid.h) */
         int sandbox_uid_hi;
         int docker_timeout_ms;
@@ -96,6 +99,21 @@ struct sbx_config {
         /* files */
         int64_t max_file_bytes;
 
+        /* egress proxy (egress.h, README "Egress") */
+        char egress_allow[4096];         /* patterns (egress_policy.h); "" = nothing */
+        char egress_allow_private[1024]; /* CIDR list exempt from the SSRF guard */
+        char egress_resolve[2048];       /* name=ip,... static resolver overrides */
+        char egress_upstream_proxy[300]; /* http://host:port or "" */
+        int egress_max_tunnels;          /* open proxy connections, all sessions */
+        int egress_max_tunnels_per_session;
+        int egress_max_tunnels_per_user;
+        int egress_conns_per_minute;     /* new connections per session per minute */
+        int64_t egress_max_bytes_per_session; /* both ways, since the daemon started; 0 = no cap */
+        int64_t egress_max_header_bytes;
+        int egress_header_timeout_ms;
+        int egress_connect_timeout_ms;
+        int egress_idle_timeout_ms;
+        int egress_max_rules;            /* additions per user and per session */
         /* idempotency keys (api_idem.c) */
         int idempotency_window_s;
         int idempotency_max_keys; /* per user */

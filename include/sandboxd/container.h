@@ -22,12 +22,11 @@ struct container_params {
         const char *user;
         const char *session;
         const char *image;        /* resolved image id ("sha256:...") or name */
-        const char *network_mode; /* "bridge" | "none" */
+        const char *network_mode; /* "bridge" (sandboxd's own network) | "none" */
+        bool egress_proxy;        /* HTTP(S)_PROXY & co. point at the runner's egress endpoint */
         const char *runtime;      /* OCI runtime ("runc" | "runsc"); NULL: the engine's default */
         const char *workspace;    /* host path of the workspace */
         uid_t uid;                /* the session's host uid (and gid), sessuid.h; never 0 */
-        const int *host_ports;    /* block to publish (ignored with network "none") */
-        size_t n_ports;
         const char *const *extra_labels; /* NULL-terminated "k=v", e.g. the test run label */
         /* Both set: the runner binary and the session's runner directory are
          * bind-mounted read-only and the runner is the main process under the
@@ -70,6 +69,15 @@ int container_create_started(struct docker *d, const struct sbx_config *cfg, con
 
 /* Remove (force) a container; a container that is already gone is success. */
 int container_remove(struct docker *d, const char *id, struct sbx_error *err);
+
+#define CONTAINER_NETWORK_ICC_OPTION "com.docker.network.bridge.enable_icc"
+
+/* "sandboxd-<instance>": the bridge network of network_default = bridge,
+ * labelled sandboxd.managed=1 and sandboxd.instance. */
+void container_network_name(const struct sbx_config *cfg, char *ret, size_t size);
+/* Create it (inter-container traffic off) unless it exists; refuse one of
+ * that name whose inter-container traffic is on. */
+int container_network_ensure(struct docker *d, const struct sbx_config *cfg, struct sbx_error *err);
 
 /* Container-side port number i of the session's block. */
 static inline int container_port(const struct sbx_config *cfg, size_t i) { return cfg->container_port_base + (int)i; }

@@ -21,6 +21,7 @@ struct api_server;
 struct admin_server;
 struct http_server;
 struct runner_hub;
+struct egress;
 struct scripts;
 
 struct daemon {
@@ -37,6 +38,8 @@ struct daemon {
         struct quota *quota; /* per-user limits and their overrides */
         struct runner_hub *runner; /* per-session runner sockets */
         struct pool *pool;         /* warm pool (pool.h) */
+        struct egress *egress;     /* the egress proxy behind egress.sock */
+        struct gateway *gateway;   /* egress.sock, fwd.sock and the host port listeners */
         struct scripts *scripts;   /* the script cache's runs in flight (scripts.h) */
         int64_t started_at; /* unix ms */
         struct api_server *api;     /* the socket fronts (opts->sockets) */

@@ -369,4 +369,19 @@ int docker_events_follow(struct docker *d, const char *const *label_filters, con
                          docker_event_cb cb, void *userdata, volatile bool *stop, long reconnect_limit_ms,
                          struct sbx_error *err);
 
+/* ---- networks (the sandboxd-owned bridge of network_default = bridge) ---- */
+
+/* POST /networks/create: a bridge network with labels and driver options.
+ * -EEXIST when one of that name exists. */
+int docker_network_create(struct docker *d, const char *name, const struct docker_label *labels, size_t n_labels,
+                          const struct docker_label *options, size_t n_options, struct sbx_error *err);
+/* GET /networks/{name}: the value of one driver option ("" if unset). -ENOENT if none. */
+int docker_network_inspect_option(struct docker *d, const char *name, const char *option, char *ret, size_t size,
+                                  struct sbx_error *err);
+/* DELETE /networks/{name}. -ENOENT if none; -EEXIST/-EBUSY while containers use it. */
+int docker_network_remove(struct docker *d, const char *name, struct sbx_error *err);
+/* GET /networks?filters={"label":[...]}: the names (malloc'd array). */
+int docker_network_list(struct docker *d, const char *const *label_filters, char (**ret_names)[128], size_t *ret_n,
+                        struct sbx_error *err);
+
 #endif

@@ -13,8 +13,12 @@
  * Threads: egress_new starts the module's own loop thread; egress_accept
  * and egress_close_session may be called from any thread.
  *
- * STATUS: interface only. src/egress.c is a stub that refuses every
- * connection (deny all) until the egress proxy lands. */
+ * Policy (README "Egress"): default deny; the allowlist is the config's
+ * egress_allow plus the additions per user and per session in the store
+ * (egress_rules.h); the SSRF guard refuses loopback, private, link-local,
+ * metadata and other special addresses (egress_policy.h) unless they are in
+ * egress_allow_private. Every decision is a row of egress_log (blocked rows
+ * rate-limited per session, with a count of those not written). */
 #ifndef SANDBOXD_EGRESS_H
 #define SANDBOXD_EGRESS_H
 
@@ -36,5 +40,15 @@ void egress_accept(struct egress *eg, const char *user, const char *session, int
  * they are closed (bounded wait). Later connections of the session are
  * refused (the gateway stops listening on the session's egress.sock). */
 void egress_close_session(struct egress *eg, const char *user, const char *session);
+
+struct egress_stats {
+        uint64_t allowed, blocked; /* decisions since the daemon started */
+        int open;                  /* connections open now (tunnels and those being decided) */
+        int64_t bytes;             /* per session only: bytes both ways since the daemon started */
+};
+/* The daemon's counters. eg NULL gives zeros. */
+void egress_stats(struct egress *eg, struct egress_stats *ret);
+/* One session's counters; -ENOENT when the proxy has not seen it lately. */
+int egress_session_stats(struct egress *eg, const char *user, const char *session, struct egress_stats *ret);
 
 #endif

@@ -19,6 +19,9 @@
  *     are not live and have no container;
  *   - when workspace_retention >= 0, workspaces of sessions destroyed (no
  *     row) or STOPPED/ERROR for longer than that;
+ *   - this instance's bridge network (sandboxd-<instance>) when
+ *     network_default is not bridge and no container is attached to it
+ *     (Docker refuses while one is: then it is kept);
  * then it vacuums the store.
  *
  * What it never touches: containers without the sandboxd labels or of
@@ -59,8 +62,9 @@ enum gc_kind {
         GC_IDEMPOTENCY_KEYS,
         GC_UIDS,
         GC_STORE,
+        GC_NETWORKS,
 };
-#define GC_KIND_COUNT 12
+#define GC_KIND_COUNT 13
 
 /* "idle_containers", "old_containers", "orphan_containers", "error_sessions",
  * "ports", "services", "execution_spools", "workspaces", "audit_rows", "idempotency_keys",

@@ -10,7 +10,8 @@
  * the other way: FULL → NONE only.
  *
  * Ordering guarantee: privacy_mark() returns only after the mark is durable
- * AND the session holds no networked container any more (it is removed
+ * AND the session's egress tunnels are closed (egress_close_session) AND
+ * the session holds no networked container any more (it is removed
  * before the call returns, waiting for an in-progress creation). Every
  * operation that starts after that — including ones that were already
  * waiting on the session — goes through get_or_create, which sees the mark
@@ -37,6 +38,9 @@ struct privacy_dataset {
 /* Installs the network policy into the session manager. */
 int privacy_new(struct store *st, struct session_manager *sm, struct privacy **ret, struct sbx_error *err);
 void privacy_free(struct privacy *p);
+/* The egress proxy whose tunnels privacy_mark() closes (NULL: none). */
+struct egress;
+void privacy_set_egress(struct privacy *p, struct egress *eg);
 
 /* dataset: 1-256 printable characters; source: 0-256. Idempotent. */
 int privacy_mark(struct privacy *p, const char *user, const char *session, const char *dataset, const char *source,

@@ -57,6 +57,9 @@ int runner_hub_prepare(struct runner_hub *h, const char *user, const char *sessi
  * own). 0 when listening, -ENOENT when the session never had a runner. */
 int runner_hub_adopt(struct runner_hub *h, const char *user, const char *session);
 
+/* The session's runner directory while the hub listens for it, else -ENOENT. */
+int runner_hub_dir(struct runner_hub *h, const char *user, const char *session, char ret_dir[SBX_PATH_MAX]);
+
 /* Called on the hub thread when a runner that had said hello broke the
  * protocol ("runner_protocol_error") or missed its heartbeats for three
  * runner_heartbeat intervals ("runner_unresponsive"). */

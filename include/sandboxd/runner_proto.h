@@ -57,6 +57,22 @@
  *   RP_FAILED     the execution could not start; payload: uint32 errno then
  *                 a message (not NUL-terminated). The last frame about a tag.
  *   RP_PONG       answer to RP_PING.
+ *
+ * The network channels (issue 14) are separate sockets in the same
+ * directory, served by the daemon's gateway (gateway.h), never runner.sock:
+ *   RP_EGRESS_SOCKET_NAME  egress.sock: each connection is one client of the
+ *                 runner's proxy endpoint 127.0.0.1:RP_EGRESS_PORT, passed
+ *                 byte for byte (no framing). Absent for private sessions.
+ *   RP_FWD_SOCKET_NAME     fwd.sock: port forwards. The runner keeps one
+ *                 control connection, opened with RP_FWD_HELLO; the daemon
+ *                 sends RP_FWD_OPEN on it for each host connection; the
+ *                 runner answers with a new connection to fwd.sock whose
+ *                 first frame is RP_FWD_DATA (same tag and token) and whose
+ *                 bytes after it are the forwarded stream, and connects that
+ *                 to 127.0.0.1:<port> inside.
+ *   RP_FWD_HELLO  runner -> daemon, empty; makes the connection the control.
+ *   RP_FWD_OPEN   daemon -> runner, tag = forward id; struct rp_fwd_open.
+ *   RP_FWD_DATA   runner -> daemon, tag = forward id; uint64 token.
  *   RP_JOB        right after RP_HELLO, one per execution the runner still
  *                 holds (running, or ended but not forgotten); payload:
  *                 struct rp_job.
@@ -120,6 +136,9 @@
 #define RP_SOCKET_DIR "/run/sandboxd"
 #define RP_SOCKET_NAME "runner.sock"
 #define RP_BINARY_PATH "/run/sandboxd-runner"
+#define RP_EGRESS_SOCKET_NAME "egress.sock"
+#define RP_FWD_SOCKET_NAME "fwd.sock"
+#define RP_EGRESS_PORT 3128
 
 #define RP_HDR_LEN 12
 #define RP_CHUNK (32 * 1024)
@@ -145,6 +164,10 @@ enum rp_type {
         RP_FAILED = 10,
         RP_PING = 11,
         RP_PONG = 12,
+        /* 30-39: network channels (fwd.sock) */
+        RP_FWD_HELLO = 30,
+        RP_FWD_OPEN = 31,
+        RP_FWD_DATA = 32,
         RP_JOB = 13,
         RP_JOBS_END = 14,
         RP_RESUME = 15,
@@ -207,6 +230,12 @@ struct rp_exit {
         uint64_t utime_us;   /* rusage of the reaped tree */
         uint64_t stime_us;
         uint64_t maxrss_kb;
+};
+
+struct rp_fwd_open {
+        uint32_t port;     /* 1..65535: connect to 127.0.0.1:port inside */
+        uint32_t reserved;
+        uint64_t token;    /* echoed in RP_FWD_DATA */
 };
 
 #define RP_FW_BEGIN 1u

@@ -79,6 +79,12 @@ void session_set_pool(struct session_manager *m, struct pool *p);
  * container still carries the pool's labels). -ENOENT if none. */
 int session_find_container(struct session_manager *m, const char *container_id, char ret_user[SESSION_KEY_MAX + 1],
                            char ret_session[SESSION_KEY_MAX + 1]);
+/* The network channels of sealed containers (gateway.h): every container
+ * made from now on is served by gw, and session_enforce_network applies the
+ * ratchet to it. Without one every session is served nothing. Set once,
+ * before the first container is made. */
+struct gateway;
+void session_set_gateway(struct session_manager *m, struct gateway *gw);
 /* Per-user limits (max_sessions_per_user and its overrides) come from q
  * from now on; without one, from the config. q must outlive m. */
 void session_set_quota(struct session_manager *m, struct quota *q);
@@ -134,7 +140,9 @@ bool session_mark_failed(struct session_manager *m, const char *user, const char
                          const char *container_id, const char *cause);
 
 /* Make sure the session holds no container with more network than it now
- * requires: a networked container of a session that requires "none" is
+ * requires: first the gateway closes a private session's listeners, egress
+ * socket and tunnels (gateway_enforce: all a sealed container has); then a
+ * networked (bridge) container of a session that requires "none" is
  * removed at once (services cleared with cause privacy_ratchet); the next
  * operation creates its successor. Waits for a creation in progress. */
 int session_enforce_network(struct session_manager *m, const char *user, const char *session,

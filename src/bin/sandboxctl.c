@@ -50,6 +50,12 @@ static void usage(FILE *f)
                 "                                       live sessions: CPU, memory, pids, executions,\n"
                 "                                       egress, refreshed like docker stats\n"
                 "  logs USER SESSION [--limit N]        the session's audit and daemon log lines\n"
+                "  egress USER SESSION [--limit N]      the session's egress decisions, newest first\n"
+                "  egress-policy USER [SESSION]         the effective egress policy and allowlist\n"
+                "  egress-allow USER PATTERN [--session S]\n"
+                "                                       allow PATTERN (host, *.suffix, :port or :*) for\n"
+                "                                       every session of USER, or one session\n"
+                "  egress-deny USER PATTERN [--session S]  take such an addition back\n"
                 "  runtime USER [runc|runsc|default]    show or set the user's container runtime\n"
                 "                                       (runsc: gVisor, no network; new containers)\n"
                 "\n"
@@ -225,6 +231,11 @@ static void print_stats(const cJSON *r)
                 printf("warm pool:           %.0f of %.0f ready, %.0f claims, %.0f misses, %.2f containers/s refill\n",
                        num(pl, "ready", 0), num(pl, "size", 0), num(pl, "claims", 0), num(pl, "misses", 0),
                        num(pl, "refill_per_s", 0));
+        {
+                const cJSON *e = cJSON_GetObjectItemCaseSensitive(r, "egress");
+                printf("egress:              %.0f allowed, %.0f blocked, %.0f open\n", num(e, "allowed", 0),
+                       num(e, "blocked", 0), num(e, "open", 0));
+        }
 }
 
 static void print_pool(const cJSON *r)
@@ -235,6 +246,32 @@ static void print_pool(const cJSON *r)
         printf("%-6.0f %-6.0f %-9.0f %-8.0f %-8.0f %-8.0f %-7.0f %.2f\n", num(p, "size", 0), num(p, "ready", 0),
                num(p, "creating", 0), num(p, "claims", 0), num(p, "misses", 0), num(p, "created", 0),
                num(p, "failed", 0), num(p, "refill_per_s", 0));
+}
+
+static void print_egress_log(const cJSON *r)
+{
+        const cJSON *o;
+        char t[32];
+
+        printf("%-19s %-7s %-8s %-30s %-5s %-20s %-15s %10s %10s %8s\n", "TIME", "METHOD", "DECISION", "HOST", "PORT",
+               "REASON", "ADDRESS", "BYTES UP", "BYTES DOWN", "MS");
+        cJSON_ArrayForEach(o, cJSON_GetObjectItemCaseSensitive(r, "entries")) {
+                printf("%-19s %-7.7s %-8s %-30.30s %-5.0f %-20.20s %-15.15s %10.0f %10.0f %8.0f", when(o, "ts", t),
+                       str(o, "method"), str(o, "decision"), str(o, "host"), num(o, "port", 0), str(o, "reason"),
+                       str(o, "address"), num(o, "bytes_up", 0), num(o, "bytes_down", 0), num(o, "duration_ms", 0));
+                if (num(o, "suppressed", 0) > 0)
+                        printf("  (+%.0f blocked not recorded before)", num(o, "suppressed", 0));
+                printf("\n");
+        }
+}
+
+static void print_egress_policy(const cJSON *r)
+{
+        const cJSON *o;
+
+        printf("mode: %s%s\n", str(r, "mode"), flag(r, "upstream_proxy") ? " (through egress_upstream_proxy)" : "");
+        cJSON_ArrayForEach(o, cJSON_GetObjectItemCaseSensitive(r, "allow"))
+                printf("  %-8s %s\n", str(o, "scope"), str(o, "pattern"));
 }
 
 static void print_metrics(const cJSON *r)
@@ -784,6 +821,61 @@ int main(int argc, char **argv)
                 cJSON_AddStringToObject(req, "user", pa[0]);
                 cJSON_AddStringToObject(req, "session", pa[1]);
                 printer = print_logs;
+        } else if (strcmp(cmd, "egress") == 0) {
+                int pos = 0;
+                const char *pa[2] = {0};
+                for (int i = 0; i < n_args; i++) {
+                        if (strcmp(args[i], "--limit") == 0 && i + 1 < n_args) {
+                                char *end = NULL;
+                                long lim = strtol(args[++i], &end, 10);
+                                if (!end || *end || lim < 1 || lim > 4096) {
+                                        fprintf(stderr, "sandboxctl: --limit takes 1 to 4096\n");
+                                        cJSON_Delete(req);
+                                        return EXIT_USAGE;
+                                }
+                                cJSON_AddNumberToObject(req, "limit", (double)lim);
+                        } else if (pos < 2) {
+                                pa[pos++] = args[i];
+                        } else {
+                                pos = 3;
+                        }
+                }
+                if (pos != 2) {
+                        fprintf(stderr, "sandboxctl: egress USER SESSION [--limit N]\n");
+                        cJSON_Delete(req);
+                        return EXIT_USAGE;
+                }
+                cJSON_AddStringToObject(req, "cmd", "egress.log");
+                cJSON_AddStringToObject(req, "user", pa[0]);
+                cJSON_AddStringToObject(req, "session", pa[1]);
+                printer = print_egress_log;
+        } else if (strcmp(cmd, "egress-policy") == 0) {
+                NEED(1, 2);
+                cJSON_AddStringToObject(req, "cmd", "egress.policy");
+                cJSON_AddStringToObject(req, "user", args[0]);
+                if (n_args == 2)
+                        cJSON_AddStringToObject(req, "session", args[1]);
+                printer = print_egress_policy;
+        } else if (strcmp(cmd, "egress-allow") == 0 || strcmp(cmd, "egress-deny") == 0) {
+                int pos = 0;
+                const char *pa[2] = {0};
+                for (int i = 0; i < n_args; i++) {
+                        if (strcmp(args[i], "--session") == 0 && i + 1 < n_args)
+                                cJSON_AddStringToObject(req, "session", args[++i]);
+                        else if (pos < 2)
+                                pa[pos++] = args[i];
+                        else
+                                pos = 3;
+                }
+                if (pos != 2) {
+                        fprintf(stderr, "sandboxctl: %s USER PATTERN [--session S]\n", cmd);
+                        cJSON_Delete(req);
+                        return EXIT_USAGE;
+                }
+                cJSON_AddStringToObject(req, "cmd", strcmp(cmd, "egress-allow") == 0 ? "egress.allow" : "egress.deny");
+                cJSON_AddStringToObject(req, "user", pa[0]);
+                cJSON_AddStringToObject(req, "pattern", pa[1]);
+                printer = print_egress_policy;
         } else if (strcmp(cmd, "runtime") == 0) {
                 NEED(1, 2);
                 cJSON_AddStringToObject(req, "cmd", "user.runtime");

@@ -156,6 +156,21 @@ static void remove_labelled(struct docker *d, const char *filter)
         free(list);
 }
 
+/* The networks sandboxd made for this run's instance (network_default =
+ * bridge); after the containers, which would keep them in use. */
+static void remove_labelled_networks(struct docker *d, const char *filter)
+{
+        const char *filters[] = {filter, NULL};
+        char(*names)[128] = NULL;
+        size_t n = 0;
+
+        if (docker_network_list(d, filters, &names, &n, NULL) < 0)
+                return;
+        for (size_t i = 0; i < n; i++)
+                docker_network_remove(d, names[i], NULL);
+        free(names);
+}
+
 /* Unmount (lazily) every mount under dir, deepest first: the workspace
  * images a loop-mode test left mounted. Their loop devices were set up with
  * autoclear and go with the mount. */
@@ -209,6 +224,7 @@ void testenv_cleanup(void)
                 remove_labelled(d, run_filter);
                 snprintf(instance_filter, sizeof(instance_filter), "sandboxd.instance=%s", run_id);
                 remove_labelled(d, instance_filter);
+                remove_labelled_networks(d, instance_filter);
         }
         for (size_t i = 0; i < n; i++) {
                 unmount_under(dirs[i]);

@@ -1,7 +1,8 @@
 /* Integration tests of the warm pool (issue 15) against the real dockerd:
  *   - a new session's first command runs in a pool container: session_info
  *     says pooled, the workspace is the session's own (its uid, its path,
- *     nothing of another session), and the pool refills;
+ *     nothing of another session), its port block, forwards and egress
+ *     socket are bound at claim, and the pool refills;
  *   - a burst of new sessions larger than the pool: every one is served
  *     (some cold), and the pool comes back;
  *   - a private session never takes a pool container, and slots count
@@ -22,6 +23,9 @@
 #include <sys/stat.h>
 #include <sys/wait.h>
 #include <unistd.h>
+#include <arpa/inet.h>
+#include <netinet/in.h>
+#include <sys/socket.h>
 
 #include "apiclient.h"
 #include "fixture.h"
@@ -43,8 +47,7 @@ static char tok[TOKEN_LEN + 1];
 
 static void setup(int size)
 {
-        fixture_config(&cfg);
-        cfg.ports_per_session = 0;
+        fixture_config(&cfg); /* sealed containers (network none) with a port block each */
         cfg.pool_size = size;
 }
 
@@ -147,6 +150,29 @@ Test(pool, first_command_runs_in_a_pool_container_with_its_own_workspace_and_the
         cr_assert_eq(st.st_uid, uid);
         r = call("session_info", "{\"session\": \"s1\"}");
         cr_assert(cJSON_IsTrue(cJSON_GetObjectItem(apic_result(r), "pooled")));
+        cJSON_Delete(r);
+
+        /* bound at claim: the session's port block with the gateway listening on it, egress.sock and
+         * fwd.sock in its runner directory, the proxy variables inside */
+        {
+                struct session_info info;
+                cr_assert_eq(session_get_info(d->sessions, "u1", "s1", &info), 0);
+                cr_assert_str_eq(info.network_mode, "none");
+                cr_assert_eq(info.n_ports, (size_t)cfg.ports_per_session, "no port block bound at claim");
+                int fd = socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0);
+                struct sockaddr_in sa = {.sin_family = AF_INET, .sin_port = htons((uint16_t)info.ports[0]),
+                                         .sin_addr.s_addr = htonl(INADDR_LOOPBACK)};
+                cr_assert_eq(connect(fd, (struct sockaddr *)&sa, sizeof(sa)), 0,
+                             "nothing listens on the claimed session's port %d: %s", info.ports[0], strerror(errno));
+                close(fd);
+                session_info_done(&info);
+        }
+        r = call("exec", "{\"session\": \"s1\", \"command\": \"ls /run/sandboxd; echo $HTTP_PROXY\"}");
+        {
+                const char *out = apic_str(apic_result(r), "stdout");
+                cr_assert(strstr(out, "egress.sock") && strstr(out, "fwd.sock") && strstr(out, "http://127.0.0.1:"),
+                          "inside the claimed container: %s", out);
+        }
         cJSON_Delete(r);
 
         /* a second session: another container and uid, an empty workspace */

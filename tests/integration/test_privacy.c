@@ -47,14 +47,52 @@ static const char unreachable_probe[] =
         "try:\n s.connect(('203.0.113.1', 9)); print('connected')\n"
         "except OSError as e: print(errno.errorcode.get(e.errno, e.errno))\"";
 
-static void open_daemon(const char *image)
+static void open_daemon_network(const char *image, const char *network)
 {
         fixture_config(&cfg);
+        if (network)
+                snprintf(cfg.network_default, sizeof(cfg.network_default), "%s", network);
         if (image)
                 snprintf(cfg.image, sizeof(cfg.image), "%s", image);
         d = fixture_open(&cfg, false);
 }
 
+static void open_daemon(const char *image) { open_daemon_network(image, NULL); }
+
+/* The default: a sealed container has nothing to take away but its
+ * channels. Before the mark egress goes through the proxy (no interface);
+ * after it the same container has no egress socket and no port block. */
+Test(privacy, mark_takes_the_channels_of_a_sealed_container)
+{
+        struct exec_result r;
+        struct sbx_error err = {0};
+        struct session_info a, b;
+
+        open_daemon(TESTENV_PYTHON_IMAGE);
+        r = sh("q", "echo $HTTPS_PROXY; ls /run/sandboxd; " "ls /sys/class/net | grep -vxc lo || true");
+        cr_assert(output_is(&r, "http://127.0.0.1:3128\negress.sock\nfwd.sock\nrunner.sock\n0\n"),
+                  "before the mark: %.*s", (int)r.stdout_head_len, r.stdout_head);
+        exec_result_done(&r);
+        cr_assert_eq(session_get_info(d->sessions, "u1", "q", &a), 0);
+        cr_assert_gt(a.n_ports, 0);
+        cr_assert_eq(privacy_mark(d->privacy, "u1", "q", "customers.csv", "crm-connector", "test", &err), 0, "%s",
+                     err.msg);
+        r = sh("q", "ls /run/sandboxd");
+        cr_assert(output_is(&r, "runner.sock\n"), "after the mark: %.*s", (int)r.stdout_head_len, r.stdout_head);
+        exec_result_done(&r);
+        r = sh("q", unreachable_probe);
+        cr_assert(output_is(&r, "ENETUNREACH\n"), "connect: %.*s", (int)r.stdout_head_len, r.stdout_head);
+        exec_result_done(&r);
+        cr_assert_eq(session_get_info(d->sessions, "u1", "q", &b), 0);
+        cr_assert_str_eq(a.container_id, b.container_id, "a sealed container needs no successor");
+        cr_assert_str_eq(b.network_mode, "none");
+        session_info_done(&a);
+        session_info_done(&b);
+        daemon_close(d);
+}
+
+/* network_default = bridge (sandboxd's own network): the ratchet removes
+ * the networked container and its successor has none. */
 Test(privacy, mark_recreates_without_network_and_keeps_the_workspace)
 {
         struct exec_result r;
@@ -62,7 +100,7 @@ Test(privacy, mark_recreates_without_network_and_keeps_the_workspace)
         struct session_info a, b;
         int64_t marks = 0, ratchets = 0;
 
-        open_daemon(TESTENV_PYTHON_IMAGE);
+        open_daemon_network(TESTENV_PYTHON_IMAGE, "bridge");
         r = sh("p", net_probe);
         cr_assert(output_is(&r, "1\n2\n") || output_is(&r, "1\n1\n") || output_is(&r, "1\n3\n"),
                   "before the mark: expected eth0 and a default route, got %.*s", (int)r.stdout_head_len,
@@ -204,6 +242,7 @@ Test(privacy, no_execution_that_starts_after_the_mark_sees_a_network)
         int64_t marked;
 
         fixture_config(&cfg);
+        snprintf(cfg.network_default, sizeof(cfg.network_default), "bridge"); /* a network to see */
         cfg.max_exec_per_session = 15;
         cfg.max_exec_global = 20;
         cfg.max_exec_per_user = 15;

@@ -7,7 +7,9 @@
  *   - a daemon killed (SIGKILL) between recording a mark and removing the
  *     networked container: after the restart the session never shows
  *     "bridge" again.
- * Networks are only looked at (interfaces, inspect); nothing is sent. */
+ * Networks are only looked at (interfaces, inspect); nothing is sent. The
+ * sessions use network_default = bridge (sandboxd's own network), the one
+ * mode in which the ratchet has a networked container to remove. */
 #include <criterion/criterion.h>
 #include <errno.h>
 #include <fcntl.h>
@@ -120,6 +122,7 @@ Test(ratchet, a_failed_purge_leaves_the_session_private_and_a_good_one_follows_n
         char ws[SBX_PATH_MAX], canary[SBX_PATH_MAX + 32], cmd[SBX_PATH_MAX + 128];
 
         fixture_config(&cfg);
+        snprintf(cfg.network_default, sizeof(cfg.network_default), "bridge"); /* a networked container to take away */
         d = fixture_open(&cfg, false);
         expect_output("p", HIDE_DEEP, "ok\n");
         /* symlinks out of the workspace, to a host directory the test owns */
@@ -241,6 +244,7 @@ Test(ratchet, a_destroy_racing_with_requests_never_gives_private_data_a_network)
         int served = 0, networked = 0;
 
         fixture_config(&cfg);
+        snprintf(cfg.network_default, sizeof(cfg.network_default), "bridge"); /* a networked container to take away */
         cfg.max_exec_per_user = 8;
         d = fixture_open(&cfg, false);
 
@@ -277,6 +281,7 @@ Test(ratchet, sigkill_between_mark_and_removal_then_restart_never_shows_bridge)
         pid_t pid;
 
         fixture_config(&cfg);
+        snprintf(cfg.network_default, sizeof(cfg.network_default), "bridge"); /* a networked container to take away */
         d = fixture_open(&cfg, false);
         cr_assert_eq(session_get_or_create(d->sessions, "alice", "k", &s, &err), 0, "%s", err.msg);
         session_container_id(s, cid);

@@ -93,9 +93,9 @@ Test(runner, a_session_reaches_only_its_own_socket)
         ensure_session("s2", c2);
         cr_assert(runner_hub_wait(d->runner, "u1", "s1", 20000));
         cr_assert(runner_hub_wait(d->runner, "u1", "s2", 20000));
-        /* one socket in each container's directory, and nothing else */
+        /* the session's own sockets (runner, and the gateway's), nothing else */
         cr_assert_eq(fixture_sh(c1, "ls -A /run/sandboxd", &out), 0);
-        cr_assert_str_eq(out, "runner.sock\n");
+        cr_assert_str_eq(out, "egress.sock\nfwd.sock\nrunner.sock\n");
         free(out);
         runner_hub_drop(d->runner, "u1", "s2");
         cr_assert(runner_hub_wait(d->runner, "u1", "s1", 1000), "dropping s2 affected s1");

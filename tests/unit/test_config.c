@@ -35,7 +35,7 @@ Test(config, defaults_are_valid)
         struct sbx_config cfg;
         struct sbx_error err = {0};
         cr_assert_eq(config_load(NULL, &cfg, &err), 0, "%s", err.msg);
-        cr_assert_str_eq(cfg.network_default, "bridge");
+        cr_assert_str_eq(cfg.network_default, "none");
         cr_assert_eq(cfg.memory_bytes, 1LL << 30);
         cr_assert_eq(cfg.nano_cpus, 1000000000LL);
         cr_assert_eq(cfg.port_range_lo, 20000);

@@ -1,0 +1,80 @@
+/* gateway.h — the daemon's ends of a sealed container's network channels
+ * (issue 14): egress.sock and fwd.sock in the session's read-only runner
+ * directory, and the session's host port listeners.
+ *
+ * A sandbox container runs with NetworkMode none. Its ways out are:
+ *   - egress: the runner listens on 127.0.0.1:RP_EGRESS_PORT inside and
+ *     passes each connection to egress.sock; the gateway hands every
+ *     accepted fd to the egress proxy (egress.h). Not served for private
+ *     sessions, nor for bridge sessions (raw networking, operator's choice).
+ *   - port forwards: the gateway listens on the session's host port block
+ *     (publish_ip) and carries each connection through fwd.sock to the
+ *     runner, which connects to 127.0.0.1:<container_port_base + i> inside
+ *     (protocol in runner_proto.h). No PortBindings, no docker-proxy.
+ *
+ * Everything arriving on the sockets is tenant input: frames are checked,
+ * a data connection must name a forward the gateway opened (id and a random
+ * token), unpaired connections time out, and forwards are capped per
+ * session, per user and in total (forward_max_per_session,
+ * forward_max_per_user, forward_max_total). Each
+ * forwarded connection buffers at most GATEWAY_BUF_HIGH bytes per direction.
+ *
+ * Threads: one thread ("sbx-gateway") runs a libevent loop that owns every
+ * socket and buffer. The public calls queue a command to it and wait
+ * (bounded) for it to be done. */
+#ifndef SANDBOXD_GATEWAY_H
+#define SANDBOXD_GATEWAY_H
+
+#include <stdbool.h>
+#include <stddef.h>
+#include <stdint.h>
+
+#include "sandboxd/common.h"
+#include "sandboxd/config.h"
+
+#define GATEWAY_BUF_HIGH (64 * 1024)
+
+struct gateway;
+struct egress;
+
+/* Is the session private (the ratchet)? Must fail closed (true) when it
+ * cannot tell. Called on the gateway thread. */
+typedef bool (*gateway_private_fn)(const char *user, const char *session, void *userdata);
+
+/* eg may be NULL (no egress: egress.sock is never served). */
+int gateway_new(const struct sbx_config *cfg, struct egress *eg, struct gateway **ret, struct sbx_error *err);
+/* Closes every socket and stops the thread. NULL is fine. */
+void gateway_free(struct gateway *gw);
+
+void gateway_set_private_check(struct gateway *gw, gateway_private_fn fn, void *userdata);
+/* True when the check says private (and when gw is NULL: fail closed). */
+bool gateway_is_private(struct gateway *gw, const char *user, const char *session);
+
+/* Serve the session: listen on its host ports (ports[n], on publish_ip),
+ * on dir/fwd.sock, and on dir/egress.sock when egress is true. dir is the
+ * session's runner directory (runner_hub_prepare), NULL when the container
+ * has no runner (then host connections are closed at once). Idempotent; a
+ * changed port block moves the listeners. A private session gets nothing
+ * (asked again on the gateway thread). -EADDRINUSE (err names the port)
+ * when a host port is held by someone else: the caller takes another block. */
+int gateway_open(struct gateway *gw, const char *user, const char *session, const char *dir, const int *ports,
+                 size_t n, bool egress, struct sbx_error *err);
+
+/* The ratchet: if the session is private, close its host listeners, its
+ * forwards and both sockets (unlinked) and its egress tunnels
+ * (egress_close_session) before returning; the session is never served
+ * again until gateway_drop. No-op for a session that is not private. */
+void gateway_enforce(struct gateway *gw, const char *user, const char *session);
+
+/* Stop serving the session (its block was released or it is gone): close
+ * everything, unlink its sockets. NULL gw is fine. */
+void gateway_drop(struct gateway *gw, const char *user, const char *session);
+
+struct gateway_stats {
+        size_t sessions;   /* served */
+        size_t listeners;  /* host port listeners */
+        size_t forwards;   /* open forwarded connections */
+};
+void gateway_get_stats(struct gateway *gw, struct gateway_stats *ret);
+
+#endif

@@ -1,0 +1,89 @@
+/* egress_internal.h — what egress.c (the loop, policy, relay) and
+ * egress_http.c (the request head: parsing and the upstream rewrite) share:
+ * the per-connection state. Loop thread only. */
+#ifndef SANDBOXD_EGRESS_INTERNAL_H
+#define SANDBOXD_EGRESS_INTERNAL_H
+
+#include <event2/buffer.h>
+#include <http_parser.h>
+#include <stdatomic.h>
+#include <stdbool.h>
+#include <stdint.h>
+#include <sys/socket.h>
+
+#include "sandboxd/egress_policy.h"
+
+#define MAX_HEADERS 100
+#define MAX_ADDRS 8
+
+enum tstate { T_HEAD, T_RESOLVE, T_CONNECT, T_PROXY_HS, T_RELAY };
+
+struct esess {
+        struct esess *next;
+        char user[65], session[65];
+        struct tunnel *tunnels;
+        atomic_int n_open;
+        atomic_int_least64_t bytes;
+        atomic_uint_least64_t allowed, blocked;
+        int64_t window_start;
+        int window_count;
+        int64_t log_window_start;
+        int log_window_rows;
+        int64_t suppressed;
+        int64_t last_used;
+        bool closed; /* the ratchet ran: every later connection is refused */
+};
+
+struct hdr {
+        uint32_t name, name_len, value, value_len; /* offsets into t->arena */
+};
+
+struct dns_ctx {
+        struct tunnel *t; /* NULL once the tunnel is gone */
+        bool proxy;
+};
+
+struct tunnel {
+        struct egress *eg;
+        struct esess *s;
+        struct tunnel *prev, *next;
+        struct bufferevent *cli, *up;
+        struct event *timer;
+        enum tstate state;
+        http_parser parser;
+        bool is_connect, head_done, body_done, cli_eof, up_eof, cli_shut, up_shut, finished;
+        char method[16];
+        char host[EGRESS_HOST_MAX];
+        int port;
+        char *arena; /* url and headers, at most egress_max_header bytes */
+        size_t arena_len, arena_cap;
+        uint32_t url, url_len;
+        struct hdr hdrs[MAX_HEADERS];
+        int n_hdrs;
+        bool in_value;
+        struct dns_ctx *dns;
+        struct evdns_getaddrinfo_request *dns_req;
+        struct sockaddr_storage addrs[MAX_ADDRS];
+        socklen_t addr_lens[MAX_ADDRS];
+        int n_addrs, next_addr;
+        char address[64];
+        int64_t started_wall, started, last_activity;
+        int64_t bytes_up, bytes_down;
+};
+
+/* Request head callbacks: url and headers into t->arena, head_done,
+ * body_done (which pauses the parser: later bytes are not this request's). */
+extern const http_parser_settings egress_request_settings;
+
+/* Host and port from the request target into t (CONNECT: authority form;
+ * else an absolute http:// URI, whose path and query come back in
+ * ret_path). NULL, or the reason it cannot be used. */
+const char *egress_http_target(struct tunnel *t, const char **ret_path, size_t *ret_path_len);
+
+/* The request head as it goes upstream: origin-form (absolute form when
+ * `absolute`, for an upstream proxy), Host from the target, hop-by-hop
+ * headers dropped, Connection: close. */
+void egress_http_write_head(struct tunnel *t, struct evbuffer *out, bool absolute, const char *path,
+                            size_t path_len);
+
+#endif

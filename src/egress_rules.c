@@ -1,0 +1,119 @@
+/* egress_rules.c — allowlist additions, the effective egress policy and
+ * the egress audit as JSON (egress_rules.h). No state, no locks: the store
+ * is the truth for additions, the config for the rest. */
+#include "sandboxd/egress_rules.h"
+
+#include <errno.h>
+#include <stdio.h>
+#include <string.h>
+
+#include "sandboxd/egress_policy.h"
+#include "sandboxd/privacy.h"
+#include "sandboxd/session.h"
+#include "sandboxd/store.h"
+#include "sandboxd/store_egress.h"
+
+int egress_rules_change(struct store *st, const struct sbx_config *cfg, const char *user, const char *session,
+                        const char *pattern, bool remove, const char *actor, struct sbx_error *err)
+{
+        char canon[STORE_EGRESS_PATTERN_MAX], detail[STORE_EGRESS_PATTERN_MAX + 64];
+        int r;
+
+        if (!session_id_valid(user) || (session && !session_id_valid(session)))
+                return sbx_error_set(err, -EINVAL, 0, "user and session are 1-64 characters of [A-Za-z0-9_.-]");
+        r = egress_pattern_check(pattern, false, canon, sizeof(canon), err);
+        if (r < 0)
+                return r;
+        if (remove)
+                r = store_egress_rule_remove(st, user, session, canon);
+        else
+                r = store_egress_rule_add(st, user, session, canon, actor, sbx_wall_ms(), (size_t)cfg->egress_max_rules);
+        if (r == -EDQUOT)
+                return sbx_error_set(err, r, 0, "at most %d egress patterns per %s (egress_max_rules)",
+                                     cfg->egress_max_rules, session ? "session" : "user");
+        if (r == -ENOENT)
+                return sbx_error_set(err, r, 0, "no egress pattern %s for this %s", canon, session ? "session" : "user");
+        if (r < 0)
+                return sbx_error_set(err, r, 0, "cannot store the egress pattern: %s", strerror(-r));
+        /* the pattern passed egress_pattern_check: no quote or backslash in it */
+        snprintf(detail, sizeof(detail), "{\"pattern\":\"%s\",\"scope\":\"%s\"}", canon, session ? "session" : "user");
+        (void)store_audit(st, actor ? actor : "unknown", user, session, remove ? "egress.deny" : "egress.allow", detail);
+        return 0;
+}
+
+const char *egress_rules_mode(struct privacy *p, const struct sbx_config *cfg, const char *user, const char *session)
+{
+        if (!p || privacy_is_private(p, user, session))
+                return "none";
+        return strcmp(cfg->network_default, "bridge") == 0 ? "bridge" : "egress";
+}
+
+static void add_rule(cJSON *a, const char *pattern, const char *scope)
+{
+        cJSON *o = cJSON_CreateObject();
+        cJSON_AddStringToObject(o, "pattern", pattern);
+        cJSON_AddStringToObject(o, "scope", scope);
+        cJSON_AddItemToArray(a, o);
+}
+
+cJSON *egress_rules_policy_json(struct store *st, struct privacy *p, const struct sbx_config *cfg, const char *user,
+                                const char *session)
+{
+        const char *mode = egress_rules_mode(p, cfg, user, session);
+        cJSON *o = cJSON_CreateObject(), *a;
+        struct store_egress_rule *rules = NULL;
+        char **allow = NULL;
+        size_t n = 0;
+
+        if (!o)
+                return NULL;
+        cJSON_AddStringToObject(o, "mode", mode);
+        a = cJSON_AddArrayToObject(o, "allow");
+        if (strcmp(mode, "egress") != 0)
+                return o;
+        if (egress_allow_parse(cfg->egress_allow, true, &allow, &n, NULL) == 0) {
+                for (size_t i = 0; i < n; i++)
+                        add_rule(a, allow[i], "config");
+                egress_strv_free(allow, n);
+        }
+        if (store_egress_rules(st, user, session, &rules, &n) == 0)
+                for (size_t i = 0; i < n; i++)
+                        add_rule(a, rules[i].pattern, rules[i].session_id[0] ? "session" : "user");
+        free(rules);
+        cJSON_AddBoolToObject(o, "upstream_proxy", cfg->egress_upstream_proxy[0] != '\0');
+        return o;
+}
+
+cJSON *egress_rules_log_json(struct store *st, const char *user, const char *session, size_t limit, int *r)
+{
+        struct store_egress_entry *rows = NULL;
+        size_t n = 0;
+        cJSON *a;
+
+        *r = store_egress_log_list(st, user, session, limit, &rows, &n);
+        if (*r < 0)
+                return NULL;
+        a = cJSON_CreateArray();
+        for (size_t i = 0; a && i < n; i++) {
+                const struct store_egress_entry *e = &rows[i];
+                cJSON *o = cJSON_CreateObject();
+                cJSON_AddNumberToObject(o, "id", (double)e->id);
+                cJSON_AddNumberToObject(o, "ts", (double)e->ts);
+                cJSON_AddStringToObject(o, "host", e->host);
+                cJSON_AddNumberToObject(o, "port", e->port);
+                cJSON_AddStringToObject(o, "method", e->method);
+                cJSON_AddStringToObject(o, "decision", e->decision);
+                cJSON_AddStringToObject(o, "reason", e->reason);
+                if (e->address[0])
+                        cJSON_AddStringToObject(o, "address", e->address);
+                else
+                        cJSON_AddNullToObject(o, "address");
+                cJSON_AddNumberToObject(o, "bytes_up", (double)e->bytes_up);
+                cJSON_AddNumberToObject(o, "bytes_down", (double)e->bytes_down);
+                cJSON_AddNumberToObject(o, "duration_ms", (double)e->duration_ms);
+                cJSON_AddNumberToObject(o, "suppressed", (double)e->suppressed);
+                cJSON_AddItemToArray(a, o);
+        }
+        free(rows);
+        return a;
+}

@@ -1,0 +1,376 @@
+/* Integration tests of the egress proxy through a sealed container (issue
+ * 14): python's urllib inside, from the environment's proxy variables, via
+ * the runner's 127.0.0.1:3128, the session's egress.sock and the daemon's
+ * proxy, to upstream servers on the host's loopback (reached by name through
+ * egress_resolve, allowed by egress_allow_private = 127.0.0.1/32). The
+ * python image has no curl; tests/unit/test_egress.c drives curl host-side.
+ * Traffic goes only to 127.0.0.1. */
+#include <arpa/inet.h>
+#include <criterion/criterion.h>
+#include <errno.h>
+#include <fcntl.h>
+#include <signal.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/stat.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include "fixture.h"
+#include "sandboxd/egress.h"
+#include "sandboxd/egress_rules.h"
+#include "sandboxd/exec.h"
+#include "sandboxd/privacy.h"
+#include "sandboxd/service.h"
+#include "sandboxd/session.h"
+#include "sandboxd/store_egress.h"
+#include "testenv.h"
+
+static void upstreams_stop(void);
+TestSuite(egress_ct, .timeout = 400, .fini = upstreams_stop);
+
+static struct sbx_config cfg;
+static struct daemon *d;
+
+/* Host upstreams, one python process: plain HTTP, HTTPS (a certificate made
+ * here) and a TCP echo, each on 127.0.0.1 with a port of its own. */
+static const char upstreams_py[] =
+        "import asyncio, http.server, ssl, sys, threading\n"
+        "class H(http.server.BaseHTTPRequestHandler):\n"
+        "    def do_GET(self):\n"
+        "        b = self.server.body\n"
+        "        self.send_response(200); self.send_header('Content-Length', str(len(b)))\n"
+        "        self.end_headers(); self.wfile.write(b)\n"
+        "    def log_message(self, *a): pass\n"
+        "h = http.server.ThreadingHTTPServer(('127.0.0.1', 0), H); h.body = b'hello'\n"
+        "t = http.server.ThreadingHTTPServer(('127.0.0.1', 0), H); t.body = b'tls-hello'\n"
+        "c = ssl.SSLContext(ssl.PROTOCOL_TLS_SERVER); c.load_cert_chain(sys.argv[1], sys.argv[2])\n"
+        "t.socket = c.wrap_socket(t.socket, server_side=True)\n"
+        "for s in (h, t): threading.Thread(target=s.serve_forever, daemon=True).start()\n"
+        "async def echo(r, w):\n"
+        "    while True:\n"
+        "        b = await r.read(4096)\n"
+        "        if not b: break\n"
+        "        w.write(b); await w.drain()\n"
+        "    w.close()\n"
+        "async def main():\n"
+        "    e = await asyncio.start_server(echo, '127.0.0.1', 0, backlog=4096)\n"
+        "    print(h.server_address[1], t.server_address[1], e.sockets[0].getsockname()[1], flush=True)\n"
+        "    await e.serve_forever()\n"
+        "asyncio.run(main())\n";
+
+static pid_t up_pid;
+static int http_port, tls_port, echo_port;
+static char certdir[512];
+
+static void upstreams_start(void)
+{
+        char path[600], cert[600], key[600], cmd[2048];
+        int pipefd[2];
+        FILE *f;
+        char *dir = testenv_tmpdir();
+
+        snprintf(certdir, sizeof(certdir), "%s", dir);
+        free(dir);
+        snprintf(cert, sizeof(cert), "%s/cert.pem", certdir);
+        snprintf(key, sizeof(key), "%s/key.pem", certdir);
+        snprintf(cmd, sizeof(cmd),
+                 "openssl req -x509 -newkey ec -pkeyopt ec_paramgen_curve:prime256v1 -nodes -days 1 -subj /CN=tls.test "
+                 "-addext subjectAltName=DNS:tls.test -keyout %s -out %s >/dev/null 2>&1",
+                 key, cert);
+        cr_assert_eq(system(cmd), 0, "openssl");
+        chmod(cert, 0644);
+        snprintf(path, sizeof(path), "%s/upstreams.py", certdir);
+        f = fopen(path, "w");
+        cr_assert_not_null(f);
+        fputs(upstreams_py, f);
+        fclose(f);
+        cr_assert_eq(pipe2(pipefd, O_CLOEXEC), 0);
+        up_pid = fork();
+        cr_assert_geq(up_pid, 0);
+        if (up_pid == 0) {
+                dup2(pipefd[1], 1);
+                execlp("python3", "python3", path, cert, key, (char *)NULL);
+                _exit(127);
+        }
+        close(pipefd[1]);
+        f = fdopen(pipefd[0], "r");
+        cr_assert(fscanf(f, "%d %d %d", &http_port, &tls_port, &echo_port) == 3, "the upstreams did not start");
+        fclose(f);
+}
+
+static void upstreams_stop(void)
+{
+        if (up_pid > 0) {
+                kill(up_pid, SIGTERM);
+                waitpid(up_pid, NULL, 0);
+                up_pid = 0;
+        }
+}
+
+static void open_daemon(void)
+{
+        struct sbx_error err = {0};
+        if (!cfg.data_dir[0]) {
+                fixture_config(&cfg);
+                snprintf(cfg.image, sizeof(cfg.image), "%s", TESTENV_PYTHON_IMAGE);
+                snprintf(cfg.network_default, sizeof(cfg.network_default), "none");
+                cfg.memory_bytes = 256 << 20;
+                cr_assert_eq(config_set(&cfg, "egress_allow", "up.test:*, tls.test:*, echo.test:*", &err), 0);
+                cr_assert_eq(config_set(&cfg, "egress_resolve",
+                                        "up.test=127.0.0.1, tls.test=127.0.0.1, echo.test=127.0.0.1, "
+                                        "blocked.test=127.0.0.1",
+                                        &err),
+                             0);
+                cr_assert_eq(config_set(&cfg, "egress_allow_private", "127.0.0.1/32", &err), 0);
+                cr_assert_eq(config_set(&cfg, "egress_max_tunnels_per_session", "1100", &err), 0);
+                cr_assert_eq(config_set(&cfg, "egress_max_tunnels_per_user", "1100", &err), 0);
+                cr_assert_eq(config_set(&cfg, "egress_conns_per_minute", "100000", &err), 0);
+        }
+        d = fixture_open(&cfg, false);
+}
+
+static char *sh(const char *session, const char *command, int *ret_code)
+{
+        struct exec_request req = {.user = "u1", .session = session, .command = command, .actor = "test",
+                                   .timeout_s = 120};
+        struct exec_result res;
+        struct sbx_error err = {0};
+        char *out;
+
+        cr_assert_eq(exec_run(d->exec, &req, &res, &err), 0, "%s: %s", command, err.msg);
+        out = strndup(res.stdout_head, res.stdout_head_len);
+        if (ret_code)
+                *ret_code = res.exit_code;
+        exec_result_done(&res);
+        return out;
+}
+
+/* Put the test CA where the sandbox can read it: the session's workspace. */
+static void give_cert(const char *session)
+{
+        struct session_info info;
+        char src[600], dst[700], cmd[1500];
+
+        cr_assert_eq(session_get_info(d->sessions, "u1", session, &info), 0);
+        snprintf(src, sizeof(src), "%s/cert.pem", certdir);
+        snprintf(dst, sizeof(dst), "%s/cert.pem", info.workspace);
+        session_info_done(&info);
+        snprintf(cmd, sizeof(cmd), "cp %s %s && chmod 0644 %s", src, dst, dst);
+        cr_assert_eq(system(cmd), 0);
+}
+
+Test(egress_ct, urllib_reaches_http_and_https_and_a_blocked_name_is_recorded)
+{
+        char cmd[2048], *out;
+        struct store_egress_entry *rows = NULL;
+        size_t n = 0;
+        bool blocked_seen = false, allowed_seen = false;
+        int code;
+
+        upstreams_start();
+        open_daemon();
+        free(sh("e", "true", NULL));
+        give_cert("e");
+        snprintf(cmd, sizeof(cmd),
+                 "python3 -c \"import ssl, urllib.request as u, urllib.error as e\n"
+                 "c = ssl.create_default_context(cafile='/workspace/cert.pem')\n"
+                 "print(u.urlopen('http://up.test:%d/', timeout=30).read().decode())\n"
+                 "print(u.urlopen('https://tls.test:%d/', timeout=30, context=c).read().decode())\n"
+                 "try:\n"
+                 "    u.urlopen('http://blocked.test:%d/', timeout=30)\n"
+                 "except e.HTTPError as x:\n"
+                 "    print(x.code)\"",
+                 http_port, tls_port, http_port);
+        out = sh("e", cmd, &code);
+        cr_assert_str_eq(out, "hello\ntls-hello\n403\n", "exit %d", code);
+        free(out);
+        /* without the proxy there is no way out */
+        snprintf(cmd, sizeof(cmd),
+                 "python3 -c \"import socket\ntry:\n socket.create_connection(('127.0.0.1', %d), timeout=5); "
+                 "print('reached')\nexcept OSError as x: print('refused')\"",
+                 http_port);
+        out = sh("e", cmd, NULL);
+        cr_assert_str_eq(out, "refused\n", "the host's loopback is not the container's");
+        free(out);
+
+        cr_assert_eq(store_egress_log_list(d->store, "u1", "e", 100, &rows, &n), 0);
+        for (size_t i = 0; i < n; i++) {
+                if (strcmp(rows[i].host, "blocked.test") == 0 && strcmp(rows[i].decision, "blocked") == 0 &&
+                    strcmp(rows[i].reason, "not_allowed") == 0)
+                        blocked_seen = true;
+                if (strcmp(rows[i].host, "tls.test") == 0 && strcmp(rows[i].method, "CONNECT") == 0 &&
+                    strcmp(rows[i].decision, "allowed") == 0 && rows[i].bytes_down > 0)
+                        allowed_seen = true;
+        }
+        free(rows);
+        cr_assert(blocked_seen, "the blocked request has its row");
+        cr_assert(allowed_seen, "the CONNECT tunnel has its row with bytes");
+        {
+                cJSON *p = egress_rules_policy_json(d->store, d->privacy, &d->cfg, "u1", "e");
+                cr_assert_str_eq(cJSON_GetObjectItem(p, "mode")->valuestring, "egress");
+                cr_assert_eq(cJSON_GetArraySize(cJSON_GetObjectItem(p, "allow")), 3);
+                cJSON_Delete(p);
+        }
+        daemon_close(d);
+        upstreams_stop();
+}
+
+#define N_TUNNELS 1000
+
+Test(egress_ct, a_thousand_concurrent_tunnels_through_one_session)
+{
+        char cmd[4096], *out;
+        int code;
+
+        upstreams_start();
+        open_daemon();
+        /* one asyncio process: every tunnel is up (CONNECT answered, a byte echoed)
+         * before any closes; opened 100 at a time (the runner's egress.sock
+         * backlog is 128), all held at once */
+        snprintf(cmd, sizeof(cmd),
+                 "python3 -c \"import asyncio, resource\n"
+                 "resource.setrlimit(resource.RLIMIT_NOFILE, (4096, resource.getrlimit(resource.RLIMIT_NOFILE)[1]))\n"
+                 "N = %d\n"
+                 "async def one(ready, go):\n"
+                 "    r, w = await asyncio.open_connection('127.0.0.1', 3128)\n"
+                 "    w.write(b'CONNECT echo.test:%d HTTP/1.1\\\\r\\\\n\\\\r\\\\n')\n"
+                 "    head = await r.readuntil(b'\\\\r\\\\n\\\\r\\\\n')\n"
+                 "    w.write(b'x'); ok = head.startswith(b'HTTP/1.1 200') and await r.readexactly(1) == b'x'\n"
+                 "    ready.append(ok)\n"
+                 "    await go.wait(); w.close(); return ok\n"
+                 "async def main():\n"
+                 "    ready, go = [], asyncio.Event()\n"
+                 "    tasks = []\n"
+                 "    for b in range(0, N, 100):\n"
+                 "        tasks += [asyncio.create_task(one(ready, go)) for _ in range(100)]\n"
+                 "        while len(ready) < b + 100 and not any(t.done() for t in tasks): await asyncio.sleep(0.05)\n"
+                 "    print(sum(ready), flush=True); go.set()\n"
+                 "    for r in await asyncio.gather(*tasks, return_exceptions=True):\n"
+                 "        if isinstance(r, Exception): print(repr(r)); break\n"
+                 "try: asyncio.run(main())\n"
+                 "except Exception as x: print(repr(x))\"",
+                 N_TUNNELS, echo_port);
+        out = sh("k", cmd, &code);
+        cr_assert(strcmp(out, "1000\n") == 0, "tunnels up at once (exit %d): %s", code, out);
+        free(out);
+        daemon_close(d);
+        upstreams_stop();
+}
+
+static const char holder_py[] =
+        "python3 -c \"import socket, time\n"
+        "s = socket.create_connection(('127.0.0.1', 3128))\n"
+        "s.sendall(b'CONNECT echo.test:%d HTTP/1.1\\r\\n\\r\\n')\n"
+        "s.recv(100)\n"
+        "while True:\n"
+        "    s.sendall(b'p')\n"
+        "    if not s.recv(1): break\n"
+        "    time.sleep(0.2)\n"
+        "time.sleep(3600)\"";
+
+Test(egress_ct, mark_private_closes_open_tunnels_and_survives_a_restart)
+{
+        struct sbx_error err = {0};
+        struct egress_stats es = {0};
+        char cmd[2048], *out;
+        struct store_egress_entry *rows = NULL;
+        size_t n = 0;
+        bool ratchet_row = false;
+
+        upstreams_start();
+        open_daemon();
+        free(sh("p", "true", NULL));
+        snprintf(cmd, sizeof(cmd), holder_py, echo_port);
+        cr_assert_eq(service_start(d->services, "u1", "p", "holder", cmd, NULL, NULL, &err), 0, "%s", err.msg);
+        for (int i = 0; i < 300 && !(egress_session_stats(d->egress, "u1", "p", &es) == 0 && es.open == 1); i++)
+                usleep(100000);
+        cr_assert_eq(es.open, 1, "the holder's tunnel is open");
+
+        cr_assert_eq(privacy_mark(d->privacy, "u1", "p", "payroll", "hr", "test", &err), 0, "%s", err.msg);
+        cr_assert_eq(egress_session_stats(d->egress, "u1", "p", &es), 0);
+        cr_assert_eq(es.open, 0, "closed before mark_private returned");
+        cr_assert_eq(store_egress_log_list(d->store, "u1", "p", 10, &rows, &n), 0);
+        for (size_t i = 0; i < n; i++)
+                ratchet_row |= strcmp(rows[i].reason, "ratchet") == 0 && strcmp(rows[i].decision, "allowed") == 0;
+        free(rows);
+        cr_assert(ratchet_row, "the closed tunnel's row says why");
+
+        snprintf(cmd, sizeof(cmd),
+                 "python3 -c \"import urllib.request as u, time\nt = time.monotonic()\ntry:\n"
+                 " u.urlopen('http://up.test:%d/', timeout=30); print('reached')\n"
+                 "except Exception as x: print('failed', 'fast' if time.monotonic() - t < 10 else 'slow')\"",
+                 http_port);
+        out = sh("p", cmd, NULL);
+        cr_assert_str_eq(out, "failed fast\n", "a new request fails at once");
+        free(out);
+
+        /* a restart: still private, still no socket */
+        daemon_close(d);
+        open_daemon();
+        cr_assert(privacy_is_private(d->privacy, "u1", "p"));
+        out = sh("p", "ls /run/sandboxd", NULL);
+        cr_assert_null(strstr(out, "egress.sock"), "runner dir after a restart: %s", out);
+        free(out);
+        out = sh("p", cmd, NULL);
+        cr_assert_str_eq(out, "failed fast\n");
+        free(out);
+        {
+                cJSON *p = egress_rules_policy_json(d->store, d->privacy, &d->cfg, "u1", "p");
+                cr_assert_str_eq(cJSON_GetObjectItem(p, "mode")->valuestring, "none");
+                cJSON_Delete(p);
+        }
+        daemon_close(d);
+        upstreams_stop();
+}
+
+/* The admin side: sandboxctl egress-allow / egress-policy / egress / stats,
+ * and metrics, on the admin socket (no container needed). */
+static int ctl(const char *args, char **out)
+{
+        return fixture_sandboxctl(SANDBOXD_BINARY_DIR, cfg.admin_socket, args, out);
+}
+
+Test(egress_ct, sandboxctl_manages_additions_and_shows_the_log)
+{
+        struct store_egress_entry row = {.ts = 1, .port = 443, .bytes_up = 10, .bytes_down = 20};
+        char *out = NULL;
+
+        fixture_config(&cfg);
+        snprintf(cfg.network_default, sizeof(cfg.network_default), "none");
+        cr_assert_eq(config_set(&cfg, "egress_allow", "pypi.org", NULL), 0);
+        d = fixture_open_sockets(&cfg);
+
+        cr_assert_eq(ctl("egress-allow u1 '*.corp.example:8443' --session s9", &out), 0, "%s", out);
+        cr_assert(strstr(out, "*.corp.example:8443") && strstr(out, "session"), "%s", out);
+        free(out);
+        cr_assert_eq(ctl("egress-allow u1 github.com", &out), 0, "%s", out);
+        free(out);
+        cr_assert_neq(ctl("egress-allow u1 '*'", &out), 0, "allow-all is the config's alone");
+        free(out);
+        cr_assert_eq(ctl("egress-policy u1 s9", &out), 0, "%s", out);
+        cr_assert(strstr(out, "mode: egress") && strstr(out, "config   pypi.org") && strstr(out, "user     github.com") &&
+                          strstr(out, "session  *.corp.example:8443"),
+                  "%s", out);
+        free(out);
+        cr_assert_eq(ctl("egress-deny u1 github.com", &out), 0, "%s", out);
+        cr_assert_null(strstr(out, "github.com"), "%s", out);
+        free(out);
+
+        snprintf(row.host, sizeof(row.host), "blocked.example");
+        snprintf(row.method, sizeof(row.method), "CONNECT");
+        snprintf(row.decision, sizeof(row.decision), "blocked");
+        snprintf(row.reason, sizeof(row.reason), "not_allowed");
+        cr_assert_eq(store_egress_log_add(d->store, "u1", "s9", &row), 0);
+        cr_assert_eq(ctl("egress u1 s9", &out), 0, "%s", out);
+        cr_assert(strstr(out, "DECISION") && strstr(out, "blocked.example") && strstr(out, "not_allowed"), "%s", out);
+        free(out);
+        cr_assert_eq(ctl("stats", &out), 0, "%s", out);
+        cr_assert(strstr(out, "egress:"), "%s", out);
+        free(out);
+        cr_assert_eq(ctl("metrics", &out), 0, "%s", out);
+        cr_assert(strstr(out, "sandboxd_egress_total{decision=\"blocked\"}"), "%s", out);
+        free(out);
+        daemon_close(d);
+}

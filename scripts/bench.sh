@@ -21,8 +21,8 @@
 #                against the API socket; well under a minute)
 #   --only pool  only the warm pool rows: first_command_new_session with the
 #                pool full (against docker run -d + docker exec) and drained,
-#                and the refill rate; the daemon gets pool_size 4 and
-#                ports_per_session 0 (about a minute)
+#                and the refill rate; the daemon gets pool_size 4 (about a
+#                minute)
 #   --json PATH  where to write the results
 #
 # Every container made here is removed on exit, success or failure: the
@@ -151,9 +151,7 @@ export SANDBOXD_MAX_EXEC_PER_USER=${SANDBOXD_MAX_EXEC_PER_USER:-64}
 export SANDBOXD_MONITOR_INTERVAL=${SANDBOXD_MONITOR_INTERVAL:-2s}
 export SANDBOXD_IDLE_TIMEOUT=${SANDBOXD_IDLE_TIMEOUT:-1h}
 if ((only_pool)); then
-	# the pool serves sessions that publish no ports (README, "The warm pool")
 	export SANDBOXD_POOL_SIZE=${SANDBOXD_POOL_SIZE:-4}
-	export SANDBOXD_PORTS_PER_SESSION=${SANDBOXD_PORTS_PER_SESSION:-0}
 fi
 # the HTTPS front on loopback (an ephemeral port: the benchmark reads it from the log)
 mkdir -m 700 "$TMP/tls"

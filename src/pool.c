@@ -454,8 +454,16 @@ int pool_claim(struct pool *p, const char *user, const char *session, const char
         }
         if (r == 0)
                 hook("claiming");
-        if (r == 0)
+        if (r == 0) {
                 r = finish_claim(p->cfg, p->store, p->runner, &row, ret->workspace, &ret->uid, err);
+                if (r < 0) {
+                        /* the slot goes whole (a workspace it already moved stays the session's, and the
+                         * cold path hands its files to the session's own uid): never two containers on
+                         * one workspace, and nothing left 'claiming' */
+                        slot_discard(p->cfg, p->store, p->docker, p->runner, row.slot, row.container_id);
+                        r = r == -ENOENT ? -EIO : r;
+                }
+        }
         pthread_mutex_lock(&p->lock);
         if (r == 0)
                 p->claims++;

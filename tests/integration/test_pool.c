@@ -197,6 +197,10 @@ Test(pool, first_command_runs_in_a_pool_container_with_its_own_workspace_and_the
                 cr_assert_eq(fixture_sandboxctl(SANDBOXD_BINARY_DIR, cfg.admin_socket, "pool", &out), 0, "%s", out);
                 cr_assert_not_null(strstr(out, "READY"), "%s", out);
                 free(out);
+                out = NULL;
+                cr_assert_eq(fixture_sandboxctl(SANDBOXD_BINARY_DIR, cfg.admin_socket, "metrics", &out), 0, "%s", out);
+                cr_assert_not_null(strstr(out, "sandboxd_pool_claims_total{outcome=\"claimed\"} 2"), "%s", out);
+                free(out);
         }
         daemon_close(d);
         remove_run_containers();

@@ -48,7 +48,7 @@ PYTHON_BASE_REPO=sandboxd/base-python
 PYTHON_PACKAGES=(
 	python3 python3-pip python3-numpy python3-pandas python3-matplotlib
 	python3-munkres
-	nodejs bash coreutils procps iproute2 lsof ca-certificates passwd
+	nodejs bash coreutils procps iproute2 lsof ca-certificates passwd curl
 )
 PYTHON_VARIANT=minbase
 # apt installs Recommends by default inside mmdebstrap too; here they would

@@ -3,12 +3,17 @@
  * clear_scripts, and run_code's cache and script parameters through the
  * hooks below), and sessions as tools (create_session, destroy_session,
  * list_sessions). Like api_methods.c: type-check, call the modules, format;
- * every method acts for the token's user only. No state, no threads. */
+ * every method acts for the token's user only. No threads. One piece of
+ * state: the user:session keys a create_session is making right now
+ * (creating_lock guards them), so two calls for one name cannot both
+ * succeed while the first is still making its container. */
 #include <cjson/cJSON.h>
 #include <ctype.h>
 #include <errno.h>
 #include <inttypes.h>
+#include <pthread.h>
 #include <stdio.h>
+#include <stdlib.h>
 #include <string.h>
 
 #include "api_internal.h"
@@ -436,16 +441,59 @@ static void add_options(struct req *q, const char *session, cJSON *o)
         store_session_options_done(&opt);
 }
 
+/* The names create_session is making: a bounded set, never waited on. */
+#define CREATING_MAX 256
+static pthread_mutex_t creating_lock = PTHREAD_MUTEX_INITIALIZER;
+static char *creating[CREATING_MAX];
+
+/* 0 when key was free and is now ours, -EEXIST when another call has it,
+ * -EBUSY when CREATING_MAX creations are under way. */
+static int creating_claim(const char *user, const char *session, char **ret_key)
+{
+        char *key = NULL;
+        int free_slot = -1, r = 0;
+
+        if (asprintf(&key, "%s:%s", user, session) < 0)
+                return -ENOMEM;
+        pthread_mutex_lock(&creating_lock);
+        for (int i = 0; i < CREATING_MAX && r == 0; i++) {
+                if (!creating[i])
+                        free_slot = free_slot < 0 ? i : free_slot;
+                else if (strcmp(creating[i], key) == 0)
+                        r = -EEXIST;
+        }
+        if (r == 0 && free_slot < 0)
+                r = -EBUSY;
+        if (r == 0)
+                creating[free_slot] = key;
+        pthread_mutex_unlock(&creating_lock);
+        if (r < 0) {
+                free(key);
+                return r;
+        }
+        *ret_key = key;
+        return 0;
+}
+
+static void creating_release(char *key)
+{
+        pthread_mutex_lock(&creating_lock);
+        for (int i = 0; i < CREATING_MAX; i++)
+                if (creating[i] == key)
+                        creating[i] = NULL;
+        pthread_mutex_unlock(&creating_lock);
+        free(key);
+}
+
+static int create_session_claimed(struct req *q, const char *image, int64_t ttl, char *env_json, cJSON **ret,
+                                  struct api_err *e);
+
 int api_m_create_session(struct req *q, cJSON **ret, struct api_err *e)
 {
         const char *image;
         int64_t ttl;
         _cleanup_free_ char *env_json = NULL;
-        char generated[24];
-        struct session_info info;
-        struct session *s = NULL;
-        struct sbx_error err = {0};
-        struct store_session_options opt = {0};
+        char generated[24], *key = NULL;
         int r;
 
         if (api_param_string(q, "image", false, &image, e) < 0 ||
@@ -461,6 +509,27 @@ int api_m_create_session(struct req *q, cJSON **ret, struct api_err *e)
                 snprintf(generated, sizeof(generated), "s-%s", hex);
                 q->session = generated;
         }
+        r = creating_claim(q->tok.user, q->session, &key);
+        if (r == -EEXIST)
+                return api_fail(e, "conflict", "session %s is being created by another call", q->session);
+        if (r == -EBUSY)
+                return api_fail(e, "busy", "too many sessions are being created at once; retry");
+        if (r < 0)
+                return api_fail(e, "internal", "out of memory");
+        r = create_session_claimed(q, image, ttl, env_json, ret, e);
+        creating_release(key);
+        return r;
+}
+
+static int create_session_claimed(struct req *q, const char *image, int64_t ttl, char *env_json, cJSON **ret,
+                                  struct api_err *e)
+{
+        struct session_info info;
+        struct session *s = NULL;
+        struct sbx_error err = {0};
+        struct store_session_options opt = {0};
+        int r;
+
         if (session_get_info(q->d->sessions, q->tok.user, q->session, &info) == 0) {
                 session_info_done(&info);
                 return api_fail(e, "conflict", "session %s exists: use it, or destroy_session it first", q->session);

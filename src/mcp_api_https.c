@@ -16,11 +16,13 @@
  * socketpair whose other end the transfer's progress callback watches, so
  * the transfer is aborted within a poll interval (curl calls it at least
  * once a second). mcp_https_configure runs once, before any thread. */
+#include <arpa/inet.h>
 #include <curl/curl.h>
 #include <errno.h>
 #include <poll.h>
 #include <stdio.h>
 #include <string.h>
+#include <strings.h>
 #include <sys/socket.h>
 #include <unistd.h>
 
@@ -62,13 +64,31 @@ bool mcp_https_is_url(const char *s)
         return s && (strncmp(s, "https://", 8) == 0 || strncmp(s, "http://", 7) == 0);
 }
 
+/* The URL's host as libcurl parses it (what it will connect to), not a
+ * prefix of the text: "http://127.0.0.1@evil.example/" is evil.example's,
+ * and "http://127.evil.example" a name anyone may resolve. No userinfo. */
 static bool loopback_host(const char *url)
 {
-        static const char *const hosts[] = {"http://127.", "http://localhost:", "http://localhost/", "http://[::1]"};
-        for (size_t i = 0; i < ELEMENTSOF(hosts); i++)
-                if (strncmp(url, hosts[i], strlen(hosts[i])) == 0)
-                        return true;
-        return strcmp(url, "http://localhost") == 0;
+        CURLU *u = curl_url();
+        char *host = NULL, *user = NULL;
+        bool ok = false;
+
+        if (!u || curl_url_set(u, CURLUPART_URL, url, 0) != CURLUE_OK ||
+            curl_url_get(u, CURLUPART_HOST, &host, 0) != CURLUE_OK || !host)
+                goto out;
+        if (curl_url_get(u, CURLUPART_USER, &user, 0) == CURLUE_OK && user)
+                goto out; /* no credentials in the URL: and it hides the host from a reader */
+        if (strcasecmp(host, "localhost") == 0 || strcmp(host, "[::1]") == 0)
+                ok = true;
+        else {
+                struct in_addr a;
+                ok = inet_pton(AF_INET, host, &a) == 1 && (ntohl(a.s_addr) >> 24) == 127;
+        }
+out:
+        curl_free(host);
+        curl_free(user);
+        curl_url_cleanup(u);
+        return ok;
 }
 
 int mcp_https_check_url(const char *url, struct sbx_error *err)

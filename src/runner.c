@@ -45,6 +45,7 @@
 
 #define WRITE_DEADLINE_MS 2000
 #define MAX_EVENTS 64
+#define PING_RETRY_MS 100 /* a ping that could not go now is tried again after this */
 #define ACK_EVERY (64 * 1024) /* unacknowledged bytes that wake the waiter to acknowledge them */
 
 /* An execution a reconnected runner still holds, until claimed. */
@@ -276,6 +277,42 @@ static int send_frame(struct runner_chan *c, int cfd, uint16_t type, uint16_t fl
         return r;
 }
 
+/* A frame without payload (RP_PING, RP_FORGET) from the hub thread, which
+ * must never wait on one runner: not for its write lock (a writer may hold
+ * it up to WRITE_DEADLINE_MS against a runner that never reads) and not for
+ * room in its socket. -EAGAIN when it cannot go now: a ping is due again
+ * next heartbeat (silence is judged by last_rx), and a job not forgotten is
+ * listed again at the runner's next connect. */
+static int send_frame_nowait(struct runner_chan *c, int cfd, uint16_t type, uint32_t tag)
+{
+        struct rp_hdr hdr = {.len = 0, .type = type, .flags = 0, .tag = tag};
+        ssize_t n;
+        int r;
+
+        if (pthread_mutex_trylock(&c->wlock) != 0)
+                return -EAGAIN;
+        pthread_mutex_lock(&c->h->lock);
+        bool same = c->cfd == cfd && cfd >= 0;
+        pthread_mutex_unlock(&c->h->lock);
+        if (!same)
+                r = -ECONNRESET;
+        else {
+                do
+                        n = send(cfd, &hdr, sizeof(hdr), MSG_DONTWAIT | MSG_NOSIGNAL);
+                while (n < 0 && errno == EINTR);
+                if (n == (ssize_t)sizeof(hdr))
+                        r = 0;
+                else if (n < 0)
+                        r = errno == EAGAIN ? -EAGAIN : -errno;
+                else {
+                        r = -EIO; /* a half-written header: the hub thread closes it */
+                        (void)shutdown(cfd, SHUT_RDWR);
+                }
+        }
+        pthread_mutex_unlock(&c->wlock);
+        return r;
+}
+
 /* ---- frames from the runner (hub thread) ---- */
 
 static struct runner_exec *exec_find_ref(struct runner_hub *h, struct runner_chan *c, uint32_t tag)
@@ -382,7 +419,7 @@ static bool jobs_listed(struct runner_hub *h, struct runner_chan *c)
         pthread_cond_broadcast(&h->cond);
         pthread_mutex_unlock(&h->lock);
         for (size_t i = 0; i < n; i++)
-                (void)send_frame(c, cfd, RP_FORGET, 0, forget[i], NULL, 0, NULL, 0);
+                (void)send_frame_nowait(c, cfd, RP_FORGET, forget[i]);
         if (n)
                 log_ctx(LOG_LEVEL_INFO, c->user, c->session, NULL,
                         "the runner held %zu executions nobody adopts: dropped", n);
@@ -510,9 +547,15 @@ static bool handle_frame(struct runner_hub *h, struct runner_chan *c, const stru
         return ok;
 }
 
+/* Reads at most CONN_READ_ROUNDS buffers per call: the socket is level
+ * triggered, so a runner that never pauses is read again on the next
+ * epoll_wait, after the other sessions' events, instead of holding the hub. */
+#define CONN_READ_ROUNDS 8
+
 static void conn_read(struct runner_hub *h, struct runner_chan *c)
 {
-        for (;;) {
+        for (int round = 0; round < CONN_READ_ROUNDS; round++) {
+                size_t off = 0;
                 ssize_t n = recv(c->cfd, c->inbuf + c->in_len, RP_HDR_LEN + RP_MAX_FROM_RUNNER - c->in_len,
                                  MSG_DONTWAIT);
                 if (n < 0 && errno == EINTR)
@@ -525,23 +568,28 @@ static void conn_read(struct runner_hub *h, struct runner_chan *c)
                 }
                 c->in_len += (size_t)n;
                 c->last_rx = sbx_now_ms();
+                /* frames are taken from off on and the rest moved down once:
+                 * not once per frame (a buffer of tiny frames was quadratic) */
                 for (;;) {
                         struct rp_hdr hdr;
-                        if (c->in_len < RP_HDR_LEN)
+                        if (c->in_len - off < RP_HDR_LEN)
                                 break;
-                        memcpy(&hdr, c->inbuf, RP_HDR_LEN);
+                        memcpy(&hdr, c->inbuf + off, RP_HDR_LEN);
                         if (hdr.len > RP_MAX_FROM_RUNNER) {
                                 conn_fail(h, c, "runner_protocol_error", "oversized frame");
                                 return;
                         }
-                        if (c->in_len < RP_HDR_LEN + hdr.len)
+                        if (c->in_len - off < RP_HDR_LEN + hdr.len)
                                 break;
-                        if (!handle_frame(h, c, &hdr, c->inbuf + RP_HDR_LEN)) {
+                        if (!handle_frame(h, c, &hdr, c->inbuf + off + RP_HDR_LEN)) {
                                 conn_fail(h, c, "runner_protocol_error", "invalid frame");
                                 return;
                         }
-                        memmove(c->inbuf, c->inbuf + RP_HDR_LEN + hdr.len, c->in_len - RP_HDR_LEN - hdr.len);
-                        c->in_len -= RP_HDR_LEN + hdr.len;
+                        off += RP_HDR_LEN + hdr.len;
+                }
+                if (off) {
+                        memmove(c->inbuf, c->inbuf + off, c->in_len - off);
+                        c->in_len -= off;
                 }
         }
 }
@@ -643,10 +691,15 @@ static void heartbeat(struct runner_hub *h)
                 pthread_mutex_unlock(&h->lock);
                 if (late)
                         conn_fail(h, late, "runner_unresponsive", "no heartbeat answer");
-                else if (due)
-                        (void)send_frame(due, cfd, RP_PING, 0, 0, NULL, 0, NULL, 0);
-                else
+                else if (!due)
                         return;
+                else if (send_frame_nowait(due, cfd, RP_PING, 0) == -EAGAIN) {
+                        /* a writer holds it, or its socket is full: try again soon,
+                         * so a long write does not cost a busy runner its pings */
+                        pthread_mutex_lock(&h->lock);
+                        due->last_ping = now - every + PING_RETRY_MS;
+                        pthread_mutex_unlock(&h->lock);
+                }
         }
 }
 

@@ -6,6 +6,7 @@
  * with and without purge). Lean: one daemon and one or two sessions per
  * test. */
 #include <criterion/criterion.h>
+#include <pthread.h>
 #include <libgen.h>
 #include <stdio.h>
 #include <string.h>
@@ -313,6 +314,54 @@ static void listed_state(const char *token, const char *session, char *ret, size
                         snprintf(ret, size, "%s", apic_str(s, "state"));
         }
         cJSON_Delete(r);
+}
+
+struct racer {
+        const char *env;
+        cJSON *reply;
+};
+
+static void *create_racer(void *ud)
+{
+        struct racer *r = ud;
+        char p[256];
+
+        snprintf(p, sizeof(p), "{\"session\": \"race\", \"env\": {\"WHO\": \"%s\"}}", r->env);
+        r->reply = call(tok_a, "create_session", p);
+        return NULL;
+}
+
+/* Two create_session calls for one name at once: one makes it, the other
+ * is a conflict, and the session's environment is the winner's. */
+Test(agent, concurrent_create_session_for_one_name)
+{
+        struct racer rs[2] = {{.env = "first"}, {.env = "second"}};
+        pthread_t t[2];
+        int won = -1, conflicts = 0;
+        cJSON *r;
+        char expect[32];
+
+        open_daemon(0);
+        for (int i = 0; i < 2; i++)
+                cr_assert_eq(pthread_create(&t[i], NULL, create_racer, &rs[i]), 0);
+        for (int i = 0; i < 2; i++)
+                pthread_join(t[i], NULL);
+        for (int i = 0; i < 2; i++) {
+                if (apic_result(rs[i].reply))
+                        won = i;
+                else if (strcmp(apic_code(rs[i].reply), "conflict") == 0)
+                        conflicts++;
+        }
+        cr_assert_geq(won, 0, "%s / %s", cJSON_PrintUnformatted(rs[0].reply), cJSON_PrintUnformatted(rs[1].reply));
+        cr_assert_eq(conflicts, 1, "%s / %s", cJSON_PrintUnformatted(rs[0].reply), cJSON_PrintUnformatted(rs[1].reply));
+        r = call(tok_a, "exec", "{\"session\": \"race\", \"command\": \"echo $WHO\"}");
+        cr_assert_not_null(apic_result(r), "%s", cJSON_PrintUnformatted(r));
+        snprintf(expect, sizeof(expect), "%s\n", rs[won].env);
+        cr_assert_str_eq(apic_str(apic_result(r), "stdout"), expect);
+        cJSON_Delete(r);
+        for (int i = 0; i < 2; i++)
+                cJSON_Delete(rs[i].reply);
+        close_daemon();
 }
 
 Test(agent, sessions_as_tools)

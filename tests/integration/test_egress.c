@@ -1,10 +1,10 @@
 /* Integration tests of the egress proxy through a sealed container (issue
- * 14): python's urllib inside, from the environment's proxy variables, via
+ * 14): python's urllib and curl inside, from the environment's proxy variables, via
  * the runner's 127.0.0.1:3128, the session's egress.sock and the daemon's
  * proxy, to upstream servers on the host's loopback (reached by name through
- * egress_resolve, allowed by egress_allow_private = 127.0.0.1/32). The
- * python image has no curl; tests/unit/test_egress.c drives curl host-side.
- * Traffic goes only to 127.0.0.1. */
+ * egress_resolve, allowed by egress_allow_private = 127.0.0.1/32).
+ * tests/unit/test_egress.c drives curl host-side too. Traffic goes only to
+ * 127.0.0.1. */
 #include <arpa/inet.h>
 #include <criterion/criterion.h>
 #include <errno.h>
@@ -193,6 +193,17 @@ Test(egress_ct, urllib_reaches_http_and_https_and_a_blocked_name_is_recorded)
                  http_port);
         out = sh("e", cmd, NULL);
         cr_assert_str_eq(out, "refused\n", "the host's loopback is not the container's");
+        free(out);
+        /* curl, from the same environment: the proxy variables alone take it out;
+         * --noproxy '*' finds nothing (exit 7, could not connect: at once, not 28, a timeout) */
+        snprintf(cmd, sizeof(cmd),
+                 "curl -s --max-time 30 http://up.test:%d/; echo; "
+                 "curl -s --max-time 30 --cacert /workspace/cert.pem https://tls.test:%d/; echo; "
+                 "curl -s --max-time 30 -o /dev/null -w '%%{http_code}' http://blocked.test:%d/; echo; "
+                 "curl -s --max-time 10 --noproxy '*' http://127.0.0.1:%d/; echo rc=$?",
+                 http_port, tls_port, http_port, http_port);
+        out = sh("e", cmd, &code);
+        cr_assert_str_eq(out, "hello\ntls-hello\n403\nrc=7\n", "exit %d", code);
         free(out);
 
         cr_assert_eq(store_egress_log_list(d->store, "u1", "e", 100, &rows, &n), 0);

@@ -1200,3 +1200,23 @@ Test(mcp_fake, calls_in_flight_are_capped)
         send_line("{\"jsonrpc\":\"2.0\",\"method\":\"notifications/cancelled\",\"params\":{\"requestId\":1}}");
         cr_assert_eq(mcp_drain(m, 10000), 0);
 }
+
+/* --url: plain http:// only to a loopback host, judged on the URL's real
+ * host (userinfo and look-alike names do not pass). */
+Test(mcp, plain_http_url_only_to_a_real_loopback_host)
+{
+        static const char *const ok[] = {"http://127.0.0.1:8443/", "http://127.1.2.3", "http://localhost:8443",
+                                         "http://localhost", "http://[::1]:8443/mcp", "https://sandbox.example:8443"};
+        static const char *const bad[] = {"http://127.0.0.1@evil.example/", "http://localhost:80@evil.example/",
+                                          "http://127.evil.example/", "http://[::1]@evil.example/",
+                                          "http://localhost.evil.example/", "http://user@localhost/"};
+
+        for (size_t i = 0; i < sizeof(ok) / sizeof(ok[0]); i++) {
+                struct sbx_error err = {0};
+                cr_expect_eq(mcp_https_check_url(ok[i], &err), 0, "%s refused: %s", ok[i], err.msg);
+        }
+        for (size_t i = 0; i < sizeof(bad) / sizeof(bad[0]); i++) {
+                struct sbx_error err = {0};
+                cr_expect_eq(mcp_https_check_url(bad[i], &err), -EINVAL, "%s accepted", bad[i]);
+        }
+}

@@ -215,3 +215,127 @@ Test(runner_ops, a_reply_past_the_request_is_refused)
         close(fd);
         cr_assert_eq(runner_file_read(h, "u1", "s2", "/workspace/x", 0, 10, buf, &len, &size, 200), -ENOTCONN);
 }
+
+/* A runner connected for session sess of user on hub (prepared here), hello sent. */
+static int fake_runner_on(struct runner_hub *hub, const char *user, const char *sess)
+{
+        struct sbx_error err = {0};
+        char d[SBX_PATH_MAX];
+        struct sockaddr_un sa = {.sun_family = AF_UNIX};
+        struct rp_hello hello = {.protocol = RP_PROTOCOL, .pid = 1};
+        int fd = socket(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC, 0);
+
+        cr_assert_eq(runner_hub_prepare(hub, user, sess, d, &err), 0, "%s", err.msg);
+        snprintf(sa.sun_path, sizeof(sa.sun_path), "%s/" RP_SOCKET_NAME, d);
+        for (int i = 0; i < 100 && connect(fd, (struct sockaddr *)&sa, sizeof(sa)) < 0; i++)
+                usleep(10000);
+        put(fd, RP_HELLO, 0, &hello, sizeof(hello), "fake", 4);
+        return fd;
+}
+
+static volatile int flood_stop;
+
+/* Valid frames (RP_PONG) as fast as the socket takes them, until told to stop. */
+static void *flooding_runner(void *ud)
+{
+        static struct rp_hdr frames[8192];
+        int fd = *(int *)ud;
+
+        for (size_t i = 0; i < sizeof(frames) / sizeof(frames[0]); i++)
+                frames[i] = (struct rp_hdr){.type = RP_PONG};
+        while (!flood_stop)
+                if (write(fd, frames, sizeof(frames)) < 0)
+                        break;
+        return NULL;
+}
+
+/* One runner sending without pause must not keep the hub thread from the
+ * other sessions' runners. */
+Test(runner_ops, a_flooding_runner_does_not_starve_the_others)
+{
+        int fd = fake_runner(), fd2;
+        pthread_t t;
+        bool served;
+
+        cr_assert_eq(pthread_create(&t, NULL, flooding_runner, &fd), 0);
+        usleep(100000); /* the hub is busy with the flood by now */
+        fd2 = fake_runner_on(h, "u1", "s2");
+        served = runner_hub_wait(h, "u1", "s2", 5000);
+        flood_stop = 1;
+        shutdown(fd, SHUT_RDWR);
+        pthread_join(t, NULL);
+        close(fd);
+        close(fd2);
+        cr_assert(served, "another session's runner was not served while one runner flooded the hub");
+        cr_assert_eq(lost_count(), 0, "valid frames are not a protocol error");
+}
+
+struct stuck {
+        struct runner_hub *hub;
+        int fd;
+};
+
+/* Keeps a runner that never reads alive: a pong every 50 ms. */
+static void *pong_only_runner(void *ud)
+{
+        struct stuck *st = ud;
+        struct rp_hdr pong = {.type = RP_PONG};
+
+        while (!flood_stop) {
+                if (write(st->fd, &pong, sizeof(pong)) < 0)
+                        break;
+                usleep(50000);
+        }
+        return NULL;
+}
+
+/* Fills the stuck runner's socket: the writer holds its write lock until
+ * its deadline. */
+static void *big_writer(void *ud)
+{
+        struct stuck *st = ud;
+        size_t len = 32u << 20;
+        char *data = calloc(1, len);
+
+        if (data)
+                (void)runner_file_write(st->hub, "u9", "s1", "/workspace/big", data, len, 10000);
+        free(data);
+        return NULL;
+}
+
+/* A runner that never reads, while the daemon writes to it, must not keep
+ * the hub thread (its heartbeat) from the other sessions' runners. */
+Test(runner_ops, a_runner_that_never_reads_does_not_block_the_hub)
+{
+        struct sbx_config cfg2 = cfg;
+        struct sbx_error err = {0};
+        struct runner_hub *hub = NULL;
+        char tmpl[] = "/tmp/sbx-runner-ops2-XXXXXX", cmd[SBX_PATH_MAX + 16];
+        struct stuck st;
+        pthread_t keep, writer;
+        bool served;
+        int fd2;
+
+        cr_assert_not_null(mkdtemp(tmpl));
+        snprintf(cfg2.data_dir, sizeof(cfg2.data_dir), "%s", tmpl);
+        cfg2.runner_heartbeat_ms = 100;
+        cr_assert_eq(runner_hub_new(&cfg2, &hub, &err), 0, "%s", err.msg);
+        st.hub = hub;
+        st.fd = fake_runner_on(hub, "u9", "s1");
+        cr_assert(runner_hub_wait(hub, "u9", "s1", 5000));
+        flood_stop = 0;
+        cr_assert_eq(pthread_create(&keep, NULL, pong_only_runner, &st), 0);
+        cr_assert_eq(pthread_create(&writer, NULL, big_writer, &st), 0);
+        usleep(300000); /* the writer is stuck and a ping has come due */
+        fd2 = fake_runner_on(hub, "u9", "s2");
+        served = runner_hub_wait(hub, "u9", "s2", 1000); /* the writer's deadline is 2 s */
+        flood_stop = 1;
+        pthread_join(writer, NULL);
+        pthread_join(keep, NULL);
+        close(st.fd);
+        close(fd2);
+        runner_hub_free(hub);
+        snprintf(cmd, sizeof(cmd), "rm -rf '%s'", tmpl);
+        cr_assert_eq(system(cmd), 0);
+        cr_assert(served, "the hub thread waited on a runner that never reads");
+}

@@ -248,8 +248,10 @@ int pool_reconcile(struct pool *p, struct sbx_error *err)
                             (slot && strcmp(slot, row->slot) == 0))
                                 c = &list[j];
                 }
+                /* ready slots beyond pool_size (lowered, or 0: off) go too */
                 if (strcmp(row->state, "ready") == 0 && c && strcmp(c->state, "running") == 0 &&
-                    strcmp(c->id, row->container_id) == 0 && runner_hub_adopt(p->runner, POOL_USER, row->slot) == 0) {
+                    strcmp(c->id, row->container_id) == 0 && adopted < (size_t)p->cfg->pool_size &&
+                    runner_hub_adopt(p->runner, POOL_USER, row->slot) == 0) {
                         adopted++;
                         continue;
                 }

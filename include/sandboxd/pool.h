@@ -64,7 +64,9 @@ void pool_free(struct pool *p);
 /* Finish every claim a previous daemon left half done. Run before the
  * session manager loads the session rows. */
 int pool_recover_claims(const struct sbx_config *cfg, struct store *st, struct docker *d, struct sbx_error *err);
-/* After a restart: adopt ready slots whose container runs, remove the rest
+/* After a restart: adopt ready slots whose container runs (at most
+ * pool_size: a pool turned off or made smaller gives its containers back),
+ * remove the rest
  * (container, runner directory, workspace, uid, row), and slot directories
  * and uids no row names. */
 int pool_reconcile(struct pool *p, struct sbx_error *err);

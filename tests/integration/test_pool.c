@@ -413,10 +413,17 @@ Test(pool, gc_keeps_held_slots_and_removes_what_no_slot_names)
         cr_assert_eq(pool_uids(st), 1);
         store_close(st);
 
-        /* the restart adopts the slot that is left and does not make a third */
+        /* the restart adopts the slot that is left (and refills beside it) */
         d = fixture_open(&cfg, false);
         wait_full();
         cr_assert_eq(fixture_count_containers(POOL_USER, rows[1].slot), 1);
+        daemon_close(d);
+        /* turned off: a restart gives every slot back */
+        cfg.pool_size = 0;
+        d = fixture_open(&cfg, false);
+        cr_assert_eq(fixture_count_containers(POOL_USER, rows[1].slot), 0, "a pool turned off kept its slot");
+        cr_assert_eq(pool_dir_entries(), 0);
+        cr_assert_eq(pool_uids(d->store), 0);
         daemon_close(d);
         remove_run_containers();
 }

@@ -152,6 +152,9 @@ export SANDBOXD_MONITOR_INTERVAL=${SANDBOXD_MONITOR_INTERVAL:-2s}
 export SANDBOXD_IDLE_TIMEOUT=${SANDBOXD_IDLE_TIMEOUT:-1h}
 if ((only_pool)); then
 	export SANDBOXD_POOL_SIZE=${SANDBOXD_POOL_SIZE:-4}
+else
+	# cold_session and the RSS rows measure the cold path and sessions alone
+	export SANDBOXD_POOL_SIZE=${SANDBOXD_POOL_SIZE:-0}
 fi
 # the HTTPS front on loopback (an ephemeral port: the benchmark reads it from the log)
 mkdir -m 700 "$TMP/tls"

@@ -701,14 +701,15 @@ static int phase_restart(struct bench *b)
 static void usage(FILE *f)
 {
         fprintf(f, "Usage: sandboxd-bench [--quick] --daemon BIN --bench-id ID [--json PATH] [--log FILE]\n"
-                   "                      [--pidfile FILE] [--baseline-port N] [--docker CLI] [--only noisy|http|network]\n"
+                   "                      [--pidfile FILE] [--baseline-port N] [--docker CLI]\n"
+                   "                      [--only noisy|http|network|pool]\n"
                    "                      [--http-ca FILE]\n"
                    "\n"
                    "Starts BIN (configured by the SANDBOXD_* environment, which this program reads\n"
                    "too) and measures it against plain docker run / docker exec. Meant to be run by\n"
                    "scripts/bench.sh, which prepares that environment and cleans up afterwards.\n"
                    "Baseline containers are labelled sandboxd.bench=ID. --only noisy runs the noisy\n"
-                   "neighbour phase alone, --only http the HTTPS round trip alone. --http-ca: the CA of\n"
+                   "neighbour phase alone, --only http the HTTPS round trip alone, --only pool the warm pool rows. --http-ca: the CA of\n"
                    "the daemon's HTTPS certificate (its http_listen); without it there is no HTTPS row.\n");
 }
 
@@ -728,7 +729,7 @@ int main(int argc, char **argv)
         double t_start = bench_now_ms(), dt;
         char log_default[SBX_PATH_MAX + 16];
         int c, rc = 0, s1, s2;
-        bool only_noisy = false, only_http = false, only_network = false;
+        bool only_noisy = false, only_http = false, only_network = false, only_pool = false;
 
         while ((c = getopt_long(argc, argv, "h", opts, NULL)) != -1) {
                 switch (c) {
@@ -748,6 +749,8 @@ int main(int argc, char **argv)
                                 only_http = true;
                         else if (strcmp(optarg, "network") == 0)
                                 only_network = true;
+                        else if (strcmp(optarg, "pool") == 0)
+                                only_pool = true;
                         else {
                                 usage(stderr);
                                 return 2;
@@ -813,8 +816,8 @@ int main(int argc, char **argv)
         sleep(1);
         rss_point(&b, 0, false, NULL);
 
-        if (only_noisy || only_http) {
-                if ((only_noisy ? phase_noisy(&b) : phase_http(&b)) < 0)
+        if (only_noisy || only_http || only_pool) {
+                if ((only_noisy ? phase_noisy(&b) : only_pool ? phase_pool(&b) : phase_http(&b)) < 0)
                         rc = 1;
                 goto out;
         }

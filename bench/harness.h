@@ -106,6 +106,9 @@ int phase_noisy(struct bench *b);
 /* http.c: http_exec_roundtrip, POST /v1/exec over HTTPS against the socket. */
 int phase_http(struct bench *b);
 
+/* pool.c: first_command_new_session (warm and cold) and pool_refill_rate. */
+int phase_pool(struct bench *b);
+
 /* ---- for the report ---- */
 
 cJSON *machine_info(struct bench *b);

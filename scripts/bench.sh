@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # bench.sh — measure sandboxd against plain Docker, in one run.
 #
-#   scripts/bench.sh [--quick] [--only noisy|http|network] [--json PATH]
+#   scripts/bench.sh [--quick] [--only noisy|http|network|pool] [--json PATH]
 #
 # Runs scripts/setup.sh (unless SANDBOXD_SKIP_SETUP=1), builds the daemon and
 # sandboxd-bench into $SANDBOXD_BUILD_DIR (default build/), then runs
@@ -19,6 +19,10 @@
 #                PSS of one published baseline container times S2
 #   --only http  only the http_exec_roundtrip row (POST /v1/exec over HTTPS
 #                against the API socket; well under a minute)
+#   --only pool  only the warm pool rows: first_command_new_session with the
+#                pool full (against docker run -d + docker exec) and drained,
+#                and the refill rate; the daemon gets pool_size 4 (about a
+#                minute)
 #   --json PATH  where to write the results
 #
 # Every container made here is removed on exit, success or failure: the
@@ -39,13 +43,16 @@ ROOT=$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)
 cd "$ROOT"
 
 quick=()
+only_pool=0
 json=bench/results.json
 while (($#)); do
 	case $1 in
 	--quick) quick+=(--quick) ;;
 	--only)
-		[[ $# -ge 2 && ($2 == noisy || $2 == http || $2 == network) ]] || { echo "bench: --only takes: noisy, http, network" >&2; exit 2; }
+		[[ $# -ge 2 && ($2 == noisy || $2 == http || $2 == network || $2 == pool) ]] ||
+			{ echo "bench: --only takes: noisy, http, network, pool" >&2; exit 2; }
 		quick+=(--only "$2")
+		[[ $2 == pool ]] && only_pool=1
 		shift
 		;;
 	--json)
@@ -55,7 +62,7 @@ while (($#)); do
 		;;
 	--json=*) json=${1#--json=} ;;
 	-h | --help) sed -n '2,/^# both sockets/s/^# \{0,1\}//p' "${BASH_SOURCE[0]}"; exit 0 ;;
-	*) echo "usage: scripts/bench.sh [--quick] [--only noisy|http|network] [--json PATH]" >&2; exit 2 ;;
+	*) echo "usage: scripts/bench.sh [--quick] [--only noisy|http|network|pool] [--json PATH]" >&2; exit 2 ;;
 	esac
 	shift
 done
@@ -143,6 +150,12 @@ export SANDBOXD_MAX_SESSIONS_PER_USER=${SANDBOXD_MAX_SESSIONS_PER_USER:-300}
 export SANDBOXD_MAX_EXEC_PER_USER=${SANDBOXD_MAX_EXEC_PER_USER:-64}
 export SANDBOXD_MONITOR_INTERVAL=${SANDBOXD_MONITOR_INTERVAL:-2s}
 export SANDBOXD_IDLE_TIMEOUT=${SANDBOXD_IDLE_TIMEOUT:-1h}
+if ((only_pool)); then
+	export SANDBOXD_POOL_SIZE=${SANDBOXD_POOL_SIZE:-4}
+else
+	# cold_session and the RSS rows measure the cold path and sessions alone
+	export SANDBOXD_POOL_SIZE=${SANDBOXD_POOL_SIZE:-0}
+fi
 # the HTTPS front on loopback (an ephemeral port: the benchmark reads it from the log)
 mkdir -m 700 "$TMP/tls"
 (

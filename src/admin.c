@@ -35,6 +35,7 @@
 #include "sandboxd/session.h"
 #include "sandboxd/store.h"
 #include "sandboxd/token.h"
+#include "sandboxd/pool.h"
 #include "sandboxd/usage.h"
 #include "sandboxd/utf8.h"
 #include "sandboxd/wsquota.h"
@@ -264,6 +265,31 @@ static int c_health(struct admin_req *q, cJSON **ret, struct admin_err *e)
         return 0;
 }
 
+/* The warm pool's numbers (pool.h): stats and sandboxctl pool. */
+static void add_pool(cJSON *o, struct pool *pl)
+{
+        struct pool_stats ps;
+        cJSON *p = cJSON_AddObjectToObject(o, "pool");
+
+        pool_stats(pl, &ps);
+        cJSON_AddNumberToObject(p, "size", ps.size);
+        cJSON_AddNumberToObject(p, "ready", (double)ps.ready);
+        cJSON_AddNumberToObject(p, "creating", (double)ps.creating);
+        cJSON_AddNumberToObject(p, "claims", (double)ps.claims);
+        cJSON_AddNumberToObject(p, "misses", (double)ps.misses);
+        cJSON_AddNumberToObject(p, "created", (double)ps.created);
+        cJSON_AddNumberToObject(p, "failed", (double)ps.failed);
+        cJSON_AddNumberToObject(p, "refill_per_s", ps.refill_per_s);
+}
+
+static int c_pool(struct admin_req *q, cJSON **ret, struct admin_err *e)
+{
+        (void)e;
+        *ret = cJSON_CreateObject();
+        add_pool(*ret, q->d->pool);
+        return 0;
+}
+
 static int c_stats(struct admin_req *q, cJSON **ret, struct admin_err *e)
 {
         size_t counts[4] = {0}, used = 0, total = 0;
@@ -293,6 +319,7 @@ static int c_stats(struct admin_req *q, cJSON **ret, struct admin_err *e)
         cJSON_AddNumberToObject(p, "total", (double)total);
         last = q->d->monitor ? monitor_last_poll(q->d->monitor) : 0;
         add_time(*ret, "monitor_last_poll", last);
+        add_pool(*ret, q->d->pool);
         {
                 struct egress_stats es;
                 egress_stats(q->d->egress, &es);
@@ -914,6 +941,7 @@ static const struct {
 } commands[] = {
         {"health", c_health},
         {"stats", c_stats},
+        {"pool", c_pool},
         {"metrics", c_metrics},
         {"sessions.list", c_sessions_list},
         {"sessions.top", c_sessions_top},

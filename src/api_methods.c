@@ -916,6 +916,7 @@ static int m_session_info(struct req *q, cJSON **ret, struct api_err *e)
         add_lower(*ret, "state", session_state_to_string(info.state));
         add_text_or_null(*ret, "network_mode", info.network_mode);
         add_text_or_null(*ret, "runtime", info.runtime);
+        cJSON_AddBoolToObject(*ret, "pooled", info.pooled);
         cJSON_AddBoolToObject(*ret, "private",
                               q->d->privacy && privacy_is_private(q->d->privacy, q->tok.user, q->session));
         add_datasets(*ret, q->d, q->tok.user, q->session);

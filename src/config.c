@@ -126,6 +126,8 @@ static const struct config_key keys[] = {
         {"container_port_base", CFG_INT, F(container_port_base), 0, 1, 65000, "8000", NULL,
          "the block forwards to container ports base..base+ports_per_session-1"},
         {"max_sessions", CFG_INT, F(max_sessions), 0, 1, 100000, "1000", NULL, "live sessions at most"},
+        {"pool_size", CFG_INT, F(pool_size), 0, 0, 1000, "2", NULL,
+         "warm pool: containers of the default image made ahead for new sessions (0: off)"},
         {"max_sessions_per_user", CFG_INT, F(max_sessions_per_user), 0, 1, 100000, "100", NULL,
          "live sessions of one user at most (overridable per user: sandboxctl quota)"},
         {"idle_timeout", CFG_DURATION, F(idle_timeout_s), 0, 10, 86400 * 365, "30m", NULL,

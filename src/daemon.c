@@ -26,6 +26,7 @@
 #include "sandboxd/session.h"
 #include "sandboxd/sessuid.h"
 #include "sandboxd/store.h"
+#include "sandboxd/pool.h"
 #include "sandboxd/wsquota.h"
 
 /* A destroyed session's runner socket and directory go with it; any other
@@ -65,6 +66,13 @@ static void runner_lost(const char *user, const char *session, const char *cause
         if (info.container_id[0])
                 (void)session_mark_failed(m, user, session, info.container_id, cause);
         session_info_done(&info);
+}
+
+static size_t live_sessions(void *ud)
+{
+        size_t counts[4] = {0};
+        session_counts(ud, counts);
+        return counts[SESSION_CREATING] + counts[SESSION_RUNNING];
 }
 
 /* After a restart: listen again for every running session's runner, and
@@ -160,6 +168,10 @@ int daemon_open(const struct sbx_config *cfg, const struct daemon_options *opts,
         r = quota_new(d->store, &d->quota, err);
         if (r < 0)
                 goto fail;
+        /* claims a previous daemon began are finished before the session rows load */
+        r = pool_recover_claims(&d->cfg, d->store, d->docker, err);
+        if (r < 0)
+                goto fail;
         r = session_manager_new(&d->cfg, d->docker, d->store, d->ports, opts->extra_labels, &d->sessions, err);
         if (r < 0)
                 goto fail;
@@ -170,6 +182,11 @@ int daemon_open(const struct sbx_config *cfg, const struct daemon_options *opts,
         if (!runner_hub_binary(d->runner))
                 log_warn("the runner binary is missing or not root-owned: containers run without it (docker exec)");
         session_set_runner_hub(d->sessions, d->runner);
+        r = pool_new(&d->cfg, d->docker, d->store, d->runner, opts->extra_labels, &d->pool, err);
+        if (r < 0)
+                goto fail;
+        pool_set_load_fn(d->pool, live_sessions, d->sessions);
+        session_set_pool(d->sessions, d->pool);
         (void)session_register_failure_handler(d->sessions, drop_runner, d->runner);
         runner_hub_set_lost_handler(d->runner, runner_lost, d->sessions);
         r = privacy_new(d->store, d->sessions, &d->privacy, err);
@@ -206,7 +223,11 @@ int daemon_open(const struct sbx_config *cfg, const struct daemon_options *opts,
                 goto fail;
         service_set_quota(d->services, d->quota);
         service_set_runner(d->services, d->runner);
-        r = session_reconcile(d->sessions, NULL, err);
+        r = pool_reconcile(d->pool, err);
+        if (r == 0)
+                r = session_reconcile(d->sessions, NULL, err);
+        if (r == 0)
+                r = pool_start(d->pool, err);
         if (r < 0)
                 goto fail;
         adopt_runners(d);
@@ -256,6 +277,7 @@ void daemon_close(struct daemon *d)
         gateway_free(d->gateway); /* its thread asks privacy and calls egress */
         egress_free(d->egress); /* closes every tunnel, writing their rows */
         privacy_free(d->privacy);
+        pool_free(d->pool); /* its thread uses the runner hub */
         runner_hub_free(d->runner); /* its thread calls into the sessions */
         session_manager_free(d->sessions);
         quota_free(d->quota); /* after every engine that asks it */

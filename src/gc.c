@@ -55,6 +55,7 @@
 #include "sandboxd/container.h"
 #include "sandboxd/docker.h"
 #include "sandboxd/log.h"
+#include "sandboxd/pool.h"
 #include "sandboxd/session.h"
 #include "sandboxd/store.h"
 #include "sandboxd/store_egress.h"
@@ -462,6 +463,9 @@ static void gc_containers(struct gc *g)
                 struct store_session *row = i >= 0 ? &g->rows[i] : NULL;
 
                 if (!row) {
+                        struct store_pool_slot slot;
+                        if (label(c, POOL_LABEL) && session && store_pool_get(g->st, session, &slot) == 0)
+                                continue; /* a warm pool slot the daemon holds (pool.h) */
                         /* The container of no session, as reconciliation judges it: by id. */
                         li = find_row(g, user, session);
                         if (li >= 0 && streq(g->rows[li].state, "CREATING"))
@@ -1418,6 +1422,12 @@ int gc_run(const struct sbx_config *cfg, const struct gc_options *opts, struct g
         gc_mounts(&g);
         gc_workspaces(&g);
         gc_uids(&g);
+        {
+                size_t swept = pool_sweep_leftovers(cfg, g.st, g.dry_run);
+                if (swept)
+                        log_info("gc%s: %zu leftover warm pool slot directories and uids %s", g.dry_run ? " (dry run)" : "",
+                                 swept, g.dry_run ? "to remove" : "removed");
+        }
         gc_vacuum(&g, db);
 
         for (size_t k = 0; k < GC_KIND_COUNT; k++) {

@@ -18,6 +18,7 @@
 
 #include "sandboxd/daemon.h"
 #include "sandboxd/egress.h"
+#include "sandboxd/pool.h"
 #include "sandboxd/portpool.h"
 #include "sandboxd/session.h"
 
@@ -233,6 +234,16 @@ int metrics_render(struct daemon *d, char **ret)
                 put(&t, "sandboxd_egress_total{decision=\"blocked\"} %llu\n", (unsigned long long)es.blocked);
                 head(&t, "sandboxd_egress_open", "gauge", "egress proxy connections open now");
                 put(&t, "sandboxd_egress_open %d\n", es.open);
+        }
+
+        {
+                struct pool_stats ps;
+                pool_stats(d->pool, &ps);
+                head(&t, "sandboxd_pool_ready", "gauge", "warm pool containers ready to be claimed");
+                put(&t, "sandboxd_pool_ready %zu\n", ps.ready);
+                head(&t, "sandboxd_pool_claims_total", "counter", "new sessions by pool outcome (claim or miss)");
+                put(&t, "sandboxd_pool_claims_total{outcome=\"claimed\"} %llu\n", (unsigned long long)ps.claims);
+                put(&t, "sandboxd_pool_claims_total{outcome=\"missed\"} %llu\n", (unsigned long long)ps.misses);
         }
 
         head(&t, "sandboxd_ports_used", "gauge", "host ports handed out to sessions");

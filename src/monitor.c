@@ -18,6 +18,7 @@
 #include "sandboxd/container.h"
 #include "sandboxd/docker.h"
 #include "sandboxd/log.h"
+#include "sandboxd/pool.h"
 #include "sandboxd/session.h"
 
 struct monitor {
@@ -63,6 +64,14 @@ static int on_event(const struct docker_event *ev, void *ud)
         __atomic_add_fetch(&mon->events_seen, 1, __ATOMIC_RELAXED);
         if (!user || !session || strcmp(ev->type, "container") != 0)
                 return mon->stop_events;
+        char owner_user[SESSION_KEY_MAX + 1], owner_session[SESSION_KEY_MAX + 1];
+        if (strcmp(user, POOL_USER) == 0) {
+                /* a warm pool container: its labels name the slot; once claimed, a session owns it */
+                if (session_find_container(mon->sessions, ev->id, owner_user, owner_session) < 0)
+                        return mon->stop_events;
+                user = owner_user;
+                session = owner_session;
+        }
 
         if (strcmp(ev->action, "die") == 0 && ev->exit_code >= 0) {
                 /* Mark at once from the event's own exit code: an inspect now would

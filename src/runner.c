@@ -1004,6 +1004,65 @@ void runner_hub_drop(struct runner_hub *h, const char *user, const char *session
         }
 }
 
+int runner_hub_rekey(struct runner_hub *h, const struct sbx_config *cfg, const char *from_user,
+                     const char *from_session, const char *to_user, const char *to_session, struct sbx_error *err)
+{
+        char from[33], to[33], root_path[SBX_PATH_MAX];
+        _cleanup_close_ int root = -1;
+        struct runner_chan *c, *old;
+        struct stat st;
+
+        chan_key_hash(from_user, from_session, from);
+        chan_key_hash(to_user, to_session, to);
+        if (h)
+                sbx_strlcpy(root_path, h->root, sizeof(root_path));
+        else if (snprintf(root_path, sizeof(root_path), "%s/runner", cfg->data_dir) >= (int)sizeof(root_path))
+                return sbx_error_set(err, -ENAMETOOLONG, 0, "runner directory path too long");
+        root = open(root_path, O_RDONLY | O_DIRECTORY | O_NOFOLLOW | O_CLOEXEC);
+        if (root < 0)
+                return sbx_error_set(err, -errno, 0, "cannot open %s: %m", root_path);
+        if (!h && strcmp(from, to) == 0) { /* the same key: remove the directory */
+                _cleanup_close_ int dfd = openat(root, to, O_RDONLY | O_DIRECTORY | O_NOFOLLOW | O_CLOEXEC);
+                if (dfd >= 0)
+                        (void)unlinkat(dfd, RP_SOCKET_NAME, 0);
+                (void)unlinkat(root, to, AT_REMOVEDIR);
+                return 0;
+        }
+        if (fstatat(root, from, &st, AT_SYMLINK_NOFOLLOW) == 0) {
+                if (!S_ISDIR(st.st_mode))
+                        return sbx_error_set(err, -ENOTDIR, 0, "%s/%s is not a directory", root_path, from);
+                /* the target's stale directory (an earlier container's runner) goes first */
+                if (h)
+                        runner_hub_drop(h, to_user, to_session);
+                else {
+                        _cleanup_close_ int dfd = openat(root, to, O_RDONLY | O_DIRECTORY | O_NOFOLLOW | O_CLOEXEC);
+                        if (dfd >= 0)
+                                (void)unlinkat(dfd, RP_SOCKET_NAME, 0);
+                        (void)unlinkat(root, to, AT_REMOVEDIR);
+                }
+                if (renameat(root, from, root, to) < 0)
+                        return sbx_error_set(err, -errno, 0, "cannot rename the runner directory %s to %s: %m", from,
+                                             to);
+        } else if (errno != ENOENT || fstatat(root, to, &st, AT_SYMLINK_NOFOLLOW) < 0) {
+                return sbx_error_set(err, -ENOENT, 0, "no runner directory for %s:%s", from_user, from_session);
+        }
+        if (!h)
+                return 0;
+        pthread_mutex_lock(&h->lock);
+        old = chan_find_locked(h, to_user, to_session);
+        if (old)
+                old->dead = true; /* dropped above; reaped by the hub thread */
+        c = chan_find_locked(h, from_user, from_session);
+        if (c) {
+                sbx_strlcpy(c->user, to_user, sizeof(c->user));
+                sbx_strlcpy(c->session, to_session, sizeof(c->session));
+                snprintf(c->dir, sizeof(c->dir), "%s/%s", h->root, to);
+        }
+        pthread_mutex_unlock(&h->lock);
+        hub_wake(h);
+        return 0;
+}
+
 bool runner_hub_wait(struct runner_hub *h, const char *user, const char *session, int timeout_ms)
 {
         struct timespec until = sbx_deadline_after(CLOCK_REALTIME, timeout_ms);

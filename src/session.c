@@ -28,6 +28,7 @@
 #include "sandboxd/gateway.h"
 #include "sandboxd/portpool.h"
 #include "sandboxd/runner.h"
+#include "sandboxd/pool.h"
 #include "sandboxd/quota.h"
 #include "sandboxd/sessuid.h"
 #include "sandboxd/store.h"
@@ -62,6 +63,7 @@ struct session {
         int64_t last_activity;
         uint64_t oom_events; /* of the current container */
         char ratchet_from[65]; /* networked container removed by the privacy ratchet, until its successor exists */
+        bool pooled;           /* the current container came from the warm pool */
 };
 
 struct handler {
@@ -88,6 +90,7 @@ struct session_manager {
         struct quota *quota; /* per-user limits; NULL: the config defaults */
         char image_id[80]; /* cfg->image resolved to its id, "" until first use */
         struct runner_hub *runner; /* NULL: containers run without the runner */
+        struct pool *pool;         /* NULL: no warm pool */
         struct gateway *gateway;   /* NULL: no listeners, every session counts as private */
 };
 
@@ -442,6 +445,27 @@ int session_register_failure_handler(struct session_manager *m, session_failure_
 
 void session_set_runner_hub(struct session_manager *m, struct runner_hub *h) { m->runner = h; }
 
+void session_set_pool(struct session_manager *m, struct pool *p) { m->pool = p; }
+
+int session_find_container(struct session_manager *m, const char *container_id, char ret_user[SESSION_KEY_MAX + 1],
+                           char ret_session[SESSION_KEY_MAX + 1])
+{
+        int r = -ENOENT;
+
+        pthread_mutex_lock(&m->lock);
+        for (size_t b = 0; b < N_BUCKETS && r < 0; b++)
+                for (struct session *s = m->buckets[b]; s && r < 0; s = s->next) {
+                        pthread_mutex_lock(&s->lock);
+                        if (s->container_id[0] && strcmp(s->container_id, container_id) == 0) {
+                                memcpy(ret_user, s->user, SESSION_KEY_MAX + 1);
+                                memcpy(ret_session, s->id, SESSION_KEY_MAX + 1);
+                                r = 0;
+                        }
+                        pthread_mutex_unlock(&s->lock);
+                }
+        pthread_mutex_unlock(&m->lock);
+        return r;
+}
 void session_set_gateway(struct session_manager *m, struct gateway *gw) { m->gateway = gw; }
 
 void session_set_network_policy(struct session_manager *m, session_network_policy_fn fn, void *userdata)
@@ -732,6 +756,94 @@ static void touch_locked(struct session *s)
         (void)store_session_touch(s->mgr->store, s->user, s->id, s->last_activity);
 }
 
+/* Ports and egress of a claimed pool container, bound now that it is the
+ * session's (a slot is served nothing while in the pool): the session's
+ * port block and the gateway's listeners, fwd.sock and egress.sock in its
+ * (re-keyed) runner directory. Pool containers are never private ones
+ * (try_pool). -errno: the caller replaces the container on the cold path. */
+static int bind_claimed(struct session *s, const char *network, const char *id)
+{
+        struct session_manager *m = s->mgr;
+        const struct sbx_config *cfg = m->cfg;
+        _cleanup_free_ int *ports = NULL;
+        char runner_dir[SBX_PATH_MAX];
+        bool sealed = strcmp(network, "none") == 0, have_runner;
+        struct sbx_error e = {0};
+        int r;
+
+        have_runner = runner_hub_binary(m->runner) && runner_hub_prepare(m->runner, s->user, s->id, runner_dir, &e) == 0;
+        for (int attempt = 0;; attempt++) {
+                if (cfg->ports_per_session > 0 && have_runner) {
+                        if (!ports)
+                                ports = calloc((size_t)cfg->ports_per_session, sizeof(int));
+                        if (!ports)
+                                return -ENOMEM;
+                        r = portpool_reserve_block(m->ports, s->user, s->id, ports, &e);
+                        if (r < 0)
+                                break;
+                }
+                size_t n = ports ? (size_t)cfg->ports_per_session : 0;
+                r = gateway_open(m->gateway, s->user, s->id, have_runner ? runner_dir : NULL, ports, n,
+                                 sealed && have_runner, &e);
+                if (r == -EADDRINUSE && attempt < 2) {
+                        (void)portpool_release(m->ports, s->user, s->id);
+                        continue;
+                }
+                break;
+        }
+        if (r < 0) {
+                log_ctx(LOG_LEVEL_WARN, s->user, s->id, id, "pool: cannot serve the claimed container, cold path: %s",
+                        e.msg);
+                (void)portpool_release(m->ports, s->user, s->id);
+                gateway_drop(m->gateway, s->user, s->id);
+                return r;
+        }
+        if (ports)
+                (void)portpool_set_container(m->ports, s->user, s->id, id);
+        return 0;
+}
+
+/* The warm path (pool.h): a new session of the default image and runtime,
+ * not private, with no workspace content, takes a pool container. 0 with
+ * the claimed container; otherwise the caller takes the cold path. */
+static int try_pool(struct session *s, const char *network, char ret_id[65], char ret_image[256],
+                    char ret_workspace[SBX_PATH_MAX], char ret_runtime[16])
+{
+        struct session_manager *m = s->mgr;
+        struct store_session_options o = {0};
+        struct pool_claim c = {0};
+        struct sbx_error e = {0};
+        bool other_image;
+        int r;
+
+        if (!m->pool || m->cfg->pool_size <= 0)
+                return -ENOENT;
+        pthread_mutex_lock(&m->lock);
+        bool runtime_policy = m->runtime_fn != NULL;
+        session_runtime_fn fn = m->runtime_fn;
+        void *ud = m->runtime_ud;
+        pthread_mutex_unlock(&m->lock);
+        ret_runtime[0] = '\0';
+        if (runtime_policy && (fn(s->user, ret_runtime, &e, ud) < 0 || (ret_runtime[0] && strcmp(ret_runtime, "runc") != 0)))
+                return -ENOENT; /* runsc, or a runtime that refuses: the cold path says why */
+        other_image = store_session_options_get(m->store, s->user, s->id, &o) == 0 && o.image[0] &&
+                      strcmp(o.image, m->cfg->image) != 0;
+        store_session_options_done(&o);
+        if (other_image || gateway_is_private(m->gateway, s->user, s->id) ||
+            !pool_applies(m->pool, s->user, s->id, network))
+                return -ENOENT;
+        if (pool_claim(m->pool, s->user, s->id, network, &c, &e) < 0)
+                return -ENOENT;
+        memcpy(ret_id, c.container_id, 65);
+        r = bind_claimed(s, network, ret_id);
+        if (r < 0)
+                return r; /* ret_id is the claimed container: the cold path replaces it */
+        sbx_strlcpy(ret_image, c.image, 256);
+        sbx_strlcpy(ret_workspace, c.workspace, SBX_PATH_MAX);
+        sbx_strlcpy(ret_runtime, "runc", 16);
+        return 0;
+}
+
 int session_get_or_create(struct session_manager *m, const char *user, const char *id, struct session **ret,
                           struct sbx_error *err)
 {
@@ -839,10 +951,20 @@ int session_get_or_create(struct session_manager *m, const char *user, const cha
                 set_state_locked(s, SESSION_CREATING, NULL, NULL);
                 pthread_mutex_unlock(&s->lock);
 
+                r = 0;
                 network = required_network(m, user, id);
                 if (old_id[0] && cause[0] && !notified)
                         call_handlers(m, user, id, old_id, cause);
-                r = make_container(s, old_id, &network, new_id, image, workspace, runtime, err);
+                s->pooled = false;
+                new_id[0] = '\0';
+                if (!old_id[0] && try_pool(s, network, new_id, image, workspace, runtime) == 0)
+                        s->pooled = true;
+                else {
+                        if (new_id[0]) /* claimed but not servable: replaced like a failed container */
+                                memcpy(old_id, new_id, sizeof(old_id));
+                        pool_make_room(m->pool); /* slots count against max_sessions */
+                        r = make_container(s, old_id, &network, new_id, image, workspace, runtime, err);
+                }
 
                 pthread_mutex_lock(&s->lock);
                 s->transitioning = false;
@@ -906,6 +1028,7 @@ void session_container_id(struct session *s, char ret_id[65])
 static void snapshot_locked(struct session *s, struct session_info *info)
 {
         memset(info, 0, sizeof(*info));
+        info->pooled = s->pooled;
         sbx_strlcpy(info->user, s->user, sizeof(info->user));
         sbx_strlcpy(info->session, s->id, sizeof(info->session));
         info->state = s->state;
@@ -1513,6 +1636,11 @@ int session_reconcile(struct session_manager *m, struct session_reconcile_report
                 }
                 if (owned)
                         continue;
+                const char *slot = docker_kv_get(list[j].labels, list[j].n_labels, CONTAINER_LABEL_SESSION);
+                struct store_pool_slot prow;
+                if (docker_kv_get(list[j].labels, list[j].n_labels, POOL_LABEL) && slot &&
+                    store_pool_get(m->store, slot, &prow) == 0)
+                        continue; /* a pool slot's (pool_reconcile) */
                 if (container_remove(m->docker, list[j].id, NULL) == 0) {
                         (void)store_container_removed(m->store, list[j].id, "orphan", sbx_wall_ms());
                         rep.removed_orphans++;

@@ -69,6 +69,7 @@ struct sbx_config {
 
         /* sessions and monitoring */
         int max_sessions;
+        int pool_size; /* warm pool (pool.h); 0: off */
         int max_sessions_per_user; /* default of the per-user quota (quota.h) */
         int idle_timeout_s;
         int monitor_interval_ms;

@@ -37,6 +37,7 @@ struct daemon {
         struct runtime *runtime; /* runc | runsc per user */
         struct quota *quota; /* per-user limits and their overrides */
         struct runner_hub *runner; /* per-session runner sockets */
+        struct pool *pool;         /* warm pool (pool.h) */
         struct egress *egress;     /* the egress proxy behind egress.sock */
         struct gateway *gateway;   /* egress.sock, fwd.sock and the host port listeners */
         struct scripts *scripts;   /* the script cache's runs in flight (scripts.h) */

@@ -69,6 +69,18 @@ void runner_hub_set_lost_handler(struct runner_hub *h, runner_lost_fn fn, void *
 /* Stop listening for the session and remove its directory. */
 void runner_hub_drop(struct runner_hub *h, const char *user, const char *session);
 
+/* Hand the runner directory and channel of (from_user, from_session) to
+ * (to_user, to_session): the directory is renamed (the container's bind
+ * mount follows it) and the live channel, connection included, is keyed by
+ * the new name. A warm pool claim (pool.h) uses it. Idempotent: when the
+ * old directory is gone and the new one exists it is done. h may be NULL
+ * (restart recovery, before the hub runs): then only the directory moves,
+ * under {data_dir}/runner. A directory the target already had (a runner of
+ * an earlier container of that session) is replaced. With h NULL and the
+ * same key on both sides the directory is removed (a discarded pool slot). */
+int runner_hub_rekey(struct runner_hub *h, const struct sbx_config *cfg, const char *from_user,
+                     const char *from_session, const char *to_user, const char *to_session, struct sbx_error *err);
+
 /* Wait up to timeout_ms for the session's runner to be connected. True if
  * it is. False at once without a channel, and for a container whose
  * runner never came although a wait already timed out (no runner in it). */

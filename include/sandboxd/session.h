@@ -71,6 +71,14 @@ void session_set_runtime_policy(struct session_manager *m, session_runtime_fn fn
  * Set once, before the first container is made. */
 struct runner_hub;
 void session_set_runner_hub(struct session_manager *m, struct runner_hub *h);
+/* New sessions may take a warm pool container (pool.h). Set once, before
+ * the first request. */
+struct pool;
+void session_set_pool(struct session_manager *m, struct pool *p);
+/* The session whose current container is container_id (a claimed pool
+ * container still carries the pool's labels). -ENOENT if none. */
+int session_find_container(struct session_manager *m, const char *container_id, char ret_user[SESSION_KEY_MAX + 1],
+                           char ret_session[SESSION_KEY_MAX + 1]);
 /* The network channels of sealed containers (gateway.h): every container
  * made from now on is served by gw, and session_enforce_network applies the
  * ratchet to it. Without one every session is served nothing. Set once,
@@ -112,6 +120,7 @@ struct session_info {
         char error_cause[64];
         int64_t created_at; /* unix ms */
         int64_t last_activity;
+        bool pooled; /* the current container came from the warm pool */
 };
 void session_info_done(struct session_info *info);
 

@@ -520,4 +520,34 @@ int store_task_count(struct store *s, const char *user, int64_t now_ms, size_t *
 /* Delete expired tasks; returns how many, or -errno. */
 int store_task_purge(struct store *s, int64_t now_ms);
 
+
+/* ---- warm pool slots (migration 0017, pool.h) ---- */
+struct store_pool_slot {
+        char slot[65];
+        char state[16]; /* creating | ready | claiming */
+        char container_id[65];
+        char image[256];
+        char network_mode[16];
+        char user_id[65], session_id[65]; /* claiming: where it goes */
+        int64_t created_at;
+};
+int store_pool_insert(struct store *s, const char *slot, int64_t now_ms);
+int store_pool_set_ready(struct store *s, const char *slot, const char *container_id, const char *image,
+                         const char *network_mode);
+int store_pool_delete(struct store *s, const char *slot);
+/* -ENOENT when the slot has no row. */
+int store_pool_get(struct store *s, const char *slot, struct store_pool_slot *ret);
+int store_pool_list(struct store *s, struct store_pool_slot **ret, size_t *ret_n);
+/* The oldest ready slot becomes 'claiming' for user:session, in one
+ * transaction; -ENOENT when none is ready. */
+int store_pool_claim_begin(struct store *s, const char *user, const char *session, struct store_pool_slot *ret);
+/* One transaction: the slot row goes, its uid (session_uids row of
+ * pool_user:slot) becomes user:session's, the container is recorded as the
+ * session's and the session row says RUNNING on it. */
+int store_pool_claim_commit(struct store *s, const char *pool_user, const struct store_pool_slot *slot,
+                            int64_t now_ms);
+/* The oldest ready slot goes back to 'creating' (restart recovery removes
+ * those) for its removal; -ENOENT when none is ready. */
+int store_pool_evict_oldest(struct store *s, struct store_pool_slot *ret);
+
 #endif

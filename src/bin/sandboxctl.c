@@ -29,6 +29,7 @@ static void usage(FILE *f)
                 "Commands:\n"
                 "  health                               is the daemon (and Docker) well?\n"
                 "  stats                                sessions by state, executions, ports, monitor\n"
+                "  pool                                 the warm pool: size, ready, claims, misses, refill rate\n"
                 "  metrics                              the Prometheus text (as metrics_listen's /metrics)\n"
                 "  sessions [--user U] [--state S]      list sessions\n"
                 "  show USER SESSION                    one session in detail\n"
@@ -225,11 +226,26 @@ static void print_stats(const cJSON *r)
         printf("executions running:  %.0f\n", num(r, "executions_running", 0));
         printf("ports:               %.0f of %.0f in use\n", num(p, "used", 0), num(p, "total", 0));
         printf("monitor last poll:   %s\n", when(r, "monitor_last_poll", t));
+        const cJSON *pl = cJSON_GetObjectItemCaseSensitive(r, "pool");
+        if (pl)
+                printf("warm pool:           %.0f of %.0f ready, %.0f claims, %.0f misses, %.2f containers/s refill\n",
+                       num(pl, "ready", 0), num(pl, "size", 0), num(pl, "claims", 0), num(pl, "misses", 0),
+                       num(pl, "refill_per_s", 0));
         {
                 const cJSON *e = cJSON_GetObjectItemCaseSensitive(r, "egress");
                 printf("egress:              %.0f allowed, %.0f blocked, %.0f open\n", num(e, "allowed", 0),
                        num(e, "blocked", 0), num(e, "open", 0));
         }
+}
+
+static void print_pool(const cJSON *r)
+{
+        const cJSON *p = cJSON_GetObjectItemCaseSensitive(r, "pool");
+        printf("%-6s %-6s %-9s %-8s %-8s %-8s %-7s %s\n", "SIZE", "READY", "CREATING", "CLAIMS", "MISSES", "CREATED",
+               "FAILED", "REFILL/S");
+        printf("%-6.0f %-6.0f %-9.0f %-8.0f %-8.0f %-8.0f %-7.0f %.2f\n", num(p, "size", 0), num(p, "ready", 0),
+               num(p, "creating", 0), num(p, "claims", 0), num(p, "misses", 0), num(p, "created", 0),
+               num(p, "failed", 0), num(p, "refill_per_s", 0));
 }
 
 static void print_egress_log(const cJSON *r)
@@ -696,6 +712,10 @@ int main(int argc, char **argv)
                 NEED(0, 0);
                 cJSON_AddStringToObject(req, "cmd", "stats");
                 printer = print_stats;
+        } else if (strcmp(cmd, "pool") == 0) {
+                NEED(0, 0);
+                cJSON_AddStringToObject(req, "cmd", "pool");
+                printer = print_pool;
         } else if (strcmp(cmd, "metrics") == 0) {
                 NEED(0, 0);
                 cJSON_AddStringToObject(req, "cmd", "metrics");

@@ -25,6 +25,7 @@ void fixture_config(struct sbx_config *cfg)
         cfg->port_range_lo = 42000;
         cfg->port_range_hi = 42999;
         cfg->ports_per_session = 3;
+        cfg->pool_size = 0; /* the warm pool is off: tests count containers and expect lazy creation */
         cfg->monitor_interval_ms = 500;
         cfg->idle_timeout_s = 3600;
         snprintf(cfg->log_level, sizeof(cfg->log_level), "warn");

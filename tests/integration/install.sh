@@ -96,6 +96,7 @@ export SANDBOXD_IMAGE=sandboxd/test:latest
 export SANDBOXD_DOCKER_SOCKET=$DOCKER_SOCK
 export SANDBOXD_NETWORK_DEFAULT=none
 export SANDBOXD_PORTS_PER_SESSION=0
+export SANDBOXD_POOL_SIZE=0 # the warm pool is off: the script follows the README's lazy sessions
 
 socat -u "UNIX-RECV:$T/notify.sock" "OPEN:$T/notify.log,creat,append" &
 SOCAT_PID=$!

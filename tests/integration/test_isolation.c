@@ -115,6 +115,7 @@ static void start_daemon(const char *const *extra_env)
                 setenv("SANDBOXD_PORT_RANGE", "46000-46499", 1);
                 setenv("SANDBOXD_PORTS_PER_SESSION", "1", 1);
                 setenv("SANDBOXD_NETWORK_DEFAULT", "none", 1);
+                setenv("SANDBOXD_POOL_SIZE", "0", 1); /* the warm pool is off: containers are made lazily */
                 setenv("SANDBOXD_LOG_LEVEL", "warn", 1);
                 setenv("SANDBOXD_EXEC_KILL_GRACE", "500ms", 1);
                 for (size_t i = 0; extra_env && extra_env[i]; i++)

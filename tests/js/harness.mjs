@@ -67,6 +67,7 @@ export class Daemon {
                         SANDBOXD_IMAGE: 'sandboxd/python:latest',
                         SANDBOXD_PORT_RANGE: `${base}-${base + 49}`,
                         SANDBOXD_LOG_LEVEL: 'info',
+                        SANDBOXD_POOL_SIZE: '0', // the warm pool is off: tests expect lazy creation
                 };
                 this.proc = null;
                 this.cleaned = false;

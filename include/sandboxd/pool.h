@@ -1,0 +1,115 @@
+/* pool.h — the warm pool (issue 15): containers made ahead so that a new
+ * session's first command does not wait for create, start and the
+ * sustained-start check.
+ *
+ * A pool slot is a container of the default image and runtime, made through
+ * the same hardened spec and start check as every session's
+ * (container_create_started), with its runner connected, its own workspace
+ * {data_dir}/workspaces/@pool/<slot> bind-mounted as /workspace and its own
+ * uid from sandbox_uid_range (session_uids row "@pool":<slot>). "@pool" is
+ * no valid user id, so no tenant can name it. Its container carries the
+ * label sandboxd.pool=1 besides the usual ones (user "@pool", session
+ * <slot>). Slots count against max_sessions: the pool refills only while
+ * live sessions + slots stay below it.
+ *
+ * Claim protocol (store: pool_slots, migration 0017):
+ *   1. one transaction marks the oldest 'ready' slot 'claiming' for
+ *      user:session;
+ *   2. the slot's directory is renamed to the session's workspace (the
+ *      bind mount follows the directory) and its runner directory and
+ *      channel are re-keyed to the session (runner_hub_rekey);
+ *   3. one transaction deletes the slot row, gives its uid to the session,
+ *      records the container for the session and writes the session row
+ *      RUNNING on it (store_pool_claim_commit).
+ * Steps 2 and 3 are idempotent: after a SIGKILL anywhere, restart recovery
+ * (pool_recover_claims, before sessions are loaded) finishes every
+ * 'claiming' slot, so a slot is either still the pool's or wholly the
+ * session's; 'creating' slots and ready ones whose container is gone are
+ * removed with their directory and uid (pool_reconcile); pool containers
+ * no slot row names are orphans (session_reconcile, --gc).
+ *
+ * Threads: one refill thread "sbx-pool" at nice 10 makes one container at a
+ * time. A claim never waits for it: an empty pool is a miss and the caller
+ * takes the cold path. The pool's lock guards the counters and the thread's
+ * state; the store serialises claims. */
+#ifndef SANDBOXD_POOL_H
+#define SANDBOXD_POOL_H
+
+#include <stdbool.h>
+#include <stdint.h>
+#include <sys/types.h>
+
+#include "sandboxd/common.h"
+#include "sandboxd/config.h"
+
+#define POOL_USER "@pool"
+#define POOL_LABEL "sandboxd.pool"
+
+struct docker;
+struct store;
+struct runner_hub;
+struct pool;
+
+/* Live sessions right now (the pool keeps slots + sessions <= max_sessions). */
+typedef size_t (*pool_load_fn)(void *userdata);
+
+int pool_new(const struct sbx_config *cfg, struct docker *d, struct store *st, struct runner_hub *h,
+             const char *const *extra_labels, struct pool **ret, struct sbx_error *err);
+void pool_set_load_fn(struct pool *p, pool_load_fn fn, void *userdata);
+/* Start the refill thread (nothing when pool_size is 0). */
+int pool_start(struct pool *p, struct sbx_error *err);
+/* Stops the thread; containers stay (a restart adopts them). NULL is fine. */
+void pool_free(struct pool *p);
+
+/* Finish every claim a previous daemon left half done. Run before the
+ * session manager loads the session rows. */
+int pool_recover_claims(const struct sbx_config *cfg, struct store *st, struct docker *d, struct sbx_error *err);
+/* After a restart: adopt ready slots whose container runs (at most
+ * pool_size: a pool turned off or made smaller gives its containers back),
+ * remove the rest
+ * (container, runner directory, workspace, uid, row), and slot directories
+ * and uids no row names. */
+int pool_reconcile(struct pool *p, struct sbx_error *err);
+/* Slot directories under workspaces/@pool and "@pool" uids that no slot row
+ * names: removed (counted only with dry_run). --gc and pool_reconcile. */
+size_t pool_sweep_leftovers(const struct sbx_config *cfg, struct store *st, bool dry_run);
+
+struct pool_claim {
+        char container_id[65];
+        char image[256];
+        char network_mode[16];
+        char workspace[SBX_PATH_MAX];
+        uid_t uid;
+};
+/* Give user:session a ready slot. The caller checked that the pool applies
+ * (pool_applies). -ENOENT: none ready (a miss; take the cold path). */
+int pool_claim(struct pool *p, const char *user, const char *session, const char *network, struct pool_claim *ret,
+               struct sbx_error *err);
+/* Can user:session take a pool container at all? Not in loop/project quota
+ * mode, not when it already has a uid or a non-empty workspace. */
+bool pool_applies(struct pool *p, const char *user, const char *session, const char *network);
+
+/* Before a cold creation: when live sessions (the new one included) and
+ * slots together exceed max_sessions, the oldest ready slot is removed, so
+ * the pool gives way to sessions. */
+void pool_make_room(struct pool *p);
+
+struct pool_stats {
+        int size;          /* pool_size */
+        size_t ready;      /* slots ready now */
+        size_t creating;   /* 0 or 1 */
+        uint64_t claims;   /* sessions served from the pool */
+        uint64_t misses;   /* sessions that found it empty (cold path) */
+        uint64_t created;  /* containers made by the refill thread */
+        uint64_t failed;   /* refills that failed */
+        double refill_per_s; /* containers per second of refill work (created / time spent creating) */
+};
+void pool_stats(struct pool *p, struct pool_stats *ret);
+
+/* Tests only: called at each step of a claim ("claiming": the slot is
+ * marked, "moved": the workspace renamed, "rekeyed": the runner moved), so a
+ * test can SIGKILL the daemon there. Process-wide; NULL: none. */
+typedef void (*pool_test_hook_fn)(const char *stage);
+void pool_set_test_hook(pool_test_hook_fn fn);
+
+#endif

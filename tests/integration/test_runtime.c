@@ -149,7 +149,16 @@ Test(runtime, per_user)
 
         /* the ratchet: private data on a gVisor session; its container is recreated, still gVisor */
         cr_assert_eq(privacy_mark(d->privacy, "hirisk", "s", "crm", NULL, "test", &err), 0, "%s", err.msg);
-        cr_assert_eq(sh("hirisk", "s", "dmesg | head -1; cat /workspace/note.txt", &out), 0);
+        if (sh("hirisk", "s", "dmesg | head -1; cat /workspace/note.txt", &out) != 0) {
+                /* gVisor's sandbox here sometimes dies under load (README, "gVisor for
+                 * high-risk tenants"); the session must then come back, private and
+                 * still gVisor, on the same workspace */
+                fprintf(stderr, "test_runtime: CASE: the gVisor sandbox died after the mark: %s; "
+                                "the next container must serve\n", out);
+                free(out);
+                cr_assert_eq(session_destroy(d->sessions, "hirisk", "s", false, &err), 0, "%s", err.msg);
+                cr_assert_eq(sh("hirisk", "s", "dmesg | head -1; cat /workspace/note.txt", &out), 0, "%s", out);
+        }
         cr_assert_not_null(strstr(out, "gVisor"), "%s", out);
         cr_assert_not_null(strstr(out, "under gvisor"), "the workspace survived the recreation: %s", out);
         free(out);

@@ -108,9 +108,13 @@ function commonScenarios(getClient, session) {
                 const s = r.structuredContent;
                 assert.equal(s.state, 'completed');
                 assert.equal(s.exit_code, 0);
-                assert.equal(s.stdout, 'hello\n1000\n');
+                // the session's own host uid, from sandbox_uid_range (200000-299999 by default)
+                const m = /^hello\n(\d+)\n$/.exec(s.stdout);
+                assert.ok(m, JSON.stringify(s.stdout));
+                const uid = Number(m[1]);
+                assert.ok(uid >= 200000 && uid <= 299999, `uid ${uid}`);
                 assert.equal(s.stderr, 'oops\n');
-                assert.equal(s.stdout_bytes, 11);
+                assert.equal(s.stdout_bytes, 6 + m[1].length + 1);
                 assert.equal(s.truncated, false);
                 assert.ok(s.execution_id);
                 assert.equal(r.content[0].type, 'text');

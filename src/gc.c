@@ -799,27 +799,40 @@ static void gc_spools(struct gc *g)
 
 /* ---- audit rows ---- */
 
-/* Rows past audit_retention go in one statement: one report item counting
- * them (a row is not worth an item of its own). */
-static void gc_audit(struct gc *g)
+/* A bulk delete of r rows (one statement) as one report item counting them:
+ * a row is not worth an item of its own. */
+static void note_rows(struct gc *g, enum gc_kind kind, const char *item, const char *reason, int r)
 {
-        int64_t before = g->now - (int64_t)g->cfg->audit_retention_s * 1000;
-        char reason[128], b[32];
-        int r;
-
-        if (g->cfg->audit_retention_s < 0)
-                return;
-        fmt_age((int64_t)g->cfg->audit_retention_s * 1000, b, sizeof(b));
-        snprintf(reason, sizeof(reason), "written more than %s ago (audit_retention)", b);
-        r = store_gc_audit_prune(g->st, before, g->dry_run);
         if (r < 0) {
-                note_failed(g, GC_AUDIT, "audit_log", NULL, NULL, reason, strerror(-r));
+                note_failed(g, kind, item, NULL, NULL, reason, strerror(-r));
                 return;
         }
         if (r == 0)
                 return;
-        note_done(g, GC_AUDIT, "audit_log", NULL, NULL, 0, reason);
-        g->rep->kinds[GC_AUDIT].count += (uint64_t)r - 1;
+        note_done(g, kind, item, NULL, NULL, 0, reason);
+        g->rep->kinds[kind].count += (uint64_t)r - 1;
+}
+
+/* Rows of table (audit_log, egress_log) older than audit_retention. */
+static void gc_retention(struct gc *g, const char *table, const char *what,
+                         int (*prune)(struct store *, int64_t, bool))
+{
+        char reason[128], b[32];
+
+        if (g->cfg->audit_retention_s < 0)
+                return;
+        fmt_age((int64_t)g->cfg->audit_retention_s * 1000, b, sizeof(b));
+        snprintf(reason, sizeof(reason), "%s more than %s ago (audit_retention)", what, b);
+        note_rows(g, GC_AUDIT, table, reason,
+                  prune(g->st, g->now - (int64_t)g->cfg->audit_retention_s * 1000, g->dry_run));
+}
+
+static void gc_audit(struct gc *g) { gc_retention(g, "audit_log", "written", store_gc_audit_prune); }
+
+/* The egress proxy's decisions keep the audit retention too. */
+static void gc_egress_log(struct gc *g)
+{
+        gc_retention(g, "egress_log", "egress decisions recorded", store_gc_egress_prune);
 }
 
 /* MCP tasks past their ttl (the daemon also drops them at each new task):
@@ -837,42 +850,11 @@ static void gc_tasks(struct gc *g)
                 log_info("gc: %d expired MCP tasks deleted", r);
 }
 
-/* The egress proxy's decisions (egress_log) keep the audit retention. */
-static void gc_egress_log(struct gc *g)
-{
-        int64_t before = g->now - (int64_t)g->cfg->audit_retention_s * 1000;
-        char reason[128], b[32];
-        int r;
-
-        if (g->cfg->audit_retention_s < 0)
-                return;
-        fmt_age((int64_t)g->cfg->audit_retention_s * 1000, b, sizeof(b));
-        snprintf(reason, sizeof(reason), "egress decisions recorded more than %s ago (audit_retention)", b);
-        r = store_gc_egress_prune(g->st, before, g->dry_run);
-        if (r < 0) {
-                note_failed(g, GC_AUDIT, "egress_log", NULL, NULL, reason, strerror(-r));
-                return;
-        }
-        if (r == 0)
-                return;
-        note_done(g, GC_AUDIT, "egress_log", NULL, NULL, 0, reason);
-        g->rep->kinds[GC_AUDIT].count += (uint64_t)r - 1;
-}
-
-/* Idempotency keys past idempotency_window: one report item counting them. */
+/* Idempotency keys past idempotency_window. */
 static void gc_idempotency_keys(struct gc *g)
 {
-        const char *reason = "past idempotency_window";
-        int r = store_idem_prune(g->st, g->now, g->dry_run);
-
-        if (r < 0) {
-                note_failed(g, GC_IDEMPOTENCY_KEYS, "idempotency_keys", NULL, NULL, reason, strerror(-r));
-                return;
-        }
-        if (r == 0)
-                return;
-        note_done(g, GC_IDEMPOTENCY_KEYS, "idempotency_keys", NULL, NULL, 0, reason);
-        g->rep->kinds[GC_IDEMPOTENCY_KEYS].count += (uint64_t)r - 1;
+        note_rows(g, GC_IDEMPOTENCY_KEYS, "idempotency_keys", "past idempotency_window",
+                  store_idem_prune(g->st, g->now, g->dry_run));
 }
 
 /* ---- workspace images (workspace_quota_mode loop) ---- */

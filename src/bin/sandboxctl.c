@@ -638,6 +638,37 @@ static void print_runtime(const cJSON *r)
 
 /* ---- main ---- */
 
+/* USER SESSION [--limit N] into req as cmd: 0, or -1 after a usage message. */
+static int session_args(cJSON *req, const char *cmd, const char *name, char **args, int n_args)
+{
+        int pos = 0;
+        const char *pa[2] = {0};
+
+        for (int i = 0; i < n_args; i++) {
+                if (strcmp(args[i], "--limit") == 0 && i + 1 < n_args) {
+                        char *end = NULL;
+                        long lim = strtol(args[++i], &end, 10);
+                        if (!end || *end || lim < 1 || lim > 4096) {
+                                fprintf(stderr, "sandboxctl: --limit takes 1 to 4096\n");
+                                return -1;
+                        }
+                        cJSON_AddNumberToObject(req, "limit", (double)lim);
+                } else if (pos < 2) {
+                        pa[pos++] = args[i];
+                } else {
+                        pos = 3;
+                }
+        }
+        if (pos != 2) {
+                fprintf(stderr, "sandboxctl: %s USER SESSION [--limit N]\n", name);
+                return -1;
+        }
+        cJSON_AddStringToObject(req, "cmd", cmd);
+        cJSON_AddStringToObject(req, "user", pa[0]);
+        cJSON_AddStringToObject(req, "session", pa[1]);
+        return 0;
+}
+
 int main(int argc, char **argv)
 {
         static const struct option opts[] = {
@@ -794,60 +825,16 @@ int main(int argc, char **argv)
                 cJSON_Delete(req);
                 return run_top(socket_path, user, interval > 0 ? interval : stream ? 2 : 1, stream, json);
         } else if (strcmp(cmd, "logs") == 0) {
-                int pos = 0;
-                const char *pa[2] = {0};
-                for (int i = 0; i < n_args; i++) {
-                        if (strcmp(args[i], "--limit") == 0 && i + 1 < n_args) {
-                                char *end = NULL;
-                                long lim = strtol(args[++i], &end, 10);
-                                if (!end || *end || lim < 1 || lim > 4096) {
-                                        fprintf(stderr, "sandboxctl: --limit takes 1 to 4096\n");
-                                        cJSON_Delete(req);
-                                        return EXIT_USAGE;
-                                }
-                                cJSON_AddNumberToObject(req, "limit", (double)lim);
-                        } else if (pos < 2) {
-                                pa[pos++] = args[i];
-                        } else {
-                                pos = 3;
-                        }
-                }
-                if (pos != 2) {
-                        fprintf(stderr, "sandboxctl: logs USER SESSION [--limit N]\n");
+                if (session_args(req, "session.logs", "logs", args, n_args) < 0) {
                         cJSON_Delete(req);
                         return EXIT_USAGE;
                 }
-                cJSON_AddStringToObject(req, "cmd", "session.logs");
-                cJSON_AddStringToObject(req, "user", pa[0]);
-                cJSON_AddStringToObject(req, "session", pa[1]);
                 printer = print_logs;
         } else if (strcmp(cmd, "egress") == 0) {
-                int pos = 0;
-                const char *pa[2] = {0};
-                for (int i = 0; i < n_args; i++) {
-                        if (strcmp(args[i], "--limit") == 0 && i + 1 < n_args) {
-                                char *end = NULL;
-                                long lim = strtol(args[++i], &end, 10);
-                                if (!end || *end || lim < 1 || lim > 4096) {
-                                        fprintf(stderr, "sandboxctl: --limit takes 1 to 4096\n");
-                                        cJSON_Delete(req);
-                                        return EXIT_USAGE;
-                                }
-                                cJSON_AddNumberToObject(req, "limit", (double)lim);
-                        } else if (pos < 2) {
-                                pa[pos++] = args[i];
-                        } else {
-                                pos = 3;
-                        }
-                }
-                if (pos != 2) {
-                        fprintf(stderr, "sandboxctl: egress USER SESSION [--limit N]\n");
+                if (session_args(req, "egress.log", "egress", args, n_args) < 0) {
                         cJSON_Delete(req);
                         return EXIT_USAGE;
                 }
-                cJSON_AddStringToObject(req, "cmd", "egress.log");
-                cJSON_AddStringToObject(req, "user", pa[0]);
-                cJSON_AddStringToObject(req, "session", pa[1]);
                 printer = print_egress_log;
         } else if (strcmp(cmd, "egress-policy") == 0) {
                 NEED(1, 2);

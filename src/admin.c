@@ -23,6 +23,8 @@
 #include "sandboxd/egress.h"
 #include "sandboxd/egress_rules.h"
 #include "sandboxd/exec.h"
+#include "sandboxd/fronterr.h"
+#include "sandboxd/jsonutil.h"
 #include "sandboxd/log.h"
 #include "sandboxd/metrics.h"
 #include "sandboxd/monitor.h"
@@ -57,98 +59,17 @@ struct admin_req {
         struct admin_server *srv;
         struct daemon *d;
         const cJSON *args;
+        struct jparams argv; /* args, for the typed getters */
         char actor[48];
 };
 
-struct admin_err {
-        const char *code;
-        char msg[1024];
-};
-
-static void cjson_deletep(cJSON **p)
-{
-        cJSON_Delete(*p);
-}
-
-static int fail(struct admin_err *e, const char *code, const char *fmt, ...) __attribute__((format(printf, 3, 4)));
-static int fail(struct admin_err *e, const char *code, const char *fmt, ...)
-{
-        va_list ap;
-        e->code = code;
-        va_start(ap, fmt);
-        vsnprintf(e->msg, sizeof(e->msg), fmt, ap);
-        va_end(ap);
-        return -1;
-}
-
-static const char *errno_code(int r)
-{
-        switch (-r) {
-        case EINVAL:
-                return "invalid";
-        case ENOENT:
-                return "not_found";
-        case EACCES:
-        case EPERM:
-                return "forbidden";
-        case EBUSY:
-                return "busy";
-        case EDQUOT:
-                return "quota_exceeded";
-        case EEXIST:
-        case EALREADY:
-                return "conflict";
-        case ECONNREFUSED:
-        case ETIMEDOUT:
-        case EIO:
-                return "unavailable";
-        default:
-                return "internal";
-        }
-}
-
-static int fail_errno(struct admin_err *e, int r, const struct sbx_error *err)
-{
-        return fail(e, errno_code(r), "%s", err && err->msg[0] ? err->msg : strerror(-r));
-}
-
-/* ---- arguments ---- */
-
-static int a_string(struct admin_req *q, const char *name, bool required, const char **ret, struct admin_err *e)
-{
-        const cJSON *v = cJSON_GetObjectItemCaseSensitive(q->args, name);
-        if (!v || cJSON_IsNull(v)) {
-                if (required)
-                        return fail(e, "bad_request", "%s is required", name);
-                *ret = NULL;
-                return 0;
-        }
-        if (!cJSON_IsString(v) || !v->valuestring)
-                return fail(e, "bad_request", "%s must be a string", name);
-        *ret = v->valuestring;
-        return 0;
-}
-
-static int a_bool(struct admin_req *q, const char *name, bool *ret, struct admin_err *e)
-{
-        const cJSON *v = cJSON_GetObjectItemCaseSensitive(q->args, name);
-        if (!v || cJSON_IsNull(v)) {
-                *ret = false;
-                return 0;
-        }
-        if (!cJSON_IsBool(v))
-                return fail(e, "bad_request", "%s must be true or false", name);
-        *ret = cJSON_IsTrue(v);
-        return 0;
-}
-
-static int a_key(struct admin_req *q, const char **ret_user, const char **ret_session, struct admin_err *e)
+static int a_key(struct admin_req *q, const char **ret_user, const char **ret_session, struct fronterr *e)
 {
         struct sbx_error err = {0};
-        if (a_string(q, "user", true, ret_user, e) < 0 || a_string(q, "session", true, ret_session, e) < 0)
+        if (jparam_string(&q->argv, "user", true, ret_user, e) < 0 || jparam_string(&q->argv, "session", true, ret_session, e) < 0)
                 return -1;
         if (session_key_check(*ret_user, *ret_session, &err) < 0)
-                return fail(e, "invalid", "%s", err.msg);
+                return fronterr_set(e, "invalid", "%s", err.msg);
         return 0;
 }
 
@@ -243,9 +164,9 @@ static void audit(struct admin_req *q, const char *user, const char *session, co
 
 /* ---- commands ---- */
 
-typedef int (*cmd_fn)(struct admin_req *q, cJSON **ret, struct admin_err *e);
+typedef int (*cmd_fn)(struct admin_req *q, cJSON **ret, struct fronterr *e);
 
-static int c_health(struct admin_req *q, cJSON **ret, struct admin_err *e)
+static int c_health(struct admin_req *q, cJSON **ret, struct fronterr *e)
 {
         char version[64];
         struct sbx_error err = {0};
@@ -282,7 +203,7 @@ static void add_pool(cJSON *o, struct pool *pl)
         cJSON_AddNumberToObject(p, "refill_per_s", ps.refill_per_s);
 }
 
-static int c_pool(struct admin_req *q, cJSON **ret, struct admin_err *e)
+static int c_pool(struct admin_req *q, cJSON **ret, struct fronterr *e)
 {
         (void)e;
         *ret = cJSON_CreateObject();
@@ -290,7 +211,7 @@ static int c_pool(struct admin_req *q, cJSON **ret, struct admin_err *e)
         return 0;
 }
 
-static int c_stats(struct admin_req *q, cJSON **ret, struct admin_err *e)
+static int c_stats(struct admin_req *q, cJSON **ret, struct fronterr *e)
 {
         size_t counts[4] = {0}, used = 0, total = 0;
         char version[64] = "";
@@ -332,18 +253,18 @@ static int c_stats(struct admin_req *q, cJSON **ret, struct admin_err *e)
 }
 
 /* The Prometheus text of metrics_listen's /metrics (sandboxctl metrics). */
-static int c_metrics(struct admin_req *q, cJSON **ret, struct admin_err *e)
+static int c_metrics(struct admin_req *q, cJSON **ret, struct fronterr *e)
 {
         _cleanup_free_ char *text = NULL;
 
         if (metrics_render(q->d, &text) < 0)
-                return fail(e, "internal", "out of memory");
+                return fronterr_set(e, "internal", "out of memory");
         *ret = cJSON_CreateObject();
         cJSON_AddStringToObject(*ret, "text", text);
         return 0;
 }
 
-static int c_sessions_list(struct admin_req *q, cJSON **ret, struct admin_err *e)
+static int c_sessions_list(struct admin_req *q, cJSON **ret, struct fronterr *e)
 {
         const char *user, *state_s;
         enum session_state state;
@@ -352,7 +273,7 @@ static int c_sessions_list(struct admin_req *q, cJSON **ret, struct admin_err *e
         cJSON *a;
         int r;
 
-        if (a_string(q, "user", false, &user, e) < 0 || a_string(q, "state", false, &state_s, e) < 0)
+        if (jparam_string(&q->argv, "user", false, &user, e) < 0 || jparam_string(&q->argv, "state", false, &state_s, e) < 0)
                 return -1;
         if (state_s) {
                 char up[16];
@@ -361,11 +282,11 @@ static int c_sessions_list(struct admin_req *q, cJSON **ret, struct admin_err *e
                         up[i] = (char)toupper((unsigned char)state_s[i]);
                 up[i] = '\0';
                 if (session_state_from_string(up, &state) < 0)
-                        return fail(e, "invalid", "state must be creating, running, stopped or error");
+                        return fronterr_set(e, "invalid", "state must be creating, running, stopped or error");
         }
         r = session_list(q->d->sessions, user, state_s ? &state : NULL, &list, &n);
         if (r < 0)
-                return fail_errno(e, r, NULL);
+                return fronterr_errno(e, r, NULL, NULL);
         *ret = cJSON_CreateObject();
         a = cJSON_AddArrayToObject(*ret, "sessions");
         for (size_t i = 0; i < n; i++)
@@ -441,7 +362,7 @@ static cJSON *executions_json(struct daemon *d, const char *user, const char *se
         return a;
 }
 
-static int c_session_show(struct admin_req *q, cJSON **ret, struct admin_err *e)
+static int c_session_show(struct admin_req *q, cJSON **ret, struct fronterr *e)
 {
         const char *user, *session;
         struct session_info info;
@@ -451,9 +372,9 @@ static int c_session_show(struct admin_req *q, cJSON **ret, struct admin_err *e)
                 return -1;
         r = session_get_info(q->d->sessions, user, session, &info);
         if (r == -ENOENT)
-                return fail(e, "not_found", "no session %s:%s", user, session);
+                return fronterr_set(e, "not_found", "no session %s:%s", user, session);
         if (r < 0)
-                return fail_errno(e, r, NULL);
+                return fronterr_errno(e, r, NULL, NULL);
         *ret = session_json(q->d, &info);
         add_text(*ret, "workspace", info.workspace);
         {
@@ -469,7 +390,7 @@ static int c_session_show(struct admin_req *q, cJSON **ret, struct admin_err *e)
         return 0;
 }
 
-static int c_session_destroy(struct admin_req *q, cJSON **ret, struct admin_err *e)
+static int c_session_destroy(struct admin_req *q, cJSON **ret, struct fronterr *e)
 {
         const char *user, *session;
         bool purge = false;
@@ -477,11 +398,11 @@ static int c_session_destroy(struct admin_req *q, cJSON **ret, struct admin_err 
         cJSON *detail;
         int r;
 
-        if (a_key(q, &user, &session, e) < 0 || a_bool(q, "purge", &purge, e) < 0)
+        if (a_key(q, &user, &session, e) < 0 || jparam_bool(&q->argv, "purge", false, &purge, e) < 0)
                 return -1;
         r = session_destroy(q->d->sessions, user, session, purge, &err);
         if (r < 0)
-                return fail_errno(e, r, &err);
+                return fronterr_errno(e, r, &err, NULL);
         detail = cJSON_CreateObject();
         cJSON_AddBoolToObject(detail, "purge", purge);
         audit(q, user, session, "session.destroy", detail);
@@ -492,21 +413,21 @@ static int c_session_destroy(struct admin_req *q, cJSON **ret, struct admin_err 
         return 0;
 }
 
-static int c_session_mark_private(struct admin_req *q, cJSON **ret, struct admin_err *e)
+static int c_session_mark_private(struct admin_req *q, cJSON **ret, struct fronterr *e)
 {
         const char *user, *session, *dataset, *source;
         struct sbx_error err = {0};
         cJSON *detail;
         int r;
 
-        if (a_key(q, &user, &session, e) < 0 || a_string(q, "dataset", true, &dataset, e) < 0 ||
-            a_string(q, "source", false, &source, e) < 0)
+        if (a_key(q, &user, &session, e) < 0 || jparam_string(&q->argv, "dataset", true, &dataset, e) < 0 ||
+            jparam_string(&q->argv, "source", false, &source, e) < 0)
                 return -1;
         if (!q->d->privacy)
-                return fail(e, "unavailable", "privacy marks are not available in this daemon");
+                return fronterr_set(e, "unavailable", "privacy marks are not available in this daemon");
         r = privacy_mark(q->d->privacy, user, session, dataset, source, q->actor, &err);
         if (r < 0)
-                return fail_errno(e, r, &err);
+                return fronterr_errno(e, r, &err, NULL);
         detail = cJSON_CreateObject();
         add_text(detail, "dataset", dataset);
         add_text(detail, "source", source);
@@ -519,7 +440,7 @@ static int c_session_mark_private(struct admin_req *q, cJSON **ret, struct admin
         return 0;
 }
 
-static int c_token_create(struct admin_req *q, cJSON **ret, struct admin_err *e)
+static int c_token_create(struct admin_req *q, cJSON **ret, struct fronterr *e)
 {
         const char *user, *role_s;
         enum token_role role = TOKEN_ROLE_AGENT;
@@ -529,13 +450,13 @@ static int c_token_create(struct admin_req *q, cJSON **ret, struct admin_err *e)
         cJSON *detail;
         int r;
 
-        if (a_string(q, "user", true, &user, e) < 0 || a_string(q, "role", false, &role_s, e) < 0)
+        if (jparam_string(&q->argv, "user", true, &user, e) < 0 || jparam_string(&q->argv, "role", false, &role_s, e) < 0)
                 return -1;
         if (role_s && token_role_from_string(role_s, &role) < 0)
-                return fail(e, "invalid", "role must be agent or connector");
+                return fronterr_set(e, "invalid", "role must be agent or connector");
         r = token_create(q->d->store, user, role, token, &info, &err);
         if (r < 0)
-                return fail_errno(e, r, &err);
+                return fronterr_errno(e, r, &err, NULL);
         detail = cJSON_CreateObject();
         cJSON_AddStringToObject(detail, "token_id", info.id);
         cJSON_AddStringToObject(detail, "role", token_role_to_string(role));
@@ -549,18 +470,18 @@ static int c_token_create(struct admin_req *q, cJSON **ret, struct admin_err *e)
         return 0;
 }
 
-static int c_token_revoke(struct admin_req *q, cJSON **ret, struct admin_err *e)
+static int c_token_revoke(struct admin_req *q, cJSON **ret, struct fronterr *e)
 {
         const char *id;
         struct sbx_error err = {0};
         cJSON *detail;
         int r;
 
-        if (a_string(q, "id", true, &id, e) < 0)
+        if (jparam_string(&q->argv, "id", true, &id, e) < 0)
                 return -1;
         r = token_revoke(q->d->store, id, &err);
         if (r < 0)
-                return fail_errno(e, r, &err);
+                return fronterr_errno(e, r, &err, NULL);
         detail = cJSON_CreateObject();
         cJSON_AddStringToObject(detail, "token_id", id);
         audit(q, NULL, NULL, "token.revoke", detail);
@@ -570,7 +491,7 @@ static int c_token_revoke(struct admin_req *q, cJSON **ret, struct admin_err *e)
         return 0;
 }
 
-static int c_token_list(struct admin_req *q, cJSON **ret, struct admin_err *e)
+static int c_token_list(struct admin_req *q, cJSON **ret, struct fronterr *e)
 {
         struct token_info *list = NULL;
         size_t n = 0;
@@ -578,7 +499,7 @@ static int c_token_list(struct admin_req *q, cJSON **ret, struct admin_err *e)
         int r = token_list(q->d->store, &list, &n);
 
         if (r < 0)
-                return fail_errno(e, r, NULL);
+                return fronterr_errno(e, r, NULL, NULL);
         *ret = cJSON_CreateObject();
         a = cJSON_AddArrayToObject(*ret, "tokens");
         for (size_t i = 0; i < n; i++) {
@@ -594,7 +515,7 @@ static int c_token_list(struct admin_req *q, cJSON **ret, struct admin_err *e)
         return 0;
 }
 
-static int a_limit(struct admin_req *q, const char *name, int def, int max, int *ret, struct admin_err *e)
+static int a_limit(struct admin_req *q, const char *name, int def, int max, int *ret, struct fronterr *e)
 {
         const cJSON *v = cJSON_GetObjectItemCaseSensitive(q->args, name);
         if (!v || cJSON_IsNull(v)) {
@@ -602,13 +523,13 @@ static int a_limit(struct admin_req *q, const char *name, int def, int max, int 
                 return 0;
         }
         if (!cJSON_IsNumber(v) || v->valuedouble < 1 || v->valuedouble > max || v->valuedouble != (int)v->valuedouble)
-                return fail(e, "bad_request", "%s must be an integer from 1 to %d", name, max);
+                return fronterr_set(e, "bad_request", "%s must be an integer from 1 to %d", name, max);
         *ret = (int)v->valuedouble;
         return 0;
 }
 
 /* Live sessions with their usage; the client turns two samples into CPU % (like docker stats). */
-static int c_sessions_top(struct admin_req *q, cJSON **ret, struct admin_err *e)
+static int c_sessions_top(struct admin_req *q, cJSON **ret, struct fronterr *e)
 {
         struct usage_row *rows = NULL;
         size_t n = 0;
@@ -616,11 +537,11 @@ static int c_sessions_top(struct admin_req *q, cJSON **ret, struct admin_err *e)
         cJSON *a;
         int r;
 
-        if (a_string(q, "user", false, &user, e) < 0)
+        if (jparam_string(&q->argv, "user", false, &user, e) < 0)
                 return -1;
         r = usage_collect(q->d, user, ADMIN_TOP_MAX, &rows, &n);
         if (r < 0)
-                return fail_errno(e, r, NULL);
+                return fronterr_errno(e, r, NULL, NULL);
         *ret = cJSON_CreateObject();
         cJSON_AddNumberToObject(*ret, "sampled_at", (double)sbx_wall_ms());
         cJSON_AddNumberToObject(*ret, "cpus_per_session", (double)q->d->cfg.nano_cpus / 1e9);
@@ -662,7 +583,7 @@ static int c_sessions_top(struct admin_req *q, cJSON **ret, struct admin_err *e)
 
 /* A session's audit rows (persistent) and the daemon's log lines that named it (the
  * recent ones this process still holds). */
-static int c_session_logs(struct admin_req *q, cJSON **ret, struct admin_err *e)
+static int c_session_logs(struct admin_req *q, cJSON **ret, struct fronterr *e)
 {
         struct store_audit_row *rows = NULL;
         char **lines = NULL;
@@ -675,11 +596,11 @@ static int c_session_logs(struct admin_req *q, cJSON **ret, struct admin_err *e)
                 return -1;
         r = store_audit_list(q->d->store, user, session, (size_t)limit, &rows, &n_rows);
         if (r < 0)
-                return fail_errno(e, r, NULL);
+                return fronterr_errno(e, r, NULL, NULL);
         r = log_session_lines(user, session, (size_t)limit, &lines, &n_lines);
         if (r < 0) {
                 store_audit_rows_free(rows, n_rows);
-                return fail_errno(e, r, NULL);
+                return fronterr_errno(e, r, NULL, NULL);
         }
         *ret = cJSON_CreateObject();
         cJSON_AddStringToObject(*ret, "user", user);
@@ -709,21 +630,21 @@ static int c_session_logs(struct admin_req *q, cJSON **ret, struct admin_err *e)
 }
 
 /* A user's runtime: read it, or set (runc | runsc) or reset ("default") the override. */
-static int c_user_runtime(struct admin_req *q, cJSON **ret, struct admin_err *e)
+static int c_user_runtime(struct admin_req *q, cJSON **ret, struct fronterr *e)
 {
         const char *user, *name;
         char effective[RUNTIME_NAME_MAX], over[16];
         struct sbx_error err = {0};
         int r;
 
-        if (a_string(q, "user", true, &user, e) < 0 || a_string(q, "runtime", false, &name, e) < 0)
+        if (jparam_string(&q->argv, "user", true, &user, e) < 0 || jparam_string(&q->argv, "runtime", false, &name, e) < 0)
                 return -1;
         if (!session_id_valid(user))
-                return fail(e, "invalid", "user must be 1-64 characters of [A-Za-z0-9_.-]");
+                return fronterr_set(e, "invalid", "user must be 1-64 characters of [A-Za-z0-9_.-]");
         if (name) {
                 r = runtime_set_user(q->d->runtime, user, name, &err);
                 if (r < 0)
-                        return fail_errno(e, r, &err);
+                        return fronterr_errno(e, r, &err, NULL);
                 cJSON *detail = cJSON_CreateObject();
                 cJSON_AddStringToObject(detail, "runtime", name);
                 audit(q, user, NULL, "user.runtime", detail);
@@ -732,7 +653,7 @@ static int c_user_runtime(struct admin_req *q, cJSON **ret, struct admin_err *e)
         if (r == 0)
                 r = store_user_runtime_get(q->d->store, user, over);
         if (r < 0)
-                return fail_errno(e, r, NULL);
+                return fronterr_errno(e, r, NULL, NULL);
         *ret = cJSON_CreateObject();
         cJSON_AddStringToObject(*ret, "user", user);
         cJSON_AddStringToObject(*ret, "runtime", effective);
@@ -782,16 +703,16 @@ static cJSON *quota_json(struct daemon *d, const char *user)
         return o;
 }
 
-static int a_user(struct admin_req *q, const char **ret, struct admin_err *e)
+static int a_user(struct admin_req *q, const char **ret, struct fronterr *e)
 {
-        if (a_string(q, "user", true, ret, e) < 0)
+        if (jparam_string(&q->argv, "user", true, ret, e) < 0)
                 return -1;
         if (!session_id_valid(*ret))
-                return fail(e, "invalid", "invalid user_id: must be 1-64 characters of [A-Za-z0-9_.-]");
+                return fronterr_set(e, "invalid", "invalid user_id: must be 1-64 characters of [A-Za-z0-9_.-]");
         return 0;
 }
 
-static int c_quota_show(struct admin_req *q, cJSON **ret, struct admin_err *e)
+static int c_quota_show(struct admin_req *q, cJSON **ret, struct fronterr *e)
 {
         const char *user;
 
@@ -801,7 +722,7 @@ static int c_quota_show(struct admin_req *q, cJSON **ret, struct admin_err *e)
         return 0;
 }
 
-static int c_quota_set(struct admin_req *q, cJSON **ret, struct admin_err *e)
+static int c_quota_set(struct admin_req *q, cJSON **ret, struct fronterr *e)
 {
         const cJSON *v = cJSON_GetObjectItemCaseSensitive(q->args, "value");
         const char *user, *key;
@@ -809,14 +730,14 @@ static int c_quota_set(struct admin_req *q, cJSON **ret, struct admin_err *e)
         cJSON *detail;
         int r;
 
-        if (a_user(q, &user, e) < 0 || a_string(q, "key", true, &key, e) < 0)
+        if (a_user(q, &user, e) < 0 || jparam_string(&q->argv, "key", true, &key, e) < 0)
                 return -1;
         /* a double holds every integer up to 2^53 exactly: more than any quota's range */
         if (!cJSON_IsNumber(v) || v->valuedouble != (double)(int64_t)v->valuedouble)
-                return fail(e, "bad_request", "value must be an integer");
+                return fronterr_set(e, "bad_request", "value must be an integer");
         r = quota_set(q->d->quota, user, key, (int64_t)v->valuedouble, &err);
         if (r < 0)
-                return fail_errno(e, r, &err);
+                return fronterr_errno(e, r, &err, NULL);
         detail = cJSON_CreateObject();
         cJSON_AddStringToObject(detail, "key", key);
         cJSON_AddNumberToObject(detail, "value", v->valuedouble);
@@ -825,18 +746,18 @@ static int c_quota_set(struct admin_req *q, cJSON **ret, struct admin_err *e)
         return 0;
 }
 
-static int c_quota_unset(struct admin_req *q, cJSON **ret, struct admin_err *e)
+static int c_quota_unset(struct admin_req *q, cJSON **ret, struct fronterr *e)
 {
         const char *user, *key;
         struct sbx_error err = {0};
         cJSON *detail;
         int r;
 
-        if (a_user(q, &user, e) < 0 || a_string(q, "key", false, &key, e) < 0)
+        if (a_user(q, &user, e) < 0 || jparam_string(&q->argv, "key", false, &key, e) < 0)
                 return -1;
         r = quota_unset(q->d->quota, user, key, &err);
         if (r < 0)
-                return fail_errno(e, r, &err);
+                return fronterr_errno(e, r, &err, NULL);
         detail = cJSON_CreateObject();
         add_text(detail, "key", key ? key : "*");
         audit(q, user, NULL, "quota.unset", detail);
@@ -845,7 +766,7 @@ static int c_quota_unset(struct admin_req *q, cJSON **ret, struct admin_err *e)
         return 0;
 }
 
-static int c_quota_list(struct admin_req *q, cJSON **ret, struct admin_err *e)
+static int c_quota_list(struct admin_req *q, cJSON **ret, struct fronterr *e)
 {
         struct store_quota *rows = NULL;
         size_t n = 0;
@@ -853,7 +774,7 @@ static int c_quota_list(struct admin_req *q, cJSON **ret, struct admin_err *e)
         int r = quota_overrides(q->d->quota, NULL, &rows, &n);
 
         if (r < 0)
-                return fail_errno(e, r, NULL);
+                return fronterr_errno(e, r, NULL, NULL);
         *ret = cJSON_CreateObject();
         defaults = cJSON_AddObjectToObject(*ret, "defaults");
         cJSON_AddNumberToObject(defaults, "max_sessions_per_user", q->d->cfg.max_sessions_per_user);
@@ -875,7 +796,7 @@ static int c_quota_list(struct admin_req *q, cJSON **ret, struct admin_err *e)
 /* ---- egress (README "Egress") ---- */
 
 /* The session's egress rows, newest first. */
-static int c_egress_log(struct admin_req *q, cJSON **ret, struct admin_err *e)
+static int c_egress_log(struct admin_req *q, cJSON **ret, struct fronterr *e)
 {
         const char *user, *session;
         int limit = 0, r = 0;
@@ -885,7 +806,7 @@ static int c_egress_log(struct admin_req *q, cJSON **ret, struct admin_err *e)
                 return -1;
         rows = egress_rules_log_json(q->d->store, user, session, (size_t)limit, &r);
         if (!rows)
-                return fail_errno(e, r < 0 ? r : -ENOMEM, NULL);
+                return fronterr_errno(e, r < 0 ? r : -ENOMEM, NULL, NULL);
         *ret = cJSON_CreateObject();
         cJSON_AddStringToObject(*ret, "user", user);
         cJSON_AddStringToObject(*ret, "session", session);
@@ -894,43 +815,43 @@ static int c_egress_log(struct admin_req *q, cJSON **ret, struct admin_err *e)
 }
 
 /* The effective policy of user (and session, if given). */
-static int c_egress_policy(struct admin_req *q, cJSON **ret, struct admin_err *e)
+static int c_egress_policy(struct admin_req *q, cJSON **ret, struct fronterr *e)
 {
         const char *user, *session;
 
-        if (a_user(q, &user, e) < 0 || a_string(q, "session", false, &session, e) < 0)
+        if (a_user(q, &user, e) < 0 || jparam_string(&q->argv, "session", false, &session, e) < 0)
                 return -1;
         if (session && !session_id_valid(session))
-                return fail(e, "invalid", "invalid session_id: must be 1-64 characters of [A-Za-z0-9_.-]");
+                return fronterr_set(e, "invalid", "invalid session_id: must be 1-64 characters of [A-Za-z0-9_.-]");
         *ret = egress_rules_policy_json(q->d->store, q->d->privacy, &q->d->cfg, user, session);
         if (!*ret)
-                return fail(e, "internal", "out of memory");
+                return fronterr_set(e, "internal", "out of memory");
         cJSON_AddStringToObject(*ret, "user", user);
         add_text(*ret, "session", session);
         return 0;
 }
 
-static int egress_change(struct admin_req *q, cJSON **ret, struct admin_err *e, bool remove)
+static int egress_change(struct admin_req *q, cJSON **ret, struct fronterr *e, bool remove)
 {
         const char *user, *session, *pattern;
         struct sbx_error err = {0};
         int r;
 
-        if (a_user(q, &user, e) < 0 || a_string(q, "session", false, &session, e) < 0 ||
-            a_string(q, "pattern", true, &pattern, e) < 0)
+        if (a_user(q, &user, e) < 0 || jparam_string(&q->argv, "session", false, &session, e) < 0 ||
+            jparam_string(&q->argv, "pattern", true, &pattern, e) < 0)
                 return -1;
         r = egress_rules_change(q->d->store, &q->d->cfg, user, session, pattern, remove, q->actor, &err);
         if (r < 0)
-                return fail_errno(e, r, &err);
+                return fronterr_errno(e, r, &err, NULL);
         return c_egress_policy(q, ret, e);
 }
 
-static int c_egress_allow(struct admin_req *q, cJSON **ret, struct admin_err *e)
+static int c_egress_allow(struct admin_req *q, cJSON **ret, struct fronterr *e)
 {
         return egress_change(q, ret, e, false);
 }
 
-static int c_egress_deny(struct admin_req *q, cJSON **ret, struct admin_err *e)
+static int c_egress_deny(struct admin_req *q, cJSON **ret, struct fronterr *e)
 {
         return egress_change(q, ret, e, true);
 }
@@ -978,7 +899,7 @@ static void send_line(int fd, cJSON *o)
         free(text);
 }
 
-static void reply(int fd, const cJSON *id, cJSON *result, const struct admin_err *e)
+static void reply(int fd, const cJSON *id, cJSON *result, const struct fronterr *e)
 {
         cJSON *o = cJSON_CreateObject();
 
@@ -1004,33 +925,34 @@ static void reply(int fd, const cJSON *id, cJSON *result, const struct admin_err
 
 static void handle_line(struct admin_req *q, int fd, const char *line, size_t len)
 {
-        _cleanup_(cjson_deletep) cJSON *root = NULL;
+        _cleanup_(cjson_freep) cJSON *root = NULL;
         enum reqguard_verdict verdict = reqguard_scan(line, len, REQGUARD_MAX_ELEMENTS, REQGUARD_MAX_DEPTH);
         const cJSON *cmd, *id;
-        struct admin_err e = {0};
+        struct fronterr e = {0};
         cJSON *result = NULL;
 
         if (verdict != REQGUARD_OK) {
                 /* bounded before parsing; strict strings: nothing is truncated at a NUL */
-                fail(&e, reqguard_verdict_is_invalid(verdict) ? "invalid" : "too_large", "%s",
+                fronterr_set(&e, reqguard_verdict_is_invalid(verdict) ? "invalid" : "too_large", "%s",
                      reqguard_verdict_message(verdict));
                 reply(fd, NULL, NULL, &e);
                 return;
         }
         root = cJSON_ParseWithLength(line, len);
         if (!root || !cJSON_IsObject(root)) {
-                fail(&e, "bad_request", root ? "a command must be a JSON object" : "malformed JSON");
+                fronterr_set(&e, "bad_request", root ? "a command must be a JSON object" : "malformed JSON");
                 reply(fd, NULL, NULL, &e);
                 return;
         }
         id = cJSON_GetObjectItemCaseSensitive(root, "id");
         cmd = cJSON_GetObjectItemCaseSensitive(root, "cmd");
         if (!cJSON_IsString(cmd) || !cmd->valuestring) {
-                fail(&e, "bad_request", "cmd must be a string");
+                fronterr_set(&e, "bad_request", "cmd must be a string");
                 reply(fd, id, NULL, &e);
                 return;
         }
         q->args = root;
+        q->argv = (struct jparams){.obj = root, .prefix = ""};
         for (size_t i = 0; i < ELEMENTSOF(commands); i++) {
                 if (strcmp(commands[i].name, cmd->valuestring) != 0)
                         continue;
@@ -1040,7 +962,7 @@ static void handle_line(struct admin_req *q, int fd, const char *line, size_t le
                 if (commands[i].fn(q, &result, &e) < 0 || !result) {
                         cJSON_Delete(result);
                         if (!e.code)
-                                fail(&e, "internal", "out of memory");
+                                fronterr_set(&e, "internal", "out of memory");
                         reply(fd, id, NULL, &e);
                 } else {
                         reply(fd, id, result, NULL);
@@ -1048,7 +970,7 @@ static void handle_line(struct admin_req *q, int fd, const char *line, size_t le
                 return;
         }
         _cleanup_free_ char *name = utf8_sanitize(cmd->valuestring, strnlen(cmd->valuestring, 64));
-        fail(&e, "bad_request", "unknown command \"%s\"", name ? name : "");
+        fronterr_set(&e, "bad_request", "unknown command \"%s\"", name ? name : "");
         reply(fd, id, NULL, &e);
 }
 
@@ -1082,10 +1004,10 @@ static void serve(struct sockserver *ss, int fd, const struct ucred *peer, void 
 
         snprintf(q.actor, sizeof(q.actor), "admin:uid=%u", (unsigned)peer->uid);
         if (!peer_allowed(srv, peer)) {
-                struct admin_err e = {0};
+                struct fronterr e = {0};
                 char detail[128];
                 uint64_t suppressed = 0;
-                fail(&e, "forbidden", "uid %u may not use the admin socket", (unsigned)peer->uid);
+                fronterr_set(&e, "forbidden", "uid %u may not use the admin socket", (unsigned)peer->uid);
                 reply(fd, NULL, NULL, &e);
                 /* a peer that keeps trying must not grow the audit log without bound */
                 if (!reqguard_audit_allowed(peer->uid, sbx_now_ms(), &suppressed))
@@ -1103,8 +1025,8 @@ static void serve(struct sockserver *ss, int fd, const struct ucred *peer, void 
                 int r = linereader_next(&lr, &line, &len, srv->d->cfg.connection_idle_timeout_ms,
                                         sockserver_stop_fd(ss));
                 if (r == -E2BIG) {
-                        struct admin_err e = {0};
-                        fail(&e, "bad_request", "command line longer than %d bytes; closing", ADMIN_MAX_LINE);
+                        struct fronterr e = {0};
+                        fronterr_set(&e, "bad_request", "command line longer than %d bytes; closing", ADMIN_MAX_LINE);
                         reply(fd, NULL, NULL, &e);
                         break;
                 }

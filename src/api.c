@@ -30,6 +30,7 @@
 #include "listener.h"
 #include "sandboxd/daemon.h"
 #include "sandboxd/exec.h"
+#include "sandboxd/jsonutil.h"
 #include "sandboxd/log.h"
 #include "sandboxd/metrics.h"
 #include "sandboxd/reqguard.h"
@@ -40,75 +41,6 @@
 
 #define API_MAX_AUTH_FAILURES 5   /* then the connection is closed */
 #define SINK_MAX_BYTES (1 << 20)  /* progress queued for one request; past it chunks are dropped */
-
-static void cjson_deletep(cJSON **p)
-{
-        cJSON_Delete(*p);
-}
-
-/* ---- errors ---- */
-
-int api_fail(struct api_err *e, const char *code, const char *fmt, ...)
-{
-        va_list ap;
-        e->code = code;
-        va_start(ap, fmt);
-        vsnprintf(e->msg, sizeof(e->msg), fmt, ap);
-        va_end(ap);
-        return -1;
-}
-
-static const char *errno_code(int r)
-{
-        switch (-r) {
-        case EINVAL:
-        case EPERM:
-        case ENOTDIR:
-        case EISDIR:
-        case ERANGE:
-        case ENAMETOOLONG:
-                return "invalid";
-        case ENOENT:
-        case ESRCH:
-                return "not_found";
-        case EACCES:
-                return "forbidden";
-        case EDQUOT:
-                return "quota_exceeded";
-        case EBUSY:
-        case EUSERS:
-        case ENOSPC:
-        case EAGAIN:
-        case EMFILE:
-        case ENFILE:
-                return "busy";
-        case E2BIG:
-        case EFBIG:
-        case EMSGSIZE:
-                return "too_large";
-        case EEXIST:
-        case EPIPE:
-                return "conflict";
-        case EALREADY:
-                return "already_finished";
-        case ECONNREFUSED:
-        case ETIMEDOUT:
-        case EIO:
-        case ESHUTDOWN:
-        case EHOSTUNREACH:
-        case ENOTCONN:
-        case ECONNRESET:
-        case EPROTO:
-                return "unavailable";
-        default:
-                return "internal";
-        }
-}
-
-int api_fail_errno(struct api_err *e, int r, const struct sbx_error *err, const char *what)
-{
-        return api_fail(e, errno_code(r), "%s", err && err->msg[0] ? err->msg : what ? what : strerror(-r));
-}
 
 /* ---- writing ---- */
 
@@ -288,7 +220,7 @@ static size_t utf8_cut(const unsigned char *buf, size_t len)
         return len;
 }
 
-static void send_progress(struct req *q, struct api_sink *s, int stream, const unsigned char *data, size_t len)
+static void send_progress(struct api_req *q, struct api_sink *s, int stream, const unsigned char *data, size_t len)
 {
         _cleanup_free_ unsigned char *joined = malloc(s->carry_len[stream] + len);
         size_t total, cut;
@@ -315,7 +247,7 @@ static void send_progress(struct req *q, struct api_sink *s, int stream, const u
 }
 
 /* Send what is queued, waiting up to wait_ms for something to arrive. */
-static void sink_drain(struct req *q, struct api_sink *s, int wait_ms)
+static void sink_drain(struct api_req *q, struct api_sink *s, int wait_ms)
 {
         char *buf;
         size_t len;
@@ -374,12 +306,12 @@ static bool peer_gone(struct api_conn *c)
         return poll(&p, 1, 0) > 0 && (p.revents & (POLLHUP | POLLERR));
 }
 
-bool api_should_abandon(struct req *q)
+bool api_should_abandon(struct api_req *q)
 {
         return (q->c->srv && sockserver_stopping(q->c->srv->ss)) || peer_gone(q->c);
 }
 
-int api_wait_final(struct req *q, const char *id, struct api_sink *s, int64_t max_ms, struct api_err *e)
+int api_wait_final(struct api_req *q, const char *id, struct api_sink *s, int64_t max_ms, struct fronterr *e)
 {
         int64_t until = max_ms >= 0 ? sbx_now_ms() + max_ms : INT64_MAX;
 
@@ -396,7 +328,7 @@ int api_wait_final(struct req *q, const char *id, struct api_sink *s, int64_t ma
                 rc = exec_status(q->d->exec, q->tok.user, id, API_OFFSET_NONE, API_OFFSET_NONE, 1, s ? 0 : slice, &r,
                                  &err);
                 if (rc < 0)
-                        return api_fail_errno(e, rc, &err, NULL);
+                        return fronterr_errno(e, rc, &err, NULL);
                 final = exec_state_is_final(r.state);
                 exec_result_done(&r);
                 if (final) {
@@ -452,31 +384,31 @@ static void audit_auth_failure(struct api_conn *c, const char *reason, const cha
 }
 
 int api_authenticate(struct api_conn *c, const char *token, const char *method, struct token_info *ret,
-                     struct api_err *e)
+                     struct fronterr *e)
 {
         int r;
 
         if (!token || !*token) {
                 c->auth_failures++;
                 audit_auth_failure(c, "missing token", method);
-                return api_fail(e, "unauthorized", "a token is required");
+                return fronterr_set(e, "unauthorized", "a token is required");
         }
         r = token_verify(c->d->store, token, ret);
         if (r == -EACCES) {
                 c->auth_failures++;
                 audit_auth_failure(c, "unknown or revoked token", method);
-                return api_fail(e, "unauthorized", "the token is unknown or revoked");
+                return fronterr_set(e, "unauthorized", "the token is unknown or revoked");
         }
         if (r < 0)
-                return api_fail(e, "unavailable", "cannot check the token now; retry");
+                return fronterr_set(e, "unavailable", "cannot check the token now; retry");
         c->authenticated = true;
         return 0;
 }
 
 int api_call(struct api_conn *c, const struct token_info *tok, const cJSON *id, const char *method,
-             const cJSON *params, cJSON **ret_result, struct api_err *e)
+             const cJSON *params, cJSON **ret_result, struct fronterr *e)
 {
-        struct req q = {.c = c, .d = c->d, .id = id, .method = method, .tok = *tok};
+        struct api_req q = {.c = c, .d = c->d, .id = id, .method = method, .tok = *tok};
         cJSON *result = NULL;
         api_method_fn fn;
         const cJSON *s;
@@ -484,26 +416,27 @@ int api_call(struct api_conn *c, const struct token_info *tok, const cJSON *id, 
 
         snprintf(q.actor, sizeof(q.actor), "token:%s", q.tok.id);
         if (!method)
-                return api_fail(e, "bad_request", "method must be a string");
+                return fronterr_set(e, "bad_request", "method must be a string");
         fn = api_method_find(method);
         if (!fn) {
                 _cleanup_free_ char *m = utf8_sanitize(method, strnlen(method, 64));
-                return api_fail(e, "bad_request", "unknown method \"%s\"", m ? m : "");
+                return fronterr_set(e, "bad_request", "unknown method \"%s\"", m ? m : "");
         }
         if (params && !cJSON_IsNull(params) && !cJSON_IsObject(params))
-                return api_fail(e, "bad_request", "params must be an object");
+                return fronterr_set(e, "bad_request", "params must be an object");
         q.params = params && cJSON_IsObject(params) ? params : NULL;
+        q.args = (struct jparams){.obj = q.params, .prefix = "params."};
         s = cJSON_GetObjectItemCaseSensitive(q.params, "session");
         if ((!s || cJSON_IsNull(s)) && (api_method_user_level(method) || api_tasks_sessionless(method)))
                 s = NULL; /* acts on the user; create_session names one itself */
         else if (!s || cJSON_IsNull(s))
-                return api_fail(e, "bad_request", "params.session is required");
+                return fronterr_set(e, "bad_request", "params.session is required");
         if (!s)
                 q.session = "";
         else if (!cJSON_IsString(s) || !s->valuestring)
-                return api_fail(e, "bad_request", "params.session must be a string");
+                return fronterr_set(e, "bad_request", "params.session must be a string");
         else if (!session_id_valid(s->valuestring))
-                return api_fail(e, "invalid", "params.session must be 1-64 characters of [A-Za-z0-9_.-]");
+                return fronterr_set(e, "invalid", "params.session must be 1-64 characters of [A-Za-z0-9_.-]");
         else
                 q.session = s->valuestring;
         if (c->peer_addr)
@@ -527,17 +460,17 @@ int api_call(struct api_conn *c, const struct token_info *tok, const cJSON *id, 
                 return -1;
         }
         if (!result)
-                return api_fail(e, "internal", "out of memory");
+                return fronterr_set(e, "internal", "out of memory");
         *ret_result = result;
         return 0;
 }
 
 static void handle_line(struct api_conn *c, const char *line, size_t len)
 {
-        _cleanup_(cjson_deletep) cJSON *root = NULL;
+        _cleanup_(cjson_freep) cJSON *root = NULL;
         const cJSON *id, *token, *method;
         struct token_info tok;
-        struct api_err e = {0};
+        struct fronterr e = {0};
         cJSON *result = NULL;
         enum reqguard_verdict verdict;
         int r;
@@ -565,7 +498,7 @@ static void handle_line(struct api_conn *c, const char *line, size_t len)
                 id = cJSON_GetObjectItemCaseSensitive(root, "id");
                 /* strict strings: never a silently truncated id, path, name or value */
                 if (verdict != REQGUARD_OK)
-                        r = api_fail(&e, "invalid", "%s", reqguard_verdict_message(verdict));
+                        r = fronterr_set(&e, "invalid", "%s", reqguard_verdict_message(verdict));
         }
         if (r == 0)
                 r = api_call(c, &tok, id, cJSON_IsString(method) ? method->valuestring : NULL,

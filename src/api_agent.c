@@ -54,7 +54,7 @@ static bool env_name_ok(const char *s)
 /* params.env of create_session: an object of at most ENV_MAX_ENTRIES
  * valid names with string values, within the size caps; *ret_json the
  * canonical JSON (NULL when absent). */
-static int parse_session_env(struct req *q, char **ret_json, struct api_err *e)
+static int parse_session_env(struct api_req *q, char **ret_json, struct fronterr *e)
 {
         const cJSON *env = cJSON_GetObjectItemCaseSensitive(q->params, "env"), *it;
         size_t n = 0, total = 0;
@@ -63,31 +63,31 @@ static int parse_session_env(struct req *q, char **ret_json, struct api_err *e)
         if (!env || cJSON_IsNull(env))
                 return 0;
         if (!cJSON_IsObject(env))
-                return api_fail(e, "bad_request", "params.env must be an object of strings");
+                return fronterr_set(e, "bad_request", "params.env must be an object of strings");
         cJSON_ArrayForEach(it, env) {
                 if (!cJSON_IsString(it) || !it->valuestring)
-                        return api_fail(e, "bad_request", "params.env values must be strings");
+                        return fronterr_set(e, "bad_request", "params.env values must be strings");
                 if (!env_name_ok(it->string))
-                        return api_fail(e, "invalid",
+                        return fronterr_set(e, "invalid",
                                         "params.env names must be 1-%d characters of [A-Za-z0-9_], not starting "
                                         "with a digit",
                                         ENV_NAME_MAX);
                 if (strncmp(it->string, "SBX_", 4) == 0)
-                        return api_fail(e, "invalid", "params.env names starting with SBX_ are reserved");
+                        return fronterr_set(e, "invalid", "params.env names starting with SBX_ are reserved");
                 if (strlen(it->valuestring) > ENV_VALUE_MAX)
-                        return api_fail(e, "too_large", "params.env.%s is longer than %d bytes", it->string,
+                        return fronterr_set(e, "too_large", "params.env.%s is longer than %d bytes", it->string,
                                         ENV_VALUE_MAX);
                 total += strlen(it->string) + strlen(it->valuestring) + 2;
                 if (++n > ENV_MAX_ENTRIES || total > ENV_TOTAL_MAX)
-                        return api_fail(e, "too_large", "params.env has more than %d entries or %d bytes",
+                        return fronterr_set(e, "too_large", "params.env has more than %d entries or %d bytes",
                                         ENV_MAX_ENTRIES, ENV_TOTAL_MAX);
         }
         *ret_json = cJSON_PrintUnformatted(env);
-        return *ret_json ? 0 : api_fail(e, "internal", "out of memory");
+        return *ret_json ? 0 : fronterr_set(e, "internal", "out of memory");
 }
 
-int api_agent_default_env(struct req *q, const char **env, char **env_buf, size_t *n_env, size_t max,
-                          struct api_err *e)
+int api_agent_default_env(struct api_req *q, const char **env, char **env_buf, size_t *n_env, size_t max,
+                          struct fronterr *e)
 {
         struct store_session_options o = {0};
         cJSON *obj, *it;
@@ -111,13 +111,13 @@ int api_agent_default_env(struct req *q, const char **env, char **env_buf, size_
                 if (named)
                         continue; /* the request's own value wins */
                 if (*n_env >= max) {
-                        r = api_fail(e, "too_large", "params.env and the session's environment exceed %zu entries",
+                        r = fronterr_set(e, "too_large", "params.env and the session's environment exceed %zu entries",
                                      max);
                         break;
                 }
                 if (asprintf(&env_buf[*n_env], "%s=%s", it->string, it->valuestring) < 0) {
                         env_buf[*n_env] = NULL;
-                        r = api_fail(e, "internal", "out of memory");
+                        r = fronterr_set(e, "internal", "out of memory");
                         break;
                 }
                 env[*n_env] = env_buf[*n_env];
@@ -147,19 +147,19 @@ static cJSON *script_json(const struct store_script *s)
         return o;
 }
 
-int api_agent_script_code(struct req *q, const char *name, enum exec_language *lang, char **ret_code,
-                          struct api_err *e)
+int api_agent_script_code(struct api_req *q, const char *name, enum exec_language *lang, char **ret_code,
+                          struct fronterr *e)
 {
         struct store_script s = {0};
         int r;
 
         if (!scripts_name_valid(name))
-                return api_fail(e, "invalid", "params.script is not a script name (script-<time>-<hash>.<ext>)");
+                return fronterr_set(e, "invalid", "params.script is not a script name (script-<time>-<hash>.<ext>)");
         r = store_script_get(q->d->store, q->tok.user, name, &s);
         if (r == -ENOENT)
-                return api_fail(e, "not_found", "no script %s (list_scripts shows yours)", name);
+                return fronterr_set(e, "not_found", "no script %s (list_scripts shows yours)", name);
         if (r < 0)
-                return api_fail_errno(e, r, NULL, "cannot read the script");
+                return fronterr_errno(e, r, NULL, "cannot read the script");
         *lang = strcmp(s.language, "python") == 0 ? EXEC_LANG_PYTHON
                 : strcmp(s.language, "node") == 0 ? EXEC_LANG_NODE
                                                    : EXEC_LANG_BASH;
@@ -168,13 +168,13 @@ int api_agent_script_code(struct req *q, const char *name, enum exec_language *l
         return 0;
 }
 
-void api_agent_note_run(struct req *q, const char *exec_id, enum exec_language lang, const char *code)
+void api_agent_note_run(struct api_req *q, const char *exec_id, enum exec_language lang, const char *code)
 {
         if (q->d->scripts && lang != EXEC_LANG_NONE)
                 scripts_note_run(q->d->scripts, q->tok.user, exec_id, lang_name(lang), code);
 }
 
-void api_agent_add_cached(struct req *q, const struct exec_result *res, cJSON *o, bool always)
+void api_agent_add_cached(struct api_req *q, const struct exec_result *res, cJSON *o, bool always)
 {
         struct store_script s = {0};
         struct sbx_error err = {0};
@@ -193,7 +193,7 @@ void api_agent_add_cached(struct req *q, const struct exec_result *res, cJSON *o
                 cJSON_AddStringToObject(o, "cache_error", err.msg);
 }
 
-int api_m_list_scripts(struct req *q, cJSON **ret, struct api_err *e)
+int api_m_list_scripts(struct api_req *q, cJSON **ret, struct fronterr *e)
 {
         const char *filter;
         int64_t limit, count = 0, bytes = 0;
@@ -202,17 +202,17 @@ int api_m_list_scripts(struct req *q, cJSON **ret, struct api_err *e)
         cJSON *a;
         int r;
 
-        if (api_param_string(q, "filter", false, &filter, e) < 0 ||
-            api_param_int(q, "limit", 1, 1000, 100, &limit, e) < 0)
+        if (jparam_string(&q->args, "filter", false, &filter, e) < 0 ||
+            jparam_int(&q->args, "limit", 1, 1000, 100, &limit, e) < 0)
                 return -1;
         if (filter && strlen(filter) > SCRIPT_FILTER_MAX)
-                return api_fail(e, "too_large", "params.filter is longer than %d bytes", SCRIPT_FILTER_MAX);
+                return fronterr_set(e, "too_large", "params.filter is longer than %d bytes", SCRIPT_FILTER_MAX);
         r = store_script_list(q->d->store, q->tok.user, filter && *filter ? filter : NULL, (size_t)limit, &list, &n);
         if (r == 0)
                 r = store_script_usage(q->d->store, q->tok.user, &count, &bytes);
         if (r < 0) {
                 free(list);
-                return api_fail_errno(e, r, NULL, "cannot list scripts");
+                return fronterr_errno(e, r, NULL, "cannot list scripts");
         }
         *ret = cJSON_CreateObject();
         a = cJSON_AddArrayToObject(*ret, "scripts");
@@ -226,21 +226,21 @@ int api_m_list_scripts(struct req *q, cJSON **ret, struct api_err *e)
         return 0;
 }
 
-int api_m_clear_scripts(struct req *q, cJSON **ret, struct api_err *e)
+int api_m_clear_scripts(struct api_req *q, cJSON **ret, struct fronterr *e)
 {
         const char *name;
         int64_t removed = 0;
         int r;
 
-        if (api_param_string(q, "name", false, &name, e) < 0)
+        if (jparam_string(&q->args, "name", false, &name, e) < 0)
                 return -1;
         if (name && !scripts_name_valid(name))
-                return api_fail(e, "invalid", "params.name is not a script name (script-<time>-<hash>.<ext>)");
+                return fronterr_set(e, "invalid", "params.name is not a script name (script-<time>-<hash>.<ext>)");
         r = store_script_delete(q->d->store, q->tok.user, name, &removed);
         if (r < 0)
-                return api_fail_errno(e, r, NULL, "cannot clear scripts");
+                return fronterr_errno(e, r, NULL, "cannot clear scripts");
         if (name && removed == 0)
-                return api_fail(e, "not_found", "no script %s", name);
+                return fronterr_set(e, "not_found", "no script %s", name);
         *ret = cJSON_CreateObject();
         cJSON_AddNumberToObject(*ret, "removed", (double)removed);
         return 0;
@@ -249,7 +249,7 @@ int api_m_clear_scripts(struct req *q, cJSON **ret, struct api_err *e)
 /* ---- run_tests ---- */
 
 /* The execution's whole stdout (the result channel), at most TESTRUN_RESULTS_MAX. */
-static int read_results(struct req *q, const char *id, char **ret, size_t *ret_len, struct api_err *e)
+static int read_results(struct api_req *q, const char *id, char **ret, size_t *ret_len, struct fronterr *e)
 {
         char *buf = NULL;
         size_t len = 0;
@@ -262,7 +262,7 @@ static int read_results(struct req *q, const char *id, char **ret, size_t *ret_l
 
                 if (r < 0) {
                         free(buf);
-                        return api_fail_errno(e, r, &err, NULL);
+                        return fronterr_errno(e, r, &err, NULL);
                 }
                 if (res.stdout_head_len == 0 || len >= TESTRUN_RESULTS_MAX) {
                         exec_result_done(&res);
@@ -272,7 +272,7 @@ static int read_results(struct req *q, const char *id, char **ret, size_t *ret_l
                 if (!b) {
                         exec_result_done(&res);
                         free(buf);
-                        return api_fail(e, "internal", "out of memory");
+                        return fronterr_set(e, "internal", "out of memory");
                 }
                 buf = b;
                 memcpy(buf + len, res.stdout_head, res.stdout_head_len);
@@ -311,7 +311,7 @@ static void add_run_error(cJSON *o, const struct testrun_report *rep, const stru
         cJSON_AddStringToObject(o, "error", msg);
 }
 
-int api_m_run_tests(struct req *q, cJSON **ret, struct api_err *e)
+int api_m_run_tests(struct api_req *q, cJSON **ret, struct fronterr *e)
 {
         const char *language, *tests, *code;
         enum testrun_language tl;
@@ -328,23 +328,23 @@ int api_m_run_tests(struct req *q, cJSON **ret, struct api_err *e)
         cJSON *sum;
         int r;
 
-        if (api_param_string(q, "language", true, &language, e) < 0 ||
-            api_param_string(q, "tests", true, &tests, e) < 0 || api_param_string(q, "code", false, &code, e) < 0 ||
-            api_param_int(q, "timeout_seconds", 0, q->d->cfg.exec_timeout_max_s, 0, &timeout, e) < 0)
+        if (jparam_string(&q->args, "language", true, &language, e) < 0 ||
+            jparam_string(&q->args, "tests", true, &tests, e) < 0 || jparam_string(&q->args, "code", false, &code, e) < 0 ||
+            jparam_int(&q->args, "timeout_seconds", 0, q->d->cfg.exec_timeout_max_s, 0, &timeout, e) < 0)
                 return -1;
         if (testrun_language_from_string(language, &tl) < 0)
-                return api_fail(e, "invalid", "params.language must be python or node");
+                return fronterr_set(e, "invalid", "params.language must be python or node");
         if (!*tests)
-                return api_fail(e, "invalid", "params.tests is empty");
+                return fronterr_set(e, "invalid", "params.tests is empty");
         if (strlen(tests) + (code ? strlen(code) : 0) > (size_t)q->d->cfg.max_command_bytes / 2)
-                return api_fail(e, "too_large", "code and tests are more than %" PRId64 " bytes together",
+                return fronterr_set(e, "too_large", "code and tests are more than %" PRId64 " bytes together",
                                 q->d->cfg.max_command_bytes / 2);
         r = testrun_program(tl, code, tests, marker, &program, &program_len, &err);
         if (r < 0)
-                return api_fail_errno(e, r, &err, NULL);
+                return fronterr_errno(e, r, &err, NULL);
         r = session_get_or_create(q->d->sessions, q->tok.user, q->session, &s, &err);
         if (r < 0)
-                return api_fail_errno(e, r, &err, "the session's container is not available");
+                return fronterr_errno(e, r, &err, "the session's container is not available");
         session_release(s);
         if (api_agent_default_env(q, env, env_buf, &n_env, ENV_MAX_ENTRIES, e) < 0)
                 goto out;
@@ -360,7 +360,7 @@ int api_m_run_tests(struct req *q, cJSON **ret, struct api_err *e)
         };
         r = exec_start(q->d->exec, &req, id, &err);
         if (r < 0) {
-                r = api_fail_errno(e, r, &err, NULL);
+                r = fronterr_errno(e, r, &err, NULL);
                 goto out;
         }
         r = api_wait_final(q, id, NULL, -1, e);
@@ -375,17 +375,17 @@ int api_m_run_tests(struct req *q, cJSON **ret, struct api_err *e)
                 goto out;
         r = exec_status(q->d->exec, q->tok.user, id, -1, -1, 0, 0, &res, &err);
         if (r < 0) {
-                r = api_fail_errno(e, r, &err, NULL);
+                r = fronterr_errno(e, r, &err, NULL);
                 goto out;
         }
         if (res.state == EXEC_FAILED && res.cause == EXEC_CAUSE_ERROR) {
-                r = api_fail(e, "unavailable", "the tests could not run: %s", res.error);
+                r = fronterr_set(e, "unavailable", "the tests could not run: %s", res.error);
                 exec_result_done(&res);
                 goto out;
         }
         if (testrun_parse(marker, out ? out : "", out_len, &rep) < 0) {
                 exec_result_done(&res);
-                r = api_fail(e, "internal", "out of memory");
+                r = fronterr_set(e, "internal", "out of memory");
                 goto out;
         }
         *ret = cJSON_CreateObject();
@@ -417,7 +417,7 @@ out:
 /* ---- sessions as tools ---- */
 
 /* expires_at / image / env names of a session's options into o. */
-static void add_options(struct req *q, const char *session, cJSON *o)
+static void add_options(struct api_req *q, const char *session, cJSON *o)
 {
         struct store_session_options opt = {0};
 
@@ -485,10 +485,10 @@ static void creating_release(char *key)
         free(key);
 }
 
-static int create_session_claimed(struct req *q, const char *image, int64_t ttl, char *env_json, cJSON **ret,
-                                  struct api_err *e);
+static int create_session_claimed(struct api_req *q, const char *image, int64_t ttl, char *env_json, cJSON **ret,
+                                  struct fronterr *e);
 
-int api_m_create_session(struct req *q, cJSON **ret, struct api_err *e)
+int api_m_create_session(struct api_req *q, cJSON **ret, struct fronterr *e)
 {
         const char *image;
         int64_t ttl;
@@ -496,33 +496,33 @@ int api_m_create_session(struct req *q, cJSON **ret, struct api_err *e)
         char generated[24], *key = NULL;
         int r;
 
-        if (api_param_string(q, "image", false, &image, e) < 0 ||
-            api_param_int(q, "ttl_seconds", 1, q->d->cfg.session_ttl_max_s, 0, &ttl, e) < 0 ||
+        if (jparam_string(&q->args, "image", false, &image, e) < 0 ||
+            jparam_int(&q->args, "ttl_seconds", 1, q->d->cfg.session_ttl_max_s, 0, &ttl, e) < 0 ||
             parse_session_env(q, &env_json, e) < 0)
                 return -1;
         if (image && !config_image_allowed(&q->d->cfg, image))
-                return api_fail(e, "invalid", "params.image is not an allowed image (the operator's image and images)");
+                return fronterr_set(e, "invalid", "params.image is not an allowed image (the operator's image and images)");
         if (!q->session || !*q->session) {
                 char hex[13];
                 if (sbx_random_hex(hex, 6) < 0)
-                        return api_fail(e, "internal", "no randomness for a session name");
+                        return fronterr_set(e, "internal", "no randomness for a session name");
                 snprintf(generated, sizeof(generated), "s-%s", hex);
                 q->session = generated;
         }
         r = creating_claim(q->tok.user, q->session, &key);
         if (r == -EEXIST)
-                return api_fail(e, "conflict", "session %s is being created by another call", q->session);
+                return fronterr_set(e, "conflict", "session %s is being created by another call", q->session);
         if (r == -EBUSY)
-                return api_fail(e, "busy", "too many sessions are being created at once; retry");
+                return fronterr_set(e, "busy", "too many sessions are being created at once; retry");
         if (r < 0)
-                return api_fail(e, "internal", "out of memory");
+                return fronterr_set(e, "internal", "out of memory");
         r = create_session_claimed(q, image, ttl, env_json, ret, e);
         creating_release(key);
         return r;
 }
 
-static int create_session_claimed(struct req *q, const char *image, int64_t ttl, char *env_json, cJSON **ret,
-                                  struct api_err *e)
+static int create_session_claimed(struct api_req *q, const char *image, int64_t ttl, char *env_json, cJSON **ret,
+                                  struct fronterr *e)
 {
         struct session_info info;
         struct session *s = NULL;
@@ -532,7 +532,7 @@ static int create_session_claimed(struct req *q, const char *image, int64_t ttl,
 
         if (session_get_info(q->d->sessions, q->tok.user, q->session, &info) == 0) {
                 session_info_done(&info);
-                return api_fail(e, "conflict", "session %s exists: use it, or destroy_session it first", q->session);
+                return fronterr_set(e, "conflict", "session %s exists: use it, or destroy_session it first", q->session);
         }
         sbx_strlcpy(opt.image, image && strcmp(image, q->d->cfg.image) != 0 ? image : "", sizeof(opt.image));
         opt.env_json = env_json;
@@ -541,7 +541,7 @@ static int create_session_claimed(struct req *q, const char *image, int64_t ttl,
         if (opt.image[0] || opt.env_json || opt.expires_at) {
                 r = store_session_options_set(q->d->store, q->tok.user, q->session, &opt);
                 if (r < 0)
-                        return api_fail_errno(e, r, NULL, "cannot record the session's options");
+                        return fronterr_errno(e, r, NULL, "cannot record the session's options");
         }
         r = session_get_or_create(q->d->sessions, q->tok.user, q->session, &s, &err);
         if (r < 0) {
@@ -549,7 +549,7 @@ static int create_session_claimed(struct req *q, const char *image, int64_t ttl,
                         session_info_done(&info);
                 else
                         (void)store_session_options_delete(q->d->store, q->tok.user, q->session);
-                return api_fail_errno(e, r, &err, "the session's container is not available");
+                return fronterr_errno(e, r, &err, "the session's container is not available");
         }
         session_release(s);
         log_ctx(LOG_LEVEL_INFO, q->tok.user, q->session, NULL, "session created (create_session, ttl %" PRId64 " s)",
@@ -560,7 +560,7 @@ static int create_session_claimed(struct req *q, const char *image, int64_t ttl,
         return r;
 }
 
-int api_m_destroy_session(struct req *q, cJSON **ret, struct api_err *e)
+int api_m_destroy_session(struct api_req *q, cJSON **ret, struct fronterr *e)
 {
         bool purge;
         struct session_info info;
@@ -571,12 +571,12 @@ int api_m_destroy_session(struct req *q, cJSON **ret, struct api_err *e)
         char *json;
         int r;
 
-        if (api_param_bool(q, "purge", false, &purge, e) < 0)
+        if (jparam_bool(&q->args, "purge", false, &purge, e) < 0)
                 return -1;
         if (!q->session || !*q->session)
-                return api_fail(e, "bad_request", "params.session is required");
+                return fronterr_set(e, "bad_request", "params.session is required");
         if (session_get_info(q->d->sessions, q->tok.user, q->session, &info) < 0)
-                return api_fail(e, "not_found", "no session %s", q->session);
+                return fronterr_set(e, "not_found", "no session %s", q->session);
         session_info_done(&info);
         /* its executions first: cancelled (and their end awaited), not left to die with the container */
         if (exec_list(q->d->exec, q->tok.user, q->session, (1u << EXEC_PENDING) | (1u << EXEC_RUNNING), 1000, &list,
@@ -585,7 +585,7 @@ int api_m_destroy_session(struct req *q, cJSON **ret, struct api_err *e)
                         if (exec_cancel(q->d->exec, q->tok.user, list[i].id, true, NULL) == 0)
                                 cancelled++;
                 for (size_t i = 0; i < n; i++) {
-                        struct api_err we = {0};
+                        struct fronterr we = {0};
                         if (api_wait_final(q, list[i].id, NULL, q->d->cfg.exec_kill_grace_ms + 5000, &we) == 0)
                                 break; /* the client left: destroy anyway */
                 }
@@ -593,7 +593,7 @@ int api_m_destroy_session(struct req *q, cJSON **ret, struct api_err *e)
         }
         r = session_destroy(q->d->sessions, q->tok.user, q->session, purge, &err);
         if (r < 0)
-                return api_fail_errno(e, r, &err, NULL);
+                return fronterr_errno(e, r, &err, NULL);
         detail = cJSON_CreateObject();
         cJSON_AddBoolToObject(detail, "purge", purge);
         cJSON_AddNumberToObject(detail, "cancelled_executions", (double)cancelled);
@@ -609,7 +609,7 @@ int api_m_destroy_session(struct req *q, cJSON **ret, struct api_err *e)
         return 0;
 }
 
-int api_m_list_sessions(struct req *q, cJSON **ret, struct api_err *e)
+int api_m_list_sessions(struct api_req *q, cJSON **ret, struct fronterr *e)
 {
         struct session_info *list = NULL;
         size_t n = 0;
@@ -618,7 +618,7 @@ int api_m_list_sessions(struct req *q, cJSON **ret, struct api_err *e)
 
         r = session_list(q->d->sessions, q->tok.user, NULL, &list, &n);
         if (r < 0)
-                return api_fail_errno(e, r, NULL, "cannot list sessions");
+                return fronterr_errno(e, r, NULL, "cannot list sessions");
         *ret = cJSON_CreateObject();
         a = cJSON_AddArrayToObject(*ret, "sessions");
         for (size_t i = 0; i < n; i++) {

@@ -143,7 +143,7 @@ static int request_hash(const char *method, const cJSON *params, char out[65])
         return 0;
 }
 
-void api_idem_bind_execution(struct req *q, const char *execution_id)
+void api_idem_bind_execution(struct api_req *q, const char *execution_id)
 {
         int r;
 
@@ -158,7 +158,7 @@ void api_idem_bind_execution(struct req *q, const char *execution_id)
 }
 
 /* Answer a retry from the key's row. */
-static int replay(struct req *q, enum idem_kind kind, const struct store_idem *row, cJSON **ret, struct api_err *e)
+static int replay(struct api_req *q, enum idem_kind kind, const struct store_idem *row, cJSON **ret, struct fronterr *e)
 {
         log_ctx(LOG_LEVEL_INFO, q->tok.user, q->session, NULL, "api: %s: idempotent retry of key %s answered%s%s",
                 q->method, q->idem_key, row->execution_id[0] ? " by execution " : "", row->execution_id);
@@ -166,14 +166,14 @@ static int replay(struct req *q, enum idem_kind kind, const struct store_idem *r
                 return api_execution_reply(q, row->execution_id, ret, e);
         *ret = row->result ? cJSON_Parse(row->result) : NULL;
         if (!*ret)
-                return api_fail(e, "internal", "the stored result of idempotency_key %s is unreadable", q->idem_key);
+                return fronterr_set(e, "internal", "the stored result of idempotency_key %s is unreadable", q->idem_key);
         return 0;
 }
 
 /* Wait for the call holding the key to finish: 1 with *row DONE, 0 when
  * the key was released (claim again), 2 when the client left, <0 with e.
  * *row is freed on every return but 1. */
-static int wait_pending(struct req *q, struct store_idem *row, struct api_err *e)
+static int wait_pending(struct api_req *q, struct store_idem *row, struct fronterr *e)
 {
         /* the holder runs at most as long as an execution may */
         int64_t until = sbx_now_ms() + (int64_t)q->d->cfg.exec_timeout_max_s * 1000 + 120000;
@@ -185,7 +185,7 @@ static int wait_pending(struct req *q, struct store_idem *row, struct api_err *e
                         return 1;
                 store_idem_done(row);
                 if (sbx_now_ms() >= until)
-                        return api_fail(e, "busy", "a call with idempotency_key %s is still in progress; retry later",
+                        return fronterr_set(e, "busy", "a call with idempotency_key %s is still in progress; retry later",
                                         q->idem_key);
                 sbx_sleep_ms(IDEM_PENDING_SLICE_MS);
                 if (api_should_abandon(q))
@@ -194,11 +194,11 @@ static int wait_pending(struct req *q, struct store_idem *row, struct api_err *e
                 if (r == -ENOENT)
                         return 0;
                 if (r < 0)
-                        return api_fail_errno(e, r, NULL, "cannot read the idempotency key");
+                        return fronterr_errno(e, r, NULL, "cannot read the idempotency key");
         }
 }
 
-int api_idem_call(struct req *q, api_method_fn fn, cJSON **ret, struct api_err *e)
+int api_idem_call(struct api_req *q, api_method_fn fn, cJSON **ret, struct fronterr *e)
 {
         const cJSON *k = cJSON_GetObjectItemCaseSensitive(q->params, "idempotency_key");
         enum idem_kind kind = IDEM_RESULT;
@@ -209,15 +209,15 @@ int api_idem_call(struct req *q, api_method_fn fn, cJSON **ret, struct api_err *
         if (!k || cJSON_IsNull(k))
                 return fn(q, ret, e);
         if (!takes_key)
-                return api_fail(e, "invalid", "%s does not take params.idempotency_key", q->method);
+                return fronterr_set(e, "invalid", "%s does not take params.idempotency_key", q->method);
         if (!cJSON_IsString(k))
-                return api_fail(e, "bad_request", "params.idempotency_key must be a string");
+                return fronterr_set(e, "bad_request", "params.idempotency_key must be a string");
         if (!api_idem_key_valid(k->valuestring))
-                return api_fail(e, "invalid", "params.idempotency_key must be 1-%d characters of [A-Za-z0-9._:-]",
+                return fronterr_set(e, "invalid", "params.idempotency_key must be 1-%d characters of [A-Za-z0-9._:-]",
                                 STORE_IDEM_KEY_MAX);
         r = request_hash(q->method, q->params, hash);
         if (r < 0)
-                return api_fail(e, "internal", "out of memory");
+                return fronterr_set(e, "internal", "out of memory");
         q->idem_key = k->valuestring;
 
         for (;;) {
@@ -228,16 +228,16 @@ int api_idem_call(struct req *q, api_method_fn fn, cJSON **ret, struct api_err *
                                      now + (int64_t)q->d->cfg.idempotency_window_s * 1000,
                                      q->d->cfg.idempotency_max_keys, &row);
                 if (r == -EDQUOT)
-                        return api_fail(e, "quota_exceeded",
+                        return fronterr_set(e, "quota_exceeded",
                                         "this user already holds idempotency_max_keys (%d) live idempotency keys",
                                         q->d->cfg.idempotency_max_keys);
                 if (r < 0)
-                        return api_fail_errno(e, r, NULL, "cannot record the idempotency key");
+                        return fronterr_errno(e, r, NULL, "cannot record the idempotency key");
                 if (r == 1)
                         break; /* ours: run it */
                 if (strcmp(row.request_hash, hash) != 0) {
                         store_idem_done(&row);
-                        return api_fail(e, "conflict",
+                        return fronterr_set(e, "conflict",
                                         "idempotency_key %s was already used with a different %s request", q->idem_key,
                                         q->method);
                 }

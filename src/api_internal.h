@@ -12,6 +12,8 @@
 
 #include "sandboxd/api.h"
 #include "sandboxd/exec.h"
+#include "sandboxd/fronterr.h"
+#include "sandboxd/jsonutil.h"
 #include "sandboxd/token.h"
 
 #define API_WAIT_SLICE_MS 1000
@@ -44,17 +46,13 @@ struct api_conn {
         bool authenticated;
 };
 
-struct api_err {
-        const char *code;
-        char msg[1024];
-};
-
 /* One authenticated request. */
-struct req {
+struct api_req {
         struct api_conn *c;
         struct daemon *d;
         const cJSON *id;
         const cJSON *params;
+        struct jparams args; /* params, named "params.<x>" in messages */
         const char *method;
         struct token_info tok;
         char actor[48];
@@ -66,40 +64,35 @@ struct req {
 /* Check a token (counting and auditing failures on c): 0 with *ret, or -1
  * with e (unauthorized, or unavailable when the store cannot answer). */
 int api_authenticate(struct api_conn *c, const char *token, const char *method, struct token_info *ret,
-                     struct api_err *e);
+                     struct fronterr *e);
 /* The dispatcher every transport shares: check method, params and
  * params.session, run the method as tok's user. 0 with *ret_result, -1 with
  * e (code and message always set), 1 when the client left (send nothing).
  * Progress of a streamed exec goes to c->send. */
 int api_call(struct api_conn *c, const struct token_info *tok, const cJSON *id, const char *method,
-             const cJSON *params, cJSON **ret_result, struct api_err *e);
-
-/* Fill e; returns -1 so callers can `return api_fail(...)`. */
-int api_fail(struct api_err *e, const char *code, const char *fmt, ...) __attribute__((format(printf, 3, 4)));
-/* e from a -errno and the callee's message (or what, or strerror). */
-int api_fail_errno(struct api_err *e, int r, const struct sbx_error *err, const char *what);
+             const cJSON *params, cJSON **ret_result, struct fronterr *e);
 
 /* Bytes as a JSON string: base64, or UTF-8 with invalid bytes replaced. */
 void api_add_bytes(cJSON *o, const char *key, const void *buf, size_t len, bool base64);
 
 /* A method: 0 with *ret, <0 with e filled, 1 for "send nothing" (the
  * client is gone). */
-typedef int (*api_method_fn)(struct req *q, cJSON **ret, struct api_err *e);
+typedef int (*api_method_fn)(struct api_req *q, cJSON **ret, struct fronterr *e);
 api_method_fn api_method_find(const char *name);
 
 /* Idempotency (api_idem.c). Run fn under params.idempotency_key when the
  * method takes one (a table of method names), else just run fn. Same
  * returns as a method. */
-int api_idem_call(struct req *q, api_method_fn fn, cJSON **ret, struct api_err *e);
+int api_idem_call(struct api_req *q, api_method_fn fn, cJSON **ret, struct fronterr *e);
 /* 1-STORE_IDEM_KEY_MAX characters of [A-Za-z0-9._:-]. */
 bool api_idem_key_valid(const char *key);
 /* A method that starts an execution names it to the key it runs under (a
  * no-op without one); retries then answer from that execution. */
-void api_idem_bind_execution(struct req *q, const char *execution_id);
+void api_idem_bind_execution(struct api_req *q, const char *execution_id);
 /* The reply exec / run_code give for execution id, as q's params ask
  * (background: its id and state; otherwise wait for the end, then the full
  * result). In api_methods.c. */
-int api_execution_reply(struct req *q, const char *id, cJSON **ret, struct api_err *e);
+int api_execution_reply(struct api_req *q, const char *id, cJSON **ret, struct fronterr *e);
 
 /* api_tasks.c: the MCP tasks methods (create_task, get_task, cancel_task).
  * A task lives API_TASK_TTL_MS; a user holds at most API_TASKS_PER_USER
@@ -121,39 +114,35 @@ void api_sink_free(struct api_sink *s);
 void api_sink_on_output(const char *exec_id, enum exec_stream stream, const void *data, size_t len, void *ud);
 
 /* The client left or the server stops: stop waiting. */
-bool api_should_abandon(struct req *q);
+bool api_should_abandon(struct api_req *q);
 /* Wait for the execution to end (at most max_ms, -1 = no limit), streaming
  * its output if s. 1 ended (or the wait is over), 0 abandoned, <0 error. */
-int api_wait_final(struct req *q, const char *id, struct api_sink *s, int64_t max_ms, struct api_err *e);
+int api_wait_final(struct api_req *q, const char *id, struct api_sink *s, int64_t max_ms, struct fronterr *e);
 
 /* ---- agent tools (issue 17): api_agent.c, and the helpers of
  * api_methods.c it shares ---- */
-int api_param_string(struct req *q, const char *name, bool required, const char **ret, struct api_err *e);
-int api_param_int(struct req *q, const char *name, int64_t lo, int64_t hi, int64_t def, int64_t *ret,
-                  struct api_err *e);
-int api_param_bool(struct req *q, const char *name, bool def, bool *ret, struct api_err *e);
 /* A stream of r as text: head, the omitted-bytes note, tail. */
 void api_add_stream(cJSON *o, const char *key, const struct exec_result *r, enum exec_stream stream);
-int api_m_session_info(struct req *q, cJSON **ret, struct api_err *e);
+int api_m_session_info(struct api_req *q, cJSON **ret, struct fronterr *e);
 /* Methods that act on the user, not one session: params.session optional. */
 bool api_method_user_level(const char *name);
 
 /* Append the session's default environment (create_session's env) to
  * env/env_buf, skipping names env already has. */
-int api_agent_default_env(struct req *q, const char **env, char **env_buf, size_t *n_env, size_t max,
-                          struct api_err *e);
+int api_agent_default_env(struct api_req *q, const char **env, char **env_buf, size_t *n_env, size_t max,
+                          struct fronterr *e);
 /* run_code {script}: the saved script's language and code (malloc'd). */
-int api_agent_script_code(struct req *q, const char *name, enum exec_language *lang, char **ret_code,
-                          struct api_err *e);
+int api_agent_script_code(struct api_req *q, const char *name, enum exec_language *lang, char **ret_code,
+                          struct fronterr *e);
 /* run_code started exec_id: keep its code for the cache. */
-void api_agent_note_run(struct req *q, const char *exec_id, enum exec_language lang, const char *code);
+void api_agent_note_run(struct api_req *q, const char *exec_id, enum exec_language lang, const char *code);
 /* A final run's "cached" (the script it saved; null when none, if always). */
-void api_agent_add_cached(struct req *q, const struct exec_result *res, cJSON *o, bool always);
-int api_m_run_tests(struct req *q, cJSON **ret, struct api_err *e);
-int api_m_list_scripts(struct req *q, cJSON **ret, struct api_err *e);
-int api_m_clear_scripts(struct req *q, cJSON **ret, struct api_err *e);
-int api_m_create_session(struct req *q, cJSON **ret, struct api_err *e);
-int api_m_destroy_session(struct req *q, cJSON **ret, struct api_err *e);
-int api_m_list_sessions(struct req *q, cJSON **ret, struct api_err *e);
+void api_agent_add_cached(struct api_req *q, const struct exec_result *res, cJSON *o, bool always);
+int api_m_run_tests(struct api_req *q, cJSON **ret, struct fronterr *e);
+int api_m_list_scripts(struct api_req *q, cJSON **ret, struct fronterr *e);
+int api_m_clear_scripts(struct api_req *q, cJSON **ret, struct fronterr *e);
+int api_m_create_session(struct api_req *q, cJSON **ret, struct fronterr *e);
+int api_m_destroy_session(struct api_req *q, cJSON **ret, struct fronterr *e);
+int api_m_list_sessions(struct api_req *q, cJSON **ret, struct fronterr *e);
 
 #endif

@@ -16,6 +16,7 @@
 #include "sandboxd/egress_rules.h"
 #include "sandboxd/exec.h"
 #include "sandboxd/files.h"
+#include "sandboxd/jsonutil.h"
 #include "sandboxd/log.h"
 #include "sandboxd/privacy.h"
 #include "sandboxd/service.h"
@@ -31,58 +32,9 @@
 
 /* ---- parameters ---- */
 
-static int p_string(struct req *q, const char *name, bool required, const char **ret, struct api_err *e)
-{
-        const cJSON *v = cJSON_GetObjectItemCaseSensitive(q->params, name);
-        if (!v || cJSON_IsNull(v)) {
-                if (required)
-                        return api_fail(e, "bad_request", "params.%s is required", name);
-                *ret = NULL;
-                return 0;
-        }
-        if (!cJSON_IsString(v) || !v->valuestring)
-                return api_fail(e, "bad_request", "params.%s must be a string", name);
-        *ret = v->valuestring;
-        return 0;
-}
-
-static int p_int(struct req *q, const char *name, int64_t lo, int64_t hi, int64_t def, int64_t *ret,
-                 struct api_err *e)
-{
-        const cJSON *v = cJSON_GetObjectItemCaseSensitive(q->params, name);
-        double x;
-
-        if (!v || cJSON_IsNull(v)) {
-                *ret = def;
-                return 0;
-        }
-        if (!cJSON_IsNumber(v))
-                return api_fail(e, "bad_request", "params.%s must be a number", name);
-        x = v->valuedouble;
-        if (!isfinite(x) || x != floor(x))
-                return api_fail(e, "bad_request", "params.%s must be an integer", name);
-        if (x < (double)lo || x > (double)hi)
-                return api_fail(e, "invalid", "params.%s must be between %" PRId64 " and %" PRId64, name, lo, hi);
-        *ret = (int64_t)x;
-        return 0;
-}
-
-static int p_bool(struct req *q, const char *name, bool def, bool *ret, struct api_err *e)
-{
-        const cJSON *v = cJSON_GetObjectItemCaseSensitive(q->params, name);
-        if (!v || cJSON_IsNull(v)) {
-                *ret = def;
-                return 0;
-        }
-        if (!cJSON_IsBool(v))
-                return api_fail(e, "bad_request", "params.%s must be true or false", name);
-        *ret = cJSON_IsTrue(v);
-        return 0;
-}
-
 /* params.wait: seconds (0 to API_WAIT_MAX_S), or true for the longest
  * wait and false for none, as the seeds' agents poll. */
-static int p_wait(struct req *q, int64_t *ret, struct api_err *e)
+static int p_wait(struct api_req *q, int64_t *ret, struct fronterr *e)
 {
         const cJSON *v = cJSON_GetObjectItemCaseSensitive(q->params, "wait");
 
@@ -91,32 +43,32 @@ static int p_wait(struct req *q, int64_t *ret, struct api_err *e)
                 return 0;
         }
         if (v && !cJSON_IsNull(v) && !cJSON_IsNumber(v))
-                return api_fail(e, "bad_request", "params.wait must be a number of seconds or a boolean");
-        return p_int(q, "wait", 0, API_WAIT_MAX_S, 0, ret, e);
+                return fronterr_set(e, "bad_request", "params.wait must be a number of seconds or a boolean");
+        return jparam_int(&q->args, "wait", 0, API_WAIT_MAX_S, 0, ret, e);
 }
 
 /* params.<name>: "utf8" (default) or "base64". */
-static int p_encoding(struct req *q, const char *name, bool *ret_base64, struct api_err *e)
+static int p_encoding(struct api_req *q, const char *name, bool *ret_base64, struct fronterr *e)
 {
         const char *s;
-        if (p_string(q, name, false, &s, e) < 0)
+        if (jparam_string(&q->args, name, false, &s, e) < 0)
                 return -1;
         if (!s || strcmp(s, "utf8") == 0 || strcmp(s, "utf-8") == 0)
                 *ret_base64 = false;
         else if (strcmp(s, "base64") == 0)
                 *ret_base64 = true;
         else
-                return api_fail(e, "invalid", "params.%s must be \"utf8\" or \"base64\"", name);
+                return fronterr_set(e, "invalid", "params.%s must be \"utf8\" or \"base64\"", name);
         return 0;
 }
 
 /* A string param as bytes: decoded from base64 when encoding says so. */
-static int p_bytes(struct req *q, const char *name, bool required, bool base64, unsigned char **ret,
-                   size_t *ret_len, struct api_err *e)
+static int p_bytes(struct api_req *q, const char *name, bool required, bool base64, unsigned char **ret,
+                   size_t *ret_len, struct fronterr *e)
 {
         const char *s;
 
-        if (p_string(q, name, required, &s, e) < 0)
+        if (jparam_string(&q->args, name, required, &s, e) < 0)
                 return -1;
         if (!s) {
                 *ret = NULL;
@@ -125,13 +77,13 @@ static int p_bytes(struct req *q, const char *name, bool required, bool base64, 
         }
         if (base64) {
                 if (base64_decode(s, strlen(s), ret, ret_len) < 0)
-                        return api_fail(e, "invalid", "params.%s is not valid base64", name);
+                        return fronterr_set(e, "invalid", "params.%s is not valid base64", name);
                 return 0;
         }
         *ret_len = strlen(s);
         *ret = malloc(*ret_len + 1);
         if (!*ret)
-                return api_fail(e, "internal", "out of memory");
+                return fronterr_set(e, "internal", "out of memory");
         memcpy(*ret, s, *ret_len + 1);
         return 0;
 }
@@ -308,36 +260,36 @@ static cJSON *service_json(const struct service_info *s)
 }
 
 /* The execution, which must be the caller's and in the request's session. */
-static int own_execution(struct req *q, const char *id, struct exec_result *ret, struct api_err *e)
+static int own_execution(struct api_req *q, const char *id, struct exec_result *ret, struct fronterr *e)
 {
         struct sbx_error err = {0};
         int r = exec_status(q->d->exec, q->tok.user, id, API_OFFSET_NONE, API_OFFSET_NONE, 1, 0, ret, &err);
         if (r < 0)
-                return api_fail_errno(e, r, &err, NULL);
+                return fronterr_errno(e, r, &err, NULL);
         if (strcmp(ret->session, q->session) != 0) {
                 exec_result_done(ret);
-                return api_fail(e, "not_found", "no execution %s in session %s", id, q->session);
+                return fronterr_set(e, "not_found", "no execution %s in session %s", id, q->session);
         }
         return 0;
 }
 
 /* ---- methods ---- */
 
-static int preflight_session(struct req *q, struct api_err *e)
+static int preflight_session(struct api_req *q, struct fronterr *e)
 {
         struct session *s = NULL;
         struct sbx_error err = {0};
         int r = session_get_or_create(q->d->sessions, q->tok.user, q->session, &s, &err);
         if (r < 0)
-                return api_fail_errno(e, r, &err, "the session's container is not available");
+                return fronterr_errno(e, r, &err, "the session's container is not available");
         session_release(s);
         return 0;
 }
 
 /* After the start: background gives the id and state at once; otherwise
  * wait for the end (streaming into sink if any), then the full result. */
-static int execution_reply(struct req *q, const char *id, bool background, bool base64, bool cached,
-                           struct api_sink *sink, cJSON **ret, struct api_err *e)
+static int execution_reply(struct api_req *q, const char *id, bool background, bool base64, bool cached,
+                           struct api_sink *sink, cJSON **ret, struct fronterr *e)
 {
         struct exec_result res;
         struct sbx_error err = {0};
@@ -358,13 +310,13 @@ static int execution_reply(struct req *q, const char *id, bool background, bool 
                 r = exec_status(q->d->exec, q->tok.user, id, off, off, background ? 1 : 0, 0, &res, &err);
         }
         if (r < 0)
-                return api_fail_errno(e, r, &err, NULL);
+                return fronterr_errno(e, r, &err, NULL);
         if (background) {
                 *ret = cJSON_CreateObject();
                 cJSON_AddStringToObject(*ret, "execution_id", id);
                 add_lower(*ret, "state", exec_state_to_string(res.state));
         } else if (res.state == EXEC_FAILED && res.cause == EXEC_CAUSE_ERROR) {
-                r = api_fail(e, "unavailable", "execution %s could not run: %s", id, res.error);
+                r = fronterr_set(e, "unavailable", "execution %s could not run: %s", id, res.error);
         } else {
                 *ret = exec_json(&res, base64, false, false);
                 if (*ret && cached)
@@ -374,12 +326,12 @@ static int execution_reply(struct req *q, const char *id, bool background, bool 
         return r;
 }
 
-int api_execution_reply(struct req *q, const char *id, cJSON **ret, struct api_err *e)
+int api_execution_reply(struct api_req *q, const char *id, cJSON **ret, struct fronterr *e)
 {
         struct exec_result res;
         bool background, base64;
 
-        if (p_bool(q, "background", false, &background, e) < 0 || p_encoding(q, "encoding", &base64, e) < 0)
+        if (jparam_bool(&q->args, "background", false, &background, e) < 0 || p_encoding(q, "encoding", &base64, e) < 0)
                 return -1;
         if (own_execution(q, id, &res, e) < 0)
                 return -1;
@@ -388,8 +340,8 @@ int api_execution_reply(struct req *q, const char *id, cJSON **ret, struct api_e
 }
 
 /* code_override: run_code {script} (the saved script's code). */
-static int run_execution_code(struct req *q, enum exec_language lang, const char *code_override, bool cache,
-                              cJSON **ret, struct api_err *e)
+static int run_execution_code(struct api_req *q, enum exec_language lang, const char *code_override, bool cache,
+                              cJSON **ret, struct fronterr *e)
 {
         const char *command = NULL, *code = NULL, *workdir = NULL, *stdin_s = NULL;
         int64_t timeout, rows, cols;
@@ -404,36 +356,36 @@ static int run_execution_code(struct req *q, enum exec_language lang, const char
         int r = -1;
 
         if (lang == EXEC_LANG_NONE) {
-                if (p_string(q, "command", true, &command, e) < 0)
+                if (jparam_string(&q->args, "command", true, &command, e) < 0)
                         return -1;
         } else if (code_override) {
                 code = code_override;
-        } else if (p_string(q, "code", true, &code, e) < 0) {
+        } else if (jparam_string(&q->args, "code", true, &code, e) < 0) {
                 return -1;
         }
-        if (p_int(q, "timeout_seconds", 0, q->d->cfg.exec_timeout_max_s, 0, &timeout, e) < 0 ||
-            p_string(q, "workdir", false, &workdir, e) < 0 || p_string(q, "stdin", false, &stdin_s, e) < 0 ||
-            p_bool(q, "background", false, &background, e) < 0 ||
-            p_bool(q, "interactive", false, &interactive, e) < 0 || p_bool(q, "stream", false, &stream, e) < 0 ||
-            p_encoding(q, "encoding", &base64, e) < 0 || p_bool(q, "tty", false, &tty, e) < 0 ||
-            p_int(q, "rows", 1, EXEC_TTY_MAX_ROWS, 24, &rows, e) < 0 || p_int(q, "cols", 1, EXEC_TTY_MAX_COLS, 80, &cols, e) < 0)
+        if (jparam_int(&q->args, "timeout_seconds", 0, q->d->cfg.exec_timeout_max_s, 0, &timeout, e) < 0 ||
+            jparam_string(&q->args, "workdir", false, &workdir, e) < 0 || jparam_string(&q->args, "stdin", false, &stdin_s, e) < 0 ||
+            jparam_bool(&q->args, "background", false, &background, e) < 0 ||
+            jparam_bool(&q->args, "interactive", false, &interactive, e) < 0 || jparam_bool(&q->args, "stream", false, &stream, e) < 0 ||
+            p_encoding(q, "encoding", &base64, e) < 0 || jparam_bool(&q->args, "tty", false, &tty, e) < 0 ||
+            jparam_int(&q->args, "rows", 1, EXEC_TTY_MAX_ROWS, 24, &rows, e) < 0 || jparam_int(&q->args, "cols", 1, EXEC_TTY_MAX_COLS, 80, &cols, e) < 0)
                 return -1;
         if (env_obj && !cJSON_IsNull(env_obj)) {
                 const cJSON *it;
                 if (!cJSON_IsObject(env_obj))
-                        return api_fail(e, "bad_request", "params.env must be an object of strings");
+                        return fronterr_set(e, "bad_request", "params.env must be an object of strings");
                 cJSON_ArrayForEach(it, env_obj) {
                         if (!cJSON_IsString(it) || !it->string) {
-                                r = api_fail(e, "bad_request", "params.env values must be strings");
+                                r = fronterr_set(e, "bad_request", "params.env values must be strings");
                                 goto out;
                         }
                         if (n_env >= API_MAX_ENV) {
-                                r = api_fail(e, "too_large", "params.env has more than %d entries", API_MAX_ENV);
+                                r = fronterr_set(e, "too_large", "params.env has more than %d entries", API_MAX_ENV);
                                 goto out;
                         }
                         if (asprintf(&env_buf[n_env], "%s=%s", it->string, it->valuestring) < 0) {
                                 env_buf[n_env] = NULL;
-                                r = api_fail(e, "internal", "out of memory");
+                                r = fronterr_set(e, "internal", "out of memory");
                                 goto out;
                         }
                         env[n_env] = env_buf[n_env];
@@ -448,7 +400,7 @@ static int run_execution_code(struct req *q, enum exec_language lang, const char
         if (stream && !background) {
                 sink = api_sink_new();
                 if (!sink) {
-                        r = api_fail(e, "internal", "out of memory");
+                        r = fronterr_set(e, "internal", "out of memory");
                         goto out;
                 }
         }
@@ -473,7 +425,7 @@ static int run_execution_code(struct req *q, enum exec_language lang, const char
         };
         r = exec_start(q->d->exec, &req, id, &err);
         if (r < 0) {
-                r = api_fail_errno(e, r, &err, NULL);
+                r = fronterr_errno(e, r, &err, NULL);
                 goto out;
         }
         if (cache)
@@ -487,33 +439,33 @@ out:
         return r;
 }
 
-static int m_exec(struct req *q, cJSON **ret, struct api_err *e)
+static int m_exec(struct api_req *q, cJSON **ret, struct fronterr *e)
 {
         return run_execution_code(q, EXEC_LANG_NONE, NULL, false, ret, e);
 }
 
-static int m_run_code(struct req *q, cJSON **ret, struct api_err *e)
+static int m_run_code(struct api_req *q, cJSON **ret, struct fronterr *e)
 {
         const char *language, *script, *code;
         enum exec_language lang;
         bool cache;
 
-        if (p_string(q, "script", false, &script, e) < 0 || p_bool(q, "cache", true, &cache, e) < 0)
+        if (jparam_string(&q->args, "script", false, &script, e) < 0 || jparam_bool(&q->args, "cache", true, &cache, e) < 0)
                 return -1;
         if (script) {
                 /* a saved script: its own language and code */
                 _cleanup_free_ char *saved = NULL;
                 int r;
-                if (p_string(q, "code", false, &code, e) < 0)
+                if (jparam_string(&q->args, "code", false, &code, e) < 0)
                         return -1;
                 if (code)
-                        return api_fail(e, "invalid", "params.code and params.script exclude each other");
+                        return fronterr_set(e, "invalid", "params.code and params.script exclude each other");
                 if (api_agent_script_code(q, script, &lang, &saved, e) < 0)
                         return -1;
                 r = run_execution_code(q, lang, saved, cache, ret, e);
                 return r;
         }
-        if (p_string(q, "language", true, &language, e) < 0)
+        if (jparam_string(&q->args, "language", true, &language, e) < 0)
                 return -1;
         if (strcmp(language, "python") == 0 || strcmp(language, "python3") == 0)
                 lang = EXEC_LANG_PYTHON;
@@ -522,11 +474,11 @@ static int m_run_code(struct req *q, cJSON **ret, struct api_err *e)
         else if (strcmp(language, "bash") == 0)
                 lang = EXEC_LANG_BASH;
         else
-                return api_fail(e, "invalid", "params.language must be python, node or bash");
+                return fronterr_set(e, "invalid", "params.language must be python, node or bash");
         return run_execution_code(q, lang, NULL, cache, ret, e);
 }
 
-static int m_get_execution(struct req *q, cJSON **ret, struct api_err *e)
+static int m_get_execution(struct api_req *q, cJSON **ret, struct fronterr *e)
 {
         const char *id;
         int64_t wait_s, out_off, err_off;
@@ -536,9 +488,9 @@ static int m_get_execution(struct req *q, cJSON **ret, struct api_err *e)
         int64_t until;
         int r;
 
-        if (p_string(q, "execution_id", true, &id, e) < 0 || p_wait(q, &wait_s, e) < 0 ||
-            p_int(q, "stdout_offset", 0, INT64_MAX / 4, -1, &out_off, e) < 0 ||
-            p_int(q, "stderr_offset", 0, INT64_MAX / 4, -1, &err_off, e) < 0 ||
+        if (jparam_string(&q->args, "execution_id", true, &id, e) < 0 || p_wait(q, &wait_s, e) < 0 ||
+            jparam_int(&q->args, "stdout_offset", 0, INT64_MAX / 4, -1, &out_off, e) < 0 ||
+            jparam_int(&q->args, "stderr_offset", 0, INT64_MAX / 4, -1, &err_off, e) < 0 ||
             p_encoding(q, "encoding", &base64, e) < 0)
                 return -1;
         if (own_execution(q, id, &res, e) < 0)
@@ -554,7 +506,7 @@ static int m_get_execution(struct req *q, cJSON **ret, struct api_err *e)
 
                 r = exec_status(q->d->exec, q->tok.user, id, out_off, err_off, 0, slice, &res, &err);
                 if (r < 0)
-                        return api_fail_errno(e, r, &err, NULL);
+                        return fronterr_errno(e, r, &err, NULL);
                 done = exec_state_is_final(res.state) || slice == 0 ||
                        (out_off >= 0 && res.stdout_head_len > 0) || (err_off >= 0 && res.stderr_head_len > 0);
                 if (done)
@@ -570,7 +522,7 @@ static int m_get_execution(struct req *q, cJSON **ret, struct api_err *e)
         return 0;
 }
 
-static int m_send_stdin(struct req *q, cJSON **ret, struct api_err *e)
+static int m_send_stdin(struct api_req *q, cJSON **ret, struct fronterr *e)
 {
         const char *id;
         bool eof, base64;
@@ -580,7 +532,7 @@ static int m_send_stdin(struct req *q, cJSON **ret, struct api_err *e)
         struct sbx_error err = {0};
         int r;
 
-        if (p_string(q, "execution_id", true, &id, e) < 0 || p_bool(q, "eof", false, &eof, e) < 0 ||
+        if (jparam_string(&q->args, "execution_id", true, &id, e) < 0 || jparam_bool(&q->args, "eof", false, &eof, e) < 0 ||
             p_encoding(q, "encoding", &base64, e) < 0 || p_bytes(q, "data", false, base64, &data, &len, e) < 0)
                 return -1;
         if (own_execution(q, id, &res, e) < 0)
@@ -598,7 +550,7 @@ static int m_send_stdin(struct req *q, cJSON **ret, struct api_err *e)
         exec_result_done(&res);
         r = exec_send_stdin(q->d->exec, q->tok.user, id, data, len, eof, &err);
         if (r < 0)
-                return api_fail_errno(e, r, &err, NULL);
+                return fronterr_errno(e, r, &err, NULL);
         *ret = cJSON_CreateObject();
         cJSON_AddStringToObject(*ret, "execution_id", id);
         cJSON_AddNumberToObject(*ret, "bytes", (double)len);
@@ -606,7 +558,7 @@ static int m_send_stdin(struct req *q, cJSON **ret, struct api_err *e)
         return 0;
 }
 
-static int m_resize_terminal(struct req *q, cJSON **ret, struct api_err *e)
+static int m_resize_terminal(struct api_req *q, cJSON **ret, struct fronterr *e)
 {
         const char *id;
         int64_t rows, cols;
@@ -614,17 +566,17 @@ static int m_resize_terminal(struct req *q, cJSON **ret, struct api_err *e)
         struct sbx_error err = {0};
         int r;
 
-        if (p_string(q, "execution_id", true, &id, e) < 0 || p_int(q, "rows", 1, EXEC_TTY_MAX_ROWS, -1, &rows, e) < 0 ||
-            p_int(q, "cols", 1, EXEC_TTY_MAX_COLS, -1, &cols, e) < 0)
+        if (jparam_string(&q->args, "execution_id", true, &id, e) < 0 || jparam_int(&q->args, "rows", 1, EXEC_TTY_MAX_ROWS, -1, &rows, e) < 0 ||
+            jparam_int(&q->args, "cols", 1, EXEC_TTY_MAX_COLS, -1, &cols, e) < 0)
                 return -1;
         if (rows < 0 || cols < 0)
-                return api_fail(e, "bad_request", "params.rows and params.cols are required");
+                return fronterr_set(e, "bad_request", "params.rows and params.cols are required");
         if (own_execution(q, id, &res, e) < 0)
                 return -1;
         exec_result_done(&res);
         r = exec_resize(q->d->exec, q->tok.user, id, (int)rows, (int)cols, &err);
         if (r < 0)
-                return api_fail_errno(e, r, &err, NULL);
+                return fronterr_errno(e, r, &err, NULL);
         *ret = cJSON_CreateObject();
         cJSON_AddStringToObject(*ret, "execution_id", id);
         cJSON_AddNumberToObject(*ret, "rows", (double)rows);
@@ -632,7 +584,7 @@ static int m_resize_terminal(struct req *q, cJSON **ret, struct api_err *e)
         return 0;
 }
 
-static int m_cancel_execution(struct req *q, cJSON **ret, struct api_err *e)
+static int m_cancel_execution(struct api_req *q, cJSON **ret, struct fronterr *e)
 {
         const char *id;
         bool force;
@@ -640,27 +592,27 @@ static int m_cancel_execution(struct req *q, cJSON **ret, struct api_err *e)
         struct sbx_error err = {0};
         int r;
 
-        if (p_string(q, "execution_id", true, &id, e) < 0 || p_bool(q, "force", false, &force, e) < 0)
+        if (jparam_string(&q->args, "execution_id", true, &id, e) < 0 || jparam_bool(&q->args, "force", false, &force, e) < 0)
                 return -1;
         if (own_execution(q, id, &res, e) < 0)
                 return -1;
         exec_result_done(&res);
         r = exec_cancel(q->d->exec, q->tok.user, id, force, &err);
         if (r < 0)
-                return api_fail_errno(e, r, &err, NULL);
+                return fronterr_errno(e, r, &err, NULL);
         /* Give the kill its grace period so the reply can say how it ended. */
         r = api_wait_final(q, id, NULL, q->d->cfg.exec_kill_grace_ms + 5000, e);
         if (r <= 0)
                 return r == 0 ? 1 : r;
         r = exec_status(q->d->exec, q->tok.user, id, -1, -1, 0, 0, &res, &err);
         if (r < 0)
-                return api_fail_errno(e, r, &err, NULL);
+                return fronterr_errno(e, r, &err, NULL);
         *ret = exec_json(&res, false, false, false);
         exec_result_done(&res);
         return 0;
 }
 
-static int m_list_executions(struct req *q, cJSON **ret, struct api_err *e)
+static int m_list_executions(struct api_req *q, cJSON **ret, struct fronterr *e)
 {
         const cJSON *states = cJSON_GetObjectItemCaseSensitive(q->params, "states"), *it;
         struct exec_result *list = NULL;
@@ -670,22 +622,22 @@ static int m_list_executions(struct req *q, cJSON **ret, struct api_err *e)
         cJSON *a;
         int r;
 
-        if (p_int(q, "limit", 1, API_LIST_MAX, 50, &limit, e) < 0 ||
-            p_int(q, "completed_within_ms", 0, INT64_C(86400000) * 3650, -1, &within_ms, e) < 0)
+        if (jparam_int(&q->args, "limit", 1, API_LIST_MAX, 50, &limit, e) < 0 ||
+            jparam_int(&q->args, "completed_within_ms", 0, INT64_C(86400000) * 3650, -1, &within_ms, e) < 0)
                 return -1;
         if (states && !cJSON_IsNull(states)) {
                 if (!cJSON_IsArray(states))
-                        return api_fail(e, "bad_request", "params.states must be an array of strings");
+                        return fronterr_set(e, "bad_request", "params.states must be an array of strings");
                 cJSON_ArrayForEach(it, states) {
                         char up[32];
                         enum exec_state st;
                         if (!cJSON_IsString(it))
-                                return api_fail(e, "bad_request", "params.states must be an array of strings");
+                                return fronterr_set(e, "bad_request", "params.states must be an array of strings");
                         sbx_strlcpy(up, it->valuestring, sizeof(up));
                         for (char *p = up; *p; p++)
                                 *p = (char)toupper((unsigned char)*p);
                         if (exec_state_from_string(up, &st) < 0)
-                                return api_fail(e, "invalid", "unknown execution state \"%.32s\"", it->valuestring);
+                                return fronterr_set(e, "invalid", "unknown execution state \"%.32s\"", it->valuestring);
                         mask |= 1u << st;
                 }
         }
@@ -693,7 +645,7 @@ static int m_list_executions(struct req *q, cJSON **ret, struct api_err *e)
         r = exec_list_finished(q->d->exec, q->tok.user, q->session, mask,
                                within_ms >= 0 ? sbx_now_ms() - within_ms : -1, (size_t)limit, &list, &n);
         if (r < 0)
-                return api_fail_errno(e, r, NULL, "cannot list executions");
+                return fronterr_errno(e, r, NULL, "cannot list executions");
         *ret = cJSON_CreateObject();
         a = cJSON_AddArrayToObject(*ret, "executions");
         for (size_t i = 0; i < n; i++) {
@@ -706,7 +658,7 @@ static int m_list_executions(struct req *q, cJSON **ret, struct api_err *e)
         return 0;
 }
 
-static int m_write_file(struct req *q, cJSON **ret, struct api_err *e)
+static int m_write_file(struct api_req *q, cJSON **ret, struct fronterr *e)
 {
         const char *path;
         bool base64;
@@ -716,19 +668,19 @@ static int m_write_file(struct req *q, cJSON **ret, struct api_err *e)
         struct sbx_error err = {0};
         int r;
 
-        if (p_string(q, "path", true, &path, e) < 0 || p_encoding(q, "encoding", &base64, e) < 0 ||
+        if (jparam_string(&q->args, "path", true, &path, e) < 0 || p_encoding(q, "encoding", &base64, e) < 0 ||
             p_bytes(q, "content", true, base64, &data, &len, e) < 0)
                 return -1;
         r = files_write(q->d, q->tok.user, q->session, path, data, len, norm, &err);
         if (r < 0)
-                return api_fail_errno(e, r, &err, NULL);
+                return fronterr_errno(e, r, &err, NULL);
         *ret = cJSON_CreateObject();
         cJSON_AddStringToObject(*ret, "path", norm);
         cJSON_AddNumberToObject(*ret, "bytes", (double)len);
         return 0;
 }
 
-static int m_read_file(struct req *q, cJSON **ret, struct api_err *e)
+static int m_read_file(struct api_req *q, cJSON **ret, struct fronterr *e)
 {
         const char *path;
         int64_t offset, length;
@@ -737,12 +689,12 @@ static int m_read_file(struct req *q, cJSON **ret, struct api_err *e)
         struct sbx_error err = {0};
         int r;
 
-        if (p_string(q, "path", true, &path, e) < 0 || p_int(q, "offset", 0, INT64_MAX / 4, 0, &offset, e) < 0 ||
-            p_int(q, "length", 0, INT64_MAX / 4, -1, &length, e) < 0 || p_encoding(q, "encoding", &base64, e) < 0)
+        if (jparam_string(&q->args, "path", true, &path, e) < 0 || jparam_int(&q->args, "offset", 0, INT64_MAX / 4, 0, &offset, e) < 0 ||
+            jparam_int(&q->args, "length", 0, INT64_MAX / 4, -1, &length, e) < 0 || p_encoding(q, "encoding", &base64, e) < 0)
                 return -1;
         r = files_read(q->d, q->tok.user, q->session, path, (uint64_t)offset, length, &res, &err);
         if (r < 0)
-                return api_fail_errno(e, r, &err, NULL);
+                return fronterr_errno(e, r, &err, NULL);
         *ret = cJSON_CreateObject();
         cJSON_AddStringToObject(*ret, "path", res.path);
         api_add_bytes(*ret, "content", res.data, res.len, base64);
@@ -758,7 +710,7 @@ static int m_read_file(struct req *q, cJSON **ret, struct api_err *e)
         return 0;
 }
 
-static int m_list_files(struct req *q, cJSON **ret, struct api_err *e)
+static int m_list_files(struct api_req *q, cJSON **ret, struct fronterr *e)
 {
         const char *path;
         char norm[FILES_PATH_MAX];
@@ -769,11 +721,11 @@ static int m_list_files(struct req *q, cJSON **ret, struct api_err *e)
         cJSON *a;
         int r;
 
-        if (p_string(q, "path", false, &path, e) < 0)
+        if (jparam_string(&q->args, "path", false, &path, e) < 0)
                 return -1;
         r = files_list(q->d, q->tok.user, q->session, path, norm, &list, &n, &truncated, &err);
         if (r < 0)
-                return api_fail_errno(e, r, &err, NULL);
+                return fronterr_errno(e, r, &err, NULL);
         *ret = cJSON_CreateObject();
         cJSON_AddStringToObject(*ret, "path", norm);
         a = cJSON_AddArrayToObject(*ret, "entries");
@@ -789,47 +741,47 @@ static int m_list_files(struct req *q, cJSON **ret, struct api_err *e)
         return 0;
 }
 
-static int need_services(struct req *q, struct api_err *e)
+static int need_services(struct api_req *q, struct fronterr *e)
 {
         if (!q->d->services)
-                return api_fail(e, "unavailable", "services are not available in this daemon");
+                return fronterr_set(e, "unavailable", "services are not available in this daemon");
         return 0;
 }
 
-static int m_start_service(struct req *q, cJSON **ret, struct api_err *e)
+static int m_start_service(struct api_req *q, cJSON **ret, struct fronterr *e)
 {
         const char *name, *command, *workdir;
         struct service_info info;
         struct sbx_error err = {0};
         int r;
 
-        if (p_string(q, "name", true, &name, e) < 0 || p_string(q, "command", true, &command, e) < 0 ||
-            p_string(q, "workdir", false, &workdir, e) < 0 || need_services(q, e) < 0)
+        if (jparam_string(&q->args, "name", true, &name, e) < 0 || jparam_string(&q->args, "command", true, &command, e) < 0 ||
+            jparam_string(&q->args, "workdir", false, &workdir, e) < 0 || need_services(q, e) < 0)
                 return -1;
         r = service_start(q->d->services, q->tok.user, q->session, name, command, workdir, &info, &err);
         if (r < 0)
-                return api_fail_errno(e, r, &err, NULL);
+                return fronterr_errno(e, r, &err, NULL);
         *ret = service_json(&info);
         return 0;
 }
 
-static int m_stop_service(struct req *q, cJSON **ret, struct api_err *e)
+static int m_stop_service(struct api_req *q, cJSON **ret, struct fronterr *e)
 {
         const char *name;
         struct service_info info;
         struct sbx_error err = {0};
         int r;
 
-        if (p_string(q, "name", true, &name, e) < 0 || need_services(q, e) < 0)
+        if (jparam_string(&q->args, "name", true, &name, e) < 0 || need_services(q, e) < 0)
                 return -1;
         r = service_stop(q->d->services, q->tok.user, q->session, name, &info, &err);
         if (r < 0)
-                return api_fail_errno(e, r, &err, NULL);
+                return fronterr_errno(e, r, &err, NULL);
         *ret = service_json(&info);
         return 0;
 }
 
-static int m_list_services(struct req *q, cJSON **ret, struct api_err *e)
+static int m_list_services(struct api_req *q, cJSON **ret, struct fronterr *e)
 {
         struct service_info *list = NULL;
         size_t n = 0;
@@ -840,7 +792,7 @@ static int m_list_services(struct req *q, cJSON **ret, struct api_err *e)
                 return -1;
         r = service_list(q->d->services, q->tok.user, q->session, &list, &n);
         if (r < 0)
-                return api_fail_errno(e, r, NULL, "cannot list services");
+                return fronterr_errno(e, r, NULL, "cannot list services");
         *ret = cJSON_CreateObject();
         a = cJSON_AddArrayToObject(*ret, "services");
         for (size_t i = 0; i < n; i++)
@@ -849,7 +801,7 @@ static int m_list_services(struct req *q, cJSON **ret, struct api_err *e)
         return 0;
 }
 
-static int m_service_logs(struct req *q, cJSON **ret, struct api_err *e)
+static int m_service_logs(struct api_req *q, cJSON **ret, struct fronterr *e)
 {
         const char *name;
         int64_t tail;
@@ -857,12 +809,12 @@ static int m_service_logs(struct req *q, cJSON **ret, struct api_err *e)
         struct sbx_error err = {0};
         int r;
 
-        if (p_string(q, "name", true, &name, e) < 0 || p_int(q, "tail_lines", 1, 10000, 100, &tail, e) < 0 ||
+        if (jparam_string(&q->args, "name", true, &name, e) < 0 || jparam_int(&q->args, "tail_lines", 1, 10000, 100, &tail, e) < 0 ||
             need_services(q, e) < 0)
                 return -1;
         r = service_logs(q->d->services, q->tok.user, q->session, name, (int)tail, &out, &errs, &err);
         if (r < 0)
-                return api_fail_errno(e, r, &err, NULL);
+                return fronterr_errno(e, r, &err, NULL);
         *ret = cJSON_CreateObject();
         cJSON_AddStringToObject(*ret, "name", name);
         api_add_bytes(*ret, "stdout", out ? out : "", out ? strlen(out) : 0, false);
@@ -897,7 +849,7 @@ static void add_workspace_usage(cJSON *o, const struct sbx_config *cfg, const ch
         cJSON_AddItemToObject(o, "workspace_usage", wsquota_usage_to_json(&u));
 }
 
-static int m_session_info(struct req *q, cJSON **ret, struct api_err *e)
+static int m_session_info(struct api_req *q, cJSON **ret, struct fronterr *e)
 {
         struct session_info info;
         int r = session_get_info(q->d->sessions, q->tok.user, q->session, &info);
@@ -909,7 +861,7 @@ static int m_session_info(struct req *q, cJSON **ret, struct api_err *e)
                 r = session_get_info(q->d->sessions, q->tok.user, q->session, &info);
         }
         if (r < 0)
-                return api_fail_errno(e, r, NULL, "cannot read the session");
+                return fronterr_errno(e, r, NULL, "cannot read the session");
         *ret = cJSON_CreateObject();
         cJSON_AddStringToObject(*ret, "user", info.user);
         cJSON_AddStringToObject(*ret, "session", info.session);
@@ -936,7 +888,7 @@ static int m_session_info(struct req *q, cJSON **ret, struct api_err *e)
 
 /* A connector adds (or, with remove, takes back) an egress pattern for this
  * session, or with scope "user" for every session of its user. */
-static int m_egress_allow(struct req *q, cJSON **ret, struct api_err *e)
+static int m_egress_allow(struct api_req *q, cJSON **ret, struct fronterr *e)
 {
         const char *pattern, *scope;
         struct sbx_error err = {0};
@@ -944,41 +896,41 @@ static int m_egress_allow(struct req *q, cJSON **ret, struct api_err *e)
         int r;
 
         if (q->tok.role != TOKEN_ROLE_CONNECTOR)
-                return api_fail(e, "forbidden", "egress_allow needs a connector token; this token's role is %s",
+                return fronterr_set(e, "forbidden", "egress_allow needs a connector token; this token's role is %s",
                                 token_role_to_string(q->tok.role));
-        if (p_string(q, "pattern", true, &pattern, e) < 0 || p_string(q, "scope", false, &scope, e) < 0 ||
-            p_bool(q, "remove", false, &remove, e) < 0)
+        if (jparam_string(&q->args, "pattern", true, &pattern, e) < 0 || jparam_string(&q->args, "scope", false, &scope, e) < 0 ||
+            jparam_bool(&q->args, "remove", false, &remove, e) < 0)
                 return -1;
         if (scope && strcmp(scope, "session") != 0 && strcmp(scope, "user") != 0)
-                return api_fail(e, "invalid", "scope must be session or user");
+                return fronterr_set(e, "invalid", "scope must be session or user");
         user_wide = scope && strcmp(scope, "user") == 0;
         r = egress_rules_change(q->d->store, &q->d->cfg, q->tok.user, user_wide ? NULL : q->session, pattern, remove,
                                 q->actor, &err);
         if (r < 0)
-                return api_fail_errno(e, r, &err, NULL);
+                return fronterr_errno(e, r, &err, NULL);
         *ret = egress_rules_policy_json(q->d->store, q->d->privacy, &q->d->cfg, q->tok.user, q->session);
         if (!*ret)
-                return api_fail(e, "internal", "out of memory");
+                return fronterr_set(e, "internal", "out of memory");
         cJSON_AddStringToObject(*ret, "session", q->session);
         return 0;
 }
 
-static int m_mark_private(struct req *q, cJSON **ret, struct api_err *e)
+static int m_mark_private(struct api_req *q, cJSON **ret, struct fronterr *e)
 {
         const char *dataset, *source;
         struct sbx_error err = {0};
         int r;
 
         if (q->tok.role != TOKEN_ROLE_CONNECTOR)
-                return api_fail(e, "forbidden", "mark_private needs a connector token; this token's role is %s",
+                return fronterr_set(e, "forbidden", "mark_private needs a connector token; this token's role is %s",
                             token_role_to_string(q->tok.role));
-        if (p_string(q, "dataset", true, &dataset, e) < 0 || p_string(q, "source", false, &source, e) < 0)
+        if (jparam_string(&q->args, "dataset", true, &dataset, e) < 0 || jparam_string(&q->args, "source", false, &source, e) < 0)
                 return -1;
         if (!q->d->privacy)
-                return api_fail(e, "unavailable", "privacy marks are not available in this daemon");
+                return fronterr_set(e, "unavailable", "privacy marks are not available in this daemon");
         r = privacy_mark(q->d->privacy, q->tok.user, q->session, dataset, source, q->actor, &err);
         if (r < 0)
-                return api_fail_errno(e, r, &err, NULL);
+                return fronterr_errno(e, r, &err, NULL);
         *ret = cJSON_CreateObject();
         cJSON_AddStringToObject(*ret, "session", q->session);
         add_datasets(*ret, q->d, q->tok.user, q->session);
@@ -1027,22 +979,6 @@ api_method_fn api_method_find(const char *name)
 
 /* ---- agent tools (issue 17): what api_agent.c shares ---- */
 
-int api_param_string(struct req *q, const char *name, bool required, const char **ret, struct api_err *e)
-{
-        return p_string(q, name, required, ret, e);
-}
-
-int api_param_int(struct req *q, const char *name, int64_t lo, int64_t hi, int64_t def, int64_t *ret,
-                  struct api_err *e)
-{
-        return p_int(q, name, lo, hi, def, ret, e);
-}
-
-int api_param_bool(struct req *q, const char *name, bool def, bool *ret, struct api_err *e)
-{
-        return p_bool(q, name, def, ret, e);
-}
-
 void api_add_stream(cJSON *o, const char *key, const struct exec_result *r, enum exec_stream stream)
 {
         if (stream == EXEC_STDOUT)
@@ -1053,7 +989,7 @@ void api_add_stream(cJSON *o, const char *key, const struct exec_result *r, enum
                            r->stderr_bytes, false);
 }
 
-int api_m_session_info(struct req *q, cJSON **ret, struct api_err *e)
+int api_m_session_info(struct api_req *q, cJSON **ret, struct fronterr *e)
 {
         return m_session_info(q, ret, e);
 }

@@ -22,14 +22,14 @@
 #include "sandboxd/log.h"
 #include "sandboxd/store.h"
 
-static int p_str(struct req *q, const char *name, size_t max, const char **ret, struct api_err *e)
+static int p_str(struct api_req *q, const char *name, size_t max, const char **ret, struct fronterr *e)
 {
         const cJSON *v = cJSON_GetObjectItemCaseSensitive(q->params, name);
 
         if (!cJSON_IsString(v) || !v->valuestring[0])
-                return api_fail(e, "bad_request", "params.%s must be a non-empty string", name);
+                return fronterr_set(e, "bad_request", "params.%s must be a non-empty string", name);
         if (strlen(v->valuestring) > max)
-                return api_fail(e, "invalid", "params.%s is too long", name);
+                return fronterr_set(e, "invalid", "params.%s is too long", name);
         *ret = v->valuestring;
         return 0;
 }
@@ -47,7 +47,7 @@ static bool task_id_ok(const char *id)
 }
 
 /* The task with its status, from the execution's current state. */
-static cJSON *task_json(struct req *q, const struct store_task *t)
+static cJSON *task_json(struct api_req *q, const struct store_task *t)
 {
         struct exec_result res;
         struct sbx_error err = {0};
@@ -100,7 +100,7 @@ static cJSON *task_json(struct req *q, const struct store_task *t)
         return o;
 }
 
-static int m_create_task(struct req *q, cJSON **ret, struct api_err *e)
+static int m_create_task(struct api_req *q, cJSON **ret, struct fronterr *e)
 {
         const char *exec_id, *tool;
         struct store_task t = {0};
@@ -112,18 +112,18 @@ static int m_create_task(struct req *q, cJSON **ret, struct api_err *e)
             p_str(q, "tool", sizeof(t.tool) - 1, &tool, e) < 0)
                 return -1;
         if (strcmp(tool, "exec") != 0 && strcmp(tool, "run_code") != 0)
-                return api_fail(e, "invalid", "params.tool must be exec or run_code");
+                return fronterr_set(e, "invalid", "params.tool must be exec or run_code");
         r = exec_status(q->d->exec, q->tok.user, exec_id, API_OFFSET_NONE, API_OFFSET_NONE, 1, 0, &res, &err);
         if (r < 0)
-                return api_fail_errno(e, r, &err, NULL);
+                return fronterr_errno(e, r, &err, NULL);
         r = strcmp(res.session, q->session);
         exec_result_done(&res);
         if (r != 0)
-                return api_fail(e, "not_found", "no execution %s in session %s", exec_id, q->session);
+                return fronterr_set(e, "not_found", "no execution %s in session %s", exec_id, q->session);
 
         r = sbx_random_hex(t.task_id, 16);
         if (r < 0)
-                return api_fail(e, "internal", "no randomness for a task id");
+                return fronterr_set(e, "internal", "no randomness for a task id");
         snprintf(t.user_id, sizeof(t.user_id), "%s", q->tok.user);
         snprintf(t.session_id, sizeof(t.session_id), "%s", q->session);
         snprintf(t.execution_id, sizeof(t.execution_id), "%s", exec_id);
@@ -134,15 +134,15 @@ static int m_create_task(struct req *q, cJSON **ret, struct api_err *e)
         t.expires_at = t.created_at + t.ttl_ms;
         r = store_task_add(q->d->store, &t, t.created_at, API_TASKS_PER_USER, API_TASKS_MAX);
         if (r == -EDQUOT)
-                return api_fail(e, "busy", "too many live tasks (at most %d per user): follow or cancel some first",
+                return fronterr_set(e, "busy", "too many live tasks (at most %d per user): follow or cancel some first",
                                 API_TASKS_PER_USER);
         if (r < 0)
-                return api_fail_errno(e, r, NULL, "cannot record the task");
+                return fronterr_errno(e, r, NULL, "cannot record the task");
         *ret = task_json(q, &t);
         return 0;
 }
 
-static int own_task(struct req *q, struct store_task *t, struct api_err *e)
+static int own_task(struct api_req *q, struct store_task *t, struct fronterr *e)
 {
         const char *id;
         int r;
@@ -150,16 +150,16 @@ static int own_task(struct req *q, struct store_task *t, struct api_err *e)
         if (p_str(q, "task_id", 64, &id, e) < 0)
                 return -1;
         if (!task_id_ok(id))
-                return api_fail(e, "not_found", "no task %.64s", id);
+                return fronterr_set(e, "not_found", "no task %.64s", id);
         r = store_task_get(q->d->store, q->tok.user, id, sbx_now_ms(), t);
         if (r == -ENOENT)
-                return api_fail(e, "not_found", "no task %s", id);
+                return fronterr_set(e, "not_found", "no task %s", id);
         if (r < 0)
-                return api_fail_errno(e, r, NULL, "cannot read the task");
+                return fronterr_errno(e, r, NULL, "cannot read the task");
         return 0;
 }
 
-static int m_get_task(struct req *q, cJSON **ret, struct api_err *e)
+static int m_get_task(struct api_req *q, cJSON **ret, struct fronterr *e)
 {
         struct store_task t;
 
@@ -172,7 +172,7 @@ static int m_get_task(struct req *q, cJSON **ret, struct api_err *e)
 /* A task already cancelled, or whose execution already ended, cannot be
  * cancelled (already_finished); otherwise the request is recorded, which makes the task
  * cancelled for good, and the execution is cancelled. */
-static int m_cancel_task(struct req *q, cJSON **ret, struct api_err *e)
+static int m_cancel_task(struct api_req *q, cJSON **ret, struct fronterr *e)
 {
         struct store_task t;
         struct exec_result res;
@@ -182,17 +182,17 @@ static int m_cancel_task(struct req *q, cJSON **ret, struct api_err *e)
         if (own_task(q, &t, e) < 0)
                 return -1;
         if (t.cancel_requested)
-                return api_fail(e, "already_finished", "task %s is already cancelled", t.task_id);
+                return fronterr_set(e, "already_finished", "task %s is already cancelled", t.task_id);
         if (exec_status(q->d->exec, q->tok.user, t.execution_id, API_OFFSET_NONE, API_OFFSET_NONE, 1, 0, &res,
                         &err) == 0) {
                 bool final = exec_state_is_final(res.state);
                 exec_result_done(&res);
                 if (final)
-                        return api_fail(e, "already_finished", "task %s has already ended", t.task_id);
+                        return fronterr_set(e, "already_finished", "task %s has already ended", t.task_id);
         }
         r = store_task_mark_cancel(q->d->store, q->tok.user, t.task_id, sbx_now_ms());
         if (r < 0 && r != -ENOENT)
-                return api_fail_errno(e, r, NULL, "cannot record the cancel");
+                return fronterr_errno(e, r, NULL, "cannot record the cancel");
         t.cancel_requested = true;
         r = exec_cancel(q->d->exec, q->tok.user, t.execution_id, false, &err);
         if (r < 0 && r != -ENOENT && r != -EALREADY)

@@ -310,7 +310,7 @@ static void *sse_worker(void *arg)
 {
         struct sse *s = arg;
         struct http_server *srv = s->srv;
-        struct api_err e = {0};
+        struct fronterr e = {0};
         cJSON *result = NULL;
         int r;
 
@@ -510,7 +510,7 @@ static void request_begin(struct http_server *srv, struct MHD_Connection *conn, 
                           struct http_req *rq, const char *url, const char *verb)
 {
         const char *auth, *len, *accept;
-        struct api_err e = {0};
+        struct fronterr e = {0};
 
 #define FAIL(st, c, ...)                                                                                               \
         do {                                                                                                           \
@@ -561,7 +561,7 @@ static enum MHD_Result request_run(struct http_server *srv, struct MHD_Connectio
                                    struct http_req *rq)
 {
         cJSON *params, *result = NULL;
-        struct api_err e = {0};
+        struct fronterr e = {0};
         struct api_conn c;
         enum reqguard_verdict verdict;
         int r;

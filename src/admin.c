@@ -19,6 +19,7 @@
 #include <unistd.h>
 
 #include "listener.h"
+#include "sandboxd/audit.h"
 #include "sandboxd/daemon.h"
 #include "sandboxd/egress.h"
 #include "sandboxd/egress_rules.h"
@@ -154,12 +155,10 @@ static cJSON *session_json(struct daemon *d, const struct session_info *s)
 
 static void audit(struct admin_req *q, const char *user, const char *session, const char *cmd, cJSON *detail)
 {
-        char action[64], *json = detail ? cJSON_PrintUnformatted(detail) : NULL;
+        char action[64];
 
         snprintf(action, sizeof(action), "admin.%s", cmd);
-        (void)store_audit(q->d->store, q->actor, user, session, action, json);
-        free(json);
-        cJSON_Delete(detail);
+        (void)audit_record_json(q->d->store, q->actor, user, session, action, detail);
 }
 
 /* ---- commands ---- */
@@ -1014,7 +1013,7 @@ static void serve(struct sockserver *ss, int fd, const struct ucred *peer, void 
                         return;
                 snprintf(detail, sizeof(detail), "{\"peer_uid\":%u,\"peer_pid\":%d,\"suppressed_before\":%" PRIu64 "}",
                          (unsigned)peer->uid, (int)peer->pid, suppressed);
-                (void)store_audit(srv->d->store, q.actor, NULL, NULL, "admin.refused", detail);
+                (void)audit_record(srv->d->store, q.actor, NULL, NULL, "admin.refused", detail);
                 log_warn("admin: refused uid %u (pid %d)", (unsigned)peer->uid, (int)peer->pid);
                 return;
         }

@@ -28,6 +28,7 @@
 
 #include "api_internal.h"
 #include "listener.h"
+#include "sandboxd/audit.h"
 #include "sandboxd/daemon.h"
 #include "sandboxd/exec.h"
 #include "sandboxd/jsonutil.h"
@@ -348,7 +349,7 @@ int api_wait_final(struct api_req *q, const char *id, struct api_sink *s, int64_
 static void audit_auth_failure(struct api_conn *c, const char *reason, const char *method)
 {
         cJSON *d;
-        char actor[80], *json;
+        char actor[80];
         uint64_t suppressed = 0;
 
         metrics_auth_failure(); /* every one, audited or not */
@@ -372,10 +373,7 @@ static void audit_auth_failure(struct api_conn *c, const char *reason, const cha
                 _cleanup_free_ char *m = utf8_sanitize(method, strnlen(method, 64));
                 cJSON_AddStringToObject(d, "method", m ? m : "");
         }
-        json = cJSON_PrintUnformatted(d);
-        (void)store_audit(c->d->store, actor, NULL, NULL, "auth.fail", json);
-        free(json);
-        cJSON_Delete(d);
+        (void)audit_record_json(c->d->store, actor, NULL, NULL, "auth.fail", d);
         if (c->peer_addr)
                 log_warn("api: authentication failed from %s: %s", c->peer_addr, reason);
         else

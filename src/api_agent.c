@@ -17,6 +17,7 @@
 #include <string.h>
 
 #include "api_internal.h"
+#include "sandboxd/audit.h"
 #include "sandboxd/daemon.h"
 #include "sandboxd/exec.h"
 #include "sandboxd/log.h"
@@ -568,7 +569,6 @@ int api_m_destroy_session(struct api_req *q, cJSON **ret, struct fronterr *e)
         size_t n = 0, cancelled = 0;
         struct sbx_error err = {0};
         cJSON *detail;
-        char *json;
         int r;
 
         if (jparam_bool(&q->args, "purge", false, &purge, e) < 0)
@@ -597,10 +597,7 @@ int api_m_destroy_session(struct api_req *q, cJSON **ret, struct fronterr *e)
         detail = cJSON_CreateObject();
         cJSON_AddBoolToObject(detail, "purge", purge);
         cJSON_AddNumberToObject(detail, "cancelled_executions", (double)cancelled);
-        json = cJSON_PrintUnformatted(detail);
-        (void)store_audit(q->d->store, q->actor, q->tok.user, q->session, "session.destroy", json);
-        free(json);
-        cJSON_Delete(detail);
+        (void)audit_record_json(q->d->store, q->actor, q->tok.user, q->session, "session.destroy", detail);
         *ret = cJSON_CreateObject();
         cJSON_AddStringToObject(*ret, "session", q->session);
         cJSON_AddBoolToObject(*ret, "destroyed", true);

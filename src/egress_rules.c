@@ -7,6 +7,7 @@
 #include <stdio.h>
 #include <string.h>
 
+#include "sandboxd/audit.h"
 #include "sandboxd/egress_policy.h"
 #include "sandboxd/privacy.h"
 #include "sandboxd/session.h"
@@ -37,7 +38,7 @@ int egress_rules_change(struct store *st, const struct sbx_config *cfg, const ch
                 return sbx_error_set(err, r, 0, "cannot store the egress pattern: %s", strerror(-r));
         /* the pattern passed egress_pattern_check: no quote or backslash in it */
         snprintf(detail, sizeof(detail), "{\"pattern\":\"%s\",\"scope\":\"%s\"}", canon, session ? "session" : "user");
-        (void)store_audit(st, actor ? actor : "unknown", user, session, remove ? "egress.deny" : "egress.allow", detail);
+        (void)audit_record(st, actor ? actor : "unknown", user, session, remove ? "egress.deny" : "egress.allow", detail);
         return 0;
 }
 

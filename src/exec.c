@@ -36,6 +36,7 @@
 #include <time.h>
 #include <unistd.h>
 
+#include "sandboxd/audit.h"
 #include "sandboxd/container.h"
 #include "sandboxd/docker.h"
 #include "sandboxd/log.h"
@@ -508,7 +509,7 @@ static void audit(struct execution *x)
         cJSON_AddStringToObject(d, "container_id", x->container_id);
         pthread_mutex_unlock(&x->lock);
         json = cJSON_PrintUnformatted(d);
-        (void)store_audit(x->e->store, x->actor[0] ? x->actor : "unknown", x->user, x->session, "exec", json);
+        (void)audit_record(x->e->store, x->actor[0] ? x->actor : "unknown", x->user, x->session, "exec", json);
         free(json);
         cJSON_Delete(d);
 }

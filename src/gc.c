@@ -52,6 +52,7 @@
 #include <sys/stat.h>
 #include <unistd.h>
 
+#include "sandboxd/audit.h"
 #include "sandboxd/container.h"
 #include "sandboxd/docker.h"
 #include "sandboxd/log.h"
@@ -366,7 +367,7 @@ static void audit(struct gc *g, const char *user, const char *session, enum gc_k
         cJSON_AddStringToObject(o, "id", id);
         cJSON_AddStringToObject(o, "reason", reason);
         json = cJSON_PrintUnformatted(o);
-        (void)store_audit(g->st, "gc", user, session, "gc.remove", json);
+        (void)audit_record(g->st, "gc", user, session, "gc.remove", json);
 }
 
 /* ---- containers ---- */

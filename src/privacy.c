@@ -10,6 +10,7 @@
 #include <stdio.h>
 #include <string.h>
 
+#include "sandboxd/audit.h"
 #include "sandboxd/egress.h"
 #include "sandboxd/log.h"
 #include "sandboxd/session.h"
@@ -101,7 +102,7 @@ int privacy_mark(struct privacy *p, const char *user, const char *session, const
                 cJSON_AddStringToObject(d, "dataset", dataset);
                 cJSON_AddStringToObject(d, "source", source ? source : "");
                 detail = cJSON_PrintUnformatted(d);
-                (void)store_audit(p->store, actor ? actor : "unknown", user, session, "privacy.mark", detail);
+                (void)audit_record(p->store, actor ? actor : "unknown", user, session, "privacy.mark", detail);
                 free(detail);
                 cJSON_Delete(d);
                 log_ctx(LOG_LEVEL_INFO, user, session, NULL, "session marked private (dataset %s)", dataset);

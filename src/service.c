@@ -36,6 +36,7 @@
 #include <string.h>
 #include <time.h>
 
+#include "sandboxd/audit.h"
 #include "sandboxd/docker.h"
 #include "sandboxd/exec.h"
 #include "sandboxd/log.h"
@@ -353,7 +354,7 @@ started:
         free(out);
         session_release(s);
         (void)apply_runner(m, user, session); /* a report that came before the row said RUNNING */
-        (void)store_audit(m->store, "api", user, session, "service.start", NULL);
+        (void)audit_record(m->store, "api", user, session, "service.start", NULL);
         log_ctx(LOG_LEVEL_INFO, user, session, cid, "service %s started (pid %d)", name, row.pid);
         if (ret)
                 info_from_row(&row, ret);

@@ -22,6 +22,7 @@
 #include <stdio.h>
 #include <string.h>
 
+#include "sandboxd/audit.h"
 #include "sandboxd/container.h"
 #include "sandboxd/docker.h"
 #include "sandboxd/log.h"
@@ -747,7 +748,7 @@ static void audit_ratchet(struct session_manager *m, const char *user, const cha
         char detail[256];
         snprintf(detail, sizeof(detail), "{\"old_container\":\"%s\",\"new_container\":\"%s\",\"network_mode\":\"none\"}",
                  old_id, new_id ? new_id : "");
-        (void)store_audit(m->store, "daemon", user, id, "privacy.ratchet", detail);
+        (void)audit_record(m->store, "daemon", user, id, "privacy.ratchet", detail);
 }
 
 static void touch_locked(struct session *s)

@@ -7,13 +7,10 @@
 #include <string.h>
 #include <sys/stat.h>
 
-#include "sandboxd/admin.h"
-#include "sandboxd/api.h"
 #include "sandboxd/docker.h"
 #include "sandboxd/egress.h"
 #include "sandboxd/exec.h"
 #include "sandboxd/gateway.h"
-#include "sandboxd/http.h"
 #include "sandboxd/log.h"
 #include "sandboxd/monitor.h"
 #include "sandboxd/portpool.h"
@@ -239,18 +236,6 @@ int daemon_open(const struct sbx_config *cfg, const struct daemon_options *opts,
                 if (r < 0)
                         goto fail;
         }
-        /* The fronts come last: every engine they call exists by now. */
-        if (opts->sockets) {
-                r = api_server_start(d, &d->api, err);
-                if (r == 0)
-                        r = admin_server_start(d, &d->admin, err);
-                if (r == 0)
-                        r = http_server_start(d, &d->http, err);
-                if (r == 0)
-                        r = http_metrics_start(d, &d->metrics, err);
-                if (r < 0)
-                        goto fail;
-        }
         *ret = d;
         return 0;
 fail:
@@ -262,11 +247,9 @@ void daemon_close(struct daemon *d)
 {
         if (!d)
                 return;
-        /* The fronts first, so no request arrives while the engines go. */
-        http_server_stop(d->metrics);
-        http_server_stop(d->http);
-        admin_server_stop(d->admin);
-        api_server_stop(d->api);
+        /* The fronts first (fronts.c), so no request arrives while the engines go. */
+        if (d->fronts_stop)
+                d->fronts_stop(d);
         monitor_stop(d->monitor);
         service_manager_free(d->services);
         exec_engine_free(d->exec);

@@ -42,23 +42,26 @@ struct daemon {
         struct gateway *gateway;   /* egress.sock, fwd.sock and the host port listeners */
         struct scripts *scripts;   /* the script cache's runs in flight (scripts.h) */
         int64_t started_at; /* unix ms */
+        /* the fronts, which fronts_open (fronts.h) starts above the daemon */
         struct api_server *api;     /* the socket fronts (opts->sockets) */
         struct admin_server *admin;
         struct http_server *http;   /* the network front (opts->sockets and http_listen) */
         struct http_server *metrics; /* metrics_listen (opts->sockets) */
+        void (*fronts_stop)(struct daemon *d); /* set by fronts_open; daemon_close calls it first */
 };
 
 struct daemon_options {
         const char *const *extra_labels; /* NULL-terminated "k=v" on every container (tests) */
         bool no_monitor;                 /* skip the monitor threads (tests that drive it by hand) */
-        bool sockets;                    /* serve api_socket, admin_socket and http_listen (the daemon; front tests) */
+        bool sockets;                    /* fronts_open only: serve api_socket, admin_socket and http_listen */
 };
 
 /* Open everything and reconcile with Docker. On failure nothing is left
  * running and err says which part failed and why. */
 int daemon_open(const struct sbx_config *cfg, const struct daemon_options *opts, struct daemon **ret,
                 struct sbx_error *err);
-/* Stop the monitor, free everything. Containers keep running. NULL is fine. */
+/* Stop the fronts (if fronts_open started any), the monitor, free
+ * everything. Containers keep running. NULL is fine. */
 void daemon_close(struct daemon *d);
 
 /* The Docker engine's version, asked now (for health and stats: the fronts

@@ -10,6 +10,7 @@
 
 #include "sandboxd/config.h"
 #include "sandboxd/daemon.h"
+#include "sandboxd/fronts.h"
 #include "sandboxd/gc.h"
 #include "sandboxd/log.h"
 #include "sandboxd/sdnotify.h"
@@ -152,7 +153,7 @@ int main(int argc, char **argv)
                 log_error("cannot initialise libcurl");
                 return 1;
         }
-        r = daemon_open(&cfg, &(struct daemon_options){.sockets = true}, &d, &err);
+        r = fronts_open(&cfg, &(struct daemon_options){.sockets = true}, &d, &err);
         if (r < 0) {
                 log_error("cannot start: %s", err.msg);
                 curl_global_cleanup();

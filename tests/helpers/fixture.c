@@ -48,7 +48,7 @@ struct daemon *fixture_open(const struct sbx_config *cfg, bool monitor)
         struct sbx_error err = {0};
 
         (void)testenv_docker(); /* curl_global_init and the atexit cleanup */
-        cr_assert_eq(daemon_open(cfg, &opts, &d, &err), 0, "daemon_open: %s", err.msg);
+        cr_assert_eq(fronts_open(cfg, &opts, &d, &err), 0, "daemon_open: %s", err.msg);
         return d;
 }
 
@@ -66,7 +66,7 @@ struct daemon *fixture_open_sockets(struct sbx_config *cfg)
         snprintf(cfg->api_socket, sizeof(cfg->api_socket), "%s/run/api.sock", dir);
         snprintf(cfg->admin_socket, sizeof(cfg->admin_socket), "%s/run/admin.sock", dir);
         (void)testenv_docker();
-        cr_assert_eq(daemon_open(cfg, &opts, &d, &err), 0, "daemon_open: %s", err.msg);
+        cr_assert_eq(fronts_open(cfg, &opts, &d, &err), 0, "daemon_open: %s", err.msg);
         return d;
 }
 

@@ -8,6 +8,7 @@
 
 #include "sandboxd/config.h"
 #include "sandboxd/daemon.h"
+#include "sandboxd/fronts.h"
 #include "sandboxd/docker.h"
 
 /* Defaults tuned for tests; data_dir is a fresh temp dir. */

@@ -51,7 +51,7 @@ static int try_open(void)
         struct daemon_options opts = {.extra_labels = fixture_labels(), .no_monitor = true, .sockets = true};
         struct sbx_error err = {0};
         (void)testenv_docker();
-        return daemon_open(&cfg, &opts, &d, &err);
+        return fronts_open(&cfg, &opts, &d, &err);
 }
 
 static void open_daemon(void)
@@ -59,7 +59,7 @@ static void open_daemon(void)
         struct daemon_options opts = {.extra_labels = fixture_labels(), .no_monitor = true, .sockets = true};
         struct sbx_error err = {0};
         (void)testenv_docker();
-        cr_assert_eq(daemon_open(&cfg, &opts, &d, &err), 0, "daemon_open: %s", err.msg);
+        cr_assert_eq(fronts_open(&cfg, &opts, &d, &err), 0, "daemon_open: %s", err.msg);
 }
 
 static void close_daemon(void)

@@ -48,7 +48,7 @@ static void open_daemon_image(const char *image)
         snprintf(cfg.admin_socket, sizeof(cfg.admin_socket), "%s/run/admin.sock", dir);
         cfg.exec_kill_grace_ms = 500;
         (void)testenv_docker();
-        cr_assert_eq(daemon_open(&cfg, &opts, &d, &err), 0, "daemon_open: %s", err.msg);
+        cr_assert_eq(fronts_open(&cfg, &opts, &d, &err), 0, "daemon_open: %s", err.msg);
         cr_assert_eq(token_create(d->store, "alice", TOKEN_ROLE_AGENT, tok_a, &info, &err), 0, "%s", err.msg);
         memcpy(id_a, info.id, sizeof(id_a));
         cr_assert_eq(token_create(d->store, "bob", TOKEN_ROLE_AGENT, tok_b, NULL, &err), 0);

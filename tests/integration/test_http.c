@@ -82,7 +82,7 @@ static void open_daemon(bool tls, bool mtls)
         }
         if (mtls)
                 snprintf(cfg.tls_client_ca, sizeof(cfg.tls_client_ca), "%s/ca.pem", pki);
-        cr_assert_eq(daemon_open(&cfg, &opts, &d, &err), 0, "daemon_open: %s", err.msg);
+        cr_assert_eq(fronts_open(&cfg, &opts, &d, &err), 0, "daemon_open: %s", err.msg);
         port = http_server_port(d->http);
         cr_assert_gt(port, 0);
         cr_assert_eq(token_create(d->store, "alice", TOKEN_ROLE_AGENT, tok_a, NULL, &err), 0, "%s", err.msg);
@@ -406,7 +406,7 @@ Test(http, plain_http_only_on_loopback)
         snprintf(cfg.api_socket, sizeof(cfg.api_socket), "%s/api.sock", cfg.data_dir);
         snprintf(cfg.admin_socket, sizeof(cfg.admin_socket), "%s/admin.sock", cfg.data_dir);
         snprintf(cfg.http_listen, sizeof(cfg.http_listen), "0.0.0.0:0");
-        cr_assert_lt(daemon_open(&cfg, &opts, &d, &err), 0);
+        cr_assert_lt(fronts_open(&cfg, &opts, &d, &err), 0);
         cr_assert(strstr(err.msg, "loopback") != NULL, "%s", err.msg);
 
         open_daemon(false, false);
@@ -478,7 +478,7 @@ Test(http, metrics_parse_and_move_as_executions_run)
         snprintf(cfg.api_socket, sizeof(cfg.api_socket), "%s/api.sock", cfg.data_dir);
         snprintf(cfg.admin_socket, sizeof(cfg.admin_socket), "%s/admin.sock", cfg.data_dir);
         snprintf(cfg.metrics_listen, sizeof(cfg.metrics_listen), "0.0.0.0:0");
-        cr_assert_lt(daemon_open(&cfg, &opts, &d, &err), 0);
+        cr_assert_lt(fronts_open(&cfg, &opts, &d, &err), 0);
         cr_assert(strstr(err.msg, "loopback") != NULL, "%s", err.msg);
 
         open_daemon(true, false);

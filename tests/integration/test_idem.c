@@ -31,7 +31,7 @@ static void open_again(void)
         struct daemon_options opts = {.extra_labels = fixture_labels(), .no_monitor = true, .sockets = true};
         struct sbx_error err = {0};
 
-        cr_assert_eq(daemon_open(&cfg, &opts, &d, &err), 0, "daemon_open: %s", err.msg);
+        cr_assert_eq(fronts_open(&cfg, &opts, &d, &err), 0, "daemon_open: %s", err.msg);
 }
 
 static void open_daemon(void)

@@ -181,7 +181,7 @@ static void open_with_sockets(void)
         snprintf(cfg.api_socket, sizeof(cfg.api_socket), "%s/run/api.sock", dir);
         snprintf(cfg.admin_socket, sizeof(cfg.admin_socket), "%s/run/admin.sock", dir);
         (void)testenv_docker();
-        cr_assert_eq(daemon_open(&cfg, &opts, &d, &err), 0, "daemon_open: %s", err.msg);
+        cr_assert_eq(fronts_open(&cfg, &opts, &d, &err), 0, "daemon_open: %s", err.msg);
 }
 
 static int ctl(const char *args, char **out)

@@ -1,38 +1,33 @@
 /* mcp_api.c — the adapter's client for the daemon's API socket (api.h): one
  * Unix stream connection, one request at a time, line-delimited JSON with
- * every reply line bounded by API_MAX_REPLY. Given an https:// URL instead of
- * a socket path, every call goes to mcp_api_https.c (the same requests as
+ * every reply line bounded by API_MAX_REPLY; the transport is
+ * jsonl_client.h, shared with sandboxctl and the tests. Given an https://
+ * URL instead of a socket path, every call goes to mcp_api_https.c (the same requests as
  * POST /v1/<method>).
  *
  * Threads: a connection belongs to one thread. The only cross-thread use is
  * shutdown(2) on its fd (mcp_api_fd) to wake a request blocked in read, which
  * then fails with -ECONNRESET; the owner still closes the fd. */
 #include <errno.h>
-#include <fcntl.h>
-#include <poll.h>
 #include <stdio.h>
 #include <string.h>
-#include <sys/socket.h>
-#include <sys/un.h>
 #include <unistd.h>
 
 #include <cjson/cJSON.h>
 
 #include "mcp_internal.h"
 #include "sandboxd/api.h"
+#include "sandboxd/jsonl_client.h"
 #include "sandboxd/mcp.h"
 
 struct mcp_api {
         struct mcp_https *https; /* an https:// URL instead of a socket (mcp_api_https.c) */
         int fd;
         unsigned long next_id;
-        char *buf; /* bytes read past the last line */
-        size_t len, cap;
 };
 
 int mcp_api_open(const char *socket_path, struct mcp_api **ret, struct sbx_error *err)
 {
-        struct sockaddr_un sa = {.sun_family = AF_UNIX};
         struct mcp_api *a;
         int fd;
 
@@ -53,16 +48,11 @@ int mcp_api_open(const char *socket_path, struct mcp_api **ret, struct sbx_error
                 *ret = a;
                 return 0;
         }
-        if (!sbx_strlcpy(sa.sun_path, socket_path, sizeof(sa.sun_path)))
-                return sbx_error_set(err, -ENAMETOOLONG, 0, "API socket path too long: %s", socket_path);
-        fd = socket(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC, 0);
+        fd = jsonl_connect(socket_path, NULL);
+        if (fd == -ENAMETOOLONG)
+                return sbx_error_set(err, fd, 0, "API socket path too long: %s", socket_path);
         if (fd < 0)
-                return sbx_error_set(err, -errno, 0, "socket: %s", strerror(errno));
-        if (connect(fd, (struct sockaddr *)&sa, sizeof(sa)) < 0) {
-                int e = errno;
-                close(fd);
-                return sbx_error_set(err, -e, 0, "cannot connect to sandboxd at %s: %s", socket_path, strerror(e));
-        }
+                return sbx_error_set(err, fd, 0, "cannot connect to sandboxd at %s: %s", socket_path, strerror(-fd));
         a = calloc(1, sizeof(*a));
         if (!a) {
                 close(fd);
@@ -81,86 +71,10 @@ void mcp_api_close(struct mcp_api *a)
         if (a->fd >= 0)
                 close(a->fd);
         mcp_https_close(a->https);
-        free(a->buf);
         free(a);
 }
 
 int mcp_api_fd(struct mcp_api *a) { return !a ? -1 : a->https ? mcp_https_fd(a->https) : a->fd; }
-
-static int write_all(int fd, const char *p, size_t n)
-{
-        while (n) {
-                ssize_t k = send(fd, p, n, MSG_NOSIGNAL);
-                if (k < 0) {
-                        if (errno == EINTR)
-                                continue;
-                        return -errno;
-                }
-                p += k;
-                n -= (size_t)k;
-        }
-        return 0;
-}
-
-/* Read one line (without '\n') into a malloc'd string. */
-static int read_line(struct mcp_api *a, int64_t deadline, char **ret, size_t *ret_len)
-{
-        size_t scanned = 0;
-
-        for (;;) {
-                char *nl = a->len > scanned ? memchr(a->buf + scanned, '\n', a->len - scanned) : NULL;
-                if (nl) {
-                        size_t n = (size_t)(nl - a->buf);
-                        char *line = malloc(n + 1);
-                        if (!line)
-                                return -ENOMEM;
-                        memcpy(line, a->buf, n);
-                        line[n] = '\0';
-                        memmove(a->buf, nl + 1, a->len - n - 1);
-                        a->len -= n + 1;
-                        *ret = line;
-                        *ret_len = n;
-                        return 0;
-                }
-                scanned = a->len;
-                if (a->len > API_MAX_REPLY)
-                        return -EMSGSIZE;
-                if (a->cap - a->len < 65536) {
-                        size_t cap = a->cap ? a->cap * 2 : 65536;
-                        char *b;
-                        if (cap > API_MAX_REPLY + 65536 + 1)
-                                cap = API_MAX_REPLY + 65536 + 1;
-                        if (cap <= a->len)
-                                return -EMSGSIZE;
-                        b = realloc(a->buf, cap);
-                        if (!b)
-                                return -ENOMEM;
-                        a->buf = b;
-                        a->cap = cap;
-                }
-                int64_t left = deadline - sbx_now_ms();
-                if (left <= 0)
-                        return -ETIMEDOUT;
-                struct pollfd p = {.fd = a->fd, .events = POLLIN};
-                int r = poll(&p, 1, left > 60000 ? 60000 : (int)left);
-                if (r < 0) {
-                        if (errno == EINTR)
-                                continue;
-                        return -errno;
-                }
-                if (r == 0)
-                        continue;
-                ssize_t k = recv(a->fd, a->buf + a->len, a->cap - a->len, 0);
-                if (k < 0) {
-                        if (errno == EINTR || errno == EAGAIN)
-                                continue;
-                        return -errno;
-                }
-                if (k == 0)
-                        return -ECONNRESET;
-                a->len += (size_t)k;
-        }
-}
 
 static void set_err(struct mcp_api_error *err, const char *code, const char *fmt, ...)
         __attribute__((format(printf, 3, 4)));
@@ -182,7 +96,6 @@ int mcp_api_request(struct mcp_api *a, const char *token, const char *method, co
         unsigned long id;
         int64_t deadline;
         cJSON *req;
-        char *out;
         int r;
 
         if (a && a->https)
@@ -202,16 +115,8 @@ int mcp_api_request(struct mcp_api *a, const char *token, const char *method, co
                 set_err(err, "transport", "out of memory");
                 return -ENOMEM;
         }
-        out = cJSON_PrintUnformatted(req);
+        r = jsonl_send(a->fd, req);
         cJSON_Delete(req);
-        if (!out) {
-                set_err(err, "transport", "out of memory");
-                return -ENOMEM;
-        }
-        size_t n = strlen(out);
-        out[n] = '\n'; /* PrintUnformatted never emits a raw newline; replace the NUL */
-        r = write_all(a->fd, out, n + 1);
-        free(out);
         if (r < 0) {
                 set_err(err, "transport", "sending to sandboxd: %s", strerror(-r));
                 return r;
@@ -223,7 +128,9 @@ int mcp_api_request(struct mcp_api *a, const char *token, const char *method, co
                 size_t len = 0;
                 cJSON *msg, *rid, *ok;
 
-                r = read_line(a, deadline, &line, &len);
+                int64_t left = deadline - sbx_now_ms();
+                r = left > 0 ? jsonl_read_line(a->fd, API_MAX_REPLY, left > INT32_MAX ? INT32_MAX : (int)left, &line, &len)
+                             : -ETIMEDOUT;
                 if (r < 0) {
                         set_err(err, "transport", "%s",
                                 r == -ECONNRESET  ? "sandboxd closed the connection"

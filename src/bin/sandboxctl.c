@@ -8,14 +8,14 @@
 #include <stdlib.h>
 #include <stdio.h>
 #include <string.h>
-#include <sys/socket.h>
-#include <sys/un.h>
 #include <time.h>
 #include <unistd.h>
 
 #include "sandboxd/config.h"
+#include "sandboxd/jsonl_client.h"
 
 #define REPLY_MAX (64 * 1024 * 1024)
+#define REPLY_TIMEOUT_MS (10 * 60 * 1000) /* the slowest command (a destroy with --purge) is far below */
 
 enum { EXIT_FAILED = 1, EXIT_USAGE = 2, EXIT_UNREACHABLE = 3 };
 
@@ -70,85 +70,32 @@ static void usage(FILE *f)
 
 /* ---- transport ---- */
 
+static const char *str(const cJSON *o, const char *key);
+
+/* Send req and read its reply (jsonl_client.h): 0 with *ret_reply when
+ * the daemon says ok, else the exit status, with the reason on stderr. */
 static int call(const char *path, cJSON *req, cJSON **ret_reply)
 {
-        struct sockaddr_un sa = {.sun_family = AF_UNIX};
-        char *text, *buf = NULL;
-        size_t len = 0, cap = 0;
-        int fd;
+        struct sbx_error err = {0};
+        cJSON *reply = NULL;
+        const cJSON *e;
+        int r = jsonl_call(path, req, REPLY_MAX, REPLY_TIMEOUT_MS, &reply, &err);
 
-        if (strlen(path) >= sizeof(sa.sun_path)) {
-                fprintf(stderr, "sandboxctl: socket path too long: %s\n", path);
-                return -ENAMETOOLONG;
-        }
-        strcpy(sa.sun_path, path);
-        fd = socket(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC, 0);
-        if (fd < 0 || connect(fd, (struct sockaddr *)&sa, sizeof(sa)) < 0) {
-                int e = errno;
-                fprintf(stderr, "sandboxctl: cannot connect to %s: %s\n", path, strerror(e));
-                if (e == EACCES)
+        if (r < 0) {
+                fprintf(stderr, "sandboxctl: %s\n", err.msg);
+                if (r == -EACCES)
                         fprintf(stderr, "sandboxctl: the admin socket is for root, the daemon's user and "
                                         "admin_group\n");
-                if (fd >= 0)
-                        close(fd);
-                return -e;
+                return EXIT_UNREACHABLE;
         }
-        text = cJSON_PrintUnformatted(req);
-        if (!text) {
-                close(fd);
-                return -ENOMEM;
+        if (cJSON_IsTrue(cJSON_GetObjectItemCaseSensitive(reply, "ok"))) {
+                *ret_reply = reply;
+                return 0;
         }
-        len = strlen(text);
-        text[len] = '\n';
-        for (size_t off = 0; off < len + 1;) {
-                ssize_t n = send(fd, text + off, len + 1 - off, MSG_NOSIGNAL);
-                if (n < 0) {
-                        if (errno == EINTR)
-                                continue;
-                        fprintf(stderr, "sandboxctl: cannot send: %m\n");
-                        free(text);
-                        close(fd);
-                        return -EIO;
-                }
-                off += (size_t)n;
-        }
-        free(text);
-        len = 0;
-        for (;;) {
-                ssize_t n;
-                if (cap - len < 65536) {
-                        char *nb;
-                        cap = cap ? cap * 2 : 65536;
-                        if (cap > REPLY_MAX + 1)
-                                break;
-                        nb = realloc(buf, cap);
-                        if (!nb)
-                                break;
-                        buf = nb;
-                }
-                n = read(fd, buf + len, cap - len - 1);
-                if (n < 0 && errno == EINTR)
-                        continue;
-                if (n <= 0)
-                        break;
-                len += (size_t)n;
-                if (memchr(buf + len - (size_t)n, '\n', (size_t)n))
-                        break;
-        }
-        close(fd);
-        if (!buf || len == 0) {
-                fprintf(stderr, "sandboxctl: the daemon closed the connection without a reply\n");
-                free(buf);
-                return -EIO;
-        }
-        buf[len] = '\0';
-        *ret_reply = cJSON_Parse(buf);
-        free(buf);
-        if (!*ret_reply) {
-                fprintf(stderr, "sandboxctl: unreadable reply\n");
-                return -EPROTO;
-        }
-        return 0;
+        e = cJSON_GetObjectItemCaseSensitive(reply, "error");
+        fprintf(stderr, "sandboxctl: %s: %s\n", str(e, "code"), str(e, "message"));
+        cJSON_Delete(reply);
+        return EXIT_FAILED;
 }
 
 /* ---- printing ---- */
@@ -479,24 +426,14 @@ static int run_top(const char *socket_path, const char *user, double interval_s,
         /* The first frame needs two samples; without --no-stream it refreshes until killed. */
         for (int frame = 0;; frame++) {
                 cJSON *req = cJSON_CreateObject(), *reply = NULL, *result;
-                int r;
 
                 cJSON_AddStringToObject(req, "cmd", "sessions.top");
                 if (user)
                         cJSON_AddStringToObject(req, "user", user);
-                r = call(socket_path, req, &reply);
+                rc = call(socket_path, req, &reply);
                 cJSON_Delete(req);
-                if (r < 0) {
-                        rc = EXIT_UNREACHABLE;
+                if (rc != 0)
                         break;
-                }
-                if (!cJSON_IsTrue(cJSON_GetObjectItemCaseSensitive(reply, "ok"))) {
-                        const cJSON *e = cJSON_GetObjectItemCaseSensitive(reply, "error");
-                        fprintf(stderr, "sandboxctl: %s: %s\n", str(e, "code"), str(e, "message"));
-                        cJSON_Delete(reply);
-                        rc = EXIT_FAILED;
-                        break;
-                }
                 result = cJSON_GetObjectItemCaseSensitive(reply, "result");
                 top_cpu(result, &prev, &n_prev);
                 if (frame > 0) {
@@ -940,14 +877,8 @@ int main(int argc, char **argv)
 
         r = call(socket_path, req, &reply);
         cJSON_Delete(req);
-        if (r < 0)
-                return EXIT_UNREACHABLE;
-        if (!cJSON_IsTrue(cJSON_GetObjectItemCaseSensitive(reply, "ok"))) {
-                const cJSON *e = cJSON_GetObjectItemCaseSensitive(reply, "error");
-                fprintf(stderr, "sandboxctl: %s: %s\n", str(e, "code"), str(e, "message"));
-                cJSON_Delete(reply);
-                return EXIT_FAILED;
-        }
+        if (r != 0)
+                return r;
         result = cJSON_GetObjectItemCaseSensitive(reply, "result");
         if (json) {
                 char *out = cJSON_Print(result);

@@ -1,85 +1,38 @@
-/* apiclient.c — see apiclient.h. */
+/* apiclient.c — see apiclient.h. The transport is the daemon's own
+ * client (jsonl_client.h); this adds the tests' assertions. */
 #include "apiclient.h"
 
 #include <criterion/criterion.h>
 #include <errno.h>
-#include <poll.h>
-#include <stdio.h>
 #include <string.h>
-#include <sys/socket.h>
-#include <sys/un.h>
 #include <unistd.h>
 
+#include "sandboxd/api.h"
 #include "sandboxd/common.h"
+#include "sandboxd/jsonl_client.h"
 
 int apic_connect(const char *path)
 {
-        struct sockaddr_un sa = {.sun_family = AF_UNIX};
-        int fd = socket(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC, 0);
-
-        if (fd < 0)
-                return -errno;
-        snprintf(sa.sun_path, sizeof(sa.sun_path), "%s", path);
-        if (connect(fd, (struct sockaddr *)&sa, sizeof(sa)) < 0) {
-                int e = errno;
-                close(fd);
-                return -e;
-        }
-        return fd;
+        return jsonl_connect(path, NULL);
 }
 
 int apic_send(int fd, const void *buf, size_t len)
 {
-        const char *p = buf;
-        while (len > 0) {
-                ssize_t n = send(fd, p, len, MSG_NOSIGNAL);
-                if (n < 0) {
-                        if (errno == EINTR)
-                                continue;
-                        return -errno;
-                }
-                p += n;
-                len -= (size_t)n;
-        }
-        return 0;
+        return jsonl_send_raw(fd, buf, len);
 }
 
 char *apic_read_line(int fd, int timeout_ms)
 {
-        size_t len = 0, cap = 4096;
-        char *buf = malloc(cap);
-        int64_t until = sbx_now_ms() + timeout_ms;
+        char *line = NULL;
+        size_t len;
 
-        /* byte by byte is slow but keeps later lines in the socket for the next call */
-        for (;;) {
-                struct pollfd p = {.fd = fd, .events = POLLIN};
-                int64_t left = until - sbx_now_ms();
-                char ch;
-                ssize_t n;
-
-                if (left <= 0 || poll(&p, 1, (int)left) <= 0)
-                        break;
-                n = read(fd, &ch, 1);
-                if (n <= 0)
-                        break;
-                if (ch == '\n') {
-                        buf[len] = '\0';
-                        return buf;
-                }
-                if (len + 2 > cap) {
-                        cap *= 2;
-                        buf = realloc(buf, cap);
-                }
-                buf[len++] = ch;
-        }
-        free(buf);
-        return NULL;
+        /* jsonl_read_line never takes a byte past the '\n': later lines stay in the socket */
+        return jsonl_read_line(fd, API_MAX_REPLY, timeout_ms, &line, &len) == 0 ? line : NULL;
 }
 
 void apic_request(int fd, int id, const char *token, const char *method, cJSON *params)
 {
         cJSON *o = cJSON_CreateObject();
-        char *text;
 
         cJSON_AddNumberToObject(o, "id", id);
         if (token)
@@ -87,10 +40,7 @@ void apic_request(int fd, int id, const char *token, const char *method, cJSON *
         cJSON_AddStringToObject(o, "method", method);
         if (params)
                 cJSON_AddItemToObject(o, "params", params);
-        text = cJSON_PrintUnformatted(o);
-        cr_assert_eq(apic_send(fd, text, strlen(text)), 0);
-        cr_assert_eq(apic_send(fd, "\n", 1), 0);
-        free(text);
+        cr_assert_eq(jsonl_send(fd, o), 0);
         cJSON_Delete(o);
 }
 

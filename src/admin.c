@@ -1,7 +1,11 @@
 /* admin.c — the admin socket front (protocol in include/sandboxd/admin.h):
  * file permissions set before the socket is reachable, a peer-credential
- * check on every connection, then one JSON command per line. Thin: it calls
- * the session manager, exec engine, services, privacy and token modules.
+ * check on every connection, then one JSON command per line. This file
+ * holds the socket, the command table and the helpers the commands share
+ * (admin_internal.h); the commands are in admin_sessions.c (health, stats,
+ * sessions, logs, runtime) and admin_ops.c (tokens, quotas, egress). Thin:
+ * they call the session manager, exec engine, services, privacy, quota and
+ * token modules.
  *
  * Threads: "sbx-admin" accepts (listener.c); one worker per connection (at
  * most ADMIN_MAX_CONNS) answers its commands in order. No shared state
@@ -21,50 +25,20 @@
 #include "listener.h"
 #include "sandboxd/audit.h"
 #include "sandboxd/daemon.h"
-#include "sandboxd/egress.h"
-#include "sandboxd/egress_rules.h"
-#include "sandboxd/exec.h"
 #include "sandboxd/fronterr.h"
+#include "sandboxd/jsonl_client.h"
 #include "sandboxd/jsonutil.h"
 #include "sandboxd/log.h"
-#include "sandboxd/metrics.h"
-#include "sandboxd/monitor.h"
-#include "sandboxd/portpool.h"
-#include "sandboxd/privacy.h"
-#include "sandboxd/runtime.h"
-#include "sandboxd/quota.h"
 #include "sandboxd/reqguard.h"
-#include "sandboxd/service.h"
 #include "sandboxd/session.h"
-#include "sandboxd/store.h"
-#include "sandboxd/token.h"
-#include "sandboxd/pool.h"
 #include "sandboxd/usage.h"
 #include "sandboxd/utf8.h"
-#include "sandboxd/wsquota.h"
+
+#include "admin_internal.h"
 
 #define ADMIN_MAX_CONNS 16
-#define ADMIN_RECENT_EXECUTIONS 10
-#define ADMIN_TOP_MAX 1000      /* sessions per top sample */
-#define ADMIN_LOGS_DEFAULT 200  /* audit rows and log lines per session.logs */
-#define ADMIN_LOGS_MAX 4096
 
-struct admin_server {
-        struct daemon *d;
-        struct sockserver *ss;
-        bool has_group;
-        gid_t gid;
-};
-
-struct admin_req {
-        struct admin_server *srv;
-        struct daemon *d;
-        const cJSON *args;
-        struct jparams argv; /* args, for the typed getters */
-        char actor[48];
-};
-
-static int a_key(struct admin_req *q, const char **ret_user, const char **ret_session, struct fronterr *e)
+int admin_arg_key(struct admin_req *q, const char **ret_user, const char **ret_session, struct fronterr *e)
 {
         struct sbx_error err = {0};
         if (jparam_string(&q->argv, "user", true, ret_user, e) < 0 || jparam_string(&q->argv, "session", true, ret_session, e) < 0)
@@ -74,447 +48,16 @@ static int a_key(struct admin_req *q, const char **ret_user, const char **ret_se
         return 0;
 }
 
-/* ---- formatting ---- */
-
-static void add_lower(cJSON *o, const char *key, const char *s)
+int admin_arg_user(struct admin_req *q, const char **ret, struct fronterr *e)
 {
-        char buf[64];
-        size_t i = 0;
-        for (; s && s[i] && i + 1 < sizeof(buf); i++)
-                buf[i] = (char)tolower((unsigned char)s[i]);
-        buf[i] = '\0';
-        cJSON_AddStringToObject(o, key, buf);
-}
-
-static void add_text(cJSON *o, const char *key, const char *s)
-{
-        if (s && *s) {
-                _cleanup_free_ char *clean = utf8_sanitize(s, strlen(s));
-                cJSON_AddStringToObject(o, key, clean ? clean : "");
-        } else {
-                cJSON_AddNullToObject(o, key);
-        }
-}
-
-static void add_time(cJSON *o, const char *key, int64_t ms)
-{
-        if (ms > 0)
-                cJSON_AddNumberToObject(o, key, (double)ms);
-        else
-                cJSON_AddNullToObject(o, key);
-}
-
-static cJSON *datasets_json(struct daemon *d, const char *user, const char *session)
-{
-        struct privacy_dataset *list = NULL;
-        size_t n = 0;
-        cJSON *a = cJSON_CreateArray();
-
-        if (!a || !d->privacy || privacy_list(d->privacy, user, session, &list, &n) < 0)
-                return a;
-        for (size_t i = 0; i < n; i++) {
-                cJSON *x = cJSON_CreateObject();
-                add_text(x, "dataset", list[i].dataset);
-                add_text(x, "source", list[i].source);
-                add_time(x, "marked_at", list[i].marked_at);
-                cJSON_AddItemToArray(a, x);
-        }
-        free(list);
-        return a;
-}
-
-static cJSON *session_json(struct daemon *d, const struct session_info *s)
-{
-        cJSON *o = cJSON_CreateObject(), *ports;
-
-        cJSON_AddStringToObject(o, "user", s->user);
-        cJSON_AddStringToObject(o, "session", s->session);
-        add_lower(o, "state", session_state_to_string(s->state));
-        add_text(o, "container_id", s->container_id);
-        add_text(o, "image", s->image);
-        add_text(o, "network_mode", s->network_mode);
-        add_text(o, "runtime", s->runtime);
-        if (s->uid)
-                cJSON_AddNumberToObject(o, "uid", (double)s->uid); /* the session's host uid (sessuid.h) */
-        else
-                cJSON_AddNullToObject(o, "uid");
-        cJSON_AddBoolToObject(o, "private", d->privacy && privacy_is_private(d->privacy, s->user, s->session));
-        ports = cJSON_AddArrayToObject(o, "ports");
-        for (size_t i = 0; i < s->n_ports; i++) {
-                cJSON *p = cJSON_CreateObject();
-                cJSON_AddNumberToObject(p, "container_port", d->cfg.container_port_base + (int)i);
-                cJSON_AddNumberToObject(p, "host_port", s->ports[i]);
-                cJSON_AddItemToArray(ports, p);
-        }
-        add_time(o, "created_at", s->created_at);
-        add_time(o, "last_activity", s->last_activity);
-        add_text(o, "last_error", s->last_error);
-        add_text(o, "error_cause", s->error_cause);
-        return o;
-}
-
-static void audit(struct admin_req *q, const char *user, const char *session, const char *cmd, cJSON *detail)
-{
-        char action[64];
-
-        snprintf(action, sizeof(action), "admin.%s", cmd);
-        (void)audit_record_json(q->d->store, q->actor, user, session, action, detail);
-}
-
-/* ---- commands ---- */
-
-typedef int (*cmd_fn)(struct admin_req *q, cJSON **ret, struct fronterr *e);
-
-static int c_health(struct admin_req *q, cJSON **ret, struct fronterr *e)
-{
-        char version[64];
-        struct sbx_error err = {0};
-        int r = daemon_docker_version(q->d, version, sizeof(version), &err);
-        cJSON *docker;
-
-        *ret = cJSON_CreateObject();
-        cJSON_AddStringToObject(*ret, "status", r == 0 ? "ok" : "degraded");
-        cJSON_AddStringToObject(*ret, "version", SBX_VERSION);
-        cJSON_AddNumberToObject(*ret, "uptime_s", (double)((sbx_wall_ms() - q->d->started_at) / 1000));
-        docker = cJSON_AddObjectToObject(*ret, "docker");
-        cJSON_AddBoolToObject(docker, "ok", r == 0);
-        if (r == 0)
-                cJSON_AddStringToObject(docker, "version", version);
-        else
-                add_text(docker, "error", err.msg[0] ? err.msg : strerror(-r));
-        return 0;
-}
-
-/* The warm pool's numbers (pool.h): stats and sandboxctl pool. */
-static void add_pool(cJSON *o, struct pool *pl)
-{
-        struct pool_stats ps;
-        cJSON *p = cJSON_AddObjectToObject(o, "pool");
-
-        pool_stats(pl, &ps);
-        cJSON_AddNumberToObject(p, "size", ps.size);
-        cJSON_AddNumberToObject(p, "ready", (double)ps.ready);
-        cJSON_AddNumberToObject(p, "creating", (double)ps.creating);
-        cJSON_AddNumberToObject(p, "claims", (double)ps.claims);
-        cJSON_AddNumberToObject(p, "misses", (double)ps.misses);
-        cJSON_AddNumberToObject(p, "created", (double)ps.created);
-        cJSON_AddNumberToObject(p, "failed", (double)ps.failed);
-        cJSON_AddNumberToObject(p, "refill_per_s", ps.refill_per_s);
-}
-
-static int c_pool(struct admin_req *q, cJSON **ret, struct fronterr *e)
-{
-        (void)e;
-        *ret = cJSON_CreateObject();
-        add_pool(*ret, q->d->pool);
-        return 0;
-}
-
-static int c_stats(struct admin_req *q, cJSON **ret, struct fronterr *e)
-{
-        size_t counts[4] = {0}, used = 0, total = 0;
-        char version[64] = "";
-        cJSON *s, *p;
-        int64_t last;
-
-        session_counts(q->d->sessions, counts);
-        portpool_usage(q->d->ports, &used, &total);
-        *ret = cJSON_CreateObject();
-        cJSON_AddStringToObject(*ret, "version", SBX_VERSION);
-        cJSON_AddNumberToObject(*ret, "started_at", (double)q->d->started_at);
-        cJSON_AddNumberToObject(*ret, "uptime_s", (double)((sbx_wall_ms() - q->d->started_at) / 1000));
-        if (daemon_docker_version(q->d, version, sizeof(version), NULL) == 0)
-                cJSON_AddStringToObject(*ret, "docker_version", version);
-        else
-                cJSON_AddNullToObject(*ret, "docker_version");
-        s = cJSON_AddObjectToObject(*ret, "sessions");
-        cJSON_AddNumberToObject(s, "creating", (double)counts[SESSION_CREATING]);
-        cJSON_AddNumberToObject(s, "running", (double)counts[SESSION_RUNNING]);
-        cJSON_AddNumberToObject(s, "stopped", (double)counts[SESSION_STOPPED]);
-        cJSON_AddNumberToObject(s, "error", (double)counts[SESSION_ERROR]);
-        cJSON_AddNumberToObject(s, "total", (double)(counts[0] + counts[1] + counts[2] + counts[3]));
-        cJSON_AddNumberToObject(*ret, "executions_running", (double)exec_running_count(q->d->exec, NULL, NULL));
-        p = cJSON_AddObjectToObject(*ret, "ports");
-        cJSON_AddNumberToObject(p, "used", (double)used);
-        cJSON_AddNumberToObject(p, "total", (double)total);
-        last = q->d->monitor ? monitor_last_poll(q->d->monitor) : 0;
-        add_time(*ret, "monitor_last_poll", last);
-        add_pool(*ret, q->d->pool);
-        {
-                struct egress_stats es;
-                egress_stats(q->d->egress, &es);
-                p = cJSON_AddObjectToObject(*ret, "egress");
-                cJSON_AddNumberToObject(p, "allowed", (double)es.allowed);
-                cJSON_AddNumberToObject(p, "blocked", (double)es.blocked);
-                cJSON_AddNumberToObject(p, "open", es.open);
-        }
-        return 0;
-}
-
-/* The Prometheus text of metrics_listen's /metrics (sandboxctl metrics). */
-static int c_metrics(struct admin_req *q, cJSON **ret, struct fronterr *e)
-{
-        _cleanup_free_ char *text = NULL;
-
-        if (metrics_render(q->d, &text) < 0)
-                return fronterr_set(e, "internal", "out of memory");
-        *ret = cJSON_CreateObject();
-        cJSON_AddStringToObject(*ret, "text", text);
-        return 0;
-}
-
-static int c_sessions_list(struct admin_req *q, cJSON **ret, struct fronterr *e)
-{
-        const char *user, *state_s;
-        enum session_state state;
-        struct session_info *list = NULL;
-        size_t n = 0;
-        cJSON *a;
-        int r;
-
-        if (jparam_string(&q->argv, "user", false, &user, e) < 0 || jparam_string(&q->argv, "state", false, &state_s, e) < 0)
+        if (jparam_string(&q->argv, "user", true, ret, e) < 0)
                 return -1;
-        if (state_s) {
-                char up[16];
-                size_t i = 0;
-                for (; state_s[i] && i + 1 < sizeof(up); i++)
-                        up[i] = (char)toupper((unsigned char)state_s[i]);
-                up[i] = '\0';
-                if (session_state_from_string(up, &state) < 0)
-                        return fronterr_set(e, "invalid", "state must be creating, running, stopped or error");
-        }
-        r = session_list(q->d->sessions, user, state_s ? &state : NULL, &list, &n);
-        if (r < 0)
-                return fronterr_errno(e, r, NULL, NULL);
-        *ret = cJSON_CreateObject();
-        a = cJSON_AddArrayToObject(*ret, "sessions");
-        for (size_t i = 0; i < n; i++)
-                cJSON_AddItemToArray(a, session_json(q->d, &list[i]));
-        session_info_list_free(list, n);
+        if (!session_id_valid(*ret))
+                return fronterr_set(e, "invalid", "invalid user_id: must be 1-64 characters of [A-Za-z0-9_.-]");
         return 0;
 }
 
-static cJSON *services_json(struct daemon *d, const char *user, const char *session)
-{
-        struct service_info *list = NULL;
-        size_t n = 0;
-        cJSON *a = cJSON_CreateArray();
-
-        if (!a || !d->services || service_list(d->services, user, session, &list, &n) < 0)
-                return a;
-        for (size_t i = 0; i < n; i++) {
-                cJSON *o = cJSON_CreateObject(), *ports;
-                cJSON_AddStringToObject(o, "name", list[i].name);
-                add_lower(o, "state", service_state_to_string(list[i].state));
-                if (list[i].pid > 0)
-                        cJSON_AddNumberToObject(o, "pid", list[i].pid);
-                else
-                        cJSON_AddNullToObject(o, "pid");
-                if (list[i].exit_code >= 0)
-                        cJSON_AddNumberToObject(o, "exit_code", list[i].exit_code);
-                else
-                        cJSON_AddNullToObject(o, "exit_code");
-                add_text(o, "command", list[i].command);
-                ports = cJSON_AddArrayToObject(o, "ports");
-                for (size_t k = 0; k < list[i].n_ports && k < SERVICE_MAX_PORTS; k++) {
-                        cJSON *p = cJSON_CreateObject();
-                        cJSON_AddNumberToObject(p, "container_port", list[i].ports[k].container_port);
-                        if (list[i].ports[k].host_port > 0)
-                                cJSON_AddNumberToObject(p, "host_port", list[i].ports[k].host_port);
-                        else
-                                cJSON_AddNullToObject(p, "host_port");
-                        cJSON_AddItemToArray(ports, p);
-                }
-                add_time(o, "started_at", list[i].started_at);
-                add_time(o, "stopped_at", list[i].stopped_at);
-                add_text(o, "last_error", list[i].last_error);
-                cJSON_AddItemToArray(a, o);
-        }
-        free(list);
-        return a;
-}
-
-static cJSON *executions_json(struct daemon *d, const char *user, const char *session)
-{
-        struct exec_result *list = NULL;
-        size_t n = 0;
-        cJSON *a = cJSON_CreateArray();
-
-        if (!a || exec_list(d->exec, user, session, 0, ADMIN_RECENT_EXECUTIONS, &list, &n) < 0)
-                return a;
-        for (size_t i = 0; i < n; i++) {
-                cJSON *o = cJSON_CreateObject();
-                cJSON_AddStringToObject(o, "execution_id", list[i].id);
-                add_lower(o, "state", exec_state_to_string(list[i].state));
-                add_text(o, "cause", exec_cause_to_string(list[i].cause));
-                if (list[i].exit_code >= 0)
-                        cJSON_AddNumberToObject(o, "exit_code", list[i].exit_code);
-                else
-                        cJSON_AddNullToObject(o, "exit_code");
-                add_text(o, "command_preview", list[i].command_preview);
-                add_time(o, "created_at", list[i].created_at);
-                cJSON_AddNumberToObject(o, "duration_ms", (double)list[i].duration_ms);
-                add_text(o, "error", list[i].error);
-                cJSON_AddItemToArray(a, o);
-        }
-        exec_result_list_free(list, n);
-        return a;
-}
-
-static int c_session_show(struct admin_req *q, cJSON **ret, struct fronterr *e)
-{
-        const char *user, *session;
-        struct session_info info;
-        int r;
-
-        if (a_key(q, &user, &session, e) < 0)
-                return -1;
-        r = session_get_info(q->d->sessions, user, session, &info);
-        if (r == -ENOENT)
-                return fronterr_set(e, "not_found", "no session %s:%s", user, session);
-        if (r < 0)
-                return fronterr_errno(e, r, NULL, NULL);
-        *ret = session_json(q->d, &info);
-        add_text(*ret, "workspace", info.workspace);
-        {
-                struct wsquota_usage u;
-                wsquota_usage(&q->d->cfg, user, session, &u);
-                cJSON_AddItemToObject(*ret, "workspace_usage", wsquota_usage_to_json(&u));
-        }
-        cJSON_AddItemToObject(*ret, "datasets", datasets_json(q->d, user, session));
-        cJSON_AddItemToObject(*ret, "egress", egress_rules_policy_json(q->d->store, q->d->privacy, &q->d->cfg, user, session));
-        cJSON_AddItemToObject(*ret, "services", services_json(q->d, user, session));
-        cJSON_AddItemToObject(*ret, "executions", executions_json(q->d, user, session));
-        session_info_done(&info);
-        return 0;
-}
-
-static int c_session_destroy(struct admin_req *q, cJSON **ret, struct fronterr *e)
-{
-        const char *user, *session;
-        bool purge = false;
-        struct sbx_error err = {0};
-        cJSON *detail;
-        int r;
-
-        if (a_key(q, &user, &session, e) < 0 || jparam_bool(&q->argv, "purge", false, &purge, e) < 0)
-                return -1;
-        r = session_destroy(q->d->sessions, user, session, purge, &err);
-        if (r < 0)
-                return fronterr_errno(e, r, &err, NULL);
-        detail = cJSON_CreateObject();
-        cJSON_AddBoolToObject(detail, "purge", purge);
-        audit(q, user, session, "session.destroy", detail);
-        *ret = cJSON_CreateObject();
-        cJSON_AddStringToObject(*ret, "user", user);
-        cJSON_AddStringToObject(*ret, "session", session);
-        cJSON_AddBoolToObject(*ret, "purged", purge);
-        return 0;
-}
-
-static int c_session_mark_private(struct admin_req *q, cJSON **ret, struct fronterr *e)
-{
-        const char *user, *session, *dataset, *source;
-        struct sbx_error err = {0};
-        cJSON *detail;
-        int r;
-
-        if (a_key(q, &user, &session, e) < 0 || jparam_string(&q->argv, "dataset", true, &dataset, e) < 0 ||
-            jparam_string(&q->argv, "source", false, &source, e) < 0)
-                return -1;
-        if (!q->d->privacy)
-                return fronterr_set(e, "unavailable", "privacy marks are not available in this daemon");
-        r = privacy_mark(q->d->privacy, user, session, dataset, source, q->actor, &err);
-        if (r < 0)
-                return fronterr_errno(e, r, &err, NULL);
-        detail = cJSON_CreateObject();
-        add_text(detail, "dataset", dataset);
-        add_text(detail, "source", source);
-        audit(q, user, session, "session.mark_private", detail);
-        *ret = cJSON_CreateObject();
-        cJSON_AddStringToObject(*ret, "user", user);
-        cJSON_AddStringToObject(*ret, "session", session);
-        cJSON_AddItemToObject(*ret, "datasets", datasets_json(q->d, user, session));
-        cJSON_AddStringToObject(*ret, "network_mode", privacy_required_network(q->d->privacy, user, session));
-        return 0;
-}
-
-static int c_token_create(struct admin_req *q, cJSON **ret, struct fronterr *e)
-{
-        const char *user, *role_s;
-        enum token_role role = TOKEN_ROLE_AGENT;
-        char token[TOKEN_LEN + 1];
-        struct token_info info;
-        struct sbx_error err = {0};
-        cJSON *detail;
-        int r;
-
-        if (jparam_string(&q->argv, "user", true, &user, e) < 0 || jparam_string(&q->argv, "role", false, &role_s, e) < 0)
-                return -1;
-        if (role_s && token_role_from_string(role_s, &role) < 0)
-                return fronterr_set(e, "invalid", "role must be agent or connector");
-        r = token_create(q->d->store, user, role, token, &info, &err);
-        if (r < 0)
-                return fronterr_errno(e, r, &err, NULL);
-        detail = cJSON_CreateObject();
-        cJSON_AddStringToObject(detail, "token_id", info.id);
-        cJSON_AddStringToObject(detail, "role", token_role_to_string(role));
-        audit(q, user, NULL, "token.create", detail);
-        *ret = cJSON_CreateObject();
-        cJSON_AddStringToObject(*ret, "token", token);
-        cJSON_AddStringToObject(*ret, "id", info.id);
-        cJSON_AddStringToObject(*ret, "user", info.user);
-        cJSON_AddStringToObject(*ret, "role", token_role_to_string(info.role));
-        explicit_bzero(token, sizeof(token));
-        return 0;
-}
-
-static int c_token_revoke(struct admin_req *q, cJSON **ret, struct fronterr *e)
-{
-        const char *id;
-        struct sbx_error err = {0};
-        cJSON *detail;
-        int r;
-
-        if (jparam_string(&q->argv, "id", true, &id, e) < 0)
-                return -1;
-        r = token_revoke(q->d->store, id, &err);
-        if (r < 0)
-                return fronterr_errno(e, r, &err, NULL);
-        detail = cJSON_CreateObject();
-        cJSON_AddStringToObject(detail, "token_id", id);
-        audit(q, NULL, NULL, "token.revoke", detail);
-        *ret = cJSON_CreateObject();
-        cJSON_AddStringToObject(*ret, "id", id);
-        cJSON_AddTrueToObject(*ret, "revoked");
-        return 0;
-}
-
-static int c_token_list(struct admin_req *q, cJSON **ret, struct fronterr *e)
-{
-        struct token_info *list = NULL;
-        size_t n = 0;
-        cJSON *a;
-        int r = token_list(q->d->store, &list, &n);
-
-        if (r < 0)
-                return fronterr_errno(e, r, NULL, NULL);
-        *ret = cJSON_CreateObject();
-        a = cJSON_AddArrayToObject(*ret, "tokens");
-        for (size_t i = 0; i < n; i++) {
-                cJSON *o = cJSON_CreateObject();
-                cJSON_AddStringToObject(o, "id", list[i].id);
-                cJSON_AddStringToObject(o, "user", list[i].user);
-                cJSON_AddStringToObject(o, "role", token_role_to_string(list[i].role));
-                add_time(o, "created_at", list[i].created_at);
-                add_time(o, "revoked_at", list[i].revoked_at);
-                cJSON_AddItemToArray(a, o);
-        }
-        free(list);
-        return 0;
-}
-
-static int a_limit(struct admin_req *q, const char *name, int def, int max, int *ret, struct fronterr *e)
+int admin_arg_limit(struct admin_req *q, const char *name, int def, int max, int *ret, struct fronterr *e)
 {
         const cJSON *v = cJSON_GetObjectItemCaseSensitive(q->args, name);
         if (!v || cJSON_IsNull(v)) {
@@ -527,376 +70,73 @@ static int a_limit(struct admin_req *q, const char *name, int def, int max, int 
         return 0;
 }
 
-/* Live sessions with their usage; the client turns two samples into CPU % (like docker stats). */
-static int c_sessions_top(struct admin_req *q, cJSON **ret, struct fronterr *e)
+void admin_audit(struct admin_req *q, const char *user, const char *session, const char *cmd, cJSON *detail)
 {
-        struct usage_row *rows = NULL;
-        size_t n = 0;
-        const char *user;
-        cJSON *a;
-        int r;
+        char action[64];
 
-        if (jparam_string(&q->argv, "user", false, &user, e) < 0)
-                return -1;
-        r = usage_collect(q->d, user, ADMIN_TOP_MAX, &rows, &n);
-        if (r < 0)
-                return fronterr_errno(e, r, NULL, NULL);
-        *ret = cJSON_CreateObject();
-        cJSON_AddNumberToObject(*ret, "sampled_at", (double)sbx_wall_ms());
-        cJSON_AddNumberToObject(*ret, "cpus_per_session", (double)q->d->cfg.nano_cpus / 1e9);
-        a = cJSON_AddArrayToObject(*ret, "sessions");
-        for (size_t i = 0; i < n; i++) {
-                const struct usage_row *u = &rows[i];
-                cJSON *o = cJSON_CreateObject();
-                cJSON_AddStringToObject(o, "user", u->user);
-                cJSON_AddStringToObject(o, "session", u->session);
-                add_lower(o, "state", session_state_to_string(u->state));
-                add_text(o, "container_id", u->container_id);
-                add_text(o, "network_mode", u->network_mode);
-                if (u->has_stats) {
-                        cJSON_AddNumberToObject(o, "cpu_total_ns", (double)u->cpu_total_ns);
-                        cJSON_AddNumberToObject(o, "memory_usage", (double)u->memory_usage);
-                        cJSON_AddNumberToObject(o, "memory_limit", (double)u->memory_limit);
-                        cJSON_AddNumberToObject(o, "pids", (double)u->pids);
-                } else {
-                        cJSON_AddNullToObject(o, "cpu_total_ns");
-                        cJSON_AddNullToObject(o, "memory_usage");
-                        cJSON_AddNullToObject(o, "memory_limit");
-                        cJSON_AddNullToObject(o, "pids");
-                }
-                cJSON_AddNumberToObject(o, "sampled_at", (double)u->sampled_at);
-                cJSON_AddNumberToObject(o, "executions_running", (double)u->executions_running);
-                cJSON_AddNumberToObject(o, "executions_total", (double)u->executions_total);
-                {
-                        struct egress_stats es;
-                        if (egress_session_stats(q->d->egress, u->user, u->session, &es) == 0)
-                                cJSON_AddNumberToObject(o, "egress_bytes", (double)es.bytes);
-                        else
-                                cJSON_AddNullToObject(o, "egress_bytes");
-                }
-                cJSON_AddItemToArray(a, o);
-        }
-        free(rows);
-        return 0;
+        snprintf(action, sizeof(action), "admin.%s", cmd);
+        (void)audit_record_json(q->d->store, q->actor, user, session, action, detail);
 }
 
-/* A session's audit rows (persistent) and the daemon's log lines that named it (the
- * recent ones this process still holds). */
-static int c_session_logs(struct admin_req *q, cJSON **ret, struct fronterr *e)
-{
-        struct store_audit_row *rows = NULL;
-        char **lines = NULL;
-        size_t n_rows = 0, n_lines = 0;
-        const char *user, *session;
-        cJSON *a;
-        int limit = 0, r;
+/* ---- formatting ---- */
 
-        if (a_key(q, &user, &session, e) < 0 || a_limit(q, "limit", ADMIN_LOGS_DEFAULT, ADMIN_LOGS_MAX, &limit, e) < 0)
-                return -1;
-        r = store_audit_list(q->d->store, user, session, (size_t)limit, &rows, &n_rows);
-        if (r < 0)
-                return fronterr_errno(e, r, NULL, NULL);
-        r = log_session_lines(user, session, (size_t)limit, &lines, &n_lines);
-        if (r < 0) {
-                store_audit_rows_free(rows, n_rows);
-                return fronterr_errno(e, r, NULL, NULL);
-        }
-        *ret = cJSON_CreateObject();
-        cJSON_AddStringToObject(*ret, "user", user);
-        cJSON_AddStringToObject(*ret, "session", session);
-        a = cJSON_AddArrayToObject(*ret, "audit");
-        for (size_t i = 0; i < n_rows; i++) {
-                cJSON *o = cJSON_CreateObject(), *detail = rows[i].detail ? cJSON_Parse(rows[i].detail) : NULL;
-                cJSON_AddNumberToObject(o, "id", (double)rows[i].id);
-                cJSON_AddNumberToObject(o, "ts", (double)rows[i].ts);
-                add_text(o, "actor", rows[i].actor);
-                add_text(o, "action", rows[i].action);
-                if (detail)
-                        cJSON_AddItemToObject(o, "detail", detail);
-                else
-                        add_text(o, "detail", rows[i].detail);
-                cJSON_AddItemToArray(a, o);
-        }
-        a = cJSON_AddArrayToObject(*ret, "log");
-        for (size_t i = 0; i < n_lines; i++) {
-                cJSON *line = cJSON_Parse(lines[i]);
-                if (line)
-                        cJSON_AddItemToArray(a, line);
-        }
-        store_audit_rows_free(rows, n_rows);
-        log_lines_free(lines, n_lines);
-        return 0;
+void admin_add_lower(cJSON *o, const char *key, const char *s)
+{
+        char buf[64];
+        size_t i = 0;
+        for (; s && s[i] && i + 1 < sizeof(buf); i++)
+                buf[i] = (char)tolower((unsigned char)s[i]);
+        buf[i] = '\0';
+        cJSON_AddStringToObject(o, key, buf);
 }
 
-/* A user's runtime: read it, or set (runc | runsc) or reset ("default") the override. */
-static int c_user_runtime(struct admin_req *q, cJSON **ret, struct fronterr *e)
+void admin_add_text(cJSON *o, const char *key, const char *s)
 {
-        const char *user, *name;
-        char effective[RUNTIME_NAME_MAX], over[16];
-        struct sbx_error err = {0};
-        int r;
-
-        if (jparam_string(&q->argv, "user", true, &user, e) < 0 || jparam_string(&q->argv, "runtime", false, &name, e) < 0)
-                return -1;
-        if (!session_id_valid(user))
-                return fronterr_set(e, "invalid", "user must be 1-64 characters of [A-Za-z0-9_.-]");
-        if (name) {
-                r = runtime_set_user(q->d->runtime, user, name, &err);
-                if (r < 0)
-                        return fronterr_errno(e, r, &err, NULL);
-                cJSON *detail = cJSON_CreateObject();
-                cJSON_AddStringToObject(detail, "runtime", name);
-                audit(q, user, NULL, "user.runtime", detail);
+        if (s && *s) {
+                _cleanup_free_ char *clean = utf8_sanitize(s, strlen(s));
+                cJSON_AddStringToObject(o, key, clean ? clean : "");
+        } else {
+                cJSON_AddNullToObject(o, key);
         }
-        r = runtime_for_user(q->d->runtime, user, effective);
-        if (r == 0)
-                r = store_user_runtime_get(q->d->store, user, over);
-        if (r < 0)
-                return fronterr_errno(e, r, NULL, NULL);
-        *ret = cJSON_CreateObject();
-        cJSON_AddStringToObject(*ret, "user", user);
-        cJSON_AddStringToObject(*ret, "runtime", effective);
-        add_text(*ret, "override", over);
-        cJSON_AddStringToObject(*ret, "default", q->d->cfg.runtime);
-        /* can it run here? (a warning, not a refusal: the operator may register runsc later) */
-        err = (struct sbx_error){0};
-        if (runtime_check(q->d->runtime, effective, &err) < 0)
-                add_text(*ret, "unavailable", err.msg);
+}
+
+void admin_add_time(cJSON *o, const char *key, int64_t ms)
+{
+        if (ms > 0)
+                cJSON_AddNumberToObject(o, key, (double)ms);
         else
-                cJSON_AddNullToObject(*ret, "unavailable");
-        cJSON_AddStringToObject(*ret, "applies_to", "containers created from now on (new sessions and recreations)");
-        return 0;
-}
-
-/* ---- quotas ---- */
-
-static cJSON *quota_json(struct daemon *d, const char *user)
-{
-        struct quota_limits lim;
-        struct store_quota *rows = NULL;
-        struct session_info *list = NULL;
-        size_t n = 0, live = 0;
-        cJSON *o = cJSON_CreateObject(), *l, *ov, *u;
-
-        quota_limits_get(d->quota, &d->cfg, user, &lim);
-        cJSON_AddStringToObject(o, "user", user);
-        l = cJSON_AddObjectToObject(o, "limits");
-        cJSON_AddNumberToObject(l, "max_sessions_per_user", (double)lim.sessions);
-        cJSON_AddNumberToObject(l, "max_exec_per_user", (double)lim.execs);
-        cJSON_AddNumberToObject(l, "max_services_per_session", (double)lim.services);
-        cJSON_AddNumberToObject(l, "max_spool_per_session", (double)lim.spool_bytes);
-        cJSON_AddNumberToObject(l, "max_scripts_per_user", (double)lim.scripts);
-        cJSON_AddNumberToObject(l, "max_script_bytes_per_user", (double)lim.script_bytes);
-        ov = cJSON_AddObjectToObject(o, "overrides");
-        if (d->quota && quota_overrides(d->quota, user, &rows, &n) == 0)
-                for (size_t i = 0; i < n; i++)
-                        cJSON_AddNumberToObject(ov, rows[i].key, (double)rows[i].value);
-        free(rows);
-        u = cJSON_AddObjectToObject(o, "usage");
-        if (session_list(d->sessions, user, NULL, &list, &n) == 0)
-                for (size_t i = 0; i < n; i++)
-                        live += list[i].state == SESSION_RUNNING || list[i].state == SESSION_CREATING;
-        session_info_list_free(list, n);
-        cJSON_AddNumberToObject(u, "live_sessions", (double)live);
-        cJSON_AddNumberToObject(u, "executions_running", (double)exec_running_count(d->exec, user, NULL));
-        return o;
-}
-
-static int a_user(struct admin_req *q, const char **ret, struct fronterr *e)
-{
-        if (jparam_string(&q->argv, "user", true, ret, e) < 0)
-                return -1;
-        if (!session_id_valid(*ret))
-                return fronterr_set(e, "invalid", "invalid user_id: must be 1-64 characters of [A-Za-z0-9_.-]");
-        return 0;
-}
-
-static int c_quota_show(struct admin_req *q, cJSON **ret, struct fronterr *e)
-{
-        const char *user;
-
-        if (a_user(q, &user, e) < 0)
-                return -1;
-        *ret = quota_json(q->d, user);
-        return 0;
-}
-
-static int c_quota_set(struct admin_req *q, cJSON **ret, struct fronterr *e)
-{
-        const cJSON *v = cJSON_GetObjectItemCaseSensitive(q->args, "value");
-        const char *user, *key;
-        struct sbx_error err = {0};
-        cJSON *detail;
-        int r;
-
-        if (a_user(q, &user, e) < 0 || jparam_string(&q->argv, "key", true, &key, e) < 0)
-                return -1;
-        /* a double holds every integer up to 2^53 exactly: more than any quota's range */
-        if (!cJSON_IsNumber(v) || v->valuedouble != (double)(int64_t)v->valuedouble)
-                return fronterr_set(e, "bad_request", "value must be an integer");
-        r = quota_set(q->d->quota, user, key, (int64_t)v->valuedouble, &err);
-        if (r < 0)
-                return fronterr_errno(e, r, &err, NULL);
-        detail = cJSON_CreateObject();
-        cJSON_AddStringToObject(detail, "key", key);
-        cJSON_AddNumberToObject(detail, "value", v->valuedouble);
-        audit(q, user, NULL, "quota.set", detail);
-        *ret = quota_json(q->d, user);
-        return 0;
-}
-
-static int c_quota_unset(struct admin_req *q, cJSON **ret, struct fronterr *e)
-{
-        const char *user, *key;
-        struct sbx_error err = {0};
-        cJSON *detail;
-        int r;
-
-        if (a_user(q, &user, e) < 0 || jparam_string(&q->argv, "key", false, &key, e) < 0)
-                return -1;
-        r = quota_unset(q->d->quota, user, key, &err);
-        if (r < 0)
-                return fronterr_errno(e, r, &err, NULL);
-        detail = cJSON_CreateObject();
-        add_text(detail, "key", key ? key : "*");
-        audit(q, user, NULL, "quota.unset", detail);
-        *ret = quota_json(q->d, user);
-        cJSON_AddNumberToObject(*ret, "removed", r);
-        return 0;
-}
-
-static int c_quota_list(struct admin_req *q, cJSON **ret, struct fronterr *e)
-{
-        struct store_quota *rows = NULL;
-        size_t n = 0;
-        cJSON *a, *defaults;
-        int r = quota_overrides(q->d->quota, NULL, &rows, &n);
-
-        if (r < 0)
-                return fronterr_errno(e, r, NULL, NULL);
-        *ret = cJSON_CreateObject();
-        defaults = cJSON_AddObjectToObject(*ret, "defaults");
-        cJSON_AddNumberToObject(defaults, "max_sessions_per_user", q->d->cfg.max_sessions_per_user);
-        cJSON_AddNumberToObject(defaults, "max_exec_per_user", q->d->cfg.max_exec_per_user);
-        cJSON_AddNumberToObject(defaults, "max_services_per_session", q->d->cfg.max_services_per_session);
-        cJSON_AddNumberToObject(defaults, "max_spool_per_session", (double)q->d->cfg.max_spool_per_session_bytes);
-        a = cJSON_AddArrayToObject(*ret, "overrides");
-        for (size_t i = 0; i < n; i++) {
-                cJSON *o = cJSON_CreateObject();
-                cJSON_AddStringToObject(o, "user", rows[i].user_id);
-                cJSON_AddStringToObject(o, "key", rows[i].key);
-                cJSON_AddNumberToObject(o, "value", (double)rows[i].value);
-                cJSON_AddItemToArray(a, o);
-        }
-        free(rows);
-        return 0;
-}
-
-/* ---- egress (README "Egress") ---- */
-
-/* The session's egress rows, newest first. */
-static int c_egress_log(struct admin_req *q, cJSON **ret, struct fronterr *e)
-{
-        const char *user, *session;
-        int limit = 0, r = 0;
-        cJSON *rows;
-
-        if (a_key(q, &user, &session, e) < 0 || a_limit(q, "limit", ADMIN_LOGS_DEFAULT, ADMIN_LOGS_MAX, &limit, e) < 0)
-                return -1;
-        rows = egress_rules_log_json(q->d->store, user, session, (size_t)limit, &r);
-        if (!rows)
-                return fronterr_errno(e, r < 0 ? r : -ENOMEM, NULL, NULL);
-        *ret = cJSON_CreateObject();
-        cJSON_AddStringToObject(*ret, "user", user);
-        cJSON_AddStringToObject(*ret, "session", session);
-        cJSON_AddItemToObject(*ret, "entries", rows);
-        return 0;
-}
-
-/* The effective policy of user (and session, if given). */
-static int c_egress_policy(struct admin_req *q, cJSON **ret, struct fronterr *e)
-{
-        const char *user, *session;
-
-        if (a_user(q, &user, e) < 0 || jparam_string(&q->argv, "session", false, &session, e) < 0)
-                return -1;
-        if (session && !session_id_valid(session))
-                return fronterr_set(e, "invalid", "invalid session_id: must be 1-64 characters of [A-Za-z0-9_.-]");
-        *ret = egress_rules_policy_json(q->d->store, q->d->privacy, &q->d->cfg, user, session);
-        if (!*ret)
-                return fronterr_set(e, "internal", "out of memory");
-        cJSON_AddStringToObject(*ret, "user", user);
-        add_text(*ret, "session", session);
-        return 0;
-}
-
-static int egress_change(struct admin_req *q, cJSON **ret, struct fronterr *e, bool remove)
-{
-        const char *user, *session, *pattern;
-        struct sbx_error err = {0};
-        int r;
-
-        if (a_user(q, &user, e) < 0 || jparam_string(&q->argv, "session", false, &session, e) < 0 ||
-            jparam_string(&q->argv, "pattern", true, &pattern, e) < 0)
-                return -1;
-        r = egress_rules_change(q->d->store, &q->d->cfg, user, session, pattern, remove, q->actor, &err);
-        if (r < 0)
-                return fronterr_errno(e, r, &err, NULL);
-        return c_egress_policy(q, ret, e);
-}
-
-static int c_egress_allow(struct admin_req *q, cJSON **ret, struct fronterr *e)
-{
-        return egress_change(q, ret, e, false);
-}
-
-static int c_egress_deny(struct admin_req *q, cJSON **ret, struct fronterr *e)
-{
-        return egress_change(q, ret, e, true);
+                cJSON_AddNullToObject(o, key);
 }
 
 static const struct {
         const char *name;
-        cmd_fn fn;
+        admin_cmd_fn fn;
 } commands[] = {
-        {"health", c_health},
-        {"stats", c_stats},
-        {"pool", c_pool},
-        {"metrics", c_metrics},
-        {"sessions.list", c_sessions_list},
-        {"sessions.top", c_sessions_top},
-        {"session.show", c_session_show},
-        {"session.destroy", c_session_destroy},
-        {"session.mark_private", c_session_mark_private},
-        {"session.logs", c_session_logs},
-        {"user.runtime", c_user_runtime},
-        {"token.create", c_token_create},
-        {"token.revoke", c_token_revoke},
-        {"token.list", c_token_list},
-        {"quota.show", c_quota_show},
-        {"quota.set", c_quota_set},
-        {"quota.unset", c_quota_unset},
-        {"quota.list", c_quota_list},
-        {"egress.log", c_egress_log},
-        {"egress.policy", c_egress_policy},
-        {"egress.allow", c_egress_allow},
-        {"egress.deny", c_egress_deny},
+        {"health", admin_c_health},
+        {"stats", admin_c_stats},
+        {"pool", admin_c_pool},
+        {"metrics", admin_c_metrics},
+        {"sessions.list", admin_c_sessions_list},
+        {"sessions.top", admin_c_sessions_top},
+        {"session.show", admin_c_session_show},
+        {"session.destroy", admin_c_session_destroy},
+        {"session.mark_private", admin_c_session_mark_private},
+        {"session.logs", admin_c_session_logs},
+        {"user.runtime", admin_c_user_runtime},
+        {"token.create", admin_c_token_create},
+        {"token.revoke", admin_c_token_revoke},
+        {"token.list", admin_c_token_list},
+        {"quota.show", admin_c_quota_show},
+        {"quota.set", admin_c_quota_set},
+        {"quota.unset", admin_c_quota_unset},
+        {"quota.list", admin_c_quota_list},
+        {"egress.log", admin_c_egress_log},
+        {"egress.policy", admin_c_egress_policy},
+        {"egress.allow", admin_c_egress_allow},
+        {"egress.deny", admin_c_egress_deny},
 };
 
 /* ---- connections ---- */
-
-static void send_line(int fd, cJSON *o)
-{
-        char *text = cJSON_PrintUnformatted(o);
-        size_t n;
-
-        if (!text)
-                return;
-        n = strlen(text);
-        text[n] = '\n';
-        (void)listener_send_all(fd, text, n + 1);
-        free(text);
-}
 
 static void reply(int fd, const cJSON *id, cJSON *result, const struct fronterr *e)
 {
@@ -916,9 +156,9 @@ static void reply(int fd, const cJSON *id, cJSON *result, const struct fronterr 
                 cJSON_AddFalseToObject(o, "ok");
                 err = cJSON_AddObjectToObject(o, "error");
                 cJSON_AddStringToObject(err, "code", e && e->code ? e->code : "internal");
-                add_text(err, "message", e && e->msg[0] ? e->msg : "internal error");
+                admin_add_text(err, "message", e && e->msg[0] ? e->msg : "internal error");
         }
-        send_line(fd, o);
+        (void)jsonl_send(fd, o);
         cJSON_Delete(o);
 }
 

@@ -85,8 +85,8 @@ int token_revoke(struct store *st, const char *id, struct sbx_error *err)
 
         if (r == -ENOENT || r == -EINVAL)
                 return sbx_error_set(err, -ENOENT, 0, "no token with id %s", id ? id : "");
-        if (r == -EALREADY) /* a conflict with the token's state, not an ended execution */
-                return sbx_error_set(err, -EEXIST, 0, "token %s is already revoked", id);
+        if (r == -EALREADY)
+                return sbx_error_set(err, r, 0, "token %s is already revoked", id);
         if (r < 0)
                 return sbx_error_set(err, r, 0, "cannot revoke token %s: %s", id, strerror(-r));
         return 0;

@@ -43,7 +43,7 @@ struct token_info {
  * (shown only now) and its row. -EINVAL for a bad user. */
 int token_create(struct store *st, const char *user, enum token_role role, char ret_token[TOKEN_LEN + 1],
                  struct token_info *ret_info, struct sbx_error *err);
-/* -ENOENT for an unknown id, -EEXIST if it is revoked already. */
+/* -ENOENT for an unknown id, -EALREADY if it is revoked already. */
 int token_revoke(struct store *st, const char *id, struct sbx_error *err);
 /* Every token (never the secret), oldest first. malloc'd array. */
 int token_list(struct store *st, struct token_info **ret, size_t *ret_n);

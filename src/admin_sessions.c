@@ -1,0 +1,498 @@
+/* admin_sessions.c — the admin commands about the daemon and its sessions
+ * (admin.h): health, stats, pool, metrics, sessions.list/top, session.show/
+ * destroy/mark_private/logs and user.runtime. Each checks its arguments,
+ * calls the module and formats the reply; no state, no threads (the
+ * connection's worker runs it). */
+#include <cjson/cJSON.h>
+#include <ctype.h>
+#include <errno.h>
+#include <string.h>
+
+#include "sandboxd/daemon.h"
+#include "sandboxd/egress.h"
+#include "sandboxd/egress_rules.h"
+#include "sandboxd/exec.h"
+#include "sandboxd/fronterr.h"
+#include "sandboxd/jsonutil.h"
+#include "sandboxd/log.h"
+#include "sandboxd/metrics.h"
+#include "sandboxd/monitor.h"
+#include "sandboxd/portpool.h"
+#include "sandboxd/privacy.h"
+#include "sandboxd/runtime.h"
+#include "sandboxd/service.h"
+#include "sandboxd/session.h"
+#include "sandboxd/store.h"
+#include "sandboxd/pool.h"
+#include "sandboxd/usage.h"
+#include "sandboxd/wsquota.h"
+
+#include "admin_internal.h"
+
+#define ADMIN_RECENT_EXECUTIONS 10
+#define ADMIN_TOP_MAX 1000      /* sessions per top sample */
+
+static cJSON *datasets_json(struct daemon *d, const char *user, const char *session)
+{
+        struct privacy_dataset *list = NULL;
+        size_t n = 0;
+        cJSON *a = cJSON_CreateArray();
+
+        if (!a || !d->privacy || privacy_list(d->privacy, user, session, &list, &n) < 0)
+                return a;
+        for (size_t i = 0; i < n; i++) {
+                cJSON *x = cJSON_CreateObject();
+                admin_add_text(x, "dataset", list[i].dataset);
+                admin_add_text(x, "source", list[i].source);
+                admin_add_time(x, "marked_at", list[i].marked_at);
+                cJSON_AddItemToArray(a, x);
+        }
+        free(list);
+        return a;
+}
+
+static cJSON *session_json(struct daemon *d, const struct session_info *s)
+{
+        cJSON *o = cJSON_CreateObject(), *ports;
+
+        cJSON_AddStringToObject(o, "user", s->user);
+        cJSON_AddStringToObject(o, "session", s->session);
+        admin_add_lower(o, "state", session_state_to_string(s->state));
+        admin_add_text(o, "container_id", s->container_id);
+        admin_add_text(o, "image", s->image);
+        admin_add_text(o, "network_mode", s->network_mode);
+        admin_add_text(o, "runtime", s->runtime);
+        if (s->uid)
+                cJSON_AddNumberToObject(o, "uid", (double)s->uid); /* the session's host uid (sessuid.h) */
+        else
+                cJSON_AddNullToObject(o, "uid");
+        cJSON_AddBoolToObject(o, "private", d->privacy && privacy_is_private(d->privacy, s->user, s->session));
+        ports = cJSON_AddArrayToObject(o, "ports");
+        for (size_t i = 0; i < s->n_ports; i++) {
+                cJSON *p = cJSON_CreateObject();
+                cJSON_AddNumberToObject(p, "container_port", d->cfg.container_port_base + (int)i);
+                cJSON_AddNumberToObject(p, "host_port", s->ports[i]);
+                cJSON_AddItemToArray(ports, p);
+        }
+        admin_add_time(o, "created_at", s->created_at);
+        admin_add_time(o, "last_activity", s->last_activity);
+        admin_add_text(o, "last_error", s->last_error);
+        admin_add_text(o, "error_cause", s->error_cause);
+        return o;
+}
+
+int admin_c_health(struct admin_req *q, cJSON **ret, struct fronterr *e)
+{
+        char version[64];
+        struct sbx_error err = {0};
+        int r = daemon_docker_version(q->d, version, sizeof(version), &err);
+        cJSON *docker;
+
+        *ret = cJSON_CreateObject();
+        cJSON_AddStringToObject(*ret, "status", r == 0 ? "ok" : "degraded");
+        cJSON_AddStringToObject(*ret, "version", SBX_VERSION);
+        cJSON_AddNumberToObject(*ret, "uptime_s", (double)((sbx_wall_ms() - q->d->started_at) / 1000));
+        docker = cJSON_AddObjectToObject(*ret, "docker");
+        cJSON_AddBoolToObject(docker, "ok", r == 0);
+        if (r == 0)
+                cJSON_AddStringToObject(docker, "version", version);
+        else
+                admin_add_text(docker, "error", err.msg[0] ? err.msg : strerror(-r));
+        return 0;
+}
+
+/* The warm pool's numbers (pool.h): stats and sandboxctl pool. */
+static void add_pool(cJSON *o, struct pool *pl)
+{
+        struct pool_stats ps;
+        cJSON *p = cJSON_AddObjectToObject(o, "pool");
+
+        pool_stats(pl, &ps);
+        cJSON_AddNumberToObject(p, "size", ps.size);
+        cJSON_AddNumberToObject(p, "ready", (double)ps.ready);
+        cJSON_AddNumberToObject(p, "creating", (double)ps.creating);
+        cJSON_AddNumberToObject(p, "claims", (double)ps.claims);
+        cJSON_AddNumberToObject(p, "misses", (double)ps.misses);
+        cJSON_AddNumberToObject(p, "created", (double)ps.created);
+        cJSON_AddNumberToObject(p, "failed", (double)ps.failed);
+        cJSON_AddNumberToObject(p, "refill_per_s", ps.refill_per_s);
+}
+
+int admin_c_pool(struct admin_req *q, cJSON **ret, struct fronterr *e)
+{
+        (void)e;
+        *ret = cJSON_CreateObject();
+        add_pool(*ret, q->d->pool);
+        return 0;
+}
+
+int admin_c_stats(struct admin_req *q, cJSON **ret, struct fronterr *e)
+{
+        size_t counts[4] = {0}, used = 0, total = 0;
+        char version[64] = "";
+        cJSON *s, *p;
+        int64_t last;
+
+        session_counts(q->d->sessions, counts);
+        portpool_usage(q->d->ports, &used, &total);
+        *ret = cJSON_CreateObject();
+        cJSON_AddStringToObject(*ret, "version", SBX_VERSION);
+        cJSON_AddNumberToObject(*ret, "started_at", (double)q->d->started_at);
+        cJSON_AddNumberToObject(*ret, "uptime_s", (double)((sbx_wall_ms() - q->d->started_at) / 1000));
+        if (daemon_docker_version(q->d, version, sizeof(version), NULL) == 0)
+                cJSON_AddStringToObject(*ret, "docker_version", version);
+        else
+                cJSON_AddNullToObject(*ret, "docker_version");
+        s = cJSON_AddObjectToObject(*ret, "sessions");
+        cJSON_AddNumberToObject(s, "creating", (double)counts[SESSION_CREATING]);
+        cJSON_AddNumberToObject(s, "running", (double)counts[SESSION_RUNNING]);
+        cJSON_AddNumberToObject(s, "stopped", (double)counts[SESSION_STOPPED]);
+        cJSON_AddNumberToObject(s, "error", (double)counts[SESSION_ERROR]);
+        cJSON_AddNumberToObject(s, "total", (double)(counts[0] + counts[1] + counts[2] + counts[3]));
+        cJSON_AddNumberToObject(*ret, "executions_running", (double)exec_running_count(q->d->exec, NULL, NULL));
+        p = cJSON_AddObjectToObject(*ret, "ports");
+        cJSON_AddNumberToObject(p, "used", (double)used);
+        cJSON_AddNumberToObject(p, "total", (double)total);
+        last = q->d->monitor ? monitor_last_poll(q->d->monitor) : 0;
+        admin_add_time(*ret, "monitor_last_poll", last);
+        add_pool(*ret, q->d->pool);
+        {
+                struct egress_stats es;
+                egress_stats(q->d->egress, &es);
+                p = cJSON_AddObjectToObject(*ret, "egress");
+                cJSON_AddNumberToObject(p, "allowed", (double)es.allowed);
+                cJSON_AddNumberToObject(p, "blocked", (double)es.blocked);
+                cJSON_AddNumberToObject(p, "open", es.open);
+        }
+        return 0;
+}
+
+/* The Prometheus text of metrics_listen's /metrics (sandboxctl metrics). */
+int admin_c_metrics(struct admin_req *q, cJSON **ret, struct fronterr *e)
+{
+        _cleanup_free_ char *text = NULL;
+
+        if (metrics_render(q->d, &text) < 0)
+                return fronterr_set(e, "internal", "out of memory");
+        *ret = cJSON_CreateObject();
+        cJSON_AddStringToObject(*ret, "text", text);
+        return 0;
+}
+
+int admin_c_sessions_list(struct admin_req *q, cJSON **ret, struct fronterr *e)
+{
+        const char *user, *state_s;
+        enum session_state state;
+        struct session_info *list = NULL;
+        size_t n = 0;
+        cJSON *a;
+        int r;
+
+        if (jparam_string(&q->argv, "user", false, &user, e) < 0 || jparam_string(&q->argv, "state", false, &state_s, e) < 0)
+                return -1;
+        if (state_s) {
+                char up[16];
+                size_t i = 0;
+                for (; state_s[i] && i + 1 < sizeof(up); i++)
+                        up[i] = (char)toupper((unsigned char)state_s[i]);
+                up[i] = '\0';
+                if (session_state_from_string(up, &state) < 0)
+                        return fronterr_set(e, "invalid", "state must be creating, running, stopped or error");
+        }
+        r = session_list(q->d->sessions, user, state_s ? &state : NULL, &list, &n);
+        if (r < 0)
+                return fronterr_errno(e, r, NULL, NULL);
+        *ret = cJSON_CreateObject();
+        a = cJSON_AddArrayToObject(*ret, "sessions");
+        for (size_t i = 0; i < n; i++)
+                cJSON_AddItemToArray(a, session_json(q->d, &list[i]));
+        session_info_list_free(list, n);
+        return 0;
+}
+
+static cJSON *services_json(struct daemon *d, const char *user, const char *session)
+{
+        struct service_info *list = NULL;
+        size_t n = 0;
+        cJSON *a = cJSON_CreateArray();
+
+        if (!a || !d->services || service_list(d->services, user, session, &list, &n) < 0)
+                return a;
+        for (size_t i = 0; i < n; i++) {
+                cJSON *o = cJSON_CreateObject(), *ports;
+                cJSON_AddStringToObject(o, "name", list[i].name);
+                admin_add_lower(o, "state", service_state_to_string(list[i].state));
+                if (list[i].pid > 0)
+                        cJSON_AddNumberToObject(o, "pid", list[i].pid);
+                else
+                        cJSON_AddNullToObject(o, "pid");
+                if (list[i].exit_code >= 0)
+                        cJSON_AddNumberToObject(o, "exit_code", list[i].exit_code);
+                else
+                        cJSON_AddNullToObject(o, "exit_code");
+                admin_add_text(o, "command", list[i].command);
+                ports = cJSON_AddArrayToObject(o, "ports");
+                for (size_t k = 0; k < list[i].n_ports && k < SERVICE_MAX_PORTS; k++) {
+                        cJSON *p = cJSON_CreateObject();
+                        cJSON_AddNumberToObject(p, "container_port", list[i].ports[k].container_port);
+                        if (list[i].ports[k].host_port > 0)
+                                cJSON_AddNumberToObject(p, "host_port", list[i].ports[k].host_port);
+                        else
+                                cJSON_AddNullToObject(p, "host_port");
+                        cJSON_AddItemToArray(ports, p);
+                }
+                admin_add_time(o, "started_at", list[i].started_at);
+                admin_add_time(o, "stopped_at", list[i].stopped_at);
+                admin_add_text(o, "last_error", list[i].last_error);
+                cJSON_AddItemToArray(a, o);
+        }
+        free(list);
+        return a;
+}
+
+static cJSON *executions_json(struct daemon *d, const char *user, const char *session)
+{
+        struct exec_result *list = NULL;
+        size_t n = 0;
+        cJSON *a = cJSON_CreateArray();
+
+        if (!a || exec_list(d->exec, user, session, 0, ADMIN_RECENT_EXECUTIONS, &list, &n) < 0)
+                return a;
+        for (size_t i = 0; i < n; i++) {
+                cJSON *o = cJSON_CreateObject();
+                cJSON_AddStringToObject(o, "execution_id", list[i].id);
+                admin_add_lower(o, "state", exec_state_to_string(list[i].state));
+                admin_add_text(o, "cause", exec_cause_to_string(list[i].cause));
+                if (list[i].exit_code >= 0)
+                        cJSON_AddNumberToObject(o, "exit_code", list[i].exit_code);
+                else
+                        cJSON_AddNullToObject(o, "exit_code");
+                admin_add_text(o, "command_preview", list[i].command_preview);
+                admin_add_time(o, "created_at", list[i].created_at);
+                cJSON_AddNumberToObject(o, "duration_ms", (double)list[i].duration_ms);
+                admin_add_text(o, "error", list[i].error);
+                cJSON_AddItemToArray(a, o);
+        }
+        exec_result_list_free(list, n);
+        return a;
+}
+
+int admin_c_session_show(struct admin_req *q, cJSON **ret, struct fronterr *e)
+{
+        const char *user, *session;
+        struct session_info info;
+        int r;
+
+        if (admin_arg_key(q, &user, &session, e) < 0)
+                return -1;
+        r = session_get_info(q->d->sessions, user, session, &info);
+        if (r == -ENOENT)
+                return fronterr_set(e, "not_found", "no session %s:%s", user, session);
+        if (r < 0)
+                return fronterr_errno(e, r, NULL, NULL);
+        *ret = session_json(q->d, &info);
+        admin_add_text(*ret, "workspace", info.workspace);
+        {
+                struct wsquota_usage u;
+                wsquota_usage(&q->d->cfg, user, session, &u);
+                cJSON_AddItemToObject(*ret, "workspace_usage", wsquota_usage_to_json(&u));
+        }
+        cJSON_AddItemToObject(*ret, "datasets", datasets_json(q->d, user, session));
+        cJSON_AddItemToObject(*ret, "egress", egress_rules_policy_json(q->d->store, q->d->privacy, &q->d->cfg, user, session));
+        cJSON_AddItemToObject(*ret, "services", services_json(q->d, user, session));
+        cJSON_AddItemToObject(*ret, "executions", executions_json(q->d, user, session));
+        session_info_done(&info);
+        return 0;
+}
+
+int admin_c_session_destroy(struct admin_req *q, cJSON **ret, struct fronterr *e)
+{
+        const char *user, *session;
+        bool purge = false;
+        struct sbx_error err = {0};
+        cJSON *detail;
+        int r;
+
+        if (admin_arg_key(q, &user, &session, e) < 0 || jparam_bool(&q->argv, "purge", false, &purge, e) < 0)
+                return -1;
+        r = session_destroy(q->d->sessions, user, session, purge, &err);
+        if (r < 0)
+                return fronterr_errno(e, r, &err, NULL);
+        detail = cJSON_CreateObject();
+        cJSON_AddBoolToObject(detail, "purge", purge);
+        admin_audit(q, user, session, "session.destroy", detail);
+        *ret = cJSON_CreateObject();
+        cJSON_AddStringToObject(*ret, "user", user);
+        cJSON_AddStringToObject(*ret, "session", session);
+        cJSON_AddBoolToObject(*ret, "purged", purge);
+        return 0;
+}
+
+int admin_c_session_mark_private(struct admin_req *q, cJSON **ret, struct fronterr *e)
+{
+        const char *user, *session, *dataset, *source;
+        struct sbx_error err = {0};
+        cJSON *detail;
+        int r;
+
+        if (admin_arg_key(q, &user, &session, e) < 0 || jparam_string(&q->argv, "dataset", true, &dataset, e) < 0 ||
+            jparam_string(&q->argv, "source", false, &source, e) < 0)
+                return -1;
+        if (!q->d->privacy)
+                return fronterr_set(e, "unavailable", "privacy marks are not available in this daemon");
+        r = privacy_mark(q->d->privacy, user, session, dataset, source, q->actor, &err);
+        if (r < 0)
+                return fronterr_errno(e, r, &err, NULL);
+        detail = cJSON_CreateObject();
+        admin_add_text(detail, "dataset", dataset);
+        admin_add_text(detail, "source", source);
+        admin_audit(q, user, session, "session.mark_private", detail);
+        *ret = cJSON_CreateObject();
+        cJSON_AddStringToObject(*ret, "user", user);
+        cJSON_AddStringToObject(*ret, "session", session);
+        cJSON_AddItemToObject(*ret, "datasets", datasets_json(q->d, user, session));
+        cJSON_AddStringToObject(*ret, "network_mode", privacy_required_network(q->d->privacy, user, session));
+        return 0;
+}
+
+/* Live sessions with their usage; the client turns two samples into CPU % (like docker stats). */
+int admin_c_sessions_top(struct admin_req *q, cJSON **ret, struct fronterr *e)
+{
+        struct usage_row *rows = NULL;
+        size_t n = 0;
+        const char *user;
+        cJSON *a;
+        int r;
+
+        if (jparam_string(&q->argv, "user", false, &user, e) < 0)
+                return -1;
+        r = usage_collect(q->d, user, ADMIN_TOP_MAX, &rows, &n);
+        if (r < 0)
+                return fronterr_errno(e, r, NULL, NULL);
+        *ret = cJSON_CreateObject();
+        cJSON_AddNumberToObject(*ret, "sampled_at", (double)sbx_wall_ms());
+        cJSON_AddNumberToObject(*ret, "cpus_per_session", (double)q->d->cfg.nano_cpus / 1e9);
+        a = cJSON_AddArrayToObject(*ret, "sessions");
+        for (size_t i = 0; i < n; i++) {
+                const struct usage_row *u = &rows[i];
+                cJSON *o = cJSON_CreateObject();
+                cJSON_AddStringToObject(o, "user", u->user);
+                cJSON_AddStringToObject(o, "session", u->session);
+                admin_add_lower(o, "state", session_state_to_string(u->state));
+                admin_add_text(o, "container_id", u->container_id);
+                admin_add_text(o, "network_mode", u->network_mode);
+                if (u->has_stats) {
+                        cJSON_AddNumberToObject(o, "cpu_total_ns", (double)u->cpu_total_ns);
+                        cJSON_AddNumberToObject(o, "memory_usage", (double)u->memory_usage);
+                        cJSON_AddNumberToObject(o, "memory_limit", (double)u->memory_limit);
+                        cJSON_AddNumberToObject(o, "pids", (double)u->pids);
+                } else {
+                        cJSON_AddNullToObject(o, "cpu_total_ns");
+                        cJSON_AddNullToObject(o, "memory_usage");
+                        cJSON_AddNullToObject(o, "memory_limit");
+                        cJSON_AddNullToObject(o, "pids");
+                }
+                cJSON_AddNumberToObject(o, "sampled_at", (double)u->sampled_at);
+                cJSON_AddNumberToObject(o, "executions_running", (double)u->executions_running);
+                cJSON_AddNumberToObject(o, "executions_total", (double)u->executions_total);
+                {
+                        struct egress_stats es;
+                        if (egress_session_stats(q->d->egress, u->user, u->session, &es) == 0)
+                                cJSON_AddNumberToObject(o, "egress_bytes", (double)es.bytes);
+                        else
+                                cJSON_AddNullToObject(o, "egress_bytes");
+                }
+                cJSON_AddItemToArray(a, o);
+        }
+        free(rows);
+        return 0;
+}
+
+/* A session's audit rows (persistent) and the daemon's log lines that named it (the
+ * recent ones this process still holds). */
+int admin_c_session_logs(struct admin_req *q, cJSON **ret, struct fronterr *e)
+{
+        struct store_audit_row *rows = NULL;
+        char **lines = NULL;
+        size_t n_rows = 0, n_lines = 0;
+        const char *user, *session;
+        cJSON *a;
+        int limit = 0, r;
+
+        if (admin_arg_key(q, &user, &session, e) < 0 || admin_arg_limit(q, "limit", ADMIN_LOGS_DEFAULT, ADMIN_LOGS_MAX, &limit, e) < 0)
+                return -1;
+        r = store_audit_list(q->d->store, user, session, (size_t)limit, &rows, &n_rows);
+        if (r < 0)
+                return fronterr_errno(e, r, NULL, NULL);
+        r = log_session_lines(user, session, (size_t)limit, &lines, &n_lines);
+        if (r < 0) {
+                store_audit_rows_free(rows, n_rows);
+                return fronterr_errno(e, r, NULL, NULL);
+        }
+        *ret = cJSON_CreateObject();
+        cJSON_AddStringToObject(*ret, "user", user);
+        cJSON_AddStringToObject(*ret, "session", session);
+        a = cJSON_AddArrayToObject(*ret, "audit");
+        for (size_t i = 0; i < n_rows; i++) {
+                cJSON *o = cJSON_CreateObject(), *detail = rows[i].detail ? cJSON_Parse(rows[i].detail) : NULL;
+                cJSON_AddNumberToObject(o, "id", (double)rows[i].id);
+                cJSON_AddNumberToObject(o, "ts", (double)rows[i].ts);
+                admin_add_text(o, "actor", rows[i].actor);
+                admin_add_text(o, "action", rows[i].action);
+                if (detail)
+                        cJSON_AddItemToObject(o, "detail", detail);
+                else
+                        admin_add_text(o, "detail", rows[i].detail);
+                cJSON_AddItemToArray(a, o);
+        }
+        a = cJSON_AddArrayToObject(*ret, "log");
+        for (size_t i = 0; i < n_lines; i++) {
+                cJSON *line = cJSON_Parse(lines[i]);
+                if (line)
+                        cJSON_AddItemToArray(a, line);
+        }
+        store_audit_rows_free(rows, n_rows);
+        log_lines_free(lines, n_lines);
+        return 0;
+}
+
+/* A user's runtime: read it, or set (runc | runsc) or reset ("default") the override. */
+int admin_c_user_runtime(struct admin_req *q, cJSON **ret, struct fronterr *e)
+{
+        const char *user, *name;
+        char effective[RUNTIME_NAME_MAX], over[16];
+        struct sbx_error err = {0};
+        int r;
+
+        if (jparam_string(&q->argv, "user", true, &user, e) < 0 || jparam_string(&q->argv, "runtime", false, &name, e) < 0)
+                return -1;
+        if (!session_id_valid(user))
+                return fronterr_set(e, "invalid", "user must be 1-64 characters of [A-Za-z0-9_.-]");
+        if (name) {
+                r = runtime_set_user(q->d->runtime, user, name, &err);
+                if (r < 0)
+                        return fronterr_errno(e, r, &err, NULL);
+                cJSON *detail = cJSON_CreateObject();
+                cJSON_AddStringToObject(detail, "runtime", name);
+                admin_audit(q, user, NULL, "user.runtime", detail);
+        }
+        r = runtime_for_user(q->d->runtime, user, effective);
+        if (r == 0)
+                r = store_user_runtime_get(q->d->store, user, over);
+        if (r < 0)
+                return fronterr_errno(e, r, NULL, NULL);
+        *ret = cJSON_CreateObject();
+        cJSON_AddStringToObject(*ret, "user", user);
+        cJSON_AddStringToObject(*ret, "runtime", effective);
+        admin_add_text(*ret, "override", over);
+        cJSON_AddStringToObject(*ret, "default", q->d->cfg.runtime);
+        /* can it run here? (a warning, not a refusal: the operator may register runsc later) */
+        err = (struct sbx_error){0};
+        if (runtime_check(q->d->runtime, effective, &err) < 0)
+                admin_add_text(*ret, "unavailable", err.msg);
+        else
+                cJSON_AddNullToObject(*ret, "unavailable");
+        cJSON_AddStringToObject(*ret, "applies_to", "containers created from now on (new sessions and recreations)");
+        return 0;
+}
+

@@ -1,6 +1,8 @@
-/* api_internal.h — what the API front's two files share: api.c (the
- * socket, connections, authentication, streaming sinks, waiting) and
- * api_methods.c (parameters, formatting, the methods). Private to src/. */
+/* api_internal.h — what the API front's files share: api.c (the socket,
+ * connections, authentication, streaming sinks, waiting), api_methods.c
+ * (the method table, shared helpers, files, services, session), and the
+ * method files api_executions.c, api_agent.c, api_tasks.c and api_idem.c.
+ * Private to src/. */
 #ifndef SANDBOXD_API_INTERNAL_H
 #define SANDBOXD_API_INTERNAL_H
 
@@ -121,6 +123,28 @@ int api_wait_final(struct api_req *q, const char *id, struct api_sink *s, int64_
 
 /* ---- agent tools (issue 17): api_agent.c, and the helpers of
  * api_methods.c it shares ---- */
+/* ---- what the method files share (api_methods.c) ---- */
+/* params.<name>: "utf8" (default) or "base64". */
+int api_param_encoding(struct api_req *q, const char *name, bool *ret_base64, struct fronterr *e);
+/* A string param as bytes (malloc'd): decoded from base64 when base64. */
+int api_param_bytes(struct api_req *q, const char *name, bool required, bool base64, unsigned char **ret,
+                    size_t *ret_len, struct fronterr *e);
+/* s lower-cased; s as sanitized text, null when NULL or empty. */
+void api_add_lower(cJSON *o, const char *key, const char *s);
+void api_add_text_or_null(cJSON *o, const char *key, const char *s);
+/* The session's container exists (created now if needed) before a method
+ * that needs it runs. */
+int api_preflight_session(struct api_req *q, struct fronterr *e);
+
+/* ---- the execution methods (api_executions.c) ---- */
+int api_m_exec(struct api_req *q, cJSON **ret, struct fronterr *e);
+int api_m_run_code(struct api_req *q, cJSON **ret, struct fronterr *e);
+int api_m_get_execution(struct api_req *q, cJSON **ret, struct fronterr *e);
+int api_m_send_stdin(struct api_req *q, cJSON **ret, struct fronterr *e);
+int api_m_resize_terminal(struct api_req *q, cJSON **ret, struct fronterr *e);
+int api_m_cancel_execution(struct api_req *q, cJSON **ret, struct fronterr *e);
+int api_m_list_executions(struct api_req *q, cJSON **ret, struct fronterr *e);
+
 /* A stream of r as text: head, the omitted-bytes note, tail. */
 void api_add_stream(cJSON *o, const char *key, const struct exec_result *r, enum exec_stream stream);
 int api_m_session_info(struct api_req *q, cJSON **ret, struct fronterr *e);

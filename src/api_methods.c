@@ -141,6 +141,8 @@ static cJSON *service_json(const struct service_info *s)
         return o;
 }
 
+/* ---- methods ---- */
+
 int api_preflight_session(struct api_req *q, struct fronterr *e)
 {
         struct session *s = NULL;

@@ -31,6 +31,7 @@
 
 #include "http_internal.h"
 #include "sandboxd/daemon.h"
+#include "sandboxd/jsonutil.h"
 #include "sandboxd/log.h"
 #include "sandboxd/mcp.h"
 
@@ -62,11 +63,6 @@ struct http_mcp_session {
         struct sse *server_stream; /* lock: GET */
         bool ended;                /* lock: DELETE or expiry */
 };
-
-static void cjson_deletep(cJSON **p)
-{
-        cJSON_Delete(*p);
-}
 
 /* The core builds every response as {"jsonrpc":"2.0","id":...} and every
  * notification as {"jsonrpc":"2.0","method":...} (mcp.c envelope). */
@@ -374,7 +370,7 @@ static bool is_modern(const cJSON *msg)
 static enum MHD_Result post(struct http_server *srv, struct MHD_Connection *conn, struct http_conn *hc,
                             struct http_req *rq, const char *sid, const char *token)
 {
-        _cleanup_(cjson_deletep) cJSON *msg = NULL;
+        _cleanup_(cjson_freep) cJSON *msg = NULL;
         struct http_mcp_session *s = NULL;
         const cJSON *method, *id;
         bool initialize, stream = false, announce = false, registered = true;

@@ -606,6 +606,49 @@ static int session_args(cJSON *req, const char *cmd, const char *name, char **ar
         return 0;
 }
 
+/* ---- the commands whose arguments are the request's keys, in order ---- */
+
+static const struct simple_cmd {
+        const char *name, *sub; /* sub: the second word, or NULL */
+        const char *cmd;        /* the admin command */
+        int lo;                 /* arguments required; the keys past lo are optional */
+        const char *keys[4];
+        void (*printer)(const cJSON *result);
+} simple_cmds[] = {
+        {"health", NULL, "health", 0, {NULL}, print_health},
+        {"stats", NULL, "stats", 0, {NULL}, print_stats},
+        {"pool", NULL, "pool", 0, {NULL}, print_pool},
+        {"metrics", NULL, "metrics", 0, {NULL}, print_metrics},
+        {"show", NULL, "session.show", 2, {"user", "session"}, print_show},
+        {"mark-private", NULL, "session.mark_private", 3, {"user", "session", "dataset", "source"}, NULL},
+        {"egress-policy", NULL, "egress.policy", 1, {"user", "session"}, print_egress_policy},
+        {"runtime", NULL, "user.runtime", 1, {"user", "runtime"}, print_runtime},
+        {"quota", "show", "quota.show", 1, {"user"}, print_quota},
+        {"quota", "unset", "quota.unset", 1, {"user", "key"}, print_quota},
+        {"quota", "list", "quota.list", 0, {NULL}, print_quota_list},
+        {"token", "create", "token.create", 1, {"user", "role"}, NULL},
+        {"token", "revoke", "token.revoke", 1, {"id"}, NULL},
+        {"token", "list", "token.list", 0, {NULL}, print_tokens},
+};
+
+static const struct simple_cmd *simple_find(const char *name, const char *first_arg)
+{
+        for (size_t i = 0; i < sizeof(simple_cmds) / sizeof(simple_cmds[0]); i++) {
+                const struct simple_cmd *c = &simple_cmds[i];
+                if (strcmp(c->name, name) == 0 && (!c->sub || (first_arg && strcmp(c->sub, first_arg) == 0)))
+                        return c;
+        }
+        return NULL;
+}
+
+static int simple_max(const struct simple_cmd *c)
+{
+        int n = 0;
+        while (n < 4 && c->keys[n])
+                n++;
+        return n;
+}
+
 int main(int argc, char **argv)
 {
         static const struct option opts[] = {
@@ -620,6 +663,7 @@ int main(int argc, char **argv)
         bool json = false;
         cJSON *req = NULL, *reply = NULL, *result;
         void (*printer)(const cJSON *) = NULL;
+        const struct simple_cmd *sc;
         int c, r, n_args;
         char **args;
 
@@ -672,22 +716,17 @@ int main(int argc, char **argv)
                 }                                                                                            \
         } while (0)
 
-        if (strcmp(cmd, "health") == 0) {
-                NEED(0, 0);
-                cJSON_AddStringToObject(req, "cmd", "health");
-                printer = print_health;
-        } else if (strcmp(cmd, "stats") == 0) {
-                NEED(0, 0);
-                cJSON_AddStringToObject(req, "cmd", "stats");
-                printer = print_stats;
-        } else if (strcmp(cmd, "pool") == 0) {
-                NEED(0, 0);
-                cJSON_AddStringToObject(req, "cmd", "pool");
-                printer = print_pool;
-        } else if (strcmp(cmd, "metrics") == 0) {
-                NEED(0, 0);
-                cJSON_AddStringToObject(req, "cmd", "metrics");
-                printer = print_metrics;
+        sc = simple_find(cmd, n_args > 0 ? args[0] : NULL);
+        if (sc) {
+                if (sc->sub) {
+                        args++;
+                        n_args--;
+                }
+                NEED(sc->lo, simple_max(sc));
+                cJSON_AddStringToObject(req, "cmd", sc->cmd);
+                for (int i = 0; i < n_args; i++)
+                        cJSON_AddStringToObject(req, sc->keys[i], args[i]);
+                printer = sc->printer;
         } else if (strcmp(cmd, "sessions") == 0) {
                 cJSON_AddStringToObject(req, "cmd", "sessions.list");
                 for (int i = 0; i < n_args; i++) {
@@ -701,12 +740,6 @@ int main(int argc, char **argv)
                         }
                 }
                 printer = print_sessions;
-        } else if (strcmp(cmd, "show") == 0) {
-                NEED(2, 2);
-                cJSON_AddStringToObject(req, "cmd", "session.show");
-                cJSON_AddStringToObject(req, "user", args[0]);
-                cJSON_AddStringToObject(req, "session", args[1]);
-                printer = print_show;
         } else if (strcmp(cmd, "destroy") == 0) {
                 bool purge = false;
                 int pos = 0;
@@ -728,14 +761,6 @@ int main(int argc, char **argv)
                 cJSON_AddStringToObject(req, "user", pa[0]);
                 cJSON_AddStringToObject(req, "session", pa[1]);
                 cJSON_AddBoolToObject(req, "purge", purge);
-        } else if (strcmp(cmd, "mark-private") == 0) {
-                NEED(3, 4);
-                cJSON_AddStringToObject(req, "cmd", "session.mark_private");
-                cJSON_AddStringToObject(req, "user", args[0]);
-                cJSON_AddStringToObject(req, "session", args[1]);
-                cJSON_AddStringToObject(req, "dataset", args[2]);
-                if (n_args == 4)
-                        cJSON_AddStringToObject(req, "source", args[3]);
         } else if (strcmp(cmd, "top") == 0) {
                 const char *user = NULL;
                 double interval = 0; /* 0: 2 s refreshing, 1 s between the two samples of --no-stream */
@@ -773,13 +798,6 @@ int main(int argc, char **argv)
                         return EXIT_USAGE;
                 }
                 printer = print_egress_log;
-        } else if (strcmp(cmd, "egress-policy") == 0) {
-                NEED(1, 2);
-                cJSON_AddStringToObject(req, "cmd", "egress.policy");
-                cJSON_AddStringToObject(req, "user", args[0]);
-                if (n_args == 2)
-                        cJSON_AddStringToObject(req, "session", args[1]);
-                printer = print_egress_policy;
         } else if (strcmp(cmd, "egress-allow") == 0 || strcmp(cmd, "egress-deny") == 0) {
                 int pos = 0;
                 const char *pa[2] = {0};
@@ -800,23 +818,12 @@ int main(int argc, char **argv)
                 cJSON_AddStringToObject(req, "user", pa[0]);
                 cJSON_AddStringToObject(req, "pattern", pa[1]);
                 printer = print_egress_policy;
-        } else if (strcmp(cmd, "runtime") == 0) {
-                NEED(1, 2);
-                cJSON_AddStringToObject(req, "cmd", "user.runtime");
-                cJSON_AddStringToObject(req, "user", args[0]);
-                if (n_args == 2)
-                        cJSON_AddStringToObject(req, "runtime", args[1]);
-                printer = print_runtime;
         } else if (strcmp(cmd, "quota") == 0 && n_args >= 1) {
                 const char *sub = args[0];
                 args++;
                 n_args--;
                 printer = print_quota;
-                if (strcmp(sub, "show") == 0) {
-                        NEED(1, 1);
-                        cJSON_AddStringToObject(req, "cmd", "quota.show");
-                        cJSON_AddStringToObject(req, "user", args[0]);
-                } else if (strcmp(sub, "set") == 0) {
+                if (strcmp(sub, "set") == 0) {
                         double v;
                         NEED(3, 3);
                         v = parse_quota_value(args[2]);
@@ -830,44 +837,15 @@ int main(int argc, char **argv)
                         cJSON_AddStringToObject(req, "user", args[0]);
                         cJSON_AddStringToObject(req, "key", args[1]);
                         cJSON_AddNumberToObject(req, "value", v);
-                } else if (strcmp(sub, "unset") == 0) {
-                        NEED(1, 2);
-                        cJSON_AddStringToObject(req, "cmd", "quota.unset");
-                        cJSON_AddStringToObject(req, "user", args[0]);
-                        if (n_args == 2)
-                                cJSON_AddStringToObject(req, "key", args[1]);
-                } else if (strcmp(sub, "list") == 0) {
-                        NEED(0, 0);
-                        cJSON_AddStringToObject(req, "cmd", "quota.list");
-                        printer = print_quota_list;
                 } else {
                         fprintf(stderr, "sandboxctl: quota show|set|unset|list\n");
                         cJSON_Delete(req);
                         return EXIT_USAGE;
                 }
         } else if (strcmp(cmd, "token") == 0 && n_args >= 1) {
-                const char *sub = args[0];
-                args++;
-                n_args--;
-                if (strcmp(sub, "create") == 0) {
-                        NEED(1, 2);
-                        cJSON_AddStringToObject(req, "cmd", "token.create");
-                        cJSON_AddStringToObject(req, "user", args[0]);
-                        if (n_args == 2)
-                                cJSON_AddStringToObject(req, "role", args[1]);
-                } else if (strcmp(sub, "revoke") == 0) {
-                        NEED(1, 1);
-                        cJSON_AddStringToObject(req, "cmd", "token.revoke");
-                        cJSON_AddStringToObject(req, "id", args[0]);
-                } else if (strcmp(sub, "list") == 0) {
-                        NEED(0, 0);
-                        cJSON_AddStringToObject(req, "cmd", "token.list");
-                        printer = print_tokens;
-                } else {
-                        fprintf(stderr, "sandboxctl: token create|revoke|list\n");
-                        cJSON_Delete(req);
-                        return EXIT_USAGE;
-                }
+                fprintf(stderr, "sandboxctl: token create|revoke|list\n");
+                cJSON_Delete(req);
+                return EXIT_USAGE;
         } else {
                 fprintf(stderr, "sandboxctl: unknown command '%s'\n", cmd);
                 usage(stderr);

@@ -10,6 +10,7 @@
 #include <string.h>
 #include <unistd.h>
 
+#include "sandboxd/cli.h"
 #include "sandboxd/config.h"
 #include "sandboxd/log.h"
 #include "sandboxd/mcp.h"
@@ -138,22 +139,12 @@ int main(int argc, char **argv)
                         }
                         break;
                 }
-                case 'V':
-                        printf("sandboxd-mcp %s\n", SBX_VERSION);
-                        return 0;
-                case 'h':
-                        usage(stdout);
-                        return 0;
-                default:
-                        usage(stderr);
-                        return 2;
+                default: /* -V, -h, an unknown option */
+                        return cli_usual_option(c, "sandboxd-mcp", usage);
                 }
         }
-        if (optind < argc) {
-                fprintf(stderr, "sandboxd-mcp: unexpected argument '%s'\n", argv[optind]);
-                usage(stderr);
+        if (cli_no_operands(argc, argv, "sandboxd-mcp", usage) != 0)
                 return 2;
-        }
 
         r = config_load(config_path, &cfg, &err);
         if (r < 0) {

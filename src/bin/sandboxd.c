@@ -8,6 +8,7 @@
 #include <string.h>
 #include <unistd.h>
 
+#include "sandboxd/cli.h"
 #include "sandboxd/config.h"
 #include "sandboxd/daemon.h"
 #include "sandboxd/fronts.h"
@@ -84,22 +85,12 @@ int main(int argc, char **argv)
                 case OPT_JSON:
                         json = true;
                         break;
-                case 'V':
-                        printf("sandboxd %s\n", SBX_VERSION);
-                        return 0;
-                case 'h':
-                        usage(stdout);
-                        return 0;
-                default:
-                        usage(stderr);
-                        return 2;
+                default: /* -V, -h, an unknown option */
+                        return cli_usual_option(c, "sandboxd", usage);
                 }
         }
-        if (optind < argc) {
-                fprintf(stderr, "sandboxd: unexpected argument '%s'\n", argv[optind]);
-                usage(stderr);
+        if (cli_no_operands(argc, argv, "sandboxd", usage) != 0)
                 return 2;
-        }
         if ((dry_run || json) && !gc) {
                 fprintf(stderr, "sandboxd: --dry-run and --json go with --gc\n");
                 return 2;

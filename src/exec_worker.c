@@ -29,7 +29,6 @@
 #include "exec_internal.h"
 #include "sandboxd/docker.h"
 #include "sandboxd/log.h"
-#include "sandboxd/metrics.h"
 #include "sandboxd/session.h"
 #include "sandboxd/store.h"
 #include "sandboxd/utf8.h"

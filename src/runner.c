@@ -44,6 +44,8 @@
 #define MAX_EVENTS 64
 #define PING_RETRY_MS 100 /* a ping that could not go now is tried again after this */
 
+/* Close a channel's connection: every execution on it is lost. Hub thread
+ * only (it owns reads and closes). Takes h->lock. */
 static void conn_close(struct runner_hub *h, struct runner_chan *c, const char *why)
 {
         pthread_mutex_lock(&h->lock);
@@ -188,6 +190,8 @@ int runner_send_frame_nowait(struct runner_chan *c, int cfd, uint16_t type, uint
         return r;
 }
 
+/* Returns false on a protocol error. Every field is checked here or by
+ * the handler the frame goes to (jobs, files and services, executions). */
 static bool handle_frame(struct runner_hub *h, struct runner_chan *c, const struct rp_hdr *hdr,
                          const unsigned char *p)
 {

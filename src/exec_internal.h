@@ -166,6 +166,7 @@ void exec_on_runner_output(void *ud, int stream, const void *data, size_t len);
  * RUNNING for the next daemon. */
 int exec_runner_loop(struct execution *x, struct session *s, uint64_t oom_before, struct runner_exec *rx,
                      int64_t start, int64_t deadline, struct sbx_error *err);
+/* Whether the engine stops, leaving the execution to its runner. */
 bool exec_read_detach(struct execution *x);
 /* Write what the process takes of the stdin queue now, never waiting; close
  * stdin once the queue is written and EOF was asked for. Under stdin_lock.

@@ -80,26 +80,6 @@ void admin_audit(struct admin_req *q, const char *user, const char *session, con
 
 /* ---- formatting ---- */
 
-void admin_add_lower(cJSON *o, const char *key, const char *s)
-{
-        char buf[64];
-        size_t i = 0;
-        for (; s && s[i] && i + 1 < sizeof(buf); i++)
-                buf[i] = (char)tolower((unsigned char)s[i]);
-        buf[i] = '\0';
-        cJSON_AddStringToObject(o, key, buf);
-}
-
-void admin_add_text(cJSON *o, const char *key, const char *s)
-{
-        if (s && *s) {
-                _cleanup_free_ char *clean = utf8_sanitize(s, strlen(s));
-                cJSON_AddStringToObject(o, key, clean ? clean : "");
-        } else {
-                cJSON_AddNullToObject(o, key);
-        }
-}
-
 void admin_add_time(cJSON *o, const char *key, int64_t ms)
 {
         if (ms > 0)
@@ -156,7 +136,7 @@ static void reply(int fd, const cJSON *id, cJSON *result, const struct fronterr 
                 cJSON_AddFalseToObject(o, "ok");
                 err = cJSON_AddObjectToObject(o, "error");
                 cJSON_AddStringToObject(err, "code", e && e->code ? e->code : "internal");
-                admin_add_text(err, "message", e && e->msg[0] ? e->msg : "internal error");
+                jsonutil_add_text(err, "message", e && e->msg[0] ? e->msg : "internal error");
         }
         (void)jsonl_send(fd, o);
         cJSON_Delete(o);

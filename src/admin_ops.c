@@ -179,7 +179,7 @@ int admin_c_quota_unset(struct admin_req *q, cJSON **ret, struct fronterr *e)
         if (r < 0)
                 return fronterr_errno(e, r, &err, NULL);
         detail = cJSON_CreateObject();
-        admin_add_text(detail, "key", key ? key : "*");
+        jsonutil_add_text(detail, "key", key ? key : "*");
         admin_audit(q, user, NULL, "quota.unset", detail);
         *ret = quota_json(q->d, user);
         cJSON_AddNumberToObject(*ret, "removed", r);
@@ -247,7 +247,7 @@ int admin_c_egress_policy(struct admin_req *q, cJSON **ret, struct fronterr *e)
         if (!*ret)
                 return fronterr_set(e, "internal", "out of memory");
         cJSON_AddStringToObject(*ret, "user", user);
-        admin_add_text(*ret, "session", session);
+        jsonutil_add_text(*ret, "session", session);
         return 0;
 }
 

@@ -42,8 +42,8 @@ static cJSON *datasets_json(struct daemon *d, const char *user, const char *sess
                 return a;
         for (size_t i = 0; i < n; i++) {
                 cJSON *x = cJSON_CreateObject();
-                admin_add_text(x, "dataset", list[i].dataset);
-                admin_add_text(x, "source", list[i].source);
+                jsonutil_add_text(x, "dataset", list[i].dataset);
+                jsonutil_add_text(x, "source", list[i].source);
                 admin_add_time(x, "marked_at", list[i].marked_at);
                 cJSON_AddItemToArray(a, x);
         }
@@ -57,11 +57,11 @@ static cJSON *session_json(struct daemon *d, const struct session_info *s)
 
         cJSON_AddStringToObject(o, "user", s->user);
         cJSON_AddStringToObject(o, "session", s->session);
-        admin_add_lower(o, "state", session_state_to_string(s->state));
-        admin_add_text(o, "container_id", s->container_id);
-        admin_add_text(o, "image", s->image);
-        admin_add_text(o, "network_mode", s->network_mode);
-        admin_add_text(o, "runtime", s->runtime);
+        jsonutil_add_lower(o, "state", session_state_to_string(s->state));
+        jsonutil_add_text(o, "container_id", s->container_id);
+        jsonutil_add_text(o, "image", s->image);
+        jsonutil_add_text(o, "network_mode", s->network_mode);
+        jsonutil_add_text(o, "runtime", s->runtime);
         if (s->uid)
                 cJSON_AddNumberToObject(o, "uid", (double)s->uid); /* the session's host uid (sessuid.h) */
         else
@@ -76,8 +76,8 @@ static cJSON *session_json(struct daemon *d, const struct session_info *s)
         }
         admin_add_time(o, "created_at", s->created_at);
         admin_add_time(o, "last_activity", s->last_activity);
-        admin_add_text(o, "last_error", s->last_error);
-        admin_add_text(o, "error_cause", s->error_cause);
+        jsonutil_add_text(o, "last_error", s->last_error);
+        jsonutil_add_text(o, "error_cause", s->error_cause);
         return o;
 }
 
@@ -97,7 +97,7 @@ int admin_c_health(struct admin_req *q, cJSON **ret, struct fronterr *e)
         if (r == 0)
                 cJSON_AddStringToObject(docker, "version", version);
         else
-                admin_add_text(docker, "error", err.msg[0] ? err.msg : strerror(-r));
+                jsonutil_add_text(docker, "error", err.msg[0] ? err.msg : strerror(-r));
         return 0;
 }
 
@@ -221,7 +221,7 @@ static cJSON *services_json(struct daemon *d, const char *user, const char *sess
         for (size_t i = 0; i < n; i++) {
                 cJSON *o = cJSON_CreateObject(), *ports;
                 cJSON_AddStringToObject(o, "name", list[i].name);
-                admin_add_lower(o, "state", service_state_to_string(list[i].state));
+                jsonutil_add_lower(o, "state", service_state_to_string(list[i].state));
                 if (list[i].pid > 0)
                         cJSON_AddNumberToObject(o, "pid", list[i].pid);
                 else
@@ -230,7 +230,7 @@ static cJSON *services_json(struct daemon *d, const char *user, const char *sess
                         cJSON_AddNumberToObject(o, "exit_code", list[i].exit_code);
                 else
                         cJSON_AddNullToObject(o, "exit_code");
-                admin_add_text(o, "command", list[i].command);
+                jsonutil_add_text(o, "command", list[i].command);
                 ports = cJSON_AddArrayToObject(o, "ports");
                 for (size_t k = 0; k < list[i].n_ports && k < SERVICE_MAX_PORTS; k++) {
                         cJSON *p = cJSON_CreateObject();
@@ -243,7 +243,7 @@ static cJSON *services_json(struct daemon *d, const char *user, const char *sess
                 }
                 admin_add_time(o, "started_at", list[i].started_at);
                 admin_add_time(o, "stopped_at", list[i].stopped_at);
-                admin_add_text(o, "last_error", list[i].last_error);
+                jsonutil_add_text(o, "last_error", list[i].last_error);
                 cJSON_AddItemToArray(a, o);
         }
         free(list);
@@ -261,16 +261,16 @@ static cJSON *executions_json(struct daemon *d, const char *user, const char *se
         for (size_t i = 0; i < n; i++) {
                 cJSON *o = cJSON_CreateObject();
                 cJSON_AddStringToObject(o, "execution_id", list[i].id);
-                admin_add_lower(o, "state", exec_state_to_string(list[i].state));
-                admin_add_text(o, "cause", exec_cause_to_string(list[i].cause));
+                jsonutil_add_lower(o, "state", exec_state_to_string(list[i].state));
+                jsonutil_add_text(o, "cause", exec_cause_to_string(list[i].cause));
                 if (list[i].exit_code >= 0)
                         cJSON_AddNumberToObject(o, "exit_code", list[i].exit_code);
                 else
                         cJSON_AddNullToObject(o, "exit_code");
-                admin_add_text(o, "command_preview", list[i].command_preview);
+                jsonutil_add_text(o, "command_preview", list[i].command_preview);
                 admin_add_time(o, "created_at", list[i].created_at);
                 cJSON_AddNumberToObject(o, "duration_ms", (double)list[i].duration_ms);
-                admin_add_text(o, "error", list[i].error);
+                jsonutil_add_text(o, "error", list[i].error);
                 cJSON_AddItemToArray(a, o);
         }
         exec_result_list_free(list, n);
@@ -291,7 +291,7 @@ int admin_c_session_show(struct admin_req *q, cJSON **ret, struct fronterr *e)
         if (r < 0)
                 return fronterr_errno(e, r, NULL, NULL);
         *ret = session_json(q->d, &info);
-        admin_add_text(*ret, "workspace", info.workspace);
+        jsonutil_add_text(*ret, "workspace", info.workspace);
         {
                 struct wsquota_usage u;
                 wsquota_usage(&q->d->cfg, user, session, &u);
@@ -344,8 +344,8 @@ int admin_c_session_mark_private(struct admin_req *q, cJSON **ret, struct fronte
         if (r < 0)
                 return fronterr_errno(e, r, &err, NULL);
         detail = cJSON_CreateObject();
-        admin_add_text(detail, "dataset", dataset);
-        admin_add_text(detail, "source", source);
+        jsonutil_add_text(detail, "dataset", dataset);
+        jsonutil_add_text(detail, "source", source);
         admin_audit(q, user, session, "session.mark_private", detail);
         *ret = cJSON_CreateObject();
         cJSON_AddStringToObject(*ret, "user", user);
@@ -378,9 +378,9 @@ int admin_c_sessions_top(struct admin_req *q, cJSON **ret, struct fronterr *e)
                 cJSON *o = cJSON_CreateObject();
                 cJSON_AddStringToObject(o, "user", u->user);
                 cJSON_AddStringToObject(o, "session", u->session);
-                admin_add_lower(o, "state", session_state_to_string(u->state));
-                admin_add_text(o, "container_id", u->container_id);
-                admin_add_text(o, "network_mode", u->network_mode);
+                jsonutil_add_lower(o, "state", session_state_to_string(u->state));
+                jsonutil_add_text(o, "container_id", u->container_id);
+                jsonutil_add_text(o, "network_mode", u->network_mode);
                 if (u->has_stats) {
                         cJSON_AddNumberToObject(o, "cpu_total_ns", (double)u->cpu_total_ns);
                         cJSON_AddNumberToObject(o, "memory_usage", (double)u->memory_usage);
@@ -437,12 +437,12 @@ int admin_c_session_logs(struct admin_req *q, cJSON **ret, struct fronterr *e)
                 cJSON *o = cJSON_CreateObject(), *detail = rows[i].detail ? cJSON_Parse(rows[i].detail) : NULL;
                 cJSON_AddNumberToObject(o, "id", (double)rows[i].id);
                 cJSON_AddNumberToObject(o, "ts", (double)rows[i].ts);
-                admin_add_text(o, "actor", rows[i].actor);
-                admin_add_text(o, "action", rows[i].action);
+                jsonutil_add_text(o, "actor", rows[i].actor);
+                jsonutil_add_text(o, "action", rows[i].action);
                 if (detail)
                         cJSON_AddItemToObject(o, "detail", detail);
                 else
-                        admin_add_text(o, "detail", rows[i].detail);
+                        jsonutil_add_text(o, "detail", rows[i].detail);
                 cJSON_AddItemToArray(a, o);
         }
         a = cJSON_AddArrayToObject(*ret, "log");
@@ -484,12 +484,12 @@ int admin_c_user_runtime(struct admin_req *q, cJSON **ret, struct fronterr *e)
         *ret = cJSON_CreateObject();
         cJSON_AddStringToObject(*ret, "user", user);
         cJSON_AddStringToObject(*ret, "runtime", effective);
-        admin_add_text(*ret, "override", over);
+        jsonutil_add_text(*ret, "override", over);
         cJSON_AddStringToObject(*ret, "default", q->d->cfg.runtime);
         /* can it run here? (a warning, not a refusal: the operator may register runsc later) */
         err = (struct sbx_error){0};
         if (runtime_check(q->d->runtime, effective, &err) < 0)
-                admin_add_text(*ret, "unavailable", err.msg);
+                jsonutil_add_text(*ret, "unavailable", err.msg);
         else
                 cJSON_AddNullToObject(*ret, "unavailable");
         cJSON_AddStringToObject(*ret, "applies_to", "containers created from now on (new sessions and recreations)");

@@ -79,19 +79,19 @@ static void add_exec_common(cJSON *o, const struct exec_result *r)
 {
         cJSON_AddStringToObject(o, "execution_id", r->id);
         cJSON_AddStringToObject(o, "session", r->session);
-        api_add_lower(o, "state", exec_state_to_string(r->state));
+        jsonutil_add_lower(o, "state", exec_state_to_string(r->state));
         if (r->exit_code >= 0 && r->cause == EXEC_CAUSE_EXITED)
                 cJSON_AddNumberToObject(o, "exit_code", r->exit_code);
         else
                 cJSON_AddNullToObject(o, "exit_code");
-        api_add_text_or_null(o, "cause", exec_cause_to_string(r->cause));
-        api_add_text_or_null(o, "error", r->error);
+        jsonutil_add_text(o, "cause", exec_cause_to_string(r->cause));
+        jsonutil_add_text(o, "error", r->error);
         cJSON_AddNumberToObject(o, "stdout_bytes", (double)r->stdout_bytes);
         cJSON_AddNumberToObject(o, "stderr_bytes", (double)r->stderr_bytes);
         cJSON_AddBoolToObject(o, "truncated", r->truncated);
         cJSON_AddNumberToObject(o, "duration_ms", (double)r->duration_ms);
         cJSON_AddNumberToObject(o, "created_at", (double)r->created_at);
-        api_add_text_or_null(o, "via", r->via);
+        jsonutil_add_text(o, "via", r->via);
         if (r->cpu_user_ms >= 0) {
                 cJSON *u = cJSON_AddObjectToObject(o, "usage");
                 cJSON_AddNumberToObject(u, "cpu_user_ms", (double)r->cpu_user_ms);
@@ -102,9 +102,9 @@ static void add_exec_common(cJSON *o, const struct exec_result *r)
         }
         if (r->image[0]) {
                 cJSON *p = cJSON_AddObjectToObject(o, "provenance");
-                api_add_text_or_null(p, "image", r->image);
-                api_add_text_or_null(p, "runtime", r->runtime);
-                api_add_text_or_null(p, "runner_version", r->runner_version);
+                jsonutil_add_text(p, "image", r->image);
+                jsonutil_add_text(p, "runtime", r->runtime);
+                jsonutil_add_text(p, "runner_version", r->runner_version);
         } else {
                 cJSON_AddNullToObject(o, "provenance");
         }
@@ -180,7 +180,7 @@ static int execution_reply(struct api_req *q, const char *id, bool background, b
         if (background) {
                 *ret = cJSON_CreateObject();
                 cJSON_AddStringToObject(*ret, "execution_id", id);
-                api_add_lower(*ret, "state", exec_state_to_string(res.state));
+                jsonutil_add_lower(*ret, "state", exec_state_to_string(res.state));
         } else if (res.state == EXEC_FAILED && res.cause == EXEC_CAUSE_ERROR) {
                 r = fronterr_set(e, "unavailable", "execution %s could not run: %s", id, res.error);
         } else {
@@ -517,7 +517,7 @@ int api_m_list_executions(struct api_req *q, cJSON **ret, struct fronterr *e)
         for (size_t i = 0; i < n; i++) {
                 cJSON *o = cJSON_CreateObject();
                 add_exec_common(o, &list[i]);
-                api_add_text_or_null(o, "command_preview", list[i].command_preview);
+                jsonutil_add_text(o, "command_preview", list[i].command_preview);
                 cJSON_AddItemToArray(a, o);
         }
         exec_result_list_free(list, n);

@@ -129,9 +129,6 @@ int api_param_encoding(struct api_req *q, const char *name, bool *ret_base64, st
 /* A string param as bytes (malloc'd): decoded from base64 when base64. */
 int api_param_bytes(struct api_req *q, const char *name, bool required, bool base64, unsigned char **ret,
                     size_t *ret_len, struct fronterr *e);
-/* s lower-cased; s as sanitized text, null when NULL or empty. */
-void api_add_lower(cJSON *o, const char *key, const char *s);
-void api_add_text_or_null(cJSON *o, const char *key, const char *s);
 /* The session's container exists (created now if needed) before a method
  * that needs it runs. */
 int api_preflight_session(struct api_req *q, struct fronterr *e);

@@ -69,31 +69,6 @@ int api_param_bytes(struct api_req *q, const char *name, bool required, bool bas
 
 /* ---- formatting ---- */
 
-static void lower_into(char *dst, size_t size, const char *s)
-{
-        size_t i = 0;
-        for (; s && s[i] && i + 1 < size; i++)
-                dst[i] = (char)tolower((unsigned char)s[i]);
-        dst[i] = '\0';
-}
-
-void api_add_lower(cJSON *o, const char *key, const char *s)
-{
-        char buf[64];
-        lower_into(buf, sizeof(buf), s);
-        cJSON_AddStringToObject(o, key, buf);
-}
-
-void api_add_text_or_null(cJSON *o, const char *key, const char *s)
-{
-        if (s && *s) {
-                _cleanup_free_ char *clean = utf8_sanitize(s, strlen(s));
-                cJSON_AddStringToObject(o, key, clean ? clean : "");
-        } else {
-                cJSON_AddNullToObject(o, key);
-        }
-}
-
 static void add_ports(cJSON *o, const char *key, const int *host_ports, size_t n, int base)
 {
         cJSON *a = cJSON_AddArrayToObject(o, key);
@@ -111,7 +86,7 @@ static cJSON *service_json(const struct service_info *s)
         if (!o)
                 return NULL;
         cJSON_AddStringToObject(o, "name", s->name);
-        api_add_lower(o, "state", service_state_to_string(s->state));
+        jsonutil_add_lower(o, "state", service_state_to_string(s->state));
         if (s->pid > 0)
                 cJSON_AddNumberToObject(o, "pid", s->pid);
         else
@@ -120,8 +95,8 @@ static cJSON *service_json(const struct service_info *s)
                 cJSON_AddNumberToObject(o, "exit_code", s->exit_code);
         else
                 cJSON_AddNullToObject(o, "exit_code");
-        api_add_text_or_null(o, "command", s->command);
-        api_add_text_or_null(o, "workdir", s->workdir);
+        jsonutil_add_text(o, "command", s->command);
+        jsonutil_add_text(o, "workdir", s->workdir);
         a = cJSON_AddArrayToObject(o, "ports");
         for (size_t i = 0; a && i < s->n_ports && i < SERVICE_MAX_PORTS; i++) {
                 cJSON *p = cJSON_CreateObject();
@@ -137,7 +112,7 @@ static cJSON *service_json(const struct service_info *s)
                 cJSON_AddNumberToObject(o, "stopped_at", (double)s->stopped_at);
         else
                 cJSON_AddNullToObject(o, "stopped_at");
-        api_add_text_or_null(o, "last_error", s->last_error);
+        jsonutil_add_text(o, "last_error", s->last_error);
         return o;
 }
 
@@ -329,7 +304,7 @@ static void add_datasets(cJSON *o, struct daemon *d, const char *user, const cha
         for (size_t i = 0; i < n; i++) {
                 cJSON *x = cJSON_CreateObject();
                 api_add_bytes(x, "dataset", list[i].dataset, strlen(list[i].dataset), false);
-                api_add_text_or_null(x, "source", list[i].source);
+                jsonutil_add_text(x, "source", list[i].source);
                 cJSON_AddNumberToObject(x, "marked_at", (double)list[i].marked_at);
                 cJSON_AddItemToArray(a, x);
         }
@@ -361,20 +336,20 @@ static int m_session_info(struct api_req *q, cJSON **ret, struct fronterr *e)
         *ret = cJSON_CreateObject();
         cJSON_AddStringToObject(*ret, "user", info.user);
         cJSON_AddStringToObject(*ret, "session", info.session);
-        api_add_lower(*ret, "state", session_state_to_string(info.state));
-        api_add_text_or_null(*ret, "network_mode", info.network_mode);
-        api_add_text_or_null(*ret, "runtime", info.runtime);
+        jsonutil_add_lower(*ret, "state", session_state_to_string(info.state));
+        jsonutil_add_text(*ret, "network_mode", info.network_mode);
+        jsonutil_add_text(*ret, "runtime", info.runtime);
         cJSON_AddBoolToObject(*ret, "pooled", info.pooled);
         cJSON_AddBoolToObject(*ret, "private",
                               q->d->privacy && privacy_is_private(q->d->privacy, q->tok.user, q->session));
         add_datasets(*ret, q->d, q->tok.user, q->session);
         add_ports(*ret, "ports", info.ports, info.n_ports, q->d->cfg.container_port_base);
-        api_add_text_or_null(*ret, "container_id", info.container_id);
-        api_add_text_or_null(*ret, "image", info.image);
+        jsonutil_add_text(*ret, "container_id", info.container_id);
+        jsonutil_add_text(*ret, "image", info.image);
         cJSON_AddNumberToObject(*ret, "created_at", (double)info.created_at);
         cJSON_AddNumberToObject(*ret, "last_activity", (double)info.last_activity);
-        api_add_text_or_null(*ret, "last_error", info.last_error);
-        api_add_text_or_null(*ret, "error_cause", info.error_cause);
+        jsonutil_add_text(*ret, "last_error", info.last_error);
+        jsonutil_add_text(*ret, "error_cause", info.error_cause);
         add_workspace_usage(*ret, &q->d->cfg, q->tok.user, q->session);
         cJSON_AddItemToObject(*ret, "egress",
                               egress_rules_policy_json(q->d->store, q->d->privacy, &q->d->cfg, q->tok.user, q->session));

@@ -1,13 +1,17 @@
 /* jsonutil.c — the typed parameter getters every front shares (API
  * methods, admin commands, agent tools, tasks, idempotency): one place says
  * what a string, an integer and a boolean argument are, and the message a
- * wrong one gets. No state, no threads. */
+ * wrong one gets; and how a reply writes text that may be absent or not
+ * UTF-8. No state, no threads. */
 #include "sandboxd/jsonutil.h"
 
+#include <ctype.h>
 #include <inttypes.h>
 #include <math.h>
+#include <string.h>
 
 #include "sandboxd/fronterr.h"
+#include "sandboxd/utf8.h"
 
 static const cJSON *member(const struct jparams *p, const char *name)
 {
@@ -62,4 +66,25 @@ int jparam_bool(const struct jparams *p, const char *name, bool def, bool *ret, 
                 return fronterr_set(e, "bad_request", "%s%s must be true or false", p->prefix, name);
         *ret = cJSON_IsTrue(v);
         return 0;
+}
+
+void jsonutil_add_text(cJSON *o, const char *key, const char *s)
+{
+        if (s && *s) {
+                _cleanup_free_ char *clean = utf8_sanitize(s, strlen(s));
+                cJSON_AddStringToObject(o, key, clean ? clean : "");
+        } else {
+                cJSON_AddNullToObject(o, key);
+        }
+}
+
+void jsonutil_add_lower(cJSON *o, const char *key, const char *s)
+{
+        char buf[64];
+        size_t i = 0;
+
+        for (; s && s[i] && i + 1 < sizeof(buf); i++)
+                buf[i] = (char)tolower((unsigned char)s[i]);
+        buf[i] = '\0';
+        cJSON_AddStringToObject(o, key, buf);
 }

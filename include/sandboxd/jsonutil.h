@@ -1,6 +1,7 @@
 /* jsonutil.h — cJSON cleanup helpers (common.h's pattern for cJSON trees):
  *   _cleanup_(cjson_freep) cJSON *o = cJSON_CreateObject();
- * and the fronts' typed parameter getters (jsonutil.c). */
+ * the fronts' typed parameter getters and the reply helpers they share
+ * (jsonutil.c). */
 #ifndef SANDBOXD_JSONUTIL_H
 #define SANDBOXD_JSONUTIL_H
 
@@ -32,5 +33,10 @@ int jparam_int(const struct jparams *p, const char *name, int64_t lo, int64_t hi
                struct fronterr *e);
 /* A boolean member (def when absent or null). */
 int jparam_bool(const struct jparams *p, const char *name, bool def, bool *ret, struct fronterr *e);
+
+/* Replies: s as sanitized UTF-8 text, null when s is NULL or empty. */
+void jsonutil_add_text(cJSON *o, const char *key, const char *s);
+/* s lower-cased (an enum's name: at most 63 bytes). */
+void jsonutil_add_lower(cJSON *o, const char *key, const char *s);
 
 #endif

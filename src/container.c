@@ -326,6 +326,39 @@ int container_remove(struct docker *d, const char *id, struct sbx_error *err)
         return r == -ENOENT ? 0 : r;
 }
 
+/* Cause from an inspect of a container that is no longer running. */
+static void describe_exit(const struct docker_container_info *info, char *buf, size_t size)
+{
+        if (info->oom_killed)
+                snprintf(buf, size, "oom_killed");
+        else
+                snprintf(buf, size, "exited with code %d", info->exit_code);
+}
+
+int container_validate(struct docker *d, const char *id, const char *network, char *cause, size_t size,
+                       char ret_runtime[16], struct sbx_error *err)
+{
+        struct docker_container_info info;
+        int r = docker_container_inspect(d, id, &info, err);
+
+        if (r == -ENOENT) {
+                snprintf(cause, size, "removed");
+                return 1;
+        }
+        if (r < 0)
+                return r;
+        if (!info.running) {
+                describe_exit(&info, cause, size);
+                return 1;
+        }
+        if (strcmp(network, "none") == 0 && info.has_network) {
+                snprintf(cause, size, "privacy_ratchet");
+                return 1;
+        }
+        sbx_strlcpy(ret_runtime, info.runtime, 16);
+        return 0;
+}
+
 /* Startup failed: gather the exit code and log tail into err, then remove. */
 static int fail_start(struct docker *d, const char *id, const struct docker_container_info *info,
                       const char *what, struct sbx_error *err)

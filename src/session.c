@@ -350,12 +350,8 @@ int session_manager_new(const struct sbx_config *cfg, struct docker *d, struct s
 
         if (!m)
                 return sbx_error_set(err, -ENOMEM, 0, "out of memory");
-        m->cfg = cfg;
-        m->docker = d;
-        m->store = st;
-        m->ports = pp;
-        m->policy = default_policy;
-        m->policy_ud = (void *)cfg;
+        *m = (struct session_manager){
+                .cfg = cfg, .docker = d, .store = st, .ports = pp, .policy = default_policy, .policy_ud = (void *)cfg};
         pthread_mutex_init(&m->lock, NULL);
         for (size_t i = 0; extra_labels && extra_labels[i] && i < MAX_EXTRA_LABELS; i++)
                 m->extra_labels[i] = strdup(extra_labels[i]);

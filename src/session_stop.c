@@ -92,6 +92,16 @@ static void release_uid(struct session_manager *m, const char *user, const char 
         log_ctx(LOG_LEVEL_DEBUG, user, id, NULL, "uid %u released with the workspace", (unsigned)uid);
 }
 
+/* Give up a transition this thread began, nothing changed: clear the mark
+ * and wake the waiters. */
+static void abort_transition(struct session *s)
+{
+        pthread_mutex_lock(&s->lock);
+        s->transitioning = false;
+        pthread_cond_broadcast(&s->cond);
+        pthread_mutex_unlock(&s->lock);
+}
+
 int session_enforce_network(struct session_manager *m, const char *user, const char *id, struct sbx_error *err)
 {
         struct docker_container_info info;
@@ -119,20 +129,14 @@ int session_enforce_network(struct session_manager *m, const char *user, const c
         r = docker_container_inspect(m->docker, cid, &info, err);
         if (r == -ENOENT || (r == 0 && !(strcmp(required_network(m, user, id), "none") == 0 && info.has_network))) {
                 /* gone already, or already as required: nothing to take away */
-                pthread_mutex_lock(&s->lock);
-                s->transitioning = false;
-                pthread_cond_broadcast(&s->cond);
-                pthread_mutex_unlock(&s->lock);
+                abort_transition(s);
                 unref(s);
                 return 0;
         }
         if (r == 0)
                 r = container_remove(m->docker, cid, err);
         if (r < 0) {
-                pthread_mutex_lock(&s->lock);
-                s->transitioning = false;
-                pthread_cond_broadcast(&s->cond);
-                pthread_mutex_unlock(&s->lock);
+                abort_transition(s);
                 unref(s);
                 sbx_error_prefix(err, "removing the networked container %.12s", cid);
                 return r;
@@ -221,10 +225,7 @@ static int stop_one(struct session_manager *m, struct session *s, bool only_idle
                 return 0;
         if (id[0] && container_remove(m->docker, id, &err) < 0) {
                 log_ctx(LOG_LEVEL_WARN, s->user, s->id, id, "%s: cannot remove container: %s", cause, err.msg);
-                pthread_mutex_lock(&s->lock);
-                s->transitioning = false;
-                pthread_cond_broadcast(&s->cond);
-                pthread_mutex_unlock(&s->lock);
+                abort_transition(s);
                 return 0;
         }
         if (id[0])
@@ -296,10 +297,7 @@ int session_destroy(struct session_manager *m, const char *user, const char *id,
         if (cid[0]) {
                 r = container_remove(m->docker, cid, err);
                 if (r < 0) {
-                        pthread_mutex_lock(&s->lock);
-                        s->transitioning = false;
-                        pthread_cond_broadcast(&s->cond);
-                        pthread_mutex_unlock(&s->lock);
+                        abort_transition(s);
                         unref(s);
                         sbx_error_prefix(err, "removing container %.12s", cid);
                         return r;

@@ -172,17 +172,12 @@ void container_identity_drop(const struct sbx_config *cfg, uid_t uid)
  * directories were hoisted, or -errno. */
 static int empty_into(int top, int fd, unsigned long *counter)
 {
-        DIR *dir;
+        DIR *dir = sbx_opendir_dup(fd);
         struct dirent *de;
-        int r = 0, hoisted = 0, dup_fd = dup(fd);
+        int r = 0, hoisted = 0;
 
-        if (dup_fd < 0)
+        if (!dir)
                 return -errno;
-        dir = fdopendir(dup_fd);
-        if (!dir) {
-                close(dup_fd);
-                return -errno;
-        }
         while ((de = readdir(dir))) {
                 if (strcmp(de->d_name, ".") == 0 || strcmp(de->d_name, "..") == 0)
                         continue;
@@ -251,19 +246,13 @@ static int remove_tree_at(int top)
         unsigned long counter = 0, next = 0;
 
         for (;;) {
-                DIR *dir;
+                DIR *dir = sbx_opendir_dup(top); /* rewound: the last pass left the offset at the end */
                 struct dirent *de;
-                int r = 0, dup_fd = dup(top);
+                int r = 0;
                 bool any = false, progress = false;
 
-                if (dup_fd < 0)
+                if (!dir)
                         return -errno;
-                dir = fdopendir(dup_fd);
-                if (!dir) {
-                        close(dup_fd);
-                        return -errno;
-                }
-                rewinddir(dir); /* a dup shares the offset the last pass left at the end */
                 while ((de = readdir(dir))) {
                         int k;
 

@@ -241,6 +241,32 @@ void gc_audit_remove(struct gc *g, const char *user, const char *session, enum g
         (void)store_audit(g->st, "gc", user, session, "gc.remove", json);
 }
 
+/* A listing's result r: false, noted as a failure of kind, when it failed. */
+bool gc_listed(struct gc *g, enum gc_kind kind, const char *what, int r)
+{
+        if (r >= 0)
+                return true;
+        gc_note_failed(g, kind, "-", NULL, NULL, what, strerror(-r));
+        return false;
+}
+
+/* The result r of a conditional store change (store_gc_*): -ESTALE, the
+ * daemon changed the row since gc looked (noted as kept, with why); another
+ * -errno, a failure. True when the change was made. */
+bool gc_store_changed(struct gc *g, enum gc_kind kind, const char *id, const char *user, const char *session,
+                      const char *reason, const char *why, int r)
+{
+        if (r == -ESTALE) {
+                gc_note_kept(g, kind, id, user, session, why);
+                return false;
+        }
+        if (r < 0) {
+                gc_note_failed(g, kind, id, user, session, reason, strerror(-r));
+                return false;
+        }
+        return true;
+}
+
 /* ---- containers ---- */
 
 static void remove_owned(struct gc *g, size_t j, size_t i, enum gc_kind kind, int64_t before, bool quiet,
@@ -438,16 +464,9 @@ static void gc_error_sessions(struct gc *g)
                 if (!g->dry_run) {
                         r = store_gc_session_forget(g->st, row->user_id, row->session_id, row->container_id,
                                                     row->updated_at);
-                        if (r == -ESTALE) {
-                                gc_note_kept(g, GC_ERROR_SESSIONS, row->session_id, row->user_id, row->session_id,
-                                             "the session changed since gc looked");
+                        if (!gc_store_changed(g, GC_ERROR_SESSIONS, row->session_id, row->user_id, row->session_id,
+                                              reason, "the session changed since gc looked", r))
                                 continue;
-                        }
-                        if (r < 0) {
-                                gc_note_failed(g, GC_ERROR_SESSIONS, row->session_id, row->user_id, row->session_id,
-                                               reason, strerror(-r));
-                                continue;
-                        }
                         gc_audit_remove(g, row->user_id, row->session_id, GC_ERROR_SESSIONS, row->session_id, reason);
                 }
                 g->row_gone[i] = true;
@@ -464,13 +483,9 @@ static void gc_ports(struct gc *g)
         _cleanup_free_ struct store_port *ports = NULL;
         size_t n = 0;
         char reason[256], id[16];
-        int r;
 
-        r = store_ports_list(g->st, &ports, &n);
-        if (r < 0) {
-                gc_note_failed(g, GC_PORTS, "-", NULL, NULL, "listing port allocations", strerror(-r));
+        if (!gc_listed(g, GC_PORTS, "listing port allocations", store_ports_list(g->st, &ports, &n)))
                 return;
-        }
         for (size_t k = 0; k < n; k++) {
                 const struct store_port *p = &ports[k];
                 ssize_t i = gc_find_row(g, p->user_id, p->session_id);
@@ -486,17 +501,11 @@ static void gc_ports(struct gc *g)
                 else
                         snprintf(reason, sizeof(reason), "session %s:%s does not exist", p->user_id, p->session_id);
                 snprintf(id, sizeof(id), "%d", p->port);
-                if (!g->dry_run) {
-                        r = store_gc_port_release(g->st, p->port, p->user_id, p->session_id);
-                        if (r == -ESTALE) {
-                                gc_note_kept(g, GC_PORTS, id, p->user_id, p->session_id, "its session holds it again (RUNNING, CREATING or ERROR)");
-                                continue;
-                        }
-                        if (r < 0) {
-                                gc_note_failed(g, GC_PORTS, id, p->user_id, p->session_id, reason, strerror(-r));
-                                continue;
-                        }
-                }
+                if (!g->dry_run &&
+                    !gc_store_changed(g, GC_PORTS, id, p->user_id, p->session_id, reason,
+                                      "its session holds it again (RUNNING, CREATING or ERROR)",
+                                      store_gc_port_release(g->st, p->port, p->user_id, p->session_id)))
+                        continue;
                 gc_note_done(g, GC_PORTS, id, p->user_id, p->session_id, 0, reason);
         }
 }
@@ -510,11 +519,8 @@ static void gc_services(struct gc *g)
         char reason[256];
         int r;
 
-        r = store_gc_services_list(g->st, &rows, &n);
-        if (r < 0) {
-                gc_note_failed(g, GC_SERVICES, "-", NULL, NULL, "listing services", strerror(-r));
+        if (!gc_listed(g, GC_SERVICES, "listing services", store_gc_services_list(g->st, &rows, &n)))
                 return;
-        }
         for (size_t k = 0; k < n; k++) {
                 const struct store_gc_service *sv = &rows[k];
                 ssize_t j;
@@ -543,20 +549,12 @@ static void gc_services(struct gc *g)
                         snprintf(reason, sizeof(reason), "container %.12s %s", sv->container_id,
                                  r == 0 ? "is not running" : "no longer exists");
                 }
-                if (!g->dry_run) {
-                        r = store_gc_service_delete(g->st, sv->user_id, sv->session_id, sv->name, sv->container_id,
-                                                    sv->state);
-                        if (r == -ESTALE) {
-                                gc_note_kept(g, GC_SERVICES, sv->name, sv->user_id, sv->session_id,
-                                             "the service changed since gc looked");
-                                continue;
-                        }
-                        if (r < 0) {
-                                gc_note_failed(g, GC_SERVICES, sv->name, sv->user_id, sv->session_id, reason,
-                                               strerror(-r));
-                                continue;
-                        }
-                }
+                if (!g->dry_run &&
+                    !gc_store_changed(g, GC_SERVICES, sv->name, sv->user_id, sv->session_id, reason,
+                                      "the service changed since gc looked",
+                                      store_gc_service_delete(g->st, sv->user_id, sv->session_id, sv->name,
+                                                              sv->container_id, sv->state)))
+                        continue;
                 gc_note_done(g, GC_SERVICES, sv->name, sv->user_id, sv->session_id, 0, reason);
         }
 }

@@ -166,10 +166,8 @@ void gc_spools(struct gc *g)
                 size_t n = 0;
 
                 r = store_gc_spools_list(g->st, before, after_at, after_id, SPOOL_BATCH, &page, &n);
-                if (r < 0) {
-                        gc_note_failed(g, GC_SPOOLS, "-", NULL, NULL, "listing executions", strerror(-r));
+                if (!gc_listed(g, GC_SPOOLS, "listing executions", r))
                         break;
-                }
                 for (size_t k = 0; k < n; k++) {
                         const char *id = page[k].id;
                         uint64_t bytes;
@@ -607,11 +605,8 @@ void gc_uids(struct gc *g)
         struct stat st;
         int r;
 
-        r = store_uid_list(g->st, &rows, &n);
-        if (r < 0) {
-                gc_note_failed(g, GC_UIDS, "-", NULL, NULL, "listing session uids", strerror(-r));
+        if (!gc_listed(g, GC_UIDS, "listing session uids", store_uid_list(g->st, &rows, &n)))
                 return;
-        }
         for (size_t k = 0; k < n; k++) {
                 const struct store_uid *u = &rows[k];
                 ssize_t i = gc_find_row(g, u->user_id, u->session_id);
@@ -620,7 +615,7 @@ void gc_uids(struct gc *g)
                 if (i >= 0 && !g->row_gone[i] && state_live(g->rows[i].state))
                         continue;
                 if (gc_has_container(g, u->user_id, u->session_id) || !session_id_valid(u->user_id) ||
-                       !session_id_valid(u->session_id))
+                    !session_id_valid(u->session_id))
                         continue;
                 snprintf(id, sizeof(id), "%s/%s", u->user_id, u->session_id);
                 snprintf(path, sizeof(path), "%s/workspaces/%s", g->cfg->data_dir, id);
@@ -636,14 +631,9 @@ void gc_uids(struct gc *g)
                 snprintf(id, sizeof(id), "%" PRId64, u->uid);
                 if (!g->dry_run) {
                         r = store_gc_uid_release(g->st, u->user_id, u->session_id, u->uid);
-                        if (r == -ESTALE) {
-                                gc_note_kept(g, GC_UIDS, id, u->user_id, u->session_id, "its session is live again");
+                        if (!gc_store_changed(g, GC_UIDS, id, u->user_id, u->session_id, reason,
+                                              "its session is live again", r))
                                 continue;
-                        }
-                        if (r < 0) {
-                                gc_note_failed(g, GC_UIDS, id, u->user_id, u->session_id, reason, strerror(-r));
-                                continue;
-                        }
                         if (u->uid > 0 && u->uid <= INT32_MAX)
                                 container_identity_drop(g->cfg, (uid_t)u->uid);
                 }

@@ -59,6 +59,14 @@ void gc_note_kept(struct gc *g, enum gc_kind kind, const char *id, const char *u
 void gc_audit_remove(struct gc *g, const char *user, const char *session, enum gc_kind kind, const char *id,
                      const char *reason);
 
+/* A listing's result r: false, noted as a failure of kind ("-", what), when it failed. */
+bool gc_listed(struct gc *g, enum gc_kind kind, const char *what, int r);
+/* The result r of a conditional store change (store_gc_*): -ESTALE, the
+ * daemon changed the row since gc looked (noted as kept, with why); another
+ * -errno, a failure. True when the change was made. */
+bool gc_store_changed(struct gc *g, enum gc_kind kind, const char *id, const char *user, const char *session,
+                      const char *reason, const char *why, int r);
+
 /* ---- gc_fs.c: the passes, in gc_run's order ---- */
 
 void gc_spools(struct gc *g);

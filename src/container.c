@@ -1,5 +1,6 @@
-/* container.c — the hardened container spec, workspace directories and the
- * sustained-state start check. Stateless: no locks; every call is a
+/* container.c — the hardened container spec, workspace directories, the
+ * sustained-state start check and the check before each use
+ * (container_validate). Stateless: no locks; every call is a
  * sequence of Docker requests made by the calling thread. */
 #include "sandboxd/container.h"
 

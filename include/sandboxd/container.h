@@ -1,6 +1,7 @@
 /* container.h — the hardened container a session gets, its workspace, and
- * the sustained-state start check. Knows Docker (through docker.h) and the
- * config; knows nothing of session state, which session.c owns. */
+ * the sustained-state start check, and the check of a running container
+ * before each use. Knows Docker (through docker.h) and the config; knows
+ * nothing of session state, which session*.c own. */
 #ifndef SANDBOXD_CONTAINER_H
 #define SANDBOXD_CONTAINER_H
 

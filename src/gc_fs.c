@@ -91,18 +91,13 @@ static uint64_t tree_bytes_at(int dfd, const char *name, int depth)
  * in full first: entries are moved away while we go). NULL-terminated. */
 static char **list_id_dirs(int dfd)
 {
-        _cleanup_close_ int fd = openat(dfd, ".", O_RDONLY | O_DIRECTORY | O_CLOEXEC);
+        DIR *d = sbx_opendir_dup(dfd);
         char **names = NULL;
         size_t n = 0, cap = 0;
         struct dirent *e;
-        DIR *d;
 
-        if (fd < 0)
-                return NULL;
-        d = fdopendir(fd);
         if (!d)
                 return NULL;
-        TAKE_FD(fd);
         while ((e = readdir(d))) {
                 struct stat st;
                 if (!session_id_valid(e->d_name) || fstatat(dirfd(d), e->d_name, &st, AT_SYMLINK_NOFOLLOW) < 0 ||
@@ -210,12 +205,9 @@ void gc_spools(struct gc *g)
         /* Spool files no execution row holds (a crash between the file and
          * the row, a restored backup): same retention, by mtime. */
         if (dfd >= 0) {
-                _cleanup_close_ int fd = dup(dfd);
                 struct dirent *e;
-                DIR *d = fd >= 0 ? fdopendir(fd) : NULL;
+                DIR *d = sbx_opendir_dup(dfd);
 
-                if (d)
-                        TAKE_FD(fd);
                 while (d && (e = readdir(d))) {
                         size_t len = strlen(e->d_name);
                         struct stat st;
@@ -523,7 +515,7 @@ static void gc_leftover_run(struct gc *g, int tfd, const char *dir, const char *
 static void gc_leftover_trash(struct gc *g)
 {
         char dir[SBX_PATH_MAX + 16];
-        _cleanup_close_ int tfd = -1, fd = -1;
+        _cleanup_close_ int tfd = -1;
         char **runs = NULL;
         size_t n = 0;
         struct dirent *e;
@@ -531,11 +523,9 @@ static void gc_leftover_trash(struct gc *g)
 
         snprintf(dir, sizeof(dir), "%s/" TRASH_DIR, g->cfg->data_dir);
         tfd = open(dir, O_RDONLY | O_DIRECTORY | O_NOFOLLOW | O_CLOEXEC);
-        fd = tfd >= 0 ? dup(tfd) : -1;
-        d = fd >= 0 ? fdopendir(fd) : NULL;
+        d = sbx_opendir_dup(tfd);
         if (!d)
                 return;
-        TAKE_FD(fd);
         while ((e = readdir(d))) {
                 char **p;
                 if (strncmp(e->d_name, "run-", 4) != 0 || !(p = realloc(runs, (n + 2) * sizeof(*runs))))

@@ -30,7 +30,6 @@
 #include "sandboxd/config.h"
 #include "sandboxd/session.h"
 
-
 #define N_BUCKETS 1024
 #define MAX_HANDLERS 8
 #define MAX_EXTRA_LABELS 8

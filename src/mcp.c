@@ -43,7 +43,7 @@ int mcp_new(const struct mcp_options *opt, struct mcp **ret, struct sbx_error *e
                                      opt->session);
         r = mcp_tools_init();
         if (r < 0)
-                return sbx_error_set(err, r, 0, "built-in tool schemas do not parse");
+                return sbx_error_set(err, r, 0, "the built-in tool catalog (schemas/mcp_tools.json) is broken");
         m = calloc(1, sizeof(*m));
         if (!m)
                 return sbx_error_set(err, -ENOMEM, 0, "out of memory");
@@ -294,17 +294,17 @@ void mcp_handle_line(struct mcp *m, const char *line, size_t len)
         if (verdict != REQGUARD_OK && method) {
                 /* strict strings: a NUL would truncate an argument, invalid UTF-8 is no JSON text */
                 mcp_send_error(m, mcp_valid_id(id) ? id : NULL, MCP_INVALID_PARAMS, NULL, "%s",
-                           reqguard_verdict_message(verdict));
+                               reqguard_verdict_message(verdict));
                 goto out;
         }
         if (!cJSON_IsString(jsonrpc) || strcmp(jsonrpc->valuestring, "2.0") != 0) {
                 mcp_send_error(m, mcp_valid_id(id) ? id : NULL, MCP_INVALID_REQUEST, NULL,
-                           "Invalid Request: jsonrpc must be \"2.0\"");
+                               "Invalid Request: jsonrpc must be \"2.0\"");
                 goto out;
         }
         if (!cJSON_IsString(method)) {
                 mcp_send_error(m, mcp_valid_id(id) ? id : NULL, MCP_INVALID_REQUEST, NULL,
-                           "Invalid Request: method must be a string");
+                               "Invalid Request: method must be a string");
                 goto out;
         }
         if (!id) {
@@ -312,7 +312,8 @@ void mcp_handle_line(struct mcp *m, const char *line, size_t len)
                 goto out;
         }
         if (!mcp_valid_id(id)) {
-                mcp_send_error(m, NULL, MCP_INVALID_REQUEST, NULL, "Invalid Request: id must be a string or an integer");
+                mcp_send_error(m, NULL, MCP_INVALID_REQUEST, NULL,
+                               "Invalid Request: id must be a string or an integer");
                 goto out;
         }
         mcp_methods_request(m, id, method->valuestring, params);
@@ -339,7 +340,7 @@ void mcp_feed(struct mcp *m, const void *data, size_t len)
                 if (m->rlen + n > MCP_MAX_LINE) {
                         /* Answer now and drop the rest of the line as it streams by. */
                         mcp_send_error(m, NULL, MCP_PARSE_ERROR, NULL, "Parse error: message longer than %d bytes",
-                                   MCP_MAX_LINE);
+                                       MCP_MAX_LINE);
                         m->rlen = 0;
                         m->discarding = !nl;
                         if (m->rcap > 65536) {

@@ -93,7 +93,8 @@ static void handle_initialize(struct mcp *m, const struct mcp_req *q)
         cJSON *result;
 
         if (!cJSON_IsString(pv)) {
-                mcp_send_error(m, q->id, MCP_INVALID_PARAMS, NULL, "initialize: params.protocolVersion must be a string");
+                mcp_send_error(m, q->id, MCP_INVALID_PARAMS, NULL,
+                               "initialize: params.protocolVersion must be a string");
                 return;
         }
         if (caps && !cJSON_IsObject(caps)) {
@@ -144,8 +145,8 @@ static void handle_set_level(struct mcp *m, const struct mcp_req *q)
 
         if (i < 0) {
                 mcp_send_error(m, q->id, MCP_INVALID_PARAMS, NULL,
-                           "logging/setLevel: params.level must be one of debug, info, notice, warning, error, "
-                           "critical, alert, emergency");
+                               "logging/setLevel: params.level must be one of debug, info, notice, warning, error, "
+                               "critical, alert, emergency");
                 return;
         }
         pthread_mutex_lock(&m->lock);
@@ -288,16 +289,16 @@ static void handle_tools_call(struct mcp *m, const struct mcp_req *q)
                 }
                 if (strcmp(name->valuestring, "exec") != 0 && strcmp(name->valuestring, "run_code") != 0) {
                         mcp_send_error(m, q->id, MCP_METHOD_NOT_FOUND, NULL, "%.64s cannot run as a task (taskSupport)",
-                                   name->valuestring);
+                                       name->valuestring);
                         return;
                 }
                 tq.legacy_task = true;
                 mcp_call_start(m, &tq, MCP_CALL_TOOL, name->valuestring, args,
-                           session ? session->valuestring : m->session, token);
+                               session ? session->valuestring : m->session, token);
                 return;
         }
         mcp_call_start(m, q, MCP_CALL_TOOL, name->valuestring, args, session ? session->valuestring : m->session,
-                   token);
+                       token);
 }
 
 /* tasks/get, tasks/cancel, tasks/update: on a worker like a tool call
@@ -309,7 +310,7 @@ static void handle_tasks(struct mcp *m, const struct mcp_req *q)
 
         if (!q->tasks_ok && !q->modern) {
                 mcp_send_error(m, q->id, MCP_METHOD_NOT_FOUND, NULL, "Method not found: %.32s (tasks need 2025-11-25)",
-                           q->method);
+                               q->method);
                 return;
         }
         if (!q->tasks_ok) {
@@ -317,7 +318,7 @@ static void handle_tasks(struct mcp *m, const struct mcp_req *q)
                 ext = cJSON_AddObjectToObject(cJSON_AddObjectToObject(data, "requiredCapabilities"), "extensions");
                 cJSON_AddObjectToObject(ext, MCP_TASKS_EXTENSION);
                 mcp_send_error(m, q->id, MCP_MISSING_CLIENT_CAPABILITY, data,
-                           "Missing required client capability: the " MCP_TASKS_EXTENSION " extension");
+                               "Missing required client capability: the " MCP_TASKS_EXTENSION " extension");
                 return;
         }
         if (!cJSON_IsString(tid) || !*tid->valuestring || strlen(tid->valuestring) > 64) {
@@ -352,24 +353,24 @@ static int check_envelope(struct mcp *m, const cJSON *id, const cJSON *meta, str
 
         if (!cJSON_IsString(pv)) {
                 mcp_send_error(m, id, MCP_INVALID_PARAMS, NULL,
-                           "Invalid _meta envelope: " META_PROTOCOL_VERSION " must be a string");
+                               "Invalid _meta envelope: " META_PROTOCOL_VERSION " must be a string");
                 return -1;
         }
         if (!cJSON_IsObject(caps)) {
                 mcp_send_error(m, id, MCP_INVALID_PARAMS, NULL,
-                           "Invalid _meta envelope: " META_CLIENT_CAPABILITIES " %s",
-                           caps ? "must be an object" : "is missing");
+                               "Invalid _meta envelope: " META_CLIENT_CAPABILITIES " %s",
+                               caps ? "must be an object" : "is missing");
                 return -1;
         }
         if (info && (!cJSON_IsObject(info) || !cJSON_IsString(cJSON_GetObjectItemCaseSensitive(info, "name")) ||
                      !cJSON_IsString(cJSON_GetObjectItemCaseSensitive(info, "version")))) {
                 mcp_send_error(m, id, MCP_INVALID_PARAMS, NULL,
-                           "Invalid _meta envelope: " META_CLIENT_INFO " must be an object with name and version");
+                               "Invalid _meta envelope: " META_CLIENT_INFO " must be an object with name and version");
                 return -1;
         }
         if (level && (!cJSON_IsString(level) || log_level_index(level->valuestring) < 0)) {
                 mcp_send_error(m, id, MCP_INVALID_PARAMS, NULL,
-                           "Invalid _meta envelope: " META_LOG_LEVEL " must be a logging level");
+                               "Invalid _meta envelope: " META_LOG_LEVEL " must be a logging level");
                 return -1;
         }
         if (strcmp(pv->valuestring, MCP_MODERN_VERSION) != 0) {
@@ -378,7 +379,7 @@ static int check_envelope(struct mcp *m, const cJSON *id, const cJSON *meta, str
                 cJSON_AddItemToArray(sup, cJSON_CreateString(MCP_MODERN_VERSION));
                 cJSON_AddStringToObject(data, "requested", pv->valuestring);
                 mcp_send_error(m, id, MCP_UNSUPPORTED_PROTOCOL_VERSION, data, "Unsupported protocol version: %.64s",
-                           pv->valuestring);
+                               pv->valuestring);
                 return -1;
         }
         q->modern = true;
@@ -446,8 +447,8 @@ void mcp_methods_request(struct mcp *m, const cJSON *id, const char *method, con
                 ;
         else if (strcmp(method, "server/discover") == 0)
                 mcp_send_error(m, id, MCP_INVALID_PARAMS, NULL,
-                           "server/discover needs the " MCP_MODERN_VERSION " _meta envelope (" META_PROTOCOL_VERSION
-                           ", " META_CLIENT_CAPABILITIES ")");
+                               "server/discover needs the " MCP_MODERN_VERSION " _meta envelope (" META_PROTOCOL_VERSION
+                               ", " META_CLIENT_CAPABILITIES ")");
         else
                 mcp_send_error(m, id, MCP_METHOD_NOT_FOUND, NULL, "Method not found: %.100s", method);
 }

@@ -62,7 +62,7 @@
 #define MCP_MAX_LINE (8 * 1024 * 1024)
 /* Output lines stay under this too: the official SDKs drop a client whose
  * read buffer passes 10 MiB. A tool result that would not fit is cut down
- * (see mcp.c) rather than sent. */
+ * (see mcp_calls.c) rather than sent. */
 #define MCP_MAX_OUTPUT (8 * 1024 * 1024)
 /* read_file returns at most this much per call unless asked for less. */
 #define MCP_READ_FILE_MAX (1024 * 1024)

@@ -538,6 +538,7 @@ static void *refill_main(void *ud)
 
                         p->creating = true;
                         pthread_mutex_unlock(&p->lock);
+                        hook("refill");
                         r = refill_one(p, img, &e);
                         pthread_mutex_lock(&p->lock);
                         p->creating = false;

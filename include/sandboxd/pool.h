@@ -130,7 +130,8 @@ void pool_stats(struct pool *p, struct pool_stats *ret);
 /* Tests only: called at each step of a claim ("claiming": the slot is
  * marked, "moved": the workspace renamed (loop: its image and mount given
  * over), "rekeyed": the runner moved), so a test can SIGKILL the daemon
- * there. Process-wide; NULL: none. */
+ * there; and by the refill thread before each container it makes
+ * ("refill"), so a test can hold the refill back. Process-wide; NULL: none. */
 typedef void (*pool_test_hook_fn)(const char *stage);
 void pool_set_test_hook(pool_test_hook_fn fn);
 

@@ -75,7 +75,7 @@ struct pool {
         pool_load_fn load;
         void *load_ud;
         size_t rr;          /* round robin of the refill over images */
-        size_t n_waiters;   /* in every line; pool_free waits for none */
+        size_t in_claim;    /* threads inside pool_claim; pool_free waits for none */
         uint64_t claims, misses, created, failed, waited, wait_expired;
         int64_t create_ms_total;
         bool creating;
@@ -636,7 +636,6 @@ static int wait_in_line(struct pool *p, struct pool_image *img, const char *user
                 img->head = &w;
         img->tail = &w;
         img->waiting++;
-        p->n_waiters++;
         p->kick = true;
         pthread_cond_signal(&p->cond); /* the refill looks at the line now */
         while (!w.given && sbx_now_ms() < end && refill_can_come(p, img))
@@ -657,9 +656,6 @@ static int wait_in_line(struct pool *p, struct pool_image *img, const char *user
         } else {
                 p->waited++;
         }
-        p->n_waiters--;
-        if (p->stop)
-                pthread_cond_broadcast(&p->cond); /* pool_free waits for the lines to empty */
         pthread_cond_destroy(&w.cond);
         if (!w.given)
                 return -ENOENT;
@@ -677,6 +673,13 @@ int pool_claim(struct pool *p, const char *user, const char *session, const char
 
         if (!img || img->size <= 0)
                 return -ENOENT;
+        pthread_mutex_lock(&p->lock);
+        if (p->stop) {
+                pthread_mutex_unlock(&p->lock);
+                return -ENOENT;
+        }
+        p->in_claim++;
+        pthread_mutex_unlock(&p->lock);
         for (;;) {
                 pthread_mutex_lock(&p->lock);
                 /* arrival order: nobody passes a claimant already in line */
@@ -720,27 +723,29 @@ int pool_claim(struct pool *p, const char *user, const char *session, const char
                         r = r == -ENOENT ? -EIO : r;
                 }
         }
+        if (r < 0 && r != -ENOENT)
+                log_ctx(LOG_LEVEL_WARN, user, session, NULL, "pool: claim failed, cold path: %s",
+                        err ? err->msg : strerror(-r));
+        if (r == 0) {
+                sbx_strlcpy(ret->container_id, row.container_id, sizeof(ret->container_id));
+                sbx_strlcpy(ret->image, row.image, sizeof(ret->image));
+                sbx_strlcpy(ret->network_mode, row.network_mode, sizeof(ret->network_mode));
+                ret->waited = waited;
+                log_ctx(LOG_LEVEL_INFO, user, session, row.container_id, "pool: claimed slot %s of %s%s", row.slot,
+                        img->ref, waited ? " after waiting for the refill" : "");
+        }
         pthread_mutex_lock(&p->lock);
         if (r == 0)
                 p->claims++;
         else
                 p->misses++;
         p->kick = true;
-        pthread_cond_signal(&p->cond);
-        pthread_mutex_unlock(&p->lock);
-        if (r < 0) {
-                if (r != -ENOENT)
-                        log_ctx(LOG_LEVEL_WARN, user, session, NULL, "pool: claim failed, cold path: %s",
-                                err ? err->msg : strerror(-r));
-                return r == -ENOENT ? r : -EAGAIN;
-        }
-        sbx_strlcpy(ret->container_id, row.container_id, sizeof(ret->container_id));
-        sbx_strlcpy(ret->image, row.image, sizeof(ret->image));
-        sbx_strlcpy(ret->network_mode, row.network_mode, sizeof(ret->network_mode));
-        ret->waited = waited;
-        log_ctx(LOG_LEVEL_INFO, user, session, row.container_id, "pool: claimed slot %s of %s%s", row.slot, img->ref,
-                waited ? " after waiting for the refill" : "");
-        return 0;
+        if (--p->in_claim == 0 && p->stop)
+                pthread_cond_broadcast(&p->cond); /* pool_free waits for the claims under way */
+        else
+                pthread_cond_signal(&p->cond);
+        pthread_mutex_unlock(&p->lock); /* p may be gone from here on (pool_free) */
+        return r == 0 ? 0 : r == -ENOENT ? r : -EAGAIN;
 }
 
 void pool_make_room(struct pool *p)
@@ -842,7 +847,7 @@ void pool_free(struct pool *p)
         pthread_cond_broadcast(&p->cond);
         for (size_t i = 0; i < p->n_images; i++)
                 wake_waiters(&p->images[i]);
-        while (p->n_waiters > 0) /* each leaves at once (refill_can_come is false now) */
+        while (p->in_claim > 0) /* a waiter leaves at once (refill_can_come is false now) */
                 pthread_cond_wait(&p->cond, &p->lock);
         bool started = p->started;
         pthread_mutex_unlock(&p->lock);

@@ -564,6 +564,28 @@ static void child_claims(int fd)
         _exit(3); /* the hook did not fire */
 }
 
+/* A daemon in a child process claims a slot for u1:k1 and is SIGKILLed at
+ * stage; ret_cid: the container of the slot it claimed. */
+static void claim_killed_at(const char *stage, char ret_cid[65])
+{
+        int pipefd[2], status;
+        pid_t pid;
+
+        kill_stage = stage;
+        ret_cid[0] = '\0';
+        cr_assert_eq(pipe(pipefd), 0);
+        pid = fork();
+        cr_assert_geq(pid, 0);
+        if (pid == 0)
+                child_claims(pipefd[1]);
+        close(pipefd[1]);
+        cr_assert_eq(read(pipefd[0], ret_cid, 65), 65);
+        close(pipefd[0]);
+        cr_assert_eq(waitpid(pid, &status, 0), pid);
+        cr_assert(WIFSIGNALED(status) && WTERMSIG(status) == SIGKILL, "stage %s: the child was not killed", stage);
+        cr_assert(ret_cid[0], "stage %s: the child had no ready slot", stage);
+}
+
 Test(pool, sigkill_at_each_step_of_a_claim_leaves_the_container_with_the_session_once)
 {
         static const char *const stages[] = {"claiming", "moved", "rekeyed"};
@@ -571,24 +593,10 @@ Test(pool, sigkill_at_each_step_of_a_claim_leaves_the_container_with_the_session
         for (size_t k = 0; k < ELEMENTSOF(stages); k++) {
                 char cid[65] = "", path[SBX_PATH_MAX + 64];
                 struct session_info info;
-                int pipefd[2], status;
-                pid_t pid;
                 uid_t uid;
 
                 setup(1);
-                kill_stage = stages[k];
-                cr_assert_eq(pipe(pipefd), 0);
-                pid = fork();
-                cr_assert_geq(pid, 0);
-                if (pid == 0)
-                        child_claims(pipefd[1]);
-                close(pipefd[1]);
-                cr_assert_eq(read(pipefd[0], cid, sizeof(cid)), (ssize_t)sizeof(cid));
-                close(pipefd[0]);
-                cr_assert_eq(waitpid(pid, &status, 0), pid);
-                cr_assert(WIFSIGNALED(status) && WTERMSIG(status) == SIGKILL, "stage %s: the child was not killed",
-                          stages[k]);
-                cr_assert(cid[0], "stage %s: the child had no ready slot", stages[k]);
+                claim_killed_at(stages[k], cid);
 
                 d = fixture_open(&cfg, false); /* restart on the same data_dir */
                 cr_assert_eq(session_get_info(d->sessions, "u1", "k1", &info), 0, "stage %s: no session",
@@ -632,24 +640,11 @@ Test(pool, a_claim_cut_short_before_the_sessions_workspace_got_files_is_given_up
         struct docker_container_info ci;
         struct session_info info;
         struct session *s = NULL;
-        int pipefd[2], status;
         struct stat st;
-        pid_t pid;
         FILE *f;
 
         setup(1);
-        kill_stage = "claiming";
-        cr_assert_eq(pipe(pipefd), 0);
-        pid = fork();
-        cr_assert_geq(pid, 0);
-        if (pid == 0)
-                child_claims(pipefd[1]);
-        close(pipefd[1]);
-        cr_assert_eq(read(pipefd[0], cid, sizeof(cid)), (ssize_t)sizeof(cid));
-        close(pipefd[0]);
-        cr_assert_eq(waitpid(pid, &status, 0), pid);
-        cr_assert(WIFSIGNALED(status) && WTERMSIG(status) == SIGKILL, "the child was not killed");
-        cr_assert(cid[0], "the child had no ready slot");
+        claim_killed_at("claiming", cid);
 
         /* meanwhile the session's workspace got a file (a recreation after a failure, say) */
         snprintf(path, sizeof(path), "%s/workspaces/u1", cfg.data_dir);

@@ -12,8 +12,9 @@
  *     (some cold), and the pool comes back;
  *   - a dry pool: claimants wait in line and the refill serves them in
  *     arrival order; one past the line's length takes the cold path;
- *   - a private session never takes a pool container, and slots count
- *     against max_sessions (one gives way to a cold session);
+ *   - a private session never takes a pool container, also when it is
+ *     marked while it waits in line, and slots count against max_sessions
+ *     (one gives way to a cold session);
  *   - SIGKILL at each step of a claim, then a restart: the claimed container
  *     is the session's exactly once, no slot directory or uid is left, no
  *     workspace is shared; when the session's workspace got files meanwhile,
@@ -500,6 +501,60 @@ Test(pool, a_dry_pool_serves_its_line_in_arrival_order_and_one_past_the_line_goe
         cr_assert_eq(ps.misses, 1);
         pool_set_test_hook(NULL);
         wait_full();
+        daemon_close(d);
+        remove_run_containers();
+}
+
+struct mark_arg {
+        const char *session;
+        int rc;
+};
+
+static void *mark_one(void *ud)
+{
+        struct mark_arg *a = ud;
+        a->rc = privacy_mark(d->privacy, "u1", a->session, "patients", "test", "test", NULL);
+        return NULL;
+}
+
+static bool marked(void *ud)
+{
+        bool priv = false;
+        return store_private_any(d->store, "u1", ud, &priv) == 0 && priv;
+}
+
+Test(pool, a_session_marked_private_while_it_waits_in_line_takes_no_pool_container)
+{
+        struct burst_arg w = {.session = "w0"};
+        struct mark_arg m = {.session = "w0"};
+        struct session *s = NULL;
+        struct pool_stats ps;
+        pthread_t tw, tm;
+
+        setup(1);
+        cfg.pool_wait_ms = 60000;
+        d = fixture_open(&cfg, false);
+        wait_full();
+        refill_gate_closed = true;
+        pool_set_test_hook(hold_refill);
+        cr_assert_eq(session_get_or_create(d->sessions, "u1", "a0", &s, NULL), 0);
+        session_release(s);
+        cr_assert(is_pooled("a0"));
+        cr_assert_eq(pthread_create(&tw, NULL, burst_one, &w), 0);
+        cr_assert_geq(fixture_wait(waiting_is, (void *)(uintptr_t)1, 30000), 0, "w0 did not join the line");
+        /* the mark lands while w0 waits (it then waits for w0's creation to end) */
+        cr_assert_eq(pthread_create(&tm, NULL, mark_one, &m), 0);
+        cr_assert_geq(fixture_wait(marked, (void *)"w0", 30000), 0, "the mark was not recorded");
+        refill_gate_closed = false;
+        pthread_join(tw, NULL);
+        pthread_join(tm, NULL);
+        cr_assert_eq(w.rc, 0, "w0 was not served");
+        cr_assert_eq(m.rc, 0);
+        cr_assert_not(is_pooled("w0"), "a session marked private while it waited took a pool container");
+        pool_stats(d->pool, &ps);
+        cr_assert_eq(ps.claims, 1);
+        pool_set_test_hook(NULL);
+        wait_full(); /* the slot given back (or a new one) is ready for the next session */
         daemon_close(d);
         remove_run_containers();
 }

@@ -294,7 +294,7 @@ static struct pool_image *image_of(struct pool *p, const char *ref)
 struct slot_counts {
         size_t total;                   /* every row, of any image and state */
         size_t ready;
-        size_t held[POOL_MAX_IMAGES];   /* ready + creating, per image */
+        size_t held[POOL_MAX_IMAGES];   /* every slot of the image: a claim given up puts its slot back */
         size_t ready_of[POOL_MAX_IMAGES];
         size_t creating_of[POOL_MAX_IMAGES];
 };
@@ -314,7 +314,7 @@ static void count_slots(struct pool *p, struct slot_counts *c)
                 c->ready += ready;
                 if (!img)
                         continue;
-                c->held[img - p->images] += ready || creating;
+                c->held[img - p->images]++;
                 c->ready_of[img - p->images] += ready;
                 c->creating_of[img - p->images] += creating;
         }

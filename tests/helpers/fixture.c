@@ -10,6 +10,7 @@
 #include <sys/wait.h>
 
 #include "sandboxd/container.h"
+#include "sandboxd/exec.h"
 #include "sandboxd/monitor.h"
 #include "sandboxd/session.h"
 #include "testenv.h"
@@ -131,6 +132,17 @@ void fixture_wait_monitor_events(struct daemon *d)
 {
         cr_assert_not_null(d->monitor, "the daemon runs no monitor");
         cr_assert(testenv_wait_until(monitor_counts_events, d, 30000), "the monitor's events stream never connected");
+}
+
+bool fixture_exec_running(struct daemon *d, const char *user, const char *id)
+{
+        struct exec_result res;
+        bool running;
+
+        cr_assert_eq(exec_status(d->exec, user, id, -1, -1, 0, 0, &res, NULL), 0, "no execution %s", id);
+        running = res.state == EXEC_RUNNING;
+        exec_result_done(&res);
+        return running;
 }
 
 int fixture_count_threads(const char *name)

@@ -38,6 +38,8 @@ long fixture_wait(bool (*pred)(void *ud), void *ud, long timeout_ms);
  * shown by its counting an event (see testenv_events_probe): an event
  * before that is seen only by the periodic poll. */
 void fixture_wait_monitor_events(struct daemon *d);
+/* Whether execution id of user is RUNNING now (asserts it exists). */
+bool fixture_exec_running(struct daemon *d, const char *user, const char *id);
 /* Threads of this process whose name (comm) is `name`, e.g. "sbx-exec". */
 int fixture_count_threads(const char *name);
 

@@ -60,18 +60,9 @@ static void wait_stdout(const char *id, const char *needle)
         }
 }
 
-static bool is_running(const char *id)
-{
-        struct exec_result res;
-        cr_assert_eq(exec_status(d->exec, "u1", id, -1, -1, 0, 0, &res, NULL), 0);
-        bool running = res.state == EXEC_RUNNING;
-        exec_result_done(&res);
-        return running;
-}
-
 static void wait_running(const char *id)
 {
-        cr_assert(TESTENV_WAIT_UNTIL(is_running(id), 10000), "execution %s never ran", id);
+        cr_assert(TESTENV_WAIT_UNTIL(fixture_exec_running(d, "u1", id), 10000), "execution %s never ran", id);
 }
 
 static void send_line(const char *id, const char *text)

@@ -170,7 +170,9 @@ Test(exec, timeout_kills_the_whole_tree_but_not_other_executions)
 
         open_daemon(NULL, false);
         start_sh("tree", "exec sleep 1500", 0, other);
-        cr_assert(TESTENV_WAIT_UNTIL(count_procs("tree", "[s]leep 1500") == 1, 30000), "the other execution never ran");
+        cr_assert(TESTENV_WAIT_UNTIL(fixture_exec_running(d, "u1", other) && count_procs("tree", "[s]leep 1500") == 1,
+                                     30000),
+                  "the other execution never ran");
         run_sh("tree",
                "echo started; sleep 1001 & setsid sleep 1002 & (sh -c 'sleep 1003 & wait') & "
                "nohup sleep 1004 >/dev/null 2>&1 & sleep 1005",

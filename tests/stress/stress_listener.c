@@ -132,7 +132,7 @@ int main(void)
                         return 2;
                 }
                 /* not a wait: the clients' traffic runs against this server for a while */
-                sbx_sleep_ms(stress_n(700));
+                sbx_sleep_ms(stress_n(2000));
                 sockserver_stop(srv);
         }
         __atomic_store_n(&done, true, __ATOMIC_RELEASE);

@@ -31,7 +31,7 @@ static const int64_t frozen_now = 1000000;
 static void writer(int t, void *ud)
 {
         char user[16], session[16];
-        int rounds = stress_n(4000);
+        int rounds = stress_n(20000);
 
         (void)ud;
         snprintf(user, sizeof(user), "u%d", t % 4);

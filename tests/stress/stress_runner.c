@@ -177,7 +177,7 @@ static void on_lost(const char *user, const char *session, const char *cause, vo
 static void worker(int t, void *ud)
 {
         int s = t % (SESSIONS + 1);
-        int rounds = stress_n(150);
+        int rounds = stress_n(600);
         const char *argv[] = {"true", NULL};
         struct runner_exec_spec spec = {.workdir = "/workspace", .argv = argv};
         char session[16];

@@ -57,7 +57,7 @@ static void free_ports(const int *ports, int me)
 static void worker(int t, void *ud)
 {
         char user[32];
-        int rounds = stress_n(60);
+        int rounds = stress_n(200);
 
         (void)ud;
         snprintf(user, sizeof(user), "user%d", t);

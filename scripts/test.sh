@@ -33,7 +33,7 @@ case ${1:-} in
 '') ;;
 --asan) asan=1 ;;
 --tsan) tsan=1 ;;
--h | --help) sed -n '2,23s/^# \{0,1\}//p' "${BASH_SOURCE[0]}"; exit 0 ;;
+-h | --help) sed -n '2,24s/^# \{0,1\}//p' "${BASH_SOURCE[0]}"; exit 0 ;;
 *) echo "usage: scripts/test.sh [--asan | --tsan]" >&2; exit 2 ;;
 esac
 

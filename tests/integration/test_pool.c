@@ -425,8 +425,9 @@ static volatile bool refill_gate_closed;
 
 static void hold_refill(const char *stage)
 {
-        while (strcmp(stage, "refill") == 0 && refill_gate_closed)
-                sbx_sleep_ms(20);
+        /* the refill waits while the gate is closed (a minute at most: every wait has a deadline) */
+        if (strcmp(stage, "refill") == 0)
+                (void)TESTENV_WAIT_UNTIL(!refill_gate_closed, 60000);
 }
 
 static bool waiting_is(void *ud)

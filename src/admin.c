@@ -618,8 +618,9 @@ static int c_sessions_top(struct admin_req *q, cJSON **ret, struct admin_err *e)
 
         if (a_string(q, "user", false, &user, e) < 0)
                 return -1;
-        r = usage_collect(&(struct usage_ctx){q->d->sessions, q->d->docker, q->d->exec, q->d->store}, user,
-                          ADMIN_TOP_MAX, &rows, &n);
+        r = usage_collect(&(struct usage_ctx){.sessions = q->d->sessions, .docker = q->d->docker, .exec = q->d->exec,
+                                              .store = q->d->store},
+                          user, ADMIN_TOP_MAX, &rows, &n);
         if (r < 0)
                 return fail_errno(e, r, NULL);
         *ret = cJSON_CreateObject();

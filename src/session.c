@@ -115,7 +115,7 @@ static void persist_locked(struct session *s)
                 s->persisted = true;
 }
 
-void set_state_locked(struct session *s, enum session_state state, const char *cause, const char *error)
+void session_set_state_locked(struct session *s, enum session_state state, const char *cause, const char *error)
 {
         if (s->state != state)
                 log_ctx(LOG_LEVEL_INFO, s->user, s->id, s->container_id[0] ? s->container_id : NULL,
@@ -178,7 +178,7 @@ static void insert_locked(struct session_manager *m, struct session *s)
         m->n_sessions++;
 }
 
-void unlink_locked(struct session_manager *m, struct session *s)
+void session_unlink_locked(struct session_manager *m, struct session *s)
 {
         for (struct session **pp = &m->buckets[key_hash(s->user, s->id)]; *pp; pp = &(*pp)->next)
                 if (*pp == s) {
@@ -197,7 +197,7 @@ static void session_free(struct session *s)
         free(s);
 }
 
-void unref(struct session *s)
+void session_unref(struct session *s)
 {
         struct session_manager *m;
         bool last;
@@ -263,7 +263,7 @@ static int admit_locked(struct session_manager *m, const struct session *skip, c
 }
 
 /* Find the session, or make it (from its store row if there is one). */
-int lookup_ref(struct session_manager *m, const char *user, const char *id, bool create, struct session **ret,
+int session_lookup_ref(struct session_manager *m, const char *user, const char *id, bool create, struct session **ret,
                struct sbx_error *err)
 {
         struct session *s;
@@ -303,7 +303,7 @@ int lookup_ref(struct session_manager *m, const char *user, const char *id, bool
 
 /* Copy references to every session (so no table lock is held while each
  * session is looked at). */
-int all_refs(struct session_manager *m, struct session ***ret, size_t *ret_n)
+int session_all_refs(struct session_manager *m, struct session ***ret, size_t *ret_n)
 {
         struct session **list;
         size_t n = 0;
@@ -325,10 +325,10 @@ int all_refs(struct session_manager *m, struct session ***ret, size_t *ret_n)
         return 0;
 }
 
-void refs_free(struct session **list, size_t n)
+void session_refs_free(struct session **list, size_t n)
 {
         for (size_t i = 0; i < n; i++)
-                unref(list[i]);
+                session_unref(list[i]);
         free(list);
 }
 
@@ -458,7 +458,7 @@ void session_set_quota(struct session_manager *m, struct quota *q)
 
 const char *session_default_network(struct session_manager *m) { return m->cfg->network_default; }
 
-const char *required_network(struct session_manager *m, const char *user, const char *id)
+const char *session_required_network(struct session_manager *m, const char *user, const char *id)
 {
         session_network_policy_fn fn;
         void *ud;
@@ -470,7 +470,7 @@ const char *required_network(struct session_manager *m, const char *user, const 
         return fn(user, id, ud);
 }
 
-void call_handlers(struct session_manager *m, const char *user, const char *id, const char *container_id,
+void session_call_handlers(struct session_manager *m, const char *user, const char *id, const char *container_id,
                    const char *cause)
 {
         struct handler hs[MAX_HANDLERS];
@@ -547,9 +547,9 @@ static int bind_claimed(struct session *s, const char *network, const char *id)
         return 0;
 }
 
-/* The warm path (pool.h): a new session of the default image and runtime,
- * not private, with no workspace content, takes a pool container. 0 with
- * the claimed container; otherwise the caller takes the cold path. */
+/* The warm path (pool.h): a new session of the default runtime, not
+ * private, with no workspace content, takes a pool container of its image.
+ * 0 with the claimed container; otherwise the caller takes the cold path. */
 static int try_pool(struct session *s, const char *network, char ret_id[65], char ret_image[256],
                     char ret_workspace[SBX_PATH_MAX], char ret_runtime[16])
 {
@@ -557,10 +557,10 @@ static int try_pool(struct session *s, const char *network, char ret_id[65], cha
         struct store_session_options o = {0};
         struct pool_claim c = {0};
         struct sbx_error e = {0};
-        bool other_image;
+        char image[256];
         int r;
 
-        if (!m->pool || m->cfg->pool_size <= 0)
+        if (!m->pool)
                 return -ENOENT;
         pthread_mutex_lock(&m->lock);
         bool runtime_policy = m->runtime_fn != NULL;
@@ -570,16 +570,17 @@ static int try_pool(struct session *s, const char *network, char ret_id[65], cha
         ret_runtime[0] = '\0';
         if (runtime_policy && (fn(s->user, ret_runtime, &e, ud) < 0 || (ret_runtime[0] && strcmp(ret_runtime, "runc") != 0)))
                 return -ENOENT; /* runsc, or a runtime that refuses: the cold path says why */
-        other_image = store_session_options_get(m->store, s->user, s->id, &o) == 0 && o.image[0] &&
-                      strcmp(o.image, m->cfg->image) != 0;
+        sbx_strlcpy(image, m->cfg->image, sizeof(image));
+        if (store_session_options_get(m->store, s->user, s->id, &o) == 0 && o.image[0])
+                sbx_strlcpy(image, o.image, sizeof(image));
         store_session_options_done(&o);
-        if (other_image || gateway_is_private(m->gateway, s->user, s->id) ||
-            !pool_applies(m->pool, s->user, s->id, network))
+        if (gateway_is_private(m->gateway, s->user, s->id) || !pool_applies(m->pool, s->user, s->id, network))
                 return -ENOENT;
-        if (pool_claim(m->pool, s->user, s->id, network, &c, &e) < 0)
+        if (pool_claim(m->pool, s->user, s->id, network, image, &c, &e) < 0)
                 return -ENOENT;
         memcpy(ret_id, c.container_id, 65);
-        r = bind_claimed(s, network, ret_id);
+        /* marked private since: the claimed container is replaced before anything serves it */
+        r = gateway_is_private(m->gateway, s->user, s->id) ? -EPERM : bind_claimed(s, network, ret_id);
         if (r < 0)
                 return r; /* ret_id is the claimed container: the cold path replaces it */
         sbx_strlcpy(ret_image, c.image, 256);
@@ -600,7 +601,7 @@ int session_get_or_create(struct session_manager *m, const char *user, const cha
         r = session_key_check(user, id, err);
         if (r < 0)
                 return r;
-        r = lookup_ref(m, user, id, true, &s, err);
+        r = session_lookup_ref(m, user, id, true, &s, err);
         if (r < 0)
                 return r;
 
@@ -613,7 +614,7 @@ int session_get_or_create(struct session_manager *m, const char *user, const cha
                          * would bring back a session that is gone, with whatever network
                          * a dropped mark would allow. The caller may ask again. */
                         pthread_mutex_unlock(&s->lock);
-                        unref(s);
+                        session_unref(s);
                         return sbx_error_set(err, -ENOENT, 0, "session %s:%s was destroyed while this request waited",
                                              user, id);
                 }
@@ -625,7 +626,7 @@ int session_get_or_create(struct session_manager *m, const char *user, const cha
                         pthread_mutex_unlock(&s->lock);
                         /* The actual container is inspected before every use, never a cached view:
                          * it may have died, vanished, or now need a network it must not have. */
-                        network = required_network(m, user, id);
+                        network = session_required_network(m, user, id);
                         /* A live runner (heartbeats; its death closes the socket at once) vouches
                          * for its container, so the exec path needs no inspect. A session that
                          * must have no network is still inspected: the ratchet is checked on
@@ -649,7 +650,7 @@ int session_get_or_create(struct session_manager *m, const char *user, const cha
                         if (r < 0) {
                                 pthread_mutex_unlock(&s->lock);
                                 sbx_error_prefix(err, "checking the session's container");
-                                unref(s);
+                                session_unref(s);
                                 return r;
                         }
                         if (s->transitioning || strcmp(s->container_id, old_id) != 0)
@@ -657,9 +658,9 @@ int session_get_or_create(struct session_manager *m, const char *user, const cha
                         if (s->state == SESSION_RUNNING && strcmp(cause, "privacy_ratchet") != 0) {
                                 char msg[256];
                                 snprintf(msg, sizeof(msg), "container %.12s failed: %s", old_id, cause);
-                                set_state_locked(s, SESSION_ERROR, cause, msg);
+                                session_set_state_locked(s, SESSION_ERROR, cause, msg);
                                 pthread_mutex_unlock(&s->lock);
-                                call_handlers(m, user, id, old_id, cause);
+                                session_call_handlers(m, user, id, old_id, cause);
                                 pthread_mutex_lock(&s->lock);
                                 notified = true;
                                 continue;
@@ -683,7 +684,7 @@ int session_get_or_create(struct session_manager *m, const char *user, const cha
                         pthread_mutex_unlock(&m->lock);
                         if (r < 0) {
                                 pthread_mutex_unlock(&s->lock);
-                                unref(s);
+                                session_unref(s);
                                 return r;
                         }
                 }
@@ -692,13 +693,13 @@ int session_get_or_create(struct session_manager *m, const char *user, const cha
                 memcpy(old_id, s->container_id, sizeof(old_id));
                 if (!cause[0])
                         snprintf(cause, sizeof(cause), "%s", s->state == SESSION_ERROR ? "recreated" : "");
-                set_state_locked(s, SESSION_CREATING, NULL, NULL);
+                session_set_state_locked(s, SESSION_CREATING, NULL, NULL);
                 pthread_mutex_unlock(&s->lock);
 
                 r = 0;
-                network = required_network(m, user, id);
+                network = session_required_network(m, user, id);
                 if (old_id[0] && cause[0] && !notified)
-                        call_handlers(m, user, id, old_id, cause);
+                        session_call_handlers(m, user, id, old_id, cause);
                 s->pooled = false;
                 new_id[0] = '\0';
                 if (!old_id[0] && try_pool(s, network, new_id, image, workspace, runtime) == 0)
@@ -707,19 +708,19 @@ int session_get_or_create(struct session_manager *m, const char *user, const cha
                         if (new_id[0]) /* claimed but not servable: replaced like a failed container */
                                 memcpy(old_id, new_id, sizeof(old_id));
                         pool_make_room(m->pool); /* slots count against max_sessions */
-                        r = make_container(s, old_id, &network, new_id, image, workspace, runtime, err);
+                        r = session_make_container(s, old_id, &network, new_id, image, workspace, runtime, err);
                 }
 
                 pthread_mutex_lock(&s->lock);
                 s->transitioning = false;
                 if (r < 0) {
                         s->container_id[0] = '\0';
-                        set_state_locked(s, SESSION_ERROR, "create_failed", err ? err->msg : "creation failed");
+                        session_set_state_locked(s, SESSION_ERROR, "create_failed", err ? err->msg : "creation failed");
                         pthread_cond_broadcast(&s->cond);
                         pthread_mutex_unlock(&s->lock);
                         log_ctx(LOG_LEVEL_WARN, user, id, NULL, "cannot create container: %s",
                                 err ? err->msg : strerror(-r));
-                        unref(s);
+                        session_unref(s);
                         return r;
                 }
                 memcpy(s->container_id, new_id, sizeof(s->container_id));
@@ -739,7 +740,7 @@ int session_get_or_create(struct session_manager *m, const char *user, const cha
                 }
                 s->active_ops++;
                 s->last_activity = sbx_wall_ms();
-                set_state_locked(s, SESSION_RUNNING, NULL, NULL);
+                session_set_state_locked(s, SESSION_RUNNING, NULL, NULL);
                 pthread_cond_broadcast(&s->cond);
                 pthread_mutex_unlock(&s->lock);
                 *ret = s;
@@ -754,7 +755,7 @@ void session_release(struct session *s)
         pthread_mutex_lock(&s->lock);
         s->active_ops--;
         pthread_mutex_unlock(&s->lock);
-        unref(s);
+        session_unref(s);
 }
 
 const char *session_user(const struct session *s) { return s->user; }

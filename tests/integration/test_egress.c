@@ -295,8 +295,7 @@ Test(egress_ct, mark_private_closes_open_tunnels_and_survives_a_restart)
         free(sh("p", "true", NULL));
         snprintf(cmd, sizeof(cmd), holder_py, echo_port);
         cr_assert_eq(service_start(d->services, "u1", "p", "holder", cmd, NULL, NULL, &err), 0, "%s", err.msg);
-        for (int i = 0; i < 300 && !(egress_session_stats(d->egress, "u1", "p", &es) == 0 && es.open == 1); i++)
-                usleep(100000);
+        (void)TESTENV_WAIT_UNTIL(egress_session_stats(d->egress, "u1", "p", &es) == 0 && es.open == 1, 30000);
         cr_assert_eq(es.open, 1, "the holder's tunnel is open");
 
         cr_assert_eq(privacy_mark(d->privacy, "u1", "p", "payroll", "hr", "test", &err), 0, "%s", err.msg);

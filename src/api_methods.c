@@ -142,7 +142,7 @@ static int m_write_file(struct api_req *q, cJSON **ret, struct fronterr *e)
         if (jparam_string(&q->args, "path", true, &path, e) < 0 || api_param_encoding(q, "encoding", &base64, e) < 0 ||
             api_param_bytes(q, "content", true, base64, &data, &len, e) < 0)
                 return -1;
-        r = files_write(q->d, q->tok.user, q->session, path, data, len, norm, &err);
+        r = files_write(&q->d->files, q->tok.user, q->session, path, data, len, norm, &err);
         if (r < 0)
                 return fronterr_errno(e, r, &err, NULL);
         *ret = cJSON_CreateObject();
@@ -163,7 +163,7 @@ static int m_read_file(struct api_req *q, cJSON **ret, struct fronterr *e)
         if (jparam_string(&q->args, "path", true, &path, e) < 0 || jparam_int(&q->args, "offset", 0, INT64_MAX / 4, 0, &offset, e) < 0 ||
             jparam_int(&q->args, "length", 0, INT64_MAX / 4, -1, &length, e) < 0 || api_param_encoding(q, "encoding", &base64, e) < 0)
                 return -1;
-        r = files_read(q->d, q->tok.user, q->session, path, (uint64_t)offset, length, &res, &err);
+        r = files_read(&q->d->files, q->tok.user, q->session, path, (uint64_t)offset, length, &res, &err);
         if (r < 0)
                 return fronterr_errno(e, r, &err, NULL);
         *ret = cJSON_CreateObject();
@@ -194,7 +194,7 @@ static int m_list_files(struct api_req *q, cJSON **ret, struct fronterr *e)
 
         if (jparam_string(&q->args, "path", false, &path, e) < 0)
                 return -1;
-        r = files_list(q->d, q->tok.user, q->session, path, norm, &list, &n, &truncated, &err);
+        r = files_list(&q->d->files, q->tok.user, q->session, path, norm, &list, &n, &truncated, &err);
         if (r < 0)
                 return fronterr_errno(e, r, &err, NULL);
         *ret = cJSON_CreateObject();

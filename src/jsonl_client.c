@@ -16,8 +16,6 @@
 #include <sys/un.h>
 #include <unistd.h>
 
-#include "listener.h"
-
 #define JSONL_CHUNK 65536
 
 int jsonl_connect(const char *path, struct sbx_error *err)
@@ -46,8 +44,19 @@ int jsonl_connect(const char *path, struct sbx_error *err)
 
 int jsonl_send_raw(int fd, const void *buf, size_t len)
 {
-        int r = listener_send_all(fd, buf, len);
-        return r == -EAGAIN ? -ETIMEDOUT : r;
+        const char *p = buf;
+
+        while (len > 0) {
+                ssize_t n = send(fd, p, len, MSG_NOSIGNAL);
+                if (n < 0) {
+                        if (errno == EINTR)
+                                continue;
+                        return errno == EAGAIN ? -ETIMEDOUT : -errno; /* EAGAIN: the send timeout passed */
+                }
+                p += n;
+                len -= (size_t)n;
+        }
+        return 0;
 }
 
 int jsonl_send(int fd, const cJSON *msg)

@@ -50,7 +50,7 @@ struct daemon *fixture_open(const struct sbx_config *cfg, bool monitor)
         struct daemon *d = NULL;
         struct sbx_error err = {0};
 
-        (void)testenv_docker(); /* curl_global_init and the atexit cleanup */
+        (void)testenv_docker(); /* docker_global_init and the atexit cleanup */
         cr_assert_eq(fronts_open(cfg, &opts, &d, &err), 0, "daemon_open: %s", err.msg);
         return d;
 }

@@ -20,6 +20,7 @@
 #include <unistd.h>
 
 #include "sandboxd/config.h"
+#include "sandboxd/jsonl_client.h"
 #include "sandboxd/log.h"
 
 /* mkdir -p with mode 0755 for missing components; existing ones are left as
@@ -237,19 +238,7 @@ int listener_peer(int fd, struct ucred *ret)
 
 int listener_send_all(int fd, const void *buf, size_t len)
 {
-        const char *p = buf;
-
-        while (len > 0) {
-                ssize_t n = send(fd, p, len, MSG_NOSIGNAL);
-                if (n < 0) {
-                        if (errno == EINTR)
-                                continue;
-                        return -errno;
-                }
-                p += n;
-                len -= (size_t)n;
-        }
-        return 0;
+        return jsonl_send_raw(fd, buf, len); /* one send loop: jsonl_client.c's */
 }
 
 void linereader_init(struct linereader *lr, int fd, size_t max)

@@ -190,15 +190,6 @@ int docker_unreachable(struct docker *d, int errnum, struct sbx_error *err)
                              "cannot reach Docker at %s: %s", d->socket_path, strerror(errnum));
 }
 
-void docker_reply_done(struct docker_reply *r)
-{
-        if (!r)
-                return;
-        free(r->body);
-        r->body = NULL;
-        r->len = 0;
-}
-
 int docker_reply_error(const struct docker_reply *r, bool conflict_is_exists, struct sbx_error *err)
 {
         int code = docker_status_to_errno(r->status, conflict_is_exists);
@@ -416,6 +407,29 @@ out:
         curl_slist_free_all(headers);
         free(b.data);
         free(url);
+        return r;
+}
+
+void docker_reply_done(struct docker_reply *r)
+{
+        if (!r)
+                return;
+        free(r->body);
+        r->body = NULL;
+        r->len = 0;
+}
+
+int docker_get_ok(struct docker *d, const char *path, long extra_timeout_ms, size_t max_reply,
+                  struct docker_reply *ret, struct sbx_error *err)
+{
+        int r = docker_http(d, "GET", path, NULL, NULL, 0, extra_timeout_ms, max_reply, ret, err);
+
+        if (r < 0)
+                return r;
+        if (ret->status != 200) {
+                r = docker_reply_error(ret, false, err);
+                docker_reply_done(ret);
+        }
         return r;
 }
 

@@ -26,13 +26,17 @@ static inline void curl_freep(char **p) { curl_free(*p); }
         } while (0)
 
 /* "/containers/<escaped id><query><escaped value>" into *ret: a call whose
- * query parameter is tenant-chosen text (a name, a path). */
-static int container_path_param(const char *id, const char *query, const char *value, char **ret,
-                                struct sbx_error *err)
+ * query parameter is tenant-chosen text (a name, a path; `missing` is the
+ * error when it is empty). */
+static int container_path_param(const char *id, const char *query, const char *value, const char *missing,
+                                char **ret, struct sbx_error *err)
 {
         _cleanup_free_ char *suffix = NULL;
-        char *ev = curl_easy_escape(NULL, value, 0);
+        char *ev;
 
+        if (!value || !*value)
+                return sbx_error_set(err, -EINVAL, 0, "%s", missing);
+        ev = curl_easy_escape(NULL, value, 0);
         if (!ev)
                 return sbx_error_set(err, -ENOMEM, 0, "out of memory");
         if (asprintf(&suffix, "%s%s", query, ev) < 0)
@@ -156,14 +160,9 @@ int docker_container_remove(struct docker *d, const char *id, bool force, struct
 int docker_container_rename(struct docker *d, const char *id, const char *new_name, struct sbx_error *err)
 {
         _cleanup_free_ char *path = NULL;
-        int r;
+        int r = container_path_param(id, "/rename?name=", new_name, "rename without a new name", &path, err);
 
-        if (!new_name || !*new_name)
-                return sbx_error_set(err, -EINVAL, 0, "rename without a new name");
-        r = container_path_param(id, "/rename?name=", new_name, &path, err);
-        if (r < 0)
-                return r;
-        return docker_call(d, "POST", path, NULL, true, 0, 0, NULL, err);
+        return r < 0 ? r : docker_call(d, "POST", path, NULL, true, 0, 0, NULL, err);
 }
 
 int docker_container_inspect(struct docker *d, const char *id, struct docker_container_info *ret,
@@ -342,9 +341,9 @@ int docker_archive_put(struct docker *d, const char *id, const char *dir, const 
         struct docker_reply rep;
         int r;
 
-        if (!dir || !*dir || (!tar && len > 0))
+        if (!tar && len > 0)
                 return sbx_error_set(err, -EINVAL, 0, "archive put needs a directory and a tar");
-        r = container_path_param(id, "/archive?path=", dir, &path, err);
+        r = container_path_param(id, "/archive?path=", dir, "archive put needs a directory and a tar", &path, err);
         if (r < 0)
                 return r;
         /* big uploads: give each MiB a second on top of the usual bound */
@@ -364,19 +363,12 @@ int docker_archive_get(struct docker *d, const char *id, const char *p, size_t m
         struct docker_reply rep;
         int r;
 
-        if (!p || !*p)
-                return sbx_error_set(err, -EINVAL, 0, "archive get needs a path");
-        r = container_path_param(id, "/archive?path=", p, &path, err);
+        r = container_path_param(id, "/archive?path=", p, "archive get needs a path", &path, err);
         if (r < 0)
                 return r;
-        r = docker_http(d, "GET", path, NULL, NULL, 0, (long)(max_bytes >> 20) * 1000, max_bytes, &rep, err);
+        r = docker_get_ok(d, path, (long)(max_bytes >> 20) * 1000, max_bytes, &rep, err);
         if (r < 0)
                 return r;
-        if (rep.status != 200) {
-                r = docker_reply_error(&rep, false, err);
-                docker_reply_done(&rep);
-                return r;
-        }
         *ret_len = rep.len;
         *ret_tar = TAKE_PTR(rep.body);
         return 0;

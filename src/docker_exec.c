@@ -168,14 +168,9 @@ int docker_exec_inspect(struct docker *d, const char *exec_id, struct docker_exe
         eid = docker_path_escape(exec_id, false);
         if (!eid || asprintf(&path, "/exec/%s/json", eid) < 0)
                 return sbx_error_set(err, -ENOMEM, 0, "out of memory");
-        r = docker_http(d, "GET", path, NULL, NULL, 0, 0, 0, &rep, err);
+        r = docker_get_ok(d, path, 0, 0, &rep, err);
         if (r < 0)
                 return r;
-        if (rep.status != 200) {
-                r = docker_reply_error(&rep, false, err);
-                docker_reply_done(&rep);
-                return r;
-        }
         j = cJSON_ParseWithLength(rep.body, rep.len);
         docker_reply_done(&rep);
         if (!cJSON_IsObject(j)) {
@@ -572,6 +567,16 @@ static int drain(struct docker_stream *s, struct out_buf *out, struct out_buf *e
         }
 }
 
+void docker_exec_result_done(struct docker_exec_result *r)
+{
+        if (!r)
+                return;
+        free(r->out);
+        free(r->err);
+        r->out = r->err = NULL;
+        r->out_len = r->err_len = 0;
+}
+
 int docker_exec_run(struct docker *d, const char *container_id, const struct docker_exec_spec *spec,
                     const void *stdin_data, size_t stdin_len, size_t max_output, int timeout_ms,
                     struct docker_exec_result *ret, struct sbx_error *err)
@@ -695,14 +700,4 @@ out:
         free(errb.data);
         docker_stream_free(s);
         return r;
-}
-
-void docker_exec_result_done(struct docker_exec_result *r)
-{
-        if (!r)
-                return;
-        free(r->out);
-        free(r->err);
-        r->out = r->err = NULL;
-        r->out_len = r->err_len = 0;
 }

@@ -43,6 +43,11 @@ int docker_http(struct docker *d, const char *method, const char *path, const ch
                 struct docker_reply *ret, struct sbx_error *err);
 void docker_reply_done(struct docker_reply *r);
 
+/* GET path; a reply other than 200 becomes -errno + err (and is freed),
+ * else *ret holds it. */
+int docker_get_ok(struct docker *d, const char *path, long extra_timeout_ms, size_t max_reply,
+                  struct docker_reply *ret, struct sbx_error *err);
+
 /* Request + "status must be one of 2xx (or `also_ok`)" + optional parsed JSON. */
 int docker_call(struct docker *d, const char *method, const char *path, const char *body,
                 bool conflict_is_exists, long also_ok, long extra_timeout_ms, cJSON **ret_json,

@@ -487,14 +487,15 @@ static void head_event(struct bufferevent *bev, short what, void *arg)
 
 /* ---- accepting ---- */
 
-void egress_tunnel_refuse_fd(struct egress *eg, struct esess *s, int fd, int status, const char *reason,
-                             const char *detail)
+/* A tunnel counted and linked into its session (s may be NULL); closes fd
+ * when out of memory. */
+static struct tunnel *tunnel_new(struct egress *eg, struct esess *s, int fd)
 {
         struct tunnel *t = calloc(1, sizeof(*t));
 
         if (!t) {
                 close(fd);
-                return;
+                return NULL;
         }
         t->eg = eg;
         t->s = s;
@@ -508,6 +509,16 @@ void egress_tunnel_refuse_fd(struct egress *eg, struct esess *s, int fd, int sta
                         s->tunnels->prev = t;
                 s->tunnels = t;
         }
+        return t;
+}
+
+void egress_tunnel_refuse_fd(struct egress *eg, struct esess *s, int fd, int status, const char *reason,
+                             const char *detail)
+{
+        struct tunnel *t = tunnel_new(eg, s, fd);
+
+        if (!t)
+                return;
         t->cli = bufferevent_socket_new(eg->base, fd, BEV_OPT_CLOSE_ON_FREE);
         if (!t->cli)
                 close(fd);
@@ -524,23 +535,10 @@ void egress_tunnel_refuse_fd(struct egress *eg, struct esess *s, int fd, int sta
  * were checked by the caller). */
 void egress_tunnel_open(struct egress *eg, struct esess *s, int fd)
 {
-        struct tunnel *t;
+        struct tunnel *t = tunnel_new(eg, s, fd);
 
-        t = calloc(1, sizeof(*t));
-        if (!t) {
-                close(fd);
+        if (!t)
                 return;
-        }
-        t->eg = eg;
-        t->s = s;
-        t->started = sbx_now_ms();
-        t->started_wall = sbx_wall_ms();
-        t->next = s->tunnels;
-        if (s->tunnels)
-                s->tunnels->prev = t;
-        s->tunnels = t;
-        atomic_fetch_add(&s->n_open, 1);
-        atomic_fetch_add(&eg->n_open, 1);
         http_parser_init(&t->parser, HTTP_REQUEST);
         t->parser.data = t;
         t->timer = evtimer_new(eg->base, tunnel_timer, t);

@@ -259,13 +259,25 @@ static void run_cmd(struct gateway *gw, struct gw_cmd *c)
         }
 }
 
+/* Drop one reference to c, with gw->lock held; unlocks. The last frees it. */
+static void cmd_unref_unlock(struct gateway *gw, struct gw_cmd *c)
+{
+        bool last = --c->refs == 0;
+
+        pthread_mutex_unlock(&gw->lock);
+        if (last) {
+                pthread_cond_destroy(&c->cond);
+                free(c->ports);
+                free(c);
+        }
+}
+
 static void cmd_cb(evutil_socket_t fd, short what, void *ud)
 {
         struct gateway *gw = ud;
 
         for (;;) {
                 struct gw_cmd *c;
-                bool last;
 
                 pthread_mutex_lock(&gw->lock);
                 c = gw->cmds;
@@ -281,13 +293,7 @@ static void cmd_cb(evutil_socket_t fd, short what, void *ud)
                 pthread_mutex_lock(&gw->lock);
                 c->done = true;
                 pthread_cond_broadcast(&c->cond);
-                last = --c->refs == 0;
-                pthread_mutex_unlock(&gw->lock);
-                if (last) {
-                        pthread_cond_destroy(&c->cond);
-                        free(c->ports);
-                        free(c);
-                }
+                cmd_unref_unlock(gw, c);
         }
         pthread_mutex_lock(&gw->lock);
         if (gw->stop)
@@ -331,7 +337,6 @@ static struct gw_cmd *cmd_new(enum cmd_kind kind, const char *user, const char *
 static int cmd_run(struct gateway *gw, struct gw_cmd *c, struct sbx_error *err, bool *ret_sealed)
 {
         struct timespec until = sbx_deadline_after(CLOCK_REALTIME, CMD_DEADLINE_MS);
-        bool last;
         int r;
 
         pthread_mutex_lock(&gw->lock);
@@ -350,13 +355,7 @@ static int cmd_run(struct gateway *gw, struct gw_cmd *c, struct sbx_error *err, 
                 sbx_error_set(err, -ETIMEDOUT, 0, "the gateway did not answer in time");
         if (ret_sealed)
                 *ret_sealed = c->done && c->sealed;
-        last = --c->refs == 0;
-        pthread_mutex_unlock(&gw->lock);
-        if (last) {
-                pthread_cond_destroy(&c->cond);
-                free(c->ports);
-                free(c);
-        }
+        cmd_unref_unlock(gw, c);
         return r;
 }
 

@@ -262,6 +262,25 @@ struct recv_buf {
         char content_type[96];
 };
 
+int docker_buf_append(char **data, size_t *len, size_t *cap, const void *p, size_t n, size_t first_cap)
+{
+        if (*len + n + 1 > *cap) {
+                size_t c = *cap ? *cap : first_cap;
+                char *q;
+                while (c < *len + n + 1)
+                        c *= 2;
+                q = realloc(*data, c);
+                if (!q)
+                        return -ENOMEM;
+                *data = q;
+                *cap = c;
+        }
+        memcpy(*data + *len, p, n);
+        *len += n;
+        (*data)[*len] = '\0';
+        return 0;
+}
+
 static size_t recv_write(char *ptr, size_t size, size_t nmemb, void *userdata)
 {
         struct recv_buf *b = userdata;
@@ -271,21 +290,7 @@ static size_t recv_write(char *ptr, size_t size, size_t nmemb, void *userdata)
                 b->overflow = true;
                 return 0; /* aborts the transfer with CURLE_WRITE_ERROR */
         }
-        if (b->len + n + 1 > b->cap) {
-                size_t cap = b->cap ? b->cap : 4096;
-                char *p;
-                while (cap < b->len + n + 1)
-                        cap *= 2;
-                p = realloc(b->data, cap);
-                if (!p)
-                        return 0;
-                b->data = p;
-                b->cap = cap;
-        }
-        memcpy(b->data + b->len, ptr, n);
-        b->len += n;
-        b->data[b->len] = '\0';
-        return n;
+        return docker_buf_append(&b->data, &b->len, &b->cap, ptr, n, 4096) < 0 ? 0 : n;
 }
 
 static size_t recv_header(char *ptr, size_t size, size_t nmemb, void *userdata)

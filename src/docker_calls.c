@@ -198,26 +198,38 @@ cJSON *docker_filters_new(const char *const *label_filters)
         return f;
 }
 
-int docker_container_list(struct docker *d, const char *const *label_filters, bool all,
-                          struct docker_container_summary **ret_list, size_t *ret_n, struct sbx_error *err)
+/* prefix + the escaped JSON filters on labels (a list call's path). */
+static int filtered_path(const char *prefix, const char *const *label_filters, char **ret, struct sbx_error *err)
 {
-        _cleanup_free_ char *path = NULL, *fjson = NULL;
+        _cleanup_free_ char *fjson = NULL;
+        cJSON *f = docker_filters_new(label_filters);
         char *efilters = NULL;
-        struct docker_reply rep;
-        cJSON *f;
         int r;
 
-        f = docker_filters_new(label_filters);
         fjson = f ? cJSON_PrintUnformatted(f) : NULL;
         cJSON_Delete(f);
         if (!fjson || !(efilters = curl_easy_escape(NULL, fjson, 0)))
                 return sbx_error_set(err, -ENOMEM, 0, "out of memory");
-        r = asprintf(&path, "/containers/json?all=%d&filters=%s", all ? 1 : 0, efilters);
+        r = asprintf(ret, "%s%s", prefix, efilters);
         curl_free(efilters);
         if (r < 0) {
-                path = NULL;
+                *ret = NULL;
                 return sbx_error_set(err, -ENOMEM, 0, "out of memory");
         }
+        return 0;
+}
+
+int docker_container_list(struct docker *d, const char *const *label_filters, bool all,
+                          struct docker_container_summary **ret_list, size_t *ret_n, struct sbx_error *err)
+{
+        _cleanup_free_ char *path = NULL;
+        struct docker_reply rep;
+        int r;
+
+        r = filtered_path(all ? "/containers/json?all=1&filters=" : "/containers/json?all=0&filters=", label_filters,
+                          &path, err);
+        if (r < 0)
+                return r;
         r = docker_http(d, "GET", path, NULL, NULL, 0, 0, 0, &rep, err);
         if (r < 0)
                 return r;
@@ -431,24 +443,15 @@ int docker_network_remove(struct docker *d, const char *name, struct sbx_error *
 int docker_network_list(struct docker *d, const char *const *label_filters, char (**ret_names)[128], size_t *ret_n,
                         struct sbx_error *err)
 {
-        _cleanup_free_ char *path = NULL, *fjson = NULL;
-        char *efilters = NULL;
+        _cleanup_free_ char *path = NULL;
         char(*names)[128] = NULL;
-        cJSON *f, *j = NULL, *it;
+        cJSON *j = NULL, *it;
         size_t n = 0;
         int r;
 
-        f = docker_filters_new(label_filters);
-        fjson = f ? cJSON_PrintUnformatted(f) : NULL;
-        cJSON_Delete(f);
-        if (!fjson || !(efilters = curl_easy_escape(NULL, fjson, 0)))
-                return sbx_error_set(err, -ENOMEM, 0, "out of memory");
-        r = asprintf(&path, "/networks?filters=%s", efilters);
-        curl_free(efilters);
-        if (r < 0) {
-                path = NULL;
-                return sbx_error_set(err, -ENOMEM, 0, "out of memory");
-        }
+        r = filtered_path("/networks?filters=", label_filters, &path, err);
+        if (r < 0)
+                return r;
         r = docker_call(d, "GET", path, NULL, false, 0, 0, &j, err);
         if (r < 0)
                 return r;

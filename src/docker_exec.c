@@ -529,21 +529,7 @@ static int out_append(struct out_buf *b, const void *p, size_t n)
                 b->truncated = true;
                 n = b->max - b->len;
         }
-        if (b->len + n + 1 > b->cap) {
-                size_t cap = b->cap ? b->cap : 256;
-                char *q;
-                while (cap < b->len + n + 1)
-                        cap *= 2;
-                q = realloc(b->data, cap);
-                if (!q)
-                        return -ENOMEM;
-                b->data = q;
-                b->cap = cap;
-        }
-        memcpy(b->data + b->len, p, n);
-        b->len += n;
-        b->data[b->len] = '\0';
-        return 0;
+        return docker_buf_append(&b->data, &b->len, &b->cap, p, n, 256);
 }
 
 /* Drain everything the stream has without waiting. 1 at EOF, 0 when it

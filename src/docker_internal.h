@@ -43,6 +43,10 @@ int docker_http(struct docker *d, const char *method, const char *path, const ch
                 struct docker_reply *ret, struct sbx_error *err);
 void docker_reply_done(struct docker_reply *r);
 
+/* Append n bytes to a growing NUL-terminated buffer (capacity first_cap at
+ * first, doubling). 0 or -ENOMEM (the buffer is unchanged). */
+int docker_buf_append(char **data, size_t *len, size_t *cap, const void *p, size_t n, size_t first_cap);
+
 /* GET path; a reply other than 200 becomes -errno + err (and is freed),
  * else *ret holds it. */
 int docker_get_ok(struct docker *d, const char *path, long extra_timeout_ms, size_t max_reply,

@@ -405,19 +405,15 @@ int gateway_new(const struct sbx_config *cfg, struct egress *eg, struct gateway 
                 gw->resume_ev = evtimer_new(gw->base, gateway_resume_listeners, gw);
         }
         if (!gw->base || !gw->cmd_ev || !gw->resume_ev) {
-                r = sbx_error_set(err, -ENOMEM, 0, "cannot set up the gateway's event loop");
-                goto fail;
+                gw_release(gw);
+                return sbx_error_set(err, -ENOMEM, 0, "cannot set up the gateway's event loop");
         }
         r = -pthread_create(&gw->thread, NULL, gw_main, gw);
-        if (r < 0) {
-                sbx_error_set(err, r, 0, "cannot start the gateway thread: %s", strerror(-r));
-                goto fail;
-        }
-        *ret = gw;
-        return 0;
-fail:
-        gw_release(gw);
-        return r;
+        if (r < 0)
+                gw_release(gw);
+        else
+                *ret = gw;
+        return r < 0 ? sbx_error_set(err, r, 0, "cannot start the gateway thread: %s", strerror(-r)) : 0;
 }
 
 void gateway_free(struct gateway *gw)

@@ -1,17 +1,155 @@
-/* runner_internal.h — between runner.c (the hub: sockets, connections,
- * executions) and runner_ops.c (files and services over the same
- * connections). Not a public header. */
+/* runner_internal.h — between the runner hub's files. Not a public header.
+ *
+ *   runner.c       the hub thread: connections, frames in and out, heartbeat
+ *   runner_chan.c  a session's channel: directory, socket, wait, rename, drop
+ *   runner_exec.c  executions over a connection
+ *   runner_jobs.c  durable executions a reconnected runner still holds
+ *   runner_ops.c   files and services over the same connections; it uses
+ *                  only the last section (runner_hub_conn, runner_hub_send)
+ *
+ * The lock rules are in runner.c's header. */
 #ifndef SANDBOXD_RUNNER_INTERNAL_H
 #define SANDBOXD_RUNNER_INTERNAL_H
 
+#include <pthread.h>
 #include <stdbool.h>
 #include <stddef.h>
 #include <stdint.h>
+#include <sys/types.h>
 
 #include "sandboxd/runner.h"
 #include "sandboxd/runner_ops.h"
+#include "sandboxd/runner_proto.h"
 
-/* runner.c */
+/* An execution a reconnected runner still holds, until claimed. */
+struct runner_job {
+        uint32_t tag;
+        struct rp_job r;
+};
+
+/* An execution the exec engine will adopt after a restart. */
+struct runner_expect {
+        char user[65], session[65];
+        uint32_t tag;
+};
+
+enum ep_kind { EP_LISTEN, EP_CONN };
+
+struct runner_chan;
+
+struct ep_ref {
+        struct runner_chan *c;
+        enum ep_kind kind;
+};
+
+struct runner_chan {
+        struct runner_hub *h;
+        struct runner_chan *next; /* h->chans */
+        int refs;
+        bool dead;
+        char user[65], session[65];
+        char dir[SBX_PATH_MAX];
+        int dirfd, lfd, cfd;
+        bool hello;
+        bool ever_hello;      /* since the last prepare (a new container) */
+        bool waited_in_vain;  /* a wait timed out before any runner came */
+        int64_t last_rx;      /* monotonic ms of the last frame (heartbeat) */
+        int64_t last_ping;
+        char version[64];
+        uint32_t next_tag;
+        uint64_t conn_id; /* which connection: files and services (runner_ops.c) match it */
+        struct ep_ref ep_listen, ep_conn;
+        unsigned char *inbuf;
+        size_t in_len;
+        struct runner_exec *execs;
+        pthread_mutex_t wlock;
+        struct runner_job jobs[RP_MAX_JOBS]; /* listed by the runner after hello, not claimed yet */
+        size_t n_jobs;
+        bool jobs_complete; /* RP_JOBS_END arrived on this connection */
+        bool refused_once;  /* a connection was refused before its hello (since the last prepare) */
+};
+
+struct runner_exec {
+        struct runner_chan *c;
+        struct runner_exec *next; /* c->execs (h->lock) */
+        int refs;                 /* h->lock */
+        uint32_t tag;
+        int cfd; /* the connection it was started on */
+        runner_output_fn on_output;
+        void *userdata;
+
+        pthread_mutex_t lock;
+        pthread_cond_t cond;
+        bool ended, lost;
+        int fail;
+        char error[256];
+        struct runner_exit exit;
+        uint64_t stdin_sent, stdin_acked;
+        uint64_t recv[2];  /* stream offsets: delivered to on_output (persisted by it) */
+        uint64_t acked[2]; /* what RP_ACK said last */
+        int in_callback;   /* on_output calls under way (x->lock) */
+};
+
+struct runner_hub {
+        const struct sbx_config *cfg;
+        char root[SBX_PATH_MAX];
+        char binary[SBX_PATH_MAX];
+        pthread_mutex_t lock;
+        pthread_cond_t cond;
+        struct runner_chan *chans;
+        int epfd;
+        int wake[2];
+        bool stop;
+        pthread_t thread;
+        runner_lost_fn on_lost;
+        void *lost_ud;
+        struct runner_expect *expect; /* h->lock */
+        size_t n_expect;
+        uint64_t next_conn_id;
+        struct runner_ops *ops; /* files and services (runner_ops.c) */
+};
+
+/* ---- runner.c ---- */
+
+/* Write one frame to cfd if it is still c's connection (-ECONNRESET if
+ * not), with a deadline; takes c->wlock. */
+int runner_send_frame(struct runner_chan *c, int cfd, uint16_t type, uint16_t flags, uint32_t tag, const void *p1,
+                      size_t n1, const void *p2, size_t n2);
+/* A frame without payload that never waits (-EAGAIN: not now). Hub thread. */
+int runner_send_frame_nowait(struct runner_chan *c, int cfd, uint16_t type, uint32_t tag);
+/* Wake the hub thread (a channel was marked dead, or renamed). */
+void runner_hub_wake(struct runner_hub *h);
+void runner_chan_free(struct runner_chan *c);
+
+/* ---- runner_chan.c ---- */
+
+/* The live (not dead) channel of the session, or NULL. Under h->lock. */
+struct runner_chan *runner_chan_find_locked(struct runner_hub *h, const char *user, const char *session);
+
+/* ---- runner_exec.c ---- */
+
+/* A handle with one reference, on no channel yet. NULL: no memory. */
+struct runner_exec *runner_exec_new(runner_output_fn on_output, void *userdata);
+/* Put x on c's current connection under tag. Under h->lock. */
+void runner_exec_link_locked(struct runner_chan *c, struct runner_exec *x, uint32_t tag);
+/* The end of an execution (the first one counts); wakes its waiter. */
+void runner_exec_end(struct runner_exec *x, bool lost, int fail, const char *msg, const struct runner_exit *ex);
+/* A frame about one execution, from the hub thread with no lock held.
+ * False: a protocol error. */
+bool runner_exec_on_frame(struct runner_hub *h, struct runner_chan *c, const struct rp_hdr *hdr,
+                          const unsigned char *p);
+
+/* ---- runner_jobs.c ---- */
+
+/* Whether the exec engine will adopt (session, tag). Under h->lock. */
+bool runner_expected_locked(struct runner_hub *h, const char *user, const char *session, uint32_t tag);
+/* RP_JOB and RP_JOBS_END, on the hub thread. False: a protocol error. */
+bool runner_job_listed(struct runner_hub *h, struct runner_chan *c, const struct rp_hdr *hdr, const unsigned char *p);
+bool runner_jobs_listed(struct runner_hub *h, struct runner_chan *c);
+
+/* ---- for runner_ops.c ---- */
+
+
 struct runner_ops *runner_hub_ops(struct runner_hub *h);
 /* The id of the session's live connection (-ENOTCONN without one). */
 int runner_hub_conn(struct runner_hub *h, const char *user, const char *session, uint64_t *ret);

@@ -1,6 +1,6 @@
 /* runner_proto.h — the wire protocol between the daemon and sandboxd-runner.
  *
- * Shared by the daemon (src/runner.c) and the in-container runner
+ * Shared by the daemon (src/runner*.c) and the in-container runner
  * (runner/sandboxd-runner.c, built static with musl): nothing here may need
  * more than the C library.
  *

@@ -1,0 +1,188 @@
+/* runner_jobs.c — durable executions: what a reconnected runner still
+ * holds after a daemon restart.
+ *
+ * The exec engine tells the hub which (session, tag) it will adopt
+ * (runner_hub_expect; h->expect). A runner lists what it holds right after
+ * its hello (RP_JOB frames into c->jobs, then RP_JOBS_END); on the end of
+ * that list the hub forgets every job nobody expects (RP_FORGET, its tree
+ * killed if it still runs), and runner_exec_adopt() claims the others,
+ * resuming their output from the offsets the daemon has (RP_RESUME).
+ *
+ * Locks: h->lock for h->expect and a channel's jobs (see runner.c); no
+ * frame is written under it. */
+#include <errno.h>
+#include <pthread.h>
+#include <stdio.h>
+#include <string.h>
+
+#include "runner_internal.h"
+#include "sandboxd/log.h"
+
+bool runner_expected_locked(struct runner_hub *h, const char *user, const char *session, uint32_t tag)
+{
+        for (size_t i = 0; i < h->n_expect; i++)
+                if (h->expect[i].tag == tag && strcmp(h->expect[i].user, user) == 0 &&
+                    strcmp(h->expect[i].session, session) == 0)
+                        return true;
+        return false;
+}
+
+static void unexpect_locked(struct runner_hub *h, const char *user, const char *session, uint32_t tag)
+{
+        for (size_t i = 0; i < h->n_expect; i++)
+                if (h->expect[i].tag == tag && strcmp(h->expect[i].user, user) == 0 &&
+                    strcmp(h->expect[i].session, session) == 0) {
+                        h->expect[i] = h->expect[--h->n_expect];
+                        return;
+                }
+}
+
+/* RP_JOB: one execution the runner holds. Hub thread. */
+bool runner_job_listed(struct runner_hub *h, struct runner_chan *c, const struct rp_hdr *hdr, const unsigned char *p)
+{
+        struct rp_job r;
+        bool ok = true;
+
+        if (hdr->len != sizeof(r) || hdr->tag == 0 || hdr->flags != 0)
+                return false;
+        memcpy(&r, p, sizeof(r));
+        if ((r.flags & ~RP_JOB_EXITED) != 0)
+                return false;
+        for (int k = 0; k < 2; k++)
+                if (r.acked[k] > r.produced[k] || r.produced[k] > (UINT64_C(1) << 62))
+                        return false;
+        pthread_mutex_lock(&h->lock);
+        if (c->jobs_complete || c->n_jobs >= RP_MAX_JOBS)
+                ok = false;
+        for (size_t i = 0; ok && i < c->n_jobs; i++)
+                ok = c->jobs[i].tag != hdr->tag;
+        if (ok)
+                c->jobs[c->n_jobs++] = (struct runner_job){.tag = hdr->tag, .r = r};
+        pthread_mutex_unlock(&h->lock);
+        return ok;
+}
+
+/* RP_JOBS_END: a job nobody will adopt is forgotten (its tree killed if it
+ * still runs); the others wait for runner_exec_adopt(). Hub thread. */
+bool runner_jobs_listed(struct runner_hub *h, struct runner_chan *c)
+{
+        uint32_t forget[RP_MAX_JOBS];
+        size_t n = 0;
+        int cfd;
+
+        pthread_mutex_lock(&h->lock);
+        if (c->jobs_complete) {
+                pthread_mutex_unlock(&h->lock);
+                return false;
+        }
+        c->jobs_complete = true;
+        cfd = c->cfd;
+        for (size_t i = 0; i < c->n_jobs;) {
+                if (runner_expected_locked(h, c->user, c->session, c->jobs[i].tag)) {
+                        i++;
+                        continue;
+                }
+                forget[n++] = c->jobs[i].tag;
+                c->jobs[i] = c->jobs[--c->n_jobs];
+        }
+        pthread_cond_broadcast(&h->cond);
+        pthread_mutex_unlock(&h->lock);
+        for (size_t i = 0; i < n; i++)
+                (void)runner_send_frame_nowait(c, cfd, RP_FORGET, forget[i]);
+        if (n)
+                log_ctx(LOG_LEVEL_INFO, c->user, c->session, NULL,
+                        "the runner held %zu executions nobody adopts: dropped", n);
+        return true;
+}
+
+
+void runner_hub_expect(struct runner_hub *h, const char *user, const char *session, uint32_t tag)
+{
+        struct runner_expect *p;
+
+        if (!h || tag == 0)
+                return;
+        pthread_mutex_lock(&h->lock);
+        if (!runner_expected_locked(h, user, session, tag)) {
+                p = realloc(h->expect, (h->n_expect + 1) * sizeof(*p));
+                if (p) {
+                        h->expect = p;
+                        p = &h->expect[h->n_expect++];
+                        memset(p, 0, sizeof(*p));
+                        sbx_strlcpy(p->user, user, sizeof(p->user));
+                        sbx_strlcpy(p->session, session, sizeof(p->session));
+                        p->tag = tag;
+                }
+        }
+        pthread_mutex_unlock(&h->lock);
+}
+
+void runner_hub_unexpect(struct runner_hub *h, const char *user, const char *session, uint32_t tag)
+{
+        if (!h)
+                return;
+        pthread_mutex_lock(&h->lock);
+        unexpect_locked(h, user, session, tag);
+        pthread_mutex_unlock(&h->lock);
+}
+
+int runner_exec_adopt(struct runner_hub *h, const char *user, const char *session, uint32_t tag,
+                      const uint64_t have[2], runner_output_fn on_output, void *userdata, int timeout_ms,
+                      struct runner_exec **ret, uint64_t ret_start[2], struct sbx_error *err)
+{
+        struct timespec until = sbx_deadline_after(CLOCK_REALTIME, timeout_ms);
+        struct rp_offsets o = {{have[0], have[1]}};
+        struct runner_chan *c = NULL;
+        struct runner_exec *x;
+        struct rp_job job;
+        size_t i;
+        int r;
+
+        if (!h || runner_hub_adopt(h, user, session) < 0)
+                return sbx_error_set(err, -ENOENT, 0, "the session has no runner");
+        pthread_mutex_lock(&h->lock);
+        for (;;) {
+                c = runner_chan_find_locked(h, user, session);
+                if (c && c->cfd >= 0 && c->hello && c->jobs_complete)
+                        break;
+                c = NULL;
+                if (timeout_ms <= 0 || pthread_cond_timedwait(&h->cond, &h->lock, &until) == ETIMEDOUT)
+                        break;
+        }
+        if (!c) {
+                pthread_mutex_unlock(&h->lock);
+                return sbx_error_set(err, -ETIMEDOUT, 0, "the session's runner has not come back");
+        }
+        for (i = 0; i < c->n_jobs && c->jobs[i].tag != tag; i++)
+                ;
+        if (i == c->n_jobs) {
+                unexpect_locked(h, user, session, tag);
+                pthread_mutex_unlock(&h->lock);
+                return sbx_error_set(err, -ENOENT, 0, "the runner no longer holds it");
+        }
+        x = runner_exec_new(on_output, userdata);
+        if (!x) {
+                pthread_mutex_unlock(&h->lock);
+                return sbx_error_set(err, -ENOMEM, 0, "out of memory");
+        }
+        job = c->jobs[i].r;
+        c->jobs[i] = c->jobs[--c->n_jobs];
+        unexpect_locked(h, user, session, tag);
+        runner_exec_link_locked(c, x, tag);
+        for (int k = 0; k < 2; k++) {
+                /* the runner computes the same: it kept [acked, produced) */
+                uint64_t at = have[k] < job.acked[k] ? job.acked[k] : have[k];
+                x->recv[k] = x->acked[k] = at > job.produced[k] ? job.produced[k] : at;
+        }
+        pthread_mutex_unlock(&h->lock);
+
+        r = runner_send_frame(c, x->cfd, RP_RESUME, 0, tag, &o, sizeof(o), NULL, 0);
+        if (r < 0) {
+                runner_exec_free(x);
+                return sbx_error_set(err, -ECONNRESET, 0, "the runner connection was lost");
+        }
+        ret_start[0] = x->recv[0];
+        ret_start[1] = x->recv[1];
+        *ret = x;
+        return 0;
+}

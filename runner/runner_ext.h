@@ -1,6 +1,6 @@
 /* runner_ext.h — what the parts of sandboxd-runner share (internal to the
  * runner binary): the main loop and framing in sandboxd-runner.c,
- * executions in runner_exec.c, their processes and terminals in
+ * executions in runner_execution.c, their processes and terminals in
  * runner_proc.c, workspace files in runner_files.c, services in
  * runner_svc.c. All single-threaded: everything runs on the one poll loop. */
 #ifndef SANDBOXD_RUNNER_EXT_H
@@ -46,7 +46,7 @@ bool pty_winsize_ok(uint32_t rows, uint32_t cols);
  * path under /dev/pts is trusted). -1 with errno on failure. */
 int pty_open(uint16_t rows, uint16_t cols, int *ret_master, int *ret_slave);
 
-/* runner_exec.c */
+/* runner_execution.c */
 struct job;
 /* One polled fd of an execution: output k (0, 1), its status (2) or stdin (3). */
 struct exec_pollref {

@@ -1,6 +1,6 @@
 /* runner_proc.c — the runner's processes (part of sandboxd-runner): the
  * process tree of a shim read from /proc and signalled whole, what a shim
- * and a leader do after fork (runner_exec.c forks them), and the
+ * and a leader do after fork (runner_execution.c forks them), and the
  * pseudo-terminals of RP_EXEC_TTY executions.
  *
  * Single-threaded (the main poll loop), except what runs in a forked child. */

@@ -7,7 +7,7 @@
  * It connects to the daemon through the session directory (RP_SOCKET_DIR,
  * a read-only bind mount of a root-owned host directory) and reconnects
  * with backoff whenever the daemon is away. It starts executions on
- * request (see runner_proto.h), each under a shim of its own (runner_exec.c).
+ * request (see runner_proto.h), each under a shim of its own (runner_execution.c).
  *
  * Services (runner_svc.c) live under shims of their own the same way, and
  * workspace files (runner_files.c) are read and written confined to
@@ -15,7 +15,7 @@
  *
  * Single-threaded: one poll loop. This file is the loop, the connection
  * (framing in and out, reconnecting) and reaping; executions, with their
- * durable output, are runner_exec.c, their processes and terminals
+ * durable output, are runner_execution.c, their processes and terminals
  * runner_proc.c.
  *
  * The runner is non-dumpable (no ptrace, no /proc/<pid>/mem for the tenant's

@@ -1,4 +1,4 @@
-/* runner_exec.c — the runner's executions (part of sandboxd-runner; see
+/* runner_execution.c — the runner's executions (part of sandboxd-runner; see
  * sandboxd-runner.c for the loop and the connection). Each runs under a
  * shim of its own:
  *

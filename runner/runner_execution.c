@@ -96,7 +96,6 @@ struct job {
 static struct job jobs[MAX_JOBS];
 static size_t retained_total;
 
-
 static struct job *job_find(uint32_t tag)
 {
         for (int i = 0; i < MAX_JOBS; i++)

@@ -482,7 +482,6 @@ char *docker_path_with_id(const char *prefix, const char *id, const char *suffix
         return p;
 }
 
-
 /* ---- version ---- */
 
 int docker_ping(struct docker *d, struct sbx_error *err)

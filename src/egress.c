@@ -64,7 +64,6 @@ static int evthread_rc;
 
 static void evthread_init(void) { evthread_rc = evthread_use_pthreads(); }
 
-
 /* ---- sessions ---- */
 
 static struct esess *sess_find(struct egress *eg, const char *user, const char *session)

@@ -65,7 +65,6 @@ struct egress {
         atomic_uint_least64_t allowed, blocked;
 };
 
-
 enum tstate { T_HEAD, T_RESOLVE, T_CONNECT, T_PROXY_HS, T_RELAY };
 
 struct esess {

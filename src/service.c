@@ -73,7 +73,6 @@ static const char stop_script[] =
         "kill -KILL \"${d#/proc/}\" 2>/dev/null && n=$((n+1)); fi; done; "
         "[ \"$n\" -eq 0 ] && break; r=$((r+1)); sleep 0.1; done; echo stopped";
 
-
 static const char *const state_names[] = {"STARTING", "RUNNING", "STOPPING", "STOPPED", "FAILED"};
 
 const char *service_state_to_string(enum service_state s)
@@ -161,7 +160,6 @@ static void on_session_failure(const char *user, const char *session, const char
 }
 
 /* ---- start / stop / list / logs ---- */
-
 
 /* The runner path of a start: *row gets the pid. -ENOTCONN when no runner
  * is connected (the caller falls back to docker exec). */

@@ -10,6 +10,21 @@
 #include <time.h>
 #include <unistd.h>
 
+DIR *sbx_opendir_dup(int fd)
+{
+        _cleanup_close_ int dup_fd = dup(fd);
+        DIR *d;
+
+        if (dup_fd < 0)
+                return NULL;
+        d = fdopendir(dup_fd);
+        if (!d)
+                return NULL;
+        TAKE_FD(dup_fd); /* the stream owns it now */
+        rewinddir(d);    /* a dup shares the offset an earlier reader left */
+        return d;
+}
+
 int sbx_error_set(struct sbx_error *err, int code, int http_status, const char *fmt, ...)
 {
         if (err) {

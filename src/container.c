@@ -1,5 +1,6 @@
-/* container.c — the hardened container spec, workspace directories and the
- * sustained-state start check. Stateless: no locks; every call is a
+/* container.c — the hardened container spec, workspace directories, the
+ * sustained-state start check and the check before each use
+ * (container_validate). Stateless: no locks; every call is a
  * sequence of Docker requests made by the calling thread. */
 #include "sandboxd/container.h"
 
@@ -172,17 +173,12 @@ void container_identity_drop(const struct sbx_config *cfg, uid_t uid)
  * directories were hoisted, or -errno. */
 static int empty_into(int top, int fd, unsigned long *counter)
 {
-        DIR *dir;
+        DIR *dir = sbx_opendir_dup(fd);
         struct dirent *de;
-        int r = 0, hoisted = 0, dup_fd = dup(fd);
+        int r = 0, hoisted = 0;
 
-        if (dup_fd < 0)
+        if (!dir)
                 return -errno;
-        dir = fdopendir(dup_fd);
-        if (!dir) {
-                close(dup_fd);
-                return -errno;
-        }
         while ((de = readdir(dir))) {
                 if (strcmp(de->d_name, ".") == 0 || strcmp(de->d_name, "..") == 0)
                         continue;
@@ -251,19 +247,13 @@ static int remove_tree_at(int top)
         unsigned long counter = 0, next = 0;
 
         for (;;) {
-                DIR *dir;
+                DIR *dir = sbx_opendir_dup(top); /* rewound: the last pass left the offset at the end */
                 struct dirent *de;
-                int r = 0, dup_fd = dup(top);
+                int r = 0;
                 bool any = false, progress = false;
 
-                if (dup_fd < 0)
+                if (!dir)
                         return -errno;
-                dir = fdopendir(dup_fd);
-                if (!dir) {
-                        close(dup_fd);
-                        return -errno;
-                }
-                rewinddir(dir); /* a dup shares the offset the last pass left at the end */
                 while ((de = readdir(dir))) {
                         int k;
 
@@ -324,6 +314,39 @@ int container_remove(struct docker *d, const char *id, struct sbx_error *err)
 {
         int r = docker_container_remove(d, id, true, err);
         return r == -ENOENT ? 0 : r;
+}
+
+/* Cause from an inspect of a container that is no longer running. */
+static void describe_exit(const struct docker_container_info *info, char *buf, size_t size)
+{
+        if (info->oom_killed)
+                snprintf(buf, size, "oom_killed");
+        else
+                snprintf(buf, size, "exited with code %d", info->exit_code);
+}
+
+int container_validate(struct docker *d, const char *id, const char *network, char *cause, size_t size,
+                       char ret_runtime[16], struct sbx_error *err)
+{
+        struct docker_container_info info;
+        int r = docker_container_inspect(d, id, &info, err);
+
+        if (r == -ENOENT) {
+                snprintf(cause, size, "removed");
+                return 1;
+        }
+        if (r < 0)
+                return r;
+        if (!info.running) {
+                describe_exit(&info, cause, size);
+                return 1;
+        }
+        if (strcmp(network, "none") == 0 && info.has_network) {
+                snprintf(cause, size, "privacy_ratchet");
+                return 1;
+        }
+        sbx_strlcpy(ret_runtime, info.runtime, 16);
+        return 0;
 }
 
 /* Startup failed: gather the exit code and log tail into err, then remove. */

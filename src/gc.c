@@ -36,13 +36,18 @@
  * The daemon keeps its own view in memory: a session gc stopped or whose
  * ERROR row it deleted is recreated by the daemon's next request for it.
  *
+ * The pieces: gc.c (the snapshot, containers, sessions, ports, services,
+ * store rows, the run), gc_fs.c (the filesystem half: execution spools,
+ * mounted workspace images, workspaces and the gc-trash, the session uids
+ * that hang on workspaces), gc_report.c (the report's output);
+ * gc_internal.h is what they share.
+ *
  * Threads and locks: none; gc is one thread. {data_dir}/gc.lock (flock)
  * keeps two real runs apart; a dry run writes nothing and does not take it.
  * Failures: an item that fails is logged and counted, and gc goes on. */
 #include "sandboxd/gc.h"
 
 #include <cjson/cJSON.h>
-#include <dirent.h>
 #include <errno.h>
 #include <fcntl.h>
 #include <inttypes.h>
@@ -59,11 +64,8 @@
 #include "sandboxd/session.h"
 #include "sandboxd/store.h"
 #include "sandboxd/store_egress.h"
-#include "sandboxd/wsquota.h"
 
-#define SPOOL_BATCH 512
-#define WALK_MAX_DEPTH 256
-#define TRASH_DIR "gc-trash"
+#include "gc_internal.h"
 
 static const char *const kind_names[GC_KIND_COUNT] = {
         "idle_containers", "old_containers", "orphan_containers", "error_sessions", "ports",
@@ -83,25 +85,9 @@ const char *gc_kind_name(enum gc_kind k)
         return (unsigned)k < GC_KIND_COUNT ? kind_names[k] : "unknown";
 }
 
-struct gc {
-        const struct sbx_config *cfg;
-        bool dry_run;
-        int64_t now; /* judges ages; writes are stamped with the real clock */
-        struct store *st;
-        struct docker *dk;
-        struct docker_container_summary *ctrs; /* this instance's, all states */
-        bool *ctr_gone;                        /* removed (or would be) by this run */
-        size_t n_ctrs;
-        struct store_session *rows; /* sorted by (user_id, session_id) */
-        bool *row_gone;             /* deleted (or would be) by this run */
-        size_t n_rows;
-        char trash[SBX_PATH_MAX];   /* {data_dir}/gc-trash/<run>, once made */
-        struct gc_report *rep;
-};
-
 /* ---- small helpers ---- */
 
-static void fmt_age(int64_t ms, char *buf, size_t size)
+void gc_fmt_age(int64_t ms, char *buf, size_t size)
 {
         int64_t s = ms > 0 ? ms / 1000 : 0;
 
@@ -120,28 +106,6 @@ static const char *label(const struct docker_container_summary *c, const char *k
         return docker_kv_get(c->labels, c->n_labels, key);
 }
 
-static bool streq(const char *a, const char *b)
-{
-        return a && b && strcmp(a, b) == 0;
-}
-
-static bool state_live(const char *state)
-{
-        return streq(state, "RUNNING") || streq(state, "CREATING");
-}
-
-static bool uuid_ok(const char *s, size_t len)
-{
-        if (len != 36)
-                return false;
-        for (size_t i = 0; i < len; i++) {
-                char c = s[i];
-                if (!((c >= '0' && c <= '9') || (c >= 'a' && c <= 'f') || (c >= 'A' && c <= 'F') || c == '-'))
-                        return false;
-        }
-        return true;
-}
-
 static int row_cmp(const void *a, const void *b)
 {
         const struct store_session *x = a, *y = b;
@@ -149,7 +113,7 @@ static int row_cmp(const void *a, const void *b)
         return c ? c : strcmp(x->session_id, y->session_id);
 }
 
-static ssize_t find_row(struct gc *g, const char *user, const char *session)
+ssize_t gc_find_row(struct gc *g, const char *user, const char *session)
 {
         struct store_session key;
         const struct store_session *hit;
@@ -179,7 +143,7 @@ static ssize_t find_row_naming(struct gc *g, const char *id)
 }
 
 /* A container of (user, session) that this run leaves in place. */
-static bool has_container(struct gc *g, const char *user, const char *session)
+bool gc_has_container(struct gc *g, const char *user, const char *session)
 {
         for (size_t j = 0; j < g->n_ctrs; j++)
                 if (!g->ctr_gone[j] && streq(label(&g->ctrs[j], CONTAINER_LABEL_USER), user) &&
@@ -188,101 +152,9 @@ static bool has_container(struct gc *g, const char *user, const char *session)
         return false;
 }
 
-static uint64_t file_bytes_at(int dfd, const char *name)
-{
-        struct stat st;
-        if (dfd < 0 || fstatat(dfd, name, &st, AT_SYMLINK_NOFOLLOW) < 0 || !S_ISREG(st.st_mode))
-                return 0;
-        return (uint64_t)st.st_size;
-}
-
-/* Bytes of the regular files and symlinks under dfd/name; never follows a
- * symlink and stops descending past WALK_MAX_DEPTH (an undercount then). */
-static uint64_t tree_bytes_at(int dfd, const char *name, int depth)
-{
-        struct stat st;
-        struct dirent *e;
-        uint64_t sum = 0;
-        DIR *d;
-        int fd;
-
-        if (fstatat(dfd, name, &st, AT_SYMLINK_NOFOLLOW) < 0)
-                return 0;
-        if (!S_ISDIR(st.st_mode))
-                return S_ISREG(st.st_mode) || S_ISLNK(st.st_mode) ? (uint64_t)st.st_size : 0;
-        if (depth >= WALK_MAX_DEPTH)
-                return 0;
-        fd = openat(dfd, name, O_RDONLY | O_DIRECTORY | O_NOFOLLOW | O_CLOEXEC);
-        if (fd < 0)
-                return 0;
-        d = fdopendir(fd);
-        if (!d) {
-                close(fd);
-                return 0;
-        }
-        while ((e = readdir(d)))
-                if (strcmp(e->d_name, ".") != 0 && strcmp(e->d_name, "..") != 0)
-                        sum += tree_bytes_at(dirfd(d), e->d_name, depth + 1);
-        closedir(d);
-        return sum;
-}
-
-/* Names of the subdirectories of dfd that are valid session/user ids (read
- * in full first: entries are moved away while we go). NULL-terminated. */
-static char **list_id_dirs(int dfd)
-{
-        _cleanup_close_ int fd = openat(dfd, ".", O_RDONLY | O_DIRECTORY | O_CLOEXEC);
-        char **names = NULL;
-        size_t n = 0, cap = 0;
-        struct dirent *e;
-        DIR *d;
-
-        if (fd < 0)
-                return NULL;
-        d = fdopendir(fd);
-        if (!d)
-                return NULL;
-        TAKE_FD(fd);
-        while ((e = readdir(d))) {
-                struct stat st;
-                if (!session_id_valid(e->d_name) || fstatat(dirfd(d), e->d_name, &st, AT_SYMLINK_NOFOLLOW) < 0 ||
-                    !S_ISDIR(st.st_mode))
-                        continue;
-                if (n + 2 > cap) {
-                        size_t c = cap ? cap * 2 : 16;
-                        char **p = realloc(names, c * sizeof(*names));
-                        if (!p)
-                                break;
-                        names = p;
-                        cap = c;
-                }
-                names[n] = strdup(e->d_name);
-                if (names[n])
-                        n++;
-        }
-        closedir(d);
-        if (!names)
-                names = calloc(1, sizeof(*names));
-        if (names)
-                names[n] = NULL;
-        return names;
-}
-
 static void cjson_freep(cJSON **p)
 {
         cJSON_Delete(*p);
-}
-
-static void names_free(char **names)
-{
-        for (size_t i = 0; names && names[i]; i++)
-                free(names[i]);
-        free(names);
-}
-
-static int open_dir_at(int dfd, const char *name)
-{
-        return openat(dfd, name, O_RDONLY | O_DIRECTORY | O_NOFOLLOW | O_CLOEXEC);
 }
 
 /* ---- the report ---- */
@@ -323,8 +195,8 @@ static bool is_container_kind(enum gc_kind k)
         return k == GC_IDLE_CONTAINERS || k == GC_OLD_CONTAINERS || k == GC_ORPHAN_CONTAINERS;
 }
 
-static void note_done(struct gc *g, enum gc_kind kind, const char *id, const char *user, const char *session,
-                      uint64_t bytes, const char *reason)
+void gc_note_done(struct gc *g, enum gc_kind kind, const char *id, const char *user, const char *session,
+                  uint64_t bytes, const char *reason)
 {
         g->rep->kinds[kind].count++;
         g->rep->kinds[kind].bytes += bytes;
@@ -337,8 +209,8 @@ static void note_done(struct gc *g, enum gc_kind kind, const char *id, const cha
                 " bytes): %s", g->dry_run ? "would remove" : "removed", kind_items[kind], id, bytes, reason);
 }
 
-static void note_failed(struct gc *g, enum gc_kind kind, const char *id, const char *user, const char *session,
-                        const char *reason, const char *error)
+void gc_note_failed(struct gc *g, enum gc_kind kind, const char *id, const char *user, const char *session,
+                    const char *reason, const char *error)
 {
         g->rep->kinds[kind].failed++;
         push_item(g, kind, id, user, session, 0, reason, error);
@@ -347,15 +219,15 @@ static void note_failed(struct gc *g, enum gc_kind kind, const char *id, const c
 }
 
 /* Something the daemon did since the snapshot keeps the item: say so once. */
-static void note_kept(struct gc *g, enum gc_kind kind, const char *id, const char *user, const char *session,
-                      const char *why)
+void gc_note_kept(struct gc *g, enum gc_kind kind, const char *id, const char *user, const char *session,
+                  const char *why)
 {
         log_ctx(LOG_LEVEL_INFO, user, session, is_container_kind(kind) ? id : NULL, "gc: kept %s %s: %s",
                 kind_items[kind], id, why);
 }
 
-static void audit(struct gc *g, const char *user, const char *session, enum gc_kind kind, const char *id,
-                  const char *reason)
+void gc_audit_remove(struct gc *g, const char *user, const char *session, enum gc_kind kind, const char *id,
+                     const char *reason)
 {
         _cleanup_(cjson_freep) cJSON *o = cJSON_CreateObject();
         _cleanup_free_ char *json = NULL;
@@ -367,6 +239,32 @@ static void audit(struct gc *g, const char *user, const char *session, enum gc_k
         cJSON_AddStringToObject(o, "reason", reason);
         json = cJSON_PrintUnformatted(o);
         (void)store_audit(g->st, "gc", user, session, "gc.remove", json);
+}
+
+/* A listing's result r: false, noted as a failure of kind, when it failed. */
+bool gc_listed(struct gc *g, enum gc_kind kind, const char *what, int r)
+{
+        if (r >= 0)
+                return true;
+        gc_note_failed(g, kind, "-", NULL, NULL, what, strerror(-r));
+        return false;
+}
+
+/* The result r of a conditional store change (store_gc_*): -ESTALE, the
+ * daemon changed the row since gc looked (noted as kept, with why); another
+ * -errno, a failure. True when the change was made. */
+bool gc_store_changed(struct gc *g, enum gc_kind kind, const char *id, const char *user, const char *session,
+                      const char *reason, const char *why, int r)
+{
+        if (r == -ESTALE) {
+                gc_note_kept(g, kind, id, user, session, why);
+                return false;
+        }
+        if (r < 0) {
+                gc_note_failed(g, kind, id, user, session, reason, strerror(-r));
+                return false;
+        }
+        return true;
 }
 
 /* ---- containers ---- */
@@ -396,12 +294,12 @@ static void remove_owned(struct gc *g, size_t j, size_t i, enum gc_kind kind, in
                 r = store_gc_session_take_container(g->st, row->user_id, row->session_id, c->id, before, quiet,
                                                     cause, stamp);
                 if (r == -ESTALE) {
-                        note_kept(g, kind, c->id, row->user_id, row->session_id, "the session is in use again");
+                        gc_note_kept(g, kind, c->id, row->user_id, row->session_id, "the session is in use again");
                         return;
                 }
                 if (r < 0) {
                         snprintf(msg, sizeof(msg), "store: %s", strerror(-r));
-                        note_failed(g, kind, c->id, row->user_id, row->session_id, reason, msg);
+                        gc_note_failed(g, kind, c->id, row->user_id, row->session_id, reason, msg);
                         return;
                 }
         }
@@ -416,14 +314,14 @@ static void remove_owned(struct gc *g, size_t j, size_t i, enum gc_kind kind, in
                 r = container_remove(g->dk, c->id, &err);
                 if (r < 0) {
                         /* The next run finds it an orphan (no row names it). */
-                        note_failed(g, kind, c->id, row->user_id, row->session_id, reason, err.msg);
+                        gc_note_failed(g, kind, c->id, row->user_id, row->session_id, reason, err.msg);
                         return;
                 }
                 (void)store_container_removed(g->st, c->id, cause, stamp);
-                audit(g, row->user_id, row->session_id, kind, c->id, reason);
+                gc_audit_remove(g, row->user_id, row->session_id, kind, c->id, reason);
         }
         g->ctr_gone[j] = true;
-        note_done(g, kind, c->id, row->user_id, row->session_id, 0, reason);
+        gc_note_done(g, kind, c->id, row->user_id, row->session_id, 0, reason);
 }
 
 static void remove_orphan(struct gc *g, size_t j, const char *reason)
@@ -436,18 +334,18 @@ static void remove_orphan(struct gc *g, size_t j, const char *reason)
         if (!g->dry_run) {
                 if (user && session && store_session_get(g->st, user, session, &fresh) == 0 &&
                     (streq(fresh.state, "CREATING") || streq(fresh.container_id, c->id))) {
-                        note_kept(g, GC_ORPHAN_CONTAINERS, c->id, user, session, "its session claims it now");
+                        gc_note_kept(g, GC_ORPHAN_CONTAINERS, c->id, user, session, "its session claims it now");
                         return;
                 }
                 if (container_remove(g->dk, c->id, &err) < 0) {
-                        note_failed(g, GC_ORPHAN_CONTAINERS, c->id, user, session, reason, err.msg);
+                        gc_note_failed(g, GC_ORPHAN_CONTAINERS, c->id, user, session, reason, err.msg);
                         return;
                 }
                 (void)store_container_removed(g->st, c->id, "gc_orphan", sbx_wall_ms());
-                audit(g, user, session, GC_ORPHAN_CONTAINERS, c->id, reason);
+                gc_audit_remove(g, user, session, GC_ORPHAN_CONTAINERS, c->id, reason);
         }
         g->ctr_gone[j] = true;
-        note_done(g, GC_ORPHAN_CONTAINERS, c->id, user, session, 0, reason);
+        gc_note_done(g, GC_ORPHAN_CONTAINERS, c->id, user, session, 0, reason);
 }
 
 static void gc_containers(struct gc *g)
@@ -467,7 +365,7 @@ static void gc_containers(struct gc *g)
                         if (label(c, POOL_LABEL) && session && store_pool_get(g->st, session, &slot) == 0)
                                 continue; /* a warm pool slot the daemon holds (pool.h) */
                         /* The container of no session, as reconciliation judges it: by id. */
-                        li = find_row(g, user, session);
+                        li = gc_find_row(g, user, session);
                         if (li >= 0 && streq(g->rows[li].state, "CREATING"))
                                 continue; /* the daemon is making this session's container */
                         if (!user || !session)
@@ -485,14 +383,14 @@ static void gc_containers(struct gc *g)
                 if (!streq(row->state, "RUNNING") && !streq(row->state, "ERROR"))
                         continue;
                 if (row->last_activity < idle_before) {
-                        fmt_age(g->now - row->last_activity, a, sizeof(a));
-                        fmt_age((int64_t)g->cfg->idle_timeout_s * 1000, b, sizeof(b));
+                        gc_fmt_age(g->now - row->last_activity, a, sizeof(a));
+                        gc_fmt_age((int64_t)g->cfg->idle_timeout_s * 1000, b, sizeof(b));
                         snprintf(reason, sizeof(reason), "session idle for %s (idle_timeout %s)", a, b);
                         remove_owned(g, j, (size_t)i, GC_IDLE_CONTAINERS, idle_before, false, "gc_idle", reason);
                 } else if (c->created > 0 && c->created * 1000 < old_before &&
                            row->last_activity < g->now - GC_RECENT_MS) {
-                        fmt_age(g->now - c->created * 1000, a, sizeof(a));
-                        fmt_age((int64_t)g->cfg->max_age_s * 1000, b, sizeof(b));
+                        gc_fmt_age(g->now - c->created * 1000, a, sizeof(a));
+                        gc_fmt_age((int64_t)g->cfg->max_age_s * 1000, b, sizeof(b));
                         snprintf(reason, sizeof(reason), "created %s ago (max_age %s)", a, b);
                         /* Not used since we looked: last_activity must not have moved. */
                         remove_owned(g, j, (size_t)i, GC_OLD_CONTAINERS, row->last_activity + 1, true, "gc_max_age",
@@ -521,20 +419,20 @@ static void gc_networks(struct gc *g)
         for (size_t i = 0; i < n; i++) {
                 const char *reason = "network_default is not bridge";
                 if (streq(g->cfg->network_default, "bridge")) {
-                        note_kept(g, GC_NETWORKS, names[i], NULL, NULL, "network_default is bridge");
+                        gc_note_kept(g, GC_NETWORKS, names[i], NULL, NULL, "network_default is bridge");
                         continue;
                 }
                 if (!g->dry_run) {
                         int r = docker_network_remove(g->dk, names[i], &err);
                         if (r < 0 && r != -ENOENT) {
                                 if (strstr(err.msg, "active endpoints"))
-                                        note_kept(g, GC_NETWORKS, names[i], NULL, NULL, "containers are attached");
+                                        gc_note_kept(g, GC_NETWORKS, names[i], NULL, NULL, "containers are attached");
                                 else
-                                        note_failed(g, GC_NETWORKS, names[i], NULL, NULL, reason, err.msg);
+                                        gc_note_failed(g, GC_NETWORKS, names[i], NULL, NULL, reason, err.msg);
                                 continue;
                         }
                 }
-                note_done(g, GC_NETWORKS, names[i], NULL, NULL, 0, reason);
+                gc_note_done(g, GC_NETWORKS, names[i], NULL, NULL, 0, reason);
         }
         free(names);
 }
@@ -554,34 +452,27 @@ static void gc_error_sessions(struct gc *g)
                 j = find_container(g, row->container_id);
                 if (j >= 0 && !g->ctr_gone[j])
                         continue; /* it still has its (failed) container */
-                if (has_container(g, row->user_id, row->session_id))
+                if (gc_has_container(g, row->user_id, row->session_id))
                         continue;
                 /* "Left": nobody has used it, nor has the daemon retried it, for idle_timeout. */
                 if (row->updated_at >= idle_before || row->last_activity >= idle_before)
                         continue;
-                fmt_age(g->now - (row->updated_at > row->last_activity ? row->updated_at : row->last_activity), a,
-                        sizeof(a));
+                gc_fmt_age(g->now - (row->updated_at > row->last_activity ? row->updated_at : row->last_activity), a,
+                           sizeof(a));
                 snprintf(reason, sizeof(reason), "in ERROR (%s) with no container, untouched for %s",
                          row->error_cause[0] ? row->error_cause : "no cause", a);
                 if (!g->dry_run) {
                         r = store_gc_session_forget(g->st, row->user_id, row->session_id, row->container_id,
                                                     row->updated_at);
-                        if (r == -ESTALE) {
-                                note_kept(g, GC_ERROR_SESSIONS, row->session_id, row->user_id, row->session_id,
-                                          "the session changed since gc looked");
+                        if (!gc_store_changed(g, GC_ERROR_SESSIONS, row->session_id, row->user_id, row->session_id,
+                                              reason, "the session changed since gc looked", r))
                                 continue;
-                        }
-                        if (r < 0) {
-                                note_failed(g, GC_ERROR_SESSIONS, row->session_id, row->user_id, row->session_id,
-                                            reason, strerror(-r));
-                                continue;
-                        }
-                        audit(g, row->user_id, row->session_id, GC_ERROR_SESSIONS, row->session_id, reason);
+                        gc_audit_remove(g, row->user_id, row->session_id, GC_ERROR_SESSIONS, row->session_id, reason);
                 }
                 g->row_gone[i] = true;
                 char id[160];
                 snprintf(id, sizeof(id), "%s:%s", row->user_id, row->session_id);
-                note_done(g, GC_ERROR_SESSIONS, id, row->user_id, row->session_id, 0, reason);
+                gc_note_done(g, GC_ERROR_SESSIONS, id, row->user_id, row->session_id, 0, reason);
         }
 }
 
@@ -592,21 +483,17 @@ static void gc_ports(struct gc *g)
         _cleanup_free_ struct store_port *ports = NULL;
         size_t n = 0;
         char reason[256], id[16];
-        int r;
 
-        r = store_ports_list(g->st, &ports, &n);
-        if (r < 0) {
-                note_failed(g, GC_PORTS, "-", NULL, NULL, "listing port allocations", strerror(-r));
+        if (!gc_listed(g, GC_PORTS, "listing port allocations", store_ports_list(g->st, &ports, &n)))
                 return;
-        }
         for (size_t k = 0; k < n; k++) {
                 const struct store_port *p = &ports[k];
-                ssize_t i = find_row(g, p->user_id, p->session_id);
+                ssize_t i = gc_find_row(g, p->user_id, p->session_id);
                 const struct store_session *row = i >= 0 && !g->row_gone[i] ? &g->rows[i] : NULL;
 
                 if (row && (state_live(row->state) || streq(row->state, "ERROR")))
                         continue;
-                if (has_container(g, p->user_id, p->session_id))
+                if (gc_has_container(g, p->user_id, p->session_id))
                         continue;
                 if (row)
                         snprintf(reason, sizeof(reason), "session %s:%s is %s with no container", p->user_id,
@@ -614,18 +501,12 @@ static void gc_ports(struct gc *g)
                 else
                         snprintf(reason, sizeof(reason), "session %s:%s does not exist", p->user_id, p->session_id);
                 snprintf(id, sizeof(id), "%d", p->port);
-                if (!g->dry_run) {
-                        r = store_gc_port_release(g->st, p->port, p->user_id, p->session_id);
-                        if (r == -ESTALE) {
-                                note_kept(g, GC_PORTS, id, p->user_id, p->session_id, "its session holds it again (RUNNING, CREATING or ERROR)");
-                                continue;
-                        }
-                        if (r < 0) {
-                                note_failed(g, GC_PORTS, id, p->user_id, p->session_id, reason, strerror(-r));
-                                continue;
-                        }
-                }
-                note_done(g, GC_PORTS, id, p->user_id, p->session_id, 0, reason);
+                if (!g->dry_run &&
+                    !gc_store_changed(g, GC_PORTS, id, p->user_id, p->session_id, reason,
+                                      "its session holds it again (RUNNING, CREATING or ERROR)",
+                                      store_gc_port_release(g->st, p->port, p->user_id, p->session_id)))
+                        continue;
+                gc_note_done(g, GC_PORTS, id, p->user_id, p->session_id, 0, reason);
         }
 }
 
@@ -638,11 +519,8 @@ static void gc_services(struct gc *g)
         char reason[256];
         int r;
 
-        r = store_gc_services_list(g->st, &rows, &n);
-        if (r < 0) {
-                note_failed(g, GC_SERVICES, "-", NULL, NULL, "listing services", strerror(-r));
+        if (!gc_listed(g, GC_SERVICES, "listing services", store_gc_services_list(g->st, &rows, &n)))
                 return;
-        }
         for (size_t k = 0; k < n; k++) {
                 const struct store_gc_service *sv = &rows[k];
                 ssize_t j;
@@ -664,136 +542,20 @@ static void gc_services(struct gc *g)
                         if (r == 0 && info.running)
                                 continue;
                         if (r < 0 && r != -ENOENT) {
-                                note_failed(g, GC_SERVICES, sv->name, sv->user_id, sv->session_id,
-                                            "checking its container", err.msg);
+                                gc_note_failed(g, GC_SERVICES, sv->name, sv->user_id, sv->session_id,
+                                               "checking its container", err.msg);
                                 continue;
                         }
                         snprintf(reason, sizeof(reason), "container %.12s %s", sv->container_id,
                                  r == 0 ? "is not running" : "no longer exists");
                 }
-                if (!g->dry_run) {
-                        r = store_gc_service_delete(g->st, sv->user_id, sv->session_id, sv->name, sv->container_id,
-                                                    sv->state);
-                        if (r == -ESTALE) {
-                                note_kept(g, GC_SERVICES, sv->name, sv->user_id, sv->session_id,
-                                          "the service changed since gc looked");
-                                continue;
-                        }
-                        if (r < 0) {
-                                note_failed(g, GC_SERVICES, sv->name, sv->user_id, sv->session_id, reason,
-                                            strerror(-r));
-                                continue;
-                        }
-                }
-                note_done(g, GC_SERVICES, sv->name, sv->user_id, sv->session_id, 0, reason);
-        }
-}
-
-/* ---- execution spools ---- */
-
-static int unlink_spool(int dfd, const char *name)
-{
-        if (dfd < 0 || unlinkat(dfd, name, 0) == 0 || errno == ENOENT)
-                return 0;
-        return -errno;
-}
-
-static void gc_spools(struct gc *g)
-{
-        int64_t before = g->now - (int64_t)g->cfg->execution_retention_s * 1000;
-        int64_t after_at = 0;
-        char after_id[37] = "", dir[SBX_PATH_MAX + 16], reason[256], a[32], b[32], name[64], msg[300];
-        _cleanup_close_ int dfd = -1;
-        int r;
-
-        snprintf(dir, sizeof(dir), "%s/executions", g->cfg->data_dir);
-        dfd = open(dir, O_RDONLY | O_DIRECTORY | O_NOFOLLOW | O_CLOEXEC);
-        fmt_age((int64_t)g->cfg->execution_retention_s * 1000, b, sizeof(b));
-
-        for (;;) {
-                _cleanup_free_ struct store_gc_spool *page = NULL;
-                size_t n = 0;
-
-                r = store_gc_spools_list(g->st, before, after_at, after_id, SPOOL_BATCH, &page, &n);
-                if (r < 0) {
-                        note_failed(g, GC_SPOOLS, "-", NULL, NULL, "listing executions", strerror(-r));
-                        break;
-                }
-                for (size_t k = 0; k < n; k++) {
-                        const char *id = page[k].id;
-                        uint64_t bytes;
-
-                        after_at = page[k].finished_at;
-                        sbx_strlcpy(after_id, id, sizeof(after_id));
-                        /* Our own ids only: the file names are built from them. */
-                        if (!uuid_ok(id, strlen(id)))
-                                continue;
-                        snprintf(name, sizeof(name), "%s.stdout", id);
-                        bytes = file_bytes_at(dfd, name);
-                        snprintf(name, sizeof(name), "%s.stderr", id);
-                        bytes += file_bytes_at(dfd, name);
-                        fmt_age(g->now - page[k].finished_at, a, sizeof(a));
-                        snprintf(reason, sizeof(reason), "finished %s ago (execution_retention %s)", a, b);
-                        if (!g->dry_run) {
-                                snprintf(name, sizeof(name), "%s.stdout", id);
-                                r = unlink_spool(dfd, name);
-                                snprintf(name, sizeof(name), "%s.stderr", id);
-                                if (r == 0)
-                                        r = unlink_spool(dfd, name);
-                                if (r < 0) {
-                                        snprintf(msg, sizeof(msg), "unlink %s/%s: %s", dir, name, strerror(-r));
-                                        note_failed(g, GC_SPOOLS, id, NULL, NULL, reason, msg);
-                                        continue;
-                                }
-                                r = store_exec_clear_spool(g->st, id);
-                                if (r < 0 && r != -ENOENT) {
-                                        snprintf(msg, sizeof(msg), "files deleted, store: %s", strerror(-r));
-                                        note_failed(g, GC_SPOOLS, id, NULL, NULL, reason, msg);
-                                        continue;
-                                }
-                        }
-                        note_done(g, GC_SPOOLS, id, NULL, NULL, bytes, reason);
-                }
-                if (n < SPOOL_BATCH)
-                        break;
-        }
-
-        /* Spool files no execution row holds (a crash between the file and
-         * the row, a restored backup): same retention, by mtime. */
-        if (dfd >= 0) {
-                _cleanup_close_ int fd = dup(dfd);
-                struct dirent *e;
-                DIR *d = fd >= 0 ? fdopendir(fd) : NULL;
-
-                if (d)
-                        TAKE_FD(fd);
-                while (d && (e = readdir(d))) {
-                        size_t len = strlen(e->d_name);
-                        struct stat st;
-                        bool known = true;
-                        char id[37];
-
-                        if (len != 43 || (strcmp(e->d_name + 36, ".stdout") != 0 && strcmp(e->d_name + 36, ".stderr") != 0) ||
-                            !uuid_ok(e->d_name, 36))
-                                continue;
-                        if (fstatat(dirfd(d), e->d_name, &st, AT_SYMLINK_NOFOLLOW) < 0 || !S_ISREG(st.st_mode) ||
-                            (int64_t)st.st_mtim.tv_sec * 1000 >= before)
-                                continue;
-                        memcpy(id, e->d_name, 36);
-                        id[36] = '\0';
-                        if (store_gc_spool_known(g->st, id, &known) < 0 || known)
-                                continue;
-                        fmt_age(g->now - (int64_t)st.st_mtim.tv_sec * 1000, a, sizeof(a));
-                        snprintf(reason, sizeof(reason), "no execution holds it; last written %s ago", a);
-                        if (!g->dry_run && unlinkat(dirfd(d), e->d_name, 0) < 0 && errno != ENOENT) {
-                                snprintf(msg, sizeof(msg), "unlink %s/%s: %m", dir, e->d_name);
-                                note_failed(g, GC_SPOOLS, e->d_name, NULL, NULL, reason, msg);
-                                continue;
-                        }
-                        note_done(g, GC_SPOOLS, e->d_name, NULL, NULL, (uint64_t)st.st_size, reason);
-                }
-                if (d)
-                        closedir(d);
+                if (!g->dry_run &&
+                    !gc_store_changed(g, GC_SERVICES, sv->name, sv->user_id, sv->session_id, reason,
+                                      "the service changed since gc looked",
+                                      store_gc_service_delete(g->st, sv->user_id, sv->session_id, sv->name,
+                                                              sv->container_id, sv->state)))
+                        continue;
+                gc_note_done(g, GC_SERVICES, sv->name, sv->user_id, sv->session_id, 0, reason);
         }
 }
 
@@ -804,12 +566,12 @@ static void gc_spools(struct gc *g)
 static void note_rows(struct gc *g, enum gc_kind kind, const char *item, const char *reason, int r)
 {
         if (r < 0) {
-                note_failed(g, kind, item, NULL, NULL, reason, strerror(-r));
+                gc_note_failed(g, kind, item, NULL, NULL, reason, strerror(-r));
                 return;
         }
         if (r == 0)
                 return;
-        note_done(g, kind, item, NULL, NULL, 0, reason);
+        gc_note_done(g, kind, item, NULL, NULL, 0, reason);
         g->rep->kinds[kind].count += (uint64_t)r - 1;
 }
 
@@ -821,7 +583,7 @@ static void gc_retention(struct gc *g, const char *table, const char *what,
 
         if (g->cfg->audit_retention_s < 0)
                 return;
-        fmt_age((int64_t)g->cfg->audit_retention_s * 1000, b, sizeof(b));
+        gc_fmt_age((int64_t)g->cfg->audit_retention_s * 1000, b, sizeof(b));
         snprintf(reason, sizeof(reason), "%s more than %s ago (audit_retention)", what, b);
         note_rows(g, GC_AUDIT, table, reason,
                   prune(g->st, g->now - (int64_t)g->cfg->audit_retention_s * 1000, g->dry_run));
@@ -857,409 +619,6 @@ static void gc_idempotency_keys(struct gc *g)
                   store_idem_prune(g->st, g->now, g->dry_run));
 }
 
-/* ---- workspace images (workspace_quota_mode loop) ---- */
-
-/* Keep a mounted workspace whose session has a container or a live row
- * (RUNNING, CREATING, ERROR: the daemon may be giving it one); the row is
- * read fresh, so the daemon's latest word counts. */
-static bool mount_needed(const char *user, const char *session, void *ud)
-{
-        struct gc *g = ud;
-        struct store_session fresh;
-
-        if (has_container(g, user, session))
-                return true;
-        if (store_session_get(g->st, user, session, &fresh) < 0)
-                return false;
-        return state_live(fresh.state) || streq(fresh.state, "ERROR");
-}
-
-/* Unmount images the daemon left mounted for sessions that no longer have a
- * container (a daemon that died between the two). A dry run unmounts nothing. */
-static void gc_mounts(struct gc *g)
-{
-        int r;
-
-        if (g->dry_run || strcmp(g->cfg->workspace_quota_mode, "loop") != 0)
-                return;
-        r = wsquota_sweep(g->cfg, mount_needed, g);
-        if (r > 0)
-                log_info("gc: %d workspace image(s) of sessions without a container unmounted", r);
-        else if (r < 0)
-                log_warn("gc: cannot read the mount table: %s", strerror(-r));
-}
-
-/* ---- workspaces ---- */
-
-/* Is (user, session) still as dead as gc saw it? expect is the row gc
- * judged by, NULL when it saw none. 1 yes, 0 no (it came alive or
- * changed), -errno when it cannot tell. */
-static int still_dead(struct gc *g, const char *user, const char *session, const struct store_session *expect,
-                      struct sbx_error *err)
-{
-        char f1[128], f2[128], f3[128], f4[128];
-        const char *filters[] = {f1, f2, f3, f4, NULL};
-        struct docker_container_summary *list = NULL;
-        struct store_session fresh;
-        size_t n = 0;
-        int r;
-
-        r = store_session_get(g->st, user, session, &fresh);
-        if (r < 0 && r != -ENOENT)
-                return sbx_error_set(err, r, 0, "reading the session: %s", strerror(-r));
-        if (r == 0 && (!expect || state_live(fresh.state) || fresh.updated_at != expect->updated_at ||
-                       !streq(fresh.state, expect->state)))
-                return 0;
-        snprintf(f1, sizeof(f1), CONTAINER_LABEL_MANAGED "=1");
-        snprintf(f2, sizeof(f2), CONTAINER_LABEL_INSTANCE "=%s", g->cfg->instance);
-        snprintf(f3, sizeof(f3), CONTAINER_LABEL_USER "=%s", user);
-        snprintf(f4, sizeof(f4), CONTAINER_LABEL_SESSION "=%s", session);
-        r = docker_container_list(g->dk, filters, true, &list, &n, err);
-        free(list);
-        if (r < 0)
-                return r;
-        return n == 0;
-}
-
-/* mkdir -p of a relative path under dfd, each level 0700 and never through
- * a symlink. Returns an fd of the last level. */
-static int make_dirs_at(int dfd, const char *const *parts)
-{
-        int fd = dup(dfd);
-
-        for (size_t i = 0; fd >= 0 && parts[i]; i++) {
-                int next;
-                if (mkdirat(fd, parts[i], 0700) < 0 && errno != EEXIST) {
-                        close(fd);
-                        return -1;
-                }
-                next = open_dir_at(fd, parts[i]);
-                close(fd);
-                fd = next;
-        }
-        return fd;
-}
-
-/* rmdir dfd/parts[0]/parts[1]/... from the deepest level up, stopping at the
- * first that is not empty. */
-static void remove_empty_dirs(const char *root, const char *const *parts, size_t n)
-{
-        char path[SBX_PATH_MAX * 2];
-
-        for (size_t k = n; k > 0; k--) {
-                int len = snprintf(path, sizeof(path), "%s", root);
-                for (size_t i = 0; i < k && len > 0 && (size_t)len < sizeof(path); i++)
-                        len += snprintf(path + len, sizeof(path) - (size_t)len, "/%s", parts[i]);
-                if (len <= 0 || (size_t)len >= sizeof(path) || rmdir(path) < 0)
-                        return;
-        }
-}
-
-/* Delete {trash_root}/workspaces/<user>/<session> with the container
- * module's purge (it takes a data_dir; the trash root is one). */
-static int purge_in_trash(struct gc *g, const char *trash_root, const char *user, const char *session,
-                          struct sbx_error *err)
-{
-        struct sbx_config tcfg = *g->cfg;
-
-        if (!sbx_strlcpy(tcfg.data_dir, trash_root, sizeof(tcfg.data_dir)))
-                return sbx_error_set(err, -ENAMETOOLONG, 0, "trash path too long");
-        return container_workspace_purge(&tcfg, user, session, err);
-}
-
-/* The run's trash root {data_dir}/gc-trash/run-<pid>-<ms>, made on first use. */
-static const char *trash_root(struct gc *g)
-{
-        char run[64];
-        _cleanup_close_ int data = -1, fd = -1;
-
-        if (g->trash[0])
-                return g->trash;
-        snprintf(run, sizeof(run), "run-%d-%" PRId64, (int)getpid(), sbx_wall_ms());
-        data = open(g->cfg->data_dir, O_RDONLY | O_DIRECTORY | O_CLOEXEC);
-        if (data < 0)
-                return NULL;
-        fd = make_dirs_at(data, (const char *const[]){TRASH_DIR, run, NULL});
-        if (fd < 0)
-                return NULL;
-        if (snprintf(g->trash, sizeof(g->trash), "%s/" TRASH_DIR "/%s", g->cfg->data_dir, run) >=
-            (int)sizeof(g->trash)) {
-                g->trash[0] = '\0';
-                return NULL;
-        }
-        return g->trash;
-}
-
-/* Move the workspace into the trash, make sure its session is still dead,
- * delete it. 0 done, -ESTALE the session came alive (workspace left or put
- * back in place), other -errno failed (err says why). */
-static int purge_workspace(struct gc *g, int ufd, const char *user, const char *session,
-                           const struct store_session *expect, struct sbx_error *err)
-{
-        _cleanup_close_ int tfd = -1, troot = -1;
-        const char *root;
-        int r;
-
-        r = still_dead(g, user, session, expect, err);
-        if (r <= 0)
-                return r < 0 ? r : -ESTALE;
-        r = wsquota_detach(g->cfg, user, session, err); /* a mount point cannot be moved */
-        if (r < 0)
-                return r;
-        root = trash_root(g);
-        if (root) {
-                troot = open(root, O_RDONLY | O_DIRECTORY | O_NOFOLLOW | O_CLOEXEC);
-                if (troot >= 0)
-                        tfd = make_dirs_at(troot, (const char *const[]){"workspaces", user, NULL});
-        }
-        if (tfd < 0 || renameat2(ufd, session, tfd, session, RENAME_NOREPLACE) < 0) {
-                if (tfd >= 0 && errno == ENOENT)
-                        return 0; /* someone deleted it already */
-                if (tfd >= 0 && errno != EXDEV)
-                        return sbx_error_set(err, -errno, 0, "moving the workspace into %s: %m", root);
-                /* No trash on this file system: delete in place (the checks above just passed). */
-                r = container_workspace_purge(g->cfg, user, session, err);
-                return r < 0 ? r : wsquota_purge(g->cfg, user, session, err);
-        }
-        r = still_dead(g, user, session, expect, err);
-        if (r <= 0) {
-                if (renameat2(tfd, session, ufd, session, RENAME_NOREPLACE) < 0)
-                        return sbx_error_set(err, -errno, 0,
-                                             "the session came alive while its workspace was moved to %s/workspaces/%s/%s "
-                                             "and it cannot be put back: %m",
-                                             root, user, session);
-                return r < 0 ? r : -ESTALE;
-        }
-        r = purge_in_trash(g, root, user, session, err);
-        remove_empty_dirs(root, (const char *const[]){"workspaces", user}, 2);
-        if (r == 0)
-                r = wsquota_purge(g->cfg, user, session, err); /* its image, once the workspace is gone */
-        if (r < 0)
-                return r;
-        if (!expect)
-                (void)store_gc_private_forget(g->st, user, session);
-        return 0;
-}
-
-static void gc_workspace(struct gc *g, int ufd, const char *user, const char *session, int64_t before)
-{
-        ssize_t i = find_row(g, user, session);
-        const struct store_session *row = i >= 0 ? &g->rows[i] : NULL;
-        const struct store_session *expect = row && !g->row_gone[i] ? row : NULL;
-        struct sbx_error err = {0};
-        char reason[256], id[160], a[32], b[32];
-        int64_t ended = 0;
-        uint64_t bytes;
-        struct stat st;
-        int r;
-
-        if (expect && state_live(expect->state))
-                return;
-        if (has_container(g, user, session))
-                return;
-        if (row) {
-                ended = row->updated_at > row->last_activity ? row->updated_at : row->last_activity;
-        } else {
-                if (store_gc_session_last_seen(g->st, user, session, &ended) < 0)
-                        return;
-                if (fstatat(ufd, session, &st, AT_SYMLINK_NOFOLLOW) == 0 &&
-                    (int64_t)st.st_mtim.tv_sec * 1000 > ended)
-                        ended = (int64_t)st.st_mtim.tv_sec * 1000;
-        }
-        if (ended >= before)
-                return;
-        fmt_age(g->now - ended, a, sizeof(a));
-        fmt_age((int64_t)g->cfg->workspace_retention_s * 1000, b, sizeof(b));
-        if (expect)
-                snprintf(reason, sizeof(reason), "session %s for %s (workspace_retention %s)", expect->state, a, b);
-        else
-                snprintf(reason, sizeof(reason), "session gone for %s (workspace_retention %s)", a, b);
-        snprintf(id, sizeof(id), "%s/%s", user, session);
-        bytes = tree_bytes_at(ufd, session, 0);
-        if (!g->dry_run) {
-                r = purge_workspace(g, ufd, user, session, expect, &err);
-                if (r == -ESTALE) {
-                        note_kept(g, GC_WORKSPACES, id, user, session, "the session came alive");
-                        return;
-                }
-                if (r < 0) {
-                        note_failed(g, GC_WORKSPACES, id, user, session, reason, err.msg);
-                        return;
-                }
-                audit(g, user, session, GC_WORKSPACES, id, reason);
-        }
-        note_done(g, GC_WORKSPACES, id, user, session, bytes, reason);
-}
-
-/* Purge {trash}/<run>/workspaces/<user>/<session> for every run a previous,
- * interrupted gc left behind: nobody owns it any more. */
-static void gc_leftover_run(struct gc *g, int tfd, const char *dir, const char *run)
-{
-        _cleanup_close_ int rfd = open_dir_at(tfd, run), ws = -1;
-        char root[SBX_PATH_MAX * 2], id[160];
-        const char *reason = "left in gc-trash by an interrupted gc";
-        char **users;
-
-        if (rfd < 0)
-                return;
-        snprintf(root, sizeof(root), "%s/%s", dir, run);
-        ws = open_dir_at(rfd, "workspaces");
-        users = ws >= 0 ? list_id_dirs(ws) : NULL;
-        for (size_t u = 0; users && users[u]; u++) {
-                _cleanup_close_ int ufd = open_dir_at(ws, users[u]);
-                char **sessions = ufd >= 0 ? list_id_dirs(ufd) : NULL;
-
-                for (size_t s = 0; sessions && sessions[s]; s++) {
-                        struct sbx_error err = {0};
-                        uint64_t bytes = tree_bytes_at(ufd, sessions[s], 0);
-
-                        snprintf(id, sizeof(id), "%s/%s", users[u], sessions[s]);
-                        if (!g->dry_run && purge_in_trash(g, root, users[u], sessions[s], &err) < 0) {
-                                note_failed(g, GC_WORKSPACES, id, users[u], sessions[s], reason, err.msg);
-                                continue;
-                        }
-                        note_done(g, GC_WORKSPACES, id, users[u], sessions[s], bytes, reason);
-                }
-                names_free(sessions);
-        }
-        if (!g->dry_run) {
-                for (size_t u = 0; users && users[u]; u++)
-                        remove_empty_dirs(root, (const char *const[]){"workspaces", users[u]}, 2);
-                remove_empty_dirs(root, (const char *const[]){"workspaces"}, 1);
-                (void)rmdir(root);
-        }
-        names_free(users);
-}
-
-static void gc_leftover_trash(struct gc *g)
-{
-        char dir[SBX_PATH_MAX + 16];
-        _cleanup_close_ int tfd = -1, fd = -1;
-        char **runs = NULL;
-        size_t n = 0;
-        struct dirent *e;
-        DIR *d;
-
-        snprintf(dir, sizeof(dir), "%s/" TRASH_DIR, g->cfg->data_dir);
-        tfd = open(dir, O_RDONLY | O_DIRECTORY | O_NOFOLLOW | O_CLOEXEC);
-        fd = tfd >= 0 ? dup(tfd) : -1;
-        d = fd >= 0 ? fdopendir(fd) : NULL;
-        if (!d)
-                return;
-        TAKE_FD(fd);
-        while ((e = readdir(d))) {
-                char **p;
-                if (strncmp(e->d_name, "run-", 4) != 0 || !(p = realloc(runs, (n + 2) * sizeof(*runs))))
-                        continue;
-                runs = p;
-                if ((runs[n] = strdup(e->d_name)))
-                        runs[++n] = NULL;
-        }
-        closedir(d);
-        for (size_t i = 0; i < n; i++)
-                gc_leftover_run(g, tfd, dir, runs[i]);
-        names_free(runs);
-}
-
-static void gc_workspaces(struct gc *g)
-{
-        int64_t before = g->now - (int64_t)g->cfg->workspace_retention_s * 1000;
-        char dir[SBX_PATH_MAX + 16];
-        _cleanup_close_ int wfd = -1;
-        char **users;
-
-        gc_leftover_trash(g); /* decided by an earlier run, whatever the retention now */
-        if (g->cfg->workspace_retention_s < 0)
-                return; /* keep forever */
-        snprintf(dir, sizeof(dir), "%s/workspaces", g->cfg->data_dir);
-        wfd = open(dir, O_RDONLY | O_DIRECTORY | O_NOFOLLOW | O_CLOEXEC);
-        if (wfd < 0)
-                return;
-        users = list_id_dirs(wfd);
-        for (size_t u = 0; users && users[u]; u++) {
-                _cleanup_close_ int ufd = open_dir_at(wfd, users[u]);
-                char **sessions = ufd >= 0 ? list_id_dirs(ufd) : NULL;
-
-                for (size_t s = 0; sessions && sessions[s]; s++)
-                        gc_workspace(g, ufd, users[u], sessions[s], before);
-                names_free(sessions);
-        }
-        names_free(users);
-        if (g->trash[0]) {
-                (void)rmdir(g->trash);
-                snprintf(dir, sizeof(dir), "%s/" TRASH_DIR, g->cfg->data_dir);
-                (void)rmdir(dir);
-        }
-}
-
-/* ---- session uids ---- */
-
-/* Did this run delete (or, dry, decide to delete) the workspace user/session? */
-static bool workspace_taken(struct gc *g, const char *id)
-{
-        for (size_t i = 0; i < g->rep->n_items; i++)
-                if (g->rep->items[i].kind == GC_WORKSPACES && !g->rep->items[i].failed &&
-                    strcmp(g->rep->items[i].id, id) == 0)
-                        return true;
-        return false;
-}
-
-/* A uid is the session's while its workspace exists (sessuid.h): one whose
- * workspace is gone (this run purged it, the daemon died between a purge and
- * the release, or an operator deleted it), of a session that is not live and
- * has no container, goes back to the range. */
-static void gc_uids(struct gc *g)
-{
-        _cleanup_free_ struct store_uid *rows = NULL;
-        size_t n = 0;
-        char reason[160], id[160], path[SBX_PATH_MAX + 160];
-        struct stat st;
-        int r;
-
-        r = store_uid_list(g->st, &rows, &n);
-        if (r < 0) {
-                note_failed(g, GC_UIDS, "-", NULL, NULL, "listing session uids", strerror(-r));
-                return;
-        }
-        for (size_t k = 0; k < n; k++) {
-                const struct store_uid *u = &rows[k];
-                ssize_t i = find_row(g, u->user_id, u->session_id);
-                bool taken;
-
-                if (i >= 0 && !g->row_gone[i] && state_live(g->rows[i].state))
-                        continue;
-                if (has_container(g, u->user_id, u->session_id) || !session_id_valid(u->user_id) ||
-                    !session_id_valid(u->session_id))
-                        continue;
-                snprintf(id, sizeof(id), "%s/%s", u->user_id, u->session_id);
-                snprintf(path, sizeof(path), "%s/workspaces/%s", g->cfg->data_dir, id);
-                /* a real run deleted what it purged; a dry run only noted it */
-                taken = false;
-                if (lstat(path, &st) == 0 || errno != ENOENT) {
-                        taken = g->dry_run && g->rep->kinds[GC_WORKSPACES].count > 0 && workspace_taken(g, id);
-                        if (!taken)
-                                continue;
-                }
-                snprintf(reason, sizeof(reason), "uid %" PRId64 ": %s", u->uid,
-                         taken ? "its workspace was purged by this run" : "its workspace does not exist");
-                snprintf(id, sizeof(id), "%" PRId64, u->uid);
-                if (!g->dry_run) {
-                        r = store_gc_uid_release(g->st, u->user_id, u->session_id, u->uid);
-                        if (r == -ESTALE) {
-                                note_kept(g, GC_UIDS, id, u->user_id, u->session_id, "its session is live again");
-                                continue;
-                        }
-                        if (r < 0) {
-                                note_failed(g, GC_UIDS, id, u->user_id, u->session_id, reason, strerror(-r));
-                                continue;
-                        }
-                        if (u->uid > 0 && u->uid <= INT32_MAX)
-                                container_identity_drop(g->cfg, (uid_t)u->uid);
-                }
-                note_done(g, GC_UIDS, id, u->user_id, u->session_id, 0, reason);
-        }
-}
-
 /* ---- the store ---- */
 
 static uint64_t path_bytes(const char *path)
@@ -1280,23 +639,23 @@ static void gc_vacuum(struct gc *g, const char *db)
         if (g->dry_run) {
                 r = store_gc_stats(g->st, &st);
                 if (r < 0) {
-                        note_failed(g, GC_STORE, db, NULL, NULL, "vacuum", strerror(-r));
+                        gc_note_failed(g, GC_STORE, db, NULL, NULL, "vacuum", strerror(-r));
                         return;
                 }
                 snprintf(reason, sizeof(reason), "vacuum (%" PRId64 " free pages now; more after the removals)",
                          st.freelist_count);
-                note_done(g, GC_STORE, db, NULL, NULL, (uint64_t)(st.freelist_count * st.page_size), reason);
+                gc_note_done(g, GC_STORE, db, NULL, NULL, (uint64_t)(st.freelist_count * st.page_size), reason);
                 return;
         }
         before = path_bytes(db) + path_bytes(wal);
         r = store_vacuum(g->st, &err);
         if (r < 0) {
-                note_failed(g, GC_STORE, db, NULL, NULL, "vacuum", err.msg);
+                gc_note_failed(g, GC_STORE, db, NULL, NULL, "vacuum", err.msg);
                 return;
         }
         after = path_bytes(db) + path_bytes(wal);
         snprintf(reason, sizeof(reason), "vacuum: %" PRIu64 " -> %" PRIu64 " bytes", before, after);
-        note_done(g, GC_STORE, db, NULL, NULL, before > after ? before - after : 0, reason);
+        gc_note_done(g, GC_STORE, db, NULL, NULL, before > after ? before - after : 0, reason);
 }
 
 /* ---- the run ---- */

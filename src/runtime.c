@@ -6,7 +6,7 @@
  * gVisor release here ("cannot run with network enabled in root network namespace"), and
  * a high-risk tenant is better sealed anyway; --host-uds=open so a container may connect to
  * a unix socket the daemon listens on in a bind mount. So a runsc session always has network
- * "none" and no published ports. It also runs without the in-container runner (session.c):
+ * "none" and no published ports. It also runs without the in-container runner (session_container.c):
  * with the runner as main process this runsc's sandbox died within seconds in 3 of 4 test
  * runs ("shim disconnected"), without it 7 of 7 runs passed; executions use docker exec.
  *

@@ -152,7 +152,7 @@ static int own_fd(struct own_walk *w, int fd, const struct stat *st)
 
 static int own_dir(struct own_walk *w, int dfd, int depth)
 {
-        int dup_fd, r = 0;
+        int r = 0;
         DIR *dir;
         struct dirent *de;
 
@@ -160,14 +160,9 @@ static int own_dir(struct own_walk *w, int dfd, int depth)
                 w->st.cut = true;
                 return 0;
         }
-        dup_fd = dup(dfd);
-        if (dup_fd < 0)
+        dir = sbx_opendir_dup(dfd);
+        if (!dir)
                 return -errno;
-        dir = fdopendir(dup_fd);
-        if (!dir) {
-                close(dup_fd);
-                return -errno;
-        }
         while ((de = readdir(dir))) {
                 _cleanup_close_ int fd = -1;
                 struct stat st;

@@ -3,6 +3,7 @@
 #ifndef SANDBOXD_COMMON_H
 #define SANDBOXD_COMMON_H
 
+#include <dirent.h>
 #include <stdarg.h>
 #include <stdbool.h>
 #include <stddef.h>
@@ -52,6 +53,10 @@ void closep(int *fd);
 #define _cleanup_close_ _cleanup_(closep)
 
 #define ELEMENTSOF(x) (sizeof(x) / sizeof((x)[0]))
+
+/* A directory stream over a dup of fd (fd stays the caller's), rewound to
+ * the start; NULL with errno set. */
+DIR *sbx_opendir_dup(int fd);
 
 /* strlcpy-like: always NUL-terminates, returns true if it fit. */
 bool sbx_strlcpy(char *dst, const char *src, size_t size);

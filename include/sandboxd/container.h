@@ -1,6 +1,7 @@
 /* container.h — the hardened container a session gets, its workspace, and
- * the sustained-state start check. Knows Docker (through docker.h) and the
- * config; knows nothing of session state, which session.c owns. */
+ * the sustained-state start check, and the check of a running container
+ * before each use. Knows Docker (through docker.h) and the config; knows
+ * nothing of session state, which session*.c own. */
 #ifndef SANDBOXD_CONTAINER_H
 #define SANDBOXD_CONTAINER_H
 
@@ -69,6 +70,14 @@ int container_create_started(struct docker *d, const struct sbx_config *cfg, con
 
 /* Remove (force) a container; a container that is already gone is success. */
 int container_remove(struct docker *d, const char *id, struct sbx_error *err);
+
+/* Inspect a session's running container before it is used: 0 if usable as
+ * is (its runtime in ret_runtime), 1 with the reason to (re)create it in
+ * cause ("removed", "oom_killed", "exited with code N", or
+ * "privacy_ratchet" when network is "none" and it has one), -errno when
+ * Docker fails. */
+int container_validate(struct docker *d, const char *id, const char *network, char *cause, size_t size,
+                       char ret_runtime[16], struct sbx_error *err);
 
 #define CONTAINER_NETWORK_ICC_OPTION "com.docker.network.bridge.enable_icc"
 

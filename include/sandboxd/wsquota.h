@@ -15,7 +15,8 @@
  *
  * Stateless: the mount table is the state. Keys must be validated
  * (session_key_check) before they reach this module. Callers serialise
- * attach and detach per session (session.c does, under its transition). */
+ * attach and detach per session (session_container.c and session_stop.c do,
+ * under the session's transition). */
 #ifndef SANDBOXD_WSQUOTA_H
 #define SANDBOXD_WSQUOTA_H
 

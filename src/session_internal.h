@@ -1,0 +1,123 @@
+/* session_internal.h — what the pieces of the session manager share:
+ *   session.c            the table, references, admission, the manager and get_or_create
+ *   session_container.c  making a session's container (image, uid, workspace, runner, ports)
+ *   session_info.c       snapshots: session_get_info, session_list, session_counts, session_running
+ *   session_stop.c       taking containers away: failures, the privacy ratchet, expiry, destroy
+ *   session_reconcile.c  adopting containers after a restart
+ * Private to src/; other modules use sandboxd/session.h.
+ *
+ * Locks (every piece keeps them):
+ *   m->lock   guards the hash table, every session's `refs` and `next`, the
+ *             handler list and the resolved image id. Never held across a
+ *             Docker call or together with a session lock taken after it
+ *             (order: m->lock, then s->lock, and only for short copies).
+ *   s->lock   guards every other field of a session. Never held across a
+ *             Docker call either: a thread that must create, recreate or
+ *             remove the container sets s->transitioning, drops the lock,
+ *             does the Docker work, then retakes the lock, publishes the
+ *             result and broadcasts s->cond. Others wait on s->cond, so for
+ *             one key at most one container is ever being made.
+ *
+ * The store mirrors every state transition (written under s->lock: a local
+ * sqlite write, not a Docker call), so a restart sees the last state. */
+#ifndef SANDBOXD_SESSION_INTERNAL_H
+#define SANDBOXD_SESSION_INTERNAL_H
+
+#include <pthread.h>
+#include <stdbool.h>
+#include <stdint.h>
+
+#include "sandboxd/config.h"
+#include "sandboxd/session.h"
+
+#define N_BUCKETS 1024
+#define MAX_HANDLERS 8
+#define MAX_EXTRA_LABELS 8
+
+struct session {
+        struct session_manager *mgr;
+        char user[SESSION_KEY_MAX + 1];
+        char id[SESSION_KEY_MAX + 1];
+        struct session *next; /* hash chain (m->lock) */
+        int refs;             /* (m->lock) */
+
+        pthread_mutex_t lock;
+        pthread_cond_t cond;
+        bool transitioning; /* one thread is changing the container */
+        bool destroyed;     /* gone from the table: a waiter must not bring it back */
+        int active_ops;     /* references handed out by get_or_create */
+        bool persisted;     /* the store has a row */
+        enum session_state state;
+        char container_id[65];
+        char image[256];
+        char network_mode[16];
+        char runtime[16]; /* of the current container, as Docker reports it */
+        char workspace[SBX_PATH_MAX];
+        char last_error[1024];
+        char error_cause[64];
+        int64_t created_at;
+        int64_t last_activity;
+        uint64_t oom_events; /* of the current container */
+        char ratchet_from[65]; /* networked container removed by the privacy ratchet, until its successor exists */
+        bool pooled;           /* the current container came from the warm pool */
+};
+
+struct handler {
+        session_failure_fn fn;
+        void *userdata;
+};
+
+struct session_manager {
+        const struct sbx_config *cfg;
+        struct docker *docker;
+        struct store *store;
+        struct portpool *ports;
+        char *extra_labels[MAX_EXTRA_LABELS + 1];
+
+        pthread_mutex_t lock;
+        struct session *buckets[N_BUCKETS];
+        size_t n_sessions;
+        struct handler handlers[MAX_HANDLERS];
+        size_t n_handlers;
+        session_network_policy_fn policy;
+        void *policy_ud;
+        session_runtime_fn runtime_fn; /* (m->lock) NULL: the engine's default runtime */
+        void *runtime_ud;
+        struct quota *quota; /* per-user limits; NULL: the config defaults */
+        char image_id[80]; /* cfg->image resolved to its id, "" until first use */
+        struct runner_hub *runner; /* NULL: containers run without the runner */
+        struct pool *pool;         /* NULL: no warm pool */
+        struct gateway *gateway;   /* NULL: no listeners, every session counts as private */
+};
+
+/* ---- session.c ---- */
+
+/* Set the state (with an optional cause and error text) and write the row. Under s->lock. */
+void set_state_locked(struct session *s, enum session_state state, const char *cause, const char *error);
+/* Take s out of the table (drops the table's reference). Under m->lock. */
+void unlink_locked(struct session_manager *m, struct session *s);
+/* Drop a reference; the last one frees s. Takes m->lock: never call it under m->lock. */
+void unref(struct session *s);
+/* Find the session, or make it (from its store row if there is one) when
+ * create is set and the caps admit one more; a new reference in *ret. */
+int lookup_ref(struct session_manager *m, const char *user, const char *id, bool create, struct session **ret,
+               struct sbx_error *err);
+/* References to every session in a malloc'd array; give them back with refs_free. */
+int all_refs(struct session_manager *m, struct session ***ret, size_t *ret_n);
+void refs_free(struct session **list, size_t n);
+/* The network mode the policy requires of the session now ("bridge" | "none"). */
+const char *required_network(struct session_manager *m, const char *user, const char *id);
+/* Tell every failure handler; outside every lock. */
+void call_handlers(struct session_manager *m, const char *user, const char *id, const char *container_id,
+                   const char *cause);
+
+/* ---- session_container.c ---- */
+
+/* Replace old_id (if any) by a new container of s: runtime, image, uid,
+ * workspace, runner, port block and gateway. Inside s's transition, without
+ * locks; *network may turn "none" (gVisor). */
+int make_container(struct session *s, const char *old_id, const char **network, char ret_id[65],
+                   char ret_image[256], char ret_workspace[SBX_PATH_MAX], char ret_runtime[16],
+                   struct sbx_error *err);
+
+#endif

@@ -1,0 +1,176 @@
+/* session_reconcile.c — after a restart: adopt the containers of this
+ * instance that still run, mark the rest ERROR, remove the containers no
+ * session (and no pool slot) holds, apply the privacy ratchet to adopted
+ * containers, and release the ports and unmount the workspace images no
+ * container holds. Runs once, before the fronts and the monitor start.
+ *
+ * Locks: each session's lock only for short reads and state changes; Docker
+ * calls with no lock held (session_internal.h). */
+#include "session_internal.h"
+
+#include <errno.h>
+#include <stdio.h>
+#include <string.h>
+
+#include "sandboxd/container.h"
+#include "sandboxd/docker.h"
+#include "sandboxd/log.h"
+#include "sandboxd/pool.h"
+#include "sandboxd/portpool.h"
+#include "sandboxd/sessuid.h"
+#include "sandboxd/store.h"
+#include "sandboxd/wsquota.h"
+
+static bool live_container(struct session *s)
+{
+        bool r;
+        pthread_mutex_lock(&s->lock);
+        r = s->container_id[0] != '\0';
+        pthread_mutex_unlock(&s->lock);
+        return r;
+}
+
+/* Does the session hold a container (or is it getting one)? Its ports and
+ * its mounted workspace stay. */
+static bool keep_port_owner(const char *user, const char *id, void *ud)
+{
+        struct session_manager *m = ud;
+        struct session *s;
+        bool keep = false;
+
+        if (lookup_ref(m, user, id, false, &s, NULL) < 0)
+                return false;
+        pthread_mutex_lock(&s->lock);
+        keep = s->container_id[0] != '\0' || s->transitioning;
+        pthread_mutex_unlock(&s->lock);
+        unref(s);
+        return keep;
+}
+
+int session_reconcile(struct session_manager *m, struct session_reconcile_report *ret, struct sbx_error *err)
+{
+        char filter[128];
+        const char *filters[3] = {CONTAINER_LABEL_MANAGED "=1", filter, NULL};
+        struct docker_container_summary *list = NULL;
+        struct session_reconcile_report rep = {0};
+        struct session **all;
+        size_t n = 0, n_all;
+        int r;
+
+        snprintf(filter, sizeof(filter), CONTAINER_LABEL_INSTANCE "=%s", m->cfg->instance);
+        r = docker_container_list(m->docker, filters, true, &list, &n, err);
+        if (r < 0) {
+                sbx_error_prefix(err, "listing containers of instance %s", m->cfg->instance);
+                return r;
+        }
+        r = all_refs(m, &all, &n_all);
+        if (r < 0) {
+                free(list);
+                return r;
+        }
+
+        /* Sessions: adopt their container if it runs, else mark ERROR. */
+        for (size_t i = 0; i < n_all; i++) {
+                struct session *s = all[i];
+                const struct docker_container_summary *c = NULL;
+                char cause[96] = "", msg[256];
+                bool failed = false;
+
+                pthread_mutex_lock(&s->lock);
+                for (size_t j = 0; s->container_id[0] && j < n; j++)
+                        if (strcmp(list[j].id, s->container_id) == 0)
+                                c = &list[j];
+                if (c && strcmp(c->state, "running") == 0 &&
+                    sessuid_lookup(m->store, s->user, s->id, &(uid_t){0}) == -ENOENT) {
+                        /* Made before per-session uids (it runs as the image's uid 1000, shared by every
+                         * such container): it goes as an orphan below, and the next request makes one
+                         * under the session's own uid. */
+                        snprintf(cause, sizeof(cause), "uid_per_session");
+                        snprintf(msg, sizeof(msg), "container %.12s ran under a uid shared with other sessions",
+                                 s->container_id);
+                        s->container_id[0] = '\0';
+                        set_state_locked(s, SESSION_ERROR, cause, msg);
+                        rep.marked_error++;
+                        failed = true;
+                } else if (c && strcmp(c->state, "running") == 0) {
+                        if (s->state != SESSION_RUNNING)
+                                set_state_locked(s, SESSION_RUNNING, NULL, NULL);
+                        rep.adopted++;
+                } else if (s->state == SESSION_RUNNING || s->state == SESSION_CREATING) {
+                        if (!c)
+                                s->container_id[0] = '\0'; /* gone: nothing holds its ports any more */
+                        snprintf(cause, sizeof(cause), "%s", c ? "exited while the daemon was down" : "removed");
+                        snprintf(msg, sizeof(msg), "container %.12s %s", s->container_id[0] ? s->container_id : "-",
+                                 c ? "was not running after a daemon restart" : "was missing after a daemon restart");
+                        set_state_locked(s, SESSION_ERROR, cause, msg);
+                        rep.marked_error++;
+                        failed = true;
+                }
+                pthread_mutex_unlock(&s->lock);
+                if (failed)
+                        call_handlers(m, s->user, s->id, c ? c->id : "", cause);
+        }
+
+        /* Containers of this instance that belong to no session: remove. */
+        for (size_t j = 0; j < n; j++) {
+                bool owned = false;
+                for (size_t i = 0; i < n_all && !owned; i++) {
+                        pthread_mutex_lock(&all[i]->lock);
+                        owned = strcmp(all[i]->container_id, list[j].id) == 0;
+                        pthread_mutex_unlock(&all[i]->lock);
+                }
+                if (owned)
+                        continue;
+                const char *slot = docker_kv_get(list[j].labels, list[j].n_labels, CONTAINER_LABEL_SESSION);
+                struct store_pool_slot prow;
+                if (docker_kv_get(list[j].labels, list[j].n_labels, POOL_LABEL) && slot &&
+                    store_pool_get(m->store, slot, &prow) == 0)
+                        continue; /* a pool slot's (pool_reconcile) */
+                if (container_remove(m->docker, list[j].id, NULL) == 0) {
+                        (void)store_container_removed(m->store, list[j].id, "orphan", sbx_wall_ms());
+                        rep.removed_orphans++;
+                        log_ctx(LOG_LEVEL_INFO, docker_kv_get(list[j].labels, list[j].n_labels, CONTAINER_LABEL_USER),
+                                docker_kv_get(list[j].labels, list[j].n_labels, CONTAINER_LABEL_SESSION), list[j].id,
+                                "removed orphan container");
+                }
+        }
+        /* The ratchet across a restart: a mark may have been recorded just
+         * before the daemon died, with the networked container still there.
+         * Every adopted container of a session that now requires "none" is
+         * inspected and, if it has a network, removed before any front or
+         * the monitor starts. */
+        for (size_t i = 0; i < n_all; i++) {
+                struct session *s = all[i];
+                struct sbx_error e = {0};
+                bool adopted;
+
+                pthread_mutex_lock(&s->lock);
+                adopted = s->state == SESSION_RUNNING && s->container_id[0];
+                pthread_mutex_unlock(&s->lock);
+                if (!adopted || strcmp(required_network(m, s->user, s->id), "none") != 0)
+                        continue;
+                if (session_enforce_network(m, s->user, s->id, &e) < 0)
+                        /* every request still inspects the container and recreates it
+                         * without a network before using it */
+                        log_ctx(LOG_LEVEL_WARN, s->user, s->id, NULL, "reconcile: %s", e.msg);
+                else if (!live_container(s))
+                        rep.ratchet_removed++;
+        }
+        refs_free(all, n_all);
+        free(list);
+
+        r = portpool_release_unheld(m->ports, keep_port_owner, m);
+        if (r > 0)
+                rep.ports_released = (size_t)r;
+        /* workspace images mounted for containers that are gone (the daemon
+         * died between removing one and unmounting) */
+        r = wsquota_sweep(m->cfg, keep_port_owner, m);
+        if (r > 0)
+                log_info("reconciled: %d workspace image(s) of sessions without a container unmounted", r);
+        if (ret)
+                *ret = rep;
+        log_info("reconciled: %zu adopted, %zu marked ERROR, %zu orphans removed, %zu ports released, "
+                 "%zu networked containers of private sessions removed",
+                 rep.adopted, rep.marked_error, rep.removed_orphans, rep.ports_released, rep.ratchet_removed);
+        return 0;
+}

@@ -1,0 +1,348 @@
+/* session_stop.c — taking a session's container away: a failure the
+ * monitor reports (session_mark_failed), the privacy ratchet
+ * (session_enforce_network), idle and TTL expiry, and session_destroy (with
+ * the workspace purge and the uid release). OOM counts live here too.
+ *
+ * Locks: a container is removed inside the session's transition:
+ * begin_teardown (or enforce_network) sets s->transitioning under s->lock,
+ * the Docker work runs with no lock, and end_teardown or abort_transition
+ * clears it and wakes the waiters (session_internal.h). */
+#include "session_internal.h"
+
+#include <errno.h>
+#include <stdio.h>
+#include <string.h>
+
+#include "sandboxd/container.h"
+#include "sandboxd/docker.h"
+#include "sandboxd/gateway.h"
+#include "sandboxd/log.h"
+#include "sandboxd/portpool.h"
+#include "sandboxd/sessuid.h"
+#include "sandboxd/store.h"
+#include "sandboxd/wsquota.h"
+
+/* ---- failures ---- */
+
+/* How specific a cause is: a later event may refine "exited" into "stopped"
+ * (docker stop) or "removed" (docker rm -f), never the other way. */
+static int cause_rank(const char *cause)
+{
+        if (strcmp(cause, "removed") == 0)
+                return 4;
+        if (strcmp(cause, "stopped") == 0)
+                return 3;
+        if (strcmp(cause, "oom_killed") == 0)
+                return 2;
+        return 1;
+}
+
+bool session_mark_failed(struct session_manager *m, const char *user, const char *id, const char *container_id,
+                         const char *cause)
+{
+        struct session *s;
+        bool changed = false, first = false;
+        char msg[256];
+
+        if (lookup_ref(m, user, id, false, &s, NULL) < 0)
+                return false;
+        pthread_mutex_lock(&s->lock);
+        if (!s->transitioning && strcmp(s->container_id, container_id) == 0) {
+                snprintf(msg, sizeof(msg), "container %.12s failed: %s", container_id, cause);
+                if (s->state == SESSION_RUNNING) {
+                        set_state_locked(s, SESSION_ERROR, cause, msg);
+                        changed = first = true;
+                } else if (s->state == SESSION_ERROR && cause_rank(cause) > cause_rank(s->error_cause)) {
+                        set_state_locked(s, SESSION_ERROR, cause, msg);
+                        changed = true;
+                }
+        }
+        pthread_mutex_unlock(&s->lock);
+        unref(s);
+        if (first)
+                call_handlers(m, user, id, container_id, cause);
+        return changed;
+}
+
+static void end_teardown(struct session *s, enum session_state state, const char *cause);
+
+/* The session's container is gone: its workspace image is unmounted
+ * (workspace_quota_mode loop). Called inside the session's transition. */
+static void release_workspace(struct session_manager *m, const char *user, const char *id)
+{
+        struct sbx_error err = {0};
+
+        if (wsquota_detach(m->cfg, user, id, &err) < 0)
+                log_ctx(LOG_LEVEL_WARN, user, id, NULL, "%s", err.msg);
+}
+
+/* The workspace is verifiably gone: so goes the session's uid, and with it
+ * the identity files naming it. */
+static void release_uid(struct session_manager *m, const char *user, const char *id)
+{
+        uid_t uid;
+
+        if (sessuid_lookup(m->store, user, id, &uid) < 0)
+                return;
+        if (sessuid_release(m->store, user, id) < 0) {
+                log_ctx(LOG_LEVEL_WARN, user, id, NULL, "cannot release uid %u; --gc will", (unsigned)uid);
+                return;
+        }
+        container_identity_drop(m->cfg, uid);
+        log_ctx(LOG_LEVEL_DEBUG, user, id, NULL, "uid %u released with the workspace", (unsigned)uid);
+}
+
+/* Give up a transition this thread began, nothing changed: clear the mark
+ * and wake the waiters. */
+static void abort_transition(struct session *s)
+{
+        pthread_mutex_lock(&s->lock);
+        s->transitioning = false;
+        pthread_cond_broadcast(&s->cond);
+        pthread_mutex_unlock(&s->lock);
+}
+
+int session_enforce_network(struct session_manager *m, const char *user, const char *id, struct sbx_error *err)
+{
+        struct docker_container_info info;
+        struct session *s;
+        char cid[65];
+        int r;
+
+        /* a sealed container has nothing to remove: the ratchet is the gateway
+         * closing its listeners, its sockets and its tunnels */
+        gateway_enforce(m->gateway, user, id);
+        if (lookup_ref(m, user, id, false, &s, NULL) < 0)
+                return 0; /* no container yet: the first one is made with the required mode */
+        pthread_mutex_lock(&s->lock);
+        while (s->transitioning)
+                pthread_cond_wait(&s->cond, &s->lock);
+        if (!s->container_id[0]) {
+                pthread_mutex_unlock(&s->lock);
+                unref(s);
+                return 0;
+        }
+        s->transitioning = true;
+        memcpy(cid, s->container_id, sizeof(cid));
+        pthread_mutex_unlock(&s->lock);
+
+        r = docker_container_inspect(m->docker, cid, &info, err);
+        if (r == -ENOENT || (r == 0 && !(strcmp(required_network(m, user, id), "none") == 0 && info.has_network))) {
+                /* gone already, or already as required: nothing to take away */
+                abort_transition(s);
+                unref(s);
+                return 0;
+        }
+        if (r == 0)
+                r = container_remove(m->docker, cid, err);
+        if (r < 0) {
+                abort_transition(s);
+                unref(s);
+                sbx_error_prefix(err, "removing the networked container %.12s", cid);
+                return r;
+        }
+        (void)store_container_removed(m->store, cid, "privacy_ratchet", sbx_wall_ms());
+        (void)portpool_release(m->ports, user, id);
+        release_workspace(m, user, id);
+        pthread_mutex_lock(&s->lock);
+        memcpy(s->ratchet_from, cid, sizeof(s->ratchet_from));
+        /* what it has now, and all it will ever get: no session view shows the old network again */
+        sbx_strlcpy(s->network_mode, "none", sizeof(s->network_mode));
+        pthread_mutex_unlock(&s->lock);
+        end_teardown(s, SESSION_STOPPED, "privacy_ratchet");
+        call_handlers(m, user, id, cid, "privacy_ratchet");
+        log_ctx(LOG_LEVEL_INFO, user, id, cid, "privacy ratchet: networked container removed");
+        unref(s);
+        return 0;
+}
+
+void session_note_oom(struct session_manager *m, const char *user, const char *id, const char *container_id)
+{
+        struct session *s;
+
+        if (lookup_ref(m, user, id, false, &s, NULL) < 0)
+                return;
+        pthread_mutex_lock(&s->lock);
+        if (strcmp(s->container_id, container_id) == 0)
+                s->oom_events++;
+        pthread_mutex_unlock(&s->lock);
+        unref(s);
+}
+
+uint64_t session_oom_events(struct session *s)
+{
+        uint64_t n;
+        pthread_mutex_lock(&s->lock);
+        n = s->oom_events;
+        pthread_mutex_unlock(&s->lock);
+        return n;
+}
+
+/* Take the container away from a session that is not in use: used by idle
+ * expiry and destroy. Returns with s->transitioning set and the old id in
+ * ret_id (maybe ""), or -EBUSY. */
+static int begin_teardown(struct session *s, bool only_idle, int64_t idle_before, char ret_id[65])
+{
+        int r = 0;
+
+        pthread_mutex_lock(&s->lock);
+        if (only_idle) {
+                if (s->transitioning || s->active_ops > 0 || s->state != SESSION_RUNNING ||
+                    s->last_activity >= idle_before)
+                        r = -EBUSY;
+        } else {
+                while (s->transitioning)
+                        pthread_cond_wait(&s->cond, &s->lock);
+        }
+        if (s->destroyed)
+                r = -ENOENT;
+        if (r == 0) {
+                s->transitioning = true;
+                memcpy(ret_id, s->container_id, 65);
+        }
+        pthread_mutex_unlock(&s->lock);
+        return r;
+}
+
+static void end_teardown(struct session *s, enum session_state state, const char *cause)
+{
+        pthread_mutex_lock(&s->lock);
+        s->transitioning = false;
+        s->container_id[0] = '\0';
+        set_state_locked(s, state, cause, NULL);
+        pthread_cond_broadcast(&s->cond);
+        pthread_mutex_unlock(&s->lock);
+}
+
+/* Stop s (container removed, ports released, STOPPED, workspace kept) with
+ * cause; only_idle: only if idle since before. 1 stopped, 0 not. */
+static int stop_one(struct session_manager *m, struct session *s, bool only_idle, int64_t before, const char *cause)
+{
+        char id[65];
+        struct sbx_error err = {0};
+
+        if (begin_teardown(s, only_idle, before, id) < 0)
+                return 0;
+        if (id[0] && container_remove(m->docker, id, &err) < 0) {
+                log_ctx(LOG_LEVEL_WARN, s->user, s->id, id, "%s: cannot remove container: %s", cause, err.msg);
+                abort_transition(s);
+                return 0;
+        }
+        if (id[0])
+                (void)store_container_removed(m->store, id, cause, sbx_wall_ms());
+        (void)portpool_release(m->ports, s->user, s->id);
+        release_workspace(m, s->user, s->id);
+        end_teardown(s, SESSION_STOPPED, cause);
+        call_handlers(m, s->user, s->id, id, cause);
+        return 1;
+}
+
+int session_expire_idle(struct session_manager *m, int64_t now_wall_ms)
+{
+        struct session **all;
+        size_t n;
+        int count = 0;
+        int64_t before = now_wall_ms - (int64_t)m->cfg->idle_timeout_s * 1000;
+
+        if (all_refs(m, &all, &n) < 0)
+                return -ENOMEM;
+        for (size_t i = 0; i < n; i++)
+                count += stop_one(m, all[i], true, before, "idle_expired");
+        refs_free(all, n);
+        return count;
+}
+
+int session_expire_ttl(struct session_manager *m, int64_t now_wall_ms)
+{
+        char(*users)[65] = NULL, (*ids)[65] = NULL;
+        size_t n = 0;
+        int count = 0;
+
+        if (store_session_options_expired(m->store, now_wall_ms, 256, &users, &ids, &n) < 0)
+                return -EIO;
+        for (size_t i = 0; i < n; i++) {
+                struct session *s;
+                /* the TTL is spent whatever happens next: a later use starts the session afresh */
+                (void)store_session_options_clear_ttl(m->store, users[i], ids[i]);
+                if (lookup_ref(m, users[i], ids[i], false, &s, NULL) < 0)
+                        continue;
+                if (stop_one(m, s, false, 0, "ttl_expired")) {
+                        log_ctx(LOG_LEVEL_INFO, users[i], ids[i], NULL, "session stopped: its TTL is over");
+                        count++;
+                }
+                unref(s);
+        }
+        free(users);
+        free(ids);
+        return count;
+}
+
+int session_destroy(struct session_manager *m, const char *user, const char *id, bool purge, struct sbx_error *err)
+{
+        struct session *s;
+        struct sbx_error perr = {0};
+        char cid[65];
+        int r, purged = 0;
+
+        r = session_key_check(user, id, err);
+        if (r < 0)
+                return r;
+        r = lookup_ref(m, user, id, false, &s, err);
+        if (r == 0 && begin_teardown(s, false, 0, cid) < 0) {
+                unref(s);
+                r = -ENOENT;
+        }
+        if (r < 0)
+                return sbx_error_set(err, -ENOENT, 0, "no such session %s:%s", user, id);
+        if (cid[0]) {
+                r = container_remove(m->docker, cid, err);
+                if (r < 0) {
+                        abort_transition(s);
+                        unref(s);
+                        sbx_error_prefix(err, "removing container %.12s", cid);
+                        return r;
+                }
+                (void)store_container_removed(m->store, cid, "destroyed", sbx_wall_ms());
+        }
+        (void)portpool_release(m->ports, user, id);
+        if (!purge)
+                release_workspace(m, user, id);
+        call_handlers(m, user, id, cid, "destroyed");
+        /* The ratchet: the private marks go only once the workspace is
+         * verifiably gone. A purge that fails, or a daemon killed during it,
+         * leaves the marks (and what is left of the workspace) behind, so
+         * the key's next container is made with no network. */
+        if (purge) {
+                /* the image is unmounted first: a mount point cannot be deleted */
+                purged = wsquota_purge(m->cfg, user, id, &perr);
+                if (purged == 0)
+                        purged = container_workspace_purge(m->cfg, user, id, &perr);
+                if (purged < 0)
+                        log_ctx(LOG_LEVEL_WARN, user, id, NULL, "%s; private marks kept", perr.msg);
+                else
+                        release_uid(m, user, id);
+        }
+        r = store_session_delete(m->store, user, id, purge && purged == 0);
+        if (r < 0)
+                log_ctx(LOG_LEVEL_ERROR, user, id, NULL, "cannot delete session row: %s", strerror(-r));
+        (void)store_session_options_delete(m->store, user, id);
+        pthread_mutex_lock(&m->lock);
+        unlink_locked(m, s);
+        pthread_mutex_unlock(&m->lock);
+        pthread_mutex_lock(&s->lock);
+        s->transitioning = false;
+        s->destroyed = true;
+        s->state = SESSION_STOPPED;
+        s->container_id[0] = '\0';
+        pthread_cond_broadcast(&s->cond);
+        pthread_mutex_unlock(&s->lock);
+        unref(s);
+        if (purged < 0) {
+                if (err)
+                        *err = perr;
+                sbx_error_prefix(err, "the session is destroyed but its workspace is not (it stays private if it "
+                                      "was)");
+                return purged;
+        }
+        return 0;
+}

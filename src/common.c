@@ -155,7 +155,7 @@ int sbx_random_hex(char *out, size_t nbytes)
 }
 
 int sbx_rows_convert(void *rows, size_t n, size_t in_size, size_t out_size,
-                     void (*conv)(const void *row, void *out), void **ret)
+                     void (*conv)(const void *row, void *out), void *ret, size_t *ret_n)
 {
         unsigned char *out = calloc(n + 1, out_size);
 
@@ -166,6 +166,7 @@ int sbx_rows_convert(void *rows, size_t n, size_t in_size, size_t out_size,
         for (size_t i = 0; i < n; i++)
                 conv((const unsigned char *)rows + i * in_size, out + i * out_size);
         free(rows);
-        *ret = out;
+        memcpy(ret, &out, sizeof(out)); /* ret is the caller's T **: no void ** aliasing */
+        *ret_n = n;
         return 0;
 }

@@ -130,16 +130,8 @@ int privacy_list(struct privacy *p, const char *user, const char *session, struc
                  size_t *ret_n)
 {
         struct store_private *rows = NULL;
-        void *out;
         size_t n = 0;
         int r = store_private_list(p->store, user, session, &rows, &n);
 
-        if (r < 0)
-                return r;
-        r = sbx_rows_convert(rows, n, sizeof(*rows), sizeof(**ret), dataset_from_row, &out);
-        if (r < 0)
-                return r;
-        *ret = out;
-        *ret_n = n;
-        return 0;
+        return r < 0 ? r : sbx_rows_convert(rows, n, sizeof(*rows), sizeof(**ret), dataset_from_row, ret, ret_n);
 }

@@ -432,18 +432,10 @@ int service_list(struct service_manager *m, const char *user, const char *sessio
                  size_t *ret_n)
 {
         struct store_service *rows = NULL;
-        void *out;
         size_t n = 0;
         int r = store_service_list(m->store, user, session, false, &rows, &n);
 
-        if (r < 0)
-                return r;
-        r = sbx_rows_convert(rows, n, sizeof(*rows), sizeof(**ret), info_from_row_v, &out);
-        if (r < 0)
-                return r;
-        *ret = out;
-        *ret_n = n;
-        return 0;
+        return r < 0 ? r : sbx_rows_convert(rows, n, sizeof(*rows), sizeof(**ret), info_from_row_v, ret, ret_n);
 }
 
 /* The last `lines` lines of a log, read through the runner from its last

@@ -97,18 +97,10 @@ static void info_from_row_v(const void *row, void *info) { info_from_row(row, in
 int token_list(struct store *st, struct token_info **ret, size_t *ret_n)
 {
         struct store_token *rows = NULL;
-        void *out;
         size_t n = 0;
         int r = store_token_list(st, &rows, &n);
 
-        if (r < 0)
-                return r;
-        r = sbx_rows_convert(rows, n, sizeof(*rows), sizeof(**ret), info_from_row_v, &out);
-        if (r < 0)
-                return r;
-        *ret = out;
-        *ret_n = n;
-        return 0;
+        return r < 0 ? r : sbx_rows_convert(rows, n, sizeof(*rows), sizeof(**ret), info_from_row_v, ret, ret_n);
 }
 
 static bool token_well_formed(const char *t)

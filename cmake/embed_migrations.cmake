@@ -1,4 +1,6 @@
-# Turn migrations/NNNN_name.sql into a C array of {version, name, sql}.
+# Turn migrations/NNNN_name.sql into a C array of {version, name, sql}
+# (the bytes through embed.cmake's sbx_embed_bytes).
+include(${CMAKE_CURRENT_LIST_DIR}/embed.cmake)
 file(GLOB files ${DIR}/*.sql)
 list(SORT files)
 set(body "/* generated from migrations/ — do not edit */\n#include \"sandboxd/store.h\"\n\n")
@@ -10,9 +12,8 @@ foreach(f ${files})
     message(FATAL_ERROR "migration file name must be NNNN_name.sql: ${fname}")
   endif()
   math(EXPR version "${CMAKE_MATCH_1}")
-  file(READ ${f} hex HEX)
-  string(REGEX REPLACE "([0-9a-f][0-9a-f])" "0x\\1," hex "${hex}")
-  string(APPEND body "static const char mig_${i}[] = {${hex} 0};\n")
+  sbx_embed_bytes(${f} bytes)
+  string(APPEND body "static const char mig_${i}[] = ${bytes};\n")
   string(APPEND entries "        {${version}, \"${fname}\", mig_${i}},\n")
   math(EXPR i "${i} + 1")
 endforeach()

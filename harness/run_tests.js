@@ -1,6 +1,6 @@
 // run_tests.js — sandboxd's node test harness (run_tests, issue 17).
 //
-// Embedded into the daemon at build time (cmake/embed_harness.cmake) and run
+// Embedded into the daemon at build time (cmake/embed.cmake) and run
 // inside the session's container as tenant code, through the ordinary
 // execution path. The daemon appends one line calling sbxMain(marker,
 // codeB64, testsB64).

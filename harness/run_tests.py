@@ -1,6 +1,6 @@
 # run_tests.py — sandboxd's python test harness (run_tests, issue 17).
 #
-# Embedded into the daemon at build time (cmake/embed_harness.cmake) and run
+# Embedded into the daemon at build time (cmake/embed.cmake) and run
 # inside the session's container as tenant code, through the ordinary
 # execution path. The daemon appends one line calling _sbx_main(marker,
 # code_b64, tests_b64).

@@ -1,5 +1,5 @@
 /* http_mcp.c — MCP Streamable HTTP at /mcp: the same protocol core as
- * sandboxd-mcp (mcp.c, the tools in mcp_tools.c, calling the API socket with
+ * sandboxd-mcp (mcp*.c, the tools from mcp_catalog.c, calling the API socket with
  * the request's bearer token) behind a thin transport that routes each
  * output line to the HTTP response of the request it belongs to
  * (mcp_options.write_related).

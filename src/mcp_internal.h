@@ -1,5 +1,15 @@
-/* mcp_internal.h — what the adapter's own files share: the adapter and call
- * structs (mcp.c), and the tool table (mcp_tools.c). Not for other modules. */
+/* mcp_internal.h — what the adapter's own files share, not for other
+ * modules. The adapter is cut along its seams:
+ *   mcp.c           the adapter object, framing, one line's JSON-RPC checks, output
+ *   mcp_methods.c   the protocol eras and every method's dispatch
+ *   mcp_calls.c     tool calls in flight: workers, cancellation, progress
+ *   mcp_catalog.c   the tool catalog (schemas/mcp_tools.json, embedded)
+ *   mcp_tools.c     running a tool call on the daemon's API
+ *   mcp_tasks.c     the tasks extension
+ *   mcp_resources.c execution output by reference
+ *   mcp_schema.c    the JSON Schema subset (public: mcp.h)
+ *   mcp_api.c, mcp_api_https.c  the API client (socket, HTTPS)
+ * Lock rules: struct mcp below, and each file's header. */
 #ifndef SANDBOXD_MCP_INTERNAL_H
 #define SANDBOXD_MCP_INTERNAL_H
 
@@ -31,6 +41,19 @@ enum {
         MCP_LOG_ALERT,
         MCP_LOG_EMERGENCY,
 };
+
+#define MCP_SERVER_NAME "sandboxd-mcp"
+#define MCP_SERVER_TITLE "sandboxd"
+#define MCP_META_SERVER_INFO "io.modelcontextprotocol/serverInfo"
+
+/* The value of expr, read with the mutex l held. */
+#define MCP_LOCKED(l, expr)                                                                                  \
+        ({                                                                                                   \
+                pthread_mutex_lock(l);                                                                       \
+                __typeof__(expr) locked_value_ = (expr);                                                     \
+                pthread_mutex_unlock(l);                                                                     \
+                locked_value_;                                                                               \
+        })
 
 struct mcp_call;
 
@@ -64,6 +87,18 @@ struct mcp {
         bool discarding;
 };
 
+/* One request being dispatched (mcp_methods.c), on the reading thread. */
+struct mcp_req {
+        const cJSON *id;
+        const char *method;
+        const cJSON *params; /* an object or NULL */
+        bool modern;
+        int rank;
+        int log_level; /* modern: the envelope's logLevel; -1 none */
+        bool tasks_ok; /* modern: the client capabilities name the tasks extension; legacy: 2025-11-25 */
+        bool legacy_task; /* 2025-11-25 tools/call with params.task */
+};
+
 struct mcp_tool_result {
         cJSON *structured; /* NULL for a daemon-side error */
         char *text;        /* NULL: the serialized structured content */
@@ -85,10 +120,12 @@ enum mcp_call_kind {
         MCP_CALL_TASK, /* tasks/get, tasks/cancel, tasks/update (mcp_tasks.c) */
 };
 
+#define MCP_TOOL_NAME_MAX 64 /* with its NUL */
+
 struct mcp_call {
         struct mcp *m;
         cJSON *id;             /* the request id */
-        char tool[64];
+        char tool[MCP_TOOL_NAME_MAX];
         cJSON *args;           /* validated against the tool's inputSchema */
         char session[65];      /* args.session or the default */
         cJSON *progress_token; /* NULL unless the request asked for progress */
@@ -108,7 +145,32 @@ struct mcp_call {
         struct mcp_call *next;
 };
 
-/* mcp.c, for the tools */
+/* mcp.c: the adapter's references, and output. Each send takes the message
+ * it is given (result, params, data) and writes one line under out_lock. */
+void mcp_unref(struct mcp *m);
+bool mcp_valid_id(const cJSON *id); /* a string or an integer */
+cJSON *mcp_server_info(void);
+void mcp_send_error(struct mcp *m, const cJSON *id, int code, cJSON *data, const char *fmt, ...)
+        __attribute__((format(printf, 5, 6)));
+/* Modern results carry resultType (type, else "complete") and serverInfo. */
+void mcp_send_result(struct mcp *m, const cJSON *id, cJSON *result, bool modern, const char *type);
+/* related: the id of the request the notification belongs to, or NULL. */
+void mcp_send_notification(struct mcp *m, const char *method, cJSON *params, const cJSON *related);
+
+/* mcp_methods.c: what mcp_handle_line hands over once a message is valid. */
+void mcp_methods_request(struct mcp *m, const cJSON *id, const char *method, const cJSON *params);
+void mcp_methods_notification(struct mcp *m, const char *method, const cJSON *params);
+const char *mcp_log_level_name(int level);
+
+/* mcp_calls.c: calls in flight */
+/* Register a call and start its worker thread, which answers it (or refuse
+ * it: busy, duplicate id). args, session and token are copied. */
+void mcp_call_start(struct mcp *m, const struct mcp_req *q, enum mcp_call_kind kind, const char *name,
+                    const cJSON *args, const char *session, const cJSON *token);
+/* notifications/cancelled: cancel the call params.requestId names, if any. */
+void mcp_call_cancel_request(struct mcp *m, const cJSON *params);
+/* An input validation error: a tool result the model can read and correct. */
+void mcp_send_tool_error(struct mcp *m, const struct mcp_req *q, const char *text);
 /* Register the connection a cancel must wake; -ECANCELED if already cancelled. */
 int mcp_call_attach(struct mcp_call *c, struct mcp_api *a);
 void mcp_call_detach(struct mcp_call *c);
@@ -118,7 +180,7 @@ void mcp_call_progress(struct mcp_call *c, double progress, const char *message)
 /* notifications/message, if the client wants this level. */
 void mcp_call_log(struct mcp_call *c, int level, const char *fmt, ...) __attribute__((format(printf, 3, 4)));
 
-/* The CallToolResult for r, cut down to fit one output line (mcp.c). */
+/* The CallToolResult for r, cut down to fit one output line. */
 cJSON *mcp_tool_result_json(const struct mcp_tool_result *r, int rank);
 
 /* mcp_tasks.c: the tasks extension (io.modelcontextprotocol/tasks), on the
@@ -144,19 +206,29 @@ int mcp_https_fd(struct mcp_https *h);
 int mcp_https_request(struct mcp_https *h, const char *token, const char *method, const cJSON *params,
                       int timeout_ms, cJSON **ret_result, struct mcp_api_error *err);
 
-/* mcp_tools.c */
-struct mcp_tool;
-/* Parse every schema once; 0 or -EINVAL (a broken built-in schema). */
+/* mcp_catalog.c: the tools, from schemas/mcp_tools.json (pointers into the
+ * parsed file, which lives as long as the process). */
+struct mcp_tool {
+        const char *name, *title, *description;
+        const cJSON *input_schema, *output_schema, *annotations;
+        bool follow;      /* exec, run_code: started in the background and followed to the end */
+        bool user_level;  /* acts on the user: the connection's default session is not added */
+        const char *wrap; /* a bare array reply goes under this key, or NULL */
+};
+/* Parse and check the catalog, once; 0 or -EINVAL (logged). */
 int mcp_tools_init(void);
 const struct mcp_tool *mcp_tool_find(const char *name);
-const cJSON *mcp_tool_input_schema(const struct mcp_tool *t);
 /* The tools array of tools/list, shaped for a protocol version rank. */
 cJSON *mcp_tools_list(int rank);
+
+/* mcp_tools.c */
 /* Run the call on the current (worker) thread. */
 void mcp_tool_run(struct mcp_call *c, struct mcp_tool_result *r);
 /* The tool result of a finished execution (a get_execution reply; takes res),
  * as the tool itself would have answered. */
 void mcp_tool_execution_result(const char *tool, cJSON *res, struct mcp_tool_result *r);
+/* True if an execution (a get_execution reply) has ended. */
+bool mcp_execution_final(const cJSON *res);
 
 /* mcp_resources.c */
 /* resource_link items to the whole stdout and stderr of a result whose

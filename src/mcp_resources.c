@@ -25,7 +25,6 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
-#include <strings.h>
 
 #include "mcp_internal.h"
 #include "sandboxd/session.h"
@@ -199,7 +198,7 @@ static int read_page(struct mcp *m, const struct res_uri *u, unsigned char **ret
         for (int i = 0; i < PAGE_MAX_REQUESTS; i++) {
                 struct mcp_api_error e = {0};
                 cJSON *res = NULL;
-                const cJSON *data, *state;
+                const cJSON *data;
                 unsigned char *chunk = NULL;
                 size_t n = 0;
                 int k;
@@ -221,12 +220,7 @@ static int read_page(struct mcp *m, const struct res_uri *u, unsigned char **ret
                 snprintf(key, sizeof(key), "%s_bytes", u->stream);
                 *ret_total = (uint64_t)num_or(res, key, 0);
                 snprintf(key, sizeof(key), "%s_offset", u->stream);
-                state = cJSON_GetObjectItemCaseSensitive(res, "state");
-                *ret_final = cJSON_IsString(state) &&
-                             (strcasecmp(state->valuestring, "completed") == 0 ||
-                              strcasecmp(state->valuestring, "failed") == 0 ||
-                              strcasecmp(state->valuestring, "cancelled") == 0 ||
-                              strcasecmp(state->valuestring, "timeout") == 0);
+                *ret_final = mcp_execution_final(res);
                 if (n > MCP_RESOURCE_PAGE - len)
                         n = MCP_RESOURCE_PAGE - len;
                 if (n > 0) {
@@ -263,22 +257,6 @@ static int read_page(struct mcp *m, const struct res_uri *u, unsigned char **ret
         return 0;
 }
 
-/* How many bytes at the end of s form an incomplete UTF-8 sequence. */
-static size_t incomplete_utf8_tail(const unsigned char *s, size_t len)
-{
-        for (size_t i = 1; i <= 3 && i <= len; i++) {
-                unsigned char b = s[len - i];
-                size_t need;
-                if (b < 0x80)
-                        return 0;
-                if ((b & 0xC0) == 0x80)
-                        continue;
-                need = b >= 0xF0 ? 4 : b >= 0xE0 ? 3 : 2;
-                return need > i ? i : 0;
-        }
-        return 0;
-}
-
 int mcp_resource_read(struct mcp *m, const cJSON *params, cJSON **ret_result, int *ret_code, char *msg,
                       size_t msg_size)
 {
@@ -311,7 +289,7 @@ int mcp_resource_read(struct mcp *m, const cJSON *params, cJSON **ret_result, in
         if (read_page(m, &u, &buf, &len, &total, &final, &drained, ret_code, msg, msg_size) < 0)
                 return -1;
         if (!drained) /* more follows: the page ends on a character boundary */
-                len -= incomplete_utf8_tail(buf, len);
+                len -= utf8_incomplete_tail(buf, len);
         next = u.offset + len;
         /* the end: the execution had ended when a read found nothing more */
         eof = final && drained;

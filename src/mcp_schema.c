@@ -12,7 +12,12 @@
  * description and title are annotations. pattern is a POSIX extended regular
  * expression (regcomp REG_EXTENDED|REG_NOSUB) — the schemas keep to the part
  * of it that ECMA-262 reads the same way (anchors, bracket classes, {m,n}) —
- * matched only against strings of at most PATTERN_INPUT_MAX bytes. */
+ * matched only against strings of at most PATTERN_INPUT_MAX bytes.
+ *
+ * mcp_schema_check refuses a schema that uses anything else, or uses these
+ * keywords malformed (a pattern regcomp rejects, a negative maxLength...):
+ * the tool catalog (mcp_catalog.c, schemas/mcp_tools.json) is checked with
+ * it once, so validate and conform can assume well-formed schemas. */
 #include <math.h>
 #include <regex.h>
 #include <stdarg.h>
@@ -81,6 +86,15 @@ static bool schema_allows_type(const cJSON *schema, const char *name)
         return false;
 }
 
+/* Append item (quoted with quote, after sep unless first) to the list in
+ * buf; false once buf is full. */
+static bool list_add(char *buf, size_t size, size_t *pos, const char *sep, const char *quote, const char *item)
+{
+        *pos += (size_t)snprintf(buf + *pos, *pos < size ? size - *pos : 0, "%s%s%s%s", *pos ? sep : "", quote, item,
+                                 quote);
+        return *pos < size;
+}
+
 static void type_list(const cJSON *schema, char *buf, size_t size)
 {
         const cJSON *type = cJSON_GetObjectItemCaseSensitive(schema, "type"), *t;
@@ -98,22 +112,11 @@ static void type_list(const cJSON *schema, char *buf, size_t size)
         cJSON_ArrayForEach(t, any)
         {
                 const cJSON *bt = cJSON_GetObjectItemCaseSensitive(t, "type");
-                if (!cJSON_IsString(bt))
-                        continue;
-                pos += (size_t)snprintf(buf + pos, pos < size ? size - pos : 0, "%s%s", pos ? " or " : "",
-                                        bt->valuestring);
-                if (pos >= size)
+                if (cJSON_IsString(bt) && !list_add(buf, size, &pos, " or ", "", bt->valuestring))
                         return;
         }
-        cJSON_ArrayForEach(t, type)
-        {
-                if (!cJSON_IsString(t))
-                        continue;
-                pos += (size_t)snprintf(buf + pos, pos < size ? size - pos : 0, "%s%s", pos ? " or " : "",
-                                        t->valuestring);
-                if (pos >= size)
-                        break;
-        }
+        cJSON_ArrayForEach(t, type) if (cJSON_IsString(t) && !list_add(buf, size, &pos, " or ", "", t->valuestring))
+                break;
 }
 
 static const char *json_kind(const cJSON *v)
@@ -176,23 +179,36 @@ static void enum_list(const cJSON *schema, char *buf, size_t size)
         size_t pos = 0;
 
         buf[0] = '\0';
-        cJSON_ArrayForEach(e, en)
-        {
-                if (!cJSON_IsString(e))
-                        continue;
-                pos += (size_t)snprintf(buf + pos, pos < size ? size - pos : 0, "%s\"%s\"", pos ? ", " : "",
-                                        e->valuestring);
-                if (pos >= size)
-                        break;
-        }
+        cJSON_ArrayForEach(e, en) if (cJSON_IsString(e) && !list_add(buf, size, &pos, ", ", "\"", e->valuestring))
+                break;
 }
 
-static double num_kw(const cJSON *schema, const char *kw, bool *present)
-{
-        const cJSON *k = cJSON_GetObjectItemCaseSensitive(schema, kw);
+/* The bound keywords, each with how its failure reads. */
+static const struct bound {
+        const char *kw;
+        bool upper;
+        const char *verb, *unit; /* "<verb> <limit><unit>" */
+} bounds[] = {
+        {"minimum", false, "must be at least", ""},
+        {"maximum", true, "must be at most", ""},
+        {"minLength", false, "must be at least", " character(s) long"},
+        {"maxLength", true, "must be at most", " characters long"},
+        {"minItems", false, "must have at least", " item(s)"},
+        {"maxItems", true, "must have at most", " items"},
+};
 
-        *present = cJSON_IsNumber(k);
-        return *present ? k->valuedouble : 0;
+/* measure (the number, the length in code points, the item count) against
+ * one bound keyword of the schema, if it has it. */
+static bool bound_ok(const cJSON *schema, const struct bound *b, double measure, const char *path, char *msg,
+                     size_t msg_size)
+{
+        const cJSON *k = cJSON_GetObjectItemCaseSensitive(schema, b->kw);
+        char lim[32];
+
+        if (!cJSON_IsNumber(k) || (b->upper ? measure <= k->valuedouble : measure >= k->valuedouble))
+                return true;
+        snprintf(lim, sizeof(lim), "%.15g", k->valuedouble);
+        return fail(msg, msg_size, path, "%s %s%s", b->verb, lim, b->unit);
 }
 
 /* pattern: 1 matches, 0 does not, -1 the pattern does not compile. */
@@ -221,9 +237,7 @@ static const cJSON *any_of_branch(const cJSON *any, const cJSON *value)
 
 bool mcp_schema_validate(const cJSON *schema, const cJSON *value, const char *path, char *msg, size_t msg_size)
 {
-        char buf[160], sub[256], lim[32];
-        bool has;
-        double n;
+        char buf[160], sub[256];
 
         if (!cJSON_IsObject(schema))
                 return true;
@@ -248,30 +262,14 @@ bool mcp_schema_validate(const cJSON *schema, const cJSON *value, const char *pa
                 enum_list(schema, buf, sizeof(buf));
                 return fail(msg, msg_size, path, "must be one of %s", buf);
         }
-        if (cJSON_IsNumber(value)) {
-                n = num_kw(schema, "minimum", &has);
-                if (has && value->valuedouble < n) {
-                        snprintf(lim, sizeof(lim), "%.15g", n);
-                        return fail(msg, msg_size, path, "must be at least %s", lim);
-                }
-                n = num_kw(schema, "maximum", &has);
-                if (has && value->valuedouble > n) {
-                        snprintf(lim, sizeof(lim), "%.15g", n);
-                        return fail(msg, msg_size, path, "must be at most %s", lim);
-                }
-        }
+        if (cJSON_IsNumber(value) && (!bound_ok(schema, &bounds[0], value->valuedouble, path, msg, msg_size) ||
+                                      !bound_ok(schema, &bounds[1], value->valuedouble, path, msg, msg_size)))
+                return false;
         if (cJSON_IsString(value)) {
-                size_t len = utf8_code_points(value->valuestring);
-                n = num_kw(schema, "minLength", &has);
-                if (has && (double)len < n) {
-                        snprintf(lim, sizeof(lim), "%.15g", n);
-                        return fail(msg, msg_size, path, "must be at least %s character(s) long", lim);
-                }
-                n = num_kw(schema, "maxLength", &has);
-                if (has && (double)len > n) {
-                        snprintf(lim, sizeof(lim), "%.15g", n);
-                        return fail(msg, msg_size, path, "must be at most %s characters long", lim);
-                }
+                double len = (double)utf8_code_points(value->valuestring);
+                if (!bound_ok(schema, &bounds[2], len, path, msg, msg_size) ||
+                    !bound_ok(schema, &bounds[3], len, path, msg, msg_size))
+                        return false;
                 const cJSON *pat = cJSON_GetObjectItemCaseSensitive(schema, "pattern");
                 if (cJSON_IsString(pat) && pattern_match(pat->valuestring, value->valuestring) != 1)
                         return fail(msg, msg_size, path, "must match the pattern %.100s", pat->valuestring);
@@ -279,16 +277,9 @@ bool mcp_schema_validate(const cJSON *schema, const cJSON *value, const char *pa
         if (cJSON_IsArray(value)) {
                 const cJSON *items = cJSON_GetObjectItemCaseSensitive(schema, "items"), *it;
                 int count = cJSON_GetArraySize(value), i = 0;
-                n = num_kw(schema, "minItems", &has);
-                if (has && (double)count < n) {
-                        snprintf(lim, sizeof(lim), "%.15g", n);
-                        return fail(msg, msg_size, path, "must have at least %s item(s)", lim);
-                }
-                n = num_kw(schema, "maxItems", &has);
-                if (has && (double)count > n) {
-                        snprintf(lim, sizeof(lim), "%.15g", n);
-                        return fail(msg, msg_size, path, "must have at most %s items", lim);
-                }
+                if (!bound_ok(schema, &bounds[4], count, path, msg, msg_size) ||
+                    !bound_ok(schema, &bounds[5], count, path, msg, msg_size))
+                        return false;
                 cJSON_ArrayForEach(it, value)
                 {
                         snprintf(sub, sizeof(sub), "%s[%d]", path, i++);
@@ -406,6 +397,102 @@ bool mcp_schema_conform(const cJSON *schema, cJSON *value)
                         if (v)
                                 cJSON_AddItemToObject(value, r->valuestring, v);
                 }
+        }
+        return true;
+}
+
+/* ---- the check of a schema itself (once, on the tool catalog) ---- */
+
+static bool check_kids(const cJSON *v, bool object, const char *path, const char *kw, char *msg, size_t msg_size)
+{
+        const cJSON *it;
+        char sub[256];
+        int i = 0;
+
+        if (object ? !cJSON_IsObject(v) : (!cJSON_IsArray(v) || cJSON_GetArraySize(v) == 0))
+                return fail(msg, msg_size, path, "%s must be %s", kw, object ? "an object" : "a non-empty array");
+        cJSON_ArrayForEach(it, v)
+        {
+                if (object)
+                        snprintf(sub, sizeof(sub), "%s.%s.%.100s", path, kw, it->string);
+                else
+                        snprintf(sub, sizeof(sub), "%s.%s[%d]", path, kw, i++);
+                if (!mcp_schema_check(it, sub, msg, msg_size))
+                        return false;
+        }
+        return true;
+}
+
+static bool all_strings(const cJSON *v)
+{
+        const cJSON *it;
+
+        cJSON_ArrayForEach(it, v) if (!cJSON_IsString(it)) return false;
+        return cJSON_IsArray(v);
+}
+
+static bool known_type(const cJSON *t)
+{
+        static const char *const types[] = {"string", "integer", "number", "boolean", "object", "array", "null"};
+
+        for (size_t i = 0; cJSON_IsString(t) && i < ELEMENTSOF(types); i++)
+                if (strcmp(t->valuestring, types[i]) == 0)
+                        return true;
+        return false;
+}
+
+bool mcp_schema_check(const cJSON *schema, const char *path, char *msg, size_t msg_size)
+{
+        const cJSON *kw, *t;
+        regex_t re;
+
+        if (!cJSON_IsObject(schema))
+                return fail(msg, msg_size, path, "a schema must be an object");
+        cJSON_ArrayForEach(kw, schema)
+        {
+                const char *k = kw->string;
+                bool ok = true;
+                size_t i;
+
+                for (i = 0; i < ELEMENTSOF(bounds) && strcmp(k, bounds[i].kw) != 0; i++)
+                        ;
+                if (i < ELEMENTSOF(bounds)) {
+                        ok = cJSON_IsNumber(kw) && (strcmp(k, "minimum") == 0 || strcmp(k, "maximum") == 0 ||
+                                                    (is_integer(kw) && kw->valuedouble >= 0));
+                } else if (strcmp(k, "type") == 0) {
+                        if (cJSON_IsArray(kw)) {
+                                cJSON_ArrayForEach(t, kw) ok = ok && known_type(t);
+                                ok = ok && cJSON_GetArraySize(kw) > 0;
+                        } else {
+                                ok = known_type(kw);
+                        }
+                } else if (strcmp(k, "anyOf") == 0) {
+                        if (!check_kids(kw, false, path, k, msg, msg_size))
+                                return false;
+                } else if (strcmp(k, "properties") == 0) {
+                        if (!check_kids(kw, true, path, k, msg, msg_size))
+                                return false;
+                } else if (strcmp(k, "items") == 0 ||
+                           (strcmp(k, "additionalProperties") == 0 && !cJSON_IsBool(kw))) {
+                        char sub[256];
+                        snprintf(sub, sizeof(sub), "%s.%s", path, k);
+                        if (!mcp_schema_check(kw, sub, msg, msg_size))
+                                return false;
+                } else if (strcmp(k, "enum") == 0) {
+                        ok = cJSON_IsArray(kw) && cJSON_GetArraySize(kw) > 0;
+                } else if (strcmp(k, "required") == 0) {
+                        ok = all_strings(kw);
+                } else if (strcmp(k, "pattern") == 0) {
+                        ok = cJSON_IsString(kw) && regcomp(&re, kw->valuestring, REG_EXTENDED | REG_NOSUB) == 0;
+                        if (ok)
+                                regfree(&re);
+                } else if (strcmp(k, "description") == 0 || strcmp(k, "title") == 0) {
+                        ok = cJSON_IsString(kw);
+                } else if (strcmp(k, "additionalProperties") != 0) {
+                        return fail(msg, msg_size, path, "keyword %.64s is not one the validator enforces", k);
+                }
+                if (!ok)
+                        return fail(msg, msg_size, path, "%.64s is malformed", k);
         }
         return true;
 }

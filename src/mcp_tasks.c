@@ -31,7 +31,7 @@
  * now cancelled for good (-32602 for a task that already ended). No
  * tasks/list.
  *
- * Threads: everything here runs on a call's worker thread (mcp.c). */
+ * Threads: everything here runs on a call's worker thread (mcp_calls.c). */
 #include <errno.h>
 #include <stdarg.h>
 #include <stdio.h>

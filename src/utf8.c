@@ -50,6 +50,21 @@ bool utf8_is_valid(const void *buf, size_t len)
         return true;
 }
 
+size_t utf8_incomplete_tail(const unsigned char *s, size_t len)
+{
+        for (size_t i = 1; i <= 3 && i <= len; i++) {
+                unsigned char b = s[len - i];
+                size_t need;
+                if (b < 0x80)
+                        return 0;
+                if ((b & 0xC0) == 0x80)
+                        continue; /* a continuation byte: look further back */
+                need = b >= 0xF0 ? 4 : b >= 0xE0 ? 3 : 2;
+                return need > i ? i : 0;
+        }
+        return 0;
+}
+
 char *utf8_sanitize(const void *buf, size_t len)
 {
         const unsigned char *s = buf;

@@ -62,7 +62,7 @@
 #define MCP_MAX_LINE (8 * 1024 * 1024)
 /* Output lines stay under this too: the official SDKs drop a client whose
  * read buffer passes 10 MiB. A tool result that would not fit is cut down
- * (see mcp.c) rather than sent. */
+ * (see mcp_calls.c) rather than sent. */
 #define MCP_MAX_OUTPUT (8 * 1024 * 1024)
 /* read_file returns at most this much per call unless asked for less. */
 #define MCP_READ_FILE_MAX (1024 * 1024)
@@ -139,11 +139,19 @@ bool mcp_output_closed(struct mcp *m);
 /* The session used when a tool call names none. */
 const char *mcp_default_session(struct mcp *m);
 
-/* ---- tools (mcp_tools.c) ---- */
+/* ---- the tool catalog (mcp_catalog.c): schemas/mcp_tools.json, embedded
+ * at build time, checked and parsed once ---- */
 
-/* Names of the tools, in the order tools/list gives them; NULL past the end. */
+/* Names of the tools, in the order tools/list gives them; NULL past the end
+ * (and none at all if the embedded catalog is broken). */
 const char *mcp_tool_name(size_t i);
 size_t mcp_tool_count(void);
+/* Check a catalog text (NULL: the embedded one): JSON with a non-empty tools
+ * array, each tool with a unique name, title, description, input and output
+ * schemas of type object that pass mcp_schema_check, and annotations; the
+ * tools the adapter treats specially all present. 0, or -EINVAL with err
+ * saying what is wrong. mcp_new refuses to start on a broken embedded one. */
+int mcp_tools_check(const char *json, struct sbx_error *err);
 
 /* ---- a subset of JSON Schema (mcp_schema.c), the one the tool schemas use,
  * every keyword of it enforced: type (a name or a list; the published
@@ -151,9 +159,9 @@ size_t mcp_tool_count(void);
  * single-type dialects accept), anyOf, enum, minimum, maximum, minLength,
  * maxLength (code points), pattern (POSIX ERE, on strings up to 4 KiB),
  * properties, required, additionalProperties (false or a schema), items,
- * minItems, maxItems. Annotations (description, title) are ignored; the JS
- * tests refuse any other keyword in the published schemas. The schema is
- * assumed well-formed. */
+ * minItems, maxItems. Annotations (description, title) are ignored;
+ * mcp_schema_check (run on the catalog) and the JS tests refuse any other
+ * keyword. validate and conform assume a schema that check accepted. */
 struct cJSON;
 
 /* Returns true if value conforms; otherwise writes "<path>: <why>" to msg. */
@@ -165,6 +173,10 @@ bool mcp_schema_validate(const struct cJSON *schema, const struct cJSON *value, 
  * replies so structuredContent always matches the advertised outputSchema.
  * Returns false only if value itself is of the wrong type. */
 bool mcp_schema_conform(const struct cJSON *schema, struct cJSON *value);
+/* True if schema is well-formed and uses only the keywords above (each of
+ * the right kind; patterns compile); otherwise writes "<path>: <why>" to msg.
+ * Recurses into properties, items, additionalProperties and anyOf. */
+bool mcp_schema_check(const struct cJSON *schema, const char *path, char *msg, size_t msg_size);
 
 /* ---- the API socket client (mcp_api.c): one connection, one request at a
  * time, replies read line by line up to API_MAX_REPLY. ---- */

@@ -15,6 +15,9 @@
 /* Length of the valid UTF-8 sequence at s (1-4), or 0 if invalid/incomplete. */
 size_t utf8_valid_prefix(const unsigned char *s, size_t len);
 bool utf8_is_valid(const void *buf, size_t len);
+/* How many bytes at the end of s begin a sequence cut short (0-3): what a
+ * reader of a stream in chunks carries into the next chunk. */
+size_t utf8_incomplete_tail(const unsigned char *s, size_t len);
 /* A NUL-terminated, valid UTF-8 copy (malloc'd) of buf; NULL on OOM. */
 char *utf8_sanitize(const void *buf, size_t len);
 

@@ -14,6 +14,9 @@ export const ROOT = path.resolve(path.dirname(fileURLToPath(import.meta.url)), '
 export const BUILD = path.resolve(ROOT, process.env.SANDBOXD_BUILD_DIR || 'build');
 export const DAEMON_BIN = path.join(BUILD, 'sandboxd');
 export const MCP_BIN = path.join(BUILD, 'sandboxd-mcp');
+/** The tool catalog, schemas/mcp_tools.json: what sandboxd-mcp embeds and tools/list serves. */
+export const TOOL_CATALOG = path.join(ROOT, 'schemas', 'mcp_tools.json');
+export const readToolCatalog = () => JSON.parse(fs.readFileSync(TOOL_CATALOG, 'utf8'));
 export const RUN_ID =
         process.env.SANDBOXD_TEST_RUN || `js${Date.now().toString(36)}${Math.floor(Math.random() * 1e6)}`;
 

@@ -15,7 +15,7 @@ import { StdioClientTransport as LegacyStdio } from '@modelcontextprotocol/sdk/c
 import { Client as ModernClient } from '@modelcontextprotocol/client';
 import { StdioClientTransport as ModernStdio } from '@modelcontextprotocol/client/stdio';
 
-import { Daemon, MCP_BIN, RawAdapter } from './harness.mjs';
+import { Daemon, MCP_BIN, RawAdapter, readToolCatalog } from './harness.mjs';
 
 const TOOLS = [
         'exec',
@@ -90,6 +90,11 @@ function commonScenarios(getClient, session) {
         check('lists every tool with input and output schemas', async () => {
                 const { tools } = await getClient().listTools();
                 assert.deepEqual(tools.map((t) => t.name).sort(), [...TOOLS].sort());
+                // in the order of the catalog file, which tools/list serves
+                assert.deepEqual(
+                        tools.map((t) => t.name),
+                        readToolCatalog().tools.map((t) => t.name),
+                );
                 for (const t of tools) {
                         assert.equal(t.inputSchema.type, 'object', `${t.name} inputSchema`);
                         assert.equal(t.outputSchema?.type, 'object', `${t.name} outputSchema`);

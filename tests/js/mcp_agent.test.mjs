@@ -1,7 +1,9 @@
 // mcp_agent.test.mjs — what agents ask for (issue 17, items 4-7), end to end
 // through sandboxd-mcp with the official SDKs and the MCP Inspector CLI:
 //   - portable schemas: no `type` arrays, only keywords the adapter's
-//     validator enforces, and the Inspector's --strict check clean;
+//     validator enforces, and the Inspector's --strict check clean; the
+//     catalog file (schemas/mcp_tools.json) walked too, and equal to what
+//     tools/list serves;
 //   - a cut result links its whole output (resource_link), read back byte
 //     for byte with resources/read in pages, in both eras, and refused to
 //     another user;
@@ -18,7 +20,7 @@ import { StdioClientTransport as LegacyStdio } from '@modelcontextprotocol/sdk/c
 import { Client as ModernClient } from '@modelcontextprotocol/client';
 import { StdioClientTransport as ModernStdio } from '@modelcontextprotocol/client/stdio';
 
-import { Daemon, MCP_BIN, ROOT, RUN_ID } from './harness.mjs';
+import { Daemon, MCP_BIN, RawAdapter, ROOT, RUN_ID, readToolCatalog } from './harness.mjs';
 
 // Every keyword the adapter's validator (src/mcp_schema.c) enforces, plus
 // the annotations it may carry; a schema using anything else would advertise
@@ -104,8 +106,9 @@ describe('portable, honest schemas', () => {
 
         check('every published schema: no type arrays, only keywords the validator enforces', async () => {
                 const { tools } = await client.listTools();
+                const catalog = readToolCatalog().tools;
                 let nodes = 0;
-                for (const t of tools) {
+                for (const t of [...tools, ...catalog]) {
                         for (const [kind, schema] of [
                                 ['inputSchema', t.inputSchema],
                                 ['outputSchema', t.outputSchema],
@@ -125,6 +128,34 @@ describe('portable, honest schemas', () => {
                 assert.ok(nodes > 100, `walked ${nodes} schema nodes`);
                 const exec = tools.find((t) => t.name === 'exec');
                 assert.ok(exec.inputSchema.properties.idempotency_key.pattern);
+        });
+
+        check('schemas/mcp_tools.json is what tools/list serves', async () => {
+                const catalog = readToolCatalog().tools;
+                // the newest version: the file's tools array as it stands
+                const a = new RawAdapter(['--session', 'js-agent-catalog'], daemon.mcpEnv(token));
+                try {
+                        const r = await a.request(1, 'tools/list', {
+                                _meta: {
+                                        'io.modelcontextprotocol/protocolVersion': '2026-07-28',
+                                        'io.modelcontextprotocol/clientCapabilities': {},
+                                },
+                        });
+                        assert.deepEqual(r.result.tools, catalog);
+                } finally {
+                        a.kill();
+                }
+                // and, field by field, what the 1.x SDK lists
+                const { tools } = await client.listTools();
+                assert.deepEqual(
+                        tools.map((t) => t.name),
+                        catalog.map((t) => t.name),
+                );
+                for (const t of tools) {
+                        const f = catalog.find((c) => c.name === t.name);
+                        for (const k of ['title', 'description', 'inputSchema', 'outputSchema', 'annotations'])
+                                assert.deepEqual(t[k], f[k], `${t.name}.${k}`);
+                }
         });
 
         check('the validator enforces pattern', async () => {

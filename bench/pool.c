@@ -1,5 +1,6 @@
 /* pool.c — the warm pool rows of sandboxd-bench (issue 15), run alone with
- * --only pool (scripts/bench.sh then starts the daemon with pool_size 4):
+ * --only pool (scripts/bench.sh then starts the daemon with pool_size 4 and
+ * pool_wait 0, so a drained pool is a cold path at once):
  *   - first_command_new_session: the API exec of `true` in a session that
  *     does not exist yet, with the pool full, against `docker run -d` plus
  *     `docker exec` of the same image and flags, sample for sample in turn;

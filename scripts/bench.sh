@@ -21,8 +21,9 @@
 #                against the API socket; well under a minute)
 #   --only pool  only the warm pool rows: first_command_new_session with the
 #                pool full (against docker run -d + docker exec) and drained,
-#                and the refill rate; the daemon gets pool_size 4 (about a
-#                minute)
+#                and the refill rate; the daemon gets pool_size 4 and
+#                pool_wait 0, so a drained pool sends a new session down the
+#                cold path at once (about a minute)
 #   --json PATH  where to write the results
 #
 # Every container made here is removed on exit, success or failure: the
@@ -152,6 +153,8 @@ export SANDBOXD_MONITOR_INTERVAL=${SANDBOXD_MONITOR_INTERVAL:-2s}
 export SANDBOXD_IDLE_TIMEOUT=${SANDBOXD_IDLE_TIMEOUT:-1h}
 if ((only_pool)); then
 	export SANDBOXD_POOL_SIZE=${SANDBOXD_POOL_SIZE:-4}
+	# the cold row is the path with no wait in line for the refill
+	export SANDBOXD_POOL_WAIT=${SANDBOXD_POOL_WAIT:-0}
 else
 	# cold_session and the RSS rows measure the cold path and sessions alone
 	export SANDBOXD_POOL_SIZE=${SANDBOXD_POOL_SIZE:-0}

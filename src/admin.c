@@ -280,6 +280,18 @@ static void add_pool(cJSON *o, struct pool *pl)
         cJSON_AddNumberToObject(p, "created", (double)ps.created);
         cJSON_AddNumberToObject(p, "failed", (double)ps.failed);
         cJSON_AddNumberToObject(p, "refill_per_s", ps.refill_per_s);
+        cJSON_AddNumberToObject(p, "waiting", (double)ps.waiting);
+        cJSON_AddNumberToObject(p, "waited", (double)ps.waited);
+        cJSON_AddNumberToObject(p, "wait_expired", (double)ps.wait_expired);
+        cJSON *imgs = cJSON_AddArrayToObject(p, "images");
+        for (size_t i = 0; imgs && i < ps.n_images; i++) {
+                cJSON *io = cJSON_CreateObject();
+                cJSON_AddStringToObject(io, "image", ps.images[i].image);
+                cJSON_AddNumberToObject(io, "size", ps.images[i].size);
+                cJSON_AddNumberToObject(io, "ready", (double)ps.images[i].ready);
+                cJSON_AddNumberToObject(io, "waiting", (double)ps.images[i].waiting);
+                cJSON_AddItemToArray(imgs, io);
+        }
 }
 
 static int c_pool(struct admin_req *q, cJSON **ret, struct admin_err *e)

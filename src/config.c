@@ -15,6 +15,7 @@
 #include <limits.h>
 #include <stddef.h>
 #include <stdio.h>
+#include <stdlib.h>
 #include <string.h>
 #include <unistd.h>
 
@@ -127,7 +128,13 @@ static const struct config_key keys[] = {
          "the block forwards to container ports base..base+ports_per_session-1"},
         {"max_sessions", CFG_INT, F(max_sessions), 0, 1, 100000, "1000", NULL, "live sessions at most"},
         {"pool_size", CFG_INT, F(pool_size), 0, 0, 1000, "2", NULL,
-         "warm pool: containers of the default image made ahead for new sessions (0: off)"},
+         "warm pool: containers made ahead for new sessions, per image sessions may use (image and images; "
+         "0: off)"},
+        {"pool_images", CFG_STRING, F(pool_images), 0, 0, 0, "", NULL,
+         "per-image pool sizes overriding pool_size, comma-separated image=N (image: image or one of images)"},
+        {"pool_wait", CFG_MS, F(pool_wait_ms), 0, 0, 60000, "1s", NULL,
+         "a new session that finds its image's pool empty waits in line this long at most for the refill, "
+         "then takes the cold path (0: never waits)"},
         {"max_sessions_per_user", CFG_INT, F(max_sessions_per_user), 0, 1, 100000, "100", NULL,
          "live sessions of one user at most (overridable per user: sandboxctl quota)"},
         {"idle_timeout", CFG_DURATION, F(idle_timeout_s), 0, 10, 86400 * 365, "30m", NULL,
@@ -451,8 +458,11 @@ static int parse_line(struct sbx_config *cfg, char *line, struct sbx_error *err)
         return config_set(cfg, key, value, err);
 }
 
+static int check_pool_images(const struct sbx_config *cfg, struct sbx_error *err);
+
 static int check_cross(const struct sbx_config *cfg, struct sbx_error *err)
 {
+        int r0;
         int span = cfg->port_range_hi - cfg->port_range_lo + 1;
 
         if (!cfg->tls_cert[0] != !cfg->tls_key[0])
@@ -471,6 +481,8 @@ static int check_cross(const struct sbx_config *cfg, struct sbx_error *err)
                                      "sandbox_uid_range %d-%d holds fewer uids than max_sessions (%d): every session "
                                      "needs one of its own",
                                      cfg->sandbox_uid_lo, cfg->sandbox_uid_hi, cfg->max_sessions);
+        if ((r0 = check_pool_images(cfg, err)) < 0)
+                return r0;
         if (cfg->exec_timeout_default_s > cfg->exec_timeout_max_s)
                 return sbx_error_set(err, -EINVAL, 0, "exec_timeout_default (%ds) exceeds exec_timeout_max (%ds)",
                                      cfg->exec_timeout_default_s, cfg->exec_timeout_max_s);
@@ -601,28 +613,121 @@ void config_dump(const struct sbx_config *cfg, int fd)
         }
 }
 
+/* The next item of a comma-separated list, blanks around it trimmed: false
+ * past the end. */
+static bool list_next(const char **p, const char **ret, size_t *ret_len)
+{
+        const char *a, *b, *end;
+
+        if (!*p)
+                return false;
+        end = strchr(*p, ',');
+        a = *p;
+        b = end ? end : *p + strlen(*p);
+        *p = end ? end + 1 : NULL;
+        while (a < b && isspace((unsigned char)*a))
+                a++;
+        while (b > a && isspace((unsigned char)b[-1]))
+                b--;
+        *ret = a;
+        *ret_len = (size_t)(b - a);
+        return true;
+}
+
 bool config_image_allowed(const struct sbx_config *cfg, const char *image)
 {
-        size_t n;
+        const char *p = cfg->images, *a;
+        size_t n, len;
 
         if (!image || !*image)
                 return false;
         if (strcmp(image, cfg->image) == 0)
                 return true;
         n = strlen(image);
-        for (const char *p = cfg->images; *p;) {
-                const char *end = strchr(p, ',');
-                size_t len = end ? (size_t)(end - p) : strlen(p);
-                const char *a = p, *b = p + len;
-                while (a < b && isspace((unsigned char)*a))
-                        a++;
-                while (b > a && isspace((unsigned char)b[-1]))
-                        b--;
-                if ((size_t)(b - a) == n && memcmp(a, image, n) == 0)
+        while (list_next(&p, &a, &len))
+                if (len == n && memcmp(a, image, n) == 0)
                         return true;
-                if (!end)
-                        break;
-                p = end + 1;
-        }
         return false;
+}
+
+size_t config_image_list(const struct sbx_config *cfg, char (*ret)[256], size_t max)
+{
+        const char *p = cfg->images, *a;
+        size_t n = 0, len;
+
+        if (max == 0)
+                return 0;
+        sbx_strlcpy(ret[n++], cfg->image, 256);
+        while (n < max && list_next(&p, &a, &len)) {
+                bool dup = len == 0 || len >= 256;
+                for (size_t i = 0; i < n && !dup; i++)
+                        dup = strlen(ret[i]) == len && memcmp(ret[i], a, len) == 0;
+                if (dup)
+                        continue;
+                memcpy(ret[n], a, len);
+                ret[n++][len] = '\0';
+        }
+        return n;
+}
+
+/* One pool_images entry "image=N": its image (a, len) and N; -EINVAL if malformed. */
+static int pool_entry(const char *a, size_t len, size_t *ret_name_len, int *ret_n)
+{
+        const char *eq = memchr(a, '=', len);
+        char num[8];
+        size_t k;
+        char *end;
+        long v;
+
+        if (!eq || eq == a)
+                return -EINVAL;
+        k = (size_t)(a + len - eq - 1);
+        if (k == 0 || k >= sizeof(num))
+                return -EINVAL;
+        memcpy(num, eq + 1, k);
+        num[k] = '\0';
+        errno = 0;
+        v = strtol(num, &end, 10);
+        if (*end || errno || v < 0 || v > 1000)
+                return -EINVAL;
+        *ret_name_len = (size_t)(eq - a);
+        while (*ret_name_len > 0 && isspace((unsigned char)a[*ret_name_len - 1]))
+                (*ret_name_len)--;
+        *ret_n = (int)v;
+        return 0;
+}
+
+int config_pool_size_for(const struct sbx_config *cfg, const char *image)
+{
+        const char *p = cfg->pool_images, *a;
+        size_t len, name_len, n = strlen(image);
+        int v;
+
+        while (list_next(&p, &a, &len))
+                if (pool_entry(a, len, &name_len, &v) == 0 && name_len == n && memcmp(a, image, n) == 0)
+                        return v;
+        return cfg->pool_size;
+}
+
+/* pool_images: every entry image=N with 0 <= N <= 1000, of an image sessions may use. */
+static int check_pool_images(const struct sbx_config *cfg, struct sbx_error *err)
+{
+        const char *p = cfg->pool_images, *a;
+        char name[256];
+        size_t len, name_len;
+        int v;
+
+        while (list_next(&p, &a, &len)) {
+                if (len == 0 && !p)
+                        break; /* an empty value, or a trailing comma */
+                if (pool_entry(a, len, &name_len, &v) < 0 || name_len == 0 || name_len >= sizeof(name))
+                        return sbx_error_set(err, -EINVAL, 0, "pool_images: '%.*s' is not image=N (0 to 1000)",
+                                             (int)len, a);
+                memcpy(name, a, name_len);
+                name[name_len] = '\0';
+                if (!config_image_allowed(cfg, name))
+                        return sbx_error_set(err, -EINVAL, 0,
+                                             "pool_images: '%s' is neither image nor one of images", name);
+        }
+        return 0;
 }

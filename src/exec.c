@@ -32,6 +32,7 @@ _Static_assert(EXEC_TTY_MAX_ROWS == RP_TTY_MAX_ROWS && EXEC_TTY_MAX_COLS == RP_T
 #define MAX_ENV 128
 #define MAX_ENV_BYTES (64 * 1024)
 #define STDIN_PENDING_MAX (1024 * 1024) /* send_stdin bytes waiting for a process that does not read */
+#define RESIZE_ATTACH_WAIT_MS 2000 /* resize_terminal waiting for a starting execution's terminal */
 
 static const char *const state_names[] = {"PENDING", "RUNNING", "COMPLETED", "FAILED", "CANCELLED", "TIMEOUT"};
 static const char *const cause_names[] = {"",          "exited",         "timeout",           "cancelled",
@@ -651,6 +652,17 @@ int exec_resize(struct exec_engine *e, const char *user, const char *id, int row
         r = check_winsize(rows, cols, err);
         if (r == 0 && !x->tty)
                 r = sbx_error_set(err, -EINVAL, 0, "execution %s has no terminal (start it with tty)", id);
+        if (r == 0) {
+                /* Its first output can be read a moment before the worker has
+                 * attached the terminal (RUNNING comes after): wait that out. */
+                struct timespec until = sbx_deadline_after(CLOCK_REALTIME, RESIZE_ATTACH_WAIT_MS);
+
+                pthread_mutex_lock(&x->lock);
+                while (x->state == EXEC_PENDING)
+                        if (pthread_cond_timedwait(&x->cond, &x->lock, &until) == ETIMEDOUT)
+                                break;
+                pthread_mutex_unlock(&x->lock);
+        }
         pthread_mutex_lock(&x->stdin_lock);
         if (r == 0 && exec_state_is_final(x->state))
                 r = already_finished(id, exec_state_to_string(x->state), err);

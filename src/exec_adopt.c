@@ -98,6 +98,25 @@ static bool adopt_container_alive(struct execution *x)
         return ok;
 }
 
+/* An adopted execution that cannot be followed: FAILED, daemon_restarted. */
+static void adopt_give_up(struct execution *x, const char *why)
+{
+        runner_hub_unexpect(x->e->runner, x->user, x->session, x->runner_tag);
+        pthread_mutex_lock(&x->lock);
+        snprintf(x->error, sizeof(x->error), "the daemon restarted while it ran and %s", why);
+        x->duration_ms = sbx_wall_ms() - x->started_wall;
+        x->state = EXEC_FAILED; /* recorded before a waiter wakes: a list by state agrees with it */
+        x->cause = EXEC_CAUSE_DAEMON_RESTARTED;
+        pthread_mutex_unlock(&x->lock);
+        execution_persist(x);
+        execution_set_state(x, EXEC_FAILED, EXEC_CAUSE_DAEMON_RESTARTED);
+        log_ctx(LOG_LEVEL_WARN, x->user, x->session, x->container_id, "execution %s: %s", x->id, x->error);
+        execution_persist(x);
+        exec_audit(x);
+        exec_forget_on_runner(x);
+        exec_mark_finished(x);
+}
+
 /* The worker of an execution adopted after a restart. */
 void exec_adopt_run(struct execution *x)
 {
@@ -133,17 +152,8 @@ void exec_adopt_run(struct execution *x)
                         snprintf(why, sizeof(why), "its runner did not come back within %d s", ADOPT_WAIT_MS / 1000);
         }
         if (why[0]) {
-                runner_hub_unexpect(e->runner, x->user, x->session, x->runner_tag);
-                pthread_mutex_lock(&x->lock);
-                snprintf(x->error, sizeof(x->error), "the daemon restarted while it ran and %s", why);
-                x->duration_ms = sbx_wall_ms() - x->started_wall;
-                x->state = EXEC_FAILED; /* recorded before a waiter wakes: a list by state agrees with it */
-                x->cause = EXEC_CAUSE_DAEMON_RESTARTED;
-                pthread_mutex_unlock(&x->lock);
-                execution_persist(x);
-                execution_set_state(x, EXEC_FAILED, EXEC_CAUSE_DAEMON_RESTARTED);
-                log_ctx(LOG_LEVEL_WARN, x->user, x->session, x->container_id, "execution %s: %s", x->id, x->error);
-                goto done;
+                adopt_give_up(x, why);
+                return;
         }
         pthread_mutex_lock(&x->lock);
         x->total[0] = from[0]; /* past what the spool holds: bytes counted past the cap */
@@ -172,7 +182,6 @@ void exec_adopt_run(struct execution *x)
                 pthread_mutex_unlock(&x->lock);
                 execution_set_state(x, EXEC_FAILED, EXEC_CAUSE_DAEMON_RESTARTED);
         }
-done:
         execution_persist(x);
         exec_audit(x);
         exec_forget_on_runner(x);
@@ -198,12 +207,12 @@ void exec_engine_adopt(struct exec_engine *e)
                 if (!x)
                         return;
                 r = exec_worker_start(x);
-                if (r < 0) {
-                        pthread_mutex_lock(&e->lock);
-                        x->refs--;
-                        e->workers--;
-                        pthread_mutex_unlock(&e->lock);
-                        log_error("cannot start a worker for execution %s: %s", x->id, strerror(-r));
+                if (r < 0) { /* not left RUNNING, holding its slots until shutdown */
+                        char why[120];
+
+                        snprintf(why, sizeof(why), "no worker thread could be started for it: %s", strerror(-r));
+                        adopt_give_up(x, why);
+                        exec_worker_done(x);
                 }
         }
 }

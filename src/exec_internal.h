@@ -157,6 +157,7 @@ void exec_admit_undo(struct exec_engine *e, struct execution *x);
 /* Start x's worker thread, detached; x->refs and e->workers already count
  * it. The thread runs run() or, for an adopted execution, exec_adopt_run(). */
 int exec_worker_start(struct execution *x);
+void exec_worker_done(struct execution *x);
 /* The runner's output callback (userdata: the execution). */
 void exec_on_runner_output(void *ud, int stream, const void *data, size_t len);
 /* Wait for an execution on the runner (new, or adopted after a restart;

@@ -734,16 +734,11 @@ static void run(struct execution *x)
         finish(&c);
 }
 
-static void *worker_main(void *ud)
+/* What ends every worker, and an adopted execution that got none: off the
+ * live list, its slot freed, long-polls woken, the worker's reference dropped. */
+void exec_worker_done(struct execution *x)
 {
-        struct execution *x = ud;
         struct exec_engine *e = x->e;
-
-        pthread_setname_np(pthread_self(), "sbx-exec");
-        if (x->adopting)
-                exec_adopt_run(x);
-        else
-                run(x);
 
         pthread_mutex_lock(&e->lock);
         for (struct execution **pp = &e->live; *pp; pp = &(*pp)->next)
@@ -760,6 +755,18 @@ static void *worker_main(void *ud)
         pthread_cond_broadcast(&x->cond);
         pthread_mutex_unlock(&x->lock);
         execution_unref(x);
+}
+
+static void *worker_main(void *ud)
+{
+        struct execution *x = ud;
+
+        pthread_setname_np(pthread_self(), "sbx-exec");
+        if (x->adopting)
+                exec_adopt_run(x);
+        else
+                run(x);
+        exec_worker_done(x);
         return NULL;
 }
 

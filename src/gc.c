@@ -142,9 +142,15 @@ static ssize_t find_row_naming(struct gc *g, const char *id)
         return -1;
 }
 
-/* A container of (user, session) that this run leaves in place. */
+/* A container of (user, session) that this run leaves in place: the one its
+ * row names (the store decides: a claimed warm pool container keeps the
+ * pool's labels for life), or one labelled for it. */
 bool gc_has_container(struct gc *g, const char *user, const char *session)
 {
+        ssize_t i = gc_find_row(g, user, session), k;
+
+        if (i >= 0 && !g->row_gone[i] && (k = find_container(g, g->rows[i].container_id)) >= 0 && !g->ctr_gone[k])
+                return true;
         for (size_t j = 0; j < g->n_ctrs; j++)
                 if (!g->ctr_gone[j] && streq(label(&g->ctrs[j], CONTAINER_LABEL_USER), user) &&
                     streq(label(&g->ctrs[j], CONTAINER_LABEL_SESSION), session))

@@ -241,6 +241,8 @@ int metrics_render(struct daemon *d, char **ret)
                 pool_stats(d->pool, &ps);
                 head(&t, "sandboxd_pool_ready", "gauge", "warm pool containers ready to be claimed");
                 put(&t, "sandboxd_pool_ready %zu\n", ps.ready);
+                head(&t, "sandboxd_pool_waiting", "gauge", "new sessions waiting in line for the warm pool's refill");
+                put(&t, "sandboxd_pool_waiting %zu\n", ps.waiting);
                 head(&t, "sandboxd_pool_claims_total", "counter", "new sessions by pool outcome (claim or miss)");
                 put(&t, "sandboxd_pool_claims_total{outcome=\"claimed\"} %llu\n", (unsigned long long)ps.claims);
                 put(&t, "sandboxd_pool_claims_total{outcome=\"missed\"} %llu\n", (unsigned long long)ps.misses);

@@ -547,9 +547,9 @@ static int bind_claimed(struct session *s, const char *network, const char *id)
         return 0;
 }
 
-/* The warm path (pool.h): a new session of the default image and runtime,
- * not private, with no workspace content, takes a pool container. 0 with
- * the claimed container; otherwise the caller takes the cold path. */
+/* The warm path (pool.h): a new session of the default runtime, not
+ * private, with no workspace content, takes a pool container of its image.
+ * 0 with the claimed container; otherwise the caller takes the cold path. */
 static int try_pool(struct session *s, const char *network, char ret_id[65], char ret_image[256],
                     char ret_workspace[SBX_PATH_MAX], char ret_runtime[16])
 {
@@ -557,10 +557,10 @@ static int try_pool(struct session *s, const char *network, char ret_id[65], cha
         struct store_session_options o = {0};
         struct pool_claim c = {0};
         struct sbx_error e = {0};
-        bool other_image;
+        char image[256];
         int r;
 
-        if (!m->pool || m->cfg->pool_size <= 0)
+        if (!m->pool)
                 return -ENOENT;
         pthread_mutex_lock(&m->lock);
         bool runtime_policy = m->runtime_fn != NULL;
@@ -570,16 +570,17 @@ static int try_pool(struct session *s, const char *network, char ret_id[65], cha
         ret_runtime[0] = '\0';
         if (runtime_policy && (fn(s->user, ret_runtime, &e, ud) < 0 || (ret_runtime[0] && strcmp(ret_runtime, "runc") != 0)))
                 return -ENOENT; /* runsc, or a runtime that refuses: the cold path says why */
-        other_image = store_session_options_get(m->store, s->user, s->id, &o) == 0 && o.image[0] &&
-                      strcmp(o.image, m->cfg->image) != 0;
+        sbx_strlcpy(image, m->cfg->image, sizeof(image));
+        if (store_session_options_get(m->store, s->user, s->id, &o) == 0 && o.image[0])
+                sbx_strlcpy(image, o.image, sizeof(image));
         store_session_options_done(&o);
-        if (other_image || gateway_is_private(m->gateway, s->user, s->id) ||
-            !pool_applies(m->pool, s->user, s->id, network))
+        if (gateway_is_private(m->gateway, s->user, s->id) || !pool_applies(m->pool, s->user, s->id, network))
                 return -ENOENT;
-        if (pool_claim(m->pool, s->user, s->id, network, &c, &e) < 0)
+        if (pool_claim(m->pool, s->user, s->id, network, image, &c, &e) < 0)
                 return -ENOENT;
         memcpy(ret_id, c.container_id, 65);
-        r = bind_claimed(s, network, ret_id);
+        /* marked private since: the claimed container is replaced before anything serves it */
+        r = gateway_is_private(m->gateway, s->user, s->id) ? -EPERM : bind_claimed(s, network, ret_id);
         if (r < 0)
                 return r; /* ret_id is the claimed container: the cold path replaces it */
         sbx_strlcpy(ret_image, c.image, 256);

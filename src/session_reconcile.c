@@ -38,6 +38,10 @@ static bool keep_port_owner(const char *user, const char *id, void *ud)
         struct session *s;
         bool keep = false;
 
+        if (strcmp(user, POOL_USER) == 0) { /* a warm pool slot's (loop: its mounted image) */
+                struct store_pool_slot row;
+                return store_pool_get(m->store, id, &row) == 0;
+        }
         if (lookup_ref(m, user, id, false, &s, NULL) < 0)
                 return false;
         pthread_mutex_lock(&s->lock);

@@ -1,4 +1,4 @@
-/* store_pool.c — the pool_slots table (migration 0017): the warm pool's
+/* store_pool.c — the pool_slots table (migrations 0017, 0018): the warm pool's
  * slots and the claim transaction that hands one to a session (pool.h
  * describes the protocol). */
 #include <errno.h>
@@ -8,7 +8,8 @@
 #include "sandboxd/common.h"
 #include "store_internal.h"
 
-#define SLOT_COLUMNS "slot, state, container_id, image, network_mode, user_id, session_id, created_at"
+#define SLOT_COLUMNS                                                                                         \
+        "slot, state, container_id, image, network_mode, user_id, session_id, created_at, image_ref, ws_quota"
 
 static void slot_row(struct store_query *q, struct store_pool_slot *r)
 {
@@ -21,21 +22,28 @@ static void slot_row(struct store_query *q, struct store_pool_slot *r)
         sq_col_text(q, 5, r->user_id, sizeof(r->user_id));
         sq_col_text(q, 6, r->session_id, sizeof(r->session_id));
         r->created_at = sq_col_int64(q, 7);
+        sq_col_text(q, 8, r->image_ref, sizeof(r->image_ref));
+        sq_col_text(q, 9, r->ws_quota, sizeof(r->ws_quota));
 }
 
-int store_pool_insert(struct store *s, const char *slot, int64_t now_ms)
+int store_pool_insert(struct store *s, const char *slot, const char *image_ref, const char *ws_quota,
+                      int64_t now_ms)
 {
         STORE_LOCK(s);
         _cleanup_(sq_end) struct store_query q = {};
         int r;
 
-        if (!store_key_ok(slot))
+        if (!store_key_ok(slot) || !image_ref || !image_ref[0])
                 return -EINVAL;
-        r = sq_start(&q, s, "INSERT INTO pool_slots (slot, state, created_at) VALUES (?1, 'creating', ?2)");
+        r = sq_start(&q, s,
+                     "INSERT INTO pool_slots (slot, state, created_at, image_ref, ws_quota) "
+                     "VALUES (?1, 'creating', ?2, ?3, ?4)");
         if (r < 0)
                 return r;
         sq_text(&q, slot);
         sq_int64(&q, now_ms);
+        sq_text(&q, image_ref);
+        sq_text_opt(&q, ws_quota && ws_quota[0] ? ws_quota : NULL);
         r = sq_exec(&q);
         return r < 0 ? r : 0;
 }
@@ -112,7 +120,8 @@ int store_pool_list(struct store *s, struct store_pool_slot **ret, size_t *ret_n
         return 0;
 }
 
-int store_pool_claim_begin(struct store *s, const char *user, const char *session, struct store_pool_slot *ret)
+int store_pool_claim_begin(struct store *s, const char *user, const char *session, const char *image_ref,
+                           const char *ws_quota, struct store_pool_slot *ret)
 {
         STORE_LOCK(s);
         _cleanup_(store_tx_rollbackp) struct store_tx tx = {};
@@ -126,10 +135,12 @@ int store_pool_claim_begin(struct store *s, const char *user, const char *sessio
         {
                 _cleanup_(sq_end) struct store_query q = {};
                 r = sq_start(&q, s,
-                             "SELECT " SLOT_COLUMNS " FROM pool_slots WHERE state = 'ready' "
-                             "ORDER BY created_at, slot LIMIT 1");
+                             "SELECT " SLOT_COLUMNS " FROM pool_slots WHERE state = 'ready' AND image_ref = ?1 "
+                             "AND ws_quota IS ?2 ORDER BY created_at, slot LIMIT 1");
                 if (r < 0)
                         return r;
+                sq_text_opt(&q, image_ref);
+                sq_text_opt(&q, ws_quota);
                 r = sq_step(&q);
                 if (r <= 0)
                         return r < 0 ? r : -ENOENT;
@@ -156,6 +167,20 @@ int store_pool_claim_begin(struct store *s, const char *user, const char *sessio
         sbx_strlcpy(ret->user_id, user, sizeof(ret->user_id));
         sbx_strlcpy(ret->session_id, session, sizeof(ret->session_id));
         return 0;
+}
+
+int store_pool_claim_undo(struct store *s, const char *slot)
+{
+        STORE_LOCK(s);
+        _cleanup_(sq_end) struct store_query q = {};
+        int r = sq_start(&q, s,
+                         "UPDATE pool_slots SET state = 'ready', user_id = NULL, session_id = NULL "
+                         "WHERE slot = ?1 AND state = 'claiming'");
+        if (r < 0)
+                return r;
+        sq_text(&q, slot);
+        r = sq_exec(&q);
+        return r < 0 ? r : r == 0 ? -ENOENT : 0;
 }
 
 /* Run sql with the claim's parameters ?1..?n (n: the highest the statement uses). */

@@ -296,32 +296,108 @@ int wsquota_attach(const struct sbx_config *cfg, const char *user, const char *s
         return 0;
 }
 
+bool wsquota_mounted(const struct sbx_config *cfg, const char *user, const char *session)
+{
+        _cleanup_close_ int ufd = -1;
+
+        if (!mode_is(cfg, "loop"))
+                return false;
+        ufd = open_user_dir(cfg, "workspaces", user, false);
+        return ufd >= 0 && is_mounted_at(ufd, session);
+}
+
+/* Unmount {workspaces}/<user>/<session>, lazily if something holds it; no
+ * figures saved (wsquota_detach's job). */
+static int unmount_at(const struct sbx_config *cfg, int ufd, const char *user, const char *session,
+                      struct sbx_error *err)
+{
+        char path[SBX_PATH_MAX + 160];
+
+        snprintf(path, sizeof(path), "%s/workspaces/%s/%s", cfg->data_dir, user, session);
+        for (int i = 0; i < 8 && is_mounted_at(ufd, session); i++) {
+                if (umount2(path, UMOUNT_NOFOLLOW) == 0)
+                        continue;
+                if (errno == EBUSY && umount2(path, UMOUNT_NOFOLLOW | MNT_DETACH) == 0)
+                        continue;
+                return sbx_error_set(err, -errno, 0, "cannot unmount the workspace of %s:%s: %m", user, session);
+        }
+        return 0;
+}
+
+int wsquota_claim(const struct sbx_config *cfg, const char *from_user, const char *from_session, const char *to_user,
+                  const char *to_session, struct sbx_error *err)
+{
+        _cleanup_close_ int fufd = -1, tufd = -1, fifd = -1, tifd = -1, src = -1, dst = -1;
+        char from_img[96], to_img[96], src_path[64], dst_path[64];
+
+        if (!mode_is(cfg, "loop"))
+                return 0;
+        fufd = open_user_dir(cfg, "workspaces", from_user, false);
+        tufd = open_user_dir(cfg, "workspaces", to_user, false);
+        fifd = open_user_dir(cfg, IMAGES_DIR, from_user, true);
+        tifd = open_user_dir(cfg, IMAGES_DIR, to_user, true);
+        if (fufd < 0 || tufd < 0 || fifd < 0 || tifd < 0)
+                return sbx_error_set(err, -EIO, 0, "cannot open the workspace directories of %s:%s", to_user,
+                                     to_session);
+        /* 1. the image file: the slot's becomes the session's */
+        snprintf(from_img, sizeof(from_img), "%s.ext4", from_session);
+        snprintf(to_img, sizeof(to_img), "%s.ext4", to_session);
+        if (faccessat(fifd, from_img, F_OK, AT_SYMLINK_NOFOLLOW) == 0) {
+                if (renameat2(fifd, from_img, tifd, to_img, RENAME_NOREPLACE) < 0)
+                        return sbx_error_set(err, errno == EEXIST ? -ENOTEMPTY : -errno, 0,
+                                             "cannot give the image of %s to %s:%s: %m", from_session, to_user,
+                                             to_session);
+        } else if (faccessat(tifd, to_img, F_OK, AT_SYMLINK_NOFOLLOW) < 0) {
+                return sbx_error_set(err, -ENOENT, 0, "neither %s nor %s:%s has the slot's image", from_session,
+                                     to_user, to_session);
+        }
+        /* 2. the session's mount point: a bind of the mounted file system */
+        if (!is_mounted_at(tufd, to_session)) {
+                struct stat st;
+
+                if (!is_mounted_at(fufd, from_session))
+                        return sbx_error_set(err, -ENOENT, 0, "the file system of %s is mounted nowhere",
+                                             from_session);
+                dst = open_dir_at(tufd, to_session, false, 0);
+                src = open_dir_at(fufd, from_session, false, 0);
+                if (dst < 0 || src < 0 || fstat(dst, &st) < 0)
+                        return sbx_error_set(err, -EIO, 0, "cannot open the workspace of %s:%s", to_user,
+                                             to_session);
+                if (!dir_is_empty(dst))
+                        return sbx_error_set(err, -ENOTEMPTY, 0, "the workspace of %s:%s holds files", to_user,
+                                             to_session);
+                if (fchown(dst, 0, 0) < 0 || fchmod(dst, 0700) < 0)
+                        return sbx_error_set(err, -errno, 0, "cannot close the workspace mount point: %m");
+                snprintf(src_path, sizeof(src_path), "/proc/self/fd/%d", src);
+                snprintf(dst_path, sizeof(dst_path), "/proc/self/fd/%d", dst);
+                if (mount(src_path, dst_path, NULL, MS_BIND, NULL) < 0) {
+                        int r = -errno;
+                        (void)fchown(dst, st.st_uid, st.st_gid);
+                        return sbx_error_set(err, r, 0, "cannot mount the workspace of %s:%s: %s", to_user,
+                                             to_session, strerror(-r));
+                }
+        }
+        /* 3. the slot's mount point goes (the container holds its own mount) */
+        return unmount_at(cfg, fufd, from_user, from_session, err);
+}
+
 int wsquota_detach(const struct sbx_config *cfg, const char *user, const char *session, struct sbx_error *err)
 {
         _cleanup_close_ int ufd = -1;
-        char path[SBX_PATH_MAX + 160];
 
         if (!mode_is(cfg, "loop"))
                 return 0;
         ufd = open_user_dir(cfg, "workspaces", user, false);
         if (ufd < 0)
                 return ufd == -ENOENT ? 0 : sbx_error_set(err, ufd, 0, "cannot open the workspaces of %s", user);
-        snprintf(path, sizeof(path), "%s/workspaces/%s/%s", cfg->data_dir, user, session);
         if (is_mounted_at(ufd, session)) {
                 struct wsquota_usage u = {0};
                 _cleanup_close_ int iufd = open_user_dir(cfg, IMAGES_DIR, user, false);
                 if (iufd >= 0 && usage_mounted(ufd, session, &u))
                         usage_save(iufd, session, &u);
         }
-        /* a stacked mount (it should never be) goes too */
-        for (int i = 0; i < 8 && is_mounted_at(ufd, session); i++) {
-                if (umount2(path, UMOUNT_NOFOLLOW) == 0)
-                        continue;
-                if (errno == EBUSY && umount2(path, UMOUNT_NOFOLLOW | MNT_DETACH) == 0)
-                        continue; /* a host process still holds it: the device goes with it */
-                return sbx_error_set(err, -errno, 0, "cannot unmount the workspace of %s:%s: %m", user, session);
-        }
-        return 0;
+        /* a stacked mount (it should never be) goes too; a host process still holding it: lazily */
+        return unmount_at(cfg, ufd, user, session, err);
 }
 
 int wsquota_purge(const struct sbx_config *cfg, const char *user, const char *session, struct sbx_error *err)

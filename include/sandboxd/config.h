@@ -69,7 +69,9 @@ struct sbx_config {
 
         /* sessions and monitoring */
         int max_sessions;
-        int pool_size; /* warm pool (pool.h); 0: off */
+        int pool_size; /* warm pool (pool.h): slots per image; 0: off */
+        char pool_images[1024]; /* per-image overrides of pool_size: "image=N,..." */
+        int pool_wait_ms;       /* a claim on a dry pool waits this long for the refill at most */
         int max_sessions_per_user; /* default of the per-user quota (quota.h) */
         int idle_timeout_s;
         int monitor_interval_ms;
@@ -145,6 +147,14 @@ void config_dump(const struct sbx_config *cfg, int fd);
 
 /* image is the config's image or one of images (exact names). */
 bool config_image_allowed(const struct sbx_config *cfg, const char *image);
+
+/* The images sessions may use: image first, then those of images not equal
+ * to it, at most max of them (names longer than 255 bytes are skipped).
+ * Returns how many. */
+size_t config_image_list(const struct sbx_config *cfg, char (*ret)[256], size_t max);
+
+/* The warm pool's size for image: its pool_images override, else pool_size. */
+int config_pool_size_for(const struct sbx_config *cfg, const char *image);
 
 /* Iterate over known key names (NULL past the end). */
 const char *config_key_name(size_t i);

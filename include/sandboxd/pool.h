@@ -2,11 +2,16 @@
  * session's first command does not wait for create, start and the
  * sustained-start check.
  *
- * A pool slot is a container of the default image and runtime, made through
+ * There is one pool per image sessions may use (image and each of images),
+ * of pool_size slots or its pool_images override; slots of every image
+ * together count against max_sessions.
+ *
+ * A pool slot is a container of one image and the default runtime, made through
  * the same hardened spec and start check as every session's
  * (container_create_started), with its runner connected, its own workspace
- * {data_dir}/workspaces/@pool/<slot> bind-mounted as /workspace and its own
- * uid from sandbox_uid_range (session_uids row "@pool":<slot>). "@pool" is
+ * {data_dir}/workspaces/@pool/<slot> bind-mounted as /workspace (in
+ * workspace_quota_mode loop: its own image of workspace_quota mounted
+ * there) and its own uid from sandbox_uid_range (session_uids row "@pool":<slot>). "@pool" is
  * no valid user id, so no tenant can name it. Its container carries the
  * label sandboxd.pool=1 besides the usual ones (user "@pool", session
  * <slot>). Slots count against max_sessions: the pool refills only while
@@ -50,6 +55,8 @@ struct store;
 struct runner_hub;
 struct pool;
 
+#define POOL_MAX_IMAGES 32 /* images pooled at most (image first, then images in order) */
+
 /* Live sessions right now (the pool keeps slots + sessions <= max_sessions). */
 typedef size_t (*pool_load_fn)(void *userdata);
 
@@ -64,9 +71,9 @@ void pool_free(struct pool *p);
 /* Finish every claim a previous daemon left half done. Run before the
  * session manager loads the session rows. */
 int pool_recover_claims(const struct sbx_config *cfg, struct store *st, struct docker *d, struct sbx_error *err);
-/* After a restart: adopt ready slots whose container runs (at most
- * pool_size: a pool turned off or made smaller gives its containers back),
- * remove the rest
+/* After a restart: adopt ready slots whose container runs (at most their
+ * image's size: a pool turned off or made smaller gives its containers
+ * back; only those of the quota in force), remove the rest
  * (container, runner directory, workspace, uid, row), and slot directories
  * and uids no row names. */
 int pool_reconcile(struct pool *p, struct sbx_error *err);
@@ -80,13 +87,17 @@ struct pool_claim {
         char network_mode[16];
         char workspace[SBX_PATH_MAX];
         uid_t uid;
+        bool waited; /* it came from the refill after a wait in line */
 };
-/* Give user:session a ready slot. The caller checked that the pool applies
- * (pool_applies). -ENOENT: none ready (a miss; take the cold path). */
-int pool_claim(struct pool *p, const char *user, const char *session, const char *network, struct pool_claim *ret,
-               struct sbx_error *err);
-/* Can user:session take a pool container at all? Not in loop/project quota
- * mode, not when it already has a uid or a non-empty workspace. */
+/* Give user:session a ready slot of image (the configured name), waiting in
+ * line for the refill at most pool_wait when none is ready. The caller
+ * checked that the pool applies (pool_applies). -ENOENT: none (a miss;
+ * take the cold path), also when the session was marked private. */
+int pool_claim(struct pool *p, const char *user, const char *session, const char *network, const char *image,
+               struct pool_claim *ret, struct sbx_error *err);
+/* Can user:session take a pool container at all? Not when the pool is off
+ * (or workspace_quota_mode is project), not when it is private, already has
+ * a uid or a non-empty workspace. */
 bool pool_applies(struct pool *p, const char *user, const char *session, const char *network);
 
 /* Before a cold creation: when live sessions (the new one included) and
@@ -94,21 +105,33 @@ bool pool_applies(struct pool *p, const char *user, const char *session, const c
  * the pool gives way to sessions. */
 void pool_make_room(struct pool *p);
 
+struct pool_image_stats {
+        char image[256];
+        int size;
+        size_t ready, waiting;
+};
 struct pool_stats {
-        int size;          /* pool_size */
+        int size;          /* slots of every image together */
         size_t ready;      /* slots ready now */
+        size_t waiting;    /* claims waiting in line now */
+        uint64_t waited;   /* claims served by the refill after a wait */
+        uint64_t wait_expired; /* waits that ended without a slot (cold path) */
         size_t creating;   /* 0 or 1 */
         uint64_t claims;   /* sessions served from the pool */
         uint64_t misses;   /* sessions that found it empty (cold path) */
         uint64_t created;  /* containers made by the refill thread */
         uint64_t failed;   /* refills that failed */
         double refill_per_s; /* containers per second of refill work (created / time spent creating) */
+        size_t n_images;
+        struct pool_image_stats images[POOL_MAX_IMAGES];
 };
 void pool_stats(struct pool *p, struct pool_stats *ret);
 
 /* Tests only: called at each step of a claim ("claiming": the slot is
- * marked, "moved": the workspace renamed, "rekeyed": the runner moved), so a
- * test can SIGKILL the daemon there. Process-wide; NULL: none. */
+ * marked, "moved": the workspace renamed (loop: its image and mount given
+ * over), "rekeyed": the runner moved), so a test can SIGKILL the daemon
+ * there; and by the refill thread before each container it makes
+ * ("refill"), so a test can hold the refill back. Process-wide; NULL: none. */
 typedef void (*pool_test_hook_fn)(const char *stage);
 void pool_set_test_hook(pool_test_hook_fn fn);
 

@@ -521,26 +521,34 @@ int store_task_count(struct store *s, const char *user, int64_t now_ms, size_t *
 int store_task_purge(struct store *s, int64_t now_ms);
 
 
-/* ---- warm pool slots (migration 0017, pool.h) ---- */
+/* ---- warm pool slots (migrations 0017, 0018; pool.h) ---- */
 struct store_pool_slot {
         char slot[65];
         char state[16]; /* creating | ready | claiming */
         char container_id[65];
-        char image[256];
+        char image[256];     /* the resolved image id */
+        char image_ref[256]; /* the configured image name it was made for ("": before 0018) */
+        char ws_quota[64];   /* loop: "loop:<bytes>:<inodes>" of its workspace image; "" otherwise */
         char network_mode[16];
         char user_id[65], session_id[65]; /* claiming: where it goes */
         int64_t created_at;
 };
-int store_pool_insert(struct store *s, const char *slot, int64_t now_ms);
+int store_pool_insert(struct store *s, const char *slot, const char *image_ref, const char *ws_quota,
+                      int64_t now_ms);
 int store_pool_set_ready(struct store *s, const char *slot, const char *container_id, const char *image,
                          const char *network_mode);
 int store_pool_delete(struct store *s, const char *slot);
 /* -ENOENT when the slot has no row. */
 int store_pool_get(struct store *s, const char *slot, struct store_pool_slot *ret);
 int store_pool_list(struct store *s, struct store_pool_slot **ret, size_t *ret_n);
-/* The oldest ready slot becomes 'claiming' for user:session, in one
- * transaction; -ENOENT when none is ready. */
-int store_pool_claim_begin(struct store *s, const char *user, const char *session, struct store_pool_slot *ret);
+/* The oldest ready slot of image_ref with ws_quota (NULL/"": none) becomes
+ * 'claiming' for user:session, in one transaction; -ENOENT when none is
+ * ready. */
+int store_pool_claim_begin(struct store *s, const char *user, const char *session, const char *image_ref,
+                           const char *ws_quota, struct store_pool_slot *ret);
+/* A 'claiming' slot whose claim was given up before anything moved goes
+ * back to 'ready'. */
+int store_pool_claim_undo(struct store *s, const char *slot);
 /* One transaction: the slot row goes, its uid (session_uids row of
  * pool_user:slot) becomes user:session's, the container is recorded as the
  * session's and the session row says RUNNING on it. */

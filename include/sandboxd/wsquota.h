@@ -58,6 +58,21 @@ int wsquota_detach(const struct sbx_config *cfg, const char *user, const char *s
 /* loop: detach, then delete the image. Other modes: nothing. */
 int wsquota_purge(const struct sbx_config *cfg, const char *user, const char *session, struct sbx_error *err);
 
+/* loop: is the workspace's image mounted now? Other modes: false. */
+bool wsquota_mounted(const struct sbx_config *cfg, const char *user, const char *session);
+
+/* loop: a warm pool claim (pool.h). A mount point cannot be renamed, so the
+ * slot's image file is renamed to the session's ({images}/<to_user>/
+ * <to_session>.ext4), its mounted file system is bind-mounted on the
+ * session's workspace directory (container_workspace_ensure made it; it
+ * becomes root's 0700 underneath, as in wsquota_attach) and the slot's own
+ * mount point is unmounted. Each step is skipped when already done, so a
+ * restart finishing a claim runs it again. -ENOTEMPTY when the session's
+ * workspace holds files or it has an image of its own; -ENOENT when the
+ * slot's file system is mounted nowhere. Other modes: 0. */
+int wsquota_claim(const struct sbx_config *cfg, const char *from_user, const char *from_session, const char *to_user,
+                  const char *to_session, struct sbx_error *err);
+
 /* measure: -EDQUOT, with the figures in err, when the workspace is at or past
  * its quota. Other modes: 0. */
 int wsquota_admit(const struct sbx_config *cfg, const char *user, const char *session, struct sbx_error *err);

@@ -240,12 +240,17 @@ static void print_stats(const cJSON *r)
 
 static void print_pool(const cJSON *r)
 {
-        const cJSON *p = cJSON_GetObjectItemCaseSensitive(r, "pool");
-        printf("%-6s %-6s %-9s %-8s %-8s %-8s %-7s %s\n", "SIZE", "READY", "CREATING", "CLAIMS", "MISSES", "CREATED",
-               "FAILED", "REFILL/S");
-        printf("%-6.0f %-6.0f %-9.0f %-8.0f %-8.0f %-8.0f %-7.0f %.2f\n", num(p, "size", 0), num(p, "ready", 0),
-               num(p, "creating", 0), num(p, "claims", 0), num(p, "misses", 0), num(p, "created", 0),
-               num(p, "failed", 0), num(p, "refill_per_s", 0));
+        const cJSON *p = cJSON_GetObjectItemCaseSensitive(r, "pool"), *o;
+        printf("%-6s %-6s %-9s %-8s %-8s %-8s %-7s %-8s %-8s %s\n", "SIZE", "READY", "CREATING", "CLAIMS", "MISSES",
+               "CREATED", "FAILED", "WAITING", "WAITED", "REFILL/S");
+        printf("%-6.0f %-6.0f %-9.0f %-8.0f %-8.0f %-8.0f %-7.0f %-8.0f %-8.0f %.2f\n", num(p, "size", 0),
+               num(p, "ready", 0), num(p, "creating", 0), num(p, "claims", 0), num(p, "misses", 0),
+               num(p, "created", 0), num(p, "failed", 0), num(p, "waiting", 0), num(p, "waited", 0),
+               num(p, "refill_per_s", 0));
+        printf("\n%-40s %-6s %-6s %s\n", "IMAGE", "SIZE", "READY", "WAITING");
+        cJSON_ArrayForEach(o, cJSON_GetObjectItemCaseSensitive(p, "images"))
+                printf("%-40.40s %-6.0f %-6.0f %.0f\n", str(o, "image"), num(o, "size", 0), num(o, "ready", 0),
+                       num(o, "waiting", 0));
 }
 
 static void print_egress_log(const cJSON *r)

@@ -2,14 +2,23 @@
  *   - a new session's first command runs in a pool container: session_info
  *     says pooled, the workspace is the session's own (its uid, its path,
  *     nothing of another session), its port block, forwards and egress
- *     socket are bound at claim, and the pool refills;
+ *     socket are bound at claim, and the pool refills; the claimed container
+ *     keeps the pool's labels in Docker, yet --gc and the admin listing go
+ *     by the store and give it to the session;
+ *   - every image sessions may use has a pool of its own size;
+ *   - workspace_quota_mode loop: the claimed workspace is the slot's image,
+ *     now the session's, and its quota holds inside the container;
  *   - a burst of new sessions larger than the pool: every one is served
  *     (some cold), and the pool comes back;
- *   - a private session never takes a pool container, and slots count
- *     against max_sessions (one gives way to a cold session);
+ *   - a dry pool: claimants wait in line and the refill serves them in
+ *     arrival order; one past the line's length takes the cold path;
+ *   - a private session never takes a pool container, also when it is
+ *     marked while it waits in line, and slots count against max_sessions
+ *     (one gives way to a cold session);
  *   - SIGKILL at each step of a claim, then a restart: the claimed container
  *     is the session's exactly once, no slot directory or uid is left, no
- *     workspace is shared;
+ *     workspace is shared; when the session's workspace got files meanwhile,
+ *     the restart gives the slot up whole and the session comes up cold;
  *   - --gc keeps the slots a pool holds and removes a pool container, slot
  *     directory and uid no slot row names.
  * The pool is enabled only here (fixture.c keeps it off). */
@@ -17,6 +26,7 @@
 #include <errno.h>
 #include <pthread.h>
 #include <signal.h>
+#include <stdint.h>
 #include <stdio.h>
 #include <string.h>
 #include <sys/prctl.h>
@@ -37,6 +47,7 @@
 #include "sandboxd/sessuid.h"
 #include "sandboxd/store.h"
 #include "sandboxd/token.h"
+#include "sandboxd/wsquota.h"
 #include "testenv.h"
 
 TestSuite(pool, .timeout = 300);
@@ -69,12 +80,12 @@ static bool pool_full(void *ud)
         struct pool_stats ps;
         (void)ud;
         pool_stats(d->pool, &ps);
-        return ps.ready == (size_t)cfg.pool_size;
+        return ps.ready == (size_t)ps.size;
 }
 
 static void wait_full(void)
 {
-        cr_assert_geq(fixture_wait(pool_full, NULL, 60000), 0, "the pool did not fill to %d", cfg.pool_size);
+        cr_assert_geq(fixture_wait(pool_full, NULL, 60000), 0, "the pool did not fill");
 }
 
 static cJSON *call(const char *method, const char *params_json)
@@ -202,6 +213,158 @@ Test(pool, first_command_runs_in_a_pool_container_with_its_own_workspace_and_the
                 cr_assert_not_null(strstr(out, "sandboxd_pool_claims_total{outcome=\"claimed\"} 2"), "%s", out);
                 free(out);
         }
+        /* Docker cannot relabel: the claimed container still says @pool, yet the store is what counts */
+        {
+                struct docker_container_info ci;
+                struct session_info info;
+                struct gc_report rep;
+                char *out = NULL, want_row[16];
+
+                cr_assert_eq(session_get_info(d->sessions, "u1", "s1", &info), 0);
+                cr_assert_eq(docker_container_inspect(testenv_docker(), info.container_id, &ci, NULL), 0);
+                cr_assert_str_eq(docker_kv_get(ci.labels, ci.n_labels, CONTAINER_LABEL_USER), POOL_USER);
+                cr_assert_eq(fixture_sandboxctl(SANDBOXD_BINARY_DIR, cfg.admin_socket, "sessions", &out), 0, "%s",
+                             out);
+                snprintf(want_row, sizeof(want_row), "%.12s", info.container_id);
+                cr_assert_not_null(strstr(out, want_row), "the admin listing does not give s1 its container: %s",
+                                   out);
+                free(out);
+                cr_assert_eq(gc_run(&cfg, &(struct gc_options){.dry_run = true}, &rep, &err), 0, "%s", err.msg);
+                cr_assert_eq(rep.kinds[GC_ORPHAN_CONTAINERS].count, 0, "--gc takes a claimed container for an orphan");
+                gc_report_done(&rep);
+                session_info_done(&info);
+        }
+        daemon_close(d);
+        remove_run_containers();
+}
+
+/* The ids of the ready slots' containers of image_ref. */
+static size_t ready_of(const char *image_ref, char ids[][65], size_t max)
+{
+        _cleanup_free_ struct store_pool_slot *rows = NULL;
+        size_t n = 0, k = 0;
+        cr_assert_eq(store_pool_list(d->store, &rows, &n), 0);
+        for (size_t i = 0; i < n && k < max; i++)
+                if (strcmp(rows[i].state, "ready") == 0 && strcmp(rows[i].image_ref, image_ref) == 0)
+                        memcpy(ids[k++], rows[i].container_id, 65);
+        return k;
+}
+
+static bool among(const char *id, char ids[][65], size_t n)
+{
+        for (size_t i = 0; i < n; i++)
+                if (strcmp(ids[i], id) == 0)
+                        return true;
+        return false;
+}
+
+Test(pool, every_image_has_a_pool_of_its_own_size)
+{
+        /* the test image under a second name: another image as far as the config and the pool go */
+        static const char *const other = "sandboxd/test";
+        char def_ids[4][65], other_ids[4][65];
+        struct sbx_error err = {0};
+        struct session_info info;
+        struct pool_stats ps;
+        size_t n_def, n_other;
+
+        setup(1);
+        snprintf(cfg.images, sizeof(cfg.images), "%s", other);
+        snprintf(cfg.pool_images, sizeof(cfg.pool_images), "%s=2", other);
+        d = fixture_open_sockets(&cfg);
+        cr_assert_eq(token_create(d->store, "u1", TOKEN_ROLE_AGENT, tok, NULL, &err), 0, "%s", err.msg);
+        pool_stats(d->pool, &ps);
+        cr_assert_eq(ps.size, 3);
+        cr_assert_eq(ps.n_images, 2);
+        cr_assert_str_eq(ps.images[0].image, TESTENV_TEST_IMAGE);
+        cr_assert_eq(ps.images[0].size, 1);
+        cr_assert_str_eq(ps.images[1].image, other);
+        cr_assert_eq(ps.images[1].size, 2);
+        wait_full();
+        n_def = ready_of(TESTENV_TEST_IMAGE, def_ids, 4);
+        n_other = ready_of(other, other_ids, 4);
+        cr_assert_eq(n_def, 1);
+        cr_assert_eq(n_other, 2);
+
+        /* a session of the other image takes one of that image's slots */
+        cJSON_Delete(call("create_session", "{\"session\": \"i1\", \"image\": \"sandboxd/test\"}"));
+        cJSON_Delete(call("exec", "{\"session\": \"i1\", \"command\": \"true\"}"));
+        cr_assert(is_pooled("i1"));
+        cr_assert_eq(session_get_info(d->sessions, "u1", "i1", &info), 0);
+        cr_assert(among(info.container_id, other_ids, n_other), "i1 did not get a slot of its image");
+        session_info_done(&info);
+        /* one of the default image takes the default image's */
+        cJSON_Delete(call("exec", "{\"session\": \"i0\", \"command\": \"true\"}"));
+        cr_assert(is_pooled("i0"));
+        cr_assert_eq(session_get_info(d->sessions, "u1", "i0", &info), 0);
+        cr_assert(among(info.container_id, def_ids, n_def), "i0 did not get the default image's slot");
+        session_info_done(&info);
+        /* both come back, each to its own size */
+        wait_full();
+        pool_stats(d->pool, &ps);
+        cr_assert_eq(ps.images[0].ready, 1);
+        cr_assert_eq(ps.images[1].ready, 2);
+        daemon_close(d);
+        remove_run_containers();
+}
+
+Test(pool, loop_mode_claims_hand_the_slots_image_to_the_session_with_its_quota)
+{
+        char path[SBX_PATH_MAX + 64], slot_img[SBX_PATH_MAX + 64], slot[65];
+        struct sbx_error err = {0};
+        struct wsquota_usage u;
+        struct stat st;
+        cJSON *r;
+
+        setup(1);
+        snprintf(cfg.workspace_quota_mode, sizeof(cfg.workspace_quota_mode), "loop");
+        cfg.workspace_quota_bytes = 16 << 20;
+        cfg.workspace_inodes = 1024;
+        d = fixture_open_sockets(&cfg);
+        cr_assert_eq(token_create(d->store, "u1", TOKEN_ROLE_AGENT, tok, NULL, &err), 0, "%s", err.msg);
+        wait_full();
+        {
+                _cleanup_free_ struct store_pool_slot *rows = NULL;
+                size_t n = 0;
+                cr_assert_eq(store_pool_list(d->store, &rows, &n), 0);
+                cr_assert_eq(n, 1);
+                memcpy(slot, rows[0].slot, sizeof(slot));
+        }
+        cr_assert(wsquota_mounted(&cfg, POOL_USER, slot), "the slot's workspace image is not mounted");
+        snprintf(slot_img, sizeof(slot_img), "%s/workspace-images/" POOL_USER "/%s.ext4", cfg.data_dir, slot);
+        cr_assert_eq(stat(slot_img, &st), 0);
+
+        r = call("exec", "{\"session\": \"l1\", \"command\": \"echo kept > /workspace/f; "
+                         "dd if=/dev/zero of=/workspace/big bs=1M count=40 2>&1; echo rc=$?\"}");
+        {
+                const char *o = apic_str(apic_result(r), "stdout");
+                cr_assert(strstr(o, "No space left") && !strstr(o, "rc=0"),
+                          "a 40 MiB write into a 16 MiB workspace: %s", o);
+        }
+        cJSON_Delete(r);
+        cr_assert(is_pooled("l1"));
+        /* the slot's image is the session's now, mounted on the session's workspace */
+        cr_assert(wsquota_mounted(&cfg, "u1", "l1"));
+        cr_assert_neq(stat(slot_img, &st), 0, "the slot's image is still the slot's");
+        snprintf(path, sizeof(path), "%s/workspace-images/u1/l1.ext4", cfg.data_dir);
+        cr_assert_eq(stat(path, &st), 0, "the session has no image");
+        snprintf(path, sizeof(path), "%s/workspaces/u1/l1/f", cfg.data_dir);
+        cr_assert_eq(stat(path, &st), 0, "the file is not in the session's workspace on the host");
+        wsquota_usage(&cfg, "u1", "l1", &u);
+        cr_assert(u.known && u.mounted && u.over);
+        cr_assert_leq(u.bytes_limit, (uint64_t)cfg.workspace_quota_bytes);
+        /* the pool refills with a fresh image; the session's survives a recreation */
+        wait_full();
+        cr_assert_eq(pool_dir_entries(), 1);
+        {
+                char cid[65];
+                fixture_container_of(d, "u1", "l1", cid);
+                cr_assert_eq(docker_container_remove(testenv_docker(), cid, true, NULL), 0);
+        }
+        r = call("exec", "{\"session\": \"l1\", \"command\": \"cat /workspace/f\"}");
+        cr_assert_str_eq(apic_str(apic_result(r), "stdout"), "kept\n");
+        cJSON_Delete(r);
+        cr_assert_eq(session_destroy(d->sessions, "u1", "l1", true, &err), 0, "%s", err.msg);
         daemon_close(d);
         remove_run_containers();
 }
@@ -222,7 +385,7 @@ static void *burst_one(void *ud)
 
 Test(pool, a_burst_larger_than_the_pool_is_served_and_the_pool_comes_back)
 {
-        enum { N = 4 };
+        enum { N = 8 };
         struct burst_arg args[N];
         pthread_t t[N];
         struct pool_stats ps;
@@ -244,12 +407,154 @@ Test(pool, a_burst_larger_than_the_pool_is_served_and_the_pool_comes_back)
         cr_assert_eq(ps.claims + ps.misses, N);
         cr_assert_eq(ps.claims, pooled);
         cr_assert_geq(pooled, 1);
-        cr_assert_lt(pooled, N, "more sessions pooled than the pool could hold");
+        /* the ready slots, plus at most a line of pool_size served by the refill */
+        cr_assert_leq(pooled, 2 * (size_t)cfg.pool_size, "more sessions pooled than the pool and its line could hold");
+        cr_assert_eq(ps.waiting, 0);
         for (int i = 0; i < N; i++)
                 cr_assert_eq(fixture_count_containers("u1", args[i].session) +
                                      (is_pooled(args[i].session) ? 1 : 0),
                              1, "session %s: one container", args[i].session);
         wait_full();
+        daemon_close(d);
+        remove_run_containers();
+}
+
+/* ---- a dry pool: the line ---- */
+
+static volatile bool refill_gate_closed;
+
+static void hold_refill(const char *stage)
+{
+        while (strcmp(stage, "refill") == 0 && refill_gate_closed)
+                sbx_sleep_ms(20);
+}
+
+static bool waiting_is(void *ud)
+{
+        struct pool_stats ps;
+        pool_stats(d->pool, &ps);
+        return ps.waiting == (size_t)(uintptr_t)ud;
+}
+
+/* Seconds since midnight of the start of a session's container (Docker's RFC 3339 StartedAt). */
+static double started_at(const char *session)
+{
+        struct session_info info;
+        struct docker_container_info ci;
+        int h, m;
+        double sec;
+
+        cr_assert_eq(session_get_info(d->sessions, "u1", session, &info), 0);
+        cr_assert_eq(docker_container_inspect(testenv_docker(), info.container_id, &ci, NULL), 0);
+        session_info_done(&info);
+        const char *t = strchr(ci.started_at, 'T');
+        cr_assert(t && sscanf(t + 1, "%d:%d:%lf", &h, &m, &sec) == 3, "StartedAt %s", ci.started_at);
+        return h * 3600 + m * 60 + sec;
+}
+
+Test(pool, a_dry_pool_serves_its_line_in_arrival_order_and_one_past_the_line_goes_cold)
+{
+        struct burst_arg args[3];
+        pthread_t t[3];
+        struct session *s = NULL;
+        struct pool_stats ps;
+
+        setup(2);
+        cfg.pool_wait_ms = 60000; /* the refill, held back below, reaches the line for sure */
+        d = fixture_open(&cfg, false);
+        wait_full();
+        refill_gate_closed = true;
+        pool_set_test_hook(hold_refill);
+        /* the pool runs dry; its refill waits at the gate */
+        for (int i = 0; i < 2; i++) {
+                char name[8];
+                snprintf(name, sizeof(name), "a%d", i);
+                cr_assert_eq(session_get_or_create(d->sessions, "u1", name, &s, NULL), 0);
+                session_release(s);
+                cr_assert(is_pooled(name));
+        }
+        /* w0, then w1, join the line (pool_size 2 long); w2 finds it full: cold at once */
+        for (int i = 0; i < 3; i++) {
+                snprintf(args[i].session, sizeof(args[i].session), "w%d", i);
+                cr_assert_eq(pthread_create(&t[i], NULL, burst_one, &args[i]), 0);
+                if (i < 2)
+                        cr_assert_geq(fixture_wait(waiting_is, (void *)(uintptr_t)(i + 1), 30000), 0,
+                                      "%s did not join the line", args[i].session);
+        }
+        pthread_join(t[2], NULL);
+        cr_assert_eq(args[2].rc, 0, "the claimant past the line was not served");
+        cr_assert_not(is_pooled("w2"), "w2 was served from the pool past a full line");
+        pool_stats(d->pool, &ps);
+        cr_assert_eq(ps.waiting, 2, "the line did not keep its waiters");
+        /* the refill goes on: the first slot to w0, the next to w1 */
+        refill_gate_closed = false;
+        for (int i = 0; i < 2; i++) {
+                pthread_join(t[i], NULL);
+                cr_assert_eq(args[i].rc, 0, "session %s was not served", args[i].session);
+                cr_assert(is_pooled(args[i].session), "%s waited but took the cold path", args[i].session);
+        }
+        cr_assert_lt(started_at("w0"), started_at("w1"), "w1 got an older slot than w0, who came first");
+        pool_stats(d->pool, &ps);
+        cr_assert_eq(ps.waited, 2);
+        cr_assert_eq(ps.waiting, 0);
+        cr_assert_eq(ps.claims, 4);
+        cr_assert_eq(ps.misses, 1);
+        pool_set_test_hook(NULL);
+        wait_full();
+        daemon_close(d);
+        remove_run_containers();
+}
+
+struct mark_arg {
+        const char *session;
+        int rc;
+};
+
+static void *mark_one(void *ud)
+{
+        struct mark_arg *a = ud;
+        a->rc = privacy_mark(d->privacy, "u1", a->session, "patients", "test", "test", NULL);
+        return NULL;
+}
+
+static bool marked(void *ud)
+{
+        bool priv = false;
+        return store_private_any(d->store, "u1", ud, &priv) == 0 && priv;
+}
+
+Test(pool, a_session_marked_private_while_it_waits_in_line_takes_no_pool_container)
+{
+        struct burst_arg w = {.session = "w0"};
+        struct mark_arg m = {.session = "w0"};
+        struct session *s = NULL;
+        struct pool_stats ps;
+        pthread_t tw, tm;
+
+        setup(1);
+        cfg.pool_wait_ms = 60000;
+        d = fixture_open(&cfg, false);
+        wait_full();
+        refill_gate_closed = true;
+        pool_set_test_hook(hold_refill);
+        cr_assert_eq(session_get_or_create(d->sessions, "u1", "a0", &s, NULL), 0);
+        session_release(s);
+        cr_assert(is_pooled("a0"));
+        cr_assert_eq(pthread_create(&tw, NULL, burst_one, &w), 0);
+        cr_assert_geq(fixture_wait(waiting_is, (void *)(uintptr_t)1, 30000), 0, "w0 did not join the line");
+        /* the mark lands while w0 waits (it then waits for w0's creation to end) */
+        cr_assert_eq(pthread_create(&tm, NULL, mark_one, &m), 0);
+        cr_assert_geq(fixture_wait(marked, (void *)"w0", 30000), 0, "the mark was not recorded");
+        refill_gate_closed = false;
+        pthread_join(tw, NULL);
+        pthread_join(tm, NULL);
+        cr_assert_eq(w.rc, 0, "w0 was not served");
+        cr_assert_eq(m.rc, 0);
+        cr_assert_not(is_pooled("w0"), "a session marked private while it waited took a pool container");
+        pool_stats(d->pool, &ps);
+        cr_assert_eq(ps.claims, 1);
+        pool_set_test_hook(NULL);
+        wait_full(); /* the slot given back (or a new one) is ready for the next session */
         daemon_close(d);
         remove_run_containers();
 }
@@ -314,6 +619,28 @@ static void child_claims(int fd)
         _exit(3); /* the hook did not fire */
 }
 
+/* A daemon in a child process claims a slot for u1:k1 and is SIGKILLed at
+ * stage; ret_cid: the container of the slot it claimed. */
+static void claim_killed_at(const char *stage, char ret_cid[65])
+{
+        int pipefd[2], status;
+        pid_t pid;
+
+        kill_stage = stage;
+        ret_cid[0] = '\0';
+        cr_assert_eq(pipe(pipefd), 0);
+        pid = fork();
+        cr_assert_geq(pid, 0);
+        if (pid == 0)
+                child_claims(pipefd[1]);
+        close(pipefd[1]);
+        cr_assert_eq(read(pipefd[0], ret_cid, 65), 65);
+        close(pipefd[0]);
+        cr_assert_eq(waitpid(pid, &status, 0), pid);
+        cr_assert(WIFSIGNALED(status) && WTERMSIG(status) == SIGKILL, "stage %s: the child was not killed", stage);
+        cr_assert(ret_cid[0], "stage %s: the child had no ready slot", stage);
+}
+
 Test(pool, sigkill_at_each_step_of_a_claim_leaves_the_container_with_the_session_once)
 {
         static const char *const stages[] = {"claiming", "moved", "rekeyed"};
@@ -321,24 +648,10 @@ Test(pool, sigkill_at_each_step_of_a_claim_leaves_the_container_with_the_session
         for (size_t k = 0; k < ELEMENTSOF(stages); k++) {
                 char cid[65] = "", path[SBX_PATH_MAX + 64];
                 struct session_info info;
-                int pipefd[2], status;
-                pid_t pid;
                 uid_t uid;
 
                 setup(1);
-                kill_stage = stages[k];
-                cr_assert_eq(pipe(pipefd), 0);
-                pid = fork();
-                cr_assert_geq(pid, 0);
-                if (pid == 0)
-                        child_claims(pipefd[1]);
-                close(pipefd[1]);
-                cr_assert_eq(read(pipefd[0], cid, sizeof(cid)), (ssize_t)sizeof(cid));
-                close(pipefd[0]);
-                cr_assert_eq(waitpid(pid, &status, 0), pid);
-                cr_assert(WIFSIGNALED(status) && WTERMSIG(status) == SIGKILL, "stage %s: the child was not killed",
-                          stages[k]);
-                cr_assert(cid[0], "stage %s: the child had no ready slot", stages[k]);
+                claim_killed_at(stages[k], cid);
 
                 d = fixture_open(&cfg, false); /* restart on the same data_dir */
                 cr_assert_eq(session_get_info(d->sessions, "u1", "k1", &info), 0, "stage %s: no session",
@@ -374,6 +687,52 @@ Test(pool, sigkill_at_each_step_of_a_claim_leaves_the_container_with_the_session
                 daemon_close(d);
                 remove_run_containers();
         }
+}
+
+Test(pool, a_claim_cut_short_before_the_sessions_workspace_got_files_is_given_up_at_restart)
+{
+        char cid[65] = "", path[SBX_PATH_MAX + 64];
+        struct docker_container_info ci;
+        struct session_info info;
+        struct session *s = NULL;
+        struct stat st;
+        FILE *f;
+
+        setup(1);
+        claim_killed_at("claiming", cid);
+
+        /* meanwhile the session's workspace got a file (a recreation after a failure, say) */
+        snprintf(path, sizeof(path), "%s/workspaces/u1", cfg.data_dir);
+        (void)mkdir(path, 0700);
+        snprintf(path, sizeof(path), "%s/workspaces/u1/k1", cfg.data_dir);
+        cr_assert_eq(mkdir(path, 0700), 0);
+        snprintf(path, sizeof(path), "%s/workspaces/u1/k1/mine", cfg.data_dir);
+        cr_assert_not_null(f = fopen(path, "w"));
+        fputs("mine\n", f);
+        fclose(f);
+
+        d = fixture_open(&cfg, false); /* the restart cannot finish the claim: it gives the slot up */
+        cr_assert_eq(docker_container_inspect(testenv_docker(), cid, &ci, NULL), -ENOENT,
+                     "the slot's container outlived a claim given up");
+        cr_assert_eq(stat(path, &st), 0, "the session's file is gone");
+        cr_assert_eq(session_get_or_create(d->sessions, "u1", "k1", &s, NULL), 0);
+        session_release(s);
+        cr_assert_not(is_pooled("k1"), "a session with files took a pool container");
+        cr_assert_eq(session_get_info(d->sessions, "u1", "k1", &info), 0);
+        cr_assert_str_neq(info.container_id, cid);
+        session_info_done(&info);
+        {
+                char *out = NULL, id[65];
+                fixture_container_of(d, "u1", "k1", id);
+                cr_assert_eq(fixture_sh(id, "cat /workspace/mine", &out), 0, "%s", out);
+                cr_assert_str_eq(out, "mine\n");
+                free(out);
+        }
+        wait_full();
+        cr_assert_eq(pool_dir_entries(), 1, "leftover slot directories");
+        cr_assert_eq(pool_uids(d->store), 1, "leftover slot uids");
+        daemon_close(d);
+        remove_run_containers();
 }
 
 Test(pool, gc_keeps_held_slots_and_removes_what_no_slot_names)

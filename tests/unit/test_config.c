@@ -138,6 +138,34 @@ Test(config, cross_key_checks)
         cr_assert_not_null(strstr(err.msg, "max_exec_per_session"), "%s", err.msg);
 }
 
+/* pool_images: per-image pool sizes over pool_size, of images sessions may use only */
+Test(config, pool_images_override_pool_size_per_image)
+{
+        struct sbx_config cfg;
+        struct sbx_error err = {0};
+        char list[4][256];
+
+        write_conf("image = a:1\nimages = b:2, c:3 ,a:1\npool_size = 2\npool_images = b:2=5, c:3 = 0\n");
+        cr_assert_eq(config_load(path, &cfg, &err), 0, "%s", err.msg);
+        cr_assert_eq(config_image_list(&cfg, list, 4), 3, "image first, then images, each once");
+        cr_assert_str_eq(list[0], "a:1");
+        cr_assert_str_eq(list[1], "b:2");
+        cr_assert_str_eq(list[2], "c:3");
+        cr_assert_eq(config_pool_size_for(&cfg, "a:1"), 2);
+        cr_assert_eq(config_pool_size_for(&cfg, "b:2"), 5);
+        cr_assert_eq(config_pool_size_for(&cfg, "c:3"), 0);
+        unlink(path);
+        write_conf("image = a:1\npool_images = z:9=1\n");
+        cr_assert_eq(config_load(path, &cfg, &err), -EINVAL, "an image sessions cannot use was accepted");
+        cr_assert_not_null(strstr(err.msg, "pool_images"), "%s", err.msg);
+        unlink(path);
+        write_conf("image = a:1\npool_images = a:1=1001\n");
+        cr_assert_eq(config_load(path, &cfg, &err), -EINVAL, "a size past 1000 was accepted");
+        unlink(path);
+        write_conf("image = a:1\npool_images = a:1\n");
+        cr_assert_eq(config_load(path, &cfg, &err), -EINVAL, "an entry without =N was accepted");
+}
+
 Test(config, environment_overrides_file)
 {
         struct sbx_config cfg;

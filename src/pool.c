@@ -11,6 +11,7 @@
  * session manager's lock, never the other way round); Docker and the disk
  * never are. */
 #include "sandboxd/pool.h"
+#include "pool_internal.h"
 
 #include <dirent.h>
 #include <errno.h>
@@ -85,201 +86,10 @@ static pool_test_hook_fn test_hook; /* tests only: see pool.h */
 
 void pool_set_test_hook(pool_test_hook_fn fn) { test_hook = fn; }
 
-static void hook(const char *stage)
+void pool_hook(const char *stage)
 {
         if (test_hook)
                 test_hook(stage);
-}
-
-/* ---- slots on disk and in Docker ---- */
-
-/* Remove everything of a slot: container, runner directory, workspace, uid, row (in that order, so a
- * crash in between leaves a row, or nothing pool_sweep_leftovers cannot find). */
-static void slot_discard(const struct sbx_config *cfg, struct store *st, struct docker *d, struct runner_hub *h,
-                         const char *slot, const char *container_id)
-{
-        struct sbx_error e = {0};
-        uid_t uid;
-
-        if (container_id && container_id[0] && container_remove(d, container_id, &e) < 0) {
-                log_warn("pool: cannot remove container %.12s of slot %s: %s", container_id, slot, e.msg);
-                return; /* the row stays: the next reconcile tries again */
-        }
-        if (container_id && container_id[0])
-                (void)store_container_removed(st, container_id, "pool_discarded", sbx_wall_ms());
-        if (h)
-                runner_hub_drop(h, POOL_USER, slot);
-        else
-                (void)runner_hub_rekey(NULL, cfg, POOL_USER, slot, POOL_USER, slot, NULL);
-        if (wsquota_purge(cfg, POOL_USER, slot, &e) < 0 || container_workspace_purge(cfg, POOL_USER, slot, &e) < 0)
-                log_warn("pool: cannot purge the workspace of slot %s: %s", slot, e.msg);
-        if (sessuid_lookup(st, POOL_USER, slot, &uid) == 0 && sessuid_release(st, POOL_USER, slot) == 0)
-                container_identity_drop(cfg, uid);
-        (void)store_pool_delete(st, slot);
-}
-
-static int open_ws_dir(const struct sbx_config *cfg, const char *user)
-{
-        char path[SBX_PATH_MAX];
-        _cleanup_close_ int ws = -1;
-
-        snprintf(path, sizeof(path), "%s/workspaces", cfg->data_dir);
-        ws = open(path, O_RDONLY | O_DIRECTORY | O_NOFOLLOW | O_CLOEXEC);
-        if (ws < 0)
-                return -errno;
-        int fd = openat(ws, user, O_RDONLY | O_DIRECTORY | O_NOFOLLOW | O_CLOEXEC);
-        return fd < 0 ? -errno : fd;
-}
-
-/* Step 2 in loop mode: the slot's image and mount become the session's
- * (wsquota_claim), then the slot's empty mount point goes. */
-static int move_loop_workspace(const struct sbx_config *cfg, int pfd, const struct store_pool_slot *row, uid_t uid,
-                               char ret_ws[SBX_PATH_MAX], struct sbx_error *err)
-{
-        int r = container_workspace_ensure(cfg, row->user_id, row->session_id, uid, ret_ws, err);
-
-        if (r == 0)
-                r = wsquota_claim(cfg, POOL_USER, row->slot, row->user_id, row->session_id, err);
-        if (r < 0)
-                return r;
-        if (unlinkat(pfd, row->slot, AT_REMOVEDIR) < 0 && errno != ENOENT)
-                return sbx_error_set(err, -errno, 0, "cannot remove the mount point of slot %s: %m", row->slot);
-        return 0;
-}
-
-/* Step 2 otherwise: the session's empty leaf gives way to the slot's directory (the bind mount follows). */
-static int move_workspace(const struct sbx_config *cfg, int pfd, const struct store_pool_slot *row, uid_t uid,
-                          char ret_ws[SBX_PATH_MAX], struct sbx_error *err)
-{
-        _cleanup_close_ int ufd = -1;
-        int r = container_workspace_ensure(cfg, row->user_id, row->session_id, uid, ret_ws, err);
-
-        if (r < 0)
-                return r;
-        ufd = open_ws_dir(cfg, row->user_id);
-        if (ufd < 0)
-                return sbx_error_set(err, ufd, 0, "cannot open the workspaces of %s", row->user_id);
-        if (unlinkat(ufd, row->session_id, AT_REMOVEDIR) < 0 && errno != ENOENT)
-                return sbx_error_set(err, -errno, 0, "the workspace of %s:%s is not empty: %m", row->user_id,
-                                     row->session_id);
-        if (renameat2(pfd, row->slot, ufd, row->session_id, RENAME_NOREPLACE) < 0)
-                return sbx_error_set(err, -errno, 0, "cannot move slot %s to the workspace of %s:%s: %m", row->slot,
-                                     row->user_id, row->session_id);
-        return 0;
-}
-
-/* Steps 2 and 3 of the claim (pool.h), idempotent: restart recovery runs them again. */
-static int finish_claim(const struct sbx_config *cfg, struct store *st, struct runner_hub *h,
-                        const struct store_pool_slot *row, char ret_ws[SBX_PATH_MAX], uid_t *ret_uid,
-                        struct sbx_error *err)
-{
-        _cleanup_close_ int pfd = -1;
-        struct stat st_slot;
-        uid_t uid;
-        int r;
-
-        r = sessuid_lookup(st, POOL_USER, row->slot, &uid);
-        if (r < 0)
-                return sbx_error_set(err, r, 0, "slot %s has no uid", row->slot);
-        pfd = open_ws_dir(cfg, POOL_USER);
-        if (pfd >= 0 && fstatat(pfd, row->slot, &st_slot, AT_SYMLINK_NOFOLLOW) == 0) {
-                r = row->ws_quota[0] ? move_loop_workspace(cfg, pfd, row, uid, ret_ws, err)
-                                     : move_workspace(cfg, pfd, row, uid, ret_ws, err);
-                if (r < 0)
-                        return r;
-                hook("moved");
-        } else {
-                snprintf(ret_ws, SBX_PATH_MAX, "%s/workspaces/%s/%s", cfg->data_dir, row->user_id, row->session_id);
-        }
-        r = runner_hub_rekey(h, cfg, POOL_USER, row->slot, row->user_id, row->session_id, err);
-        if (r < 0 && r != -ENOENT)
-                return r;
-        hook("rekeyed");
-        r = store_pool_claim_commit(st, POOL_USER, row, sbx_wall_ms());
-        if (r < 0)
-                return sbx_error_set(err, r, 0, "recording the claim of slot %s: %s", row->slot, strerror(-r));
-        *ret_uid = uid;
-        return 0;
-}
-
-int pool_recover_claims(const struct sbx_config *cfg, struct store *st, struct docker *d, struct sbx_error *err)
-{
-        _cleanup_free_ struct store_pool_slot *rows = NULL;
-        size_t n = 0;
-        int r = store_pool_list(st, &rows, &n);
-
-        if (r < 0)
-                return sbx_error_set(err, r, 0, "listing pool slots: %s", strerror(-r));
-        for (size_t i = 0; i < n; i++) {
-                char ws[SBX_PATH_MAX];
-                struct sbx_error e = {0};
-                uid_t uid;
-
-                if (strcmp(rows[i].state, "claiming") != 0)
-                        continue;
-                if (finish_claim(cfg, st, NULL, &rows[i], ws, &uid, &e) == 0) {
-                        log_ctx(LOG_LEVEL_INFO, rows[i].user_id, rows[i].session_id, rows[i].container_id,
-                                "pool: finished the claim of slot %s a previous daemon began", rows[i].slot);
-                        continue;
-                }
-                /* cannot be the session's (its workspace has content): the slot goes, the
-                 * session takes the cold path on its next request */
-                log_ctx(LOG_LEVEL_WARN, rows[i].user_id, rows[i].session_id, rows[i].container_id,
-                        "pool: claim of slot %s undone: %s", rows[i].slot, e.msg);
-                slot_discard(cfg, st, d, NULL, rows[i].slot, rows[i].container_id);
-        }
-        return 0;
-}
-
-size_t pool_sweep_leftovers(const struct sbx_config *cfg, struct store *st, bool dry_run)
-{
-        _cleanup_free_ struct store_uid *uids = NULL;
-        struct store_pool_slot row;
-        size_t n = 0, swept = 0;
-        int pfd = open_ws_dir(cfg, POOL_USER);
-
-        if (pfd >= 0) {
-                DIR *dir = fdopendir(pfd);
-                struct dirent *de;
-                char **names = NULL;
-                size_t nn = 0;
-
-                while (dir && (de = readdir(dir))) {
-                        if (!session_id_valid(de->d_name) || store_pool_get(st, de->d_name, &row) == 0)
-                                continue;
-                        char **g = realloc(names, (nn + 1) * sizeof(*names));
-                        if (!g)
-                                break;
-                        names = g;
-                        if ((names[nn] = strdup(de->d_name)))
-                                nn++;
-                }
-                if (dir)
-                        closedir(dir);
-                else
-                        close(pfd);
-                for (size_t i = 0; i < nn; i++) {
-                        swept++;
-                        if (!dry_run) {
-                                log_info("pool: removing the leftover slot directory %s", names[i]);
-                                (void)runner_hub_rekey(NULL, cfg, POOL_USER, names[i], POOL_USER, names[i], NULL);
-                                if (wsquota_purge(cfg, POOL_USER, names[i], NULL) == 0)
-                                        (void)container_workspace_purge(cfg, POOL_USER, names[i], NULL);
-                        }
-                        free(names[i]);
-                }
-                free(names);
-        }
-        if (store_uid_list(st, &uids, &n) == 0)
-                for (size_t i = 0; i < n; i++) {
-                        if (strcmp(uids[i].user_id, POOL_USER) != 0 ||
-                            store_pool_get(st, uids[i].session_id, &row) == 0)
-                                continue;
-                        swept++;
-                        if (!dry_run && sessuid_release(st, POOL_USER, uids[i].session_id) == 0)
-                                container_identity_drop(cfg, (uid_t)uids[i].uid);
-                }
-        return swept;
 }
 
 
@@ -361,7 +171,7 @@ int pool_reconcile(struct pool *p, struct sbx_error *err)
                 }
                 if (strcmp(row->state, "claiming") == 0)
                         continue; /* pool_recover_claims' */
-                slot_discard(p->cfg, p->store, p->docker, p->runner, row->slot, c ? c->id : row->container_id);
+                pool_slot_discard(p->cfg, p->store, p->docker, p->runner, row->slot, c ? c->id : row->container_id);
                 removed++;
         }
         removed += pool_sweep_leftovers(p->cfg, p->store, false);
@@ -444,7 +254,7 @@ static int refill_one(struct pool *p, struct pool_image *img, struct sbx_error *
         log_debug("pool: slot %s of %s ready (container %.12s)", slot, img->ref, id);
         return 0;
 fail:
-        slot_discard(p->cfg, p->store, p->docker, p->runner, slot, id);
+        pool_slot_discard(p->cfg, p->store, p->docker, p->runner, slot, id);
         return r;
 }
 
@@ -538,7 +348,7 @@ static void *refill_main(void *ud)
 
                         p->creating = true;
                         pthread_mutex_unlock(&p->lock);
-                        hook("refill");
+                        pool_hook("refill");
                         r = refill_one(p, img, &e);
                         pthread_mutex_lock(&p->lock);
                         p->creating = false;
@@ -586,7 +396,7 @@ bool pool_applies(struct pool *p, const char *user, const char *session, const c
                 return false; /* a private session never takes a container made ahead */
         if (sessuid_lookup(p->store, user, session, &uid) == 0)
                 return false; /* it had a workspace once: its files keep their owner */
-        ufd = open_ws_dir(p->cfg, user);
+        ufd = pool_open_ws_dir(p->cfg, user);
         if (ufd < 0)
                 return true;
         sfd = openat(ufd, session, O_RDONLY | O_DIRECTORY | O_NOFOLLOW | O_CLOEXEC);
@@ -709,17 +519,17 @@ int pool_claim(struct pool *p, const char *user, const char *session, const char
                         break;
                 log_ctx(LOG_LEVEL_WARN, user, session, row.container_id, "pool: slot %s is not usable, dropped",
                         row.slot);
-                slot_discard(p->cfg, p->store, p->docker, p->runner, row.slot, row.container_id);
+                pool_slot_discard(p->cfg, p->store, p->docker, p->runner, row.slot, row.container_id);
         }
         if (r == 0)
-                hook("claiming");
+                pool_hook("claiming");
         if (r == 0) {
-                r = finish_claim(p->cfg, p->store, p->runner, &row, ret->workspace, &ret->uid, err);
+                r = pool_finish_claim(p->cfg, p->store, p->runner, &row, ret->workspace, &ret->uid, err);
                 if (r < 0) {
                         /* the slot goes whole (a workspace it already moved stays the session's, and the
                          * cold path hands its files to the session's own uid): never two containers on
                          * one workspace, and nothing left 'claiming' */
-                        slot_discard(p->cfg, p->store, p->docker, p->runner, row.slot, row.container_id);
+                        pool_slot_discard(p->cfg, p->store, p->docker, p->runner, row.slot, row.container_id);
                         r = r == -ENOENT ? -EIO : r;
                 }
         }
@@ -765,7 +575,7 @@ void pool_make_room(struct pool *p)
         if (store_pool_evict_oldest(p->store, &row) < 0)
                 return;
         log_info("pool: slot %s removed to make room for a session (max_sessions)", row.slot);
-        slot_discard(p->cfg, p->store, p->docker, p->runner, row.slot, row.container_id);
+        pool_slot_discard(p->cfg, p->store, p->docker, p->runner, row.slot, row.container_id);
 }
 
 /* ---- lifetime and stats ---- */

@@ -115,7 +115,7 @@ static void persist_locked(struct session *s)
                 s->persisted = true;
 }
 
-void set_state_locked(struct session *s, enum session_state state, const char *cause, const char *error)
+void session_set_state_locked(struct session *s, enum session_state state, const char *cause, const char *error)
 {
         if (s->state != state)
                 log_ctx(LOG_LEVEL_INFO, s->user, s->id, s->container_id[0] ? s->container_id : NULL,
@@ -178,7 +178,7 @@ static void insert_locked(struct session_manager *m, struct session *s)
         m->n_sessions++;
 }
 
-void unlink_locked(struct session_manager *m, struct session *s)
+void session_unlink_locked(struct session_manager *m, struct session *s)
 {
         for (struct session **pp = &m->buckets[key_hash(s->user, s->id)]; *pp; pp = &(*pp)->next)
                 if (*pp == s) {
@@ -197,7 +197,7 @@ static void session_free(struct session *s)
         free(s);
 }
 
-void unref(struct session *s)
+void session_unref(struct session *s)
 {
         struct session_manager *m;
         bool last;
@@ -263,7 +263,7 @@ static int admit_locked(struct session_manager *m, const struct session *skip, c
 }
 
 /* Find the session, or make it (from its store row if there is one). */
-int lookup_ref(struct session_manager *m, const char *user, const char *id, bool create, struct session **ret,
+int session_lookup_ref(struct session_manager *m, const char *user, const char *id, bool create, struct session **ret,
                struct sbx_error *err)
 {
         struct session *s;
@@ -303,7 +303,7 @@ int lookup_ref(struct session_manager *m, const char *user, const char *id, bool
 
 /* Copy references to every session (so no table lock is held while each
  * session is looked at). */
-int all_refs(struct session_manager *m, struct session ***ret, size_t *ret_n)
+int session_all_refs(struct session_manager *m, struct session ***ret, size_t *ret_n)
 {
         struct session **list;
         size_t n = 0;
@@ -325,10 +325,10 @@ int all_refs(struct session_manager *m, struct session ***ret, size_t *ret_n)
         return 0;
 }
 
-void refs_free(struct session **list, size_t n)
+void session_refs_free(struct session **list, size_t n)
 {
         for (size_t i = 0; i < n; i++)
-                unref(list[i]);
+                session_unref(list[i]);
         free(list);
 }
 
@@ -458,7 +458,7 @@ void session_set_quota(struct session_manager *m, struct quota *q)
 
 const char *session_default_network(struct session_manager *m) { return m->cfg->network_default; }
 
-const char *required_network(struct session_manager *m, const char *user, const char *id)
+const char *session_required_network(struct session_manager *m, const char *user, const char *id)
 {
         session_network_policy_fn fn;
         void *ud;
@@ -470,7 +470,7 @@ const char *required_network(struct session_manager *m, const char *user, const 
         return fn(user, id, ud);
 }
 
-void call_handlers(struct session_manager *m, const char *user, const char *id, const char *container_id,
+void session_call_handlers(struct session_manager *m, const char *user, const char *id, const char *container_id,
                    const char *cause)
 {
         struct handler hs[MAX_HANDLERS];
@@ -601,7 +601,7 @@ int session_get_or_create(struct session_manager *m, const char *user, const cha
         r = session_key_check(user, id, err);
         if (r < 0)
                 return r;
-        r = lookup_ref(m, user, id, true, &s, err);
+        r = session_lookup_ref(m, user, id, true, &s, err);
         if (r < 0)
                 return r;
 
@@ -614,7 +614,7 @@ int session_get_or_create(struct session_manager *m, const char *user, const cha
                          * would bring back a session that is gone, with whatever network
                          * a dropped mark would allow. The caller may ask again. */
                         pthread_mutex_unlock(&s->lock);
-                        unref(s);
+                        session_unref(s);
                         return sbx_error_set(err, -ENOENT, 0, "session %s:%s was destroyed while this request waited",
                                              user, id);
                 }
@@ -626,7 +626,7 @@ int session_get_or_create(struct session_manager *m, const char *user, const cha
                         pthread_mutex_unlock(&s->lock);
                         /* The actual container is inspected before every use, never a cached view:
                          * it may have died, vanished, or now need a network it must not have. */
-                        network = required_network(m, user, id);
+                        network = session_required_network(m, user, id);
                         /* A live runner (heartbeats; its death closes the socket at once) vouches
                          * for its container, so the exec path needs no inspect. A session that
                          * must have no network is still inspected: the ratchet is checked on
@@ -650,7 +650,7 @@ int session_get_or_create(struct session_manager *m, const char *user, const cha
                         if (r < 0) {
                                 pthread_mutex_unlock(&s->lock);
                                 sbx_error_prefix(err, "checking the session's container");
-                                unref(s);
+                                session_unref(s);
                                 return r;
                         }
                         if (s->transitioning || strcmp(s->container_id, old_id) != 0)
@@ -658,9 +658,9 @@ int session_get_or_create(struct session_manager *m, const char *user, const cha
                         if (s->state == SESSION_RUNNING && strcmp(cause, "privacy_ratchet") != 0) {
                                 char msg[256];
                                 snprintf(msg, sizeof(msg), "container %.12s failed: %s", old_id, cause);
-                                set_state_locked(s, SESSION_ERROR, cause, msg);
+                                session_set_state_locked(s, SESSION_ERROR, cause, msg);
                                 pthread_mutex_unlock(&s->lock);
-                                call_handlers(m, user, id, old_id, cause);
+                                session_call_handlers(m, user, id, old_id, cause);
                                 pthread_mutex_lock(&s->lock);
                                 notified = true;
                                 continue;
@@ -684,7 +684,7 @@ int session_get_or_create(struct session_manager *m, const char *user, const cha
                         pthread_mutex_unlock(&m->lock);
                         if (r < 0) {
                                 pthread_mutex_unlock(&s->lock);
-                                unref(s);
+                                session_unref(s);
                                 return r;
                         }
                 }
@@ -693,13 +693,13 @@ int session_get_or_create(struct session_manager *m, const char *user, const cha
                 memcpy(old_id, s->container_id, sizeof(old_id));
                 if (!cause[0])
                         snprintf(cause, sizeof(cause), "%s", s->state == SESSION_ERROR ? "recreated" : "");
-                set_state_locked(s, SESSION_CREATING, NULL, NULL);
+                session_set_state_locked(s, SESSION_CREATING, NULL, NULL);
                 pthread_mutex_unlock(&s->lock);
 
                 r = 0;
-                network = required_network(m, user, id);
+                network = session_required_network(m, user, id);
                 if (old_id[0] && cause[0] && !notified)
-                        call_handlers(m, user, id, old_id, cause);
+                        session_call_handlers(m, user, id, old_id, cause);
                 s->pooled = false;
                 new_id[0] = '\0';
                 if (!old_id[0] && try_pool(s, network, new_id, image, workspace, runtime) == 0)
@@ -708,19 +708,19 @@ int session_get_or_create(struct session_manager *m, const char *user, const cha
                         if (new_id[0]) /* claimed but not servable: replaced like a failed container */
                                 memcpy(old_id, new_id, sizeof(old_id));
                         pool_make_room(m->pool); /* slots count against max_sessions */
-                        r = make_container(s, old_id, &network, new_id, image, workspace, runtime, err);
+                        r = session_make_container(s, old_id, &network, new_id, image, workspace, runtime, err);
                 }
 
                 pthread_mutex_lock(&s->lock);
                 s->transitioning = false;
                 if (r < 0) {
                         s->container_id[0] = '\0';
-                        set_state_locked(s, SESSION_ERROR, "create_failed", err ? err->msg : "creation failed");
+                        session_set_state_locked(s, SESSION_ERROR, "create_failed", err ? err->msg : "creation failed");
                         pthread_cond_broadcast(&s->cond);
                         pthread_mutex_unlock(&s->lock);
                         log_ctx(LOG_LEVEL_WARN, user, id, NULL, "cannot create container: %s",
                                 err ? err->msg : strerror(-r));
-                        unref(s);
+                        session_unref(s);
                         return r;
                 }
                 memcpy(s->container_id, new_id, sizeof(s->container_id));
@@ -740,7 +740,7 @@ int session_get_or_create(struct session_manager *m, const char *user, const cha
                 }
                 s->active_ops++;
                 s->last_activity = sbx_wall_ms();
-                set_state_locked(s, SESSION_RUNNING, NULL, NULL);
+                session_set_state_locked(s, SESSION_RUNNING, NULL, NULL);
                 pthread_cond_broadcast(&s->cond);
                 pthread_mutex_unlock(&s->lock);
                 *ret = s;
@@ -755,7 +755,7 @@ void session_release(struct session *s)
         pthread_mutex_lock(&s->lock);
         s->active_ops--;
         pthread_mutex_unlock(&s->lock);
-        unref(s);
+        session_unref(s);
 }
 
 const char *session_user(const struct session *s) { return s->user; }

@@ -54,13 +54,13 @@ void session_info_done(struct session_info *info)
 int session_get_info(struct session_manager *m, const char *user, const char *id, struct session_info *ret)
 {
         struct session *s;
-        int r = lookup_ref(m, user, id, false, &s, NULL);
+        int r = session_lookup_ref(m, user, id, false, &s, NULL);
         if (r < 0)
                 return r;
         pthread_mutex_lock(&s->lock);
         snapshot_locked(s, ret);
         pthread_mutex_unlock(&s->lock);
-        unref(s);
+        session_unref(s);
         fill_ports(m, ret);
         return 0;
 }
@@ -73,13 +73,13 @@ static int collect(struct session_manager *m, bool (*take)(struct session *s, vo
         struct session **all;
         char *out;
         size_t n, k = 0;
-        int r = all_refs(m, &all, &n);
+        int r = session_all_refs(m, &all, &n);
 
         if (r < 0)
                 return r;
         out = calloc(n + 1, elem);
         if (!out) {
-                refs_free(all, n);
+                session_refs_free(all, n);
                 return -ENOMEM;
         }
         for (size_t i = 0; i < n; i++) {
@@ -88,7 +88,7 @@ static int collect(struct session_manager *m, bool (*take)(struct session *s, vo
                         k++;
                 pthread_mutex_unlock(&all[i]->lock);
         }
-        refs_free(all, n);
+        session_refs_free(all, n);
         *ret = out;
         *ret_n = k;
         return 0;

@@ -93,22 +93,22 @@ struct session_manager {
 /* ---- session.c ---- */
 
 /* Set the state (with an optional cause and error text) and write the row. Under s->lock. */
-void set_state_locked(struct session *s, enum session_state state, const char *cause, const char *error);
+void session_set_state_locked(struct session *s, enum session_state state, const char *cause, const char *error);
 /* Take s out of the table (drops the table's reference). Under m->lock. */
-void unlink_locked(struct session_manager *m, struct session *s);
+void session_unlink_locked(struct session_manager *m, struct session *s);
 /* Drop a reference; the last one frees s. Takes m->lock: never call it under m->lock. */
-void unref(struct session *s);
+void session_unref(struct session *s);
 /* Find the session, or make it (from its store row if there is one) when
  * create is set and the caps admit one more; a new reference in *ret. */
-int lookup_ref(struct session_manager *m, const char *user, const char *id, bool create, struct session **ret,
+int session_lookup_ref(struct session_manager *m, const char *user, const char *id, bool create, struct session **ret,
                struct sbx_error *err);
-/* References to every session in a malloc'd array; give them back with refs_free. */
-int all_refs(struct session_manager *m, struct session ***ret, size_t *ret_n);
-void refs_free(struct session **list, size_t n);
+/* References to every session in a malloc'd array; give them back with session_refs_free. */
+int session_all_refs(struct session_manager *m, struct session ***ret, size_t *ret_n);
+void session_refs_free(struct session **list, size_t n);
 /* The network mode the policy requires of the session now ("bridge" | "none"). */
-const char *required_network(struct session_manager *m, const char *user, const char *id);
+const char *session_required_network(struct session_manager *m, const char *user, const char *id);
 /* Tell every failure handler; outside every lock. */
-void call_handlers(struct session_manager *m, const char *user, const char *id, const char *container_id,
+void session_call_handlers(struct session_manager *m, const char *user, const char *id, const char *container_id,
                    const char *cause);
 
 /* ---- session_container.c ---- */
@@ -116,7 +116,7 @@ void call_handlers(struct session_manager *m, const char *user, const char *id, 
 /* Replace old_id (if any) by a new container of s: runtime, image, uid,
  * workspace, runner, port block and gateway. Inside s's transition, without
  * locks; *network may turn "none" (gVisor). */
-int make_container(struct session *s, const char *old_id, const char **network, char ret_id[65],
+int session_make_container(struct session *s, const char *old_id, const char **network, char ret_id[65],
                    char ret_image[256], char ret_workspace[SBX_PATH_MAX], char ret_runtime[16],
                    struct sbx_error *err);
 

@@ -42,12 +42,12 @@ static bool keep_port_owner(const char *user, const char *id, void *ud)
                 struct store_pool_slot row;
                 return store_pool_get(m->store, id, &row) == 0;
         }
-        if (lookup_ref(m, user, id, false, &s, NULL) < 0)
+        if (session_lookup_ref(m, user, id, false, &s, NULL) < 0)
                 return false;
         pthread_mutex_lock(&s->lock);
         keep = s->container_id[0] != '\0' || s->transitioning;
         pthread_mutex_unlock(&s->lock);
-        unref(s);
+        session_unref(s);
         return keep;
 }
 
@@ -67,7 +67,7 @@ int session_reconcile(struct session_manager *m, struct session_reconcile_report
                 sbx_error_prefix(err, "listing containers of instance %s", m->cfg->instance);
                 return r;
         }
-        r = all_refs(m, &all, &n_all);
+        r = session_all_refs(m, &all, &n_all);
         if (r < 0) {
                 free(list);
                 return r;
@@ -93,12 +93,12 @@ int session_reconcile(struct session_manager *m, struct session_reconcile_report
                         snprintf(msg, sizeof(msg), "container %.12s ran under a uid shared with other sessions",
                                  s->container_id);
                         s->container_id[0] = '\0';
-                        set_state_locked(s, SESSION_ERROR, cause, msg);
+                        session_set_state_locked(s, SESSION_ERROR, cause, msg);
                         rep.marked_error++;
                         failed = true;
                 } else if (c && strcmp(c->state, "running") == 0) {
                         if (s->state != SESSION_RUNNING)
-                                set_state_locked(s, SESSION_RUNNING, NULL, NULL);
+                                session_set_state_locked(s, SESSION_RUNNING, NULL, NULL);
                         rep.adopted++;
                 } else if (s->state == SESSION_RUNNING || s->state == SESSION_CREATING) {
                         if (!c)
@@ -106,13 +106,13 @@ int session_reconcile(struct session_manager *m, struct session_reconcile_report
                         snprintf(cause, sizeof(cause), "%s", c ? "exited while the daemon was down" : "removed");
                         snprintf(msg, sizeof(msg), "container %.12s %s", s->container_id[0] ? s->container_id : "-",
                                  c ? "was not running after a daemon restart" : "was missing after a daemon restart");
-                        set_state_locked(s, SESSION_ERROR, cause, msg);
+                        session_set_state_locked(s, SESSION_ERROR, cause, msg);
                         rep.marked_error++;
                         failed = true;
                 }
                 pthread_mutex_unlock(&s->lock);
                 if (failed)
-                        call_handlers(m, s->user, s->id, c ? c->id : "", cause);
+                        session_call_handlers(m, s->user, s->id, c ? c->id : "", cause);
         }
 
         /* Containers of this instance that belong to no session: remove. */
@@ -151,7 +151,7 @@ int session_reconcile(struct session_manager *m, struct session_reconcile_report
                 pthread_mutex_lock(&s->lock);
                 adopted = s->state == SESSION_RUNNING && s->container_id[0];
                 pthread_mutex_unlock(&s->lock);
-                if (!adopted || strcmp(required_network(m, s->user, s->id), "none") != 0)
+                if (!adopted || strcmp(session_required_network(m, s->user, s->id), "none") != 0)
                         continue;
                 if (session_enforce_network(m, s->user, s->id, &e) < 0)
                         /* every request still inspects the container and recreates it
@@ -160,7 +160,7 @@ int session_reconcile(struct session_manager *m, struct session_reconcile_report
                 else if (!live_container(s))
                         rep.ratchet_removed++;
         }
-        refs_free(all, n_all);
+        session_refs_free(all, n_all);
         free(list);
 
         r = portpool_release_unheld(m->ports, keep_port_owner, m);

@@ -44,23 +44,23 @@ bool session_mark_failed(struct session_manager *m, const char *user, const char
         bool changed = false, first = false;
         char msg[256];
 
-        if (lookup_ref(m, user, id, false, &s, NULL) < 0)
+        if (session_lookup_ref(m, user, id, false, &s, NULL) < 0)
                 return false;
         pthread_mutex_lock(&s->lock);
         if (!s->transitioning && strcmp(s->container_id, container_id) == 0) {
                 snprintf(msg, sizeof(msg), "container %.12s failed: %s", container_id, cause);
                 if (s->state == SESSION_RUNNING) {
-                        set_state_locked(s, SESSION_ERROR, cause, msg);
+                        session_set_state_locked(s, SESSION_ERROR, cause, msg);
                         changed = first = true;
                 } else if (s->state == SESSION_ERROR && cause_rank(cause) > cause_rank(s->error_cause)) {
-                        set_state_locked(s, SESSION_ERROR, cause, msg);
+                        session_set_state_locked(s, SESSION_ERROR, cause, msg);
                         changed = true;
                 }
         }
         pthread_mutex_unlock(&s->lock);
-        unref(s);
+        session_unref(s);
         if (first)
-                call_handlers(m, user, id, container_id, cause);
+                session_call_handlers(m, user, id, container_id, cause);
         return changed;
 }
 
@@ -112,14 +112,14 @@ int session_enforce_network(struct session_manager *m, const char *user, const c
         /* a sealed container has nothing to remove: the ratchet is the gateway
          * closing its listeners, its sockets and its tunnels */
         gateway_enforce(m->gateway, user, id);
-        if (lookup_ref(m, user, id, false, &s, NULL) < 0)
+        if (session_lookup_ref(m, user, id, false, &s, NULL) < 0)
                 return 0; /* no container yet: the first one is made with the required mode */
         pthread_mutex_lock(&s->lock);
         while (s->transitioning)
                 pthread_cond_wait(&s->cond, &s->lock);
         if (!s->container_id[0]) {
                 pthread_mutex_unlock(&s->lock);
-                unref(s);
+                session_unref(s);
                 return 0;
         }
         s->transitioning = true;
@@ -127,17 +127,17 @@ int session_enforce_network(struct session_manager *m, const char *user, const c
         pthread_mutex_unlock(&s->lock);
 
         r = docker_container_inspect(m->docker, cid, &info, err);
-        if (r == -ENOENT || (r == 0 && !(strcmp(required_network(m, user, id), "none") == 0 && info.has_network))) {
+        if (r == -ENOENT || (r == 0 && !(strcmp(session_required_network(m, user, id), "none") == 0 && info.has_network))) {
                 /* gone already, or already as required: nothing to take away */
                 abort_transition(s);
-                unref(s);
+                session_unref(s);
                 return 0;
         }
         if (r == 0)
                 r = container_remove(m->docker, cid, err);
         if (r < 0) {
                 abort_transition(s);
-                unref(s);
+                session_unref(s);
                 sbx_error_prefix(err, "removing the networked container %.12s", cid);
                 return r;
         }
@@ -150,9 +150,9 @@ int session_enforce_network(struct session_manager *m, const char *user, const c
         sbx_strlcpy(s->network_mode, "none", sizeof(s->network_mode));
         pthread_mutex_unlock(&s->lock);
         end_teardown(s, SESSION_STOPPED, "privacy_ratchet");
-        call_handlers(m, user, id, cid, "privacy_ratchet");
+        session_call_handlers(m, user, id, cid, "privacy_ratchet");
         log_ctx(LOG_LEVEL_INFO, user, id, cid, "privacy ratchet: networked container removed");
-        unref(s);
+        session_unref(s);
         return 0;
 }
 
@@ -160,13 +160,13 @@ void session_note_oom(struct session_manager *m, const char *user, const char *i
 {
         struct session *s;
 
-        if (lookup_ref(m, user, id, false, &s, NULL) < 0)
+        if (session_lookup_ref(m, user, id, false, &s, NULL) < 0)
                 return;
         pthread_mutex_lock(&s->lock);
         if (strcmp(s->container_id, container_id) == 0)
                 s->oom_events++;
         pthread_mutex_unlock(&s->lock);
-        unref(s);
+        session_unref(s);
 }
 
 uint64_t session_oom_events(struct session *s)
@@ -209,7 +209,7 @@ static void end_teardown(struct session *s, enum session_state state, const char
         pthread_mutex_lock(&s->lock);
         s->transitioning = false;
         s->container_id[0] = '\0';
-        set_state_locked(s, state, cause, NULL);
+        session_set_state_locked(s, state, cause, NULL);
         pthread_cond_broadcast(&s->cond);
         pthread_mutex_unlock(&s->lock);
 }
@@ -233,7 +233,7 @@ static int stop_one(struct session_manager *m, struct session *s, bool only_idle
         (void)portpool_release(m->ports, s->user, s->id);
         release_workspace(m, s->user, s->id);
         end_teardown(s, SESSION_STOPPED, cause);
-        call_handlers(m, s->user, s->id, id, cause);
+        session_call_handlers(m, s->user, s->id, id, cause);
         return 1;
 }
 
@@ -244,11 +244,11 @@ int session_expire_idle(struct session_manager *m, int64_t now_wall_ms)
         int count = 0;
         int64_t before = now_wall_ms - (int64_t)m->cfg->idle_timeout_s * 1000;
 
-        if (all_refs(m, &all, &n) < 0)
+        if (session_all_refs(m, &all, &n) < 0)
                 return -ENOMEM;
         for (size_t i = 0; i < n; i++)
                 count += stop_one(m, all[i], true, before, "idle_expired");
-        refs_free(all, n);
+        session_refs_free(all, n);
         return count;
 }
 
@@ -264,13 +264,13 @@ int session_expire_ttl(struct session_manager *m, int64_t now_wall_ms)
                 struct session *s;
                 /* the TTL is spent whatever happens next: a later use starts the session afresh */
                 (void)store_session_options_clear_ttl(m->store, users[i], ids[i]);
-                if (lookup_ref(m, users[i], ids[i], false, &s, NULL) < 0)
+                if (session_lookup_ref(m, users[i], ids[i], false, &s, NULL) < 0)
                         continue;
                 if (stop_one(m, s, false, 0, "ttl_expired")) {
                         log_ctx(LOG_LEVEL_INFO, users[i], ids[i], NULL, "session stopped: its TTL is over");
                         count++;
                 }
-                unref(s);
+                session_unref(s);
         }
         free(users);
         free(ids);
@@ -287,9 +287,9 @@ int session_destroy(struct session_manager *m, const char *user, const char *id,
         r = session_key_check(user, id, err);
         if (r < 0)
                 return r;
-        r = lookup_ref(m, user, id, false, &s, err);
+        r = session_lookup_ref(m, user, id, false, &s, err);
         if (r == 0 && begin_teardown(s, false, 0, cid) < 0) {
-                unref(s);
+                session_unref(s);
                 r = -ENOENT;
         }
         if (r < 0)
@@ -298,7 +298,7 @@ int session_destroy(struct session_manager *m, const char *user, const char *id,
                 r = container_remove(m->docker, cid, err);
                 if (r < 0) {
                         abort_transition(s);
-                        unref(s);
+                        session_unref(s);
                         sbx_error_prefix(err, "removing container %.12s", cid);
                         return r;
                 }
@@ -307,7 +307,7 @@ int session_destroy(struct session_manager *m, const char *user, const char *id,
         (void)portpool_release(m->ports, user, id);
         if (!purge)
                 release_workspace(m, user, id);
-        call_handlers(m, user, id, cid, "destroyed");
+        session_call_handlers(m, user, id, cid, "destroyed");
         /* The ratchet: the private marks go only once the workspace is
          * verifiably gone. A purge that fails, or a daemon killed during it,
          * leaves the marks (and what is left of the workspace) behind, so
@@ -327,7 +327,7 @@ int session_destroy(struct session_manager *m, const char *user, const char *id,
                 log_ctx(LOG_LEVEL_ERROR, user, id, NULL, "cannot delete session row: %s", strerror(-r));
         (void)store_session_options_delete(m->store, user, id);
         pthread_mutex_lock(&m->lock);
-        unlink_locked(m, s);
+        session_unlink_locked(m, s);
         pthread_mutex_unlock(&m->lock);
         pthread_mutex_lock(&s->lock);
         s->transitioning = false;
@@ -336,7 +336,7 @@ int session_destroy(struct session_manager *m, const char *user, const char *id,
         s->container_id[0] = '\0';
         pthread_cond_broadcast(&s->cond);
         pthread_mutex_unlock(&s->lock);
-        unref(s);
+        session_unref(s);
         if (purged < 0) {
                 if (err)
                         *err = perr;

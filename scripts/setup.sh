@@ -26,7 +26,7 @@ die() { printf 'setup: error: %s\n' "$*" >&2; exit 1; }
 # --- apt packages -----------------------------------------------------------
 
 PACKAGES=(
-	build-essential cmake pkg-config git
+	build-essential cmake pkg-config git clang-format
 	libcurl4-openssl-dev libcjson-dev libsqlite3-dev sqlite3 libcriterion-dev
 	docker.io iptables mmdebstrap mount busybox-static musl-tools e2fsprogs
 	libmicrohttpd-dev libgnutls28-dev openssl

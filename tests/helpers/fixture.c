@@ -2,6 +2,7 @@
 #include "fixture.h"
 
 #include <criterion/criterion.h>
+#include <dirent.h>
 #include <errno.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -9,6 +10,8 @@
 #include <sys/wait.h>
 
 #include "sandboxd/container.h"
+#include "sandboxd/exec.h"
+#include "sandboxd/monitor.h"
 #include "sandboxd/session.h"
 #include "testenv.h"
 
@@ -110,14 +113,62 @@ int fixture_docker_cli(const char *args)
 
 long fixture_wait(bool (*pred)(void *ud), void *ud, long timeout_ms)
 {
-        int64_t start = sbx_now_ms();
-        for (;;) {
-                if (pred(ud))
-                        return (long)(sbx_now_ms() - start);
-                if (sbx_now_ms() - start > timeout_ms)
-                        return -1;
-                sbx_sleep_ms(5);
+        return testenv_wait_until(pred, ud, timeout_ms) ? 0 : -1;
+}
+
+static bool monitor_counts_events(void *ud)
+{
+        struct daemon *d = ud;
+        const struct docker_label labels[] = {{CONTAINER_LABEL_MANAGED, "1"}, {CONTAINER_LABEL_INSTANCE, d->cfg.instance}};
+
+        if (monitor_events_seen(d->monitor) > 0)
+                return true;
+        /* managed and of this instance, but of no session: counted, then ignored */
+        (void)testenv_events_probe(labels, ELEMENTSOF(labels));
+        return false;
+}
+
+void fixture_wait_monitor_events(struct daemon *d)
+{
+        cr_assert_not_null(d->monitor, "the daemon runs no monitor");
+        cr_assert(testenv_wait_until(monitor_counts_events, d, 30000), "the monitor's events stream never connected");
+}
+
+bool fixture_exec_running(struct daemon *d, const char *user, const char *id)
+{
+        struct exec_result res;
+        bool running;
+
+        cr_assert_eq(exec_status(d->exec, user, id, -1, -1, 0, 0, &res, NULL), 0, "no execution %s", id);
+        running = res.state == EXEC_RUNNING;
+        exec_result_done(&res);
+        return running;
+}
+
+int fixture_count_threads(const char *name)
+{
+        DIR *dir = opendir("/proc/self/task");
+        struct dirent *e;
+        int n = 0;
+
+        cr_assert_not_null(dir);
+        while ((e = readdir(dir))) {
+                char path[300], comm[32] = "";
+                FILE *f;
+
+                if (e->d_name[0] == '.')
+                        continue;
+                snprintf(path, sizeof(path), "/proc/self/task/%s/comm", e->d_name);
+                f = fopen(path, "re");
+                if (!f)
+                        continue; /* the thread just ended */
+                if (fgets(comm, sizeof(comm), f))
+                        comm[strcspn(comm, "\n")] = '\0';
+                fclose(f);
+                n += strcmp(comm, name) == 0;
         }
+        closedir(dir);
+        return n;
 }
 
 int fixture_sandboxctl(const char *bin_dir, const char *admin_socket, const char *args, char **ret_out)

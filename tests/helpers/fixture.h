@@ -31,7 +31,16 @@ int fixture_docker_cli(const char *args);
 int fixture_sandboxctl(const char *bin_dir, const char *admin_socket, const char *args, char **ret_out);
 /* The container id of user:session (asserts the session exists). */
 void fixture_container_of(struct daemon *d, const char *user, const char *session, char ret_id[65]);
-/* Poll until pred(ud) or timeout_ms passes; returns elapsed ms or -1. */
+/* Poll until pred(ud) holds (0) or timeout_ms passes first (-1); see
+ * testenv_wait_until. No elapsed time: speed belongs in scripts/bench.sh. */
 long fixture_wait(bool (*pred)(void *ud), void *ud, long timeout_ms);
+/* Wait (asserting, 30 s) until d's monitor is following the events stream,
+ * shown by its counting an event (see testenv_events_probe): an event
+ * before that is seen only by the periodic poll. */
+void fixture_wait_monitor_events(struct daemon *d);
+/* Whether execution id of user is RUNNING now (asserts it exists). */
+bool fixture_exec_running(struct daemon *d, const char *user, const char *id);
+/* Threads of this process whose name (comm) is `name`, e.g. "sbx-exec". */
+int fixture_count_threads(const char *name);
 
 #endif

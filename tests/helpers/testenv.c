@@ -31,6 +31,36 @@ static bool docker_failed;
 static char **tmpdirs;
 static size_t n_tmpdirs;
 
+void testenv_wait_pause(int64_t *pause_ms)
+{
+        sbx_sleep_ms(*pause_ms);
+        if (*pause_ms < 100)
+                *pause_ms = *pause_ms * 2 > 100 ? 100 : *pause_ms * 2;
+}
+
+bool testenv_wait_until(bool (*pred)(void *ud), void *ud, long timeout_ms)
+{
+        return TESTENV_WAIT_UNTIL(pred(ud), timeout_ms);
+}
+
+int testenv_events_probe(const struct docker_label *labels, size_t n)
+{
+        struct docker_label all[5] = {{TESTENV_RUN_LABEL, testenv_run_id()}};
+        struct docker_container_spec spec = {.image = TESTENV_TEST_IMAGE, .labels = all};
+        struct docker *d = testenv_docker();
+        char id[65];
+        int r;
+
+        if (!d || n > 4)
+                return -EINVAL;
+        memcpy(all + 1, labels, n * sizeof(*labels));
+        spec.n_labels = 1 + n;
+        r = docker_container_create(d, &spec, id, NULL);
+        if (r == 0)
+                r = docker_container_remove(d, id, true, NULL);
+        return r;
+}
+
 static void testenv_atexit(void)
 {
         testenv_cleanup();
@@ -91,12 +121,11 @@ struct docker *testenv_docker(void)
         init_locked();
         if (!docker && !docker_failed) {
                 struct sbx_error err = {0};
-                int64_t deadline = sbx_now_ms() + 20000; /* dockerd may still be starting */
                 int r = -ENOMEM;
 
                 docker = docker_new(testenv_docker_socket(), 60000);
-                while (docker && (r = docker_negotiate(docker, &err)) < 0 && sbx_now_ms() < deadline)
-                        sbx_sleep_ms(250);
+                if (docker) /* dockerd may still be starting */
+                        (void)TESTENV_WAIT_UNTIL((r = docker_negotiate(docker, &err)) == 0, 20000);
                 if (!docker || r < 0) {
                         fprintf(stderr, "testenv: no usable Docker at %s: %s\n", testenv_docker_socket(),
                                 docker ? err.msg : "out of memory");

@@ -450,7 +450,7 @@ Test(agent, sessions_as_tools)
                 cr_assert_not_null(strstr(out, "busybox"), "the session runs the image it asked for: %s", out);
                 free(out);
         }
-        usleep(1200 * 1000);
+        usleep(1200 * 1000); /* not a wait: ages the session past its 1 s TTL */
         cr_assert_eq(session_expire_ttl(d->sessions, sbx_wall_ms()), 1);
         listed_state(tok_a, generated, state, sizeof(state));
         cr_assert_str_eq(state, "stopped");

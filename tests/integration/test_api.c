@@ -3,6 +3,7 @@
 #include <criterion/criterion.h>
 #include <errno.h>
 #include <libgen.h>
+#include <poll.h>
 #include <pthread.h>
 #include <stdio.h>
 #include <string.h>
@@ -676,7 +677,8 @@ Test(api, connection_cap_and_stale_socket)
                 fds[i] = apic_connect(cfg.api_socket);
                 cr_assert_geq(fds[i], 0);
         }
-        sbx_sleep_ms(300);
+        /* no wait: the accept thread takes connections in order, so this 65th
+         * meets the cap whatever its pace */
         fd = apic_connect(cfg.api_socket);
         line = apic_read_line(fd, 10000);
         cr_assert_not_null(line);
@@ -687,8 +689,11 @@ Test(api, connection_cap_and_stale_socket)
         close(fd);
         for (int i = 0; i < 64; i++)
                 close(fds[i]);
-        sbx_sleep_ms(300);
-        r = call(tok_a, "session_info", "{\"session\": \"s1\"}");
+        /* until the daemon has seen the closes, a call may still meet the cap */
+        r = NULL;
+        (void)TESTENV_WAIT_UNTIL((cJSON_Delete(r), r = call(tok_a, "session_info", "{\"session\": \"s1\"}"),
+                                  strcmp(apic_code(r), "busy") != 0),
+                                 10000);
         cr_assert_str_eq(apic_code(r), "");
         cJSON_Delete(r);
 
@@ -732,7 +737,8 @@ static double cpu_seconds(void)
 Test(api, accept_backs_off_on_emfile)
 {
         struct rlimit old, low;
-        int p[2];
+        struct pollfd pfd;
+        int p[2], go[2];
         pid_t pid;
         double cpu0, cpu1;
         char buf[256] = "";
@@ -740,7 +746,8 @@ Test(api, accept_backs_off_on_emfile)
         int status;
 
         open_daemon();
-        cr_assert_eq(pipe(p), 0);
+        cr_assert_eq(pipe(go), 0); /* the parent's limit is low: the client may connect */
+        cr_assert_eq(pipe(p), 0);  /* the client connected ("c"), then the reply it read */
         cr_assert_eq(getrlimit(RLIMIT_NOFILE, &old), 0);
 
         /* the client lives in a child, with a descriptor table of its own */
@@ -749,27 +756,34 @@ Test(api, accept_backs_off_on_emfile)
                 cr_assert_fail("fork: %m");
         if (pid == 0) {
                 struct sockaddr_un sa = {.sun_family = AF_UNIX};
+                struct pollfd gp = {.fd = go[0], .events = POLLIN};
                 char line[256];
                 int fd, k = 0;
                 close(p[0]);
+                close(go[1]);
                 snprintf(sa.sun_path, sizeof(sa.sun_path), "%s", cfg.api_socket);
                 fd = socket(AF_UNIX, SOCK_STREAM, 0);
-                sbx_sleep_ms(300); /* let the parent lower its limit first */
+                if (poll(&gp, 1, 30000) != 1) /* the parent lowers its limit first */
+                        _exit(4);
                 if (connect(fd, (struct sockaddr *)&sa, sizeof(sa)) < 0)
                         _exit(3);
+                (void)!write(p[1], "c", 1);
                 (void)!write(fd, "{}\n", 3);
                 while (k < (int)sizeof(line) - 1 && read(fd, line + k, 1) == 1 && line[k] != '\n')
                         k++;
                 (void)!write(p[1], line, (size_t)k);
                 _exit(0);
         }
-        close(p[1]);
+        close(p[1]); /* the highest: no hole below the limit */
         low = old;
         low.rlim_cur = (rlim_t)count_fds(); /* every new descriptor fails with EMFILE */
         cr_assert_eq(setrlimit(RLIMIT_NOFILE, &low), 0);
-        sbx_sleep_ms(500);
+        cr_assert_eq(write(go[1], "g", 1), 1);
+        pfd = (struct pollfd){.fd = p[0], .events = POLLIN};
+        cr_assert(poll(&pfd, 1, 30000) == 1 && read(p[0], buf, 1) == 1 && buf[0] == 'c',
+                  "the client never connected");
         cpu0 = cpu_seconds();
-        sbx_sleep_ms(1500);
+        sbx_sleep_ms(1500); /* not a wait: the window in which a spinning accept loop would burn CPU */
         cpu1 = cpu_seconds();
         cr_assert_eq(setrlimit(RLIMIT_NOFILE, &old), 0);
         /* a spinning accept loop burns a whole core for the 1.5 s */
@@ -781,7 +795,23 @@ Test(api, accept_backs_off_on_emfile)
         cr_assert_not_null(strstr(buf, "\"unauthorized\""), "%s", buf);
         cr_assert_eq(waitpid(pid, &status, 0), pid);
         close(p[0]);
+        close(go[0]);
+        close(go[1]);
         close_daemon();
+}
+
+static bool service_logged(const char *token, const char *session, const char *name, const char *want)
+{
+        char params[256];
+        cJSON *r;
+        bool logged;
+
+        snprintf(params, sizeof(params), "{\"session\": \"%s\", \"name\": \"%s\", \"tail_lines\": 10}", session,
+                 name);
+        r = call(token, "service_logs", params);
+        logged = apic_result(r) && strstr(apic_str(apic_result(r), "stdout"), want);
+        cJSON_Delete(r);
+        return logged;
 }
 
 Test(api, services_through_the_socket)
@@ -816,13 +846,7 @@ Test(api, services_through_the_socket)
         r = call(tok_a, "list_services", "{\"session\": \"svc\"}");
         cr_assert_eq(cJSON_GetArraySize(cJSON_GetObjectItem(apic_result(r), "services")), 1);
         cJSON_Delete(r);
-        for (int i = 0; i < 50 && !logged; i++) {
-                r = call(tok_a, "service_logs", "{\"session\": \"svc\", \"name\": \"web\", \"tail_lines\": 10}");
-                logged = apic_result(r) && strstr(apic_str(apic_result(r), "stdout"), "hello-from-service");
-                cJSON_Delete(r);
-                if (!logged)
-                        sbx_sleep_ms(100);
-        }
+        logged = TESTENV_WAIT_UNTIL(service_logged(tok_a, "svc", "web", "hello-from-service"), 10000);
         cr_assert(logged, "the service's output never showed in its logs");
 
         r = call(tok_a, "stop_service", "{\"session\": \"svc\", \"name\": \"web\"}");

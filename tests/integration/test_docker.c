@@ -266,12 +266,7 @@ Test(docker, exec_stream_by_hand)
         n = docker_stream_read(s, &kind, buf, sizeof(buf), 10000);
         cr_expect_eq(n, 0, "EOF");
         docker_stream_free(s);
-        for (int i = 0; i < 100; i++) {
-                r = docker_exec_inspect(D, exec_id, &xi, &err);
-                if (r < 0 || !xi.running)
-                        break;
-                usleep(10000);
-        }
+        (void)TESTENV_WAIT_UNTIL((r = docker_exec_inspect(D, exec_id, &xi, &err)) < 0 || !xi.running, 5000);
         cr_expect_eq(r, 0);
         cr_expect_not(xi.running);
         cr_expect_eq(xi.exit_code, 7);
@@ -329,6 +324,21 @@ static void *follow_main(void *arg)
         return NULL;
 }
 
+/* The follow is connected once it delivers an event: until then, poke it
+ * with a probe container (its filter is the run label, any action). */
+static bool follow_delivers(void *ud)
+{
+        struct follow *f = ud;
+        int n;
+
+        pthread_mutex_lock(&f->lock);
+        n = f->n_events;
+        pthread_mutex_unlock(&f->lock);
+        if (n == 0)
+                (void)testenv_events_probe(NULL, 0);
+        return n > 0;
+}
+
 static bool wait_for(struct follow *f, bool *flag, int seconds)
 {
         struct timespec until;
@@ -356,7 +366,8 @@ Test(docker, events_die)
         make_container(&spec, true, id);
         f.want_id = id;
         cr_assert_eq(pthread_create(&t, NULL, follow_main, &f), 0);
-        usleep(300 * 1000); /* let the stream connect; since= is not used on the first connect */
+        /* since= is not used on the first connect: kill only once the stream is connected */
+        cr_assert(testenv_wait_until(follow_delivers, &f, 30000), "the events stream never connected");
         r = docker_container_kill(D, id, "SIGKILL", &err);
         cr_assert_eq(r, 0, "kill: %s", err.msg);
         cr_expect(wait_for(&f, &f.seen_die, 10), "no die event for %s", id);
@@ -379,10 +390,29 @@ static int stop_at_first(const struct docker_event *ev, void *userdata)
         return 1;
 }
 
-static void *start_later(void *arg)
+struct starter {
+        const char *id;
+        bool followed; /* atomic: the follow has returned */
+};
+
+static bool follow_returned(void *ud)
 {
-        usleep(500 * 1000);
-        docker_container_start(D, arg, NULL);
+        return __atomic_load_n(&((struct starter *)ud)->followed, __ATOMIC_ACQUIRE);
+}
+
+/* A start the follow sees: one made before its stream connects is missed
+ * (since= is not used on the first connect), so stop and start again until
+ * the follow has returned. */
+static void *start_until_seen(void *arg)
+{
+        struct starter *st = arg;
+
+        for (int i = 0; i < 30 && !follow_returned(st); i++) {
+                if (i)
+                        (void)docker_container_stop(D, st->id, 0, NULL); /* no "start" event */
+                (void)docker_container_start(D, st->id, NULL);
+                (void)testenv_wait_until(follow_returned, st, 1000);
+        }
         return NULL;
 }
 
@@ -398,8 +428,10 @@ Test(docker, events_cb_stops_follow)
 
         /* the callback's non-zero return ends the follow, with no stop flag */
         make_container(&spec, false, id);
-        cr_assert_eq(pthread_create(&t, NULL, start_later, id), 0);
+        struct starter st = {id, false};
+        cr_assert_eq(pthread_create(&t, NULL, start_until_seen, &st), 0);
         r = docker_events_follow(D, filters, actions, stop_at_first, &n, NULL, 0, &err);
+        __atomic_store_n(&st.followed, true, __ATOMIC_RELEASE);
         pthread_join(t, NULL);
         cr_expect_eq(r, 0, "%s", err.msg);
         cr_expect_eq(n, 1);
@@ -624,6 +656,24 @@ Test(docker, not_found_and_conflicts)
 
 /* ---- logs, stats, list, image, version ---- */
 
+struct logs_poll {
+        const char *id;
+        char *text; /* the last logs read */
+};
+
+static bool logs_show_errline(void *ud)
+{
+        struct logs_poll *lp = ud;
+        struct sbx_error err = {0};
+        int r;
+
+        free(lp->text);
+        lp->text = NULL;
+        r = docker_container_logs(D, lp->id, -1, &lp->text, &err);
+        cr_assert_eq(r, 0, "%s", err.msg);
+        return strstr(lp->text, "errline") != NULL;
+}
+
 Test(docker, logs_and_stats)
 {
         const char *cmd[] = {"sh", "-c", "for i in 1 2 3 4 5; do echo line$i; done; echo errline >&2; exec sleep 1000", NULL};
@@ -634,15 +684,9 @@ Test(docker, logs_and_stats)
         int r;
 
         make_container(&spec, true, id);
-        for (int i = 0; i < 100; i++) {
-                free(text);
-                text = NULL;
-                r = docker_container_logs(D, id, -1, &text, &err);
-                cr_assert_eq(r, 0, "%s", err.msg);
-                if (strstr(text, "errline"))
-                        break;
-                usleep(50 * 1000);
-        }
+        struct logs_poll lp = {id, NULL};
+        (void)testenv_wait_until(logs_show_errline, &lp, 5000);
+        text = TAKE_PTR(lp.text);
         /* stdout and stderr reach the log through separate copiers, so
          * errline may land between the stdout lines: check stdout's order
          * only among its own lines */
@@ -827,7 +871,7 @@ static void *fake_main(void *arg)
                         }
                 }
                 for (size_t k = 0; k < ELEMENTSOF(c->parts) && c->parts[k]; k++) {
-                        if (k)
+                        if (k) /* not a wait: the parts must arrive as separate reads */
                                 usleep(50 * 1000);
                         if (send(fd, c->parts[k], c->lens[k], MSG_NOSIGNAL) < 0)
                                 break;

@@ -62,16 +62,7 @@ static void wait_stdout(const char *id, const char *needle)
 
 static void wait_running(const char *id)
 {
-        for (int i = 0; i < 200; i++) {
-                struct exec_result res;
-                cr_assert_eq(exec_status(d->exec, "u1", id, -1, -1, 0, 0, &res, NULL), 0);
-                bool running = res.state == EXEC_RUNNING;
-                exec_result_done(&res);
-                if (running)
-                        return;
-                sbx_sleep_ms(20);
-        }
-        cr_assert_fail("execution %s never ran", id);
+        cr_assert(TESTENV_WAIT_UNTIL(fixture_exec_running(d, "u1", id), 10000), "execution %s never ran", id);
 }
 
 static void send_line(const char *id, const char *text)
@@ -99,8 +90,7 @@ static void sync_python(const char *id)
 {
         for (int i = 0; i < 20 && count_in_stdout(id, ">>> ") < 2; i++) {
                 send_line(id, "\n");
-                for (int k = 0; k < 10 && count_in_stdout(id, ">>> ") < 2; k++)
-                        sbx_sleep_ms(100);
+                (void)TESTENV_WAIT_UNTIL(count_in_stdout(id, ">>> ") >= 2, 1000);
         }
         cr_assert_geq(count_in_stdout(id, ">>> "), 2, "python never took a line from its terminal");
 }
@@ -180,7 +170,7 @@ Test(durable, executions_outlive_a_sigkilled_daemon_with_every_byte)
         cr_assert_eq(read(pipefd[0], ids, sizeof(ids)), (ssize_t)sizeof(ids), "the child daemon did not start both");
         kill(pid, SIGKILL);
         waitpid(pid, NULL, 0);
-        sbx_sleep_ms(4000); /* the sleeper ends and the writer fills its buffer while no daemon runs */
+        sbx_sleep_ms(4000); /* not a wait: the sleeper ends and the writer fills its buffer while no daemon runs */
 
         d = fixture_open(&cfg, false); /* the same data_dir: the runner's executions are adopted */
 

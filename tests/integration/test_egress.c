@@ -297,9 +297,8 @@ Test(egress_ct, mark_private_closes_open_tunnels_and_survives_a_restart)
         cr_assert_eq(service_start(d->services, "u1", "p", "holder", cmd, NULL, NULL, &err), 0, "%s", err.msg);
         /* open and relaying (bytes moved): a tunnel still being decided would be
          * closed by the ratchet as blocked, not as the allowed tunnel it is */
-        for (int i = 0; i < 300 && !(egress_session_stats(d->egress, "u1", "p", &es) == 0 && es.open == 1 && es.bytes > 0);
-             i++)
-                usleep(100000);
+        (void)TESTENV_WAIT_UNTIL(egress_session_stats(d->egress, "u1", "p", &es) == 0 && es.open == 1 && es.bytes > 0,
+                                 30000);
         cr_assert_eq(es.open, 1, "the holder's tunnel is open");
         cr_assert_gt(es.bytes, 0, "the holder's tunnel relays");
 

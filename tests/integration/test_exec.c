@@ -170,7 +170,9 @@ Test(exec, timeout_kills_the_whole_tree_but_not_other_executions)
 
         open_daemon(NULL, false);
         start_sh("tree", "exec sleep 1500", 0, other);
-        sbx_sleep_ms(500);
+        cr_assert(TESTENV_WAIT_UNTIL(fixture_exec_running(d, "u1", other) && count_procs("tree", "[s]leep 1500") == 1,
+                                     30000),
+                  "the other execution never ran");
         run_sh("tree",
                "echo started; sleep 1001 & setsid sleep 1002 & (sh -c 'sleep 1003 & wait') & "
                "nohup sleep 1004 >/dev/null 2>&1 & sleep 1005",
@@ -204,7 +206,8 @@ Test(exec, cancel_and_cancel_after_end)
                 if (started)
                         break;
         }
-        sbx_sleep_ms(200); /* past the trap */
+        /* past the trap: the shell set it before it ran sleep */
+        (void)TESTENV_WAIT_UNTIL(count_procs("c", "[s]leep 300") == 1, 10000);
         cr_assert_eq(exec_cancel(d->exec, "u1", id, false, &err), 0, "%s", err.msg);
         res = wait_end(id);
         cr_assert_eq(res.state, EXEC_CANCELLED);
@@ -252,12 +255,11 @@ Test(exec, wait_long_poll_returns_when_output_arrives)
 
         open_daemon(NULL, false);
         start_sh("w", "sleep 1; echo done; sleep 30", 0, id);
-        int64_t t0 = sbx_now_ms();
-        cr_assert_eq(exec_status(d->exec, "u1", id, 0, 0, 0, 20000, &res, NULL), 0);
-        int64_t waited = sbx_now_ms() - t0;
-        cr_assert_eq(res.state, EXEC_RUNNING);
+        /* the wait outlasts the execution: had the output not woken it, the
+         * end would have, and the state would not be RUNNING */
+        cr_assert_eq(exec_status(d->exec, "u1", id, 0, 0, 0, 60000, &res, NULL), 0);
+        cr_assert_eq(res.state, EXEC_RUNNING, "the long-poll did not wake on output");
         cr_assert_eq(res.stdout_head_len, 5, "returned without the new output");
-        cr_assert_lt(waited, 15000, "the long-poll did not wake on output");
         exec_result_done(&res);
         /* without new output, a short wait times out and reports RUNNING */
         cr_assert_eq(exec_status(d->exec, "u1", id, 5, 0, 0, 300, &res, NULL), 0);
@@ -416,7 +418,7 @@ Test(exec, oom_kill_of_an_execution_says_oom)
         d = fixture_open(&cfg, true);
         run_sh("oom", "echo warmup", 0, &res);
         exec_result_done(&res);
-        sbx_sleep_ms(300);
+        fixture_wait_monitor_events(d); /* the OOM event is seen */
         run_sh("oom", "x=$(head -c 200000000 /dev/zero | tr '\\0' a); echo never", 0, &res);
         cr_assert_eq(res.state, EXEC_FAILED, "state %s exit %d", exec_state_to_string(res.state), res.exit_code);
         cr_assert_eq(res.cause, EXEC_CAUSE_OOM, "cause %s", exec_cause_to_string(res.cause));
@@ -519,7 +521,7 @@ Test(exec, thousand_sequential_execs_leak_nothing)
                 run_sh("leak", "true", 0, &res);
                 exec_result_done(&res);
         }
-        sbx_sleep_ms(200);
+        (void)TESTENV_WAIT_UNTIL(fixture_count_threads("sbx-exec") == 0, 10000); /* the warm-up's workers end */
         fds0 = count_dir("/proc/self/fd");
         th0 = count_dir("/proc/self/task");
         rss0 = rss_kb();
@@ -528,7 +530,8 @@ Test(exec, thousand_sequential_execs_leak_nothing)
                 cr_assert_eq(res.exit_code, 0);
                 exec_result_done(&res);
         }
-        sbx_sleep_ms(200); /* detached workers finish unwinding */
+        /* detached workers finish unwinding */
+        (void)TESTENV_WAIT_UNTIL(count_dir("/proc/self/fd") <= fds0 && count_dir("/proc/self/task") <= th0, 10000);
         fds1 = count_dir("/proc/self/fd");
         th1 = count_dir("/proc/self/task");
         rss1 = rss_kb();

@@ -311,7 +311,7 @@ Test(gc, idle_old_and_orphan_containers_go_foreign_ones_stay)
         raw_container((const char *const[]){CONTAINER_LABEL_MANAGED "=1", other_inst, CONTAINER_LABEL_USER "=alice",
                                             CONTAINER_LABEL_SESSION "=idle", NULL},
                       other);
-        sbx_sleep_ms(2100); /* max_age 1 s; Docker's Created has whole seconds */
+        sbx_sleep_ms(2100); /* not a wait: ages them past max_age 1 s (Docker's Created has whole seconds) */
 
         run_gc(&cfg, false, &rep);
         expect_kind(&rep, GC_IDLE_CONTAINERS, 1, 0);
@@ -852,11 +852,14 @@ Test(gc, dry_run_changes_nothing_and_reports_what_a_real_run_does)
 struct loop {
         struct daemon *d;
         volatile bool stop;
-        int ok, failed;
+        int ok, failed; /* atomic: the test waits on them */
         char first_id[65];
         bool id_changed;
         char error[512];
 };
+
+static int loop_ok(struct loop *l) { return __atomic_load_n(&l->ok, __ATOMIC_RELAXED); }
+static int loop_failed(struct loop *l) { return __atomic_load_n(&l->failed, __ATOMIC_RELAXED); }
 
 static void *exec_loop(void *p)
 {
@@ -871,7 +874,7 @@ static void *exec_loop(void *p)
                 char id[65];
 
                 if (session_get_or_create(l->d->sessions, "alice", "busy", &s, &err) < 0) {
-                        l->failed++;
+                        __atomic_add_fetch(&l->failed, 1, __ATOMIC_RELAXED);
                         snprintf(l->error, sizeof(l->error), "get_or_create: %s", err.msg);
                         continue;
                 }
@@ -882,15 +885,15 @@ static void *exec_loop(void *p)
                         l->id_changed = true;
                 if (docker_exec_run(l->d->docker, id, &spec, NULL, 0, 4096, 30000, &res, &err) == 0 &&
                     res.exit_code == 0 && res.out && strcmp(res.out, "hello\n") == 0)
-                        l->ok++;
+                        __atomic_add_fetch(&l->ok, 1, __ATOMIC_RELAXED);
                 else {
-                        l->failed++;
+                        __atomic_add_fetch(&l->failed, 1, __ATOMIC_RELAXED);
                         snprintf(l->error, sizeof(l->error), "exec: %s (exit %d, out %s)", err.msg, res.exit_code,
                                  res.out ? res.out : "");
                 }
                 docker_exec_result_done(&res);
                 session_release(s);
-                sbx_sleep_ms(20);
+                sbx_sleep_ms(20); /* not a wait: paces the load */
         }
         return NULL;
 }
@@ -918,12 +921,11 @@ Test(gc, gc_beside_a_serving_daemon_breaks_no_session)
 
         l.d = d;
         cr_assert_eq(pthread_create(&t, NULL, exec_loop, &l), 0);
-        while (l.ok + l.failed < 3)
-                sbx_sleep_ms(20);
-        before = l.ok;
+        cr_assert(TESTENV_WAIT_UNTIL(loop_ok(&l) + loop_failed(&l) >= 3, 60000), "the exec loop never got going");
+        before = loop_ok(&l);
         run_gc(&cfg, false, &rep);
-        while (l.ok < before + 5 && l.failed == 0)
-                sbx_sleep_ms(20);
+        cr_assert(TESTENV_WAIT_UNTIL(loop_ok(&l) >= before + 5 || loop_failed(&l) != 0, 60000),
+                  "the exec loop stalled after gc");
         l.stop = true;
         pthread_join(t, NULL);
 

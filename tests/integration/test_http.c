@@ -630,6 +630,15 @@ Test(http, mcp_sessions_tools_and_isolation, .init = setup_tls, .fini = teardown
 
 /* The tasks behind the MCP tasks extension, through the JSON API: per user,
  * capped, gone after their ttl. */
+/* get_task on params p: whether the task is no longer working (*r, the reply, replaced each call) */
+static bool task_ended(const char *p, cJSON **r)
+{
+        cJSON_Delete(*r);
+        *r = NULL;
+        cr_assert_eq(post(tok_a, "get_task", p, r), 200);
+        return strcmp(apic_str(*r, "status"), "working") != 0;
+}
+
 Test(http, tasks_are_per_user_capped_and_expire, .init = setup_tls, .fini = teardown)
 {
         cJSON *r = NULL;
@@ -674,14 +683,8 @@ Test(http, tasks_are_per_user_capped_and_expire, .init = setup_tls, .fini = tear
         snprintf(p, sizeof(p), "{\"task_id\": \"%s\"}", task_id);
         cr_assert_eq(post(tok_a, "cancel_task", p, &r), 200);
         cJSON_Delete(r);
-        for (int i = 0; i < 100; i++) {
-                cr_assert_eq(post(tok_a, "get_task", p, &r), 200);
-                if (strcmp(apic_str(r, "status"), "working") != 0)
-                        break;
-                cJSON_Delete(r);
-                r = NULL;
-                sbx_sleep_ms(200);
-        }
+        r = NULL;
+        (void)TESTENV_WAIT_UNTIL(task_ended(p, &r), 20000);
         cr_assert_str_eq(apic_str(r, "status"), "cancelled");
         cJSON_Delete(r);
 

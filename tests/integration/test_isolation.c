@@ -40,8 +40,7 @@ static void stop_daemon(void)
 {
         if (daemon_pid > 0) {
                 kill(daemon_pid, SIGTERM);
-                for (int i = 0; i < 300 && waitpid(daemon_pid, NULL, WNOHANG) == 0; i++)
-                        usleep(50000);
+                (void)TESTENV_WAIT_UNTIL(waitpid(daemon_pid, NULL, WNOHANG) != 0, 15000);
                 kill(daemon_pid, SIGKILL);
                 (void)waitpid(daemon_pid, NULL, 0);
                 daemon_pid = -1;
@@ -123,13 +122,11 @@ static void start_daemon(const char *const *extra_env)
                 execv(bin, argv);
                 _exit(127);
         }
-        for (int i = 0; i < 600 && !daemon_ready(); i++) {
-                if (waitpid(daemon_pid, NULL, WNOHANG) == daemon_pid) {
-                        daemon_pid = -1;
-                        print_log();
-                        cr_assert_fail("the daemon exited at start");
-                }
-                usleep(50000);
+        (void)TESTENV_WAIT_UNTIL(daemon_ready() || waitpid(daemon_pid, NULL, WNOHANG) == daemon_pid, 30000);
+        if (!daemon_ready() && waitpid(daemon_pid, NULL, WNOHANG) != 0) {
+                daemon_pid = -1;
+                print_log();
+                cr_assert_fail("the daemon exited at start");
         }
         cr_assert(daemon_ready(), "the daemon's admin socket never answered");
         make_token("alice", tok_a, sizeof(tok_a));
@@ -163,6 +160,14 @@ static bool is_final(const char *state)
 
 #define PINS 10
 
+static bool all_final(char *const ids[PINS])
+{
+        for (int i = 0; i < PINS; i++)
+                if (!is_final(state_of(tok_a, "pin", ids[i])))
+                        return false;
+        return true;
+}
+
 /* A background exec of `sleep 100000` (it never reads stdin) given 2 MB of
  * stdin; returns its id (malloc'd). */
 static char *start_pinned(const char *session, int timeout_s, bool interactive)
@@ -191,7 +196,6 @@ Test(isolation, stdin_never_pins_an_execution)
                                            "SANDBOXD_MAX_EXEC_PER_USER=11", NULL};
         char *ids[PINS];
         int64_t started, until;
-        bool all;
         cJSON *r;
 
         start_daemon(env);
@@ -210,13 +214,7 @@ Test(isolation, stdin_never_pins_an_execution)
 
         /* every one ends within timeout + grace + 5 s of its start */
         until = started + 2000 + KILL_GRACE_MS + 5000;
-        do {
-                all = true;
-                for (int i = 0; i < PINS && all; i++)
-                        all = is_final(state_of(tok_a, "pin", ids[i]));
-                if (!all)
-                        usleep(100000);
-        } while (!all && sbx_now_ms() < until);
+        (void)TESTENV_WAIT_UNTIL(all_final(ids), until - sbx_now_ms());
         for (int i = 0; i < PINS; i++) {
                 const char *st = state_of(tok_a, "pin", ids[i]);
                 cr_assert_str_eq(st, "timeout", "execution %d is %s after the deadline", i, st);

@@ -312,34 +312,41 @@ static void *bulk_write(void *ud)
         return NULL;
 }
 
-Test(network, a_thousand_concurrent_forwards_with_bounded_memory)
+/* The echo server answers "ping" through the forward on *(int *)ud. */
+static bool echo_answers(void *ud)
+{
+        char buf[8] = "";
+        int fd = connect_port(*(int *)ud);
+        bool ok = fd >= 0 && send(fd, "ping", 4, MSG_NOSIGNAL) == 4 && read_some(fd, buf, 4, 1000) == 4;
+
+        if (fd >= 0)
+                close(fd);
+        return ok;
+}
+
+/* Start the echo server in session and wait until it answers through port. */
+static void start_echo(const char *session, int *ret_port)
 {
         struct sbx_error err = {0};
+        int port;
+
+        free(sh(session, "true", NULL));
+        cr_assert_eq(service_start(d->services, "u1", session, "echo", echo_server, NULL, NULL, &err), 0, "%s",
+                     err.msg);
+        port = first_port(session);
+        cr_assert(testenv_wait_until(echo_answers, &port, 30000), "the echo server never answered on port %d", port);
+        *ret_port = port;
+}
+
+Test(network, a_thousand_concurrent_forwards_with_bounded_memory)
+{
         struct gateway_stats st;
         static int fds[N_CONNS];
         long before, peak, after;
         int port, ok = 0;
-        char *out;
 
         open_daemon(NULL);
-        out = sh("f", "true", NULL);
-        free(out);
-        cr_assert_eq(service_start(d->services, "u1", "f", "echo", echo_server, NULL, NULL, &err), 0, "%s", err.msg);
-        port = first_port("f");
-        /* wait until the echo server answers through the forward */
-        for (int i = 0; i < 300; i++) {
-                char buf[8] = "";
-                int fd = connect_port(port);
-                if (fd >= 0 && send(fd, "ping", 4, MSG_NOSIGNAL) == 4 && read_some(fd, buf, 4, 1000) == 4) {
-                        close(fd);
-                        ok = 1;
-                        break;
-                }
-                if (fd >= 0)
-                        close(fd);
-                usleep(100 * 1000);
-        }
-        cr_assert(ok, "the echo server never answered on port %d", port);
+        start_echo("f", &port);
 
         /* 16 MiB there and back on one connection, written and read at once:
          * every byte in order, then the EOF passed on both ways */
@@ -402,33 +409,20 @@ Test(network, a_thousand_concurrent_forwards_with_bounded_memory)
         daemon_close(d);
 }
 
-/* Start the echo server in session and wait until it answers through port. */
-static void start_echo(const char *session, int *ret_port)
-{
-        struct sbx_error err = {0};
-        int port, ok = 0;
-
-        free(sh(session, "true", NULL));
-        cr_assert_eq(service_start(d->services, "u1", session, "echo", echo_server, NULL, NULL, &err), 0, "%s",
-                     err.msg);
-        port = first_port(session);
-        for (int i = 0; i < 300 && !ok; i++) {
-                char buf[8] = "";
-                int fd = connect_port(port);
-                ok = fd >= 0 && send(fd, "ping", 4, MSG_NOSIGNAL) == 4 && read_some(fd, buf, 4, 1000) == 4;
-                if (fd >= 0)
-                        close(fd);
-                if (!ok)
-                        usleep(100 * 1000);
-        }
-        cr_assert(ok, "the echo server never answered on port %d", port);
-        *ret_port = port;
-}
-
 static bool echoes(int fd)
 {
         char buf[8] = "";
         return send(fd, "pong", 4, MSG_NOSIGNAL) == 4 && read_some(fd, buf, 4, 5000) == 4 && memcmp(buf, "pong", 4) == 0;
+}
+
+static bool slot_serves(void *ud)
+{
+        int fd = connect_port(*(int *)ud);
+        bool ok = fd >= 0 && echoes(fd);
+
+        if (fd >= 0)
+                close(fd);
+        return ok;
 }
 
 Test(network, forwards_are_capped_per_session)
@@ -454,16 +448,7 @@ Test(network, forwards_are_capped_per_session)
         /* once the closed one's pair is gone (its EOF went through the runner
          * and the server and back), its slot serves again */
         close(fds[0]);
-        bool reused = false;
-        for (int i = 0; i < 100 && !reused; i++) {
-                extra = connect_port(port);
-                reused = extra >= 0 && echoes(extra);
-                if (extra >= 0)
-                        close(extra);
-                if (!reused)
-                        sbx_sleep_ms(100);
-        }
-        cr_assert(reused, "a freed slot is not reused");
+        cr_assert(testenv_wait_until(slot_serves, &port, 20000), "a freed slot is not reused");
         for (int i = 1; i < 4; i++)
                 close(fds[i]);
         daemon_close(d);

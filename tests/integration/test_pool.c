@@ -425,8 +425,9 @@ static volatile bool refill_gate_closed;
 
 static void hold_refill(const char *stage)
 {
-        while (strcmp(stage, "refill") == 0 && refill_gate_closed)
-                sbx_sleep_ms(20);
+        /* the refill waits while the gate is closed (a minute at most: every wait has a deadline) */
+        if (strcmp(stage, "refill") == 0)
+                (void)TESTENV_WAIT_UNTIL(!refill_gate_closed, 60000);
 }
 
 static bool waiting_is(void *ud)
@@ -576,7 +577,7 @@ Test(pool, a_private_session_never_takes_a_pool_container)
         cr_assert_eq(ps.claims, 0);
         cr_assert_eq(ps.ready, 0, "the slot did not give way to the session under max_sessions 1");
         cr_assert_eq(pool_dir_entries(), 0);
-        sbx_sleep_ms(1500); /* the refill thread's next look: it must not make one back */
+        sbx_sleep_ms(1500); /* not a wait: the refill thread's next look, which must not make one back */
         pool_stats(d->pool, &ps);
         cr_assert_eq(ps.ready + ps.creating, 0, "the pool refilled past max_sessions");
         daemon_close(d);
@@ -601,12 +602,7 @@ static void child_claims(int fd)
 
         prctl(PR_SET_PDEATHSIG, SIGKILL);
         d = fixture_open(&cfg, false);
-        for (int i = 0; i < 600; i++) {
-                pool_stats(d->pool, &ps);
-                if (ps.ready == 1)
-                        break;
-                sbx_sleep_ms(100);
-        }
+        (void)TESTENV_WAIT_UNTIL((pool_stats(d->pool, &ps), ps.ready == 1), 60000);
         {
                 _cleanup_free_ struct store_pool_slot *rows = NULL;
                 size_t n = 0;

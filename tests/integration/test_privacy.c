@@ -253,7 +253,7 @@ Test(privacy, no_execution_that_starts_after_the_mark_sees_a_network)
                 rc[i].before = true;
                 pthread_create(&t[i], NULL, racer_main, &rc[i]);
         }
-        sbx_sleep_ms(300);
+        (void)TESTENV_WAIT_UNTIL(exec_running_count(d->exec, "u1", "race") == 10, 10000);
         cr_assert_eq(privacy_mark(d->privacy, "u1", "race", "ds", "src", "test", &err), 0, "%s", err.msg);
         marked = sbx_now_ms();
         for (int i = 10; i < 15; i++)

@@ -158,7 +158,7 @@ Test(ratchet, a_failed_purge_leaves_the_session_private_and_a_good_one_follows_n
 struct racer {
         const char *session;
         volatile bool *stop;
-        int served, refused;
+        int served, refused; /* served: atomic, the test waits on it */
         int networked_with_secret; /* saw a network and the private file at once */
         int networked;             /* saw a network at all */
 };
@@ -185,13 +185,22 @@ static void *racer_main(void *ud)
                 if (res.state == EXEC_COMPLETED && res.exit_code == 0 && res.stdout_head_len > 1 &&
                     res.stdout_head[0] >= '0' && res.stdout_head[0] <= '9' && res.stdout_head[1] == '\n') {
                         bool net = res.stdout_head[0] != '0';
-                        rc->served++;
+                        __atomic_add_fetch(&rc->served, 1, __ATOMIC_RELAXED);
                         rc->networked += net;
                         rc->networked_with_secret += net && memmem(res.stdout_head, res.stdout_head_len, "secret", 6);
                 }
                 exec_result_done(&res);
         }
         return NULL;
+}
+
+/* Every racer has been served more often than before[i]. */
+static bool all_served_past(struct racer rc[4], const int before[4])
+{
+        for (int i = 0; i < 4; i++)
+                if (__atomic_load_n(&rc[i].served, __ATOMIC_RELAXED) <= before[i])
+                        return false;
+        return true;
 }
 
 /* Racers exec in the session while it is destroyed with purge. */
@@ -217,21 +226,17 @@ static void race_destroy(const char *session, bool purge_fails, struct racer rc[
                 cr_assert_eq(pthread_create(&t[i], NULL, racer_main, &rc[i]), 0);
         }
         /* until every racer has been served once in the private session */
-        for (int i = 0; i < 4; i++)
-                for (int k = 0; k < 600 && rc[i].served == 0; k++)
-                        sbx_sleep_ms(50);
+        int before[4] = {0};
+        (void)TESTENV_WAIT_UNTIL(all_served_past(rc, before), 60000);
         r = session_destroy(d->sessions, "alice", session, true, &err);
         if (purge_fails)
                 cr_assert_lt(r, 0, "the purge cannot have succeeded");
         else
                 cr_assert_eq(r, 0, "%s", err.msg);
         /* and until every racer has been served again after the destroy */
-        int before[4];
         for (int i = 0; i < 4; i++)
-                before[i] = rc[i].served;
-        for (int i = 0; i < 4; i++)
-                for (int k = 0; k < 600 && rc[i].served == before[i]; k++)
-                        sbx_sleep_ms(50);
+                before[i] = __atomic_load_n(&rc[i].served, __ATOMIC_RELAXED);
+        (void)TESTENV_WAIT_UNTIL(all_served_past(rc, before), 60000);
         stop = true;
         for (int i = 0; i < 4; i++)
                 pthread_join(t[i], NULL);

@@ -322,7 +322,7 @@ Test(runner, a_thousand_sequential_execs_leak_no_fd_or_thread)
                 run_sh("s1", "true", 0, &res);
                 exec_result_done(&res);
         }
-        sbx_sleep_ms(200); /* the last warm-up worker thread ends */
+        (void)TESTENV_WAIT_UNTIL(fixture_count_threads("sbx-exec") == 0, 10000); /* the warm-up's workers end */
         threads_before = count_dir("/proc/self/task");
         fds_before = count_dir("/proc/self/fd");
         for (int i = 0; i < 1000; i++) {

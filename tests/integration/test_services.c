@@ -156,7 +156,7 @@ Test(services, stop_leaves_no_process_behind)
                                    "env -i sh -c 'sleep 2005 &'; (setsid sleep 2006 &); sleep 2004",
                                    NULL, NULL, &err),
                      0, "%s", err.msg);
-        sbx_sleep_ms(500);
+        (void)TESTENV_WAIT_UNTIL(count_procs("tree", "[s]leep 200") >= 6, 10000);
         cr_assert_geq(count_procs("tree", "[s]leep 200"), 6);
         cr_assert_eq(service_stop(d->services, "u1", "tree", "t", &info, &err), 0, "%s", err.msg);
         cr_assert_eq(info.state, SERVICE_STOPPED);
@@ -191,7 +191,7 @@ Test(services, monitor_does_not_keep_an_idle_session_alive)
         open_daemon(NULL);
         cr_assert_eq(service_start(d->services, "u1", "idle", "s", "sleep 1000", NULL, NULL, &err), 0, "%s", err.msg);
         cr_assert_eq(session_get_info(d->sessions, "u1", "idle", &a), 0);
-        sbx_sleep_ms(1000); /* several monitor passes at 200 ms */
+        sbx_sleep_ms(1000); /* not a wait: several monitor passes at 200 ms, none may count as activity */
         cr_assert_eq(session_get_info(d->sessions, "u1", "idle", &b), 0);
         cr_assert_eq(a.last_activity, b.last_activity, "the monitor counted as activity");
         session_info_done(&a);
@@ -291,6 +291,13 @@ Test(services, runner_reports_the_port_and_the_exact_pid)
         daemon_close(d);
 }
 
+/* The service's last 10 lines of output (asserts the call succeeds). */
+static void logs_of(const char *session, const char *name, char **ret_out, char **ret_err)
+{
+        struct sbx_error err = {0};
+        cr_assert_eq(service_logs(d->services, "u1", session, name, 10, ret_out, ret_err, &err), 0, "%s", err.msg);
+}
+
 /* Without a runner, services still start, log and stop through docker exec. */
 Test(services, docker_exec_fallback)
 {
@@ -308,14 +315,8 @@ Test(services, docker_exec_fallback)
                      "%s", err.msg);
         cr_assert_eq(info.state, SERVICE_RUNNING);
         cr_assert_gt(info.pid, 0);
-        for (int i = 0; i < 100; i++) { /* until the shell got to its echo */
-                free(o);
-                free(e);
-                cr_assert_eq(service_logs(d->services, "u1", "fb", "s", 10, &o, &e, &err), 0, "%s", err.msg);
-                if (*o)
-                        break;
-                sbx_sleep_ms(100);
-        }
+        /* until the shell got to its echo */
+        (void)TESTENV_WAIT_UNTIL((free(o), free(e), o = e = NULL, logs_of("fb", "s", &o, &e), *o != '\0'), 10000);
         cr_assert_str_eq(o, "hello\n");
         free(o);
         free(e);
@@ -340,7 +341,7 @@ Test(services, exit_while_the_daemon_is_away)
         runner_ops_counts(d->runner, &files, &services);
         cr_assert_eq(services, 1, "not on the runner");
         daemon_close(d); /* the container and the runner keep running */
-        sbx_sleep_ms(3000);
+        sbx_sleep_ms(3000); /* not a wait: the service ends (after its 2 s) while no daemon runs */
         d = fixture_open(&cfg, true);
         struct want w = {"away", "s", SERVICE_FAILED, false};
         cr_assert_geq(fixture_wait(reached, &w, 20000), 0, "the end was never recorded");

@@ -291,12 +291,7 @@ static void failure_roundtrip(const char *sid, const char *action, const char *w
         cr_assert_geq(fixture_wait(reached, &w, 10000), 0, "%s was not detected", action);
         /* a later event (stop, destroy) or the inspect may refine the cause:
          * wait for it with a deadline (a busy machine delays it) */
-        for (int i = 0; i < 100; i++) {
-                state_of(d, "bob", sid, cause, sizeof(cause));
-                if (strstr(cause, want_cause))
-                        break;
-                sbx_sleep_ms(50);
-        }
+        (void)TESTENV_WAIT_UNTIL((state_of(d, "bob", sid, cause, sizeof(cause)), strstr(cause, want_cause)), 5000);
         cr_assert_not_null(strstr(cause, want_cause), "cause '%s', expected '%s'", cause, want_cause);
 
         s = must_get(d, "bob", sid);
@@ -315,13 +310,16 @@ Test(sessions, external_stop_is_detected_and_recovered) { failure_roundtrip("sto
 Test(sessions, external_rm_is_detected_and_recovered) { failure_roundtrip("rm", "rm -f", "removed"); }
 Test(sessions, oom_is_detected_and_recovered) { failure_roundtrip("oom", "oom", "oom_killed"); }
 
-Test(sessions, events_detect_a_kill_within_one_second)
+/* With the periodic poll an hour away, only the events stream can mark the
+ * killed session ERROR within the wait. How fast it does is measured by
+ * scripts/bench.sh (detection_latency), not asserted here. */
+Test(sessions, events_detect_a_kill_without_the_poll)
 {
         struct sbx_config cfg;
         struct daemon *d;
         struct session *s;
         char id[65], cli[128];
-        long ms;
+        uint64_t seen;
 
         fixture_config(&cfg);
         cfg.monitor_interval_ms = 3600000; /* the poll cannot help: only the events stream can */
@@ -329,17 +327,13 @@ Test(sessions, events_detect_a_kill_within_one_second)
         s = must_get(d, "carol", "events");
         session_release(s);
         container_of(d, "carol", "events", id);
-        sbx_sleep_ms(300); /* the events stream is connected */
+        fixture_wait_monitor_events(d);
+        seen = monitor_events_seen(d->monitor);
         snprintf(cli, sizeof(cli), "kill %s", id);
-        int64_t t0 = sbx_now_ms();
         cr_assert_eq(fixture_docker_cli(cli), 0);
         struct wait_state w = {d, "carol", "events", SESSION_ERROR};
-        ms = fixture_wait(reached, &w, 5000);
-        cr_assert_geq(ms, 0, "the kill was never detected");
-        ms = (long)(sbx_now_ms() - t0);
-        fprintf(stderr, "detection latency from docker kill (incl. CLI): %ld ms\n", ms);
-        cr_assert_leq(ms, 1000, "detection took %ld ms", ms);
-        cr_assert_gt(monitor_events_seen(d->monitor), 0);
+        cr_assert_geq(fixture_wait(reached, &w, 5000), 0, "the kill was never detected");
+        cr_assert_gt(monitor_events_seen(d->monitor), seen);
         daemon_close(d);
 }
 
@@ -449,7 +443,7 @@ Test(sessions, monitor_never_counts_as_activity)
         d = fixture_open(&cfg, true);
         session_release(must_get(d, "gina", "quiet"));
         cr_assert_eq(session_get_info(d->sessions, "gina", "quiet", &a), 0);
-        sbx_sleep_ms(600); /* several polls */
+        sbx_sleep_ms(600); /* not a wait: several polls pass, and none may count as activity */
         cr_assert_eq(session_get_info(d->sessions, "gina", "quiet", &b), 0);
         cr_assert_eq(a.last_activity, b.last_activity);
         cr_assert_eq(b.state, SESSION_RUNNING);

@@ -30,7 +30,7 @@ PACKAGES=(
 	libcurl4-openssl-dev libcjson-dev libsqlite3-dev sqlite3 libcriterion-dev
 	docker.io iptables mmdebstrap mount busybox-static musl-tools e2fsprogs
 	libmicrohttpd-dev libgnutls28-dev openssl
-	libevent-dev libhttp-parser-dev
+	libevent-dev libhttp-parser-dev libssl-dev
 	curl jq iproute2 procps ca-certificates
 	systemd socat runsc
 )

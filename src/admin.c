@@ -348,7 +348,7 @@ static int c_metrics(struct admin_req *q, cJSON **ret, struct admin_err *e)
 {
         _cleanup_free_ char *text = NULL;
 
-        if (metrics_render(q->d, &text) < 0)
+        if (metrics_render(&q->d->metrics_ctx, &text) < 0)
                 return fail(e, "internal", "out of memory");
         *ret = cJSON_CreateObject();
         cJSON_AddStringToObject(*ret, "text", text);
@@ -630,7 +630,9 @@ static int c_sessions_top(struct admin_req *q, cJSON **ret, struct admin_err *e)
 
         if (a_string(q, "user", false, &user, e) < 0)
                 return -1;
-        r = usage_collect(q->d, user, ADMIN_TOP_MAX, &rows, &n);
+        r = usage_collect(&(struct usage_ctx){.sessions = q->d->sessions, .docker = q->d->docker, .exec = q->d->exec,
+                                              .store = q->d->store},
+                          user, ADMIN_TOP_MAX, &rows, &n);
         if (r < 0)
                 return fail_errno(e, r, NULL);
         *ret = cJSON_CreateObject();

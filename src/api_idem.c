@@ -123,6 +123,7 @@ static int request_hash(const char *method, const cJSON *params, char out[65])
         char *text;
         struct sha256 h;
         uint8_t digest[32];
+        int r;
 
         if (!copy)
                 return -ENOMEM;
@@ -136,8 +137,10 @@ static int request_hash(const char *method, const cJSON *params, char out[65])
         sha256_init(&h);
         sha256_update(&h, method, strlen(method) + 1);
         sha256_update(&h, text, strlen(text));
-        sha256_final(&h, digest);
+        r = sha256_final(&h, digest);
         free(text);
+        if (r < 0)
+                return r;
         for (int i = 0; i < 32; i++)
                 snprintf(out + 2 * i, 3, "%02x", digest[i]);
         return 0;

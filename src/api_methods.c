@@ -719,7 +719,7 @@ static int m_write_file(struct req *q, cJSON **ret, struct api_err *e)
         if (p_string(q, "path", true, &path, e) < 0 || p_encoding(q, "encoding", &base64, e) < 0 ||
             p_bytes(q, "content", true, base64, &data, &len, e) < 0)
                 return -1;
-        r = files_write(q->d, q->tok.user, q->session, path, data, len, norm, &err);
+        r = files_write(&q->d->files, q->tok.user, q->session, path, data, len, norm, &err);
         if (r < 0)
                 return api_fail_errno(e, r, &err, NULL);
         *ret = cJSON_CreateObject();
@@ -740,7 +740,7 @@ static int m_read_file(struct req *q, cJSON **ret, struct api_err *e)
         if (p_string(q, "path", true, &path, e) < 0 || p_int(q, "offset", 0, INT64_MAX / 4, 0, &offset, e) < 0 ||
             p_int(q, "length", 0, INT64_MAX / 4, -1, &length, e) < 0 || p_encoding(q, "encoding", &base64, e) < 0)
                 return -1;
-        r = files_read(q->d, q->tok.user, q->session, path, (uint64_t)offset, length, &res, &err);
+        r = files_read(&q->d->files, q->tok.user, q->session, path, (uint64_t)offset, length, &res, &err);
         if (r < 0)
                 return api_fail_errno(e, r, &err, NULL);
         *ret = cJSON_CreateObject();
@@ -771,7 +771,7 @@ static int m_list_files(struct req *q, cJSON **ret, struct api_err *e)
 
         if (p_string(q, "path", false, &path, e) < 0)
                 return -1;
-        r = files_list(q->d, q->tok.user, q->session, path, norm, &list, &n, &truncated, &err);
+        r = files_list(&q->d->files, q->tok.user, q->session, path, norm, &list, &n, &truncated, &err);
         if (r < 0)
                 return api_fail_errno(e, r, &err, NULL);
         *ret = cJSON_CreateObject();

@@ -211,6 +211,9 @@ int daemon_open(const struct sbx_config *cfg, const struct daemon_options *opts,
                 goto fail;
         exec_set_quota(d->exec, d->quota);
         exec_engine_set_runner(d->exec, d->runner);
+        d->files = (struct files_ctx){.cfg = &d->cfg, .sessions = d->sessions, .runner = d->runner, .exec = d->exec};
+        d->metrics_ctx = (struct metrics_ctx){.started_at = d->started_at, .sessions = d->sessions, .exec = d->exec,
+                                              .ports = d->ports, .egress = d->egress, .pool = d->pool};
         r = scripts_new(&d->cfg, d->store, d->quota, &d->scripts);
         if (r < 0) {
                 sbx_error_set(err, r, 0, "out of memory");

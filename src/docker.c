@@ -29,12 +29,34 @@
 #include <curl/curl.h>
 
 #include "sandboxd/log.h"
-#include "sandboxd/metrics.h"
 
 #define DOCKER_CONNECT_TIMEOUT_MS 5000L
 
 static inline void curl_freep(char **p) { curl_free(*p); }
 #define _cleanup_curl_free_ _cleanup_(curl_freep)
+
+/* Failed Engine API calls, process-wide (a relaxed atomic: metrics reads it). */
+static uint64_t api_errors;
+
+static void count_error(void)
+{
+        __atomic_add_fetch(&api_errors, 1, __ATOMIC_RELAXED);
+}
+
+int docker_global_init(void)
+{
+        return curl_global_init(CURL_GLOBAL_ALL) == CURLE_OK ? 0 : -EIO;
+}
+
+void docker_global_cleanup(void)
+{
+        curl_global_cleanup();
+}
+
+uint64_t docker_api_errors(void)
+{
+        return __atomic_load_n(&api_errors, __ATOMIC_RELAXED);
+}
 
 struct docker_handle {
         CURL *curl;
@@ -376,7 +398,7 @@ int docker_http(struct docker *d, const char *method, const char *path, const ch
                 r = ret->body ? 0 : sbx_error_set(err, -ENOMEM, 0, "out of memory");
                 log_debug("docker %s %s -> %ld (%zu bytes)", method, path, ret->status, ret->len);
                 if (ret->status >= 500)
-                        metrics_docker_error();
+                        count_error();
                 goto out;
         }
 
@@ -405,7 +427,7 @@ int docker_http(struct docker *d, const char *method, const char *path, const ch
                 break;
         }
         log_debug("docker %s %s failed: %s", method, path, curl_easy_strerror(cc));
-        metrics_docker_error();
+        count_error();
 out:
         /* the error buffer lives on our stack: do not leave it in the handle */
         curl_easy_setopt(c, CURLOPT_ERRORBUFFER, NULL);

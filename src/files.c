@@ -14,7 +14,7 @@
 #include <stdio.h>
 #include <string.h>
 
-#include "sandboxd/daemon.h"
+#include "sandboxd/config.h"
 #include "sandboxd/exec.h"
 #include "sandboxd/runner.h"
 #include "sandboxd/runner_ops.h"
@@ -221,24 +221,24 @@ static int script_error(int code, const char *what, const char *path, const char
 }
 
 /* Is the session's runner there to do it? (After a restart: listen again.) */
-static bool via_runner(struct daemon *d, const char *user, const char *session)
+static bool via_runner(const struct files_ctx *f, const char *user, const char *session)
 {
-        (void)runner_hub_adopt(d->runner, user, session);
-        return runner_hub_wait(d->runner, user, session, RUNNER_WAIT_MS);
+        (void)runner_hub_adopt(f->runner, user, session);
+        return runner_hub_wait(f->runner, user, session, RUNNER_WAIT_MS);
 }
 
 /* The session's container, with a reference the caller releases. */
-static int open_container(struct daemon *d, const char *user, const char *session, struct session **ret_s,
+static int open_container(const struct files_ctx *f, const char *user, const char *session, struct session **ret_s,
                           char ret_cid[65], struct sbx_error *err)
 {
-        int r = session_get_or_create(d->sessions, user, session, ret_s, err);
+        int r = session_get_or_create(f->sessions, user, session, ret_s, err);
         if (r < 0)
                 return r;
         session_container_id(*ret_s, ret_cid);
         return 0;
 }
 
-int files_write(struct daemon *d, const char *user, const char *session, const char *path, const void *data,
+int files_write(const struct files_ctx *f, const char *user, const char *session, const char *path, const void *data,
                 size_t len, char ret_path[FILES_PATH_MAX], struct sbx_error *err)
 {
         char norm[FILES_PATH_MAX], cid[65];
@@ -251,17 +251,17 @@ int files_write(struct daemon *d, const char *user, const char *session, const c
                 return r;
         if (strcmp(norm, WORKSPACE) == 0)
                 return sbx_error_set(err, -EISDIR, 0, "write: /workspace is a directory");
-        if ((int64_t)len > d->cfg.max_file_bytes)
+        if ((int64_t)len > f->cfg->max_file_bytes)
                 return sbx_error_set(err, -EFBIG, 0, "write: %zu bytes is over max_file_size (%" PRId64 ")", len,
-                                     d->cfg.max_file_bytes);
-        r = wsquota_admit(&d->cfg, user, session, err);
+                                     f->cfg->max_file_bytes);
+        r = wsquota_admit(f->cfg, user, session, err);
         if (r < 0)
                 return r;
-        r = open_container(d, user, session, &s, cid, err);
+        r = open_container(f, user, session, &s, cid, err);
         if (r < 0)
                 return r;
-        r = via_runner(d, user, session)
-                    ? runner_file_write(d->runner, user, session, norm, data ? data : "", len, SCRIPT_TIMEOUT_MS)
+        r = via_runner(f, user, session)
+                    ? runner_file_write(f->runner, user, session, norm, data ? data : "", len, SCRIPT_TIMEOUT_MS)
                     : -ENOTCONN;
         if (r != -ENOTCONN) {
                 session_release(s);
@@ -274,7 +274,7 @@ int files_write(struct daemon *d, const char *user, const char *session, const c
         {
                 const char *argv[] = {"sh", "-c", write_script, "sbx-write", norm, NULL};
                 /* a non-NULL pointer attaches stdin even for an empty file */
-                r = exec_internal(d->exec, cid, argv, data ? data : "", len, SCRIPT_TIMEOUT_MS, &code, &out, NULL,
+                r = exec_internal(f->exec, cid, argv, data ? data : "", len, SCRIPT_TIMEOUT_MS, &code, &out, NULL,
                                   err);
         }
         session_release(s);
@@ -300,7 +300,7 @@ void files_read_result_done(struct files_read_result *r)
         r->data = NULL;
 }
 
-int files_read(struct daemon *d, const char *user, const char *session, const char *path, uint64_t offset,
+int files_read(const struct files_ctx *f, const char *user, const char *session, const char *path, uint64_t offset,
                int64_t length, struct files_read_result *ret, struct sbx_error *err)
 {
         char norm[FILES_PATH_MAX], cid[65];
@@ -313,7 +313,7 @@ int files_read(struct daemon *d, const char *user, const char *session, const ch
         r = files_normalize(path, norm, err);
         if (r < 0)
                 return r;
-        want = d->cfg.max_file_bytes < FILES_READ_MAX ? (size_t)d->cfg.max_file_bytes : FILES_READ_MAX;
+        want = f->cfg->max_file_bytes < FILES_READ_MAX ? (size_t)f->cfg->max_file_bytes : FILES_READ_MAX;
         if (length >= 0 && (uint64_t)length < want)
                 want = (size_t)length;
         if (offset > (uint64_t)INT64_MAX / 2)
@@ -322,10 +322,10 @@ int files_read(struct daemon *d, const char *user, const char *session, const ch
         if (!buf)
                 return sbx_error_set(err, -ENOMEM, 0, "out of memory");
 
-        r = open_container(d, user, session, &s, cid, err);
+        r = open_container(f, user, session, &s, cid, err);
         if (r < 0)
                 return r;
-        r = via_runner(d, user, session) ? runner_file_read(d->runner, user, session, norm, offset, want, buf, &got,
+        r = via_runner(f, user, session) ? runner_file_read(f->runner, user, session, norm, offset, want, buf, &got,
                                                             &size, SCRIPT_TIMEOUT_MS)
                                          : -ENOTCONN;
         if (r != -ENOTCONN) {
@@ -347,7 +347,7 @@ int files_read(struct daemon *d, const char *user, const char *session, const ch
 
                 snprintf(a_off, sizeof(a_off), "%" PRIu64, offset + got);
                 snprintf(a_len, sizeof(a_len), "%zu", chunk);
-                r = exec_internal(d->exec, cid, argv, NULL, 0, SCRIPT_TIMEOUT_MS, &code, &out, &out_len, err);
+                r = exec_internal(f->exec, cid, argv, NULL, 0, SCRIPT_TIMEOUT_MS, &code, &out, &out_len, err);
                 if (r < 0) {
                         sbx_error_prefix(err, "read %s", norm);
                         break;
@@ -411,7 +411,7 @@ static int entry_cmp(const void *a, const void *b)
         return strcmp(((const struct files_entry *)a)->name, ((const struct files_entry *)b)->name);
 }
 
-int files_list(struct daemon *d, const char *user, const char *session, const char *path,
+int files_list(const struct files_ctx *f, const char *user, const char *session, const char *path,
                char ret_path[FILES_PATH_MAX], struct files_entry **ret, size_t *ret_n, bool *ret_truncated,
                struct sbx_error *err)
 {
@@ -429,12 +429,12 @@ int files_list(struct daemon *d, const char *user, const char *session, const ch
         list = calloc(FILES_LIST_MAX + 1, sizeof(*list));
         if (!list)
                 return sbx_error_set(err, -ENOMEM, 0, "out of memory");
-        r = open_container(d, user, session, &s, cid, err);
+        r = open_container(f, user, session, &s, cid, err);
         if (r < 0)
                 return r;
-        if (via_runner(d, user, session)) {
+        if (via_runner(f, user, session)) {
                 struct list_acc acc = {.list = list};
-                r = runner_file_list(d->runner, user, session, norm, on_entry, &acc, &truncated, SCRIPT_TIMEOUT_MS);
+                r = runner_file_list(f->runner, user, session, norm, on_entry, &acc, &truncated, SCRIPT_TIMEOUT_MS);
                 if (r != -ENOTCONN) {
                         session_release(s);
                         if (r < 0)
@@ -447,7 +447,7 @@ int files_list(struct daemon *d, const char *user, const char *session, const ch
         snprintf(max, sizeof(max), "%d", FILES_LIST_MAX);
         {
                 const char *argv[] = {"sh", "-c", list_script, "sbx-list", norm, max, NULL};
-                r = exec_internal(d->exec, cid, argv, NULL, 0, SCRIPT_TIMEOUT_MS, &code, &out, &out_len, err);
+                r = exec_internal(f->exec, cid, argv, NULL, 0, SCRIPT_TIMEOUT_MS, &code, &out, &out_len, err);
         }
         session_release(s);
         if (r < 0) {

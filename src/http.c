@@ -336,7 +336,7 @@ static enum MHD_Result metrics_request(struct http_server *srv, struct MHD_Conne
         if (strcmp(verb, MHD_HTTP_METHOD_GET) != 0 && strcmp(verb, MHD_HTTP_METHOD_HEAD) != 0)
                 return http_queue_text(conn, 405, "text/plain", strdup("use GET\n"), true);
         if (strcmp(url, "/metrics") == 0) {
-                if (metrics_render(srv->d, &text) < 0)
+                if (metrics_render(&srv->d->metrics_ctx, &text) < 0)
                         return http_queue_text(conn, 503, "text/plain", strdup("out of memory\n"), false);
                 return http_queue_text(conn, 200, "text/plain; version=0.0.4; charset=utf-8", text, false);
         }

@@ -59,6 +59,11 @@ int mcp_https_configure(const char *cacert, const char *cert, const char *key)
         return 0;
 }
 
+int mcp_https_global_init(void)
+{
+        return curl_global_init(CURL_GLOBAL_ALL) == CURLE_OK ? 0 : -EIO;
+}
+
 bool mcp_https_is_url(const char *s)
 {
         return s && (strncmp(s, "https://", 8) == 0 || strncmp(s, "http://", 7) == 0);

@@ -4,7 +4,7 @@
  * Locking: none. Counters are relaxed atomics (a scrape may see one counter
  * a moment ahead of another, which Prometheus tolerates); the gauges are
  * asked of their owners (session_counts, exec_running_count,
- * portpool_usage) and of /proc/self at render time. */
+ * portpool_usage, docker_api_errors) and of /proc/self at render time. */
 #include "sandboxd/metrics.h"
 
 #include <dirent.h>
@@ -16,7 +16,7 @@
 #include <string.h>
 #include <unistd.h>
 
-#include "sandboxd/daemon.h"
+#include "sandboxd/docker.h"
 #include "sandboxd/egress.h"
 #include "sandboxd/pool.h"
 #include "sandboxd/portpool.h"
@@ -31,7 +31,6 @@ static const int64_t bucket_ms[] = {10, 25, 50, 100, 250, 500, 1000, 2500, 5000,
 static uint64_t exec_total[EXEC_STATE_COUNT][CAUSE_COUNT];
 static uint64_t exec_bucket[BUCKETS + 1];
 static uint64_t exec_sum_ms;
-static uint64_t docker_errors;
 static uint64_t auth_failures;
 static const int http_codes[] = {200, 400, 401, 403, 404, 405, 409, 413, 429, 431, 500, 503};
 #define HTTP_CODES (sizeof(http_codes) / sizeof(http_codes[0]))
@@ -53,11 +52,6 @@ void metrics_exec_finished(enum exec_state state, enum exec_cause cause, int64_t
                 b++;
         BUMP(exec_bucket[b], 1); /* cumulated at render time */
         BUMP(exec_sum_ms, (uint64_t)duration_ms);
-}
-
-void metrics_docker_error(void)
-{
-        BUMP(docker_errors, 1);
 }
 
 void metrics_auth_failure(void)
@@ -166,30 +160,30 @@ static const struct {
         {EXEC_TIMEOUT, "timeout", EXEC_CAUSE_TIMEOUT},
 };
 
-int metrics_render(struct daemon *d, char **ret)
+int metrics_render(const struct metrics_ctx *m, char **ret)
 {
         static const char *const session_states[] = {"creating", "running", "stopped", "error"};
         struct text t = {0};
         size_t counts[4] = {0}, used = 0, total = 0;
         uint64_t cum = 0;
 
-        session_counts(d->sessions, counts);
-        if (d->ports)
-                portpool_usage(d->ports, &used, &total);
+        session_counts(m->sessions, counts);
+        if (m->ports)
+                portpool_usage(m->ports, &used, &total);
 
         head(&t, "sandboxd_up", "gauge", "1 while the daemon serves");
         put(&t, "sandboxd_up 1\n");
         head(&t, "sandboxd_build_info", "gauge", "the daemon's version");
         put(&t, "sandboxd_build_info{version=\"%s\"} 1\n", SBX_VERSION);
         head(&t, "sandboxd_start_time_seconds", "gauge", "when the daemon started (unix time)");
-        put(&t, "sandboxd_start_time_seconds %.3f\n", (double)d->started_at / 1000.0);
+        put(&t, "sandboxd_start_time_seconds %.3f\n", (double)m->started_at / 1000.0);
 
         head(&t, "sandboxd_sessions", "gauge", "sessions by state");
         for (size_t i = 0; i < 4; i++)
                 put(&t, "sandboxd_sessions{state=\"%s\"} %zu\n", session_states[i], counts[i]);
 
         head(&t, "sandboxd_executions_running", "gauge", "executions pending or running now");
-        put(&t, "sandboxd_executions_running %zu\n", exec_running_count(d->exec, NULL, NULL));
+        put(&t, "sandboxd_executions_running %zu\n", exec_running_count(m->exec, NULL, NULL));
         head(&t, "sandboxd_executions_total", "counter", "finished executions by final state and cause");
         for (size_t i = 0; i < ELEMENTSOF(final_pairs); i++) {
                 enum exec_state st = final_pairs[i].state;
@@ -213,7 +207,7 @@ int metrics_render(struct daemon *d, char **ret)
 
         head(&t, "sandboxd_docker_api_errors_total", "counter",
              "Docker Engine API calls that failed: unreachable, timed out, broken, or a 5xx answer");
-        put(&t, "sandboxd_docker_api_errors_total %llu\n", (unsigned long long)LOAD(docker_errors));
+        put(&t, "sandboxd_docker_api_errors_total %llu\n", (unsigned long long)docker_api_errors());
         head(&t, "sandboxd_auth_failures_total", "counter", "failed token authentications (API socket and HTTP)");
         put(&t, "sandboxd_auth_failures_total %llu\n", (unsigned long long)LOAD(auth_failures));
         head(&t, "sandboxd_http_requests_total", "counter", "answers of the HTTP front by status");
@@ -228,7 +222,7 @@ int metrics_render(struct daemon *d, char **ret)
 
         {
                 struct egress_stats es;
-                egress_stats(d->egress, &es);
+                egress_stats(m->egress, &es);
                 head(&t, "sandboxd_egress_total", "counter", "egress proxy decisions since the daemon started");
                 put(&t, "sandboxd_egress_total{decision=\"allowed\"} %llu\n", (unsigned long long)es.allowed);
                 put(&t, "sandboxd_egress_total{decision=\"blocked\"} %llu\n", (unsigned long long)es.blocked);
@@ -238,7 +232,7 @@ int metrics_render(struct daemon *d, char **ret)
 
         {
                 struct pool_stats ps;
-                pool_stats(d->pool, &ps);
+                pool_stats(m->pool, &ps);
                 head(&t, "sandboxd_pool_ready", "gauge", "warm pool containers ready to be claimed");
                 put(&t, "sandboxd_pool_ready %zu\n", ps.ready);
                 head(&t, "sandboxd_pool_waiting", "gauge", "new sessions waiting in line for the warm pool's refill");

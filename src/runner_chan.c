@@ -22,13 +22,16 @@
 #include "runner_internal.h"
 #include "sandboxd/sha256.h"
 
-static void chan_key_hash(const char *user, const char *session, char out[33])
+/* 0, or -ENOMEM (libcrypto could not allocate): never an empty name. */
+static int chan_key_hash(const char *user, const char *session, char out[33])
 {
         char key[140], hex[65];
         int n = snprintf(key, sizeof(key), "%s:%s", user, session);
-        sha256_hex(key, (size_t)n, hex);
+        if (sha256_hex(key, (size_t)n, hex) < 0)
+                return -ENOMEM;
         memcpy(out, hex, 32);
         out[32] = '\0';
+        return 0;
 }
 
 struct runner_chan *runner_chan_find_locked(struct runner_hub *h, const char *user, const char *session)
@@ -59,7 +62,8 @@ int runner_hub_prepare(struct runner_hub *h, const char *user, const char *sessi
         struct sockaddr_un sa = {.sun_family = AF_UNIX};
         struct stat st;
 
-        chan_key_hash(user, session, hash);
+        if (chan_key_hash(user, session, hash) < 0)
+                return sbx_error_set(err, -ENOMEM, 0, "out of memory");
         if (snprintf(path, sizeof(path), "%s/%s", h->root, hash) >= (int)sizeof(path))
                 return sbx_error_set(err, -ENAMETOOLONG, 0, "runner directory path too long");
         pthread_mutex_lock(&h->lock);
@@ -147,7 +151,8 @@ int runner_hub_adopt(struct runner_hub *h, const char *user, const char *session
         pthread_mutex_unlock(&h->lock);
         if (known)
                 return 0;
-        chan_key_hash(user, session, hash);
+        if (chan_key_hash(user, session, hash) < 0)
+                return -ENOMEM;
         root = open(h->root, O_RDONLY | O_DIRECTORY | O_NOFOLLOW | O_CLOEXEC);
         if (root < 0 || fstatat(root, hash, &st, AT_SYMLINK_NOFOLLOW) < 0 || !S_ISDIR(st.st_mode))
                 return -ENOENT;
@@ -185,7 +190,8 @@ void runner_hub_drop(struct runner_hub *h, const char *user, const char *session
                 c->dead = true;
         pthread_mutex_unlock(&h->lock);
         runner_hub_wake(h);
-        chan_key_hash(user, session, hash);
+        if (chan_key_hash(user, session, hash) < 0)
+                return;
         root = open(h->root, O_RDONLY | O_DIRECTORY | O_NOFOLLOW | O_CLOEXEC);
         if (root >= 0) {
                 _cleanup_close_ int dfd = openat(root, hash, O_RDONLY | O_DIRECTORY | O_NOFOLLOW | O_CLOEXEC);
@@ -207,8 +213,8 @@ int runner_hub_rekey(struct runner_hub *h, const struct sbx_config *cfg, const c
         struct runner_chan *c, *old;
         struct stat st;
 
-        chan_key_hash(from_user, from_session, from);
-        chan_key_hash(to_user, to_session, to);
+        if (chan_key_hash(from_user, from_session, from) < 0 || chan_key_hash(to_user, to_session, to) < 0)
+                return sbx_error_set(err, -ENOMEM, 0, "out of memory");
         if (h)
                 sbx_strlcpy(root_path, h->root, sizeof(root_path));
         else if (snprintf(root_path, sizeof(root_path), "%s/runner", cfg->data_dir) >= (int)sizeof(root_path))

@@ -197,7 +197,8 @@ int scripts_save(struct scripts *s, const char *user, const char *language, cons
         int r;
 
         quota_limits_get(s->quota, s->cfg, user, &lim);
-        sha256_hex(code, strlen(code), row.content_hash);
+        if (sha256_hex(code, strlen(code), row.content_hash) < 0)
+                return sbx_error_set(err, -ENOMEM, 0, "out of memory");
         row.created_at = sbx_wall_ms();
         sbx_strlcpy(row.language, language, sizeof(row.language));
         scripts_name(language, row.content_hash, row.created_at, row.name);

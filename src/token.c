@@ -67,7 +67,8 @@ int token_create(struct store *st, const char *user, enum token_role role, char 
                 return sbx_error_set(err, r, 0, "no randomness: %s", strerror(-r));
         sbx_strlcpy(row.user_id, user, sizeof(row.user_id));
         sbx_strlcpy(row.role, role_names[role], sizeof(row.role));
-        sha256_hex(token, TOKEN_LEN, row.token_sha256);
+        if (sha256_hex(token, TOKEN_LEN, row.token_sha256) < 0)
+                return sbx_error_set(err, -ENOMEM, 0, "out of memory");
         row.created_at = sbx_wall_ms();
         r = store_token_add(st, &row);
         if (r < 0)
@@ -121,7 +122,8 @@ int token_verify(struct store *st, const char *token, struct token_info *ret)
 
         if (!token_well_formed(token))
                 return -EACCES;
-        sha256_hex(token, TOKEN_LEN, digest);
+        if (sha256_hex(token, TOKEN_LEN, digest) < 0)
+                return -ENOMEM;
         /* The lookup is by digest, so its timing says nothing about the
          * secret; the final comparison is constant-time all the same. */
         r = store_token_get_by_digest(st, digest, &row);

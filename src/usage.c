@@ -7,7 +7,6 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "sandboxd/daemon.h"
 #include "sandboxd/docker.h"
 #include "sandboxd/exec.h"
 #include "sandboxd/store.h"
@@ -19,7 +18,7 @@ static int row_cmp(const void *a, const void *b)
         return c ? c : strcmp(x->session, y->session);
 }
 
-int usage_collect(struct daemon *d, const char *user, size_t max, struct usage_row **ret, size_t *ret_n)
+int usage_collect(const struct usage_ctx *c, const char *user, size_t max, struct usage_row **ret, size_t *ret_n)
 {
         static const enum session_state live[] = {SESSION_RUNNING, SESSION_CREATING};
         struct usage_row *rows = NULL;
@@ -31,7 +30,7 @@ int usage_collect(struct daemon *d, const char *user, size_t max, struct usage_r
                 struct session_info *list = NULL;
                 size_t m = 0, take;
                 struct usage_row *grown;
-                int r = session_list(d->sessions, user, &live[k], &list, &m);
+                int r = session_list(c->sessions, user, &live[k], &list, &m);
 
                 if (r < 0) {
                         free(rows);
@@ -60,7 +59,7 @@ int usage_collect(struct daemon *d, const char *user, size_t max, struct usage_r
                 struct usage_row *u = &rows[i];
                 struct docker_stats st;
 
-                if (u->container_id[0] && docker_container_stats(d->docker, u->container_id, &st, NULL) == 0) {
+                if (u->container_id[0] && docker_container_stats(c->docker, u->container_id, &st, NULL) == 0) {
                         u->has_stats = true;
                         u->cpu_total_ns = st.cpu_total_ns;
                         u->memory_usage = st.memory_usage;
@@ -68,8 +67,8 @@ int usage_collect(struct daemon *d, const char *user, size_t max, struct usage_r
                         u->pids = st.pids;
                 }
                 u->sampled_at = sbx_wall_ms();
-                u->executions_running = exec_running_count(d->exec, u->user, u->session);
-                if (store_exec_count(d->store, u->user, u->session, &u->executions_total) < 0)
+                u->executions_running = exec_running_count(c->exec, u->user, u->session);
+                if (store_exec_count(c->store, u->user, u->session, &u->executions_total) < 0)
                         u->executions_total = -1;
         }
         if (n > 1)

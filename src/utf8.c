@@ -1,10 +1,13 @@
-/* utf8.c — UTF-8 validation and repair, base64. Stateless. */
+/* utf8.c — UTF-8 validation and repair; base64 over libcrypto. Stateless. */
 #include "sandboxd/utf8.h"
 
 #include <errno.h>
+#include <openssl/evp.h>
 #include <stdint.h>
 #include <stdlib.h>
 #include <string.h>
+
+#include "sandboxd/common.h"
 
 size_t utf8_valid_prefix(const unsigned char *s, size_t len)
 {
@@ -91,70 +94,73 @@ char *utf8_sanitize(const void *buf, size_t len)
         return out;
 }
 
-static const char b64[] = "ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789+/";
+/* Base64 is libcrypto's (EVP_EncodeBlock / EVP_DecodeBlock); only the rules
+ * around it are ours: whitespace anywhere is ignored, '=' may only end the
+ * text (at most two), missing padding is accepted, and a lone trailing
+ * character (6 bits, not a byte) is an error. EVP_DecodeBlock takes whole
+ * 4-character groups, so the text is compacted and padded first. The
+ * functions take int lengths: large buffers go through in chunks. */
+#define B64_CHUNK (3 * 4 * 1024 * 1024) /* input bytes per EVP_EncodeBlock call */
 
 char *base64_encode(const void *buf, size_t len)
 {
         const unsigned char *s = buf;
-        char *out = malloc((len + 2) / 3 * 4 + 1), *o = out;
+        char *out, *o;
 
+        if (len > (SIZE_MAX - 1) / 4 * 3 - 3)
+                return NULL;
+        out = malloc((len + 2) / 3 * 4 + 1);
         if (!out)
                 return NULL;
-        for (size_t i = 0; i < len; i += 3) {
-                uint32_t v = (uint32_t)s[i] << 16 | (i + 1 < len ? (uint32_t)s[i + 1] << 8 : 0) |
-                             (i + 2 < len ? s[i + 2] : 0);
-                *o++ = b64[v >> 18];
-                *o++ = b64[(v >> 12) & 63];
-                *o++ = i + 1 < len ? b64[(v >> 6) & 63] : '=';
-                *o++ = i + 2 < len ? b64[v & 63] : '=';
-        }
+        o = out;
         *o = '\0';
+        for (size_t i = 0; i < len; i += B64_CHUNK) {
+                size_t k = len - i < B64_CHUNK ? len - i : B64_CHUNK;
+                o += EVP_EncodeBlock((unsigned char *)o, s + i, (int)k);
+        }
         return out;
-}
-
-static int b64_value(char c)
-{
-        const char *p = c ? strchr(b64, c) : NULL;
-        return p ? (int)(p - b64) : -1;
 }
 
 int base64_decode(const char *s, size_t len, unsigned char **ret, size_t *ret_len)
 {
-        unsigned char *out, *o;
-        uint32_t acc = 0;
-        int bits = 0;
-        size_t pad = 0;
+        _cleanup_free_ char *text = NULL;
+        unsigned char *out;
+        size_t n = 0, pad = 0, total = 0;
 
-        /* ignore ASCII whitespace; padding only at the end */
-        out = malloc(len / 4 * 3 + 3);
-        if (!out)
+        text = malloc(len + 4);
+        if (!text)
                 return -ENOMEM;
-        o = out;
         for (size_t i = 0; i < len; i++) {
                 char c = s[i];
-                int v;
                 if (c == ' ' || c == '\n' || c == '\r' || c == '\t')
                         continue;
                 if (c == '=') {
                         pad++;
                         continue;
                 }
-                if (pad > 0 || (v = b64_value(c)) < 0) {
+                if (pad > 0)
+                        return -EINVAL; /* data after padding */
+                text[n++] = c;
+        }
+        if (pad > 2 || n % 4 == 1)
+                return -EINVAL;
+        size_t groups = (n + 3) / 4, tail = groups * 4 - n; /* '=' to add: 0, 1 or 2 */
+        memset(text + n, '=', tail);
+        out = malloc(groups * 3 + 1);
+        if (!out)
+                return -ENOMEM;
+        for (size_t i = 0; i < groups * 4; i += B64_CHUNK / 3 * 4) {
+                size_t k = groups * 4 - i < B64_CHUNK / 3 * 4 ? groups * 4 - i : B64_CHUNK / 3 * 4;
+                int m = EVP_DecodeBlock(out + total, (const unsigned char *)text + i, (int)k);
+                /* -1: a character outside the alphabet; fewer bytes: EVP trimmed
+                 * trailing '-' (its end-of-data mark), which is no base64 either */
+                if (m < 0 || (size_t)m != k / 4 * 3) {
                         free(out);
                         return -EINVAL;
                 }
-                acc = acc << 6 | (uint32_t)v;
-                bits += 6;
-                if (bits >= 8) {
-                        bits -= 8;
-                        *o++ = (unsigned char)(acc >> bits);
-                }
-        }
-        if (pad > 2 || bits >= 6) {
-                free(out);
-                return -EINVAL;
+                total += (size_t)m;
         }
         *ret = out;
-        *ret_len = (size_t)(o - out);
+        *ret_len = total - tail; /* EVP_DecodeBlock counts the padding as zero bytes */
         return 0;
 }

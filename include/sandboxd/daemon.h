@@ -7,6 +7,8 @@
 
 #include "sandboxd/common.h"
 #include "sandboxd/config.h"
+#include "sandboxd/files.h"
+#include "sandboxd/metrics.h"
 
 struct docker;
 struct store;
@@ -46,6 +48,9 @@ struct daemon {
         struct admin_server *admin;
         struct http_server *http;   /* the network front (opts->sockets and http_listen) */
         struct http_server *metrics; /* metrics_listen (opts->sockets) */
+        /* the narrow views the core modules take instead of the daemon (filled once the engines exist) */
+        struct files_ctx files;
+        struct metrics_ctx metrics_ctx;
 };
 
 struct daemon_options {

@@ -18,7 +18,7 @@
  *   -EFBIG   a reply larger than the call's cap
  *   -EPROTO  unparseable reply.
  * A missing or dead socket fails fast with "cannot reach Docker at <path>: <why>".
- * The caller calls curl_global_init() once (main, before any thread starts).
+ * The caller calls docker_global_init() once (main, before any thread starts).
  * Low module: it logs at debug level only. */
 #ifndef SANDBOXD_DOCKER_H
 #define SANDBOXD_DOCKER_H
@@ -33,6 +33,15 @@
 #define DOCKER_API_VERSION_MAX "1.43"
 
 struct docker;
+
+/* The transport's process-wide set-up (libcurl's global init): once, in main,
+ * before any thread starts. 0 or -EIO. Cleanup after the last client is freed. */
+int docker_global_init(void);
+void docker_global_cleanup(void);
+
+/* Engine API calls that failed for a reason other than the engine's ordinary
+ * answers (transport, timeout, a 5xx), since the process started (metrics.c). */
+uint64_t docker_api_errors(void);
 
 /* Create a client for the given socket. timeout_ms bounds every ordinary call
  * (<= 0: 30 s). Does no I/O. Returns NULL on OOM or an empty path. Several

@@ -34,7 +34,19 @@
 
 #include "sandboxd/common.h"
 
-struct daemon;
+struct exec_engine;
+struct runner_hub;
+struct sbx_config;
+struct session_manager;
+
+/* What the file operations use, all borrowed: the daemon fills one
+ * (daemon.h, d->files) once its engines exist. */
+struct files_ctx {
+        const struct sbx_config *cfg; /* max_file_bytes, workspace quota */
+        struct session_manager *sessions;
+        struct runner_hub *runner;
+        struct exec_engine *exec; /* the docker exec fallback */
+};
 
 #define FILES_PATH_MAX 4096
 #define FILES_READ_MAX (4 * 1024 * 1024)
@@ -58,7 +70,7 @@ int files_normalize(const char *path, char ret[FILES_PATH_MAX], struct sbx_error
  * temporary file and a rename). -EFBIG past max_file_size, -EPERM if the path
  * resolves outside /workspace (through a symlink), -EISDIR for a directory,
  * -ENOTDIR when a parent is not a directory. */
-int files_write(struct daemon *d, const char *user, const char *session, const char *path, const void *data,
+int files_write(const struct files_ctx *f, const char *user, const char *session, const char *path, const void *data,
                 size_t len, char ret_path[FILES_PATH_MAX], struct sbx_error *err);
 
 struct files_read_result {
@@ -73,7 +85,7 @@ void files_read_result_done(struct files_read_result *r);
 /* Read up to length bytes (< 0: as much as a call allows) from offset.
  * -ENOENT, -EISDIR, -EINVAL for something that is not a regular file (a
  * FIFO would block), -EACCES, -EPERM as for write. */
-int files_read(struct daemon *d, const char *user, const char *session, const char *path, uint64_t offset,
+int files_read(const struct files_ctx *f, const char *user, const char *session, const char *path, uint64_t offset,
                int64_t length, struct files_read_result *ret, struct sbx_error *err);
 
 struct files_entry {
@@ -85,7 +97,7 @@ struct files_entry {
 /* The entries of a directory (NULL or "" = /workspace), sorted by name, at
  * most FILES_LIST_MAX (*ret_truncated says there were more). -ENOTDIR for a
  * non-directory. */
-int files_list(struct daemon *d, const char *user, const char *session, const char *path,
+int files_list(const struct files_ctx *f, const char *user, const char *session, const char *path,
                char ret_path[FILES_PATH_MAX], struct files_entry **ret, size_t *ret_n, bool *ret_truncated,
                struct sbx_error *err);
 

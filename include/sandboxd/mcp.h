@@ -196,8 +196,11 @@ typedef void (*mcp_api_event_fn)(const struct cJSON *event, void *userdata);
 int mcp_api_open(const char *socket_path, struct mcp_api **ret, struct sbx_error *err);
 /* Once, before any thread: the CA file to trust instead of the system's
  * (NULL: the system store), and a client certificate and key for mTLS (both
- * or neither). curl_global_init must have run. 0 or -EINVAL. */
+ * or neither). mcp_https_global_init must have run. 0 or -EINVAL. */
 int mcp_https_configure(const char *cacert, const char *cert, const char *key);
+/* The HTTPS client's process-wide set-up (libcurl's global init): once, in
+ * main, before any thread starts, if an https:// URL is used. 0 or -EIO. */
+int mcp_https_global_init(void);
 /* 0 if url is usable for mcp_api_open (https://, or http:// to a loopback
  * host; no blanks, query or fragment), else -EINVAL with err. */
 int mcp_https_check_url(const char *url, struct sbx_error *err);

@@ -8,6 +8,7 @@
  *   sandboxd_executions_total{state,cause}   finished executions     counter
  *   sandboxd_exec_duration_seconds           histogram of the run time of finished executions
  *   sandboxd_docker_api_errors_total         Engine API calls that failed (transport, timeout, 5xx) counter
+ *                                            (counted by the Docker client: docker_api_errors)
  *   sandboxd_http_requests_total{code}       answers of the HTTP front, by status  counter
  *   sandboxd_auth_failures_total             failed authentications on the API socket and HTTP  counter
  *   sandboxd_ports_used, sandboxd_ports_total                        gauges
@@ -22,19 +23,30 @@
 
 #include "sandboxd/exec.h"
 
-struct daemon;
+struct egress;
+struct pool;
+struct portpool;
+struct session_manager;
+
+/* The engines whose gauges metrics_render asks, all borrowed (the daemon
+ * fills one: d->metrics_ctx). ports may be NULL. */
+struct metrics_ctx {
+        int64_t started_at; /* unix ms */
+        struct session_manager *sessions;
+        struct exec_engine *exec;
+        struct portpool *ports;
+        struct egress *egress;
+        struct pool *pool;
+};
 
 /* A finished execution (exec.c, once per execution). */
 void metrics_exec_finished(enum exec_state state, enum exec_cause cause, int64_t duration_ms);
-/* An Engine API call that failed for a reason other than the engine's
- * ordinary answers (docker.c). */
-void metrics_docker_error(void);
 /* An HTTP answer's status (http.c). */
 void metrics_http_status(int status);
 /* A failed authentication (api.c). */
 void metrics_auth_failure(void);
 
 /* The whole exposition text, malloc'd in *ret. 0 or -ENOMEM. */
-int metrics_render(struct daemon *d, char **ret);
+int metrics_render(const struct metrics_ctx *m, char **ret);
 
 #endif

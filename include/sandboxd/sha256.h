@@ -1,22 +1,27 @@
-/* sha256.h — SHA-256 (FIPS 180-4), for command hashes in the audit log and
- * API token digests. Small and dependency-free. */
+/* sha256.h — SHA-256, for command hashes in the audit log, idempotency
+ * fingerprints and API token digests: a thin wrapper over libcrypto's EVP
+ * digests, so callers hash in one line and never include OpenSSL. */
 #ifndef SANDBOXD_SHA256_H
 #define SANDBOXD_SHA256_H
 
 #include <stddef.h>
 #include <stdint.h>
 
+struct evp_md_ctx_st; /* libcrypto's EVP_MD_CTX */
+
+/* A running digest. sha256_init allocates; sha256_final frees (always). */
 struct sha256 {
-        uint32_t h[8];
-        uint64_t len;
-        uint8_t buf[64];
-        size_t n;
+        struct evp_md_ctx_st *ctx;
+        int error; /* a failed step: sha256_final reports it */
 };
 
-void sha256_init(struct sha256 *c);
+/* 0, or -ENOMEM (then update is a no-op and final returns -ENOMEM). */
+int sha256_init(struct sha256 *c);
 void sha256_update(struct sha256 *c, const void *data, size_t len);
-void sha256_final(struct sha256 *c, uint8_t out[32]);
-/* One shot, as 64 lowercase hex digits + NUL. */
-void sha256_hex(const void *data, size_t len, char out[65]);
+/* The 32-byte digest in out: 0, or -ENOMEM/-EIO (out zeroed). Frees c. */
+int sha256_final(struct sha256 *c, uint8_t out[32]);
+/* One shot, as 64 lowercase hex digits + NUL: 0, or -ENOMEM (libcrypto
+ * fails only out of memory) with out the empty string, which matches no digest. */
+int sha256_hex(const void *data, size_t len, char out[65]);
 
 #endif

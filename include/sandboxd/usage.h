@@ -7,7 +7,18 @@
 
 #include "sandboxd/session.h"
 
-struct daemon;
+struct docker;
+struct exec_engine;
+struct session_manager;
+struct store;
+
+/* What usage_collect asks, all borrowed. */
+struct usage_ctx {
+        struct session_manager *sessions;
+        struct docker *docker;
+        struct exec_engine *exec;
+        struct store *store;
+};
 
 struct usage_row {
         char user[SESSION_KEY_MAX + 1];
@@ -29,4 +40,4 @@ struct usage_row {
  * of them, ordered by user and session. One Docker stats call per container,
  * made one after another with no lock held; their cost bounds how often a client
  * should ask. *ret is malloc'd (free()). */
-int usage_collect(struct daemon *d, const char *user, size_t max, struct usage_row **ret, size_t *ret_n);
+int usage_collect(const struct usage_ctx *c, const char *user, size_t max, struct usage_row **ret, size_t *ret_n);

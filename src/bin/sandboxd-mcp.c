@@ -2,7 +2,6 @@
  * API socket (or, with --url, a remote daemon's HTTPS API) and the token,
  * then pump stdin into the protocol core (mcp.h) and its output onto stdout
  * until stdin closes. All logic lives in the core library. */
-#include <curl/curl.h>
 #include <errno.h>
 #include <getopt.h>
 #include <signal.h>
@@ -198,7 +197,7 @@ int main(int argc, char **argv)
                         free(token);
                         return 2;
                 }
-                if (curl_global_init(CURL_GLOBAL_ALL) != 0) {
+                if (mcp_https_global_init() < 0) {
                         log_error("sandboxd-mcp: cannot initialize libcurl");
                         free(token);
                         return 1;

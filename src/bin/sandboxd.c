@@ -1,6 +1,5 @@
 /* sandboxd — the daemon's front: parse arguments, load the config, open the
  * daemon, wait for SIGINT/SIGTERM. All logic lives in the core library. */
-#include <curl/curl.h>
 #include <errno.h>
 #include <getopt.h>
 #include <signal.h>
@@ -10,6 +9,7 @@
 
 #include "sandboxd/config.h"
 #include "sandboxd/daemon.h"
+#include "sandboxd/docker.h"
 #include "sandboxd/gc.h"
 #include "sandboxd/log.h"
 #include "sandboxd/sdnotify.h"
@@ -131,12 +131,12 @@ int main(int argc, char **argv)
 
         if (gc) {
                 signal(SIGPIPE, SIG_IGN);
-                if (curl_global_init(CURL_GLOBAL_ALL) != 0) {
+                if (docker_global_init() < 0) {
                         log_error("cannot initialise libcurl");
                         return 1;
                 }
                 r = gc_main(&cfg, dry_run, json, stdout);
-                curl_global_cleanup();
+                docker_global_cleanup();
                 return r;
         }
 
@@ -148,14 +148,14 @@ int main(int argc, char **argv)
         pthread_sigmask(SIG_BLOCK, &set, NULL);
         signal(SIGPIPE, SIG_IGN);
 
-        if (curl_global_init(CURL_GLOBAL_ALL) != 0) {
+        if (docker_global_init() < 0) {
                 log_error("cannot initialise libcurl");
                 return 1;
         }
         r = daemon_open(&cfg, &(struct daemon_options){.sockets = true}, &d, &err);
         if (r < 0) {
                 log_error("cannot start: %s", err.msg);
-                curl_global_cleanup();
+                docker_global_cleanup();
                 return 1;
         }
         log_info("sandboxd %s running (instance %s, data_dir %s)", SBX_VERSION, cfg.instance, cfg.data_dir);
@@ -169,6 +169,6 @@ int main(int argc, char **argv)
         log_info("received %s, shutting down", strsignal(sig));
         (void)sdnotify_send("STOPPING=1");
         daemon_close(d);
-        curl_global_cleanup();
+        docker_global_cleanup();
         return 0;
 }

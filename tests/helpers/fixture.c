@@ -25,8 +25,8 @@ void fixture_config(struct sbx_config *cfg)
         snprintf(cfg->image, sizeof(cfg->image), "%s", TESTENV_TEST_IMAGE);
         cfg->memory_bytes = 128 << 20;
         cfg->pids_limit = 128;
-        cfg->port_range_lo = 42000;
-        cfg->port_range_hi = 42999;
+        cfg->port_range_lo = 26000; /* below the ephemeral range: no client socket takes one */
+        cfg->port_range_hi = 26999;
         cfg->ports_per_session = 3;
         cfg->pool_size = 0; /* the warm pool is off: tests count containers and expect lazy creation */
         cfg->monitor_interval_ms = 500;
@@ -50,7 +50,7 @@ struct daemon *fixture_open(const struct sbx_config *cfg, bool monitor)
         struct daemon *d = NULL;
         struct sbx_error err = {0};
 
-        (void)testenv_docker(); /* curl_global_init and the atexit cleanup */
+        (void)testenv_docker(); /* docker_global_init and the atexit cleanup */
         cr_assert_eq(daemon_open(cfg, &opts, &d, &err), 0, "daemon_open: %s", err.msg);
         return d;
 }

@@ -20,8 +20,6 @@
 #include <limits.h>
 #include <sys/mount.h>
 
-#include <curl/curl.h>
-
 static pthread_mutex_t lock = PTHREAD_MUTEX_INITIALIZER;
 static char run_id[64];
 static char run_filter[128];
@@ -68,7 +66,7 @@ static void testenv_atexit(void)
         docker_free(docker);
         docker = NULL;
         pthread_mutex_unlock(&lock);
-        curl_global_cleanup();
+        docker_global_cleanup();
 }
 
 /* Called with lock held. */
@@ -88,8 +86,8 @@ static void init_locked(void)
                 snprintf(run_id, sizeof(run_id), "t%d-%s", (int)getpid(), hex);
         }
         snprintf(run_filter, sizeof(run_filter), "%s=%s", TESTENV_RUN_LABEL, run_id);
-        /* once per process, before any test thread uses libcurl */
-        curl_global_init(CURL_GLOBAL_DEFAULT);
+        /* once per process, before any test thread uses the Docker client */
+        (void)docker_global_init();
         atexit(testenv_atexit);
 }
 

@@ -914,7 +914,7 @@ static void fake_stop(struct fake *f)
 
 static void fake_setup(void)
 {
-        testenv_run_id(); /* registers the cleanup (tmpdirs) and curl_global_init */
+        testenv_run_id(); /* registers the cleanup (tmpdirs) and docker_global_init */
 }
 
 TestSuite(docker_fake, .init = fake_setup, .timeout = 60);

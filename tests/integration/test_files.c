@@ -44,14 +44,14 @@ static void write_ok(const char *session, const char *path, const void *data, si
 {
         struct sbx_error err = {0};
         char norm[FILES_PATH_MAX];
-        cr_assert_eq(files_write(d, "u1", session, path, data, len, norm, &err), 0, "write %s: %s", path, err.msg);
+        cr_assert_eq(files_write(&d->files, "u1", session, path, data, len, norm, &err), 0, "write %s: %s", path, err.msg);
 }
 
 static struct files_read_result read_ok(const char *session, const char *path, uint64_t off, int64_t len)
 {
         struct files_read_result r;
         struct sbx_error err = {0};
-        cr_assert_eq(files_read(d, "u1", session, path, off, len, &r, &err), 0, "read %s: %s", path, err.msg);
+        cr_assert_eq(files_read(&d->files, "u1", session, path, off, len, &r, &err), 0, "read %s: %s", path, err.msg);
         return r;
 }
 
@@ -209,7 +209,7 @@ Test(files, size_caps)
         d = fixture_open(&cfg, false);
         buf = calloc(1, (size_t)cfg.max_file_bytes + 1);
         memset(buf, 'a', (size_t)cfg.max_file_bytes + 1);
-        cr_assert_eq(files_write(d, "u1", "s1", "big", buf, (size_t)cfg.max_file_bytes + 1, NULL, &err), -EFBIG);
+        cr_assert_eq(files_write(&d->files, "u1", "s1", "big", buf, (size_t)cfg.max_file_bytes + 1, NULL, &err), -EFBIG);
         cr_assert_not_null(strstr(err.msg, "max_file_size"), "%s", err.msg);
         write_ok("s1", "big", buf, (size_t)cfg.max_file_bytes);
 
@@ -244,27 +244,27 @@ Test(files, refusals)
 
         open_daemon();
         for (size_t i = 0; i < ELEMENTSOF(bad); i++) {
-                cr_assert_eq(files_read(d, "u1", "s1", bad[i], 0, -1, &r, &err), -EPERM, "read %s", bad[i]);
-                cr_assert_eq(files_write(d, "u1", "s1", bad[i], "x", 1, NULL, &err), -EPERM, "write %s", bad[i]);
-                cr_assert_eq(files_list(d, "u1", "s1", bad[i], NULL, &list, &n, &trunc, &err), -EPERM, "list %s",
+                cr_assert_eq(files_read(&d->files, "u1", "s1", bad[i], 0, -1, &r, &err), -EPERM, "read %s", bad[i]);
+                cr_assert_eq(files_write(&d->files, "u1", "s1", bad[i], "x", 1, NULL, &err), -EPERM, "write %s", bad[i]);
+                cr_assert_eq(files_list(&d->files, "u1", "s1", bad[i], NULL, &list, &n, &trunc, &err), -EPERM, "list %s",
                              bad[i]);
         }
-        cr_assert_eq(files_read(d, "u1", "s1", "missing.txt", 0, -1, &r, &err), -ENOENT);
-        cr_assert_eq(files_read(d, "u1", "s1", "/workspace", 0, -1, &r, &err), -EISDIR);
-        cr_assert_eq(files_write(d, "u1", "s1", "/workspace", "x", 1, NULL, &err), -EISDIR);
+        cr_assert_eq(files_read(&d->files, "u1", "s1", "missing.txt", 0, -1, &r, &err), -ENOENT);
+        cr_assert_eq(files_read(&d->files, "u1", "s1", "/workspace", 0, -1, &r, &err), -EISDIR);
+        cr_assert_eq(files_write(&d->files, "u1", "s1", "/workspace", "x", 1, NULL, &err), -EISDIR);
         write_ok("s1", "dir/file", "x", 1);
-        cr_assert_eq(files_read(d, "u1", "s1", "dir", 0, -1, &r, &err), -EISDIR);
-        cr_assert_eq(files_write(d, "u1", "s1", "dir", "x", 1, NULL, &err), -EISDIR);
-        cr_assert_eq(files_write(d, "u1", "s1", "dir/file/sub", "x", 1, NULL, &err), -ENOTDIR, "%s", err.msg);
-        cr_assert_eq(files_list(d, "u1", "s1", "dir/file", NULL, &list, &n, &trunc, &err), -ENOTDIR);
-        cr_assert_eq(files_list(d, "u1", "s1", "nothere", NULL, &list, &n, &trunc, &err), -ENOENT);
+        cr_assert_eq(files_read(&d->files, "u1", "s1", "dir", 0, -1, &r, &err), -EISDIR);
+        cr_assert_eq(files_write(&d->files, "u1", "s1", "dir", "x", 1, NULL, &err), -EISDIR);
+        cr_assert_eq(files_write(&d->files, "u1", "s1", "dir/file/sub", "x", 1, NULL, &err), -ENOTDIR, "%s", err.msg);
+        cr_assert_eq(files_list(&d->files, "u1", "s1", "dir/file", NULL, &list, &n, &trunc, &err), -ENOTDIR);
+        cr_assert_eq(files_list(&d->files, "u1", "s1", "nothere", NULL, &list, &n, &trunc, &err), -ENOENT);
 
         /* a FIFO would block a reader: refused, not hung */
         container_of("s1", cid);
         cr_assert_eq(fixture_sh(cid, "mkfifo /workspace/fifo", NULL), 0);
-        cr_assert_eq(files_read(d, "u1", "s1", "fifo", 0, -1, &r, &err), -EINVAL, "%s", err.msg);
+        cr_assert_eq(files_read(&d->files, "u1", "s1", "fifo", 0, -1, &r, &err), -EINVAL, "%s", err.msg);
         /* bad session keys never reach a container */
-        cr_assert_eq(files_read(d, "u1", "../s", "x", 0, -1, &r, &err), -EINVAL);
+        cr_assert_eq(files_read(&d->files, "u1", "../s", "x", 0, -1, &r, &err), -EINVAL);
         close_daemon();
 }
 
@@ -286,7 +286,7 @@ Test(files, list_entries)
                                      "touch \"$(printf 'new\\nline')\"",
                                 NULL),
                      0);
-        cr_assert_eq(files_list(d, "u1", "s1", NULL, path, &list, &n, &trunc, &err), 0, "%s", err.msg);
+        cr_assert_eq(files_list(&d->files, "u1", "s1", NULL, path, &list, &n, &trunc, &err), 0, "%s", err.msg);
         cr_assert_str_eq(path, "/workspace");
         cr_assert_not(trunc);
         /* sorted by name: "-dash" ".hidden" "a dir" "b.txt" "link" "new\nline" "pipe" */
@@ -307,7 +307,7 @@ Test(files, list_entries)
         cr_assert_eq(list[6].type, FILES_OTHER);
         free(list);
 
-        cr_assert_eq(files_list(d, "u1", "s1", "a dir", path, &list, &n, &trunc, &err), 0);
+        cr_assert_eq(files_list(&d->files, "u1", "s1", "a dir", path, &list, &n, &trunc, &err), 0);
         cr_assert_eq(n, 1);
         cr_assert_str_eq(list[0].name, "inner");
         cr_assert_str_eq(path, "/workspace/a dir");
@@ -318,7 +318,7 @@ Test(files, list_entries)
                                      "while [ $i -lt 1005 ]; do : > f$i; i=$((i+1)); done",
                                 NULL),
                      0);
-        cr_assert_eq(files_list(d, "u1", "s1", "many", path, &list, &n, &trunc, &err), 0);
+        cr_assert_eq(files_list(&d->files, "u1", "s1", "many", path, &list, &n, &trunc, &err), 0);
         cr_assert_eq(n, FILES_LIST_MAX);
         cr_assert(trunc);
         free(list);
@@ -361,7 +361,7 @@ Test(files, symlink_escapes)
         const char *reads[] = {"evil/passwd", "root/etc/passwd", "hostlink", "hostdir/secret.txt", "passwd",
                                "up/passwd", "sub/parent/../etc/passwd", "sub/parent/evil/hostname"};
         for (size_t i = 0; i < ELEMENTSOF(reads); i++) {
-                int rc = files_read(d, "u1", "s1", reads[i], 0, -1, &r, &err);
+                int rc = files_read(&d->files, "u1", "s1", reads[i], 0, -1, &r, &err);
                 cr_assert(rc == -EPERM || rc == -ENOENT, "read %s gave %d", reads[i], rc);
                 if (rc == 0)
                         files_read_result_done(&r);
@@ -369,12 +369,12 @@ Test(files, symlink_escapes)
         const char *writes[] = {"evil/x", "root/tmp/x", "hostlink", "hostdir/secret.txt", "hostdir/new.txt",
                                 "passwd", "up/x", "dangling", "tmpnew", "evil/newdir/x", "sub/parent/evil/x"};
         for (size_t i = 0; i < ELEMENTSOF(writes); i++) {
-                int rc = files_write(d, "u1", "s1", writes[i], "PWNED", 5, NULL, &err);
+                int rc = files_write(&d->files, "u1", "s1", writes[i], "PWNED", 5, NULL, &err);
                 cr_assert(rc == -EPERM || rc == -ENOENT, "write %s gave %d (%s)", writes[i], rc, err.msg);
         }
         const char *lists[] = {"evil", "root", "hostdir", "up", "sub/parent/evil"};
         for (size_t i = 0; i < ELEMENTSOF(lists); i++) {
-                int rc = files_list(d, "u1", "s1", lists[i], NULL, &list, &n, &trunc, &err);
+                int rc = files_list(&d->files, "u1", "s1", lists[i], NULL, &list, &n, &trunc, &err);
                 cr_assert(rc == -EPERM || rc == -ENOENT, "list %s gave %d", lists[i], rc);
         }
 
@@ -407,7 +407,7 @@ Test(files, symlink_escapes)
         r = read_ok("s1", "ok.txt", 0, -1);
         cr_assert_eq(r.len, 7, "writing through an inside link writes its target");
         files_read_result_done(&r);
-        cr_assert_eq(files_list(d, "u1", "s1", "", NULL, &list, &n, &trunc, &err), 0);
+        cr_assert_eq(files_list(&d->files, "u1", "s1", "", NULL, &list, &n, &trunc, &err), 0);
         for (size_t i = 0; i < n; i++)
                 if (strcmp(list[i].name, "evil") == 0 || strcmp(list[i].name, "hostlink") == 0)
                         cr_assert_eq(list[i].type, FILES_SYMLINK, "%s", list[i].name);
@@ -442,16 +442,16 @@ Test(files, runner_confines_to_the_workspace)
         const char *escapes[] = {"slash/etc/passwd", "procroot/etc/passwd", "proccwd/etc/passwd", "up/etc/passwd",
                                  "a/b/top/etc/passwd", "slash", "procroot"};
         for (size_t i = 0; i < ELEMENTSOF(escapes); i++) {
-                int rc = files_read(d, "u1", "s1", escapes[i], 0, -1, &r, &err);
+                int rc = files_read(&d->files, "u1", "s1", escapes[i], 0, -1, &r, &err);
                 cr_assert_eq(rc, -EPERM, "read %s gave %d (%s)", escapes[i], rc, err.msg);
-                rc = files_write(d, "u1", "s1", escapes[i], "x", 1, NULL, &err);
+                rc = files_write(&d->files, "u1", "s1", escapes[i], "x", 1, NULL, &err);
                 cr_assert(rc == -EPERM, "write %s gave %d (%s)", escapes[i], rc, err.msg);
-                rc = files_list(d, "u1", "s1", escapes[i], NULL, &list, &n, &trunc, &err);
+                rc = files_list(&d->files, "u1", "s1", escapes[i], NULL, &list, &n, &trunc, &err);
                 cr_assert_eq(rc, -EPERM, "list %s gave %d (%s)", escapes[i], rc, err.msg);
         }
         /* writes that would make directories through those links make nothing */
-        cr_assert_eq(files_write(d, "u1", "s1", "slash/tmp/sbx-new/x", "x", 1, NULL, &err), -EPERM);
-        cr_assert_eq(files_write(d, "u1", "s1", "a/b/top/tmp/x", "x", 1, NULL, &err), -EPERM);
+        cr_assert_eq(files_write(&d->files, "u1", "s1", "slash/tmp/sbx-new/x", "x", 1, NULL, &err), -EPERM);
+        cr_assert_eq(files_write(&d->files, "u1", "s1", "a/b/top/tmp/x", "x", 1, NULL, &err), -EPERM);
         cr_assert_neq(fixture_sh(cid, "test -e /tmp/sbx-new || test -e /tmp/x", NULL), 0);
 
         /* through a symlinked directory that stays inside: read, write, list */
@@ -466,13 +466,13 @@ Test(files, runner_confines_to_the_workspace)
         r = read_ok("s1", "abslink/new.txt", 0, -1); /* an absolute link into /workspace */
         cr_assert_eq(r.len, 8);
         files_read_result_done(&r);
-        cr_assert_eq(files_list(d, "u1", "s1", "linkdir", NULL, &list, &n, &trunc, &err), 0, "%s", err.msg);
+        cr_assert_eq(files_list(&d->files, "u1", "s1", "linkdir", NULL, &list, &n, &trunc, &err), 0, "%s", err.msg);
         cr_assert_eq(n, 2);
         cr_assert_str_eq(list[0].name, "data.txt");
         cr_assert_str_eq(list[1].name, "new.txt");
         free(list);
         /* and a link that climbs out and back stays refused, not re-rooted */
-        cr_assert_eq(files_read(d, "u1", "s1", "up/workspace/real/data.txt", 0, -1, &r, &err), -EPERM);
+        cr_assert_eq(files_read(&d->files, "u1", "s1", "up/workspace/real/data.txt", 0, -1, &r, &err), -EPERM);
 
         cr_assert_gt(runner_file_ops(), before, "the runner did not serve these calls");
         close_daemon();
@@ -496,12 +496,12 @@ Test(files, docker_exec_fallback)
         cr_assert_eq(r.len, 6);
         cr_assert_eq(memcmp(r.data, "llback", 6), 0);
         files_read_result_done(&r);
-        cr_assert_eq(files_list(d, "u1", "s1", "dir", NULL, &list, &n, &trunc, &err), 0, "%s", err.msg);
+        cr_assert_eq(files_list(&d->files, "u1", "s1", "dir", NULL, &list, &n, &trunc, &err), 0, "%s", err.msg);
         cr_assert_eq(n, 1);
         free(list);
         container_of("s1", cid);
         cr_assert_eq(fixture_sh(cid, "ln -s / /workspace/slash", NULL), 0);
-        cr_assert_eq(files_read(d, "u1", "s1", "slash/etc/passwd", 0, -1, &r, &err), -EPERM);
+        cr_assert_eq(files_read(&d->files, "u1", "s1", "slash/etc/passwd", 0, -1, &r, &err), -EPERM);
         cr_assert_eq(runner_file_ops(), 0, "a runner served calls although none was mounted");
         close_daemon();
 }

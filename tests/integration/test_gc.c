@@ -402,9 +402,9 @@ Test(gc, error_sessions_ports_and_services)
         /* in ERROR with its (exited) container still there, used 10 min ago: stays */
         row_set(st, "bob", "errwith", "ERROR", NULL, now - 2 * HOUR_MS, now - 10 * MIN_MS);
         /* ports of a session that no longer exists, and of a STOPPED one */
-        cr_assert_eq(store_ports_reserve(st, (const int[]){42990, 42991}, 2, "dave", "gone", now), 0);
+        cr_assert_eq(store_ports_reserve(st, (const int[]){26990, 26991}, 2, "dave", "gone", now), 0);
         row_new(st, "erin", "stopped", "STOPPED", now - DAY_MS);
-        cr_assert_eq(store_ports_reserve(st, (const int[]){42993, 42994}, 2, "erin", "stopped", now), 0);
+        cr_assert_eq(store_ports_reserve(st, (const int[]){26993, 26994}, 2, "erin", "stopped", now), 0);
         store_close(st);
 
         snprintf(text, sizeof(text),
@@ -783,7 +783,7 @@ Test(gc, dry_run_changes_nothing_and_reports_what_a_real_run_does)
         now = sbx_wall_ms();
         row_set(st, "alice", "idle", NULL, NULL, 0, now - 2 * HOUR_MS);
         row_set(st, "bob", "errgone", "ERROR", NULL, now - 2 * HOUR_MS, now - 2 * HOUR_MS);
-        cr_assert_eq(store_ports_reserve(st, (const int[]){42990}, 1, "dave", "gone", now), 0);
+        cr_assert_eq(store_ports_reserve(st, (const int[]){26990}, 1, "dave", "gone", now), 0);
         snprintf(p, sizeof(p), "%s/executions", cfg.data_dir);
         put_exec(&cfg, st, "alice", "s1", "COMPLETED", now - 8 * DAY_MS, 64, 0, ex);
         store_close(st);
@@ -1134,13 +1134,13 @@ Test(gc, the_daemon_wins_every_race_in_the_store)
 
         /* ports of a session that became CREATING (the daemon reserves after writing that) */
         row_new(st, "carl", "p", "STOPPED", now - DAY_MS);
-        cr_assert_eq(store_ports_reserve(st, (const int[]){42980, 42981}, 2, "carl", "p", now), 0);
+        cr_assert_eq(store_ports_reserve(st, (const int[]){26980, 26981}, 2, "carl", "p", now), 0);
         row_set(st, "carl", "p", "CREATING", NULL, now, 0);
-        cr_assert_eq(store_gc_port_release(st, 42980, "carl", "p"), -ESTALE);
+        cr_assert_eq(store_gc_port_release(st, 26980, "carl", "p"), -ESTALE);
         row_set(st, "carl", "p", "STOPPED", NULL, now, 0);
-        cr_assert_eq(store_gc_port_release(st, 42980, "carl", "p"), 0);
-        cr_assert_eq(store_gc_port_release(st, 42980, "carl", "p"), -ESTALE, "released twice");
-        cr_assert_eq(store_gc_port_release(st, 42981, "dave", "p"), -ESTALE, "released another session's port");
+        cr_assert_eq(store_gc_port_release(st, 26980, "carl", "p"), 0);
+        cr_assert_eq(store_gc_port_release(st, 26980, "carl", "p"), -ESTALE, "released twice");
+        cr_assert_eq(store_gc_port_release(st, 26981, "dave", "p"), -ESTALE, "released another session's port");
         store_close(st);
 
         /* a service restarted in a new container since gc looked */

@@ -138,12 +138,12 @@ Test(runtime, per_user)
         free(out);
 
         /* files, both ways */
-        cr_assert_eq(files_write(d, "hirisk", "s", "note.txt", "under gvisor", 12, path, &err), 0, "%s", err.msg);
+        cr_assert_eq(files_write(&d->files, "hirisk", "s", "note.txt", "under gvisor", 12, path, &err), 0, "%s", err.msg);
         cr_assert_eq(sh("hirisk", "s", "cat /workspace/note.txt", &out), 0);
         cr_assert_str_eq(out, "under gvisor");
         free(out);
         cr_assert_eq(sh("hirisk", "s", "echo from-exec > /workspace/back.txt", NULL), 0);
-        cr_assert_eq(files_read(d, "hirisk", "s", "back.txt", 0, -1, &rd, &err), 0, "%s", err.msg);
+        cr_assert_eq(files_read(&d->files, "hirisk", "s", "back.txt", 0, -1, &rd, &err), 0, "%s", err.msg);
         cr_assert_str_eq(rd.data, "from-exec\n");
         files_read_result_done(&rd);
 

@@ -306,7 +306,7 @@ Test(wsquota, measure_refuses_work_past_the_quota)
 
         cr_assert_eq(exec_start(d->exec, &req, id, &err), -EDQUOT, "an execution past the quota started");
         cr_assert_not_null(strstr(err.msg, "quota"), "%s", err.msg);
-        cr_assert_eq(files_write(d, "u1", "m", "/workspace/y", "z", 1, path, &err), -EDQUOT);
+        cr_assert_eq(files_write(&d->files, "u1", "m", "/workspace/y", "z", 1, path, &err), -EDQUOT);
         r = apic_call(cfg.api_socket, tok, "exec", apic_json("{\"session\": \"m\", \"command\": \"true\"}"));
         cr_assert_str_eq(apic_code(r), "quota_exceeded", "%s", cJSON_PrintUnformatted(r));
         cJSON_Delete(r);

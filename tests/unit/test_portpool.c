@@ -1,6 +1,7 @@
 /* test_portpool.c — the port pool over a real store: blocks, exhaustion,
  * release, idempotence, persistence, outside holders, reconciliation.
- * Uses ports 41000-41199, which nothing on a test host should hold. */
+ * Uses ports 24000-24199: below the kernel's ephemeral range (32768-60999),
+ * so no outgoing connection of another test holds one in TIME-WAIT. */
 #include <criterion/criterion.h>
 #include <dirent.h>
 #include <errno.h>
@@ -85,16 +86,16 @@ Test(portpool, bad_ranges_refused)
         struct portpool *p = NULL;
         struct sbx_error err = {};
 
-        cr_assert_eq(portpool_new(st, 41010, 41000, 5, &p, &err), -EINVAL);
-        cr_assert_eq(portpool_new(st, 0, 41000, 5, &p, &err), -EINVAL);
+        cr_assert_eq(portpool_new(st, 24010, 24000, 5, &p, &err), -EINVAL);
+        cr_assert_eq(portpool_new(st, 0, 24000, 5, &p, &err), -EINVAL);
         cr_assert_eq(portpool_new(st, 65530, 65536, 1, &p, &err), -EINVAL);
-        cr_assert_eq(portpool_new(st, 41000, 41009, -1, &p, &err), -EINVAL);
-        cr_assert_eq(portpool_new(st, 41000, 41003, 5, &p, &err), -EINVAL, "range smaller than one block");
-        cr_assert_eq(portpool_new(NULL, 41000, 41009, 5, &p, &err), -EINVAL);
+        cr_assert_eq(portpool_new(st, 24000, 24009, -1, &p, &err), -EINVAL);
+        cr_assert_eq(portpool_new(st, 24000, 24003, 5, &p, &err), -EINVAL, "range smaller than one block");
+        cr_assert_eq(portpool_new(NULL, 24000, 24009, 5, &p, &err), -EINVAL);
         cr_assert_null(p);
 
         /* The edges are fine. */
-        cr_assert_eq(portpool_new(st, 41000, 41004, 5, &p, &err), 0, "%s", err.msg);
+        cr_assert_eq(portpool_new(st, 24000, 24004, 5, &p, &err), 0, "%s", err.msg);
         portpool_free(p);
         cr_assert_eq(portpool_new(st, 65535, 65535, 1, &p, &err), 0, "%s", err.msg);
         portpool_free(p);
@@ -102,7 +103,7 @@ Test(portpool, bad_ranges_refused)
 
 Test(portpool, zero_per_session_reserves_nothing)
 {
-        struct portpool *p = pool_new(41000, 41009, 0);
+        struct portpool *p = pool_new(24000, 24009, 0);
         size_t used = 9, total = 9;
 
         cr_assert_eq(portpool_per_session(p), 0);
@@ -117,7 +118,7 @@ Test(portpool, zero_per_session_reserves_nothing)
 Test(portpool, reserve_until_exhausted)
 {
         /* 53 ports, 5 per block: 10 blocks, 3 trailing ports never used. */
-        struct portpool *p = pool_new(41000, 41052, 5);
+        struct portpool *p = pool_new(24000, 24052, 5);
         struct sbx_error err = {};
         bool taken[10] = {};
         int ports[5];
@@ -131,15 +132,15 @@ Test(portpool, reserve_until_exhausted)
                 char session[16];
                 snprintf(session, sizeof(session), "s%d", i);
                 cr_assert_eq(portpool_reserve_block(p, "alice", session, ports, &err), 0, "%s", err.msg);
-                assert_block(ports, 5, 41000);
-                cr_assert_leq(ports[4], 41049);
-                cr_assert_not(taken[(ports[0] - 41000) / 5], "block handed out twice");
-                taken[(ports[0] - 41000) / 5] = true;
+                assert_block(ports, 5, 24000);
+                cr_assert_leq(ports[4], 24049);
+                cr_assert_not(taken[(ports[0] - 24000) / 5], "block handed out twice");
+                taken[(ports[0] - 24000) / 5] = true;
         }
 
         memset(ports, 0x7f, sizeof(ports));
         cr_assert_eq(portpool_reserve_block(p, "alice", "one-too-many", ports, &err), -ENOSPC);
-        cr_assert_not_null(strstr(err.msg, "port pool exhausted: all 10 blocks of 5 ports in 41000-41052 are in use "
+        cr_assert_not_null(strstr(err.msg, "port pool exhausted: all 10 blocks of 5 ports in 24000-24052 are in use "
                                            "or held by other processes"),
                            "%s", err.msg);
         cr_assert_eq(ports[0], 0x7f7f7f7f, "ret_ports untouched on failure");
@@ -152,7 +153,7 @@ Test(portpool, reserve_until_exhausted)
 
 Test(portpool, release_frees_block)
 {
-        struct portpool *p = pool_new(41000, 41009, 5);
+        struct portpool *p = pool_new(24000, 24009, 5);
         int a[5], b[5], c[5];
 
         cr_assert_eq(portpool_reserve_block(p, "alice", "s1", a, NULL), 0);
@@ -172,7 +173,7 @@ Test(portpool, release_frees_block)
 
 Test(portpool, reserve_is_idempotent)
 {
-        struct portpool *p = pool_new(41000, 41019, 5);
+        struct portpool *p = pool_new(24000, 24019, 5);
         int a[5], again[5], look[5];
         size_t used;
 
@@ -193,7 +194,7 @@ Test(portpool, reserve_is_idempotent)
 
 Test(portpool, persisted_across_restart)
 {
-        struct portpool *p = pool_new(41000, 41019, 5);
+        struct portpool *p = pool_new(24000, 24019, 5);
         struct sbx_error err = {};
         int a[5], b[5], look[5], fresh[5], last[5];
 
@@ -205,7 +206,7 @@ Test(portpool, persisted_across_restart)
         /* A new pool, and even a new connection, sees the same blocks. */
         store_close(st);
         cr_assert_eq(store_open(dbpath, &st, &err), 0, "%s", err.msg);
-        p = pool_new(41000, 41019, 5);
+        p = pool_new(24000, 24019, 5);
         cr_assert_eq(portpool_lookup(p, "alice", "s1", look), 0);
         cr_assert_eq(memcmp(a, look, sizeof(a)), 0);
         cr_assert_eq(portpool_lookup(p, "bob", "s1", look), 0);
@@ -222,7 +223,7 @@ Test(portpool, persisted_across_restart)
 
 Test(portpool, set_container_recorded)
 {
-        struct portpool *p = pool_new(41000, 41009, 5);
+        struct portpool *p = pool_new(24000, 24009, 5);
         struct store_port *rows = NULL;
         size_t n = 0;
         int a[5];
@@ -252,30 +253,30 @@ static int listen_on(uint32_t addr, int port)
 
 Test(portpool, block_held_outside_is_skipped_and_rechecked)
 {
-        struct portpool *p = pool_new(41100, 41109, 5); /* blocks 41100.. and 41105.. */
+        struct portpool *p = pool_new(24100, 24109, 5); /* blocks 24100.. and 24105.. */
         struct sbx_error err = {};
         int fd, a[5], b[5];
 
-        fd = listen_on(INADDR_LOOPBACK, 41102);
+        fd = listen_on(INADDR_LOOPBACK, 24102);
         cr_assert_eq(portpool_reserve_block(p, "alice", "s1", a, &err), 0, "%s", err.msg);
-        cr_assert_eq(a[0], 41105, "the block with the held port is skipped");
+        cr_assert_eq(a[0], 24105, "the block with the held port is skipped");
         cr_assert_eq(portpool_reserve_block(p, "alice", "s2", b, &err), -ENOSPC);
         cr_assert_eq(stored_ports(), 5);
 
         close(fd); /* never accepted anything: no TIME_WAIT left behind */
         cr_assert_eq(portpool_reserve_block(p, "alice", "s2", b, &err), 0, "not cached: %s", err.msg);
-        cr_assert_eq(b[0], 41100);
+        cr_assert_eq(b[0], 24100);
         portpool_free(p);
 }
 
 Test(portpool, wildcard_listener_is_seen_too)
 {
-        struct portpool *p = pool_new(41110, 41119, 5);
+        struct portpool *p = pool_new(24110, 24119, 5);
         int fd, a[5];
 
-        fd = listen_on(INADDR_ANY, 41110);
+        fd = listen_on(INADDR_ANY, 24110);
         cr_assert_eq(portpool_reserve_block(p, "alice", "s1", a, NULL), 0);
-        cr_assert_eq(a[0], 41115);
+        cr_assert_eq(a[0], 24115);
         close(fd);
         portpool_free(p);
 }
@@ -294,7 +295,7 @@ static bool keep_odd(const char *user, const char *session, void *ud)
 
 Test(portpool, release_unheld_releases_exactly_the_rest)
 {
-        struct portpool *p = pool_new(41000, 41049, 5);
+        struct portpool *p = pool_new(24000, 24049, 5);
         struct keep_ctx k = {};
         int ports[5];
         size_t used;
@@ -325,31 +326,31 @@ Test(portpool, release_unheld_releases_exactly_the_rest)
  * keep the block busy but are not a block the session can look up. */
 Test(portpool, foreign_layout_block_stays_busy_until_released)
 {
-        const int old[] = {41001, 41002, 41500 /* outside the range now */};
+        const int old[] = {24001, 24002, 24500 /* outside the range now */};
         struct portpool *p;
         int ports[5];
         size_t used;
 
         cr_assert_eq(store_ports_reserve(st, old, 3, "old", "s1", 1), 0);
-        p = pool_new(41000, 41009, 5);
+        p = pool_new(24000, 24009, 5);
         portpool_usage(p, &used, NULL);
         cr_assert_eq(used, 5);
         cr_assert_eq(portpool_lookup(p, "old", "s1", ports), -ENOENT);
 
         cr_assert_eq(portpool_reserve_block(p, "alice", "s1", ports, NULL), 0);
-        cr_assert_eq(ports[0], 41005);
+        cr_assert_eq(ports[0], 24005);
         cr_assert_eq(portpool_reserve_block(p, "alice", "s2", ports, NULL), -ENOSPC);
 
         cr_assert_eq(portpool_release(p, "old", "s1"), 0);
         cr_assert_eq(stored_ports(), 5, "the out-of-range port is released too");
         cr_assert_eq(portpool_reserve_block(p, "alice", "s2", ports, NULL), 0);
-        cr_assert_eq(ports[0], 41000);
+        cr_assert_eq(ports[0], 24000);
         portpool_free(p);
 }
 
 Test(portpool, bad_keys_refused)
 {
-        struct portpool *p = pool_new(41000, 41009, 5);
+        struct portpool *p = pool_new(24000, 24009, 5);
         char longid[70];
         int ports[5];
 
@@ -392,7 +393,7 @@ static void *racer_main(void *arg)
 
 Test(portpool, concurrent_reservations_never_collide)
 {
-        struct portpool *p = pool_new(41000, 41000 + THREADS * PER_THREAD * 3 - 1, 3);
+        struct portpool *p = pool_new(24000, 24000 + THREADS * PER_THREAD * 3 - 1, 3);
         pthread_t th[THREADS];
         struct racer rc[THREADS];
         bool seen[THREADS * PER_THREAD] = {};
@@ -407,7 +408,7 @@ Test(portpool, concurrent_reservations_never_collide)
         for (int i = 0; i < THREADS; i++) {
                 cr_assert_eq(rc[i].failures, 0);
                 for (int j = 0; j < PER_THREAD; j++) {
-                        int k = (rc[i].first[j] - 41000) / 3;
+                        int k = (rc[i].first[j] - 24000) / 3;
                         cr_assert_not(seen[k], "block %d handed out twice", k);
                         seen[k] = true;
                 }

@@ -1,0 +1,46 @@
+# check_boundaries.cmake — which files may include which third-party library (issue 19).
+#
+# CMake links each library PRIVATE to the module that owns it (CMakeLists.txt), but the headers
+# sit in /usr/include, where every file could include them. This script closes that gap: run by
+# the build (cmake -DROOT=<source dir> -DOUT=<stamp> -P check_boundaries.cmake), it fails when a
+# file under src/ or include/ includes a library's header outside the module that owns it. The
+# public headers (include/sandboxd/) may include none of them: owners expose opaque types.
+#
+# Each rule: a regex on the #include line, then a regex on the file's path under ROOT. When the
+# files move into folders (src/docker/...), update the paths here and in CMakeLists.txt.
+set(rules
+    "<curl/" "^src/(docker[^/]*|mcp_api_https\\.c)$" # the Docker client; the MCP adapter's HTTPS client
+    "<sqlite3\\.h>" "^src/store[^/]*$"
+    "<microhttpd\\.h>" "^src/http[^/]*$"
+    "<gnutls/" "^src/http[^/]*$"
+    "<event2/" "^src/(gateway|egress)[^/]*$"
+    "<http_parser\\.h>" "^src/egress[^/]*$"
+    "<openssl/" "^src/(sha256|utf8)\\.c$")
+
+file(GLOB_RECURSE files RELATIVE ${ROOT} ${ROOT}/src/*.c ${ROOT}/src/*.h ${ROOT}/include/*.h)
+set(bad "")
+foreach(f ${files})
+  file(STRINGS ${ROOT}/${f} lines REGEX "^[ \t]*#[ \t]*include")
+  if(NOT lines)
+    continue()
+  endif()
+  set(i 0)
+  list(LENGTH rules n)
+  while(i LESS n)
+    list(GET rules ${i} header)
+    math(EXPR j "${i} + 1")
+    list(GET rules ${j} allowed)
+    math(EXPR i "${i} + 2")
+    foreach(line IN LISTS lines)
+      if(line MATCHES "${header}" AND NOT f MATCHES "${allowed}")
+        string(STRIP "${line}" line)
+        string(APPEND bad "  ${f}: ${line} (allowed only in ${allowed})\n")
+      endif()
+    endforeach()
+  endwhile()
+endforeach()
+if(bad)
+  message(FATAL_ERROR "A library's header is included outside the module that owns it:\n${bad}"
+                      "Call the owner's API instead (see cmake/check_boundaries.cmake).")
+endif()
+file(WRITE ${OUT} "ok\n")

@@ -49,24 +49,6 @@ int session_state_from_string(const char *s, enum session_state *ret)
         return -EINVAL;
 }
 
-bool session_id_valid(const char *id)
-{
-        size_t n;
-
-        if (!id)
-                return false;
-        n = strnlen(id, SESSION_KEY_MAX + 1);
-        if (n == 0 || n > SESSION_KEY_MAX || strcmp(id, ".") == 0 || strcmp(id, "..") == 0)
-                return false;
-        for (size_t i = 0; i < n; i++) {
-                char c = id[i];
-                if (!((c >= 'a' && c <= 'z') || (c >= 'A' && c <= 'Z') || (c >= '0' && c <= '9') || c == '_' ||
-                      c == '.' || c == '-'))
-                        return false;
-        }
-        return true;
-}
-
 int session_key_check(const char *user, const char *session, struct sbx_error *err)
 {
         if (!session_id_valid(user))

@@ -164,3 +164,21 @@ int base64_decode(const char *s, size_t len, unsigned char **ret, size_t *ret_le
         *ret_len = total - tail; /* EVP_DecodeBlock counts the padding as zero bytes */
         return 0;
 }
+
+bool session_id_valid(const char *id)
+{
+        size_t n;
+
+        if (!id)
+                return false;
+        n = strnlen(id, SBX_ID_MAX + 1);
+        if (n == 0 || n > SBX_ID_MAX || strcmp(id, ".") == 0 || strcmp(id, "..") == 0)
+                return false;
+        for (size_t i = 0; i < n; i++) {
+                char c = id[i];
+                if (!((c >= 'a' && c <= 'z') || (c >= 'A' && c <= 'Z') || (c >= '0' && c <= '9') || c == '_' ||
+                      c == '.' || c == '-'))
+                        return false;
+        }
+        return true;
+}

@@ -17,6 +17,7 @@
 
 #include "sandboxd/common.h"
 #include "sandboxd/config.h"
+#include "sandboxd/utf8.h"
 
 struct docker;
 struct store;
@@ -25,7 +26,7 @@ struct session_manager;
 struct session;
 struct quota;
 
-#define SESSION_KEY_MAX 64
+#define SESSION_KEY_MAX SBX_ID_MAX
 
 enum session_state {
         SESSION_CREATING,
@@ -37,8 +38,7 @@ enum session_state {
 const char *session_state_to_string(enum session_state s);
 int session_state_from_string(const char *s, enum session_state *ret);
 
-/* 1-64 characters of [A-Za-z0-9_.-], not "." nor "..". */
-bool session_id_valid(const char *id);
+/* session_id_valid(): utf8.h */
 /* Both parts valid; otherwise -EINVAL with a message naming the bad part. */
 int session_key_check(const char *user, const char *session, struct sbx_error *err);
 

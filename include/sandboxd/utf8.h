@@ -26,4 +26,11 @@ char *utf8_sanitize(const void *buf, size_t len);
 char *base64_encode(const void *buf, size_t len);
 int base64_decode(const char *s, size_t len, unsigned char **ret, size_t *ret_len);
 
+/* A user or session id (and a slot, an actor): 1-SBX_ID_MAX characters of
+ * [A-Za-z0-9_.-], not "." nor "..". Safe as a path component. Here, in the
+ * base library, so that a front (sandboxd-mcp) checks ids without linking
+ * the session manager. */
+#define SBX_ID_MAX 64
+bool session_id_valid(const char *id);
+
 #endif

@@ -32,8 +32,6 @@
 
 #define DOCKER_CONNECT_TIMEOUT_MS 5000L
 
-static inline void curl_freep(char **p) { curl_free(*p); }
-#define _cleanup_curl_free_ _cleanup_(curl_freep)
 
 /* Failed Engine API calls, process-wide (a relaxed atomic: metrics reads it). */
 static uint64_t api_errors;

@@ -32,7 +32,6 @@
 
 #define DOCKER_CONNECT_TIMEOUT_MS 5000L
 
-
 /* Failed Engine API calls, process-wide (a relaxed atomic: metrics reads it). */
 static uint64_t api_errors;
 

@@ -277,25 +277,36 @@ static int open_err(int e)
 
 /* ---- read ---- */
 
-static void file_read(uint32_t tag, const struct rp_file_req *rq, const char *path)
+/* Open an existing path under /workspace; on failure the reply is sent and -1 returned. */
+static int open_existing(uint32_t tag, const char *path, int flags)
 {
-        static char buf[RP_CHUNK];
         char res[PATH_MAX];
-        struct stat st = {0};
-        size_t want, got = 0, room;
         int fd, r;
 
         r = ws_resolve(path, false, res, sizeof(res), NULL);
         if (r < 0) {
                 reply(tag, r, 0, 0, 0, NULL, 0);
-                return;
+                return -1;
         }
-        /* O_NONBLOCK: opening a FIFO must not wait for a writer */
-        fd = ws_open(res, O_RDONLY | O_NONBLOCK, 0);
+        fd = ws_open(res, flags, 0);
         if (fd < 0) {
                 reply(tag, open_err(fd), 0, 0, 0, NULL, 0);
-                return;
+                return -1;
         }
+        return fd;
+}
+
+static void file_read(uint32_t tag, const struct rp_file_req *rq, const char *path)
+{
+        static char buf[RP_CHUNK];
+        struct stat st = {0};
+        size_t want, got = 0, room;
+        int fd;
+
+        /* O_NONBLOCK: opening a FIFO must not wait for a writer */
+        fd = open_existing(tag, path, O_RDONLY | O_NONBLOCK);
+        if (fd < 0)
+                return;
         if (fstat(fd, &st) < 0 || !S_ISREG(st.st_mode)) {
                 reply(tag, S_ISDIR(st.st_mode) ? EISDIR : EINVAL, 0, 0, 0, NULL, 0);
                 close(fd);
@@ -558,23 +569,15 @@ static void file_list(uint32_t tag, const struct rp_file_req *rq, const char *pa
 {
         static struct lent ents[RP_FILE_LIST_MAX + 1];
         static unsigned char buf[RP_CHUNK];
-        char res[PATH_MAX];
         size_t n = 0, len = 0, i, room;
         bool truncated = false;
         struct dirent *de;
         DIR *d;
-        int fd, dfd, r;
+        int fd, dfd;
 
-        r = ws_resolve(path, false, res, sizeof(res), NULL);
-        if (r < 0) {
-                reply(tag, r, 0, 0, 0, NULL, 0);
+        fd = open_existing(tag, path, O_RDONLY | O_DIRECTORY);
+        if (fd < 0)
                 return;
-        }
-        fd = ws_open(res, O_RDONLY | O_DIRECTORY, 0);
-        if (fd < 0) {
-                reply(tag, open_err(fd), 0, 0, 0, NULL, 0);
-                return;
-        }
         dfd = dup(fd);
         d = fdopendir(fd);
         if (!d || dfd < 0) {

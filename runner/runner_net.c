@@ -37,6 +37,7 @@
 #include <time.h>
 #include <unistd.h>
 
+#include "runner_ext.h"
 #include "sandboxd/runner_proto.h"
 
 #define MAX_PAIRS 4096
@@ -112,12 +113,16 @@ static void pair_kill(struct pair *p)
         dead_list = p;
 }
 
+/* A pair takes both fds: they are closed if it cannot be made. */
 static struct pair *pair_new(int fd0, int fd1, bool connecting1)
 {
         struct pair *p;
 
-        if (n_pairs >= MAX_PAIRS || !(p = calloc(1, sizeof(*p))))
+        if (n_pairs >= MAX_PAIRS || !(p = calloc(1, sizeof(*p)))) {
+                close(fd0);
+                close(fd1);
                 return NULL;
+        }
         p->fd[0] = fd0;
         p->fd[1] = fd1;
         p->connecting[1] = connecting1;
@@ -130,6 +135,8 @@ static struct pair *pair_new(int fd0, int fd1, bool connecting1)
                         if (i == 1)
                                 epoll_ctl(epfd, EPOLL_CTL_DEL, p->fd[0], NULL);
                         free(p);
+                        close(fd0);
+                        close(fd1);
                         return NULL;
                 }
         }
@@ -286,11 +293,8 @@ static void egress_accept(void)
                         continue;
                 }
                 p = pair_new(c, d, false);
-                if (!p) {
-                        close(c);
-                        close(d);
+                if (!p)
                         continue;
-                }
                 end_event(p, 0, EPOLLIN | EPOLLOUT);
                 if (!p->dead)
                         end_event(p, 1, EPOLLIN | EPOLLOUT);
@@ -363,11 +367,8 @@ static void fwd_open(uint32_t tag, const struct rp_fwd_open *op)
                 return;
         }
         p = pair_new(d, t, connecting);
-        if (!p) {
-                close(d);
-                close(t);
+        if (!p)
                 return;
-        }
         end_event(p, 0, EPOLLIN | EPOLLOUT);
 }
 
@@ -423,14 +424,8 @@ static void *net_main(void *ud __attribute__((unused)))
                         egress_listen();
                         next_listen = now + 2000;
                 }
-                if (ctrl < 0 && now >= next_ctrl) {
-                        if (ctrl_connect())
-                                backoff = 50;
-                        else {
-                                next_ctrl = now + backoff;
-                                backoff = backoff * 2 > 2000 ? 2000 : backoff * 2;
-                        }
-                }
+                if (ctrl < 0)
+                        reconnect_step(now, ctrl_connect, &next_ctrl, &backoff, 50, 2000);
                 if (ctrl < 0 && next_ctrl - now < timeout)
                         timeout = next_ctrl - now > 0 ? (int)(next_ctrl - now) : 0;
                 if (run_head)

@@ -7,35 +7,16 @@
  * It connects to the daemon through the session directory (RP_SOCKET_DIR,
  * a read-only bind mount of a root-owned host directory) and reconnects
  * with backoff whenever the daemon is away. It starts executions on
- * request (see runner_proto.h), each under a shim of its own:
- *
- *   runner ─ shim (child subreaper) ─ leader (setsid: own session and group)
- *                                      └ every descendant, however it forks
- *
- * Orphans of an execution reparent to its shim, never to the runner, so
- * "the execution's processes" is exactly "the shim's descendants" and a
- * signal reaches every one of them: double-forked, setsid and `env -i`
- * processes included. The shim reports the leader's wait status and the
- * rusage of everything it reaped, then keeps reaping until its subtree is
- * empty.
+ * request (see runner_proto.h), each under a shim of its own (runner_execution.c).
  *
  * Services (runner_svc.c) live under shims of their own the same way, and
  * workspace files (runner_files.c) are read and written confined to
  * /workspace; both are described in runner_proto.h.
  *
- * Single-threaded: one poll loop. Every buffer is bounded: output is read
- * from a pipe only while the execution's retained buffer (RP_RETAIN_CAP per
- * stream, RETAIN_TOTAL in all) has room, so a process whose output cannot be
- * delivered blocks in write() instead of losing bytes.
- *
- * Durable executions: an execution outlives the daemon's connection. Its
- * output is kept from the daemon's last RP_ACK on, its exit status until
- * RP_FORGET; after a reconnect the runner lists what it holds (RP_JOB) and
- * the daemon resumes each one at the byte it had persisted (RP_RESUME).
- *
- * Terminals: an RP_EXEC_TTY execution runs on a pseudo-terminal the runner
- * opens itself (posix_openpt on the container's /dev/ptmx), made the
- * controlling terminal of the leader's session.
+ * Single-threaded: one poll loop. This file is the loop, the connection
+ * (framing in and out, reconnecting) and reaping; executions, with their
+ * durable output, are runner_execution.c, their processes and terminals
+ * runner_proc.c.
  *
  * The runner is non-dumpable (no ptrace, no /proc/<pid>/mem for the tenant's
  * uid). Tenant code runs as the same uid and can still kill it; the runner
@@ -66,61 +47,13 @@
 #include "runner_ext.h"
 #include "sandboxd/runner_proto.h"
 
-#ifndef SYS_close_range
-#define SYS_close_range 436
-#endif
-
-#ifndef TIOCGPTPEER
-#define TIOCGPTPEER 0x5441
-#endif
-
-#define MAX_JOBS RP_MAX_JOBS
-#define RETAIN_TOTAL (16 * 1024 * 1024) /* unacknowledged output of all executions together */
 #define OUT_CAP (1024 * 1024)      /* frames waiting for the daemon */
-#define STDIN_CAP (2 * RP_STDIN_WINDOW)
-#define DRAIN_MS 200               /* output still read after the leader exited */
-#define MAX_PROCS 8192
 
-/* One output stream's bytes the daemon has not acknowledged yet. */
-struct ostream {
-        char *buf;
-        size_t len, size;
-        uint64_t base; /* stream offset of buf[0]: the daemon persisted everything before it */
-        uint64_t sent; /* next offset to frame on the current connection */
-};
-
-struct job {
-        bool used;
-        bool exit_sent;   /* RP_EXIT went out on the current connection */
-        bool have_status; /* the shim reported the leader's end */
-        bool finished;    /* leader ended and output drained: later output is discarded */
-        bool adopted;     /* started or resumed on the current connection: frames about it may go out */
-        bool forgotten;   /* RP_FORGET: nothing more is reported; freed once its pipes close */
-        bool shim_gone;
-        uint32_t tag;
-        pid_t shim;
-        int out[2];       /* read ends of stdout/stderr (a tty: out[0] is the terminal, out[1] -1) */
-        int in;           /* write end of stdin, -1 if none */
-        int status;       /* read end of the shim's report */
-        int pty;          /* the terminal's master side, -1 without a tty */
-        char *inq;
-        size_t inq_len, inq_off;
-        size_t in_old;    /* queued stdin from an earlier connection: written, never acknowledged */
-        bool in_eof;
-        int64_t exited_at;
-        struct rp_exit ex;
-        struct ostream os[2];
-        char code_path[256];
-};
-
-static struct job jobs[MAX_JOBS];
-static void jobs_detach(void);
 static int sock = -1;
 static char *outbuf;
 static size_t out_len, out_off;
 static unsigned char *inbuf;
 static size_t in_len;
-static size_t retained_total;
 static int sigpipe_fds[2] = {-1, -1};
 static const char *sock_path = RP_SOCKET_DIR "/" RP_SOCKET_NAME;
 
@@ -145,6 +78,18 @@ int64_t now_ms(void)
         return (int64_t)ts.tv_sec * 1000 + ts.tv_nsec / 1000000;
 }
 
+void reconnect_step(int64_t now, bool (*connect_fn)(void), int64_t *next, int64_t *backoff, int64_t lo, int64_t hi)
+{
+        if (now < *next)
+                return;
+        if (connect_fn()) {
+                *backoff = lo;
+                return;
+        }
+        *next = now + *backoff;
+        *backoff = *backoff * 2 > hi ? hi : *backoff * 2;
+}
+
 static void on_sigchld(int sig)
 {
         int saved = errno;
@@ -156,7 +101,9 @@ static void on_sigchld(int sig)
 
 /* ---- outgoing frames ---- */
 
-static bool out_room(size_t n) { return out_len + n <= OUT_CAP; }
+bool connected(void) { return sock >= 0; }
+
+bool out_room(size_t n) { return out_len + n <= OUT_CAP; }
 
 /* Control frames may exceed OUT_CAP a little: they are few and small. */
 void send_frame(uint16_t type, uint16_t flags, uint32_t tag, const void *p1, size_t n1, const void *p2, size_t n2)
@@ -183,7 +130,7 @@ size_t out_reply_room(void)
         return out_len + RP_HDR_LEN < cap ? cap - out_len - RP_HDR_LEN : 0;
 }
 
-static void send_failed(uint32_t tag, int err, const char *msg)
+void send_failed(uint32_t tag, int err, const char *msg)
 {
         uint32_t e = (uint32_t)err;
         send_frame(RP_FAILED, 0, tag, &e, sizeof(e), msg, strlen(msg));
@@ -199,7 +146,7 @@ static void disconnect(void)
          * Executions keep their unacknowledged output and their exit. */
         out_len = out_off = 0;
         in_len = 0;
-        jobs_detach();
+        exec_disconnected();
 }
 
 static void flush_out(void)
@@ -224,725 +171,6 @@ static void flush_out(void)
         }
 }
 
-/* ---- process trees ---- */
-
-size_t proc_scan(pid_t *pid, pid_t *ppid, size_t max)
-{
-        DIR *d = opendir("/proc");
-        struct dirent *de;
-        size_t n = 0;
-
-        if (!d)
-                return 0;
-        while ((de = readdir(d)) && n < max) {
-                char path[300], buf[512], *p;
-                int fd;
-                ssize_t k;
-                char state;
-                int pp;
-
-                if (de->d_name[0] < '1' || de->d_name[0] > '9')
-                        continue;
-                snprintf(path, sizeof(path), "/proc/%s/stat", de->d_name);
-                fd = open(path, O_RDONLY | O_CLOEXEC);
-                if (fd < 0)
-                        continue;
-                k = read(fd, buf, sizeof(buf) - 1);
-                close(fd);
-                if (k <= 0)
-                        continue;
-                buf[k] = '\0';
-                p = strrchr(buf, ')');
-                if (!p || sscanf(p + 1, " %c %d", &state, &pp) != 2 || state == 'Z' || state == 'X')
-                        continue;
-                pid[n] = (pid_t)atoi(de->d_name);
-                ppid[n] = (pid_t)pp;
-                n++;
-        }
-        closedir(d);
-        return n;
-}
-
-/* Signal every descendant of root (not root itself); returns how many. */
-static int tree_signal(pid_t root, int sig)
-{
-        static pid_t pid[MAX_PROCS], ppid[MAX_PROCS];
-        static bool mark[MAX_PROCS];
-        size_t n = proc_scan(pid, ppid, MAX_PROCS);
-        int hits = 0;
-        bool changed;
-
-        memset(mark, 0, n * sizeof(mark[0]));
-        do {
-                changed = false;
-                for (size_t i = 0; i < n; i++) {
-                        if (mark[i])
-                                continue;
-                        bool under = ppid[i] == root;
-                        for (size_t j = 0; !under && j < n; j++)
-                                under = mark[j] && pid[j] == ppid[i];
-                        if (under)
-                                mark[i] = changed = true;
-                }
-        } while (changed);
-        for (size_t i = 0; i < n; i++)
-                if (mark[i] && kill(pid[i], sig) == 0)
-                        hits++;
-        return hits;
-}
-
-void tree_kill(pid_t root, int sig)
-{
-        if (sig != SIGKILL) {
-                (void)tree_signal(root, sig);
-                return;
-        }
-        /* Freeze, then kill, until a scan finds nobody: a process forking
-         * between two scans is caught by the next one. */
-        for (int round = 0; round < 64; round++) {
-                if (tree_signal(root, SIGSTOP) == 0)
-                        break;
-                (void)tree_signal(root, SIGKILL);
-        }
-}
-
-/* ---- executions ---- */
-
-static struct job *job_find(uint32_t tag)
-{
-        for (int i = 0; i < MAX_JOBS; i++)
-                if (jobs[i].used && jobs[i].tag == tag && !jobs[i].forgotten)
-                        return &jobs[i];
-        return NULL;
-}
-
-static void job_close_fd(int *fd)
-{
-        if (*fd >= 0)
-                close(*fd);
-        *fd = -1;
-}
-
-static void ostream_release(struct ostream *o)
-{
-        retained_total -= o->len;
-        free(o->buf);
-        memset(o, 0, sizeof(*o));
-}
-
-static void job_free(struct job *j)
-{
-        job_close_fd(&j->out[0]);
-        job_close_fd(&j->out[1]);
-        job_close_fd(&j->in);
-        job_close_fd(&j->status);
-        job_close_fd(&j->pty);
-        ostream_release(&j->os[0]);
-        ostream_release(&j->os[1]);
-        free(j->inq);
-        memset(j, 0, sizeof(*j));
-        j->out[0] = j->out[1] = j->in = j->status = j->pty = -1;
-}
-
-/* The shim: reap the leader, report, keep reaping the subtree. Never returns. */
-static void shim_main(pid_t leader)
-{
-        struct {
-                int status;
-                struct rusage ru;
-        } rep = {0};
-        int st;
-        pid_t p;
-
-        for (;;) {
-                p = waitpid(-1, &st, 0);
-                if (p == leader) {
-                        rep.status = st;
-                        break;
-                }
-                if (p < 0 && errno != EINTR) {
-                        rep.status = 255 << 8;
-                        break;
-                }
-        }
-        getrusage(RUSAGE_CHILDREN, &rep.ru);
-        if (write(3, &rep, sizeof(rep)) < 0) {
-        }
-        close(3);
-        while (waitpid(-1, &st, 0) > 0 || errno == EINTR)
-                ;
-        _exit(0);
-}
-
-static void leader_exec(const char *workdir, char **argv, char **envp, bool tty)
-{
-        sigset_t none;
-
-        sigemptyset(&none);
-        sigprocmask(SIG_SETMASK, &none, NULL);
-        signal(SIGPIPE, SIG_DFL);
-        signal(SIGCHLD, SIG_DFL);
-        signal(SIGTERM, SIG_DFL);
-        setsid();
-        if (tty)
-                (void)ioctl(0, TIOCSCTTY, 0); /* the new session's controlling terminal */
-        close(3);
-        if (chdir(workdir) < 0) {
-                dprintf(2, "sandboxd-runner: cannot enter %s: %s\n", workdir, strerror(errno));
-                _exit(126);
-        }
-        execvpe(argv[0], argv, envp);
-        dprintf(2, "sandboxd-runner: %s: %s\n", argv[0], strerror(errno));
-        _exit(errno == ENOENT ? 127 : 126);
-}
-
-/* ---- terminals ---- */
-
-static bool winsize_ok(uint32_t rows, uint32_t cols)
-{
-        return rows >= 1 && rows <= RP_TTY_MAX_ROWS && cols >= 1 && cols <= RP_TTY_MAX_COLS;
-}
-
-/* A new pseudo-terminal from the container's /dev/ptmx: the master for the
- * runner, the slave for the execution (opened through the master, so no
- * path under /dev/pts is trusted). -1 with errno on failure. */
-static int pty_open(uint16_t rows, uint16_t cols, int *ret_master, int *ret_slave)
-{
-        struct winsize ws = {.ws_row = rows, .ws_col = cols};
-        int m = posix_openpt(O_RDWR | O_NOCTTY | O_CLOEXEC), sl = -1, saved;
-
-        if (m < 0)
-                return -1;
-        if (unlockpt(m) < 0 || ioctl(m, TIOCSWINSZ, &ws) < 0)
-                goto fail;
-        sl = ioctl(m, TIOCGPTPEER, O_RDWR | O_NOCTTY | O_CLOEXEC);
-        if (sl < 0) {
-                /* kernels before 4.13: by name; /dev/pts is the container's devpts, which tenants cannot plant in */
-                char *name = ptsname(m);
-                if (!name || (sl = open(name, O_RDWR | O_NOCTTY | O_CLOEXEC)) < 0)
-                        goto fail;
-        }
-        *ret_master = m;
-        *ret_slave = sl;
-        return 0;
-fail:
-        saved = errno;
-        close(m);
-        errno = saved;
-        return -1;
-}
-
-static void job_resize(struct job *j, const unsigned char *p, size_t len)
-{
-        struct rp_winsize w;
-        struct winsize ws;
-
-        if (j->pty < 0 || len != sizeof(w))
-                return;
-        memcpy(&w, p, sizeof(w));
-        if (!winsize_ok(w.rows, w.cols))
-                return;
-        ws = (struct winsize){.ws_row = w.rows, .ws_col = w.cols};
-        (void)ioctl(j->pty, TIOCSWINSZ, &ws); /* the kernel sends SIGWINCH to its foreground group */
-}
-
-/* Parse an RP_EXEC payload and start it. Every length is checked. */
-static void job_start(uint32_t tag, uint16_t flags, const unsigned char *p, size_t len)
-{
-        struct rp_exec hdr;
-        const char *s, *end, *workdir, *code_path;
-        char **argv = NULL, **envp = NULL;
-        int pin[2] = {-1, -1}, pout[2] = {-1, -1}, perr[2] = {-1, -1}, pst[2] = {-1, -1};
-        int ptm = -1, pts = -1;
-        bool tty = flags & RP_EXEC_TTY;
-        struct job *j = NULL;
-        size_t nenv_base = 0;
-        extern char **environ;
-        pid_t shim;
-
-        if (len < sizeof(hdr)) {
-                send_failed(tag, EINVAL, "short exec frame");
-                return;
-        }
-        memcpy(&hdr, p, sizeof(hdr));
-        if (hdr.argc < 1 || hdr.argc > RP_MAX_ARGS || hdr.envc > RP_MAX_ARGS || hdr.code_len > len ||
-            (tty && !winsize_ok(hdr.winsize >> 16, hdr.winsize & 0xffff))) {
-                send_failed(tag, EINVAL, "bad exec header");
-                return;
-        }
-        if (job_find(tag)) {
-                send_failed(tag, EEXIST, "tag in use");
-                return;
-        }
-        for (int i = 0; i < MAX_JOBS && !j; i++)
-                if (!jobs[i].used)
-                        j = &jobs[i];
-        if (!j) {
-                send_failed(tag, EBUSY, "too many executions in this container");
-                return;
-        }
-        s = (const char *)p + sizeof(hdr);
-        end = (const char *)p + len - hdr.code_len;
-        if (s > end) {
-                send_failed(tag, EINVAL, "bad exec lengths");
-                return;
-        }
-        while (environ && environ[nenv_base])
-                nenv_base++;
-        argv = calloc(hdr.argc + 1, sizeof(char *));
-        envp = calloc(nenv_base + hdr.envc + 1, sizeof(char *));
-        if (!argv || !envp)
-                goto nomem;
-        /* strings: workdir, code_path, argv..., env... — each must end inside the frame */
-        {
-                const char **slots[2] = {&workdir, &code_path};
-                size_t total = 2 + hdr.argc + hdr.envc, k = 0;
-                for (; k < total; k++) {
-                        const char *z = memchr(s, '\0', (size_t)(end - s));
-                        if (!z) {
-                                send_failed(tag, EINVAL, "unterminated string in exec frame");
-                                goto out;
-                        }
-                        if (k < 2)
-                                *slots[k] = s;
-                        else if (k < 2 + hdr.argc)
-                                argv[k - 2] = (char *)s;
-                        else
-                                envp[nenv_base + (k - 2 - hdr.argc)] = (char *)s;
-                        s = z + 1;
-                }
-        }
-        /* container environment first, minus what the request overrides */
-        {
-                size_t w = 0;
-                for (size_t b = 0; b < nenv_base; b++) {
-                        const char *eq = strchr(environ[b], '=');
-                        size_t kl = eq ? (size_t)(eq - environ[b]) + 1 : strlen(environ[b]);
-                        bool over = false;
-                        for (uint32_t e = 0; e < hdr.envc && !over; e++)
-                                over = strncmp(envp[nenv_base + e], environ[b], kl) == 0;
-                        if (!over)
-                                envp[w++] = environ[b];
-                }
-                for (uint32_t e = 0; e < hdr.envc; e++)
-                        envp[w++] = envp[nenv_base + e];
-                envp[w] = NULL;
-        }
-        if (workdir[0] != '/' || strlen(code_path) >= sizeof(j->code_path)) {
-                send_failed(tag, EINVAL, "bad workdir or code path");
-                goto out;
-        }
-        if (code_path[0]) {
-                int fd = open(code_path, O_WRONLY | O_CREAT | O_EXCL | O_NOFOLLOW | O_CLOEXEC, 0600);
-                const unsigned char *c = (const unsigned char *)end;
-                size_t left = hdr.code_len;
-                if (fd < 0) {
-                        send_failed(tag, errno, "cannot create the code file");
-                        goto out;
-                }
-                while (left > 0) {
-                        ssize_t w = write(fd, c, left);
-                        if (w <= 0) {
-                                close(fd);
-                                unlink(code_path);
-                                send_failed(tag, EIO, "cannot write the code file");
-                                goto out;
-                        }
-                        c += w;
-                        left -= (size_t)w;
-                }
-                close(fd);
-        }
-        if (tty) {
-                if (pty_open((uint16_t)(hdr.winsize >> 16), (uint16_t)(hdr.winsize & 0xffff), &ptm, &pts) < 0) {
-                        send_failed(tag, errno, "cannot open a pseudo-terminal");
-                        goto fail_fds;
-                }
-                /* the leader's stdin, stdout and stderr are all the terminal */
-                pin[0] = pts;
-                pout[1] = pts;
-                perr[1] = pts;
-                pts = -1;
-        }
-        if ((!tty && (pipe2(pout, O_CLOEXEC) < 0 || pipe2(perr, O_CLOEXEC) < 0)) || pipe2(pst, O_CLOEXEC) < 0 ||
-            (!tty && (flags & RP_EXEC_STDIN) && pipe2(pin, O_CLOEXEC) < 0)) {
-                send_failed(tag, errno, "cannot make pipes");
-                goto fail_fds;
-        }
-        shim = fork();
-        if (shim < 0) {
-                send_failed(tag, errno, "cannot fork");
-                goto fail_fds;
-        }
-        if (shim == 0) {
-                int devnull = -1;
-                pid_t leader;
-                prctl(PR_SET_CHILD_SUBREAPER, 1);
-                if (pin[0] < 0)
-                        pin[0] = devnull = open("/dev/null", O_RDONLY | O_CLOEXEC);
-                /* stdio of the leader at 0..2, the report pipe at 3, nothing else */
-                int keep[4] = {fcntl(pin[0], F_DUPFD_CLOEXEC, 10), fcntl(pout[1], F_DUPFD_CLOEXEC, 10),
-                               fcntl(perr[1], F_DUPFD_CLOEXEC, 10), fcntl(pst[1], F_DUPFD_CLOEXEC, 10)};
-                for (int i = 0; i < 4; i++)
-                        if (keep[i] < 0 || dup2(keep[i], i) < 0)
-                                _exit(125);
-                syscall(SYS_close_range, 4u, ~0u, 0u);
-                (void)devnull;
-                leader = fork();
-                if (leader < 0)
-                        _exit(125);
-                if (leader == 0)
-                        leader_exec(workdir, argv, envp, tty);
-                close(0);
-                close(1);
-                close(2);
-                shim_main(leader);
-        }
-        close(pst[1]);
-        if (tty) {
-                close(pout[1]); /* the one slave fd: pin[0] and perr[1] are the same */
-        } else {
-                close(pout[1]);
-                close(perr[1]);
-                if (pin[0] >= 0)
-                        close(pin[0]);
-        }
-        memset(j, 0, sizeof(*j));
-        j->used = true;
-        j->adopted = true;
-        j->tag = tag;
-        j->shim = shim;
-        j->status = pst[0];
-        j->pty = -1;
-        if (tty) {
-                /* one open terminal, three fds: output, input (closed at EOF), window size */
-                j->pty = ptm;
-                j->out[0] = fcntl(ptm, F_DUPFD_CLOEXEC, 3);
-                j->out[1] = -1;
-                j->in = fcntl(ptm, F_DUPFD_CLOEXEC, 3);
-        } else {
-                j->out[0] = pout[0];
-                j->out[1] = perr[0];
-                j->in = pin[1];
-        }
-        if (j->in >= 0)
-                fcntl(j->in, F_SETFL, O_NONBLOCK);
-        if (j->out[0] >= 0)
-                fcntl(j->out[0], F_SETFL, O_NONBLOCK);
-        if (j->out[1] >= 0)
-                fcntl(j->out[1], F_SETFL, O_NONBLOCK);
-        snprintf(j->code_path, sizeof(j->code_path), "%s", code_path);
-        {
-                uint32_t pid = (uint32_t)shim;
-                send_frame(RP_STARTED, 0, tag, &pid, sizeof(pid), NULL, 0);
-        }
-        goto out;
-
-fail_fds:
-        if (ptm >= 0)
-                close(ptm);
-        if (tty) {
-                if (pout[1] >= 0)
-                        close(pout[1]); /* the slave, once */
-                pin[0] = pout[1] = perr[1] = -1;
-        }
-        for (int i = 0; i < 2; i++) {
-                if (pin[i] >= 0)
-                        close(pin[i]);
-                if (pout[i] >= 0)
-                        close(pout[i]);
-                if (perr[i] >= 0)
-                        close(perr[i]);
-                if (pst[i] >= 0)
-                        close(pst[i]);
-        }
-        if (code_path[0])
-                unlink(code_path);
-        goto out;
-nomem:
-        send_failed(tag, ENOMEM, "out of memory");
-out:
-        free(argv);
-        free(envp);
-}
-
-static void job_stdin_pump(struct job *j)
-{
-        while (j->in >= 0 && j->inq_off < j->inq_len) {
-                ssize_t n = write(j->in, j->inq + j->inq_off, j->inq_len - j->inq_off);
-                if (n < 0) {
-                        if (errno == EINTR)
-                                continue;
-                        if (errno == EAGAIN)
-                                return;
-                        job_close_fd(&j->in); /* it closed its stdin: the rest can never be read */
-                        break;
-                }
-                j->inq_off += (size_t)n;
-                /* bytes queued before a reconnect belong to no window of the current daemon */
-                size_t old = j->in_old < (size_t)n ? j->in_old : (size_t)n;
-                j->in_old -= old;
-                uint32_t ack = (uint32_t)((size_t)n - old);
-                if (ack && j->adopted)
-                        send_frame(RP_STDIN_ACK, 0, j->tag, &ack, sizeof(ack), NULL, 0);
-        }
-        if (j->inq_off == j->inq_len)
-                j->inq_off = j->inq_len = 0;
-        if (j->in_eof && j->inq_len == 0 && j->in >= 0) {
-                if (j->pty >= 0 && write(j->in, "\x04", 1) < 0) {
-                        /* a terminal has no end of input: ^D is its EOF; a full one cannot take it */
-                }
-                job_close_fd(&j->in);
-        }
-}
-
-static void job_stdin(struct job *j, const unsigned char *p, size_t len, bool eof)
-{
-        if (eof) {
-                j->in_eof = true;
-        } else if (j->in >= 0) {
-                if (j->inq_off > 0) {
-                        memmove(j->inq, j->inq + j->inq_off, j->inq_len - j->inq_off);
-                        j->inq_len -= j->inq_off;
-                        j->inq_off = 0;
-                }
-                if (j->inq_len + len > STDIN_CAP)
-                        return; /* the daemon keeps a smaller window: a broken daemon, drop it */
-                char *q = realloc(j->inq, j->inq_len + len);
-                if (!q)
-                        return;
-                memcpy(q + j->inq_len, p, len);
-                j->inq = q;
-                j->inq_len += len;
-        }
-        job_stdin_pump(j);
-}
-
-/* The shim's report: the leader's status and the tree's usage. */
-static void job_read_status(struct job *j)
-{
-        struct {
-                int status;
-                struct rusage ru;
-        } rep;
-        ssize_t n = read(j->status, &rep, sizeof(rep));
-
-        if (n < 0 && (errno == EINTR || errno == EAGAIN))
-                return;
-        job_close_fd(&j->status);
-        if (n != (ssize_t)sizeof(rep)) {
-                /* the shim died before it could report (killed): no usage known */
-                memset(&rep, 0, sizeof(rep));
-                rep.status = SIGKILL;
-        }
-        if (WIFEXITED(rep.status)) {
-                j->ex.exit_code = WEXITSTATUS(rep.status);
-        } else if (WIFSIGNALED(rep.status)) {
-                j->ex.signal = WTERMSIG(rep.status);
-                j->ex.exit_code = 128 + j->ex.signal;
-        }
-        j->ex.utime_us = (uint64_t)rep.ru.ru_utime.tv_sec * 1000000 + (uint64_t)rep.ru.ru_utime.tv_usec;
-        j->ex.stime_us = (uint64_t)rep.ru.ru_stime.tv_sec * 1000000 + (uint64_t)rep.ru.ru_stime.tv_usec;
-        j->ex.maxrss_kb = (uint64_t)rep.ru.ru_maxrss;
-        j->have_status = true;
-        j->exited_at = now_ms();
-        job_close_fd(&j->in);
-}
-
-/* Output is kept until the daemon acknowledges it; a finished or forgotten
- * execution's late output (background processes) is read and discarded. */
-static size_t job_read_room(const struct job *j, int k)
-{
-        size_t room = RP_RETAIN_CAP - j->os[k].len;
-
-        if (j->finished || j->forgotten)
-                return RP_CHUNK;
-        if (RETAIN_TOTAL - retained_total < room)
-                room = RETAIN_TOTAL - retained_total;
-        return room < RP_CHUNK ? room : RP_CHUNK;
-}
-
-static void job_read_output(struct job *j, int k)
-{
-        static char buf[RP_CHUNK];
-        struct ostream *o = &j->os[k];
-        size_t want = job_read_room(j, k);
-        ssize_t n;
-
-        if (want == 0)
-                return;
-        n = read(j->out[k], buf, want);
-        if (n < 0 && (errno == EINTR || errno == EAGAIN))
-                return;
-        if (n <= 0) {
-                job_close_fd(&j->out[k]); /* end of file; a terminal gives EIO once every slave fd closed */
-                return;
-        }
-        if (j->finished || j->forgotten)
-                return;
-        if (o->len + (size_t)n > o->size) {
-                size_t size = o->size ? 2 * o->size : 16 * 1024;
-                while (size < o->len + (size_t)n)
-                        size *= 2;
-                if (size > RP_RETAIN_CAP)
-                        size = RP_RETAIN_CAP;
-                char *b = realloc(o->buf, size);
-                if (!b)
-                        return; /* cannot happen within the caps; the bytes are lost, never overrun */
-                o->buf = b;
-                o->size = size;
-        }
-        memcpy(o->buf + o->len, buf, (size_t)n);
-        o->len += (size_t)n;
-        retained_total += (size_t)n;
-}
-
-/* Frame what the current connection has not been sent yet, while the
- * outgoing buffer has room. */
-static void job_send_output(struct job *j)
-{
-        if (sock < 0 || !j->adopted || j->forgotten)
-                return;
-        for (int k = 0; k < 2; k++) {
-                struct ostream *o = &j->os[k];
-                while (o->sent < o->base + o->len && out_room(RP_HDR_LEN + RP_CHUNK)) {
-                        uint64_t left = o->base + o->len - o->sent;
-                        size_t n = left < RP_CHUNK ? (size_t)left : RP_CHUNK;
-                        send_frame(RP_OUTPUT, k ? RP_OUT_STDERR : 0, j->tag, o->buf + (o->sent - o->base), n, NULL, 0);
-                        o->sent += n;
-                }
-        }
-}
-
-/* Drop what the daemon has persisted: offsets up to what was framed. */
-static void ostream_ack(struct ostream *o, uint64_t off)
-{
-        size_t drop;
-
-        if (off > o->sent)
-                off = o->sent;
-        if (off <= o->base)
-                return;
-        drop = (size_t)(off - o->base);
-        memmove(o->buf, o->buf + drop, o->len - drop);
-        o->len -= drop;
-        o->base = off;
-        retained_total -= drop;
-        if (o->len == 0 && o->size > 64 * 1024) {
-                free(o->buf);
-                o->buf = NULL;
-                o->size = 0;
-        }
-}
-
-/* The leader ended and its output is drained (or the drain time is up: a
- * background process may hold the pipes for ever) — then RP_EXIT, once all
- * kept output went out on this connection. */
-static void job_maybe_finish(struct job *j)
-{
-        if (j->have_status && !j->finished) {
-                for (int k = 0; k < 2; k++)
-                        if (j->out[k] >= 0 && job_read_room(j, k) == 0)
-                                j->exited_at = now_ms(); /* its output waits for the daemon: no drain deadline yet */
-                if ((j->out[0] < 0 && j->out[1] < 0) || now_ms() - j->exited_at >= DRAIN_MS) {
-                        j->finished = true;
-                        if (j->code_path[0])
-                                unlink(j->code_path);
-                }
-        }
-        if (j->finished && j->adopted && !j->forgotten && !j->exit_sent && sock >= 0 &&
-            j->os[0].sent == j->os[0].base + j->os[0].len && j->os[1].sent == j->os[1].base + j->os[1].len &&
-            out_room(RP_HDR_LEN + sizeof(j->ex))) {
-                send_frame(RP_EXIT, 0, j->tag, &j->ex, sizeof(j->ex), NULL, 0);
-                j->exit_sent = true;
-        }
-        /* lingering background processes keep their pipes; read and discard until they close */
-        if (j->forgotten && j->out[0] < 0 && j->out[1] < 0 && j->shim_gone)
-                job_free(j);
-}
-
-/* ---- durable executions ---- */
-
-/* After RP_HELLO: every execution still held, then the end of the list. */
-static void jobs_report(void)
-{
-        for (int i = 0; i < MAX_JOBS; i++) {
-                struct job *j = &jobs[i];
-                struct rp_job r;
-                if (!j->used || j->forgotten)
-                        continue;
-                r = (struct rp_job){.pid = (uint32_t)j->shim, .flags = j->finished ? RP_JOB_EXITED : 0};
-                for (int k = 0; k < 2; k++) {
-                        r.produced[k] = j->os[k].base + j->os[k].len;
-                        r.acked[k] = j->os[k].base;
-                }
-                send_frame(RP_JOB, 0, j->tag, &r, sizeof(r), NULL, 0);
-        }
-        send_frame(RP_JOBS_END, 0, 0, NULL, 0, NULL, 0);
-}
-
-/* The connection is gone: nothing is adopted until the next daemon resumes it. */
-static void jobs_detach(void)
-{
-        for (int i = 0; i < MAX_JOBS; i++) {
-                struct job *j = &jobs[i];
-                if (!j->used)
-                        continue;
-                j->adopted = false;
-                j->exit_sent = false;
-                j->in_old = j->inq_len - j->inq_off;
-        }
-}
-
-/* RP_RESUME: output goes on from what the daemon has, within what is kept. */
-static void job_resume(struct job *j, uint32_t tag, const unsigned char *p, size_t len)
-{
-        struct rp_offsets have;
-
-        if (!j) {
-                send_failed(tag, ENOENT, "no such execution to resume");
-                return;
-        }
-        if (len != sizeof(have) || j->adopted)
-                return;
-        memcpy(&have, p, sizeof(have));
-        for (int k = 0; k < 2; k++) {
-                struct ostream *o = &j->os[k];
-                uint64_t end = o->base + o->len, at = have.off[k];
-                if (at < o->base)
-                        at = o->base;
-                if (at > end)
-                        at = end;
-                o->sent = end; /* let the ack below drop what the daemon already has */
-                ostream_ack(o, at);
-                o->sent = at;
-        }
-        j->in_old = j->inq_len - j->inq_off;
-        j->adopted = true;
-}
-
-static void job_ack(struct job *j, const unsigned char *p, size_t len)
-{
-        struct rp_offsets a;
-
-        if (!j->adopted || len != sizeof(a))
-                return;
-        memcpy(&a, p, sizeof(a));
-        ostream_ack(&j->os[0], a.off[0]);
-        ostream_ack(&j->os[1], a.off[1]);
-}
-
-/* RP_FORGET: the daemon recorded its end, or will never adopt it. */
-static void job_forget(struct job *j)
-{
-        if (!j->have_status)
-                tree_kill(j->shim, SIGKILL); /* nobody will ever read its result */
-        j->forgotten = true;
-        ostream_release(&j->os[0]);
-        ostream_release(&j->os[1]);
-        job_close_fd(&j->in);
-}
-
 static void reap(void)
 {
         int st;
@@ -950,51 +178,26 @@ static void reap(void)
 
         while ((p = waitpid(-1, &st, WNOHANG)) > 0)
                 if (!svc_reaped(p, st))
-                        for (int i = 0; i < MAX_JOBS; i++)
-                                if (jobs[i].used && jobs[i].shim == p)
-                                        jobs[i].shim_gone = true;
+                        exec_reaped(p);
 }
 
 /* ---- incoming frames ---- */
 
 static void handle_frame(const struct rp_hdr *h, const unsigned char *p)
 {
-        struct job *j = h->tag ? job_find(h->tag) : NULL;
-
         switch (h->type) {
         case RP_EXEC:
-                job_start(h->tag, h->flags, p, h->len);
-                break;
         case RP_STDIN:
         case RP_STDIN_EOF:
-                if (j && j->adopted)
-                        job_stdin(j, p, h->len, h->type == RP_STDIN_EOF);
-                break;
         case RP_SIGNAL:
-                if (j && h->len == 4) {
-                        uint32_t sig;
-                        memcpy(&sig, p, 4);
-                        if (sig == SIGTERM || sig == SIGKILL || sig == SIGINT || sig == SIGHUP)
-                                tree_kill(j->shim, (int)sig);
-                }
+        case RP_RESUME:
+        case RP_ACK:
+        case RP_FORGET:
+        case RP_RESIZE:
+                exec_frame(h, p);
                 break;
         case RP_PING:
                 send_frame(RP_PONG, 0, 0, NULL, 0, NULL, 0);
-                break;
-        case RP_RESUME:
-                job_resume(j, h->tag, p, h->len);
-                break;
-        case RP_ACK:
-                if (j)
-                        job_ack(j, p, h->len);
-                break;
-        case RP_FORGET:
-                if (j)
-                        job_forget(j);
-                break;
-        case RP_RESIZE:
-                if (j)
-                        job_resize(j, p, h->len);
                 break;
         case RP_FILE_READ:
         case RP_FILE_WRITE:
@@ -1064,7 +267,7 @@ static bool try_connect(void)
         sock = fd;
         out_len = out_off = 0;
         send_frame(RP_HELLO, 0, 0, &hello, sizeof(hello), RP_VERSION, strlen(RP_VERSION));
-        jobs_report();
+        exec_connected();
         svc_connected();
         return true;
 }
@@ -1086,8 +289,7 @@ int main(int argc, char **argv)
         inbuf = malloc(RP_HDR_LEN + RP_MAX_TO_RUNNER);
         if (!outbuf || !inbuf || pipe2(sigpipe_fds, O_CLOEXEC | O_NONBLOCK) < 0)
                 return 1;
-        for (int i = 0; i < MAX_JOBS; i++)
-                jobs[i].out[0] = jobs[i].out[1] = jobs[i].in = jobs[i].status = jobs[i].pty = -1;
+        exec_init();
         signal(SIGPIPE, SIG_IGN);
         sa.sa_handler = on_sigchld;
         sa.sa_flags = SA_RESTART | SA_NOCLDSTOP;
@@ -1095,97 +297,47 @@ int main(int argc, char **argv)
         net_start();
 
         for (;;) {
-                struct pollfd pfd[2 + 4 * MAX_JOBS];
-                struct {
-                        struct job *j;
-                        int what; /* 0,1 output; 2 status; 3 stdin */
-                } who[2 + 4 * MAX_JOBS];
-                nfds_t n = 0;
+                struct pollfd pfd[2 + EXEC_POLL_MAX];
+                struct exec_pollref who[EXEC_POLL_MAX];
+                nfds_t n = 0, nj;
                 int64_t now = now_ms(), timeout = 1000;
 
-                if (sock < 0 && now >= next_connect) {
-                        if (try_connect())
-                                backoff = 5;
-                        else {
-                                next_connect = now + backoff;
-                                backoff = backoff * 2 > 1000 ? 1000 : backoff * 2;
-                        }
-                }
+                if (sock < 0)
+                        reconnect_step(now, try_connect, &next_connect, &backoff, 5, 1000);
                 if (sock < 0 && next_connect - now < timeout)
                         timeout = next_connect - now > 0 ? next_connect - now : 0;
-                pfd[n] = (struct pollfd){.fd = sigpipe_fds[0], .events = POLLIN};
-                who[n++].j = NULL;
-                if (sock >= 0) {
-                        pfd[n] = (struct pollfd){.fd = sock, .events = POLLIN | (out_len > out_off ? POLLOUT : 0)};
-                        who[n++].j = NULL;
-                }
-                for (int i = 0; i < MAX_JOBS; i++) {
-                        struct job *j = &jobs[i];
-                        if (!j->used)
-                                continue;
-                        for (int k = 0; k < 2; k++)
-                                /* a full buffer leaves the pipe unread: the writer blocks, nothing is lost */
-                                if (j->out[k] >= 0 && job_read_room(j, k) > 0) {
-                                        pfd[n] = (struct pollfd){.fd = j->out[k], .events = POLLIN};
-                                        who[n].j = j;
-                                        who[n++].what = k;
-                                }
-                        if (j->status >= 0) {
-                                pfd[n] = (struct pollfd){.fd = j->status, .events = POLLIN};
-                                who[n].j = j;
-                                who[n++].what = 2;
-                        }
-                        if (j->in >= 0 && j->inq_len > j->inq_off) {
-                                pfd[n] = (struct pollfd){.fd = j->in, .events = POLLOUT};
-                                who[n].j = j;
-                                who[n++].what = 3;
-                        }
-                        if (j->have_status && !j->finished) {
-                                int64_t left = j->exited_at + DRAIN_MS - now;
-                                if (left < timeout)
-                                        timeout = left > 0 ? left : 0;
-                        }
-                }
+                pfd[n++] = (struct pollfd){.fd = sigpipe_fds[0], .events = POLLIN};
+                if (sock >= 0)
+                        pfd[n++] = (struct pollfd){.fd = sock, .events = POLLIN | (out_len > out_off ? POLLOUT : 0)};
+                nj = exec_poll_fill(pfd + n, who, now, &timeout);
                 {
                         int t = svc_timeout(now);
                         if (t >= 0 && t < timeout)
                                 timeout = t;
                 }
-                if (poll(pfd, n, (int)timeout) < 0 && errno != EINTR)
+                if (poll(pfd, n + nj, (int)timeout) < 0 && errno != EINTR)
                         return 1;
+                /* the daemon's frames first: they may end executions polled below */
                 for (nfds_t i = 0; i < n; i++) {
                         if (!pfd[i].revents)
                                 continue;
-                        if (!who[i].j) {
-                                if (pfd[i].fd == sigpipe_fds[0]) {
-                                        char b[64];
-                                        while (read(sigpipe_fds[0], b, sizeof(b)) > 0)
-                                                ;
-                                        reap();
-                                } else if (pfd[i].fd == sock) {
-                                        if (pfd[i].revents & (POLLIN | POLLHUP | POLLERR))
-                                                read_sock();
-                                        if (sock >= 0 && (pfd[i].revents & POLLOUT))
-                                                flush_out();
-                                }
-                                continue;
+                        if (pfd[i].fd == sigpipe_fds[0]) {
+                                char b[64];
+                                while (read(sigpipe_fds[0], b, sizeof(b)) > 0)
+                                        ;
+                                reap();
+                        } else if (pfd[i].fd == sock) {
+                                if (pfd[i].revents & (POLLIN | POLLHUP | POLLERR))
+                                        read_sock();
+                                if (sock >= 0 && (pfd[i].revents & POLLOUT))
+                                        flush_out();
                         }
-                        struct job *j = who[i].j;
-                        if (!j->used)
-                                continue;
-                        if (who[i].what < 2 && j->out[who[i].what] == pfd[i].fd)
-                                job_read_output(j, who[i].what);
-                        else if (who[i].what == 2 && j->status == pfd[i].fd)
-                                job_read_status(j);
-                        else if (who[i].what == 3 && j->in == pfd[i].fd)
-                                job_stdin_pump(j);
                 }
+                for (nfds_t i = 0; i < nj; i++)
+                        if (pfd[n + i].revents)
+                                exec_poll_ready(&who[i], &pfd[n + i]);
                 reap();
-                for (int i = 0; i < MAX_JOBS; i++)
-                        if (jobs[i].used) {
-                                job_send_output(&jobs[i]);
-                                job_maybe_finish(&jobs[i]);
-                        }
+                exec_tick();
                 svc_tick(now_ms());
                 flush_out();
         }

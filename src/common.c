@@ -4,6 +4,7 @@
 #include <errno.h>
 #include <fcntl.h>
 #include <stdio.h>
+#include <stdlib.h>
 #include <string.h>
 #include <sys/random.h>
 #include <time.h>
@@ -150,5 +151,22 @@ int sbx_random_hex(char *out, size_t nbytes)
                 return r;
         for (size_t i = 0; i < nbytes; i++)
                 snprintf(out + 2 * i, 3, "%02x", b[i]);
+        return 0;
+}
+
+int sbx_rows_convert(void *rows, size_t n, size_t in_size, size_t out_size,
+                     void (*conv)(const void *row, void *out), void *ret, size_t *ret_n)
+{
+        unsigned char *out = calloc(n + 1, out_size);
+
+        if (!out) {
+                free(rows);
+                return -ENOMEM;
+        }
+        for (size_t i = 0; i < n; i++)
+                conv((const unsigned char *)rows + i * in_size, out + i * out_size);
+        free(rows);
+        memcpy(ret, &out, sizeof(out)); /* ret is the caller's T **: no void ** aliasing */
+        *ret_n = n;
         return 0;
 }

@@ -168,14 +168,9 @@ int docker_exec_inspect(struct docker *d, const char *exec_id, struct docker_exe
         eid = docker_path_escape(exec_id, false);
         if (!eid || asprintf(&path, "/exec/%s/json", eid) < 0)
                 return sbx_error_set(err, -ENOMEM, 0, "out of memory");
-        r = docker_http(d, "GET", path, NULL, NULL, 0, 0, 0, &rep, err);
+        r = docker_get_ok(d, path, 0, 0, &rep, err);
         if (r < 0)
                 return r;
-        if (rep.status != 200) {
-                r = docker_reply_error(&rep, false, err);
-                docker_reply_done(&rep);
-                return r;
-        }
         j = cJSON_ParseWithLength(rep.body, rep.len);
         docker_reply_done(&rep);
         if (!cJSON_IsObject(j)) {
@@ -534,21 +529,7 @@ static int out_append(struct out_buf *b, const void *p, size_t n)
                 b->truncated = true;
                 n = b->max - b->len;
         }
-        if (b->len + n + 1 > b->cap) {
-                size_t cap = b->cap ? b->cap : 256;
-                char *q;
-                while (cap < b->len + n + 1)
-                        cap *= 2;
-                q = realloc(b->data, cap);
-                if (!q)
-                        return -ENOMEM;
-                b->data = q;
-                b->cap = cap;
-        }
-        memcpy(b->data + b->len, p, n);
-        b->len += n;
-        b->data[b->len] = '\0';
-        return 0;
+        return docker_buf_append(&b->data, &b->len, &b->cap, p, n, 256);
 }
 
 /* Drain everything the stream has without waiting. 1 at EOF, 0 when it
@@ -570,6 +551,16 @@ static int drain(struct docker_stream *s, struct out_buf *out, struct out_buf *e
                         return -ENOMEM;
                 timeout_ms = 0; /* only the first read may wait */
         }
+}
+
+void docker_exec_result_done(struct docker_exec_result *r)
+{
+        if (!r)
+                return;
+        free(r->out);
+        free(r->err);
+        r->out = r->err = NULL;
+        r->out_len = r->err_len = 0;
 }
 
 int docker_exec_run(struct docker *d, const char *container_id, const struct docker_exec_spec *spec,
@@ -695,14 +686,4 @@ out:
         free(errb.data);
         docker_stream_free(s);
         return r;
-}
-
-void docker_exec_result_done(struct docker_exec_result *r)
-{
-        if (!r)
-                return;
-        free(r->out);
-        free(r->err);
-        r->out = r->err = NULL;
-        r->out_len = r->err_len = 0;
 }

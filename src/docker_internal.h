@@ -43,6 +43,23 @@ int docker_http(struct docker *d, const char *method, const char *path, const ch
                 struct docker_reply *ret, struct sbx_error *err);
 void docker_reply_done(struct docker_reply *r);
 
+/* Append n bytes to a growing NUL-terminated buffer (capacity first_cap at
+ * first, doubling). 0 or -ENOMEM (the buffer is unchanged). */
+int docker_buf_append(char **data, size_t *len, size_t *cap, const void *p, size_t n, size_t first_cap);
+
+/* GET path; a reply other than 200 becomes -errno + err (and is freed),
+ * else *ret holds it. */
+int docker_get_ok(struct docker *d, const char *path, long extra_timeout_ms, size_t max_reply,
+                  struct docker_reply *ret, struct sbx_error *err);
+
+/* Request + "status must be one of 2xx (or `also_ok`)" + optional parsed JSON. */
+int docker_call(struct docker *d, const char *method, const char *path, const char *body,
+                bool conflict_is_exists, long also_ok, long extra_timeout_ms, cJSON **ret_json,
+                struct sbx_error *err);
+
+/* Build "/prefix/<escaped id>/suffix" into a malloc'd string (NULL: no id, or out of memory). */
+char *docker_path_with_id(const char *prefix, const char *id, const char *suffix, bool keep_slash);
+
 /* Options every CURL handle of this client gets: the socket path, NOSIGNAL,
  * close-on-exec sockets, the connect timeout. (CURL is void in curl.h.) */
 void docker_curl_common(void *curl, struct docker *d);

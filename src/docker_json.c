@@ -119,12 +119,31 @@ char *docker_container_spec_to_json(const struct docker_container_spec *spec)
                 goto out;
 
         cJSON_AddStringToObject(root, "Image", spec->image);
-        add_string(root, "User", spec->user);
-        add_string_array(root, "Cmd", spec->cmd);
-        add_string_array(root, "Entrypoint", spec->entrypoint);
-        add_string_array(root, "Env", spec->env);
-        add_string(root, "WorkingDir", spec->workdir);
-        add_string(root, "Hostname", spec->hostname);
+        {
+                /* the optional members: absent when unset */
+                const struct {
+                        cJSON *obj;
+                        const char *name, *value;
+                } strings[] = {
+                        {root, "User", spec->user},          {root, "WorkingDir", spec->workdir},
+                        {root, "Hostname", spec->hostname},  {host, "NetworkMode", spec->network_mode},
+                        {host, "Runtime", spec->runtime},
+                };
+                const struct {
+                        cJSON *obj;
+                        const char *name;
+                        const char *const *values;
+                } arrays[] = {
+                        {root, "Cmd", spec->cmd},           {root, "Entrypoint", spec->entrypoint},
+                        {root, "Env", spec->env},           {host, "Binds", spec->binds},
+                        {host, "CapDrop", spec->cap_drop},  {host, "CapAdd", spec->cap_add},
+                        {host, "SecurityOpt", spec->security_opt},
+                };
+                for (size_t i = 0; i < ELEMENTSOF(strings); i++)
+                        add_string(strings[i].obj, strings[i].name, strings[i].value);
+                for (size_t i = 0; i < ELEMENTSOF(arrays); i++)
+                        add_string_array(arrays[i].obj, arrays[i].name, arrays[i].values);
+        }
         cJSON_AddBoolToObject(root, "Tty", false);
         cJSON_AddBoolToObject(root, "OpenStdin", spec->open_stdin);
         cJSON_AddBoolToObject(root, "AttachStdin", false);
@@ -165,7 +184,6 @@ char *docker_container_spec_to_json(const struct docker_container_spec *spec)
                 }
         }
 
-        add_string_array(host, "Binds", spec->binds);
         if (spec->tmpfs) {
                 cJSON *tmpfs = cJSON_AddObjectToObject(host, "Tmpfs");
                 for (size_t i = 0; tmpfs && spec->tmpfs[i]; i++) {
@@ -178,9 +196,6 @@ char *docker_container_spec_to_json(const struct docker_container_spec *spec)
                         free(p);
                 }
         }
-        add_string_array(host, "CapDrop", spec->cap_drop);
-        add_string_array(host, "CapAdd", spec->cap_add);
-        add_string_array(host, "SecurityOpt", spec->security_opt);
         if (spec->pids_limit)
                 cJSON_AddNumberToObject(host, "PidsLimit", (double)spec->pids_limit);
         if (spec->memory) {
@@ -198,8 +213,6 @@ char *docker_container_spec_to_json(const struct docker_container_spec *spec)
         cJSON_AddBoolToObject(host, "ReadonlyRootfs", spec->readonly_rootfs);
         cJSON_AddBoolToObject(host, "Init", spec->init);
         cJSON_AddBoolToObject(host, "Privileged", spec->privileged);
-        add_string(host, "NetworkMode", spec->network_mode);
-        add_string(host, "Runtime", spec->runtime);
 
         out = cJSON_PrintUnformatted(root);
 out:

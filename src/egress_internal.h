@@ -1,20 +1,69 @@
-/* egress_internal.h — what egress.c (the loop, policy, relay) and
- * egress_http.c (the request head: parsing and the upstream rewrite) share:
- * the per-connection state. Loop thread only. */
+/* egress_internal.h — what the egress proxy's files share: egress.c (the
+ * loop, sessions, queues), egress_tunnel.c (a connection's life, policy,
+ * lookup, audit), egress_relay.c (connect and relay) and egress_http.c (the
+ * request head: parsing and the upstream rewrite). The per-connection state
+ * is the loop thread's only; struct egress's lock rules are in egress.c. */
 #ifndef SANDBOXD_EGRESS_INTERNAL_H
 #define SANDBOXD_EGRESS_INTERNAL_H
 
 #include <event2/buffer.h>
 #include <http_parser.h>
+#include <pthread.h>
 #include <stdatomic.h>
 #include <stdbool.h>
 #include <stdint.h>
 #include <sys/socket.h>
 
+#include "sandboxd/config.h"
 #include "sandboxd/egress_policy.h"
 
 #define MAX_HEADERS 100
 #define MAX_ADDRS 8
+
+struct pending {
+        struct pending *next;
+        char user[65], session[65];
+        int fd;
+};
+
+struct close_req {
+        struct close_req *next;
+        char user[65], session[65];
+        uint64_t gen; /* done once eg->close_done >= gen */
+        bool taken;
+};
+
+struct egress {
+        struct sbx_config cfg;
+        struct store *store;
+        char **allow;
+        size_t n_allow;
+        struct egress_cidr *priv;
+        size_t n_priv;
+        struct egress_override *ovr;
+        size_t n_ovr;
+        char up_host[EGRESS_HOST_MAX];
+        int up_port;
+
+        struct event_base *base;
+        struct evdns_base *dns;
+        struct event *wake;
+        struct event *sweep;
+        pthread_t thread;
+        bool started;
+
+        pthread_mutex_t lock; /* pending, closes, stopping, sessions (the list) */
+        pthread_cond_t done_cond;
+        struct pending *pending, **pending_tail;
+        size_t n_pending;
+        struct close_req *closes; /* on the waiters' stacks; read only under the lock */
+        uint64_t close_gen, close_done;
+        bool stopping;
+        struct esess *sessions;
+
+        atomic_int n_open;
+        atomic_uint_least64_t allowed, blocked;
+};
 
 enum tstate { T_HEAD, T_RESOLVE, T_CONNECT, T_PROXY_HS, T_RELAY };
 
@@ -85,5 +134,31 @@ const char *egress_http_target(struct tunnel *t, const char **ret_path, size_t *
  * headers dropped, Connection: close. */
 void egress_http_write_head(struct tunnel *t, struct evbuffer *out, bool absolute, const char *path,
                             size_t path_len);
+
+/* ---- egress_tunnel.c ---- */
+
+/* A new tunnel on fd for session s, reading its request head (the caller
+ * checked the caps); egress_tunnel_refuse_fd answers status and closes
+ * (s NULL: out of memory, no row). */
+void egress_tunnel_open(struct egress *eg, struct esess *s, int fd);
+void egress_tunnel_refuse_fd(struct egress *eg, struct esess *s, int fd, int status, const char *reason,
+                             const char *detail);
+/* The audit row (and counters) for t's decision; blocked rows are capped per session. */
+void egress_tunnel_record(struct tunnel *t, bool allowed, const char *reason);
+/* Unlink from its session and free everything (any state). */
+void egress_tunnel_free(struct tunnel *t);
+/* Refuse: an error response to the client, then close once it is written. */
+void egress_tunnel_refuse(struct tunnel *t, int status, const char *reason, const char *detail);
+/* The end of an allowed tunnel: its row, then close. */
+void egress_tunnel_finish(struct tunnel *t, const char *reason);
+/* (Re)arm t's timer ms from now. */
+void egress_tunnel_arm(struct tunnel *t, int ms);
+/* t's session is over egress_max_bytes_per_session. */
+bool egress_bytes_over(struct tunnel *t);
+
+/* ---- egress_relay.c ---- */
+
+/* Connect to t's next judged address (or refuse once none is left). */
+void egress_try_connect(struct tunnel *t);
 
 #endif

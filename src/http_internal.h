@@ -4,6 +4,7 @@
 #ifndef SANDBOXD_HTTP_INTERNAL_H
 #define SANDBOXD_HTTP_INTERNAL_H
 
+#include <cjson/cJSON.h>
 #include <microhttpd.h>
 #include <pthread.h>
 #include <stdbool.h>
@@ -80,6 +81,13 @@ void http_sse_push_text(struct sse *s, const char *event, const char *json, bool
 /* The response is gone (client left or server stopping). */
 bool http_sse_closed(struct sse *s);
 void http_sse_unref(struct sse *s);
+/* {"error": {"code", "message"}}, or with status != 0 the flat
+ * {"code", "message", "status"} of an SSE error event; msg is sanitised. */
+cJSON *http_error_object(const char *code, const char *msg, int status);
+/* Answer a streamed POST /v1/<method>: the response, and a worker running
+ * api_call with params (taken) whose events it carries. */
+enum MHD_Result http_sse_start(struct http_server *srv, struct MHD_Connection *conn, struct http_conn *hc,
+                               struct http_req *rq, cJSON *params);
 
 /* http_mcp.c: /mcp (POST, GET, DELETE) once the request is authenticated
  * and its body read. */

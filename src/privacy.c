@@ -117,28 +117,22 @@ int privacy_mark(struct privacy *p, const char *user, const char *session, const
         return r;
 }
 
+static void dataset_from_row(const void *row, void *dataset)
+{
+        const struct store_private *r = row;
+        struct privacy_dataset *d = dataset;
+
+        sbx_strlcpy(d->dataset, r->dataset, sizeof(d->dataset));
+        sbx_strlcpy(d->source, r->source, sizeof(d->source));
+        d->marked_at = r->marked_at;
+}
+
 int privacy_list(struct privacy *p, const char *user, const char *session, struct privacy_dataset **ret,
                  size_t *ret_n)
 {
         struct store_private *rows = NULL;
-        struct privacy_dataset *out;
         size_t n = 0;
         int r = store_private_list(p->store, user, session, &rows, &n);
 
-        if (r < 0)
-                return r;
-        out = calloc(n + 1, sizeof(*out));
-        if (!out) {
-                free(rows);
-                return -ENOMEM;
-        }
-        for (size_t i = 0; i < n; i++) {
-                sbx_strlcpy(out[i].dataset, rows[i].dataset, sizeof(out[i].dataset));
-                sbx_strlcpy(out[i].source, rows[i].source, sizeof(out[i].source));
-                out[i].marked_at = rows[i].marked_at;
-        }
-        free(rows);
-        *ret = out;
-        *ret_n = n;
-        return 0;
+        return r < 0 ? r : sbx_rows_convert(rows, n, sizeof(*rows), sizeof(**ret), dataset_from_row, ret, ret_n);
 }

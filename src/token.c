@@ -93,26 +93,15 @@ int token_revoke(struct store *st, const char *id, struct sbx_error *err)
         return 0;
 }
 
+static void info_from_row_v(const void *row, void *info) { info_from_row(row, info); }
+
 int token_list(struct store *st, struct token_info **ret, size_t *ret_n)
 {
         struct store_token *rows = NULL;
-        struct token_info *out;
         size_t n = 0;
         int r = store_token_list(st, &rows, &n);
 
-        if (r < 0)
-                return r;
-        out = calloc(n + 1, sizeof(*out));
-        if (!out) {
-                free(rows);
-                return -ENOMEM;
-        }
-        for (size_t i = 0; i < n; i++)
-                info_from_row(&rows[i], &out[i]);
-        free(rows);
-        *ret = out;
-        *ret_n = n;
-        return 0;
+        return r < 0 ? r : sbx_rows_convert(rows, n, sizeof(*rows), sizeof(**ret), info_from_row_v, ret, ret_n);
 }
 
 static bool token_well_formed(const char *t)

@@ -77,4 +77,11 @@ int sbx_uuid(char out[37]);
 /* Random hex string of 2*nbytes chars into out (out must hold 2*nbytes+1). */
 int sbx_random_hex(char *out, size_t nbytes);
 
+/* A list call's last step: *ret (ret is a T **) becomes a fresh array of
+ * n + 1 zeroed T of out_size bytes (never NULL on success, even for n == 0),
+ * element i made from rows[i] (n elements of in_size bytes) by conv, and
+ * *ret_n n. rows is freed either way. 0 or -ENOMEM (nothing written). */
+int sbx_rows_convert(void *rows, size_t n, size_t in_size, size_t out_size,
+                     void (*conv)(const void *row, void *out), void *ret, size_t *ret_n);
+
 #endif

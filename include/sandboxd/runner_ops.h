@@ -1,6 +1,6 @@
 /* runner_ops.h — workspace files and services carried by a session's
  * runner (protocol: runner_proto.h, types 20-27). The daemon's half lives
- * in src/runner_ops.c beside the hub (runner.c); files.c and service.c are
+ * in src/runner/runner_ops.c beside the hub (runner.c); files.c and service.c are
  * the callers, and fall back to docker exec when these return -ENOTCONN.
  *
  * Every reply is untrusted tenant input: lengths, errnos, pids, ports and

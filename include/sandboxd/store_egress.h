@@ -1,6 +1,6 @@
 /* store_egress.h — the store's egress tables (migration 0012): allowlist
  * additions per user and per session, and the audit of every egress
- * decision. Typed queries only; src/store_egress.c runs the SQL. */
+ * decision. Typed queries only; src/store/store_egress.c runs the SQL. */
 #ifndef SANDBOXD_STORE_EGRESS_H
 #define SANDBOXD_STORE_EGRESS_H
 

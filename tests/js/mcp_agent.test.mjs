@@ -22,7 +22,7 @@ import { StdioClientTransport as ModernStdio } from '@modelcontextprotocol/clien
 
 import { Daemon, MCP_BIN, RawAdapter, ROOT, RUN_ID, readToolCatalog } from './harness.mjs';
 
-// Every keyword the adapter's validator (src/mcp_schema.c) enforces, plus
+// Every keyword the adapter's validator (src/mcp/mcp_schema.c) enforces, plus
 // the annotations it may carry; a schema using anything else would advertise
 // a rule nobody checks.
 const KNOWN_KEYWORDS = new Set([

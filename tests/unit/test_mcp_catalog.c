@@ -145,7 +145,7 @@ Test(mcp_catalog, broken_catalogs_are_refused)
                 {no_tools, "tools must be a non-empty array"},
                 {no_input_schema, "exec.inputSchema must be a schema of type object"},
                 {no_title, "exec: title and description are required"},
-                {no_exec, "tool exec (src/mcp_catalog.c) is missing"},
+                {no_exec, "tool exec (src/mcp/mcp_catalog.c) is missing"},
                 {twice, "tool exec is listed twice"},
                 {long_name, "a tool needs a name of 1-63 bytes"},
                 {unknown_keyword,

@@ -160,7 +160,7 @@ static int catalog_load(const char *json, struct catalog *c, struct sbx_error *e
                         ;
                 if (i == c->n) {
                         catalog_free(c);
-                        return sbx_error_set(err, -EINVAL, 0, "tool %s (src/mcp_catalog.c) is missing",
+                        return sbx_error_set(err, -EINVAL, 0, "tool %s (src/mcp/mcp_catalog.c) is missing",
                                              special[k].name);
                 }
         }

@@ -60,6 +60,7 @@
 #include "sandboxd/audit.h"
 #include "sandboxd/container.h"
 #include "sandboxd/docker.h"
+#include "sandboxd/jsonutil.h"
 #include "sandboxd/log.h"
 #include "sandboxd/pool.h"
 #include "sandboxd/session.h"
@@ -157,11 +158,6 @@ bool gc_has_container(struct gc *g, const char *user, const char *session)
                     streq(label(&g->ctrs[j], CONTAINER_LABEL_SESSION), session))
                         return true;
         return false;
-}
-
-static void cjson_freep(cJSON **p)
-{
-        cJSON_Delete(*p);
 }
 
 /* ---- the report ---- */

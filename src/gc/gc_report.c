@@ -7,12 +7,8 @@
 #include <stdio.h>
 #include <string.h>
 
+#include "sandboxd/jsonutil.h"
 #include "sandboxd/log.h"
-
-static void cjson_freep(cJSON **p)
-{
-        cJSON_Delete(*p);
-}
 
 void gc_report_done(struct gc_report *r)
 {

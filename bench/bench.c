@@ -115,8 +115,7 @@ static int phase_cold(struct bench *b)
                                 if (exec_ms >= 0) {
                                         series_add(&m->base, run_ms + exec_ms);
                                         series_add(&exec_s, exec_ms);
-                                }
-                                else
+                                } else
                                         errors++;
                                 docker_rm(b, id);
                         }
@@ -129,8 +128,7 @@ static int phase_cold(struct bench *b)
                  "ms of it; baseline split: docker run -d p50 %.0f ms + docker exec p50 %.0f ms; CPU per cold "
                  "session, ms (daemon / dockerd / whole machine, which includes anything else running): sandboxd "
                  "%.0f / %.0f / %.0f, baseline - / %.0f / %.0f%s",
-                 series_pct(&create_s, 50), series_pct(&run_s, 50), series_pct(&exec_s, 50),
-                 cpu[0].daemon / b->sz.cold,
+                 series_pct(&create_s, 50), series_pct(&run_s, 50), series_pct(&exec_s, 50), cpu[0].daemon / b->sz.cold,
                  cpu[0].dockerd / b->sz.cold, cpu[0].machine / b->sz.cold, cpu[1].dockerd / b->sz.cold,
                  cpu[1].machine / b->sz.cold, errors ? "; some samples failed" : "");
         series_done(&run_s);
@@ -293,8 +291,8 @@ static void phase_network_rss(struct bench *b, int sessions)
                 /* Docker starts one docker-proxy per published port (and family): a
                  * block costs ports_per_session of them at least */
                 if (procs1 > procs0)
-                        per_container_mb = (double)(pss1 - pss0) / (procs1 - procs0) * b->cfg.ports_per_session *
-                                           1024 / 1e6;
+                        per_container_mb =
+                                (double)(pss1 - pss0) / (procs1 - procs0) * b->cfg.ports_per_session * 1024 / 1e6;
                 docker_rm(b, id);
         }
         m->has_baseline = per_container_mb > 0;
@@ -413,7 +411,7 @@ static int phase_concurrency(struct bench *b)
         char name[64];
         struct measurement *lat, *thr, *err;
         struct conc api = {.b = b, .execs = b->sz.conc_execs}, cli = {.b = b, .cli = true, .execs = b->sz.conc_execs};
-        char (*cids)[128] = calloc((size_t)n, sizeof(*cids));
+        char(*cids)[128] = calloc((size_t)n, sizeof(*cids));
         double wall, wall_cli;
         struct cpu c0, c1, cpu_api = {0}, cpu_cli = {0};
         struct conn c;
@@ -453,9 +451,8 @@ static int phase_concurrency(struct bench *b)
                  "latency of each exec `true` while %d sessions exec at once; CPU per exec, ms (daemon / dockerd "
                  "/ whole machine): API %.1f / %.1f / %.1f, CLI - / %.1f / %.1f; the machine was busy %.0f%% "
                  "(API) and %.0f%% (CLI) of its %ld CPUs",
-                 n, cpu_api.daemon / total, cpu_api.dockerd / total, cpu_api.machine / total,
-                 cpu_cli.dockerd / total, cpu_cli.machine / total,
-                 100 * cpu_api.machine / (wall * (double)sysconf(_SC_NPROCESSORS_ONLN)),
+                 n, cpu_api.daemon / total, cpu_api.dockerd / total, cpu_api.machine / total, cpu_cli.dockerd / total,
+                 cpu_cli.machine / total, 100 * cpu_api.machine / (wall * (double)sysconf(_SC_NPROCESSORS_ONLN)),
                  100 * cpu_cli.machine / (wall_cli * (double)sysconf(_SC_NPROCESSORS_ONLN)),
                  sysconf(_SC_NPROCESSORS_ONLN));
         thr = report_add(&b->rep, "concurrent_throughput", "exec/s");
@@ -700,27 +697,33 @@ static int phase_restart(struct bench *b)
 
 static void usage(FILE *f)
 {
-        fprintf(f, "Usage: sandboxd-bench [--quick] --daemon BIN --bench-id ID [--json PATH] [--log FILE]\n"
-                   "                      [--pidfile FILE] [--baseline-port N] [--docker CLI]\n"
-                   "                      [--only noisy|http|network|pool]\n"
-                   "                      [--http-ca FILE]\n"
-                   "\n"
-                   "Starts BIN (configured by the SANDBOXD_* environment, which this program reads\n"
-                   "too) and measures it against plain docker run / docker exec. Meant to be run by\n"
-                   "scripts/bench.sh, which prepares that environment and cleans up afterwards.\n"
-                   "Baseline containers are labelled sandboxd.bench=ID. --only noisy runs the noisy\n"
-                   "neighbour phase alone, --only http the HTTPS round trip alone, --only pool the warm pool rows. --http-ca: the CA of\n"
-                   "the daemon's HTTPS certificate (its http_listen); without it there is no HTTPS row.\n");
+        fprintf(f,
+                "Usage: sandboxd-bench [--quick] --daemon BIN --bench-id ID [--json PATH] [--log FILE]\n"
+                "                      [--pidfile FILE] [--baseline-port N] [--docker CLI]\n"
+                "                      [--only noisy|http|network|pool]\n"
+                "                      [--http-ca FILE]\n"
+                "\n"
+                "Starts BIN (configured by the SANDBOXD_* environment, which this program reads\n"
+                "too) and measures it against plain docker run / docker exec. Meant to be run by\n"
+                "scripts/bench.sh, which prepares that environment and cleans up afterwards.\n"
+                "Baseline containers are labelled sandboxd.bench=ID. --only noisy runs the noisy\n"
+                "neighbour phase alone, --only http the HTTPS round trip alone, --only pool the warm pool rows. --http-ca: the CA of\n"
+                "the daemon's HTTPS certificate (its http_listen); without it there is no HTTPS row.\n");
 }
 
 int main(int argc, char **argv)
 {
         static const struct option opts[] = {
-                {"quick", no_argument, NULL, 'q'},       {"daemon", required_argument, NULL, 'd'},
-                {"json", required_argument, NULL, 'j'},  {"log", required_argument, NULL, 'l'},
-                {"pidfile", required_argument, NULL, 'p'}, {"bench-id", required_argument, NULL, 'b'},
-                {"baseline-port", required_argument, NULL, 'P'}, {"docker", required_argument, NULL, 'D'},
-                {"only", required_argument, NULL, 'o'},  {"help", no_argument, NULL, 'h'},
+                {"quick", no_argument, NULL, 'q'},
+                {"daemon", required_argument, NULL, 'd'},
+                {"json", required_argument, NULL, 'j'},
+                {"log", required_argument, NULL, 'l'},
+                {"pidfile", required_argument, NULL, 'p'},
+                {"bench-id", required_argument, NULL, 'b'},
+                {"baseline-port", required_argument, NULL, 'P'},
+                {"docker", required_argument, NULL, 'D'},
+                {"only", required_argument, NULL, 'o'},
+                {"help", no_argument, NULL, 'h'},
                 {"http-ca", required_argument, NULL, 'C'},
                 {0},
         };
@@ -733,15 +736,33 @@ int main(int argc, char **argv)
 
         while ((c = getopt_long(argc, argv, "h", opts, NULL)) != -1) {
                 switch (c) {
-                case 'q': b.quick = true; break;
-                case 'd': b.daemon_bin = optarg; break;
-                case 'j': b.json_path = optarg; break;
-                case 'l': b.log_path = optarg; break;
-                case 'p': b.pid_path = optarg; break;
-                case 'b': b.bench_id = optarg; break;
-                case 'P': b.base_port = atoi(optarg); break;
-                case 'D': b.docker = optarg; break;
-                case 'C': b.http_ca = optarg; break;
+                case 'q':
+                        b.quick = true;
+                        break;
+                case 'd':
+                        b.daemon_bin = optarg;
+                        break;
+                case 'j':
+                        b.json_path = optarg;
+                        break;
+                case 'l':
+                        b.log_path = optarg;
+                        break;
+                case 'p':
+                        b.pid_path = optarg;
+                        break;
+                case 'b':
+                        b.bench_id = optarg;
+                        break;
+                case 'P':
+                        b.base_port = atoi(optarg);
+                        break;
+                case 'D':
+                        b.docker = optarg;
+                        break;
+                case 'C':
+                        b.http_ca = optarg;
+                        break;
                 case 'o':
                         if (strcmp(optarg, "noisy") == 0)
                                 only_noisy = true;
@@ -756,8 +777,12 @@ int main(int argc, char **argv)
                                 return 2;
                         }
                         break;
-                case 'h': usage(stdout); return 0;
-                default: usage(stderr); return 2;
+                case 'h':
+                        usage(stdout);
+                        return 0;
+                default:
+                        usage(stderr);
+                        return 2;
                 }
         }
         if (!b.daemon_bin || !b.bench_id) {

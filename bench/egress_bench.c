@@ -44,7 +44,8 @@ static int listen_loopback(int *ret_port)
 
 static int connect_port(int port)
 {
-        struct sockaddr_in sa = {.sin_family = AF_INET, .sin_port = htons((uint16_t)port),
+        struct sockaddr_in sa = {.sin_family = AF_INET,
+                                 .sin_port = htons((uint16_t)port),
                                  .sin_addr.s_addr = htonl(INADDR_LOOPBACK)};
         int fd = socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0);
         if (fd < 0 || connect(fd, (struct sockaddr *)&sa, sizeof(sa)) < 0) {
@@ -68,8 +69,9 @@ static void *upstream(void *arg)
                         return NULL;
                 if (source) {
                         for (size_t sent = 0; sent < source_bytes;) {
-                                ssize_t w = write(c, buf, sizeof(buf) < source_bytes - sent ? sizeof(buf)
-                                                                                            : source_bytes - sent);
+                                ssize_t w =
+                                        write(c, buf,
+                                              sizeof(buf) < source_bytes - sent ? sizeof(buf) : source_bytes - sent);
                                 if (w <= 0)
                                         break;
                                 sent += (size_t)w;
@@ -208,8 +210,7 @@ int main(int argc, char **argv)
         if (config_set(&cfg, "egress_allow", opt, &err) < 0 ||
             config_set(&cfg, "egress_resolve", "up.bench=127.0.0.1, src.bench=127.0.0.1", &err) < 0 ||
             config_set(&cfg, "egress_allow_private", "127.0.0.1/32", &err) < 0 ||
-            config_set(&cfg, "egress_conns_per_minute", "10000000", &err) < 0 ||
-            egress_new(&cfg, st, &eg, &err) < 0) {
+            config_set(&cfg, "egress_conns_per_minute", "10000000", &err) < 0 || egress_new(&cfg, st, &eg, &err) < 0) {
                 fprintf(stderr, "%s\n", err.msg);
                 return 1;
         }

@@ -131,8 +131,7 @@ double status_mb(struct bench *b, const char *key)
 
 struct cpu cpu_now(struct bench *b)
 {
-        return (struct cpu){proc_cpu_ms(b->daemon), b->dockerd > 0 ? proc_cpu_ms(b->dockerd) : NAN,
-                            system_busy_ms()};
+        return (struct cpu){proc_cpu_ms(b->daemon), b->dockerd > 0 ? proc_cpu_ms(b->dockerd) : NAN, system_busy_ms()};
 }
 
 void cpu_add_delta(struct cpu *acc, const struct cpu *t0, const struct cpu *t1)
@@ -145,8 +144,7 @@ void cpu_add_delta(struct cpu *acc, const struct cpu *t0, const struct cpu *t1)
 /* ---- sessions through the API ---- */
 
 /* exec `true` and require exit code 0; returns the round trip in ms or -1. */
-double timed_exec(struct bench *b, struct conn *c, const char *session, const char *cmd, char *why,
-                         size_t why_size)
+double timed_exec(struct bench *b, struct conn *c, const char *session, const char *cmd, char *why, size_t why_size)
 {
         double t0 = bench_now_ms(), dt;
         cJSON *reply = api_exec(c, b->token, session, cmd, CALL_TIMEOUT_MS);
@@ -158,8 +156,7 @@ double timed_exec(struct bench *b, struct conn *c, const char *session, const ch
                         reply_error(reply, why, why_size);
                 else
                         snprintf(why, why_size, "state %s, exit code %g, stderr %.200s",
-                                 json_str(res, "state") ? json_str(res, "state") : "?",
-                                 json_num(res, "exit_code", -1),
+                                 json_str(res, "state") ? json_str(res, "state") : "?", json_num(res, "exit_code", -1),
                                  json_str(res, "stderr") ? json_str(res, "stderr") : "");
                 dt = -1;
         }
@@ -268,8 +265,8 @@ static int run_workers(struct bench *b, bool destroy, int from, int upto, int wo
         for (int i = 0; i < workers; i++)
                 pthread_join(th[i], NULL);
         pthread_mutex_destroy(&g.lock);
-        say("sessions s%d..s%d %s in %.1f s (%d at a time, %d errors)", from, upto - 1,
-            destroy ? "destroyed" : "ready", (bench_now_ms() - t0) / 1000, workers, g.errors);
+        say("sessions s%d..s%d %s in %.1f s (%d at a time, %d errors)", from, upto - 1, destroy ? "destroyed" : "ready",
+            (bench_now_ms() - t0) / 1000, workers, g.errors);
         return g.errors;
 }
 
@@ -296,7 +293,8 @@ int shrink_sessions(struct bench *b, int from, int upto, int workers)
 int baseline_run(struct bench *b, const char *ws, bool publish, char *ret_id, size_t size, double *ret_ms)
 {
         char *argv[128];
-        char label[128], user[32], pids[32], mem[32], cpus[32], shares[32], oom[32], tmpfs[160], vol[SBX_PATH_MAX + 32], err[1024];
+        char label[128], user[32], pids[32], mem[32], cpus[32], shares[32], oom[32], tmpfs[160], vol[SBX_PATH_MAX + 32],
+                err[1024];
         char ports[64][80];
         int n = 0, r;
         double t0;
@@ -313,7 +311,8 @@ int baseline_run(struct bench *b, const char *ws, bool publish, char *ret_id, si
         argv[n++] = "ALL";
         argv[n++] = "--security-opt";
         argv[n++] = "no-new-privileges:true";
-        snprintf(user, sizeof(user), "%d:%d", b->cfg.sandbox_uid_hi, b->cfg.sandbox_uid_hi); /* a uid of the range, as sessions get */
+        snprintf(user, sizeof(user), "%d:%d", b->cfg.sandbox_uid_hi,
+                 b->cfg.sandbox_uid_hi); /* a uid of the range, as sessions get */
         argv[n++] = "--user";
         argv[n++] = user;
         snprintf(pids, sizeof(pids), "%" PRId64, b->cfg.pids_limit);

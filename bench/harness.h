@@ -59,8 +59,7 @@ void cpu_add_delta(struct cpu *acc, const struct cpu *t0, const struct cpu *t1);
 
 /* API exec of cmd in session; requires exit code 0. The round trip in ms,
  * or -1 with why filled. */
-double timed_exec(struct bench *b, struct conn *c, const char *session, const char *cmd, char *why,
-                  size_t why_size);
+double timed_exec(struct bench *b, struct conn *c, const char *session, const char *cmd, char *why, size_t why_size);
 /* The session's container id (session_info). */
 int session_container(struct bench *b, struct conn *c, const char *session, char *ret_id, size_t size);
 /* session.show's state ("" if unknown) into buf. */

@@ -86,8 +86,7 @@ static int wait_bomb(struct bench *b, const char *cid)
         struct docker_stats st = {0};
 
         while (bench_now_ms() < until) {
-                if (docker_container_stats(b->engine, cid, &st, NULL) == 0 &&
-                    (int64_t)st.pids >= b->cfg.pids_limit - 2)
+                if (docker_container_stats(b->engine, cid, &st, NULL) == 0 && (int64_t)st.pids >= b->cfg.pids_limit - 2)
                         return (int)st.pids;
                 usleep(200000);
         }
@@ -178,14 +177,13 @@ int phase_noisy(struct bench *b)
                          "%s in one session while another measures exec true; PIDs in the noisy container %d "
                          "(limit %d); CPU share of the whole machine while measured: daemon %.0f%%, dockerd %.0f%%, "
                          "all %.0f%% of %ld CPUs",
-                         z->what, pids, (int)b->cfg.pids_limit, 100 * d.daemon / (t1 - t0),
-                         100 * d.dockerd / (t1 - t0), 100 * d.machine / (t1 - t0), sysconf(_SC_NPROCESSORS_ONLN));
+                         z->what, pids, (int)b->cfg.pids_limit, 100 * d.daemon / (t1 - t0), 100 * d.dockerd / (t1 - t0),
+                         100 * d.machine / (t1 - t0), sysconf(_SC_NPROCESSORS_ONLN));
                 if (z->output && out1 > out0) {
                         size_t len = strlen(m[k]->note);
                         snprintf(m[k]->note + len, sizeof(m[k]->note) - len,
                                  "; output absorbed meanwhile: %.0f MB/s (%.2f GB in %.1f s)",
-                                 (out1 - out0) / 1e6 / ((t1 - t0) / 1000), (out1 - out0) / 1e9,
-                                 (t1 - t0) / 1000);
+                                 (out1 - out0) / 1e6 / ((t1 - t0) / 1000), (out1 - out0) / 1e9, (t1 - t0) / 1000);
                 }
                 if (errors) {
                         size_t len = strlen(m[k]->note);

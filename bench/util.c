@@ -204,7 +204,10 @@ cJSON *admin_call(const char *path, cJSON *req, int timeout_ms)
         return reply;
 }
 
-bool reply_ok(const cJSON *reply) { return reply && cJSON_IsTrue(cJSON_GetObjectItemCaseSensitive(reply, "ok")); }
+bool reply_ok(const cJSON *reply)
+{
+        return reply && cJSON_IsTrue(cJSON_GetObjectItemCaseSensitive(reply, "ok"));
+}
 
 const cJSON *reply_result(const cJSON *reply)
 {
@@ -425,8 +428,8 @@ double system_busy_ms(void)
 
         if (!f)
                 return NAN;
-        k = fscanf(f, "cpu %llu %llu %llu %llu %llu %llu %llu %llu", &v[0], &v[1], &v[2], &v[3], &v[4], &v[5],
-                   &v[6], &v[7]);
+        k = fscanf(f, "cpu %llu %llu %llu %llu %llu %llu %llu %llu", &v[0], &v[1], &v[2], &v[3], &v[4], &v[5], &v[6],
+                   &v[7]);
         fclose(f);
         if (k < 8)
                 return NAN;
@@ -612,8 +615,8 @@ static void fmt_num(char *buf, size_t size, double v)
 
 void report_print(const struct report *r, FILE *f)
 {
-        fprintf(f, "\n%-28s %-7s %5s %9s %9s | %9s %9s %5s | %6s  %-24s %s\n", "measurement", "unit", "n", "p50",
-                "p95", "base p50", "base p95", "n", "ratio", "target", "met");
+        fprintf(f, "\n%-28s %-7s %5s %9s %9s | %9s %9s %5s | %6s  %-24s %s\n", "measurement", "unit", "n", "p50", "p95",
+                "base p50", "base p95", "n", "ratio", "target", "met");
         for (size_t i = 0; i < 120; i++)
                 fputc('-', f);
         fputc('\n', f);
@@ -632,7 +635,9 @@ void report_print(const struct report *r, FILE *f)
                 }
                 fprintf(f, "%-28s %-7s %5zu %9s %9s | %9s %9s %5s | %6s  %-24s %s\n", m->name, m->unit, m->s.n, p50,
                         p95, b50, b95, bn, ratio, m->target_desc[0] ? m->target_desc : "-",
-                        met < 0 ? "-" : met ? "yes" : "NO");
+                        met < 0 ? "-"
+                        : met   ? "yes"
+                                : "NO");
         }
         fputc('\n', f);
         for (size_t i = 0; i < r->n; i++) {

@@ -59,7 +59,7 @@
 #define MAX_JOBS RP_MAX_JOBS
 #define RETAIN_TOTAL (16 * 1024 * 1024) /* unacknowledged output of all executions together */
 #define STDIN_CAP (2 * RP_STDIN_WINDOW)
-#define DRAIN_MS 200               /* output still read after the leader exited */
+#define DRAIN_MS 200 /* output still read after the leader exited */
 
 /* One output stream's bytes the daemon has not acknowledged yet. */
 struct ostream {
@@ -79,13 +79,13 @@ struct job {
         bool shim_gone;
         uint32_t tag;
         pid_t shim;
-        int out[2];       /* read ends of stdout/stderr (a tty: out[0] is the terminal, out[1] -1) */
-        int in;           /* write end of stdin, -1 if none */
-        int status;       /* read end of the shim's report */
-        int pty;          /* the terminal's master side, -1 without a tty */
+        int out[2]; /* read ends of stdout/stderr (a tty: out[0] is the terminal, out[1] -1) */
+        int in;     /* write end of stdin, -1 if none */
+        int status; /* read end of the shim's report */
+        int pty;    /* the terminal's master side, -1 without a tty */
         char *inq;
         size_t inq_len, inq_off;
-        size_t in_old;    /* queued stdin from an earlier connection: written, never acknowledged */
+        size_t in_old; /* queued stdin from an earlier connection: written, never acknowledged */
         bool in_eof;
         int64_t exited_at;
         struct rp_exit ex;

@@ -64,7 +64,7 @@ void exec_reaped(pid_t pid);  /* pid was reaped: if it was a shim, its job knows
  * into *timeout; exec_poll_ready for each that has revents. */
 nfds_t exec_poll_fill(struct pollfd *pfd, struct exec_pollref *who, int64_t now, int64_t *timeout);
 void exec_poll_ready(const struct exec_pollref *who, const struct pollfd *pfd);
-void exec_tick(void);         /* send output and exits the loop gathered */
+void exec_tick(void); /* send output and exits the loop gathered */
 
 /* runner_files.c */
 void files_frame(const struct rp_hdr *h, const unsigned char *p);
@@ -83,9 +83,9 @@ int ws_open(const char *resolved, int flags, mode_t mode);
 
 /* runner_svc.c */
 void svc_frame(const struct rp_hdr *h, const unsigned char *p);
-void svc_connected(void);              /* after RP_HELLO: every held service's state */
+void svc_connected(void);               /* after RP_HELLO: every held service's state */
 bool svc_reaped(pid_t pid, int status); /* true if pid was a service's shim */
-int svc_timeout(int64_t now);          /* ms until svc_tick has work, -1 for none */
+int svc_timeout(int64_t now);           /* ms until svc_tick has work, -1 for none */
 void svc_tick(int64_t now);
 
 #endif

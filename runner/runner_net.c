@@ -263,7 +263,8 @@ static void end_event(struct pair *p, int i, uint32_t events)
 
 static void egress_listen(void)
 {
-        struct sockaddr_in sa = {.sin_family = AF_INET, .sin_port = htons(RP_EGRESS_PORT),
+        struct sockaddr_in sa = {.sin_family = AF_INET,
+                                 .sin_port = htons(RP_EGRESS_PORT),
                                  .sin_addr.s_addr = htonl(INADDR_LOOPBACK)};
         struct epoll_event ev = {.events = EPOLLIN, .data.ptr = &ep_listen};
         int one = 1, fd = socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC | SOCK_NONBLOCK, 0);

@@ -47,7 +47,7 @@
 #include "runner_ext.h"
 #include "sandboxd/runner_proto.h"
 
-#define OUT_CAP (1024 * 1024)      /* frames waiting for the daemon */
+#define OUT_CAP (1024 * 1024) /* frames waiting for the daemon */
 
 static int sock = -1;
 static char *outbuf;
@@ -101,9 +101,15 @@ static void on_sigchld(int sig)
 
 /* ---- outgoing frames ---- */
 
-bool connected(void) { return sock >= 0; }
+bool connected(void)
+{
+        return sock >= 0;
+}
 
-bool out_room(size_t n) { return out_len + n <= OUT_CAP; }
+bool out_room(size_t n)
+{
+        return out_len + n <= OUT_CAP;
+}
 
 /* Control frames may exceed OUT_CAP a little: they are few and small. */
 void send_frame(uint16_t type, uint16_t flags, uint32_t tag, const void *p1, size_t n1, const void *p2, size_t n2)

@@ -20,8 +20,8 @@
 # Environment: SANDBOXD_BUILD_DIR (default build, build-asan or build-tsan),
 #              SANDBOXD_TEST_RUN (default: a fresh id), SANDBOXD_DOCKER_SOCKET,
 #              SANDBOXD_STRESS_SCALE (--tsan: iterations in percent, default 100),
-#              SANDBOXD_FORMAT_CHECK (1: scripts/format.sh --check runs with the
-#              unit tests; default 0 until the tree has been formatted once).
+#              SANDBOXD_FORMAT_CHECK (default 1: scripts/format.sh --check runs with the
+#              unit tests; 0 skips it).
 set -euo pipefail
 
 ROOT=$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)
@@ -137,7 +137,7 @@ else
 	cmake -S . -B "$BUILD" -DCMAKE_BUILD_TYPE=RelWithDebInfo
 	cmake --build "$BUILD" -j2
 	step "unit tests" ctest --test-dir "$BUILD" --output-on-failure -L unit || true
-	if [[ ${SANDBOXD_FORMAT_CHECK:-0} == 1 ]]; then
+	if [[ ${SANDBOXD_FORMAT_CHECK:-1} == 1 ]]; then
 		step "format (.clang-format)" bash scripts/format.sh --check || true
 	fi
 	step "integration tests" ctest --test-dir "$BUILD" --output-on-failure -L integration || true

@@ -20,8 +20,8 @@ int audit_record(struct store *st, const char *actor, const char *user, const ch
         return r;
 }
 
-int audit_record_json(struct store *st, const char *actor, const char *user, const char *session,
-                      const char *action, cJSON *detail)
+int audit_record_json(struct store *st, const char *actor, const char *user, const char *session, const char *action,
+                      cJSON *detail)
 {
         char *json = detail ? cJSON_PrintUnformatted(detail) : NULL;
         int r = audit_record(st, actor, user, session, action, json);

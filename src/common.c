@@ -136,8 +136,8 @@ int sbx_uuid(char out[37])
                 return r;
         b[6] = (b[6] & 0x0f) | 0x40;
         b[8] = (b[8] & 0x3f) | 0x80;
-        snprintf(out, 37, "%02x%02x%02x%02x-%02x%02x-%02x%02x-%02x%02x-%02x%02x%02x%02x%02x%02x", b[0], b[1],
-                 b[2], b[3], b[4], b[5], b[6], b[7], b[8], b[9], b[10], b[11], b[12], b[13], b[14], b[15]);
+        snprintf(out, 37, "%02x%02x%02x%02x-%02x%02x-%02x%02x-%02x%02x-%02x%02x%02x%02x%02x%02x", b[0], b[1], b[2],
+                 b[3], b[4], b[5], b[6], b[7], b[8], b[9], b[10], b[11], b[12], b[13], b[14], b[15]);
         return 0;
 }
 
@@ -154,8 +154,8 @@ int sbx_random_hex(char *out, size_t nbytes)
         return 0;
 }
 
-int sbx_rows_convert(void *rows, size_t n, size_t in_size, size_t out_size,
-                     void (*conv)(const void *row, void *out), void *ret, size_t *ret_n)
+int sbx_rows_convert(void *rows, size_t n, size_t in_size, size_t out_size, void (*conv)(const void *row, void *out),
+                     void *ret, size_t *ret_n)
 {
         unsigned char *out = calloc(n + 1, out_size);
 

@@ -118,8 +118,7 @@ static const struct config_key keys[] = {
          2147483646, "200000-299999", NULL,
          "host uids (and gids) handed out one per session: its processes run as it and it owns the workspace; "
          "no host account may hold one"},
-        {"docker_timeout", CFG_MS, F(docker_timeout_ms), 0, 100, 600000, "30s", NULL,
-         "timeout of one Docker API call"},
+        {"docker_timeout", CFG_MS, F(docker_timeout_ms), 0, 100, 600000, "30s", NULL, "timeout of one Docker API call"},
         {"port_range", CFG_RANGE, F(port_range_lo), offsetof(struct sbx_config, port_range_hi), 1024, 65535,
          "20000-29999", NULL, "host ports handed out to sessions"},
         {"ports_per_session", CFG_INT, F(ports_per_session), 0, 0, 1000, "5", NULL,
@@ -199,8 +198,8 @@ static const struct config_key keys[] = {
          "open egress proxy connections of one user, all its sessions together"},
         {"egress_conns_per_minute", CFG_INT, F(egress_conns_per_minute), 0, 1, 10000000, "600", NULL,
          "new egress proxy connections per session per minute"},
-        {"egress_max_bytes_per_session", CFG_SIZE, F(egress_max_bytes_per_session), 0, 0, INT64_C(1) << 50, "0",
-         NULL, "egress bytes (both ways) per session since the daemon started; 0: no cap"},
+        {"egress_max_bytes_per_session", CFG_SIZE, F(egress_max_bytes_per_session), 0, 0, INT64_C(1) << 50, "0", NULL,
+         "egress bytes (both ways) per session since the daemon started; 0: no cap"},
         {"egress_max_header", CFG_SIZE, F(egress_max_header_bytes), 0, 1024, 1 << 20, "16k", NULL,
          "largest proxy request head (request line and headers)"},
         {"egress_header_timeout", CFG_MS, F(egress_header_timeout_ms), 0, 100, 600000, "10s", NULL,
@@ -227,7 +226,10 @@ static const struct config_key keys[] = {
 
 #undef F
 
-const char *config_key_name(size_t i) { return i < ELEMENTSOF(keys) ? keys[i].name : NULL; }
+const char *config_key_name(size_t i)
+{
+        return i < ELEMENTSOF(keys) ? keys[i].name : NULL;
+}
 
 static const struct config_key *find_key(const char *name)
 {
@@ -319,9 +321,9 @@ static bool valid_label_value(const char *v)
 
 int config_set(struct sbx_config *cfg, const char *key, const char *value, struct sbx_error *err)
 {
-        static const struct unit size_units[] = {{"", 1},         {"b", 1},         {"k", 1024},
-                                                 {"kb", 1024},    {"m", 1 << 20},   {"mb", 1 << 20},
-                                                 {"g", 1 << 30},  {"gb", 1 << 30},  {"t", INT64_C(1) << 40}};
+        static const struct unit size_units[] = {{"", 1},        {"b", 1},        {"k", 1024},
+                                                 {"kb", 1024},   {"m", 1 << 20},  {"mb", 1 << 20},
+                                                 {"g", 1 << 30}, {"gb", 1 << 30}, {"t", INT64_C(1) << 40}};
         static const struct unit dur_units[] = {{"", 1}, {"s", 1}, {"m", 60}, {"h", 3600}, {"d", 86400}};
         static const struct unit ms_units[] = {{"", 1}, {"ms", 1}, {"s", 1000}, {"m", 60000}};
         const struct config_key *k = find_key(key);
@@ -340,8 +342,7 @@ int config_set(struct sbx_config *cfg, const char *key, const char *value, struc
                 /* fall through */
         case CFG_STRING:
                 if (strlen(value) >= k->size)
-                        return sbx_error_set(err, -EINVAL, 0, "%s: value is longer than %zu bytes", key,
-                                             k->size - 1);
+                        return sbx_error_set(err, -EINVAL, 0, "%s: value is longer than %zu bytes", key, k->size - 1);
                 if (strcmp(key, "instance") == 0 && !valid_label_value(value))
                         return sbx_error_set(err, -EINVAL, 0,
                                              "instance: '%s' must be 1-63 characters of [A-Za-z0-9_.-]", value);
@@ -380,8 +381,8 @@ int config_set(struct sbx_config *cfg, const char *key, const char *value, struc
                         return sbx_error_set(err, -EINVAL, 0, "%s: '%s' is not of the form LOW-HIGH", key, value);
                 if (lo < k->min || hi > k->max || lo > hi)
                         return sbx_error_set(err, -EINVAL, 0,
-                                             "%s: '%s' must satisfy %" PRId64 " <= LOW <= HIGH <= %" PRId64, key,
-                                             value, k->min, k->max);
+                                             "%s: '%s' must satisfy %" PRId64 " <= LOW <= HIGH <= %" PRId64, key, value,
+                                             k->min, k->max);
                 *(int *)field = lo;
                 *(int *)((char *)cfg + k->offset2) = hi;
                 return 0;
@@ -726,8 +727,8 @@ static int check_pool_images(const struct sbx_config *cfg, struct sbx_error *err
                 memcpy(name, a, name_len);
                 name[name_len] = '\0';
                 if (!config_image_allowed(cfg, name))
-                        return sbx_error_set(err, -EINVAL, 0,
-                                             "pool_images: '%s' is neither image nor one of images", name);
+                        return sbx_error_set(err, -EINVAL, 0, "pool_images: '%s' is neither image nor one of images",
+                                             name);
         }
         return 0;
 }

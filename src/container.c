@@ -97,8 +97,7 @@ int container_workspace_ensure(const struct sbx_config *cfg, const char *user, c
 
 /* Write {data_dir}/identities/<uid>.<ext> (root's, 0644) unless it already
  * holds text; its path in ret. Written beside and renamed into place. */
-static int identity_file(int dfd, const char *dir, uid_t uid, const char *ext, const char *text,
-                         char ret[SBX_PATH_MAX])
+static int identity_file(int dfd, const char *dir, uid_t uid, const char *ext, const char *text, char ret[SBX_PATH_MAX])
 {
         char name[48], tmp[64], cur[512];
         size_t len = strlen(text);
@@ -144,7 +143,8 @@ int container_identity_ensure(const struct sbx_config *cfg, uid_t uid, char ret_
          * whoami, ~ and the tools that look the user up (getpwuid) keep working. */
         snprintf(passwd, sizeof(passwd),
                  "root:x:0:0:root:/root:/bin/sh\n"
-                 "sandbox:x:%u:%u:sandbox:" CONTAINER_WORKSPACE ":/bin/sh\n"
+                 "sandbox:x:%u:%u:sandbox:" CONTAINER_WORKSPACE
+                 ":/bin/sh\n"
                  "nobody:x:65534:65534:nobody:/nonexistent:/bin/false\n",
                  (unsigned)uid, (unsigned)uid);
         snprintf(group, sizeof(group), "root:x:0:\nsandbox:x:%u:\nnogroup:x:65534:\n", (unsigned)uid);
@@ -350,8 +350,8 @@ int container_validate(struct docker *d, const char *id, const char *network, ch
 }
 
 /* Startup failed: gather the exit code and log tail into err, then remove. */
-static int fail_start(struct docker *d, const char *id, const struct docker_container_info *info,
-                      const char *what, struct sbx_error *err)
+static int fail_start(struct docker *d, const char *id, const struct docker_container_info *info, const char *what,
+                      struct sbx_error *err)
 {
         _cleanup_free_ char *logs = NULL;
         char tail[700] = "";
@@ -402,14 +402,10 @@ int container_create_started(struct docker *d, const struct sbx_config *cfg, con
         static const char *const env_sealed[] = {"HOME=" CONTAINER_WORKSPACE, NULL};
         /* the runner's egress endpoint; NO_PROXY keeps the container's own loopback direct */
 #define PROXY_URL "http://127.0.0.1:3128" /* RP_EGRESS_PORT */
-        static const char *const env_proxy[] = {"HOME=" CONTAINER_WORKSPACE,
-                                                "HTTP_PROXY=" PROXY_URL,
-                                                "HTTPS_PROXY=" PROXY_URL,
-                                                "http_proxy=" PROXY_URL,
-                                                "https_proxy=" PROXY_URL,
-                                                "NO_PROXY=localhost,127.0.0.1",
-                                                "no_proxy=localhost,127.0.0.1",
-                                                NULL};
+        static const char *const env_proxy[] = {"HOME=" CONTAINER_WORKSPACE,    "HTTP_PROXY=" PROXY_URL,
+                                                "HTTPS_PROXY=" PROXY_URL,       "http_proxy=" PROXY_URL,
+                                                "https_proxy=" PROXY_URL,       "NO_PROXY=localhost,127.0.0.1",
+                                                "no_proxy=localhost,127.0.0.1", NULL};
 #undef PROXY_URL
         _Static_assert(RP_EGRESS_PORT == 3128, "PROXY_URL names the egress port");
         struct docker_label labels[4 + 8];
@@ -533,7 +529,8 @@ void container_network_name(const struct sbx_config *cfg, char *ret, size_t size
 
 int container_network_ensure(struct docker *d, const struct sbx_config *cfg, struct sbx_error *err)
 {
-        const struct docker_label labels[] = {{CONTAINER_LABEL_MANAGED, "1"}, {CONTAINER_LABEL_INSTANCE, cfg->instance}};
+        const struct docker_label labels[] = {{CONTAINER_LABEL_MANAGED, "1"},
+                                              {CONTAINER_LABEL_INSTANCE, cfg->instance}};
         const struct docker_label options[] = {{CONTAINER_NETWORK_ICC_OPTION, "false"}};
         char name[160], icc[16];
         int r;

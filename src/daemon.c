@@ -209,8 +209,12 @@ int daemon_open(const struct sbx_config *cfg, const struct daemon_options *opts,
         exec_set_quota(d->exec, d->quota);
         exec_engine_set_runner(d->exec, d->runner);
         d->files = (struct files_ctx){.cfg = &d->cfg, .sessions = d->sessions, .runner = d->runner, .exec = d->exec};
-        d->metrics_ctx = (struct metrics_ctx){.started_at = d->started_at, .sessions = d->sessions, .exec = d->exec,
-                                              .ports = d->ports, .egress = d->egress, .pool = d->pool};
+        d->metrics_ctx = (struct metrics_ctx){.started_at = d->started_at,
+                                              .sessions = d->sessions,
+                                              .exec = d->exec,
+                                              .ports = d->ports,
+                                              .egress = d->egress,
+                                              .pool = d->pool};
         r = scripts_new(&d->cfg, d->store, d->quota, &d->scripts);
         if (r < 0) {
                 sbx_error_set(err, r, 0, "out of memory");
@@ -261,9 +265,9 @@ void daemon_close(struct daemon *d)
                 runtime_attach(NULL, d->sessions);
         runtime_free(d->runtime);
         gateway_free(d->gateway); /* its thread asks privacy and calls egress */
-        egress_free(d->egress); /* closes every tunnel, writing their rows */
+        egress_free(d->egress);   /* closes every tunnel, writing their rows */
         privacy_free(d->privacy);
-        pool_free(d->pool); /* its thread uses the runner hub */
+        pool_free(d->pool);         /* its thread uses the runner hub */
         runner_hub_free(d->runner); /* its thread calls into the sessions */
         session_manager_free(d->sessions);
         quota_free(d->quota); /* after every engine that asks it */

@@ -207,9 +207,8 @@ static int errno_error(int r, const char *what, const char *path, struct sbx_err
 /* The refusal a script's exit code stands for. */
 static int script_error(int code, const char *what, const char *path, const char *out, struct sbx_error *err)
 {
-        static const int map[][2] = {{X_NOENT, -ENOENT}, {X_OUTSIDE, -EPERM}, {X_ISDIR, -EISDIR},
-                                     {X_NOTREG, -EINVAL}, {X_ACCES, -EACCES}, {X_NOTDIR, -ENOTDIR},
-                                     {X_IO, -ENOSPC}};
+        static const int map[][2] = {{X_NOENT, -ENOENT}, {X_OUTSIDE, -EPERM},  {X_ISDIR, -EISDIR}, {X_NOTREG, -EINVAL},
+                                     {X_ACCES, -EACCES}, {X_NOTDIR, -ENOTDIR}, {X_IO, -ENOSPC}};
 
         if (code == X_MKDIR)
                 return sbx_error_set(err, -EACCES, 0, "%s: cannot create the parent directories of %s", what, path);
@@ -274,8 +273,7 @@ int files_write(const struct files_ctx *f, const char *user, const char *session
         {
                 const char *argv[] = {"sh", "-c", write_script, "sbx-write", norm, NULL};
                 /* a non-NULL pointer attaches stdin even for an empty file */
-                r = exec_internal(f->exec, cid, argv, data ? data : "", len, SCRIPT_TIMEOUT_MS, &code, &out, NULL,
-                                  err);
+                r = exec_internal(f->exec, cid, argv, data ? data : "", len, SCRIPT_TIMEOUT_MS, &code, &out, NULL, err);
         }
         session_release(s);
         if (r < 0) {
@@ -285,8 +283,8 @@ int files_write(const struct files_ctx *f, const char *user, const char *session
         if (code != 0)
                 return script_error(code, "write", norm, out, err);
         if (!out || strtoull(out, NULL, 10) != len)
-                return sbx_error_set(err, -EIO, 0, "write: %s: short write (%s of %zu bytes)", norm,
-                                     out ? out : "?", len);
+                return sbx_error_set(err, -EIO, 0, "write: %s: short write (%s of %zu bytes)", norm, out ? out : "?",
+                                     len);
         if (ret_path)
                 memcpy(ret_path, norm, strlen(norm) + 1);
         return 0;
@@ -480,8 +478,10 @@ int files_list(const struct files_ctx *f, const char *user, const char *session,
                 }
                 e = &list[n++];
                 memcpy(e->name, name, nl + 1);
-                e->type = head[0] == 'f' ? FILES_FILE : head[0] == 'd' ? FILES_DIR
-                        : head[0] == 'l' ? FILES_SYMLINK : FILES_OTHER;
+                e->type = head[0] == 'f'   ? FILES_FILE
+                          : head[0] == 'd' ? FILES_DIR
+                          : head[0] == 'l' ? FILES_SYMLINK
+                                           : FILES_OTHER;
                 e->size = strtoll(head + 2, NULL, 10);
         }
 done:

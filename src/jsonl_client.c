@@ -155,8 +155,7 @@ int jsonl_read(int fd, size_t max, int timeout_ms, cJSON **ret)
         return 0;
 }
 
-int jsonl_call(const char *path, const cJSON *req, size_t max, int timeout_ms, cJSON **ret_reply,
-               struct sbx_error *err)
+int jsonl_call(const char *path, const cJSON *req, size_t max, int timeout_ms, cJSON **ret_reply, struct sbx_error *err)
 {
         _cleanup_close_ int fd = jsonl_connect(path, err);
         int r;

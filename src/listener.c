@@ -375,8 +375,8 @@ static void log_refusal(struct sockserver *srv, const char *why, uid_t uid)
         srv->refusals++;
         if (srv->refusal_logged_at && now - srv->refusal_logged_at < REFUSAL_LOG_MS)
                 return;
-        log_warn("%s: refusing connections: %s (uid %u; %" PRIu64 " refused since the last such line)", srv->what,
-                 why, (unsigned)uid, srv->refusals);
+        log_warn("%s: refusing connections: %s (uid %u; %" PRIu64 " refused since the last such line)", srv->what, why,
+                 (unsigned)uid, srv->refusals);
         srv->refusal_logged_at = now;
         srv->refusals = 0;
 }
@@ -475,8 +475,9 @@ static void *accept_main(void *ud)
                 pthread_attr_destroy(&attr);
                 if (r != 0) {
                         /* conn_finish closes fd: send the refusal first */
-                        static const char msg[] = "{\"id\":null,\"ok\":false,\"error\":{\"code\":\"busy\","
-                                                  "\"message\":\"cannot start a worker\"}}\n";
+                        static const char msg[] =
+                                "{\"id\":null,\"ok\":false,\"error\":{\"code\":\"busy\","
+                                "\"message\":\"cannot start a worker\"}}\n";
                         (void)send(fd, msg, sizeof(msg) - 1, MSG_NOSIGNAL | MSG_DONTWAIT);
                         conn_finish(c);
                 }

@@ -96,9 +96,15 @@ int log_session_lines(const char *user, const char *session, size_t max, char **
 
 static const char *const level_names[] = {"debug", "info", "warn", "error"};
 
-void log_set_level(enum log_level level) { __atomic_store_n(&current_level, (int)level, __ATOMIC_RELAXED); }
+void log_set_level(enum log_level level)
+{
+        __atomic_store_n(&current_level, (int)level, __ATOMIC_RELAXED);
+}
 
-enum log_level log_get_level(void) { return (enum log_level)__atomic_load_n(&current_level, __ATOMIC_RELAXED); }
+enum log_level log_get_level(void)
+{
+        return (enum log_level)__atomic_load_n(&current_level, __ATOMIC_RELAXED);
+}
 
 int log_level_from_string(const char *s, enum log_level *ret_level)
 {
@@ -181,8 +187,7 @@ void log_ctxv(enum log_level level, const char *user, const char *session, const
         errno = saved;
 }
 
-void log_ctx(enum log_level level, const char *user, const char *session, const char *container, const char *fmt,
-             ...)
+void log_ctx(enum log_level level, const char *user, const char *session, const char *container, const char *fmt, ...)
 {
         va_list ap;
         va_start(ap, fmt);

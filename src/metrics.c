@@ -151,12 +151,9 @@ static const struct {
         const char *name;
         enum exec_cause cause;
 } final_pairs[] = {
-        {EXEC_COMPLETED, "completed", EXEC_CAUSE_EXITED},
-        {EXEC_FAILED, "failed", EXEC_CAUSE_OOM},
-        {EXEC_FAILED, "failed", EXEC_CAUSE_CONTAINER_DIED},
-        {EXEC_FAILED, "failed", EXEC_CAUSE_DAEMON_RESTARTED},
-        {EXEC_FAILED, "failed", EXEC_CAUSE_ERROR},
-        {EXEC_CANCELLED, "cancelled", EXEC_CAUSE_CANCELLED},
+        {EXEC_COMPLETED, "completed", EXEC_CAUSE_EXITED},   {EXEC_FAILED, "failed", EXEC_CAUSE_OOM},
+        {EXEC_FAILED, "failed", EXEC_CAUSE_CONTAINER_DIED}, {EXEC_FAILED, "failed", EXEC_CAUSE_DAEMON_RESTARTED},
+        {EXEC_FAILED, "failed", EXEC_CAUSE_ERROR},          {EXEC_CANCELLED, "cancelled", EXEC_CAUSE_CANCELLED},
         {EXEC_TIMEOUT, "timeout", EXEC_CAUSE_TIMEOUT},
 };
 
@@ -199,8 +196,7 @@ int metrics_render(const struct metrics_ctx *m, char **ret)
                         put(&t, "sandboxd_exec_duration_seconds_bucket{le=\"%g\"} %llu\n",
                             (double)bucket_ms[b] / 1000.0, (unsigned long long)cum);
                 else
-                        put(&t, "sandboxd_exec_duration_seconds_bucket{le=\"+Inf\"} %llu\n",
-                            (unsigned long long)cum);
+                        put(&t, "sandboxd_exec_duration_seconds_bucket{le=\"+Inf\"} %llu\n", (unsigned long long)cum);
         }
         put(&t, "sandboxd_exec_duration_seconds_sum %.3f\n", (double)LOAD(exec_sum_ms) / 1000.0);
         put(&t, "sandboxd_exec_duration_seconds_count %llu\n", (unsigned long long)cum);

@@ -35,7 +35,7 @@ struct monitor {
         bool stopping;
         volatile bool stop_events; /* polled by docker_events_follow */
 
-        int64_t last_poll;   /* atomic */
+        int64_t last_poll;    /* atomic */
         uint64_t events_seen; /* atomic */
 };
 
@@ -102,8 +102,8 @@ static int on_event(const struct docker_event *ev, void *ud)
                 return mon->stop_events;
         }
         if (session_mark_failed(mon->sessions, user, session, ev->id, cause))
-                log_ctx(LOG_LEVEL_WARN, user, session, ev->id, "container failure detected (event %s): %s",
-                        ev->action, cause);
+                log_ctx(LOG_LEVEL_WARN, user, session, ev->id, "container failure detected (event %s): %s", ev->action,
+                        cause);
         return mon->stop_events;
 }
 
@@ -234,6 +234,12 @@ void monitor_stop(struct monitor *mon)
         free(mon);
 }
 
-int64_t monitor_last_poll(struct monitor *mon) { return __atomic_load_n(&mon->last_poll, __ATOMIC_RELAXED); }
+int64_t monitor_last_poll(struct monitor *mon)
+{
+        return __atomic_load_n(&mon->last_poll, __ATOMIC_RELAXED);
+}
 
-uint64_t monitor_events_seen(struct monitor *mon) { return __atomic_load_n(&mon->events_seen, __ATOMIC_RELAXED); }
+uint64_t monitor_events_seen(struct monitor *mon)
+{
+        return __atomic_load_n(&mon->events_seen, __ATOMIC_RELAXED);
+}

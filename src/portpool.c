@@ -214,11 +214,14 @@ static int probe_one(int family, const void *addr, socklen_t len)
 
 static int port_held_outside(int port)
 {
-        struct sockaddr_in any = {.sin_family = AF_INET, .sin_port = htons((uint16_t)port),
+        struct sockaddr_in any = {.sin_family = AF_INET,
+                                  .sin_port = htons((uint16_t)port),
                                   .sin_addr.s_addr = htonl(INADDR_ANY)};
-        struct sockaddr_in loop = {.sin_family = AF_INET, .sin_port = htons((uint16_t)port),
+        struct sockaddr_in loop = {.sin_family = AF_INET,
+                                   .sin_port = htons((uint16_t)port),
                                    .sin_addr.s_addr = htonl(INADDR_LOOPBACK)};
-        struct sockaddr_in6 any6 = {.sin6_family = AF_INET6, .sin6_port = htons((uint16_t)port),
+        struct sockaddr_in6 any6 = {.sin6_family = AF_INET6,
+                                    .sin6_port = htons((uint16_t)port),
                                     .sin6_addr = IN6ADDR_ANY_INIT};
         int r;
 
@@ -313,8 +316,8 @@ int portpool_reserve_block(struct portpool *p, const char *user, const char *ses
                 goto out;
         }
 
-        log_debug("portpool: exhausted (%zu blocks busy, %zu held outside, %zu taken in store)", p->used_blocks,
-                  held, taken_in_store);
+        log_debug("portpool: exhausted (%zu blocks busy, %zu held outside, %zu taken in store)", p->used_blocks, held,
+                  taken_in_store);
         r = sbx_error_set(err, -ENOSPC, 0,
                           "port pool exhausted: all %zu blocks of %d ports in %d-%d are in use or held by other "
                           "processes",
@@ -383,8 +386,7 @@ static int cmp_port_owner(const void *a, const void *b)
         return c != 0 ? c : strcmp(x->session_id, y->session_id);
 }
 
-int portpool_release_unheld(struct portpool *p, bool (*keep)(const char *user, const char *session, void *ud),
-                            void *ud)
+int portpool_release_unheld(struct portpool *p, bool (*keep)(const char *user, const char *session, void *ud), void *ud)
 {
         _cleanup_free_ struct store_port *rows = NULL;
         size_t n = 0;

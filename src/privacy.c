@@ -19,7 +19,7 @@
 struct privacy {
         struct store *store;
         struct session_manager *sessions;
-        const char *fallback; /* network for unmarked sessions */
+        const char *fallback;  /* network for unmarked sessions */
         struct egress *egress; /* set once at start-up, before any front */
 };
 
@@ -127,8 +127,7 @@ static void dataset_from_row(const void *row, void *dataset)
         d->marked_at = r->marked_at;
 }
 
-int privacy_list(struct privacy *p, const char *user, const char *session, struct privacy_dataset **ret,
-                 size_t *ret_n)
+int privacy_list(struct privacy *p, const char *user, const char *session, struct privacy_dataset **ret, size_t *ret_n)
 {
         struct store_private *rows = NULL;
         size_t n = 0;

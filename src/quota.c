@@ -23,7 +23,7 @@ static const struct {
         {"max_exec_per_user", 10000},
         {"max_services_per_session", 1000},
         {"max_spool_per_session", INT64_C(1) << 40},
-        {"max_scripts_per_user", 100000},            /* the script cache (scripts.h) */
+        {"max_scripts_per_user", 100000}, /* the script cache (scripts.h) */
         {"max_script_bytes_per_user", INT64_C(1) << 32},
 };
 
@@ -62,7 +62,10 @@ void quota_free(struct quota *q)
         free(q);
 }
 
-const char *quota_key_name(size_t i) { return i < ELEMENTSOF(keys) ? keys[i].key : NULL; }
+const char *quota_key_name(size_t i)
+{
+        return i < ELEMENTSOF(keys) ? keys[i].key : NULL;
+}
 
 static int key_index(const char *key)
 {
@@ -114,8 +117,8 @@ int quota_set(struct quota *q, const char *user, const char *key, int64_t value,
                                      "max_script_bytes_per_user",
                                      key ? key : "");
         if (value < 0 || value > keys[k].max)
-                return sbx_error_set(err, -EINVAL, 0, "%s: %" PRId64 " is out of range [0, %" PRId64 "]", key,
-                                     value, keys[k].max);
+                return sbx_error_set(err, -EINVAL, 0, "%s: %" PRId64 " is out of range [0, %" PRId64 "]", key, value,
+                                     keys[k].max);
         /* durable first, then visible; q->lock is never held across the store */
         r = store_quota_set(q->store, user, keys[k].key, value, sbx_wall_ms());
         if (r < 0)

@@ -100,9 +100,9 @@ bool scripts_name_valid(const char *name)
                 return false;
         for (size_t i = 7; i < n; i++) {
                 char c = name[i];
-                if (shape[i] == 'd' ? !isdigit((unsigned char)c)
-                                    : shape[i] == 'h' ? !(isdigit((unsigned char)c) || (c >= 'a' && c <= 'f'))
-                                                      : c != shape[i])
+                if (shape[i] == 'd'   ? !isdigit((unsigned char)c)
+                    : shape[i] == 'h' ? !(isdigit((unsigned char)c) || (c >= 'a' && c <= 'f'))
+                                      : c != shape[i])
                         return false;
         }
         return strcmp(name + n, "py") == 0 || strcmp(name + n, "js") == 0 || strcmp(name + n, "sh") == 0;
@@ -189,8 +189,8 @@ void scripts_description(const char *language, const char *code, char ret[SCRIPT
         sbx_strlcpy(ret, clean ? clean : "", SCRIPTS_DESCRIPTION_MAX + 1);
 }
 
-int scripts_save(struct scripts *s, const char *user, const char *language, const char *code,
-                 struct store_script *ret, struct sbx_error *err)
+int scripts_save(struct scripts *s, const char *user, const char *language, const char *code, struct store_script *ret,
+                 struct sbx_error *err)
 {
         struct store_script row = {0};
         struct quota_limits lim;
@@ -229,8 +229,7 @@ static void drop_code(struct scripts *s, struct pending *p)
         }
 }
 
-void scripts_note_run(struct scripts *s, const char *user, const char *exec_id, const char *language,
-                      const char *code)
+void scripts_note_run(struct scripts *s, const char *user, const char *exec_id, const char *language, const char *code)
 {
         size_t len = strlen(code);
         struct pending *slot = NULL;
@@ -281,8 +280,8 @@ static struct pending *find_locked(struct scripts *s, const char *user, const ch
         return NULL;
 }
 
-int scripts_settle(struct scripts *s, const char *user, const char *exec_id, bool success,
-                   struct store_script *ret, struct sbx_error *err)
+int scripts_settle(struct scripts *s, const char *user, const char *exec_id, bool success, struct store_script *ret,
+                   struct sbx_error *err)
 {
         struct pending *p;
         char *code = NULL, language[16];

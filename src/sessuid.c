@@ -183,12 +183,11 @@ static int own_dir(struct own_walk *w, int dfd, int depth)
                         continue;
                 }
                 if (S_ISDIR(st.st_mode) && st.st_dev == w->dev) {
-                        _cleanup_close_ int sub = openat(dfd, de->d_name, O_RDONLY | O_DIRECTORY | O_NOFOLLOW |
-                                                                                  O_CLOEXEC);
+                        _cleanup_close_ int sub =
+                                openat(dfd, de->d_name, O_RDONLY | O_DIRECTORY | O_NOFOLLOW | O_CLOEXEC);
                         struct stat again;
                         /* the same directory as the O_PATH one, or it changed under us: leave it */
-                        if (sub < 0 || fstat(sub, &again) < 0 || again.st_ino != st.st_ino ||
-                            again.st_dev != st.st_dev)
+                        if (sub < 0 || fstat(sub, &again) < 0 || again.st_ino != st.st_ino || again.st_dev != st.st_dev)
                                 continue;
                         k = own_dir(w, sub, depth + 1);
                         if (k < 0)

@@ -93,7 +93,10 @@ int token_revoke(struct store *st, const char *id, struct sbx_error *err)
         return 0;
 }
 
-static void info_from_row_v(const void *row, void *info) { info_from_row(row, info); }
+static void info_from_row_v(const void *row, void *info)
+{
+        info_from_row(row, info);
+}
 
 int token_list(struct store *st, struct token_info **ret, size_t *ret_n)
 {

@@ -172,8 +172,8 @@ static int make_image(const struct sbx_config *cfg, int ifd, const char *user, c
         {
                 /* -m 0: no blocks reserved for root; a 4 MiB journal keeps the
                  * overhead of small workspaces small. */
-                char *argv[] = {(char *)mkfs, "-q", "-F", "-m", "0", "-N", inodes, "-J", "size=4", "-E", owner,
-                                "-L", "sbx-workspace", path, NULL};
+                char *argv[] = {(char *)mkfs,    "-q", "-F", "-m", "0", "-N", inodes, "-J", "size=4", "-E", owner, "-L",
+                                "sbx-workspace", path, NULL};
                 r = run_tool(argv, MKFS_TIMEOUT_MS);
         }
         if (r != 0) {
@@ -210,8 +210,7 @@ static int loop_attach(int img, const char *user, const char *session, char ret_
                 if (fd < 0)
                         return -errno;
                 lc.info.lo_flags = LO_FLAGS_AUTOCLEAR;
-                snprintf((char *)lc.info.lo_file_name, sizeof(lc.info.lo_file_name), "sandboxd:%s/%s", user,
-                         session);
+                snprintf((char *)lc.info.lo_file_name, sizeof(lc.info.lo_file_name), "sandboxd:%s/%s", user, session);
                 if (ioctl(fd, LOOP_CONFIGURE, &lc) == 0)
                         return fd;
                 r = -errno;
@@ -238,8 +237,7 @@ int wsquota_attach(const struct sbx_config *cfg, const char *user, const char *s
                 return 0;
         wfd = open_dir_at(ufd, session, false, 0);
         if (wfd < 0 || fstat(wfd, &st) < 0)
-                return sbx_error_set(err, wfd < 0 ? wfd : -errno, 0, "cannot open the workspace %s:%s", user,
-                                     session);
+                return sbx_error_set(err, wfd < 0 ? wfd : -errno, 0, "cannot open the workspace %s:%s", user, session);
         iufd = open_user_dir(cfg, IMAGES_DIR, user, true);
         if (iufd < 0)
                 return sbx_error_set(err, iufd, 0, "cannot open %s/" IMAGES_DIR "/%s: %s", cfg->data_dir, user,
@@ -356,13 +354,11 @@ int wsquota_claim(const struct sbx_config *cfg, const char *from_user, const cha
                 struct stat st;
 
                 if (!is_mounted_at(fufd, from_session))
-                        return sbx_error_set(err, -ENOENT, 0, "the file system of %s is mounted nowhere",
-                                             from_session);
+                        return sbx_error_set(err, -ENOENT, 0, "the file system of %s is mounted nowhere", from_session);
                 dst = open_dir_at(tufd, to_session, false, 0);
                 src = open_dir_at(fufd, from_session, false, 0);
                 if (dst < 0 || src < 0 || fstat(dst, &st) < 0)
-                        return sbx_error_set(err, -EIO, 0, "cannot open the workspace of %s:%s", to_user,
-                                             to_session);
+                        return sbx_error_set(err, -EIO, 0, "cannot open the workspace of %s:%s", to_user, to_session);
                 if (!dir_is_empty(dst))
                         return sbx_error_set(err, -ENOTEMPTY, 0, "the workspace of %s:%s holds files", to_user,
                                              to_session);
@@ -373,8 +369,8 @@ int wsquota_claim(const struct sbx_config *cfg, const char *from_user, const cha
                 if (mount(src_path, dst_path, NULL, MS_BIND, NULL) < 0) {
                         int r = -errno;
                         (void)fchown(dst, st.st_uid, st.st_gid);
-                        return sbx_error_set(err, r, 0, "cannot mount the workspace of %s:%s: %s", to_user,
-                                             to_session, strerror(-r));
+                        return sbx_error_set(err, r, 0, "cannot mount the workspace of %s:%s: %s", to_user, to_session,
+                                             strerror(-r));
                 }
         }
         /* 3. the slot's mount point goes (the container holds its own mount) */
@@ -416,8 +412,7 @@ int wsquota_purge(const struct sbx_config *cfg, const char *user, const char *se
                 return iufd == -ENOENT ? 0 : sbx_error_set(err, iufd, 0, "cannot open the images of %s", user);
         snprintf(image, sizeof(image), "%s.ext4", session);
         if (unlinkat(iufd, image, 0) < 0 && errno != ENOENT)
-                return sbx_error_set(err, -errno, 0, "cannot delete the workspace image of %s:%s: %m", user,
-                                     session);
+                return sbx_error_set(err, -errno, 0, "cannot delete the workspace image of %s:%s: %m", user, session);
         snprintf(image, sizeof(image), "%s.usage", session);
         (void)unlinkat(iufd, image, 0);
         return 0;
@@ -428,7 +423,7 @@ int wsquota_purge(const struct sbx_config *cfg, const char *user, const char *se
 struct scan {
         uint64_t bytes, inodes;
         uint64_t max_bytes, max_inodes; /* stop once past either: over is all we need to know */
-        bool cut; /* too deep, or stopped past a limit: figures are a lower bound */
+        bool cut;                       /* too deep, or stopped past a limit: figures are a lower bound */
 };
 
 /* du-like: allocated bytes and entries under dirfd, never following a
@@ -521,7 +516,10 @@ static bool usage_load(int iufd, const char *session, struct wsquota_usage *u)
                       &u->inodes_used, &u->inodes_limit) == 4;
 }
 
-static uint32_t le32(const unsigned char *p) { return p[0] | p[1] << 8 | p[2] << 16 | (uint32_t)p[3] << 24; }
+static uint32_t le32(const unsigned char *p)
+{
+        return p[0] | p[1] << 8 | p[2] << 16 | (uint32_t)p[3] << 24;
+}
 
 /* Figures from an unmounted image's ext4 superblock when no saved figures
  * exist (its counters are exact after a clean unmount; the limit is the
@@ -562,9 +560,9 @@ void wsquota_usage(const struct sbx_config *cfg, const char *user, const char *s
                         img = openat(iufd, image, O_RDONLY | O_NOFOLLOW | O_CLOEXEC);
                 if (img >= 0 && fstat(img, &st) == 0) {
                         u.mounted = ufd >= 0 && is_mounted_at(ufd, session);
-                        u.known = u.mounted ? usage_mounted(ufd, session, &u)
-                                            : usage_load(iufd, session, &u) ||
-                                                      usage_image(img, (uint64_t)st.st_size, &u);
+                        u.known = u.mounted
+                                          ? usage_mounted(ufd, session, &u)
+                                          : usage_load(iufd, session, &u) || usage_image(img, (uint64_t)st.st_size, &u);
                 } else {
                         /* no image yet: nothing written, the limit it will get */
                         u.known = true;
@@ -664,7 +662,10 @@ int wsquota_check_config(const struct sbx_config *cfg, struct sbx_error *err)
         return 0;
 }
 
-static bool plain_name(const char *s) { return *s && strcmp(s, ".") != 0 && strcmp(s, "..") != 0; }
+static bool plain_name(const char *s)
+{
+        return *s && strcmp(s, ".") != 0 && strcmp(s, "..") != 0;
+}
 
 /* Undo mountinfo's octal escapes (\040 for a space, ...) in place. */
 static void unescape(char *s)
@@ -697,7 +698,7 @@ int wsquota_sweep(const struct sbx_config *cfg, wsquota_keep_fn keep, void *ud)
         if (!f)
                 return -errno;
         /* Collect first: unmounting while reading mountinfo skews the read. */
-        char (*found)[2][SBX_PATH_MAX] = NULL;
+        char(*found)[2][SBX_PATH_MAX] = NULL;
         size_t n = 0;
         while (getline(&line, &cap, f) > 0) {
                 char *save = NULL, *mp = NULL, *tok = strtok_r(line, " ", &save), *slash;

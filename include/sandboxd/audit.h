@@ -15,7 +15,7 @@ int audit_record(struct store *st, const char *actor, const char *user, const ch
                  const char *detail_json);
 /* The same with the detail as a cJSON tree, which it takes (and frees;
  * NULL is fine). */
-int audit_record_json(struct store *st, const char *actor, const char *user, const char *session,
-                      const char *action, cJSON *detail);
+int audit_record_json(struct store *st, const char *actor, const char *user, const char *session, const char *action,
+                      cJSON *detail);
 
 #endif

@@ -31,21 +31,24 @@ void sbx_error_prefix(struct sbx_error *err, const char *fmt, ...) __attribute__
 
 /* Hand ownership on: returns the pointer and NULLs the variable, so a cleanup
  * attribute on the variable does not free it. */
-#define TAKE_PTR(p)                                                                                          \
-        ({                                                                                                   \
-                __typeof__(p) _p_ = (p);                                                                     \
-                (p) = NULL;                                                                                  \
-                _p_;                                                                                         \
+#define TAKE_PTR(p)                                                                                                    \
+        ({                                                                                                             \
+                __typeof__(p) _p_ = (p);                                                                               \
+                (p) = NULL;                                                                                            \
+                _p_;                                                                                                   \
         })
 
-#define TAKE_FD(fd)                                                                                          \
-        ({                                                                                                   \
-                int _fd_ = (fd);                                                                             \
-                (fd) = -1;                                                                                   \
-                _fd_;                                                                                        \
+#define TAKE_FD(fd)                                                                                                    \
+        ({                                                                                                             \
+                int _fd_ = (fd);                                                                                       \
+                (fd) = -1;                                                                                             \
+                _fd_;                                                                                                  \
         })
 
-static inline void freep(void *p) { free(*(void **)p); }
+static inline void freep(void *p)
+{
+        free(*(void **)p);
+}
 void closep(int *fd);
 
 #define _cleanup_(f) __attribute__((cleanup(f)))
@@ -81,7 +84,7 @@ int sbx_random_hex(char *out, size_t nbytes);
  * n + 1 zeroed T of out_size bytes (never NULL on success, even for n == 0),
  * element i made from rows[i] (n elements of in_size bytes) by conv, and
  * *ret_n n. rows is freed either way. 0 or -ENOMEM (nothing written). */
-int sbx_rows_convert(void *rows, size_t n, size_t in_size, size_t out_size,
-                     void (*conv)(const void *row, void *out), void *ret, size_t *ret_n);
+int sbx_rows_convert(void *rows, size_t n, size_t in_size, size_t out_size, void (*conv)(const void *row, void *out),
+                     void *ret, size_t *ret_n);
 
 #endif

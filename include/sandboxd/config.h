@@ -20,7 +20,7 @@ struct sbx_config {
         char data_dir[SBX_PATH_MAX];
         char api_socket[SBX_PATH_MAX];
         char admin_socket[SBX_PATH_MAX];
-        char admin_group[64]; /* "" → socket mode 0600, else 0660 with this group */
+        char admin_group[64];           /* "" → socket mode 0600, else 0660 with this group */
         int max_connections;            /* API socket, in total */
         int max_connections_per_uid;    /* API and admin sockets, per peer uid (root exempt) */
         int auth_timeout_ms;            /* a new API connection authenticates within this */
@@ -69,9 +69,9 @@ struct sbx_config {
 
         /* sessions and monitoring */
         int max_sessions;
-        int pool_size; /* warm pool (pool.h): slots per image; 0: off */
-        char pool_images[1024]; /* per-image overrides of pool_size: "image=N,..." */
-        int pool_wait_ms;       /* a claim on a dry pool waits this long for the refill at most */
+        int pool_size;             /* warm pool (pool.h): slots per image; 0: off */
+        char pool_images[1024];    /* per-image overrides of pool_size: "image=N,..." */
+        int pool_wait_ms;          /* a claim on a dry pool waits this long for the refill at most */
         int max_sessions_per_user; /* default of the per-user quota (quota.h) */
         int idle_timeout_s;
         int monitor_interval_ms;
@@ -84,12 +84,12 @@ struct sbx_config {
         int exec_kill_grace_ms;
         int max_exec_global;
         int max_exec_per_session;
-        int max_exec_per_user; /* default of the per-user quota (quota.h) */
-        int64_t exec_output_cap_bytes;   /* spooled per stream per execution */
+        int max_exec_per_user;               /* default of the per-user quota (quota.h) */
+        int64_t exec_output_cap_bytes;       /* spooled per stream per execution */
         int64_t max_spool_per_session_bytes; /* default of the per-user quota (quota.h) */
-        int64_t exec_result_head_bytes;  /* head and tail returned inline */
+        int64_t exec_result_head_bytes;      /* head and tail returned inline */
         int64_t max_command_bytes;
-        int max_scripts_per_user;         /* the script cache (issue 17) */
+        int max_scripts_per_user; /* the script cache (issue 17) */
         int64_t max_script_bytes_per_user;
         int session_ttl_max_s;
         int64_t max_stdin_bytes;
@@ -109,13 +109,13 @@ struct sbx_config {
         int egress_max_tunnels;          /* open proxy connections, all sessions */
         int egress_max_tunnels_per_session;
         int egress_max_tunnels_per_user;
-        int egress_conns_per_minute;     /* new connections per session per minute */
+        int egress_conns_per_minute;          /* new connections per session per minute */
         int64_t egress_max_bytes_per_session; /* both ways, since the daemon started; 0 = no cap */
         int64_t egress_max_header_bytes;
         int egress_header_timeout_ms;
         int egress_connect_timeout_ms;
         int egress_idle_timeout_ms;
-        int egress_max_rules;            /* additions per user and per session */
+        int egress_max_rules; /* additions per user and per session */
         /* idempotency keys (api_idem.c) */
         int idempotency_window_s;
         int idempotency_max_keys; /* per user */

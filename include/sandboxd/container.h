@@ -22,12 +22,12 @@ struct docker;
 struct container_params {
         const char *user;
         const char *session;
-        const char *image;        /* resolved image id ("sha256:...") or name */
-        const char *network_mode; /* "bridge" (sandboxd's own network) | "none" */
-        bool egress_proxy;        /* HTTP(S)_PROXY & co. point at the runner's egress endpoint */
-        const char *runtime;      /* OCI runtime ("runc" | "runsc"); NULL: the engine's default */
-        const char *workspace;    /* host path of the workspace */
-        uid_t uid;                /* the session's host uid (and gid), sessuid.h; never 0 */
+        const char *image;               /* resolved image id ("sha256:...") or name */
+        const char *network_mode;        /* "bridge" (sandboxd's own network) | "none" */
+        bool egress_proxy;               /* HTTP(S)_PROXY & co. point at the runner's egress endpoint */
+        const char *runtime;             /* OCI runtime ("runc" | "runsc"); NULL: the engine's default */
+        const char *workspace;           /* host path of the workspace */
+        uid_t uid;                       /* the session's host uid (and gid), sessuid.h; never 0 */
         const char *const *extra_labels; /* NULL-terminated "k=v", e.g. the test run label */
         /* Both set: the runner binary and the session's runner directory are
          * bind-mounted read-only and the runner is the main process under the
@@ -89,6 +89,9 @@ void container_network_name(const struct sbx_config *cfg, char *ret, size_t size
 int container_network_ensure(struct docker *d, const struct sbx_config *cfg, struct sbx_error *err);
 
 /* Container-side port number i of the session's block. */
-static inline int container_port(const struct sbx_config *cfg, size_t i) { return cfg->container_port_base + (int)i; }
+static inline int container_port(const struct sbx_config *cfg, size_t i)
+{
+        return cfg->container_port_base + (int)i;
+}
 
 #endif

@@ -36,19 +36,19 @@ struct daemon {
         struct exec_engine *exec;
         struct service_manager *services;
         struct privacy *privacy;
-        struct runtime *runtime; /* runc | runsc per user */
-        struct quota *quota; /* per-user limits and their overrides */
+        struct runtime *runtime;   /* runc | runsc per user */
+        struct quota *quota;       /* per-user limits and their overrides */
         struct runner_hub *runner; /* per-session runner sockets */
         struct pool *pool;         /* warm pool (pool.h) */
         struct egress *egress;     /* the egress proxy behind egress.sock */
         struct gateway *gateway;   /* egress.sock, fwd.sock and the host port listeners */
         struct scripts *scripts;   /* the script cache's runs in flight (scripts.h) */
-        int64_t started_at; /* unix ms */
+        int64_t started_at;        /* unix ms */
         /* the fronts, which fronts_open (fronts.h) starts above the daemon */
-        struct api_server *api;     /* the socket fronts (opts->sockets) */
+        struct api_server *api; /* the socket fronts (opts->sockets) */
         struct admin_server *admin;
-        struct http_server *http;   /* the network front (opts->sockets and http_listen) */
-        struct http_server *metrics; /* metrics_listen (opts->sockets) */
+        struct http_server *http;              /* the network front (opts->sockets and http_listen) */
+        struct http_server *metrics;           /* metrics_listen (opts->sockets) */
         void (*fronts_stop)(struct daemon *d); /* set by fronts_open; daemon_close calls it first */
         /* the narrow views the core modules take instead of the daemon (filled once the engines exist) */
         struct files_ctx files;

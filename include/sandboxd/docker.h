@@ -81,8 +81,7 @@ struct docker_image_info {
         char recipe[80];  /* label sandboxd.recipe, "" if absent */
 };
 /* GET /images/{name}/json. -ENOENT when the image does not exist locally. */
-int docker_image_inspect(struct docker *d, const char *image, struct docker_image_info *ret,
-                         struct sbx_error *err);
+int docker_image_inspect(struct docker *d, const char *image, struct docker_image_info *ret, struct sbx_error *err);
 
 /* ---- containers ---- */
 
@@ -102,30 +101,30 @@ struct docker_port_binding {
 struct docker_container_spec {
         const char *name; /* optional container name */
         const char *image;
-        const char *user;                 /* "1000:1000" */
-        const char *const *cmd;           /* optional argv; NULL keeps the image's */
-        const char *const *entrypoint;    /* optional */
-        const char *const *env;           /* "K=V" */
-        const char *workdir;              /* optional */
-        const char *hostname;             /* optional */
-        const char *const *binds;         /* "host:container:rw" */
-        const char *const *tmpfs;         /* "/tmp:rw,noexec,nosuid,size=64m" → Tmpfs map */
-        const char *const *cap_drop;      /* e.g. {"ALL", NULL} */
+        const char *user;              /* "1000:1000" */
+        const char *const *cmd;        /* optional argv; NULL keeps the image's */
+        const char *const *entrypoint; /* optional */
+        const char *const *env;        /* "K=V" */
+        const char *workdir;           /* optional */
+        const char *hostname;          /* optional */
+        const char *const *binds;      /* "host:container:rw" */
+        const char *const *tmpfs;      /* "/tmp:rw,noexec,nosuid,size=64m" → Tmpfs map */
+        const char *const *cap_drop;   /* e.g. {"ALL", NULL} */
         const char *const *cap_add;
-        const char *const *security_opt;  /* e.g. {"no-new-privileges:true", NULL} */
+        const char *const *security_opt; /* e.g. {"no-new-privileges:true", NULL} */
         const struct docker_port_binding *ports;
         size_t n_ports;
         const struct docker_label *labels;
         size_t n_labels;
-        int64_t memory;        /* bytes; memory_swap is set equal (no swap) unless memory_swap != 0 */
+        int64_t memory; /* bytes; memory_swap is set equal (no swap) unless memory_swap != 0 */
         int64_t memory_swap;
         int64_t nano_cpus;
         int64_t pids_limit;
-        int64_t cpu_shares;    /* relative CPU weight (CpuShares; cgroup v2 cpu.weight); 0: engine default */
-        int oom_score_adj;     /* OomScoreAdj; 0 leaves it out */
+        int64_t cpu_shares; /* relative CPU weight (CpuShares; cgroup v2 cpu.weight); 0: engine default */
+        int oom_score_adj;  /* OomScoreAdj; 0 leaves it out */
         bool readonly_rootfs;
         bool init;
-        bool privileged; /* always false from sandboxd; here for tests of the mapper */
+        bool privileged;          /* always false from sandboxd; here for tests of the mapper */
         const char *network_mode; /* "bridge" | "none" | NULL (engine default) */
         const char *runtime;      /* HostConfig.Runtime: "runc" | "runsc" | NULL (engine default) */
         bool open_stdin;          /* keep STDIN open (OpenStdin) */
@@ -162,10 +161,10 @@ struct docker_kv {
 
 struct docker_container_info {
         char id[65];
-        char name[128]; /* without the leading '/' */
-        char image[160];        /* Config.Image as given at create */
-        char image_id[80];      /* Image ("sha256:...") */
-        char status[16];        /* created|running|paused|restarting|removing|exited|dead */
+        char name[128];    /* without the leading '/' */
+        char image[160];   /* Config.Image as given at create */
+        char image_id[80]; /* Image ("sha256:...") */
+        char status[16];   /* created|running|paused|restarting|removing|exited|dead */
         bool running;
         bool restarting;
         bool oom_killed;
@@ -173,12 +172,12 @@ struct docker_container_info {
         int exit_code;
         int pid;
         int restart_count;
-        char started_at[40];  /* RFC 3339 as Docker gives it */
+        char started_at[40]; /* RFC 3339 as Docker gives it */
         char finished_at[40];
-        char error[256];      /* State.Error */
-        char network_mode[64];/* HostConfig.NetworkMode */
-        char runtime[32];     /* HostConfig.Runtime */
-        bool has_network;     /* NetworkSettings.Networks has any network other than "none" */
+        char error[256];       /* State.Error */
+        char network_mode[64]; /* HostConfig.NetworkMode */
+        char runtime[32];      /* HostConfig.Runtime */
+        bool has_network;      /* NetworkSettings.Networks has any network other than "none" */
         /* selected HostConfig fields, for verification */
         bool readonly_rootfs;
         bool init;
@@ -201,7 +200,7 @@ const char *docker_kv_get(const struct docker_kv *kvs, size_t n, const char *key
 struct docker_container_summary {
         char id[65];
         char name[128];
-        char state[16]; /* running, exited, ... */
+        char state[16];  /* running, exited, ... */
         int64_t created; /* unix seconds */
         struct docker_kv labels[DOCKER_MAX_LABELS];
         size_t n_labels;
@@ -216,8 +215,7 @@ int docker_container_list_parse(const char *json, struct docker_container_summar
 /* GET /containers/{id}/logs?stdout=1&stderr=1&tail=N (N < 0: all), demultiplexed
  * and joined (stdout and stderr interleaved in arrival order; a TTY container's
  * raw log is passed through). *ret_text is malloc'd, NUL-terminated. */
-int docker_container_logs(struct docker *d, const char *id, int tail_lines, char **ret_text,
-                          struct sbx_error *err);
+int docker_container_logs(struct docker *d, const char *id, int tail_lines, char **ret_text, struct sbx_error *err);
 
 struct docker_stats {
         uint64_t memory_usage;
@@ -289,8 +287,7 @@ bool docker_demux_idle(const struct docker_demux *m);
 /* Start the exec and return the attached stream. Uses its own connection (a
  * plain AF_UNIX socket, SOCK_CLOEXEC); connect and reply headers are bounded
  * by the client timeout. An unknown exec id is -ENOENT. */
-int docker_exec_attach(struct docker *d, const char *exec_id, struct docker_stream **ret_stream,
-                       struct sbx_error *err);
+int docker_exec_attach(struct docker *d, const char *exec_id, struct docker_stream **ret_stream, struct sbx_error *err);
 /* The fd to poll(2) for readability. */
 int docker_stream_fd(struct docker_stream *s);
 /* Read the next demultiplexed chunk into buf (up to cap bytes). Blocks until
@@ -320,8 +317,7 @@ struct docker_exec_info {
         int pid;       /* host pid namespace view */
 };
 /* GET /exec/{id}/json. */
-int docker_exec_inspect(struct docker *d, const char *exec_id, struct docker_exec_info *ret,
-                        struct sbx_error *err);
+int docker_exec_inspect(struct docker *d, const char *exec_id, struct docker_exec_info *ret, struct sbx_error *err);
 
 /* Convenience: create, attach, feed stdin_data (may be NULL) then EOF, collect
  * stdout and stderr (each capped at max_output bytes, 0 = 1 MiB; the rest is
@@ -353,9 +349,10 @@ struct docker_event {
         char action[32]; /* "die", "oom", "kill", "stop", "destroy", "start", ... (trimmed before ':',
                             so "exec_start: sh -c x" → "exec_start", "health_status: healthy" → "health_status") */
         char id[65];
-        int exit_code;   /* from Actor.Attributes.exitCode, -1 if absent */
+        int exit_code; /* from Actor.Attributes.exitCode, -1 if absent */
         int64_t time_nano;
-        struct docker_kv labels[DOCKER_MAX_LABELS]; /* the Actor.Attributes that are labels we filtered on or sandboxd.* */
+        struct docker_kv
+                labels[DOCKER_MAX_LABELS]; /* the Actor.Attributes that are labels we filtered on or sandboxd.* */
         size_t n_labels;
 };
 /* Parse one event object (exposed for unit tests): labels keep sandboxd.* only.

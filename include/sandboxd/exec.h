@@ -101,16 +101,16 @@ struct exec_request {
         const char *command;         /* shell command (language NONE) */
         enum exec_language language; /* or code in this language */
         const char *code;
-        size_t code_len;    /* 0 = strlen(code) */
-        int timeout_s;      /* 0 = exec_timeout_default; capped at exec_timeout_max */
-        const char *workdir;  /* NULL = /workspace; relative paths are under /workspace */
+        size_t code_len;        /* 0 = strlen(code) */
+        int timeout_s;          /* 0 = exec_timeout_default; capped at exec_timeout_max */
+        const char *workdir;    /* NULL = /workspace; relative paths are under /workspace */
         const char *const *env; /* "K=V", NULL-terminated; keys must be [A-Za-z_][A-Za-z0-9_]* */
         const void *stdin_data; /* fed at start (may be NULL) */
         size_t stdin_len;
-        bool interactive;       /* keep stdin open for exec_send_stdin() until EOF */
-        bool tty;               /* on a pseudo-terminal (runner only; implies interactive); output is stdout */
-        int rows, cols;         /* its size; 0 = 24 x 80 */
-        const char *actor;      /* for the audit log: "token:<id>", "admin", ... */
+        bool interactive;  /* keep stdin open for exec_send_stdin() until EOF */
+        bool tty;          /* on a pseudo-terminal (runner only; implies interactive); output is stdout */
+        int rows, cols;    /* its size; 0 = 24 x 80 */
+        const char *actor; /* for the audit log: "token:<id>", "admin", ... */
         exec_output_fn on_output;
         void *userdata;
 };
@@ -128,7 +128,7 @@ struct exec_result {
         int64_t duration_ms;
         uint64_t stdout_bytes; /* total produced, including any past the cap */
         uint64_t stderr_bytes;
-        bool truncated;       /* head/tail below are not the whole output, or the spool cap dropped bytes */
+        bool truncated; /* head/tail below are not the whole output, or the spool cap dropped bytes */
         /* Output: with offsets (exec_status) the bytes from that offset on, up
          * to max_bytes; without (exec_run) head + "\n...\n" marker-free
          * concatenation is avoided: head and tail are given apart. Raw bytes,
@@ -188,8 +188,8 @@ int exec_run(struct exec_engine *e, const struct exec_request *req, struct exec_
  * to wait_ms (capped at 60 s) for it to end or for output past the offsets.
  * With offsets >= 0 the result carries up to max_bytes of each stream from
  * those offsets in *_head (tail empty); with offsets < 0 head and tail. */
-int exec_status(struct exec_engine *e, const char *user, const char *id, int64_t stdout_offset,
-                int64_t stderr_offset, size_t max_bytes, int wait_ms, struct exec_result *ret, struct sbx_error *err);
+int exec_status(struct exec_engine *e, const char *user, const char *id, int64_t stdout_offset, int64_t stderr_offset,
+                size_t max_bytes, int wait_ms, struct exec_result *ret, struct sbx_error *err);
 
 /* Executions of user (and session if non-NULL), newest first, whose state
  * is in states_mask (bit 1<<state; 0 = all), at most limit. */

@@ -57,8 +57,8 @@ bool gateway_is_private(struct gateway *gw, const char *user, const char *sessio
  * changed port block moves the listeners. A private session gets nothing
  * (asked again on the gateway thread). -EADDRINUSE (err names the port)
  * when a host port is held by someone else: the caller takes another block. */
-int gateway_open(struct gateway *gw, const char *user, const char *session, const char *dir, const int *ports,
-                 size_t n, bool egress, struct sbx_error *err);
+int gateway_open(struct gateway *gw, const char *user, const char *session, const char *dir, const int *ports, size_t n,
+                 bool egress, struct sbx_error *err);
 
 /* The ratchet: if the session is private, close its host listeners, its
  * forwards and both sockets (unlinked) and its egress tunnels
@@ -71,9 +71,9 @@ void gateway_enforce(struct gateway *gw, const char *user, const char *session);
 void gateway_drop(struct gateway *gw, const char *user, const char *session);
 
 struct gateway_stats {
-        size_t sessions;   /* served */
-        size_t listeners;  /* host port listeners */
-        size_t forwards;   /* open forwarded connections */
+        size_t sessions;  /* served */
+        size_t listeners; /* host port listeners */
+        size_t forwards;  /* open forwarded connections */
 };
 void gateway_get_stats(struct gateway *gw, struct gateway_stats *ret);
 

@@ -79,13 +79,13 @@ struct gc_count {
 
 struct gc_item {
         enum gc_kind kind;
-        char id[160];      /* container id, port, service or execution id, "user/session", the db path */
-        char user[65];     /* "" when unknown */
+        char id[160];  /* container id, port, service or execution id, "user/session", the db path */
+        char user[65]; /* "" when unknown */
         char session[65];
         char reason[256];
         uint64_t bytes;
         bool failed;
-        char error[512];   /* why it failed */
+        char error[512]; /* why it failed */
 };
 
 struct gc_report {
@@ -110,8 +110,7 @@ struct gc_options {
  * Returns -errno with err set when it could not start at all: no data_dir or
  * store, Docker unreachable, another gc holding {data_dir}/gc.lock (-EBUSY).
  * The caller has called docker_global_init(). */
-int gc_run(const struct sbx_config *cfg, const struct gc_options *opts, struct gc_report *ret,
-           struct sbx_error *err);
+int gc_run(const struct sbx_config *cfg, const struct gc_options *opts, struct gc_report *ret, struct sbx_error *err);
 void gc_report_done(struct gc_report *r);
 
 /* The report as a table (per kind: count, bytes, failed; then a total). */

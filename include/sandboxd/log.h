@@ -25,10 +25,10 @@ int log_level_from_string(const char *s, enum log_level *ret_level);
 const char *log_level_to_string(enum log_level level);
 
 /* Write one line. user/session/container may be NULL (then omitted). */
-void log_ctx(enum log_level level, const char *user, const char *session, const char *container,
-             const char *fmt, ...) __attribute__((format(printf, 5, 6)));
-void log_ctxv(enum log_level level, const char *user, const char *session, const char *container,
-              const char *fmt, va_list ap);
+void log_ctx(enum log_level level, const char *user, const char *session, const char *container, const char *fmt, ...)
+        __attribute__((format(printf, 5, 6)));
+void log_ctxv(enum log_level level, const char *user, const char *session, const char *container, const char *fmt,
+              va_list ap);
 
 /* The last `max` lines (of the most recent 4096 that named any session) that
  * named user:session, oldest first, each a JSON object without newline.

@@ -81,7 +81,7 @@
 #define MCP_INTERNAL_ERROR -32603
 #define MCP_UNSUPPORTED_PROTOCOL_VERSION -32022 /* 2026-07-28 */
 #define MCP_RESOURCE_NOT_FOUND -32002
-#define MCP_MISSING_CLIENT_CAPABILITY -32021   /* 2026-07-28 */
+#define MCP_MISSING_CLIENT_CAPABILITY -32021 /* 2026-07-28 */
 
 #define MCP_MODERN_VERSION "2026-07-28"
 #define MCP_LATEST_LEGACY_VERSION "2025-11-25"
@@ -107,8 +107,8 @@ struct mcp_options {
         mcp_write_fn write;
         mcp_write_related_fn write_related; /* instead of write, for transports that route */
         void *write_userdata;
-        size_t max_inflight;  /* concurrent tool calls; 0 = MCP_MAX_INFLIGHT_DEFAULT */
-        int poll_wait_s;      /* long-poll wait while following an execution; 0 = 30 */
+        size_t max_inflight; /* concurrent tool calls; 0 = MCP_MAX_INFLIGHT_DEFAULT */
+        int poll_wait_s;     /* long-poll wait while following an execution; 0 = 30 */
 };
 
 /* Copies every option. -EINVAL for a missing write callback (write or
@@ -183,7 +183,7 @@ bool mcp_schema_check(const struct cJSON *schema, const char *path, char *msg, s
 struct mcp_api;
 
 struct mcp_api_error {
-        char code[32];     /* the API's code ("not_found", ...), or "transport" */
+        char code[32]; /* the API's code ("not_found", ...), or "transport" */
         char message[1024];
 };
 

@@ -111,17 +111,17 @@ struct pool_image_stats {
         size_t ready, waiting;
 };
 struct pool_stats {
-        int size;          /* slots of every image together */
-        size_t ready;      /* slots ready now */
-        size_t waiting;    /* claims waiting in line now */
-        uint64_t waited;   /* claims served by the refill after a wait */
+        int size;              /* slots of every image together */
+        size_t ready;          /* slots ready now */
+        size_t waiting;        /* claims waiting in line now */
+        uint64_t waited;       /* claims served by the refill after a wait */
         uint64_t wait_expired; /* waits that ended without a slot (cold path) */
-        size_t creating;   /* 0 or 1 */
-        uint64_t claims;   /* sessions served from the pool */
-        uint64_t misses;   /* sessions that found it empty (cold path) */
-        uint64_t created;  /* containers made by the refill thread */
-        uint64_t failed;   /* refills that failed */
-        double refill_per_s; /* containers per second of refill work (created / time spent creating) */
+        size_t creating;       /* 0 or 1 */
+        uint64_t claims;       /* sessions served from the pool */
+        uint64_t misses;       /* sessions that found it empty (cold path) */
+        uint64_t created;      /* containers made by the refill thread */
+        uint64_t failed;       /* refills that failed */
+        double refill_per_s;   /* containers per second of refill work (created / time spent creating) */
         size_t n_images;
         struct pool_image_stats images[POOL_MAX_IMAGES];
 };

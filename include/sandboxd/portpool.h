@@ -33,8 +33,7 @@ struct portpool;
  * reservation is empty and succeeds. Allocations in the store that do not
  * fill exactly one block of this layout (written under another range or
  * block size) keep their blocks busy until released. */
-int portpool_new(struct store *st, int lo, int hi, int per_session, struct portpool **ret,
-                 struct sbx_error *err);
+int portpool_new(struct store *st, int lo, int hi, int per_session, struct portpool **ret, struct sbx_error *err);
 /* Free the in-memory pool; reservations stay in the store. Accepts NULL. */
 void portpool_free(struct portpool *p);
 

@@ -47,7 +47,6 @@ int privacy_mark(struct privacy *p, const char *user, const char *session, const
                  const char *actor, struct sbx_error *err);
 bool privacy_is_private(struct privacy *p, const char *user, const char *session);
 const char *privacy_required_network(struct privacy *p, const char *user, const char *session);
-int privacy_list(struct privacy *p, const char *user, const char *session, struct privacy_dataset **ret,
-                 size_t *ret_n);
+int privacy_list(struct privacy *p, const char *user, const char *session, struct privacy_dataset **ret, size_t *ret_n);
 
 #endif

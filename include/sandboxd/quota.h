@@ -33,10 +33,10 @@ struct store;
 struct quota;
 
 struct quota_limits {
-        int64_t sessions;    /* live sessions of the user */
-        int64_t execs;       /* concurrent executions of the user */
-        int64_t services;    /* services per session */
-        int64_t spool_bytes; /* execution output kept per session */
+        int64_t sessions;     /* live sessions of the user */
+        int64_t execs;        /* concurrent executions of the user */
+        int64_t services;     /* services per session */
+        int64_t spool_bytes;  /* execution output kept per session */
         int64_t scripts;      /* the user's script cache: scripts (scripts.h) */
         int64_t script_bytes; /* and bytes of code */
 };

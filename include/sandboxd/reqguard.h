@@ -36,9 +36,9 @@
 #include <cjson/cJSON.h>
 
 #define REQGUARD_PREAUTH_LINE (4 * 1024) /* bytes of a request line before authentication */
-#define REQGUARD_MAX_ELEMENTS 100000      /* JSON values in one request */
-#define REQGUARD_MAX_DEPTH 32             /* nesting of arrays and objects */
-#define REQGUARD_MAX_ID_BYTES 128         /* an unauthenticated "id" echoed back at most this long */
+#define REQGUARD_MAX_ELEMENTS 100000     /* JSON values in one request */
+#define REQGUARD_MAX_DEPTH 32            /* nesting of arrays and objects */
+#define REQGUARD_MAX_ID_BYTES 128        /* an unauthenticated "id" echoed back at most this long */
 #define REQGUARD_AUDIT_BURST 10
 #define REQGUARD_AUDIT_WINDOW_MS 60000
 

@@ -90,19 +90,19 @@ bool runner_hub_wait(struct runner_hub *h, const char *user, const char *session
 bool runner_hub_version(struct runner_hub *h, const char *user, const char *session, char *ret, size_t size);
 
 struct runner_exec_spec {
-        const char *workdir;        /* absolute */
-        const char *code_path;      /* NULL: no code file */
+        const char *workdir;   /* absolute */
+        const char *code_path; /* NULL: no code file */
         const void *code;
         size_t code_len;
-        const char *const *argv;    /* NULL-terminated */
-        const char *const *env;     /* "K=V", NULL-terminated; added to the container's */
-        bool stdin_pipe;            /* else stdin is /dev/null */
-        bool tty;                   /* on a new pseudo-terminal (stdin, stdout, stderr); output is stdout */
-        int rows, cols;             /* its size (tty): 1..RP_TTY_MAX_ROWS, 1..RP_TTY_MAX_COLS */
+        const char *const *argv; /* NULL-terminated */
+        const char *const *env;  /* "K=V", NULL-terminated; added to the container's */
+        bool stdin_pipe;         /* else stdin is /dev/null */
+        bool tty;                /* on a new pseudo-terminal (stdin, stdout, stderr); output is stdout */
+        int rows, cols;          /* its size (tty): 1..RP_TTY_MAX_ROWS, 1..RP_TTY_MAX_COLS */
 };
 
 struct runner_exit {
-        int exit_code;  /* 128+signal when killed */
+        int exit_code; /* 128+signal when killed */
         int signal;
         uint64_t cpu_user_ms;
         uint64_t cpu_system_ms;
@@ -115,9 +115,8 @@ typedef void (*runner_output_fn)(void *userdata, int stream, const void *data, s
 
 /* Send an execution to the session's runner. -ENOTCONN if none is
  * connected, -E2BIG if the request does not fit one frame. */
-int runner_exec_start(struct runner_hub *h, const char *user, const char *session,
-                      const struct runner_exec_spec *spec, runner_output_fn on_output, void *userdata,
-                      struct runner_exec **ret, struct sbx_error *err);
+int runner_exec_start(struct runner_hub *h, const char *user, const char *session, const struct runner_exec_spec *spec,
+                      runner_output_fn on_output, void *userdata, struct runner_exec **ret, struct sbx_error *err);
 /* Wait up to timeout_ms for the end: 0 and *ret when it exited,
  * -ETIMEDOUT while it runs, -ECONNRESET if the connection was lost,
  * another -errno (with err) if the runner could not start it.
@@ -159,9 +158,9 @@ void runner_hub_unexpect(struct runner_hub *h, const char *user, const char *ses
  * caller acknowledged but did not keep: output past its cap). -ETIMEDOUT
  * while no runner listed its executions, -ENOENT if it does not hold this
  * one (the expectation is dropped either way except on -ETIMEDOUT). */
-int runner_exec_adopt(struct runner_hub *h, const char *user, const char *session, uint32_t tag,
-                      const uint64_t have[2], runner_output_fn on_output, void *userdata, int timeout_ms,
-                      struct runner_exec **ret, uint64_t ret_start[2], struct sbx_error *err);
+int runner_exec_adopt(struct runner_hub *h, const char *user, const char *session, uint32_t tag, const uint64_t have[2],
+                      runner_output_fn on_output, void *userdata, int timeout_ms, struct runner_exec **ret,
+                      uint64_t ret_start[2], struct sbx_error *err);
 
 /* A tty execution's new window size (the runner sends SIGWINCH). -EINVAL
  * out of range. */

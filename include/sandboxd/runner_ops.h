@@ -30,16 +30,16 @@ struct runner_hub;
  * it (-ENOENT, -EISDIR, -EINVAL for a non-regular file, -EACCES, -EPERM for
  * a path that leads outside /workspace), -ENOTCONN without a runner,
  * -ETIMEDOUT past timeout_ms. */
-int runner_file_read(struct runner_hub *h, const char *user, const char *session, const char *path,
-                     uint64_t offset, size_t length, char *buf, size_t *ret_len, uint64_t *ret_size, int timeout_ms);
+int runner_file_read(struct runner_hub *h, const char *user, const char *session, const char *path, uint64_t offset,
+                     size_t length, char *buf, size_t *ret_len, uint64_t *ret_size, int timeout_ms);
 /* Write data as the file's whole content (parents made, a temporary renamed
  * over the target), in frames that fit RP_MAX_TO_RUNNER. */
-int runner_file_write(struct runner_hub *h, const char *user, const char *session, const char *path,
-                      const void *data, size_t len, int timeout_ms);
+int runner_file_write(struct runner_hub *h, const char *user, const char *session, const char *path, const void *data,
+                      size_t len, int timeout_ms);
 /* type: 'f' 'd' 'l' 'o'; name is not NUL-terminated (1..255 bytes, no '/'). */
 typedef void (*runner_entry_fn)(void *ud, char type, int64_t size, const char *name, size_t name_len);
-int runner_file_list(struct runner_hub *h, const char *user, const char *session, const char *path,
-                     runner_entry_fn fn, void *ud, bool *ret_truncated, int timeout_ms);
+int runner_file_list(struct runner_hub *h, const char *user, const char *session, const char *path, runner_entry_fn fn,
+                     void *ud, bool *ret_truncated, int timeout_ms);
 
 /* ---- services ---- */
 
@@ -54,18 +54,18 @@ struct runner_svc_state {
 };
 
 struct runner_svc_spec {
-        const char *marker;        /* 1..RP_MARKER_MAX printable bytes, no '/' or space */
-        const char *dir;           /* under /workspace: run.sh, stdout.log, stderr.log, exit */
-        const char *workdir;       /* absolute */
-        const char *const *env;    /* "K=V", NULL-terminated; added to the container's */
-        const char *command;       /* run with sh */
+        const char *marker;     /* 1..RP_MARKER_MAX printable bytes, no '/' or space */
+        const char *dir;        /* under /workspace: run.sh, stdout.log, stderr.log, exit */
+        const char *workdir;    /* absolute */
+        const char *const *env; /* "K=V", NULL-terminated; added to the container's */
+        const char *command;    /* run with sh */
         size_t command_len;
 };
 
 /* Start a service under the runner; *ret is its first state (RUNNING with
  * its pid, or FAILED with err: ENOENT for a missing workdir). */
-int runner_svc_start(struct runner_hub *h, const char *user, const char *session,
-                     const struct runner_svc_spec *spec, int timeout_ms, struct runner_svc_state *ret);
+int runner_svc_start(struct runner_hub *h, const char *user, const char *session, const struct runner_svc_spec *spec,
+                     int timeout_ms, struct runner_svc_state *ret);
 /* Signal the service's whole tree (SIGTERM, SIGKILL, ...). */
 int runner_svc_signal(struct runner_hub *h, const char *user, const char *session, const char *marker, int sig);
 /* The daemon recorded the service's end: the runner and the cache drop it. */

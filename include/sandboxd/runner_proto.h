@@ -225,17 +225,17 @@ struct rp_winsize {
 };
 
 struct rp_exit {
-        int32_t exit_code;   /* 0..255; 128+signal when killed by a signal */
-        int32_t signal;      /* the signal that killed the leader, or 0 */
-        uint64_t utime_us;   /* rusage of the reaped tree */
+        int32_t exit_code; /* 0..255; 128+signal when killed by a signal */
+        int32_t signal;    /* the signal that killed the leader, or 0 */
+        uint64_t utime_us; /* rusage of the reaped tree */
         uint64_t stime_us;
         uint64_t maxrss_kb;
 };
 
 struct rp_fwd_open {
-        uint32_t port;     /* 1..65535: connect to 127.0.0.1:port inside */
+        uint32_t port; /* 1..65535: connect to 127.0.0.1:port inside */
         uint32_t reserved;
-        uint64_t token;    /* echoed in RP_FWD_DATA */
+        uint64_t token; /* echoed in RP_FWD_DATA */
 };
 
 #define RP_FW_BEGIN 1u
@@ -253,15 +253,15 @@ struct rp_file_req {
 };
 
 struct rp_file_reply {
-        int32_t err;   /* 0 or a positive errno */
+        int32_t err;    /* 0 or a positive errno */
         uint32_t flags; /* RP_FR_* */
-        uint64_t size; /* READ: the file's size; WRITE: bytes written */
-        uint32_t next; /* LIST: the next index to ask for, 0 when done */
+        uint64_t size;  /* READ: the file's size; WRITE: bytes written */
+        uint32_t next;  /* LIST: the next index to ask for, 0 when done */
         uint32_t reserved;
 };
 
 struct rp_svc_start {
-        uint32_t envc;    /* 0..RP_MAX_ARGS */
+        uint32_t envc; /* 0..RP_MAX_ARGS */
         uint32_t cmd_len;
 };
 
@@ -272,11 +272,11 @@ enum rp_svc_phase {
 };
 
 struct rp_svc_state {
-        uint32_t pid;       /* the service's leader (its own session and group) */
-        uint32_t phase;     /* enum rp_svc_phase */
-        int32_t exit_code;  /* EXITED: 0..255, 128+signal when killed */
-        int32_t err;        /* FAILED: a positive errno */
-        uint32_t n_ports;   /* 0..RP_SVC_MAX_PORTS */
+        uint32_t pid;                     /* the service's leader (its own session and group) */
+        uint32_t phase;                   /* enum rp_svc_phase */
+        int32_t exit_code;                /* EXITED: 0..255, 128+signal when killed */
+        int32_t err;                      /* FAILED: a positive errno */
+        uint32_t n_ports;                 /* 0..RP_SVC_MAX_PORTS */
         uint16_t ports[RP_SVC_MAX_PORTS]; /* TCP ports its processes listen on */
 };
 

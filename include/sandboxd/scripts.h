@@ -42,24 +42,22 @@ void scripts_free(struct scripts *s);
  * line, at most SCRIPTS_DESCRIPTION_MAX bytes, "" when there is none. */
 void scripts_description(const char *language, const char *code, char ret[SCRIPTS_DESCRIPTION_MAX + 1]);
 /* script-<YYYYmmddTHHMMSSZ>-<first 12 hex of hash>.<py|js|sh> */
-void scripts_name(const char *language, const char *content_hash, int64_t created_at_ms,
-                  char ret[SCRIPTS_NAME_MAX]);
+void scripts_name(const char *language, const char *content_hash, int64_t created_at_ms, char ret[SCRIPTS_NAME_MAX]);
 /* A saved name is exactly what scripts_name makes. */
 bool scripts_name_valid(const char *name);
 
 /* Save code for user now. 0 with *ret the new script, 1 with *ret the one
  * that already holds this code, -EDQUOT past the user's cap (err says
  * which). ret->code is not set. */
-int scripts_save(struct scripts *s, const char *user, const char *language, const char *code,
-                 struct store_script *ret, struct sbx_error *err);
+int scripts_save(struct scripts *s, const char *user, const char *language, const char *code, struct store_script *ret,
+                 struct sbx_error *err);
 
 /* A run_code started: keep its code until scripts_settle. */
-void scripts_note_run(struct scripts *s, const char *user, const char *exec_id, const char *language,
-                      const char *code);
+void scripts_note_run(struct scripts *s, const char *user, const char *exec_id, const char *language, const char *code);
 /* The run ended (success: completed with exit code 0). 0 with *ret when it
  * is (or was already) saved, -EDQUOT with err when the cap refused it,
  * -ENOENT when there is nothing to say (not noted, failed, or not user's). */
-int scripts_settle(struct scripts *s, const char *user, const char *exec_id, bool success,
-                   struct store_script *ret, struct sbx_error *err);
+int scripts_settle(struct scripts *s, const char *user, const char *exec_id, bool success, struct store_script *ret,
+                   struct sbx_error *err);
 
 #endif

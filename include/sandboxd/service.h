@@ -58,8 +58,8 @@ struct service_port {
 struct service_info {
         char name[65];
         enum service_state state;
-        int pid;       /* in the container's PID namespace; 0 if none */
-        int exit_code; /* -1 unless it exited */
+        int pid;            /* in the container's PID namespace; 0 if none */
+        int exit_code;      /* -1 unless it exited */
         char command[1024]; /* preview */
         char workdir[256];
         int64_t started_at; /* unix ms */
@@ -70,9 +70,8 @@ struct service_info {
 };
 
 /* Registers itself as a session failure handler. */
-int service_manager_new(const struct sbx_config *cfg, struct docker *d, struct store *st,
-                        struct session_manager *sm, struct exec_engine *ex, struct service_manager **ret,
-                        struct sbx_error *err);
+int service_manager_new(const struct sbx_config *cfg, struct docker *d, struct store *st, struct session_manager *sm,
+                        struct exec_engine *ex, struct service_manager **ret, struct sbx_error *err);
 /* Start the monitor thread. */
 int service_manager_start(struct service_manager *m, struct sbx_error *err);
 /* Stop the monitor thread and free. Services keep running. NULL is fine. */
@@ -98,7 +97,7 @@ int service_stop(struct service_manager *m, const char *user, const char *sessio
 int service_list(struct service_manager *m, const char *user, const char *session, struct service_info **ret,
                  size_t *ret_n);
 /* The last tail_lines lines (1..10000) of stdout and stderr (malloc'd). */
-int service_logs(struct service_manager *m, const char *user, const char *session, const char *name,
-                 int tail_lines, char **ret_stdout, char **ret_stderr, struct sbx_error *err);
+int service_logs(struct service_manager *m, const char *user, const char *session, const char *name, int tail_lines,
+                 char **ret_stdout, char **ret_stderr, struct sbx_error *err);
 
 #endif

@@ -45,8 +45,8 @@ int session_key_check(const char *user, const char *session, struct sbx_error *e
 /* Called after a session's container failed or was replaced, outside every
  * lock. cause is e.g. "exited with code 137", "oom_killed", "stopped",
  * "removed", "recreated", "privacy_ratchet", "idle_expired", "destroyed". */
-typedef void (*session_failure_fn)(const char *user, const char *session, const char *container_id,
-                                   const char *cause, void *userdata);
+typedef void (*session_failure_fn)(const char *user, const char *session, const char *container_id, const char *cause,
+                                   void *userdata);
 
 /* Returns the network mode a session requires ("bridge" or "none"). The
  * privacy module installs one; the default returns cfg->network_default. */
@@ -136,8 +136,8 @@ void session_info_list_free(struct session_info *list, size_t n);
  * later, more specific cause — stopped, removed — refines the first one).
  * Never creates anything and never counts as activity. Returns true if the
  * session changed. */
-bool session_mark_failed(struct session_manager *m, const char *user, const char *session,
-                         const char *container_id, const char *cause);
+bool session_mark_failed(struct session_manager *m, const char *user, const char *session, const char *container_id,
+                         const char *cause);
 
 /* Make sure the session holds no container with more network than it now
  * requires: first the gateway closes a private session's listeners, egress
@@ -145,8 +145,7 @@ bool session_mark_failed(struct session_manager *m, const char *user, const char
  * networked (bridge) container of a session that requires "none" is
  * removed at once (services cleared with cause privacy_ratchet); the next
  * operation creates its successor. Waits for a creation in progress. */
-int session_enforce_network(struct session_manager *m, const char *user, const char *session,
-                            struct sbx_error *err);
+int session_enforce_network(struct session_manager *m, const char *user, const char *session, struct sbx_error *err);
 
 /* Monitor entry: an OOM kill happened inside the session's container while
  * it kept running. Counted so an execution killed by it can say "oom". */

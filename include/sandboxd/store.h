@@ -78,7 +78,7 @@ struct store_session {
         char network_mode[16];
         char last_error[1024];
         char error_cause[64];
-        int64_t created_at;    /* unix ms */
+        int64_t created_at; /* unix ms */
         int64_t updated_at;
         int64_t last_activity;
 };
@@ -100,8 +100,7 @@ int store_session_delete(struct store *s, const char *user, const char *session,
 /* All rows, ordered by (user_id, session_id), optionally filtered by user
  * and/or state (NULL = any). *ret is a malloc'd array of *ret_n rows for the
  * caller to free (NULL when there are none). */
-int store_session_list(struct store *s, const char *user, const char *state, struct store_session **ret,
-                       size_t *ret_n);
+int store_session_list(struct store *s, const char *user, const char *state, struct store_session **ret, size_t *ret_n);
 /* Set last_activity to now_ms (never moves it backwards). updated_at is left
  * alone. -ENOENT when the session does not exist. */
 int store_session_touch(struct store *s, const char *user, const char *session, int64_t now_ms);
@@ -153,28 +152,28 @@ struct store_execution {
         char user_id[65];
         char session_id[65];
         char container_id[65];
-        char kind[16];             /* exec | python3 | node | bash */
+        char kind[16]; /* exec | python3 | node | bash */
         char command_preview[161];
         char command_sha256[65];
-        char state[16];            /* PENDING RUNNING COMPLETED FAILED CANCELLED TIMEOUT */
+        char state[16]; /* PENDING RUNNING COMPLETED FAILED CANCELLED TIMEOUT */
         char cause[32];
         char error[512];
-        char spool_path[600];      /* the stdout spool; stderr is beside it */
-        int exit_code;             /* -1 = none */
+        char spool_path[600];                   /* the stdout spool; stderr is beside it */
+        int exit_code;                          /* -1 = none */
         int64_t stdout_bytes, stderr_bytes;     /* produced */
         int64_t stdout_spooled, stderr_spooled; /* kept */
         bool truncated;
-        int64_t created_at, finished_at, duration_ms; /* unix ms; 0 = not yet */
-        char via[16];              /* "runner" | "docker_exec" | "" (never ran) */
+        int64_t created_at, finished_at, duration_ms;   /* unix ms; 0 = not yet */
+        char via[16];                                   /* "runner" | "docker_exec" | "" (never ran) */
         int64_t cpu_user_ms, cpu_system_ms, max_rss_kb; /* usage of its tree; -1 = unknown */
-        char image[256];           /* provenance: image id (digest) */
+        char image[256];                                /* provenance: image id (digest) */
         char runtime[32];
-        char runner_version[64];   /* "" when not run by the runner */
+        char runner_version[64]; /* "" when not run by the runner */
         /* to re-adopt it after a restart (0009) */
-        int64_t started_at;        /* unix ms it began running; 0 = not yet */
-        uint32_t runner_tag;       /* 0 = not on the runner */
-        int64_t deadline_at;       /* unix ms of its timeout */
-        int64_t spool_budget;      /* its share of the session's spool quota */
+        int64_t started_at;   /* unix ms it began running; 0 = not yet */
+        uint32_t runner_tag;  /* 0 = not on the runner */
+        int64_t deadline_at;  /* unix ms of its timeout */
+        int64_t spool_budget; /* its share of the session's spool quota */
         char actor[96];
         bool interactive, tty;
 };
@@ -185,20 +184,18 @@ int store_exec_put(struct store *s, const struct store_execution *row);
 int store_exec_get(struct store *s, const char *id, struct store_execution *ret);
 /* Executions of user (and session if non-NULL), newest first, whose state is
  * one of states (NULL-terminated; NULL = any), at most limit. malloc'd array. */
-int store_exec_list(struct store *s, const char *user, const char *session, const char *const *states,
-                    size_t limit, struct store_execution **ret, size_t *ret_n);
+int store_exec_list(struct store *s, const char *user, const char *session, const char *const *states, size_t limit,
+                    struct store_execution **ret, size_t *ret_n);
 /* The same for executions that finished at or after since_ms (unix ms),
  * the most recently finished first. */
 int store_exec_list_finished(struct store *s, const char *user, const char *session, const char *const *states,
                              int64_t since_ms, size_t limit, struct store_execution **ret, size_t *ret_n);
 /* Mark every PENDING/RUNNING execution FAILED with cause and error (after a
  * daemon restart). *ret_n = how many. */
-int store_exec_fail_unfinished(struct store *s, const char *cause, const char *error, int64_t now_ms,
-                               size_t *ret_n);
+int store_exec_fail_unfinished(struct store *s, const char *cause, const char *error, int64_t now_ms, size_t *ret_n);
 /* Mark every PENDING/RUNNING execution that the runner cannot hold (no
  * runner tag) FAILED with cause and error (after a daemon restart). */
-int store_exec_fail_unadoptable(struct store *s, const char *cause, const char *error, int64_t now_ms,
-                                size_t *ret_n);
+int store_exec_fail_unadoptable(struct store *s, const char *cause, const char *error, int64_t now_ms, size_t *ret_n);
 /* Every RUNNING execution with a runner tag (to re-adopt), oldest first. */
 int store_exec_list_adoptable(struct store *s, struct store_execution **ret, size_t *ret_n);
 /* Forget the spool of an execution (gc removed the files). */
@@ -230,8 +227,8 @@ struct store_private {
         int64_t marked_at;
 };
 /* Record a mark; *ret_inserted false when it was already there (idempotent). */
-int store_private_add(struct store *s, const char *user, const char *session, const char *dataset,
-                      const char *source, int64_t now_ms, bool *ret_inserted);
+int store_private_add(struct store *s, const char *user, const char *session, const char *dataset, const char *source,
+                      int64_t now_ms, bool *ret_inserted);
 /* Whether (user, session) has any mark. */
 int store_private_any(struct store *s, const char *user, const char *session, bool *ret);
 /* Marks of (user, session), oldest first. malloc'd array. */
@@ -247,10 +244,10 @@ struct store_service {
         char container_id[65];
         char command[4096]; /* preview; the full command lives in the container's start script */
         char workdir[1024];
-        char state[16];     /* STARTING RUNNING STOPPING STOPPED FAILED */
-        int pid;            /* 0 = none */
-        int exit_code;      /* -1 = none */
-        char ports[1024];   /* JSON list of {container_port, host_port} */
+        char state[16];   /* STARTING RUNNING STOPPING STOPPED FAILED */
+        int pid;          /* 0 = none */
+        int exit_code;    /* -1 = none */
+        char ports[1024]; /* JSON list of {container_port, host_port} */
         char last_error[512];
         int64_t started_at, stopped_at; /* unix ms; 0 = not yet */
 };
@@ -273,8 +270,7 @@ int store_audit(struct store *s, const char *actor, const char *user, const char
                 const char *detail_json);
 /* Count rows matching action, user and session (each NULL = any): for tests
  * and stats. */
-int store_audit_count(struct store *s, const char *user, const char *session, const char *action,
-                      int64_t *ret_count);
+int store_audit_count(struct store *s, const char *user, const char *session, const char *action, int64_t *ret_count);
 
 /* One audit row of a session (store_audit_list). detail is malloc'd JSON or NULL. */
 struct store_audit_row {
@@ -286,8 +282,8 @@ struct store_audit_row {
 };
 /* The newest `limit` (1-100000) audit rows of user:session, oldest first. *ret is
  * malloc'd: free with store_audit_rows_free(). */
-int store_audit_list(struct store *s, const char *user, const char *session, size_t limit,
-                     struct store_audit_row **ret, size_t *ret_n);
+int store_audit_list(struct store *s, const char *user, const char *session, size_t limit, struct store_audit_row **ret,
+                     size_t *ret_n);
 void store_audit_rows_free(struct store_audit_row *rows, size_t n);
 /* A user's runtime override ("runc" | "runsc"), "" when the config's applies. */
 int store_user_runtime_get(struct store *s, const char *user, char ret[16]);
@@ -309,8 +305,8 @@ int store_uid_get(struct store *s, const char *user, const char *session, int64_
 /* The recorded uid, or else the lowest of [lo, hi] no session holds,
  * recorded in the same transaction. -ENOSPC when every uid of the range is
  * held. */
-int store_uid_assign(struct store *s, const char *user, const char *session, int64_t lo, int64_t hi,
-                     int64_t now_ms, int64_t *ret_uid);
+int store_uid_assign(struct store *s, const char *user, const char *session, int64_t lo, int64_t hi, int64_t now_ms,
+                     int64_t *ret_uid);
 /* Forget the uid of (user, session); -ENOENT if it had none. */
 int store_uid_release(struct store *s, const char *user, const char *session);
 /* Every row, ordered by uid. malloc'd array (NULL when none). */
@@ -324,10 +320,10 @@ int store_gc_uid_release(struct store *s, const char *user, const char *session,
 struct store_token {
         char id[33];
         char user_id[65];
-        char role[16];          /* agent | connector */
-        char token_sha256[65];  /* hex digest of the token */
-        int64_t created_at;     /* unix ms */
-        int64_t revoked_at;     /* 0 = live */
+        char role[16];         /* agent | connector */
+        char token_sha256[65]; /* hex digest of the token */
+        int64_t created_at;    /* unix ms */
+        int64_t revoked_at;    /* 0 = live */
 };
 /* Insert a token row. -EEXIST if the id or digest is taken, -EINVAL for an
  * unknown role. */
@@ -434,16 +430,16 @@ int store_script_add(struct store *s, const char *user, const struct store_scrip
 int store_script_get(struct store *s, const char *user, const char *name, struct store_script *ret);
 /* user's scripts (without code), newest first, at most limit; filter (NULL:
  * all) keeps those whose name or description contains it. malloc'd array. */
-int store_script_list(struct store *s, const char *user, const char *filter, size_t limit,
-                      struct store_script **ret, size_t *ret_n);
+int store_script_list(struct store *s, const char *user, const char *filter, size_t limit, struct store_script **ret,
+                      size_t *ret_n);
 /* Remove one script (name) or all of user's (name NULL); *ret_removed counts. */
 int store_script_delete(struct store *s, const char *user, const char *name, int64_t *ret_removed);
 /* How many scripts user has and their code's bytes. */
 int store_script_usage(struct store *s, const char *user, int64_t *ret_count, int64_t *ret_bytes);
 
 struct store_session_options {
-        char image[256];  /* "" : the config's */
-        char *env_json;   /* malloc'd JSON object, or NULL */
+        char image[256];    /* "" : the config's */
+        char *env_json;     /* malloc'd JSON object, or NULL */
         int64_t expires_at; /* unix ms; 0: no TTL */
         int64_t created_at;
 };
@@ -533,8 +529,7 @@ struct store_pool_slot {
         char user_id[65], session_id[65]; /* claiming: where it goes */
         int64_t created_at;
 };
-int store_pool_insert(struct store *s, const char *slot, const char *image_ref, const char *ws_quota,
-                      int64_t now_ms);
+int store_pool_insert(struct store *s, const char *slot, const char *image_ref, const char *ws_quota, int64_t now_ms);
 int store_pool_set_ready(struct store *s, const char *slot, const char *container_id, const char *image,
                          const char *network_mode);
 int store_pool_delete(struct store *s, const char *slot);
@@ -552,8 +547,7 @@ int store_pool_claim_undo(struct store *s, const char *slot);
 /* One transaction: the slot row goes, its uid (session_uids row of
  * pool_user:slot) becomes user:session's, the container is recorded as the
  * session's and the session row says RUNNING on it. */
-int store_pool_claim_commit(struct store *s, const char *pool_user, const struct store_pool_slot *slot,
-                            int64_t now_ms);
+int store_pool_claim_commit(struct store *s, const char *pool_user, const struct store_pool_slot *slot, int64_t now_ms);
 /* The oldest ready slot goes back to 'creating' (restart recovery removes
  * those) for its removal; -ENOENT when none is ready. */
 int store_pool_evict_oldest(struct store *s, struct store_pool_slot *ret);

@@ -44,8 +44,7 @@ struct store_egress_entry {
         int64_t suppressed;
 };
 
-int store_egress_log_add(struct store *s, const char *user, const char *session,
-                         const struct store_egress_entry *row);
+int store_egress_log_add(struct store *s, const char *user, const char *session, const struct store_egress_entry *row);
 /* The newest `limit` (1-100000) rows of user:session, newest first. malloc'd array. */
 int store_egress_log_list(struct store *s, const char *user, const char *session, size_t limit,
                           struct store_egress_entry **ret, size_t *ret_n);

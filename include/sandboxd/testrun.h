@@ -42,12 +42,12 @@ int testrun_program(enum testrun_language lang, const char *code, const char *te
                     char ret_marker[TESTRUN_MARKER_MAX], char **ret_program, size_t *ret_len, struct sbx_error *err);
 
 struct testrun_report {
-        bool started;     /* the harness ran */
-        bool ended;       /* it ran every test */
-        char *error;      /* a crash before any test ran (malloc'd), or NULL */
+        bool started; /* the harness ran */
+        bool ended;   /* it ran every test */
+        char *error;  /* a crash before any test ran (malloc'd), or NULL */
         size_t total, passed, failed, skipped;
-        bool truncated;   /* more than TESTRUN_MAX_TESTS tests: the rest are counted only */
-        cJSON *tests;     /* [{name, passed, skipped, error, duration_ms}] */
+        bool truncated; /* more than TESTRUN_MAX_TESTS tests: the rest are counted only */
+        cJSON *tests;   /* [{name, passed, skipped, error, duration_ms}] */
 };
 
 /* Read the records carrying marker from buf (the execution's stdout). */

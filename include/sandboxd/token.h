@@ -20,7 +20,7 @@
 struct store;
 
 #define TOKEN_PREFIX "sbx_"
-#define TOKEN_LEN (4 + 64)  /* characters, without the NUL */
+#define TOKEN_LEN (4 + 64) /* characters, without the NUL */
 #define TOKEN_ID_LEN 16
 
 enum token_role {

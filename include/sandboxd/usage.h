@@ -26,10 +26,10 @@ struct usage_row {
         enum session_state state;
         char container_id[65];
         char network_mode[16];
-        bool has_stats;         /* false if the engine could not say (container gone meanwhile) */
-        uint64_t cpu_total_ns;  /* cumulative; CPU % is the client's delta over its refresh */
-        uint64_t memory_usage;  /* bytes */
-        uint64_t memory_limit;  /* bytes */
+        bool has_stats;        /* false if the engine could not say (container gone meanwhile) */
+        uint64_t cpu_total_ns; /* cumulative; CPU % is the client's delta over its refresh */
+        uint64_t memory_usage; /* bytes */
+        uint64_t memory_limit; /* bytes */
         uint64_t pids;
         size_t executions_running;
         int64_t executions_total; /* recorded in the store (gc forgets old ones) */

@@ -28,12 +28,12 @@
 #include "sandboxd/config.h"
 
 struct wsquota_usage {
-        char mode[16];         /* the workspace_quota_mode in force */
-        bool known;            /* the figures below could be read */
-        bool mounted;          /* loop: the image is mounted now */
-        bool over;             /* at or past a limit */
-        uint64_t bytes_used;   /* loop: blocks in use, file system metadata included */
-        uint64_t bytes_limit;  /* 0: none */
+        char mode[16];        /* the workspace_quota_mode in force */
+        bool known;           /* the figures below could be read */
+        bool mounted;         /* loop: the image is mounted now */
+        bool over;            /* at or past a limit */
+        uint64_t bytes_used;  /* loop: blocks in use, file system metadata included */
+        uint64_t bytes_limit; /* 0: none */
         uint64_t inodes_used;
         uint64_t inodes_limit; /* 0: none */
 };
@@ -78,8 +78,7 @@ int wsquota_claim(const struct sbx_config *cfg, const char *from_user, const cha
 int wsquota_admit(const struct sbx_config *cfg, const char *user, const char *session, struct sbx_error *err);
 
 /* Usage against the quota; never fails (known says whether it was read). */
-void wsquota_usage(const struct sbx_config *cfg, const char *user, const char *session,
-                   struct wsquota_usage *ret);
+void wsquota_usage(const struct sbx_config *cfg, const char *user, const char *session, struct wsquota_usage *ret);
 
 /* {"mode", "bytes_used", "bytes_limit", "inodes_used", "inodes_limit", "over",
  * "mounted"} (used figures null when unknown). */

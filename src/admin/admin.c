@@ -41,7 +41,8 @@
 int admin_arg_key(struct admin_req *q, const char **ret_user, const char **ret_session, struct fronterr *e)
 {
         struct sbx_error err = {0};
-        if (jparam_string(&q->argv, "user", true, ret_user, e) < 0 || jparam_string(&q->argv, "session", true, ret_session, e) < 0)
+        if (jparam_string(&q->argv, "user", true, ret_user, e) < 0 ||
+            jparam_string(&q->argv, "session", true, ret_session, e) < 0)
                 return -1;
         if (session_key_check(*ret_user, *ret_session, &err) < 0)
                 return fronterr_set(e, "invalid", "%s", err.msg);
@@ -153,7 +154,7 @@ static void handle_line(struct admin_req *q, int fd, const char *line, size_t le
         if (verdict != REQGUARD_OK) {
                 /* bounded before parsing; strict strings: nothing is truncated at a NUL */
                 fronterr_set(&e, reqguard_verdict_is_invalid(verdict) ? "invalid" : "too_large", "%s",
-                     reqguard_verdict_message(verdict));
+                             reqguard_verdict_message(verdict));
                 reply(fd, NULL, NULL, &e);
                 return;
         }
@@ -176,8 +177,8 @@ static void handle_line(struct admin_req *q, int fd, const char *line, size_t le
                 if (strcmp(commands[i].name, cmd->valuestring) != 0)
                         continue;
                 /* top polls every few seconds: keep it out of the info log */
-                log_ctx(strcmp(cmd->valuestring, "sessions.top") == 0 ? LOG_LEVEL_DEBUG : LOG_LEVEL_INFO, NULL, NULL, NULL, "admin: %s (%s)",
-                        commands[i].name, q->actor);
+                log_ctx(strcmp(cmd->valuestring, "sessions.top") == 0 ? LOG_LEVEL_DEBUG : LOG_LEVEL_INFO, NULL, NULL,
+                        NULL, "admin: %s (%s)", commands[i].name, q->actor);
                 if (commands[i].fn(q, &result, &e) < 0 || !result) {
                         cJSON_Delete(result);
                         if (!e.code)

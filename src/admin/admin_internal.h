@@ -13,7 +13,7 @@
 #include "sandboxd/fronterr.h"
 #include "sandboxd/jsonutil.h"
 
-#define ADMIN_LOGS_DEFAULT 200  /* audit rows and log lines per session.logs and egress.log */
+#define ADMIN_LOGS_DEFAULT 200 /* audit rows and log lines per session.logs and egress.log */
 #define ADMIN_LOGS_MAX 4096
 
 struct daemon;

@@ -31,7 +31,8 @@ int admin_c_token_create(struct admin_req *q, cJSON **ret, struct fronterr *e)
         cJSON *detail;
         int r;
 
-        if (jparam_string(&q->argv, "user", true, &user, e) < 0 || jparam_string(&q->argv, "role", false, &role_s, e) < 0)
+        if (jparam_string(&q->argv, "user", true, &user, e) < 0 ||
+            jparam_string(&q->argv, "role", false, &role_s, e) < 0)
                 return -1;
         if (role_s && token_role_from_string(role_s, &role) < 0)
                 return fronterr_set(e, "invalid", "role must be agent or connector");
@@ -61,7 +62,8 @@ int admin_c_token_revoke(struct admin_req *q, cJSON **ret, struct fronterr *e)
         if (jparam_string(&q->argv, "id", true, &id, e) < 0)
                 return -1;
         r = token_revoke(q->d->store, id, &err);
-        if (r == -EALREADY) /* revoked already: a conflict with the token's state (the table's EALREADY is an ended execution) */
+        if (r ==
+            -EALREADY) /* revoked already: a conflict with the token's state (the table's EALREADY is an ended execution) */
                 return fronterr_set(e, "conflict", "%s", err.msg);
         if (r < 0)
                 return fronterr_errno(e, r, &err, NULL);
@@ -222,7 +224,8 @@ int admin_c_egress_log(struct admin_req *q, cJSON **ret, struct fronterr *e)
         int limit = 0, r = 0;
         cJSON *rows;
 
-        if (admin_arg_key(q, &user, &session, e) < 0 || admin_arg_limit(q, "limit", ADMIN_LOGS_DEFAULT, ADMIN_LOGS_MAX, &limit, e) < 0)
+        if (admin_arg_key(q, &user, &session, e) < 0 ||
+            admin_arg_limit(q, "limit", ADMIN_LOGS_DEFAULT, ADMIN_LOGS_MAX, &limit, e) < 0)
                 return -1;
         rows = egress_rules_log_json(q->d->store, user, session, (size_t)limit, &r);
         if (!rows)
@@ -275,4 +278,3 @@ int admin_c_egress_deny(struct admin_req *q, cJSON **ret, struct fronterr *e)
 {
         return egress_change(q, ret, e, true);
 }
-

@@ -30,7 +30,7 @@
 #include "admin_internal.h"
 
 #define ADMIN_RECENT_EXECUTIONS 10
-#define ADMIN_TOP_MAX 1000      /* sessions per top sample */
+#define ADMIN_TOP_MAX 1000 /* sessions per top sample */
 
 static cJSON *datasets_json(struct daemon *d, const char *user, const char *session)
 {
@@ -200,7 +200,8 @@ int admin_c_sessions_list(struct admin_req *q, cJSON **ret, struct fronterr *e)
         cJSON *a;
         int r;
 
-        if (jparam_string(&q->argv, "user", false, &user, e) < 0 || jparam_string(&q->argv, "state", false, &state_s, e) < 0)
+        if (jparam_string(&q->argv, "user", false, &user, e) < 0 ||
+            jparam_string(&q->argv, "state", false, &state_s, e) < 0)
                 return -1;
         if (state_s) {
                 char up[16];
@@ -310,7 +311,8 @@ int admin_c_session_show(struct admin_req *q, cJSON **ret, struct fronterr *e)
                 cJSON_AddItemToObject(*ret, "workspace_usage", wsquota_usage_to_json(&u));
         }
         cJSON_AddItemToObject(*ret, "datasets", datasets_json(q->d, user, session));
-        cJSON_AddItemToObject(*ret, "egress", egress_rules_policy_json(q->d->store, q->d->privacy, &q->d->cfg, user, session));
+        cJSON_AddItemToObject(*ret, "egress",
+                              egress_rules_policy_json(q->d->store, q->d->privacy, &q->d->cfg, user, session));
         cJSON_AddItemToObject(*ret, "services", services_json(q->d, user, session));
         cJSON_AddItemToObject(*ret, "executions", executions_json(q->d, user, session));
         session_info_done(&info);
@@ -378,7 +380,9 @@ int admin_c_sessions_top(struct admin_req *q, cJSON **ret, struct fronterr *e)
 
         if (jparam_string(&q->argv, "user", false, &user, e) < 0)
                 return -1;
-        r = usage_collect(&(struct usage_ctx){.sessions = q->d->sessions, .docker = q->d->docker, .exec = q->d->exec,
+        r = usage_collect(&(struct usage_ctx){.sessions = q->d->sessions,
+                                              .docker = q->d->docker,
+                                              .exec = q->d->exec,
                                               .store = q->d->store},
                           user, ADMIN_TOP_MAX, &rows, &n);
         if (r < 0)
@@ -433,7 +437,8 @@ int admin_c_session_logs(struct admin_req *q, cJSON **ret, struct fronterr *e)
         cJSON *a;
         int limit = 0, r;
 
-        if (admin_arg_key(q, &user, &session, e) < 0 || admin_arg_limit(q, "limit", ADMIN_LOGS_DEFAULT, ADMIN_LOGS_MAX, &limit, e) < 0)
+        if (admin_arg_key(q, &user, &session, e) < 0 ||
+            admin_arg_limit(q, "limit", ADMIN_LOGS_DEFAULT, ADMIN_LOGS_MAX, &limit, e) < 0)
                 return -1;
         r = store_audit_list(q->d->store, user, session, (size_t)limit, &rows, &n_rows);
         if (r < 0)
@@ -478,7 +483,8 @@ int admin_c_user_runtime(struct admin_req *q, cJSON **ret, struct fronterr *e)
         struct sbx_error err = {0};
         int r;
 
-        if (jparam_string(&q->argv, "user", true, &user, e) < 0 || jparam_string(&q->argv, "runtime", false, &name, e) < 0)
+        if (jparam_string(&q->argv, "user", true, &user, e) < 0 ||
+            jparam_string(&q->argv, "runtime", false, &name, e) < 0)
                 return -1;
         if (!session_id_valid(user))
                 return fronterr_set(e, "invalid", "user must be 1-64 characters of [A-Za-z0-9_.-]");
@@ -509,4 +515,3 @@ int admin_c_user_runtime(struct admin_req *q, cJSON **ret, struct fronterr *e)
         cJSON_AddStringToObject(*ret, "applies_to", "containers created from now on (new sessions and recreations)");
         return 0;
 }
-

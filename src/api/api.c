@@ -40,8 +40,8 @@
 #include "sandboxd/token.h"
 #include "sandboxd/utf8.h"
 
-#define API_MAX_AUTH_FAILURES 5   /* then the connection is closed */
-#define SINK_MAX_BYTES (1 << 20)  /* progress queued for one request; past it chunks are dropped */
+#define API_MAX_AUTH_FAILURES 5  /* then the connection is closed */
+#define SINK_MAX_BYTES (1 << 20) /* progress queued for one request; past it chunks are dropped */
 
 /* ---- writing ---- */
 
@@ -377,8 +377,8 @@ static void audit_auth_failure(struct api_conn *c, const char *reason, const cha
         if (c->peer_addr)
                 log_warn("api: authentication failed from %s: %s", c->peer_addr, reason);
         else
-                log_warn("api: authentication failed from uid %u pid %d: %s", (unsigned)c->peer.uid,
-                         (int)c->peer.pid, reason);
+                log_warn("api: authentication failed from uid %u pid %d: %s", (unsigned)c->peer.uid, (int)c->peer.pid,
+                         reason);
 }
 
 int api_authenticate(struct api_conn *c, const char *token, const char *method, struct token_info *ret,
@@ -403,8 +403,8 @@ int api_authenticate(struct api_conn *c, const char *token, const char *method, 
         return 0;
 }
 
-int api_call(struct api_conn *c, const struct token_info *tok, const cJSON *id, const char *method,
-             const cJSON *params, cJSON **ret_result, struct fronterr *e)
+int api_call(struct api_conn *c, const struct token_info *tok, const cJSON *id, const char *method, const cJSON *params,
+             cJSON **ret_result, struct fronterr *e)
 {
         struct api_req q = {.c = c, .d = c->d, .id = id, .method = method, .tok = *tok};
         cJSON *result = NULL;
@@ -438,11 +438,11 @@ int api_call(struct api_conn *c, const struct token_info *tok, const cJSON *id, 
         else
                 q.session = s->valuestring;
         if (c->peer_addr)
-                log_ctx(LOG_LEVEL_INFO, q.tok.user, q.session, NULL, "api: %s (token %s, peer %s)", q.method,
-                        q.tok.id, c->peer_addr);
+                log_ctx(LOG_LEVEL_INFO, q.tok.user, q.session, NULL, "api: %s (token %s, peer %s)", q.method, q.tok.id,
+                        c->peer_addr);
         else
-                log_ctx(LOG_LEVEL_INFO, q.tok.user, q.session, NULL, "api: %s (token %s, peer uid %u pid %d)",
-                        q.method, q.tok.id, (unsigned)c->peer.uid, (int)c->peer.pid);
+                log_ctx(LOG_LEVEL_INFO, q.tok.user, q.session, NULL, "api: %s (token %s, peer uid %u pid %d)", q.method,
+                        q.tok.id, (unsigned)c->peer.uid, (int)c->peer.pid);
 
         r = api_idem_call(&q, fn, &result, e);
         if (r == 1) {
@@ -541,7 +541,9 @@ static void serve(struct sockserver *ss, int fd, const struct ucred *peer, void 
                 int64_t left = auth_deadline - sbx_now_ms();
                 bool idle = c->authenticated || prefix_ok;
                 int r = linereader_next(&lr, &line, &len,
-                                        idle ? cfg->connection_idle_timeout_ms : left > 0 ? (int)left : 0,
+                                        idle       ? cfg->connection_idle_timeout_ms
+                                        : left > 0 ? (int)left
+                                                   : 0,
                                         sockserver_stop_fd(ss));
                 if (r == -E2BIG && !idle && prefix_authenticates(c, &lr)) {
                         /* a large first request whose leading token verifies: read on */

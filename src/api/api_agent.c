@@ -70,18 +70,18 @@ static int parse_session_env(struct api_req *q, char **ret_json, struct fronterr
                         return fronterr_set(e, "bad_request", "params.env values must be strings");
                 if (!env_name_ok(it->string))
                         return fronterr_set(e, "invalid",
-                                        "params.env names must be 1-%d characters of [A-Za-z0-9_], not starting "
-                                        "with a digit",
-                                        ENV_NAME_MAX);
+                                            "params.env names must be 1-%d characters of [A-Za-z0-9_], not starting "
+                                            "with a digit",
+                                            ENV_NAME_MAX);
                 if (strncmp(it->string, "SBX_", 4) == 0)
                         return fronterr_set(e, "invalid", "params.env names starting with SBX_ are reserved");
                 if (strlen(it->valuestring) > ENV_VALUE_MAX)
                         return fronterr_set(e, "too_large", "params.env.%s is longer than %d bytes", it->string,
-                                        ENV_VALUE_MAX);
+                                            ENV_VALUE_MAX);
                 total += strlen(it->string) + strlen(it->valuestring) + 2;
                 if (++n > ENV_MAX_ENTRIES || total > ENV_TOTAL_MAX)
                         return fronterr_set(e, "too_large", "params.env has more than %d entries or %d bytes",
-                                        ENV_MAX_ENTRIES, ENV_TOTAL_MAX);
+                                            ENV_MAX_ENTRIES, ENV_TOTAL_MAX);
         }
         *ret_json = cJSON_PrintUnformatted(env);
         return *ret_json ? 0 : fronterr_set(e, "internal", "out of memory");
@@ -113,7 +113,7 @@ int api_agent_default_env(struct api_req *q, const char **env, char **env_buf, s
                         continue; /* the request's own value wins */
                 if (*n_env >= max) {
                         r = fronterr_set(e, "too_large", "params.env and the session's environment exceed %zu entries",
-                                     max);
+                                         max);
                         break;
                 }
                 if (asprintf(&env_buf[*n_env], "%s=%s", it->string, it->valuestring) < 0) {
@@ -163,7 +163,7 @@ int api_agent_script_code(struct api_req *q, const char *name, enum exec_languag
                 return fronterr_errno(e, r, NULL, "cannot read the script");
         *lang = strcmp(s.language, "python") == 0 ? EXEC_LANG_PYTHON
                 : strcmp(s.language, "node") == 0 ? EXEC_LANG_NODE
-                                                   : EXEC_LANG_BASH;
+                                                  : EXEC_LANG_BASH;
         *ret_code = s.code;
         s.code = NULL;
         return 0;
@@ -330,7 +330,8 @@ int api_m_run_tests(struct api_req *q, cJSON **ret, struct fronterr *e)
         int r;
 
         if (jparam_string(&q->args, "language", true, &language, e) < 0 ||
-            jparam_string(&q->args, "tests", true, &tests, e) < 0 || jparam_string(&q->args, "code", false, &code, e) < 0 ||
+            jparam_string(&q->args, "tests", true, &tests, e) < 0 ||
+            jparam_string(&q->args, "code", false, &code, e) < 0 ||
             jparam_int(&q->args, "timeout_seconds", 0, q->d->cfg.exec_timeout_max_s, 0, &timeout, e) < 0)
                 return -1;
         if (testrun_language_from_string(language, &tl) < 0)
@@ -339,7 +340,7 @@ int api_m_run_tests(struct api_req *q, cJSON **ret, struct fronterr *e)
                 return fronterr_set(e, "invalid", "params.tests is empty");
         if (strlen(tests) + (code ? strlen(code) : 0) > (size_t)q->d->cfg.max_command_bytes / 2)
                 return fronterr_set(e, "too_large", "code and tests are more than %" PRId64 " bytes together",
-                                q->d->cfg.max_command_bytes / 2);
+                                    q->d->cfg.max_command_bytes / 2);
         r = testrun_program(tl, code, tests, marker, &program, &program_len, &err);
         if (r < 0)
                 return fronterr_errno(e, r, &err, NULL);
@@ -391,8 +392,7 @@ int api_m_run_tests(struct api_req *q, cJSON **ret, struct fronterr *e)
         }
         *ret = cJSON_CreateObject();
         cJSON_AddBoolToObject(*ret, "success",
-                              rep.started && rep.ended && !rep.error && rep.failed == 0 &&
-                                      res.state == EXEC_COMPLETED);
+                              rep.started && rep.ended && !rep.error && rep.failed == 0 && res.state == EXEC_COMPLETED);
         sum = cJSON_AddObjectToObject(*ret, "summary");
         cJSON_AddNumberToObject(sum, "total", (double)rep.total);
         cJSON_AddNumberToObject(sum, "passed", (double)rep.passed);
@@ -502,7 +502,8 @@ int api_m_create_session(struct api_req *q, cJSON **ret, struct fronterr *e)
             parse_session_env(q, &env_json, e) < 0)
                 return -1;
         if (image && !config_image_allowed(&q->d->cfg, image))
-                return fronterr_set(e, "invalid", "params.image is not an allowed image (the operator's image and images)");
+                return fronterr_set(e, "invalid",
+                                    "params.image is not an allowed image (the operator's image and images)");
         if (!q->session || !*q->session) {
                 char hex[13];
                 if (sbx_random_hex(hex, 6) < 0)
@@ -533,7 +534,8 @@ static int create_session_claimed(struct api_req *q, const char *image, int64_t 
 
         if (session_get_info(q->d->sessions, q->tok.user, q->session, &info) == 0) {
                 session_info_done(&info);
-                return fronterr_set(e, "conflict", "session %s exists: use it, or destroy_session it first", q->session);
+                return fronterr_set(e, "conflict", "session %s exists: use it, or destroy_session it first",
+                                    q->session);
         }
         sbx_strlcpy(opt.image, image && strcmp(image, q->d->cfg.image) != 0 ? image : "", sizeof(opt.image));
         opt.env_json = env_json;

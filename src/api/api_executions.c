@@ -20,7 +20,7 @@
 
 #define API_MAX_ENV 256
 #define API_LIST_MAX 1000
-#define API_WAIT_MAX_S 60 /* the longest long-poll: get_execution wait: true */
+#define API_WAIT_MAX_S 60           /* the longest long-poll: get_execution wait: true */
 #define STDIN_PENDING_WAIT_MS 60000 /* a pending execution may still be creating its container */
 
 /* ---- parameters and formatting ---- */
@@ -42,8 +42,8 @@ static int p_wait(struct api_req *q, int64_t *ret, struct fronterr *e)
 
 /* head + "\n...[N bytes omitted]...\n" + tail, where N counts every byte
  * the two leave out (including bytes past the spool cap). */
-static void add_stream(cJSON *o, const char *key, const char *head, size_t head_len, const char *tail,
-                       size_t tail_len, uint64_t total, bool base64)
+static void add_stream(cJSON *o, const char *key, const char *head, size_t head_len, const char *tail, size_t tail_len,
+                       uint64_t total, bool base64)
 {
         uint64_t omitted = total > head_len + tail_len ? total - head_len - tail_len : 0;
         char marker[64] = "";
@@ -197,7 +197,8 @@ int api_execution_reply(struct api_req *q, const char *id, cJSON **ret, struct f
         struct exec_result res;
         bool background, base64;
 
-        if (jparam_bool(&q->args, "background", false, &background, e) < 0 || api_param_encoding(q, "encoding", &base64, e) < 0)
+        if (jparam_bool(&q->args, "background", false, &background, e) < 0 ||
+            api_param_encoding(q, "encoding", &base64, e) < 0)
                 return -1;
         if (own_execution(q, id, &res, e) < 0)
                 return -1;
@@ -230,11 +231,14 @@ static int run_execution_code(struct api_req *q, enum exec_language lang, const 
                 return -1;
         }
         if (jparam_int(&q->args, "timeout_seconds", 0, q->d->cfg.exec_timeout_max_s, 0, &timeout, e) < 0 ||
-            jparam_string(&q->args, "workdir", false, &workdir, e) < 0 || jparam_string(&q->args, "stdin", false, &stdin_s, e) < 0 ||
+            jparam_string(&q->args, "workdir", false, &workdir, e) < 0 ||
+            jparam_string(&q->args, "stdin", false, &stdin_s, e) < 0 ||
             jparam_bool(&q->args, "background", false, &background, e) < 0 ||
-            jparam_bool(&q->args, "interactive", false, &interactive, e) < 0 || jparam_bool(&q->args, "stream", false, &stream, e) < 0 ||
+            jparam_bool(&q->args, "interactive", false, &interactive, e) < 0 ||
+            jparam_bool(&q->args, "stream", false, &stream, e) < 0 ||
             api_param_encoding(q, "encoding", &base64, e) < 0 || jparam_bool(&q->args, "tty", false, &tty, e) < 0 ||
-            jparam_int(&q->args, "rows", 1, EXEC_TTY_MAX_ROWS, 24, &rows, e) < 0 || jparam_int(&q->args, "cols", 1, EXEC_TTY_MAX_COLS, 80, &cols, e) < 0)
+            jparam_int(&q->args, "rows", 1, EXEC_TTY_MAX_ROWS, 24, &rows, e) < 0 ||
+            jparam_int(&q->args, "cols", 1, EXEC_TTY_MAX_COLS, 80, &cols, e) < 0)
                 return -1;
         if (env_obj && !cJSON_IsNull(env_obj)) {
                 const cJSON *it;
@@ -316,7 +320,8 @@ int api_m_run_code(struct api_req *q, cJSON **ret, struct fronterr *e)
         enum exec_language lang;
         bool cache;
 
-        if (jparam_string(&q->args, "script", false, &script, e) < 0 || jparam_bool(&q->args, "cache", true, &cache, e) < 0)
+        if (jparam_string(&q->args, "script", false, &script, e) < 0 ||
+            jparam_bool(&q->args, "cache", true, &cache, e) < 0)
                 return -1;
         if (script) {
                 /* a saved script: its own language and code */
@@ -373,8 +378,8 @@ int api_m_get_execution(struct api_req *q, cJSON **ret, struct fronterr *e)
                 r = exec_status(q->d->exec, q->tok.user, id, out_off, err_off, 0, slice, &res, &err);
                 if (r < 0)
                         return fronterr_errno(e, r, &err, NULL);
-                done = exec_state_is_final(res.state) || slice == 0 ||
-                       (out_off >= 0 && res.stdout_head_len > 0) || (err_off >= 0 && res.stderr_head_len > 0);
+                done = exec_state_is_final(res.state) || slice == 0 || (out_off >= 0 && res.stdout_head_len > 0) ||
+                       (err_off >= 0 && res.stderr_head_len > 0);
                 if (done)
                         break;
                 exec_result_done(&res);
@@ -398,8 +403,9 @@ int api_m_send_stdin(struct api_req *q, cJSON **ret, struct fronterr *e)
         struct sbx_error err = {0};
         int r;
 
-        if (jparam_string(&q->args, "execution_id", true, &id, e) < 0 || jparam_bool(&q->args, "eof", false, &eof, e) < 0 ||
-            api_param_encoding(q, "encoding", &base64, e) < 0 || api_param_bytes(q, "data", false, base64, &data, &len, e) < 0)
+        if (jparam_string(&q->args, "execution_id", true, &id, e) < 0 ||
+            jparam_bool(&q->args, "eof", false, &eof, e) < 0 || api_param_encoding(q, "encoding", &base64, e) < 0 ||
+            api_param_bytes(q, "data", false, base64, &data, &len, e) < 0)
                 return -1;
         if (own_execution(q, id, &res, e) < 0)
                 return -1;
@@ -432,7 +438,8 @@ int api_m_resize_terminal(struct api_req *q, cJSON **ret, struct fronterr *e)
         struct sbx_error err = {0};
         int r;
 
-        if (jparam_string(&q->args, "execution_id", true, &id, e) < 0 || jparam_int(&q->args, "rows", 1, EXEC_TTY_MAX_ROWS, -1, &rows, e) < 0 ||
+        if (jparam_string(&q->args, "execution_id", true, &id, e) < 0 ||
+            jparam_int(&q->args, "rows", 1, EXEC_TTY_MAX_ROWS, -1, &rows, e) < 0 ||
             jparam_int(&q->args, "cols", 1, EXEC_TTY_MAX_COLS, -1, &cols, e) < 0)
                 return -1;
         if (rows < 0 || cols < 0)
@@ -458,7 +465,8 @@ int api_m_cancel_execution(struct api_req *q, cJSON **ret, struct fronterr *e)
         struct sbx_error err = {0};
         int r;
 
-        if (jparam_string(&q->args, "execution_id", true, &id, e) < 0 || jparam_bool(&q->args, "force", false, &force, e) < 0)
+        if (jparam_string(&q->args, "execution_id", true, &id, e) < 0 ||
+            jparam_bool(&q->args, "force", false, &force, e) < 0)
                 return -1;
         if (own_execution(q, id, &res, e) < 0)
                 return -1;

@@ -48,8 +48,8 @@ static const struct {
         const char *method;
         enum idem_kind kind;
 } idem_methods[] = {
-        {"exec", IDEM_EXECUTION},     {"run_code", IDEM_EXECUTION},      {"run_tests", IDEM_RESULT},
-        {"start_service", IDEM_RESULT}, {"write_file", IDEM_RESULT}, {"create_session", IDEM_RESULT},
+        {"exec", IDEM_EXECUTION},       {"run_code", IDEM_EXECUTION}, {"run_tests", IDEM_RESULT},
+        {"start_service", IDEM_RESULT}, {"write_file", IDEM_RESULT},  {"create_session", IDEM_RESULT},
 };
 
 /* Whether method takes idempotency_key, and how its result is kept. */
@@ -96,20 +96,23 @@ static cJSON *canonical(const cJSON *v)
 
         if (cJSON_IsArray(v)) {
                 out = cJSON_CreateArray();
-                cJSON_ArrayForEach(it, v) cJSON_AddItemToArray(out, canonical(it));
+                cJSON_ArrayForEach(it, v)
+                        cJSON_AddItemToArray(out, canonical(it));
                 return out;
         }
         if (!cJSON_IsObject(v))
                 return cJSON_Duplicate(v, false);
         out = cJSON_CreateObject();
-        cJSON_ArrayForEach(it, v) n++;
+        cJSON_ArrayForEach(it, v)
+                n++;
         members = calloc(n ? n : 1, sizeof(*members));
         if (!out || !members) {
                 cJSON_Delete(out);
                 return NULL;
         }
         n = 0;
-        cJSON_ArrayForEach(it, v) members[n++] = it;
+        cJSON_ArrayForEach(it, v)
+                members[n++] = it;
         qsort(members, n, sizeof(*members), member_cmp);
         for (size_t i = 0; i < n; i++)
                 cJSON_AddItemToObject(out, members[i]->string ? members[i]->string : "", canonical(members[i]));
@@ -169,7 +172,8 @@ static int replay(struct api_req *q, enum idem_kind kind, const struct store_ide
                 return api_execution_reply(q, row->execution_id, ret, e);
         *ret = row->result ? cJSON_Parse(row->result) : NULL;
         if (!*ret)
-                return fronterr_set(e, "internal", "the stored result of idempotency_key %s is unreadable", q->idem_key);
+                return fronterr_set(e, "internal", "the stored result of idempotency_key %s is unreadable",
+                                    q->idem_key);
         return 0;
 }
 
@@ -188,8 +192,9 @@ static int wait_pending(struct api_req *q, struct store_idem *row, struct fronte
                         return 1;
                 store_idem_done(row);
                 if (sbx_now_ms() >= until)
-                        return fronterr_set(e, "busy", "a call with idempotency_key %s is still in progress; retry later",
-                                        q->idem_key);
+                        return fronterr_set(e, "busy",
+                                            "a call with idempotency_key %s is still in progress; retry later",
+                                            q->idem_key);
                 sbx_sleep_ms(IDEM_PENDING_SLICE_MS);
                 if (api_should_abandon(q))
                         return 2;
@@ -217,7 +222,7 @@ int api_idem_call(struct api_req *q, api_method_fn fn, cJSON **ret, struct front
                 return fronterr_set(e, "bad_request", "params.idempotency_key must be a string");
         if (!api_idem_key_valid(k->valuestring))
                 return fronterr_set(e, "invalid", "params.idempotency_key must be 1-%d characters of [A-Za-z0-9._:-]",
-                                STORE_IDEM_KEY_MAX);
+                                    STORE_IDEM_KEY_MAX);
         r = request_hash(q->method, q->params, hash);
         if (r < 0)
                 return fronterr_set(e, "internal", "out of memory");
@@ -232,8 +237,8 @@ int api_idem_call(struct api_req *q, api_method_fn fn, cJSON **ret, struct front
                                      q->d->cfg.idempotency_max_keys, &row);
                 if (r == -EDQUOT)
                         return fronterr_set(e, "quota_exceeded",
-                                        "this user already holds idempotency_max_keys (%d) live idempotency keys",
-                                        q->d->cfg.idempotency_max_keys);
+                                            "this user already holds idempotency_max_keys (%d) live idempotency keys",
+                                            q->d->cfg.idempotency_max_keys);
                 if (r < 0)
                         return fronterr_errno(e, r, NULL, "cannot record the idempotency key");
                 if (r == 1)
@@ -241,8 +246,8 @@ int api_idem_call(struct api_req *q, api_method_fn fn, cJSON **ret, struct front
                 if (strcmp(row.request_hash, hash) != 0) {
                         store_idem_done(&row);
                         return fronterr_set(e, "conflict",
-                                        "idempotency_key %s was already used with a different %s request", q->idem_key,
-                                        q->method);
+                                            "idempotency_key %s was already used with a different %s request",
+                                            q->idem_key, q->method);
                 }
                 r = wait_pending(q, &row, e);
                 if (r == 1)

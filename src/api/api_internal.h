@@ -71,8 +71,8 @@ int api_authenticate(struct api_conn *c, const char *token, const char *method, 
  * params.session, run the method as tok's user. 0 with *ret_result, -1 with
  * e (code and message always set), 1 when the client left (send nothing).
  * Progress of a streamed exec goes to c->send. */
-int api_call(struct api_conn *c, const struct token_info *tok, const cJSON *id, const char *method,
-             const cJSON *params, cJSON **ret_result, struct fronterr *e);
+int api_call(struct api_conn *c, const struct token_info *tok, const cJSON *id, const char *method, const cJSON *params,
+             cJSON **ret_result, struct fronterr *e);
 
 /* Bytes as a JSON string: base64, or UTF-8 with invalid bytes replaced. */
 void api_add_bytes(cJSON *o, const char *key, const void *buf, size_t len, bool base64);

@@ -43,7 +43,7 @@ int api_param_encoding(struct api_req *q, const char *name, bool *ret_base64, st
 
 /* A string param as bytes: decoded from base64 when encoding says so. */
 int api_param_bytes(struct api_req *q, const char *name, bool required, bool base64, unsigned char **ret,
-                   size_t *ret_len, struct fronterr *e)
+                    size_t *ret_len, struct fronterr *e)
 {
         const char *s;
 
@@ -160,8 +160,10 @@ static int m_read_file(struct api_req *q, cJSON **ret, struct fronterr *e)
         struct sbx_error err = {0};
         int r;
 
-        if (jparam_string(&q->args, "path", true, &path, e) < 0 || jparam_int(&q->args, "offset", 0, INT64_MAX / 4, 0, &offset, e) < 0 ||
-            jparam_int(&q->args, "length", 0, INT64_MAX / 4, -1, &length, e) < 0 || api_param_encoding(q, "encoding", &base64, e) < 0)
+        if (jparam_string(&q->args, "path", true, &path, e) < 0 ||
+            jparam_int(&q->args, "offset", 0, INT64_MAX / 4, 0, &offset, e) < 0 ||
+            jparam_int(&q->args, "length", 0, INT64_MAX / 4, -1, &length, e) < 0 ||
+            api_param_encoding(q, "encoding", &base64, e) < 0)
                 return -1;
         r = files_read(&q->d->files, q->tok.user, q->session, path, (uint64_t)offset, length, &res, &err);
         if (r < 0)
@@ -171,8 +173,8 @@ static int m_read_file(struct api_req *q, cJSON **ret, struct fronterr *e)
         api_add_bytes(*ret, "content", res.data, res.len, base64);
         cJSON_AddStringToObject(*ret, "encoding", base64 ? "base64" : "utf8");
         if (!base64)
-                cJSON_AddBoolToObject(*ret, "valid_utf8", utf8_is_valid(res.data, res.len) &&
-                                                                  memchr(res.data, '\0', res.len) == NULL);
+                cJSON_AddBoolToObject(*ret, "valid_utf8",
+                                      utf8_is_valid(res.data, res.len) && memchr(res.data, '\0', res.len) == NULL);
         cJSON_AddNumberToObject(*ret, "offset", (double)offset);
         cJSON_AddNumberToObject(*ret, "bytes", (double)res.len);
         cJSON_AddNumberToObject(*ret, "size", (double)res.size);
@@ -226,7 +228,8 @@ static int m_start_service(struct api_req *q, cJSON **ret, struct fronterr *e)
         struct sbx_error err = {0};
         int r;
 
-        if (jparam_string(&q->args, "name", true, &name, e) < 0 || jparam_string(&q->args, "command", true, &command, e) < 0 ||
+        if (jparam_string(&q->args, "name", true, &name, e) < 0 ||
+            jparam_string(&q->args, "command", true, &command, e) < 0 ||
             jparam_string(&q->args, "workdir", false, &workdir, e) < 0 || need_services(q, e) < 0)
                 return -1;
         r = service_start(q->d->services, q->tok.user, q->session, name, command, workdir, &info, &err);
@@ -280,8 +283,8 @@ static int m_service_logs(struct api_req *q, cJSON **ret, struct fronterr *e)
         struct sbx_error err = {0};
         int r;
 
-        if (jparam_string(&q->args, "name", true, &name, e) < 0 || jparam_int(&q->args, "tail_lines", 1, 10000, 100, &tail, e) < 0 ||
-            need_services(q, e) < 0)
+        if (jparam_string(&q->args, "name", true, &name, e) < 0 ||
+            jparam_int(&q->args, "tail_lines", 1, 10000, 100, &tail, e) < 0 || need_services(q, e) < 0)
                 return -1;
         r = service_logs(q->d->services, q->tok.user, q->session, name, (int)tail, &out, &errs, &err);
         if (r < 0)
@@ -352,7 +355,8 @@ static int m_session_info(struct api_req *q, cJSON **ret, struct fronterr *e)
         jsonutil_add_text(*ret, "error_cause", info.error_cause);
         add_workspace_usage(*ret, &q->d->cfg, q->tok.user, q->session);
         cJSON_AddItemToObject(*ret, "egress",
-                              egress_rules_policy_json(q->d->store, q->d->privacy, &q->d->cfg, q->tok.user, q->session));
+                              egress_rules_policy_json(q->d->store, q->d->privacy, &q->d->cfg, q->tok.user,
+                                                       q->session));
         session_info_done(&info);
         return 0;
 }
@@ -368,8 +372,9 @@ static int m_egress_allow(struct api_req *q, cJSON **ret, struct fronterr *e)
 
         if (q->tok.role != TOKEN_ROLE_CONNECTOR)
                 return fronterr_set(e, "forbidden", "egress_allow needs a connector token; this token's role is %s",
-                                token_role_to_string(q->tok.role));
-        if (jparam_string(&q->args, "pattern", true, &pattern, e) < 0 || jparam_string(&q->args, "scope", false, &scope, e) < 0 ||
+                                    token_role_to_string(q->tok.role));
+        if (jparam_string(&q->args, "pattern", true, &pattern, e) < 0 ||
+            jparam_string(&q->args, "scope", false, &scope, e) < 0 ||
             jparam_bool(&q->args, "remove", false, &remove, e) < 0)
                 return -1;
         if (scope && strcmp(scope, "session") != 0 && strcmp(scope, "user") != 0)
@@ -394,8 +399,9 @@ static int m_mark_private(struct api_req *q, cJSON **ret, struct fronterr *e)
 
         if (q->tok.role != TOKEN_ROLE_CONNECTOR)
                 return fronterr_set(e, "forbidden", "mark_private needs a connector token; this token's role is %s",
-                            token_role_to_string(q->tok.role));
-        if (jparam_string(&q->args, "dataset", true, &dataset, e) < 0 || jparam_string(&q->args, "source", false, &source, e) < 0)
+                                    token_role_to_string(q->tok.role));
+        if (jparam_string(&q->args, "dataset", true, &dataset, e) < 0 ||
+            jparam_string(&q->args, "source", false, &source, e) < 0)
                 return -1;
         if (!q->d->privacy)
                 return fronterr_set(e, "unavailable", "privacy marks are not available in this daemon");
@@ -405,8 +411,7 @@ static int m_mark_private(struct api_req *q, cJSON **ret, struct fronterr *e)
         *ret = cJSON_CreateObject();
         cJSON_AddStringToObject(*ret, "session", q->session);
         add_datasets(*ret, q->d, q->tok.user, q->session);
-        cJSON_AddStringToObject(*ret, "network_mode",
-                                privacy_required_network(q->d->privacy, q->tok.user, q->session));
+        cJSON_AddStringToObject(*ret, "network_mode", privacy_required_network(q->d->privacy, q->tok.user, q->session));
         return 0;
 }
 

@@ -57,8 +57,7 @@ static cJSON *task_json(struct api_req *q, const struct store_task *t)
         cJSON *o = cJSON_CreateObject();
         int r;
 
-        r = exec_status(q->d->exec, q->tok.user, t->execution_id, API_OFFSET_NONE, API_OFFSET_NONE, 1, 0, &res,
-                        &err);
+        r = exec_status(q->d->exec, q->tok.user, t->execution_id, API_OFFSET_NONE, API_OFFSET_NONE, 1, 0, &res, &err);
         if (r < 0) {
                 status = "failed";
                 msg = "the execution behind this task is gone";
@@ -135,7 +134,7 @@ static int m_create_task(struct api_req *q, cJSON **ret, struct fronterr *e)
         r = store_task_add(q->d->store, &t, t.created_at, API_TASKS_PER_USER, API_TASKS_MAX);
         if (r == -EDQUOT)
                 return fronterr_set(e, "busy", "too many live tasks (at most %d per user): follow or cancel some first",
-                                API_TASKS_PER_USER);
+                                    API_TASKS_PER_USER);
         if (r < 0)
                 return fronterr_errno(e, r, NULL, "cannot record the task");
         *ret = task_json(q, &t);
@@ -183,8 +182,8 @@ static int m_cancel_task(struct api_req *q, cJSON **ret, struct fronterr *e)
                 return -1;
         if (t.cancel_requested)
                 return fronterr_set(e, "already_finished", "task %s is already cancelled", t.task_id);
-        if (exec_status(q->d->exec, q->tok.user, t.execution_id, API_OFFSET_NONE, API_OFFSET_NONE, 1, 0, &res,
-                        &err) == 0) {
+        if (exec_status(q->d->exec, q->tok.user, t.execution_id, API_OFFSET_NONE, API_OFFSET_NONE, 1, 0, &res, &err) ==
+            0) {
                 bool final = exec_state_is_final(res.state);
                 exec_result_done(&res);
                 if (final)

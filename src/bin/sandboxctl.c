@@ -84,8 +84,9 @@ static int call(const char *path, cJSON *req, cJSON **ret_reply)
         if (r < 0) {
                 fprintf(stderr, "sandboxctl: %s\n", err.msg);
                 if (r == -EACCES)
-                        fprintf(stderr, "sandboxctl: the admin socket is for root, the daemon's user and "
-                                        "admin_group\n");
+                        fprintf(stderr,
+                                "sandboxctl: the admin socket is for root, the daemon's user and "
+                                "admin_group\n");
                 return EXIT_UNREACHABLE;
         }
         if (cJSON_IsTrue(cJSON_GetObjectItemCaseSensitive(reply, "ok"))) {
@@ -239,9 +240,9 @@ static void print_sessions(const cJSON *r)
         printf("%-20s %-20s %-9s %-7s %-8s %-12s %-19s %s\n", "USER", "SESSION", "STATE", "NETWORK", "PRIVATE",
                "CONTAINER", "LAST ACTIVITY", "PORTS");
         cJSON_ArrayForEach(s, list) {
-                printf("%-20s %-20s %-9s %-7s %-8s %-12.12s %-19s ", str(s, "user"), str(s, "session"),
-                       str(s, "state"), str(s, "network_mode"), flag(s, "private") ? "yes" : "no",
-                       str(s, "container_id"), when(s, "last_activity", t));
+                printf("%-20s %-20s %-9s %-7s %-8s %-12.12s %-19s ", str(s, "user"), str(s, "session"), str(s, "state"),
+                       str(s, "network_mode"), flag(s, "private") ? "yes" : "no", str(s, "container_id"),
+                       when(s, "last_activity", t));
                 print_ports(cJSON_GetObjectItemCaseSensitive(s, "ports"));
                 printf("\n");
         }
@@ -367,8 +368,7 @@ static void top_cpu(cJSON *cur, struct top_prev **prev, size_t *n_prev)
         size_t n = (size_t)cJSON_GetArraySize(arr), k = 0;
         struct top_prev *next = calloc(n + 1, sizeof(*next));
 
-        cJSON_ArrayForEach(o, arr)
-        {
+        cJSON_ArrayForEach(o, arr) {
                 double cpu = num(o, "cpu_total_ns", -1), at = num(o, "sampled_at", 0), pct = -1;
                 const char *id = str(o, "container_id");
                 for (size_t i = 0; i < *n_prev && cpu >= 0; i++)
@@ -395,8 +395,7 @@ static void print_top(const cJSON *r)
 
         printf("%-16s %-20s %-8s %7s %21s %6s %5s %11s %7s %s\n", "USER", "SESSION", "STATE", "CPU %",
                "MEM USAGE / LIMIT", "MEM %", "PIDS", "EXECS RUN/ALL", "EGRESS", "NETWORK");
-        cJSON_ArrayForEach(o, cJSON_GetObjectItemCaseSensitive(r, "sessions"))
-        {
+        cJSON_ArrayForEach(o, cJSON_GetObjectItemCaseSensitive(r, "sessions")) {
                 char cpu[16] = "-", mem[48] = "-", memp[16] = "-", pids[16] = "-", used[16], lim[16], execs[32],
                      egress[16] = "-";
                 double pct = num(o, "cpu_percent", -1), mu = num(o, "memory_usage", -1),
@@ -519,8 +518,10 @@ static double parse_quota_value(const char *s)
         if (!end || end == s || x < 0)
                 return -1;
         if (*end && !end[1])
-                mult = *end == 'k' || *end == 'K' ? 1024.0 : *end == 'm' || *end == 'M' ? 1048576.0
-                     : *end == 'g' || *end == 'G' ? 1073741824.0 : 0;
+                mult = *end == 'k' || *end == 'K'   ? 1024.0
+                       : *end == 'm' || *end == 'M' ? 1048576.0
+                       : *end == 'g' || *end == 'G' ? 1073741824.0
+                                                    : 0;
         else if (*end)
                 mult = 0;
         return mult > 0 ? (double)x * mult : -1;
@@ -535,8 +536,7 @@ static void print_logs(const cJSON *r)
 
         if (!v)
                 return;
-        cJSON_ArrayForEach(o, audit)
-        {
+        cJSON_ArrayForEach(o, audit) {
                 double ms = num(o, "ts", 0);
                 time_t t = (time_t)(ms / 1000);
                 struct tm tm;
@@ -547,8 +547,7 @@ static void print_logs(const cJSON *r)
                 v[n].source = 0;
                 v[n++].o = o;
         }
-        cJSON_ArrayForEach(o, lines)
-        {
+        cJSON_ArrayForEach(o, lines) {
                 snprintf(v[n].ts, sizeof(v[n].ts), "%s", str(o, "ts"));
                 v[n].source = 1;
                 v[n++].o = o;
@@ -711,14 +710,14 @@ int main(int argc, char **argv)
         n_args = argc - optind - 1;
         req = cJSON_CreateObject();
 
-#define NEED(lo, hi)                                                                                         \
-        do {                                                                                                 \
-                if (n_args < (lo) || n_args > (hi)) {                                                        \
-                        fprintf(stderr, "sandboxctl: wrong number of arguments for %s\n", cmd);              \
-                        usage(stderr);                                                                       \
-                        cJSON_Delete(req);                                                                   \
-                        return EXIT_USAGE;                                                                   \
-                }                                                                                            \
+#define NEED(lo, hi)                                                                                                   \
+        do {                                                                                                           \
+                if (n_args < (lo) || n_args > (hi)) {                                                                  \
+                        fprintf(stderr, "sandboxctl: wrong number of arguments for %s\n", cmd);                        \
+                        usage(stderr);                                                                                 \
+                        cJSON_Delete(req);                                                                             \
+                        return EXIT_USAGE;                                                                             \
+                }                                                                                                      \
         } while (0)
 
         sc = simple_find(cmd, n_args > 0 ? args[0] : NULL);

@@ -229,9 +229,10 @@ int main(int argc, char **argv)
         }
         mcp_feed_eof(m);
         if (!mcp_output_closed(m) && mcp_drain(m, (int)drain_ms) < 0)
-                log_info("sandboxd-mcp: input closed with %zu call(s) in flight; their executions go on in the "
-                         "daemon",
-                         mcp_inflight(m));
+                log_info(
+                        "sandboxd-mcp: input closed with %zu call(s) in flight; their executions go on in the "
+                        "daemon",
+                        mcp_inflight(m));
         log_info("sandboxd-mcp: exiting");
         mcp_free(m);
         free(token);

@@ -205,8 +205,8 @@ int docker_unreachable(struct docker *d, int errnum, struct sbx_error *err)
                 /* curl did not tell us the OS error: look at the path. */
                 errnum = stat(d->socket_path, &st) < 0 ? errno : ECONNREFUSED;
         }
-        return sbx_error_set(err, errnum == ENOENT ? -ENOENT : -ECONNREFUSED, 0,
-                             "cannot reach Docker at %s: %s", d->socket_path, strerror(errnum));
+        return sbx_error_set(err, errnum == ENOENT ? -ENOENT : -ECONNREFUSED, 0, "cannot reach Docker at %s: %s",
+                             d->socket_path, strerror(errnum));
 }
 
 int docker_reply_error(const struct docker_reply *r, bool conflict_is_exists, struct sbx_error *err)
@@ -333,9 +333,9 @@ static size_t recv_header(char *ptr, size_t size, size_t nmemb, void *userdata)
         return n;
 }
 
-int docker_http(struct docker *d, const char *method, const char *path, const char *content_type,
-                const void *body, size_t body_len, long extra_timeout_ms, size_t max_reply,
-                struct docker_reply *ret, struct sbx_error *err)
+int docker_http(struct docker *d, const char *method, const char *path, const char *content_type, const void *body,
+                size_t body_len, long extra_timeout_ms, size_t max_reply, struct docker_reply *ret,
+                struct sbx_error *err)
 {
         struct recv_buf b = {.max = max_reply ? max_reply : DOCKER_REPLY_MAX_DEFAULT};
         struct curl_slist *headers = NULL;
@@ -408,8 +408,8 @@ int docker_http(struct docker *d, const char *method, const char *path, const ch
                 break;
         }
         case CURLE_OPERATION_TIMEDOUT:
-                r = sbx_error_set(err, -ETIMEDOUT, 0, "Docker at %s did not answer %s %s within %ld ms",
-                                  d->socket_path, method, path, timeout);
+                r = sbx_error_set(err, -ETIMEDOUT, 0, "Docker at %s did not answer %s %s within %ld ms", d->socket_path,
+                                  method, path, timeout);
                 break;
         case CURLE_WRITE_ERROR:
                 if (b.overflow) {
@@ -443,8 +443,8 @@ void docker_reply_done(struct docker_reply *r)
         r->len = 0;
 }
 
-int docker_get_ok(struct docker *d, const char *path, long extra_timeout_ms, size_t max_reply,
-                  struct docker_reply *ret, struct sbx_error *err)
+int docker_get_ok(struct docker *d, const char *path, long extra_timeout_ms, size_t max_reply, struct docker_reply *ret,
+                  struct sbx_error *err)
 {
         int r = docker_http(d, "GET", path, NULL, NULL, 0, extra_timeout_ms, max_reply, ret, err);
 
@@ -458,9 +458,8 @@ int docker_get_ok(struct docker *d, const char *path, long extra_timeout_ms, siz
 }
 
 /* Request + "status must be one of 2xx (or `also_ok`)" + optional parsed JSON. */
-int docker_call(struct docker *d, const char *method, const char *path, const char *body,
-                bool conflict_is_exists, long also_ok, long extra_timeout_ms, cJSON **ret_json,
-                struct sbx_error *err)
+int docker_call(struct docker *d, const char *method, const char *path, const char *body, bool conflict_is_exists,
+                long also_ok, long extra_timeout_ms, cJSON **ret_json, struct sbx_error *err)
 {
         struct docker_reply rep;
         int r;

@@ -16,20 +16,23 @@
 
 #include "sandboxd/log.h"
 
-static inline void curl_freep(char **p) { curl_free(*p); }
+static inline void curl_freep(char **p)
+{
+        curl_free(*p);
+}
 #define _cleanup_curl_free_ _cleanup_(curl_freep)
 
-#define CHECK_PATH(p, err)                                                                                   \
-        do {                                                                                                 \
-                if (!(p))                                                                                    \
-                        return sbx_error_set(err, -EINVAL, 0, "missing or invalid id");                      \
+#define CHECK_PATH(p, err)                                                                                             \
+        do {                                                                                                           \
+                if (!(p))                                                                                              \
+                        return sbx_error_set(err, -EINVAL, 0, "missing or invalid id");                                \
         } while (0)
 
 /* "/containers/<escaped id><query><escaped value>" into *ret: a call whose
  * query parameter is tenant-chosen text (a name, a path; `missing` is the
  * error when it is empty). */
-static int container_path_param(const char *id, const char *query, const char *value, const char *missing,
-                                char **ret, struct sbx_error *err)
+static int container_path_param(const char *id, const char *query, const char *value, const char *missing, char **ret,
+                                struct sbx_error *err)
 {
         _cleanup_free_ char *suffix = NULL;
         char *ev;
@@ -51,8 +54,7 @@ static int container_path_param(const char *id, const char *query, const char *v
 
 /* ---- images ---- */
 
-int docker_image_inspect(struct docker *d, const char *image, struct docker_image_info *ret,
-                         struct sbx_error *err)
+int docker_image_inspect(struct docker *d, const char *image, struct docker_image_info *ret, struct sbx_error *err)
 {
         _cleanup_free_ char *path = docker_path_with_id("/images", image, "/json", true);
         struct docker_image_info info = {0};
@@ -165,8 +167,7 @@ int docker_container_rename(struct docker *d, const char *id, const char *new_na
         return r < 0 ? r : docker_call(d, "POST", path, NULL, true, 0, 0, NULL, err);
 }
 
-int docker_container_inspect(struct docker *d, const char *id, struct docker_container_info *ret,
-                             struct sbx_error *err)
+int docker_container_inspect(struct docker *d, const char *id, struct docker_container_info *ret, struct sbx_error *err)
 {
         _cleanup_free_ char *path = docker_path_with_id("/containers", id, "/json", false);
         struct docker_reply rep;
@@ -258,8 +259,7 @@ static bool body_is_multiplexed(const struct docker_reply *rep)
         return rep->len >= 8 && b[0] <= 3 && b[1] == 0 && b[2] == 0 && b[3] == 0;
 }
 
-int docker_container_logs(struct docker *d, const char *id, int tail_lines, char **ret_text,
-                          struct sbx_error *err)
+int docker_container_logs(struct docker *d, const char *id, int tail_lines, char **ret_text, struct sbx_error *err)
 {
         _cleanup_free_ char *path = NULL;
         char suffix[64];
@@ -295,8 +295,8 @@ int docker_container_logs(struct docker *d, const char *id, int tail_lines, char
                         enum docker_stream_kind kind;
                         const void *payload;
                         size_t plen;
-                        ssize_t used = docker_demux_next(&m, rep.body + off, rep.len - off, SIZE_MAX, &kind,
-                                                         &payload, &plen);
+                        ssize_t used =
+                                docker_demux_next(&m, rep.body + off, rep.len - off, SIZE_MAX, &kind, &payload, &plen);
                         if (used < 0) {
                                 r = sbx_error_set(err, -EPROTO, 200, "malformed log stream of container %s", id);
                                 goto out;
@@ -460,8 +460,7 @@ int docker_network_list(struct docker *d, const char *const *label_filters, char
                 cJSON_Delete(j);
                 return sbx_error_set(err, -ENOMEM, 0, "out of memory");
         }
-        cJSON_ArrayForEach(it, j)
-        {
+        cJSON_ArrayForEach(it, j) {
                 const char *name = docker_json_str(it, "Name");
                 if (name && *name)
                         sbx_strlcpy(names[n++], name, sizeof(names[0]));

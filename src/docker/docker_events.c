@@ -55,8 +55,7 @@ static bool stop_requested(const struct events_ctx *x)
         return x->stop && __atomic_load_n(x->stop, __ATOMIC_RELAXED);
 }
 
-static int events_xferinfo(void *userdata, curl_off_t dltotal, curl_off_t dlnow, curl_off_t ultotal,
-                           curl_off_t ulnow)
+static int events_xferinfo(void *userdata, curl_off_t dltotal, curl_off_t dlnow, curl_off_t ultotal, curl_off_t ulnow)
 {
         return stop_requested(userdata) ? 1 : 0;
 }
@@ -76,8 +75,7 @@ static void events_line(struct events_ctx *x, const char *line, size_t len)
         }
         /* since= replays events at that very nanosecond */
         if (ev.time_nano < x->last_nano ||
-            (ev.time_nano == x->last_nano && strcmp(ev.id, x->last_id) == 0 &&
-             strcmp(ev.action, x->last_action) == 0))
+            (ev.time_nano == x->last_nano && strcmp(ev.id, x->last_id) == 0 && strcmp(ev.action, x->last_action) == 0))
                 return;
         x->last_nano = ev.time_nano;
         memcpy(x->last_id, ev.id, sizeof(x->last_id));
@@ -178,8 +176,8 @@ static char *events_path(const char *const *label_filters, const char *const *ac
 
 /* One connection: runs until the stream ends, fails, or we are told to stop.
  * Returns the CURLcode; *ret_connected tells whether a 200 was seen. */
-static CURLcode events_once(struct docker *d, struct events_ctx *x, CURLM *multi, const char *url,
-                            bool *ret_connected, long *ret_oserr)
+static CURLcode events_once(struct docker *d, struct events_ctx *x, CURLM *multi, const char *url, bool *ret_connected,
+                            long *ret_oserr)
 {
         CURLcode result = CURLE_OK;
         bool done = false;
@@ -264,8 +262,7 @@ int docker_events_follow(struct docker *d, const char *const *label_filters, con
                 if (stop_requested(&x))
                         break;
                 /* after a drop, resume where we were (or where we began) */
-                path = events_path(label_filters, actions,
-                                   first ? 0 : x.last_nano ? x.last_nano : started_nano);
+                path = events_path(label_filters, actions, first ? 0 : x.last_nano ? x.last_nano : started_nano);
                 first = false;
                 docker_version_prefix(d, prefix);
                 if (!path || asprintf(&url, "http://localhost%s%s", prefix, path) < 0) {

@@ -75,8 +75,8 @@ ssize_t docker_demux_next(struct docker_demux *m, const void *data, size_t len, 
                 /* 0 (stdin) is never sent back by the engine; 3 is the
                  * engine's own "systemerr" and belongs with stderr */
                 m->kind = m->hdr[0] == 2 || m->hdr[0] == 3 ? DOCKER_STREAM_STDERR : DOCKER_STREAM_STDOUT;
-                m->remaining = (size_t)m->hdr[4] << 24 | (size_t)m->hdr[5] << 16 | (size_t)m->hdr[6] << 8 |
-                               (size_t)m->hdr[7];
+                m->remaining =
+                        (size_t)m->hdr[4] << 24 | (size_t)m->hdr[5] << 16 | (size_t)m->hdr[6] << 8 | (size_t)m->hdr[7];
                 m->hdr_len = 0;
                 if (used == len)
                         return (ssize_t)used;
@@ -153,8 +153,7 @@ int docker_exec_create(struct docker *d, const char *container_id, const struct 
         return r;
 }
 
-int docker_exec_inspect(struct docker *d, const char *exec_id, struct docker_exec_info *ret,
-                        struct sbx_error *err)
+int docker_exec_inspect(struct docker *d, const char *exec_id, struct docker_exec_info *ret, struct sbx_error *err)
 {
         _cleanup_free_ char *path = NULL, *eid = NULL;
         struct docker_exec_info info;
@@ -313,8 +312,7 @@ static const char *find_header(const char *hdrs, const char *name)
 }
 
 /* Read the rest of an error reply (bounded) and convert it into err. */
-static int attach_error(struct docker_stream *s, long status, size_t hdr_end, int64_t deadline,
-                        struct sbx_error *err)
+static int attach_error(struct docker_stream *s, long status, size_t hdr_end, int64_t deadline, struct sbx_error *err)
 {
         const char *cl = find_header((const char *)s->buf, "Content-Length");
         const char *te = find_header((const char *)s->buf, "Transfer-Encoding");
@@ -342,8 +340,7 @@ static int attach_error(struct docker_stream *s, long status, size_t hdr_end, in
         return docker_reply_error(&rep, false, err);
 }
 
-int docker_exec_attach(struct docker *d, const char *exec_id, struct docker_stream **ret_stream,
-                       struct sbx_error *err)
+int docker_exec_attach(struct docker *d, const char *exec_id, struct docker_stream **ret_stream, struct sbx_error *err)
 {
         static const char body[] = "{\"Detach\":false,\"Tty\":false}";
         int64_t deadline = sbx_now_ms() + d->timeout_ms;
@@ -382,10 +379,10 @@ int docker_exec_attach(struct docker *d, const char *exec_id, struct docker_stre
                 goto fail;
         r = send_all(s->fd, req, strlen(req), deadline);
         if (r < 0) {
-                r = r == -ETIMEDOUT ? sbx_error_set(err, r, 0, "Docker at %s: exec start request timed out",
-                                                    d->socket_path)
-                                    : sbx_error_set(err, r, 0, "Docker at %s: sending exec start: %s",
-                                                    d->socket_path, strerror(-r));
+                r = r == -ETIMEDOUT
+                            ? sbx_error_set(err, r, 0, "Docker at %s: exec start request timed out", d->socket_path)
+                            : sbx_error_set(err, r, 0, "Docker at %s: sending exec start: %s", d->socket_path,
+                                            strerror(-r));
                 goto fail;
         }
 
@@ -399,10 +396,10 @@ int docker_exec_attach(struct docker *d, const char *exec_id, struct docker_stre
                 n = recv_some(s->fd, s->buf + s->len, STREAM_MAX_HEADER - s->len, deadline);
                 if (n <= 0) {
                         r = n == 0 ? sbx_error_set(err, -EPROTO, 0, "exec start: Docker closed the connection")
-                            : n == -ETIMEDOUT
-                                    ? sbx_error_set(err, -ETIMEDOUT, 0, "Docker at %s did not answer exec start within %ld ms",
-                                                    d->socket_path, d->timeout_ms)
-                                    : sbx_error_set(err, (int)n, 0, "exec start: %s", strerror((int)-n));
+                            : n == -ETIMEDOUT ? sbx_error_set(err, -ETIMEDOUT, 0,
+                                                              "Docker at %s did not answer exec start within %ld ms",
+                                                              d->socket_path, d->timeout_ms)
+                                              : sbx_error_set(err, (int)n, 0, "exec start: %s", strerror((int)-n));
                         goto fail;
                 }
                 s->len += (size_t)n;
@@ -418,8 +415,7 @@ int docker_exec_attach(struct docker *d, const char *exec_id, struct docker_stre
                 r = attach_error(s, status, s->pos, deadline, err);
                 goto fail;
         }
-        log_debug("docker exec %.12s attached (HTTP %ld, %zu stream bytes early)", exec_id, status,
-                  s->len - s->pos);
+        log_debug("docker exec %.12s attached (HTTP %ld, %zu stream bytes early)", exec_id, status, s->len - s->pos);
         *ret_stream = s;
         return 0;
 fail:
@@ -497,7 +493,8 @@ int docker_stream_wait(struct docker_stream *s, bool writable, int timeout_ms)
                 return -EINVAL;
         if (s->pos < s->len || s->eof)
                 return 0;
-        return wait_fd(s->fd, (short)(POLLIN | (writable ? POLLOUT : 0)), timeout_ms < 0 ? -1 : sbx_now_ms() + timeout_ms);
+        return wait_fd(s->fd, (short)(POLLIN | (writable ? POLLOUT : 0)),
+                       timeout_ms < 0 ? -1 : sbx_now_ms() + timeout_ms);
 }
 
 int docker_stream_close_write(struct docker_stream *s)
@@ -613,8 +610,7 @@ int docker_exec_run(struct docker *d, const char *container_id, const struct doc
                                 goto out;
                         }
                         if (left == 0) {
-                                r = sbx_error_set(err, -ETIMEDOUT, 0, "exec did not finish within %d ms",
-                                                  timeout_ms);
+                                r = sbx_error_set(err, -ETIMEDOUT, 0, "exec did not finish within %d ms", timeout_ms);
                                 goto out;
                         }
                         continue;

@@ -38,9 +38,9 @@ struct docker_reply {
  * max_reply caps the body (-EFBIG beyond it; 0 = DOCKER_REPLY_MAX_DEFAULT).
  * Returns 0 whenever an HTTP reply arrived (whatever its status), or a
  * negative errno for transport failures (err filled). */
-int docker_http(struct docker *d, const char *method, const char *path, const char *content_type,
-                const void *body, size_t body_len, long extra_timeout_ms, size_t max_reply,
-                struct docker_reply *ret, struct sbx_error *err);
+int docker_http(struct docker *d, const char *method, const char *path, const char *content_type, const void *body,
+                size_t body_len, long extra_timeout_ms, size_t max_reply, struct docker_reply *ret,
+                struct sbx_error *err);
 void docker_reply_done(struct docker_reply *r);
 
 /* Append n bytes to a growing NUL-terminated buffer (capacity first_cap at
@@ -49,13 +49,12 @@ int docker_buf_append(char **data, size_t *len, size_t *cap, const void *p, size
 
 /* GET path; a reply other than 200 becomes -errno + err (and is freed),
  * else *ret holds it. */
-int docker_get_ok(struct docker *d, const char *path, long extra_timeout_ms, size_t max_reply,
-                  struct docker_reply *ret, struct sbx_error *err);
+int docker_get_ok(struct docker *d, const char *path, long extra_timeout_ms, size_t max_reply, struct docker_reply *ret,
+                  struct sbx_error *err);
 
 /* Request + "status must be one of 2xx (or `also_ok`)" + optional parsed JSON. */
-int docker_call(struct docker *d, const char *method, const char *path, const char *body,
-                bool conflict_is_exists, long also_ok, long extra_timeout_ms, cJSON **ret_json,
-                struct sbx_error *err);
+int docker_call(struct docker *d, const char *method, const char *path, const char *body, bool conflict_is_exists,
+                long also_ok, long extra_timeout_ms, cJSON **ret_json, struct sbx_error *err);
 
 /* Build "/prefix/<escaped id>/suffix" into a malloc'd string (NULL: no id, or out of memory). */
 char *docker_path_with_id(const char *prefix, const char *id, const char *suffix, bool keep_slash);
@@ -86,14 +85,13 @@ bool docker_json_bool(const cJSON *obj, const char *name);
  * "sandboxd." first, then keys in `extra` (NULL-terminated "key" or
  * "key=value", may be NULL), then — if include_rest — the others, as long as
  * they fit. Returns the count. */
-size_t docker_labels_collect(const cJSON *map, const char *const *extra, bool include_rest,
-                             struct docker_kv *kvs, size_t cap);
+size_t docker_labels_collect(const cJSON *map, const char *const *extra, bool include_rest, struct docker_kv *kvs,
+                             size_t cap);
 
 /* {"label":["a=b",...]}; the caller may add members. NULL on OOM. */
 cJSON *docker_filters_new(const char *const *label_filters);
 
 /* docker_event_parse with the label keys of `filters` kept as well. */
-int docker_event_parse_filtered(const char *json, size_t len, const char *const *filters,
-                                struct docker_event *ret);
+int docker_event_parse_filtered(const char *json, size_t len, const char *const *filters, struct docker_event *ret);
 
 #endif

@@ -47,8 +47,8 @@ static bool key_in_filters(const char *key, const char *const *filters)
         return false;
 }
 
-size_t docker_labels_collect(const cJSON *map, const char *const *extra, bool include_rest,
-                             struct docker_kv *kvs, size_t cap)
+size_t docker_labels_collect(const cJSON *map, const char *const *extra, bool include_rest, struct docker_kv *kvs,
+                             size_t cap)
 {
         const cJSON *it;
         size_t n = 0;
@@ -59,8 +59,7 @@ size_t docker_labels_collect(const cJSON *map, const char *const *extra, bool in
         for (int pass = 0; pass < 3; pass++) {
                 if (pass == 2 && !include_rest)
                         break;
-                cJSON_ArrayForEach(it, map)
-                {
+                cJSON_ArrayForEach(it, map) {
                         bool ours = strncmp(it->string, "sandboxd.", 9) == 0;
                         bool wanted = !ours && key_in_filters(it->string, extra);
                         if (!cJSON_IsString(it))
@@ -70,8 +69,7 @@ size_t docker_labels_collect(const cJSON *map, const char *const *extra, bool in
                         if (n == cap)
                                 return n;
                         /* a key or value that does not fit would be a lie: skip it */
-                        if (strlen(it->string) >= sizeof(kvs[n].key) ||
-                            strlen(it->valuestring) >= sizeof(kvs[n].value))
+                        if (strlen(it->string) >= sizeof(kvs[n].key) || strlen(it->valuestring) >= sizeof(kvs[n].value))
                                 continue;
                         sbx_strlcpy(kvs[n].key, it->string, sizeof(kvs[n].key));
                         sbx_strlcpy(kvs[n].value, it->valuestring, sizeof(kvs[n].value));
@@ -125,8 +123,8 @@ char *docker_container_spec_to_json(const struct docker_container_spec *spec)
                         cJSON *obj;
                         const char *name, *value;
                 } strings[] = {
-                        {root, "User", spec->user},          {root, "WorkingDir", spec->workdir},
-                        {root, "Hostname", spec->hostname},  {host, "NetworkMode", spec->network_mode},
+                        {root, "User", spec->user},         {root, "WorkingDir", spec->workdir},
+                        {root, "Hostname", spec->hostname}, {host, "NetworkMode", spec->network_mode},
                         {host, "Runtime", spec->runtime},
                 };
                 const struct {
@@ -134,9 +132,12 @@ char *docker_container_spec_to_json(const struct docker_container_spec *spec)
                         const char *name;
                         const char *const *values;
                 } arrays[] = {
-                        {root, "Cmd", spec->cmd},           {root, "Entrypoint", spec->entrypoint},
-                        {root, "Env", spec->env},           {host, "Binds", spec->binds},
-                        {host, "CapDrop", spec->cap_drop},  {host, "CapAdd", spec->cap_add},
+                        {root, "Cmd", spec->cmd},
+                        {root, "Entrypoint", spec->entrypoint},
+                        {root, "Env", spec->env},
+                        {host, "Binds", spec->binds},
+                        {host, "CapDrop", spec->cap_drop},
+                        {host, "CapAdd", spec->cap_add},
                         {host, "SecurityOpt", spec->security_opt},
                 };
                 for (size_t i = 0; i < ELEMENTSOF(strings); i++)
@@ -238,8 +239,7 @@ int docker_container_info_parse(const char *json, struct docker_container_info *
         state = cJSON_GetObjectItemCaseSensitive(j, "State");
         config = cJSON_GetObjectItemCaseSensitive(j, "Config");
         host = cJSON_GetObjectItemCaseSensitive(j, "HostConfig");
-        nets = cJSON_GetObjectItemCaseSensitive(cJSON_GetObjectItemCaseSensitive(j, "NetworkSettings"),
-                                                "Networks");
+        nets = cJSON_GetObjectItemCaseSensitive(cJSON_GetObjectItemCaseSensitive(j, "NetworkSettings"), "Networks");
 
         sbx_strlcpy(info.id, docker_json_str(j, "Id"), sizeof(info.id));
         name = docker_json_str(j, "Name");
@@ -273,8 +273,7 @@ int docker_container_info_parse(const char *json, struct docker_container_info *
 
         if (!cJSON_IsObject(nets))
                 nets = NULL;
-        cJSON_ArrayForEach(it, nets)
-        {
+        cJSON_ArrayForEach(it, nets) {
                 if (it->string && strcmp(it->string, "none") != 0)
                         info.has_network = true;
         }
@@ -307,8 +306,7 @@ int docker_container_list_parse(const char *json, struct docker_container_summar
                 cJSON_Delete(j);
                 return -ENOMEM;
         }
-        cJSON_ArrayForEach(it, j)
-        {
+        cJSON_ArrayForEach(it, j) {
                 struct docker_container_summary *s = &list[n];
                 const cJSON *names = cJSON_GetObjectItemCaseSensitive(it, "Names");
                 const cJSON *first = cJSON_GetArrayItem(names, 0);
@@ -355,8 +353,7 @@ static int64_t raw_time_nano(const char *json, size_t len, double approx)
         return (int64_t)approx;
 }
 
-int docker_event_parse_filtered(const char *json, size_t len, const char *const *filters,
-                                struct docker_event *ret)
+int docker_event_parse_filtered(const char *json, size_t len, const char *const *filters, struct docker_event *ret)
 {
         struct docker_event ev = {.exit_code = -1};
         const cJSON *actor, *attrs, *tn;

@@ -55,14 +55,17 @@
 #include "sandboxd/store_egress.h"
 #include "egress_internal.h"
 
-#define MAX_PENDING 4096          /* accepted fds waiting for the loop */
-#define SESSION_FORGET_MS 600000  /* a session with no tunnel this long is forgotten */
+#define MAX_PENDING 4096         /* accepted fds waiting for the loop */
+#define SESSION_FORGET_MS 600000 /* a session with no tunnel this long is forgotten */
 #define CLOSE_WAIT_MS 5000
 
 static pthread_once_t evthread_once = PTHREAD_ONCE_INIT;
 static int evthread_rc;
 
-static void evthread_init(void) { evthread_rc = evthread_use_pthreads(); }
+static void evthread_init(void)
+{
+        evthread_rc = evthread_use_pthreads();
+}
 
 /* ---- sessions ---- */
 
@@ -137,7 +140,8 @@ static void start_one(struct egress *eg, const struct pending *p)
         s->last_used = sbx_now_ms();
         (void)store_private_any(eg->store, p->user, p->session, &private_);
         if (s->closed || private_) {
-                egress_tunnel_refuse_fd(eg, s, p->fd, 403, "private", "the session holds private data: it has no egress");
+                egress_tunnel_refuse_fd(eg, s, p->fd, 403, "private",
+                                        "the session holds private data: it has no egress");
                 return;
         }
         if (atomic_load(&eg->n_open) >= eg->cfg.egress_max_tunnels) {
@@ -149,7 +153,8 @@ static void start_one(struct egress *eg, const struct pending *p)
                 return;
         }
         if (user_open(eg, p->user) >= eg->cfg.egress_max_tunnels_per_user) {
-                egress_tunnel_refuse_fd(eg, s, p->fd, 429, "cap_user", "the user's sessions have too many open tunnels");
+                egress_tunnel_refuse_fd(eg, s, p->fd, 429, "cap_user",
+                                        "the user's sessions have too many open tunnels");
                 return;
         }
         egress_tunnel_open(eg, s, p->fd);

@@ -124,8 +124,9 @@ static bool named_by_connection(const struct tunnel *t, const struct hdr *h)
 
 static bool hop_by_hop(const struct tunnel *t, const struct hdr *h)
 {
-        static const char *const names[] = {"Connection", "Proxy-Connection", "Keep-Alive", "Proxy-Authorization",
-                                            "Proxy-Authenticate", "TE", "Trailer", "Upgrade", "Host"};
+        static const char *const names[] = {
+                "Connection", "Proxy-Connection", "Keep-Alive", "Proxy-Authorization", "Proxy-Authenticate", "TE",
+                "Trailer",    "Upgrade",          "Host"};
         for (size_t i = 0; i < ELEMENTSOF(names); i++)
                 if (name_is(t, h, names[i]))
                         return true;
@@ -178,8 +179,7 @@ const char *egress_http_target(struct tunnel *t, const char **ret_path, size_t *
 /* The request head as it goes upstream: origin-form when direct, absolute
  * when through egress_upstream_proxy; Host from the target; hop-by-hop
  * headers dropped; Connection: close. */
-void egress_http_write_head(struct tunnel *t, struct evbuffer *out, bool absolute, const char *path,
-                            size_t path_len)
+void egress_http_write_head(struct tunnel *t, struct evbuffer *out, bool absolute, const char *path, size_t path_len)
 {
         bool v6 = strchr(t->host, ':') != NULL;
         char authority[EGRESS_HOST_MAX + 16];
@@ -206,4 +206,3 @@ void egress_http_write_head(struct tunnel *t, struct evbuffer *out, bool absolut
         }
         evbuffer_add_printf(out, "Connection: close\r\n\r\n");
 }
-

@@ -132,8 +132,7 @@ const char *egress_http_target(struct tunnel *t, const char **ret_path, size_t *
 /* The request head as it goes upstream: origin-form (absolute form when
  * `absolute`, for an upstream proxy), Host from the target, hop-by-hop
  * headers dropped, Connection: close. */
-void egress_http_write_head(struct tunnel *t, struct evbuffer *out, bool absolute, const char *path,
-                            size_t path_len);
+void egress_http_write_head(struct tunnel *t, struct evbuffer *out, bool absolute, const char *path, size_t path_len);
 
 /* ---- egress_tunnel.c ---- */
 

@@ -149,8 +149,7 @@ int egress_pattern_check(const char *pattern, bool allow_star, char *ret, size_t
         if (!pattern || !*pattern || strlen(pattern) >= PATTERN_MAX || size < PATTERN_MAX)
                 return sbx_error_set(err, -EINVAL, 0, "an egress pattern is 1-%d characters", PATTERN_MAX - 1);
         if (split_port(pattern, &hlen, &port) < 0 || hlen == 0)
-                return sbx_error_set(err, -EINVAL, 0, "bad egress pattern '%.80s': host[:port|:*] expected",
-                                     pattern);
+                return sbx_error_set(err, -EINVAL, 0, "bad egress pattern '%.80s': host[:port|:*] expected", pattern);
         if (hlen == 1 && pattern[0] == '*') {
                 if (!allow_star)
                         return sbx_error_set(err, -EINVAL, 0, "'*' (every host) may only be set in the config");
@@ -255,18 +254,18 @@ static const char *v4_class(uint32_t a)
                 int prefix;
                 const char *why;
         } ranges[] = {
-                {0xa9fea9fe, 32, "metadata"},     /* 169.254.169.254 */
-                {0x00000000, 8, "unspecified"},   /* 0/8, "this network" */
-                {0x0a000000, 8, "private"},       /* 10/8 */
-                {0x64400000, 10, "cgnat"},        /* 100.64/10 */
-                {0x7f000000, 8, "loopback"},      /* 127/8 */
-                {0xa9fe0000, 16, "link_local"},   /* 169.254/16 */
-                {0xac100000, 12, "private"},      /* 172.16/12 */
-                {0xc0000000, 24, "reserved"},     /* 192.0.0/24, IETF protocol assignments */
-                {0xc0a80000, 16, "private"},      /* 192.168/16 */
-                {0xc6120000, 15, "reserved"},     /* 198.18/15, benchmarking */
-                {0xe0000000, 4, "multicast"},     /* 224/4 */
-                {0xf0000000, 4, "reserved"},      /* 240/4 and the broadcast address */
+                {0xa9fea9fe, 32, "metadata"},   /* 169.254.169.254 */
+                {0x00000000, 8, "unspecified"}, /* 0/8, "this network" */
+                {0x0a000000, 8, "private"},     /* 10/8 */
+                {0x64400000, 10, "cgnat"},      /* 100.64/10 */
+                {0x7f000000, 8, "loopback"},    /* 127/8 */
+                {0xa9fe0000, 16, "link_local"}, /* 169.254/16 */
+                {0xac100000, 12, "private"},    /* 172.16/12 */
+                {0xc0000000, 24, "reserved"},   /* 192.0.0/24, IETF protocol assignments */
+                {0xc0a80000, 16, "private"},    /* 192.168/16 */
+                {0xc6120000, 15, "reserved"},   /* 198.18/15, benchmarking */
+                {0xe0000000, 4, "multicast"},   /* 224/4 */
+                {0xf0000000, 4, "reserved"},    /* 240/4 and the broadcast address */
         };
         for (size_t i = 0; i < ELEMENTSOF(ranges); i++)
                 if (in4(a, ranges[i].net, ranges[i].prefix))
@@ -300,7 +299,7 @@ static const char *v6_class(const uint8_t *a)
                 return v4_class(load4(a + 12));
         }
         if (memcmp(a, zero, 12) == 0)
-                return "ipv4_compat"; /* ::a.b.c.d, deprecated; no host should need it */
+                return "ipv4_compat";       /* ::a.b.c.d, deprecated; no host should need it */
         if (a[0] == 0x20 && a[1] == 0x02) { /* 6to4: 2002:AABB:CCDD::/48 */
                 return v4_class(load4(a + 2));
         }

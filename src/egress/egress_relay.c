@@ -24,8 +24,8 @@
 #include "sandboxd/egress_policy.h"
 #include "egress_internal.h"
 
-#define RELAY_HIGH (256 * 1024)   /* bytes buffered per direction before reading pauses */
-#define RELAY_CHUNK (64 * 1024)  /* largest single read or write */
+#define RELAY_HIGH (256 * 1024) /* bytes buffered per direction before reading pauses */
+#define RELAY_CHUNK (64 * 1024) /* largest single read or write */
 
 static void relay_read(struct bufferevent *bev, void *arg);
 static void relay_event(struct bufferevent *bev, short what, void *arg);
@@ -263,9 +263,9 @@ static void connect_event(struct bufferevent *bev, short what, void *arg)
                         return;
                 }
                 t->state = T_PROXY_HS;
-                evbuffer_add_printf(bufferevent_get_output(bev), strchr(t->host, ':')
-                                    ? "CONNECT [%s]:%d HTTP/1.1\r\nHost: [%s]:%d\r\n\r\n"
-                                    : "CONNECT %s:%d HTTP/1.1\r\nHost: %s:%d\r\n\r\n",
+                evbuffer_add_printf(bufferevent_get_output(bev),
+                                    strchr(t->host, ':') ? "CONNECT [%s]:%d HTTP/1.1\r\nHost: [%s]:%d\r\n\r\n"
+                                                         : "CONNECT %s:%d HTTP/1.1\r\nHost: %s:%d\r\n\r\n",
                                     t->host, t->port, t->host, t->port);
                 bufferevent_setcb(bev, proxy_hs_read, NULL, connect_event, t);
                 bufferevent_enable(bev, EV_READ | EV_WRITE);
@@ -280,7 +280,7 @@ static void connect_event(struct bufferevent *bev, short what, void *arg)
                         return;
                 }
                 egress_tunnel_refuse(t, 502, t->state == T_PROXY_HS ? "upstream_proxy" : "connect_failed",
-                              e ? evutil_socket_error_to_string(e) : "closed");
+                                     e ? evutil_socket_error_to_string(e) : "closed");
         }
 }
 

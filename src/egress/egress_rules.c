@@ -28,17 +28,20 @@ int egress_rules_change(struct store *st, const struct sbx_config *cfg, const ch
         if (remove)
                 r = store_egress_rule_remove(st, user, session, canon);
         else
-                r = store_egress_rule_add(st, user, session, canon, actor, sbx_wall_ms(), (size_t)cfg->egress_max_rules);
+                r = store_egress_rule_add(st, user, session, canon, actor, sbx_wall_ms(),
+                                          (size_t)cfg->egress_max_rules);
         if (r == -EDQUOT)
                 return sbx_error_set(err, r, 0, "at most %d egress patterns per %s (egress_max_rules)",
                                      cfg->egress_max_rules, session ? "session" : "user");
         if (r == -ENOENT)
-                return sbx_error_set(err, r, 0, "no egress pattern %s for this %s", canon, session ? "session" : "user");
+                return sbx_error_set(err, r, 0, "no egress pattern %s for this %s", canon,
+                                     session ? "session" : "user");
         if (r < 0)
                 return sbx_error_set(err, r, 0, "cannot store the egress pattern: %s", strerror(-r));
         /* the pattern passed egress_pattern_check: no quote or backslash in it */
         snprintf(detail, sizeof(detail), "{\"pattern\":\"%s\",\"scope\":\"%s\"}", canon, session ? "session" : "user");
-        (void)audit_record(st, actor ? actor : "unknown", user, session, remove ? "egress.deny" : "egress.allow", detail);
+        (void)audit_record(st, actor ? actor : "unknown", user, session, remove ? "egress.deny" : "egress.allow",
+                           detail);
         return 0;
 }
 

@@ -30,7 +30,7 @@
 #include "sandboxd/store_egress.h"
 #include "egress_internal.h"
 
-#define LOG_WINDOW_MS 60000       /* blocked rows per session: at most LOG_BLOCKED_MAX a minute */
+#define LOG_WINDOW_MS 60000 /* blocked rows per session: at most LOG_BLOCKED_MAX a minute */
 #define LOG_BLOCKED_MAX 60
 
 static void head_read(struct bufferevent *bev, void *arg);
@@ -147,8 +147,13 @@ void egress_tunnel_refuse(struct tunnel *t, int status, const char *reason, cons
                 int status;
                 const char *text;
         } texts[] = {
-                {400, "Bad Request"}, {403, "Forbidden"}, {408, "Request Timeout"}, {429, "Too Many Requests"},
-                {431, "Request Header Fields Too Large"}, {502, "Bad Gateway"}, {503, "Service Unavailable"},
+                {400, "Bad Request"},
+                {403, "Forbidden"},
+                {408, "Request Timeout"},
+                {429, "Too Many Requests"},
+                {431, "Request Header Fields Too Large"},
+                {502, "Bad Gateway"},
+                {503, "Service Unavailable"},
                 {504, "Gateway Timeout"},
         };
         const char *text = "Error";
@@ -343,7 +348,8 @@ static void resolve(struct tunnel *t, const char *name, bool proxy)
         for (size_t i = 0; i < eg->n_ovr; i++)
                 if (strcmp(eg->ovr[i].name, name) == 0) {
                         const struct sockaddr *sa = (const struct sockaddr *)&eg->ovr[i].addr;
-                        struct evutil_addrinfo ai = {.ai_family = sa->sa_family, .ai_addr = (struct sockaddr *)sa,
+                        struct evutil_addrinfo ai = {.ai_family = sa->sa_family,
+                                                     .ai_addr = (struct sockaddr *)sa,
                                                      .ai_addrlen = eg->ovr[i].len};
                         resolved(t, 0, &ai, proxy);
                         return;
@@ -387,9 +393,10 @@ static void decide(struct tunnel *t)
         why = egress_http_target(t, &path, &path_len);
         if (why) {
                 egress_tunnel_refuse(t, 400, why,
-                              strcmp(why, "scheme") == 0 ? "https:// goes through CONNECT"
-                              : strcmp(why, "not_absolute") == 0 ? "a proxy request names an absolute http:// URI"
-                                                                 : "cannot read the request target");
+                                     strcmp(why, "scheme") == 0 ? "https:// goes through CONNECT"
+                                     : strcmp(why, "not_absolute") == 0
+                                             ? "a proxy request names an absolute http:// URI"
+                                             : "cannot read the request target");
                 return;
         }
         if (!host_allowed(t)) {
@@ -399,7 +406,8 @@ static void decide(struct tunnel *t)
                 return;
         }
         if (!rate_ok(t)) {
-                egress_tunnel_refuse(t, 429, "cap_rate", "too many new connections this minute (egress_conns_per_minute)");
+                egress_tunnel_refuse(t, 429, "cap_rate",
+                                     "too many new connections this minute (egress_conns_per_minute)");
                 return;
         }
         if (egress_bytes_over(t)) {
@@ -456,12 +464,11 @@ static void head_read(struct bufferevent *bev, void *arg)
         }
         t->arena_cap = n;
         got = http_parser_execute(&t->parser, &egress_request_settings, head, n);
-        if ((HTTP_PARSER_ERRNO(&t->parser) != HPE_OK && HTTP_PARSER_ERRNO(&t->parser) != HPE_PAUSED) ||
-            !t->head_done) {
+        if ((HTTP_PARSER_ERRNO(&t->parser) != HPE_OK && HTTP_PARSER_ERRNO(&t->parser) != HPE_PAUSED) || !t->head_done) {
                 egress_tunnel_refuse(t, t->n_hdrs >= MAX_HEADERS ? 431 : 400, "bad_request",
-                              t->head_done || HTTP_PARSER_ERRNO(&t->parser) != HPE_OK
-                                      ? http_errno_description(HTTP_PARSER_ERRNO(&t->parser))
-                                      : "incomplete request head (CRLF line endings are required)");
+                                     t->head_done || HTTP_PARSER_ERRNO(&t->parser) != HPE_OK
+                                             ? http_errno_description(HTTP_PARSER_ERRNO(&t->parser))
+                                             : "incomplete request head (CRLF line endings are required)");
                 return;
         }
         if (t->parser.method == HTTP_CONNECT || t->parser.upgrade)

@@ -32,11 +32,11 @@ _Static_assert(EXEC_TTY_MAX_ROWS == RP_TTY_MAX_ROWS && EXEC_TTY_MAX_COLS == RP_T
 #define MAX_ENV 128
 #define MAX_ENV_BYTES (64 * 1024)
 #define STDIN_PENDING_MAX (1024 * 1024) /* send_stdin bytes waiting for a process that does not read */
-#define RESIZE_ATTACH_WAIT_MS 2000 /* resize_terminal waiting for a starting execution's terminal */
+#define RESIZE_ATTACH_WAIT_MS 2000      /* resize_terminal waiting for a starting execution's terminal */
 
 static const char *const state_names[] = {"PENDING", "RUNNING", "COMPLETED", "FAILED", "CANCELLED", "TIMEOUT"};
-static const char *const cause_names[] = {"",          "exited",         "timeout",           "cancelled",
-                                          "oom",       "container_died", "daemon_restarted",  "error"};
+static const char *const cause_names[] = {"",    "exited",         "timeout",          "cancelled",
+                                          "oom", "container_died", "daemon_restarted", "error"};
 
 const char *exec_state_to_string(enum exec_state s)
 {
@@ -66,15 +66,21 @@ enum exec_cause exec_cause_from_string(const char *s)
         return EXEC_CAUSE_NONE;
 }
 
-bool exec_state_is_final(enum exec_state s) { return s >= EXEC_COMPLETED; }
+bool exec_state_is_final(enum exec_state s)
+{
+        return s >= EXEC_COMPLETED;
+}
 
 int exec_language_from_string(const char *s, enum exec_language *ret)
 {
         static const struct {
                 const char *name;
                 enum exec_language lang;
-        } langs[] = {{"python", EXEC_LANG_PYTHON}, {"python3", EXEC_LANG_PYTHON}, {"node", EXEC_LANG_NODE},
-                     {"javascript", EXEC_LANG_NODE}, {"bash", EXEC_LANG_BASH}};
+        } langs[] = {{"python", EXEC_LANG_PYTHON},
+                     {"python3", EXEC_LANG_PYTHON},
+                     {"node", EXEC_LANG_NODE},
+                     {"javascript", EXEC_LANG_NODE},
+                     {"bash", EXEC_LANG_BASH}};
         for (size_t i = 0; i < ELEMENTSOF(langs); i++)
                 if (s && strcmp(s, langs[i].name) == 0) {
                         *ret = langs[i].lang;
@@ -113,7 +119,8 @@ int exec_workdir_resolve(const char *in, char out[1024], struct sbx_error *err)
                                 return sbx_error_set(err, -EINVAL, 0, "workdir contains control characters");
                 len += (size_t)snprintf(out + len, 1024 - len, "/%s", part);
         }
-        if (strcmp(out, CONTAINER_WORKSPACE) != 0 && strncmp(out, CONTAINER_WORKSPACE "/", strlen(CONTAINER_WORKSPACE) + 1) != 0)
+        if (strcmp(out, CONTAINER_WORKSPACE) != 0 &&
+            strncmp(out, CONTAINER_WORKSPACE "/", strlen(CONTAINER_WORKSPACE) + 1) != 0)
                 return sbx_error_set(err, -EINVAL, 0, "workdir '%s' is outside /workspace", in);
         return 0;
 }
@@ -126,11 +133,14 @@ static int check_env(const char *const *env, size_t *ret_n, struct sbx_error *er
                 const char *kv = env[n], *eq = strchr(kv, '=');
                 if (n >= MAX_ENV)
                         return sbx_error_set(err, -E2BIG, 0, "too many environment variables (max %d)", MAX_ENV);
-                if (!eq || eq == kv || !((kv[0] >= 'A' && kv[0] <= 'Z') || (kv[0] >= 'a' && kv[0] <= 'z') || kv[0] == '_'))
+                if (!eq || eq == kv ||
+                    !((kv[0] >= 'A' && kv[0] <= 'Z') || (kv[0] >= 'a' && kv[0] <= 'z') || kv[0] == '_'))
                         return sbx_error_set(err, -EINVAL, 0, "environment entry %zu is not NAME=value", n);
                 for (const char *c = kv; c < eq; c++)
-                        if (!((*c >= 'A' && *c <= 'Z') || (*c >= 'a' && *c <= 'z') || (*c >= '0' && *c <= '9') || *c == '_'))
-                                return sbx_error_set(err, -EINVAL, 0, "environment name '%.*s' is not [A-Za-z_][A-Za-z0-9_]*",
+                        if (!((*c >= 'A' && *c <= 'Z') || (*c >= 'a' && *c <= 'z') || (*c >= '0' && *c <= '9') ||
+                              *c == '_'))
+                                return sbx_error_set(err, -EINVAL, 0,
+                                                     "environment name '%.*s' is not [A-Za-z_][A-Za-z0-9_]*",
                                                      (int)(eq - kv), kv);
                 if (strncmp(kv, "SBX_", 4) == 0)
                         return sbx_error_set(err, -EINVAL, 0, "environment names starting with SBX_ are reserved");
@@ -210,7 +220,10 @@ void execution_unref(struct execution *x)
                 execution_free(x);
 }
 
-void execution_unrefp(struct execution **x) { execution_unref(*x); }
+void execution_unrefp(struct execution **x)
+{
+        execution_unref(*x);
+}
 
 struct execution *execution_find_ref(struct exec_engine *e, const char *user, const char *id)
 {
@@ -309,7 +322,10 @@ int exec_engine_new(const struct sbx_config *cfg, struct docker *d, struct store
         return 0;
 }
 
-void exec_engine_set_runner(struct exec_engine *e, struct runner_hub *h) { e->runner = h; }
+void exec_engine_set_runner(struct exec_engine *e, struct runner_hub *h)
+{
+        e->runner = h;
+}
 
 void exec_set_quota(struct exec_engine *e, struct quota *q)
 {
@@ -443,10 +459,10 @@ static int build(struct exec_engine *e, const struct exec_request *req, struct e
         } else {
                 /* The code travels as data: written to a file the daemon names,
                  * then given to the interpreter as a path. */
-                static const char *const interp[] = {[EXEC_LANG_PYTHON] = "python3", [EXEC_LANG_NODE] = "node",
-                                                     [EXEC_LANG_BASH] = "bash"};
-                static const char *const ext[] = {[EXEC_LANG_PYTHON] = "py", [EXEC_LANG_NODE] = "js",
-                                                  [EXEC_LANG_BASH] = "sh"};
+                static const char *const interp[] = {
+                        [EXEC_LANG_PYTHON] = "python3", [EXEC_LANG_NODE] = "node", [EXEC_LANG_BASH] = "bash"};
+                static const char *const ext[] = {
+                        [EXEC_LANG_PYTHON] = "py", [EXEC_LANG_NODE] = "js", [EXEC_LANG_BASH] = "sh"};
                 if ((unsigned)req->language >= ELEMENTSOF(interp) || !interp[req->language])
                         return sbx_error_set(err, -EINVAL, 0, "unsupported language");
                 snprintf(x->code_path, sizeof(x->code_path), "/tmp/sbx-code-%s.%s", x->id, ext[req->language]);
@@ -572,8 +588,8 @@ int exec_send_stdin(struct exec_engine *e, const char *user, const char *id, con
                 r = sbx_error_set(err, -E2BIG, 0, "stdin would exceed %" PRId64 " bytes", e->cfg->max_stdin_bytes);
         else if (x->stdin_len - x->stdin_off + len > STDIN_PENDING_MAX)
                 /* never a wait on a process that does not read: the caller learns it at once */
-                r = sbx_error_set(err, -EAGAIN,
-                                  0, "busy: execution %s is not reading its stdin (%zu bytes sent earlier are still "
+                r = sbx_error_set(err, -EAGAIN, 0,
+                                  "busy: execution %s is not reading its stdin (%zu bytes sent earlier are still "
                                   "waiting); retry later",
                                   id, x->stdin_len - x->stdin_off);
         if (r == 0 && len > 0) {

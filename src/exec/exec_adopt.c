@@ -142,8 +142,8 @@ void exec_adopt_run(struct execution *x)
                         snprintf(why, sizeof(why), "its container stopped while the daemon was away");
                         break;
                 }
-                r = runner_exec_adopt(e->runner, x->user, x->session, x->runner_tag, have, exec_on_runner_output, x, 250,
-                                      &rx, from, &err);
+                r = runner_exec_adopt(e->runner, x->user, x->session, x->runner_tag, have, exec_on_runner_output, x,
+                                      250, &rx, from, &err);
                 if (r == 0)
                         break;
                 if (r != -ETIMEDOUT)
@@ -169,7 +169,8 @@ void exec_adopt_run(struct execution *x)
 
         now_wall = sbx_wall_ms();
         now = sbx_now_ms();
-        r = exec_runner_loop(x, NULL, 0, rx, now - (now_wall - x->started_wall), now + (x->deadline_wall - now_wall), &err);
+        r = exec_runner_loop(x, NULL, 0, rx, now - (now_wall - x->started_wall), now + (x->deadline_wall - now_wall),
+                             &err);
         if (r == -ESHUTDOWN) {
                 execution_persist(x);
                 exec_mark_finished(x);
@@ -227,8 +228,9 @@ int exec_engine_recover(struct exec_engine *e, size_t *ret_failed)
         if (!e->runner) /* nothing can hold an execution across the restart */
                 r = store_exec_fail_unfinished(e->store, cause, "the daemon restarted while it ran", sbx_wall_ms(), &n);
         else
-                r = store_exec_fail_unadoptable(e->store, cause, "the daemon restarted while it ran (not on the runner)",
-                                                sbx_wall_ms(), &n);
+                r = store_exec_fail_unadoptable(e->store, cause,
+                                                "the daemon restarted while it ran (not on the runner)", sbx_wall_ms(),
+                                                &n);
         if (r == 0 && n > 0)
                 log_info("%zu executions were running when the daemon stopped: marked FAILED (daemon_restarted)", n);
         if (r == 0 && e->runner && store_exec_list_adoptable(e->store, &rows, &n_rows) == 0)

@@ -79,7 +79,7 @@ struct execution {
         char error[512];
         char container_id[65];
         int64_t duration_ms;
-        uint64_t total[2];   /* [0] stdout, [1] stderr */
+        uint64_t total[2]; /* [0] stdout, [1] stderr */
         uint64_t spooled[2];
         uint64_t spool_budget; /* both streams together: its share of the session's spool quota */
         bool cancel;
@@ -92,12 +92,12 @@ struct execution {
         char runtime[32];
         char runner_version[64];
         /* durable (runner) executions */
-        uint32_t runner_tag;        /* 0 until the runner has it */
-        int64_t started_wall;       /* unix ms it began running */
-        int64_t deadline_wall;      /* unix ms of its timeout */
-        bool adopting;              /* registered from the store after a restart */
-        bool has_worker;            /* e->lock */
-        bool detach;                /* the engine stops: leave it to the runner and the next daemon */
+        uint32_t runner_tag;         /* 0 until the runner has it */
+        int64_t started_wall;        /* unix ms it began running */
+        int64_t deadline_wall;       /* unix ms of its timeout */
+        bool adopting;               /* registered from the store after a restart */
+        bool has_worker;             /* e->lock */
+        bool detach;                 /* the engine stops: leave it to the runner and the next daemon */
         struct runner_exec *rx_done; /* ended on the runner: forgotten there once the end is persisted */
         bool tty;
         int rows, cols;
@@ -165,8 +165,8 @@ void exec_on_runner_output(void *ud, int stream, const void *data, size_t len);
  * how it ended (s may be NULL: no OOM count from before). -ESHUTDOWN when
  * the engine stops first: the execution is left to the runner, its row
  * RUNNING for the next daemon. */
-int exec_runner_loop(struct execution *x, struct session *s, uint64_t oom_before, struct runner_exec *rx,
-                     int64_t start, int64_t deadline, struct sbx_error *err);
+int exec_runner_loop(struct execution *x, struct session *s, uint64_t oom_before, struct runner_exec *rx, int64_t start,
+                     int64_t deadline, struct sbx_error *err);
 /* Whether the engine stops, leaving the execution to its runner. */
 bool exec_read_detach(struct execution *x);
 /* Write what the process takes of the stdin queue now, never waiting; close

@@ -62,8 +62,8 @@ static int read_spool(const char *path, uint64_t off, size_t len, char **ret, si
         return 0;
 }
 
-static void fill_output(struct exec_result *res, const char *spool_base_stdout, uint64_t spooled[2],
-                        int64_t offsets[2], size_t max_bytes, size_t head_bytes)
+static void fill_output(struct exec_result *res, const char *spool_base_stdout, uint64_t spooled[2], int64_t offsets[2],
+                        size_t max_bytes, size_t head_bytes)
 {
         char path[2][SBX_PATH_MAX + 64];
         char **head[2] = {&res->stdout_head, &res->stderr_head};
@@ -171,8 +171,8 @@ static void spool_sizes(const char *stdout_spool, struct exec_result *res, uint6
         }
 }
 
-int exec_status(struct exec_engine *e, const char *user, const char *id, int64_t stdout_offset,
-                int64_t stderr_offset, size_t max_bytes, int wait_ms, struct exec_result *ret, struct sbx_error *err)
+int exec_status(struct exec_engine *e, const char *user, const char *id, int64_t stdout_offset, int64_t stderr_offset,
+                size_t max_bytes, int wait_ms, struct exec_result *ret, struct sbx_error *err)
 {
         struct execution *x = execution_find_ref(e, user, id);
         int64_t offsets[2] = {stdout_offset, stderr_offset};

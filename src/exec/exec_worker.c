@@ -108,8 +108,8 @@ bool exec_stdin_pump_locked(struct execution *x)
         while ((x->stream || x->rx) && !x->stdin_closed && x->stdin_off < x->stdin_len) {
                 const char *p = (char *)x->stdin_data + x->stdin_off;
                 size_t left = x->stdin_len - x->stdin_off;
-                ssize_t n = x->rx ? runner_exec_write_stdin(x->rx, p, left)
-                                  : docker_stream_write_some(x->stream, p, left);
+                ssize_t n =
+                        x->rx ? runner_exec_write_stdin(x->rx, p, left) : docker_stream_write_some(x->stream, p, left);
                 if (n == 0) {
                         pending = true;
                         break;
@@ -234,7 +234,7 @@ struct kill_escalation {
 struct kill_ops {
         void (*first)(struct execution *x, bool hard); /* SIGTERM, or SIGKILL when hard */
         void (*kill)(struct execution *x);             /* SIGKILL */
-        bool resweep; /* in KILL_HARD, SIGKILL again every KILL_RESWEEP_MS */
+        bool resweep;                                  /* in KILL_HARD, SIGKILL again every KILL_RESWEEP_MS */
 };
 
 static void read_cancel(struct execution *x, bool *ret_cancel, bool *ret_force)
@@ -288,7 +288,10 @@ static enum kill_phase kill_step(struct execution *x, struct kill_escalation *k,
 }
 
 /* Over docker exec: the tree found by its marker (kill_script). */
-static void docker_first(struct execution *x, bool hard) { (void)kill_tree(x, hard ? "KILL" : "TERM"); }
+static void docker_first(struct execution *x, bool hard)
+{
+        (void)kill_tree(x, hard ? "KILL" : "TERM");
+}
 
 static const struct kill_ops docker_kill = {.first = docker_first, .kill = kill_until_gone, .resweep = true};
 
@@ -304,7 +307,10 @@ static void runner_first(struct execution *x, bool hard)
                 (void)runner_exec_signal(rx, hard ? SIGKILL : SIGTERM);
 }
 
-static void runner_kill(struct execution *x) { runner_first(x, true); }
+static void runner_kill(struct execution *x)
+{
+        runner_first(x, true);
+}
 
 static const struct kill_ops runner_kill_ops = {.first = runner_first, .kill = runner_kill, .resweep = false};
 
@@ -416,8 +422,8 @@ static void drop_runner_handle(struct execution *x)
         pthread_mutex_unlock(&x->stdin_lock);
 }
 
-int exec_runner_loop(struct execution *x, struct session *s, uint64_t oom_before, struct runner_exec *rx,
-                     int64_t start, int64_t deadline, struct sbx_error *err)
+int exec_runner_loop(struct execution *x, struct session *s, uint64_t oom_before, struct runner_exec *rx, int64_t start,
+                     int64_t deadline, struct sbx_error *err)
 {
         enum { ENDED, LOST, DETACHED } end;
         struct kill_escalation kill = {.phase = KILL_NONE};

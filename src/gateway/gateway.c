@@ -196,7 +196,8 @@ static int do_open(struct gateway *gw, struct gw_cmd *c)
                 if (r < 0)
                         return r;
                 if (c->egress && gw->eg)
-                        r = gateway_unix_listen(s, &s->egress, RP_EGRESS_SOCKET_NAME, gateway_egress_sock_accept, &c->err);
+                        r = gateway_unix_listen(s, &s->egress, RP_EGRESS_SOCKET_NAME, gateway_egress_sock_accept,
+                                                &c->err);
                 else
                         gateway_unix_close(s, &s->egress, RP_EGRESS_SOCKET_NAME);
                 if (r < 0)
@@ -362,7 +363,10 @@ static int cmd_run(struct gateway *gw, struct gw_cmd *c, struct sbx_error *err, 
 /* ---- public ---- */
 
 static int threads_ok = -1;
-static void init_threads(void) { threads_ok = evthread_use_pthreads(); }
+static void init_threads(void)
+{
+        threads_ok = evthread_use_pthreads();
+}
 
 /* The loop's objects and the struct (the thread is not running). */
 static void gw_release(struct gateway *gw)
@@ -442,8 +446,8 @@ bool gateway_is_private(struct gateway *gw, const char *user, const char *sessio
         return !gw || ask_private(gw, user, session);
 }
 
-int gateway_open(struct gateway *gw, const char *user, const char *session, const char *dir, const int *ports,
-                 size_t n, bool egress, struct sbx_error *err)
+int gateway_open(struct gateway *gw, const char *user, const char *session, const char *dir, const int *ports, size_t n,
+                 bool egress, struct sbx_error *err)
 {
         struct gw_cmd *c;
 

@@ -36,27 +36,28 @@
 #include "gateway_internal.h"
 
 /* The doubly linked lists of a session's forwards and pending connections. */
-#define GW_LIST_PUSH(head, x)                                                                                \
-        do {                                                                                                 \
-                (x)->next = (head);                                                                          \
-                if (head)                                                                                    \
-                        (head)->prev = (x);                                                                  \
-                (head) = (x);                                                                                \
+#define GW_LIST_PUSH(head, x)                                                                                          \
+        do {                                                                                                           \
+                (x)->next = (head);                                                                                    \
+                if (head)                                                                                              \
+                        (head)->prev = (x);                                                                            \
+                (head) = (x);                                                                                          \
         } while (0)
-#define GW_LIST_UNLINK(head, x)                                                                              \
-        do {                                                                                                 \
-                if ((x)->prev)                                                                               \
-                        (x)->prev->next = (x)->next;                                                         \
-                else                                                                                         \
-                        (head) = (x)->next;                                                                  \
-                if ((x)->next)                                                                               \
-                        (x)->next->prev = (x)->prev;                                                         \
+#define GW_LIST_UNLINK(head, x)                                                                                        \
+        do {                                                                                                           \
+                if ((x)->prev)                                                                                         \
+                        (x)->prev->next = (x)->next;                                                                   \
+                else                                                                                                   \
+                        (head) = (x)->next;                                                                            \
+                if ((x)->next)                                                                                         \
+                        (x)->next->prev = (x)->prev;                                                                   \
         } while (0)
 
-#define PAIR_TIMEOUT_S 30      /* a host connection waits this long for the runner's data connection */
-#define HELLO_TIMEOUT_S 30     /* a new fwd.sock connection must say what it is by then (as long as a
+#define PAIR_TIMEOUT_S 30 /* a host connection waits this long for the runner's data connection */
+#define HELLO_TIMEOUT_S                                                                                                \
+        30                        /* a new fwd.sock connection must say what it is by then (as long as a
                                 * forward waits for it: a starved loop must not drop a good one) */
-#define UNIX_BACKLOG 4096      /* a burst of forwards opens as many data connections at once */
+#define UNIX_BACKLOG 4096         /* a burst of forwards opens as many data connections at once */
 #define CTRL_OUT_MAX (256 * 1024) /* RP_FWD_OPEN frames queued for a runner */
 #define HOST_BACKLOG 4096 /* a burst of clients must not overflow the accept queue (SYN-ACK retries take seconds) */
 
@@ -178,8 +179,7 @@ static void host_accept(struct evconnlistener *l, evutil_socket_t fd, struct soc
         struct gw_fwd *f;
 
         if (!s->ctrl || s->n_fwds >= (size_t)gw->cfg->forward_max_per_session ||
-            s->u->fwds >= (size_t)gw->cfg->forward_max_per_user ||
-            gw->n_fwds >= (size_t)gw->cfg->forward_max_total ||
+            s->u->fwds >= (size_t)gw->cfg->forward_max_per_user || gw->n_fwds >= (size_t)gw->cfg->forward_max_total ||
             evbuffer_get_length(bufferevent_get_output(s->ctrl)) > CTRL_OUT_MAX) {
                 evutil_closesocket(fd); /* no runner, or over a cap: refused at once */
                 return;
@@ -382,7 +382,7 @@ void gateway_listen_close(struct gw_listen *gl)
 }
 
 int gateway_unix_listen(struct gw_sess *s, struct gw_listen *gl, const char *name, evconnlistener_cb cb,
-                       struct sbx_error *err)
+                        struct sbx_error *err)
 {
         struct sockaddr_un sa = {.sun_family = AF_UNIX};
         int fd;
@@ -423,7 +423,8 @@ void gateway_unix_close(struct gw_sess *s, struct gw_listen *gl, const char *nam
 
 int gateway_host_listen(struct gw_sess *s, struct gw_listen *gl, int index, int port, struct sbx_error *err)
 {
-        struct addrinfo hints = {.ai_family = AF_UNSPEC, .ai_socktype = SOCK_STREAM,
+        struct addrinfo hints = {.ai_family = AF_UNSPEC,
+                                 .ai_socktype = SOCK_STREAM,
                                  .ai_flags = AI_NUMERICHOST | AI_NUMERICSERV | AI_PASSIVE};
         struct addrinfo *ai = NULL;
         char service[8];
@@ -453,8 +454,7 @@ int gateway_host_listen(struct gw_sess *s, struct gw_listen *gl, int index, int 
         gl->index = index;
         gl->port = port;
         /* backlog 0: already listening (-1 would make libevent listen() again with 128) */
-        gl->l = evconnlistener_new(s->gw->base, host_accept, gl, LEV_OPT_CLOSE_ON_FREE | LEV_OPT_CLOSE_ON_EXEC, 0,
-                                   fd);
+        gl->l = evconnlistener_new(s->gw->base, host_accept, gl, LEV_OPT_CLOSE_ON_FREE | LEV_OPT_CLOSE_ON_EXEC, 0, fd);
         if (!gl->l) {
                 close(fd);
                 return sbx_error_set(err, -ENOMEM, 0, "out of memory");

@@ -88,9 +88,9 @@ struct gateway {
         bool stop;
         gateway_private_fn is_private;
         void *private_ud;
-        struct gw_sess *sessions;  /* loop thread only */
-        struct gw_user *users;     /* loop thread only */
-        size_t n_fwds;             /* loop thread only */
+        struct gw_sess *sessions; /* loop thread only */
+        struct gw_user *users;    /* loop thread only */
+        size_t n_fwds;            /* loop thread only */
         atomic_size_t st_sessions, st_listeners, st_forwards;
 };
 

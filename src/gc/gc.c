@@ -70,16 +70,16 @@
 #include "gc_internal.h"
 
 static const char *const kind_names[GC_KIND_COUNT] = {
-        "idle_containers", "old_containers", "orphan_containers", "error_sessions", "ports",
-        "services",        "execution_spools", "workspaces",      "audit_rows", "idempotency_keys",
-        "session_uids",    "store",           "networks",
+        "idle_containers",  "old_containers", "orphan_containers", "error_sessions",   "ports",        "services",
+        "execution_spools", "workspaces",     "audit_rows",        "idempotency_keys", "session_uids", "store",
+        "networks",
 };
 
 /* What an item is, in log lines. */
 static const char *const kind_items[GC_KIND_COUNT] = {
-        "idle container", "old container", "orphan container", "ERROR session", "port allocation",
-        "service row",    "execution spool", "workspace",      "audit rows", "idempotency keys",
-        "session uid",    "store",          "network",
+        "idle container", "old container",   "orphan container", "ERROR session", "port allocation",
+        "service row",    "execution spool", "workspace",        "audit rows",    "idempotency keys",
+        "session uid",    "store",           "network",
 };
 
 const char *gc_kind_name(enum gc_kind k)
@@ -208,8 +208,9 @@ void gc_note_done(struct gc *g, enum gc_kind kind, const char *id, const char *u
                 log_info("gc: %s the store %s: %s", g->dry_run ? "would vacuum" : "vacuumed", id, reason);
                 return;
         }
-        log_ctx(LOG_LEVEL_INFO, user, session, is_container_kind(kind) ? id : NULL, "gc: %s %s %s (%" PRIu64
-                " bytes): %s", g->dry_run ? "would remove" : "removed", kind_items[kind], id, bytes, reason);
+        log_ctx(LOG_LEVEL_INFO, user, session, is_container_kind(kind) ? id : NULL,
+                "gc: %s %s %s (%" PRIu64 " bytes): %s", g->dry_run ? "would remove" : "removed", kind_items[kind], id,
+                bytes, reason);
 }
 
 void gc_note_failed(struct gc *g, enum gc_kind kind, const char *id, const char *user, const char *session,
@@ -217,8 +218,8 @@ void gc_note_failed(struct gc *g, enum gc_kind kind, const char *id, const char 
 {
         g->rep->kinds[kind].failed++;
         push_item(g, kind, id, user, session, 0, reason, error);
-        log_ctx(LOG_LEVEL_ERROR, user, session, is_container_kind(kind) ? id : NULL,
-                "gc: cannot remove %s %s (%s): %s", kind_items[kind], id, reason, error);
+        log_ctx(LOG_LEVEL_ERROR, user, session, is_container_kind(kind) ? id : NULL, "gc: cannot remove %s %s (%s): %s",
+                kind_items[kind], id, reason, error);
 }
 
 /* Something the daemon did since the snapshot keeps the item: say so once. */
@@ -294,8 +295,8 @@ static void remove_owned(struct gc *g, size_t j, size_t i, enum gc_kind kind, in
                         return;
         }
         if (!g->dry_run) {
-                r = store_gc_session_take_container(g->st, row->user_id, row->session_id, c->id, before, quiet,
-                                                    cause, stamp);
+                r = store_gc_session_take_container(g->st, row->user_id, row->session_id, c->id, before, quiet, cause,
+                                                    stamp);
                 if (r == -ESTALE) {
                         gc_note_kept(g, kind, c->id, row->user_id, row->session_id, "the session is in use again");
                         return;
@@ -504,10 +505,9 @@ static void gc_ports(struct gc *g)
                 else
                         snprintf(reason, sizeof(reason), "session %s:%s does not exist", p->user_id, p->session_id);
                 snprintf(id, sizeof(id), "%d", p->port);
-                if (!g->dry_run &&
-                    !gc_store_changed(g, GC_PORTS, id, p->user_id, p->session_id, reason,
-                                      "its session holds it again (RUNNING, CREATING or ERROR)",
-                                      store_gc_port_release(g->st, p->port, p->user_id, p->session_id)))
+                if (!g->dry_run && !gc_store_changed(g, GC_PORTS, id, p->user_id, p->session_id, reason,
+                                                     "its session holds it again (RUNNING, CREATING or ERROR)",
+                                                     store_gc_port_release(g->st, p->port, p->user_id, p->session_id)))
                         continue;
                 gc_note_done(g, GC_PORTS, id, p->user_id, p->session_id, 0, reason);
         }
@@ -552,11 +552,10 @@ static void gc_services(struct gc *g)
                         snprintf(reason, sizeof(reason), "container %.12s %s", sv->container_id,
                                  r == 0 ? "is not running" : "no longer exists");
                 }
-                if (!g->dry_run &&
-                    !gc_store_changed(g, GC_SERVICES, sv->name, sv->user_id, sv->session_id, reason,
-                                      "the service changed since gc looked",
-                                      store_gc_service_delete(g->st, sv->user_id, sv->session_id, sv->name,
-                                                              sv->container_id, sv->state)))
+                if (!g->dry_run && !gc_store_changed(g, GC_SERVICES, sv->name, sv->user_id, sv->session_id, reason,
+                                                     "the service changed since gc looked",
+                                                     store_gc_service_delete(g->st, sv->user_id, sv->session_id,
+                                                                             sv->name, sv->container_id, sv->state)))
                         continue;
                 gc_note_done(g, GC_SERVICES, sv->name, sv->user_id, sv->session_id, 0, reason);
         }
@@ -579,8 +578,7 @@ static void note_rows(struct gc *g, enum gc_kind kind, const char *item, const c
 }
 
 /* Rows of table (audit_log, egress_log) older than audit_retention. */
-static void gc_retention(struct gc *g, const char *table, const char *what,
-                         int (*prune)(struct store *, int64_t, bool))
+static void gc_retention(struct gc *g, const char *table, const char *what, int (*prune)(struct store *, int64_t, bool))
 {
         char reason[128], b[32];
 
@@ -592,7 +590,10 @@ static void gc_retention(struct gc *g, const char *table, const char *what,
                   prune(g->st, g->now - (int64_t)g->cfg->audit_retention_s * 1000, g->dry_run));
 }
 
-static void gc_audit(struct gc *g) { gc_retention(g, "audit_log", "written", store_gc_audit_prune); }
+static void gc_audit(struct gc *g)
+{
+        gc_retention(g, "audit_log", "written", store_gc_audit_prune);
+}
 
 /* The egress proxy's decisions keep the audit retention too. */
 static void gc_egress_log(struct gc *g)
@@ -688,8 +689,7 @@ static int snapshot(struct gc *g, struct sbx_error *err)
         return 0;
 }
 
-int gc_run(const struct sbx_config *cfg, const struct gc_options *opts, struct gc_report *ret,
-           struct sbx_error *err)
+int gc_run(const struct sbx_config *cfg, const struct gc_options *opts, struct gc_report *ret, struct sbx_error *err)
 {
         struct gc_report rep = {0};
         struct gc g = {.cfg = cfg, .rep = &rep};
@@ -769,8 +769,8 @@ int gc_run(const struct sbx_config *cfg, const struct gc_options *opts, struct g
         {
                 size_t swept = pool_sweep_leftovers(cfg, g.st, g.dry_run);
                 if (swept)
-                        log_info("gc%s: %zu leftover warm pool slot directories and uids %s", g.dry_run ? " (dry run)" : "",
-                                 swept, g.dry_run ? "to remove" : "removed");
+                        log_info("gc%s: %zu leftover warm pool slot directories and uids %s",
+                                 g.dry_run ? " (dry run)" : "", swept, g.dry_run ? "to remove" : "removed");
         }
         gc_vacuum(&g, db);
 

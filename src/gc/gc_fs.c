@@ -214,7 +214,8 @@ void gc_spools(struct gc *g)
                         bool known = true;
                         char id[37];
 
-                        if (len != 43 || (strcmp(e->d_name + 36, ".stdout") != 0 && strcmp(e->d_name + 36, ".stderr") != 0) ||
+                        if (len != 43 ||
+                            (strcmp(e->d_name + 36, ".stdout") != 0 && strcmp(e->d_name + 36, ".stderr") != 0) ||
                             !uuid_ok(e->d_name, 36))
                                 continue;
                         if (fstatat(dirfd(d), e->d_name, &st, AT_SYMLINK_NOFOLLOW) < 0 || !S_ISREG(st.st_mode) ||
@@ -405,10 +406,11 @@ static int purge_workspace(struct gc *g, int ufd, const char *user, const char *
         r = still_dead(g, user, session, expect, err);
         if (r <= 0) {
                 if (renameat2(tfd, session, ufd, session, RENAME_NOREPLACE) < 0)
-                        return sbx_error_set(err, -errno, 0,
-                                             "the session came alive while its workspace was moved to %s/workspaces/%s/%s "
-                                             "and it cannot be put back: %m",
-                                             root, user, session);
+                        return sbx_error_set(
+                                err, -errno, 0,
+                                "the session came alive while its workspace was moved to %s/workspaces/%s/%s "
+                                "and it cannot be put back: %m",
+                                root, user, session);
                 return r < 0 ? r : -ESTALE;
         }
         r = purge_in_trash(g, root, user, session, err);
@@ -443,8 +445,7 @@ static void gc_workspace(struct gc *g, int ufd, const char *user, const char *se
         } else {
                 if (store_gc_session_last_seen(g->st, user, session, &ended) < 0)
                         return;
-                if (fstatat(ufd, session, &st, AT_SYMLINK_NOFOLLOW) == 0 &&
-                    (int64_t)st.st_mtim.tv_sec * 1000 > ended)
+                if (fstatat(ufd, session, &st, AT_SYMLINK_NOFOLLOW) == 0 && (int64_t)st.st_mtim.tv_sec * 1000 > ended)
                         ended = (int64_t)st.st_mtim.tv_sec * 1000;
         }
         if (ended >= before)

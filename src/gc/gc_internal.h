@@ -24,7 +24,7 @@ struct gc {
         struct store_session *rows; /* sorted by (user_id, session_id) */
         bool *row_gone;             /* deleted (or would be) by this run */
         size_t n_rows;
-        char trash[SBX_PATH_MAX];   /* {data_dir}/gc-trash/<run>, once made */
+        char trash[SBX_PATH_MAX]; /* {data_dir}/gc-trash/<run>, once made */
         struct gc_report *rep;
 };
 

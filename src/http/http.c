@@ -49,8 +49,8 @@ int http_status_for_code(const char *code)
                 const char *code;
                 int status;
         } map[] = {
-                {"bad_request", 400}, {"invalid", 400},  {"unauthorized", 401}, {"forbidden", 403},
-                {"not_found", 404},   {"conflict", 409}, {"already_finished", 409}, {"too_large", 413},
+                {"bad_request", 400}, {"invalid", 400},     {"unauthorized", 401},     {"forbidden", 403},
+                {"not_found", 404},   {"conflict", 409},    {"already_finished", 409}, {"too_large", 413},
                 {"busy", 429},        {"unavailable", 503},
         };
         for (size_t i = 0; code && i < ELEMENTSOF(map); i++)
@@ -133,8 +133,7 @@ static int read_pem(const char *key, const char *path, char **ret, struct sbx_er
         return 0;
 }
 
-enum MHD_Result http_queue_text(struct MHD_Connection *conn, int status, const char *type, char *text,
-                                  bool close)
+enum MHD_Result http_queue_text(struct MHD_Connection *conn, int status, const char *type, char *text, bool close)
 {
         struct MHD_Response *resp = MHD_create_response_from_buffer(strlen(text), text, MHD_RESPMEM_MUST_FREE);
         enum MHD_Result r;
@@ -178,8 +177,7 @@ cJSON *http_error_object(const char *code, const char *msg, int status)
         return o;
 }
 
-enum MHD_Result http_queue_error(struct MHD_Connection *conn, int status, const char *code, const char *msg,
-                                   bool close)
+enum MHD_Result http_queue_error(struct MHD_Connection *conn, int status, const char *code, const char *msg, bool close)
 {
         return queue_json(conn, status, http_error_object(code, msg, 0), close);
 }
@@ -308,7 +306,8 @@ static enum MHD_Result request_run(struct http_server *srv, struct MHD_Connectio
         if (!params || !cJSON_IsObject(params)) {
                 cJSON_Delete(params);
                 return http_queue_error(conn, 400, "bad_request",
-                                   params ? "the body must be a JSON object (the params)" : "malformed JSON", false);
+                                        params ? "the body must be a JSON object (the params)" : "malformed JSON",
+                                        false);
         }
         if (rq->sse)
                 return http_sse_start(srv, conn, hc, rq, params);
@@ -502,8 +501,8 @@ static void mhd_log(void *cls, const char *fmt, va_list ap)
         log_debug("http: %s", buf);
 }
 
-static int server_start(struct daemon *d, const char *key, const char *listen, bool metrics,
-                        struct http_server **ret, struct sbx_error *err)
+static int server_start(struct daemon *d, const char *key, const char *listen, bool metrics, struct http_server **ret,
+                        struct sbx_error *err)
 {
         const struct sbx_config *cfg = &d->cfg;
         struct http_server *srv;
@@ -520,12 +519,12 @@ static int server_start(struct daemon *d, const char *key, const char *listen, b
         if (!listen[0])
                 return 0;
         if (http_parse_listen(listen, &addr, &alen, &loopback) < 0)
-                return sbx_error_set(err, -EINVAL, 0, "%s: '%s' is not a numeric host:port ([v6]:port for IPv6)",
-                                     key, listen);
+                return sbx_error_set(err, -EINVAL, 0, "%s: '%s' is not a numeric host:port ([v6]:port for IPv6)", key,
+                                     listen);
         tls = !metrics && cfg->tls_cert[0] != '\0';
         if (metrics && !loopback)
-                return sbx_error_set(err, -EINVAL, 0, "%s %s is not loopback: metrics are served on loopback only",
-                                     key, listen);
+                return sbx_error_set(err, -EINVAL, 0, "%s %s is not loopback: metrics are served on loopback only", key,
+                                     listen);
         if (!tls && !loopback)
                 return sbx_error_set(err, -EINVAL, 0,
                                      "%s %s is not loopback: set tls_cert and tls_key (plain HTTP is "
@@ -589,8 +588,8 @@ static int server_start(struct daemon *d, const char *key, const char *listen, b
                 log_info("HTTPS listening on %s (port %d)%s", listen, srv->port,
                          srv->ca ? ", client certificates required" : "");
         else
-                log_warn("HTTP listening on %s (port %d) WITHOUT TLS: allowed because the address is loopback",
-                         listen, srv->port);
+                log_warn("HTTP listening on %s (port %d) WITHOUT TLS: allowed because the address is loopback", listen,
+                         srv->port);
         *ret = srv;
         return 0;
 fail:

@@ -58,7 +58,7 @@ struct http_req {
         char *body;
         size_t len;
         bool too_large;
-        bool mcp; /* /mcp */
+        bool mcp;         /* /mcp */
         bool timeout_off; /* the connection's idle limit is lifted while this request is answered */
 };
 

@@ -59,7 +59,7 @@ struct http_mcp_session {
         struct mcp *m;
         pthread_mutex_t lock;
         pthread_cond_t cond;
-        struct route *routes; /* lock */
+        struct route *routes;      /* lock */
         struct sse *server_stream; /* lock: GET */
         bool ended;                /* lock: DELETE or expiry */
 };

@@ -30,13 +30,13 @@ struct sse {
         struct http_server *srv;
         pthread_mutex_t lock;
         pthread_cond_t cond;
-        int refs;      /* lock */
-        char *buf;     /* lock: SSE text not yet handed to MHD */
+        int refs;  /* lock */
+        char *buf; /* lock: SSE text not yet handed to MHD */
         size_t len, off;
-        bool done;     /* lock: the final event is queued */
-        bool closed;   /* lock: the response is gone (client left or server stops) */
+        bool done;   /* lock: the final event is queued */
+        bool closed; /* lock: the response is gone (client left or server stops) */
         uint64_t dropped;
-        int fd;        /* the connection's socket: polled only on its own thread */
+        int fd; /* the connection's socket: polled only on its own thread */
         int64_t quiet_since;
         struct api_conn c;
         char peer[64]; /* c.peer_addr: the connection's own copy may go before the worker */
@@ -136,7 +136,7 @@ static void *sse_worker(void *arg)
                 cJSON_Delete(result);
         } else {
                 cJSON *o = http_error_object(r < 0 ? e.code : "unavailable", r < 0 ? e.msg : "request abandoned",
-                                        http_status_for_code(r < 0 ? e.code : "unavailable"));
+                                             http_status_for_code(r < 0 ? e.code : "unavailable"));
                 sse_push(s, "error", o, true);
                 cJSON_Delete(o);
         }

@@ -39,8 +39,7 @@ int mcp_new(const struct mcp_options *opt, struct mcp **ret, struct sbx_error *e
                 return sbx_error_set(err, -EINVAL, 0, "no output callback");
         if (opt->session && *opt->session && !session_id_valid(opt->session))
                 return sbx_error_set(err, -EINVAL, 0,
-                                     "invalid session '%.80s': 1-64 of [A-Za-z0-9_.-], not '.' or '..'",
-                                     opt->session);
+                                     "invalid session '%.80s': 1-64 of [A-Za-z0-9_.-], not '.' or '..'", opt->session);
         r = mcp_tools_init();
         if (r < 0)
                 return sbx_error_set(err, r, 0, "the built-in tool catalog (schemas/mcp_tools.json) is broken");
@@ -119,11 +118,20 @@ int mcp_drain(struct mcp *m, int timeout_ms)
         return r;
 }
 
-size_t mcp_inflight(struct mcp *m) { return MCP_LOCKED(&m->lock, m->inflight); }
+size_t mcp_inflight(struct mcp *m)
+{
+        return MCP_LOCKED(&m->lock, m->inflight);
+}
 
-bool mcp_output_closed(struct mcp *m) { return MCP_LOCKED(&m->out_lock, m->output_closed); }
+bool mcp_output_closed(struct mcp *m)
+{
+        return MCP_LOCKED(&m->out_lock, m->output_closed);
+}
 
-const char *mcp_default_session(struct mcp *m) { return m->session; }
+const char *mcp_default_session(struct mcp *m)
+{
+        return m->session;
+}
 
 /* ---- output ---- */
 

@@ -74,7 +74,10 @@ void mcp_api_close(struct mcp_api *a)
         free(a);
 }
 
-int mcp_api_fd(struct mcp_api *a) { return !a ? -1 : a->https ? mcp_https_fd(a->https) : a->fd; }
+int mcp_api_fd(struct mcp_api *a)
+{
+        return !a ? -1 : a->https ? mcp_https_fd(a->https) : a->fd;
+}
 
 static void set_err(struct mcp_api_error *err, const char *code, const char *fmt, ...)
         __attribute__((format(printf, 3, 4)));
@@ -109,8 +112,7 @@ int mcp_api_request(struct mcp_api *a, const char *token, const char *method, co
         if (!req || !cJSON_AddNumberToObject(req, "id", (double)id) ||
             !cJSON_AddStringToObject(req, "token", token ? token : "") ||
             !cJSON_AddStringToObject(req, "method", method) ||
-            !cJSON_AddItemToObject(req, "params",
-                                   params ? cJSON_Duplicate(params, true) : cJSON_CreateObject())) {
+            !cJSON_AddItemToObject(req, "params", params ? cJSON_Duplicate(params, true) : cJSON_CreateObject())) {
                 cJSON_Delete(req);
                 set_err(err, "transport", "out of memory");
                 return -ENOMEM;
@@ -129,7 +131,8 @@ int mcp_api_request(struct mcp_api *a, const char *token, const char *method, co
                 cJSON *msg, *rid, *ok;
 
                 int64_t left = deadline - sbx_now_ms();
-                r = left > 0 ? jsonl_read_line(a->fd, API_MAX_REPLY, left > INT32_MAX ? INT32_MAX : (int)left, &line, &len)
+                r = left > 0 ? jsonl_read_line(a->fd, API_MAX_REPLY, left > INT32_MAX ? INT32_MAX : (int)left, &line,
+                                               &len)
                              : -ETIMEDOUT;
                 if (r < 0) {
                         set_err(err, "transport", "%s",

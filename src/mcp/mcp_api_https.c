@@ -152,7 +152,10 @@ void mcp_https_close(struct mcp_https *h)
         free(h);
 }
 
-int mcp_https_fd(struct mcp_https *h) { return h ? h->wake[0] : -1; }
+int mcp_https_fd(struct mcp_https *h)
+{
+        return h ? h->wake[0] : -1;
+}
 
 static size_t on_body(char *p, size_t size, size_t n, void *ud)
 {
@@ -194,8 +197,8 @@ static void set_err(struct mcp_api_error *err, const char *code, const char *msg
         sbx_strlcpy(err->message, msg, sizeof(err->message));
 }
 
-int mcp_https_request(struct mcp_https *h, const char *token, const char *method, const cJSON *params,
-                      int timeout_ms, cJSON **ret_result, struct mcp_api_error *err)
+int mcp_https_request(struct mcp_https *h, const char *token, const char *method, const cJSON *params, int timeout_ms,
+                      cJSON **ret_result, struct mcp_api_error *err)
 {
         _cleanup_free_ char *body_out = NULL, *auth = NULL;
         char url[MCP_URL_MAX + 80], msg[CURL_ERROR_SIZE + 64], errbuf[CURL_ERROR_SIZE] = "";
@@ -248,12 +251,12 @@ int mcp_https_request(struct mcp_https *h, const char *token, const char *method
         cr = curl_easy_perform(h->curl);
         curl_slist_free_all(hdrs);
         if (cr != CURLE_OK) {
-                r = cr == CURLE_OPERATION_TIMEDOUT       ? -ETIMEDOUT
-                    : cr == CURLE_ABORTED_BY_CALLBACK    ? -ECONNRESET
+                r = cr == CURLE_OPERATION_TIMEDOUT           ? -ETIMEDOUT
+                    : cr == CURLE_ABORTED_BY_CALLBACK        ? -ECONNRESET
                     : cr == CURLE_WRITE_ERROR && in.too_long ? -EMSGSIZE
-                                                         : -ECONNREFUSED;
+                                                             : -ECONNREFUSED;
                 snprintf(msg, sizeof(msg), "%s",
-                         r == -ECONNRESET  ? "sandboxd closed the connection"
+                         r == -ECONNRESET ? "sandboxd closed the connection"
                          : r == -EMSGSIZE ? "reply from sandboxd too long"
                          : errbuf[0]      ? errbuf
                                           : curl_easy_strerror(cr));

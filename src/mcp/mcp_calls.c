@@ -44,7 +44,10 @@ void mcp_call_detach(struct mcp_call *c)
         pthread_mutex_unlock(&c->m->lock);
 }
 
-bool mcp_call_cancelled(struct mcp_call *c) { return MCP_LOCKED(&c->m->lock, c->cancelled); }
+bool mcp_call_cancelled(struct mcp_call *c)
+{
+        return MCP_LOCKED(&c->m->lock, c->cancelled);
+}
 
 void mcp_call_progress(struct mcp_call *c, double progress, const char *message)
 {
@@ -124,7 +127,8 @@ static cJSON *result_json(const struct mcp_tool_result *r, int rank)
         cJSON_AddItemToArray(content, block);
         if (r->links && rank >= MCP_REV_2025_06_18) { /* resource_link came with 2025-06-18 */
                 const cJSON *l;
-                cJSON_ArrayForEach(l, r->links) cJSON_AddItemToArray(content, cJSON_Duplicate(l, true));
+                cJSON_ArrayForEach(l, r->links)
+                        cJSON_AddItemToArray(content, cJSON_Duplicate(l, true));
         }
         if (r->structured && rank >= MCP_REV_2025_06_18)
                 cJSON_AddItemToObject(result, "structuredContent", cJSON_Duplicate(r->structured, true));

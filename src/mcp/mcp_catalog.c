@@ -143,8 +143,7 @@ static int catalog_load(const char *json, struct catalog *c, struct sbx_error *e
                 catalog_free(c);
                 return sbx_error_set(err, -ENOMEM, 0, "out of memory");
         }
-        cJSON_ArrayForEach(o, list)
-        {
+        cJSON_ArrayForEach(o, list) {
                 r = load_tool(o, &c->tools[i], err);
                 for (size_t j = 0; r == 0 && j < i; j++)
                         if (strcmp(c->tools[j].name, c->tools[i].name) == 0)

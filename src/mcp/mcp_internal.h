@@ -47,12 +47,12 @@ enum {
 #define MCP_META_SERVER_INFO "io.modelcontextprotocol/serverInfo"
 
 /* The value of expr, read with the mutex l held. */
-#define MCP_LOCKED(l, expr)                                                                                  \
-        ({                                                                                                   \
-                pthread_mutex_lock(l);                                                                       \
-                __typeof__(expr) locked_value_ = (expr);                                                     \
-                pthread_mutex_unlock(l);                                                                     \
-                locked_value_;                                                                               \
+#define MCP_LOCKED(l, expr)                                                                                            \
+        ({                                                                                                             \
+                pthread_mutex_lock(l);                                                                                 \
+                __typeof__(expr) locked_value_ = (expr);                                                               \
+                pthread_mutex_unlock(l);                                                                               \
+                locked_value_;                                                                                         \
         })
 
 struct mcp_call;
@@ -94,8 +94,8 @@ struct mcp_req {
         const cJSON *params; /* an object or NULL */
         bool modern;
         int rank;
-        int log_level; /* modern: the envelope's logLevel; -1 none */
-        bool tasks_ok; /* modern: the client capabilities name the tasks extension; legacy: 2025-11-25 */
+        int log_level;    /* modern: the envelope's logLevel; -1 none */
+        bool tasks_ok;    /* modern: the client capabilities name the tasks extension; legacy: 2025-11-25 */
         bool legacy_task; /* 2025-11-25 tools/call with params.task */
 };
 
@@ -124,7 +124,7 @@ enum mcp_call_kind {
 
 struct mcp_call {
         struct mcp *m;
-        cJSON *id;             /* the request id */
+        cJSON *id; /* the request id */
         char tool[MCP_TOOL_NAME_MAX];
         cJSON *args;           /* validated against the tool's inputSchema */
         char session[65];      /* args.session or the default */
@@ -133,12 +133,12 @@ struct mcp_call {
         bool modern;
         int log_level; /* the least severe level the client wants for this call; -1 none */
         enum mcp_call_kind kind;
-        bool tasks_ok; /* the request declared the io.modelcontextprotocol/tasks extension */
+        bool tasks_ok;    /* the request declared the io.modelcontextprotocol/tasks extension */
         bool legacy_task; /* 2025-11-25: the request asked for a task (params.task) */
 
         /* guarded by m->lock */
         bool cancelled;
-        int api_fd; /* the connection a cancel shuts down; -1 */
+        int api_fd;      /* the connection a cancel shuts down; -1 */
         double progress; /* last value sent */
         bool progress_sent;
 
@@ -203,8 +203,8 @@ bool mcp_https_is_url(const char *s);
 int mcp_https_open(const char *url, struct mcp_https **ret, struct sbx_error *err);
 void mcp_https_close(struct mcp_https *h);
 int mcp_https_fd(struct mcp_https *h);
-int mcp_https_request(struct mcp_https *h, const char *token, const char *method, const cJSON *params,
-                      int timeout_ms, cJSON **ret_result, struct mcp_api_error *err);
+int mcp_https_request(struct mcp_https *h, const char *token, const char *method, const cJSON *params, int timeout_ms,
+                      cJSON **ret_result, struct mcp_api_error *err);
 
 /* mcp_catalog.c: the tools, from schemas/mcp_tools.json (pointers into the
  * parsed file, which lives as long as the process). */

@@ -25,8 +25,8 @@
 
 static const char *const legacy_versions[] = {"2025-11-25", "2025-06-18", "2025-03-26", "2024-11-05"};
 static const int legacy_ranks[] = {MCP_REV_2025_11_25, MCP_REV_2025_06_18, MCP_REV_2025_03_26, MCP_REV_2024_11_05};
-static const char *const log_levels[] = {"debug", "info", "notice", "warning", "error", "critical", "alert",
-                                         "emergency"};
+static const char *const log_levels[] = {"debug", "info",     "notice", "warning",
+                                         "error", "critical", "alert",  "emergency"};
 
 static const char instructions[] =
         "Each session has its own sandbox container; /workspace persists across container restarts. "
@@ -113,8 +113,7 @@ static void handle_initialize(struct mcp *m, const struct mcp_req *q)
         m->legacy_rank = rank;
         pthread_mutex_unlock(&m->lock);
         log_info("mcp: initialize from %.64s: client asked %.32s, using %s",
-                 cJSON_IsString(name) ? name->valuestring : "an unnamed client", pv->valuestring,
-                 rank_version(rank));
+                 cJSON_IsString(name) ? name->valuestring : "an unnamed client", pv->valuestring, rank_version(rank));
 
         result = cJSON_CreateObject();
         cJSON_AddStringToObject(result, "protocolVersion", rank_version(rank));
@@ -163,11 +162,10 @@ static void handle_tools_list(struct mcp *m, const struct mcp_req *q)
         if (q->rank == MCP_REV_2025_11_25) {
                 /* 2025-11-25's experimental tasks: the long-running tools may be called as tasks */
                 cJSON *t;
-                cJSON_ArrayForEach(t, cJSON_GetObjectItemCaseSensitive(result, "tools"))
-                {
+                cJSON_ArrayForEach(t, cJSON_GetObjectItemCaseSensitive(result, "tools")) {
                         const cJSON *n = cJSON_GetObjectItemCaseSensitive(t, "name");
-                        if (cJSON_IsString(n) && (strcmp(n->valuestring, "exec") == 0 ||
-                                                  strcmp(n->valuestring, "run_code") == 0))
+                        if (cJSON_IsString(n) &&
+                            (strcmp(n->valuestring, "exec") == 0 || strcmp(n->valuestring, "run_code") == 0))
                                 cJSON_AddStringToObject(cJSON_AddObjectToObject(t, "execution"), "taskSupport",
                                                         "optional");
                 }
@@ -265,8 +263,7 @@ static void handle_tools_call(struct mcp *m, const struct mcp_req *q)
                 args = NULL;
         {
                 cJSON *empty = args ? NULL : cJSON_CreateObject();
-                bool ok = mcp_schema_validate(tool->input_schema, args ? args : empty, "arguments", msg,
-                                              sizeof(msg));
+                bool ok = mcp_schema_validate(tool->input_schema, args ? args : empty, "arguments", msg, sizeof(msg));
                 cJSON_Delete(empty);
                 if (!ok) {
                         char text[600];
@@ -385,8 +382,9 @@ static int check_envelope(struct mcp *m, const cJSON *id, const cJSON *meta, str
         q->modern = true;
         q->rank = MCP_REV_2026_07_28;
         q->log_level = level ? log_level_index(level->valuestring) : -1;
-        q->tasks_ok = cJSON_IsObject(cJSON_GetObjectItemCaseSensitive(
-                cJSON_GetObjectItemCaseSensitive(caps, "extensions"), MCP_TASKS_EXTENSION));
+        q->tasks_ok =
+                cJSON_IsObject(cJSON_GetObjectItemCaseSensitive(cJSON_GetObjectItemCaseSensitive(caps, "extensions"),
+                                                                MCP_TASKS_EXTENSION));
         return 0;
 }
 

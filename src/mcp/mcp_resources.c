@@ -98,8 +98,7 @@ static bool parse_uri(const char *uri, struct res_uri *ret)
         return true;
 }
 
-static void format_uri(char *buf, size_t size, const char *session, const char *id, const char *stream,
-                       uint64_t offset)
+static void format_uri(char *buf, size_t size, const char *session, const char *id, const char *stream, uint64_t offset)
 {
         if (offset)
                 snprintf(buf, size, URI_PREFIX "%s/executions/%s/%s?offset=%" PRIu64, session, id, stream, offset);
@@ -168,8 +167,7 @@ cJSON *mcp_resource_templates(void)
  * *ret_drained when the last read found nothing more, and *ret_final when
  * that read also saw the execution ended (so nothing more will come). */
 static int read_page(struct mcp *m, const struct res_uri *u, unsigned char **ret_buf, size_t *ret_len,
-                     uint64_t *ret_total, bool *ret_final, bool *ret_drained, int *ret_code, char *msg,
-                     size_t msg_size)
+                     uint64_t *ret_total, bool *ret_final, bool *ret_drained, int *ret_code, char *msg, size_t msg_size)
 {
         struct mcp_api *a = NULL;
         struct sbx_error err = {0};
@@ -257,8 +255,7 @@ static int read_page(struct mcp *m, const struct res_uri *u, unsigned char **ret
         return 0;
 }
 
-int mcp_resource_read(struct mcp *m, const cJSON *params, cJSON **ret_result, int *ret_code, char *msg,
-                      size_t msg_size)
+int mcp_resource_read(struct mcp *m, const cJSON *params, cJSON **ret_result, int *ret_code, char *msg, size_t msg_size)
 {
         const cJSON *uri = cJSON_GetObjectItemCaseSensitive(params, "uri");
         struct res_uri u;
@@ -277,7 +274,8 @@ int mcp_resource_read(struct mcp *m, const cJSON *params, cJSON **ret_result, in
         if (!parse_uri(uri->valuestring, &u)) {
                 *ret_code = MCP_RESOURCE_NOT_FOUND;
                 snprintf(msg, msg_size,
-                         "Resource not found: expected " URI_PREFIX "<session>/executions/<id>/<stdout|stderr>"
+                         "Resource not found: expected " URI_PREFIX
+                         "<session>/executions/<id>/<stdout|stderr>"
                          "[?offset=<n>]");
                 return -1;
         }

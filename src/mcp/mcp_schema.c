@@ -67,7 +67,9 @@ static bool schema_type_ok(const cJSON *schema, const cJSON *v)
         if (cJSON_IsString(type))
                 return type_matches(type->valuestring, v);
         if (cJSON_IsArray(type)) {
-                cJSON_ArrayForEach(t, type) if (cJSON_IsString(t) && type_matches(t->valuestring, v)) return true;
+                cJSON_ArrayForEach(t, type)
+                        if (cJSON_IsString(t) && type_matches(t->valuestring, v))
+                                return true;
                 return false;
         }
         return true;
@@ -78,11 +80,15 @@ static bool schema_allows_type(const cJSON *schema, const char *name)
         const cJSON *type = cJSON_GetObjectItemCaseSensitive(schema, "type"), *t;
         const cJSON *any = cJSON_GetObjectItemCaseSensitive(schema, "anyOf"), *b;
 
-        cJSON_ArrayForEach(b, any) if (schema_allows_type(b, name)) return true;
+        cJSON_ArrayForEach(b, any)
+                if (schema_allows_type(b, name))
+                        return true;
 
         if (cJSON_IsString(type))
                 return strcmp(type->valuestring, name) == 0;
-        cJSON_ArrayForEach(t, type) if (cJSON_IsString(t) && strcmp(t->valuestring, name) == 0) return true;
+        cJSON_ArrayForEach(t, type)
+                if (cJSON_IsString(t) && strcmp(t->valuestring, name) == 0)
+                        return true;
         return false;
 }
 
@@ -109,14 +115,14 @@ static void type_list(const cJSON *schema, char *buf, size_t size)
         }
         if (cJSON_IsArray(any))
                 type = NULL;
-        cJSON_ArrayForEach(t, any)
-        {
+        cJSON_ArrayForEach(t, any) {
                 const cJSON *bt = cJSON_GetObjectItemCaseSensitive(t, "type");
                 if (cJSON_IsString(bt) && !list_add(buf, size, &pos, " or ", "", bt->valuestring))
                         return;
         }
-        cJSON_ArrayForEach(t, type) if (cJSON_IsString(t) && !list_add(buf, size, &pos, " or ", "", t->valuestring))
-                break;
+        cJSON_ArrayForEach(t, type)
+                if (cJSON_IsString(t) && !list_add(buf, size, &pos, " or ", "", t->valuestring))
+                        break;
 }
 
 static const char *json_kind(const cJSON *v)
@@ -169,7 +175,9 @@ static bool enum_ok(const cJSON *schema, const cJSON *v)
 
         if (!cJSON_IsArray(en))
                 return true;
-        cJSON_ArrayForEach(e, en) if (cJSON_Compare(e, v, true)) return true;
+        cJSON_ArrayForEach(e, en)
+                if (cJSON_Compare(e, v, true))
+                        return true;
         return false;
 }
 
@@ -179,8 +187,9 @@ static void enum_list(const cJSON *schema, char *buf, size_t size)
         size_t pos = 0;
 
         buf[0] = '\0';
-        cJSON_ArrayForEach(e, en) if (cJSON_IsString(e) && !list_add(buf, size, &pos, ", ", "\"", e->valuestring))
-                break;
+        cJSON_ArrayForEach(e, en)
+                if (cJSON_IsString(e) && !list_add(buf, size, &pos, ", ", "\"", e->valuestring))
+                        break;
 }
 
 /* The bound keywords, each with how its failure reads. */
@@ -231,7 +240,9 @@ static const cJSON *any_of_branch(const cJSON *any, const cJSON *value)
 {
         const cJSON *b;
 
-        cJSON_ArrayForEach(b, any) if (mcp_schema_validate(b, value, NULL, NULL, 0)) return b;
+        cJSON_ArrayForEach(b, any)
+                if (mcp_schema_validate(b, value, NULL, NULL, 0))
+                        return b;
         return NULL;
 }
 
@@ -247,9 +258,9 @@ bool mcp_schema_validate(const cJSON *schema, const cJSON *value, const char *pa
                 const cJSON *any = cJSON_GetObjectItemCaseSensitive(schema, "anyOf"), *b;
                 if (cJSON_IsArray(any) && !any_of_branch(any, value)) {
                         /* one branch of the value's type explains best why */
-                        cJSON_ArrayForEach(b, any) if (schema_type_ok(b, value) &&
-                                                       cJSON_GetObjectItemCaseSensitive(b, "type")) return
-                                mcp_schema_validate(b, value, path, msg, msg_size);
+                        cJSON_ArrayForEach(b, any)
+                                if (schema_type_ok(b, value) && cJSON_GetObjectItemCaseSensitive(b, "type"))
+                                        return mcp_schema_validate(b, value, path, msg, msg_size);
                         type_list(schema, buf, sizeof(buf));
                         return fail(msg, msg_size, path, "expected %s, got %s", buf, json_kind(value));
                 }
@@ -280,8 +291,7 @@ bool mcp_schema_validate(const cJSON *schema, const cJSON *value, const char *pa
                 if (!bound_ok(schema, &bounds[4], count, path, msg, msg_size) ||
                     !bound_ok(schema, &bounds[5], count, path, msg, msg_size))
                         return false;
-                cJSON_ArrayForEach(it, value)
-                {
+                cJSON_ArrayForEach(it, value) {
                         snprintf(sub, sizeof(sub), "%s[%d]", path, i++);
                         if (!mcp_schema_validate(items, it, sub, msg, msg_size))
                                 return false;
@@ -293,15 +303,13 @@ bool mcp_schema_validate(const cJSON *schema, const cJSON *value, const char *pa
                 const cJSON *extra = cJSON_GetObjectItemCaseSensitive(schema, "additionalProperties");
                 const cJSON *r, *it;
 
-                cJSON_ArrayForEach(r, req)
-                {
+                cJSON_ArrayForEach(r, req) {
                         if (cJSON_IsString(r) && !cJSON_GetObjectItemCaseSensitive(value, r->valuestring)) {
                                 snprintf(sub, sizeof(sub), "%s.%s", path, r->valuestring);
                                 return fail(msg, msg_size, sub, "is required");
                         }
                 }
-                cJSON_ArrayForEach(it, value)
-                {
+                cJSON_ArrayForEach(it, value) {
                         const cJSON *ps = cJSON_GetObjectItemCaseSensitive(props, it->string);
                         snprintf(sub, sizeof(sub), "%s.%.100s", path, it->string ? it->string : "");
                         if (ps) {
@@ -350,8 +358,10 @@ bool mcp_schema_conform(const cJSON *schema, cJSON *value)
                 return true;
         if (cJSON_IsArray(any)) {
                 /* conform to the first branch of the value's type */
-                cJSON_ArrayForEach(b, any) if (schema_type_ok(b, value) && mcp_schema_conform(b, value) &&
-                                               mcp_schema_validate(b, value, NULL, NULL, 0)) break;
+                cJSON_ArrayForEach(b, any)
+                        if (schema_type_ok(b, value) && mcp_schema_conform(b, value) &&
+                            mcp_schema_validate(b, value, NULL, NULL, 0))
+                                break;
                 if (!b)
                         return false;
         }
@@ -386,8 +396,7 @@ bool mcp_schema_conform(const cJSON *schema, cJSON *value)
                         if (!mcp_schema_conform(ps, it) || !mcp_schema_validate(ps, it, NULL, NULL, 0))
                                 cJSON_Delete(cJSON_DetachItemViaPointer(value, it));
                 }
-                cJSON_ArrayForEach(r, req)
-                {
+                cJSON_ArrayForEach(r, req) {
                         const cJSON *ps;
                         cJSON *v;
                         if (!cJSON_IsString(r) || cJSON_GetObjectItemCaseSensitive(value, r->valuestring))
@@ -411,8 +420,7 @@ static bool check_kids(const cJSON *v, bool object, const char *path, const char
 
         if (object ? !cJSON_IsObject(v) : (!cJSON_IsArray(v) || cJSON_GetArraySize(v) == 0))
                 return fail(msg, msg_size, path, "%s must be %s", kw, object ? "an object" : "a non-empty array");
-        cJSON_ArrayForEach(it, v)
-        {
+        cJSON_ArrayForEach(it, v) {
                 if (object)
                         snprintf(sub, sizeof(sub), "%s.%s.%.100s", path, kw, it->string);
                 else
@@ -427,7 +435,9 @@ static bool all_strings(const cJSON *v)
 {
         const cJSON *it;
 
-        cJSON_ArrayForEach(it, v) if (!cJSON_IsString(it)) return false;
+        cJSON_ArrayForEach(it, v)
+                if (!cJSON_IsString(it))
+                        return false;
         return cJSON_IsArray(v);
 }
 
@@ -448,8 +458,7 @@ bool mcp_schema_check(const cJSON *schema, const char *path, char *msg, size_t m
 
         if (!cJSON_IsObject(schema))
                 return fail(msg, msg_size, path, "a schema must be an object");
-        cJSON_ArrayForEach(kw, schema)
-        {
+        cJSON_ArrayForEach(kw, schema) {
                 const char *k = kw->string;
                 bool ok = true;
                 size_t i;
@@ -461,7 +470,8 @@ bool mcp_schema_check(const cJSON *schema, const char *path, char *msg, size_t m
                                                     (is_integer(kw) && kw->valuedouble >= 0));
                 } else if (strcmp(k, "type") == 0) {
                         if (cJSON_IsArray(kw)) {
-                                cJSON_ArrayForEach(t, kw) ok = ok && known_type(t);
+                                cJSON_ArrayForEach(t, kw)
+                                        ok = ok && known_type(t);
                                 ok = ok && cJSON_GetArraySize(kw) > 0;
                         } else {
                                 ok = known_type(kw);
@@ -472,8 +482,7 @@ bool mcp_schema_check(const cJSON *schema, const char *path, char *msg, size_t m
                 } else if (strcmp(k, "properties") == 0) {
                         if (!check_kids(kw, true, path, k, msg, msg_size))
                                 return false;
-                } else if (strcmp(k, "items") == 0 ||
-                           (strcmp(k, "additionalProperties") == 0 && !cJSON_IsBool(kw))) {
+                } else if (strcmp(k, "items") == 0 || (strcmp(k, "additionalProperties") == 0 && !cJSON_IsBool(kw))) {
                         char sub[256];
                         snprintf(sub, sizeof(sub), "%s.%s", path, k);
                         if (!mcp_schema_check(kw, sub, msg, msg_size))

@@ -270,8 +270,8 @@ void mcp_task_run(struct mcp_call *c, struct mcp_tool_result *r)
         } else if (strcmp(str(res, "status"), "failed") == 0) {
                 cJSON *er = cJSON_AddObjectToObject(r->raw, "error");
                 cJSON_AddNumberToObject(er, "code", MCP_INTERNAL_ERROR);
-                cJSON_AddStringToObject(er, "message", *str(res, "status_message") ? str(res, "status_message")
-                                                                                   : "the task failed");
+                cJSON_AddStringToObject(er, "message",
+                                        *str(res, "status_message") ? str(res, "status_message") : "the task failed");
         }
 out:
         mcp_call_detach(c);

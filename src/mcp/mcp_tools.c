@@ -381,8 +381,7 @@ static void run_exec(struct mcp_call *c, const struct mcp_tool *t, struct mcp_to
                         r->suppress = true;
                         goto out;
                 }
-                k = mcp_api_request(a, c->m->token, "get_execution", poll, wait_timeout_ms(poll), NULL, NULL, &res,
-                                    &e);
+                k = mcp_api_request(a, c->m->token, "get_execution", poll, wait_timeout_ms(poll), NULL, NULL, &res, &e);
                 mcp_call_detach(c);
                 if (mcp_call_cancelled(c)) {
                         cancel_behind(c, id);

@@ -66,8 +66,8 @@ struct pool {
         char *labels[MAX_EXTRA + 2]; /* extra labels + sandboxd.pool=1, NULL-terminated */
         struct pool_image images[POOL_MAX_IMAGES];
         size_t n_images;
-        int total_size;     /* sum of the images' sizes; 0: the pool is off */
-        char ws_quota[64];  /* loop: "loop:<bytes>:<inodes>" every slot's image is made with */
+        int total_size;    /* sum of the images' sizes; 0: the pool is off */
+        char ws_quota[64]; /* loop: "loop:<bytes>:<inodes>" every slot's image is made with */
 
         pthread_mutex_t lock;
         pthread_cond_t cond;
@@ -75,8 +75,8 @@ struct pool {
         bool started, stop, kick;
         pool_load_fn load;
         void *load_ud;
-        size_t rr;          /* round robin of the refill over images */
-        size_t in_claim;    /* threads inside pool_claim; pool_free waits for none */
+        size_t rr;       /* round robin of the refill over images */
+        size_t in_claim; /* threads inside pool_claim; pool_free waits for none */
         uint64_t claims, misses, created, failed, waited, wait_expired;
         int64_t create_ms_total;
         bool creating;
@@ -84,7 +84,10 @@ struct pool {
 
 static pool_test_hook_fn test_hook; /* tests only: see pool.h */
 
-void pool_set_test_hook(pool_test_hook_fn fn) { test_hook = fn; }
+void pool_set_test_hook(pool_test_hook_fn fn)
+{
+        test_hook = fn;
+}
 
 void pool_hook(const char *stage)
 {
@@ -102,9 +105,9 @@ static struct pool_image *image_of(struct pool *p, const char *ref)
 }
 
 struct slot_counts {
-        size_t total;                   /* every row, of any image and state */
+        size_t total; /* every row, of any image and state */
         size_t ready;
-        size_t held[POOL_MAX_IMAGES];   /* every slot of the image: a claim given up puts its slot back */
+        size_t held[POOL_MAX_IMAGES]; /* every slot of the image: a claim given up puts its slot back */
         size_t ready_of[POOL_MAX_IMAGES];
         size_t creating_of[POOL_MAX_IMAGES];
 };
@@ -493,8 +496,7 @@ int pool_claim(struct pool *p, const char *user, const char *session, const char
         for (;;) {
                 pthread_mutex_lock(&p->lock);
                 /* arrival order: nobody passes a claimant already in line */
-                r = img->head ? -ENOENT
-                              : store_pool_claim_begin(p->store, user, session, img->ref, p->ws_quota, &row);
+                r = img->head ? -ENOENT : store_pool_claim_begin(p->store, user, session, img->ref, p->ws_quota, &row);
                 if (r == -ENOENT && !waited && can_wait(p, img)) {
                         waited = true;
                         r = wait_in_line(p, img, user, session, &row);

@@ -30,7 +30,7 @@
 /* Remove everything of a slot: container, runner directory, workspace, uid, row (in that order, so a
  * crash in between leaves a row, or nothing pool_sweep_leftovers cannot find). */
 void pool_slot_discard(const struct sbx_config *cfg, struct store *st, struct docker *d, struct runner_hub *h,
-                         const char *slot, const char *container_id)
+                       const char *slot, const char *container_id)
 {
         struct sbx_error e = {0};
         uid_t uid;
@@ -104,8 +104,8 @@ static int move_workspace(const struct sbx_config *cfg, int pfd, const struct st
 
 /* Steps 2 and 3 of the claim (pool.h), idempotent: restart recovery runs them again. */
 int pool_finish_claim(const struct sbx_config *cfg, struct store *st, struct runner_hub *h,
-                        const struct store_pool_slot *row, char ret_ws[SBX_PATH_MAX], uid_t *ret_uid,
-                        struct sbx_error *err)
+                      const struct store_pool_slot *row, char ret_ws[SBX_PATH_MAX], uid_t *ret_uid,
+                      struct sbx_error *err)
 {
         _cleanup_close_ int pfd = -1;
         struct stat st_slot;

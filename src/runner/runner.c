@@ -192,8 +192,7 @@ int runner_send_frame_nowait(struct runner_chan *c, int cfd, uint16_t type, uint
 
 /* Returns false on a protocol error. Every field is checked here or by
  * the handler the frame goes to (jobs, files and services, executions). */
-static bool handle_frame(struct runner_hub *h, struct runner_chan *c, const struct rp_hdr *hdr,
-                         const unsigned char *p)
+static bool handle_frame(struct runner_hub *h, struct runner_chan *c, const struct rp_hdr *hdr, const unsigned char *p)
 {
         if (!c->hello) {
                 struct rp_hello hello;
@@ -238,8 +237,8 @@ static void conn_read(struct runner_hub *h, struct runner_chan *c)
 {
         for (int round = 0; round < CONN_READ_ROUNDS; round++) {
                 size_t off = 0;
-                ssize_t n = recv(c->cfd, c->inbuf + c->in_len, RP_HDR_LEN + RP_MAX_FROM_RUNNER - c->in_len,
-                                 MSG_DONTWAIT);
+                ssize_t n =
+                        recv(c->cfd, c->inbuf + c->in_len, RP_HDR_LEN + RP_MAX_FROM_RUNNER - c->in_len, MSG_DONTWAIT);
                 if (n < 0 && errno == EINTR)
                         continue;
                 if (n < 0 && errno == EAGAIN)
@@ -528,7 +527,10 @@ void runner_hub_set_lost_handler(struct runner_hub *h, runner_lost_fn fn, void *
 
 /* ---- for runner_ops.c ---- */
 
-struct runner_ops *runner_hub_ops(struct runner_hub *h) { return h ? h->ops : NULL; }
+struct runner_ops *runner_hub_ops(struct runner_hub *h)
+{
+        return h ? h->ops : NULL;
+}
 
 int runner_hub_conn(struct runner_hub *h, const char *user, const char *session, uint64_t *ret)
 {

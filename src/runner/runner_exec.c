@@ -101,8 +101,7 @@ static void exec_unref(struct runner_exec *x)
 
 /* A frame about one execution (RP_STARTED, RP_OUTPUT, RP_STDIN_ACK,
  * RP_EXIT, RP_FAILED). Returns false on a protocol error. */
-bool runner_exec_on_frame(struct runner_hub *h, struct runner_chan *c, const struct rp_hdr *hdr,
-                          const unsigned char *p)
+bool runner_exec_on_frame(struct runner_hub *h, struct runner_chan *c, const struct rp_hdr *hdr, const unsigned char *p)
 {
         struct runner_exec *x;
 
@@ -249,9 +248,8 @@ static int build_exec_payload(const struct runner_exec_spec *spec, char **ret, s
         return 0;
 }
 
-int runner_exec_start(struct runner_hub *h, const char *user, const char *session,
-                      const struct runner_exec_spec *spec, runner_output_fn on_output, void *userdata,
-                      struct runner_exec **ret, struct sbx_error *err)
+int runner_exec_start(struct runner_hub *h, const char *user, const char *session, const struct runner_exec_spec *spec,
+                      runner_output_fn on_output, void *userdata, struct runner_exec **ret, struct sbx_error *err)
 {
         _cleanup_free_ char *payload = NULL;
         struct runner_exec *x;
@@ -290,8 +288,7 @@ int runner_exec_start(struct runner_hub *h, const char *user, const char *sessio
                               len, NULL, 0);
         if (r < 0) {
                 runner_exec_free(x);
-                return sbx_error_set(err, -ENOTCONN, 0, "cannot send the execution to the runner: %s",
-                                     strerror(-r));
+                return sbx_error_set(err, -ENOTCONN, 0, "cannot send the execution to the runner: %s", strerror(-r));
         }
         *ret = x;
         return 0;
@@ -402,7 +399,10 @@ void runner_exec_free(struct runner_exec *x)
         exec_unref(x);
 }
 
-uint32_t runner_exec_tag(const struct runner_exec *x) { return x ? x->tag : 0; }
+uint32_t runner_exec_tag(const struct runner_exec *x)
+{
+        return x ? x->tag : 0;
+}
 
 int runner_exec_forget(struct runner_exec *x)
 {

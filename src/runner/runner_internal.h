@@ -51,9 +51,9 @@ struct runner_chan {
         char dir[SBX_PATH_MAX];
         int dirfd, lfd, cfd;
         bool hello;
-        bool ever_hello;      /* since the last prepare (a new container) */
-        bool waited_in_vain;  /* a wait timed out before any runner came */
-        int64_t last_rx;      /* monotonic ms of the last frame (heartbeat) */
+        bool ever_hello;     /* since the last prepare (a new container) */
+        bool waited_in_vain; /* a wait timed out before any runner came */
+        int64_t last_rx;     /* monotonic ms of the last frame (heartbeat) */
         int64_t last_ping;
         char version[64];
         uint32_t next_tag;

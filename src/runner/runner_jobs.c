@@ -126,9 +126,9 @@ void runner_hub_unexpect(struct runner_hub *h, const char *user, const char *ses
         pthread_mutex_unlock(&h->lock);
 }
 
-int runner_exec_adopt(struct runner_hub *h, const char *user, const char *session, uint32_t tag,
-                      const uint64_t have[2], runner_output_fn on_output, void *userdata, int timeout_ms,
-                      struct runner_exec **ret, uint64_t ret_start[2], struct sbx_error *err)
+int runner_exec_adopt(struct runner_hub *h, const char *user, const char *session, uint32_t tag, const uint64_t have[2],
+                      runner_output_fn on_output, void *userdata, int timeout_ms, struct runner_exec **ret,
+                      uint64_t ret_start[2], struct sbx_error *err)
 {
         struct timespec until = sbx_deadline_after(CLOCK_REALTIME, timeout_ms);
         struct rp_offsets o = {{have[0], have[1]}};

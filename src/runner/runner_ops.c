@@ -212,8 +212,8 @@ static int file_call(struct runner_ops *o, struct op *op, uint16_t type, uint64_
         return r;
 }
 
-int runner_file_read(struct runner_hub *h, const char *user, const char *session, const char *path,
-                     uint64_t offset, size_t length, char *buf, size_t *ret_len, uint64_t *ret_size, int timeout_ms)
+int runner_file_read(struct runner_hub *h, const char *user, const char *session, const char *path, uint64_t offset,
+                     size_t length, char *buf, size_t *ret_len, uint64_t *ret_size, int timeout_ms)
 {
         struct runner_ops *o = runner_hub_ops(h);
         int64_t until = sbx_now_ms() + timeout_ms;
@@ -254,8 +254,8 @@ int runner_file_read(struct runner_hub *h, const char *user, const char *session
         return 0;
 }
 
-int runner_file_write(struct runner_hub *h, const char *user, const char *session, const char *path,
-                      const void *data, size_t len, int timeout_ms)
+int runner_file_write(struct runner_hub *h, const char *user, const char *session, const char *path, const void *data,
+                      size_t len, int timeout_ms)
 {
         struct runner_ops *o = runner_hub_ops(h);
         int64_t until = sbx_now_ms() + timeout_ms;
@@ -278,8 +278,8 @@ int runner_file_write(struct runner_hub *h, const char *user, const char *sessio
                 }
                 memcpy(first, &rq, sizeof(rq));
                 memcpy(first + sizeof(rq), path, plen);
-                r = op_send(o, op, RP_FILE_WRITE, RP_FW_BEGIN | (n == len ? RP_FW_END : 0), first,
-                            sizeof(rq) + plen, p, n);
+                r = op_send(o, op, RP_FILE_WRITE, RP_FW_BEGIN | (n == len ? RP_FW_END : 0), first, sizeof(rq) + plen, p,
+                            n);
                 sent = n;
         }
         while (r == 0 && sent < len) {
@@ -315,8 +315,8 @@ int runner_file_write(struct runner_hub *h, const char *user, const char *sessio
         return r;
 }
 
-int runner_file_list(struct runner_hub *h, const char *user, const char *session, const char *path,
-                     runner_entry_fn fn, void *ud, bool *ret_truncated, int timeout_ms)
+int runner_file_list(struct runner_hub *h, const char *user, const char *session, const char *path, runner_entry_fn fn,
+                     void *ud, bool *ret_truncated, int timeout_ms)
 {
         struct runner_ops *o = runner_hub_ops(h);
         int64_t until = sbx_now_ms() + timeout_ms;
@@ -374,8 +374,8 @@ int runner_file_list(struct runner_hub *h, const char *user, const char *session
 
 /* ---- services ---- */
 
-int runner_svc_start(struct runner_hub *h, const char *user, const char *session,
-                     const struct runner_svc_spec *spec, int timeout_ms, struct runner_svc_state *ret)
+int runner_svc_start(struct runner_hub *h, const char *user, const char *session, const struct runner_svc_spec *spec,
+                     int timeout_ms, struct runner_svc_state *ret)
 {
         struct runner_ops *o = runner_hub_ops(h);
         struct rp_svc_start hdr = {0};
@@ -422,8 +422,8 @@ int runner_svc_start(struct runner_hub *h, const char *user, const char *session
         return r;
 }
 
-static int send_marker(struct runner_hub *h, const char *user, const char *session, uint16_t type,
-                       const void *p1, size_t n1, const char *marker)
+static int send_marker(struct runner_hub *h, const char *user, const char *session, uint16_t type, const void *p1,
+                       size_t n1, const char *marker)
 {
         uint64_t conn;
 
@@ -446,8 +446,7 @@ void runner_svc_forget(struct runner_hub *h, const char *user, const char *sessi
                 return;
         pthread_mutex_lock(&o->lock);
         for (struct svc_entry **pp = &o->svcs[session_bucket(user, session)]; *pp; pp = &(*pp)->next)
-                if (same_session((*pp)->user, (*pp)->session, user, session) &&
-                    strcmp((*pp)->st.marker, marker) == 0) {
+                if (same_session((*pp)->user, (*pp)->session, user, session) && strcmp((*pp)->st.marker, marker) == 0) {
                         struct svc_entry *e = *pp;
                         *pp = e->next;
                         free(e);

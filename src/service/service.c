@@ -49,8 +49,8 @@
 #include "sandboxd/wsquota.h"
 #include "service_internal.h"
 
-#define RUNNER_WAIT_MS 3000 /* a new container's runner connects within milliseconds */
-#define KILL_WAIT_MS 5000   /* after SIGKILL: the runner freezes and kills the tree */
+#define RUNNER_WAIT_MS 3000      /* a new container's runner connects within milliseconds */
+#define KILL_WAIT_MS 5000        /* after SIGKILL: the runner freezes and kills the tree */
 #define LOG_TAIL_BYTES (1 << 20) /* service_logs reads at most this much of a log's end */
 
 /* $1 dir, $2 workdir. Prints the service's PID. (nohup where the image has
@@ -61,8 +61,7 @@ static const char launch_script[] =
         "> \"$d/stdout.log\" 2> \"$d/stderr.log\" < /dev/null & echo $!";
 
 /* $1 dir: (re)create the service directory and write run.sh from stdin. */
-static const char prepare_script[] =
-        "umask 077; mkdir -p \"$1\" && cat > \"$1/run.sh\"";
+static const char prepare_script[] = "umask 077; mkdir -p \"$1\" && cat > \"$1/run.sh\"";
 
 /* $1 pid, $2 marker id, $3 grace in tenths of a second. */
 static const char stop_script[] =
@@ -114,8 +113,7 @@ static void info_from_row(const struct store_service *row, struct service_info *
         info->started_at = row->started_at;
         info->stopped_at = row->stopped_at;
         ports = cJSON_Parse(row->ports[0] ? row->ports : "[]");
-        cJSON_ArrayForEach(it, ports)
-        {
+        cJSON_ArrayForEach(it, ports) {
                 if (info->n_ports >= SERVICE_MAX_PORTS)
                         break;
                 info->ports[info->n_ports].container_port =
@@ -164,12 +162,12 @@ static void on_session_failure(const char *user, const char *session, const char
 
 /* The runner path of a start: *row gets the pid. -ENOTCONN when no runner
  * is connected (the caller falls back to docker exec). */
-static int start_via_runner(struct service_manager *m, const char *user, const char *session,
-                            struct store_service *row, const char *dir, const char *wd, const char *command,
-                            const char *const *env, struct sbx_error *err)
+static int start_via_runner(struct service_manager *m, const char *user, const char *session, struct store_service *row,
+                            const char *dir, const char *wd, const char *command, const char *const *env,
+                            struct sbx_error *err)
 {
-        struct runner_svc_spec spec = {.dir = dir, .workdir = wd, .env = env, .command = command,
-                                       .command_len = strlen(command)};
+        struct runner_svc_spec spec = {
+                .dir = dir, .workdir = wd, .env = env, .command = command, .command_len = strlen(command)};
         struct runner_svc_state st;
         char marker[128];
         int r;
@@ -188,9 +186,9 @@ static int start_via_runner(struct service_manager *m, const char *user, const c
                 return sbx_error_set(err, r == -ETIMEDOUT ? -ETIMEDOUT : -EIO, 0,
                                      "the runner did not start the service: %s", strerror(-r));
         if (st.phase == RP_SVC_FAILED)
-                return st.err == ENOENT ? sbx_error_set(err, -ENOENT, 0, "workdir %s does not exist in the session", wd)
-                                        : sbx_error_set(err, -EIO, 0, "the service did not start: %s",
-                                                        strerror(st.err));
+                return st.err == ENOENT
+                               ? sbx_error_set(err, -ENOENT, 0, "workdir %s does not exist in the session", wd)
+                               : sbx_error_set(err, -EIO, 0, "the service did not start: %s", strerror(st.err));
         row->pid = st.pid;
         return 0;
 }
@@ -215,8 +213,9 @@ int service_start(struct service_manager *m, const char *user, const char *sessi
         if (r < 0)
                 return r;
         if (!name_valid(name))
-                return sbx_error_set(err, -EINVAL, 0, "invalid service name: must be 1-64 characters of "
-                                                      "[A-Za-z0-9_.-] and not '.' or '..'");
+                return sbx_error_set(err, -EINVAL, 0,
+                                     "invalid service name: must be 1-64 characters of "
+                                     "[A-Za-z0-9_.-] and not '.' or '..'");
         if (!command || !*command)
                 return sbx_error_set(err, -EINVAL, 0, "command is empty");
         r = wsquota_admit(m->cfg, user, session, err);
@@ -269,7 +268,7 @@ int service_start(struct service_manager *m, const char *user, const char *sessi
         /* The marker rides in every process's environment (the docker exec
          * fallback's stop and probe find them by it). */
         service_marker_of(&row, marker_env + snprintf(marker_env, sizeof(marker_env), "SBX_SERVICE_ID="),
-                  sizeof(marker_env) - 15);
+                          sizeof(marker_env) - 15);
 
         r = start_via_runner(m, user, session, &row, dir, wd, command, env, err);
         if (r == 0)
@@ -292,8 +291,7 @@ int service_start(struct service_manager *m, const char *user, const char *sessi
         {
                 struct docker_exec_spec spec = {.cmd = launch_argv, .env = env};
                 struct docker_exec_result res = {0};
-                r = docker_exec_run(m->docker, cid, &spec, NULL, 0, 4096, m->cfg->docker_timeout_ms,
-                                    &res, err);
+                r = docker_exec_run(m->docker, cid, &spec, NULL, 0, 4096, m->cfg->docker_timeout_ms, &res, err);
                 code = res.exit_code;
                 out = TAKE_PTR(res.out);
                 docker_exec_result_done(&res);
@@ -427,7 +425,10 @@ int service_stop(struct service_manager *m, const char *user, const char *sessio
         return r;
 }
 
-static void info_from_row_v(const void *row, void *info) { info_from_row(row, info); }
+static void info_from_row_v(const void *row, void *info)
+{
+        info_from_row(row, info);
+}
 
 int service_list(struct service_manager *m, const char *user, const char *session, struct service_info **ret,
                  size_t *ret_n)
@@ -477,8 +478,8 @@ static int tail_via_runner(struct service_manager *m, const char *user, const ch
         return 0;
 }
 
-int service_logs(struct service_manager *m, const char *user, const char *session, const char *name,
-                 int tail_lines, char **ret_stdout, char **ret_stderr, struct sbx_error *err)
+int service_logs(struct service_manager *m, const char *user, const char *session, const char *name, int tail_lines,
+                 char **ret_stdout, char **ret_stderr, struct sbx_error *err)
 {
         struct store_service row;
         struct session *s = NULL;

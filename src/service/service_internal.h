@@ -20,10 +20,10 @@ struct service_manager {
         struct store *store;
         struct session_manager *sessions;
         struct exec_engine *exec;
-        struct quota *quota; /* per-user limits; NULL: the config defaults (m->lock) */
+        struct quota *quota;       /* per-user limits; NULL: the config defaults (m->lock) */
         struct runner_hub *runner; /* NULL: docker exec only */
 
-        pthread_mutex_t lock; /* rows' read-modify-write */
+        pthread_mutex_t lock;  /* rows' read-modify-write */
         pthread_mutex_t wlock; /* `stopping`, the dirty sessions; with `wake` */
         pthread_cond_t wake;
         bool stopping;

@@ -160,9 +160,9 @@ static void probe_session(struct service_manager *m, struct store_service *rows,
 {
         struct session_info si;
         const char **argv = calloc(3 * n + 5, sizeof(char *));
-        char (*markers)[128] = calloc(n, sizeof(*markers));
-        char (*pids)[16] = calloc(n, sizeof(*pids));
-        char (*dirs)[256] = calloc(n, sizeof(*dirs));
+        char(*markers)[128] = calloc(n, sizeof(*markers));
+        char(*pids)[16] = calloc(n, sizeof(*pids));
+        char(*dirs)[256] = calloc(n, sizeof(*dirs));
         _cleanup_free_ char *out = NULL;
         size_t k = 0;
         int code = -1;

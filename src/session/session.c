@@ -56,8 +56,9 @@ int session_key_check(const char *user, const char *session, struct sbx_error *e
                 return sbx_error_set(err, -EINVAL, 0,
                                      "invalid user_id: must be 1-64 characters of [A-Za-z0-9_.-] and not '.' or '..'");
         if (!session_id_valid(session))
-                return sbx_error_set(err, -EINVAL, 0,
-                                     "invalid session_id: must be 1-64 characters of [A-Za-z0-9_.-] and not '.' or '..'");
+                return sbx_error_set(
+                        err, -EINVAL, 0,
+                        "invalid session_id: must be 1-64 characters of [A-Za-z0-9_.-] and not '.' or '..'");
         return 0;
 }
 
@@ -205,8 +206,8 @@ static bool live_locked(const struct session *s)
  * turn (order: m->lock, then s->lock; a second session lock is safe here
  * because every other path holds at most one, and counting passes are
  * serialised by m->lock). */
-static void live_count_locked(struct session_manager *m, const struct session *skip, const char *user,
-                              size_t *ret_all, size_t *ret_user)
+static void live_count_locked(struct session_manager *m, const struct session *skip, const char *user, size_t *ret_all,
+                              size_t *ret_user)
 {
         size_t n = 0, mine = 0;
         for (size_t b = 0; b < N_BUCKETS; b++)
@@ -226,8 +227,7 @@ static void live_count_locked(struct session_manager *m, const struct session *s
 }
 
 /* May one more session of `user` become live? Under m->lock. */
-static int admit_locked(struct session_manager *m, const struct session *skip, const char *user,
-                        struct sbx_error *err)
+static int admit_locked(struct session_manager *m, const struct session *skip, const char *user, struct sbx_error *err)
 {
         struct quota_limits lim;
         size_t all, mine;
@@ -247,7 +247,7 @@ static int admit_locked(struct session_manager *m, const struct session *skip, c
 
 /* Find the session, or make it (from its store row if there is one). */
 int session_lookup_ref(struct session_manager *m, const char *user, const char *id, bool create, struct session **ret,
-               struct sbx_error *err)
+                       struct sbx_error *err)
 {
         struct session *s;
         struct store_session row;
@@ -346,8 +346,8 @@ int session_manager_new(const struct sbx_config *cfg, struct docker *d, struct s
         }
         for (size_t i = 0; i < n; i++) {
                 struct session *s;
-                if (strcmp(rows[i].state, "DESTROYED") == 0 ||
-                    !session_id_valid(rows[i].user_id) || !session_id_valid(rows[i].session_id))
+                if (strcmp(rows[i].state, "DESTROYED") == 0 || !session_id_valid(rows[i].user_id) ||
+                    !session_id_valid(rows[i].session_id))
                         continue;
                 s = session_alloc(m, rows[i].user_id, rows[i].session_id);
                 if (!s)
@@ -391,9 +391,15 @@ int session_register_failure_handler(struct session_manager *m, session_failure_
         return r;
 }
 
-void session_set_runner_hub(struct session_manager *m, struct runner_hub *h) { m->runner = h; }
+void session_set_runner_hub(struct session_manager *m, struct runner_hub *h)
+{
+        m->runner = h;
+}
 
-void session_set_pool(struct session_manager *m, struct pool *p) { m->pool = p; }
+void session_set_pool(struct session_manager *m, struct pool *p)
+{
+        m->pool = p;
+}
 
 int session_find_container(struct session_manager *m, const char *container_id, char ret_user[SESSION_KEY_MAX + 1],
                            char ret_session[SESSION_KEY_MAX + 1])
@@ -414,7 +420,10 @@ int session_find_container(struct session_manager *m, const char *container_id, 
         pthread_mutex_unlock(&m->lock);
         return r;
 }
-void session_set_gateway(struct session_manager *m, struct gateway *gw) { m->gateway = gw; }
+void session_set_gateway(struct session_manager *m, struct gateway *gw)
+{
+        m->gateway = gw;
+}
 
 void session_set_network_policy(struct session_manager *m, session_network_policy_fn fn, void *userdata)
 {
@@ -439,7 +448,10 @@ void session_set_quota(struct session_manager *m, struct quota *q)
         pthread_mutex_unlock(&m->lock);
 }
 
-const char *session_default_network(struct session_manager *m) { return m->cfg->network_default; }
+const char *session_default_network(struct session_manager *m)
+{
+        return m->cfg->network_default;
+}
 
 const char *session_required_network(struct session_manager *m, const char *user, const char *id)
 {
@@ -454,7 +466,7 @@ const char *session_required_network(struct session_manager *m, const char *user
 }
 
 void session_call_handlers(struct session_manager *m, const char *user, const char *id, const char *container_id,
-                   const char *cause)
+                           const char *cause)
 {
         struct handler hs[MAX_HANDLERS];
         size_t n;
@@ -472,8 +484,9 @@ static void audit_ratchet(struct session_manager *m, const char *user, const cha
                           const char *new_id)
 {
         char detail[256];
-        snprintf(detail, sizeof(detail), "{\"old_container\":\"%s\",\"new_container\":\"%s\",\"network_mode\":\"none\"}",
-                 old_id, new_id ? new_id : "");
+        snprintf(detail, sizeof(detail),
+                 "{\"old_container\":\"%s\",\"new_container\":\"%s\",\"network_mode\":\"none\"}", old_id,
+                 new_id ? new_id : "");
         (void)audit_record(m->store, "daemon", user, id, "privacy.ratchet", detail);
 }
 
@@ -498,7 +511,8 @@ static int bind_claimed(struct session *s, const char *network, const char *id)
         struct sbx_error e = {0};
         int r;
 
-        have_runner = runner_hub_binary(m->runner) && runner_hub_prepare(m->runner, s->user, s->id, runner_dir, &e) == 0;
+        have_runner =
+                runner_hub_binary(m->runner) && runner_hub_prepare(m->runner, s->user, s->id, runner_dir, &e) == 0;
         for (int attempt = 0;; attempt++) {
                 if (cfg->ports_per_session > 0 && have_runner) {
                         if (!ports)
@@ -551,7 +565,8 @@ static int try_pool(struct session *s, const char *network, char ret_id[65], cha
         void *ud = m->runtime_ud;
         pthread_mutex_unlock(&m->lock);
         ret_runtime[0] = '\0';
-        if (runtime_policy && (fn(s->user, ret_runtime, &e, ud) < 0 || (ret_runtime[0] && strcmp(ret_runtime, "runc") != 0)))
+        if (runtime_policy &&
+            (fn(s->user, ret_runtime, &e, ud) < 0 || (ret_runtime[0] && strcmp(ret_runtime, "runc") != 0)))
                 return -ENOENT; /* runsc, or a runtime that refuses: the cold path says why */
         sbx_strlcpy(image, m->cfg->image, sizeof(image));
         if (store_session_options_get(m->store, s->user, s->id, &o) == 0 && o.image[0])
@@ -741,8 +756,14 @@ void session_release(struct session *s)
         session_unref(s);
 }
 
-const char *session_user(const struct session *s) { return s->user; }
-const char *session_name(const struct session *s) { return s->id; }
+const char *session_user(const struct session *s)
+{
+        return s->user;
+}
+const char *session_name(const struct session *s)
+{
+        return s->id;
+}
 
 void session_container_id(struct session *s, char ret_id[65])
 {
@@ -750,4 +771,3 @@ void session_container_id(struct session *s, char ret_id[65])
         memcpy(ret_id, s->container_id, 65);
         pthread_mutex_unlock(&s->lock);
 }
-

@@ -83,8 +83,8 @@ static int session_image(struct session_manager *m, struct session *s, char ret[
 /* Remove the old container (if any) and release nothing: the port block
  * stays with the session across a recreation. Runs without locks. */
 int session_make_container(struct session *s, const char *old_id, const char **network, char ret_id[65],
-                   char ret_image[256], char ret_workspace[SBX_PATH_MAX], char ret_runtime[16],
-                   struct sbx_error *err)
+                           char ret_image[256], char ret_workspace[SBX_PATH_MAX], char ret_runtime[16],
+                           struct sbx_error *err)
 {
         struct session_manager *m = s->mgr;
         const struct sbx_config *cfg = m->cfg;

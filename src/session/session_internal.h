@@ -57,7 +57,7 @@ struct session {
         char error_cause[64];
         int64_t created_at;
         int64_t last_activity;
-        uint64_t oom_events; /* of the current container */
+        uint64_t oom_events;   /* of the current container */
         char ratchet_from[65]; /* networked container removed by the privacy ratchet, until its successor exists */
         bool pooled;           /* the current container came from the warm pool */
 };
@@ -83,8 +83,8 @@ struct session_manager {
         void *policy_ud;
         session_runtime_fn runtime_fn; /* (m->lock) NULL: the engine's default runtime */
         void *runtime_ud;
-        struct quota *quota; /* per-user limits; NULL: the config defaults */
-        char image_id[80]; /* cfg->image resolved to its id, "" until first use */
+        struct quota *quota;       /* per-user limits; NULL: the config defaults */
+        char image_id[80];         /* cfg->image resolved to its id, "" until first use */
         struct runner_hub *runner; /* NULL: containers run without the runner */
         struct pool *pool;         /* NULL: no warm pool */
         struct gateway *gateway;   /* NULL: no listeners, every session counts as private */
@@ -101,7 +101,7 @@ void session_unref(struct session *s);
 /* Find the session, or make it (from its store row if there is one) when
  * create is set and the caps admit one more; a new reference in *ret. */
 int session_lookup_ref(struct session_manager *m, const char *user, const char *id, bool create, struct session **ret,
-               struct sbx_error *err);
+                       struct sbx_error *err);
 /* References to every session in a malloc'd array; give them back with session_refs_free. */
 int session_all_refs(struct session_manager *m, struct session ***ret, size_t *ret_n);
 void session_refs_free(struct session **list, size_t n);
@@ -109,7 +109,7 @@ void session_refs_free(struct session **list, size_t n);
 const char *session_required_network(struct session_manager *m, const char *user, const char *id);
 /* Tell every failure handler; outside every lock. */
 void session_call_handlers(struct session_manager *m, const char *user, const char *id, const char *container_id,
-                   const char *cause);
+                           const char *cause);
 
 /* ---- session_container.c ---- */
 
@@ -117,7 +117,7 @@ void session_call_handlers(struct session_manager *m, const char *user, const ch
  * workspace, runner, port block and gateway. Inside s's transition, without
  * locks; *network may turn "none" (gVisor). */
 int session_make_container(struct session *s, const char *old_id, const char **network, char ret_id[65],
-                   char ret_image[256], char ret_workspace[SBX_PATH_MAX], char ret_runtime[16],
-                   struct sbx_error *err);
+                           char ret_image[256], char ret_workspace[SBX_PATH_MAX], char ret_runtime[16],
+                           struct sbx_error *err);
 
 #endif

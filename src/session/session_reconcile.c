@@ -173,8 +173,9 @@ int session_reconcile(struct session_manager *m, struct session_reconcile_report
                 log_info("reconciled: %d workspace image(s) of sessions without a container unmounted", r);
         if (ret)
                 *ret = rep;
-        log_info("reconciled: %zu adopted, %zu marked ERROR, %zu orphans removed, %zu ports released, "
-                 "%zu networked containers of private sessions removed",
-                 rep.adopted, rep.marked_error, rep.removed_orphans, rep.ports_released, rep.ratchet_removed);
+        log_info(
+                "reconciled: %zu adopted, %zu marked ERROR, %zu orphans removed, %zu ports released, "
+                "%zu networked containers of private sessions removed",
+                rep.adopted, rep.marked_error, rep.removed_orphans, rep.ports_released, rep.ratchet_removed);
         return 0;
 }

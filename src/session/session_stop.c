@@ -127,7 +127,8 @@ int session_enforce_network(struct session_manager *m, const char *user, const c
         pthread_mutex_unlock(&s->lock);
 
         r = docker_container_inspect(m->docker, cid, &info, err);
-        if (r == -ENOENT || (r == 0 && !(strcmp(session_required_network(m, user, id), "none") == 0 && info.has_network))) {
+        if (r == -ENOENT ||
+            (r == 0 && !(strcmp(session_required_network(m, user, id), "none") == 0 && info.has_network))) {
                 /* gone already, or already as required: nothing to take away */
                 abort_transition(s);
                 session_unref(s);
@@ -340,8 +341,9 @@ int session_destroy(struct session_manager *m, const char *user, const char *id,
         if (purged < 0) {
                 if (err)
                         *err = perr;
-                sbx_error_prefix(err, "the session is destroyed but its workspace is not (it stays private if it "
-                                      "was)");
+                sbx_error_prefix(err,
+                                 "the session is destroyed but its workspace is not (it stays private if it "
+                                 "was)");
                 return purged;
         }
         return 0;

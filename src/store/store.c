@@ -33,7 +33,6 @@
 #define STORE_OPEN_RETRY_MS 20
 
 
-
 /* ---- locking ---- */
 
 struct store *store_lock(struct store *s)
@@ -135,7 +134,7 @@ void sq_bound(struct store_query *q, int rc)
 void sq_text(struct store_query *q, const char *v)
 {
         sq_bound(q, v ? sqlite3_bind_text(q->stmt, q->next_param, v, -1, SQLITE_TRANSIENT)
-                     : sqlite3_bind_null(q->stmt, q->next_param));
+                      : sqlite3_bind_null(q->stmt, q->next_param));
 }
 
 /* NULL and "" bind SQL NULL: for optional columns such as container_id. */
@@ -334,8 +333,7 @@ static int configure_connection(struct store *s, struct sbx_error *err)
         return 0;
 }
 
-static int migrations_apply(struct store *s, const struct store_migration *migs, size_t n,
-                            struct sbx_error *err);
+static int migrations_apply(struct store *s, const struct store_migration *migs, size_t n, struct sbx_error *err);
 
 int store_open_with(const char *path, const struct store_migration *migs, size_t n, struct store **ret,
                     struct sbx_error *err)
@@ -358,8 +356,7 @@ int store_open_with(const char *path, const struct store_migration *migs, size_t
 
         /* sqlite opens every file (db, -wal, -shm, journal dir) with O_CLOEXEC on Linux. */
         if (sqlite3_open_v2(path, &s->db,
-                            SQLITE_OPEN_READWRITE | SQLITE_OPEN_CREATE | SQLITE_OPEN_FULLMUTEX |
-                                    SQLITE_OPEN_NOFOLLOW,
+                            SQLITE_OPEN_READWRITE | SQLITE_OPEN_CREATE | SQLITE_OPEN_FULLMUTEX | SQLITE_OPEN_NOFOLLOW,
                             NULL) != SQLITE_OK) {
                 r = sbx_error_set(err, -EIO, 0, "opening database %s: %s", path,
                                   s->db ? sqlite3_errmsg(s->db) : "out of memory");
@@ -466,8 +463,7 @@ static int migration_apply_one(struct store *s, const struct store_migration *m,
                 r = store_fail(s, m->name);
                 if (r != -EBUSY && r != -ENOMEM)
                         r = -EIO; /* a broken migration, not a constraint the caller could act on */
-                sbx_error_set(err, r, 0, "migration %s failed: %s", m->name,
-                              errmsg ? errmsg : sqlite3_errmsg(s->db));
+                sbx_error_set(err, r, 0, "migration %s failed: %s", m->name, errmsg ? errmsg : sqlite3_errmsg(s->db));
                 sqlite3_free(errmsg);
                 return r;
         }
@@ -493,8 +489,7 @@ static int migration_apply_one(struct store *s, const struct store_migration *m,
         return 0;
 }
 
-static int migrations_apply(struct store *s, const struct store_migration *migs, size_t n,
-                            struct sbx_error *err)
+static int migrations_apply(struct store *s, const struct store_migration *migs, size_t n, struct sbx_error *err)
 {
         int newest = 0, current = 0, r;
 
@@ -509,8 +504,9 @@ static int migrations_apply(struct store *s, const struct store_migration *migs,
                 newest = m->version;
         }
 
-        r = store_exec_simple(s, "CREATE TABLE IF NOT EXISTS schema_migrations ("
-                           "version INTEGER PRIMARY KEY, name TEXT NOT NULL, applied_at INTEGER NOT NULL)");
+        r = store_exec_simple(s,
+                              "CREATE TABLE IF NOT EXISTS schema_migrations ("
+                              "version INTEGER PRIMARY KEY, name TEXT NOT NULL, applied_at INTEGER NOT NULL)");
         if (r < 0)
                 return sbx_error_set(err, r, 0, "creating schema_migrations: %s", sqlite3_errmsg(s->db));
 
@@ -570,8 +566,8 @@ int store_audit(struct store *s, const char *actor, const char *user, const char
         if (!action || !*action)
                 return -EINVAL;
         r = sq_start(&q, s,
-                    "INSERT INTO audit_log (ts, actor, user_id, session_id, action, detail) "
-                    "VALUES (?1, ?2, ?3, ?4, ?5, ?6)");
+                     "INSERT INTO audit_log (ts, actor, user_id, session_id, action, detail) "
+                     "VALUES (?1, ?2, ?3, ?4, ?5, ?6)");
         if (r < 0)
                 return r;
         sq_int64(&q, sbx_wall_ms());
@@ -584,8 +580,7 @@ int store_audit(struct store *s, const char *actor, const char *user, const char
         return r < 0 ? r : 0;
 }
 
-int store_audit_count(struct store *s, const char *user, const char *session, const char *action,
-                      int64_t *ret_count)
+int store_audit_count(struct store *s, const char *user, const char *session, const char *action, int64_t *ret_count)
 {
         STORE_LOCK(s);
         _cleanup_(sq_end) struct store_query q = {};
@@ -594,8 +589,8 @@ int store_audit_count(struct store *s, const char *user, const char *session, co
         if (!ret_count)
                 return -EINVAL;
         r = sq_start(&q, s,
-                    "SELECT COUNT(*) FROM audit_log WHERE (?1 IS NULL OR action = ?1) "
-                    "AND (?2 IS NULL OR user_id = ?2) AND (?3 IS NULL OR session_id = ?3)");
+                     "SELECT COUNT(*) FROM audit_log WHERE (?1 IS NULL OR action = ?1) "
+                     "AND (?2 IS NULL OR user_id = ?2) AND (?3 IS NULL OR session_id = ?3)");
         if (r < 0)
                 return r;
         sq_text(&q, action);
@@ -607,4 +602,3 @@ int store_audit_count(struct store *s, const char *user, const char *session, co
         *ret_count = r > 0 ? sq_col_int64(&q, 0) : 0;
         return 0;
 }
-

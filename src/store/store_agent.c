@@ -121,8 +121,8 @@ int store_script_get(struct store *s, const char *user, const char *name, struct
         return ret->code ? 0 : -ENOMEM;
 }
 
-int store_script_list(struct store *s, const char *user, const char *filter, size_t limit,
-                      struct store_script **ret, size_t *ret_n)
+int store_script_list(struct store *s, const char *user, const char *filter, size_t limit, struct store_script **ret,
+                      size_t *ret_n)
 {
         STORE_LOCK(s);
         _cleanup_(sq_end) struct store_query q = {};
@@ -134,7 +134,8 @@ int store_script_list(struct store *s, const char *user, const char *filter, siz
                 return -EINVAL;
         /* instr(), not LIKE: the filter is a plain substring, no wildcards to escape */
         r = sq_start(&q, s,
-                     "SELECT " SCRIPT_COLS " FROM scripts WHERE user_id = ?1 AND (?2 IS NULL OR instr(name, ?2) > 0 "
+                     "SELECT " SCRIPT_COLS
+                     " FROM scripts WHERE user_id = ?1 AND (?2 IS NULL OR instr(name, ?2) > 0 "
                      "OR instr(COALESCE(description, ''), ?2) > 0) ORDER BY created_at DESC, name LIMIT ?3");
         if (r < 0)
                 return r;
@@ -236,8 +237,7 @@ int store_session_options_set(struct store *s, const char *user, const char *ses
         return r < 0 ? r : 0;
 }
 
-int store_session_options_get(struct store *s, const char *user, const char *session,
-                              struct store_session_options *ret)
+int store_session_options_get(struct store *s, const char *user, const char *session, struct store_session_options *ret)
 {
         STORE_LOCK(s);
         _cleanup_(sq_end) struct store_query q = {};

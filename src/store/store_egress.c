@@ -134,8 +134,7 @@ int store_egress_rules(struct store *s, const char *user, const char *session, s
         return 0;
 }
 
-int store_egress_log_add(struct store *s, const char *user, const char *session,
-                         const struct store_egress_entry *row)
+int store_egress_log_add(struct store *s, const char *user, const char *session, const struct store_egress_entry *row)
 {
         STORE_LOCK(s);
         _cleanup_(sq_end) struct store_query q = {};

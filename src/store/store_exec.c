@@ -7,10 +7,10 @@
 
 /* ---- executions ---- */
 
-#define EXEC_COLUMNS                                                                                         \
-        "id, user_id, session_id, container_id, kind, command_preview, command_sha256, state, cause, error, " \
-        "spool_path, exit_code, stdout_bytes, stderr_bytes, stdout_spooled, stderr_spooled, truncated, "       \
-        "created_at, finished_at, duration_ms, via, cpu_user_ms, cpu_system_ms, max_rss_kb, image, runtime, "     \
+#define EXEC_COLUMNS                                                                                                   \
+        "id, user_id, session_id, container_id, kind, command_preview, command_sha256, state, cause, error, "          \
+        "spool_path, exit_code, stdout_bytes, stderr_bytes, stdout_spooled, stderr_spooled, truncated, "               \
+        "created_at, finished_at, duration_ms, via, cpu_user_ms, cpu_system_ms, max_rss_kb, image, runtime, "          \
         "runner_version, started_at, runner_tag, deadline_at, spool_budget, actor, interactive, tty"
 
 static void exec_from_row(struct store_query *q, struct store_execution *row)
@@ -69,19 +69,21 @@ int store_exec_put(struct store *s, const struct store_execution *row)
 
         if (!row || !row->id[0] || !store_key_ok(row->user_id) || !store_key_ok(row->session_id))
                 return -EINVAL;
-        r = sq_start(&q, s,
-                    "INSERT INTO executions (" EXEC_COLUMNS ") VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9, ?10, "
-                    "?11, ?12, ?13, ?14, ?15, ?16, ?17, ?18, ?19, ?20, ?21, ?22, ?23, ?24, ?25, ?26, ?27, ?28, ?29, ?30, ?31, ?32, ?33, ?34) "
-                    "ON CONFLICT (id) DO UPDATE SET container_id = excluded.container_id, state = excluded.state, "
-                    "cause = excluded.cause, error = excluded.error, exit_code = excluded.exit_code, "
-                    "stdout_bytes = excluded.stdout_bytes, stderr_bytes = excluded.stderr_bytes, "
-                    "stdout_spooled = excluded.stdout_spooled, stderr_spooled = excluded.stderr_spooled, "
-                    "truncated = excluded.truncated, finished_at = excluded.finished_at, "
-                    "duration_ms = excluded.duration_ms, via = excluded.via, cpu_user_ms = excluded.cpu_user_ms, "
-                    "cpu_system_ms = excluded.cpu_system_ms, max_rss_kb = excluded.max_rss_kb, "
-                    "image = excluded.image, runtime = excluded.runtime, runner_version = excluded.runner_version, "
-                    "started_at = excluded.started_at, runner_tag = excluded.runner_tag, "
-                    "deadline_at = excluded.deadline_at, spool_budget = excluded.spool_budget");
+        r = sq_start(
+                &q, s,
+                "INSERT INTO executions (" EXEC_COLUMNS
+                ") VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9, ?10, "
+                "?11, ?12, ?13, ?14, ?15, ?16, ?17, ?18, ?19, ?20, ?21, ?22, ?23, ?24, ?25, ?26, ?27, ?28, ?29, ?30, ?31, ?32, ?33, ?34) "
+                "ON CONFLICT (id) DO UPDATE SET container_id = excluded.container_id, state = excluded.state, "
+                "cause = excluded.cause, error = excluded.error, exit_code = excluded.exit_code, "
+                "stdout_bytes = excluded.stdout_bytes, stderr_bytes = excluded.stderr_bytes, "
+                "stdout_spooled = excluded.stdout_spooled, stderr_spooled = excluded.stderr_spooled, "
+                "truncated = excluded.truncated, finished_at = excluded.finished_at, "
+                "duration_ms = excluded.duration_ms, via = excluded.via, cpu_user_ms = excluded.cpu_user_ms, "
+                "cpu_system_ms = excluded.cpu_system_ms, max_rss_kb = excluded.max_rss_kb, "
+                "image = excluded.image, runtime = excluded.runtime, runner_version = excluded.runner_version, "
+                "started_at = excluded.started_at, runner_tag = excluded.runner_tag, "
+                "deadline_at = excluded.deadline_at, spool_budget = excluded.spool_budget");
         if (r < 0)
                 return r;
         sq_text(&q, row->id);
@@ -184,8 +186,8 @@ static int exec_rows(struct store_query *q, const char *const *states, size_t li
         return 0;
 }
 
-int store_exec_list(struct store *s, const char *user, const char *session, const char *const *states,
-                    size_t limit, struct store_execution **ret, size_t *ret_n)
+int store_exec_list(struct store *s, const char *user, const char *session, const char *const *states, size_t limit,
+                    struct store_execution **ret, size_t *ret_n)
 {
         STORE_LOCK(s);
         _cleanup_(sq_end) struct store_query q = {};
@@ -196,8 +198,9 @@ int store_exec_list(struct store *s, const char *user, const char *session, cons
         /* The state filter is applied here rather than in SQL so the statement
          * stays one fixed, cached text. */
         r = sq_start(&q, s,
-                    "SELECT " EXEC_COLUMNS " FROM executions WHERE user_id = ?1 AND (?2 IS NULL OR session_id = ?2) "
-                    "ORDER BY created_at DESC, id");
+                     "SELECT " EXEC_COLUMNS
+                     " FROM executions WHERE user_id = ?1 AND (?2 IS NULL OR session_id = ?2) "
+                     "ORDER BY created_at DESC, id");
         if (r < 0)
                 return r;
         sq_text(&q, user);
@@ -215,7 +218,8 @@ int store_exec_list_finished(struct store *s, const char *user, const char *sess
         if (!user || !ret || !ret_n)
                 return -EINVAL;
         r = sq_start(&q, s,
-                     "SELECT " EXEC_COLUMNS " FROM executions WHERE user_id = ?1 AND finished_at >= ?3 AND "
+                     "SELECT " EXEC_COLUMNS
+                     " FROM executions WHERE user_id = ?1 AND finished_at >= ?3 AND "
                      "(?2 IS NULL OR session_id = ?2) ORDER BY finished_at DESC, id");
         if (r < 0)
                 return r;
@@ -225,16 +229,15 @@ int store_exec_list_finished(struct store *s, const char *user, const char *sess
         return exec_rows(&q, states, limit, ret, ret_n);
 }
 
-int store_exec_fail_unfinished(struct store *s, const char *cause, const char *error, int64_t now_ms,
-                               size_t *ret_n)
+int store_exec_fail_unfinished(struct store *s, const char *cause, const char *error, int64_t now_ms, size_t *ret_n)
 {
         STORE_LOCK(s);
         _cleanup_(sq_end) struct store_query q = {};
         int r;
 
         r = sq_start(&q, s,
-                    "UPDATE executions SET state = 'FAILED', cause = ?1, error = ?2, finished_at = ?3, "
-                    "duration_ms = MAX(0, ?3 - created_at) WHERE state IN ('PENDING', 'RUNNING')");
+                     "UPDATE executions SET state = 'FAILED', cause = ?1, error = ?2, finished_at = ?3, "
+                     "duration_ms = MAX(0, ?3 - created_at) WHERE state IN ('PENDING', 'RUNNING')");
         if (r < 0)
                 return r;
         sq_text(&q, cause);
@@ -248,17 +251,16 @@ int store_exec_fail_unfinished(struct store *s, const char *cause, const char *e
         return 0;
 }
 
-int store_exec_fail_unadoptable(struct store *s, const char *cause, const char *error, int64_t now_ms,
-                                size_t *ret_n)
+int store_exec_fail_unadoptable(struct store *s, const char *cause, const char *error, int64_t now_ms, size_t *ret_n)
 {
         STORE_LOCK(s);
         _cleanup_(sq_end) struct store_query q = {};
         int r;
 
         r = sq_start(&q, s,
-                    "UPDATE executions SET state = 'FAILED', cause = ?1, error = ?2, finished_at = ?3, "
-                    "duration_ms = MAX(0, ?3 - created_at) WHERE state IN ('PENDING', 'RUNNING') AND "
-                    "(state = 'PENDING' OR runner_tag IS NULL)");
+                     "UPDATE executions SET state = 'FAILED', cause = ?1, error = ?2, finished_at = ?3, "
+                     "duration_ms = MAX(0, ?3 - created_at) WHERE state IN ('PENDING', 'RUNNING') AND "
+                     "(state = 'PENDING' OR runner_tag IS NULL)");
         if (r < 0)
                 return r;
         sq_text(&q, cause);
@@ -281,8 +283,9 @@ int store_exec_list_adoptable(struct store *s, struct store_execution **ret, siz
         int r;
 
         r = sq_start(&q, s,
-                    "SELECT " EXEC_COLUMNS " FROM executions WHERE state = 'RUNNING' AND runner_tag IS NOT NULL "
-                    "ORDER BY created_at, id");
+                     "SELECT " EXEC_COLUMNS
+                     " FROM executions WHERE state = 'RUNNING' AND runner_tag IS NOT NULL "
+                     "ORDER BY created_at, id");
         if (r < 0)
                 return r;
         while ((r = sq_step(&q)) > 0) {
@@ -302,8 +305,9 @@ int store_exec_clear_spool(struct store *s, const char *id)
 {
         STORE_LOCK(s);
         _cleanup_(sq_end) struct store_query q = {};
-        int r = sq_start(&q, s, "UPDATE executions SET spool_path = NULL, stdout_spooled = 0, stderr_spooled = 0 "
-                               "WHERE id = ?1");
+        int r = sq_start(&q, s,
+                         "UPDATE executions SET spool_path = NULL, stdout_spooled = 0, stderr_spooled = 0 "
+                         "WHERE id = ?1");
         if (r < 0)
                 return r;
         sq_text(&q, id);

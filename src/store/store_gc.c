@@ -17,8 +17,7 @@ static bool opt_key_ok(const char *v)
 }
 
 int store_gc_session_take_container(struct store *s, const char *user, const char *session, const char *container_id,
-                                    int64_t last_activity_before, bool require_quiet, const char *cause,
-                                    int64_t now_ms)
+                                    int64_t last_activity_before, bool require_quiet, const char *cause, int64_t now_ms)
 {
         STORE_LOCK(s);
         _cleanup_(sq_end) struct store_query q = {};
@@ -30,14 +29,14 @@ int store_gc_session_take_container(struct store *s, const char *user, const cha
          * workspace retention); an ERROR one only loses its dead container
          * and keeps its error and its updated_at. */
         r = sq_start(&q, s,
-                    "UPDATE sessions SET container_id = NULL, "
-                    "state = CASE state WHEN 'RUNNING' THEN 'STOPPED' ELSE state END, "
-                    "error_cause = CASE state WHEN 'RUNNING' THEN ?5 ELSE error_cause END, "
-                    "updated_at = CASE state WHEN 'RUNNING' THEN ?6 ELSE updated_at END "
-                    "WHERE user_id = ?1 AND session_id = ?2 AND container_id = ?3 "
-                    "AND state IN ('RUNNING', 'ERROR') AND last_activity < ?4 "
-                    "AND (?7 = 0 OR NOT EXISTS (SELECT 1 FROM executions e WHERE e.user_id = ?1 "
-                    "AND e.session_id = ?2 AND e.state IN ('PENDING', 'RUNNING')))");
+                     "UPDATE sessions SET container_id = NULL, "
+                     "state = CASE state WHEN 'RUNNING' THEN 'STOPPED' ELSE state END, "
+                     "error_cause = CASE state WHEN 'RUNNING' THEN ?5 ELSE error_cause END, "
+                     "updated_at = CASE state WHEN 'RUNNING' THEN ?6 ELSE updated_at END "
+                     "WHERE user_id = ?1 AND session_id = ?2 AND container_id = ?3 "
+                     "AND state IN ('RUNNING', 'ERROR') AND last_activity < ?4 "
+                     "AND (?7 = 0 OR NOT EXISTS (SELECT 1 FROM executions e WHERE e.user_id = ?1 "
+                     "AND e.session_id = ?2 AND e.state IN ('PENDING', 'RUNNING')))");
         if (r < 0)
                 return r;
         sq_text(&q, user);
@@ -63,8 +62,8 @@ int store_gc_session_forget(struct store *s, const char *user, const char *sessi
         if (!store_key_ok(user) || !store_key_ok(session) || !opt_key_ok(container_id))
                 return -EINVAL;
         r = sq_start(&q, s,
-                    "DELETE FROM sessions WHERE user_id = ?1 AND session_id = ?2 AND state = 'ERROR' "
-                    "AND COALESCE(container_id, '') = ?3 AND updated_at = ?4");
+                     "DELETE FROM sessions WHERE user_id = ?1 AND session_id = ?2 AND state = 'ERROR' "
+                     "AND COALESCE(container_id, '') = ?3 AND updated_at = ?4");
         if (r < 0)
                 return r;
         sq_text(&q, user);
@@ -96,9 +95,9 @@ int store_gc_port_release(struct store *s, int port, const char *user, const cha
         if (!store_key_ok(user) || !store_key_ok(session) || port < 1 || port > 65535)
                 return -EINVAL;
         r = sq_start(&q, s,
-                    "DELETE FROM port_allocations WHERE port = ?1 AND user_id = ?2 AND session_id = ?3 "
-                    "AND NOT EXISTS (SELECT 1 FROM sessions WHERE user_id = ?2 AND session_id = ?3 "
-                    "AND state IN ('RUNNING', 'CREATING', 'ERROR'))");
+                     "DELETE FROM port_allocations WHERE port = ?1 AND user_id = ?2 AND session_id = ?3 "
+                     "AND NOT EXISTS (SELECT 1 FROM sessions WHERE user_id = ?2 AND session_id = ?3 "
+                     "AND state IN ('RUNNING', 'CREATING', 'ERROR'))");
         if (r < 0)
                 return r;
         sq_int64(&q, port);
@@ -121,8 +120,8 @@ int store_gc_services_list(struct store *s, struct store_gc_service **ret, size_
         if (!ret || !ret_n)
                 return -EINVAL;
         r = sq_start(&q, s,
-                    "SELECT user_id, session_id, name, container_id, state FROM services "
-                    "ORDER BY user_id, session_id, name");
+                     "SELECT user_id, session_id, name, container_id, state FROM services "
+                     "ORDER BY user_id, session_id, name");
         if (r < 0)
                 return r;
         while ((r = sq_step(&q)) > 0) {
@@ -153,8 +152,8 @@ int store_gc_service_delete(struct store *s, const char *user, const char *sessi
         if (!store_key_ok(user) || !store_key_ok(session) || !name || !opt_key_ok(container_id) || !state)
                 return -EINVAL;
         r = sq_start(&q, s,
-                    "DELETE FROM services WHERE user_id = ?1 AND session_id = ?2 AND name = ?3 "
-                    "AND COALESCE(container_id, '') = ?4 AND state = ?5");
+                     "DELETE FROM services WHERE user_id = ?1 AND session_id = ?2 AND name = ?3 "
+                     "AND COALESCE(container_id, '') = ?4 AND state = ?5");
         if (r < 0)
                 return r;
         sq_text(&q, user);
@@ -182,10 +181,10 @@ int store_gc_spools_list(struct store *s, int64_t before_ms, int64_t after_finis
         /* Keyset pagination on (finished_at, id): a dry run deletes nothing,
          * so "the next batch" cannot mean "what is left". */
         r = sq_start(&q, s,
-                    "SELECT id, finished_at FROM executions WHERE spool_path IS NOT NULL "
-                    "AND finished_at IS NOT NULL AND finished_at < ?1 "
-                    "AND (finished_at > ?2 OR (finished_at = ?2 AND id > ?3)) "
-                    "ORDER BY finished_at, id LIMIT ?4");
+                     "SELECT id, finished_at FROM executions WHERE spool_path IS NOT NULL "
+                     "AND finished_at IS NOT NULL AND finished_at < ?1 "
+                     "AND (finished_at > ?2 OR (finished_at = ?2 AND id > ?3)) "
+                     "ORDER BY finished_at, id LIMIT ?4");
         if (r < 0)
                 return r;
         sq_int64(&q, before_ms);
@@ -235,12 +234,12 @@ int store_gc_session_last_seen(struct store *s, const char *user, const char *se
         if (!store_key_ok(user) || !store_key_ok(session) || !ret_ms)
                 return -EINVAL;
         r = sq_start(&q, s,
-                    "SELECT MAX(COALESCE((SELECT MAX(MAX(created_at, COALESCE(removed_at, 0))) FROM containers "
-                    "WHERE user_id = ?1 AND session_id = ?2), 0), "
-                    "COALESCE((SELECT MAX(MAX(created_at, COALESCE(finished_at, 0))) FROM executions "
-                    "WHERE user_id = ?1 AND session_id = ?2), 0), "
-                    "COALESCE((SELECT MAX(ts) FROM audit_log WHERE user_id = ?1 AND session_id = ?2 "
-                    "AND COALESCE(actor, '') <> 'gc'), 0))");
+                     "SELECT MAX(COALESCE((SELECT MAX(MAX(created_at, COALESCE(removed_at, 0))) FROM containers "
+                     "WHERE user_id = ?1 AND session_id = ?2), 0), "
+                     "COALESCE((SELECT MAX(MAX(created_at, COALESCE(finished_at, 0))) FROM executions "
+                     "WHERE user_id = ?1 AND session_id = ?2), 0), "
+                     "COALESCE((SELECT MAX(ts) FROM audit_log WHERE user_id = ?1 AND session_id = ?2 "
+                     "AND COALESCE(actor, '') <> 'gc'), 0))");
         if (r < 0)
                 return r;
         sq_text(&q, user);
@@ -261,8 +260,8 @@ int store_gc_private_forget(struct store *s, const char *user, const char *sessi
         if (!store_key_ok(user) || !store_key_ok(session))
                 return -EINVAL;
         r = sq_start(&q, s,
-                    "DELETE FROM private_datasets WHERE user_id = ?1 AND session_id = ?2 "
-                    "AND NOT EXISTS (SELECT 1 FROM sessions WHERE user_id = ?1 AND session_id = ?2)");
+                     "DELETE FROM private_datasets WHERE user_id = ?1 AND session_id = ?2 "
+                     "AND NOT EXISTS (SELECT 1 FROM sessions WHERE user_id = ?1 AND session_id = ?2)");
         if (r < 0)
                 return r;
         sq_text(&q, user);

@@ -42,7 +42,8 @@ static int idem_get_locked(struct store *s, const char *user, const char *method
 {
         _cleanup_(sq_end) struct store_query q = {};
         int r = sq_start(&q, s,
-                         "SELECT " IDEM_COLUMNS " FROM idempotency_keys WHERE user_id = ?1 AND method = ?2 AND "
+                         "SELECT " IDEM_COLUMNS
+                         " FROM idempotency_keys WHERE user_id = ?1 AND method = ?2 AND "
                          "idem_key = ?3");
         if (r < 0)
                 return r;

@@ -13,8 +13,8 @@ void store_audit_rows_free(struct store_audit_row *rows, size_t n)
         free(rows);
 }
 
-int store_audit_list(struct store *s, const char *user, const char *session, size_t limit,
-                     struct store_audit_row **ret, size_t *ret_n)
+int store_audit_list(struct store *s, const char *user, const char *session, size_t limit, struct store_audit_row **ret,
+                     size_t *ret_n)
 {
         STORE_LOCK(s);
         _cleanup_(sq_end) struct store_query q = {};

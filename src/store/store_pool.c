@@ -8,7 +8,7 @@
 #include "sandboxd/common.h"
 #include "store_internal.h"
 
-#define SLOT_COLUMNS                                                                                         \
+#define SLOT_COLUMNS                                                                                                   \
         "slot, state, container_id, image, network_mode, user_id, session_id, created_at, image_ref, ws_quota"
 
 static void slot_row(struct store_query *q, struct store_pool_slot *r)
@@ -26,8 +26,7 @@ static void slot_row(struct store_query *q, struct store_pool_slot *r)
         sq_col_text(q, 9, r->ws_quota, sizeof(r->ws_quota));
 }
 
-int store_pool_insert(struct store *s, const char *slot, const char *image_ref, const char *ws_quota,
-                      int64_t now_ms)
+int store_pool_insert(struct store *s, const char *slot, const char *image_ref, const char *ws_quota, int64_t now_ms)
 {
         STORE_LOCK(s);
         _cleanup_(sq_end) struct store_query q = {};
@@ -135,7 +134,8 @@ int store_pool_claim_begin(struct store *s, const char *user, const char *sessio
         {
                 _cleanup_(sq_end) struct store_query q = {};
                 r = sq_start(&q, s,
-                             "SELECT " SLOT_COLUMNS " FROM pool_slots WHERE state = 'ready' AND image_ref = ?1 "
+                             "SELECT " SLOT_COLUMNS
+                             " FROM pool_slots WHERE state = 'ready' AND image_ref = ?1 "
                              "AND ws_quota IS ?2 ORDER BY created_at, slot LIMIT 1");
                 if (r < 0)
                         return r;
@@ -192,8 +192,8 @@ static int claim_step(struct store *s, const char *sql, int n, const char *pool_
 
         if (r < 0)
                 return r;
-        const char *texts[] = {slot->slot, slot->user_id, slot->session_id, slot->container_id, slot->image,
-                               pool_user, slot->network_mode};
+        const char *texts[] = {slot->slot,  slot->user_id, slot->session_id,  slot->container_id,
+                               slot->image, pool_user,     slot->network_mode};
         for (int i = 0; i < n && i < 7; i++)
                 sq_text_opt(&q, texts[i]);
         if (n >= 8)
@@ -201,8 +201,7 @@ static int claim_step(struct store *s, const char *sql, int n, const char *pool_
         return sq_exec(&q);
 }
 
-int store_pool_claim_commit(struct store *s, const char *pool_user, const struct store_pool_slot *slot,
-                            int64_t now_ms)
+int store_pool_claim_commit(struct store *s, const char *pool_user, const struct store_pool_slot *slot, int64_t now_ms)
 {
         STORE_LOCK(s);
         _cleanup_(store_tx_rollbackp) struct store_tx tx = {};

@@ -7,8 +7,8 @@
 
 #include "store_internal.h"
 
-int store_private_add(struct store *s, const char *user, const char *session, const char *dataset,
-                      const char *source, int64_t now_ms, bool *ret_inserted)
+int store_private_add(struct store *s, const char *user, const char *session, const char *dataset, const char *source,
+                      int64_t now_ms, bool *ret_inserted)
 {
         STORE_LOCK(s);
         _cleanup_(sq_end) struct store_query q = {};

@@ -4,8 +4,8 @@
 
 #include "store_internal.h"
 
-#define SERVICE_COLUMNS                                                                                      \
-        "user_id, session_id, name, container_id, command, workdir, state, pid, exit_code, ports, last_error, " \
+#define SERVICE_COLUMNS                                                                                                \
+        "user_id, session_id, name, container_id, command, workdir, state, pid, exit_code, ports, last_error, "        \
         "started_at, stopped_at"
 
 static void service_from_row(struct store_query *q, struct store_service *row)
@@ -35,7 +35,8 @@ int store_service_put(struct store *s, const struct store_service *row)
         if (!row || !store_key_ok(row->user_id) || !store_key_ok(row->session_id) || !store_key_ok(row->name))
                 return -EINVAL;
         r = sq_start(&q, s,
-                     "INSERT INTO services (" SERVICE_COLUMNS ") VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9, ?10, "
+                     "INSERT INTO services (" SERVICE_COLUMNS
+                     ") VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9, ?10, "
                      "?11, ?12, ?13) ON CONFLICT (user_id, session_id, name) DO UPDATE SET "
                      "container_id = excluded.container_id, command = excluded.command, workdir = excluded.workdir, "
                      "state = excluded.state, pid = excluded.pid, exit_code = excluded.exit_code, "
@@ -69,7 +70,8 @@ int store_service_get(struct store *s, const char *user, const char *session, co
         STORE_LOCK(s);
         _cleanup_(sq_end) struct store_query q = {};
         int r = sq_start(&q, s,
-                         "SELECT " SERVICE_COLUMNS " FROM services WHERE user_id = ?1 AND session_id = ?2 AND name = ?3");
+                         "SELECT " SERVICE_COLUMNS
+                         " FROM services WHERE user_id = ?1 AND session_id = ?2 AND name = ?3");
         if (r < 0)
                 return r;
         sq_text(&q, user);
@@ -92,7 +94,8 @@ int store_service_list(struct store *s, const char *user, const char *session, b
         _cleanup_free_ struct store_service *rows = NULL;
         size_t n = 0, cap = 0;
         int r = sq_start(&q, s,
-                         "SELECT " SERVICE_COLUMNS " FROM services WHERE (?1 IS NULL OR user_id = ?1) AND "
+                         "SELECT " SERVICE_COLUMNS
+                         " FROM services WHERE (?1 IS NULL OR user_id = ?1) AND "
                          "(?2 IS NULL OR session_id = ?2) AND "
                          "(?3 = 0 OR state IN ('STARTING', 'RUNNING', 'STOPPING')) "
                          "ORDER BY user_id, session_id, name");

@@ -15,8 +15,8 @@
 
 /* ---- sessions ---- */
 
-#define SESSION_COLUMNS                                                                                      \
-        "user_id, session_id, state, container_id, image, network_mode, last_error, error_cause, created_at, " \
+#define SESSION_COLUMNS                                                                                                \
+        "user_id, session_id, state, container_id, image, network_mode, last_error, error_cause, created_at, "         \
         "updated_at, last_activity"
 
 static void session_from_row(struct store_query *q, struct store_session *row)
@@ -46,12 +46,13 @@ int store_session_put(struct store *s, const struct store_session *row)
         /* An upsert, not INSERT OR REPLACE: REPLACE deletes the old row first,
          * which would fire ON DELETE actions of any future foreign key. */
         r = sq_start(&q, s,
-                    "INSERT INTO sessions (" SESSION_COLUMNS ") VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9, ?10, ?11) "
-                    "ON CONFLICT (user_id, session_id) DO UPDATE SET state = excluded.state, "
-                    "container_id = excluded.container_id, image = excluded.image, "
-                    "network_mode = excluded.network_mode, last_error = excluded.last_error, "
-                    "error_cause = excluded.error_cause, created_at = excluded.created_at, "
-                    "updated_at = excluded.updated_at, last_activity = excluded.last_activity");
+                     "INSERT INTO sessions (" SESSION_COLUMNS
+                     ") VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9, ?10, ?11) "
+                     "ON CONFLICT (user_id, session_id) DO UPDATE SET state = excluded.state, "
+                     "container_id = excluded.container_id, image = excluded.image, "
+                     "network_mode = excluded.network_mode, last_error = excluded.last_error, "
+                     "error_cause = excluded.error_cause, created_at = excluded.created_at, "
+                     "updated_at = excluded.updated_at, last_activity = excluded.last_activity");
         if (r < 0)
                 return r;
         sq_text(&q, row->user_id);
@@ -134,8 +135,7 @@ int store_session_delete(struct store *s, const char *user, const char *session,
         return deleted > 0 ? 0 : -ENOENT;
 }
 
-int store_session_list(struct store *s, const char *user, const char *state, struct store_session **ret,
-                       size_t *ret_n)
+int store_session_list(struct store *s, const char *user, const char *state, struct store_session **ret, size_t *ret_n)
 {
         STORE_LOCK(s);
         _cleanup_(sq_end) struct store_query q = {};
@@ -146,8 +146,9 @@ int store_session_list(struct store *s, const char *user, const char *state, str
         if (!ret || !ret_n)
                 return -EINVAL;
         r = sq_start(&q, s,
-                    "SELECT " SESSION_COLUMNS " FROM sessions WHERE (?1 IS NULL OR user_id = ?1) "
-                    "AND (?2 IS NULL OR state = ?2) ORDER BY user_id, session_id");
+                     "SELECT " SESSION_COLUMNS
+                     " FROM sessions WHERE (?1 IS NULL OR user_id = ?1) "
+                     "AND (?2 IS NULL OR state = ?2) ORDER BY user_id, session_id");
         if (r < 0)
                 return r;
         sq_text(&q, user);
@@ -175,8 +176,8 @@ int store_session_touch(struct store *s, const char *user, const char *session, 
                 return -EINVAL;
         /* MAX: two racing touches must not move activity backwards. */
         r = sq_start(&q, s,
-                    "UPDATE sessions SET last_activity = MAX(last_activity, ?3) "
-                    "WHERE user_id = ?1 AND session_id = ?2");
+                     "UPDATE sessions SET last_activity = MAX(last_activity, ?3) "
+                     "WHERE user_id = ?1 AND session_id = ?2");
         if (r < 0)
                 return r;
         sq_text(&q, user);
@@ -200,8 +201,8 @@ int store_container_add(struct store *s, const char *container_id, const char *u
         if (!container_id || !*container_id || !store_key_ok(user) || !store_key_ok(session))
                 return -EINVAL;
         r = sq_start(&q, s,
-                    "INSERT INTO containers (container_id, user_id, session_id, image, network_mode, created_at) "
-                    "VALUES (?1, ?2, ?3, ?4, ?5, ?6)");
+                     "INSERT INTO containers (container_id, user_id, session_id, image, network_mode, created_at) "
+                     "VALUES (?1, ?2, ?3, ?4, ?5, ?6)");
         if (r < 0)
                 return r;
         sq_text(&q, container_id);

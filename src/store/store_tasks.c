@@ -8,8 +8,8 @@
 
 #include "store_internal.h"
 
-#define TASK_COLUMNS                                                                                                 \
-        "task_id, user_id, session_id, execution_id, tool, ttl_ms, poll_interval_ms, created_at, updated_at, "     \
+#define TASK_COLUMNS                                                                                                   \
+        "task_id, user_id, session_id, execution_id, tool, ttl_ms, poll_interval_ms, created_at, updated_at, "         \
         "expires_at, cancel_requested"
 
 static void task_from_row(struct store_query *q, struct store_task *row)
@@ -45,8 +45,7 @@ int store_task_purge(struct store *s, int64_t now_ms)
         return purge_locked(s, now_ms);
 }
 
-int store_task_add(struct store *s, const struct store_task *row, int64_t now_ms, size_t max_per_user,
-                   size_t max_total)
+int store_task_add(struct store *s, const struct store_task *row, int64_t now_ms, size_t max_per_user, size_t max_total)
 {
         STORE_LOCK(s);
         struct store_tx tx = {0};
@@ -159,8 +158,7 @@ int store_task_count(struct store *s, const char *user, int64_t now_ms, size_t *
 
         if (!ret)
                 return -EINVAL;
-        r = sq_start(&q, s,
-                     "SELECT count(*) FROM mcp_tasks WHERE (?1 IS NULL OR user_id = ?1) AND expires_at > ?2");
+        r = sq_start(&q, s, "SELECT count(*) FROM mcp_tasks WHERE (?1 IS NULL OR user_id = ?1) AND expires_at > ?2");
         if (r < 0)
                 return r;
         sq_text(&q, user);

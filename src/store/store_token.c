@@ -28,7 +28,7 @@ int store_token_add(struct store *s, const struct store_token *row)
         if (!row || !row->id[0] || !store_key_ok(row->user_id) || strlen(row->token_sha256) != 64)
                 return -EINVAL;
         r = sq_start(&q, s,
-                    "INSERT INTO api_tokens (id, user_id, role, token_sha256, created_at) VALUES (?1, ?2, ?3, ?4, ?5)");
+                     "INSERT INTO api_tokens (id, user_id, role, token_sha256, created_at) VALUES (?1, ?2, ?3, ?4, ?5)");
         if (r < 0)
                 return r;
         sq_text(&q, row->id);

@@ -61,11 +61,11 @@ static int uid_free_locked(struct store *s, int64_t lo, int64_t hi, int64_t *ret
                 return 0;
         }
         r = sq_start(&q, s,
-                         "WITH cur(v) AS (SELECT COALESCE((SELECT last_uid FROM session_uid_cursor WHERE id = 1), ?1 - 1)) "
-                         "SELECT c FROM (SELECT ?1 AS c UNION ALL SELECT v + 1 FROM cur UNION ALL "
-                         "SELECT uid + 1 FROM session_uids WHERE uid >= ?1 AND uid < ?2) "
-                         "WHERE c BETWEEN ?1 AND ?2 AND NOT EXISTS (SELECT 1 FROM session_uids WHERE uid = c) "
-                         "ORDER BY c <= (SELECT v FROM cur), c LIMIT 1");
+                     "WITH cur(v) AS (SELECT COALESCE((SELECT last_uid FROM session_uid_cursor WHERE id = 1), ?1 - 1)) "
+                     "SELECT c FROM (SELECT ?1 AS c UNION ALL SELECT v + 1 FROM cur UNION ALL "
+                     "SELECT uid + 1 FROM session_uids WHERE uid >= ?1 AND uid < ?2) "
+                     "WHERE c BETWEEN ?1 AND ?2 AND NOT EXISTS (SELECT 1 FROM session_uids WHERE uid = c) "
+                     "ORDER BY c <= (SELECT v FROM cur), c LIMIT 1");
 
         if (r < 0)
                 return r;
@@ -94,8 +94,8 @@ static int uid_cursor_set_locked(struct store *s, int64_t uid)
         return r < 0 ? r : 0;
 }
 
-int store_uid_assign(struct store *s, const char *user, const char *session, int64_t lo, int64_t hi,
-                     int64_t now_ms, int64_t *ret_uid)
+int store_uid_assign(struct store *s, const char *user, const char *session, int64_t lo, int64_t hi, int64_t now_ms,
+                     int64_t *ret_uid)
 {
         STORE_LOCK(s);
         _cleanup_(store_tx_rollbackp) struct store_tx tx = {};

@@ -119,7 +119,8 @@ long fixture_wait(bool (*pred)(void *ud), void *ud, long timeout_ms)
 static bool monitor_counts_events(void *ud)
 {
         struct daemon *d = ud;
-        const struct docker_label labels[] = {{CONTAINER_LABEL_MANAGED, "1"}, {CONTAINER_LABEL_INSTANCE, d->cfg.instance}};
+        const struct docker_label labels[] = {{CONTAINER_LABEL_MANAGED, "1"},
+                                              {CONTAINER_LABEL_INSTANCE, d->cfg.instance}};
 
         if (monitor_events_seen(d->monitor) > 0)
                 return true;

@@ -50,14 +50,14 @@ void testenv_wait_pause(int64_t *pause_ms);
  * the run label and `labels` (n of them, at most 4), so a stream filtered on
  * them sees its create and destroy events. Returns 0 or a negative errno. */
 int testenv_events_probe(const struct docker_label *labels, size_t n);
-#define TESTENV_WAIT_UNTIL(cond, timeout_ms)                                          \
-        ({                                                                            \
-                int64_t testenv_deadline_ = sbx_now_ms() + (int64_t)(timeout_ms);     \
-                int64_t testenv_pause_ = 5;                                           \
-                bool testenv_ok_;                                                     \
-                while (!(testenv_ok_ = (cond)) && sbx_now_ms() < testenv_deadline_)   \
-                        testenv_wait_pause(&testenv_pause_);                          \
-                testenv_ok_;                                                          \
+#define TESTENV_WAIT_UNTIL(cond, timeout_ms)                                                                           \
+        ({                                                                                                             \
+                int64_t testenv_deadline_ = sbx_now_ms() + (int64_t)(timeout_ms);                                      \
+                int64_t testenv_pause_ = 5;                                                                            \
+                bool testenv_ok_;                                                                                      \
+                while (!(testenv_ok_ = (cond)) && sbx_now_ms() < testenv_deadline_)                                    \
+                        testenv_wait_pause(&testenv_pause_);                                                           \
+                testenv_ok_;                                                                                           \
         })
 
 #endif

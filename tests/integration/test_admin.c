@@ -133,7 +133,8 @@ static char *as_user(uid_t uid, gid_t gid, const char *path, const char *line)
         close(p[0]);
         buf[got] = '\0';
         cr_assert_eq(waitpid(pid, &status, 0), pid);
-        cr_assert(WIFEXITED(status) && WEXITSTATUS(status) == 0, "child failed to drop privileges (status 0x%x)", status);
+        cr_assert(WIFEXITED(status) && WEXITSTATUS(status) == 0, "child failed to drop privileges (status 0x%x)",
+                  status);
         return strdup(buf);
 }
 
@@ -216,8 +217,9 @@ Test(admin, every_command)
         cr_assert_str_eq(errcode(r), "invalid");
         cJSON_Delete(r);
 
-        r = admin("{\"cmd\": \"session.mark_private\", \"user\": \"alice\", \"session\": \"s1\", "
-                  "\"dataset\": \"payroll\", \"source\": \"hr-db\"}");
+        r =
+                admin("{\"cmd\": \"session.mark_private\", \"user\": \"alice\", \"session\": \"s1\", "
+                      "\"dataset\": \"payroll\", \"source\": \"hr-db\"}");
         res = ok(r);
         cr_assert_str_eq(apic_str(res, "network_mode"), "none");
         cr_assert_eq(cJSON_GetArraySize(cJSON_GetObjectItem(res, "datasets")), 1);
@@ -458,8 +460,8 @@ static int ctl(const char *args, char **out)
         size_t n = 0, cap = 65536;
         int status;
 
-        snprintf(cmd, sizeof(cmd), "%s/sandboxctl --socket '%s' %s 2>/dev/null", SANDBOXD_BINARY_DIR,
-                 cfg.admin_socket, args);
+        snprintf(cmd, sizeof(cmd), "%s/sandboxctl --socket '%s' %s 2>/dev/null", SANDBOXD_BINARY_DIR, cfg.admin_socket,
+                 args);
         p = popen(cmd, "r");
         cr_assert_not_null(p);
         *out = malloc(cap);

@@ -80,8 +80,7 @@ static cJSON *run_tests(const char *language, const char *code, const char *test
 static const cJSON *test_named(const cJSON *res, const char *name)
 {
         const cJSON *t;
-        cJSON_ArrayForEach(t, cJSON_GetObjectItem(res, "tests"))
-        {
+        cJSON_ArrayForEach(t, cJSON_GetObjectItem(res, "tests")) {
                 if (strcmp(apic_str(t, "name"), name) == 0)
                         return t;
         }
@@ -227,8 +226,9 @@ Test(agent, script_cache)
         r = run_code(tok_a, "python", "raise SystemExit(3)\n");
         cr_assert(cJSON_IsNull(cJSON_GetObjectItem(apic_result(r), "cached")), "%s", cJSON_PrintUnformatted(r));
         cJSON_Delete(r);
-        r = call(tok_a, "run_code", "{\"session\": \"c\", \"language\": \"bash\", \"code\": \"echo x\", "
-                                    "\"cache\": false}");
+        r = call(tok_a, "run_code",
+                 "{\"session\": \"c\", \"language\": \"bash\", \"code\": \"echo x\", "
+                 "\"cache\": false}");
         cr_assert(cJSON_IsNull(cJSON_GetObjectItem(apic_result(r), "cached")), "%s", cJSON_PrintUnformatted(r));
         cJSON_Delete(r);
 
@@ -244,8 +244,8 @@ Test(agent, script_cache)
         cr_assert_str_eq(apic_code(r), "not_found", "%s", cJSON_PrintUnformatted(r));
         cJSON_Delete(r);
         r = call(tok_b, "list_scripts", "{}");
-        cr_assert_eq(cJSON_GetArraySize(cJSON_GetObjectItem(apic_result(r), "scripts")), 0,
-                     "%s", cJSON_PrintUnformatted(r));
+        cr_assert_eq(cJSON_GetArraySize(cJSON_GetObjectItem(apic_result(r), "scripts")), 0, "%s",
+                     cJSON_PrintUnformatted(r));
         cJSON_Delete(r);
 
         /* listing and its filter */
@@ -308,8 +308,7 @@ static void listed_state(const char *token, const char *session, char *ret, size
         const cJSON *s;
 
         ret[0] = '\0';
-        cJSON_ArrayForEach(s, cJSON_GetObjectItem(apic_result(r), "sessions"))
-        {
+        cJSON_ArrayForEach(s, cJSON_GetObjectItem(apic_result(r), "sessions")) {
                 if (strcmp(apic_str(s, "session"), session) == 0)
                         snprintf(ret, size, "%s", apic_str(s, "state"));
         }
@@ -379,8 +378,9 @@ Test(agent, sessions_as_tools)
         cr_assert_str_eq(apic_code(r), "invalid", "%s", cJSON_PrintUnformatted(r));
         cJSON_Delete(r);
 
-        r = call(tok_a, "create_session", "{\"session\": \"w\", \"ttl_seconds\": 3600, "
-                                          "\"env\": {\"GREETING\": \"hello there\"}}");
+        r = call(tok_a, "create_session",
+                 "{\"session\": \"w\", \"ttl_seconds\": 3600, "
+                 "\"env\": {\"GREETING\": \"hello there\"}}");
         res = apic_result(r);
         cr_assert_not_null(res, "%s", cJSON_PrintUnformatted(r));
         cr_assert_str_eq(apic_str(res, "state"), "running");
@@ -394,7 +394,8 @@ Test(agent, sessions_as_tools)
         r = call(tok_a, "exec", "{\"session\": \"w\", \"command\": \"echo \\\"$GREETING\\\" > note; cat note\"}");
         cr_assert_str_eq(apic_str(apic_result(r), "stdout"), "hello there\n", "%s", cJSON_PrintUnformatted(r));
         cJSON_Delete(r);
-        r = call(tok_a, "exec", "{\"session\": \"w\", \"command\": \"echo $GREETING\", \"env\": {\"GREETING\": \"x\"}}");
+        r = call(tok_a, "exec",
+                 "{\"session\": \"w\", \"command\": \"echo $GREETING\", \"env\": {\"GREETING\": \"x\"}}");
         cr_assert_str_eq(apic_str(apic_result(r), "stdout"), "x\n");
         cJSON_Delete(r);
 

@@ -129,8 +129,9 @@ Test(api, socket_mode_and_exec_round_trip)
         }
 
         /* env, workdir, stdin, base64 output */
-        r = call(tok_a, "exec", "{\"session\": \"s1\", \"command\": \"mkdir -p sub; cd sub; echo $FOO; pwd; cat\", "
-                                "\"env\": {\"FOO\": \"bar\"}, \"stdin\": \"in\", \"encoding\": \"base64\"}");
+        r = call(tok_a, "exec",
+                 "{\"session\": \"s1\", \"command\": \"mkdir -p sub; cd sub; echo $FOO; pwd; cat\", "
+                 "\"env\": {\"FOO\": \"bar\"}, \"stdin\": \"in\", \"encoding\": \"base64\"}");
         res = apic_result(r);
         cr_assert_not_null(res, "%s", cJSON_PrintUnformatted(r));
         {
@@ -149,7 +150,9 @@ Test(api, socket_mode_and_exec_round_trip)
 
         /* invalid UTF-8 is replaced, never passed through */
         r = call(tok_a, "exec", "{\"session\": \"s1\", \"command\": \"printf 'a\\\\377b'\"}");
-        cr_assert_str_eq(apic_str(apic_result(r), "stdout"), "a\xEF\xBF\xBD" "b");
+        cr_assert_str_eq(apic_str(apic_result(r), "stdout"),
+                         "a\xEF\xBF\xBD"
+                         "b");
         cJSON_Delete(r);
         close_daemon();
 }
@@ -160,8 +163,9 @@ Test(api, run_code_python)
         const cJSON *res;
 
         open_daemon_image(TESTENV_PYTHON_IMAGE);
-        r = call(tok_a, "run_code", "{\"session\": \"py\", \"language\": \"python\", "
-                                    "\"code\": \"import sys\\nprint(6 * 7)\\nsys.exit(2)\"}");
+        r = call(tok_a, "run_code",
+                 "{\"session\": \"py\", \"language\": \"python\", "
+                 "\"code\": \"import sys\\nprint(6 * 7)\\nsys.exit(2)\"}");
         res = apic_result(r);
         cr_assert_not_null(res, "%s", cJSON_PrintUnformatted(r));
         cr_assert_str_eq(apic_str(res, "stdout"), "42\n");
@@ -179,7 +183,8 @@ Test(api, big_output_has_head_marker_tail)
         const char *out;
 
         open_daemon();
-        r = call(tok_a, "exec", "{\"session\": \"s1\", \"command\": \"head -c 200000 /dev/zero | tr '\\\\0' x; echo END\"}");
+        r = call(tok_a, "exec",
+                 "{\"session\": \"s1\", \"command\": \"head -c 200000 /dev/zero | tr '\\\\0' x; echo END\"}");
         out = apic_str(apic_result(r), "stdout");
         cr_assert_not_null(out, "%s", cJSON_PrintUnformatted(r));
         cr_assert_not_null(strstr(out, "\n...["), "no marker");
@@ -226,8 +231,9 @@ Test(api, background_get_execution_and_stdin)
         char id[64];
 
         open_daemon();
-        r = call(tok_a, "exec", "{\"session\": \"s1\", \"command\": \"echo start; sleep 1; echo done\", "
-                                "\"background\": true}");
+        r = call(tok_a, "exec",
+                 "{\"session\": \"s1\", \"command\": \"echo start; sleep 1; echo done\", "
+                 "\"background\": true}");
         res = apic_result(r);
         cr_assert_not_null(res, "%s", cJSON_PrintUnformatted(r));
         snprintf(id, sizeof(id), "%s", apic_str(res, "execution_id"));
@@ -257,14 +263,17 @@ Test(api, background_get_execution_and_stdin)
         }
 
         /* interactive stdin over a second connection */
-        r = call(tok_a, "exec", "{\"session\": \"s1\", \"command\": \"read x; echo got:$x\", \"background\": true, "
-                                "\"interactive\": true}");
+        r = call(tok_a, "exec",
+                 "{\"session\": \"s1\", \"command\": \"read x; echo got:$x\", \"background\": true, "
+                 "\"interactive\": true}");
         snprintf(id, sizeof(id), "%s", apic_str(apic_result(r), "execution_id"));
         cJSON_Delete(r);
         {
                 char p[256];
-                snprintf(p, sizeof(p), "{\"session\": \"s1\", \"execution_id\": \"%s\", \"data\": \"hello\\n\", "
-                                       "\"eof\": true}", id);
+                snprintf(p, sizeof(p),
+                         "{\"session\": \"s1\", \"execution_id\": \"%s\", \"data\": \"hello\\n\", "
+                         "\"eof\": true}",
+                         id);
                 r = call(tok_a, "send_stdin", p);
                 cr_assert_str_eq(apic_code(r), "", "%s", cJSON_PrintUnformatted(r));
                 cr_assert_eq(apic_num(apic_result(r), "bytes"), 6);
@@ -303,7 +312,8 @@ Test(api, files_round_trip)
         bool saw = false;
 
         open_daemon();
-        r = call(tok_a, "write_file", "{\"session\": \"s1\", \"path\": \"notes/a.txt\", \"content\": \"h\\u00e9llo\\n\"}");
+        r = call(tok_a, "write_file",
+                 "{\"session\": \"s1\", \"path\": \"notes/a.txt\", \"content\": \"h\\u00e9llo\\n\"}");
         cr_assert_str_eq(apic_code(r), "", "%s", cJSON_PrintUnformatted(r));
         cr_assert_str_eq(apic_str(apic_result(r), "path"), "/workspace/notes/a.txt");
         cr_assert_eq(apic_num(apic_result(r), "bytes"), 7);
@@ -317,12 +327,14 @@ Test(api, files_round_trip)
         cJSON_Delete(r);
 
         /* binary through base64, read back with an offset; as text it is flagged */
-        r = call(tok_a, "write_file", "{\"session\": \"s1\", \"path\": \"b.bin\", \"content\": \"AP8BAg==\", "
-                                      "\"encoding\": \"base64\"}");
+        r = call(tok_a, "write_file",
+                 "{\"session\": \"s1\", \"path\": \"b.bin\", \"content\": \"AP8BAg==\", "
+                 "\"encoding\": \"base64\"}");
         cr_assert_eq(apic_num(apic_result(r), "bytes"), 4);
         cJSON_Delete(r);
-        r = call(tok_a, "read_file", "{\"session\": \"s1\", \"path\": \"b.bin\", \"offset\": 1, \"length\": 2, "
-                                     "\"encoding\": \"base64\"}");
+        r = call(tok_a, "read_file",
+                 "{\"session\": \"s1\", \"path\": \"b.bin\", \"offset\": 1, \"length\": 2, "
+                 "\"encoding\": \"base64\"}");
         cr_assert_str_eq(apic_str(apic_result(r), "content"), "/wE=");
         cr_assert(cJSON_IsFalse(cJSON_GetObjectItem(apic_result(r), "eof")));
         cJSON_Delete(r);
@@ -333,19 +345,20 @@ Test(api, files_round_trip)
         r = call(tok_a, "list_files", "{\"session\": \"s1\"}");
         res = apic_result(r);
         cr_assert_str_eq(apic_str(res, "path"), "/workspace");
-        cJSON_ArrayForEach(e, cJSON_GetObjectItem(res, "entries")) if (strcmp(apic_str(e, "name"), "notes") == 0)
-        {
-                cr_assert_str_eq(apic_str(e, "type"), "dir");
-                saw = true;
-        }
+        cJSON_ArrayForEach(e, cJSON_GetObjectItem(res, "entries"))
+                if (strcmp(apic_str(e, "name"), "notes") == 0) {
+                        cr_assert_str_eq(apic_str(e, "type"), "dir");
+                        saw = true;
+                }
         cr_assert(saw);
         cJSON_Delete(r);
 
         expect_code(call(tok_a, "read_file", "{\"session\": \"s1\", \"path\": \"../../etc/passwd\"}"), "invalid",
                     "escape");
         expect_code(call(tok_a, "read_file", "{\"session\": \"s1\", \"path\": \"nope\"}"), "not_found", "missing");
-        expect_code(call(tok_a, "write_file", "{\"session\": \"s1\", \"path\": \"x\", \"content\": \"%%%\", "
-                                              "\"encoding\": \"base64\"}"),
+        expect_code(call(tok_a, "write_file",
+                         "{\"session\": \"s1\", \"path\": \"x\", \"content\": \"%%%\", "
+                         "\"encoding\": \"base64\"}"),
                     "invalid", "bad base64");
         close_daemon();
 }
@@ -409,8 +422,9 @@ Test(api, cross_tenant_isolation)
         r = call(tok_b, "write_file", "{\"session\": \"shared\", \"path\": \"secret.txt\", \"content\": \"B-secret\"}");
         cr_assert_str_eq(apic_code(r), "");
         cJSON_Delete(r);
-        r = call(tok_b, "exec", "{\"session\": \"shared\", \"command\": \"sleep 30\", \"background\": true, "
-                                "\"interactive\": true}");
+        r = call(tok_b, "exec",
+                 "{\"session\": \"shared\", \"command\": \"sleep 30\", \"background\": true, "
+                 "\"interactive\": true}");
         snprintf(b_exec, sizeof(b_exec), "%s", apic_str(apic_result(r), "execution_id"));
         cJSON_Delete(r);
         r = call(tok_b, "session_info", "{\"session\": \"shared\"}");
@@ -422,8 +436,9 @@ Test(api, cross_tenant_isolation)
         const char *sessions[] = {"shared", "other"};
         for (size_t s = 0; s < ELEMENTSOF(sessions); s++)
                 for (size_t i = 0; i < ELEMENTSOF(by_id); i++) {
-                        snprintf(p, sizeof(p), "{\"session\": \"%s\", \"execution_id\": \"%s\", \"data\": \"x\", "
-                                               "\"force\": true}",
+                        snprintf(p, sizeof(p),
+                                 "{\"session\": \"%s\", \"execution_id\": \"%s\", \"data\": \"x\", "
+                                 "\"force\": true}",
                                  sessions[s], b_exec);
                         expect_code(call(tok_a, by_id[i], p), "not_found", by_id[i]);
                 }
@@ -525,17 +540,23 @@ Test(api, malformed_input_gets_clean_errors)
         raw_line_gets(fd, "\"str\"", "bad_request");
         raw_line_gets(fd, "null", "bad_request");
         /* the same connection still serves after each */
-#define REQ(params, method) (snprintf(line, sizeof(line), "{\"id\":1,\"token\":\"%s\",\"method\":\"%s\",\"params\":%s}", \
-                                      tok_a, method, params), line)
+#define REQ(params, method)                                                                                            \
+        (snprintf(line, sizeof(line), "{\"id\":1,\"token\":\"%s\",\"method\":\"%s\",\"params\":%s}", tok_a, method,    \
+                  params),                                                                                             \
+         line)
         raw_line_gets(fd, REQ("{\"session\":\"s1\"}", "no_such_method"), "bad_request");
         raw_line_gets(fd, REQ("{\"session\":\"s1\"}", "__proto__"), "bad_request");
         raw_line_gets(fd, REQ("\"x\"", "exec"), "bad_request");
         raw_line_gets(fd, REQ("{\"session\":\"s1\",\"command\":5}", "exec"), "bad_request");
-        raw_line_gets(fd, REQ("{\"session\":\"s1\",\"command\":\"true\",\"timeout_seconds\":\"10\"}", "exec"), "bad_request");
-        raw_line_gets(fd, REQ("{\"session\":\"s1\",\"command\":\"true\",\"timeout_seconds\":1.5}", "exec"), "bad_request");
+        raw_line_gets(fd, REQ("{\"session\":\"s1\",\"command\":\"true\",\"timeout_seconds\":\"10\"}", "exec"),
+                      "bad_request");
+        raw_line_gets(fd, REQ("{\"session\":\"s1\",\"command\":\"true\",\"timeout_seconds\":1.5}", "exec"),
+                      "bad_request");
         raw_line_gets(fd, REQ("{\"session\":\"s1\",\"command\":\"true\",\"timeout_seconds\":-1}", "exec"), "invalid");
-        raw_line_gets(fd, REQ("{\"session\":\"s1\",\"command\":\"true\",\"timeout_seconds\":1e300}", "exec"), "invalid");
-        raw_line_gets(fd, REQ("{\"session\":\"s1\",\"command\":\"true\",\"background\":\"yes\"}", "exec"), "bad_request");
+        raw_line_gets(fd, REQ("{\"session\":\"s1\",\"command\":\"true\",\"timeout_seconds\":1e300}", "exec"),
+                      "invalid");
+        raw_line_gets(fd, REQ("{\"session\":\"s1\",\"command\":\"true\",\"background\":\"yes\"}", "exec"),
+                      "bad_request");
         raw_line_gets(fd, REQ("{\"session\":\"s1\",\"command\":\"true\",\"env\":[1]}", "exec"), "bad_request");
         raw_line_gets(fd, REQ("{\"session\":\"s1\",\"command\":\"true\",\"env\":{\"A\":1}}", "exec"), "bad_request");
         raw_line_gets(fd, REQ("{\"session\":\"s1\",\"command\":\"true\",\"env\":{\"1A\":\"x\"}}", "exec"), "invalid");
@@ -547,7 +568,9 @@ Test(api, malformed_input_gets_clean_errors)
         raw_line_gets(fd, REQ("{\"session\":\"s1\",\"states\":[\"sleepy\"]}", "list_executions"), "invalid");
         raw_line_gets(fd, REQ("{\"session\":\"s1\",\"language\":\"cobol\",\"code\":\"x\"}", "run_code"), "invalid");
         raw_line_gets(fd, REQ("{\"session\":\"s1\",\"execution_id\":\"nope\"}", "get_execution"), "not_found");
-        raw_line_gets(fd, REQ("{\"session\":\"s1\",\"path\":\"a\",\"encoding\":\"latin1\",\"content\":\"\"}", "write_file"), "invalid");
+        raw_line_gets(fd,
+                      REQ("{\"session\":\"s1\",\"path\":\"a\",\"encoding\":\"latin1\",\"content\":\"\"}", "write_file"),
+                      "invalid");
         raw_line_gets(fd, REQ("{\"session\":\"s1\",\"command\":\"true\"}", "exec"), "");
         close(fd);
 
@@ -638,8 +661,9 @@ Test(api, disconnect_mid_exec_keeps_execution)
 
         open_daemon();
         fd = apic_connect(cfg.api_socket);
-        apic_request(fd, 1, tok_a, "exec",
-                     apic_json("{\"session\": \"s1\", \"stream\": true, \"command\": \"echo begin; sleep 2; echo end\"}"));
+        apic_request(
+                fd, 1, tok_a, "exec",
+                apic_json("{\"session\": \"s1\", \"stream\": true, \"command\": \"echo begin; sleep 2; echo end\"}"));
         {
                 /* the first progress event proves the execution runs */
                 char *first = apic_read_line(fd, 60000);
@@ -780,8 +804,7 @@ Test(api, accept_backs_off_on_emfile)
         cr_assert_eq(setrlimit(RLIMIT_NOFILE, &low), 0);
         cr_assert_eq(write(go[1], "g", 1), 1);
         pfd = (struct pollfd){.fd = p[0], .events = POLLIN};
-        cr_assert(poll(&pfd, 1, 30000) == 1 && read(p[0], buf, 1) == 1 && buf[0] == 'c',
-                  "the client never connected");
+        cr_assert(poll(&pfd, 1, 30000) == 1 && read(p[0], buf, 1) == 1 && buf[0] == 'c', "the client never connected");
         cpu0 = cpu_seconds();
         sbx_sleep_ms(1500); /* not a wait: the window in which a spinning accept loop would burn CPU */
         cpu1 = cpu_seconds();
@@ -806,8 +829,7 @@ static bool service_logged(const char *token, const char *session, const char *n
         cJSON *r;
         bool logged;
 
-        snprintf(params, sizeof(params), "{\"session\": \"%s\", \"name\": \"%s\", \"tail_lines\": 10}", session,
-                 name);
+        snprintf(params, sizeof(params), "{\"session\": \"%s\", \"name\": \"%s\", \"tail_lines\": 10}", session, name);
         r = call(token, "service_logs", params);
         logged = apic_result(r) && strstr(apic_str(apic_result(r), "stdout"), want);
         cJSON_Delete(r);
@@ -821,8 +843,9 @@ Test(api, services_through_the_socket)
         bool logged = false;
 
         open_daemon();
-        r = call(tok_a, "start_service", "{\"session\": \"svc\", \"name\": \"web\", "
-                                         "\"command\": \"echo hello-from-service; sleep 120\"}");
+        r = call(tok_a, "start_service",
+                 "{\"session\": \"svc\", \"name\": \"web\", "
+                 "\"command\": \"echo hello-from-service; sleep 120\"}");
         res = apic_result(r);
         cr_assert_not_null(res, "%s", cJSON_PrintUnformatted(r));
         cr_assert_str_eq(apic_str(res, "name"), "web");

@@ -131,8 +131,10 @@ Test(docker, lifecycle_hardened)
         }
         /* the hardening is really in force inside */
         {
-                const char *cmd[] = {"sh", "-c", "id -u; grep CapEff /proc/self/status; touch /x 2>/dev/null || echo ro; "
-                                                 "grep NoNewPrivs /proc/self/status", NULL};
+                const char *cmd[] = {"sh", "-c",
+                                     "id -u; grep CapEff /proc/self/status; touch /x 2>/dev/null || echo ro; "
+                                     "grep NoNewPrivs /proc/self/status",
+                                     NULL};
                 exec_ok(id, cmd, NULL, 0, 0, &res);
                 cr_expect_eq(res.exit_code, 0);
                 cr_expect(strstr(res.out, "1000\n") == res.out, "out: %s", res.out);
@@ -626,9 +628,11 @@ Test(docker, not_found_and_conflicts)
         snprintf(name2, sizeof(name2), "sbx-test-%s-b", testenv_run_id());
         spec = (struct docker_container_spec){.name = name, .cmd = keep_running};
         make_container(&spec, false, id);
-        spec = (struct docker_container_spec){.name = name, .cmd = keep_running,
-                                               .labels = (struct docker_label[]){{TESTENV_RUN_LABEL, testenv_run_id()}},
-                                               .n_labels = 1, .image = TESTENV_TEST_IMAGE};
+        spec = (struct docker_container_spec){.name = name,
+                                              .cmd = keep_running,
+                                              .labels = (struct docker_label[]){{TESTENV_RUN_LABEL, testenv_run_id()}},
+                                              .n_labels = 1,
+                                              .image = TESTENV_TEST_IMAGE};
         {
                 char id2[65];
                 r = docker_container_create(D, &spec, id2, &err);
@@ -676,7 +680,8 @@ static bool logs_show_errline(void *ud)
 
 Test(docker, logs_and_stats)
 {
-        const char *cmd[] = {"sh", "-c", "for i in 1 2 3 4 5; do echo line$i; done; echo errline >&2; exec sleep 1000", NULL};
+        const char *cmd[] = {"sh", "-c", "for i in 1 2 3 4 5; do echo line$i; done; echo errline >&2; exec sleep 1000",
+                             NULL};
         struct docker_container_spec spec = {.cmd = cmd};
         struct docker_stats st;
         struct sbx_error err = {0};
@@ -919,11 +924,13 @@ static void fake_setup(void)
 
 TestSuite(docker_fake, .init = fake_setup, .timeout = 60);
 
-#define EV_A "{\"status\":\"start\",\"id\":\"aaa\",\"Type\":\"container\",\"Action\":\"start\",\"Actor\":{\"ID\":\"aaa\"," \
-             "\"Attributes\":{\"sandboxd.test.run\":\"x\"}},\"scope\":\"local\",\"time\":1795262914,"                  \
-             "\"timeNano\":1795262914000000123}"
-#define EV_B "{\"Type\":\"container\",\"Action\":\"die\",\"Actor\":{\"ID\":\"bbb\",\"Attributes\":{\"exitCode\":\"1\"}}," \
-             "\"time\":1795262915,\"timeNano\":1795262915000000000}"
+#define EV_A                                                                                                           \
+        "{\"status\":\"start\",\"id\":\"aaa\",\"Type\":\"container\",\"Action\":\"start\",\"Actor\":{\"ID\":\"aaa\","  \
+        "\"Attributes\":{\"sandboxd.test.run\":\"x\"}},\"scope\":\"local\",\"time\":1795262914,"                       \
+        "\"timeNano\":1795262914000000123}"
+#define EV_B                                                                                                           \
+        "{\"Type\":\"container\",\"Action\":\"die\",\"Actor\":{\"ID\":\"bbb\",\"Attributes\":{\"exitCode\":\"1\"}},"   \
+        "\"time\":1795262915,\"timeNano\":1795262915000000000}"
 
 struct collected {
         char actions[8][32];
@@ -957,8 +964,9 @@ static const char *chunk(int slot, const char *s)
 
 Test(docker_fake, events_reconnect_since_and_dedup)
 {
-        static const char hdr[] = "HTTP/1.1 200 OK\r\nContent-Type: application/json\r\nServer: Docker\r\n"
-                                  "Transfer-Encoding: chunked\r\n\r\n";
+        static const char hdr[] =
+                "HTTP/1.1 200 OK\r\nContent-Type: application/json\r\nServer: Docker\r\n"
+                "Transfer-Encoding: chunked\r\n\r\n";
         static const char ev_a[] = EV_A "\n";
         char first_half[256], second_half[256];
         struct fake f = {0};
@@ -1027,8 +1035,9 @@ static size_t mkframe(uint8_t *out, uint8_t type, const char *payload)
 
 Test(docker_fake, attach_headers_and_frames_in_one_read)
 {
-        static const char hdr[] = "HTTP/1.1 101 UPGRADED\r\nContent-Type: application/vnd.docker.raw-stream\r\n"
-                                  "Connection: Upgrade\r\nUpgrade: tcp\r\n\r\n";
+        static const char hdr[] =
+                "HTTP/1.1 101 UPGRADED\r\nContent-Type: application/vnd.docker.raw-stream\r\n"
+                "Connection: Upgrade\r\nUpgrade: tcp\r\n\r\n";
         uint8_t one[512], two[512];
         size_t n1 = 0, n2 = 0;
         struct fake f = {0};
@@ -1082,8 +1091,9 @@ Test(docker_fake, attach_chunked_error_reply)
         struct docker *d;
         int r;
 
-        PART(&f.conns[0], 0, "HTTP/1.1 409 Conflict\r\nContent-Type: application/json\r\n"
-                             "Transfer-Encoding: chunked\r\n\r\n");
+        PART(&f.conns[0], 0,
+             "HTTP/1.1 409 Conflict\r\nContent-Type: application/json\r\n"
+             "Transfer-Encoding: chunked\r\n\r\n");
         PART(&f.conns[0], 1, chunk(0, "{\"message\":\"Container abc is not running\"}\n"));
         PART(&f.conns[0], 2, "0\r\n\r\n");
         f.conns[0].hold = true; /* keep-alive: the reply's framing, not EOF, must end the read */

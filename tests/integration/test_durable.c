@@ -45,8 +45,8 @@ static void wait_stdout(const char *id, const char *needle)
         for (int i = 0; i < 60; i++) {
                 struct exec_result res, more;
                 cr_assert_eq(exec_status(d->exec, "u1", id, 0, -1, 1 << 20, 0, &res, NULL), 0);
-                bool found = res.stdout_head_len > 0 && memmem(res.stdout_head, res.stdout_head_len, needle,
-                                                               strlen(needle)) != NULL;
+                bool found = res.stdout_head_len > 0 &&
+                             memmem(res.stdout_head, res.stdout_head_len, needle, strlen(needle)) != NULL;
                 if (!found && (exec_state_is_final(res.state) || i == 59))
                         cr_assert_fail("stdout of %s never showed '%s' (state %s): %.*s", id, needle,
                                        exec_state_to_string(res.state), (int)res.stdout_head_len, res.stdout_head);
@@ -68,8 +68,7 @@ static void wait_running(const char *id)
 static void send_line(const char *id, const char *text)
 {
         struct sbx_error err = {0};
-        cr_assert_eq(exec_send_stdin(d->exec, "u1", id, text, strlen(text), false, &err), 0, "send_stdin: %s",
-                     err.msg);
+        cr_assert_eq(exec_send_stdin(d->exec, "u1", id, text, strlen(text), false, &err), 0, "send_stdin: %s", err.msg);
 }
 
 static int count_in_stdout(const char *id, const char *needle)
@@ -180,8 +179,7 @@ Test(durable, executions_outlive_a_sigkilled_daemon_with_every_byte)
         cr_assert_eq(res.exit_code, 0);
         cr_assert_str_eq(res.via, "runner");
         cr_assert_eq(res.stdout_head_len, 5);
-        cr_assert(memcmp(res.stdout_head, "done\n", 5) == 0, "stdout: %.*s", (int)res.stdout_head_len,
-                  res.stdout_head);
+        cr_assert(memcmp(res.stdout_head, "done\n", 5) == 0, "stdout: %.*s", (int)res.stdout_head_len, res.stdout_head);
         cr_assert_geq(res.max_rss_kb, 1, "the usage of the adopted tree is known");
         exec_result_done(&res);
 
@@ -202,10 +200,12 @@ Test(durable, executions_outlive_a_sigkilled_daemon_with_every_byte)
 
 Test(durable, a_graceful_restart_keeps_an_execution_and_its_deadline)
 {
-        struct exec_request req = {.user = "u1", .session = "s1", .command = "echo before; sleep 2; echo after",
+        struct exec_request req = {.user = "u1",
+                                   .session = "s1",
+                                   .command = "echo before; sleep 2; echo after",
                                    .actor = "test"};
-        struct exec_request slow = {.user = "u1", .session = "s1", .command = "sleep 100", .timeout_s = 3,
-                                    .actor = "test"};
+        struct exec_request slow = {
+                .user = "u1", .session = "s1", .command = "sleep 100", .timeout_s = 3, .actor = "test"};
         struct exec_result res;
         char id[37], slow_id[37];
 
@@ -243,8 +243,7 @@ static void open_python_daemon(void)
 
 Test(durable, a_tty_exec_of_an_interactive_python_is_driven_by_send_stdin)
 {
-        struct exec_request req = {.user = "u1", .session = "s1", .command = "python3 -i", .tty = true,
-                                   .actor = "test"};
+        struct exec_request req = {.user = "u1", .session = "s1", .command = "python3 -i", .tty = true, .actor = "test"};
         struct exec_result res;
         char id[37];
 
@@ -268,8 +267,13 @@ Test(durable, a_tty_exec_of_an_interactive_python_is_driven_by_send_stdin)
 
 Test(durable, a_tty_resize_is_seen_by_stty)
 {
-        struct exec_request req = {.user = "u1", .session = "s1", .command = "stty size; read x; stty size",
-                                   .tty = true, .rows = 30, .cols = 100, .actor = "test"};
+        struct exec_request req = {.user = "u1",
+                                   .session = "s1",
+                                   .command = "stty size; read x; stty size",
+                                   .tty = true,
+                                   .rows = 30,
+                                   .cols = 100,
+                                   .actor = "test"};
         struct exec_result res;
         struct sbx_error err = {0};
         char id[37];
@@ -288,8 +292,11 @@ Test(durable, a_tty_resize_is_seen_by_stty)
         exec_result_done(&res);
 
         /* a plain execution has no terminal to resize, and sees none */
-        struct exec_request plain = {.user = "u1", .session = "s1", .command = "read x; test -t 0 || test -t 1 || echo no-tty",
-                                     .interactive = true, .actor = "test"};
+        struct exec_request plain = {.user = "u1",
+                                     .session = "s1",
+                                     .command = "read x; test -t 0 || test -t 1 || echo no-tty",
+                                     .interactive = true,
+                                     .actor = "test"};
         cr_assert_eq(exec_start(d->exec, &plain, id, NULL), 0);
         wait_running(id);
         cr_assert_eq(exec_resize(d->exec, "u1", id, 40, 120, &err), -EINVAL);
@@ -318,8 +325,7 @@ Test(durable, without_a_runner_a_tty_is_refused_clearly)
 }
 
 /* The same through the API: exec with tty, resize_terminal, send_stdin. */
-__attribute__((format(printf, 3, 4))) static cJSON *api(const char *token, const char *method, const char *fmt,
-                                                         ...)
+__attribute__((format(printf, 3, 4))) static cJSON *api(const char *token, const char *method, const char *fmt, ...)
 {
         va_list ap;
         char params[512];
@@ -367,8 +373,7 @@ Test(durable, the_api_runs_a_tty_and_resizes_it)
         r = api(tok, "resize_terminal", "{\"session\":\"t1\",\"execution_id\":\"%s\",\"rows\":0,\"cols\":11}", id);
         cr_assert_str_neq(apic_code(r), "", "a zero-row terminal was accepted");
         cJSON_Delete(r);
-        r = api(other, "resize_terminal", "{\"session\":\"t1\",\"execution_id\":\"%s\",\"rows\":9,\"cols\":11}",
-                id);
+        r = api(other, "resize_terminal", "{\"session\":\"t1\",\"execution_id\":\"%s\",\"rows\":9,\"cols\":11}", id);
         cr_assert_str_eq(apic_code(r), "not_found", "another user resized it");
         cJSON_Delete(r);
         r = api(tok, "resize_terminal", "{\"session\":\"t1\",\"execution_id\":\"%s\",\"rows\":9,\"cols\":11}", id);

@@ -133,8 +133,8 @@ static void open_daemon(void)
 
 static char *sh(const char *session, const char *command, int *ret_code)
 {
-        struct exec_request req = {.user = "u1", .session = session, .command = command, .actor = "test",
-                                   .timeout_s = 120};
+        struct exec_request req = {
+                .user = "u1", .session = session, .command = command, .actor = "test", .timeout_s = 120};
         struct exec_result res;
         struct sbx_error err = {0};
         char *out;
@@ -364,8 +364,8 @@ Test(egress_ct, sandboxctl_manages_additions_and_shows_the_log)
         cr_assert_neq(ctl("egress-allow u1 '*'", &out), 0, "allow-all is the config's alone");
         free(out);
         cr_assert_eq(ctl("egress-policy u1 s9", &out), 0, "%s", out);
-        cr_assert(strstr(out, "mode: egress") && strstr(out, "config   pypi.org") && strstr(out, "user     github.com") &&
-                          strstr(out, "session  *.corp.example:8443"),
+        cr_assert(strstr(out, "mode: egress") && strstr(out, "config   pypi.org") &&
+                          strstr(out, "user     github.com") && strstr(out, "session  *.corp.example:8443"),
                   "%s", out);
         free(out);
         cr_assert_eq(ctl("egress-deny u1 github.com", &out), 0, "%s", out);

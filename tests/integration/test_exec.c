@@ -39,8 +39,8 @@ static void close_daemon(void)
 
 static int run_sh(const char *session, const char *command, int timeout_s, struct exec_result *res)
 {
-        struct exec_request req = {.user = "u1", .session = session, .command = command, .timeout_s = timeout_s,
-                                   .actor = "test"};
+        struct exec_request req = {
+                .user = "u1", .session = session, .command = command, .timeout_s = timeout_s, .actor = "test"};
         struct sbx_error err = {0};
         int r = exec_run(d->exec, &req, res, &err);
         cr_assert_eq(r, 0, "exec_run(%s): %s", command, err.msg);
@@ -49,8 +49,8 @@ static int run_sh(const char *session, const char *command, int timeout_s, struc
 
 static void start_sh(const char *session, const char *command, int timeout_s, char id[37])
 {
-        struct exec_request req = {.user = "u1", .session = session, .command = command, .timeout_s = timeout_s,
-                                   .actor = "test"};
+        struct exec_request req = {
+                .user = "u1", .session = session, .command = command, .timeout_s = timeout_s, .actor = "test"};
         struct sbx_error err = {0};
         cr_assert_eq(exec_start(d->exec, &req, id, &err), 0, "exec_start(%s): %s", command, err.msg);
 }
@@ -321,10 +321,16 @@ Test(exec, invalid_utf8_is_kept_as_bytes)
         open_daemon(NULL, false);
         run_sh("utf", "printf 'a\\377\\376b\\303'", 0, &res);
         cr_assert_eq(res.stdout_head_len, 5);
-        cr_assert_eq(memcmp(res.stdout_head, "a\xff\xfe" "b\xc3", 5), 0);
+        cr_assert_eq(memcmp(res.stdout_head,
+                            "a\xff\xfe"
+                            "b\xc3",
+                            5),
+                     0);
         char *clean = utf8_sanitize(res.stdout_head, res.stdout_head_len);
         cr_assert(utf8_is_valid(clean, strlen(clean)));
-        cr_assert_str_eq(clean, "a\xef\xbf\xbd\xef\xbf\xbd" "b\xef\xbf\xbd");
+        cr_assert_str_eq(clean,
+                         "a\xef\xbf\xbd\xef\xbf\xbd"
+                         "b\xef\xbf\xbd");
         free(clean);
         exec_result_done(&res);
         close_daemon();
@@ -463,8 +469,11 @@ Test(exec, running_execution_survives_as_daemon_restarted)
          * that died meanwhile leaves it daemon_restarted */
         {
                 char cmd[512];
-                snprintf(cmd, sizeof(cmd), "kill $(docker ps -q --filter label=" CONTAINER_LABEL_INSTANCE "=%s "
-                         "--filter label=" CONTAINER_LABEL_SESSION "=rs)", cfg.instance);
+                snprintf(cmd, sizeof(cmd),
+                         "kill $(docker ps -q --filter label=" CONTAINER_LABEL_INSTANCE
+                         "=%s "
+                         "--filter label=" CONTAINER_LABEL_SESSION "=rs)",
+                         cfg.instance);
                 cr_assert_eq(fixture_docker_cli(cmd), 0);
         }
 
@@ -535,8 +544,8 @@ Test(exec, thousand_sequential_execs_leak_nothing)
         fds1 = count_dir("/proc/self/fd");
         th1 = count_dir("/proc/self/task");
         rss1 = rss_kb();
-        fprintf(stderr, "1000 execs: fds %d -> %d, threads %d -> %d, RSS %ld -> %ld kB\n", fds0, fds1, th0, th1,
-                rss0, rss1);
+        fprintf(stderr, "1000 execs: fds %d -> %d, threads %d -> %d, RSS %ld -> %ld kB\n", fds0, fds1, th0, th1, rss0,
+                rss1);
         cr_assert_eq(fds1, fds0, "file descriptors leaked");
         cr_assert_eq(th1, th0, "threads leaked");
         cr_assert_lt(rss1 - rss0, 8 * 1024, "RSS grew by %ld kB", rss1 - rss0);
@@ -580,9 +589,12 @@ Test(exec, run_code_in_python_node_and_bash)
 
 Test(exec, stdin_round_trip_with_python_input)
 {
-        struct exec_request req = {.user = "u1", .session = "in", .language = EXEC_LANG_PYTHON,
+        struct exec_request req = {.user = "u1",
+                                   .session = "in",
+                                   .language = EXEC_LANG_PYTHON,
                                    .code = "name = input()\nprint('hello ' + name)\nprint(input()[::-1])",
-                                   .interactive = true, .actor = "test"};
+                                   .interactive = true,
+                                   .actor = "test"};
         struct sbx_error err = {0};
         char id[37];
         struct exec_result res;

@@ -44,7 +44,8 @@ static void write_ok(const char *session, const char *path, const void *data, si
 {
         struct sbx_error err = {0};
         char norm[FILES_PATH_MAX];
-        cr_assert_eq(files_write(&d->files, "u1", session, path, data, len, norm, &err), 0, "write %s: %s", path, err.msg);
+        cr_assert_eq(files_write(&d->files, "u1", session, path, data, len, norm, &err), 0, "write %s: %s", path,
+                     err.msg);
 }
 
 static struct files_read_result read_ok(const char *session, const char *path, uint64_t off, int64_t len)
@@ -76,16 +77,20 @@ Test(files, normalize_paths)
         struct {
                 const char *in, *want;
         } ok[] = {
-                {"a.txt", "/workspace/a.txt"},
-                {"./a//b/./c", "/workspace/a/b/c"},
-                {"a/../b", "/workspace/b"},
-                {"/workspace", "/workspace"},
-                {"/workspace/", "/workspace"},
-                {"/workspace/x/../y", "/workspace/y"},
+                {"a.txt", "/workspace/a.txt"}, {"./a//b/./c", "/workspace/a/b/c"},
+                {"a/../b", "/workspace/b"},    {"/workspace", "/workspace"},
+                {"/workspace/", "/workspace"}, {"/workspace/x/../y", "/workspace/y"},
                 {".", "/workspace"},
         };
-        const char *escapes[] = {"../x", "/etc/passwd", "/workspace/../etc", "a/../../x", "/workspacex",
-                                 "/", "..", "/workspace/../workspace2/x", "/../workspace/../../etc"};
+        const char *escapes[] = {"../x",
+                                 "/etc/passwd",
+                                 "/workspace/../etc",
+                                 "a/../../x",
+                                 "/workspacex",
+                                 "/",
+                                 "..",
+                                 "/workspace/../workspace2/x",
+                                 "/../workspace/../../etc"};
 
         for (size_t i = 0; i < ELEMENTSOF(ok); i++) {
                 cr_assert_eq(files_normalize(ok[i].in, out, NULL), 0, "%s refused", ok[i].in);
@@ -209,7 +214,8 @@ Test(files, size_caps)
         d = fixture_open(&cfg, false);
         buf = calloc(1, (size_t)cfg.max_file_bytes + 1);
         memset(buf, 'a', (size_t)cfg.max_file_bytes + 1);
-        cr_assert_eq(files_write(&d->files, "u1", "s1", "big", buf, (size_t)cfg.max_file_bytes + 1, NULL, &err), -EFBIG);
+        cr_assert_eq(files_write(&d->files, "u1", "s1", "big", buf, (size_t)cfg.max_file_bytes + 1, NULL, &err),
+                     -EFBIG);
         cr_assert_not_null(strstr(err.msg, "max_file_size"), "%s", err.msg);
         write_ok("s1", "big", buf, (size_t)cfg.max_file_bytes);
 
@@ -245,9 +251,10 @@ Test(files, refusals)
         open_daemon();
         for (size_t i = 0; i < ELEMENTSOF(bad); i++) {
                 cr_assert_eq(files_read(&d->files, "u1", "s1", bad[i], 0, -1, &r, &err), -EPERM, "read %s", bad[i]);
-                cr_assert_eq(files_write(&d->files, "u1", "s1", bad[i], "x", 1, NULL, &err), -EPERM, "write %s", bad[i]);
-                cr_assert_eq(files_list(&d->files, "u1", "s1", bad[i], NULL, &list, &n, &trunc, &err), -EPERM, "list %s",
+                cr_assert_eq(files_write(&d->files, "u1", "s1", bad[i], "x", 1, NULL, &err), -EPERM, "write %s",
                              bad[i]);
+                cr_assert_eq(files_list(&d->files, "u1", "s1", bad[i], NULL, &list, &n, &trunc, &err), -EPERM,
+                             "list %s", bad[i]);
         }
         cr_assert_eq(files_read(&d->files, "u1", "s1", "missing.txt", 0, -1, &r, &err), -ENOENT);
         cr_assert_eq(files_read(&d->files, "u1", "s1", "/workspace", 0, -1, &r, &err), -EISDIR);
@@ -282,8 +289,9 @@ Test(files, list_entries)
         write_ok("s1", ".hidden", "hh", 2);
         write_ok("s1", "-dash", "d", 1);
         container_of("s1", cid);
-        cr_assert_eq(fixture_sh(cid, "cd /workspace && ln -s b.txt link && mkfifo pipe && "
-                                     "touch \"$(printf 'new\\nline')\"",
+        cr_assert_eq(fixture_sh(cid,
+                                "cd /workspace && ln -s b.txt link && mkfifo pipe && "
+                                "touch \"$(printf 'new\\nline')\"",
                                 NULL),
                      0);
         cr_assert_eq(files_list(&d->files, "u1", "s1", NULL, path, &list, &n, &trunc, &err), 0, "%s", err.msg);
@@ -314,8 +322,9 @@ Test(files, list_entries)
         free(list);
 
         /* more than the cap: truncated */
-        cr_assert_eq(fixture_sh(cid, "mkdir /workspace/many && cd /workspace/many && i=0; "
-                                     "while [ $i -lt 1005 ]; do : > f$i; i=$((i+1)); done",
+        cr_assert_eq(fixture_sh(cid,
+                                "mkdir /workspace/many && cd /workspace/many && i=0; "
+                                "while [ $i -lt 1005 ]; do : > f$i; i=$((i+1)); done",
                                 NULL),
                      0);
         cr_assert_eq(files_list(&d->files, "u1", "s1", "many", path, &list, &n, &trunc, &err), 0);
@@ -358,16 +367,22 @@ Test(files, symlink_escapes)
                  secret, cfg.data_dir);
         cr_assert_eq(fixture_sh(cid, script, NULL), 0);
 
-        const char *reads[] = {"evil/passwd", "root/etc/passwd", "hostlink", "hostdir/secret.txt", "passwd",
-                               "up/passwd", "sub/parent/../etc/passwd", "sub/parent/evil/hostname"};
+        const char *reads[] = {"evil/passwd",
+                               "root/etc/passwd",
+                               "hostlink",
+                               "hostdir/secret.txt",
+                               "passwd",
+                               "up/passwd",
+                               "sub/parent/../etc/passwd",
+                               "sub/parent/evil/hostname"};
         for (size_t i = 0; i < ELEMENTSOF(reads); i++) {
                 int rc = files_read(&d->files, "u1", "s1", reads[i], 0, -1, &r, &err);
                 cr_assert(rc == -EPERM || rc == -ENOENT, "read %s gave %d", reads[i], rc);
                 if (rc == 0)
                         files_read_result_done(&r);
         }
-        const char *writes[] = {"evil/x", "root/tmp/x", "hostlink", "hostdir/secret.txt", "hostdir/new.txt",
-                                "passwd", "up/x", "dangling", "tmpnew", "evil/newdir/x", "sub/parent/evil/x"};
+        const char *writes[] = {"evil/x", "root/tmp/x", "hostlink", "hostdir/secret.txt", "hostdir/new.txt",  "passwd",
+                                "up/x",   "dangling",   "tmpnew",   "evil/newdir/x",      "sub/parent/evil/x"};
         for (size_t i = 0; i < ELEMENTSOF(writes); i++) {
                 int rc = files_write(&d->files, "u1", "s1", writes[i], "PWNED", 5, NULL, &err);
                 cr_assert(rc == -EPERM || rc == -ENOENT, "write %s gave %d (%s)", writes[i], rc, err.msg);
@@ -432,15 +447,17 @@ Test(files, runner_confines_to_the_workspace)
         write_ok("s1", "real/data.txt", "inside", 6);
         container_of("s1", cid);
         cr_assert(runner_hub_wait(d->runner, "u1", "s1", 20000), "the runner did not connect");
-        cr_assert_eq(fixture_sh(cid, "cd /workspace && ln -s / slash && ln -s /proc/self/root procroot && "
-                                     "ln -s /proc/self/cwd proccwd && ln -s .. up && mkdir -p a/b && "
-                                     "ln -s ../../.. a/b/top && ln -s real linkdir && ln -s /workspace/real abslink",
+        cr_assert_eq(fixture_sh(cid,
+                                "cd /workspace && ln -s / slash && ln -s /proc/self/root procroot && "
+                                "ln -s /proc/self/cwd proccwd && ln -s .. up && mkdir -p a/b && "
+                                "ln -s ../../.. a/b/top && ln -s real linkdir && ln -s /workspace/real abslink",
                                 NULL),
                      0);
         before = runner_file_ops();
 
-        const char *escapes[] = {"slash/etc/passwd", "procroot/etc/passwd", "proccwd/etc/passwd", "up/etc/passwd",
-                                 "a/b/top/etc/passwd", "slash", "procroot"};
+        const char *escapes[] = {"slash/etc/passwd", "procroot/etc/passwd", "proccwd/etc/passwd",
+                                 "up/etc/passwd",    "a/b/top/etc/passwd",  "slash",
+                                 "procroot"};
         for (size_t i = 0; i < ELEMENTSOF(escapes); i++) {
                 int rc = files_read(&d->files, "u1", "s1", escapes[i], 0, -1, &r, &err);
                 cr_assert_eq(rc, -EPERM, "read %s gave %d (%s)", escapes[i], rc, err.msg);

@@ -125,7 +125,9 @@ static void raw_container(const char *const *labels, char id[65])
                 l[n] = (struct docker_label){keys[n], vals[n]};
         }
         l[n++] = (struct docker_label){TESTENV_RUN_LABEL, testenv_run_id()};
-        struct docker_container_spec spec = {.image = TESTENV_TEST_IMAGE, .user = "1000:1000", .labels = l,
+        struct docker_container_spec spec = {.image = TESTENV_TEST_IMAGE,
+                                             .user = "1000:1000",
+                                             .labels = l,
                                              .n_labels = n};
         cr_assert_eq(docker_container_create(testenv_docker(), &spec, id, &err), 0, "create: %s", err.msg);
         cr_assert_eq(docker_container_start(testenv_docker(), id, &err), 0, "start: %s", err.msg);
@@ -293,8 +295,8 @@ Test(gc, idle_old_and_orphan_containers_go_foreign_ones_stay)
         st = open_store(&cfg);
         now = sbx_wall_ms();
         row_set(st, "alice", "idle", NULL, NULL, 0, now - 2 * HOUR_MS); /* idle_timeout is 1h */
-        row_set(st, "bob", "old", NULL, NULL, 0, now - 5 * MIN_MS);    /* quiet, not idle */
-        row_set(st, "bob", "busy", NULL, NULL, 0, now - 5 * MIN_MS);   /* quiet, but running something: */
+        row_set(st, "bob", "old", NULL, NULL, 0, now - 5 * MIN_MS);     /* quiet, not idle */
+        row_set(st, "bob", "busy", NULL, NULL, 0, now - 5 * MIN_MS);    /* quiet, but running something: */
         put_exec(&cfg, st, "bob", "busy", "RUNNING", 0, -1, -1, ex);
         store_close(st);
 
@@ -739,8 +741,9 @@ static char *store_snapshot(const struct sbx_config *cfg)
         FILE *f = open_memstream(&buf, &len);
 
         cr_assert_eq(store_gc_stats(st, &s), 0);
-        fprintf(f, "sessions %lld ports %lld services %lld executions %lld spools %lld private %lld containers %lld "
-                   "audit %lld pages %lld free %lld\n",
+        fprintf(f,
+                "sessions %lld ports %lld services %lld executions %lld spools %lld private %lld containers %lld "
+                "audit %lld pages %lld free %lld\n",
                 (long long)s.sessions, (long long)s.ports, (long long)s.services, (long long)s.executions,
                 (long long)s.spools, (long long)s.private_datasets, (long long)s.containers, (long long)s.audit,
                 (long long)s.page_count, (long long)s.freelist_count);
@@ -787,8 +790,9 @@ Test(gc, dry_run_changes_nothing_and_reports_what_a_real_run_does)
         snprintf(p, sizeof(p), "%s/executions", cfg.data_dir);
         put_exec(&cfg, st, "alice", "s1", "COMPLETED", now - 8 * DAY_MS, 64, 0, ex);
         store_close(st);
-        sql(&cfg, "INSERT INTO services (user_id, session_id, name, container_id, command, state) "
-                  "VALUES ('x', 'y', 'done', NULL, 'true', 'STOPPED')");
+        sql(&cfg,
+            "INSERT INTO services (user_id, session_id, name, container_id, command, state) "
+            "VALUES ('x', 'y', 'done', NULL, 'true', 'STOPPED')");
         ws_path(&cfg, "erin", "destroyed", NULL, p, sizeof(p));
         mkdirs(p);
         ws_path(&cfg, "erin", "destroyed", "f", p, sizeof(p));
@@ -858,8 +862,14 @@ struct loop {
         char error[512];
 };
 
-static int loop_ok(struct loop *l) { return __atomic_load_n(&l->ok, __ATOMIC_RELAXED); }
-static int loop_failed(struct loop *l) { return __atomic_load_n(&l->failed, __ATOMIC_RELAXED); }
+static int loop_ok(struct loop *l)
+{
+        return __atomic_load_n(&l->ok, __ATOMIC_RELAXED);
+}
+static int loop_failed(struct loop *l)
+{
+        return __atomic_load_n(&l->failed, __ATOMIC_RELAXED);
+}
 
 static void *exec_loop(void *p)
 {
@@ -1050,8 +1060,7 @@ Test(gc, the_binary_reports_json_and_exits_non_zero_when_an_item_fails)
         cr_assert_eq(json_num(o, "execution_spools", "failed"), 1);
         cr_assert_eq(json_num(o, "total", "failed"), 1);
         items = cJSON_GetObjectItem(o, "items");
-        cJSON_ArrayForEach(it, items)
-        {
+        cJSON_ArrayForEach(it, items) {
                 if (!cJSON_IsTrue(cJSON_GetObjectItem(it, "failed")))
                         continue;
                 saw_failed = true;
@@ -1144,8 +1153,9 @@ Test(gc, the_daemon_wins_every_race_in_the_store)
         store_close(st);
 
         /* a service restarted in a new container since gc looked */
-        sql(&cfg, "INSERT INTO services (user_id, session_id, name, container_id, command, state) "
-                  "VALUES ('alice', 's', 'web', 'c2', 'httpd', 'RUNNING')");
+        sql(&cfg,
+            "INSERT INTO services (user_id, session_id, name, container_id, command, state) "
+            "VALUES ('alice', 's', 'web', 'c2', 'httpd', 'RUNNING')");
         st = open_store(&cfg);
         cr_assert_eq(store_gc_service_delete(st, "alice", "s", "web", "c1", "RUNNING"), -ESTALE);
         cr_assert_eq(store_gc_service_delete(st, "alice", "s", "web", "c2", "FAILED"), -ESTALE);

@@ -158,8 +158,8 @@ static int post(const char *token, const char *method, const char *json, cJSON *
         put_file("req.json", json, jpath);
         if (token)
                 snprintf(auth, sizeof(auth), "-H 'Authorization: Bearer %s'", token);
-        code = curl(&body, "%s -H 'Content-Type: application/json' --data-binary @%s https://127.0.0.1:%d/v1/%s",
-                    auth, jpath, port, method);
+        code = curl(&body, "%s -H 'Content-Type: application/json' --data-binary @%s https://127.0.0.1:%d/v1/%s", auth,
+                    jpath, port, method);
         if (ret)
                 *ret = cJSON_Parse(body);
         free(body);
@@ -294,8 +294,9 @@ Test(http, sse_streams_output_then_the_result, .init = setup_tls, .fini = teardo
         const char *res;
         cJSON *r;
 
-        cr_assert_eq(sse_exec("sse.json", "{\"session\": \"s2\", \"command\": "
-                                     "\"echo one; sleep 0.3; echo two >&2; sleep 0.3; echo three\"}",
+        cr_assert_eq(sse_exec("sse.json",
+                              "{\"session\": \"s2\", \"command\": "
+                              "\"echo one; sleep 0.3; echo two >&2; sleep 0.3; echo three\"}",
                               &body),
                      200);
         /* output events carry the streams' bytes; exactly one final result, last */
@@ -412,8 +413,9 @@ Test(http, plain_http_only_on_loopback)
         open_daemon(false, false);
         cr_assert_eq(curl(&body, "http://127.0.0.1:%d/healthz", port), 200);
         free(body);
-        cr_assert_eq(curl(NULL, "-H 'Authorization: Bearer %s' --data-binary '{\"session\":\"p1\",\"command\":\"true\"}' "
-                                "http://127.0.0.1:%d/v1/exec",
+        cr_assert_eq(curl(NULL,
+                          "-H 'Authorization: Bearer %s' --data-binary '{\"session\":\"p1\",\"command\":\"true\"}' "
+                          "http://127.0.0.1:%d/v1/exec",
                           tok_a, port),
                      200);
         teardown();
@@ -563,22 +565,25 @@ Test(http, mcp_sessions_tools_and_isolation, .init = setup_tls, .fini = teardown
         char sid[65], *body = NULL;
 
         /* no session and no 2026 envelope: 400; initialize: a session id */
-        cr_assert_eq(mcp_post(tok_a, NULL, "{\"jsonrpc\":\"2.0\",\"id\":1,\"method\":\"tools/list\"}", false, &body, NULL),
+        cr_assert_eq(mcp_post(tok_a, NULL, "{\"jsonrpc\":\"2.0\",\"id\":1,\"method\":\"tools/list\"}", false, &body,
+                              NULL),
                      400);
         free(body);
-        cr_assert_eq(mcp_post(tok_a, NULL,
-                              "{\"jsonrpc\":\"2.0\",\"id\":1,\"method\":\"initialize\",\"params\":{\"protocolVersion\":"
-                              "\"2025-06-18\",\"capabilities\":{},\"clientInfo\":{\"name\":\"curl\",\"version\":\"1\"}}}",
-                              false, &body, sid),
-                     200);
+        cr_assert_eq(
+                mcp_post(tok_a, NULL,
+                         "{\"jsonrpc\":\"2.0\",\"id\":1,\"method\":\"initialize\",\"params\":{\"protocolVersion\":"
+                         "\"2025-06-18\",\"capabilities\":{},\"clientInfo\":{\"name\":\"curl\",\"version\":\"1\"}}}",
+                         false, &body, sid),
+                200);
         cr_assert_eq(strlen(sid), 32, "Mcp-Session-Id: %s", sid);
         cr_assert(strstr(body, "\"protocolVersion\":\"2025-06-18\"") != NULL, "%s", body);
         free(body);
-        cr_assert_eq(mcp_post(tok_a, sid, "{\"jsonrpc\":\"2.0\",\"method\":\"notifications/initialized\"}", false, &body,
-                              NULL),
+        cr_assert_eq(mcp_post(tok_a, sid, "{\"jsonrpc\":\"2.0\",\"method\":\"notifications/initialized\"}", false,
+                              &body, NULL),
                      202);
         free(body);
-        cr_assert_eq(mcp_post(tok_a, sid, "{\"jsonrpc\":\"2.0\",\"id\":2,\"method\":\"tools/list\"}", false, &body, NULL),
+        cr_assert_eq(mcp_post(tok_a, sid, "{\"jsonrpc\":\"2.0\",\"id\":2,\"method\":\"tools/list\"}", false, &body,
+                              NULL),
                      200);
         cr_assert(strstr(body, "\"name\":\"exec\"") != NULL, "%s", body);
         free(body);
@@ -598,7 +603,8 @@ Test(http, mcp_sessions_tools_and_isolation, .init = setup_tls, .fini = teardown
         free(body);
 
         /* another user's token cannot use the session; an unknown id is 404 too */
-        cr_assert_eq(mcp_post(tok_b, sid, "{\"jsonrpc\":\"2.0\",\"id\":4,\"method\":\"tools/list\"}", false, &body, NULL),
+        cr_assert_eq(mcp_post(tok_b, sid, "{\"jsonrpc\":\"2.0\",\"id\":4,\"method\":\"tools/list\"}", false, &body,
+                              NULL),
                      404);
         free(body);
         cr_assert_eq(mcp_post(tok_a, "00000000000000000000000000000000",
@@ -618,10 +624,12 @@ Test(http, mcp_sessions_tools_and_isolation, .init = setup_tls, .fini = teardown
         free(body);
 
         /* DELETE ends it */
-        cr_assert_eq(curl(NULL, "-X DELETE -H 'Authorization: Bearer %s' -H 'Mcp-Session-Id: %s' https://127.0.0.1:%d/mcp",
+        cr_assert_eq(curl(NULL,
+                          "-X DELETE -H 'Authorization: Bearer %s' -H 'Mcp-Session-Id: %s' https://127.0.0.1:%d/mcp",
                           tok_a, sid, port),
                      200);
-        cr_assert_eq(mcp_post(tok_a, sid, "{\"jsonrpc\":\"2.0\",\"id\":6,\"method\":\"tools/list\"}", false, &body, NULL),
+        cr_assert_eq(mcp_post(tok_a, sid, "{\"jsonrpc\":\"2.0\",\"id\":6,\"method\":\"tools/list\"}", false, &body,
+                              NULL),
                      404);
         free(body);
         /* no token, no MCP */
@@ -706,8 +714,9 @@ Test(http, tasks_are_per_user_capped_and_expire, .init = setup_tls, .fini = tear
         cr_assert_eq(n, 64);
 
         /* and an unknown Mcp-Session-Id is 404 for DELETE and GET too */
-        cr_assert_eq(curl(NULL, "-X DELETE -H 'Authorization: Bearer %s' -H 'Mcp-Session-Id: %032d' "
-                                "https://127.0.0.1:%d/mcp",
+        cr_assert_eq(curl(NULL,
+                          "-X DELETE -H 'Authorization: Bearer %s' -H 'Mcp-Session-Id: %032d' "
+                          "https://127.0.0.1:%d/mcp",
                           tok_a, 1, port),
                      404);
         cr_assert_eq(curl(NULL, "-H 'Authorization: Bearer %s' -H 'Mcp-Session-Id: zz' https://127.0.0.1:%d/mcp", tok_a,
@@ -768,7 +777,8 @@ Test(http, mcp_adapter_over_https_with_mtls)
         cr_assert(strstr(body, "forbidden") != NULL, "%s", body);
         free(body);
         /* a plain http:// URL to a remote host is refused before any request */
-        cr_assert_eq(sh("%s/sandboxd-mcp --url http://192.0.2.1:80 </dev/null >/dev/null 2>&1", SANDBOXD_BINARY_DIR) >> 8,
+        cr_assert_eq(sh("%s/sandboxd-mcp --url http://192.0.2.1:80 </dev/null >/dev/null 2>&1", SANDBOXD_BINARY_DIR) >>
+                             8,
                      2);
         teardown();
 }

@@ -90,8 +90,7 @@ static int count_runs(const char *session, const char *preview)
 
         snprintf(params, sizeof(params), "{\"session\": \"%s\", \"limit\": 1000}", session);
         r = call(tok_a, "list_executions", params);
-        cJSON_ArrayForEach(it, cJSON_GetObjectItem(ok(r), "executions"))
-        {
+        cJSON_ArrayForEach(it, cJSON_GetObjectItem(ok(r), "executions")) {
                 const char *p = apic_str(it, "command_preview");
                 if (p && strcmp(p, preview) == 0)
                         n++;
@@ -109,10 +108,12 @@ Test(idem, retries_answer_without_running_again)
         open_daemon();
 
         /* exec: the retry is the first call's execution, byte for byte */
-        r1 = call(tok_a, "exec", "{\"session\": \"s\", \"command\": \"echo run $$ $(date +%s%N)\", "
-                                 "\"idempotency_key\": \"req-1\"}");
-        r2 = call(tok_a, "exec", "{\"idempotency_key\": \"req-1\", \"command\": \"echo run $$ $(date +%s%N)\", "
-                                 "\"session\": \"s\"}"); /* same request, members in another order */
+        r1 = call(tok_a, "exec",
+                  "{\"session\": \"s\", \"command\": \"echo run $$ $(date +%s%N)\", "
+                  "\"idempotency_key\": \"req-1\"}");
+        r2 = call(tok_a, "exec",
+                  "{\"idempotency_key\": \"req-1\", \"command\": \"echo run $$ $(date +%s%N)\", "
+                  "\"session\": \"s\"}"); /* same request, members in another order */
         a = ok(r1);
         b = ok(r2);
         cr_assert_str_eq(apic_str(a, "execution_id"), apic_str(b, "execution_id"));
@@ -122,22 +123,26 @@ Test(idem, retries_answer_without_running_again)
         cJSON_Delete(r2);
 
         /* the same key with a different request: conflict, and nothing runs */
-        expect_code(call(tok_a, "exec", "{\"session\": \"s\", \"command\": \"echo other\", \"idempotency_key\": \"req-1\"}"),
+        expect_code(call(tok_a, "exec",
+                         "{\"session\": \"s\", \"command\": \"echo other\", \"idempotency_key\": \"req-1\"}"),
                     "conflict");
         cr_assert_eq(count_runs("s", "echo other"), 0);
         /* another session is another request too */
-        expect_code(call(tok_a, "exec", "{\"session\": \"s2\", \"command\": \"echo run $$ $(date +%s%N)\", "
-                                        "\"idempotency_key\": \"req-1\"}"),
+        expect_code(call(tok_a, "exec",
+                         "{\"session\": \"s2\", \"command\": \"echo run $$ $(date +%s%N)\", "
+                         "\"idempotency_key\": \"req-1\"}"),
                     "conflict");
         /* keys are per user: bob's req-1 is his own */
         r1 = call(tok_b, "exec", "{\"session\": \"s\", \"command\": \"echo bob\", \"idempotency_key\": \"req-1\"}");
         cr_assert_str_eq(apic_str(ok(r1), "stdout"), "bob\n");
         cJSON_Delete(r1);
         /* and per method: write_file may use req-1 as well */
-        r1 = call(tok_a, "write_file", "{\"session\": \"s\", \"path\": \"f.txt\", \"content\": \"one\", "
-                                       "\"idempotency_key\": \"req-1\"}");
-        r2 = call(tok_a, "write_file", "{\"session\": \"s\", \"path\": \"f.txt\", \"content\": \"one\", "
-                                       "\"idempotency_key\": \"req-1\"}");
+        r1 = call(tok_a, "write_file",
+                  "{\"session\": \"s\", \"path\": \"f.txt\", \"content\": \"one\", "
+                  "\"idempotency_key\": \"req-1\"}");
+        r2 = call(tok_a, "write_file",
+                  "{\"session\": \"s\", \"path\": \"f.txt\", \"content\": \"one\", "
+                  "\"idempotency_key\": \"req-1\"}");
         t1 = cJSON_PrintUnformatted(ok(r1));
         t2 = cJSON_PrintUnformatted(ok(r2));
         cr_assert_str_eq(t1, t2);
@@ -145,8 +150,9 @@ Test(idem, retries_answer_without_running_again)
         free(t2);
         cJSON_Delete(r1);
         cJSON_Delete(r2);
-        expect_code(call(tok_a, "write_file", "{\"session\": \"s\", \"path\": \"f.txt\", \"content\": \"two\", "
-                                              "\"idempotency_key\": \"req-1\"}"),
+        expect_code(call(tok_a, "write_file",
+                         "{\"session\": \"s\", \"path\": \"f.txt\", \"content\": \"two\", "
+                         "\"idempotency_key\": \"req-1\"}"),
                     "conflict");
         r1 = call(tok_a, "read_file", "{\"session\": \"s\", \"path\": \"f.txt\"}");
         cr_assert_str_eq(apic_str(ok(r1), "content"), "one", "the conflicting write did not happen");
@@ -161,8 +167,8 @@ Test(idem, retries_answer_without_running_again)
                 char params[512], key[200];
                 memset(key, 'k', 129);
                 key[129] = '\0';
-                snprintf(params, sizeof(params), "{\"session\": \"s\", \"command\": \"true\", \"idempotency_key\": \"%s\"}",
-                         key);
+                snprintf(params, sizeof(params),
+                         "{\"session\": \"s\", \"command\": \"true\", \"idempotency_key\": \"%s\"}", key);
                 expect_code(call(tok_a, "exec", params), "invalid");
         }
         expect_code(call(tok_a, "exec", "{\"session\": \"s\", \"command\": \"true\", \"idempotency_key\": 7}"),
@@ -170,8 +176,9 @@ Test(idem, retries_answer_without_running_again)
         expect_code(call(tok_a, "read_file", "{\"session\": \"s\", \"path\": \"f.txt\", \"idempotency_key\": \"k\"}"),
                     "invalid");
         /* a call that fails before running leaves no key: the retry runs */
-        expect_code(call(tok_a, "exec", "{\"session\": \"s\", \"command\": \"true\", \"timeout_seconds\": -1, "
-                                        "\"idempotency_key\": \"bad-first\"}"),
+        expect_code(call(tok_a, "exec",
+                         "{\"session\": \"s\", \"command\": \"true\", \"timeout_seconds\": -1, "
+                         "\"idempotency_key\": \"bad-first\"}"),
                     "invalid");
 
         /* the per-user cap (5 here): alice holds req-1 twice (exec, write_file); 3 more fit */
@@ -184,12 +191,14 @@ Test(idem, retries_answer_without_running_again)
                 ok(r1);
                 cJSON_Delete(r1);
         }
-        expect_code(call(tok_a, "write_file", "{\"session\": \"s\", \"path\": \"c9\", \"content\": \"x\", "
-                                              "\"idempotency_key\": \"cap-9\"}"),
+        expect_code(call(tok_a, "write_file",
+                         "{\"session\": \"s\", \"path\": \"c9\", \"content\": \"x\", "
+                         "\"idempotency_key\": \"cap-9\"}"),
                     "quota_exceeded");
         /* a retry of a key already held still answers at the cap, and calls without a key still run */
-        r1 = call(tok_a, "write_file", "{\"session\": \"s\", \"path\": \"c0\", \"content\": \"x\", "
-                                       "\"idempotency_key\": \"cap-0\"}");
+        r1 = call(tok_a, "write_file",
+                  "{\"session\": \"s\", \"path\": \"c0\", \"content\": \"x\", "
+                  "\"idempotency_key\": \"cap-0\"}");
         ok(r1);
         cJSON_Delete(r1);
         r1 = call(tok_a, "write_file", "{\"session\": \"s\", \"path\": \"c9\", \"content\": \"x\"}");
@@ -198,8 +207,9 @@ Test(idem, retries_answer_without_running_again)
 
         /* past the window (pruned as --gc does) the key is free again: a new execution */
         cr_assert_gt(store_idem_prune(d->store, sbx_now_ms() + (int64_t)cfg.idempotency_window_s * 1000 + 1, false), 0);
-        r1 = call(tok_a, "exec", "{\"session\": \"s\", \"command\": \"echo run $$ $(date +%s%N)\", "
-                                 "\"idempotency_key\": \"req-1\"}");
+        r1 = call(tok_a, "exec",
+                  "{\"session\": \"s\", \"command\": \"echo run $$ $(date +%s%N)\", "
+                  "\"idempotency_key\": \"req-1\"}");
         ok(r1);
         cJSON_Delete(r1);
         cr_assert_eq(count_runs("s", "echo run $$ $(date +%s%N)"), 2);
@@ -222,7 +232,8 @@ Test(idem, concurrent_duplicates_and_a_retry_while_running)
 {
         struct racer racers[3];
         pthread_t th[3];
-        const char *params = "{\"session\": \"s\", \"command\": \"sleep 2; echo raced\", \"idempotency_key\": \"race\"}";
+        const char *params =
+                "{\"session\": \"s\", \"command\": \"sleep 2; echo raced\", \"idempotency_key\": \"race\"}";
         cJSON *r1, *r2;
         char id[64];
 
@@ -247,14 +258,17 @@ Test(idem, concurrent_duplicates_and_a_retry_while_running)
         cr_assert_eq(count_runs("s", "sleep 2; echo raced"), 1, "three concurrent duplicates ran once");
 
         /* background: a retry while it still runs gets its id and state, and starts nothing */
-        r1 = call(tok_a, "exec", "{\"session\": \"s\", \"command\": \"sleep 3; echo bg\", \"background\": true, "
-                                 "\"idempotency_key\": \"bg\"}");
-        r2 = call(tok_a, "exec", "{\"session\": \"s\", \"command\": \"sleep 3; echo bg\", \"background\": true, "
-                                 "\"idempotency_key\": \"bg\"}");
+        r1 = call(tok_a, "exec",
+                  "{\"session\": \"s\", \"command\": \"sleep 3; echo bg\", \"background\": true, "
+                  "\"idempotency_key\": \"bg\"}");
+        r2 = call(tok_a, "exec",
+                  "{\"session\": \"s\", \"command\": \"sleep 3; echo bg\", \"background\": true, "
+                  "\"idempotency_key\": \"bg\"}");
         snprintf(id, sizeof(id), "%s", apic_str(ok(r1), "execution_id"));
         cr_assert_str_eq(apic_str(ok(r2), "execution_id"), id);
         cr_assert(strcmp(apic_str(ok(r2), "state"), "pending") == 0 ||
-                  strcmp(apic_str(ok(r2), "state"), "running") == 0, "still running: %s", apic_str(ok(r2), "state"));
+                          strcmp(apic_str(ok(r2), "state"), "running") == 0,
+                  "still running: %s", apic_str(ok(r2), "state"));
         cJSON_Delete(r1);
         cJSON_Delete(r2);
         cr_assert_eq(count_runs("s", "sleep 3; echo bg"), 1);
@@ -262,16 +276,19 @@ Test(idem, concurrent_duplicates_and_a_retry_while_running)
         /* wait: true is the longest wait: it returns the end */
         {
                 char params2[160];
-                snprintf(params2, sizeof(params2), "{\"session\": \"s\", \"execution_id\": \"%s\", \"wait\": true}", id);
+                snprintf(params2, sizeof(params2), "{\"session\": \"s\", \"execution_id\": \"%s\", \"wait\": true}",
+                         id);
                 r1 = call(tok_a, "get_execution", params2);
                 cr_assert_str_eq(apic_str(ok(r1), "state"), "completed");
                 cr_assert_str_eq(apic_str(ok(r1), "stdout"), "bg\n");
                 cJSON_Delete(r1);
-                snprintf(params2, sizeof(params2), "{\"session\": \"s\", \"execution_id\": \"%s\", \"wait\": false}", id);
+                snprintf(params2, sizeof(params2), "{\"session\": \"s\", \"execution_id\": \"%s\", \"wait\": false}",
+                         id);
                 r1 = call(tok_a, "get_execution", params2);
                 ok(r1);
                 cJSON_Delete(r1);
-                snprintf(params2, sizeof(params2), "{\"session\": \"s\", \"execution_id\": \"%s\", \"wait\": \"x\"}", id);
+                snprintf(params2, sizeof(params2), "{\"session\": \"s\", \"execution_id\": \"%s\", \"wait\": \"x\"}",
+                         id);
                 expect_code(call(tok_a, "get_execution", params2), "bad_request");
                 snprintf(params2, sizeof(params2), "{\"session\": \"s\", \"execution_id\": \"%s\", \"wait\": 61}", id);
                 expect_code(call(tok_a, "get_execution", params2), "invalid");
@@ -295,8 +312,7 @@ Test(idem, completed_within_ms)
         cJSON_Delete(r);
 
         r = call(tok_a, "list_executions", "{\"session\": \"s\", \"completed_within_ms\": 600000}");
-        cJSON_ArrayForEach(it, cJSON_GetObjectItem(ok(r), "executions"))
-        {
+        cJSON_ArrayForEach(it, cJSON_GetObjectItem(ok(r), "executions")) {
                 saw_done |= strcmp(apic_str(it, "execution_id"), done) == 0;
                 saw_running |= strcmp(apic_str(it, "execution_id"), running) == 0;
         }
@@ -342,12 +358,14 @@ Test(idem, retry_after_a_daemon_restart)
         cr_assert_eq(read(pipefd[0], &ready, 1), 1, "the child daemon came up");
         close(pipefd[0]);
 
-        r1 = call(tok_a, "exec", "{\"session\": \"s\", \"command\": \"sleep 3; echo survived\", \"background\": true, "
-                                 "\"idempotency_key\": \"restart-exec\"}");
+        r1 = call(tok_a, "exec",
+                  "{\"session\": \"s\", \"command\": \"sleep 3; echo survived\", \"background\": true, "
+                  "\"idempotency_key\": \"restart-exec\"}");
         snprintf(id, sizeof(id), "%s", apic_str(ok(r1), "execution_id"));
         cJSON_Delete(r1);
-        r1 = call(tok_a, "write_file", "{\"session\": \"s\", \"path\": \"r.txt\", \"content\": \"first\", "
-                                       "\"idempotency_key\": \"restart-write\"}");
+        r1 = call(tok_a, "write_file",
+                  "{\"session\": \"s\", \"path\": \"r.txt\", \"content\": \"first\", "
+                  "\"idempotency_key\": \"restart-write\"}");
         w1 = cJSON_PrintUnformatted(ok(r1));
         cJSON_Delete(r1);
 
@@ -355,8 +373,9 @@ Test(idem, retry_after_a_daemon_restart)
         waitpid(pid, NULL, 0);
         open_again();
 
-        r2 = call(tok_a, "exec", "{\"session\": \"s\", \"command\": \"sleep 3; echo survived\", \"background\": true, "
-                                 "\"idempotency_key\": \"restart-exec\"}");
+        r2 = call(tok_a, "exec",
+                  "{\"session\": \"s\", \"command\": \"sleep 3; echo survived\", \"background\": true, "
+                  "\"idempotency_key\": \"restart-exec\"}");
         cr_assert_str_eq(apic_str(ok(r2), "execution_id"), id, "the key outlived the daemon");
         cJSON_Delete(r2);
         cr_assert_eq(count_runs("s", "sleep 3; echo survived"), 1, "the retry after the restart ran nothing");
@@ -375,15 +394,17 @@ Test(idem, retry_after_a_daemon_restart)
                           "%s", cJSON_PrintUnformatted(r2));
                 cJSON_Delete(r2);
         }
-        r2 = call(tok_a, "write_file", "{\"session\": \"s\", \"path\": \"r.txt\", \"content\": \"first\", "
-                                       "\"idempotency_key\": \"restart-write\"}");
+        r2 = call(tok_a, "write_file",
+                  "{\"session\": \"s\", \"path\": \"r.txt\", \"content\": \"first\", "
+                  "\"idempotency_key\": \"restart-write\"}");
         w2 = cJSON_PrintUnformatted(ok(r2));
         cr_assert_str_eq(w1, w2);
         cJSON_Delete(r2);
         free(w1);
         free(w2);
-        expect_code(call(tok_a, "write_file", "{\"session\": \"s\", \"path\": \"r.txt\", \"content\": \"second\", "
-                                              "\"idempotency_key\": \"restart-write\"}"),
+        expect_code(call(tok_a, "write_file",
+                         "{\"session\": \"s\", \"path\": \"r.txt\", \"content\": \"second\", "
+                         "\"idempotency_key\": \"restart-write\"}"),
                     "conflict");
         close_daemon();
 }

@@ -146,7 +146,8 @@ static const char *state_of(const char *token, const char *session, const char *
 
         snprintf(params, sizeof(params), "{\"session\": \"%s\", \"execution_id\": \"%s\"}", session, id);
         r = call(token, "get_execution", params);
-        snprintf(state, sizeof(state), "%s", apic_str(apic_result(r), "state") ? apic_str(apic_result(r), "state") : "?");
+        snprintf(state, sizeof(state), "%s",
+                 apic_str(apic_result(r), "state") ? apic_str(apic_result(r), "state") : "?");
         cJSON_Delete(r);
         return state;
 }
@@ -193,7 +194,7 @@ static char *start_pinned(const char *session, int timeout_s, bool interactive)
 Test(isolation, stdin_never_pins_an_execution)
 {
         static const char *const env[] = {"SANDBOXD_MAX_EXEC_GLOBAL=11", "SANDBOXD_MAX_EXEC_PER_SESSION=10",
-                                           "SANDBOXD_MAX_EXEC_PER_USER=11", NULL};
+                                          "SANDBOXD_MAX_EXEC_PER_USER=11", NULL};
         char *ids[PINS];
         int64_t started, until;
         cJSON *r;
@@ -538,14 +539,14 @@ Test(isolation, one_local_user_cannot_take_every_connection)
 /* ---- item 7: strict strings ---- */
 
 static const char *const methods[] = {
-        "exec",         "run_code",      "get_execution", "send_stdin",   "cancel_execution",
-        "list_executions", "write_file", "read_file",     "list_files",   "start_service",
-        "stop_service", "list_services", "service_logs",  "session_info", "mark_private",
+        "exec",         "run_code",     "get_execution", "send_stdin",    "cancel_execution", "list_executions",
+        "write_file",   "read_file",    "list_files",    "start_service", "stop_service",     "list_services",
+        "service_logs", "session_info", "mark_private",
 };
 /* every string parameter any method takes, and an env name and value */
 static const char *const str_params[] = {
-        "session", "command", "code",   "language", "content",  "data", "dataset", "encoding", "execution_id",
-        "name",    "path",    "source", "stdin",    "workdir",  "stream", "env.name", "env.value",
+        "session", "command", "code",   "language", "content", "data",   "dataset",  "encoding",  "execution_id",
+        "name",    "path",    "source", "stdin",    "workdir", "stream", "env.name", "env.value",
 };
 
 /* One request line with bad in parameter p (the others are plausible). */
@@ -555,18 +556,21 @@ static size_t bad_request_line(char *buf, size_t size, const char *method, const
 
         snprintf(v, sizeof(v), "\"x%sy\"", bad);
         if (strcmp(p, "env.name") == 0)
-                return (size_t)snprintf(buf, size,
-                                        "{\"id\":7,\"token\":\"%s\",\"method\":\"%s\",\"params\":{\"session\":\"strict\","
-                                        "\"command\":\"true\",\"env\":{%s:\"v\"}}}\n",
-                                        tok_a, method, v);
+                return (size_t)
+                        snprintf(buf, size,
+                                 "{\"id\":7,\"token\":\"%s\",\"method\":\"%s\",\"params\":{\"session\":\"strict\","
+                                 "\"command\":\"true\",\"env\":{%s:\"v\"}}}\n",
+                                 tok_a, method, v);
         if (strcmp(p, "env.value") == 0)
-                return (size_t)snprintf(buf, size,
-                                        "{\"id\":7,\"token\":\"%s\",\"method\":\"%s\",\"params\":{\"session\":\"strict\","
-                                        "\"command\":\"true\",\"env\":{\"K\":%s}}}\n",
-                                        tok_a, method, v);
-        return (size_t)snprintf(buf, size,
-                                "{\"id\":7,\"token\":\"%s\",\"method\":\"%s\",\"params\":{\"session\":\"strict\",\"%s\":%s}}\n",
-                                tok_a, method, p, v);
+                return (size_t)
+                        snprintf(buf, size,
+                                 "{\"id\":7,\"token\":\"%s\",\"method\":\"%s\",\"params\":{\"session\":\"strict\","
+                                 "\"command\":\"true\",\"env\":{\"K\":%s}}}\n",
+                                 tok_a, method, v);
+        return (size_t)snprintf(
+                buf, size,
+                "{\"id\":7,\"token\":\"%s\",\"method\":\"%s\",\"params\":{\"session\":\"strict\",\"%s\":%s}}\n", tok_a,
+                method, p, v);
 }
 
 Test(isolation, nul_and_invalid_utf8_are_refused_in_every_string_parameter)

@@ -74,7 +74,8 @@ static char *host_out(const char *cmd)
 
 static int connect_port(int port)
 {
-        struct sockaddr_in sa = {.sin_family = AF_INET, .sin_port = htons((uint16_t)port),
+        struct sockaddr_in sa = {.sin_family = AF_INET,
+                                 .sin_port = htons((uint16_t)port),
                                  .sin_addr.s_addr = htonl(INADDR_LOOPBACK)};
         int fd = socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0);
 
@@ -177,8 +178,8 @@ Test(network, sealed_container_forwards_its_ports_without_docker)
         fixture_container_of(d, "u1", "s", id);
 
         /* Docker's view: no network, nothing published */
-        snprintf(cmd, sizeof(cmd), "docker inspect -f '{{.HostConfig.NetworkMode}} {{json .HostConfig.PortBindings}}' %s",
-                 id);
+        snprintf(cmd, sizeof(cmd),
+                 "docker inspect -f '{{.HostConfig.NetworkMode}} {{json .HostConfig.PortBindings}}' %s", id);
         out = host_out(cmd);
         cr_assert(strcmp(out, "none {}") == 0 || strcmp(out, "none null") == 0, "inspect: %s", out);
         free(out);
@@ -195,8 +196,8 @@ Test(network, sealed_container_forwards_its_ports_without_docker)
         free(out);
 
         /* a service on container port 8000 answers on the host port */
-        cr_assert_eq(service_start(d->services, "u1", "s", "web", "python3 -m http.server 8000 --bind 127.0.0.1",
-                                   NULL, NULL, &err),
+        cr_assert_eq(service_start(d->services, "u1", "s", "web", "python3 -m http.server 8000 --bind 127.0.0.1", NULL,
+                                   NULL, &err),
                      0, "%s", err.msg);
         port = first_port("s");
         struct http_probe probe = {port};
@@ -244,8 +245,8 @@ Test(network, a_restart_serves_the_ports_again_and_keeps_the_ratchet)
         int port, code;
 
         open_daemon(NULL);
-        cr_assert_eq(service_start(d->services, "u1", "a", "web", "python3 -m http.server 8001 --bind 127.0.0.1",
-                                   NULL, NULL, &err),
+        cr_assert_eq(service_start(d->services, "u1", "a", "web", "python3 -m http.server 8001 --bind 127.0.0.1", NULL,
+                                   NULL, &err),
                      0, "%s", err.msg);
         free(sh("p", "true", NULL));
         cr_assert_eq(privacy_mark(d->privacy, "u1", "p", "ds", "src", "test", &err), 0, "%s", err.msg);
@@ -292,7 +293,10 @@ struct bulk_writer {
         size_t sent;
 };
 
-static unsigned char pattern_at(size_t i) { return (unsigned char)(i * 131u + (i >> 12)); }
+static unsigned char pattern_at(size_t i)
+{
+        return (unsigned char)(i * 131u + (i >> 12));
+}
 
 static void *bulk_write(void *ud)
 {
@@ -401,8 +405,9 @@ Test(network, a_thousand_concurrent_forwards_with_bounded_memory)
         for (int i = 0; i < N_CONNS; i++)
                 close(fds[i]);
         after = rss_kb();
-        fprintf(stderr, "network: %d concurrent forwards: process RSS %ld kB before, %ld kB with them open (%+ld kB, "
-                        "%.1f kB per connection), %ld kB after closing\n",
+        fprintf(stderr,
+                "network: %d concurrent forwards: process RSS %ld kB before, %ld kB with them open (%+ld kB, "
+                "%.1f kB per connection), %ld kB after closing\n",
                 N_CONNS, before, peak, peak - before, (double)(peak - before) / N_CONNS, after);
         /* bounded: far below the GATEWAY_BUF_HIGH per direction each could buffer */
         cr_assert_lt(peak - before, 64 * 1024, "RSS grew by %ld kB for %d connections", peak - before, N_CONNS);
@@ -412,7 +417,8 @@ Test(network, a_thousand_concurrent_forwards_with_bounded_memory)
 static bool echoes(int fd)
 {
         char buf[8] = "";
-        return send(fd, "pong", 4, MSG_NOSIGNAL) == 4 && read_some(fd, buf, 4, 5000) == 4 && memcmp(buf, "pong", 4) == 0;
+        return send(fd, "pong", 4, MSG_NOSIGNAL) == 4 && read_some(fd, buf, 4, 5000) == 4 &&
+               memcmp(buf, "pong", 4) == 0;
 }
 
 static bool slot_serves(void *ud)

@@ -24,16 +24,17 @@ TestSuite(noisy, .timeout = 300);
  * bash retries a fork that fails, so the bomb stays at its limit; busybox
  * ash and dash give up at once and the bomb collapses within a second or
  * two, sooner than the PID count can be sampled on a loaded host. */
-static const char bomb[] = "exec bash -c 'i=0; while [ $i -lt 4 ]; do (while :; do :; done) & i=$((i+1)); done; "
-                           "b() { b | b & }; b; wait'";
+static const char bomb[] =
+        "exec bash -c 'i=0; while [ $i -lt 4 ]; do (while :; do :; done) & i=$((i+1)); done; "
+        "b() { b | b & }; b; wait'";
 
 static struct sbx_config cfg;
 static struct daemon *d;
 
 static void run_ok(const char *session, const char *command)
 {
-        struct exec_request req = {.user = "u1", .session = session, .command = command, .timeout_s = 60,
-                                   .actor = "test"};
+        struct exec_request req = {
+                .user = "u1", .session = session, .command = command, .timeout_s = 60, .actor = "test"};
         struct exec_result res;
         struct sbx_error err = {0};
 
@@ -76,8 +77,7 @@ static bool exec_ended(void *ud)
 
 Test(noisy, fork_bomb_and_cpu_spin_leave_the_neighbour_served)
 {
-        struct exec_request req = {.user = "u1", .session = "noisy", .command = bomb, .timeout_s = 120,
-                                   .actor = "test"};
+        struct exec_request req = {.user = "u1", .session = "noisy", .command = bomb, .timeout_s = 120, .actor = "test"};
         struct docker_container_info info;
         struct exec_result res;
         struct sbx_error err = {0};

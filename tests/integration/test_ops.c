@@ -41,8 +41,8 @@ static int ctl(const char *args, char **out)
         size_t n = 0, cap = 1 << 20;
         int status;
 
-        snprintf(cmd, sizeof(cmd), "%s/sandboxctl --socket '%s' %s 2>/dev/null", SANDBOXD_BINARY_DIR,
-                 cfg.admin_socket, args);
+        snprintf(cmd, sizeof(cmd), "%s/sandboxctl --socket '%s' %s 2>/dev/null", SANDBOXD_BINARY_DIR, cfg.admin_socket,
+                 args);
         p = popen(cmd, "r");
         cr_assert_not_null(p);
         *out = malloc(cap);
@@ -56,8 +56,7 @@ static int ctl(const char *args, char **out)
 static const cJSON *find(const cJSON *top, const char *user, const char *session)
 {
         const cJSON *o;
-        cJSON_ArrayForEach(o, cJSON_GetObjectItem(top, "sessions"))
-        {
+        cJSON_ArrayForEach(o, cJSON_GetObjectItem(top, "sessions")) {
                 if (strcmp(apic_str(o, "user"), user) == 0 && strcmp(apic_str(o, "session"), session) == 0)
                         return o;
         }
@@ -88,8 +87,11 @@ static bool busy_seen(void *ud)
 
 Test(ops, top)
 {
-        struct exec_request busy = {.user = "alice", .session = "busy", .command = "while :; do :; done",
-                                    .timeout_s = 240, .actor = "test"};
+        struct exec_request busy = {.user = "alice",
+                                    .session = "busy",
+                                    .command = "while :; do :; done",
+                                    .timeout_s = 240,
+                                    .actor = "test"};
         struct exec_request quick = {.user = "alice", .session = "idle", .command = "echo hi", .actor = "test"};
         struct exec_result res;
         struct sbx_error err = {0};

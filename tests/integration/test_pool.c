@@ -171,7 +171,8 @@ Test(pool, first_command_runs_in_a_pool_container_with_its_own_workspace_and_the
                 cr_assert_str_eq(info.network_mode, "none");
                 cr_assert_eq(info.n_ports, (size_t)cfg.ports_per_session, "no port block bound at claim");
                 int fd = socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0);
-                struct sockaddr_in sa = {.sin_family = AF_INET, .sin_port = htons((uint16_t)info.ports[0]),
+                struct sockaddr_in sa = {.sin_family = AF_INET,
+                                         .sin_port = htons((uint16_t)info.ports[0]),
                                          .sin_addr.s_addr = htonl(INADDR_LOOPBACK)};
                 cr_assert_eq(connect(fd, (struct sockaddr *)&sa, sizeof(sa)), 0,
                              "nothing listens on the claimed session's port %d: %s", info.ports[0], strerror(errno));
@@ -223,11 +224,9 @@ Test(pool, first_command_runs_in_a_pool_container_with_its_own_workspace_and_the
                 cr_assert_eq(session_get_info(d->sessions, "u1", "s1", &info), 0);
                 cr_assert_eq(docker_container_inspect(testenv_docker(), info.container_id, &ci, NULL), 0);
                 cr_assert_str_eq(docker_kv_get(ci.labels, ci.n_labels, CONTAINER_LABEL_USER), POOL_USER);
-                cr_assert_eq(fixture_sandboxctl(SANDBOXD_BINARY_DIR, cfg.admin_socket, "sessions", &out), 0, "%s",
-                             out);
+                cr_assert_eq(fixture_sandboxctl(SANDBOXD_BINARY_DIR, cfg.admin_socket, "sessions", &out), 0, "%s", out);
                 snprintf(want_row, sizeof(want_row), "%.12s", info.container_id);
-                cr_assert_not_null(strstr(out, want_row), "the admin listing does not give s1 its container: %s",
-                                   out);
+                cr_assert_not_null(strstr(out, want_row), "the admin listing does not give s1 its container: %s", out);
                 free(out);
                 cr_assert_eq(gc_run(&cfg, &(struct gc_options){.dry_run = true}, &rep, &err), 0, "%s", err.msg);
                 cr_assert_eq(rep.kinds[GC_ORPHAN_CONTAINERS].count, 0, "--gc takes a claimed container for an orphan");
@@ -334,8 +333,9 @@ Test(pool, loop_mode_claims_hand_the_slots_image_to_the_session_with_its_quota)
         snprintf(slot_img, sizeof(slot_img), "%s/workspace-images/" POOL_USER "/%s.ext4", cfg.data_dir, slot);
         cr_assert_eq(stat(slot_img, &st), 0);
 
-        r = call("exec", "{\"session\": \"l1\", \"command\": \"echo kept > /workspace/f; "
-                         "dd if=/dev/zero of=/workspace/big bs=1M count=40 2>&1; echo rc=$?\"}");
+        r = call("exec",
+                 "{\"session\": \"l1\", \"command\": \"echo kept > /workspace/f; "
+                 "dd if=/dev/zero of=/workspace/big bs=1M count=40 2>&1; echo rc=$?\"}");
         {
                 const char *o = apic_str(apic_result(r), "stdout");
                 cr_assert(strstr(o, "No space left") && !strstr(o, "rc=0"),
@@ -411,9 +411,8 @@ Test(pool, a_burst_larger_than_the_pool_is_served_and_the_pool_comes_back)
         cr_assert_leq(pooled, 2 * (size_t)cfg.pool_size, "more sessions pooled than the pool and its line could hold");
         cr_assert_eq(ps.waiting, 0);
         for (int i = 0; i < N; i++)
-                cr_assert_eq(fixture_count_containers("u1", args[i].session) +
-                                     (is_pooled(args[i].session) ? 1 : 0),
-                             1, "session %s: one container", args[i].session);
+                cr_assert_eq(fixture_count_containers("u1", args[i].session) + (is_pooled(args[i].session) ? 1 : 0), 1,
+                             "session %s: one container", args[i].session);
         wait_full();
         daemon_close(d);
         remove_run_containers();
@@ -650,11 +649,9 @@ Test(pool, sigkill_at_each_step_of_a_claim_leaves_the_container_with_the_session
                 claim_killed_at(stages[k], cid);
 
                 d = fixture_open(&cfg, false); /* restart on the same data_dir */
-                cr_assert_eq(session_get_info(d->sessions, "u1", "k1", &info), 0, "stage %s: no session",
-                             stages[k]);
+                cr_assert_eq(session_get_info(d->sessions, "u1", "k1", &info), 0, "stage %s: no session", stages[k]);
                 cr_assert_eq(info.state, SESSION_RUNNING, "stage %s", stages[k]);
-                cr_assert_str_eq(info.container_id, cid, "stage %s: the session lost the claimed container",
-                                 stages[k]);
+                cr_assert_str_eq(info.container_id, cid, "stage %s: the session lost the claimed container", stages[k]);
                 session_info_done(&info);
                 cr_assert_eq(sessuid_lookup(d->store, "u1", "k1", &uid), 0, "stage %s", stages[k]);
                 snprintf(path, sizeof(path), "%s/workspaces/u1/k1", cfg.data_dir);

@@ -57,7 +57,10 @@ static void open_daemon_network(const char *image, const char *network)
         d = fixture_open(&cfg, false);
 }
 
-static void open_daemon(const char *image) { open_daemon_network(image, NULL); }
+static void open_daemon(const char *image)
+{
+        open_daemon_network(image, NULL);
+}
 
 /* The default: a sealed container has nothing to take away but its
  * channels. Before the mark egress goes through the proxy (no interface);
@@ -69,7 +72,9 @@ Test(privacy, mark_takes_the_channels_of_a_sealed_container)
         struct session_info a, b;
 
         open_daemon(TESTENV_PYTHON_IMAGE);
-        r = sh("q", "echo $HTTPS_PROXY; ls /run/sandboxd; " "ls /sys/class/net | grep -vxc lo || true");
+        r = sh("q",
+               "echo $HTTPS_PROXY; ls /run/sandboxd; "
+               "ls /sys/class/net | grep -vxc lo || true");
         cr_assert(output_is(&r, "http://127.0.0.1:3128\negress.sock\nfwd.sock\nrunner.sock\n0\n"),
                   "before the mark: %.*s", (int)r.stdout_head_len, r.stdout_head);
         exec_result_done(&r);
@@ -208,16 +213,18 @@ Test(privacy, a_session_marked_before_its_container_starts_without_network)
 }
 
 struct racer {
-        bool before;      /* started before the mark, still in flight when it came */
-        int64_t ended;    /* monotonic ms when exec_run returned */
+        bool before;   /* started before the mark, still in flight when it came */
+        int64_t ended; /* monotonic ms when exec_run returned */
         int state;
-        int interfaces;   /* non-lo interfaces it saw, -1 if it did not complete */
+        int interfaces; /* non-lo interfaces it saw, -1 if it did not complete */
 };
 
 static void *racer_main(void *ud)
 {
         struct racer *rc = ud;
-        struct exec_request req = {.user = "u1", .session = "race", .actor = "test",
+        struct exec_request req = {.user = "u1",
+                                   .session = "race",
+                                   .actor = "test",
                                    .command = rc->before ? "sleep 2; ls /sys/class/net | grep -vxc lo || true"
                                                          : "ls /sys/class/net | grep -vxc lo || true"};
         struct exec_result res;

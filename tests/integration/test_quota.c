@@ -42,8 +42,8 @@ static int session_up(const char *user, const char *session, struct sbx_error *e
 
 static int start(const char *user, const char *session, const char *command, char id[37], struct sbx_error *err)
 {
-        struct exec_request req = {.user = user, .session = session, .command = command, .timeout_s = 120,
-                                   .actor = "test"};
+        struct exec_request req = {
+                .user = user, .session = session, .command = command, .timeout_s = 120, .actor = "test"};
         return exec_start(d->exec, &req, id, err);
 }
 
@@ -221,12 +221,14 @@ Test(quota, overrides_through_sandboxctl_and_the_admin_socket_survive_a_restart)
         free(out);
         cr_assert_eq(ctl("quota set alice max_exec_per_user -1", &out), 2, "%s", out);
         free(out);
-        r = apic_admin(cfg.admin_socket, "{\"cmd\": \"quota.set\", \"user\": \"../alice\", "
-                                         "\"key\": \"max_exec_per_user\", \"value\": 9}");
+        r = apic_admin(cfg.admin_socket,
+                       "{\"cmd\": \"quota.set\", \"user\": \"../alice\", "
+                       "\"key\": \"max_exec_per_user\", \"value\": 9}");
         cr_assert_str_eq(apic_code(r), "invalid", "%s", cJSON_PrintUnformatted(r));
         cJSON_Delete(r);
-        r = apic_admin(cfg.admin_socket, "{\"cmd\": \"quota.set\", \"user\": \"alice\", "
-                                         "\"key\": \"max_exec_per_user\", \"value\": 1.5}");
+        r = apic_admin(cfg.admin_socket,
+                       "{\"cmd\": \"quota.set\", \"user\": \"alice\", "
+                       "\"key\": \"max_exec_per_user\", \"value\": 1.5}");
         cr_assert_str_eq(apic_code(r), "bad_request", "%s", cJSON_PrintUnformatted(r));
         cJSON_Delete(r);
         cancel_all("alice", ids, 1);
@@ -236,8 +238,8 @@ Test(quota, overrides_through_sandboxctl_and_the_admin_socket_survive_a_restart)
         daemon_close(d);
         open_with_sockets();
         r = apic_admin(cfg.admin_socket, "{\"cmd\": \"quota.show\", \"user\": \"alice\"}");
-        cr_assert_eq(apic_num(cJSON_GetObjectItem(apic_result(r), "limits"), "max_exec_per_user"), 1,
-                     "%s", cJSON_PrintUnformatted(r));
+        cr_assert_eq(apic_num(cJSON_GetObjectItem(apic_result(r), "limits"), "max_exec_per_user"), 1, "%s",
+                     cJSON_PrintUnformatted(r));
         cJSON_Delete(r);
         start_ok("alice", "a1", "sleep 120", ids[0]);
         busy_naming("alice", "a1", "max_exec_per_user=1");
@@ -258,8 +260,7 @@ Test(quota, services_per_session_follow_the_users_quota)
         cfg.max_services_per_session = 2;
         open_daemon();
         cr_assert_eq(quota_set(d->quota, "alice", "max_services_per_session", 1, &err), 0, "%s", err.msg);
-        cr_assert_eq(service_start(d->services, "alice", "s", "one", "sleep 1000", NULL, NULL, &err), 0, "%s",
-                     err.msg);
+        cr_assert_eq(service_start(d->services, "alice", "s", "one", "sleep 1000", NULL, NULL, &err), 0, "%s", err.msg);
         cr_assert_eq(service_start(d->services, "alice", "s", "two", "sleep 1000", NULL, NULL, &err), -EUSERS);
         cr_assert_not_null(strstr(err.msg, "max_services_per_session=1"), "%s", err.msg);
         /* bob gets the default */

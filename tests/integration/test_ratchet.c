@@ -99,7 +99,8 @@ static void expect_network(const char *session, const char *mode)
 static void workspace_of(const char *session, char ret[SBX_PATH_MAX])
 {
         struct sbx_error err = {0};
-        cr_assert_eq(container_workspace_ensure(&cfg, "alice", session, (uid_t)cfg.sandbox_uid_lo, ret, &err), 0, "%s", err.msg);
+        cr_assert_eq(container_workspace_ensure(&cfg, "alice", session, (uid_t)cfg.sandbox_uid_lo, ret, &err), 0, "%s",
+                     err.msg);
 }
 
 static bool exists(const char *path)
@@ -112,8 +113,8 @@ static bool exists(const char *path)
 #define NET_PROBE "ls /sys/class/net | grep -vxc lo || true"
 
 /* 300 directories deep, as the tenant of the issue did it. */
-#define HIDE_DEEP                                                                                            \
-        "p=/workspace; i=0; while [ $i -lt 300 ]; do p=$p/d; i=$((i+1)); done; mkdir -p $p && "          \
+#define HIDE_DEEP                                                                                                      \
+        "p=/workspace; i=0; while [ $i -lt 300 ]; do p=$p/d; i=$((i+1)); done; mkdir -p $p && "                        \
         "echo secret > $p/hidden && echo secret > /workspace/top && echo ok"
 
 Test(ratchet, a_failed_purge_leaves_the_session_private_and_a_good_one_follows_no_symlink)
@@ -158,7 +159,7 @@ Test(ratchet, a_failed_purge_leaves_the_session_private_and_a_good_one_follows_n
 struct racer {
         const char *session;
         volatile bool *stop;
-        int served, refused; /* served: atomic, the test waits on it */
+        int served, refused;       /* served: atomic, the test waits on it */
         int networked_with_secret; /* saw a network and the private file at once */
         int networked;             /* saw a network at all */
 };
@@ -169,7 +170,10 @@ static void *racer_main(void *ud)
         /* A short timeout: an exec whose container is removed under it by the
          * destroy may otherwise wait for Docker's stream until its timeout
          * (seen with Docker 20.10: the attached stream does not always end). */
-        struct exec_request req = {.user = "alice", .session = rc->session, .actor = "test", .timeout_s = 5,
+        struct exec_request req = {.user = "alice",
+                                   .session = rc->session,
+                                   .actor = "test",
+                                   .timeout_s = 5,
                                    .command = NET_PROBE "; if test -e /workspace/secret; then echo secret; fi"};
 
         while (!*rc->stop) {
@@ -214,8 +218,9 @@ static void race_destroy(const char *session, bool purge_fails, struct racer rc[
 
         expect_output(session, "echo data > /workspace/secret && echo ok", "ok\n");
         /* enough files that the purge takes a while */
-        expect_output(session, "mkdir /workspace/many && cd /workspace/many && i=0; while [ $i -lt 400 ]; do "
-                               ": > f$i; i=$((i+1)); done; echo ok",
+        expect_output(session,
+                      "mkdir /workspace/many && cd /workspace/many && i=0; while [ $i -lt 400 ]; do "
+                      ": > f$i; i=$((i+1)); done; echo ok",
                       "ok\n");
         cr_assert_eq(privacy_mark(d->privacy, "alice", session, "ds", "src", "test", &err), 0, "%s", err.msg);
         workspace_of(session, ws);
@@ -308,8 +313,7 @@ Test(ratchet, sigkill_between_mark_and_removal_then_restart_never_shows_bridge)
                 _exit(4);
         }
         cr_assert_eq(waitpid(pid, &status, 0), pid);
-        cr_assert(WIFSIGNALED(status) && WTERMSIG(status) == SIGKILL, "the child did not die by SIGKILL (%d)",
-                  status);
+        cr_assert(WIFSIGNALED(status) && WTERMSIG(status) == SIGKILL, "the child did not die by SIGKILL (%d)", status);
         cr_assert_eq(docker_container_inspect(testenv_docker(), cid, &info, NULL), 0);
         cr_assert(info.running && info.has_network, "the crash did not leave the networked container behind");
 

@@ -41,8 +41,8 @@ static void ensure_session(const char *session, char cid[65])
 
 static int run_sh(const char *session, const char *command, int timeout_s, struct exec_result *res)
 {
-        struct exec_request req = {.user = "u1", .session = session, .command = command, .timeout_s = timeout_s,
-                                   .actor = "test"};
+        struct exec_request req = {
+                .user = "u1", .session = session, .command = command, .timeout_s = timeout_s, .actor = "test"};
         struct sbx_error err = {0};
         int r = exec_run(d->exec, &req, res, &err);
         cr_assert_eq(r, 0, "exec_run(%s): %s", command, err.msg);
@@ -70,8 +70,9 @@ Test(runner, connects_over_a_read_only_session_directory)
 
         /* the container side: the runner is the main process under the init,
          * and nothing can be planted in the session directory */
-        cr_assert_eq(fixture_sh(cid, "cat /proc/1/cmdline | tr '\\0' ' '; echo; cat /proc/self/status | "
-                                     "grep -c x >/dev/null; ps -o pid,args | grep -c '[s]andboxd-runner'",
+        cr_assert_eq(fixture_sh(cid,
+                                "cat /proc/1/cmdline | tr '\\0' ' '; echo; cat /proc/self/status | "
+                                "grep -c x >/dev/null; ps -o pid,args | grep -c '[s]andboxd-runner'",
                                 &out),
                      0);
         cr_assert(strstr(out, "/run/sandboxd-runner") != NULL, "the init does not run the runner: %s", out);
@@ -219,8 +220,9 @@ Test(runner, a_runner_killed_by_tenant_code_recovers_on_the_next_request)
         open_daemon(NULL);
         ensure_session("s1", c1);
         cr_assert(runner_hub_wait(d->runner, "u1", "s1", 20000));
-        run_sh("s1", "for p in /proc/[0-9]*; do grep -q sandboxd-runner $p/cmdline 2>/dev/null && "
-                     "[ \"$(cat $p/comm)\" = sandboxd-runner ] && kill -9 ${p#/proc/}; done; sleep 5",
+        run_sh("s1",
+               "for p in /proc/[0-9]*; do grep -q sandboxd-runner $p/cmdline 2>/dev/null && "
+               "[ \"$(cat $p/comm)\" = sandboxd-runner ] && kill -9 ${p#/proc/}; done; sleep 5",
                0, &res);
         cr_assert_eq(res.state, EXEC_FAILED);
         cr_assert_eq(res.cause, EXEC_CAUSE_CONTAINER_DIED);
@@ -257,8 +259,9 @@ Test(runner, a_stopped_runner_misses_its_heartbeats_and_the_session_recovers)
         ensure_session("s1", c1);
         cr_assert(runner_hub_wait(d->runner, "u1", "s1", 20000));
         /* tenant code (same uid) stops the runner: it can no longer answer */
-        cr_assert_eq(fixture_sh(c1, "for p in /proc/[0-9]*; do [ \"$(cat $p/comm 2>/dev/null)\" = sandboxd-runner ] && "
-                                    "kill -STOP ${p#/proc/}; done; true",
+        cr_assert_eq(fixture_sh(c1,
+                                "for p in /proc/[0-9]*; do [ \"$(cat $p/comm 2>/dev/null)\" = sandboxd-runner ] && "
+                                "kill -STOP ${p#/proc/}; done; true",
                                 NULL),
                      0);
         cr_assert_geq(fixture_wait(has_cause, &w, 30000), 0, "the silent runner was not detected");

@@ -138,7 +138,8 @@ Test(runtime, per_user)
         free(out);
 
         /* files, both ways */
-        cr_assert_eq(files_write(&d->files, "hirisk", "s", "note.txt", "under gvisor", 12, path, &err), 0, "%s", err.msg);
+        cr_assert_eq(files_write(&d->files, "hirisk", "s", "note.txt", "under gvisor", 12, path, &err), 0, "%s",
+                     err.msg);
         cr_assert_eq(sh("hirisk", "s", "cat /workspace/note.txt", &out), 0);
         cr_assert_str_eq(out, "under gvisor");
         free(out);
@@ -153,8 +154,10 @@ Test(runtime, per_user)
                 /* gVisor's sandbox here sometimes dies under load (README, "gVisor for
                  * high-risk tenants"); the session must then come back, private and
                  * still gVisor, on the same workspace */
-                fprintf(stderr, "test_runtime: CASE: the gVisor sandbox died after the mark: %s; "
-                                "the next container must serve\n", out);
+                fprintf(stderr,
+                        "test_runtime: CASE: the gVisor sandbox died after the mark: %s; "
+                        "the next container must serve\n",
+                        out);
                 free(out);
                 cr_assert_eq(session_destroy(d->sessions, "hirisk", "s", false, &err), 0, "%s", err.msg);
                 cr_assert_eq(sh("hirisk", "s", "dmesg | head -1; cat /workspace/note.txt", &out), 0, "%s", out);

@@ -124,8 +124,8 @@ Test(services, crashing_service_fails_with_exit_code_and_logs)
         char *out = NULL, *errs = NULL;
 
         open_daemon(NULL);
-        cr_assert_eq(service_start(d->services, "u1", "crash", "boom", "echo starting; echo boom-xyz >&2; sleep 0.5; exit 3",
-                                   NULL, NULL, &err),
+        cr_assert_eq(service_start(d->services, "u1", "crash", "boom",
+                                   "echo starting; echo boom-xyz >&2; sleep 0.5; exit 3", NULL, NULL, &err),
                      0, "%s", err.msg);
         struct want w = {"crash", "boom", SERVICE_FAILED, false};
         cr_assert_geq(fixture_wait(reached, &w, 20000), 0, "never FAILED");
@@ -171,7 +171,8 @@ Test(services, docker_kill_clears_the_services)
         char cli[128];
 
         open_daemon(NULL);
-        cr_assert_eq(service_start(d->services, "u1", "k", "sleeper", "sleep 1000", NULL, NULL, &err), 0, "%s", err.msg);
+        cr_assert_eq(service_start(d->services, "u1", "k", "sleeper", "sleep 1000", NULL, NULL, &err), 0, "%s",
+                     err.msg);
         cr_assert_eq(session_get_info(d->sessions, "u1", "k", &si), 0);
         snprintf(cli, sizeof(cli), "kill %s", si.container_id);
         session_info_done(&si);
@@ -311,8 +312,8 @@ Test(services, docker_exec_fallback)
         cfg.monitor_interval_ms = 200;
         snprintf(cfg.runner_binary, sizeof(cfg.runner_binary), "/nonexistent/sandboxd-runner");
         d = fixture_open(&cfg, true);
-        cr_assert_eq(service_start(d->services, "u1", "fb", "s", "echo hello; sleep 1000", NULL, &info, &err), 0,
-                     "%s", err.msg);
+        cr_assert_eq(service_start(d->services, "u1", "fb", "s", "echo hello; sleep 1000", NULL, &info, &err), 0, "%s",
+                     err.msg);
         cr_assert_eq(info.state, SERVICE_RUNNING);
         cr_assert_gt(info.pid, 0);
         /* until the shell got to its echo */
@@ -340,7 +341,7 @@ Test(services, exit_while_the_daemon_is_away)
                      err.msg);
         runner_ops_counts(d->runner, &files, &services);
         cr_assert_eq(services, 1, "not on the runner");
-        daemon_close(d); /* the container and the runner keep running */
+        daemon_close(d);    /* the container and the runner keep running */
         sbx_sleep_ms(3000); /* not a wait: the service ends (after its 2 s) while no daemon runs */
         d = fixture_open(&cfg, true);
         struct want w = {"away", "s", SERVICE_FAILED, false};

@@ -73,7 +73,9 @@ static cJSON *docker_inspect_json(const char *id)
 static bool json_array_has(const cJSON *arr, const char *value)
 {
         const cJSON *it;
-        cJSON_ArrayForEach(it, arr) if (cJSON_IsString(it) && strcmp(it->valuestring, value) == 0) return true;
+        cJSON_ArrayForEach(it, arr)
+                if (cJSON_IsString(it) && strcmp(it->valuestring, value) == 0)
+                        return true;
         return false;
 }
 
@@ -83,8 +85,11 @@ Test(sessions, bad_keys_are_refused_before_anything_happens)
         struct daemon *d;
         struct session *s = NULL;
         struct sbx_error err = {0};
-        const char *bad[][2] = {{"a/b", "s"}, {"u", ".."}, {".", "s"}, {"", "s"}, {"u", "sp ace"},
-                                {"u", "x\n"},  {"ü", "s"}, {"u", "0123456789012345678901234567890123456789012345678901234567890123456789"}};
+        const char *bad[][2] = {
+                {"a/b", "s"},    {"u", ".."},
+                {".", "s"},      {"", "s"},
+                {"u", "sp ace"}, {"u", "x\n"},
+                {"ü", "s"},      {"u", "0123456789012345678901234567890123456789012345678901234567890123456789"}};
         char ws[600];
         struct stat st;
 
@@ -139,7 +144,8 @@ Test(sessions, lazy_creation_and_hardening_flags)
         cr_assert(json_array_has(cJSON_GetObjectItem(hc, "SecurityOpt"), "no-new-privileges:true"));
         cJSON *sec;
         cJSON_ArrayForEach(sec, cJSON_GetObjectItem(hc, "SecurityOpt"))
-                cr_assert_null(strstr(sec->valuestring, "unconfined"), "seccomp or apparmor disabled: %s", sec->valuestring);
+                cr_assert_null(strstr(sec->valuestring, "unconfined"), "seccomp or apparmor disabled: %s",
+                               sec->valuestring);
         cr_assert(cJSON_IsFalse(cJSON_GetObjectItem(hc, "Privileged")));
         cr_assert(cJSON_IsTrue(cJSON_GetObjectItem(hc, "ReadonlyRootfs")));
         cr_assert(cJSON_IsTrue(cJSON_GetObjectItem(hc, "Init")));
@@ -279,10 +285,11 @@ static void failure_roundtrip(const char *sid, const char *action, const char *w
         if (strcmp(action, "oom") == 0) {
                 /* Make the container's own process the OOM victim, then exhaust
                  * memory in many small pieces, so no hog outscores it. */
-                (void)fixture_sh(id,
-                                 "for p in /proc/[0-9]*; do [ \"$(cat $p/comm)\" = sleep ] && echo 1000 > $p/oom_score_adj; done;"
-                                 "for i in 1 2 3 4 5 6 7 8; do (x=$(head -c 6000000 /dev/zero | tr '\\0' a); sleep 20) & done; wait",
-                                 NULL);
+                (void)fixture_sh(
+                        id,
+                        "for p in /proc/[0-9]*; do [ \"$(cat $p/comm)\" = sleep ] && echo 1000 > $p/oom_score_adj; done;"
+                        "for i in 1 2 3 4 5 6 7 8; do (x=$(head -c 6000000 /dev/zero | tr '\\0' a); sleep 20) & done; wait",
+                        NULL);
         } else {
                 snprintf(cli, sizeof(cli), "%s %s", action, id);
                 cr_assert_eq(fixture_docker_cli(cli), 0, "docker %s failed", cli);
@@ -305,10 +312,22 @@ static void failure_roundtrip(const char *sid, const char *action, const char *w
         daemon_close(d);
 }
 
-Test(sessions, external_kill_is_detected_and_recovered) { failure_roundtrip("kill", "kill", "exited with code 137"); }
-Test(sessions, external_stop_is_detected_and_recovered) { failure_roundtrip("stop", "stop -t 1", "stopped"); }
-Test(sessions, external_rm_is_detected_and_recovered) { failure_roundtrip("rm", "rm -f", "removed"); }
-Test(sessions, oom_is_detected_and_recovered) { failure_roundtrip("oom", "oom", "oom_killed"); }
+Test(sessions, external_kill_is_detected_and_recovered)
+{
+        failure_roundtrip("kill", "kill", "exited with code 137");
+}
+Test(sessions, external_stop_is_detected_and_recovered)
+{
+        failure_roundtrip("stop", "stop -t 1", "stopped");
+}
+Test(sessions, external_rm_is_detected_and_recovered)
+{
+        failure_roundtrip("rm", "rm -f", "removed");
+}
+Test(sessions, oom_is_detected_and_recovered)
+{
+        failure_roundtrip("oom", "oom", "oom_killed");
+}
 
 /* With the periodic poll an hour away, only the events stream can mark the
  * killed session ERROR within the wait. How fast it does is measured by
@@ -500,8 +519,10 @@ static void make_foreign(char other[65], char plain[65])
 {
         const char *cmd[] = {"sleep", "600", NULL};
         char run[128];
-        struct docker_label l1[] = {{TESTENV_RUN_LABEL, run}, {"sandboxd.managed", "1"},
-                                    {"sandboxd.instance", "someone-else"}, {"sandboxd.user", "ivan"},
+        struct docker_label l1[] = {{TESTENV_RUN_LABEL, run},
+                                    {"sandboxd.managed", "1"},
+                                    {"sandboxd.instance", "someone-else"},
+                                    {"sandboxd.user", "ivan"},
                                     {"sandboxd.session", "foreign"}};
         struct docker_label l2[] = {{TESTENV_RUN_LABEL, run}};
         struct docker_container_spec spec = {.image = TESTENV_TEST_IMAGE, .cmd = cmd, .labels = l1, .n_labels = 5};
@@ -533,7 +554,7 @@ Test(sessions, kill9_restart_reconciles_and_foreign_containers_survive)
         fixture_config(&cfg);
         cr_assert_eq(pipe(pipefd), 0);
         pid = fork(); /* before this process starts any thread */
-        if (pid < 0) /* no assertion may run in the child: Criterion would block it */
+        if (pid < 0)  /* no assertion may run in the child: Criterion would block it */
                 cr_assert_fail("fork: %m");
         if (pid == 0) {
                 prctl(PR_SET_PDEATHSIG, SIGKILL); /* never outlive the test, whatever fails there */
@@ -572,10 +593,15 @@ Test(sessions, kill9_restart_reconciles_and_foreign_containers_survive)
         {
                 const char *cmd[] = {"sleep", "600", NULL};
                 char run[128];
-                struct docker_label l[] = {{TESTENV_RUN_LABEL, run}, {"sandboxd.managed", "1"},
-                                           {"sandboxd.instance", cfg.instance}, {"sandboxd.user", "jane"},
+                struct docker_label l[] = {{TESTENV_RUN_LABEL, run},
+                                           {"sandboxd.managed", "1"},
+                                           {"sandboxd.instance", cfg.instance},
+                                           {"sandboxd.user", "jane"},
                                            {"sandboxd.session", "nobody"}};
-                struct docker_container_spec spec = {.image = TESTENV_TEST_IMAGE, .cmd = cmd, .labels = l, .n_labels = 5};
+                struct docker_container_spec spec = {.image = TESTENV_TEST_IMAGE,
+                                                     .cmd = cmd,
+                                                     .labels = l,
+                                                     .n_labels = 5};
                 snprintf(run, sizeof(run), "%s", testenv_run_id());
                 cr_assert_eq(docker_container_create(testenv_docker(), &spec, orphan, NULL), 0);
         }

@@ -225,8 +225,7 @@ Test(uid, two_sessions_own_uids_api_works_and_a_breakout_reaches_nothing_else)
                         if (sscanf(line, "Uid: %u", &real) == 1)
                                 break;
                 fclose(f);
-                cr_assert_eq(real, (unsigned)b, "B's init runs as %u on the host, not B's uid %u", real,
-                             (unsigned)b);
+                cr_assert_eq(real, (unsigned)b, "B's init runs as %u on the host, not B's uid %u", real, (unsigned)b);
         }
         snprintf(host, sizeof(host), "%s/workspaces/u1", cfg.data_dir);
         ufd = open(host, O_RDONLY | O_DIRECTORY | O_CLOEXEC);
@@ -235,8 +234,10 @@ Test(uid, two_sessions_own_uids_api_works_and_a_breakout_reaches_nothing_else)
                 char cid_a[65];
                 struct docker_container_info ia;
                 int k = as_uid(a, ufd, "a", "b", info.pid);
-                cr_assert_eq(k, 0, "as A's uid, check %d of the breakout failed (1 setup, 2 B's workspace opened, "
-                                   "3 the same by name, 4 own refused, 5 B signalled, 6 B traced)", k);
+                cr_assert_eq(k, 0,
+                             "as A's uid, check %d of the breakout failed (1 setup, 2 B's workspace opened, "
+                             "3 the same by name, 4 own refused, 5 B signalled, 6 B traced)",
+                             k);
                 fixture_container_of(d, "u1", "a", cid_a);
                 cr_assert_eq(docker_container_inspect(testenv_docker(), cid_a, &ia, NULL), 0);
                 k = as_uid(b, ufd, "b", "a", ia.pid);
@@ -382,8 +383,7 @@ Test(uid, a_workspace_from_before_is_handed_over_without_following_symlinks)
         snprintf(p, sizeof(p), "%s/sub/link", ws);
         assert_owned(p, a); /* the link itself */
         cr_assert_eq(stat(outside, &st), 0);
-        cr_assert_eq(st.st_uid, 1000, "the symlink was followed: its target now belongs to %u",
-                     (unsigned)st.st_uid);
+        cr_assert_eq(st.st_uid, 1000, "the symlink was followed: its target now belongs to %u", (unsigned)st.st_uid);
         snprintf(p, sizeof(p), "%s/rootfile", ws);
         cr_assert_eq(lstat(p, &st), 0);
         cr_assert_eq(st.st_uid, 0, "a root-owned entry was given away");
@@ -426,10 +426,11 @@ Test(uid, python_node_and_pip_know_the_session_user)
         snprintf(cfg.image, sizeof(cfg.image), "%s", TESTENV_PYTHON_IMAGE);
         tok[0] = '\0';
         open_daemon();
-        out = api_sh("py", "whoami; python3 -c 'import getpass, os, pwd, site; "
-                           "print(getpass.getuser(), pwd.getpwuid(os.getuid()).pw_dir, os.path.expanduser(\"~\"), "
-                           "site.getuserbase())'; "
-                           "node -e 'const os = require(\"os\"); console.log(os.userInfo().username, os.homedir())'");
+        out = api_sh("py",
+                     "whoami; python3 -c 'import getpass, os, pwd, site; "
+                     "print(getpass.getuser(), pwd.getpwuid(os.getuid()).pw_dir, os.path.expanduser(\"~\"), "
+                     "site.getuserbase())'; "
+                     "node -e 'const os = require(\"os\"); console.log(os.userInfo().username, os.homedir())'");
         a = uid_of("py");
         (void)a;
         snprintf(want, sizeof(want), "sandbox\nsandbox /workspace /workspace /workspace/.local\nsandbox /workspace\n");

@@ -68,8 +68,8 @@ static void setup(const char *mode, int64_t quota, int inodes)
 /* Run `sh -c command` in session; its exit code, stdout+stderr heads into out. */
 static int sh(const char *session, const char *command, char *out, size_t size)
 {
-        struct exec_request req = {.user = "u1", .session = session, .command = command, .timeout_s = 60,
-                                   .actor = "test"};
+        struct exec_request req = {
+                .user = "u1", .session = session, .command = command, .timeout_s = 60, .actor = "test"};
         struct exec_result res;
         struct sbx_error err = {0};
         int code;
@@ -270,7 +270,8 @@ Test(wsquota, restart_and_gc_unmount_what_a_dead_daemon_left)
 
         setup("loop", 16 << 20, 1024);
         /* a daemon that died between removing a container and unmounting */
-        cr_assert_eq(container_workspace_ensure(&cfg, "u1", "ghost", (uid_t)cfg.sandbox_uid_lo, path, &err), 0, "%s", err.msg);
+        cr_assert_eq(container_workspace_ensure(&cfg, "u1", "ghost", (uid_t)cfg.sandbox_uid_lo, path, &err), 0, "%s",
+                     err.msg);
         cr_assert_eq(wsquota_attach(&cfg, "u1", "ghost", &err), 0, "%s", err.msg);
         ws_path("ghost", ws, sizeof(ws));
         cr_assert(mounted(ws));
@@ -291,15 +292,13 @@ Test(wsquota, measure_refuses_work_past_the_quota)
         char out[4096];
         char path[FILES_PATH_MAX];
         struct sbx_error err = {0};
-        struct exec_request req = {.user = "u1", .session = "m", .command = "true", .timeout_s = 30,
-                                   .actor = "test"};
+        struct exec_request req = {.user = "u1", .session = "m", .command = "true", .timeout_s = 30, .actor = "test"};
         char id[37];
         struct wsquota_usage u;
         cJSON *r;
 
         setup("measure", 16 << 20, 1024);
-        cr_assert_eq(sh("m", "dd if=/dev/zero of=/workspace/big bs=1M count=20 2>&1", out, sizeof(out)), 0, "%s",
-                     out);
+        cr_assert_eq(sh("m", "dd if=/dev/zero of=/workspace/big bs=1M count=20 2>&1", out, sizeof(out)), 0, "%s", out);
         wsquota_usage(&cfg, "u1", "m", &u);
         cr_assert(u.known && u.over, "20 MiB in a 16 MiB workspace is not over: %llu",
                   (unsigned long long)u.bytes_used);

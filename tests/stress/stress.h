@@ -18,10 +18,10 @@
 
 #include "sandboxd/common.h"
 
-#define STRESS_CHECK(cond, ...)                                                                    \
-        do {                                                                                       \
-                if (!(cond))                                                                       \
-                        stress_fail(__FILE__, __LINE__, #cond, __VA_ARGS__);                       \
+#define STRESS_CHECK(cond, ...)                                                                                        \
+        do {                                                                                                           \
+                if (!(cond))                                                                                           \
+                        stress_fail(__FILE__, __LINE__, #cond, __VA_ARGS__);                                           \
         } while (0)
 
 void stress_fail(const char *file, int line, const char *cond, const char *fmt, ...)

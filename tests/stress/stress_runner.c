@@ -39,11 +39,14 @@
 static struct sbx_config cfg;
 static struct runner_hub *hub;
 static char dirs[SESSIONS][SBX_PATH_MAX];
-static bool stop; /* atomic */
-static int lost_reports; /* atomic */
+static bool stop;          /* atomic */
+static int lost_reports;   /* atomic */
 static int ended, dropped; /* atomic: executions that ended, that were lost with their connection */
 
-static bool stopping(void) { return __atomic_load_n(&stop, __ATOMIC_ACQUIRE); }
+static bool stopping(void)
+{
+        return __atomic_load_n(&stop, __ATOMIC_ACQUIRE);
+}
 
 static bool full_write(int fd, const void *buf, size_t len)
 {
@@ -222,8 +225,8 @@ static void worker(int t, void *ud)
                         STRESS_CHECK(r == 0, "%s: wait: %d %s", session, r, err.msg);
                         STRESS_CHECK(r < 0 || ex.exit_code == 0 || ex.signal == SIGTERM, "%s: exit %d", session,
                                      ex.exit_code);
-                        STRESS_CHECK(r < 0 || ex.signal != 0 || o.bytes == 4,
-                                     "%s: %d bytes of output before the end", session, o.bytes);
+                        STRESS_CHECK(r < 0 || ex.signal != 0 || o.bytes == 4, "%s: %d bytes of output before the end",
+                                     session, o.bytes);
                 }
                 __atomic_add_fetch(r == 0 ? &ended : &dropped, 1, __ATOMIC_RELAXED);
                 if (r == 0)

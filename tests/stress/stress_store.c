@@ -92,8 +92,7 @@ static void worker(int t, void *ud)
                 snprintf(row.state, sizeof(row.state), "%s", k % 3 ? "RUNNING" : "CREATING");
                 row.created_at = row.updated_at = row.last_activity = sbx_wall_ms();
                 STRESS_CHECK(store_session_put(st, &row) == 0, "session_put %s:%s", user, session);
-                STRESS_CHECK(store_session_touch(st, user, session, sbx_wall_ms()) == 0, "touch %s:%s", user,
-                             session);
+                STRESS_CHECK(store_session_touch(st, user, session, sbx_wall_ms()) == 0, "touch %s:%s", user, session);
                 STRESS_CHECK(store_session_get(st, user, session, &back) == 0 && strcmp(back.state, row.state) == 0,
                              "session_get %s:%s", user, session);
 

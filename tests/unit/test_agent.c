@@ -30,8 +30,10 @@ static struct testrun_report parse(const char *text)
 Test(testrun, counts_passed_failed_skipped)
 {
         struct testrun_report r = parse(
-                M " {\"t\":\"start\"}\n" M " {\"t\":\"test\",\"name\":\"a\",\"passed\":true,\"skipped\":false,"
-                  "\"error\":null,\"duration_ms\":3}\n" M
+                M
+                " {\"t\":\"start\"}\n" M
+                " {\"t\":\"test\",\"name\":\"a\",\"passed\":true,\"skipped\":false,"
+                "\"error\":null,\"duration_ms\":3}\n" M
                 " {\"t\":\"test\",\"name\":\"b\",\"passed\":false,\"error\":\"AssertionError\",\"duration_ms\":1.7}\n" M
                 " {\"t\":\"test\",\"name\":\"c\",\"passed\":true,\"skipped\":true,\"error\":\"skipped: x\"}\n" M
                 " {\"t\":\"end\"}\n");
@@ -52,12 +54,12 @@ Test(testrun, counts_passed_failed_skipped)
 
 Test(testrun, ignores_lines_without_the_marker_and_bad_records)
 {
-        struct testrun_report r = parse(
-                "SBXT-fake {\"t\":\"start\"}\n"
-                "noise " M " {\"t\":\"end\"}\n" M " {\"t\":\"start\"}\n" M "{\"t\":\"end\"}\n" /* no space */
-                M " not json\n" M " [1,2]\n" M " {\"t\":\"test\",\"name\":5,\"passed\":true}\n" M
-                " {\"t\":\"test\",\"name\":\"x\",\"passed\":\"yes\"}\n" M
-                " {\"t\":\"test\",\"name\":\"ok\",\"passed\":true,\"duration_ms\":-5}");
+        struct testrun_report r =
+                parse("SBXT-fake {\"t\":\"start\"}\n"
+                      "noise " M " {\"t\":\"end\"}\n" M " {\"t\":\"start\"}\n" M "{\"t\":\"end\"}\n" /* no space */
+                      M " not json\n" M " [1,2]\n" M " {\"t\":\"test\",\"name\":5,\"passed\":true}\n" M
+                      " {\"t\":\"test\",\"name\":\"x\",\"passed\":\"yes\"}\n" M
+                      " {\"t\":\"test\",\"name\":\"ok\",\"passed\":true,\"duration_ms\":-5}");
 
         cr_assert(r.started);
         cr_assert_not(r.ended);
@@ -68,9 +70,9 @@ Test(testrun, ignores_lines_without_the_marker_and_bad_records)
 
 Test(testrun, records_before_start_and_after_end_do_not_count)
 {
-        struct testrun_report r = parse(M " {\"t\":\"test\",\"name\":\"early\",\"passed\":true}\n" M
-                                          " {\"t\":\"start\"}\n" M " {\"t\":\"end\"}\n" M
-                                          " {\"t\":\"test\",\"name\":\"late\",\"passed\":false}\n");
+        struct testrun_report r =
+                parse(M " {\"t\":\"test\",\"name\":\"early\",\"passed\":true}\n" M " {\"t\":\"start\"}\n" M
+                        " {\"t\":\"end\"}\n" M " {\"t\":\"test\",\"name\":\"late\",\"passed\":false}\n");
         cr_assert_eq(r.total, 0);
         cr_assert(r.ended);
         testrun_report_done(&r);
@@ -95,8 +97,8 @@ Test(testrun, crash_record_is_kept_and_cut)
 
 Test(testrun, invalid_utf8_in_names_is_repaired)
 {
-        struct testrun_report r = parse(M " {\"t\":\"start\"}\n" M
-                                          " {\"t\":\"test\",\"name\":\"bad\xff\xfe\",\"passed\":true}\n");
+        struct testrun_report r =
+                parse(M " {\"t\":\"start\"}\n" M " {\"t\":\"test\",\"name\":\"bad\xff\xfe\",\"passed\":true}\n");
         /* cJSON keeps the bytes; the report must not */
         if (r.total == 1) {
                 const char *n = cJSON_GetObjectItem(cJSON_GetArrayItem(r.tests, 0), "name")->valuestring;
@@ -161,8 +163,9 @@ Test(scripts, description_from_the_leading_comment)
 {
         char d[SCRIPTS_DESCRIPTION_MAX + 1];
 
-        scripts_description("python", "#!/usr/bin/env python3\n# -*- coding: utf-8 -*-\n# Sum two numbers\n#  "
-                                      "and print it\n\nprint(1+2)\n",
+        scripts_description("python",
+                            "#!/usr/bin/env python3\n# -*- coding: utf-8 -*-\n# Sum two numbers\n#  "
+                            "and print it\n\nprint(1+2)\n",
                             d);
         cr_assert_str_eq(d, "Sum two numbers and print it");
         scripts_description("python", "print(1)\n# not leading\n", d);

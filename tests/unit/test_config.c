@@ -76,16 +76,17 @@ Test(config, values_units_and_quotes)
 {
         struct sbx_config cfg;
         struct sbx_error err = {0};
-        write_conf("# comment\n"
-                   "memory = 512m   # trailing comment\n"
-                   "cpus = 1.5\n"
-                   "tmpfs_size = 2g\n"
-                   "idle_timeout = 2h\n"
-                   "monitor_interval = 250ms\n"
-                   "port_range = 30000-30099\n"
-                   "instance = \"ci-1\"\n"
-                   "image = \"my image # not a comment\"\n"
-                   "\n");
+        write_conf(
+                "# comment\n"
+                "memory = 512m   # trailing comment\n"
+                "cpus = 1.5\n"
+                "tmpfs_size = 2g\n"
+                "idle_timeout = 2h\n"
+                "monitor_interval = 250ms\n"
+                "port_range = 30000-30099\n"
+                "instance = \"ci-1\"\n"
+                "image = \"my image # not a comment\"\n"
+                "\n");
         cr_assert_eq(config_load(path, &cfg, &err), 0, "%s", err.msg);
         cr_assert_eq(cfg.memory_bytes, 512LL << 20);
         cr_assert_eq(cfg.nano_cpus, 1500000000LL);

@@ -12,7 +12,8 @@
 #define ID64 "22479858f6c2722a07b146be9c2ffa55e81896f987aac357c051b73401260450"
 
 static const char inspect_running[] =
-        "{\"Id\":\"" ID64 "\",\"Created\":\"2026-11-21T12:08:34.699637585Z\","
+        "{\"Id\":\"" ID64
+        "\",\"Created\":\"2026-11-21T12:08:34.699637585Z\","
         "\"State\":{\"Status\":\"running\",\"Running\":true,\"Paused\":false,\"Restarting\":false,"
         "\"OOMKilled\":false,\"Dead\":false,\"Pid\":17416,\"ExitCode\":0,\"Error\":\"\","
         "\"StartedAt\":\"2026-11-21T12:08:34.947998822Z\",\"FinishedAt\":\"0001-01-01T00:00:00Z\"},"
@@ -27,7 +28,8 @@ static const char inspect_running[] =
         "\"NetworkSettings\":{\"Networks\":{\"bridge\":{\"IPAddress\":\"172.17.0.2\"}}}}";
 
 static const char inspect_exited_oom[] =
-        "{\"Id\":\"" ID64 "\",\"Name\":\"/x\","
+        "{\"Id\":\"" ID64
+        "\",\"Name\":\"/x\","
         "\"State\":{\"Status\":\"exited\",\"Running\":false,\"Restarting\":false,\"OOMKilled\":true,"
         "\"Dead\":false,\"Pid\":0,\"ExitCode\":137,\"Error\":\"\",\"FinishedAt\":\"2026-11-21T12:09:00Z\"},"
         "\"HostConfig\":{\"NetworkMode\":\"none\",\"ReadonlyRootfs\":false,\"Init\":false,\"Privileged\":true},"
@@ -127,11 +129,11 @@ Test(docker_parse, inspect_garbage)
 
 Test(docker_parse, list)
 {
-        static const char json[] =
-                "[{\"Id\":\"" ID64 "\",\"Names\":[\"/probe1\"],\"Created\":1795262914,\"State\":\"running\","
-                "\"Labels\":{\"b\":\"2\",\"sandboxd.test.run\":\"probe\"}},"
-                "{\"Id\":\"abc\",\"Names\":[],\"Created\":5,\"State\":\"exited\",\"Labels\":{}},"
-                "{\"NoId\":true}]";
+        static const char json[] = "[{\"Id\":\"" ID64
+                                   "\",\"Names\":[\"/probe1\"],\"Created\":1795262914,\"State\":\"running\","
+                                   "\"Labels\":{\"b\":\"2\",\"sandboxd.test.run\":\"probe\"}},"
+                                   "{\"Id\":\"abc\",\"Names\":[],\"Created\":5,\"State\":\"exited\",\"Labels\":{}},"
+                                   "{\"NoId\":true}]";
         struct docker_container_summary *list = NULL;
         size_t n = 0;
 
@@ -156,8 +158,10 @@ Test(docker_parse, list)
 Test(docker_parse, event_die)
 {
         static const char json[] =
-                "{\"status\":\"die\",\"id\":\"" ID64 "\",\"from\":\"sandboxd/test:latest\",\"Type\":\"container\","
-                "\"Action\":\"die\",\"Actor\":{\"ID\":\"" ID64 "\",\"Attributes\":{\"exitCode\":\"137\","
+                "{\"status\":\"die\",\"id\":\"" ID64
+                "\",\"from\":\"sandboxd/test:latest\",\"Type\":\"container\","
+                "\"Action\":\"die\",\"Actor\":{\"ID\":\"" ID64
+                "\",\"Attributes\":{\"exitCode\":\"137\","
                 "\"image\":\"sandboxd/test:latest\",\"name\":\"x\",\"sandboxd.session\":\"s1\",\"timeNano\":\"5\","
                 "\"other\":\"o\"}},\"scope\":\"local\",\"time\":1795262914,\"timeNano\":1795262914123456789}";
         struct docker_event ev;
@@ -317,8 +321,7 @@ Test(docker_parse, spec_to_json_every_field)
 
 Test(docker_parse, spec_to_json_minimal_and_swap)
 {
-        struct docker_container_spec spec = {.image = "img", .memory = 100, .memory_swap = 300,
-                                             .privileged = true};
+        struct docker_container_spec spec = {.image = "img", .memory = 100, .memory_swap = 300, .privileged = true};
         cJSON *j = spec_json(&spec);
         const cJSON *h = path(j, "HostConfig", NULL);
 
@@ -367,8 +370,8 @@ static int demux_all(const uint8_t *data, size_t len, size_t step, size_t max_pa
                         enum docker_stream_kind kind;
                         const void *p;
                         size_t plen;
-                        ssize_t used = docker_demux_next(&m, data + off + poff, piece - poff, max_payload, &kind, &p,
-                                                         &plen);
+                        ssize_t used =
+                                docker_demux_next(&m, data + off + poff, piece - poff, max_payload, &kind, &p, &plen);
                         if (used < 0)
                                 return (int)used;
                         cr_assert(used > 0 || piece - poff == 0);

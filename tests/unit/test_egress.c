@@ -171,8 +171,9 @@ static void setup(void)
         server_start(&echo_up, true);
         config_defaults(&cfg);
         set("egress_allow", "up.test:*, echo.test:*, *.wild.test:*, private.test:*, tls.test:*");
-        set("egress_resolve", "up.test=127.0.0.1, echo.test=127.0.0.1, a.wild.test=127.0.0.1, tls.test=127.0.0.1, "
-                              "other.test=127.0.0.1, private.test=10.255.255.1");
+        set("egress_resolve",
+            "up.test=127.0.0.1, echo.test=127.0.0.1, a.wild.test=127.0.0.1, tls.test=127.0.0.1, "
+            "other.test=127.0.0.1, private.test=10.255.255.1");
         set("egress_allow_private", "127.0.0.1/32");
 }
 
@@ -205,7 +206,10 @@ static int proxy_conn_as(const char *session)
         return sv[0];
 }
 
-static int proxy_conn(void) { return proxy_conn_as(SESS); }
+static int proxy_conn(void)
+{
+        return proxy_conn_as(SESS);
+}
 
 static void send_all(int fd, const char *s, size_t n)
 {
@@ -217,7 +221,10 @@ static void send_all(int fd, const char *s, size_t n)
         }
 }
 
-static void send_str(int fd, const char *s) { send_all(fd, s, strlen(s)); }
+static void send_str(int fd, const char *s)
+{
+        send_all(fd, s, strlen(s));
+}
 
 /* Read until EOF or until `until` appears (NULL: EOF), within deadline_ms. */
 static size_t recv_until(int fd, char *buf, size_t cap, const char *until, int deadline_ms)
@@ -784,8 +791,10 @@ Test(egress, curl_and_python_reach_http_and_https_upstreams)
                  tmpdir, tls_port);
         rc = run(cmd, out, sizeof(out));
         cr_assert(rc == 0 && strcmp(out, "tls-hello") == 0, "curl https: rc %d: %s", rc, out);
-        snprintf(cmd, sizeof(cmd), "curl -sS --max-time 20 -o /dev/null -w '%%{http_code}' -x http://127.0.0.1:%d "
-                 "http://blocked.test/ 2>&1", lport);
+        snprintf(cmd, sizeof(cmd),
+                 "curl -sS --max-time 20 -o /dev/null -w '%%{http_code}' -x http://127.0.0.1:%d "
+                 "http://blocked.test/ 2>&1",
+                 lport);
         run(cmd, out, sizeof(out));
         cr_assert_str_eq(out, "403", "curl sees the refusal");
 

@@ -21,8 +21,8 @@ Test(egress_policy, patterns_are_checked_and_canonical)
         cr_assert_str_eq(canon("10.0.0.1", false), "10.0.0.1");
         cr_assert_str_eq(canon("*", true), "*");
         cr_assert_null(canon("*", false), "only the config may allow every host");
-        const char *bad[] = {"", "a b", "host:0", "host:65536", "host:x", "*.", "*.1.2.3", "a..b", "-:80",
-                             "::1", "[::1", "evil/path", "host:80:90", "*.*.com", "a\"b", "x:"};
+        const char *bad[] = {"",     "a b", "host:0", "host:65536", "host:x",     "*.",      "*.1.2.3", "a..b",
+                             "-:80", "::1", "[::1",   "evil/path",  "host:80:90", "*.*.com", "a\"b",    "x:"};
         for (size_t i = 0; i < sizeof(bad) / sizeof(bad[0]); i++)
                 cr_assert_null(canon(bad[i], true), "'%s' must be refused", bad[i]);
         char longname[400];
@@ -79,19 +79,42 @@ static const char *cls(const char *ip)
 
 Test(egress_policy, ssrf_guard_refuses_special_addresses)
 {
-        const char *refused[] = {"127.0.0.1", "127.255.0.9", "10.1.2.3", "172.16.0.1", "172.31.255.255",
-                                 "192.168.1.1", "100.64.0.1", "100.127.255.255", "169.254.169.254", "169.254.1.1",
-                                 "0.0.0.0", "224.0.0.1", "239.255.255.250", "255.255.255.255", "240.0.0.1",
-                                 "::", "::1", "fc00::1", "fd00:ec2::254", "fe80::1", "fec0::1", "ff02::1",
-                                 "::ffff:127.0.0.1", "::ffff:10.0.0.1", "::ffff:169.254.169.254", "::127.0.0.1",
-                                 "64:ff9b::a00:1", "2002:a00:1::1", "2001:0:1::1"};
+        const char *refused[] = {"127.0.0.1",
+                                 "127.255.0.9",
+                                 "10.1.2.3",
+                                 "172.16.0.1",
+                                 "172.31.255.255",
+                                 "192.168.1.1",
+                                 "100.64.0.1",
+                                 "100.127.255.255",
+                                 "169.254.169.254",
+                                 "169.254.1.1",
+                                 "0.0.0.0",
+                                 "224.0.0.1",
+                                 "239.255.255.250",
+                                 "255.255.255.255",
+                                 "240.0.0.1",
+                                 "::",
+                                 "::1",
+                                 "fc00::1",
+                                 "fd00:ec2::254",
+                                 "fe80::1",
+                                 "fec0::1",
+                                 "ff02::1",
+                                 "::ffff:127.0.0.1",
+                                 "::ffff:10.0.0.1",
+                                 "::ffff:169.254.169.254",
+                                 "::127.0.0.1",
+                                 "64:ff9b::a00:1",
+                                 "2002:a00:1::1",
+                                 "2001:0:1::1"};
         for (size_t i = 0; i < sizeof(refused) / sizeof(refused[0]); i++)
                 cr_assert_not_null(cls(refused[i]), "%s must be refused", refused[i]);
         cr_assert_str_eq(cls("169.254.169.254"), "metadata");
         cr_assert_str_eq(cls("fd00:ec2::254"), "metadata");
         cr_assert_str_eq(cls("::ffff:127.0.0.1"), "loopback");
-        const char *public_[] = {"1.1.1.1", "8.8.8.8", "172.32.0.1", "100.128.0.1", "2606:4700::1111",
-                                 "::ffff:1.1.1.1", "64:ff9b::101:101"};
+        const char *public_[] = {"1.1.1.1",         "8.8.8.8",        "172.32.0.1",      "100.128.0.1",
+                                 "2606:4700::1111", "::ffff:1.1.1.1", "64:ff9b::101:101"};
         for (size_t i = 0; i < sizeof(public_) / sizeof(public_[0]); i++)
                 cr_assert_null(cls(public_[i]), "%s is public", public_[i]);
 }

@@ -81,7 +81,10 @@ static cJSON *next_msg_wait(int timeout_ms)
         return j;
 }
 
-static cJSON *next_msg(void) { return next_msg_wait(0); }
+static cJSON *next_msg(void)
+{
+        return next_msg_wait(0);
+}
 
 static size_t pending(void)
 {
@@ -128,7 +131,10 @@ static void teardown(void)
 
 TestSuite(mcp, .init = setup, .fini = teardown);
 
-static void send_line(const char *line) { mcp_handle_line(m, line, strlen(line)); }
+static void send_line(const char *line)
+{
+        mcp_handle_line(m, line, strlen(line));
+}
 
 /* Send one line, expect exactly one reply, return it. */
 static cJSON *ask(const char *line)
@@ -172,9 +178,10 @@ static const cJSON *result_of(const cJSON *r)
         return res;
 }
 
-#define ENVELOPE(v)                                                                                                  \
-        "\"_meta\":{\"io.modelcontextprotocol/protocolVersion\":\"" v "\","                                         \
-        "\"io.modelcontextprotocol/clientCapabilities\":{},"                                                         \
+#define ENVELOPE(v)                                                                                                    \
+        "\"_meta\":{\"io.modelcontextprotocol/protocolVersion\":\"" v                                                  \
+        "\","                                                                                                          \
+        "\"io.modelcontextprotocol/clientCapabilities\":{},"                                                           \
         "\"io.modelcontextprotocol/clientInfo\":{\"name\":\"unit\",\"version\":\"1\"}}"
 
 /* ---- lifecycle ---- */
@@ -208,8 +215,9 @@ Test(mcp, initialize_echoes_every_legacy_version)
 
 Test(mcp, initialize_with_unknown_version_offers_the_latest)
 {
-        cJSON *r = ask("{\"jsonrpc\":\"2.0\",\"id\":\"a\",\"method\":\"initialize\",\"params\":{\"protocolVersion\":"
-                       "\"2023-01-01\",\"capabilities\":{},\"clientInfo\":{\"name\":\"x\",\"version\":\"0\"}}}");
+        cJSON *r =
+                ask("{\"jsonrpc\":\"2.0\",\"id\":\"a\",\"method\":\"initialize\",\"params\":{\"protocolVersion\":"
+                    "\"2023-01-01\",\"capabilities\":{},\"clientInfo\":{\"name\":\"x\",\"version\":\"0\"}}}");
         cr_assert_str_eq(cJSON_GetObjectItem(result_of(r), "protocolVersion")->valuestring, "2025-11-25");
         cr_assert_str_eq(cJSON_GetObjectItem(r, "id")->valuestring, "a");
         cJSON_Delete(r);
@@ -232,9 +240,10 @@ Test(mcp, initialize_bad_params)
         assert_error("{\"jsonrpc\":\"2.0\",\"id\":1,\"method\":\"initialize\"}", MCP_INVALID_PARAMS, false);
         assert_error("{\"jsonrpc\":\"2.0\",\"id\":1,\"method\":\"initialize\",\"params\":{\"protocolVersion\":7}}",
                      MCP_INVALID_PARAMS, false);
-        assert_error("{\"jsonrpc\":\"2.0\",\"id\":1,\"method\":\"initialize\",\"params\":{\"protocolVersion\":"
-                     "\"2025-11-25\",\"capabilities\":[]}}",
-                     MCP_INVALID_PARAMS, false);
+        assert_error(
+                "{\"jsonrpc\":\"2.0\",\"id\":1,\"method\":\"initialize\",\"params\":{\"protocolVersion\":"
+                "\"2025-11-25\",\"capabilities\":[]}}",
+                MCP_INVALID_PARAMS, false);
 }
 
 Test(mcp, ping_and_set_level)
@@ -269,8 +278,8 @@ Test(mcp, discover)
         cJSON_Delete(r);
 }
 
-#define TASKS_ENVELOPE                                                                                               \
-        "\"_meta\":{\"io.modelcontextprotocol/protocolVersion\":\"2026-07-28\","                                      \
+#define TASKS_ENVELOPE                                                                                                 \
+        "\"_meta\":{\"io.modelcontextprotocol/protocolVersion\":\"2026-07-28\","                                       \
         "\"io.modelcontextprotocol/clientCapabilities\":{\"extensions\":{\"io.modelcontextprotocol/tasks\":{}}}}"
 
 Test(mcp, tasks_extension_negotiation)
@@ -290,12 +299,14 @@ Test(mcp, tasks_extension_negotiation)
                 "call")));
         cJSON_Delete(r);
         /* 2025-11-25: only exec and run_code run as tasks, and params.task is an object */
-        assert_error("{\"jsonrpc\":\"2.0\",\"id\":20,\"method\":\"tools/call\",\"params\":{\"name\":\"read_file\","
-                     "\"arguments\":{\"path\":\"x\"},\"task\":{}}}",
-                     MCP_METHOD_NOT_FOUND, false);
-        assert_error("{\"jsonrpc\":\"2.0\",\"id\":21,\"method\":\"tools/call\",\"params\":{\"name\":\"exec\","
-                     "\"arguments\":{\"command\":\"true\"},\"task\":5}}",
-                     MCP_INVALID_PARAMS, false);
+        assert_error(
+                "{\"jsonrpc\":\"2.0\",\"id\":20,\"method\":\"tools/call\",\"params\":{\"name\":\"read_file\","
+                "\"arguments\":{\"path\":\"x\"},\"task\":{}}}",
+                MCP_METHOD_NOT_FOUND, false);
+        assert_error(
+                "{\"jsonrpc\":\"2.0\",\"id\":21,\"method\":\"tools/call\",\"params\":{\"name\":\"exec\","
+                "\"arguments\":{\"command\":\"true\"},\"task\":5}}",
+                MCP_INVALID_PARAMS, false);
         r = ask("{\"jsonrpc\":\"2.0\",\"id\":2,\"method\":\"initialize\",\"params\":{\"protocolVersion\":"
                 "\"2025-06-18\"}}");
         cr_assert_null(cJSON_GetObjectItem(cJSON_GetObjectItem(result_of(r), "capabilities"), "tasks"));
@@ -305,9 +316,9 @@ Test(mcp, tasks_extension_negotiation)
                 "2026-07-28") "}}");
         cr_assert_eq(error_code(r), MCP_MISSING_CLIENT_CAPABILITY);
         const cJSON *data = cJSON_GetObjectItem(cJSON_GetObjectItem(r, "error"), "data");
-        cr_assert(cJSON_IsObject(cJSON_GetObjectItem(
-                cJSON_GetObjectItem(cJSON_GetObjectItem(data, "requiredCapabilities"), "extensions"),
-                "io.modelcontextprotocol/tasks")));
+        cr_assert(cJSON_IsObject(
+                cJSON_GetObjectItem(cJSON_GetObjectItem(cJSON_GetObjectItem(data, "requiredCapabilities"), "extensions"),
+                                    "io.modelcontextprotocol/tasks")));
         cJSON_Delete(r);
         /* no taskId, or not a string: invalid params; the legacy era has no tasks/ methods */
         assert_error("{\"jsonrpc\":\"2.0\",\"id\":4,\"method\":\"tasks/get\",\"params\":{" TASKS_ENVELOPE "}}",
@@ -329,8 +340,8 @@ Test(mcp, tasks_extension_negotiation)
 
 Test(mcp, unsupported_stateless_version)
 {
-        cJSON *r = ask("{\"jsonrpc\":\"2.0\",\"id\":9,\"method\":\"tools/list\",\"params\":{" ENVELOPE(
-                "2099-01-01") "}}");
+        cJSON *r =
+                ask("{\"jsonrpc\":\"2.0\",\"id\":9,\"method\":\"tools/list\",\"params\":{" ENVELOPE("2099-01-01") "}}");
         cr_assert_eq(error_code(r), MCP_UNSUPPORTED_PROTOCOL_VERSION);
         const cJSON *data = cJSON_GetObjectItem(cJSON_GetObjectItem(r, "error"), "data");
         cr_assert_str_eq(cJSON_GetArrayItem(cJSON_GetObjectItem(data, "supported"), 0)->valuestring, "2026-07-28");
@@ -347,26 +358,30 @@ Test(mcp, unsupported_stateless_version)
 Test(mcp, stateless_envelope_validation)
 {
         /* clientCapabilities missing */
-        assert_error("{\"jsonrpc\":\"2.0\",\"id\":1,\"method\":\"tools/list\",\"params\":{\"_meta\":{"
-                     "\"io.modelcontextprotocol/protocolVersion\":\"2026-07-28\"}}}",
-                     MCP_INVALID_PARAMS, false);
+        assert_error(
+                "{\"jsonrpc\":\"2.0\",\"id\":1,\"method\":\"tools/list\",\"params\":{\"_meta\":{"
+                "\"io.modelcontextprotocol/protocolVersion\":\"2026-07-28\"}}}",
+                MCP_INVALID_PARAMS, false);
         /* version not a string */
-        assert_error("{\"jsonrpc\":\"2.0\",\"id\":1,\"method\":\"tools/list\",\"params\":{\"_meta\":{"
-                     "\"io.modelcontextprotocol/protocolVersion\":1,"
-                     "\"io.modelcontextprotocol/clientCapabilities\":{}}}}",
-                     MCP_INVALID_PARAMS, false);
+        assert_error(
+                "{\"jsonrpc\":\"2.0\",\"id\":1,\"method\":\"tools/list\",\"params\":{\"_meta\":{"
+                "\"io.modelcontextprotocol/protocolVersion\":1,"
+                "\"io.modelcontextprotocol/clientCapabilities\":{}}}}",
+                MCP_INVALID_PARAMS, false);
         /* clientInfo malformed */
-        assert_error("{\"jsonrpc\":\"2.0\",\"id\":1,\"method\":\"tools/list\",\"params\":{\"_meta\":{"
-                     "\"io.modelcontextprotocol/protocolVersion\":\"2026-07-28\","
-                     "\"io.modelcontextprotocol/clientCapabilities\":{},"
-                     "\"io.modelcontextprotocol/clientInfo\":\"me\"}}}",
-                     MCP_INVALID_PARAMS, false);
+        assert_error(
+                "{\"jsonrpc\":\"2.0\",\"id\":1,\"method\":\"tools/list\",\"params\":{\"_meta\":{"
+                "\"io.modelcontextprotocol/protocolVersion\":\"2026-07-28\","
+                "\"io.modelcontextprotocol/clientCapabilities\":{},"
+                "\"io.modelcontextprotocol/clientInfo\":\"me\"}}}",
+                MCP_INVALID_PARAMS, false);
         /* a bad log level */
-        assert_error("{\"jsonrpc\":\"2.0\",\"id\":1,\"method\":\"tools/list\",\"params\":{\"_meta\":{"
-                     "\"io.modelcontextprotocol/protocolVersion\":\"2026-07-28\","
-                     "\"io.modelcontextprotocol/clientCapabilities\":{},"
-                     "\"io.modelcontextprotocol/logLevel\":\"chatty\"}}}",
-                     MCP_INVALID_PARAMS, false);
+        assert_error(
+                "{\"jsonrpc\":\"2.0\",\"id\":1,\"method\":\"tools/list\",\"params\":{\"_meta\":{"
+                "\"io.modelcontextprotocol/protocolVersion\":\"2026-07-28\","
+                "\"io.modelcontextprotocol/clientCapabilities\":{},"
+                "\"io.modelcontextprotocol/logLevel\":\"chatty\"}}}",
+                MCP_INVALID_PARAMS, false);
         /* _meta not an object */
         assert_error("{\"jsonrpc\":\"2.0\",\"id\":1,\"method\":\"tools/list\",\"params\":{\"_meta\":3}}",
                      MCP_INVALID_PARAMS, false);
@@ -379,28 +394,49 @@ Test(mcp, stateless_era_has_no_handshake_methods)
 {
         assert_error("{\"jsonrpc\":\"2.0\",\"id\":1,\"method\":\"ping\",\"params\":{" ENVELOPE("2026-07-28") "}}",
                      MCP_METHOD_NOT_FOUND, false);
-        assert_error("{\"jsonrpc\":\"2.0\",\"id\":1,\"method\":\"logging/setLevel\",\"params\":{"
-                     "\"level\":\"info\"," ENVELOPE("2026-07-28") "}}",
-                     MCP_METHOD_NOT_FOUND, false);
-        assert_error("{\"jsonrpc\":\"2.0\",\"id\":1,\"method\":\"initialize\",\"params\":{\"protocolVersion\":"
-                     "\"2026-07-28\"," ENVELOPE("2026-07-28") "}}",
-                     MCP_METHOD_NOT_FOUND, false);
+        assert_error(
+                "{\"jsonrpc\":\"2.0\",\"id\":1,\"method\":\"logging/setLevel\",\"params\":{"
+                "\"level\":\"info\"," ENVELOPE("2026-07-28") "}}",
+                MCP_METHOD_NOT_FOUND, false);
+        assert_error(
+                "{\"jsonrpc\":\"2.0\",\"id\":1,\"method\":\"initialize\",\"params\":{\"protocolVersion\":"
+                "\"2026-07-28\"," ENVELOPE("2026-07-28") "}}",
+                MCP_METHOD_NOT_FOUND, false);
 }
 
 /* ---- tools/list ---- */
 
 static const char *const expected_tools[] = {
-        "exec",         "run_code",     "get_execution",  "send_stdin",    "resize_terminal", "cancel_execution",
-        "list_executions", "write_file", "read_file",     "list_files",    "start_service",
-        "stop_service", "list_services", "service_logs", "session_info",
+        "exec",
+        "run_code",
+        "get_execution",
+        "send_stdin",
+        "resize_terminal",
+        "cancel_execution",
+        "list_executions",
+        "write_file",
+        "read_file",
+        "list_files",
+        "start_service",
+        "stop_service",
+        "list_services",
+        "service_logs",
+        "session_info",
         /* agent tools (issue 17) */
-        "run_tests", "list_scripts", "clear_scripts", "create_session", "destroy_session", "list_sessions",
+        "run_tests",
+        "list_scripts",
+        "clear_scripts",
+        "create_session",
+        "destroy_session",
+        "list_sessions",
 };
 
 static const cJSON *find_tool(const cJSON *tools, const char *name)
 {
         const cJSON *t;
-        cJSON_ArrayForEach(t, tools) if (strcmp(cJSON_GetObjectItem(t, "name")->valuestring, name) == 0) return t;
+        cJSON_ArrayForEach(t, tools)
+                if (strcmp(cJSON_GetObjectItem(t, "name")->valuestring, name) == 0)
+                        return t;
         return NULL;
 }
 
@@ -433,8 +469,7 @@ Test(mcp, tools_list_has_every_tool_with_schemas)
                 cr_assert(user_level ||
                                   cJSON_IsObject(cJSON_GetObjectItem(cJSON_GetObjectItem(in, "properties"), "session")),
                           "%s takes session", expected_tools[i]);
-                cr_assert(!user_level ||
-                                  !cJSON_GetObjectItem(cJSON_GetObjectItem(in, "properties"), "session"),
+                cr_assert(!user_level || !cJSON_GetObjectItem(cJSON_GetObjectItem(in, "properties"), "session"),
                           "%s takes no session", expected_tools[i]);
                 cr_assert(cJSON_IsObject(cJSON_GetObjectItem(t, "annotations")));
         }
@@ -467,8 +502,8 @@ Test(mcp, tools_list_has_every_tool_with_schemas)
         }
         /* execution results and session_info carry the documented fields */
         const cJSON *eo = schema_props(tools, "exec", "outputSchema");
-        static const char *const exec_fields[] = {"execution_id", "state",        "exit_code",    "cause",
-                                                  "stdout",       "stderr",       "stdout_bytes", "stderr_bytes",
+        static const char *const exec_fields[] = {"execution_id", "state",      "exit_code",    "cause",
+                                                  "stdout",       "stderr",     "stdout_bytes", "stderr_bytes",
                                                   "truncated",    "duration_ms"};
         for (size_t i = 0; i < ELEMENTSOF(exec_fields); i++)
                 cr_assert_not_null(cJSON_GetObjectItem(eo, exec_fields[i]), "exec output has %s", exec_fields[i]);
@@ -481,8 +516,9 @@ Test(mcp, tools_list_has_every_tool_with_schemas)
 
 Test(mcp, tools_list_follows_the_negotiated_version)
 {
-        cJSON *r = ask("{\"jsonrpc\":\"2.0\",\"id\":1,\"method\":\"initialize\",\"params\":{\"protocolVersion\":"
-                       "\"2024-11-05\",\"capabilities\":{}}}");
+        cJSON *r =
+                ask("{\"jsonrpc\":\"2.0\",\"id\":1,\"method\":\"initialize\",\"params\":{\"protocolVersion\":"
+                    "\"2024-11-05\",\"capabilities\":{}}}");
         cJSON_Delete(r);
         r = ask("{\"jsonrpc\":\"2.0\",\"id\":2,\"method\":\"tools/list\",\"params\":{}}");
         const cJSON *t = cJSON_GetArrayItem(cJSON_GetObjectItem(result_of(r), "tools"), 0);
@@ -562,8 +598,7 @@ Test(mcp, malformed_lines)
 
 Test(mcp, unknown_methods_and_notifications)
 {
-        assert_error("{\"jsonrpc\":\"2.0\",\"id\":1,\"method\":\"resources/subscribe\"}", MCP_METHOD_NOT_FOUND,
-                     false);
+        assert_error("{\"jsonrpc\":\"2.0\",\"id\":1,\"method\":\"resources/subscribe\"}", MCP_METHOD_NOT_FOUND, false);
         assert_error("{\"jsonrpc\":\"2.0\",\"id\":\"x\",\"method\":\"prompts/list\",\"params\":{}}",
                      MCP_METHOD_NOT_FOUND, false);
         assert_error("{\"jsonrpc\":\"2.0\",\"id\":2,\"method\":\"completion/complete\",\"params\":{" ENVELOPE(
@@ -593,8 +628,9 @@ Test(mcp, resources_without_a_daemon)
                 "sandboxd://sessions/s/executions/0a-1/stdout?offset=1x",
                 "sandboxd://sessions/s/executions/0a-1/stdout?session=other",
         };
-        cJSON *r = ask("{\"jsonrpc\":\"2.0\",\"id\":1,\"method\":\"initialize\",\"params\":{\"protocolVersion\":"
-                       "\"2025-11-25\",\"capabilities\":{},\"clientInfo\":{\"name\":\"unit\",\"version\":\"1\"}}}");
+        cJSON *r =
+                ask("{\"jsonrpc\":\"2.0\",\"id\":1,\"method\":\"initialize\",\"params\":{\"protocolVersion\":"
+                    "\"2025-11-25\",\"capabilities\":{},\"clientInfo\":{\"name\":\"unit\",\"version\":\"1\"}}}");
         cr_assert(cJSON_IsObject(cJSON_GetObjectItem(cJSON_GetObjectItem(result_of(r), "capabilities"), "resources")));
         cJSON_Delete(r);
         r = ask("{\"jsonrpc\":\"2.0\",\"id\":2,\"method\":\"resources/list\"}");
@@ -637,7 +673,10 @@ static const char *tool_text(const cJSON *r)
         return cJSON_GetObjectItem(cJSON_GetArrayItem(c, 0), "text")->valuestring;
 }
 
-static bool is_error(const cJSON *r) { return cJSON_IsTrue(cJSON_GetObjectItem(result_of(r), "isError")); }
+static bool is_error(const cJSON *r)
+{
+        return cJSON_IsTrue(cJSON_GetObjectItem(result_of(r), "isError"));
+}
 
 Test(mcp, tools_call_protocol_errors)
 {
@@ -648,9 +687,10 @@ Test(mcp, tools_call_protocol_errors)
         assert_error("{\"jsonrpc\":\"2.0\",\"id\":1,\"method\":\"tools/call\"}", MCP_INVALID_PARAMS, false);
         assert_error("{\"jsonrpc\":\"2.0\",\"id\":1,\"method\":\"tools/call\",\"params\":{\"name\":1}}",
                      MCP_INVALID_PARAMS, false);
-        assert_error("{\"jsonrpc\":\"2.0\",\"id\":1,\"method\":\"tools/call\",\"params\":{\"name\":\"exec\","
-                     "\"arguments\":[\"ls\"]}}",
-                     MCP_INVALID_PARAMS, false);
+        assert_error(
+                "{\"jsonrpc\":\"2.0\",\"id\":1,\"method\":\"tools/call\",\"params\":{\"name\":\"exec\","
+                "\"arguments\":[\"ls\"]}}",
+                MCP_INVALID_PARAMS, false);
 }
 
 Test(mcp, tools_call_argument_errors_are_tool_errors)
@@ -686,8 +726,9 @@ Test(mcp, tools_call_argument_errors_are_tool_errors)
                 cr_assert_null(cJSON_GetObjectItem(result_of(r), "structuredContent"));
                 cJSON_Delete(r);
         }
-        cJSON *r = ask("{\"jsonrpc\":\"2.0\",\"id\":1,\"method\":\"tools/call\",\"params\":{\"name\":\"run_code\","
-                       "\"arguments\":{\"language\":\"cobol\",\"code\":\"x\"}}}");
+        cJSON *r =
+                ask("{\"jsonrpc\":\"2.0\",\"id\":1,\"method\":\"tools/call\",\"params\":{\"name\":\"run_code\","
+                    "\"arguments\":{\"language\":\"cobol\",\"code\":\"x\"}}}");
         cr_assert(is_error(r));
         cr_assert_not_null(strstr(tool_text(r), "must be one of"));
         cJSON_Delete(r);
@@ -695,16 +736,18 @@ Test(mcp, tools_call_argument_errors_are_tool_errors)
 
 Test(mcp, tools_call_without_token_or_daemon)
 {
-        cJSON *r = call_and_wait("{\"jsonrpc\":\"2.0\",\"id\":1,\"method\":\"tools/call\",\"params\":{\"name\":"
-                                 "\"session_info\",\"arguments\":{}}}");
+        cJSON *r = call_and_wait(
+                "{\"jsonrpc\":\"2.0\",\"id\":1,\"method\":\"tools/call\",\"params\":{\"name\":"
+                "\"session_info\",\"arguments\":{}}}");
         cr_assert(is_error(r));
         cr_assert_not_null(strstr(tool_text(r), "no API token"), "%s", tool_text(r));
         cJSON_Delete(r);
 
         mcp_free(m);
         m = adapter("/nonexistent/sandboxd-api.sock", "sbx_test");
-        r = call_and_wait("{\"jsonrpc\":\"2.0\",\"id\":2,\"method\":\"tools/call\",\"params\":{\"name\":\"exec\","
-                          "\"arguments\":{\"command\":\"true\"}}}");
+        r = call_and_wait(
+                "{\"jsonrpc\":\"2.0\",\"id\":2,\"method\":\"tools/call\",\"params\":{\"name\":\"exec\","
+                "\"arguments\":{\"command\":\"true\"}}}");
         cr_assert(is_error(r));
         cr_assert_not_null(strstr(tool_text(r), "not reachable"), "%s", tool_text(r));
         cr_assert_eq(cJSON_GetObjectItem(r, "id")->valueint, 2);
@@ -715,8 +758,9 @@ Test(mcp, tools_call_without_token_or_daemon)
 
 Test(mcp, feed_splits_lines_across_chunks)
 {
-        const char *two = "{\"jsonrpc\":\"2.0\",\"id\":1,\"method\":\"ping\"}\n"
-                          "{\"jsonrpc\":\"2.0\",\"id\":2,\"method\":\"ping\"}\r\n\n";
+        const char *two =
+                "{\"jsonrpc\":\"2.0\",\"id\":1,\"method\":\"ping\"}\n"
+                "{\"jsonrpc\":\"2.0\",\"id\":2,\"method\":\"ping\"}\r\n\n";
         for (const char *p = two; *p; p++)
                 mcp_feed(m, p, 1);
         cJSON *a = next_msg(), *b = next_msg();
@@ -787,10 +831,11 @@ Test(mcp, overlong_line_is_one_parse_error)
 
 Test(mcp_schema, validate_and_conform)
 {
-        cJSON *schema = cJSON_Parse("{\"type\":\"object\",\"properties\":{\"a\":{\"type\":\"integer\",\"minimum\":1},"
-                                    "\"b\":{\"type\":[\"string\",\"null\"]},\"c\":{\"type\":\"array\",\"items\":"
-                                    "{\"type\":\"object\",\"properties\":{\"x\":{\"type\":\"integer\"}},\"required\":"
-                                    "[\"x\"]}},\"d\":{\"type\":\"boolean\"}},\"required\":[\"a\",\"b\",\"d\"]}");
+        cJSON *schema = cJSON_Parse(
+                "{\"type\":\"object\",\"properties\":{\"a\":{\"type\":\"integer\",\"minimum\":1},"
+                "\"b\":{\"type\":[\"string\",\"null\"]},\"c\":{\"type\":\"array\",\"items\":"
+                "{\"type\":\"object\",\"properties\":{\"x\":{\"type\":\"integer\"}},\"required\":"
+                "[\"x\"]}},\"d\":{\"type\":\"boolean\"}},\"required\":[\"a\",\"b\",\"d\"]}");
         char msg[256];
         cJSON *v = cJSON_Parse("{\"a\":2,\"b\":null,\"d\":true,\"c\":[{\"x\":1}]}");
 
@@ -874,10 +919,10 @@ struct fake {
         int lfd;
         pthread_t thread;
         pthread_mutex_t lock;
-        bool cancelled;      /* cancel_execution arrived */
-        int polls;           /* get_execution requests */
-        bool hold;           /* hold get_execution until cancelled */
-        int bad;             /* requests that were not what the adapter should send */
+        bool cancelled; /* cancel_execution arrived */
+        int polls;      /* get_execution requests */
+        bool hold;      /* hold get_execution until cancelled */
+        int bad;        /* requests that were not what the adapter should send */
         char last_token[128];
 };
 
@@ -1065,8 +1110,9 @@ Test(mcp_fake, progress_follows_output_in_order)
         double last = -1;
         char text[64] = "";
 
-        send_line("{\"jsonrpc\":\"2.0\",\"id\":7,\"method\":\"tools/call\",\"params\":{\"name\":\"exec\","
-                  "\"arguments\":{\"command\":\"slow\"},\"_meta\":{\"progressToken\":\"tok\"}}}");
+        send_line(
+                "{\"jsonrpc\":\"2.0\",\"id\":7,\"method\":\"tools/call\",\"params\":{\"name\":\"exec\","
+                "\"arguments\":{\"command\":\"slow\"},\"_meta\":{\"progressToken\":\"tok\"}}}");
         for (;;) {
                 r = next_msg_wait(10000);
                 cr_assert_not_null(r, "a message");
@@ -1100,8 +1146,9 @@ Test(mcp_fake, progress_follows_output_in_order)
 
 Test(mcp_fake, without_progress_token_no_notifications)
 {
-        send_line("{\"jsonrpc\":\"2.0\",\"id\":8,\"method\":\"tools/call\",\"params\":{\"name\":\"exec\","
-                  "\"arguments\":{\"command\":\"quiet\"}}}");
+        send_line(
+                "{\"jsonrpc\":\"2.0\",\"id\":8,\"method\":\"tools/call\",\"params\":{\"name\":\"exec\","
+                "\"arguments\":{\"command\":\"quiet\"}}}");
         cJSON *r = next_msg_wait(10000);
         cr_assert_eq(cJSON_GetObjectItem(r, "id")->valueint, 8, "the first message is the result");
         cr_assert_eq(cJSON_GetObjectItem(cJSON_GetObjectItem(result_of(r), "structuredContent"), "exit_code")->valueint,
@@ -1114,8 +1161,9 @@ Test(mcp_fake, cancel_stops_the_execution_and_the_answer)
         pthread_mutex_lock(&fk.lock);
         fk.hold = true;
         pthread_mutex_unlock(&fk.lock);
-        send_line("{\"jsonrpc\":\"2.0\",\"id\":\"c1\",\"method\":\"tools/call\",\"params\":{\"name\":\"exec\","
-                  "\"arguments\":{\"command\":\"sleep 100\"}}}");
+        send_line(
+                "{\"jsonrpc\":\"2.0\",\"id\":\"c1\",\"method\":\"tools/call\",\"params\":{\"name\":\"exec\","
+                "\"arguments\":{\"command\":\"sleep 100\"}}}");
         for (int i = 0; i < 200; i++) {
                 pthread_mutex_lock(&fk.lock);
                 int polls = fk.polls;
@@ -1125,8 +1173,9 @@ Test(mcp_fake, cancel_stops_the_execution_and_the_answer)
                 usleep(10000);
         }
         cr_assert_eq(mcp_inflight(m), 1);
-        send_line("{\"jsonrpc\":\"2.0\",\"method\":\"notifications/cancelled\",\"params\":{\"requestId\":\"c1\","
-                  "\"reason\":\"user\"}}");
+        send_line(
+                "{\"jsonrpc\":\"2.0\",\"method\":\"notifications/cancelled\",\"params\":{\"requestId\":\"c1\","
+                "\"reason\":\"user\"}}");
         cr_assert_eq(mcp_drain(m, 10000), 0, "the call ends promptly");
         pthread_mutex_lock(&fk.lock);
         cr_assert(fk.cancelled, "cancel_execution reached the daemon");
@@ -1142,10 +1191,12 @@ Test(mcp_fake, duplicate_id_in_flight_is_refused)
         pthread_mutex_lock(&fk.lock);
         fk.hold = true;
         pthread_mutex_unlock(&fk.lock);
-        send_line("{\"jsonrpc\":\"2.0\",\"id\":5,\"method\":\"tools/call\",\"params\":{\"name\":\"exec\","
-                  "\"arguments\":{\"command\":\"sleep 100\"}}}");
-        cJSON *r = ask("{\"jsonrpc\":\"2.0\",\"id\":5,\"method\":\"tools/call\",\"params\":{\"name\":\"exec\","
-                       "\"arguments\":{\"command\":\"sleep 100\"}}}");
+        send_line(
+                "{\"jsonrpc\":\"2.0\",\"id\":5,\"method\":\"tools/call\",\"params\":{\"name\":\"exec\","
+                "\"arguments\":{\"command\":\"sleep 100\"}}}");
+        cJSON *r =
+                ask("{\"jsonrpc\":\"2.0\",\"id\":5,\"method\":\"tools/call\",\"params\":{\"name\":\"exec\","
+                    "\"arguments\":{\"command\":\"sleep 100\"}}}");
         cr_assert_eq(error_code(r), MCP_INVALID_REQUEST);
         cJSON_Delete(r);
         send_line("{\"jsonrpc\":\"2.0\",\"method\":\"notifications/cancelled\",\"params\":{\"requestId\":5}}");
@@ -1159,8 +1210,9 @@ Test(mcp_fake, results_stay_under_the_output_limit)
 
         /* 5 MB of log: with its text copy the message would pass 8 MiB, so the
          * text becomes a note and structuredContent carries the logs */
-        send_line("{\"jsonrpc\":\"2.0\",\"id\":1,\"method\":\"tools/call\",\"params\":{\"name\":\"service_logs\","
-                  "\"arguments\":{\"name\":\"web\",\"tail_lines\":5000}}}");
+        send_line(
+                "{\"jsonrpc\":\"2.0\",\"id\":1,\"method\":\"tools/call\",\"params\":{\"name\":\"service_logs\","
+                "\"arguments\":{\"name\":\"web\",\"tail_lines\":5000}}}");
         r = next_msg_wait(20000);
         cr_assert_not_null(r);
         cr_assert_not(is_error(r));
@@ -1170,8 +1222,9 @@ Test(mcp_fake, results_stay_under_the_output_limit)
         cJSON_Delete(r);
 
         /* 9 MB cannot fit at all: an error result asking for less */
-        send_line("{\"jsonrpc\":\"2.0\",\"id\":2,\"method\":\"tools/call\",\"params\":{\"name\":\"service_logs\","
-                  "\"arguments\":{\"name\":\"web\",\"tail_lines\":9000}}}");
+        send_line(
+                "{\"jsonrpc\":\"2.0\",\"id\":2,\"method\":\"tools/call\",\"params\":{\"name\":\"service_logs\","
+                "\"arguments\":{\"name\":\"web\",\"tail_lines\":9000}}}");
         r = next_msg_wait(20000);
         cr_assert_not_null(r);
         cr_assert(is_error(r));
@@ -1181,8 +1234,8 @@ Test(mcp_fake, results_stay_under_the_output_limit)
 
 Test(mcp_fake, calls_in_flight_are_capped)
 {
-        struct mcp_options o = {.api_socket = fk.path, .token = "t", .session = "unit", .write = capture,
-                                .max_inflight = 1};
+        struct mcp_options o = {
+                .api_socket = fk.path, .token = "t", .session = "unit", .write = capture, .max_inflight = 1};
         struct sbx_error err = {0};
 
         mcp_free(m);
@@ -1190,10 +1243,12 @@ Test(mcp_fake, calls_in_flight_are_capped)
         pthread_mutex_lock(&fk.lock);
         fk.hold = true;
         pthread_mutex_unlock(&fk.lock);
-        send_line("{\"jsonrpc\":\"2.0\",\"id\":1,\"method\":\"tools/call\",\"params\":{\"name\":\"exec\","
-                  "\"arguments\":{\"command\":\"sleep 100\"}}}");
-        cJSON *r = ask("{\"jsonrpc\":\"2.0\",\"id\":2,\"method\":\"tools/call\",\"params\":{\"name\":\"exec\","
-                       "\"arguments\":{\"command\":\"true\"}}}");
+        send_line(
+                "{\"jsonrpc\":\"2.0\",\"id\":1,\"method\":\"tools/call\",\"params\":{\"name\":\"exec\","
+                "\"arguments\":{\"command\":\"sleep 100\"}}}");
+        cJSON *r =
+                ask("{\"jsonrpc\":\"2.0\",\"id\":2,\"method\":\"tools/call\",\"params\":{\"name\":\"exec\","
+                    "\"arguments\":{\"command\":\"true\"}}}");
         cr_assert(is_error(r));
         cr_assert_not_null(strstr(tool_text(r), "busy"));
         cJSON_Delete(r);
@@ -1205,10 +1260,11 @@ Test(mcp_fake, calls_in_flight_are_capped)
  * host (userinfo and look-alike names do not pass). */
 Test(mcp, plain_http_url_only_to_a_real_loopback_host)
 {
-        static const char *const ok[] = {"http://127.0.0.1:8443/", "http://127.1.2.3", "http://localhost:8443",
-                                         "http://localhost", "http://[::1]:8443/mcp", "https://sandbox.example:8443"};
+        static const char *const ok[] = {"http://127.0.0.1:8443/", "http://127.1.2.3",
+                                         "http://localhost:8443",  "http://localhost",
+                                         "http://[::1]:8443/mcp",  "https://sandbox.example:8443"};
         static const char *const bad[] = {"http://127.0.0.1@evil.example/", "http://localhost:80@evil.example/",
-                                          "http://127.evil.example/", "http://[::1]@evil.example/",
+                                          "http://127.evil.example/",       "http://[::1]@evil.example/",
                                           "http://localhost.evil.example/", "http://user@localhost/"};
 
         for (size_t i = 0; i < sizeof(ok) / sizeof(ok[0]); i++) {

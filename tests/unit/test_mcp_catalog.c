@@ -55,9 +55,10 @@ Test(mcp_catalog, embedded_catalog_passes_the_check)
 /* The file in the tree is the one built in, and tools/list serves it. */
 Test(mcp_catalog, tools_list_serves_the_file)
 {
-        static const char list[] = "{\"jsonrpc\":\"2.0\",\"id\":1,\"method\":\"tools/list\",\"params\":{\"_meta\":{"
-                                   "\"io.modelcontextprotocol/protocolVersion\":\"2026-07-28\","
-                                   "\"io.modelcontextprotocol/clientCapabilities\":{}}}}";
+        static const char list[] =
+                "{\"jsonrpc\":\"2.0\",\"id\":1,\"method\":\"tools/list\",\"params\":{\"_meta\":{"
+                "\"io.modelcontextprotocol/protocolVersion\":\"2026-07-28\","
+                "\"io.modelcontextprotocol/clientCapabilities\":{}}}}";
         struct mcp_options o = {.api_socket = "/nonexistent.sock", .session = "unit", .write = keep_line};
         struct sbx_error err = {0};
         char *text = read_catalog_file();
@@ -100,10 +101,22 @@ static int check_edited(void (*edit)(cJSON *doc, cJSON *exec), char *why, size_t
         return r;
 }
 
-static void no_tools(cJSON *doc, cJSON *exec) { cJSON_DeleteItemFromObject(doc, "tools"); }
-static void no_input_schema(cJSON *doc, cJSON *exec) { cJSON_DeleteItemFromObject(exec, "inputSchema"); }
-static void no_title(cJSON *doc, cJSON *exec) { cJSON_DeleteItemFromObject(exec, "title"); }
-static void no_exec(cJSON *doc, cJSON *exec) { cJSON_DeleteItemFromArray(cJSON_GetObjectItem(doc, "tools"), 0); }
+static void no_tools(cJSON *doc, cJSON *exec)
+{
+        cJSON_DeleteItemFromObject(doc, "tools");
+}
+static void no_input_schema(cJSON *doc, cJSON *exec)
+{
+        cJSON_DeleteItemFromObject(exec, "inputSchema");
+}
+static void no_title(cJSON *doc, cJSON *exec)
+{
+        cJSON_DeleteItemFromObject(exec, "title");
+}
+static void no_exec(cJSON *doc, cJSON *exec)
+{
+        cJSON_DeleteItemFromArray(cJSON_GetObjectItem(doc, "tools"), 0);
+}
 static void twice(cJSON *doc, cJSON *exec)
 {
         cJSON_AddItemToArray(cJSON_GetObjectItem(doc, "tools"), cJSON_Duplicate(exec, true));

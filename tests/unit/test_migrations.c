@@ -72,8 +72,8 @@ static bool raw_table_exists(sqlite3 *db, const char *name)
         sqlite3_stmt *st = NULL;
         bool found;
 
-        cr_assert_eq(sqlite3_prepare_v2(db, "SELECT 1 FROM sqlite_master WHERE type = 'table' AND name = ?1", -1,
-                                        &st, NULL),
+        cr_assert_eq(sqlite3_prepare_v2(db, "SELECT 1 FROM sqlite_master WHERE type = 'table' AND name = ?1", -1, &st,
+                                        NULL),
                      SQLITE_OK);
         sqlite3_bind_text(st, 1, name, -1, SQLITE_STATIC);
         found = sqlite3_step(st) == SQLITE_ROW;
@@ -111,8 +111,9 @@ Test(migrations, applies_in_order_each_once)
         cr_assert(raw_table_exists(db, "b"));
         cr_assert_eq(raw_int(db, "SELECT COUNT(*) FROM a"), 1);
         cr_assert_eq(raw_int(db, "SELECT COUNT(*) FROM schema_migrations"), 3);
-        cr_assert_eq(raw_int(db, "SELECT COUNT(*) FROM schema_migrations WHERE version = 2 AND name = '0002_b.sql' "
-                                 "AND applied_at > 0"),
+        cr_assert_eq(raw_int(db,
+                             "SELECT COUNT(*) FROM schema_migrations WHERE version = 2 AND name = '0002_b.sql' "
+                             "AND applied_at > 0"),
                      1);
         sqlite3_close(db);
 }
@@ -180,9 +181,9 @@ Test(migrations, newer_database_refused)
         r = store_open_with(dbpath, three, 1, &s, &err);
         cr_assert_eq(r, -EPROTONOSUPPORT, "r=%d", r);
         cr_assert_null(s);
-        cr_assert_not_null(
-                strstr(err.msg, "database schema version 3 is newer than this sandboxd knows (1); upgrade sandboxd"),
-                "%s", err.msg);
+        cr_assert_not_null(strstr(err.msg,
+                                  "database schema version 3 is newer than this sandboxd knows (1); upgrade sandboxd"),
+                           "%s", err.msg);
 }
 
 Test(migrations, non_increasing_versions_refused)
@@ -222,9 +223,9 @@ Test(migrations, wal_mode_is_on)
 
 Test(migrations, builtin_list_creates_every_table)
 {
-        static const char *const tables[] = {"sessions",         "containers", "port_allocations", "services",
-                                             "executions",       "private_datasets", "audit_log",
-                                             "api_tokens",       "schema_migrations"};
+        static const char *const tables[] = {"sessions",  "containers", "port_allocations",
+                                             "services",  "executions", "private_datasets",
+                                             "audit_log", "api_tokens", "schema_migrations"};
         const struct store_migration *migs;
         struct store *s = NULL;
         struct sbx_error err = {};

@@ -140,8 +140,9 @@ Test(portpool, reserve_until_exhausted)
 
         memset(ports, 0x7f, sizeof(ports));
         cr_assert_eq(portpool_reserve_block(p, "alice", "one-too-many", ports, &err), -ENOSPC);
-        cr_assert_not_null(strstr(err.msg, "port pool exhausted: all 10 blocks of 5 ports in 24000-24052 are in use "
-                                           "or held by other processes"),
+        cr_assert_not_null(strstr(err.msg,
+                                  "port pool exhausted: all 10 blocks of 5 ports in 24000-24052 are in use "
+                                  "or held by other processes"),
                            "%s", err.msg);
         cr_assert_eq(ports[0], 0x7f7f7f7f, "ret_ports untouched on failure");
         cr_assert_eq(stored_ports(), 50, "nothing reserved for the failed session");
@@ -241,7 +242,8 @@ Test(portpool, set_container_recorded)
 
 static int listen_on(uint32_t addr, int port)
 {
-        struct sockaddr_in sa = {.sin_family = AF_INET, .sin_port = htons((uint16_t)port),
+        struct sockaddr_in sa = {.sin_family = AF_INET,
+                                 .sin_port = htons((uint16_t)port),
                                  .sin_addr.s_addr = htonl(addr)};
         int fd = socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0);
 

@@ -53,7 +53,8 @@ static void make_config(struct sbx_config *cfg, char ws[SBX_PATH_MAX])
         struct sbx_error err = {0};
         config_defaults(cfg);
         snprintf(cfg->data_dir, sizeof(cfg->data_dir), "%s/data", root);
-        cr_assert_eq(container_workspace_ensure(cfg, "alice", "s1", (uid_t)cfg->sandbox_uid_lo, ws, &err), 0, "%s", err.msg);
+        cr_assert_eq(container_workspace_ensure(cfg, "alice", "s1", (uid_t)cfg->sandbox_uid_lo, ws, &err), 0, "%s",
+                     err.msg);
 }
 
 static bool exists(const char *path)

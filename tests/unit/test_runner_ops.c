@@ -101,7 +101,10 @@ static bool wait_for(bool (*pred)(void))
         return false;
 }
 
-static bool have_web(void) { return runner_svc_get(h, "u1", "s1", "web-1", NULL); }
+static bool have_web(void)
+{
+        return runner_svc_get(h, "u1", "s1", "web-1", NULL);
+}
 
 Test(runner_ops, a_report_lands_in_its_own_session_only)
 {
@@ -126,7 +129,10 @@ Test(runner_ops, a_report_lands_in_its_own_session_only)
 }
 
 static int lost_target;
-static bool lost_reached(void) { return lost_count() >= lost_target; }
+static bool lost_reached(void)
+{
+        return lost_count() >= lost_target;
+}
 
 Test(runner_ops, malformed_reports_close_the_connection)
 {
@@ -137,13 +143,13 @@ Test(runner_ops, malformed_reports_close_the_connection)
 
         for (size_t i = 0; i < 8; i++)
                 bad[i] = ok;
-        bad[0].ports[0] = 0;                              /* port 0 */
-        bad[1].pid = 0;                                   /* no pid */
-        bad[2].n_ports = RP_SVC_MAX_PORTS + 1;            /* too many ports */
+        bad[0].ports[0] = 0;                   /* port 0 */
+        bad[1].pid = 0;                        /* no pid */
+        bad[2].n_ports = RP_SVC_MAX_PORTS + 1; /* too many ports */
         bad[3].phase = RP_SVC_EXITED;
-        bad[3].exit_code = 300;                           /* exit code out of range */
-        bad[4].phase = 9;                                 /* no such phase */
-        bad[6].pid = 5000000;                             /* past PID_MAX_LIMIT */
+        bad[3].exit_code = 300; /* exit code out of range */
+        bad[4].phase = 9;       /* no such phase */
+        bad[6].pid = 5000000;   /* past PID_MAX_LIMIT */
         for (size_t i = 0; i < 8; i++) {
                 int fd = fake_runner();
                 put(fd, RP_SVC_STATE, 0, &bad[i], sizeof(bad[i]), markers[i], strlen(markers[i]));

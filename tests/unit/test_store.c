@@ -171,8 +171,8 @@ Test(store, session_list_and_filters)
         static const struct {
                 const char *user, *session, *state;
         } rows[] = {
-                {"bob", "b2", "RUNNING"},   {"alice", "a1", "RUNNING"}, {"alice", "a2", "STOPPED"},
-                {"bob", "b1", "ERROR"},     {"carol", "c1", "RUNNING"},
+                {"bob", "b2", "RUNNING"}, {"alice", "a1", "RUNNING"}, {"alice", "a2", "STOPPED"},
+                {"bob", "b1", "ERROR"},   {"carol", "c1", "RUNNING"},
         };
         struct store_session *list = NULL;
         size_t n = 99;
@@ -228,10 +228,11 @@ Test(store, session_delete_drops_ports_datasets_services)
         cr_assert_eq(store_ports_reserve(st, pb, 1, "alice", "s2", 1), 0);
         cr_assert_eq(store_container_add(st, "cid1", "alice", "s1", "img", "bridge", 1), 0);
         cr_assert_eq(store_audit(st, "daemon", "alice", "s1", "create", NULL), 0);
-        raw_exec("INSERT INTO private_datasets VALUES ('alice', 's1', 'hr', 'x', 1), ('alice', 's2', 'hr', 'x', 1);"
-                 "INSERT INTO services (user_id, session_id, name, command, state) VALUES "
-                 "('alice', 's1', 'web', 'python -m http.server', 'RUNNING'), "
-                 "('alice', 's2', 'web', 'python -m http.server', 'RUNNING');");
+        raw_exec(
+                "INSERT INTO private_datasets VALUES ('alice', 's1', 'hr', 'x', 1), ('alice', 's2', 'hr', 'x', 1);"
+                "INSERT INTO services (user_id, session_id, name, command, state) VALUES "
+                "('alice', 's1', 'web', 'python -m http.server', 'RUNNING'), "
+                "('alice', 's2', 'web', 'python -m http.server', 'RUNNING');");
 
         cr_assert_eq(store_session_delete(st, "alice", "s1", true), 0);
         cr_assert_eq(store_session_get(st, "alice", "s1", &got), -ENOENT);
@@ -505,8 +506,7 @@ static void run_workers(bool shared)
         for (int i = 0; i < THREADS; i++)
                 cr_assert_eq(pthread_join(th[i], NULL), 0);
         for (int i = 0; i < THREADS; i++)
-                cr_assert_eq(w[i].failures, 0, "worker %d: %d failures, first %d", i, w[i].failures,
-                             w[i].first_error);
+                cr_assert_eq(w[i].failures, 0, "worker %d: %d failures, first %d", i, w[i].failures, w[i].first_error);
 }
 
 Test(store, concurrent_threads_share_one_store)

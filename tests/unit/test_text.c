@@ -46,12 +46,23 @@ Test(utf8, valid_text_is_unchanged)
 
 Test(utf8, invalid_bytes_become_replacement_characters)
 {
-        const char bad[] = "a\xff" "b\xc3" "\x28" "c\xe2\x82" "d\xed\xa0\x80" "e\xc0\xaf" "f\x00g";
+        const char bad[] =
+                "a\xff"
+                "b\xc3"
+                "\x28"
+                "c\xe2\x82"
+                "d\xed\xa0\x80"
+                "e\xc0\xaf"
+                "f\x00g";
         char *o = utf8_sanitize(bad, sizeof(bad) - 1);
         cr_assert_not(utf8_is_valid(bad, sizeof(bad) - 1));
         cr_assert(utf8_is_valid(o, strlen(o)));
-        cr_assert_str_eq(o, "a\xef\xbf\xbd" "b\xef\xbf\xbd(c\xef\xbf\xbd" "d\xef\xbf\xbd" "e\xef\xbf\xbd"
-                            "f\xef\xbf\xbdg");
+        cr_assert_str_eq(o,
+                         "a\xef\xbf\xbd"
+                         "b\xef\xbf\xbd(c\xef\xbf\xbd"
+                         "d\xef\xbf\xbd"
+                         "e\xef\xbf\xbd"
+                         "f\xef\xbf\xbdg");
         free(o);
         /* a sequence cut at the end of a buffer */
         o = utf8_sanitize("ok\xe6\x97", 4);

@@ -1,6 +1,9 @@
-/* listener.h — the socket plumbing the two socket fronts share (api.c,
- * admin.c): binding a Unix socket safely, accepting with back-off, reading
- * capped lines and writing without SIGPIPE. Private to src/. */
+/* listener.h — the socket plumbing the two socket fronts share (api/api.c,
+ * admin/admin.c): binding a Unix socket safely, accepting with back-off,
+ * reading capped lines and writing without SIGPIPE, and the served socket
+ * (sockserver: an accept thread and one worker thread per connection, with
+ * caps in total and per peer uid). Private to src/ (sandboxd_core's private
+ * include directory). */
 #ifndef SANDBOXD_LISTENER_H
 #define SANDBOXD_LISTENER_H
 

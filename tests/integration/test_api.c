@@ -1,5 +1,9 @@
 /* Integration tests of the API socket against the real dockerd: a client
- * speaks the line protocol over the daemon's real socket. */
+ * speaks the line protocol over the daemon's real socket.
+ *
+ * Over 800 lines: one suite, one case per API method family, sharing the
+ * daemon fixture and the client.
+ */
 #include <criterion/criterion.h>
 #include <errno.h>
 #include <libgen.h>

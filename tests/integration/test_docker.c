@@ -1,7 +1,11 @@
 /* Integration tests for the Docker client against the real dockerd and the
  * sandboxd/test:latest image (busybox, uid 1000, CMD keeps running).
  * Every container carries the run label and is removed by the test itself
- * and, should an assertion fail first, by testenv_cleanup() at exit. */
+ * and, should an assertion fail first, by testenv_cleanup() at exit.
+ *
+ * Over 800 lines: one suite, one case per Docker client call, sharing the
+ * container helpers and the fake-server harness.
+ */
 #include <criterion/criterion.h>
 #include <errno.h>
 #include <pthread.h>

@@ -9,7 +9,11 @@
  * Docker changed behind its back. Each test uses an instance of its own,
  * because gc sweeps a whole instance and other test binaries of the same run
  * share the run id; every container still carries the run label, so the
- * run's cleanup removes whatever a failing test leaves. */
+ * run's cleanup removes whatever a failing test leaves.
+ *
+ * Over 800 lines: one suite, because its cases share one fixture (a store
+ * and a data dir seeded with every kind of garbage); each case is short.
+ */
 #include <cjson/cJSON.h>
 #include <criterion/criterion.h>
 #include <errno.h>

@@ -5,7 +5,11 @@
  * egress_resolve and allowed through egress_allow_private=127.0.0.1/32:
  * an HTTP server that records what it was sent, a TCP echo server for
  * CONNECT, and (curl) an HTTPS server with a certificate made here.
- * Waits have deadlines; nothing asserts on time. */
+ * Waits have deadlines; nothing asserts on time.
+ *
+ * Over 800 lines: one suite, because its cases share the upstream servers
+ * and the socketpair harness; each case is short.
+ */
 #include <arpa/inet.h>
 #include <criterion/criterion.h>
 #include <dirent.h>

@@ -3,7 +3,11 @@
  * every version, the 2026-07-28 envelope and server/discover, tools/list and
  * its schemas, argument validation, and — against a small fake API socket
  * (the one fault source a real daemon cannot script: exact timing of output
- * and of a cancel) — progress notifications and cancellation. */
+ * and of a cancel) — progress notifications and cancellation.
+ *
+ * Over 800 lines: one suite, because its cases share the adapter harness
+ * and the fake API socket; each case is short.
+ */
 #include <criterion/criterion.h>
 #include <errno.h>
 #include <limits.h>

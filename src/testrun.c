@@ -1,7 +1,7 @@
 /* testrun.c — run_tests' program and the reading of its results (see
  * testrun.h). Pure functions: no state, no threads, no I/O. The harnesses
  * themselves are harness/run_tests.{py,js}, embedded by
- * cmake/embed_harness.cmake. */
+ * cmake/embed.cmake. */
 #include "sandboxd/testrun.h"
 
 #include <errno.h>

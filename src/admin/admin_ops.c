@@ -62,8 +62,9 @@ int admin_c_token_revoke(struct admin_req *q, cJSON **ret, struct fronterr *e)
         if (jparam_string(&q->argv, "id", true, &id, e) < 0)
                 return -1;
         r = token_revoke(q->d->store, id, &err);
-        if (r ==
-            -EALREADY) /* revoked already: a conflict with the token's state (the table's EALREADY is an ended execution) */
+        /* revoked already: a conflict with the token's state (the table's
+         * EALREADY is an execution that has ended) */
+        if (r == -EALREADY)
                 return fronterr_set(e, "conflict", "%s", err.msg);
         if (r < 0)
                 return fronterr_errno(e, r, &err, NULL);

@@ -523,9 +523,8 @@ int pool_claim(struct pool *p, const char *user, const char *session, const char
                         row.slot);
                 pool_slot_discard(p->cfg, p->store, p->docker, p->runner, row.slot, row.container_id);
         }
-        if (r == 0)
-                pool_hook("claiming");
         if (r == 0) {
+                pool_hook("claiming");
                 r = pool_finish_claim(p->cfg, p->store, p->runner, &row, ret->workspace, &ret->uid, err);
                 if (r < 0) {
                         /* the slot goes whole (a workspace it already moved stays the session's, and the

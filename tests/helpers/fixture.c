@@ -200,3 +200,19 @@ void fixture_container_of(struct daemon *d, const char *user, const char *sessio
         memcpy(ret_id, info.container_id, 65);
         session_info_done(&info);
 }
+
+char *fixture_run(struct daemon *d, const char *session, const char *command, int timeout_s, int *ret_code)
+{
+        struct exec_request req = {
+                .user = "u1", .session = session, .command = command, .actor = "test", .timeout_s = timeout_s};
+        struct exec_result res;
+        struct sbx_error err = {0};
+        char *out;
+
+        cr_assert_eq(exec_run(d->exec, &req, &res, &err), 0, "%s: %s", command, err.msg);
+        out = strndup(res.stdout_head, res.stdout_head_len);
+        if (ret_code)
+                *ret_code = res.exit_code;
+        exec_result_done(&res);
+        return out;
+}

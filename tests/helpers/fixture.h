@@ -24,6 +24,10 @@ int fixture_count_containers(const char *user, const char *session);
 /* Run `sh -c script` in a container as the sandbox user; returns the exit
  * code, stdout in *ret_out if non-NULL (malloc'd). */
 int fixture_sh(const char *container_id, const char *script, char **ret_out);
+/* exec_run `command` as user "u1" in session (timeout_s 0: the default),
+ * asserting it ran; its stdout head (malloc'd) and, if ret_code is
+ * non-NULL, its exit code. */
+char *fixture_run(struct daemon *d, const char *session, const char *command, int timeout_s, int *ret_code);
 /* Run the docker CLI with args (a shell fragment built only from test constants and ids). */
 int fixture_docker_cli(const char *args);
 /* Run bin_dir/sandboxctl on admin_socket with args (a shell fragment built

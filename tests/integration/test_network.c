@@ -44,17 +44,7 @@ static void open_daemon(const char *network)
 
 static char *sh(const char *session, const char *command, int *ret_code)
 {
-        struct exec_request req = {.user = "u1", .session = session, .command = command, .actor = "test"};
-        struct exec_result res;
-        struct sbx_error err = {0};
-        char *out;
-
-        cr_assert_eq(exec_run(d->exec, &req, &res, &err), 0, "%s: %s", command, err.msg);
-        out = strndup(res.stdout_head, res.stdout_head_len);
-        if (ret_code)
-                *ret_code = res.exit_code;
-        exec_result_done(&res);
-        return out;
+        return fixture_run(d, session, command, 0, ret_code);
 }
 
 /* The first line of a host shell command's output (test constants and ids only). */

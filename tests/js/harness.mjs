@@ -3,6 +3,7 @@
 // creates can be found and removed), the python sandbox image, and a port
 // block of its own. Cleanup is synchronous and idempotent so that it also
 // runs from process 'exit' when a test crashes the runner.
+import assert from 'node:assert/strict';
 import { execFileSync, spawn } from 'node:child_process';
 import fs from 'node:fs';
 import net from 'node:net';
@@ -247,4 +248,22 @@ export class RawAdapter {
         kill() {
                 if (this.proc.exitCode === null) this.proc.kill('SIGKILL');
         }
+}
+
+/** An MCP exec of `command` (which first prints "started") aborted once its
+ * progress shows "started": the call must be rejected; returns the execution
+ * id that the first progress named (undefined if none did). */
+export async function execAbortedAfterStart(client, command) {
+        const ac = new AbortController();
+        let executionId;
+        const call = client.callTool({ name: 'exec', arguments: { command } }, undefined, {
+                signal: ac.signal,
+                onprogress: (p) => {
+                        const m = /execution (\S+) started/.exec(p.message ?? '');
+                        if (m) executionId = m[1];
+                        if ((p.message ?? '').includes('started\n')) ac.abort('enough');
+                },
+        });
+        await assert.rejects(call);
+        return executionId;
 }

@@ -15,7 +15,7 @@ import { StdioClientTransport as LegacyStdio } from '@modelcontextprotocol/sdk/c
 import { Client as ModernClient } from '@modelcontextprotocol/client';
 import { StdioClientTransport as ModernStdio } from '@modelcontextprotocol/client/stdio';
 
-import { Daemon, MCP_BIN, RawAdapter, readToolCatalog } from './harness.mjs';
+import { Daemon, MCP_BIN, RawAdapter, execAbortedAfterStart, readToolCatalog } from './harness.mjs';
 
 const TOOLS = [
         'exec',
@@ -231,21 +231,7 @@ function commonScenarios(getClient, session) {
         });
 
         check('aborting a call cancels its execution', async () => {
-                const ac = new AbortController();
-                let executionId;
-                const call = getClient().callTool(
-                        { name: 'exec', arguments: { command: 'echo started; sleep 60; echo never' } },
-                        undefined,
-                        {
-                                signal: ac.signal,
-                                onprogress: (p) => {
-                                        const m = /execution (\S+) started/.exec(p.message ?? '');
-                                        if (m) executionId = m[1];
-                                        if ((p.message ?? '').includes('started\n')) ac.abort('enough');
-                                },
-                        },
-                );
-                await assert.rejects(call);
+                const executionId = await execAbortedAfterStart(getClient(), 'echo started; sleep 60; echo never');
                 assert.ok(executionId, 'the first progress named the execution');
                 const s = await until(
                         getClient(),

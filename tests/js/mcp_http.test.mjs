@@ -16,9 +16,23 @@ import { StdioClientTransport } from '@modelcontextprotocol/sdk/client/stdio.js'
 import { StreamableHTTPClientTransport } from '@modelcontextprotocol/sdk/client/streamableHttp.js';
 import { Client as ModernClient, StreamableHTTPClientTransport as ModernHTTP } from '@modelcontextprotocol/client';
 
-import { Daemon, MCP_BIN } from './harness.mjs';
+import { Daemon, MCP_BIN, execAbortedAfterStart } from './harness.mjs';
 
 const sleep = (ms) => new Promise((r) => setTimeout(r, ms));
+
+/** get_execution until the execution has ended (30 s at most): its state, or the last one seen. */
+async function finalState(client, executionId) {
+        let state;
+        for (const deadline = Date.now() + 30000; Date.now() < deadline; await sleep(300)) {
+                const s = await client.callTool({
+                        name: 'get_execution',
+                        arguments: { execution_id: executionId, wait: 5 },
+                });
+                state = s.structuredContent?.state;
+                if (state && state !== 'running' && state !== 'pending') break;
+        }
+        return state;
+}
 
 /** fetch() over node:https trusting only ca (the global fetch takes no CA). */
 function caFetch(ca) {
@@ -118,31 +132,9 @@ describe('MCP Streamable HTTP over HTTPS (SDK 1.x and 2.x)', () => {
                 assert.ok(seen.length >= 2, `progress over the SSE stream: ${JSON.stringify(seen)}`);
 
                 // aborting a call sends notifications/cancelled: its execution is cancelled
-                const ac = new AbortController();
-                let executionId;
-                const call = client.callTool(
-                        { name: 'exec', arguments: { command: 'echo started; sleep 60; echo never' } },
-                        undefined,
-                        {
-                                signal: ac.signal,
-                                onprogress: (p) => {
-                                        const m = /execution (\S+) started/.exec(p.message ?? '');
-                                        if (m) executionId = m[1];
-                                        if ((p.message ?? '').includes('started\n')) ac.abort('enough');
-                                },
-                        },
-                );
-                await assert.rejects(call);
+                const executionId = await execAbortedAfterStart(client, 'echo started; sleep 60; echo never');
                 assert.ok(executionId, 'the first progress named the execution');
-                let state;
-                for (const deadline = Date.now() + 30000; Date.now() < deadline; await sleep(300)) {
-                        const s = await client.callTool({
-                                name: 'get_execution',
-                                arguments: { execution_id: executionId, wait: 5 },
-                        });
-                        state = s.structuredContent?.state;
-                        if (state && state !== 'running' && state !== 'pending') break;
-                }
+                const state = await finalState(client, executionId);
                 assert.equal(state, 'cancelled');
 
                 // DELETE ends the session: its id is unknown afterwards
@@ -309,30 +301,8 @@ describe('MCP Streamable HTTP over HTTPS (SDK 1.x and 2.x)', () => {
                         assert.equal(r.isError ?? false, false, JSON.stringify(r) + stderr);
                         assert.equal(r.structuredContent.stdout, 'over https\n');
                         // a cancel wakes the adapter's HTTPS request and cancels the execution
-                        const ac = new AbortController();
-                        let executionId;
-                        const call = client.callTool(
-                                { name: 'exec', arguments: { command: 'echo started; sleep 60' } },
-                                undefined,
-                                {
-                                        signal: ac.signal,
-                                        onprogress: (p) => {
-                                                const m = /execution (\S+) started/.exec(p.message ?? '');
-                                                if (m) executionId = m[1];
-                                                if ((p.message ?? '').includes('started\n')) ac.abort('enough');
-                                        },
-                                },
-                        );
-                        await assert.rejects(call);
-                        let state;
-                        for (const deadline = Date.now() + 30000; Date.now() < deadline; await sleep(300)) {
-                                const s = await client.callTool({
-                                        name: 'get_execution',
-                                        arguments: { execution_id: executionId, wait: 5 },
-                                });
-                                state = s.structuredContent?.state;
-                                if (state !== 'running' && state !== 'pending') break;
-                        }
+                        const executionId = await execAbortedAfterStart(client, 'echo started; sleep 60');
+                        const state = await finalState(client, executionId);
                         assert.equal(state, 'cancelled');
                 } finally {
                         await client.close();

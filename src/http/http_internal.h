@@ -78,6 +78,8 @@ struct sse *http_sse_new(struct http_server *srv, int fd);
 struct MHD_Response *http_sse_response(struct sse *s);
 /* Queue "event: <event>\ndata: <json>\n\n"; final ends the stream after it. */
 void http_sse_push_text(struct sse *s, const char *event, const char *json, bool final);
+/* End the stream with no further event (what was queued still goes out). */
+void http_sse_end(struct sse *s);
 /* The response is gone (client left or server stopping). */
 bool http_sse_closed(struct sse *s);
 void http_sse_unref(struct sse *s);
@@ -97,5 +99,20 @@ enum MHD_Result http_mcp_request(struct http_server *srv, struct MHD_Connection 
 void http_mcp_expire(struct http_server *srv);
 /* End every MCP session (stopping). */
 void http_mcp_stop(struct http_server *srv);
+/* The MCP session table, which http_mcp_request serves (and
+ * tests/stress/stress_http_mcp.c drives directly); the rules on references
+ * are in http_mcp.c's header. http_mcp_open makes a session of user and
+ * links it, within the caps: 0 with the caller's reference in *ret,
+ * -EUSERS when the caps are reached, or another -errno. */
+int http_mcp_open(struct http_server *srv, const char *token, const char *user, struct http_mcp_session **ret,
+                  struct sbx_error *err);
+/* The linked session of that id and user, with a reference for the caller;
+ * NULL if there is none. */
+struct http_mcp_session *http_mcp_find(struct http_server *srv, const char *id, const char *user);
+void http_mcp_release(struct http_server *srv, struct http_mcp_session *s);
+const char *http_mcp_id(const struct http_mcp_session *s);
+/* DELETE: unlink the session and end it. 0 for the one caller that did,
+ * -ENOENT for every other (unknown, another user's, or ended already). */
+int http_mcp_delete(struct http_server *srv, const char *id, const char *user);
 
 #endif

@@ -9,7 +9,7 @@
  *     "mcp-<random>", which a tool's `session` argument overrides). Later
  *     requests carry the header; an unknown id, or one of another user, is
  *     404. GET opens the session's server stream (SSE); DELETE ends the
- *     session and cancels its calls in flight.
+ *     session (200 to the one DELETE that ended it, 404 to any other).
  *   - 2026-07-28 era: a request whose params._meta names the protocol
  *     version needs no session: it is served by a core made for it alone,
  *     freed with the answer (a streamed one is parked until the reaper sees
@@ -19,10 +19,42 @@
  *     progress and log notifications and then its response.
  *   - Notifications and responses from the client: 202.
  *
- * Locking: srv->mcp_lock guards the session list, each session's refs and
- * last_used. s->lock guards a session's routes and server stream; s->cond
- * wakes requests waiting for their response. The core's callback (on_line)
- * takes s->lock only. */
+ * An MCP session's life (initialize era):
+ *   - refs counts the list's reference, held while the session is linked in
+ *     srv->mcp_sessions, plus one per request working on it (the initialize
+ *     that made it, or a session_find). It changes under srv->mcp_lock only;
+ *     whoever drops it to 0 frees the session (session_free).
+ *   - Ending is unlink, then end. The session is unlinked from the list in
+ *     the same srv->mcp_lock section that finds it, by DELETE
+ *     (http_mcp_delete), the idle reaper (http_mcp_expire) or the stop
+ *     (http_mcp_stop). Only that one caller takes over the list's reference:
+ *     it ends the session (session_end) and then drops the reference. A
+ *     session is unlinked once, so the list's reference is dropped once; a
+ *     second DELETE finds nothing and gets 404.
+ *   - session_end, under s->lock: ended is set, every streamed call gets its
+ *     final event (a JSON-RPC error for its id, MCP_SESSION_TERMINATED), the
+ *     server stream is closed, and the requests waiting for an answer are
+ *     woken (they answer 404). Then, outside the lock, the calls in flight
+ *     are cancelled (mcp_cancel_all), and the executions behind them with
+ *     them. The client asked for the session to go, so its work goes too.
+ *     This is what notifications/cancelled does.
+ *   - A request that found the session before it was unlinked attaches
+ *     nothing to it once it has ended (no route, no server stream: 404).
+ *     After handing its line to the core it looks at ended again and, if it
+ *     is set, cancels the calls. ended is set before session_end cancels, so
+ *     every call is cancelled, by one or the other.
+ *   - Streams hold no reference on the session (a struct sse is counted on
+ *     its own). An open stream shows that its client is still there, so the
+ *     reaper does not expire a session that has one.
+ *
+ * Locks: srv->mcp_lock guards the session list and count, the parked cores,
+ * each session's refs and last_used. s->lock guards a session's routes,
+ * server stream and ended; s->cond wakes requests waiting for their
+ * response. The lock order is srv->mcp_lock, then s->lock, then sse->lock;
+ * the core's callback (on_line) runs under the core's own locks and takes
+ * s->lock. So no mcp_* function is called while holding srv->mcp_lock or
+ * s->lock. */
+#include <assert.h>
 #include <cjson/cJSON.h>
 #include <errno.h>
 #include <stdio.h>
@@ -40,6 +72,10 @@
 #define MCP_SESSION_IDLE_MS (30 * 60 * 1000)
 #define MCP_SESSION_HEADER "Mcp-Session-Id"
 #define MCP_SESSION_NOT_FOUND -32001
+/* The final event of a streamed call whose session ended: JSON-RPC's range
+ * for server errors, and the code the MCP SDKs use for a closed connection
+ * (ConnectionClosed). */
+#define MCP_SESSION_TERMINATED -32000
 
 /* A request waiting for its response. */
 struct route {
@@ -61,7 +97,7 @@ struct http_mcp_session {
         pthread_cond_t cond;
         struct route *routes;      /* lock */
         struct sse *server_stream; /* lock: GET */
-        bool ended;                /* lock: DELETE or expiry */
+        bool ended;                /* lock: session_end (DELETE, expiry, stop) */
 };
 
 /* The core builds every response as {"jsonrpc":"2.0","id":...} and every
@@ -94,6 +130,8 @@ static int on_line(const char *line, size_t len, const cJSON *related, void *ud)
         if (!text)
                 return 0;
         pthread_mutex_lock(&s->lock);
+        if (s->ended) /* its streams got their final event; its waiters answer 404 */
+                goto out;
         for (pp = &s->routes; rid && *pp; pp = &(*pp)->next)
                 if (strcmp((*pp)->id, rid) == 0) {
                         r = *pp;
@@ -113,6 +151,7 @@ static int on_line(const char *line, size_t len, const cJSON *related, void *ud)
         } else if (!r && s->server_stream) {
                 http_sse_push_text(s->server_stream, "message", text, false);
         }
+out:
         pthread_mutex_unlock(&s->lock);
         free(text);
         return 0;
@@ -162,7 +201,7 @@ static void session_free(struct http_mcp_session *s)
         free(s);
 }
 
-static void session_release(struct http_server *srv, struct http_mcp_session *s)
+void http_mcp_release(struct http_server *srv, struct http_mcp_session *s)
 {
         int left;
 
@@ -171,39 +210,173 @@ static void session_release(struct http_server *srv, struct http_mcp_session *s)
         pthread_mutex_lock(&srv->mcp_lock);
         left = --s->refs;
         pthread_mutex_unlock(&srv->mcp_lock);
+        assert(left >= 0);
         if (left == 0)
                 session_free(s);
 }
 
-/* Unlink (under srv->mcp_lock) and end: calls cancelled, waiters woken. */
-static void session_end_locked(struct http_server *srv, struct http_mcp_session *s)
+const char *http_mcp_id(const struct http_mcp_session *s)
 {
-        for (struct http_mcp_session **pp = &srv->mcp_sessions; *pp; pp = &(*pp)->next)
-                if (*pp == s) {
-                        *pp = s->next;
-                        srv->mcp_count--;
-                        break;
-                }
-        mcp_cancel_all(s->m);
-        pthread_mutex_lock(&s->lock);
-        s->ended = true;
-        pthread_cond_broadcast(&s->cond);
-        pthread_mutex_unlock(&s->lock);
+        return s->id;
 }
 
-static struct http_mcp_session *session_find(struct http_server *srv, const char *id, const char *user)
+/* Under srv->mcp_lock: the caller takes over the list's reference. */
+static void session_unlink_locked(struct http_server *srv, struct http_mcp_session **pp)
 {
-        struct http_mcp_session *s;
+        struct http_mcp_session *s = *pp;
+
+        *pp = s->next;
+        s->next = NULL;
+        srv->mcp_count--;
+}
+
+/* The final event of a streamed call: a JSON-RPC error for its request. */
+static void route_terminate(struct route *r, const char *why)
+{
+        cJSON *o = cJSON_CreateObject(), *e;
+        char *text = NULL;
+
+        if (o && cJSON_AddStringToObject(o, "jsonrpc", "2.0")) {
+                cJSON *id = cJSON_Parse(r->id);
+                if (id)
+                        cJSON_AddItemToObject(o, "id", id);
+                e = cJSON_AddObjectToObject(o, "error");
+                if (e) {
+                        cJSON_AddNumberToObject(e, "code", MCP_SESSION_TERMINATED);
+                        cJSON_AddStringToObject(e, "message", why);
+                }
+                text = cJSON_PrintUnformatted(o);
+        }
+        cJSON_Delete(o);
+        /* without memory for the event, the stream still ends */
+        http_sse_push_text(r->sse, "message", text ? text : "{}", true);
+        free(text);
+}
+
+/* End an unlinked session (its list reference held by the caller): see the
+ * file's header. */
+static void session_end(struct http_mcp_session *s, const char *why)
+{
+        pthread_mutex_lock(&s->lock);
+        s->ended = true;
+        for (struct route **pp = &s->routes; *pp;) {
+                struct route *r = *pp;
+                if (!r->sse) { /* a waiter: it removes its route itself */
+                        pp = &r->next;
+                        continue;
+                }
+                *pp = r->next;
+                route_terminate(r, why);
+                route_free(r);
+        }
+        if (s->server_stream) {
+                http_sse_end(s->server_stream);
+                http_sse_unref(s->server_stream);
+                s->server_stream = NULL;
+        }
+        pthread_cond_broadcast(&s->cond);
+        pthread_mutex_unlock(&s->lock);
+        mcp_cancel_all(s->m);
+}
+
+static bool session_ended(struct http_mcp_session *s)
+{
+        bool ended;
+
+        pthread_mutex_lock(&s->lock);
+        ended = s->ended;
+        pthread_mutex_unlock(&s->lock);
+        return ended;
+}
+
+/* Under srv->mcp_lock: a stream of the session is still open to its client. */
+static bool session_streaming(struct http_mcp_session *s)
+{
+        bool open = false;
+
+        pthread_mutex_lock(&s->lock);
+        for (struct route *r = s->routes; r && !open; r = r->next)
+                open = r->sse && !http_sse_closed(r->sse);
+        if (s->server_stream && !http_sse_closed(s->server_stream))
+                open = true;
+        pthread_mutex_unlock(&s->lock);
+        return open;
+}
+
+static struct http_mcp_session **session_lookup_locked(struct http_server *srv, const char *id, const char *user)
+{
+        struct http_mcp_session **pp;
+
+        for (pp = &srv->mcp_sessions; *pp; pp = &(*pp)->next)
+                if (strcmp((*pp)->id, id) == 0 && strcmp((*pp)->user, user) == 0)
+                        return pp;
+        return NULL;
+}
+
+struct http_mcp_session *http_mcp_find(struct http_server *srv, const char *id, const char *user)
+{
+        struct http_mcp_session **pp, *s = NULL;
 
         pthread_mutex_lock(&srv->mcp_lock);
-        for (s = srv->mcp_sessions; s; s = s->next)
-                if (strcmp(s->id, id) == 0 && strcmp(s->user, user) == 0) {
-                        s->refs++;
-                        s->last_used = sbx_now_ms();
-                        break;
-                }
+        pp = session_lookup_locked(srv, id, user);
+        if (pp) {
+                s = *pp;
+                s->refs++;
+                s->last_used = sbx_now_ms();
+        }
         pthread_mutex_unlock(&srv->mcp_lock);
         return s;
+}
+
+int http_mcp_open(struct http_server *srv, const char *token, const char *user, struct http_mcp_session **ret,
+                  struct sbx_error *err)
+{
+        struct http_mcp_session *s;
+        size_t mine = 0;
+        bool full;
+        int r;
+
+        r = session_new(srv, token, user, NULL, &s, err);
+        if (r < 0)
+                return r;
+        /* the caps are checked where the session is linked: concurrent initializes cannot pass them together */
+        pthread_mutex_lock(&srv->mcp_lock);
+        for (struct http_mcp_session *x = srv->mcp_sessions; x; x = x->next)
+                mine += strcmp(x->user, user) == 0;
+        full = srv->mcp_count >= MCP_SESSIONS_MAX || mine >= MCP_SESSIONS_PER_USER;
+        if (!full) {
+                s->refs = 2; /* the list's and the caller's */
+                s->last_used = sbx_now_ms();
+                s->next = srv->mcp_sessions;
+                srv->mcp_sessions = s;
+                srv->mcp_count++;
+        }
+        pthread_mutex_unlock(&srv->mcp_lock);
+        if (full) {
+                session_free(s);
+                return sbx_error_set(err, -EUSERS, 0, "too many MCP sessions: DELETE one you no longer use");
+        }
+        *ret = s;
+        return 0;
+}
+
+int http_mcp_delete(struct http_server *srv, const char *id, const char *user)
+{
+        struct http_mcp_session **pp, *s = NULL;
+
+        pthread_mutex_lock(&srv->mcp_lock);
+        pp = session_lookup_locked(srv, id, user);
+        if (pp) {
+                s = *pp;
+                session_unlink_locked(srv, pp);
+        }
+        pthread_mutex_unlock(&srv->mcp_lock);
+        if (!s)
+                return -ENOENT;
+        session_end(s, "the MCP session was terminated (DELETE): this call was cancelled");
+        log_info("http: MCP session %.8s… of %s ended by DELETE", s->id, s->user);
+        http_mcp_release(srv, s); /* the list's */
+        return 0;
 }
 
 /* A parked stateless core is over once its answer went out (on_line dropped
@@ -238,23 +411,29 @@ static void parked_reap(struct http_server *srv, bool all)
 
 void http_mcp_expire(struct http_server *srv)
 {
-        struct http_mcp_session *gone[16];
+        struct http_mcp_session *gone[16], *s, **pp;
         size_t n = 0;
         int64_t now = sbx_now_ms();
 
         parked_reap(srv, false);
         pthread_mutex_lock(&srv->mcp_lock);
-        for (struct http_mcp_session *s = srv->mcp_sessions, *next; s && n < ELEMENTSOF(gone); s = next) {
-                next = s->next;
-                if (s->refs == 1 && now - s->last_used > MCP_SESSION_IDLE_MS) {
-                        session_end_locked(srv, s);
+        for (pp = &srv->mcp_sessions; (s = *pp) && n < ELEMENTSOF(gone);) {
+                /* refs == 1: only the list holds it, no request is working on it */
+                if (s->refs != 1 || now - s->last_used <= MCP_SESSION_IDLE_MS) {
+                        pp = &s->next;
+                } else if (session_streaming(s)) {
+                        s->last_used = now; /* its client is still reading */
+                        pp = &s->next;
+                } else {
+                        session_unlink_locked(srv, pp);
                         gone[n++] = s;
                 }
         }
         pthread_mutex_unlock(&srv->mcp_lock);
         for (size_t i = 0; i < n; i++) {
+                session_end(gone[i], "the MCP session expired (idle)");
                 log_info("http: MCP session %.8s… of %s expired (idle)", gone[i]->id, gone[i]->user);
-                session_release(srv, gone[i]);
+                http_mcp_release(srv, gone[i]);
         }
 }
 
@@ -266,11 +445,12 @@ void http_mcp_stop(struct http_server *srv)
                 pthread_mutex_lock(&srv->mcp_lock);
                 s = srv->mcp_sessions;
                 if (s)
-                        session_end_locked(srv, s);
+                        session_unlink_locked(srv, &srv->mcp_sessions);
                 pthread_mutex_unlock(&srv->mcp_lock);
                 if (!s)
                         return;
-                session_release(srv, s);
+                session_end(s, "the server is stopping");
+                http_mcp_release(srv, s);
         }
 }
 
@@ -303,12 +483,13 @@ static enum MHD_Result queue_with_session(struct MHD_Connection *conn, struct MH
 
 /* Feed one request to the core and answer with its response. */
 static enum MHD_Result answer(struct http_server *srv, struct MHD_Connection *conn, struct http_conn *hc,
-                              struct http_req *rq, struct http_mcp_session *s, const cJSON *id, bool stream,
-                              bool announce)
+                             struct http_req *rq, struct http_mcp_session *s, const cJSON *id, bool stream,
+                             bool announce)
 {
         struct route *r = calloc(1, sizeof(*r));
         struct MHD_Response *resp;
         char *text = NULL;
+        bool ended;
 
         if (!r || !(r->id = cJSON_PrintUnformatted(id))) {
                 free(r);
@@ -324,12 +505,23 @@ static enum MHD_Result answer(struct http_server *srv, struct MHD_Connection *co
                 return queue_rpc_error(conn, 503, MCP_INTERNAL_ERROR, "out of memory");
         }
         pthread_mutex_lock(&s->lock);
-        r->next = s->routes;
-        s->routes = r;
+        ended = s->ended;
+        if (!ended) {
+                r->next = s->routes;
+                s->routes = r;
+        }
         pthread_mutex_unlock(&s->lock);
+        if (ended) { /* DELETEd since this request found it */
+                if (resp)
+                        MHD_destroy_response(resp);
+                route_free(r);
+                return queue_rpc_error(conn, 404, MCP_SESSION_NOT_FOUND, "the MCP session ended");
+        }
 
         mcp_handle_line(s->m, rq->body, rq->len);
-        if (stream) /* on_line completes the stream and drops the route */
+        if (session_ended(s)) /* it ended meanwhile: what this line started is cancelled too */
+                mcp_cancel_all(s->m);
+        if (stream) /* on_line (or session_end) completes the stream and drops the route */
                 return queue_with_session(conn, resp, 200, s, announce);
 
         pthread_mutex_lock(&s->lock);
@@ -346,11 +538,12 @@ static enum MHD_Result answer(struct http_server *srv, struct MHD_Connection *co
                 text = r->response;
                 r->response = NULL;
         }
+        ended = s->ended;
         pthread_mutex_unlock(&s->lock);
         route_free(r);
         if (!text)
-                return s->ended ? queue_rpc_error(conn, 404, MCP_SESSION_NOT_FOUND, "the MCP session ended")
-                                : MHD_NO; /* the client left, or the server stops */
+                return ended ? queue_rpc_error(conn, 404, MCP_SESSION_NOT_FOUND, "the MCP session ended")
+                             : MHD_NO; /* the client left, or the server stops */
         resp = MHD_create_response_from_buffer(strlen(text), text, MHD_RESPMEM_MUST_FREE);
         if (!resp) {
                 free(text);
@@ -376,6 +569,7 @@ static enum MHD_Result post(struct http_server *srv, struct MHD_Connection *conn
         bool initialize, stream = false, announce = false, registered = true;
         struct sbx_error err = {0};
         enum MHD_Result ret;
+        int r;
 
         if (rq->too_large)
                 return queue_rpc_error(conn, 413, MCP_INVALID_REQUEST, "the message is too large");
@@ -392,28 +586,13 @@ static enum MHD_Result post(struct http_server *srv, struct MHD_Connection *conn
                 if (sid)
                         return queue_rpc_error(conn, 400, MCP_INVALID_REQUEST,
                                                "initialize must not carry an Mcp-Session-Id");
-                pthread_mutex_lock(&srv->mcp_lock);
-                size_t mine = 0;
-                for (struct http_mcp_session *x = srv->mcp_sessions; x; x = x->next)
-                        mine += strcmp(x->user, rq->tok.user) == 0;
-                bool full = srv->mcp_count >= MCP_SESSIONS_MAX || mine >= MCP_SESSIONS_PER_USER;
-                pthread_mutex_unlock(&srv->mcp_lock);
-                if (full)
-                        return queue_rpc_error(conn, 429, MCP_INTERNAL_ERROR,
-                                               "too many MCP sessions: DELETE one you no longer use");
-                if (session_new(srv, token, rq->tok.user, NULL, &s, &err) < 0)
-                        return queue_rpc_error(conn, 503, MCP_INTERNAL_ERROR, err.msg);
-                pthread_mutex_lock(&srv->mcp_lock);
-                s->refs = 2; /* the list's and ours */
-                s->last_used = sbx_now_ms();
-                s->next = srv->mcp_sessions;
-                srv->mcp_sessions = s;
-                srv->mcp_count++;
-                pthread_mutex_unlock(&srv->mcp_lock);
+                r = http_mcp_open(srv, token, rq->tok.user, &s, &err);
+                if (r < 0)
+                        return queue_rpc_error(conn, r == -EUSERS ? 429 : 503, MCP_INTERNAL_ERROR, err.msg);
                 announce = true;
                 log_info("http: MCP session %.8s… opened by %s (token %s)", s->id, rq->tok.user, rq->tok.id);
         } else if (sid) {
-                s = session_find(srv, sid, rq->tok.user);
+                s = http_mcp_find(srv, sid, rq->tok.user);
                 if (!s)
                         return queue_rpc_error(conn, 404, MCP_SESSION_NOT_FOUND,
                                                "unknown or ended Mcp-Session-Id: initialize again");
@@ -447,9 +626,39 @@ static enum MHD_Result post(struct http_server *srv, struct MHD_Connection *conn
                 mcp_cancel_all(s->m); /* the client left before the answer: nothing stays behind */
                 session_free(s);
         } else {
-                session_release(srv, s);
+                http_mcp_release(srv, s);
         }
         return ret;
+}
+
+/* GET: the session's server stream (one per session; a new one replaces a closed one). */
+static enum MHD_Result get(struct http_server *srv, struct MHD_Connection *conn, struct http_conn *hc,
+                           struct http_mcp_session *s)
+{
+        struct sse *st = NULL, *old = NULL;
+        struct MHD_Response *resp;
+        int status = 200;
+
+        pthread_mutex_lock(&s->lock);
+        if (s->ended) {
+                status = 404; /* DELETEd since this request found it */
+        } else if (s->server_stream && !http_sse_closed(s->server_stream)) {
+                status = 409;
+        } else {
+                old = s->server_stream;
+                st = s->server_stream = http_sse_new(srv, hc->fd);
+        }
+        pthread_mutex_unlock(&s->lock);
+        if (old)
+                http_sse_unref(old);
+        if (status == 404)
+                return queue_rpc_error(conn, 404, MCP_SESSION_NOT_FOUND, "the MCP session ended");
+        if (status == 409)
+                return queue_rpc_error(conn, 409, MCP_INVALID_REQUEST, "this session's stream is open");
+        resp = st ? http_sse_response(st) : NULL;
+        if (!resp)
+                return queue_rpc_error(conn, 503, MCP_INTERNAL_ERROR, "out of memory");
+        return queue_with_session(conn, resp, 200, s, false);
 }
 
 enum MHD_Result http_mcp_request(struct http_server *srv, struct MHD_Connection *conn, struct http_conn *hc,
@@ -458,49 +667,21 @@ enum MHD_Result http_mcp_request(struct http_server *srv, struct MHD_Connection 
         const char *sid = MHD_lookup_connection_value(conn, MHD_HEADER_KIND, MCP_SESSION_HEADER);
         const char *auth = MHD_lookup_connection_value(conn, MHD_HEADER_KIND, MHD_HTTP_HEADER_AUTHORIZATION);
         struct http_mcp_session *s;
+        enum MHD_Result ret;
 
         if (strcmp(verb, MHD_HTTP_METHOD_POST) == 0)
                 return post(srv, conn, hc, rq, sid, auth + 7 /* authenticated: "Bearer " is there */);
         if (!sid)
                 return queue_rpc_error(conn, 400, MCP_INVALID_REQUEST, "an Mcp-Session-Id header is required");
-        s = session_find(srv, sid, rq->tok.user);
-        if (!s)
-                return queue_rpc_error(conn, 404, MCP_SESSION_NOT_FOUND, "unknown or ended Mcp-Session-Id");
         if (strcmp(verb, MHD_HTTP_METHOD_DELETE) == 0) {
-                pthread_mutex_lock(&srv->mcp_lock);
-                if (!s->ended)
-                        session_end_locked(srv, s);
-                pthread_mutex_unlock(&srv->mcp_lock);
-                log_info("http: MCP session %.8s… of %s ended by DELETE", s->id, s->user);
-                session_release(srv, s); /* ours */
-                session_release(srv, s); /* the list's */
+                if (http_mcp_delete(srv, sid, rq->tok.user) < 0)
+                        return queue_rpc_error(conn, 404, MCP_SESSION_NOT_FOUND, "unknown or ended Mcp-Session-Id");
                 return http_queue_text(conn, 200, "application/json", strdup(""), false);
         }
-        /* GET: the server stream (one per session; a new one replaces a closed one) */
-        {
-                struct sse *st = NULL, *old = NULL;
-                struct MHD_Response *resp;
-                enum MHD_Result ret;
-
-                pthread_mutex_lock(&s->lock);
-                if (s->server_stream && !http_sse_closed(s->server_stream)) {
-                        pthread_mutex_unlock(&s->lock);
-                        session_release(srv, s);
-                        return queue_rpc_error(conn, 409, MCP_INVALID_REQUEST, "this session's stream is open");
-                }
-                old = s->server_stream;
-                st = s->server_stream = http_sse_new(srv, hc->fd);
-                pthread_mutex_unlock(&s->lock);
-                if (old)
-                        http_sse_unref(old);
-                resp = st ? http_sse_response(st) : NULL;
-                if (!resp) {
-                        session_release(srv, s);
-                        return queue_rpc_error(conn, 503, MCP_INTERNAL_ERROR, "out of memory");
-                }
-                ret = MHD_queue_response(conn, 200, resp);
-                MHD_destroy_response(resp);
-                session_release(srv, s);
-                return ret;
-        }
+        s = http_mcp_find(srv, sid, rq->tok.user);
+        if (!s)
+                return queue_rpc_error(conn, 404, MCP_SESSION_NOT_FOUND, "unknown or ended Mcp-Session-Id");
+        ret = get(srv, conn, hc, s);
+        http_mcp_release(srv, s);
+        return ret;
 }

@@ -67,7 +67,7 @@ void http_sse_push_text(struct sse *s, const char *event, const char *json, bool
         char *nb;
 
         pthread_mutex_lock(&s->lock);
-        if (s->closed || (!final && s->len - s->off + need > SSE_MAX_QUEUE)) {
+        if (s->closed || s->done || (!final && s->len - s->off + need > SSE_MAX_QUEUE)) {
                 s->dropped++;
                 goto out;
         }
@@ -228,6 +228,14 @@ struct MHD_Response *http_sse_response(struct sse *s)
         MHD_add_response_header(resp, MHD_HTTP_HEADER_CONTENT_TYPE, "text/event-stream");
         MHD_add_response_header(resp, MHD_HTTP_HEADER_CACHE_CONTROL, "no-cache");
         return resp;
+}
+
+void http_sse_end(struct sse *s)
+{
+        pthread_mutex_lock(&s->lock);
+        s->done = true;
+        pthread_cond_signal(&s->cond);
+        pthread_mutex_unlock(&s->lock);
 }
 
 bool http_sse_closed(struct sse *s)

@@ -5,7 +5,7 @@
 #                            ctest -L integration (real dockerd), then the JS
 #                            tests in tests/js/ if that directory exists.
 #   scripts/test.sh --asan   build into build-asan with ASan+UBSan and run the
-#                            unit tests only.
+#                            unit tests and the stress programs (no Docker).
 #   scripts/test.sh --tsan   build into build-tsan with ThreadSanitizer and run
 #                            the concurrency stress programs (tests/stress/,
 #                            ctest -L stress), and the unit tests as well if
@@ -108,6 +108,8 @@ if ((asan)); then
 	cmake -S . -B "$BUILD" -DCMAKE_BUILD_TYPE=RelWithDebInfo -DSANDBOXD_ASAN=ON
 	cmake --build "$BUILD" -j2
 	step "unit tests (ASan+UBSan)" ctest --test-dir "$BUILD" --output-on-failure -L unit || true
+	# a use after free that a race makes (stress_http_mcp) aborts here with its stack
+	step "stress programs (ASan+UBSan)" ctest --test-dir "$BUILD" --output-on-failure -L stress || true
 elif ((tsan)); then
 	# Reports go to files (stress_log points stderr at /dev/null while it
 	# hammers the log); any report fails the program (exit 66) and is shown.

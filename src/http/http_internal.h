@@ -99,6 +99,8 @@ enum MHD_Result http_mcp_request(struct http_server *srv, struct MHD_Connection 
 void http_mcp_expire(struct http_server *srv);
 /* End every MCP session (stopping). */
 void http_mcp_stop(struct http_server *srv);
+#define HTTP_MCP_SESSIONS_MAX 256     /* MCP sessions (initialize era), all users */
+#define HTTP_MCP_SESSIONS_PER_USER 16 /* and per user */
 /* The MCP session table, which http_mcp_request serves (and
  * tests/stress/stress_http_mcp.c drives directly); the rules on references
  * are in http_mcp.c's header. http_mcp_open makes a session of user and

@@ -67,8 +67,6 @@
 #include "sandboxd/log.h"
 #include "sandboxd/mcp.h"
 
-#define MCP_SESSIONS_MAX 256
-#define MCP_SESSIONS_PER_USER 16
 #define MCP_SESSION_IDLE_MS (30 * 60 * 1000)
 #define MCP_SESSION_HEADER "Mcp-Session-Id"
 #define MCP_SESSION_NOT_FOUND -32001
@@ -343,7 +341,7 @@ int http_mcp_open(struct http_server *srv, const char *token, const char *user, 
         pthread_mutex_lock(&srv->mcp_lock);
         for (struct http_mcp_session *x = srv->mcp_sessions; x; x = x->next)
                 mine += strcmp(x->user, user) == 0;
-        full = srv->mcp_count >= MCP_SESSIONS_MAX || mine >= MCP_SESSIONS_PER_USER;
+        full = srv->mcp_count >= HTTP_MCP_SESSIONS_MAX || mine >= HTTP_MCP_SESSIONS_PER_USER;
         if (!full) {
                 s->refs = 2; /* the list's and the caller's */
                 s->last_used = sbx_now_ms();
@@ -483,8 +481,8 @@ static enum MHD_Result queue_with_session(struct MHD_Connection *conn, struct MH
 
 /* Feed one request to the core and answer with its response. */
 static enum MHD_Result answer(struct http_server *srv, struct MHD_Connection *conn, struct http_conn *hc,
-                             struct http_req *rq, struct http_mcp_session *s, const cJSON *id, bool stream,
-                             bool announce)
+                              struct http_req *rq, struct http_mcp_session *s, const cJSON *id, bool stream,
+                              bool announce)
 {
         struct route *r = calloc(1, sizeof(*r));
         struct MHD_Response *resp;

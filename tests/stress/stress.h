@@ -5,7 +5,8 @@
  * of the core from many threads and checks what must hold afterwards. They
  * need no Docker. Built in every build; `scripts/test.sh --tsan` builds them
  * with -fsanitize=thread and runs them (ctest -L stress), where any data race
- * or lock-order inversion fails the run.
+ * or lock-order inversion fails the run, and `--asan` runs them under
+ * ASan+UBSan, where a use after free or a leak does.
  *
  * STRESS_CHECK may be called from any thread: failures are counted
  * atomically and each is printed with its place. */

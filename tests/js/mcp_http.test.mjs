@@ -328,4 +328,168 @@ describe('MCP Streamable HTTP over HTTPS (SDK 1.x and 2.x)', () => {
                 await transport.terminateSession();
                 await client.close();
         });
+
+        /** A raw /mcp request over a keep-alive agent: resolves at the response's head with
+         * { status, headers, res } (res: the body stream, not yet read). */
+        const raw = (agent, method, headers, body) =>
+                new Promise((resolve, reject) => {
+                        const req = https.request(
+                                {
+                                        hostname: url.hostname,
+                                        port: url.port,
+                                        path: url.pathname,
+                                        method,
+                                        agent,
+                                        headers: {
+                                                Authorization: `Bearer ${token}`,
+                                                'Content-Type': 'application/json',
+                                                Accept: 'application/json, text/event-stream',
+                                                ...headers,
+                                        },
+                                },
+                                (res) => resolve({ status: res.statusCode, headers: res.headers, res }),
+                        );
+                        req.on('error', reject);
+                        req.end(body === undefined ? undefined : JSON.stringify(body));
+                });
+        const drain = (res) =>
+                new Promise((resolve, reject) => {
+                        let text = '';
+                        res.setEncoding('utf8');
+                        res.on('data', (c) => (text += c));
+                        res.on('end', () => resolve(text));
+                        res.on('error', reject);
+                });
+        /** initialize by hand: the new session's id. */
+        const openSession = async (agent) => {
+                const r = await raw(agent, 'POST', {}, {
+                        jsonrpc: '2.0',
+                        id: 1,
+                        method: 'initialize',
+                        params: { protocolVersion: '2025-06-18', capabilities: {}, clientInfo: { name: 'raw', version: '1' } },
+                });
+                const body = await drain(r.res);
+                assert.equal(r.status, 200, body);
+                const sid = r.headers['mcp-session-id'];
+                assert.match(sid, /^[0-9a-f]{32}$/);
+                const n = await raw(agent, 'POST', { 'Mcp-Session-Id': sid }, { jsonrpc: '2.0', method: 'notifications/initialized' });
+                await drain(n.res);
+                assert.equal(n.status, 202);
+                return sid;
+        };
+
+        // issue 24: two DELETEs of one session that arrived together both ended it, and each dropped
+        // the list's reference (a use after free; 200 to both). tests/stress/stress_http_mcp.c races
+        // the table itself thousands of times under ASan and TSan; this is the same over real HTTPS.
+        test('DELETEs racing for one MCP session: exactly one 200, the others 404', { timeout: 240000 }, async () => {
+                const agent = new https.Agent({ ca, keepAlive: true, maxSockets: 8 });
+                try {
+                        // mostly eight at once (the race is likelier), every fourth round 2 to 7
+                        for (let i = 0; i < 4000; i++) {
+                                const sid = await openSession(agent);
+                                const racers = i % 4 ? 8 : 2 + ((i / 4) % 6);
+                                const answers = await Promise.all(
+                                        Array.from({ length: racers }, async () => {
+                                                const r = await raw(agent, 'DELETE', { 'Mcp-Session-Id': sid });
+                                                await drain(r.res);
+                                                return r.status;
+                                        }),
+                                ).catch((e) => assert.fail(`round ${i}: ${e.message}; the daemon's log:\n${d.logTail(60)}`));
+                                assert.equal(answers.filter((x) => x === 200).length, 1, `round ${i}: ${answers}`);
+                                assert.equal(answers.filter((x) => x === 404).length, racers - 1, `round ${i}: ${answers}`);
+                        }
+                } finally {
+                        agent.destroy();
+                }
+                assert.equal(d.proc.exitCode, null, `the daemon is still up:\n${d.logTail()}`);
+                assert.equal(d.proc.signalCode, null, `the daemon is still up:\n${d.logTail()}`);
+        });
+
+        // issue 24: a streamed tools/call whose MCP session was DELETEd never got a final event, and its
+        // SSE response stayed open on keep-alives, holding a connection slot.
+        test('a streamed call ended by DELETE of its MCP session gets its final event, and its stream ends', { timeout: 180000 }, async () => {
+                const agent = new https.Agent({ ca, keepAlive: true });
+                const session = `del-${process.pid}`;
+                try {
+                        const sid = await openSession(agent);
+                        const call = await raw(agent, 'POST', { 'Mcp-Session-Id': sid }, {
+                                jsonrpc: '2.0',
+                                id: 7,
+                                method: 'tools/call',
+                                params: {
+                                        name: 'exec',
+                                        arguments: { command: 'echo started; sleep 30; echo never', session },
+                                        _meta: { progressToken: 'p7' },
+                                },
+                        });
+                        assert.equal(call.status, 200);
+                        assert.match(call.headers['content-type'], /text\/event-stream/);
+                        const events = [];
+                        let executionId;
+                        let buf = '';
+                        let started;
+                        const sawStart = new Promise((r) => (started = r));
+                        const ended = new Promise((resolve, reject) => {
+                                call.res.setEncoding('utf8');
+                                call.res.on('data', (c) => {
+                                        buf += c;
+                                        let k;
+                                        while ((k = buf.indexOf('\n\n')) >= 0) {
+                                                const data = buf.slice(0, k).split('\n').find((l) => l.startsWith('data: '));
+                                                buf = buf.slice(k + 2);
+                                                if (!data) continue; // a keep-alive comment
+                                                const m = JSON.parse(data.slice(6));
+                                                events.push(m);
+                                                const msg = m.params?.message ?? '';
+                                                const x = /execution (\S+) started/.exec(msg);
+                                                if (x) executionId = x[1];
+                                                if (msg.includes('started\n')) started();
+                                        }
+                                });
+                                call.res.on('end', () => resolve('end'));
+                                call.res.on('error', reject);
+                        });
+                        let timer;
+                        const deadline = (ms, what) =>
+                                new Promise((_, reject) => (timer = setTimeout(() => reject(new Error(what)), ms)));
+                        await Promise.race([sawStart, deadline(60000, `no "started" progress: ${JSON.stringify(events)}`)]);
+                        clearTimeout(timer);
+                        assert.ok(executionId, 'the first progress named the execution');
+
+                        const del = await raw(agent, 'DELETE', { 'Mcp-Session-Id': sid });
+                        await drain(del.res);
+                        assert.equal(del.status, 200);
+                        // the stream ends: its last event answers request 7 with the session's end
+                        const how = await Promise.race([
+                                ended,
+                                deadline(60000, `the stream stayed open after DELETE: ${JSON.stringify(events)}`),
+                        ]);
+                        clearTimeout(timer);
+                        assert.equal(how, 'end');
+                        const last = events.at(-1);
+                        assert.equal(last.id, 7, JSON.stringify(events));
+                        assert.equal(last.error.code, -32000);
+                        assert.match(last.error.message, /session was terminated/);
+                        assert.equal(events.filter((m) => m.id === 7).length, 1, 'one answer to the call');
+
+                        // the call's execution was cancelled with it
+                        const { client } = await connect(token);
+                        try {
+                                let state;
+                                for (const until = Date.now() + 30000; Date.now() < until; await sleep(300)) {
+                                        const r = await client.callTool({
+                                                name: 'get_execution',
+                                                arguments: { execution_id: executionId, wait: 5, session },
+                                        });
+                                        state = r.structuredContent?.state;
+                                        if (state && state !== 'running' && state !== 'pending') break;
+                                }
+                                assert.equal(state, 'cancelled');
+                        } finally {
+                                await client.close();
+                        }
+                } finally {
+                        agent.destroy();
+                }
+        });
 });

@@ -95,8 +95,8 @@ static void race_deletes(int rounds)
                 int e = __atomic_load_n(&ended, __ATOMIC_RELAXED);
                 int a = __atomic_load_n(&absent, __ATOMIC_RELAXED);
                 if (e != 1 && doubles++ < 5)
-                        STRESS_CHECK(e == 1, "round %d: %d of %d DELETEs ended the session (%d got 404)", i, e,
-                                     racers, a);
+                        STRESS_CHECK(e == 1, "round %d: %d of %d DELETEs ended the session (%d got 404)", i, e, racers,
+                                     a);
                 STRESS_CHECK(e + a == racers, "round %d: %d + %d answers for %d DELETEs", i, e, a, racers);
                 STRESS_CHECK(http_mcp_find(srv, id, USER) == NULL, "round %d: the session is still found", i);
                 pthread_mutex_lock(&srv->mcp_lock);

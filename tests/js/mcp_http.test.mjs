@@ -407,11 +407,15 @@ describe('MCP Streamable HTTP over HTTPS (SDK 1.x and 2.x)', () => {
 
         // issue 24: a streamed tools/call whose MCP session was DELETEd never got a final event, and its
         // SSE response stayed open on keep-alives, holding a connection slot.
-        test('a streamed call ended by DELETE of its MCP session gets its final event, and its stream ends', { timeout: 180000 }, async () => {
+        test('a streamed call ended by DELETE of its MCP session gets its final event; its stream and the server stream end', { timeout: 180000 }, async () => {
                 const agent = new https.Agent({ ca, keepAlive: true });
                 const session = `del-${process.pid}`;
                 try {
                         const sid = await openSession(agent);
+                        // the session's server stream, which the DELETE closes too
+                        const server = await raw(agent, 'GET', { 'Mcp-Session-Id': sid, Accept: 'text/event-stream' });
+                        assert.equal(server.status, 200);
+                        const serverEnded = drain(server.res);
                         const call = await raw(agent, 'POST', { 'Mcp-Session-Id': sid }, {
                                 jsonrpc: '2.0',
                                 id: 7,
@@ -471,6 +475,8 @@ describe('MCP Streamable HTTP over HTTPS (SDK 1.x and 2.x)', () => {
                         assert.equal(last.error.code, -32000);
                         assert.match(last.error.message, /session was terminated/);
                         assert.equal(events.filter((m) => m.id === 7).length, 1, 'one answer to the call');
+                        await Promise.race([serverEnded, deadline(60000, 'the server stream stayed open after DELETE')]);
+                        clearTimeout(timer);
 
                         // the call's execution was cancelled with it
                         const { client } = await connect(token);

@@ -76,7 +76,8 @@ bool http_stopping(struct http_server *srv);
 struct sse;
 struct sse *http_sse_new(struct http_server *srv, int fd);
 struct MHD_Response *http_sse_response(struct sse *s);
-/* Queue "event: <event>\ndata: <json>\n\n"; final ends the stream after it. */
+/* Queue "event: <event>\ndata: <json>\n\n"; final ends the stream after it.
+ * Once the stream has ended, nothing more is queued. */
 void http_sse_push_text(struct sse *s, const char *event, const char *json, bool final);
 /* End the stream with no further event (what was queued still goes out). */
 void http_sse_end(struct sse *s);

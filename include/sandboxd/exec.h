@@ -79,7 +79,6 @@ enum exec_language {
         EXEC_LANG_NODE,
         EXEC_LANG_BASH,
 };
-int exec_language_from_string(const char *s, enum exec_language *ret);
 
 enum exec_stream {
         EXEC_STDOUT = 1,

@@ -206,7 +206,8 @@ Test(idem, retries_answer_without_running_again)
         cJSON_Delete(r1);
 
         /* past the window (pruned as --gc does) the key is free again: a new execution */
-        cr_assert_gt(store_idem_prune(d->store, sbx_now_ms() + (int64_t)cfg.idempotency_window_s * 1000 + 1, false), 0);
+        cr_assert_gt(store_idem_prune(d->store, sbx_wall_ms() + (int64_t)cfg.idempotency_window_s * 1000 + 1, false),
+                     0);
         r1 = call(tok_a, "exec",
                   "{\"session\": \"s\", \"command\": \"echo run $$ $(date +%s%N)\", "
                   "\"idempotency_key\": \"req-1\"}");

@@ -50,6 +50,7 @@
 #include <unistd.h>
 
 #include "runner_ext.h"
+#include "runner_io.h"
 #include "sandboxd/runner_proto.h"
 
 #ifndef SYS_close_range
@@ -234,22 +235,15 @@ static void job_start(uint32_t tag, uint16_t flags, const unsigned char *p, size
         }
         if (code_path[0]) {
                 int fd = open(code_path, O_WRONLY | O_CREAT | O_EXCL | O_NOFOLLOW | O_CLOEXEC, 0600);
-                const unsigned char *c = (const unsigned char *)end;
-                size_t left = hdr.code_len;
                 if (fd < 0) {
                         send_failed(tag, errno, "cannot create the code file");
                         goto out;
                 }
-                while (left > 0) {
-                        ssize_t w = write(fd, c, left);
-                        if (w <= 0) {
-                                close(fd);
-                                unlink(code_path);
-                                send_failed(tag, EIO, "cannot write the code file");
-                                goto out;
-                        }
-                        c += w;
-                        left -= (size_t)w;
+                if (rio_write_full(fd, end, hdr.code_len) < 0) {
+                        close(fd);
+                        unlink(code_path);
+                        send_failed(tag, EIO, "cannot write the code file");
+                        goto out;
                 }
                 close(fd);
         }
@@ -277,6 +271,7 @@ static void job_start(uint32_t tag, uint16_t flags, const unsigned char *p, size
         if (shim == 0) {
                 int devnull = -1;
                 pid_t leader;
+                signal(SIGCHLD, SIG_DFL); /* the runner's handler writes to a pipe the shim does not have */
                 prctl(PR_SET_CHILD_SUBREAPER, 1);
                 if (pin[0] < 0)
                         pin[0] = devnull = open("/dev/null", O_RDONLY | O_CLOEXEC);

@@ -20,6 +20,7 @@
 #include <unistd.h>
 
 #include "runner_ext.h"
+#include "runner_io.h"
 #include "sandboxd/runner_proto.h"
 
 #ifndef TIOCGPTPEER
@@ -134,8 +135,7 @@ void proc_shim_main(pid_t leader)
                 }
         }
         getrusage(RUSAGE_CHILDREN, &rep.ru);
-        if (write(3, &rep, sizeof(rep)) < 0) {
-        }
+        (void)rio_write_full(3, &rep, sizeof(rep)); /* a failure is the runner's short read */
         close(3);
         while (waitpid(-1, &st, 0) > 0 || errno == EINTR)
                 ;

@@ -21,7 +21,6 @@
 #include <errno.h>
 #include <fcntl.h>
 #include <limits.h>
-#include <poll.h>
 #include <signal.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -33,6 +32,7 @@
 #include <unistd.h>
 
 #include "runner_ext.h"
+#include "runner_io.h"
 
 #ifndef SYS_close_range
 #define SYS_close_range 436
@@ -41,6 +41,7 @@
 #define MAX_LISTEN 4096
 #define MAX_SCAN_PROCS 8192
 #define MAX_FDS_PER_PROC 4096
+#define SHIM_REPORT_MS 5000 /* a fork and a write: only a container at its pids limit takes long */
 
 struct svc {
         bool used, running;
@@ -118,29 +119,13 @@ static bool marker_ok(const char *m, size_t n)
 
 /* ---- start ---- */
 
-static int write_all_fd(int fd, const void *p, size_t n)
-{
-        const char *c = p;
-        while (n > 0) {
-                ssize_t k = write(fd, c, n);
-                if (k < 0 && errno == EINTR)
-                        continue;
-                if (k <= 0)
-                        return k < 0 ? -errno : -EIO;
-                c += k;
-                n -= (size_t)k;
-        }
-        return 0;
-}
-
 /* The shim's end: the leader's code, once the rest of the tree is gone. */
 static void shim_main(pid_t leader, int report)
 {
         int st, code = 255;
         pid_t p;
 
-        if (write(report, &leader, sizeof(leader)) < 0) {
-        }
+        (void)rio_write_full(report, &leader, sizeof(leader)); /* a failure is the runner's EOF */
         close(report);
         for (;;) {
                 p = waitpid(-1, &st, 0);
@@ -240,7 +225,7 @@ static int svc_launch(struct svc *s, const char *dir, const char *workdir, char 
                 return r == -ELOOP || r == -EXDEV ? EPERM : -r;
         (void)unlinkat(dfd, "exit", 0);
         fd = openat(dfd, "run.sh", O_WRONLY | O_CREAT | O_TRUNC | O_NOFOLLOW | O_CLOEXEC, 0600);
-        r = fd < 0 ? -errno : write_all_fd(fd, cmd, cmd_len);
+        r = fd < 0 ? -errno : rio_write_full(fd, cmd, cmd_len);
         if (fd >= 0)
                 close(fd);
         out = openat(dfd, "stdout.log", O_WRONLY | O_CREAT | O_TRUNC | O_NOFOLLOW | O_CLOEXEC, 0600);
@@ -274,14 +259,16 @@ static int svc_launch(struct svc *s, const char *dir, const char *workdir, char 
         }
         close(rep[1]);
         rep[1] = -1;
-        {
-                struct pollfd pfd = {.fd = rep[0], .events = POLLIN};
-                if (poll(&pfd, 1, 5000) <= 0 || read(rep[0], &leader, sizeof(leader)) != sizeof(leader) ||
-                    leader <= 0) {
-                        kill(shim, SIGKILL);
-                        r = -EIO; /* reaped by the main loop: no slot names it */
-                        goto done;
-                }
+        /* SIGCHLD from any execution that ends meanwhile must not fail the start */
+        r = rio_read_full(rep[0], &leader, sizeof(leader), SHIM_REPORT_MS);
+        if (r == 0 && leader <= 0)
+                r = -EIO;
+        if (r < 0) {
+                /* the leader first: once the shim is gone it would be ours, running untracked */
+                tree_kill(shim, SIGKILL);
+                kill(shim, SIGKILL);
+                r = r == -EPIPE ? -EIO : r; /* reaped by the main loop: no slot names it */
+                goto done;
         }
         s->used = s->running = true;
         s->shim = shim;
@@ -396,7 +383,7 @@ bool svc_reaped(pid_t pid, int status)
                 n = snprintf(buf, sizeof(buf), "%d\n", s->exit_code);
                 fd = openat(s->dirfd, "exit", O_WRONLY | O_CREAT | O_TRUNC | O_NOFOLLOW | O_CLOEXEC, 0600);
                 if (fd >= 0) {
-                        (void)write_all_fd(fd, buf, (size_t)n);
+                        (void)rio_write_full(fd, buf, (size_t)n);
                         close(fd);
                 }
                 force_scan = true;

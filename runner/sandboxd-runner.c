@@ -13,10 +13,13 @@
  * workspace files (runner_files.c) are read and written confined to
  * /workspace; both are described in runner_proto.h.
  *
- * Single-threaded: one poll loop. This file is the loop, the connection
- * (framing in and out, reconnecting) and reaping; executions, with their
- * durable output, are runner_execution.c, their processes and terminals
- * runner_proc.c.
+ * Two threads. The main one runs one poll loop: this file is the loop, the
+ * connection (framing in and out, reconnecting) and reaping; executions,
+ * with their durable output, are runner_execution.c, their processes and
+ * terminals runner_proc.c. The network channels (runner_net.c) run on a
+ * thread of their own, which blocks every signal and shares no state with
+ * the loop. Blocking waits that SIGCHLD may interrupt restart with what is
+ * left of their deadline (runner_io.c).
  *
  * The runner is non-dumpable (no ptrace, no /proc/<pid>/mem for the tenant's
  * uid). Tenant code runs as the same uid and can still kill it; the runner

@@ -143,7 +143,7 @@ int daemon_open(const struct sbx_config *cfg, const struct daemon_options *opts,
         /* claims whose request died with the previous daemon answer nothing;
          * keys past their window go (each user's also go on their next claim) */
         (void)store_idem_reset_pending(d->store);
-        (void)store_idem_prune(d->store, sbx_now_ms(), false);
+        (void)store_idem_prune(d->store, sbx_wall_ms(), false);
 
         d->docker = docker_new(d->cfg.docker_socket, d->cfg.docker_timeout_ms);
         if (!d->docker) {

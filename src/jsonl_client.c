@@ -22,6 +22,7 @@ int jsonl_connect(const char *path, struct sbx_error *err)
 {
         struct sockaddr_un sa = {.sun_family = AF_UNIX};
         struct timeval tv = {.tv_sec = JSONL_SEND_TIMEOUT_S};
+        int64_t deadline = sbx_now_ms() + JSONL_SEND_TIMEOUT_S * 1000;
         int fd;
 
         if (!path || !*path)
@@ -34,11 +35,21 @@ int jsonl_connect(const char *path, struct sbx_error *err)
         /* a Unix connect to a full backlog, and a send to a peer that stops
          * reading, wait at most this long */
         (void)setsockopt(fd, SOL_SOCKET, SO_SNDTIMEO, &tv, sizeof(tv));
-        if (connect(fd, (struct sockaddr *)&sa, sizeof(sa)) < 0) {
+        while (connect(fd, (struct sockaddr *)&sa, sizeof(sa)) < 0) {
+                int64_t left = deadline - sbx_now_ms();
                 int e = errno == EAGAIN ? ETIMEDOUT : errno;
+                /* a connect with a send timeout is never restarted after a signal; a
+                 * Unix one that was cut short may be tried again, for what is left */
+                if (e == EINTR && left > 0) {
+                        struct timeval rest = {.tv_sec = left / 1000, .tv_usec = (left % 1000) * 1000};
+                        (void)setsockopt(fd, SOL_SOCKET, SO_SNDTIMEO, &rest, sizeof(rest));
+                        continue;
+                }
                 close(fd);
-                return sbx_error_set(err, -e, 0, "cannot connect to %s: %s", path, strerror(e));
+                return sbx_error_set(err, -(e == EINTR ? ETIMEDOUT : e), 0, "cannot connect to %s: %s", path,
+                                     strerror(e == EINTR ? ETIMEDOUT : e));
         }
+        (void)setsockopt(fd, SOL_SOCKET, SO_SNDTIMEO, &tv, sizeof(tv)); /* the sends' own */
         return fd;
 }
 

@@ -101,11 +101,6 @@ void log_set_level(enum log_level level)
         __atomic_store_n(&current_level, (int)level, __ATOMIC_RELAXED);
 }
 
-enum log_level log_get_level(void)
-{
-        return (enum log_level)__atomic_load_n(&current_level, __ATOMIC_RELAXED);
-}
-
 int log_level_from_string(const char *s, enum log_level *ret_level)
 {
         for (size_t i = 0; i < sizeof(level_names) / sizeof(level_names[0]); i++)

@@ -37,11 +37,6 @@ bool runtime_name_valid(const char *name)
         return name && (!strcmp(name, "runc") || !strcmp(name, "runsc"));
 }
 
-bool runtime_sealed(const char *name)
-{
-        return name && strcmp(name, "runsc") == 0;
-}
-
 int runtime_new(const struct sbx_config *cfg, struct docker *d, struct store *st, struct runtime **ret,
                 struct sbx_error *err)
 {

@@ -135,7 +135,8 @@ static int run_tool(char *const argv[], int timeout_ms)
                         return -errno;
                 if (sbx_now_ms() >= until) {
                         kill(pid, SIGKILL);
-                        (void)waitpid(pid, NULL, 0);
+                        while (waitpid(pid, NULL, 0) < 0 && errno == EINTR) /* SIGKILL: it ends at once */
+                                ;
                         return -ETIMEDOUT;
                 }
                 sbx_sleep_ms(20);

@@ -79,7 +79,6 @@ enum exec_language {
         EXEC_LANG_NODE,
         EXEC_LANG_BASH,
 };
-int exec_language_from_string(const char *s, enum exec_language *ret);
 
 enum exec_stream {
         EXEC_STDOUT = 1,
@@ -195,10 +194,12 @@ int exec_status(struct exec_engine *e, const char *user, const char *id, int64_t
  * is in states_mask (bit 1<<state; 0 = all), at most limit. */
 int exec_list(struct exec_engine *e, const char *user, const char *session, unsigned states_mask, size_t limit,
               struct exec_result **ret, size_t *ret_n);
-/* The same, only executions that ended at or after finished_since_ms (unix
- * ms; -1 = any, as exec_list), the most recently ended first. */
+/* The same, only executions that ended within the last within_ms (-1 = any,
+ * as exec_list), the most recently ended first. The end is recorded in wall
+ * time (rows outlive the daemon and the host's uptime), so the cutoff is
+ * taken on the same clock here, never by the caller. */
 int exec_list_finished(struct exec_engine *e, const char *user, const char *session, unsigned states_mask,
-                       int64_t finished_since_ms, size_t limit, struct exec_result **ret, size_t *ret_n);
+                       int64_t within_ms, size_t limit, struct exec_result **ret, size_t *ret_n);
 void exec_result_list_free(struct exec_result *list, size_t n);
 
 /* Feed stdin of a running interactive execution; eof closes it once the

@@ -18,7 +18,6 @@ enum log_level {
 
 /* Set the minimum level that is written (default INFO). */
 void log_set_level(enum log_level level);
-enum log_level log_get_level(void);
 
 /* Parse "debug" | "info" | "warn" | "error". Returns 0 or -EINVAL. */
 int log_level_from_string(const char *s, enum log_level *ret_level);

@@ -32,5 +32,3 @@ int runtime_check(struct runtime *rt, const char *name, struct sbx_error *err);
 int runtime_set_user(struct runtime *rt, const char *user, const char *name, struct sbx_error *err);
 /* Whether name is a known runtime. */
 bool runtime_name_valid(const char *name);
-/* Containers under this runtime have no network but their own loopback (gVisor here). */
-bool runtime_sealed(const char *name);

@@ -99,8 +99,6 @@ int session_get_or_create(struct session_manager *m, const char *user, const cha
                           struct sbx_error *err);
 void session_release(struct session *s);
 
-const char *session_user(const struct session *s);
-const char *session_name(const struct session *s);
 /* The running container's id, copied under the lock. */
 void session_container_id(struct session *s, char ret_id[65]);
 

@@ -516,8 +516,7 @@ int api_m_list_executions(struct api_req *q, cJSON **ret, struct fronterr *e)
                 }
         }
         /* completed_within_ms: only executions that ended that recently */
-        r = exec_list_finished(q->d->exec, q->tok.user, q->session, mask,
-                               within_ms >= 0 ? sbx_now_ms() - within_ms : -1, (size_t)limit, &list, &n);
+        r = exec_list_finished(q->d->exec, q->tok.user, q->session, mask, within_ms, (size_t)limit, &list, &n);
         if (r < 0)
                 return fronterr_errno(e, r, NULL, "cannot list executions");
         *ret = cJSON_CreateObject();

@@ -230,7 +230,7 @@ int api_idem_call(struct api_req *q, api_method_fn fn, cJSON **ret, struct front
 
         for (;;) {
                 struct store_idem row = {0};
-                int64_t now = sbx_now_ms();
+                int64_t now = sbx_wall_ms(); /* stored, and judged by --gc: unix ms (store.h) */
 
                 r = store_idem_claim(q->d->store, q->tok.user, q->method, q->idem_key, hash, now,
                                      now + (int64_t)q->d->cfg.idempotency_window_s * 1000,

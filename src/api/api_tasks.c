@@ -129,7 +129,7 @@ static int m_create_task(struct api_req *q, cJSON **ret, struct fronterr *e)
         snprintf(t.tool, sizeof(t.tool), "%s", tool);
         t.ttl_ms = API_TASK_TTL_MS;
         t.poll_interval_ms = API_TASK_POLL_MS;
-        t.created_at = t.updated_at = sbx_now_ms();
+        t.created_at = t.updated_at = sbx_wall_ms();
         t.expires_at = t.created_at + t.ttl_ms;
         r = store_task_add(q->d->store, &t, t.created_at, API_TASKS_PER_USER, API_TASKS_MAX);
         if (r == -EDQUOT)
@@ -150,7 +150,7 @@ static int own_task(struct api_req *q, struct store_task *t, struct fronterr *e)
                 return -1;
         if (!task_id_ok(id))
                 return fronterr_set(e, "not_found", "no task %.64s", id);
-        r = store_task_get(q->d->store, q->tok.user, id, sbx_now_ms(), t);
+        r = store_task_get(q->d->store, q->tok.user, id, sbx_wall_ms(), t);
         if (r == -ENOENT)
                 return fronterr_set(e, "not_found", "no task %s", id);
         if (r < 0)
@@ -189,7 +189,7 @@ static int m_cancel_task(struct api_req *q, cJSON **ret, struct fronterr *e)
                 if (final)
                         return fronterr_set(e, "already_finished", "task %s has already ended", t.task_id);
         }
-        r = store_task_mark_cancel(q->d->store, q->tok.user, t.task_id, sbx_now_ms());
+        r = store_task_mark_cancel(q->d->store, q->tok.user, t.task_id, sbx_wall_ms());
         if (r < 0 && r != -ENOENT)
                 return fronterr_errno(e, r, NULL, "cannot record the cancel");
         t.cancel_requested = true;

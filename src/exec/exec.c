@@ -71,24 +71,6 @@ bool exec_state_is_final(enum exec_state s)
         return s >= EXEC_COMPLETED;
 }
 
-int exec_language_from_string(const char *s, enum exec_language *ret)
-{
-        static const struct {
-                const char *name;
-                enum exec_language lang;
-        } langs[] = {{"python", EXEC_LANG_PYTHON},
-                     {"python3", EXEC_LANG_PYTHON},
-                     {"node", EXEC_LANG_NODE},
-                     {"javascript", EXEC_LANG_NODE},
-                     {"bash", EXEC_LANG_BASH}};
-        for (size_t i = 0; i < ELEMENTSOF(langs); i++)
-                if (s && strcmp(s, langs[i].name) == 0) {
-                        *ret = langs[i].lang;
-                        return 0;
-                }
-        return -EINVAL;
-}
-
 /* ---- validation ---- */
 
 /* Lexically resolve workdir under /workspace; refuse anything that leaves

@@ -216,7 +216,7 @@ int exec_list(struct exec_engine *e, const char *user, const char *session, unsi
 }
 
 int exec_list_finished(struct exec_engine *e, const char *user, const char *session, unsigned states_mask,
-                       int64_t finished_since_ms, size_t limit, struct exec_result **ret, size_t *ret_n)
+                       int64_t within_ms, size_t limit, struct exec_result **ret, size_t *ret_n)
 {
         _cleanup_free_ struct store_execution *rows = NULL;
         const char *states[EXEC_STATE_COUNT + 1] = {0};
@@ -227,12 +227,16 @@ int exec_list_finished(struct exec_engine *e, const char *user, const char *sess
         for (int i = 0; i < EXEC_STATE_COUNT; i++)
                 if (states_mask & (1u << i))
                         states[n_states++] = exec_state_to_string((enum exec_state)i);
-        if (finished_since_ms >= 0)
-                r = store_exec_list_finished(e->store, user, session, states_mask ? states : NULL, finished_since_ms,
-                                             limit ? limit : 100, &rows, &n);
-        else
+        if (within_ms >= 0) {
+                /* finished_at is created_at (wall) + duration: CLOCK_MONOTONIC here took the
+                 * host's uptime for a date, and listed running ones when uptime < within_ms */
+                int64_t since = sbx_wall_ms() - within_ms;
+                r = store_exec_list_finished(e->store, user, session, states_mask ? states : NULL,
+                                             since > 0 ? since : 0, limit ? limit : 100, &rows, &n);
+        } else {
                 r = store_exec_list(e->store, user, session, states_mask ? states : NULL, limit ? limit : 100, &rows,
                                     &n);
+        }
         if (r < 0)
                 return r;
         out = calloc(n + 1, sizeof(*out));

@@ -756,15 +756,6 @@ void session_release(struct session *s)
         session_unref(s);
 }
 
-const char *session_user(const struct session *s)
-{
-        return s->user;
-}
-const char *session_name(const struct session *s)
-{
-        return s->id;
-}
-
 void session_container_id(struct session *s, char ret_id[65])
 {
         pthread_mutex_lock(&s->lock);

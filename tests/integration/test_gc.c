@@ -28,11 +28,13 @@
 #include <sys/wait.h>
 #include <unistd.h>
 
+#include "apiclient.h"
 #include "fixture.h"
 #include "sandboxd/container.h"
 #include "sandboxd/gc.h"
 #include "sandboxd/session.h"
 #include "sandboxd/store.h"
+#include "sandboxd/token.h"
 #include "testenv.h"
 
 TestSuite(gc, .timeout = 300);
@@ -971,6 +973,59 @@ Test(gc, gc_beside_a_serving_daemon_breaks_no_session)
         cr_assert(container_running(again));
         cr_assert_eq(fixture_sh(again, "cat /workspace/note", &out), 0);
         cr_assert_str_eq(out, "kept\n");
+        daemon_close(d);
+}
+
+/* Issue 24: the daemon stamped idempotency keys and MCP tasks with
+ * CLOCK_MONOTONIC (the host's uptime) while gc judges them by the wall
+ * clock, so gc beside a daemon deleted every live key, and a retry ran its
+ * command a second time, and every live task. */
+static const cJSON *api_ok(const cJSON *reply)
+{
+        const cJSON *res = apic_result(reply);
+        char *text = res ? NULL : cJSON_PrintUnformatted(reply);
+        cr_assert_not_null(res, "%s", text);
+        return res;
+}
+
+Test(gc, live_idempotency_keys_and_tasks_survive_gc_beside_the_daemon)
+{
+        static const char exec_params[] =
+                "{\"session\": \"s\", \"command\": \"echo once >> /workspace/runs\", \"idempotency_key\": \"k-1\"}";
+        struct sbx_config cfg;
+        struct sbx_error err = {0};
+        struct daemon *d;
+        struct gc_report rep;
+        char tok[TOKEN_LEN + 1], id[64], task[80], params[256], cid[65];
+        _cleanup_free_ char *out = NULL;
+        cJSON *r;
+
+        gc_config(&cfg);
+        d = fixture_open_sockets(&cfg);
+        cr_assert_eq(token_create(d->store, "alice", TOKEN_ROLE_AGENT, tok, NULL, &err), 0, "%s", err.msg);
+        r = apic_call(cfg.api_socket, tok, "exec", apic_json(exec_params));
+        snprintf(id, sizeof(id), "%s", apic_str(api_ok(r), "execution_id"));
+        cJSON_Delete(r);
+        snprintf(params, sizeof(params), "{\"session\": \"s\", \"execution_id\": \"%s\", \"tool\": \"exec\"}", id);
+        r = apic_call(cfg.api_socket, tok, "create_task", apic_json(params));
+        snprintf(task, sizeof(task), "%s", apic_str(api_ok(r), "task_id"));
+        cJSON_Delete(r);
+
+        run_gc(&cfg, false, &rep);
+        expect_kind(&rep, GC_IDEMPOTENCY_KEYS, 0, 0);
+        gc_report_done(&rep);
+
+        /* the retry answers from the first call; the command ran once */
+        r = apic_call(cfg.api_socket, tok, "exec", apic_json(exec_params));
+        cr_assert_str_eq(apic_str(api_ok(r), "execution_id"), id, "the key was gone: the retry ran again");
+        cJSON_Delete(r);
+        fixture_container_of(d, "alice", "s", cid);
+        cr_assert_eq(fixture_sh(cid, "cat /workspace/runs", &out), 0);
+        cr_assert_str_eq(out, "once\n");
+        snprintf(params, sizeof(params), "{\"session\": \"s\", \"task_id\": \"%s\"}", task);
+        r = apic_call(cfg.api_socket, tok, "get_task", apic_json(params));
+        cr_assert_str_eq(apic_str(api_ok(r), "task_id"), task, "the live task was deleted");
+        cJSON_Delete(r);
         daemon_close(d);
 }
 

@@ -704,13 +704,13 @@ Test(http, tasks_are_per_user_capped_and_expire, .init = setup_tls, .fini = tear
         snprintf(old.tool, sizeof(old.tool), "exec");
         old.ttl_ms = 1000;
         old.poll_interval_ms = 1000;
-        old.created_at = sbx_now_ms() - 5000;
+        old.created_at = sbx_wall_ms() - 5000;
         cr_assert_eq(store_task_add(d->store, &old, old.created_at, 1000, 1000), 0);
         snprintf(p, sizeof(p), "{\"task_id\": \"%s\"}", old.task_id);
         cr_assert_eq(post(tok_a, "get_task", p, &r), 404);
         cJSON_Delete(r);
-        cr_assert_eq(store_task_purge(d->store, sbx_now_ms()), 1);
-        cr_assert_eq(store_task_count(d->store, "alice", sbx_now_ms(), &n), 0);
+        cr_assert_eq(store_task_purge(d->store, sbx_wall_ms()), 1);
+        cr_assert_eq(store_task_count(d->store, "alice", sbx_wall_ms(), &n), 0);
         cr_assert_eq(n, 64);
 
         /* and an unknown Mcp-Session-Id is 404 for DELETE and GET too */

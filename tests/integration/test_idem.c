@@ -206,7 +206,8 @@ Test(idem, retries_answer_without_running_again)
         cJSON_Delete(r1);
 
         /* past the window (pruned as --gc does) the key is free again: a new execution */
-        cr_assert_gt(store_idem_prune(d->store, sbx_now_ms() + (int64_t)cfg.idempotency_window_s * 1000 + 1, false), 0);
+        cr_assert_gt(store_idem_prune(d->store, sbx_wall_ms() + (int64_t)cfg.idempotency_window_s * 1000 + 1, false),
+                     0);
         r1 = call(tok_a, "exec",
                   "{\"session\": \"s\", \"command\": \"echo run $$ $(date +%s%N)\", "
                   "\"idempotency_key\": \"req-1\"}");
@@ -296,12 +297,35 @@ Test(idem, concurrent_duplicates_and_a_retry_while_running)
         close_daemon();
 }
 
+/* Whether list_executions {completed_within_ms: within} lists done and running. */
+static void listed_within(const char *within, const char *done, const char *running, bool *ret_done, bool *ret_running)
+{
+        char params[128];
+        const cJSON *it;
+        cJSON *r;
+
+        *ret_done = *ret_running = false;
+        snprintf(params, sizeof(params), "{\"session\": \"s\", \"completed_within_ms\": %s}", within);
+        r = call(tok_a, "list_executions", params);
+        cJSON_ArrayForEach(it, cJSON_GetObjectItem(ok(r), "executions")) {
+                *ret_done |= strcmp(apic_str(it, "execution_id"), done) == 0;
+                *ret_running |= strcmp(apic_str(it, "execution_id"), running) == 0;
+        }
+        cJSON_Delete(r);
+}
+
+/* The window is wall time, the clock an execution's end is recorded in.
+ * Issue 24: it was taken from CLOCK_MONOTONIC, the host's uptime: on a host
+ * up for less than the window the cutoff went negative, which means "no
+ * filter", and the running one was listed; on any other host the cutoff
+ * was in 1970, and every execution that ever ended was "recent". The
+ * largest window (3650 days) and a window of 0 show both on any host. */
 Test(idem, completed_within_ms)
 {
         cJSON *r;
-        const cJSON *it;
-        char running[64], done[64];
-        bool saw_done = false, saw_running = false;
+        char running[64], done[64], params[160];
+        bool saw_done, saw_running;
+        int64_t ended_at;
 
         open_daemon();
         r = call(tok_a, "exec", "{\"session\": \"s\", \"command\": \"echo quick\"}");
@@ -311,24 +335,32 @@ Test(idem, completed_within_ms)
         snprintf(running, sizeof(running), "%s", apic_str(ok(r), "execution_id"));
         cJSON_Delete(r);
 
-        r = call(tok_a, "list_executions", "{\"session\": \"s\", \"completed_within_ms\": 600000}");
-        cJSON_ArrayForEach(it, cJSON_GetObjectItem(ok(r), "executions")) {
-                saw_done |= strcmp(apic_str(it, "execution_id"), done) == 0;
-                saw_running |= strcmp(apic_str(it, "execution_id"), running) == 0;
-        }
-        cJSON_Delete(r);
+        listed_within("600000", done, running, &saw_done, &saw_running);
         cr_assert(saw_done, "a recently completed execution is listed");
         cr_assert_not(saw_running, "a running one is not");
+        listed_within("315360000000", done, running, &saw_done, &saw_running);
+        cr_assert(saw_done, "within 3650 days: the completed one is listed");
+        cr_assert_not(saw_running, "within 3650 days: a running one is not (the window is longer than the uptime)");
+
+        /* a window of 0 once the wall clock has passed its end: no longer recent */
+        snprintf(params, sizeof(params), "{\"session\": \"s\", \"execution_id\": \"%s\"}", done);
+        r = call(tok_a, "get_execution", params);
+        cr_assert_str_eq(apic_str(ok(r), "state"), "completed");
+        ended_at = (int64_t)cJSON_GetObjectItem(ok(r), "created_at")->valuedouble +
+                   (int64_t)cJSON_GetObjectItem(ok(r), "duration_ms")->valuedouble;
+        cJSON_Delete(r);
+        cr_assert(TESTENV_WAIT_UNTIL(sbx_wall_ms() > ended_at, 10000), "the wall clock passed %lld",
+                  (long long)ended_at);
+        listed_within("0", done, running, &saw_done, &saw_running);
+        cr_assert_not(saw_done, "within 0 ms: what ended before now is not listed");
+        cr_assert_not(saw_running);
+
         /* without the filter the running one is there */
         cr_assert_eq(count_runs("s", "sleep 60"), 1);
         expect_code(call(tok_a, "list_executions", "{\"session\": \"s\", \"completed_within_ms\": -5}"), "invalid");
-        {
-                char params[160];
-                snprintf(params, sizeof(params), "{\"session\": \"s\", \"execution_id\": \"%s\", \"force\": true}",
-                         running);
-                r = call(tok_a, "cancel_execution", params);
-                cJSON_Delete(r);
-        }
+        snprintf(params, sizeof(params), "{\"session\": \"s\", \"execution_id\": \"%s\", \"force\": true}", running);
+        r = call(tok_a, "cancel_execution", params);
+        cJSON_Delete(r);
         close_daemon();
 }
 

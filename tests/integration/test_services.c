@@ -3,6 +3,8 @@
 #include <criterion/criterion.h>
 #include <errno.h>
 #include <netinet/in.h>
+#include <pthread.h>
+#include <stdatomic.h>
 #include <stdio.h>
 #include <string.h>
 #include <sys/socket.h>
@@ -289,6 +291,95 @@ Test(services, runner_reports_the_port_and_the_exact_pid)
         cr_assert_eq(info.state, SERVICE_STOPPED);
         cr_assert_eq(service_stop(d->services, "u1", "push", "deep", &info, &err), 0, "%s", err.msg);
         cr_assert_eq(count_procs("push", "[h]ttp.server"), 0);
+        daemon_close(d);
+}
+
+/* Issue 24: the runner waited for a service shim's report with a poll()
+ * that took EINTR for failure, and SIGCHLD comes whenever an execution
+ * ends, so a start failed ("Input/output error") when executions ended
+ * around it. Three clients run short executions in the session while the
+ * same service is started and stopped 200 times: every start succeeds.
+ * Alone they failed 1 to 4 starts of 200 before the fix; a fourth
+ * execution, a loop of `kill -CHLD` at the runner (tenant code runs as the
+ * runner's uid, so a tenant can do this), makes the signal meet almost
+ * every start. */
+#define CHURN_CLIENTS 3
+#define CHURN_STARTS 200
+
+struct churn {
+        atomic_bool stop;
+        atomic_long ended, failed;
+};
+
+static void *churn_main(void *ud)
+{
+        struct churn *c = ud;
+        struct exec_request req = {.user = "u1", .session = "churn", .command = "true", .actor = "test"};
+
+        while (!atomic_load(&c->stop)) {
+                struct exec_result res;
+                struct sbx_error err = {0};
+                if (exec_run(d->exec, &req, &res, &err) == 0) {
+                        atomic_fetch_add(&c->ended, 1);
+                        exec_result_done(&res);
+                } else
+                        atomic_fetch_add(&c->failed, 1); /* no cr_assert off the test's thread */
+        }
+        return NULL;
+}
+
+Test(services, starts_survive_executions_ending_around_them, .timeout = 600)
+{
+        struct churn c = {0};
+        pthread_t t[CHURN_CLIENTS];
+        struct service_info info;
+        char first_error[sizeof(((struct sbx_error *)0)->msg)] = "";
+        char storm_id[37];
+        int start_failed = 0, stop_failed = 0;
+        long ended_before;
+        bool storm_ran;
+
+        open_daemon(NULL);
+        free(fixture_run(d, "churn", "true", 0, NULL)); /* the session's container, before the clients */
+        for (int i = 0; i < CHURN_CLIENTS; i++)
+                cr_assert_eq(pthread_create(&t[i], NULL, churn_main, &c), 0);
+        cr_assert(TESTENV_WAIT_UNTIL(atomic_load(&c.ended) >= CHURN_CLIENTS, 60000), "the clients never ran");
+        ended_before = atomic_load(&c.ended);
+        {
+                /* the shim's parent ($PPID is the shim) is the runner */
+                struct exec_request storm = {
+                        .user = "u1",
+                        .session = "churn",
+                        .command = "r=$(cut -d' ' -f4 /proc/$PPID/stat); while kill -CHLD $r; do :; done",
+                        .actor = "test"};
+                struct sbx_error err = {0};
+                cr_assert_eq(exec_start(d->exec, &storm, storm_id, &err), 0, "%s", err.msg);
+                cr_assert(TESTENV_WAIT_UNTIL(fixture_exec_running(d, "u1", storm_id), 60000));
+        }
+        for (int i = 0; i < CHURN_STARTS; i++) {
+                struct sbx_error err = {0};
+                if (service_start(d->services, "u1", "churn", "svc", "sleep 1000", NULL, &info, &err) != 0) {
+                        if (!start_failed++)
+                                snprintf(first_error, sizeof(first_error), "%s", err.msg);
+                        continue;
+                }
+                if (service_stop(d->services, "u1", "churn", "svc", &info, &err) != 0)
+                        stop_failed++;
+        }
+        storm_ran = fixture_exec_running(d, "u1", storm_id);
+        {
+                struct sbx_error err = {0};
+                cr_assert_eq(exec_cancel(d->exec, "u1", storm_id, true, &err), 0, "%s", err.msg);
+        }
+        atomic_store(&c.stop, true);
+        for (int i = 0; i < CHURN_CLIENTS; i++)
+                pthread_join(t[i], NULL);
+        cr_assert_eq(start_failed, 0, "%d of %d starts failed, the first: %s", start_failed, CHURN_STARTS, first_error);
+        cr_assert_eq(stop_failed, 0);
+        cr_assert(storm_ran, "the kill -CHLD loop ran until the end");
+        cr_assert_eq(atomic_load(&c.failed), 0, "an execution failed");
+        cr_assert_gt(atomic_load(&c.ended), ended_before, "executions ended while the services started");
+        cr_assert_eq(count_procs("churn", "[s]leep 1000"), 0, "a service outlived its stop");
         daemon_close(d);
 }
 

@@ -72,7 +72,9 @@ class Daemon:
         self.ca = os.path.join(self.dir, "ca.pem")
         self.client_cert = os.path.join(self.dir, "client.pem")
         self.client_key = os.path.join(self.dir, "client.key")
-        base = 45000 + random.randrange(80) * 50
+        # 300 ports: each live session holds a block of 5, and the examples
+        # keep 50 sessions at once
+        base = 40000 + random.randrange(30) * 300
         self.env = dict(os.environ)
         self.env.update(
             SANDBOXD_DATA_DIR=os.path.join(self.dir, "data"),
@@ -80,7 +82,7 @@ class Daemon:
             SANDBOXD_ADMIN_SOCKET=self.admin_socket,
             SANDBOXD_INSTANCE=self.instance,
             SANDBOXD_IMAGE="sandboxd/python:latest",
-            SANDBOXD_PORT_RANGE=f"{base}-{base + 49}",
+            SANDBOXD_PORT_RANGE=f"{base}-{base + 299}",
             SANDBOXD_LOG_LEVEL="info",
             SANDBOXD_POOL_SIZE="0",
             SANDBOXD_HTTP_LISTEN="127.0.0.1:0",

@@ -19,6 +19,7 @@ CMD's status.
 from __future__ import annotations
 
 import atexit
+import ctypes
 import json
 import os
 import random
@@ -47,6 +48,12 @@ openssl x509 -req -in client.csr -CA ca.pem -CAkey ca.key -CAcreateserial -out c
 """
 
 
+def _die_with_parent() -> None:
+    """In the daemon's child before exec: SIGKILL it when this process dies
+    (prctl PR_SET_PDEATHSIG), so a test killed outright leaves no daemon."""
+    ctypes.CDLL(None, use_errno=True).prctl(1, signal.SIGKILL, 0, 0, 0)
+
+
 def admin_request(path: str, obj: dict, timeout: float = 10.0) -> dict:
     """One JSON line on the admin socket; the parsed reply."""
     with socket.socket(socket.AF_UNIX, socket.SOCK_STREAM) as s:
@@ -72,9 +79,9 @@ class Daemon:
         self.ca = os.path.join(self.dir, "ca.pem")
         self.client_cert = os.path.join(self.dir, "client.pem")
         self.client_key = os.path.join(self.dir, "client.key")
-        # 300 ports: each live session holds a block of 5, and the examples
-        # keep 50 sessions at once
-        base = 40000 + random.randrange(30) * 300
+        # 500 ports: each live session holds a block of 5, the examples keep
+        # 50 sessions at once, and ports other processes hold are skipped
+        base = 40000 + random.randrange(40) * 500
         self.env = dict(os.environ)
         self.env.update(
             SANDBOXD_DATA_DIR=os.path.join(self.dir, "data"),
@@ -82,7 +89,7 @@ class Daemon:
             SANDBOXD_ADMIN_SOCKET=self.admin_socket,
             SANDBOXD_INSTANCE=self.instance,
             SANDBOXD_IMAGE="sandboxd/python:latest",
-            SANDBOXD_PORT_RANGE=f"{base}-{base + 299}",
+            SANDBOXD_PORT_RANGE=f"{base}-{base + 499}",
             SANDBOXD_LOG_LEVEL="info",
             SANDBOXD_POOL_SIZE="0",
             SANDBOXD_HTTP_LISTEN="127.0.0.1:0",
@@ -110,7 +117,7 @@ class Daemon:
         os.makedirs(self.env["SANDBOXD_DATA_DIR"], exist_ok=True)
         with open(self.log_file, "ab") as log:
             self.proc = subprocess.Popen([DAEMON_BIN], env=self.env, stdin=subprocess.DEVNULL, stdout=log,
-                                         stderr=log)
+                                         stderr=log, preexec_fn=_die_with_parent)
         deadline = time.monotonic() + 60
         while True:
             if self.proc.poll() is not None:

@@ -31,7 +31,7 @@ PACKAGES=(
 	docker.io iptables mmdebstrap mount busybox-static musl-tools e2fsprogs
 	libmicrohttpd-dev libgnutls28-dev openssl
 	libevent-dev libhttp-parser-dev libssl-dev
-	curl jq iproute2 procps ca-certificates
+	curl jq iproute2 procps ca-certificates python3
 	systemd socat runsc
 )
 # Node may come from elsewhere (e.g. nodesource, whose nodejs bundles npm);

@@ -3,7 +3,9 @@
 #
 #   scripts/test.sh          setup.sh, build into build/, ctest -L unit, then
 #                            ctest -L integration (real dockerd), then the JS
-#                            tests in tests/js/ if that directory exists.
+#                            tests in tests/js/ if that directory exists, then
+#                            the Python and TypeScript clients' tests and the
+#                            eval harness example (clients/, examples/).
 #   scripts/test.sh --asan   build into build-asan with ASan+UBSan and run the
 #                            unit tests and the stress programs (no Docker).
 #   scripts/test.sh --tsan   build into build-tsan with ThreadSanitizer and run
@@ -77,6 +79,8 @@ sweep() {
 		losetup -d "$dev" 2>/dev/null && n=$((n + 1))
 	done < <(losetup -l -n -O NAME,BACK-FILE 2>/dev/null | awk -v id="$SANDBOXD_TEST_RUN" 'index($2, "/sandboxd-test-" id "-") { print $1 }')
 	((n == 0)) || echo "test: released $n workspace mount(s)/loop device(s) of run $SANDBOXD_TEST_RUN" >&2
+	# The client tests' daemon dirs (clients/python/tests/daemon.py) of a run that was killed.
+	rm -rf "${TMPDIR:-/tmp}"/sbx-clients-"$SANDBOXD_TEST_RUN"-* 2>/dev/null || true
 	exit "$rc"
 }
 trap sweep EXIT
@@ -154,6 +158,17 @@ else
 		export SANDBOXD_BUILD_DIR="$BUILD"
 		step "JS tests" node --test tests/js/*.test.mjs || true
 	fi
+	# The client libraries and the example, each against daemons of its own
+	# (instance = this run: the sweep below removes what a crash left).
+	export SANDBOXD_BUILD_DIR="$BUILD"
+	step "Python client tests" /usr/bin/python3 -m unittest discover -s clients/python/tests -t clients/python/tests || true
+	if step "TypeScript client: npm ci" npm ci --prefix clients/typescript --no-audit --no-fund; then
+		step "TypeScript client tests" npm test --prefix clients/typescript || true
+		step "example: eval harness (TypeScript client)" /usr/bin/python3 clients/python/tests/daemon.py -- \
+			node examples/eval_harness/eval_harness.mjs || true
+	fi
+	step "example: eval harness (Python client)" /usr/bin/python3 clients/python/tests/daemon.py -- \
+		/usr/bin/python3 examples/eval_harness/eval_harness.py || true
 fi
 
 if ((${#failed[@]})); then

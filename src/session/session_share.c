@@ -25,8 +25,11 @@
  *     take the slot in between: for a moment both count, max_sessions + 1;
  *   - the busy check runs with no lock held and may be stale by the claim,
  *     so the claim also requires the candidate's `uses` unchanged since it
- *     was collected: any request through get_or_create meanwhile (which is
- *     how executions and services start) rules it out;
+ *     was collected (any request through get_or_create meanwhile, which is
+ *     how executions and services reach a session, rules it out), and the
+ *     check runs once more on the claimed session (an execution admitted
+ *     but whose worker has not reached the session yet shows there; the
+ *     claim is given back). What arrives after that waits for the stop;
  *   - a request to the victim while it is stopped waits on its transition,
  *     then finds it STOPPED and is admitted like any other (the same
  *     workspace, when there is room);
@@ -249,25 +252,42 @@ static int collect_locked(struct session_manager *m, const struct session *skip,
         return 0;
 }
 
-/* Drop the candidates the busy check calls busy. No lock held. */
-static void candidates_check(struct session_manager *m, struct candidate *c, size_t *n)
+/* Has s work going on in the background? No lock held. */
+static bool busy_now(struct session_manager *m, const struct session *s)
 {
         session_busy_fn fn;
         void *ud;
-        size_t k = 0;
 
         pthread_mutex_lock(&m->lock);
         fn = m->busy_fn;
         ud = m->busy_ud;
         pthread_mutex_unlock(&m->lock);
+        return fn && fn(s->user, s->id, ud);
+}
+
+/* Drop the candidates the busy check calls busy. No lock held. */
+static void candidates_check(struct session_manager *m, struct candidate *c, size_t *n)
+{
+        size_t k = 0;
+
         for (size_t i = 0; i < *n; i++) {
-                if (fn && fn(c[i].s->user, c[i].s->id, ud)) {
+                if (busy_now(m, c[i].s)) {
                         session_unref(c[i].s);
                         continue;
                 }
                 c[k++] = c[i];
         }
         *n = k;
+}
+
+/* Give back a claim (nothing was done to it) and the reference. No lock held. */
+static void unclaim(struct session *v)
+{
+        pthread_mutex_lock(&v->lock);
+        v->transitioning = false;
+        pthread_cond_broadcast(&v->cond);
+        pthread_mutex_unlock(&v->lock);
+        session_unref(v);
 }
 
 /* The first checked candidate that may still give way, claimed (its
@@ -324,8 +344,25 @@ int session_admit(struct session_manager *m, struct session *s, struct session *
                 if (r == 0 || victim) {
                         s->transitioning = true;
                         pthread_mutex_unlock(&m->lock);
-                        *ret_victim = victim;
-                        return 0;
+                        if (!victim) {
+                                *ret_victim = NULL;
+                                return 0;
+                        }
+                        /* Once more now that it is claimed: an execution registered
+                         * since the check (its worker has not reached the session
+                         * yet) shows here; one registered later finds it stopped. */
+                        pthread_mutex_unlock(&s->lock);
+                        bool busy = busy_now(m, victim);
+                        if (busy)
+                                unclaim(victim);
+                        pthread_mutex_lock(&s->lock);
+                        if (!busy) {
+                                *ret_victim = victim;
+                                return 0;
+                        }
+                        s->transitioning = false;
+                        pthread_cond_broadcast(&s->cond);
+                        continue;
                 }
                 if (full && round < SHARE_ROUNDS && collect_locked(m, s, s->user, &cand, &n, &why) < 0)
                         n = 0;

@@ -26,7 +26,6 @@
 #include "sandboxd/portpool.h"
 #include "sandboxd/runner.h"
 #include "sandboxd/pool.h"
-#include "sandboxd/quota.h"
 #include "sandboxd/sessuid.h"
 #include "sandboxd/store.h"
 #include "sandboxd/wsquota.h"

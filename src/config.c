@@ -125,7 +125,9 @@ static const struct config_key keys[] = {
          "fixed block of host ports per session (0: none)"},
         {"container_port_base", CFG_INT, F(container_port_base), 0, 1, 65000, "8000", NULL,
          "the block forwards to container ports base..base+ports_per_session-1"},
-        {"max_sessions", CFG_INT, F(max_sessions), 0, 1, 100000, "1000", NULL, "live sessions at most"},
+        {"max_sessions", CFG_INT, F(max_sessions), 0, 1, 100000, "1000", NULL,
+         "live sessions at most (when full, a user holding two more than the one asking gives up its least "
+         "recently active idle session)"},
         {"pool_size", CFG_INT, F(pool_size), 0, 0, 1000, "2", NULL,
          "warm pool: containers made ahead for new sessions, per image sessions may use (image and images; "
          "0: off)"},

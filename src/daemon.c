@@ -36,13 +36,14 @@ static void drop_runner(const char *user, const char *session, const char *conta
 }
 
 /* The gateway follows the port block: it stops serving a session whose
- * block was released (destroyed, idle or TTL expiry, the ratchet); a
+ * block was released (destroyed, idle or TTL expiry, the ratchet, the fair
+ * share's eviction); a
  * container that died keeps its listeners for its successor. */
 static void drop_gateway(const char *user, const char *session, const char *container_id, const char *cause,
                          void *userdata)
 {
         if (strcmp(cause, "destroyed") == 0 || strcmp(cause, "idle_expired") == 0 ||
-            strcmp(cause, "ttl_expired") == 0 || strcmp(cause, "privacy_ratchet") == 0)
+            strcmp(cause, "ttl_expired") == 0 || strcmp(cause, "privacy_ratchet") == 0 || strcmp(cause, "evicted") == 0)
                 gateway_drop(userdata, user, session);
 }
 
@@ -63,6 +64,23 @@ static void runner_lost(const char *user, const char *session, const char *cause
         if (info.container_id[0])
                 (void)session_mark_failed(m, user, session, info.container_id, cause);
         session_info_done(&info);
+}
+
+/* The fair share of max_sessions stops no session whose work goes on in
+ * the background: a running execution (adopted ones included) or a
+ * service that is starting, running or stopping. */
+static bool session_busy(const char *user, const char *session, void *ud)
+{
+        struct daemon *d = ud;
+        struct store_service *rows = NULL;
+        size_t n = 0;
+
+        if (exec_running_count(d->exec, user, session) > 0)
+                return true;
+        if (store_service_list(d->store, user, session, true, &rows, &n) < 0)
+                return true; /* unknown: not stopped */
+        free(rows);
+        return n > 0;
 }
 
 static size_t live_sessions(void *ud)
@@ -227,6 +245,7 @@ int daemon_open(const struct sbx_config *cfg, const struct daemon_options *opts,
                 goto fail;
         service_set_quota(d->services, d->quota);
         service_set_runner(d->services, d->runner);
+        session_set_busy_check(d->sessions, session_busy, d);
         r = pool_reconcile(d->pool, err);
         if (r == 0)
                 r = session_reconcile(d->sessions, NULL, err);
@@ -259,7 +278,9 @@ void daemon_close(struct daemon *d)
                 d->fronts_stop(d);
         monitor_stop(d->monitor);
         service_manager_free(d->services);
-        exec_engine_free(d->exec);
+        exec_engine_free(d->exec); /* its workers were the last to ask session_busy */
+        if (d->sessions)
+                session_set_busy_check(d->sessions, NULL, NULL);
         scripts_free(d->scripts);
         if (d->runtime && d->sessions)
                 runtime_attach(NULL, d->sessions);

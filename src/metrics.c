@@ -178,6 +178,10 @@ int metrics_render(const struct metrics_ctx *m, char **ret)
         head(&t, "sandboxd_sessions", "gauge", "sessions by state");
         for (size_t i = 0; i < 4; i++)
                 put(&t, "sandboxd_sessions{state=\"%s\"} %zu\n", session_states[i], counts[i]);
+        head(&t, "sandboxd_session_evictions_total", "counter",
+             "sessions stopped (workspace kept) to give another user its fair share of max_sessions");
+        put(&t, "sandboxd_session_evictions_total{reason=\"fair_share\"} %llu\n",
+            (unsigned long long)session_evictions(m->sessions));
 
         head(&t, "sandboxd_executions_running", "gauge", "executions pending or running now");
         put(&t, "sandboxd_executions_running %zu\n", exec_running_count(m->exec, NULL, NULL));

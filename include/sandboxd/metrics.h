@@ -4,6 +4,8 @@
  *
  *   sandboxd_up, sandboxd_start_time_seconds, sandboxd_build_info{version}
  *   sandboxd_sessions{state="creating|running|stopped|error"}      gauge
+ *   sandboxd_session_evictions_total{reason="fair_share"}  sessions stopped for another user's fair
+ *                                            share of max_sessions (session_evictions)  counter
  *   sandboxd_executions_running                                      gauge
  *   sandboxd_executions_total{state,cause}   finished executions     counter
  *   sandboxd_exec_duration_seconds           histogram of the run time of finished executions

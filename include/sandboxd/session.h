@@ -44,7 +44,8 @@ int session_key_check(const char *user, const char *session, struct sbx_error *e
 
 /* Called after a session's container failed or was replaced, outside every
  * lock. cause is e.g. "exited with code 137", "oom_killed", "stopped",
- * "removed", "recreated", "privacy_ratchet", "idle_expired", "destroyed". */
+ * "removed", "recreated", "privacy_ratchet", "idle_expired", "evicted" (the
+ * fair share of max_sessions), "destroyed". */
 typedef void (*session_failure_fn)(const char *user, const char *session, const char *container_id, const char *cause,
                                    void *userdata);
 
@@ -56,6 +57,11 @@ typedef const char *(*session_network_policy_fn)(const char *user, const char *s
  * (then no container is made) with a message naming why that runtime cannot run. The
  * runtime module installs one; without one the engine's default runtime is used. */
 typedef int (*session_runtime_fn)(const char *user, char ret_runtime[16], struct sbx_error *err, void *userdata);
+
+/* Whether the session has work of its own under way besides requests in
+ * progress: a running execution (adopted ones included) or an active
+ * service. Called with no lock held; the daemon installs one. */
+typedef bool (*session_busy_fn)(const char *user, const char *session, void *userdata);
 
 /* extra_labels: NULL-terminated "k=v" labels added to every container (tests
  * use it for their run label); copied. */
@@ -88,13 +94,28 @@ void session_set_gateway(struct session_manager *m, struct gateway *gw);
 /* Per-user limits (max_sessions_per_user and its overrides) come from q
  * from now on; without one, from the config. q must outlive m. */
 void session_set_quota(struct session_manager *m, struct quota *q);
+/* The fair share of max_sessions stops only sessions fn calls idle (and
+ * none with a request in progress). Set once, before the first request;
+ * without one, only requests in progress make a session busy. */
+void session_set_busy_check(struct session_manager *m, session_busy_fn fn, void *userdata);
+/* Sessions stopped so far for the fair share of max_sessions. */
+uint64_t session_evictions(struct session_manager *m);
 /* The configured network of sessions without private data. */
 const char *session_default_network(struct session_manager *m);
 
 /* Make sure (user, session) has a running, healthy container with the
  * network mode it requires, creating or recreating it on the same workspace
  * when needed, and count a user operation (activity time). On success
- * *ret holds a reference: pass it to session_release(). */
+ * *ret holds a reference: pass it to session_release().
+ *
+ * A session that is not live is admitted against max_sessions_per_user
+ * and max_sessions (-EUSERS, "busy: ..." naming the cap). When only
+ * max_sessions refuses it, the fair share may make room: the users holding
+ * the most live sessions, if that is at least two more than this user
+ * holds, give up their least recently active idle session (RUNNING, no
+ * request in progress, no running execution, no active service). It is
+ * stopped with cause "evicted", its workspace kept; its next request
+ * recreates it when there is room (session_share.c). */
 int session_get_or_create(struct session_manager *m, const char *user, const char *session, struct session **ret,
                           struct sbx_error *err);
 void session_release(struct session *s);

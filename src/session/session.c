@@ -26,7 +26,6 @@
 #include "sandboxd/portpool.h"
 #include "sandboxd/runner.h"
 #include "sandboxd/pool.h"
-#include "sandboxd/quota.h"
 #include "sandboxd/sessuid.h"
 #include "sandboxd/store.h"
 #include "sandboxd/wsquota.h"
@@ -181,6 +180,12 @@ static void session_free(struct session *s)
         free(s);
 }
 
+void session_unref_locked(struct session *s)
+{
+        if (s && --s->refs == 0)
+                session_free(s);
+}
+
 void session_unref(struct session *s)
 {
         struct session_manager *m;
@@ -194,55 +199,6 @@ void session_unref(struct session *s)
         pthread_mutex_unlock(&m->lock);
         if (last)
                 session_free(s);
-}
-
-static bool live_locked(const struct session *s)
-{
-        return s->state == SESSION_RUNNING || s->state == SESSION_CREATING || s->transitioning;
-}
-
-/* Live sessions on the daemon and of `user`, not counting `skip` (whose
- * lock the caller may hold). Under m->lock; takes each other s->lock in
- * turn (order: m->lock, then s->lock; a second session lock is safe here
- * because every other path holds at most one, and counting passes are
- * serialised by m->lock). */
-static void live_count_locked(struct session_manager *m, const struct session *skip, const char *user, size_t *ret_all,
-                              size_t *ret_user)
-{
-        size_t n = 0, mine = 0;
-        for (size_t b = 0; b < N_BUCKETS; b++)
-                for (struct session *s = m->buckets[b]; s; s = s->next) {
-                        if (s == skip)
-                                continue;
-                        pthread_mutex_lock(&s->lock);
-                        if (live_locked(s)) {
-                                n++;
-                                if (strcmp(s->user, user) == 0)
-                                        mine++;
-                        }
-                        pthread_mutex_unlock(&s->lock);
-                }
-        *ret_all = n;
-        *ret_user = mine;
-}
-
-/* May one more session of `user` become live? Under m->lock. */
-static int admit_locked(struct session_manager *m, const struct session *skip, const char *user, struct sbx_error *err)
-{
-        struct quota_limits lim;
-        size_t all, mine;
-
-        quota_limits_get(m->quota, m->cfg, user, &lim); /* q->lock is a leaf */
-        live_count_locked(m, skip, user, &all, &mine);
-        if ((int64_t)mine >= lim.sessions)
-                return sbx_error_set(err, -EUSERS, 0,
-                                     "busy: too many sessions: this user has %zu live sessions "
-                                     "(max_sessions_per_user=%" PRId64 "); destroy one or let one expire",
-                                     mine, lim.sessions);
-        if (all >= (size_t)m->cfg->max_sessions)
-                return sbx_error_set(err, -EUSERS, 0, "busy: too many sessions: the limit max_sessions=%d is reached",
-                                     m->cfg->max_sessions);
-        return 0;
 }
 
 /* Find the session, or make it (from its store row if there is one). */
@@ -265,8 +221,11 @@ int session_lookup_ref(struct session_manager *m, const char *user, const char *
                 pthread_mutex_unlock(&m->lock);
                 return -ENOENT;
         }
-        r = admit_locked(m, NULL, user, err);
-        if (r < 0) {
+        bool full = false;
+        r = session_admit_locked(m, NULL, user, &full, err);
+        /* only max_sessions refuses it and the fair share may make room:
+         * session_admit decides (and forgets the key if it cannot) */
+        if (r < 0 && !(full && session_share_possible_locked(m, user))) {
                 pthread_mutex_unlock(&m->lock);
                 return r;
         }
@@ -399,6 +358,22 @@ void session_set_runner_hub(struct session_manager *m, struct runner_hub *h)
 void session_set_pool(struct session_manager *m, struct pool *p)
 {
         m->pool = p;
+}
+
+void session_set_busy_check(struct session_manager *m, session_busy_fn fn, void *userdata)
+{
+        pthread_mutex_lock(&m->lock);
+        m->busy_fn = fn;
+        m->busy_ud = userdata;
+        pthread_mutex_unlock(&m->lock);
+}
+
+uint64_t session_evictions(struct session_manager *m)
+{
+        pthread_mutex_lock(&m->lock);
+        uint64_t n = m->evictions;
+        pthread_mutex_unlock(&m->lock);
+        return n;
 }
 
 int session_find_container(struct session_manager *m, const char *container_id, char ret_user[SESSION_KEY_MAX + 1],
@@ -587,6 +562,23 @@ static int try_pool(struct session *s, const char *network, char ret_id[65], cha
         return 0;
 }
 
+/* A key whose first admission was refused: out of the table again, unless
+ * it has a store row or someone else holds it too (its refs are the
+ * table's and ours), so a busy answer leaves no session behind. */
+static void forget_unused(struct session_manager *m, struct session *s)
+{
+        pthread_mutex_lock(&m->lock);
+        if (s->refs == 2) {
+                pthread_mutex_lock(&s->lock);
+                if (!s->persisted && !s->destroyed && !session_live_locked(s)) {
+                        s->destroyed = true;
+                        session_unlink_locked(m, s);
+                }
+                pthread_mutex_unlock(&s->lock);
+        }
+        pthread_mutex_unlock(&m->lock);
+}
+
 int session_get_or_create(struct session_manager *m, const char *user, const char *id, struct session **ret,
                           struct sbx_error *err)
 {
@@ -621,6 +613,7 @@ int session_get_or_create(struct session_manager *m, const char *user, const cha
                 if (s->state == SESSION_RUNNING && s->container_id[0]) {
                         memcpy(old_id, s->container_id, sizeof(old_id));
                         s->active_ops++;
+                        s->uses++;
                         pthread_mutex_unlock(&s->lock);
                         /* The actual container is inspected before every use, never a cached view:
                          * it may have died, vanished, or now need a network it must not have. */
@@ -667,21 +660,28 @@ int session_get_or_create(struct session_manager *m, const char *user, const cha
 
                 /* A session that is not live counts against the caps again
                  * from here on: admitted under m->lock together with the
-                 * mark, so two threads cannot both take the last slot. */
-                if (!live_locked(s)) {
-                        pthread_mutex_unlock(&s->lock);
-                        pthread_mutex_lock(&m->lock);
-                        pthread_mutex_lock(&s->lock);
-                        if (live_locked(s)) { /* someone else got there first */
-                                pthread_mutex_unlock(&m->lock);
-                                continue;
+                 * mark, so two threads cannot both take the last slot; the
+                 * fair share may make room by stopping another's session. */
+                if (!session_live_locked(s)) {
+                        struct session *victim = NULL;
+
+                        r = session_admit(m, s, &victim, err);
+                        if (r > 0)
+                                continue; /* someone else got there first, or it was destroyed */
+                        if (r == 0 && victim) {
+                                /* s is marked: others wait, and it already counts */
+                                pthread_mutex_unlock(&s->lock);
+                                r = session_evict(m, victim, user, err);
+                                session_unref(victim);
+                                pthread_mutex_lock(&s->lock);
+                                if (r < 0) {
+                                        s->transitioning = false;
+                                        pthread_cond_broadcast(&s->cond);
+                                }
                         }
-                        r = admit_locked(m, s, user, err);
-                        if (r == 0)
-                                s->transitioning = true;
-                        pthread_mutex_unlock(&m->lock);
                         if (r < 0) {
                                 pthread_mutex_unlock(&s->lock);
+                                forget_unused(m, s);
                                 session_unref(s);
                                 return r;
                         }
@@ -737,6 +737,7 @@ int session_get_or_create(struct session_manager *m, const char *user, const cha
                         s->ratchet_from[0] = '\0';
                 }
                 s->active_ops++;
+                s->uses++;
                 s->last_activity = sbx_wall_ms();
                 session_set_state_locked(s, SESSION_RUNNING, NULL, NULL);
                 pthread_cond_broadcast(&s->cond);

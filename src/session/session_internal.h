@@ -4,6 +4,8 @@
  *   session_info.c       snapshots: session_get_info, session_list, session_counts, session_running
  *   session_stop.c       taking containers away: failures, the privacy ratchet, expiry, destroy
  *   session_reconcile.c  adopting containers after a restart
+ *   session_share.c      admission against the session caps, and the fair
+ *                        share of max_sessions (which session gives way)
  * Private to src/; other modules use sandboxd/session.h.
  *
  * Locks (every piece keeps them):
@@ -46,6 +48,7 @@ struct session {
         bool transitioning; /* one thread is changing the container */
         bool destroyed;     /* gone from the table: a waiter must not bring it back */
         int active_ops;     /* references handed out by get_or_create */
+        uint64_t uses;      /* get_or_create calls served: the fair share's "not used since" check */
         bool persisted;     /* the store has a row */
         enum session_state state;
         char container_id[65];
@@ -88,7 +91,16 @@ struct session_manager {
         struct runner_hub *runner; /* NULL: containers run without the runner */
         struct pool *pool;         /* NULL: no warm pool */
         struct gateway *gateway;   /* NULL: no listeners, every session counts as private */
+        session_busy_fn busy_fn;   /* (m->lock) NULL: only requests in progress make a session busy */
+        void *busy_ud;
+        uint64_t evictions; /* (m->lock) sessions stopped for the fair share */
 };
+
+/* Counts against the caps: has a container, or is getting one. Under s->lock. */
+static inline bool session_live_locked(const struct session *s)
+{
+        return s->state == SESSION_RUNNING || s->state == SESSION_CREATING || s->transitioning;
+}
 
 /* ---- session.c ---- */
 
@@ -98,6 +110,8 @@ void session_set_state_locked(struct session *s, enum session_state state, const
 void session_unlink_locked(struct session_manager *m, struct session *s);
 /* Drop a reference; the last one frees s. Takes m->lock: never call it under m->lock. */
 void session_unref(struct session *s);
+/* The same under m->lock (and under no session's lock but another's). */
+void session_unref_locked(struct session *s);
 /* Find the session, or make it (from its store row if there is one) when
  * create is set and the caps admit one more; a new reference in *ret. */
 int session_lookup_ref(struct session_manager *m, const char *user, const char *id, bool create, struct session **ret,
@@ -110,6 +124,33 @@ const char *session_required_network(struct session_manager *m, const char *user
 /* Tell every failure handler; outside every lock. */
 void session_call_handlers(struct session_manager *m, const char *user, const char *id, const char *container_id,
                            const char *cause);
+
+/* ---- session_share.c ---- */
+
+/* May one more session of `user` become live? Under m->lock; skip (whose
+ * lock the caller may hold) is not counted. -EUSERS naming the cap;
+ * *ret_full tells that max_sessions alone refused it. */
+int session_admit_locked(struct session_manager *m, const struct session *skip, const char *user, bool *ret_full,
+                         struct sbx_error *err);
+/* Could the fair share make room for `user` (a user holding at least two
+ * more live sessions has one that looks idle)? Under m->lock. */
+bool session_share_possible_locked(struct session_manager *m, const char *user);
+/* Admit s, which is not live, to become live, making room by the fair
+ * share when only max_sessions refuses it. Called and returns with s->lock
+ * held (dropped meanwhile; no other lock held). 1: s became live meanwhile
+ * (look again); 0: admitted, s->transitioning set, and *ret_victim NULL
+ * or a claimed session (its transitioning set, a reference held) whose
+ * container the caller takes away with session_evict before making its own;
+ * -EUSERS: refused, err says why. */
+int session_admit(struct session_manager *m, struct session *s, struct session **ret_victim, struct sbx_error *err);
+
+/* ---- session_stop.c ---- */
+
+/* Stop v, claimed by session_admit for the fair share: container removed,
+ * ports released, STOPPED with cause "evicted", workspace kept; an audit
+ * row and the eviction counted. for_user is who it gave way to (audit
+ * only). -EUSERS if the container cannot be removed (v is left as it was). */
+int session_evict(struct session_manager *m, struct session *v, const char *for_user, struct sbx_error *err);
 
 /* ---- session_container.c ---- */
 

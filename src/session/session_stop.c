@@ -1,6 +1,7 @@
 /* session_stop.c — taking a session's container away: a failure the
  * monitor reports (session_mark_failed), the privacy ratchet
- * (session_enforce_network), idle and TTL expiry, and session_destroy (with
+ * (session_enforce_network), idle and TTL expiry, the fair share's eviction
+ * (session_evict; session_share.c chooses which), and session_destroy (with
  * the workspace purge and the uid release). OOM counts live here too.
  *
  * Locks: a container is removed inside the session's transition:
@@ -13,6 +14,7 @@
 #include <stdio.h>
 #include <string.h>
 
+#include "sandboxd/audit.h"
 #include "sandboxd/container.h"
 #include "sandboxd/docker.h"
 #include "sandboxd/gateway.h"
@@ -251,6 +253,53 @@ int session_expire_idle(struct session_manager *m, int64_t now_wall_ms)
                 count += stop_one(m, all[i], true, before, "idle_expired");
         session_refs_free(all, n);
         return count;
+}
+
+int session_evict(struct session_manager *m, struct session *v, const char *for_user, struct sbx_error *err)
+{
+        struct sbx_error e = {0};
+        char id[65], msg[256];
+        cJSON *detail;
+
+        pthread_mutex_lock(&v->lock);
+        memcpy(id, v->container_id, sizeof(id));
+        pthread_mutex_unlock(&v->lock);
+        if (id[0] && container_remove(m->docker, id, &e) < 0) {
+                log_ctx(LOG_LEVEL_WARN, v->user, v->id, id, "fair share: cannot remove the container: %s", e.msg);
+                abort_transition(v);
+                return sbx_error_set(err, -EUSERS, 0,
+                                     "busy: too many sessions: the limit max_sessions=%d is reached, and the session "
+                                     "chosen to give way could not be stopped; retry later",
+                                     m->cfg->max_sessions);
+        }
+        if (id[0])
+                (void)store_container_removed(m->store, id, "evicted", sbx_wall_ms());
+        (void)portpool_release(m->ports, v->user, v->id);
+        release_workspace(m, v->user, v->id);
+        /* the tenant reads this in its session info; who it gave way to is the audit's (admins') */
+        snprintf(msg, sizeof(msg),
+                 "evicted: fair_share: the daemon was full (max_sessions=%d) and another user needed a session; "
+                 "the workspace is kept and the next request starts the session again",
+                 m->cfg->max_sessions);
+        pthread_mutex_lock(&v->lock);
+        v->transitioning = false;
+        v->container_id[0] = '\0';
+        session_set_state_locked(v, SESSION_STOPPED, "evicted", msg);
+        pthread_cond_broadcast(&v->cond);
+        pthread_mutex_unlock(&v->lock);
+        session_call_handlers(m, v->user, v->id, id, "evicted");
+        pthread_mutex_lock(&m->lock);
+        m->evictions++;
+        pthread_mutex_unlock(&m->lock);
+        detail = cJSON_CreateObject();
+        cJSON_AddStringToObject(detail, "reason", "fair_share");
+        cJSON_AddStringToObject(detail, "for_user", for_user);
+        cJSON_AddStringToObject(detail, "container", id);
+        cJSON_AddNumberToObject(detail, "max_sessions", m->cfg->max_sessions);
+        (void)audit_record_json(m->store, "daemon", v->user, v->id, "session.evicted", detail);
+        log_ctx(LOG_LEVEL_INFO, v->user, v->id, id[0] ? id : NULL,
+                "session stopped for the fair share of max_sessions (user %s needed one)", for_user);
+        return 0;
 }
 
 int session_expire_ttl(struct session_manager *m, int64_t now_wall_ms)

@@ -1,12 +1,15 @@
 /* Integration tests of the per-user quotas (issue 12 item 3) against the
  * real dockerd: live sessions per user, concurrent executions per user, the
  * fair share of the global execution cap (another user is served while one
- * is at a cap), services per session, spool bytes per session, and the
- * per-user overrides through the admin socket and sandboxctl. */
+ * is at a cap), the fair share of max_sessions (another user is served by
+ * stopping an idle session of the user holding the most, never one in use),
+ * services per session, spool bytes per session, and the per-user overrides
+ * through the admin socket and sandboxctl. */
 #include <criterion/criterion.h>
 #include <dirent.h>
 #include <errno.h>
 #include <libgen.h>
+#include <pthread.h>
 #include <stdio.h>
 #include <string.h>
 #include <sys/stat.h>
@@ -19,6 +22,7 @@
 #include "sandboxd/quota.h"
 #include "sandboxd/service.h"
 #include "sandboxd/session.h"
+#include "sandboxd/store.h"
 #include "testenv.h"
 
 TestSuite(quota, .timeout = 300);
@@ -165,6 +169,187 @@ Test(quota, fair_share_of_the_global_cap)
         busy_naming("alice", "a1", "fair share");
         cancel_all("alice", &a[2], 2);
         cancel_all("bob", b, 2);
+        daemon_close(d);
+}
+
+/* ---- the fair share of max_sessions ---- */
+
+/* `command` as user:session, asserting it completed; its stdout (malloc'd). */
+static char *run_as(const char *user, const char *session, const char *command)
+{
+        struct exec_request req = {.user = user, .session = session, .command = command, .actor = "test"};
+        struct exec_result res;
+        struct sbx_error err = {0};
+        char *out;
+
+        cr_assert_eq(exec_run(d->exec, &req, &res, &err), 0, "%s:%s %s: %s", user, session, command, err.msg);
+        cr_assert_eq(res.state, EXEC_COMPLETED, "%s:%s %s", user, session, command);
+        out = strndup(res.stdout_head, res.stdout_head_len);
+        exec_result_done(&res);
+        return out;
+}
+
+static struct session_info info_of(const char *user, const char *session)
+{
+        struct session_info info;
+        cr_assert_eq(session_get_info(d->sessions, user, session, &info), 0, "%s:%s unknown", user, session);
+        session_info_done(&info);
+        return info;
+}
+
+static void assert_running(const char *user, const char *session)
+{
+        struct session_info info = info_of(user, session);
+        cr_assert_eq(info.state, SESSION_RUNNING, "%s:%s is %s (%s)", user, session,
+                     session_state_to_string(info.state), info.last_error);
+}
+
+static void assert_evicted(const char *user, const char *session)
+{
+        struct session_info info = info_of(user, session);
+        cr_assert_eq(info.state, SESSION_STOPPED, "%s:%s is %s", user, session, session_state_to_string(info.state));
+        cr_assert_str_eq(info.error_cause, "evicted");
+        cr_assert_not_null(strstr(info.last_error, "evicted: fair_share"), "%s", info.last_error);
+        cr_assert_null(strstr(info.last_error, "bob"), "the evicted tenant learns who took its place: %s",
+                       info.last_error);
+        cr_assert_eq(fixture_count_containers(user, session), 0, "%s:%s still has a container", user, session);
+}
+
+Test(quota, fair_share_of_sessions_stops_the_least_recently_active_idle_one)
+{
+        struct store_audit_row *rows = NULL;
+        struct sbx_error err = {0};
+        int64_t audits = 0;
+        size_t n = 0;
+        char *out;
+
+        fixture_config(&cfg);
+        cfg.max_sessions = 4; /* max_sessions_per_user stays at its default, 100 */
+        open_daemon();
+        /* alice fills the host; a2 holds her file and is the least recently active */
+        cr_assert_eq(session_up("alice", "a1", &err), 0, "%s", err.msg);
+        free(run_as("alice", "a2", "echo kept > f"));
+        cr_assert_eq(session_up("alice", "a3", &err), 0, "%s", err.msg);
+        cr_assert_eq(session_up("alice", "a4", &err), 0, "%s", err.msg);
+        cr_assert_eq(session_up("alice", "a1", &err), 0, "%s", err.msg); /* a1 active again: a2 is the oldest */
+
+        /* bob is served: a2 gave way, alice's others run on */
+        cr_assert_eq(session_up("bob", "b1", &err), 0, "bob was not served on a host full of idle sessions: %s",
+                     err.msg);
+        served("bob", "b1");
+        assert_evicted("alice", "a2");
+        assert_running("alice", "a1");
+        assert_running("alice", "a3");
+        assert_running("alice", "a4");
+        cr_assert_eq(session_evictions(d->sessions), 1);
+        cr_assert_eq(store_audit_count(d->store, "alice", "a2", "session.evicted", &audits), 0);
+        cr_assert_eq(audits, 1);
+        cr_assert_eq(store_audit_list(d->store, "alice", "a2", 100, &rows, &n), 0);
+        cr_assert_gt(n, 0);
+        cr_assert_str_eq(rows[n - 1].action, "session.evicted");
+        cr_assert_not_null(rows[n - 1].detail);
+        cr_assert_not_null(strstr(rows[n - 1].detail, "\"for_user\":\"bob\""), "%s", rows[n - 1].detail);
+        store_audit_rows_free(rows, n);
+
+        /* alice, holding three to bob's one, takes nothing back from him */
+        cr_assert_eq(session_up("alice", "a2", &err), -EUSERS, "alice took bob's slot back");
+        cr_assert_not_null(strstr(err.msg, "max_sessions=4"), "%s", err.msg);
+        cr_assert_eq(session_evictions(d->sessions), 1);
+        assert_running("bob", "b1");
+
+        /* with room again, a2's next request recreates it on the same workspace */
+        cr_assert_eq(session_destroy(d->sessions, "bob", "b1", true, &err), 0, "%s", err.msg);
+        out = run_as("alice", "a2", "cat f");
+        cr_assert_str_eq(out, "kept\n", "the evicted session's workspace was not kept");
+        free(out);
+        assert_running("alice", "a2");
+        cr_assert_str_eq(info_of("alice", "a2").error_cause, "");
+        daemon_close(d);
+}
+
+Test(quota, fair_share_of_sessions_stops_nothing_in_use)
+{
+        struct sbx_error err = {0};
+        char ids[3][37];
+
+        fixture_config(&cfg);
+        cfg.max_sessions = 4;
+        open_daemon();
+        /* every session of alice's is in use: an execution, or a service */
+        start_ok("alice", "a1", "sleep 120", ids[0]);
+        start_ok("alice", "a2", "sleep 120", ids[1]);
+        cr_assert_eq(service_start(d->services, "alice", "a3", "web", "sleep 1000", NULL, NULL, &err), 0, "%s",
+                     err.msg);
+        start_ok("alice", "a4", "sleep 120", ids[2]);
+        for (size_t i = 0; i < 3; i++)
+                cr_assert(TESTENV_WAIT_UNTIL(fixture_exec_running(d, "alice", ids[i]), 60000),
+                          "execution %zu never ran", i);
+
+        cr_assert_eq(session_up("bob", "b1", &err), -EUSERS, "bob was served by stopping a session in use");
+        cr_assert_not_null(strstr(err.msg, "busy"), "%s", err.msg);
+        cr_assert_not_null(strstr(err.msg, "max_sessions=4"), "%s", err.msg);
+        cr_assert_eq(session_evictions(d->sessions), 0);
+        for (size_t i = 0; i < 3; i++)
+                cr_assert(fixture_exec_running(d, "alice", ids[i]), "execution %zu was touched", i);
+        assert_running("alice", "a1");
+        assert_running("alice", "a3");
+        /* bob's refused first request leaves no session behind */
+        cr_assert_eq(session_get_info(d->sessions, "bob", "b1", &(struct session_info){0}), -ENOENT);
+
+        /* the service stopped, a3 is idle (though a1 is older): it gives way, no execution is touched */
+        cr_assert_eq(service_stop(d->services, "alice", "a3", "web", NULL, &err), 0, "%s", err.msg);
+        cr_assert_eq(session_up("bob", "b1", &err), 0, "%s", err.msg);
+        assert_evicted("alice", "a3");
+        for (size_t i = 0; i < 3; i++)
+                cr_assert(fixture_exec_running(d, "alice", ids[i]), "execution %zu was touched", i);
+        cancel_all("alice", ids, 3);
+        daemon_close(d);
+}
+
+struct arrival {
+        const char *user;
+        int r;
+        struct sbx_error err;
+};
+
+static void *arrive(void *ud)
+{
+        struct arrival *a = ud;
+        a->r = session_up(a->user, "s", &a->err);
+        return NULL;
+}
+
+Test(quota, fair_share_of_sessions_serves_two_users_arriving_at_once)
+{
+        struct arrival a[2] = {{.user = "bob"}, {.user = "carol"}};
+        struct session_info *list = NULL;
+        struct sbx_error err = {0};
+        pthread_t th[2];
+        size_t n = 0, running = 0;
+
+        fixture_config(&cfg);
+        cfg.max_sessions = 4;
+        open_daemon();
+        for (int i = 0; i < 4; i++) {
+                char id[8];
+                snprintf(id, sizeof(id), "a%d", i);
+                cr_assert_eq(session_up("alice", id, &err), 0, "%s", err.msg);
+        }
+        for (int i = 0; i < 2; i++)
+                cr_assert_eq(pthread_create(&th[i], NULL, arrive, &a[i]), 0);
+        for (int i = 0; i < 2; i++)
+                pthread_join(th[i], NULL);
+        for (int i = 0; i < 2; i++)
+                cr_assert_eq(a[i].r, 0, "%s was not served: %s", a[i].user, a[i].err.msg);
+        /* two of alice's gave way, one each: never more than max_sessions live */
+        cr_assert_eq(session_evictions(d->sessions), 2);
+        cr_assert_eq(session_list(d->sessions, "alice", NULL, &list, &n), 0);
+        for (size_t i = 0; i < n; i++)
+                running += list[i].state == SESSION_RUNNING;
+        session_info_list_free(list, n);
+        cr_assert_eq(running, 2);
+        served("bob", "s");
+        served("carol", "s");
         daemon_close(d);
 }
 

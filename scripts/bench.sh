@@ -32,7 +32,7 @@
 # if that is set, otherwise it goes with the temporary directory.
 #
 # The daemon gets these settings (environment overrides, see etc/):
-#   image sandboxd/python:latest, max_sessions 300, port_range 33000-34499
+#   image sandboxd/python:latest, max_sessions 300, port_range 14000-15499
 #   (300 blocks of 5), max_exec_global 64, max_exec_per_session 8,
 #   monitor_interval 2s, idle_timeout 1h; baselines publish from 34500 up;
 #   http_listen 127.0.0.1:0 with a CA and server certificate made here.
@@ -143,7 +143,7 @@ export SANDBOXD_ADMIN_SOCKET=$TMP/admin.sock
 export SANDBOXD_INSTANCE=bench-$ID
 export SANDBOXD_IMAGE=${SANDBOXD_IMAGE:-sandboxd/python:latest}
 export SANDBOXD_MAX_SESSIONS=${SANDBOXD_MAX_SESSIONS:-300}
-export SANDBOXD_PORT_RANGE=${SANDBOXD_PORT_RANGE:-33000-34499}
+export SANDBOXD_PORT_RANGE=${SANDBOXD_PORT_RANGE:-14000-15499}
 export SANDBOXD_MAX_EXEC_GLOBAL=${SANDBOXD_MAX_EXEC_GLOBAL:-64}
 export SANDBOXD_MAX_EXEC_PER_SESSION=${SANDBOXD_MAX_EXEC_PER_SESSION:-8}
 # one user drives every session of the benchmark

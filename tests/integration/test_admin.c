@@ -37,8 +37,8 @@ static void make_config(void)
 
         fixture_config(&cfg);
         /* a port range of this suite's own: suites run side by side */
-        cfg.port_range_lo = 45000;
-        cfg.port_range_hi = 45499;
+        cfg.port_range_lo = 27500;
+        cfg.port_range_hi = 27999;
         snprintf(dir, sizeof(dir), "%s", cfg.data_dir);
         dirname(dir);
         cr_assert_eq(chmod(dir, 0755), 0);

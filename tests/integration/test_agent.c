@@ -33,8 +33,8 @@ static void open_daemon(int max_scripts)
         struct sbx_error err = {0};
 
         fixture_config(&cfg);
-        cfg.port_range_lo = 47000; /* this suite's own */
-        cfg.port_range_hi = 47499;
+        cfg.port_range_lo = 29700; /* this suite's own */
+        cfg.port_range_hi = 30199;
         snprintf(cfg.image, sizeof(cfg.image), "%s", TESTENV_PYTHON_IMAGE);
         snprintf(cfg.images, sizeof(cfg.images), "%s", TESTENV_TEST_IMAGE);
         if (max_scripts > 0)

@@ -44,8 +44,8 @@ static void open_daemon_image(const char *image)
 
         fixture_config(&cfg);
         /* a port range of this suite's own: suites run side by side */
-        cfg.port_range_lo = 45500;
-        cfg.port_range_hi = 45999;
+        cfg.port_range_lo = 28000;
+        cfg.port_range_hi = 28499;
         if (image)
                 snprintf(cfg.image, sizeof(cfg.image), "%s", image);
         snprintf(dir, sizeof(dir), "%s", cfg.data_dir);

@@ -68,8 +68,8 @@ static void open_daemon(bool tls, bool mtls)
         struct sbx_error err = {0};
 
         fixture_config(&cfg);
-        cfg.port_range_lo = 46500;
-        cfg.port_range_hi = 46999;
+        cfg.port_range_lo = 29000;
+        cfg.port_range_hi = 29499;
         cfg.ports_per_session = 0;
         snprintf(cfg.api_socket, sizeof(cfg.api_socket), "%s/api.sock", cfg.data_dir);
         snprintf(cfg.admin_socket, sizeof(cfg.admin_socket), "%s/admin.sock", cfg.data_dir);

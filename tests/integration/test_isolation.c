@@ -111,7 +111,7 @@ static void start_daemon(const char *const *extra_env)
                 setenv("SANDBOXD_IMAGE", TESTENV_TEST_IMAGE, 1);
                 setenv("SANDBOXD_MEMORY", "128m", 1);
                 setenv("SANDBOXD_PIDS_LIMIT", "128", 1);
-                setenv("SANDBOXD_PORT_RANGE", "46000-46499", 1);
+                setenv("SANDBOXD_PORT_RANGE", "30300-30799", 1);
                 setenv("SANDBOXD_PORTS_PER_SESSION", "1", 1);
                 setenv("SANDBOXD_NETWORK_DEFAULT", "none", 1);
                 setenv("SANDBOXD_POOL_SIZE", "0", 1); /* the warm pool is off: containers are made lazily */

@@ -60,8 +60,10 @@ export class Daemon {
                 this.adminSocket = path.join(this.dir, 'admin.sock');
                 this.logFile = path.join(this.dir, 'daemon.log');
                 this.instance = RUN_ID;
-                // a block of 50 ports somewhere in 45000-48999, away from the defaults
-                const base = 45000 + Math.floor(Math.random() * 80) * 50;
+                // a block of 50 ports somewhere in 10000-13999: below the kernel's ephemeral
+                // range (32768-60999), where a client socket could hold one
+                // (and away from the defaults, 20000-29999)
+                const base = 10000 + Math.floor(Math.random() * 80) * 50;
                 this.env = {
                         ...process.env,
                         SANDBOXD_DATA_DIR: path.join(this.dir, 'data'),

@@ -81,7 +81,7 @@ class Daemon:
         self.client_key = os.path.join(self.dir, "client.key")
         # 500 ports: each live session holds a block of 5, the examples keep
         # 50 sessions at once, and ports other processes hold are skipped
-        base = 40000 + random.randrange(40) * 500
+        base = 16000 + random.randrange(8) * 500  # below the ephemeral range (32768-60999)
         self.env = dict(os.environ)
         self.env.update(
             SANDBOXD_DATA_DIR=os.path.join(self.dir, "data"),

@@ -190,6 +190,8 @@ Test(impostor, a_tenant_dialing_runner_sock_through_20_restarts_is_never_the_run
         /* it really reached the daemon: connections it made were closed on it */
         cr_assert(TESTENV_WAIT_UNTIL((impostor_stats(cid, &dials, &closed, &won), dials > 100), 20000),
                   "the impostor dialed %ld times", dials);
+        cr_log_info("the impostor dialed %ld times; the daemon closed %ld of them and sent it %ld frames", dials,
+                    closed, won);
         cr_assert_gt(closed, 0, "no dial reached a listening daemon (%ld dials)", dials);
         cr_assert_eq(won, 0);
 }

@@ -288,7 +288,8 @@ static void impostor_refused(struct runner_chan *c, int fd, const char *why)
         if (c->impostors_said && now - c->impostors_said_ms < IMPOSTOR_LOG_MS)
                 return;
         log_ctx(LOG_LEVEL_WARN, c->user, c->session, NULL,
-                "refused %" PRIu64 " connection(s) to the runner socket that did not come from the container's "
+                "refused %" PRIu64
+                " connection(s) to the runner socket that did not come from the container's "
                 "runner (last: %s)",
                 c->impostors - c->impostors_said, why);
         c->impostors_said = c->impostors;

@@ -69,10 +69,10 @@ struct runner_chan {
         bool jobs_complete; /* RP_JOBS_END arrived on this connection */
         bool refused_once;  /* a connection was refused before its hello (since the last prepare) */
         /* hub thread only: who may connect (runner_peer.h) */
-        struct runner_peer peer;     /* the runner accepted last */
-        uint64_t impostors;          /* connections refused as not the runner */
-        uint64_t impostors_said;     /* of them, the count last logged */
-        int64_t impostors_said_ms;   /* when (monotonic) */
+        struct runner_peer peer;   /* the runner accepted last */
+        uint64_t impostors;        /* connections refused as not the runner */
+        uint64_t impostors_said;   /* of them, the count last logged */
+        int64_t impostors_said_ms; /* when (monotonic) */
 };
 
 struct runner_exec {
@@ -112,7 +112,7 @@ struct runner_hub {
         struct runner_expect *expect; /* h->lock */
         size_t n_expect;
         uint64_t next_conn_id;
-        struct runner_ops *ops; /* files and services (runner_ops.c) */
+        struct runner_ops *ops;    /* files and services (runner_ops.c) */
         runner_peer_fn peer_check; /* h->lock; runner_peer_verify unless a test replaced it */
 };
 

@@ -1,7 +1,13 @@
-/* Integration test of who may be a session's runner (real dockerd): tenant
+/* Integration tests of who may be a session's runner (real dockerd): tenant
  * code that dials runner.sock and speaks the runner's hello while the
- * daemon restarts is never taken for the runner (runner_peer.h). */
+ * daemon restarts is never taken for the runner, and tenant connections to
+ * fwd.sock never lock the runner's forwards out (runner_peer.h). */
+#include <arpa/inet.h>
 #include <criterion/criterion.h>
+#include <errno.h>
+#include <netinet/in.h>
+#include <poll.h>
+#include <sys/socket.h>
 #include <signal.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -12,6 +18,7 @@
 
 #include "fixture.h"
 #include "sandboxd/exec.h"
+#include "sandboxd/service.h"
 #include "sandboxd/session.h"
 #include "testenv.h"
 
@@ -194,4 +201,122 @@ Test(impostor, a_tenant_dialing_runner_sock_through_20_restarts_is_never_the_run
                     closed, won);
         cr_assert_gt(closed, 0, "no dial reached a listening daemon (%ld dials)", dials);
         cr_assert_eq(won, 0);
+}
+
+/* Tenant code that keeps 16 connections to fwd.sock open that never say
+ * what they are (each closed one dialled again 2 ms later): on main they
+ * held every pending slot, so the runner's data connections were refused
+ * and no forward went through. */
+static const char fwd_squatter_py[] =
+        "import socket, time, os\n"
+        "conns = []; dials = closed = loops = 0\n"
+        "while True:\n"
+        "    while len(conns) < 16:\n"
+        "        s = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)\n"
+        "        try: s.connect('/run/sandboxd/fwd.sock')\n"
+        "        except OSError: s.close(); break\n"
+        "        s.setblocking(False); conns.append(s); dials += 1\n"
+        "    for s in conns[:]:\n"
+        "        try: gone = s.recv(1) == b''\n"
+        "        except BlockingIOError: gone = False\n"
+        "        except OSError: gone = True\n"
+        "        if gone: closed += 1; conns.remove(s); s.close()\n"
+        "    loops += 1\n"
+        "    if loops % 50 == 1:\n"
+        "        with open('/workspace/squatter.tmp', 'w') as f: f.write('%d %d\\n' % (dials, closed))\n"
+        "        os.rename('/workspace/squatter.tmp', '/workspace/squatter.stats')\n"
+        "    time.sleep(0.002)\n";
+
+static const char echo_server[] =
+        "python3 -c \"import asyncio\n"
+        "async def h(r,w):\n"
+        " while True:\n"
+        "  b=await r.read(4096)\n"
+        "  if not b: break\n"
+        "  w.write(b); await w.drain()\n"
+        " w.close()\n"
+        "async def m():\n"
+        " s=await asyncio.start_server(h,'127.0.0.1',8000)\n"
+        " await s.serve_forever()\n"
+        "asyncio.run(m())\"";
+
+static struct daemon *d;
+
+/* "ping" echoed through a new forward on *(int *)ud, each wait bounded. */
+static bool echo_answers(void *ud)
+{
+        struct sockaddr_in sa = {.sin_family = AF_INET,
+                                 .sin_port = htons((uint16_t) * (int *)ud),
+                                 .sin_addr.s_addr = htonl(INADDR_LOOPBACK)};
+        int fd = socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0);
+        char buf[4];
+        size_t got = 0;
+
+        if (fd < 0)
+                return false;
+        if (connect(fd, (struct sockaddr *)&sa, sizeof(sa)) == 0 && send(fd, "ping", 4, MSG_NOSIGNAL) == 4)
+                while (got < 4) {
+                        struct pollfd p = {.fd = fd, .events = POLLIN};
+                        ssize_t n;
+                        if (poll(&p, 1, 5000) <= 0 || (n = read(fd, buf + got, 4 - got)) <= 0)
+                                break;
+                        got += (size_t)n;
+                }
+        close(fd);
+        return got == 4 && memcmp(buf, "ping", 4) == 0;
+}
+
+static void squatter_stats(const char *cid, long *dials, long *closed)
+{
+        char *out = NULL;
+        *dials = *closed = -1;
+        if (fixture_sh(cid, "cat /workspace/squatter.stats 2>/dev/null", &out) == 0 && out)
+                (void)sscanf(out, "%ld %ld", dials, closed);
+        free(out);
+}
+
+static bool squatting(void *ud)
+{
+        long dials, closed;
+        squatter_stats(ud, &dials, &closed);
+        return dials >= 16;
+}
+
+Test(impostor, tenant_connections_to_fwd_sock_never_lock_the_forwards_out)
+{
+        struct exec_request req = {.user = "u1",
+                                   .session = "s1",
+                                   .command = "exec python3 /workspace/squatter.py",
+                                   .timeout_s = 600,
+                                   .actor = "test"};
+        struct sbx_error err = {0};
+        struct session_info info;
+        char cid[65], id[37], *setup = NULL;
+        long dials, closed;
+        int port;
+
+        fixture_config(&cfg);
+        snprintf(cfg.image, sizeof(cfg.image), "%s", TESTENV_PYTHON_IMAGE);
+        cfg.memory_bytes = 256 << 20;
+        cfg.forward_max_per_session = 4; /* the pending slots of fwd.sock: as many */
+        d = fixture_open(&cfg, false);
+        cr_assert_neq(asprintf(&setup, "cat > /workspace/squatter.py <<'EOF'\n%sEOF\n", fwd_squatter_py), -1);
+        free(fixture_run(d, "s1", setup, 60, NULL));
+        free(setup);
+        fixture_container_of(d, "u1", "s1", cid);
+        cr_assert_eq(service_start(d->services, "u1", "s1", "echo", echo_server, NULL, NULL, &err), 0, "%s", err.msg);
+        cr_assert_eq(session_get_info(d->sessions, "u1", "s1", &info), 0);
+        cr_assert_gt(info.n_ports, 0, "the session has no port block");
+        port = info.ports[0];
+        session_info_done(&info);
+        cr_assert(testenv_wait_until(echo_answers, &port, 30000), "the echo server never answered on port %d", port);
+
+        cr_assert_eq(exec_start(d->exec, &req, id, NULL), 0);
+        cr_assert(testenv_wait_until(squatting, cid, 20000), "the squatter never held its 16 connections");
+        for (int i = 0; i < 20; i++)
+                cr_assert(echo_answers(&port), "forward %d was not served while tenant code dialled fwd.sock", i);
+        squatter_stats(cid, &dials, &closed);
+        cr_log_info("the squatter dialed fwd.sock %ld times, %ld were closed on it", dials, closed);
+        cr_assert_gt(closed, 0, "none of its connections was refused");
+        daemon_close(d);
 }

@@ -2,7 +2,8 @@
  * sessions and the commands): a published port's host listener and the
  * splice of each forward with the runner's data connection, the session's
  * fwd.sock (the runner's control connection, data connections pairing by
- * id and token) and egress.sock (handed to the egress proxy).
+ * id and token; the runner's only, runner_peer.h) and egress.sock (handed
+ * to the egress proxy).
  *
  * Threads and locks: loop thread only; the stats are atomics. Splicing
  * follows libevent's sample/le-proxy.c: bytes read from one side are moved

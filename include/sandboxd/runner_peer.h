@@ -36,17 +36,23 @@
 #include <stdint.h>
 #include <sys/types.h>
 
-/* A process by pid and start time (clock ticks after boot): unique. */
+/* The runner, by pid and start time (clock ticks after boot: a process is
+ * unique by both), and its container's init the same way. */
 struct runner_peer {
         pid_t pid; /* as the daemon sees it; 0: none */
         uint64_t start;
+        pid_t init_pid;
+        uint64_t init_start;
 };
 
 /* 0 when the peer of the connected unix socket fd is the runner of the
  * container that mounts dirfd (the session directory), with *ret its
  * identity; -EPERM (or -errno of a failed read) otherwise, with *ret_why
  * saying why (a static string). known: the runner this socket last
- * accepted (may be NULL or pid 0); the same live process passes at once. */
+ * accepted (may be NULL or pid 0); the same live process passes at once,
+ * and any other child of that runner's init is refused (the runner of that
+ * container is known, even once it is dead and the init, held by a
+ * debugger, has not exited). */
 int runner_peer_verify(int fd, int dirfd, const struct runner_peer *known, struct runner_peer *ret,
                        const char **ret_why);
 

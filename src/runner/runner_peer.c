@@ -210,12 +210,12 @@ int runner_peer_verify(int fd, int dirfd, const struct runner_peer *known, struc
         struct ucred cred;
         socklen_t len = sizeof(cred);
         _cleanup_close_ int pidfd = -1, proc = -1, pproc = -1, root = -1, dir = -1, bin = -1;
-        struct proc_stat st, again;
+        struct proc_stat st, pst = {0}, again;
         struct stat a, b;
         char path[64];
         int levels = 0, plevels = 0, r;
         long nspid = -1, pnspid = -1;
-        bool traced = true, ptraced = true;
+        bool traced = true, ptraced; /* the init's tracer is not judged: only its children are */
         const char *why = NULL;
 
         if (getsockopt(fd, SOL_SOCKET, SO_PEERCRED, &cred, &len) < 0) {
@@ -238,10 +238,24 @@ int runner_peer_verify(int fd, int dirfd, const struct runner_peer *known, struc
                 r = -ESRCH;
                 goto refuse;
         }
-        if (known && known->pid == cred.pid && known->start == st.start)
+        if (known && known->pid == cred.pid && known->start == st.start) {
+                pst.start = known->init_start;
                 goto alive; /* the runner accepted before (a process is its pid and start time) */
+        }
 
         r = -EPERM;
+        snprintf(path, sizeof(path), "/proc/%d", (int)st.ppid);
+        pproc = st.ppid > 0 ? open(path, O_RDONLY | O_DIRECTORY | O_CLOEXEC) : -1;
+        if (pproc < 0 || read_stat(pproc, "stat", &pst) < 0) {
+                why = "the peer's parent is gone";
+                goto refuse;
+        }
+        if (known && known->pid > 0 && known->init_pid == st.ppid && known->init_start == pst.start) {
+                /* a child of the same init that is not the runner accepted before:
+                 * whatever became of that one, this is someone else */
+                why = "the container's runner is known, and this is another process";
+                goto refuse;
+        }
         if (read_status(proc, &levels, &nspid, &traced) < 0 || levels != 2) {
                 why = "the peer is not one pid namespace below the daemon";
                 goto refuse;
@@ -250,18 +264,12 @@ int runner_peer_verify(int fd, int dirfd, const struct runner_peer *known, struc
                 why = "the peer is traced";
                 goto refuse;
         }
-        snprintf(path, sizeof(path), "/proc/%d", (int)st.ppid);
-        pproc = st.ppid > 0 ? open(path, O_RDONLY | O_DIRECTORY | O_CLOEXEC) : -1;
-        if (pproc < 0 || read_status(pproc, &plevels, &pnspid, &ptraced) < 0 || plevels != 2 || pnspid != 1) {
+        if (read_status(pproc, &plevels, &pnspid, &ptraced) < 0 || plevels != 2 || pnspid != 1) {
                 why = "the peer's parent is not its container's init";
                 goto refuse;
         }
         if (fstatat(proc, "ns/pid", &a, 0) < 0 || fstatat(pproc, "ns/pid", &b, 0) < 0 || !same_file(&a, &b)) {
                 why = "the peer's parent is the init of another pid namespace";
-                goto refuse;
-        }
-        if (ptraced) {
-                why = "the container's init is traced";
                 goto refuse;
         }
         root = openat(proc, "root", O_PATH | O_DIRECTORY | O_CLOEXEC);
@@ -286,7 +294,7 @@ alive:
                 goto refuse;
         if (pidfd >= 0 && syscall(SYS_pidfd_send_signal, pidfd, 0, NULL, 0) < 0)
                 goto refuse;
-        *ret = (struct runner_peer){.pid = cred.pid, .start = st.start};
+        *ret = (struct runner_peer){.pid = cred.pid, .start = st.start, .init_pid = st.ppid, .init_start = pst.start};
         return 0;
 refuse:
         *ret_why = why;

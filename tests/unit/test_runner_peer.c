@@ -49,7 +49,7 @@ static void dial_and_wait(void)
 static void container_init(void)
 {
         int go[2];
-        pid_t runner, tenant, younger;
+        pid_t runner, tenant, younger, late;
         char exe[4096];
         ssize_t n = readlink("/proc/self/exe", exe, sizeof(exe) - 1);
 
@@ -92,8 +92,16 @@ static void container_init(void)
                 _exit(0);
         }
         waitpid(younger, NULL, 0);
+        /* the runner dies and this init, unlike Docker's, lives on (as if held by a
+         * debugger): a later child is then the oldest */
         kill(runner, SIGKILL);
         waitpid(runner, NULL, 0);
+        late = fork();
+        if (late == 0) {
+                dial_and_wait();
+                _exit(0);
+        }
+        waitpid(late, NULL, 0);
         _exit(0);
 }
 
@@ -106,7 +114,7 @@ static int accept_one(int lfd)
         return fd;
 }
 
-Test(runner_peer, only_the_first_child_of_the_containers_init_is_the_runner)
+Test(runner_peer, only_the_first_child_of_the_containers_init_is_the_runner_for_good)
 {
         struct sockaddr_un sa = {.sun_family = AF_UNIX};
         struct runner_peer peer = {0}, known;
@@ -170,10 +178,19 @@ Test(runner_peer, only_the_first_child_of_the_containers_init_is_the_runner)
         cr_log_info("the runner's child: %s", why);
         close(fd);
 
-        /* a younger child of the init: not the runner either */
+        /* a younger child of the init: not the runner either, known or not */
         fd = accept_one(lfd);
-        cr_assert_eq(runner_peer_verify(fd, dfd, &known, &peer, &why), -EPERM, "a younger child of the init passed");
+        cr_assert_eq(runner_peer_verify(fd, dfd, NULL, &peer, &why), -EPERM, "a younger child of the init passed");
         cr_assert(strstr(why, "older child"), "refused for another reason: %s", why);
+        cr_assert_eq(runner_peer_verify(fd, dfd, &known, &peer, &why), -EPERM, "a younger child of the init passed");
+        cr_assert(strstr(why, "is known"), "refused for another reason: %s", why);
+        close(fd);
+
+        /* a child of the init after the runner died: only knowing the runner tells */
+        fd = accept_one(lfd);
+        cr_assert_eq(runner_peer_verify(fd, dfd, &known, &peer, &why), -EPERM, "a child after the runner passed");
+        cr_assert(strstr(why, "is known"), "refused for another reason: %s", why);
+        cr_assert_eq(runner_peer_verify(fd, dfd, NULL, &peer, &why), 0, "%s", why);
         close(fd);
 
         cr_assert_eq(waitpid(c, &status, 0), c);

@@ -5,7 +5,9 @@
  *
  * Each session gets {data_dir}/runner/<hash of user:session>/ : the parent
  * {data_dir}/runner is root 0700, so no other host user reaches any of it;
- * the session directory is root 0755 and holds only runner.sock (0666). It
+ * the session directory is root 0755 and holds runner.sock (0666), the
+ * gateway's sockets and RUNNER_PEER_FILE (which process is the runner:
+ * runner_peer.h). It
  * is bind-mounted read-only at RP_SOCKET_DIR in that session's container
  * alone, so the container can connect but never plant or replace anything,
  * and a socket reaches exactly one session.

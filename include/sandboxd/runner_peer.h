@@ -56,4 +56,13 @@ struct runner_peer {
 int runner_peer_verify(int fd, int dirfd, const struct runner_peer *known, struct runner_peer *ret,
                        const char **ret_why);
 
+/* The runner accepted last is also kept in the session directory (root's,
+ * read-only in the container), so a restarted daemon knows it too. Not a
+ * secret: numbers only, which the container may read. */
+#define RUNNER_PEER_FILE ".runner-peer"
+/* Read it: 0, -ENOENT, or -EPROTO for a file that does not parse. */
+int runner_peer_load(int dirfd, struct runner_peer *ret);
+/* Replace it (a temporary renamed over it). One writer per directory. */
+int runner_peer_save(int dirfd, const struct runner_peer *peer);
+
 #endif

@@ -318,6 +318,8 @@ static bool fwd_peer_ok(struct gw_sess *s, evutil_socket_t fd)
         const char *why = "";
         int64_t now;
 
+        if (s->peer.pid == 0) /* the runner the hub (or an earlier daemon) recorded */
+                (void)runner_peer_load(s->dirfd, &s->peer);
         if (runner_peer_verify(fd, s->dirfd, &s->peer, &peer, &why) == 0) {
                 s->peer = peer;
                 return true;

@@ -309,11 +309,19 @@ static void conn_accept(struct runner_hub *h, struct runner_chan *c)
                 pthread_mutex_lock(&h->lock);
                 runner_peer_fn check = h->peer_check;
                 pthread_mutex_unlock(&h->lock);
+                if (c->peer.pid == 0) /* after a restart: the runner an earlier daemon knew */
+                        (void)runner_peer_load(c->dirfd, &c->peer);
                 if (check(fd, c->dirfd, &c->peer, &peer, &why) < 0) {
                         impostor_refused(c, fd, why);
                         continue;
                 }
-                c->peer = peer;
+                if (peer.pid != c->peer.pid || peer.start != c->peer.start) {
+                        c->peer = peer;
+                        if (runner_peer_save(c->dirfd, &peer) < 0)
+                                log_ctx(LOG_LEVEL_WARN, c->user, c->session, NULL,
+                                        "cannot record the runner in its directory: a restarted daemon checks it "
+                                        "by its ancestry alone");
+                }
                 pthread_mutex_lock(&h->lock);
                 if (c->cfd >= 0) {
                         /* one runner per session: a second connection is someone else */

@@ -13,6 +13,7 @@
 #include <linux/openat2.h>
 #include <signal.h>
 #include <stdbool.h>
+#include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -299,4 +300,48 @@ alive:
 refuse:
         *ret_why = why;
         return r;
+}
+
+int runner_peer_load(int dirfd, struct runner_peer *ret)
+{
+        char buf[128];
+        long long pid, init_pid;
+        unsigned long long start, init_start;
+        int r = read_small(dirfd, RUNNER_PEER_FILE, buf, sizeof(buf));
+
+        if (r < 0)
+                return r;
+        if (sscanf(buf, "%lld %llu %lld %llu", &pid, &start, &init_pid, &init_start) != 4 || pid <= 0 ||
+            init_pid <= 0 || pid > INT32_MAX || init_pid > INT32_MAX)
+                return -EPROTO;
+        *ret = (struct runner_peer){.pid = (pid_t)pid,
+                                    .start = start,
+                                    .init_pid = (pid_t)init_pid,
+                                    .init_start = init_start};
+        return 0;
+}
+
+int runner_peer_save(int dirfd, const struct runner_peer *peer)
+{
+        static const char tmp[] = RUNNER_PEER_FILE ".tmp";
+        char buf[128];
+        int n = snprintf(buf, sizeof(buf), "%d %llu %d %llu\n", (int)peer->pid, (unsigned long long)peer->start,
+                         (int)peer->init_pid, (unsigned long long)peer->init_start);
+        _cleanup_close_ int fd = -1;
+
+        (void)unlinkat(dirfd, tmp, 0);
+        fd = openat(dirfd, tmp, O_WRONLY | O_CREAT | O_EXCL | O_NOFOLLOW | O_CLOEXEC, 0644);
+        if (fd < 0)
+                return -errno;
+        if (write(fd, buf, (size_t)n) != n) {
+                int r = errno ? -errno : -EIO;
+                (void)unlinkat(dirfd, tmp, 0);
+                return r;
+        }
+        if (renameat(dirfd, tmp, dirfd, RUNNER_PEER_FILE) < 0) {
+                int r = -errno;
+                (void)unlinkat(dirfd, tmp, 0);
+                return r;
+        }
+        return 0;
 }

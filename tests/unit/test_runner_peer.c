@@ -24,9 +24,19 @@
 
 #include "sandboxd/runner_peer.h"
 
-TestSuite(runner_peer, .timeout = 60);
-
 static char dir[64], other[64];
+
+/* Even after a failed assertion: the temporary directories and what is in them. */
+static void cleanup(void)
+{
+        char cmd[160];
+        if (dir[0] && other[0]) {
+                snprintf(cmd, sizeof(cmd), "rm -rf '%s' '%s'", dir, other);
+                (void)!system(cmd);
+        }
+}
+
+TestSuite(runner_peer, .fini = cleanup, .timeout = 60);
 
 /* Connect to the session socket through the container's mount, then wait
  * until the host has judged (it closes the connection). No assertion here:
@@ -167,7 +177,12 @@ Test(runner_peer, only_the_first_child_of_the_containers_init_is_the_runner_for_
         cr_assert_eq(runner_peer_verify(fd, dfd, NULL, &peer, &why), 0, "the runner was refused: %s", why);
         cr_assert_gt(peer.pid, 0);
         cr_assert_gt(peer.start, 0);
-        known = peer;
+        /* what a restarted daemon reads back from the session directory */
+        cr_assert_eq(runner_peer_load(dfd, &known), -ENOENT);
+        cr_assert_eq(runner_peer_save(dfd, &peer), 0);
+        cr_assert_eq(runner_peer_load(dfd, &known), 0);
+        cr_assert(known.pid == peer.pid && known.start == peer.start && known.init_pid == peer.init_pid &&
+                  known.init_start == peer.init_start && known.init_pid > 0);
         cr_assert_eq(runner_peer_verify(fd, dfd, &known, &peer, &why), 0, "the known runner was refused: %s", why);
         cr_assert_eq(peer.pid, known.pid);
         close(fd);
@@ -198,7 +213,4 @@ Test(runner_peer, only_the_first_child_of_the_containers_init_is_the_runner_for_
         close(lfd);
         close(dfd);
         close(odfd);
-        unlink(sa.sun_path);
-        rmdir(dir);
-        rmdir(other);
 }

@@ -29,7 +29,13 @@
  * It needs the daemon in the pid namespace of dockerd (a peer it cannot
  * see has pid 0 and is refused) and root (it reads other processes' /proc).
  * Nothing new is asked of the runner: runners of containers started before
- * an upgrade pass the same way. */
+ * an upgrade pass the same way.
+ *
+ * gVisor: under runsc, SO_PEERCRED names the sandbox's own process
+ * (/usr/bin/runsc, uid 0) for every process inside, so ancestry cannot tell
+ * the runner from tenant code there. runsc sessions get no runner and no
+ * session directory (session_container.c), so there is nothing to
+ * impersonate; a runner under runsc would be refused (fails closed). */
 #ifndef SANDBOXD_RUNNER_PEER_H
 #define SANDBOXD_RUNNER_PEER_H
 

@@ -491,7 +491,7 @@ int container_create_started(struct docker *d, const struct sbx_config *cfg, con
         spec.cpu_shares = cfg->cpu_shares;
         spec.oom_score_adj = cfg->oom_score_adj;
         spec.readonly_rootfs = true;
-        spec.init = true;
+        spec.init = true; /* and the runner as its command: runner_peer.h knows the runner as the init's first child */
         spec.privileged = false;
         spec.network_mode = network;
         spec.runtime = p->runtime;

@@ -12,6 +12,12 @@
  *     runner, which connects to 127.0.0.1:<container_port_base + i> inside
  *     (protocol in runner_proto.h). No PortBindings, no docker-proxy.
  *
+ * fwd.sock takes connections from the container's runner only
+ * (runner_peer.h), checked at accept: tenant code that dials it is closed
+ * at once, so it can neither take the control connection over nor hold the
+ * pending slots the runner's data connections need. egress.sock is not
+ * checked: it is the proxy the tenant reaches through the runner anyway.
+ *
  * Everything arriving on the sockets is tenant input: frames are checked,
  * a data connection must name a forward the gateway opened (id and a random
  * token), unpaired connections time out, and forwards are capped per

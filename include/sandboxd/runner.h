@@ -5,7 +5,9 @@
  *
  * Each session gets {data_dir}/runner/<hash of user:session>/ : the parent
  * {data_dir}/runner is root 0700, so no other host user reaches any of it;
- * the session directory is root 0755 and holds only runner.sock (0666). It
+ * the session directory is root 0755 and holds runner.sock (0666), the
+ * gateway's sockets and RUNNER_PEER_FILE (which process is the runner:
+ * runner_peer.h). It
  * is bind-mounted read-only at RP_SOCKET_DIR in that session's container
  * alone, so the container can connect but never plant or replace anything,
  * and a socket reaches exactly one session.
@@ -14,7 +16,9 @@
  * capped, tags must name an execution started on that very connection, and
  * lengths and fields are checked before use. A protocol error closes the
  * connection; its executions end as lost (the caller decides what that
- * means). One connection per session at a time.
+ * means). One connection per session at a time, and only from the
+ * container's runner itself (runner_peer.h): tenant code that dials the
+ * socket is refused at accept.
  *
  * Threads: one hub thread ("sbx-runner") accepts and reads every
  * connection (epoll) and calls the output callbacks. Callers start, feed,
@@ -32,6 +36,7 @@
 
 #include "sandboxd/common.h"
 #include "sandboxd/config.h"
+#include "sandboxd/runner_peer.h"
 #include "sandboxd/runner_proto.h"
 
 struct runner_hub;
@@ -65,6 +70,14 @@ int runner_hub_dir(struct runner_hub *h, const char *user, const char *session, 
  * runner_heartbeat intervals ("runner_unresponsive"). */
 typedef void (*runner_lost_fn)(const char *user, const char *session, const char *cause, void *userdata);
 void runner_hub_set_lost_handler(struct runner_hub *h, runner_lost_fn fn, void *userdata);
+
+/* Who may be a session's runner: runner_peer_verify (runner_peer.h) unless
+ * replaced here, which only tests whose fake runner is a host process do,
+ * before the first runner_hub_prepare. A connection it refuses is closed at
+ * once: it never takes the runner's place nor makes the runner wait. */
+typedef int (*runner_peer_fn)(int fd, int dirfd, const struct runner_peer *known, struct runner_peer *ret,
+                              const char **ret_why);
+void runner_hub_set_peer_check(struct runner_hub *h, runner_peer_fn fn);
 
 /* Stop listening for the session and remove its directory. */
 void runner_hub_drop(struct runner_hub *h, const char *user, const char *session);

@@ -21,7 +21,9 @@
  *
  * Everything the runner sends is untrusted tenant input: the daemon checks
  * every length, every tag against the executions it started on that very
- * connection, and every field's range.
+ * connection, and every field's range. Only the container's runner itself
+ * may connect to runner.sock and fwd.sock (runner_peer.h: checked from
+ * /proc at accept, nothing on the wire); tenant code is closed at once.
  *
  * Daemon -> runner
  *   RP_EXEC       payload: struct rp_exec, then NUL-terminated strings:

@@ -2,7 +2,8 @@
  * sessions and the commands): a published port's host listener and the
  * splice of each forward with the runner's data connection, the session's
  * fwd.sock (the runner's control connection, data connections pairing by
- * id and token) and egress.sock (handed to the egress proxy).
+ * id and token; the runner's only, runner_peer.h) and egress.sock (handed
+ * to the egress proxy).
  *
  * Threads and locks: loop thread only; the stats are atomics. Splicing
  * follows libevent's sample/le-proxy.c: bytes read from one side are moved
@@ -14,6 +15,7 @@
 
 #include <arpa/inet.h>
 #include <errno.h>
+#include <inttypes.h>
 #include <event2/buffer.h>
 #include <event2/bufferevent.h>
 #include <event2/event.h>
@@ -304,12 +306,49 @@ static void pending_read(struct bufferevent *bev, void *ud)
         gateway_pending_free(p); /* names no forward of this session */
 }
 
+#define IMPOSTOR_LOG_MS 60000 /* refused connections of one session are logged at most this often */
+
+/* Only the container's runner may open the control or a data connection:
+ * tenant code that dials fwd.sock would otherwise take the control over
+ * (and with it the session's forwards) or hold the pending slots the
+ * runner's data connections need. Refused at once, logged once a minute. */
+static bool fwd_peer_ok(struct gw_sess *s, evutil_socket_t fd)
+{
+        struct runner_peer peer;
+        const char *why = "";
+        int64_t now;
+
+        if (s->peer.pid == 0) /* the runner the hub (or an earlier daemon) recorded */
+                (void)runner_peer_load(s->dirfd, &s->peer);
+        if (runner_peer_verify(fd, s->dirfd, &s->peer, &peer, &why) == 0) {
+                s->peer = peer;
+                return true;
+        }
+        s->impostors++;
+        now = sbx_now_ms();
+        if (!s->impostors_said || now - s->impostors_said_ms >= IMPOSTOR_LOG_MS) {
+                log_ctx(LOG_LEVEL_WARN, s->user, s->session, NULL,
+                        "gateway: refused %" PRIu64
+                        " connection(s) to fwd.sock that did not come from the "
+                        "container's runner (last: %s)",
+                        s->impostors - s->impostors_said, why);
+                s->impostors_said = s->impostors;
+                s->impostors_said_ms = now;
+        }
+        return false;
+}
+
 void gateway_fwd_sock_accept(struct evconnlistener *l, evutil_socket_t fd, struct sockaddr *sa, int len, void *ud)
 {
         struct gw_listen *gl = ud;
         struct gw_sess *s = gl->s;
         struct gw_pending *p;
         struct timeval tv = {HELLO_TIMEOUT_S, 0};
+
+        if (!fwd_peer_ok(s, fd)) {
+                evutil_closesocket(fd);
+                return;
+        }
 
         /* connections not yet known: as many as forwards may wait for one */
         if (s->n_pending >= (size_t)s->gw->cfg->forward_max_per_session || !(p = calloc(1, sizeof(*p)))) {

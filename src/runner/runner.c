@@ -275,12 +275,53 @@ static void conn_read(struct runner_hub *h, struct runner_chan *c)
         }
 }
 
+#define IMPOSTOR_LOG_MS 60000 /* refused connections of one session are logged at most this often */
+
+/* Tenant code dialling runner.sock is refused: logged at once the first
+ * time, then once a minute with the count, so a loop cannot flood the log. */
+static void impostor_refused(struct runner_chan *c, int fd, const char *why)
+{
+        int64_t now = sbx_now_ms();
+
+        close(fd);
+        c->impostors++;
+        if (c->impostors_said && now - c->impostors_said_ms < IMPOSTOR_LOG_MS)
+                return;
+        log_ctx(LOG_LEVEL_WARN, c->user, c->session, NULL,
+                "refused %" PRIu64
+                " connection(s) to the runner socket that did not come from the container's "
+                "runner (last: %s)",
+                c->impostors - c->impostors_said, why);
+        c->impostors_said = c->impostors;
+        c->impostors_said_ms = now;
+}
+
 static void conn_accept(struct runner_hub *h, struct runner_chan *c)
 {
         for (;;) {
+                struct runner_peer peer;
+                const char *why = "";
                 int fd = accept4(c->lfd, NULL, NULL, SOCK_CLOEXEC | SOCK_NONBLOCK);
                 if (fd < 0)
                         return; /* EAGAIN, or EMFILE: the next event retries */
+                /* only the runner Docker started: tenant code in the container is
+                 * refused here, before it can take the slot or make the runner wait */
+                pthread_mutex_lock(&h->lock);
+                runner_peer_fn check = h->peer_check;
+                pthread_mutex_unlock(&h->lock);
+                if (c->peer.pid == 0) /* after a restart: the runner an earlier daemon knew */
+                        (void)runner_peer_load(c->dirfd, &c->peer);
+                if (check(fd, c->dirfd, &c->peer, &peer, &why) < 0) {
+                        impostor_refused(c, fd, why);
+                        continue;
+                }
+                if (peer.pid != c->peer.pid || peer.start != c->peer.start) {
+                        c->peer = peer;
+                        if (runner_peer_save(c->dirfd, &peer) < 0)
+                                log_ctx(LOG_LEVEL_WARN, c->user, c->session, NULL,
+                                        "cannot record the runner in its directory: a restarted daemon checks it "
+                                        "by its ancestry alone");
+                }
                 pthread_mutex_lock(&h->lock);
                 if (c->cfd >= 0) {
                         /* one runner per session: a second connection is someone else */
@@ -436,6 +477,7 @@ int runner_hub_new(const struct sbx_config *cfg, struct runner_hub **ret, struct
         if (!h)
                 return sbx_error_set(err, -ENOMEM, 0, "out of memory");
         h->cfg = cfg;
+        h->peer_check = runner_peer_verify;
         h->wake[0] = h->wake[1] = -1;
         snprintf(h->root, sizeof(h->root), "%s/runner", cfg->data_dir);
         if (cfg->runner_binary[0]) {
@@ -522,6 +564,13 @@ void runner_hub_set_lost_handler(struct runner_hub *h, runner_lost_fn fn, void *
         pthread_mutex_lock(&h->lock);
         h->on_lost = fn;
         h->lost_ud = userdata;
+        pthread_mutex_unlock(&h->lock);
+}
+
+void runner_hub_set_peer_check(struct runner_hub *h, runner_peer_fn fn)
+{
+        pthread_mutex_lock(&h->lock);
+        h->peer_check = fn;
         pthread_mutex_unlock(&h->lock);
 }
 

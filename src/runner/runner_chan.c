@@ -197,6 +197,7 @@ void runner_hub_drop(struct runner_hub *h, const char *user, const char *session
                 _cleanup_close_ int dfd = openat(root, hash, O_RDONLY | O_DIRECTORY | O_NOFOLLOW | O_CLOEXEC);
                 if (dfd >= 0) {
                         (void)unlinkat(dfd, RP_SOCKET_NAME, 0);
+                        (void)unlinkat(dfd, RUNNER_PEER_FILE, 0);
                         /* the gateway's (gateway_drop may come later) */
                         (void)unlinkat(dfd, RP_EGRESS_SOCKET_NAME, 0);
                         (void)unlinkat(dfd, RP_FWD_SOCKET_NAME, 0);
@@ -224,8 +225,10 @@ int runner_hub_rekey(struct runner_hub *h, const struct sbx_config *cfg, const c
                 return sbx_error_set(err, -errno, 0, "cannot open %s: %m", root_path);
         if (!h && strcmp(from, to) == 0) { /* the same key: remove the directory */
                 _cleanup_close_ int dfd = openat(root, to, O_RDONLY | O_DIRECTORY | O_NOFOLLOW | O_CLOEXEC);
-                if (dfd >= 0)
+                if (dfd >= 0) {
                         (void)unlinkat(dfd, RP_SOCKET_NAME, 0);
+                        (void)unlinkat(dfd, RUNNER_PEER_FILE, 0);
+                }
                 (void)unlinkat(root, to, AT_REMOVEDIR);
                 return 0;
         }
@@ -237,8 +240,10 @@ int runner_hub_rekey(struct runner_hub *h, const struct sbx_config *cfg, const c
                         runner_hub_drop(h, to_user, to_session);
                 else {
                         _cleanup_close_ int dfd = openat(root, to, O_RDONLY | O_DIRECTORY | O_NOFOLLOW | O_CLOEXEC);
-                        if (dfd >= 0)
+                        if (dfd >= 0) {
                                 (void)unlinkat(dfd, RP_SOCKET_NAME, 0);
+                                (void)unlinkat(dfd, RUNNER_PEER_FILE, 0);
+                        }
                         (void)unlinkat(root, to, AT_REMOVEDIR);
                 }
                 if (renameat(root, from, root, to) < 0)

@@ -19,6 +19,7 @@
 
 #include "sandboxd/runner.h"
 #include "sandboxd/runner_ops.h"
+#include "sandboxd/runner_peer.h"
 #include "sandboxd/runner_proto.h"
 
 /* An execution a reconnected runner still holds, until claimed. */
@@ -67,6 +68,11 @@ struct runner_chan {
         size_t n_jobs;
         bool jobs_complete; /* RP_JOBS_END arrived on this connection */
         bool refused_once;  /* a connection was refused before its hello (since the last prepare) */
+        /* hub thread only: who may connect (runner_peer.h) */
+        struct runner_peer peer;   /* the runner accepted last */
+        uint64_t impostors;        /* connections refused as not the runner */
+        uint64_t impostors_said;   /* of them, the count last logged */
+        int64_t impostors_said_ms; /* when (monotonic) */
 };
 
 struct runner_exec {
@@ -106,7 +112,8 @@ struct runner_hub {
         struct runner_expect *expect; /* h->lock */
         size_t n_expect;
         uint64_t next_conn_id;
-        struct runner_ops *ops; /* files and services (runner_ops.c) */
+        struct runner_ops *ops;    /* files and services (runner_ops.c) */
+        runner_peer_fn peer_check; /* h->lock; runner_peer_verify unless a test replaced it */
 };
 
 /* ---- runner.c ---- */

@@ -94,9 +94,10 @@ Test(runner, a_session_reaches_only_its_own_socket)
         ensure_session("s2", c2);
         cr_assert(runner_hub_wait(d->runner, "u1", "s1", 20000));
         cr_assert(runner_hub_wait(d->runner, "u1", "s2", 20000));
-        /* the session's own sockets (runner, and the gateway's), nothing else */
-        cr_assert_eq(fixture_sh(c1, "ls -A /run/sandboxd", &out), 0);
-        cr_assert_str_eq(out, "egress.sock\nfwd.sock\nrunner.sock\n");
+        /* the session's own sockets (runner, and the gateway's) and the record of
+         * which process is its runner (runner_peer.h), nothing else */
+        cr_assert_eq(fixture_sh(c1, "ls -A /run/sandboxd | sort", &out), 0);
+        cr_assert_str_eq(out, ".runner-peer\negress.sock\nfwd.sock\nrunner.sock\n");
         free(out);
         runner_hub_drop(d->runner, "u1", "s2");
         cr_assert(runner_hub_wait(d->runner, "u1", "s1", 1000), "dropping s2 affected s1");

@@ -41,6 +41,17 @@ static int lost_count(void)
         return n;
 }
 
+/* The fake runner is this host process, not a container's runner. */
+static int any_peer(int fd, int dirfd, const struct runner_peer *known, struct runner_peer *ret, const char **ret_why)
+{
+        (void)fd;
+        (void)dirfd;
+        (void)known;
+        (void)ret_why;
+        *ret = (struct runner_peer){.pid = 1};
+        return 0;
+}
+
 static void setup(void)
 {
         struct sbx_error err = {0};
@@ -51,6 +62,7 @@ static void setup(void)
         snprintf(cfg.data_dir, sizeof(cfg.data_dir), "%s", tmpl);
         cfg.runner_heartbeat_ms = 60000;
         cr_assert_eq(runner_hub_new(&cfg, &h, &err), 0, "%s", err.msg);
+        runner_hub_set_peer_check(h, any_peer);
         runner_hub_set_lost_handler(h, on_lost, NULL);
         cr_assert_eq(runner_hub_prepare(h, "u1", "s1", dir, &err), 0, "%s", err.msg);
 }
@@ -326,6 +338,7 @@ Test(runner_ops, a_runner_that_never_reads_does_not_block_the_hub)
         snprintf(cfg2.data_dir, sizeof(cfg2.data_dir), "%s", tmpl);
         cfg2.runner_heartbeat_ms = 100;
         cr_assert_eq(runner_hub_new(&cfg2, &hub, &err), 0, "%s", err.msg);
+        runner_hub_set_peer_check(hub, any_peer);
         st.hub = hub;
         st.fd = fake_runner_on(hub, "u9", "s1");
         cr_assert(runner_hub_wait(hub, "u9", "s1", 5000));

@@ -146,13 +146,13 @@ void events_free_array(struct event **evs, size_t n);
 int events_flush(int timeout_ms);
 
 struct events_stats {
-        uint64_t emitted;      /* queued */
-        uint64_t written;      /* in the store */
-        uint64_t dropped;      /* queue full, or the store refused the batch */
-        uint64_t overflowed;   /* subscribers cut off for reading too slowly */
-        uint64_t pruned;       /* rows pruned by the writer */
-        size_t subscribers;    /* live */
-        size_t queued;         /* waiting for the writer */
+        uint64_t emitted;    /* queued */
+        uint64_t written;    /* in the store */
+        uint64_t dropped;    /* queue full, or the store refused the batch */
+        uint64_t overflowed; /* subscribers cut off for reading too slowly */
+        uint64_t pruned;     /* rows pruned by the writer */
+        size_t subscribers;  /* live */
+        size_t queued;       /* waiting for the writer */
 };
 void events_stats(struct events_stats *ret);
 

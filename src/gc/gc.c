@@ -66,6 +66,7 @@
 #include "sandboxd/session.h"
 #include "sandboxd/store.h"
 #include "sandboxd/store_egress.h"
+#include "sandboxd/store_events.h"
 
 #include "gc_internal.h"
 
@@ -762,6 +763,7 @@ int gc_run(const struct sbx_config *cfg, const struct gc_options *opts, struct g
         gc_audit(&g);
         gc_egress_log(&g);
         gc_idempotency_keys(&g);
+        gc_events(&g);
         gc_tasks(&g);
         gc_mounts(&g);
         gc_workspaces(&g);

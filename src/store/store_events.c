@@ -190,9 +190,10 @@ int store_event_cursor_set(struct store *s, const char *name, int64_t last_id, i
 {
         STORE_LOCK(s);
         _cleanup_(sq_end) struct store_query q = {};
-        int r = sq_start(&q, s,
-                         "INSERT INTO event_cursors (name, last_id, updated_at) VALUES (?1, ?2, ?3) "
-                         "ON CONFLICT (name) DO UPDATE SET last_id = excluded.last_id, updated_at = excluded.updated_at");
+        int r = sq_start(
+                &q, s,
+                "INSERT INTO event_cursors (name, last_id, updated_at) VALUES (?1, ?2, ?3) "
+                "ON CONFLICT (name) DO UPDATE SET last_id = excluded.last_id, updated_at = excluded.updated_at");
 
         if (r < 0)
                 return r;

@@ -33,13 +33,13 @@ struct webhook {
         size_t secret_len;
         pthread_mutex_t lock;
         pthread_cond_t cond;
-        bool stopping;                           /* lock; read unlocked as a hint by transfers */
-        int64_t cursor;                          /* lock: every id <= cursor is done */
-        int64_t fetched;                         /* lock: the newest id read ahead */
-        int64_t inflight[WEBHOOK_THREADS_MAX];   /* lock */
-        int n_inflight;                          /* lock */
-        struct store_event *page;                /* lock */
-        size_t page_n, page_i;                   /* lock */
+        bool stopping;                         /* lock; read unlocked as a hint by transfers */
+        int64_t cursor;                        /* lock: every id <= cursor is done */
+        int64_t fetched;                       /* lock: the newest id read ahead */
+        int64_t inflight[WEBHOOK_THREADS_MAX]; /* lock */
+        int n_inflight;                        /* lock */
+        struct store_event *page;              /* lock */
+        size_t page_n, page_i;                 /* lock */
         pthread_t threads[WEBHOOK_THREADS_MAX];
         int n_threads;
         int64_t last_warn_ms; /* lock */
@@ -90,7 +90,7 @@ static bool wanted(const struct webhook *w, const char *type)
                 if (n == 0)
                         break;
                 if (n >= 2 && p[n - 1] == '*' && p[n - 2] == '.' ? strncmp(type, p, n - 1) == 0
-                                                                  : strlen(type) == n && strncmp(type, p, n) == 0)
+                                                                 : strlen(type) == n && strncmp(type, p, n) == 0)
                         return true;
                 p += n;
         }
@@ -139,8 +139,8 @@ static int abort_when_stopping(void *ud, curl_off_t dt, curl_off_t dn, curl_off_
 }
 
 /* One POST: 0 for a 2xx, else -errno (the status or curl's error in why). */
-static int post_once(struct webhook *w, CURL *c, const struct store_event *ev, const char *body, int attempt,
-                     char *why, size_t why_size)
+static int post_once(struct webhook *w, CURL *c, const struct store_event *ev, const char *body, int attempt, char *why,
+                     size_t why_size)
 {
         struct curl_slist *h = NULL;
         char line[256], ts[32], sig[65];
@@ -244,7 +244,8 @@ static void deliver(struct webhook *w, CURL *c, const struct store_event *ev)
         pthread_mutex_lock(&w->lock);
         if (sbx_now_ms() - w->last_warn_ms > 60000) {
                 w->last_warn_ms = sbx_now_ms();
-                log_warn("webhook: event %" PRId64 " (%s) not delivered after %d attempts: %s (later failures "
+                log_warn("webhook: event %" PRId64
+                         " (%s) not delivered after %d attempts: %s (later failures "
                          "are counted, not logged, for a minute)",
                          ev->id, ev->type, w->cfg->webhook_max_retries + 1, body ? why : "out of memory");
         }

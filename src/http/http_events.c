@@ -66,8 +66,7 @@ static void *events_worker(void *arg)
                                  (long long)events_sub_last_id(es->sub));
                         http_sse_push_event(s, events_sub_last_id(es->sub), EVENT_OVERFLOW, data, true);
                 } else if (r != -ESHUTDOWN) {
-                        cJSON *o = http_error_object("unavailable", "cannot read the event log now; reconnect",
-                                                     503);
+                        cJSON *o = http_error_object("unavailable", "cannot read the event log now; reconnect", 503);
                         _cleanup_free_ char *json = o ? cJSON_PrintUnformatted(o) : NULL;
                         cJSON_Delete(o);
                         http_sse_push_text(s, "error", json ? json : "{}", true);

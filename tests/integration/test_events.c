@@ -293,8 +293,7 @@ Test(events, lifecycle_and_quota, .init = setup, .fini = teardown)
         r = poll_events(tok_a, start, 100);
         evs = cJSON_GetObjectItem(apic_result(r), "events");
         const cJSON *ev;
-        cJSON_ArrayForEach(ev, evs)
-        {
+        cJSON_ArrayForEach(ev, evs) {
                 const char *type = apic_str(ev, "type");
                 const cJSON *data = cJSON_GetObjectItem(ev, "data");
                 cr_assert_str_eq(apic_str(ev, "user"), "alice");
@@ -312,7 +311,8 @@ Test(events, lifecycle_and_quota, .init = setup, .fini = teardown)
                         k++;
                 }
         }
-        cr_assert_eq(k, ELEMENTSOF(want), "saw %zu of the expected events in order: %s", k, cJSON_PrintUnformatted(evs));
+        cr_assert_eq(k, ELEMENTSOF(want), "saw %zu of the expected events in order: %s", k,
+                     cJSON_PrintUnformatted(evs));
         cJSON_Delete(r);
         /* bob sees none of it */
         r = poll_events(tok_b, 0, 100);
@@ -383,8 +383,7 @@ Test(events, resume_isolation_and_gap, .init = setup, .fini = teardown)
         size_t n = 0;
         cr_assert(TESTENV_WAIT_UNTIL(({
                                              int64_t oldest, newest;
-                                             store_events_bounds(d->store, &oldest, &newest) == 0 &&
-                                                     oldest > last + 1;
+                                             store_events_bounds(d->store, &oldest, &newest) == 0 && oldest > last + 1;
                                      }),
                                      30000),
                   "the writer prunes the log");

@@ -216,6 +216,28 @@ static const struct config_key keys[] = {
          "how long an idempotency_key answers a retry with the first call's result"},
         {"idempotency_max_keys", CFG_INT, F(idempotency_max_keys), 0, 1, 10000000, "10000", NULL,
          "live idempotency keys one user may hold; past it a call with a new key is quota_exceeded"},
+        {"events_max", CFG_INT, F(events_max), 0, 100, 10000000, "100000", NULL,
+         "lifecycle events the log keeps (GET /v1/events resumes from it; webhooks read it); the oldest go first"},
+        {"events_retention", CFG_DURATION, F(events_retention_s), 0, 60, 86400 * 365, "7d", NULL,
+         "lifecycle events older than this are pruned (by the daemon and --gc)"},
+        {"webhook_url", CFG_STRING, F(webhook_url), 0, 0, 0, "", NULL,
+         "http:// or https:// URL the daemon POSTs every lifecycle event to, signed (empty: off)"},
+        {"webhook_secret", CFG_STRING, F(webhook_secret), 0, 0, 0, "", NULL,
+         "HMAC-SHA256 key of the webhook signature (or webhook_secret_file)"},
+        {"webhook_secret_file", CFG_STRING, F(webhook_secret_file), 0, 0, 0, "", NULL,
+         "file holding the webhook HMAC key (first line), read at start"},
+        {"webhook_events", CFG_STRING, F(webhook_events), 0, 0, 0, "", NULL,
+         "event types delivered, comma-separated, 'session.*' for a family (empty: all)"},
+        {"webhook_ca", CFG_STRING, F(webhook_ca), 0, 0, 0, "", NULL,
+         "PEM CA bundle that signs an https webhook receiver (empty: the system's)"},
+        {"webhook_max_inflight", CFG_INT, F(webhook_max_inflight), 0, 1, 64, "4", NULL,
+         "webhook deliveries in flight at most (retries included)"},
+        {"webhook_max_retries", CFG_INT, F(webhook_max_retries), 0, 0, 20, "5", NULL,
+         "retries of a webhook delivery that failed, then it is counted failed and skipped"},
+        {"webhook_timeout", CFG_MS, F(webhook_timeout_ms), 0, 100, 600000, "10s", NULL,
+         "one webhook POST (connect and answer) within this"},
+        {"webhook_backoff", CFG_MS, F(webhook_backoff_ms), 0, 10, 600000, "1s", NULL,
+         "first webhook retry after this, doubling each time, at most 60 s"},
         {"max_age", CFG_DURATION, F(max_age_s), 0, 60, 86400 * 3650, "7d", NULL,
          "gc removes containers older than this"},
         {"execution_retention", CFG_DURATION, F(execution_retention_s), 0, 60, 86400 * 3650, "7d", NULL,
@@ -512,6 +534,12 @@ static int check_cross(const struct sbx_config *cfg, struct sbx_error *err)
                 if (r < 0)
                         return r;
         }
+        if (cfg->webhook_url[0] && strncmp(cfg->webhook_url, "http://", 7) != 0 &&
+            strncmp(cfg->webhook_url, "https://", 8) != 0)
+                return sbx_error_set(err, -EINVAL, 0, "webhook_url must start with http:// or https://");
+        if (cfg->webhook_url[0] && !cfg->webhook_secret[0] && !cfg->webhook_secret_file[0])
+                return sbx_error_set(err, -EINVAL, 0,
+                                     "webhook_url needs webhook_secret or webhook_secret_file (deliveries are signed)");
         if (cfg->egress_max_tunnels_per_session > cfg->egress_max_tunnels_per_user ||
             cfg->egress_max_tunnels_per_user > cfg->egress_max_tunnels)
                 return sbx_error_set(err, -EINVAL, 0,
@@ -612,6 +640,8 @@ void config_dump(const struct sbx_config *cfg, int fd)
         for (size_t i = 0; i < ELEMENTSOF(keys); i++) {
                 char value[SBX_PATH_MAX + 8];
                 format_value(cfg, &keys[i], value, sizeof(value));
+                if (strcmp(keys[i].name, "webhook_secret") == 0 && value[0])
+                        snprintf(value, sizeof(value), "(set, not shown)"); /* a key, never printed */
                 dprintf(fd, "# %s (default: %s)\n%s = %s\n", keys[i].doc, keys[i].def, keys[i].name, value);
         }
 }

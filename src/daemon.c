@@ -9,6 +9,7 @@
 
 #include "sandboxd/docker.h"
 #include "sandboxd/egress.h"
+#include "sandboxd/events.h"
 #include "sandboxd/exec.h"
 #include "sandboxd/gateway.h"
 #include "sandboxd/log.h"
@@ -24,6 +25,7 @@
 #include "sandboxd/sessuid.h"
 #include "sandboxd/store.h"
 #include "sandboxd/pool.h"
+#include "sandboxd/webhook.h"
 #include "sandboxd/wsquota.h"
 
 /* A destroyed session's runner socket and directory go with it; any other
@@ -162,6 +164,12 @@ int daemon_open(const struct sbx_config *cfg, const struct daemon_options *opts,
          * keys past their window go (each user's also go on their next claim) */
         (void)store_idem_reset_pending(d->store);
         (void)store_idem_prune(d->store, sbx_wall_ms(), false);
+        /* the event log before every engine that emits into it; its webhook reads the log */
+        r = webhook_start(&d->cfg, d->store, &d->webhook, err);
+        if (r == 0)
+                r = events_open(&d->cfg, d->store, d->webhook ? webhook_notify : NULL, d->webhook, &d->events, err);
+        if (r < 0)
+                goto fail;
 
         d->docker = docker_new(d->cfg.docker_socket, d->cfg.docker_timeout_ms);
         if (!d->docker) {
@@ -294,6 +302,8 @@ void daemon_close(struct daemon *d)
         quota_free(d->quota); /* after every engine that asks it */
         portpool_free(d->ports);
         docker_free(d->docker);
+        events_close(d->events); /* writes what is queued: after every engine that emits */
+        webhook_stop(d->webhook);
         store_close(d->store);
         free(d);
 }

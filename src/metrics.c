@@ -18,9 +18,11 @@
 
 #include "sandboxd/docker.h"
 #include "sandboxd/egress.h"
+#include "sandboxd/events.h"
 #include "sandboxd/pool.h"
 #include "sandboxd/portpool.h"
 #include "sandboxd/session.h"
+#include "sandboxd/webhook.h"
 
 #define CAUSE_COUNT (EXEC_CAUSE_ERROR + 1)
 
@@ -247,6 +249,31 @@ int metrics_render(const struct metrics_ctx *m, char **ret)
         head(&t, "sandboxd_ports_total", "gauge", "host ports in the pool");
         put(&t, "sandboxd_ports_total %zu\n", total);
 
+        {
+                struct events_stats es;
+                struct webhook_stats ws;
+                events_stats(&es);
+                webhook_stats(&ws);
+                head(&t, "sandboxd_events_total", "counter", "lifecycle events written to the event log");
+                put(&t, "sandboxd_events_total %llu\n", (unsigned long long)es.written);
+                head(&t, "sandboxd_events_dropped_total", "counter",
+                     "lifecycle events lost before the log (queue full or the store failing)");
+                put(&t, "sandboxd_events_dropped_total %llu\n", (unsigned long long)es.dropped);
+                head(&t, "sandboxd_event_subscribers", "gauge", "live event streams (GET /v1/events)");
+                put(&t, "sandboxd_event_subscribers %zu\n", es.subscribers);
+                head(&t, "sandboxd_event_overflows_total", "counter", "event streams cut off for reading too slowly");
+                put(&t, "sandboxd_event_overflows_total %llu\n", (unsigned long long)es.overflowed);
+                head(&t, "sandboxd_webhook_inflight", "gauge", "webhook deliveries under way");
+                put(&t, "sandboxd_webhook_inflight %lld\n", (long long)ws.inflight);
+                head(&t, "sandboxd_webhook_deliveries_total", "counter", "webhook events by outcome");
+                put(&t, "sandboxd_webhook_deliveries_total{outcome=\"delivered\"} %llu\n",
+                    (unsigned long long)ws.delivered);
+                put(&t, "sandboxd_webhook_deliveries_total{outcome=\"failed\"} %llu\n", (unsigned long long)ws.failed);
+                put(&t, "sandboxd_webhook_deliveries_total{outcome=\"dropped\"} %llu\n",
+                    (unsigned long long)ws.dropped);
+                head(&t, "sandboxd_webhook_attempts_total", "counter", "webhook POSTs made (retries included)");
+                put(&t, "sandboxd_webhook_attempts_total %llu\n", (unsigned long long)ws.attempts);
+        }
         head(&t, "process_resident_memory_bytes", "gauge", "resident set size of the daemon");
         put(&t, "process_resident_memory_bytes %lld\n", proc_status("VmRSS") * 1024);
         head(&t, "process_open_fds", "gauge", "open file descriptors of the daemon");

@@ -119,6 +119,18 @@ struct sbx_config {
         /* idempotency keys (api_idem.c) */
         int idempotency_window_s;
         int idempotency_max_keys; /* per user */
+        /* the event log and webhooks (events.h, webhook.h) */
+        int events_max;         /* rows the log keeps at most */
+        int events_retention_s; /* and for at most this long */
+        char webhook_url[1024]; /* http:// or https:// (operator only); "" = no webhook */
+        char webhook_secret[256];
+        char webhook_secret_file[SBX_PATH_MAX];
+        char webhook_events[1024];     /* comma-separated types or "prefix.*"; "" = all */
+        char webhook_ca[SBX_PATH_MAX]; /* PEM CA bundle for an https receiver; "" = the system's */
+        int webhook_max_inflight;
+        int webhook_max_retries;
+        int webhook_timeout_ms;
+        int webhook_backoff_ms; /* first retry after this, doubling, at most 60 s */
 
         /* gc */
         int max_age_s;

@@ -14,6 +14,11 @@
  *   sandboxd_http_requests_total{code}       answers of the HTTP front, by status  counter
  *   sandboxd_auth_failures_total             failed authentications on the API socket and HTTP  counter
  *   sandboxd_ports_used, sandboxd_ports_total                        gauges
+ *   sandboxd_events_total, sandboxd_events_dropped_total, sandboxd_event_overflows_total  counters
+ *   sandboxd_event_subscribers               live GET /v1/events streams  gauge
+ *   sandboxd_webhook_inflight                webhook deliveries under way  gauge
+ *   sandboxd_webhook_deliveries_total{outcome="delivered|failed|dropped"}, sandboxd_webhook_attempts_total
+ *                                            (events.h, webhook.h)
  *   process_resident_memory_bytes, process_open_fds, process_threads gauges
  *
  * The counters are process-wide atomics (one daemon per process; tests that

@@ -29,6 +29,7 @@
 #include "api_internal.h"
 #include "listener.h"
 #include "sandboxd/audit.h"
+#include "sandboxd/events.h"
 #include "sandboxd/daemon.h"
 #include "sandboxd/exec.h"
 #include "sandboxd/jsonutil.h"
@@ -451,6 +452,7 @@ int api_call(struct api_conn *c, const struct token_info *tok, const cJSON *id, 
         }
         if (r < 0) {
                 cJSON_Delete(result);
+                events_request_refused(q.tok.user, q.session, q.method, e->code, e->msg);
                 if (!e->code)
                         e->code = "internal";
                 if (!e->msg[0])

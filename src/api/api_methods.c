@@ -436,6 +436,7 @@ static const struct {
         {"session_info", m_session_info},
         {"mark_private", m_mark_private},
         {"egress_allow", m_egress_allow},
+        {"events", api_m_events}, /* api_events.c */
         /* agent tools (issue 17): api_agent.c */
         {"run_tests", api_m_run_tests},
         {"list_scripts", api_m_list_scripts},
@@ -462,6 +463,6 @@ int api_m_session_info(struct api_req *q, cJSON **ret, struct fronterr *e)
 
 bool api_method_user_level(const char *name)
 {
-        return strcmp(name, "list_sessions") == 0 || strcmp(name, "list_scripts") == 0 ||
+        return strcmp(name, "list_sessions") == 0 || strcmp(name, "events") == 0 || strcmp(name, "list_scripts") == 0 ||
                strcmp(name, "clear_scripts") == 0 || strcmp(name, "create_session") == 0;
 }

@@ -28,6 +28,7 @@
 #include "sandboxd/log.h"
 #include "sandboxd/store.h"
 #include "sandboxd/store_egress.h"
+#include "sandboxd/events.h"
 #include "egress_internal.h"
 
 #define LOG_WINDOW_MS 60000 /* blocked rows per session: at most LOG_BLOCKED_MAX a minute */
@@ -61,6 +62,7 @@ void egress_tunnel_record(struct tunnel *t, bool allowed, const char *reason)
                         return;
                 }
                 s->log_window_rows++;
+                events_egress_blocked(s->user, s->session, t->host[0] ? t->host : "-", t->port, reason);
         }
         row.ts = t->started_wall;
         sbx_strlcpy(row.host, t->host[0] ? t->host : "-", sizeof(row.host));

@@ -275,6 +275,8 @@ void execution_set_state(struct execution *x, enum exec_state st, enum exec_caus
         x->cause = cause;
         if (exec_state_is_final(st)) /* counted before anyone can see it final */
                 metrics_exec_finished(st, cause, x->duration_ms);
+        if (exec_state_is_final(st))
+                exec_note_final(x);
         pthread_cond_broadcast(&x->cond);
         pthread_mutex_unlock(&x->lock);
 }

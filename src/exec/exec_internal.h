@@ -183,4 +183,7 @@ void exec_mark_finished(struct execution *x);
 /* The worker of an execution adopted after a restart. */
 void exec_adopt_run(struct execution *x);
 
+/* The execution.finished event of x, now final (events.h); under x->lock. In exec_results.c. */
+void exec_note_final(struct execution *x);
+
 #endif

@@ -255,11 +255,12 @@ static void request_begin(struct http_server *srv, struct MHD_Connection *conn, 
                 return;
         }
         rq->mcp = strcmp(url, "/mcp") == 0;
+        rq->events = strcmp(url, "/v1/events") == 0 && strcmp(verb, MHD_HTTP_METHOD_GET) == 0; /* http_events.c */
         if (!rq->mcp && strncmp(url, "/v1/", 4) != 0)
                 FAIL(404, "not_found", "no such path; the API is POST /v1/<method>, MCP is /mcp");
         if (rq->mcp ? strcmp(verb, MHD_HTTP_METHOD_POST) != 0 && strcmp(verb, MHD_HTTP_METHOD_GET) != 0 &&
                               strcmp(verb, MHD_HTTP_METHOD_DELETE) != 0
-                    : strcmp(verb, MHD_HTTP_METHOD_POST) != 0)
+                    : strcmp(verb, MHD_HTTP_METHOD_POST) != 0 && !rq->events)
                 FAIL(405, "bad_request", rq->mcp ? "use POST, GET or DELETE" : "use POST");
 
         auth = MHD_lookup_connection_value(conn, MHD_HEADER_KIND, MHD_HTTP_HEADER_AUTHORIZATION);
@@ -399,6 +400,8 @@ static enum MHD_Result on_request(void *cls, struct MHD_Connection *conn, const 
         rq->timeout_off = true;
         if (rq->mcp)
                 return http_mcp_request(srv, conn, hc, rq, verb);
+        if (rq->events)
+                return http_events_request(srv, conn, hc, rq);
         return request_run(srv, conn, hc, rq);
 }
 

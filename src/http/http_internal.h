@@ -59,6 +59,7 @@ struct http_req {
         size_t len;
         bool too_large;
         bool mcp;         /* /mcp */
+        bool events;      /* GET /v1/events (http_events.c) */
         bool timeout_off; /* the connection's idle limit is lifted while this request is answered */
 };
 
@@ -79,6 +80,10 @@ struct MHD_Response *http_sse_response(struct sse *s);
 /* Queue "event: <event>\ndata: <json>\n\n"; final ends the stream after it.
  * Once the stream has ended, nothing more is queued. */
 void http_sse_push_text(struct sse *s, const char *event, const char *json, bool final);
+/* The same with an "id: <id>" line first (id >= 0; -1: none). */
+void http_sse_push_event(struct sse *s, int64_t id, const char *event, const char *json, bool final);
+/* Bytes queued and not yet taken by MHD (a producer's backpressure). */
+size_t http_sse_pending(struct sse *s);
 /* End the stream with no further event (what was queued still goes out). */
 void http_sse_end(struct sse *s);
 /* The response is gone (client left or server stopping). */
@@ -91,6 +96,11 @@ cJSON *http_error_object(const char *code, const char *msg, int status);
  * api_call with params (taken) whose events it carries. */
 enum MHD_Result http_sse_start(struct http_server *srv, struct MHD_Connection *conn, struct http_conn *hc,
                                struct http_req *rq, cJSON *params);
+
+/* http_events.c: GET /v1/events, the caller's lifecycle events as SSE
+ * (events.h), once the request is authenticated. */
+enum MHD_Result http_events_request(struct http_server *srv, struct MHD_Connection *conn, struct http_conn *hc,
+                                    struct http_req *rq);
 
 /* http_mcp.c: /mcp (POST, GET, DELETE) once the request is authenticated
  * and its body read. */

@@ -21,6 +21,7 @@
 #include "sandboxd/audit.h"
 #include "sandboxd/container.h"
 #include "sandboxd/docker.h"
+#include "sandboxd/events.h"
 #include "sandboxd/log.h"
 #include "sandboxd/gateway.h"
 #include "sandboxd/portpool.h"
@@ -104,6 +105,7 @@ void session_set_state_locked(struct session *s, enum session_state state, const
                 log_ctx(LOG_LEVEL_INFO, s->user, s->id, s->container_id[0] ? s->container_id : NULL,
                         "session %s -> %s%s%s", session_state_to_string(s->state), session_state_to_string(state),
                         cause ? ": " : "", cause ? cause : "");
+        events_session_state(s->user, s->id, s->state, state, !s->persisted, cause, error, s->container_id);
         s->state = state;
         if (cause)
                 sbx_strlcpy(s->error_cause, cause, sizeof(s->error_cause));

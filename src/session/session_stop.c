@@ -17,6 +17,7 @@
 #include "sandboxd/audit.h"
 #include "sandboxd/container.h"
 #include "sandboxd/docker.h"
+#include "sandboxd/events.h"
 #include "sandboxd/gateway.h"
 #include "sandboxd/log.h"
 #include "sandboxd/portpool.h"
@@ -383,6 +384,7 @@ int session_destroy(struct session_manager *m, const char *user, const char *id,
         s->transitioning = false;
         s->destroyed = true;
         s->state = SESSION_STOPPED;
+        events_session_stopped(user, id, "destroyed");
         s->container_id[0] = '\0';
         pthread_cond_broadcast(&s->cond);
         pthread_mutex_unlock(&s->lock);

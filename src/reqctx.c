@@ -99,15 +99,16 @@ const char *reqctx_trace_id(void)
         return current;
 }
 
-int reqctx_traceparent(char ret[REQCTX_TRACEPARENT_LEN + 1])
+int reqctx_traceparent(const char *trace_id, char ret[REQCTX_TRACEPARENT_LEN + 1])
 {
+        const char *t = trace_id ? trace_id : current;
         char span[17];
         bool zero;
 
-        if (strlen(current) != 32 || !lower_hex(current, 32, &zero) || zero)
+        if (strlen(t) != 32 || !lower_hex(t, 32, &zero) || zero)
                 return -EINVAL;
         if (sbx_random_hex(span, 8) < 0 || strcmp(span, "0000000000000000") == 0)
                 snprintf(span, sizeof(span), "%016llx", (unsigned long long)sbx_now_ms() | 1);
-        snprintf(ret, REQCTX_TRACEPARENT_LEN + 1, "00-%s-%s-01", current, span);
+        snprintf(ret, REQCTX_TRACEPARENT_LEN + 1, "00-%s-%s-01", t, span);
         return 0;
 }

@@ -111,8 +111,7 @@ int sessspec_labels_parse(const cJSON *obj, const char *what, char **ret_json, s
         cJSON_ArrayForEach(it, obj) {
                 key_for_message(it->string, shown, sizeof(shown));
                 if (n == SESSSPEC_LABELS_MAX)
-                        return sbx_error_set(err, -EINVAL, 0, "%s has more than %d labels", what,
-                                             SESSSPEC_LABELS_MAX);
+                        return sbx_error_set(err, -EINVAL, 0, "%s has more than %d labels", what, SESSSPEC_LABELS_MAX);
                 if (!sessspec_label_key_valid(it->string))
                         return sbx_error_set(err, -EINVAL, 0,
                                              "%s: invalid label key \"%s\": a name of 1-63 characters of [a-z0-9_.-] "
@@ -212,9 +211,8 @@ static int parse_size_text(const char *v, int64_t *ret)
         static const struct {
                 const char *suffix;
                 int64_t mult;
-        } units[] = {{"", 1},        {"b", 1},        {"k", 1024},           {"kb", 1024},
-                     {"m", 1 << 20}, {"mb", 1 << 20}, {"g", 1 << 30},        {"gb", 1 << 30},
-                     {"t", INT64_C(1) << 40}};
+        } units[] = {{"", 1},         {"b", 1},       {"k", 1024},     {"kb", 1024},           {"m", 1 << 20},
+                     {"mb", 1 << 20}, {"g", 1 << 30}, {"gb", 1 << 30}, {"t", INT64_C(1) << 40}};
         char *end;
         long long x;
 
@@ -265,8 +263,7 @@ static int member_amount(const cJSON *params, const char *name, bool cpu, int64_
                 return sbx_error_set(err, -EINVAL, 0, "params.cpu is out of range [0.01, %" PRId64 "]",
                                      max / 1000000000);
         if (x < min || x > max)
-                return sbx_error_set(err, -EINVAL, 0, "params.%s is out of range [16m, %" PRId64 " bytes]", name,
-                                     max);
+                return sbx_error_set(err, -EINVAL, 0, "params.%s is out of range [16m, %" PRId64 " bytes]", name, max);
         *ret = x;
         return 1;
 }
@@ -286,8 +283,8 @@ int sessspec_parse(const cJSON *params, struct store_session_spec *ret, bool *re
         }
         if ((r = member_amount(params, "cpu", true, SESSSPEC_MIN_NANO_CPUS, INT64_C(256) * 1000000000, &s.nano_cpus,
                                err)) < 0 ||
-            (given |= r > 0, r = member_amount(params, "memory", false, SESSSPEC_MIN_MEMORY, INT64_C(1) << 40,
-                                               &s.memory, err)) < 0 ||
+            (given |= r > 0,
+             r = member_amount(params, "memory", false, SESSSPEC_MIN_MEMORY, INT64_C(1) << 40, &s.memory, err)) < 0 ||
             (given |= r > 0,
              r = member_amount(params, "disk", false, SESSSPEC_MIN_DISK, INT64_C(1) << 44, &s.disk, err)) < 0) {
                 store_session_spec_done(&s);
@@ -333,8 +330,7 @@ int sessspec_check(const struct sbx_config *cfg, const struct quota_limits *lim,
         if (want->nano_cpus > lim->session_nano_cpus) {
                 fmt_cpus(want->nano_cpus, a, sizeof(a));
                 fmt_cpus(lim->session_nano_cpus, b, sizeof(b));
-                return sbx_error_set(err, -EINVAL, 0, "cpu %s exceeds this user's maximum %s (max_session_cpus)", a,
-                                     b);
+                return sbx_error_set(err, -EINVAL, 0, "cpu %s exceeds this user's maximum %s (max_session_cpus)", a, b);
         }
         if (want->memory > lim->session_memory) {
                 fmt_size(want->memory, a, sizeof(a));
@@ -365,14 +361,14 @@ bool sessspec_equal(const struct store_session_spec *a, const struct store_sessi
 void sessspec_add_json(cJSON *o, const struct sbx_config *cfg, const struct store_session_spec *spec)
 {
         cJSON *labels = spec && spec->labels_json ? cJSON_Parse(spec->labels_json) : NULL, *res;
-        bool quota = strcmp(cfg->workspace_quota_mode, "loop") == 0 || strcmp(cfg->workspace_quota_mode, "measure") == 0;
+        bool quota =
+                strcmp(cfg->workspace_quota_mode, "loop") == 0 || strcmp(cfg->workspace_quota_mode, "measure") == 0;
 
         cJSON_AddItemToObject(o, "labels", labels ? labels : cJSON_CreateObject());
         res = cJSON_AddObjectToObject(o, "resources");
         if (!res)
                 return;
-        cJSON_AddNumberToObject(res, "cpu",
-                                (double)(spec && spec->nano_cpus ? spec->nano_cpus : cfg->nano_cpus) / 1e9);
+        cJSON_AddNumberToObject(res, "cpu", (double)(spec && spec->nano_cpus ? spec->nano_cpus : cfg->nano_cpus) / 1e9);
         cJSON_AddNumberToObject(res, "memory", (double)(spec && spec->memory ? spec->memory : cfg->memory_bytes));
         if (spec && spec->disk)
                 cJSON_AddNumberToObject(res, "disk", (double)spec->disk);

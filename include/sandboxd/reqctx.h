@@ -39,9 +39,9 @@ void reqctx_clear(void);
 /* The current request's trace id, "" when the thread serves none. Valid
  * until this thread's next reqctx_set / reqctx_clear. */
 const char *reqctx_trace_id(void);
-/* A traceparent naming this thread's trace id and a fresh span id, for a
- * response header: 0, or -EINVAL when the trace id is not 32 hex (a client's
- * request id). */
-int reqctx_traceparent(char ret[REQCTX_TRACEPARENT_LEN + 1]);
+/* A traceparent naming trace_id (NULL: this thread's) and a fresh span id,
+ * for a response header: 0, or -EINVAL when the trace id is not 32 hex (a
+ * client's request id). */
+int reqctx_traceparent(const char *trace_id, char ret[REQCTX_TRACEPARENT_LEN + 1]);
 
 #endif

@@ -52,8 +52,7 @@ static int spec_get_locked(struct store *s, const char *user, const char *sessio
 }
 
 int store_session_spec_claim(struct store *s, const char *user, const char *session,
-                             const struct store_session_spec *want, struct store_session_spec *ret,
-                             bool *ret_inserted)
+                             const struct store_session_spec *want, struct store_session_spec *ret, bool *ret_inserted)
 {
         STORE_LOCK(s);
         int r;

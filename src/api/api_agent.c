@@ -604,10 +604,14 @@ int api_m_destroy_session(struct api_req *q, cJSON **ret, struct fronterr *e)
                 }
                 exec_result_list_free(list, n);
         }
-        r = session_destroy(q->d->sessions, q->tok.user, q->session, purge, &err);
-        if (r < 0)
-                return fronterr_errno(e, r, &err, NULL);
+        /* the labels go with the session: the audit row keeps them (audit.h) */
         detail = cJSON_CreateObject();
+        api_spec_add_labels(q, q->session, detail);
+        r = session_destroy(q->d->sessions, q->tok.user, q->session, purge, &err);
+        if (r < 0) {
+                cJSON_Delete(detail);
+                return fronterr_errno(e, r, &err, NULL);
+        }
         cJSON_AddBoolToObject(detail, "purge", purge);
         cJSON_AddNumberToObject(detail, "cancelled_executions", (double)cancelled);
         (void)audit_record_json(q->d->store, q->actor, q->tok.user, q->session, "session.destroy", detail);

@@ -191,6 +191,8 @@ int api_spec_first_use(struct api_req *q, bool *ret_recorded, struct fronterr *e
 void api_spec_forget_unmade(struct api_req *q);
 /* "labels" and "resources" of session into o. */
 void api_spec_add(struct api_req *q, const char *session, cJSON *o);
+/* Only "labels", and only when the session has some. */
+void api_spec_add_labels(struct api_req *q, const char *session, cJSON *o);
 /* list_sessions' params.labels (checked as labels are): *ret_filter, NULL for none. */
 int api_spec_filter(struct api_req *q, cJSON **ret_filter, struct fronterr *e);
 bool api_spec_matches(struct api_req *q, const char *session, const cJSON *filter);

@@ -136,3 +136,14 @@ bool api_spec_matches(struct api_req *q, const char *session, const cJSON *filte
         store_session_spec_done(&spec);
         return ok;
 }
+
+void api_spec_add_labels(struct api_req *q, const char *session, cJSON *o)
+{
+        struct store_session_spec spec = {0};
+        cJSON *labels;
+
+        if (store_session_spec_get(q->d->store, q->tok.user, session, &spec) == 0 && spec.labels_json &&
+            (labels = cJSON_Parse(spec.labels_json)))
+                cJSON_AddItemToObject(o, "labels", labels);
+        store_session_spec_done(&spec);
+}

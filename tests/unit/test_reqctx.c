@@ -14,12 +14,12 @@ Test(reqctx, traceparent_is_parsed_strictly)
 {
         static const char *const bad[] = {
                 "",
-                "00-" TRACE "-00f067aa0ba902b7",                         /* no flags */
-                "00-" TRACE "-00f067aa0ba902b7-01-",                     /* version 00 is exactly 55 */
+                "00-" TRACE "-00f067aa0ba902b7",                           /* no flags */
+                "00-" TRACE "-00f067aa0ba902b7-01-",                       /* version 00 is exactly 55 */
                 "00-00000000000000000000000000000000-00f067aa0ba902b7-01", /* zero trace id */
-                "00-" TRACE "-0000000000000000-01",                      /* zero parent id */
+                "00-" TRACE "-0000000000000000-01",                        /* zero parent id */
                 "00-4BF92F3577B34DA6A3CE929D0E0E4736-00f067aa0ba902b7-01", /* upper case */
-                "ff-" TRACE "-00f067aa0ba902b7-01",                      /* version ff */
+                "ff-" TRACE "-00f067aa0ba902b7-01",                        /* version ff */
                 "0g-" TRACE "-00f067aa0ba902b7-01",
                 "00_" TRACE "-00f067aa0ba902b7-01",
                 "00-" TRACE "-00f067aa0ba902b7-0x",

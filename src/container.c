@@ -14,8 +14,10 @@
 #include <unistd.h>
 
 #include "sandboxd/docker.h"
+#include "sandboxd/jsonutil.h"
 #include "sandboxd/log.h"
 #include "sandboxd/runner_proto.h"
+#include "sandboxd/sessspec.h"
 #include "sandboxd/sessuid.h"
 
 /* Open (creating if needed) dir `name` under dirfd without following a
@@ -408,7 +410,9 @@ int container_create_started(struct docker *d, const struct sbx_config *cfg, con
                                                 "no_proxy=localhost,127.0.0.1", NULL};
 #undef PROXY_URL
         _Static_assert(RP_EGRESS_PORT == 3128, "PROXY_URL names the egress port");
-        struct docker_label labels[4 + 8];
+        struct docker_label labels[4 + 8 + SESSSPEC_LABELS_MAX];
+        char session_label_keys[SESSSPEC_LABELS_MAX][sizeof(CONTAINER_LABEL_PREFIX) + SESSSPEC_LABEL_KEY_MAX];
+        _cleanup_(cjson_freep) cJSON *session_labels = NULL;
         char network[160];
         static const char *const runner_entry[] = {RP_BINARY_PATH, NULL};
         static const char *const runner_cmd[] = {RP_SOCKET_DIR "/" RP_SOCKET_NAME, NULL};
@@ -435,6 +439,23 @@ int container_create_started(struct docker *d, const struct sbx_config *cfg, con
                         continue;
                 *eq = '\0';
                 labels[n_labels++] = (struct docker_label){extra[i], eq + 1};
+        }
+
+        /* The session's labels, checked when they were given (sessspec.h): values are
+         * [A-Za-z0-9_.-], keys a DNS-style name, so each is a safe Docker label. */
+        session_labels = p->labels_json ? cJSON_Parse(p->labels_json) : NULL;
+        {
+                const cJSON *it;
+                size_t k = 0;
+                cJSON_ArrayForEach(it, session_labels) {
+                        if (k == SESSSPEC_LABELS_MAX || !sessspec_label_key_valid(it->string) || !cJSON_IsString(it) ||
+                            !sessspec_label_value_valid(it->valuestring))
+                                continue;
+                        snprintf(session_label_keys[k], sizeof(session_label_keys[k]), CONTAINER_LABEL_PREFIX "%s",
+                                 it->string);
+                        labels[n_labels++] = (struct docker_label){session_label_keys[k], it->valuestring};
+                        k++;
+                }
         }
 
         /* The session's own uid, never root and never one shared with another session (sessuid.h). */
@@ -484,9 +505,9 @@ int container_create_started(struct docker *d, const struct sbx_config *cfg, con
         spec.security_opt = security_opt; /* Docker's default seccomp profile stays on: we never pass seccomp= */
         spec.labels = labels;
         spec.n_labels = n_labels;
-        spec.memory = cfg->memory_bytes;
-        spec.memory_swap = cfg->memory_bytes;
-        spec.nano_cpus = cfg->nano_cpus;
+        spec.memory = p->memory_bytes > 0 ? p->memory_bytes : cfg->memory_bytes;
+        spec.memory_swap = spec.memory;
+        spec.nano_cpus = p->nano_cpus > 0 ? p->nano_cpus : cfg->nano_cpus;
         spec.pids_limit = cfg->pids_limit;
         spec.cpu_shares = cfg->cpu_shares;
         spec.oom_score_adj = cfg->oom_score_adj;

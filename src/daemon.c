@@ -240,7 +240,9 @@ int daemon_open(const struct sbx_config *cfg, const struct daemon_options *opts,
                                               .exec = d->exec,
                                               .ports = d->ports,
                                               .egress = d->egress,
-                                              .pool = d->pool};
+                                              .pool = d->pool,
+                                              .store = d->store,
+                                              .cfg = &d->cfg};
         r = scripts_new(&d->cfg, d->store, d->quota, &d->scripts);
         if (r < 0) {
                 sbx_error_set(err, r, 0, "out of memory");

@@ -16,6 +16,7 @@
  * producers under q_lock's protection (bus lives from open to close, and
  * close unpublishes it before freeing). */
 #include "sandboxd/events.h"
+#include "sandboxd/reqctx.h"
 
 #include <cjson/cJSON.h>
 #include <errno.h>
@@ -206,7 +207,7 @@ void events_emit_traced(const char *type, const char *user, const char *session,
 
 void events_emit(const char *type, const char *user, const char *session, const char *data_json)
 {
-        events_emit_traced(type, user, session, NULL, data_json);
+        events_emit_traced(type, user, session, reqctx_trace_id(), data_json);
 }
 
 /* Emit o (taken) as the event's data. */

@@ -93,6 +93,13 @@ struct sbx_config {
         int64_t max_script_bytes_per_user;
         int session_ttl_max_s;
         int64_t max_stdin_bytes;
+        /* what one session may ask for (sessspec.h); 0: the global setting (cpus, memory, workspace_quota) */
+        int64_t max_session_nano_cpus;
+        int64_t max_session_memory_bytes;
+        int64_t max_session_disk_bytes;
+        /* metrics: session labels counted by these keys (comma-separated), at most this many values each */
+        char metrics_label_keys[512];
+        int metrics_label_values_max;
 
         /* services */
         int max_services_per_session;

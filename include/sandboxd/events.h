@@ -83,7 +83,7 @@ struct event {
         char type[32];
         char user[65];
         char session[65];
-        char trace_id[64]; /* a request's trace id (traceparent), "" until reqctx fills it */
+        char trace_id[65]; /* the causing request's trace id (reqctx.h, REQCTX_ID_MAX + 1), or "" */
         char *data;        /* JSON object text */
 };
 void event_unref(struct event *ev);

@@ -34,6 +34,8 @@ struct egress;
 struct pool;
 struct portpool;
 struct session_manager;
+struct store;
+struct sbx_config;
 
 /* The engines whose gauges metrics_render asks, all borrowed (the daemon
  * fills one: d->metrics_ctx). ports may be NULL. */
@@ -44,6 +46,8 @@ struct metrics_ctx {
         struct portpool *ports;
         struct egress *egress;
         struct pool *pool;
+        struct store *store;          /* sessions by label (metrics_label_keys); NULL: none */
+        const struct sbx_config *cfg; /* NULL: no label metrics */
 };
 
 /* A finished execution (exec.c, once per execution). */

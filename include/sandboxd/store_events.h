@@ -12,7 +12,7 @@
 struct store;
 
 #define STORE_EVENT_TYPE_MAX 32
-#define STORE_EVENT_TRACE_MAX 64
+#define STORE_EVENT_TRACE_MAX 65  /* REQCTX_ID_MAX + 1 */
 #define STORE_EVENT_DATA_MAX 4096 /* bytes of the JSON data object */
 
 struct store_event {

@@ -85,7 +85,9 @@ static cJSON *reply_new(const cJSON *id)
         return o;
 }
 
-static void send_error(struct api_conn *c, const cJSON *id, const char *code, const char *msg)
+/* trace_id: the request's (reqctx.h), or NULL before one was picked. */
+static void send_error_traced(struct api_conn *c, const cJSON *id, const char *code, const char *msg,
+                              const char *trace_id)
 {
         cJSON *o = reply_new(id), *e;
         _cleanup_free_ char *clean = utf8_sanitize(msg, strlen(msg));
@@ -96,8 +98,15 @@ static void send_error(struct api_conn *c, const cJSON *id, const char *code, co
         e = cJSON_AddObjectToObject(o, "error");
         cJSON_AddStringToObject(e, "code", code);
         cJSON_AddStringToObject(e, "message", clean ? clean : "");
+        if (trace_id && *trace_id)
+                cJSON_AddStringToObject(e, "trace_id", trace_id);
         conn_send(c, o);
         cJSON_Delete(o);
+}
+
+static void send_error(struct api_conn *c, const cJSON *id, const char *code, const char *msg)
+{
+        send_error_traced(c, id, code, msg, NULL);
 }
 
 static void send_result(struct api_conn *c, const cJSON *id, cJSON *result)
@@ -404,13 +413,41 @@ int api_authenticate(struct api_conn *c, const char *token, const char *method, 
         return 0;
 }
 
+static int call_traced(struct api_conn *c, const struct token_info *tok, const cJSON *id, const char *method,
+                       const cJSON *params, cJSON **ret_result, struct fronterr *e);
+
+/* params.<name> as a string, or NULL. */
+static const char *param_text(const cJSON *params, const char *name)
+{
+        const cJSON *v = cJSON_IsObject(params) ? cJSON_GetObjectItemCaseSensitive(params, name) : NULL;
+        return cJSON_IsString(v) ? v->valuestring : NULL;
+}
+
 int api_call(struct api_conn *c, const struct token_info *tok, const cJSON *id, const char *method, const cJSON *params,
              cJSON **ret_result, struct fronterr *e)
+{
+        int r;
+
+        if (!c->trace_id[0])
+                reqctx_pick(param_text(params, "traceparent"), param_text(params, "request_id"), c->trace_id);
+        reqctx_set(c->trace_id);
+        r = call_traced(c, tok, id, method, params, ret_result, e);
+        if (r == 0 && cJSON_IsObject(*ret_result)) {
+                cJSON_DeleteItemFromObjectCaseSensitive(*ret_result, "trace_id");
+                cJSON_AddStringToObject(*ret_result, "trace_id", c->trace_id);
+        }
+        reqctx_clear();
+        return r;
+}
+
+static int call_traced(struct api_conn *c, const struct token_info *tok, const cJSON *id, const char *method,
+                       const cJSON *params, cJSON **ret_result, struct fronterr *e)
 {
         struct api_req q = {.c = c, .d = c->d, .id = id, .method = method, .tok = *tok};
         cJSON *result = NULL;
         api_method_fn fn;
         const cJSON *s;
+        bool spec_recorded = false;
         int r;
 
         snprintf(q.actor, sizeof(q.actor), "token:%s", q.tok.id);
@@ -445,7 +482,13 @@ int api_call(struct api_conn *c, const struct token_info *tok, const cJSON *id, 
                 log_ctx(LOG_LEVEL_INFO, q.tok.user, q.session, NULL, "api: %s (token %s, peer uid %u pid %d)", q.method,
                         q.tok.id, (unsigned)c->peer.uid, (int)c->peer.pid);
 
+        /* labels and resources named on a session's first use apply to it (api_spec.c) */
+        if (q.session[0] && !api_method_user_level(method) && !api_tasks_sessionless(method) &&
+            strcmp(method, "destroy_session") != 0 && api_spec_first_use(&q, &spec_recorded, e) < 0)
+                return -1;
         r = api_idem_call(&q, fn, &result, e);
+        if (spec_recorded)
+                api_spec_forget_unmade(&q); /* kept only if the call made the session */
         if (r == 1) {
                 cJSON_Delete(result);
                 return 1; /* the client is gone */
@@ -500,13 +543,14 @@ static void handle_line(struct api_conn *c, const char *line, size_t len)
                 if (verdict != REQGUARD_OK)
                         r = fronterr_set(&e, "invalid", "%s", reqguard_verdict_message(verdict));
         }
+        c->trace_id[0] = '\0'; /* each request names its own (params.traceparent) */
         if (r == 0)
                 r = api_call(c, &tok, id, cJSON_IsString(method) ? method->valuestring : NULL,
                              cJSON_GetObjectItemCaseSensitive(root, "params"), &result, &e);
         if (r == 1)
                 return;
         if (r < 0)
-                send_error(c, id, e.code, e.msg);
+                send_error_traced(c, id, e.code, e.msg, c->trace_id);
         else
                 send_result(c, id, result);
 }

@@ -16,6 +16,7 @@
 #include "sandboxd/exec.h"
 #include "sandboxd/fronterr.h"
 #include "sandboxd/jsonutil.h"
+#include "sandboxd/reqctx.h"
 #include "sandboxd/token.h"
 
 #define API_WAIT_SLICE_MS 1000
@@ -46,6 +47,11 @@ struct api_conn {
         bool broken; /* wlock: a write failed, the peer is gone */
         int auth_failures;
         bool authenticated;
+        /* The request's trace id (reqctx.h): a transport that read it from
+         * headers sets it before api_call; "" lets api_call pick it from
+         * params.traceparent / params.request_id (or make one). api_call
+         * leaves the id it used here, for the transport's reply. */
+        char trace_id[REQCTX_ID_MAX + 1];
 };
 
 /* One authenticated request. */
@@ -70,7 +76,9 @@ int api_authenticate(struct api_conn *c, const char *token, const char *method, 
 /* The dispatcher every transport shares: check method, params and
  * params.session, run the method as tok's user. 0 with *ret_result, -1 with
  * e (code and message always set), 1 when the client left (send nothing).
- * Progress of a streamed exec goes to c->send. */
+ * Progress of a streamed exec goes to c->send. The thread serves the
+ * request's trace (c->trace_id, reqctx.h) meanwhile, and an object result
+ * carries it as "trace_id". */
 int api_call(struct api_conn *c, const struct token_info *tok, const cJSON *id, const char *method, const cJSON *params,
              cJSON **ret_result, struct fronterr *e);
 
@@ -167,5 +175,28 @@ int api_m_destroy_session(struct api_req *q, cJSON **ret, struct fronterr *e);
 int api_m_list_sessions(struct api_req *q, cJSON **ret, struct fronterr *e);
 /* api_events.c: the caller's lifecycle events by polling (events.h) */
 int api_m_events(struct api_req *q, cJSON **ret, struct fronterr *e);
+
+/* ---- labels and requested resources (api_spec.c, issue 29) ---- */
+struct store_session_spec;
+/* params.labels / cpu / memory / disk, checked against the user's maxima:
+ * 0 with *ret (store_session_spec_done) and *ret_given, or -1 with e
+ * (invalid, naming the member or the limit). */
+int api_spec_parse(struct api_req *q, struct store_session_spec *ret, bool *ret_given, struct fronterr *e);
+/* Record want for q->session unless it has a spec (*ret_inserted); a
+ * different spec in force is conflict. */
+int api_spec_record(struct api_req *q, const struct store_session_spec *want, bool *ret_inserted, struct fronterr *e);
+/* Before a session method: a session the call will create gets the spec
+ * its params name (*ret_recorded); an existing one must have the same
+ * (else conflict). Params without any: nothing. */
+int api_spec_first_use(struct api_req *q, bool *ret_recorded, struct fronterr *e);
+/* The call recorded a spec but made no session (refused, failed): drop it. */
+void api_spec_forget_unmade(struct api_req *q);
+/* "labels" and "resources" of session into o. */
+void api_spec_add(struct api_req *q, const char *session, cJSON *o);
+/* Only "labels", and only when the session has some. */
+void api_spec_add_labels(struct api_req *q, const char *session, cJSON *o);
+/* list_sessions' params.labels (checked as labels are): *ret_filter, NULL for none. */
+int api_spec_filter(struct api_req *q, cJSON **ret_filter, struct fronterr *e);
+bool api_spec_matches(struct api_req *q, const char *session, const cJSON *filter);
 
 #endif

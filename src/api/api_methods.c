@@ -354,6 +354,7 @@ static int m_session_info(struct api_req *q, cJSON **ret, struct fronterr *e)
         jsonutil_add_text(*ret, "last_error", info.last_error);
         jsonutil_add_text(*ret, "error_cause", info.error_cause);
         add_workspace_usage(*ret, &q->d->cfg, q->tok.user, q->session);
+        api_spec_add(q, q->session, *ret); /* labels and resources (issue 29) */
         cJSON_AddItemToObject(*ret, "egress",
                               egress_rules_policy_json(q->d->store, q->d->privacy, &q->d->cfg, q->tok.user,
                                                        q->session));

@@ -178,6 +178,7 @@ struct execution *execution_new(struct exec_engine *e, const char *id)
         x->e = e;
         x->refs = 1;
         x->spool_fd[0] = x->spool_fd[1] = -1;
+        sbx_strlcpy(x->trace_id, reqctx_trace_id(), sizeof(x->trace_id)); /* the worker serves the same request */
         pthread_mutex_init(&x->lock, NULL);
         pthread_cond_init(&x->cond, NULL);
         pthread_mutex_init(&x->stdin_lock, NULL);

@@ -35,6 +35,7 @@
 
 #include "sandboxd/common.h"
 #include "sandboxd/exec.h"
+#include "sandboxd/reqctx.h"
 #include "sandboxd/runner.h"
 
 struct docker_stream;
@@ -53,6 +54,7 @@ struct execution {
         char actor[96];
         char preview[161];
         char sha[65];
+        char trace_id[REQCTX_ID_MAX + 1]; /* of the request that started it (reqctx.h); "" adopted */
         char workdir[1024];
         char **argv;
         char **env;

@@ -133,7 +133,36 @@ static int read_pem(const char *key, const char *path, char **ret, struct sbx_er
         return 0;
 }
 
-enum MHD_Result http_queue_text(struct MHD_Connection *conn, int status, const char *type, char *text, bool close)
+void http_trace_pick(struct MHD_Connection *conn, const cJSON *params, char ret[REQCTX_ID_MAX + 1])
+{
+        const char *tp = MHD_lookup_connection_value(conn, MHD_HEADER_KIND, "traceparent");
+        const char *rid = MHD_lookup_connection_value(conn, MHD_HEADER_KIND, "X-Request-Id");
+        char trace[33];
+
+        if (!reqctx_traceparent_parse(tp, trace) && !reqctx_request_id_valid(rid)) {
+                const cJSON *p =
+                        cJSON_IsObject(params) ? cJSON_GetObjectItemCaseSensitive(params, "traceparent") : NULL;
+                const cJSON *q = cJSON_IsObject(params) ? cJSON_GetObjectItemCaseSensitive(params, "request_id") : NULL;
+                tp = cJSON_IsString(p) ? p->valuestring : NULL;
+                rid = cJSON_IsString(q) ? q->valuestring : NULL;
+        }
+        reqctx_pick(tp, rid, ret);
+}
+
+void http_trace_headers(struct MHD_Response *resp, const char *trace_id)
+{
+        char tp[REQCTX_TRACEPARENT_LEN + 1];
+
+        if (!trace_id || !*trace_id)
+                return;
+        if (reqctx_traceparent(trace_id, tp) == 0)
+                MHD_add_response_header(resp, "traceparent", tp);
+        MHD_add_response_header(resp, "X-Request-Id", trace_id);
+}
+
+/* http_queue_text, naming the request's trace (NULL: none). */
+static enum MHD_Result queue_text_traced(struct MHD_Connection *conn, int status, const char *type, char *text,
+                                         bool close, const char *trace_id)
 {
         struct MHD_Response *resp = MHD_create_response_from_buffer(strlen(text), text, MHD_RESPMEM_MUST_FREE);
         enum MHD_Result r;
@@ -142,6 +171,7 @@ enum MHD_Result http_queue_text(struct MHD_Connection *conn, int status, const c
                 free(text);
                 return MHD_NO;
         }
+        http_trace_headers(resp, trace_id);
         MHD_add_response_header(resp, MHD_HTTP_HEADER_CONTENT_TYPE, type);
         if (status == 401)
                 MHD_add_response_header(resp, MHD_HTTP_HEADER_WWW_AUTHENTICATE, "Bearer");
@@ -153,13 +183,24 @@ enum MHD_Result http_queue_text(struct MHD_Connection *conn, int status, const c
         return r;
 }
 
-static enum MHD_Result queue_json(struct MHD_Connection *conn, int status, cJSON *obj, bool close)
+enum MHD_Result http_queue_text(struct MHD_Connection *conn, int status, const char *type, char *text, bool close)
+{
+        return queue_text_traced(conn, status, type, text, close, NULL);
+}
+
+static enum MHD_Result queue_json_traced(struct MHD_Connection *conn, int status, cJSON *obj, bool close,
+                                         const char *trace_id)
 {
         char *text = obj ? cJSON_PrintUnformatted(obj) : NULL;
         cJSON_Delete(obj);
         if (!text)
                 return MHD_NO;
-        return http_queue_text(conn, status, "application/json", text, close);
+        return queue_text_traced(conn, status, "application/json", text, close, trace_id);
+}
+
+static enum MHD_Result queue_json(struct MHD_Connection *conn, int status, cJSON *obj, bool close)
+{
+        return queue_json_traced(conn, status, obj, close, NULL);
 }
 
 cJSON *http_error_object(const char *code, const char *msg, int status)
@@ -317,13 +358,17 @@ static enum MHD_Result request_run(struct http_server *srv, struct MHD_Connectio
         c.send = drop_progress;
         c.gone = sync_gone;
         c.transport = hc;
+        http_trace_pick(conn, params, c.trace_id);
         r = api_call(&c, &rq->tok, NULL, rq->method, params, &result, &e);
         cJSON_Delete(params);
         if (r == 1)
                 return MHD_NO; /* the client left: close */
-        if (r < 0)
-                return http_queue_error(conn, http_status_for_code(e.code), e.code, e.msg, false);
-        return queue_json(conn, 200, result, false);
+        if (r < 0) {
+                cJSON *o = http_error_object(e.code, e.msg, 0);
+                cJSON_AddStringToObject(cJSON_GetObjectItemCaseSensitive(o, "error"), "trace_id", c.trace_id);
+                return queue_json_traced(conn, http_status_for_code(e.code), o, false, c.trace_id);
+        }
+        return queue_json_traced(conn, 200, result, false, c.trace_id);
 }
 
 /* The metrics front: GET only, no body, no token (loopback only). */

@@ -63,6 +63,13 @@ struct http_req {
         bool timeout_off; /* the connection's idle limit is lifted while this request is answered */
 };
 
+/* The request's trace id (reqctx.h): its traceparent or X-Request-Id
+ * header, else params.traceparent / params.request_id, else a fresh one. */
+void http_trace_pick(struct MHD_Connection *conn, const cJSON *params, char ret[REQCTX_ID_MAX + 1]);
+/* The reply names it: a traceparent header (when it is a W3C trace id) and
+ * X-Request-Id. */
+void http_trace_headers(struct MHD_Response *resp, const char *trace_id);
+
 /* A response with a JSON or text body (status counted in the metrics). */
 enum MHD_Result http_queue_text(struct MHD_Connection *conn, int status, const char *type, char *text, bool close);
 enum MHD_Result http_queue_error(struct MHD_Connection *conn, int status, const char *code, const char *msg,

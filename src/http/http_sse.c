@@ -147,6 +147,7 @@ static void *sse_worker(void *arg)
         } else {
                 cJSON *o = http_error_object(r < 0 ? e.code : "unavailable", r < 0 ? e.msg : "request abandoned",
                                              http_status_for_code(r < 0 ? e.code : "unavailable"));
+                cJSON_AddStringToObject(o, "trace_id", s->c.trace_id);
                 sse_push(s, "error", o, true);
                 cJSON_Delete(o);
         }
@@ -293,12 +294,14 @@ enum MHD_Result http_sse_start(struct http_server *srv, struct MHD_Connection *c
         cJSON_DeleteItemFromObjectCaseSensitive(params, "stream");
         cJSON_AddTrueToObject(params, "stream");
         s->params = params;
+        http_trace_pick(conn, params, s->c.trace_id); /* named in the headers, before the worker runs */
 
         resp = http_sse_response(s);
         if (!resp) {
                 http_sse_unref(s);
                 return http_queue_error(conn, 503, "unavailable", "out of memory", false);
         }
+        http_trace_headers(resp, s->c.trace_id);
 
         pthread_mutex_lock(&srv->lock);
         srv->sse_workers++;

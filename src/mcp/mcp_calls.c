@@ -268,6 +268,14 @@ void mcp_call_start(struct mcp *m, const struct mcp_req *q, enum mcp_call_kind k
         c->modern = q->modern;
         c->log_level = q->log_level;
         c->api_fd = -1;
+        {
+                /* the W3C trace context MCP clients send in _meta: every API request of the call names it */
+                const cJSON *tp = cJSON_GetObjectItemCaseSensitive(cJSON_GetObjectItemCaseSensitive(q->params, "_meta"),
+                                                                   "traceparent");
+                char trace[33];
+                if (cJSON_IsString(tp) && reqctx_traceparent_parse(tp->valuestring, trace))
+                        sbx_strlcpy(c->traceparent, tp->valuestring, sizeof(c->traceparent));
+        }
         if (!c->id || !c->args) {
                 call_free(c);
                 mcp_send_error(m, q->id, MCP_INTERNAL_ERROR, NULL, "out of memory");

@@ -20,6 +20,7 @@
 #include <cjson/cJSON.h>
 
 #include "sandboxd/mcp.h"
+#include "sandboxd/reqctx.h"
 
 /* Version ranks: what a protocol version may carry. */
 enum {
@@ -135,6 +136,7 @@ struct mcp_call {
         enum mcp_call_kind kind;
         bool tasks_ok;    /* the request declared the io.modelcontextprotocol/tasks extension */
         bool legacy_task; /* 2025-11-25: the request asked for a task (params.task) */
+        char traceparent[REQCTX_TRACEPARENT_LEN + 1]; /* _meta.traceparent when valid, else "" (reqctx.h) */
 
         /* guarded by m->lock */
         bool cancelled;

@@ -62,12 +62,22 @@ static int open_api(struct mcp_call *c, struct mcp_api **ret, struct mcp_tool_re
         return k;
 }
 
+/* The call's trace context on one of its API requests (mcp_call_start). */
+static void add_trace(struct mcp_call *c, cJSON *params)
+{
+        if (params && c->traceparent[0]) {
+                cJSON_DeleteItemFromObjectCaseSensitive(params, "traceparent");
+                cJSON_AddStringToObject(params, "traceparent", c->traceparent);
+        }
+}
+
 static cJSON *api_params(struct mcp_call *c)
 {
         cJSON *p = cJSON_Duplicate(c->args, true);
 
         if (!p)
                 return NULL;
+        add_trace(c, p);
         {
                 /* a user-level tool names a session only when the caller did */
                 const struct mcp_tool *t = mcp_tool_find(c->tool);
@@ -286,6 +296,7 @@ static void cancel_behind(struct mcp_call *c, const char *execution_id)
 
         cJSON_AddStringToObject(params, "session", c->session);
         cJSON_AddStringToObject(params, "execution_id", execution_id);
+        add_trace(c, params);
         if (request_once(c->m, "cancel_execution", params, &res, &e) < 0 && strcmp(e.code, "already_finished") != 0)
                 log_warn("mcp: cannot cancel execution %s: %s: %s", execution_id, e.code, e.message);
         else
@@ -362,6 +373,7 @@ static void run_exec(struct mcp_call *c, const struct mcp_tool *t, struct mcp_to
         poll = cJSON_CreateObject();
         cJSON_AddStringToObject(poll, "session", c->session);
         cJSON_AddStringToObject(poll, "execution_id", id);
+        add_trace(c, poll);
         cJSON_AddNumberToObject(poll, "wait", may_task ? MCP_TASK_AFTER_S : c->m->poll_wait_s);
         if (follow_output) {
                 cJSON_AddStringToObject(poll, "encoding", "base64");

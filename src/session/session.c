@@ -549,6 +549,16 @@ static int try_pool(struct session *s, const char *network, char ret_id[65], cha
         if (store_session_options_get(m->store, s->user, s->id, &o) == 0 && o.image[0])
                 sbx_strlcpy(image, o.image, sizeof(image));
         store_session_options_done(&o);
+        {
+                /* a warm container has the config's limits and workspace size: a session that
+                 * asked for its own gets one made for it (its labels alone do not matter) */
+                struct store_session_spec spec = {0};
+                bool own = store_session_spec_get(m->store, s->user, s->id, &spec) == 0 &&
+                           (spec.nano_cpus || spec.memory || spec.disk);
+                store_session_spec_done(&spec);
+                if (own)
+                        return -ENOENT;
+        }
         if (gateway_is_private(m->gateway, s->user, s->id) || !pool_applies(m->pool, s->user, s->id, network))
                 return -ENOENT;
         if (pool_claim(m->pool, s->user, s->id, network, image, &c, &e) < 0)

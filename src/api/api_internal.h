@@ -90,6 +90,22 @@ void api_add_bytes(cJSON *o, const char *key, const void *buf, size_t len, bool 
 typedef int (*api_method_fn)(struct api_req *q, cJSON **ret, struct fronterr *e);
 api_method_fn api_method_find(const char *name);
 
+/* A row of the method tables (api_methods.c, api_tasks.c): the method and
+ * its documentation, from which docs/api.md is generated. params is the
+ * shape of params ("?" marks an optional member), returns the result's,
+ * description what the method does. None may be NULL or empty: the
+ * generator (src/bin/sandboxd-apidoc.c) fails the build if one is. */
+struct api_method_doc {
+        const char *name;
+        api_method_fn fn;
+        const char *params;
+        const char *returns;
+        const char *description;
+};
+/* The i-th method of every table, in table order; NULL past the last. */
+const struct api_method_doc *api_method_doc_at(size_t i);
+const struct api_method_doc *api_tasks_method_doc_at(size_t i);
+
 /* Idempotency (api_idem.c). Run fn under params.idempotency_key when the
  * method takes one (a table of method names), else just run fn. Same
  * returns as a method. */

@@ -416,43 +416,125 @@ static int m_mark_private(struct api_req *q, cJSON **ret, struct fronterr *e)
         return 0;
 }
 
-static const struct {
-        const char *name;
-        api_method_fn fn;
-} methods[] = {
-        {"exec", api_m_exec},
-        {"run_code", api_m_run_code},
-        {"get_execution", api_m_get_execution},
-        {"send_stdin", api_m_send_stdin},
-        {"cancel_execution", api_m_cancel_execution},
-        {"resize_terminal", api_m_resize_terminal},
-        {"list_executions", api_m_list_executions},
-        {"write_file", m_write_file},
-        {"read_file", m_read_file},
-        {"list_files", m_list_files},
-        {"start_service", m_start_service},
-        {"stop_service", m_stop_service},
-        {"list_services", m_list_services},
-        {"service_logs", m_service_logs},
-        {"session_info", m_session_info},
-        {"mark_private", m_mark_private},
-        {"egress_allow", m_egress_allow},
-        {"events", api_m_events}, /* api_events.c */
+/* The method table. Each method carries its documentation: params (the
+ * shape of params, "?" for optional), returns and what it does. docs/api.md
+ * is generated from this table (src/bin/sandboxd-apidoc.c), and the build
+ * fails when a method has no description. */
+// clang-format off
+static const struct api_method_doc methods_doc[] = {
+        {"exec", api_m_exec,
+         "{command, timeout_seconds?, workdir?, env?: {K: V}, stdin?, background?, interactive?, stream?, encoding?, tty?, rows?, cols?, idempotency_key?}",
+         "an execution result; with background: {execution_id, state} at once",
+         "Run a shell command (sh -c) in the session's container. With tty: true it runs on a pseudo-terminal the runner opens (rows and cols 1-1000, default 24 x 80); refused with unavailable when the session's runner is not connected."},
+        {"run_code", api_m_run_code,
+         "{language: python|node|bash, code | script: NAME, timeout_seconds?, workdir?, env?, stdin?, background?, interactive?, stream?, encoding?, cache?, idempotency_key?}",
+         "an execution result, with cached (the script cache's entry, or null) and cache_error when the cache refused it",
+         "Run code in a language's interpreter, or a script saved in the user's script cache. A run that exits 0 is saved to the cache unless cache is false."},
+        {"get_execution", api_m_get_execution,
+         "{execution_id, wait?: seconds 0-60 | true | false, stdout_offset?, stderr_offset?, encoding?: utf8|base64}",
+         "an execution result; with an offset, the bytes from it and stdout_next_offset / stderr_next_offset",
+         "Read an execution's state and output. wait long-polls until it ends or, with an offset, until output past it arrives."},
+        {"send_stdin", api_m_send_stdin,
+         "{execution_id, data, encoding?, eof?}",
+         "{execution_id, bytes, eof}",
+         "Queue bytes for an interactive execution's stdin; eof closes it. Never waits: past 1 MiB still unread by the process it is busy."},
+        {"cancel_execution", api_m_cancel_execution,
+         "{execution_id, force?}",
+         "the execution result, after waiting up to the kill grace + 5 s for the end",
+         "Stop an execution and every process it started: SIGTERM to the tree, then SIGKILL after exec_kill_grace (at once with force)."},
+        {"resize_terminal", api_m_resize_terminal,
+         "{execution_id, rows: 1-1000, cols: 1-1000}",
+         "{execution_id, rows, cols}",
+         "Change a tty execution's window size; its programs get SIGWINCH."},
+        {"list_executions", api_m_list_executions,
+         "{states?: [...], limit?: 1-1000 (50), completed_within_ms?}",
+         "{executions: [result without stdout and stderr, plus command_preview]}",
+         "List the session's executions, newest first; with completed_within_ms only those that ended that recently, the most recently ended first."},
+        {"write_file", m_write_file,
+         "{path, content, encoding?: utf8|base64, idempotency_key?}",
+         "{path, bytes}",
+         "Write a file under /workspace, making missing parents. A path that leads outside /workspace, lexically or through a symlink, is refused."},
+        {"read_file", m_read_file,
+         "{path, offset?, length?, encoding?}",
+         "{path, content, encoding, valid_utf8, offset, bytes, size, eof}",
+         "Read a file under /workspace, at most min(max_file_size, 4 MiB) per call; page with offset."},
+        {"list_files", m_list_files,
+         "{path?}",
+         "{path, entries: [{name, type: file|dir|symlink|other, size}], truncated}",
+         "List a directory under /workspace (default: /workspace itself)."},
+        {"start_service", m_start_service,
+         "{name, command, workdir?, idempotency_key?}",
+         "a service: {name, state, pid, exit_code, command, workdir, ports: [{container_port, host_port}], started_at, stopped_at, last_error}",
+         "Start a long-running process (a server) supervised by the runner; its listening ports are found and forwarded to the session's host port block."},
+        {"stop_service", m_stop_service,
+         "{name}",
+         "a service",
+         "Stop a service and its whole process tree: SIGTERM, then SIGKILL after service_stop_grace."},
+        {"list_services", m_list_services,
+         "{}",
+         "{services: [service]}",
+         "List the session's services with their state and ports."},
+        {"service_logs", m_service_logs,
+         "{name, tail_lines?: 1-10000 (100)}",
+         "{name, stdout, stderr}",
+         "The last lines a service wrote to stdout and stderr."},
+        {"session_info", m_session_info,
+         "{}",
+         "{user, session, state, network_mode, private, datasets, ports, container_id, image, labels, resources, workspace_usage, egress, ...}",
+         "The session's state, container, ports, privacy marks, labels, resources, disk usage and effective egress policy."},
+        {"mark_private", m_mark_private,
+         "{dataset, source?}",
+         "{session, datasets, network_mode}",
+         "Connector tokens only. Mark private data on the session: it loses every way out (egress, port forwards) before the call returns, for good."},
+        {"egress_allow", m_egress_allow,
+         "{pattern, scope?: session|user (session), remove?}",
+         "the session's egress policy (as in session_info), session",
+         "Connector tokens only. Add (or with remove, take back) an egress allowlist pattern for the session or for every session of the user."},
+        {"events", api_m_events, /* api_events.c */
+         "{since?, limit?}",
+         "{events: [{id, type, user, session, ts, trace_id, data}], next, gap}",
+         "Poll the user's own lifecycle events after an id (no params.session). GET /v1/events streams the same events as SSE."},
         /* agent tools (issue 17): api_agent.c */
-        {"run_tests", api_m_run_tests},
-        {"list_scripts", api_m_list_scripts},
-        {"clear_scripts", api_m_clear_scripts},
-        {"create_session", api_m_create_session},
-        {"destroy_session", api_m_destroy_session},
-        {"list_sessions", api_m_list_sessions},
+        {"run_tests", api_m_run_tests,
+         "{language: python|node, tests, code?, timeout_seconds?, idempotency_key?}",
+         "{success, summary: {total, passed, failed, skipped}, tests: [{name, passed, skipped, error, duration_ms}], tests_truncated, output, duration_ms, error, execution_id, language}",
+         "Run a test file (plain test_* functions and unittest for python, node:test for node) against optional code, as one execution, and return a result per test."},
+        {"list_scripts", api_m_list_scripts,
+         "{filter?, limit?: 1-1000 (100)}",
+         "{scripts: [{name, content_hash, language, description, bytes, created_at}], count, bytes, max_count, max_bytes}",
+         "List the user's saved scripts, newest first (no params.session); filter is a substring of the name or description."},
+        {"clear_scripts", api_m_clear_scripts,
+         "{name?}",
+         "{removed}",
+         "Remove one saved script, or all of the user's (no params.session)."},
+        {"create_session", api_m_create_session,
+         "{session?, ttl_seconds?, image?, env?: {K: V}, labels?: {K: V}, cpu?, memory?, disk?, idempotency_key?}",
+         "session_info plus {expires_at, env_names, image_name}",
+         "Start a session now, with its image, default environment, TTL, labels and resources; without session a name s-<12 hex> is made. A session that exists already is a conflict."},
+        {"destroy_session", api_m_destroy_session,
+         "{session, purge?}",
+         "{session, destroyed, purged, cancelled_executions}",
+         "Cancel the session's executions, remove its container and release its ports; with purge, delete its workspace too."},
+        {"list_sessions", api_m_list_sessions,
+         "{labels?: {K: V}}",
+         "{sessions: [{session, state, image, labels, resources, created_at, last_activity, expires_at, ...}]}",
+         "List the user's own sessions (no params.session); labels keeps the sessions that have all of them."},
 };
+// clang-format on
 
 api_method_fn api_method_find(const char *name)
 {
-        for (size_t i = 0; i < ELEMENTSOF(methods); i++)
-                if (strcmp(methods[i].name, name) == 0)
-                        return methods[i].fn;
+        for (size_t i = 0; i < ELEMENTSOF(methods_doc); i++)
+                if (strcmp(methods_doc[i].name, name) == 0)
+                        return methods_doc[i].fn;
         return api_tasks_method_find(name);
+}
+
+const struct api_method_doc *api_method_doc_at(size_t i)
+{
+        if (i < ELEMENTSOF(methods_doc))
+                return &methods_doc[i];
+        return api_tasks_method_doc_at(i - ELEMENTSOF(methods_doc));
 }
 
 /* ---- agent tools (issue 17): what api_agent.c shares ---- */

@@ -201,28 +201,47 @@ static int m_cancel_task(struct api_req *q, cJSON **ret, struct fronterr *e)
         return 0;
 }
 
+/* The tasks methods, documented like api_methods.c's table (docs/api.md). */
+// clang-format off
 static const struct {
-        const char *name;
-        api_method_fn fn;
+        struct api_method_doc doc;
         bool sessionless;
 } task_methods[] = {
-        {"create_task", m_create_task, false},
-        {"get_task", m_get_task, true},
-        {"cancel_task", m_cancel_task, true},
+        {{"create_task", m_create_task,
+          "{execution_id, tool: exec|run_code}",
+          "a task: {task_id, session, execution_id, tool, status, status_message, execution_state, ttl_ms, poll_interval_ms, created_at, updated_at, expires_at, cancel_requested}",
+          "Make an MCP task handle for a running execution, recorded in the store. A task lives an hour; a user holds at most 64 live ones (busy past that)."},
+         false},
+        {{"get_task", m_get_task,
+          "{task_id}",
+          "a task; status is working, completed, cancelled or failed (only when the execution is gone)",
+          "Read a task and the state of the execution behind it (no params.session)."},
+         true},
+        {{"cancel_task", m_cancel_task,
+          "{task_id}",
+          "the task, cancelled from now on",
+          "Cancel a task and its execution (no params.session); already_finished if it had ended or was cancelled."},
+         true},
 };
+// clang-format on
 
 api_method_fn api_tasks_method_find(const char *name)
 {
         for (size_t i = 0; i < ELEMENTSOF(task_methods); i++)
-                if (strcmp(task_methods[i].name, name) == 0)
-                        return task_methods[i].fn;
+                if (strcmp(task_methods[i].doc.name, name) == 0)
+                        return task_methods[i].doc.fn;
         return NULL;
+}
+
+const struct api_method_doc *api_tasks_method_doc_at(size_t i)
+{
+        return i < ELEMENTSOF(task_methods) ? &task_methods[i].doc : NULL;
 }
 
 bool api_tasks_sessionless(const char *name)
 {
         for (size_t i = 0; name && i < ELEMENTSOF(task_methods); i++)
-                if (strcmp(task_methods[i].name, name) == 0)
+                if (strcmp(task_methods[i].doc.name, name) == 0)
                         return task_methods[i].sessionless;
         return false;
 }

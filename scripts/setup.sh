@@ -163,7 +163,7 @@ fi
 
 # --- sandbox_uid_range ------------------------------------------------------
 # Every session runs as a host uid (and gid) of its own from sandbox_uid_range
-# (README, "A host uid per session"). No host account, group or subordinate-id
+# (docs/security.md, "A host uid per session"). No host account, group or subordinate-id
 # range may hold one of them: the daemon refuses to start otherwise, and
 # `sandboxd --check-config` says the same. The range is the config's (the
 # environment's SANDBOXD_SANDBOX_UID_RANGE, else an installed sandboxd.conf),

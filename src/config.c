@@ -98,7 +98,7 @@ static const struct config_key keys[] = {
         {"runtime", CFG_ENUM, F(runtime), 0, 0, 0, "runc", "runc|runsc",
          "OCI runtime of sandbox containers (runsc: gVisor, sealed); per user: sandboxctl runtime"},
         {"workspace_quota_mode", CFG_ENUM, F(workspace_quota_mode), 0, 0, 0, "off", "off|project|loop|measure",
-         "workspace disk quota: loop = an ext4 image per workspace; measure = refuse work once over (README)"},
+         "workspace disk quota: loop = an ext4 image per workspace; measure = refuse work once over (docs/operations.md)"},
         {"workspace_quota", CFG_SIZE, F(workspace_quota_bytes), 0, 16 << 20, INT64_C(1) << 44, "1g", NULL,
          "bytes per session workspace (loop: the image size, file system metadata included)"},
         {"workspace_inodes", CFG_INT, F(workspace_inodes), 0, 1024, 1 << 26, "65536", NULL,

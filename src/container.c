@@ -83,7 +83,7 @@ int container_workspace_ensure(const struct sbx_config *cfg, const char *user, c
                 log_ctx(own.cut ? LOG_LEVEL_WARN : LOG_LEVEL_INFO, user, session, NULL,
                         "workspace given to uid %u: %" PRIu64 " of %" PRIu64 " entries changed owner%s", (unsigned)uid,
                         own.changed, own.visited,
-                        own.cut ? "; stopped at the walk's bound, the rest keeps its old owner (README: A host uid "
+                        own.cut ? "; stopped at the walk's bound, the rest keeps its old owner (docs/security.md: A host uid "
                                   "per session)"
                                 : "");
         if (r < 0)

@@ -108,7 +108,7 @@
  *   egress_allow    {pattern, scope?: session|user (session), remove?}  (role connector only)
  *                                                                → the session's egress (as session_info's), session
  *
- * Agent tools (issue 17, src/api/api_agent.c; README "Agent tools"):
+ * Agent tools (issue 17, src/api/api_agent.c; docs/api.md "Agent tools"):
  *   run_tests       {language: python|node, tests, code?, timeout_seconds?}
  *       → {success, summary: {total, passed, failed, skipped}, tests: [{name, passed, skipped, error,
  *         duration_ms}], tests_truncated, output, duration_ms, error, execution_id, language}

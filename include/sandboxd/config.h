@@ -108,7 +108,7 @@ struct sbx_config {
         /* files */
         int64_t max_file_bytes;
 
-        /* egress proxy (egress.h, README "Egress") */
+        /* egress proxy (egress.h, docs/security.md) */
         char egress_allow[4096];         /* patterns (egress_policy.h); "" = nothing */
         char egress_allow_private[1024]; /* CIDR list exempt from the SSRF guard */
         char egress_resolve[2048];       /* name=ip,... static resolver overrides */

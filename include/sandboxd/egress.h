@@ -13,7 +13,7 @@
  * Threads: egress_new starts the module's own loop thread; egress_accept
  * and egress_close_session may be called from any thread.
  *
- * Policy (README "Egress"): default deny; the allowlist is the config's
+ * Policy (docs/security.md, "The egress proxy"): default deny; the allowlist is the config's
  * egress_allow plus the additions per user and per session in the store
  * (egress_rules.h); the SSRF guard refuses loopback, private, link-local,
  * metadata and other special addresses (egress_policy.h) unless they are in

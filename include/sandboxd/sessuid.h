@@ -66,7 +66,7 @@ struct sessuid_own_stats {
  * is changed itself, never its target; mount points are not crossed; only
  * entries owned by the old uid (gid) change. A root-owned dirfd (a loop
  * mount point) changes alone. Bounded by SESSUID_OWN_MAX_ENTRIES and
- * _DEPTH (stats->cut; README, "A host uid per session", says how to finish
+ * _DEPTH (stats->cut; docs/security.md, "A host uid per session", says how to finish
  * by hand). dirfd itself changes last. Returns 0 or -errno. */
 int sessuid_own_tree(int dirfd, uid_t uid, struct sessuid_own_stats *ret_stats);
 

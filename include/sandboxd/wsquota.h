@@ -11,7 +11,7 @@
  *            executions and file writes of a session at or past its quota
  *            are refused with -EDQUOT (API code quota_exceeded).
  *   project  file system project quotas: detected and refused at start
- *            (not implemented; see README).
+ *            (not implemented; see docs/operations.md).
  *
  * Stateless: the mount table is the state. Keys must be validated
  * (session_key_check) before they reach this module. Callers serialise

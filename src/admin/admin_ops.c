@@ -216,7 +216,7 @@ int admin_c_quota_list(struct admin_req *q, cJSON **ret, struct fronterr *e)
         return 0;
 }
 
-/* ---- egress (README "Egress") ---- */
+/* ---- egress (docs/security.md, "The egress proxy and the SSRF guard") ---- */
 
 /* The session's egress rows, newest first. */
 int admin_c_egress_log(struct admin_req *q, cJSON **ret, struct fronterr *e)

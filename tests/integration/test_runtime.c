@@ -151,7 +151,7 @@ Test(runtime, per_user)
         /* the ratchet: private data on a gVisor session; its container is recreated, still gVisor */
         cr_assert_eq(privacy_mark(d->privacy, "hirisk", "s", "crm", NULL, "test", &err), 0, "%s", err.msg);
         if (sh("hirisk", "s", "dmesg | head -1; cat /workspace/note.txt", &out) != 0) {
-                /* gVisor's sandbox here sometimes dies under load (README, "gVisor for
+                /* gVisor's sandbox here sometimes dies under load (docs/security.md, "gVisor for
                  * high-risk tenants"); the session must then come back, private and
                  * still gVisor, on the same workspace */
                 fprintf(stderr,

@@ -2,7 +2,7 @@
 methods) and ``Session`` (everything that acts in one session).
 
 Every method is one ``POST /v1/<method>`` with the params as the JSON body
-(README "Remote access: the HTTPS API"; the method table is
+(docs/api.md "The HTTPS API"; the method table is
 src/api/api_methods.c, the parameters include/sandboxd/api.h). Results are
 ``Result`` dicts whose keys read as attributes, so fields the daemon adds
 later show up without a new client.

@@ -1,7 +1,7 @@
 """Typed errors: one exception class per API error code.
 
 The daemon answers a failed call with ``{"error": {"code", "message"}}`` and
-the HTTP status for the code (README "Remote access: the HTTPS API"; the
+the HTTP status for the code (docs/api.md "The HTTPS API"; the
 codes are src/fronterr.c's and src/http/http.c's). ``SandboxdError.code``
 is always the API's code string, so a caller can match on either the class
 or the code; a code this client does not know yet still raises

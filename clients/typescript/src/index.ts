@@ -2,7 +2,7 @@
 // runtime dependencies.
 //
 // Every method is one `POST /v1/<method>` with the params as the JSON body
-// (README "Remote access: the HTTPS API"; the method table is
+// (docs/api.md "The HTTPS API"; the method table is
 // src/api/api_methods.c, the parameters include/sandboxd/api.h). `exec` and
 // `run_code` also stream as Server-Sent Events (execStream, runCodeStream).
 //

@@ -67,8 +67,7 @@ static const cJSON *find_tool(const cJSON *tools, const char *name)
 {
         const cJSON *t;
 
-        cJSON_ArrayForEach(t, tools)
-        {
+        cJSON_ArrayForEach(t, tools) {
                 const cJSON *n = cJSON_GetObjectItemCaseSensitive(t, "name");
                 if (cJSON_IsString(n) && strcmp(n->valuestring, name) == 0)
                         return t;
@@ -86,8 +85,7 @@ static void schema_type(FILE *out, const cJSON *sch)
         bool first = true;
 
         if (cJSON_IsArray(en)) {
-                cJSON_ArrayForEach(b, en)
-                {
+                cJSON_ArrayForEach(b, en) {
                         if (cJSON_IsString(b))
                                 fprintf(out, "%s`%s`", first ? "" : " \\| ", b->valuestring);
                         first = false;
@@ -98,8 +96,7 @@ static void schema_type(FILE *out, const cJSON *sch)
                 fputs(type->valuestring, out);
                 return;
         }
-        cJSON_ArrayForEach(b, any)
-        {
+        cJSON_ArrayForEach(b, any) {
                 fputs(first ? "" : " or ", out);
                 schema_type(out, b);
                 first = false;
@@ -118,13 +115,11 @@ static int tool_params(FILE *out, const cJSON *tool)
                 return 0;
         }
         fputs("| argument | type | required | description |\n| --- | --- | --- | --- |\n", out);
-        cJSON_ArrayForEach(p, props)
-        {
+        cJSON_ArrayForEach(p, props) {
                 bool required = false;
                 const cJSON *d = cJSON_GetObjectItemCaseSensitive(p, "description");
 
-                cJSON_ArrayForEach(r, req)
-                {
+                cJSON_ArrayForEach(r, req) {
                         if (cJSON_IsString(r) && strcmp(r->valuestring, p->string) == 0)
                                 required = true;
                 }
@@ -152,15 +147,17 @@ static int reference(FILE *out, const cJSON *tools)
               out);
         for (size_t i = 0; (m = api_method_doc_at(i)); i++) {
                 if (blank(m->params) || blank(m->returns) || blank(m->description)) {
-                        fprintf(stderr, "sandboxd-apidoc: API method %s has no %s: describe it in its table\n",
-                                m->name, blank(m->description) ? "description" : blank(m->params) ? "params" : "returns");
+                        fprintf(stderr, "sandboxd-apidoc: API method %s has no %s: describe it in its table\n", m->name,
+                                blank(m->description) ? "description"
+                                : blank(m->params)    ? "params"
+                                                      : "returns");
                         bad = 1;
                         continue;
                 }
                 fprintf(out, "### `%s`\n\n%s\n\n", m->name, m->description);
                 fprintf(out, "- **Params:** `%s`%s\n", m->params,
                         api_method_user_level(m->name) || api_tasks_sessionless(m->name) ? " (no `params.session`)"
-                                                                                        : ", with `session`");
+                                                                                         : ", with `session`");
                 fprintf(out, "- **Returns:** %s\n", m->returns);
                 t = find_tool(tools, m->name);
                 if (t)
@@ -172,14 +169,14 @@ static int reference(FILE *out, const cJSON *tools)
               "Generated from `schemas/mcp_tools.json`, the catalog `tools/list` serves. A tool\n"
               "calls the API method of its name; `session` defaults to the adapter's session.\n\n",
               out);
-        cJSON_ArrayForEach(t, tools)
-        {
+        cJSON_ArrayForEach(t, tools) {
                 const cJSON *name = cJSON_GetObjectItemCaseSensitive(t, "name");
                 const cJSON *title = cJSON_GetObjectItemCaseSensitive(t, "title");
                 const cJSON *desc = cJSON_GetObjectItemCaseSensitive(t, "description");
 
                 if (!cJSON_IsString(name) || !cJSON_IsString(desc) || blank(desc->valuestring)) {
-                        fprintf(stderr, "sandboxd-apidoc: a tool of schemas/mcp_tools.json has no name or description\n");
+                        fprintf(stderr,
+                                "sandboxd-apidoc: a tool of schemas/mcp_tools.json has no name or description\n");
                         bad = 1;
                         continue;
                 }

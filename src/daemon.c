@@ -7,7 +7,8 @@
 #include <string.h>
 #include <sys/stat.h>
 
-#include "sandboxd/docker.h"
+#include "sandboxd/engine.h"
+#include "sandboxd/engine_docker.h"
 #include "sandboxd/egress.h"
 #include "sandboxd/exec.h"
 #include "sandboxd/gateway.h"
@@ -133,7 +134,7 @@ int daemon_open(const struct sbx_config *cfg, const struct daemon_options *opts,
         static const struct daemon_options no_opts = {0};
         struct daemon *d = calloc(1, sizeof(*d));
         char db[SBX_PATH_MAX + 32];
-        struct docker_version ver;
+        struct engine_version ver;
         int r;
 
         if (!d)
@@ -163,18 +164,13 @@ int daemon_open(const struct sbx_config *cfg, const struct daemon_options *opts,
         (void)store_idem_reset_pending(d->store);
         (void)store_idem_prune(d->store, sbx_wall_ms(), false);
 
-        d->docker = docker_new(d->cfg.docker_socket, d->cfg.docker_timeout_ms);
-        if (!d->docker) {
-                r = sbx_error_set(err, -ENOMEM, 0, "out of memory");
+        r = engine_docker_new(d->cfg.docker_socket, d->cfg.docker_timeout_ms, &d->engine, err);
+        if (r == 0)
+                r = engine_connect(d->engine, err);
+        if (r < 0)
                 goto fail;
-        }
-        r = docker_negotiate(d->docker, err);
-        if (r < 0) {
-                sbx_error_prefix(err, "connecting to Docker at %s", d->cfg.docker_socket);
-                goto fail;
-        }
-        if (docker_version(d->docker, &ver, NULL) == 0)
-                log_info("Docker engine %s, API %s", ver.version, docker_api_version(d->docker));
+        if (engine_version(d->engine, &ver, NULL) == 0)
+                log_info("Docker engine %s, API %s", ver.version, ver.api_version);
 
         r = portpool_new(d->store, d->cfg.port_range_lo, d->cfg.port_range_hi, d->cfg.ports_per_session, &d->ports,
                          err);
@@ -184,10 +180,10 @@ int daemon_open(const struct sbx_config *cfg, const struct daemon_options *opts,
         if (r < 0)
                 goto fail;
         /* claims a previous daemon began are finished before the session rows load */
-        r = pool_recover_claims(&d->cfg, d->store, d->docker, err);
+        r = pool_recover_claims(&d->cfg, d->store, d->engine, err);
         if (r < 0)
                 goto fail;
-        r = session_manager_new(&d->cfg, d->docker, d->store, d->ports, opts->extra_labels, &d->sessions, err);
+        r = session_manager_new(&d->cfg, d->engine, d->store, d->ports, opts->extra_labels, &d->sessions, err);
         if (r < 0)
                 goto fail;
         session_set_quota(d->sessions, d->quota);
@@ -197,7 +193,7 @@ int daemon_open(const struct sbx_config *cfg, const struct daemon_options *opts,
         if (!runner_hub_binary(d->runner))
                 log_warn("the runner binary is missing or not root-owned: containers run without it (docker exec)");
         session_set_runner_hub(d->sessions, d->runner);
-        r = pool_new(&d->cfg, d->docker, d->store, d->runner, opts->extra_labels, &d->pool, err);
+        r = pool_new(&d->cfg, d->engine, d->store, d->runner, opts->extra_labels, &d->pool, err);
         if (r < 0)
                 goto fail;
         pool_set_load_fn(d->pool, live_sessions, d->sessions);
@@ -217,11 +213,11 @@ int daemon_open(const struct sbx_config *cfg, const struct daemon_options *opts,
         gateway_set_private_check(d->gateway, gateway_private, d->privacy);
         session_set_gateway(d->sessions, d->gateway);
         (void)session_register_failure_handler(d->sessions, drop_gateway, d->gateway);
-        r = runtime_new(&d->cfg, d->docker, d->store, &d->runtime, err);
+        r = runtime_new(&d->cfg, d->engine, d->store, &d->runtime, err);
         if (r < 0)
                 goto fail;
         runtime_attach(d->runtime, d->sessions);
-        r = exec_engine_new(&d->cfg, d->docker, d->store, d->sessions, &d->exec, err);
+        r = exec_engine_new(&d->cfg, d->engine, d->store, d->sessions, &d->exec, err);
         if (r < 0)
                 goto fail;
         exec_set_quota(d->exec, d->quota);
@@ -232,7 +228,8 @@ int daemon_open(const struct sbx_config *cfg, const struct daemon_options *opts,
                                               .exec = d->exec,
                                               .ports = d->ports,
                                               .egress = d->egress,
-                                              .pool = d->pool};
+                                              .pool = d->pool,
+                                              .engine = d->engine};
         r = scripts_new(&d->cfg, d->store, d->quota, &d->scripts);
         if (r < 0) {
                 sbx_error_set(err, r, 0, "out of memory");
@@ -240,7 +237,7 @@ int daemon_open(const struct sbx_config *cfg, const struct daemon_options *opts,
         }
         (void)exec_engine_recover(d->exec, NULL);
         /* before reconciling, so services of containers lost meanwhile are cleared */
-        r = service_manager_new(&d->cfg, d->docker, d->store, d->sessions, d->exec, &d->services, err);
+        r = service_manager_new(&d->cfg, d->engine, d->store, d->sessions, d->exec, &d->services, err);
         if (r < 0)
                 goto fail;
         service_set_quota(d->services, d->quota);
@@ -256,7 +253,7 @@ int daemon_open(const struct sbx_config *cfg, const struct daemon_options *opts,
         adopt_runners(d);
         exec_engine_adopt(d->exec); /* executions the runners kept while the daemon was away */
         if (!opts->no_monitor) {
-                r = monitor_start(&d->cfg, d->docker, d->sessions, &d->monitor, err);
+                r = monitor_start(&d->cfg, d->engine, d->sessions, &d->monitor, err);
                 if (r == 0)
                         r = service_manager_start(d->services, err);
                 if (r < 0)
@@ -293,15 +290,15 @@ void daemon_close(struct daemon *d)
         session_manager_free(d->sessions);
         quota_free(d->quota); /* after every engine that asks it */
         portpool_free(d->ports);
-        docker_free(d->docker);
+        engine_free(d->engine);
         store_close(d->store);
         free(d);
 }
 
-int daemon_docker_version(struct daemon *d, char *ret, size_t size, struct sbx_error *err)
+int daemon_engine_version(struct daemon *d, char *ret, size_t size, struct sbx_error *err)
 {
-        struct docker_version v;
-        int r = docker_version(d->docker, &v, err);
+        struct engine_version v;
+        int r = engine_version(d->engine, &v, err);
         if (r < 0)
                 return r;
         sbx_strlcpy(ret, v.version, size);

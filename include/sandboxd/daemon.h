@@ -10,7 +10,7 @@
 #include "sandboxd/files.h"
 #include "sandboxd/metrics.h"
 
-struct docker;
+struct engine;
 struct store;
 struct portpool;
 struct session_manager;
@@ -28,7 +28,7 @@ struct scripts;
 
 struct daemon {
         struct sbx_config cfg; /* read-only after daemon_open */
-        struct docker *docker;
+        struct engine *engine; /* the container engine (engine.h) */
         struct store *store;
         struct portpool *ports;
         struct session_manager *sessions;
@@ -71,6 +71,6 @@ void daemon_close(struct daemon *d);
 
 /* The Docker engine's version, asked now (for health and stats: the fronts
  * never talk to Docker themselves). */
-int daemon_docker_version(struct daemon *d, char *ret, size_t size, struct sbx_error *err);
+int daemon_engine_version(struct daemon *d, char *ret, size_t size, struct sbx_error *err);
 
 #endif

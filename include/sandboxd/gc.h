@@ -109,7 +109,7 @@ struct gc_options {
  * (see ret->total.failed) — and fills *ret (free with gc_report_done).
  * Returns -errno with err set when it could not start at all: no data_dir or
  * store, Docker unreachable, another gc holding {data_dir}/gc.lock (-EBUSY).
- * The caller has called docker_global_init(). */
+ * The caller has called engine_docker_global_init(). */
 int gc_run(const struct sbx_config *cfg, const struct gc_options *opts, struct gc_report *ret, struct sbx_error *err);
 void gc_report_done(struct gc_report *r);
 

@@ -26,6 +26,7 @@
 #include "sandboxd/exec.h"
 
 struct egress;
+struct engine;
 struct pool;
 struct portpool;
 struct session_manager;
@@ -39,6 +40,7 @@ struct metrics_ctx {
         struct portpool *ports;
         struct egress *egress;
         struct pool *pool;
+        struct engine *engine;
 };
 
 /* A finished execution (exec.c, once per execution). */

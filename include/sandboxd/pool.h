@@ -50,7 +50,7 @@
 #define POOL_USER "@pool"
 #define POOL_LABEL "sandboxd.pool"
 
-struct docker;
+struct engine;
 struct store;
 struct runner_hub;
 struct pool;
@@ -60,7 +60,7 @@ struct pool;
 /* Live sessions right now (the pool keeps slots + sessions <= max_sessions). */
 typedef size_t (*pool_load_fn)(void *userdata);
 
-int pool_new(const struct sbx_config *cfg, struct docker *d, struct store *st, struct runner_hub *h,
+int pool_new(const struct sbx_config *cfg, struct engine *d, struct store *st, struct runner_hub *h,
              const char *const *extra_labels, struct pool **ret, struct sbx_error *err);
 void pool_set_load_fn(struct pool *p, pool_load_fn fn, void *userdata);
 /* Start the refill thread (nothing when pool_size is 0). */
@@ -70,7 +70,7 @@ void pool_free(struct pool *p);
 
 /* Finish every claim a previous daemon left half done. Run before the
  * session manager loads the session rows. */
-int pool_recover_claims(const struct sbx_config *cfg, struct store *st, struct docker *d, struct sbx_error *err);
+int pool_recover_claims(const struct sbx_config *cfg, struct store *st, struct engine *d, struct sbx_error *err);
 /* After a restart: adopt ready slots whose container runs (at most their
  * image's size: a pool turned off or made smaller gives its containers
  * back; only those of the quota in force), remove the rest

@@ -19,7 +19,7 @@
 #include "sandboxd/config.h"
 #include "sandboxd/utf8.h"
 
-struct docker;
+struct engine;
 struct store;
 struct portpool;
 struct session_manager;
@@ -65,7 +65,7 @@ typedef bool (*session_busy_fn)(const char *user, const char *session, void *use
 
 /* extra_labels: NULL-terminated "k=v" labels added to every container (tests
  * use it for their run label); copied. */
-int session_manager_new(const struct sbx_config *cfg, struct docker *d, struct store *st, struct portpool *pp,
+int session_manager_new(const struct sbx_config *cfg, struct engine *d, struct store *st, struct portpool *pp,
                         const char *const *extra_labels, struct session_manager **ret, struct sbx_error *err);
 /* Frees memory only: containers keep running (a restart adopts them). */
 void session_manager_free(struct session_manager *m);

@@ -340,7 +340,7 @@ static enum MHD_Result metrics_request(struct http_server *srv, struct MHD_Conne
                 return http_queue_text(conn, 200, "text/plain; version=0.0.4; charset=utf-8", text, false);
         }
         if (strcmp(url, "/healthz") == 0) {
-                if (daemon_docker_version(srv->d, version, sizeof(version), NULL) < 0)
+                if (daemon_engine_version(srv->d, version, sizeof(version), NULL) < 0)
                         return http_queue_text(conn, 503, "text/plain", strdup("docker unreachable\n"), false);
                 return http_queue_text(conn, 200, "text/plain", strdup("ok\n"), false);
         }

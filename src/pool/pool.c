@@ -27,7 +27,7 @@
 #include <unistd.h>
 
 #include "sandboxd/container.h"
-#include "sandboxd/docker.h"
+#include "sandboxd/engine.h"
 #include "sandboxd/log.h"
 #include "sandboxd/runner.h"
 #include "sandboxd/session.h"
@@ -60,7 +60,7 @@ struct pool_image {
 
 struct pool {
         const struct sbx_config *cfg;
-        struct docker *docker;
+        struct engine *engine;
         struct store *store;
         struct runner_hub *runner;
         char *labels[MAX_EXTRA + 2]; /* extra labels + sandboxd.pool=1, NULL-terminated */
@@ -137,13 +137,13 @@ int pool_reconcile(struct pool *p, struct sbx_error *err)
 {
         char filter[128];
         const char *filters[] = {POOL_LABEL "=1", filter, NULL};
-        _cleanup_free_ struct docker_container_summary *list = NULL;
+        _cleanup_free_ struct engine_container_summary *list = NULL;
         _cleanup_free_ struct store_pool_slot *rows = NULL;
         size_t n = 0, n_rows = 0, adopted = 0, removed = 0, adopted_of[POOL_MAX_IMAGES] = {0};
         int r;
 
         snprintf(filter, sizeof(filter), CONTAINER_LABEL_INSTANCE "=%s", p->cfg->instance);
-        r = docker_container_list(p->docker, filters, true, &list, &n, err);
+        r = engine_list(p->engine, filters, true, &list, &n, err);
         if (r < 0)
                 return r;
         r = store_pool_list(p->store, &rows, &n_rows);
@@ -151,11 +151,11 @@ int pool_reconcile(struct pool *p, struct sbx_error *err)
                 return sbx_error_set(err, r, 0, "listing pool slots: %s", strerror(-r));
         for (size_t i = 0; i < n_rows; i++) {
                 const struct store_pool_slot *row = &rows[i];
-                const struct docker_container_summary *c = NULL;
+                const struct engine_container_summary *c = NULL;
                 struct pool_image *img = image_of(p, row->image_ref);
 
                 for (size_t j = 0; j < n; j++) {
-                        const char *slot = docker_kv_get(list[j].labels, list[j].n_labels, CONTAINER_LABEL_SESSION);
+                        const char *slot = engine_label_get(list[j].labels, list[j].n_labels, CONTAINER_LABEL_SESSION);
                         if ((row->container_id[0] && strcmp(list[j].id, row->container_id) == 0) ||
                             (slot && strcmp(slot, row->slot) == 0))
                                 c = &list[j];
@@ -174,7 +174,7 @@ int pool_reconcile(struct pool *p, struct sbx_error *err)
                 }
                 if (strcmp(row->state, "claiming") == 0)
                         continue; /* pool_recover_claims' */
-                pool_slot_discard(p->cfg, p->store, p->docker, p->runner, row->slot, c ? c->id : row->container_id);
+                pool_slot_discard(p->cfg, p->store, p->engine, p->runner, row->slot, c ? c->id : row->container_id);
                 removed++;
         }
         removed += pool_sweep_leftovers(p->cfg, p->store, false);
@@ -186,12 +186,12 @@ int pool_reconcile(struct pool *p, struct sbx_error *err)
 
 static int resolve_image(struct pool *p, struct pool_image *img, struct sbx_error *err)
 {
-        struct docker_image_info info;
+        struct engine_image_info info;
         int r;
 
         if (img->id[0])
                 return 0;
-        r = docker_image_inspect(p->docker, img->ref, &info, err);
+        r = engine_image_inspect(p->engine, img->ref, &info, err);
         if (r < 0)
                 return r;
         sbx_strlcpy(img->id, info.id, sizeof(img->id));
@@ -241,7 +241,7 @@ static int refill_one(struct pool *p, struct pool_image *img, struct sbx_error *
         cp.egress_proxy = strcmp(cp.network_mode, "none") == 0 && runner_bin;
         cp.runner_binary = runner_bin;
         cp.runner_dir = runner_bin ? runner_dir : NULL;
-        r = container_create_started(p->docker, p->cfg, &cp, id, err);
+        r = container_create_started(p->engine, p->cfg, &cp, id, err);
         if (r < 0)
                 goto fail;
         if (runner_bin && !runner_hub_wait(p->runner, POOL_USER, slot, RUNNER_WAIT_MS)) {
@@ -257,7 +257,7 @@ static int refill_one(struct pool *p, struct pool_image *img, struct sbx_error *
         log_debug("pool: slot %s of %s ready (container %.12s)", slot, img->ref, id);
         return 0;
 fail:
-        pool_slot_discard(p->cfg, p->store, p->docker, p->runner, slot, id);
+        pool_slot_discard(p->cfg, p->store, p->engine, p->runner, slot, id);
         return r;
 }
 
@@ -521,7 +521,7 @@ int pool_claim(struct pool *p, const char *user, const char *session, const char
                         break;
                 log_ctx(LOG_LEVEL_WARN, user, session, row.container_id, "pool: slot %s is not usable, dropped",
                         row.slot);
-                pool_slot_discard(p->cfg, p->store, p->docker, p->runner, row.slot, row.container_id);
+                pool_slot_discard(p->cfg, p->store, p->engine, p->runner, row.slot, row.container_id);
         }
         if (r == 0) {
                 pool_hook("claiming");
@@ -530,7 +530,7 @@ int pool_claim(struct pool *p, const char *user, const char *session, const char
                         /* the slot goes whole (a workspace it already moved stays the session's, and the
                          * cold path hands its files to the session's own uid): never two containers on
                          * one workspace, and nothing left 'claiming' */
-                        pool_slot_discard(p->cfg, p->store, p->docker, p->runner, row.slot, row.container_id);
+                        pool_slot_discard(p->cfg, p->store, p->engine, p->runner, row.slot, row.container_id);
                         r = r == -ENOENT ? -EIO : r;
                 }
         }
@@ -576,12 +576,12 @@ void pool_make_room(struct pool *p)
         if (store_pool_evict_oldest(p->store, &row) < 0)
                 return;
         log_info("pool: slot %s removed to make room for a session (max_sessions)", row.slot);
-        pool_slot_discard(p->cfg, p->store, p->docker, p->runner, row.slot, row.container_id);
+        pool_slot_discard(p->cfg, p->store, p->engine, p->runner, row.slot, row.container_id);
 }
 
 /* ---- lifetime and stats ---- */
 
-int pool_new(const struct sbx_config *cfg, struct docker *d, struct store *st, struct runner_hub *h,
+int pool_new(const struct sbx_config *cfg, struct engine *d, struct store *st, struct runner_hub *h,
              const char *const *extra_labels, struct pool **ret, struct sbx_error *err)
 {
         struct pool *p = calloc(1, sizeof(*p));
@@ -591,7 +591,7 @@ int pool_new(const struct sbx_config *cfg, struct docker *d, struct store *st, s
         if (!p)
                 return sbx_error_set(err, -ENOMEM, 0, "out of memory");
         p->cfg = cfg;
-        p->docker = d;
+        p->engine = d;
         p->store = st;
         p->runner = h;
         pthread_mutex_init(&p->lock, NULL);

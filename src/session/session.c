@@ -20,7 +20,7 @@
 
 #include "sandboxd/audit.h"
 #include "sandboxd/container.h"
-#include "sandboxd/docker.h"
+#include "sandboxd/engine.h"
 #include "sandboxd/log.h"
 #include "sandboxd/gateway.h"
 #include "sandboxd/portpool.h"
@@ -282,7 +282,7 @@ static const char *default_policy(const char *user, const char *session, void *u
         return cfg->network_default;
 }
 
-int session_manager_new(const struct sbx_config *cfg, struct docker *d, struct store *st, struct portpool *pp,
+int session_manager_new(const struct sbx_config *cfg, struct engine *d, struct store *st, struct portpool *pp,
                         const char *const *extra_labels, struct session_manager **ret, struct sbx_error *err)
 {
         struct session_manager *m = calloc(1, sizeof(*m));
@@ -293,7 +293,7 @@ int session_manager_new(const struct sbx_config *cfg, struct docker *d, struct s
         if (!m)
                 return sbx_error_set(err, -ENOMEM, 0, "out of memory");
         *m = (struct session_manager){
-                .cfg = cfg, .docker = d, .store = st, .ports = pp, .policy = default_policy, .policy_ud = (void *)cfg};
+                .cfg = cfg, .engine = d, .store = st, .ports = pp, .policy = default_policy, .policy_ud = (void *)cfg};
         pthread_mutex_init(&m->lock, NULL);
         for (size_t i = 0; extra_labels && extra_labels[i] && i < MAX_EXTRA_LABELS; i++)
                 m->extra_labels[i] = strdup(extra_labels[i]);
@@ -626,7 +626,7 @@ int session_get_or_create(struct session_manager *m, const char *user, const cha
                                 r = 0;
                                 sbx_strlcpy(runtime, "runc", sizeof(runtime)); /* never a runner under runsc */
                         } else {
-                                r = container_validate(m->docker, old_id, network, cause, sizeof(cause), runtime, err);
+                                r = container_validate(m->engine, old_id, network, cause, sizeof(cause), runtime, err);
                         }
                         pthread_mutex_lock(&s->lock);
                         if (r == 0) {

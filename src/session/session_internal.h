@@ -72,7 +72,7 @@ struct handler {
 
 struct session_manager {
         const struct sbx_config *cfg;
-        struct docker *docker;
+        struct engine *engine;
         struct store *store;
         struct portpool *ports;
         char *extra_labels[MAX_EXTRA_LABELS + 1];

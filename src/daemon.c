@@ -128,6 +128,12 @@ static void adopt_runners(struct daemon *d)
                 log_info("listening again for %zu runners", adopted);
 }
 
+/* privacy_mark's second step: the session's tunnels, closed before it returns. */
+static void close_tunnels(const char *user, const char *session, void *userdata)
+{
+        egress_close_session(userdata, user, session);
+}
+
 int daemon_open(const struct sbx_config *cfg, const struct daemon_options *opts, struct daemon **ret,
                 struct sbx_error *err)
 {
@@ -205,7 +211,7 @@ int daemon_open(const struct sbx_config *cfg, const struct daemon_options *opts,
                 goto fail;
         r = egress_new(&d->cfg, d->store, &d->egress, err);
         if (r == 0)
-                privacy_set_egress(d->privacy, d->egress);
+                privacy_set_tunnel_closer(d->privacy, close_tunnels, d->egress);
         if (r == 0)
                 r = gateway_new(&d->cfg, d->egress, &d->gateway, err);
         if (r < 0)

@@ -50,18 +50,18 @@
 /* What an engine can enforce or do. A clear bit is a setting it would leave
  * out, or an operation that fails with -EOPNOTSUPP. */
 enum {
-        ENGINE_CAP_PIDS_LIMIT = 1u << 0,      /* a per-container PID limit (a Pod has none) */
-        ENGINE_CAP_MEMORY_SWAP = 1u << 1,     /* swap limited apart from memory (no swap) */
-        ENGINE_CAP_CPU_WEIGHT = 1u << 2,      /* a relative CPU weight (cgroup cpu.weight) */
-        ENGINE_CAP_OOM_SCORE_ADJ = 1u << 3,   /* the container's OOM score adjustment */
-        ENGINE_CAP_RUNTIME_CLASS = 1u << 4,   /* choosing the OCI runtime (runc, runsc) per container */
-        ENGINE_CAP_PAUSE = 1u << 5,           /* freeze and thaw a container */
-        ENGINE_CAP_EXEC = 1u << 6,            /* the exec fallback (runs without the runner) */
-        ENGINE_CAP_EVENTS = 1u << 7,          /* a followable stream of container events */
-        ENGINE_CAP_STATS = 1u << 8,           /* memory, pids and CPU of a running container */
+        ENGINE_CAP_PIDS_LIMIT = 1u << 0,       /* a per-container PID limit (a Pod has none) */
+        ENGINE_CAP_MEMORY_SWAP = 1u << 1,      /* swap limited apart from memory (no swap) */
+        ENGINE_CAP_CPU_WEIGHT = 1u << 2,       /* a relative CPU weight (cgroup cpu.weight) */
+        ENGINE_CAP_OOM_SCORE_ADJ = 1u << 3,    /* the container's OOM score adjustment */
+        ENGINE_CAP_RUNTIME_CLASS = 1u << 4,    /* choosing the OCI runtime (runc, runsc) per container */
+        ENGINE_CAP_PAUSE = 1u << 5,            /* freeze and thaw a container */
+        ENGINE_CAP_EXEC = 1u << 6,             /* the exec fallback (runs without the runner) */
+        ENGINE_CAP_EVENTS = 1u << 7,           /* a followable stream of container events */
+        ENGINE_CAP_STATS = 1u << 8,            /* memory, pids and CPU of a running container */
         ENGINE_CAP_ISOLATED_NETWORK = 1u << 9, /* a sandboxd-owned network, no traffic between containers */
-        ENGINE_CAP_TMPFS_SIZE = 1u << 10,     /* a size bound on a tmpfs mount */
-        ENGINE_CAP_LOGS = 1u << 11,           /* the main process's output, for start failures */
+        ENGINE_CAP_TMPFS_SIZE = 1u << 10,      /* a size bound on a tmpfs mount */
+        ENGINE_CAP_LOGS = 1u << 11,            /* the main process's output, for start failures */
 };
 #define ENGINE_CAP_COUNT 12
 
@@ -234,8 +234,7 @@ struct engine_ops {
         int (*version)(struct engine *e, struct engine_version *ret, struct sbx_error *err);
         /* Calls that failed for a reason other than the engine's ordinary answers. */
         uint64_t (*api_errors)(struct engine *e);
-        int (*image_inspect)(struct engine *e, const char *image, struct engine_image_info *ret,
-                             struct sbx_error *err);
+        int (*image_inspect)(struct engine *e, const char *image, struct engine_image_info *ret, struct sbx_error *err);
         /* Whether the engine offers this runtime class. */
         int (*has_runtime)(struct engine *e, const char *name, bool *ret, struct sbx_error *err);
 
@@ -265,8 +264,8 @@ struct engine_ops {
          * traffic off) unless it exists; one that allows that traffic is -EPERM. */
         int (*network_ensure)(struct engine *e, const char *name, const struct engine_label *labels, size_t n_labels,
                               struct sbx_error *err);
-        int (*network_list)(struct engine *e, const char *const *label_filters, char (**ret_names)[128],
-                            size_t *ret_n, struct sbx_error *err);
+        int (*network_list)(struct engine *e, const char *const *label_filters, char (**ret_names)[128], size_t *ret_n,
+                            struct sbx_error *err);
         int (*network_remove)(struct engine *e, const char *name, struct sbx_error *err);
 
         /* The exec fallback. */
@@ -274,8 +273,7 @@ struct engine_ops {
                            char ret_exec_id[ENGINE_ID_STR_MAX], struct sbx_error *err);
         int (*exec_attach)(struct engine *e, const char *exec_id, struct engine_stream **ret_stream,
                            struct sbx_error *err);
-        int (*exec_inspect)(struct engine *e, const char *exec_id, struct engine_exec_info *ret,
-                            struct sbx_error *err);
+        int (*exec_inspect)(struct engine *e, const char *exec_id, struct engine_exec_info *ret, struct sbx_error *err);
         int (*exec_run)(struct engine *e, const char *container_id, const struct engine_exec_spec *spec,
                         const void *stdin_data, size_t stdin_len, size_t max_output, int timeout_ms,
                         struct engine_exec_result *ret, struct sbx_error *err);
@@ -351,8 +349,7 @@ static inline int engine_list(struct engine *e, const char *const *label_filters
 {
         return e->ops->list(e, label_filters, all, ret_list, ret_n, err);
 }
-static inline int engine_logs(struct engine *e, const char *id, int tail_lines, char **ret_text,
-                              struct sbx_error *err)
+static inline int engine_logs(struct engine *e, const char *id, int tail_lines, char **ret_text, struct sbx_error *err)
 {
         if (!e->ops->logs)
                 return sbx_error_set(err, -EOPNOTSUPP, 0, "the %s engine keeps no logs", e->name);
@@ -376,9 +373,9 @@ static inline int engine_unpause(struct engine *e, const char *id, struct sbx_er
                 return sbx_error_set(err, -EOPNOTSUPP, 0, "the %s engine cannot pause", e->name);
         return e->ops->unpause(e, id, err);
 }
-static inline int engine_events_follow(struct engine *e, const char *const *label_filters,
-                                       const char *const *actions, engine_event_cb cb, void *userdata,
-                                       volatile bool *stop, long reconnect_limit_ms, struct sbx_error *err)
+static inline int engine_events_follow(struct engine *e, const char *const *label_filters, const char *const *actions,
+                                       engine_event_cb cb, void *userdata, volatile bool *stop, long reconnect_limit_ms,
+                                       struct sbx_error *err)
 {
         if (!e->ops->events_follow)
                 return sbx_error_set(err, -EOPNOTSUPP, 0, "the %s engine has no events", e->name);
@@ -391,8 +388,8 @@ static inline int engine_network_ensure(struct engine *e, const char *name, cons
                 return sbx_error_set(err, -EOPNOTSUPP, 0, "the %s engine has no isolated network", e->name);
         return e->ops->network_ensure(e, name, labels, n_labels, err);
 }
-static inline int engine_network_list(struct engine *e, const char *const *label_filters,
-                                      char (**ret_names)[128], size_t *ret_n, struct sbx_error *err)
+static inline int engine_network_list(struct engine *e, const char *const *label_filters, char (**ret_names)[128],
+                                      size_t *ret_n, struct sbx_error *err)
 {
         if (!e->ops->network_list) {
                 *ret_names = NULL;
@@ -405,9 +402,8 @@ static inline int engine_network_remove(struct engine *e, const char *name, stru
 {
         return e->ops->network_remove ? e->ops->network_remove(e, name, err) : -EOPNOTSUPP;
 }
-static inline int engine_exec_create(struct engine *e, const char *container_id,
-                                     const struct engine_exec_spec *spec, char ret_exec_id[ENGINE_ID_STR_MAX],
-                                     struct sbx_error *err)
+static inline int engine_exec_create(struct engine *e, const char *container_id, const struct engine_exec_spec *spec,
+                                     char ret_exec_id[ENGINE_ID_STR_MAX], struct sbx_error *err)
 {
         if (!e->ops->exec_create)
                 return sbx_error_set(err, -EOPNOTSUPP, 0, "the %s engine has no exec", e->name);
@@ -431,13 +427,12 @@ static inline int engine_exec_run(struct engine *e, const char *container_id, co
                 return sbx_error_set(err, -EOPNOTSUPP, 0, "the %s engine has no exec", e->name);
         return e->ops->exec_run(e, container_id, spec, stdin_data, stdin_len, max_output, timeout_ms, ret, err);
 }
-static inline ssize_t engine_stream_read(struct engine *e, struct engine_stream *s,
-                                         enum engine_stream_kind *ret_kind, void *buf, size_t cap, int timeout_ms)
+static inline ssize_t engine_stream_read(struct engine *e, struct engine_stream *s, enum engine_stream_kind *ret_kind,
+                                         void *buf, size_t cap, int timeout_ms)
 {
         return e->ops->stream_read(s, ret_kind, buf, cap, timeout_ms);
 }
-static inline ssize_t engine_stream_write_some(struct engine *e, struct engine_stream *s, const void *buf,
-                                               size_t len)
+static inline ssize_t engine_stream_write_some(struct engine *e, struct engine_stream *s, const void *buf, size_t len)
 {
         return e->ops->stream_write_some(s, buf, len);
 }

@@ -608,3 +608,8 @@ void api_server_stop(struct api_server *srv)
         sockserver_stop(srv->ss);
         free(srv);
 }
+
+bool api_method_exists(const char *name)
+{
+        return api_method_find(name) != NULL;
+}

@@ -13,6 +13,7 @@
 #include <sys/socket.h>
 
 #include "sandboxd/api.h"
+#include "sandboxd/api_transport.h"
 #include "sandboxd/exec.h"
 #include "sandboxd/fronterr.h"
 #include "sandboxd/jsonutil.h"
@@ -21,31 +22,11 @@
 #define API_WAIT_SLICE_MS 1000
 #define API_OFFSET_NONE (INT64_MAX / 2) /* an offset past any output: cheap status polls */
 
-struct daemon;
 struct sockserver;
 
 struct api_server {
         struct daemon *d;
         struct sockserver *ss;
-};
-
-/* One connection, on its worker's stack. The API socket fills srv, fd and
- * peer; another transport (http.c) leaves srv NULL, fd -1, names the peer
- * in peer_addr and supplies send (progress events) and gone (the client
- * left: stop waiting). */
-struct api_conn {
-        struct api_server *srv;
-        struct daemon *d;
-        int fd;
-        const char *peer_addr; /* "ip:port" for network peers, else NULL (peer holds the creds) */
-        void (*send)(struct api_conn *c, cJSON *msg);
-        bool (*gone)(struct api_conn *c);
-        void *transport; /* the transport's own state */
-        struct ucred peer;
-        pthread_mutex_t wlock;
-        bool broken; /* wlock: a write failed, the peer is gone */
-        int auth_failures;
-        bool authenticated;
 };
 
 /* One authenticated request. */
@@ -62,17 +43,6 @@ struct api_req {
         const char *idem_key; /* params.idempotency_key, once claimed (api_idem.c) */
         bool idem_bound;      /* the key records this request's execution */
 };
-
-/* Check a token (counting and auditing failures on c): 0 with *ret, or -1
- * with e (unauthorized, or unavailable when the store cannot answer). */
-int api_authenticate(struct api_conn *c, const char *token, const char *method, struct token_info *ret,
-                     struct fronterr *e);
-/* The dispatcher every transport shares: check method, params and
- * params.session, run the method as tok's user. 0 with *ret_result, -1 with
- * e (code and message always set), 1 when the client left (send nothing).
- * Progress of a streamed exec goes to c->send. */
-int api_call(struct api_conn *c, const struct token_info *tok, const cJSON *id, const char *method, const cJSON *params,
-             cJSON **ret_result, struct fronterr *e);
 
 /* Bytes as a JSON string: base64, or UTF-8 with invalid bytes replaced. */
 void api_add_bytes(cJSON *o, const char *key, const void *buf, size_t len, bool base64);

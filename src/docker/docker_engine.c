@@ -23,7 +23,7 @@
 #include "sandboxd/runner_proto.h"
 
 #define CONTAINER_WORKSPACE_PATH "/workspace" /* container.h's CONTAINER_WORKSPACE */
-#define BIND_MAX (SBX_PATH_MAX + 32) /* a host path (config.h), the container path, ":ro" */
+#define BIND_MAX (SBX_PATH_MAX + 32)          /* a host path (config.h), the container path, ":ro" */
 #define ICC_OPTION "com.docker.network.bridge.enable_icc"
 
 _Static_assert((int)ENGINE_STREAM_STDOUT == (int)DOCKER_STREAM_STDOUT &&
@@ -90,8 +90,7 @@ static uint64_t dk_api_errors(struct engine *e)
         return docker_api_errors();
 }
 
-static int dk_image_inspect(struct engine *e, const char *image, struct engine_image_info *ret,
-                            struct sbx_error *err)
+static int dk_image_inspect(struct engine *e, const char *image, struct engine_image_info *ret, struct sbx_error *err)
 {
         struct docker_image_info i;
         int r = docker_image_inspect(dk(e), image, &i, err);
@@ -150,8 +149,8 @@ static int dk_create(struct engine *e, const struct engine_spec *s, char ret_id[
         }
         for (size_t i = 0; i < s->n_tmpfs; i++) {
                 const struct engine_tmpfs *t = &s->tmpfs[i];
-                int n = snprintf(tmpfs_opt[i], sizeof(tmpfs_opt[i]), "%s:rw%s%s%s", t->path,
-                                 t->noexec ? ",noexec" : "", t->nosuid ? ",nosuid" : "", t->nodev ? ",nodev" : "");
+                int n = snprintf(tmpfs_opt[i], sizeof(tmpfs_opt[i]), "%s:rw%s%s%s", t->path, t->noexec ? ",noexec" : "",
+                                 t->nosuid ? ",nosuid" : "", t->nodev ? ",nodev" : "");
                 if (t->size_bytes > 0 && n > 0 && (size_t)n < sizeof(tmpfs_opt[i]))
                         snprintf(tmpfs_opt[i] + n, sizeof(tmpfs_opt[i]) - (size_t)n, ",size=%" PRId64, t->size_bytes);
                 tmpfs[i] = tmpfs_opt[i];
@@ -350,8 +349,8 @@ static int dk_network_ensure(struct engine *e, const char *name, const struct en
         return 0;
 }
 
-static int dk_network_list(struct engine *e, const char *const *label_filters, char (**ret_names)[128],
-                           size_t *ret_n, struct sbx_error *err)
+static int dk_network_list(struct engine *e, const char *const *label_filters, char (**ret_names)[128], size_t *ret_n,
+                           struct sbx_error *err)
 {
         return docker_network_list(dk(e), label_filters, ret_names, ret_n, err);
 }
@@ -363,8 +362,11 @@ static int dk_network_remove(struct engine *e, const char *name, struct sbx_erro
 
 static void exec_spec(const struct engine_exec_spec *in, struct docker_exec_spec *out)
 {
-        *out = (struct docker_exec_spec){
-                .cmd = in->cmd, .env = in->env, .workdir = in->workdir, .user = in->user, .attach_stdin = in->attach_stdin};
+        *out = (struct docker_exec_spec){.cmd = in->cmd,
+                                         .env = in->env,
+                                         .workdir = in->workdir,
+                                         .user = in->user,
+                                         .attach_stdin = in->attach_stdin};
 }
 
 static int dk_exec_create(struct engine *e, const char *cid, const struct engine_exec_spec *spec,
@@ -388,8 +390,7 @@ static int dk_exec_attach(struct engine *e, const char *exec_id, struct engine_s
         return 0;
 }
 
-static int dk_exec_inspect(struct engine *e, const char *exec_id, struct engine_exec_info *ret,
-                           struct sbx_error *err)
+static int dk_exec_inspect(struct engine *e, const char *exec_id, struct engine_exec_info *ret, struct sbx_error *err)
 {
         struct docker_exec_info i;
         int r = docker_exec_inspect(dk(e), exec_id, &i, err);
@@ -400,9 +401,9 @@ static int dk_exec_inspect(struct engine *e, const char *exec_id, struct engine_
         return 0;
 }
 
-static int dk_exec_run(struct engine *e, const char *cid, const struct engine_exec_spec *spec,
-                       const void *stdin_data, size_t stdin_len, size_t max_output, int timeout_ms,
-                       struct engine_exec_result *ret, struct sbx_error *err)
+static int dk_exec_run(struct engine *e, const char *cid, const struct engine_exec_spec *spec, const void *stdin_data,
+                       size_t stdin_len, size_t max_output, int timeout_ms, struct engine_exec_result *ret,
+                       struct sbx_error *err)
 {
         struct docker_exec_spec s;
         struct docker_exec_result res = {0};

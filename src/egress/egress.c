@@ -50,7 +50,7 @@
 
 #include "sandboxd/egress_policy.h"
 #include "sandboxd/log.h"
-#include "sandboxd/session.h"
+#include "sandboxd/utf8.h"
 #include "sandboxd/store.h"
 #include "sandboxd/store_egress.h"
 #include "egress_internal.h"

@@ -30,7 +30,7 @@
 #include <sys/stat.h>
 #include <unistd.h>
 
-#include "api_internal.h"
+#include "sandboxd/api_transport.h"
 #include "http_internal.h"
 #include "sandboxd/daemon.h"
 #include "sandboxd/log.h"
@@ -272,7 +272,7 @@ static void request_begin(struct http_server *srv, struct MHD_Connection *conn, 
 
         if (rq->mcp)
                 snprintf(rq->method, sizeof(rq->method), "mcp");
-        else if (!method_name_ok(url + 4) || !api_method_find(url + 4))
+        else if (!method_name_ok(url + 4) || !api_method_exists(url + 4))
                 FAIL(404, "not_found", "unknown method");
         else
                 snprintf(rq->method, sizeof(rq->method), "%s", url + 4);

@@ -9,7 +9,7 @@
 #include <pthread.h>
 #include <stdbool.h>
 
-#include "api_internal.h"
+#include "sandboxd/api_transport.h"
 #include "sandboxd/http.h"
 
 struct http_mcp_session;

@@ -30,7 +30,7 @@
 #include "sandboxd/engine.h"
 #include "sandboxd/log.h"
 #include "sandboxd/runner.h"
-#include "sandboxd/session.h"
+#include "sandboxd/utf8.h"
 #include "sandboxd/sessuid.h"
 #include "sandboxd/store.h"
 #include "sandboxd/wsquota.h"

@@ -128,6 +128,45 @@ static void adopt_runners(struct daemon *d)
                 log_info("listening again for %zu runners", adopted);
 }
 
+/* The quotas and the warm pool, as the session module asks for them
+ * (session.h's narrow interfaces). */
+static int64_t user_session_cap(const char *user, void *userdata)
+{
+        struct daemon *d = userdata;
+        struct quota_limits lim;
+
+        quota_limits_get(d->quota, &d->cfg, user, &lim); /* q->lock is a leaf */
+        return lim.sessions;
+}
+
+static bool warm_applies(void *pool, const char *user, const char *session, const char *network)
+{
+        return pool_applies(pool, user, session, network);
+}
+
+static int warm_claim(void *pool, const char *user, const char *session, const char *network, const char *image,
+                      struct session_warm_claim *ret, struct sbx_error *err)
+{
+        struct pool_claim c = {0};
+        int r = pool_claim(pool, user, session, network, image, &c, err);
+
+        if (r < 0)
+                return r;
+        memcpy(ret->container_id, c.container_id, sizeof(ret->container_id));
+        sbx_strlcpy(ret->image, c.image, sizeof(ret->image));
+        sbx_strlcpy(ret->workspace, c.workspace, sizeof(ret->workspace));
+        return 0;
+}
+
+static void warm_make_room(void *pool)
+{
+        pool_make_room(pool);
+}
+
+static const struct session_pool_ops warm_pool_ops = {.applies = warm_applies,
+                                                      .claim = warm_claim,
+                                                      .make_room = warm_make_room};
+
 /* privacy_mark's second step: the session's tunnels, closed before it returns. */
 static void close_tunnels(const char *user, const char *session, void *userdata)
 {
@@ -192,7 +231,7 @@ int daemon_open(const struct sbx_config *cfg, const struct daemon_options *opts,
         r = session_manager_new(&d->cfg, d->engine, d->store, d->ports, opts->extra_labels, &d->sessions, err);
         if (r < 0)
                 goto fail;
-        session_set_quota(d->sessions, d->quota);
+        session_set_user_cap(d->sessions, user_session_cap, d);
         r = runner_hub_new(&d->cfg, &d->runner, err);
         if (r < 0)
                 goto fail;
@@ -203,7 +242,7 @@ int daemon_open(const struct sbx_config *cfg, const struct daemon_options *opts,
         if (r < 0)
                 goto fail;
         pool_set_load_fn(d->pool, live_sessions, d->sessions);
-        session_set_pool(d->sessions, d->pool);
+        session_set_pool(d->sessions, &warm_pool_ops, d->pool);
         (void)session_register_failure_handler(d->sessions, drop_runner, d->runner);
         runner_hub_set_lost_handler(d->runner, runner_lost, d->sessions);
         r = privacy_new(d->store, d->sessions, &d->privacy, err);

@@ -18,6 +18,10 @@ struct engine;
 #define CONTAINER_LABEL_SESSION "sandboxd.session"
 #define CONTAINER_LABEL_INSTANCE "sandboxd.instance"
 #define CONTAINER_WORKSPACE "/workspace"
+/* A warm pool slot's container (pool.h): user "@pool" (no valid user id),
+ * session <slot>, and this label. */
+#define CONTAINER_POOL_USER "@pool"
+#define CONTAINER_LABEL_POOL "sandboxd.pool"
 
 struct container_params {
         const char *user;

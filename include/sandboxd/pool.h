@@ -46,9 +46,10 @@
 
 #include "sandboxd/common.h"
 #include "sandboxd/config.h"
+#include "sandboxd/container.h"
 
-#define POOL_USER "@pool"
-#define POOL_LABEL "sandboxd.pool"
+#define POOL_USER CONTAINER_POOL_USER
+#define POOL_LABEL CONTAINER_LABEL_POOL
 
 struct engine;
 struct store;

@@ -25,7 +25,6 @@
 #include "sandboxd/gateway.h"
 #include "sandboxd/portpool.h"
 #include "sandboxd/runner.h"
-#include "sandboxd/pool.h"
 #include "sandboxd/sessuid.h"
 #include "sandboxd/store.h"
 #include "sandboxd/wsquota.h"
@@ -355,9 +354,10 @@ void session_set_runner_hub(struct session_manager *m, struct runner_hub *h)
         m->runner = h;
 }
 
-void session_set_pool(struct session_manager *m, struct pool *p)
+void session_set_pool(struct session_manager *m, const struct session_pool_ops *ops, void *pool)
 {
-        m->pool = p;
+        m->pool_ops = ops;
+        m->pool = pool;
 }
 
 void session_set_busy_check(struct session_manager *m, session_busy_fn fn, void *userdata)
@@ -416,10 +416,11 @@ void session_set_runtime_policy(struct session_manager *m, session_runtime_fn fn
         pthread_mutex_unlock(&m->lock);
 }
 
-void session_set_quota(struct session_manager *m, struct quota *q)
+void session_set_user_cap(struct session_manager *m, session_user_cap_fn fn, void *userdata)
 {
         pthread_mutex_lock(&m->lock);
-        m->quota = q;
+        m->user_cap_fn = fn;
+        m->user_cap_ud = userdata;
         pthread_mutex_unlock(&m->lock);
 }
 
@@ -527,12 +528,12 @@ static int try_pool(struct session *s, const char *network, char ret_id[65], cha
 {
         struct session_manager *m = s->mgr;
         struct store_session_options o = {0};
-        struct pool_claim c = {0};
+        struct session_warm_claim c = {0};
         struct sbx_error e = {0};
         char image[256];
         int r;
 
-        if (!m->pool)
+        if (!m->pool_ops)
                 return -ENOENT;
         pthread_mutex_lock(&m->lock);
         bool runtime_policy = m->runtime_fn != NULL;
@@ -547,9 +548,9 @@ static int try_pool(struct session *s, const char *network, char ret_id[65], cha
         if (store_session_options_get(m->store, s->user, s->id, &o) == 0 && o.image[0])
                 sbx_strlcpy(image, o.image, sizeof(image));
         store_session_options_done(&o);
-        if (gateway_is_private(m->gateway, s->user, s->id) || !pool_applies(m->pool, s->user, s->id, network))
+        if (gateway_is_private(m->gateway, s->user, s->id) || !m->pool_ops->applies(m->pool, s->user, s->id, network))
                 return -ENOENT;
-        if (pool_claim(m->pool, s->user, s->id, network, image, &c, &e) < 0)
+        if (m->pool_ops->claim(m->pool, s->user, s->id, network, image, &c, &e) < 0)
                 return -ENOENT;
         memcpy(ret_id, c.container_id, 65);
         /* marked private since: the claimed container is replaced before anything serves it */
@@ -705,7 +706,8 @@ int session_get_or_create(struct session_manager *m, const char *user, const cha
                 else {
                         if (new_id[0]) /* claimed but not servable: replaced like a failed container */
                                 memcpy(old_id, new_id, sizeof(old_id));
-                        pool_make_room(m->pool); /* slots count against max_sessions */
+                        if (m->pool_ops) /* slots count against max_sessions */
+                                m->pool_ops->make_room(m->pool);
                         r = session_make_container(s, old_id, &network, new_id, image, workspace, runtime, err);
                 }
 

@@ -15,7 +15,6 @@
 #include "sandboxd/container.h"
 #include "sandboxd/engine.h"
 #include "sandboxd/log.h"
-#include "sandboxd/pool.h"
 #include "sandboxd/portpool.h"
 #include "sandboxd/sessuid.h"
 #include "sandboxd/store.h"
@@ -38,7 +37,7 @@ static bool keep_port_owner(const char *user, const char *id, void *ud)
         struct session *s;
         bool keep = false;
 
-        if (strcmp(user, POOL_USER) == 0) { /* a warm pool slot's (loop: its mounted image) */
+        if (strcmp(user, CONTAINER_POOL_USER) == 0) { /* a warm pool slot's (loop: its mounted image) */
                 struct store_pool_slot row;
                 return store_pool_get(m->store, id, &row) == 0;
         }
@@ -127,7 +126,7 @@ int session_reconcile(struct session_manager *m, struct session_reconcile_report
                         continue;
                 const char *slot = engine_label_get(list[j].labels, list[j].n_labels, CONTAINER_LABEL_SESSION);
                 struct store_pool_slot prow;
-                if (engine_label_get(list[j].labels, list[j].n_labels, POOL_LABEL) && slot &&
+                if (engine_label_get(list[j].labels, list[j].n_labels, CONTAINER_LABEL_POOL) && slot &&
                     store_pool_get(m->store, slot, &prow) == 0)
                         continue; /* a pool slot's (pool_reconcile) */
                 if (container_remove(m->engine, list[j].id, NULL) == 0) {

@@ -269,14 +269,15 @@ struct engine_ops {
         int (*network_remove)(struct engine *e, const char *name, struct sbx_error *err);
 
         /* The exec fallback. */
-        int (*exec_create)(struct engine *e, const char *container_id, const struct engine_exec_spec *spec,
-                           char ret_exec_id[ENGINE_ID_STR_MAX], struct sbx_error *err);
-        int (*exec_attach)(struct engine *e, const char *exec_id, struct engine_stream **ret_stream,
-                           struct sbx_error *err);
-        int (*exec_inspect)(struct engine *e, const char *exec_id, struct engine_exec_info *ret, struct sbx_error *err);
-        int (*exec_run)(struct engine *e, const char *container_id, const struct engine_exec_spec *spec,
-                        const void *stdin_data, size_t stdin_len, size_t max_output, int timeout_ms,
-                        struct engine_exec_result *ret, struct sbx_error *err);
+        int (*fallback_create)(struct engine *e, const char *container_id, const struct engine_exec_spec *spec,
+                               char ret_exec_id[ENGINE_ID_STR_MAX], struct sbx_error *err);
+        int (*fallback_attach)(struct engine *e, const char *exec_id, struct engine_stream **ret_stream,
+                               struct sbx_error *err);
+        int (*fallback_inspect)(struct engine *e, const char *exec_id, struct engine_exec_info *ret,
+                                struct sbx_error *err);
+        int (*fallback_run)(struct engine *e, const char *container_id, const struct engine_exec_spec *spec,
+                            const void *stdin_data, size_t stdin_len, size_t max_output, int timeout_ms,
+                            struct engine_exec_result *ret, struct sbx_error *err);
         ssize_t (*stream_read)(struct engine_stream *s, enum engine_stream_kind *ret_kind, void *buf, size_t cap,
                                int timeout_ms);
         ssize_t (*stream_write_some)(struct engine_stream *s, const void *buf, size_t len);
@@ -405,27 +406,27 @@ static inline int engine_network_remove(struct engine *e, const char *name, stru
 static inline int engine_exec_create(struct engine *e, const char *container_id, const struct engine_exec_spec *spec,
                                      char ret_exec_id[ENGINE_ID_STR_MAX], struct sbx_error *err)
 {
-        if (!e->ops->exec_create)
+        if (!e->ops->fallback_create)
                 return sbx_error_set(err, -EOPNOTSUPP, 0, "the %s engine has no exec", e->name);
-        return e->ops->exec_create(e, container_id, spec, ret_exec_id, err);
+        return e->ops->fallback_create(e, container_id, spec, ret_exec_id, err);
 }
 static inline int engine_exec_attach(struct engine *e, const char *exec_id, struct engine_stream **ret_stream,
                                      struct sbx_error *err)
 {
-        return e->ops->exec_attach(e, exec_id, ret_stream, err);
+        return e->ops->fallback_attach(e, exec_id, ret_stream, err);
 }
 static inline int engine_exec_inspect(struct engine *e, const char *exec_id, struct engine_exec_info *ret,
                                       struct sbx_error *err)
 {
-        return e->ops->exec_inspect(e, exec_id, ret, err);
+        return e->ops->fallback_inspect(e, exec_id, ret, err);
 }
 static inline int engine_exec_run(struct engine *e, const char *container_id, const struct engine_exec_spec *spec,
                                   const void *stdin_data, size_t stdin_len, size_t max_output, int timeout_ms,
                                   struct engine_exec_result *ret, struct sbx_error *err)
 {
-        if (!e->ops->exec_run)
+        if (!e->ops->fallback_run)
                 return sbx_error_set(err, -EOPNOTSUPP, 0, "the %s engine has no exec", e->name);
-        return e->ops->exec_run(e, container_id, spec, stdin_data, stdin_len, max_output, timeout_ms, ret, err);
+        return e->ops->fallback_run(e, container_id, spec, stdin_data, stdin_len, max_output, timeout_ms, ret, err);
 }
 static inline ssize_t engine_stream_read(struct engine *e, struct engine_stream *s, enum engine_stream_kind *ret_kind,
                                          void *buf, size_t cap, int timeout_ms)

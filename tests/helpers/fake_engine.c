@@ -103,8 +103,7 @@ static int fake_version(struct engine *e, struct engine_version *ret, struct sbx
         return 0;
 }
 
-static int fake_image_inspect(struct engine *e, const char *image, struct engine_image_info *ret,
-                              struct sbx_error *err)
+static int fake_image_inspect(struct engine *e, const char *image, struct engine_image_info *ret, struct sbx_error *err)
 {
         (void)e;
         (void)err;
@@ -207,7 +206,11 @@ static int fake_inspect(struct engine *e, const char *id, struct engine_containe
         memset(ret, 0, sizeof(*ret));
         sbx_strlcpy(ret->id, c->id, sizeof(ret->id));
         sbx_strlcpy(ret->image, c->image, sizeof(ret->image));
-        sbx_strlcpy(ret->status, c->running ? "running" : c->exit_code >= 0 ? "exited" : "created", sizeof(ret->status));
+        sbx_strlcpy(ret->status,
+                    c->running          ? "running"
+                    : c->exit_code >= 0 ? "exited"
+                                        : "created",
+                    sizeof(ret->status));
         ret->running = c->running;
         ret->oom_killed = c->oom;
         ret->exit_code = c->exit_code < 0 ? 0 : c->exit_code;

@@ -44,7 +44,7 @@ static enum session_state state_of(const char *user, const char *session, char c
         enum session_state s;
 
         if (session_get_info(m, user, session, &info) < 0)
-                return (enum session_state)-1;
+                return (enum session_state) - 1;
         s = info.state;
         if (cid)
                 memcpy(cid, info.container_id, 65);
@@ -162,7 +162,8 @@ static void events_lost_and_late(void)
         STRESS_CHECK(fake_engine_kill(fe, c1, 137, true) == 0, "kill");
         STRESS_CHECK(wait_not_running("bob", "lost", 10000), "a death whose event was lost went unnoticed");
         fake_engine_drop_events(fe, false);
-        STRESS_CHECK(state_of("bob", "lost", NULL, cause) == SESSION_ERROR && strcmp(cause, "exited with code 137") == 0,
+        STRESS_CHECK(state_of("bob", "lost", NULL, cause) == SESSION_ERROR &&
+                             strcmp(cause, "exited with code 137") == 0,
                      "cause %s", cause);
 
         /* late: the old container's die and destroy after the new one runs */
@@ -227,8 +228,7 @@ static void concurrent(void)
                         snprintf(user, sizeof(user), "u%d", u);
                         snprintf(session, sizeof(session), "s%d", s);
                         STRESS_CHECK(get(user, session, cid, &err) == 0, "%s:%s: %s", user, session, err.msg);
-                        STRESS_CHECK(fake_engine_is_running(fe, cid), "%s:%s names a dead container", user,
-                                     session);
+                        STRESS_CHECK(fake_engine_is_running(fe, cid), "%s:%s names a dead container", user, session);
                         STRESS_CHECK(fake_engine_count_session(fe, user, session, true) == 1,
                                      "%s:%s has %zu running containers", user, session,
                                      fake_engine_count_session(fe, user, session, true));

@@ -24,4 +24,9 @@ void engine_docker_global_cleanup(void);
  * "connecting to Docker at <path>: cannot reach Docker ...". */
 int engine_docker_new(const char *socket_path, long timeout_ms, struct engine **ret, struct sbx_error *err);
 
+/* The /containers/create body this engine sends for spec (malloc'd JSON;
+ * NULL on OOM or a spec past its bounds). For tests: the mapping is the
+ * whole of what the seam changed about a create. */
+char *engine_docker_create_body(const struct engine_spec *spec);
+
 #endif

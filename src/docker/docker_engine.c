@@ -108,78 +108,100 @@ static int dk_has_runtime(struct engine *e, const char *name, bool *ret, struct 
         return docker_has_runtime(dk(e), name, ret, err);
 }
 
+/* A create body's strings, kept for the call. */
+struct create_body {
+        char ws_bind[BIND_MAX], passwd_bind[BIND_MAX], group_bind[BIND_MAX];
+        char bin_bind[BIND_MAX], dir_bind[BIND_MAX], user[32];
+        char tmpfs_opt[4][BIND_MAX];
+        const char *binds[6], *tmpfs[5];
+        struct docker_label labels[32];
+        struct docker_container_spec spec;
+};
+
 /* The spec as a create body. Binds, in container.c's order before the seam:
  * the workspace, the identity files, the runner binary, the session directory. */
-static int dk_create(struct engine *e, const struct engine_spec *s, char ret_id[ENGINE_ID_STR_MAX],
-                     struct sbx_error *err)
+static int map_spec(const struct engine_spec *s, struct create_body *b, struct sbx_error *err)
 {
         static const char *const cap_drop[] = {"ALL", NULL};
         static const char *const security_opt[] = {"no-new-privileges:true", NULL};
         static const char *const runner_entry[] = {RP_BINARY_PATH, NULL};
         static const char *const runner_cmd[] = {RP_SOCKET_DIR "/" RP_SOCKET_NAME, NULL};
-        char ws_bind[BIND_MAX], passwd_bind[BIND_MAX], group_bind[BIND_MAX];
-        char bin_bind[BIND_MAX], dir_bind[BIND_MAX], user[32];
-        char tmpfs_opt[4][BIND_MAX];
-        const char *binds[6] = {NULL}, *tmpfs[5] = {NULL};
-        struct docker_label labels[32];
-        struct docker_container_spec spec = {0};
+        struct docker_container_spec *spec = &b->spec;
         size_t nb = 0;
 
-        if (s->n_labels > ELEMENTSOF(labels) || s->n_tmpfs > ELEMENTSOF(tmpfs_opt))
+        memset(b, 0, sizeof(*b));
+        if (s->n_labels > ELEMENTSOF(b->labels) || s->n_tmpfs > ELEMENTSOF(b->tmpfs_opt))
                 return sbx_error_set(err, -E2BIG, 0, "too many labels or tmpfs mounts for one container");
         for (size_t i = 0; i < s->n_labels; i++)
-                labels[i] = (struct docker_label){s->labels[i].key, s->labels[i].value};
+                b->labels[i] = (struct docker_label){s->labels[i].key, s->labels[i].value};
         if (s->workspace) {
-                snprintf(ws_bind, sizeof(ws_bind), "%s:" CONTAINER_WORKSPACE_PATH ":rw", s->workspace);
-                binds[nb++] = ws_bind;
+                snprintf(b->ws_bind, sizeof(b->ws_bind), "%s:" CONTAINER_WORKSPACE_PATH ":rw", s->workspace);
+                b->binds[nb++] = b->ws_bind;
         }
         if (s->passwd_file && s->group_file) {
-                snprintf(passwd_bind, sizeof(passwd_bind), "%s:/etc/passwd:ro", s->passwd_file);
-                snprintf(group_bind, sizeof(group_bind), "%s:/etc/group:ro", s->group_file);
-                binds[nb++] = passwd_bind;
-                binds[nb++] = group_bind;
+                snprintf(b->passwd_bind, sizeof(b->passwd_bind), "%s:/etc/passwd:ro", s->passwd_file);
+                snprintf(b->group_bind, sizeof(b->group_bind), "%s:/etc/group:ro", s->group_file);
+                b->binds[nb++] = b->passwd_bind;
+                b->binds[nb++] = b->group_bind;
         }
         if (s->runner_binary && s->session_dir) {
-                snprintf(bin_bind, sizeof(bin_bind), "%s:" RP_BINARY_PATH ":ro", s->runner_binary);
-                snprintf(dir_bind, sizeof(dir_bind), "%s:" RP_SOCKET_DIR ":ro", s->session_dir);
-                binds[nb++] = bin_bind;
-                binds[nb++] = dir_bind;
-                spec.entrypoint = runner_entry;
-                spec.cmd = runner_cmd;
+                snprintf(b->bin_bind, sizeof(b->bin_bind), "%s:" RP_BINARY_PATH ":ro", s->runner_binary);
+                snprintf(b->dir_bind, sizeof(b->dir_bind), "%s:" RP_SOCKET_DIR ":ro", s->session_dir);
+                b->binds[nb++] = b->bin_bind;
+                b->binds[nb++] = b->dir_bind;
+                spec->entrypoint = runner_entry;
+                spec->cmd = runner_cmd;
         }
         for (size_t i = 0; i < s->n_tmpfs; i++) {
                 const struct engine_tmpfs *t = &s->tmpfs[i];
-                int n = snprintf(tmpfs_opt[i], sizeof(tmpfs_opt[i]), "%s:rw%s%s%s", t->path, t->noexec ? ",noexec" : "",
+                char *o = b->tmpfs_opt[i];
+                int n = snprintf(o, BIND_MAX, "%s:rw%s%s%s", t->path, t->noexec ? ",noexec" : "",
                                  t->nosuid ? ",nosuid" : "", t->nodev ? ",nodev" : "");
-                if (t->size_bytes > 0 && n > 0 && (size_t)n < sizeof(tmpfs_opt[i]))
-                        snprintf(tmpfs_opt[i] + n, sizeof(tmpfs_opt[i]) - (size_t)n, ",size=%" PRId64, t->size_bytes);
-                tmpfs[i] = tmpfs_opt[i];
+                if (t->size_bytes > 0 && n > 0 && n < BIND_MAX)
+                        snprintf(o + n, BIND_MAX - (size_t)n, ",size=%" PRId64, t->size_bytes);
+                b->tmpfs[i] = o;
         }
-        snprintf(user, sizeof(user), "%u:%u", (unsigned)s->uid, (unsigned)s->gid);
+        snprintf(b->user, sizeof(b->user), "%u:%u", (unsigned)s->uid, (unsigned)s->gid);
 
-        spec.image = s->image;
-        spec.user = user;
-        spec.env = s->env;
-        spec.workdir = s->workdir;
-        spec.hostname = s->hostname;
-        spec.binds = binds;
-        spec.tmpfs = tmpfs;
-        spec.cap_drop = cap_drop;
-        spec.security_opt = security_opt; /* Docker's default seccomp profile stays on: we never pass seccomp= */
-        spec.labels = labels;
-        spec.n_labels = s->n_labels;
-        spec.memory = s->memory_bytes;
-        spec.memory_swap = s->memory_swap_bytes;
-        spec.nano_cpus = s->nano_cpus;
-        spec.pids_limit = s->pids_limit;
-        spec.cpu_shares = s->cpu_weight;
-        spec.oom_score_adj = s->oom_score_adj;
-        spec.readonly_rootfs = s->readonly_rootfs;
-        spec.init = true; /* and the runner as its command: runner_peer.h knows the runner as the init's first child */
-        spec.privileged = false;
-        spec.network_mode = s->network ? s->network : "none";
-        spec.runtime = s->runtime_class;
-        return docker_container_create(dk(e), &spec, ret_id, err);
+        spec->image = s->image;
+        spec->user = b->user;
+        spec->env = s->env;
+        spec->workdir = s->workdir;
+        spec->hostname = s->hostname;
+        spec->binds = b->binds;
+        spec->tmpfs = b->tmpfs;
+        spec->cap_drop = cap_drop;
+        spec->security_opt = security_opt; /* Docker's default seccomp profile stays on: we never pass seccomp= */
+        spec->labels = b->labels;
+        spec->n_labels = s->n_labels;
+        spec->memory = s->memory_bytes;
+        spec->memory_swap = s->memory_swap_bytes;
+        spec->nano_cpus = s->nano_cpus;
+        spec->pids_limit = s->pids_limit;
+        spec->cpu_shares = s->cpu_weight;
+        spec->oom_score_adj = s->oom_score_adj;
+        spec->readonly_rootfs = s->readonly_rootfs;
+        spec->init = true; /* and the runner as its command: runner_peer.h knows the runner as the init's first child */
+        spec->privileged = false;
+        spec->network_mode = s->network ? s->network : "none";
+        spec->runtime = s->runtime_class;
+        return 0;
+}
+
+static int dk_create(struct engine *e, const struct engine_spec *s, char ret_id[ENGINE_ID_STR_MAX],
+                     struct sbx_error *err)
+{
+        struct create_body b;
+        int r = map_spec(s, &b, err);
+
+        return r < 0 ? r : docker_container_create(dk(e), &b.spec, ret_id, err);
+}
+
+char *engine_docker_create_body(const struct engine_spec *s)
+{
+        struct create_body b;
+
+        return map_spec(s, &b, NULL) < 0 ? NULL : docker_container_spec_to_json(&b.spec);
 }
 
 static int dk_start(struct engine *e, const char *id, struct sbx_error *err)

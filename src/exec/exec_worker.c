@@ -293,7 +293,7 @@ static void exec_fallback_first(struct execution *x, bool hard)
         (void)kill_tree(x, hard ? "KILL" : "TERM");
 }
 
-static const struct kill_ops docker_kill = {.first = exec_fallback_first, .kill = kill_until_gone, .resweep = true};
+static const struct kill_ops fallback_kill = {.first = exec_fallback_first, .kill = kill_until_gone, .resweep = true};
 
 /* On the runner: its shim's process group. */
 static void runner_first(struct execution *x, bool hard)
@@ -602,7 +602,7 @@ static void step_pump(struct run *c)
                 ssize_t n;
                 bool stdin_pending;
 
-                if (kill_step(x, &c->kill, c->deadline, &docker_kill) == KILL_GAVE_UP)
+                if (kill_step(x, &c->kill, c->deadline, &fallback_kill) == KILL_GAVE_UP)
                         return; /* the stream did not close: stop waiting for it */
                 /* stdin goes in as the process takes it, between reads */
                 stdin_pending = c->kill.phase == KILL_NONE && stdin_pump(x);

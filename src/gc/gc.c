@@ -316,7 +316,7 @@ static void remove_owned(struct gc *g, size_t j, size_t i, enum gc_kind kind, in
                 row->updated_at = stamp;
         }
         if (!g->dry_run) {
-                r = container_remove(g->dk, c->id, &err);
+                r = container_remove(g->engine, c->id, &err);
                 if (r < 0) {
                         /* The next run finds it an orphan (no row names it). */
                         gc_note_failed(g, kind, c->id, row->user_id, row->session_id, reason, err.msg);
@@ -342,7 +342,7 @@ static void remove_orphan(struct gc *g, size_t j, const char *reason)
                         gc_note_kept(g, GC_ORPHAN_CONTAINERS, c->id, user, session, "its session claims it now");
                         return;
                 }
-                if (container_remove(g->dk, c->id, &err) < 0) {
+                if (container_remove(g->engine, c->id, &err) < 0) {
                         gc_note_failed(g, GC_ORPHAN_CONTAINERS, c->id, user, session, reason, err.msg);
                         return;
                 }
@@ -417,7 +417,7 @@ static void gc_networks(struct gc *g)
         struct sbx_error err = {0};
 
         snprintf(instance, sizeof(instance), CONTAINER_LABEL_INSTANCE "=%s", g->cfg->instance);
-        if (engine_network_list(g->dk, filters, &names, &n, &err) < 0) {
+        if (engine_network_list(g->engine, filters, &names, &n, &err) < 0) {
                 log_warn("gc: cannot list networks: %s", err.msg);
                 return;
         }
@@ -428,7 +428,7 @@ static void gc_networks(struct gc *g)
                         continue;
                 }
                 if (!g->dry_run) {
-                        int r = engine_network_remove(g->dk, names[i], &err);
+                        int r = engine_network_remove(g->engine, names[i], &err);
                         if (r < 0 && r != -ENOENT) {
                                 if (strstr(err.msg, "active endpoints"))
                                         gc_note_kept(g, GC_NETWORKS, names[i], NULL, NULL, "containers are attached");
@@ -542,7 +542,7 @@ static void gc_services(struct gc *g)
                         /* Not in the snapshot: maybe created since. Ask. */
                         struct engine_container_info info;
                         struct sbx_error err = {0};
-                        r = engine_inspect(g->dk, sv->container_id, &info, &err);
+                        r = engine_inspect(g->engine, sv->container_id, &info, &err);
                         if (r == 0 && info.running)
                                 continue;
                         if (r < 0 && r != -ENOENT) {
@@ -673,7 +673,7 @@ static int snapshot(struct gc *g, struct sbx_error *err)
 
         /* Containers first, then rows: see the header. */
         snprintf(filter, sizeof(filter), CONTAINER_LABEL_INSTANCE "=%s", g->cfg->instance);
-        r = engine_list(g->dk, filters, true, &g->ctrs, &g->n_ctrs, err);
+        r = engine_list(g->engine, filters, true, &g->ctrs, &g->n_ctrs, err);
         if (r < 0) {
                 sbx_error_prefix(err, "listing the containers of instance %s", g->cfg->instance);
                 return r;
@@ -738,9 +738,9 @@ int gc_run(const struct sbx_config *cfg, const struct gc_options *opts, struct g
                 sbx_error_prefix(err, "opening the store");
                 goto out;
         }
-        r = engine_docker_new(cfg->docker_socket, cfg->docker_timeout_ms, &g.dk, err);
+        r = engine_docker_new(cfg->docker_socket, cfg->docker_timeout_ms, &g.engine, err);
         if (r == 0)
-                r = engine_connect(g.dk, err);
+                r = engine_connect(g.engine, err);
         if (r < 0)
                 goto out;
         r = snapshot(&g, err);
@@ -787,7 +787,7 @@ out:
         free(g.ctr_gone);
         free(g.rows);
         free(g.row_gone);
-        engine_free(g.dk);
+        engine_free(g.engine);
         store_close(g.st);
         return r;
 }

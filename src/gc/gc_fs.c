@@ -296,7 +296,7 @@ static int still_dead(struct gc *g, const char *user, const char *session, const
         snprintf(f2, sizeof(f2), CONTAINER_LABEL_INSTANCE "=%s", g->cfg->instance);
         snprintf(f3, sizeof(f3), CONTAINER_LABEL_USER "=%s", user);
         snprintf(f4, sizeof(f4), CONTAINER_LABEL_SESSION "=%s", session);
-        r = engine_list(g->dk, filters, true, &list, &n, err);
+        r = engine_list(g->engine, filters, true, &list, &n, err);
         free(list);
         if (r < 0)
                 return r;

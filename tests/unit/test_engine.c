@@ -23,7 +23,8 @@ static void neutral_spec(struct engine_spec *s, struct engine_tmpfs *t, struct e
 {
         static const char *const env[] = {"HOME=/workspace", NULL};
 
-        *t = (struct engine_tmpfs){.path = "/tmp", .size_bytes = 64 << 20, .noexec = true, .nosuid = true, .nodev = true};
+        *t = (struct engine_tmpfs){
+                .path = "/tmp", .size_bytes = 64 << 20, .noexec = true, .nosuid = true, .nodev = true};
         labels[0] = (struct engine_label){"sandboxd.managed", "1"};
         labels[1] = (struct engine_label){"sandboxd.user", "alice"};
         labels[2] = (struct engine_label){"sandboxd.session", "s1"};
@@ -138,9 +139,9 @@ Test(engine, capabilities_name_what_is_left_out)
         s.runtime_class = "runsc";
         cr_assert_eq(engine_spec_unenforced(&all, &s), 0u);
         missing = engine_spec_unenforced(&none, &s);
-        cr_assert_eq(missing, ENGINE_CAP_PIDS_LIMIT | ENGINE_CAP_MEMORY_SWAP | ENGINE_CAP_CPU_WEIGHT |
-                                      ENGINE_CAP_OOM_SCORE_ADJ | ENGINE_CAP_RUNTIME_CLASS |
-                                      ENGINE_CAP_ISOLATED_NETWORK | ENGINE_CAP_TMPFS_SIZE,
+        cr_assert_eq(missing,
+                     ENGINE_CAP_PIDS_LIMIT | ENGINE_CAP_MEMORY_SWAP | ENGINE_CAP_CPU_WEIGHT | ENGINE_CAP_OOM_SCORE_ADJ |
+                             ENGINE_CAP_RUNTIME_CLASS | ENGINE_CAP_ISOLATED_NETWORK | ENGINE_CAP_TMPFS_SIZE,
                      "%#x", missing);
         for (unsigned i = 0; i < ENGINE_CAP_COUNT; i++)
                 cr_assert_not_null(engine_cap_name(i), "bit %u has no name", i);
@@ -156,8 +157,8 @@ Test(engine, the_fake_engine_reports_its_missing_pid_limit_and_refuses_a_runtime
         struct sbx_config cfg;
         struct sbx_error err = {0};
         char ws[SBX_PATH_MAX], id[65];
-        struct container_params p = {.user = "alice", .session = "s1", .image = "sha256:abc", .network_mode = "none",
-                                     .uid = 23456};
+        struct container_params p = {
+                .user = "alice", .session = "s1", .image = "sha256:abc", .network_mode = "none", .uid = 23456};
 
         cr_assert_not_null(fe);
         config_defaults(&cfg);

@@ -1,4 +1,4 @@
-/* daemon.h — wires the modules into one running daemon: store, Docker
+/* daemon.h — wires the modules into one running daemon: store, the container engine (engine.h: Docker)
  * client, port pool, session manager, reconciliation and the monitor. The
  * fronts (main, tests, benchmarks) create one with daemon_open() and tear it
  * down with daemon_close(). */
@@ -69,7 +69,7 @@ int daemon_open(const struct sbx_config *cfg, const struct daemon_options *opts,
  * everything. Containers keep running. NULL is fine. */
 void daemon_close(struct daemon *d);
 
-/* The Docker engine's version, asked now (for health and stats: the fronts
+/* The container engine's version (engine.h), asked now (for health and stats: the fronts
  * never talk to Docker themselves). */
 int daemon_engine_version(struct daemon *d, char *ret, size_t size, struct sbx_error *err);
 

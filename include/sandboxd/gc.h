@@ -28,7 +28,7 @@
  * another instance, and the workspace of a session that is alive (RUNNING or
  * CREATING in the store, or with any container in Docker).
  *
- * It opens the store and a Docker client of its own (never daemon_open: no
+ * It opens the store and a Docker engine (engine_docker.h) of its own (never daemon_open: no
  * reconciliation, no monitor) and is safe to run beside a daemon: see gc.c. */
 #ifndef SANDBOXD_GC_H
 #define SANDBOXD_GC_H

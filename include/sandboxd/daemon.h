@@ -1,5 +1,5 @@
-/* daemon.h — wires the modules into one running daemon: store, the container engine (engine.h: Docker)
- * client, port pool, session manager, reconciliation and the monitor. The
+/* daemon.h — wires the modules into one running daemon: store, the
+ * container engine (engine.h; Docker's, engine_docker.h), port pool, session manager, reconciliation and the monitor. The
  * fronts (main, tests, benchmarks) create one with daemon_open() and tear it
  * down with daemon_close(). */
 #ifndef SANDBOXD_DAEMON_H

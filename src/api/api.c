@@ -590,8 +590,9 @@ int api_server_start(struct daemon *d, struct api_server **ret, struct sbx_error
                 return sbx_error_set(err, -ENOMEM, 0, "out of memory");
         srv->d = d;
         /* every request carries a token: the socket itself is open to all */
-        r = sockserver_start("API", "sbx-api", d->cfg.api_socket, 0666, (gid_t)-1, (size_t)d->cfg.max_connections,
-                             (size_t)d->cfg.max_connections_per_uid, serve, srv, &srv->ss, err);
+        r = sockserver_start("API", "sbx-api", d->cfg.api_socket, 0666, (gid_t)-1,
+                             (size_t)config_max_connections(&d->cfg), (size_t)config_max_connections_per_uid(&d->cfg),
+                             serve, srv, &srv->ss, err);
         if (r < 0) {
                 free(srv);
                 return r;

@@ -65,8 +65,8 @@ int tlsc_connect(const char *src, int port, bool tls, struct tlsc **ret)
         if (connect(c->fd, (struct sockaddr *)&a, sizeof(a)) < 0)
                 goto fail_errno;
         if (tls) {
-                if (gnutls_certificate_allocate_credentials(&c->cred) < 0 || gnutls_init(&c->s, GNUTLS_CLIENT) < 0 ||
-                    gnutls_set_default_priority(c->s) < 0 ||
+                if (gnutls_certificate_allocate_credentials(&c->cred) < 0 ||
+                    gnutls_init(&c->s, GNUTLS_CLIENT | GNUTLS_NO_SIGNAL) < 0 || gnutls_set_default_priority(c->s) < 0 ||
                     gnutls_credentials_set(c->s, GNUTLS_CRD_CERTIFICATE, c->cred) < 0) {
                         tlsc_close(c);
                         return -ENOMEM;
@@ -132,8 +132,7 @@ int tlsc_request(struct tlsc *c, const char *verb, const char *path, const char 
         n = snprintf(head, sizeof(head),
                      "%s %s HTTP/1.1\r\nHost: 127.0.0.1\r\n%s%s%sContent-Type: application/json\r\n"
                      "Content-Length: %zu\r\n\r\n",
-                     verb, path, token ? "Authorization: Bearer " : "", token ? token : "", token ? "\r\n" : "",
-                     blen);
+                     verb, path, token ? "Authorization: Bearer " : "", token ? token : "", token ? "\r\n" : "", blen);
         if (n < 0 || (size_t)n >= sizeof(head))
                 return -E2BIG;
         if (tlsc_send(c, head, (size_t)n) < 0 || (blen && tlsc_send(c, body, blen) < 0))

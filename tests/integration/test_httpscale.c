@@ -10,6 +10,7 @@
 #include <fcntl.h>
 #include <pthread.h>
 #include <signal.h>
+#include <stdint.h>
 #include <stdio.h>
 #include <string.h>
 #include <sys/prctl.h>
@@ -221,8 +222,8 @@ Test(httpscale, https_serves_and_restarts_past_fd_setsize, .fini = teardown)
         snprintf(tok, sizeof(tok), "%s", sp + 1);
 
         n_fds = count_fds(pid);
-        fprintf(stderr, "httpscale: the daemon holds %d descriptors with %d sessions of %d ports\n", n_fds,
-                FD_SESSIONS, FD_PORTS);
+        fprintf(stderr, "httpscale: the daemon holds %d descriptors with %d sessions of %d ports\n", n_fds, FD_SESSIONS,
+                FD_PORTS);
         cr_assert_gt(n_fds, FD_MIN, "the daemon holds %d descriptors", n_fds);
         assert_https_serves(port, tok, "running");
 
@@ -234,4 +235,182 @@ Test(httpscale, https_serves_and_restarts_past_fd_setsize, .fini = teardown)
         n_fds = count_fds(getpid());
         cr_assert_gt(n_fds, FD_MIN, "the restarted daemon holds %d descriptors", n_fds);
         assert_https_serves(http_server_port(d->http), tok, "restarted");
+}
+
+/* ---- people without a token cannot hold the HTTPS front ---- */
+
+#define ATTACK_ADDRS 13
+#define ATTACK_CONNS 12 /* per address: more than its unauthenticated budget (8) */
+#define UNAUTH_MAX 32   /* in all: below what 13 addresses could hold at 8 each */
+
+static int attack_port;
+static bool attack_stop;   /* atomic */
+static int attack_open;    /* atomic: attackers' connections open now (handshake done, not seen closed) */
+static int attack_dropped; /* atomic: refused at accept, or closed by the daemon */
+
+/* One address's slowloris: its connections each send a request line, then
+ * trickle header bytes, and reopen when the daemon closes them. */
+static void *attacker(void *ud)
+{
+        char src[16];
+        struct tlsc *c[ATTACK_CONNS] = {0};
+
+        snprintf(src, sizeof(src), "127.0.0.%d", 2 + (int)(intptr_t)ud);
+        while (!__atomic_load_n(&attack_stop, __ATOMIC_RELAXED)) {
+                for (int i = 0; i < ATTACK_CONNS; i++) {
+                        if (!c[i]) {
+                                if (tlsc_connect(src, attack_port, true, &c[i]) < 0 ||
+                                    tlsc_send(c[i], "POST /v1/list_sessions HTTP/1.1\r\n", 33) < 0) {
+                                        tlsc_close(c[i]);
+                                        c[i] = NULL;
+                                        __atomic_add_fetch(&attack_dropped, 1, __ATOMIC_RELAXED);
+                                        continue;
+                                }
+                                __atomic_add_fetch(&attack_open, 1, __ATOMIC_RELAXED);
+                        } else if (tlsc_send(c[i], "X", 1) < 0 || tlsc_closed_within(c[i], 0)) {
+                                tlsc_close(c[i]);
+                                c[i] = NULL;
+                                __atomic_sub_fetch(&attack_open, 1, __ATOMIC_RELAXED);
+                                __atomic_add_fetch(&attack_dropped, 1, __ATOMIC_RELAXED);
+                        }
+                }
+                sbx_sleep_ms(200); /* not a wait: the attack's pace, one header byte per connection per round */
+        }
+        for (int i = 0; i < ATTACK_CONNS; i++)
+                tlsc_close(c[i]);
+        return NULL;
+}
+
+Test(httpscale, slowloris_from_many_addresses_does_not_hold_the_front, .fini = teardown)
+{
+        char tok[TOKEN_LEN + 1];
+        struct sbx_error err = {0};
+        struct tlsc *kept, *mine[9];
+        pthread_t t[ATTACK_ADDRS];
+        int st, served = 0, fresh = 0;
+
+        make_cert();
+        https_config();
+        cfg.http_max_unauthenticated = UNAUTH_MAX;
+        cr_assert_eq(open_fronts(&d, &err), 0, "%s", err.msg);
+        attack_port = http_server_port(d->http);
+        cr_assert_eq(token_create(d->store, "alice", TOKEN_ROLE_AGENT, tok, NULL, &err), 0, "%s", err.msg);
+
+        /* the per-address budget: a ninth unauthenticated connection from one address is closed at accept */
+        for (int i = 0; i < 9; i++)
+                cr_assert_eq(tlsc_connect("127.0.0.200", attack_port, false, &mine[i]), 0);
+        cr_assert(tlsc_closed_within(mine[8], 10000), "a ninth unauthenticated connection from one address is refused");
+        for (int i = 0; i < 8; i++)
+                cr_assert(!tlsc_closed_within(mine[i], 0), "the first eight stay open");
+        for (int i = 0; i < 9; i++)
+                tlsc_close(mine[i]);
+
+        /* a tenant's connection, authenticated before the attack */
+        cr_assert_eq(tlsc_connect(NULL, attack_port, true, &kept), 0);
+        cr_assert_eq(tlsc_request(kept, "POST", "/v1/list_sessions", tok, "{}", NULL), 200);
+
+        for (int i = 0; i < ATTACK_ADDRS; i++)
+                pthread_create(&t[i], NULL, attacker, (void *)(intptr_t)i);
+        /* in full force: the attackers hold the whole unauthenticated budget and are turned away for more */
+        cr_assert(TESTENV_WAIT_UNTIL(__atomic_load_n(&attack_open, __ATOMIC_RELAXED) >= UNAUTH_MAX &&
+                                             __atomic_load_n(&attack_dropped, __ATOMIC_RELAXED) >= ATTACK_ADDRS,
+                                     60000),
+                  "the attack never took hold: %d open, %d dropped", attack_open, attack_dropped);
+
+        /* the tenant, on its kept connection and on fresh ones, is served every time */
+        for (int i = 0; i < 20; i++) {
+                st = tlsc_request(kept, "POST", "/v1/list_sessions", tok, "{}", NULL);
+                served += st == 200;
+                st = https_once(attack_port, tok, "POST", "/v1/list_sessions", "{}", NULL);
+                fresh += st == 200;
+        }
+        __atomic_store_n(&attack_stop, true, __ATOMIC_RELAXED);
+        for (int i = 0; i < ATTACK_ADDRS; i++)
+                pthread_join(t[i], NULL);
+        tlsc_close(kept);
+        cr_assert_eq(served, 20, "the authenticated connection was served %d times of 20 during the attack", served);
+        cr_assert_eq(fresh, 20, "new authenticated connections were served %d times of 20 during the attack", fresh);
+}
+
+/* ---- max_sessions agents at once, with the defaults ---- */
+
+#define AGENTS 1000 /* the default max_sessions */
+
+static long proc_status(const char *key)
+{
+        FILE *f = fopen("/proc/self/status", "re");
+        char line[256];
+        long v = -1;
+        size_t n = strlen(key);
+
+        while (f && fgets(line, sizeof(line), f))
+                if (strncmp(line, key, n) == 0 && line[n] == ':')
+                        v = strtol(line + n + 1, NULL, 10);
+        if (f)
+                fclose(f);
+        return v;
+}
+
+Test(httpscale, max_sessions_agents_connect_at_once_with_the_defaults, .fini = teardown)
+{
+        char tok[TOKEN_LEN + 1];
+        struct sbx_error err = {0};
+        static int fds[AGENTS];
+        static struct tlsc *tc[AGENTS];
+        long rss0, thr0;
+        int port, ok = 0;
+
+        make_cert();
+        https_config();
+        cr_assert_eq(cfg.max_sessions, AGENTS, "the default max_sessions");
+        /* not a cap: opening a thousand TLS connections one after another on
+         * a loaded machine takes longer than the 30 s a connection may idle */
+        cfg.http_timeout_s = 3600;
+        cr_assert_eq(open_fronts(&d, &err), 0, "%s", err.msg);
+        port = http_server_port(d->http);
+        cr_assert_eq(token_create(d->store, "alice", TOKEN_ROLE_AGENT, tok, NULL, &err), 0, "%s", err.msg);
+        rss0 = proc_status("VmRSS");
+        thr0 = proc_status("Threads");
+
+        /* the API socket: every agent connects and is answered, all of them open at once */
+        for (int i = 0; i < AGENTS; i++) {
+                cJSON *r;
+                fds[i] = apic_connect(cfg.api_socket);
+                cr_assert_geq(fds[i], 0, "agent %d cannot connect: %s", i, strerror(-fds[i]));
+                apic_request(fds[i], 1, tok, "list_sessions", cJSON_CreateObject());
+                r = apic_reply(fds[i], 30000, NULL);
+                cr_assert_str_eq(apic_code(r), "", "agent %d of %d on the API socket: %s", i + 1, AGENTS, apic_code(r));
+                cJSON_Delete(r);
+        }
+        for (int i = 0; i < AGENTS; i++)
+                apic_request(fds[i], 2, tok, "list_sessions", cJSON_CreateObject());
+        for (int i = 0; i < AGENTS; i++) {
+                cJSON *r = apic_reply(fds[i], 30000, NULL);
+                ok += r && apic_code(r)[0] == '\0';
+                cJSON_Delete(r);
+        }
+        cr_assert_eq(ok, AGENTS, "%d of %d open API connections answered", ok, AGENTS);
+        fprintf(stderr, "httpscale: %d API connections: +%ld kB RSS, +%ld threads\n", AGENTS,
+                proc_status("VmRSS") - rss0, proc_status("Threads") - thr0);
+        for (int i = 0; i < AGENTS; i++)
+                close(fds[i]);
+
+        /* HTTPS, from one address: the same */
+        cr_assert(TESTENV_WAIT_UNTIL(proc_status("Threads") <= thr0 + 8, 30000), "the API workers end");
+        rss0 = proc_status("VmRSS");
+        thr0 = proc_status("Threads");
+        for (int i = 0; i < AGENTS; i++) {
+                int st, r = tlsc_connect(NULL, port, true, &tc[i]);
+                cr_assert_eq(r, 0, "agent %d cannot connect over HTTPS: %s", i + 1, strerror(-r));
+                st = tlsc_request(tc[i], "POST", "/v1/list_sessions", tok, "{}", NULL);
+                cr_assert_eq(st, 200, "agent %d of %d over HTTPS: %d", i + 1, AGENTS, st);
+        }
+        ok = 0;
+        for (int i = 0; i < AGENTS; i++)
+                ok += tlsc_request(tc[i], "POST", "/v1/list_sessions", tok, "{}", NULL) == 200;
+        cr_assert_eq(ok, AGENTS, "%d of %d open HTTPS connections answered", ok, AGENTS);
+        fprintf(stderr, "httpscale: %d HTTPS connections: +%ld kB RSS, +%ld threads\n", AGENTS,
+                proc_status("VmRSS") - rss0, proc_status("Threads") - thr0);
+        for (int i = 0; i < AGENTS; i++)
+                tlsc_close(tc[i]);
 }

@@ -292,6 +292,7 @@ Test(httpscale, slowloris_from_many_addresses_does_not_hold_the_front, .fini = t
         make_cert();
         https_config();
         cfg.http_max_unauthenticated = UNAUTH_MAX;
+        cfg.http_timeout_s = 3600; /* not a cap: the kept connection idles while the attack builds up */
         cr_assert_eq(open_fronts(&d, &err), 0, "%s", err.msg);
         attack_port = http_server_port(d->http);
         cr_assert_eq(token_create(d->store, "alice", TOKEN_ROLE_AGENT, tok, NULL, &err), 0, "%s", err.msg);

@@ -62,10 +62,10 @@ static const struct config_key keys[] = {
          "0: max_sessions"},
         {"http_max_connections_per_address", CFG_INT, F(http_max_connections_per_address), 0, 0, 1000000, "0", NULL,
          "open HTTPS connections per client address (IPv6: per /64); 0: max_sessions"},
-        {"http_max_unauthenticated", CFG_INT, F(http_max_unauthenticated), 0, 1, 1000000, "128", NULL,
+        {"http_max_unauthenticated", CFG_INT, F(http_max_unauthenticated), 0, 1, 1000000, "256", NULL,
          "HTTPS connections that have not authenticated yet, in all (at most half of max_connections); "
          "past it a new one from a less busy address replaces the oldest of the busiest address"},
-        {"http_max_unauthenticated_per_address", CFG_INT, F(http_max_unauthenticated_per_address), 0, 1, 1000000, "8",
+        {"http_max_unauthenticated_per_address", CFG_INT, F(http_max_unauthenticated_per_address), 0, 1, 1000000, "32",
          NULL, "HTTPS connections not authenticated yet per client address (IPv6: per /64)"},
         {"auth_timeout", CFG_MS, F(auth_timeout_ms), 0, 100, 600000, "5s", NULL,
          "a new API socket or HTTPS connection must send an authenticated request within this"},

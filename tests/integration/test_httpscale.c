@@ -240,7 +240,7 @@ Test(httpscale, https_serves_and_restarts_past_fd_setsize, .fini = teardown)
 /* ---- people without a token cannot hold the HTTPS front ---- */
 
 #define ATTACK_ADDRS 13
-#define ATTACK_CONNS 12 /* per address: more than its unauthenticated budget (8) */
+#define ATTACK_CONNS 12 /* per address: more than its unauthenticated budget (8 here) */
 #define UNAUTH_MAX 32   /* in all: below what 13 addresses could hold at 8 each */
 
 static int attack_port;
@@ -292,6 +292,7 @@ Test(httpscale, slowloris_from_many_addresses_does_not_hold_the_front, .fini = t
         make_cert();
         https_config();
         cfg.http_max_unauthenticated = UNAUTH_MAX;
+        cfg.http_max_unauthenticated_per_address = 8;
         cfg.http_timeout_s = 3600; /* not a cap: the kept connection idles while the attack builds up */
         cr_assert_eq(open_fronts(&d, &err), 0, "%s", err.msg);
         attack_port = http_server_port(d->http);

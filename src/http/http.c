@@ -471,7 +471,7 @@ static struct http_conn *eviction_victim(struct http_server *srv, size_t n_unaut
         if (!v)
                 return NULL;
         for (struct http_conn *hc = srv->conns; hc && n < n_unauth; hc = hc->next)
-                if (!hc->evicted && !__atomic_load_n(&hc->authed, __ATOMIC_RELAXED))
+                if (!hc->evicted && hc->fd >= 0 && !__atomic_load_n(&hc->authed, __ATOMIC_RELAXED))
                         v[n++] = hc;
         qsort(v, n, sizeof(*v), unauth_cmp);
         for (size_t i = 0, j; i < n; i = j) {

@@ -60,6 +60,8 @@ static const struct config_key keys[] = {
         {"max_connections_per_uid", CFG_INT, F(max_connections_per_uid), 0, 0, 1000000, "0", NULL,
          "open connections to the API or admin socket per peer uid (SO_PEERCRED); root is not capped; "
          "0: max_sessions"},
+        {"max_unauthenticated_per_uid", CFG_INT, F(max_unauthenticated_per_uid), 0, 1, 1000000, "32", NULL,
+         "open connections to the API socket per peer uid that have not authenticated yet; root is not capped"},
         {"http_max_connections_per_address", CFG_INT, F(http_max_connections_per_address), 0, 0, 1000000, "0", NULL,
          "open HTTPS connections per client address (IPv6: per /64); 0: max_sessions"},
         {"http_max_unauthenticated", CFG_INT, F(http_max_unauthenticated), 0, 1, 1000000, "256", NULL,

@@ -20,11 +20,12 @@ struct sbx_config {
         char data_dir[SBX_PATH_MAX];
         char api_socket[SBX_PATH_MAX];
         char admin_socket[SBX_PATH_MAX];
-        char admin_group[64];           /* "" → socket mode 0600, else 0660 with this group */
-        int max_connections;            /* API socket, and HTTPS front, in total (0: config_max_connections) */
-        int max_connections_per_uid;    /* API and admin sockets, per peer uid (root exempt; 0: max_sessions) */
-        int auth_timeout_ms;            /* a new API or HTTPS connection authenticates within this */
-        int connection_idle_timeout_ms; /* no request this long: the connection is closed */
+        char admin_group[64];            /* "" → socket mode 0600, else 0660 with this group */
+        int max_connections;             /* API socket, and HTTPS front, in total (0: config_max_connections) */
+        int max_connections_per_uid;     /* API and admin sockets, per peer uid (root exempt; 0: max_sessions) */
+        int max_unauthenticated_per_uid; /* API socket, per peer uid, before a token (root exempt) */
+        int auth_timeout_ms;             /* a new API or HTTPS connection authenticates within this */
+        int connection_idle_timeout_ms;  /* no request this long: the connection is closed */
         char docker_socket[SBX_PATH_MAX];
         char instance[64];
 

@@ -571,8 +571,10 @@ static void serve(struct sockserver *ss, int fd, const struct ucred *peer, void 
                 if (len == 0)
                         continue;
                 handle_line(c, line, len);
-                if (c->authenticated)
+                if (c->authenticated && lr.max != API_MAX_LINE) {
                         lr.max = API_MAX_LINE;
+                        sockserver_authenticated(ss, fd); /* out of the per-uid budget before a token */
+                }
                 prefix_ok = false;
                 if (c->auth_failures >= API_MAX_AUTH_FAILURES || conn_broken(c))
                         break;
@@ -592,7 +594,7 @@ int api_server_start(struct daemon *d, struct api_server **ret, struct sbx_error
         /* every request carries a token: the socket itself is open to all */
         r = sockserver_start("API", "sbx-api", d->cfg.api_socket, 0666, (gid_t)-1,
                              (size_t)config_max_connections(&d->cfg), (size_t)config_max_connections_per_uid(&d->cfg),
-                             serve, srv, &srv->ss, err);
+                             (size_t)d->cfg.max_unauthenticated_per_uid, serve, srv, &srv->ss, err);
         if (r < 0) {
                 free(srv);
                 return r;

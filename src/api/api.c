@@ -4,8 +4,9 @@
  * logic of its own beyond that.
  *
  * Threads: "sbx-api" accepts (listener.c); each connection gets one worker
- * ("sbx-api-conn", at most max_connections in all and max_connections_per_uid
- * per peer uid) that answers its requests in order.
+ * ("sbx-api-conn", at most max_connections in all, max_connections_per_uid
+ * per peer uid, max_unauthenticated_per_uid of them before a token) that
+ * answers its requests in order.
  *   c->wlock     serialises writes to one connection, and c->broken
  *   sinks_lock   guards the registry of streaming sinks and every sink's
  *                queue (sink->cond pairs with it)

@@ -60,6 +60,7 @@
 #define SANDBOXD_HTTP_H
 
 #include <stdbool.h>
+#include <stdint.h>
 #include <sys/socket.h>
 
 #include "sandboxd/common.h"
@@ -88,6 +89,15 @@ int http_metrics_start(struct daemon *d, struct http_server **ret, struct sbx_er
 int http_server_port(const struct http_server *s);
 /* Stop accepting, end every connection and request worker. NULL is fine. */
 void http_server_stop(struct http_server *s);
+
+/* A client address as the caps count it: IPv4 whole (an IPv4-mapped IPv6
+ * address too), IPv6 by its /64 (one subscriber's prefix). */
+struct http_addr {
+        uint8_t family; /* 4 or 6; 0 unknown */
+        uint8_t bytes[8];
+};
+void http_addr_of(const struct sockaddr *sa, struct http_addr *ret);
+bool http_addr_eq(const struct http_addr *a, const struct http_addr *b);
 
 /* The HTTP status for an API error code. */
 int http_status_for_code(const char *code);

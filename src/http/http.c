@@ -444,7 +444,7 @@ void http_addr_of(const struct sockaddr *sa, struct http_addr *ret)
         }
 }
 
-static bool addr_eq(const struct http_addr *a, const struct http_addr *b)
+bool http_addr_eq(const struct http_addr *a, const struct http_addr *b)
 {
         return a->family == b->family && memcmp(a->bytes, b->bytes, sizeof(a->bytes)) == 0;
 }
@@ -475,7 +475,7 @@ static struct http_conn *eviction_victim(struct http_server *srv, size_t n_unaut
                         v[n++] = hc;
         qsort(v, n, sizeof(*v), unauth_cmp);
         for (size_t i = 0, j; i < n; i = j) {
-                for (j = i + 1; j < n && addr_eq(&v[i]->addr, &v[j]->addr);)
+                for (j = i + 1; j < n && http_addr_eq(&v[i]->addr, &v[j]->addr);)
                         j++;
                 /* v[i] is the group's oldest; among equal groups the older goes */
                 if (j - i > best_n || (best && j - i == best_n && v[i]->opened_ms < best->opened_ms)) {
@@ -522,7 +522,7 @@ static enum MHD_Result on_accept(void *cls, const struct sockaddr *sa, socklen_t
                 bool same;
                 if (hc->evicted)
                         continue;
-                same = addr_eq(&hc->addr, &me);
+                same = http_addr_eq(&hc->addr, &me);
                 mine += same;
                 if (!__atomic_load_n(&hc->authed, __ATOMIC_RELAXED)) {
                         unauth++;

@@ -18,12 +18,6 @@ struct http_mcp_session;
 
 struct http_conn;
 
-/* A client address as the caps count it: IPv4 whole (an IPv4-mapped IPv6
- * address too), IPv6 by its /64 (one subscriber's prefix). */
-struct http_addr {
-        uint8_t family; /* 4 or 6; 0 unknown */
-        uint8_t bytes[8];
-};
 
 struct http_server {
         struct daemon *d;
@@ -81,9 +75,6 @@ struct http_req {
         bool mcp;         /* /mcp */
         bool timeout_off; /* the connection's idle limit is lifted while this request is answered */
 };
-
-/* The address a connection counts under (struct http_addr). */
-void http_addr_of(const struct sockaddr *sa, struct http_addr *ret);
 
 /* A response with a JSON or text body (status counted in the metrics). */
 enum MHD_Result http_queue_text(struct MHD_Connection *conn, int status, const char *type, char *text, bool close);

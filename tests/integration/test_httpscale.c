@@ -293,6 +293,8 @@ Test(httpscale, slowloris_from_many_addresses_does_not_hold_the_front, .fini = t
         https_config();
         cfg.http_max_unauthenticated = UNAUTH_MAX;
         cfg.http_max_unauthenticated_per_address = 8;
+        /* a long deadline to authenticate: only the budget can turn the attack away */
+        cfg.auth_timeout_ms = 120000;
         cfg.http_timeout_s = 3600; /* not a cap: the kept connection idles while the attack builds up */
         cr_assert_eq(open_fronts(&d, &err), 0, "%s", err.msg);
         attack_port = http_server_port(d->http);

@@ -54,12 +54,23 @@ static const struct config_key keys[] = {
          "Unix socket for admins (file permissions + peer credentials)"},
         {"admin_group", CFG_STRING, F(admin_group), 0, 0, 0, "", NULL,
          "empty: admin socket mode 0600; else 0660 owned by this group"},
-        {"max_connections", CFG_INT, F(max_connections), 0, 1, 10000, "64", NULL,
-         "open connections to the API socket at most (the admin socket has its own 16)"},
-        {"max_connections_per_uid", CFG_INT, F(max_connections_per_uid), 0, 1, 10000, "16", NULL,
-         "open connections to the API or admin socket per peer uid (SO_PEERCRED); root is not capped"},
+        {"max_connections", CFG_INT, F(max_connections), 0, 0, 1000000, "0", NULL,
+         "open connections at most, to the API socket and to the HTTPS front each (the admin socket has its own "
+         "16); 0: max_sessions + 64, so every session's agent can hold one"},
+        {"max_connections_per_uid", CFG_INT, F(max_connections_per_uid), 0, 0, 1000000, "0", NULL,
+         "open connections to the API or admin socket per peer uid (SO_PEERCRED); root is not capped; "
+         "0: max_sessions"},
+        {"max_unauthenticated_per_uid", CFG_INT, F(max_unauthenticated_per_uid), 0, 1, 1000000, "32", NULL,
+         "open connections to the API socket per peer uid that have not authenticated yet; root is not capped"},
+        {"http_max_connections_per_address", CFG_INT, F(http_max_connections_per_address), 0, 0, 1000000, "0", NULL,
+         "open HTTPS connections per client address (IPv6: per /64); 0: max_sessions"},
+        {"http_max_unauthenticated", CFG_INT, F(http_max_unauthenticated), 0, 1, 1000000, "256", NULL,
+         "HTTPS connections that have not authenticated yet, in all (at most half of max_connections); "
+         "past it a new one from a less busy address replaces the oldest of the busiest address"},
+        {"http_max_unauthenticated_per_address", CFG_INT, F(http_max_unauthenticated_per_address), 0, 1, 1000000, "32",
+         NULL, "HTTPS connections not authenticated yet per client address (IPv6: per /64)"},
         {"auth_timeout", CFG_MS, F(auth_timeout_ms), 0, 100, 600000, "5s", NULL,
-         "a new API connection must send an authenticated request within this"},
+         "a new API socket or HTTPS connection must send an authenticated request within this"},
         {"connection_idle_timeout", CFG_MS, F(connection_idle_timeout_ms), 0, 1000, 86400000, "300s", NULL,
          "an API or admin connection with no request this long is closed"},
         {"http_listen", CFG_STRING, F(http_listen), 0, 0, 0, "", NULL,
@@ -70,7 +81,7 @@ static const struct config_key keys[] = {
         {"tls_client_ca", CFG_STRING, F(tls_client_ca), 0, 0, 0, "", NULL,
          "PEM CA file: when set, HTTPS clients must present a certificate it signed (mTLS)"},
         {"http_timeout", CFG_DURATION, F(http_timeout_s), 0, 1, 3600, "30s", NULL,
-         "an HTTP connection idle this long (TLS handshake included), or unauthenticated this long, is closed"},
+         "an HTTP connection idle this long (TLS handshake included) is closed"},
         {"metrics_listen", CFG_STRING, F(metrics_listen), 0, 0, 0, "", NULL,
          "loopback host:port serving /metrics (Prometheus text) and /healthz (empty: off)"},
         {"docker_socket", CFG_PATH, F(docker_socket), 0, 0, 0, "/var/run/docker.sock", NULL,
@@ -739,6 +750,21 @@ static int pool_entry(const char *a, size_t len, size_t *ret_name_len, int *ret_
                 (*ret_name_len)--;
         *ret_n = (int)v;
         return 0;
+}
+
+int config_max_connections(const struct sbx_config *cfg)
+{
+        return cfg->max_connections > 0 ? cfg->max_connections : cfg->max_sessions + 64;
+}
+
+int config_max_connections_per_uid(const struct sbx_config *cfg)
+{
+        return cfg->max_connections_per_uid > 0 ? cfg->max_connections_per_uid : cfg->max_sessions;
+}
+
+int config_http_max_per_address(const struct sbx_config *cfg)
+{
+        return cfg->http_max_connections_per_address > 0 ? cfg->http_max_connections_per_address : cfg->max_sessions;
 }
 
 int config_pool_size_for(const struct sbx_config *cfg, const char *image)

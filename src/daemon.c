@@ -5,6 +5,7 @@
 #include <errno.h>
 #include <stdio.h>
 #include <string.h>
+#include <sys/resource.h>
 #include <sys/stat.h>
 
 #include "sandboxd/docker.h"
@@ -129,6 +130,34 @@ static void adopt_runners(struct daemon *d)
                 log_info("listening again for %zu runners", adopted);
 }
 
+/* Descriptors: a session holds DAEMON_FDS_PER_SESSION in the daemon (its
+ * runner, control, egress and forward sockets) plus a listener per port of
+ * its block, and each connection to a front holds one. Take what the hard
+ * limit allows, and say so when even that is short of the configuration. */
+#define DAEMON_FDS_PER_SESSION 7
+#define DAEMON_FDS_SPARE 1024
+
+static void raise_nofile(const struct sbx_config *cfg)
+{
+        int64_t need = (int64_t)cfg->max_sessions * (DAEMON_FDS_PER_SESSION + cfg->ports_per_session) +
+                       2 * (int64_t)config_max_connections(cfg) + DAEMON_FDS_SPARE;
+        struct rlimit rl;
+
+        if (getrlimit(RLIMIT_NOFILE, &rl) < 0)
+                return;
+        if (rl.rlim_cur < rl.rlim_max) {
+                rl.rlim_cur = rl.rlim_max;
+                (void)setrlimit(RLIMIT_NOFILE, &rl);
+                (void)getrlimit(RLIMIT_NOFILE, &rl);
+        }
+        if (rl.rlim_cur != RLIM_INFINITY && (int64_t)rl.rlim_cur < need)
+                log_warn(
+                        "the descriptor limit (RLIMIT_NOFILE) is %llu, short of the %lld that max_sessions %d with "
+                        "%d ports each and max_connections %d may hold: raise LimitNOFILE (ulimit -n)",
+                        (unsigned long long)rl.rlim_cur, (long long)need, cfg->max_sessions, cfg->ports_per_session,
+                        config_max_connections(cfg));
+}
+
 int daemon_open(const struct sbx_config *cfg, const struct daemon_options *opts, struct daemon **ret,
                 struct sbx_error *err)
 {
@@ -144,6 +173,7 @@ int daemon_open(const struct sbx_config *cfg, const struct daemon_options *opts,
                 opts = &no_opts;
         d->cfg = *cfg;
         d->started_at = sbx_wall_ms();
+        raise_nofile(&d->cfg);
 
         r = wsquota_check_config(&d->cfg, err);
         if (r == 0)

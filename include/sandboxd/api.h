@@ -5,8 +5,10 @@
  * is authenticated by its token; the peer's uid from SO_PEERCRED is logged):
  * one JSON object per line, at most API_MAX_LINE bytes, requests answered in
  * order on a connection; a client may open several connections (at most
- * max_connections at once across all clients, and max_connections_per_uid
- * from one peer uid other than root; past either a connection gets one busy
+ * max_connections at once across all clients, by default max_sessions + 64;
+ * max_connections_per_uid from one peer uid other than root, by default
+ * max_sessions; and of those at most max_unauthenticated_per_uid (32) that
+ * have not authenticated yet; past any of them a connection gets one busy
  * reply and is closed). Limits on what a peer costs (see reqguard.h):
  *   - until a request on the connection has authenticated, a line may be at
  *     most 4 KiB, unless its first 4 KiB already hold a top-level "token"

@@ -209,9 +209,10 @@ Test(httpscale, https_serves_and_restarts_past_fd_setsize, .fini = teardown)
         cfg.ports_per_session = FD_PORTS;
         cfg.max_sessions_per_user = FD_SESSIONS;
         /* this suite's own range, with room for a second copy of the suites
-         * beside this one: the pool skips blocks another process holds */
-        cfg.port_range_lo = 36000;
-        cfg.port_range_hi = 36000 + 35 * FD_PORTS - 1;
+         * beside this one: the pool skips blocks another process holds. Below
+         * the kernel's ephemeral range (32768-60999), like every suite's. */
+        cfg.port_range_lo = 2000;
+        cfg.port_range_hi = 2000 + 35 * FD_PORTS - 1;
         cr_assert_eq(pipe2(pipefd, O_CLOEXEC), 0);
         pid = fork();
         cr_assert_geq(pid, 0, "fork: %m");

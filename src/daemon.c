@@ -14,6 +14,7 @@
 #include "sandboxd/log.h"
 #include "sandboxd/monitor.h"
 #include "sandboxd/portpool.h"
+#include "sandboxd/cells.h"
 #include "sandboxd/privacy.h"
 #include "sandboxd/runtime.h"
 #include "sandboxd/scripts.h"
@@ -221,6 +222,9 @@ int daemon_open(const struct sbx_config *cfg, const struct daemon_options *opts,
                 goto fail;
         }
         (void)exec_engine_recover(d->exec, NULL);
+        r = cells_new(&d->cfg, d->store, d->sessions, d->runner, &d->cells, err);
+        if (r < 0)
+                goto fail;
         /* before reconciling, so services of containers lost meanwhile are cleared */
         r = service_manager_new(&d->cfg, d->docker, d->store, d->sessions, d->exec, &d->services, err);
         if (r < 0)
@@ -259,6 +263,7 @@ void daemon_close(struct daemon *d)
                 d->fronts_stop(d);
         monitor_stop(d->monitor);
         service_manager_free(d->services);
+        cells_free(d->cells); /* before the hub: its waiters hold runner jobs */
         exec_engine_free(d->exec);
         scripts_free(d->scripts);
         if (d->runtime && d->sessions)

@@ -84,6 +84,20 @@ static cJSON *reply_new(const cJSON *id)
         return o;
 }
 
+void api_send_event(struct api_req *q, const char *event, const cJSON *fields)
+{
+        cJSON *o = reply_new(q->id);
+        const cJSON *it;
+
+        if (!o)
+                return;
+        cJSON_AddStringToObject(o, "event", event);
+        cJSON_ArrayForEach(it, fields)
+                cJSON_AddItemToObject(o, it->string, cJSON_Duplicate(it, true));
+        conn_send(q->c, o);
+        cJSON_Delete(o);
+}
+
 static void send_error(struct api_conn *c, const cJSON *id, const char *code, const char *msg)
 {
         cJSON *o = reply_new(id), *e;

@@ -94,6 +94,11 @@ def main():
                    ("MPLCONFIGDIR", "matplotlib"), ("JUPYTER_CONFIG_DIR", "jupyter")):
         os.environ[k] = os.path.join(tmp, sub)
         os.makedirs(os.environ[k], mode=0o700, exist_ok=True)
+    # tracebacks as plain text: an agent reads them, no terminal does
+    prof = os.path.join(os.environ["IPYTHONDIR"], "profile_default")
+    os.makedirs(prof, mode=0o700, exist_ok=True)
+    with open(os.path.join(prof, "ipython_kernel_config.py"), "w") as f:
+        f.write("c.InteractiveShell.colors = 'NoColor'\n")
     # the image's MPLBACKEND=Agg would keep figures from coming back inline
     os.environ["MPLBACKEND"] = "module://matplotlib_inline.backend_inline"
     os.environ.setdefault("JUPYTER_PLATFORM_DIRS", "1")

@@ -57,6 +57,7 @@ struct cell_ctx {
         int64_t execution_count;
         char container_id[65];
         uint32_t tag;
+        uint64_t oom_at_start; /* the session's OOM kills when this generation started */
         pthread_t waiter;
         bool has_waiter;
         bool waiter_done;     /* the current generation's waiter saw its end */
@@ -819,13 +820,22 @@ static int ctx_ensure(struct cell_ctx *x, const char *const *env, cJSON **ret_lo
         char cid[65];
         int r = session_get_or_create(x->c->sessions, x->user, x->session, &s, err);
         bool ready;
+        uint64_t ooms;
 
         if (r < 0)
                 return r;
         session_container_id(s, cid);
+        ooms = session_oom_events(s);
         session_release(s);
 
         pthread_mutex_lock(&x->lock);
+        /* the OOM killer's SIGKILL looks like any other to the bridge and the
+         * runner; the engine's OOM event since the generation started says
+         * what it was */
+        if (x->lost_cause[0] && x->lost_generation == x->generation && ooms > x->oom_at_start &&
+            (strcmp(x->lost_cause, "killed") == 0 || strcmp(x->lost_cause, "exited") == 0 ||
+             strcmp(x->lost_cause, "runner_lost") == 0))
+                sbx_strlcpy(x->lost_cause, "oom", sizeof(x->lost_cause));
         ready = x->phase == CTX_READY;
         if (ready && strcmp(cid, x->container_id) != 0)
                 sbx_strlcpy(x->strong_cause, "container_recreated", sizeof(x->strong_cause));
@@ -844,6 +854,9 @@ static int ctx_ensure(struct cell_ctx *x, const char *const *env, cJSON **ret_lo
         pthread_mutex_unlock(&x->lock);
         if (ready)
                 return 0;
+        pthread_mutex_lock(&x->lock);
+        x->oom_at_start = ooms;
+        pthread_mutex_unlock(&x->lock);
         r = ctx_start(x, cid, env, err);
         if (r == 0) {
                 pthread_mutex_lock(&x->lock);

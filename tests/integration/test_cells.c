@@ -24,6 +24,8 @@ static struct sbx_config cfg;
 static struct daemon *d;
 static char tok_a[TOKEN_LEN + 1], tok_b[TOKEN_LEN + 1], tok_conn[TOKEN_LEN + 1];
 
+static const char *network_default; /* NULL: the config's */
+
 static void open_daemon(bool new_tokens)
 {
         char dir[SBX_PATH_MAX];
@@ -38,6 +40,8 @@ static void open_daemon(bool new_tokens)
                 cfg.memory_bytes = 768 << 20; /* a kernel with pandas and matplotlib */
                 cfg.pids_limit = 256;
                 cfg.cells_interrupt_grace_ms = 1500;
+                if (network_default)
+                        snprintf(cfg.network_default, sizeof(cfg.network_default), "%s", network_default);
                 snprintf(dir, sizeof(dir), "%s", cfg.data_dir);
                 snprintf(cfg.api_socket, sizeof(cfg.api_socket), "%s/run/api.sock", dirname(dir));
                 snprintf(cfg.admin_socket, sizeof(cfg.admin_socket), "%s/run/admin.sock", dir);
@@ -312,13 +316,19 @@ Test(cells, contexts_and_sessions_are_isolated, .init = setup, .fini = teardown)
         cJSON_Delete(r);
 }
 
-Test(cells, privacy_ratchet_reports_state_lost, .init = setup, .fini = teardown)
+static void setup_bridge(void)
+{
+        network_default = "bridge"; /* a networked container for the ratchet to take away */
+        setup();
+}
+
+Test(cells, privacy_ratchet_reports_state_lost, .init = setup_bridge, .fini = teardown)
 {
         cJSON *r;
         const cJSON *res;
 
         cJSON_Delete(cell("s1", NULL, "secret = 1", 0));
-        r = apic_call(cfg.api_socket, tok_conn, "mark_private", apic_json("{\"session\": \"s1\"}"));
+        r = apic_call(cfg.api_socket, tok_conn, "mark_private", apic_json("{\"session\": \"s1\", \"dataset\": \"payroll\"}"));
         cr_assert_not_null(apic_result(r), "%s", cJSON_PrintUnformatted(r));
         cJSON_Delete(r);
         r = cell("s1", NULL, "'secret' in globals()", 0);

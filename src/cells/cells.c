@@ -957,10 +957,16 @@ int cells_run(struct cells *c, const struct cells_request *req, cJSON **ret, str
                         timed_out = !interrupt;
                         grace_end = sbx_now_ms() + c->cfg->cells_interrupt_grace_ms;
                         pthread_mutex_unlock(&x->lock);
-                        cJSON *in = cJSON_CreateObject();
-                        cJSON_AddStringToObject(in, "op", "interrupt");
-                        (void)ctx_send(x, in, grace_end);
-                        cJSON_Delete(in);
+                        if (strcmp(x->language, "node") == 0) {
+                                /* node is its own kernel: a busy event loop reads no line,
+                                 * but breakOnSigint turns SIGINT into an error in the cell */
+                                (void)ctx_signal(x, SIGINT);
+                        } else {
+                                cJSON *in = cJSON_CreateObject();
+                                cJSON_AddStringToObject(in, "op", "interrupt");
+                                (void)ctx_send(x, in, grace_end);
+                                cJSON_Delete(in);
+                        }
                         pthread_mutex_lock(&x->lock);
                         continue;
                 }

@@ -352,3 +352,34 @@ Test(cells, daemon_restart_is_reported, .init = setup, .fini = teardown)
         cr_assert_eq(apic_num(res, "generation"), 2);
         cJSON_Delete(r);
 }
+
+Test(cells, node_context_keeps_state, .init = setup, .fini = teardown)
+{
+        cJSON *p, *r;
+        const cJSON *res;
+
+        p = apic_json("{\"session\": \"s1\", \"context\": \"js\", \"language\": \"node\", \"code\": \"const n = 40\"}");
+        r = apic_call(cfg.api_socket, tok_a, "run_cell", p);
+        cr_assert_not_null(apic_result(r), "%s", cJSON_PrintUnformatted(r));
+        cr_assert_str_eq(apic_str(apic_result(r), "language"), "node");
+        cJSON_Delete(r);
+        /* top-level await, and const declared again in a later cell */
+        r = cell("s1", "js", "const m = await Promise.resolve(2); console.log('sum'); n + m", 0);
+        res = apic_result(r);
+        cr_assert_str_eq(result_text(res), "42", "%s", cJSON_PrintUnformatted(r));
+        cr_assert_str_eq(apic_str(res, "stdout"), "sum\n");
+        cJSON_Delete(r);
+        r = cell("s1", "js", "const n = 1; n + m", 0);
+        cr_assert_str_eq(result_text(apic_result(r)), "3", "%s", cJSON_PrintUnformatted(r));
+        cJSON_Delete(r);
+        /* a busy loop is interrupted and the context lives on */
+        r = cell("s1", "js", "while (true) {}", 2);
+        res = apic_result(r);
+        cr_assert(cJSON_IsTrue(cJSON_GetObjectItem(res, "timed_out")), "%s", cJSON_PrintUnformatted(r));
+        cr_assert_null(cJSON_GetObjectItem(res, "state_lost"), "%s", cJSON_PrintUnformatted(r));
+        cJSON_Delete(r);
+        r = cell("s1", "js", "n", 0);
+        cr_assert_str_eq(result_text(apic_result(r)), "1");
+        cr_assert_eq(apic_num(apic_result(r), "generation"), 1);
+        cJSON_Delete(r);
+}

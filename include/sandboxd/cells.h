@@ -65,7 +65,7 @@ struct session_manager;
 struct runner_hub;
 struct cells;
 
-#define CELLS_NAME_MAX 64     /* a context name: 1-64 of [A-Za-z0-9_.-] */
+#define CELLS_NAME_MAX 64 /* a context name: 1-64 of [A-Za-z0-9_.-] */
 #define CELLS_DEFAULT "default"
 #define CELLS_MAX_VARS 500
 
@@ -109,8 +109,7 @@ int cells_variables(struct cells *c, const char *user, const char *session, cons
 /* Interrupt the cell running in the context (SIGINT; state kept); the
  * running run_cell then applies the interrupt grace as on a timeout.
  * -EALREADY when no cell runs. */
-int cells_interrupt(struct cells *c, const char *user, const char *session, const char *context,
-                    struct sbx_error *err);
+int cells_interrupt(struct cells *c, const char *user, const char *session, const char *context, struct sbx_error *err);
 
 bool cells_name_valid(const char *name);
 

@@ -73,8 +73,7 @@ int api_m_run_cell(struct api_req *q, cJSON **ret, struct fronterr *e)
         if (env_obj && !cJSON_IsNull(env_obj)) {
                 if (!cJSON_IsObject(env_obj))
                         return fronterr_set(e, "bad_request", "params.env must be an object of strings");
-                cJSON_ArrayForEach(it, env_obj)
-                {
+                cJSON_ArrayForEach(it, env_obj) {
                         if (!cJSON_IsString(it)) {
                                 r = fronterr_set(e, "bad_request", "params.env values must be strings");
                                 goto out;

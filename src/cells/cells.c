@@ -28,8 +28,8 @@ extern const char cells_bridge_node[];
 #define CELLS_RUNNER_WAIT_MS 10000
 #define CELLS_KILL_WAIT_MS 10000
 #define CELLS_REAP_EVERY_MS 5000
-#define CELLS_LINE_SLACK (64 * 1024)  /* a line may exceed the output cap by this much */
-#define CELLS_STDERR_LOG_MAX 512      /* bridge stderr bytes logged per chunk (debug) */
+#define CELLS_LINE_SLACK (64 * 1024) /* a line may exceed the output cap by this much */
+#define CELLS_STDERR_LOG_MAX 512     /* bridge stderr bytes logged per chunk (debug) */
 #define CELLS_VARS_TIMEOUT_MS 10000
 #define CELLS_MAX_ENV 256
 
@@ -60,9 +60,9 @@ struct cell_ctx {
         uint64_t oom_at_start; /* the session's OOM kills when this generation started */
         pthread_t waiter;
         bool has_waiter;
-        bool waiter_done;     /* the current generation's waiter saw its end */
-        char kill_cause[32];  /* why we ended it ourselves ("" when we did not) */
-        bool kill_silent;     /* ended on request (restart, delete): nothing to report */
+        bool waiter_done;      /* the current generation's waiter saw its end */
+        char kill_cause[32];   /* why we ended it ourselves ("" when we did not) */
+        bool kill_silent;      /* ended on request (restart, delete): nothing to report */
         char strong_cause[32]; /* from the session (privacy_ratchet, container_recreated, idle_stop) */
         char bridge_cause[32]; /* the bridge's "dead" report */
         char lost_cause[32];   /* the loss the next cell reports ("" = none) */
@@ -191,8 +191,7 @@ static cJSON *mime_bundle(const cJSON *data)
         if (!cJSON_IsObject(data))
                 return NULL;
         out = cJSON_CreateObject();
-        cJSON_ArrayForEach(it, data)
-        {
+        cJSON_ArrayForEach(it, data) {
                 if (!it->string || strlen(it->string) > 128)
                         continue;
                 if (cJSON_IsString(it) || strcmp(it->string, "application/json") == 0)
@@ -216,7 +215,8 @@ static void add_output(struct cell_ctx *x, cJSON *o, size_t cost)
         x->out_bytes += cost;
         last = x->outputs ? cJSON_GetArrayItem(x->outputs, cJSON_GetArraySize(x->outputs) - 1) : NULL;
         if (last && type && strcmp(type, "stream") == 0 && strcmp(str_of(last, "type") ?: "", "stream") == 0 &&
-            strcmp(str_of(last, "name") ?: "", str_of(o, "name") ?: "") == 0 && !cJSON_IsTrue(cJSON_GetObjectItem(last, "_sent"))) {
+            strcmp(str_of(last, "name") ?: "", str_of(o, "name") ?: "") == 0 &&
+            !cJSON_IsTrue(cJSON_GetObjectItem(last, "_sent"))) {
                 const char *a = str_of(last, "text"), *b = str_of(o, "text");
                 size_t la = strlen(a), lb = strlen(b);
                 char *joined = malloc(la + lb + 1);
@@ -258,7 +258,7 @@ static void handle_line(struct cell_ctx *x, const char *line, size_t len)
         } else if (strcmp(ev, "stats") == 0 && id_is(j, x->cur_id)) {
                 const cJSON *v = cJSON_GetObjectItemCaseSensitive(j, "rss_kb");
                 x->rss_kb = cJSON_IsNumber(v) && v->valuedouble >= 0 && v->valuedouble < 1e12 ? (int64_t)v->valuedouble
-                                                                                               : -1;
+                                                                                              : -1;
         } else if (x->cur_id && id_is(j, x->cur_id) && !x->done) {
                 if (strcmp(ev, "stream") == 0) {
                         const char *name = str_of(j, "name"), *text = str_of(j, "text");
@@ -288,8 +288,9 @@ static void handle_line(struct cell_ctx *x, const char *line, size_t len)
                         cJSON_AddStringToObject(o, "value", str_of(j, "evalue") ?: "");
                         cJSON *a = cJSON_AddArrayToObject(o, "traceback");
                         if (cJSON_IsArray(tb))
-                                cJSON_ArrayForEach(it, tb) if (cJSON_IsString(it))
-                                        cJSON_AddItemToArray(a, cJSON_CreateString(it->valuestring));
+                                cJSON_ArrayForEach(it, tb)
+                                        if (cJSON_IsString(it))
+                                                cJSON_AddItemToArray(a, cJSON_CreateString(it->valuestring));
                         add_output(x, o, len);
                 } else if (strcmp(ev, "clear_output") == 0) {
                         cJSON_Delete(x->outputs);
@@ -299,16 +300,14 @@ static void handle_line(struct cell_ctx *x, const char *line, size_t len)
                         if (cJSON_IsNumber(n) && n->valuedouble >= 0 && n->valuedouble < 1e12)
                                 x->done_count = (int64_t)n->valuedouble;
                         snprintf(x->done_status, sizeof(x->done_status), "%s",
-                                 str_of(j, "status") && strlen(str_of(j, "status")) < 16 ? str_of(j, "status")
-                                                                                         : "ok");
+                                 str_of(j, "status") && strlen(str_of(j, "status")) < 16 ? str_of(j, "status") : "ok");
                         x->done = true;
                 } else if (strcmp(ev, "variables") == 0) {
                         const cJSON *vs = cJSON_GetObjectItemCaseSensitive(j, "vars"), *it;
                         cJSON *a = cJSON_CreateArray();
                         int n = 0;
                         if (cJSON_IsArray(vs))
-                                cJSON_ArrayForEach(it, vs)
-                                {
+                                cJSON_ArrayForEach(it, vs) {
                                         const char *nm = str_of(it, "name"), *ty = str_of(it, "type"),
                                                    *rp = str_of(it, "repr"), *sh = str_of(it, "shape");
                                         if (!nm || !ty || !rp || ++n > CELLS_MAX_VARS)
@@ -372,7 +371,7 @@ static void cell_on_output(void *ud, int stream, const void *data, size_t len)
                                 x->line_len += n;
                         }
                 }
-        next:
+next:
                 if (nl) {
                         if (!x->line_skip && x->line_len)
                                 handle_line(x, x->line, x->line_len);
@@ -596,8 +595,9 @@ static int ctx_start(struct cell_ctx *x, const char *container_id, const char *c
 
         (void)runner_hub_adopt(c->hub, x->user, x->session);
         if (!runner_hub_wait(c->hub, x->user, x->session, CELLS_RUNNER_WAIT_MS))
-                return sbx_error_set(err, -ENOTCONN, 0,
-                                     "the session's runner is not connected: run_cell needs it (no docker exec fallback)");
+                return sbx_error_set(
+                        err, -ENOTCONN, 0,
+                        "the session's runner is not connected: run_cell needs it (no docker exec fallback)");
         ctx_join_waiter(x);
         pthread_mutex_lock(&x->lock);
         snprintf(code_path, sizeof(code_path), "/tmp/sbx-cell-%s-%lld.%s", x->name, (long long)x->generation + 1,
@@ -771,9 +771,8 @@ static int ctx_get(struct cells *c, const char *user, const char *session, const
                                              ? "this session already has %d contexts (cells_max_per_session): "
                                                "delete_context one"
                                              : "the daemon holds its maximum of %d contexts (cells_max_global)",
-                                     in_session >= (size_t)c->cfg->cells_max_per_session
-                                             ? c->cfg->cells_max_per_session
-                                             : c->cfg->cells_max_global);
+                                     in_session >= (size_t)c->cfg->cells_max_per_session ? c->cfg->cells_max_per_session
+                                                                                         : c->cfg->cells_max_global);
         }
         x = ctx_alloc(c, user, session, name, language ? language : "python");
         if (!x) {
@@ -992,8 +991,7 @@ int cells_run(struct cells *c, const struct cells_request *req, cJSON **ret, str
         cJSON_AddNumberToObject(res, "execution_count", (double)x->execution_count);
         outs = x->outputs ? x->outputs : cJSON_CreateArray();
         x->outputs = NULL;
-        cJSON_ArrayForEach(it, outs)
-        {
+        cJSON_ArrayForEach(it, outs) {
                 const char *type = str_of(it, "type");
                 cJSON_DeleteItemFromObjectCaseSensitive(it, "_sent");
                 if (type && strcmp(type, "stream") == 0) {
@@ -1005,8 +1003,7 @@ int cells_run(struct cells *c, const struct cells_request *req, cJSON **ret, str
         {
                 char *so = calloc(1, so_len + 1), *se = calloc(1, se_len + 1);
                 size_t a = 0, b = 0;
-                cJSON_ArrayForEach(it, outs)
-                {
+                cJSON_ArrayForEach(it, outs) {
                         const char *type = str_of(it, "type"), *t = str_of(it, "text");
                         if (!type || strcmp(type, "stream") != 0 || !t || !so || !se)
                                 continue;
@@ -1062,8 +1059,7 @@ out_unref:
         return r;
 }
 
-int cells_interrupt(struct cells *c, const char *user, const char *session, const char *context,
-                    struct sbx_error *err)
+int cells_interrupt(struct cells *c, const char *user, const char *session, const char *context, struct sbx_error *err)
 {
         struct cell_ctx *x;
         int r = ctx_get(c, user, session, context ? context : CELLS_DEFAULT, NULL, false, &x, err);

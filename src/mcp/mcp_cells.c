@@ -83,8 +83,7 @@ void mcp_cell_content(struct mcp_tool_result *r)
                          cJSON_IsNumber(g) ? g->valueint : 0, str_of(lost, "cause") ?: "unknown");
                 text_add(&t, line);
         }
-        cJSON_ArrayForEach(o, cJSON_GetObjectItemCaseSensitive(res, "outputs"))
-        {
+        cJSON_ArrayForEach(o, cJSON_GetObjectItemCaseSensitive(res, "outputs")) {
                 const char *type = str_of(o, "type") ?: "";
                 const cJSON *data = cJSON_GetObjectItemCaseSensitive(o, "data");
                 if (strcmp(type, "stream") == 0) {
@@ -103,8 +102,7 @@ void mcp_cell_content(struct mcp_tool_result *r)
                                 text_add(&t, "\n");
                 } else if (strcmp(type, "error") == 0) {
                         const cJSON *l;
-                        cJSON_ArrayForEach(l, cJSON_GetObjectItemCaseSensitive(o, "traceback"))
-                        {
+                        cJSON_ArrayForEach(l, cJSON_GetObjectItemCaseSensitive(o, "traceback")) {
                                 text_add(&t, cJSON_IsString(l) ? l->valuestring : NULL);
                                 text_add(&t, "\n");
                         }

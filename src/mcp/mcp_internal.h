@@ -103,8 +103,8 @@ struct mcp_tool_result {
         cJSON *structured; /* NULL for a daemon-side error */
         char *text;        /* NULL: the serialized structured content */
         bool is_error;
-        bool suppress; /* no response at all (the call was cancelled) */
-        cJSON *links;  /* resource_link content items (mcp_resources.c), or NULL */
+        bool suppress;  /* no response at all (the call was cancelled) */
+        cJSON *links;   /* resource_link content items (mcp_resources.c), or NULL */
         cJSON *content; /* more content items after the text (run_cell's images, mcp_cells.c), or NULL */
         /* Instead of a CallToolResult (mcp_tasks.c): a whole result object of
          * resultType raw_type (a CreateTaskResult, a tasks/get result), or a

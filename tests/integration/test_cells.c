@@ -97,8 +97,7 @@ static cJSON *cell(const char *session, const char *context, const char *code, i
 static const char *result_text(const cJSON *res)
 {
         const cJSON *o;
-        cJSON_ArrayForEach(o, cJSON_GetObjectItem(res, "outputs"))
-        {
+        cJSON_ArrayForEach(o, cJSON_GetObjectItem(res, "outputs")) {
                 if (strcmp(apic_str(o, "type"), "execute_result") == 0)
                         return apic_str(cJSON_GetObjectItem(o, "data"), "text/plain");
         }
@@ -108,8 +107,7 @@ static const char *result_text(const cJSON *res)
 static const cJSON *first_output_with(const cJSON *res, const char *mime)
 {
         const cJSON *o;
-        cJSON_ArrayForEach(o, cJSON_GetObjectItem(res, "outputs"))
-        {
+        cJSON_ArrayForEach(o, cJSON_GetObjectItem(res, "outputs")) {
                 if (cJSON_GetObjectItem(cJSON_GetObjectItem(o, "data"), mime))
                         return o;
         }
@@ -142,8 +140,8 @@ Test(cells, state_rich_outputs_and_tracebacks, .init = setup, .fini = teardown)
         cJSON_Delete(r);
 
         /* a DataFrame survives, and comes back as HTML and plain text */
-        cJSON_Delete(cell("s1", NULL, "import pandas as pd\ndf = pd.DataFrame({'a': [1, 2, 3], 'b': ['x', 'y', 'z']})",
-                          0));
+        cJSON_Delete(
+                cell("s1", NULL, "import pandas as pd\ndf = pd.DataFrame({'a': [1, 2, 3], 'b': ['x', 'y', 'z']})", 0));
         r = cell("s1", NULL, "print(df.shape)\ndf", 0);
         res = apic_result(r);
         cr_assert_str_eq(apic_str(res, "stdout"), "(3, 2)\n", "%s", cJSON_PrintUnformatted(r));
@@ -194,10 +192,10 @@ Test(cells, state_rich_outputs_and_tracebacks, .init = setup, .fini = teardown)
         cr_assert_not_null(res, "%s", cJSON_PrintUnformatted(r));
         {
                 bool saw_x = false, saw_df = false;
-                cJSON_ArrayForEach(o, cJSON_GetObjectItem(res, "variables"))
-                {
+                cJSON_ArrayForEach(o, cJSON_GetObjectItem(res, "variables")) {
                         if (strcmp(apic_str(o, "name"), "x") == 0)
-                                saw_x = strcmp(apic_str(o, "type"), "int") == 0 && strcmp(apic_str(o, "repr"), "41") == 0;
+                                saw_x = strcmp(apic_str(o, "type"), "int") == 0 &&
+                                        strcmp(apic_str(o, "repr"), "41") == 0;
                         if (strcmp(apic_str(o, "name"), "df") == 0)
                                 saw_df = strcmp(apic_str(o, "type"), "DataFrame") == 0 &&
                                          strcmp(apic_str(o, "shape"), "(3, 2)") == 0;
@@ -328,7 +326,8 @@ Test(cells, privacy_ratchet_reports_state_lost, .init = setup_bridge, .fini = te
         const cJSON *res;
 
         cJSON_Delete(cell("s1", NULL, "secret = 1", 0));
-        r = apic_call(cfg.api_socket, tok_conn, "mark_private", apic_json("{\"session\": \"s1\", \"dataset\": \"payroll\"}"));
+        r = apic_call(cfg.api_socket, tok_conn, "mark_private",
+                      apic_json("{\"session\": \"s1\", \"dataset\": \"payroll\"}"));
         cr_assert_not_null(apic_result(r), "%s", cJSON_PrintUnformatted(r));
         cJSON_Delete(r);
         r = cell("s1", NULL, "'secret' in globals()", 0);

@@ -1047,7 +1047,8 @@ int cells_run(struct cells *c, const struct cells_request *req, cJSON **ret, str
                 cJSON_AddItemToObject(res, "state_lost", lost);
         lost = NULL;
         cJSON_AddNumberToObject(res, "duration_ms", (double)(sbx_now_ms() - start));
-        ctx_persist_locked(x, x->phase == CTX_READY);
+        /* the row changes with the generation (start, end: ctx_start, the
+         * waiter), not per cell: a cell costs no store write */
         pthread_mutex_unlock(&x->lock);
         *ret = res;
         r = 0;

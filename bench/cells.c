@@ -31,8 +31,7 @@ static double timed_cell(struct bench *b, struct conn *c, const char *session, c
         dt = bench_now_ms() - t0;
         res = reply_result(reply);
         const cJSON *outs = res ? cJSON_GetObjectItem(res, "outputs") : NULL;
-        cJSON_ArrayForEach(o, outs)
-        {
+        cJSON_ArrayForEach(o, outs) {
                 const char *t = json_str(cJSON_GetObjectItem(o, "data"), "text/plain");
                 if (t && strcmp(t, expect) == 0)
                         ok = true;

@@ -9,6 +9,7 @@
 #                      {"op": "interrupt"}          (SIGINT the kernel)
 #                      {"op": "variables", "id": N} (names, types, short reprs)
 #                      {"op": "stats", "id": N}     (the kernel's RSS)
+#                      {"op": "replay"}             (the last cell again, after a daemon restart)
 #                      {"op": "shutdown"}
 #   bridge -> daemon   {"ev": "ready", "kernel_pid", "language", "implementation"}
 #                      {"ev": "stream", "id", "name": "stdout"|"stderr", "text"}
@@ -19,6 +20,7 @@
 #                      {"ev": "stats", "id", "rss_kb"}
 #                      {"ev": "dead", "cause": "oom"|"killed"|"exited", "signal", "exit_code"}
 #                      {"ev": "failed", "message"}   (the kernel could not start)
+#                      {"ev": "replay_begin", "id", "running"} ... {"ev": "replay_end"}
 #
 # The daemon treats every line as hostile (it bounds and validates them): a
 # kernel is the tenant's code and can reach this process. The kernel never
@@ -43,10 +45,42 @@ _wlock = threading.Lock()
 MAX_TEXT = 1 << 20  # one output's text or MIME value; the daemon caps the whole cell
 
 
-def emit(obj):
+# The last cell's lines, kept for {"op": "replay"}: a daemon that restarted
+# (and adopted this job again) asks for them, and gets "\n" (ending any line
+# it may have caught in the middle), replay_begin {id, running}, every line
+# of the cell so far, replay_end; a cell still running goes on as usual.
+REPLAY_MAX = 8 << 20
+_last = {"id": None, "lines": [], "bytes": 0, "running": False}
+
+
+def emit(obj, record=False):
     line = (json.dumps(obj, ensure_ascii=True, separators=(",", ":")) + "\n").encode()
     with _wlock:
+        if record and _last["bytes"] + len(line) <= REPLAY_MAX:
+            _last["lines"].append(line)
+            _last["bytes"] += len(line)
         PROTO_OUT.write(line)
+
+
+def cell_begin(cid):
+    with _wlock:
+        _last.update(id=cid, lines=[], bytes=0, running=True)
+
+
+def cell_end(obj):
+    emit(obj, record=True)
+    with _wlock:
+        _last["running"] = False
+
+
+def replay():
+    with _wlock:
+        PROTO_OUT.write(b"\n")
+        begin = {"ev": "replay_begin", "id": _last["id"], "running": _last["running"]}
+        PROTO_OUT.write((json.dumps(begin) + "\n").encode())
+        for line in _last["lines"]:
+            PROTO_OUT.write(line)
+        PROTO_OUT.write(b'{"ev":"replay_end"}\n')
 
 
 def clip(v):
@@ -149,6 +183,8 @@ def main():
                     km.interrupt_kernel()
                 except Exception:  # noqa: BLE001
                     pass
+            elif op == "replay":
+                replay()
             elif op == "stats":
                 emit({"ev": "stats", "id": msg.get("id"), "rss_kb": rss_kb(pid)})
             else:
@@ -184,15 +220,16 @@ def main():
             if silent:
                 pass
             elif t == "stream":
-                emit({"ev": "stream", "id": cid, "name": c.get("name"), "text": clip(c.get("text", ""))})
+                emit({"ev": "stream", "id": cid, "name": c.get("name"), "text": clip(c.get("text", ""))}, True)
             elif t in ("display_data", "execute_result"):
                 data = {k: clip(v) for k, v in c.get("data", {}).items()}
-                emit({"ev": t, "id": cid, "data": data, "metadata": c.get("metadata", {})})
+                emit({"ev": t, "id": cid, "data": data, "metadata": c.get("metadata", {})}, True)
             elif t == "error":
                 emit({"ev": "error", "id": cid, "ename": clip(c.get("ename", "")),
-                      "evalue": clip(c.get("evalue", "")), "traceback": [clip(x) for x in c.get("traceback", [])][:200]})
+                      "evalue": clip(c.get("evalue", "")), "traceback": [clip(x) for x in c.get("traceback", [])][:200]},
+                     True)
             elif t == "clear_output":
-                emit({"ev": "clear_output", "id": cid})
+                emit({"ev": "clear_output", "id": cid}, True)
             if t == "status" and c.get("execution_state") == "idle":
                 idle = True
         while True:
@@ -212,11 +249,12 @@ def main():
             break
         cid = msg.get("id")
         if op == "execute" and isinstance(msg.get("code"), str):
+            cell_begin(cid)
             reply = run(msg["code"], cid)
             if reply is None:
                 return 0
-            emit({"ev": "done", "id": cid, "execution_count": reply.get("execution_count"),
-                  "status": reply.get("status")})
+            cell_end({"ev": "done", "id": cid, "execution_count": reply.get("execution_count"),
+                      "status": reply.get("status")})
         elif op == "variables":
             reply = run("", cid, silent=True, user_expressions={"v": VARS_EXPR})
             if reply is None:

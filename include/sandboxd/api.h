@@ -86,6 +86,8 @@
  *   delete_context  {context?}      → {context, deleted}
  *   get_variables   {context?}      → {context, generation, variables: [{name, type, repr, shape?}]}
  *   interrupt_cell  {context?}      → {interrupted} (already_finished when no cell runs)
+ *   last_cell       {context?, wait_seconds?: 0-60}  → the last cell's result, plus complete (and
+ *                   adopted for a cell that outlived a daemon restart: waits for its end up to wait_seconds)
  *   write_file      {path, content, encoding?: utf8|base64}      → {path, bytes}
  *   read_file       {path, offset?, length?, encoding?}
  *       → {path, content, encoding, valid_utf8 (utf8 only: false when bytes

@@ -106,6 +106,13 @@ int cells_delete(struct cells *c, const char *user, const char *session, const c
  * CELLS_MAX_VARS, reprs short). */
 int cells_variables(struct cells *c, const char *user, const char *session, const char *context, cJSON **ret,
                     struct sbx_error *err);
+/* The context's last cell: the result run_cell gave, or, for a cell that
+ * was running when the daemon restarted, its outputs as the bridge
+ * replayed them (waiting up to wait_ms for its end; complete says whether
+ * it ended, adopted that it outlived the daemon). -ENOENT when no cell ran
+ * since the daemon started. */
+int cells_last(struct cells *c, const char *user, const char *session, const char *context, int wait_ms, cJSON **ret,
+               struct sbx_error *err);
 /* Interrupt the cell running in the context (SIGINT; state kept); the
  * running run_cell then applies the interrupt grace as on a timeout.
  * -EALREADY when no cell runs. */

@@ -1,6 +1,6 @@
 /* api_cells.c — run_cell and the interpreter contexts (issue 25) on the
  * API: run_cell, list_contexts, restart_context, delete_context,
- * get_variables, interrupt_cell. Parameters are checked here; the contexts
+ * get_variables, interrupt_cell, last_cell. Parameters are checked here; the contexts
  * are cells.c's. Every method acts for the token's user and params.session
  * only. run_cell with params.stream sends each output as it comes:
  * {"event": "output", "stream", "data"} for stream text (as exec does) and
@@ -170,6 +170,22 @@ int api_m_get_variables(struct api_req *q, cJSON **ret, struct fronterr *e)
                 return -1;
         r = cells_variables(q->d->cells, q->tok.user, q->session, context, ret, &err);
         return r < 0 ? fronterr_errno(e, r, &err, "get_variables") : 0;
+}
+
+int api_m_last_cell(struct api_req *q, cJSON **ret, struct fronterr *e)
+{
+        const char *context;
+        int64_t wait_s;
+        struct sbx_error err = {0};
+        int r;
+
+        if (p_context(q, &context, e) < 0 || jparam_int(&q->args, "wait_seconds", 0, 60, 0, &wait_s, e) < 0)
+                return -1;
+        r = cells_last(q->d->cells, q->tok.user, q->session, context, (int)wait_s * 1000, ret, &err);
+        if (r < 0)
+                return fronterr_errno(e, r, &err, "last_cell");
+        cJSON_AddStringToObject(*ret, "session", q->session);
+        return 0;
 }
 
 int api_m_interrupt_cell(struct api_req *q, cJSON **ret, struct fronterr *e)

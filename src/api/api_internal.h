@@ -125,6 +125,7 @@ int api_m_restart_context(struct api_req *q, cJSON **ret, struct fronterr *e);
 int api_m_delete_context(struct api_req *q, cJSON **ret, struct fronterr *e);
 int api_m_get_variables(struct api_req *q, cJSON **ret, struct fronterr *e);
 int api_m_interrupt_cell(struct api_req *q, cJSON **ret, struct fronterr *e);
+int api_m_last_cell(struct api_req *q, cJSON **ret, struct fronterr *e);
 
 /* The client left or the server stops: stop waiting. */
 bool api_should_abandon(struct api_req *q);

@@ -432,6 +432,7 @@ static const struct {
         {"delete_context", api_m_delete_context},
         {"get_variables", api_m_get_variables},
         {"interrupt_cell", api_m_interrupt_cell},
+        {"last_cell", api_m_last_cell},
         {"write_file", m_write_file},
         {"read_file", m_read_file},
         {"list_files", m_list_files},

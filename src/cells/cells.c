@@ -32,6 +32,7 @@ extern const char cells_bridge_node[];
 #define CELLS_STDERR_LOG_MAX 512     /* bridge stderr bytes logged per chunk (debug) */
 #define CELLS_VARS_TIMEOUT_MS 10000
 #define CELLS_MAX_ENV 256
+#define CELLS_ADOPT_WAIT_MS 30000 /* for a session's runner to come back after a restart */
 
 enum ctx_phase {
         CTX_IDLE,     /* no generation runs (never started, or it ended) */
@@ -72,6 +73,12 @@ struct cell_ctx {
         int64_t last_used; /* unix ms */
         bool busy;         /* a cell or a variables request holds the context */
         bool interrupt_requested;
+        /* after a daemon restart (adopted job): lines are ignored until the
+         * bridge's replay_begin; the replayed cell holds the context (busy)
+         * until it is done or the interpreter ends */
+        bool adopting, adopted_cell, adopt_busy;
+        bool adopt_pending; /* the adopter has yet to take its job back */
+        cJSON *last_result; /* the last cell's result, for last_cell */
         /* the request in flight */
         uint64_t next_id, cur_id;
         cJSON *outputs;
@@ -99,6 +106,8 @@ struct cells {
         bool stopping;
         pthread_t reaper;
         bool has_reaper;
+        pthread_t adopter;
+        bool has_adopter;
 };
 
 bool cells_name_valid(const char *name)
@@ -244,6 +253,28 @@ static void handle_line(struct cell_ctx *x, const char *line, size_t len)
                 return; /* not a protocol line: ignored */
         }
         pthread_mutex_lock(&x->lock);
+        if (x->adopting) {
+                if (strcmp(ev, "replay_begin") == 0) {
+                        const cJSON *id = cJSON_GetObjectItemCaseSensitive(j, "id");
+                        x->adopting = false;
+                        cJSON_Delete(x->outputs);
+                        x->outputs = NULL;
+                        x->out_bytes = 0;
+                        x->truncated = x->done = false;
+                        x->done_count = -1;
+                        x->done_status[0] = '\0';
+                        if (cJSON_IsNumber(id) && id->valuedouble >= 1 && id->valuedouble < 1e15) {
+                                x->cur_id = (uint64_t)id->valuedouble;
+                                if (x->next_id <= x->cur_id)
+                                        x->next_id = x->cur_id + 1;
+                                x->adopted_cell = true;
+                        } else if (x->adopt_busy) { /* no cell ever ran in it */
+                                x->adopt_busy = x->busy = false;
+                                x->cur_id = 0;
+                        }
+                }
+                goto out;
+        }
         if (strcmp(ev, "ready") == 0 && x->phase == CTX_STARTING) {
                 const cJSON *pid = cJSON_GetObjectItemCaseSensitive(j, "kernel_pid");
                 x->kernel_pid = cJSON_IsNumber(pid) && pid->valuedouble > 0 && pid->valuedouble < 1 << 30
@@ -302,6 +333,11 @@ static void handle_line(struct cell_ctx *x, const char *line, size_t len)
                         snprintf(x->done_status, sizeof(x->done_status), "%s",
                                  str_of(j, "status") && strlen(str_of(j, "status")) < 16 ? str_of(j, "status") : "ok");
                         x->done = true;
+                        if (x->adopt_busy) { /* the replayed cell ended: the context is free again */
+                                x->adopt_busy = x->busy = false;
+                                if (x->done_count >= 0)
+                                        x->execution_count = x->done_count;
+                        }
                 } else if (strcmp(ev, "variables") == 0) {
                         const cJSON *vs = cJSON_GetObjectItemCaseSensitive(j, "vars"), *it;
                         cJSON *a = cJSON_CreateArray();
@@ -325,6 +361,7 @@ static void handle_line(struct cell_ctx *x, const char *line, size_t len)
                         x->done = true;
                 }
         }
+out:
         pthread_cond_broadcast(&x->cond);
         pthread_mutex_unlock(&x->lock);
         cJSON_Delete(j);
@@ -454,6 +491,9 @@ static void *waiter_main(void *p)
                                  cause);
                 x->phase = CTX_IDLE;
                 x->waiter_done = true;
+                x->adopting = false;
+                if (x->adopt_busy)
+                        x->adopt_busy = x->busy = false;
                 ctx_persist_locked(x, false);
                 log_info("cells: %s:%s/%s generation %lld ended (%s)", x->user, x->session, x->name,
                          (long long)a.generation, cause);
@@ -697,6 +737,7 @@ static void ctx_unref(struct cell_ctx *x)
         ctx_join_waiter(x);
         cJSON_Delete(x->outputs);
         cJSON_Delete(x->vars);
+        cJSON_Delete(x->last_result);
         free(x->line);
         pthread_mutex_destroy(&x->lock);
         pthread_mutex_destroy(&x->rx_lock);
@@ -790,10 +831,17 @@ static int ctx_get(struct cells *c, const char *user, const char *session, const
 
 static int ctx_acquire(struct cell_ctx *x, struct sbx_error *err)
 {
+        int64_t deadline = sbx_now_ms() + CELLS_ADOPT_WAIT_MS + 5000;
+
         pthread_mutex_lock(&x->lock);
+        /* after a restart, until the context's job is adopted and its replay in */
+        while ((x->adopt_pending || (x->adopting && !x->waiter_done)) && wait_until(&x->cond, &x->lock, deadline))
+                ;
         if (x->busy) {
                 pthread_mutex_unlock(&x->lock);
-                return sbx_error_set(err, -EBUSY, 0, "a cell is already running in context %s", x->name);
+                return sbx_error_set(err, -EBUSY, 0, "a cell is already running in context %s%s", x->name,
+                                     x->adopt_busy ? " (it outlived a daemon restart: last_cell waits for its end)"
+                                                   : "");
         }
         x->busy = true;
         pthread_mutex_unlock(&x->lock);
@@ -893,17 +941,79 @@ static void send_progress(struct cell_ctx *x, int *sent, const struct cells_requ
         }
 }
 
+/* The result of the cell in x->outputs (ctx->lock held); takes lost. */
+static cJSON *result_locked(struct cell_ctx *x, bool timed_out, bool killed, cJSON *lost)
+{
+        cJSON *res = cJSON_CreateObject(), *outs, *it, *first_error = NULL;
+        size_t so_len = 0, se_len = 0;
+
+        cJSON_AddStringToObject(res, "context", x->name);
+        cJSON_AddStringToObject(res, "language", x->language);
+        cJSON_AddNumberToObject(res, "generation", (double)x->generation);
+        cJSON_AddNumberToObject(res, "execution_count", (double)x->execution_count);
+        outs = x->outputs ? cJSON_Duplicate(x->outputs, true) : cJSON_CreateArray();
+        cJSON_ArrayForEach(it, outs) {
+                const char *type = str_of(it, "type");
+                cJSON_DeleteItemFromObjectCaseSensitive(it, "_sent");
+                if (type && strcmp(type, "stream") == 0) {
+                        size_t *l = strcmp(str_of(it, "name"), "stdout") == 0 ? &so_len : &se_len;
+                        *l += strlen(str_of(it, "text"));
+                } else if (type && strcmp(type, "error") == 0 && !first_error)
+                        first_error = it;
+        }
+        {
+                char *so = calloc(1, so_len + 1), *se = calloc(1, se_len + 1);
+                size_t a = 0, b = 0;
+                cJSON_ArrayForEach(it, outs) {
+                        const char *type = str_of(it, "type"), *t = str_of(it, "text");
+                        if (!type || strcmp(type, "stream") != 0 || !t || !so || !se)
+                                continue;
+                        size_t n = strlen(t);
+                        if (strcmp(str_of(it, "name"), "stdout") == 0) {
+                                memcpy(so + a, t, n);
+                                a += n;
+                        } else {
+                                memcpy(se + b, t, n);
+                                b += n;
+                        }
+                }
+                cJSON_AddStringToObject(res, "stdout", so ? so : "");
+                cJSON_AddStringToObject(res, "stderr", se ? se : "");
+                free(so);
+                free(se);
+        }
+        cJSON_AddItemToObject(res, "outputs", outs);
+        if (first_error) {
+                cJSON *e = cJSON_CreateObject();
+                cJSON_AddStringToObject(e, "name", str_of(first_error, "name"));
+                cJSON_AddStringToObject(e, "value", str_of(first_error, "value"));
+                cJSON_AddItemToObject(e, "traceback",
+                                      cJSON_Duplicate(cJSON_GetObjectItem(first_error, "traceback"), true));
+                cJSON_AddItemToObject(res, "error", e);
+        }
+        const char *status = x->done ? (x->done_status[0] ? x->done_status : "ok") : killed ? "timeout" : "died";
+        if (x->done && timed_out)
+                status = "timeout"; /* interrupted in time: state kept */
+        cJSON_AddStringToObject(res, "status", status);
+        if (timed_out || killed)
+                cJSON_AddTrueToObject(res, "timed_out");
+        if (x->truncated)
+                cJSON_AddTrueToObject(res, "truncated");
+        if (lost)
+                cJSON_AddItemToObject(res, "state_lost", lost);
+        return res;
+}
+
 int cells_run(struct cells *c, const struct cells_request *req, cJSON **ret, struct sbx_error *err)
 {
         const char *name = req->context ? req->context : CELLS_DEFAULT;
         struct cell_ctx *x = NULL;
-        cJSON *lost = NULL, *res = NULL, *msg, *outs, *it, *first_error = NULL;
+        cJSON *lost = NULL, *res = NULL, *msg;
         int timeout_s = req->timeout_s > 0 ? req->timeout_s : c->cfg->exec_timeout_default_s;
         int64_t start = sbx_now_ms(), deadline, grace_end = 0;
         bool timed_out = false, killed = false;
         int sent = 0, r;
         uint64_t id;
-        size_t so_len = 0, se_len = 0;
 
         if (req->language && strcmp(req->language, "python") != 0 && strcmp(req->language, "node") != 0)
                 return sbx_error_set(err, -EINVAL, 0, "language must be python or node");
@@ -980,75 +1090,23 @@ int cells_run(struct cells *c, const struct cells_request *req, cJSON **ret, str
         }
         send_progress(x, &sent, req);
 
-        res = cJSON_CreateObject();
-        cJSON_AddStringToObject(res, "context", x->name);
-        cJSON_AddStringToObject(res, "language", x->language);
-        cJSON_AddNumberToObject(res, "generation", (double)x->generation);
         if (x->done && x->done_count >= 0)
                 x->execution_count = x->done_count;
         else if (x->done)
                 x->execution_count++;
-        cJSON_AddNumberToObject(res, "execution_count", (double)x->execution_count);
-        outs = x->outputs ? x->outputs : cJSON_CreateArray();
-        x->outputs = NULL;
-        cJSON_ArrayForEach(it, outs) {
-                const char *type = str_of(it, "type");
-                cJSON_DeleteItemFromObjectCaseSensitive(it, "_sent");
-                if (type && strcmp(type, "stream") == 0) {
-                        size_t *l = strcmp(str_of(it, "name"), "stdout") == 0 ? &so_len : &se_len;
-                        *l += strlen(str_of(it, "text"));
-                } else if (type && strcmp(type, "error") == 0 && !first_error)
-                        first_error = it;
-        }
-        {
-                char *so = calloc(1, so_len + 1), *se = calloc(1, se_len + 1);
-                size_t a = 0, b = 0;
-                cJSON_ArrayForEach(it, outs) {
-                        const char *type = str_of(it, "type"), *t = str_of(it, "text");
-                        if (!type || strcmp(type, "stream") != 0 || !t || !so || !se)
-                                continue;
-                        size_t n = strlen(t);
-                        if (strcmp(str_of(it, "name"), "stdout") == 0) {
-                                memcpy(so + a, t, n);
-                                a += n;
-                        } else {
-                                memcpy(se + b, t, n);
-                                b += n;
-                        }
-                }
-                cJSON_AddStringToObject(res, "stdout", so ? so : "");
-                cJSON_AddStringToObject(res, "stderr", se ? se : "");
-                free(so);
-                free(se);
-        }
-        cJSON_AddItemToObject(res, "outputs", outs);
-        if (first_error) {
-                cJSON *e = cJSON_CreateObject();
-                cJSON_AddStringToObject(e, "name", str_of(first_error, "name"));
-                cJSON_AddStringToObject(e, "value", str_of(first_error, "value"));
-                cJSON_AddItemToObject(e, "traceback",
-                                      cJSON_Duplicate(cJSON_GetObjectItem(first_error, "traceback"), true));
-                cJSON_AddItemToObject(res, "error", e);
-        }
-        const char *status = x->done ? (x->done_status[0] ? x->done_status : "ok") : killed ? "timeout" : "died";
-        if (x->done && timed_out)
-                status = "timeout"; /* interrupted in time: state kept */
-        cJSON_AddStringToObject(res, "status", status);
-        if (timed_out || killed)
-                cJSON_AddTrueToObject(res, "timed_out");
-        if (x->truncated)
-                cJSON_AddTrueToObject(res, "truncated");
         if (!x->done) {
                 /* the interpreter died during the cell: its state is gone (the next cell says so too) */
                 cJSON_Delete(lost);
                 lost = lost_json(x->lost_cause[0] ? x->lost_cause : "killed", x->generation);
         }
-        if (lost)
-                cJSON_AddItemToObject(res, "state_lost", lost);
+        res = result_locked(x, timed_out, killed, lost);
         lost = NULL;
+        x->adopted_cell = false;
         cJSON_AddNumberToObject(res, "duration_ms", (double)(sbx_now_ms() - start));
         /* the row changes with the generation (start, end: ctx_start, the
          * waiter), not per cell: a cell costs no store write */
+        cJSON_Delete(x->last_result);
+        x->last_result = cJSON_Duplicate(res, true);
         pthread_mutex_unlock(&x->lock);
         *ret = res;
         r = 0;
@@ -1056,6 +1114,37 @@ out:
         cJSON_Delete(lost);
         ctx_release(x);
 out_unref:
+        ctx_unref(x);
+        return r;
+}
+
+int cells_last(struct cells *c, const char *user, const char *session, const char *context, int wait_ms, cJSON **ret,
+               struct sbx_error *err)
+{
+        struct cell_ctx *x;
+        int64_t deadline = sbx_now_ms() + wait_ms;
+        int r = ctx_get(c, user, session, context ? context : CELLS_DEFAULT, NULL, false, &x, err);
+
+        if (r < 0)
+                return r;
+        pthread_mutex_lock(&x->lock);
+        while ((x->adopt_pending || (x->adopting && !x->waiter_done) ||
+                (x->adopted_cell && !x->done && !x->waiter_done)) &&
+               wait_until(&x->cond, &x->lock, deadline))
+                ;
+        if (x->adopted_cell) {
+                cJSON *lost = !x->done && x->waiter_done
+                                      ? lost_json(x->lost_cause[0] ? x->lost_cause : "killed", x->generation)
+                                      : NULL;
+                *ret = result_locked(x, false, false, lost);
+                cJSON_AddBoolToObject(*ret, "complete", x->done || x->waiter_done);
+                cJSON_AddTrueToObject(*ret, "adopted");
+        } else if (x->last_result) {
+                *ret = cJSON_Duplicate(x->last_result, true);
+                cJSON_AddTrueToObject(*ret, "complete");
+        } else
+                r = sbx_error_set(err, -ENOENT, 0, "no cell has run in context %s since the daemon started", x->name);
+        pthread_mutex_unlock(&x->lock);
         ctx_unref(x);
         return r;
 }
@@ -1378,6 +1467,109 @@ static void *reaper_main(void *p)
         return NULL;
 }
 
+/* Take one context's job back after a restart: 0 when its bridge runs
+ * again (its last cell is replayed), else the loss is daemon_restart. */
+static void adopt_one(struct cells *c, struct cell_ctx *x)
+{
+        const uint64_t have[2] = {0, 0};
+        uint64_t start[2];
+        struct runner_exec *rx = NULL;
+        struct sbx_error err = {0};
+        struct waiter_arg *wa = NULL;
+        int64_t deadline = sbx_now_ms() + CELLS_ADOPT_WAIT_MS;
+        int r = -ETIMEDOUT;
+
+        (void)runner_hub_adopt(c->hub, x->user, x->session);
+        while (r == -ETIMEDOUT && sbx_now_ms() < deadline) {
+                pthread_mutex_lock(&c->lock);
+                bool stopping = c->stopping;
+                pthread_mutex_unlock(&c->lock);
+                if (stopping)
+                        return;
+                /* output resumes from the last acknowledgement, maybe inside a
+                 * line: everything before the replay is ignored */
+                pthread_mutex_lock(&x->lock);
+                x->adopting = true;
+                pthread_mutex_unlock(&x->lock);
+                x->line_len = 0;
+                x->line_skip = true;
+                r = runner_exec_adopt(c->hub, x->user, x->session, x->tag, have, cell_on_output, x, 1000, &rx, start,
+                                      &err);
+        }
+        if (r == 0) {
+                wa = malloc(sizeof(*wa));
+                pthread_mutex_lock(&x->rx_lock);
+                x->rx = rx;
+                pthread_mutex_unlock(&x->rx_lock);
+                pthread_mutex_lock(&x->lock);
+                x->phase = CTX_READY;
+                x->waiter_done = false;
+                x->adopt_pending = false;
+                if (wa) {
+                        *wa = (struct waiter_arg){.x = x, .rx = rx, .generation = x->generation};
+                        r = -pthread_create(&x->waiter, NULL, waiter_main, wa);
+                        x->has_waiter = r == 0;
+                } else
+                        r = -ENOMEM;
+                pthread_mutex_unlock(&x->lock);
+                if (r == 0) {
+                        cJSON *m = cJSON_CreateObject();
+                        pthread_setname_np(x->waiter, "sbx-cellwait");
+                        cJSON_AddStringToObject(m, "op", "replay");
+                        (void)ctx_send(x, m, sbx_now_ms() + 5000);
+                        cJSON_Delete(m);
+                        log_info("cells: %s:%s/%s generation %lld adopted after a restart", x->user, x->session,
+                                 x->name, (long long)x->generation);
+                        return;
+                }
+                free(wa);
+                pthread_mutex_lock(&x->rx_lock);
+                x->rx = NULL;
+                pthread_mutex_unlock(&x->rx_lock);
+                (void)runner_exec_signal(rx, SIGKILL);
+                runner_exec_free(rx);
+        } else if (r == -ETIMEDOUT)
+                runner_hub_unexpect(c->hub, x->user, x->session, x->tag);
+        pthread_mutex_lock(&x->lock);
+        x->phase = CTX_IDLE;
+        x->adopting = x->adopt_pending = false;
+        sbx_strlcpy(x->lost_cause, "daemon_restart", sizeof(x->lost_cause));
+        x->lost_generation = x->generation;
+        x->adopt_busy = x->busy = false;
+        ctx_persist_locked(x, false);
+        pthread_cond_broadcast(&x->cond);
+        pthread_mutex_unlock(&x->lock);
+        log_info("cells: %s:%s/%s could not be adopted after a restart (%s): daemon_restart", x->user, x->session,
+                 x->name, r == -ETIMEDOUT ? "its runner did not come back" : "its job is gone");
+}
+
+static void *adopter_main(void *p)
+{
+        struct cells *c = p;
+
+        for (;;) {
+                struct cell_ctx *x = NULL;
+                pthread_mutex_lock(&c->lock);
+                for (struct cell_ctx *y = c->list; y && !c->stopping; y = y->next)
+                        if (y->adopt_pending) {
+                                y->refs++;
+                                x = y;
+                                break;
+                        }
+                pthread_mutex_unlock(&c->lock);
+                if (!x)
+                        return NULL;
+                adopt_one(c, x);
+                pthread_mutex_lock(&x->lock);
+                bool still = x->adopt_pending; /* stopping: leave it */
+                x->adopt_pending = false;
+                pthread_mutex_unlock(&x->lock);
+                ctx_unref(x);
+                if (still)
+                        return NULL;
+        }
+}
+
 /* Contexts the store says were live when the daemon stopped: their
  * interpreters are gone (the runner drops jobs nobody expects), so their
  * next cell reports daemon_restart. */
@@ -1402,12 +1594,17 @@ static void recover(struct cells *c)
                 x->created_at = r->created_at;
                 x->last_used = r->last_used;
                 sbx_strlcpy(x->container_id, r->container_id, sizeof(x->container_id));
-                if (strcmp(r->state, "live") == 0)
-                        sbx_strlcpy(x->lost_cause, "daemon_restart", sizeof(x->lost_cause));
-                else
-                        sbx_strlcpy(x->lost_cause, r->lost_cause, sizeof(x->lost_cause));
+                x->tag = r->runner_tag;
                 x->lost_generation = x->generation;
-                ctx_persist_locked(x, false);
+                if (strcmp(r->state, "live") == 0 && r->runner_tag && c->hub) {
+                        /* its job may still run: the runner keeps it for us (cells_adopt_main) */
+                        runner_hub_expect(c->hub, r->user, r->session, r->runner_tag);
+                        x->adopt_pending = x->adopt_busy = x->busy = true;
+                } else {
+                        sbx_strlcpy(x->lost_cause, strcmp(r->state, "live") == 0 ? "daemon_restart" : r->lost_cause,
+                                    sizeof(x->lost_cause));
+                        ctx_persist_locked(x, false);
+                }
                 x->next = c->list;
                 c->list = x;
                 c->n++;
@@ -1438,6 +1635,10 @@ int cells_new(const struct sbx_config *cfg, struct store *st, struct session_man
         }
         c->has_reaper = true;
         pthread_setname_np(c->reaper, "sbx-cellreap");
+        if (pthread_create(&c->adopter, NULL, adopter_main, c) == 0) {
+                c->has_adopter = true;
+                pthread_setname_np(c->adopter, "sbx-celladopt");
+        }
         *ret = c;
         return 0;
 }
@@ -1454,6 +1655,8 @@ void cells_free(struct cells *c)
         pthread_mutex_unlock(&c->lock);
         if (c->has_reaper)
                 pthread_join(c->reaper, NULL);
+        if (c->has_adopter)
+                pthread_join(c->adopter, NULL);
         while ((x = c->list)) {
                 c->list = x->next;
                 ctx_join_waiter(x); /* each sees stopping within a second */

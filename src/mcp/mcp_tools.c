@@ -162,7 +162,7 @@ static void run_passthrough(struct mcp_call *c, const struct mcp_tool *t, struct
                 goto out;
         }
         set_structured(t, r, res);
-        if (strcmp(t->name, "run_cell") == 0)
+        if (strcmp(t->name, "run_cell") == 0 || strcmp(t->name, "last_cell") == 0)
                 mcp_cell_content(r);
 out:
         cJSON_Delete(params);

@@ -7,8 +7,12 @@
 #include <arpa/inet.h>
 #include <criterion/criterion.h>
 #include <libgen.h>
+#include <signal.h>
 #include <stdio.h>
 #include <string.h>
+#include <sys/prctl.h>
+#include <sys/wait.h>
+#include <unistd.h>
 
 #include "apiclient.h"
 #include "fixture.h"
@@ -337,18 +341,96 @@ Test(cells, privacy_ratchet_reports_state_lost, .init = setup_bridge, .fini = te
         cJSON_Delete(r);
 }
 
-Test(cells, daemon_restart_is_reported, .init = setup, .fini = teardown)
+Test(cells, a_daemon_restart_keeps_the_context, .init = setup, .fini = teardown)
 {
         cJSON *r;
         const cJSON *res;
 
         cJSON_Delete(cell("s1", NULL, "w = 1", 0));
         close_daemon();
-        open_daemon(false);
-        r = cell("s1", NULL, "'w' in globals()", 0);
+        open_daemon(false); /* the runner kept the kernel: the new daemon adopts it */
+        r = cell("s1", NULL, "w + 1", 0);
         res = apic_result(r);
-        cr_assert_str_eq(lost_cause(res), "daemon_restart", "%s", cJSON_PrintUnformatted(r));
-        cr_assert_eq(apic_num(res, "generation"), 2);
+        cr_assert_str_eq(result_text(res), "2", "%s", cJSON_PrintUnformatted(r));
+        cr_assert_null(cJSON_GetObjectItem(res, "state_lost"));
+        cr_assert_eq(apic_num(res, "generation"), 1);
+        cJSON_Delete(r);
+}
+
+/* The child: a daemon that runs a cell which prints, sleeps and prints
+ * again; it says when the first line is out and waits to be killed. */
+static void child_daemon(int fd)
+{
+        struct daemon_options opts = {.extra_labels = fixture_labels(), .sockets = true};
+        struct sbx_error err = {0};
+        struct daemon *cd;
+        cJSON *p, *ev;
+        int api;
+
+        prctl(PR_SET_PDEATHSIG, SIGKILL); /* never outlive the test, whatever fails there */
+        if (fronts_open(&cfg, &opts, &cd, &err) < 0)
+                _exit(1);
+        cJSON_Delete(apic_call(cfg.api_socket, tok_a, "run_cell",
+                               apic_json("{\"session\": \"s1\", \"code\": \"kept = 7\"}")));
+        api = apic_connect(cfg.api_socket);
+        p = apic_json(
+                "{\"session\": \"s1\", \"stream\": true, "
+                "\"code\": \"import time\\nprint('start', flush=True)\\ntime.sleep(4)\\nprint('done')\\n"
+                "kept + 1\"}");
+        apic_request(api, 1, tok_a, "run_cell", p);
+        for (;;) {
+                char *line = apic_read_line(api, 60000);
+                if (!line)
+                        _exit(2);
+                ev = apic_json(line);
+                free(line);
+                if (ev && strcmp(apic_str(ev, "event") ?: "", "output") == 0)
+                        break;
+                cJSON_Delete(ev);
+        }
+        (void)!write(fd, "k", 1);
+        pause();
+        _exit(0);
+}
+
+Test(cells, a_cell_outlives_a_sigkilled_daemon_with_its_outputs, .fini = teardown)
+{
+        int pipefd[2];
+        char k;
+        pid_t pid;
+        cJSON *r;
+        const cJSON *res;
+
+        network_default = NULL;
+        fixture_config(&cfg);
+        open_daemon(true); /* the tokens, then the child serves the same data */
+        close_daemon();
+        cr_assert_eq(pipe(pipefd), 0);
+        pid = fork();
+        if (pid < 0)
+                cr_assert_fail("fork: %m");
+        if (pid == 0)
+                child_daemon(pipefd[1]);
+        close(pipefd[1]);
+        cr_assert_eq(read(pipefd[0], &k, 1), 1, "the child's cell did not start");
+        kill(pid, SIGKILL);
+        waitpid(pid, NULL, 0);
+
+        open_daemon(false);
+        r = apic_call(cfg.api_socket, tok_a, "last_cell", apic_json("{\"session\": \"s1\", \"wait_seconds\": 30}"));
+        res = apic_result(r);
+        cr_assert_not_null(res, "%s", cJSON_PrintUnformatted(r));
+        cr_assert(cJSON_IsTrue(cJSON_GetObjectItem(res, "complete")), "%s", cJSON_PrintUnformatted(r));
+        cr_assert(cJSON_IsTrue(cJSON_GetObjectItem(res, "adopted")));
+        cr_assert_str_eq(apic_str(res, "stdout"), "start\ndone\n", "%s", cJSON_PrintUnformatted(r));
+        cr_assert_str_eq(result_text(res), "8");
+        cJSON_Delete(r);
+        /* and the context lives on in the same generation */
+        r = cell("s1", NULL, "kept", 0);
+        res = apic_result(r);
+        cr_assert_str_eq(result_text(res), "7", "%s", cJSON_PrintUnformatted(r));
+        cr_assert_null(cJSON_GetObjectItem(res, "state_lost"));
+        cr_assert_eq(apic_num(res, "generation"), 1);
         cJSON_Delete(r);
 }
 

@@ -26,7 +26,9 @@
  * ends when its interpreter dies (oom, killed, exited), is killed after a
  * timeout that an interrupt did not end (timeout), its container goes
  * (container_recreated, privacy_ratchet), it idles past cells_idle_timeout
- * (idle_stop), or the daemon restarts (daemon_restart). The cell during
+ * (idle_stop), or a restarted daemon cannot take its job back
+ * (daemon_restart: kernels are runner jobs, expected and adopted after a
+ * restart, and their bridge replays the last cell). The cell during
  * which it died and the next cell (which runs in a new generation) carry
  * state_lost {cause, generation}: a cell never runs silently in an empty
  * namespace. restart_context starts a new generation on request (no
@@ -44,7 +46,8 @@
  * Threads: cells run on the caller's thread; one waiter thread per live
  * generation ("sbx-cellwait") waits on its runner job (acknowledging its
  * output and noticing its end); one reaper thread ("sbx-cellreap") stops
- * idle contexts. The engine's lock guards the context list and counts;
+ * idle contexts; one adopter thread ("sbx-celladopt") takes the contexts'
+ * jobs back after a restart. The engine's lock guards the context list and counts;
  * each context's lock guards its state and pairs with its condition
  * variable; its rx lock guards the runner handle and is held across the
  * (non-blocking) runner calls on it. The hub thread's output callback

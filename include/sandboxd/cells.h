@@ -91,8 +91,7 @@ struct cells_request {
 int cells_new(const struct sbx_config *cfg, struct store *st, struct session_manager *sm, struct runner_hub *hub,
               struct cells **ret, struct sbx_error *err);
 /* Stops the threads. Interpreters are left to their runners (their rows
- * stay live: the next daemon reports them lost, daemon_restart). NULL is
- * fine. */
+ * stay live: the next daemon adopts them). NULL is fine. */
 void cells_free(struct cells *c);
 
 /* Run one cell; *ret is the result object (see README, run_cell). Refusals

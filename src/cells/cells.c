@@ -20,6 +20,7 @@
 #include "sandboxd/runner.h"
 #include "sandboxd/session.h"
 #include "sandboxd/store_cells.h"
+#include "sandboxd/utf8.h"
 
 /* The embedded bridges (harness_gen.c). */
 extern const char cells_bridge_python[];
@@ -245,8 +246,12 @@ static void add_output(struct cell_ctx *x, cJSON *o, size_t cost)
 
 static void handle_line(struct cell_ctx *x, const char *line, size_t len)
 {
-        cJSON *j = cJSON_ParseWithLength(line, len), *o;
+        cJSON *j, *o;
         const char *ev;
+
+        if (!utf8_is_valid(line, len))
+                return; /* results are UTF-8: a line that is not is no protocol line */
+        j = cJSON_ParseWithLength(line, len);
 
         if (!cJSON_IsObject(j) || !(ev = str_of(j, "ev"))) {
                 cJSON_Delete(j);

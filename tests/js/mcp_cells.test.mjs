@@ -67,6 +67,15 @@ test('run_cell: image content blocks and state, 2025-06-18 era SDK', { timeout: 
                 assert.equal(r.structuredContent.generation, 1);
                 assert.equal(r.structuredContent.execution_count, 3);
                 assert.equal(r.structuredContent.outputs[0].data['text/plain'], '42');
+                // streamed output arrives as progress while the cell runs
+                const seen = [];
+                const streamed = await client.callTool(
+                        { name: 'run_cell', arguments: { code: 'import time\nprint("tick", flush=True)\ntime.sleep(1)\n"end"', session: 'js-cells-a' } },
+                        undefined,
+                        { onprogress: (p) => seen.push(p.message ?? '') },
+                );
+                assert.match(streamed.content[0].text, /'end'/);
+                assert.ok(seen.some((m) => m.includes('tick')), JSON.stringify(seen));
         } catch (e) {
                 failed = true;
                 throw e;

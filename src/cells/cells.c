@@ -79,6 +79,7 @@ struct cell_ctx {
          * until it is done or the interpreter ends */
         bool adopting, adopted_cell, adopt_busy;
         bool adopt_pending; /* the adopter has yet to take its job back */
+        bool deleted;       /* no longer listed: its row is gone and stays gone */
         cJSON *last_result; /* the last cell's result, for last_cell */
         /* the request in flight */
         uint64_t next_id, cur_id;
@@ -153,6 +154,8 @@ static void ctx_persist_locked(struct cell_ctx *x, bool live)
 {
         struct store_context row = {0};
 
+        if (x->deleted)
+                return;
         sbx_strlcpy(row.user, x->user, sizeof(row.user));
         sbx_strlcpy(row.session, x->session, sizeof(row.session));
         sbx_strlcpy(row.name, x->name, sizeof(row.name));
@@ -1299,6 +1302,9 @@ static void ctx_unlist(struct cells *c, struct cell_ctx *x)
                         break;
                 }
         pthread_mutex_unlock(&c->lock);
+        pthread_mutex_lock(&x->lock);
+        x->deleted = true;
+        pthread_mutex_unlock(&x->lock);
         if (found)
                 ctx_unref(x);
 }

@@ -44,6 +44,7 @@ static void open_daemon(bool new_tokens)
                 cfg.memory_bytes = 768 << 20; /* a kernel with pandas and matplotlib */
                 cfg.pids_limit = 256;
                 cfg.cells_interrupt_grace_ms = 1500;
+                cfg.cells_max_per_session = 2;
                 if (network_default)
                         snprintf(cfg.network_default, sizeof(cfg.network_default), "%s", network_default);
                 snprintf(dir, sizeof(dir), "%s", cfg.data_dir);
@@ -309,12 +310,25 @@ Test(cells, contexts_and_sessions_are_isolated, .init = setup, .fini = teardown)
         r = apic_call(cfg.api_socket, tok_b, "list_contexts", apic_json("{\"session\": \"s1\"}"));
         cr_assert_eq(cJSON_GetArraySize(cJSON_GetObjectItem(apic_result(r), "contexts")), 1);
         cJSON_Delete(r);
+        /* a third context is past cells_max_per_session (2 here) */
+        r = apic_call(cfg.api_socket, tok_a, "run_cell",
+                      apic_json("{\"session\": \"s1\", \"context\": \"c\", \"code\": \"1\"}"));
+        cr_assert_str_eq(apic_code(r), "busy", "%s", cJSON_PrintUnformatted(r));
+        cJSON_Delete(r);
         /* delete_context ends it; the per-session cap counts what is left */
         r = apic_call(cfg.api_socket, tok_a, "delete_context", apic_json("{\"session\": \"s1\", \"context\": \"b\"}"));
         cr_assert_not_null(apic_result(r), "%s", cJSON_PrintUnformatted(r));
         cJSON_Delete(r);
+        r = cell("s1", "c", "'v' in globals()", 0);
+        cr_assert_str_eq(result_text(apic_result(r)), "False");
+        cJSON_Delete(r);
         r = apic_call(cfg.api_socket, tok_a, "list_contexts", apic_json("{\"session\": \"s1\"}"));
-        cr_assert_eq(cJSON_GetArraySize(cJSON_GetObjectItem(apic_result(r), "contexts")), 1);
+        {
+                const cJSON *l = cJSON_GetObjectItem(apic_result(r), "contexts"), *o;
+                cr_assert_eq(cJSON_GetArraySize(l), 2, "%s", cJSON_PrintUnformatted(r));
+                cJSON_ArrayForEach(o, l)
+                        cr_assert_str_neq(apic_str(o, "context"), "b");
+        }
         cJSON_Delete(r);
 }
 

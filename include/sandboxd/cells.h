@@ -84,6 +84,7 @@ struct cells_request {
         const char *code;
         int timeout_s;          /* 0: exec_timeout_default; capped at exec_timeout_max */
         const char *const *env; /* "K=V", NULL-terminated: the environment of a context it starts */
+        const char *actor;      /* for the audit log: "token:<id>", ... */
         cells_output_fn on_output;
         void *userdata;
 };

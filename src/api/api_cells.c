@@ -101,6 +101,7 @@ int api_m_run_cell(struct api_req *q, cJSON **ret, struct fronterr *e)
                         .code = code,
                         .timeout_s = (int)timeout,
                         .env = n_env ? env : NULL,
+                        .actor = q->actor,
                         .on_output = stream ? on_cell_output : NULL,
                         .userdata = q,
                 };

@@ -16,6 +16,8 @@
 #include <string.h>
 
 #include "sandboxd/cells.h"
+#include "sandboxd/audit.h"
+#include "sandboxd/sha256.h"
 #include "sandboxd/log.h"
 #include "sandboxd/runner.h"
 #include "sandboxd/session.h"
@@ -1012,6 +1014,31 @@ static cJSON *result_locked(struct cell_ctx *x, bool timed_out, bool killed, cJS
         return res;
 }
 
+/* One audit row per cell, as for an execution: the code's hash and a
+ * preview, the context, its generation and how the cell ended. */
+static void audit_cell(struct cell_ctx *x, const struct cells_request *req, const cJSON *res)
+{
+        cJSON *d = cJSON_CreateObject();
+        char sha[65] = "", preview[161];
+        char *json;
+
+        (void)sha256_hex(req->code, strlen(req->code), sha);
+        snprintf(preview, sizeof(preview), "%s", req->code);
+        char *clean = utf8_sanitize(preview, strlen(preview));
+        cJSON_AddStringToObject(d, "context", x->name);
+        cJSON_AddStringToObject(d, "language", x->language);
+        cJSON_AddItemToObject(d, "generation", cJSON_Duplicate(cJSON_GetObjectItem(res, "generation"), true));
+        cJSON_AddItemToObject(d, "status", cJSON_Duplicate(cJSON_GetObjectItem(res, "status"), true));
+        cJSON_AddStringToObject(d, "sha256", sha);
+        cJSON_AddStringToObject(d, "preview", clean ? clean : "");
+        free(clean);
+        json = cJSON_PrintUnformatted(d);
+        (void)audit_record(x->c->store, req->actor && *req->actor ? req->actor : "unknown", x->user, x->session, "cell",
+                           json ? json : "{}");
+        free(json);
+        cJSON_Delete(d);
+}
+
 int cells_run(struct cells *c, const struct cells_request *req, cJSON **ret, struct sbx_error *err)
 {
         const char *name = req->context ? req->context : CELLS_DEFAULT;
@@ -1112,12 +1139,13 @@ int cells_run(struct cells *c, const struct cells_request *req, cJSON **ret, str
         x->adopted_cell = false;
         cJSON_AddNumberToObject(res, "duration_ms", (double)(sbx_now_ms() - start));
         /* the row changes with the generation (start, end: ctx_start, the
-         * waiter), not per cell: a cell costs no store write */
+         * waiter), not per cell; the cell is audited below */
         cJSON_Delete(x->last_result);
         x->last_result = cJSON_Duplicate(res, true);
         pthread_mutex_unlock(&x->lock);
         *ret = res;
         r = 0;
+        audit_cell(x, req, res);
 out:
         cJSON_Delete(lost);
         ctx_release(x);

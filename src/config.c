@@ -170,6 +170,20 @@ static const struct config_key keys[] = {
         {"max_exec_per_user", CFG_INT, F(max_exec_per_user), 0, 1, 10000, "5", NULL,
          "concurrent executions of one user (overridable per user); past it, and past a fair share "
          "of max_exec_global while other users run, busy"},
+        {"cells_max_per_session", CFG_INT, F(cells_max_per_session), 0, 1, 64, "4", NULL,
+         "interpreter contexts (run_cell) one session may hold at once"},
+        {"cells_max_global", CFG_INT, F(cells_max_global), 0, 1, 10000, "64", NULL,
+         "interpreter contexts across all sessions"},
+        {"cells_idle_timeout", CFG_DURATION, F(cells_idle_timeout_s), 0, 10, 86400 * 7, "1h", NULL,
+         "an interpreter context unused this long is stopped (its next cell reports state_lost idle_stop)"},
+        {"cells_interrupt_grace", CFG_MS, F(cells_interrupt_grace_ms), 0, 100, 600000, "3s", NULL,
+         "after a cell's timeout or cancel interrupts it (SIGINT), how long it may take to come back before "
+         "its interpreter is killed and restarted (state_lost timeout)"},
+        {"cells_start_timeout", CFG_MS, F(cells_start_timeout_ms), 0, 1000, 600000, "60s", NULL,
+         "how long an interpreter context may take to start"},
+        {"cells_output_cap", CFG_SIZE, F(cells_output_cap_bytes), 0, 4096, INT64_C(1) << 30, "4m", NULL,
+         "output one cell may return (MIME bundles, streams); past it the rest is dropped and the result says "
+         "truncated"},
         {"max_spool_per_session", CFG_SIZE, F(max_spool_per_session_bytes), 0, 0, INT64_C(1) << 40, "1g", NULL,
          "execution output kept on disk per session (overridable per user); past it the oldest goes"},
         {"exec_output_cap", CFG_SIZE, F(exec_output_cap_bytes), 0, 1024, INT64_C(1) << 40, "64m", NULL,

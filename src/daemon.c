@@ -16,6 +16,7 @@
 #include "sandboxd/log.h"
 #include "sandboxd/monitor.h"
 #include "sandboxd/portpool.h"
+#include "sandboxd/cells.h"
 #include "sandboxd/privacy.h"
 #include "sandboxd/runtime.h"
 #include "sandboxd/scripts.h"
@@ -70,15 +71,15 @@ static void runner_lost(const char *user, const char *session, const char *cause
 }
 
 /* The fair share of max_sessions stops no session whose work goes on in
- * the background: a running execution (adopted ones included) or a
- * service that is starting, running or stopping. */
+ * the background: a running execution (adopted ones included), a running
+ * cell, or a service that is starting, running or stopping. */
 static bool session_busy(const char *user, const char *session, void *ud)
 {
         struct daemon *d = ud;
         struct store_service *rows = NULL;
         size_t n = 0;
 
-        if (exec_running_count(d->exec, user, session) > 0)
+        if (exec_running_count(d->exec, user, session) > 0 || cells_session_busy(d->cells, user, session))
                 return true;
         if (store_service_list(d->store, user, session, true, &rows, &n) < 0)
                 return true; /* unknown: not stopped */
@@ -279,6 +280,9 @@ int daemon_open(const struct sbx_config *cfg, const struct daemon_options *opts,
                 goto fail;
         }
         (void)exec_engine_recover(d->exec, NULL);
+        r = cells_new(&d->cfg, d->store, d->sessions, d->runner, &d->cells, err);
+        if (r < 0)
+                goto fail;
         /* before reconciling, so services of containers lost meanwhile are cleared */
         r = service_manager_new(&d->cfg, d->docker, d->store, d->sessions, d->exec, &d->services, err);
         if (r < 0)
@@ -318,6 +322,7 @@ void daemon_close(struct daemon *d)
                 d->fronts_stop(d);
         monitor_stop(d->monitor);
         service_manager_free(d->services);
+        cells_free(d->cells);      /* before the hub: its waiters hold runner jobs */
         exec_engine_free(d->exec); /* its workers were the last to ask session_busy */
         if (d->sessions)
                 session_set_busy_check(d->sessions, NULL, NULL);

@@ -105,6 +105,14 @@ struct sbx_config {
         char metrics_label_keys[512];
         int metrics_label_values_max;
 
+        /* interpreter contexts (run_cell, issue 25) */
+        int cells_max_per_session;
+        int cells_max_global;
+        int cells_idle_timeout_s;
+        int cells_interrupt_grace_ms;
+        int cells_start_timeout_ms;
+        int64_t cells_output_cap_bytes;
+
         /* services */
         int max_services_per_session;
         int service_stop_grace_ms;

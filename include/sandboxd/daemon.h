@@ -27,6 +27,7 @@ struct egress;
 struct scripts;
 struct events;
 struct webhook;
+struct cells;
 
 struct daemon {
         struct sbx_config cfg; /* read-only after daemon_open */
@@ -47,6 +48,7 @@ struct daemon {
         struct scripts *scripts;   /* the script cache's runs in flight (scripts.h) */
         struct events *events;     /* the lifecycle event log (events.h; NULL: another daemon owns it) */
         struct webhook *webhook;   /* its operator's webhook (webhook.h; NULL: none) */
+        struct cells *cells;       /* run_cell's interpreter contexts (cells.h) */
         int64_t started_at;        /* unix ms */
         /* the fronts, which fronts_open (fronts.h) starts above the daemon */
         struct api_server *api; /* the socket fronts (opts->sockets) */

@@ -86,6 +86,20 @@ static cJSON *reply_new(const cJSON *id)
         return o;
 }
 
+void api_send_event(struct api_req *q, const char *event, const cJSON *fields)
+{
+        cJSON *o = reply_new(q->id);
+        const cJSON *it;
+
+        if (!o)
+                return;
+        cJSON_AddStringToObject(o, "event", event);
+        cJSON_ArrayForEach(it, fields)
+                cJSON_AddItemToObject(o, it->string, cJSON_Duplicate(it, true));
+        conn_send(q->c, o);
+        cJSON_Delete(o);
+}
+
 /* trace_id: the request's (reqctx.h), or NULL before one was picked. */
 static void send_error_traced(struct api_conn *c, const cJSON *id, const char *code, const char *msg,
                               const char *trace_id)

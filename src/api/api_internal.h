@@ -123,6 +123,18 @@ uint64_t api_sink_handle(const struct api_sink *s);
 void api_sink_free(struct api_sink *s);
 void api_sink_on_output(const char *exec_id, enum exec_stream stream, const void *data, size_t len, void *ud);
 
+/* A progress event {"id", "event": event, <each field of fields>} on q's connection. */
+void api_send_event(struct api_req *q, const char *event, const cJSON *fields);
+
+/* ---- run_cell and the contexts (api_cells.c) ---- */
+int api_m_run_cell(struct api_req *q, cJSON **ret, struct fronterr *e);
+int api_m_list_contexts(struct api_req *q, cJSON **ret, struct fronterr *e);
+int api_m_restart_context(struct api_req *q, cJSON **ret, struct fronterr *e);
+int api_m_delete_context(struct api_req *q, cJSON **ret, struct fronterr *e);
+int api_m_get_variables(struct api_req *q, cJSON **ret, struct fronterr *e);
+int api_m_interrupt_cell(struct api_req *q, cJSON **ret, struct fronterr *e);
+int api_m_last_cell(struct api_req *q, cJSON **ret, struct fronterr *e);
+
 /* The client left or the server stops: stop waiting. */
 bool api_should_abandon(struct api_req *q);
 /* Wait for the execution to end (at most max_ms, -1 = no limit), streaming

@@ -1,6 +1,8 @@
 /* audit.c — the core's audit call (audit.h): actions, the fronts and the
  * collectors record through here, so what an audit row holds and what a
- * failed write does is decided in one place. No state, no threads. */
+ * failed write does is decided in one place: the current request's trace
+ * id (reqctx.h) in its trace_id column, and the session's labels
+ * (sessspec.h) as "labels" in its detail. No state, no threads. */
 #include "sandboxd/audit.h"
 
 #include <errno.h>
@@ -8,12 +10,44 @@
 #include <string.h>
 
 #include "sandboxd/log.h"
+#include "sandboxd/reqctx.h"
 #include "sandboxd/store.h"
+
+/* detail_json with the session's labels added as "labels" (malloc'd), or
+ * NULL when it has none (or the detail is not an object): then the detail
+ * goes as given. Labels are bounded (sessspec.h), so the row stays so. */
+static char *with_labels(struct store *st, const char *user, const char *session, const char *detail_json)
+{
+        struct store_session_spec spec = {0};
+        cJSON *detail = NULL, *labels = NULL;
+        char *out = NULL;
+
+        if (!user || !session || !*user || !*session || store_session_spec_get(st, user, session, &spec) < 0)
+                return NULL;
+        if (!spec.labels_json)
+                goto out;
+        detail = detail_json ? cJSON_Parse(detail_json) : cJSON_CreateObject();
+        labels = cJSON_Parse(spec.labels_json);
+        if (!cJSON_IsObject(detail) || !labels || cJSON_GetObjectItemCaseSensitive(detail, "labels"))
+                goto out;
+        cJSON_AddItemToObject(detail, "labels", labels);
+        labels = NULL;
+        out = cJSON_PrintUnformatted(detail);
+out:
+        cJSON_Delete(labels);
+        cJSON_Delete(detail);
+        store_session_spec_done(&spec);
+        return out;
+}
 
 int audit_record(struct store *st, const char *actor, const char *user, const char *session, const char *action,
                  const char *detail_json)
 {
-        int r = store_audit(st, actor, user, session, action, detail_json);
+        char *labelled = with_labels(st, user, session, detail_json);
+        int r = store_audit_traced(st, actor, user, session, action, labelled ? labelled : detail_json,
+                                   reqctx_trace_id());
+
+        free(labelled);
 
         if (r < 0)
                 log_debug("audit: cannot record %s: %s", action ? action : "(none)", strerror(-r));

@@ -54,12 +54,23 @@ static const struct config_key keys[] = {
          "Unix socket for admins (file permissions + peer credentials)"},
         {"admin_group", CFG_STRING, F(admin_group), 0, 0, 0, "", NULL,
          "empty: admin socket mode 0600; else 0660 owned by this group"},
-        {"max_connections", CFG_INT, F(max_connections), 0, 1, 10000, "64", NULL,
-         "open connections to the API socket at most (the admin socket has its own 16)"},
-        {"max_connections_per_uid", CFG_INT, F(max_connections_per_uid), 0, 1, 10000, "16", NULL,
-         "open connections to the API or admin socket per peer uid (SO_PEERCRED); root is not capped"},
+        {"max_connections", CFG_INT, F(max_connections), 0, 0, 1000000, "0", NULL,
+         "open connections at most, to the API socket and to the HTTPS front each (the admin socket has its own "
+         "16); 0: max_sessions + 64, so every session's agent can hold one"},
+        {"max_connections_per_uid", CFG_INT, F(max_connections_per_uid), 0, 0, 1000000, "0", NULL,
+         "open connections to the API or admin socket per peer uid (SO_PEERCRED); root is not capped; "
+         "0: max_sessions"},
+        {"max_unauthenticated_per_uid", CFG_INT, F(max_unauthenticated_per_uid), 0, 1, 1000000, "32", NULL,
+         "open connections to the API socket per peer uid that have not authenticated yet; root is not capped"},
+        {"http_max_connections_per_address", CFG_INT, F(http_max_connections_per_address), 0, 0, 1000000, "0", NULL,
+         "open HTTPS connections per client address (IPv6: per /64); 0: max_sessions"},
+        {"http_max_unauthenticated", CFG_INT, F(http_max_unauthenticated), 0, 1, 1000000, "256", NULL,
+         "HTTPS connections that have not authenticated yet, in all (at most half of max_connections); "
+         "past it a new one from a less busy address replaces the oldest of the busiest address"},
+        {"http_max_unauthenticated_per_address", CFG_INT, F(http_max_unauthenticated_per_address), 0, 1, 1000000, "32",
+         NULL, "HTTPS connections not authenticated yet per client address (IPv6: per /64)"},
         {"auth_timeout", CFG_MS, F(auth_timeout_ms), 0, 100, 600000, "5s", NULL,
-         "a new API connection must send an authenticated request within this"},
+         "a new API socket or HTTPS connection must send an authenticated request within this"},
         {"connection_idle_timeout", CFG_MS, F(connection_idle_timeout_ms), 0, 1000, 86400000, "300s", NULL,
          "an API or admin connection with no request this long is closed"},
         {"http_listen", CFG_STRING, F(http_listen), 0, 0, 0, "", NULL,
@@ -70,7 +81,7 @@ static const struct config_key keys[] = {
         {"tls_client_ca", CFG_STRING, F(tls_client_ca), 0, 0, 0, "", NULL,
          "PEM CA file: when set, HTTPS clients must present a certificate it signed (mTLS)"},
         {"http_timeout", CFG_DURATION, F(http_timeout_s), 0, 1, 3600, "30s", NULL,
-         "an HTTP connection idle this long (TLS handshake included), or unauthenticated this long, is closed"},
+         "an HTTP connection idle this long (TLS handshake included) is closed"},
         {"metrics_listen", CFG_STRING, F(metrics_listen), 0, 0, 0, "", NULL,
          "loopback host:port serving /metrics (Prometheus text) and /healthz (empty: off)"},
         {"docker_socket", CFG_PATH, F(docker_socket), 0, 0, 0, "/var/run/docker.sock", NULL,
@@ -159,6 +170,20 @@ static const struct config_key keys[] = {
         {"max_exec_per_user", CFG_INT, F(max_exec_per_user), 0, 1, 10000, "5", NULL,
          "concurrent executions of one user (overridable per user); past it, and past a fair share "
          "of max_exec_global while other users run, busy"},
+        {"cells_max_per_session", CFG_INT, F(cells_max_per_session), 0, 1, 64, "4", NULL,
+         "interpreter contexts (run_cell) one session may hold at once"},
+        {"cells_max_global", CFG_INT, F(cells_max_global), 0, 1, 10000, "64", NULL,
+         "interpreter contexts across all sessions"},
+        {"cells_idle_timeout", CFG_DURATION, F(cells_idle_timeout_s), 0, 10, 86400 * 7, "1h", NULL,
+         "an interpreter context unused this long is stopped (its next cell reports state_lost idle_stop)"},
+        {"cells_interrupt_grace", CFG_MS, F(cells_interrupt_grace_ms), 0, 100, 600000, "3s", NULL,
+         "after a cell's timeout or cancel interrupts it (SIGINT), how long it may take to come back before "
+         "its interpreter is killed and restarted (state_lost timeout)"},
+        {"cells_start_timeout", CFG_MS, F(cells_start_timeout_ms), 0, 1000, 600000, "60s", NULL,
+         "how long an interpreter context may take to start"},
+        {"cells_output_cap", CFG_SIZE, F(cells_output_cap_bytes), 0, 4096, INT64_C(1) << 30, "4m", NULL,
+         "output one cell may return (MIME bundles, streams); past it the rest is dropped and the result says "
+         "truncated"},
         {"max_spool_per_session", CFG_SIZE, F(max_spool_per_session_bytes), 0, 0, INT64_C(1) << 40, "1g", NULL,
          "execution output kept on disk per session (overridable per user); past it the oldest goes"},
         {"exec_output_cap", CFG_SIZE, F(exec_output_cap_bytes), 0, 1024, INT64_C(1) << 40, "64m", NULL,
@@ -175,6 +200,17 @@ static const struct config_key keys[] = {
          "bytes of code a user's script cache holds at most"},
         {"session_ttl_max", CFG_DURATION, F(session_ttl_max_s), 0, 1, 86400 * 365, "7d", NULL,
          "largest ttl_seconds create_session accepts"},
+        {"max_session_cpus", CFG_CPUS, F(max_session_nano_cpus), 0, 0, INT64_C(256) * 1000000000, "0", NULL,
+         "most CPUs one session may ask for (create_session's cpu; overridable per user, in milli-CPUs); 0: cpus"},
+        {"max_session_memory", CFG_SIZE, F(max_session_memory_bytes), 0, 0, INT64_C(1) << 40, "0", NULL,
+         "most memory one session may ask for (create_session's memory; overridable per user); 0: memory"},
+        {"max_session_disk", CFG_SIZE, F(max_session_disk_bytes), 0, 0, INT64_C(1) << 44, "0", NULL,
+         "largest workspace one session may ask for (create_session's disk, loop mode only; overridable per user); "
+         "0: workspace_quota"},
+        {"metrics_label_keys", CFG_STRING, F(metrics_label_keys), 0, 0, 0, "", NULL,
+         "session label keys /metrics counts sessions by (comma-separated, at most 8); empty: none"},
+        {"metrics_label_values_max", CFG_INT, F(metrics_label_values_max), 0, 1, 1000, "20", NULL,
+         "distinct values of each such key /metrics shows; the rest count as \"other\""},
         {"max_stdin_size", CFG_SIZE, F(max_stdin_bytes), 0, 0, INT64_C(1) << 32, "16m", NULL,
          "bytes of stdin accepted per execution"},
         {"max_services_per_session", CFG_INT, F(max_services_per_session), 0, 0, 1000, "8", NULL,
@@ -216,6 +252,28 @@ static const struct config_key keys[] = {
          "how long an idempotency_key answers a retry with the first call's result"},
         {"idempotency_max_keys", CFG_INT, F(idempotency_max_keys), 0, 1, 10000000, "10000", NULL,
          "live idempotency keys one user may hold; past it a call with a new key is quota_exceeded"},
+        {"events_max", CFG_INT, F(events_max), 0, 100, 10000000, "100000", NULL,
+         "lifecycle events the log keeps (GET /v1/events resumes from it; webhooks read it); the oldest go first"},
+        {"events_retention", CFG_DURATION, F(events_retention_s), 0, 60, 86400 * 365, "7d", NULL,
+         "lifecycle events older than this are pruned (by the daemon and --gc)"},
+        {"webhook_url", CFG_STRING, F(webhook_url), 0, 0, 0, "", NULL,
+         "http:// or https:// URL the daemon POSTs every lifecycle event to, signed (empty: off)"},
+        {"webhook_secret", CFG_STRING, F(webhook_secret), 0, 0, 0, "", NULL,
+         "HMAC-SHA256 key of the webhook signature (or webhook_secret_file)"},
+        {"webhook_secret_file", CFG_STRING, F(webhook_secret_file), 0, 0, 0, "", NULL,
+         "file holding the webhook HMAC key (first line), read at start"},
+        {"webhook_events", CFG_STRING, F(webhook_events), 0, 0, 0, "", NULL,
+         "event types delivered, comma-separated, 'session.*' for a family (empty: all)"},
+        {"webhook_ca", CFG_STRING, F(webhook_ca), 0, 0, 0, "", NULL,
+         "PEM CA bundle that signs an https webhook receiver (empty: the system's)"},
+        {"webhook_max_inflight", CFG_INT, F(webhook_max_inflight), 0, 1, 64, "4", NULL,
+         "webhook deliveries in flight at most (retries included)"},
+        {"webhook_max_retries", CFG_INT, F(webhook_max_retries), 0, 0, 20, "5", NULL,
+         "retries of a webhook delivery that failed, then it is counted failed and skipped"},
+        {"webhook_timeout", CFG_MS, F(webhook_timeout_ms), 0, 100, 600000, "10s", NULL,
+         "one webhook POST (connect and answer) within this"},
+        {"webhook_backoff", CFG_MS, F(webhook_backoff_ms), 0, 10, 600000, "1s", NULL,
+         "first webhook retry after this, doubling each time, at most 60 s"},
         {"max_age", CFG_DURATION, F(max_age_s), 0, 60, 86400 * 3650, "7d", NULL,
          "gc removes containers older than this"},
         {"execution_retention", CFG_DURATION, F(execution_retention_s), 0, 60, 86400 * 3650, "7d", NULL,
@@ -512,6 +570,12 @@ static int check_cross(const struct sbx_config *cfg, struct sbx_error *err)
                 if (r < 0)
                         return r;
         }
+        if (cfg->webhook_url[0] && strncmp(cfg->webhook_url, "http://", 7) != 0 &&
+            strncmp(cfg->webhook_url, "https://", 8) != 0)
+                return sbx_error_set(err, -EINVAL, 0, "webhook_url must start with http:// or https://");
+        if (cfg->webhook_url[0] && !cfg->webhook_secret[0] && !cfg->webhook_secret_file[0])
+                return sbx_error_set(err, -EINVAL, 0,
+                                     "webhook_url needs webhook_secret or webhook_secret_file (deliveries are signed)");
         if (cfg->egress_max_tunnels_per_session > cfg->egress_max_tunnels_per_user ||
             cfg->egress_max_tunnels_per_user > cfg->egress_max_tunnels)
                 return sbx_error_set(err, -EINVAL, 0,
@@ -612,6 +676,8 @@ void config_dump(const struct sbx_config *cfg, int fd)
         for (size_t i = 0; i < ELEMENTSOF(keys); i++) {
                 char value[SBX_PATH_MAX + 8];
                 format_value(cfg, &keys[i], value, sizeof(value));
+                if (strcmp(keys[i].name, "webhook_secret") == 0 && value[0])
+                        snprintf(value, sizeof(value), "(set, not shown)"); /* a key, never printed */
                 dprintf(fd, "# %s (default: %s)\n%s = %s\n", keys[i].doc, keys[i].def, keys[i].name, value);
         }
 }
@@ -698,6 +764,21 @@ static int pool_entry(const char *a, size_t len, size_t *ret_name_len, int *ret_
                 (*ret_name_len)--;
         *ret_n = (int)v;
         return 0;
+}
+
+int config_max_connections(const struct sbx_config *cfg)
+{
+        return cfg->max_connections > 0 ? cfg->max_connections : cfg->max_sessions + 64;
+}
+
+int config_max_connections_per_uid(const struct sbx_config *cfg)
+{
+        return cfg->max_connections_per_uid > 0 ? cfg->max_connections_per_uid : cfg->max_sessions;
+}
+
+int config_http_max_per_address(const struct sbx_config *cfg)
+{
+        return cfg->http_max_connections_per_address > 0 ? cfg->http_max_connections_per_address : cfg->max_sessions;
 }
 
 int config_pool_size_for(const struct sbx_config *cfg, const char *image)

@@ -14,8 +14,10 @@
 #include <unistd.h>
 
 #include "sandboxd/engine.h"
+#include "sandboxd/jsonutil.h"
 #include "sandboxd/log.h"
 #include "sandboxd/runner_proto.h"
+#include "sandboxd/sessspec.h"
 #include "sandboxd/sessuid.h"
 
 /* Open (creating if needed) dir `name` under dirfd without following a
@@ -453,7 +455,9 @@ int container_create_started(struct engine *e, const struct sbx_config *cfg, con
                                                 "no_proxy=localhost,127.0.0.1", NULL};
 #undef PROXY_URL
         _Static_assert(RP_EGRESS_PORT == 3128, "PROXY_URL names the egress port");
-        struct engine_label labels[4 + 8];
+        struct engine_label labels[4 + 8 + SESSSPEC_LABELS_MAX];
+        char session_label_keys[SESSSPEC_LABELS_MAX][sizeof(CONTAINER_LABEL_PREFIX) + SESSSPEC_LABEL_KEY_MAX];
+        _cleanup_(cjson_freep) cJSON *session_labels = NULL;
         char network[160];
         char passwd[SBX_PATH_MAX], group[SBX_PATH_MAX], extra[8][128];
         struct engine_tmpfs tmp;
@@ -476,6 +480,23 @@ int container_create_started(struct engine *e, const struct sbx_config *cfg, con
                 labels[n_labels++] = (struct engine_label){extra[i], eq + 1};
         }
 
+        /* The session's labels, checked when they were given (sessspec.h): values are
+         * [A-Za-z0-9_.-], keys a DNS-style name, so each is a safe Docker label. */
+        session_labels = p->labels_json ? cJSON_Parse(p->labels_json) : NULL;
+        {
+                const cJSON *it;
+                size_t k = 0;
+                cJSON_ArrayForEach(it, session_labels) {
+                        if (k == SESSSPEC_LABELS_MAX || !sessspec_label_key_valid(it->string) || !cJSON_IsString(it) ||
+                            !sessspec_label_value_valid(it->valuestring))
+                                continue;
+                        snprintf(session_label_keys[k], sizeof(session_label_keys[k]), CONTAINER_LABEL_PREFIX "%s",
+                                 it->string);
+                        labels[n_labels++] = (struct engine_label){session_label_keys[k], it->valuestring};
+                        k++;
+                }
+        }
+
         /* The session's own uid, never root and never one shared with another session (sessuid.h). */
         if (p->uid == 0)
                 return sbx_error_set(err, -EINVAL, 0, "a sandbox container never runs as root");
@@ -483,6 +504,10 @@ int container_create_started(struct engine *e, const struct sbx_config *cfg, con
         spec.uid = p->uid;
         spec.gid = p->uid;
         spec_limits(cfg, &spec, &tmp);
+        if (p->memory_bytes > 0) /* the session's own (sessspec.h); still no swap */
+                spec.memory_bytes = spec.memory_swap_bytes = p->memory_bytes;
+        if (p->nano_cpus > 0)
+                spec.nano_cpus = p->nano_cpus;
         spec.workspace = p->workspace;
         if (p->runner_binary && p->runner_dir) {
                 spec.runner_binary = p->runner_binary;

@@ -5,16 +5,19 @@
 #include <errno.h>
 #include <stdio.h>
 #include <string.h>
+#include <sys/resource.h>
 #include <sys/stat.h>
 
 #include "sandboxd/engine.h"
 #include "sandboxd/engine_docker.h"
 #include "sandboxd/egress.h"
+#include "sandboxd/events.h"
 #include "sandboxd/exec.h"
 #include "sandboxd/gateway.h"
 #include "sandboxd/log.h"
 #include "sandboxd/monitor.h"
 #include "sandboxd/portpool.h"
+#include "sandboxd/cells.h"
 #include "sandboxd/privacy.h"
 #include "sandboxd/runtime.h"
 #include "sandboxd/scripts.h"
@@ -25,6 +28,7 @@
 #include "sandboxd/sessuid.h"
 #include "sandboxd/store.h"
 #include "sandboxd/pool.h"
+#include "sandboxd/webhook.h"
 #include "sandboxd/wsquota.h"
 
 /* A destroyed session's runner socket and directory go with it; any other
@@ -68,15 +72,15 @@ static void runner_lost(const char *user, const char *session, const char *cause
 }
 
 /* The fair share of max_sessions stops no session whose work goes on in
- * the background: a running execution (adopted ones included) or a
- * service that is starting, running or stopping. */
+ * the background: a running execution (adopted ones included), a running
+ * cell, or a service that is starting, running or stopping. */
 static bool session_busy(const char *user, const char *session, void *ud)
 {
         struct daemon *d = ud;
         struct store_service *rows = NULL;
         size_t n = 0;
 
-        if (exec_running_count(d->exec, user, session) > 0)
+        if (exec_running_count(d->exec, user, session) > 0 || cells_session_busy(d->cells, user, session))
                 return true;
         if (store_service_list(d->store, user, session, true, &rows, &n) < 0)
                 return true; /* unknown: not stopped */
@@ -167,10 +171,46 @@ static const struct session_pool_ops warm_pool_ops = {.applies = warm_applies,
                                                       .claim = warm_claim,
                                                       .make_room = warm_make_room};
 
+/* The egress proxy's blocked decisions, as events (the proxy never calls the core). */
+static void egress_blocked(const char *user, const char *session, const char *host, int port, const char *reason,
+                           void *userdata)
+{
+        (void)userdata;
+        events_egress_blocked(user, session, host, port, reason);
+}
+
 /* privacy_mark's second step: the session's tunnels, closed before it returns. */
 static void close_tunnels(const char *user, const char *session, void *userdata)
 {
         egress_close_session(userdata, user, session);
+}
+
+/* Descriptors: a session holds DAEMON_FDS_PER_SESSION in the daemon (its
+ * runner, control, egress and forward sockets) plus a listener per port of
+ * its block, and each connection to a front holds one. Take what the hard
+ * limit allows, and say so when even that is short of the configuration. */
+#define DAEMON_FDS_PER_SESSION 7
+#define DAEMON_FDS_SPARE 1024
+
+static void raise_nofile(const struct sbx_config *cfg)
+{
+        int64_t need = (int64_t)cfg->max_sessions * (DAEMON_FDS_PER_SESSION + cfg->ports_per_session) +
+                       2 * (int64_t)config_max_connections(cfg) + DAEMON_FDS_SPARE;
+        struct rlimit rl;
+
+        if (getrlimit(RLIMIT_NOFILE, &rl) < 0)
+                return;
+        if (rl.rlim_cur < rl.rlim_max) {
+                rl.rlim_cur = rl.rlim_max;
+                (void)setrlimit(RLIMIT_NOFILE, &rl);
+                (void)getrlimit(RLIMIT_NOFILE, &rl);
+        }
+        if (rl.rlim_cur != RLIM_INFINITY && (int64_t)rl.rlim_cur < need)
+                log_warn(
+                        "the descriptor limit (RLIMIT_NOFILE) is %llu, short of the %lld that max_sessions %d with "
+                        "%d ports each and max_connections %d may hold: raise LimitNOFILE (ulimit -n)",
+                        (unsigned long long)rl.rlim_cur, (long long)need, cfg->max_sessions, cfg->ports_per_session,
+                        config_max_connections(cfg));
 }
 
 int daemon_open(const struct sbx_config *cfg, const struct daemon_options *opts, struct daemon **ret,
@@ -188,6 +228,7 @@ int daemon_open(const struct sbx_config *cfg, const struct daemon_options *opts,
                 opts = &no_opts;
         d->cfg = *cfg;
         d->started_at = sbx_wall_ms();
+        raise_nofile(&d->cfg);
 
         r = wsquota_check_config(&d->cfg, err);
         if (r == 0)
@@ -208,6 +249,12 @@ int daemon_open(const struct sbx_config *cfg, const struct daemon_options *opts,
          * keys past their window go (each user's also go on their next claim) */
         (void)store_idem_reset_pending(d->store);
         (void)store_idem_prune(d->store, sbx_wall_ms(), false);
+        /* the event log before every engine that emits into it; its webhook reads the log */
+        r = webhook_start(&d->cfg, d->store, &d->webhook, err);
+        if (r == 0)
+                r = events_open(&d->cfg, d->store, d->webhook ? webhook_notify : NULL, d->webhook, &d->events, err);
+        if (r < 0)
+                goto fail;
 
         r = engine_docker_new(d->cfg.docker_socket, d->cfg.docker_timeout_ms, &d->engine, err);
         if (r == 0)
@@ -252,6 +299,8 @@ int daemon_open(const struct sbx_config *cfg, const struct daemon_options *opts,
         if (r == 0)
                 privacy_set_tunnel_closer(d->privacy, close_tunnels, d->egress);
         if (r == 0)
+                egress_set_blocked_hook(d->egress, egress_blocked, NULL);
+        if (r == 0)
                 r = gateway_new(&d->cfg, d->egress, &d->gateway, err);
         if (r < 0)
                 goto fail;
@@ -274,13 +323,18 @@ int daemon_open(const struct sbx_config *cfg, const struct daemon_options *opts,
                                               .ports = d->ports,
                                               .egress = d->egress,
                                               .pool = d->pool,
-                                              .engine = d->engine};
+                                              .engine = d->engine,
+                                              .store = d->store,
+                                              .cfg = &d->cfg};
         r = scripts_new(&d->cfg, d->store, d->quota, &d->scripts);
         if (r < 0) {
                 sbx_error_set(err, r, 0, "out of memory");
                 goto fail;
         }
         (void)exec_engine_recover(d->exec, NULL);
+        r = cells_new(&d->cfg, d->store, d->sessions, d->runner, &d->cells, err);
+        if (r < 0)
+                goto fail;
         /* before reconciling, so services of containers lost meanwhile are cleared */
         r = service_manager_new(&d->cfg, d->engine, d->store, d->sessions, d->exec, &d->services, err);
         if (r < 0)
@@ -320,6 +374,7 @@ void daemon_close(struct daemon *d)
                 d->fronts_stop(d);
         monitor_stop(d->monitor);
         service_manager_free(d->services);
+        cells_free(d->cells);      /* before the hub: its waiters hold runner jobs */
         exec_engine_free(d->exec); /* its workers were the last to ask session_busy */
         if (d->sessions)
                 session_set_busy_check(d->sessions, NULL, NULL);
@@ -336,6 +391,8 @@ void daemon_close(struct daemon *d)
         quota_free(d->quota); /* after every engine that asks it */
         portpool_free(d->ports);
         engine_free(d->engine);
+        events_close(d->events); /* writes what is queued: after every engine that emits */
+        webhook_stop(d->webhook);
         store_close(d->store);
         free(d);
 }

@@ -4,7 +4,8 @@
  *
  * Lines that name a session are also kept in a ring of the last LOG_RING_LINES
  * (ring_lock guards it) for `sandboxctl logs USER SESSION`; the full history is
- * wherever stderr goes (the journal under systemd). */
+ * wherever stderr goes (the journal under systemd). A line written while the
+ * thread serves a request carries its "trace_id" (reqctx.h). */
 #include "sandboxd/log.h"
 
 #include <errno.h>
@@ -15,6 +16,8 @@
 #include <sys/time.h>
 #include <time.h>
 #include <unistd.h>
+
+#include "sandboxd/reqctx.h"
 
 static volatile int current_level = LOG_LEVEL_INFO;
 
@@ -174,6 +177,7 @@ void log_ctxv(enum log_level level, const char *user, const char *session, const
         pos = put_field(line, pos, sizeof(line) - 8, "user_id", user);
         pos = put_field(line, pos, sizeof(line) - 8, "session_id", session);
         pos = put_field(line, pos, sizeof(line) - 8, "container_id", container);
+        pos = put_field(line, pos, sizeof(line) - 8, "trace_id", reqctx_trace_id()); /* "" when none: omitted */
         line[pos++] = '}';
         line[pos++] = '\n';
         (void)!write(STDERR_FILENO, line, pos);

@@ -18,9 +18,13 @@
 
 #include "sandboxd/engine.h"
 #include "sandboxd/egress.h"
+#include "sandboxd/events.h"
 #include "sandboxd/pool.h"
 #include "sandboxd/portpool.h"
 #include "sandboxd/session.h"
+#include "sandboxd/sessspec.h"
+#include "sandboxd/store.h"
+#include "sandboxd/webhook.h"
 
 #define CAUSE_COUNT (EXEC_CAUSE_ERROR + 1)
 
@@ -157,6 +161,68 @@ static const struct {
         {EXEC_TIMEOUT, "timeout", EXEC_CAUSE_TIMEOUT},
 };
 
+#define LABEL_KEYS_MAX 8
+#define LABEL_ROWS_MAX 100000 /* sessions looked at per scrape */
+
+/* sandboxd_sessions_by_label: sessions by the value of each label key the
+ * operator lists (metrics_label_keys), at most metrics_label_values_max
+ * values per key (first come in key order), the rest as "other". Keys and
+ * values are checked (sessspec.h): nothing in them needs escaping. */
+static void render_labels(struct text *t, const struct metrics_ctx *m)
+{
+        char keys[LABEL_KEYS_MAX][SESSSPEC_LABEL_KEY_MAX + 1], list[sizeof(m->cfg->metrics_label_keys)];
+        struct store_session_labels *rows = NULL;
+        size_t n_keys = 0, n_rows = 0, max_values;
+        char *save = NULL;
+
+        if (!m->store || !m->cfg || !m->cfg->metrics_label_keys[0])
+                return;
+        sbx_strlcpy(list, m->cfg->metrics_label_keys, sizeof(list));
+        for (char *k = strtok_r(list, ", ", &save); k && n_keys < LABEL_KEYS_MAX; k = strtok_r(NULL, ", ", &save))
+                if (sessspec_label_key_valid(k))
+                        sbx_strlcpy(keys[n_keys++], k, sizeof(keys[0]));
+        if (n_keys == 0 || store_session_labels_list(m->store, LABEL_ROWS_MAX, &rows, &n_rows) < 0)
+                return;
+        max_values = (size_t)(m->cfg->metrics_label_values_max > 0 ? m->cfg->metrics_label_values_max : 1);
+        head(t, "sandboxd_sessions_by_label", "gauge",
+             "sessions by the value of each label key in metrics_label_keys (values past metrics_label_values_max "
+             "count as \"other\")");
+        for (size_t k = 0; k < n_keys; k++) {
+                struct {
+                        char value[SESSSPEC_LABEL_VALUE_MAX + 1];
+                        size_t count;
+                } *vals = calloc(max_values, sizeof(*vals));
+                size_t n_vals = 0, other = 0;
+
+                if (!vals)
+                        break;
+                for (size_t i = 0; i < n_rows; i++) {
+                        cJSON *labels = cJSON_Parse(rows[i].labels_json);
+                        const cJSON *v = cJSON_GetObjectItemCaseSensitive(labels, keys[k]);
+                        size_t j = 0;
+
+                        if (cJSON_IsString(v) && sessspec_label_value_valid(v->valuestring)) {
+                                while (j < n_vals && strcmp(vals[j].value, v->valuestring) != 0)
+                                        j++;
+                                if (j == n_vals && n_vals < max_values)
+                                        sbx_strlcpy(vals[n_vals++].value, v->valuestring, sizeof(vals[0].value));
+                                if (j < n_vals)
+                                        vals[j].count++;
+                                else
+                                        other++;
+                        }
+                        cJSON_Delete(labels);
+                }
+                for (size_t j = 0; j < n_vals; j++)
+                        put(t, "sandboxd_sessions_by_label{key=\"%s\",value=\"%s\"} %zu\n", keys[k], vals[j].value,
+                            vals[j].count);
+                if (other)
+                        put(t, "sandboxd_sessions_by_label{key=\"%s\",value=\"other\"} %zu\n", keys[k], other);
+                free(vals);
+        }
+        store_session_labels_free(rows, n_rows);
+}
+
 int metrics_render(const struct metrics_ctx *m, char **ret)
 {
         static const char *const session_states[] = {"creating", "running", "stopped", "error"};
@@ -243,11 +309,38 @@ int metrics_render(const struct metrics_ctx *m, char **ret)
                 put(&t, "sandboxd_pool_claims_total{outcome=\"missed\"} %llu\n", (unsigned long long)ps.misses);
         }
 
+        render_labels(&t, m);
+
         head(&t, "sandboxd_ports_used", "gauge", "host ports handed out to sessions");
         put(&t, "sandboxd_ports_used %zu\n", used);
         head(&t, "sandboxd_ports_total", "gauge", "host ports in the pool");
         put(&t, "sandboxd_ports_total %zu\n", total);
 
+        {
+                struct events_stats es;
+                struct webhook_stats ws;
+                events_stats(&es);
+                webhook_stats(&ws);
+                head(&t, "sandboxd_events_total", "counter", "lifecycle events written to the event log");
+                put(&t, "sandboxd_events_total %llu\n", (unsigned long long)es.written);
+                head(&t, "sandboxd_events_dropped_total", "counter",
+                     "lifecycle events lost before the log (queue full or the store failing)");
+                put(&t, "sandboxd_events_dropped_total %llu\n", (unsigned long long)es.dropped);
+                head(&t, "sandboxd_event_subscribers", "gauge", "live event streams (GET /v1/events)");
+                put(&t, "sandboxd_event_subscribers %zu\n", es.subscribers);
+                head(&t, "sandboxd_event_overflows_total", "counter", "event streams cut off for reading too slowly");
+                put(&t, "sandboxd_event_overflows_total %llu\n", (unsigned long long)es.overflowed);
+                head(&t, "sandboxd_webhook_inflight", "gauge", "webhook deliveries under way");
+                put(&t, "sandboxd_webhook_inflight %lld\n", (long long)ws.inflight);
+                head(&t, "sandboxd_webhook_deliveries_total", "counter", "webhook events by outcome");
+                put(&t, "sandboxd_webhook_deliveries_total{outcome=\"delivered\"} %llu\n",
+                    (unsigned long long)ws.delivered);
+                put(&t, "sandboxd_webhook_deliveries_total{outcome=\"failed\"} %llu\n", (unsigned long long)ws.failed);
+                put(&t, "sandboxd_webhook_deliveries_total{outcome=\"dropped\"} %llu\n",
+                    (unsigned long long)ws.dropped);
+                head(&t, "sandboxd_webhook_attempts_total", "counter", "webhook POSTs made (retries included)");
+                put(&t, "sandboxd_webhook_attempts_total %llu\n", (unsigned long long)ws.attempts);
+        }
         head(&t, "process_resident_memory_bytes", "gauge", "resident set size of the daemon");
         put(&t, "process_resident_memory_bytes %lld\n", proc_status("VmRSS") * 1024);
         head(&t, "process_open_fds", "gauge", "open file descriptors of the daemon");

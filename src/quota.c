@@ -25,7 +25,12 @@ static const struct {
         {"max_spool_per_session", INT64_C(1) << 40},
         {"max_scripts_per_user", 100000}, /* the script cache (scripts.h) */
         {"max_script_bytes_per_user", INT64_C(1) << 32},
+        /* what one session may ask for (sessspec.h); cpus in milli-CPUs */
+        {"max_session_cpus", 256000},
+        {"max_session_memory", INT64_C(1) << 40},
+        {"max_session_disk", INT64_C(1) << 44},
 };
+#define KEY_SESSION_CPUS 6 /* its override is in milli-CPUs, the limit in nano-CPUs */
 
 struct quota {
         struct store *store;
@@ -77,7 +82,10 @@ static int key_index(const char *key)
 
 static int64_t *limit_field(struct quota_limits *l, int i)
 {
-        int64_t *fields[] = {&l->sessions, &l->execs, &l->services, &l->spool_bytes, &l->scripts, &l->script_bytes};
+        int64_t *fields[] = {&l->sessions,          &l->execs,          &l->services,
+                             &l->spool_bytes,       &l->scripts,        &l->script_bytes,
+                             &l->session_nano_cpus, &l->session_memory, &l->session_disk};
+        _Static_assert(ELEMENTSOF(fields) == ELEMENTSOF(keys), "a field per key");
         return fields[i];
 }
 
@@ -90,6 +98,10 @@ void quota_limits_get(struct quota *q, const struct sbx_config *cfg, const char 
                 .spool_bytes = cfg->max_spool_per_session_bytes,
                 .scripts = cfg->max_scripts_per_user,
                 .script_bytes = cfg->max_script_bytes_per_user,
+                /* 0 in the config: the global setting is the maximum */
+                .session_nano_cpus = cfg->max_session_nano_cpus ? cfg->max_session_nano_cpus : cfg->nano_cpus,
+                .session_memory = cfg->max_session_memory_bytes ? cfg->max_session_memory_bytes : cfg->memory_bytes,
+                .session_disk = cfg->max_session_disk_bytes ? cfg->max_session_disk_bytes : cfg->workspace_quota_bytes,
         };
         if (!q || !user)
                 return;
@@ -98,7 +110,7 @@ void quota_limits_get(struct quota *q, const struct sbx_config *cfg, const char 
                 int k;
                 if (strcmp(q->rows[i].user_id, user) != 0 || (k = key_index(q->rows[i].key)) < 0)
                         continue;
-                *limit_field(ret, k) = q->rows[i].value;
+                *limit_field(ret, k) = k == KEY_SESSION_CPUS ? q->rows[i].value * 1000000 : q->rows[i].value;
         }
         pthread_mutex_unlock(&q->lock);
 }
@@ -114,7 +126,8 @@ int quota_set(struct quota *q, const char *user, const char *key, int64_t value,
                 return sbx_error_set(err, -EINVAL, 0,
                                      "unknown quota '%s': one of max_sessions_per_user, max_exec_per_user, "
                                      "max_services_per_session, max_spool_per_session, max_scripts_per_user, "
-                                     "max_script_bytes_per_user",
+                                     "max_script_bytes_per_user, max_session_cpus (milli-CPUs), max_session_memory, "
+                                     "max_session_disk",
                                      key ? key : "");
         if (value < 0 || value > keys[k].max)
                 return sbx_error_set(err, -EINVAL, 0, "%s: %" PRId64 " is out of range [0, %" PRId64 "]", key, value,

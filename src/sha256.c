@@ -4,6 +4,7 @@
 
 #include <errno.h>
 #include <openssl/evp.h>
+#include <openssl/hmac.h>
 #include <stdio.h>
 #include <string.h>
 
@@ -53,5 +54,18 @@ int sha256_hex(const void *data, size_t len, char out[65])
         }
         for (int i = 0; i < 32; i++)
                 snprintf(out + 2 * i, 3, "%02x", d[i]);
+        return 0;
+}
+
+int sha256_hmac_hex(const void *key, size_t key_len, const void *data, size_t len, char out[65])
+{
+        uint8_t md[EVP_MAX_MD_SIZE];
+        unsigned md_len = 0;
+
+        out[0] = '\0';
+        if (!HMAC(EVP_sha256(), key, (int)key_len, data, len, md, &md_len) || md_len != 32)
+                return -ENOMEM;
+        for (unsigned i = 0; i < 32; i++)
+                snprintf(out + 2 * i, 3, "%02x", md[i]);
         return 0;
 }

@@ -147,7 +147,7 @@ static int run_tool(char *const argv[], int timeout_ms)
  * bytes, formatted under a temporary name and renamed into place, so a
  * crash never leaves a half-made image under the real name. */
 static int make_image(const struct sbx_config *cfg, int ifd, const char *user, const char *session, uid_t uid,
-                      gid_t gid, struct sbx_error *err)
+                      gid_t gid, int64_t bytes, struct sbx_error *err)
 {
         char tmp[96], final[96], path[SBX_PATH_MAX + 128], inodes[32], owner[128];
         const char *mkfs = mkfs_path();
@@ -162,7 +162,7 @@ static int make_image(const struct sbx_config *cfg, int ifd, const char *user, c
         fd = openat(ifd, tmp, O_RDWR | O_CREAT | O_EXCL | O_NOFOLLOW | O_CLOEXEC, 0600);
         if (fd < 0)
                 return sbx_error_set(err, -errno, 0, "cannot create the workspace image: %m");
-        if (ftruncate(fd, cfg->workspace_quota_bytes) < 0) {
+        if (ftruncate(fd, bytes > 0 ? bytes : cfg->workspace_quota_bytes) < 0) {
                 r = -errno;
                 (void)unlinkat(ifd, tmp, 0);
                 return sbx_error_set(err, r, 0, "cannot size the workspace image: %s", strerror(-r));
@@ -224,6 +224,12 @@ static int loop_attach(int img, const char *user, const char *session, char ret_
 
 int wsquota_attach(const struct sbx_config *cfg, const char *user, const char *session, struct sbx_error *err)
 {
+        return wsquota_attach_sized(cfg, user, session, 0, err);
+}
+
+int wsquota_attach_sized(const struct sbx_config *cfg, const char *user, const char *session, int64_t bytes,
+                         struct sbx_error *err)
+{
         _cleanup_close_ int ufd = -1, wfd = -1, iufd = -1, img = -1, loop = -1, root = -1;
         char dev[32], target[64], image[96];
         struct stat st;
@@ -252,7 +258,7 @@ int wsquota_attach(const struct sbx_config *cfg, const char *user, const char *s
                                              "workspace %s:%s holds files from before workspace_quota_mode loop; "
                                              "move them out (or purge the session) first",
                                              user, session);
-                r = make_image(cfg, iufd, user, session, st.st_uid, st.st_gid, err);
+                r = make_image(cfg, iufd, user, session, st.st_uid, st.st_gid, bytes, err);
                 if (r < 0)
                         return r;
                 img = openat(iufd, image, O_RDWR | O_NOFOLLOW | O_CLOEXEC);

@@ -16,6 +16,7 @@
 
 #include "sandboxd/api.h"
 #include "sandboxd/fronterr.h"
+#include "sandboxd/reqctx.h"
 #include "sandboxd/token.h"
 
 struct daemon;
@@ -38,6 +39,11 @@ struct api_conn {
         bool broken; /* wlock: a write failed, the peer is gone */
         int auth_failures;
         bool authenticated;
+        /* The request's trace id (reqctx.h): a transport that read it from
+         * headers sets it before api_call; "" lets api_call pick it from
+         * params.traceparent / params.request_id (or make one). api_call
+         * leaves the id it used here, for the transport's reply. */
+        char trace_id[REQCTX_ID_MAX + 1];
 };
 
 /* Check a token (counting and auditing failures on c): 0 with *ret, or -1
@@ -47,7 +53,9 @@ int api_authenticate(struct api_conn *c, const char *token, const char *method, 
 /* The dispatcher every transport shares: check method, params and
  * params.session, run the method as tok's user. 0 with *ret_result, -1 with
  * e (code and message always set), 1 when the client left (send nothing).
- * Progress of a streamed exec goes to c->send. */
+ * Progress of a streamed exec goes to c->send. The thread serves the
+ * request's trace (c->trace_id, reqctx.h) meanwhile, and an object result
+ * carries it as "trace_id". */
 int api_call(struct api_conn *c, const struct token_info *tok, const cJSON *id, const char *method, const cJSON *params,
              cJSON **ret_result, struct fronterr *e);
 

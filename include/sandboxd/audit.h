@@ -1,7 +1,9 @@
 /* audit.h — the one call every module and front records an audit row
  * through (the store keeps the rows; nothing outside the store and this
  * module calls store_audit). An audit row is best effort: a failure to
- * write one is logged at debug and never fails the action it describes. */
+ * write one is logged at debug and never fails the action it describes.
+ * A row carries the trace id of the request the thread serves (reqctx.h)
+ * and, for a session with labels, those labels as "labels" in its detail. */
 #ifndef SANDBOXD_AUDIT_H
 #define SANDBOXD_AUDIT_H
 

@@ -20,21 +20,25 @@ struct sbx_config {
         char data_dir[SBX_PATH_MAX];
         char api_socket[SBX_PATH_MAX];
         char admin_socket[SBX_PATH_MAX];
-        char admin_group[64];           /* "" → socket mode 0600, else 0660 with this group */
-        int max_connections;            /* API socket, in total */
-        int max_connections_per_uid;    /* API and admin sockets, per peer uid (root exempt) */
-        int auth_timeout_ms;            /* a new API connection authenticates within this */
-        int connection_idle_timeout_ms; /* no request this long: the connection is closed */
+        char admin_group[64];            /* "" → socket mode 0600, else 0660 with this group */
+        int max_connections;             /* API socket, and HTTPS front, in total (0: config_max_connections) */
+        int max_connections_per_uid;     /* API and admin sockets, per peer uid (root exempt; 0: max_sessions) */
+        int max_unauthenticated_per_uid; /* API socket, per peer uid, before a token (root exempt) */
+        int auth_timeout_ms;             /* a new API or HTTPS connection authenticates within this */
+        int connection_idle_timeout_ms;  /* no request this long: the connection is closed */
         char docker_socket[SBX_PATH_MAX];
         char instance[64];
 
         /* network fronts (http.c); "" = off */
-        char http_listen[128];            /* host:port of the HTTPS API and MCP front */
-        char tls_cert[SBX_PATH_MAX];      /* PEM certificate chain; "" = plain HTTP (loopback only) */
-        char tls_key[SBX_PATH_MAX];       /* PEM private key */
-        char tls_client_ca[SBX_PATH_MAX]; /* PEM CA: clients must present a certificate it signed */
-        int http_timeout_s;               /* idle limit, and the time to authenticate */
-        char metrics_listen[128];         /* host:port (loopback) of /metrics and /healthz */
+        char http_listen[128];                    /* host:port of the HTTPS API and MCP front */
+        char tls_cert[SBX_PATH_MAX];              /* PEM certificate chain; "" = plain HTTP (loopback only) */
+        char tls_key[SBX_PATH_MAX];               /* PEM private key */
+        char tls_client_ca[SBX_PATH_MAX];         /* PEM CA: clients must present a certificate it signed */
+        int http_timeout_s;                       /* idle limit */
+        int http_max_connections_per_address;     /* per client address, IPv6 per /64 (0: max_sessions) */
+        int http_max_unauthenticated;             /* connections before their first authenticated request */
+        int http_max_unauthenticated_per_address; /* the same per client address (IPv6 per /64) */
+        char metrics_listen[128];                 /* host:port (loopback) of /metrics and /healthz */
         char log_level[16];
 
         /* container */
@@ -93,6 +97,21 @@ struct sbx_config {
         int64_t max_script_bytes_per_user;
         int session_ttl_max_s;
         int64_t max_stdin_bytes;
+        /* what one session may ask for (sessspec.h); 0: the global setting (cpus, memory, workspace_quota) */
+        int64_t max_session_nano_cpus;
+        int64_t max_session_memory_bytes;
+        int64_t max_session_disk_bytes;
+        /* metrics: session labels counted by these keys (comma-separated), at most this many values each */
+        char metrics_label_keys[512];
+        int metrics_label_values_max;
+
+        /* interpreter contexts (run_cell, issue 25) */
+        int cells_max_per_session;
+        int cells_max_global;
+        int cells_idle_timeout_s;
+        int cells_interrupt_grace_ms;
+        int cells_start_timeout_ms;
+        int64_t cells_output_cap_bytes;
 
         /* services */
         int max_services_per_session;
@@ -119,6 +138,18 @@ struct sbx_config {
         /* idempotency keys (api_idem.c) */
         int idempotency_window_s;
         int idempotency_max_keys; /* per user */
+        /* the event log and webhooks (events.h, webhook.h) */
+        int events_max;         /* rows the log keeps at most */
+        int events_retention_s; /* and for at most this long */
+        char webhook_url[1024]; /* http:// or https:// (operator only); "" = no webhook */
+        char webhook_secret[256];
+        char webhook_secret_file[SBX_PATH_MAX];
+        char webhook_events[1024];     /* comma-separated types or "prefix.*"; "" = all */
+        char webhook_ca[SBX_PATH_MAX]; /* PEM CA bundle for an https receiver; "" = the system's */
+        int webhook_max_inflight;
+        int webhook_max_retries;
+        int webhook_timeout_ms;
+        int webhook_backoff_ms; /* first retry after this, doubling, at most 60 s */
 
         /* gc */
         int max_age_s;
@@ -154,6 +185,12 @@ bool config_image_allowed(const struct sbx_config *cfg, const char *image);
 size_t config_image_list(const struct sbx_config *cfg, char (*ret)[256], size_t max);
 
 /* The warm pool's size for image: its pool_images override, else pool_size. */
+/* The connection caps with their derived defaults (a key set to 0): every
+ * session's agent can hold a connection at once (max_sessions), and the
+ * fronts keep 64 more for everyone else. */
+int config_max_connections(const struct sbx_config *cfg);
+int config_max_connections_per_uid(const struct sbx_config *cfg);
+int config_http_max_per_address(const struct sbx_config *cfg);
 int config_pool_size_for(const struct sbx_config *cfg, const char *image);
 
 /* Iterate over known key names (NULL past the end). */

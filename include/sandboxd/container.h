@@ -17,6 +17,7 @@ struct engine;
 #define CONTAINER_LABEL_USER "sandboxd.user"
 #define CONTAINER_LABEL_SESSION "sandboxd.session"
 #define CONTAINER_LABEL_INSTANCE "sandboxd.instance"
+#define CONTAINER_LABEL_PREFIX "sandboxd.label." /* a session's own labels (docker ps --filter) */
 #define CONTAINER_WORKSPACE "/workspace"
 /* A warm pool slot's container (pool.h): user "@pool" (no valid user id),
  * session <slot>, and this label. */
@@ -38,6 +39,12 @@ struct container_params {
          * init. Either NULL: the image's command runs (docker exec only). */
         const char *runner_binary;
         const char *runner_dir;
+        /* What the session asked for (sessspec.h); 0: the config's memory and cpus. */
+        int64_t memory_bytes;
+        int64_t nano_cpus;
+        /* The session's labels as {"key": "value"} JSON (checked: sessspec.h), or
+         * NULL; each becomes the Docker label CONTAINER_LABEL_PREFIX<key>. */
+        const char *labels_json;
 };
 
 /* Create (if missing) {data_dir}/workspaces/{user}/{session}: every level is

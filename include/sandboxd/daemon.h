@@ -25,6 +25,9 @@ struct http_server;
 struct runner_hub;
 struct egress;
 struct scripts;
+struct events;
+struct webhook;
+struct cells;
 
 struct daemon {
         struct sbx_config cfg; /* read-only after daemon_open */
@@ -43,6 +46,9 @@ struct daemon {
         struct egress *egress;     /* the egress proxy behind egress.sock */
         struct gateway *gateway;   /* egress.sock, fwd.sock and the host port listeners */
         struct scripts *scripts;   /* the script cache's runs in flight (scripts.h) */
+        struct events *events;     /* the lifecycle event log (events.h; NULL: another daemon owns it) */
+        struct webhook *webhook;   /* its operator's webhook (webhook.h; NULL: none) */
+        struct cells *cells;       /* run_cell's interpreter contexts (cells.h) */
         int64_t started_at;        /* unix ms */
         /* the fronts, which fronts_open (fronts.h) starts above the daemon */
         struct api_server *api; /* the socket fronts (opts->sockets) */

@@ -1,7 +1,8 @@
 /* log.h — JSON-lines logging on stderr.
  *
  * Every line is one JSON object: {"ts", "level", "msg"} plus "user_id",
- * "session_id" and "container_id" whenever the caller knows them. Thread-safe:
+ * "session_id" and "container_id" whenever the caller knows them, and
+ * "trace_id" while the thread serves a request (reqctx.h). Thread-safe:
  * each line is formatted into a private buffer and written with one write(2). */
 #ifndef SANDBOXD_LOG_H
 #define SANDBOXD_LOG_H

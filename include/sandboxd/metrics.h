@@ -14,6 +14,11 @@
  *   sandboxd_http_requests_total{code}       answers of the HTTP front, by status  counter
  *   sandboxd_auth_failures_total             failed authentications on the API socket and HTTP  counter
  *   sandboxd_ports_used, sandboxd_ports_total                        gauges
+ *   sandboxd_events_total, sandboxd_events_dropped_total, sandboxd_event_overflows_total  counters
+ *   sandboxd_event_subscribers               live GET /v1/events streams  gauge
+ *   sandboxd_webhook_inflight                webhook deliveries under way  gauge
+ *   sandboxd_webhook_deliveries_total{outcome="delivered|failed|dropped"}, sandboxd_webhook_attempts_total
+ *                                            (events.h, webhook.h)
  *   process_resident_memory_bytes, process_open_fds, process_threads gauges
  *
  * The counters are process-wide atomics (one daemon per process; tests that
@@ -30,6 +35,8 @@ struct engine;
 struct pool;
 struct portpool;
 struct session_manager;
+struct store;
+struct sbx_config;
 
 /* The engines whose gauges metrics_render asks, all borrowed (the daemon
  * fills one: d->metrics_ctx). ports may be NULL. */
@@ -41,6 +48,8 @@ struct metrics_ctx {
         struct egress *egress;
         struct pool *pool;
         struct engine *engine;
+        struct store *store;          /* sessions by label (metrics_label_keys); NULL: none */
+        const struct sbx_config *cfg; /* NULL: no label metrics */
 };
 
 /* A finished execution (exec.c, once per execution). */

@@ -1,10 +1,12 @@
 /* quota.h — quotas per user.
  *
- * Each user has six limits: live sessions, concurrent executions, services
- * per session, execution-output (spool) bytes per session, and the script
- * cache's scripts and bytes. Their defaults are config keys
+ * Each user has nine limits: live sessions, concurrent executions, services
+ * per session, execution-output (spool) bytes per session, the script
+ * cache's scripts and bytes, and the cpu, memory and disk one session may
+ * ask for. Their defaults are config keys
  * (max_sessions_per_user, max_exec_per_user, max_services_per_session,
- * max_spool_per_session, max_scripts_per_user, max_script_bytes_per_user);
+ * max_spool_per_session, max_scripts_per_user, max_script_bytes_per_user,
+ * max_session_cpus, max_session_memory, max_session_disk);
  * an admin may override
  * any of them for one user (admin `quota.set`, `sandboxctl quota set`),
  * and the override is kept in the store.
@@ -39,6 +41,10 @@ struct quota_limits {
         int64_t spool_bytes;  /* execution output kept per session */
         int64_t scripts;      /* the user's script cache: scripts (scripts.h) */
         int64_t script_bytes; /* and bytes of code */
+        /* what one session may ask for (sessspec.h) */
+        int64_t session_nano_cpus; /* max_session_cpus (an override is in milli-CPUs) */
+        int64_t session_memory;    /* max_session_memory, bytes */
+        int64_t session_disk;      /* max_session_disk, bytes */
 };
 
 /* Load the overrides from the store. */

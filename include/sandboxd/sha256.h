@@ -23,5 +23,8 @@ int sha256_final(struct sha256 *c, uint8_t out[32]);
 /* One shot, as 64 lowercase hex digits + NUL: 0, or -ENOMEM (libcrypto
  * fails only out of memory) with out the empty string, which matches no digest. */
 int sha256_hex(const void *data, size_t len, char out[65]);
+/* HMAC-SHA256 of data under key, as 64 lowercase hex digits + NUL (the
+ * webhook signature, webhook.h): 0, or -ENOMEM with out the empty string. */
+int sha256_hmac_hex(const void *key, size_t key_len, const void *data, size_t len, char out[65]);
 
 #endif

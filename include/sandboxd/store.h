@@ -268,6 +268,10 @@ int store_service_list(struct store *s, const char *user, const char *session, b
  * given (the caller produces valid JSON). */
 int store_audit(struct store *s, const char *actor, const char *user, const char *session, const char *action,
                 const char *detail_json);
+/* The same with the trace id of the request that caused it (reqctx.h; NULL
+ * or "": none), in the row's trace_id column (migration 0026). */
+int store_audit_traced(struct store *s, const char *actor, const char *user, const char *session, const char *action,
+                       const char *detail_json, const char *trace_id);
 /* Count rows matching action, user and session (each NULL = any): for tests
  * and stats. */
 int store_audit_count(struct store *s, const char *user, const char *session, const char *action, int64_t *ret_count);
@@ -457,6 +461,36 @@ int store_session_options_clear_ttl(struct store *s, const char *user, const cha
  * two malloc'd arrays of 65-byte keys (at most limit). */
 int store_session_options_expired(struct store *s, int64_t now_ms, size_t limit, char (**ret_users)[65],
                                   char (**ret_sessions)[65], size_t *ret_n);
+/* ---- session spec (store_spec.c, migration 0026): labels and requested resources ---- */
+
+/* What a session was created with (sessspec.h); 0 / NULL: the config's. */
+struct store_session_spec {
+        char *labels_json; /* malloc'd {"key": "value"} object, or NULL: no labels */
+        int64_t nano_cpus;
+        int64_t memory; /* bytes */
+        int64_t disk;   /* bytes */
+        int64_t created_at;
+};
+void store_session_spec_done(struct store_session_spec *o);
+/* Record want for user:session unless it has a spec already (the first
+ * writer wins): *ret_inserted says which; *ret holds the spec in force
+ * either way (free with store_session_spec_done). */
+int store_session_spec_claim(struct store *s, const char *user, const char *session,
+                             const struct store_session_spec *want, struct store_session_spec *ret, bool *ret_inserted);
+/* -ENOENT when the session has none. */
+int store_session_spec_get(struct store *s, const char *user, const char *session, struct store_session_spec *ret);
+int store_session_spec_delete(struct store *s, const char *user, const char *session);
+/* Every spec that has labels: user, session and labels_json in three
+ * malloc'd arrays (labels_json entries malloc'd too), at most limit rows.
+ * Free with store_session_labels_free. */
+struct store_session_labels {
+        char user[65];
+        char session[65];
+        char *labels_json;
+};
+int store_session_labels_list(struct store *s, size_t limit, struct store_session_labels **ret, size_t *ret_n);
+void store_session_labels_free(struct store_session_labels *rows, size_t n);
+
 /* ---- idempotency keys (store_idem.c, migration 0015) ---- */
 
 #define STORE_IDEM_KEY_MAX 128

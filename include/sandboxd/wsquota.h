@@ -50,6 +50,10 @@ int wsquota_check_config(const struct sbx_config *cfg, struct sbx_error *err);
  * sessuid_own_tree), mode 0700; the directory underneath becomes root's, so a container that ever gets it
  * unmounted cannot write there. Other modes: nothing. */
 int wsquota_attach(const struct sbx_config *cfg, const char *user, const char *session, struct sbx_error *err);
+/* The same, an image it makes being bytes large (0: workspace_quota): a
+ * session's requested disk (sessspec.h). An existing image keeps its size. */
+int wsquota_attach_sized(const struct sbx_config *cfg, const char *user, const char *session, int64_t bytes,
+                         struct sbx_error *err);
 
 /* loop: unmount the workspace (lazily if something still holds it); the loop
  * device goes with the last reference (autoclear). Not mounted: 0. */

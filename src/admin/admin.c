@@ -282,7 +282,7 @@ int admin_server_start(struct daemon *d, struct admin_server **ret, struct sbx_e
                 mode = 0660;
         }
         r = sockserver_start("admin", "sbx-admin", d->cfg.admin_socket, mode, gid, ADMIN_MAX_CONNS,
-                             (size_t)d->cfg.max_connections_per_uid, serve, srv, &srv->ss, err);
+                             (size_t)config_max_connections_per_uid(&d->cfg), 0, serve, srv, &srv->ss, err);
         if (r < 0) {
                 free(srv);
                 return r;

@@ -4,8 +4,9 @@
  * logic of its own beyond that.
  *
  * Threads: "sbx-api" accepts (listener.c); each connection gets one worker
- * ("sbx-api-conn", at most max_connections in all and max_connections_per_uid
- * per peer uid) that answers its requests in order.
+ * ("sbx-api-conn", at most max_connections in all, max_connections_per_uid
+ * per peer uid, max_unauthenticated_per_uid of them before a token) that
+ * answers its requests in order.
  *   c->wlock     serialises writes to one connection, and c->broken
  *   sinks_lock   guards the registry of streaming sinks and every sink's
  *                queue (sink->cond pairs with it)
@@ -29,6 +30,7 @@
 #include "api_internal.h"
 #include "listener.h"
 #include "sandboxd/audit.h"
+#include "sandboxd/events.h"
 #include "sandboxd/daemon.h"
 #include "sandboxd/exec.h"
 #include "sandboxd/jsonutil.h"
@@ -84,7 +86,23 @@ static cJSON *reply_new(const cJSON *id)
         return o;
 }
 
-static void send_error(struct api_conn *c, const cJSON *id, const char *code, const char *msg)
+void api_send_event(struct api_req *q, const char *event, const cJSON *fields)
+{
+        cJSON *o = reply_new(q->id);
+        const cJSON *it;
+
+        if (!o)
+                return;
+        cJSON_AddStringToObject(o, "event", event);
+        cJSON_ArrayForEach(it, fields)
+                cJSON_AddItemToObject(o, it->string, cJSON_Duplicate(it, true));
+        conn_send(q->c, o);
+        cJSON_Delete(o);
+}
+
+/* trace_id: the request's (reqctx.h), or NULL before one was picked. */
+static void send_error_traced(struct api_conn *c, const cJSON *id, const char *code, const char *msg,
+                              const char *trace_id)
 {
         cJSON *o = reply_new(id), *e;
         _cleanup_free_ char *clean = utf8_sanitize(msg, strlen(msg));
@@ -95,8 +113,15 @@ static void send_error(struct api_conn *c, const cJSON *id, const char *code, co
         e = cJSON_AddObjectToObject(o, "error");
         cJSON_AddStringToObject(e, "code", code);
         cJSON_AddStringToObject(e, "message", clean ? clean : "");
+        if (trace_id && *trace_id)
+                cJSON_AddStringToObject(e, "trace_id", trace_id);
         conn_send(c, o);
         cJSON_Delete(o);
+}
+
+static void send_error(struct api_conn *c, const cJSON *id, const char *code, const char *msg)
+{
+        send_error_traced(c, id, code, msg, NULL);
 }
 
 static void send_result(struct api_conn *c, const cJSON *id, cJSON *result)
@@ -403,13 +428,41 @@ int api_authenticate(struct api_conn *c, const char *token, const char *method, 
         return 0;
 }
 
+static int call_traced(struct api_conn *c, const struct token_info *tok, const cJSON *id, const char *method,
+                       const cJSON *params, cJSON **ret_result, struct fronterr *e);
+
+/* params.<name> as a string, or NULL. */
+static const char *param_text(const cJSON *params, const char *name)
+{
+        const cJSON *v = cJSON_IsObject(params) ? cJSON_GetObjectItemCaseSensitive(params, name) : NULL;
+        return cJSON_IsString(v) ? v->valuestring : NULL;
+}
+
 int api_call(struct api_conn *c, const struct token_info *tok, const cJSON *id, const char *method, const cJSON *params,
              cJSON **ret_result, struct fronterr *e)
+{
+        int r;
+
+        if (!c->trace_id[0])
+                reqctx_pick(param_text(params, "traceparent"), param_text(params, "request_id"), c->trace_id);
+        reqctx_set(c->trace_id);
+        r = call_traced(c, tok, id, method, params, ret_result, e);
+        if (r == 0 && cJSON_IsObject(*ret_result)) {
+                cJSON_DeleteItemFromObjectCaseSensitive(*ret_result, "trace_id");
+                cJSON_AddStringToObject(*ret_result, "trace_id", c->trace_id);
+        }
+        reqctx_clear();
+        return r;
+}
+
+static int call_traced(struct api_conn *c, const struct token_info *tok, const cJSON *id, const char *method,
+                       const cJSON *params, cJSON **ret_result, struct fronterr *e)
 {
         struct api_req q = {.c = c, .d = c->d, .id = id, .method = method, .tok = *tok};
         cJSON *result = NULL;
         api_method_fn fn;
         const cJSON *s;
+        bool spec_recorded = false;
         int r;
 
         snprintf(q.actor, sizeof(q.actor), "token:%s", q.tok.id);
@@ -444,13 +497,20 @@ int api_call(struct api_conn *c, const struct token_info *tok, const cJSON *id, 
                 log_ctx(LOG_LEVEL_INFO, q.tok.user, q.session, NULL, "api: %s (token %s, peer uid %u pid %d)", q.method,
                         q.tok.id, (unsigned)c->peer.uid, (int)c->peer.pid);
 
+        /* labels and resources named on a session's first use apply to it (api_spec.c) */
+        if (q.session[0] && !api_method_user_level(method) && !api_tasks_sessionless(method) &&
+            strcmp(method, "destroy_session") != 0 && api_spec_first_use(&q, &spec_recorded, e) < 0)
+                return -1;
         r = api_idem_call(&q, fn, &result, e);
+        if (spec_recorded)
+                api_spec_forget_unmade(&q); /* kept only if the call made the session */
         if (r == 1) {
                 cJSON_Delete(result);
                 return 1; /* the client is gone */
         }
         if (r < 0) {
                 cJSON_Delete(result);
+                events_request_refused(q.tok.user, q.session, q.method, e->code, e->msg);
                 if (!e->code)
                         e->code = "internal";
                 if (!e->msg[0])
@@ -498,13 +558,14 @@ static void handle_line(struct api_conn *c, const char *line, size_t len)
                 if (verdict != REQGUARD_OK)
                         r = fronterr_set(&e, "invalid", "%s", reqguard_verdict_message(verdict));
         }
+        c->trace_id[0] = '\0'; /* each request names its own (params.traceparent) */
         if (r == 0)
                 r = api_call(c, &tok, id, cJSON_IsString(method) ? method->valuestring : NULL,
                              cJSON_GetObjectItemCaseSensitive(root, "params"), &result, &e);
         if (r == 1)
                 return;
         if (r < 0)
-                send_error(c, id, e.code, e.msg);
+                send_error_traced(c, id, e.code, e.msg, c->trace_id);
         else
                 send_result(c, id, result);
 }
@@ -571,8 +632,10 @@ static void serve(struct sockserver *ss, int fd, const struct ucred *peer, void 
                 if (len == 0)
                         continue;
                 handle_line(c, line, len);
-                if (c->authenticated)
+                if (c->authenticated && lr.max != API_MAX_LINE) {
                         lr.max = API_MAX_LINE;
+                        sockserver_authenticated(ss, fd); /* out of the per-uid budget before a token */
+                }
                 prefix_ok = false;
                 if (c->auth_failures >= API_MAX_AUTH_FAILURES || conn_broken(c))
                         break;
@@ -590,8 +653,9 @@ int api_server_start(struct daemon *d, struct api_server **ret, struct sbx_error
                 return sbx_error_set(err, -ENOMEM, 0, "out of memory");
         srv->d = d;
         /* every request carries a token: the socket itself is open to all */
-        r = sockserver_start("API", "sbx-api", d->cfg.api_socket, 0666, (gid_t)-1, (size_t)d->cfg.max_connections,
-                             (size_t)d->cfg.max_connections_per_uid, serve, srv, &srv->ss, err);
+        r = sockserver_start("API", "sbx-api", d->cfg.api_socket, 0666, (gid_t)-1,
+                             (size_t)config_max_connections(&d->cfg), (size_t)config_max_connections_per_uid(&d->cfg),
+                             (size_t)d->cfg.max_unauthenticated_per_uid, serve, srv, &srv->ss, err);
         if (r < 0) {
                 free(srv);
                 return r;

@@ -486,8 +486,8 @@ static void creating_release(char *key)
         free(key);
 }
 
-static int create_session_claimed(struct api_req *q, const char *image, int64_t ttl, char *env_json, cJSON **ret,
-                                  struct fronterr *e);
+static int create_session_claimed(struct api_req *q, const char *image, int64_t ttl, char *env_json,
+                                  const struct store_session_spec *spec, cJSON **ret, struct fronterr *e);
 
 int api_m_create_session(struct api_req *q, cJSON **ret, struct fronterr *e)
 {
@@ -495,11 +495,13 @@ int api_m_create_session(struct api_req *q, cJSON **ret, struct fronterr *e)
         int64_t ttl;
         _cleanup_free_ char *env_json = NULL;
         char generated[24], *key = NULL;
+        _cleanup_(store_session_spec_done) struct store_session_spec spec = {0};
+        bool spec_given = false;
         int r;
 
         if (jparam_string(&q->args, "image", false, &image, e) < 0 ||
             jparam_int(&q->args, "ttl_seconds", 1, q->d->cfg.session_ttl_max_s, 0, &ttl, e) < 0 ||
-            parse_session_env(q, &env_json, e) < 0)
+            parse_session_env(q, &env_json, e) < 0 || api_spec_parse(q, &spec, &spec_given, e) < 0)
                 return -1;
         if (image && !config_image_allowed(&q->d->cfg, image))
                 return fronterr_set(e, "invalid",
@@ -518,14 +520,15 @@ int api_m_create_session(struct api_req *q, cJSON **ret, struct fronterr *e)
                 return fronterr_set(e, "busy", "too many sessions are being created at once; retry");
         if (r < 0)
                 return fronterr_set(e, "internal", "out of memory");
-        r = create_session_claimed(q, image, ttl, env_json, ret, e);
+        r = create_session_claimed(q, image, ttl, env_json, spec_given ? &spec : NULL, ret, e);
         creating_release(key);
         return r;
 }
 
-static int create_session_claimed(struct api_req *q, const char *image, int64_t ttl, char *env_json, cJSON **ret,
-                                  struct fronterr *e)
+static int create_session_claimed(struct api_req *q, const char *image, int64_t ttl, char *env_json,
+                                  const struct store_session_spec *spec, cJSON **ret, struct fronterr *e)
 {
+        bool spec_new = false;
         struct session_info info;
         struct session *s = NULL;
         struct sbx_error err = {0};
@@ -541,17 +544,25 @@ static int create_session_claimed(struct api_req *q, const char *image, int64_t 
         opt.env_json = env_json;
         opt.expires_at = ttl > 0 ? sbx_wall_ms() + ttl * 1000 : 0;
         opt.created_at = sbx_wall_ms();
+        /* a spec left by an earlier call that made no session is replaced: this call creates it */
+        (void)store_session_spec_delete(q->d->store, q->tok.user, q->session);
+        if (spec && api_spec_record(q, spec, &spec_new, e) < 0)
+                return -1;
         if (opt.image[0] || opt.env_json || opt.expires_at) {
                 r = store_session_options_set(q->d->store, q->tok.user, q->session, &opt);
-                if (r < 0)
+                if (r < 0) {
+                        (void)store_session_spec_delete(q->d->store, q->tok.user, q->session);
                         return fronterr_errno(e, r, NULL, "cannot record the session's options");
+                }
         }
         r = session_get_or_create(q->d->sessions, q->tok.user, q->session, &s, &err);
         if (r < 0) {
-                if (session_get_info(q->d->sessions, q->tok.user, q->session, &info) == 0)
+                if (session_get_info(q->d->sessions, q->tok.user, q->session, &info) == 0) {
                         session_info_done(&info);
-                else
+                } else {
                         (void)store_session_options_delete(q->d->store, q->tok.user, q->session);
+                        (void)store_session_spec_delete(q->d->store, q->tok.user, q->session);
+                }
                 return fronterr_errno(e, r, &err, "the session's container is not available");
         }
         session_release(s);
@@ -593,10 +604,14 @@ int api_m_destroy_session(struct api_req *q, cJSON **ret, struct fronterr *e)
                 }
                 exec_result_list_free(list, n);
         }
-        r = session_destroy(q->d->sessions, q->tok.user, q->session, purge, &err);
-        if (r < 0)
-                return fronterr_errno(e, r, &err, NULL);
+        /* the labels go with the session: the audit row keeps them (audit.h) */
         detail = cJSON_CreateObject();
+        api_spec_add_labels(q, q->session, detail);
+        r = session_destroy(q->d->sessions, q->tok.user, q->session, purge, &err);
+        if (r < 0) {
+                cJSON_Delete(detail);
+                return fronterr_errno(e, r, &err, NULL);
+        }
         cJSON_AddBoolToObject(detail, "purge", purge);
         cJSON_AddNumberToObject(detail, "cancelled_executions", (double)cancelled);
         (void)audit_record_json(q->d->store, q->actor, q->tok.user, q->session, "session.destroy", detail);
@@ -611,10 +626,13 @@ int api_m_destroy_session(struct api_req *q, cJSON **ret, struct fronterr *e)
 int api_m_list_sessions(struct api_req *q, cJSON **ret, struct fronterr *e)
 {
         struct session_info *list = NULL;
+        _cleanup_(cjson_freep) cJSON *filter = NULL;
         size_t n = 0;
         cJSON *a;
         int r;
 
+        if (api_spec_filter(q, &filter, e) < 0)
+                return -1;
         r = session_list(q->d->sessions, q->tok.user, NULL, &list, &n);
         if (r < 0)
                 return fronterr_errno(e, r, NULL, "cannot list sessions");
@@ -625,6 +643,10 @@ int api_m_list_sessions(struct api_req *q, cJSON **ret, struct fronterr *e)
                 char state[16];
                 size_t k = 0;
 
+                if (!api_spec_matches(q, list[i].session, filter)) {
+                        cJSON_Delete(o);
+                        continue;
+                }
                 for (const char *p = session_state_to_string(list[i].state); *p && k + 1 < sizeof(state); p++)
                         state[k++] = (char)tolower((unsigned char)*p);
                 state[k] = '\0';
@@ -634,6 +656,7 @@ int api_m_list_sessions(struct api_req *q, cJSON **ret, struct fronterr *e)
                 cJSON_AddNumberToObject(o, "created_at", (double)list[i].created_at);
                 cJSON_AddNumberToObject(o, "last_activity", (double)list[i].last_activity);
                 add_options(q, list[i].session, o);
+                api_spec_add(q, list[i].session, o);
                 cJSON_AddItemToArray(a, o);
         }
         session_info_list_free(list, n);

@@ -131,6 +131,9 @@ static int request_hash(const char *method, const cJSON *params, char out[65])
         if (!copy)
                 return -ENOMEM;
         cJSON_DeleteItemFromObjectCaseSensitive(copy, "idempotency_key");
+        /* a retry is the same request under a new trace (reqctx.h) */
+        cJSON_DeleteItemFromObjectCaseSensitive(copy, "traceparent");
+        cJSON_DeleteItemFromObjectCaseSensitive(copy, "request_id");
         canon = canonical(copy);
         cJSON_Delete(copy);
         text = canon ? cJSON_PrintUnformatted(canon) : NULL;

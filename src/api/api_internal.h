@@ -17,6 +17,7 @@
 #include "sandboxd/exec.h"
 #include "sandboxd/fronterr.h"
 #include "sandboxd/jsonutil.h"
+#include "sandboxd/reqctx.h"
 #include "sandboxd/token.h"
 
 #define API_WAIT_SLICE_MS 1000
@@ -85,6 +86,18 @@ uint64_t api_sink_handle(const struct api_sink *s);
 void api_sink_free(struct api_sink *s);
 void api_sink_on_output(const char *exec_id, enum exec_stream stream, const void *data, size_t len, void *ud);
 
+/* A progress event {"id", "event": event, <each field of fields>} on q's connection. */
+void api_send_event(struct api_req *q, const char *event, const cJSON *fields);
+
+/* ---- run_cell and the contexts (api_cells.c) ---- */
+int api_m_run_cell(struct api_req *q, cJSON **ret, struct fronterr *e);
+int api_m_list_contexts(struct api_req *q, cJSON **ret, struct fronterr *e);
+int api_m_restart_context(struct api_req *q, cJSON **ret, struct fronterr *e);
+int api_m_delete_context(struct api_req *q, cJSON **ret, struct fronterr *e);
+int api_m_get_variables(struct api_req *q, cJSON **ret, struct fronterr *e);
+int api_m_interrupt_cell(struct api_req *q, cJSON **ret, struct fronterr *e);
+int api_m_last_cell(struct api_req *q, cJSON **ret, struct fronterr *e);
+
 /* The client left or the server stops: stop waiting. */
 bool api_should_abandon(struct api_req *q);
 /* Wait for the execution to end (at most max_ms, -1 = no limit), streaming
@@ -135,5 +148,30 @@ int api_m_clear_scripts(struct api_req *q, cJSON **ret, struct fronterr *e);
 int api_m_create_session(struct api_req *q, cJSON **ret, struct fronterr *e);
 int api_m_destroy_session(struct api_req *q, cJSON **ret, struct fronterr *e);
 int api_m_list_sessions(struct api_req *q, cJSON **ret, struct fronterr *e);
+/* api_events.c: the caller's lifecycle events by polling (events.h) */
+int api_m_events(struct api_req *q, cJSON **ret, struct fronterr *e);
+
+/* ---- labels and requested resources (api_spec.c, issue 29) ---- */
+struct store_session_spec;
+/* params.labels / cpu / memory / disk, checked against the user's maxima:
+ * 0 with *ret (store_session_spec_done) and *ret_given, or -1 with e
+ * (invalid, naming the member or the limit). */
+int api_spec_parse(struct api_req *q, struct store_session_spec *ret, bool *ret_given, struct fronterr *e);
+/* Record want for q->session unless it has a spec (*ret_inserted); a
+ * different spec in force is conflict. */
+int api_spec_record(struct api_req *q, const struct store_session_spec *want, bool *ret_inserted, struct fronterr *e);
+/* Before a session method: a session the call will create gets the spec
+ * its params name (*ret_recorded); an existing one must have the same
+ * (else conflict). Params without any: nothing. */
+int api_spec_first_use(struct api_req *q, bool *ret_recorded, struct fronterr *e);
+/* The call recorded a spec but made no session (refused, failed): drop it. */
+void api_spec_forget_unmade(struct api_req *q);
+/* "labels" and "resources" of session into o. */
+void api_spec_add(struct api_req *q, const char *session, cJSON *o);
+/* Only "labels", and only when the session has some. */
+void api_spec_add_labels(struct api_req *q, const char *session, cJSON *o);
+/* list_sessions' params.labels (checked as labels are): *ret_filter, NULL for none. */
+int api_spec_filter(struct api_req *q, cJSON **ret_filter, struct fronterr *e);
+bool api_spec_matches(struct api_req *q, const char *session, const cJSON *filter);
 
 #endif

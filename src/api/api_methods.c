@@ -354,6 +354,7 @@ static int m_session_info(struct api_req *q, cJSON **ret, struct fronterr *e)
         jsonutil_add_text(*ret, "last_error", info.last_error);
         jsonutil_add_text(*ret, "error_cause", info.error_cause);
         add_workspace_usage(*ret, &q->d->cfg, q->tok.user, q->session);
+        api_spec_add(q, q->session, *ret); /* labels and resources (issue 29) */
         cJSON_AddItemToObject(*ret, "egress",
                               egress_rules_policy_json(q->d->store, q->d->privacy, &q->d->cfg, q->tok.user,
                                                        q->session));
@@ -426,6 +427,13 @@ static const struct {
         {"cancel_execution", api_m_cancel_execution},
         {"resize_terminal", api_m_resize_terminal},
         {"list_executions", api_m_list_executions},
+        {"run_cell", api_m_run_cell},
+        {"list_contexts", api_m_list_contexts},
+        {"restart_context", api_m_restart_context},
+        {"delete_context", api_m_delete_context},
+        {"get_variables", api_m_get_variables},
+        {"interrupt_cell", api_m_interrupt_cell},
+        {"last_cell", api_m_last_cell},
         {"write_file", m_write_file},
         {"read_file", m_read_file},
         {"list_files", m_list_files},
@@ -436,6 +444,7 @@ static const struct {
         {"session_info", m_session_info},
         {"mark_private", m_mark_private},
         {"egress_allow", m_egress_allow},
+        {"events", api_m_events}, /* api_events.c */
         /* agent tools (issue 17): api_agent.c */
         {"run_tests", api_m_run_tests},
         {"list_scripts", api_m_list_scripts},
@@ -462,6 +471,6 @@ int api_m_session_info(struct api_req *q, cJSON **ret, struct fronterr *e)
 
 bool api_method_user_level(const char *name)
 {
-        return strcmp(name, "list_sessions") == 0 || strcmp(name, "list_scripts") == 0 ||
+        return strcmp(name, "list_sessions") == 0 || strcmp(name, "events") == 0 || strcmp(name, "list_scripts") == 0 ||
                strcmp(name, "clear_scripts") == 0 || strcmp(name, "create_session") == 0;
 }

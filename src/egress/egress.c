@@ -470,3 +470,11 @@ int egress_session_stats(struct egress *eg, const char *user, const char *sessio
         pthread_mutex_unlock(&eg->lock);
         return r;
 }
+
+void egress_set_blocked_hook(struct egress *eg, egress_blocked_fn fn, void *userdata)
+{
+        if (!eg)
+                return;
+        eg->on_blocked = fn;
+        eg->on_blocked_ud = userdata;
+}

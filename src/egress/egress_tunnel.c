@@ -61,6 +61,9 @@ void egress_tunnel_record(struct tunnel *t, bool allowed, const char *reason)
                         return;
                 }
                 s->log_window_rows++;
+                if (eg->on_blocked)
+                        eg->on_blocked(s->user, s->session, t->host[0] ? t->host : "-", t->port, reason,
+                                       eg->on_blocked_ud);
         }
         row.ts = t->started_wall;
         sbx_strlcpy(row.host, t->host[0] ? t->host : "-", sizeof(row.host));

@@ -178,6 +178,7 @@ struct execution *execution_new(struct exec_engine *e, const char *id)
         x->e = e;
         x->refs = 1;
         x->spool_fd[0] = x->spool_fd[1] = -1;
+        sbx_strlcpy(x->trace_id, reqctx_trace_id(), sizeof(x->trace_id)); /* the worker serves the same request */
         pthread_mutex_init(&x->lock, NULL);
         pthread_cond_init(&x->cond, NULL);
         pthread_mutex_init(&x->stdin_lock, NULL);
@@ -275,6 +276,8 @@ void execution_set_state(struct execution *x, enum exec_state st, enum exec_caus
         x->cause = cause;
         if (exec_state_is_final(st)) /* counted before anyone can see it final */
                 metrics_exec_finished(st, cause, x->duration_ms);
+        if (exec_state_is_final(st))
+                exec_note_final(x);
         pthread_cond_broadcast(&x->cond);
         pthread_mutex_unlock(&x->lock);
 }

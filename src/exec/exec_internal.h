@@ -35,6 +35,7 @@
 
 #include "sandboxd/common.h"
 #include "sandboxd/exec.h"
+#include "sandboxd/reqctx.h"
 #include "sandboxd/runner.h"
 
 struct engine_stream;
@@ -53,6 +54,7 @@ struct execution {
         char actor[96];
         char preview[161];
         char sha[65];
+        char trace_id[REQCTX_ID_MAX + 1]; /* of the request that started it (reqctx.h); "" adopted */
         char workdir[1024];
         char **argv;
         char **env;
@@ -182,5 +184,8 @@ void exec_mark_finished(struct execution *x);
 
 /* The worker of an execution adopted after a restart. */
 void exec_adopt_run(struct execution *x);
+
+/* The execution.finished event of x, now final (events.h); under x->lock. In exec_results.c. */
+void exec_note_final(struct execution *x);
 
 #endif

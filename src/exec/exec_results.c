@@ -18,6 +18,7 @@
 #include <unistd.h>
 
 #include "exec_internal.h"
+#include "sandboxd/events.h"
 #include "sandboxd/store.h"
 
 #define MAX_WAIT_MS 60000 /* the longest long-poll of exec_status */
@@ -257,4 +258,9 @@ int exec_list_finished(struct exec_engine *e, const char *user, const char *sess
         *ret = out;
         *ret_n = n;
         return 0;
+}
+
+void exec_note_final(struct execution *x)
+{
+        events_execution_finished(x->user, x->session, x->id, x->state, x->cause, x->exit_code, x->duration_ms);
 }

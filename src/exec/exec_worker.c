@@ -769,6 +769,7 @@ static void *worker_main(void *ud)
         struct execution *x = ud;
 
         pthread_setname_np(pthread_self(), "sbx-exec");
+        reqctx_set(x->trace_id); /* its log lines and audit rows follow the request that started it */
         if (x->adopting)
                 exec_adopt_run(x);
         else

@@ -67,6 +67,7 @@
 #include "sandboxd/session.h"
 #include "sandboxd/store.h"
 #include "sandboxd/store_egress.h"
+#include "sandboxd/store_events.h"
 
 #include "gc_internal.h"
 
@@ -617,6 +618,19 @@ static void gc_tasks(struct gc *g)
                 log_info("gc: %d expired MCP tasks deleted", r);
 }
 
+/* The lifecycle event log (events.h) past events_retention or events_max
+ * rows; the daemon prunes it too, this covers a daemon that is down. */
+static void gc_events(struct gc *g)
+{
+        char reason[128];
+
+        snprintf(reason, sizeof(reason), "past events_retention (%ds) or beyond events_max (%d)",
+                 g->cfg->events_retention_s, g->cfg->events_max);
+        note_rows(g, GC_AUDIT, "events", reason,
+                  store_events_prune(g->st, g->cfg->events_max, g->now - (int64_t)g->cfg->events_retention_s * 1000,
+                                     g->dry_run));
+}
+
 /* Idempotency keys past idempotency_window. */
 static void gc_idempotency_keys(struct gc *g)
 {
@@ -758,6 +772,7 @@ int gc_run(const struct sbx_config *cfg, const struct gc_options *opts, struct g
         gc_audit(&g);
         gc_egress_log(&g);
         gc_idempotency_keys(&g);
+        gc_events(&g);
         gc_tasks(&g);
         gc_mounts(&g);
         gc_workspaces(&g);

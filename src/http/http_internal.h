@@ -8,6 +8,8 @@
 #include <microhttpd.h>
 #include <pthread.h>
 #include <stdbool.h>
+#include <stdint.h>
+#include <sys/socket.h>
 
 #include "sandboxd/api_transport.h"
 #include "sandboxd/http.h"
@@ -16,12 +18,21 @@ struct http_mcp_session;
 
 struct http_conn;
 
+
 struct http_server {
         struct daemon *d;
         bool metrics; /* the metrics front: /metrics and /healthz, no token, loopback, no TLS */
         struct MHD_Daemon *mhd;
         char *cert, *key, *ca; /* PEM text, alive as long as mhd */
         int port;
+        /* caps (http.c, checked as MHD accepts: on_accept) */
+        int max_per_addr;          /* open connections per address */
+        int max_unauth;            /* not yet authenticated, in all */
+        int max_unauth_per_addr;   /* the same per address */
+        int64_t auth_timeout_ms;   /* the reaper closes a connection unauthenticated this long */
+        char start_error[256];     /* lock; MHD's last message (the reason when it does not start) */
+        int64_t refusal_logged_at; /* the listening thread's: refusals are logged every 10 s at most */
+        uint64_t refusals;
         pthread_mutex_t lock;
         pthread_cond_t cond;
         struct http_conn *conns; /* lock */
@@ -41,8 +52,11 @@ struct http_conn {
         struct http_server *srv;
         struct http_conn *next; /* srv->lock */
         int fd;
-        int64_t opened_ms;
-        struct api_conn api; /* auth failures and the authenticated flag */
+        int64_t opened_ms; /* lock */
+        struct http_addr addr;
+        bool authed;         /* atomic: a request on it has authenticated (set once) */
+        bool evicted;        /* lock: shut down to make room; no longer counted */
+        struct api_conn api; /* auth failures (the connection's thread) */
         char peer[64];
 };
 
@@ -59,8 +73,16 @@ struct http_req {
         size_t len;
         bool too_large;
         bool mcp;         /* /mcp */
+        bool events;      /* GET /v1/events (http_events.c) */
         bool timeout_off; /* the connection's idle limit is lifted while this request is answered */
 };
+
+/* The request's trace id (reqctx.h): its traceparent or X-Request-Id
+ * header, else params.traceparent / params.request_id, else a fresh one. */
+void http_trace_pick(struct MHD_Connection *conn, const cJSON *params, char ret[REQCTX_ID_MAX + 1]);
+/* The reply names it: a traceparent header (when it is a W3C trace id) and
+ * X-Request-Id. */
+void http_trace_headers(struct MHD_Response *resp, const char *trace_id);
 
 /* A response with a JSON or text body (status counted in the metrics). */
 enum MHD_Result http_queue_text(struct MHD_Connection *conn, int status, const char *type, char *text, bool close);
@@ -79,6 +101,10 @@ struct MHD_Response *http_sse_response(struct sse *s);
 /* Queue "event: <event>\ndata: <json>\n\n"; final ends the stream after it.
  * Once the stream has ended, nothing more is queued. */
 void http_sse_push_text(struct sse *s, const char *event, const char *json, bool final);
+/* The same with an "id: <id>" line first (id >= 0; -1: none). */
+void http_sse_push_event(struct sse *s, int64_t id, const char *event, const char *json, bool final);
+/* Bytes queued and not yet taken by MHD (a producer's backpressure). */
+size_t http_sse_pending(struct sse *s);
 /* End the stream with no further event (what was queued still goes out). */
 void http_sse_end(struct sse *s);
 /* The response is gone (client left or server stopping). */
@@ -91,6 +117,11 @@ cJSON *http_error_object(const char *code, const char *msg, int status);
  * api_call with params (taken) whose events it carries. */
 enum MHD_Result http_sse_start(struct http_server *srv, struct MHD_Connection *conn, struct http_conn *hc,
                                struct http_req *rq, cJSON *params);
+
+/* http_events.c: GET /v1/events, the caller's lifecycle events as SSE
+ * (events.h), once the request is authenticated. */
+enum MHD_Result http_events_request(struct http_server *srv, struct MHD_Connection *conn, struct http_conn *hc,
+                                    struct http_req *rq);
 
 /* http_mcp.c: /mcp (POST, GET, DELETE) once the request is authenticated
  * and its body read. */

@@ -63,8 +63,18 @@ void http_sse_unref(struct sse *s)
 
 void http_sse_push_text(struct sse *s, const char *event, const char *json, bool final)
 {
-        size_t need = strlen("event: ") + strlen(event) + strlen("\ndata: ") + strlen(json) + 2;
+        http_sse_push_event(s, -1, event, json, final);
+}
+
+void http_sse_push_event(struct sse *s, int64_t id, const char *event, const char *json, bool final)
+{
+        char idline[40] = "";
+        size_t need;
         char *nb;
+
+        if (id >= 0)
+                snprintf(idline, sizeof(idline), "id: %lld\n", (long long)id);
+        need = strlen(idline) + strlen("event: ") + strlen(event) + strlen("\ndata: ") + strlen(json) + 2;
 
         pthread_mutex_lock(&s->lock);
         if (s->closed || s->done || (!final && s->len - s->off + need > SSE_MAX_QUEUE)) {
@@ -77,7 +87,7 @@ void http_sse_push_text(struct sse *s, const char *event, const char *json, bool
         if (!nb)
                 goto out;
         s->buf = nb;
-        s->len += (size_t)snprintf(nb + s->len, need + 1, "event: %s\ndata: %s\n\n", event, json);
+        s->len += (size_t)snprintf(nb + s->len, need + 1, "%sevent: %s\ndata: %s\n\n", idline, event, json);
         pthread_cond_signal(&s->cond);
 out:
         if (final) {
@@ -137,6 +147,7 @@ static void *sse_worker(void *arg)
         } else {
                 cJSON *o = http_error_object(r < 0 ? e.code : "unavailable", r < 0 ? e.msg : "request abandoned",
                                              http_status_for_code(r < 0 ? e.code : "unavailable"));
+                cJSON_AddStringToObject(o, "trace_id", s->c.trace_id);
                 sse_push(s, "error", o, true);
                 cJSON_Delete(o);
         }
@@ -238,6 +249,16 @@ void http_sse_end(struct sse *s)
         pthread_mutex_unlock(&s->lock);
 }
 
+size_t http_sse_pending(struct sse *s)
+{
+        size_t n;
+
+        pthread_mutex_lock(&s->lock);
+        n = s->len - s->off;
+        pthread_mutex_unlock(&s->lock);
+        return n;
+}
+
 bool http_sse_closed(struct sse *s)
 {
         bool closed;
@@ -273,12 +294,14 @@ enum MHD_Result http_sse_start(struct http_server *srv, struct MHD_Connection *c
         cJSON_DeleteItemFromObjectCaseSensitive(params, "stream");
         cJSON_AddTrueToObject(params, "stream");
         s->params = params;
+        http_trace_pick(conn, params, s->c.trace_id); /* named in the headers, before the worker runs */
 
         resp = http_sse_response(s);
         if (!resp) {
                 http_sse_unref(s);
                 return http_queue_error(conn, 503, "unavailable", "out of memory", false);
         }
+        http_trace_headers(resp, s->c.trace_id);
 
         pthread_mutex_lock(&srv->lock);
         srv->sse_workers++;

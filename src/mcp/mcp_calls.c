@@ -125,6 +125,11 @@ static cJSON *result_json(const struct mcp_tool_result *r, int rank)
                 free(text);
         }
         cJSON_AddItemToArray(content, block);
+        if (r->content) { /* image blocks: in every protocol version */
+                const cJSON *b;
+                cJSON_ArrayForEach(b, r->content)
+                        cJSON_AddItemToArray(content, cJSON_Duplicate(b, true));
+        }
         if (r->links && rank >= MCP_REV_2025_06_18) { /* resource_link came with 2025-06-18 */
                 const cJSON *l;
                 cJSON_ArrayForEach(l, r->links)
@@ -217,6 +222,7 @@ static void *call_thread(void *p)
         cJSON_Delete(r.raw);
         cJSON_Delete(r.rpc_data);
         cJSON_Delete(r.links);
+        cJSON_Delete(r.content);
         free(r.text);
         call_free(c);
         mcp_unref(m);
@@ -268,6 +274,14 @@ void mcp_call_start(struct mcp *m, const struct mcp_req *q, enum mcp_call_kind k
         c->modern = q->modern;
         c->log_level = q->log_level;
         c->api_fd = -1;
+        {
+                /* the W3C trace context MCP clients send in _meta: every API request of the call names it */
+                const cJSON *tp = cJSON_GetObjectItemCaseSensitive(cJSON_GetObjectItemCaseSensitive(q->params, "_meta"),
+                                                                   "traceparent");
+                char trace[33];
+                if (cJSON_IsString(tp) && reqctx_traceparent_parse(tp->valuestring, trace))
+                        sbx_strlcpy(c->traceparent, tp->valuestring, sizeof(c->traceparent));
+        }
         if (!c->id || !c->args) {
                 call_free(c);
                 mcp_send_error(m, q->id, MCP_INTERNAL_ERROR, NULL, "out of memory");

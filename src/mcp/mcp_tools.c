@@ -62,12 +62,22 @@ static int open_api(struct mcp_call *c, struct mcp_api **ret, struct mcp_tool_re
         return k;
 }
 
+/* The call's trace context on one of its API requests (mcp_call_start). */
+static void add_trace(struct mcp_call *c, cJSON *params)
+{
+        if (params && c->traceparent[0]) {
+                cJSON_DeleteItemFromObjectCaseSensitive(params, "traceparent");
+                cJSON_AddStringToObject(params, "traceparent", c->traceparent);
+        }
+}
+
 static cJSON *api_params(struct mcp_call *c)
 {
         cJSON *p = cJSON_Duplicate(c->args, true);
 
         if (!p)
                 return NULL;
+        add_trace(c, p);
         {
                 /* a user-level tool names a session only when the caller did */
                 const struct mcp_tool *t = mcp_tool_find(c->tool);
@@ -127,8 +137,35 @@ static void set_structured(const struct mcp_tool *t, struct mcp_tool_result *r, 
         r->structured = res;
 }
 
+/* run_cell's streamed outputs as progress notifications (the client gave a
+ * progress token): stream text as it is, other outputs by their type. */
+struct cell_progress {
+        struct mcp_call *c;
+        double n;
+};
+
+static void on_cell_event(const cJSON *ev, void *ud)
+{
+        struct cell_progress *p = ud;
+        const cJSON *data = cJSON_GetObjectItemCaseSensitive(ev, "data");
+        const cJSON *out = cJSON_GetObjectItemCaseSensitive(ev, "output");
+        const cJSON *type = cJSON_GetObjectItemCaseSensitive(out, "type");
+        char msg[PROGRESS_MESSAGE_MAX];
+
+        if (cJSON_IsString(data))
+                snprintf(msg, sizeof(msg), "%s", data->valuestring);
+        else if (cJSON_IsString(type))
+                snprintf(msg, sizeof(msg), "[%s]", type->valuestring);
+        else
+                return;
+        p->n += 1;
+        mcp_call_progress(p->c, p->n, msg);
+}
+
 static void run_passthrough(struct mcp_call *c, const struct mcp_tool *t, struct mcp_tool_result *r)
 {
+        struct cell_progress cp = {.c = c};
+        bool cell_stream = strcmp(t->name, "run_cell") == 0 && c->progress_token;
         struct mcp_api *a = NULL;
         struct mcp_api_error e = {0};
         cJSON *params, *res = NULL;
@@ -150,7 +187,10 @@ static void run_passthrough(struct mcp_call *c, const struct mcp_tool *t, struct
                         cJSON_AddNumberToObject(params, "length", MCP_READ_FILE_MAX);
                 }
         }
-        k = mcp_api_request(a, c->m->token, t->name, params, wait_timeout_ms(params), NULL, NULL, &res, &e);
+        if (cell_stream)
+                cJSON_AddTrueToObject(params, "stream");
+        k = mcp_api_request(a, c->m->token, t->name, params, wait_timeout_ms(params),
+                            cell_stream ? on_cell_event : NULL, &cp, &res, &e);
         mcp_call_detach(c);
         if (mcp_call_cancelled(c)) {
                 r->suppress = true;
@@ -162,6 +202,8 @@ static void run_passthrough(struct mcp_call *c, const struct mcp_tool *t, struct
                 goto out;
         }
         set_structured(t, r, res);
+        if (strcmp(t->name, "run_cell") == 0 || strcmp(t->name, "last_cell") == 0)
+                mcp_cell_content(r);
 out:
         cJSON_Delete(params);
         mcp_api_close(a);
@@ -286,6 +328,7 @@ static void cancel_behind(struct mcp_call *c, const char *execution_id)
 
         cJSON_AddStringToObject(params, "session", c->session);
         cJSON_AddStringToObject(params, "execution_id", execution_id);
+        add_trace(c, params);
         if (request_once(c->m, "cancel_execution", params, &res, &e) < 0 && strcmp(e.code, "already_finished") != 0)
                 log_warn("mcp: cannot cancel execution %s: %s: %s", execution_id, e.code, e.message);
         else
@@ -362,6 +405,7 @@ static void run_exec(struct mcp_call *c, const struct mcp_tool *t, struct mcp_to
         poll = cJSON_CreateObject();
         cJSON_AddStringToObject(poll, "session", c->session);
         cJSON_AddStringToObject(poll, "execution_id", id);
+        add_trace(c, poll);
         cJSON_AddNumberToObject(poll, "wait", may_task ? MCP_TASK_AFTER_S : c->m->poll_wait_s);
         if (follow_output) {
                 cJSON_AddStringToObject(poll, "encoding", "base64");

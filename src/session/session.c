@@ -21,6 +21,7 @@
 #include "sandboxd/audit.h"
 #include "sandboxd/container.h"
 #include "sandboxd/engine.h"
+#include "sandboxd/events.h"
 #include "sandboxd/log.h"
 #include "sandboxd/gateway.h"
 #include "sandboxd/portpool.h"
@@ -103,6 +104,7 @@ void session_set_state_locked(struct session *s, enum session_state state, const
                 log_ctx(LOG_LEVEL_INFO, s->user, s->id, s->container_id[0] ? s->container_id : NULL,
                         "session %s -> %s%s%s", session_state_to_string(s->state), session_state_to_string(state),
                         cause ? ": " : "", cause ? cause : "");
+        events_session_state(s->user, s->id, s->state, state, !s->persisted, cause, error, s->container_id);
         s->state = state;
         if (cause)
                 sbx_strlcpy(s->error_cause, cause, sizeof(s->error_cause));
@@ -548,6 +550,16 @@ static int try_pool(struct session *s, const char *network, char ret_id[65], cha
         if (store_session_options_get(m->store, s->user, s->id, &o) == 0 && o.image[0])
                 sbx_strlcpy(image, o.image, sizeof(image));
         store_session_options_done(&o);
+        {
+                /* a warm container has the config's limits and workspace size: a session that
+                 * asked for its own gets one made for it (its labels alone do not matter) */
+                struct store_session_spec spec = {0};
+                bool own = store_session_spec_get(m->store, s->user, s->id, &spec) == 0 &&
+                           (spec.nano_cpus || spec.memory || spec.disk);
+                store_session_spec_done(&spec);
+                if (own)
+                        return -ENOENT;
+        }
         if (gateway_is_private(m->gateway, s->user, s->id) || !m->pool_ops->applies(m->pool, s->user, s->id, network))
                 return -ENOENT;
         if (m->pool_ops->claim(m->pool, s->user, s->id, network, image, &c, &e) < 0)

@@ -90,6 +90,7 @@ int session_make_container(struct session *s, const char *old_id, const char **n
         const struct sbx_config *cfg = m->cfg;
         _cleanup_free_ int *ports = NULL;
         struct container_params p = {0};
+        _cleanup_(store_session_spec_done) struct store_session_spec spec = {0}; /* labels, resources (sessspec.h) */
         session_runtime_fn runtime_fn;
         void *runtime_ud;
         uid_t uid;
@@ -120,13 +121,17 @@ int session_make_container(struct session *s, const char *old_id, const char **n
         r = session_image(m, s, ret_image, err);
         if (r < 0)
                 return r;
+        /* what create_session (or the first use) asked for, the same for every container of the session */
+        r = store_session_spec_get(m->store, s->user, s->id, &spec);
+        if (r < 0 && r != -ENOENT)
+                return sbx_error_set(err, r, 0, "cannot read the session's labels and resources: %s", strerror(-r));
         /* The session's own host uid: recorded at its first container, the same for every later one. */
         r = sessuid_get_or_assign(m->store, cfg, s->user, s->id, &uid, err);
         if (r < 0)
                 return r;
         r = container_workspace_ensure(cfg, s->user, s->id, uid, ret_workspace, err);
         if (r == 0)
-                r = wsquota_attach(cfg, s->user, s->id, err);
+                r = wsquota_attach_sized(cfg, s->user, s->id, spec.disk, err);
         if (r < 0)
                 return r;
         /* Without a usable runner binary the container runs the image's own
@@ -193,6 +198,9 @@ int session_make_container(struct session *s, const char *old_id, const char **n
                 p.extra_labels = (const char *const *)m->extra_labels;
                 p.runner_binary = runner_bin;
                 p.runner_dir = runner_bin ? runner_dir : NULL;
+                p.memory_bytes = spec.memory;
+                p.nano_cpus = spec.nano_cpus;
+                p.labels_json = spec.labels_json;
                 r = container_create_started(m->engine, cfg, &p, ret_id, &e);
                 if (r < 0 && p.runtime && strcmp(p.runtime, "runsc") == 0)
                         sbx_error_prefix(&e, "under gVisor (runsc)");

@@ -17,6 +17,7 @@
 #include "sandboxd/audit.h"
 #include "sandboxd/container.h"
 #include "sandboxd/engine.h"
+#include "sandboxd/events.h"
 #include "sandboxd/gateway.h"
 #include "sandboxd/log.h"
 #include "sandboxd/portpool.h"
@@ -376,6 +377,7 @@ int session_destroy(struct session_manager *m, const char *user, const char *id,
         if (r < 0)
                 log_ctx(LOG_LEVEL_ERROR, user, id, NULL, "cannot delete session row: %s", strerror(-r));
         (void)store_session_options_delete(m->store, user, id);
+        (void)store_session_spec_delete(m->store, user, id); /* labels and resources */
         pthread_mutex_lock(&m->lock);
         session_unlink_locked(m, s);
         pthread_mutex_unlock(&m->lock);
@@ -383,6 +385,7 @@ int session_destroy(struct session_manager *m, const char *user, const char *id,
         s->transitioning = false;
         s->destroyed = true;
         s->state = SESSION_STOPPED;
+        events_session_stopped(user, id, "destroyed");
         s->container_id[0] = '\0';
         pthread_cond_broadcast(&s->cond);
         pthread_mutex_unlock(&s->lock);

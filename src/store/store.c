@@ -559,6 +559,12 @@ int store_vacuum(struct store *s, struct sbx_error *err)
 int store_audit(struct store *s, const char *actor, const char *user, const char *session, const char *action,
                 const char *detail_json)
 {
+        return store_audit_traced(s, actor, user, session, action, detail_json, NULL);
+}
+
+int store_audit_traced(struct store *s, const char *actor, const char *user, const char *session, const char *action,
+                       const char *detail_json, const char *trace_id)
+{
         STORE_LOCK(s);
         _cleanup_(sq_end) struct store_query q = {};
         int r;
@@ -566,8 +572,8 @@ int store_audit(struct store *s, const char *actor, const char *user, const char
         if (!action || !*action)
                 return -EINVAL;
         r = sq_start(&q, s,
-                     "INSERT INTO audit_log (ts, actor, user_id, session_id, action, detail) "
-                     "VALUES (?1, ?2, ?3, ?4, ?5, ?6)");
+                     "INSERT INTO audit_log (ts, actor, user_id, session_id, action, detail, trace_id) "
+                     "VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7)");
         if (r < 0)
                 return r;
         sq_int64(&q, sbx_wall_ms());
@@ -576,6 +582,7 @@ int store_audit(struct store *s, const char *actor, const char *user, const char
         sq_text_opt(&q, session);
         sq_text(&q, action);
         sq_text_opt(&q, detail_json);
+        sq_text_opt(&q, trace_id);
         r = sq_exec(&q);
         return r < 0 ? r : 0;
 }

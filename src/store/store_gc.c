@@ -83,6 +83,16 @@ int store_gc_session_forget(struct store *s, const char *user, const char *sessi
         sq_text(&q, user);
         sq_text(&q, session);
         r = sq_exec(&q);
+        if (r < 0)
+                return r;
+        sq_end(&q);
+        /* and its labels and resources (issue 29) */
+        r = sq_start(&q, s, "DELETE FROM session_spec WHERE user_id = ?1 AND session_id = ?2");
+        if (r < 0)
+                return r;
+        sq_text(&q, user);
+        sq_text(&q, session);
+        r = sq_exec(&q);
         return r < 0 ? r : 0;
 }
 

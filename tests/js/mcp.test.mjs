@@ -40,6 +40,14 @@ const TOOLS = [
         'create_session',
         'destroy_session',
         'list_sessions',
+        // stateful interpreters (issue 25)
+        'run_cell',
+        'list_contexts',
+        'restart_context',
+        'delete_context',
+        'get_variables',
+        'interrupt_cell',
+        'last_cell',
 ];
 const USER_LEVEL = new Set(['list_scripts', 'clear_scripts', 'list_sessions']);
 const sleep = (ms) => new Promise((r) => setTimeout(r, ms));

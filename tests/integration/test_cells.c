@@ -1,0 +1,480 @@
+/* Integration tests of run_cell and the interpreter contexts (issue 25)
+ * against the real dockerd and the python image: state across cells, rich
+ * outputs (HTML, PNG with the figure's size), tracebacks, interrupt and
+ * kill on timeout, OOM, isolation between contexts and sessions, the
+ * privacy ratchet, node, and a daemon restart. Every call goes through the
+ * daemon's real API socket. */
+#include <arpa/inet.h>
+#include <criterion/criterion.h>
+#include <libgen.h>
+#include <signal.h>
+#include <stdio.h>
+#include <string.h>
+#include <sys/prctl.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include "apiclient.h"
+#include "fixture.h"
+#include "sandboxd/daemon.h"
+#include "sandboxd/fronts.h"
+#include "sandboxd/token.h"
+#include "sandboxd/utf8.h"
+#include "testenv.h"
+
+TestSuite(cells, .timeout = 900);
+
+static struct sbx_config cfg;
+static struct daemon *d;
+static char tok_a[TOKEN_LEN + 1], tok_b[TOKEN_LEN + 1], tok_conn[TOKEN_LEN + 1];
+
+static const char *network_default; /* NULL: the config's */
+
+static void open_daemon(bool new_tokens)
+{
+        char dir[SBX_PATH_MAX];
+        struct daemon_options opts = {.extra_labels = fixture_labels(), .sockets = true};
+        struct sbx_error err = {0};
+
+        if (new_tokens) {
+                fixture_config(&cfg);
+                cfg.port_range_lo = 46500;
+                cfg.port_range_hi = 46999;
+                snprintf(cfg.image, sizeof(cfg.image), "%s", TESTENV_PYTHON_IMAGE);
+                cfg.memory_bytes = 768 << 20; /* a kernel with pandas and matplotlib */
+                cfg.pids_limit = 256;
+                cfg.cells_interrupt_grace_ms = 1500;
+                cfg.cells_max_per_session = 2;
+                if (network_default)
+                        snprintf(cfg.network_default, sizeof(cfg.network_default), "%s", network_default);
+                snprintf(dir, sizeof(dir), "%s", cfg.data_dir);
+                snprintf(cfg.api_socket, sizeof(cfg.api_socket), "%s/run/api.sock", dirname(dir));
+                snprintf(cfg.admin_socket, sizeof(cfg.admin_socket), "%s/run/admin.sock", dir);
+        }
+        (void)testenv_docker();
+        cr_assert_eq(fronts_open(&cfg, &opts, &d, &err), 0, "daemon_open: %s", err.msg);
+        if (new_tokens) {
+                cr_assert_eq(token_create(d->store, "alice", TOKEN_ROLE_AGENT, tok_a, NULL, &err), 0, "%s", err.msg);
+                cr_assert_eq(token_create(d->store, "bob", TOKEN_ROLE_AGENT, tok_b, NULL, &err), 0);
+                cr_assert_eq(token_create(d->store, "alice", TOKEN_ROLE_CONNECTOR, tok_conn, NULL, &err), 0);
+        }
+}
+
+static void close_daemon(void)
+{
+        daemon_close(d);
+        d = NULL;
+}
+
+static void setup(void)
+{
+        open_daemon(true);
+}
+
+static void teardown(void)
+{
+        close_daemon();
+        testenv_cleanup();
+}
+
+/* run_cell; returns the whole reply (asserting it succeeded). */
+static cJSON *cell_as(const char *tok, const char *session, const char *context, const char *code, int timeout_s)
+{
+        cJSON *p = cJSON_CreateObject(), *r;
+
+        cJSON_AddStringToObject(p, "session", session);
+        if (context)
+                cJSON_AddStringToObject(p, "context", context);
+        cJSON_AddStringToObject(p, "code", code);
+        if (timeout_s)
+                cJSON_AddNumberToObject(p, "timeout_seconds", timeout_s);
+        r = apic_call(cfg.api_socket, tok, "run_cell", p);
+        cr_assert_not_null(apic_result(r), "run_cell %s: %s", code, cJSON_PrintUnformatted(r));
+        return r;
+}
+
+static cJSON *cell(const char *session, const char *context, const char *code, int timeout_s)
+{
+        return cell_as(tok_a, session, context, code, timeout_s);
+}
+
+/* The text/plain of the cell's execute_result, or NULL. */
+static const char *result_text(const cJSON *res)
+{
+        const cJSON *o;
+        cJSON_ArrayForEach(o, cJSON_GetObjectItem(res, "outputs")) {
+                if (strcmp(apic_str(o, "type"), "execute_result") == 0)
+                        return apic_str(cJSON_GetObjectItem(o, "data"), "text/plain");
+        }
+        return NULL;
+}
+
+static const cJSON *first_output_with(const cJSON *res, const char *mime)
+{
+        const cJSON *o;
+        cJSON_ArrayForEach(o, cJSON_GetObjectItem(res, "outputs")) {
+                if (cJSON_GetObjectItem(cJSON_GetObjectItem(o, "data"), mime))
+                        return o;
+        }
+        return NULL;
+}
+
+static const char *lost_cause(const cJSON *res)
+{
+        const cJSON *l = cJSON_GetObjectItem(res, "state_lost");
+        return l ? apic_str(l, "cause") : NULL;
+}
+
+Test(cells, state_rich_outputs_and_tracebacks, .init = setup, .fini = teardown)
+{
+        cJSON *r;
+        const cJSON *res, *o;
+
+        r = cell("s1", NULL, "x = 41", 0);
+        res = apic_result(r);
+        cr_assert_str_eq(apic_str(res, "context"), "default");
+        cr_assert_eq(apic_num(res, "generation"), 1);
+        cr_assert_null(cJSON_GetObjectItem(res, "state_lost"), "a first cell has nothing lost");
+        cJSON_Delete(r);
+
+        r = cell("s1", NULL, "x + 1", 0);
+        res = apic_result(r);
+        cr_assert_str_eq(result_text(res), "42", "%s", cJSON_PrintUnformatted(r));
+        cr_assert_eq(apic_num(res, "generation"), 1);
+        cr_assert_eq(apic_num(res, "execution_count"), 2);
+        cJSON_Delete(r);
+
+        /* a DataFrame survives, and comes back as HTML and plain text */
+        cJSON_Delete(
+                cell("s1", NULL, "import pandas as pd\ndf = pd.DataFrame({'a': [1, 2, 3], 'b': ['x', 'y', 'z']})", 0));
+        r = cell("s1", NULL, "print(df.shape)\ndf", 0);
+        res = apic_result(r);
+        cr_assert_str_eq(apic_str(res, "stdout"), "(3, 2)\n", "%s", cJSON_PrintUnformatted(r));
+        o = first_output_with(res, "text/html");
+        cr_assert_not_null(o, "%s", cJSON_PrintUnformatted(r));
+        cr_assert(strstr(apic_str(cJSON_GetObjectItem(o, "data"), "text/html"), "<table"));
+        cr_assert(strstr(apic_str(cJSON_GetObjectItem(o, "data"), "text/plain"), "a  b"));
+        cJSON_Delete(r);
+
+        /* a figure left open comes back as a PNG of the figure's size (4x3 in at 100 dpi) */
+        r = cell("s1", NULL,
+                 "import matplotlib.pyplot as plt\nfig = plt.figure(figsize=(4, 3), dpi=100)\nplt.plot([1, 3, 2])", 0);
+        res = apic_result(r);
+        o = first_output_with(res, "image/png");
+        cr_assert_not_null(o, "%s", cJSON_PrintUnformatted(r));
+        {
+                const char *b64 = apic_str(cJSON_GetObjectItem(o, "data"), "image/png");
+                unsigned char *png = NULL;
+                size_t n = 0;
+                uint32_t w, h;
+                cr_assert_eq(base64_decode(b64, strlen(b64), &png, &n), 0);
+                cr_assert_gt(n, 24);
+                cr_assert_eq(memcmp(png, "\x89PNG\r\n\x1a\n", 8), 0);
+                cr_assert_eq(memcmp(png + 12, "IHDR", 4), 0);
+                memcpy(&w, png + 16, 4);
+                memcpy(&h, png + 20, 4);
+                /* the inline backend crops to the drawn area (bbox_inches=tight): at most the figure */
+                cr_assert(ntohl(w) > 200 && ntohl(w) <= 400, "width %u", ntohl(w));
+                cr_assert(ntohl(h) > 150 && ntohl(h) <= 300, "height %u", ntohl(h));
+                free(png);
+        }
+        cJSON_Delete(r);
+
+        /* an exception: a structured traceback, and the namespace is still there */
+        r = cell("s1", NULL, "def f():\n    return 1 / 0\nf()", 0);
+        res = apic_result(r);
+        cr_assert_str_eq(apic_str(res, "status"), "error");
+        o = cJSON_GetObjectItem(res, "error");
+        cr_assert_not_null(o, "%s", cJSON_PrintUnformatted(r));
+        cr_assert_str_eq(apic_str(o, "name"), "ZeroDivisionError");
+        cr_assert_str_eq(apic_str(o, "value"), "division by zero");
+        cr_assert_gt(cJSON_GetArraySize(cJSON_GetObjectItem(o, "traceback")), 1);
+        cJSON_Delete(r);
+
+        /* get_variables recalls what the context holds */
+        r = apic_call(cfg.api_socket, tok_a, "get_variables", apic_json("{\"session\": \"s1\"}"));
+        res = apic_result(r);
+        cr_assert_not_null(res, "%s", cJSON_PrintUnformatted(r));
+        {
+                bool saw_x = false, saw_df = false;
+                cJSON_ArrayForEach(o, cJSON_GetObjectItem(res, "variables")) {
+                        if (strcmp(apic_str(o, "name"), "x") == 0)
+                                saw_x = strcmp(apic_str(o, "type"), "int") == 0 &&
+                                        strcmp(apic_str(o, "repr"), "41") == 0;
+                        if (strcmp(apic_str(o, "name"), "df") == 0)
+                                saw_df = strcmp(apic_str(o, "type"), "DataFrame") == 0 &&
+                                         strcmp(apic_str(o, "shape"), "(3, 2)") == 0;
+                }
+                cr_assert(saw_x && saw_df, "%s", cJSON_PrintUnformatted(r));
+        }
+        cJSON_Delete(r);
+
+        /* list_contexts: language, generation, count, memory */
+        r = apic_call(cfg.api_socket, tok_a, "list_contexts", apic_json("{\"session\": \"s1\"}"));
+        res = apic_result(r);
+        cr_assert_not_null(res, "%s", cJSON_PrintUnformatted(r));
+        o = cJSON_GetArrayItem(cJSON_GetObjectItem(res, "contexts"), 0);
+        cr_assert_str_eq(apic_str(o, "context"), "default");
+        cr_assert_str_eq(apic_str(o, "language"), "python");
+        cr_assert_eq(apic_num(o, "generation"), 1);
+        cr_assert_eq(apic_num(o, "execution_count"), 6);
+        cr_assert_gt(apic_num(o, "rss_kb"), 10000);
+        cJSON_Delete(r);
+
+        /* restart_context: a new generation on request, reported as no loss */
+        r = apic_call(cfg.api_socket, tok_a, "restart_context", apic_json("{\"session\": \"s1\"}"));
+        cr_assert_not_null(apic_result(r), "%s", cJSON_PrintUnformatted(r));
+        cJSON_Delete(r);
+        r = cell("s1", NULL, "'x' in globals()", 0);
+        res = apic_result(r);
+        cr_assert_str_eq(result_text(res), "False");
+        cr_assert_eq(apic_num(res, "generation"), 2);
+        cr_assert_null(cJSON_GetObjectItem(res, "state_lost"));
+        cJSON_Delete(r);
+}
+
+Test(cells, timeout_interrupts_and_keeps_state_or_kills, .init = setup, .fini = teardown)
+{
+        cJSON *r;
+        const cJSON *res;
+
+        cJSON_Delete(cell("s1", NULL, "y = 5", 0));
+        r = cell("s1", NULL, "while True:\n    pass", 2);
+        res = apic_result(r);
+        cr_assert(cJSON_IsTrue(cJSON_GetObjectItem(res, "timed_out")), "%s", cJSON_PrintUnformatted(r));
+        cr_assert_str_eq(apic_str(cJSON_GetObjectItem(res, "error"), "name"), "KeyboardInterrupt");
+        cr_assert_null(cJSON_GetObjectItem(res, "state_lost"));
+        cJSON_Delete(r);
+        r = cell("s1", NULL, "y", 0);
+        res = apic_result(r);
+        cr_assert_str_eq(result_text(res), "5", "state kept after the interrupt: %s", cJSON_PrintUnformatted(r));
+        cr_assert_eq(apic_num(res, "generation"), 1);
+        cJSON_Delete(r);
+
+        /* a cell that ignores SIGINT: killed after the grace, and both results say so */
+        r = cell("s1", NULL, "import signal\nsignal.signal(signal.SIGINT, signal.SIG_IGN)\nwhile True:\n    pass", 2);
+        res = apic_result(r);
+        cr_assert(cJSON_IsTrue(cJSON_GetObjectItem(res, "timed_out")));
+        cr_assert_str_eq(lost_cause(res), "timeout", "%s", cJSON_PrintUnformatted(r));
+        cJSON_Delete(r);
+        r = cell("s1", NULL, "'y' in globals()", 0);
+        res = apic_result(r);
+        cr_assert_str_eq(lost_cause(res), "timeout", "%s", cJSON_PrintUnformatted(r));
+        cr_assert_eq(apic_num(apic_result(r) ? cJSON_GetObjectItem(res, "state_lost") : NULL, "generation"), 1);
+        cr_assert_eq(apic_num(res, "generation"), 2);
+        cr_assert_str_eq(result_text(res), "False");
+        cJSON_Delete(r);
+        /* reported once */
+        r = cell("s1", NULL, "1", 0);
+        cr_assert_null(cJSON_GetObjectItem(apic_result(r), "state_lost"));
+        cJSON_Delete(r);
+}
+
+Test(cells, oom_is_reported_on_the_next_cell, .init = setup, .fini = teardown)
+{
+        cJSON *r;
+        const cJSON *res;
+
+        cJSON_Delete(cell("s1", NULL, "z = 1", 0));
+        /* far past the container's memory limit, every page touched */
+        r = cell("s1", NULL, "b = b'x' * (4 << 30)", 60);
+        cJSON_Delete(r);
+        r = cell("s1", NULL, "'z' in globals()", 0);
+        res = apic_result(r);
+        cr_assert_str_eq(lost_cause(res), "oom", "%s", cJSON_PrintUnformatted(r));
+        cr_assert_eq(apic_num(res, "generation"), 2);
+        cr_assert_str_eq(result_text(res), "False");
+        cJSON_Delete(r);
+}
+
+Test(cells, contexts_and_sessions_are_isolated, .init = setup, .fini = teardown)
+{
+        cJSON *r;
+
+        cJSON_Delete(cell("s1", "a", "v = 'a'", 0));
+        cJSON_Delete(cell("s1", "b", "v = 'b'", 0));
+        cJSON_Delete(cell_as(tok_b, "s1", "a", "v = 'bob'", 0));
+        r = cell("s1", "a", "v", 0);
+        cr_assert_str_eq(result_text(apic_result(r)), "'a'");
+        cJSON_Delete(r);
+        r = cell("s1", "b", "v", 0);
+        cr_assert_str_eq(result_text(apic_result(r)), "'b'");
+        cJSON_Delete(r);
+        r = cell("s2", "a", "'v' in globals()", 0);
+        cr_assert_str_eq(result_text(apic_result(r)), "False");
+        cJSON_Delete(r);
+        r = cell_as(tok_b, "s1", "a", "v", 0);
+        cr_assert_str_eq(result_text(apic_result(r)), "'bob'");
+        cJSON_Delete(r);
+        /* bob cannot see alice's contexts */
+        r = apic_call(cfg.api_socket, tok_b, "list_contexts", apic_json("{\"session\": \"s1\"}"));
+        cr_assert_eq(cJSON_GetArraySize(cJSON_GetObjectItem(apic_result(r), "contexts")), 1);
+        cJSON_Delete(r);
+        /* a third context is past cells_max_per_session (2 here) */
+        r = apic_call(cfg.api_socket, tok_a, "run_cell",
+                      apic_json("{\"session\": \"s1\", \"context\": \"c\", \"code\": \"1\"}"));
+        cr_assert_str_eq(apic_code(r), "busy", "%s", cJSON_PrintUnformatted(r));
+        cJSON_Delete(r);
+        /* delete_context ends it; the per-session cap counts what is left */
+        r = apic_call(cfg.api_socket, tok_a, "delete_context", apic_json("{\"session\": \"s1\", \"context\": \"b\"}"));
+        cr_assert_not_null(apic_result(r), "%s", cJSON_PrintUnformatted(r));
+        cJSON_Delete(r);
+        r = cell("s1", "c", "'v' in globals()", 0);
+        cr_assert_str_eq(result_text(apic_result(r)), "False");
+        cJSON_Delete(r);
+        r = apic_call(cfg.api_socket, tok_a, "list_contexts", apic_json("{\"session\": \"s1\"}"));
+        {
+                const cJSON *l = cJSON_GetObjectItem(apic_result(r), "contexts"), *o;
+                cr_assert_eq(cJSON_GetArraySize(l), 2, "%s", cJSON_PrintUnformatted(r));
+                cJSON_ArrayForEach(o, l)
+                        cr_assert_str_neq(apic_str(o, "context"), "b");
+        }
+        cJSON_Delete(r);
+}
+
+static void setup_bridge(void)
+{
+        network_default = "bridge"; /* a networked container for the ratchet to take away */
+        setup();
+}
+
+Test(cells, privacy_ratchet_reports_state_lost, .init = setup_bridge, .fini = teardown)
+{
+        cJSON *r;
+        const cJSON *res;
+
+        cJSON_Delete(cell("s1", NULL, "secret = 1", 0));
+        r = apic_call(cfg.api_socket, tok_conn, "mark_private",
+                      apic_json("{\"session\": \"s1\", \"dataset\": \"payroll\"}"));
+        cr_assert_not_null(apic_result(r), "%s", cJSON_PrintUnformatted(r));
+        cJSON_Delete(r);
+        r = cell("s1", NULL, "'secret' in globals()", 0);
+        res = apic_result(r);
+        cr_assert_str_eq(lost_cause(res), "privacy_ratchet", "%s", cJSON_PrintUnformatted(r));
+        cr_assert_str_eq(result_text(res), "False");
+        cJSON_Delete(r);
+}
+
+Test(cells, a_daemon_restart_keeps_the_context, .init = setup, .fini = teardown)
+{
+        cJSON *r;
+        const cJSON *res;
+
+        cJSON_Delete(cell("s1", NULL, "w = 1", 0));
+        close_daemon();
+        open_daemon(false); /* the runner kept the kernel: the new daemon adopts it */
+        r = cell("s1", NULL, "w + 1", 0);
+        res = apic_result(r);
+        cr_assert_str_eq(result_text(res), "2", "%s", cJSON_PrintUnformatted(r));
+        cr_assert_null(cJSON_GetObjectItem(res, "state_lost"));
+        cr_assert_eq(apic_num(res, "generation"), 1);
+        cJSON_Delete(r);
+}
+
+/* The child: a daemon that runs a cell which prints, sleeps and prints
+ * again; it says when the first line is out and waits to be killed. */
+static void child_daemon(int fd)
+{
+        struct daemon_options opts = {.extra_labels = fixture_labels(), .sockets = true};
+        struct sbx_error err = {0};
+        struct daemon *cd;
+        cJSON *p, *ev;
+        int api;
+
+        prctl(PR_SET_PDEATHSIG, SIGKILL); /* never outlive the test, whatever fails there */
+        if (fronts_open(&cfg, &opts, &cd, &err) < 0)
+                _exit(1);
+        cJSON_Delete(apic_call(cfg.api_socket, tok_a, "run_cell",
+                               apic_json("{\"session\": \"s1\", \"code\": \"kept = 7\"}")));
+        api = apic_connect(cfg.api_socket);
+        p = apic_json(
+                "{\"session\": \"s1\", \"stream\": true, "
+                "\"code\": \"import time\\nprint('start', flush=True)\\ntime.sleep(4)\\nprint('done')\\n"
+                "kept + 1\"}");
+        apic_request(api, 1, tok_a, "run_cell", p);
+        for (;;) {
+                char *line = apic_read_line(api, 60000);
+                if (!line)
+                        _exit(2);
+                ev = apic_json(line);
+                free(line);
+                if (ev && strcmp(apic_str(ev, "event") ?: "", "output") == 0)
+                        break;
+                cJSON_Delete(ev);
+        }
+        (void)!write(fd, "k", 1);
+        pause();
+        _exit(0);
+}
+
+Test(cells, a_cell_outlives_a_sigkilled_daemon_with_its_outputs, .fini = teardown)
+{
+        int pipefd[2];
+        char k;
+        pid_t pid;
+        cJSON *r;
+        const cJSON *res;
+
+        network_default = NULL;
+        fixture_config(&cfg);
+        open_daemon(true); /* the tokens, then the child serves the same data */
+        close_daemon();
+        cr_assert_eq(pipe(pipefd), 0);
+        pid = fork();
+        if (pid < 0)
+                cr_assert_fail("fork: %m");
+        if (pid == 0)
+                child_daemon(pipefd[1]);
+        close(pipefd[1]);
+        cr_assert_eq(read(pipefd[0], &k, 1), 1, "the child's cell did not start");
+        kill(pid, SIGKILL);
+        waitpid(pid, NULL, 0);
+
+        open_daemon(false);
+        r = apic_call(cfg.api_socket, tok_a, "last_cell", apic_json("{\"session\": \"s1\", \"wait_seconds\": 30}"));
+        res = apic_result(r);
+        cr_assert_not_null(res, "%s", cJSON_PrintUnformatted(r));
+        cr_assert(cJSON_IsTrue(cJSON_GetObjectItem(res, "complete")), "%s", cJSON_PrintUnformatted(r));
+        cr_assert(cJSON_IsTrue(cJSON_GetObjectItem(res, "adopted")));
+        cr_assert_str_eq(apic_str(res, "stdout"), "start\ndone\n", "%s", cJSON_PrintUnformatted(r));
+        cr_assert_str_eq(result_text(res), "8");
+        cJSON_Delete(r);
+        /* and the context lives on in the same generation */
+        r = cell("s1", NULL, "kept", 0);
+        res = apic_result(r);
+        cr_assert_str_eq(result_text(res), "7", "%s", cJSON_PrintUnformatted(r));
+        cr_assert_null(cJSON_GetObjectItem(res, "state_lost"));
+        cr_assert_eq(apic_num(res, "generation"), 1);
+        cJSON_Delete(r);
+}
+
+Test(cells, node_context_keeps_state, .init = setup, .fini = teardown)
+{
+        cJSON *p, *r;
+        const cJSON *res;
+
+        p = apic_json("{\"session\": \"s1\", \"context\": \"js\", \"language\": \"node\", \"code\": \"const n = 40\"}");
+        r = apic_call(cfg.api_socket, tok_a, "run_cell", p);
+        cr_assert_not_null(apic_result(r), "%s", cJSON_PrintUnformatted(r));
+        cr_assert_str_eq(apic_str(apic_result(r), "language"), "node");
+        cJSON_Delete(r);
+        /* top-level await, and const declared again in a later cell */
+        r = cell("s1", "js", "const m = await Promise.resolve(2); console.log('sum'); n + m", 0);
+        res = apic_result(r);
+        cr_assert_str_eq(result_text(res), "42", "%s", cJSON_PrintUnformatted(r));
+        cr_assert_str_eq(apic_str(res, "stdout"), "sum\n");
+        cJSON_Delete(r);
+        r = cell("s1", "js", "const n = 1; n + m", 0);
+        cr_assert_str_eq(result_text(apic_result(r)), "3", "%s", cJSON_PrintUnformatted(r));
+        cJSON_Delete(r);
+        /* a busy loop is interrupted and the context lives on */
+        r = cell("s1", "js", "while (true) {}", 2);
+        res = apic_result(r);
+        cr_assert(cJSON_IsTrue(cJSON_GetObjectItem(res, "timed_out")), "%s", cJSON_PrintUnformatted(r));
+        cr_assert_null(cJSON_GetObjectItem(res, "state_lost"), "%s", cJSON_PrintUnformatted(r));
+        cJSON_Delete(r);
+        r = cell("s1", "js", "n", 0);
+        cr_assert_str_eq(result_text(apic_result(r)), "1");
+        cr_assert_eq(apic_num(apic_result(r), "generation"), 1);
+        cJSON_Delete(r);
+}

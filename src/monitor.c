@@ -33,11 +33,17 @@ struct monitor {
         pthread_mutex_t lock;
         pthread_cond_t wake;
         bool stopping;
-        volatile bool stop_events; /* polled by docker_events_follow */
+        volatile bool stop_events; /* polled by engine_events_follow; read and written atomically */
 
         int64_t last_poll;    /* atomic */
         uint64_t events_seen; /* atomic */
 };
+
+/* monitor_stop sets it from another thread. */
+static bool events_stopping(struct monitor *mon)
+{
+        return __atomic_load_n(&mon->stop_events, __ATOMIC_RELAXED);
+}
 
 /* Why a container that is not running stopped, from an inspect. */
 static void exit_cause(struct monitor *mon, const char *id, char *cause, size_t size)
@@ -63,12 +69,12 @@ static int on_event(const struct engine_event *ev, void *ud)
 
         __atomic_add_fetch(&mon->events_seen, 1, __ATOMIC_RELAXED);
         if (!user || !session || strcmp(ev->type, "container") != 0)
-                return mon->stop_events;
+                return events_stopping(mon);
         char owner_user[SESSION_KEY_MAX + 1], owner_session[SESSION_KEY_MAX + 1];
         if (strcmp(user, POOL_USER) == 0) {
                 /* a warm pool container: its labels name the slot; once claimed, a session owns it */
                 if (session_find_container(mon->sessions, ev->id, owner_user, owner_session) < 0)
-                        return mon->stop_events;
+                        return events_stopping(mon);
                 user = owner_user;
                 session = owner_session;
         }
@@ -92,19 +98,19 @@ static int on_event(const struct engine_event *ev, void *ud)
                                 session_note_oom(mon->sessions, user, session, ev->id);
                                 log_ctx(LOG_LEVEL_WARN, user, session, ev->id, "OOM kill inside the container");
                         }
-                        return mon->stop_events;
+                        return events_stopping(mon);
                 }
         } else if (strcmp(ev->action, "stop") == 0) {
                 snprintf(cause, sizeof(cause), "stopped");
         } else if (strcmp(ev->action, "destroy") == 0) {
                 snprintf(cause, sizeof(cause), "removed");
         } else {
-                return mon->stop_events;
+                return events_stopping(mon);
         }
         if (session_mark_failed(mon->sessions, user, session, ev->id, cause))
                 log_ctx(LOG_LEVEL_WARN, user, session, ev->id, "container failure detected (event %s): %s", ev->action,
                         cause);
-        return mon->stop_events;
+        return events_stopping(mon);
 }
 
 static void *events_main(void *ud)
@@ -114,10 +120,10 @@ static void *events_main(void *ud)
         const char *actions[] = {"die", "oom", "stop", "destroy", NULL};
 
         pthread_setname_np(pthread_self(), "sbx-events");
-        while (!mon->stop_events) {
+        while (!events_stopping(mon)) {
                 struct sbx_error err = {0};
                 int r = engine_events_follow(mon->engine, filters, actions, on_event, mon, &mon->stop_events, 0, &err);
-                if (r < 0 && !mon->stop_events) {
+                if (r < 0 && !events_stopping(mon)) {
                         log_warn("events stream ended: %s; the periodic poll covers the gap", err.msg);
                         sbx_sleep_ms(1000);
                 }

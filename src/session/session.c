@@ -598,7 +598,7 @@ int session_get_or_create(struct session_manager *m, const char *user, const cha
         struct session *s;
         char old_id[65], new_id[65], image[256], workspace[SBX_PATH_MAX], cause[128], runtime[16];
         const char *network;
-        bool notified = false;
+        bool notified = false, pooled;
         int r;
 
         r = session_key_check(user, id, err);
@@ -711,10 +711,10 @@ int session_get_or_create(struct session_manager *m, const char *user, const cha
                 network = session_required_network(m, user, id);
                 if (old_id[0] && cause[0] && !notified)
                         session_call_handlers(m, user, id, old_id, cause);
-                s->pooled = false;
+                pooled = false; /* published under s->lock below: snapshots read it there */
                 new_id[0] = '\0';
                 if (!old_id[0] && try_pool(s, network, new_id, image, workspace, runtime) == 0)
-                        s->pooled = true;
+                        pooled = true;
                 else {
                         if (new_id[0]) /* claimed but not servable: replaced like a failed container */
                                 memcpy(old_id, new_id, sizeof(old_id));
@@ -725,6 +725,7 @@ int session_get_or_create(struct session_manager *m, const char *user, const cha
 
                 pthread_mutex_lock(&s->lock);
                 s->transitioning = false;
+                s->pooled = pooled;
                 if (r < 0) {
                         s->container_id[0] = '\0';
                         session_set_state_locked(s, SESSION_ERROR, "create_failed", err ? err->msg : "creation failed");

@@ -263,6 +263,39 @@ Test(exec, async_offsets_see_output_piece_by_piece)
         close_daemon();
 }
 
+/* A list is filtered on the state it shows: one that a waiter has just seen
+ * end is listed under its final state, and under no other, though the
+ * worker writes its row a moment later. */
+Test(exec, list_filters_on_the_state_it_shows)
+{
+        struct exec_result res, *list;
+        size_t n;
+        char id[37];
+        int missed = 0, stale = 0;
+
+        open_daemon(NULL, false);
+        for (int round = 0; round < 40; round++) {
+                start_sh("lst", "true", 0, id);
+                res = wait_end(id); /* wakes as the state turns final */
+                cr_assert_eq(res.state, EXEC_COMPLETED);
+                exec_result_done(&res);
+                cr_assert_eq(exec_list(d->exec, "u1", "lst", 1u << EXEC_COMPLETED, 100, &list, &n), 0);
+                bool found = false;
+                for (size_t i = 0; i < n; i++)
+                        found |= strcmp(list[i].id, id) == 0;
+                missed += !found;
+                exec_result_list_free(list, n);
+                cr_assert_eq(exec_list(d->exec, "u1", "lst", 1u << EXEC_RUNNING | 1u << EXEC_PENDING, 100, &list, &n),
+                             0);
+                for (size_t i = 0; i < n; i++)
+                        stale += strcmp(list[i].id, id) == 0;
+                exec_result_list_free(list, n);
+        }
+        cr_assert_eq(missed, 0, "%d of 40 ended executions missing from the list of completed ones", missed);
+        cr_assert_eq(stale, 0, "%d of 40 ended executions listed as running", stale);
+        close_daemon();
+}
+
 Test(exec, wait_long_poll_returns_when_output_arrives)
 {
         char id[37];

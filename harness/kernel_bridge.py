@@ -42,7 +42,12 @@ _null = os.open(os.devnull, os.O_RDWR)
 os.dup2(_null, 0)
 os.dup2(_null, 1)
 _wlock = threading.Lock()
-MAX_TEXT = 1 << 20  # one output's text or MIME value; the daemon caps the whole cell
+MAX_TEXT = 1 << 20  # a traceback line, an error's name or value
+# One MIME value, whole: what does not fit inline in the result goes by
+# reference (the daemon spools it), so a value is cut only past this
+# (= CELLS_LINE_MAX_CAP less slack), and the line then says "clipped".
+MAX_VALUE = 31 << 20
+STREAM_CHUNK = 1 << 20  # stream text goes in lines of at most this, never cut
 
 
 # The last cell's lines, kept for {"op": "replay"}: a daemon that restarted
@@ -220,10 +225,16 @@ def main():
             if silent:
                 pass
             elif t == "stream":
-                emit({"ev": "stream", "id": cid, "name": c.get("name"), "text": clip(c.get("text", ""))}, True)
+                text = c.get("text", "")
+                for i in range(0, max(len(text), 1), STREAM_CHUNK):
+                    emit({"ev": "stream", "id": cid, "name": c.get("name"), "text": text[i:i + STREAM_CHUNK]}, True)
             elif t in ("display_data", "execute_result"):
-                data = {k: clip(v) for k, v in c.get("data", {}).items()}
-                emit({"ev": t, "id": cid, "data": data, "metadata": c.get("metadata", {})}, True)
+                data = c.get("data", {})
+                ev = {"ev": t, "id": cid, "data": data, "metadata": c.get("metadata", {})}
+                if any(isinstance(v, str) and len(v) > MAX_VALUE for v in data.values()):
+                    ev["data"] = {k: (v[:MAX_VALUE] if isinstance(v, str) else v) for k, v in data.items()}
+                    ev["clipped"] = True
+                emit(ev, True)
             elif t == "error":
                 emit({"ev": "error", "id": cid, "ename": clip(c.get("ename", "")),
                       "evalue": clip(c.get("evalue", "")), "traceback": [clip(x) for x in c.get("traceback", [])][:200]},

@@ -9,6 +9,7 @@
 #include <libgen.h>
 #include <signal.h>
 #include <stdio.h>
+#include <stdlib.h>
 #include <string.h>
 #include <sys/prctl.h>
 #include <sys/wait.h>
@@ -18,6 +19,7 @@
 #include "fixture.h"
 #include "sandboxd/daemon.h"
 #include "sandboxd/fronts.h"
+#include "sandboxd/sha256.h"
 #include "sandboxd/token.h"
 #include "sandboxd/utf8.h"
 #include "testenv.h"
@@ -476,5 +478,209 @@ Test(cells, node_context_keeps_state, .init = setup, .fini = teardown)
         r = cell("s1", "js", "n", 0);
         cr_assert_str_eq(result_text(apic_result(r)), "1");
         cr_assert_eq(apic_num(apic_result(r), "generation"), 1);
+        cJSON_Delete(r);
+}
+
+/* Start a streamed run_cell on a connection of its own and return that
+ * connection once the cell's "started" event named it (*ret_id). */
+static int cell_started(const char *session, const char *code, char ret_id[64])
+{
+        int fd = apic_connect(cfg.api_socket);
+        cJSON *p = cJSON_CreateObject();
+
+        cr_assert_geq(fd, 0);
+        cJSON_AddStringToObject(p, "session", session);
+        cJSON_AddStringToObject(p, "code", code);
+        cJSON_AddTrueToObject(p, "stream");
+        apic_request(fd, 1, tok_a, "run_cell", p);
+        ret_id[0] = '\0';
+        while (!ret_id[0]) {
+                char *line = apic_read_line(fd, 120000);
+                cr_assert_not_null(line, "no started event");
+                cJSON *ev = cJSON_Parse(line);
+                free(line);
+                cr_assert_null(cJSON_GetObjectItem(ev, "ok"), "the cell ended before it started: %s",
+                               cJSON_PrintUnformatted(ev));
+                if (strcmp(apic_str(ev, "event"), "started") == 0)
+                        snprintf(ret_id, 64, "%s", apic_str(ev, "execution_id"));
+                cJSON_Delete(ev);
+        }
+        return fd;
+}
+
+static cJSON *cancel_as(const char *tok, const char *id, bool force)
+{
+        cJSON *p = cJSON_CreateObject();
+        cJSON_AddStringToObject(p, "session", "s1");
+        cJSON_AddStringToObject(p, "execution_id", id);
+        if (force)
+                cJSON_AddTrueToObject(p, "force");
+        return apic_call(cfg.api_socket, tok, "cancel_execution", p);
+}
+
+Test(cells, cancel_execution_interrupts_a_cell, .init = setup, .fini = teardown)
+{
+        char id[64];
+        cJSON *r, *reply;
+        const cJSON *res;
+        int fd;
+
+        cJSON_Delete(cell("s1", NULL, "w = 7", 0));
+        fd = cell_started("s1", "import time\nwhile True:\n    time.sleep(0.05)", id);
+        cr_assert_eq(strlen(id), 36, "%s", id);
+
+        /* another user's cancel does not reach it */
+        r = cancel_as(tok_b, id, false);
+        cr_assert_str_eq(apic_code(r), "not_found", "%s", cJSON_PrintUnformatted(r));
+        cJSON_Delete(r);
+
+        r = cancel_as(tok_a, id, false);
+        res = apic_result(r);
+        cr_assert_not_null(res, "%s", cJSON_PrintUnformatted(r));
+        cr_assert_str_eq(apic_str(res, "execution_id"), id);
+        cr_assert_str_eq(apic_str(res, "status"), "cancelled", "%s", cJSON_PrintUnformatted(r));
+        cr_assert(cJSON_IsTrue(cJSON_GetObjectItem(res, "cancelled")));
+        cr_assert_str_eq(apic_str(cJSON_GetObjectItem(res, "error"), "name"), "KeyboardInterrupt");
+        cr_assert_null(cJSON_GetObjectItem(res, "state_lost"), "an interrupt keeps the state");
+        cr_assert_null(cJSON_GetObjectItem(res, "timed_out"));
+        cJSON_Delete(r);
+        /* the run_cell call itself ends with the same result */
+        reply = apic_reply(fd, 30000, NULL);
+        cr_assert_str_eq(apic_str(apic_result(reply), "status"), "cancelled", "%s", cJSON_PrintUnformatted(reply));
+        cr_assert_str_eq(apic_str(apic_result(reply), "execution_id"), id);
+        cJSON_Delete(reply);
+        close(fd);
+
+        r = cell("s1", NULL, "w", 0);
+        cr_assert_str_eq(result_text(apic_result(r)), "7", "state kept: %s", cJSON_PrintUnformatted(r));
+        cr_assert_eq(apic_num(apic_result(r), "generation"), 1);
+        cJSON_Delete(r);
+        /* an ended cell: already_finished */
+        r = cancel_as(tok_a, id, false);
+        cr_assert_str_eq(apic_code(r), "already_finished", "%s", cJSON_PrintUnformatted(r));
+        cJSON_Delete(r);
+
+        /* force: no interrupt, no grace; the loss is reported as cancelled */
+        fd = cell_started("s1",
+                          "import signal, time\nsignal.signal(signal.SIGINT, signal.SIG_IGN)\nwhile True:\n"
+                          "    time.sleep(0.05)",
+                          id);
+        r = cancel_as(tok_a, id, true);
+        res = apic_result(r);
+        cr_assert_str_eq(apic_str(res, "status"), "cancelled", "%s", cJSON_PrintUnformatted(r));
+        cr_assert_str_eq(lost_cause(res), "cancelled", "%s", cJSON_PrintUnformatted(r));
+        cJSON_Delete(r);
+        cJSON_Delete(apic_reply(fd, 30000, NULL));
+        close(fd);
+        r = cell("s1", NULL, "'w' in globals()", 0);
+        res = apic_result(r);
+        cr_assert_str_eq(lost_cause(res), "cancelled", "%s", cJSON_PrintUnformatted(r));
+        cr_assert_eq(apic_num(res, "generation"), 2);
+        cJSON_Delete(r);
+}
+
+/* get_execution of a cell from offset on, all of it: *ret_len bytes. */
+static char *page_all(const char *id, const char *stream, uint64_t total, size_t *ret_len)
+{
+        char key[32], *all = malloc(total + 1);
+        uint64_t off = 0;
+
+        cr_assert_not_null(all);
+        snprintf(key, sizeof(key), "%s_offset", stream);
+        while (off < total) {
+                cJSON *p = cJSON_CreateObject(), *r;
+                const cJSON *res, *data;
+                unsigned char *chunk = NULL;
+                size_t n = 0;
+                cJSON_AddStringToObject(p, "session", "s1");
+                cJSON_AddStringToObject(p, "execution_id", id);
+                cJSON_AddStringToObject(p, "encoding", "base64");
+                cJSON_AddNumberToObject(p, key, (double)off);
+                r = apic_call(cfg.api_socket, tok_a, "get_execution", p);
+                res = apic_result(r);
+                cr_assert_not_null(res, "%s", cJSON_PrintUnformatted(r));
+                cr_assert_str_eq(apic_str(res, "state"), "completed");
+                cr_assert_eq(apic_num(res, key), (double)off);
+                data = cJSON_GetObjectItem(res, stream);
+                cr_assert_eq(base64_decode(data->valuestring, strlen(data->valuestring), &chunk, &n), 0);
+                cr_assert_gt(n, 0, "a page short of the total at %llu", (unsigned long long)off);
+                cr_assert_leq(off + n, total);
+                memcpy(all + off, chunk, n);
+                off += n;
+                free(chunk);
+                cJSON_Delete(r);
+        }
+        all[off] = '\0';
+        *ret_len = (size_t)off;
+        return all;
+}
+
+Test(cells, large_outputs_come_back_by_reference, .init = setup, .fini = teardown)
+{
+        cJSON *r;
+        const cJSON *res, *o, *ref = NULL, *img_ref = NULL;
+        const char *id;
+        char *all;
+        size_t n;
+
+        /* 20 MiB of text, past cells_output_cap (4 MiB) */
+        r = cell("s1", NULL,
+                 "import sys\nsys.stdout.write('0123456789abcdef' * (20 << 16))\nprint('end', file=sys.stderr)", 120);
+        res = apic_result(r);
+        cr_assert(cJSON_IsTrue(cJSON_GetObjectItem(res, "truncated")));
+        cr_assert_null(cJSON_GetObjectItem(res, "output_dropped"), "nothing lost");
+        cr_assert_eq(apic_num(res, "stdout_bytes"), 20 << 20);
+        cr_assert_str_eq(apic_str(res, "stderr"), "end\n");
+        cr_assert(strstr(apic_str(res, "stdout"), "bytes omitted"));
+        cJSON_ArrayForEach(o, cJSON_GetObjectItem(res, "outputs"))
+                if (cJSON_GetObjectItem(o, "by_reference"))
+                        ref = cJSON_GetObjectItem(o, "by_reference");
+        cr_assert_not_null(ref, "%.2000s", cJSON_PrintUnformatted(res));
+        cr_assert_str_eq(apic_str(ref, "stream"), "stdout");
+        id = apic_str(res, "execution_id");
+        all = page_all(id, "stdout", 20 << 20, &n);
+        cr_assert_eq(n, 20 << 20);
+        for (size_t i = 0; i < n; i++)
+                if (all[i] != "0123456789abcdef"[i % 16])
+                        cr_assert_fail("byte %zu is %c", i, all[i]);
+        free(all);
+        cJSON_Delete(r);
+
+        /* a 6 MiB image (8 MiB of base64): by reference, whole in the outputs stream */
+        r = cell("s1", NULL,
+                 "import os, hashlib\nfrom IPython.display import Image, display\nb = os.urandom(6 << 20)\n"
+                 "display(Image(data=b, format='png'))\nprint(hashlib.sha256(b).hexdigest())",
+                 120);
+        res = apic_result(r);
+        cr_assert(cJSON_IsTrue(cJSON_GetObjectItem(res, "truncated")), "%.2000s", cJSON_PrintUnformatted(res));
+        cJSON_ArrayForEach(o, cJSON_GetObjectItem(res, "outputs"))
+                if (cJSON_GetObjectItem(o, "by_reference"))
+                        img_ref = o;
+        cr_assert_not_null(img_ref, "%.2000s", cJSON_PrintUnformatted(res));
+        cr_assert_str_eq(cJSON_GetArrayItem(cJSON_GetObjectItem(img_ref, "omitted"), 0)->valuestring, "image/png");
+        cr_assert(strstr(apic_str(cJSON_GetObjectItem(img_ref, "data"), "text/plain"), "Image"),
+                  "the small values stay");
+        {
+                const cJSON *br = cJSON_GetObjectItem(img_ref, "by_reference");
+                char want[65] = "", got[65];
+                unsigned char *png = NULL;
+                size_t pn = 0;
+                cJSON *line;
+                cr_assert_str_eq(apic_str(br, "stream"), "outputs");
+                cr_assert_eq(apic_num(br, "offset"), 0);
+                all = page_all(apic_str(res, "execution_id"), "outputs", (uint64_t)apic_num(res, "outputs_bytes"), &n);
+                cr_assert_eq(n, (size_t)apic_num(br, "bytes"));
+                line = cJSON_Parse(all);
+                cr_assert_not_null(line);
+                const char *b64 = apic_str(cJSON_GetObjectItem(line, "data"), "image/png");
+                cr_assert_eq(base64_decode(b64, strlen(b64), &png, &pn), 0);
+                cr_assert_eq(pn, 6 << 20);
+                sha256_hex(png, pn, got);
+                sscanf(apic_str(res, "stdout"), "%64s", want);
+                cr_assert_str_eq(got, want, "the image comes back whole");
+                free(png);
+                cJSON_Delete(line);
+                free(all);
+        }
         cJSON_Delete(r);
 }

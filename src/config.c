@@ -144,6 +144,9 @@ static const struct config_key keys[] = {
          "0: off)"},
         {"pool_images", CFG_STRING, F(pool_images), 0, 0, 0, "", NULL,
          "per-image pool sizes overriding pool_size, comma-separated image=N (image: image or one of images)"},
+        {"pool_cells_prestart", CFG_ENUM, F(pool_cells_prestart), 0, 0, 0, "python", "python|none",
+         "a warm pool slot starts the default run_cell context (a python kernel) ahead, so a new session's first "
+         "cell pays no interpreter start-up (skipped where the image has no kernel)"},
         {"pool_wait", CFG_MS, F(pool_wait_ms), 0, 0, 60000, "1s", NULL,
          "a new session that finds its image's pool empty waits in line this long at most for the refill, "
          "then takes the cold path (0: never waits)"},

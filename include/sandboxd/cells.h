@@ -158,6 +158,14 @@ int cells_execution(struct cells *c, const char *user, const char *session, cons
                     struct sbx_error *err);
 void cells_execution_view_done(struct cells_execution_view *v);
 
+/* The warm pool's slot hook (pool.h, pool_slot_fn; userdata the cells).
+ * A slot made starts its default python context ahead (pool_cells_prestart;
+ * an image without a kernel just has none); the session that claims the
+ * slot gets it as its default context, generation 1, already running, and
+ * its cells say prestarted. A slot discarded takes its kernel with its
+ * container. */
+void cells_pool_slot(void *userdata, const char *slot, const char *container_id, const char *user, const char *session);
+
 bool cells_name_valid(const char *name);
 /* A cell (or a variables request) of one of the session's contexts is
  * running: the fair share of max_sessions does not stop such a session. */

@@ -21,6 +21,7 @@
 #include "sandboxd/audit.h"
 #include "sandboxd/sha256.h"
 #include "sandboxd/log.h"
+#include "sandboxd/pool.h"
 #include "sandboxd/runner.h"
 #include "sandboxd/session.h"
 #include "sandboxd/store_cells.h"
@@ -46,6 +47,13 @@ extern const char cells_bridge_node[];
 #define CELLS_CANCEL_SLACK_MS 5000
 
 _Static_assert(CELL_STREAMS == CELLS_STREAMS, "the streams of cells.h are those of cells_spool.h");
+
+/* A pool slot's default context, started ahead (engine lock). */
+struct prestart {
+        struct prestart *next;
+        char slot[65];
+        struct cell_ctx *x;
+};
 
 /* A recent cell, by its execution_id: its spool stays readable until it
  * is pushed out (oldest first, per session and in all). Engine lock. */
@@ -108,8 +116,9 @@ struct cell_ctx {
          * until it is done or the interpreter ends */
         bool adopting, adopted_cell, adopt_busy;
         bool adopt_pending; /* the adopter has yet to take its job back */
-        bool deleted;       /* no longer listed: its row is gone and stays gone */
-        cJSON *last_result; /* the last cell's result, for last_cell */
+        bool deleted;       /* no longer listed: its row is gone and stays gone (or not listed yet: a pool slot's) */
+        int64_t prestarted_generation; /* started ahead in a pool slot (cells_pool_slot) */
+        cJSON *last_result;            /* the last cell's result, for last_cell */
         /* the request in flight */
         uint64_t next_id, cur_id;
         cJSON *outputs;
@@ -141,6 +150,7 @@ struct cells {
         bool has_adopter;
         char spool_dir[SBX_PATH_MAX + 16];
         bool spool_ok;
+        struct prestart *prestarts; /* pool slots' default contexts, not listed yet */
         struct cell_record recent[CELLS_RECENT_MAX];
         uint64_t recent_seq;
 };
@@ -932,6 +942,26 @@ static int ctx_get(struct cells *c, const char *user, const char *session, const
                 x->refs++;
                 pthread_mutex_unlock(&c->lock);
                 if (language && strcmp(language, x->language) != 0) {
+                        /* the python kernel a warm slot started ahead, never used:
+                         * the first cell asks for another language, so it goes */
+                        pthread_mutex_lock(&x->lock);
+                        bool fresh = x->prestarted_generation && x->generation == x->prestarted_generation &&
+                                     x->execution_count == 0 && !x->busy;
+                        if (fresh)
+                                x->busy = true;
+                        pthread_mutex_unlock(&x->lock);
+                        if (fresh) {
+                                ctx_kill(x, "", true);
+                                pthread_mutex_lock(&x->lock);
+                                sbx_strlcpy(x->language, language, sizeof(x->language));
+                                x->generation = x->prestarted_generation = 0;
+                                x->lost_cause[0] = '\0';
+                                x->busy = false;
+                                ctx_persist_locked(x, false);
+                                pthread_mutex_unlock(&x->lock);
+                                *ret = x;
+                                return 0;
+                        }
                         sbx_error_set(err, -EINVAL, 0, "context %s is a %s context (use another context name)", name,
                                       x->language);
                         ctx_unref(x);
@@ -1185,6 +1215,8 @@ static cJSON *result_locked(struct cell_ctx *x, bool timed_out, bool killed, cJS
                 cJSON_AddTrueToObject(res, "output_dropped");
         if (x->cancel_requested)
                 cJSON_AddTrueToObject(res, "cancelled");
+        if (x->prestarted_generation && x->prestarted_generation == x->generation)
+                cJSON_AddTrueToObject(res, "prestarted"); /* its interpreter was started in a warm pool slot */
         if (lost)
                 cJSON_AddItemToObject(res, "state_lost", lost);
         return res;
@@ -1322,6 +1354,21 @@ int cells_run(struct cells *c, const struct cells_request *req, cJSON **ret, str
                                      (long long)c->cfg->max_command_bytes);
         if (timeout_s > c->cfg->exec_timeout_max_s)
                 timeout_s = c->cfg->exec_timeout_max_s;
+        if (cells_name_valid(name)) {
+                /* a new context: the session's container first, so that a warm
+                 * pool slot it claims hands over its kernel started ahead
+                 * (cells_pool_slot) before a context of that name exists */
+                pthread_mutex_lock(&c->lock);
+                bool known = find_locked(c, req->user, req->session, name) != NULL;
+                pthread_mutex_unlock(&c->lock);
+                if (!known) {
+                        struct session *s = NULL;
+                        r = session_get_or_create(c->sessions, req->user, req->session, &s, err);
+                        if (r < 0)
+                                return r;
+                        session_release(s);
+                }
+        }
         r = ctx_get(c, req->user, req->session, name, req->language, true, &x, err);
         if (r < 0)
                 return r;
@@ -1623,6 +1670,8 @@ static cJSON *ctx_summary_locked(struct cell_ctx *x)
         cJSON_AddNumberToObject(o, "execution_count", (double)x->execution_count);
         cJSON_AddStringToObject(o, "state", x->phase == CTX_READY ? (x->busy ? "busy" : "idle") : "stopped");
         cJSON_AddNumberToObject(o, "last_used", (double)x->last_used);
+        if (x->prestarted_generation && x->prestarted_generation == x->generation)
+                cJSON_AddTrueToObject(o, "prestarted");
         if (x->lost_cause[0])
                 cJSON_AddItemToObject(o, "pending_state_lost", lost_json(x->lost_cause, x->lost_generation));
         return o;
@@ -2084,6 +2133,153 @@ static void recover(struct cells *c)
         free(rows);
 }
 
+/* ---- the warm pool's pre-started contexts ---- */
+
+/* Take the slot's entry off the list (NULL: none). */
+static struct cell_ctx *prestart_take(struct cells *c, const char *slot)
+{
+        struct cell_ctx *x = NULL;
+
+        pthread_mutex_lock(&c->lock);
+        for (struct prestart **pp = &c->prestarts; *pp; pp = &(*pp)->next)
+                if (strcmp((*pp)->slot, slot) == 0) {
+                        struct prestart *e = *pp;
+                        *pp = e->next;
+                        x = e->x;
+                        free(e);
+                        break;
+                }
+        pthread_mutex_unlock(&c->lock);
+        return x;
+}
+
+/* Entries whose interpreter ended (their slot was discarded: its
+ * container went, and the kernel with it). */
+static void prestart_prune(struct cells *c)
+{
+        struct prestart *dead = NULL;
+
+        pthread_mutex_lock(&c->lock);
+        for (struct prestart **pp = &c->prestarts; *pp;) {
+                struct prestart *e = *pp;
+                pthread_mutex_lock(&e->x->lock);
+                bool gone = e->x->waiter_done || e->x->phase == CTX_IDLE;
+                pthread_mutex_unlock(&e->x->lock);
+                if (gone) {
+                        *pp = e->next;
+                        e->next = dead;
+                        dead = e;
+                } else
+                        pp = &e->next;
+        }
+        pthread_mutex_unlock(&c->lock);
+        while (dead) {
+                struct prestart *e = dead;
+                dead = e->next;
+                ctx_unref(e->x); /* joins its waiter, which has ended */
+                free(e);
+        }
+}
+
+static void prestart_slot(struct cells *c, const char *slot, const char *container_id)
+{
+        struct sbx_error err = {0};
+        struct prestart *e = calloc(1, sizeof(*e));
+        struct cell_ctx *x = ctx_alloc(c, POOL_USER, slot, CELLS_DEFAULT, "python");
+        int r;
+
+        if (!e || !x) {
+                free(e);
+                ctx_unref(x);
+                return;
+        }
+        x->deleted = true; /* no row until a session has it */
+        x->busy = true;
+        r = ctx_start(x, container_id, NULL, &err);
+        pthread_mutex_lock(&x->lock);
+        x->busy = false;
+        x->prestarted_generation = x->generation;
+        pthread_mutex_unlock(&x->lock);
+        if (r < 0) {
+                log_info("cells: pool slot %s starts no interpreter ahead: %s", slot, err.msg);
+                free(e);
+                ctx_unref(x);
+                return;
+        }
+        sbx_strlcpy(e->slot, slot, sizeof(e->slot));
+        e->x = x;
+        pthread_mutex_lock(&c->lock);
+        e->next = c->prestarts;
+        c->prestarts = e;
+        pthread_mutex_unlock(&c->lock);
+}
+
+/* user:session claimed the slot: its pre-started context becomes the
+ * session's default context (generation 1, the same kernel: it runs under
+ * the slot's uid, which is now the session's, in the workspace the slot's
+ * directory became). A session that has a default context already (one
+ * that lost its container) keeps that one and its state_lost; the kernel
+ * ahead is killed. */
+static void prestart_claimed(struct cells *c, const char *slot, const char *user, const char *session)
+{
+        struct cell_ctx *x = prestart_take(c, slot);
+        size_t in_session = 0;
+        bool adopt;
+
+        if (!x)
+                return;
+        pthread_mutex_lock(&x->lock);
+        adopt = x->phase == CTX_READY && !x->waiter_done;
+        pthread_mutex_unlock(&x->lock);
+        pthread_mutex_lock(&c->lock);
+        for (struct cell_ctx *y = c->list; y && adopt; y = y->next)
+                if (strcmp(y->user, user) == 0 && strcmp(y->session, session) == 0) {
+                        in_session++;
+                        adopt = strcmp(y->name, CELLS_DEFAULT) != 0;
+                }
+        adopt = adopt && !c->stopping && in_session < (size_t)c->cfg->cells_max_per_session &&
+                c->n < (size_t)c->cfg->cells_max_global;
+        if (adopt) {
+                /* not listed until now: only the hub thread's debug log reads these meanwhile */
+                pthread_mutex_lock(&x->lock);
+                sbx_strlcpy(x->user, user, sizeof(x->user));
+                sbx_strlcpy(x->session, session, sizeof(x->session));
+                x->deleted = false;
+                x->last_used = sbx_wall_ms();
+                pthread_mutex_unlock(&x->lock);
+                x->next = c->list;
+                c->list = x; /* the list takes the entry's reference */
+                c->n++;
+        }
+        pthread_mutex_unlock(&c->lock);
+        if (!adopt) {
+                ctx_kill(x, "", true);
+                ctx_unref(x);
+                return;
+        }
+        pthread_mutex_lock(&x->lock);
+        ctx_persist_locked(x, true);
+        pthread_mutex_unlock(&x->lock);
+        log_info("cells: %s:%s/default takes the python kernel started ahead in pool slot %s", user, session, slot);
+}
+
+void cells_pool_slot(void *userdata, const char *slot, const char *container_id, const char *user, const char *session)
+{
+        struct cells *c = userdata;
+        bool stopping;
+
+        pthread_mutex_lock(&c->lock);
+        stopping = c->stopping;
+        pthread_mutex_unlock(&c->lock);
+        if (stopping)
+                return;
+        prestart_prune(c);
+        if (user)
+                prestart_claimed(c, slot, user, session);
+        else if (strcmp(c->cfg->pool_cells_prestart, "python") == 0 && c->hub)
+                prestart_slot(c, slot, container_id);
+}
+
 int cells_new(const struct sbx_config *cfg, struct store *st, struct session_manager *sm, struct runner_hub *hub,
               struct cells **ret, struct sbx_error *err)
 {
@@ -2141,6 +2337,13 @@ void cells_free(struct cells *c)
                 c->list = x->next;
                 ctx_join_waiter(x); /* each sees stopping within a second */
                 ctx_unref(x);
+        }
+        while (c->prestarts) { /* their kernels stay with the slots' runners, which drop them on restart */
+                struct prestart *e = c->prestarts;
+                c->prestarts = e->next;
+                ctx_join_waiter(e->x);
+                ctx_unref(e->x);
+                free(e);
         }
         pthread_mutex_destroy(&c->lock);
         pthread_cond_destroy(&c->cond);

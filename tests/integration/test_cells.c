@@ -19,6 +19,7 @@
 #include "fixture.h"
 #include "sandboxd/daemon.h"
 #include "sandboxd/fronts.h"
+#include "sandboxd/pool.h"
 #include "sandboxd/sha256.h"
 #include "sandboxd/token.h"
 #include "sandboxd/utf8.h"
@@ -31,6 +32,8 @@ static struct daemon *d;
 static char tok_a[TOKEN_LEN + 1], tok_b[TOKEN_LEN + 1], tok_conn[TOKEN_LEN + 1];
 
 static const char *network_default; /* NULL: the config's */
+static int pool_size;               /* the warm pool's size (0: off) */
+static const char *prestart;        /* pool_cells_prestart (NULL: the default) */
 
 static void open_daemon(bool new_tokens)
 {
@@ -49,6 +52,9 @@ static void open_daemon(bool new_tokens)
                 cfg.cells_max_per_session = 2;
                 if (network_default)
                         snprintf(cfg.network_default, sizeof(cfg.network_default), "%s", network_default);
+                cfg.pool_size = pool_size;
+                if (prestart)
+                        snprintf(cfg.pool_cells_prestart, sizeof(cfg.pool_cells_prestart), "%s", prestart);
                 snprintf(dir, sizeof(dir), "%s", cfg.data_dir);
                 snprintf(cfg.api_socket, sizeof(cfg.api_socket), "%s/run/api.sock", dirname(dir));
                 snprintf(cfg.admin_socket, sizeof(cfg.admin_socket), "%s/run/admin.sock", dir);
@@ -683,4 +689,97 @@ Test(cells, large_outputs_come_back_by_reference, .init = setup, .fini = teardow
                 free(all);
         }
         cJSON_Delete(r);
+}
+
+static bool pool_full(void)
+{
+        struct pool_stats ps;
+        pool_stats(d->pool, &ps);
+        return ps.ready == (size_t)ps.size;
+}
+
+static void setup_pool(void)
+{
+        pool_size = 1;
+        open_daemon(true);
+}
+
+static void setup_pool_no_prestart(void)
+{
+        pool_size = 1;
+        prestart = "none";
+        open_daemon(true);
+}
+
+/* The first cell of a session that claimed a warm slot: its kernel, started
+ * ahead in the slot, is the session's default context, generation 1. */
+Test(cells, a_warm_slot_starts_the_default_context_ahead, .init = setup_pool, .fini = teardown)
+{
+        cJSON *r, *e;
+        const cJSON *res;
+        char uid_cell[32];
+
+        cr_assert(TESTENV_WAIT_UNTIL(pool_full(), 120000), "the pool filled");
+        r = apic_call(cfg.api_socket, tok_a, "list_contexts", apic_json("{\"session\": \"warm\"}"));
+        cr_assert_eq(cJSON_GetArraySize(cJSON_GetObjectItem(apic_result(r), "contexts")), 0,
+                     "no context before the session: %s", cJSON_PrintUnformatted(r));
+        cJSON_Delete(r);
+        r = cell("warm", NULL, "import os\nstr(os.getuid()) + ' ' + os.getcwd()", 0);
+        res = apic_result(r);
+        cr_assert(cJSON_IsTrue(cJSON_GetObjectItem(res, "prestarted")), "%s", cJSON_PrintUnformatted(r));
+        cr_assert_eq(apic_num(res, "generation"), 1);
+        cr_assert_eq(apic_num(res, "execution_count"), 1);
+        cr_assert_null(cJSON_GetObjectItem(res, "state_lost"));
+        snprintf(uid_cell, sizeof(uid_cell), "%s", result_text(res));
+        cJSON_Delete(r);
+        /* the session's uid and workspace, as an exec sees them */
+        e = apic_call(cfg.api_socket, tok_a, "exec",
+                      apic_json("{\"session\": \"warm\", \"command\": \"echo \\\"'$(id -u) $PWD'\\\"\"}"));
+        cr_assert_not_null(apic_result(e), "%s", cJSON_PrintUnformatted(e));
+        cr_assert(strncmp(apic_str(apic_result(e), "stdout"), uid_cell, strlen(uid_cell)) == 0, "%s vs %s", uid_cell,
+                  cJSON_PrintUnformatted(e));
+        cJSON_Delete(e);
+        /* the state lasts, in the same generation */
+        cJSON_Delete(cell("warm", NULL, "k = 3", 0));
+        r = cell("warm", NULL, "k * 14", 0);
+        cr_assert_str_eq(result_text(apic_result(r)), "42");
+        cr_assert_eq(apic_num(apic_result(r), "generation"), 1);
+        cJSON_Delete(r);
+        r = apic_call(cfg.api_socket, tok_a, "list_contexts", apic_json("{\"session\": \"warm\"}"));
+        res = cJSON_GetArrayItem(cJSON_GetObjectItem(apic_result(r), "contexts"), 0);
+        cr_assert(cJSON_IsTrue(cJSON_GetObjectItem(res, "prestarted")), "%s", cJSON_PrintUnformatted(r));
+        cJSON_Delete(r);
+        pool_size = 0;
+}
+
+Test(cells, a_warm_slot_without_prestart_starts_the_context_on_demand, .init = setup_pool_no_prestart, .fini = teardown)
+{
+        cJSON *r;
+
+        cr_assert(TESTENV_WAIT_UNTIL(pool_full(), 120000), "the pool filled");
+        r = cell("warm", NULL, "1 + 1", 0);
+        cr_assert_null(cJSON_GetObjectItem(apic_result(r), "prestarted"), "%s", cJSON_PrintUnformatted(r));
+        cr_assert_eq(apic_num(apic_result(r), "generation"), 1);
+        cJSON_Delete(r);
+        pool_size = 0;
+        prestart = NULL;
+}
+
+/* A new session whose first cell is node: the python kernel its slot
+ * started ahead gives way, nothing is reported lost. */
+Test(cells, a_warm_slot_gives_way_to_a_node_context, .init = setup_pool, .fini = teardown)
+{
+        cJSON *r;
+
+        cr_assert(TESTENV_WAIT_UNTIL(pool_full(), 120000), "the pool filled");
+        r = apic_call(cfg.api_socket, tok_a, "run_cell",
+                      apic_json("{\"session\": \"warm\", \"language\": \"node\", \"code\": \"40 + 2\"}"));
+        cr_assert_str_eq(result_text(apic_result(r)), "42", "%s", cJSON_PrintUnformatted(r));
+        cr_assert_str_eq(apic_str(apic_result(r), "language"), "node");
+        cr_assert_null(cJSON_GetObjectItem(apic_result(r), "state_lost"));
+        cr_assert_null(cJSON_GetObjectItem(apic_result(r), "prestarted"));
+        cr_assert_eq(apic_num(apic_result(r), "generation"), 1);
+        cJSON_Delete(r);
+        pool_size = 0;
+        prestart = NULL;
 }

@@ -141,6 +141,21 @@ def main():
     # the image's MPLBACKEND=Agg would keep figures from coming back inline
     os.environ["MPLBACKEND"] = "module://matplotlib_inline.backend_inline"
     os.environ.setdefault("JUPYTER_PLATFORM_DIRS", "1")
+    # %pip install out of the box as the session's user on a read-only root:
+    # into the user site under HOME (the workspace: it outlives containers,
+    # and unlike /tmp it is not noexec), past Debian's externally-managed
+    # marker (only the user site is writable anyway); the user site exists
+    # before the kernel starts, so what pip puts there imports at once.
+    os.environ.setdefault("PIP_USER", "1")
+    os.environ.setdefault("PIP_BREAK_SYSTEM_PACKAGES", "1")
+    os.environ.setdefault("PIP_DISABLE_PIP_VERSION_CHECK", "1")
+    os.environ.setdefault("PIP_NO_INPUT", "1")
+    os.environ.setdefault("PIP_CACHE_DIR", os.path.join(tmp, "pip-cache"))
+    try:
+        import site
+        os.makedirs(site.getusersitepackages(), mode=0o755, exist_ok=True)
+    except Exception:  # noqa: BLE001 - no user site: pip says why when asked
+        pass
     os.environ["PYDEVD_DISABLE_FILE_VALIDATION"] = "1"
 
     from jupyter_client.manager import KernelManager

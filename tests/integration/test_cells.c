@@ -34,6 +34,7 @@ static char tok_a[TOKEN_LEN + 1], tok_b[TOKEN_LEN + 1], tok_conn[TOKEN_LEN + 1];
 static const char *network_default; /* NULL: the config's */
 static int pool_size;               /* the warm pool's size (0: off) */
 static const char *prestart;        /* pool_cells_prestart (NULL: the default) */
+static bool keep_cfg;               /* cfg was filled by the setup (fixture_config and more) */
 
 static void open_daemon(bool new_tokens)
 {
@@ -42,7 +43,8 @@ static void open_daemon(bool new_tokens)
         struct sbx_error err = {0};
 
         if (new_tokens) {
-                fixture_config(&cfg);
+                if (!keep_cfg)
+                        fixture_config(&cfg);
                 cfg.port_range_lo = 46500;
                 cfg.port_range_hi = 46999;
                 snprintf(cfg.image, sizeof(cfg.image), "%s", TESTENV_PYTHON_IMAGE);
@@ -782,4 +784,120 @@ Test(cells, a_warm_slot_gives_way_to_a_node_context, .init = setup_pool, .fini =
         cJSON_Delete(r);
         pool_size = 0;
         prestart = NULL;
+}
+
+/* A PEP 503 index on the host's loopback, one python process: it builds a
+ * wheel by hand (a zip with METADATA, WHEEL and RECORD), serves the
+ * directory with http.server on 127.0.0.1 and prints its port. */
+static const char index_py[] =
+        "import base64, hashlib, http.server, os, sys, zipfile\n"
+        "root = sys.argv[1]\n"
+        "files = {'sbxdemo/__init__.py': b'ANSWER = 42\\n',\n"
+        "         'sbxdemo-1.0.dist-info/METADATA': b'Metadata-Version: 2.1\\nName: sbxdemo\\nVersion: 1.0\\n',\n"
+        "         'sbxdemo-1.0.dist-info/WHEEL': b'Wheel-Version: 1.0\\nGenerator: hand\\nRoot-Is-Purelib: "
+        "true\\nTag: py3-none-any\\n'}\n"
+        "rec = ''.join('%s,sha256=%s,%d\\n' % (n, base64.urlsafe_b64encode(hashlib.sha256(b).digest())"
+        ".rstrip(b'=').decode(), len(b)) for n, b in files.items())\n"
+        "files['sbxdemo-1.0.dist-info/RECORD'] = (rec + 'sbxdemo-1.0.dist-info/RECORD,,\\n').encode()\n"
+        "os.makedirs(root + '/simple/sbxdemo')\n"
+        "with zipfile.ZipFile(root + '/simple/sbxdemo/sbxdemo-1.0-py3-none-any.whl', 'w') as z:\n"
+        "    for n, b in files.items(): z.writestr(n, b)\n"
+        "open(root + '/simple/index.html', 'w').write('<a href=\"sbxdemo/\">sbxdemo</a>')\n"
+        "open(root + '/simple/sbxdemo/index.html', 'w').write("
+        "'<a href=\"sbxdemo-1.0-py3-none-any.whl\">sbxdemo-1.0-py3-none-any.whl</a>')\n"
+        "os.chdir(root)\n"
+        "h = http.server.ThreadingHTTPServer(('127.0.0.1', 0), http.server.SimpleHTTPRequestHandler)\n"
+        "print(h.server_address[1], flush=True)\n"
+        "h.serve_forever()\n";
+
+static pid_t index_pid = -1;
+static char index_dir[SBX_PATH_MAX];
+
+static int index_start(void)
+{
+        char script[SBX_PATH_MAX + 16], root[SBX_PATH_MAX + 16];
+        int pfd[2], port = 0;
+        FILE *f;
+
+        snprintf(index_dir, sizeof(index_dir), "/tmp/sbx-pipindex-XXXXXX");
+        cr_assert_not_null(mkdtemp(index_dir));
+        snprintf(script, sizeof(script), "%s/index.py", index_dir);
+        snprintf(root, sizeof(root), "%s/www", index_dir);
+        f = fopen(script, "w");
+        cr_assert_not_null(f);
+        fputs(index_py, f);
+        fclose(f);
+        cr_assert_eq(pipe(pfd), 0);
+        index_pid = fork();
+        cr_assert_geq(index_pid, 0);
+        if (index_pid == 0) {
+                prctl(PR_SET_PDEATHSIG, SIGKILL);
+                dup2(pfd[1], 1);
+                close(pfd[0]);
+                execlp("python3", "python3", script, root, (char *)NULL);
+                _exit(127);
+        }
+        close(pfd[1]);
+        f = fdopen(pfd[0], "r");
+        cr_assert(f && fscanf(f, "%d", &port) == 1 && port > 0, "the index did not start");
+        fclose(f);
+        return port;
+}
+
+static void index_stop(void)
+{
+        char cmd[SBX_PATH_MAX + 16];
+
+        if (index_pid > 0) {
+                kill(index_pid, SIGKILL);
+                waitpid(index_pid, NULL, 0);
+                index_pid = -1;
+        }
+        if (index_dir[0]) {
+                snprintf(cmd, sizeof(cmd), "rm -rf '%s'", index_dir);
+                (void)system(cmd);
+                index_dir[0] = '\0';
+        }
+}
+
+static void setup_egress(void)
+{
+        struct sbx_error err = {0};
+
+        fixture_config(&cfg);
+        cr_assert_eq(config_set(&cfg, "egress_allow", "pypi.test:*", &err), 0, "%s", err.msg);
+        cr_assert_eq(config_set(&cfg, "egress_resolve", "pypi.test=127.0.0.1", &err), 0, "%s", err.msg);
+        cr_assert_eq(config_set(&cfg, "egress_allow_private", "127.0.0.1/32", &err), 0, "%s", err.msg);
+        keep_cfg = true;
+        open_daemon(true);
+}
+
+static void teardown_egress(void)
+{
+        index_stop();
+        teardown();
+}
+
+/* %pip install from an index on the host's loopback, reached through the
+ * sealed container's egress proxy (pypi.test resolves to 127.0.0.1 in the
+ * daemon, allowed), into the session user's site; the next cell imports it. */
+Test(cells, pip_install_from_a_loopback_index_through_the_egress_proxy, .init = setup_egress, .fini = teardown_egress)
+{
+        char code[256];
+        cJSON *r;
+        const cJSON *res;
+        int port = index_start();
+
+        snprintf(code, sizeof(code),
+                 "%%pip install --index-url http://pypi.test:%d/simple --trusted-host pypi.test sbxdemo", port);
+        r = cell("s1", NULL, code, 120);
+        res = apic_result(r);
+        cr_assert(strstr(apic_str(res, "stdout"), "Successfully installed sbxdemo-1.0"), "%s",
+                  cJSON_PrintUnformatted(r));
+        cJSON_Delete(r);
+        r = cell("s1", NULL, "import sbxdemo\nsbxdemo.ANSWER", 0);
+        res = apic_result(r);
+        cr_assert_str_eq(result_text(res), "42", "%s", cJSON_PrintUnformatted(r));
+        cr_assert_eq(apic_num(res, "generation"), 1, "the same kernel imports it");
+        cJSON_Delete(r);
 }

@@ -19,8 +19,12 @@
  * The daemon speaks JSON lines with the bridge over the job's stdin and
  * stdout (protocol in harness/kernel_bridge.py). Every line the bridge
  * sends is tenant input: lines are bounded, parsed as JSON, checked field by
- * field, and matched to the cell in flight; a cell's outputs are capped at
- * cells_output_cap (the rest is dropped, the result says truncated).
+ * field, and matched to the cell in flight; a cell's inline outputs are
+ * capped at cells_output_cap, the rest goes by reference: every cell is
+ * spooled (cells_spool.h) under its execution_id and read by offset like an
+ * execution (cells_execution), and cancel_execution of that id interrupts
+ * it (cells_cancel). A warm pool slot may start the default context ahead
+ * (cells_pool_slot).
  *
  * Honest state. Every result names the context's generation. A generation
  * ends when its interpreter dies (oom, killed, exited), is killed after a

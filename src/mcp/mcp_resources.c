@@ -3,7 +3,10 @@
  * content items to the whole of each stream, which resources/read serves in
  * pages, in both protocol eras:
  *
- *   sandboxd://sessions/<session>/executions/<execution_id>/<stdout|stderr>[?offset=<n>]
+ *   sandboxd://sessions/<session>/executions/<execution_id>/<stdout|stderr|outputs>[?offset=<n>]
+ *
+ * (outputs: a run_cell cell's non-stream outputs, one JSON line each; a
+ * cell's execution_id is read with get_execution like an execution's).
  *
  * Every read is a get_execution on the API socket with the caller's token,
  * so the daemon's tenant checks apply unchanged: another user's execution,

@@ -188,6 +188,21 @@ def main():
           "implementation": info.get("implementation", "")})
 
     ops = queue.Queue()
+    # An interrupt that comes before the kernel runs the cell's code (its
+    # execute_input) would be lost, and the cell would then be killed after
+    # the grace with its state: it waits for the code to start.
+    cell = {"running": False, "started": False, "pending": False}
+    cell_lock = threading.Lock()
+
+    def interrupt():
+        with cell_lock:
+            if cell["running"] and not cell["started"]:
+                cell["pending"] = True
+                return
+        try:
+            km.interrupt_kernel()
+        except Exception:  # noqa: BLE001
+            pass
 
     def reader():
         for raw in PROTO_IN:
@@ -199,15 +214,15 @@ def main():
                 continue
             op = msg.get("op")
             if op == "interrupt":
-                try:
-                    km.interrupt_kernel()
-                except Exception:  # noqa: BLE001
-                    pass
+                interrupt()
             elif op == "replay":
                 replay()
             elif op == "stats":
                 emit({"ev": "stats", "id": msg.get("id"), "rss_kb": rss_kb(pid)})
             else:
+                if op in ("execute", "variables"):
+                    with cell_lock:
+                        cell.update(running=True, started=False, pending=False)
                 ops.put(msg)
         ops.put({"op": "shutdown"})
 
@@ -224,6 +239,14 @@ def main():
         return True
 
     def run(code, cid, silent=False, user_expressions=None):
+        # running was set when the op was read (an interrupt may follow it at once)
+        try:
+            return run_cell(code, cid, silent, user_expressions)
+        finally:
+            with cell_lock:
+                cell.update(running=False, started=False, pending=False)
+
+    def run_cell(code, cid, silent, user_expressions):
         msg_id = kc.execute(code, silent=silent, store_history=not silent, allow_stdin=False,
                             stop_on_error=True, user_expressions=user_expressions or {})
         idle = False
@@ -237,6 +260,12 @@ def main():
             if m.get("parent_header", {}).get("msg_id") != msg_id:
                 continue
             t, c = m["msg_type"], m["content"]
+            if t == "execute_input" or (t == "status" and c.get("execution_state") == "idle"):
+                with cell_lock:
+                    cell["started"] = True
+                    pending, cell["pending"] = cell["pending"], False
+                if pending:
+                    interrupt()
             if silent:
                 pass
             elif t == "stream":

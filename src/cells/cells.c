@@ -1274,11 +1274,13 @@ static void record_begin(struct cells *c, const char *user, const char *session,
                                 slot = r;
                         continue;
                 }
-                if (!oldest || r->seq < oldest->seq)
+                /* an ended cell goes first: a running one is still being spooled */
+                if (!oldest || (r->final && !oldest->final) || (r->final == oldest->final && r->seq < oldest->seq))
                         oldest = r;
                 if (strcmp(r->user, user) == 0 && strcmp(r->session, session) == 0) {
                         in_session++;
-                        if (!oldest_s || r->seq < oldest_s->seq)
+                        if (!oldest_s || (r->final && !oldest_s->final) ||
+                            (r->final == oldest_s->final && r->seq < oldest_s->seq))
                                 oldest_s = r;
                 }
         }

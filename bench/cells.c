@@ -5,20 +5,25 @@
  *   cell_jupyter_baseline a Jupyter round trip through jupyter_client inside
  *                         the same container (the path E2B's interpreter
  *                         takes), timed inside the container;
- *   cell_first_new_session the first cell of a new session (container and
- *                         kernel start; the pool is off in this run);
+ *   cell_first_new_session the first cell of a new session with the warm
+ *                         pool empty (container, runner and kernel start);
+ *   cell_first_new_session_warm the same with the pool warm: its slot's
+ *                         kernel was started ahead (pool_cells_prestart);
+ *                         scripts/bench.sh gives this run pool_size 2 and
+ *                         pool_wait 0 (a drained pool sends a session cold);
  *   cell_kernel_idle_rss  the idle kernel's RSS (list_contexts). */
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <unistd.h>
 
 #include "harness.h"
 
 #define CELL_TIMEOUT_MS 120000
 
 /* run_cell; the ms it took, or -1 (why says). */
-static double timed_cell(struct bench *b, struct conn *c, const char *session, const char *code, const char *expect,
-                         char *why, size_t why_size)
+static double timed_cell_p(struct bench *b, struct conn *c, const char *session, const char *code, const char *expect,
+                           bool *ret_prestarted, char *why, size_t why_size)
 {
         cJSON *p = cJSON_CreateObject(), *reply;
         const cJSON *res, *o;
@@ -41,8 +46,84 @@ static double timed_cell(struct bench *b, struct conn *c, const char *session, c
                 if (res)
                         snprintf(why, why_size, "no %s in the outputs", expect);
         }
+        if (ret_prestarted)
+                *ret_prestarted = cJSON_IsTrue(cJSON_GetObjectItem(res, "prestarted"));
         cJSON_Delete(reply);
         return ok ? dt : -1;
+}
+
+static double timed_cell(struct bench *b, struct conn *c, const char *session, const char *code, const char *expect,
+                         char *why, size_t why_size)
+{
+        return timed_cell_p(b, c, session, code, expect, NULL, why, why_size);
+}
+
+static double pool_ready(struct bench *b)
+{
+        cJSON *req = cJSON_CreateObject(), *r;
+        cJSON_AddStringToObject(req, "cmd", "pool");
+        r = admin_call(b->cfg.admin_socket, req, CALL_TIMEOUT_MS);
+        double v = json_num(cJSON_GetObjectItemCaseSensitive(reply_result(r), "pool"), "ready", -1);
+        cJSON_Delete(r);
+        return v;
+}
+
+/* Wait (bounded: 120 s) until the pool holds pool_size ready slots, their
+ * kernels started. */
+static bool pool_full(struct bench *b)
+{
+        for (int i = 0; i < 1200; i++) {
+                if (pool_ready(b) >= b->cfg.pool_size)
+                        return true;
+                usleep(100 * 1000);
+        }
+        return false;
+}
+
+/* First cells of new sessions with the pool warm, then with it drained. */
+static void first_cells_pooled(struct bench *b, struct conn *c, struct measurement *warm, struct measurement *cold,
+                               int n, int *errors)
+{
+        char why[512], session[48];
+        int not_prestarted = 0;
+
+        for (int i = 0; i < n && pool_full(b); i++) {
+                bool pre = false;
+                snprintf(session, sizeof(session), "cellwarm%d", i);
+                double dt = timed_cell_p(b, c, session, "1+1", "2", &pre, why, sizeof(why));
+                if (dt < 0) {
+                        say("warm first cell failed: %s", why);
+                        (*errors)++;
+                } else if (pre)
+                        series_add(&warm->s, dt);
+                else
+                        not_prestarted++;
+                (void)admin_destroy(b, session);
+        }
+        for (int i = 0; i < n && pool_full(b); i++) {
+                for (int k = 0; k < b->cfg.pool_size; k++) { /* drain it: these sessions take the slots */
+                        snprintf(session, sizeof(session), "celldrain%d-%d", i, k);
+                        (void)timed_cell(b, c, session, "1", "1", why, sizeof(why));
+                }
+                bool pre = true;
+                snprintf(session, sizeof(session), "cellcold%d", i);
+                double dt = timed_cell_p(b, c, session, "1+1", "2", &pre, why, sizeof(why));
+                if (dt < 0) {
+                        say("cold first cell failed: %s", why);
+                        (*errors)++;
+                } else if (!pre)
+                        series_add(&cold->s, dt);
+                for (int k = 0; k < b->cfg.pool_size; k++) {
+                        snprintf(session, sizeof(session), "celldrain%d-%d", i, k);
+                        (void)admin_destroy(b, session);
+                }
+                (void)admin_destroy(b, session);
+                snprintf(session, sizeof(session), "cellcold%d", i);
+                (void)admin_destroy(b, session);
+        }
+        if (not_prestarted)
+                snprintf(warm->note + strlen(warm->note), sizeof(warm->note) - strlen(warm->note),
+                         "; %d sample(s) found no kernel ahead", not_prestarted);
 }
 
 static double docker_exec_python(struct bench *b, const char *id)
@@ -99,6 +180,7 @@ int phase_cells(struct bench *b)
         struct measurement *rt = report_add(&b->rep, "cell_roundtrip", "ms");
         struct measurement *jb = report_add(&b->rep, "cell_jupyter_baseline", "ms");
         struct measurement *first = report_add(&b->rep, "cell_first_new_session", "ms");
+        struct measurement *warm = report_add(&b->rep, "cell_first_new_session_warm", "ms");
         struct measurement *rss = report_add(&b->rep, "cell_kernel_idle_rss", "MB");
         int n = b->quick ? 30 : 200, n_first = b->quick ? 2 : 5, errors = 0;
         char why[512], cid[80], session[32];
@@ -111,10 +193,18 @@ int phase_cells(struct bench *b)
         snprintf(jb->note, sizeof(jb->note),
                  "execute 1+1 through jupyter_client's execute_interactive inside the same container (no daemon)");
         snprintf(first->note, sizeof(first->note),
-                 "run_cell 1+1 in a new session with the pool off: container, runner and kernel start");
+                 "run_cell 1+1 in a new session, the warm pool empty: container, runner and kernel start");
+        snprintf(warm->note, sizeof(warm->note),
+                 "run_cell 1+1 in a new session, the warm pool full: the slot's kernel was started ahead");
+        measurement_target(warm, TARGET_P50_LE, 100, "p50 <= 100 ms");
         snprintf(rss->note, sizeof(rss->note), "VmRSS of the idle python kernel (list_contexts rss_kb)");
         if (conn_open(&c, b->cfg.api_socket) < 0)
                 return -1;
+        if (b->cfg.pool_size > 0) {
+                say("cells: first cell of new sessions, pool warm then drained (pool_size %d)", b->cfg.pool_size);
+                first_cells_pooled(b, &c, warm, first, n_first, &errors);
+        } else
+                snprintf(warm->note, sizeof(warm->note), "not measured: pool_size is 0");
         say("cells: first cell of %d new sessions", n_first);
         for (int i = 0; i < n_first; i++) {
                 snprintf(session, sizeof(session), "cellnew%d", i);
@@ -122,7 +212,7 @@ int phase_cells(struct bench *b)
                 if (dt < 0) {
                         say("first cell failed: %s", why);
                         errors++;
-                } else
+                } else if (b->cfg.pool_size == 0) /* pooled: measured above */
                         series_add(&first->s, dt);
                 if (i > 0)
                         (void)admin_destroy(b, session);

@@ -26,7 +26,9 @@ const clip = (s) => (s.length > MAX_TEXT ? s.slice(0, MAX_TEXT) : s);
 let current = null; // the id of the cell running
 function emitText(name, chunk) {
         const text = typeof chunk === 'string' ? chunk : Buffer.from(chunk).toString('utf8');
-        if (current !== null) protoWrite({ ev: 'stream', id: current, name, text: clip(text) });
+        // never cut: what does not fit inline goes by reference (the daemon spools it)
+        for (let i = 0; current !== null && i < Math.max(text.length, 1); i += MAX_TEXT)
+                protoWrite({ ev: 'stream', id: current, name, text: text.slice(i, i + MAX_TEXT) });
 }
 function stream(name) {
         return new Writable({

@@ -42,7 +42,12 @@ _null = os.open(os.devnull, os.O_RDWR)
 os.dup2(_null, 0)
 os.dup2(_null, 1)
 _wlock = threading.Lock()
-MAX_TEXT = 1 << 20  # one output's text or MIME value; the daemon caps the whole cell
+MAX_TEXT = 1 << 20  # a traceback line, an error's name or value
+# One MIME value, whole: what does not fit inline in the result goes by
+# reference (the daemon spools it), so a value is cut only past this
+# (= CELLS_LINE_MAX_CAP less slack), and the line then says "clipped".
+MAX_VALUE = 31 << 20
+STREAM_CHUNK = 1 << 20  # stream text goes in lines of at most this, never cut
 
 
 # The last cell's lines, kept for {"op": "replay"}: a daemon that restarted
@@ -136,6 +141,21 @@ def main():
     # the image's MPLBACKEND=Agg would keep figures from coming back inline
     os.environ["MPLBACKEND"] = "module://matplotlib_inline.backend_inline"
     os.environ.setdefault("JUPYTER_PLATFORM_DIRS", "1")
+    # %pip install out of the box as the session's user on a read-only root:
+    # into the user site under HOME (the workspace: it outlives containers,
+    # and unlike /tmp it is not noexec), past Debian's externally-managed
+    # marker (only the user site is writable anyway); the user site exists
+    # before the kernel starts, so what pip puts there imports at once.
+    os.environ.setdefault("PIP_USER", "1")
+    os.environ.setdefault("PIP_BREAK_SYSTEM_PACKAGES", "1")
+    os.environ.setdefault("PIP_DISABLE_PIP_VERSION_CHECK", "1")
+    os.environ.setdefault("PIP_NO_INPUT", "1")
+    os.environ.setdefault("PIP_CACHE_DIR", os.path.join(tmp, "pip-cache"))
+    try:
+        import site
+        os.makedirs(site.getusersitepackages(), mode=0o755, exist_ok=True)
+    except Exception:  # noqa: BLE001 - no user site: pip says why when asked
+        pass
     os.environ["PYDEVD_DISABLE_FILE_VALIDATION"] = "1"
 
     from jupyter_client.manager import KernelManager
@@ -168,6 +188,21 @@ def main():
           "implementation": info.get("implementation", "")})
 
     ops = queue.Queue()
+    # An interrupt that comes before the kernel runs the cell's code (its
+    # execute_input) would be lost, and the cell would then be killed after
+    # the grace with its state: it waits for the code to start.
+    cell = {"running": False, "started": False, "pending": False}
+    cell_lock = threading.Lock()
+
+    def interrupt():
+        with cell_lock:
+            if cell["running"] and not cell["started"]:
+                cell["pending"] = True
+                return
+        try:
+            km.interrupt_kernel()
+        except Exception:  # noqa: BLE001
+            pass
 
     def reader():
         for raw in PROTO_IN:
@@ -179,15 +214,15 @@ def main():
                 continue
             op = msg.get("op")
             if op == "interrupt":
-                try:
-                    km.interrupt_kernel()
-                except Exception:  # noqa: BLE001
-                    pass
+                interrupt()
             elif op == "replay":
                 replay()
             elif op == "stats":
                 emit({"ev": "stats", "id": msg.get("id"), "rss_kb": rss_kb(pid)})
             else:
+                if op in ("execute", "variables"):
+                    with cell_lock:
+                        cell.update(running=True, started=False, pending=False)
                 ops.put(msg)
         ops.put({"op": "shutdown"})
 
@@ -204,6 +239,14 @@ def main():
         return True
 
     def run(code, cid, silent=False, user_expressions=None):
+        # running was set when the op was read (an interrupt may follow it at once)
+        try:
+            return run_cell(code, cid, silent, user_expressions)
+        finally:
+            with cell_lock:
+                cell.update(running=False, started=False, pending=False)
+
+    def run_cell(code, cid, silent, user_expressions):
         msg_id = kc.execute(code, silent=silent, store_history=not silent, allow_stdin=False,
                             stop_on_error=True, user_expressions=user_expressions or {})
         idle = False
@@ -217,13 +260,25 @@ def main():
             if m.get("parent_header", {}).get("msg_id") != msg_id:
                 continue
             t, c = m["msg_type"], m["content"]
+            if t == "execute_input" or (t == "status" and c.get("execution_state") == "idle"):
+                with cell_lock:
+                    cell["started"] = True
+                    pending, cell["pending"] = cell["pending"], False
+                if pending:
+                    interrupt()
             if silent:
                 pass
             elif t == "stream":
-                emit({"ev": "stream", "id": cid, "name": c.get("name"), "text": clip(c.get("text", ""))}, True)
+                text = c.get("text", "")
+                for i in range(0, max(len(text), 1), STREAM_CHUNK):
+                    emit({"ev": "stream", "id": cid, "name": c.get("name"), "text": text[i:i + STREAM_CHUNK]}, True)
             elif t in ("display_data", "execute_result"):
-                data = {k: clip(v) for k, v in c.get("data", {}).items()}
-                emit({"ev": t, "id": cid, "data": data, "metadata": c.get("metadata", {})}, True)
+                data = c.get("data", {})
+                ev = {"ev": t, "id": cid, "data": data, "metadata": c.get("metadata", {})}
+                if any(isinstance(v, str) and len(v) > MAX_VALUE for v in data.values()):
+                    ev["data"] = {k: (v[:MAX_VALUE] if isinstance(v, str) else v) for k, v in data.items()}
+                    ev["clipped"] = True
+                emit(ev, True)
             elif t == "error":
                 emit({"ev": "error", "id": cid, "ename": clip(c.get("ename", "")),
                       "evalue": clip(c.get("evalue", "")), "traceback": [clip(x) for x in c.get("traceback", [])][:200]},

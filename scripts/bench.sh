@@ -19,9 +19,11 @@
 #                PSS of one published baseline container times S2
 #   --only http  only the http_exec_roundtrip row (POST /v1/exec over HTTPS
 #                against the API socket; well under a minute)
-#   --only cells only the run_cell rows (bench/cells.c): 1+1 on a warm context
+#   --only cells only the run_cell rows (bench/cells.c), with pool_size 2 and
+#                pool_wait 0: 1+1 on a warm context
 #                against docker exec python3 -c 1+1 and a jupyter_client round
-#                trip in the same container, first cell of a new session,
+#                trip in the same container, first cell of a new session
+#                with the pool warm (kernel started ahead) and drained,
 #                the idle kernel's RSS
 #   --only pool  only the warm pool rows: first_command_new_session with the
 #                pool full (against docker run -d + docker exec) and drained,
@@ -51,6 +53,7 @@ cd "$ROOT"
 
 quick=()
 only_pool=0
+only_cells=0
 json=bench/results.json
 while (($#)); do
 	case $1 in
@@ -60,6 +63,7 @@ while (($#)); do
 			{ echo "bench: --only takes: noisy, http, network, pool, restart, cells" >&2; exit 2; }
 		quick+=(--only "$2")
 		[[ $2 == pool ]] && only_pool=1
+		[[ $2 == cells ]] && only_cells=1
 		shift
 		;;
 	--json)
@@ -160,6 +164,10 @@ export SANDBOXD_IDLE_TIMEOUT=${SANDBOXD_IDLE_TIMEOUT:-1h}
 if ((only_pool)); then
 	export SANDBOXD_POOL_SIZE=${SANDBOXD_POOL_SIZE:-4}
 	# the cold row is the path with no wait in line for the refill
+	export SANDBOXD_POOL_WAIT=${SANDBOXD_POOL_WAIT:-0}
+elif ((only_cells)); then
+	# the first cell with the pool warm (its kernel started ahead) and drained
+	export SANDBOXD_POOL_SIZE=${SANDBOXD_POOL_SIZE:-2}
 	export SANDBOXD_POOL_WAIT=${SANDBOXD_POOL_WAIT:-0}
 else
 	# cold_session and the RSS rows measure the cold path and sessions alone

@@ -144,6 +144,9 @@ static const struct config_key keys[] = {
          "0: off)"},
         {"pool_images", CFG_STRING, F(pool_images), 0, 0, 0, "", NULL,
          "per-image pool sizes overriding pool_size, comma-separated image=N (image: image or one of images)"},
+        {"pool_cells_prestart", CFG_ENUM, F(pool_cells_prestart), 0, 0, 0, "python", "python|none",
+         "a warm pool slot starts the default run_cell context (a python kernel) ahead, so a new session's first "
+         "cell pays no interpreter start-up (skipped where the image has no kernel)"},
         {"pool_wait", CFG_MS, F(pool_wait_ms), 0, 0, 60000, "1s", NULL,
          "a new session that finds its image's pool empty waits in line this long at most for the refill, "
          "then takes the cold path (0: never waits)"},
@@ -182,8 +185,8 @@ static const struct config_key keys[] = {
         {"cells_start_timeout", CFG_MS, F(cells_start_timeout_ms), 0, 1000, 600000, "60s", NULL,
          "how long an interpreter context may take to start"},
         {"cells_output_cap", CFG_SIZE, F(cells_output_cap_bytes), 0, 4096, INT64_C(1) << 30, "4m", NULL,
-         "output one cell may return (MIME bundles, streams); past it the rest is dropped and the result says "
-         "truncated"},
+         "output one cell returns inline (MIME bundles, streams); past it the rest goes by reference "
+         "(get_execution on the cell's execution_id) and the result says truncated"},
         {"max_spool_per_session", CFG_SIZE, F(max_spool_per_session_bytes), 0, 0, INT64_C(1) << 40, "1g", NULL,
          "execution output kept on disk per session (overridable per user); past it the oldest goes"},
         {"exec_output_cap", CFG_SIZE, F(exec_output_cap_bytes), 0, 1024, INT64_C(1) << 40, "64m", NULL,

@@ -335,6 +335,7 @@ int daemon_open(const struct sbx_config *cfg, const struct daemon_options *opts,
         r = cells_new(&d->cfg, d->store, d->sessions, d->runner, &d->cells, err);
         if (r < 0)
                 goto fail;
+        pool_set_slot_fn(d->pool, cells_pool_slot, d->cells); /* a slot starts its python context ahead */
         /* before reconciling, so services of containers lost meanwhile are cleared */
         r = service_manager_new(&d->cfg, d->engine, d->store, d->sessions, d->exec, &d->services, err);
         if (r < 0)
@@ -374,8 +375,9 @@ void daemon_close(struct daemon *d)
                 d->fronts_stop(d);
         monitor_stop(d->monitor);
         service_manager_free(d->services);
-        cells_free(d->cells);      /* before the hub: its waiters hold runner jobs */
-        exec_engine_free(d->exec); /* its workers were the last to ask session_busy */
+        pool_set_slot_fn(d->pool, NULL, NULL); /* no slot hook reaches the cells from here on */
+        cells_free(d->cells);                  /* before the hub: its waiters hold runner jobs */
+        exec_engine_free(d->exec);             /* its workers were the last to ask session_busy */
         if (d->sessions)
                 session_set_busy_check(d->sessions, NULL, NULL);
         scripts_free(d->scripts);

@@ -71,9 +71,13 @@
  *         (stderr_offset), stdout (stderr) is the bytes from that offset on
  *         (at most 2 × exec_result_head), and the result adds stdout_offset
  *         and stdout_next_offset (the offset to ask for next; raw bytes).
+ *         A run_cell cell's execution_id is read the same way (api_cells.c:
+ *         kind "cell", its context, status; outputs_offset? pages its
+ *         non-stream outputs, one JSON line each).
  *   send_stdin      {execution_id, data, encoding?, eof?}              → {execution_id, bytes, eof}
  *   resize_terminal {execution_id, rows: 1-1000, cols: 1-1000}   → {execution_id, rows, cols} (a tty execution's window; SIGWINCH)
  *   cancel_execution{execution_id, force?}   → the execution result, after waiting up to the kill grace + 5 s for it to end
+ *         (a cell's id: it is interrupted, force: killed, and the reply is the cell's result)
  *   list_executions {states?: [..], limit?: 1-1000 (50), completed_within_ms?}
  *       → {executions: [result without stdout/stderr, plus command_preview]},
  *         newest first; with completed_within_ms only those that ended that

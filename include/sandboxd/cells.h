@@ -19,8 +19,12 @@
  * The daemon speaks JSON lines with the bridge over the job's stdin and
  * stdout (protocol in harness/kernel_bridge.py). Every line the bridge
  * sends is tenant input: lines are bounded, parsed as JSON, checked field by
- * field, and matched to the cell in flight; a cell's outputs are capped at
- * cells_output_cap (the rest is dropped, the result says truncated).
+ * field, and matched to the cell in flight; a cell's inline outputs are
+ * capped at cells_output_cap, the rest goes by reference: every cell is
+ * spooled (cells_spool.h) under its execution_id and read by offset like an
+ * execution (cells_execution), and cancel_execution of that id interrupts
+ * it (cells_cancel). A warm pool slot may start the default context ahead
+ * (cells_pool_slot).
  *
  * Honest state. Every result names the context's generation. A generation
  * ends when its interpreter dies (oom, killed, exited), is killed after a
@@ -76,6 +80,13 @@ struct cells;
 /* Called on the caller's thread with each output of the cell as it comes
  * (a stream chunk, a display, an error): progress. */
 typedef void (*cells_output_fn)(void *userdata, const cJSON *output);
+/* Called on the caller's thread once the cell has its execution_id, before
+ * it runs (a cancel_execution can name it from then on). */
+typedef void (*cells_start_fn)(void *userdata, const char *execution_id);
+
+/* A cell's streams by reference, in this order: stdout, stderr, outputs
+ * (every output that is not stream text, one JSON line each). */
+#define CELLS_STREAMS 3
 
 struct cells_request {
         const char *user;
@@ -87,7 +98,22 @@ struct cells_request {
         const char *const *env; /* "K=V", NULL-terminated: the environment of a context it starts */
         const char *actor;      /* for the audit log: "token:<id>", ... */
         cells_output_fn on_output;
+        cells_start_fn on_start;
         void *userdata;
+};
+
+/* A recent cell seen as an execution (get_execution on its id): the
+ * streams' totals and, for each offset >= 0 asked, up to max bytes from it. */
+struct cells_execution_view {
+        char id[37];
+        char context[CELLS_NAME_MAX + 1];
+        char status[16]; /* "running" until it ends, then run_cell's status */
+        bool final, truncated, dropped;
+        int64_t created_at, duration_ms;
+        uint64_t total[CELLS_STREAMS];
+        uint64_t offset[CELLS_STREAMS];
+        char *data[CELLS_STREAMS]; /* malloc'd (NULL: not asked or nothing there) */
+        size_t len[CELLS_STREAMS];
 };
 
 int cells_new(const struct sbx_config *cfg, struct store *st, struct session_manager *sm, struct runner_hub *hub,
@@ -121,6 +147,28 @@ int cells_last(struct cells *c, const char *user, const char *session, const cha
  * running run_cell then applies the interrupt grace as on a timeout.
  * -EALREADY when no cell runs. */
 int cells_interrupt(struct cells *c, const char *user, const char *session, const char *context, struct sbx_error *err);
+
+/* cancel_execution of a cell by its execution_id: interrupted as on a
+ * timeout (force: its context is killed at once, state_lost cancelled),
+ * then *ret is its result once it ended (waiting up to wait_ms; else
+ * {execution_id, status: running, cancelled}). -ENOENT when the id is no
+ * cell of the session (it may be an execution), -EALREADY when it ended. */
+int cells_cancel(struct cells *c, const char *user, const char *session, const char *execution_id, bool force,
+                 int wait_ms, cJSON **ret, struct sbx_error *err);
+/* One of the session's recent cells (its last 8; 64 in all) by
+ * execution_id: -ENOENT when it is not one. */
+int cells_execution(struct cells *c, const char *user, const char *session, const char *execution_id,
+                    const int64_t offsets[CELLS_STREAMS], size_t max, struct cells_execution_view *ret,
+                    struct sbx_error *err);
+void cells_execution_view_done(struct cells_execution_view *v);
+
+/* The warm pool's slot hook (pool.h, pool_slot_fn; userdata the cells).
+ * A slot made starts its default python context ahead (pool_cells_prestart;
+ * an image without a kernel just has none); the session that claims the
+ * slot gets it as its default context, generation 1, already running, and
+ * its cells say prestarted. A slot discarded takes its kernel with its
+ * container. */
+void cells_pool_slot(void *userdata, const char *slot, const char *container_id, const char *user, const char *session);
 
 bool cells_name_valid(const char *name);
 /* A cell (or a variables request) of one of the session's contexts is

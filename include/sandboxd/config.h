@@ -73,10 +73,11 @@ struct sbx_config {
 
         /* sessions and monitoring */
         int max_sessions;
-        int pool_size;             /* warm pool (pool.h): slots per image; 0: off */
-        char pool_images[1024];    /* per-image overrides of pool_size: "image=N,..." */
-        int pool_wait_ms;          /* a claim on a dry pool waits this long for the refill at most */
-        int max_sessions_per_user; /* default of the per-user quota (quota.h) */
+        int pool_size;                /* warm pool (pool.h): slots per image; 0: off */
+        char pool_images[1024];       /* per-image overrides of pool_size: "image=N,..." */
+        int pool_wait_ms;             /* a claim on a dry pool waits this long for the refill at most */
+        char pool_cells_prestart[16]; /* "python": a slot starts its default run_cell context ahead; "none" */
+        int max_sessions_per_user;    /* default of the per-user quota (quota.h) */
         int idle_timeout_s;
         int monitor_interval_ms;
         int startup_checks;

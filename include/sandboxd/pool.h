@@ -60,10 +60,19 @@ struct pool;
 
 /* Live sessions right now (the pool keeps slots + sessions <= max_sessions). */
 typedef size_t (*pool_load_fn)(void *userdata);
+/* A slot's life, for what runs in it besides the runner (cells.h: the
+ * pre-started interpreter). user NULL: the slot's container runs and its
+ * runner is connected; the slot becomes ready when this returns (refill
+ * thread). user set: user:session claimed it (the claimant's thread). */
+typedef void (*pool_slot_fn)(void *userdata, const char *slot, const char *container_id, const char *user,
+                             const char *session);
 
 int pool_new(const struct sbx_config *cfg, struct engine *d, struct store *st, struct runner_hub *h,
              const char *const *extra_labels, struct pool **ret, struct sbx_error *err);
 void pool_set_load_fn(struct pool *p, pool_load_fn fn, void *userdata);
+/* Set (or, fn NULL, clear) the slot hook; waits for a call under way, so
+ * after clearing it nothing calls the old one. NULL p is fine. */
+void pool_set_slot_fn(struct pool *p, pool_slot_fn fn, void *userdata);
 /* Start the refill thread (nothing when pool_size is 0). */
 int pool_start(struct pool *p, struct sbx_error *err);
 /* Stops the thread; containers stay (a restart adopts them). NULL is fine. */

@@ -38,6 +38,93 @@ static void on_cell_output(void *ud, const cJSON *o)
         cJSON_Delete(ev);
 }
 
+static void on_cell_start(void *ud, const char *execution_id)
+{
+        struct api_req *q = ud;
+        cJSON *ev = cJSON_CreateObject();
+
+        cJSON_AddStringToObject(ev, "execution_id", execution_id);
+        api_send_event(q, "started", ev);
+        cJSON_Delete(ev);
+}
+
+int api_cell_cancel(struct api_req *q, const char *id, bool force, cJSON **ret, struct fronterr *e)
+{
+        struct sbx_error err = {0};
+        int wait_ms = q->d->cfg.cells_interrupt_grace_ms + 15000; /* interrupt, grace, kill */
+        int r = cells_cancel(q->d->cells, q->tok.user, q->session, id, force, wait_ms, ret, &err);
+
+        if (r == -ENOENT)
+                return 1;
+        if (r < 0)
+                return fronterr_errno(e, r, &err, "cancel_execution");
+        cJSON_AddStringToObject(*ret, "session", q->session);
+        return 0;
+}
+
+int api_cell_execution(struct api_req *q, const char *id, const int64_t offsets[3], bool base64, int64_t wait_s,
+                       cJSON **ret, struct fronterr *e)
+{
+        struct cells_execution_view v;
+        struct sbx_error err = {0};
+        int64_t until = sbx_now_ms() + wait_s * 1000;
+        size_t max = (size_t)q->d->cfg.exec_result_head_bytes * 2;
+        cJSON *o;
+        int r;
+
+        for (;;) {
+                bool more = false;
+                r = cells_execution(q->d->cells, q->tok.user, q->session, id, offsets, max, &v, &err);
+                if (r == -ENOENT)
+                        return 1;
+                if (r < 0)
+                        return fronterr_errno(e, r, &err, "get_execution");
+                for (int k = 0; k < CELLS_STREAMS; k++)
+                        more = more || v.len[k] > 0;
+                if (v.final || more || sbx_now_ms() >= until)
+                        break;
+                cells_execution_view_done(&v);
+                if (api_should_abandon(q))
+                        return -1;
+                sbx_sleep_ms(100);
+        }
+        o = cJSON_CreateObject();
+        cJSON_AddStringToObject(o, "execution_id", v.id);
+        cJSON_AddStringToObject(o, "session", q->session);
+        cJSON_AddStringToObject(o, "kind", "cell");
+        cJSON_AddStringToObject(o, "context", v.context);
+        /* the states of an execution, so that pollers and the MCP pages read it */
+        cJSON_AddStringToObject(o, "state",
+                                !v.final                                                           ? "running"
+                                : strcmp(v.status, "cancelled") == 0                               ? "cancelled"
+                                : strcmp(v.status, "timeout") == 0                                 ? "timeout"
+                                : strcmp(v.status, "died") == 0 || strcmp(v.status, "failed") == 0 ? "failed"
+                                                                                                   : "completed");
+        cJSON_AddStringToObject(o, "status", v.status);
+        cJSON_AddBoolToObject(o, "truncated", v.truncated);
+        if (v.dropped)
+                cJSON_AddTrueToObject(o, "output_dropped");
+        cJSON_AddNumberToObject(o, "duration_ms", (double)v.duration_ms);
+        cJSON_AddNumberToObject(o, "created_at", (double)v.created_at);
+        cJSON_AddStringToObject(o, "encoding", base64 ? "base64" : "utf8");
+        for (int k = 0; k < CELLS_STREAMS; k++) {
+                static const char *const names[CELLS_STREAMS] = {"stdout", "stderr", "outputs"};
+                char key[40];
+                snprintf(key, sizeof(key), "%s_bytes", names[k]);
+                cJSON_AddNumberToObject(o, key, (double)v.total[k]);
+                if (offsets[k] < 0)
+                        continue;
+                api_add_bytes(o, names[k], v.data[k] ? v.data[k] : "", v.len[k], base64);
+                snprintf(key, sizeof(key), "%s_offset", names[k]);
+                cJSON_AddNumberToObject(o, key, (double)v.offset[k]);
+                snprintf(key, sizeof(key), "%s_next_offset", names[k]);
+                cJSON_AddNumberToObject(o, key, (double)(v.offset[k] + v.len[k]));
+        }
+        cells_execution_view_done(&v);
+        *ret = o;
+        return 0;
+}
+
 static int p_context(struct api_req *q, const char **ret, struct fronterr *e)
 {
         if (jparam_string(&q->args, "context", false, ret, e) < 0)
@@ -103,6 +190,7 @@ int api_m_run_cell(struct api_req *q, cJSON **ret, struct fronterr *e)
                         .env = n_env ? env : NULL,
                         .actor = q->actor,
                         .on_output = stream ? on_cell_output : NULL,
+                        .on_start = stream ? on_cell_start : NULL,
                         .userdata = q,
                 };
                 r = cells_run(q->d->cells, &req, ret, &err);

@@ -123,6 +123,12 @@ int api_m_get_execution(struct api_req *q, cJSON **ret, struct fronterr *e);
 int api_m_send_stdin(struct api_req *q, cJSON **ret, struct fronterr *e);
 int api_m_resize_terminal(struct api_req *q, cJSON **ret, struct fronterr *e);
 int api_m_cancel_execution(struct api_req *q, cJSON **ret, struct fronterr *e);
+/* get_execution and cancel_execution of a run_cell cell (api_cells.c): 1
+ * when id is no cell of the session (an execution's, maybe), else as a
+ * method (0 with *ret, or -1 with e). offsets: stdout, stderr, outputs. */
+int api_cell_execution(struct api_req *q, const char *id, const int64_t offsets[3], bool base64, int64_t wait_s,
+                       cJSON **ret, struct fronterr *e);
+int api_cell_cancel(struct api_req *q, const char *id, bool force, cJSON **ret, struct fronterr *e);
 int api_m_list_executions(struct api_req *q, cJSON **ret, struct fronterr *e);
 
 /* A stream of r as text: head, the omitted-bytes note, tail. */

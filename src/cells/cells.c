@@ -14,11 +14,14 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/stat.h>
 
+#include "cells_spool.h"
 #include "sandboxd/cells.h"
 #include "sandboxd/audit.h"
 #include "sandboxd/sha256.h"
 #include "sandboxd/log.h"
+#include "sandboxd/pool.h"
 #include "sandboxd/runner.h"
 #include "sandboxd/session.h"
 #include "sandboxd/store_cells.h"
@@ -35,7 +38,34 @@ extern const char cells_bridge_node[];
 #define CELLS_STDERR_LOG_MAX 512     /* bridge stderr bytes logged per chunk (debug) */
 #define CELLS_VARS_TIMEOUT_MS 10000
 #define CELLS_MAX_ENV 256
-#define CELLS_ADOPT_WAIT_MS 30000 /* for a session's runner to come back after a restart */
+#define CELLS_ADOPT_WAIT_MS 30000     /* for a session's runner to come back after a restart */
+#define CELLS_LINE_MAX_CAP (32 << 20) /* the longest bridge line (one output) we assemble */
+#define CELLS_MAX_STUBS 256           /* by-reference entries in one result's outputs */
+#define CELLS_STUB_VALUE_MAX 1024     /* MIME values a by-reference entry still carries inline */
+#define CELLS_RECENT_MAX 64           /* cells whose spool is kept, in all */
+#define CELLS_RECENT_PER_SESSION 8    /* ... and per session */
+#define CELLS_CANCEL_SLACK_MS 5000
+
+_Static_assert(CELL_STREAMS == CELLS_STREAMS, "the streams of cells.h are those of cells_spool.h");
+
+/* A pool slot's default context, started ahead (engine lock). */
+struct prestart {
+        struct prestart *next;
+        char slot[65];
+        struct cell_ctx *x;
+};
+
+/* A recent cell, by its execution_id: its spool stays readable until it
+ * is pushed out (oldest first, per session and in all). Engine lock. */
+struct cell_record {
+        bool used, final;
+        uint64_t seq;
+        char id[37], user[65], session[65], context[CELLS_NAME_MAX + 1];
+        char status[16];
+        uint64_t total[CELL_STREAMS];
+        bool truncated, lost;
+        int64_t created_at, duration_ms;
+};
 
 enum ctx_phase {
         CTX_IDLE,     /* no generation runs (never started, or it ended) */
@@ -76,13 +106,19 @@ struct cell_ctx {
         int64_t last_used; /* unix ms */
         bool busy;         /* a cell or a variables request holds the context */
         bool interrupt_requested;
+        bool cancel_requested, cancel_force; /* cancel_execution of the cell in flight */
+        char exec_id[37];                    /* the cell in flight ("" between cells) */
+        struct cell_spool *spool;            /* its output by reference (NULL: none) */
+        int stubs;                           /* by-reference entries in outputs */
+        bool dropped;                        /* output not kept anywhere (a line past line_max) */
         /* after a daemon restart (adopted job): lines are ignored until the
          * bridge's replay_begin; the replayed cell holds the context (busy)
          * until it is done or the interpreter ends */
         bool adopting, adopted_cell, adopt_busy;
         bool adopt_pending; /* the adopter has yet to take its job back */
-        bool deleted;       /* no longer listed: its row is gone and stays gone */
-        cJSON *last_result; /* the last cell's result, for last_cell */
+        bool deleted;       /* no longer listed: its row is gone and stays gone (or not listed yet: a pool slot's) */
+        int64_t prestarted_generation; /* started ahead in a pool slot (cells_pool_slot) */
+        cJSON *last_result;            /* the last cell's result, for last_cell */
         /* the request in flight */
         uint64_t next_id, cur_id;
         cJSON *outputs;
@@ -112,6 +148,11 @@ struct cells {
         bool has_reaper;
         pthread_t adopter;
         bool has_adopter;
+        char spool_dir[SBX_PATH_MAX + 16];
+        bool spool_ok;
+        struct prestart *prestarts; /* pool slots' default contexts, not listed yet */
+        struct cell_record recent[CELLS_RECENT_MAX];
+        uint64_t recent_seq;
 };
 
 bool cells_name_valid(const char *name)
@@ -215,21 +256,80 @@ static cJSON *mime_bundle(const cJSON *data)
         return out;
 }
 
+/* A by-reference entry for an output that does not fit inline: where its
+ * bytes are in the cell's spool (get_execution <stream>_offset), and for a
+ * bundle the small values (text/plain of a figure) and the omitted types. */
+static cJSON *stub_of(const cJSON *o, enum cell_stream st, uint64_t off, size_t len)
+{
+        cJSON *s = cJSON_CreateObject(), *ref, *it, *data, *omitted;
+        const char *type = str_of(o, "type") ?: "";
+
+        cJSON_AddStringToObject(s, "type", type);
+        if (st != CELL_OUTPUTS) {
+                cJSON_AddStringToObject(s, "name", cell_stream_name(st));
+                cJSON_AddStringToObject(s, "text", "");
+        } else if (strcmp(type, "error") == 0) {
+                cJSON_AddStringToObject(s, "name", str_of(o, "name") ?: "");
+                cJSON_AddStringToObject(s, "value", str_of(o, "value") ?: "");
+                cJSON_AddArrayToObject(s, "traceback");
+        } else {
+                data = cJSON_AddObjectToObject(s, "data");
+                omitted = cJSON_AddArrayToObject(s, "omitted");
+                cJSON_ArrayForEach(it, cJSON_GetObjectItemCaseSensitive(o, "data")) {
+                        if (cJSON_IsString(it) && strlen(it->valuestring) <= CELLS_STUB_VALUE_MAX)
+                                cJSON_AddItemToObject(data, it->string, cJSON_Duplicate(it, true));
+                        else
+                                cJSON_AddItemToArray(omitted, cJSON_CreateString(it->string));
+                }
+        }
+        ref = cJSON_AddObjectToObject(s, "by_reference");
+        cJSON_AddStringToObject(ref, "stream", cell_stream_name(st));
+        cJSON_AddNumberToObject(ref, "offset", (double)off);
+        cJSON_AddNumberToObject(ref, "bytes", (double)len);
+        return s;
+}
+
 /* Append an output of the cell in flight (ctx->lock held); consecutive
- * stream chunks of one stream are merged. */
-static void add_output(struct cell_ctx *x, cJSON *o, size_t cost)
+ * stream chunks of one stream are merged. One that does not fit in
+ * cells_output_cap goes by reference when it is spooled (st, off, len:
+ * where), else it is dropped (truncated either way). */
+static void add_output(struct cell_ctx *x, cJSON *o, size_t cost, enum cell_stream st, bool spooled, uint64_t off,
+                       size_t len)
 {
         cJSON *last;
         const char *type = str_of(o, "type");
 
-        if (x->truncated || x->out_bytes + cost > (size_t)x->c->cfg->cells_output_cap_bytes) {
+        last = x->outputs ? cJSON_GetArrayItem(x->outputs, cJSON_GetArraySize(x->outputs) - 1) : NULL;
+        if (x->out_bytes + cost > (size_t)x->c->cfg->cells_output_cap_bytes) {
+                cJSON *lref = last ? cJSON_GetObjectItemCaseSensitive(last, "by_reference") : NULL;
                 x->truncated = true;
+                if (!spooled) {
+                        cJSON_Delete(o);
+                        return;
+                }
+                /* stream text by reference: one entry for a run of chunks */
+                if (st != CELL_OUTPUTS && lref && strcmp(str_of(lref, "stream") ?: "", cell_stream_name(st)) == 0) {
+                        cJSON *b = cJSON_GetObjectItemCaseSensitive(lref, "bytes");
+                        cJSON_SetNumberValue(b, b->valuedouble + (double)len);
+                        cJSON_Delete(o);
+                        return;
+                }
+                if (x->stubs >= CELLS_MAX_STUBS) {
+                        cJSON_Delete(o);
+                        return;
+                }
+                x->stubs++;
+                cJSON *s = stub_of(o, st, off, len);
                 cJSON_Delete(o);
+                o = s;
+                if (!x->outputs)
+                        x->outputs = cJSON_CreateArray();
+                cJSON_AddItemToArray(x->outputs, o);
                 return;
         }
         x->out_bytes += cost;
-        last = x->outputs ? cJSON_GetArrayItem(x->outputs, cJSON_GetArraySize(x->outputs) - 1) : NULL;
         if (last && type && strcmp(type, "stream") == 0 && strcmp(str_of(last, "type") ?: "", "stream") == 0 &&
+            !cJSON_GetObjectItemCaseSensitive(last, "by_reference") &&
             strcmp(str_of(last, "name") ?: "", str_of(o, "name") ?: "") == 0 &&
             !cJSON_IsTrue(cJSON_GetObjectItem(last, "_sent"))) {
                 const char *a = str_of(last, "text"), *b = str_of(o, "text");
@@ -247,6 +347,27 @@ static void add_output(struct cell_ctx *x, cJSON *o, size_t cost)
         if (!x->outputs)
                 x->outputs = cJSON_CreateArray();
         cJSON_AddItemToArray(x->outputs, o);
+}
+
+/* Spool an output that is not stream text as one JSON line (ctx->lock
+ * held); false when it is not kept. */
+static bool spool_output(struct cell_ctx *x, const cJSON *o, uint64_t *ret_off, size_t *ret_len)
+{
+        char *s;
+        size_t n;
+        bool ok;
+
+        if (!x->spool)
+                return false;
+        s = cJSON_PrintUnformatted(o);
+        if (!s)
+                return false;
+        n = strlen(s);
+        s[n] = '\n'; /* over the NUL: the length is known */
+        ok = cell_spool_append(x->spool, CELL_OUTPUTS, s, n + 1, ret_off) == 0;
+        free(s);
+        *ret_len = n + 1;
+        return ok;
 }
 
 static void handle_line(struct cell_ctx *x, const char *line, size_t len)
@@ -301,14 +422,20 @@ static void handle_line(struct cell_ctx *x, const char *line, size_t len)
                 x->rss_kb = cJSON_IsNumber(v) && v->valuedouble >= 0 && v->valuedouble < 1e12 ? (int64_t)v->valuedouble
                                                                                               : -1;
         } else if (x->cur_id && id_is(j, x->cur_id) && !x->done) {
+                if (cJSON_IsTrue(cJSON_GetObjectItemCaseSensitive(j, "clipped")))
+                        x->dropped = x->truncated = true; /* the bridge cut a value past its bound */
                 if (strcmp(ev, "stream") == 0) {
                         const char *name = str_of(j, "name"), *text = str_of(j, "text");
                         if (name && text && (strcmp(name, "stdout") == 0 || strcmp(name, "stderr") == 0)) {
+                                enum cell_stream st = strcmp(name, "stdout") == 0 ? CELL_STDOUT : CELL_STDERR;
+                                size_t tl = strlen(text);
+                                uint64_t off = 0;
+                                bool sp = x->spool && cell_spool_append(x->spool, st, text, tl, &off) == 0;
                                 o = cJSON_CreateObject();
                                 cJSON_AddStringToObject(o, "type", "stream");
                                 cJSON_AddStringToObject(o, "name", name);
                                 cJSON_AddStringToObject(o, "text", text);
-                                add_output(x, o, len);
+                                add_output(x, o, len, st, sp, off, tl);
                         }
                 } else if (strcmp(ev, "display_data") == 0 || strcmp(ev, "execute_result") == 0) {
                         cJSON *data = mime_bundle(cJSON_GetObjectItemCaseSensitive(j, "data"));
@@ -319,7 +446,10 @@ static void handle_line(struct cell_ctx *x, const char *line, size_t len)
                                 cJSON_AddItemToObject(o, "data", data);
                                 if (cJSON_IsObject(md) && md->child)
                                         cJSON_AddItemToObject(o, "metadata", cJSON_Duplicate(md, true));
-                                add_output(x, o, len);
+                                uint64_t off = 0;
+                                size_t ol = 0;
+                                bool sp = spool_output(x, o, &off, &ol);
+                                add_output(x, o, len, CELL_OUTPUTS, sp, off, ol);
                         }
                 } else if (strcmp(ev, "error") == 0) {
                         const cJSON *tb = cJSON_GetObjectItemCaseSensitive(j, "traceback"), *it;
@@ -332,7 +462,10 @@ static void handle_line(struct cell_ctx *x, const char *line, size_t len)
                                 cJSON_ArrayForEach(it, tb)
                                         if (cJSON_IsString(it))
                                                 cJSON_AddItemToArray(a, cJSON_CreateString(it->valuestring));
-                        add_output(x, o, len);
+                        uint64_t off = 0;
+                        size_t ol = 0;
+                        bool sp = spool_output(x, o, &off, &ol);
+                        add_output(x, o, len, CELL_OUTPUTS, sp, off, ol);
                 } else if (strcmp(ev, "clear_output") == 0) {
                         cJSON_Delete(x->outputs);
                         x->outputs = NULL;
@@ -377,13 +510,22 @@ out:
         cJSON_Delete(j);
 }
 
+/* The longest bridge line: one output, whole, so that it can go by
+ * reference (bounded: the bridge clips a value past CELLS_LINE_MAX_CAP). */
+static size_t line_max(const struct sbx_config *cfg)
+{
+        int64_t m = cfg->exec_output_cap_bytes > cfg->cells_output_cap_bytes ? cfg->exec_output_cap_bytes
+                                                                             : cfg->cells_output_cap_bytes;
+        return (size_t)(m < CELLS_LINE_MAX_CAP ? m : CELLS_LINE_MAX_CAP) + CELLS_LINE_SLACK;
+}
+
 /* The runner's output callback (hub thread): stdout is the bridge's lines,
  * stderr its diagnostics. Lines past the cap are skipped whole. */
 static void cell_on_output(void *ud, int stream, const void *data, size_t len)
 {
         struct cell_ctx *x = ud;
         const char *p = data, *end = p + len;
-        size_t max = (size_t)x->c->cfg->cells_output_cap_bytes + CELLS_LINE_SLACK;
+        size_t max = line_max(x->c->cfg);
 
         if (stream != 0) {
                 log_debug("cells: %s:%s/%s bridge: %.*s", x->user, x->session, x->name,
@@ -398,7 +540,7 @@ static void cell_on_output(void *ud, int stream, const void *data, size_t len)
                                 x->line_skip = true;
                                 x->line_len = 0;
                                 pthread_mutex_lock(&x->lock);
-                                x->truncated = true;
+                                x->truncated = x->dropped = true;
                                 pthread_mutex_unlock(&x->lock);
                         } else {
                                 if (x->line_len + n + 1 > x->line_cap) {
@@ -800,6 +942,26 @@ static int ctx_get(struct cells *c, const char *user, const char *session, const
                 x->refs++;
                 pthread_mutex_unlock(&c->lock);
                 if (language && strcmp(language, x->language) != 0) {
+                        /* the python kernel a warm slot started ahead, never used:
+                         * the first cell asks for another language, so it goes */
+                        pthread_mutex_lock(&x->lock);
+                        bool fresh = x->prestarted_generation && x->generation == x->prestarted_generation &&
+                                     x->execution_count == 0 && !x->busy;
+                        if (fresh)
+                                x->busy = true;
+                        pthread_mutex_unlock(&x->lock);
+                        if (fresh) {
+                                ctx_kill(x, "", true);
+                                pthread_mutex_lock(&x->lock);
+                                sbx_strlcpy(x->language, language, sizeof(x->language));
+                                x->generation = x->prestarted_generation = 0;
+                                x->lost_cause[0] = '\0';
+                                x->busy = false;
+                                ctx_persist_locked(x, false);
+                                pthread_mutex_unlock(&x->lock);
+                                *ret = x;
+                                return 0;
+                        }
                         sbx_error_set(err, -EINVAL, 0, "context %s is a %s context (use another context name)", name,
                                       x->language);
                         ctx_unref(x);
@@ -951,6 +1113,36 @@ static void send_progress(struct cell_ctx *x, int *sent, const struct cells_requ
         }
 }
 
+/* res.stdout / res.stderr: the inline text, or when the stream was longer
+ * (the rest went by reference) its head and tail from the spool around a
+ * marker, as exec's results are (ctx->lock held). */
+static void add_stream_field(struct cell_ctx *x, cJSON *res, enum cell_stream st, const char *inl, size_t inl_len)
+{
+        uint64_t total = cell_spool_total(x->spool, st);
+        size_t h = (size_t)x->c->cfg->exec_result_head_bytes;
+        char *head = NULL, *tail = NULL, *all = NULL, marker[96];
+        size_t hl = 0, tl = 0;
+
+        if (!x->spool || total <= inl_len || total <= 2 * (uint64_t)h ||
+            cell_spool_read(x->c->spool_dir, x->exec_id, st, 0, h, &head, &hl) < 0 ||
+            cell_spool_read(x->c->spool_dir, x->exec_id, st, total - h, h, &tail, &tl) < 0) {
+                free(head);
+                cJSON_AddStringToObject(res, cell_stream_name(st), inl);
+                return;
+        }
+        snprintf(marker, sizeof(marker), "\n...[%llu bytes omitted: get_execution %s_offset]...\n",
+                 (unsigned long long)(total - hl - tl), cell_stream_name(st));
+        char *hc = utf8_sanitize(head, hl), *tc = utf8_sanitize(tail, tl);
+        if (hc && tc && asprintf(&all, "%s%s%s", hc, marker, tc) < 0)
+                all = NULL;
+        cJSON_AddStringToObject(res, cell_stream_name(st), all ? all : inl);
+        free(all);
+        free(hc);
+        free(tc);
+        free(head);
+        free(tail);
+}
+
 /* The result of the cell in x->outputs (ctx->lock held); takes lost. */
 static cJSON *result_locked(struct cell_ctx *x, bool timed_out, bool killed, cJSON *lost)
 {
@@ -987,10 +1179,18 @@ static cJSON *result_locked(struct cell_ctx *x, bool timed_out, bool killed, cJS
                                 b += n;
                         }
                 }
-                cJSON_AddStringToObject(res, "stdout", so ? so : "");
-                cJSON_AddStringToObject(res, "stderr", se ? se : "");
+                add_stream_field(x, res, CELL_STDOUT, so ? so : "", a);
+                add_stream_field(x, res, CELL_STDERR, se ? se : "", b);
                 free(so);
                 free(se);
+        }
+        if (x->exec_id[0]) {
+                cJSON_AddStringToObject(res, "execution_id", x->exec_id);
+                for (int k = 0; k < CELL_STREAMS; k++) {
+                        char key[32];
+                        snprintf(key, sizeof(key), "%s_bytes", cell_stream_name(k));
+                        cJSON_AddNumberToObject(res, key, (double)cell_spool_total(x->spool, k));
+                }
         }
         cJSON_AddItemToObject(res, "outputs", outs);
         if (first_error) {
@@ -1004,11 +1204,19 @@ static cJSON *result_locked(struct cell_ctx *x, bool timed_out, bool killed, cJS
         const char *status = x->done ? (x->done_status[0] ? x->done_status : "ok") : killed ? "timeout" : "died";
         if (x->done && timed_out)
                 status = "timeout"; /* interrupted in time: state kept */
+        if (x->cancel_requested && (x->done || killed))
+                status = "cancelled";
         cJSON_AddStringToObject(res, "status", status);
-        if (timed_out || killed)
+        if (timed_out || (killed && !x->cancel_requested))
                 cJSON_AddTrueToObject(res, "timed_out");
         if (x->truncated)
                 cJSON_AddTrueToObject(res, "truncated");
+        if (x->dropped || cell_spool_lost(x->spool))
+                cJSON_AddTrueToObject(res, "output_dropped");
+        if (x->cancel_requested)
+                cJSON_AddTrueToObject(res, "cancelled");
+        if (x->prestarted_generation && x->prestarted_generation == x->generation)
+                cJSON_AddTrueToObject(res, "prestarted"); /* its interpreter was started in a warm pool slot */
         if (lost)
                 cJSON_AddItemToObject(res, "state_lost", lost);
         return res;
@@ -1039,6 +1247,93 @@ static void audit_cell(struct cell_ctx *x, const struct cells_request *req, cons
         cJSON_Delete(d);
 }
 
+/* ---- recent cells (engine lock) ---- */
+
+static struct cell_record *record_find_locked(struct cells *c, const char *user, const char *session, const char *id)
+{
+        for (size_t i = 0; i < CELLS_RECENT_MAX; i++) {
+                struct cell_record *r = &c->recent[i];
+                if (r->used && strcmp(r->id, id) == 0 && strcmp(r->user, user) == 0 && strcmp(r->session, session) == 0)
+                        return r;
+        }
+        return NULL;
+}
+
+/* A slot for a new cell: a free one, else the session's oldest when it
+ * holds its share, else the oldest of all; an evicted cell's spool goes. */
+static void record_begin(struct cells *c, const char *user, const char *session, const char *context, const char *id)
+{
+        struct cell_record *slot = NULL, *oldest = NULL, *oldest_s = NULL;
+        size_t in_session = 0;
+
+        pthread_mutex_lock(&c->lock);
+        for (size_t i = 0; i < CELLS_RECENT_MAX; i++) {
+                struct cell_record *r = &c->recent[i];
+                if (!r->used) {
+                        if (!slot)
+                                slot = r;
+                        continue;
+                }
+                /* an ended cell goes first: a running one is still being spooled */
+                if (!oldest || (r->final && !oldest->final) || (r->final == oldest->final && r->seq < oldest->seq))
+                        oldest = r;
+                if (strcmp(r->user, user) == 0 && strcmp(r->session, session) == 0) {
+                        in_session++;
+                        if (!oldest_s || (r->final && !oldest_s->final) ||
+                            (r->final == oldest_s->final && r->seq < oldest_s->seq))
+                                oldest_s = r;
+                }
+        }
+        if (in_session >= CELLS_RECENT_PER_SESSION)
+                slot = oldest_s;
+        else if (!slot)
+                slot = oldest;
+        if (slot->used)
+                cell_spool_remove(c->spool_dir, slot->id);
+        *slot = (struct cell_record){.used = true, .seq = ++c->recent_seq, .created_at = sbx_wall_ms()};
+        sbx_strlcpy(slot->id, id, sizeof(slot->id));
+        sbx_strlcpy(slot->user, user, sizeof(slot->user));
+        sbx_strlcpy(slot->session, session, sizeof(slot->session));
+        sbx_strlcpy(slot->context, context, sizeof(slot->context));
+        sbx_strlcpy(slot->status, "running", sizeof(slot->status));
+        pthread_mutex_unlock(&c->lock);
+}
+
+static void record_end(struct cells *c, const char *user, const char *session, const char *id, const cJSON *res,
+                       const uint64_t total[CELL_STREAMS])
+{
+        struct cell_record *r;
+        const cJSON *st = cJSON_GetObjectItemCaseSensitive(res, "status");
+        const cJSON *d = cJSON_GetObjectItemCaseSensitive(res, "duration_ms");
+
+        pthread_mutex_lock(&c->lock);
+        r = record_find_locked(c, user, session, id);
+        if (r) {
+                r->final = true;
+                sbx_strlcpy(r->status, cJSON_IsString(st) ? st->valuestring : "failed", sizeof(r->status));
+                memcpy(r->total, total, sizeof(r->total));
+                r->truncated = cJSON_IsTrue(cJSON_GetObjectItemCaseSensitive(res, "truncated"));
+                r->lost = cJSON_IsTrue(cJSON_GetObjectItemCaseSensitive(res, "output_dropped"));
+                r->duration_ms = cJSON_IsNumber(d) ? (int64_t)d->valuedouble : 0;
+        }
+        pthread_mutex_unlock(&c->lock);
+}
+
+/* Drop the records (and spools) of a session's cells, or of one context's. */
+static void records_drop(struct cells *c, const char *user, const char *session, const char *context)
+{
+        pthread_mutex_lock(&c->lock);
+        for (size_t i = 0; i < CELLS_RECENT_MAX; i++) {
+                struct cell_record *r = &c->recent[i];
+                if (r->used && r->final && strcmp(r->user, user) == 0 && strcmp(r->session, session) == 0 &&
+                    (!context || strcmp(r->context, context) == 0)) {
+                        cell_spool_remove(c->spool_dir, r->id);
+                        r->used = false;
+                }
+        }
+        pthread_mutex_unlock(&c->lock);
+}
+
 int cells_run(struct cells *c, const struct cells_request *req, cJSON **ret, struct sbx_error *err)
 {
         const char *name = req->context ? req->context : CELLS_DEFAULT;
@@ -1048,7 +1343,9 @@ int cells_run(struct cells *c, const struct cells_request *req, cJSON **ret, str
         int64_t start = sbx_now_ms(), deadline, grace_end = 0;
         bool timed_out = false, killed = false;
         int sent = 0, r;
-        uint64_t id;
+        uint64_t id, total[CELL_STREAMS] = {0};
+        char exec_id[37];
+        struct cell_spool *spool = NULL;
 
         if (req->language && strcmp(req->language, "python") != 0 && strcmp(req->language, "node") != 0)
                 return sbx_error_set(err, -EINVAL, 0, "language must be python or node");
@@ -1059,6 +1356,21 @@ int cells_run(struct cells *c, const struct cells_request *req, cJSON **ret, str
                                      (long long)c->cfg->max_command_bytes);
         if (timeout_s > c->cfg->exec_timeout_max_s)
                 timeout_s = c->cfg->exec_timeout_max_s;
+        if (cells_name_valid(name)) {
+                /* a new context: the session's container first, so that a warm
+                 * pool slot it claims hands over its kernel started ahead
+                 * (cells_pool_slot) before a context of that name exists */
+                pthread_mutex_lock(&c->lock);
+                bool known = find_locked(c, req->user, req->session, name) != NULL;
+                pthread_mutex_unlock(&c->lock);
+                if (!known) {
+                        struct session *s = NULL;
+                        r = session_get_or_create(c->sessions, req->user, req->session, &s, err);
+                        if (r < 0)
+                                return r;
+                        session_release(s);
+                }
+        }
         r = ctx_get(c, req->user, req->session, name, req->language, true, &x, err);
         if (r < 0)
                 return r;
@@ -1068,17 +1380,36 @@ int cells_run(struct cells *c, const struct cells_request *req, cJSON **ret, str
         r = ctx_ensure(x, req->env, &lost, err);
         if (r < 0)
                 goto out;
+        r = sbx_uuid(exec_id);
+        if (r < 0) {
+                sbx_error_set(err, r, 0, "cannot name the cell");
+                goto out;
+        }
+        /* its output by reference; without a spool the cell still runs, and
+         * what does not fit inline is dropped (output_dropped) */
+        if (c->spool_ok &&
+            (r = cell_spool_open(c->spool_dir, exec_id, (uint64_t)c->cfg->exec_output_cap_bytes, &spool)) < 0)
+                log_warn("cells: cannot spool cell %s of %s:%s: %s", exec_id, req->user, req->session, strerror(-r));
+        record_begin(c, req->user, req->session, x->name, exec_id);
 
         pthread_mutex_lock(&x->lock);
         id = x->cur_id = x->next_id++;
         cJSON_Delete(x->outputs);
         x->outputs = NULL;
         x->out_bytes = 0;
+        x->stubs = 0;
+        x->dropped = false;
+        x->cancel_requested = x->cancel_force = false;
+        sbx_strlcpy(x->exec_id, exec_id, sizeof(x->exec_id));
+        x->spool = spool;
+        pthread_cond_broadcast(&x->cond);
         x->truncated = x->done = false;
         x->done_count = -1;
         x->done_status[0] = '\0';
         pthread_mutex_unlock(&x->lock);
 
+        if (req->on_start)
+                req->on_start(req->userdata, exec_id);
         msg = cJSON_CreateObject();
         cJSON_AddStringToObject(msg, "op", "execute");
         cJSON_AddNumberToObject(msg, "id", (double)id);
@@ -1088,6 +1419,12 @@ int cells_run(struct cells *c, const struct cells_request *req, cJSON **ret, str
         cJSON_Delete(msg);
         if (r < 0) {
                 sbx_error_set(err, r, 0, "cannot hand the cell to its interpreter");
+                pthread_mutex_lock(&x->lock);
+                x->spool = NULL;
+                x->exec_id[0] = '\0';
+                pthread_mutex_unlock(&x->lock);
+                cell_spool_close(spool);
+                record_end(c, req->user, req->session, exec_id, NULL, total);
                 goto out;
         }
 
@@ -1096,7 +1433,14 @@ int cells_run(struct cells *c, const struct cells_request *req, cJSON **ret, str
                 send_progress(x, &sent, req);
                 if (x->done || x->waiter_done)
                         break;
-                bool interrupt = x->interrupt_requested && !grace_end;
+                if (x->cancel_force) { /* cancel_execution force: no interrupt, no grace */
+                        pthread_mutex_unlock(&x->lock);
+                        ctx_kill(x, "cancelled", false);
+                        killed = true;
+                        pthread_mutex_lock(&x->lock);
+                        break;
+                }
+                bool interrupt = (x->interrupt_requested || x->cancel_requested) && !grace_end;
                 if (!grace_end && (interrupt || sbx_now_ms() >= deadline)) {
                         timed_out = !interrupt;
                         grace_end = sbx_now_ms() + c->cfg->cells_interrupt_grace_ms;
@@ -1115,8 +1459,9 @@ int cells_run(struct cells *c, const struct cells_request *req, cJSON **ret, str
                         continue;
                 }
                 if (grace_end && sbx_now_ms() >= grace_end) {
+                        const char *cause = x->cancel_requested ? "cancelled" : "timeout";
                         pthread_mutex_unlock(&x->lock);
-                        ctx_kill(x, "timeout", false);
+                        ctx_kill(x, cause, false);
                         killed = true;
                         pthread_mutex_lock(&x->lock);
                         break;
@@ -1142,7 +1487,14 @@ int cells_run(struct cells *c, const struct cells_request *req, cJSON **ret, str
          * waiter), not per cell; the cell is audited below */
         cJSON_Delete(x->last_result);
         x->last_result = cJSON_Duplicate(res, true);
+        for (int k = 0; k < CELL_STREAMS; k++)
+                total[k] = cell_spool_total(x->spool, k);
+        x->spool = NULL;
+        x->exec_id[0] = '\0';
+        pthread_cond_broadcast(&x->cond); /* a cancel_execution waits for this */
         pthread_mutex_unlock(&x->lock);
+        cell_spool_close(spool);
+        record_end(c, req->user, req->session, exec_id, res, total);
         *ret = res;
         r = 0;
         audit_cell(x, req, res);
@@ -1203,6 +1555,114 @@ int cells_interrupt(struct cells *c, const char *user, const char *session, cons
         return running ? 0 : sbx_error_set(err, -EALREADY, 0, "no cell is running in context %s", context);
 }
 
+int cells_cancel(struct cells *c, const char *user, const char *session, const char *execution_id, bool force,
+                 int wait_ms, cJSON **ret, struct sbx_error *err)
+{
+        struct cell_ctx *x = NULL;
+        struct cell_record *rec;
+        int64_t deadline;
+        cJSON *res = NULL;
+
+        if (!c || !execution_id)
+                return -ENOENT;
+        pthread_mutex_lock(&c->lock);
+        for (struct cell_ctx *y = c->list; y && !x; y = y->next) {
+                if (strcmp(y->user, user) != 0 || strcmp(y->session, session) != 0)
+                        continue;
+                pthread_mutex_lock(&y->lock);
+                if (strcmp(y->exec_id, execution_id) == 0) {
+                        y->cancel_requested = true;
+                        y->cancel_force = y->cancel_force || force;
+                        pthread_cond_broadcast(&y->cond);
+                        y->refs++;
+                        x = y;
+                }
+                pthread_mutex_unlock(&y->lock);
+        }
+        rec = x ? NULL : record_find_locked(c, user, session, execution_id);
+        if (!x) {
+                int r = rec ? sbx_error_set(err, -EALREADY, 0, "cell %s already finished (%s)", execution_id,
+                                            rec->final ? rec->status : "running")
+                            : -ENOENT; /* not a cell: the caller tries the executions */
+                pthread_mutex_unlock(&c->lock);
+                return r;
+        }
+        pthread_mutex_unlock(&c->lock);
+        log_info("cells: %s:%s/%s cell %s cancelled%s", user, session, x->name, execution_id, force ? " (force)" : "");
+        /* the interrupt, its grace and a kill, then the result */
+        deadline = sbx_now_ms() + wait_ms;
+        pthread_mutex_lock(&x->lock);
+        while (strcmp(x->exec_id, execution_id) == 0 && wait_until(&x->cond, &x->lock, deadline))
+                ;
+        if (x->last_result && strcmp(str_of(x->last_result, "execution_id") ?: "", execution_id) == 0)
+                res = cJSON_Duplicate(x->last_result, true);
+        pthread_mutex_unlock(&x->lock);
+        ctx_unref(x);
+        if (!res) {
+                res = cJSON_CreateObject();
+                cJSON_AddStringToObject(res, "execution_id", execution_id);
+                cJSON_AddStringToObject(res, "status", "running");
+                cJSON_AddTrueToObject(res, "cancelled");
+        }
+        *ret = res;
+        return 0;
+}
+
+int cells_execution(struct cells *c, const char *user, const char *session, const char *execution_id,
+                    const int64_t offsets[CELLS_STREAMS], size_t max, struct cells_execution_view *ret,
+                    struct sbx_error *err)
+{
+        struct cell_record *rec;
+        struct cells_execution_view v = {0};
+
+        if (!c || !execution_id)
+                return -ENOENT;
+        pthread_mutex_lock(&c->lock);
+        rec = record_find_locked(c, user, session, execution_id);
+        if (!rec) {
+                pthread_mutex_unlock(&c->lock);
+                return -ENOENT;
+        }
+        sbx_strlcpy(v.id, rec->id, sizeof(v.id));
+        sbx_strlcpy(v.context, rec->context, sizeof(v.context));
+        sbx_strlcpy(v.status, rec->status, sizeof(v.status));
+        v.final = rec->final;
+        v.truncated = rec->truncated;
+        v.dropped = rec->lost;
+        v.created_at = rec->created_at;
+        v.duration_ms = rec->final ? rec->duration_ms : sbx_wall_ms() - rec->created_at;
+        memcpy(v.total, rec->total, sizeof(v.total));
+        if (!rec->final)
+                for (struct cell_ctx *y = c->list; y; y = y->next) {
+                        pthread_mutex_lock(&y->lock);
+                        if (strcmp(y->exec_id, execution_id) == 0)
+                                for (int k = 0; k < CELLS_STREAMS; k++)
+                                        v.total[k] = cell_spool_total(y->spool, k);
+                        pthread_mutex_unlock(&y->lock);
+                }
+        pthread_mutex_unlock(&c->lock);
+        for (int k = 0; k < CELLS_STREAMS; k++) {
+                v.offset[k] = offsets[k] > 0 ? (uint64_t)offsets[k] : 0;
+                if (offsets[k] < 0 || v.offset[k] >= v.total[k])
+                        continue;
+                int r = cell_spool_read(c->spool_dir, execution_id, k, v.offset[k], max, &v.data[k], &v.len[k]);
+                if (r < 0 && r != -ENOENT) {
+                        cells_execution_view_done(&v);
+                        return sbx_error_set(err, r, 0, "cannot read the output of cell %s", execution_id);
+                }
+        }
+        *ret = v;
+        return 0;
+}
+
+void cells_execution_view_done(struct cells_execution_view *v)
+{
+        for (int k = 0; v && k < CELLS_STREAMS; k++) {
+                free(v->data[k]);
+                v->data[k] = NULL;
+        }
+}
+
 static cJSON *ctx_summary_locked(struct cell_ctx *x)
 {
         cJSON *o = cJSON_CreateObject();
@@ -1212,6 +1672,8 @@ static cJSON *ctx_summary_locked(struct cell_ctx *x)
         cJSON_AddNumberToObject(o, "execution_count", (double)x->execution_count);
         cJSON_AddStringToObject(o, "state", x->phase == CTX_READY ? (x->busy ? "busy" : "idle") : "stopped");
         cJSON_AddNumberToObject(o, "last_used", (double)x->last_used);
+        if (x->prestarted_generation && x->prestarted_generation == x->generation)
+                cJSON_AddTrueToObject(o, "prestarted");
         if (x->lost_cause[0])
                 cJSON_AddItemToObject(o, "pending_state_lost", lost_json(x->lost_cause, x->lost_generation));
         return o;
@@ -1351,6 +1813,7 @@ int cells_delete(struct cells *c, const char *user, const char *session, const c
         }
         ctx_kill(x, "", true);
         (void)store_context_delete(c->store, user, session, x->name);
+        records_drop(c, user, session, x->name);
         ctx_unlist(c, x);
         ctx_release(x);
         ctx_unref(x);
@@ -1484,8 +1947,10 @@ static void on_session_failure(const char *user, const char *session, const char
                         ctx_unlist(c, x);
                 ctx_unref(x);
         }
-        if (destroyed)
+        if (destroyed) {
                 (void)store_context_delete_session(c->store, user, session);
+                records_drop(c, user, session, NULL);
+        }
 }
 
 static void *reaper_main(void *p)
@@ -1670,6 +2135,153 @@ static void recover(struct cells *c)
         free(rows);
 }
 
+/* ---- the warm pool's pre-started contexts ---- */
+
+/* Take the slot's entry off the list (NULL: none). */
+static struct cell_ctx *prestart_take(struct cells *c, const char *slot)
+{
+        struct cell_ctx *x = NULL;
+
+        pthread_mutex_lock(&c->lock);
+        for (struct prestart **pp = &c->prestarts; *pp; pp = &(*pp)->next)
+                if (strcmp((*pp)->slot, slot) == 0) {
+                        struct prestart *e = *pp;
+                        *pp = e->next;
+                        x = e->x;
+                        free(e);
+                        break;
+                }
+        pthread_mutex_unlock(&c->lock);
+        return x;
+}
+
+/* Entries whose interpreter ended (their slot was discarded: its
+ * container went, and the kernel with it). */
+static void prestart_prune(struct cells *c)
+{
+        struct prestart *dead = NULL;
+
+        pthread_mutex_lock(&c->lock);
+        for (struct prestart **pp = &c->prestarts; *pp;) {
+                struct prestart *e = *pp;
+                pthread_mutex_lock(&e->x->lock);
+                bool gone = e->x->waiter_done || e->x->phase == CTX_IDLE;
+                pthread_mutex_unlock(&e->x->lock);
+                if (gone) {
+                        *pp = e->next;
+                        e->next = dead;
+                        dead = e;
+                } else
+                        pp = &e->next;
+        }
+        pthread_mutex_unlock(&c->lock);
+        while (dead) {
+                struct prestart *e = dead;
+                dead = e->next;
+                ctx_unref(e->x); /* joins its waiter, which has ended */
+                free(e);
+        }
+}
+
+static void prestart_slot(struct cells *c, const char *slot, const char *container_id)
+{
+        struct sbx_error err = {0};
+        struct prestart *e = calloc(1, sizeof(*e));
+        struct cell_ctx *x = ctx_alloc(c, POOL_USER, slot, CELLS_DEFAULT, "python");
+        int r;
+
+        if (!e || !x) {
+                free(e);
+                ctx_unref(x);
+                return;
+        }
+        x->deleted = true; /* no row until a session has it */
+        x->busy = true;
+        r = ctx_start(x, container_id, NULL, &err);
+        pthread_mutex_lock(&x->lock);
+        x->busy = false;
+        x->prestarted_generation = x->generation;
+        pthread_mutex_unlock(&x->lock);
+        if (r < 0) {
+                log_info("cells: pool slot %s starts no interpreter ahead: %s", slot, err.msg);
+                free(e);
+                ctx_unref(x);
+                return;
+        }
+        sbx_strlcpy(e->slot, slot, sizeof(e->slot));
+        e->x = x;
+        pthread_mutex_lock(&c->lock);
+        e->next = c->prestarts;
+        c->prestarts = e;
+        pthread_mutex_unlock(&c->lock);
+}
+
+/* user:session claimed the slot: its pre-started context becomes the
+ * session's default context (generation 1, the same kernel: it runs under
+ * the slot's uid, which is now the session's, in the workspace the slot's
+ * directory became). A session that has a default context already (one
+ * that lost its container) keeps that one and its state_lost; the kernel
+ * ahead is killed. */
+static void prestart_claimed(struct cells *c, const char *slot, const char *user, const char *session)
+{
+        struct cell_ctx *x = prestart_take(c, slot);
+        size_t in_session = 0;
+        bool adopt;
+
+        if (!x)
+                return;
+        pthread_mutex_lock(&x->lock);
+        adopt = x->phase == CTX_READY && !x->waiter_done;
+        pthread_mutex_unlock(&x->lock);
+        pthread_mutex_lock(&c->lock);
+        for (struct cell_ctx *y = c->list; y && adopt; y = y->next)
+                if (strcmp(y->user, user) == 0 && strcmp(y->session, session) == 0) {
+                        in_session++;
+                        adopt = strcmp(y->name, CELLS_DEFAULT) != 0;
+                }
+        adopt = adopt && !c->stopping && in_session < (size_t)c->cfg->cells_max_per_session &&
+                c->n < (size_t)c->cfg->cells_max_global;
+        if (adopt) {
+                /* not listed until now: only the hub thread's debug log reads these meanwhile */
+                pthread_mutex_lock(&x->lock);
+                sbx_strlcpy(x->user, user, sizeof(x->user));
+                sbx_strlcpy(x->session, session, sizeof(x->session));
+                x->deleted = false;
+                x->last_used = sbx_wall_ms();
+                pthread_mutex_unlock(&x->lock);
+                x->next = c->list;
+                c->list = x; /* the list takes the entry's reference */
+                c->n++;
+        }
+        pthread_mutex_unlock(&c->lock);
+        if (!adopt) {
+                ctx_kill(x, "", true);
+                ctx_unref(x);
+                return;
+        }
+        pthread_mutex_lock(&x->lock);
+        ctx_persist_locked(x, true);
+        pthread_mutex_unlock(&x->lock);
+        log_info("cells: %s:%s/default takes the python kernel started ahead in pool slot %s", user, session, slot);
+}
+
+void cells_pool_slot(void *userdata, const char *slot, const char *container_id, const char *user, const char *session)
+{
+        struct cells *c = userdata;
+        bool stopping;
+
+        pthread_mutex_lock(&c->lock);
+        stopping = c->stopping;
+        pthread_mutex_unlock(&c->lock);
+        if (stopping)
+                return;
+        prestart_prune(c);
+        if (user)
+                prestart_claimed(c, slot, user, session);
+        else if (strcmp(c->cfg->pool_cells_prestart, "python") == 0 && c->hub)
+                prestart_slot(c, slot, container_id);
+}
+
 int cells_new(const struct sbx_config *cfg, struct store *st, struct session_manager *sm, struct runner_hub *hub,
               struct cells **ret, struct sbx_error *err)
 {
@@ -1684,6 +2296,14 @@ int cells_new(const struct sbx_config *cfg, struct store *st, struct session_man
         c->hub = hub;
         pthread_mutex_init(&c->lock, NULL);
         cond_init_mono(&c->cond);
+        /* the cells' spools: the records are in memory, so what a previous
+         * daemon left cannot be named any more */
+        snprintf(c->spool_dir, sizeof(c->spool_dir), "%s/cells", cfg->data_dir);
+        if (mkdir(c->spool_dir, 0700) == 0 || errno == EEXIST) {
+                cell_spool_wipe(c->spool_dir);
+                c->spool_ok = true;
+        } else
+                log_warn("cells: cannot create %s: %s; large outputs are dropped", c->spool_dir, strerror(errno));
         recover(c);
         (void)session_register_failure_handler(sm, on_session_failure, c);
         r = -pthread_create(&c->reaper, NULL, reaper_main, c);
@@ -1719,6 +2339,13 @@ void cells_free(struct cells *c)
                 c->list = x->next;
                 ctx_join_waiter(x); /* each sees stopping within a second */
                 ctx_unref(x);
+        }
+        while (c->prestarts) { /* their kernels stay with the slots' runners, which drop them on restart */
+                struct prestart *e = c->prestarts;
+                c->prestarts = e->next;
+                ctx_join_waiter(e->x);
+                ctx_unref(e->x);
+                free(e);
         }
         pthread_mutex_destroy(&c->lock);
         pthread_cond_destroy(&c->cond);

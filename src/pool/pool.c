@@ -75,6 +75,9 @@ struct pool {
         bool started, stop, kick;
         pool_load_fn load;
         void *load_ud;
+        pool_slot_fn slot_fn; /* with slot_ud and in_slot_fn: p->lock */
+        void *slot_ud;
+        int in_slot_fn;  /* calls under way; pool_set_slot_fn waits for none */
         size_t rr;       /* round robin of the refill over images */
         size_t in_claim; /* threads inside pool_claim; pool_free waits for none */
         uint64_t claims, misses, created, failed, waited, wait_expired;
@@ -198,6 +201,39 @@ static int resolve_image(struct pool *p, struct pool_image *img, struct sbx_erro
         return 0;
 }
 
+void pool_set_slot_fn(struct pool *p, pool_slot_fn fn, void *userdata)
+{
+        if (!p)
+                return;
+        pthread_mutex_lock(&p->lock);
+        while (p->in_slot_fn > 0)
+                pthread_cond_wait(&p->cond, &p->lock);
+        p->slot_fn = fn;
+        p->slot_ud = userdata;
+        pthread_mutex_unlock(&p->lock);
+}
+
+/* Call the slot hook without the pool's lock. */
+static void slot_hook(struct pool *p, const char *slot, const char *container_id, const char *user, const char *session)
+{
+        pool_slot_fn fn;
+        void *ud;
+
+        pthread_mutex_lock(&p->lock);
+        fn = p->slot_fn;
+        ud = p->slot_ud;
+        if (fn)
+                p->in_slot_fn++;
+        pthread_mutex_unlock(&p->lock);
+        if (!fn)
+                return;
+        fn(ud, slot, container_id, user, session);
+        pthread_mutex_lock(&p->lock);
+        if (--p->in_slot_fn == 0)
+                pthread_cond_broadcast(&p->cond);
+        pthread_mutex_unlock(&p->lock);
+}
+
 /* One slot of img, made without the pool's lock (img's ref and id are
  * written only here, by the refill thread). */
 static int refill_one(struct pool *p, struct pool_image *img, struct sbx_error *err)
@@ -248,6 +284,7 @@ static int refill_one(struct pool *p, struct pool_image *img, struct sbx_error *
                 r = sbx_error_set(err, -ETIMEDOUT, 0, "the runner of pool slot %s did not connect", slot);
                 goto fail;
         }
+        slot_hook(p, slot, id, NULL, NULL); /* the pre-started interpreter (cells.h), before it is ready */
         (void)store_container_add(p->store, id, POOL_USER, slot, img->id, cp.network_mode, sbx_wall_ms());
         r = store_pool_set_ready(p->store, slot, id, img->id, cp.network_mode);
         if (r < 0) {
@@ -544,6 +581,7 @@ int pool_claim(struct pool *p, const char *user, const char *session, const char
                 ret->waited = waited;
                 log_ctx(LOG_LEVEL_INFO, user, session, row.container_id, "pool: claimed slot %s of %s%s", row.slot,
                         img->ref, waited ? " after waiting for the refill" : "");
+                slot_hook(p, row.slot, row.container_id, user, session);
         }
         pthread_mutex_lock(&p->lock);
         if (r == 0)

@@ -239,13 +239,18 @@ Test(api, background_get_execution_and_stdin)
         char id[64];
 
         open_daemon();
+        /* It ends only once the test lets it (a file a second exec creates),
+         * not after a sleep that a loaded host could outlast before the reply. */
         r = call(tok_a, "exec",
-                 "{\"session\": \"s1\", \"command\": \"echo start; sleep 1; echo done\", "
-                 "\"background\": true}");
+                 "{\"session\": \"s1\", \"command\": "
+                 "\"echo start; while [ ! -e /tmp/go ]; do sleep 0.05; done; echo done\", \"background\": true}");
         res = apic_result(r);
         cr_assert_not_null(res, "%s", cJSON_PrintUnformatted(r));
         snprintf(id, sizeof(id), "%s", apic_str(res, "execution_id"));
         cr_assert(strcmp(apic_str(res, "state"), "running") == 0 || strcmp(apic_str(res, "state"), "pending") == 0);
+        cJSON_Delete(r);
+        r = call(tok_a, "exec", "{\"session\": \"s1\", \"command\": \"touch /tmp/go\"}");
+        cr_assert_str_eq(apic_str(apic_result(r), "state"), "completed", "%s", cJSON_PrintUnformatted(r));
         cJSON_Delete(r);
 
         {

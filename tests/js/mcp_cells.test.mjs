@@ -98,3 +98,58 @@ test('run_cell: image content blocks and state, newest SDK', { timeout: 240000 }
                 await client.close();
         }
 });
+
+test('run_cell: a cancelled call interrupts its cell, and large outputs come by reference', { timeout: 240000 }, async () => {
+        const client = new LegacyClient({ name: 'sandboxd-js-cells', version: '1.0.0' });
+        const session = 'js-cells-c';
+        await client.connect(
+                new LegacyStdio({ command: MCP_BIN, args: ['--session', session], env: daemon.mcpEnv(token), stderr: 'pipe' }),
+        );
+        try {
+                await client.callTool({ name: 'run_cell', arguments: { code: 'y = 5', session } });
+                // the client gives up on a cell that never ends: notifications/cancelled
+                const ac = new AbortController();
+                const running = client.callTool(
+                        { name: 'run_cell', arguments: { code: 'import time\nprint("busy", flush=True)\nwhile True:\n    time.sleep(0.05)', session } },
+                        undefined,
+                        { signal: ac.signal, onprogress: (p) => { if ((p.message ?? '').includes('busy')) ac.abort(); } },
+                );
+                await assert.rejects(running);
+                // the cell is interrupted (not left running): the context becomes idle, state kept
+                const deadline = Date.now() + 60000;
+                let state = '';
+                while (Date.now() < deadline) {
+                        const l = await client.callTool({ name: 'list_contexts', arguments: { session } });
+                        state = l.structuredContent.contexts[0].state;
+                        if (state === 'idle') break;
+                        await new Promise((r) => setTimeout(r, 100));
+                }
+                assert.equal(state, 'idle');
+                const y = await client.callTool({ name: 'run_cell', arguments: { code: 'y', session } });
+                assert.equal(y.structuredContent.outputs[0].data['text/plain'], '5', JSON.stringify(y.structuredContent));
+                assert.equal(y.structuredContent.generation, 1);
+
+                // 6 MiB of text: the inline part, and a resource link to all of it
+                const big = await client.callTool({ name: 'run_cell', arguments: { code: 'print("z" * (6 << 20), end="")', session } });
+                assert.equal(big.structuredContent.truncated, true);
+                assert.equal(big.structuredContent.stdout_bytes, 6 << 20);
+                const link = big.content.find((c) => c.type === 'resource_link' && c.uri.endsWith('/stdout'));
+                assert.ok(link, JSON.stringify(big.content.map((c) => c.type)));
+                assert.match(link.uri, new RegExp(`/executions/${big.structuredContent.execution_id}/stdout$`));
+                let uri = link.uri;
+                let total = 0;
+                while (uri) {
+                        const page = await client.readResource({ uri });
+                        const c = page.contents[0];
+                        assert.match(c.text, /^z*$/); // the page at the very end is empty (eof)
+                        total += c.text.length;
+                        uri = c._meta['sandboxd/next'];
+                }
+                assert.equal(total, 6 << 20);
+        } catch (e) {
+                failed = true;
+                throw e;
+        } finally {
+                await client.close();
+        }
+});

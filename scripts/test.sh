@@ -5,7 +5,7 @@
 #                            ctest -L integration (real dockerd), then the JS
 #                            tests in tests/js/ if that directory exists, then
 #                            the Python and TypeScript clients' tests and the
-#                            eval harness example (clients/, examples/).
+#                            examples (eval harness, CodeAct loop; clients/, examples/).
 #   scripts/test.sh --asan   build into build-asan with ASan+UBSan and run the
 #                            unit tests and the stress programs (no Docker).
 #   scripts/test.sh --tsan   build into build-tsan with ThreadSanitizer and run
@@ -282,9 +282,13 @@ else
 		step "TypeScript client tests" npm test --prefix clients/typescript || true
 		step "example: eval harness (TypeScript client)" /usr/bin/python3 clients/python/tests/daemon.py -- \
 			node examples/eval_harness/eval_harness.mjs || true
+		step "example: CodeAct loop (TypeScript client)" /usr/bin/python3 clients/python/tests/daemon.py -- \
+			node examples/codeact/codeact.mjs || true
 	fi
 	step "example: eval harness (Python client)" /usr/bin/python3 clients/python/tests/daemon.py -- \
 		/usr/bin/python3 examples/eval_harness/eval_harness.py || true
+	step "example: CodeAct loop (Python client)" /usr/bin/python3 clients/python/tests/daemon.py -- \
+		/usr/bin/python3 examples/codeact/codeact.py || true
 fi
 
 if ((${#failed[@]})); then

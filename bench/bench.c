@@ -27,6 +27,9 @@
  *   restart             destroy sessions down to R, SIGKILL the daemon, start it again: time to
  *                       both sockets answering and to its "reconciled:" log line (R = 100 / 30)
  *
+ * --only restart: R sessions, then the restart phase alone.
+ * --only cells: the run_cell rows (cells.c).
+ *
  * --only network: cold session, then S2 sessions with their port blocks
  * (the gateway's listeners) against the PSS of the docker-proxy processes
  * one baseline container with a published block costs, times S2.
@@ -705,14 +708,14 @@ static void usage(FILE *f)
         fprintf(f,
                 "Usage: sandboxd-bench [--quick] --daemon BIN --bench-id ID [--json PATH] [--log FILE]\n"
                 "                      [--pidfile FILE] [--baseline-port N] [--docker CLI]\n"
-                "                      [--only noisy|http|network|pool]\n"
+                "                      [--only noisy|http|network|pool|restart|cells]\n"
                 "                      [--http-ca FILE]\n"
                 "\n"
                 "Starts BIN (configured by the SANDBOXD_* environment, which this program reads\n"
                 "too) and measures it against plain docker run / docker exec. Meant to be run by\n"
                 "scripts/bench.sh, which prepares that environment and cleans up afterwards.\n"
                 "Baseline containers are labelled sandboxd.bench=ID. --only noisy runs the noisy\n"
-                "neighbour phase alone, --only http the HTTPS round trip alone, --only pool the warm pool rows. --http-ca: the CA of\n"
+                "neighbour phase alone, --only http the HTTPS round trip alone, --only pool the warm pool rows, --only restart the restart phase alone. --http-ca: the CA of\n"
                 "the daemon's HTTPS certificate (its http_listen); without it there is no HTTPS row.\n");
 }
 
@@ -737,7 +740,8 @@ int main(int argc, char **argv)
         double t_start = bench_now_ms(), dt;
         char log_default[SBX_PATH_MAX + 16];
         int c, rc = 0, s1, s2;
-        bool only_noisy = false, only_http = false, only_network = false, only_pool = false;
+        bool only_noisy = false, only_http = false, only_network = false, only_pool = false, only_restart = false,
+             only_cells = false;
 
         while ((c = getopt_long(argc, argv, "h", opts, NULL)) != -1) {
                 switch (c) {
@@ -777,6 +781,10 @@ int main(int argc, char **argv)
                                 only_network = true;
                         else if (strcmp(optarg, "pool") == 0)
                                 only_pool = true;
+                        else if (strcmp(optarg, "restart") == 0)
+                                only_restart = true;
+                        else if (strcmp(optarg, "cells") == 0)
+                                only_cells = true;
                         else {
                                 usage(stderr);
                                 return 2;
@@ -846,8 +854,19 @@ int main(int argc, char **argv)
         sleep(1);
         rss_point(&b, 0, false, NULL);
 
+        if (only_cells) {
+                if (phase_cells(&b) < 0)
+                        rc = 1;
+                goto out;
+        }
         if (only_noisy || only_http || only_pool) {
                 if ((only_noisy ? phase_noisy(&b) : only_pool ? phase_pool(&b) : phase_http(&b)) < 0)
+                        rc = 1;
+                goto out;
+        }
+        if (only_restart) {
+                grow_sessions(&b, 0, b.sz.restart_sessions, 8);
+                if (phase_restart(&b) < 0)
                         rc = 1;
                 goto out;
         }

@@ -108,6 +108,9 @@ int phase_http(struct bench *b);
 /* pool.c: first_command_new_session (warm and cold) and pool_refill_rate. */
 int phase_pool(struct bench *b);
 
+/* cells.c: run_cell round trip, its baselines, first cell, kernel RSS. */
+int phase_cells(struct bench *b);
+
 /* ---- for the report ---- */
 
 cJSON *machine_info(struct bench *b);

@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # bench.sh — measure sandboxd against plain Docker, in one run.
 #
-#   scripts/bench.sh [--quick] [--only noisy|http|network|pool] [--json PATH]
+#   scripts/bench.sh [--quick] [--only noisy|http|network|pool|restart|cells] [--json PATH]
 #
 # Runs scripts/setup.sh (unless SANDBOXD_SKIP_SETUP=1), builds the daemon and
 # sandboxd-bench into $SANDBOXD_BUILD_DIR (default build/), then runs
@@ -19,11 +19,19 @@
 #                PSS of one published baseline container times S2
 #   --only http  only the http_exec_roundtrip row (POST /v1/exec over HTTPS
 #                against the API socket; well under a minute)
+#   --only cells only the run_cell rows (bench/cells.c), with pool_size 2 and
+#                pool_wait 0: 1+1 on a warm context
+#                against docker exec python3 -c 1+1 and a jupyter_client round
+#                trip in the same container, first cell of a new session
+#                with the pool warm (kernel started ahead) and drained,
+#                the idle kernel's RSS
 #   --only pool  only the warm pool rows: first_command_new_session with the
 #                pool full (against docker run -d + docker exec) and drained,
 #                and the refill rate; the daemon gets pool_size 4 and
 #                pool_wait 0, so a drained pool sends a new session down the
 #                cold path at once (about a minute)
+#   --only restart  R sessions (100 full, 30 quick), then only the restart
+#                rows: SIGKILL and start again, with the HTTPS front on
 #   --json PATH  where to write the results
 #
 # Every container made here is removed on exit, success or failure: the
@@ -45,15 +53,17 @@ cd "$ROOT"
 
 quick=()
 only_pool=0
+only_cells=0
 json=bench/results.json
 while (($#)); do
 	case $1 in
 	--quick) quick+=(--quick) ;;
 	--only)
-		[[ $# -ge 2 && ($2 == noisy || $2 == http || $2 == network || $2 == pool) ]] ||
-			{ echo "bench: --only takes: noisy, http, network, pool" >&2; exit 2; }
+		[[ $# -ge 2 && ($2 == noisy || $2 == http || $2 == network || $2 == pool || $2 == restart || $2 == cells) ]] ||
+			{ echo "bench: --only takes: noisy, http, network, pool, restart, cells" >&2; exit 2; }
 		quick+=(--only "$2")
 		[[ $2 == pool ]] && only_pool=1
+		[[ $2 == cells ]] && only_cells=1
 		shift
 		;;
 	--json)
@@ -63,7 +73,7 @@ while (($#)); do
 		;;
 	--json=*) json=${1#--json=} ;;
 	-h | --help) sed -n '2,/^# both sockets/s/^# \{0,1\}//p' "${BASH_SOURCE[0]}"; exit 0 ;;
-	*) echo "usage: scripts/bench.sh [--quick] [--only noisy|http|network|pool] [--json PATH]" >&2; exit 2 ;;
+	*) echo "usage: scripts/bench.sh [--quick] [--only noisy|http|network|pool|restart|cells] [--json PATH]" >&2; exit 2 ;;
 	esac
 	shift
 done
@@ -154,6 +164,10 @@ export SANDBOXD_IDLE_TIMEOUT=${SANDBOXD_IDLE_TIMEOUT:-1h}
 if ((only_pool)); then
 	export SANDBOXD_POOL_SIZE=${SANDBOXD_POOL_SIZE:-4}
 	# the cold row is the path with no wait in line for the refill
+	export SANDBOXD_POOL_WAIT=${SANDBOXD_POOL_WAIT:-0}
+elif ((only_cells)); then
+	# the first cell with the pool warm (its kernel started ahead) and drained
+	export SANDBOXD_POOL_SIZE=${SANDBOXD_POOL_SIZE:-2}
 	export SANDBOXD_POOL_WAIT=${SANDBOXD_POOL_WAIT:-0}
 else
 	# cold_session and the RSS rows measure the cold path and sessions alone

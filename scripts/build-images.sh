@@ -45,9 +45,12 @@ PYTHON_BASE_REPO=sandboxd/base-python
 # The python rootfs. passwd is for useradd in the Dockerfile. python3-munkres
 # satisfies python3-fonttools' "python3-scipy | python3-munkres" (fonttools
 # comes with matplotlib): scipy would bring pythran, g++ and boost, ~600 MB.
+# ipykernel and jupyter-client run run_cell's contexts (issue 25, kernel
+# bridge in src/cells/); matplotlib-inline returns open figures as PNG.
 PYTHON_PACKAGES=(
 	python3 python3-pip python3-numpy python3-pandas python3-matplotlib
 	python3-munkres
+	python3-ipykernel python3-jupyter-client python3-matplotlib-inline
 	nodejs bash coreutils procps iproute2 lsof ca-certificates passwd curl
 )
 PYTHON_VARIANT=minbase
@@ -272,7 +275,7 @@ check_images() {
 		check_image "$PYTHON_REF" bash -c '
 			set -e
 			[ "$(id -u)" = 1000 ] && [ "$HOME" = /workspace ] && [ "$PWD" = /workspace ]
-			python3 -c "import numpy, pandas, matplotlib; print(\"python\", numpy.__version__, pandas.__version__, matplotlib.__version__)"
+			python3 -c "import numpy, pandas, matplotlib, ipykernel, jupyter_client, matplotlib_inline; print(\"python\", numpy.__version__, pandas.__version__, matplotlib.__version__)"
 			node -e "console.log(\"node\", process.version)"
 			lsof -v 2>&1 | grep -q revision
 			ss -V

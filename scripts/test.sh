@@ -5,7 +5,7 @@
 #                            ctest -L integration (real dockerd), then the JS
 #                            tests in tests/js/ if that directory exists, then
 #                            the Python and TypeScript clients' tests and the
-#                            eval harness example (clients/, examples/).
+#                            examples (eval harness, CodeAct loop; clients/, examples/).
 #   scripts/test.sh --asan   build into build-asan with ASan+UBSan and run the
 #                            unit tests and the stress programs (no Docker).
 #   scripts/test.sh --tsan   build into build-tsan with ThreadSanitizer and run
@@ -13,11 +13,20 @@
 #                            ctest -L stress), and the unit tests as well if
 #                            Criterion's runner can start under TSan (today it
 #                            cannot: Criterion issue #274).
+#   scripts/test.sh --repeat N
+#                            the flake hunt: as with no option, but the
+#                            integration and JS tests run N times (build, unit
+#                            tests and format check once), each repetition
+#                            with a run id of its own ($SANDBOXD_TEST_RUN-rK).
+#                            Logs go to $BUILD/repeat/rK/; at the end it prints
+#                            every test that failed, "failed k of N", and exits
+#                            non-zero if any did.
 #
 # Every container a test creates is labelled sandboxd.test.run=$SANDBOXD_TEST_RUN
 # (a fresh id per run, exported here); an EXIT trap removes them all, whether
 # the tests pass, fail or crash. The script goes on after a failed test step so
-# one run reports everything, and exits non-zero if any step failed.
+# one run reports everything, and exits non-zero if any step failed. Two copies
+# may run side by side if each has its own SANDBOXD_BUILD_DIR and run id.
 #
 # Environment: SANDBOXD_BUILD_DIR (default build, build-asan or build-tsan),
 #              SANDBOXD_TEST_RUN (default: a fresh id), SANDBOXD_DOCKER_SOCKET,
@@ -31,12 +40,20 @@ cd "$ROOT"
 
 asan=0
 tsan=0
+repeat=0
 case ${1:-} in
 '') ;;
 --asan) asan=1 ;;
 --tsan) tsan=1 ;;
--h | --help) sed -n '2,24s/^# \{0,1\}//p' "${BASH_SOURCE[0]}"; exit 0 ;;
-*) echo "usage: scripts/test.sh [--asan | --tsan]" >&2; exit 2 ;;
+--repeat)
+	repeat=${2:-}
+	if ! [[ $repeat =~ ^[1-9][0-9]*$ ]]; then
+		echo "usage: scripts/test.sh --repeat N (N >= 1)" >&2
+		exit 2
+	fi
+	;;
+-h | --help) sed -n '2,33s/^# \{0,1\}//p' "${BASH_SOURCE[0]}"; exit 0 ;;
+*) echo "usage: scripts/test.sh [--asan | --tsan | --repeat N]" >&2; exit 2 ;;
 esac
 
 log() { printf '\ntest: %s\n' "$*" >&2; }
@@ -52,11 +69,12 @@ fi
 SOCK=${SANDBOXD_DOCKER_SOCKET:-/var/run/docker.sock}
 export SANDBOXD_TEST_RUN=${SANDBOXD_TEST_RUN:-t$(date +%s)-$RANDOM}
 
-sweep() {
-	local rc=$? ids
+# sweep_run ID: remove what run ID left behind.
+sweep_run() {
+	local run=$1 label ids
 	# curl, not the docker CLI: the sweep must work with whatever client is
 	# (or is not) on PATH, and must not fail the trap.
-	for label in "sandboxd.test.run=$SANDBOXD_TEST_RUN" "sandboxd.instance=$SANDBOXD_TEST_RUN"; do
+	for label in "sandboxd.test.run=$run" "sandboxd.instance=$run"; do
 		ids=$(curl -s --max-time 10 --unix-socket "$SOCK" -G http://d/containers/json \
 			--data-urlencode all=1 \
 			--data-urlencode "filters={\"label\":[\"$label\"]}" 2>/dev/null |
@@ -74,13 +92,21 @@ sweep() {
 	local mp dev n=0
 	while read -r mp; do
 		umount -l "$mp" 2>/dev/null && n=$((n + 1))
-	done < <(awk -v id="$SANDBOXD_TEST_RUN" 'index($5, "/sandboxd-test-" id "-") { print $5 }' /proc/self/mountinfo | sort -r)
+	done < <(awk -v id="$run" 'index($5, "/sandboxd-test-" id "-") { print $5 }' /proc/self/mountinfo | sort -r)
 	while read -r dev; do
 		losetup -d "$dev" 2>/dev/null && n=$((n + 1))
-	done < <(losetup -l -n -O NAME,BACK-FILE 2>/dev/null | awk -v id="$SANDBOXD_TEST_RUN" 'index($2, "/sandboxd-test-" id "-") { print $1 }')
-	((n == 0)) || echo "test: released $n workspace mount(s)/loop device(s) of run $SANDBOXD_TEST_RUN" >&2
+	done < <(losetup -l -n -O NAME,BACK-FILE 2>/dev/null | awk -v id="$run" 'index($2, "/sandboxd-test-" id "-") { print $1 }')
+	((n == 0)) || echo "test: released $n workspace mount(s)/loop device(s) of run $run" >&2
 	# The client tests' daemon dirs (clients/python/tests/daemon.py) of a run that was killed.
-	rm -rf "${TMPDIR:-/tmp}"/sbx-clients-"$SANDBOXD_TEST_RUN"-* 2>/dev/null || true
+	rm -rf "${TMPDIR:-/tmp}"/sbx-clients-"$run"-* 2>/dev/null || true
+}
+# Every run id this script used (--repeat gives each repetition its own).
+runs=("$SANDBOXD_TEST_RUN")
+sweep() {
+	local rc=$? run
+	for run in "${runs[@]}"; do
+		sweep_run "$run"
+	done
 	exit "$rc"
 }
 trap sweep EXIT
@@ -92,6 +118,89 @@ if ((asan || tsan)); then
 else
 	bash scripts/setup.sh
 fi
+
+# --repeat: the failed tests of one repetition, one name a line, from
+# ctest's console log (a Criterion suite's "[FAIL] suite::test" lines name the
+# tests inside it; a crash or a timeout without them names the suite) and
+# node's TAP report (the failing tests themselves, not the suites that fail
+# because a test in them did, nor the tests cancelled with their suite).
+ctest_failures() {
+	awk '
+	/^ *[0-9]+\/[0-9]+ Test +#[0-9]+: / {
+		cur = $4
+		if ($0 !~ / Passed /) { bad[cur] = 1; order[++n] = cur }
+		next
+	}
+	/^ *Start +[0-9]+: / { cur = ""; next }
+	/tests passed, [0-9]+ tests failed out of/ { summary = 1 }
+	cur != "" && (cur in bad) && match($0, /\[FAIL\] [A-Za-z0-9_]+::[A-Za-z0-9_]+/) {
+		key = cur " " substr($0, RSTART + 7, RLENGTH - 7)
+		if (!(key in seen)) { seen[key] = 1; subs[cur] = subs[cur] key "\n" }
+	}
+	END {
+		for (i = 1; i <= n; i++) printf "%s", (subs[order[i]] != "" ? subs[order[i]] : order[i] "\n")
+		if (!summary) print "ctest (no summary: it did not finish)"
+	}' "$1"
+}
+js_failures() {
+	[[ -s $1 ]] || { echo "node --test (no report)"; return; }
+	awk '
+	{ match($0, /^ */); lvl = int(RLENGTH / 4); line = substr($0, RLENGTH + 1) }
+	line ~ /^# Subtest: / { name[lvl] = substr(line, 12); next }
+	line ~ /^not ok [0-9]+ / {
+		full = name[0]
+		for (l = 1; l <= lvl; l++) full = full " > " name[l]
+		gsub(/\\#/, "#", full)
+		pending = 1; kind = ""; file = ""; next
+	}
+	pending && line ~ /^location: / { file = line; sub(/^location: .*\//, "", file); sub(/:[0-9]+:[0-9]+.$/, "", file); next }
+	pending && line ~ /^failureType: / { kind = line; next }
+	pending && line == "..." {
+		if (kind !~ /subtestsFailed|cancelledByParent/) print (file != "" ? file ": " : "") full
+		pending = 0
+	}
+	/^# (pass|fail) [0-9]+$/ { summary = 1 }
+	END { if (!summary) print "node --test (no summary: it did not finish)" }' "$1"
+}
+
+# The integration and JS tests, $repeat times, each with a run id of its
+# own; then every test that failed, with how often.
+repeat_suites() {
+	local base=$SANDBOXD_TEST_RUN k dir t0 secs n_fail
+	local out="$ROOT/$BUILD/repeat"
+	rm -rf "$out" && mkdir -p "$out"
+	for ((k = 1; k <= repeat; k++)); do
+		dir="$out/r$k"
+		mkdir -p "$dir"
+		export SANDBOXD_TEST_RUN="$base-r$k"
+		runs+=("$SANDBOXD_TEST_RUN")
+		log "repetition $k of $repeat (run $SANDBOXD_TEST_RUN; load $(cut -d' ' -f1-3 /proc/loadavg))"
+		t0=$SECONDS
+		ctest --test-dir "$BUILD" --output-on-failure -L integration 2>&1 | tee "$dir/ctest.log" >&2 || true
+		ctest_failures "$dir/ctest.log" >"$dir/failures"
+		if ((js)); then
+			node --test --test-reporter=spec --test-reporter-destination=stderr \
+				--test-reporter=tap --test-reporter-destination="$dir/js.tap" \
+				tests/js/*.test.mjs 2>&1 | tee "$dir/js.log" >&2 || true
+			js_failures "$dir/js.tap" >>"$dir/failures"
+		fi
+		sweep_run "$SANDBOXD_TEST_RUN"
+		secs=$((SECONDS - t0))
+		n_fail=$(wc -l <"$dir/failures")
+		echo "$k $secs $(cut -d' ' -f1-3 /proc/loadavg) $n_fail" >>"$out/times"
+		log "repetition $k of $repeat: ${secs}s, $n_fail failed, load $(cut -d' ' -f1-3 /proc/loadavg)"
+	done
+	export SANDBOXD_TEST_RUN=$base
+	log "$repeat repetitions (logs in $out/rK/)"
+	awk '{ printf "  repetition %d: %ds, load at the end %s %s %s, %d failed\n", $1, $2, $3, $4, $5, $6 }' "$out/times" >&2
+	cat "$out"/r*/failures | sort | uniq -c | sort -rn >"$out/summary"
+	if [[ -s $out/summary ]]; then
+		awk -v n="$repeat" '{ k = $1; sub(/^ *[0-9]+ /, ""); printf "  %s: failed %d of %d\n", $0, k, n }' "$out/summary" >&2
+		failed+=("flaky or failing tests: $(wc -l <"$out/summary")")
+	else
+		echo "  no test failed in $repeat repetitions" >&2
+	fi
+}
 
 failed=()
 step() {
@@ -146,8 +255,9 @@ else
 	if [[ ${SANDBOXD_FORMAT_CHECK:-1} == 1 ]]; then
 		step "format (.clang-format)" bash scripts/format.sh --check || true
 	fi
-	step "integration tests" ctest --test-dir "$BUILD" --output-on-failure -L integration || true
+	js=0
 	if [[ -d tests/js ]]; then
+		js=1
 		if [[ -f tests/package.json ]]; then
 			if [[ -f tests/package-lock.json ]]; then
 				step "npm ci" npm ci --prefix tests --no-audit --no-fund || true
@@ -155,20 +265,30 @@ else
 				step "npm install" npm install --prefix tests --no-audit --no-fund || true
 			fi
 		fi
-		export SANDBOXD_BUILD_DIR="$BUILD"
-		step "JS tests" node --test tests/js/*.test.mjs || true
+	fi
+	export SANDBOXD_BUILD_DIR="$BUILD"
+	if ((repeat == 0)); then
+		step "integration tests" ctest --test-dir "$BUILD" --output-on-failure -L integration || true
+		if ((js)); then
+			step "JS tests" node --test tests/js/*.test.mjs || true
+		fi
+	else
+		repeat_suites
 	fi
 	# The client libraries and the example, each against daemons of its own
 	# (instance = this run: the sweep below removes what a crash left).
-	export SANDBOXD_BUILD_DIR="$BUILD"
 	step "Python client tests" /usr/bin/python3 -m unittest discover -s clients/python/tests -t clients/python/tests || true
 	if step "TypeScript client: npm ci" npm ci --prefix clients/typescript --no-audit --no-fund; then
 		step "TypeScript client tests" npm test --prefix clients/typescript || true
 		step "example: eval harness (TypeScript client)" /usr/bin/python3 clients/python/tests/daemon.py -- \
 			node examples/eval_harness/eval_harness.mjs || true
+		step "example: CodeAct loop (TypeScript client)" /usr/bin/python3 clients/python/tests/daemon.py -- \
+			node examples/codeact/codeact.mjs || true
 	fi
 	step "example: eval harness (Python client)" /usr/bin/python3 clients/python/tests/daemon.py -- \
 		/usr/bin/python3 examples/eval_harness/eval_harness.py || true
+	step "example: CodeAct loop (Python client)" /usr/bin/python3 clients/python/tests/daemon.py -- \
+		/usr/bin/python3 examples/codeact/codeact.py || true
 fi
 
 if ((${#failed[@]})); then

@@ -54,12 +54,23 @@ static const struct config_key keys[] = {
          "Unix socket for admins (file permissions + peer credentials)"},
         {"admin_group", CFG_STRING, F(admin_group), 0, 0, 0, "", NULL,
          "empty: admin socket mode 0600; else 0660 owned by this group"},
-        {"max_connections", CFG_INT, F(max_connections), 0, 1, 10000, "64", NULL,
-         "open connections to the API socket at most (the admin socket has its own 16)"},
-        {"max_connections_per_uid", CFG_INT, F(max_connections_per_uid), 0, 1, 10000, "16", NULL,
-         "open connections to the API or admin socket per peer uid (SO_PEERCRED); root is not capped"},
+        {"max_connections", CFG_INT, F(max_connections), 0, 0, 1000000, "0", NULL,
+         "open connections at most, to the API socket and to the HTTPS front each (the admin socket has its own "
+         "16); 0: max_sessions + 64, so every session's agent can hold one"},
+        {"max_connections_per_uid", CFG_INT, F(max_connections_per_uid), 0, 0, 1000000, "0", NULL,
+         "open connections to the API or admin socket per peer uid (SO_PEERCRED); root is not capped; "
+         "0: max_sessions"},
+        {"max_unauthenticated_per_uid", CFG_INT, F(max_unauthenticated_per_uid), 0, 1, 1000000, "32", NULL,
+         "open connections to the API socket per peer uid that have not authenticated yet; root is not capped"},
+        {"http_max_connections_per_address", CFG_INT, F(http_max_connections_per_address), 0, 0, 1000000, "0", NULL,
+         "open HTTPS connections per client address (IPv6: per /64); 0: max_sessions"},
+        {"http_max_unauthenticated", CFG_INT, F(http_max_unauthenticated), 0, 1, 1000000, "256", NULL,
+         "HTTPS connections that have not authenticated yet, in all (at most half of max_connections); "
+         "past it a new one from a less busy address replaces the oldest of the busiest address"},
+        {"http_max_unauthenticated_per_address", CFG_INT, F(http_max_unauthenticated_per_address), 0, 1, 1000000, "32",
+         NULL, "HTTPS connections not authenticated yet per client address (IPv6: per /64)"},
         {"auth_timeout", CFG_MS, F(auth_timeout_ms), 0, 100, 600000, "5s", NULL,
-         "a new API connection must send an authenticated request within this"},
+         "a new API socket or HTTPS connection must send an authenticated request within this"},
         {"connection_idle_timeout", CFG_MS, F(connection_idle_timeout_ms), 0, 1000, 86400000, "300s", NULL,
          "an API or admin connection with no request this long is closed"},
         {"http_listen", CFG_STRING, F(http_listen), 0, 0, 0, "", NULL,
@@ -70,7 +81,7 @@ static const struct config_key keys[] = {
         {"tls_client_ca", CFG_STRING, F(tls_client_ca), 0, 0, 0, "", NULL,
          "PEM CA file: when set, HTTPS clients must present a certificate it signed (mTLS)"},
         {"http_timeout", CFG_DURATION, F(http_timeout_s), 0, 1, 3600, "30s", NULL,
-         "an HTTP connection idle this long (TLS handshake included), or unauthenticated this long, is closed"},
+         "an HTTP connection idle this long (TLS handshake included) is closed"},
         {"metrics_listen", CFG_STRING, F(metrics_listen), 0, 0, 0, "", NULL,
          "loopback host:port serving /metrics (Prometheus text) and /healthz (empty: off)"},
         {"docker_socket", CFG_PATH, F(docker_socket), 0, 0, 0, "/var/run/docker.sock", NULL,
@@ -133,6 +144,9 @@ static const struct config_key keys[] = {
          "0: off)"},
         {"pool_images", CFG_STRING, F(pool_images), 0, 0, 0, "", NULL,
          "per-image pool sizes overriding pool_size, comma-separated image=N (image: image or one of images)"},
+        {"pool_cells_prestart", CFG_ENUM, F(pool_cells_prestart), 0, 0, 0, "python", "python|none",
+         "a warm pool slot starts the default run_cell context (a python kernel) ahead, so a new session's first "
+         "cell pays no interpreter start-up (skipped where the image has no kernel)"},
         {"pool_wait", CFG_MS, F(pool_wait_ms), 0, 0, 60000, "1s", NULL,
          "a new session that finds its image's pool empty waits in line this long at most for the refill, "
          "then takes the cold path (0: never waits)"},
@@ -159,6 +173,20 @@ static const struct config_key keys[] = {
         {"max_exec_per_user", CFG_INT, F(max_exec_per_user), 0, 1, 10000, "5", NULL,
          "concurrent executions of one user (overridable per user); past it, and past a fair share "
          "of max_exec_global while other users run, busy"},
+        {"cells_max_per_session", CFG_INT, F(cells_max_per_session), 0, 1, 64, "4", NULL,
+         "interpreter contexts (run_cell) one session may hold at once"},
+        {"cells_max_global", CFG_INT, F(cells_max_global), 0, 1, 10000, "64", NULL,
+         "interpreter contexts across all sessions"},
+        {"cells_idle_timeout", CFG_DURATION, F(cells_idle_timeout_s), 0, 10, 86400 * 7, "1h", NULL,
+         "an interpreter context unused this long is stopped (its next cell reports state_lost idle_stop)"},
+        {"cells_interrupt_grace", CFG_MS, F(cells_interrupt_grace_ms), 0, 100, 600000, "3s", NULL,
+         "after a cell's timeout or cancel interrupts it (SIGINT), how long it may take to come back before "
+         "its interpreter is killed and restarted (state_lost timeout)"},
+        {"cells_start_timeout", CFG_MS, F(cells_start_timeout_ms), 0, 1000, 600000, "60s", NULL,
+         "how long an interpreter context may take to start"},
+        {"cells_output_cap", CFG_SIZE, F(cells_output_cap_bytes), 0, 4096, INT64_C(1) << 30, "4m", NULL,
+         "output one cell returns inline (MIME bundles, streams); past it the rest goes by reference "
+         "(get_execution on the cell's execution_id) and the result says truncated"},
         {"max_spool_per_session", CFG_SIZE, F(max_spool_per_session_bytes), 0, 0, INT64_C(1) << 40, "1g", NULL,
          "execution output kept on disk per session (overridable per user); past it the oldest goes"},
         {"exec_output_cap", CFG_SIZE, F(exec_output_cap_bytes), 0, 1024, INT64_C(1) << 40, "64m", NULL,
@@ -739,6 +767,21 @@ static int pool_entry(const char *a, size_t len, size_t *ret_name_len, int *ret_
                 (*ret_name_len)--;
         *ret_n = (int)v;
         return 0;
+}
+
+int config_max_connections(const struct sbx_config *cfg)
+{
+        return cfg->max_connections > 0 ? cfg->max_connections : cfg->max_sessions + 64;
+}
+
+int config_max_connections_per_uid(const struct sbx_config *cfg)
+{
+        return cfg->max_connections_per_uid > 0 ? cfg->max_connections_per_uid : cfg->max_sessions;
+}
+
+int config_http_max_per_address(const struct sbx_config *cfg)
+{
+        return cfg->http_max_connections_per_address > 0 ? cfg->http_max_connections_per_address : cfg->max_sessions;
 }
 
 int config_pool_size_for(const struct sbx_config *cfg, const char *image)

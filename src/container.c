@@ -1,7 +1,7 @@
 /* container.c — the hardened container spec, workspace directories, the
  * sustained-state start check and the check before each use
  * (container_validate). Stateless: no locks; every call is a
- * sequence of Docker requests made by the calling thread. */
+ * sequence of engine operations (engine.h) made by the calling thread. */
 #include "sandboxd/container.h"
 
 #include <dirent.h>
@@ -13,7 +13,7 @@
 #include <sys/stat.h>
 #include <unistd.h>
 
-#include "sandboxd/docker.h"
+#include "sandboxd/engine.h"
 #include "sandboxd/jsonutil.h"
 #include "sandboxd/log.h"
 #include "sandboxd/runner_proto.h"
@@ -312,14 +312,14 @@ int container_workspace_purge(const struct sbx_config *cfg, const char *user, co
         return 0;
 }
 
-int container_remove(struct docker *d, const char *id, struct sbx_error *err)
+int container_remove(struct engine *e, const char *id, struct sbx_error *err)
 {
-        int r = docker_container_remove(d, id, true, err);
+        int r = engine_remove(e, id, err);
         return r == -ENOENT ? 0 : r;
 }
 
 /* Cause from an inspect of a container that is no longer running. */
-static void describe_exit(const struct docker_container_info *info, char *buf, size_t size)
+static void describe_exit(const struct engine_container_info *info, char *buf, size_t size)
 {
         if (info->oom_killed)
                 snprintf(buf, size, "oom_killed");
@@ -327,11 +327,11 @@ static void describe_exit(const struct docker_container_info *info, char *buf, s
                 snprintf(buf, size, "exited with code %d", info->exit_code);
 }
 
-int container_validate(struct docker *d, const char *id, const char *network, char *cause, size_t size,
+int container_validate(struct engine *e, const char *id, const char *network, char *cause, size_t size,
                        char ret_runtime[16], struct sbx_error *err)
 {
-        struct docker_container_info info;
-        int r = docker_container_inspect(d, id, &info, err);
+        struct engine_container_info info;
+        int r = engine_inspect(e, id, &info, err);
 
         if (r == -ENOENT) {
                 snprintf(cause, size, "removed");
@@ -352,13 +352,13 @@ int container_validate(struct docker *d, const char *id, const char *network, ch
 }
 
 /* Startup failed: gather the exit code and log tail into err, then remove. */
-static int fail_start(struct docker *d, const char *id, const struct docker_container_info *info, const char *what,
+static int fail_start(struct engine *e, const char *id, const struct engine_container_info *info, const char *what,
                       struct sbx_error *err)
 {
         _cleanup_free_ char *logs = NULL;
         char tail[700] = "";
 
-        if (docker_container_logs(d, id, 20, &logs, NULL) >= 0 && logs) {
+        if (engine_can(e, ENGINE_CAP_LOGS) && engine_logs(e, id, 20, &logs, NULL) >= 0 && logs) {
                 size_t n = strlen(logs);
                 /* keep the end: the last lines say why */
                 sbx_strlcpy(tail, n > sizeof(tail) - 1 ? logs + n - (sizeof(tail) - 1) : logs, sizeof(tail));
@@ -366,41 +366,86 @@ static int fail_start(struct docker *d, const char *id, const struct docker_cont
         sbx_error_set(err, -ECHILD, 0, "container %.12s %s (exit code %d%s); last log lines: %s", id, what,
                       info ? info->exit_code : -1, info && info->oom_killed ? ", OOM-killed" : "",
                       tail[0] ? tail : "(none)");
-        (void)container_remove(d, id, NULL);
+        (void)container_remove(e, id, NULL);
         return -ECHILD;
 }
 
-static int sustained_check(struct docker *d, const struct sbx_config *cfg, const char *id, struct sbx_error *err)
+static int sustained_check(struct engine *e, const struct sbx_config *cfg, const char *id, struct sbx_error *err)
 {
-        struct docker_container_info first = {0}, info;
+        struct engine_container_info first = {0}, info;
         int r;
 
         for (int i = 0; i < cfg->startup_checks; i++) {
                 if (i > 0)
                         sbx_sleep_ms(cfg->startup_check_interval_ms);
-                r = docker_container_inspect(d, id, &info, err);
+                r = engine_inspect(e, id, &info, err);
                 if (r < 0) {
-                        (void)container_remove(d, id, NULL);
+                        (void)container_remove(e, id, NULL);
                         if (r == -ENOENT)
                                 return sbx_error_set(err, -ECHILD, 0, "container %.12s vanished during start", id);
                         sbx_error_prefix(err, "checking container start");
                         return r;
                 }
                 if (!info.running || info.restarting)
-                        return fail_start(d, id, &info, "exited during start", err);
+                        return fail_start(e, id, &info, "exited during start", err);
                 if (i == 0)
                         first = info;
                 else if (info.restart_count != first.restart_count || strcmp(info.started_at, first.started_at) != 0)
-                        return fail_start(d, id, &info, "restarted during start", err);
+                        return fail_start(e, id, &info, "restarted during start", err);
         }
         return 0;
 }
 
-int container_create_started(struct docker *d, const struct sbx_config *cfg, const struct container_params *p,
+/* The limits of the config, as a spec asks for them (the part the engine's
+ * capabilities are checked against). */
+static void spec_limits(const struct sbx_config *cfg, struct engine_spec *spec, struct engine_tmpfs *tmp)
+{
+        *tmp = (struct engine_tmpfs){
+                .path = "/tmp", .size_bytes = cfg->tmpfs_bytes, .noexec = true, .nosuid = true, .nodev = true};
+        spec->tmpfs = tmp;
+        spec->n_tmpfs = 1;
+        spec->memory_bytes = cfg->memory_bytes;
+        spec->memory_swap_bytes = cfg->memory_bytes; /* equal: no swap */
+        spec->nano_cpus = cfg->nano_cpus;
+        spec->pids_limit = cfg->pids_limit;
+        spec->cpu_weight = cfg->cpu_shares;
+        spec->oom_score_adj = cfg->oom_score_adj;
+        spec->readonly_rootfs = true;
+}
+
+unsigned container_unenforced(const struct engine *e, const struct sbx_config *cfg)
+{
+        struct engine_spec spec = {0};
+        struct engine_tmpfs tmp;
+
+        spec_limits(cfg, &spec, &tmp);
+        return engine_spec_unenforced(e, &spec);
+}
+
+/* What the engine would leave out of this spec: said once per setting, and
+ * refused where leaving it out weakens isolation (another runtime than the
+ * one asked for, a network shared with other containers). */
+static int check_enforced(struct engine *e, const struct engine_spec *spec, struct sbx_error *err)
+{
+        static unsigned warned; /* the bits said already (atomic) */
+        unsigned missing = engine_spec_unenforced(e, spec);
+        unsigned refused = missing & (ENGINE_CAP_RUNTIME_CLASS | ENGINE_CAP_ISOLATED_NETWORK);
+
+        if (refused)
+                return sbx_error_set(err, -EOPNOTSUPP, 0, "the %s engine cannot enforce %s", e->name,
+                                     engine_cap_name((unsigned)__builtin_ctz(refused)));
+        for (unsigned i = 0; i < ENGINE_CAP_COUNT; i++) {
+                unsigned bit = 1u << i;
+                if ((missing & bit) && !(__atomic_fetch_or(&warned, bit, __ATOMIC_RELAXED) & bit))
+                        log_warn("the %s engine cannot enforce %s: containers run without it", e->name,
+                                 engine_cap_name(i));
+        }
+        return 0;
+}
+
+int container_create_started(struct engine *e, const struct sbx_config *cfg, const struct container_params *p,
                              char ret_id[65], struct sbx_error *err)
 {
-        static const char *const cap_drop[] = {"ALL", NULL};
-        static const char *const security_opt[] = {"no-new-privileges:true", NULL};
         static const char *const env_sealed[] = {"HOME=" CONTAINER_WORKSPACE, NULL};
         /* the runner's egress endpoint; NO_PROXY keeps the container's own loopback direct */
 #define PROXY_URL "http://127.0.0.1:3128" /* RP_EGRESS_PORT */
@@ -410,27 +455,21 @@ int container_create_started(struct docker *d, const struct sbx_config *cfg, con
                                                 "no_proxy=localhost,127.0.0.1", NULL};
 #undef PROXY_URL
         _Static_assert(RP_EGRESS_PORT == 3128, "PROXY_URL names the egress port");
-        struct docker_label labels[4 + 8 + SESSSPEC_LABELS_MAX];
+        struct engine_label labels[4 + 8 + SESSSPEC_LABELS_MAX];
         char session_label_keys[SESSSPEC_LABELS_MAX][sizeof(CONTAINER_LABEL_PREFIX) + SESSSPEC_LABEL_KEY_MAX];
         _cleanup_(cjson_freep) cJSON *session_labels = NULL;
         char network[160];
-        static const char *const runner_entry[] = {RP_BINARY_PATH, NULL};
-        static const char *const runner_cmd[] = {RP_SOCKET_DIR "/" RP_SOCKET_NAME, NULL};
-        const char *binds[6] = {NULL, NULL, NULL, NULL, NULL, NULL};
-        char runner_bin_bind[SBX_PATH_MAX + 32], runner_dir_bind[SBX_PATH_MAX + 32];
-        char passwd[SBX_PATH_MAX], group[SBX_PATH_MAX], passwd_bind[SBX_PATH_MAX + 32], group_bind[SBX_PATH_MAX + 32];
-        size_t n_binds = 0;
-        const char *tmpfs[2] = {NULL, NULL};
-        char bind[SBX_PATH_MAX + 32], tmpfs_opt[128], user[32], extra[8][128];
-        struct docker_container_spec spec = {0};
+        char passwd[SBX_PATH_MAX], group[SBX_PATH_MAX], extra[8][128];
+        struct engine_tmpfs tmp;
+        struct engine_spec spec = {0};
         size_t n_labels = 0;
         char id[65];
         int r;
 
-        labels[n_labels++] = (struct docker_label){CONTAINER_LABEL_MANAGED, "1"};
-        labels[n_labels++] = (struct docker_label){CONTAINER_LABEL_USER, p->user};
-        labels[n_labels++] = (struct docker_label){CONTAINER_LABEL_SESSION, p->session};
-        labels[n_labels++] = (struct docker_label){CONTAINER_LABEL_INSTANCE, cfg->instance};
+        labels[n_labels++] = (struct engine_label){CONTAINER_LABEL_MANAGED, "1"};
+        labels[n_labels++] = (struct engine_label){CONTAINER_LABEL_USER, p->user};
+        labels[n_labels++] = (struct engine_label){CONTAINER_LABEL_SESSION, p->session};
+        labels[n_labels++] = (struct engine_label){CONTAINER_LABEL_INSTANCE, cfg->instance};
         for (size_t i = 0; p->extra_labels && p->extra_labels[i] && i < ELEMENTSOF(extra); i++) {
                 char *eq;
                 sbx_strlcpy(extra[i], p->extra_labels[i], sizeof(extra[i]));
@@ -438,7 +477,7 @@ int container_create_started(struct docker *d, const struct sbx_config *cfg, con
                 if (!eq)
                         continue;
                 *eq = '\0';
-                labels[n_labels++] = (struct docker_label){extra[i], eq + 1};
+                labels[n_labels++] = (struct engine_label){extra[i], eq + 1};
         }
 
         /* The session's labels, checked when they were given (sessspec.h): values are
@@ -453,7 +492,7 @@ int container_create_started(struct docker *d, const struct sbx_config *cfg, con
                                 continue;
                         snprintf(session_label_keys[k], sizeof(session_label_keys[k]), CONTAINER_LABEL_PREFIX "%s",
                                  it->string);
-                        labels[n_labels++] = (struct docker_label){session_label_keys[k], it->valuestring};
+                        labels[n_labels++] = (struct engine_label){session_label_keys[k], it->valuestring};
                         k++;
                 }
         }
@@ -461,82 +500,66 @@ int container_create_started(struct docker *d, const struct sbx_config *cfg, con
         /* The session's own uid, never root and never one shared with another session (sessuid.h). */
         if (p->uid == 0)
                 return sbx_error_set(err, -EINVAL, 0, "a sandbox container never runs as root");
-        r = container_identity_ensure(cfg, p->uid, passwd, group, err);
-        if (r < 0)
-                return r;
-        snprintf(bind, sizeof(bind), "%s:" CONTAINER_WORKSPACE ":rw", p->workspace);
-        binds[n_binds++] = bind;
-        snprintf(passwd_bind, sizeof(passwd_bind), "%s:/etc/passwd:ro", passwd);
-        snprintf(group_bind, sizeof(group_bind), "%s:/etc/group:ro", group);
-        binds[n_binds++] = passwd_bind;
-        binds[n_binds++] = group_bind;
+        spec.image = p->image;
+        spec.uid = p->uid;
+        spec.gid = p->uid;
+        spec_limits(cfg, &spec, &tmp);
+        if (p->memory_bytes > 0) /* the session's own (sessspec.h); still no swap */
+                spec.memory_bytes = spec.memory_swap_bytes = p->memory_bytes;
+        if (p->nano_cpus > 0)
+                spec.nano_cpus = p->nano_cpus;
+        spec.workspace = p->workspace;
         if (p->runner_binary && p->runner_dir) {
-                snprintf(runner_bin_bind, sizeof(runner_bin_bind), "%s:" RP_BINARY_PATH ":ro", p->runner_binary);
-                snprintf(runner_dir_bind, sizeof(runner_dir_bind), "%s:" RP_SOCKET_DIR ":ro", p->runner_dir);
-                binds[n_binds++] = runner_bin_bind;
-                binds[n_binds++] = runner_dir_bind;
-                spec.entrypoint = runner_entry;
-                spec.cmd = runner_cmd;
+                spec.runner_binary = p->runner_binary;
+                spec.session_dir = p->runner_dir;
         }
-        snprintf(tmpfs_opt, sizeof(tmpfs_opt), "/tmp:rw,noexec,nosuid,nodev,size=%" PRId64, cfg->tmpfs_bytes);
-        tmpfs[0] = tmpfs_opt;
-        snprintf(user, sizeof(user), "%u:%u", (unsigned)p->uid, (unsigned)p->uid);
-
+        spec.runtime_class = p->runtime;
+        spec.env = p->egress_proxy ? env_proxy : env_sealed;
+        spec.workdir = CONTAINER_WORKSPACE;
+        spec.hostname = "sandbox";
+        spec.labels = labels;
+        spec.n_labels = n_labels;
         /* No port is published: the gateway listens on the session's block
          * and forwards through the runner (gateway.h). "bridge" is never
          * Docker's default bridge but sandboxd's own, inter-container traffic off. */
         if (strcmp(p->network_mode, "bridge") == 0) {
-                r = container_network_ensure(d, cfg, err);
+                container_network_name(cfg, network, sizeof(network));
+                spec.network = network;
+        }
+        r = check_enforced(e, &spec, err);
+        if (r < 0)
+                return r;
+        r = container_identity_ensure(cfg, p->uid, passwd, group, err);
+        if (r < 0)
+                return r;
+        spec.passwd_file = passwd;
+        spec.group_file = group;
+        if (spec.network) {
+                r = container_network_ensure(e, cfg, err);
                 if (r < 0)
                         return r;
-                container_network_name(cfg, network, sizeof(network));
-        } else {
-                sbx_strlcpy(network, "none", sizeof(network));
         }
 
-        spec.image = p->image;
-        spec.user = user;
-        spec.env = p->egress_proxy ? env_proxy : env_sealed;
-        spec.workdir = CONTAINER_WORKSPACE;
-        spec.hostname = "sandbox";
-        spec.binds = binds;
-        spec.tmpfs = tmpfs;
-        spec.cap_drop = cap_drop;
-        spec.security_opt = security_opt; /* Docker's default seccomp profile stays on: we never pass seccomp= */
-        spec.labels = labels;
-        spec.n_labels = n_labels;
-        spec.memory = p->memory_bytes > 0 ? p->memory_bytes : cfg->memory_bytes;
-        spec.memory_swap = spec.memory;
-        spec.nano_cpus = p->nano_cpus > 0 ? p->nano_cpus : cfg->nano_cpus;
-        spec.pids_limit = cfg->pids_limit;
-        spec.cpu_shares = cfg->cpu_shares;
-        spec.oom_score_adj = cfg->oom_score_adj;
-        spec.readonly_rootfs = true;
-        spec.init = true; /* and the runner as its command: runner_peer.h knows the runner as the init's first child */
-        spec.privileged = false;
-        spec.network_mode = network;
-        spec.runtime = p->runtime;
-
-        struct sbx_error e = {0};
-        r = docker_container_create(d, &spec, id, &e);
+        struct sbx_error er = {0};
+        r = engine_create(e, &spec, id, &er);
         if (err)
-                *err = e;
-        if (r == -ENOENT && e.http_status == 404)
+                *err = er;
+        if (r == -ENOENT && er.http_status == 404)
                 return sbx_error_set(err, -ENOENT, 404,
-                                     "image '%s' does not exist on the Docker engine; build it with "
+                                     "image '%s' does not exist on the %s engine; build it with "
                                      "scripts/build-images.sh",
-                                     p->image);
+                                     p->image, e->name);
         if (r < 0) {
                 sbx_error_prefix(err, "creating container");
                 return r;
         }
-        r = docker_container_start(d, id, err);
+        r = engine_start(e, id, err);
         if (r < 0) {
                 sbx_error_prefix(err, "starting container %.12s", id);
-                (void)container_remove(d, id, NULL);
+                (void)container_remove(e, id, NULL);
                 return r;
         }
-        r = sustained_check(d, cfg, id, err);
+        r = sustained_check(e, cfg, id, err);
         if (r < 0)
                 return r;
         memcpy(ret_id, id, 65);
@@ -548,31 +571,12 @@ void container_network_name(const struct sbx_config *cfg, char *ret, size_t size
         snprintf(ret, size, "sandboxd-%s", cfg->instance);
 }
 
-int container_network_ensure(struct docker *d, const struct sbx_config *cfg, struct sbx_error *err)
+int container_network_ensure(struct engine *e, const struct sbx_config *cfg, struct sbx_error *err)
 {
-        const struct docker_label labels[] = {{CONTAINER_LABEL_MANAGED, "1"},
+        const struct engine_label labels[] = {{CONTAINER_LABEL_MANAGED, "1"},
                                               {CONTAINER_LABEL_INSTANCE, cfg->instance}};
-        const struct docker_label options[] = {{CONTAINER_NETWORK_ICC_OPTION, "false"}};
-        char name[160], icc[16];
-        int r;
+        char name[160];
 
         container_network_name(cfg, name, sizeof(name));
-        r = docker_network_inspect_option(d, name, CONTAINER_NETWORK_ICC_OPTION, icc, sizeof(icc), err);
-        if (r == -ENOENT) {
-                r = docker_network_create(d, name, labels, ELEMENTSOF(labels), options, ELEMENTSOF(options), err);
-                if (r == -EEXIST) /* made by another thread meanwhile */
-                        r = 0;
-                if (r < 0)
-                        sbx_error_prefix(err, "creating the network %s", name);
-                return r;
-        }
-        if (r < 0)
-                return r;
-        /* someone else's network of that name, or one with inter-container traffic on: never join it */
-        if (strcmp(icc, "false") != 0)
-                return sbx_error_set(err, -EPERM, 0,
-                                     "network %s exists with inter-container traffic allowed; remove it (sandboxd "
-                                     "--gc) so sandboxd can make its own",
-                                     name);
-        return 0;
+        return engine_network_ensure(e, name, labels, ELEMENTSOF(labels), err);
 }

@@ -5,9 +5,11 @@
 #include <errno.h>
 #include <stdio.h>
 #include <string.h>
+#include <sys/resource.h>
 #include <sys/stat.h>
 
-#include "sandboxd/docker.h"
+#include "sandboxd/engine.h"
+#include "sandboxd/engine_docker.h"
 #include "sandboxd/egress.h"
 #include "sandboxd/events.h"
 #include "sandboxd/exec.h"
@@ -15,6 +17,7 @@
 #include "sandboxd/log.h"
 #include "sandboxd/monitor.h"
 #include "sandboxd/portpool.h"
+#include "sandboxd/cells.h"
 #include "sandboxd/privacy.h"
 #include "sandboxd/runtime.h"
 #include "sandboxd/scripts.h"
@@ -69,15 +72,15 @@ static void runner_lost(const char *user, const char *session, const char *cause
 }
 
 /* The fair share of max_sessions stops no session whose work goes on in
- * the background: a running execution (adopted ones included) or a
- * service that is starting, running or stopping. */
+ * the background: a running execution (adopted ones included), a running
+ * cell, or a service that is starting, running or stopping. */
 static bool session_busy(const char *user, const char *session, void *ud)
 {
         struct daemon *d = ud;
         struct store_service *rows = NULL;
         size_t n = 0;
 
-        if (exec_running_count(d->exec, user, session) > 0)
+        if (exec_running_count(d->exec, user, session) > 0 || cells_session_busy(d->cells, user, session))
                 return true;
         if (store_service_list(d->store, user, session, true, &rows, &n) < 0)
                 return true; /* unknown: not stopped */
@@ -129,13 +132,94 @@ static void adopt_runners(struct daemon *d)
                 log_info("listening again for %zu runners", adopted);
 }
 
+/* The quotas and the warm pool, as the session module asks for them
+ * (session.h's narrow interfaces). */
+static int64_t user_session_cap(const char *user, void *userdata)
+{
+        struct daemon *d = userdata;
+        struct quota_limits lim;
+
+        quota_limits_get(d->quota, &d->cfg, user, &lim); /* q->lock is a leaf */
+        return lim.sessions;
+}
+
+static bool warm_applies(void *pool, const char *user, const char *session, const char *network)
+{
+        return pool_applies(pool, user, session, network);
+}
+
+static int warm_claim(void *pool, const char *user, const char *session, const char *network, const char *image,
+                      struct session_warm_claim *ret, struct sbx_error *err)
+{
+        struct pool_claim c = {0};
+        int r = pool_claim(pool, user, session, network, image, &c, err);
+
+        if (r < 0)
+                return r;
+        memcpy(ret->container_id, c.container_id, sizeof(ret->container_id));
+        sbx_strlcpy(ret->image, c.image, sizeof(ret->image));
+        sbx_strlcpy(ret->workspace, c.workspace, sizeof(ret->workspace));
+        return 0;
+}
+
+static void warm_make_room(void *pool)
+{
+        pool_make_room(pool);
+}
+
+static const struct session_pool_ops warm_pool_ops = {.applies = warm_applies,
+                                                      .claim = warm_claim,
+                                                      .make_room = warm_make_room};
+
+/* The egress proxy's blocked decisions, as events (the proxy never calls the core). */
+static void egress_blocked(const char *user, const char *session, const char *host, int port, const char *reason,
+                           void *userdata)
+{
+        (void)userdata;
+        events_egress_blocked(user, session, host, port, reason);
+}
+
+/* privacy_mark's second step: the session's tunnels, closed before it returns. */
+static void close_tunnels(const char *user, const char *session, void *userdata)
+{
+        egress_close_session(userdata, user, session);
+}
+
+/* Descriptors: a session holds DAEMON_FDS_PER_SESSION in the daemon (its
+ * runner, control, egress and forward sockets) plus a listener per port of
+ * its block, and each connection to a front holds one. Take what the hard
+ * limit allows, and say so when even that is short of the configuration. */
+#define DAEMON_FDS_PER_SESSION 7
+#define DAEMON_FDS_SPARE 1024
+
+static void raise_nofile(const struct sbx_config *cfg)
+{
+        int64_t need = (int64_t)cfg->max_sessions * (DAEMON_FDS_PER_SESSION + cfg->ports_per_session) +
+                       2 * (int64_t)config_max_connections(cfg) + DAEMON_FDS_SPARE;
+        struct rlimit rl;
+
+        if (getrlimit(RLIMIT_NOFILE, &rl) < 0)
+                return;
+        if (rl.rlim_cur < rl.rlim_max) {
+                rl.rlim_cur = rl.rlim_max;
+                (void)setrlimit(RLIMIT_NOFILE, &rl);
+                (void)getrlimit(RLIMIT_NOFILE, &rl);
+        }
+        if (rl.rlim_cur != RLIM_INFINITY && (int64_t)rl.rlim_cur < need)
+                log_warn(
+                        "the descriptor limit (RLIMIT_NOFILE) is %llu, short of the %lld that max_sessions %d with "
+                        "%d ports each and max_connections %d may hold: raise LimitNOFILE (ulimit -n)",
+                        (unsigned long long)rl.rlim_cur, (long long)need, cfg->max_sessions, cfg->ports_per_session,
+                        config_max_connections(cfg));
+}
+
 int daemon_open(const struct sbx_config *cfg, const struct daemon_options *opts, struct daemon **ret,
                 struct sbx_error *err)
 {
         static const struct daemon_options no_opts = {0};
         struct daemon *d = calloc(1, sizeof(*d));
         char db[SBX_PATH_MAX + 32];
-        struct docker_version ver;
+        struct engine_version ver;
         int r;
 
         if (!d)
@@ -144,6 +228,7 @@ int daemon_open(const struct sbx_config *cfg, const struct daemon_options *opts,
                 opts = &no_opts;
         d->cfg = *cfg;
         d->started_at = sbx_wall_ms();
+        raise_nofile(&d->cfg);
 
         r = wsquota_check_config(&d->cfg, err);
         if (r == 0)
@@ -171,18 +256,13 @@ int daemon_open(const struct sbx_config *cfg, const struct daemon_options *opts,
         if (r < 0)
                 goto fail;
 
-        d->docker = docker_new(d->cfg.docker_socket, d->cfg.docker_timeout_ms);
-        if (!d->docker) {
-                r = sbx_error_set(err, -ENOMEM, 0, "out of memory");
+        r = engine_docker_new(d->cfg.docker_socket, d->cfg.docker_timeout_ms, &d->engine, err);
+        if (r == 0)
+                r = engine_connect(d->engine, err);
+        if (r < 0)
                 goto fail;
-        }
-        r = docker_negotiate(d->docker, err);
-        if (r < 0) {
-                sbx_error_prefix(err, "connecting to Docker at %s", d->cfg.docker_socket);
-                goto fail;
-        }
-        if (docker_version(d->docker, &ver, NULL) == 0)
-                log_info("Docker engine %s, API %s", ver.version, docker_api_version(d->docker));
+        if (engine_version(d->engine, &ver, NULL) == 0)
+                log_info("Docker engine %s, API %s", ver.version, ver.api_version);
 
         r = portpool_new(d->store, d->cfg.port_range_lo, d->cfg.port_range_hi, d->cfg.ports_per_session, &d->ports,
                          err);
@@ -192,24 +272,24 @@ int daemon_open(const struct sbx_config *cfg, const struct daemon_options *opts,
         if (r < 0)
                 goto fail;
         /* claims a previous daemon began are finished before the session rows load */
-        r = pool_recover_claims(&d->cfg, d->store, d->docker, err);
+        r = pool_recover_claims(&d->cfg, d->store, d->engine, err);
         if (r < 0)
                 goto fail;
-        r = session_manager_new(&d->cfg, d->docker, d->store, d->ports, opts->extra_labels, &d->sessions, err);
+        r = session_manager_new(&d->cfg, d->engine, d->store, d->ports, opts->extra_labels, &d->sessions, err);
         if (r < 0)
                 goto fail;
-        session_set_quota(d->sessions, d->quota);
+        session_set_user_cap(d->sessions, user_session_cap, d);
         r = runner_hub_new(&d->cfg, &d->runner, err);
         if (r < 0)
                 goto fail;
         if (!runner_hub_binary(d->runner))
                 log_warn("the runner binary is missing or not root-owned: containers run without it (docker exec)");
         session_set_runner_hub(d->sessions, d->runner);
-        r = pool_new(&d->cfg, d->docker, d->store, d->runner, opts->extra_labels, &d->pool, err);
+        r = pool_new(&d->cfg, d->engine, d->store, d->runner, opts->extra_labels, &d->pool, err);
         if (r < 0)
                 goto fail;
         pool_set_load_fn(d->pool, live_sessions, d->sessions);
-        session_set_pool(d->sessions, d->pool);
+        session_set_pool(d->sessions, &warm_pool_ops, d->pool);
         (void)session_register_failure_handler(d->sessions, drop_runner, d->runner);
         runner_hub_set_lost_handler(d->runner, runner_lost, d->sessions);
         r = privacy_new(d->store, d->sessions, &d->privacy, err);
@@ -217,7 +297,9 @@ int daemon_open(const struct sbx_config *cfg, const struct daemon_options *opts,
                 goto fail;
         r = egress_new(&d->cfg, d->store, &d->egress, err);
         if (r == 0)
-                privacy_set_egress(d->privacy, d->egress);
+                privacy_set_tunnel_closer(d->privacy, close_tunnels, d->egress);
+        if (r == 0)
+                egress_set_blocked_hook(d->egress, egress_blocked, NULL);
         if (r == 0)
                 r = gateway_new(&d->cfg, d->egress, &d->gateway, err);
         if (r < 0)
@@ -225,11 +307,11 @@ int daemon_open(const struct sbx_config *cfg, const struct daemon_options *opts,
         gateway_set_private_check(d->gateway, gateway_private, d->privacy);
         session_set_gateway(d->sessions, d->gateway);
         (void)session_register_failure_handler(d->sessions, drop_gateway, d->gateway);
-        r = runtime_new(&d->cfg, d->docker, d->store, &d->runtime, err);
+        r = runtime_new(&d->cfg, d->engine, d->store, &d->runtime, err);
         if (r < 0)
                 goto fail;
         runtime_attach(d->runtime, d->sessions);
-        r = exec_engine_new(&d->cfg, d->docker, d->store, d->sessions, &d->exec, err);
+        r = exec_engine_new(&d->cfg, d->engine, d->store, d->sessions, &d->exec, err);
         if (r < 0)
                 goto fail;
         exec_set_quota(d->exec, d->quota);
@@ -241,6 +323,7 @@ int daemon_open(const struct sbx_config *cfg, const struct daemon_options *opts,
                                               .ports = d->ports,
                                               .egress = d->egress,
                                               .pool = d->pool,
+                                              .engine = d->engine,
                                               .store = d->store,
                                               .cfg = &d->cfg};
         r = scripts_new(&d->cfg, d->store, d->quota, &d->scripts);
@@ -249,8 +332,12 @@ int daemon_open(const struct sbx_config *cfg, const struct daemon_options *opts,
                 goto fail;
         }
         (void)exec_engine_recover(d->exec, NULL);
+        r = cells_new(&d->cfg, d->store, d->sessions, d->runner, &d->cells, err);
+        if (r < 0)
+                goto fail;
+        pool_set_slot_fn(d->pool, cells_pool_slot, d->cells); /* a slot starts its python context ahead */
         /* before reconciling, so services of containers lost meanwhile are cleared */
-        r = service_manager_new(&d->cfg, d->docker, d->store, d->sessions, d->exec, &d->services, err);
+        r = service_manager_new(&d->cfg, d->engine, d->store, d->sessions, d->exec, &d->services, err);
         if (r < 0)
                 goto fail;
         service_set_quota(d->services, d->quota);
@@ -266,7 +353,7 @@ int daemon_open(const struct sbx_config *cfg, const struct daemon_options *opts,
         adopt_runners(d);
         exec_engine_adopt(d->exec); /* executions the runners kept while the daemon was away */
         if (!opts->no_monitor) {
-                r = monitor_start(&d->cfg, d->docker, d->sessions, &d->monitor, err);
+                r = monitor_start(&d->cfg, d->engine, d->sessions, &d->monitor, err);
                 if (r == 0)
                         r = service_manager_start(d->services, err);
                 if (r < 0)
@@ -288,7 +375,9 @@ void daemon_close(struct daemon *d)
                 d->fronts_stop(d);
         monitor_stop(d->monitor);
         service_manager_free(d->services);
-        exec_engine_free(d->exec); /* its workers were the last to ask session_busy */
+        pool_set_slot_fn(d->pool, NULL, NULL); /* no slot hook reaches the cells from here on */
+        cells_free(d->cells);                  /* before the hub: its waiters hold runner jobs */
+        exec_engine_free(d->exec);             /* its workers were the last to ask session_busy */
         if (d->sessions)
                 session_set_busy_check(d->sessions, NULL, NULL);
         scripts_free(d->scripts);
@@ -303,17 +392,17 @@ void daemon_close(struct daemon *d)
         session_manager_free(d->sessions);
         quota_free(d->quota); /* after every engine that asks it */
         portpool_free(d->ports);
-        docker_free(d->docker);
+        engine_free(d->engine);
         events_close(d->events); /* writes what is queued: after every engine that emits */
         webhook_stop(d->webhook);
         store_close(d->store);
         free(d);
 }
 
-int daemon_docker_version(struct daemon *d, char *ret, size_t size, struct sbx_error *err)
+int daemon_engine_version(struct daemon *d, char *ret, size_t size, struct sbx_error *err)
 {
-        struct docker_version v;
-        int r = docker_version(d->docker, &v, err);
+        struct engine_version v;
+        int r = engine_version(d->engine, &v, err);
         if (r < 0)
                 return r;
         sbx_strlcpy(ret, v.version, size);

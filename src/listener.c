@@ -343,6 +343,7 @@ struct sockserver_conn {
         struct sockserver_conn *next; /* srv->lock */
         int fd;
         struct ucred peer;
+        bool authed; /* srv->lock: sockserver_authenticated */
 };
 
 struct sockserver {
@@ -351,6 +352,7 @@ struct sockserver {
         char thread_name[16];
         size_t max_conns;
         size_t max_per_uid;
+        size_t max_unauth_per_uid; /* 0: max_per_uid alone */
         sockserver_fn fn;
         void *ud;
         pthread_t accept_thread;
@@ -433,14 +435,17 @@ static void *accept_main(void *ud)
 
                 /* unknown unless the kernel says: never uid 0 by default */
                 struct ucred peer = {.pid = 0, .uid = (uid_t)-1, .gid = (gid_t)-1};
-                size_t mine = 0;
+                size_t mine = 0, mine_unauth = 0;
 
                 if (listener_accept(&srv->l, srv->what, &fd) < 0)
                         break;
                 (void)listener_peer(fd, &peer);
                 pthread_mutex_lock(&srv->lock);
                 for (struct sockserver_conn *o = srv->conns; o; o = o->next)
-                        mine += o->peer.uid == peer.uid;
+                        if (o->peer.uid == peer.uid) {
+                                mine++;
+                                mine_unauth += !o->authed;
+                        }
                 if (srv->n_conns >= srv->max_conns) {
                         pthread_mutex_unlock(&srv->lock);
                         log_refusal(srv, "max_connections open", peer.uid);
@@ -452,6 +457,13 @@ static void *accept_main(void *ud)
                         pthread_mutex_unlock(&srv->lock);
                         log_refusal(srv, "this uid has max_connections_per_uid open", peer.uid);
                         refuse(fd, "too many connections from this uid; retry later");
+                        continue;
+                }
+                /* nor can it hold many before it shows a token (the auth deadline ends each) */
+                if (peer.uid != 0 && srv->max_unauth_per_uid && mine_unauth >= srv->max_unauth_per_uid) {
+                        pthread_mutex_unlock(&srv->lock);
+                        log_refusal(srv, "this uid has max_unauthenticated_per_uid open", peer.uid);
+                        refuse(fd, "too many unauthenticated connections from this uid; retry later");
                         continue;
                 }
                 c = calloc(1, sizeof(*c));
@@ -486,8 +498,8 @@ static void *accept_main(void *ud)
 }
 
 int sockserver_start(const char *what, const char *thread_name, const char *path, mode_t mode, gid_t gid,
-                     size_t max_conns, size_t max_per_uid, sockserver_fn fn, void *ud, struct sockserver **ret,
-                     struct sbx_error *err)
+                     size_t max_conns, size_t max_per_uid, size_t max_unauth_per_uid, sockserver_fn fn, void *ud,
+                     struct sockserver **ret, struct sbx_error *err)
 {
         struct sockserver *srv = calloc(1, sizeof(*srv));
         int r;
@@ -498,6 +510,7 @@ int sockserver_start(const char *what, const char *thread_name, const char *path
         sbx_strlcpy(srv->thread_name, thread_name, sizeof(srv->thread_name));
         srv->max_conns = max_conns;
         srv->max_per_uid = max_per_uid;
+        srv->max_unauth_per_uid = max_unauth_per_uid;
         srv->fn = fn;
         srv->ud = ud;
         pthread_mutex_init(&srv->lock, NULL);
@@ -535,6 +548,15 @@ void sockserver_stop(struct sockserver *srv)
         pthread_cond_destroy(&srv->cond);
         pthread_mutex_destroy(&srv->lock);
         free(srv);
+}
+
+void sockserver_authenticated(struct sockserver *srv, int fd)
+{
+        pthread_mutex_lock(&srv->lock);
+        for (struct sockserver_conn *c = srv->conns; c; c = c->next)
+                if (c->fd == fd)
+                        c->authed = true;
+        pthread_mutex_unlock(&srv->lock);
 }
 
 int sockserver_stop_fd(struct sockserver *srv)

@@ -68,8 +68,10 @@ void linereader_done(struct linereader *lr);
 int linereader_next(struct linereader *lr, char **ret_line, size_t *ret_len, int timeout_ms, int stop_fd);
 
 /* A served socket: a listener, an accept thread and one detached worker
- * thread per connection (at most max_conns, and at most max_per_uid from
- * one peer uid other than root; past either a connection gets a one-line
+ * thread per connection (at most max_conns, at most max_per_uid from one
+ * peer uid other than root, and of those at most max_unauth_per_uid (0: no
+ * such cap) not yet marked with sockserver_authenticated; past any of them
+ * a connection gets a one-line
  * {"ok":false,"error":{"code":"busy",...}} and is closed). The
  * worker runs fn(fd, peer, ud) and closes fd when it returns. Accepted fds
  * have a send timeout, so a peer that stops reading cannot block a writer
@@ -79,8 +81,11 @@ struct sockserver;
 typedef void (*sockserver_fn)(struct sockserver *srv, int fd, const struct ucred *peer, void *ud);
 
 int sockserver_start(const char *what, const char *thread_name, const char *path, mode_t mode, gid_t gid,
-                     size_t max_conns, size_t max_per_uid, sockserver_fn fn, void *ud, struct sockserver **ret,
-                     struct sbx_error *err);
+                     size_t max_conns, size_t max_per_uid, size_t max_unauth_per_uid, sockserver_fn fn, void *ud,
+                     struct sockserver **ret, struct sbx_error *err);
+/* The connection on fd (a worker's own) has authenticated: it no longer
+ * counts against max_unauth_per_uid. */
+void sockserver_authenticated(struct sockserver *srv, int fd);
 /* Stop accepting, shut every connection down (workers see EOF or the stop
  * fd), wait for the workers to return, close and unlink. NULL is fine. */
 void sockserver_stop(struct sockserver *srv);

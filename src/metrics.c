@@ -4,7 +4,7 @@
  * Locking: none. Counters are relaxed atomics (a scrape may see one counter
  * a moment ahead of another, which Prometheus tolerates); the gauges are
  * asked of their owners (session_counts, exec_running_count,
- * portpool_usage, docker_api_errors) and of /proc/self at render time. */
+ * portpool_usage, engine_api_errors) and of /proc/self at render time. */
 #include "sandboxd/metrics.h"
 
 #include <dirent.h>
@@ -16,7 +16,7 @@
 #include <string.h>
 #include <unistd.h>
 
-#include "sandboxd/docker.h"
+#include "sandboxd/engine.h"
 #include "sandboxd/egress.h"
 #include "sandboxd/events.h"
 #include "sandboxd/pool.h"
@@ -273,7 +273,8 @@ int metrics_render(const struct metrics_ctx *m, char **ret)
 
         head(&t, "sandboxd_docker_api_errors_total", "counter",
              "Docker Engine API calls that failed: unreachable, timed out, broken, or a 5xx answer");
-        put(&t, "sandboxd_docker_api_errors_total %llu\n", (unsigned long long)docker_api_errors());
+        put(&t, "sandboxd_docker_api_errors_total %llu\n",
+            (unsigned long long)(m->engine ? engine_api_errors(m->engine) : 0));
         head(&t, "sandboxd_auth_failures_total", "counter", "failed token authentications (API socket and HTTP)");
         put(&t, "sandboxd_auth_failures_total %llu\n", (unsigned long long)LOAD(auth_failures));
         head(&t, "sandboxd_http_requests_total", "counter", "answers of the HTTP front by status");

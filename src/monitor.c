@@ -16,14 +16,14 @@
 #include <time.h>
 
 #include "sandboxd/container.h"
-#include "sandboxd/docker.h"
+#include "sandboxd/engine.h"
 #include "sandboxd/log.h"
 #include "sandboxd/pool.h"
 #include "sandboxd/session.h"
 
 struct monitor {
         const struct sbx_config *cfg;
-        struct docker *docker;
+        struct engine *engine;
         struct session_manager *sessions;
         char instance_filter[128];
 
@@ -33,18 +33,24 @@ struct monitor {
         pthread_mutex_t lock;
         pthread_cond_t wake;
         bool stopping;
-        volatile bool stop_events; /* polled by docker_events_follow */
+        volatile bool stop_events; /* polled by engine_events_follow; read and written atomically */
 
         int64_t last_poll;    /* atomic */
         uint64_t events_seen; /* atomic */
 };
 
+/* monitor_stop sets it from another thread. */
+static bool events_stopping(struct monitor *mon)
+{
+        return __atomic_load_n(&mon->stop_events, __ATOMIC_RELAXED);
+}
+
 /* Why a container that is not running stopped, from an inspect. */
 static void exit_cause(struct monitor *mon, const char *id, char *cause, size_t size)
 {
-        struct docker_container_info info;
+        struct engine_container_info info;
 
-        if (docker_container_inspect(mon->docker, id, &info, NULL) == -ENOENT)
+        if (engine_inspect(mon->engine, id, &info, NULL) == -ENOENT)
                 snprintf(cause, size, "removed");
         else if (info.running)
                 cause[0] = '\0';
@@ -54,21 +60,21 @@ static void exit_cause(struct monitor *mon, const char *id, char *cause, size_t 
                 snprintf(cause, size, "exited with code %d", info.exit_code);
 }
 
-static int on_event(const struct docker_event *ev, void *ud)
+static int on_event(const struct engine_event *ev, void *ud)
 {
         struct monitor *mon = ud;
-        const char *user = docker_kv_get(ev->labels, ev->n_labels, CONTAINER_LABEL_USER);
-        const char *session = docker_kv_get(ev->labels, ev->n_labels, CONTAINER_LABEL_SESSION);
+        const char *user = engine_label_get(ev->labels, ev->n_labels, CONTAINER_LABEL_USER);
+        const char *session = engine_label_get(ev->labels, ev->n_labels, CONTAINER_LABEL_SESSION);
         char cause[96] = "";
 
         __atomic_add_fetch(&mon->events_seen, 1, __ATOMIC_RELAXED);
         if (!user || !session || strcmp(ev->type, "container") != 0)
-                return mon->stop_events;
+                return events_stopping(mon);
         char owner_user[SESSION_KEY_MAX + 1], owner_session[SESSION_KEY_MAX + 1];
         if (strcmp(user, POOL_USER) == 0) {
                 /* a warm pool container: its labels name the slot; once claimed, a session owns it */
                 if (session_find_container(mon->sessions, ev->id, owner_user, owner_session) < 0)
-                        return mon->stop_events;
+                        return events_stopping(mon);
                 user = owner_user;
                 session = owner_session;
         }
@@ -92,19 +98,19 @@ static int on_event(const struct docker_event *ev, void *ud)
                                 session_note_oom(mon->sessions, user, session, ev->id);
                                 log_ctx(LOG_LEVEL_WARN, user, session, ev->id, "OOM kill inside the container");
                         }
-                        return mon->stop_events;
+                        return events_stopping(mon);
                 }
         } else if (strcmp(ev->action, "stop") == 0) {
                 snprintf(cause, sizeof(cause), "stopped");
         } else if (strcmp(ev->action, "destroy") == 0) {
                 snprintf(cause, sizeof(cause), "removed");
         } else {
-                return mon->stop_events;
+                return events_stopping(mon);
         }
         if (session_mark_failed(mon->sessions, user, session, ev->id, cause))
                 log_ctx(LOG_LEVEL_WARN, user, session, ev->id, "container failure detected (event %s): %s", ev->action,
                         cause);
-        return mon->stop_events;
+        return events_stopping(mon);
 }
 
 static void *events_main(void *ud)
@@ -114,10 +120,10 @@ static void *events_main(void *ud)
         const char *actions[] = {"die", "oom", "stop", "destroy", NULL};
 
         pthread_setname_np(pthread_self(), "sbx-events");
-        while (!mon->stop_events) {
+        while (!events_stopping(mon)) {
                 struct sbx_error err = {0};
-                int r = docker_events_follow(mon->docker, filters, actions, on_event, mon, &mon->stop_events, 0, &err);
-                if (r < 0 && !mon->stop_events) {
+                int r = engine_events_follow(mon->engine, filters, actions, on_event, mon, &mon->stop_events, 0, &err);
+                if (r < 0 && !events_stopping(mon)) {
                         log_warn("events stream ended: %s; the periodic poll covers the gap", err.msg);
                         sbx_sleep_ms(1000);
                 }
@@ -128,19 +134,19 @@ static void *events_main(void *ud)
 static void poll_once(struct monitor *mon)
 {
         const char *filters[] = {CONTAINER_LABEL_MANAGED "=1", mon->instance_filter, NULL};
-        struct docker_container_summary *list = NULL;
+        struct engine_container_summary *list = NULL;
         struct session_ref *running = NULL;
         size_t n = 0, n_running = 0;
         struct sbx_error err = {0};
 
-        if (docker_container_list(mon->docker, filters, true, &list, &n, &err) < 0) {
+        if (engine_list(mon->engine, filters, true, &list, &n, &err) < 0) {
                 log_warn("monitor poll: cannot list containers: %s", err.msg);
                 goto expire;
         }
         if (session_running(mon->sessions, &running, &n_running) < 0)
                 goto expire;
         for (size_t i = 0; i < n_running; i++) {
-                const struct docker_container_summary *c = NULL;
+                const struct engine_container_summary *c = NULL;
                 char cause[96] = "";
 
                 for (size_t j = 0; j < n && !c; j++)
@@ -183,7 +189,7 @@ static void *poll_main(void *ud)
         return NULL;
 }
 
-int monitor_start(const struct sbx_config *cfg, struct docker *d, struct session_manager *m, struct monitor **ret,
+int monitor_start(const struct sbx_config *cfg, struct engine *d, struct session_manager *m, struct monitor **ret,
                   struct sbx_error *err)
 {
         struct monitor *mon = calloc(1, sizeof(*mon));
@@ -193,7 +199,7 @@ int monitor_start(const struct sbx_config *cfg, struct docker *d, struct session
         if (!mon)
                 return sbx_error_set(err, -ENOMEM, 0, "out of memory");
         mon->cfg = cfg;
-        mon->docker = d;
+        mon->engine = d;
         mon->sessions = m;
         snprintf(mon->instance_filter, sizeof(mon->instance_filter), CONTAINER_LABEL_INSTANCE "=%s", cfg->instance);
         pthread_mutex_init(&mon->lock, NULL);

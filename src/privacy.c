@@ -11,7 +11,6 @@
 #include <string.h>
 
 #include "sandboxd/audit.h"
-#include "sandboxd/egress.h"
 #include "sandboxd/log.h"
 #include "sandboxd/session.h"
 #include "sandboxd/store.h"
@@ -19,8 +18,9 @@
 struct privacy {
         struct store *store;
         struct session_manager *sessions;
-        const char *fallback;  /* network for unmarked sessions */
-        struct egress *egress; /* set once at start-up, before any front */
+        const char *fallback;      /* network for unmarked sessions */
+        privacy_close_fn close_fn; /* set once at start-up, before any front */
+        void *close_ud;
 };
 
 static const char *policy(const char *user, const char *session, void *ud)
@@ -41,10 +41,12 @@ int privacy_new(struct store *st, struct session_manager *sm, struct privacy **r
         return 0;
 }
 
-void privacy_set_egress(struct privacy *p, struct egress *eg)
+void privacy_set_tunnel_closer(struct privacy *p, privacy_close_fn fn, void *userdata)
 {
-        if (p)
-                p->egress = eg;
+        if (p) {
+                p->close_fn = fn;
+                p->close_ud = userdata;
+        }
 }
 
 void privacy_free(struct privacy *p)
@@ -110,7 +112,8 @@ int privacy_mark(struct privacy *p, const char *user, const char *session, const
         /* 2. close the session's egress tunnels (the proxy refuses new ones:
          * the mark is durable), 3. then take any networked container away
          * before returning: the ordering guarantee in privacy.h rests on this */
-        egress_close_session(p->egress, user, session);
+        if (p->close_fn)
+                p->close_fn(user, session, p->close_ud);
         r = session_enforce_network(p->sessions, user, session, err);
         if (r < 0)
                 sbx_error_prefix(err, "the mark is recorded, but the networked container could not be removed");

@@ -12,7 +12,7 @@
 #include <stdio.h>
 #include <string.h>
 
-#include "sandboxd/session.h"
+#include "sandboxd/utf8.h"
 #include "sandboxd/store.h"
 
 static const struct {

@@ -20,13 +20,13 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "sandboxd/docker.h"
+#include "sandboxd/engine.h"
 #include "sandboxd/session.h"
 #include "sandboxd/store.h"
 
 struct runtime {
         const struct sbx_config *cfg;
-        struct docker *docker;
+        struct engine *engine;
         struct store *store;
         pthread_mutex_t lock;
         bool runsc_ok;
@@ -37,7 +37,7 @@ bool runtime_name_valid(const char *name)
         return name && (!strcmp(name, "runc") || !strcmp(name, "runsc"));
 }
 
-int runtime_new(const struct sbx_config *cfg, struct docker *d, struct store *st, struct runtime **ret,
+int runtime_new(const struct sbx_config *cfg, struct engine *d, struct store *st, struct runtime **ret,
                 struct sbx_error *err)
 {
         struct runtime *rt = calloc(1, sizeof(*rt));
@@ -45,7 +45,7 @@ int runtime_new(const struct sbx_config *cfg, struct docker *d, struct store *st
         if (!rt)
                 return sbx_error_set(err, -ENOMEM, 0, "out of memory");
         rt->cfg = cfg;
-        rt->docker = d;
+        rt->engine = d;
         rt->store = st;
         pthread_mutex_init(&rt->lock, NULL);
         *ret = rt;
@@ -85,7 +85,7 @@ int runtime_check(struct runtime *rt, const char *name, struct sbx_error *err)
         pthread_mutex_unlock(&rt->lock);
         if (ok)
                 return 0;
-        r = docker_has_runtime(rt->docker, "runsc", &ok, err);
+        r = engine_has_runtime(rt->engine, "runsc", &ok, err);
         if (r < 0) {
                 sbx_error_prefix(err, "asking Docker for its runtimes");
                 return r;

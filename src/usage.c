@@ -7,7 +7,7 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "sandboxd/docker.h"
+#include "sandboxd/engine.h"
 #include "sandboxd/exec.h"
 #include "sandboxd/store.h"
 
@@ -57,9 +57,9 @@ int usage_collect(const struct usage_ctx *c, const char *user, size_t max, struc
         }
         for (size_t i = 0; i < n; i++) {
                 struct usage_row *u = &rows[i];
-                struct docker_stats st;
+                struct engine_stats st;
 
-                if (u->container_id[0] && docker_container_stats(c->docker, u->container_id, &st, NULL) == 0) {
+                if (u->container_id[0] && engine_stats(c->engine, u->container_id, &st, NULL) == 0) {
                         u->has_stats = true;
                         u->cpu_total_ns = st.cpu_total_ns;
                         u->memory_usage = st.memory_usage;

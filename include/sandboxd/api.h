@@ -5,8 +5,10 @@
  * is authenticated by its token; the peer's uid from SO_PEERCRED is logged):
  * one JSON object per line, at most API_MAX_LINE bytes, requests answered in
  * order on a connection; a client may open several connections (at most
- * max_connections at once across all clients, and max_connections_per_uid
- * from one peer uid other than root; past either a connection gets one busy
+ * max_connections at once across all clients, by default max_sessions + 64;
+ * max_connections_per_uid from one peer uid other than root, by default
+ * max_sessions; and of those at most max_unauthenticated_per_uid (32) that
+ * have not authenticated yet; past any of them a connection gets one busy
  * reply and is closed). Limits on what a peer costs (see reqguard.h):
  *   - until a request on the connection has authenticated, a line may be at
  *     most 4 KiB, unless its first 4 KiB already hold a top-level "token"
@@ -69,13 +71,29 @@
  *         (stderr_offset), stdout (stderr) is the bytes from that offset on
  *         (at most 2 × exec_result_head), and the result adds stdout_offset
  *         and stdout_next_offset (the offset to ask for next; raw bytes).
+ *         A run_cell cell's execution_id is read the same way (api_cells.c:
+ *         kind "cell", its context, status; outputs_offset? pages its
+ *         non-stream outputs, one JSON line each).
  *   send_stdin      {execution_id, data, encoding?, eof?}              → {execution_id, bytes, eof}
  *   resize_terminal {execution_id, rows: 1-1000, cols: 1-1000}   → {execution_id, rows, cols} (a tty execution's window; SIGWINCH)
  *   cancel_execution{execution_id, force?}   → the execution result, after waiting up to the kill grace + 5 s for it to end
+ *         (a cell's id: it is interrupted, force: killed, and the reply is the cell's result)
  *   list_executions {states?: [..], limit?: 1-1000 (50), completed_within_ms?}
  *       → {executions: [result without stdout/stderr, plus command_preview]},
  *         newest first; with completed_within_ms only those that ended that
  *         recently, the most recently ended first.
+ *   run_cell        {code, language?: python|node, context?, timeout_seconds?, env?, stream?}
+ *       → {context, language, generation, execution_count, status, outputs: [...], stdout, stderr,
+ *         error?, state_lost?: {cause, generation}, timed_out?, truncated?, duration_ms} (cells.h,
+ *         docs/api.md "Stateful interpreters"); stream: {"event": "output", "stream", "data"} and
+ *         {"event": "display", "output"} while the cell runs
+ *   list_contexts   {}              → {contexts: [{context, language, generation, execution_count, state, rss_kb, last_used}]}
+ *   restart_context {context?}      → the context, in a new generation
+ *   delete_context  {context?}      → {context, deleted}
+ *   get_variables   {context?}      → {context, generation, variables: [{name, type, repr, shape?}]}
+ *   interrupt_cell  {context?}      → {interrupted} (already_finished when no cell runs)
+ *   last_cell       {context?, wait_seconds?: 0-60}  → the last cell's result, plus complete (and
+ *                   adopted for a cell that outlived a daemon restart: waits for its end up to wait_seconds)
  *   write_file      {path, content, encoding?: utf8|base64}      → {path, bytes}
  *   read_file       {path, offset?, length?, encoding?}
  *       → {path, content, encoding, valid_utf8 (utf8 only: false when bytes

@@ -20,21 +20,25 @@ struct sbx_config {
         char data_dir[SBX_PATH_MAX];
         char api_socket[SBX_PATH_MAX];
         char admin_socket[SBX_PATH_MAX];
-        char admin_group[64];           /* "" → socket mode 0600, else 0660 with this group */
-        int max_connections;            /* API socket, in total */
-        int max_connections_per_uid;    /* API and admin sockets, per peer uid (root exempt) */
-        int auth_timeout_ms;            /* a new API connection authenticates within this */
-        int connection_idle_timeout_ms; /* no request this long: the connection is closed */
+        char admin_group[64];            /* "" → socket mode 0600, else 0660 with this group */
+        int max_connections;             /* API socket, and HTTPS front, in total (0: config_max_connections) */
+        int max_connections_per_uid;     /* API and admin sockets, per peer uid (root exempt; 0: max_sessions) */
+        int max_unauthenticated_per_uid; /* API socket, per peer uid, before a token (root exempt) */
+        int auth_timeout_ms;             /* a new API or HTTPS connection authenticates within this */
+        int connection_idle_timeout_ms;  /* no request this long: the connection is closed */
         char docker_socket[SBX_PATH_MAX];
         char instance[64];
 
         /* network fronts (http.c); "" = off */
-        char http_listen[128];            /* host:port of the HTTPS API and MCP front */
-        char tls_cert[SBX_PATH_MAX];      /* PEM certificate chain; "" = plain HTTP (loopback only) */
-        char tls_key[SBX_PATH_MAX];       /* PEM private key */
-        char tls_client_ca[SBX_PATH_MAX]; /* PEM CA: clients must present a certificate it signed */
-        int http_timeout_s;               /* idle limit, and the time to authenticate */
-        char metrics_listen[128];         /* host:port (loopback) of /metrics and /healthz */
+        char http_listen[128];                    /* host:port of the HTTPS API and MCP front */
+        char tls_cert[SBX_PATH_MAX];              /* PEM certificate chain; "" = plain HTTP (loopback only) */
+        char tls_key[SBX_PATH_MAX];               /* PEM private key */
+        char tls_client_ca[SBX_PATH_MAX];         /* PEM CA: clients must present a certificate it signed */
+        int http_timeout_s;                       /* idle limit */
+        int http_max_connections_per_address;     /* per client address, IPv6 per /64 (0: max_sessions) */
+        int http_max_unauthenticated;             /* connections before their first authenticated request */
+        int http_max_unauthenticated_per_address; /* the same per client address (IPv6 per /64) */
+        char metrics_listen[128];                 /* host:port (loopback) of /metrics and /healthz */
         char log_level[16];
 
         /* container */
@@ -69,10 +73,11 @@ struct sbx_config {
 
         /* sessions and monitoring */
         int max_sessions;
-        int pool_size;             /* warm pool (pool.h): slots per image; 0: off */
-        char pool_images[1024];    /* per-image overrides of pool_size: "image=N,..." */
-        int pool_wait_ms;          /* a claim on a dry pool waits this long for the refill at most */
-        int max_sessions_per_user; /* default of the per-user quota (quota.h) */
+        int pool_size;                /* warm pool (pool.h): slots per image; 0: off */
+        char pool_images[1024];       /* per-image overrides of pool_size: "image=N,..." */
+        int pool_wait_ms;             /* a claim on a dry pool waits this long for the refill at most */
+        char pool_cells_prestart[16]; /* "python": a slot starts its default run_cell context ahead; "none" */
+        int max_sessions_per_user;    /* default of the per-user quota (quota.h) */
         int idle_timeout_s;
         int monitor_interval_ms;
         int startup_checks;
@@ -100,6 +105,14 @@ struct sbx_config {
         /* metrics: session labels counted by these keys (comma-separated), at most this many values each */
         char metrics_label_keys[512];
         int metrics_label_values_max;
+
+        /* interpreter contexts (run_cell, issue 25) */
+        int cells_max_per_session;
+        int cells_max_global;
+        int cells_idle_timeout_s;
+        int cells_interrupt_grace_ms;
+        int cells_start_timeout_ms;
+        int64_t cells_output_cap_bytes;
 
         /* services */
         int max_services_per_session;
@@ -173,6 +186,12 @@ bool config_image_allowed(const struct sbx_config *cfg, const char *image);
 size_t config_image_list(const struct sbx_config *cfg, char (*ret)[256], size_t max);
 
 /* The warm pool's size for image: its pool_images override, else pool_size. */
+/* The connection caps with their derived defaults (a key set to 0): every
+ * session's agent can hold a connection at once (max_sessions), and the
+ * fronts keep 64 more for everyone else. */
+int config_max_connections(const struct sbx_config *cfg);
+int config_max_connections_per_uid(const struct sbx_config *cfg);
+int config_http_max_per_address(const struct sbx_config *cfg);
 int config_pool_size_for(const struct sbx_config *cfg, const char *image);
 
 /* Iterate over known key names (NULL past the end). */

@@ -1,6 +1,6 @@
 /* container.h — the hardened container a session gets, its workspace, and
  * the sustained-state start check, and the check of a running container
- * before each use. Knows Docker (through docker.h) and the config; knows
+ * before each use. Knows the engine (engine.h) and the config; knows
  * nothing of session state, which session*.c own. */
 #ifndef SANDBOXD_CONTAINER_H
 #define SANDBOXD_CONTAINER_H
@@ -11,7 +11,7 @@
 #include "sandboxd/common.h"
 #include "sandboxd/config.h"
 
-struct docker;
+struct engine;
 
 #define CONTAINER_LABEL_MANAGED "sandboxd.managed"
 #define CONTAINER_LABEL_USER "sandboxd.user"
@@ -19,6 +19,10 @@ struct docker;
 #define CONTAINER_LABEL_INSTANCE "sandboxd.instance"
 #define CONTAINER_LABEL_PREFIX "sandboxd.label." /* a session's own labels (docker ps --filter) */
 #define CONTAINER_WORKSPACE "/workspace"
+/* A warm pool slot's container (pool.h): user "@pool" (no valid user id),
+ * session <slot>, and this label. */
+#define CONTAINER_POOL_USER "@pool"
+#define CONTAINER_LABEL_POOL "sandboxd.pool"
 
 struct container_params {
         const char *user;
@@ -71,19 +75,25 @@ int container_workspace_purge(const struct sbx_config *cfg, const char *user, co
  * consecutive running inspections startup_check_interval_ms apart (the first
  * one immediately). If it exits or restarts inside that window the error
  * carries the exit code and the last log lines, and the container is removed.
- * A missing image gives -ENOENT naming the image and the build command. */
-int container_create_started(struct docker *d, const struct sbx_config *cfg, const struct container_params *p,
+ * A missing image gives -ENOENT naming the image and the build command.
+ * A setting the engine cannot enforce (engine.h) is logged once, and
+ * refused (-EOPNOTSUPP) when it is the runtime or the isolated network. */
+int container_create_started(struct engine *e, const struct sbx_config *cfg, const struct container_params *p,
                              char ret_id[65], struct sbx_error *err);
 
+/* The ENGINE_CAP_* bits of the config's limits that the engine leaves
+ * unenforced (0: all enforced), for the admin status. */
+unsigned container_unenforced(const struct engine *e, const struct sbx_config *cfg);
+
 /* Remove (force) a container; a container that is already gone is success. */
-int container_remove(struct docker *d, const char *id, struct sbx_error *err);
+int container_remove(struct engine *e, const char *id, struct sbx_error *err);
 
 /* Inspect a session's running container before it is used: 0 if usable as
  * is (its runtime in ret_runtime), 1 with the reason to (re)create it in
  * cause ("removed", "oom_killed", "exited with code N", or
  * "privacy_ratchet" when network is "none" and it has one), -errno when
- * Docker fails. */
-int container_validate(struct docker *d, const char *id, const char *network, char *cause, size_t size,
+ * the engine fails. */
+int container_validate(struct engine *e, const char *id, const char *network, char *cause, size_t size,
                        char ret_runtime[16], struct sbx_error *err);
 
 #define CONTAINER_NETWORK_ICC_OPTION "com.docker.network.bridge.enable_icc"
@@ -93,7 +103,7 @@ int container_validate(struct docker *d, const char *id, const char *network, ch
 void container_network_name(const struct sbx_config *cfg, char *ret, size_t size);
 /* Create it (inter-container traffic off) unless it exists; refuse one of
  * that name whose inter-container traffic is on. */
-int container_network_ensure(struct docker *d, const struct sbx_config *cfg, struct sbx_error *err);
+int container_network_ensure(struct engine *e, const struct sbx_config *cfg, struct sbx_error *err);
 
 /* Container-side port number i of the session's block. */
 static inline int container_port(const struct sbx_config *cfg, size_t i)

@@ -1,5 +1,5 @@
-/* daemon.h — wires the modules into one running daemon: store, Docker
- * client, port pool, session manager, reconciliation and the monitor. The
+/* daemon.h — wires the modules into one running daemon: store, the
+ * container engine (engine.h; Docker's, engine_docker.h), port pool, session manager, reconciliation and the monitor. The
  * fronts (main, tests, benchmarks) create one with daemon_open() and tear it
  * down with daemon_close(). */
 #ifndef SANDBOXD_DAEMON_H
@@ -10,7 +10,7 @@
 #include "sandboxd/files.h"
 #include "sandboxd/metrics.h"
 
-struct docker;
+struct engine;
 struct store;
 struct portpool;
 struct session_manager;
@@ -27,10 +27,11 @@ struct egress;
 struct scripts;
 struct events;
 struct webhook;
+struct cells;
 
 struct daemon {
         struct sbx_config cfg; /* read-only after daemon_open */
-        struct docker *docker;
+        struct engine *engine; /* the container engine (engine.h) */
         struct store *store;
         struct portpool *ports;
         struct session_manager *sessions;
@@ -47,6 +48,7 @@ struct daemon {
         struct scripts *scripts;   /* the script cache's runs in flight (scripts.h) */
         struct events *events;     /* the lifecycle event log (events.h; NULL: another daemon owns it) */
         struct webhook *webhook;   /* its operator's webhook (webhook.h; NULL: none) */
+        struct cells *cells;       /* run_cell's interpreter contexts (cells.h) */
         int64_t started_at;        /* unix ms */
         /* the fronts, which fronts_open (fronts.h) starts above the daemon */
         struct api_server *api; /* the socket fronts (opts->sockets) */
@@ -73,8 +75,8 @@ int daemon_open(const struct sbx_config *cfg, const struct daemon_options *opts,
  * everything. Containers keep running. NULL is fine. */
 void daemon_close(struct daemon *d);
 
-/* The Docker engine's version, asked now (for health and stats: the fronts
+/* The container engine's version (engine.h), asked now (for health and stats: the fronts
  * never talk to Docker themselves). */
-int daemon_docker_version(struct daemon *d, char *ret, size_t size, struct sbx_error *err);
+int daemon_engine_version(struct daemon *d, char *ret, size_t size, struct sbx_error *err);
 
 #endif

@@ -150,6 +150,9 @@ int docker_container_stop(struct docker *d, const char *id, int timeout_s, struc
 int docker_container_kill(struct docker *d, const char *id, const char *signal, struct sbx_error *err);
 /* DELETE /containers/{id}?force=...&v=1. A missing container is -ENOENT. */
 int docker_container_remove(struct docker *d, const char *id, bool force, struct sbx_error *err);
+/* POST /containers/{id}/pause and /unpause. -EBUSY if it is not running (pause) or not paused. */
+int docker_container_pause(struct docker *d, const char *id, struct sbx_error *err);
+int docker_container_unpause(struct docker *d, const char *id, struct sbx_error *err);
 /* POST /containers/{id}/rename?name=. -EEXIST if the name is taken. */
 int docker_container_rename(struct docker *d, const char *id, const char *new_name, struct sbx_error *err);
 

@@ -29,6 +29,14 @@ struct egress;
 struct store;
 
 int egress_new(const struct sbx_config *cfg, struct store *store, struct egress **ret, struct sbx_error *err);
+/* A blocked decision that is written to the log (the rate limit applies),
+ * told to whoever publishes events (the daemon wires events_egress_blocked:
+ * the proxy sits below the core and never calls it). Called on the proxy's
+ * loop thread: it must not block. */
+typedef void (*egress_blocked_fn)(const char *user, const char *session, const char *host, int port, const char *reason,
+                                  void *userdata);
+/* Set once, before the first connection; NULL: nobody is told. */
+void egress_set_blocked_hook(struct egress *eg, egress_blocked_fn fn, void *userdata);
 /* Closes every tunnel and stops the thread. NULL is fine. */
 void egress_free(struct egress *eg);
 

@@ -41,7 +41,7 @@
 #include "sandboxd/common.h"
 #include "sandboxd/config.h"
 
-struct docker;
+struct engine;
 struct store;
 struct session_manager;
 struct quota;
@@ -150,7 +150,7 @@ struct exec_result {
 };
 void exec_result_done(struct exec_result *r);
 
-int exec_engine_new(const struct sbx_config *cfg, struct docker *d, struct store *st, struct session_manager *sm,
+int exec_engine_new(const struct sbx_config *cfg, struct engine *d, struct store *st, struct session_manager *sm,
                     struct exec_engine **ret, struct sbx_error *err);
 /* Per-user limits (max_exec_per_user and its overrides) come from q from
  * now on; without one, from the config. q must outlive the engine. */

@@ -28,7 +28,7 @@
  * another instance, and the workspace of a session that is alive (RUNNING or
  * CREATING in the store, or with any container in Docker).
  *
- * It opens the store and a Docker client of its own (never daemon_open: no
+ * It opens the store and a Docker engine (engine_docker.h) of its own (never daemon_open: no
  * reconciliation, no monitor) and is safe to run beside a daemon: see gc.c. */
 #ifndef SANDBOXD_GC_H
 #define SANDBOXD_GC_H
@@ -109,7 +109,7 @@ struct gc_options {
  * (see ret->total.failed) — and fills *ret (free with gc_report_done).
  * Returns -errno with err set when it could not start at all: no data_dir or
  * store, Docker unreachable, another gc holding {data_dir}/gc.lock (-EBUSY).
- * The caller has called docker_global_init(). */
+ * The caller has called engine_docker_global_init(). */
 int gc_run(const struct sbx_config *cfg, const struct gc_options *opts, struct gc_report *ret, struct sbx_error *err);
 void gc_report_done(struct gc_report *r);
 

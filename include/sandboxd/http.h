@@ -10,14 +10,29 @@
  *   - tls_client_ca (PEM): every request must come over a TLS session whose
  *     client certificate that CA signed (mTLS); otherwise 403 and the
  *     connection is closed.
- *   - Limits, as on the API socket: at most HTTP_MAX_CONNS connections at
- *     once (past that new connections are refused at accept),
- *     HTTP_MAX_PER_PEER per client address, request headers at most
- *     HTTP_MAX_HEADERS bytes (431), a body at most API_MAX_LINE bytes (413,
- *     refused from Content-Length before any of it is read), a connection
- *     idle (no byte moving, a TLS handshake included) for http_timeout (30 s)
- *     is closed, and one that has not authenticated a request within
- *     http_timeout of opening is closed whatever it trickles (slowloris). After 5 failed authentications a connection is closed.
+ *   - Limits. Connections: at most max_connections at once (by default
+ *     max_sessions + 64: every session's agent can hold one), and
+ *     http_max_connections_per_address per client address (default
+ *     max_sessions); an IPv6 address counts by its /64. Past either, a new
+ *     connection is closed at accept.
+ *   - Connections that have not authenticated yet (no request with a valid
+ *     token) have a budget of their own, below the total:
+ *     http_max_unauthenticated in all (at most half of max_connections) and
+ *     http_max_unauthenticated_per_address. With the total spent, a new
+ *     connection from an address holding fewer of them than the busiest
+ *     address replaces that address's oldest; otherwise it is closed. One
+ *     that has not authenticated within auth_timeout (5 s) of opening is
+ *     closed whatever it trickles (slowloris). So people without a token
+ *     cannot hold the front, and authenticated connections, which no longer
+ *     count there, are never displaced.
+ *   - Request headers at most HTTP_MAX_HEADERS bytes (431), a body at most
+ *     API_MAX_LINE bytes (413, refused from Content-Length before any of it
+ *     is read), a connection idle (no byte moving, a TLS handshake included)
+ *     for http_timeout (30 s) is closed. After 5 failed authentications a
+ *     connection is closed.
+ *   - No ceiling on descriptor numbers: the front waits with poll(), never
+ *     select(), so it serves whatever number the kernel hands out (a daemon
+ *     with many sessions holds thousands).
  *
  * Authentication: every request but GET /healthz carries
  * `Authorization: Bearer <api token>` — the same tokens, roles and per-user
@@ -45,12 +60,14 @@
 #define SANDBOXD_HTTP_H
 
 #include <stdbool.h>
+#include <stdint.h>
 #include <sys/socket.h>
 
 #include "sandboxd/common.h"
 
-#define HTTP_MAX_CONNS 64
-#define HTTP_MAX_PER_PEER 16
+/* the metrics front's own caps (loopback, no token) */
+#define HTTP_METRICS_MAX_CONNS 64
+#define HTTP_METRICS_MAX_PER_PEER 16
 #define HTTP_MAX_HEADERS (64 * 1024)
 #define HTTP_SSE_KEEPALIVE_MS 10000
 
@@ -72,6 +89,15 @@ int http_metrics_start(struct daemon *d, struct http_server **ret, struct sbx_er
 int http_server_port(const struct http_server *s);
 /* Stop accepting, end every connection and request worker. NULL is fine. */
 void http_server_stop(struct http_server *s);
+
+/* A client address as the caps count it: IPv4 whole (an IPv4-mapped IPv6
+ * address too), IPv6 by its /64 (one subscriber's prefix). */
+struct http_addr {
+        uint8_t family; /* 4 or 6; 0 unknown */
+        uint8_t bytes[8];
+};
+void http_addr_of(const struct sockaddr *sa, struct http_addr *ret);
+bool http_addr_eq(const struct http_addr *a, const struct http_addr *b);
 
 /* The HTTP status for an API error code. */
 int http_status_for_code(const char *code);

@@ -69,8 +69,10 @@
 /* resources/read returns at most this much of an execution's stream per
  * page (mcp_resources.c); base64 keeps it under MCP_MAX_OUTPUT. */
 #define MCP_RESOURCE_PAGE (1024 * 1024)
-/* Each call in flight holds one API connection (two while cancelling), and
- * the daemon serves 64 connections across all clients. */
+/* Each call in flight holds one API connection (two while cancelling); the
+ * daemon serves max_connections (by default max_sessions + 64) across all
+ * clients, and the HTTPS front lets a client address open 32 new ones at
+ * once before they authenticate. */
 #define MCP_MAX_INFLIGHT_DEFAULT 16
 
 /* JSON-RPC and MCP error codes. */

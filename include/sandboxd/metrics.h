@@ -10,7 +10,7 @@
  *   sandboxd_executions_total{state,cause}   finished executions     counter
  *   sandboxd_exec_duration_seconds           histogram of the run time of finished executions
  *   sandboxd_docker_api_errors_total         Engine API calls that failed (transport, timeout, 5xx) counter
- *                                            (counted by the Docker client: docker_api_errors)
+ *                                            (counted by the engine: engine_api_errors)
  *   sandboxd_http_requests_total{code}       answers of the HTTP front, by status  counter
  *   sandboxd_auth_failures_total             failed authentications on the API socket and HTTP  counter
  *   sandboxd_ports_used, sandboxd_ports_total                        gauges
@@ -31,6 +31,7 @@
 #include "sandboxd/exec.h"
 
 struct egress;
+struct engine;
 struct pool;
 struct portpool;
 struct session_manager;
@@ -46,6 +47,7 @@ struct metrics_ctx {
         struct portpool *ports;
         struct egress *egress;
         struct pool *pool;
+        struct engine *engine;
         struct store *store;          /* sessions by label (metrics_label_keys); NULL: none */
         const struct sbx_config *cfg; /* NULL: no label metrics */
 };

@@ -17,11 +17,11 @@
 #include "sandboxd/common.h"
 #include "sandboxd/config.h"
 
-struct docker;
+struct engine;
 struct session_manager;
 struct monitor;
 
-int monitor_start(const struct sbx_config *cfg, struct docker *d, struct session_manager *m, struct monitor **ret,
+int monitor_start(const struct sbx_config *cfg, struct engine *d, struct session_manager *m, struct monitor **ret,
                   struct sbx_error *err);
 /* Stop both threads, join them, free. NULL is fine. */
 void monitor_stop(struct monitor *mon);

@@ -46,11 +46,12 @@
 
 #include "sandboxd/common.h"
 #include "sandboxd/config.h"
+#include "sandboxd/container.h"
 
-#define POOL_USER "@pool"
-#define POOL_LABEL "sandboxd.pool"
+#define POOL_USER CONTAINER_POOL_USER
+#define POOL_LABEL CONTAINER_LABEL_POOL
 
-struct docker;
+struct engine;
 struct store;
 struct runner_hub;
 struct pool;
@@ -59,10 +60,19 @@ struct pool;
 
 /* Live sessions right now (the pool keeps slots + sessions <= max_sessions). */
 typedef size_t (*pool_load_fn)(void *userdata);
+/* A slot's life, for what runs in it besides the runner (cells.h: the
+ * pre-started interpreter). user NULL: the slot's container runs and its
+ * runner is connected; the slot becomes ready when this returns (refill
+ * thread). user set: user:session claimed it (the claimant's thread). */
+typedef void (*pool_slot_fn)(void *userdata, const char *slot, const char *container_id, const char *user,
+                             const char *session);
 
-int pool_new(const struct sbx_config *cfg, struct docker *d, struct store *st, struct runner_hub *h,
+int pool_new(const struct sbx_config *cfg, struct engine *d, struct store *st, struct runner_hub *h,
              const char *const *extra_labels, struct pool **ret, struct sbx_error *err);
 void pool_set_load_fn(struct pool *p, pool_load_fn fn, void *userdata);
+/* Set (or, fn NULL, clear) the slot hook; waits for a call under way, so
+ * after clearing it nothing calls the old one. NULL p is fine. */
+void pool_set_slot_fn(struct pool *p, pool_slot_fn fn, void *userdata);
 /* Start the refill thread (nothing when pool_size is 0). */
 int pool_start(struct pool *p, struct sbx_error *err);
 /* Stops the thread; containers stay (a restart adopts them). NULL is fine. */
@@ -70,7 +80,7 @@ void pool_free(struct pool *p);
 
 /* Finish every claim a previous daemon left half done. Run before the
  * session manager loads the session rows. */
-int pool_recover_claims(const struct sbx_config *cfg, struct store *st, struct docker *d, struct sbx_error *err);
+int pool_recover_claims(const struct sbx_config *cfg, struct store *st, struct engine *d, struct sbx_error *err);
 /* After a restart: adopt ready slots whose container runs (at most their
  * image's size: a pool turned off or made smaller gives its containers
  * back; only those of the quota in force), remove the rest

@@ -10,7 +10,7 @@
  * the other way: FULL → NONE only.
  *
  * Ordering guarantee: privacy_mark() returns only after the mark is durable
- * AND the session's egress tunnels are closed (egress_close_session) AND
+ * AND the session's egress tunnels are closed (privacy_set_tunnel_closer) AND
  * the session holds no networked container any more (it is removed
  * before the call returns, waiting for an in-progress creation). Every
  * operation that starts after that — including ones that were already
@@ -38,9 +38,13 @@ struct privacy_dataset {
 /* Installs the network policy into the session manager. */
 int privacy_new(struct store *st, struct session_manager *sm, struct privacy **ret, struct sbx_error *err);
 void privacy_free(struct privacy *p);
-/* The egress proxy whose tunnels privacy_mark() closes (NULL: none). */
-struct egress;
-void privacy_set_egress(struct privacy *p, struct egress *eg);
+/* Closes every egress tunnel of a session and returns once they are closed
+ * (egress_close_session: the daemon wires the egress proxy here, so privacy
+ * and the egress policy never include each other). */
+typedef void (*privacy_close_fn)(const char *user, const char *session, void *userdata);
+/* What privacy_mark() calls between the durable mark and the container's
+ * removal (NULL: no proxy). Set once, before any mark. */
+void privacy_set_tunnel_closer(struct privacy *p, privacy_close_fn fn, void *userdata);
 
 /* dataset: 1-256 printable characters; source: 0-256. Idempotent. */
 int privacy_mark(struct privacy *p, const char *user, const char *session, const char *dataset, const char *source,

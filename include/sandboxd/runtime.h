@@ -8,14 +8,14 @@
 #include "sandboxd/common.h"
 #include "sandboxd/config.h"
 
-struct docker;
+struct engine;
 struct store;
 struct session_manager;
 struct runtime;
 
 #define RUNTIME_NAME_MAX 16
 
-int runtime_new(const struct sbx_config *cfg, struct docker *d, struct store *st, struct runtime **ret,
+int runtime_new(const struct sbx_config *cfg, struct engine *d, struct store *st, struct runtime **ret,
                 struct sbx_error *err);
 void runtime_free(struct runtime *rt);
 

@@ -31,7 +31,7 @@
 #include "sandboxd/common.h"
 #include "sandboxd/config.h"
 
-struct docker;
+struct engine;
 struct store;
 struct session_manager;
 struct exec_engine;
@@ -70,7 +70,7 @@ struct service_info {
 };
 
 /* Registers itself as a session failure handler. */
-int service_manager_new(const struct sbx_config *cfg, struct docker *d, struct store *st, struct session_manager *sm,
+int service_manager_new(const struct sbx_config *cfg, struct engine *d, struct store *st, struct session_manager *sm,
                         struct exec_engine *ex, struct service_manager **ret, struct sbx_error *err);
 /* Start the monitor thread. */
 int service_manager_start(struct service_manager *m, struct sbx_error *err);

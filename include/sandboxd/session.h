@@ -19,12 +19,11 @@
 #include "sandboxd/config.h"
 #include "sandboxd/utf8.h"
 
-struct docker;
+struct engine;
 struct store;
 struct portpool;
 struct session_manager;
 struct session;
-struct quota;
 
 #define SESSION_KEY_MAX SBX_ID_MAX
 
@@ -65,7 +64,7 @@ typedef bool (*session_busy_fn)(const char *user, const char *session, void *use
 
 /* extra_labels: NULL-terminated "k=v" labels added to every container (tests
  * use it for their run label); copied. */
-int session_manager_new(const struct sbx_config *cfg, struct docker *d, struct store *st, struct portpool *pp,
+int session_manager_new(const struct sbx_config *cfg, struct engine *d, struct store *st, struct portpool *pp,
                         const char *const *extra_labels, struct session_manager **ret, struct sbx_error *err);
 /* Frees memory only: containers keep running (a restart adopts them). */
 void session_manager_free(struct session_manager *m);
@@ -77,10 +76,26 @@ void session_set_runtime_policy(struct session_manager *m, session_runtime_fn fn
  * Set once, before the first container is made. */
 struct runner_hub;
 void session_set_runner_hub(struct session_manager *m, struct runner_hub *h);
-/* New sessions may take a warm pool container (pool.h). Set once, before
- * the first request. */
-struct pool;
-void session_set_pool(struct session_manager *m, struct pool *p);
+/* The warm pool as sessions see it: a narrow table the daemon fills from
+ * pool.h, so the session module never includes the pool (as it reaches the
+ * network policy). `pool` is handed back to each call. */
+struct session_warm_claim {
+        char container_id[65];
+        char image[256];
+        char workspace[SBX_PATH_MAX];
+};
+struct session_pool_ops {
+        /* Can user:session take a warm container at all (pool_applies)? */
+        bool (*applies)(void *pool, const char *user, const char *session, const char *network);
+        /* A ready container of image for user:session (pool_claim); -ENOENT: a miss. */
+        int (*claim)(void *pool, const char *user, const char *session, const char *network, const char *image,
+                     struct session_warm_claim *ret, struct sbx_error *err);
+        /* Before a cold creation: give way to sessions (pool_make_room). */
+        void (*make_room)(void *pool);
+};
+/* New sessions may take a warm pool container. Set once, before the first
+ * request; ops NULL: no pool. */
+void session_set_pool(struct session_manager *m, const struct session_pool_ops *ops, void *pool);
 /* The session whose current container is container_id (a claimed pool
  * container still carries the pool's labels). -ENOENT if none. */
 int session_find_container(struct session_manager *m, const char *container_id, char ret_user[SESSION_KEY_MAX + 1],
@@ -91,9 +106,14 @@ int session_find_container(struct session_manager *m, const char *container_id, 
  * before the first container is made. */
 struct gateway;
 void session_set_gateway(struct session_manager *m, struct gateway *gw);
-/* Per-user limits (max_sessions_per_user and its overrides) come from q
- * from now on; without one, from the config. q must outlive m. */
-void session_set_quota(struct session_manager *m, struct quota *q);
+/* A user's cap on live sessions (quota.h's max_sessions_per_user with its
+ * overrides: the daemon wires quota_limits_get here, so the session module
+ * never includes the quotas). Called with the manager's lock held: it may
+ * take only a leaf lock. */
+typedef int64_t (*session_user_cap_fn)(const char *user, void *userdata);
+/* From now on; without one, the config's max_sessions_per_user. userdata
+ * must outlive m. */
+void session_set_user_cap(struct session_manager *m, session_user_cap_fn fn, void *userdata);
 /* The fair share of max_sessions stops only sessions fn calls idle (and
  * none with a request in progress). Set once, before the first request;
  * without one, only requests in progress make a session busy. */

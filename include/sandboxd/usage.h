@@ -7,7 +7,7 @@
 
 #include "sandboxd/session.h"
 
-struct docker;
+struct engine;
 struct exec_engine;
 struct session_manager;
 struct store;
@@ -15,7 +15,7 @@ struct store;
 /* What usage_collect asks, all borrowed. */
 struct usage_ctx {
         struct session_manager *sessions;
-        struct docker *docker;
+        struct engine *engine;
         struct exec_engine *exec;
         struct store *store;
 };

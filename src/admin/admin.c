@@ -228,14 +228,17 @@ static void serve(struct sockserver *ss, int fd, const struct ucred *peer, void 
                 char detail[128];
                 uint64_t suppressed = 0;
                 fronterr_set(&e, "forbidden", "uid %u may not use the admin socket", (unsigned)peer->uid);
+                /* Recorded before it is answered: whoever sees the refusal
+                 * finds it in the audit log. A peer that keeps trying must
+                 * not grow the log without bound. */
+                if (reqguard_audit_allowed(peer->uid, sbx_now_ms(), &suppressed)) {
+                        snprintf(detail, sizeof(detail),
+                                 "{\"peer_uid\":%u,\"peer_pid\":%d,\"suppressed_before\":%" PRIu64 "}",
+                                 (unsigned)peer->uid, (int)peer->pid, suppressed);
+                        (void)audit_record(srv->d->store, q.actor, NULL, NULL, "admin.refused", detail);
+                        log_warn("admin: refused uid %u (pid %d)", (unsigned)peer->uid, (int)peer->pid);
+                }
                 reply(fd, NULL, NULL, &e);
-                /* a peer that keeps trying must not grow the audit log without bound */
-                if (!reqguard_audit_allowed(peer->uid, sbx_now_ms(), &suppressed))
-                        return;
-                snprintf(detail, sizeof(detail), "{\"peer_uid\":%u,\"peer_pid\":%d,\"suppressed_before\":%" PRIu64 "}",
-                         (unsigned)peer->uid, (int)peer->pid, suppressed);
-                (void)audit_record(srv->d->store, q.actor, NULL, NULL, "admin.refused", detail);
-                log_warn("admin: refused uid %u (pid %d)", (unsigned)peer->uid, (int)peer->pid);
                 return;
         }
         linereader_init(&lr, fd, ADMIN_MAX_LINE);
@@ -282,7 +285,7 @@ int admin_server_start(struct daemon *d, struct admin_server **ret, struct sbx_e
                 mode = 0660;
         }
         r = sockserver_start("admin", "sbx-admin", d->cfg.admin_socket, mode, gid, ADMIN_MAX_CONNS,
-                             (size_t)d->cfg.max_connections_per_uid, serve, srv, &srv->ss, err);
+                             (size_t)config_max_connections_per_uid(&d->cfg), 0, serve, srv, &srv->ss, err);
         if (r < 0) {
                 free(srv);
                 return r;

@@ -8,7 +8,9 @@
 #include <errno.h>
 #include <string.h>
 
+#include "sandboxd/container.h"
 #include "sandboxd/daemon.h"
+#include "sandboxd/engine.h"
 #include "sandboxd/egress.h"
 #include "sandboxd/egress_rules.h"
 #include "sandboxd/exec.h"
@@ -85,7 +87,7 @@ int admin_c_health(struct admin_req *q, cJSON **ret, struct fronterr *e)
 {
         char version[64];
         struct sbx_error err = {0};
-        int r = daemon_docker_version(q->d, version, sizeof(version), &err);
+        int r = daemon_engine_version(q->d, version, sizeof(version), &err);
         cJSON *docker;
 
         *ret = cJSON_CreateObject();
@@ -99,6 +101,24 @@ int admin_c_health(struct admin_req *q, cJSON **ret, struct fronterr *e)
         else
                 jsonutil_add_text(docker, "error", err.msg[0] ? err.msg : strerror(-r));
         return 0;
+}
+
+/* The container engine (engine.h): what it can enforce, and which of the
+ * config's settings it leaves out (logged once at the first create too). */
+static void add_engine(cJSON *o, struct daemon *d)
+{
+        cJSON *en = cJSON_AddObjectToObject(o, "engine");
+        cJSON *caps = cJSON_AddArrayToObject(en, "capabilities");
+        cJSON *missing = cJSON_AddArrayToObject(en, "unenforced");
+        unsigned unenforced = container_unenforced(d->engine, &d->cfg);
+
+        cJSON_AddStringToObject(en, "name", d->engine->name);
+        for (unsigned i = 0; engine_cap_name(i); i++) {
+                if (engine_can(d->engine, 1u << i))
+                        cJSON_AddItemToArray(caps, cJSON_CreateString(engine_cap_name(i)));
+                if (unenforced & (1u << i))
+                        cJSON_AddItemToArray(missing, cJSON_CreateString(engine_cap_name(i)));
+        }
 }
 
 /* The warm pool's numbers (pool.h): stats and sandboxctl pool. */
@@ -151,10 +171,11 @@ int admin_c_stats(struct admin_req *q, cJSON **ret, struct fronterr *e)
         cJSON_AddStringToObject(*ret, "version", SBX_VERSION);
         cJSON_AddNumberToObject(*ret, "started_at", (double)q->d->started_at);
         cJSON_AddNumberToObject(*ret, "uptime_s", (double)((sbx_wall_ms() - q->d->started_at) / 1000));
-        if (daemon_docker_version(q->d, version, sizeof(version), NULL) == 0)
+        if (daemon_engine_version(q->d, version, sizeof(version), NULL) == 0)
                 cJSON_AddStringToObject(*ret, "docker_version", version);
         else
                 cJSON_AddNullToObject(*ret, "docker_version");
+        add_engine(*ret, q->d);
         s = cJSON_AddObjectToObject(*ret, "sessions");
         cJSON_AddNumberToObject(s, "creating", (double)counts[SESSION_CREATING]);
         cJSON_AddNumberToObject(s, "running", (double)counts[SESSION_RUNNING]);
@@ -381,7 +402,7 @@ int admin_c_sessions_top(struct admin_req *q, cJSON **ret, struct fronterr *e)
         if (jparam_string(&q->argv, "user", false, &user, e) < 0)
                 return -1;
         r = usage_collect(&(struct usage_ctx){.sessions = q->d->sessions,
-                                              .docker = q->d->docker,
+                                              .engine = q->d->engine,
                                               .exec = q->d->exec,
                                               .store = q->d->store},
                           user, ADMIN_TOP_MAX, &rows, &n);

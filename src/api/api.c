@@ -4,8 +4,9 @@
  * logic of its own beyond that.
  *
  * Threads: "sbx-api" accepts (listener.c); each connection gets one worker
- * ("sbx-api-conn", at most max_connections in all and max_connections_per_uid
- * per peer uid) that answers its requests in order.
+ * ("sbx-api-conn", at most max_connections in all, max_connections_per_uid
+ * per peer uid, max_unauthenticated_per_uid of them before a token) that
+ * answers its requests in order.
  *   c->wlock     serialises writes to one connection, and c->broken
  *   sinks_lock   guards the registry of streaming sinks and every sink's
  *                queue (sink->cond pairs with it)
@@ -83,6 +84,20 @@ static cJSON *reply_new(const cJSON *id)
         if (o)
                 cJSON_AddItemToObject(o, "id", id ? cJSON_Duplicate(id, true) : cJSON_CreateNull());
         return o;
+}
+
+void api_send_event(struct api_req *q, const char *event, const cJSON *fields)
+{
+        cJSON *o = reply_new(q->id);
+        const cJSON *it;
+
+        if (!o)
+                return;
+        cJSON_AddStringToObject(o, "event", event);
+        cJSON_ArrayForEach(it, fields)
+                cJSON_AddItemToObject(o, it->string, cJSON_Duplicate(it, true));
+        conn_send(q->c, o);
+        cJSON_Delete(o);
 }
 
 /* trace_id: the request's (reqctx.h), or NULL before one was picked. */
@@ -617,8 +632,10 @@ static void serve(struct sockserver *ss, int fd, const struct ucred *peer, void 
                 if (len == 0)
                         continue;
                 handle_line(c, line, len);
-                if (c->authenticated)
+                if (c->authenticated && lr.max != API_MAX_LINE) {
                         lr.max = API_MAX_LINE;
+                        sockserver_authenticated(ss, fd); /* out of the per-uid budget before a token */
+                }
                 prefix_ok = false;
                 if (c->auth_failures >= API_MAX_AUTH_FAILURES || conn_broken(c))
                         break;
@@ -636,8 +653,9 @@ int api_server_start(struct daemon *d, struct api_server **ret, struct sbx_error
                 return sbx_error_set(err, -ENOMEM, 0, "out of memory");
         srv->d = d;
         /* every request carries a token: the socket itself is open to all */
-        r = sockserver_start("API", "sbx-api", d->cfg.api_socket, 0666, (gid_t)-1, (size_t)d->cfg.max_connections,
-                             (size_t)d->cfg.max_connections_per_uid, serve, srv, &srv->ss, err);
+        r = sockserver_start("API", "sbx-api", d->cfg.api_socket, 0666, (gid_t)-1,
+                             (size_t)config_max_connections(&d->cfg), (size_t)config_max_connections_per_uid(&d->cfg),
+                             (size_t)d->cfg.max_unauthenticated_per_uid, serve, srv, &srv->ss, err);
         if (r < 0) {
                 free(srv);
                 return r;
@@ -653,4 +671,9 @@ void api_server_stop(struct api_server *srv)
                 return;
         sockserver_stop(srv->ss);
         free(srv);
+}
+
+bool api_method_exists(const char *name)
+{
+        return api_method_find(name) != NULL;
 }

@@ -352,7 +352,7 @@ int api_m_run_code(struct api_req *q, cJSON **ret, struct fronterr *e)
 int api_m_get_execution(struct api_req *q, cJSON **ret, struct fronterr *e)
 {
         const char *id;
-        int64_t wait_s, out_off, err_off;
+        int64_t wait_s, out_off, err_off, outputs_off;
         bool base64;
         struct exec_result res;
         struct sbx_error err = {0};
@@ -362,8 +362,16 @@ int api_m_get_execution(struct api_req *q, cJSON **ret, struct fronterr *e)
         if (jparam_string(&q->args, "execution_id", true, &id, e) < 0 || p_wait(q, &wait_s, e) < 0 ||
             jparam_int(&q->args, "stdout_offset", 0, INT64_MAX / 4, -1, &out_off, e) < 0 ||
             jparam_int(&q->args, "stderr_offset", 0, INT64_MAX / 4, -1, &err_off, e) < 0 ||
+            jparam_int(&q->args, "outputs_offset", 0, INT64_MAX / 4, -1, &outputs_off, e) < 0 ||
             api_param_encoding(q, "encoding", &base64, e) < 0)
                 return -1;
+        {
+                /* a run_cell cell is read the same way (outputs_offset: its other outputs) */
+                const int64_t offs[3] = {out_off, err_off, outputs_off};
+                r = api_cell_execution(q, id, offs, base64, wait_s, ret, e);
+                if (r <= 0)
+                        return r;
+        }
         if (own_execution(q, id, &res, e) < 0)
                 return -1;
         exec_result_done(&res);
@@ -468,6 +476,9 @@ int api_m_cancel_execution(struct api_req *q, cJSON **ret, struct fronterr *e)
         if (jparam_string(&q->args, "execution_id", true, &id, e) < 0 ||
             jparam_bool(&q->args, "force", false, &force, e) < 0)
                 return -1;
+        r = api_cell_cancel(q, id, force, ret, e); /* a run_cell cell's id: interrupt it */
+        if (r <= 0)
+                return r;
         if (own_execution(q, id, &res, e) < 0)
                 return -1;
         exec_result_done(&res);

@@ -13,6 +13,7 @@
 #include <sys/socket.h>
 
 #include "sandboxd/api.h"
+#include "sandboxd/api_transport.h"
 #include "sandboxd/exec.h"
 #include "sandboxd/fronterr.h"
 #include "sandboxd/jsonutil.h"
@@ -22,36 +23,11 @@
 #define API_WAIT_SLICE_MS 1000
 #define API_OFFSET_NONE (INT64_MAX / 2) /* an offset past any output: cheap status polls */
 
-struct daemon;
 struct sockserver;
 
 struct api_server {
         struct daemon *d;
         struct sockserver *ss;
-};
-
-/* One connection, on its worker's stack. The API socket fills srv, fd and
- * peer; another transport (http.c) leaves srv NULL, fd -1, names the peer
- * in peer_addr and supplies send (progress events) and gone (the client
- * left: stop waiting). */
-struct api_conn {
-        struct api_server *srv;
-        struct daemon *d;
-        int fd;
-        const char *peer_addr; /* "ip:port" for network peers, else NULL (peer holds the creds) */
-        void (*send)(struct api_conn *c, cJSON *msg);
-        bool (*gone)(struct api_conn *c);
-        void *transport; /* the transport's own state */
-        struct ucred peer;
-        pthread_mutex_t wlock;
-        bool broken; /* wlock: a write failed, the peer is gone */
-        int auth_failures;
-        bool authenticated;
-        /* The request's trace id (reqctx.h): a transport that read it from
-         * headers sets it before api_call; "" lets api_call pick it from
-         * params.traceparent / params.request_id (or make one). api_call
-         * leaves the id it used here, for the transport's reply. */
-        char trace_id[REQCTX_ID_MAX + 1];
 };
 
 /* One authenticated request. */
@@ -68,19 +44,6 @@ struct api_req {
         const char *idem_key; /* params.idempotency_key, once claimed (api_idem.c) */
         bool idem_bound;      /* the key records this request's execution */
 };
-
-/* Check a token (counting and auditing failures on c): 0 with *ret, or -1
- * with e (unauthorized, or unavailable when the store cannot answer). */
-int api_authenticate(struct api_conn *c, const char *token, const char *method, struct token_info *ret,
-                     struct fronterr *e);
-/* The dispatcher every transport shares: check method, params and
- * params.session, run the method as tok's user. 0 with *ret_result, -1 with
- * e (code and message always set), 1 when the client left (send nothing).
- * Progress of a streamed exec goes to c->send. The thread serves the
- * request's trace (c->trace_id, reqctx.h) meanwhile, and an object result
- * carries it as "trace_id". */
-int api_call(struct api_conn *c, const struct token_info *tok, const cJSON *id, const char *method, const cJSON *params,
-             cJSON **ret_result, struct fronterr *e);
 
 /* Bytes as a JSON string: base64, or UTF-8 with invalid bytes replaced. */
 void api_add_bytes(cJSON *o, const char *key, const void *buf, size_t len, bool base64);
@@ -139,6 +102,18 @@ uint64_t api_sink_handle(const struct api_sink *s);
 void api_sink_free(struct api_sink *s);
 void api_sink_on_output(const char *exec_id, enum exec_stream stream, const void *data, size_t len, void *ud);
 
+/* A progress event {"id", "event": event, <each field of fields>} on q's connection. */
+void api_send_event(struct api_req *q, const char *event, const cJSON *fields);
+
+/* ---- run_cell and the contexts (api_cells.c) ---- */
+int api_m_run_cell(struct api_req *q, cJSON **ret, struct fronterr *e);
+int api_m_list_contexts(struct api_req *q, cJSON **ret, struct fronterr *e);
+int api_m_restart_context(struct api_req *q, cJSON **ret, struct fronterr *e);
+int api_m_delete_context(struct api_req *q, cJSON **ret, struct fronterr *e);
+int api_m_get_variables(struct api_req *q, cJSON **ret, struct fronterr *e);
+int api_m_interrupt_cell(struct api_req *q, cJSON **ret, struct fronterr *e);
+int api_m_last_cell(struct api_req *q, cJSON **ret, struct fronterr *e);
+
 /* The client left or the server stops: stop waiting. */
 bool api_should_abandon(struct api_req *q);
 /* Wait for the execution to end (at most max_ms, -1 = no limit), streaming
@@ -164,6 +139,12 @@ int api_m_get_execution(struct api_req *q, cJSON **ret, struct fronterr *e);
 int api_m_send_stdin(struct api_req *q, cJSON **ret, struct fronterr *e);
 int api_m_resize_terminal(struct api_req *q, cJSON **ret, struct fronterr *e);
 int api_m_cancel_execution(struct api_req *q, cJSON **ret, struct fronterr *e);
+/* get_execution and cancel_execution of a run_cell cell (api_cells.c): 1
+ * when id is no cell of the session (an execution's, maybe), else as a
+ * method (0 with *ret, or -1 with e). offsets: stdout, stderr, outputs. */
+int api_cell_execution(struct api_req *q, const char *id, const int64_t offsets[3], bool base64, int64_t wait_s,
+                       cJSON **ret, struct fronterr *e);
+int api_cell_cancel(struct api_req *q, const char *id, bool force, cJSON **ret, struct fronterr *e);
 int api_m_list_executions(struct api_req *q, cJSON **ret, struct fronterr *e);
 
 /* A stream of r as text: head, the omitted-bytes note, tail. */

@@ -164,6 +164,24 @@ static void print_health(const cJSON *r)
                 printf("docker:  unreachable: %s\n", str(docker, "error"));
 }
 
+/* The engine and the settings of the config it cannot enforce (engine.h). */
+static void print_engine(const cJSON *en)
+{
+        const cJSON *missing = cJSON_GetObjectItemCaseSensitive(en, "unenforced"), *it;
+        bool any = false;
+
+        if (!cJSON_IsObject(en))
+                return;
+        printf("engine:              %s, unenforced:", str(en, "name"));
+        cJSON_ArrayForEach(it, missing) {
+                if (cJSON_IsString(it)) {
+                        printf(" %s", it->valuestring);
+                        any = true;
+                }
+        }
+        printf("%s\n", any ? "" : " none");
+}
+
 static void print_stats(const cJSON *r)
 {
         const cJSON *s = cJSON_GetObjectItemCaseSensitive(r, "sessions");
@@ -172,6 +190,7 @@ static void print_stats(const cJSON *r)
         printf("version:             %s\n", str(r, "version"));
         printf("uptime:              %.0f s\n", num(r, "uptime_s", 0));
         printf("docker:              %s\n", str(r, "docker_version"));
+        print_engine(cJSON_GetObjectItemCaseSensitive(r, "engine"));
         printf("sessions:            %.0f (creating %.0f, running %.0f, stopped %.0f, error %.0f)\n",
                num(s, "total", 0), num(s, "creating", 0), num(s, "running", 0), num(s, "stopped", 0),
                num(s, "error", 0));

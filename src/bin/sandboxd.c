@@ -10,7 +10,7 @@
 #include "sandboxd/cli.h"
 #include "sandboxd/config.h"
 #include "sandboxd/daemon.h"
-#include "sandboxd/docker.h"
+#include "sandboxd/engine_docker.h"
 #include "sandboxd/fronts.h"
 #include "sandboxd/gc.h"
 #include "sandboxd/log.h"
@@ -123,12 +123,12 @@ int main(int argc, char **argv)
 
         if (gc) {
                 signal(SIGPIPE, SIG_IGN);
-                if (docker_global_init() < 0) {
+                if (engine_docker_global_init() < 0) {
                         log_error("cannot initialise libcurl");
                         return 1;
                 }
                 r = gc_main(&cfg, dry_run, json, stdout);
-                docker_global_cleanup();
+                engine_docker_global_cleanup();
                 return r;
         }
 
@@ -140,14 +140,14 @@ int main(int argc, char **argv)
         pthread_sigmask(SIG_BLOCK, &set, NULL);
         signal(SIGPIPE, SIG_IGN);
 
-        if (docker_global_init() < 0) {
+        if (engine_docker_global_init() < 0) {
                 log_error("cannot initialise libcurl");
                 return 1;
         }
         r = fronts_open(&cfg, &(struct daemon_options){.sockets = true}, &d, &err);
         if (r < 0) {
                 log_error("cannot start: %s", err.msg);
-                docker_global_cleanup();
+                engine_docker_global_cleanup();
                 return 1;
         }
         log_info("sandboxd %s running (instance %s, data_dir %s)", SBX_VERSION, cfg.instance, cfg.data_dir);
@@ -161,6 +161,6 @@ int main(int argc, char **argv)
         log_info("received %s, shutting down", strsignal(sig));
         (void)sdnotify_send("STOPPING=1");
         daemon_close(d);
-        docker_global_cleanup();
+        engine_docker_global_cleanup();
         return 0;
 }

@@ -159,6 +159,25 @@ int docker_container_remove(struct docker *d, const char *id, bool force, struct
         return docker_call(d, "DELETE", path, NULL, false, 0, 0, NULL, err);
 }
 
+/* POST /containers/{id}/pause | unpause (the cgroup freezer). */
+static int pause_call(struct docker *d, const char *id, const char *what, struct sbx_error *err)
+{
+        _cleanup_free_ char *path = docker_path_with_id("/containers", id, what, false);
+
+        CHECK_PATH(path, err);
+        return docker_call(d, "POST", path, NULL, false, 0, 0, NULL, err);
+}
+
+int docker_container_pause(struct docker *d, const char *id, struct sbx_error *err)
+{
+        return pause_call(d, id, "/pause", err);
+}
+
+int docker_container_unpause(struct docker *d, const char *id, struct sbx_error *err)
+{
+        return pause_call(d, id, "/unpause", err);
+}
+
 int docker_container_rename(struct docker *d, const char *id, const char *new_name, struct sbx_error *err)
 {
         _cleanup_free_ char *path = NULL;

@@ -50,7 +50,7 @@
 
 #include "sandboxd/egress_policy.h"
 #include "sandboxd/log.h"
-#include "sandboxd/session.h"
+#include "sandboxd/utf8.h"
 #include "sandboxd/store.h"
 #include "sandboxd/store_egress.h"
 #include "egress_internal.h"
@@ -469,4 +469,12 @@ int egress_session_stats(struct egress *eg, const char *user, const char *sessio
         }
         pthread_mutex_unlock(&eg->lock);
         return r;
+}
+
+void egress_set_blocked_hook(struct egress *eg, egress_blocked_fn fn, void *userdata)
+{
+        if (!eg)
+                return;
+        eg->on_blocked = fn;
+        eg->on_blocked_ud = userdata;
 }

@@ -15,6 +15,7 @@
 #include <sys/socket.h>
 
 #include "sandboxd/config.h"
+#include "sandboxd/egress.h"
 #include "sandboxd/egress_policy.h"
 
 #define MAX_HEADERS 100
@@ -36,6 +37,8 @@ struct close_req {
 struct egress {
         struct sbx_config cfg;
         struct store *store;
+        egress_blocked_fn on_blocked; /* set before the first connection (egress_set_blocked_hook) */
+        void *on_blocked_ud;
         char **allow;
         size_t n_allow;
         struct egress_cidr *priv;

@@ -10,7 +10,7 @@
 #include "sandboxd/audit.h"
 #include "sandboxd/egress_policy.h"
 #include "sandboxd/privacy.h"
-#include "sandboxd/session.h"
+#include "sandboxd/utf8.h"
 #include "sandboxd/store.h"
 #include "sandboxd/store_egress.h"
 

@@ -28,7 +28,6 @@
 #include "sandboxd/log.h"
 #include "sandboxd/store.h"
 #include "sandboxd/store_egress.h"
-#include "sandboxd/events.h"
 #include "egress_internal.h"
 
 #define LOG_WINDOW_MS 60000 /* blocked rows per session: at most LOG_BLOCKED_MAX a minute */
@@ -62,7 +61,9 @@ void egress_tunnel_record(struct tunnel *t, bool allowed, const char *reason)
                         return;
                 }
                 s->log_window_rows++;
-                events_egress_blocked(s->user, s->session, t->host[0] ? t->host : "-", t->port, reason);
+                if (eg->on_blocked)
+                        eg->on_blocked(s->user, s->session, t->host[0] ? t->host : "-", t->port, reason,
+                                       eg->on_blocked_ud);
         }
         row.ts = t->started_wall;
         sbx_strlcpy(row.host, t->host[0] ? t->host : "-", sizeof(row.host));

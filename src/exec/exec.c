@@ -20,7 +20,7 @@
 
 #include "exec_internal.h"
 #include "sandboxd/container.h"
-#include "sandboxd/docker.h"
+#include "sandboxd/engine.h"
 #include "sandboxd/log.h"
 #include "sandboxd/metrics.h"
 #include "sandboxd/session.h"
@@ -162,7 +162,7 @@ static void execution_free(struct execution *x)
         for (int i = 0; i < 2; i++)
                 if (x->spool_fd[i] >= 0)
                         close(x->spool_fd[i]);
-        docker_stream_free(x->stream);
+        engine_stream_free(x->e->engine, x->stream);
         pthread_mutex_destroy(&x->lock);
         pthread_cond_destroy(&x->cond);
         pthread_mutex_destroy(&x->stdin_lock);
@@ -284,7 +284,7 @@ void execution_set_state(struct execution *x, enum exec_state st, enum exec_caus
 
 /* ---- engine ---- */
 
-int exec_engine_new(const struct sbx_config *cfg, struct docker *d, struct store *st, struct session_manager *sm,
+int exec_engine_new(const struct sbx_config *cfg, struct engine *d, struct store *st, struct session_manager *sm,
                     struct exec_engine **ret, struct sbx_error *err)
 {
         struct exec_engine *e = calloc(1, sizeof(*e));
@@ -292,7 +292,7 @@ int exec_engine_new(const struct sbx_config *cfg, struct docker *d, struct store
         if (!e)
                 return sbx_error_set(err, -ENOMEM, 0, "out of memory");
         e->cfg = cfg;
-        e->docker = d;
+        e->engine = d;
         e->store = st;
         e->sessions = sm;
         snprintf(e->spool_dir, sizeof(e->spool_dir), "%s/executions", cfg->data_dir);
@@ -626,11 +626,11 @@ int exec_internal(struct exec_engine *e, const char *container_id, const char *c
                   size_t stdin_len, int timeout_ms, int *ret_exit, char **ret_out, size_t *ret_out_len,
                   struct sbx_error *err)
 {
-        struct docker_exec_spec spec = {.cmd = argv, .attach_stdin = stdin_data != NULL};
-        struct docker_exec_result res = {0};
+        struct engine_exec_spec spec = {.cmd = argv, .attach_stdin = stdin_data != NULL};
+        struct engine_exec_result res = {0};
         int r;
 
-        r = docker_exec_run(e->docker, container_id, &spec, stdin_data, stdin_len, 1 << 20, timeout_ms, &res, err);
+        r = engine_exec_run(e->engine, container_id, &spec, stdin_data, stdin_len, 1 << 20, timeout_ms, &res, err);
         if (r < 0)
                 return r;
         if (ret_exit)
@@ -639,7 +639,7 @@ int exec_internal(struct exec_engine *e, const char *container_id, const char *c
                 *ret_out = TAKE_PTR(res.out);
         if (ret_out_len)
                 *ret_out_len = res.out_len;
-        docker_exec_result_done(&res);
+        engine_exec_result_done(&res);
         return 0;
 }
 

@@ -38,7 +38,7 @@
 #include "sandboxd/reqctx.h"
 #include "sandboxd/runner.h"
 
-struct docker_stream;
+struct engine_stream;
 struct session;
 
 struct execution {
@@ -105,7 +105,7 @@ struct execution {
         int rows, cols;
 
         pthread_mutex_t stdin_lock;
-        struct docker_stream *stream;
+        struct engine_stream *stream;
         struct runner_exec *rx; /* set instead of stream when the runner runs it (stdin_lock) */
         bool stdin_closed;
         uint64_t stdin_sent;
@@ -114,7 +114,7 @@ struct execution {
 
 struct exec_engine {
         const struct sbx_config *cfg;
-        struct docker *docker;
+        struct engine *engine;
         struct store *store;
         struct session_manager *sessions;
         struct quota *quota; /* per-user limits; NULL: the config defaults */

@@ -216,47 +216,114 @@ int exec_list(struct exec_engine *e, const char *user, const char *session, unsi
         return exec_list_finished(e, user, session, states_mask, -1, limit, ret, ret_n);
 }
 
+/* Does r belong in a list of states_mask (0: all) that ended at or after
+ * finished_since_ms (-1: any)? The same test as the store's query, on the
+ * state the list will show. */
+static bool list_wants(const struct exec_result *r, unsigned states_mask, int64_t finished_since_ms)
+{
+        if (states_mask && !(states_mask & (1u << r->state)))
+                return false;
+        return finished_since_ms < 0 ||
+               (exec_state_is_final(r->state) && r->created_at + r->duration_ms >= finished_since_ms);
+}
+
+/* Newest first: by end for a list of recent ends, else by start (the store's order). */
+static int by_created_desc(const void *a, const void *b)
+{
+        const struct exec_result *x = a, *y = b;
+        return x->created_at < y->created_at ? 1 : x->created_at > y->created_at ? -1 : strcmp(x->id, y->id);
+}
+
+static int by_finished_desc(const void *a, const void *b)
+{
+        const struct exec_result *x = a, *y = b;
+        int64_t fx = x->created_at + x->duration_ms, fy = y->created_at + y->duration_ms;
+        return fx < fy ? 1 : fx > fy ? -1 : strcmp(x->id, y->id);
+}
+
 int exec_list_finished(struct exec_engine *e, const char *user, const char *session, unsigned states_mask,
                        int64_t within_ms, size_t limit, struct exec_result **ret, size_t *ret_n)
 {
+        /* finished_at is created_at (wall) + duration: CLOCK_MONOTONIC here took the
+         * host's uptime for a date, and listed running ones when uptime < within_ms */
+        int64_t finished_since_ms = within_ms < 0 ? -1 : sbx_wall_ms() - within_ms;
         _cleanup_free_ struct store_execution *rows = NULL;
+        _cleanup_free_ struct execution **live = NULL;
         const char *states[EXEC_STATE_COUNT + 1] = {0};
         struct exec_result *out;
-        size_t n = 0, n_states = 0;
+        size_t n = 0, n_states = 0, n_live = 0, n_out = 0;
         int r;
+
+        if (within_ms >= 0 && finished_since_ms < 0)
+                finished_since_ms = 0;
+        if (!limit)
+                limit = 100;
+        /* A live execution is shown as it stands now, and its row may lag
+         * behind (the worker writes the final row after the state is set and
+         * the waiters are told). The list is filtered on what it shows: the
+         * live ones are taken with a reference first, then the rows (as many
+         * more as there are live ones, which the filter may drop), then the
+         * live ones whose row does not match yet are added. */
+        pthread_mutex_lock(&e->lock);
+        for (struct execution *x = e->live; x; x = x->next)
+                n_live++;
+        live = calloc(n_live + 1, sizeof(*live));
+        n_live = 0;
+        for (struct execution *x = e->live; live && x; x = x->next)
+                if (strcmp(x->user, user) == 0 && (!session || strcmp(x->session, session) == 0)) {
+                        x->refs++;
+                        live[n_live++] = x;
+                }
+        pthread_mutex_unlock(&e->lock);
+        if (!live)
+                return -ENOMEM;
 
         for (int i = 0; i < EXEC_STATE_COUNT; i++)
                 if (states_mask & (1u << i))
                         states[n_states++] = exec_state_to_string((enum exec_state)i);
-        if (within_ms >= 0) {
-                /* finished_at is created_at (wall) + duration: CLOCK_MONOTONIC here took the
-                 * host's uptime for a date, and listed running ones when uptime < within_ms */
-                int64_t since = sbx_wall_ms() - within_ms;
-                r = store_exec_list_finished(e->store, user, session, states_mask ? states : NULL,
-                                             since > 0 ? since : 0, limit ? limit : 100, &rows, &n);
-        } else {
-                r = store_exec_list(e->store, user, session, states_mask ? states : NULL, limit ? limit : 100, &rows,
-                                    &n);
-        }
-        if (r < 0)
-                return r;
-        out = calloc(n + 1, sizeof(*out));
-        if (!out)
-                return -ENOMEM;
-        for (size_t i = 0; i < n; i++) {
-                /* a live one as it stands now: its row may lag behind */
+        if (finished_since_ms >= 0)
+                r = store_exec_list_finished(e->store, user, session, states_mask ? states : NULL, finished_since_ms,
+                                             limit + n_live, &rows, &n);
+        else
+                r = store_exec_list(e->store, user, session, states_mask ? states : NULL, limit + n_live, &rows, &n);
+        out = r < 0 ? NULL : calloc(n + n_live + 1, sizeof(*out));
+        if (r == 0 && !out)
+                r = -ENOMEM;
+        for (size_t i = 0; out && i < n + n_live; i++) {
+                struct execution *x = NULL;
                 uint64_t spooled[2];
-                struct execution *x = execution_find_ref(e, user, rows[i].id);
+
+                if (i < n) {
+                        for (size_t j = 0; j < n_live && !x; j++)
+                                if (live[j] && strcmp(live[j]->id, rows[i].id) == 0) {
+                                        x = live[j];
+                                        live[j] = NULL; /* listed by its row: not again below */
+                                }
+                } else if ((x = live[i - n]))
+                        live[i - n] = NULL;
+                else
+                        continue;
                 if (x) {
                         pthread_mutex_lock(&x->lock);
-                        result_from_live(x, &out[i], spooled);
+                        result_from_live(x, &out[n_out], spooled);
                         pthread_mutex_unlock(&x->lock);
                         execution_unref(x);
                 } else
-                        result_from_row(&rows[i], &out[i], spooled);
+                        result_from_row(&rows[i], &out[n_out], spooled);
+                if (list_wants(&out[n_out], states_mask, finished_since_ms))
+                        n_out++;
+                else
+                        exec_result_done(&out[n_out]);
         }
+        for (size_t j = 0; j < n_live; j++)
+                execution_unref(live[j]);
+        if (r < 0)
+                return r;
+        qsort(out, n_out, sizeof(*out), finished_since_ms >= 0 ? by_finished_desc : by_created_desc);
+        for (size_t i = limit; i < n_out; i++)
+                exec_result_done(&out[i]);
         *ret = out;
-        *ret_n = n;
+        *ret_n = n_out < limit ? n_out : limit;
         return 0;
 }
 

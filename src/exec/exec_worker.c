@@ -28,7 +28,7 @@
 
 #include "exec_internal.h"
 #include "sandboxd/audit.h"
-#include "sandboxd/docker.h"
+#include "sandboxd/engine.h"
 #include "sandboxd/log.h"
 #include "sandboxd/session.h"
 #include "sandboxd/store.h"
@@ -108,8 +108,8 @@ bool exec_stdin_pump_locked(struct execution *x)
         while ((x->stream || x->rx) && !x->stdin_closed && x->stdin_off < x->stdin_len) {
                 const char *p = (char *)x->stdin_data + x->stdin_off;
                 size_t left = x->stdin_len - x->stdin_off;
-                ssize_t n =
-                        x->rx ? runner_exec_write_stdin(x->rx, p, left) : docker_stream_write_some(x->stream, p, left);
+                ssize_t n = x->rx ? runner_exec_write_stdin(x->rx, p, left)
+                                  : engine_stream_write_some(x->e->engine, x->stream, p, left);
                 if (n == 0) {
                         pending = true;
                         break;
@@ -128,7 +128,7 @@ bool exec_stdin_pump_locked(struct execution *x)
                 if (x->rx)
                         (void)runner_exec_close_stdin(x->rx);
                 else
-                        (void)docker_stream_close_write(x->stream);
+                        (void)engine_stream_close_write(x->e->engine, x->stream);
                 x->stdin_closed = true;
         }
         return pending;
@@ -185,7 +185,7 @@ void exec_audit(struct execution *x)
 static int prepare(struct execution *x, char exec_id[65], struct sbx_error *err)
 {
         struct exec_engine *e = x->e;
-        struct docker_exec_spec spec = {0};
+        struct engine_exec_spec spec = {0};
         int r;
 
         if (x->code) {
@@ -203,7 +203,7 @@ static int prepare(struct execution *x, char exec_id[65], struct sbx_error *err)
         spec.env = (const char *const *)x->env;
         spec.workdir = x->workdir;
         spec.attach_stdin = x->interactive || x->stdin_len > 0;
-        return docker_exec_create(e->docker, x->container_id, &spec, exec_id, err);
+        return engine_exec_create(e->engine, x->container_id, &spec, exec_id, err);
 }
 
 bool exec_read_detach(struct execution *x)
@@ -288,12 +288,12 @@ static enum kill_phase kill_step(struct execution *x, struct kill_escalation *k,
 }
 
 /* Over docker exec: the tree found by its marker (kill_script). */
-static void docker_first(struct execution *x, bool hard)
+static void exec_fallback_first(struct execution *x, bool hard)
 {
         (void)kill_tree(x, hard ? "KILL" : "TERM");
 }
 
-static const struct kill_ops docker_kill = {.first = docker_first, .kill = kill_until_gone, .resweep = true};
+static const struct kill_ops fallback_kill = {.first = exec_fallback_first, .kill = kill_until_gone, .resweep = true};
 
 /* On the runner: its shim's process group. */
 static void runner_first(struct execution *x, bool hard)
@@ -558,12 +558,12 @@ static int step_open(struct run *c)
 static int step_attach(struct run *c)
 {
         struct execution *x = c->x;
-        struct docker_stream *stream = NULL;
+        struct engine_stream *stream = NULL;
         int r;
 
         if (open_spools(x) < 0)
                 return sbx_error_set(&c->err, -EIO, 0, "cannot open the output spool: %m");
-        r = docker_exec_attach(x->e->docker, c->exec_id, &stream, &c->err);
+        r = engine_exec_attach(x->e->engine, c->exec_id, &stream, &c->err);
         pthread_mutex_lock(&x->stdin_lock);
         x->stream = stream;
         pthread_mutex_unlock(&x->stdin_lock);
@@ -598,22 +598,22 @@ static void step_pump(struct run *c)
         char buf[READ_CHUNK];
 
         for (;;) {
-                enum docker_stream_kind kind;
+                enum engine_stream_kind kind;
                 ssize_t n;
                 bool stdin_pending;
 
-                if (kill_step(x, &c->kill, c->deadline, &docker_kill) == KILL_GAVE_UP)
+                if (kill_step(x, &c->kill, c->deadline, &fallback_kill) == KILL_GAVE_UP)
                         return; /* the stream did not close: stop waiting for it */
                 /* stdin goes in as the process takes it, between reads */
                 stdin_pending = c->kill.phase == KILL_NONE && stdin_pump(x);
-                n = docker_stream_read(x->stream, &kind, buf, sizeof(buf), stdin_pending ? 0 : SLICE_MS);
+                n = engine_stream_read(x->e->engine, x->stream, &kind, buf, sizeof(buf), stdin_pending ? 0 : SLICE_MS);
                 if (n == -ETIMEDOUT && stdin_pending) {
-                        (void)docker_stream_wait(x->stream, true, SLICE_MS);
+                        (void)engine_stream_wait(x->e->engine, x->stream, true, SLICE_MS);
                         continue;
                 }
                 if (n > 0) {
-                        if (kind == DOCKER_STREAM_STDOUT || kind == DOCKER_STREAM_STDERR)
-                                on_chunk(x, kind == DOCKER_STREAM_STDOUT ? 0 : 1, buf, (size_t)n);
+                        if (kind == ENGINE_STREAM_STDOUT || kind == ENGINE_STREAM_STDERR)
+                                on_chunk(x, kind == ENGINE_STREAM_STDOUT ? 0 : 1, buf, (size_t)n);
                         continue;
                 }
                 if (n == 0)
@@ -631,20 +631,20 @@ static void step_reap(struct run *c)
 {
         struct execution *x = c->x;
         struct exec_engine *e = x->e;
-        struct docker_exec_info info;
+        struct engine_exec_info info;
         bool killing = c->kill.phase != KILL_NONE;
         int r = -1;
 
         if (killing)
                 kill_until_gone(x); /* setsid'd and backgrounded ones included */
         pthread_mutex_lock(&x->stdin_lock);
-        docker_stream_free(x->stream);
+        engine_stream_free(x->e->engine, x->stream);
         x->stream = NULL;
         x->stdin_closed = true;
         pthread_mutex_unlock(&x->stdin_lock);
 
         for (int i = 0; i < 20; i++) {
-                r = docker_exec_inspect(e->docker, c->exec_id, &info, NULL);
+                r = engine_exec_inspect(e->engine, c->exec_id, &info, NULL);
                 if (r < 0 || !info.running)
                         break;
                 sbx_sleep_ms(10);
@@ -656,10 +656,10 @@ static void step_reap(struct run *c)
         if (!killing && (r < 0 || c->exit_code < 0 || c->exit_code >= 128)) {
                 /* Killed by a signal: was it the whole container? Docker may still
                  * report it running for a moment, but it can no longer run anything. */
-                struct docker_container_info ci;
+                struct engine_container_info ci;
                 const char *probe[] = {"true", NULL};
                 int code = -1;
-                if (docker_container_inspect(e->docker, x->container_id, &ci, NULL) < 0 || !ci.running ||
+                if (engine_inspect(e->engine, x->container_id, &ci, NULL) < 0 || !ci.running ||
                     exec_internal(e, x->container_id, probe, NULL, 0, 5000, &code, NULL, NULL, NULL) < 0 || code != 0)
                         c->container_died = true;
         }

@@ -385,17 +385,12 @@ int gateway_new(const struct sbx_config *cfg, struct egress *eg, struct gateway 
 {
         static pthread_once_t once = PTHREAD_ONCE_INIT;
         struct gateway *gw;
-        struct rlimit rl;
         int r;
 
         pthread_once(&once, init_threads);
         if (threads_ok < 0)
                 return sbx_error_set(err, -ENOSYS, 0, "libevent has no pthreads support");
-        /* every forward holds two descriptors: take what the hard limit allows */
-        if (getrlimit(RLIMIT_NOFILE, &rl) == 0 && rl.rlim_cur < rl.rlim_max) {
-                rl.rlim_cur = rl.rlim_max;
-                (void)setrlimit(RLIMIT_NOFILE, &rl);
-        }
+        /* every forward holds two descriptors: daemon_open has raised RLIMIT_NOFILE to the hard limit */
         gw = calloc(1, sizeof(*gw));
         if (!gw)
                 return sbx_error_set(err, -ENOMEM, 0, "out of memory");

@@ -59,7 +59,8 @@
 
 #include "sandboxd/audit.h"
 #include "sandboxd/container.h"
-#include "sandboxd/docker.h"
+#include "sandboxd/engine.h"
+#include "sandboxd/engine_docker.h"
 #include "sandboxd/jsonutil.h"
 #include "sandboxd/log.h"
 #include "sandboxd/pool.h"
@@ -104,9 +105,9 @@ void gc_fmt_age(int64_t ms, char *buf, size_t size)
                 snprintf(buf, size, "%" PRId64 "s", s);
 }
 
-static const char *label(const struct docker_container_summary *c, const char *key)
+static const char *label(const struct engine_container_summary *c, const char *key)
 {
-        return docker_kv_get(c->labels, c->n_labels, key);
+        return engine_label_get(c->labels, c->n_labels, key);
 }
 
 static int row_cmp(const void *a, const void *b)
@@ -277,7 +278,7 @@ bool gc_store_changed(struct gc *g, enum gc_kind kind, const char *id, const cha
 static void remove_owned(struct gc *g, size_t j, size_t i, enum gc_kind kind, int64_t before, bool quiet,
                          const char *cause, const char *reason)
 {
-        struct docker_container_summary *c = &g->ctrs[j];
+        struct engine_container_summary *c = &g->ctrs[j];
         struct store_session *row = &g->rows[i];
         struct sbx_error err = {0};
         int64_t stamp = sbx_wall_ms();
@@ -316,7 +317,7 @@ static void remove_owned(struct gc *g, size_t j, size_t i, enum gc_kind kind, in
                 row->updated_at = stamp;
         }
         if (!g->dry_run) {
-                r = container_remove(g->dk, c->id, &err);
+                r = container_remove(g->engine, c->id, &err);
                 if (r < 0) {
                         /* The next run finds it an orphan (no row names it). */
                         gc_note_failed(g, kind, c->id, row->user_id, row->session_id, reason, err.msg);
@@ -331,7 +332,7 @@ static void remove_owned(struct gc *g, size_t j, size_t i, enum gc_kind kind, in
 
 static void remove_orphan(struct gc *g, size_t j, const char *reason)
 {
-        struct docker_container_summary *c = &g->ctrs[j];
+        struct engine_container_summary *c = &g->ctrs[j];
         const char *user = label(c, CONTAINER_LABEL_USER), *session = label(c, CONTAINER_LABEL_SESSION);
         struct store_session fresh;
         struct sbx_error err = {0};
@@ -342,7 +343,7 @@ static void remove_orphan(struct gc *g, size_t j, const char *reason)
                         gc_note_kept(g, GC_ORPHAN_CONTAINERS, c->id, user, session, "its session claims it now");
                         return;
                 }
-                if (container_remove(g->dk, c->id, &err) < 0) {
+                if (container_remove(g->engine, c->id, &err) < 0) {
                         gc_note_failed(g, GC_ORPHAN_CONTAINERS, c->id, user, session, reason, err.msg);
                         return;
                 }
@@ -360,7 +361,7 @@ static void gc_containers(struct gc *g)
         char reason[256], a[32], b[32];
 
         for (size_t j = 0; j < g->n_ctrs; j++) {
-                const struct docker_container_summary *c = &g->ctrs[j];
+                const struct engine_container_summary *c = &g->ctrs[j];
                 const char *user = label(c, CONTAINER_LABEL_USER), *session = label(c, CONTAINER_LABEL_SESSION);
                 ssize_t i = find_row_naming(g, c->id), li;
                 struct store_session *row = i >= 0 ? &g->rows[i] : NULL;
@@ -417,7 +418,7 @@ static void gc_networks(struct gc *g)
         struct sbx_error err = {0};
 
         snprintf(instance, sizeof(instance), CONTAINER_LABEL_INSTANCE "=%s", g->cfg->instance);
-        if (docker_network_list(g->dk, filters, &names, &n, &err) < 0) {
+        if (engine_network_list(g->engine, filters, &names, &n, &err) < 0) {
                 log_warn("gc: cannot list networks: %s", err.msg);
                 return;
         }
@@ -428,7 +429,7 @@ static void gc_networks(struct gc *g)
                         continue;
                 }
                 if (!g->dry_run) {
-                        int r = docker_network_remove(g->dk, names[i], &err);
+                        int r = engine_network_remove(g->engine, names[i], &err);
                         if (r < 0 && r != -ENOENT) {
                                 if (strstr(err.msg, "active endpoints"))
                                         gc_note_kept(g, GC_NETWORKS, names[i], NULL, NULL, "containers are attached");
@@ -540,9 +541,9 @@ static void gc_services(struct gc *g)
                                  g->ctr_gone[j] ? "removed by gc" : g->ctrs[j].state);
                 } else {
                         /* Not in the snapshot: maybe created since. Ask. */
-                        struct docker_container_info info;
+                        struct engine_container_info info;
                         struct sbx_error err = {0};
-                        r = docker_container_inspect(g->dk, sv->container_id, &info, &err);
+                        r = engine_inspect(g->engine, sv->container_id, &info, &err);
                         if (r == 0 && info.running)
                                 continue;
                         if (r < 0 && r != -ENOENT) {
@@ -686,7 +687,7 @@ static int snapshot(struct gc *g, struct sbx_error *err)
 
         /* Containers first, then rows: see the header. */
         snprintf(filter, sizeof(filter), CONTAINER_LABEL_INSTANCE "=%s", g->cfg->instance);
-        r = docker_container_list(g->dk, filters, true, &g->ctrs, &g->n_ctrs, err);
+        r = engine_list(g->engine, filters, true, &g->ctrs, &g->n_ctrs, err);
         if (r < 0) {
                 sbx_error_prefix(err, "listing the containers of instance %s", g->cfg->instance);
                 return r;
@@ -751,16 +752,11 @@ int gc_run(const struct sbx_config *cfg, const struct gc_options *opts, struct g
                 sbx_error_prefix(err, "opening the store");
                 goto out;
         }
-        g.dk = docker_new(cfg->docker_socket, cfg->docker_timeout_ms);
-        if (!g.dk) {
-                r = sbx_error_set(err, -ENOMEM, 0, "out of memory");
+        r = engine_docker_new(cfg->docker_socket, cfg->docker_timeout_ms, &g.engine, err);
+        if (r == 0)
+                r = engine_connect(g.engine, err);
+        if (r < 0)
                 goto out;
-        }
-        r = docker_negotiate(g.dk, err);
-        if (r < 0) {
-                sbx_error_prefix(err, "connecting to Docker at %s", cfg->docker_socket);
-                goto out;
-        }
         r = snapshot(&g, err);
         if (r < 0)
                 goto out;
@@ -806,7 +802,7 @@ out:
         free(g.ctr_gone);
         free(g.rows);
         free(g.row_gone);
-        docker_free(g.dk);
+        engine_free(g.engine);
         store_close(g.st);
         return r;
 }

@@ -22,7 +22,7 @@
 #include <unistd.h>
 
 #include "sandboxd/container.h"
-#include "sandboxd/docker.h"
+#include "sandboxd/engine.h"
 #include "sandboxd/log.h"
 #include "sandboxd/session.h"
 #include "sandboxd/store.h"
@@ -281,7 +281,7 @@ static int still_dead(struct gc *g, const char *user, const char *session, const
 {
         char f1[128], f2[128], f3[128], f4[128];
         const char *filters[] = {f1, f2, f3, f4, NULL};
-        struct docker_container_summary *list = NULL;
+        struct engine_container_summary *list = NULL;
         struct store_session fresh;
         size_t n = 0;
         int r;
@@ -296,7 +296,7 @@ static int still_dead(struct gc *g, const char *user, const char *session, const
         snprintf(f2, sizeof(f2), CONTAINER_LABEL_INSTANCE "=%s", g->cfg->instance);
         snprintf(f3, sizeof(f3), CONTAINER_LABEL_USER "=%s", user);
         snprintf(f4, sizeof(f4), CONTAINER_LABEL_SESSION "=%s", session);
-        r = docker_container_list(g->dk, filters, true, &list, &n, err);
+        r = engine_list(g->engine, filters, true, &list, &n, err);
         free(list);
         if (r < 0)
                 return r;

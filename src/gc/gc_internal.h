@@ -17,8 +17,8 @@ struct gc {
         bool dry_run;
         int64_t now; /* judges ages; writes are stamped with the real clock */
         struct store *st;
-        struct docker *dk;
-        struct docker_container_summary *ctrs; /* this instance's, all states */
+        struct engine *engine;
+        struct engine_container_summary *ctrs; /* this instance's, all states */
         bool *ctr_gone;                        /* removed (or would be) by this run */
         size_t n_ctrs;
         struct store_session *rows; /* sorted by (user_id, session_id) */

@@ -4,14 +4,18 @@
  * routing, authentication and formatting. SSE streams are http_sse.c, the
  * MCP endpoint http_mcp.c.
  *
- * Threads: MHD's listening thread accepts; every connection gets one MHD
- * thread (MHD_USE_THREAD_PER_CONNECTION, at most HTTP_MAX_CONNS), on which a
- * request runs api_call directly. An SSE request runs api_call on a worker
+ * Threads: MHD's listening thread accepts (on_accept applies the caps
+ * first); every connection gets one MHD thread (MHD_USE_THREAD_PER_CONNECTION,
+ * at most max_connections), on which a request runs api_call directly. Every
+ * wait is poll() (MHD_USE_POLL): select() would refuse any descriptor past
+ * FD_SETSIZE, and a daemon with a few hundred sessions holds more than that
+ * before it opens this front. An SSE request runs api_call on a worker
  * ("sbx-http-sse") that hands events to the connection's thread through a
  * struct sse: sse->lock guards its queue and flags, and it is freed by the
  * last of the worker and the response (refs). "sbx-http-reap" closes
  * connections that have not authenticated in time.
- *   srv->lock  guards the connection list (for the reaper) and the count of
+ *   srv->lock  guards the connection list (for on_accept and the reaper),
+ *              each connection's opened_ms and evicted, and the count of
  *              live SSE workers (srv->cond: http_server_stop waits for 0). */
 #include "sandboxd/http.h"
 
@@ -19,6 +23,7 @@
 #include <cjson/cJSON.h>
 #include <errno.h>
 #include <fcntl.h>
+#include <inttypes.h>
 #include <gnutls/gnutls.h>
 #include <microhttpd.h>
 #include <netdb.h>
@@ -30,8 +35,9 @@
 #include <sys/stat.h>
 #include <unistd.h>
 
-#include "api_internal.h"
+#include "sandboxd/api_transport.h"
 #include "http_internal.h"
+#include "sandboxd/config.h"
 #include "sandboxd/daemon.h"
 #include "sandboxd/log.h"
 #include "sandboxd/metrics.h"
@@ -311,10 +317,11 @@ static void request_begin(struct http_server *srv, struct MHD_Connection *conn, 
                 auth = NULL;
         if (api_authenticate(&hc->api, auth, strcmp(url, "/mcp") == 0 ? "mcp" : url + 4, &rq->tok, &e) < 0)
                 FAIL(http_status_for_code(e.code), e.code, "%s", e.msg);
+        __atomic_store_n(&hc->authed, true, __ATOMIC_RELAXED); /* out of the unauthenticated budget */
 
         if (rq->mcp)
                 snprintf(rq->method, sizeof(rq->method), "mcp");
-        else if (!method_name_ok(url + 4) || !api_method_find(url + 4))
+        else if (!method_name_ok(url + 4) || !api_method_exists(url + 4))
                 FAIL(404, "not_found", "unknown method");
         else
                 snprintf(rq->method, sizeof(rq->method), "%s", url + 4);
@@ -386,7 +393,7 @@ static enum MHD_Result metrics_request(struct http_server *srv, struct MHD_Conne
                 return http_queue_text(conn, 200, "text/plain; version=0.0.4; charset=utf-8", text, false);
         }
         if (strcmp(url, "/healthz") == 0) {
-                if (daemon_docker_version(srv->d, version, sizeof(version), NULL) < 0)
+                if (daemon_engine_version(srv->d, version, sizeof(version), NULL) < 0)
                         return http_queue_text(conn, 503, "text/plain", strdup("docker unreachable\n"), false);
                 return http_queue_text(conn, 200, "text/plain", strdup("ok\n"), false);
         }
@@ -465,6 +472,137 @@ static void on_completed(void *cls, struct MHD_Connection *conn, void **con_cls,
         *con_cls = NULL;
 }
 
+/* ---- connection caps (on_accept) ---- */
+
+void http_addr_of(const struct sockaddr *sa, struct http_addr *ret)
+{
+        memset(ret, 0, sizeof(*ret));
+        if (sa->sa_family == AF_INET) {
+                ret->family = 4;
+                memcpy(ret->bytes, &((const struct sockaddr_in *)sa)->sin_addr, 4);
+        } else if (sa->sa_family == AF_INET6) {
+                const struct in6_addr *a = &((const struct sockaddr_in6 *)sa)->sin6_addr;
+                if (IN6_IS_ADDR_V4MAPPED(a)) { /* an IPv4 client of a dual-stack socket: the whole address */
+                        ret->family = 4;
+                        memcpy(ret->bytes, a->s6_addr + 12, 4);
+                } else {
+                        ret->family = 6;
+                        memcpy(ret->bytes, a->s6_addr, 8); /* the /64 */
+                }
+        }
+}
+
+bool http_addr_eq(const struct http_addr *a, const struct http_addr *b)
+{
+        return a->family == b->family && memcmp(a->bytes, b->bytes, sizeof(a->bytes)) == 0;
+}
+
+static int unauth_cmp(const void *pa, const void *pb)
+{
+        const struct http_conn *a = *(struct http_conn *const *)pa, *b = *(struct http_conn *const *)pb;
+        int c = a->addr.family != b->addr.family ? (a->addr.family < b->addr.family ? -1 : 1)
+                                                 : memcmp(a->addr.bytes, b->addr.bytes, sizeof(a->addr.bytes));
+        if (c)
+                return c;
+        return a->opened_ms < b->opened_ms ? -1 : a->opened_ms > b->opened_ms;
+}
+
+/* With the unauthenticated budget spent: the oldest unauthenticated
+ * connection of the address holding the most of them, if that address holds
+ * more than `mine` (the newcomer's), else NULL. Under srv->lock. */
+static struct http_conn *eviction_victim(struct http_server *srv, size_t n_unauth, size_t mine)
+{
+        _cleanup_free_ struct http_conn **v = calloc(n_unauth ? n_unauth : 1, sizeof(*v));
+        struct http_conn *best = NULL;
+        size_t n = 0, best_n = mine;
+
+        if (!v)
+                return NULL;
+        for (struct http_conn *hc = srv->conns; hc && n < n_unauth; hc = hc->next)
+                if (!hc->evicted && hc->fd >= 0 && !__atomic_load_n(&hc->authed, __ATOMIC_RELAXED))
+                        v[n++] = hc;
+        qsort(v, n, sizeof(*v), unauth_cmp);
+        for (size_t i = 0, j; i < n; i = j) {
+                for (j = i + 1; j < n && http_addr_eq(&v[i]->addr, &v[j]->addr);)
+                        j++;
+                /* v[i] is the group's oldest; among equal groups the older goes */
+                if (j - i > best_n || (best && j - i == best_n && v[i]->opened_ms < best->opened_ms)) {
+                        best = v[i];
+                        best_n = j - i;
+                }
+        }
+        return best;
+}
+
+#define REFUSAL_LOG_MS 10000
+
+/* A flood of refused connections must not flood the log (listening thread only). */
+static void log_ratelimited_refusal(struct http_server *srv, const char *host, const char *why)
+{
+        int64_t now = sbx_now_ms();
+
+        srv->refusals++;
+        if (srv->refusal_logged_at && now - srv->refusal_logged_at < REFUSAL_LOG_MS)
+                return;
+        log_warn("http: refusing connections: %s (%s; %" PRIu64 " refused since the last such line)", why, host,
+                 srv->refusals);
+        srv->refusal_logged_at = now;
+        srv->refusals = 0;
+}
+
+/* MHD's accept policy, on the listening thread before the connection is set
+ * up (so in order with on_connection's list). Every new connection starts
+ * unauthenticated: the caps per address, then the unauthenticated budget
+ * per address and in all (which may displace someone else's). */
+static enum MHD_Result on_accept(void *cls, const struct sockaddr *sa, socklen_t len)
+{
+        struct http_server *srv = cls;
+        struct http_conn *victim = NULL;
+        struct http_addr me;
+        size_t mine = 0, mine_unauth = 0, unauth = 0;
+        const char *why = NULL;
+
+        if (!sa || len < (socklen_t)sizeof(sa->sa_family))
+                return MHD_NO;
+        http_addr_of(sa, &me);
+        pthread_mutex_lock(&srv->lock);
+        for (struct http_conn *hc = srv->conns; hc; hc = hc->next) {
+                bool same;
+                if (hc->evicted)
+                        continue;
+                same = http_addr_eq(&hc->addr, &me);
+                mine += same;
+                if (!__atomic_load_n(&hc->authed, __ATOMIC_RELAXED)) {
+                        unauth++;
+                        mine_unauth += same;
+                }
+        }
+        if (mine >= (size_t)srv->max_per_addr)
+                why = "http_max_connections_per_address open";
+        else if (mine_unauth >= (size_t)srv->max_unauth_per_addr)
+                why = "http_max_unauthenticated_per_address not authenticated yet";
+        else if (unauth >= (size_t)srv->max_unauth) {
+                victim = eviction_victim(srv, unauth, mine_unauth);
+                if (!victim)
+                        why = "http_max_unauthenticated not authenticated yet";
+                else {
+                        victim->evicted = true;
+                        (void)shutdown(victim->fd, SHUT_RDWR);
+                }
+        }
+        if (victim)
+                log_debug("http: closing %s, not authenticated yet, to make room for a less busy address",
+                          victim->peer);
+        pthread_mutex_unlock(&srv->lock);
+        if (why) {
+                char host[INET6_ADDRSTRLEN] = "?";
+                (void)getnameinfo(sa, len, host, sizeof(host), NULL, 0, NI_NUMERICHOST);
+                log_ratelimited_refusal(srv, host, why);
+                return MHD_NO;
+        }
+        return MHD_YES;
+}
+
 static void on_connection(void *cls, struct MHD_Connection *conn, void **socket_context,
                           enum MHD_ConnectionNotificationCode code)
 {
@@ -482,6 +620,8 @@ static void on_connection(void *cls, struct MHD_Connection *conn, void **socket_
                 hc->srv = srv;
                 hc->fd = fdi ? fdi->connect_fd : -1;
                 hc->opened_ms = sbx_now_ms();
+                if (ai && ai->client_addr)
+                        http_addr_of(ai->client_addr, &hc->addr);
                 if (ai && ai->client_addr)
                         (void)getnameinfo(ai->client_addr,
                                           ai->client_addr->sa_family == AF_INET6 ? sizeof(struct sockaddr_in6)
@@ -517,17 +657,18 @@ static void on_connection(void *cls, struct MHD_Connection *conn, void **socket_
 static void *reaper_main(void *arg)
 {
         struct http_server *srv = arg;
-        int64_t preauth_ms = (int64_t)srv->d->cfg.http_timeout_s * 1000;
+        int64_t preauth_ms = srv->auth_timeout_ms;
 
         pthread_mutex_lock(&srv->lock);
         while (!srv->stopping) {
-                struct timespec until = sbx_deadline_after(CLOCK_REALTIME, 1000);
+                struct timespec until = sbx_deadline_after(CLOCK_REALTIME, preauth_ms < 2000 ? 250 : 1000);
                 int64_t now = sbx_now_ms();
 
                 for (struct http_conn *hc = srv->conns; hc; hc = hc->next)
-                        if (!hc->api.authenticated && now - hc->opened_ms > preauth_ms && hc->fd >= 0) {
-                                log_info("http: closing %s: no authenticated request within %d s", hc->peer,
-                                         srv->d->cfg.http_timeout_s);
+                        if (!__atomic_load_n(&hc->authed, __ATOMIC_RELAXED) && !hc->evicted &&
+                            now - hc->opened_ms > preauth_ms && hc->fd >= 0) {
+                                log_info("http: closing %s: no authenticated request within %" PRId64 " ms", hc->peer,
+                                         preauth_ms);
                                 (void)shutdown(hc->fd, SHUT_RDWR);
                                 hc->opened_ms = INT64_MAX / 2; /* once */
                         }
@@ -540,13 +681,19 @@ static void *reaper_main(void *arg)
         return NULL;
 }
 
+/* MHD's messages: at debug (most are a client's doing), and the last one
+ * kept for the error when the daemon does not start. */
 static void mhd_log(void *cls, const char *fmt, va_list ap)
 {
+        struct http_server *srv = cls;
         char buf[512];
 
         vsnprintf(buf, sizeof(buf), fmt, ap);
         buf[strcspn(buf, "\n")] = '\0';
         log_debug("http: %s", buf);
+        pthread_mutex_lock(&srv->lock);
+        snprintf(srv->start_error, sizeof(srv->start_error), "%s", buf);
+        pthread_mutex_unlock(&srv->lock);
 }
 
 static int server_start(struct daemon *d, const char *key, const char *listen, bool metrics, struct http_server **ret,
@@ -559,7 +706,12 @@ static int server_start(struct daemon *d, const char *key, const char *listen, b
         bool loopback, tls;
         struct MHD_OptionItem opts[16];
         size_t n = 0;
-        unsigned flags = MHD_USE_THREAD_PER_CONNECTION | MHD_USE_INTERNAL_POLLING_THREAD | MHD_USE_ERROR_LOG;
+        /* poll(), not select(): no ceiling at FD_SETSIZE on the listening
+         * socket or any connection (MHD takes poll or select with a thread
+         * per connection, never epoll) */
+        unsigned flags =
+                MHD_USE_THREAD_PER_CONNECTION | MHD_USE_INTERNAL_POLLING_THREAD | MHD_USE_POLL | MHD_USE_ERROR_LOG;
+        int max_conns = config_max_connections(cfg);
         const union MHD_DaemonInfo *info;
         int r;
 
@@ -583,9 +735,19 @@ static int server_start(struct daemon *d, const char *key, const char *listen, b
                 return sbx_error_set(err, -ENOMEM, 0, "out of memory");
         srv->d = d;
         srv->metrics = metrics;
+        srv->max_per_addr = config_http_max_per_address(cfg);
+        /* below the total, so people without a token never hold every slot */
+        srv->max_unauth = cfg->http_max_unauthenticated < max_conns / 2 ? cfg->http_max_unauthenticated
+                                                                        : (max_conns / 2 > 0 ? max_conns / 2 : 1);
+        srv->max_unauth_per_addr = cfg->http_max_unauthenticated_per_address;
+        srv->auth_timeout_ms = cfg->auth_timeout_ms;
         pthread_mutex_init(&srv->lock, NULL);
         pthread_mutex_init(&srv->mcp_lock, NULL);
         pthread_cond_init(&srv->cond, NULL);
+        if (MHD_is_feature_supported(MHD_FEATURE_POLL) != MHD_YES) {
+                r = sbx_error_set(err, -ENOTSUP, 0, "%s: this libmicrohttpd has no poll() support", key);
+                goto fail;
+        }
         if (tls) {
                 r = read_pem("tls_cert", cfg->tls_cert, &srv->cert, err);
                 if (r == 0)
@@ -603,20 +765,30 @@ static int server_start(struct daemon *d, const char *key, const char *listen, b
         if (addr.ss_family == AF_INET6)
                 flags |= MHD_USE_IPv6;
         opts[n++] = (struct MHD_OptionItem){MHD_OPTION_SOCK_ADDR, 0, &addr};
-        opts[n++] = (struct MHD_OptionItem){MHD_OPTION_CONNECTION_LIMIT, HTTP_MAX_CONNS, NULL};
-        opts[n++] = (struct MHD_OptionItem){MHD_OPTION_PER_IP_CONNECTION_LIMIT, HTTP_MAX_PER_PEER, NULL};
+        if (metrics) {
+                opts[n++] = (struct MHD_OptionItem){MHD_OPTION_CONNECTION_LIMIT, HTTP_METRICS_MAX_CONNS, NULL};
+                opts[n++] =
+                        (struct MHD_OptionItem){MHD_OPTION_PER_IP_CONNECTION_LIMIT, HTTP_METRICS_MAX_PER_PEER, NULL};
+        } else {
+                opts[n++] = (struct MHD_OptionItem){MHD_OPTION_CONNECTION_LIMIT, (intptr_t)max_conns, NULL};
+                /* per address (IPv6 by /64) and the unauthenticated budget: on_accept */
+        }
         opts[n++] = (struct MHD_OptionItem){MHD_OPTION_CONNECTION_TIMEOUT, (intptr_t)cfg->http_timeout_s, NULL};
         opts[n++] = (struct MHD_OptionItem){MHD_OPTION_CONNECTION_MEMORY_LIMIT, HTTP_MAX_HEADERS, NULL};
-        opts[n++] = (struct MHD_OptionItem){MHD_OPTION_LISTEN_BACKLOG_SIZE, 64, NULL};
+        /* every session's agent may reconnect at once after a restart */
+        opts[n++] = (struct MHD_OptionItem){MHD_OPTION_LISTEN_BACKLOG_SIZE, 1024, NULL};
         opts[n++] = (struct MHD_OptionItem){MHD_OPTION_END, 0, NULL};
 
-        srv->mhd = MHD_start_daemon(flags, 0, NULL, NULL, on_request, srv, MHD_OPTION_ARRAY, opts,
+        srv->mhd = MHD_start_daemon(flags, 0, metrics ? NULL : on_accept, srv, on_request, srv, MHD_OPTION_ARRAY, opts,
                                     MHD_OPTION_NOTIFY_COMPLETED, on_completed, srv, MHD_OPTION_NOTIFY_CONNECTION,
                                     on_connection, srv, MHD_OPTION_EXTERNAL_LOGGER, mhd_log, srv, MHD_OPTION_END);
         if (!srv->mhd) {
-                r = sbx_error_set(err, -EADDRNOTAVAIL, 0,
-                                  "%s: cannot serve HTTP%s on %s (address in use, or a bad certificate or key)", key,
-                                  tls ? "S" : "", listen);
+                /* MHD says why (its logger kept the line): the address, the
+                 * certificate or key, a thread, a descriptor */
+                pthread_mutex_lock(&srv->lock);
+                r = sbx_error_set(err, -EADDRNOTAVAIL, 0, "%s: cannot serve HTTP%s on %s: %s", key, tls ? "S" : "",
+                                  listen, srv->start_error[0] ? srv->start_error : "libmicrohttpd gave no reason");
+                pthread_mutex_unlock(&srv->lock);
                 goto fail;
         }
         info = MHD_get_daemon_info(srv->mhd, MHD_DAEMON_INFO_BIND_PORT);
@@ -633,8 +805,11 @@ static int server_start(struct daemon *d, const char *key, const char *listen, b
         if (metrics)
                 log_info("metrics listening on %s (port %d): /metrics, /healthz", listen, srv->port);
         else if (tls)
-                log_info("HTTPS listening on %s (port %d)%s", listen, srv->port,
-                         srv->ca ? ", client certificates required" : "");
+                log_info(
+                        "HTTPS listening on %s (port %d)%s; at most %d connections, %d per address, %d of them "
+                        "not authenticated yet (%d per address)",
+                        listen, srv->port, srv->ca ? ", client certificates required" : "", max_conns,
+                        srv->max_per_addr, srv->max_unauth, srv->max_unauth_per_addr);
         else
                 log_warn("HTTP listening on %s (port %d) WITHOUT TLS: allowed because the address is loopback", listen,
                          srv->port);

@@ -8,13 +8,16 @@
 #include <microhttpd.h>
 #include <pthread.h>
 #include <stdbool.h>
+#include <stdint.h>
+#include <sys/socket.h>
 
-#include "api_internal.h"
+#include "sandboxd/api_transport.h"
 #include "sandboxd/http.h"
 
 struct http_mcp_session;
 
 struct http_conn;
+
 
 struct http_server {
         struct daemon *d;
@@ -22,6 +25,14 @@ struct http_server {
         struct MHD_Daemon *mhd;
         char *cert, *key, *ca; /* PEM text, alive as long as mhd */
         int port;
+        /* caps (http.c, checked as MHD accepts: on_accept) */
+        int max_per_addr;          /* open connections per address */
+        int max_unauth;            /* not yet authenticated, in all */
+        int max_unauth_per_addr;   /* the same per address */
+        int64_t auth_timeout_ms;   /* the reaper closes a connection unauthenticated this long */
+        char start_error[256];     /* lock; MHD's last message (the reason when it does not start) */
+        int64_t refusal_logged_at; /* the listening thread's: refusals are logged every 10 s at most */
+        uint64_t refusals;
         pthread_mutex_t lock;
         pthread_cond_t cond;
         struct http_conn *conns; /* lock */
@@ -41,8 +52,11 @@ struct http_conn {
         struct http_server *srv;
         struct http_conn *next; /* srv->lock */
         int fd;
-        int64_t opened_ms;
-        struct api_conn api; /* auth failures and the authenticated flag */
+        int64_t opened_ms; /* lock */
+        struct http_addr addr;
+        bool authed;         /* atomic: a request on it has authenticated (set once) */
+        bool evicted;        /* lock: shut down to make room; no longer counted */
+        struct api_conn api; /* auth failures (the connection's thread) */
         char peer[64];
 };
 

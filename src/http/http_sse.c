@@ -19,7 +19,7 @@
 #include <string.h>
 #include <unistd.h>
 
-#include "api_internal.h"
+#include "sandboxd/api_transport.h"
 #include "http_internal.h"
 #include "sandboxd/log.h"
 #include "sandboxd/metrics.h"

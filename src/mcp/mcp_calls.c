@@ -125,6 +125,11 @@ static cJSON *result_json(const struct mcp_tool_result *r, int rank)
                 free(text);
         }
         cJSON_AddItemToArray(content, block);
+        if (r->content) { /* image blocks: in every protocol version */
+                const cJSON *b;
+                cJSON_ArrayForEach(b, r->content)
+                        cJSON_AddItemToArray(content, cJSON_Duplicate(b, true));
+        }
         if (r->links && rank >= MCP_REV_2025_06_18) { /* resource_link came with 2025-06-18 */
                 const cJSON *l;
                 cJSON_ArrayForEach(l, r->links)
@@ -217,6 +222,7 @@ static void *call_thread(void *p)
         cJSON_Delete(r.raw);
         cJSON_Delete(r.rpc_data);
         cJSON_Delete(r.links);
+        cJSON_Delete(r.content);
         free(r.text);
         call_free(c);
         mcp_unref(m);

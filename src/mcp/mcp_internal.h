@@ -104,8 +104,9 @@ struct mcp_tool_result {
         cJSON *structured; /* NULL for a daemon-side error */
         char *text;        /* NULL: the serialized structured content */
         bool is_error;
-        bool suppress; /* no response at all (the call was cancelled) */
-        cJSON *links;  /* resource_link content items (mcp_resources.c), or NULL */
+        bool suppress;  /* no response at all (the call was cancelled) */
+        cJSON *links;   /* resource_link content items (mcp_resources.c), or NULL */
+        cJSON *content; /* more content items after the text (run_cell's images, mcp_cells.c), or NULL */
         /* Instead of a CallToolResult (mcp_tasks.c): a whole result object of
          * resultType raw_type (a CreateTaskResult, a tasks/get result), or a
          * JSON-RPC error when rpc_code is set. */
@@ -184,6 +185,10 @@ void mcp_call_log(struct mcp_call *c, int level, const char *fmt, ...) __attribu
 
 /* The CallToolResult for r, cut down to fit one output line. */
 cJSON *mcp_tool_result_json(const struct mcp_tool_result *r, int rank);
+
+/* mcp_cells.c: a run_cell result's text and image content from its
+ * structured result (images for PNG and SVG outputs). */
+void mcp_cell_content(struct mcp_tool_result *r);
 
 /* mcp_tasks.c: the tasks extension (io.modelcontextprotocol/tasks), on the
  * API's create_task / get_task / cancel_task. */

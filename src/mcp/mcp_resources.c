@@ -3,7 +3,10 @@
  * content items to the whole of each stream, which resources/read serves in
  * pages, in both protocol eras:
  *
- *   sandboxd://sessions/<session>/executions/<execution_id>/<stdout|stderr>[?offset=<n>]
+ *   sandboxd://sessions/<session>/executions/<execution_id>/<stdout|stderr|outputs>[?offset=<n>]
+ *
+ * (outputs: a run_cell cell's non-stream outputs, one JSON line each; a
+ * cell's execution_id is read with get_execution like an execution's).
  *
  * Every read is a get_execution on the API socket with the caller's token,
  * so the daemon's tenant checks apply unchanged: another user's execution,
@@ -40,7 +43,7 @@
 struct res_uri {
         char session[65];
         char id[65];
-        const char *stream; /* "stdout" | "stderr" */
+        const char *stream; /* "stdout" | "stderr" | "outputs" (a cell's) */
         uint64_t offset;
 };
 
@@ -82,6 +85,8 @@ static bool parse_uri(const char *uri, struct res_uri *ret)
                 ret->stream = "stdout";
         else if (n == 6 && strncmp(p, "stderr", 6) == 0)
                 ret->stream = "stderr";
+        else if (n == 7 && strncmp(p, "outputs", 7) == 0)
+                ret->stream = "outputs"; /* a run_cell cell's other outputs, one JSON line each */
         else
                 return false;
         ret->offset = 0;
@@ -115,7 +120,7 @@ static double num_or(const cJSON *o, const char *key, double def)
 cJSON *mcp_resource_links(const char *session, const cJSON *structured)
 {
         const cJSON *id = cJSON_GetObjectItemCaseSensitive(structured, "execution_id");
-        static const char *const streams[] = {"stdout", "stderr"};
+        static const char *const streams[] = {"stdout", "stderr", "outputs"}; /* outputs: cells only */
         cJSON *links;
 
         if (!cJSON_IsTrue(cJSON_GetObjectItemCaseSensitive(structured, "truncated")) || !cJSON_IsString(id) ||
@@ -141,7 +146,7 @@ cJSON *mcp_resource_links(const char *session, const cJSON *structured)
                 cJSON_AddStringToObject(l, "uri", uri);
                 cJSON_AddStringToObject(l, "name", name);
                 cJSON_AddStringToObject(l, "description", desc);
-                cJSON_AddStringToObject(l, "mimeType", "text/plain");
+                cJSON_AddStringToObject(l, "mimeType", i == 2 ? "application/x-ndjson" : "text/plain");
                 cJSON_AddNumberToObject(l, "size", bytes);
                 cJSON_AddItemToArray(links, l);
         }
@@ -187,10 +192,11 @@ static int read_page(struct mcp *m, const struct res_uri *u, unsigned char **ret
         cJSON_AddStringToObject(params, "session", u->session);
         cJSON_AddStringToObject(params, "execution_id", u->id);
         cJSON_AddStringToObject(params, "encoding", "base64");
-        cJSON_AddNumberToObject(params, "stdout_offset", 0);
-        cJSON_AddNumberToObject(params, "stderr_offset", 0);
-        snprintf(key, sizeof(key), "%s_offset", strcmp(u->stream, "stdout") == 0 ? "stderr" : "stdout");
-        cJSON_ReplaceItemInObjectCaseSensitive(params, key, cJSON_CreateNumber(OFFSET_PAST_ALL));
+        /* the other streams: past any output, so none comes back */
+        cJSON_AddNumberToObject(params, "stdout_offset", OFFSET_PAST_ALL);
+        cJSON_AddNumberToObject(params, "stderr_offset", OFFSET_PAST_ALL);
+        if (strcmp(u->stream, "outputs") == 0)
+                cJSON_AddNumberToObject(params, "outputs_offset", 0);
         snprintf(key, sizeof(key), "%s_offset", u->stream);
         *ret_drained = false;
         for (int i = 0; i < PAGE_MAX_REQUESTS; i++) {
@@ -275,7 +281,7 @@ int mcp_resource_read(struct mcp *m, const cJSON *params, cJSON **ret_result, in
                 *ret_code = MCP_RESOURCE_NOT_FOUND;
                 snprintf(msg, msg_size,
                          "Resource not found: expected " URI_PREFIX
-                         "<session>/executions/<id>/<stdout|stderr>"
+                         "<session>/executions/<id>/<stdout|stderr|outputs>"
                          "[?offset=<n>]");
                 return -1;
         }

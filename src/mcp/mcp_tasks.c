@@ -146,6 +146,7 @@ static cJSON *task_result(struct mcp_call *c, struct mcp_api *a, const cJSON *t,
         out = mcp_tool_result_json(&tr, c->rank);
         cJSON_Delete(tr.structured);
         cJSON_Delete(tr.links);
+        cJSON_Delete(tr.content);
         free(tr.text);
         return out;
 }

@@ -137,8 +137,47 @@ static void set_structured(const struct mcp_tool *t, struct mcp_tool_result *r, 
         r->structured = res;
 }
 
+static void cancel_behind(struct mcp_call *c, const char *execution_id);
+
+/* run_cell's streamed outputs as progress notifications (the client gave a
+ * progress token): stream text as it is, other outputs by their type. */
+struct cell_progress {
+        struct mcp_call *c;
+        double n;
+        bool forward;          /* the client gave a progress token */
+        char execution_id[64]; /* from the "started" event: what a cancel names */
+};
+
+static void on_cell_event(const cJSON *ev, void *ud)
+{
+        struct cell_progress *p = ud;
+        const cJSON *data = cJSON_GetObjectItemCaseSensitive(ev, "data");
+        const cJSON *out = cJSON_GetObjectItemCaseSensitive(ev, "output");
+        const cJSON *type = cJSON_GetObjectItemCaseSensitive(out, "type");
+        const cJSON *id = cJSON_GetObjectItemCaseSensitive(ev, "execution_id");
+        char msg[PROGRESS_MESSAGE_MAX];
+
+        if (cJSON_IsString(id) && !p->execution_id[0]) {
+                snprintf(p->execution_id, sizeof(p->execution_id), "%s", id->valuestring);
+                return;
+        }
+        if (!p->forward)
+                return;
+        if (cJSON_IsString(data))
+                snprintf(msg, sizeof(msg), "%s", data->valuestring);
+        else if (cJSON_IsString(type))
+                snprintf(msg, sizeof(msg), "[%s]", type->valuestring);
+        else
+                return;
+        p->n += 1;
+        mcp_call_progress(p->c, p->n, msg);
+}
+
 static void run_passthrough(struct mcp_call *c, const struct mcp_tool *t, struct mcp_tool_result *r)
 {
+        struct cell_progress cp = {.c = c, .forward = c->progress_token != NULL};
+        /* a cell always streams: its "started" event names it for a cancel */
+        bool cell_stream = strcmp(t->name, "run_cell") == 0;
         struct mcp_api *a = NULL;
         struct mcp_api_error e = {0};
         cJSON *params, *res = NULL;
@@ -160,11 +199,16 @@ static void run_passthrough(struct mcp_call *c, const struct mcp_tool *t, struct
                         cJSON_AddNumberToObject(params, "length", MCP_READ_FILE_MAX);
                 }
         }
-        k = mcp_api_request(a, c->m->token, t->name, params, wait_timeout_ms(params), NULL, NULL, &res, &e);
+        if (cell_stream)
+                cJSON_AddTrueToObject(params, "stream");
+        k = mcp_api_request(a, c->m->token, t->name, params, wait_timeout_ms(params),
+                            cell_stream ? on_cell_event : NULL, &cp, &res, &e);
         mcp_call_detach(c);
         if (mcp_call_cancelled(c)) {
                 r->suppress = true;
                 cJSON_Delete(res);
+                if (cell_stream && cp.execution_id[0] && k != 0)
+                        cancel_behind(c, cp.execution_id); /* interrupt the cell, as exec's tools do */
                 goto out;
         }
         if (k < 0) {
@@ -172,6 +216,8 @@ static void run_passthrough(struct mcp_call *c, const struct mcp_tool *t, struct
                 goto out;
         }
         set_structured(t, r, res);
+        if (strcmp(t->name, "run_cell") == 0 || strcmp(t->name, "last_cell") == 0)
+                mcp_cell_content(r);
 out:
         cJSON_Delete(params);
         mcp_api_close(a);

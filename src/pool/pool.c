@@ -27,10 +27,10 @@
 #include <unistd.h>
 
 #include "sandboxd/container.h"
-#include "sandboxd/docker.h"
+#include "sandboxd/engine.h"
 #include "sandboxd/log.h"
 #include "sandboxd/runner.h"
-#include "sandboxd/session.h"
+#include "sandboxd/utf8.h"
 #include "sandboxd/sessuid.h"
 #include "sandboxd/store.h"
 #include "sandboxd/wsquota.h"
@@ -60,7 +60,7 @@ struct pool_image {
 
 struct pool {
         const struct sbx_config *cfg;
-        struct docker *docker;
+        struct engine *engine;
         struct store *store;
         struct runner_hub *runner;
         char *labels[MAX_EXTRA + 2]; /* extra labels + sandboxd.pool=1, NULL-terminated */
@@ -75,6 +75,9 @@ struct pool {
         bool started, stop, kick;
         pool_load_fn load;
         void *load_ud;
+        pool_slot_fn slot_fn; /* with slot_ud and in_slot_fn: p->lock */
+        void *slot_ud;
+        int in_slot_fn;  /* calls under way; pool_set_slot_fn waits for none */
         size_t rr;       /* round robin of the refill over images */
         size_t in_claim; /* threads inside pool_claim; pool_free waits for none */
         uint64_t claims, misses, created, failed, waited, wait_expired;
@@ -137,13 +140,13 @@ int pool_reconcile(struct pool *p, struct sbx_error *err)
 {
         char filter[128];
         const char *filters[] = {POOL_LABEL "=1", filter, NULL};
-        _cleanup_free_ struct docker_container_summary *list = NULL;
+        _cleanup_free_ struct engine_container_summary *list = NULL;
         _cleanup_free_ struct store_pool_slot *rows = NULL;
         size_t n = 0, n_rows = 0, adopted = 0, removed = 0, adopted_of[POOL_MAX_IMAGES] = {0};
         int r;
 
         snprintf(filter, sizeof(filter), CONTAINER_LABEL_INSTANCE "=%s", p->cfg->instance);
-        r = docker_container_list(p->docker, filters, true, &list, &n, err);
+        r = engine_list(p->engine, filters, true, &list, &n, err);
         if (r < 0)
                 return r;
         r = store_pool_list(p->store, &rows, &n_rows);
@@ -151,11 +154,11 @@ int pool_reconcile(struct pool *p, struct sbx_error *err)
                 return sbx_error_set(err, r, 0, "listing pool slots: %s", strerror(-r));
         for (size_t i = 0; i < n_rows; i++) {
                 const struct store_pool_slot *row = &rows[i];
-                const struct docker_container_summary *c = NULL;
+                const struct engine_container_summary *c = NULL;
                 struct pool_image *img = image_of(p, row->image_ref);
 
                 for (size_t j = 0; j < n; j++) {
-                        const char *slot = docker_kv_get(list[j].labels, list[j].n_labels, CONTAINER_LABEL_SESSION);
+                        const char *slot = engine_label_get(list[j].labels, list[j].n_labels, CONTAINER_LABEL_SESSION);
                         if ((row->container_id[0] && strcmp(list[j].id, row->container_id) == 0) ||
                             (slot && strcmp(slot, row->slot) == 0))
                                 c = &list[j];
@@ -174,7 +177,7 @@ int pool_reconcile(struct pool *p, struct sbx_error *err)
                 }
                 if (strcmp(row->state, "claiming") == 0)
                         continue; /* pool_recover_claims' */
-                pool_slot_discard(p->cfg, p->store, p->docker, p->runner, row->slot, c ? c->id : row->container_id);
+                pool_slot_discard(p->cfg, p->store, p->engine, p->runner, row->slot, c ? c->id : row->container_id);
                 removed++;
         }
         removed += pool_sweep_leftovers(p->cfg, p->store, false);
@@ -186,16 +189,49 @@ int pool_reconcile(struct pool *p, struct sbx_error *err)
 
 static int resolve_image(struct pool *p, struct pool_image *img, struct sbx_error *err)
 {
-        struct docker_image_info info;
+        struct engine_image_info info;
         int r;
 
         if (img->id[0])
                 return 0;
-        r = docker_image_inspect(p->docker, img->ref, &info, err);
+        r = engine_image_inspect(p->engine, img->ref, &info, err);
         if (r < 0)
                 return r;
         sbx_strlcpy(img->id, info.id, sizeof(img->id));
         return 0;
+}
+
+void pool_set_slot_fn(struct pool *p, pool_slot_fn fn, void *userdata)
+{
+        if (!p)
+                return;
+        pthread_mutex_lock(&p->lock);
+        while (p->in_slot_fn > 0)
+                pthread_cond_wait(&p->cond, &p->lock);
+        p->slot_fn = fn;
+        p->slot_ud = userdata;
+        pthread_mutex_unlock(&p->lock);
+}
+
+/* Call the slot hook without the pool's lock. */
+static void slot_hook(struct pool *p, const char *slot, const char *container_id, const char *user, const char *session)
+{
+        pool_slot_fn fn;
+        void *ud;
+
+        pthread_mutex_lock(&p->lock);
+        fn = p->slot_fn;
+        ud = p->slot_ud;
+        if (fn)
+                p->in_slot_fn++;
+        pthread_mutex_unlock(&p->lock);
+        if (!fn)
+                return;
+        fn(ud, slot, container_id, user, session);
+        pthread_mutex_lock(&p->lock);
+        if (--p->in_slot_fn == 0)
+                pthread_cond_broadcast(&p->cond);
+        pthread_mutex_unlock(&p->lock);
 }
 
 /* One slot of img, made without the pool's lock (img's ref and id are
@@ -241,13 +277,14 @@ static int refill_one(struct pool *p, struct pool_image *img, struct sbx_error *
         cp.egress_proxy = strcmp(cp.network_mode, "none") == 0 && runner_bin;
         cp.runner_binary = runner_bin;
         cp.runner_dir = runner_bin ? runner_dir : NULL;
-        r = container_create_started(p->docker, p->cfg, &cp, id, err);
+        r = container_create_started(p->engine, p->cfg, &cp, id, err);
         if (r < 0)
                 goto fail;
         if (runner_bin && !runner_hub_wait(p->runner, POOL_USER, slot, RUNNER_WAIT_MS)) {
                 r = sbx_error_set(err, -ETIMEDOUT, 0, "the runner of pool slot %s did not connect", slot);
                 goto fail;
         }
+        slot_hook(p, slot, id, NULL, NULL); /* the pre-started interpreter (cells.h), before it is ready */
         (void)store_container_add(p->store, id, POOL_USER, slot, img->id, cp.network_mode, sbx_wall_ms());
         r = store_pool_set_ready(p->store, slot, id, img->id, cp.network_mode);
         if (r < 0) {
@@ -257,7 +294,7 @@ static int refill_one(struct pool *p, struct pool_image *img, struct sbx_error *
         log_debug("pool: slot %s of %s ready (container %.12s)", slot, img->ref, id);
         return 0;
 fail:
-        pool_slot_discard(p->cfg, p->store, p->docker, p->runner, slot, id);
+        pool_slot_discard(p->cfg, p->store, p->engine, p->runner, slot, id);
         return r;
 }
 
@@ -521,7 +558,7 @@ int pool_claim(struct pool *p, const char *user, const char *session, const char
                         break;
                 log_ctx(LOG_LEVEL_WARN, user, session, row.container_id, "pool: slot %s is not usable, dropped",
                         row.slot);
-                pool_slot_discard(p->cfg, p->store, p->docker, p->runner, row.slot, row.container_id);
+                pool_slot_discard(p->cfg, p->store, p->engine, p->runner, row.slot, row.container_id);
         }
         if (r == 0) {
                 pool_hook("claiming");
@@ -530,7 +567,7 @@ int pool_claim(struct pool *p, const char *user, const char *session, const char
                         /* the slot goes whole (a workspace it already moved stays the session's, and the
                          * cold path hands its files to the session's own uid): never two containers on
                          * one workspace, and nothing left 'claiming' */
-                        pool_slot_discard(p->cfg, p->store, p->docker, p->runner, row.slot, row.container_id);
+                        pool_slot_discard(p->cfg, p->store, p->engine, p->runner, row.slot, row.container_id);
                         r = r == -ENOENT ? -EIO : r;
                 }
         }
@@ -544,6 +581,7 @@ int pool_claim(struct pool *p, const char *user, const char *session, const char
                 ret->waited = waited;
                 log_ctx(LOG_LEVEL_INFO, user, session, row.container_id, "pool: claimed slot %s of %s%s", row.slot,
                         img->ref, waited ? " after waiting for the refill" : "");
+                slot_hook(p, row.slot, row.container_id, user, session);
         }
         pthread_mutex_lock(&p->lock);
         if (r == 0)
@@ -576,12 +614,12 @@ void pool_make_room(struct pool *p)
         if (store_pool_evict_oldest(p->store, &row) < 0)
                 return;
         log_info("pool: slot %s removed to make room for a session (max_sessions)", row.slot);
-        pool_slot_discard(p->cfg, p->store, p->docker, p->runner, row.slot, row.container_id);
+        pool_slot_discard(p->cfg, p->store, p->engine, p->runner, row.slot, row.container_id);
 }
 
 /* ---- lifetime and stats ---- */
 
-int pool_new(const struct sbx_config *cfg, struct docker *d, struct store *st, struct runner_hub *h,
+int pool_new(const struct sbx_config *cfg, struct engine *d, struct store *st, struct runner_hub *h,
              const char *const *extra_labels, struct pool **ret, struct sbx_error *err)
 {
         struct pool *p = calloc(1, sizeof(*p));
@@ -591,7 +629,7 @@ int pool_new(const struct sbx_config *cfg, struct docker *d, struct store *st, s
         if (!p)
                 return sbx_error_set(err, -ENOMEM, 0, "out of memory");
         p->cfg = cfg;
-        p->docker = d;
+        p->engine = d;
         p->store = st;
         p->runner = h;
         pthread_mutex_init(&p->lock, NULL);

@@ -8,7 +8,7 @@
 #include "sandboxd/config.h"
 #include "sandboxd/pool.h"
 
-struct docker;
+struct engine;
 struct runner_hub;
 struct store;
 struct store_pool_slot;
@@ -19,7 +19,7 @@ void pool_hook(const char *stage);
 /* Remove everything of a slot: container, runner directory, workspace, uid,
  * row (in that order, so a crash in between leaves a row, or nothing
  * pool_sweep_leftovers cannot find). */
-void pool_slot_discard(const struct sbx_config *cfg, struct store *st, struct docker *d, struct runner_hub *h,
+void pool_slot_discard(const struct sbx_config *cfg, struct store *st, struct engine *d, struct runner_hub *h,
                        const char *slot, const char *container_id);
 /* {data_dir}/workspaces/<user> opened O_DIRECTORY|O_NOFOLLOW, or -errno. */
 int pool_open_ws_dir(const struct sbx_config *cfg, const char *user);

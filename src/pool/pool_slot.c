@@ -19,17 +19,17 @@
 #include <unistd.h>
 
 #include "sandboxd/container.h"
-#include "sandboxd/docker.h"
+#include "sandboxd/engine.h"
 #include "sandboxd/log.h"
 #include "sandboxd/runner.h"
-#include "sandboxd/session.h"
+#include "sandboxd/utf8.h"
 #include "sandboxd/sessuid.h"
 #include "sandboxd/store.h"
 #include "sandboxd/wsquota.h"
 
 /* Remove everything of a slot: container, runner directory, workspace, uid, row (in that order, so a
  * crash in between leaves a row, or nothing pool_sweep_leftovers cannot find). */
-void pool_slot_discard(const struct sbx_config *cfg, struct store *st, struct docker *d, struct runner_hub *h,
+void pool_slot_discard(const struct sbx_config *cfg, struct store *st, struct engine *d, struct runner_hub *h,
                        const char *slot, const char *container_id)
 {
         struct sbx_error e = {0};
@@ -136,7 +136,7 @@ int pool_finish_claim(const struct sbx_config *cfg, struct store *st, struct run
         return 0;
 }
 
-int pool_recover_claims(const struct sbx_config *cfg, struct store *st, struct docker *d, struct sbx_error *err)
+int pool_recover_claims(const struct sbx_config *cfg, struct store *st, struct engine *d, struct sbx_error *err)
 {
         _cleanup_free_ struct store_pool_slot *rows = NULL;
         size_t n = 0;

@@ -38,7 +38,7 @@
 #include <time.h>
 
 #include "sandboxd/audit.h"
-#include "sandboxd/docker.h"
+#include "sandboxd/engine.h"
 #include "sandboxd/exec.h"
 #include "sandboxd/log.h"
 #include "sandboxd/quota.h"
@@ -289,12 +289,12 @@ int service_start(struct service_manager *m, const char *user, const char *sessi
         /* The launcher runs with the marker in its environment, so every process
          * of the service inherits it. */
         {
-                struct docker_exec_spec spec = {.cmd = launch_argv, .env = env};
-                struct docker_exec_result res = {0};
-                r = docker_exec_run(m->docker, cid, &spec, NULL, 0, 4096, m->cfg->docker_timeout_ms, &res, err);
+                struct engine_exec_spec spec = {.cmd = launch_argv, .env = env};
+                struct engine_exec_result res = {0};
+                r = engine_exec_run(m->engine, cid, &spec, NULL, 0, 4096, m->cfg->docker_timeout_ms, &res, err);
                 code = res.exit_code;
                 out = TAKE_PTR(res.out);
-                docker_exec_result_done(&res);
+                engine_exec_result_done(&res);
         }
         if (r == 0 && (code != 0 || !out || atoi(out) <= 0))
                 r = sbx_error_set(err, code == 97 ? -ENOENT : -EIO, 0, "the service did not start (exit %d)", code);
@@ -541,7 +541,7 @@ int service_logs(struct service_manager *m, const char *user, const char *sessio
         return 0;
 }
 
-int service_manager_new(const struct sbx_config *cfg, struct docker *d, struct store *st, struct session_manager *sm,
+int service_manager_new(const struct sbx_config *cfg, struct engine *d, struct store *st, struct session_manager *sm,
                         struct exec_engine *ex, struct service_manager **ret, struct sbx_error *err)
 {
         struct service_manager *m = calloc(1, sizeof(*m));
@@ -551,7 +551,7 @@ int service_manager_new(const struct sbx_config *cfg, struct docker *d, struct s
         if (!m)
                 return sbx_error_set(err, -ENOMEM, 0, "out of memory");
         m->cfg = cfg;
-        m->docker = d;
+        m->engine = d;
         m->store = st;
         m->sessions = sm;
         m->exec = ex;

@@ -16,7 +16,7 @@
 
 struct service_manager {
         const struct sbx_config *cfg;
-        struct docker *docker;
+        struct engine *engine;
         struct store *store;
         struct session_manager *sessions;
         struct exec_engine *exec;

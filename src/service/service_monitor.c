@@ -20,7 +20,7 @@
 #include <string.h>
 #include <time.h>
 
-#include "sandboxd/docker.h"
+#include "sandboxd/engine.h"
 #include "sandboxd/exec.h"
 #include "sandboxd/log.h"
 #include "sandboxd/runner.h"

@@ -20,13 +20,12 @@
 
 #include "sandboxd/audit.h"
 #include "sandboxd/container.h"
-#include "sandboxd/docker.h"
+#include "sandboxd/engine.h"
 #include "sandboxd/events.h"
 #include "sandboxd/log.h"
 #include "sandboxd/gateway.h"
 #include "sandboxd/portpool.h"
 #include "sandboxd/runner.h"
-#include "sandboxd/pool.h"
 #include "sandboxd/sessuid.h"
 #include "sandboxd/store.h"
 #include "sandboxd/wsquota.h"
@@ -284,7 +283,7 @@ static const char *default_policy(const char *user, const char *session, void *u
         return cfg->network_default;
 }
 
-int session_manager_new(const struct sbx_config *cfg, struct docker *d, struct store *st, struct portpool *pp,
+int session_manager_new(const struct sbx_config *cfg, struct engine *d, struct store *st, struct portpool *pp,
                         const char *const *extra_labels, struct session_manager **ret, struct sbx_error *err)
 {
         struct session_manager *m = calloc(1, sizeof(*m));
@@ -295,7 +294,7 @@ int session_manager_new(const struct sbx_config *cfg, struct docker *d, struct s
         if (!m)
                 return sbx_error_set(err, -ENOMEM, 0, "out of memory");
         *m = (struct session_manager){
-                .cfg = cfg, .docker = d, .store = st, .ports = pp, .policy = default_policy, .policy_ud = (void *)cfg};
+                .cfg = cfg, .engine = d, .store = st, .ports = pp, .policy = default_policy, .policy_ud = (void *)cfg};
         pthread_mutex_init(&m->lock, NULL);
         for (size_t i = 0; extra_labels && extra_labels[i] && i < MAX_EXTRA_LABELS; i++)
                 m->extra_labels[i] = strdup(extra_labels[i]);
@@ -357,9 +356,10 @@ void session_set_runner_hub(struct session_manager *m, struct runner_hub *h)
         m->runner = h;
 }
 
-void session_set_pool(struct session_manager *m, struct pool *p)
+void session_set_pool(struct session_manager *m, const struct session_pool_ops *ops, void *pool)
 {
-        m->pool = p;
+        m->pool_ops = ops;
+        m->pool = pool;
 }
 
 void session_set_busy_check(struct session_manager *m, session_busy_fn fn, void *userdata)
@@ -418,10 +418,11 @@ void session_set_runtime_policy(struct session_manager *m, session_runtime_fn fn
         pthread_mutex_unlock(&m->lock);
 }
 
-void session_set_quota(struct session_manager *m, struct quota *q)
+void session_set_user_cap(struct session_manager *m, session_user_cap_fn fn, void *userdata)
 {
         pthread_mutex_lock(&m->lock);
-        m->quota = q;
+        m->user_cap_fn = fn;
+        m->user_cap_ud = userdata;
         pthread_mutex_unlock(&m->lock);
 }
 
@@ -529,12 +530,12 @@ static int try_pool(struct session *s, const char *network, char ret_id[65], cha
 {
         struct session_manager *m = s->mgr;
         struct store_session_options o = {0};
-        struct pool_claim c = {0};
+        struct session_warm_claim c = {0};
         struct sbx_error e = {0};
         char image[256];
         int r;
 
-        if (!m->pool)
+        if (!m->pool_ops)
                 return -ENOENT;
         pthread_mutex_lock(&m->lock);
         bool runtime_policy = m->runtime_fn != NULL;
@@ -559,9 +560,9 @@ static int try_pool(struct session *s, const char *network, char ret_id[65], cha
                 if (own)
                         return -ENOENT;
         }
-        if (gateway_is_private(m->gateway, s->user, s->id) || !pool_applies(m->pool, s->user, s->id, network))
+        if (gateway_is_private(m->gateway, s->user, s->id) || !m->pool_ops->applies(m->pool, s->user, s->id, network))
                 return -ENOENT;
-        if (pool_claim(m->pool, s->user, s->id, network, image, &c, &e) < 0)
+        if (m->pool_ops->claim(m->pool, s->user, s->id, network, image, &c, &e) < 0)
                 return -ENOENT;
         memcpy(ret_id, c.container_id, 65);
         /* marked private since: the claimed container is replaced before anything serves it */
@@ -597,7 +598,7 @@ int session_get_or_create(struct session_manager *m, const char *user, const cha
         struct session *s;
         char old_id[65], new_id[65], image[256], workspace[SBX_PATH_MAX], cause[128], runtime[16];
         const char *network;
-        bool notified = false;
+        bool notified = false, pooled;
         int r;
 
         r = session_key_check(user, id, err);
@@ -638,7 +639,7 @@ int session_get_or_create(struct session_manager *m, const char *user, const cha
                                 r = 0;
                                 sbx_strlcpy(runtime, "runc", sizeof(runtime)); /* never a runner under runsc */
                         } else {
-                                r = container_validate(m->docker, old_id, network, cause, sizeof(cause), runtime, err);
+                                r = container_validate(m->engine, old_id, network, cause, sizeof(cause), runtime, err);
                         }
                         pthread_mutex_lock(&s->lock);
                         if (r == 0) {
@@ -710,19 +711,21 @@ int session_get_or_create(struct session_manager *m, const char *user, const cha
                 network = session_required_network(m, user, id);
                 if (old_id[0] && cause[0] && !notified)
                         session_call_handlers(m, user, id, old_id, cause);
-                s->pooled = false;
+                pooled = false; /* published under s->lock below: snapshots read it there */
                 new_id[0] = '\0';
                 if (!old_id[0] && try_pool(s, network, new_id, image, workspace, runtime) == 0)
-                        s->pooled = true;
+                        pooled = true;
                 else {
                         if (new_id[0]) /* claimed but not servable: replaced like a failed container */
                                 memcpy(old_id, new_id, sizeof(old_id));
-                        pool_make_room(m->pool); /* slots count against max_sessions */
+                        if (m->pool_ops) /* slots count against max_sessions */
+                                m->pool_ops->make_room(m->pool);
                         r = session_make_container(s, old_id, &network, new_id, image, workspace, runtime, err);
                 }
 
                 pthread_mutex_lock(&s->lock);
                 s->transitioning = false;
+                s->pooled = pooled;
                 if (r < 0) {
                         s->container_id[0] = '\0';
                         session_set_state_locked(s, SESSION_ERROR, "create_failed", err ? err->msg : "creation failed");

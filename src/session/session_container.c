@@ -14,7 +14,7 @@
 #include <string.h>
 
 #include "sandboxd/container.h"
-#include "sandboxd/docker.h"
+#include "sandboxd/engine.h"
 #include "sandboxd/gateway.h"
 #include "sandboxd/log.h"
 #include "sandboxd/portpool.h"
@@ -27,7 +27,7 @@
  * the same image even if the tag moves. */
 static int resolve_image(struct session_manager *m, char ret[256], struct sbx_error *err)
 {
-        struct docker_image_info info;
+        struct engine_image_info info;
         int r;
 
         pthread_mutex_lock(&m->lock);
@@ -36,7 +36,7 @@ static int resolve_image(struct session_manager *m, char ret[256], struct sbx_er
         if (ret[0])
                 return 0;
         struct sbx_error e = {0};
-        r = docker_image_inspect(m->docker, m->cfg->image, &info, &e);
+        r = engine_image_inspect(m->engine, m->cfg->image, &info, &e);
         if (err)
                 *err = e;
         if (r == -ENOENT && e.http_status == 404)
@@ -60,7 +60,7 @@ static int resolve_image(struct session_manager *m, char ret[256], struct sbx_er
 static int session_image(struct session_manager *m, struct session *s, char ret[256], struct sbx_error *err)
 {
         struct store_session_options o = {0};
-        struct docker_image_info info;
+        struct engine_image_info info;
         int r;
 
         if (store_session_options_get(m->store, s->user, s->id, &o) < 0 || !o.image[0] ||
@@ -71,7 +71,7 @@ static int session_image(struct session_manager *m, struct session *s, char ret[
         store_session_options_done(&o);
         if (!config_image_allowed(m->cfg, o.image))
                 return sbx_error_set(err, -EACCES, 0, "image '%s' is no longer among the allowed images", o.image);
-        r = docker_image_inspect(m->docker, o.image, &info, err);
+        r = engine_image_inspect(m->engine, o.image, &info, err);
         if (r < 0) {
                 sbx_error_prefix(err, "resolving image %s", o.image);
                 return r;
@@ -111,7 +111,7 @@ int session_make_container(struct session *s, const char *old_id, const char **n
                 *network = "none"; /* gVisor sessions are sealed (runtime.c says why) */
 
         if (old_id && old_id[0]) {
-                r = container_remove(m->docker, old_id, err);
+                r = container_remove(m->engine, old_id, err);
                 if (r < 0) {
                         sbx_error_prefix(err, "removing the old container %.12s", old_id);
                         return r;
@@ -201,7 +201,7 @@ int session_make_container(struct session *s, const char *old_id, const char **n
                 p.memory_bytes = spec.memory;
                 p.nano_cpus = spec.nano_cpus;
                 p.labels_json = spec.labels_json;
-                r = container_create_started(m->docker, cfg, &p, ret_id, &e);
+                r = container_create_started(m->engine, cfg, &p, ret_id, &e);
                 if (r < 0 && p.runtime && strcmp(p.runtime, "runsc") == 0)
                         sbx_error_prefix(&e, "under gVisor (runsc)");
                 if (err)

@@ -72,7 +72,7 @@ struct handler {
 
 struct session_manager {
         const struct sbx_config *cfg;
-        struct docker *docker;
+        struct engine *engine;
         struct store *store;
         struct portpool *ports;
         char *extra_labels[MAX_EXTRA_LABELS + 1];
@@ -86,12 +86,14 @@ struct session_manager {
         void *policy_ud;
         session_runtime_fn runtime_fn; /* (m->lock) NULL: the engine's default runtime */
         void *runtime_ud;
-        struct quota *quota;       /* per-user limits; NULL: the config defaults */
-        char image_id[80];         /* cfg->image resolved to its id, "" until first use */
-        struct runner_hub *runner; /* NULL: containers run without the runner */
-        struct pool *pool;         /* NULL: no warm pool */
-        struct gateway *gateway;   /* NULL: no listeners, every session counts as private */
-        session_busy_fn busy_fn;   /* (m->lock) NULL: only requests in progress make a session busy */
+        session_user_cap_fn user_cap_fn; /* (m->lock) NULL: max_sessions_per_user */
+        void *user_cap_ud;
+        char image_id[80];                       /* cfg->image resolved to its id, "" until first use */
+        struct runner_hub *runner;               /* NULL: containers run without the runner */
+        const struct session_pool_ops *pool_ops; /* NULL: no warm pool */
+        void *pool;
+        struct gateway *gateway; /* NULL: no listeners, every session counts as private */
+        session_busy_fn busy_fn; /* (m->lock) NULL: only requests in progress make a session busy */
         void *busy_ud;
         uint64_t evictions; /* (m->lock) sessions stopped for the fair share */
 };

@@ -13,9 +13,8 @@
 #include <string.h>
 
 #include "sandboxd/container.h"
-#include "sandboxd/docker.h"
+#include "sandboxd/engine.h"
 #include "sandboxd/log.h"
-#include "sandboxd/pool.h"
 #include "sandboxd/portpool.h"
 #include "sandboxd/sessuid.h"
 #include "sandboxd/store.h"
@@ -38,7 +37,7 @@ static bool keep_port_owner(const char *user, const char *id, void *ud)
         struct session *s;
         bool keep = false;
 
-        if (strcmp(user, POOL_USER) == 0) { /* a warm pool slot's (loop: its mounted image) */
+        if (strcmp(user, CONTAINER_POOL_USER) == 0) { /* a warm pool slot's (loop: its mounted image) */
                 struct store_pool_slot row;
                 return store_pool_get(m->store, id, &row) == 0;
         }
@@ -55,14 +54,14 @@ int session_reconcile(struct session_manager *m, struct session_reconcile_report
 {
         char filter[128];
         const char *filters[3] = {CONTAINER_LABEL_MANAGED "=1", filter, NULL};
-        struct docker_container_summary *list = NULL;
+        struct engine_container_summary *list = NULL;
         struct session_reconcile_report rep = {0};
         struct session **all;
         size_t n = 0, n_all;
         int r;
 
         snprintf(filter, sizeof(filter), CONTAINER_LABEL_INSTANCE "=%s", m->cfg->instance);
-        r = docker_container_list(m->docker, filters, true, &list, &n, err);
+        r = engine_list(m->engine, filters, true, &list, &n, err);
         if (r < 0) {
                 sbx_error_prefix(err, "listing containers of instance %s", m->cfg->instance);
                 return r;
@@ -76,7 +75,7 @@ int session_reconcile(struct session_manager *m, struct session_reconcile_report
         /* Sessions: adopt their container if it runs, else mark ERROR. */
         for (size_t i = 0; i < n_all; i++) {
                 struct session *s = all[i];
-                const struct docker_container_summary *c = NULL;
+                const struct engine_container_summary *c = NULL;
                 char cause[96] = "", msg[256];
                 bool failed = false;
 
@@ -125,16 +124,17 @@ int session_reconcile(struct session_manager *m, struct session_reconcile_report
                 }
                 if (owned)
                         continue;
-                const char *slot = docker_kv_get(list[j].labels, list[j].n_labels, CONTAINER_LABEL_SESSION);
+                const char *slot = engine_label_get(list[j].labels, list[j].n_labels, CONTAINER_LABEL_SESSION);
                 struct store_pool_slot prow;
-                if (docker_kv_get(list[j].labels, list[j].n_labels, POOL_LABEL) && slot &&
+                if (engine_label_get(list[j].labels, list[j].n_labels, CONTAINER_LABEL_POOL) && slot &&
                     store_pool_get(m->store, slot, &prow) == 0)
                         continue; /* a pool slot's (pool_reconcile) */
-                if (container_remove(m->docker, list[j].id, NULL) == 0) {
+                if (container_remove(m->engine, list[j].id, NULL) == 0) {
                         (void)store_container_removed(m->store, list[j].id, "orphan", sbx_wall_ms());
                         rep.removed_orphans++;
-                        log_ctx(LOG_LEVEL_INFO, docker_kv_get(list[j].labels, list[j].n_labels, CONTAINER_LABEL_USER),
-                                docker_kv_get(list[j].labels, list[j].n_labels, CONTAINER_LABEL_SESSION), list[j].id,
+                        log_ctx(LOG_LEVEL_INFO,
+                                engine_label_get(list[j].labels, list[j].n_labels, CONTAINER_LABEL_USER),
+                                engine_label_get(list[j].labels, list[j].n_labels, CONTAINER_LABEL_SESSION), list[j].id,
                                 "removed orphan container");
                 }
         }

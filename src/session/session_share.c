@@ -46,7 +46,6 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "sandboxd/quota.h"
 
 #define SHARE_ROUNDS 3
 
@@ -75,17 +74,17 @@ static void live_count_locked(struct session_manager *m, const struct session *s
 int session_admit_locked(struct session_manager *m, const struct session *skip, const char *user, bool *ret_full,
                          struct sbx_error *err)
 {
-        struct quota_limits lim;
+        int64_t cap = m->user_cap_fn ? m->user_cap_fn(user, m->user_cap_ud) /* a leaf lock */
+                                     : m->cfg->max_sessions_per_user;
         size_t all, mine;
 
         *ret_full = false;
-        quota_limits_get(m->quota, m->cfg, user, &lim); /* q->lock is a leaf */
         live_count_locked(m, skip, user, &all, &mine);
-        if ((int64_t)mine >= lim.sessions)
+        if ((int64_t)mine >= cap)
                 return sbx_error_set(err, -EUSERS, 0,
                                      "busy: too many sessions: this user has %zu live sessions "
                                      "(max_sessions_per_user=%" PRId64 "); destroy one or let one expire",
-                                     mine, lim.sessions);
+                                     mine, cap);
         if (all >= (size_t)m->cfg->max_sessions) {
                 *ret_full = true;
                 return sbx_error_set(err, -EUSERS, 0, "busy: too many sessions: the limit max_sessions=%d is reached",

@@ -16,7 +16,7 @@
 
 #include "sandboxd/audit.h"
 #include "sandboxd/container.h"
-#include "sandboxd/docker.h"
+#include "sandboxd/engine.h"
 #include "sandboxd/events.h"
 #include "sandboxd/gateway.h"
 #include "sandboxd/log.h"
@@ -107,7 +107,7 @@ static void abort_transition(struct session *s)
 
 int session_enforce_network(struct session_manager *m, const char *user, const char *id, struct sbx_error *err)
 {
-        struct docker_container_info info;
+        struct engine_container_info info;
         struct session *s;
         char cid[65];
         int r;
@@ -129,7 +129,7 @@ int session_enforce_network(struct session_manager *m, const char *user, const c
         memcpy(cid, s->container_id, sizeof(cid));
         pthread_mutex_unlock(&s->lock);
 
-        r = docker_container_inspect(m->docker, cid, &info, err);
+        r = engine_inspect(m->engine, cid, &info, err);
         if (r == -ENOENT ||
             (r == 0 && !(strcmp(session_required_network(m, user, id), "none") == 0 && info.has_network))) {
                 /* gone already, or already as required: nothing to take away */
@@ -138,7 +138,7 @@ int session_enforce_network(struct session_manager *m, const char *user, const c
                 return 0;
         }
         if (r == 0)
-                r = container_remove(m->docker, cid, err);
+                r = container_remove(m->engine, cid, err);
         if (r < 0) {
                 abort_transition(s);
                 session_unref(s);
@@ -227,7 +227,7 @@ static int stop_one(struct session_manager *m, struct session *s, bool only_idle
 
         if (begin_teardown(s, only_idle, before, id) < 0)
                 return 0;
-        if (id[0] && container_remove(m->docker, id, &err) < 0) {
+        if (id[0] && container_remove(m->engine, id, &err) < 0) {
                 log_ctx(LOG_LEVEL_WARN, s->user, s->id, id, "%s: cannot remove container: %s", cause, err.msg);
                 abort_transition(s);
                 return 0;
@@ -265,7 +265,7 @@ int session_evict(struct session_manager *m, struct session *v, const char *for_
         pthread_mutex_lock(&v->lock);
         memcpy(id, v->container_id, sizeof(id));
         pthread_mutex_unlock(&v->lock);
-        if (id[0] && container_remove(m->docker, id, &e) < 0) {
+        if (id[0] && container_remove(m->engine, id, &e) < 0) {
                 log_ctx(LOG_LEVEL_WARN, v->user, v->id, id, "fair share: cannot remove the container: %s", e.msg);
                 abort_transition(v);
                 return sbx_error_set(err, -EUSERS, 0,
@@ -346,7 +346,7 @@ int session_destroy(struct session_manager *m, const char *user, const char *id,
         if (r < 0)
                 return sbx_error_set(err, -ENOENT, 0, "no such session %s:%s", user, id);
         if (cid[0]) {
-                r = container_remove(m->docker, cid, err);
+                r = container_remove(m->engine, cid, err);
                 if (r < 0) {
                         abort_transition(s);
                         session_unref(s);

@@ -10,6 +10,8 @@
 #define _XOPEN_SOURCE 700
 #include "testenv.h"
 
+#include "sandboxd/engine_docker.h"
+
 #include <errno.h>
 #include <ftw.h>
 #include <pthread.h>
@@ -109,6 +111,24 @@ const char *testenv_docker_socket(void)
 {
         const char *s = getenv("SANDBOXD_DOCKER_SOCKET");
         return s && *s ? s : "/var/run/docker.sock";
+}
+
+struct engine *testenv_engine(void)
+{
+        static struct engine *engine;
+        struct engine *e;
+
+        if (!testenv_docker()) /* waits for a starting dockerd; says why once */
+                return NULL;
+        pthread_mutex_lock(&lock);
+        if (!engine && engine_docker_new(testenv_docker_socket(), 60000, &engine, NULL) == 0 &&
+            engine_connect(engine, NULL) < 0) {
+                engine_free(engine);
+                engine = NULL;
+        }
+        e = engine;
+        pthread_mutex_unlock(&lock);
+        return e;
 }
 
 struct docker *testenv_docker(void)

@@ -15,6 +15,7 @@
 
 #include "sandboxd/common.h"
 #include "sandboxd/docker.h"
+#include "sandboxd/engine.h"
 
 #define TESTENV_RUN_LABEL "sandboxd.test.run"
 #define TESTENV_TEST_IMAGE "sandboxd/test:latest"
@@ -25,6 +26,10 @@ const char *testenv_run_id(void);
 const char *testenv_docker_socket(void);
 /* A negotiated client, shared by the process (created once). */
 struct docker *testenv_docker(void);
+/* The Docker engine (engine.h) on the same socket, for the calls of sandboxd's
+ * own modules that take one (created once, lives until exit); NULL when
+ * Docker is unusable. */
+struct engine *testenv_engine(void);
 /* A fresh private temp directory (mkdtemp), removed recursively by testenv_cleanup(). malloc'd path. */
 char *testenv_tmpdir(void);
 /* Remove every container labelled with this run id and every tmpdir made. Idempotent. */

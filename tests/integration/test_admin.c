@@ -538,3 +538,29 @@ Test(admin, sandboxctl)
         cr_assert_eq(ctl("health", &out), 3, "no daemon: unreachable");
         free(out);
 }
+
+/* The engine seam (engine.h): stats names the engine, what it can enforce,
+ * and which of the config's settings it leaves out (Docker: none). */
+Test(admin, stats_name_the_engine_and_what_it_leaves_out)
+{
+        const cJSON *res, *en, *caps, *it;
+        bool pids = false;
+        cJSON *r;
+
+        make_config();
+        open_daemon();
+        r = admin("{\"cmd\": \"stats\"}");
+        res = ok(r);
+        en = cJSON_GetObjectItem(res, "engine");
+        cr_assert_not_null(en, "stats has no engine");
+        cr_assert_str_eq(apic_str(en, "name"), "docker");
+        caps = cJSON_GetObjectItem(en, "capabilities");
+        cr_assert_eq(cJSON_GetArraySize(caps), 12, "Docker enforces every capability");
+        cJSON_ArrayForEach(it, caps)
+                pids = pids || strcmp(it->valuestring, "pids_limit") == 0;
+        cr_assert(pids);
+        cr_assert(cJSON_IsArray(cJSON_GetObjectItem(en, "unenforced")));
+        cr_assert_eq(cJSON_GetArraySize(cJSON_GetObjectItem(en, "unenforced")), 0);
+        cJSON_Delete(r);
+        close_daemon();
+}

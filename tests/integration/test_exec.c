@@ -223,28 +223,76 @@ Test(exec, cancel_and_cancel_after_end)
 
 Test(exec, async_offsets_see_output_piece_by_piece)
 {
-        char id[37];
-        struct exec_result res;
+        char id[37], ack[64];
+        struct exec_result res, touched;
         int64_t off = 0;
-        int reads_with_data = 0;
+        int reads_with_data = 0, lines = 0;
         char all[256] = "";
 
         open_daemon(NULL, false);
-        start_sh("a", "for i in 1 2 3 4 5; do echo line$i; sleep 0.4; done", 0, id);
-        for (int i = 0; i < 100; i++) {
+        /* Each line waits for the test to acknowledge the one before (a file
+         * a second execution creates), so the pieces are set by the test, not
+         * by how the scheduler spaces a sleep: every read sees exactly one. */
+        start_sh("a",
+                 "for i in 1 2 3 4 5; do echo line$i; "
+                 "while [ ! -e /tmp/ack$i ]; do sleep 0.05; done; done",
+                 0, id);
+        for (int i = 0; i < 100 && lines < 5; i++) { /* 100 x 2 s: a hang guard */
                 cr_assert_eq(exec_status(d->exec, "u1", id, off, 0, 0, 2000, &res, NULL), 0);
                 if (res.stdout_head_len > 0) {
                         reads_with_data++;
                         strncat(all, res.stdout_head, res.stdout_head_len);
                         off += (int64_t)res.stdout_head_len;
                 }
-                bool done = exec_state_is_final(res.state) && (uint64_t)off >= res.stdout_bytes;
                 exec_result_done(&res);
-                if (done)
-                        break;
+                int n = 0;
+                for (const char *c = all; *c; c++)
+                        n += *c == '\n';
+                if (n > lines) {
+                        lines = n;
+                        snprintf(ack, sizeof(ack), "touch /tmp/ack%d", lines);
+                        run_sh("a", ack, 0, &touched);
+                        exec_result_done(&touched);
+                }
         }
+        res = wait_end(id);
+        cr_assert_eq(res.state, EXEC_COMPLETED);
+        exec_result_done(&res);
         cr_assert_str_eq(all, "line1\nline2\nline3\nline4\nline5\n");
-        cr_assert_geq(reads_with_data, 3, "output did not arrive piece by piece (%d reads)", reads_with_data);
+        cr_assert_eq(reads_with_data, 5, "output did not arrive piece by piece (%d reads)", reads_with_data);
+        close_daemon();
+}
+
+/* A list is filtered on the state it shows: one that a waiter has just seen
+ * end is listed under its final state, and under no other, though the
+ * worker writes its row a moment later. */
+Test(exec, list_filters_on_the_state_it_shows)
+{
+        struct exec_result res, *list;
+        size_t n;
+        char id[37];
+        int missed = 0, stale = 0;
+
+        open_daemon(NULL, false);
+        for (int round = 0; round < 40; round++) {
+                start_sh("lst", "true", 0, id);
+                res = wait_end(id); /* wakes as the state turns final */
+                cr_assert_eq(res.state, EXEC_COMPLETED);
+                exec_result_done(&res);
+                cr_assert_eq(exec_list(d->exec, "u1", "lst", 1u << EXEC_COMPLETED, 100, &list, &n), 0);
+                bool found = false;
+                for (size_t i = 0; i < n; i++)
+                        found |= strcmp(list[i].id, id) == 0;
+                missed += !found;
+                exec_result_list_free(list, n);
+                cr_assert_eq(exec_list(d->exec, "u1", "lst", 1u << EXEC_RUNNING | 1u << EXEC_PENDING, 100, &list, &n),
+                             0);
+                for (size_t i = 0; i < n; i++)
+                        stale += strcmp(list[i].id, id) == 0;
+                exec_result_list_free(list, n);
+        }
+        cr_assert_eq(missed, 0, "%d of 40 ended executions missing from the list of completed ones", missed);
+        cr_assert_eq(stale, 0, "%d of 40 ended executions listed as running", stale);
         close_daemon();
 }
 

@@ -396,8 +396,8 @@ Test(gc, error_sessions_ports_and_services)
         make_session(d, "bob", "errwith", with);
         make_session(d, "alice", "live", live);
         daemon_close(d);
-        cr_assert_eq(container_remove(testenv_docker(), gone, NULL), 0);
-        cr_assert_eq(container_remove(testenv_docker(), fresh, NULL), 0);
+        cr_assert_eq(container_remove(testenv_engine(), gone, NULL), 0);
+        cr_assert_eq(container_remove(testenv_engine(), fresh, NULL), 0);
         cr_assert_eq(docker_container_stop(testenv_docker(), with, 0, NULL), 0);
 
         st = open_store(&cfg);
@@ -600,8 +600,8 @@ Test(gc, workspaces_of_dead_sessions_past_retention)
         make_session(d, "hank", "alive", hank);
         make_session(d, "jack", "recent", jack);
         daemon_close(d);
-        cr_assert_eq(container_remove(testenv_docker(), frank, NULL), 0);
-        cr_assert_eq(container_remove(testenv_docker(), jack, NULL), 0);
+        cr_assert_eq(container_remove(testenv_engine(), frank, NULL), 0);
+        cr_assert_eq(container_remove(testenv_engine(), jack, NULL), 0);
 
         st = open_store(&cfg);
         now = sbx_wall_ms();
@@ -787,7 +787,7 @@ Test(gc, dry_run_changes_nothing_and_reports_what_a_real_run_does)
         make_session(d, "bob", "errgone", gone);
         make_session(d, "carl", "live", live);
         daemon_close(d);
-        cr_assert_eq(container_remove(testenv_docker(), gone, NULL), 0);
+        cr_assert_eq(container_remove(testenv_engine(), gone, NULL), 0);
         st = open_store(&cfg);
         now = sbx_wall_ms();
         row_set(st, "alice", "idle", NULL, NULL, 0, now - 2 * HOUR_MS);
@@ -899,7 +899,7 @@ static void *exec_loop(void *p)
                         memcpy(l->first_id, id, 65);
                 else if (strcmp(id, l->first_id) != 0)
                         l->id_changed = true;
-                if (docker_exec_run(l->d->docker, id, &spec, NULL, 0, 4096, 30000, &res, &err) == 0 &&
+                if (docker_exec_run(testenv_docker(), id, &spec, NULL, 0, 4096, 30000, &res, &err) == 0 &&
                     res.exit_code == 0 && res.out && strcmp(res.out, "hello\n") == 0)
                         __atomic_add_fetch(&l->ok, 1, __ATOMIC_RELAXED);
                 else {

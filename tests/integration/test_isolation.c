@@ -536,6 +536,89 @@ Test(isolation, one_local_user_cannot_take_every_connection)
         stop_daemon();
 }
 
+#define AGENT_CONNS 100
+#define PREAUTH_CONNS 40
+
+/* Issue 24: with the defaults, one local uid running many agents holds a
+ * connection for each (the per-uid cap is max_sessions, not 16), while
+ * connections that have not shown a token are capped per uid (32): uid
+ * nobody authenticates AGENT_CONNS connections, all answered, then opens
+ * PREAUTH_CONNS idle ones, of which 32 are held and the rest turned away. */
+Test(isolation, one_uid_runs_many_agents_but_few_unauthenticated_connections)
+{
+        static const char *const env[] = {"SANDBOXD_AUTH_TIMEOUT=120s", NULL};
+        struct passwd *pw = getpwnam("nobody");
+        int report[2], go[2];
+        int counts[3] = {0, 0, 0};
+        pid_t child;
+        char c = 0;
+        cJSON *r;
+
+        cr_assert_not_null(pw, "no user nobody");
+        cr_assert_eq(getuid(), 0, "this test needs root to become nobody");
+        start_daemon(env);
+        cr_assert_eq(pipe2(report, O_CLOEXEC), 0);
+        cr_assert_eq(pipe2(go, O_CLOEXEC), 0);
+        child = fork();
+        cr_assert_geq(child, 0);
+        if (child == 0) {
+                int fds[AGENT_CONNS + PREAUTH_CONNS], res[3] = {0, 0, 0};
+                (void)prctl(PR_SET_PDEATHSIG, SIGKILL);
+                if (setgid(pw->pw_gid) < 0 || setuid(pw->pw_uid) < 0)
+                        _exit(2);
+                for (int i = 0; i < AGENT_CONNS; i++) {
+                        cJSON *a;
+                        fds[i] = apic_connect(api_sock);
+                        if (fds[i] < 0)
+                                _exit(3);
+                        apic_request(fds[i], 1, tok_a, "list_sessions", cJSON_CreateObject());
+                        a = apic_reply(fds[i], 60000, NULL);
+                        res[0] += a && apic_code(a)[0] == '\0';
+                        cJSON_Delete(a);
+                }
+                /* idle ones, then one line on each: held ones say unauthorized, turned away ones said busy */
+                for (int i = AGENT_CONNS; i < AGENT_CONNS + PREAUTH_CONNS; i++) {
+                        fds[i] = apic_connect(api_sock);
+                        if (fds[i] < 0)
+                                _exit(4);
+                }
+                for (int i = AGENT_CONNS; i < AGENT_CONNS + PREAUTH_CONNS; i++)
+                        (void)apic_send(fds[i], "{\"id\":1}\n", 9);
+                for (int i = AGENT_CONNS; i < AGENT_CONNS + PREAUTH_CONNS; i++) {
+                        char *line = apic_read_line(fds[i], 60000);
+                        if (line && strstr(line, "\"unauthorized\""))
+                                res[1]++;
+                        else if (line && strstr(line, "\"busy\""))
+                                res[2]++;
+                        free(line);
+                }
+                if (write(report[1], res, sizeof(res)) != sizeof(res))
+                        _exit(5);
+                (void)read(go[0], &c, 1);
+                _exit(0);
+        }
+        close(report[1]);
+        close(go[0]);
+        cr_assert_eq(read(report[0], counts, sizeof(counts)), (ssize_t)sizeof(counts), "the nobody child failed");
+        fprintf(stderr, "isolation: nobody's %d agents answered; of %d idle connections %d held, %d busy\n", counts[0],
+                PREAUTH_CONNS, counts[1], counts[2]);
+        cr_assert_eq(counts[0], AGENT_CONNS, "%d of nobody's %d authenticated connections answered", counts[0],
+                     AGENT_CONNS);
+        cr_assert_eq(counts[1], 32, "nobody holds %d unauthenticated connections, not its cap of 32", counts[1]);
+        cr_assert_eq(counts[2], PREAUTH_CONNS - 32);
+
+        /* while they are held, another uid is served */
+        r = call(tok_b, "list_executions", "{\"session\": \"probe\"}");
+        cr_assert_not_null(apic_result(r), "another uid was not served: %s", cJSON_PrintUnformatted(r));
+        cJSON_Delete(r);
+
+        (void)write(go[1], "x", 1);
+        close(go[1]);
+        close(report[0]);
+        (void)waitpid(child, NULL, 0);
+        stop_daemon();
+}
+
 /* ---- item 7: strict strings ---- */
 
 static const char *const methods[] = {

@@ -71,7 +71,7 @@ static void remove_run_containers(void)
 
         cr_assert_eq(docker_container_list(testenv_docker(), filters, true, &list, &n, NULL), 0);
         for (size_t i = 0; i < n; i++)
-                (void)container_remove(testenv_docker(), list[i].id, NULL);
+                (void)container_remove(testenv_engine(), list[i].id, NULL);
         free(list);
 }
 

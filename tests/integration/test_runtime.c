@@ -85,7 +85,7 @@ Test(runtime, per_user)
         int rc;
 
         open_daemon();
-        cr_assert_eq(docker_has_runtime(d->docker, "runsc", &has_runsc, &err), 0, "%s", err.msg);
+        cr_assert_eq(docker_has_runtime(testenv_docker(), "runsc", &has_runsc, &err), 0, "%s", err.msg);
 
         /* the policy, through the admin socket */
         r = admin_ok("{\"cmd\":\"user.runtime\",\"user\":\"hirisk\"}");

@@ -18,6 +18,7 @@
 #include "sandboxd/container.h"
 #include "sandboxd/monitor.h"
 #include "sandboxd/portpool.h"
+#include "sandboxd/engine_docker.h"
 #include "sandboxd/session.h"
 #include "sandboxd/store.h"
 #include "testenv.h"
@@ -477,7 +478,7 @@ Test(sessions, docker_unavailable_marks_error_and_next_call_retries, .timeout = 
         struct sbx_config cfg;
         struct store *st;
         struct portpool *pp;
-        struct docker *dk;
+        struct engine *dk;
         struct session_manager *m;
         struct session *s = NULL;
         struct sbx_error err = {0};
@@ -491,7 +492,7 @@ Test(sessions, docker_unavailable_marks_error_and_next_call_retries, .timeout = 
         (void)testenv_docker();
         cr_assert_eq(store_open(db, &st, &err), 0, "%s", err.msg);
         cr_assert_eq(portpool_new(st, cfg.port_range_lo, cfg.port_range_hi, cfg.ports_per_session, &pp, &err), 0);
-        dk = docker_new(sock, cfg.docker_timeout_ms);
+        cr_assert_eq(engine_docker_new(sock, cfg.docker_timeout_ms, &dk, &err), 0);
         cr_assert_eq(session_manager_new(&cfg, dk, st, pp, fixture_labels(), &m, &err), 0);
 
         cr_assert_lt(session_get_or_create(m, "hank", "nodocker", &s, &err), 0);
@@ -508,7 +509,7 @@ Test(sessions, docker_unavailable_marks_error_and_next_call_retries, .timeout = 
         cr_assert_eq(info.state, SESSION_RUNNING);
         session_info_done(&info);
         session_manager_free(m);
-        docker_free(dk);
+        engine_free(dk);
         portpool_free(pp);
         store_close(st);
 }

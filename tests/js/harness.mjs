@@ -269,3 +269,41 @@ export async function execAbortedAfterStart(client, command) {
         await assert.rejects(call);
         return executionId;
 }
+
+/**
+ * exec of a command that prints "tick 1" … "tick n", each only once the test
+ * has acknowledged the one before (a file that a second exec in the same
+ * session creates). The output's pieces are set by the test, not by how the
+ * scheduler spaces a sleep, so the call sends exactly one progress
+ * notification per tick after the first ("execution … started").
+ * callTool(params, options) is the client's call; args go into both execs
+ * (a session). Returns the call's result and the notifications seen.
+ */
+export async function execPacedTicks(callTool, n, args = {}) {
+        const tag = `${process.pid}-${Math.floor(Math.random() * 1e9)}`;
+        const ticks = Array.from({ length: n }, (_, i) => i + 1).join(' ');
+        const command = `for i in ${ticks}; do echo tick $i; while [ ! -e /tmp/pace-${tag}-$i ]; do sleep 0.05; done; done`;
+        const seen = [];
+        const acks = [];
+        let text = '';
+        const result = await callTool(
+                { name: 'exec', arguments: { ...args, command } },
+                {
+                        onprogress: (p) => {
+                                seen.push(p);
+                                if (seen.length === 1) return; // "execution … started"
+                                text += p.message ?? '';
+                                for (let lines = text.split('\n').length - 1; acks.length < lines; )
+                                        acks.push(
+                                                callTool({
+                                                        name: 'exec',
+                                                        arguments: { ...args, command: `touch /tmp/pace-${tag}-${acks.length + 1}` },
+                                                }),
+                                        );
+                        },
+                        resetTimeoutOnProgress: true,
+                },
+        );
+        for (const r of await Promise.all(acks)) assert.equal(r.isError ?? false, false, JSON.stringify(r));
+        return { result, seen };
+}

@@ -15,7 +15,7 @@ import { StdioClientTransport as LegacyStdio } from '@modelcontextprotocol/sdk/c
 import { Client as ModernClient } from '@modelcontextprotocol/client';
 import { StdioClientTransport as ModernStdio } from '@modelcontextprotocol/client/stdio';
 
-import { Daemon, MCP_BIN, RawAdapter, execAbortedAfterStart, readToolCatalog } from './harness.mjs';
+import { Daemon, MCP_BIN, RawAdapter, execAbortedAfterStart, execPacedTicks, readToolCatalog } from './harness.mjs';
 
 const TOOLS = [
         'exec',
@@ -40,6 +40,14 @@ const TOOLS = [
         'create_session',
         'destroy_session',
         'list_sessions',
+        // stateful interpreters (issue 25)
+        'run_cell',
+        'list_contexts',
+        'restart_context',
+        'delete_context',
+        'get_variables',
+        'interrupt_cell',
+        'last_cell',
 ];
 const USER_LEVEL = new Set(['list_scripts', 'clear_scripts', 'list_sessions']);
 const sleep = (ms) => new Promise((r) => setTimeout(r, ms));
@@ -208,26 +216,17 @@ function commonScenarios(getClient, session) {
         });
 
         check('progress notifications follow a slow command', async () => {
-                const seen = [];
-                const r = await getClient().callTool(
-                        {
-                                name: 'exec',
-                                arguments: { command: 'for i in 1 2 3 4; do echo tick $i; sleep 0.4; done' },
-                        },
-                        undefined,
-                        { onprogress: (p) => seen.push(p), resetTimeoutOnProgress: true },
-                );
+                const { result: r, seen } = await execPacedTicks((params, opts) => call(params.name, params.arguments, opts), 4);
                 assert.equal(r.isError ?? false, false);
                 assert.equal(r.structuredContent.stdout, 'tick 1\ntick 2\ntick 3\ntick 4\n');
-                assert.ok(seen.length >= 3, `progress notifications: ${JSON.stringify(seen)}`);
+                assert.equal(seen.length, 5, `one progress notification per tick: ${JSON.stringify(seen)}`);
                 for (let i = 1; i < seen.length; i++)
                         assert.ok(seen[i].progress > seen[i - 1].progress, 'progress increases');
                 assert.match(seen[0].message, new RegExp(r.structuredContent.execution_id));
-                const text = seen
-                        .slice(1)
-                        .map((p) => p.message)
-                        .join('');
-                assert.equal(text, 'tick 1\ntick 2\ntick 3\ntick 4\n');
+                assert.deepEqual(
+                        seen.slice(1).map((p) => p.message),
+                        ['tick 1\n', 'tick 2\n', 'tick 3\n', 'tick 4\n'],
+                );
         });
 
         check('aborting a call cancels its execution', async () => {

@@ -16,7 +16,7 @@ import { StdioClientTransport } from '@modelcontextprotocol/sdk/client/stdio.js'
 import { StreamableHTTPClientTransport } from '@modelcontextprotocol/sdk/client/streamableHttp.js';
 import { Client as ModernClient, StreamableHTTPClientTransport as ModernHTTP } from '@modelcontextprotocol/client';
 
-import { Daemon, MCP_BIN, execAbortedAfterStart } from './harness.mjs';
+import { Daemon, MCP_BIN, execAbortedAfterStart, execPacedTicks } from './harness.mjs';
 
 const sleep = (ms) => new Promise((r) => setTimeout(r, ms));
 
@@ -121,15 +121,10 @@ describe('MCP Streamable HTTP over HTTPS (SDK 1.x and 2.x)', () => {
                 const tools = await client.listTools();
                 assert.ok(tools.tools.some((t) => t.name === 'exec'));
 
-                const seen = [];
-                const r = await client.callTool(
-                        { name: 'exec', arguments: { command: 'for i in 1 2 3; do echo tick $i; sleep 0.4; done' } },
-                        undefined,
-                        { onprogress: (p) => seen.push(p), resetTimeoutOnProgress: true },
-                );
+                const { result: r, seen } = await execPacedTicks((params, opts) => client.callTool(params, undefined, opts), 3);
                 assert.equal(r.isError ?? false, false, JSON.stringify(r));
                 assert.equal(r.structuredContent.stdout, 'tick 1\ntick 2\ntick 3\n');
-                assert.ok(seen.length >= 2, `progress over the SSE stream: ${JSON.stringify(seen)}`);
+                assert.equal(seen.length, 4, `progress over the SSE stream, one per tick: ${JSON.stringify(seen)}`);
 
                 // aborting a call sends notifications/cancelled: its execution is cancelled
                 const executionId = await execAbortedAfterStart(client, 'echo started; sleep 60; echo never');
@@ -202,13 +197,11 @@ describe('MCP Streamable HTTP over HTTPS (SDK 1.x and 2.x)', () => {
                 const q = await client.callTool({ name: 'exec', arguments: { command: 'echo v2', session: 'h2' } });
                 assert.equal(q.structuredContent.stdout, 'v2\n');
                 // progress streams (SSE) without an MCP session too
-                const seen = [];
-                const p = await client.callTool(
-                        { name: 'exec', arguments: { command: 'for i in 1 2 3; do echo tick $i; sleep 0.4; done', session: 'h2' } },
-                        { onprogress: (x) => seen.push(x), resetTimeoutOnProgress: true },
-                );
+                const { result: p, seen } = await execPacedTicks((params, opts) => client.callTool(params, opts), 3, {
+                        session: 'h2',
+                });
                 assert.equal(p.structuredContent.stdout, 'tick 1\ntick 2\ntick 3\n');
-                assert.ok(seen.length >= 2, `progress: ${JSON.stringify(seen)}`);
+                assert.equal(seen.length, 4, `progress, one per tick: ${JSON.stringify(seen)}`);
                 // an aborted call: the stream closes and the execution is cancelled
                 const ac = new AbortController();
                 let executionId;

@@ -126,8 +126,8 @@ int main(void)
                 struct sbx_error err = {0};
                 struct sockserver *srv = NULL;
 
-                if (sockserver_start("stress", "sbx-stress", path, 0600, (gid_t)-1, MAX_CONNS, MAX_CONNS, echo_fn, NULL,
-                                     &srv, &err) < 0) {
+                if (sockserver_start("stress", "sbx-stress", path, 0600, (gid_t)-1, MAX_CONNS, MAX_CONNS, 0, echo_fn,
+                                     NULL, &srv, &err) < 0) {
                         fprintf(stderr, "stress_listener: start: %s\n", err.msg);
                         return 2;
                 }

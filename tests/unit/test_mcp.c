@@ -413,6 +413,13 @@ Test(mcp, stateless_era_has_no_handshake_methods)
 static const char *const expected_tools[] = {
         "exec",
         "run_code",
+        "run_cell",
+        "list_contexts",
+        "restart_context",
+        "delete_context",
+        "get_variables",
+        "interrupt_cell",
+        "last_cell",
         "get_execution",
         "send_stdin",
         "resize_terminal",

@@ -1,0 +1,178 @@
+/* cells.h — run_cell's interpreter contexts (issue 25): named, long-lived
+ * interpreters in a session's container whose state (globals, imports, open
+ * files, working directory) lasts from cell to cell.
+ *
+ * Shape. A context is a *kernel bridge* run as a runner job (runner.h) in
+ * the session's container: under the session's uid, in its own process
+ * group under a subreaper shim, inside the container's limits, exactly like
+ * an execution. The bridge is a script the daemon carries embedded
+ * (harness/kernel_bridge.py, harness/kernel_bridge.js) and hands to the
+ * runner as the job's code file, so it always matches the daemon and needs
+ * no bind mount and nothing baked into an image beyond the interpreters:
+ *   python: the bridge starts the context's Jupyter kernel from its
+ *           kernelspec with jupyter_client (python3 from ipykernel: IPython
+ *           semantics, display(), %pip, !cmd, the matplotlib inline backend;
+ *           any kernelspec an image installs works), and relays the kernel's
+ *           iopub messages;
+ *   node:   the bridge evaluates cells itself with node's REPL evaluator
+ *           (top-level await, const redeclared across cells).
+ * The daemon speaks JSON lines with the bridge over the job's stdin and
+ * stdout (protocol in harness/kernel_bridge.py). Every line the bridge
+ * sends is tenant input: lines are bounded, parsed as JSON, checked field by
+ * field, and matched to the cell in flight; a cell's inline outputs are
+ * capped at cells_output_cap, the rest goes by reference: every cell is
+ * spooled (cells_spool.h) under its execution_id and read by offset like an
+ * execution (cells_execution), and cancel_execution of that id interrupts
+ * it (cells_cancel). A warm pool slot may start the default context ahead
+ * (cells_pool_slot).
+ *
+ * Honest state. Every result names the context's generation. A generation
+ * ends when its interpreter dies (oom, killed, exited), is killed after a
+ * timeout that an interrupt did not end (timeout), its container goes
+ * (container_recreated, privacy_ratchet, evicted: the fair share of
+ * max_sessions), it idles past cells_idle_timeout
+ * (idle_stop), or a restarted daemon cannot take its job back
+ * (daemon_restart: kernels are runner jobs, expected and adopted after a
+ * restart, and their bridge replays the last cell). The cell during
+ * which it died and the next cell (which runs in a new generation) carry
+ * state_lost {cause, generation}: a cell never runs silently in an empty
+ * namespace. restart_context starts a new generation on request (no
+ * state_lost). The contexts and their generations are in the store, so a
+ * daemon that restarts knows which ones it lost.
+ *
+ * Time limits. A cell past its timeout is interrupted (SIGINT to the
+ * kernel: KeyboardInterrupt, state kept); if it has not ended
+ * cells_interrupt_grace later its context's whole tree is killed and the
+ * result says state_lost timeout.
+ *
+ * Limits: cells_max_per_session contexts per session, cells_max_global in
+ * all; one cell at a time per context (another is refused busy).
+ *
+ * Threads: cells run on the caller's thread; one waiter thread per live
+ * generation ("sbx-cellwait") waits on its runner job (acknowledging its
+ * output and noticing its end); one reaper thread ("sbx-cellreap") stops
+ * idle contexts; one adopter thread ("sbx-celladopt") takes the contexts'
+ * jobs back after a restart. The engine's lock guards the context list and counts;
+ * each context's lock guards its state and pairs with its condition
+ * variable; its rx lock guards the runner handle and is held across the
+ * (non-blocking) runner calls on it. The hub thread's output callback
+ * takes only a context's lock. Never two context locks at once; the
+ * engine lock may be taken before a context lock, never after. */
+#ifndef SANDBOXD_CELLS_H
+#define SANDBOXD_CELLS_H
+
+#include <cjson/cJSON.h>
+#include <stdbool.h>
+#include <stddef.h>
+
+#include "sandboxd/common.h"
+#include "sandboxd/config.h"
+
+struct store;
+struct session_manager;
+struct runner_hub;
+struct cells;
+
+#define CELLS_NAME_MAX 64 /* a context name: 1-64 of [A-Za-z0-9_.-] */
+#define CELLS_DEFAULT "default"
+#define CELLS_MAX_VARS 500
+
+/* Called on the caller's thread with each output of the cell as it comes
+ * (a stream chunk, a display, an error): progress. */
+typedef void (*cells_output_fn)(void *userdata, const cJSON *output);
+/* Called on the caller's thread once the cell has its execution_id, before
+ * it runs (a cancel_execution can name it from then on). */
+typedef void (*cells_start_fn)(void *userdata, const char *execution_id);
+
+/* A cell's streams by reference, in this order: stdout, stderr, outputs
+ * (every output that is not stream text, one JSON line each). */
+#define CELLS_STREAMS 3
+
+struct cells_request {
+        const char *user;
+        const char *session;
+        const char *context;  /* NULL: CELLS_DEFAULT */
+        const char *language; /* "python" | "node"; NULL: the context's, python for a new one */
+        const char *code;
+        int timeout_s;          /* 0: exec_timeout_default; capped at exec_timeout_max */
+        const char *const *env; /* "K=V", NULL-terminated: the environment of a context it starts */
+        const char *actor;      /* for the audit log: "token:<id>", ... */
+        cells_output_fn on_output;
+        cells_start_fn on_start;
+        void *userdata;
+};
+
+/* A recent cell seen as an execution (get_execution on its id): the
+ * streams' totals and, for each offset >= 0 asked, up to max bytes from it. */
+struct cells_execution_view {
+        char id[37];
+        char context[CELLS_NAME_MAX + 1];
+        char status[16]; /* "running" until it ends, then run_cell's status */
+        bool final, truncated, dropped;
+        int64_t created_at, duration_ms;
+        uint64_t total[CELLS_STREAMS];
+        uint64_t offset[CELLS_STREAMS];
+        char *data[CELLS_STREAMS]; /* malloc'd (NULL: not asked or nothing there) */
+        size_t len[CELLS_STREAMS];
+};
+
+int cells_new(const struct sbx_config *cfg, struct store *st, struct session_manager *sm, struct runner_hub *hub,
+              struct cells **ret, struct sbx_error *err);
+/* Stops the threads. Interpreters are left to their runners (their rows
+ * stay live: the next daemon adopts them). NULL is fine. */
+void cells_free(struct cells *c);
+
+/* Run one cell; *ret is the result object (see docs/api.md, "Stateful interpreters"). Refusals
+ * (bad input, caps, busy, no runner) are -errno with err. */
+int cells_run(struct cells *c, const struct cells_request *req, cJSON **ret, struct sbx_error *err);
+/* The session's contexts: an array of {context, language, generation,
+ * execution_count, state, rss_kb, last_used, pending_state_lost}. */
+int cells_list(struct cells *c, const char *user, const char *session, cJSON **ret, struct sbx_error *err);
+/* A new generation, now (the old one is killed). */
+int cells_restart(struct cells *c, const char *user, const char *session, const char *context, cJSON **ret,
+                  struct sbx_error *err);
+int cells_delete(struct cells *c, const char *user, const char *session, const char *context, struct sbx_error *err);
+/* {context, generation, variables: [{name, type, repr, shape?}]} (at most
+ * CELLS_MAX_VARS, reprs short). */
+int cells_variables(struct cells *c, const char *user, const char *session, const char *context, cJSON **ret,
+                    struct sbx_error *err);
+/* The context's last cell: the result run_cell gave, or, for a cell that
+ * was running when the daemon restarted, its outputs as the bridge
+ * replayed them (waiting up to wait_ms for its end; complete says whether
+ * it ended, adopted that it outlived the daemon). -ENOENT when no cell ran
+ * since the daemon started. */
+int cells_last(struct cells *c, const char *user, const char *session, const char *context, int wait_ms, cJSON **ret,
+               struct sbx_error *err);
+/* Interrupt the cell running in the context (SIGINT; state kept); the
+ * running run_cell then applies the interrupt grace as on a timeout.
+ * -EALREADY when no cell runs. */
+int cells_interrupt(struct cells *c, const char *user, const char *session, const char *context, struct sbx_error *err);
+
+/* cancel_execution of a cell by its execution_id: interrupted as on a
+ * timeout (force: its context is killed at once, state_lost cancelled),
+ * then *ret is its result once it ended (waiting up to wait_ms; else
+ * {execution_id, status: running, cancelled}). -ENOENT when the id is no
+ * cell of the session (it may be an execution), -EALREADY when it ended. */
+int cells_cancel(struct cells *c, const char *user, const char *session, const char *execution_id, bool force,
+                 int wait_ms, cJSON **ret, struct sbx_error *err);
+/* One of the session's recent cells (its last 8; 64 in all) by
+ * execution_id: -ENOENT when it is not one. */
+int cells_execution(struct cells *c, const char *user, const char *session, const char *execution_id,
+                    const int64_t offsets[CELLS_STREAMS], size_t max, struct cells_execution_view *ret,
+                    struct sbx_error *err);
+void cells_execution_view_done(struct cells_execution_view *v);
+
+/* The warm pool's slot hook (pool.h, pool_slot_fn; userdata the cells).
+ * A slot made starts its default python context ahead (pool_cells_prestart;
+ * an image without a kernel just has none); the session that claims the
+ * slot gets it as its default context, generation 1, already running, and
+ * its cells say prestarted. A slot discarded takes its kernel with its
+ * container. */
+void cells_pool_slot(void *userdata, const char *slot, const char *container_id, const char *user, const char *session);
+
+bool cells_name_valid(const char *name);
+/* A cell (or a variables request) of one of the session's contexts is
+ * running: the fair share of max_sessions does not stop such a session. */
+bool cells_session_busy(struct cells *c, const char *user, const char *session);
+
+#endif

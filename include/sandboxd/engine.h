@@ -1,0 +1,455 @@
+/* engine.h — the container engine seam: one table of operations between
+ * sandboxd and whatever runs its containers.
+ *
+ * Like crun's `struct libcrun_cgroup_manager`, an engine is a `struct engine`
+ * whose `ops` table is filled by one implementation (src/docker/ is the first:
+ * engine_docker.h) and whose `priv` only that implementation reads. Callers
+ * (sessions, containers, pool, exec's fallback, services, the monitor, gc,
+ * usage, runtime, metrics, the daemon) call the engine_* wrappers below and
+ * never know which engine runs: no file outside src/docker/ includes docker.h
+ * (cmake/check_boundaries.cmake fails the build otherwise).
+ *
+ * The create spec (struct engine_spec) is engine-neutral: the user, the
+ * limits, a read-only root, tmpfs mounts, the workspace, the session
+ * directory, the runner binary, the runtime class, the network and the
+ * labels. Each engine maps it to its own API. Every engine must also, without
+ * being asked: drop every capability, set no-new-privileges, never run
+ * privileged, keep its default seccomp profile, and run an init as PID 1 with
+ * the runner (or the image's command) as its first child.
+ *
+ * What an engine cannot enforce is stated in `capabilities` (ENGINE_CAP_*),
+ * never dropped silently: engine_spec_unenforced() says which settings of a
+ * spec the engine would not apply; container.c logs them once and refuses the
+ * ones that weaken isolation, and the admin status shows the engine's
+ * capabilities and what it leaves unenforced.
+ *
+ * Conventions are docker.h's: every call returns 0 or a negative errno
+ * (-ENOENT no such container/image/exec, -EEXIST a taken name, -EBUSY not
+ * running, -EIO other engine errors, -ETIMEDOUT, -EPROTO), takes an optional
+ * `struct sbx_error *`, and is bounded by the engine's own timeout. An
+ * operation an engine lacks (its capability bit clear) is -EOPNOTSUPP.
+ *
+ * Threads: an engine is shared by every thread; each operation may be called
+ * from any thread at once. A stream (the exec fallback's attached
+ * connection) has one reader; writes from another thread need the caller's
+ * lock, as with docker.h. */
+#ifndef SANDBOXD_ENGINE_H
+#define SANDBOXD_ENGINE_H
+
+#include <errno.h>
+#include <stdbool.h>
+#include <stddef.h>
+#include <stdint.h>
+#include <sys/types.h>
+
+#include "sandboxd/common.h"
+
+#define ENGINE_ID_STR_MAX 65 /* 64 hex + NUL (Docker); other engines' ids fit */
+#define ENGINE_MAX_LABELS 16
+
+/* What an engine can enforce or do. A clear bit is a setting it would leave
+ * out, or an operation that fails with -EOPNOTSUPP. */
+enum {
+        ENGINE_CAP_PIDS_LIMIT = 1u << 0,       /* a per-container PID limit (a Pod has none) */
+        ENGINE_CAP_MEMORY_SWAP = 1u << 1,      /* swap limited apart from memory (no swap) */
+        ENGINE_CAP_CPU_WEIGHT = 1u << 2,       /* a relative CPU weight (cgroup cpu.weight) */
+        ENGINE_CAP_OOM_SCORE_ADJ = 1u << 3,    /* the container's OOM score adjustment */
+        ENGINE_CAP_RUNTIME_CLASS = 1u << 4,    /* choosing the OCI runtime (runc, runsc) per container */
+        ENGINE_CAP_PAUSE = 1u << 5,            /* freeze and thaw a container */
+        ENGINE_CAP_EXEC = 1u << 6,             /* the exec fallback (runs without the runner) */
+        ENGINE_CAP_EVENTS = 1u << 7,           /* a followable stream of container events */
+        ENGINE_CAP_STATS = 1u << 8,            /* memory, pids and CPU of a running container */
+        ENGINE_CAP_ISOLATED_NETWORK = 1u << 9, /* a sandboxd-owned network, no traffic between containers */
+        ENGINE_CAP_TMPFS_SIZE = 1u << 10,      /* a size bound on a tmpfs mount */
+        ENGINE_CAP_LOGS = 1u << 11,            /* the main process's output, for start failures */
+};
+#define ENGINE_CAP_COUNT 12
+
+/* The name of capability bit i ("pids_limit"), or NULL past the last. */
+const char *engine_cap_name(unsigned i);
+
+struct engine_stream; /* an attached exec connection, the engine's own type */
+struct engine;
+
+struct engine_version {
+        char engine[16];      /* "docker" */
+        char version[64];     /* the engine's version */
+        char api_version[16]; /* the API version in use */
+};
+
+struct engine_image_info {
+        char id[80];      /* "sha256:..." */
+        char digest[160]; /* a registry digest, "" for local-only images */
+        char recipe[80];  /* label sandboxd.recipe, "" if absent */
+};
+
+struct engine_label {
+        const char *key;
+        const char *value;
+};
+
+struct engine_kv {
+        char key[64];
+        char value[160];
+};
+/* Value of a label in a list of them, or NULL. */
+const char *engine_label_get(const struct engine_kv *kvs, size_t n, const char *key);
+
+struct engine_tmpfs {
+        const char *path;   /* inside the container, e.g. "/tmp" */
+        int64_t size_bytes; /* 0: the engine's default */
+        bool noexec, nosuid, nodev;
+};
+
+/* The hardened container, engine-neutral. Pointers are borrowed for the
+ * call; zero limits are left unset. */
+struct engine_spec {
+        const char *image; /* the image reference: an id ("sha256:...") or a name */
+        uid_t uid;         /* runs as uid:gid; never 0 */
+        gid_t gid;
+        int64_t memory_bytes;
+        int64_t memory_swap_bytes; /* memory + swap; equal to memory_bytes: no swap */
+        int64_t nano_cpus;         /* CPU, in billionths of a CPU */
+        int64_t cpu_weight;        /* relative CPU weight (Docker's CpuShares scale) */
+        int64_t pids_limit;
+        int oom_score_adj; /* 0: unset */
+        bool readonly_rootfs;
+        const struct engine_tmpfs *tmpfs;
+        size_t n_tmpfs;
+        const char *workspace; /* host directory, read-write at CONTAINER_WORKSPACE */
+        /* Both set: the runner binary and the session directory, read-only
+         * (RP_BINARY_PATH, RP_SOCKET_DIR), the runner as the main process.
+         * Either NULL: the image's command. */
+        const char *session_dir;
+        const char *runner_binary;
+        const char *passwd_file; /* host files read-only on /etc/passwd and /etc/group (NULL: the image's) */
+        const char *group_file;
+        const char *runtime_class; /* "runc" | "runsc" | NULL (the engine's default) */
+        const char *network;       /* an isolated network made by engine_network_ensure; NULL: loopback only */
+        const char *const *env;    /* "K=V", NULL-terminated */
+        const char *workdir;
+        const char *hostname;
+        const struct engine_label *labels;
+        size_t n_labels;
+};
+
+/* The capability bits a spec asks for that the engine lacks (0: all enforced). */
+unsigned engine_spec_unenforced(const struct engine *e, const struct engine_spec *spec);
+
+struct engine_container_info {
+        char id[ENGINE_ID_STR_MAX];
+        char name[128];
+        char image[160];
+        char image_id[80];
+        char status[16]; /* created|running|paused|restarting|removing|exited|dead */
+        bool running;
+        bool restarting;
+        bool oom_killed;
+        bool dead;
+        int exit_code;
+        int pid;
+        int restart_count;
+        char started_at[40]; /* RFC 3339 */
+        char finished_at[40];
+        char error[256];
+        char network_mode[64];
+        char runtime[32];
+        bool has_network; /* attached to any network beyond loopback */
+        /* what the engine applied, for verification */
+        bool readonly_rootfs;
+        bool init;
+        bool privileged;
+        int64_t memory, memory_swap, nano_cpus, pids_limit, cpu_shares;
+        int oom_score_adj;
+        struct engine_kv labels[ENGINE_MAX_LABELS]; /* sandboxd.* first */
+        size_t n_labels;
+};
+
+struct engine_container_summary {
+        char id[ENGINE_ID_STR_MAX];
+        char name[128];
+        char state[16];
+        int64_t created; /* unix seconds */
+        struct engine_kv labels[ENGINE_MAX_LABELS];
+        size_t n_labels;
+};
+
+struct engine_stats {
+        uint64_t memory_usage;
+        uint64_t memory_limit;
+        uint64_t pids;
+        uint64_t cpu_total_ns;
+};
+
+struct engine_event {
+        char type[16];   /* "container" */
+        char action[32]; /* "die", "oom", "kill", "stop", "destroy", "start", ... */
+        char id[ENGINE_ID_STR_MAX];
+        int exit_code; /* -1 if absent */
+        int64_t time_nano;
+        struct engine_kv labels[ENGINE_MAX_LABELS]; /* sandboxd.* and the filtered ones */
+        size_t n_labels;
+};
+/* Non-zero stops the stream. */
+typedef int (*engine_event_cb)(const struct engine_event *ev, void *userdata);
+
+struct engine_exec_spec {
+        const char *const *cmd; /* argv, required */
+        const char *const *env;
+        const char *workdir;
+        const char *user;
+        bool attach_stdin;
+};
+
+enum engine_stream_kind {
+        ENGINE_STREAM_STDIN = 0,
+        ENGINE_STREAM_STDOUT = 1,
+        ENGINE_STREAM_STDERR = 2,
+};
+
+struct engine_exec_info {
+        bool running;
+        int exit_code; /* -1 while running */
+        int pid;
+};
+
+struct engine_exec_result {
+        int exit_code;
+        char *out;
+        size_t out_len;
+        char *err;
+        size_t err_len;
+        bool truncated;
+};
+/* Free the outputs of a result (accepts NULL; safe twice). */
+void engine_exec_result_done(struct engine_exec_result *r);
+
+/* The table an engine fills. Semantics are docker.h's for the call of the
+ * same name unless said otherwise. */
+struct engine_ops {
+        void (*free)(struct engine *e);
+        /* Reach the engine and settle what the session needs (Docker: the API
+         * version). Before it, other calls may still work, unversioned. */
+        int (*connect)(struct engine *e, struct sbx_error *err);
+        int (*version)(struct engine *e, struct engine_version *ret, struct sbx_error *err);
+        /* Calls that failed for a reason other than the engine's ordinary answers. */
+        uint64_t (*api_errors)(struct engine *e);
+        int (*image_inspect)(struct engine *e, const char *image, struct engine_image_info *ret, struct sbx_error *err);
+        /* Whether the engine offers this runtime class. */
+        int (*has_runtime)(struct engine *e, const char *name, bool *ret, struct sbx_error *err);
+
+        /* Create (not start) from the hardened spec. The caller has checked
+         * engine_spec_unenforced(); the engine leaves those settings out. */
+        int (*create)(struct engine *e, const struct engine_spec *spec, char ret_id[ENGINE_ID_STR_MAX],
+                      struct sbx_error *err);
+        int (*start)(struct engine *e, const char *id, struct sbx_error *err);
+        int (*inspect)(struct engine *e, const char *id, struct engine_container_info *ret, struct sbx_error *err);
+        int (*stop)(struct engine *e, const char *id, int timeout_s, struct sbx_error *err);
+        /* Force-remove with its anonymous volumes; a missing one is -ENOENT. */
+        int (*remove)(struct engine *e, const char *id, struct sbx_error *err);
+        /* label_filters: NULL-terminated "key" or "key=value", all of which must match. */
+        int (*list)(struct engine *e, const char *const *label_filters, bool all,
+                    struct engine_container_summary **ret_list, size_t *ret_n, struct sbx_error *err);
+        int (*logs)(struct engine *e, const char *id, int tail_lines, char **ret_text, struct sbx_error *err);
+        int (*stats)(struct engine *e, const char *id, struct engine_stats *ret, struct sbx_error *err);
+        int (*pause)(struct engine *e, const char *id, struct sbx_error *err);
+        int (*unpause)(struct engine *e, const char *id, struct sbx_error *err);
+        /* Blocks on the calling thread; reconnects without losing or repeating
+         * events while the engine can say so (docker_events_follow). */
+        int (*events_follow)(struct engine *e, const char *const *label_filters, const char *const *actions,
+                             engine_event_cb cb, void *userdata, volatile bool *stop, long reconnect_limit_ms,
+                             struct sbx_error *err);
+
+        /* The isolated network of engine_spec.network: made (inter-container
+         * traffic off) unless it exists; one that allows that traffic is -EPERM. */
+        int (*network_ensure)(struct engine *e, const char *name, const struct engine_label *labels, size_t n_labels,
+                              struct sbx_error *err);
+        int (*network_list)(struct engine *e, const char *const *label_filters, char (**ret_names)[128], size_t *ret_n,
+                            struct sbx_error *err);
+        int (*network_remove)(struct engine *e, const char *name, struct sbx_error *err);
+
+        /* The exec fallback. */
+        int (*fallback_create)(struct engine *e, const char *container_id, const struct engine_exec_spec *spec,
+                               char ret_exec_id[ENGINE_ID_STR_MAX], struct sbx_error *err);
+        int (*fallback_attach)(struct engine *e, const char *exec_id, struct engine_stream **ret_stream,
+                               struct sbx_error *err);
+        int (*fallback_inspect)(struct engine *e, const char *exec_id, struct engine_exec_info *ret,
+                                struct sbx_error *err);
+        int (*fallback_run)(struct engine *e, const char *container_id, const struct engine_exec_spec *spec,
+                            const void *stdin_data, size_t stdin_len, size_t max_output, int timeout_ms,
+                            struct engine_exec_result *ret, struct sbx_error *err);
+        ssize_t (*stream_read)(struct engine_stream *s, enum engine_stream_kind *ret_kind, void *buf, size_t cap,
+                               int timeout_ms);
+        ssize_t (*stream_write_some)(struct engine_stream *s, const void *buf, size_t len);
+        int (*stream_wait)(struct engine_stream *s, bool writable, int timeout_ms);
+        int (*stream_close_write)(struct engine_stream *s);
+        void (*stream_free)(struct engine_stream *s);
+};
+
+struct engine {
+        const struct engine_ops *ops;
+        const char *name;      /* "docker" */
+        unsigned capabilities; /* ENGINE_CAP_* */
+        void *priv;            /* the implementation's own */
+};
+
+/* Free an engine (accepts NULL). No other thread may use it any more. */
+void engine_free(struct engine *e);
+
+static inline bool engine_can(const struct engine *e, unsigned cap)
+{
+        return (e->capabilities & cap) == cap;
+}
+
+/* The calls. Each is its op, nothing more: no copy, no extra request. */
+static inline int engine_connect(struct engine *e, struct sbx_error *err)
+{
+        return e->ops->connect ? e->ops->connect(e, err) : 0;
+}
+static inline int engine_version(struct engine *e, struct engine_version *ret, struct sbx_error *err)
+{
+        return e->ops->version(e, ret, err);
+}
+static inline uint64_t engine_api_errors(struct engine *e)
+{
+        return e->ops->api_errors ? e->ops->api_errors(e) : 0;
+}
+static inline int engine_image_inspect(struct engine *e, const char *image, struct engine_image_info *ret,
+                                       struct sbx_error *err)
+{
+        return e->ops->image_inspect(e, image, ret, err);
+}
+static inline int engine_has_runtime(struct engine *e, const char *name, bool *ret, struct sbx_error *err)
+{
+        return e->ops->has_runtime(e, name, ret, err);
+}
+static inline int engine_create(struct engine *e, const struct engine_spec *spec, char ret_id[ENGINE_ID_STR_MAX],
+                                struct sbx_error *err)
+{
+        return e->ops->create(e, spec, ret_id, err);
+}
+static inline int engine_start(struct engine *e, const char *id, struct sbx_error *err)
+{
+        return e->ops->start(e, id, err);
+}
+static inline int engine_inspect(struct engine *e, const char *id, struct engine_container_info *ret,
+                                 struct sbx_error *err)
+{
+        return e->ops->inspect(e, id, ret, err);
+}
+static inline int engine_stop(struct engine *e, const char *id, int timeout_s, struct sbx_error *err)
+{
+        return e->ops->stop(e, id, timeout_s, err);
+}
+static inline int engine_remove(struct engine *e, const char *id, struct sbx_error *err)
+{
+        return e->ops->remove(e, id, err);
+}
+static inline int engine_list(struct engine *e, const char *const *label_filters, bool all,
+                              struct engine_container_summary **ret_list, size_t *ret_n, struct sbx_error *err)
+{
+        return e->ops->list(e, label_filters, all, ret_list, ret_n, err);
+}
+static inline int engine_logs(struct engine *e, const char *id, int tail_lines, char **ret_text, struct sbx_error *err)
+{
+        if (!e->ops->logs)
+                return sbx_error_set(err, -EOPNOTSUPP, 0, "the %s engine keeps no logs", e->name);
+        return e->ops->logs(e, id, tail_lines, ret_text, err);
+}
+static inline int engine_stats(struct engine *e, const char *id, struct engine_stats *ret, struct sbx_error *err)
+{
+        if (!e->ops->stats)
+                return sbx_error_set(err, -EOPNOTSUPP, 0, "the %s engine reports no stats", e->name);
+        return e->ops->stats(e, id, ret, err);
+}
+static inline int engine_pause(struct engine *e, const char *id, struct sbx_error *err)
+{
+        if (!e->ops->pause)
+                return sbx_error_set(err, -EOPNOTSUPP, 0, "the %s engine cannot pause", e->name);
+        return e->ops->pause(e, id, err);
+}
+static inline int engine_unpause(struct engine *e, const char *id, struct sbx_error *err)
+{
+        if (!e->ops->unpause)
+                return sbx_error_set(err, -EOPNOTSUPP, 0, "the %s engine cannot pause", e->name);
+        return e->ops->unpause(e, id, err);
+}
+static inline int engine_events_follow(struct engine *e, const char *const *label_filters, const char *const *actions,
+                                       engine_event_cb cb, void *userdata, volatile bool *stop, long reconnect_limit_ms,
+                                       struct sbx_error *err)
+{
+        if (!e->ops->events_follow)
+                return sbx_error_set(err, -EOPNOTSUPP, 0, "the %s engine has no events", e->name);
+        return e->ops->events_follow(e, label_filters, actions, cb, userdata, stop, reconnect_limit_ms, err);
+}
+static inline int engine_network_ensure(struct engine *e, const char *name, const struct engine_label *labels,
+                                        size_t n_labels, struct sbx_error *err)
+{
+        if (!e->ops->network_ensure)
+                return sbx_error_set(err, -EOPNOTSUPP, 0, "the %s engine has no isolated network", e->name);
+        return e->ops->network_ensure(e, name, labels, n_labels, err);
+}
+static inline int engine_network_list(struct engine *e, const char *const *label_filters, char (**ret_names)[128],
+                                      size_t *ret_n, struct sbx_error *err)
+{
+        if (!e->ops->network_list) {
+                *ret_names = NULL;
+                *ret_n = 0;
+                return 0;
+        }
+        return e->ops->network_list(e, label_filters, ret_names, ret_n, err);
+}
+static inline int engine_network_remove(struct engine *e, const char *name, struct sbx_error *err)
+{
+        return e->ops->network_remove ? e->ops->network_remove(e, name, err) : -EOPNOTSUPP;
+}
+static inline int engine_exec_create(struct engine *e, const char *container_id, const struct engine_exec_spec *spec,
+                                     char ret_exec_id[ENGINE_ID_STR_MAX], struct sbx_error *err)
+{
+        if (!e->ops->fallback_create)
+                return sbx_error_set(err, -EOPNOTSUPP, 0, "the %s engine has no exec", e->name);
+        return e->ops->fallback_create(e, container_id, spec, ret_exec_id, err);
+}
+static inline int engine_exec_attach(struct engine *e, const char *exec_id, struct engine_stream **ret_stream,
+                                     struct sbx_error *err)
+{
+        return e->ops->fallback_attach(e, exec_id, ret_stream, err);
+}
+static inline int engine_exec_inspect(struct engine *e, const char *exec_id, struct engine_exec_info *ret,
+                                      struct sbx_error *err)
+{
+        return e->ops->fallback_inspect(e, exec_id, ret, err);
+}
+static inline int engine_exec_run(struct engine *e, const char *container_id, const struct engine_exec_spec *spec,
+                                  const void *stdin_data, size_t stdin_len, size_t max_output, int timeout_ms,
+                                  struct engine_exec_result *ret, struct sbx_error *err)
+{
+        if (!e->ops->fallback_run)
+                return sbx_error_set(err, -EOPNOTSUPP, 0, "the %s engine has no exec", e->name);
+        return e->ops->fallback_run(e, container_id, spec, stdin_data, stdin_len, max_output, timeout_ms, ret, err);
+}
+static inline ssize_t engine_stream_read(struct engine *e, struct engine_stream *s, enum engine_stream_kind *ret_kind,
+                                         void *buf, size_t cap, int timeout_ms)
+{
+        return e->ops->stream_read(s, ret_kind, buf, cap, timeout_ms);
+}
+static inline ssize_t engine_stream_write_some(struct engine *e, struct engine_stream *s, const void *buf, size_t len)
+{
+        return e->ops->stream_write_some(s, buf, len);
+}
+static inline int engine_stream_wait(struct engine *e, struct engine_stream *s, bool writable, int timeout_ms)
+{
+        return e->ops->stream_wait(s, writable, timeout_ms);
+}
+static inline int engine_stream_close_write(struct engine *e, struct engine_stream *s)
+{
+        return e->ops->stream_close_write(s);
+}
+/* Accepts NULL. */
+static inline void engine_stream_free(struct engine *e, struct engine_stream *s)
+{
+        if (s)
+                e->ops->stream_free(s);
+}
+
+#endif

@@ -1,0 +1,184 @@
+/* cells_spool.c — a cell's output by reference: three append-only files per
+ * cell under {data_dir}/cells, capped per stream (see cells_spool.h). No
+ * threads or locks of its own. */
+#include <dirent.h>
+#include <errno.h>
+#include <fcntl.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <unistd.h>
+
+#include "cells_spool.h"
+
+struct cell_spool {
+        int fd[CELL_STREAMS];
+        uint64_t total[CELL_STREAMS], kept[CELL_STREAMS];
+        uint64_t cap;
+        bool lost;
+};
+
+static const char *const names[CELL_STREAMS] = {"stdout", "stderr", "outputs"};
+
+const char *cell_stream_name(enum cell_stream s)
+{
+        return s < CELL_STREAMS ? names[s] : "?";
+}
+
+int cell_stream_from_name(const char *name)
+{
+        for (int i = 0; name && i < CELL_STREAMS; i++)
+                if (strcmp(name, names[i]) == 0)
+                        return i;
+        return -1;
+}
+
+static void path_of(char *buf, size_t size, const char *dir, const char *id, enum cell_stream st)
+{
+        snprintf(buf, size, "%s/%s.%s", dir, id, names[st]);
+}
+
+int cell_spool_open(const char *dir, const char *id, uint64_t cap, struct cell_spool **ret)
+{
+        struct cell_spool *s = calloc(1, sizeof(*s));
+        char path[4200];
+
+        if (!s)
+                return -ENOMEM;
+        s->cap = cap;
+        for (int i = 0; i < CELL_STREAMS; i++)
+                s->fd[i] = -1;
+        for (int i = 0; i < CELL_STREAMS; i++) {
+                path_of(path, sizeof(path), dir, id, i);
+                s->fd[i] = open(path, O_WRONLY | O_CREAT | O_EXCL | O_CLOEXEC | O_NOFOLLOW, 0600);
+                if (s->fd[i] < 0) {
+                        int r = -errno;
+                        cell_spool_close(s);
+                        cell_spool_remove(dir, id);
+                        return r;
+                }
+        }
+        *ret = s;
+        return 0;
+}
+
+int cell_spool_append(struct cell_spool *s, enum cell_stream st, const void *data, size_t len, uint64_t *ret_offset)
+{
+        const char *p = data;
+        size_t left = len;
+
+        if (!s || st >= CELL_STREAMS)
+                return -EINVAL;
+        s->total[st] += len;
+        if (s->kept[st] + len > s->cap) {
+                s->lost = true;
+                return -ENOSPC;
+        }
+        if (ret_offset)
+                *ret_offset = s->kept[st];
+        while (left > 0) {
+                ssize_t n = write(s->fd[st], p, left);
+                if (n < 0 && errno == EINTR)
+                        continue;
+                if (n <= 0) {
+                        /* keep offsets true: what was written stays, the rest is lost */
+                        s->kept[st] += len - left;
+                        s->lost = true;
+                        return n < 0 ? -errno : -EIO;
+                }
+                p += n;
+                left -= (size_t)n;
+        }
+        s->kept[st] += len;
+        return 0;
+}
+
+uint64_t cell_spool_total(const struct cell_spool *s, enum cell_stream st)
+{
+        return s && st < CELL_STREAMS ? s->total[st] : 0;
+}
+
+bool cell_spool_lost(const struct cell_spool *s)
+{
+        return s && s->lost;
+}
+
+void cell_spool_close(struct cell_spool *s)
+{
+        if (!s)
+                return;
+        for (int i = 0; i < CELL_STREAMS; i++)
+                if (s->fd[i] >= 0)
+                        close(s->fd[i]);
+        free(s);
+}
+
+int cell_spool_read(const char *dir, const char *id, enum cell_stream st, uint64_t offset, size_t max, char **ret,
+                    size_t *ret_len)
+{
+        char path[4200], *buf;
+        size_t got = 0;
+        int fd, r = 0;
+
+        if (st >= CELL_STREAMS)
+                return -EINVAL;
+        path_of(path, sizeof(path), dir, id, st);
+        fd = open(path, O_RDONLY | O_CLOEXEC | O_NOFOLLOW);
+        if (fd < 0)
+                return -errno;
+        buf = malloc(max + 1);
+        if (!buf) {
+                close(fd);
+                return -ENOMEM;
+        }
+        while (got < max) {
+                ssize_t n = pread(fd, buf + got, max - got, (off_t)(offset + got));
+                if (n < 0 && errno == EINTR)
+                        continue;
+                if (n < 0) {
+                        r = -errno;
+                        break;
+                }
+                if (n == 0)
+                        break;
+                got += (size_t)n;
+        }
+        close(fd);
+        if (r < 0) {
+                free(buf);
+                return r;
+        }
+        buf[got] = '\0';
+        *ret = buf;
+        *ret_len = got;
+        return 0;
+}
+
+void cell_spool_remove(const char *dir, const char *id)
+{
+        char path[4200];
+
+        for (int i = 0; i < CELL_STREAMS; i++) {
+                path_of(path, sizeof(path), dir, id, i);
+                (void)unlink(path);
+        }
+}
+
+void cell_spool_wipe(const char *dir)
+{
+        int dfd = open(dir, O_RDONLY | O_DIRECTORY | O_CLOEXEC | O_NOFOLLOW);
+        DIR *d;
+        struct dirent *de;
+
+        if (dfd < 0)
+                return;
+        d = fdopendir(dfd);
+        if (!d) {
+                close(dfd);
+                return;
+        }
+        while ((de = readdir(d)))
+                if (de->d_name[0] != '.')
+                        (void)unlinkat(dfd, de->d_name, 0);
+        closedir(d);
+}

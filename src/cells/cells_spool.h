@@ -1,0 +1,48 @@
+/* cells_spool.h — private to src/cells/: a cell's output by reference. Each
+ * cell spools its stdout, its stderr and every other output (one JSON line
+ * per output: display data, results, errors) to
+ * {data_dir}/cells/<execution_id>.{stdout,stderr,outputs}, each stream
+ * capped at exec_output_cap (bytes past it are counted, not kept). What the
+ * result cannot carry inline is read from here by offset (get_execution,
+ * the MCP resources), as an execution's spool is.
+ *
+ * Not thread-safe: the caller serialises appends (the context's lock) and
+ * a read opens the file itself. */
+#ifndef SANDBOXD_CELLS_SPOOL_H
+#define SANDBOXD_CELLS_SPOOL_H
+
+#include <stdbool.h>
+#include <stddef.h>
+#include <stdint.h>
+
+enum cell_stream {
+        CELL_STDOUT,
+        CELL_STDERR,
+        CELL_OUTPUTS,
+        CELL_STREAMS,
+};
+
+struct cell_spool;
+
+const char *cell_stream_name(enum cell_stream s);
+/* -1 for anything but stdout, stderr, outputs. */
+int cell_stream_from_name(const char *name);
+
+/* Create the three files of one cell (O_EXCL, O_NOFOLLOW, 0600). */
+int cell_spool_open(const char *dir, const char *id, uint64_t cap, struct cell_spool **ret);
+/* Append; *ret_offset is where the bytes start in the stream. -ENOSPC when
+ * they are past the cap (counted in the total, not kept). */
+int cell_spool_append(struct cell_spool *s, enum cell_stream st, const void *data, size_t len, uint64_t *ret_offset);
+uint64_t cell_spool_total(const struct cell_spool *s, enum cell_stream st);
+/* Bytes produced but not kept (past the cap or a failed write). */
+bool cell_spool_lost(const struct cell_spool *s);
+void cell_spool_close(struct cell_spool *s);
+
+/* Up to max bytes of a stream from offset (fewer at its end). */
+int cell_spool_read(const char *dir, const char *id, enum cell_stream st, uint64_t offset, size_t max, char **ret,
+                    size_t *ret_len);
+void cell_spool_remove(const char *dir, const char *id);
+/* Remove every spool file in dir (at start: the records are in memory). */
+void cell_spool_wipe(const char *dir);
+
+#endif

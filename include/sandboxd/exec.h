@@ -147,6 +147,12 @@ struct exec_result {
         char image[256];
         char runtime[32];
         char runner_version[64]; /* "" unless via the runner */
+        /* Its end is recorded: the final row and the audit row are written
+         * (an execution's state turns final a moment before). Waiters that
+         * answer "it ended" wait for this, so what they answer is in the
+         * store and the audit log too. Always true for a result read from
+         * the store. */
+        bool recorded;
 };
 void exec_result_done(struct exec_result *r);
 

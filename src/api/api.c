@@ -340,6 +340,7 @@ bool api_should_abandon(struct api_req *q)
 int api_wait_final(struct api_req *q, const char *id, struct api_sink *s, int64_t max_ms, struct fronterr *e)
 {
         int64_t until = max_ms >= 0 ? sbx_now_ms() + max_ms : INT64_MAX;
+        bool ending = false; /* final, its end not recorded yet: wait for that, not for output */
 
         for (;;) {
                 struct exec_result r;
@@ -349,13 +350,16 @@ int api_wait_final(struct api_req *q, const char *id, struct api_sink *s, int64_
                 int rc;
                 bool final;
 
-                if (s)
+                if (s && !ending)
                         sink_drain(q, s, slice < 250 ? slice : 250);
-                rc = exec_status(q->d->exec, q->tok.user, id, API_OFFSET_NONE, API_OFFSET_NONE, 1, s ? 0 : slice, &r,
-                                 &err);
+                rc = exec_status(q->d->exec, q->tok.user, id, API_OFFSET_NONE, API_OFFSET_NONE, 1,
+                                 s && !ending ? 0 : slice, &r, &err);
                 if (rc < 0)
                         return fronterr_errno(e, rc, &err, NULL);
-                final = exec_state_is_final(r.state);
+                /* "it ended" only once its rows are written: a caller that then
+                 * reads the audit log or list_executions finds it there */
+                final = exec_state_is_final(r.state) && r.recorded;
+                ending = exec_state_is_final(r.state);
                 exec_result_done(&r);
                 if (final) {
                         if (s)

@@ -103,6 +103,7 @@ static void fill_output(struct exec_result *res, const char *spool_base_stdout, 
 static void result_from_live(struct execution *x, struct exec_result *res, uint64_t spooled[2])
 {
         memset(res, 0, sizeof(*res));
+        res->recorded = x->finished;
         memcpy(res->id, x->id, sizeof(res->id));
         sbx_strlcpy(res->user, x->user, sizeof(res->user));
         sbx_strlcpy(res->session, x->session, sizeof(res->session));
@@ -129,6 +130,7 @@ static void result_from_live(struct execution *x, struct exec_result *res, uint6
 static void result_from_row(const struct store_execution *row, struct exec_result *res, uint64_t spooled[2])
 {
         memset(res, 0, sizeof(*res));
+        res->recorded = true;
         sbx_strlcpy(res->id, row->id, sizeof(res->id));
         sbx_strlcpy(res->user, row->user_id, sizeof(res->user));
         sbx_strlcpy(res->session, row->session_id, sizeof(res->session));
@@ -187,8 +189,9 @@ int exec_status(struct exec_engine *e, const char *user, const char *id, int64_t
         if (x) {
                 struct timespec until = sbx_deadline_after(CLOCK_REALTIME, wait_ms);
                 pthread_mutex_lock(&x->lock);
-                /* long-poll: until it ends, or output past the caller's offsets arrives */
-                while (wait_ms > 0 && !exec_state_is_final(x->state) &&
+                /* long-poll: until its end is recorded (finish(): the final row
+                 * and the audit row), or output past the caller's offsets arrives */
+                while (wait_ms > 0 && !x->finished &&
                        !(stdout_offset >= 0 && x->spooled[0] > (uint64_t)stdout_offset) &&
                        !(stderr_offset >= 0 && x->spooled[1] > (uint64_t)stderr_offset))
                         if (pthread_cond_timedwait(&x->cond, &x->lock, &until) == ETIMEDOUT)

@@ -83,6 +83,9 @@ static void start_daemon(const char *const *extra_env)
         _cleanup_free_ char *tmp = testenv_tmpdir();
         char data[SBX_PATH_MAX + 8], bin[SBX_PATH_MAX];
 
+        /* the Docker client in this process: the atexit cleanup removes the
+         * containers of this instance only through it (the daemon is a child) */
+        (void)testenv_docker();
         snprintf(dir, sizeof(dir), "%s", tmp);
         /* peers of other uids must reach the API socket */
         cr_assert_eq(chmod(dir, 0755), 0);

@@ -194,6 +194,22 @@ static char *start_pinned(const char *session, int timeout_s, bool interactive)
         return id;
 }
 
+/* Send a request without a token on fds[from..to) and count the answers:
+ * refused for the missing token (the connection was held) or busy (a cap). */
+static void tally_tokenless(const int *fds, int from, int to, int *ret_unauthorized, int *ret_busy)
+{
+        for (int i = from; i < to; i++)
+                (void)apic_send(fds[i], "{\"id\":1}\n", 9);
+        for (int i = from; i < to; i++) {
+                char *line = apic_read_line(fds[i], 60000);
+                if (line && strstr(line, "\"unauthorized\""))
+                        (*ret_unauthorized)++;
+                else if (line && strstr(line, "\"busy\""))
+                        (*ret_busy)++;
+                free(line);
+        }
+}
+
 Test(isolation, stdin_never_pins_an_execution)
 {
         static const char *const env[] = {"SANDBOXD_MAX_EXEC_GLOBAL=11", "SANDBOXD_MAX_EXEC_PER_SESSION=10",
@@ -480,16 +496,7 @@ Test(isolation, one_local_user_cannot_take_every_connection)
                         if (fds[i] < 0)
                                 _exit(3);
                 }
-                for (int i = 0; i < IDLE_CONNS; i++)
-                        (void)apic_send(fds[i], "{\"id\":1}\n", 9);
-                for (int i = 0; i < IDLE_CONNS; i++) {
-                        char *line = apic_read_line(fds[i], 60000);
-                        if (line && strstr(line, "\"unauthorized\""))
-                                res[0]++;
-                        else if (line && strstr(line, "\"busy\""))
-                                res[1]++;
-                        free(line);
-                }
+                tally_tokenless(fds, 0, IDLE_CONNS, &res[0], &res[1]);
                 if (write(report[1], res, sizeof(res)) != sizeof(res))
                         _exit(4);
                 (void)read(go[0], &c, 1);
@@ -585,16 +592,7 @@ Test(isolation, one_uid_runs_many_agents_but_few_unauthenticated_connections)
                         if (fds[i] < 0)
                                 _exit(4);
                 }
-                for (int i = AGENT_CONNS; i < AGENT_CONNS + PREAUTH_CONNS; i++)
-                        (void)apic_send(fds[i], "{\"id\":1}\n", 9);
-                for (int i = AGENT_CONNS; i < AGENT_CONNS + PREAUTH_CONNS; i++) {
-                        char *line = apic_read_line(fds[i], 60000);
-                        if (line && strstr(line, "\"unauthorized\""))
-                                res[1]++;
-                        else if (line && strstr(line, "\"busy\""))
-                                res[2]++;
-                        free(line);
-                }
+                tally_tokenless(fds, AGENT_CONNS, AGENT_CONNS + PREAUTH_CONNS, &res[1], &res[2]);
                 if (write(report[1], res, sizeof(res)) != sizeof(res))
                         _exit(5);
                 (void)read(go[0], &c, 1);

@@ -3,10 +3,7 @@
 // Last-Event-ID gets exactly the events it missed, in order; a user never
 // sees another user's events.
 import assert from 'node:assert/strict';
-import { execFileSync } from 'node:child_process';
-import fs from 'node:fs';
 import https from 'node:https';
-import path from 'node:path';
 import { after, before, describe, test } from 'node:test';
 
 import { Daemon } from './harness.mjs';
@@ -89,30 +86,12 @@ function call(base, ca, token, method, params) {
 }
 
 describe('GET /v1/events over HTTPS', () => {
-        let d, base, ca, alice, bob;
+        let d, base, ca, port, alice, bob;
 
         before(async () => {
                 d = new Daemon();
-                execFileSync(
-                        'sh',
-                        [
-                                '-c',
-                                'openssl req -x509 -newkey rsa:2048 -nodes -keyout ca.key -out ca.pem -days 2 -subj /CN=ca && ' +
-                                        'openssl req -newkey rsa:2048 -nodes -keyout server.key -out server.csr -subj /CN=127.0.0.1 && ' +
-                                        "printf 'subjectAltName=IP:127.0.0.1\\n' >server.ext && " +
-                                        'openssl x509 -req -in server.csr -CA ca.pem -CAkey ca.key -CAcreateserial ' +
-                                        '-out server.pem -days 2 -extfile server.ext',
-                        ],
-                        { cwd: d.dir, stdio: 'ignore' },
-                );
-                ca = fs.readFileSync(path.join(d.dir, 'ca.pem'));
-                d.env.SANDBOXD_HTTP_LISTEN = '127.0.0.1:0';
-                d.env.SANDBOXD_TLS_CERT = path.join(d.dir, 'server.pem');
-                d.env.SANDBOXD_TLS_KEY = path.join(d.dir, 'server.key');
-                await d.start();
-                const m = /HTTPS listening on 127\.0\.0\.1:0 \(port (\d+)\)/.exec(fs.readFileSync(d.logFile, 'utf8'));
-                assert.ok(m, `no HTTPS port in the log:\n${d.logTail()}`);
-                base = new URL(`https://127.0.0.1:${m[1]}`);
+                ({ ca, port } = await d.startHttps());
+                base = new URL(`https://127.0.0.1:${port}`);
                 alice = await d.createToken('alice');
                 bob = await d.createToken('bob');
         });

@@ -87,6 +87,30 @@ export class Daemon {
                 process.once('SIGTERM', this._onSignal);
         }
 
+        /** start() with the HTTPS front on 127.0.0.1 (a port of its own) and a
+         *  certificate from a CA made here: { ca (PEM), port }. */
+        async startHttps() {
+                execFileSync(
+                        'sh',
+                        [
+                                '-c',
+                                'openssl req -x509 -newkey rsa:2048 -nodes -keyout ca.key -out ca.pem -days 2 -subj /CN=ca && ' +
+                                        'openssl req -newkey rsa:2048 -nodes -keyout server.key -out server.csr -subj /CN=127.0.0.1 && ' +
+                                        "printf 'subjectAltName=IP:127.0.0.1\\n' >server.ext && " +
+                                        'openssl x509 -req -in server.csr -CA ca.pem -CAkey ca.key -CAcreateserial ' +
+                                        '-out server.pem -days 2 -extfile server.ext',
+                        ],
+                        { cwd: this.dir, stdio: 'ignore' },
+                );
+                this.env.SANDBOXD_HTTP_LISTEN = '127.0.0.1:0';
+                this.env.SANDBOXD_TLS_CERT = path.join(this.dir, 'server.pem');
+                this.env.SANDBOXD_TLS_KEY = path.join(this.dir, 'server.key');
+                await this.start();
+                const m = /HTTPS listening on 127\.0\.0\.1:0 \(port (\d+)\)/.exec(fs.readFileSync(this.logFile, 'utf8'));
+                assert.ok(m, `no HTTPS port in the log:\n${this.logTail()}`);
+                return { ca: fs.readFileSync(path.join(this.dir, 'ca.pem')), port: Number(m[1]) };
+        }
+
         async start() {
                 if (!fs.existsSync(DAEMON_BIN) || !fs.existsSync(MCP_BIN))
                         throw new Error(`build first: ${DAEMON_BIN} and ${MCP_BIN} (SANDBOXD_BUILD_DIR=${BUILD})`);

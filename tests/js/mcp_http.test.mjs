@@ -4,8 +4,6 @@
 // the 2.x client (2026-07-28) and the tasks extension (raw JSON-RPC: neither
 // SDK client follows io.modelcontextprotocol/tasks yet).
 import assert from 'node:assert/strict';
-import { execFileSync } from 'node:child_process';
-import fs from 'node:fs';
 import https from 'node:https';
 import path from 'node:path';
 import { Readable } from 'node:stream';
@@ -73,30 +71,12 @@ function caFetch(ca) {
 }
 
 describe('MCP Streamable HTTP over HTTPS (SDK 1.x and 2.x)', () => {
-        let d, token, url, ca;
+        let d, token, url, ca, port;
 
         before(async () => {
                 d = new Daemon();
-                execFileSync(
-                        'sh',
-                        [
-                                '-c',
-                                'openssl req -x509 -newkey rsa:2048 -nodes -keyout ca.key -out ca.pem -days 2 -subj /CN=ca && ' +
-                                        'openssl req -newkey rsa:2048 -nodes -keyout server.key -out server.csr -subj /CN=127.0.0.1 && ' +
-                                        "printf 'subjectAltName=IP:127.0.0.1\\n' >server.ext && " +
-                                        'openssl x509 -req -in server.csr -CA ca.pem -CAkey ca.key -CAcreateserial ' +
-                                        '-out server.pem -days 2 -extfile server.ext',
-                        ],
-                        { cwd: d.dir, stdio: 'ignore' },
-                );
-                ca = fs.readFileSync(path.join(d.dir, 'ca.pem'));
-                d.env.SANDBOXD_HTTP_LISTEN = '127.0.0.1:0';
-                d.env.SANDBOXD_TLS_CERT = path.join(d.dir, 'server.pem');
-                d.env.SANDBOXD_TLS_KEY = path.join(d.dir, 'server.key');
-                await d.start();
-                const m = /HTTPS listening on 127\.0\.0\.1:0 \(port (\d+)\)/.exec(fs.readFileSync(d.logFile, 'utf8'));
-                assert.ok(m, `no HTTPS port in the log:\n${d.logTail()}`);
-                url = new URL(`https://127.0.0.1:${m[1]}/mcp`);
+                ({ ca, port } = await d.startHttps());
+                url = new URL(`https://127.0.0.1:${port}/mcp`);
                 token = await d.createToken('alice');
         });
 

@@ -10,7 +10,8 @@
 # Each rule: a regex on the #include line, then a regex on the file's path under ROOT (a module
 # of several files has its folder, src/<module>/; CMakeLists.txt names the same folders).
 set(rules
-    "<curl/" "^src/(docker/.*|mcp/mcp_api_https\\.c|webhook/.*)$" # the Docker client; the MCP adapter's HTTPS client; the webhook sender (webhook.h)
+    "<curl/" "^src/(docker/.*|kubernetes/.*|mcp/mcp_api_https\\.c|webhook/.*)$" # the Docker client; the Kubernetes engine; the MCP adapter's HTTPS client; the webhook sender (webhook.h)
+    "<yaml\\.h>" "^src/kubernetes/.*$" # kubeconfig (engine_kubernetes.h)
     "<sqlite3\\.h>" "^src/store/.*$"
     "<microhttpd\\.h>" "^src/http/.*$"
     "<gnutls/" "^src/http/.*$"

@@ -30,9 +30,9 @@ PACKAGES=(
 	libcurl4-openssl-dev libcjson-dev libsqlite3-dev sqlite3 libcriterion-dev
 	docker.io iptables mmdebstrap mount busybox-static musl-tools e2fsprogs
 	libmicrohttpd-dev libgnutls28-dev openssl
-	libevent-dev libhttp-parser-dev libssl-dev
+	libevent-dev libhttp-parser-dev libssl-dev libyaml-dev
 	curl jq iproute2 procps ca-certificates python3
-	systemd socat runsc
+	systemd socat runsc tini
 )
 # Node may come from elsewhere (e.g. nodesource, whose nodejs bundles npm);
 # installing Debian's on top would conflict, so only add what is not on PATH.

@@ -256,13 +256,13 @@ int daemon_open(const struct sbx_config *cfg, const struct daemon_options *opts,
         if (r < 0)
                 goto fail;
 
-        r = engine_docker_new(d->cfg.docker_socket, d->cfg.docker_timeout_ms, &d->engine, err);
+        r = engine_new_from_config(&d->cfg, &d->engine, err);
         if (r == 0)
                 r = engine_connect(d->engine, err);
         if (r < 0)
                 goto fail;
         if (engine_version(d->engine, &ver, NULL) == 0)
-                log_info("Docker engine %s, API %s", ver.version, ver.api_version);
+                log_info("%s engine %s, API %s", ver.engine, ver.version, ver.api_version);
 
         r = portpool_new(d->store, d->cfg.port_range_lo, d->cfg.port_range_hi, d->cfg.ports_per_session, &d->ports,
                          err);

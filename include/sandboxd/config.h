@@ -29,6 +29,17 @@ struct sbx_config {
         char docker_socket[SBX_PATH_MAX];
         char instance[64];
 
+        /* engine (engine.h): "docker" | "kubernetes" (engine_kubernetes.h) */
+        char engine[16];
+        char kube_config[SBX_PATH_MAX];      /* kubeconfig; "" = in-cluster service account */
+        char kube_namespace[64];             /* "" = the kubeconfig context's or the service account's */
+        char kube_workspace[16];             /* "hostpath" | "pvc" */
+        char kube_storage_class[256];        /* pvc: "" = the cluster's default */
+        char kube_init_binary[SBX_PATH_MAX]; /* node path of the static init mounted as PID 1 */
+        char kube_gvisor_class[64];          /* RuntimeClass of runtime = runsc */
+        char kube_image_pull_policy[16];     /* Always | IfNotPresent | Never */
+        int kube_start_timeout_ms;           /* a Pod runs within this or its start fails */
+
         /* network fronts (http.c); "" = off */
         char http_listen[128];                    /* host:port of the HTTPS API and MCP front */
         char tls_cert[SBX_PATH_MAX];              /* PEM certificate chain; "" = plain HTTP (loopback only) */

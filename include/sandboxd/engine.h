@@ -293,6 +293,11 @@ struct engine {
         void *priv;            /* the implementation's own */
 };
 
+struct sbx_config;
+/* The engine the config names (engine = docker | kubernetes), not yet
+ * connected (engine_connect). */
+int engine_new_from_config(const struct sbx_config *cfg, struct engine **ret, struct sbx_error *err);
+
 /* Free an engine (accepts NULL). No other thread may use it any more. */
 void engine_free(struct engine *e);
 

@@ -752,7 +752,7 @@ int gc_run(const struct sbx_config *cfg, const struct gc_options *opts, struct g
                 sbx_error_prefix(err, "opening the store");
                 goto out;
         }
-        r = engine_docker_new(cfg->docker_socket, cfg->docker_timeout_ms, &g.engine, err);
+        r = engine_new_from_config(cfg, &g.engine, err);
         if (r == 0)
                 r = engine_connect(g.engine, err);
         if (r < 0)

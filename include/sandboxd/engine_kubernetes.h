@@ -41,7 +41,7 @@
 
 #include "sandboxd/engine.h"
 
-#define K8S_NAME_MAX 64          /* a Pod or PVC name we make (DNS label) */
+#define K8S_NAME_MAX 64 /* a Pod or PVC name we make (DNS label) */
 #define K8S_LABELS_ANNOTATION "sandboxd/labels"
 #define K8S_CONTAINER_NAME "sandbox"
 #define K8S_INIT_PATH "/run/sandboxd-init" /* where the init binary is mounted */
@@ -49,13 +49,13 @@
 #define K8S_FIELD_MANAGER "sandboxd"
 
 struct engine_k8s_config {
-        const char *kubeconfig; /* a kubeconfig file; NULL or "": in-cluster service-account credentials */
-        const char *namespace;  /* required */
-        const char *workspace_mode; /* "hostpath" (default) | "pvc" */
-        const char *storage_class;  /* pvc: "" the cluster's default */
-        int64_t workspace_bytes;    /* pvc: the claim's size (the quota) */
-        const char *init_binary;    /* node path of a static init (tini), mounted at K8S_INIT_PATH */
-        const char *gvisor_class;   /* the RuntimeClass of runtime "runsc" */
+        const char *kubeconfig;        /* a kubeconfig file; NULL or "": in-cluster service-account credentials */
+        const char *namespace;         /* required */
+        const char *workspace_mode;    /* "hostpath" (default) | "pvc" */
+        const char *storage_class;     /* pvc: "" the cluster's default */
+        int64_t workspace_bytes;       /* pvc: the claim's size (the quota) */
+        const char *init_binary;       /* node path of a static init (tini), mounted at K8S_INIT_PATH */
+        const char *gvisor_class;      /* the RuntimeClass of runtime "runsc" */
         const char *image_pull_policy; /* Always | IfNotPresent | Never */
         long timeout_ms;               /* one request (<= 0: 30 s) */
         long start_timeout_ms;         /* start: until the container runs (<= 0: 120 s) */
@@ -63,13 +63,13 @@ struct engine_k8s_config {
 
 /* Where and how to reach the API server. */
 struct k8s_credentials {
-        char server[512];       /* https://host:port (http:// only to loopback, for tests) */
-        char *ca_pem;           /* the cluster CA (PEM), or NULL: the system's */
+        char server[512]; /* https://host:port (http:// only to loopback, for tests) */
+        char *ca_pem;     /* the cluster CA (PEM), or NULL: the system's */
         size_t ca_len;
         char *cert_pem, *key_pem; /* a client certificate and key (PEM), or NULL */
         size_t cert_len, key_len;
-        char *token; /* a bearer token, or NULL */
-        bool insecure;    /* insecure-skip-tls-verify */
+        char *token;                  /* a bearer token, or NULL */
+        bool insecure;                /* insecure-skip-tls-verify */
         char namespace[K8S_NAME_MAX]; /* the context's (kubeconfig) or the pod's (in-cluster), or "" */
 };
 void k8s_credentials_done(struct k8s_credentials *c);
@@ -89,16 +89,15 @@ int k8s_incluster_load(const char *dir, struct k8s_credentials *ret, struct sbx_
 /* A Kubernetes engine with these credentials (taken over, also on failure)
  * and settings (copied). No I/O: engine_connect() asks /version, makes the
  * NetworkPolicy and learns whether metrics answer. */
-int engine_kubernetes_new_with(const struct engine_k8s_config *cfg, struct k8s_credentials *creds,
-                               struct engine **ret, struct sbx_error *err);
+int engine_kubernetes_new_with(const struct engine_k8s_config *cfg, struct k8s_credentials *creds, struct engine **ret,
+                               struct sbx_error *err);
 /* The same from cfg->kubeconfig, or in-cluster credentials. */
 int engine_kubernetes_new(const struct engine_k8s_config *cfg, struct engine **ret, struct sbx_error *err);
 
 /* The bodies this engine POSTs (malloc'd JSON, NULL on a spec past its
  * bounds). For tests: the whole of what a spec becomes. name is the Pod's;
  * the PVC's name comes from the spec's instance, user and session labels. */
-char *engine_kubernetes_pod_body(const struct engine_k8s_config *cfg, const struct engine_spec *spec,
-                                 const char *name);
+char *engine_kubernetes_pod_body(const struct engine_k8s_config *cfg, const struct engine_spec *spec, const char *name);
 char *engine_kubernetes_pvc_body(const struct engine_k8s_config *cfg, const struct engine_spec *spec);
 char *engine_kubernetes_netpol_body(void);
 /* The claim of the session labelled in spec ("sbx-ws-<hash>"); -EINVAL

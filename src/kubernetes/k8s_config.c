@@ -83,8 +83,7 @@ static const char *scalar(yaml_node_t *n)
 
 /* The entry named `name` of a list of {name:, <field>: {...}} (clusters,
  * users, contexts): its <field> mapping. */
-static yaml_node_t *named(yaml_document_t *d, yaml_node_t *root, const char *list, const char *field,
-                          const char *name)
+static yaml_node_t *named(yaml_document_t *d, yaml_node_t *root, const char *list, const char *field, const char *name)
 {
         yaml_node_t *seq = map_get(d, root, list);
 
@@ -244,8 +243,10 @@ int k8s_kubeconfig_load(const char *path, struct k8s_credentials *ret, struct sb
         if (r < 0)
                 goto out;
         if (!c.cert_pem != !c.key_pem) {
-                r = sbx_error_set(err, -EINVAL, 0, "kubeconfig %s: a client certificate needs its key, and a key its "
-                                  "certificate", path);
+                r = sbx_error_set(err, -EINVAL, 0,
+                                  "kubeconfig %s: a client certificate needs its key, and a key its "
+                                  "certificate",
+                                  path);
                 goto out;
         }
         s = scalar(map_get(&doc, user, "token"));

@@ -273,9 +273,14 @@ static int get_pod(struct k8s *k, const char *id, cJSON **ret, struct sbx_error 
 /* Waiting reasons that no wait repairs. */
 static bool hopeless(const char *reason)
 {
-        static const char *const bad[] = {"ErrImagePull",        "ImagePullBackOff",      "ErrImageNeverPull",
-                                          "InvalidImageName",    "CreateContainerConfigError",
-                                          "CreateContainerError", "RunContainerError",    NULL};
+        static const char *const bad[] = {"ErrImagePull",
+                                          "ImagePullBackOff",
+                                          "ErrImageNeverPull",
+                                          "InvalidImageName",
+                                          "CreateContainerConfigError",
+                                          "CreateContainerError",
+                                          "RunContainerError",
+                                          NULL};
         for (size_t i = 0; reason && bad[i]; i++)
                 if (strcmp(reason, bad[i]) == 0)
                         return true;
@@ -392,9 +397,8 @@ static int k8s_inspect(struct engine *e, const char *id, struct engine_container
         COPY_STR(ret->image_id, k8s_json_str(st, "imageID") ? k8s_json_str(st, "imageID") : "");
         k8s_pod_state(pod, ret->status, &ret->exit_code, &ret->oom_killed);
         ret->running = strcmp(ret->status, "running") == 0;
-        ret->restart_count = cJSON_IsNumber(k8s_json_get(st, "restartCount"))
-                                     ? k8s_json_get(st, "restartCount")->valueint
-                                     : 0;
+        ret->restart_count =
+                cJSON_IsNumber(k8s_json_get(st, "restartCount")) ? k8s_json_get(st, "restartCount")->valueint : 0;
         if ((s = k8s_json_str(st, "state.running.startedAt")) || (s = k8s_json_str(st, "state.terminated.startedAt")))
                 COPY_STR(ret->started_at, s);
         if ((s = k8s_json_str(st, "state.terminated.finishedAt")))
@@ -588,7 +592,8 @@ int engine_kubernetes_workspace_drop(struct engine *e, const char *instance, con
                                      struct sbx_error *err)
 {
         struct k8s *k;
-        struct engine_label l[] = {{"sandboxd.instance", instance}, {"sandboxd.user", user},
+        struct engine_label l[] = {{"sandboxd.instance", instance},
+                                   {"sandboxd.user", user},
                                    {"sandboxd.session", session}};
         struct engine_spec s = {.labels = l, .n_labels = 3};
         char name[K8S_NAME_MAX], path[K8S_PATH_MAX];
@@ -606,8 +611,8 @@ int engine_kubernetes_workspace_drop(struct engine *e, const char *instance, con
         return r == -ENOENT ? 0 : r;
 }
 
-int engine_kubernetes_new_with(const struct engine_k8s_config *cfg, struct k8s_credentials *creds,
-                               struct engine **ret, struct sbx_error *err)
+int engine_kubernetes_new_with(const struct engine_k8s_config *cfg, struct k8s_credentials *creds, struct engine **ret,
+                               struct sbx_error *err)
 {
         struct engine *e = NULL;
         struct k8s *k = NULL;
@@ -625,8 +630,7 @@ int engine_kubernetes_new_with(const struct engine_k8s_config *cfg, struct k8s_c
                 goto fail;
         }
         if (strcmp(pull, "Always") != 0 && strcmp(pull, "IfNotPresent") != 0 && strcmp(pull, "Never") != 0) {
-                r = sbx_error_set(err, -EINVAL, 0, "image pull policy '%s' is not Always, IfNotPresent or Never",
-                                  pull);
+                r = sbx_error_set(err, -EINVAL, 0, "image pull policy '%s' is not Always, IfNotPresent or Never", pull);
                 goto fail;
         }
         e = calloc(1, sizeof(*e));

@@ -225,8 +225,8 @@ int k8s_status_error(struct k8s *k, const struct k8s_reply *r, const char *what,
         return code;
 }
 
-int k8s_call(struct k8s *k, const char *method, const char *path, const char *body, const char *what,
-             cJSON **ret_json, struct sbx_error *err)
+int k8s_call(struct k8s *k, const char *method, const char *path, const char *body, const char *what, cJSON **ret_json,
+             struct sbx_error *err)
 {
         struct k8s_reply r = {0};
         cJSON *j;

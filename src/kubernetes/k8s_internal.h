@@ -52,8 +52,8 @@ int k8s_status_error(struct k8s *k, const struct k8s_reply *r, const char *what,
 /* A request whose 2xx reply is JSON: *ret_json the parsed body (may be NULL
  * when the caller wants none). -EPROTO with a clear message for a 2xx body
  * that is not a JSON object. */
-int k8s_call(struct k8s *k, const char *method, const char *path, const char *body, const char *what,
-             cJSON **ret_json, struct sbx_error *err);
+int k8s_call(struct k8s *k, const char *method, const char *path, const char *body, const char *what, cJSON **ret_json,
+             struct sbx_error *err);
 
 /* Streaming GET (a watch): on_line gets each complete line (NUL-terminated,
  * without the newline); non-zero from it, or *stop, ends the call with 0.

@@ -162,8 +162,8 @@ static void add_security(cJSON *sc, const struct engine_spec *s)
 
 char *engine_kubernetes_pod_body(const struct engine_k8s_config *cfg, const struct engine_spec *s, const char *name)
 {
-        cJSON *pod = cJSON_CreateObject(), *meta, *spec, *psc, *c, *csc, *caps, *drop, *res, *lim, *req, *vols,
-              *mounts, *cmd, *env;
+        cJSON *pod = cJSON_CreateObject(), *meta, *spec, *psc, *c, *csc, *caps, *drop, *res, *lim, *req, *vols, *mounts,
+              *cmd, *env;
         char pvc[K8S_NAME_MAX], vname[16];
         bool runner = s->runner_binary && s->session_dir;
         bool pvc_mode = cfg->workspace_mode && strcmp(cfg->workspace_mode, "pvc") == 0;
@@ -318,7 +318,7 @@ char *engine_kubernetes_pvc_body(const struct engine_k8s_config *cfg, const stru
         cJSON *pvc = cJSON_CreateObject(), *meta, *spec, *modes;
         char name[K8S_NAME_MAX];
         struct engine_spec only = *s;
-        struct engine_label kept[4];
+        struct engine_label kept[8];
         size_t n = 0;
         char *out = NULL;
 

@@ -249,8 +249,8 @@ int k8s_events_follow(struct engine *e, const char *const *label_filters, const 
                       engine_event_cb cb, void *userdata, volatile bool *stop, long reconnect_limit_ms,
                       struct sbx_error *err)
 {
-        struct follow f = {.k = e->priv, .filters = label_filters, .actions = actions, .cb = cb, .ud = userdata,
-                           .err = err};
+        struct follow f = {
+                .k = e->priv, .filters = label_filters, .actions = actions, .cb = cb, .ud = userdata, .err = err};
         char sel[1024], path[K8S_PATH_MAX];
         char *esc;
         int64_t failing_since = 0, pause = 100;

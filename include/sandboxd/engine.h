@@ -268,6 +268,12 @@ struct engine_ops {
                             struct sbx_error *err);
         int (*network_remove)(struct engine *e, const char *name, struct sbx_error *err);
 
+        /* Delete what the engine keeps of a session's workspace beyond the
+         * host directory (Kubernetes: the session's PersistentVolumeClaim);
+         * NULL: nothing. Gone already is 0. */
+        int (*workspace_drop)(struct engine *e, const char *instance, const char *user, const char *session,
+                              struct sbx_error *err);
+
         /* The exec fallback. */
         int (*fallback_create)(struct engine *e, const char *container_id, const struct engine_exec_spec *spec,
                                char ret_exec_id[ENGINE_ID_STR_MAX], struct sbx_error *err);
@@ -407,6 +413,11 @@ static inline int engine_network_list(struct engine *e, const char *const *label
 static inline int engine_network_remove(struct engine *e, const char *name, struct sbx_error *err)
 {
         return e->ops->network_remove ? e->ops->network_remove(e, name, err) : -EOPNOTSUPP;
+}
+static inline int engine_workspace_drop(struct engine *e, const char *instance, const char *user, const char *session,
+                                        struct sbx_error *err)
+{
+        return e->ops->workspace_drop ? e->ops->workspace_drop(e, instance, user, session, err) : 0;
 }
 static inline int engine_exec_create(struct engine *e, const char *container_id, const struct engine_exec_spec *spec,
                                      char ret_exec_id[ENGINE_ID_STR_MAX], struct sbx_error *err)

@@ -109,8 +109,4 @@ int engine_kubernetes_pvc_name(const struct engine_spec *spec, char ret[K8S_NAME
  * hold are checked on the annotation instead. */
 int engine_kubernetes_selector(const char *const *filters, char *ret, size_t size);
 
-/* Delete the session's claim (pvc mode; 0 if it is gone or hostpath mode). */
-int engine_kubernetes_workspace_drop(struct engine *e, const char *instance, const char *user, const char *session,
-                                     struct sbx_error *err);
-
 #endif

@@ -570,6 +570,28 @@ static int k8s_stats(struct engine *e, const char *id, struct engine_stats *ret,
         return 0;
 }
 
+/* The session's claim (pvc mode; 0 if it is gone or in hostpath mode). */
+static int k8s_workspace_drop(struct engine *e, const char *instance, const char *user, const char *session,
+                              struct sbx_error *err)
+{
+        struct k8s *k;
+        struct engine_label l[] = {{"sandboxd.instance", instance},
+                                   {"sandboxd.user", user},
+                                   {"sandboxd.session", session}};
+        struct engine_spec s = {.labels = l, .n_labels = 3};
+        char name[K8S_NAME_MAX], path[K8S_PATH_MAX];
+        int r;
+
+        k = kk(e);
+        if (strcmp(k->workspace_mode, "pvc") != 0)
+                return 0;
+        if (engine_kubernetes_pvc_name(&s, name) < 0)
+                return sbx_error_set(err, -EINVAL, 0, "bad session");
+        snprintf(path, sizeof(path), "/api/v1/namespaces/%s/persistentvolumeclaims/%s", k->ns, name);
+        r = k8s_call(k, "DELETE", path, NULL, "deleting the workspace claim", NULL, err);
+        return r == -ENOENT ? 0 : r;
+}
+
 static const struct engine_ops k8s_ops = {
         .free = k8s_free_engine,
         .connect = k8s_connect,
@@ -586,30 +608,8 @@ static const struct engine_ops k8s_ops = {
         .logs = k8s_logs,
         .stats = k8s_stats,
         .events_follow = k8s_events_follow,
+        .workspace_drop = k8s_workspace_drop,
 };
-
-int engine_kubernetes_workspace_drop(struct engine *e, const char *instance, const char *user, const char *session,
-                                     struct sbx_error *err)
-{
-        struct k8s *k;
-        struct engine_label l[] = {{"sandboxd.instance", instance},
-                                   {"sandboxd.user", user},
-                                   {"sandboxd.session", session}};
-        struct engine_spec s = {.labels = l, .n_labels = 3};
-        char name[K8S_NAME_MAX], path[K8S_PATH_MAX];
-        int r;
-
-        if (!e || e->ops != &k8s_ops)
-                return 0;
-        k = kk(e);
-        if (strcmp(k->workspace_mode, "pvc") != 0)
-                return 0;
-        if (engine_kubernetes_pvc_name(&s, name) < 0)
-                return sbx_error_set(err, -EINVAL, 0, "bad session");
-        snprintf(path, sizeof(path), "/api/v1/namespaces/%s/persistentvolumeclaims/%s", k->ns, name);
-        r = k8s_call(k, "DELETE", path, NULL, "deleting the workspace claim", NULL, err);
-        return r == -ENOENT ? 0 : r;
-}
 
 int engine_kubernetes_new_with(const struct engine_k8s_config *cfg, struct k8s_credentials *creds, struct engine **ret,
                                struct sbx_error *err)

@@ -92,7 +92,9 @@ static const char *str(const cJSON *o, const char *path)
 static const cJSON *named_item(const cJSON *arr, const char *key, const char *value)
 {
         const cJSON *it;
-        cJSON_ArrayForEach(it, arr) if (str(it, key) && strcmp(str(it, key), value) == 0) return it;
+        cJSON_ArrayForEach(it, arr)
+                if (str(it, key) && strcmp(str(it, key), value) == 0)
+                        return it;
         return NULL;
 }
 
@@ -184,9 +186,8 @@ Test(kubernetes, pod_holds_every_hardening_field)
         cr_expect_str_eq(cJSON_GetObjectItemCaseSensitive(labels, "sandboxd.test.run")->valuestring, "r1");
         cr_expect_null(cJSON_GetObjectItemCaseSensitive(labels, "sandboxd.session"),
                        "'.odd-session-name.' is no label value");
-        cJSON *ann = cJSON_Parse(cJSON_GetObjectItemCaseSensitive(get(pod, "metadata.annotations"),
-                                                                  K8S_LABELS_ANNOTATION)
-                                         ->valuestring);
+        cJSON *ann = cJSON_Parse(
+                cJSON_GetObjectItemCaseSensitive(get(pod, "metadata.annotations"), K8S_LABELS_ANNOTATION)->valuestring);
         cr_assert_not_null(ann);
         cr_expect_str_eq(cJSON_GetObjectItemCaseSensitive(ann, "sandboxd.session")->valuestring, ".odd-session-name.");
         cJSON_Delete(ann);
@@ -213,7 +214,8 @@ Test(kubernetes, pvc_mode_mounts_the_session_claim)
         spec_of(&s, &t, l, NULL);
         cr_assert_eq(engine_kubernetes_pvc_name(&s, name), 0);
         cr_expect_eq(strncmp(name, "sbx-ws-", 7), 0);
-        cr_expect_str_eq(str(named_item(get(pod, "spec.volumes"), "name", "workspace"), "persistentVolumeClaim.claimName"),
+        cr_expect_str_eq(str(named_item(get(pod, "spec.volumes"), "name", "workspace"),
+                             "persistentVolumeClaim.claimName"),
                          name);
         cr_expect_null(get(named_item(get(pod, "spec.volumes"), "name", "workspace"), "hostPath"));
         cr_expect_eq(get(pod, "spec.securityContext.fsGroup")->valueint, 23456);
@@ -247,9 +249,9 @@ Test(kubernetes, networkpolicy_denies_everything_for_sandbox_pods)
         free(body);
         cr_assert_not_null(np);
         cr_expect_str_eq(str(np, "apiVersion"), "networking.k8s.io/v1");
-        cr_expect_str_eq(
-                cJSON_GetObjectItemCaseSensitive(get(np, "spec.podSelector.matchLabels"), "sandboxd.managed")->valuestring,
-                "1");
+        cr_expect_str_eq(cJSON_GetObjectItemCaseSensitive(get(np, "spec.podSelector.matchLabels"), "sandboxd.managed")
+                                 ->valuestring,
+                         "1");
         cr_expect_eq(cJSON_GetArraySize(get(np, "spec.policyTypes")), 2);
         cr_expect_eq(cJSON_GetArraySize(get(np, "spec.ingress")), 0, "no ingress rule: nothing in");
         cr_expect_eq(cJSON_GetArraySize(get(np, "spec.egress")), 0, "no egress rule: nothing out");
@@ -343,24 +345,29 @@ Test(kubernetes, malformed_kubeconfigs_are_refused_with_the_reason)
         expect_refused("current-context: [unclosed\n", -EINVAL, "not YAML");
         expect_refused("clusters: []\n", -EINVAL, "no current-context");
         expect_refused("current-context: x\ncontexts: []\n", -EINVAL, "context 'x'");
-        expect_refused("current-context: c\ncontexts:\n- name: c\n  context: {cluster: k, user: u}\n"
-                       "clusters:\n- name: k\n  cluster: {server: 'http://10.1.2.3:8080'}\n",
-                       -EINVAL, "neither https:// nor on loopback");
-        expect_refused("current-context: c\ncontexts:\n- name: c\n  context: {cluster: k, user: u}\n"
-                       "clusters:\n- name: k\n  cluster: {server: 'https://h:1', certificate-authority-data: '!!'}\n",
-                       -EINVAL, "certificate-authority-data is not base64");
-        expect_refused("current-context: c\ncontexts:\n- name: c\n  context: {cluster: k, user: u}\n"
-                       "clusters:\n- name: k\n  cluster: {server: 'https://h:1'}\n"
-                       "users:\n- name: u\n  user: {exec: {command: aws}}\n",
-                       -EOPNOTSUPP, "exec plugin");
-        expect_refused("current-context: c\ncontexts:\n- name: c\n  context: {cluster: k, user: u}\n"
-                       "clusters:\n- name: k\n  cluster: {server: 'https://h:1'}\n"
-                       "users:\n- name: u\n  user: {client-certificate: missing.crt, client-key: missing.key}\n",
-                       -ENOENT, "missing.crt");
-        expect_refused("current-context: c\ncontexts:\n- name: c\n  context: {cluster: k, user: u}\n"
-                       "clusters:\n- name: k\n  cluster: {server: 'https://h:1'}\n"
-                       "users:\n- name: u\n  user: {client-key-data: S0VZ}\n",
-                       -EINVAL, "needs its key");
+        expect_refused(
+                "current-context: c\ncontexts:\n- name: c\n  context: {cluster: k, user: u}\n"
+                "clusters:\n- name: k\n  cluster: {server: 'http://10.1.2.3:8080'}\n",
+                -EINVAL, "neither https:// nor on loopback");
+        expect_refused(
+                "current-context: c\ncontexts:\n- name: c\n  context: {cluster: k, user: u}\n"
+                "clusters:\n- name: k\n  cluster: {server: 'https://h:1', certificate-authority-data: '!!'}\n",
+                -EINVAL, "certificate-authority-data is not base64");
+        expect_refused(
+                "current-context: c\ncontexts:\n- name: c\n  context: {cluster: k, user: u}\n"
+                "clusters:\n- name: k\n  cluster: {server: 'https://h:1'}\n"
+                "users:\n- name: u\n  user: {exec: {command: aws}}\n",
+                -EOPNOTSUPP, "exec plugin");
+        expect_refused(
+                "current-context: c\ncontexts:\n- name: c\n  context: {cluster: k, user: u}\n"
+                "clusters:\n- name: k\n  cluster: {server: 'https://h:1'}\n"
+                "users:\n- name: u\n  user: {client-certificate: missing.crt, client-key: missing.key}\n",
+                -ENOENT, "missing.crt");
+        expect_refused(
+                "current-context: c\ncontexts:\n- name: c\n  context: {cluster: k, user: u}\n"
+                "clusters:\n- name: k\n  cluster: {server: 'https://h:1'}\n"
+                "users:\n- name: u\n  user: {client-key-data: S0VZ}\n",
+                -EINVAL, "needs its key");
 }
 
 Test(kubernetes, in_cluster_credentials)
@@ -486,12 +493,14 @@ Test(kubernetes, bad_replies_give_clear_errors)
         static const struct canned script[] = {
                 {"GET /api/v1/namespaces/sbx/pods/sbx-aa ", JSON_REPLY("200 OK", "<html>not json</html>")},
                 {"GET /api/v1/namespaces/sbx/pods/sbx-bb ",
-                 JSON_REPLY("404 Not Found", "{\"kind\":\"Status\",\"code\":404,\"message\":\"pods \\\"sbx-bb\\\" not "
-                                             "found\"}")},
+                 JSON_REPLY("404 Not Found",
+                            "{\"kind\":\"Status\",\"code\":404,\"message\":\"pods \\\"sbx-bb\\\" not "
+                            "found\"}")},
                 {"GET /api/v1/namespaces/sbx/pods/sbx-cc ",
                  JSON_REPLY("500 Internal Server Error", "{\"kind\":\"Status\",\"message\":\"etcdserver: timeout\"}")},
                 {"GET /api/v1/namespaces/sbx/pods/sbx-dd ",
-                 JSON_REPLY("403 Forbidden", "{\"kind\":\"Status\",\"message\":\"pods is forbidden: User cannot get\"}")},
+                 JSON_REPLY("403 Forbidden",
+                            "{\"kind\":\"Status\",\"message\":\"pods is forbidden: User cannot get\"}")},
                 {"GET /api/v1/namespaces/sbx/pods?labelSelector=", JSON_REPLY("200 OK", "{\"kind\":\"PodList\"}")},
                 {"GET /api/v1/namespaces/sbx/pods/sbx-ee ", "HTTP/1.1 502 Bad Gateway\r\n\r\nupstream\x01 gone"},
         };
@@ -544,7 +553,8 @@ static int collect(const struct engine_event *ev, void *ud)
 }
 
 #define POD(name, state)                                                                                               \
-        "{\"metadata\":{\"name\":\"" name "\",\"resourceVersion\":\"7\",\"labels\":{\"sandboxd.managed\":\"1\"}},"     \
+        "{\"metadata\":{\"name\":\"" name                                                                              \
+        "\",\"resourceVersion\":\"7\",\"labels\":{\"sandboxd.managed\":\"1\"}},"                                       \
         "\"status\":{\"containerStatuses\":[{\"state\":" state "}]}}"
 
 Test(kubernetes, watch_resumes_and_relists_after_410)
@@ -552,16 +562,18 @@ Test(kubernetes, watch_resumes_and_relists_after_410)
         static const struct canned script[] = {
                 /* the first list: two running Pods, version 5 */
                 {"GET /api/v1/namespaces/sbx/pods?labelSelector=sandboxd.managed%3D1 ",
-                 JSON_REPLY("200 OK", "{\"metadata\":{\"resourceVersion\":\"5\"},\"items\":[" POD(
-                                              "sbx-one", "{\"running\":{}}") "," POD("sbx-two", "{\"running\":{}}") "]}")},
+                 JSON_REPLY("200 OK",
+                            "{\"metadata\":{\"resourceVersion\":\"5\"},\"items\":[" POD(
+                                    "sbx-one", "{\"running\":{}}") "," POD("sbx-two", "{\"running\":{}}") "]}")},
                 /* a watch from 5: sbx-one dies (137), then the connection drops */
-                {"resourceVersion=5&", JSON_REPLY("200 OK", "{\"type\":\"MODIFIED\",\"object\":" POD(
-                                                                    "sbx-one", "{\"terminated\":{\"exitCode\":137,"
+                {"resourceVersion=5&",
+                 JSON_REPLY("200 OK", "{\"type\":\"MODIFIED\",\"object\":" POD("sbx-one",
+                                                                               "{\"terminated\":{\"exitCode\":137,"
                                                                                "\"reason\":\"OOMKilled\"}}") "}\n")},
                 /* resumed from 7, the version it last saw: too old */
-                {"resourceVersion=7&",
-                 JSON_REPLY("200 OK", "{\"type\":\"ERROR\",\"object\":{\"kind\":\"Status\",\"code\":410,"
-                                      "\"message\":\"too old resource version\"}}\n")},
+                {"resourceVersion=7&", JSON_REPLY("200 OK",
+                                                  "{\"type\":\"ERROR\",\"object\":{\"kind\":\"Status\",\"code\":410,"
+                                                  "\"message\":\"too old resource version\"}}\n")},
                 /* listed again: sbx-two went meanwhile */
                 {"GET /api/v1/namespaces/sbx/pods?labelSelector=sandboxd.managed%3D1 ",
                  JSON_REPLY("200 OK", "{\"metadata\":{\"resourceVersion\":\"9\"},\"items\":[" POD(

@@ -1,0 +1,418 @@
+/* test_kubernetes.c — the Kubernetes engine against a real cluster (the
+ * testbed, scripts/k8s-testbed.sh): a hardened Pod created, inspected,
+ * listed and removed through the engine, with the fields the API server
+ * stored checked (a field it does not know it drops in silence); its events
+ * seen through the watch; a claim per session in pvc mode; and a daemon on
+ * engine = kubernetes running `exec` through the runner over the hostPath
+ * session directory.
+ *
+ * Skips with the reason when SANDBOXD_K8S_KUBECONFIG is unset. Everything
+ * lives in a namespace of this run (labelled with the run label), deleted
+ * at exit even after a failure, which deletes every Pod, claim and policy
+ * in it. The images come from dockerd (k8s-testbed.sh import): the Pods use
+ * imagePullPolicy Never. */
+#include <cjson/cJSON.h>
+#include <criterion/criterion.h>
+#include <ctype.h>
+#include <curl/curl.h>
+#include <errno.h>
+#include <pthread.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <unistd.h>
+
+#include "fixture.h"
+#include "sandboxd/config.h"
+#include "sandboxd/container.h"
+#include "sandboxd/engine.h"
+#include "sandboxd/engine_kubernetes.h"
+#include "sandboxd/exec.h"
+#include "sandboxd/session.h"
+#include "testenv.h"
+
+#define IMAGE "sandboxd/test:latest"
+
+static char ns[64];
+static struct k8s_credentials creds;
+static bool have_cluster;
+
+/* A raw request with the test's own credentials (the namespace, and the
+ * Pod as the server stored it). Returns the HTTP status; body in *ret. */
+static long kapi(const char *method, const char *path, const char *body, char **ret)
+{
+        char url[1024], *buf = NULL;
+        size_t len = 0;
+        long status = 0;
+        FILE *out = open_memstream(&buf, &len);
+        struct curl_slist *h = NULL;
+        CURL *c = curl_easy_init();
+        char auth[2048];
+
+        snprintf(url, sizeof(url), "%s%s", creds.server, path);
+        curl_easy_setopt(c, CURLOPT_URL, url);
+        curl_easy_setopt(c, CURLOPT_CUSTOMREQUEST, method);
+        curl_easy_setopt(c, CURLOPT_TIMEOUT_MS, 30000L);
+        curl_easy_setopt(c, CURLOPT_NOPROXY, "*");
+        curl_easy_setopt(c, CURLOPT_WRITEDATA, out);
+        if (creds.ca_pem) {
+                struct curl_blob b = {creds.ca_pem, creds.ca_len, CURL_BLOB_NOCOPY};
+                curl_easy_setopt(c, CURLOPT_CAINFO_BLOB, &b);
+        }
+        if (creds.cert_pem) {
+                struct curl_blob cb = {creds.cert_pem, creds.cert_len, CURL_BLOB_NOCOPY};
+                struct curl_blob kb = {creds.key_pem, creds.key_len, CURL_BLOB_NOCOPY};
+                curl_easy_setopt(c, CURLOPT_SSLCERT_BLOB, &cb);
+                curl_easy_setopt(c, CURLOPT_SSLKEY_BLOB, &kb);
+        }
+        if (creds.token) {
+                snprintf(auth, sizeof(auth), "Authorization: Bearer %s", creds.token);
+                h = curl_slist_append(h, auth);
+        }
+        h = curl_slist_append(h, "Content-Type: application/json");
+        curl_easy_setopt(c, CURLOPT_HTTPHEADER, h);
+        if (body)
+                curl_easy_setopt(c, CURLOPT_POSTFIELDS, body);
+        if (curl_easy_perform(c) == CURLE_OK)
+                curl_easy_getinfo(c, CURLINFO_RESPONSE_CODE, &status);
+        curl_easy_cleanup(c);
+        curl_slist_free_all(h);
+        fclose(out);
+        if (ret)
+                *ret = buf;
+        else
+                free(buf);
+        return status;
+}
+
+static void delete_namespace(void)
+{
+        char path[128];
+
+        if (!ns[0])
+                return;
+        snprintf(path, sizeof(path), "/api/v1/namespaces/%s?gracePeriodSeconds=0", ns);
+        (void)kapi("DELETE", path, NULL, NULL);
+}
+
+/* The run's namespace, once per process; false: no cluster (skip). */
+static bool cluster(void)
+{
+        static int state; /* 0 not tried, 1 up, -1 none */
+        const char *kc = getenv("SANDBOXD_K8S_KUBECONFIG");
+        struct sbx_error err = {0};
+        char body[512];
+        long st;
+        size_t o = 0;
+
+        if (state)
+                return state > 0;
+        state = -1;
+        if (!kc || !*kc)
+                return false;
+        (void)testenv_docker(); /* curl_global_init, and the run's atexit cleanup */
+        cr_assert_eq(k8s_kubeconfig_load(kc, &creds, &err), 0, "%s", err.msg);
+        o = (size_t)snprintf(ns, sizeof(ns), "sbx-t-");
+        for (const char *p = testenv_run_id(); *p && o < 50; p++)
+                ns[o++] = isalnum((unsigned char)*p) ? (char)tolower((unsigned char)*p) : '-';
+        ns[o] = '\0';
+        snprintf(
+                body, sizeof(body),
+                "{\"apiVersion\":\"v1\",\"kind\":\"Namespace\",\"metadata\":{\"name\":\"%s\",\"labels\":{\"%s\":\"%s\"}}}",
+                ns, TESTENV_RUN_LABEL, testenv_run_id());
+        st = kapi("POST", "/api/v1/namespaces", body, NULL);
+        cr_assert(st == 201 || st == 409, "creating namespace %s: HTTP %ld", ns, st);
+        atexit(delete_namespace);
+        have_cluster = true;
+        state = 1;
+        return true;
+}
+
+#define NEED_CLUSTER()                                                                                                 \
+        do {                                                                                                           \
+                if (!cluster())                                                                                        \
+                        cr_skip_test(                                                                                  \
+                                "no Kubernetes testbed: SANDBOXD_K8S_KUBECONFIG is unset "                             \
+                                "(bash scripts/k8s-testbed.sh start prints one)");                                     \
+        } while (0)
+
+static struct engine *k8s_engine(const char *mode)
+{
+        const char *kc = getenv("SANDBOXD_K8S_KUBECONFIG");
+        struct engine_k8s_config cfg = {.kubeconfig = kc,
+                                        .namespace = ns,
+                                        .workspace_mode = mode,
+                                        .workspace_bytes = 64 << 20,
+                                        .image_pull_policy = "Never",
+                                        .timeout_ms = 30000,
+                                        .start_timeout_ms = 120000};
+        struct engine *e = NULL;
+        struct sbx_error err = {0};
+
+        cr_assert_eq(engine_kubernetes_new(&cfg, &e, &err), 0, "%s", err.msg);
+        cr_assert_eq(engine_connect(e, &err), 0, "%s", err.msg);
+        return e;
+}
+
+static void test_spec(struct engine_spec *s, struct engine_tmpfs *t, struct engine_label *l, const char *session,
+                      const char *workspace)
+{
+        *t = (struct engine_tmpfs){.path = "/tmp", .size_bytes = 16 << 20, .noexec = true};
+        l[0] = (struct engine_label){"sandboxd.managed", "1"};
+        l[1] = (struct engine_label){"sandboxd.user", "u1"};
+        l[2] = (struct engine_label){"sandboxd.session", session};
+        l[3] = (struct engine_label){"sandboxd.instance", testenv_run_id()};
+        l[4] = (struct engine_label){TESTENV_RUN_LABEL, testenv_run_id()};
+        *s = (struct engine_spec){.image = IMAGE,
+                                  .uid = 23456,
+                                  .gid = 23456,
+                                  .memory_bytes = 64 << 20,
+                                  .nano_cpus = 500000000,
+                                  .cpu_weight = 256,
+                                  .readonly_rootfs = true,
+                                  .tmpfs = t,
+                                  .n_tmpfs = 1,
+                                  .workspace = workspace,
+                                  .hostname = "sandbox",
+                                  .labels = l,
+                                  .n_labels = 5};
+}
+
+static bool listed(struct engine *e, const char *id)
+{
+        char f[160];
+        const char *const filters[] = {f, NULL};
+        struct engine_container_summary *list = NULL;
+        size_t n = 0;
+        bool found = false;
+
+        snprintf(f, sizeof(f), "%s=%s", TESTENV_RUN_LABEL, testenv_run_id());
+        cr_assert_eq(engine_list(e, filters, true, &list, &n, NULL), 0);
+        for (size_t i = 0; i < n; i++)
+                found |= strcmp(list[i].id, id) == 0;
+        free(list);
+        return found;
+}
+
+static const cJSON *jget(const cJSON *o, const char *path)
+{
+        char part[64];
+        while (o && *path) {
+                size_t n = strcspn(path, ".");
+                memcpy(part, path, n);
+                part[n] = '\0';
+                o = cJSON_GetObjectItemCaseSensitive(o, part);
+                path += n + (path[n] == '.');
+        }
+        return o;
+}
+
+Test(kubernetes, hardened_pod_created_inspected_listed_removed)
+{
+        NEED_CLUSTER();
+        struct engine *e = k8s_engine("hostpath");
+        _cleanup_free_ char *ws = testenv_tmpdir();
+        struct engine_spec s;
+        struct engine_tmpfs t;
+        struct engine_label l[5];
+        struct engine_container_info info;
+        struct sbx_error err = {0};
+        char id[ENGINE_ID_STR_MAX], path[256];
+        _cleanup_free_ char *raw = NULL;
+        cJSON *pod;
+        const cJSON *c;
+
+        cr_assert_eq(chown(ws, 23456, 23456), 0);
+        test_spec(&s, &t, l, "s1", ws);
+        cr_assert_eq(engine_create(e, &s, id, &err), 0, "%s", err.msg);
+        cr_assert_eq(engine_start(e, id, &err), 0, "%s", err.msg);
+        cr_assert_eq(engine_inspect(e, id, &info, &err), 0, "%s", err.msg);
+        cr_expect(info.running, "status %s", info.status);
+        cr_expect_str_eq(info.status, "running");
+        cr_expect(info.readonly_rootfs);
+        cr_expect_not(info.privileged);
+        cr_expect_eq(info.memory, 64 << 20);
+        cr_expect_eq(info.nano_cpus, 500000000);
+        cr_expect_str_eq(engine_label_get(info.labels, info.n_labels, "sandboxd.session"), "s1");
+        cr_expect(listed(e, id));
+
+        /* what the API server kept: a field it did not know would be gone */
+        snprintf(path, sizeof(path), "/api/v1/namespaces/%s/pods/%s", ns, id);
+        cr_assert_eq(kapi("GET", path, NULL, &raw), 200);
+        pod = cJSON_Parse(raw);
+        c = cJSON_GetArrayItem(jget(pod, "spec.containers"), 0);
+        cr_expect_str_eq(jget(pod, "spec.securityContext.seccompProfile.type")->valuestring, "RuntimeDefault");
+        cr_expect_str_eq(jget(c, "securityContext.seccompProfile.type")->valuestring, "RuntimeDefault");
+        cr_expect(cJSON_IsFalse(jget(c, "securityContext.allowPrivilegeEscalation")));
+        cr_expect(cJSON_IsTrue(jget(c, "securityContext.readOnlyRootFilesystem")));
+        cr_expect(cJSON_IsTrue(jget(c, "securityContext.runAsNonRoot")));
+        cr_expect_eq(jget(c, "securityContext.runAsUser")->valueint, 23456);
+        cr_expect_str_eq(cJSON_GetArrayItem(jget(c, "securityContext.capabilities.drop"), 0)->valuestring, "ALL");
+        cr_expect(cJSON_IsFalse(jget(pod, "spec.automountServiceAccountToken")));
+        cr_expect(cJSON_IsFalse(jget(pod, "spec.enableServiceLinks")));
+        cr_expect_null(jget(c, "volumeMounts.0"), "no service-account token volume");
+        {
+                const cJSON *m;
+                bool token = false;
+                cJSON_ArrayForEach(m, jget(c, "volumeMounts"))
+                        token |= strstr(cJSON_GetObjectItem(m, "mountPath")->valuestring, "serviceaccount") != NULL;
+                cr_expect_not(token, "no service-account token is mounted");
+        }
+        cJSON_Delete(pod);
+
+        /* the default-deny policy of the namespace exists */
+        snprintf(path, sizeof(path), "/apis/networking.k8s.io/v1/namespaces/%s/networkpolicies/%s", ns,
+                 K8S_NETPOL_NAME);
+        cr_expect_eq(kapi("GET", path, NULL, NULL), 200);
+
+        cr_assert_eq(engine_remove(e, id, &err), 0, "%s", err.msg);
+        cr_expect_eq(engine_inspect(e, id, &info, &err), -ENOENT);
+        cr_expect_not(listed(e, id));
+        engine_free(e);
+}
+
+Test(kubernetes, an_image_that_is_not_there_fails_the_start_with_the_reason)
+{
+        NEED_CLUSTER();
+        struct engine *e = k8s_engine("hostpath");
+        struct engine_spec s;
+        struct engine_tmpfs t;
+        struct engine_label l[5];
+        struct sbx_error err = {0};
+        char id[ENGINE_ID_STR_MAX];
+
+        test_spec(&s, &t, l, "s-noimage", NULL);
+        s.image = "sandboxd/not-there:latest";
+        cr_assert_eq(engine_create(e, &s, id, &err), 0, "%s", err.msg);
+        cr_expect_eq(engine_start(e, id, &err), -ENOENT);
+        cr_expect(strstr(err.msg, "ErrImageNeverPull"), "%s", err.msg);
+        cr_expect_eq(engine_remove(e, id, NULL), 0);
+        engine_free(e);
+}
+
+struct watch {
+        struct engine *e;
+        volatile bool stop;
+        pthread_mutex_t lock;
+        char seen[64][48]; /* "action id" */
+        size_t n;
+        int rc;
+};
+
+static int on_ev(const struct engine_event *ev, void *ud)
+{
+        struct watch *w = ud;
+        pthread_mutex_lock(&w->lock);
+        if (w->n < 64)
+                snprintf(w->seen[w->n++], 48, "%s %s", ev->action, ev->id);
+        pthread_mutex_unlock(&w->lock);
+        return 0;
+}
+
+static void *watch_main(void *ud)
+{
+        struct watch *w = ud;
+        char f[160];
+        const char *const filters[] = {f, NULL};
+
+        snprintf(f, sizeof(f), "%s=%s", TESTENV_RUN_LABEL, testenv_run_id());
+        w->rc = engine_events_follow(w->e, filters, NULL, on_ev, w, &w->stop, 0, NULL);
+        return NULL;
+}
+
+static bool saw(struct watch *w, const char *action, const char *id)
+{
+        char want[48];
+        bool found = false;
+        snprintf(want, sizeof(want), "%s %s", action, id);
+        pthread_mutex_lock(&w->lock);
+        for (size_t i = 0; i < w->n; i++)
+                found |= strcmp(w->seen[i], want) == 0;
+        pthread_mutex_unlock(&w->lock);
+        return found;
+}
+
+Test(kubernetes, the_watch_tells_start_die_and_destroy)
+{
+        NEED_CLUSTER();
+        struct watch w = {.e = k8s_engine("hostpath"), .lock = PTHREAD_MUTEX_INITIALIZER};
+        struct engine_spec s;
+        struct engine_tmpfs t;
+        struct engine_label l[5];
+        struct sbx_error err = {0};
+        char id[ENGINE_ID_STR_MAX];
+        pthread_t th;
+
+        cr_assert_eq(pthread_create(&th, NULL, watch_main, &w), 0);
+        test_spec(&s, &t, l, "s-watch", NULL);
+        cr_assert_eq(engine_create(w.e, &s, id, &err), 0, "%s", err.msg);
+        cr_assert_eq(engine_start(w.e, id, &err), 0, "%s", err.msg);
+        cr_expect(TESTENV_WAIT_UNTIL(saw(&w, "start", id), 60000), "start of %s seen", id);
+        cr_assert_eq(engine_remove(w.e, id, &err), 0, "%s", err.msg);
+        cr_expect(TESTENV_WAIT_UNTIL(saw(&w, "destroy", id), 60000), "destroy of %s seen", id);
+        cr_expect(saw(&w, "die", id), "a Pod that goes dies first");
+        w.stop = true;
+        pthread_join(th, NULL);
+        cr_expect_eq(w.rc, 0);
+        engine_free(w.e);
+}
+
+Test(kubernetes, pvc_mode_gives_the_session_one_claim_that_outlives_its_pods)
+{
+        NEED_CLUSTER();
+        struct engine *e = k8s_engine("pvc");
+        struct engine_spec s;
+        struct engine_tmpfs t;
+        struct engine_label l[5];
+        struct sbx_error err = {0};
+        char id1[ENGINE_ID_STR_MAX], id2[ENGINE_ID_STR_MAX], claim[K8S_NAME_MAX], path[256];
+        _cleanup_free_ char *raw = NULL;
+        cJSON *pvc;
+
+        test_spec(&s, &t, l, "s-pvc", "unused-in-pvc-mode");
+        cr_assert_eq(engine_kubernetes_pvc_name(&s, claim), 0);
+        cr_assert_eq(engine_create(e, &s, id1, &err), 0, "%s", err.msg);
+        snprintf(path, sizeof(path), "/api/v1/namespaces/%s/persistentvolumeclaims/%s", ns, claim);
+        cr_assert_eq(kapi("GET", path, NULL, &raw), 200);
+        pvc = cJSON_Parse(raw);
+        cr_expect_str_eq(jget(pvc, "spec.resources.requests.storage")->valuestring, "64Mi", "the size is the quota");
+        cJSON_Delete(pvc);
+        /* the testbed has no provisioner: the claim stays Pending and the Pod unscheduled; what is
+         * checked is that a second Pod of the session uses the same claim, and removing Pods keeps it */
+        cr_assert_eq(engine_remove(e, id1, &err), 0, "%s", err.msg);
+        cr_assert_eq(engine_create(e, &s, id2, &err), 0, "%s", err.msg);
+        cr_expect_eq(kapi("GET", path, NULL, NULL), 200, "the claim outlives the session's first Pod");
+        cr_assert_eq(engine_remove(e, id2, &err), 0, "%s", err.msg);
+        cr_expect_eq(kapi("GET", path, NULL, NULL), 200, "and its second");
+        cr_assert_eq(engine_workspace_drop(e, testenv_run_id(), "u1", "s-pvc", &err), 0, "%s", err.msg);
+        cr_expect(TESTENV_WAIT_UNTIL(kapi("GET", path, NULL, NULL) == 404, 30000), "purged: the claim goes");
+        engine_free(e);
+}
+
+Test(kubernetes, a_daemon_on_kubernetes_runs_exec_through_the_runner)
+{
+        NEED_CLUSTER();
+        struct sbx_config cfg;
+        struct daemon *d;
+        struct exec_request req = {.user = "u1", .session = "k1", .command = "id -u; echo hello", .actor = "test"};
+        struct exec_result res;
+        struct sbx_error err = {0};
+        char uid[16];
+
+        fixture_config(&cfg);
+        snprintf(cfg.engine, sizeof(cfg.engine), "kubernetes");
+        snprintf(cfg.kube_config, sizeof(cfg.kube_config), "%s", getenv("SANDBOXD_K8S_KUBECONFIG"));
+        snprintf(cfg.kube_namespace, sizeof(cfg.kube_namespace), "%s", ns);
+        snprintf(cfg.kube_image_pull_policy, sizeof(cfg.kube_image_pull_policy), "Never");
+        d = fixture_open(&cfg, true);
+        cr_assert_eq(exec_run(d->exec, &req, &res, &err), 0, "%s", err.msg);
+        cr_expect_str_eq(res.via, "runner");
+        cr_expect_eq(res.exit_code, 0);
+        cr_expect(strstr(res.stdout_head, "hello"), "%.*s", (int)res.stdout_head_len, res.stdout_head);
+        snprintf(uid, sizeof(uid), "%.*s", (int)strcspn(res.stdout_head, "\n"), res.stdout_head);
+        cr_expect(atoi(uid) >= cfg.sandbox_uid_lo && atoi(uid) <= cfg.sandbox_uid_hi, "runs as the session's uid: %s",
+                  uid);
+        exec_result_done(&res);
+        cr_expect_eq(session_destroy(d->sessions, "u1", "k1", true, &err), 0, "%s", err.msg);
+        daemon_close(d);
+}

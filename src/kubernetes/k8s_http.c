@@ -149,7 +149,7 @@ int k8s_request(struct k8s *k, const char *method, const char *path, const char 
 
         c = handle(k, path, timeout_ms > 0 ? timeout_ms : k->timeout_ms, content_type, &h, err);
         if (!c)
-                return err ? -EIO : -EIO;
+                return -EIO; /* err says why */
         curl_easy_setopt(c, CURLOPT_CUSTOMREQUEST, method);
         if (body) {
                 curl_easy_setopt(c, CURLOPT_POSTFIELDS, body);

@@ -7,8 +7,8 @@
  * session directory.
  *
  * Skips with the reason when SANDBOXD_K8S_KUBECONFIG is unset. Everything
- * lives in a namespace of this run (labelled with the run label), deleted
- * at exit even after a failure, which deletes every Pod, claim and policy
+ * lives in a namespace of this run and test process (labelled with the run
+ * label), deleted at exit even after a failure, which deletes every Pod, claim and policy
  * in it. The images come from dockerd (k8s-testbed.sh import): the Pods use
  * imagePullPolicy Never. */
 #include <cjson/cJSON.h>
@@ -113,9 +113,10 @@ static bool cluster(void)
         (void)testenv_docker(); /* curl_global_init, and the run's atexit cleanup */
         cr_assert_eq(k8s_kubeconfig_load(kc, &creds, &err), 0, "%s", err.msg);
         o = (size_t)snprintf(ns, sizeof(ns), "sbx-t-");
-        for (const char *p = testenv_run_id(); *p && o < 50; p++)
+        for (const char *p = testenv_run_id(); *p && o < 40; p++)
                 ns[o++] = isalnum((unsigned char)*p) ? (char)tolower((unsigned char)*p) : '-';
-        ns[o] = '\0';
+        /* one per test process (Criterion forks each test, and each deletes its own at exit) */
+        snprintf(ns + o, sizeof(ns) - o, "-%d", (int)getpid());
         snprintf(
                 body, sizeof(body),
                 "{\"apiVersion\":\"v1\",\"kind\":\"Namespace\",\"metadata\":{\"name\":\"%s\",\"labels\":{\"%s\":\"%s\"}}}",
@@ -375,7 +376,8 @@ Test(kubernetes, pvc_mode_gives_the_session_one_claim_that_outlives_its_pods)
         snprintf(path, sizeof(path), "/api/v1/namespaces/%s/persistentvolumeclaims/%s", ns, claim);
         cr_assert_eq(kapi("GET", path, NULL, &raw), 200);
         pvc = cJSON_Parse(raw);
-        cr_expect_str_eq(jget(pvc, "spec.resources.requests.storage")->valuestring, "64Mi", "the size is the quota");
+        cr_expect_str_eq(jget(pvc, "spec.resources.requests.storage")->valuestring, "67108864",
+                         "the size is the quota");
         cJSON_Delete(pvc);
         /* the testbed has no provisioner: the claim stays Pending and the Pod unscheduled; what is
          * checked is that a second Pod of the session uses the same claim, and removing Pods keeps it */

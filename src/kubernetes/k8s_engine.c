@@ -444,9 +444,25 @@ static int wait_gone(struct k8s *k, const char *id, long limit_ms)
 
 static int delete_pod(struct k8s *k, const char *id, int grace_s, struct sbx_error *err)
 {
-        char path[K8S_PATH_MAX], q[64];
+        char path[K8S_PATH_MAX], q[64], state[16] = "";
+        cJSON *pod = NULL;
+        int code;
+        bool oom;
         int r;
 
+        r = get_pod(k, id, &pod, err);
+        if (r < 0)
+                return r;
+        k8s_pod_state(pod, state, &code, &oom);
+        /* A Pod on no node, one whose container cannot start (an image that
+         * cannot be pulled: the kubelet may take a minute to confirm it in
+         * back-off) or has ended has nothing to kill: it goes at once. Any
+         * other waits for the kubelet, so its runner is dead when this returns. */
+        if (strcmp(state, "exited") == 0 || !k8s_json_str(pod, "spec.nodeName") ||
+            hopeless(k8s_json_str(cJSON_GetArrayItem(k8s_json_get(pod, "status.containerStatuses"), 0),
+                                  "state.waiting.reason")))
+                grace_s = 0;
+        cJSON_Delete(pod);
         snprintf(q, sizeof(q), "?gracePeriodSeconds=%d", grace_s);
         r = pod_path(k, id, q, path, sizeof(path), err);
         if (r < 0)

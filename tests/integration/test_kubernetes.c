@@ -21,6 +21,7 @@
 #include <stdlib.h>
 #include <string.h>
 #include <unistd.h>
+#include <yaml.h>
 
 #include "fixture.h"
 #include "sandboxd/config.h"
@@ -29,6 +30,7 @@
 #include "sandboxd/engine_kubernetes.h"
 #include "sandboxd/exec.h"
 #include "sandboxd/session.h"
+#include "sandboxd/utf8.h"
 #include "testenv.h"
 
 #define IMAGE "sandboxd/test:latest"
@@ -417,4 +419,204 @@ Test(kubernetes, a_daemon_on_kubernetes_runs_exec_through_the_runner)
         exec_result_done(&res);
         cr_expect_eq(session_destroy(d->sessions, "u1", "k1", true, &err), 0, "%s", err.msg);
         daemon_close(d);
+}
+
+/* ---- the Role of deploy/kubernetes/rbac.yaml is enough, and each verb is needed ---- */
+
+static cJSON *yaml_to_json(yaml_document_t *d, yaml_node_t *n)
+{
+        cJSON *o;
+
+        switch (n->type) {
+        case YAML_SCALAR_NODE:
+                return cJSON_CreateString((const char *)n->data.scalar.value);
+        case YAML_SEQUENCE_NODE:
+                o = cJSON_CreateArray();
+                for (yaml_node_item_t *i = n->data.sequence.items.start; i < n->data.sequence.items.top; i++)
+                        cJSON_AddItemToArray(o, yaml_to_json(d, yaml_document_get_node(d, *i)));
+                return o;
+        case YAML_MAPPING_NODE:
+                o = cJSON_CreateObject();
+                for (yaml_node_pair_t *p = n->data.mapping.pairs.start; p < n->data.mapping.pairs.top; p++)
+                        cJSON_AddItemToObject(o, (const char *)yaml_document_get_node(d, p->key)->data.scalar.value,
+                                              yaml_to_json(d, yaml_document_get_node(d, p->value)));
+                return o;
+        default:
+                return cJSON_CreateNull();
+        }
+}
+
+/* The document of kind `kind` in the deploy file. */
+static cJSON *deploy_doc(const char *file, const char *kind)
+{
+        char path[512];
+        FILE *f;
+        yaml_parser_t parser;
+        cJSON *found = NULL;
+
+        snprintf(path, sizeof(path), "%s/deploy/kubernetes/%s", SANDBOXD_SOURCE_DIR, file);
+        f = fopen(path, "r");
+        cr_assert_not_null(f, "%s", path);
+        yaml_parser_initialize(&parser);
+        yaml_parser_set_input_file(&parser, f);
+        for (;;) {
+                yaml_document_t doc;
+                yaml_node_t *root;
+                cr_assert(yaml_parser_load(&parser, &doc), "%s is YAML", path);
+                root = yaml_document_get_root_node(&doc);
+                if (!root) {
+                        yaml_document_delete(&doc);
+                        break;
+                }
+                cJSON *j = yaml_to_json(&doc, root);
+                yaml_document_delete(&doc);
+                if (!found && cJSON_IsString(jget(j, "kind")) && strcmp(jget(j, "kind")->valuestring, kind) == 0)
+                        found = j;
+                else
+                        cJSON_Delete(j);
+        }
+        yaml_parser_delete(&parser);
+        fclose(f);
+        cr_assert_not_null(found, "%s holds a %s", file, kind);
+        return found;
+}
+
+/* A service account `sa` bound to the deploy Role (without `drop_verb` on
+ * pods when set) in the test namespace; its token (malloc'd). */
+static char *account_with_role(const char *sa, const char *drop_verb)
+{
+        cJSON *role = deploy_doc("rbac.yaml", "Role"), *rule;
+        char path[256], body[1024];
+        char *text, *raw = NULL, secret[128] = "";
+        unsigned char *token = NULL;
+        size_t token_len = 0;
+
+        cJSON *meta = cJSON_GetObjectItem(role, "metadata");
+        cJSON_ReplaceItemInObject(meta, "namespace", cJSON_CreateString(ns));
+        cJSON_ReplaceItemInObject(meta, "name", cJSON_CreateString(sa));
+        cJSON_ArrayForEach(rule, jget(role, "rules")) {
+                const cJSON *res = cJSON_GetArrayItem(jget(rule, "resources"), 0);
+                cJSON *verbs = cJSON_GetObjectItem(rule, "verbs");
+                if (!drop_verb || strcmp(res->valuestring, "pods") != 0)
+                        continue;
+                for (int i = 0; i < cJSON_GetArraySize(verbs); i++)
+                        if (strcmp(cJSON_GetArrayItem(verbs, i)->valuestring, drop_verb) == 0)
+                                cJSON_DeleteItemFromArray(verbs, i--);
+        }
+        text = cJSON_PrintUnformatted(role);
+        cJSON_Delete(role);
+        snprintf(path, sizeof(path), "/apis/rbac.authorization.k8s.io/v1/namespaces/%s/roles", ns);
+        cr_assert_eq(kapi("POST", path, text, NULL), 201, "the deploy Role is accepted");
+        free(text);
+        snprintf(body, sizeof(body), "{\"metadata\":{\"name\":\"%s\"}}", sa);
+        snprintf(path, sizeof(path), "/api/v1/namespaces/%s/serviceaccounts", ns);
+        cr_assert_eq(kapi("POST", path, body, NULL), 201);
+        snprintf(body, sizeof(body),
+                 "{\"metadata\":{\"name\":\"%s\"},\"subjects\":[{\"kind\":\"ServiceAccount\",\"name\":\"%s\","
+                 "\"namespace\":\"%s\"}],\"roleRef\":{\"apiGroup\":\"rbac.authorization.k8s.io\",\"kind\":\"Role\","
+                 "\"name\":\"%s\"}}",
+                 sa, sa, ns, sa);
+        snprintf(path, sizeof(path), "/apis/rbac.authorization.k8s.io/v1/namespaces/%s/rolebindings", ns);
+        cr_assert_eq(kapi("POST", path, body, NULL), 201);
+        /* Kubernetes 1.20: the token controller makes the account's token secret */
+        snprintf(path, sizeof(path), "/api/v1/namespaces/%s/serviceaccounts/%s", ns, sa);
+        cr_assert(TESTENV_WAIT_UNTIL(({
+                                             bool ok = false;
+                                             free(raw);
+                                             raw = NULL;
+                                             if (kapi("GET", path, NULL, &raw) == 200) {
+                                                     cJSON *j = cJSON_Parse(raw);
+                                                     const cJSON *n =
+                                                             jget(cJSON_GetArrayItem(jget(j, "secrets"), 0), "name");
+                                                     if (cJSON_IsString(n)) {
+                                                             snprintf(secret, sizeof(secret), "%s", n->valuestring);
+                                                             ok = true;
+                                                     }
+                                                     cJSON_Delete(j);
+                                             }
+                                             ok;
+                                     }),
+                                     30000),
+                  "the token controller made a token for %s", sa);
+        free(raw);
+        raw = NULL;
+        snprintf(path, sizeof(path), "/api/v1/namespaces/%s/secrets/%s", ns, secret);
+        cr_assert(TESTENV_WAIT_UNTIL(({
+                                             bool ok = false;
+                                             free(raw);
+                                             raw = NULL;
+                                             if (kapi("GET", path, NULL, &raw) == 200) {
+                                                     cJSON *j = cJSON_Parse(raw);
+                                                     const cJSON *t = jget(j, "data.token");
+                                                     if (cJSON_IsString(t))
+                                                             ok = base64_decode(t->valuestring, strlen(t->valuestring),
+                                                                                &token, &token_len) == 0;
+                                                     cJSON_Delete(j);
+                                             }
+                                             ok;
+                                     }),
+                                     30000),
+                  "secret %s holds a token", secret);
+        free(raw);
+        text = strndup((char *)token, token_len);
+        free(token);
+        return text;
+}
+
+static struct engine *engine_with_token(char *token)
+{
+        struct k8s_credentials c = {0};
+        struct engine_k8s_config cfg = {.namespace = ns, .image_pull_policy = "Never", .timeout_ms = 30000};
+        struct engine *e = NULL;
+        struct sbx_error err = {0};
+
+        snprintf(c.server, sizeof(c.server), "%s", creds.server);
+        c.ca_pem = malloc(creds.ca_len + 1);
+        memcpy(c.ca_pem, creds.ca_pem, creds.ca_len);
+        c.ca_pem[creds.ca_len] = '\0';
+        c.ca_len = creds.ca_len;
+        c.token = token; /* handed on */
+        cr_assert_eq(engine_kubernetes_new_with(&cfg, &c, &e, &err), 0, "%s", err.msg);
+        return e;
+}
+
+Test(kubernetes, the_deploy_role_is_enough_and_each_pod_verb_is_needed)
+{
+        NEED_CLUSTER();
+        struct engine *e = engine_with_token(account_with_role("sbx-engine", NULL));
+        struct watch w = {.e = e, .lock = PTHREAD_MUTEX_INITIALIZER};
+        struct engine_spec s;
+        struct engine_tmpfs t;
+        struct engine_label l[5];
+        struct sbx_error err = {0};
+        char id[ENGINE_ID_STR_MAX];
+        _cleanup_free_ char *logs = NULL;
+        pthread_t th;
+
+        /* the engine's whole life on the Role alone, with a service-account token */
+        cr_assert_eq(engine_connect(e, &err), 0, "%s", err.msg);
+        cr_assert_eq(pthread_create(&th, NULL, watch_main, &w), 0);
+        test_spec(&s, &t, l, "s-rbac", NULL);
+        cr_assert_eq(engine_create(e, &s, id, &err), 0, "%s", err.msg);
+        cr_assert_eq(engine_start(e, id, &err), 0, "%s", err.msg);
+        cr_expect(listed(e, id));
+        cr_expect_eq(engine_logs(e, id, 10, &logs, &err), 0, "%s", err.msg);
+        cr_expect(TESTENV_WAIT_UNTIL(saw(&w, "start", id), 60000), "the watch works on the Role");
+        cr_expect_eq(engine_remove(e, id, &err), 0, "%s", err.msg);
+        w.stop = true;
+        pthread_join(th, NULL);
+        engine_free(e);
+
+        /* without delete on pods, the engine cannot remove: the verb is needed */
+        e = engine_with_token(account_with_role("sbx-nodelete", "delete"));
+        cr_assert_eq(engine_connect(e, &err), 0, "%s", err.msg);
+        cr_assert_eq(engine_create(e, &s, id, &err), 0, "%s", err.msg);
+        cr_expect_eq(engine_remove(e, id, &err), -EACCES);
+        cr_expect(strstr(err.msg, "forbidden"), "%s", err.msg);
+        engine_free(e);
+        e = engine_with_token(account_with_role("sbx-nowatch", "watch"));
+        cr_assert_eq(engine_connect(e, &err), 0, "%s", err.msg);
+        cr_expect_eq(engine_events_follow(e, NULL, NULL, on_ev, &w, NULL, 5000, &err), -EACCES,
+                     "no watch verb, no events: %s", err.msg);
+        engine_free(e);
 }

@@ -620,3 +620,62 @@ Test(kubernetes, the_deploy_role_is_enough_and_each_pod_verb_is_needed)
                      "no watch verb, no events: %s", err.msg);
         engine_free(e);
 }
+
+/* ---- a daemon's life on Kubernetes: restart, a Pod lost, recreation on the same workspace ---- */
+
+static void k8s_daemon_config(struct sbx_config *cfg)
+{
+        fixture_config(cfg);
+        snprintf(cfg->engine, sizeof(cfg->engine), "kubernetes");
+        snprintf(cfg->kube_config, sizeof(cfg->kube_config), "%s", getenv("SANDBOXD_K8S_KUBECONFIG"));
+        snprintf(cfg->kube_namespace, sizeof(cfg->kube_namespace), "%s", ns);
+        snprintf(cfg->kube_image_pull_policy, sizeof(cfg->kube_image_pull_policy), "Never");
+}
+
+static bool session_not_running(struct daemon *d, const char *session)
+{
+        struct session_info info;
+        bool r;
+
+        if (session_get_info(d->sessions, "u1", session, &info) < 0)
+                return true;
+        r = info.state != SESSION_RUNNING;
+        session_info_done(&info);
+        return r;
+}
+
+Test(kubernetes, restart_adopts_the_pod_and_a_lost_pod_is_recreated_on_the_same_workspace)
+{
+        NEED_CLUSTER();
+        struct sbx_config cfg;
+        struct daemon *d;
+        struct sbx_error err = {0};
+        char first[65], again[65], third[65], path[256];
+        _cleanup_free_ char *o1 = NULL, *o2 = NULL, *o3 = NULL;
+
+        k8s_daemon_config(&cfg);
+        d = fixture_open(&cfg, true);
+        o1 = fixture_run(d, "k2", "echo kept > /workspace/f && echo ok", 0, NULL);
+        cr_expect_str_eq(o1, "ok\n");
+        fixture_container_of(d, "u1", "k2", first);
+        daemon_close(d);
+
+        /* a restart reconciles with the cluster: the running Pod is adopted, not recreated */
+        d = fixture_open(&cfg, true);
+        o2 = fixture_run(d, "k2", "cat /workspace/f", 0, NULL);
+        cr_expect_str_eq(o2, "kept\n");
+        fixture_container_of(d, "u1", "k2", again);
+        cr_expect_str_eq(again, first, "adopted after the restart");
+
+        /* the Pod deleted behind the daemon's back: the watch tells the monitor */
+        snprintf(path, sizeof(path), "/api/v1/namespaces/%s/pods/%s?gracePeriodSeconds=0", ns, first);
+        cr_assert_eq(kapi("DELETE", path, NULL, NULL), 200);
+        cr_expect(TESTENV_WAIT_UNTIL(session_not_running(d, "k2"), 60000), "the session left RUNNING");
+        /* the next request recreates it, on the same workspace */
+        o3 = fixture_run(d, "k2", "cat /workspace/f", 0, NULL);
+        cr_expect_str_eq(o3, "kept\n");
+        fixture_container_of(d, "u1", "k2", third);
+        cr_expect_str_neq(third, first, "a new Pod");
+        cr_expect_eq(session_destroy(d->sessions, "u1", "k2", true, &err), 0, "%s", err.msg);
+        daemon_close(d);
+}

@@ -29,6 +29,7 @@
 #include "sandboxd/engine.h"
 #include "sandboxd/engine_kubernetes.h"
 #include "sandboxd/exec.h"
+#include "sandboxd/gc.h"
 #include "sandboxd/session.h"
 #include "sandboxd/utf8.h"
 #include "testenv.h"
@@ -678,4 +679,39 @@ Test(kubernetes, restart_adopts_the_pod_and_a_lost_pod_is_recreated_on_the_same_
         cr_expect_str_neq(third, first, "a new Pod");
         cr_expect_eq(session_destroy(d->sessions, "u1", "k2", true, &err), 0, "%s", err.msg);
         daemon_close(d);
+}
+
+Test(kubernetes, gc_removes_an_orphan_pod_and_keeps_a_sessions_pod)
+{
+        NEED_CLUSTER();
+        struct sbx_config cfg;
+        struct daemon *d;
+        struct engine *e = k8s_engine("hostpath");
+        struct engine_spec s;
+        struct engine_tmpfs t;
+        struct engine_label l[5];
+        struct gc_options opts = {0};
+        struct gc_report rep = {0};
+        struct engine_container_info info;
+        struct sbx_error err = {0};
+        char orphan[ENGINE_ID_STR_MAX], owned[65];
+        _cleanup_free_ char *o = NULL;
+
+        k8s_daemon_config(&cfg);
+        d = fixture_open(&cfg, false);
+        o = fixture_run(d, "k4", "true", 0, NULL);
+        fixture_container_of(d, "u1", "k4", owned);
+        daemon_close(d);
+        /* a Pod of this instance that no session names */
+        test_spec(&s, &t, l, "ghost", NULL);
+        cr_assert_eq(engine_create(e, &s, orphan, &err), 0, "%s", err.msg);
+
+        cr_assert_eq(gc_run(&cfg, &opts, &rep, &err), 0, "%s", err.msg);
+        cr_expect_eq(rep.kinds[GC_ORPHAN_CONTAINERS].count, 1, "one orphan");
+        cr_expect_eq(rep.kinds[GC_ORPHAN_CONTAINERS].failed, 0);
+        gc_report_done(&rep);
+        cr_expect_eq(engine_inspect(e, orphan, &info, NULL), -ENOENT, "the orphan Pod is gone");
+        cr_expect_eq(engine_inspect(e, owned, &info, &err), 0, "the session's Pod stays: %s", err.msg);
+        cr_expect(info.running);
+        engine_free(e);
 }

@@ -2,8 +2,9 @@
  * sandboxd and whatever runs its containers.
  *
  * Like crun's `struct libcrun_cgroup_manager`, an engine is a `struct engine`
- * whose `ops` table is filled by one implementation (src/docker/ is the first:
- * engine_docker.h) and whose `priv` only that implementation reads. Callers
+ * whose `ops` table is filled by one implementation (src/docker/,
+ * engine_docker.h; src/kubernetes/, engine_kubernetes.h) and whose `priv`
+ * only that implementation reads. Callers
  * (sessions, containers, pool, exec's fallback, services, the monitor, gc,
  * usage, runtime, metrics, the daemon) call the engine_* wrappers below and
  * never know which engine runs: no file outside src/docker/ includes docker.h

@@ -715,3 +715,39 @@ Test(kubernetes, gc_removes_an_orphan_pod_and_keeps_a_sessions_pod)
         cr_expect(info.running);
         engine_free(e);
 }
+
+/* kube-scheduler places them, sandboxd never picks a node: on the two-node
+ * testbed, Pods that each request memory land on both nodes. */
+Test(kubernetes, pods_spread_over_the_nodes)
+{
+        NEED_CLUSTER();
+        struct engine *e = k8s_engine("hostpath");
+        struct engine_spec s;
+        struct engine_tmpfs t;
+        struct engine_label l[5];
+        struct sbx_error err = {0};
+        char ids[4][ENGINE_ID_STR_MAX], nodes[4][128], path[256], sess[16];
+
+        for (int i = 0; i < 4; i++) {
+                snprintf(sess, sizeof(sess), "spread%d", i);
+                test_spec(&s, &t, l, sess, NULL);
+                cr_assert_eq(engine_create(e, &s, ids[i], &err), 0, "%s", err.msg);
+        }
+        for (int i = 0; i < 4; i++) {
+                _cleanup_free_ char *raw = NULL;
+                cJSON *pod;
+                cr_assert_eq(engine_start(e, ids[i], &err), 0, "%s", err.msg);
+                snprintf(path, sizeof(path), "/api/v1/namespaces/%s/pods/%s", ns, ids[i]);
+                cr_assert_eq(kapi("GET", path, NULL, &raw), 200);
+                pod = cJSON_Parse(raw);
+                snprintf(nodes[i], sizeof(nodes[i]), "%s", jget(pod, "spec.nodeName")->valuestring);
+                cJSON_Delete(pod);
+        }
+        bool two = false;
+        for (int i = 1; i < 4; i++)
+                two |= strcmp(nodes[i], nodes[0]) != 0;
+        cr_expect(two, "all four on %s", nodes[0]);
+        for (int i = 0; i < 4; i++)
+                cr_expect_eq(engine_remove(e, ids[i], &err), 0, "%s", err.msg);
+        engine_free(e);
+}

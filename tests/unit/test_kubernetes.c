@@ -503,6 +503,18 @@ Test(kubernetes, bad_replies_give_clear_errors)
                             "{\"kind\":\"Status\",\"message\":\"pods is forbidden: User cannot get\"}")},
                 {"GET /api/v1/namespaces/sbx/pods?labelSelector=", JSON_REPLY("200 OK", "{\"kind\":\"PodList\"}")},
                 {"GET /api/v1/namespaces/sbx/pods/sbx-ee ", "HTTP/1.1 502 Bad Gateway\r\n\r\nupstream\x01 gone"},
+                /* being deleted, its container dead: removed, though the object lingers */
+                {"GET /api/v1/namespaces/sbx/pods/sbx-ff ",
+                 JSON_REPLY("200 OK",
+                            "{\"metadata\":{\"name\":\"sbx-ff\",\"deletionTimestamp\":\"2026-01-01T00:00:00Z\"},"
+                            "\"spec\":{\"nodeName\":\"n1\"},\"status\":{\"containerStatuses\":[{\"state\":"
+                            "{\"terminated\":{\"exitCode\":0}}}]}}")},
+                /* being deleted, still running (its node lost, say): there, and not running */
+                {"GET /api/v1/namespaces/sbx/pods/sbx-gg ",
+                 JSON_REPLY("200 OK",
+                            "{\"metadata\":{\"name\":\"sbx-gg\",\"deletionTimestamp\":\"2026-01-01T00:00:00Z\"},"
+                            "\"spec\":{\"nodeName\":\"n1\"},\"status\":{\"containerStatuses\":[{\"state\":"
+                            "{\"running\":{}}}]}}")},
         };
         struct fake f;
         struct engine *e;
@@ -526,6 +538,10 @@ Test(kubernetes, bad_replies_give_clear_errors)
         cr_expect(strstr(err.msg, "no items"), "%s", err.msg);
         cr_expect_eq(engine_inspect(e, "sbx-ee", &info, &err), -EIO);
         cr_expect(strstr(err.msg, "502") && strstr(err.msg, "upstream  gone"), "%s", err.msg);
+        cr_expect_eq(engine_inspect(e, "sbx-ff", &info, &err), -ENOENT, "%s", err.msg);
+        cr_expect_eq(engine_inspect(e, "sbx-gg", &info, &err), 0, "%s", err.msg);
+        cr_expect_str_eq(info.status, "removing");
+        cr_expect_not(info.running);
         cr_expect_eq(engine_inspect(e, "../../secrets/x", &info, &err), -ENOENT, "no path is built from a bad id");
         cr_expect(strstr(f.seen[0], "GET /api/v1/namespaces/sbx/pods/sbx-aa"), "%s", f.seen[0]);
         cr_expect_eq(engine_api_errors(e) >= 3, true);

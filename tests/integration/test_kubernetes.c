@@ -418,6 +418,22 @@ Test(kubernetes, a_daemon_on_kubernetes_runs_exec_through_the_runner)
         cr_expect(atoi(uid) >= cfg.sandbox_uid_lo && atoi(uid) <= cfg.sandbox_uid_hi, "runs as the session's uid: %s",
                   uid);
         exec_result_done(&res);
+        /* what the Pod is, seen from inside: the init as PID 1 (the runner its child), no
+         * capabilities, no_new_privs, seccomp filtering, a read-only root, /tmp in memory */
+        {
+                _cleanup_free_ char *o = fixture_run(
+                        d, "k1",
+                        "tr '\\0' ' ' < /proc/1/cmdline; echo; grep -E '^(CapEff|NoNewPrivs|Seccomp):' /proc/self/status;"
+                        " touch /rootfs-write 2>/dev/null && echo root-writable || echo root-readonly;"
+                        " grep ' /tmp ' /proc/mounts | cut -d' ' -f3",
+                        0, NULL);
+                cr_expect(strstr(o, K8S_INIT_PATH " -- /run/sandboxd-runner"), "PID 1: %s", o);
+                cr_expect(strstr(o, "CapEff:\t0000000000000000"), "%s", o);
+                cr_expect(strstr(o, "NoNewPrivs:\t1"), "%s", o);
+                cr_expect(strstr(o, "Seccomp:\t2"), "%s", o);
+                cr_expect(strstr(o, "root-readonly"), "%s", o);
+                cr_expect(strstr(o, "tmpfs"), "%s", o);
+        }
         cr_expect_eq(session_destroy(d->sessions, "u1", "k1", true, &err), 0, "%s", err.msg);
         daemon_close(d);
 }

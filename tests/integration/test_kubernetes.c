@@ -127,6 +127,12 @@ static bool cluster(void)
         st = kapi("POST", "/api/v1/namespaces", body, NULL);
         cr_assert(st == 201 || st == 409, "creating namespace %s: HTTP %ld", ns, st);
         atexit(delete_namespace);
+        /* the service-account admission refuses Pods until the controller made "default" */
+        snprintf(body, sizeof(body), "/api/v1/namespaces/%s/serviceaccounts/default", ns);
+        cr_assert(TESTENV_WAIT_UNTIL(kapi("GET", body, NULL, NULL) == 200, 30000),
+                  "namespace %s has its default "
+                  "service account",
+                  ns);
         have_cluster = true;
         state = 1;
         return true;

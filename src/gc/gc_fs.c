@@ -401,7 +401,9 @@ static int purge_workspace(struct gc *g, int ufd, const char *user, const char *
                         return sbx_error_set(err, -errno, 0, "moving the workspace into %s: %m", root);
                 /* No trash on this file system: delete in place (the checks above just passed). */
                 r = container_workspace_purge(g->cfg, user, session, err);
-                return r < 0 ? r : wsquota_purge(g->cfg, user, session, err);
+                if (r == 0)
+                        r = wsquota_purge(g->cfg, user, session, err);
+                return r < 0 ? r : engine_workspace_drop(g->engine, g->cfg->instance, user, session, err);
         }
         r = still_dead(g, user, session, expect, err);
         if (r <= 0) {
@@ -417,6 +419,8 @@ static int purge_workspace(struct gc *g, int ufd, const char *user, const char *
         remove_empty_dirs(root, (const char *const[]){"workspaces", user}, 2);
         if (r == 0)
                 r = wsquota_purge(g->cfg, user, session, err); /* its image, once the workspace is gone */
+        if (r == 0)                                            /* the engine's part (Kubernetes: the session's claim) */
+                r = engine_workspace_drop(g->engine, g->cfg->instance, user, session, err);
         if (r < 0)
                 return r;
         if (!expect)

@@ -708,7 +708,7 @@ Test(kubernetes, gc_removes_an_orphan_pod_and_keeps_a_sessions_pod)
         NEED_CLUSTER();
         struct sbx_config cfg;
         struct daemon *d;
-        struct engine *e = k8s_engine("hostpath");
+        struct engine *e;
         struct engine_spec s;
         struct engine_tmpfs t;
         struct engine_label l[5];
@@ -724,6 +724,7 @@ Test(kubernetes, gc_removes_an_orphan_pod_and_keeps_a_sessions_pod)
         o = fixture_run(d, "k4", "true", 0, NULL);
         fixture_container_of(d, "u1", "k4", owned);
         daemon_close(d);
+        e = k8s_engine("hostpath");
         /* a Pod of this instance that no session names */
         test_spec(&s, &t, l, "ghost", NULL);
         cr_assert_eq(engine_create(e, &s, orphan, &err), 0, "%s", err.msg);

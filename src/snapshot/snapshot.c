@@ -53,8 +53,7 @@ bool snapshot_name_valid(const char *name)
 {
         size_t n = name ? strlen(name) : 0;
 
-        if (n == 0 || n > STORE_SNAPSHOT_NAME_MAX || name[0] == '.' || name[0] == '-' ||
-            strncmp(name, "snap-", 5) == 0)
+        if (n == 0 || n > STORE_SNAPSHOT_NAME_MAX || name[0] == '.' || name[0] == '-' || strncmp(name, "snap-", 5) == 0)
                 return false;
         for (size_t i = 0; i < n; i++) {
                 char ch = name[i];
@@ -174,8 +173,7 @@ static cJSON *meta_build(const struct snapshot_ctx *c, const char *user, const c
         if (c->cells) {
                 cJSON *ctxs = NULL, *it, *out = cJSON_AddArrayToObject(m, "contexts");
                 if (cells_list(c->cells, user, session, &ctxs, NULL) == 0)
-                        cJSON_ArrayForEach(it, ctxs)
-                        {
+                        cJSON_ArrayForEach(it, ctxs) {
                                 cJSON *x = cJSON_CreateObject();
                                 cJSON_AddItemToObject(x, "context",
                                                       cJSON_Duplicate(cJSON_GetObjectItem(it, "context"), 1));
@@ -227,11 +225,9 @@ static int marks_apply(const struct snapshot_ctx *c, const struct store_snapshot
         if (!snap->datasets_json)
                 return 0;
         if (!c->privacy)
-                return sbx_error_set(err, -EPERM, 0, "snapshot %s is private and this daemon keeps no marks",
-                                     snap->id);
+                return sbx_error_set(err, -EPERM, 0, "snapshot %s is private and this daemon keeps no marks", snap->id);
         a = cJSON_Parse(snap->datasets_json);
-        cJSON_ArrayForEach(it, a)
-        {
+        cJSON_ArrayForEach(it, a) {
                 const char *ds = cJSON_GetStringValue(cJSON_GetObjectItem(it, "dataset"));
                 const char *src = cJSON_GetStringValue(cJSON_GetObjectItem(it, "source"));
                 if (!ds)
@@ -380,7 +376,8 @@ static int quota_error(const struct sbx_config *cfg, int64_t count, int64_t byte
                                      " snapshots, max_snapshots_per_user is %d; delete_snapshot one first",
                                      count, cfg->max_snapshots_per_user);
         return sbx_error_set(err, -EDQUOT, 0,
-                             "snapshot quota exceeded: your snapshots take %" PRId64 " bytes%s, "
+                             "snapshot quota exceeded: your snapshots take %" PRId64
+                             " bytes%s, "
                              "max_snapshot_bytes_per_user is %" PRId64 "; delete_snapshot some first",
                              bytes + adding, adding ? " with this one" : "", cfg->max_snapshot_bytes_per_user);
 }
@@ -438,7 +435,8 @@ int snapshot_take(const struct snapshot_ctx *c, const char *user, const char *se
         r = session_hold(c->sessions, user, session, false, NULL, capture_held, &k, err);
         if (r < 0)
                 goto fail;
-        if (store_snapshot_usage(c->store, user, &count, &bytes) == 0 && bytes + k.bytes > c->cfg->max_snapshot_bytes_per_user) {
+        if (store_snapshot_usage(c->store, user, &count, &bytes) == 0 &&
+            bytes + k.bytes > c->cfg->max_snapshot_bytes_per_user) {
                 r = quota_error(c->cfg, 0, bytes, k.bytes, err);
                 goto fail;
         }
@@ -616,8 +614,7 @@ static int fill_held(void *ud, const char *cid, struct sbx_error *err)
         if (paused_here) {
                 struct sbx_error ue = {0};
                 if (engine_unpause(e, cid, &ue) < 0)
-                        log_ctx(LOG_LEVEL_ERROR, f->user, f->session, cid, "fork: cannot thaw the session: %s",
-                                ue.msg);
+                        log_ctx(LOG_LEVEL_ERROR, f->user, f->session, cid, "fork: cannot thaw the session: %s", ue.msg);
         }
         return r;
 }
@@ -627,9 +624,10 @@ static int snap_usable(const struct snapshot_ctx *c, const struct store_snapshot
         if (strcmp(s->state, "ready") != 0)
                 return sbx_error_set(err, -EBUSY, 0, "snapshot %s is still being taken", s->id);
         if ((strcmp(s->kind, "image") == 0) != loop_mode(c->cfg))
-                return sbx_error_set(err, -EINVAL, 0,
-                                     "snapshot %s is kept as %s, which this daemon's workspace_quota_mode %s cannot restore",
-                                     s->id, s->kind, c->cfg->workspace_quota_mode);
+                return sbx_error_set(
+                        err, -EINVAL, 0,
+                        "snapshot %s is kept as %s, which this daemon's workspace_quota_mode %s cannot restore", s->id,
+                        s->kind, c->cfg->workspace_quota_mode);
         return 0;
 }
 
@@ -732,8 +730,7 @@ static int env_apply(const struct snapshot_ctx *c, const struct store_snapshot *
                         r = store_egress_rule_add(c->store, user, child, it->valuestring, actor, sbx_wall_ms(),
                                                   (size_t)c->cfg->egress_max_rules);
         if (c->cells)
-                cJSON_ArrayForEach(it, cJSON_GetObjectItem(m, "contexts"))
-                {
+                cJSON_ArrayForEach(it, cJSON_GetObjectItem(m, "contexts")) {
                         const char *name = cJSON_GetStringValue(cJSON_GetObjectItem(it, "context"));
                         const char *lang = cJSON_GetStringValue(cJSON_GetObjectItem(it, "language"));
                         double gen = cJSON_GetNumberValue(cJSON_GetObjectItem(it, "generation"));
@@ -889,9 +886,9 @@ int snapshot_gc(const struct sbx_config *cfg, struct store *st, int64_t now_ms, 
                                 continue;
                         cJSON *detail = cJSON_CreateObject();
                         cJSON_AddStringToObject(detail, "snapshot", list[i].id);
-                        cJSON_AddStringToObject(detail, "reason", strcmp(list[i].state, "ready") == 0
-                                                                          ? "snapshot_retention"
-                                                                          : "unfinished");
+                        cJSON_AddStringToObject(detail, "reason",
+                                                strcmp(list[i].state, "ready") == 0 ? "snapshot_retention"
+                                                                                    : "unfinished");
                         (void)audit_record_json(st, "gc", list[i].user, list[i].session, "snapshot.delete", detail);
                 }
                 removed++;

@@ -10,8 +10,8 @@
 #include "sandboxd/store_snapshot.h"
 #include "store_internal.h"
 
-#define COLS                                                                                                          \
-        "id, user_id, session_id, COALESCE(name, ''), kind, state, bytes, workspace_size, meta_json, datasets_json, " \
+#define COLS                                                                                                           \
+        "id, user_id, session_id, COALESCE(name, ''), kind, state, bytes, workspace_size, meta_json, datasets_json, "  \
         "private, created_at"
 
 void store_snapshot_done(struct store_snapshot *s)
@@ -189,7 +189,8 @@ int store_snapshot_list(struct store *s, const char *user, size_t limit, struct 
         if (user && !store_key_ok(user))
                 return -EINVAL;
         r = sq_start(&q, s,
-                     "SELECT " COLS " FROM snapshots WHERE ?1 IS NULL OR user_id = ?1 "
+                     "SELECT " COLS
+                     " FROM snapshots WHERE ?1 IS NULL OR user_id = ?1 "
                      "ORDER BY created_at DESC, id");
         if (r < 0)
                 return r;
@@ -205,7 +206,8 @@ int store_snapshot_list_older(struct store *s, int64_t before_ms, int64_t stale_
         int r;
 
         r = sq_start(&q, s,
-                     "SELECT " COLS " FROM snapshots WHERE created_at < ?1 OR (state = 'creating' AND created_at < ?2) "
+                     "SELECT " COLS
+                     " FROM snapshots WHERE created_at < ?1 OR (state = 'creating' AND created_at < ?2) "
                      "ORDER BY created_at, id");
         if (r < 0)
                 return r;

@@ -48,8 +48,14 @@ const TOOLS = [
         'get_variables',
         'interrupt_cell',
         'last_cell',
+        // snapshots, restore and fork (issue 28)
+        'snapshot_session',
+        'list_snapshots',
+        'delete_snapshot',
+        'restore_session',
+        'fork_session',
 ];
-const USER_LEVEL = new Set(['list_scripts', 'clear_scripts', 'list_sessions']);
+const USER_LEVEL = new Set(['list_scripts', 'clear_scripts', 'list_sessions', 'delete_snapshot']);
 const sleep = (ms) => new Promise((r) => setTimeout(r, ms));
 
 let daemon;

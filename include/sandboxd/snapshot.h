@@ -95,11 +95,11 @@ int snapshot_delete(const struct snapshot_ctx *c, const char *user, const char *
 /* The row as the fronts show it (no env values: their names only). */
 cJSON *snapshot_to_json(const struct store_snapshot *s);
 
-/* --gc: delete snapshots older than snapshot_retention (none when it is
- * -1) and "creating" ones a day old (a copy a crash cut short); with
- * dry_run only count. *ret_removed, *ret_bytes: how many, how big. */
-int snapshot_gc(const struct sbx_config *cfg, struct store *st, int64_t now_ms, bool dry_run, int64_t *ret_removed,
-                int64_t *ret_bytes, struct sbx_error *err);
+/* "creating" rows this old are a copy a crash cut short (--gc removes them). */
+#define SNAPSHOT_STALE_MS (24LL * 3600 * 1000)
+/* --gc (gc.c decides which, by snapshot_retention): the files, then the
+ * row. 0, or -errno when the files could not all go (the row then stays). */
+int snapshot_purge(const struct sbx_config *cfg, struct store *st, const char *user, const char *id);
 
 /* Counters for /metrics: taken, restored, forked, deleted, failed. */
 struct snapshot_counters {

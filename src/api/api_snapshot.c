@@ -138,8 +138,8 @@ int api_m_fork_session(struct api_req *q, cJSON **ret, struct fronterr *e)
                 if (strcmp(from_session, q->session) == 0)
                         return fronterr_set(e, "invalid", "a session cannot be forked into itself");
         } else {
-                if (!cJSON_IsString(fsnap) || (strncmp(fsnap->valuestring, "snap-", 5) != 0 &&
-                                               !snapshot_name_valid(fsnap->valuestring)) ||
+                if (!cJSON_IsString(fsnap) ||
+                    (strncmp(fsnap->valuestring, "snap-", 5) != 0 && !snapshot_name_valid(fsnap->valuestring)) ||
                     strlen(fsnap->valuestring) > STORE_SNAPSHOT_ID_MAX)
                         return fronterr_set(e, "invalid", "params.from.snapshot must be a snapshot id or name");
                 from_snapshot = fsnap->valuestring;

@@ -35,7 +35,6 @@
 #define SNAP_DIR "snapshots"
 #define IMAGE_FILE "workspace.ext4"
 #define ARCHIVE_FILE "workspace.tar.zst"
-#define STALE_CREATING_MS (24LL * 3600 * 1000)
 
 static _Atomic uint64_t n_taken, n_restored, n_forked, n_deleted, n_failed, n_bytes;
 
@@ -867,35 +866,17 @@ int snapshot_delete(const struct snapshot_ctx *c, const char *user, const char *
         return 0;
 }
 
-int snapshot_gc(const struct sbx_config *cfg, struct store *st, int64_t now_ms, bool dry_run, int64_t *ret_removed,
-                int64_t *ret_bytes, struct sbx_error *err)
+int snapshot_purge(const struct sbx_config *cfg, struct store *st, const char *user, const char *id)
 {
-        struct store_snapshot *list = NULL;
-        size_t n = 0;
-        int64_t before = cfg->snapshot_retention_s < 0 ? INT64_MIN : now_ms - (int64_t)cfg->snapshot_retention_s * 1000;
-        int64_t removed = 0, bytes = 0;
-        int r;
+        _cleanup_close_ int u = user_dir(cfg, SNAP_DIR, user, false);
+        int r = 0;
 
-        r = store_snapshot_list_older(st, before, now_ms - STALE_CREATING_MS, 100000, &list, &n);
+        if (u >= 0)
+                r = snapcopy_remove_at(u, id);
+        else if (u != -ENOENT)
+                r = u;
         if (r < 0)
-                return sbx_error_set(err, r, 0, "cannot list snapshots: %s", strerror(-r));
-        for (size_t i = 0; i < n; i++) {
-                if (!dry_run) {
-                        remove_files(cfg, list[i].user, list[i].id);
-                        if (store_snapshot_delete(st, list[i].user, list[i].id) < 0)
-                                continue;
-                        cJSON *detail = cJSON_CreateObject();
-                        cJSON_AddStringToObject(detail, "snapshot", list[i].id);
-                        cJSON_AddStringToObject(detail, "reason",
-                                                strcmp(list[i].state, "ready") == 0 ? "snapshot_retention"
-                                                                                    : "unfinished");
-                        (void)audit_record_json(st, "gc", list[i].user, list[i].session, "snapshot.delete", detail);
-                }
-                removed++;
-                bytes += list[i].bytes;
-        }
-        store_snapshot_list_free(list, n);
-        *ret_removed = removed;
-        *ret_bytes = bytes;
-        return 0;
+                return r;
+        r = store_snapshot_delete(st, user, id);
+        return r == -ENOENT ? 0 : r;
 }

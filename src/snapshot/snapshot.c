@@ -439,9 +439,7 @@ int snapshot_take(const struct snapshot_ctx *c, const char *user, const char *se
                 r = quota_error(c->cfg, 0, bytes, k.bytes, err);
                 goto fail;
         }
-        if (k.image)
-                row.workspace_size = k.size;
-        r = store_snapshot_ready(c->store, user, row.id, k.bytes);
+        r = store_snapshot_ready(c->store, user, row.id, k.bytes, k.image ? k.size : 0);
         if (r < 0) {
                 r = sbx_error_set(err, r, 0, "cannot record the snapshot: %s", strerror(-r));
                 goto fail;

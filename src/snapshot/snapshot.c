@@ -777,8 +777,6 @@ int snapshot_fork(const struct snapshot_ctx *c, const char *user, const char *fr
         r = marks_apply(c, &snap, user, to_session, actor, err);
         if (r == 0)
                 r = env_apply(c, &snap, user, to_session, actor, err);
-        if (r == 0)
-                r = sessuid_get_or_assign(c->store, c->cfg, user, to_session, &f.uid, err);
         if (r < 0)
                 goto out;
         if (strcmp(snap.kind, "image") == 0) {
@@ -795,8 +793,14 @@ int snapshot_fork(const struct snapshot_ctx *c, const char *user, const char *fr
                 goto out;
         session_release(s);
         if (strcmp(snap.kind, "archive") == 0) {
-                /* the container (maybe a warm one) has an empty workspace: filled frozen */
+                /* the container (maybe a warm one: the session had no uid before, so the
+                 * pool could serve it) has an empty workspace: filled frozen, as its uid */
                 f.live = true;
+                r = sessuid_lookup(c->store, user, to_session, &f.uid);
+                if (r < 0) {
+                        r = sbx_error_set(err, r, 0, "the new session has no uid: %s", strerror(-r));
+                        goto out;
+                }
                 r = session_hold(c->sessions, user, to_session, false, NULL, fill_held, &f, err);
                 if (r < 0)
                         goto out;

@@ -127,7 +127,9 @@ int store_snapshot_ready(struct store *s, const char *user, const char *id, int6
         _cleanup_(sq_end) struct store_query q = {};
         int r;
 
-        r = sq_start(&q, s, "UPDATE snapshots SET state = 'ready', bytes = ?3, workspace_size = ?4 WHERE user_id = ?1 AND id = ?2");
+        r = sq_start(
+                &q, s,
+                "UPDATE snapshots SET state = 'ready', bytes = ?3, workspace_size = ?4 WHERE user_id = ?1 AND id = ?2");
         if (r < 0)
                 return r;
         sq_text(&q, user);

@@ -29,6 +29,7 @@
 #include "sandboxd/daemon.h"
 #include "sandboxd/engine.h"
 #include "sandboxd/gc.h"
+#include "sandboxd/pool.h"
 #include "sandboxd/session.h"
 #include "sandboxd/sessuid.h"
 #include "sandboxd/store_snapshot.h"
@@ -40,8 +41,9 @@ TestSuite(snapshot, .timeout = 600);
 static struct sbx_config cfg;
 static struct daemon *d;
 static char tok[TOKEN_LEN + 1], tok_conn[TOKEN_LEN + 1];
-static int max_snapshots = 20;                       /* max_snapshots_per_user of the next setup */
+static int max_snapshots = 20;                        /* max_snapshots_per_user of the next setup */
 static int64_t max_snapshot_bytes = INT64_C(1) << 34; /* max_snapshot_bytes_per_user */
+static int pool_size;                                 /* pool_size of the next setup */
 
 static void setup_with(const char *mode, const char *network, const char *image)
 {
@@ -55,6 +57,7 @@ static void setup_with(const char *mode, const char *network, const char *image)
         cfg.ports_per_session = 2;
         cfg.max_snapshots_per_user = max_snapshots;
         cfg.max_snapshot_bytes_per_user = max_snapshot_bytes;
+        cfg.pool_size = pool_size;
         snprintf(cfg.workspace_quota_mode, sizeof(cfg.workspace_quota_mode), "%s", mode);
         if (strcmp(mode, "loop") == 0) {
                 cfg.workspace_quota_bytes = 24 << 20;
@@ -134,7 +137,7 @@ static char *sh(const char *session, const char *script)
 
 /* Every entry under /workspace: type, path, mode, and a file's hash or a link's target. */
 #define MANIFEST                                                                                                       \
-        "cd /workspace && find . -mindepth 1 | LC_ALL=C sort | while read -r f; do "                                  \
+        "cd /workspace && find . -mindepth 1 | LC_ALL=C sort | while read -r f; do "                                   \
         "if [ -L \"$f\" ]; then echo \"L $f -> $(readlink \"$f\")\"; "                                                 \
         "elif [ -d \"$f\" ]; then echo \"D $f $(stat -c %a \"$f\")\"; "                                                \
         "else echo \"F $f $(stat -c '%a %s' \"$f\") $(sha256sum < \"$f\" | cut -c1-64)\"; fi; done"
@@ -227,9 +230,10 @@ Test(snapshot, restore_puts_the_files_back_byte_for_byte, .fini = teardown)
         cr_assert_eq(st.st_uid, 0);
 
         /* changes of every kind, and a directory replaced by a symlink to a host directory */
-        free(sh("s", "cd /workspace && rm -rf d/e && printf 'changed' > d/a.txt && chmod 777 d/a.txt && "
-                     "head -c 1000 /dev/urandom > bin && rm link && mkdir link && touch new && rm out && "
-                     "echo x > out"));
+        free(sh("s",
+                "cd /workspace && rm -rf d/e && printf 'changed' > d/a.txt && chmod 777 d/a.txt && "
+                "head -c 1000 /dev/urandom > bin && rm link && mkdir link && touch new && rm out && "
+                "echo x > out"));
         {
                 char script[SBX_PATH_MAX + 64];
                 snprintf(script, sizeof(script), "cd /workspace && rm -rf d && ln -s '%s' d", victim);
@@ -288,8 +292,7 @@ Test(snapshot, restore_drops_setuid_bits, .fini = teardown)
 static bool context_lost_forked(const cJSON *contexts, const char *name)
 {
         const cJSON *c;
-        cJSON_ArrayForEach(c, contexts)
-        {
+        cJSON_ArrayForEach(c, contexts) {
                 const cJSON *lost = cJSON_GetObjectItem(c, "pending_state_lost");
                 if (strcmp(apic_str(c, "context"), name) == 0)
                         return lost && strcmp(apic_str(lost, "cause"), "forked") == 0;
@@ -363,8 +366,7 @@ Test(snapshot, fork_copies_the_files_and_then_diverges, .fini = teardown)
 
         /* from a live session the snapshot is made and not kept */
         res = ok(call("list_snapshots", NULL, NULL), &keep);
-        cr_assert_eq(cJSON_GetArraySize(cJSON_GetObjectItem(res, "snapshots")), 0, "%s",
-                     cJSON_PrintUnformatted(keep));
+        cr_assert_eq(cJSON_GetArraySize(cJSON_GetObjectItem(res, "snapshots")), 0, "%s", cJSON_PrintUnformatted(keep));
         cJSON_Delete(keep);
         /* a name in use is a conflict, and a fork into itself is refused */
         p = cJSON_CreateObject();
@@ -398,6 +400,38 @@ Test(snapshot, fork_from_a_snapshot_has_its_files_not_later_ones, .fini = teardo
         /* snapshot names and ids are the user's own */
         refused(call("fork_session", "c", apic_json("{\"from\": {\"snapshot\": \"snap-0000000000000000\"}}")),
                 "not_found", "no snapshot");
+}
+
+static bool pool_full(void *ud)
+{
+        struct pool_stats ps;
+        (void)ud;
+        pool_stats(d->pool, &ps);
+        return ps.ready == (size_t)ps.size;
+}
+
+/* A fork takes a warm container when one is ready: the files arrive in its
+ * workspace while it is frozen. */
+Test(snapshot, fork_is_served_from_the_warm_pool, .fini = teardown)
+{
+        char *p_files, *c_files;
+        cJSON *keep;
+        const cJSON *res;
+
+        pool_size = 1;
+        setup("off");
+        pool_size = 0;
+        free(sh("wp", "mkdir -p /workspace/x && echo warm > /workspace/x/f && ln -s x/f /workspace/l"));
+        p_files = manifest("wp");
+        cr_assert_geq(fixture_wait(pool_full, NULL, 120000), 0, "the pool did not fill");
+        res = fork_from("session", "wp", "wc", &keep);
+        cr_assert(cJSON_IsTrue(cJSON_GetObjectItem(res, "pooled")), "%s", cJSON_PrintUnformatted(keep));
+        cJSON_Delete(keep);
+        c_files = manifest("wc");
+        cr_assert_str_eq(c_files, p_files);
+        cr_assert_neq(uid_of("wp"), uid_of("wc"));
+        free(c_files);
+        free(p_files);
 }
 
 static bool container_has_network(const char *id)
@@ -535,7 +569,8 @@ Test(snapshot, loop_mode_keeps_the_size_limit, .fini = teardown)
         const cJSON *res;
 
         setup("loop");
-        free(sh("l", "head -c 4000000 /dev/urandom > /workspace/big && mkdir /workspace/d && ln -s big /workspace/d/ln"));
+        free(sh("l",
+                "head -c 4000000 /dev/urandom > /workspace/big && mkdir /workspace/d && ln -s big /workspace/d/ln"));
         files = manifest("l");
         res = ok(call("snapshot_session", "l", NULL), &keep);
         snprintf(id, sizeof(id), "%s", apic_str(res, "snapshot"));

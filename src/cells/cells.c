@@ -1895,6 +1895,8 @@ static const char *cause_from_session(const char *cause)
                 return "oom";
         if (strcmp(cause, "evicted") == 0) /* the fair share of max_sessions (session_share.c) */
                 return "evicted";
+        if (strcmp(cause, "restored") == 0) /* restore_session put the workspace back (snapshot.h) */
+                return "restored";
         return "container_recreated";
 }
 

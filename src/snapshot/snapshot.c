@@ -458,7 +458,7 @@ int snapshot_take(const struct snapshot_ctx *c, const char *user, const char *se
         cJSON_AddBoolToObject(detail, "private", row.private_);
         {
                 char *js = cJSON_PrintUnformatted(detail);
-                events_emit("snapshot.created", user, session, js);
+                events_emit(EVENT_SNAPSHOT_CREATED, user, session, js);
                 free(js);
         }
         (void)audit_record_json(c->store, actor, user, session, "snapshot.create", detail);
@@ -667,7 +667,7 @@ int snapshot_restore(const struct snapshot_ctx *c, const char *user, const char 
         cJSON_AddBoolToObject(detail, "private", snap.private_);
         {
                 char *js = cJSON_PrintUnformatted(detail);
-                events_emit("session.restored", user, session, js);
+                events_emit(EVENT_SESSION_RESTORED, user, session, js);
                 free(js);
         }
         (void)audit_record_json(c->store, actor, user, session, "snapshot.restore", detail);
@@ -684,6 +684,12 @@ out:
 }
 
 /* ---- fork ---- */
+
+/* A non-negative count from a stored number, 0 when absent or out of range. */
+static int64_t count_of(const cJSON *v)
+{
+        return cJSON_IsNumber(v) && v->valuedouble > 0 && v->valuedouble < 9e18 ? (int64_t)v->valuedouble : 0;
+}
 
 /* What the child gets of the environment besides its marks. */
 static int env_apply(const struct snapshot_ctx *c, const struct store_snapshot *snap, const char *user,
@@ -706,17 +712,19 @@ static int env_apply(const struct snapshot_ctx *c, const struct store_snapshot *
                 r = store_session_options_set(c->store, user, child, &opt);
         store_session_options_done(&opt);
         x = cJSON_GetObjectItem(m, "resources");
-        if (r == 0 && (cJSON_IsObject(x) || cJSON_IsObject(cJSON_GetObjectItem(m, "labels")))) {
+        /* an image copy is a disk of its own size: recorded as the session's disk, which also
+         * keeps a warm slot (its own image) from being claimed for it */
+        if (r == 0 &&
+            (cJSON_IsObject(x) || cJSON_IsObject(cJSON_GetObjectItem(m, "labels")) || snap->workspace_size > 0)) {
                 struct store_session_spec want = {0}, got = {0};
                 bool inserted;
                 cJSON *labels = cJSON_GetObjectItem(m, "labels");
                 want.labels_json = cJSON_IsObject(labels) ? cJSON_PrintUnformatted(labels) : NULL;
-                want.nano_cpus = (int64_t)cJSON_GetNumberValue(cJSON_GetObjectItem(x, "nano_cpus"));
-                want.memory = (int64_t)cJSON_GetNumberValue(cJSON_GetObjectItem(x, "memory"));
-                want.disk = (int64_t)cJSON_GetNumberValue(cJSON_GetObjectItem(x, "disk"));
-                want.nano_cpus = want.nano_cpus > 0 ? want.nano_cpus : 0; /* NaN when absent */
-                want.memory = want.memory > 0 ? want.memory : 0;
-                want.disk = want.disk > 0 ? want.disk : 0;
+                want.nano_cpus = count_of(cJSON_GetObjectItem(x, "nano_cpus"));
+                want.memory = count_of(cJSON_GetObjectItem(x, "memory"));
+                want.disk = count_of(cJSON_GetObjectItem(x, "disk"));
+                if (want.disk == 0)
+                        want.disk = snap->workspace_size > 0 ? snap->workspace_size : 0;
                 want.created_at = sbx_wall_ms();
                 r = store_session_spec_claim(c->store, user, child, &want, &got, &inserted);
                 store_session_spec_done(&want);
@@ -730,11 +738,10 @@ static int env_apply(const struct snapshot_ctx *c, const struct store_snapshot *
                 cJSON_ArrayForEach(it, cJSON_GetObjectItem(m, "contexts")) {
                         const char *name = cJSON_GetStringValue(cJSON_GetObjectItem(it, "context"));
                         const char *lang = cJSON_GetStringValue(cJSON_GetObjectItem(it, "language"));
-                        double gen = cJSON_GetNumberValue(cJSON_GetObjectItem(it, "generation"));
-                        double cnt = cJSON_GetNumberValue(cJSON_GetObjectItem(it, "execution_count"));
                         if (name && lang)
-                                (void)cells_mark_forked(c->cells, user, child, name, lang, gen > 0 ? (int64_t)gen : 0,
-                                                        cnt > 0 ? (int64_t)cnt : 0);
+                                (void)cells_mark_forked(c->cells, user, child, name, lang,
+                                                        count_of(cJSON_GetObjectItem(it, "generation")),
+                                                        count_of(cJSON_GetObjectItem(it, "execution_count")));
                 }
         cJSON_Delete(m);
         if (r < 0)
@@ -812,7 +819,7 @@ int snapshot_fork(const struct snapshot_ctx *c, const char *user, const char *fr
         cJSON_AddBoolToObject(detail, "private", snap.private_);
         {
                 char *js = cJSON_PrintUnformatted(detail);
-                events_emit("session.forked", user, to_session, js);
+                events_emit(EVENT_SESSION_FORKED, user, to_session, js);
                 free(js);
         }
         (void)audit_record_json(c->store, actor, user, to_session, "session.fork", detail);
@@ -860,7 +867,7 @@ int snapshot_delete(const struct snapshot_ctx *c, const char *user, const char *
         cJSON_AddNumberToObject(detail, "bytes", (double)snap.bytes);
         {
                 char *js = cJSON_PrintUnformatted(detail);
-                events_emit("snapshot.deleted", user, snap.session, js);
+                events_emit(EVENT_SNAPSHOT_DELETED, user, snap.session, js);
                 free(js);
         }
         (void)audit_record_json(c->store, actor, user, snap.session, "snapshot.delete", detail);

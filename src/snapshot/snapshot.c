@@ -487,6 +487,7 @@ struct fill {
         const char *user, *session;
         uid_t uid;
         bool live; /* the session's container runs on the workspace: fill it in place, frozen */
+        bool take; /* image: the snapshot is a fork's own, deleted after: its file is moved, not copied */
 };
 
 static int open_snap_file(const struct fill *f, struct sbx_error *err)
@@ -527,6 +528,12 @@ static int fill_image(const struct fill *f, struct sbx_error *err)
         if (u < 0)
                 return sbx_error_set(err, u, 0, "cannot open the workspace images: %s", strerror(-u));
         snprintf(name, sizeof(name), "%s.ext4", f->session);
+        if (f->take) {
+                /* the same file system (data_dir): a rename, no second copy */
+                _cleanup_close_ int d = snap_dir(f->c->cfg, f->user, f->snap->id, false);
+                if (d >= 0 && renameat(d, IMAGE_FILE, u, name) == 0)
+                        return 0;
+        }
         snprintf(tmp, sizeof(tmp), ".%s.ext4.restore", f->session);
         (void)unlinkat(u, tmp, 0);
         dst = openat(u, tmp, O_WRONLY | O_CREAT | O_EXCL | O_NOFOLLOW | O_CLOEXEC, 0600);
@@ -788,6 +795,7 @@ int snapshot_fork(const struct snapshot_ctx *c, const char *user, const char *fr
                 goto out;
         if (strcmp(snap.kind, "image") == 0) {
                 /* loop: the image is in place before the first container mounts it */
+                f.take = temp_id[0] != '\0';
                 r = fill_image(&f, err);
                 if (r < 0)
                         goto out;

@@ -603,5 +603,18 @@ Test(snapshot, loop_mode_keeps_the_size_limit, .fini = teardown)
         df = manifest("l");
         cr_assert_str_eq(df, files);
         free(df);
+        /* a fork of the live session takes its image (moved out of the passing snapshot) */
+        fork_from("session", "l", "lf", &keep);
+        cJSON_Delete(keep);
+        df = manifest("lf");
+        cr_assert_str_eq(df, files);
+        free(df);
+        df = sh("lf", "df -k /workspace | tail -1 | awk '{print $2}'");
+        cr_assert_lt(atol(df), 24 * 1024, "the fork's file system is the 24 MB one: %s", df);
+        cr_assert_gt(atol(df), 16 * 1024, "%s", df);
+        free(df);
+        res = ok(call("list_snapshots", NULL, NULL), &keep);
+        cr_assert_eq(apic_num(res, "count"), 1, "only the one taken by name: %s", cJSON_PrintUnformatted(keep));
+        cJSON_Delete(keep);
         free(files);
 }

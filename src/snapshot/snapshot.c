@@ -280,6 +280,7 @@ struct capture {
         bool image;   /* kind image (loop) */
         int64_t size; /* image: its size */
         int64_t bytes;
+        int64_t room; /* bytes left of the user's max_snapshot_bytes_per_user */
         bool reflinked;
         bool was_paused;
 };
@@ -300,6 +301,11 @@ static int capture_files(struct capture *k, struct sbx_error *err)
                 if (src < 0 || fstat(src, &st) < 0)
                         return sbx_error_set(err, -ENOENT, 0, "the session has no workspace image yet");
                 k->size = st.st_size;
+                if ((int64_t)st.st_blocks * 512 > k->room)
+                        return sbx_error_set(err, -EDQUOT, 0,
+                                             "snapshot quota exceeded: the workspace image holds %lld bytes and "
+                                             "%lld are left of max_snapshot_bytes_per_user",
+                                             (long long)st.st_blocks * 512, (long long)k->room);
                 dst = openat(k->outdir, IMAGE_FILE, O_WRONLY | O_CREAT | O_EXCL | O_NOFOLLOW | O_CLOEXEC, 0600);
                 if (dst < 0)
                         return sbx_error_set(err, -errno, 0, "snapshot: cannot create its image: %m");
@@ -319,7 +325,7 @@ static int capture_files(struct capture *k, struct sbx_error *err)
         dst = openat(k->outdir, ARCHIVE_FILE, O_WRONLY | O_CREAT | O_EXCL | O_NOFOLLOW | O_CLOEXEC, 0600);
         if (dst < 0)
                 return sbx_error_set(err, -errno, 0, "snapshot: cannot create its archive: %m");
-        r = snaparchive_pack(ws, dst, (uint64_t)cfg->max_snapshot_bytes_per_user * 8, &st, err);
+        r = snaparchive_pack(ws, dst, (uint64_t)cfg->max_snapshot_bytes_per_user * 8, (uint64_t)k->room, &st, err);
         if (r < 0)
                 return r;
         if (fsync(dst) < 0 || fstat(dst, &sb) < 0)
@@ -426,6 +432,7 @@ int snapshot_take(const struct snapshot_ctx *c, const char *user, const char *se
                 r = sbx_error_set(err, r, 0, "cannot record the snapshot: %s", strerror(-r));
         if (r < 0)
                 goto fail_row;
+        k.room = c->cfg->max_snapshot_bytes_per_user - bytes;
         k.outdir = snap_dir(c->cfg, user, row.id, true);
         if (k.outdir < 0) {
                 r = sbx_error_set(err, k.outdir, 0, "cannot make the snapshot's directory: %s", strerror(-k.outdir));

@@ -27,7 +27,9 @@ struct pack {
         struct archive *a;
         struct archive_entry *e;
         dev_t dev;
-        uint64_t max_bytes;
+        int outfd;
+        uint64_t max_bytes, max_out;
+        unsigned chunks; /* written since the output's size was last checked */
         struct snaparchive_stats st;
         char *buf;
         struct sbx_error *err;
@@ -87,6 +89,15 @@ static int pack_file(struct pack *p, int dirfd, const char *name, const char *pa
                 if (archive_write_data(p->a, p->buf, (size_t)n) != n)
                         return pack_fail(p, path, "cannot write");
                 left -= n;
+                if (++p->chunks >= 32) { /* every 8 MiB read: the quota left, before the disk fills */
+                        struct stat os;
+                        p->chunks = 0;
+                        if (fstat(p->outfd, &os) == 0 && (uint64_t)os.st_size > p->max_out)
+                                return sbx_error_set(p->err, -EDQUOT, 0,
+                                                     "snapshot quota exceeded: the copy passed the %llu bytes "
+                                                     "left of max_snapshot_bytes_per_user",
+                                                     (unsigned long long)p->max_out);
+                }
         }
         p->st.bytes += (uint64_t)st.st_size;
         return 0;
@@ -147,10 +158,10 @@ static int pack_dir(struct pack *p, int dirfd, const char *prefix, int depth)
         return r;
 }
 
-int snaparchive_pack(int dirfd, int outfd, uint64_t max_bytes, struct snaparchive_stats *ret_stats,
+int snaparchive_pack(int dirfd, int outfd, uint64_t max_bytes, uint64_t max_out, struct snaparchive_stats *ret_stats,
                      struct sbx_error *err)
 {
-        struct pack p = {.max_bytes = max_bytes, .err = err};
+        struct pack p = {.max_bytes = max_bytes, .max_out = max_out, .outfd = outfd, .err = err};
         struct stat st;
         int r;
 

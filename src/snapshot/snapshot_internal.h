@@ -37,8 +37,9 @@ struct snaparchive_stats {
 /* Write the tree under dirfd (not dirfd's own entry) to outfd as a
  * zstd-compressed pax tar: regular files, directories and symlinks, modes
  * and mtimes, no owners. Bounded by max_bytes of file data and
- * SNAP_MAX_ENTRIES entries (-EFBIG). */
-int snaparchive_pack(int dirfd, int outfd, uint64_t max_bytes, struct snaparchive_stats *ret_stats,
+ * SNAP_MAX_ENTRIES entries (-EFBIG), and by max_out bytes written to outfd
+ * (-EDQUOT: the user's snapshot quota left), checked as it goes. */
+int snaparchive_pack(int dirfd, int outfd, uint64_t max_bytes, uint64_t max_out, struct snaparchive_stats *ret_stats,
                      struct sbx_error *err);
 
 /* Unpack infd's archive into dirfd (expected empty), every entry owned by

@@ -538,6 +538,16 @@ Test(snapshot, gc_prunes_old_snapshots_and_keeps_the_rest, .fini = teardown)
         cr_assert_eq(store_snapshot_get(d->store, "u1", old_id, &a), 0);
         cr_assert_eq(store_snapshot_get(d->store, "u1", new_id, &b), 0);
         cr_assert_gt(b.created_at, a.created_at);
+        {
+                /* the operator sees both, per user */
+                char *out = NULL;
+                cr_assert_eq(fixture_sandboxctl(SANDBOXD_BINARY_DIR, cfg.admin_socket, "snapshots u1", &out), 0, "%s",
+                             out);
+                cr_assert_not_null(strstr(out, old_id), "%s", out);
+                cr_assert_not_null(strstr(out, new_id), "%s", out);
+                cr_assert_not_null(strstr(out, "2 snapshots"), "%s", out);
+                free(out);
+        }
         /* the clock gc judges by: the old one just past snapshot_retention, the new one not */
         cfg.snapshot_retention_s = 3600;
         opts.now_ms = a.created_at + 3600 * 1000LL + 1;

@@ -180,6 +180,32 @@ function commonScenarios(getClient, session) {
                 assert.deepEqual(s.tests.map((t) => t.name), ['ok']);
         });
 
+        check('snapshot_session, restore_session, fork_session, list and delete (issue 28)', async () => {
+                let r = await call('exec', { command: 'echo kept > /workspace/snap.txt' });
+                assert.equal(r.isError ?? false, false, JSON.stringify(r));
+                r = await call('snapshot_session', { name: 'mcp-snap' });
+                assert.equal(r.isError ?? false, false, JSON.stringify(r));
+                assert.match(r.structuredContent.snapshot, /^snap-/);
+                assert.equal(r.structuredContent.session, session); // the connection's session
+                await call('exec', { command: 'echo changed > /workspace/snap.txt' });
+                r = await call('restore_session', { snapshot: 'mcp-snap' });
+                assert.equal(r.structuredContent.restored, true, JSON.stringify(r));
+                r = await call('exec', { command: 'cat /workspace/snap.txt' });
+                assert.equal(r.structuredContent.stdout, 'kept\n', JSON.stringify(r));
+                const kid = `${session}-kid`;
+                r = await call('fork_session', { session: kid, from: { snapshot: 'mcp-snap' } });
+                assert.equal(r.isError ?? false, false, JSON.stringify(r));
+                assert.equal(r.structuredContent.session, kid);
+                r = await call('exec', { session: kid, command: 'cat /workspace/snap.txt' });
+                assert.equal(r.structuredContent.stdout, 'kept\n', JSON.stringify(r));
+                r = await call('list_snapshots', {});
+                assert.ok(r.structuredContent.snapshots.some((x) => x.name === 'mcp-snap'), JSON.stringify(r));
+                r = await call('delete_snapshot', { snapshot: 'mcp-snap' });
+                assert.equal(r.structuredContent.deleted, true, JSON.stringify(r));
+                r = await call('destroy_session', { session: kid, purge: true });
+                assert.equal(r.structuredContent.destroyed, true, JSON.stringify(r));
+        });
+
         check('create_session, exec in it, destroy_session', async () => {
                 const name = `${session}-made`;
                 let r = await call('create_session', { session: name, env: { COLOR: 'teal' }, ttl_seconds: 600 });

@@ -325,7 +325,7 @@ static int capture_files(struct capture *k, struct sbx_error *err)
         dst = openat(k->outdir, ARCHIVE_FILE, O_WRONLY | O_CREAT | O_EXCL | O_NOFOLLOW | O_CLOEXEC, 0600);
         if (dst < 0)
                 return sbx_error_set(err, -errno, 0, "snapshot: cannot create its archive: %m");
-        r = snaparchive_pack(ws, dst, (uint64_t)cfg->max_snapshot_bytes_per_user * 8, (uint64_t)k->room, &st, err);
+        r = snaparchive_pack(ws, dst, (uint64_t)cfg->max_snapshot_bytes_per_user * 2, (uint64_t)k->room, &st, err);
         if (r < 0)
                 return r;
         if (fsync(dst) < 0 || fstat(dst, &sb) < 0)
@@ -515,7 +515,7 @@ static uint64_t unpack_limit(const struct sbx_config *cfg)
 {
         /* what a workspace may hold; without a quota, what a user's snapshots may */
         return cfg->workspace_quota_bytes > 0 ? (uint64_t)cfg->workspace_quota_bytes * 2
-                                              : (uint64_t)cfg->max_snapshot_bytes_per_user * 8;
+                                              : (uint64_t)cfg->max_snapshot_bytes_per_user * 2;
 }
 
 /* loop: the image file of the session, replaced whole (written beside, renamed). */

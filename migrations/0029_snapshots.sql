@@ -4,7 +4,8 @@
 -- the bytes it takes on disk, the workspace's size limit (loop: the image's size), what recreates
 -- the environment (meta_json: image, runtime, env, egress additions, labels, resources, the
 -- contexts it had) and its privacy marks (datasets_json, private). state 'creating' while the
--- copy runs (it counts against the quota already), 'ready' after. The files live under
+-- copy runs (it counts against the quota already), 'ready' after; paused names the container the
+-- copy froze until it thaws it, so a daemon that died meanwhile thaws it when it starts again. The files live under
 -- {data_dir}/snapshots/<user>/<id>, outside every workspace.
 CREATE TABLE snapshots (
         id             TEXT PRIMARY KEY,
@@ -18,6 +19,7 @@ CREATE TABLE snapshots (
         meta_json      TEXT NOT NULL,
         datasets_json  TEXT,
         private        INTEGER NOT NULL DEFAULT 0,
+        paused         TEXT,              -- the container the copy froze, until it is thawed
         created_at     INTEGER NOT NULL
 );
 CREATE INDEX snapshots_user ON snapshots (user_id, created_at);

@@ -349,6 +349,8 @@ int daemon_open(const struct sbx_config *cfg, const struct daemon_options *opts,
         service_set_quota(d->services, d->quota);
         service_set_runner(d->services, d->runner);
         session_set_busy_check(d->sessions, session_busy, d);
+        /* a snapshot cut short by the last stop: its copy goes, the session it froze thaws */
+        (void)snapshot_recover(&d->snapshots);
         r = pool_reconcile(d->pool, err);
         if (r == 0)
                 r = session_reconcile(d->sessions, NULL, err);

@@ -92,6 +92,12 @@ int snapshot_fork(const struct snapshot_ctx *c, const char *user, const char *fr
 int snapshot_delete(const struct snapshot_ctx *c, const char *user, const char *snapshot, const char *actor,
                     struct sbx_error *err);
 
+/* At the daemon's start, before any request: a copy that was under way when
+ * the daemon stopped is deleted, and the container it had frozen is thawed
+ * (a session paused for its own sake was never recorded here). Returns how
+ * many it cleared. */
+int snapshot_recover(const struct snapshot_ctx *c);
+
 /* The row as the fronts show it (no env values: their names only). */
 cJSON *snapshot_to_json(const struct store_snapshot *s);
 

@@ -47,6 +47,16 @@ int store_snapshot_list(struct store *s, const char *user, size_t limit, struct 
  * stale_ms), oldest first, at most limit (gc). */
 int store_snapshot_list_older(struct store *s, int64_t before_ms, int64_t stale_ms, size_t limit,
                               struct store_snapshot **ret, size_t *ret_n);
+/* Record (container_id) or clear (NULL) the container the copy froze. */
+int store_snapshot_set_paused(struct store *s, const char *user, const char *id, const char *container_id);
+/* Every "creating" row's user, id and paused container ("" none), at most
+ * limit (a start's recovery). malloc'd. */
+struct store_snapshot_unfinished {
+        char user[65];
+        char id[STORE_SNAPSHOT_ID_MAX + 1];
+        char paused[65];
+};
+int store_snapshot_unfinished(struct store *s, size_t limit, struct store_snapshot_unfinished **ret, size_t *ret_n);
 /* -ENOENT when there was none. */
 int store_snapshot_delete(struct store *s, const char *user, const char *id);
 /* How many snapshots user holds and their bytes. */

@@ -275,7 +275,7 @@ cJSON *snapshot_to_json(const struct store_snapshot *s)
 
 struct capture {
         const struct snapshot_ctx *c;
-        const char *user, *session;
+        const char *user, *session, *id;
         int outdir;   /* the snapshot's directory */
         bool image;   /* kind image (loop) */
         int64_t size; /* image: its size */
@@ -346,8 +346,11 @@ static int capture_held(void *ud, const char *cid, struct sbx_error *err)
         if (cid[0] && engine_inspect(e, cid, &info, NULL) == 0) {
                 k->was_paused = strcmp(info.status, "paused") == 0;
                 if (info.running && !k->was_paused && engine_can(e, ENGINE_CAP_PAUSE)) {
+                        /* recorded first: a daemon that dies before the thaw thaws it at its start */
+                        (void)store_snapshot_set_paused(k->c->store, k->user, k->id, cid);
                         r = engine_pause(e, cid, err);
                         if (r < 0) {
+                                (void)store_snapshot_set_paused(k->c->store, k->user, k->id, NULL);
                                 sbx_error_prefix(err, "snapshot: cannot freeze the session");
                                 return r;
                         }
@@ -368,8 +371,32 @@ static int capture_held(void *ud, const char *cid, struct sbx_error *err)
                 if (engine_unpause(e, cid, &ue) < 0)
                         log_ctx(LOG_LEVEL_ERROR, k->user, k->session, cid, "snapshot: cannot thaw the session: %s",
                                 ue.msg);
+                else
+                        (void)store_snapshot_set_paused(k->c->store, k->user, k->id, NULL);
         }
         return r;
+}
+
+int snapshot_recover(const struct snapshot_ctx *c)
+{
+        struct store_snapshot_unfinished *list = NULL;
+        size_t n = 0;
+        int count = 0;
+
+        if (store_snapshot_unfinished(c->store, 100000, &list, &n) < 0)
+                return -EIO;
+        for (size_t i = 0; i < n; i++) {
+                struct sbx_error e = {0};
+                if (list[i].paused[0] && engine_unpause(c->engine, list[i].paused, &e) < 0)
+                        log_warn("snapshot %s of %s: cannot thaw container %.12s: %s", list[i].id, list[i].user,
+                                 list[i].paused, e.msg);
+                if (snapshot_purge(c->cfg, c->store, list[i].user, list[i].id) == 0)
+                        count++;
+                log_info("snapshot %s of %s: unfinished when the daemon stopped: removed%s", list[i].id, list[i].user,
+                         list[i].paused[0] ? ", its container thawed" : "");
+        }
+        free(list);
+        return count;
 }
 
 static int quota_error(const struct sbx_config *cfg, int64_t count, int64_t bytes, int64_t adding,
@@ -433,6 +460,7 @@ int snapshot_take(const struct snapshot_ctx *c, const char *user, const char *se
         if (r < 0)
                 goto fail_row;
         k.room = c->cfg->max_snapshot_bytes_per_user - bytes;
+        k.id = row.id;
         k.outdir = snap_dir(c->cfg, user, row.id, true);
         if (k.outdir < 0) {
                 r = sbx_error_set(err, k.outdir, 0, "cannot make the snapshot's directory: %s", strerror(-k.outdir));
@@ -603,31 +631,15 @@ static int fill_tree_live(const struct fill *f, int src, struct sbx_error *err)
 static int fill_held(void *ud, const char *cid, struct sbx_error *err)
 {
         struct fill *f = ud;
-        struct engine *e = f->c->engine;
         _cleanup_close_ int src = -1;
-        bool paused_here = false;
-        int r;
 
+        (void)cid; /* a fork's fresh container: held, so no request reaches it until the files are in */
         if (strcmp(f->snap->kind, "image") == 0)
                 return fill_image(f, err);
         src = open_snap_file(f, err);
         if (src < 0)
                 return src;
-        if (!f->live)
-                return fill_tree_swap(f, src, err);
-        if (cid[0] && engine_can(e, ENGINE_CAP_PAUSE)) {
-                r = engine_pause(e, cid, err);
-                if (r < 0)
-                        return r;
-                paused_here = true;
-        }
-        r = fill_tree_live(f, src, err);
-        if (paused_here) {
-                struct sbx_error ue = {0};
-                if (engine_unpause(e, cid, &ue) < 0)
-                        log_ctx(LOG_LEVEL_ERROR, f->user, f->session, cid, "fork: cannot thaw the session: %s", ue.msg);
-        }
-        return r;
+        return f->live ? fill_tree_live(f, src, err) : fill_tree_swap(f, src, err);
 }
 
 static int snap_usable(const struct snapshot_ctx *c, const struct store_snapshot *s, struct sbx_error *err)

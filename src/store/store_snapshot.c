@@ -235,3 +235,50 @@ int store_snapshot_delete(struct store *s, const char *user, const char *id)
         r = sq_exec(&q);
         return r < 0 ? r : r == 0 ? -ENOENT : 0;
 }
+
+int store_snapshot_set_paused(struct store *s, const char *user, const char *id, const char *container_id)
+{
+        STORE_LOCK(s);
+        _cleanup_(sq_end) struct store_query q = {};
+        int r;
+
+        r = sq_start(&q, s, "UPDATE snapshots SET paused = ?3 WHERE user_id = ?1 AND id = ?2");
+        if (r < 0)
+                return r;
+        sq_text(&q, user);
+        sq_text(&q, id);
+        sq_text_opt(&q, container_id);
+        r = sq_exec(&q);
+        return r < 0 ? r : r == 0 ? -ENOENT : 0;
+}
+
+int store_snapshot_unfinished(struct store *s, size_t limit, struct store_snapshot_unfinished **ret, size_t *ret_n)
+{
+        STORE_LOCK(s);
+        _cleanup_(sq_end) struct store_query q = {};
+        struct store_snapshot_unfinished *list = NULL;
+        size_t n = 0, cap = 0;
+        int r;
+
+        r = sq_start(&q, s,
+                     "SELECT user_id, id, COALESCE(paused, '') FROM snapshots WHERE state = 'creating' ORDER BY id");
+        if (r < 0)
+                return r;
+        while (n < limit && (r = sq_step(&q)) > 0) {
+                struct store_snapshot_unfinished *row = store_array_push((void **)&list, &n, &cap, sizeof(*list));
+                if (!row) {
+                        free(list);
+                        return -ENOMEM;
+                }
+                sq_col_text(&q, 0, row->user, sizeof(row->user));
+                sq_col_text(&q, 1, row->id, sizeof(row->id));
+                sq_col_text(&q, 2, row->paused, sizeof(row->paused));
+        }
+        if (r < 0 && n < limit) {
+                free(list);
+                return r;
+        }
+        *ret = list;
+        *ret_n = n;
+        return 0;
+}

@@ -76,6 +76,17 @@ static void setup_with(const char *mode, const char *network, const char *image)
         cr_assert_eq(token_create(d->store, "u1", TOKEN_ROLE_CONNECTOR, tok_conn, NULL, &err), 0, "%s", err.msg);
 }
 
+/* The same daemon again on the same data (a restart). */
+static void reopen(void)
+{
+        struct daemon_options opts = {.extra_labels = fixture_labels(), .no_monitor = true, .sockets = true};
+        struct sbx_error err = {0};
+
+        daemon_close(d);
+        d = NULL;
+        cr_assert_eq(fronts_open(&cfg, &opts, &d, &err), 0, "daemon_open again: %s", err.msg);
+}
+
 static void setup(const char *mode)
 {
         setup_with(mode, NULL, NULL);
@@ -627,4 +638,43 @@ Test(snapshot, loop_mode_keeps_the_size_limit, .fini = teardown)
         cr_assert_eq(apic_num(res, "count"), 1, "only the one taken by name: %s", cJSON_PrintUnformatted(keep));
         cJSON_Delete(keep);
         free(files);
+}
+
+/* A daemon that died in the middle of a copy: the next start removes the
+ * unfinished snapshot and thaws the container the copy had frozen. */
+Test(snapshot, a_copy_cut_short_is_cleared_and_its_session_thawed, .fini = teardown)
+{
+        struct store_snapshot row = {0}, got;
+        struct engine_container_info info;
+        char cid[65], path[SBX_PATH_MAX];
+        int64_t count, bytes;
+        struct stat st;
+
+        setup("off");
+        free(sh("cut", "echo x > /workspace/x"));
+        fixture_container_of(d, "u1", "cut", cid);
+        /* what snapshot_take leaves at the moment it froze the session */
+        snprintf(row.id, sizeof(row.id), "snap-00000000000000cc");
+        snprintf(row.user, sizeof(row.user), "u1");
+        snprintf(row.session, sizeof(row.session), "cut");
+        snprintf(row.kind, sizeof(row.kind), "archive");
+        row.created_at = sbx_wall_ms();
+        cr_assert_eq(store_snapshot_reserve(d->store, &row, 10, INT64_C(1) << 40, &count, &bytes), 0);
+        cr_assert_eq(store_snapshot_set_paused(d->store, "u1", row.id, cid), 0);
+        snprintf(path, sizeof(path), "%s/snapshots", cfg.data_dir);
+        cr_assert_eq(mkdir(path, 0700), 0);
+        snprintf(path, sizeof(path), "%s/snapshots/u1", cfg.data_dir);
+        cr_assert_eq(mkdir(path, 0700), 0);
+        snprintf(path, sizeof(path), "%s/snapshots/u1/%s", cfg.data_dir, row.id);
+        cr_assert_eq(mkdir(path, 0700), 0);
+        cr_assert_eq(engine_pause(d->engine, cid, NULL), 0);
+        cr_assert_eq(engine_inspect(d->engine, cid, &info, NULL), 0);
+        cr_assert_str_eq(info.status, "paused");
+
+        reopen();
+        cr_assert_eq(engine_inspect(d->engine, cid, &info, NULL), 0);
+        cr_assert_str_eq(info.status, "running", "thawed at the start");
+        cr_assert_eq(store_snapshot_get(d->store, "u1", row.id, &got), -ENOENT);
+        cr_assert_neq(stat(path, &st), 0, "its directory is gone");
+        free(sh("cut", "cat /workspace/x"));
 }

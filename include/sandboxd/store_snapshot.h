@@ -37,8 +37,11 @@ void store_snapshot_list_free(struct store_snapshot *list, size_t n);
  * -EEXIST when the user has a snapshot of that name. */
 int store_snapshot_reserve(struct store *s, const struct store_snapshot *row, int64_t max_count, int64_t max_bytes,
                            int64_t *ret_count, int64_t *ret_bytes);
-/* The copy is made: state "ready", its bytes and the workspace's size limit. */
-int store_snapshot_ready(struct store *s, const char *user, const char *id, int64_t bytes, int64_t workspace_size);
+/* The copy is made: state "ready", its bytes, the workspace's size limit and
+ * the privacy marks as they are after the copy (marks only ever grow: a mark
+ * made during the copy makes the snapshot private). */
+int store_snapshot_ready(struct store *s, const char *user, const char *id, int64_t bytes, int64_t workspace_size,
+                         const char *datasets_json);
 /* -ENOENT when user has no snapshot id (or named id). */
 int store_snapshot_get(struct store *s, const char *user, const char *id_or_name, struct store_snapshot *ret);
 /* user's snapshots (NULL: everyone's), newest first, at most limit. */

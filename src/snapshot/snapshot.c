@@ -474,7 +474,11 @@ int snapshot_take(const struct snapshot_ctx *c, const char *user, const char *se
                 r = quota_error(c->cfg, 0, bytes, k.bytes, err);
                 goto fail;
         }
-        r = store_snapshot_ready(c->store, user, row.id, k.bytes, k.image ? k.size : 0);
+        /* the marks again: one made while the copy ran makes it private */
+        free(row.datasets_json);
+        row.datasets_json = datasets_build(c, user, session);
+        row.private_ = row.datasets_json != NULL;
+        r = store_snapshot_ready(c->store, user, row.id, k.bytes, k.image ? k.size : 0, row.datasets_json);
         if (r < 0) {
                 r = sbx_error_set(err, r, 0, "cannot record the snapshot: %s", strerror(-r));
                 goto fail;

@@ -177,7 +177,8 @@ int snaparchive_pack(int dirfd, int outfd, uint64_t max_bytes, uint64_t max_out,
         }
         if (archive_write_set_format_pax_restricted(p.a) != ARCHIVE_OK ||
             archive_write_add_filter_zstd(p.a) != ARCHIVE_OK ||
-            archive_write_set_filter_option(p.a, "zstd", "compression-level", "3") != ARCHIVE_OK ||
+            /* level 1: the session is frozen while this runs (about twice level 3's speed) */
+            archive_write_set_filter_option(p.a, "zstd", "compression-level", "1") != ARCHIVE_OK ||
             archive_write_open_fd(p.a, outfd) != ARCHIVE_OK) {
                 r = sbx_error_set(err, -EIO, 0, "snapshot: cannot start the archive: %s", archive_error_string(p.a));
                 goto out;

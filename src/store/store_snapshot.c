@@ -121,21 +121,23 @@ int store_snapshot_reserve(struct store *s, const struct store_snapshot *row, in
         return r < 0 ? r : 0;
 }
 
-int store_snapshot_ready(struct store *s, const char *user, const char *id, int64_t bytes, int64_t workspace_size)
+int store_snapshot_ready(struct store *s, const char *user, const char *id, int64_t bytes, int64_t workspace_size,
+                         const char *datasets_json)
 {
         STORE_LOCK(s);
         _cleanup_(sq_end) struct store_query q = {};
         int r;
 
-        r = sq_start(
-                &q, s,
-                "UPDATE snapshots SET state = 'ready', bytes = ?3, workspace_size = ?4 WHERE user_id = ?1 AND id = ?2");
+        r = sq_start(&q, s,
+                     "UPDATE snapshots SET state = 'ready', bytes = ?3, workspace_size = ?4, datasets_json = ?5, "
+                     "private = ?5 IS NOT NULL WHERE user_id = ?1 AND id = ?2");
         if (r < 0)
                 return r;
         sq_text(&q, user);
         sq_text(&q, id);
         sq_int64(&q, bytes);
         sq_int64(&q, workspace_size);
+        sq_text_opt(&q, datasets_json);
         r = sq_exec(&q);
         return r < 0 ? r : r == 0 ? -ENOENT : 0;
 }

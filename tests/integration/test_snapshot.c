@@ -32,6 +32,7 @@
 #include "sandboxd/pool.h"
 #include "sandboxd/session.h"
 #include "sandboxd/sessuid.h"
+#include "sandboxd/store.h"
 #include "sandboxd/store_snapshot.h"
 #include "sandboxd/token.h"
 #include "testenv.h"
@@ -677,4 +678,42 @@ Test(snapshot, a_copy_cut_short_is_cleared_and_its_session_thawed, .fini = teard
         cr_assert_eq(store_snapshot_get(d->store, "u1", row.id, &got), -ENOENT);
         cr_assert_neq(stat(path, &st), 0, "its directory is gone");
         free(sh("cut", "cat /workspace/x"));
+}
+
+/* A session already paused (pause_session's state) is copied as it is and
+ * stays paused; the snapshot says so. */
+Test(snapshot, a_paused_session_stays_paused, .fini = teardown)
+{
+        struct engine_container_info info;
+        char cid[65];
+        cJSON *keep;
+        const cJSON *res;
+
+        setup("off");
+        free(sh("pz", "echo frozen > /workspace/f"));
+        fixture_container_of(d, "u1", "pz", cid);
+        cr_assert_eq(engine_pause(d->engine, cid, NULL), 0);
+        res = ok(call("snapshot_session", "pz", apic_json("{\"name\": \"while-paused\"}")), &keep);
+        cr_assert_str_eq(apic_str(res, "state"), "ready");
+        cJSON_Delete(keep);
+        cr_assert_eq(engine_inspect(d->engine, cid, &info, NULL), 0);
+        cr_assert_str_eq(info.status, "paused", "the snapshot left it paused");
+        {
+                /* its audit row says the copy found it paused */
+                struct store_audit_row *rows = NULL;
+                size_t n = 0, found = 0;
+                cr_assert_eq(store_audit_list(d->store, "u1", "pz", 100, &rows, &n), 0);
+                for (size_t i = 0; i < n; i++)
+                        if (strcmp(rows[i].action, "snapshot.create") == 0 && rows[i].detail &&
+                            strstr(rows[i].detail, "\"was_paused\":true"))
+                                found++;
+                store_audit_rows_free(rows, n);
+                cr_assert_eq(found, 1);
+        }
+        cr_assert_eq(engine_unpause(d->engine, cid, NULL), 0);
+        fork_from("snapshot", "while-paused", "pz2", &keep);
+        cJSON_Delete(keep);
+        char *out = sh("pz2", "cat /workspace/f");
+        cr_assert_str_eq(out, "frozen\n");
+        free(out);
 }

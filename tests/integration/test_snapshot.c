@@ -12,7 +12,10 @@
  *   - the quotas (count, bytes) give a clear error; names are checked;
  *   - --gc removes snapshots past snapshot_retention and keeps the rest;
  *   - loop mode: the copy is a sparse image of the same size, and the
- *     fork's workspace keeps the size limit.
+ *     fork's workspace keeps the size limit;
+ *   - a fork is served from the warm pool; a session already paused stays
+ *     paused; a copy a daemon stop cut short is removed and its session
+ *     thawed at the next start.
  * Ports 31800-32199 are this suite's own. */
 #include <criterion/criterion.h>
 #include <errno.h>

@@ -19,13 +19,12 @@
 
 static int copy_range(int in, int out, off_t off, off_t len)
 {
-        static __thread char *buf;
+        _cleanup_free_ char *buf = NULL; /* the plain way's, made on first need */
 
         while (len > 0) {
                 loff_t a = off, b = off;
                 ssize_t n = copy_file_range(in, &a, out, &b, (size_t)(len < (1 << 30) ? len : (1 << 30)), 0);
                 if (n < 0 && (errno == EXDEV || errno == ENOSYS || errno == EOPNOTSUPP || errno == EINVAL)) {
-                        /* the plain way */
                         if (!buf && !(buf = malloc(COPY_CHUNK)))
                                 return -ENOMEM;
                         n = pread(in, buf, (size_t)(len < COPY_CHUNK ? len : COPY_CHUNK), off);

@@ -110,6 +110,8 @@ int phase_pool(struct bench *b);
 
 /* cells.c: run_cell round trip, its baselines, first cell, kernel RSS. */
 int phase_cells(struct bench *b);
+/* snapshot.c: --only snapshot (issue 28): snapshot and fork of a 100 MB and a 1 GB workspace. */
+int phase_snapshot(struct bench *b);
 
 /* ---- for the report ---- */
 

@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # bench.sh — measure sandboxd against plain Docker, in one run.
 #
-#   scripts/bench.sh [--quick] [--only noisy|http|network|pool|restart|cells] [--json PATH]
+#   scripts/bench.sh [--quick] [--only noisy|http|network|pool|restart|cells|snapshot] [--json PATH]
 #
 # Runs scripts/setup.sh (unless SANDBOXD_SKIP_SETUP=1), builds the daemon and
 # sandboxd-bench into $SANDBOXD_BUILD_DIR (default build/), then runs
@@ -30,6 +30,10 @@
 #                and the refill rate; the daemon gets pool_size 4 and
 #                pool_wait 0, so a drained pool sends a new session down the
 #                cold path at once (about a minute)
+#   --only snapshot  snapshot_session and fork_session of a 100 MB and a 1 GB
+#                workspace (random bytes), against cp -a of the same directory
+#                (+ docker run -d on the copy for a fork), and the first
+#                command of the fork against docker exec (issue 28)
 #   --only restart  R sessions (100 full, 30 quick), then only the restart
 #                rows: SIGKILL and start again, with the HTTPS front on
 #   --json PATH  where to write the results
@@ -59,8 +63,8 @@ while (($#)); do
 	case $1 in
 	--quick) quick+=(--quick) ;;
 	--only)
-		[[ $# -ge 2 && ($2 == noisy || $2 == http || $2 == network || $2 == pool || $2 == restart || $2 == cells) ]] ||
-			{ echo "bench: --only takes: noisy, http, network, pool, restart, cells" >&2; exit 2; }
+		[[ $# -ge 2 && ($2 == noisy || $2 == http || $2 == network || $2 == pool || $2 == restart || $2 == cells || $2 == snapshot) ]] ||
+			{ echo "bench: --only takes: noisy, http, network, pool, restart, cells, snapshot" >&2; exit 2; }
 		quick+=(--only "$2")
 		[[ $2 == pool ]] && only_pool=1
 		[[ $2 == cells ]] && only_cells=1
@@ -73,7 +77,7 @@ while (($#)); do
 		;;
 	--json=*) json=${1#--json=} ;;
 	-h | --help) sed -n '2,/^# both sockets/s/^# \{0,1\}//p' "${BASH_SOURCE[0]}"; exit 0 ;;
-	*) echo "usage: scripts/bench.sh [--quick] [--only noisy|http|network|pool|restart|cells] [--json PATH]" >&2; exit 2 ;;
+	*) echo "usage: scripts/bench.sh [--quick] [--only noisy|http|network|pool|restart|cells|snapshot] [--json PATH]" >&2; exit 2 ;;
 	esac
 	shift
 done

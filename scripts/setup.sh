@@ -32,7 +32,7 @@ PACKAGES=(
 	libmicrohttpd-dev libgnutls28-dev openssl
 	libevent-dev libhttp-parser-dev libssl-dev libyaml-dev
 	curl jq iproute2 procps ca-certificates python3
-	systemd socat runsc tini
+	systemd socat runsc tini libarchive-dev
 )
 # Node may come from elsewhere (e.g. nodesource, whose nodejs bundles npm);
 # installing Debian's on top would conflict, so only add what is not on PATH.

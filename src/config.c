@@ -306,6 +306,12 @@ static const struct config_key keys[] = {
          "gc removes audit rows older than this; -1 keeps them forever"},
         {"workspace_retention", CFG_DURATION, F(workspace_retention_s), 0, -1, 86400 * 3650, "-1", NULL,
          "gc removes workspaces of sessions gone this long; -1 keeps them forever"},
+        {"snapshot_retention", CFG_DURATION, F(snapshot_retention_s), 0, -1, 86400 * 3650, "30d", NULL,
+         "gc removes snapshots older than this; -1 keeps them forever"},
+        {"max_snapshots_per_user", CFG_INT, F(max_snapshots_per_user), 0, 0, 100000, "20", NULL,
+         "snapshots a user holds at most (snapshot_session, fork_session; 0: none allowed)"},
+        {"max_snapshot_bytes_per_user", CFG_SIZE, F(max_snapshot_bytes_per_user), 0, 0, INT64_C(1) << 44, "20g", NULL,
+         "bytes of stored snapshots a user holds at most"},
 };
 
 #undef F

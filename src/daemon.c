@@ -336,6 +336,12 @@ int daemon_open(const struct sbx_config *cfg, const struct daemon_options *opts,
         if (r < 0)
                 goto fail;
         pool_set_slot_fn(d->pool, cells_pool_slot, d->cells); /* a slot starts its python context ahead */
+        d->snapshots = (struct snapshot_ctx){.cfg = &d->cfg,
+                                             .engine = d->engine,
+                                             .store = d->store,
+                                             .sessions = d->sessions,
+                                             .privacy = d->privacy,
+                                             .cells = d->cells};
         /* before reconciling, so services of containers lost meanwhile are cleared */
         r = service_manager_new(&d->cfg, d->engine, d->store, d->sessions, d->exec, &d->services, err);
         if (r < 0)
@@ -343,6 +349,8 @@ int daemon_open(const struct sbx_config *cfg, const struct daemon_options *opts,
         service_set_quota(d->services, d->quota);
         service_set_runner(d->services, d->runner);
         session_set_busy_check(d->sessions, session_busy, d);
+        /* a snapshot cut short by the last stop: its copy goes, the session it froze thaws */
+        (void)snapshot_recover(&d->snapshots);
         r = pool_reconcile(d->pool, err);
         if (r == 0)
                 r = session_reconcile(d->sessions, NULL, err);

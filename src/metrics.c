@@ -23,6 +23,7 @@
 #include "sandboxd/portpool.h"
 #include "sandboxd/session.h"
 #include "sandboxd/sessspec.h"
+#include "sandboxd/snapshot.h"
 #include "sandboxd/store.h"
 #include "sandboxd/webhook.h"
 
@@ -275,6 +276,19 @@ int metrics_render(const struct metrics_ctx *m, char **ret)
              "Docker Engine API calls that failed: unreachable, timed out, broken, or a 5xx answer");
         put(&t, "sandboxd_docker_api_errors_total %llu\n",
             (unsigned long long)(m->engine ? engine_api_errors(m->engine) : 0));
+        {
+                struct snapshot_counters sc;
+                snapshot_counters_get(&sc);
+                head(&t, "sandboxd_snapshot_operations_total", "counter",
+                     "workspace snapshot operations by kind (issue 28): taken, restored, forked, deleted, failed");
+                put(&t, "sandboxd_snapshot_operations_total{op=\"snapshot\"} %llu\n", (unsigned long long)sc.taken);
+                put(&t, "sandboxd_snapshot_operations_total{op=\"restore\"} %llu\n", (unsigned long long)sc.restored);
+                put(&t, "sandboxd_snapshot_operations_total{op=\"fork\"} %llu\n", (unsigned long long)sc.forked);
+                put(&t, "sandboxd_snapshot_operations_total{op=\"delete\"} %llu\n", (unsigned long long)sc.deleted);
+                put(&t, "sandboxd_snapshot_operations_total{op=\"failed\"} %llu\n", (unsigned long long)sc.failed);
+                head(&t, "sandboxd_snapshot_bytes_written_total", "counter", "bytes of snapshot copies written");
+                put(&t, "sandboxd_snapshot_bytes_written_total %llu\n", (unsigned long long)sc.bytes_written);
+        }
         head(&t, "sandboxd_auth_failures_total", "counter", "failed token authentications (API socket and HTTP)");
         put(&t, "sandboxd_auth_failures_total %llu\n", (unsigned long long)LOAD(auth_failures));
         head(&t, "sandboxd_http_requests_total", "counter", "answers of the HTTP front by status");

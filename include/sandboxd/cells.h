@@ -171,6 +171,12 @@ void cells_execution_view_done(struct cells_execution_view *v);
 void cells_pool_slot(void *userdata, const char *slot, const char *container_id, const char *user, const char *session);
 
 bool cells_name_valid(const char *name);
+/* A context of a forked session (snapshot.h): recorded with the parent's
+ * name, language, generation and count and no interpreter, so list_contexts
+ * shows pending_state_lost and the next cell reports state_lost {cause:
+ * "forked"} instead of starting fresh in silence. -EEXIST: it has one. */
+int cells_mark_forked(struct cells *c, const char *user, const char *session, const char *name, const char *language,
+                      int64_t generation, int64_t execution_count);
 /* A cell (or a variables request) of one of the session's contexts is
  * running: the fair share of max_sessions does not stop such a session. */
 bool cells_session_busy(struct cells *c, const char *user, const char *session);

@@ -168,6 +168,11 @@ struct sbx_config {
         int execution_retention_s;
         int workspace_retention_s; /* -1 = keep forever */
         int audit_retention_s;     /* -1 = keep forever */
+        int snapshot_retention_s;  /* -1 = keep forever */
+
+        /* workspace snapshots (snapshot.h) */
+        int max_snapshots_per_user;
+        int64_t max_snapshot_bytes_per_user;
 };
 
 /* Fill cfg with every default. */

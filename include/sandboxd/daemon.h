@@ -9,6 +9,7 @@
 #include "sandboxd/config.h"
 #include "sandboxd/files.h"
 #include "sandboxd/metrics.h"
+#include "sandboxd/snapshot.h"
 
 struct engine;
 struct store;
@@ -59,6 +60,7 @@ struct daemon {
         /* the narrow views the core modules take instead of the daemon (filled once the engines exist) */
         struct files_ctx files;
         struct metrics_ctx metrics_ctx;
+        struct snapshot_ctx snapshots; /* workspace snapshots, restore and fork (snapshot.h) */
 };
 
 struct daemon_options {

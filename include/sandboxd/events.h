@@ -23,6 +23,10 @@
  *   execution.finished {"execution_id", "state", "cause", "exit_code", "duration_ms"}
  *   egress.blocked     {"host", "port", "reason"}         (rate-limited like the egress audit rows)
  *   quota.reached      {"quota", "method", "message"}     a request refused by a per-user or global cap
+ *   snapshot.created   {"snapshot", "name"?, "kind", "bytes", "reflink", "was_paused", "private"}
+ *   snapshot.deleted   {"snapshot", "bytes"}
+ *   session.restored   {"snapshot", "from_session", "private"}  its workspace was put back (snapshot.h)
+ *   session.forked     {"snapshot", "from_session", "private"}  made from a snapshot or a live session
  * and two that only streams carry (never stored):
  *   gap                {"last_event_id", "oldest_id"}     the resume point is older than the log: events
  *                                                         in between are lost; its id is oldest_id - 1
@@ -71,6 +75,10 @@ struct events_sub;
 #define EVENT_EXECUTION_FINISHED "execution.finished"
 #define EVENT_EGRESS_BLOCKED "egress.blocked"
 #define EVENT_QUOTA_REACHED "quota.reached"
+#define EVENT_SNAPSHOT_CREATED "snapshot.created"
+#define EVENT_SNAPSHOT_DELETED "snapshot.deleted"
+#define EVENT_SESSION_RESTORED "session.restored"
+#define EVENT_SESSION_FORKED "session.forked"
 #define EVENT_GAP "gap"
 #define EVENT_OVERFLOW "overflow"
 

@@ -63,12 +63,13 @@ enum gc_kind {
         GC_UIDS,
         GC_STORE,
         GC_NETWORKS,
+        GC_SNAPSHOTS, /* past snapshot_retention, or a copy a crash cut short (snapshot.h) */
 };
-#define GC_KIND_COUNT 13
+#define GC_KIND_COUNT 14
 
 /* "idle_containers", "old_containers", "orphan_containers", "error_sessions",
  * "ports", "services", "execution_spools", "workspaces", "audit_rows", "idempotency_keys",
- * "session_uids", "store". */
+ * "session_uids", "store", "networks", "snapshots". */
 const char *gc_kind_name(enum gc_kind k);
 
 struct gc_count {

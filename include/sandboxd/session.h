@@ -232,6 +232,17 @@ struct session_reconcile_report {
 };
 int session_reconcile(struct session_manager *m, struct session_reconcile_report *ret, struct sbx_error *err);
 
+/* Hold user:session for fn: no container is made, recreated or removed for
+ * it until fn returns (requests wait, as for any transition). With stop,
+ * its container is first removed, its ports released and its workspace
+ * image unmounted (STOPPED with cause; the workspace kept), and fn gets ""
+ * as the container; without, fn gets the running container's id ("" when
+ * it has none). fn runs with no lock held and returns 0 or -errno, which
+ * session_hold returns. -ENOENT: no such session. */
+typedef int (*session_hold_fn)(void *ud, const char *container_id, struct sbx_error *err);
+int session_hold(struct session_manager *m, const char *user, const char *session, bool stop, const char *cause,
+                 session_hold_fn fn, void *ud, struct sbx_error *err);
+
 /* Counts by state (indexed by enum session_state). */
 void session_counts(struct session_manager *m, size_t counts[4]);
 

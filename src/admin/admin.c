@@ -115,6 +115,8 @@ static const struct {
         {"egress.policy", admin_c_egress_policy},
         {"egress.allow", admin_c_egress_allow},
         {"egress.deny", admin_c_egress_deny},
+        {"snapshots.list", admin_c_snapshots_list},
+        {"snapshot.delete", admin_c_snapshot_delete},
 };
 
 /* ---- connections ---- */

@@ -74,5 +74,8 @@ int admin_c_quota_unset(struct admin_req *q, cJSON **ret, struct fronterr *e);
 int admin_c_token_create(struct admin_req *q, cJSON **ret, struct fronterr *e);
 int admin_c_token_list(struct admin_req *q, cJSON **ret, struct fronterr *e);
 int admin_c_token_revoke(struct admin_req *q, cJSON **ret, struct fronterr *e);
+/* admin_snapshots.c (issue 28) */
+int admin_c_snapshots_list(struct admin_req *q, cJSON **ret, struct fronterr *e);
+int admin_c_snapshot_delete(struct admin_req *q, cJSON **ret, struct fronterr *e);
 
 #endif

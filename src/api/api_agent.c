@@ -447,9 +447,9 @@ static void add_options(struct api_req *q, const char *session, cJSON *o)
 static pthread_mutex_t creating_lock = PTHREAD_MUTEX_INITIALIZER;
 static char *creating[CREATING_MAX];
 
-/* 0 when key was free and is now ours, -EEXIST when another call has it,
+/* (api_internal.h) 0 when key was free and is now ours, -EEXIST when another call has it,
  * -EBUSY when CREATING_MAX creations are under way. */
-static int creating_claim(const char *user, const char *session, char **ret_key)
+int api_creating_claim(const char *user, const char *session, char **ret_key)
 {
         char *key = NULL;
         int free_slot = -1, r = 0;
@@ -476,7 +476,7 @@ static int creating_claim(const char *user, const char *session, char **ret_key)
         return 0;
 }
 
-static void creating_release(char *key)
+void api_creating_release(char *key)
 {
         pthread_mutex_lock(&creating_lock);
         for (int i = 0; i < CREATING_MAX; i++)
@@ -513,7 +513,7 @@ int api_m_create_session(struct api_req *q, cJSON **ret, struct fronterr *e)
                 snprintf(generated, sizeof(generated), "s-%s", hex);
                 q->session = generated;
         }
-        r = creating_claim(q->tok.user, q->session, &key);
+        r = api_creating_claim(q->tok.user, q->session, &key);
         if (r == -EEXIST)
                 return fronterr_set(e, "conflict", "session %s is being created by another call", q->session);
         if (r == -EBUSY)
@@ -521,7 +521,7 @@ int api_m_create_session(struct api_req *q, cJSON **ret, struct fronterr *e)
         if (r < 0)
                 return fronterr_set(e, "internal", "out of memory");
         r = create_session_claimed(q, image, ttl, env_json, spec_given ? &spec : NULL, ret, e);
-        creating_release(key);
+        api_creating_release(key);
         return r;
 }
 

@@ -168,6 +168,17 @@ int api_m_run_tests(struct api_req *q, cJSON **ret, struct fronterr *e);
 int api_m_list_scripts(struct api_req *q, cJSON **ret, struct fronterr *e);
 int api_m_clear_scripts(struct api_req *q, cJSON **ret, struct fronterr *e);
 int api_m_create_session(struct api_req *q, cJSON **ret, struct fronterr *e);
+/* The user:session names being made now (create_session, fork_session):
+ * 0 and *ret_key when the name was free, -EEXIST when another call has it,
+ * -EBUSY when too many are; give it back with api_creating_release. */
+int api_creating_claim(const char *user, const char *session, char **ret_key);
+void api_creating_release(char *key);
+/* ---- snapshots, restore and fork (api_snapshot.c, issue 28) ---- */
+int api_m_snapshot_session(struct api_req *q, cJSON **ret, struct fronterr *e);
+int api_m_list_snapshots(struct api_req *q, cJSON **ret, struct fronterr *e);
+int api_m_delete_snapshot(struct api_req *q, cJSON **ret, struct fronterr *e);
+int api_m_restore_session(struct api_req *q, cJSON **ret, struct fronterr *e);
+int api_m_fork_session(struct api_req *q, cJSON **ret, struct fronterr *e);
 int api_m_destroy_session(struct api_req *q, cJSON **ret, struct fronterr *e);
 int api_m_list_sessions(struct api_req *q, cJSON **ret, struct fronterr *e);
 /* api_events.c: the caller's lifecycle events by polling (events.h) */

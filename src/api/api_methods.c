@@ -547,6 +547,27 @@ static const struct api_method_doc methods_doc[] = {
          "{labels?: {K: V}}",
          "{sessions: [{session, state, image, labels, resources, created_at, last_activity, expires_at, ...}]}",
          "List the user's own sessions (no params.session); labels keeps the sessions that have all of them."},
+        /* snapshots, restore and fork (issue 28): api_snapshot.c */
+        {"snapshot_session", api_m_snapshot_session,
+         "{name?}",
+         "{snapshot, name, session, kind: image|archive, state, bytes, workspace_size, private, created_at, environment: {image_name, image_id, runtime, env_names, egress, labels, resources, contexts, workspace_mode}}",
+         "Save the session's workspace, taken at a frozen point (the container is paused for the copy; a paused session stays paused), with what recreates its environment and its privacy marks. Counts against max_snapshots_per_user and max_snapshot_bytes_per_user (quota_exceeded)."},
+        {"list_snapshots", api_m_list_snapshots,
+         "{session?}",
+         "{snapshots: [as snapshot_session], count, bytes, max_count, max_bytes}",
+         "List the user's snapshots, newest first; with session only those taken of it."},
+        {"delete_snapshot", api_m_delete_snapshot,
+         "{snapshot: id | name}",
+         "{snapshot, deleted}",
+         "Delete one of the user's snapshots and its files (no params.session)."},
+        {"restore_session", api_m_restore_session,
+         "{snapshot: id | name}",
+         "{session, snapshot, restored, state: stopped, private}",
+         "Stop the session (its processes end; contexts report state_lost restored) and put its workspace back from one of the user's snapshots, byte for byte; the next request starts its container. A private snapshot's marks are put on the session first."},
+        {"fork_session", api_m_fork_session,
+         "{from: {session} | {snapshot: id | name}, session}",
+         "session_info of the new session, plus forked_from and state_lost: forked",
+         "Make the new session params.session of the same user from a snapshot, or from a live session (snapshotted first; that snapshot is not kept). It gets its own uid, ports and channels, the snapshot's image, env, egress additions, labels, resources and privacy marks (a private source gives a private session from the start), and is served from the warm pool where it can be. Files only: its interpreter contexts report state_lost forked."},
 };
 // clang-format on
 
@@ -575,5 +596,6 @@ int api_m_session_info(struct api_req *q, cJSON **ret, struct fronterr *e)
 bool api_method_user_level(const char *name)
 {
         return strcmp(name, "list_sessions") == 0 || strcmp(name, "events") == 0 || strcmp(name, "list_scripts") == 0 ||
-               strcmp(name, "clear_scripts") == 0 || strcmp(name, "create_session") == 0;
+               strcmp(name, "clear_scripts") == 0 || strcmp(name, "create_session") == 0 ||
+               strcmp(name, "list_snapshots") == 0 || strcmp(name, "delete_snapshot") == 0;
 }

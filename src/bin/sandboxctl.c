@@ -62,6 +62,9 @@ static void usage(FILE *f)
                 "  egress-deny USER PATTERN [--session S]  take such an addition back\n"
                 "  runtime USER [runc|runsc|default]    show or set the user's container runtime\n"
                 "                                       (runsc: gVisor, no network; new containers)\n"
+                "  snapshots [USER]                     workspace snapshots (every user's, or one's):\n"
+                "                                       size, kind, privacy, age\n"
+                "  snapshot delete USER SNAPSHOT        delete a snapshot and its files\n"
                 "\n"
                 "Options:\n"
                 "  -s, --socket PATH   the admin socket (default: admin_socket from the config)\n"
@@ -365,6 +368,28 @@ static void print_tokens(const cJSON *r)
                        when(t, "created_at", c), when(t, "revoked_at", v));
 }
 
+static void human_bytes(double b, char buf[16]);
+
+static void print_snapshots(const cJSON *r)
+{
+        const cJSON *t;
+        char c[32], b[16];
+
+        printf("%-22s %-16s %-20s %-20s %-7s %9s %-7s %s\n", "SNAPSHOT", "USER", "SESSION", "NAME", "KIND", "SIZE",
+               "PRIVATE", "CREATED");
+        cJSON_ArrayForEach(t, cJSON_GetObjectItemCaseSensitive(r, "snapshots")) {
+                human_bytes(num(t, "bytes", 0), b);
+                printf("%-22s %-16s %-20s %-20s %-7s %9s %-7s %s%s\n", str(t, "snapshot"), str(t, "user"),
+                       str(t, "session"), str(t, "name"), str(t, "kind"), b,
+                       cJSON_IsTrue(cJSON_GetObjectItemCaseSensitive(t, "private")) ? "yes" : "no",
+                       when(t, "created_at", c), strcmp(str(t, "state"), "ready") == 0 ? "" : " (creating)");
+        }
+        human_bytes(num(r, "bytes", 0), b);
+        printf("%d snapshots, %s (at most %d and ", (int)num(r, "count", 0), b, (int)num(r, "max_per_user", 0));
+        human_bytes(num(r, "max_bytes_per_user", 0), b);
+        printf("%s per user)\n", b);
+}
+
 /* ---- top: two samples make CPU % (the delta of CPU time over the delta of wall time) ---- */
 
 struct top_prev {
@@ -656,6 +681,8 @@ static const struct simple_cmd {
         {"token", "create", "token.create", 1, {"user", "role"}, NULL},
         {"token", "revoke", "token.revoke", 1, {"id"}, NULL},
         {"token", "list", "token.list", 0, {NULL}, print_tokens},
+        {"snapshots", NULL, "snapshots.list", 0, {"user"}, print_snapshots},
+        {"snapshot", "delete", "snapshot.delete", 2, {"user", "snapshot"}, NULL},
 };
 
 static const struct simple_cmd *simple_find(const char *name, const char *first_arg)

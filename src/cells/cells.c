@@ -1895,6 +1895,8 @@ static const char *cause_from_session(const char *cause)
                 return "oom";
         if (strcmp(cause, "evicted") == 0) /* the fair share of max_sessions (session_share.c) */
                 return "evicted";
+        if (strcmp(cause, "restored") == 0) /* restore_session put the workspace back (snapshot.h) */
+                return "restored";
         return "container_recreated";
 }
 
@@ -2133,6 +2135,38 @@ static void recover(struct cells *c)
                 c->n++;
         }
         free(rows);
+}
+
+/* A forked session's copy of a context (snapshot.h): its name, language
+ * and counts, no interpreter; the next cell reports state_lost "forked". */
+int cells_mark_forked(struct cells *c, const char *user, const char *session, const char *name, const char *language,
+                      int64_t generation, int64_t execution_count)
+{
+        struct cell_ctx *x;
+
+        if (!cells_name_valid(name) || (strcmp(language, "python") != 0 && strcmp(language, "node") != 0))
+                return -EINVAL;
+        pthread_mutex_lock(&c->lock);
+        if (find_locked(c, user, session, name)) {
+                pthread_mutex_unlock(&c->lock);
+                return -EEXIST;
+        }
+        x = ctx_alloc(c, user, session, name, language);
+        if (!x) {
+                pthread_mutex_unlock(&c->lock);
+                return -ENOMEM;
+        }
+        x->generation = x->lost_generation = generation;
+        x->execution_count = execution_count;
+        sbx_strlcpy(x->lost_cause, "forked", sizeof(x->lost_cause));
+        pthread_mutex_lock(&x->lock);
+        ctx_persist_locked(x, false);
+        pthread_mutex_unlock(&x->lock);
+        x->next = c->list;
+        c->list = x;
+        c->n++;
+        pthread_mutex_unlock(&c->lock);
+        return 0;
 }
 
 /* ---- the warm pool's pre-started contexts ---- */

@@ -67,6 +67,7 @@
 #include "sandboxd/session.h"
 #include "sandboxd/store.h"
 #include "sandboxd/store_egress.h"
+#include "sandboxd/snapshot.h"
 #include "sandboxd/store_events.h"
 
 #include "gc_internal.h"
@@ -74,14 +75,14 @@
 static const char *const kind_names[GC_KIND_COUNT] = {
         "idle_containers",  "old_containers", "orphan_containers", "error_sessions",   "ports",        "services",
         "execution_spools", "workspaces",     "audit_rows",        "idempotency_keys", "session_uids", "store",
-        "networks",
+        "networks",         "snapshots",
 };
 
 /* What an item is, in log lines. */
 static const char *const kind_items[GC_KIND_COUNT] = {
         "idle container", "old container",   "orphan container", "ERROR session", "port allocation",
         "service row",    "execution spool", "workspace",        "audit rows",    "idempotency keys",
-        "session uid",    "store",           "network",
+        "session uid",    "store",           "network",          "snapshot",
 };
 
 const char *gc_kind_name(enum gc_kind k)
@@ -597,6 +598,42 @@ static void gc_audit(struct gc *g)
         gc_retention(g, "audit_log", "written", store_gc_audit_prune);
 }
 
+/* ---- snapshots (issue 28) ---- */
+
+/* Snapshots older than snapshot_retention, and "creating" ones a day old
+ * (a copy a crash cut short): files, then row, each one an item. */
+static void gc_snapshots(struct gc *g)
+{
+        struct store_snapshot *list = NULL;
+        size_t n = 0;
+        int64_t before =
+                g->cfg->snapshot_retention_s < 0 ? INT64_MIN : g->now - (int64_t)g->cfg->snapshot_retention_s * 1000;
+        char reason[128], b[32];
+
+        if (!gc_listed(g, GC_SNAPSHOTS, "snapshots",
+                       store_snapshot_list_older(g->st, before, g->now - SNAPSHOT_STALE_MS, 100000, &list, &n)))
+                return;
+        gc_fmt_age((int64_t)g->cfg->snapshot_retention_s * 1000, b, sizeof(b));
+        for (size_t i = 0; i < n; i++) {
+                struct store_snapshot *x = &list[i];
+                int r = 0;
+                if (strcmp(x->state, "ready") == 0)
+                        snprintf(reason, sizeof(reason), "taken more than %s ago (snapshot_retention)", b);
+                else
+                        snprintf(reason, sizeof(reason), "a copy left unfinished (state %s)", x->state);
+                if (!g->dry_run)
+                        r = snapshot_purge(g->cfg, g->st, x->user, x->id);
+                if (r < 0) {
+                        gc_note_failed(g, GC_SNAPSHOTS, x->id, x->user, x->session, reason, strerror(-r));
+                        continue;
+                }
+                gc_note_done(g, GC_SNAPSHOTS, x->id, x->user, x->session, (uint64_t)x->bytes, reason);
+                if (!g->dry_run)
+                        gc_audit_remove(g, x->user, x->session, GC_SNAPSHOTS, x->id, reason);
+        }
+        store_snapshot_list_free(list, n);
+}
+
 /* The egress proxy's decisions keep the audit retention too. */
 static void gc_egress_log(struct gc *g)
 {
@@ -770,6 +807,7 @@ int gc_run(const struct sbx_config *cfg, const struct gc_options *opts, struct g
         gc_services(&g);
         gc_spools(&g);
         gc_audit(&g);
+        gc_snapshots(&g);
         gc_egress_log(&g);
         gc_idempotency_keys(&g);
         gc_events(&g);

@@ -40,6 +40,9 @@ static const struct {
         {"clear_scripts", .user_level = true},
         {"create_session", .user_level = true},
         {"list_sessions", .user_level = true},
+        {"list_snapshots", .user_level = true},
+        {"delete_snapshot", .user_level = true},
+        {"fork_session", .user_level = true}, /* session names the new one: never the connection's */
 };
 
 struct catalog {

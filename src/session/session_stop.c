@@ -241,6 +241,48 @@ static int stop_one(struct session_manager *m, struct session *s, bool only_idle
         return 1;
 }
 
+int session_hold(struct session_manager *m, const char *user, const char *id, bool stop, const char *cause,
+                 session_hold_fn fn, void *ud, struct sbx_error *err)
+{
+        struct session *s;
+        char cid[65];
+        int r;
+
+        r = session_key_check(user, id, err);
+        if (r < 0)
+                return r;
+        if (session_lookup_ref(m, user, id, false, &s, NULL) < 0)
+                return sbx_error_set(err, -ENOENT, 0, "no session %s", id);
+        if (begin_teardown(s, false, 0, cid) < 0) {
+                session_unref(s);
+                return sbx_error_set(err, -ENOENT, 0, "no session %s", id);
+        }
+        if (!stop) {
+                r = fn(ud, cid, err);
+                abort_transition(s);
+                session_unref(s);
+                return r;
+        }
+        if (cid[0]) {
+                r = container_remove(m->engine, cid, err);
+                if (r < 0) {
+                        abort_transition(s);
+                        session_unref(s);
+                        sbx_error_prefix(err, "removing container %.12s", cid);
+                        return r;
+                }
+                (void)store_container_removed(m->store, cid, cause, sbx_wall_ms());
+        }
+        (void)portpool_release(m->ports, user, id);
+        release_workspace(m, user, id);
+        r = fn(ud, "", err);
+        end_teardown(s, SESSION_STOPPED, cause);
+        if (cid[0])
+                session_call_handlers(m, user, id, cid, cause);
+        session_unref(s);
+        return r;
+}
+
 int session_expire_idle(struct session_manager *m, int64_t now_wall_ms)
 {
         struct session **all;

@@ -48,8 +48,14 @@ const TOOLS = [
         'get_variables',
         'interrupt_cell',
         'last_cell',
+        // snapshots, restore and fork (issue 28)
+        'snapshot_session',
+        'list_snapshots',
+        'delete_snapshot',
+        'restore_session',
+        'fork_session',
 ];
-const USER_LEVEL = new Set(['list_scripts', 'clear_scripts', 'list_sessions']);
+const USER_LEVEL = new Set(['list_scripts', 'clear_scripts', 'list_sessions', 'delete_snapshot']);
 const sleep = (ms) => new Promise((r) => setTimeout(r, ms));
 
 let daemon;
@@ -172,6 +178,32 @@ function commonScenarios(getClient, session) {
                 assert.equal(s.success, true, JSON.stringify(r));
                 assert.deepEqual(s.summary, { total: 1, passed: 1, failed: 0, skipped: 0 });
                 assert.deepEqual(s.tests.map((t) => t.name), ['ok']);
+        });
+
+        check('snapshot_session, restore_session, fork_session, list and delete (issue 28)', async () => {
+                let r = await call('exec', { command: 'echo kept > /workspace/snap.txt' });
+                assert.equal(r.isError ?? false, false, JSON.stringify(r));
+                r = await call('snapshot_session', { name: 'mcp-snap' });
+                assert.equal(r.isError ?? false, false, JSON.stringify(r));
+                assert.match(r.structuredContent.snapshot, /^snap-/);
+                assert.equal(r.structuredContent.session, session); // the connection's session
+                await call('exec', { command: 'echo changed > /workspace/snap.txt' });
+                r = await call('restore_session', { snapshot: 'mcp-snap' });
+                assert.equal(r.structuredContent.restored, true, JSON.stringify(r));
+                r = await call('exec', { command: 'cat /workspace/snap.txt' });
+                assert.equal(r.structuredContent.stdout, 'kept\n', JSON.stringify(r));
+                const kid = `${session}-kid`;
+                r = await call('fork_session', { session: kid, from: { snapshot: 'mcp-snap' } });
+                assert.equal(r.isError ?? false, false, JSON.stringify(r));
+                assert.equal(r.structuredContent.session, kid);
+                r = await call('exec', { session: kid, command: 'cat /workspace/snap.txt' });
+                assert.equal(r.structuredContent.stdout, 'kept\n', JSON.stringify(r));
+                r = await call('list_snapshots', {});
+                assert.ok(r.structuredContent.snapshots.some((x) => x.name === 'mcp-snap'), JSON.stringify(r));
+                r = await call('delete_snapshot', { snapshot: 'mcp-snap' });
+                assert.equal(r.structuredContent.deleted, true, JSON.stringify(r));
+                r = await call('destroy_session', { session: kid, purge: true });
+                assert.equal(r.structuredContent.destroyed, true, JSON.stringify(r));
         });
 
         check('create_session, exec in it, destroy_session', async () => {

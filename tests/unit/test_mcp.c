@@ -440,6 +440,11 @@ static const char *const expected_tools[] = {
         "create_session",
         "destroy_session",
         "list_sessions",
+        "snapshot_session",
+        "list_snapshots",
+        "delete_snapshot",
+        "restore_session",
+        "fork_session",
 };
 
 static const cJSON *find_tool(const cJSON *tools, const char *name)
@@ -476,7 +481,8 @@ Test(mcp, tools_list_has_every_tool_with_schemas)
                 /* the user-level tools (issue 17) act on the user, not on one session */
                 bool user_level = strcmp(expected_tools[i], "list_scripts") == 0 ||
                                   strcmp(expected_tools[i], "clear_scripts") == 0 ||
-                                  strcmp(expected_tools[i], "list_sessions") == 0;
+                                  strcmp(expected_tools[i], "list_sessions") == 0 ||
+                                  strcmp(expected_tools[i], "delete_snapshot") == 0;
                 cr_assert(user_level ||
                                   cJSON_IsObject(cJSON_GetObjectItem(cJSON_GetObjectItem(in, "properties"), "session")),
                           "%s takes session", expected_tools[i]);

@@ -402,6 +402,28 @@ class Sandboxd:
     def destroy_session(self, session: str, *, purge: bool = False) -> Result:
         return self.call("destroy_session", {"session": session, "purge": purge}, wait_seconds=60)
 
+    # ---- snapshots, restore and fork (issue 28) ----
+
+    def list_snapshots(self, session: str | None = None) -> Result:
+        """The user's snapshots (newest first) with the quota: {snapshots, count, bytes, max_count, max_bytes}."""
+        return self.call("list_snapshots", {"session": session} if session else {})
+
+    def delete_snapshot(self, snapshot: str) -> Result:
+        return self.call("delete_snapshot", {"snapshot": snapshot})
+
+    def fork_session(
+        self, session: str, *, from_session: str | None = None, from_snapshot: str | None = None
+    ) -> "Session":
+        """A new session named ``session`` with the files and environment of a
+        snapshot or of a live session (exactly one of the two)."""
+        if (from_session is None) == (from_snapshot is None):
+            raise ValueError("fork_session needs exactly one of from_session and from_snapshot")
+        src = {"session": from_session} if from_session is not None else {"snapshot": from_snapshot}
+        r = self.call("fork_session", {"session": session, "from": src}, wait_seconds=600)
+        s = Session(self, session)
+        s.created = r
+        return s
+
     def list_scripts(self, filter: str | None = None, limit: int | None = None) -> Result:
         return self.call("list_scripts", {"filter": filter, "limit": limit})
 
@@ -566,6 +588,18 @@ class Session:
 
     def destroy(self, *, purge: bool = False) -> Result:
         return self.client.destroy_session(self.name, purge=purge)
+
+    def snapshot(self, name: str | None = None) -> Result:
+        """Save the workspace (frozen for the copy) with its environment; the snapshot's record."""
+        return self.call("snapshot_session", {"name": name} if name else {}, wait_seconds=600)
+
+    def restore(self, snapshot: str) -> Result:
+        """Stop the session and put its workspace back from a snapshot (id or name)."""
+        return self.call("restore_session", {"snapshot": snapshot}, wait_seconds=600)
+
+    def fork(self, session: str) -> "Session":
+        """A new session ``session`` with a copy of this one's files and environment."""
+        return self.client.fork_session(session, from_session=self.name)
 
     # ---- executions ----
 

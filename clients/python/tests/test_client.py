@@ -105,6 +105,31 @@ class ClientTest(unittest.TestCase):
         self.assertRegex(named.name, r"^s-[0-9a-f]{12}$")
         named.destroy()
 
+    def test_snapshot_restore_fork(self):
+        s = self.sbx.session("snapper")
+        s.exec("mkdir -p d && echo one > d/f && ln -s d/f link")
+        snap = s.snapshot("before")
+        self.assertTrue(snap.snapshot.startswith("snap-"))
+        self.assertEqual((snap.name, snap.session, snap.state), ("before", "snapper", "ready"))
+        self.assertIn("before", [x.name for x in self.sbx.list_snapshots("snapper").snapshots])
+        s.exec("rm -rf d link && echo two > other")
+        r = s.restore("before")
+        self.assertEqual((r.restored, r.state), (True, "stopped"))
+        self.assertEqual(s.exec("cat d/f; readlink link; ls other 2>/dev/null || echo gone").stdout, "one\nd/f\ngone\n")
+        kid = s.fork("snapkid")
+        self.assertEqual(kid.created.forked_from, {"session": "snapper"})
+        kid.exec("echo kid > d/f")
+        self.assertEqual(s.exec("cat d/f").stdout, "one\n")
+        self.assertEqual(kid.exec("cat d/f").stdout, "kid\n")
+        with self.assertRaises(sandboxd.ConflictError):
+            self.sbx.fork_session("snapkid", from_snapshot="before")
+        with self.assertRaises(ValueError):
+            self.sbx.fork_session("x")
+        self.assertTrue(self.sbx.delete_snapshot("before").deleted)
+        self.assertNotIn("before", [x.name for x in self.sbx.list_snapshots().snapshots])
+        kid.destroy(purge=True)
+        s.destroy(purge=True)
+
     # ---- executions ----
 
     def test_exec_waits_for_the_end(self):

@@ -339,6 +339,25 @@ export class Sandboxd {
                 return this.call('destroy_session', { session, purge: opts.purge ?? false }, 60000);
         }
 
+        // ---- snapshots, restore and fork (issue 28) ----
+
+        /** The user's snapshots, newest first, with the quota: {snapshots, count, bytes, max_count, max_bytes}. */
+        listSnapshots(opts: { session?: string } = {}): Promise<Result> {
+                return this.call('list_snapshots', opts);
+        }
+
+        deleteSnapshot(snapshot: string): Promise<Result> {
+                return this.call('delete_snapshot', { snapshot });
+        }
+
+        /** A new session with the files and environment of a snapshot or of a live session (exactly one). */
+        async forkSession(session: string, from: { session: string } | { snapshot: string }): Promise<Session> {
+                const r = await this.call('fork_session', { session, from }, 600000);
+                const s = new Session(this, session);
+                s.created = r;
+                return s;
+        }
+
         listScripts(opts: { filter?: string; limit?: number } = {}): Promise<Result> {
                 return this.call('list_scripts', opts);
         }
@@ -502,6 +521,21 @@ export class Session {
 
         destroy(opts: { purge?: boolean } = {}): Promise<Result> {
                 return this.client.destroySession(this.name, opts);
+        }
+
+        /** Save the workspace (frozen for the copy) with its environment; the snapshot's record. */
+        snapshot(name?: string): Promise<Result> {
+                return this.call('snapshot_session', name ? { name } : {}, 600000);
+        }
+
+        /** Stop the session and put its workspace back from a snapshot (id or name). */
+        restore(snapshot: string): Promise<Result> {
+                return this.call('restore_session', { snapshot }, 600000);
+        }
+
+        /** A new session with a copy of this one's files and environment. */
+        fork(session: string): Promise<Session> {
+                return this.client.forkSession(session, { session: this.name });
         }
 
         // ---- executions ----

@@ -84,6 +84,29 @@ describe('TypeScript client over HTTPS', { timeout: 600000 }, () => {
                 await named.destroy();
         });
 
+        test('snapshots: snapshot, restore, fork, list, delete', async () => {
+                const sn = c.session('snapper');
+                await sn.exec('mkdir -p d && echo one > d/f && ln -s d/f link');
+                const snap = await sn.snapshot('before');
+                assert.match(snap.snapshot, /^snap-/);
+                assert.deepEqual([snap.name, snap.session, snap.state], ['before', 'snapper', 'ready']);
+                assert.ok((await c.listSnapshots({ session: 'snapper' })).snapshots.some((x) => x.name === 'before'));
+                await sn.exec('rm -rf d link && echo two > other');
+                const r = await sn.restore('before');
+                assert.deepEqual([r.restored, r.state], [true, 'stopped']);
+                assert.equal((await sn.exec('cat d/f; readlink link; ls other 2>/dev/null || echo gone')).stdout, 'one\nd/f\ngone\n');
+                const kid = await sn.fork('snapkid');
+                assert.deepEqual(kid.created.forked_from, { session: 'snapper' });
+                await kid.exec('echo kid > d/f');
+                assert.equal((await sn.exec('cat d/f')).stdout, 'one\n');
+                assert.equal((await kid.exec('cat d/f')).stdout, 'kid\n');
+                assert.ok((await caught(() => c.forkSession('snapkid', { snapshot: 'before' }))) instanceof sbx.ConflictError);
+                assert.equal((await c.deleteSnapshot('before')).deleted, true);
+                assert.ok(!(await c.listSnapshots()).snapshots.some((x) => x.name === 'before'));
+                await kid.destroy({ purge: true });
+                await sn.destroy({ purge: true });
+        });
+
         test('exec waits for the end', async () => {
                 let r = await s.exec('echo out; echo err >&2; exit 3');
                 assert.deepEqual([r.state, r.exit_code, r.stdout, r.stderr], ['completed', 3, 'out\n', 'err\n']);

@@ -754,14 +754,19 @@ void exec_worker_done(struct execution *x)
                         x->refs--;
                         break;
                 }
-        e->workers--;
-        pthread_cond_broadcast(&e->idle);
         pthread_mutex_unlock(&e->lock);
         /* wake long-polls that now have to read from the store */
         pthread_mutex_lock(&x->lock);
         pthread_cond_broadcast(&x->cond);
         pthread_mutex_unlock(&x->lock);
+        /* The worker still counts until its last reference is gone:
+         * execution_free reads x->e, which exec_engine_free frees as soon
+         * as the count reaches 0. */
         execution_unref(x);
+        pthread_mutex_lock(&e->lock);
+        e->workers--;
+        pthread_cond_broadcast(&e->idle);
+        pthread_mutex_unlock(&e->lock);
 }
 
 static void *worker_main(void *ud)

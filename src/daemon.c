@@ -88,14 +88,23 @@ static bool session_busy(const char *user, const char *session, void *ud)
         return n > 0;
 }
 
-static size_t live_sessions(void *ud)
+/* What a freeze would stop mid-way: an execution or a cell running. A
+ * service is frozen with its session and thaws with it. */
+static bool session_pause_blocked(const char *user, const char *session, void *ud)
 {
-        size_t counts[4] = {0};
-        session_counts(ud, counts);
-        return counts[SESSION_CREATING] + counts[SESSION_RUNNING];
+        struct daemon *d = ud;
+        return exec_running_count(d->exec, user, session) > 0 || cells_session_busy(d->cells, user, session);
 }
 
-/* After a restart: listen again for every running session's runner, and
+static size_t live_sessions(void *ud)
+{
+        size_t counts[SESSION_STATE_COUNT] = {0};
+        session_counts(ud, counts);
+        return counts[SESSION_CREATING] + counts[SESSION_RUNNING] + counts[SESSION_PAUSED];
+}
+
+/* After a restart: listen again for every running (or paused: it
+ * reconnects once thawed) session's runner, and
  * serve its channels and port block again. */
 static void adopt_runners(struct daemon *d)
 {
@@ -343,6 +352,7 @@ int daemon_open(const struct sbx_config *cfg, const struct daemon_options *opts,
         service_set_quota(d->services, d->quota);
         service_set_runner(d->services, d->runner);
         session_set_busy_check(d->sessions, session_busy, d);
+        session_set_pause_check(d->sessions, session_pause_blocked, d);
         r = pool_reconcile(d->pool, err);
         if (r == 0)
                 r = session_reconcile(d->sessions, NULL, err);
@@ -378,8 +388,10 @@ void daemon_close(struct daemon *d)
         pool_set_slot_fn(d->pool, NULL, NULL); /* no slot hook reaches the cells from here on */
         cells_free(d->cells);                  /* before the hub: its waiters hold runner jobs */
         exec_engine_free(d->exec);             /* its workers were the last to ask session_busy */
-        if (d->sessions)
+        if (d->sessions) {
                 session_set_busy_check(d->sessions, NULL, NULL);
+                session_set_pause_check(d->sessions, NULL, NULL);
+        }
         scripts_free(d->scripts);
         if (d->runtime && d->sessions)
                 runtime_attach(NULL, d->sessions);

@@ -227,7 +227,7 @@ int metrics_render(const struct metrics_ctx *m, char **ret)
 {
         static const char *const session_states[] = {"creating", "running", "stopped", "error"};
         struct text t = {0};
-        size_t counts[4] = {0}, used = 0, total = 0;
+        size_t counts[SESSION_STATE_COUNT] = {0}, used = 0, total = 0;
         uint64_t cum = 0;
 
         session_counts(m->sessions, counts);

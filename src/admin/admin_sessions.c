@@ -160,7 +160,7 @@ int admin_c_pool(struct admin_req *q, cJSON **ret, struct fronterr *e)
 
 int admin_c_stats(struct admin_req *q, cJSON **ret, struct fronterr *e)
 {
-        size_t counts[4] = {0}, used = 0, total = 0;
+        size_t counts[SESSION_STATE_COUNT] = {0}, used = 0, total = 0;
         char version[64] = "";
         cJSON *s, *p;
         int64_t last;

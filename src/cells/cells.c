@@ -1005,6 +1005,15 @@ static int ctx_acquire(struct cell_ctx *x, struct sbx_error *err)
 {
         int64_t deadline = sbx_now_ms() + CELLS_ADOPT_WAIT_MS + 5000;
 
+        /* a paused session is resumed before anything waits on its kernel:
+         * a frozen bridge answers nothing, and a job to adopt after a restart
+         * waits for the thaw (adopter_main) */
+        if (session_is_paused(x->c->sessions, x->user, x->session)) {
+                int r = session_resume(x->c->sessions, x->user, x->session, NULL, err);
+                if (r < 0)
+                        return r;
+        }
+
         pthread_mutex_lock(&x->lock);
         /* after a restart, until the context's job is adopted and its replay in */
         while ((x->adopt_pending || (x->adopting && !x->waiter_done)) && wait_until(&x->cond, &x->lock, deadline))
@@ -1732,11 +1741,15 @@ int cells_list(struct cells *c, const char *user, const char *session, cJSON **r
                 }
         pthread_mutex_unlock(&c->lock);
         a = cJSON_CreateArray();
+        /* listing never resumes a paused session: its kernels are there, frozen, and cannot answer */
+        bool paused = session_is_paused(c->sessions, user, session);
         for (size_t i = 0; i < n; i++) {
-                int64_t rss = ctx_rss(v[i]);
+                int64_t rss = paused ? -1 : ctx_rss(v[i]);
                 pthread_mutex_lock(&v[i]->lock);
                 cJSON *o = ctx_summary_locked(v[i]);
                 pthread_mutex_unlock(&v[i]->lock);
+                if (paused)
+                        cJSON_AddTrueToObject(o, "session_paused");
                 if (rss >= 0)
                         cJSON_AddNumberToObject(o, "rss_kb", (double)rss);
                 else
@@ -1895,6 +1908,8 @@ static const char *cause_from_session(const char *cause)
                 return "oom";
         if (strcmp(cause, "evicted") == 0) /* the fair share of max_sessions (session_share.c) */
                 return "evicted";
+        if (strcmp(cause, "stopped_while_paused") == 0) /* past max_paused_sessions, or memory pressure */
+                return "stopped_while_paused";
         return "container_recreated";
 }
 
@@ -1966,6 +1981,9 @@ static void *reaper_main(void *p)
                 int64_t cutoff = sbx_wall_ms() - (int64_t)c->cfg->cells_idle_timeout_s * 1000;
                 struct cell_ctx *victim = NULL;
                 for (struct cell_ctx *x = c->list; x && !victim; x = x->next) {
+                        /* a paused session's kernel is frozen: left alone (lock order: cells, then sessions) */
+                        if (session_is_paused(c->sessions, x->user, x->session))
+                                continue;
                         pthread_mutex_lock(&x->lock);
                         if (x->phase == CTX_READY && !x->busy && x->last_used < cutoff) {
                                 x->busy = true;
@@ -2072,13 +2090,26 @@ static void *adopter_main(void *p)
 
         for (;;) {
                 struct cell_ctx *x = NULL;
+                bool deferred = false;
                 pthread_mutex_lock(&c->lock);
                 for (struct cell_ctx *y = c->list; y && !c->stopping; y = y->next)
                         if (y->adopt_pending) {
+                                /* its runner is frozen with its paused session and reconnects
+                                 * only once a request resumes it (ctx_acquire does): not yet */
+                                if (session_is_paused(c->sessions, y->user, y->session)) {
+                                        deferred = true;
+                                        continue;
+                                }
                                 y->refs++;
                                 x = y;
                                 break;
                         }
+                if (!x && deferred && !c->stopping) {
+                        struct timespec ts = sbx_deadline_after(CLOCK_MONOTONIC, 500);
+                        (void)pthread_cond_timedwait(&c->cond, &c->lock, &ts);
+                        pthread_mutex_unlock(&c->lock);
+                        continue;
+                }
                 pthread_mutex_unlock(&c->lock);
                 if (!x)
                         return NULL;

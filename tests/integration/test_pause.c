@@ -50,6 +50,7 @@ static void open_daemon(bool fresh)
                 cfg.pids_limit = 256;
                 cfg.pool_size = 0;
                 cfg.monitor_interval_ms = 200;
+                cfg.runner_heartbeat_ms = 200; /* a frozen runner would be "lost" after 600 ms if judged */
                 cfg.pause_after_s = 0; /* each test sets its own */
                 cfg.pause_min_mem_available_bytes = 0;
                 snprintf(dir, sizeof(dir), "%s", cfg.data_dir);

@@ -35,8 +35,11 @@ static void usage(FILE *f)
                 "  stats                                sessions by state, executions, ports, monitor\n"
                 "  pool                                 the warm pool: size, ready, claims, misses, refill rate\n"
                 "  metrics                              the Prometheus text (as metrics_listen's /metrics)\n"
-                "  sessions [--user U] [--state S]      list sessions\n"
+                "  sessions [--user U] [--state S]      list sessions (S: running, paused, stopped, ...)\n"
                 "  show USER SESSION                    one session in detail\n"
+                "  pause USER SESSION                   freeze the session (memory kept, no CPU); any\n"
+                "                                       request resumes it\n"
+                "  resume USER SESSION                  thaw a paused session now\n"
                 "  destroy USER SESSION [--purge]       remove its container and forget it\n"
                 "                                       (--purge also deletes the workspace)\n"
                 "  mark-private USER SESSION DATASET [SOURCE]\n"
@@ -191,9 +194,9 @@ static void print_stats(const cJSON *r)
         printf("uptime:              %.0f s\n", num(r, "uptime_s", 0));
         printf("docker:              %s\n", str(r, "docker_version"));
         print_engine(cJSON_GetObjectItemCaseSensitive(r, "engine"));
-        printf("sessions:            %.0f (creating %.0f, running %.0f, stopped %.0f, error %.0f)\n",
-               num(s, "total", 0), num(s, "creating", 0), num(s, "running", 0), num(s, "stopped", 0),
-               num(s, "error", 0));
+        printf("sessions:            %.0f (creating %.0f, running %.0f, paused %.0f, stopped %.0f, error %.0f)\n",
+               num(s, "total", 0), num(s, "creating", 0), num(s, "running", 0), num(s, "paused", 0),
+               num(s, "stopped", 0), num(s, "error", 0));
         printf("executions running:  %.0f\n", num(r, "executions_running", 0));
         printf("ports:               %.0f of %.0f in use\n", num(p, "used", 0), num(p, "total", 0));
         printf("monitor last poll:   %s\n", when(r, "monitor_last_poll", t));
@@ -255,6 +258,16 @@ static void print_metrics(const cJSON *r)
         fputs(str(r, "text"), stdout);
 }
 
+static void print_paused(const cJSON *r)
+{
+        printf("%s:%s is paused%s\n", str(r, "user"), str(r, "session"), flag(r, "already_paused") ? " (it was)" : "");
+}
+
+static void print_resumed(const cJSON *r)
+{
+        printf("%s:%s is running%s\n", str(r, "user"), str(r, "session"), flag(r, "resumed") ? " (resumed)" : "");
+}
+
 static void print_sessions(const cJSON *r)
 {
         const cJSON *list = cJSON_GetObjectItemCaseSensitive(r, "sessions"), *s;
@@ -267,6 +280,8 @@ static void print_sessions(const cJSON *r)
                        str(s, "network_mode"), flag(s, "private") ? "yes" : "no", str(s, "container_id"),
                        when(s, "last_activity", t));
                 print_ports(cJSON_GetObjectItemCaseSensitive(s, "ports"));
+                if (num(s, "paused_at", 0) > 0)
+                        printf(" (paused since %s)", when(s, "paused_at", t));
                 printf("\n");
         }
         if (cJSON_GetArraySize(list) == 0)
@@ -320,6 +335,8 @@ static void print_show(const cJSON *r)
         printf("\n");
         printf("created:       %s\n", when(r, "created_at", t));
         printf("last activity: %s\n", when(r, "last_activity", t));
+        if (num(r, "paused_at", 0) > 0)
+                printf("paused since:  %s (frozen; the next request resumes it)\n", when(r, "paused_at", t));
         printf("last error:    %s", str(r, "last_error"));
         if (strcmp(str(r, "error_cause"), "-") != 0)
                 printf(" (cause: %s)", str(r, "error_cause"));
@@ -647,6 +664,8 @@ static const struct simple_cmd {
         {"pool", NULL, "pool", 0, {NULL}, print_pool},
         {"metrics", NULL, "metrics", 0, {NULL}, print_metrics},
         {"show", NULL, "session.show", 2, {"user", "session"}, print_show},
+        {"pause", NULL, "session.pause", 2, {"user", "session"}, print_paused},
+        {"resume", NULL, "session.resume", 2, {"user", "session"}, print_resumed},
         {"mark-private", NULL, "session.mark_private", 3, {"user", "session", "dataset", "source"}, NULL},
         {"egress-policy", NULL, "egress.policy", 1, {"user", "session"}, print_egress_policy},
         {"runtime", NULL, "user.runtime", 1, {"user", "runtime"}, print_runtime},

@@ -120,8 +120,8 @@ int session_resume_locked(struct session *s, const char *reason)
         return r;
 }
 
-int session_pause(struct session_manager *m, const char *user, const char *id, const char *reason,
-                  bool *ret_was_paused, struct sbx_error *err)
+int session_pause(struct session_manager *m, const char *user, const char *id, const char *reason, bool *ret_was_paused,
+                  struct sbx_error *err)
 {
         struct session *s;
         struct sbx_error e = {0};
@@ -155,8 +155,8 @@ int session_pause(struct session_manager *m, const char *user, const char *id, c
                 goto out_locked;
         }
         if (s->active_ops > 0) {
-                r = sbx_error_set(err, -EBUSY, 0, "busy: session %s:%s has a request in progress; pause it when it is done",
-                                  user, id);
+                r = sbx_error_set(err, -EBUSY, 0,
+                                  "busy: session %s:%s has a request in progress; pause it when it is done", user, id);
                 goto out_locked;
         }
         s->transitioning = true; /* from here no request starts: each waits, then resumes it */
@@ -389,7 +389,8 @@ int session_enforce_paused(struct session_manager *m)
                 if (avail < 0 || avail >= cfg->pause_min_mem_available_bytes)
                         break;
                 snprintf(why, sizeof(why),
-                         "memory pressure: the host's MemAvailable (%" PRId64 " MiB) was below "
+                         "memory pressure: the host's MemAvailable (%" PRId64
+                         " MiB) was below "
                          "pause_min_mem_available (%" PRId64 " MiB)",
                          avail >> 20, cfg->pause_min_mem_available_bytes >> 20);
                 stopped += evict(m, &list[i], why);

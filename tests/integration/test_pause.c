@@ -51,7 +51,7 @@ static void open_daemon(bool fresh)
                 cfg.pool_size = 0;
                 cfg.monitor_interval_ms = 200;
                 cfg.runner_heartbeat_ms = 200; /* a frozen runner would be "lost" after 600 ms if judged */
-                cfg.pause_after_s = 0; /* each test sets its own */
+                cfg.pause_after_s = 0;         /* each test sets its own */
                 cfg.pause_min_mem_available_bytes = 0;
                 snprintf(dir, sizeof(dir), "%s", cfg.data_dir);
                 snprintf(cfg.api_socket, sizeof(cfg.api_socket), "%s/run/api.sock", dirname(dir));
@@ -128,7 +128,7 @@ static enum session_state state_of(const char *user, const char *session)
         enum session_state st;
 
         if (session_get_info(d->sessions, user, session, &info) < 0)
-                return (enum session_state)-1;
+                return (enum session_state) - 1;
         st = info.state;
         session_info_done(&info);
         return st;
@@ -174,14 +174,28 @@ static int audit_count(const char *action, const char *session)
         return k;
 }
 
+/* How many events of type alice's log holds. */
+static int count_events(const char *type)
+{
+        cJSON *ev = apic_call(cfg.api_socket, tok_a, "events", apic_json("{\"since\": 0, \"limit\": 1000}"));
+        const cJSON *x;
+        int k = 0;
+
+        cJSON_ArrayForEach(x, cJSON_GetObjectItem(apic_result(ev), "events"))
+                k += strcmp(apic_str(x, "type"), type) == 0;
+        cJSON_Delete(ev);
+        return k;
+}
+
 /* The context keeps a thread that wakes every 5 ms: the container uses CPU
  * as long as it is not frozen. */
-static const char spinner[] = "import threading, time\n"
-                              "def _tick():\n"
-                              "    while True:\n"
-                              "        sum(range(2000)); time.sleep(0.005)\n"
-                              "threading.Thread(target=_tick, daemon=True).start()\n"
-                              "x = 1\n";
+static const char spinner[] =
+        "import threading, time\n"
+        "def _tick():\n"
+        "    while True:\n"
+        "        sum(range(2000)); time.sleep(0.005)\n"
+        "threading.Thread(target=_tick, daemon=True).start()\n"
+        "x = 1\n";
 
 Test(pause, an_idle_session_is_paused_keeps_x_and_uses_no_cpu, .fini = teardown)
 {
@@ -248,8 +262,7 @@ Test(pause, any_request_resumes_a_paused_session, .fini = teardown)
         cJSON_Delete(r);
 
         /* a plain command resumes it */
-        r = apic_call(cfg.api_socket, tok_a, "exec",
-                      apic_json("{\"session\": \"s2\", \"command\": \"echo thawed\"}"));
+        r = apic_call(cfg.api_socket, tok_a, "exec", apic_json("{\"session\": \"s2\", \"command\": \"echo thawed\"}"));
         cr_assert_not_null(apic_result(r), "%s", cJSON_PrintUnformatted(r));
         cr_assert_str_eq(apic_str(apic_result(r), "stdout"), "thawed\n", "%s", cJSON_PrintUnformatted(r));
         cJSON_Delete(r);
@@ -269,6 +282,28 @@ Test(pause, any_request_resumes_a_paused_session, .fini = teardown)
         cr_assert_eq(st.resumes, 2);
         cr_assert_eq(audit_count("session.paused", "s2"), 2);
         cr_assert_eq(audit_count("session.resumed", "s2"), 2);
+
+        /* the operator's side: sandboxctl pauses, lists paused sessions, counts, resumes */
+        char *out = NULL;
+        cr_assert_eq(fixture_sandboxctl(SANDBOXD_BINARY_DIR, cfg.admin_socket, "pause alice s2", &out), 0, "%s", out);
+        cr_assert_not_null(strstr(out, "alice:s2 is paused"), "%s", out);
+        free(out);
+        cr_assert_eq(fixture_sandboxctl(SANDBOXD_BINARY_DIR, cfg.admin_socket, "sessions --state paused", &out), 0);
+        cr_assert_not_null(strstr(out, "s2"), "%s", out);
+        cr_assert_not_null(strstr(out, "paused since"), "%s", out);
+        free(out);
+        cr_assert_eq(fixture_sandboxctl(SANDBOXD_BINARY_DIR, cfg.admin_socket, "metrics", &out), 0);
+        cr_assert_not_null(strstr(out, "sandboxd_session_pauses_total 3\n"), "%s", out);
+        cr_assert_not_null(strstr(out, "sandboxd_sessions{state=\"paused\"} 1\n"), "%s", out);
+        free(out);
+        cr_assert_eq(fixture_sandboxctl(SANDBOXD_BINARY_DIR, cfg.admin_socket, "resume alice s2", &out), 0, "%s", out);
+        cr_assert_not_null(strstr(out, "alice:s2 is running (resumed)"), "%s", out);
+        free(out);
+        cr_assert_eq(state_of("alice", "s2"), SESSION_RUNNING);
+        /* and each of them is an event of the user's (written by the event log's own thread) */
+        cr_assert(TESTENV_WAIT_UNTIL(count_events("session.paused") == 3 && count_events("session.resumed") == 3,
+                                     30000),
+                  "events: %d paused, %d resumed", count_events("session.paused"), count_events("session.resumed"));
 }
 
 Test(pause, pause_is_refused_for_unknown_sessions_and_while_a_cell_runs, .fini = teardown)
@@ -290,7 +325,7 @@ Test(pause, pause_is_refused_for_unknown_sessions_and_while_a_cell_runs, .fini =
         cr_assert_str_eq(apic_code(r) ?: "(ok)", "not_found", "%s", cJSON_PrintUnformatted(r));
         cJSON_Delete(r);
         cr_assert_eq(state_of("alice", "s3"), SESSION_RUNNING);
-        cr_assert_eq(state_of("bob", "s3"), (enum session_state)-1, "bob got a session by asking");
+        cr_assert_eq(state_of("bob", "s3"), (enum session_state) - 1, "bob got a session by asking");
 
         /* a running cell would be frozen mid-way: busy */
         api = apic_connect(cfg.api_socket);

@@ -88,6 +88,14 @@ static bool session_busy(const char *user, const char *session, void *ud)
         return n > 0;
 }
 
+/* A host client reached a published port of the session: a paused one is
+ * resumed in the background (the gateway's thread must not block), well
+ * within the 30 s its forward waits for the runner. */
+static void gateway_wake(const char *user, const char *session, void *ud)
+{
+        session_resume_async(ud, user, session);
+}
+
 /* What a freeze would stop mid-way: an execution or a cell running. A
  * service is frozen with its session and thaws with it. */
 static bool session_pause_blocked(const char *user, const char *session, void *ud)
@@ -314,6 +322,7 @@ int daemon_open(const struct sbx_config *cfg, const struct daemon_options *opts,
         if (r < 0)
                 goto fail;
         gateway_set_private_check(d->gateway, gateway_private, d->privacy);
+        gateway_set_wake(d->gateway, gateway_wake, d->sessions);
         session_set_gateway(d->sessions, d->gateway);
         (void)session_register_failure_handler(d->sessions, drop_gateway, d->gateway);
         r = runtime_new(&d->cfg, d->engine, d->store, &d->runtime, err);
@@ -384,6 +393,8 @@ void daemon_close(struct daemon *d)
         if (d->fronts_stop)
                 d->fronts_stop(d);
         monitor_stop(d->monitor);
+        if (d->sessions)
+                session_resume_async_stop(d->sessions); /* resumes use the runner hub */
         service_manager_free(d->services);
         pool_set_slot_fn(d->pool, NULL, NULL); /* no slot hook reaches the cells from here on */
         cells_free(d->cells);                  /* before the hub: its waiters hold runner jobs */

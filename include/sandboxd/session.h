@@ -276,6 +276,16 @@ int session_pause(struct session_manager *m, const char *user, const char *sessi
  * unknown. *ret_was_paused: it was PAUSED (may be NULL). */
 int session_resume(struct session_manager *m, const char *user, const char *session, bool *ret_was_paused,
                    struct sbx_error *err);
+/* Resume a paused session in the background, for a caller that must not
+ * block (the gateway's thread, when a host client reaches a published
+ * port): queued (at most SESSION_RESUME_QUEUE keys, duplicates merged) for
+ * the thread "sbx-resume", started on first use. Nothing when it is not
+ * paused. */
+#define SESSION_RESUME_QUEUE 64
+void session_resume_async(struct session_manager *m, const char *user, const char *session);
+/* Stop (and join) sbx-resume: queued resumes are dropped. Idempotent; the
+ * daemon calls it before the runner hub goes, session_manager_free again. */
+void session_resume_async_stop(struct session_manager *m);
 /* Whether the session is PAUSED now (false: unknown). */
 bool session_is_paused(struct session_manager *m, const char *user, const char *session);
 /* Monitor entry: pause RUNNING sessions unused for pause_after (0: off)

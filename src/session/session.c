@@ -301,6 +301,8 @@ int session_manager_new(const struct sbx_config *cfg, struct engine *d, struct s
         *m = (struct session_manager){
                 .cfg = cfg, .engine = d, .store = st, .ports = pp, .policy = default_policy, .policy_ud = (void *)cfg};
         pthread_mutex_init(&m->lock, NULL);
+        pthread_mutex_init(&m->rq_lock, NULL);
+        pthread_cond_init(&m->rq_cond, NULL);
         for (size_t i = 0; extra_labels && extra_labels[i] && i < MAX_EXTRA_LABELS; i++)
                 m->extra_labels[i] = strdup(extra_labels[i]);
 
@@ -329,6 +331,7 @@ void session_manager_free(struct session_manager *m)
 {
         if (!m)
                 return;
+        session_resume_async_stop(m); /* its thread holds references */
         for (size_t b = 0; b < N_BUCKETS; b++) {
                 struct session *s = m->buckets[b];
                 while (s) {
@@ -341,6 +344,9 @@ void session_manager_free(struct session_manager *m)
         for (size_t i = 0; i < MAX_EXTRA_LABELS; i++)
                 free(m->extra_labels[i]);
         pthread_mutex_destroy(&m->lock);
+        pthread_mutex_destroy(&m->rq_lock);
+        pthread_cond_destroy(&m->rq_cond);
+        free(m->rq_keys);
         free(m);
 }
 

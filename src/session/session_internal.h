@@ -101,6 +101,14 @@ struct session_manager {
         session_pause_block_fn pause_block_fn; /* (m->lock) NULL: only requests in progress block a pause */
         void *pause_block_ud;
         uint64_t pauses, resumes, pause_evictions; /* (m->lock) */
+        /* session_resume_async: rq_lock guards the queue, rq_stop and
+         * rq_started (a leaf: nothing else is taken under it) */
+        pthread_mutex_t rq_lock;
+        pthread_cond_t rq_cond;
+        char (*rq_keys)[2][SESSION_KEY_MAX + 1]; /* SESSION_RESUME_QUEUE entries */
+        size_t rq_n;
+        bool rq_started, rq_stop;
+        pthread_t rq_thread;
 };
 
 /* Counts against the caps: has a container, or is getting one. Under s->lock. */

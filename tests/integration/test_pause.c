@@ -7,7 +7,10 @@
  * context then reports state_lost stopped_while_paused; a pause of a
  * session the caller does not have is refused. Every call goes through the
  * daemon's real API socket. Ports 31500-31799. */
+#include <arpa/inet.h>
 #include <criterion/criterion.h>
+#include <netinet/in.h>
+#include <sys/socket.h>
 #include <inttypes.h>
 #include <libgen.h>
 #include <signal.h>
@@ -24,6 +27,7 @@
 #include "sandboxd/daemon.h"
 #include "sandboxd/engine.h"
 #include "sandboxd/fronts.h"
+#include "sandboxd/service.h"
 #include "sandboxd/session.h"
 #include "sandboxd/store.h"
 #include "sandboxd/token.h"
@@ -435,4 +439,60 @@ Test(pause, past_max_paused_sessions_the_oldest_is_stopped_and_says_so, .fini = 
         cJSON_Delete(r);
         /* the survivor kept its state */
         assert_x_is_1("new");
+}
+
+/* GET / on 127.0.0.1:port, waiting up to 60 s for the answer; the HTTP
+ * status or -1. */
+static int http_get(int port)
+{
+        struct sockaddr_in a = {.sin_family = AF_INET, .sin_port = htons((uint16_t)port)};
+        struct timeval tv = {60, 0};
+        char buf[512] = "";
+        int fd = socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0), status = -1;
+
+        a.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+        (void)setsockopt(fd, SOL_SOCKET, SO_RCVTIMEO, &tv, sizeof(tv));
+        if (connect(fd, (struct sockaddr *)&a, sizeof(a)) == 0) {
+                const char *req = "GET / HTTP/1.0\r\nHost: localhost\r\n\r\n";
+                (void)!write(fd, req, strlen(req));
+                if (read(fd, buf, sizeof(buf) - 1) > 12)
+                        sscanf(buf, "HTTP/%*s %d", &status);
+        }
+        close(fd);
+        return status;
+}
+
+static int service_host_port(const char *session, const char *name)
+{
+        struct service_info *list = NULL;
+        size_t n = 0;
+        int port = 0;
+
+        if (service_list(d->services, "alice", session, &list, &n) < 0)
+                return 0;
+        for (size_t i = 0; i < n; i++)
+                if (strcmp(list[i].name, name) == 0 && list[i].n_ports > 0)
+                        port = list[i].ports[0].host_port;
+        free(list);
+        return port;
+}
+
+Test(pause, a_client_on_a_published_port_resumes_a_paused_session, .fini = teardown)
+{
+        struct service_info info;
+        struct sbx_error err = {0};
+        int port = 0;
+
+        open_daemon(true);
+        cr_assert_eq(service_start(d->services, "alice", "web", "http", "python3 -m http.server 8000", NULL, &info,
+                                   &err),
+                     0, "%s", err.msg);
+        cr_assert(TESTENV_WAIT_UNTIL((port = service_host_port("web", "http")) > 0, 30000), "port never detected");
+        cr_assert_eq(http_get(port), 200);
+        cJSON_Delete(call(tok_a, "pause_session", "web", NULL));
+        cr_assert_eq(state_of("alice", "web"), SESSION_PAUSED);
+        /* the forward waits for the frozen runner; the gateway asks for a resume meanwhile */
+        cr_assert_eq(http_get(port), 200);
+        cr_assert(TESTENV_WAIT_UNTIL(state_of("alice", "web") == SESSION_RUNNING, 30000));
+        cr_assert_eq(audit_count("session.resumed", "web"), 1);
 }

@@ -111,6 +111,9 @@ int phase_pool(struct bench *b);
 /* cells.c: run_cell round trip, its baselines, first cell, kernel RSS. */
 int phase_cells(struct bench *b);
 
+/* pause.c: pause_session, resume_session, the first command after a resume, against plain Docker. */
+int phase_pause(struct bench *b);
+
 /* ---- for the report ---- */
 
 cJSON *machine_info(struct bench *b);

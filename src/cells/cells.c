@@ -45,6 +45,7 @@ extern const char cells_bridge_node[];
 #define CELLS_RECENT_MAX 64           /* cells whose spool is kept, in all */
 #define CELLS_RECENT_PER_SESSION 8    /* ... and per session */
 #define CELLS_CANCEL_SLACK_MS 5000
+#define CELLS_REPLAY_GRACE_MS 2000 /* a replayed, ended cell frees its context within this */
 
 _Static_assert(CELL_STREAMS == CELLS_STREAMS, "the streams of cells.h are those of cells_spool.h");
 
@@ -1017,6 +1018,13 @@ static int ctx_acquire(struct cell_ctx *x, struct sbx_error *err)
         pthread_mutex_lock(&x->lock);
         /* after a restart, until the context's job is adopted and its replay in */
         while ((x->adopt_pending || (x->adopting && !x->waiter_done)) && wait_until(&x->cond, &x->lock, deadline))
+                ;
+        /* the replay of a cell that had ended comes at once: a caller that
+         * waited for the adoption should not find it still holding the
+         * context (a cell that still runs keeps it: busy, as before) */
+        int64_t replay = sbx_now_ms() + CELLS_REPLAY_GRACE_MS;
+        while (x->adopted_cell && x->adopt_busy && !x->waiter_done &&
+               wait_until(&x->cond, &x->lock, replay < deadline ? replay : deadline))
                 ;
         if (x->busy) {
                 pthread_mutex_unlock(&x->lock);

@@ -9,6 +9,7 @@
  * daemon's real API socket. Ports 31500-31799. */
 #include <arpa/inet.h>
 #include <criterion/criterion.h>
+#include <errno.h>
 #include <netinet/in.h>
 #include <sys/socket.h>
 #include <inttypes.h>
@@ -439,6 +440,65 @@ Test(pause, past_max_paused_sessions_the_oldest_is_stopped_and_says_so, .fini = 
         cJSON_Delete(r);
         /* the survivor kept its state */
         assert_x_is_1("new");
+
+        /* idle_timeout counts from the last use, paused or not: a paused session past it is stopped */
+        char cid[65];
+        fixture_container_of(d, "alice", "new", cid);
+        cJSON_Delete(call(tok_a, "pause_session", "new", NULL));
+        cr_assert_eq(state_of("alice", "new"), SESSION_PAUSED);
+        /* "old" runs again since its last cell: both are past it */
+        cr_assert_eq(session_expire_idle(d->sessions, sbx_wall_ms() + (d->cfg.idle_timeout_s + 1) * 1000LL), 2);
+        cr_assert_eq(state_of("alice", "new"), SESSION_STOPPED);
+        struct engine_container_info ci;
+        cr_assert_eq(engine_inspect(testenv_engine(), cid, &ci, NULL), -ENOENT, "the paused container was left behind");
+}
+
+Test(pause, per_user_caps_and_memory_pressure_stop_paused_sessions, .fini = teardown)
+{
+        struct session_info info;
+        cJSON *r;
+
+        open_daemon(true);
+        d->cfg.max_paused_sessions_per_user = 1;
+        cJSON_Delete(cell("a1", "x = 1"));
+        cJSON_Delete(cell("a2", "x = 1"));
+        r = call(tok_b, "run_cell", "b1", "x = 1");
+        cr_assert_not_null(apic_result(r), "%s", cJSON_PrintUnformatted(r));
+        cJSON_Delete(r);
+        cJSON_Delete(call(tok_b, "pause_session", "b1", NULL));
+        cJSON_Delete(call(tok_a, "pause_session", "a1", NULL));
+        cJSON_Delete(call(tok_a, "pause_session", "a2", NULL));
+        /* alice's older one gave way; bob's, under his own cap, did not */
+        cr_assert_eq(state_of("alice", "a1"), SESSION_STOPPED);
+        cr_assert_eq(state_of("alice", "a2"), SESSION_PAUSED);
+        cr_assert_eq(state_of("bob", "b1"), SESSION_PAUSED);
+        cr_assert_eq(session_get_info(d->sessions, "alice", "a1", &info), 0);
+        cr_assert_str_eq(info.error_cause, "stopped_while_paused");
+        cr_assert_not_null(strstr(info.last_error, "max_paused_sessions_per_user=1"), "%s", info.last_error);
+        session_info_done(&info);
+
+        /* memory pressure: a floor no host reaches, so MemAvailable is below it */
+        d->cfg.pause_min_mem_available_bytes = INT64_C(1) << 44;
+        /* the monitor's round or this call, whichever comes first */
+        (void)session_enforce_paused(d->sessions);
+        cr_assert(TESTENV_WAIT_UNTIL(state_of("alice", "a2") == SESSION_STOPPED &&
+                                             state_of("bob", "b1") == SESSION_STOPPED,
+                                     30000),
+                  "a2 %s, b1 %s", session_state_to_string(state_of("alice", "a2")),
+                  session_state_to_string(state_of("bob", "b1")));
+        cr_assert_eq(state_of("alice", "a2"), SESSION_STOPPED);
+        cr_assert_eq(state_of("bob", "b1"), SESSION_STOPPED);
+        cr_assert_eq(session_get_info(d->sessions, "bob", "b1", &info), 0);
+        cr_assert_str_eq(info.error_cause, "stopped_while_paused");
+        cr_assert_not_null(strstr(info.last_error, "memory pressure"), "%s", info.last_error);
+        session_info_done(&info);
+        r = call(tok_b, "run_cell", "b1", "x");
+        cr_assert_str_eq(lost_cause(apic_result(r)) ?: "(none)", "stopped_while_paused", "%s",
+                         cJSON_PrintUnformatted(r));
+        cJSON_Delete(r);
+        struct session_pause_stats st;
+        session_pause_stats(d->sessions, &st);
+        cr_assert_eq(st.evictions, 3);
 }
 
 /* GET / on 127.0.0.1:port, waiting up to 60 s for the answer; the HTTP

@@ -402,6 +402,13 @@ class Sandboxd:
     def destroy_session(self, session: str, *, purge: bool = False) -> Result:
         return self.call("destroy_session", {"session": session, "purge": purge}, wait_seconds=60)
 
+    def pause_session(self, session: str) -> Result:
+        """Freeze the session (memory kept, no CPU); any later call resumes it."""
+        return self.call("pause_session", {"session": session}, wait_seconds=60)
+
+    def resume_session(self, session: str) -> Result:
+        return self.call("resume_session", {"session": session}, wait_seconds=60)
+
     def list_scripts(self, filter: str | None = None, limit: int | None = None) -> Result:
         return self.call("list_scripts", {"filter": filter, "limit": limit})
 
@@ -566,6 +573,12 @@ class Session:
 
     def destroy(self, *, purge: bool = False) -> Result:
         return self.client.destroy_session(self.name, purge=purge)
+
+    def pause(self) -> Result:
+        return self.client.pause_session(self.name)
+
+    def resume(self) -> Result:
+        return self.client.resume_session(self.name)
 
     # ---- executions ----
 

@@ -339,6 +339,15 @@ export class Sandboxd {
                 return this.call('destroy_session', { session, purge: opts.purge ?? false }, 60000);
         }
 
+        /** Freeze the session (memory kept, no CPU); any later call resumes it. */
+        pauseSession(session: string): Promise<Result> {
+                return this.call('pause_session', { session }, 60000);
+        }
+
+        resumeSession(session: string): Promise<Result> {
+                return this.call('resume_session', { session }, 60000);
+        }
+
         listScripts(opts: { filter?: string; limit?: number } = {}): Promise<Result> {
                 return this.call('list_scripts', opts);
         }
@@ -502,6 +511,14 @@ export class Session {
 
         destroy(opts: { purge?: boolean } = {}): Promise<Result> {
                 return this.client.destroySession(this.name, opts);
+        }
+
+        pause(): Promise<Result> {
+                return this.client.pauseSession(this.name);
+        }
+
+        resume(): Promise<Result> {
+                return this.client.resumeSession(this.name);
         }
 
         // ---- executions ----

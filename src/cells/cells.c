@@ -1957,7 +1957,9 @@ static void on_session_failure(const char *user, const char *session, const char
         for (size_t i = 0; i < n; i++) {
                 struct cell_ctx *x = v[i];
                 pthread_mutex_lock(&x->lock);
-                if (x->phase != CTX_IDLE || x->waiter_done) {
+                /* adopt_pending: a job kept across a restart, not taken back yet
+                 * (its session paused meanwhile): it is lost with the container */
+                if (x->phase != CTX_IDLE || x->waiter_done || x->adopt_pending) {
                         const char *k = cause_from_session(cause);
                         sbx_strlcpy(x->strong_cause, k, sizeof(x->strong_cause));
                         /* the generation may already have ended as merely killed */
@@ -2035,6 +2037,11 @@ static void adopt_one(struct cells *c, struct cell_ctx *x)
                 pthread_mutex_unlock(&c->lock);
                 if (stopping)
                         return;
+                pthread_mutex_lock(&x->lock);
+                bool gone = x->strong_cause[0] != '\0'; /* its container went meanwhile */
+                pthread_mutex_unlock(&x->lock);
+                if (gone)
+                        break;
                 /* output resumes from the last acknowledgement, maybe inside a
                  * line: everything before the replay is ignored */
                 pthread_mutex_lock(&x->lock);
@@ -2082,14 +2089,16 @@ static void adopt_one(struct cells *c, struct cell_ctx *x)
         pthread_mutex_lock(&x->lock);
         x->phase = CTX_IDLE;
         x->adopting = x->adopt_pending = false;
-        sbx_strlcpy(x->lost_cause, "daemon_restart", sizeof(x->lost_cause));
+        sbx_strlcpy(x->lost_cause, x->strong_cause[0] ? x->strong_cause : "daemon_restart", sizeof(x->lost_cause));
+        char lost[sizeof(x->lost_cause)];
+        memcpy(lost, x->lost_cause, sizeof(lost));
         x->lost_generation = x->generation;
         x->adopt_busy = x->busy = false;
         ctx_persist_locked(x, false);
         pthread_cond_broadcast(&x->cond);
         pthread_mutex_unlock(&x->lock);
-        log_info("cells: %s:%s/%s could not be adopted after a restart (%s): daemon_restart", x->user, x->session,
-                 x->name, r == -ETIMEDOUT ? "its runner did not come back" : "its job is gone");
+        log_info("cells: %s:%s/%s could not be adopted after a restart (%s): %s", x->user, x->session, x->name,
+                 r == -ETIMEDOUT ? "its runner did not come back" : "its job is gone", lost);
 }
 
 static void *adopter_main(void *p)

@@ -312,9 +312,11 @@ int session_pause_idle(struct session_manager *m, int64_t now_wall_ms)
         struct session **all;
         size_t n;
         int count_paused = 0;
-        int64_t before = now_wall_ms - (int64_t)m->cfg->pause_after_s * 1000;
+        /* atomic: the one setting a test turns on in a live daemon (test_pause.c) */
+        int after = __atomic_load_n(&m->cfg->pause_after_s, __ATOMIC_RELAXED);
+        int64_t before = now_wall_ms - (int64_t)after * 1000;
 
-        if (m->cfg->pause_after_s <= 0 || !(m->engine->capabilities & ENGINE_CAP_PAUSE))
+        if (after <= 0 || !(m->engine->capabilities & ENGINE_CAP_PAUSE))
                 return 0;
         if (session_all_refs(m, &all, &n) < 0)
                 return -ENOMEM;

@@ -156,7 +156,7 @@ static void poll_once(struct monitor *mon)
                                 c = &list[j];
                 if (!c)
                         snprintf(cause, sizeof(cause), "removed");
-                else if (strcmp(c->state, "running") != 0)
+                else if (strcmp(c->state, "running") != 0 && strcmp(c->state, "paused") != 0) /* frozen is alive */
                         exit_cause(mon, c->id, cause, sizeof(cause));
                 if (cause[0] && session_mark_failed(mon->sessions, running[i].user, running[i].session,
                                                     running[i].container_id, cause))

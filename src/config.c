@@ -162,7 +162,8 @@ static const struct config_key keys[] = {
          "paused sessions at most; past it the least recently used are stopped (workspace kept, their contexts "
          "report state_lost stopped_while_paused)"},
         {"max_paused_sessions_per_user", CFG_INT, F(max_paused_sessions_per_user), 0, 0, 100000, "16", NULL,
-         "paused sessions of one user at most; past it that user's least recently used are stopped"},
+         "paused sessions of one user at most (overridable per user: sandboxctl quota); past it that user's least "
+         "recently used are stopped"},
         {"pause_min_mem_available", CFG_SIZE, F(pause_min_mem_available_bytes), 0, 0, INT64_C(1) << 44, "512m", NULL,
          "memory pressure: while the host's MemAvailable (/proc/meminfo) is below this, the least recently used "
          "paused sessions are stopped, one at a time (0: off)"},

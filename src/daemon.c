@@ -160,6 +160,15 @@ static int64_t user_session_cap(const char *user, void *userdata)
         return lim.sessions;
 }
 
+static int64_t user_paused_cap(const char *user, void *userdata)
+{
+        struct daemon *d = userdata;
+        struct quota_limits lim;
+
+        quota_limits_get(d->quota, &d->cfg, user, &lim);
+        return lim.paused_sessions;
+}
+
 static bool warm_applies(void *pool, const char *user, const char *session, const char *network)
 {
         return pool_applies(pool, user, session, network);
@@ -296,6 +305,7 @@ int daemon_open(const struct sbx_config *cfg, const struct daemon_options *opts,
         if (r < 0)
                 goto fail;
         session_set_user_cap(d->sessions, user_session_cap, d);
+        session_set_paused_cap(d->sessions, user_paused_cap, d);
         r = runner_hub_new(&d->cfg, &d->runner, err);
         if (r < 0)
                 goto fail;

@@ -262,6 +262,10 @@ void session_counts(struct session_manager *m, size_t counts[SESSION_STATE_COUNT
  * (-EBUSY) and the idle pause waits. Called with no lock held. */
 typedef bool (*session_pause_block_fn)(const char *user, const char *session, void *userdata);
 void session_set_pause_check(struct session_manager *m, session_pause_block_fn fn, void *userdata);
+/* A user's cap on paused sessions (quota.h's max_paused_sessions_per_user
+ * with its overrides); without one, the config's. Called with no lock
+ * held. userdata must outlive m. */
+void session_set_paused_cap(struct session_manager *m, session_user_cap_fn fn, void *userdata);
 
 /* Pause a RUNNING session. reason: "request" (pause_session) or "idle"
  * (pause_after). Idempotent on a PAUSED one (*ret_was_paused true).

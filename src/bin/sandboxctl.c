@@ -49,8 +49,9 @@ static void usage(FILE *f)
                 "  token list                           list tokens (never the secrets)\n"
                 "  quota show USER                      a user's limits (defaults and overrides) and usage\n"
                 "  quota set USER KEY VALUE             override a default for USER: KEY is max_sessions_per_user,\n"
-                "                                       max_exec_per_user, max_services_per_session or\n"
-                "                                       max_spool_per_session (VALUE may be 512m, 2g)\n"
+                "                                       max_exec_per_user, max_services_per_session,\n"
+                "                                       max_spool_per_session (VALUE may be 512m, 2g) or\n"
+                "                                       max_paused_sessions_per_user\n"
                 "  quota unset USER [KEY]               back to the default (one key, or all)\n"
                 "  quota list                           defaults and every override\n"
                 "  top [--user U] [--interval SEC] [--no-stream]\n"
@@ -523,7 +524,7 @@ static int log_entry_cmp(const void *a, const void *b)
 static void print_quota(const cJSON *r)
 {
         static const char *const keys[] = {"max_sessions_per_user", "max_exec_per_user", "max_services_per_session",
-                                           "max_spool_per_session"};
+                                           "max_spool_per_session", "max_paused_sessions_per_user"};
         const cJSON *lim = cJSON_GetObjectItemCaseSensitive(r, "limits");
         const cJSON *ov = cJSON_GetObjectItemCaseSensitive(r, "overrides");
         const cJSON *u = cJSON_GetObjectItemCaseSensitive(r, "usage");
@@ -532,7 +533,8 @@ static void print_quota(const cJSON *r)
         for (size_t i = 0; i < sizeof(keys) / sizeof(keys[0]); i++)
                 printf("%-26s %.0f%s\n", keys[i], num(lim, keys[i], 0),
                        cJSON_GetObjectItemCaseSensitive(ov, keys[i]) ? " (override)" : "");
-        printf("live sessions:             %.0f\n", num(u, "live_sessions", 0));
+        printf("live sessions:             %.0f (%.0f paused)\n", num(u, "live_sessions", 0),
+               num(u, "paused_sessions", 0));
         printf("executions running:        %.0f\n", num(u, "executions_running", 0));
 }
 

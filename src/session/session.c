@@ -389,6 +389,14 @@ void session_set_pause_check(struct session_manager *m, session_pause_block_fn f
         pthread_mutex_unlock(&m->lock);
 }
 
+void session_set_paused_cap(struct session_manager *m, session_user_cap_fn fn, void *userdata)
+{
+        pthread_mutex_lock(&m->lock);
+        m->paused_cap_fn = fn;
+        m->paused_cap_ud = userdata;
+        pthread_mutex_unlock(&m->lock);
+}
+
 uint64_t session_evictions(struct session_manager *m)
 {
         pthread_mutex_lock(&m->lock);

@@ -100,6 +100,8 @@ struct session_manager {
         uint64_t evictions;                    /* (m->lock) sessions stopped for the fair share */
         session_pause_block_fn pause_block_fn; /* (m->lock) NULL: only requests in progress block a pause */
         void *pause_block_ud;
+        session_user_cap_fn paused_cap_fn; /* (m->lock) NULL: max_paused_sessions_per_user */
+        void *paused_cap_ud;
         uint64_t pauses, resumes, pause_evictions; /* (m->lock) */
         /* session_resume_async: rq_lock guards the queue, rq_stop and
          * rq_started (a leaf: nothing else is taken under it) */

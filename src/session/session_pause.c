@@ -393,6 +393,16 @@ static int evict(struct session_manager *m, struct paused *p, const char *why)
         return 1;
 }
 
+/* The user's cap on paused sessions: the quota's (with overrides) or the config's. */
+static int64_t paused_cap(struct session_manager *m, const char *user)
+{
+        pthread_mutex_lock(&m->lock);
+        session_user_cap_fn fn = m->paused_cap_fn;
+        void *ud = m->paused_cap_ud;
+        pthread_mutex_unlock(&m->lock);
+        return fn ? fn(user, ud) : m->cfg->max_paused_sessions_per_user;
+}
+
 int session_enforce_paused(struct session_manager *m)
 {
         const struct sbx_config *cfg = m->cfg;
@@ -424,10 +434,12 @@ int session_enforce_paused(struct session_manager *m)
                         continue;
                 for (size_t j = i; j < k; j++)
                         mine += list[j].s && strcmp(list[j].s->user, list[i].s->user) == 0;
-                if (mine <= (size_t)cfg->max_paused_sessions_per_user)
+                int64_t cap = paused_cap(m, list[i].s->user);
+                if ((int64_t)mine <= cap)
                         continue;
-                snprintf(why, sizeof(why), "user %s holds more than max_paused_sessions_per_user=%d paused sessions",
-                         list[i].s->user, cfg->max_paused_sessions_per_user);
+                snprintf(why, sizeof(why),
+                         "user %s holds more than max_paused_sessions_per_user=%" PRId64 " paused sessions",
+                         list[i].s->user, cap);
                 stopped += evict(m, &list[i], why);
                 list[i].s = NULL; /* counted as gone either way: one attempt per round */
         }

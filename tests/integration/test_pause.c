@@ -28,6 +28,7 @@
 #include "sandboxd/daemon.h"
 #include "sandboxd/engine.h"
 #include "sandboxd/fronts.h"
+#include "sandboxd/quota.h"
 #include "sandboxd/service.h"
 #include "sandboxd/session.h"
 #include "sandboxd/store.h"
@@ -41,7 +42,7 @@ static struct daemon *d;
 static char tok_a[TOKEN_LEN + 1], tok_b[TOKEN_LEN + 1];
 
 /* Set before open_daemon(true): the daemon's config is read-only once it runs. */
-static int max_paused = 64, max_paused_per_user = 16;
+static int max_paused = 64;
 static int64_t mem_floor;
 
 static void open_daemon(bool fresh)
@@ -63,7 +64,6 @@ static void open_daemon(bool fresh)
                 cfg.pause_after_s = 0;         /* each test sets its own */
                 cfg.pause_min_mem_available_bytes = mem_floor;
                 cfg.max_paused_sessions = max_paused;
-                cfg.max_paused_sessions_per_user = max_paused_per_user;
                 snprintf(dir, sizeof(dir), "%s", cfg.data_dir);
                 snprintf(cfg.api_socket, sizeof(cfg.api_socket), "%s/run/api.sock", dirname(dir));
                 snprintf(cfg.admin_socket, sizeof(cfg.admin_socket), "%s/run/admin.sock", dir);
@@ -85,7 +85,6 @@ static void close_daemon(void)
 static void teardown(void)
 {
         max_paused = 64;
-        max_paused_per_user = 16;
         mem_floor = 0;
         close_daemon();
         testenv_cleanup();
@@ -464,11 +463,13 @@ Test(pause, past_max_paused_sessions_the_oldest_is_stopped_and_says_so, .fini = 
 
 Test(pause, per_user_caps_and_memory_pressure_stop_paused_sessions, .fini = teardown)
 {
+        struct sbx_error err = {0};
         struct session_info info;
         cJSON *r;
 
-        max_paused_per_user = 1;
         open_daemon(true);
+        /* alice's own cap, an override of the quota (bob keeps the default, 16) */
+        cr_assert_eq(quota_set(d->quota, "alice", "max_paused_sessions_per_user", 1, &err), 0, "%s", err.msg);
         cJSON_Delete(cell("a1", "x = 1"));
         cJSON_Delete(cell("a2", "x = 1"));
         r = call(tok_b, "run_cell", "b1", "x = 1");

@@ -30,6 +30,7 @@
  * --only restart: R sessions, then the restart phase alone.
  * --only cells: the run_cell rows (cells.c).
  * --only snapshot: snapshot and fork of a 100 MB and a 1 GB workspace (snapshot.c).
+ * --only pause: the pause and resume rows (pause.c).
  *
  * --only network: cold session, then S2 sessions with their port blocks
  * (the gateway's listeners) against the PSS of the docker-proxy processes
@@ -709,7 +710,7 @@ static void usage(FILE *f)
         fprintf(f,
                 "Usage: sandboxd-bench [--quick] --daemon BIN --bench-id ID [--json PATH] [--log FILE]\n"
                 "                      [--pidfile FILE] [--baseline-port N] [--docker CLI]\n"
-                "                      [--only noisy|http|network|pool|restart|cells|snapshot]\n"
+                "                      [--only noisy|http|network|pool|restart|cells|snapshot|pause]\n"
                 "                      [--http-ca FILE]\n"
                 "\n"
                 "Starts BIN (configured by the SANDBOXD_* environment, which this program reads\n"
@@ -742,7 +743,7 @@ int main(int argc, char **argv)
         char log_default[SBX_PATH_MAX + 16];
         int c, rc = 0, s1, s2;
         bool only_noisy = false, only_http = false, only_network = false, only_pool = false, only_restart = false,
-             only_cells = false, only_snapshot = false;
+             only_cells = false, only_snapshot = false, only_pause = false;
 
         while ((c = getopt_long(argc, argv, "h", opts, NULL)) != -1) {
                 switch (c) {
@@ -788,6 +789,8 @@ int main(int argc, char **argv)
                                 only_cells = true;
                         else if (strcmp(optarg, "snapshot") == 0)
                                 only_snapshot = true;
+                        else if (strcmp(optarg, "pause") == 0)
+                                only_pause = true;
                         else {
                                 usage(stderr);
                                 return 2;
@@ -867,6 +870,11 @@ int main(int argc, char **argv)
                         rc = 1;
                 goto out;
         }
+        if (only_pause) {
+                if (phase_pause(&b) < 0)
+                        rc = 1;
+                goto out;
+        }
         if (only_noisy || only_http || only_pool) {
                 if ((only_noisy ? phase_noisy(&b) : only_pool ? phase_pool(&b) : phase_http(&b)) < 0)
                         rc = 1;
@@ -886,7 +894,7 @@ int main(int argc, char **argv)
                 goto out;
         }
         if (phase_cold(&b) < 0 || phase_exec(&b) < 0 || phase_http(&b) < 0 || phase_run_code(&b) < 0 ||
-            phase_noisy(&b) < 0) {
+            phase_noisy(&b) < 0 || phase_pause(&b) < 0) {
                 rc = 1;
                 goto out;
         }

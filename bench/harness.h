@@ -113,6 +113,9 @@ int phase_cells(struct bench *b);
 /* snapshot.c: --only snapshot (issue 28): snapshot and fork of a 100 MB and a 1 GB workspace. */
 int phase_snapshot(struct bench *b);
 
+/* pause.c: pause_session, resume_session, the first command after a resume, against plain Docker. */
+int phase_pause(struct bench *b);
+
 /* ---- for the report ---- */
 
 cJSON *machine_info(struct bench *b);

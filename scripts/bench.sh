@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # bench.sh — measure sandboxd against plain Docker, in one run.
 #
-#   scripts/bench.sh [--quick] [--only noisy|http|network|pool|restart|cells|snapshot] [--json PATH]
+#   scripts/bench.sh [--quick] [--only noisy|http|network|pool|restart|cells|snapshot|pause] [--json PATH]
 #
 # Runs scripts/setup.sh (unless SANDBOXD_SKIP_SETUP=1), builds the daemon and
 # sandboxd-bench into $SANDBOXD_BUILD_DIR (default build/), then runs
@@ -34,6 +34,10 @@
 #                workspace (random bytes), against cp -a of the same directory
 #                (+ docker run -d on the copy for a fork), and the first
 #                command of the fork against docker exec (issue 28)
+#   --only pause pause_session, resume_session and the first command after a
+#                resume (p50), each against the Engine API's pause/unpause of
+#                a plain container (and docker exec), with E2B's documented
+#                resume time (about 1 s) printed beside them (well under a minute)
 #   --only restart  R sessions (100 full, 30 quick), then only the restart
 #                rows: SIGKILL and start again, with the HTTPS front on
 #   --json PATH  where to write the results
@@ -46,7 +50,7 @@
 # The daemon gets these settings (environment overrides, see etc/):
 #   image sandboxd/python:latest, max_sessions 300, port_range 14000-15499
 #   (300 blocks of 5), max_exec_global 64, max_exec_per_session 8,
-#   monitor_interval 2s, idle_timeout 1h; baselines publish from 34500 up;
+#   monitor_interval 2s, idle_timeout 1h, pause_after 0; baselines publish from 34500 up;
 #   http_listen 127.0.0.1:0 with a CA and server certificate made here.
 # Any other SANDBOXD_* variable already set wins over these; the data dir,
 # both sockets and the instance are always the run's own.
@@ -63,8 +67,8 @@ while (($#)); do
 	case $1 in
 	--quick) quick+=(--quick) ;;
 	--only)
-		[[ $# -ge 2 && ($2 == noisy || $2 == http || $2 == network || $2 == pool || $2 == restart || $2 == cells || $2 == snapshot) ]] ||
-			{ echo "bench: --only takes: noisy, http, network, pool, restart, cells, snapshot" >&2; exit 2; }
+		[[ $# -ge 2 && ($2 == noisy || $2 == http || $2 == network || $2 == pool || $2 == restart || $2 == cells || $2 == snapshot || $2 == pause) ]] ||
+			{ echo "bench: --only takes: noisy, http, network, pool, restart, cells, snapshot, pause" >&2; exit 2; }
 		quick+=(--only "$2")
 		[[ $2 == pool ]] && only_pool=1
 		[[ $2 == cells ]] && only_cells=1
@@ -77,7 +81,7 @@ while (($#)); do
 		;;
 	--json=*) json=${1#--json=} ;;
 	-h | --help) sed -n '2,/^# both sockets/s/^# \{0,1\}//p' "${BASH_SOURCE[0]}"; exit 0 ;;
-	*) echo "usage: scripts/bench.sh [--quick] [--only noisy|http|network|pool|restart|cells|snapshot] [--json PATH]" >&2; exit 2 ;;
+	*) echo "usage: scripts/bench.sh [--quick] [--only noisy|http|network|pool|restart|cells|snapshot|pause] [--json PATH]" >&2; exit 2 ;;
 	esac
 	shift
 done
@@ -165,6 +169,9 @@ export SANDBOXD_MAX_SESSIONS_PER_USER=${SANDBOXD_MAX_SESSIONS_PER_USER:-300}
 export SANDBOXD_MAX_EXEC_PER_USER=${SANDBOXD_MAX_EXEC_PER_USER:-64}
 export SANDBOXD_MONITOR_INTERVAL=${SANDBOXD_MONITOR_INTERVAL:-2s}
 export SANDBOXD_IDLE_TIMEOUT=${SANDBOXD_IDLE_TIMEOUT:-1h}
+# no idle pause: a full run lasts longer than pause_after, and its bulk sessions must stay running
+# (the pause rows pause on request)
+export SANDBOXD_PAUSE_AFTER=${SANDBOXD_PAUSE_AFTER:-0}
 if ((only_pool)); then
 	export SANDBOXD_POOL_SIZE=${SANDBOXD_POOL_SIZE:-4}
 	# the cold row is the path with no wait in line for the refill

@@ -173,8 +173,21 @@ static const struct config_key keys[] = {
          "then takes the cold path (0: never waits)"},
         {"max_sessions_per_user", CFG_INT, F(max_sessions_per_user), 0, 1, 100000, "100", NULL,
          "live sessions of one user at most (overridable per user: sandboxctl quota)"},
-        {"idle_timeout", CFG_DURATION, F(idle_timeout_s), 0, 10, 86400 * 365, "30m", NULL,
-         "a session idle this long is stopped (workspace kept)"},
+        {"idle_timeout", CFG_DURATION, F(idle_timeout_s), 0, 10, 86400 * 365, "2h", NULL,
+         "a session unused this long is stopped (workspace kept), counted from its last use whether it runs or is "
+         "paused"},
+        {"pause_after", CFG_DURATION, F(pause_after_s), 0, 0, 86400 * 365, "10m", NULL,
+         "a session unused this long with nothing running is paused (frozen, memory kept) before idle_timeout stops "
+         "it; any request resumes it (0: off)"},
+        {"max_paused_sessions", CFG_INT, F(max_paused_sessions), 0, 0, 100000, "64", NULL,
+         "paused sessions at most; past it the least recently used are stopped (workspace kept, their contexts "
+         "report state_lost stopped_while_paused)"},
+        {"max_paused_sessions_per_user", CFG_INT, F(max_paused_sessions_per_user), 0, 0, 100000, "16", NULL,
+         "paused sessions of one user at most (overridable per user: sandboxctl quota); past it that user's least "
+         "recently used are stopped"},
+        {"pause_min_mem_available", CFG_SIZE, F(pause_min_mem_available_bytes), 0, 0, INT64_C(1) << 44, "512m", NULL,
+         "memory pressure: while the host's MemAvailable (/proc/meminfo) is below this, the least recently used "
+         "paused sessions are stopped, one at a time (0: off)"},
         {"monitor_interval", CFG_MS, F(monitor_interval_ms), 0, 100, 3600000, "5s", NULL,
          "health monitor poll interval (the events stream reacts at once)"},
         {"startup_checks", CFG_INT, F(startup_checks), 0, 1, 100, "3", NULL,
@@ -198,8 +211,9 @@ static const struct config_key keys[] = {
          "interpreter contexts (run_cell) one session may hold at once"},
         {"cells_max_global", CFG_INT, F(cells_max_global), 0, 1, 10000, "64", NULL,
          "interpreter contexts across all sessions"},
-        {"cells_idle_timeout", CFG_DURATION, F(cells_idle_timeout_s), 0, 10, 86400 * 7, "1h", NULL,
-         "an interpreter context unused this long is stopped (its next cell reports state_lost idle_stop)"},
+        {"cells_idle_timeout", CFG_DURATION, F(cells_idle_timeout_s), 0, 10, 86400 * 7, "2h", NULL,
+         "an interpreter context unused this long is stopped (its next cell reports state_lost idle_stop); "
+         "a paused session's contexts are left alone while it is paused"},
         {"cells_interrupt_grace", CFG_MS, F(cells_interrupt_grace_ms), 0, 100, 600000, "3s", NULL,
          "after a cell's timeout or cancel interrupts it (SIGINT), how long it may take to come back before "
          "its interpreter is killed and restarted (state_lost timeout)"},

@@ -88,14 +88,31 @@ static bool session_busy(const char *user, const char *session, void *ud)
         return n > 0;
 }
 
-static size_t live_sessions(void *ud)
+/* A host client reached a published port of the session: a paused one is
+ * resumed in the background (the gateway's thread must not block), well
+ * within the 30 s its forward waits for the runner. */
+static void gateway_wake(const char *user, const char *session, void *ud)
 {
-        size_t counts[4] = {0};
-        session_counts(ud, counts);
-        return counts[SESSION_CREATING] + counts[SESSION_RUNNING];
+        session_resume_async(ud, user, session);
 }
 
-/* After a restart: listen again for every running session's runner, and
+/* What a freeze would stop mid-way: an execution or a cell running. A
+ * service is frozen with its session and thaws with it. */
+static bool session_pause_blocked(const char *user, const char *session, void *ud)
+{
+        struct daemon *d = ud;
+        return exec_running_count(d->exec, user, session) > 0 || cells_session_busy(d->cells, user, session);
+}
+
+static size_t live_sessions(void *ud)
+{
+        size_t counts[SESSION_STATE_COUNT] = {0};
+        session_counts(ud, counts);
+        return counts[SESSION_CREATING] + counts[SESSION_RUNNING] + counts[SESSION_PAUSED];
+}
+
+/* After a restart: listen again for every running (or paused: it
+ * reconnects once thawed) session's runner, and
  * serve its channels and port block again. */
 static void adopt_runners(struct daemon *d)
 {
@@ -141,6 +158,15 @@ static int64_t user_session_cap(const char *user, void *userdata)
 
         quota_limits_get(d->quota, &d->cfg, user, &lim); /* q->lock is a leaf */
         return lim.sessions;
+}
+
+static int64_t user_paused_cap(const char *user, void *userdata)
+{
+        struct daemon *d = userdata;
+        struct quota_limits lim;
+
+        quota_limits_get(d->quota, &d->cfg, user, &lim);
+        return lim.paused_sessions;
 }
 
 static bool warm_applies(void *pool, const char *user, const char *session, const char *network)
@@ -279,6 +305,7 @@ int daemon_open(const struct sbx_config *cfg, const struct daemon_options *opts,
         if (r < 0)
                 goto fail;
         session_set_user_cap(d->sessions, user_session_cap, d);
+        session_set_paused_cap(d->sessions, user_paused_cap, d);
         r = runner_hub_new(&d->cfg, &d->runner, err);
         if (r < 0)
                 goto fail;
@@ -305,6 +332,7 @@ int daemon_open(const struct sbx_config *cfg, const struct daemon_options *opts,
         if (r < 0)
                 goto fail;
         gateway_set_private_check(d->gateway, gateway_private, d->privacy);
+        gateway_set_wake(d->gateway, gateway_wake, d->sessions);
         session_set_gateway(d->sessions, d->gateway);
         (void)session_register_failure_handler(d->sessions, drop_gateway, d->gateway);
         r = runtime_new(&d->cfg, d->engine, d->store, &d->runtime, err);
@@ -351,6 +379,7 @@ int daemon_open(const struct sbx_config *cfg, const struct daemon_options *opts,
         session_set_busy_check(d->sessions, session_busy, d);
         /* a snapshot cut short by the last stop: its copy goes, the session it froze thaws */
         (void)snapshot_recover(&d->snapshots);
+        session_set_pause_check(d->sessions, session_pause_blocked, d);
         r = pool_reconcile(d->pool, err);
         if (r == 0)
                 r = session_reconcile(d->sessions, NULL, err);
@@ -382,12 +411,16 @@ void daemon_close(struct daemon *d)
         if (d->fronts_stop)
                 d->fronts_stop(d);
         monitor_stop(d->monitor);
+        if (d->sessions)
+                session_resume_async_stop(d->sessions); /* resumes use the runner hub */
         service_manager_free(d->services);
         pool_set_slot_fn(d->pool, NULL, NULL); /* no slot hook reaches the cells from here on */
         cells_free(d->cells);                  /* before the hub: its waiters hold runner jobs */
         exec_engine_free(d->exec);             /* its workers were the last to ask session_busy */
-        if (d->sessions)
+        if (d->sessions) {
                 session_set_busy_check(d->sessions, NULL, NULL);
+                session_set_pause_check(d->sessions, NULL, NULL);
+        }
         scripts_free(d->scripts);
         if (d->runtime && d->sessions)
                 runtime_attach(NULL, d->sessions);

@@ -234,7 +234,18 @@ void events_session_state(const char *user, const char *session, int old_state, 
         case SESSION_RUNNING:
                 o = cJSON_CreateObject();
                 cJSON_AddStringToObject(o, "container_id", container_id ? container_id : "");
+                if (old_state == SESSION_PAUSED) {
+                        cJSON_AddStringToObject(o, "reason", cause ? cause : "request");
+                        emit_obj(EVENT_SESSION_RESUMED, user, session, o);
+                        return;
+                }
                 emit_obj(EVENT_SESSION_RUNNING, user, session, o);
+                return;
+        case SESSION_PAUSED:
+                o = cJSON_CreateObject();
+                cJSON_AddStringToObject(o, "container_id", container_id ? container_id : "");
+                cJSON_AddStringToObject(o, "reason", cause ? cause : "request");
+                emit_obj(EVENT_SESSION_PAUSED, user, session, o);
                 return;
         case SESSION_STOPPED:
                 events_session_stopped(user, session, cause && *cause ? cause : "stopped");

@@ -226,9 +226,11 @@ static void render_labels(struct text *t, const struct metrics_ctx *m)
 
 int metrics_render(const struct metrics_ctx *m, char **ret)
 {
-        static const char *const session_states[] = {"creating", "running", "stopped", "error"};
+        static const char *const session_states[] = {"creating", "running", "stopped", "error", "paused"};
+        _Static_assert(ELEMENTSOF(session_states) == SESSION_STATE_COUNT, "a label for every state");
+        struct session_pause_stats pst;
         struct text t = {0};
-        size_t counts[4] = {0}, used = 0, total = 0;
+        size_t counts[SESSION_STATE_COUNT] = {0}, used = 0, total = 0;
         uint64_t cum = 0;
 
         session_counts(m->sessions, counts);
@@ -243,12 +245,21 @@ int metrics_render(const struct metrics_ctx *m, char **ret)
         put(&t, "sandboxd_start_time_seconds %.3f\n", (double)m->started_at / 1000.0);
 
         head(&t, "sandboxd_sessions", "gauge", "sessions by state");
-        for (size_t i = 0; i < 4; i++)
+        for (size_t i = 0; i < SESSION_STATE_COUNT; i++)
                 put(&t, "sandboxd_sessions{state=\"%s\"} %zu\n", session_states[i], counts[i]);
         head(&t, "sandboxd_session_evictions_total", "counter",
              "sessions stopped (workspace kept) to give another user its fair share of max_sessions");
         put(&t, "sandboxd_session_evictions_total{reason=\"fair_share\"} %llu\n",
             (unsigned long long)session_evictions(m->sessions));
+        session_pause_stats(m->sessions, &pst);
+        head(&t, "sandboxd_session_pauses_total", "counter",
+             "sessions paused (frozen, memory kept): pause_session or pause_after");
+        put(&t, "sandboxd_session_pauses_total %llu\n", (unsigned long long)pst.pauses);
+        head(&t, "sandboxd_session_resumes_total", "counter", "paused sessions resumed (by any request)");
+        put(&t, "sandboxd_session_resumes_total %llu\n", (unsigned long long)pst.resumes);
+        head(&t, "sandboxd_session_pause_evictions_total", "counter",
+             "paused sessions stopped (workspace kept) past max_paused_sessions or under memory pressure");
+        put(&t, "sandboxd_session_pause_evictions_total %llu\n", (unsigned long long)pst.evictions);
 
         head(&t, "sandboxd_executions_running", "gauge", "executions pending or running now");
         put(&t, "sandboxd_executions_running %zu\n", exec_running_count(m->exec, NULL, NULL));

@@ -1,8 +1,10 @@
 /* monitor.c — the health monitor threads.
  *
  * Threads: "sbx-events" (blocking in the Docker events stream) and
- * "sbx-monitor" (the periodic poll, idle expiry and the TTLs create_session
- * set, session_expire_ttl()). Each has its own
+ * "sbx-monitor" (the periodic poll, the idle pause and the caps on paused
+ * sessions (session_pause_idle, session_enforce_paused), idle expiry and the
+ * TTLs create_session set, session_expire_ttl()). A paused container is
+ * alive (the engine reports it running): the poll watches it like any. Each has its own
  * libcurl handle through the Docker client's per-thread handles.
  * mon->lock guards `stopping` and pairs with mon->wake for the poll sleep;
  * the counters are atomics. No lock is held across a Docker call: the poll
@@ -154,7 +156,7 @@ static void poll_once(struct monitor *mon)
                                 c = &list[j];
                 if (!c)
                         snprintf(cause, sizeof(cause), "removed");
-                else if (strcmp(c->state, "running") != 0)
+                else if (strcmp(c->state, "running") != 0 && strcmp(c->state, "paused") != 0) /* frozen is alive */
                         exit_cause(mon, c->id, cause, sizeof(cause));
                 if (cause[0] && session_mark_failed(mon->sessions, running[i].user, running[i].session,
                                                     running[i].container_id, cause))
@@ -165,6 +167,10 @@ static void poll_once(struct monitor *mon)
 expire:
         free(list);
         free(running);
+        /* pause before stop: a session unused for pause_after is frozen, and
+         * idle_timeout (from the same last use) stops it, paused or not */
+        (void)session_pause_idle(mon->sessions, sbx_wall_ms());
+        (void)session_enforce_paused(mon->sessions);
         (void)session_expire_idle(mon->sessions, sbx_wall_ms());
         (void)session_expire_ttl(mon->sessions, sbx_wall_ms());
 }

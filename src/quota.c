@@ -29,6 +29,7 @@ static const struct {
         {"max_session_cpus", 256000},
         {"max_session_memory", INT64_C(1) << 40},
         {"max_session_disk", INT64_C(1) << 44},
+        {"max_paused_sessions_per_user", 100000}, /* past it the user's oldest paused sessions stop */
 };
 #define KEY_SESSION_CPUS 6 /* its override is in milli-CPUs, the limit in nano-CPUs */
 
@@ -82,9 +83,9 @@ static int key_index(const char *key)
 
 static int64_t *limit_field(struct quota_limits *l, int i)
 {
-        int64_t *fields[] = {&l->sessions,          &l->execs,          &l->services,
-                             &l->spool_bytes,       &l->scripts,        &l->script_bytes,
-                             &l->session_nano_cpus, &l->session_memory, &l->session_disk};
+        int64_t *fields[] = {&l->sessions,     &l->execs,          &l->services,          &l->spool_bytes,
+                             &l->scripts,      &l->script_bytes,   &l->session_nano_cpus, &l->session_memory,
+                             &l->session_disk, &l->paused_sessions};
         _Static_assert(ELEMENTSOF(fields) == ELEMENTSOF(keys), "a field per key");
         return fields[i];
 }
@@ -102,6 +103,7 @@ void quota_limits_get(struct quota *q, const struct sbx_config *cfg, const char 
                 .session_nano_cpus = cfg->max_session_nano_cpus ? cfg->max_session_nano_cpus : cfg->nano_cpus,
                 .session_memory = cfg->max_session_memory_bytes ? cfg->max_session_memory_bytes : cfg->memory_bytes,
                 .session_disk = cfg->max_session_disk_bytes ? cfg->max_session_disk_bytes : cfg->workspace_quota_bytes,
+                .paused_sessions = cfg->max_paused_sessions_per_user,
         };
         if (!q || !user)
                 return;
@@ -127,7 +129,7 @@ int quota_set(struct quota *q, const char *user, const char *key, int64_t value,
                                      "unknown quota '%s': one of max_sessions_per_user, max_exec_per_user, "
                                      "max_services_per_session, max_spool_per_session, max_scripts_per_user, "
                                      "max_script_bytes_per_user, max_session_cpus (milli-CPUs), max_session_memory, "
-                                     "max_session_disk",
+                                     "max_session_disk, max_paused_sessions_per_user",
                                      key ? key : "");
         if (value < 0 || value > keys[k].max)
                 return sbx_error_set(err, -EINVAL, 0, "%s: %" PRId64 " is out of range [0, %" PRId64 "]", key, value,

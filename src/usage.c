@@ -20,7 +20,7 @@ static int row_cmp(const void *a, const void *b)
 
 int usage_collect(const struct usage_ctx *c, const char *user, size_t max, struct usage_row **ret, size_t *ret_n)
 {
-        static const enum session_state live[] = {SESSION_RUNNING, SESSION_CREATING};
+        static const enum session_state live[] = {SESSION_RUNNING, SESSION_PAUSED, SESSION_CREATING};
         struct usage_row *rows = NULL;
         size_t n = 0;
 

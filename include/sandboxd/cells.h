@@ -29,7 +29,7 @@
  * Honest state. Every result names the context's generation. A generation
  * ends when its interpreter dies (oom, killed, exited), is killed after a
  * timeout that an interrupt did not end (timeout), its container goes
- * (container_recreated, privacy_ratchet, evicted: the fair share of
+ * (container_recreated, privacy_ratchet, stopped_while_paused: a paused session stopped past max_paused_sessions or under memory pressure, evicted: the fair share of
  * max_sessions), it idles past cells_idle_timeout
  * (idle_stop), or a restarted daemon cannot take its job back
  * (daemon_restart: kernels are runner jobs, expected and adopted after a

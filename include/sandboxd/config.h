@@ -89,7 +89,11 @@ struct sbx_config {
         int pool_wait_ms;             /* a claim on a dry pool waits this long for the refill at most */
         char pool_cells_prestart[16]; /* "python": a slot starts its default run_cell context ahead; "none" */
         int max_sessions_per_user;    /* default of the per-user quota (quota.h) */
-        int idle_timeout_s;
+        int idle_timeout_s;           /* from the last use, running or paused */
+        int pause_after_s;            /* unused this long: paused (0: off) */
+        int max_paused_sessions;      /* past it the least recently used paused sessions are stopped */
+        int max_paused_sessions_per_user;
+        int64_t pause_min_mem_available_bytes; /* host MemAvailable below it: paused sessions stopped (0: off) */
         int monitor_interval_ms;
         int startup_checks;
         int startup_check_interval_ms;

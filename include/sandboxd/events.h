@@ -17,7 +17,9 @@
  * "data" (a small object)}. Types and their data:
  *   session.created    {}                                 a new session's first container is being made
  *   session.running    {"container_id"}                   its (new) container runs
- *   session.paused     reserved (pause is not implemented yet)
+ *   session.paused     {"container_id", "reason"}        frozen: request (pause_session), idle
+ *                                                         (pause_after), reconciled (found paused at start)
+ *   session.resumed    {"container_id", "reason"}        thawed: request (any call that needs it)
  *   session.stopped    {"reason"}  idle_expired, ttl_expired, destroyed, privacy_ratchet, ...
  *   session.error      {"cause", "message"}               its container failed or could not be made
  *   execution.finished {"execution_id", "state", "cause", "exit_code", "duration_ms"}
@@ -69,7 +71,8 @@ struct events_sub;
 
 #define EVENT_SESSION_CREATED "session.created"
 #define EVENT_SESSION_RUNNING "session.running"
-#define EVENT_SESSION_PAUSED "session.paused" /* reserved */
+#define EVENT_SESSION_PAUSED "session.paused"
+#define EVENT_SESSION_RESUMED "session.resumed"
 #define EVENT_SESSION_STOPPED "session.stopped"
 #define EVENT_SESSION_ERROR "session.error"
 #define EVENT_EXECUTION_FINISHED "execution.finished"

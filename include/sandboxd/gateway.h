@@ -53,6 +53,11 @@ int gateway_new(const struct sbx_config *cfg, struct egress *eg, struct gateway 
 void gateway_free(struct gateway *gw);
 
 void gateway_set_private_check(struct gateway *gw, gateway_private_fn fn, void *userdata);
+/* A host client connected to one of the session's published ports: told
+ * on the gateway thread, before its forward waits for the runner (up to
+ * 30 s), so a paused session can be resumed meanwhile. Must not block. */
+typedef void (*gateway_wake_fn)(const char *user, const char *session, void *userdata);
+void gateway_set_wake(struct gateway *gw, gateway_wake_fn fn, void *userdata);
 /* True when the check says private (and when gw is NULL: fail closed). */
 bool gateway_is_private(struct gateway *gw, const char *user, const char *session);
 

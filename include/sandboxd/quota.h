@@ -6,7 +6,8 @@
  * ask for. Their defaults are config keys
  * (max_sessions_per_user, max_exec_per_user, max_services_per_session,
  * max_spool_per_session, max_scripts_per_user, max_script_bytes_per_user,
- * max_session_cpus, max_session_memory, max_session_disk);
+ * max_session_cpus, max_session_memory, max_session_disk,
+ * max_paused_sessions_per_user);
  * an admin may override
  * any of them for one user (admin `quota.set`, `sandboxctl quota set`),
  * and the override is kept in the store.
@@ -45,6 +46,7 @@ struct quota_limits {
         int64_t session_nano_cpus; /* max_session_cpus (an override is in milli-CPUs) */
         int64_t session_memory;    /* max_session_memory, bytes */
         int64_t session_disk;      /* max_session_disk, bytes */
+        int64_t paused_sessions;   /* max_paused_sessions_per_user (session_pause.c) */
 };
 
 /* Load the overrides from the store. */

@@ -99,6 +99,12 @@ int runner_hub_rekey(struct runner_hub *h, const struct sbx_config *cfg, const c
  * runner never came although a wait already timed out (no runner in it). */
 bool runner_hub_wait(struct runner_hub *h, const char *user, const char *session, int timeout_ms);
 
+/* The session's container is paused (frozen) or thawed again: a frozen
+ * runner is neither pinged nor declared runner_unresponsive; on thaw its
+ * heartbeat clock starts afresh. Callers that need it resume the session
+ * first (session_get_or_create). h may be NULL. */
+void runner_hub_set_frozen(struct runner_hub *h, const char *user, const char *session, bool frozen);
+
 /* The connected runner's version string ("" when none). */
 bool runner_hub_version(struct runner_hub *h, const char *user, const char *session, char *ret, size_t size);
 

@@ -2,7 +2,10 @@
  * table in memory and in the store, the state machine
  * CREATING → RUNNING → STOPPED / ERROR, activity time, idle expiry, restart
  * reconciliation and get_or_create, which lazily creates (or recreates) the
- * session's hardened container.
+ * session's hardened container. A RUNNING session may be PAUSED (pause and
+ * resume: session_pause.c): its container exists with every process frozen
+ * by the engine (the cgroup freezer), its memory kept; any request resumes
+ * it first (session_get_or_create), so callers never see a frozen container.
  *
  * Sessions are reference-counted: session_get_or_create() hands out a
  * reference that also counts as an operation in progress (idle expiry skips
@@ -32,7 +35,9 @@ enum session_state {
         SESSION_RUNNING,
         SESSION_STOPPED,
         SESSION_ERROR,
+        SESSION_PAUSED, /* the container exists, frozen; counts against the session caps (memory) */
 };
+#define SESSION_STATE_COUNT 5
 
 const char *session_state_to_string(enum session_state s);
 int session_state_from_string(const char *s, enum session_state *ret);
@@ -157,9 +162,10 @@ struct session_info {
         size_t n_ports;
         char last_error[1024];
         char error_cause[64];
-        int64_t created_at; /* unix ms */
-        int64_t last_activity;
-        bool pooled; /* the current container came from the warm pool */
+        int64_t created_at;    /* unix ms */
+        int64_t last_activity; /* the last use: idle_timeout counts from it, paused or not */
+        int64_t paused_at;     /* unix ms of the pause while PAUSED, else 0 */
+        bool pooled;           /* the current container came from the warm pool */
 };
 void session_info_done(struct session_info *info);
 
@@ -192,7 +198,8 @@ void session_note_oom(struct session_manager *m, const char *user, const char *s
 /* OOM kills noted for the session's current container so far. */
 uint64_t session_oom_events(struct session *s);
 
-/* (user, session, container_id) of every RUNNING session, copied. */
+/* (user, session, container_id) of every RUNNING or PAUSED session (a
+ * container the monitor watches, a runner the daemon listens for), copied. */
 struct session_ref {
         char user[SESSION_KEY_MAX + 1];
         char session[SESSION_KEY_MAX + 1];
@@ -217,14 +224,16 @@ int session_destroy(struct session_manager *m, const char *user, const char *ses
                     struct sbx_error *err);
 
 /* Reconcile the store with Docker after a (re)start: adopt running
- * containers of this instance that match a session, mark sessions whose
+ * containers of this instance that match a session (a paused one: the
+ * session is PAUSED, its runner frozen, until a request resumes it), mark sessions whose
  * container is gone ERROR, remove this instance's containers that match no
  * session, remove an adopted container that has a network while its
  * session requires none (a mark recorded just before a crash), release
  * ports held by no container. Never touches containers of
  * other instances or without sandboxd labels. */
 struct session_reconcile_report {
-        size_t adopted;
+        size_t adopted; /* paused ones included */
+        size_t paused;  /* adopted frozen: they stay PAUSED */
         size_t marked_error;
         size_t removed_orphans;
         size_t ports_released;
@@ -244,6 +253,70 @@ int session_hold(struct session_manager *m, const char *user, const char *sessio
                  session_hold_fn fn, void *ud, struct sbx_error *err);
 
 /* Counts by state (indexed by enum session_state). */
-void session_counts(struct session_manager *m, size_t counts[4]);
+void session_counts(struct session_manager *m, size_t counts[SESSION_STATE_COUNT]);
+
+/* ---- pause and resume (session_pause.c) ----
+ *
+ * A pause freezes the session's container (engine_pause: the cgroup
+ * freezer), memory kept, and tells the runner hub its runner is frozen (no
+ * heartbeat is expected of it). A resume thaws it; every request resumes a
+ * paused session first (session_get_or_create), so a caller never needs
+ * to. A paused session stays live for max_sessions and
+ * max_sessions_per_user (it holds its memory) but runs nothing, so it
+ * counts for no execution cap; its ports and channels stay bound. Both
+ * survive a daemon restart: the engine's "paused" status is adopted by
+ * session_reconcile. Every pause, resume and pause eviction is an audit
+ * row, a metric and an event (session.paused, session.resumed). */
+
+/* Whether something runs in the session that a freeze would stop mid-way
+ * (an execution, a cell): the daemon installs one; then pause refuses
+ * (-EBUSY) and the idle pause waits. Called with no lock held. */
+typedef bool (*session_pause_block_fn)(const char *user, const char *session, void *userdata);
+void session_set_pause_check(struct session_manager *m, session_pause_block_fn fn, void *userdata);
+/* A user's cap on paused sessions (quota.h's max_paused_sessions_per_user
+ * with its overrides); without one, the config's. Called with no lock
+ * held. userdata must outlive m. */
+void session_set_paused_cap(struct session_manager *m, session_user_cap_fn fn, void *userdata);
+
+/* Pause a RUNNING session. reason: "request" (pause_session) or "idle"
+ * (pause_after). Idempotent on a PAUSED one (*ret_was_paused true).
+ * -ENOENT unknown, -EINVAL not RUNNING, -EBUSY a request or execution in
+ * progress, -EOPNOTSUPP the engine cannot pause; err says which. Past
+ * max_paused_sessions the least recently used paused sessions are stopped
+ * (session_enforce_paused). ret_was_paused may be NULL. */
+int session_pause(struct session_manager *m, const char *user, const char *session, const char *reason,
+                  bool *ret_was_paused, struct sbx_error *err);
+/* Resume a known session: a PAUSED one is thawed, a stopped one started
+ * again (session_get_or_create without creating a new key). -ENOENT
+ * unknown. *ret_was_paused: it was PAUSED (may be NULL). */
+int session_resume(struct session_manager *m, const char *user, const char *session, bool *ret_was_paused,
+                   struct sbx_error *err);
+/* Resume a paused session in the background, for a caller that must not
+ * block (the gateway's thread, when a host client reaches a published
+ * port): queued (at most SESSION_RESUME_QUEUE keys, duplicates merged) for
+ * the thread "sbx-resume", started on first use. Nothing when it is not
+ * paused. */
+#define SESSION_RESUME_QUEUE 64
+void session_resume_async(struct session_manager *m, const char *user, const char *session);
+/* Stop (and join) sbx-resume: queued resumes are dropped. Idempotent; the
+ * daemon calls it before the runner hub goes, session_manager_free again. */
+void session_resume_async_stop(struct session_manager *m);
+/* Whether the session is PAUSED now (false: unknown). */
+bool session_is_paused(struct session_manager *m, const char *user, const char *session);
+/* Monitor entry: pause RUNNING sessions unused for pause_after (0: off)
+ * with nothing running in them. Returns how many. */
+int session_pause_idle(struct session_manager *m, int64_t now_wall_ms);
+/* Monitor entry (and after each pause): past max_paused_sessions (in all),
+ * max_paused_sessions_per_user, or while the host's MemAvailable is below
+ * pause_min_mem_available, stop the least recently used paused sessions
+ * (container removed, workspace kept, cause "stopped_while_paused": their
+ * interpreter contexts report state_lost stopped_while_paused). Returns
+ * how many. */
+int session_enforce_paused(struct session_manager *m);
+/* Counters since start: pauses, resumes, pause evictions. */
+struct session_pause_stats {
+        uint64_t pauses, resumes, evictions;
+};
+void session_pause_stats(struct session_manager *m, struct session_pause_stats *ret);
 
 #endif

@@ -72,7 +72,7 @@ int store_vacuum(struct store *s, struct sbx_error *err);
 struct store_session {
         char user_id[65];
         char session_id[65];
-        char state[16];        /* CREATING RUNNING STOPPED ERROR DESTROYED */
+        char state[16];        /* CREATING RUNNING PAUSED STOPPED ERROR DESTROYED */
         char container_id[65]; /* "" if none */
         char image[256];
         char network_mode[16];
@@ -81,6 +81,7 @@ struct store_session {
         int64_t created_at; /* unix ms */
         int64_t updated_at;
         int64_t last_activity;
+        int64_t paused_at; /* unix ms of the pause while PAUSED, else 0 */
 };
 
 /* Insert the row, or overwrite every column of the existing one (an upsert:

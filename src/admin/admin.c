@@ -102,6 +102,8 @@ static const struct {
         {"session.show", admin_c_session_show},
         {"session.destroy", admin_c_session_destroy},
         {"session.mark_private", admin_c_session_mark_private},
+        {"session.pause", admin_c_session_pause},
+        {"session.resume", admin_c_session_resume},
         {"session.logs", admin_c_session_logs},
         {"user.runtime", admin_c_user_runtime},
         {"token.create", admin_c_token_create},

@@ -55,6 +55,8 @@ int admin_c_metrics(struct admin_req *q, cJSON **ret, struct fronterr *e);
 int admin_c_pool(struct admin_req *q, cJSON **ret, struct fronterr *e);
 int admin_c_session_destroy(struct admin_req *q, cJSON **ret, struct fronterr *e);
 int admin_c_session_logs(struct admin_req *q, cJSON **ret, struct fronterr *e);
+int admin_c_session_pause(struct admin_req *q, cJSON **ret, struct fronterr *e);
+int admin_c_session_resume(struct admin_req *q, cJSON **ret, struct fronterr *e);
 int admin_c_session_mark_private(struct admin_req *q, cJSON **ret, struct fronterr *e);
 int admin_c_session_show(struct admin_req *q, cJSON **ret, struct fronterr *e);
 int admin_c_sessions_list(struct admin_req *q, cJSON **ret, struct fronterr *e);

@@ -108,7 +108,7 @@ static cJSON *quota_json(struct daemon *d, const char *user)
         struct quota_limits lim;
         struct store_quota *rows = NULL;
         struct session_info *list = NULL;
-        size_t n = 0, live = 0;
+        size_t n = 0, live = 0, paused = 0;
         cJSON *o = cJSON_CreateObject(), *l, *ov, *u;
 
         quota_limits_get(d->quota, &d->cfg, user, &lim);
@@ -120,6 +120,7 @@ static cJSON *quota_json(struct daemon *d, const char *user)
         cJSON_AddNumberToObject(l, "max_spool_per_session", (double)lim.spool_bytes);
         cJSON_AddNumberToObject(l, "max_scripts_per_user", (double)lim.scripts);
         cJSON_AddNumberToObject(l, "max_script_bytes_per_user", (double)lim.script_bytes);
+        cJSON_AddNumberToObject(l, "max_paused_sessions_per_user", (double)lim.paused_sessions);
         ov = cJSON_AddObjectToObject(o, "overrides");
         if (d->quota && quota_overrides(d->quota, user, &rows, &n) == 0)
                 for (size_t i = 0; i < n; i++)
@@ -127,10 +128,15 @@ static cJSON *quota_json(struct daemon *d, const char *user)
         free(rows);
         u = cJSON_AddObjectToObject(o, "usage");
         if (session_list(d->sessions, user, NULL, &list, &n) == 0)
-                for (size_t i = 0; i < n; i++)
-                        live += list[i].state == SESSION_RUNNING || list[i].state == SESSION_CREATING;
+                for (size_t i = 0; i < n; i++) {
+                        /* a paused session holds its memory: live for max_sessions_per_user */
+                        live += list[i].state == SESSION_RUNNING || list[i].state == SESSION_CREATING ||
+                                list[i].state == SESSION_PAUSED;
+                        paused += list[i].state == SESSION_PAUSED;
+                }
         session_info_list_free(list, n);
         cJSON_AddNumberToObject(u, "live_sessions", (double)live);
+        cJSON_AddNumberToObject(u, "paused_sessions", (double)paused);
         cJSON_AddNumberToObject(u, "executions_running", (double)exec_running_count(d->exec, user, NULL));
         return o;
 }

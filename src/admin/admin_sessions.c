@@ -78,6 +78,7 @@ static cJSON *session_json(struct daemon *d, const struct session_info *s)
         }
         admin_add_time(o, "created_at", s->created_at);
         admin_add_time(o, "last_activity", s->last_activity);
+        admin_add_time(o, "paused_at", s->paused_at);
         jsonutil_add_text(o, "last_error", s->last_error);
         jsonutil_add_text(o, "error_cause", s->error_cause);
         return o;
@@ -160,7 +161,7 @@ int admin_c_pool(struct admin_req *q, cJSON **ret, struct fronterr *e)
 
 int admin_c_stats(struct admin_req *q, cJSON **ret, struct fronterr *e)
 {
-        size_t counts[4] = {0}, used = 0, total = 0;
+        size_t counts[SESSION_STATE_COUNT] = {0}, used = 0, total = 0;
         char version[64] = "";
         cJSON *s, *p;
         int64_t last;
@@ -181,7 +182,11 @@ int admin_c_stats(struct admin_req *q, cJSON **ret, struct fronterr *e)
         cJSON_AddNumberToObject(s, "running", (double)counts[SESSION_RUNNING]);
         cJSON_AddNumberToObject(s, "stopped", (double)counts[SESSION_STOPPED]);
         cJSON_AddNumberToObject(s, "error", (double)counts[SESSION_ERROR]);
-        cJSON_AddNumberToObject(s, "total", (double)(counts[0] + counts[1] + counts[2] + counts[3]));
+        cJSON_AddNumberToObject(s, "paused", (double)counts[SESSION_PAUSED]);
+        size_t total_sessions = 0;
+        for (size_t i = 0; i < SESSION_STATE_COUNT; i++)
+                total_sessions += counts[i];
+        cJSON_AddNumberToObject(s, "total", (double)total_sessions);
         cJSON_AddNumberToObject(*ret, "executions_running", (double)exec_running_count(q->d->exec, NULL, NULL));
         p = cJSON_AddObjectToObject(*ret, "ports");
         cJSON_AddNumberToObject(p, "used", (double)used);
@@ -231,7 +236,7 @@ int admin_c_sessions_list(struct admin_req *q, cJSON **ret, struct fronterr *e)
                         up[i] = (char)toupper((unsigned char)state_s[i]);
                 up[i] = '\0';
                 if (session_state_from_string(up, &state) < 0)
-                        return fronterr_set(e, "invalid", "state must be creating, running, stopped or error");
+                        return fronterr_set(e, "invalid", "state must be creating, running, paused, stopped or error");
         }
         r = session_list(q->d->sessions, user, state_s ? &state : NULL, &list, &n);
         if (r < 0)
@@ -360,6 +365,49 @@ int admin_c_session_destroy(struct admin_req *q, cJSON **ret, struct fronterr *e
         cJSON_AddStringToObject(*ret, "user", user);
         cJSON_AddStringToObject(*ret, "session", session);
         cJSON_AddBoolToObject(*ret, "purged", purge);
+        return 0;
+}
+
+/* session.pause / session.resume: what pause_session and resume_session do, for an operator. */
+int admin_c_session_pause(struct admin_req *q, cJSON **ret, struct fronterr *e)
+{
+        const char *user, *session;
+        struct sbx_error err = {0};
+        bool was = false;
+        int r;
+
+        if (admin_arg_key(q, &user, &session, e) < 0)
+                return -1;
+        r = session_pause(q->d->sessions, user, session, "admin", &was, &err);
+        if (r == -EOPNOTSUPP)
+                return fronterr_set(e, "unavailable", "%s", err.msg);
+        if (r < 0)
+                return fronterr_errno(e, r, &err, NULL);
+        admin_audit(q, user, session, "session.pause", NULL);
+        *ret = cJSON_CreateObject();
+        cJSON_AddStringToObject(*ret, "user", user);
+        cJSON_AddStringToObject(*ret, "session", session);
+        cJSON_AddBoolToObject(*ret, "already_paused", was);
+        return 0;
+}
+
+int admin_c_session_resume(struct admin_req *q, cJSON **ret, struct fronterr *e)
+{
+        const char *user, *session;
+        struct sbx_error err = {0};
+        bool was = false;
+        int r;
+
+        if (admin_arg_key(q, &user, &session, e) < 0)
+                return -1;
+        r = session_resume(q->d->sessions, user, session, &was, &err);
+        if (r < 0)
+                return fronterr_errno(e, r, &err, NULL);
+        admin_audit(q, user, session, "session.resume", NULL);
+        *ret = cJSON_CreateObject();
+        cJSON_AddStringToObject(*ret, "user", user);
+        cJSON_AddStringToObject(*ret, "session", session);
+        cJSON_AddBoolToObject(*ret, "resumed", was);
         return 0;
 }
 

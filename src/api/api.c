@@ -503,7 +503,8 @@ static int call_traced(struct api_conn *c, const struct token_info *tok, const c
 
         /* labels and resources named on a session's first use apply to it (api_spec.c) */
         if (q.session[0] && !api_method_user_level(method) && !api_tasks_sessionless(method) &&
-            strcmp(method, "destroy_session") != 0 && api_spec_first_use(&q, &spec_recorded, e) < 0)
+            strcmp(method, "destroy_session") != 0 && strcmp(method, "pause_session") != 0 &&
+            strcmp(method, "resume_session") != 0 && api_spec_first_use(&q, &spec_recorded, e) < 0)
                 return -1;
         r = api_idem_call(&q, fn, &result, e);
         if (spec_recorded)

@@ -655,6 +655,8 @@ int api_m_list_sessions(struct api_req *q, cJSON **ret, struct fronterr *e)
                 cJSON_AddStringToObject(o, "image", list[i].image);
                 cJSON_AddNumberToObject(o, "created_at", (double)list[i].created_at);
                 cJSON_AddNumberToObject(o, "last_activity", (double)list[i].last_activity);
+                if (list[i].paused_at)
+                        cJSON_AddNumberToObject(o, "paused_at", (double)list[i].paused_at);
                 add_options(q, list[i].session, o);
                 api_spec_add(q, list[i].session, o);
                 cJSON_AddItemToArray(a, o);

@@ -353,6 +353,8 @@ static int m_session_info(struct api_req *q, cJSON **ret, struct fronterr *e)
         cJSON_AddNumberToObject(*ret, "last_activity", (double)info.last_activity);
         jsonutil_add_text(*ret, "last_error", info.last_error);
         jsonutil_add_text(*ret, "error_cause", info.error_cause);
+        if (info.paused_at)
+                cJSON_AddNumberToObject(*ret, "paused_at", (double)info.paused_at);
         add_workspace_usage(*ret, &q->d->cfg, q->tok.user, q->session);
         api_spec_add(q, q->session, *ret); /* labels and resources (issue 29) */
         cJSON_AddItemToObject(*ret, "egress",
@@ -543,6 +545,14 @@ static const struct api_method_doc methods_doc[] = {
          "{session, purge?}",
          "{session, destroyed, purged, cancelled_executions}",
          "Cancel the session's executions, remove its container and release its ports; with purge, delete its workspace too."},
+        {"pause_session", api_m_pause_session, /* api_pause.c */
+         "{session}",
+         "{session, paused, already_paused, state: paused, last_activity, paused_at}",
+         "Freeze every process of the session (the cgroup freezer), keeping its memory: interpreter contexts, services and files stay as they are, and it uses no CPU. Any later call to the session resumes it first. Refused (busy) while an execution or a cell runs."},
+        {"resume_session", api_m_resume_session,
+         "{session}",
+         "{session, resumed, state: running, last_activity, paused_at: null}",
+         "Thaw a paused session (or start a stopped one again). Rarely needed: every call that uses the session resumes it first."},
         {"list_sessions", api_m_list_sessions,
          "{labels?: {K: V}}",
          "{sessions: [{session, state, image, labels, resources, created_at, last_activity, expires_at, ...}]}",

@@ -35,8 +35,11 @@ static void usage(FILE *f)
                 "  stats                                sessions by state, executions, ports, monitor\n"
                 "  pool                                 the warm pool: size, ready, claims, misses, refill rate\n"
                 "  metrics                              the Prometheus text (as metrics_listen's /metrics)\n"
-                "  sessions [--user U] [--state S]      list sessions\n"
+                "  sessions [--user U] [--state S]      list sessions (S: running, paused, stopped, ...)\n"
                 "  show USER SESSION                    one session in detail\n"
+                "  pause USER SESSION                   freeze the session (memory kept, no CPU); any\n"
+                "                                       request resumes it\n"
+                "  resume USER SESSION                  thaw a paused session now\n"
                 "  destroy USER SESSION [--purge]       remove its container and forget it\n"
                 "                                       (--purge also deletes the workspace)\n"
                 "  mark-private USER SESSION DATASET [SOURCE]\n"
@@ -46,8 +49,9 @@ static void usage(FILE *f)
                 "  token list                           list tokens (never the secrets)\n"
                 "  quota show USER                      a user's limits (defaults and overrides) and usage\n"
                 "  quota set USER KEY VALUE             override a default for USER: KEY is max_sessions_per_user,\n"
-                "                                       max_exec_per_user, max_services_per_session or\n"
-                "                                       max_spool_per_session (VALUE may be 512m, 2g)\n"
+                "                                       max_exec_per_user, max_services_per_session,\n"
+                "                                       max_spool_per_session (VALUE may be 512m, 2g) or\n"
+                "                                       max_paused_sessions_per_user\n"
                 "  quota unset USER [KEY]               back to the default (one key, or all)\n"
                 "  quota list                           defaults and every override\n"
                 "  top [--user U] [--interval SEC] [--no-stream]\n"
@@ -194,9 +198,9 @@ static void print_stats(const cJSON *r)
         printf("uptime:              %.0f s\n", num(r, "uptime_s", 0));
         printf("docker:              %s\n", str(r, "docker_version"));
         print_engine(cJSON_GetObjectItemCaseSensitive(r, "engine"));
-        printf("sessions:            %.0f (creating %.0f, running %.0f, stopped %.0f, error %.0f)\n",
-               num(s, "total", 0), num(s, "creating", 0), num(s, "running", 0), num(s, "stopped", 0),
-               num(s, "error", 0));
+        printf("sessions:            %.0f (creating %.0f, running %.0f, paused %.0f, stopped %.0f, error %.0f)\n",
+               num(s, "total", 0), num(s, "creating", 0), num(s, "running", 0), num(s, "paused", 0),
+               num(s, "stopped", 0), num(s, "error", 0));
         printf("executions running:  %.0f\n", num(r, "executions_running", 0));
         printf("ports:               %.0f of %.0f in use\n", num(p, "used", 0), num(p, "total", 0));
         printf("monitor last poll:   %s\n", when(r, "monitor_last_poll", t));
@@ -258,6 +262,16 @@ static void print_metrics(const cJSON *r)
         fputs(str(r, "text"), stdout);
 }
 
+static void print_paused(const cJSON *r)
+{
+        printf("%s:%s is paused%s\n", str(r, "user"), str(r, "session"), flag(r, "already_paused") ? " (it was)" : "");
+}
+
+static void print_resumed(const cJSON *r)
+{
+        printf("%s:%s is running%s\n", str(r, "user"), str(r, "session"), flag(r, "resumed") ? " (resumed)" : "");
+}
+
 static void print_sessions(const cJSON *r)
 {
         const cJSON *list = cJSON_GetObjectItemCaseSensitive(r, "sessions"), *s;
@@ -270,6 +284,8 @@ static void print_sessions(const cJSON *r)
                        str(s, "network_mode"), flag(s, "private") ? "yes" : "no", str(s, "container_id"),
                        when(s, "last_activity", t));
                 print_ports(cJSON_GetObjectItemCaseSensitive(s, "ports"));
+                if (num(s, "paused_at", 0) > 0)
+                        printf(" (paused since %s)", when(s, "paused_at", t));
                 printf("\n");
         }
         if (cJSON_GetArraySize(list) == 0)
@@ -323,6 +339,8 @@ static void print_show(const cJSON *r)
         printf("\n");
         printf("created:       %s\n", when(r, "created_at", t));
         printf("last activity: %s\n", when(r, "last_activity", t));
+        if (num(r, "paused_at", 0) > 0)
+                printf("paused since:  %s (frozen; the next request resumes it)\n", when(r, "paused_at", t));
         printf("last error:    %s", str(r, "last_error"));
         if (strcmp(str(r, "error_cause"), "-") != 0)
                 printf(" (cause: %s)", str(r, "error_cause"));
@@ -531,7 +549,7 @@ static int log_entry_cmp(const void *a, const void *b)
 static void print_quota(const cJSON *r)
 {
         static const char *const keys[] = {"max_sessions_per_user", "max_exec_per_user", "max_services_per_session",
-                                           "max_spool_per_session"};
+                                           "max_spool_per_session", "max_paused_sessions_per_user"};
         const cJSON *lim = cJSON_GetObjectItemCaseSensitive(r, "limits");
         const cJSON *ov = cJSON_GetObjectItemCaseSensitive(r, "overrides");
         const cJSON *u = cJSON_GetObjectItemCaseSensitive(r, "usage");
@@ -540,7 +558,8 @@ static void print_quota(const cJSON *r)
         for (size_t i = 0; i < sizeof(keys) / sizeof(keys[0]); i++)
                 printf("%-26s %.0f%s\n", keys[i], num(lim, keys[i], 0),
                        cJSON_GetObjectItemCaseSensitive(ov, keys[i]) ? " (override)" : "");
-        printf("live sessions:             %.0f\n", num(u, "live_sessions", 0));
+        printf("live sessions:             %.0f (%.0f paused)\n", num(u, "live_sessions", 0),
+               num(u, "paused_sessions", 0));
         printf("executions running:        %.0f\n", num(u, "executions_running", 0));
 }
 
@@ -672,6 +691,8 @@ static const struct simple_cmd {
         {"pool", NULL, "pool", 0, {NULL}, print_pool},
         {"metrics", NULL, "metrics", 0, {NULL}, print_metrics},
         {"show", NULL, "session.show", 2, {"user", "session"}, print_show},
+        {"pause", NULL, "session.pause", 2, {"user", "session"}, print_paused},
+        {"resume", NULL, "session.resume", 2, {"user", "session"}, print_resumed},
         {"mark-private", NULL, "session.mark_private", 3, {"user", "session", "dataset", "source"}, NULL},
         {"egress-policy", NULL, "egress.policy", 1, {"user", "session"}, print_egress_policy},
         {"runtime", NULL, "user.runtime", 1, {"user", "runtime"}, print_runtime},

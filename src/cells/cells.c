@@ -45,6 +45,7 @@ extern const char cells_bridge_node[];
 #define CELLS_RECENT_MAX 64           /* cells whose spool is kept, in all */
 #define CELLS_RECENT_PER_SESSION 8    /* ... and per session */
 #define CELLS_CANCEL_SLACK_MS 5000
+#define CELLS_REPLAY_GRACE_MS 2000 /* a replayed, ended cell frees its context within this */
 
 _Static_assert(CELL_STREAMS == CELLS_STREAMS, "the streams of cells.h are those of cells_spool.h");
 
@@ -1005,9 +1006,25 @@ static int ctx_acquire(struct cell_ctx *x, struct sbx_error *err)
 {
         int64_t deadline = sbx_now_ms() + CELLS_ADOPT_WAIT_MS + 5000;
 
+        /* a paused session is resumed before anything waits on its kernel:
+         * a frozen bridge answers nothing, and a job to adopt after a restart
+         * waits for the thaw (adopter_main) */
+        if (session_is_paused(x->c->sessions, x->user, x->session)) {
+                int r = session_resume(x->c->sessions, x->user, x->session, NULL, err);
+                if (r < 0)
+                        return r;
+        }
+
         pthread_mutex_lock(&x->lock);
         /* after a restart, until the context's job is adopted and its replay in */
         while ((x->adopt_pending || (x->adopting && !x->waiter_done)) && wait_until(&x->cond, &x->lock, deadline))
+                ;
+        /* the replay of a cell that had ended comes at once: a caller that
+         * waited for the adoption should not find it still holding the
+         * context (a cell that still runs keeps it: busy, as before) */
+        int64_t replay = sbx_now_ms() + CELLS_REPLAY_GRACE_MS;
+        while (x->adopted_cell && x->adopt_busy && !x->waiter_done &&
+               wait_until(&x->cond, &x->lock, replay < deadline ? replay : deadline))
                 ;
         if (x->busy) {
                 pthread_mutex_unlock(&x->lock);
@@ -1732,11 +1749,15 @@ int cells_list(struct cells *c, const char *user, const char *session, cJSON **r
                 }
         pthread_mutex_unlock(&c->lock);
         a = cJSON_CreateArray();
+        /* listing never resumes a paused session: its kernels are there, frozen, and cannot answer */
+        bool paused = session_is_paused(c->sessions, user, session);
         for (size_t i = 0; i < n; i++) {
-                int64_t rss = ctx_rss(v[i]);
+                int64_t rss = paused ? -1 : ctx_rss(v[i]);
                 pthread_mutex_lock(&v[i]->lock);
                 cJSON *o = ctx_summary_locked(v[i]);
                 pthread_mutex_unlock(&v[i]->lock);
+                if (paused)
+                        cJSON_AddTrueToObject(o, "session_paused");
                 if (rss >= 0)
                         cJSON_AddNumberToObject(o, "rss_kb", (double)rss);
                 else
@@ -1897,6 +1918,8 @@ static const char *cause_from_session(const char *cause)
                 return "evicted";
         if (strcmp(cause, "restored") == 0) /* restore_session put the workspace back (snapshot.h) */
                 return "restored";
+        if (strcmp(cause, "stopped_while_paused") == 0) /* past max_paused_sessions, or memory pressure */
+                return "stopped_while_paused";
         return "container_recreated";
 }
 
@@ -1936,7 +1959,9 @@ static void on_session_failure(const char *user, const char *session, const char
         for (size_t i = 0; i < n; i++) {
                 struct cell_ctx *x = v[i];
                 pthread_mutex_lock(&x->lock);
-                if (x->phase != CTX_IDLE || x->waiter_done) {
+                /* adopt_pending: a job kept across a restart, not taken back yet
+                 * (its session paused meanwhile): it is lost with the container */
+                if (x->phase != CTX_IDLE || x->waiter_done || x->adopt_pending) {
                         const char *k = cause_from_session(cause);
                         sbx_strlcpy(x->strong_cause, k, sizeof(x->strong_cause));
                         /* the generation may already have ended as merely killed */
@@ -1968,6 +1993,9 @@ static void *reaper_main(void *p)
                 int64_t cutoff = sbx_wall_ms() - (int64_t)c->cfg->cells_idle_timeout_s * 1000;
                 struct cell_ctx *victim = NULL;
                 for (struct cell_ctx *x = c->list; x && !victim; x = x->next) {
+                        /* a paused session's kernel is frozen: left alone (lock order: cells, then sessions) */
+                        if (session_is_paused(c->sessions, x->user, x->session))
+                                continue;
                         pthread_mutex_lock(&x->lock);
                         if (x->phase == CTX_READY && !x->busy && x->last_used < cutoff) {
                                 x->busy = true;
@@ -2011,6 +2039,11 @@ static void adopt_one(struct cells *c, struct cell_ctx *x)
                 pthread_mutex_unlock(&c->lock);
                 if (stopping)
                         return;
+                pthread_mutex_lock(&x->lock);
+                bool gone = x->strong_cause[0] != '\0'; /* its container went meanwhile */
+                pthread_mutex_unlock(&x->lock);
+                if (gone)
+                        break;
                 /* output resumes from the last acknowledgement, maybe inside a
                  * line: everything before the replay is ignored */
                 pthread_mutex_lock(&x->lock);
@@ -2058,14 +2091,16 @@ static void adopt_one(struct cells *c, struct cell_ctx *x)
         pthread_mutex_lock(&x->lock);
         x->phase = CTX_IDLE;
         x->adopting = x->adopt_pending = false;
-        sbx_strlcpy(x->lost_cause, "daemon_restart", sizeof(x->lost_cause));
+        sbx_strlcpy(x->lost_cause, x->strong_cause[0] ? x->strong_cause : "daemon_restart", sizeof(x->lost_cause));
+        char lost[sizeof(x->lost_cause)];
+        memcpy(lost, x->lost_cause, sizeof(lost));
         x->lost_generation = x->generation;
         x->adopt_busy = x->busy = false;
         ctx_persist_locked(x, false);
         pthread_cond_broadcast(&x->cond);
         pthread_mutex_unlock(&x->lock);
-        log_info("cells: %s:%s/%s could not be adopted after a restart (%s): daemon_restart", x->user, x->session,
-                 x->name, r == -ETIMEDOUT ? "its runner did not come back" : "its job is gone");
+        log_info("cells: %s:%s/%s could not be adopted after a restart (%s): %s", x->user, x->session, x->name,
+                 r == -ETIMEDOUT ? "its runner did not come back" : "its job is gone", lost);
 }
 
 static void *adopter_main(void *p)
@@ -2074,13 +2109,26 @@ static void *adopter_main(void *p)
 
         for (;;) {
                 struct cell_ctx *x = NULL;
+                bool deferred = false;
                 pthread_mutex_lock(&c->lock);
                 for (struct cell_ctx *y = c->list; y && !c->stopping; y = y->next)
                         if (y->adopt_pending) {
+                                /* its runner is frozen with its paused session and reconnects
+                                 * only once a request resumes it (ctx_acquire does): not yet */
+                                if (session_is_paused(c->sessions, y->user, y->session)) {
+                                        deferred = true;
+                                        continue;
+                                }
                                 y->refs++;
                                 x = y;
                                 break;
                         }
+                if (!x && deferred && !c->stopping) {
+                        struct timespec ts = sbx_deadline_after(CLOCK_MONOTONIC, 500);
+                        (void)pthread_cond_timedwait(&c->cond, &c->lock, &ts);
+                        pthread_mutex_unlock(&c->lock);
+                        continue;
+                }
                 pthread_mutex_unlock(&c->lock);
                 if (!x)
                         return NULL;

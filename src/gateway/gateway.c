@@ -436,6 +436,14 @@ void gateway_set_private_check(struct gateway *gw, gateway_private_fn fn, void *
         pthread_mutex_unlock(&gw->lock);
 }
 
+void gateway_set_wake(struct gateway *gw, gateway_wake_fn fn, void *userdata)
+{
+        pthread_mutex_lock(&gw->lock);
+        gw->wake = fn;
+        gw->wake_ud = userdata;
+        pthread_mutex_unlock(&gw->lock);
+}
+
 bool gateway_is_private(struct gateway *gw, const char *user, const char *session)
 {
         return !gw || ask_private(gw, user, session);

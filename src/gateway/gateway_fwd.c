@@ -223,6 +223,13 @@ static void host_accept(struct evconnlistener *l, evutil_socket_t fd, struct soc
         op.token = f->token;
         bufferevent_write(s->ctrl, &hdr, sizeof(hdr));
         bufferevent_write(s->ctrl, &op, sizeof(op));
+        /* a paused session's runner reads the open once thawed: ask for that now */
+        pthread_mutex_lock(&gw->lock);
+        gateway_wake_fn wake = gw->wake;
+        void *wake_ud = gw->wake_ud;
+        pthread_mutex_unlock(&gw->lock);
+        if (wake)
+                wake(s->user, s->session, wake_ud);
 }
 
 /* ---- fwd.sock: control and data connections from the runner ---- */

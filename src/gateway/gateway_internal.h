@@ -94,6 +94,8 @@ struct gateway {
         bool stop;
         gateway_private_fn is_private;
         void *private_ud;
+        gateway_wake_fn wake; /* (lock) a host client arrived: resume a paused session */
+        void *wake_ud;
         struct gw_sess *sessions; /* loop thread only */
         struct gw_user *users;    /* loop thread only */
         size_t n_fwds;            /* loop thread only */

@@ -312,7 +312,7 @@ static void remove_owned(struct gc *g, size_t j, size_t i, enum gc_kind kind, in
         }
         /* The row no longer names the container, whatever happens next. */
         row->container_id[0] = '\0';
-        if (streq(row->state, "RUNNING")) {
+        if (streq(row->state, "RUNNING") || streq(row->state, "PAUSED")) {
                 sbx_strlcpy(row->state, "STOPPED", sizeof(row->state));
                 sbx_strlcpy(row->error_cause, cause, sizeof(row->error_cause));
                 row->updated_at = stamp;
@@ -387,7 +387,8 @@ static void gc_containers(struct gc *g)
                         remove_orphan(g, j, reason);
                         continue;
                 }
-                if (!streq(row->state, "RUNNING") && !streq(row->state, "ERROR"))
+                /* a paused one too: idle_timeout counts from its last use */
+                if (!streq(row->state, "RUNNING") && !streq(row->state, "PAUSED") && !streq(row->state, "ERROR"))
                         continue;
                 if (row->last_activity < idle_before) {
                         gc_fmt_age(g->now - row->last_activity, a, sizeof(a));
@@ -536,7 +537,8 @@ static void gc_services(struct gc *g)
                                 continue; /* being started */
                         snprintf(reason, sizeof(reason), "%s, no container", sv->state);
                 } else if ((j = find_container(g, sv->container_id)) >= 0) {
-                        if (!g->ctr_gone[j] && streq(g->ctrs[j].state, "running"))
+                        if (!g->ctr_gone[j] &&
+                            (streq(g->ctrs[j].state, "running") || streq(g->ctrs[j].state, "paused")))
                                 continue;
                         snprintf(reason, sizeof(reason), "container %.12s is %s", sv->container_id,
                                  g->ctr_gone[j] ? "removed by gc" : g->ctrs[j].state);

@@ -36,7 +36,8 @@ static inline bool streq(const char *a, const char *b)
 /* A session state that holds (or is getting) a container. */
 static inline bool state_live(const char *state)
 {
-        return streq(state, "RUNNING") || streq(state, "CREATING");
+        return streq(state, "RUNNING") || streq(state, "CREATING") ||
+               streq(state, "PAUSED"); /* paused: frozen, alive */
 }
 
 /* ---- gc.c ---- */

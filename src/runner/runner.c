@@ -390,7 +390,8 @@ static void reap_dead(struct runner_hub *h)
 }
 
 /* Ping every connected runner each heartbeat interval; one silent for
- * three intervals is treated like a dead container. Hub thread. */
+ * three intervals is treated like a dead container, unless its container
+ * is paused (frozen): then it is neither pinged nor judged. Hub thread. */
 static void heartbeat(struct runner_hub *h)
 {
         int64_t now = sbx_now_ms(), every = h->cfg->runner_heartbeat_ms;
@@ -400,8 +401,8 @@ static void heartbeat(struct runner_hub *h)
                 int cfd = -1;
                 pthread_mutex_lock(&h->lock);
                 for (struct runner_chan *c = h->chans; c && !late && !due; c = c->next) {
-                        if (c->dead || c->cfd < 0)
-                                continue;
+                        if (c->dead || c->cfd < 0 || c->frozen)
+                                continue; /* a frozen runner cannot answer: it is not lost */
                         if (now - c->last_rx > 3 * every)
                                 late = c;
                         else if (c->hello && now - c->last_ping >= every) {

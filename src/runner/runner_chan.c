@@ -72,6 +72,7 @@ int runner_hub_prepare(struct runner_hub *h, const char *user, const char *sessi
                 c->waited_in_vain = false; /* a new container: its runner is worth waiting for */
                 c->refused_once = false;
                 c->ever_hello = c->hello;
+                c->frozen = false;
         }
         pthread_mutex_unlock(&h->lock);
         if (c) {
@@ -296,6 +297,21 @@ bool runner_hub_wait(struct runner_hub *h, const char *user, const char *session
         }
         pthread_mutex_unlock(&h->lock);
         return ok;
+}
+
+void runner_hub_set_frozen(struct runner_hub *h, const char *user, const char *session, bool frozen)
+{
+        if (!h)
+                return;
+        pthread_mutex_lock(&h->lock);
+        struct runner_chan *c = runner_chan_find_locked(h, user, session);
+        if (c) {
+                c->frozen = frozen;
+                /* thawed: its silence while frozen was not its fault */
+                if (!frozen)
+                        c->last_rx = c->last_ping = sbx_now_ms();
+        }
+        pthread_mutex_unlock(&h->lock);
 }
 
 bool runner_hub_version(struct runner_hub *h, const char *user, const char *session, char *ret, size_t size)

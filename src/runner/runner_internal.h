@@ -54,6 +54,7 @@ struct runner_chan {
         bool hello;
         bool ever_hello;     /* since the last prepare (a new container) */
         bool waited_in_vain; /* a wait timed out before any runner came */
+        bool frozen;         /* its container is paused: no heartbeat is expected (runner_hub_set_frozen) */
         int64_t last_rx;     /* monotonic ms of the last frame (heartbeat) */
         int64_t last_ping;
         char version[64];

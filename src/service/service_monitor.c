@@ -250,7 +250,8 @@ static void monitor_once(struct service_manager *m)
                         if (strcmp(rows[x].state, "RUNNING") == 0 && rows[x].pid > 0 && rows[x].container_id[0])
                                 rows[k++] = rows[x];
                 }
-                if (k > i)
+                /* a paused session's processes are frozen: nothing to probe (an exec is refused) */
+                if (k > i && !session_is_paused(m->sessions, rows[i].user_id, rows[i].session_id))
                         probe_session(m, rows + i, k - i);
                 i = j;
         }

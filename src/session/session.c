@@ -32,7 +32,8 @@
 
 #include "session_internal.h"
 
-static const char *const state_names[] = {"CREATING", "RUNNING", "STOPPED", "ERROR"};
+static const char *const state_names[] = {"CREATING", "RUNNING", "STOPPED", "ERROR", "PAUSED"};
+_Static_assert(ELEMENTSOF(state_names) == SESSION_STATE_COUNT, "a name for every state");
 
 const char *session_state_to_string(enum session_state s)
 {
@@ -90,6 +91,7 @@ static void persist_locked(struct session *s)
         row.created_at = s->created_at;
         row.updated_at = sbx_wall_ms();
         row.last_activity = s->last_activity;
+        row.paused_at = s->state == SESSION_PAUSED ? s->paused_at : 0;
         r = store_session_put(s->mgr->store, &row);
         if (r < 0)
                 log_ctx(LOG_LEVEL_ERROR, s->user, s->id, s->container_id, "cannot persist session state %s: %s",
@@ -105,8 +107,10 @@ void session_set_state_locked(struct session *s, enum session_state state, const
                         "session %s -> %s%s%s", session_state_to_string(s->state), session_state_to_string(state),
                         cause ? ": " : "", cause ? cause : "");
         events_session_state(s->user, s->id, s->state, state, !s->persisted, cause, error, s->container_id);
+        /* a pause or resume names its reason in the event only: error_cause keeps the last failure */
+        bool pause_edge = state == SESSION_PAUSED || (state == SESSION_RUNNING && s->state == SESSION_PAUSED);
         s->state = state;
-        if (cause)
+        if (cause && !pause_edge)
                 sbx_strlcpy(s->error_cause, cause, sizeof(s->error_cause));
         if (error)
                 sbx_strlcpy(s->last_error, error, sizeof(s->last_error));
@@ -143,6 +147,7 @@ static void session_load_row(struct session *s, const struct store_session *row)
         sbx_strlcpy(s->error_cause, row->error_cause, sizeof(s->error_cause));
         s->created_at = row->created_at;
         s->last_activity = row->last_activity;
+        s->paused_at = row->paused_at;
 }
 
 static struct session *find_locked(struct session_manager *m, const char *user, const char *id)
@@ -296,6 +301,8 @@ int session_manager_new(const struct sbx_config *cfg, struct engine *d, struct s
         *m = (struct session_manager){
                 .cfg = cfg, .engine = d, .store = st, .ports = pp, .policy = default_policy, .policy_ud = (void *)cfg};
         pthread_mutex_init(&m->lock, NULL);
+        pthread_mutex_init(&m->rq_lock, NULL);
+        pthread_cond_init(&m->rq_cond, NULL);
         for (size_t i = 0; extra_labels && extra_labels[i] && i < MAX_EXTRA_LABELS; i++)
                 m->extra_labels[i] = strdup(extra_labels[i]);
 
@@ -324,6 +331,7 @@ void session_manager_free(struct session_manager *m)
 {
         if (!m)
                 return;
+        session_resume_async_stop(m); /* its thread holds references */
         for (size_t b = 0; b < N_BUCKETS; b++) {
                 struct session *s = m->buckets[b];
                 while (s) {
@@ -336,6 +344,9 @@ void session_manager_free(struct session_manager *m)
         for (size_t i = 0; i < MAX_EXTRA_LABELS; i++)
                 free(m->extra_labels[i]);
         pthread_mutex_destroy(&m->lock);
+        pthread_mutex_destroy(&m->rq_lock);
+        pthread_cond_destroy(&m->rq_cond);
+        free(m->rq_keys);
         free(m);
 }
 
@@ -367,6 +378,22 @@ void session_set_busy_check(struct session_manager *m, session_busy_fn fn, void 
         pthread_mutex_lock(&m->lock);
         m->busy_fn = fn;
         m->busy_ud = userdata;
+        pthread_mutex_unlock(&m->lock);
+}
+
+void session_set_pause_check(struct session_manager *m, session_pause_block_fn fn, void *userdata)
+{
+        pthread_mutex_lock(&m->lock);
+        m->pause_block_fn = fn;
+        m->pause_block_ud = userdata;
+        pthread_mutex_unlock(&m->lock);
+}
+
+void session_set_paused_cap(struct session_manager *m, session_user_cap_fn fn, void *userdata)
+{
+        pthread_mutex_lock(&m->lock);
+        m->paused_cap_fn = fn;
+        m->paused_cap_ud = userdata;
         pthread_mutex_unlock(&m->lock);
 }
 
@@ -623,6 +650,18 @@ int session_get_or_create(struct session_manager *m, const char *user, const cha
                 }
 
                 cause[0] = '\0';
+                /* A paused session is thawed first, transparently: then it is
+                 * checked like any running one below. */
+                if (s->state == SESSION_PAUSED && s->container_id[0]) {
+                        r = session_resume_locked(s, "request");
+                        if (r < 0 && s->state == SESSION_PAUSED && !s->transitioning) {
+                                pthread_mutex_unlock(&s->lock);
+                                session_unref(s);
+                                return sbx_error_set(err, r, 0, "cannot resume the paused session %s:%s: %s", user, id,
+                                                     strerror(-r));
+                        }
+                        continue;
+                }
                 if (s->state == SESSION_RUNNING && s->container_id[0]) {
                         memcpy(old_id, s->container_id, sizeof(old_id));
                         s->active_ops++;

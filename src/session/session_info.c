@@ -27,6 +27,7 @@ static void snapshot_locked(struct session *s, struct session_info *info)
         sbx_strlcpy(info->error_cause, s->error_cause, sizeof(info->error_cause));
         info->created_at = s->created_at;
         info->last_activity = s->last_activity;
+        info->paused_at = s->state == SESSION_PAUSED ? s->paused_at : 0;
 }
 
 static void fill_ports(struct session_manager *m, struct session_info *info)
@@ -132,14 +133,14 @@ void session_info_list_free(struct session_info *list, size_t n)
         free(list);
 }
 
-void session_counts(struct session_manager *m, size_t counts[4])
+void session_counts(struct session_manager *m, size_t counts[SESSION_STATE_COUNT])
 {
-        memset(counts, 0, 4 * sizeof(size_t));
+        memset(counts, 0, SESSION_STATE_COUNT * sizeof(size_t));
         pthread_mutex_lock(&m->lock);
         for (size_t b = 0; b < N_BUCKETS; b++)
                 for (struct session *s = m->buckets[b]; s; s = s->next) {
                         pthread_mutex_lock(&s->lock);
-                        if ((unsigned)s->state < 4)
+                        if ((unsigned)s->state < SESSION_STATE_COUNT)
                                 counts[s->state]++;
                         pthread_mutex_unlock(&s->lock);
                 }
@@ -149,7 +150,7 @@ void session_counts(struct session_manager *m, size_t counts[4])
 static bool take_running(struct session *s, void *slot, void *ud)
 {
         struct session_ref *ref = slot;
-        if (s->state != SESSION_RUNNING || s->transitioning || !s->container_id[0])
+        if ((s->state != SESSION_RUNNING && s->state != SESSION_PAUSED) || s->transitioning || !s->container_id[0])
                 return false;
         sbx_strlcpy(ref->user, s->user, sizeof(ref->user));
         sbx_strlcpy(ref->session, s->id, sizeof(ref->session));

@@ -6,6 +6,7 @@
  *   session_reconcile.c  adopting containers after a restart
  *   session_share.c      admission against the session caps, and the fair
  *                        share of max_sessions (which session gives way)
+ *   session_pause.c      pause and resume, the idle pause, the paused caps
  * Private to src/; other modules use sandboxd/session.h.
  *
  * Locks (every piece keeps them):
@@ -60,6 +61,7 @@ struct session {
         char error_cause[64];
         int64_t created_at;
         int64_t last_activity;
+        int64_t paused_at;     /* unix ms of the pause while PAUSED, else 0 */
         uint64_t oom_events;   /* of the current container */
         char ratchet_from[65]; /* networked container removed by the privacy ratchet, until its successor exists */
         bool pooled;           /* the current container came from the warm pool */
@@ -95,13 +97,27 @@ struct session_manager {
         struct gateway *gateway; /* NULL: no listeners, every session counts as private */
         session_busy_fn busy_fn; /* (m->lock) NULL: only requests in progress make a session busy */
         void *busy_ud;
-        uint64_t evictions; /* (m->lock) sessions stopped for the fair share */
+        uint64_t evictions;                    /* (m->lock) sessions stopped for the fair share */
+        session_pause_block_fn pause_block_fn; /* (m->lock) NULL: only requests in progress block a pause */
+        void *pause_block_ud;
+        session_user_cap_fn paused_cap_fn; /* (m->lock) NULL: max_paused_sessions_per_user */
+        void *paused_cap_ud;
+        uint64_t pauses, resumes, pause_evictions; /* (m->lock) */
+        /* session_resume_async: rq_lock guards the queue, rq_stop and
+         * rq_started (a leaf: nothing else is taken under it) */
+        pthread_mutex_t rq_lock;
+        pthread_cond_t rq_cond;
+        char (*rq_keys)[2][SESSION_KEY_MAX + 1]; /* SESSION_RESUME_QUEUE entries */
+        size_t rq_n;
+        bool rq_started, rq_stop;
+        pthread_t rq_thread;
 };
 
 /* Counts against the caps: has a container, or is getting one. Under s->lock. */
 static inline bool session_live_locked(const struct session *s)
 {
-        return s->state == SESSION_RUNNING || s->state == SESSION_CREATING || s->transitioning;
+        return s->state == SESSION_RUNNING || s->state == SESSION_CREATING || s->state == SESSION_PAUSED ||
+               s->transitioning;
 }
 
 /* ---- session.c ---- */
@@ -153,6 +169,20 @@ int session_admit(struct session_manager *m, struct session *s, struct session *
  * row and the eviction counted. for_user is who it gave way to (audit
  * only). -EUSERS if the container cannot be removed (v is left as it was). */
 int session_evict(struct session_manager *m, struct session *v, const char *for_user, struct sbx_error *err);
+
+/* ---- session_pause.c ---- */
+
+/* Thaw s, PAUSED with a container, for a request. Called and returns with
+ * s->lock held (dropped meanwhile, inside s's transition). 0: RUNNING
+ * again (the caller validates it as any running session); -errno: the
+ * container could not be thawed (gone: the caller's checks replace it). */
+int session_resume_locked(struct session *s, const char *reason);
+
+/* ---- session_stop.c (for session_pause.c) ---- */
+
+/* Stop a PAUSED s (container removed, ports released, workspace kept)
+ * with cause and message. 1 stopped, 0 not (no longer paused, or busy). */
+int session_stop_paused(struct session_manager *m, struct session *s, const char *cause, const char *msg);
 
 /* ---- session_container.c ---- */
 

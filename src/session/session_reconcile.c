@@ -1,5 +1,5 @@
 /* session_reconcile.c — after a restart: adopt the containers of this
- * instance that still run, mark the rest ERROR, remove the containers no
+ * instance that still run (a paused one as PAUSED: frozen is not dead), mark the rest ERROR, remove the containers no
  * session (and no pool slot) holds, apply the privacy ratchet to adopted
  * containers, and release the ports and unmount the workspace images no
  * container holds. Runs once, before the fronts and the monitor start.
@@ -83,8 +83,10 @@ int session_reconcile(struct session_manager *m, struct session_reconcile_report
                 for (size_t j = 0; s->container_id[0] && j < n; j++)
                         if (strcmp(list[j].id, s->container_id) == 0)
                                 c = &list[j];
-                if (c && strcmp(c->state, "running") == 0 &&
-                    sessuid_lookup(m->store, s->user, s->id, &(uid_t){0}) == -ENOENT) {
+                /* a paused (frozen) container is alive: adopted as PAUSED, whatever the row says */
+                bool frozen = c && strcmp(c->state, "paused") == 0;
+                bool alive = c && (strcmp(c->state, "running") == 0 || frozen);
+                if (alive && sessuid_lookup(m->store, s->user, s->id, &(uid_t){0}) == -ENOENT) {
                         /* Made before per-session uids (it runs as the image's uid 1000, shared by every
                          * such container): it goes as an orphan below, and the next request makes one
                          * under the session's own uid. */
@@ -95,11 +97,23 @@ int session_reconcile(struct session_manager *m, struct session_reconcile_report
                         session_set_state_locked(s, SESSION_ERROR, cause, msg);
                         rep.marked_error++;
                         failed = true;
-                } else if (c && strcmp(c->state, "running") == 0) {
-                        if (s->state != SESSION_RUNNING)
-                                session_set_state_locked(s, SESSION_RUNNING, NULL, NULL);
+                } else if (frozen) {
+                        /* paused before the restart (or the daemon died between the freeze and
+                         * its row): it stays paused until a request resumes it */
+                        if (s->state != SESSION_PAUSED) {
+                                if (!s->paused_at)
+                                        s->paused_at = sbx_wall_ms();
+                                session_set_state_locked(s, SESSION_PAUSED, "reconciled", NULL);
+                        }
                         rep.adopted++;
-                } else if (s->state == SESSION_RUNNING || s->state == SESSION_CREATING) {
+                        rep.paused++;
+                } else if (alive) {
+                        if (s->state != SESSION_RUNNING) {
+                                s->paused_at = 0; /* a PAUSED row whose thaw the daemon did not record */
+                                session_set_state_locked(s, SESSION_RUNNING, NULL, NULL);
+                        }
+                        rep.adopted++;
+                } else if (s->state == SESSION_RUNNING || s->state == SESSION_CREATING || s->state == SESSION_PAUSED) {
                         if (!c)
                                 s->container_id[0] = '\0'; /* gone: nothing holds its ports any more */
                         snprintf(cause, sizeof(cause), "%s", c ? "exited while the daemon was down" : "removed");
@@ -149,7 +163,7 @@ int session_reconcile(struct session_manager *m, struct session_reconcile_report
                 bool adopted;
 
                 pthread_mutex_lock(&s->lock);
-                adopted = s->state == SESSION_RUNNING && s->container_id[0];
+                adopted = (s->state == SESSION_RUNNING || s->state == SESSION_PAUSED) && s->container_id[0];
                 pthread_mutex_unlock(&s->lock);
                 if (!adopted || strcmp(session_required_network(m, s->user, s->id), "none") != 0)
                         continue;
@@ -174,8 +188,9 @@ int session_reconcile(struct session_manager *m, struct session_reconcile_report
         if (ret)
                 *ret = rep;
         log_info(
-                "reconciled: %zu adopted, %zu marked ERROR, %zu orphans removed, %zu ports released, "
+                "reconciled: %zu adopted (%zu paused), %zu marked ERROR, %zu orphans removed, %zu ports released, "
                 "%zu networked containers of private sessions removed",
-                rep.adopted, rep.marked_error, rep.removed_orphans, rep.ports_released, rep.ratchet_removed);
+                rep.adopted, rep.paused, rep.marked_error, rep.removed_orphans, rep.ports_released,
+                rep.ratchet_removed);
         return 0;
 }

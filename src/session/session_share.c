@@ -162,11 +162,11 @@ static bool tally_may_take(const struct share_tally *t, const char *owner)
         return t->heaviest >= t->mine + 2 && bsearch(&owner, t->top, t->n_top, sizeof(*t->top), cmp_str);
 }
 
-/* RUNNING, with no request in progress and nothing changing it. Under s->lock. */
+/* RUNNING or PAUSED, with no request in progress and nothing changing it. Under s->lock. */
 static bool looks_idle_locked(const struct session *s)
 {
-        return s->state == SESSION_RUNNING && !s->transitioning && !s->destroyed && s->active_ops == 0 &&
-               s->container_id[0];
+        return (s->state == SESSION_RUNNING || s->state == SESSION_PAUSED) && !s->transitioning && !s->destroyed &&
+               s->active_ops == 0 && s->container_id[0];
 }
 
 bool session_share_possible_locked(struct session_manager *m, const char *user)

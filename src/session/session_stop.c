@@ -52,7 +52,8 @@ bool session_mark_failed(struct session_manager *m, const char *user, const char
         pthread_mutex_lock(&s->lock);
         if (!s->transitioning && strcmp(s->container_id, container_id) == 0) {
                 snprintf(msg, sizeof(msg), "container %.12s failed: %s", container_id, cause);
-                if (s->state == SESSION_RUNNING) {
+                if (s->state == SESSION_RUNNING || s->state == SESSION_PAUSED) {
+                        s->paused_at = 0;
                         session_set_state_locked(s, SESSION_ERROR, cause, msg);
                         changed = first = true;
                 } else if (s->state == SESSION_ERROR && cause_rank(cause) > cause_rank(s->error_cause)) {
@@ -191,8 +192,9 @@ static int begin_teardown(struct session *s, bool only_idle, int64_t idle_before
 
         pthread_mutex_lock(&s->lock);
         if (only_idle) {
-                if (s->transitioning || s->active_ops > 0 || s->state != SESSION_RUNNING ||
-                    s->last_activity >= idle_before)
+                /* a paused session too: idle_timeout counts from its last use */
+                if (s->transitioning || s->active_ops > 0 ||
+                    (s->state != SESSION_RUNNING && s->state != SESSION_PAUSED) || s->last_activity >= idle_before)
                         r = -EBUSY;
         } else {
                 while (s->transitioning)
@@ -213,6 +215,7 @@ static void end_teardown(struct session *s, enum session_state state, const char
         pthread_mutex_lock(&s->lock);
         s->transitioning = false;
         s->container_id[0] = '\0';
+        s->paused_at = 0;
         session_set_state_locked(s, state, cause, NULL);
         pthread_cond_broadcast(&s->cond);
         pthread_mutex_unlock(&s->lock);
@@ -281,6 +284,41 @@ int session_hold(struct session_manager *m, const char *user, const char *id, bo
                 session_call_handlers(m, user, id, cid, cause);
         session_unref(s);
         return r;
+}
+
+int session_stop_paused(struct session_manager *m, struct session *s, const char *cause, const char *msg)
+{
+        struct sbx_error err = {0};
+        char id[65];
+
+        pthread_mutex_lock(&s->lock);
+        if (s->transitioning || s->destroyed || s->active_ops > 0 || s->state != SESSION_PAUSED) {
+                pthread_mutex_unlock(&s->lock);
+                return 0;
+        }
+        s->transitioning = true;
+        memcpy(id, s->container_id, sizeof(id));
+        pthread_mutex_unlock(&s->lock);
+        /* a paused container is removed as it is: the engine kills it frozen */
+        if (id[0] && container_remove(m->engine, id, &err) < 0) {
+                log_ctx(LOG_LEVEL_WARN, s->user, s->id, id, "%s: cannot remove the paused container: %s", cause,
+                        err.msg);
+                abort_transition(s);
+                return 0;
+        }
+        if (id[0])
+                (void)store_container_removed(m->store, id, cause, sbx_wall_ms());
+        (void)portpool_release(m->ports, s->user, s->id);
+        release_workspace(m, s->user, s->id);
+        pthread_mutex_lock(&s->lock);
+        s->transitioning = false;
+        s->container_id[0] = '\0';
+        s->paused_at = 0;
+        session_set_state_locked(s, SESSION_STOPPED, cause, msg);
+        pthread_cond_broadcast(&s->cond);
+        pthread_mutex_unlock(&s->lock);
+        session_call_handlers(m, s->user, s->id, id, cause);
+        return 1;
 }
 
 int session_expire_idle(struct session_manager *m, int64_t now_wall_ms)

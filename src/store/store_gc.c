@@ -25,16 +25,17 @@ int store_gc_session_take_container(struct store *s, const char *user, const cha
 
         if (!store_key_ok(user) || !store_key_ok(session) || !container_id || !*container_id || !cause)
                 return -EINVAL;
-        /* A RUNNING session is stopped (the time it stopped matters for
+        /* A RUNNING (or PAUSED) session is stopped (the time it stopped matters for
          * workspace retention); an ERROR one only loses its dead container
          * and keeps its error and its updated_at. */
         r = sq_start(&q, s,
                      "UPDATE sessions SET container_id = NULL, "
-                     "state = CASE state WHEN 'RUNNING' THEN 'STOPPED' ELSE state END, "
-                     "error_cause = CASE state WHEN 'RUNNING' THEN ?5 ELSE error_cause END, "
-                     "updated_at = CASE state WHEN 'RUNNING' THEN ?6 ELSE updated_at END "
+                     "state = CASE WHEN state IN ('RUNNING', 'PAUSED') THEN 'STOPPED' ELSE state END, "
+                     "error_cause = CASE WHEN state IN ('RUNNING', 'PAUSED') THEN ?5 ELSE error_cause END, "
+                     "updated_at = CASE WHEN state IN ('RUNNING', 'PAUSED') THEN ?6 ELSE updated_at END, "
+                     "paused_at = 0 "
                      "WHERE user_id = ?1 AND session_id = ?2 AND container_id = ?3 "
-                     "AND state IN ('RUNNING', 'ERROR') AND last_activity < ?4 "
+                     "AND state IN ('RUNNING', 'PAUSED', 'ERROR') AND last_activity < ?4 "
                      "AND (?7 = 0 OR NOT EXISTS (SELECT 1 FROM executions e WHERE e.user_id = ?1 "
                      "AND e.session_id = ?2 AND e.state IN ('PENDING', 'RUNNING')))");
         if (r < 0)
@@ -107,7 +108,7 @@ int store_gc_port_release(struct store *s, int port, const char *user, const cha
         r = sq_start(&q, s,
                      "DELETE FROM port_allocations WHERE port = ?1 AND user_id = ?2 AND session_id = ?3 "
                      "AND NOT EXISTS (SELECT 1 FROM sessions WHERE user_id = ?2 AND session_id = ?3 "
-                     "AND state IN ('RUNNING', 'CREATING', 'ERROR'))");
+                     "AND state IN ('RUNNING', 'PAUSED', 'CREATING', 'ERROR'))");
         if (r < 0)
                 return r;
         sq_int64(&q, port);

@@ -17,7 +17,7 @@
 
 #define SESSION_COLUMNS                                                                                                \
         "user_id, session_id, state, container_id, image, network_mode, last_error, error_cause, created_at, "         \
-        "updated_at, last_activity"
+        "updated_at, last_activity, paused_at"
 
 static void session_from_row(struct store_query *q, struct store_session *row)
 {
@@ -33,6 +33,7 @@ static void session_from_row(struct store_query *q, struct store_session *row)
         row->created_at = sq_col_int64(q, 8);
         row->updated_at = sq_col_int64(q, 9);
         row->last_activity = sq_col_int64(q, 10);
+        row->paused_at = sq_col_int64(q, 11);
 }
 
 int store_session_put(struct store *s, const struct store_session *row)
@@ -47,12 +48,13 @@ int store_session_put(struct store *s, const struct store_session *row)
          * which would fire ON DELETE actions of any future foreign key. */
         r = sq_start(&q, s,
                      "INSERT INTO sessions (" SESSION_COLUMNS
-                     ") VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9, ?10, ?11) "
+                     ") VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9, ?10, ?11, ?12) "
                      "ON CONFLICT (user_id, session_id) DO UPDATE SET state = excluded.state, "
                      "container_id = excluded.container_id, image = excluded.image, "
                      "network_mode = excluded.network_mode, last_error = excluded.last_error, "
                      "error_cause = excluded.error_cause, created_at = excluded.created_at, "
-                     "updated_at = excluded.updated_at, last_activity = excluded.last_activity");
+                     "updated_at = excluded.updated_at, last_activity = excluded.last_activity, "
+                     "paused_at = excluded.paused_at");
         if (r < 0)
                 return r;
         sq_text(&q, row->user_id);
@@ -66,6 +68,7 @@ int store_session_put(struct store *s, const struct store_session *row)
         sq_int64(&q, row->created_at);
         sq_int64(&q, row->updated_at);
         sq_int64(&q, row->last_activity);
+        sq_int64(&q, row->paused_at);
         r = sq_exec(&q);
         return r < 0 ? r : 0;
 }

@@ -192,7 +192,7 @@ int store_gc_uid_release(struct store *s, const char *user, const char *session,
         r = sq_start(&q, s,
                      "DELETE FROM session_uids WHERE user_id = ?1 AND session_id = ?2 AND uid = ?3 "
                      "AND NOT EXISTS (SELECT 1 FROM sessions WHERE user_id = ?1 AND session_id = ?2 "
-                     "AND state IN ('RUNNING', 'CREATING'))");
+                     "AND state IN ('RUNNING', 'PAUSED', 'CREATING'))");
         if (r < 0)
                 return r;
         sq_text(&q, user);

@@ -154,6 +154,30 @@ describe('GET /v1/events over HTTPS', () => {
                 b.close();
         });
 
+        test('pause_session and resume over HTTPS: session.paused, then session.resumed on the next call', { timeout: 240000 }, async () => {
+                const st = openStream(base, ca, alice);
+                await st.ready;
+                let r = await call(base, ca, alice, 'exec', { session: 'evp', command: 'echo before' });
+                assert.equal(r.status, 200, JSON.stringify(r.body));
+                r = await call(base, ca, alice, 'pause_session', { session: 'evp' });
+                assert.equal(r.status, 200, JSON.stringify(r.body));
+                assert.equal(r.body.state, 'paused');
+                const paused = await st.waitFor((e) => e.type === 'session.paused' && e.data.session === 'evp');
+                assert.equal(paused.data.data.reason, 'request');
+                // another user's pause finds no such session
+                r = await call(base, ca, bob, 'pause_session', { session: 'evp' });
+                assert.equal(r.body.error?.code, 'not_found', JSON.stringify(r.body));
+                // any call that needs the container resumes it
+                r = await call(base, ca, alice, 'exec', { session: 'evp', command: 'echo after' });
+                assert.equal(r.status, 200, JSON.stringify(r.body));
+                assert.equal(r.body.stdout, 'after\n');
+                const resumed = await st.waitFor((e) => e.type === 'session.resumed' && e.data.session === 'evp');
+                assert.ok(resumed.id > paused.id);
+                r = await call(base, ca, alice, 'destroy_session', { session: 'evp' });
+                assert.equal(r.status, 200, JSON.stringify(r.body));
+                st.close();
+        });
+
         test('a bad Last-Event-ID is refused', async () => {
                 const s = openStream(base, ca, alice, 'x1');
                 await s.ready;

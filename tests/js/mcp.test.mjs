@@ -40,6 +40,9 @@ const TOOLS = [
         'create_session',
         'destroy_session',
         'list_sessions',
+        // pause and resume (issue 28)
+        'pause_session',
+        'resume_session',
         // stateful interpreters (issue 25)
         'run_cell',
         'list_contexts',

@@ -439,6 +439,8 @@ static const char *const expected_tools[] = {
         "clear_scripts",
         "create_session",
         "destroy_session",
+        "pause_session",
+        "resume_session",
         "list_sessions",
         "snapshot_session",
         "list_snapshots",

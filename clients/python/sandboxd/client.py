@@ -424,6 +424,13 @@ class Sandboxd:
         s.created = r
         return s
 
+    def pause_session(self, session: str) -> Result:
+        """Freeze the session (memory kept, no CPU); any later call resumes it."""
+        return self.call("pause_session", {"session": session}, wait_seconds=60)
+
+    def resume_session(self, session: str) -> Result:
+        return self.call("resume_session", {"session": session}, wait_seconds=60)
+
     def list_scripts(self, filter: str | None = None, limit: int | None = None) -> Result:
         return self.call("list_scripts", {"filter": filter, "limit": limit})
 
@@ -600,6 +607,12 @@ class Session:
     def fork(self, session: str) -> "Session":
         """A new session ``session`` with a copy of this one's files and environment."""
         return self.client.fork_session(session, from_session=self.name)
+
+    def pause(self) -> Result:
+        return self.client.pause_session(self.name)
+
+    def resume(self) -> Result:
+        return self.client.resume_session(self.name)
 
     # ---- executions ----
 

@@ -358,6 +358,15 @@ export class Sandboxd {
                 return s;
         }
 
+        /** Freeze the session (memory kept, no CPU); any later call resumes it. */
+        pauseSession(session: string): Promise<Result> {
+                return this.call('pause_session', { session }, 60000);
+        }
+
+        resumeSession(session: string): Promise<Result> {
+                return this.call('resume_session', { session }, 60000);
+        }
+
         listScripts(opts: { filter?: string; limit?: number } = {}): Promise<Result> {
                 return this.call('list_scripts', opts);
         }
@@ -536,6 +545,14 @@ export class Session {
         /** A new session with a copy of this one's files and environment. */
         fork(session: string): Promise<Session> {
                 return this.client.forkSession(session, { session: this.name });
+        }
+
+        pause(): Promise<Result> {
+                return this.client.pauseSession(this.name);
+        }
+
+        resume(): Promise<Result> {
+                return this.client.resumeSession(this.name);
         }
 
         // ---- executions ----

@@ -16,6 +16,8 @@
 #include "sandboxd/gateway.h"
 #include "sandboxd/log.h"
 #include "sandboxd/monitor.h"
+#include "sandboxd/node.h"
+#include "sandboxd/audit.h"
 #include "sandboxd/portpool.h"
 #include "sandboxd/cells.h"
 #include "sandboxd/privacy.h"
@@ -94,6 +96,67 @@ static size_t live_sessions(void *ud)
         session_counts(ud, counts);
         return counts[SESSION_CREATING] + counts[SESSION_RUNNING];
 }
+
+/* ---- the node link (node.h) ---- */
+
+static int session_epoch(const char *user, const char *session, bool bump, uint64_t *ret, void *userdata)
+{
+        return bump ? store_epoch_bump(userdata, user, session, sbx_wall_ms(), ret)
+                    : store_epoch_get(userdata, user, session, ret);
+}
+
+static void node_runner(void *ud, const char *user, const char *session, int fd)
+{
+        struct daemon *d = ud;
+        (void)runner_hub_attach(d->runner, user, session, fd);
+}
+
+static void node_suspend(void *ud, const char *user, const char *session)
+{
+        struct daemon *d = ud;
+        runner_hub_suspend(d->runner, user, session);
+}
+
+static void node_up(void *ud, const char *node)
+{
+        struct daemon *d = ud;
+        (void)node;
+        runner_hub_reopen(d->runner);
+}
+
+static void node_fence(void *ud, const char *node)
+{
+        struct daemon *d = ud;
+        audit_record(d->store, "node", NULL, NULL, "node_fenced", NULL);
+        (void)node;
+        runner_hub_fence(d->runner);
+}
+
+static int node_epoch(void *ud, const char *user, const char *session, uint64_t *ret)
+{
+        struct daemon *d = ud;
+        return store_epoch_get(d->store, user, session, ret);
+}
+
+static void node_refused(void *ud, const char *node, const char *user, const char *session, uint64_t presented,
+                         uint64_t current)
+{
+        struct daemon *d = ud;
+        cJSON *detail = cJSON_CreateObject();
+        cJSON_AddStringToObject(detail, "node", node);
+        cJSON_AddNumberToObject(detail, "presented_epoch", (double)presented);
+        cJSON_AddNumberToObject(detail, "epoch", (double)current);
+        audit_record_json(d->store, "node", user, session, "node_epoch_refused", detail);
+}
+
+static const struct node_server_hooks node_hooks = {
+        .runner = node_runner,
+        .suspend = node_suspend,
+        .up = node_up,
+        .fence = node_fence,
+        .epoch = node_epoch,
+        .refused = node_refused,
+};
 
 /* After a restart: listen again for every running session's runner, and
  * serve its channels and port block again. */
@@ -282,6 +345,13 @@ int daemon_open(const struct sbx_config *cfg, const struct daemon_options *opts,
         r = runner_hub_new(&d->cfg, &d->runner, err);
         if (r < 0)
                 goto fail;
+        runner_hub_set_epoch_fn(d->runner, session_epoch, d->store);
+        if (d->cfg.node_listen[0]) {
+                r = node_server_new(&d->cfg, &node_hooks, d, &d->node, err);
+                if (r < 0)
+                        goto fail;
+                runner_hub_set_node(d->runner, &node_server_ops, d->node);
+        }
         if (!runner_hub_binary(d->runner))
                 log_warn("the runner binary is missing or not root-owned: containers run without it (docker exec)");
         session_set_runner_hub(d->sessions, d->runner);
@@ -388,6 +458,7 @@ void daemon_close(struct daemon *d)
         egress_free(d->egress);   /* closes every tunnel, writing their rows */
         privacy_free(d->privacy);
         pool_free(d->pool);         /* its thread uses the runner hub */
+        node_server_free(d->node);  /* its threads call the hub; the hub's calls use it */
         runner_hub_free(d->runner); /* its thread calls into the sessions */
         session_manager_free(d->sessions);
         quota_free(d->quota); /* after every engine that asks it */

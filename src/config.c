@@ -553,8 +553,10 @@ static int check_cross(const struct sbx_config *cfg, struct sbx_error *err)
 
         if (!cfg->tls_cert[0] != !cfg->tls_key[0])
                 return sbx_error_set(err, -EINVAL, 0, "tls_cert and tls_key go together: set both or neither");
-        if ((cfg->node_listen[0] || cfg->node_connect[0]) && (!cfg->node_cert[0] || !cfg->node_key[0] || !cfg->node_ca[0]))
-                return sbx_error_set(err, -EINVAL, 0, "node_listen and node_connect need node_cert, node_key and node_ca");
+        if ((cfg->node_listen[0] || cfg->node_connect[0]) &&
+            (!cfg->node_cert[0] || !cfg->node_key[0] || !cfg->node_ca[0]))
+                return sbx_error_set(err, -EINVAL, 0,
+                                     "node_listen and node_connect need node_cert, node_key and node_ca");
         if (cfg->tls_client_ca[0] && !cfg->tls_cert[0])
                 return sbx_error_set(err, -EINVAL, 0, "tls_client_ca needs tls_cert and tls_key (mTLS is TLS)");
 

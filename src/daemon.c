@@ -352,7 +352,8 @@ int daemon_open(const struct sbx_config *cfg, const struct daemon_options *opts,
                         goto fail;
                 runner_hub_set_node(d->runner, &node_server_ops, d->node);
         }
-        if (!runner_hub_binary(d->runner))
+        /* over a node link the node says, once it is connected (not waited for here) */
+        if (!d->node && !runner_hub_binary(d->runner))
                 log_warn("the runner binary is missing or not root-owned: containers run without it (docker exec)");
         session_set_runner_hub(d->sessions, d->runner);
         r = pool_new(&d->cfg, d->engine, d->store, d->runner, opts->extra_labels, &d->pool, err);

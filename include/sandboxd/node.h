@@ -63,14 +63,14 @@
 #define NODE_PROTOCOL 1
 #define NODE_HDR_LEN 12
 #define NODE_MAX_FRAME (64 * 1024)
-#define NODE_WINDOW (256 * 1024)         /* unacknowledged bytes per stream and direction */
-#define NODE_MAX_STREAMS 4096            /* per link */
-#define NODE_MAX_STREAMS_PER_SESSION 64  /* per link and session */
-#define NODE_MAX_SESSIONS 65536          /* sessions one node agent serves */
-#define NODE_MAX_LINKS 64                /* node agents connected (and handshaking) at once */
-#define NODE_REQ_TIMEOUT_MS 10000        /* a request to the node answers within this */
-#define NODE_HANDSHAKE_TIMEOUT_MS 10000  /* TLS handshake and hello */
-#define NODE_WRITE_DEADLINE_MS 5000      /* one frame onto the link */
+#define NODE_WINDOW (256 * 1024)        /* unacknowledged bytes per stream and direction */
+#define NODE_MAX_STREAMS 4096           /* per link */
+#define NODE_MAX_STREAMS_PER_SESSION 64 /* per link and session */
+#define NODE_MAX_SESSIONS 65536         /* sessions one node agent serves */
+#define NODE_MAX_LINKS 64               /* node agents connected (and handshaking) at once */
+#define NODE_REQ_TIMEOUT_MS 10000       /* a request to the node answers within this */
+#define NODE_HANDSHAKE_TIMEOUT_MS 10000 /* TLS handshake and hello */
+#define NODE_WRITE_DEADLINE_MS 5000     /* one frame onto the link */
 #define NODE_NAME_MAX 64
 
 enum node_frame {

@@ -261,8 +261,9 @@ static void na_poll_ready(struct nl *l, struct pollfd *pfd, int n, void *ud)
         }
 }
 
-static const struct nl_handlers na_handlers = {
-        .frame = na_frame, .poll_fill = na_poll_fill, .poll_ready = na_poll_ready};
+static const struct nl_handlers na_handlers = {.frame = na_frame,
+                                               .poll_fill = na_poll_fill,
+                                               .poll_ready = na_poll_ready};
 
 /* A TCP connection to node_connect within the deadline, or -errno. */
 static int dial(const char *hostport, int timeout_ms, struct sbx_error *err)
@@ -320,6 +321,7 @@ int node_agent_run(const struct sbx_config *cfg, volatile sig_atomic_t *stop, st
 
         if (!cfg->node_connect[0])
                 return sbx_error_set(err, -EINVAL, 0, "sandboxd node needs node_connect (the control daemon)");
+        nl_block_sigpipe();
         r = nl_tls_new(cfg, false, &tls, err);
         if (r < 0)
                 return r;
@@ -408,13 +410,13 @@ struct node_client {
         volatile sig_atomic_t stop;
 };
 
+/* Every request succeeds, naming a directory that does not exist: the
+ * control's hub then has a channel that only this client's streams feed. */
 static bool nc_frame(struct nl *l, const struct node_hdr *h, const unsigned char *p, void *ud)
 {
-        (void)l;
-        (void)h;
         (void)p;
         (void)ud;
-        return h->type == NF_REQ; /* requests are not answered */
+        return h->type == NF_REQ && respond(l, h->stream, 0, "/nonexistent/sandboxd-node-client") == 0;
 }
 
 static int nc_poll_fill(struct nl *l, struct pollfd *pfd, int max, void *ud)
@@ -426,8 +428,7 @@ static int nc_poll_fill(struct nl *l, struct pollfd *pfd, int max, void *ud)
         for (size_t i = 0; i < c->n_pending; i++) {
                 if (nl_stream_add(l, c->pending[i].id, c->pending[i].fd, NODE_STREAM_RUNNER, c->pending[i].o.user,
                                   c->pending[i].o.session))
-                        (void)nl_send(l, NF_OPEN, c->pending[i].id, &c->pending[i].o, sizeof(c->pending[i].o), NULL,
-                                      0);
+                        (void)nl_send(l, NF_OPEN, c->pending[i].id, &c->pending[i].o, sizeof(c->pending[i].o), NULL, 0);
         }
         c->n_pending = 0;
         pthread_mutex_unlock(&c->lock);
@@ -440,6 +441,7 @@ static void *nc_main(void *ud)
 {
         struct node_client *c = ud;
         const char *why;
+        nl_block_sigpipe();
         nl_run(&c->l, &why);
         return NULL;
 }

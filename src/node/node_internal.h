@@ -115,6 +115,11 @@ struct nl_stream *nl_stream_add(struct nl *l, uint32_t id, int fd, uint32_t kind
 struct nl_stream *nl_stream_find(struct nl *l, uint32_t id);
 size_t nl_streams_of(struct nl *l, const char *user, const char *session);
 
+/* OpenSSL writes to the socket with write(2), not send(MSG_NOSIGNAL): a
+ * peer gone raises SIGPIPE. Every thread that runs a link blocks it (a
+ * signal pending on a thread that blocks it does nothing). */
+void nl_block_sigpipe(void);
+
 /* Both strings NUL-terminated within their arrays and valid key syntax. */
 bool nl_key_ok(const char *s, size_t size);
 

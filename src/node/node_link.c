@@ -22,6 +22,7 @@
 #include <inttypes.h>
 #include <openssl/err.h>
 #include <openssl/x509v3.h>
+#include <signal.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -42,8 +43,8 @@ bool nl_key_ok(const char *s, size_t size)
                 return false;
         for (size_t i = 0; i < n; i++) {
                 unsigned char ch = (unsigned char)s[i];
-                if (!(ch >= 'a' && ch <= 'z') && !(ch >= 'A' && ch <= 'Z') && !(ch >= '0' && ch <= '9') &&
-                    ch != '-' && ch != '_' && ch != '.' && ch != '@')
+                if (!(ch >= 'a' && ch <= 'z') && !(ch >= 'A' && ch <= 'Z') && !(ch >= '0' && ch <= '9') && ch != '-' &&
+                    ch != '_' && ch != '.' && ch != '@')
                         return false;
         }
         return true;
@@ -77,9 +78,9 @@ static void tls_reload_locked(struct nl_tls *t)
                 t->loaded = true;
                 return;
         }
-        if (t->loaded && t->store && (!t->crl[0] || (st.st_mtim.tv_sec == t->crl_mtime.tv_sec &&
-                                                     st.st_mtim.tv_nsec == t->crl_mtime.tv_nsec &&
-                                                     st.st_ino == t->crl_ino && st.st_size == t->crl_size)))
+        if (t->loaded && t->store &&
+            (!t->crl[0] || (st.st_mtim.tv_sec == t->crl_mtime.tv_sec && st.st_mtim.tv_nsec == t->crl_mtime.tv_nsec &&
+                            st.st_ino == t->crl_ino && st.st_size == t->crl_size)))
                 return;
         t->loaded = true;
         t->crl_mtime = st.st_mtim;
@@ -93,8 +94,8 @@ static void tls_reload_locked(struct nl_tls *t)
         if (t->crl[0]) {
                 X509_LOOKUP *lk = X509_STORE_add_lookup(store, X509_LOOKUP_file());
                 if (!lk || X509_load_crl_file(lk, t->crl, X509_FILETYPE_PEM) <= 0) {
-                        log_error("node link: cannot load the CRL %s: %s; refusing every node until it loads",
-                                  t->crl, ssl_errstr());
+                        log_error("node link: cannot load the CRL %s: %s; refusing every node until it loads", t->crl,
+                                  ssl_errstr());
                         goto fail;
                 }
                 X509_STORE_set_flags(store, X509_V_FLAG_CRL_CHECK);
@@ -143,8 +144,8 @@ int nl_tls_new(const struct sbx_config *cfg, bool server, struct nl_tls **ret, s
         pthread_mutex_unlock(&t->lock);
         if (!ok) {
                 nl_tls_free(t);
-                return sbx_error_set(err, -EINVAL, 0, "node link: cannot load node_ca %s or node_crl %s",
-                                     cfg->node_ca, cfg->node_crl);
+                return sbx_error_set(err, -EINVAL, 0, "node link: cannot load node_ca %s or node_crl %s", cfg->node_ca,
+                                     cfg->node_crl);
         }
         *ret = t;
         return 0;
@@ -327,8 +328,7 @@ size_t nl_streams_of(struct nl *l, const char *user, const char *session)
         return n;
 }
 
-struct nl_stream *nl_stream_add(struct nl *l, uint32_t id, int fd, uint32_t kind, const char *user,
-                                const char *session)
+struct nl_stream *nl_stream_add(struct nl *l, uint32_t id, int fd, uint32_t kind, const char *user, const char *session)
 {
         struct nl_stream *s;
 
@@ -496,7 +496,7 @@ static int link_read(struct nl *l, const char **why)
                         if (e == SSL_ERROR_WANT_READ || e == SSL_ERROR_WANT_WRITE)
                                 return 0;
                         *why = e == SSL_ERROR_ZERO_RETURN || e == SSL_ERROR_SYSCALL ? "the peer closed the link"
-                                                                                     : ssl_errstr();
+                                                                                    : ssl_errstr();
                         return -EIO;
                 }
                 l->in_len += (size_t)n;
@@ -539,6 +539,14 @@ static int link_read(struct nl *l, const char **why)
                         return 0;
         }
         return 0;
+}
+
+void nl_block_sigpipe(void)
+{
+        sigset_t set;
+        sigemptyset(&set);
+        sigaddset(&set, SIGPIPE);
+        pthread_sigmask(SIG_BLOCK, &set, NULL);
 }
 
 int nl_init(struct nl *l, SSL *ssl, int fd, int heartbeat_ms, const struct nl_handlers *hd, void *ud)

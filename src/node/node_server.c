@@ -104,7 +104,7 @@ static bool on_hello(struct ns_link *k, const struct node_hdr *h, const unsigned
                 return true;
         }
         for (struct ns_link *o = s->links; o; o = o->next)
-                if (o != k && o->registered && strcmp(o->name, k->name) == 0)
+                if (o != k && o->registered && o->running && strcmp(o->name, k->name) == 0)
                         nl_stop(&o->l); /* the same node again: the new link wins */
         k->registered = true;
         s->active = k;
@@ -210,6 +210,7 @@ static void *link_main(void *ud)
         SSL *ssl = NULL;
 
         pthread_setname_np(pthread_self(), "sbx-node-link");
+        nl_block_sigpipe();
         if (nl_tls_handshake(s->tls, k->fd, NULL, &ssl, k->name, &e) < 0) {
                 log_warn("node link: a node was refused: %s", e.msg);
                 close(k->fd);
@@ -500,8 +501,7 @@ uint64_t node_server_refused(struct node_server *s)
 
 /* One request to the active node, answered within NODE_REQ_TIMEOUT_MS
  * (a node not connected yet is waited for within the same deadline). */
-static int request(struct node_server *s, const struct node_req *rq, char ret_text[SBX_PATH_MAX],
-                   struct sbx_error *err)
+static int request(struct node_server *s, const struct node_req *rq, char ret_text[SBX_PATH_MAX], struct sbx_error *err)
 {
         struct timespec until = sbx_deadline_after(CLOCK_REALTIME, NODE_REQ_TIMEOUT_MS);
         struct ns_req q = {0};

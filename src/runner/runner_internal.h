@@ -117,8 +117,8 @@ struct runner_hub {
         struct runner_expect *expect; /* h->lock */
         size_t n_expect;
         uint64_t next_conn_id;
-        struct runner_ops *ops;    /* files and services (runner_ops.c) */
-        runner_peer_fn peer_check; /* h->lock; runner_peer_verify unless a test replaced it */
+        struct runner_ops *ops;          /* files and services (runner_ops.c) */
+        runner_peer_fn peer_check;       /* h->lock; runner_peer_verify unless a test replaced it */
         const struct node_ops *node_ops; /* the node over a link (node.h); NULL: this process */
         void *node;
         runner_epoch_fn epoch_fn; /* session epochs (fencing); NULL: none */

@@ -10,6 +10,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/prctl.h>
 #include <sys/socket.h>
 #include <sys/stat.h>
 #include <sys/wait.h>
@@ -165,6 +166,7 @@ pid_t nodeenv_start(const struct sbx_config *control, const char *pki, const cha
         cr_assert(pid >= 0);
         if (pid == 0) {
                 char bin[SBX_PATH_MAX + 16];
+                prctl(PR_SET_PDEATHSIG, SIGKILL); /* never outlives the daemon's process */
                 snprintf(bin, sizeof(bin), "%s/sandboxd", exe);
                 /* the daemon's own SANDBOXD_* would override the file */
                 for (char **e = environ; *e;)
@@ -199,29 +201,45 @@ void nodeenv_kill(pid_t pid, int sig)
         }
 }
 
+/* Beside data_dir, so a daemon opened again on the same data_dir (a
+ * restart, in this process or a forked one) gets the same PKI, port and
+ * node directory: pki/ (made once), pki/port, node/. */
 void nodeenv_fixture(struct sbx_config *cfg)
 {
-        static char *pki, node_dir[SBX_PATH_MAX], listen[128];
         static pid_t pid;
+        char base[SBX_PATH_MAX], pki[SBX_PATH_MAX], path[SBX_PATH_MAX], node_dir[SBX_PATH_MAX];
+        struct stat st;
+        FILE *f;
+        int port = 0;
 
         if (!nodeenv_wanted() || cfg->node_listen[0])
                 return;
-        pthread_mutex_lock(&lock);
-        bool first = pki == NULL;
-        pthread_mutex_unlock(&lock);
-        if (first) {
-                char *dir = testenv_tmpdir();
-                cr_assert_not_null(dir);
-                snprintf(node_dir, sizeof(node_dir), "%s/node", dir);
-                free(dir);
-                pki = nodeenv_pki();
+        snprintf(base, sizeof(base), "%s", cfg->data_dir);
+        cr_assert_not_null(strrchr(base, '/'));
+        *strrchr(base, '/') = '\0';
+        snprintf(pki, sizeof(pki), "%s/node-pki", base);
+        snprintf(node_dir, sizeof(node_dir), "%s/node", base);
+        snprintf(path, sizeof(path), "%s/port", pki);
+        if (stat(path, &st) < 0) {
+                char *made = nodeenv_pki();
+                cr_assert_eq(rename(made, pki), 0, "rename %s: %m", made);
+                free(made);
                 nodeenv_config_control(cfg, pki);
-                snprintf(listen, sizeof(listen), "%s", cfg->node_listen);
-                pid = nodeenv_start(cfg, pki, "node1", node_dir);
-                return;
+                f = fopen(path, "w");
+                cr_assert_not_null(f);
+                fprintf(f, "%s\n", cfg->node_listen);
+                fclose(f);
+        } else {
+                nodeenv_config_control(cfg, pki);
+                f = fopen(path, "r");
+                cr_assert_not_null(f);
+                cr_assert_eq(fscanf(f, "127.0.0.1:%d", &port), 1);
+                fclose(f);
+                snprintf(cfg->node_listen, sizeof(cfg->node_listen), "127.0.0.1:%d", port);
         }
-        /* the same node agent dials the same port: a daemon opened again (a restart) gets it back */
-        nodeenv_config_control(cfg, pki);
-        snprintf(cfg->node_listen, sizeof(cfg->node_listen), "%s", listen);
-        (void)pid;
+        /* one node agent per process (a forked child has its parent's): it dials the daemon
+         * listening on that port again whenever one goes */
+        if (pid > 0 && kill(pid, 0) == 0)
+                return;
+        pid = nodeenv_start(cfg, pki, "node1", node_dir);
 }

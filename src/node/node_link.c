@@ -20,6 +20,8 @@
 #include <errno.h>
 #include <fcntl.h>
 #include <inttypes.h>
+#include <netinet/in.h>
+#include <netinet/tcp.h>
 #include <openssl/err.h>
 #include <openssl/x509v3.h>
 #include <signal.h>
@@ -189,7 +191,11 @@ int nl_tls_handshake(struct nl_tls *t, int fd, const char *expect_name, SSL **re
         pthread_mutex_unlock(&t->lock);
         if (!store)
                 return sbx_error_set(err, -EACCES, 0, "the CA or CRL does not load: refused");
+        int one = 1;
         (void)fcntl(fd, F_SETFL, fcntl(fd, F_GETFL) | O_NONBLOCK);
+        /* small frames both ways (a runner's request, its answer): Nagle with delayed
+         * acknowledgements would hold each for tens of milliseconds */
+        (void)setsockopt(fd, IPPROTO_TCP, TCP_NODELAY, &one, sizeof(one));
         ssl = SSL_new(t->ctx);
         if (!ssl || SSL_set_fd(ssl, fd) != 1 || SSL_set1_verify_cert_store(ssl, store) != 1) {
                 X509_STORE_free(store);

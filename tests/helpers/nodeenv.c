@@ -48,13 +48,15 @@ char *nodeenv_pki(void)
         char path[SBX_PATH_MAX];
 
         cr_assert_not_null(dir);
-        run(dir, "openssl req -x509 " KEY " -keyout ca.key -out ca.pem -days 2 -subj /CN=sandboxd-test-node-ca "
+        run(dir, "openssl req -x509 " KEY
+                 " -keyout ca.key -out ca.pem -days 2 -subj /CN=sandboxd-test-node-ca "
                  "-addext basicConstraints=critical,CA:TRUE -addext keyUsage=critical,keyCertSign,cRLSign");
         static const char *names[] = {"sandboxd-control", "node1", "node2", "node3"};
         for (size_t i = 0; i < 4; i++) {
                 char script[1024];
                 snprintf(script, sizeof(script),
-                         "openssl req " KEY " -keyout %s.key -out %s.csr -subj /CN=%s && "
+                         "openssl req " KEY
+                         " -keyout %s.key -out %s.csr -subj /CN=%s && "
                          "printf 'subjectAltName=DNS:%s\\n' > %s.ext && "
                          "openssl x509 -req -in %s.csr -CA ca.pem -CAkey ca.key -CAcreateserial -days 2 "
                          "-extfile %s.ext -out %s.pem",
@@ -64,8 +66,9 @@ char *nodeenv_pki(void)
         snprintf(path, sizeof(path), "%s/ca.cnf", dir);
         f = fopen(path, "w");
         cr_assert_not_null(f);
-        fprintf(f, "[ ca ]\ndefault_ca = ca_default\n[ ca_default ]\ndatabase = index.txt\ncrlnumber = crlnumber\n"
-                   "default_md = sha256\ndefault_crl_days = 2\ncertificate = ca.pem\nprivate_key = ca.key\n");
+        fprintf(f,
+                "[ ca ]\ndefault_ca = ca_default\n[ ca_default ]\ndatabase = index.txt\ncrlnumber = crlnumber\n"
+                "default_md = sha256\ndefault_crl_days = 2\ncertificate = ca.pem\nprivate_key = ca.key\n");
         fclose(f);
         run(dir, "touch index.txt && echo 1000 > crlnumber");
         nodeenv_revoke(dir, "node2");

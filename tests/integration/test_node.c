@@ -69,8 +69,8 @@ static bool stdout_has(const char *id, const char *needle)
         struct exec_result res;
         if (exec_status(d->exec, "u1", id, 0, -1, 1 << 20, 0, &res, NULL) < 0)
                 return false;
-        bool found = res.stdout_head_len > 0 &&
-                     memmem(res.stdout_head, res.stdout_head_len, needle, strlen(needle)) != NULL;
+        bool found =
+                res.stdout_head_len > 0 && memmem(res.stdout_head, res.stdout_head_len, needle, strlen(needle)) != NULL;
         exec_result_done(&res);
         return found;
 }
@@ -109,8 +109,9 @@ Test(node, executions_survive_a_node_agent_sigkilled_and_started_again)
 {
         struct exec_request req = {.user = "u1",
                                    .session = "s1",
-                                   .command = "echo before; while [ ! -e /workspace/go ]; do sleep 0.1; done; "
-                                              "echo after",
+                                   .command =
+                                           "echo before; while [ ! -e /workspace/go ]; do sleep 0.1; done; "
+                                           "echo after",
                                    .actor = "test"};
         struct exec_result res;
         char id[37];

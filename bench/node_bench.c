@@ -141,8 +141,9 @@ int main(int argc, char **argv)
         FILE *f = fopen(conf, "w");
         if (!f)
                 goto out;
-        fprintf(f, "node_connect = %s\nnode_cert = %s/node1.pem\nnode_key = %s/node1.key\nnode_ca = %s/ca.pem\n"
-                   "data_dir = %s/node\nlog_level = warn\n",
+        fprintf(f,
+                "node_connect = %s\nnode_cert = %s/node1.pem\nnode_key = %s/node1.key\nnode_ca = %s/ca.pem\n"
+                "data_dir = %s/node\nlog_level = warn\n",
                 cb.node_listen, pki, pki, pki, tmp);
         fclose(f);
         agent = fork();

@@ -111,17 +111,34 @@ static void node_runner(void *ud, const char *user, const char *session, int fd)
         (void)runner_hub_attach(d->runner, user, session, fd);
 }
 
+static void node_gateway(void *ud, const char *user, const char *session, int kind, int fd)
+{
+        struct daemon *d = ud;
+        gateway_attach(d->gateway, user, session, kind, fd);
+}
+
+static int gateway_on_node(const char *user, const char *session, unsigned flags, void *userdata, struct sbx_error *err)
+{
+        return node_server_gateway(userdata, user, session, flags, err);
+}
+
 static void node_suspend(void *ud, const char *user, const char *session)
 {
         struct daemon *d = ud;
         runner_hub_suspend(d->runner, user, session);
 }
 
-static void node_up(void *ud, const char *node)
+static void adopt_runners(struct daemon *d);
+
+/* A node agent (re)connected: it is told every session again, and serves
+ * the gateway's sockets of every running one again. */
+static void node_up(void *ud, const char *node, bool ready)
 {
         struct daemon *d = ud;
         (void)node;
         runner_hub_reopen(d->runner);
+        if (ready) /* else daemon_open is still on its way, and adopts them itself at its end */
+                adopt_runners(d);
 }
 
 static void node_fence(void *ud, const char *node)
@@ -151,6 +168,7 @@ static void node_refused(void *ud, const char *node, const char *user, const cha
 
 static const struct node_server_hooks node_hooks = {
         .runner = node_runner,
+        .gateway = node_gateway,
         .suspend = node_suspend,
         .up = node_up,
         .fence = node_fence,
@@ -376,6 +394,8 @@ int daemon_open(const struct sbx_config *cfg, const struct daemon_options *opts,
         if (r < 0)
                 goto fail;
         gateway_set_private_check(d->gateway, gateway_private, d->privacy);
+        if (d->node)
+                gateway_set_node(d->gateway, gateway_on_node, d->node);
         session_set_gateway(d->sessions, d->gateway);
         (void)session_register_failure_handler(d->sessions, drop_gateway, d->gateway);
         r = runtime_new(&d->cfg, d->engine, d->store, &d->runtime, err);
@@ -421,6 +441,8 @@ int daemon_open(const struct sbx_config *cfg, const struct daemon_options *opts,
                 r = pool_start(d->pool, err);
         if (r < 0)
                 goto fail;
+        if (d->node) /* from here a node that (re)connects is served whole, gateway included */
+                node_server_gateway_ready(d->node);
         adopt_runners(d);
         exec_engine_adopt(d->exec); /* executions the runners kept while the daemon was away */
         if (!opts->no_monitor) {
@@ -455,11 +477,12 @@ void daemon_close(struct daemon *d)
         if (d->runtime && d->sessions)
                 runtime_attach(NULL, d->sessions);
         runtime_free(d->runtime);
-        gateway_free(d->gateway); /* its thread asks privacy and calls egress */
-        egress_free(d->egress);   /* closes every tunnel, writing their rows */
+        node_server_stop(d->node); /* its links hand connections to the gateway and the hub */
+        gateway_free(d->gateway);  /* its thread asks privacy and calls egress */
+        egress_free(d->egress);    /* closes every tunnel, writing their rows */
         privacy_free(d->privacy);
         pool_free(d->pool);         /* its thread uses the runner hub */
-        node_server_free(d->node);  /* its threads call the hub; the hub's calls use it */
+        node_server_free(d->node);  /* stopped above; the pool's calls to the hub reached it until here */
         runner_hub_free(d->runner); /* its thread calls into the sessions */
         session_manager_free(d->sessions);
         quota_free(d->quota); /* after every engine that asks it */

@@ -76,6 +76,21 @@ void gateway_enforce(struct gateway *gw, const char *user, const char *session);
  * everything, unlink its sockets. NULL gw is fine. */
 void gateway_drop(struct gateway *gw, const char *user, const char *session);
 
+/* ---- over a node link (node.h) ----
+ * The session's egress.sock and fwd.sock are then the node agent's: it
+ * listens (asked through fn: flags NODE_GW_EGRESS | NODE_GW_FWD, 0 to stop
+ * and remove them), checks fwd.sock's peer on its host, and each accepted
+ * connection comes back through gateway_attach. The host port listeners
+ * stay with the gateway. */
+typedef int (*gateway_node_fn)(const char *user, const char *session, unsigned flags, void *userdata,
+                               struct sbx_error *err);
+/* Set once, before the first gateway_open. */
+void gateway_set_node(struct gateway *gw, gateway_node_fn fn, void *userdata);
+/* A connection the node accepted on the session's egress.sock (kind
+ * NODE_STREAM_EGRESS) or fwd.sock (NODE_STREAM_FWD, the runner's). Takes
+ * fd; never waits for the gateway thread. */
+void gateway_attach(struct gateway *gw, const char *user, const char *session, int kind, int fd);
+
 struct gateway_stats {
         size_t sessions;  /* served */
         size_t listeners; /* host port listeners */

@@ -30,12 +30,15 @@
  *   NF_REQ    control→node (stream = request id): struct node_req
  *   NF_RESP   node→control: int32 result (0 or -errno), then a path or message
  *   NF_OPEN   node→control: a stream (id chosen by the node) for a
- *             connection accepted on a session's socket: struct node_open,
- *             with the session epoch the node was given
+ *             connection accepted on a session's socket (runner.sock,
+ *             egress.sock, fwd.sock): struct node_open, with the session
+ *             epoch the node was given
  *   NF_DATA   either way: bytes of a stream
  *   NF_ACK    either way: uint32 bytes of a stream written out; a side
  *             never has more than NODE_WINDOW bytes of a stream unacknowledged
- *   NF_CLOSE  either way: the stream is over (after its data)
+ *   NF_CLOSE  either way: no more bytes from this side (a half close: the
+ *             other side shuts its fd's write half; the stream goes when
+ *             both sides have closed)
  *
  * Fencing. Every session has an epoch (store, migration 0030): one more each
  * time its container is made (runner_hub_prepare) or moved (a pool claim,
@@ -63,9 +66,10 @@
 #define NODE_PROTOCOL 1
 #define NODE_HDR_LEN 12
 #define NODE_MAX_FRAME (64 * 1024)
-#define NODE_WINDOW (256 * 1024)        /* unacknowledged bytes per stream and direction */
-#define NODE_MAX_STREAMS 4096           /* per link */
-#define NODE_MAX_STREAMS_PER_SESSION 64 /* per link and session */
+#define NODE_WINDOW (64 * 1024) /* unacknowledged bytes per stream and direction (as GATEWAY_BUF_HIGH) */
+/* Streams per link: forward_max_total, per session forward_max_per_session, of
+ * the side's own config, each plus this (the runner's and egress connections). */
+#define NODE_STREAMS_SLACK 256
 #define NODE_MAX_SESSIONS 65536         /* sessions one node agent serves */
 #define NODE_MAX_LINKS 64               /* node agents connected (and handshaking) at once */
 #define NODE_REQ_TIMEOUT_MS 10000       /* a request to the node answers within this */
@@ -93,20 +97,24 @@ struct node_hdr {
 };
 
 enum node_op {
-        NODE_OP_OPEN = 1,  /* make (or keep) the session's directory and listen in it */
-        NODE_OP_ADOPT = 2, /* the same, only if the directory exists (-ENOENT otherwise) */
-        NODE_OP_DROP = 3,  /* stop listening, remove the directory */
-        NODE_OP_REKEY = 4, /* rename (user, session) to (user2, session2) */
+        NODE_OP_OPEN = 1,    /* make (or keep) the session's directory and listen in it */
+        NODE_OP_ADOPT = 2,   /* the same, only if the directory exists (-ENOENT otherwise) */
+        NODE_OP_DROP = 3,    /* stop listening, remove the directory */
+        NODE_OP_REKEY = 4,   /* rename (user, session) to (user2, session2) */
+        NODE_OP_GATEWAY = 5, /* listen (or stop) on egress.sock and fwd.sock: flags NODE_GW_* */
 };
+
+#define NODE_GW_EGRESS 1u /* egress.sock: any connection (the proxy decides) */
+#define NODE_GW_FWD 2u    /* fwd.sock: the runner's only (checked on the node) */
 
 struct node_req {
         uint32_t op;
-        uint32_t pad;
+        uint32_t flags; /* NODE_OP_GATEWAY: NODE_GW_*; else 0 */
         uint64_t epoch; /* OPEN, ADOPT: of (user, session); REKEY: of (user2, session2) */
         char user[65], session[65], user2[65], session2[65];
 };
 
-enum node_stream_kind { NODE_STREAM_RUNNER = 1 };
+enum node_stream_kind { NODE_STREAM_RUNNER = 1, NODE_STREAM_EGRESS = 2, NODE_STREAM_FWD = 3 };
 
 struct node_open {
         uint32_t kind;
@@ -137,13 +145,17 @@ struct node_server_hooks {
         /* A runner connection the node accepted and checked, epoch checked
          * too: fd is connected (a socketpair end), the callee owns it. */
         void (*runner)(void *ud, const char *user, const char *session, int fd);
+        /* The same for the gateway's sockets (kind NODE_STREAM_EGRESS or
+         * NODE_STREAM_FWD): gateway_attach. */
+        void (*gateway)(void *ud, const char *user, const char *session, int kind, int fd);
         /* The link under the session's runner connection is gone: the
          * connection closes next, its executions should wait for the runner
          * to come back (runner_hub_suspend). */
         void (*suspend)(void *ud, const char *user, const char *session);
         /* A node agent (re)connected: open every session again (called on a
-         * thread of the server's that may make requests). */
-        void (*up)(void *ud, const char *node);
+         * thread of the server's that may make requests); gateway_ready: the
+         * daemon is open (node_server_gateway_ready was called). */
+        void (*up)(void *ud, const char *node, bool gateway_ready);
         /* The node stayed away for node_fence: fence its sessions. */
         void (*fence)(void *ud, const char *node);
         /* The session's current epoch. */
@@ -157,11 +169,21 @@ struct node_server_hooks {
  * node_crl). Starts the listener thread. */
 int node_server_new(const struct sbx_config *cfg, const struct node_server_hooks *hooks, void *ud,
                     struct node_server **ret, struct sbx_error *err);
-/* Closes every link and stops the threads. NULL is fine. */
+/* Closes every link and stops the threads: no hook is called after it
+ * returns, and requests fail at once (-EHOSTUNREACH). NULL is fine. */
+void node_server_stop(struct node_server *s);
+/* Stops it if need be and frees it. NULL is fine. */
 void node_server_free(struct node_server *s);
 /* The ops over this server's link (node = the server). Sessions go to the
  * node named node_name, or to the one node connected when that is empty. */
 extern const struct node_ops node_server_ops;
+/* Ask the node to serve (or stop serving) the session's egress.sock and
+ * fwd.sock (flags NODE_GW_*; 0: neither, sockets removed). */
+int node_server_gateway(struct node_server *s, const char *user, const char *session, unsigned flags,
+                        struct sbx_error *err);
+/* hooks.gateway may be called from now on (streams of the gateway's
+ * sockets before it are closed). */
+void node_server_gateway_ready(struct node_server *s);
 /* Whether a node is connected now; its name in ret_name. */
 bool node_server_connected(struct node_server *s, char *ret_name, size_t size);
 /* Wait up to timeout_ms for a node to be connected. */

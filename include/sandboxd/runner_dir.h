@@ -20,6 +20,9 @@ int runner_dir_key(const char *user, const char *session, char ret[33]);
  * exist. */
 int runner_dir_listen(const char *root, const char *user, const char *session, bool create, int *ret_dirfd,
                       int *ret_lfd, char ret_path[SBX_PATH_MAX], struct sbx_error *err);
+/* Listen on another socket name in the session's open directory (the
+ * gateway's egress.sock, fwd.sock), replacing a stale one; mode 0666. */
+int runner_dir_listen_name(int dirfd, const char *name, int *ret_lfd);
 /* Remove the directory and what sandboxd put in it. */
 void runner_dir_remove(const char *root, const char *user, const char *session);
 /* Rename the directory of (from) to that of (to), replacing a stale one of

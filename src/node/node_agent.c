@@ -28,6 +28,7 @@
 #include "sandboxd/log.h"
 #include "sandboxd/runner_dir.h"
 #include "sandboxd/runner_peer.h"
+#include "sandboxd/runner_proto.h"
 
 #define IMPOSTOR_LOG_MS 60000
 #define BACKOFF_MAX_MS 5000
@@ -37,6 +38,7 @@ struct na_session {
         char user[65], session[65];
         uint64_t epoch;
         int dirfd, lfd;
+        int egress_lfd, fwd_lfd; /* the gateway's sockets (NODE_OP_GATEWAY); -1: not served */
         struct runner_peer peer;
         uint64_t impostors, impostors_said;
         int64_t impostors_said_ms;
@@ -50,8 +52,11 @@ struct node_agent {
         struct na_session *sessions;
         size_t n_sessions;
         uint32_t next_stream;
-        /* poll_fill's order, for poll_ready */
-        struct na_session **polled;
+        /* poll_fill's order, for poll_ready: which session, which socket */
+        struct na_polled {
+                struct na_session *s;
+                uint32_t kind; /* NODE_STREAM_* */
+        } * polled;
         size_t n_polled;
 };
 
@@ -73,6 +78,10 @@ static void session_free(struct node_agent *a, struct na_session *s)
                 }
         if (s->lfd >= 0)
                 close(s->lfd);
+        if (s->egress_lfd >= 0)
+                close(s->egress_lfd);
+        if (s->fwd_lfd >= 0)
+                close(s->fwd_lfd);
         if (s->dirfd >= 0)
                 close(s->dirfd);
         free(s);
@@ -124,11 +133,40 @@ static int op_open(struct node_agent *a, const struct node_req *rq, bool adopt, 
         s->epoch = rq->epoch;
         s->dirfd = dfd;
         s->lfd = lfd;
+        s->egress_lfd = s->fwd_lfd = -1;
         (void)runner_peer_load(dfd, &s->peer); /* the runner an earlier agent (or daemon) accepted */
         s->next = a->sessions;
         a->sessions = s;
         a->n_sessions++;
         return 0;
+}
+
+/* Serve (or stop) one of the gateway's sockets in the session's directory. */
+static int gw_socket(struct na_session *s, int *lfd, const char *name, bool on, struct sbx_error *err)
+{
+        if (on && *lfd < 0) {
+                int r = runner_dir_listen_name(s->dirfd, name, lfd);
+                if (r < 0)
+                        return sbx_error_set(err, r, 0, "cannot listen on %s: %s", name, strerror(-r));
+        } else if (!on && *lfd >= 0) {
+                close(*lfd);
+                *lfd = -1;
+                (void)unlinkat(s->dirfd, name, 0);
+        }
+        return 0;
+}
+
+static int op_gateway(struct node_agent *a, const struct node_req *rq, struct sbx_error *err)
+{
+        struct na_session *s = find(a, rq->user, rq->session);
+        int r;
+
+        if (!s)
+                return rq->flags ? sbx_error_set(err, -ENOENT, 0, "the node does not serve the session") : 0;
+        r = gw_socket(s, &s->fwd_lfd, RP_FWD_SOCKET_NAME, rq->flags & NODE_GW_FWD, err);
+        if (r == 0)
+                r = gw_socket(s, &s->egress_lfd, RP_EGRESS_SOCKET_NAME, rq->flags & NODE_GW_EGRESS, err);
+        return r;
 }
 
 static bool on_req(struct node_agent *a, struct nl *l, const struct node_hdr *h, const unsigned char *p)
@@ -142,6 +180,7 @@ static bool on_req(struct node_agent *a, struct nl *l, const struct node_hdr *h,
                 return false;
         memcpy(&rq, p, sizeof(rq));
         rq.op = le32toh(rq.op);
+        rq.flags = le32toh(rq.flags);
         rq.epoch = le64toh(rq.epoch);
         if (!nl_key_ok(rq.user, sizeof(rq.user)) || !nl_key_ok(rq.session, sizeof(rq.session)))
                 return false;
@@ -165,6 +204,10 @@ static bool on_req(struct node_agent *a, struct nl *l, const struct node_hdr *h,
                         sbx_strlcpy(s->session, rq.session2, sizeof(s->session));
                         s->epoch = rq.epoch;
                 }
+        } else if (rq.op == NODE_OP_GATEWAY) {
+                if (rq.flags & ~(NODE_GW_EGRESS | NODE_GW_FWD))
+                        return false;
+                r = op_gateway(a, &rq, &e);
         } else {
                 return false;
         }
@@ -189,9 +232,17 @@ static int na_poll_fill(struct nl *l, struct pollfd *pfd, int max, void *ud)
                 nl_stop(l);
                 return 0;
         }
-        for (struct na_session *s = a->sessions; s && (int)n < max && n < a->n_polled; s = s->next) {
-                a->polled[n] = s;
-                pfd[n++] = (struct pollfd){.fd = s->lfd, .events = POLLIN};
+        for (struct na_session *s = a->sessions; s; s = s->next) {
+                const int fds[3] = {s->lfd, s->egress_lfd, s->fwd_lfd};
+                const uint32_t kinds[3] = {NODE_STREAM_RUNNER, NODE_STREAM_EGRESS, NODE_STREAM_FWD};
+                for (int k = 0; k < 3; k++) {
+                        if (fds[k] < 0)
+                                continue;
+                        if ((int)n >= max || n >= a->n_polled)
+                                return (int)n;
+                        a->polled[n] = (struct na_polled){s, kinds[k]};
+                        pfd[n++] = (struct pollfd){.fd = fds[k], .events = POLLIN};
+                }
         }
         return (int)n;
 }
@@ -212,32 +263,35 @@ static void impostor_refused(struct na_session *s, int fd, const char *why)
         s->impostors_said_ms = now;
 }
 
-static void accept_runner(struct node_agent *a, struct nl *l, struct na_session *s)
+#define ACCEPT_ROUNDS 64 /* connections taken per socket per wake-up: one session cannot hold the loop */
+
+static void accept_conn(struct node_agent *a, struct nl *l, struct na_session *s, uint32_t kind, int lfd)
 {
-        for (int round = 0; round < 4; round++) {
+        for (int round = 0; round < ACCEPT_ROUNDS; round++) {
                 struct runner_peer peer;
                 const char *why = "";
-                int fd = accept4(s->lfd, NULL, NULL, SOCK_CLOEXEC | SOCK_NONBLOCK);
+                int fd = accept4(lfd, NULL, NULL, SOCK_CLOEXEC | SOCK_NONBLOCK);
                 if (fd < 0)
                         return;
-                /* only the runner Docker started: checked here, beside the container */
-                if (runner_peer_verify(fd, s->dirfd, &s->peer, &peer, &why) < 0) {
+                /* runner.sock and fwd.sock: only the runner Docker started, checked here beside the
+                 * container; egress.sock is the proxy the tenant reaches through the runner anyway */
+                if (kind != NODE_STREAM_EGRESS && runner_peer_verify(fd, s->dirfd, &s->peer, &peer, &why) < 0) {
                         impostor_refused(s, fd, why);
                         continue;
                 }
-                if (peer.pid != s->peer.pid || peer.start != s->peer.start) {
+                if (kind != NODE_STREAM_EGRESS && (peer.pid != s->peer.pid || peer.start != s->peer.start)) {
                         s->peer = peer;
                         if (runner_peer_save(s->dirfd, &peer) < 0)
                                 log_ctx(LOG_LEVEL_WARN, s->user, s->session, NULL,
                                         "cannot record the runner in its directory");
                 }
                 uint32_t id = ++a->next_stream ? a->next_stream : ++a->next_stream;
-                if (!nl_stream_add(l, id, fd, NODE_STREAM_RUNNER, s->user, s->session)) {
+                if (!nl_stream_add(l, id, fd, kind, s->user, s->session)) {
                         log_ctx(LOG_LEVEL_WARN, s->user, s->session, NULL,
-                                "node agent: too many streams, a runner connection was closed");
+                                "node agent: too many streams, a connection was closed");
                         continue;
                 }
-                struct node_open o = {.kind = htole32(NODE_STREAM_RUNNER), .epoch = htole64(s->epoch)};
+                struct node_open o = {.kind = htole32(kind), .epoch = htole64(s->epoch)};
                 sbx_strlcpy(o.user, s->user, sizeof(o.user));
                 sbx_strlcpy(o.session, s->session, sizeof(o.session));
                 if (nl_send(l, NF_OPEN, id, &o, sizeof(o), NULL, 0) < 0)
@@ -253,11 +307,17 @@ static void na_poll_ready(struct nl *l, struct pollfd *pfd, int n, void *ud)
                 if (!(pfd[i].revents & POLLIN))
                         continue;
                 /* a request may have dropped it meanwhile: only sessions still listed */
-                for (struct na_session *s = a->sessions; s; s = s->next)
-                        if (s == a->polled[i] && s->lfd == pfd[i].fd) {
-                                accept_runner(a, l, s);
-                                break;
-                        }
+                for (struct na_session *s = a->sessions; s; s = s->next) {
+                        if (s != a->polled[i].s)
+                                continue;
+                        uint32_t kind = a->polled[i].kind;
+                        int lfd = kind == NODE_STREAM_RUNNER   ? s->lfd
+                                  : kind == NODE_STREAM_EGRESS ? s->egress_lfd
+                                                               : s->fwd_lfd;
+                        if (lfd == pfd[i].fd)
+                                accept_conn(a, l, s, kind, lfd);
+                        break;
+                }
         }
 }
 
@@ -343,12 +403,12 @@ int node_agent_run(const struct sbx_config *cfg, volatile sig_atomic_t *stop, st
                         *slash = '\0';
                 snprintf(a.binary, sizeof(a.binary), "%s/sandboxd-runner", exe);
         }
-        a.polled = calloc(NODE_MAX_SESSIONS, sizeof(*a.polled));
+        a.polled = calloc(3 * (size_t)NODE_MAX_SESSIONS, sizeof(*a.polled)); /* three sockets a session */
         if (!a.polled) {
                 nl_tls_free(tls);
                 return sbx_error_set(err, -ENOMEM, 0, "out of memory");
         }
-        a.n_polled = NODE_MAX_SESSIONS;
+        a.n_polled = 3 * (size_t)NODE_MAX_SESSIONS;
         log_info("node agent: serving %s, control at %s", a.root, cfg->node_connect);
         while (!*stop) {
                 struct sbx_error e = {0};
@@ -368,7 +428,7 @@ int node_agent_run(const struct sbx_config *cfg, volatile sig_atomic_t *stop, st
                         continue;
                 }
                 struct nl l;
-                if (nl_init(&l, ssl, fd, cfg->node_heartbeat_ms, &na_handlers, &a) < 0) {
+                if (nl_init(&l, ssl, fd, cfg, &na_handlers, &a) < 0) {
                         nl_destroy(&l);
                         sleep_ms(backoff, stop);
                         continue;
@@ -469,7 +529,7 @@ int node_client_connect(const struct sbx_config *cfg, struct node_client **ret, 
                 return r;
         }
         c = calloc(1, sizeof(*c));
-        if (!c || nl_init(&c->l, ssl, fd, cfg->node_heartbeat_ms, &nc_handlers, c) < 0) {
+        if (!c || nl_init(&c->l, ssl, fd, cfg, &nc_handlers, c) < 0) {
                 if (c)
                         nl_destroy(&c->l);
                 free(c);

@@ -47,11 +47,12 @@ struct nl_stream {
         uint32_t kind;
         char user[65], session[65];
         int64_t credit;     /* bytes we may still send the peer */
-        unsigned char *out; /* from the peer, for fd (at most NODE_WINDOW) */
-        size_t out_len;
+        unsigned char *out; /* from the peer, for fd (at most NODE_WINDOW; grown on demand) */
+        size_t out_len, out_cap;
         uint32_t unacked; /* written to fd, not acknowledged to the peer yet */
-        bool peer_closed; /* NF_CLOSE came: close once out is written */
-        bool eof;         /* fd said end of stream: NF_CLOSE sent */
+        bool peer_closed; /* NF_CLOSE came: shut fd's write side once out is written */
+        bool shut;        /* ... done */
+        bool eof;         /* fd said end of stream: NF_CLOSE sent (a half close) */
         struct nl_stream *next;
 };
 
@@ -87,6 +88,7 @@ struct nl {
         unsigned char *wbuf;
         struct nl_stream *streams;
         size_t n_streams;
+        size_t max_streams, max_per_session; /* from the side's config (nl_init) */
         int64_t last_rx, last_ping;
         bool hello; /* the first frame from the node came */
         /* other threads */
@@ -97,7 +99,7 @@ struct nl {
         int wake[2];
 };
 
-int nl_init(struct nl *l, SSL *ssl, int fd, int heartbeat_ms, const struct nl_handlers *hd, void *ud);
+int nl_init(struct nl *l, SSL *ssl, int fd, const struct sbx_config *cfg, const struct nl_handlers *hd, void *ud);
 /* Closes every stream (stream_gone with link_down), the TLS connection
  * and the socket. */
 void nl_destroy(struct nl *l);

@@ -338,17 +338,13 @@ struct nl_stream *nl_stream_add(struct nl *l, uint32_t id, int fd, uint32_t kind
 {
         struct nl_stream *s;
 
-        if (l->n_streams >= NODE_MAX_STREAMS || nl_streams_of(l, user, session) >= NODE_MAX_STREAMS_PER_SESSION ||
+        if (l->n_streams >= l->max_streams || nl_streams_of(l, user, session) >= l->max_per_session ||
             nl_stream_find(l, id)) {
                 close(fd);
                 return NULL;
         }
         s = calloc(1, sizeof(*s));
-        if (s)
-                s->out = malloc(NODE_WINDOW);
-        if (!s || !s->out) {
-                if (s)
-                        free(s);
+        if (!s) {
                 close(fd);
                 return NULL;
         }
@@ -403,6 +399,12 @@ static int stream_flush(struct nl *l, struct nl_stream *s)
                 memmove(s->out, s->out + off, s->out_len - off);
                 s->out_len -= off;
         }
+        if (s->out_len == 0 && s->out_cap > NL_READ_CHUNK) {
+                /* a thousand idle forwards hold no window each */
+                free(s->out);
+                s->out = NULL;
+                s->out_cap = 0;
+        }
         if (s->unacked >= NODE_WINDOW / 4 || (s->unacked && s->out_len == 0)) {
                 uint32_t a = htole32(s->unacked);
                 int r = nl_send(l, NF_ACK, s->id, &a, sizeof(a), NULL, 0);
@@ -413,14 +415,16 @@ static int stream_flush(struct nl *l, struct nl_stream *s)
         return 0;
 }
 
-/* The stream's fd is readable: relay up to the credit. -EIO: the link failed. */
+/* The stream's fd is readable: relay up to the credit. -EIO: the link
+ * failed. An end of stream is a half close: NF_CLOSE tells the peer, which
+ * shuts its fd's write side; bytes still come the other way. */
 static int stream_read(struct nl *l, struct nl_stream *s)
 {
         unsigned char buf[NL_READ_CHUNK];
         size_t want = s->credit < (int64_t)sizeof(buf) ? (size_t)s->credit : sizeof(buf);
         ssize_t n;
 
-        if (want == 0)
+        if (want == 0 || s->eof)
                 return 0;
         do
                 n = recv(s->fd, buf, want, MSG_DONTWAIT);
@@ -429,10 +433,32 @@ static int stream_read(struct nl *l, struct nl_stream *s)
                 return 0;
         if (n <= 0) {
                 s->eof = true;
-                return nl_send(l, NF_CLOSE, s->id, NULL, 0, NULL, 0) < 0 ? -EIO : 1;
+                return nl_send(l, NF_CLOSE, s->id, NULL, 0, NULL, 0) < 0 ? -EIO : 0;
         }
         s->credit -= n;
         return nl_send(l, NF_DATA, s->id, buf, (size_t)n, NULL, 0) < 0 ? -EIO : 0;
+}
+
+/* Both halves closed and everything written: the stream goes. True if it went. */
+static bool stream_settle(struct nl *l, struct nl_stream *s)
+{
+        if (s->peer_closed && s->out_len == 0 && !s->shut) {
+                (void)shutdown(s->fd, SHUT_WR);
+                s->shut = true;
+        }
+        if (s->eof && s->shut) {
+                stream_free(l, s, false);
+                return true;
+        }
+        return false;
+}
+
+/* fd failed (a write refused): tell the peer once, drop the stream. */
+static void stream_abort(struct nl *l, struct nl_stream *s)
+{
+        if (!s->eof)
+                (void)nl_send(l, NF_CLOSE, s->id, NULL, 0, NULL, 0);
+        stream_free(l, s, false);
 }
 
 /* A frame about a stream's bytes. False: a protocol error. */
@@ -444,13 +470,25 @@ static bool stream_frame(struct nl *l, const struct node_hdr *h, const unsigned 
                 if (!s) /* closed on our side meanwhile: its bytes go nowhere */
                         return h->len > 0;
                 if (h->len == 0 || s->out_len + h->len > NODE_WINDOW || s->peer_closed)
-                        return false; /* past the credit it was given */
+                        return false; /* past the credit it was given, or after its close */
+                if (s->out_len + h->len > s->out_cap) {
+                        size_t cap = s->out_cap ? s->out_cap * 2 : NL_READ_CHUNK;
+                        while (cap < s->out_len + h->len)
+                                cap *= 2;
+                        if (cap > NODE_WINDOW)
+                                cap = NODE_WINDOW;
+                        unsigned char *grown = realloc(s->out, cap);
+                        if (!grown) {
+                                stream_abort(l, s);
+                                return true;
+                        }
+                        s->out = grown;
+                        s->out_cap = cap;
+                }
                 memcpy(s->out + s->out_len, p, h->len);
                 s->out_len += h->len;
-                if (stream_flush(l, s) == -EPIPE) {
-                        (void)nl_send(l, NF_CLOSE, s->id, NULL, 0, NULL, 0);
-                        stream_free(l, s, false);
-                }
+                if (stream_flush(l, s) == -EPIPE)
+                        stream_abort(l, s);
                 return true;
         }
         if (h->type == NF_ACK) {
@@ -466,16 +504,14 @@ static bool stream_frame(struct nl *l, const struct node_hdr *h, const unsigned 
                 s->credit += a;
                 return true;
         }
-        /* NF_CLOSE */
+        /* NF_CLOSE: the peer's half */
         if (h->len != 0)
                 return false;
         if (s) {
+                if (s->peer_closed)
+                        return false;
                 s->peer_closed = true;
-                if (s->out_len == 0) {
-                        if (!s->eof)
-                                (void)nl_send(l, NF_CLOSE, s->id, NULL, 0, NULL, 0);
-                        stream_free(l, s, false);
-                }
+                (void)stream_settle(l, s);
         }
         return true;
 }
@@ -555,12 +591,14 @@ void nl_block_sigpipe(void)
         pthread_sigmask(SIG_BLOCK, &set, NULL);
 }
 
-int nl_init(struct nl *l, SSL *ssl, int fd, int heartbeat_ms, const struct nl_handlers *hd, void *ud)
+int nl_init(struct nl *l, SSL *ssl, int fd, const struct sbx_config *cfg, const struct nl_handlers *hd, void *ud)
 {
         memset(l, 0, sizeof(*l));
         l->ssl = ssl;
         l->fd = fd;
-        l->heartbeat_ms = heartbeat_ms;
+        l->heartbeat_ms = cfg->node_heartbeat_ms;
+        l->max_streams = (size_t)cfg->forward_max_total + NODE_STREAMS_SLACK;
+        l->max_per_session = (size_t)cfg->forward_max_per_session + NODE_STREAMS_SLACK;
         l->hd = hd;
         l->ud = ud;
         l->wake[0] = l->wake[1] = -1;
@@ -607,12 +645,12 @@ void nl_stop(struct nl *l)
         }
 }
 
-#define NL_POLL_MAX (NODE_MAX_STREAMS + NODE_MAX_SESSIONS + 2)
 
 void nl_run(struct nl *l, const char **ret_why)
 {
-        struct pollfd *pfd = calloc(NL_POLL_MAX, sizeof(*pfd));
-        struct nl_stream **who = calloc(NL_POLL_MAX, sizeof(*who));
+        const size_t poll_max = l->max_streams + 3 * (size_t)NODE_MAX_SESSIONS + 2; /* streams, listeners */
+        struct pollfd *pfd = calloc(poll_max, sizeof(*pfd));
+        struct nl_stream **who = calloc(poll_max, sizeof(*who));
         const char *why = "stopped";
 
         if (!pfd || !who) {
@@ -657,9 +695,9 @@ void nl_run(struct nl *l, const char **ret_why)
                 }
                 pfd[n++] = (struct pollfd){.fd = l->fd, .events = POLLIN};
                 pfd[n++] = (struct pollfd){.fd = l->wake[0], .events = POLLIN};
-                for (struct nl_stream *s = l->streams; s && n < NODE_MAX_STREAMS; s = s->next) {
+                for (struct nl_stream *s = l->streams; s && (size_t)n < l->max_streams; s = s->next) {
                         short ev = 0;
-                        if (!s->eof && !s->peer_closed && s->credit > 0)
+                        if (!s->eof && s->credit > 0)
                                 ev |= POLLIN;
                         if (s->out_len)
                                 ev |= POLLOUT;
@@ -667,7 +705,7 @@ void nl_run(struct nl *l, const char **ret_why)
                         pfd[n++] = (struct pollfd){.fd = ev ? s->fd : -1, .events = ev};
                 }
                 extra_at = n;
-                extra_n = l->hd->poll_fill ? l->hd->poll_fill(l, pfd + n, NL_POLL_MAX - n, l->ud) : 0;
+                extra_n = l->hd->poll_fill ? l->hd->poll_fill(l, pfd + n, (int)poll_max - n, l->ud) : 0;
                 n += extra_n;
                 if (SSL_pending(l->ssl))
                         timeout = 0;
@@ -695,23 +733,14 @@ void nl_run(struct nl *l, const char **ret_why)
                         if (!s)
                                 continue;
                         if (s->out_len && stream_flush(l, s) == -EPIPE) {
-                                (void)nl_send(l, NF_CLOSE, s->id, NULL, 0, NULL, 0);
-                                stream_free(l, s, false);
+                                stream_abort(l, s);
                                 continue;
                         }
-                        if (s->peer_closed && s->out_len == 0) {
-                                stream_free(l, s, false);
-                                continue;
+                        if ((pfd[i].revents & (POLLIN | POLLHUP | POLLERR)) && !s->eof && stream_read(l, s) < 0) {
+                                why = "cannot write to the link (deadline)";
+                                goto out;
                         }
-                        if (pfd[i].revents & (POLLIN | POLLHUP | POLLERR)) {
-                                int r = stream_read(l, s);
-                                if (r < 0) {
-                                        why = "cannot write to the link (deadline)";
-                                        goto out;
-                                }
-                                if (r == 1) /* end of stream: gone, the peer was told */
-                                        stream_free(l, s, false);
-                        }
+                        (void)stream_settle(l, s);
                 }
                 if (extra_n && l->hd->poll_ready)
                         l->hd->poll_ready(l, pfd + extra_at, extra_n, l->ud);

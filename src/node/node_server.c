@@ -69,6 +69,7 @@ struct node_server {
         int64_t down_since;              /* the active node went (monotonic ms); 0: not down */
         char down_name[NODE_NAME_MAX + 1];
         uint64_t refused;
+        bool gateway_ready; /* hooks.gateway may be called (node_server_gateway_ready) */
 };
 
 static void wake_listener(struct node_server *s)
@@ -155,7 +156,7 @@ static bool on_open(struct ns_link *k, const struct node_hdr *h, const unsigned 
         memcpy(&o, p, sizeof(o));
         o.kind = le32toh(o.kind);
         o.epoch = le64toh(o.epoch);
-        if (o.kind != NODE_STREAM_RUNNER || !nl_key_ok(o.user, sizeof(o.user)) ||
+        if (o.kind < NODE_STREAM_RUNNER || o.kind > NODE_STREAM_FWD || !nl_key_ok(o.user, sizeof(o.user)) ||
             !nl_key_ok(o.session, sizeof(o.session)))
                 return false;
         if (!k->registered || s->hooks.epoch(s->ud, o.user, o.session, &cur) < 0 || o.epoch != cur) {
@@ -174,7 +175,15 @@ static bool on_open(struct ns_link *k, const struct node_hdr *h, const unsigned 
                 close(sv[1]);
                 return nl_send(&k->l, NF_CLOSE, h->stream, NULL, 0, NULL, 0) == 0;
         }
-        s->hooks.runner(s->ud, o.user, o.session, sv[1]);
+        pthread_mutex_lock(&s->lock);
+        bool gw_ready = s->gateway_ready;
+        pthread_mutex_unlock(&s->lock);
+        if (o.kind == NODE_STREAM_RUNNER)
+                s->hooks.runner(s->ud, o.user, o.session, sv[1]);
+        else if (gw_ready)
+                s->hooks.gateway(s->ud, o.user, o.session, (int)o.kind, sv[1]);
+        else
+                close(sv[1]); /* a gateway socket an agent still served for an earlier daemon */
         return true;
 }
 
@@ -221,7 +230,7 @@ static void *link_main(void *ud)
                 wake_listener(s);
                 return NULL;
         }
-        if (nl_init(&k->l, ssl, k->fd, s->cfg->node_heartbeat_ms, &ns_handlers, k) < 0) {
+        if (nl_init(&k->l, ssl, k->fd, s->cfg, &ns_handlers, k) < 0) {
                 why = "out of memory";
         } else {
                 pthread_mutex_lock(&s->lock);
@@ -286,6 +295,7 @@ static void *listen_main(void *ud)
         for (;;) {
                 struct pollfd p[2] = {{.fd = s->lfd, .events = POLLIN}, {.fd = s->wake[0], .events = POLLIN}};
                 char up[NODE_NAME_MAX + 1] = "", fence[NODE_NAME_MAX + 1] = "";
+                bool ready;
 
                 (void)poll(p, 2, 500);
                 if (p[1].revents) {
@@ -295,6 +305,7 @@ static void *listen_main(void *ud)
                 }
                 pthread_mutex_lock(&s->lock);
                 bool stop = s->stop;
+                ready = s->gateway_ready;
                 if (s->up_name[0]) {
                         sbx_strlcpy(up, s->up_name, sizeof(up));
                         s->up_name[0] = '\0';
@@ -308,7 +319,7 @@ static void *listen_main(void *ud)
                         break;
                 reap_links(s);
                 if (up[0])
-                        s->hooks.up(s->ud, up);
+                        s->hooks.up(s->ud, up, ready);
                 if (fence[0]) {
                         log_warn("node link: node %s has been away for %d ms: its sessions are fenced", fence,
                                  s->cfg->node_fence_ms);
@@ -428,13 +439,17 @@ fail:
         return r;
 }
 
-void node_server_free(struct node_server *s)
+void node_server_stop(struct node_server *s)
 {
         if (!s)
                 return;
         pthread_mutex_lock(&s->lock);
+        bool stopped = s->stop;
         s->stop = true;
+        pthread_cond_broadcast(&s->cond); /* requests waiting for a node give up */
         pthread_mutex_unlock(&s->lock);
+        if (stopped)
+                return;
         wake_listener(s);
         pthread_join(s->thread, NULL);
         for (;;) {
@@ -454,6 +469,13 @@ void node_server_free(struct node_server *s)
                 pthread_join(k->thread, NULL);
                 free(k);
         }
+}
+
+void node_server_free(struct node_server *s)
+{
+        if (!s)
+                return;
+        node_server_stop(s);
         close(s->lfd);
         close(s->wake[0]);
         close(s->wake[1]);
@@ -461,6 +483,13 @@ void node_server_free(struct node_server *s)
         pthread_mutex_destroy(&s->lock);
         pthread_cond_destroy(&s->cond);
         free(s);
+}
+
+void node_server_gateway_ready(struct node_server *s)
+{
+        pthread_mutex_lock(&s->lock);
+        s->gateway_ready = true;
+        pthread_mutex_unlock(&s->lock);
 }
 
 bool node_server_wait(struct node_server *s, int timeout_ms)
@@ -509,11 +538,12 @@ static int request(struct node_server *s, const struct node_req *rq, char ret_te
         int r;
 
         w.op = htole32(w.op);
+        w.flags = htole32(w.flags);
         w.epoch = htole64(w.epoch);
         pthread_mutex_lock(&s->lock);
         while (!s->active && !s->stop && pthread_cond_timedwait(&s->cond, &s->lock, &until) != ETIMEDOUT)
                 ;
-        if (!s->active) {
+        if (!s->active || s->stop) {
                 pthread_mutex_unlock(&s->lock);
                 return sbx_error_set(err, -EHOSTUNREACH, 0, "no node agent is connected");
         }
@@ -541,6 +571,15 @@ static int request(struct node_server *s, const struct node_req *rq, char ret_te
         if (ret_text)
                 sbx_strlcpy(ret_text, q.text, SBX_PATH_MAX);
         return 0;
+}
+
+int node_server_gateway(struct node_server *s, const char *user, const char *session, unsigned flags,
+                        struct sbx_error *err)
+{
+        struct node_req rq = {.op = NODE_OP_GATEWAY, .flags = flags};
+        sbx_strlcpy(rq.user, user, sizeof(rq.user));
+        sbx_strlcpy(rq.session, session, sizeof(rq.session));
+        return request(s, &rq, NULL, err);
 }
 
 static const char *ops_binary(void *node)

@@ -69,6 +69,24 @@ int runner_dir_listen(const char *root_path, const char *user, const char *sessi
         return 0;
 }
 
+int runner_dir_listen_name(int dirfd, const char *name, int *ret_lfd)
+{
+        _cleanup_close_ int lfd = -1;
+        struct sockaddr_un sa = {.sun_family = AF_UNIX};
+        char proc[128];
+
+        if (unlinkat(dirfd, name, 0) < 0 && errno != ENOENT)
+                return -errno;
+        snprintf(proc, sizeof(proc), "/proc/self/fd/%d/%s", dirfd, name);
+        sbx_strlcpy(sa.sun_path, proc, sizeof(sa.sun_path));
+        lfd = socket(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC | SOCK_NONBLOCK, 0);
+        if (lfd < 0 || bind(lfd, (struct sockaddr *)&sa, sizeof(sa)) < 0 || fchmodat(dirfd, name, 0666, 0) < 0 ||
+            listen(lfd, SOMAXCONN) < 0)
+                return -errno;
+        *ret_lfd = TAKE_FD(lfd);
+        return 0;
+}
+
 static void remove_at(int root, const char *hash)
 {
         _cleanup_close_ int dfd = openat(root, hash, O_RDONLY | O_DIRECTORY | O_NOFOLLOW | O_CLOEXEC);

@@ -154,9 +154,10 @@ pid_t nodeenv_start(const struct sbx_config *control, const char *pki, const cha
         cr_assert_not_null(f);
         fprintf(f,
                 "node_connect = %s\nnode_cert = %s\nnode_key = %s\nnode_ca = %s\nnode_crl = %s\ndata_dir = %s\n"
-                "node_heartbeat = %dms\nlog_level = %s\n",
+                "node_heartbeat = %dms\nlog_level = %s\nrunner_binary = %s\n",
                 node.node_connect, node.node_cert, node.node_key, node.node_ca, node.node_crl, node.data_dir,
-                node.node_heartbeat_ms, getenv("SANDBOXD_TEST_NODE_LOG") ? getenv("SANDBOXD_TEST_NODE_LOG") : "warn");
+                node.node_heartbeat_ms, getenv("SANDBOXD_TEST_NODE_LOG") ? getenv("SANDBOXD_TEST_NODE_LOG") : "warn",
+                control->runner_binary[0] ? control->runner_binary : "\"\""); /* the runner is the node's */
         fclose(f);
         pthread_mutex_lock(&lock);
         static bool registered;

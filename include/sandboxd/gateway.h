@@ -13,7 +13,8 @@
  *     (protocol in runner_proto.h). No PortBindings, no docker-proxy.
  *
  * fwd.sock takes connections from the container's runner only
- * (runner_peer.h), checked at accept: tenant code that dials it is closed
+ * (runner_peer.h), checked at accept (by the node agent when the sockets
+ * are a node's: gateway_set_node below): tenant code that dials it is closed
  * at once, so it can neither take the control connection over nor hold the
  * pending slots the runner's data connections need. egress.sock is not
  * checked: it is the proxy the tenant reaches through the runner anyway.

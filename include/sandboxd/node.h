@@ -4,10 +4,13 @@
  * them, where each container's runner connects (issue 26).
  *
  * The link is a table of operations the runner hub calls for a session's
- * channels (struct node_ops) and one call back the other way: a connection
- * the node accepted from a session's runner, already checked to come from
- * that container's runner (runner_peer.h), handed to the hub as a connected
- * fd (runner_hub_attach). Two links exist:
+ * channels (struct node_ops), a request for the gateway's sockets
+ * (node_server_gateway), and calls back the other way: a connection the
+ * node accepted from a session's runner, already checked to come from that
+ * container's runner (runner_peer.h), handed to the hub as a connected fd
+ * (runner_hub_attach); one accepted on egress.sock or fwd.sock (the latter
+ * checked the same way) handed to the gateway (gateway_attach). Two links
+ * exist:
  *   - in one process (the default): the hub makes the directories and
  *     listens itself; the ops table is not used at all, so the exec path is
  *     exactly what it was (no extra copy, no extra thread);

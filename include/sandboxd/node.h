@@ -211,6 +211,8 @@ int node_client_connect(const struct sbx_config *cfg, struct node_client **ret, 
 /* Open a stream as a node would for an accepted connection (fd: the
  * node's end, taken), presenting epoch. The client relays it. */
 int node_client_open(struct node_client *c, const char *user, const char *session, uint64_t epoch, int fd);
+/* Bytes onto the link as they are (a malformed frame, say). */
+int node_client_send_raw(struct node_client *c, const void *buf, size_t len);
 void node_client_free(struct node_client *c);
 
 #endif

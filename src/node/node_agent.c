@@ -568,6 +568,26 @@ int node_client_open(struct node_client *c, const char *user, const char *sessio
         return 0;
 }
 
+int node_client_send_raw(struct node_client *c, const void *buf, size_t len)
+{
+        struct nl_qframe *f = malloc(sizeof(*f) + len);
+
+        if (!f)
+                return -ENOMEM;
+        f->next = NULL;
+        f->len = len;
+        memcpy(f->buf, buf, len);
+        pthread_mutex_lock(&c->l.lock);
+        *c->l.q_tail = f;
+        c->l.q_tail = &f->next;
+        c->l.q_bytes += len;
+        pthread_mutex_unlock(&c->l.lock);
+        if (write(c->l.wake[1], "w", 1) < 0) {
+                /* due to wake */
+        }
+        return 0;
+}
+
 void node_client_free(struct node_client *c)
 {
         if (!c)

@@ -231,3 +231,34 @@ Test(node, a_stream_from_an_old_epoch_is_refused_with_an_audit_row)
         daemon_close(d);
         node_client_free(nc);
 }
+
+/* One malformed frame from a node closes its link (and only it). */
+static void malformed_closes_the_link(const void *frame, size_t len)
+{
+        struct sbx_config ncfg;
+        struct node_client *nc = NULL;
+        struct sbx_error err = {0};
+
+        nodeenv_config_node(&ncfg, &cfg, pki, "node3", node_dir);
+        cr_assert_eq(node_client_connect(&ncfg, &nc, &err), 0, "%s", err.msg);
+        cr_assert(TESTENV_WAIT_UNTIL(connected(NULL), 30000));
+        cr_assert_eq(node_client_send_raw(nc, frame, len), 0);
+        cr_assert(TESTENV_WAIT_UNTIL(!connected(NULL), 30000), "the link outlived a malformed frame");
+        node_client_free(nc);
+}
+
+Test(node, a_malformed_frame_closes_the_link)
+{
+        /* little endian: len, type, flags, stream */
+        static const unsigned char oversized[12] = {0x01, 0x00, 0x01, 0x00, NF_DATA, 0, 0, 0, 1, 0, 0, 0};
+        static const unsigned char unknown_type[12] = {0, 0, 0, 0, 99, 0, 0, 0, 0, 0, 0, 0};
+        static const unsigned char flags_set[12] = {0, 0, 0, 0, NF_PING, 0, 1, 0, 0, 0, 0, 0};
+        static const unsigned char short_open[16] = {4, 0, 0, 0, NF_OPEN, 0, 0, 0, 7, 0, 0, 0, 1, 0, 0, 0};
+
+        open_with_node();
+        malformed_closes_the_link(oversized, sizeof(oversized)); /* 65537 bytes announced */
+        malformed_closes_the_link(unknown_type, sizeof(unknown_type));
+        malformed_closes_the_link(flags_set, sizeof(flags_set));
+        malformed_closes_the_link(short_open, sizeof(short_open));
+        daemon_close(d);
+}

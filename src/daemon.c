@@ -144,8 +144,9 @@ static void node_up(void *ud, const char *node, bool ready)
 static void node_fence(void *ud, const char *node)
 {
         struct daemon *d = ud;
-        audit_record(d->store, "node", NULL, NULL, "node_fenced", NULL);
-        (void)node;
+        cJSON *detail = cJSON_CreateObject();
+        cJSON_AddStringToObject(detail, "node", node);
+        audit_record_json(d->store, "node", NULL, NULL, "node_fenced", detail);
         runner_hub_fence(d->runner);
 }
 

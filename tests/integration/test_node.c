@@ -262,3 +262,39 @@ Test(node, a_malformed_frame_closes_the_link)
         malformed_closes_the_link(short_open, sizeof(short_open));
         daemon_close(d);
 }
+
+static bool fenced(void *ud)
+{
+        int64_t n = 0;
+        (void)ud;
+        return store_audit_count(d->store, NULL, NULL, "node_fenced", &n) == 0 && n > 0;
+}
+
+Test(node, a_node_gone_past_node_fence_fences_its_sessions)
+{
+        struct exec_request req = {.user = "u1", .session = "s1", .command = "echo before; sleep 600", .actor = "test"};
+        struct exec_result res;
+        uint64_t epoch_before = 0, epoch_after = 0;
+        char id[37];
+
+        fixture_config(&cfg);
+        pki = nodeenv_pki();
+        nodeenv_config_control(&cfg, pki);
+        cfg.node_fence_ms = 2000;
+        snprintf(node_dir, sizeof(node_dir), "%s/../node", cfg.data_dir);
+        d = fixture_open(&cfg, false);
+        pid_t pid = nodeenv_start(&cfg, pki, "node1", node_dir);
+        cr_assert(TESTENV_WAIT_UNTIL(connected(NULL), 30000), "the node agent never connected");
+        cr_assert_eq(exec_start(d->exec, &req, id, NULL), 0);
+        cr_assert(TESTENV_WAIT_UNTIL(stdout_has(id, "before"), 30000), "the execution never printed");
+        cr_assert_eq(store_epoch_get(d->store, "u1", "s1", &epoch_before), 0);
+
+        nodeenv_kill(pid, SIGKILL); /* and never back */
+        cr_assert(TESTENV_WAIT_UNTIL(fenced(NULL), 30000), "no node_fenced audit row");
+        wait_final(id, &res);
+        cr_assert_eq(res.state, EXEC_FAILED, "state %s", exec_state_to_string(res.state));
+        exec_result_done(&res);
+        cr_assert_eq(store_epoch_get(d->store, "u1", "s1", &epoch_after), 0);
+        cr_assert_gt(epoch_after, epoch_before, "the fenced session kept its epoch");
+        daemon_close(d);
+}

@@ -12,6 +12,10 @@
  * alone, so the container can connect but never plant or replace anything,
  * and a socket reaches exactly one session.
  *
+ * Over a node link (node.h, runner_hub_set_node) the directory, the socket
+ * and the runner check are the node agent's: each accepted connection
+ * comes in through runner_hub_attach, and the frames are the same.
+ *
  * Everything the runner sends is untrusted tenant input: frames are size
  * capped, tags must name an execution started on that very connection, and
  * lengths and fields are checked before use. A protocol error closes the

@@ -28,6 +28,8 @@
 #include "node_internal.h"
 #include "sandboxd/log.h"
 
+#define REFUSED_REPORT_MS 60000 /* one session's refused streams: one log line and audit row per minute */
+
 struct ns_link {
         struct node_server *s;
         struct ns_link *next;
@@ -35,6 +37,10 @@ struct ns_link {
         int fd; /* until the handshake hands it to l */
         bool registered, done;
         bool running; /* nl_init done: nl_stop may be called (s->lock) */
+        /* link thread: the last refused stream's session, so a runner that retries every second
+         * is not an audit row a second */
+        char refused_key[140];
+        int64_t refused_ms;
         struct nl l;
         char name[NODE_NAME_MAX + 1];
 };
@@ -160,7 +166,13 @@ static bool on_open(struct ns_link *k, const struct node_hdr *h, const unsigned 
             !nl_key_ok(o.session, sizeof(o.session)))
                 return false;
         if (!k->registered || s->hooks.epoch(s->ud, o.user, o.session, &cur) < 0 || o.epoch != cur) {
-                if (k->registered && o.epoch != cur) {
+                char key[140];
+                snprintf(key, sizeof(key), "%s:%s", o.user, o.session);
+                int64_t now = sbx_now_ms();
+                if (k->registered && o.epoch != cur &&
+                    (strcmp(key, k->refused_key) != 0 || now - k->refused_ms >= REFUSED_REPORT_MS)) {
+                        sbx_strlcpy(k->refused_key, key, sizeof(k->refused_key));
+                        k->refused_ms = now;
                         log_ctx(LOG_LEVEL_WARN, o.user, o.session, NULL,
                                 "node link: node %s presented epoch %" PRIu64 ", the session is at %" PRIu64
                                 ": refused (fenced)",
@@ -220,7 +232,14 @@ static void *link_main(void *ud)
 
         pthread_setname_np(pthread_self(), "sbx-node-link");
         nl_block_sigpipe();
-        if (nl_tls_handshake(s->tls, k->fd, NULL, &ssl, k->name, &e) < 0) {
+        int r = nl_tls_handshake(s->tls, k->fd, NULL, &ssl, k->name, &e);
+        if (r == 0 && strcmp(k->name, s->cfg->node_control_name) == 0) {
+                /* the control daemon's own certificate is no node's */
+                SSL_free(ssl);
+                r = sbx_error_set(&e, -EACCES, 0, "a certificate named %s (the control daemon's) is no node's",
+                                  k->name);
+        }
+        if (r < 0) {
                 log_warn("node link: a node was refused: %s", e.msg);
                 close(k->fd);
                 pthread_mutex_lock(&s->lock);

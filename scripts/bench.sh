@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # bench.sh — measure sandboxd against plain Docker, in one run.
 #
-#   scripts/bench.sh [--quick] [--only noisy|http|network|pool|restart|cells|snapshot|pause] [--json PATH]
+#   scripts/bench.sh [--quick] [--only noisy|http|network|pool|restart|cells|snapshot|pause|node] [--json PATH]
 #
 # Runs scripts/setup.sh (unless SANDBOXD_SKIP_SETUP=1), builds the daemon and
 # sandboxd-bench into $SANDBOXD_BUILD_DIR (default build/), then runs
@@ -19,6 +19,9 @@
 #                PSS of one published baseline container times S2
 #   --only http  only the http_exec_roundtrip row (POST /v1/exec over HTTPS
 #                against the API socket; well under a minute)
+#   --only node  only the node link rows: the exec round trip through a
+#                separate `sandboxd node` over TLS on loopback beside the
+#                in-process link (bench/node_bench.c; JSON in <json>-node.json)
 #   --only cells only the run_cell rows (bench/cells.c), with pool_size 2 and
 #                pool_wait 0: 1+1 on a warm context
 #                against docker exec python3 -c 1+1 and a jupyter_client round
@@ -60,6 +63,7 @@ ROOT=$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)
 cd "$ROOT"
 
 quick=()
+only_node=0
 only_pool=0
 only_cells=0
 json=bench/results.json
@@ -67,8 +71,13 @@ while (($#)); do
 	case $1 in
 	--quick) quick+=(--quick) ;;
 	--only)
+		if [[ ${2:-} == node ]]; then
+			only_node=1
+			shift 2
+			continue
+		fi
 		[[ $# -ge 2 && ($2 == noisy || $2 == http || $2 == network || $2 == pool || $2 == restart || $2 == cells || $2 == snapshot || $2 == pause) ]] ||
-			{ echo "bench: --only takes: noisy, http, network, pool, restart, cells, snapshot, pause" >&2; exit 2; }
+			{ echo "bench: --only takes: noisy, http, network, pool, restart, cells, snapshot, pause, node" >&2; exit 2; }
 		quick+=(--only "$2")
 		[[ $2 == pool ]] && only_pool=1
 		[[ $2 == cells ]] && only_cells=1
@@ -81,7 +90,7 @@ while (($#)); do
 		;;
 	--json=*) json=${1#--json=} ;;
 	-h | --help) sed -n '2,/^# both sockets/s/^# \{0,1\}//p' "${BASH_SOURCE[0]}"; exit 0 ;;
-	*) echo "usage: scripts/bench.sh [--quick] [--only noisy|http|network|pool|restart|cells|snapshot|pause] [--json PATH]" >&2; exit 2 ;;
+	*) echo "usage: scripts/bench.sh [--quick] [--only noisy|http|network|pool|restart|cells|snapshot|pause|node] [--json PATH]" >&2; exit 2 ;;
 	esac
 	shift
 done
@@ -128,6 +137,8 @@ cleanup() {
 	fi
 	remove_label "sandboxd.instance=bench-$ID"
 	remove_label "sandboxd.bench=$ID"
+	remove_label "sandboxd.instance=bench-$ID-node-a"
+	remove_label "sandboxd.instance=bench-$ID-node-b"
 	if ((interrupted)); then
 		# a docker run the benchmark had in flight may still land
 		sleep 3
@@ -150,10 +161,45 @@ fi
 {
 	cmake -S . -B "$BUILD" -DCMAKE_BUILD_TYPE=RelWithDebInfo
 	# the runner too: without it every exec would take the docker exec fallback
-	targets=(sandboxd sandboxd-bench sandboxd-egress-bench)
+	targets=(sandboxd sandboxd-bench sandboxd-egress-bench sandboxd-node-bench)
 	command -v musl-gcc >/dev/null && targets+=(runner)
 	cmake --build "$BUILD" -j2 --target "${targets[@]}"
 } >&2
+
+# The exec round trip through a separate `sandboxd node` over TLS on loopback
+# against the in-process node link (issue 26): two daemons of this run side
+# by side, samples interleaved (bench/node_bench.c). One JSON object beside the
+# main results.
+node_bench() {
+	local pki=$TMP/node-pki n=200
+	[[ ${quick[0]:-} == --quick ]] && n=50
+	mkdir -m 700 "$pki"
+	(
+		cd "$pki"
+		key=(-newkey ec -pkeyopt ec_paramgen_curve:prime256v1 -nodes)
+		openssl req -x509 "${key[@]}" -keyout ca.key -out ca.pem -days 2 -subj /CN=sandboxd-bench-node-ca \
+			-addext basicConstraints=critical,CA:TRUE -addext keyUsage=critical,keyCertSign,cRLSign
+		for name in sandboxd-control node1; do
+			openssl req "${key[@]}" -keyout $name.key -out $name.csr -subj /CN=$name
+			printf 'subjectAltName=DNS:%s\n' $name >$name.ext
+			openssl x509 -req -in $name.csr -CA ca.pem -CAkey ca.key -CAcreateserial -days 2 \
+				-extfile $name.ext -out $name.pem
+		done
+	) >/dev/null 2>&1 || { log "openssl could not make the node link's certificates"; return 1; }
+	(
+		# the daemons and the node agent read no SANDBOXD_* of the main run (the image aside)
+		for v in $(compgen -e | grep '^SANDBOXD_'); do
+			[[ $v == SANDBOXD_IMAGE ]] || unset "$v"
+		done
+		"$BUILD/sandboxd-node-bench" --pki "$pki" --daemon "$BUILD/sandboxd" --samples $n \
+			--port $((21000 + RANDOM % 999)) --id "$ID"
+	) | tee "${json%.json}-node.json"
+}
+if ((only_node)); then
+	mkdir -p "$(dirname "$json")"
+	node_bench
+	exit
+fi
 
 export SANDBOXD_DATA_DIR=$TMP/data
 export SANDBOXD_API_SOCKET=$TMP/api.sock
@@ -213,3 +259,4 @@ wait "$BENCH_PID"
 egress_args=(--requests 500 --megabytes 512)
 [[ ${quick[0]:-} == --quick ]] && egress_args=(--requests 100 --megabytes 64)
 "$BUILD/sandboxd-egress-bench" "${egress_args[@]}" | tee "${json%.json}-egress.json"
+node_bench

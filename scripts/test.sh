@@ -13,6 +13,11 @@
 #                            ctest -L stress), and the unit tests as well if
 #                            Criterion's runner can start under TSan (today it
 #                            cannot: Criterion issue #274).
+#   scripts/test.sh --node   build into build/ and run the Criterion integration
+#                            suites with SANDBOXD_TEST_NODE=1: every daemon a
+#                            test opens runs its node part in a separate
+#                            `sandboxd node` over TLS on loopback
+#                            (tests/helpers/nodeenv.h). No JS or client tests.
 #   scripts/test.sh --repeat N
 #                            the flake hunt: as with no option, but the
 #                            integration and JS tests run N times (build, unit
@@ -41,8 +46,10 @@ cd "$ROOT"
 asan=0
 tsan=0
 repeat=0
+node=0
 case ${1:-} in
 '') ;;
+--node) node=1 ;;
 --asan) asan=1 ;;
 --tsan) tsan=1 ;;
 --repeat)
@@ -52,8 +59,8 @@ case ${1:-} in
 		exit 2
 	fi
 	;;
--h | --help) sed -n '2,33s/^# \{0,1\}//p' "${BASH_SOURCE[0]}"; exit 0 ;;
-*) echo "usage: scripts/test.sh [--asan | --tsan | --repeat N]" >&2; exit 2 ;;
+-h | --help) sed -n '2,38s/^# \{0,1\}//p' "${BASH_SOURCE[0]}"; exit 0 ;;
+*) echo "usage: scripts/test.sh [--asan | --tsan | --node | --repeat N]" >&2; exit 2 ;;
 esac
 
 log() { printf '\ntest: %s\n' "$*" >&2; }
@@ -247,6 +254,13 @@ elif ((tsan)); then
 		cat "$reports"/report* >&2
 		failed+=("TSan reports")
 	fi
+elif ((node)); then
+	log "build into $BUILD"
+	cmake -S . -B "$BUILD" -DCMAKE_BUILD_TYPE=RelWithDebInfo
+	cmake --build "$BUILD" -j2
+	export SANDBOXD_BUILD_DIR="$BUILD" SANDBOXD_TEST_NODE=1
+	step "integration tests over a separate node agent" \
+		ctest --test-dir "$BUILD" --output-on-failure -L integration -E integration_install || true
 else
 	log "build into $BUILD"
 	cmake -S . -B "$BUILD" -DCMAKE_BUILD_TYPE=RelWithDebInfo

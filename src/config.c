@@ -84,6 +84,28 @@ static const struct config_key keys[] = {
          "an HTTP connection idle this long (TLS handshake included) is closed"},
         {"metrics_listen", CFG_STRING, F(metrics_listen), 0, 0, 0, "", NULL,
          "loopback host:port serving /metrics (Prometheus text) and /healthz (empty: off)"},
+        {"node_listen", CFG_STRING, F(node_listen), 0, 0, 0, "", NULL,
+         "host:port where node agents (sandboxd node) connect over mutual TLS; empty: the node part runs in "
+         "this process"},
+        {"node_connect", CFG_STRING, F(node_connect), 0, 0, 0, "", NULL,
+         "sandboxd node: host:port of the control daemon's node_listen"},
+        {"node_cert", CFG_STRING, F(node_cert), 0, 0, 0, "", NULL,
+         "node link: PEM certificate of this end (a node agent's common name is its node name)"},
+        {"node_key", CFG_STRING, F(node_key), 0, 0, 0, "", NULL, "node link: PEM private key of node_cert"},
+        {"node_ca", CFG_STRING, F(node_ca), 0, 0, 0, "", NULL,
+         "node link: PEM CA that signs the control daemon's and every node agent's certificate"},
+        {"node_crl", CFG_STRING, F(node_crl), 0, 0, 0, "", NULL,
+         "node link: PEM CRL of node_ca, read again on a handshake after it changed; unreadable: every "
+         "handshake is refused"},
+        {"node_control_name", CFG_STRING, F(node_control_name), 0, 0, 0, "sandboxd-control", NULL,
+         "node link: the name (DNS SAN or common name) a node agent expects in the control daemon's certificate"},
+        {"node_name", CFG_STRING, F(node_name), 0, 0, 0, "", NULL,
+         "node link: the node (certificate common name) whose containers this daemon's engine runs; empty: the "
+         "one that connects"},
+        {"node_heartbeat", CFG_MS, F(node_heartbeat_ms), 0, 100, 600000, "2s", NULL,
+         "node link ping interval; a link silent for three of them is closed"},
+        {"node_fence", CFG_MS, F(node_fence_ms), 0, 100, 86400000, "30s", NULL,
+         "a node agent away this long: its sessions are fenced (failed, new epoch) and its executions lost"},
         {"docker_socket", CFG_PATH, F(docker_socket), 0, 0, 0, "/var/run/docker.sock", NULL,
          "the Docker Engine API socket"},
         {"engine", CFG_ENUM, F(engine), 0, 0, 0, "docker", "docker|kubernetes",
@@ -572,6 +594,10 @@ static int check_cross(const struct sbx_config *cfg, struct sbx_error *err)
 
         if (!cfg->tls_cert[0] != !cfg->tls_key[0])
                 return sbx_error_set(err, -EINVAL, 0, "tls_cert and tls_key go together: set both or neither");
+        if ((cfg->node_listen[0] || cfg->node_connect[0]) &&
+            (!cfg->node_cert[0] || !cfg->node_key[0] || !cfg->node_ca[0]))
+                return sbx_error_set(err, -EINVAL, 0,
+                                     "node_listen and node_connect need node_cert, node_key and node_ca");
         if (cfg->tls_client_ca[0] && !cfg->tls_cert[0])
                 return sbx_error_set(err, -EINVAL, 0, "tls_client_ca needs tls_cert and tls_key (mTLS is TLS)");
         if (strcmp(cfg->engine, "kubernetes") == 0 && strcmp(cfg->network_default, "bridge") == 0)

@@ -16,6 +16,8 @@
 #include "sandboxd/gateway.h"
 #include "sandboxd/log.h"
 #include "sandboxd/monitor.h"
+#include "sandboxd/node.h"
+#include "sandboxd/audit.h"
 #include "sandboxd/portpool.h"
 #include "sandboxd/cells.h"
 #include "sandboxd/privacy.h"
@@ -110,6 +112,86 @@ static size_t live_sessions(void *ud)
         session_counts(ud, counts);
         return counts[SESSION_CREATING] + counts[SESSION_RUNNING] + counts[SESSION_PAUSED];
 }
+
+/* ---- the node link (node.h) ---- */
+
+static int session_epoch(const char *user, const char *session, bool bump, uint64_t *ret, void *userdata)
+{
+        return bump ? store_epoch_bump(userdata, user, session, sbx_wall_ms(), ret)
+                    : store_epoch_get(userdata, user, session, ret);
+}
+
+static void node_runner(void *ud, const char *user, const char *session, int fd)
+{
+        struct daemon *d = ud;
+        (void)runner_hub_attach(d->runner, user, session, fd);
+}
+
+static void node_gateway(void *ud, const char *user, const char *session, int kind, int fd)
+{
+        struct daemon *d = ud;
+        gateway_attach(d->gateway, user, session, kind, fd);
+}
+
+static int gateway_on_node(const char *user, const char *session, unsigned flags, void *userdata, struct sbx_error *err)
+{
+        return node_server_gateway(userdata, user, session, flags, err);
+}
+
+static void node_suspend(void *ud, const char *user, const char *session)
+{
+        struct daemon *d = ud;
+        runner_hub_suspend(d->runner, user, session);
+}
+
+static void adopt_runners(struct daemon *d);
+
+/* A node agent (re)connected: it is told every session again, and serves
+ * the gateway's sockets of every running one again. */
+static void node_up(void *ud, const char *node, bool ready)
+{
+        struct daemon *d = ud;
+        (void)node;
+        runner_hub_reopen(d->runner);
+        if (ready) /* else daemon_open is still on its way, and adopts them itself at its end */
+                adopt_runners(d);
+}
+
+static void node_fence(void *ud, const char *node)
+{
+        struct daemon *d = ud;
+        cJSON *detail = cJSON_CreateObject();
+        cJSON_AddStringToObject(detail, "node", node);
+        audit_record_json(d->store, "node", NULL, NULL, "node_fenced", detail);
+        runner_hub_fence(d->runner);
+}
+
+static int node_epoch(void *ud, const char *user, const char *session, uint64_t *ret)
+{
+        struct daemon *d = ud;
+        return store_epoch_get(d->store, user, session, ret);
+}
+
+static void node_refused(void *ud, const char *node, const char *user, const char *session, uint64_t presented,
+                         uint64_t current)
+{
+        struct daemon *d = ud;
+        cJSON *detail = cJSON_CreateObject();
+        cJSON_AddStringToObject(detail, "node", node);
+        cJSON_AddNumberToObject(detail, "presented_epoch", (double)presented);
+        cJSON_AddNumberToObject(detail, "epoch", (double)current);
+        audit_record_json(d->store, "node", user, session, "node_epoch_refused", detail);
+}
+
+static const struct node_server_hooks node_hooks = {
+        .runner = node_runner,
+        .gateway = node_gateway,
+        .suspend = node_suspend,
+        .up = node_up,
+        .fence = node_fence,
+        .epoch = node_epoch,
+        .refused = node_refused,
+};
 
 /* After a restart: listen again for every running (or paused: it
  * reconnects once thawed) session's runner, and
@@ -309,7 +391,15 @@ int daemon_open(const struct sbx_config *cfg, const struct daemon_options *opts,
         r = runner_hub_new(&d->cfg, &d->runner, err);
         if (r < 0)
                 goto fail;
-        if (!runner_hub_binary(d->runner))
+        runner_hub_set_epoch_fn(d->runner, session_epoch, d->store);
+        if (d->cfg.node_listen[0]) {
+                r = node_server_new(&d->cfg, &node_hooks, d, &d->node, err);
+                if (r < 0)
+                        goto fail;
+                runner_hub_set_node(d->runner, &node_server_ops, d->node);
+        }
+        /* over a node link the node says, once it is connected (not waited for here) */
+        if (!d->node && !runner_hub_binary(d->runner))
                 log_warn("the runner binary is missing or not root-owned: containers run without it (docker exec)");
         session_set_runner_hub(d->sessions, d->runner);
         r = pool_new(&d->cfg, d->engine, d->store, d->runner, opts->extra_labels, &d->pool, err);
@@ -333,6 +423,8 @@ int daemon_open(const struct sbx_config *cfg, const struct daemon_options *opts,
                 goto fail;
         gateway_set_private_check(d->gateway, gateway_private, d->privacy);
         gateway_set_wake(d->gateway, gateway_wake, d->sessions);
+        if (d->node)
+                gateway_set_node(d->gateway, gateway_on_node, d->node);
         session_set_gateway(d->sessions, d->gateway);
         (void)session_register_failure_handler(d->sessions, drop_gateway, d->gateway);
         r = runtime_new(&d->cfg, d->engine, d->store, &d->runtime, err);
@@ -387,6 +479,8 @@ int daemon_open(const struct sbx_config *cfg, const struct daemon_options *opts,
                 r = pool_start(d->pool, err);
         if (r < 0)
                 goto fail;
+        if (d->node) /* from here a node that (re)connects is served whole, gateway included */
+                node_server_gateway_ready(d->node);
         adopt_runners(d);
         exec_engine_adopt(d->exec); /* executions the runners kept while the daemon was away */
         if (!opts->no_monitor) {
@@ -425,10 +519,12 @@ void daemon_close(struct daemon *d)
         if (d->runtime && d->sessions)
                 runtime_attach(NULL, d->sessions);
         runtime_free(d->runtime);
-        gateway_free(d->gateway); /* its thread asks privacy and calls egress */
-        egress_free(d->egress);   /* closes every tunnel, writing their rows */
+        node_server_stop(d->node); /* its links hand connections to the gateway and the hub */
+        gateway_free(d->gateway);  /* its thread asks privacy and calls egress */
+        egress_free(d->egress);    /* closes every tunnel, writing their rows */
         privacy_free(d->privacy);
         pool_free(d->pool);         /* its thread uses the runner hub */
+        node_server_free(d->node);  /* stopped above; the pool's calls to the hub reached it until here */
         runner_hub_free(d->runner); /* its thread calls into the sessions */
         session_manager_free(d->sessions);
         quota_free(d->quota); /* after every engine that asks it */

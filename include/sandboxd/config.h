@@ -50,6 +50,18 @@ struct sbx_config {
         int http_max_unauthenticated;             /* connections before their first authenticated request */
         int http_max_unauthenticated_per_address; /* the same per client address (IPv6 per /64) */
         char metrics_listen[128];                 /* host:port (loopback) of /metrics and /healthz */
+
+        /* the node link (node.h): "" = the node part runs in this process */
+        char node_listen[128];        /* control: host:port node agents dial (TLS) */
+        char node_connect[128];       /* node agent: host:port of the control daemon */
+        char node_cert[SBX_PATH_MAX]; /* PEM certificate of this end (a node's: CN = its name) */
+        char node_key[SBX_PATH_MAX];  /* its PEM private key */
+        char node_ca[SBX_PATH_MAX];   /* PEM CA both ends' certificates chain to */
+        char node_crl[SBX_PATH_MAX];  /* PEM CRL of node_ca, checked on every handshake ("" = none) */
+        char node_control_name[64];   /* the name in the control daemon's certificate */
+        char node_name[65];           /* control: the node whose sessions this daemon serves ("" = any one) */
+        int node_heartbeat_ms;        /* link ping interval; silent for three: closed */
+        int node_fence_ms;            /* a node away this long has its sessions fenced */
         char log_level[16];
 
         /* container */

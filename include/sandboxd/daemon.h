@@ -43,6 +43,7 @@ struct daemon {
         struct runtime *runtime;   /* runc | runsc per user */
         struct quota *quota;       /* per-user limits and their overrides */
         struct runner_hub *runner; /* per-session runner sockets */
+        struct node_server *node;  /* the node link over TLS (node_listen), or NULL: in process */
         struct pool *pool;         /* warm pool (pool.h) */
         struct egress *egress;     /* the egress proxy behind egress.sock */
         struct gateway *gateway;   /* egress.sock, fwd.sock and the host port listeners */

@@ -13,7 +13,8 @@
  *     (protocol in runner_proto.h). No PortBindings, no docker-proxy.
  *
  * fwd.sock takes connections from the container's runner only
- * (runner_peer.h), checked at accept: tenant code that dials it is closed
+ * (runner_peer.h), checked at accept (by the node agent when the sockets
+ * are a node's: gateway_set_node below): tenant code that dials it is closed
  * at once, so it can neither take the control connection over nor hold the
  * pending slots the runner's data connections need. egress.sock is not
  * checked: it is the proxy the tenant reaches through the runner anyway.
@@ -80,6 +81,21 @@ void gateway_enforce(struct gateway *gw, const char *user, const char *session);
 /* Stop serving the session (its block was released or it is gone): close
  * everything, unlink its sockets. NULL gw is fine. */
 void gateway_drop(struct gateway *gw, const char *user, const char *session);
+
+/* ---- over a node link (node.h) ----
+ * The session's egress.sock and fwd.sock are then the node agent's: it
+ * listens (asked through fn: flags NODE_GW_EGRESS | NODE_GW_FWD, 0 to stop
+ * and remove them), checks fwd.sock's peer on its host, and each accepted
+ * connection comes back through gateway_attach. The host port listeners
+ * stay with the gateway. */
+typedef int (*gateway_node_fn)(const char *user, const char *session, unsigned flags, void *userdata,
+                               struct sbx_error *err);
+/* Set once, before the first gateway_open. */
+void gateway_set_node(struct gateway *gw, gateway_node_fn fn, void *userdata);
+/* A connection the node accepted on the session's egress.sock (kind
+ * NODE_STREAM_EGRESS) or fwd.sock (NODE_STREAM_FWD, the runner's). Takes
+ * fd; never waits for the gateway thread. */
+void gateway_attach(struct gateway *gw, const char *user, const char *session, int kind, int fd);
 
 struct gateway_stats {
         size_t sessions;  /* served */

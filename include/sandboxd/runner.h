@@ -12,6 +12,10 @@
  * alone, so the container can connect but never plant or replace anything,
  * and a socket reaches exactly one session.
  *
+ * Over a node link (node.h, runner_hub_set_node) the directory, the socket
+ * and the runner check are the node agent's: each accepted connection
+ * comes in through runner_hub_attach, and the frames are the same.
+ *
  * Everything the runner sends is untrusted tenant input: frames are size
  * capped, tags must name an execution started on that very connection, and
  * lengths and fields are checked before use. A protocol error closes the
@@ -180,6 +184,37 @@ void runner_hub_unexpect(struct runner_hub *h, const char *user, const char *ses
 int runner_exec_adopt(struct runner_hub *h, const char *user, const char *session, uint32_t tag, const uint64_t have[2],
                       runner_output_fn on_output, void *userdata, int timeout_ms, struct runner_exec **ret,
                       uint64_t ret_start[2], struct sbx_error *err);
+
+/* ---- the node link (node.h) ---- */
+
+struct node_ops;
+
+/* The session's epoch: bump true makes it one more (a new container, or a
+ * move) and says the new one. 0 or -errno. */
+typedef int (*runner_epoch_fn)(const char *user, const char *session, bool bump, uint64_t *ret, void *userdata);
+/* Set once, before the first runner_hub_prepare. Epochs grow with every
+ * prepare (a new container) and rekey (a move), whatever the link. */
+void runner_hub_set_epoch_fn(struct runner_hub *h, runner_epoch_fn fn, void *userdata);
+/* The node part is across a link: directories and sockets are the node's
+ * (ops), runner connections come in through runner_hub_attach. Set once,
+ * before the first runner_hub_prepare. Without it the hub makes the
+ * directories and listens itself (the in-process link: direct calls). */
+void runner_hub_set_node(struct runner_hub *h, const struct node_ops *ops, void *node);
+/* A connection the node accepted on the session's runner.sock and checked
+ * (runner_peer.h). Takes fd. -ENOENT without a channel, -EBUSY when a
+ * runner is connected already (one per session): fd is closed. */
+int runner_hub_attach(struct runner_hub *h, const char *user, const char *session, int fd);
+/* The link under the session's runner connection went: when the
+ * connection closes, its executions wait (up to node_fence) for the runner
+ * to come back through a new link instead of ending as lost. */
+void runner_hub_suspend(struct runner_hub *h, const char *user, const char *session);
+/* A node (re)connected: open every session's directory on it again. */
+void runner_hub_reopen(struct runner_hub *h);
+/* The node is gone for good: every detached execution ends as lost and
+ * every session with a runner channel is reported lost ("node_lost") to
+ * the lost handler; their epochs grow, so the node is refused if it comes
+ * back with the old one. */
+void runner_hub_fence(struct runner_hub *h);
 
 /* A tty execution's new window size (the runner sends SIGWINCH). -EINVAL
  * out of range. */

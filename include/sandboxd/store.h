@@ -232,6 +232,13 @@ int store_private_add(struct store *s, const char *user, const char *session, co
                       int64_t now_ms, bool *ret_inserted);
 /* Whether (user, session) has any mark. */
 int store_private_any(struct store *s, const char *user, const char *session, bool *ret);
+
+/* ---- session epochs (fencing, node.h; migration 0030) ---- */
+
+/* The session's epoch: 0 when it never had one. */
+int store_epoch_get(struct store *s, const char *user, const char *session, uint64_t *ret);
+/* One more (1 for the first), atomically; the new value in *ret (may be NULL). */
+int store_epoch_bump(struct store *s, const char *user, const char *session, int64_t now_ms, uint64_t *ret);
 /* Marks of (user, session), oldest first. malloc'd array. */
 int store_private_list(struct store *s, const char *user, const char *session, struct store_private **ret,
                        size_t *ret_n);

@@ -14,16 +14,47 @@
 #include "sandboxd/fronts.h"
 #include "sandboxd/gc.h"
 #include "sandboxd/log.h"
+#include "sandboxd/node.h"
 #include "sandboxd/sdnotify.h"
 #include "sandboxd/sessuid.h"
 #include "sandboxd/wsquota.h"
+
+static volatile sig_atomic_t node_stop;
+
+static void on_node_signal(int sig)
+{
+        (void)sig;
+        node_stop = 1;
+}
+
+/* `sandboxd node`: the node agent until SIGINT or SIGTERM. */
+static int node_main(const struct sbx_config *cfg)
+{
+        struct sigaction sa = {.sa_handler = on_node_signal}; /* no SA_RESTART: poll() returns */
+        struct sbx_error err = {0};
+
+        signal(SIGPIPE, SIG_IGN);
+        sigaction(SIGINT, &sa, NULL);
+        sigaction(SIGTERM, &sa, NULL);
+        if (node_agent_run(cfg, &node_stop, &err) < 0) {
+                log_error("sandboxd node: %s", err.msg);
+                return 1;
+        }
+        log_info("sandboxd node: stopped");
+        return 0;
+}
 
 static void usage(FILE *f)
 {
         fprintf(f,
                 "Usage: sandboxd [OPTIONS]\n"
+                "       sandboxd node [OPTIONS]\n"
                 "\n"
                 "A multi-tenant Docker sandbox daemon: one hardened container per agent session.\n"
+                "`sandboxd node` runs the node part alone (the session directories, their sockets and\n"
+                "the runner check, beside the containers) and dials the control daemon's node_listen\n"
+                "at node_connect over mutual TLS (node_cert, node_key, node_ca, node_crl;\n"
+                "docs/operations.md).\n"
                 "\n"
                 "  -c, --config FILE    read FILE (key = value lines; see etc/sandboxd.conf)\n"
                 "      --check-config   validate the config (file and SANDBOXD_* environment) and exit:\n"
@@ -64,7 +95,13 @@ int main(int argc, char **argv)
         enum log_level level;
         sigset_t set;
         int c, sig, r;
+        bool node = argc > 1 && strcmp(argv[1], "node") == 0;
 
+        if (node) { /* the subcommand: the options follow it */
+                argv[1] = argv[0];
+                argv++;
+                argc--;
+        }
         while ((c = getopt_long(argc, argv, "c:Vh", opts, NULL)) != -1) {
                 switch (c) {
                 case 'c':
@@ -121,6 +158,13 @@ int main(int argc, char **argv)
         if (log_level_from_string(cfg.log_level, &level) == 0)
                 log_set_level(level);
 
+        if (node) {
+                if (gc) {
+                        fprintf(stderr, "sandboxd: --gc is not for sandboxd node\n");
+                        return 2;
+                }
+                return node_main(&cfg);
+        }
         if (gc) {
                 signal(SIGPIPE, SIG_IGN);
                 if (engine_docker_global_init() < 0) {

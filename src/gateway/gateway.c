@@ -37,12 +37,13 @@
 
 #include "sandboxd/egress.h"
 #include "sandboxd/log.h"
+#include "sandboxd/node.h"
 #include "sandboxd/runner_proto.h"
 #include "gateway_internal.h"
 
 #define CMD_DEADLINE_MS 5000
 
-enum cmd_kind { CMD_OPEN, CMD_ENFORCE, CMD_DROP };
+enum cmd_kind { CMD_OPEN, CMD_ENFORCE, CMD_DROP, CMD_ATTACH };
 
 struct gw_cmd {
         struct gw_cmd *next;
@@ -56,7 +57,8 @@ struct gw_cmd {
         int *ports;
         size_t n_ports;
         int result;
-        bool sealed; /* CMD_ENFORCE: the session was private and is now closed */
+        bool sealed;                /* CMD_ENFORCE: the session was private and is now closed */
+        int attach_kind, attach_fd; /* CMD_ATTACH: a connection from the node agent */
         struct sbx_error err;
 };
 
@@ -176,8 +178,10 @@ static int do_open(struct gateway *gw, struct gw_cmd *c)
                 gw->sessions = s;
                 atomic_fetch_add(&gw->st_sessions, 1);
         }
-        /* the runner directory: a new container may come with a re-made one */
-        if (c->has_dir) {
+        s->egress_on = c->egress && gw->eg;
+        /* the runner directory: a new container may come with a re-made one; over a node
+         * link the node listens there (gateway_open asks it) */
+        if (c->has_dir && !gw->node_fn) {
                 int dfd = open(c->dir, O_RDONLY | O_DIRECTORY | O_NOFOLLOW | O_CLOEXEC);
                 struct stat a, b;
                 if (dfd < 0)
@@ -256,6 +260,15 @@ static void run_cmd(struct gateway *gw, struct gw_cmd *c)
                 s = sess_find(gw, c->user, c->session);
                 if (s)
                         sess_free(gw, s);
+                break;
+        case CMD_ATTACH:
+                s = sess_find(gw, c->user, c->session);
+                if (!s || s->sealed || (c->attach_kind == NODE_STREAM_EGRESS && !s->egress_on))
+                        evutil_closesocket(c->attach_fd);
+                else if (c->attach_kind == NODE_STREAM_EGRESS)
+                        egress_accept(gw->eg, s->user, s->session, c->attach_fd); /* takes the fd */
+                else
+                        gateway_fwd_sock_take(s, c->attach_fd); /* the node checked the runner */
                 break;
         }
 }
@@ -471,7 +484,39 @@ int gateway_open(struct gateway *gw, const char *user, const char *session, cons
                 memcpy(c->ports, ports, n * sizeof(int));
         c->n_ports = n;
         c->egress = egress;
-        return cmd_run(gw, c, err, NULL);
+        int r = cmd_run(gw, c, err, NULL);
+        if (r == 0 && gw->node_fn && dir) {
+                /* the node serves the sockets; a private session none (asked again here) */
+                unsigned flags = 0;
+                if (!ask_private(gw, user, session))
+                        flags = NODE_GW_FWD | (egress && gw->eg ? NODE_GW_EGRESS : 0);
+                r = gw->node_fn(user, session, flags, gw->node_ud, err);
+        }
+        return r;
+}
+
+void gateway_set_node(struct gateway *gw, gateway_node_fn fn, void *userdata)
+{
+        gw->node_fn = fn;
+        gw->node_ud = userdata;
+}
+
+void gateway_attach(struct gateway *gw, const char *user, const char *session, int kind, int fd)
+{
+        struct gw_cmd *c = gw ? cmd_new(CMD_ATTACH, user, session) : NULL;
+
+        if (!c) {
+                close(fd);
+                return;
+        }
+        c->refs = 1; /* the loop's alone: nobody waits */
+        c->attach_kind = kind;
+        c->attach_fd = fd;
+        pthread_mutex_lock(&gw->lock);
+        *gw->cmds_tail = c;
+        gw->cmds_tail = &c->next;
+        pthread_mutex_unlock(&gw->lock);
+        event_active(gw->cmd_ev, EV_READ, 0);
 }
 
 void gateway_enforce(struct gateway *gw, const char *user, const char *session)
@@ -483,6 +528,8 @@ void gateway_enforce(struct gateway *gw, const char *user, const char *session)
                 return;
         if (cmd_run(gw, c, NULL, &sealed) < 0)
                 log_ctx(LOG_LEVEL_WARN, user, session, NULL, "gateway: the ratchet could not be applied in time");
+        if (sealed && gw->node_fn) /* the node stops serving both sockets and removes them */
+                (void)gw->node_fn(user, session, 0, gw->node_ud, NULL);
         /* outside the loop: this waits for the egress thread to close the tunnels */
         if (sealed && gw->eg)
                 egress_close_session(gw->eg, user, session);
@@ -495,6 +542,8 @@ void gateway_drop(struct gateway *gw, const char *user, const char *session)
         if (!gw || !(c = cmd_new(CMD_DROP, user, session)))
                 return;
         (void)cmd_run(gw, c, NULL, NULL);
+        if (gw->node_fn)
+                (void)gw->node_fn(user, session, 0, gw->node_ud, NULL);
         if (gw->eg)
                 egress_close_session(gw->eg, user, session);
 }

@@ -349,13 +349,18 @@ void gateway_fwd_sock_accept(struct evconnlistener *l, evutil_socket_t fd, struc
 {
         struct gw_listen *gl = ud;
         struct gw_sess *s = gl->s;
-        struct gw_pending *p;
-        struct timeval tv = {HELLO_TIMEOUT_S, 0};
 
         if (!fwd_peer_ok(s, fd)) {
                 evutil_closesocket(fd);
                 return;
         }
+        gateway_fwd_sock_take(s, fd);
+}
+
+void gateway_fwd_sock_take(struct gw_sess *s, evutil_socket_t fd)
+{
+        struct gw_pending *p;
+        struct timeval tv = {HELLO_TIMEOUT_S, 0};
 
         /* connections not yet known: as many as forwards may wait for one */
         if (s->n_pending >= (size_t)s->gw->cfg->forward_max_per_session || !(p = calloc(1, sizeof(*p)))) {

@@ -64,8 +64,9 @@ struct gw_sess {
         struct gw_sess *next;
         struct gw_user *u;
         char user[65], session[65];
-        bool sealed; /* the ratchet: never served again until dropped */
-        int dirfd;   /* the runner directory, -1 without a runner */
+        bool sealed;    /* the ratchet: never served again until dropped */
+        bool egress_on; /* egress served (over a node link: the node listens, gateway_attach hands in) */
+        int dirfd;      /* the runner directory, -1 without a runner */
         struct gw_listen egress, fwd;
         struct gw_listen *hosts;
         size_t n_hosts;
@@ -96,6 +97,8 @@ struct gateway {
         void *private_ud;
         gateway_wake_fn wake; /* (lock) a host client arrived: resume a paused session */
         void *wake_ud;
+        gateway_node_fn node_fn; /* the sockets are a node agent's (node.h); set once before use */
+        void *node_ud;
         struct gw_sess *sessions; /* loop thread only */
         struct gw_user *users;    /* loop thread only */
         size_t n_fwds;            /* loop thread only */
@@ -110,6 +113,9 @@ void gateway_pending_free(struct gw_pending *p);
 /* Listener callbacks for the session's fwd.sock and egress.sock. */
 void gateway_fwd_sock_accept(struct evconnlistener *l, evutil_socket_t fd, struct sockaddr *sa, int len, void *ud);
 void gateway_egress_sock_accept(struct evconnlistener *l, evutil_socket_t fd, struct sockaddr *sa, int len, void *ud);
+/* A fwd.sock connection whose peer is known to be the runner (checked
+ * here, or on the node): wait for its first frame. Takes fd. */
+void gateway_fwd_sock_take(struct gw_sess *s, evutil_socket_t fd);
 /* gw->resume_ev: enable every listener an accept error paused. */
 void gateway_resume_listeners(evutil_socket_t fd, short what, void *ud);
 void gateway_listen_close(struct gw_listen *gl);

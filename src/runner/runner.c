@@ -50,12 +50,24 @@ static void conn_close(struct runner_hub *h, struct runner_chan *c, const char *
 {
         pthread_mutex_lock(&h->lock);
         if (c->cfd < 0) {
+                if (c->dead)
+                        runner_end_detached_locked(c, true, 0);
                 pthread_mutex_unlock(&h->lock);
                 return;
         }
         (void)epoll_ctl(h->epfd, EPOLL_CTL_DEL, c->cfd, NULL);
         /* writers may hold the fd: shut it down now, close it under wlock */
         (void)shutdown(c->cfd, SHUT_RDWR);
+        if (c->suspend && !c->dead) {
+                /* the node link went, not the runner: its executions wait for it to come back */
+                for (struct runner_exec *x = c->execs; x; x = x->next)
+                        if (x->cfd == c->cfd)
+                                runner_exec_set_cfd(x, -1);
+                c->resume_until = sbx_now_ms() + h->cfg->node_fence_ms;
+        } else {
+                runner_end_detached_locked(c, true, 0);
+        }
+        c->suspend = false;
         for (struct runner_exec *x = c->execs; x; x = x->next)
                 if (x->cfd == c->cfd)
                         runner_exec_end(x, true, -ECONNRESET, "the runner connection was lost", NULL);
@@ -221,8 +233,12 @@ static bool handle_frame(struct runner_hub *h, struct runner_chan *c, const stru
                 return hdr->len == 0;
         if (hdr->type == RP_JOB)
                 return runner_job_listed(h, c, hdr, p);
-        if (hdr->type == RP_JOBS_END)
-                return hdr->len == 0 && runner_jobs_listed(h, c);
+        if (hdr->type == RP_JOBS_END) {
+                if (hdr->len != 0)
+                        return false;
+                runner_jobs_resume_detached(h, c); /* before the rest is forgotten */
+                return runner_jobs_listed(h, c);
+        }
         if (hdr->type >= RP_FILE_READ && hdr->type <= RP_SVC_STATE)
                 return runner_ops_frame(h->ops, c->user, c->session, c->conn_id, hdr, p);
         return runner_exec_on_frame(h, c, hdr, p);
@@ -296,6 +312,27 @@ static void impostor_refused(struct runner_chan *c, int fd, const char *why)
         c->impostors_said_ms = now;
 }
 
+/* Make fd the channel's connection. Under h->lock. -EBUSY if it has one. */
+static int conn_install_locked(struct runner_hub *h, struct runner_chan *c, int fd)
+{
+        if (c->cfd >= 0)
+                return -EBUSY;
+        c->cfd = fd;
+        c->conn_id = ++h->next_conn_id;
+        c->hello = false;
+        c->n_jobs = 0;
+        c->jobs_complete = false;
+        c->last_rx = c->last_ping = sbx_now_ms();
+        c->in_len = 0;
+        c->next_tag = 0;
+        /* tags differ from any an earlier daemon used, whose executions may still run */
+        if (getrandom(&c->next_tag, sizeof(c->next_tag), 0) != sizeof(c->next_tag))
+                c->next_tag = (uint32_t)sbx_now_ms();
+        struct epoll_event ev = {.events = EPOLLIN | EPOLLRDHUP, .data.ptr = &c->ep_conn};
+        (void)epoll_ctl(h->epfd, EPOLL_CTL_ADD, fd, &ev);
+        return 0;
+}
+
 static void conn_accept(struct runner_hub *h, struct runner_chan *c)
 {
         for (;;) {
@@ -323,27 +360,37 @@ static void conn_accept(struct runner_hub *h, struct runner_chan *c)
                                         "by its ancestry alone");
                 }
                 pthread_mutex_lock(&h->lock);
-                if (c->cfd >= 0) {
-                        /* one runner per session: a second connection is someone else */
-                        pthread_mutex_unlock(&h->lock);
-                        close(fd);
-                        continue;
-                }
-                c->cfd = fd;
-                c->conn_id = ++h->next_conn_id;
-                c->hello = false;
-                c->n_jobs = 0;
-                c->jobs_complete = false;
-                c->last_rx = c->last_ping = sbx_now_ms();
-                c->in_len = 0;
-                c->next_tag = 0;
-                /* tags differ from any an earlier daemon used, whose executions may still run */
-                if (getrandom(&c->next_tag, sizeof(c->next_tag), 0) != sizeof(c->next_tag))
-                        c->next_tag = (uint32_t)sbx_now_ms();
-                struct epoll_event ev = {.events = EPOLLIN | EPOLLRDHUP, .data.ptr = &c->ep_conn};
-                (void)epoll_ctl(h->epfd, EPOLL_CTL_ADD, fd, &ev);
+                int r = conn_install_locked(h, c, fd);
                 pthread_mutex_unlock(&h->lock);
+                if (r < 0)
+                        close(fd); /* one runner per session: a second connection is someone else */
         }
+}
+
+int runner_hub_attach(struct runner_hub *h, const char *user, const char *session, int fd)
+{
+        int r = -ENOENT;
+
+        pthread_mutex_lock(&h->lock);
+        struct runner_chan *c = runner_chan_find_locked(h, user, session);
+        if (c)
+                r = conn_install_locked(h, c, fd);
+        pthread_mutex_unlock(&h->lock);
+        if (r < 0) {
+                log_ctx(LOG_LEVEL_DEBUG, user, session, NULL, "a runner connection from the node was closed: %s",
+                        r == -EBUSY ? "a runner is connected already" : "no channel");
+                close(fd);
+        }
+        return r;
+}
+
+void runner_hub_suspend(struct runner_hub *h, const char *user, const char *session)
+{
+        pthread_mutex_lock(&h->lock);
+        struct runner_chan *c = runner_chan_find_locked(h, user, session);
+        if (c && c->cfd >= 0)
+                c->suspend = true;
+        pthread_mutex_unlock(&h->lock);
 }
 
 void runner_chan_free(struct runner_chan *c)
@@ -395,6 +442,11 @@ static void reap_dead(struct runner_hub *h)
 static void heartbeat(struct runner_hub *h)
 {
         int64_t now = sbx_now_ms(), every = h->cfg->runner_heartbeat_ms;
+
+        pthread_mutex_lock(&h->lock);
+        for (struct runner_chan *c = h->chans; c; c = c->next)
+                runner_end_detached_locked(c, false, now);
+        pthread_mutex_unlock(&h->lock);
 
         for (;;) {
                 struct runner_chan *late = NULL, *due = NULL;

@@ -20,19 +20,8 @@
 #include <unistd.h>
 
 #include "runner_internal.h"
-#include "sandboxd/sha256.h"
-
-/* 0, or -ENOMEM (libcrypto could not allocate): never an empty name. */
-static int chan_key_hash(const char *user, const char *session, char out[33])
-{
-        char key[140], hex[65];
-        int n = snprintf(key, sizeof(key), "%s:%s", user, session);
-        if (sha256_hex(key, (size_t)n, hex) < 0)
-                return -ENOMEM;
-        memcpy(out, hex, 32);
-        out[32] = '\0';
-        return 0;
-}
+#include "sandboxd/log.h"
+#include "sandboxd/runner_dir.h"
 
 struct runner_chan *runner_chan_find_locked(struct runner_hub *h, const char *user, const char *session)
 {
@@ -46,6 +35,8 @@ const char *runner_hub_binary(struct runner_hub *h)
 {
         struct stat st;
 
+        if (h && h->node_ops)
+                return h->node_ops->binary(h->node); /* it runs on the node: the node's check */
         /* root's own file, nobody else may change it: it runs in every container */
         if (!h || stat(h->binary, &st) < 0 || !S_ISREG(st.st_mode) || st.st_uid != 0 || (st.st_mode & 022) ||
             !(st.st_mode & 0001))
@@ -53,19 +44,87 @@ const char *runner_hub_binary(struct runner_hub *h)
         return h->binary;
 }
 
+void runner_hub_set_epoch_fn(struct runner_hub *h, runner_epoch_fn fn, void *userdata)
+{
+        h->epoch_fn = fn;
+        h->epoch_ud = userdata;
+}
+
+void runner_hub_set_node(struct runner_hub *h, const struct node_ops *ops, void *node)
+{
+        h->node_ops = ops;
+        h->node = node;
+}
+
+static int session_epoch(struct runner_hub *h, const char *user, const char *session, bool bump, uint64_t *ret,
+                         struct sbx_error *err)
+{
+        *ret = 0;
+        if (!h->epoch_fn)
+                return 0;
+        int r = h->epoch_fn(user, session, bump, ret, h->epoch_ud);
+        if (r < 0)
+                return sbx_error_set(err, r, 0, "cannot record the session's epoch: %s", strerror(-r));
+        return 0;
+}
+
+/* A channel for (user, session) in dir; dirfd and lfd are -1 over a node
+ * link. Returns the channel now listed (another thread's if it was
+ * first: ours goes). */
+static int chan_add(struct runner_hub *h, const char *user, const char *session, const char *dir, int dirfd, int lfd,
+                    struct sbx_error *err)
+{
+        struct runner_chan *c = calloc(1, sizeof(*c));
+
+        if (c)
+                c->inbuf = malloc(RP_HDR_LEN + RP_MAX_FROM_RUNNER);
+        if (!c || !c->inbuf) {
+                free(c);
+                if (dirfd >= 0)
+                        close(dirfd);
+                if (lfd >= 0)
+                        close(lfd);
+                return sbx_error_set(err, -ENOMEM, 0, "out of memory");
+        }
+        c->h = h;
+        sbx_strlcpy(c->user, user, sizeof(c->user));
+        sbx_strlcpy(c->session, session, sizeof(c->session));
+        sbx_strlcpy(c->dir, dir, sizeof(c->dir));
+        c->cfd = -1;
+        c->dirfd = dirfd;
+        c->lfd = lfd;
+        c->ep_listen = (struct ep_ref){c, EP_LISTEN};
+        c->ep_conn = (struct ep_ref){c, EP_CONN};
+        pthread_mutex_init(&c->wlock, NULL);
+        pthread_mutex_lock(&h->lock);
+        if (runner_chan_find_locked(h, user, session)) {
+                /* another thread prepared it meanwhile: it listens on the same socket file */
+                pthread_mutex_unlock(&h->lock);
+                runner_chan_free(c);
+                return 0;
+        }
+        if (c->lfd >= 0) {
+                struct epoll_event ev = {.events = EPOLLIN, .data.ptr = &c->ep_listen};
+                (void)epoll_ctl(h->epfd, EPOLL_CTL_ADD, c->lfd, &ev);
+        }
+        c->next = h->chans;
+        h->chans = c;
+        pthread_mutex_unlock(&h->lock);
+        return 0;
+}
+
 int runner_hub_prepare(struct runner_hub *h, const char *user, const char *session, char ret_dir[SBX_PATH_MAX],
                        struct sbx_error *err)
 {
-        _cleanup_close_ int root = -1, dfd = -1, lfd = -1;
         struct runner_chan *c;
-        char hash[33], path[SBX_PATH_MAX], proc[64];
-        struct sockaddr_un sa = {.sun_family = AF_UNIX};
-        struct stat st;
+        char path[SBX_PATH_MAX];
+        uint64_t epoch;
+        int dfd = -1, lfd = -1, r;
 
-        if (chan_key_hash(user, session, hash) < 0)
-                return sbx_error_set(err, -ENOMEM, 0, "out of memory");
-        if (snprintf(path, sizeof(path), "%s/%s", h->root, hash) >= (int)sizeof(path))
-                return sbx_error_set(err, -ENAMETOOLONG, 0, "runner directory path too long");
+        /* a new container of the session: a new epoch (node.h, fencing) */
+        r = session_epoch(h, user, session, true, &epoch, err);
+        if (r < 0)
+                return r;
         pthread_mutex_lock(&h->lock);
         c = runner_chan_find_locked(h, user, session);
         if (c) {
@@ -73,76 +132,27 @@ int runner_hub_prepare(struct runner_hub *h, const char *user, const char *sessi
                 c->refused_once = false;
                 c->ever_hello = c->hello;
                 c->frozen = false;
+                sbx_strlcpy(path, c->dir, sizeof(path));
         }
         pthread_mutex_unlock(&h->lock);
-        if (c) {
+        if (h->node_ops) /* the node learns the new epoch, and listens again if it had restarted */
+                r = h->node_ops->open(h->node, user, session, epoch, false, path, err);
+        else if (!c)
+                r = runner_dir_listen(h->root, user, session, true, &dfd, &lfd, path, err);
+        if (r < 0)
+                return r;
+        if (!c)
+                r = chan_add(h, user, session, path, dfd, lfd, err);
+        if (r == 0)
                 sbx_strlcpy(ret_dir, path, SBX_PATH_MAX);
-                return 0;
-        }
-
-        root = open(h->root, O_RDONLY | O_DIRECTORY | O_NOFOLLOW | O_CLOEXEC);
-        if (root < 0)
-                return sbx_error_set(err, -errno, 0, "cannot open %s: %m", h->root);
-        if (mkdirat(root, hash, 0755) < 0 && errno != EEXIST)
-                return sbx_error_set(err, -errno, 0, "cannot create %s: %m", path);
-        dfd = openat(root, hash, O_RDONLY | O_DIRECTORY | O_NOFOLLOW | O_CLOEXEC);
-        if (dfd < 0 || fstat(dfd, &st) < 0)
-                return sbx_error_set(err, -errno, 0, "cannot open %s: %m", path);
-        if ((st.st_uid != 0 && fchown(dfd, 0, 0) < 0) || ((st.st_mode & 07777) != 0755 && fchmod(dfd, 0755) < 0))
-                return sbx_error_set(err, -errno, 0, "cannot secure %s: %m", path);
-        /* a stale socket from an earlier daemon; only root ever writes here */
-        if (unlinkat(dfd, RP_SOCKET_NAME, 0) < 0 && errno != ENOENT)
-                return sbx_error_set(err, -errno, 0, "cannot remove the stale socket in %s: %m", path);
-        /* bind through the directory fd: no path is re-resolved, and the
-         * length limit of sun_path does not depend on data_dir */
-        snprintf(proc, sizeof(proc), "/proc/self/fd/%d/" RP_SOCKET_NAME, dfd);
-        sbx_strlcpy(sa.sun_path, proc, sizeof(sa.sun_path));
-        lfd = socket(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC | SOCK_NONBLOCK, 0);
-        if (lfd < 0 || bind(lfd, (struct sockaddr *)&sa, sizeof(sa)) < 0)
-                return sbx_error_set(err, -errno, 0, "cannot bind the runner socket in %s: %m", path);
-        if (fchmodat(dfd, RP_SOCKET_NAME, 0666, 0) < 0 || listen(lfd, 4) < 0)
-                return sbx_error_set(err, -errno, 0, "cannot listen on the runner socket in %s: %m", path);
-
-        c = calloc(1, sizeof(*c));
-        if (c)
-                c->inbuf = malloc(RP_HDR_LEN + RP_MAX_FROM_RUNNER);
-        if (!c || !c->inbuf) {
-                free(c);
-                return sbx_error_set(err, -ENOMEM, 0, "out of memory");
-        }
-        c->h = h;
-        sbx_strlcpy(c->user, user, sizeof(c->user));
-        sbx_strlcpy(c->session, session, sizeof(c->session));
-        sbx_strlcpy(c->dir, path, sizeof(c->dir));
-        c->cfd = -1;
-        c->ep_listen = (struct ep_ref){c, EP_LISTEN};
-        c->ep_conn = (struct ep_ref){c, EP_CONN};
-        pthread_mutex_init(&c->wlock, NULL);
-        pthread_mutex_lock(&h->lock);
-        if (runner_chan_find_locked(h, user, session)) {
-                /* another thread prepared it meanwhile: ours goes (its socket file is the other's now? no:
-                 * both bound the same name; the later bind replaced nothing because we unlinked first) */
-                pthread_mutex_unlock(&h->lock);
-                runner_chan_free(c);
-                sbx_strlcpy(ret_dir, path, SBX_PATH_MAX);
-                return 0;
-        }
-        c->dirfd = TAKE_FD(dfd);
-        c->lfd = TAKE_FD(lfd);
-        struct epoll_event ev = {.events = EPOLLIN, .data.ptr = &c->ep_listen};
-        (void)epoll_ctl(h->epfd, EPOLL_CTL_ADD, c->lfd, &ev);
-        c->next = h->chans;
-        h->chans = c;
-        pthread_mutex_unlock(&h->lock);
-        sbx_strlcpy(ret_dir, path, SBX_PATH_MAX);
-        return 0;
+        return r;
 }
 
 int runner_hub_adopt(struct runner_hub *h, const char *user, const char *session)
 {
-        char hash[33], dir[SBX_PATH_MAX];
-        _cleanup_close_ int root = -1;
-        struct stat st;
+        char dir[SBX_PATH_MAX];
+        uint64_t epoch;
+        int dfd = -1, lfd = -1, r;
         bool known;
 
         if (!h || !runner_hub_binary(h))
@@ -152,12 +162,16 @@ int runner_hub_adopt(struct runner_hub *h, const char *user, const char *session
         pthread_mutex_unlock(&h->lock);
         if (known)
                 return 0;
-        if (chan_key_hash(user, session, hash) < 0)
-                return -ENOMEM;
-        root = open(h->root, O_RDONLY | O_DIRECTORY | O_NOFOLLOW | O_CLOEXEC);
-        if (root < 0 || fstatat(root, hash, &st, AT_SYMLINK_NOFOLLOW) < 0 || !S_ISDIR(st.st_mode))
-                return -ENOENT;
-        return runner_hub_prepare(h, user, session, dir, NULL);
+        if (h->node_ops) {
+                r = session_epoch(h, user, session, false, &epoch, NULL);
+                if (r == 0)
+                        r = h->node_ops->open(h->node, user, session, epoch, true, dir, NULL);
+        } else {
+                r = runner_dir_listen(h->root, user, session, false, &dfd, &lfd, dir, NULL);
+        }
+        if (r < 0)
+                return r == -ENOENT ? -ENOENT : r;
+        return chan_add(h, user, session, dir, dfd, lfd, NULL);
 }
 
 int runner_hub_dir(struct runner_hub *h, const char *user, const char *session, char ret_dir[SBX_PATH_MAX])
@@ -180,8 +194,6 @@ int runner_hub_dir(struct runner_hub *h, const char *user, const char *session, 
 void runner_hub_drop(struct runner_hub *h, const char *user, const char *session)
 {
         struct runner_chan *c;
-        char hash[33];
-        _cleanup_close_ int root = -1;
 
         if (!h)
                 return;
@@ -191,83 +203,133 @@ void runner_hub_drop(struct runner_hub *h, const char *user, const char *session
                 c->dead = true;
         pthread_mutex_unlock(&h->lock);
         runner_hub_wake(h);
-        if (chan_key_hash(user, session, hash) < 0)
-                return;
-        root = open(h->root, O_RDONLY | O_DIRECTORY | O_NOFOLLOW | O_CLOEXEC);
-        if (root >= 0) {
-                _cleanup_close_ int dfd = openat(root, hash, O_RDONLY | O_DIRECTORY | O_NOFOLLOW | O_CLOEXEC);
-                if (dfd >= 0) {
-                        (void)unlinkat(dfd, RP_SOCKET_NAME, 0);
-                        (void)unlinkat(dfd, RUNNER_PEER_FILE, 0);
-                        /* the gateway's (gateway_drop may come later) */
-                        (void)unlinkat(dfd, RP_EGRESS_SOCKET_NAME, 0);
-                        (void)unlinkat(dfd, RP_FWD_SOCKET_NAME, 0);
-                }
-                (void)unlinkat(root, hash, AT_REMOVEDIR);
-        }
+        if (h->node_ops)
+                h->node_ops->drop(h->node, user, session);
+        else
+                runner_dir_remove(h->root, user, session); /* the gateway's sockets too (gateway_drop may come later) */
 }
 
 int runner_hub_rekey(struct runner_hub *h, const struct sbx_config *cfg, const char *from_user,
                      const char *from_session, const char *to_user, const char *to_session, struct sbx_error *err)
 {
-        char from[33], to[33], root_path[SBX_PATH_MAX];
-        _cleanup_close_ int root = -1;
+        char root_path[SBX_PATH_MAX], path[SBX_PATH_MAX];
         struct runner_chan *c, *old;
-        struct stat st;
+        uint64_t epoch = 0;
+        int r;
 
-        if (chan_key_hash(from_user, from_session, from) < 0 || chan_key_hash(to_user, to_session, to) < 0)
-                return sbx_error_set(err, -ENOMEM, 0, "out of memory");
         if (h)
                 sbx_strlcpy(root_path, h->root, sizeof(root_path));
         else if (snprintf(root_path, sizeof(root_path), "%s/runner", cfg->data_dir) >= (int)sizeof(root_path))
                 return sbx_error_set(err, -ENAMETOOLONG, 0, "runner directory path too long");
-        root = open(root_path, O_RDONLY | O_DIRECTORY | O_NOFOLLOW | O_CLOEXEC);
-        if (root < 0)
-                return sbx_error_set(err, -errno, 0, "cannot open %s: %m", root_path);
-        if (!h && strcmp(from, to) == 0) { /* the same key: remove the directory */
-                _cleanup_close_ int dfd = openat(root, to, O_RDONLY | O_DIRECTORY | O_NOFOLLOW | O_CLOEXEC);
-                if (dfd >= 0) {
-                        (void)unlinkat(dfd, RP_SOCKET_NAME, 0);
-                        (void)unlinkat(dfd, RUNNER_PEER_FILE, 0);
-                }
-                (void)unlinkat(root, to, AT_REMOVEDIR);
+        if (!h && strcmp(from_user, to_user) == 0 && strcmp(from_session, to_session) == 0) {
+                runner_dir_remove(root_path, to_user, to_session); /* the same key: remove the directory */
                 return 0;
         }
-        if (fstatat(root, from, &st, AT_SYMLINK_NOFOLLOW) == 0) {
-                if (!S_ISDIR(st.st_mode))
-                        return sbx_error_set(err, -ENOTDIR, 0, "%s/%s is not a directory", root_path, from);
-                /* the target's stale directory (an earlier container's runner) goes first */
-                if (h)
-                        runner_hub_drop(h, to_user, to_session);
-                else {
-                        _cleanup_close_ int dfd = openat(root, to, O_RDONLY | O_DIRECTORY | O_NOFOLLOW | O_CLOEXEC);
-                        if (dfd >= 0) {
-                                (void)unlinkat(dfd, RP_SOCKET_NAME, 0);
-                                (void)unlinkat(dfd, RUNNER_PEER_FILE, 0);
-                        }
-                        (void)unlinkat(root, to, AT_REMOVEDIR);
-                }
-                if (renameat(root, from, root, to) < 0)
-                        return sbx_error_set(err, -errno, 0, "cannot rename the runner directory %s to %s: %m", from,
-                                             to);
-        } else if (errno != ENOENT || fstatat(root, to, &st, AT_SYMLINK_NOFOLLOW) < 0) {
-                return sbx_error_set(err, -ENOENT, 0, "no runner directory for %s:%s", from_user, from_session);
+        if (h) {
+                /* the session moves to another container: a new epoch */
+                r = session_epoch(h, to_user, to_session, true, &epoch, err);
+                if (r < 0)
+                        return r;
+                pthread_mutex_lock(&h->lock);
+                old = runner_chan_find_locked(h, to_user, to_session);
+                if (old)
+                        old->dead = true; /* the target's stale channel (an earlier container's runner) */
+                pthread_mutex_unlock(&h->lock);
         }
-        if (!h)
-                return 0;
+        if (h && h->node_ops)
+                r = h->node_ops->rekey(h->node, from_user, from_session, to_user, to_session, epoch, path, err);
+        else
+                r = runner_dir_rename(root_path, from_user, from_session, to_user, to_session, path, err);
+        if (r < 0 || !h)
+                return r;
         pthread_mutex_lock(&h->lock);
-        old = runner_chan_find_locked(h, to_user, to_session);
-        if (old)
-                old->dead = true; /* dropped above; reaped by the hub thread */
         c = runner_chan_find_locked(h, from_user, from_session);
         if (c) {
                 sbx_strlcpy(c->user, to_user, sizeof(c->user));
                 sbx_strlcpy(c->session, to_session, sizeof(c->session));
-                snprintf(c->dir, sizeof(c->dir), "%s/%s", h->root, to);
+                sbx_strlcpy(c->dir, path, sizeof(c->dir));
         }
         pthread_mutex_unlock(&h->lock);
         runner_hub_wake(h);
         return 0;
+}
+
+void runner_hub_reopen(struct runner_hub *h)
+{
+        struct key {
+                char user[65], session[65];
+        } *keys = NULL;
+        size_t n = 0, cap = 0, failed = 0;
+
+        if (!h || !h->node_ops)
+                return;
+        pthread_mutex_lock(&h->lock);
+        for (struct runner_chan *c = h->chans; c; c = c->next) {
+                if (c->dead)
+                        continue;
+                if (n == cap) {
+                        struct key *k = realloc(keys, (cap ? cap * 2 : 16) * sizeof(*k));
+                        if (!k)
+                                break;
+                        keys = k;
+                        cap = cap ? cap * 2 : 16;
+                }
+                memcpy(keys[n].user, c->user, sizeof(c->user));
+                memcpy(keys[n].session, c->session, sizeof(c->session));
+                n++;
+        }
+        pthread_mutex_unlock(&h->lock);
+        for (size_t i = 0; i < n; i++) {
+                char dir[SBX_PATH_MAX];
+                uint64_t epoch;
+                struct sbx_error e = {0};
+                if (session_epoch(h, keys[i].user, keys[i].session, false, &epoch, &e) < 0 ||
+                    h->node_ops->open(h->node, keys[i].user, keys[i].session, epoch, false, dir, &e) < 0) {
+                        log_ctx(LOG_LEVEL_WARN, keys[i].user, keys[i].session, NULL,
+                                "cannot open the session on its node again: %s", e.msg);
+                        failed++;
+                }
+        }
+        if (n)
+                log_info("node link: %zu sessions opened on the node again (%zu failed)", n - failed, failed);
+        free(keys);
+}
+
+void runner_hub_fence(struct runner_hub *h)
+{
+        struct key {
+                char user[65], session[65];
+        } *keys = NULL;
+        size_t n = 0, cap = 0;
+
+        if (!h)
+                return;
+        pthread_mutex_lock(&h->lock);
+        for (struct runner_chan *c = h->chans; c; c = c->next) {
+                if (c->dead)
+                        continue;
+                runner_end_detached_locked(c, true, 0);
+                if (n == cap) {
+                        struct key *k = realloc(keys, (cap ? cap * 2 : 16) * sizeof(*k));
+                        if (!k)
+                                break;
+                        keys = k;
+                        cap = cap ? cap * 2 : 16;
+                }
+                memcpy(keys[n].user, c->user, sizeof(c->user));
+                memcpy(keys[n].session, c->session, sizeof(c->session));
+                n++;
+        }
+        runner_lost_fn lost = h->on_lost;
+        void *lost_ud = h->lost_ud;
+        pthread_mutex_unlock(&h->lock);
+        for (size_t i = 0; i < n; i++) {
+                uint64_t epoch;
+                (void)session_epoch(h, keys[i].user, keys[i].session, true, &epoch, NULL);
+                if (lost)
+                        lost(keys[i].user, keys[i].session, "node_lost", lost_ud);
+        }
+        free(keys);
 }
 
 bool runner_hub_wait(struct runner_hub *h, const char *user, const char *session, int timeout_ms)

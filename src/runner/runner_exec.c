@@ -61,7 +61,7 @@ static void exec_destroy(struct runner_exec *x)
 void runner_exec_link_locked(struct runner_chan *c, struct runner_exec *x, uint32_t tag)
 {
         x->c = c;
-        x->cfd = c->cfd;
+        runner_exec_set_cfd(x, c->cfd);
         x->tag = tag;
         x->next = c->execs;
         c->execs = x;
@@ -283,7 +283,7 @@ int runner_exec_start(struct runner_hub *h, const char *user, const char *sessio
         runner_exec_link_locked(c, x, c->next_tag);
         pthread_mutex_unlock(&h->lock);
 
-        r = runner_send_frame(c, x->cfd, RP_EXEC,
+        r = runner_send_frame(c, runner_exec_cfd(x), RP_EXEC,
                               (spec->stdin_pipe ? RP_EXEC_STDIN : 0) | (spec->tty ? RP_EXEC_TTY : 0), x->tag, payload,
                               len, NULL, 0);
         if (r < 0) {
@@ -303,7 +303,7 @@ static void exec_ack_locked(struct runner_exec *x)
         x->acked[0] = x->recv[0];
         x->acked[1] = x->recv[1];
         pthread_mutex_unlock(&x->lock);
-        (void)runner_send_frame(x->c, x->cfd, RP_ACK, 0, x->tag, &o, sizeof(o), NULL, 0);
+        (void)runner_send_frame(x->c, runner_exec_cfd(x), RP_ACK, 0, x->tag, &o, sizeof(o), NULL, 0);
         pthread_mutex_lock(&x->lock);
 }
 
@@ -357,19 +357,19 @@ ssize_t runner_exec_write_stdin(struct runner_exec *x, const void *data, size_t 
         pthread_mutex_unlock(&x->lock);
         if (len == 0)
                 return 0;
-        r = runner_send_frame(x->c, x->cfd, RP_STDIN, 0, x->tag, data, len, NULL, 0);
+        r = runner_send_frame(x->c, runner_exec_cfd(x), RP_STDIN, 0, x->tag, data, len, NULL, 0);
         return r < 0 ? r : (ssize_t)len;
 }
 
 int runner_exec_close_stdin(struct runner_exec *x)
 {
-        return runner_send_frame(x->c, x->cfd, RP_STDIN_EOF, 0, x->tag, NULL, 0, NULL, 0);
+        return runner_send_frame(x->c, runner_exec_cfd(x), RP_STDIN_EOF, 0, x->tag, NULL, 0, NULL, 0);
 }
 
 int runner_exec_signal(struct runner_exec *x, int sig)
 {
         uint32_t s = (uint32_t)sig;
-        return runner_send_frame(x->c, x->cfd, RP_SIGNAL, 0, x->tag, &s, sizeof(s), NULL, 0);
+        return runner_send_frame(x->c, runner_exec_cfd(x), RP_SIGNAL, 0, x->tag, &s, sizeof(s), NULL, 0);
 }
 
 void runner_exec_free(struct runner_exec *x)
@@ -406,7 +406,7 @@ uint32_t runner_exec_tag(const struct runner_exec *x)
 
 int runner_exec_forget(struct runner_exec *x)
 {
-        return runner_send_frame(x->c, x->cfd, RP_FORGET, 0, x->tag, NULL, 0, NULL, 0);
+        return runner_send_frame(x->c, runner_exec_cfd(x), RP_FORGET, 0, x->tag, NULL, 0, NULL, 0);
 }
 
 int runner_exec_resize(struct runner_exec *x, int rows, int cols)
@@ -415,5 +415,10 @@ int runner_exec_resize(struct runner_exec *x, int rows, int cols)
 
         if (rows < 1 || rows > RP_TTY_MAX_ROWS || cols < 1 || cols > RP_TTY_MAX_COLS)
                 return -EINVAL;
-        return runner_send_frame(x->c, x->cfd, RP_RESIZE, 0, x->tag, &w, sizeof(w), NULL, 0);
+        return runner_send_frame(x->c, runner_exec_cfd(x), RP_RESIZE, 0, x->tag, &w, sizeof(w), NULL, 0);
+}
+
+void runner_exec_unref(struct runner_exec *x)
+{
+        exec_unref(x);
 }

@@ -17,6 +17,7 @@
 #include <stdint.h>
 #include <sys/types.h>
 
+#include "sandboxd/node.h"
 #include "sandboxd/runner.h"
 #include "sandboxd/runner_ops.h"
 #include "sandboxd/runner_peer.h"
@@ -74,6 +75,9 @@ struct runner_chan {
         uint64_t impostors;        /* connections refused as not the runner */
         uint64_t impostors_said;   /* of them, the count last logged */
         int64_t impostors_said_ms; /* when (monotonic) */
+        /* over a node link (node.h): h->lock */
+        bool suspend;         /* the link under the connection went: keep its executions */
+        int64_t resume_until; /* detached executions (cfd -1) wait for the runner until then */
 };
 
 struct runner_exec {
@@ -81,7 +85,8 @@ struct runner_exec {
         struct runner_exec *next; /* c->execs (h->lock) */
         int refs;                 /* h->lock */
         uint32_t tag;
-        int cfd; /* the connection it was started on */
+        int cfd; /* the connection it is on (-1: detached, waiting for the runner to come back);
+                  * written under h->lock, read with runner_exec_cfd() */
         runner_output_fn on_output;
         void *userdata;
 
@@ -113,9 +118,22 @@ struct runner_hub {
         struct runner_expect *expect; /* h->lock */
         size_t n_expect;
         uint64_t next_conn_id;
-        struct runner_ops *ops;    /* files and services (runner_ops.c) */
-        runner_peer_fn peer_check; /* h->lock; runner_peer_verify unless a test replaced it */
+        struct runner_ops *ops;          /* files and services (runner_ops.c) */
+        runner_peer_fn peer_check;       /* h->lock; runner_peer_verify unless a test replaced it */
+        const struct node_ops *node_ops; /* the node over a link (node.h); NULL: this process */
+        void *node;
+        runner_epoch_fn epoch_fn; /* session epochs (fencing); NULL: none */
+        void *epoch_ud;
 };
+
+static inline int runner_exec_cfd(const struct runner_exec *x)
+{
+        return __atomic_load_n(&x->cfd, __ATOMIC_ACQUIRE);
+}
+static inline void runner_exec_set_cfd(struct runner_exec *x, int cfd)
+{
+        __atomic_store_n(&x->cfd, cfd, __ATOMIC_RELEASE);
+}
 
 /* ---- runner.c ---- */
 
@@ -140,6 +158,8 @@ struct runner_chan *runner_chan_find_locked(struct runner_hub *h, const char *us
 struct runner_exec *runner_exec_new(runner_output_fn on_output, void *userdata);
 /* Put x on c's current connection under tag. Under h->lock. */
 void runner_exec_link_locked(struct runner_chan *c, struct runner_exec *x, uint32_t tag);
+/* Drop a reference taken under h->lock (x->refs++). */
+void runner_exec_unref(struct runner_exec *x);
 /* The end of an execution (the first one counts); wakes its waiter. */
 void runner_exec_end(struct runner_exec *x, bool lost, int fail, const char *msg, const struct runner_exit *ex);
 /* A frame about one execution, from the hub thread with no lock held.
@@ -148,6 +168,15 @@ bool runner_exec_on_frame(struct runner_hub *h, struct runner_chan *c, const str
                           const unsigned char *p);
 
 /* ---- runner_jobs.c ---- */
+
+/* A new connection's runner listed its jobs: executions detached when the
+ * node link under the last one went resume on it (RP_RESUME from where
+ * their output stopped), or end as lost if it no longer holds them. Hub
+ * thread, no lock held. */
+void runner_jobs_resume_detached(struct runner_hub *h, struct runner_chan *c);
+/* End the channel's detached executions as lost (all, or those past their
+ * resume deadline). Under h->lock. */
+void runner_end_detached_locked(struct runner_chan *c, bool all, int64_t now);
 
 /* Whether the exec engine will adopt (session, tag). Under h->lock. */
 bool runner_expected_locked(struct runner_hub *h, const char *user, const char *session, uint32_t tag);

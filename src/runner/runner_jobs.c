@@ -176,7 +176,7 @@ int runner_exec_adopt(struct runner_hub *h, const char *user, const char *sessio
         }
         pthread_mutex_unlock(&h->lock);
 
-        r = runner_send_frame(c, x->cfd, RP_RESUME, 0, tag, &o, sizeof(o), NULL, 0);
+        r = runner_send_frame(c, runner_exec_cfd(x), RP_RESUME, 0, tag, &o, sizeof(o), NULL, 0);
         if (r < 0) {
                 runner_exec_free(x);
                 return sbx_error_set(err, -ECONNRESET, 0, "the runner connection was lost");
@@ -185,4 +185,66 @@ int runner_exec_adopt(struct runner_hub *h, const char *user, const char *sessio
         ret_start[1] = x->recv[1];
         *ret = x;
         return 0;
+}
+
+/* ---- executions detached by a lost node link (node.h) ---- */
+
+void runner_end_detached_locked(struct runner_chan *c, bool all, int64_t now)
+{
+        if (!all && (c->resume_until == 0 || now < c->resume_until))
+                return;
+        for (struct runner_exec *x = c->execs; x; x = x->next)
+                if (x->cfd == -1)
+                        runner_exec_end(x, true, -ECONNRESET, "the node link was lost and its runner did not come back",
+                                        NULL);
+        c->resume_until = 0;
+}
+
+void runner_jobs_resume_detached(struct runner_hub *h, struct runner_chan *c)
+{
+        struct {
+                struct runner_exec *x;
+                struct rp_offsets o;
+        } resume[RP_MAX_JOBS];
+        size_t n = 0, lost = 0;
+        int cfd;
+
+        pthread_mutex_lock(&h->lock);
+        cfd = c->cfd;
+        for (struct runner_exec *x = c->execs; x; x = x->next) {
+                if (x->cfd != -1)
+                        continue;
+                size_t i;
+                for (i = 0; i < c->n_jobs && c->jobs[i].tag != x->tag; i++)
+                        ;
+                if (i == c->n_jobs || n == RP_MAX_JOBS) {
+                        runner_exec_end(x, true, -ECONNRESET, "the runner no longer holds it", NULL);
+                        lost++;
+                        continue;
+                }
+                struct rp_job job = c->jobs[i].r;
+                c->jobs[i] = c->jobs[--c->n_jobs];
+                pthread_mutex_lock(&x->lock);
+                for (int k = 0; k < 2; k++) {
+                        /* as runner_exec_adopt: the runner kept [acked, produced) */
+                        uint64_t at = x->recv[k] < job.acked[k] ? job.acked[k] : x->recv[k];
+                        x->recv[k] = x->acked[k] = at > job.produced[k] ? job.produced[k] : at;
+                }
+                resume[n].o = (struct rp_offsets){{x->recv[0], x->recv[1]}};
+                pthread_mutex_unlock(&x->lock);
+                runner_exec_set_cfd(x, cfd);
+                x->refs++;
+                resume[n++].x = x;
+        }
+        c->resume_until = 0;
+        pthread_mutex_unlock(&h->lock);
+        for (size_t i = 0; i < n; i++) {
+                struct runner_exec *x = resume[i].x;
+                if (runner_send_frame(c, cfd, RP_RESUME, 0, x->tag, &resume[i].o, sizeof(resume[i].o), NULL, 0) < 0)
+                        runner_exec_end(x, true, -ECONNRESET, "the runner connection was lost", NULL);
+                runner_exec_unref(x); /* the reference taken above */
+        }
+        if (n || lost)
+                log_ctx(LOG_LEVEL_INFO, c->user, c->session, NULL,
+                        "the runner came back through the node link: %zu executions resumed, %zu lost", n, lost);
 }

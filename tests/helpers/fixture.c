@@ -1,5 +1,6 @@
 /* fixture.c — see fixture.h. */
 #include "fixture.h"
+#include "nodeenv.h"
 
 #include <criterion/criterion.h>
 #include <dirent.h>
@@ -50,8 +51,11 @@ struct daemon *fixture_open(const struct sbx_config *cfg, bool monitor)
         struct daemon *d = NULL;
         struct sbx_error err = {0};
 
+        struct sbx_config c = *cfg; /* the daemon keeps its own copy */
+
         (void)testenv_docker(); /* docker_global_init and the atexit cleanup */
-        cr_assert_eq(fronts_open(cfg, &opts, &d, &err), 0, "daemon_open: %s", err.msg);
+        nodeenv_fixture(&c);    /* SANDBOXD_TEST_NODE: over a separate node agent */
+        cr_assert_eq(fronts_open(&c, &opts, &d, &err), 0, "daemon_open: %s", err.msg);
         return d;
 }
 
@@ -69,6 +73,7 @@ struct daemon *fixture_open_sockets(struct sbx_config *cfg)
         snprintf(cfg->api_socket, sizeof(cfg->api_socket), "%s/run/api.sock", dir);
         snprintf(cfg->admin_socket, sizeof(cfg->admin_socket), "%s/run/admin.sock", dir);
         (void)testenv_docker();
+        nodeenv_fixture(cfg); /* SANDBOXD_TEST_NODE: over a separate node agent */
         cr_assert_eq(fronts_open(cfg, &opts, &d, &err), 0, "daemon_open: %s", err.msg);
         return d;
 }

@@ -1,0 +1,218 @@
+/* node.h — the link between the deciding part of sandboxd (sessions, the
+ * store, quotas, policy, audit, the fronts) and the node part, which must
+ * sit beside the containers: the session directories and the sockets in
+ * them, where each container's runner connects (issue 26).
+ *
+ * The link is a table of operations the runner hub calls for a session's
+ * channels (struct node_ops), a request for the gateway's sockets
+ * (node_server_gateway), and calls back the other way: a connection the
+ * node accepted from a session's runner, already checked to come from that
+ * container's runner (runner_peer.h), handed to the hub as a connected fd
+ * (runner_hub_attach); one accepted on egress.sock or fwd.sock (the latter
+ * checked the same way) handed to the gateway (gateway_attach). Two links
+ * exist:
+ *   - in one process (the default): the hub makes the directories and
+ *     listens itself; the ops table is not used at all, so the exec path is
+ *     exactly what it was (no extra copy, no extra thread);
+ *   - over TLS to `sandboxd node` (node_listen set): node_server_ops below.
+ *     The node agent makes the directories, listens, checks the runner
+ *     where SO_PEERCRED and /proc mean something, and relays every accepted
+ *     connection's bytes over one TLS connection per node. The runner
+ *     protocol (runner_proto.h) is unchanged: the hub reads the same frames
+ *     from a socketpair whose other end the link relays.
+ *
+ * The link protocol (one TLS 1.3 connection, mutually authenticated: the
+ * node agent dials the control daemon, both present a certificate of the
+ * same CA (node_ca), the control checks node_crl on every handshake and
+ * reloads it when the file changes, the node checks the control's name
+ * node_control_name; the node's name is its certificate's common name).
+ * Frames: struct node_hdr (little endian) then len bytes, len at most
+ * NODE_MAX_FRAME; anything else closes the link with a log line.
+ *   NF_HELLO  node→control, first: protocol, the runner binary's host path
+ *   NF_PING / NF_PONG  either way; a link silent for 3 heartbeats is closed
+ *   NF_REQ    control→node (stream = request id): struct node_req
+ *   NF_RESP   node→control: int32 result (0 or -errno), then a path or message
+ *   NF_OPEN   node→control: a stream (id chosen by the node) for a
+ *             connection accepted on a session's socket (runner.sock,
+ *             egress.sock, fwd.sock): struct node_open, with the session
+ *             epoch the node was given
+ *   NF_DATA   either way: bytes of a stream
+ *   NF_ACK    either way: uint32 bytes of a stream written out; a side
+ *             never has more than NODE_WINDOW bytes of a stream unacknowledged
+ *   NF_CLOSE  either way: no more bytes from this side (a half close: the
+ *             other side shuts its fd's write half; the stream goes when
+ *             both sides have closed)
+ *
+ * Fencing. Every session has an epoch (store, migration 0030): one more each
+ * time its container is made (runner_hub_prepare) or moved (a pool claim,
+ * runner_hub_rekey). The control gives the node the epoch with each session
+ * it opens; the node presents it with every stream; a stream whose epoch is
+ * not the session's current one is refused with an audit row
+ * ("node_epoch_refused"). A node whose link stays down for node_fence
+ * fences its sessions: they count as failed (their next request makes a new
+ * container, a new epoch), and its executions end as lost. A link that
+ * comes back within node_fence loses nothing: the hub keeps the executions
+ * of the session's runner, and when the runner reconnects through the new
+ * link and lists what it holds, they resume where their output stopped (the
+ * same protocol as a daemon restart). */
+#ifndef SANDBOXD_NODE_H
+#define SANDBOXD_NODE_H
+
+#include <signal.h>
+#include <stdbool.h>
+#include <stddef.h>
+#include <stdint.h>
+
+#include "sandboxd/common.h"
+#include "sandboxd/config.h"
+
+#define NODE_PROTOCOL 1
+#define NODE_HDR_LEN 12
+#define NODE_MAX_FRAME (64 * 1024)
+#define NODE_WINDOW (64 * 1024) /* unacknowledged bytes per stream and direction (as GATEWAY_BUF_HIGH) */
+/* Streams per link: forward_max_total, per session forward_max_per_session, of
+ * the side's own config, each plus this (the runner's and egress connections). */
+#define NODE_STREAMS_SLACK 256
+#define NODE_MAX_SESSIONS 65536         /* sessions one node agent serves */
+#define NODE_MAX_LINKS 64               /* node agents connected (and handshaking) at once */
+#define NODE_REQ_TIMEOUT_MS 10000       /* a request to the node answers within this */
+#define NODE_HANDSHAKE_TIMEOUT_MS 10000 /* TLS handshake and hello */
+#define NODE_WRITE_DEADLINE_MS 5000     /* one frame onto the link */
+#define NODE_NAME_MAX 64
+
+enum node_frame {
+        NF_HELLO = 1,
+        NF_PING = 2,
+        NF_PONG = 3,
+        NF_REQ = 4,
+        NF_RESP = 5,
+        NF_OPEN = 6,
+        NF_DATA = 7,
+        NF_ACK = 8,
+        NF_CLOSE = 9,
+};
+
+struct node_hdr {
+        uint32_t len;
+        uint16_t type;
+        uint16_t flags;
+        uint32_t stream;
+};
+
+enum node_op {
+        NODE_OP_OPEN = 1,    /* make (or keep) the session's directory and listen in it */
+        NODE_OP_ADOPT = 2,   /* the same, only if the directory exists (-ENOENT otherwise) */
+        NODE_OP_DROP = 3,    /* stop listening, remove the directory */
+        NODE_OP_REKEY = 4,   /* rename (user, session) to (user2, session2) */
+        NODE_OP_GATEWAY = 5, /* listen (or stop) on egress.sock and fwd.sock: flags NODE_GW_* */
+};
+
+#define NODE_GW_EGRESS 1u /* egress.sock: any connection (the proxy decides) */
+#define NODE_GW_FWD 2u    /* fwd.sock: the runner's only (checked on the node) */
+
+struct node_req {
+        uint32_t op;
+        uint32_t flags; /* NODE_OP_GATEWAY: NODE_GW_*; else 0 */
+        uint64_t epoch; /* OPEN, ADOPT: of (user, session); REKEY: of (user2, session2) */
+        char user[65], session[65], user2[65], session2[65];
+};
+
+enum node_stream_kind { NODE_STREAM_RUNNER = 1, NODE_STREAM_EGRESS = 2, NODE_STREAM_FWD = 3 };
+
+struct node_open {
+        uint32_t kind;
+        uint32_t pad;
+        uint64_t epoch;
+        char user[65], session[65];
+};
+
+/* ---- the link interface (what the runner hub calls) ---- */
+
+struct node_ops {
+        /* The runner binary's path on the node if usable, else NULL. */
+        const char *(*binary)(void *node);
+        /* NODE_OP_OPEN / NODE_OP_ADOPT: *ret_dir is the node's directory to
+         * bind-mount. */
+        int (*open)(void *node, const char *user, const char *session, uint64_t epoch, bool adopt,
+                    char ret_dir[SBX_PATH_MAX], struct sbx_error *err);
+        void (*drop)(void *node, const char *user, const char *session);
+        int (*rekey)(void *node, const char *from_user, const char *from_session, const char *to_user,
+                     const char *to_session, uint64_t epoch, char ret_dir[SBX_PATH_MAX], struct sbx_error *err);
+};
+
+/* ---- the control daemon's end (node_listen) ---- */
+
+struct node_server;
+
+struct node_server_hooks {
+        /* A runner connection the node accepted and checked, epoch checked
+         * too: fd is connected (a socketpair end), the callee owns it. */
+        void (*runner)(void *ud, const char *user, const char *session, int fd);
+        /* The same for the gateway's sockets (kind NODE_STREAM_EGRESS or
+         * NODE_STREAM_FWD): gateway_attach. */
+        void (*gateway)(void *ud, const char *user, const char *session, int kind, int fd);
+        /* The link under the session's runner connection is gone: the
+         * connection closes next, its executions should wait for the runner
+         * to come back (runner_hub_suspend). */
+        void (*suspend)(void *ud, const char *user, const char *session);
+        /* A node agent (re)connected: open every session again (called on a
+         * thread of the server's that may make requests); gateway_ready: the
+         * daemon is open (node_server_gateway_ready was called). */
+        void (*up)(void *ud, const char *node, bool gateway_ready);
+        /* The node stayed away for node_fence: fence its sessions. */
+        void (*fence)(void *ud, const char *node);
+        /* The session's current epoch. */
+        int (*epoch)(void *ud, const char *user, const char *session, uint64_t *ret);
+        /* A stream from an old epoch was refused (write the audit row). */
+        void (*refused)(void *ud, const char *node, const char *user, const char *session, uint64_t presented,
+                        uint64_t current);
+};
+
+/* Listen on cfg->node_listen (TLS with node_cert, node_key, node_ca,
+ * node_crl). Starts the listener thread. */
+int node_server_new(const struct sbx_config *cfg, const struct node_server_hooks *hooks, void *ud,
+                    struct node_server **ret, struct sbx_error *err);
+/* Closes every link and stops the threads: no hook is called after it
+ * returns, and requests fail at once (-EHOSTUNREACH). NULL is fine. */
+void node_server_stop(struct node_server *s);
+/* Stops it if need be and frees it. NULL is fine. */
+void node_server_free(struct node_server *s);
+/* The ops over this server's link (node = the server). Sessions go to the
+ * node named node_name, or to the one node connected when that is empty. */
+extern const struct node_ops node_server_ops;
+/* Ask the node to serve (or stop serving) the session's egress.sock and
+ * fwd.sock (flags NODE_GW_*; 0: neither, sockets removed). */
+int node_server_gateway(struct node_server *s, const char *user, const char *session, unsigned flags,
+                        struct sbx_error *err);
+/* hooks.gateway may be called from now on (streams of the gateway's
+ * sockets before it are closed). */
+void node_server_gateway_ready(struct node_server *s);
+/* Whether a node is connected now; its name in ret_name. */
+bool node_server_connected(struct node_server *s, char *ret_name, size_t size);
+/* Wait up to timeout_ms for a node to be connected. */
+bool node_server_wait(struct node_server *s, int timeout_ms);
+/* The TCP port node_listen is bound to (useful with port 0). */
+int node_server_port(struct node_server *s);
+/* Handshakes refused (bad or revoked certificate) since start. */
+uint64_t node_server_refused(struct node_server *s);
+
+/* ---- the node agent (`sandboxd node`) ---- */
+
+/* Serve the node part: dial cfg->node_connect, serve the sessions the
+ * control opens, relay their runner connections; dial again (backing off)
+ * when the link goes, until *stop. Returns 0 on stop, -errno when it cannot
+ * start (a missing certificate, say). */
+int node_agent_run(const struct sbx_config *cfg, volatile sig_atomic_t *stop, struct sbx_error *err);
+
+/* ---- for tests: a bare link client (a node agent that does nothing by
+ * itself). ---- */
+struct node_client;
+int node_client_connect(const struct sbx_config *cfg, struct node_client **ret, struct sbx_error *err);
+/* Open a stream as a node would for an accepted connection (fd: the
+ * node's end, taken), presenting epoch. The client relays it. */
+int node_client_open(struct node_client *c, const char *user, const char *session, uint64_t epoch, int fd);
+/* Bytes onto the link as they are (a malformed frame, say). */
+int node_client_send_raw(struct node_client *c, const void *buf, size_t len);
+void node_client_free(struct node_client *c);
+
+#endif

@@ -1,0 +1,300 @@
+/* test_node.c — the node link (node.h) with `sandboxd node` as a separate
+ * process on this host, over TLS on loopback: executions through it, a
+ * node agent SIGKILLed and started again, a revoked certificate (and a
+ * CRL that changes), and a stream from an old session epoch. Real dockerd,
+ * real sqlite, real TLS (the openssl CLI makes the PKI). */
+#include <criterion/criterion.h>
+#include <errno.h>
+#include <fcntl.h>
+#include <poll.h>
+#include <signal.h>
+#include <stdio.h>
+#include <string.h>
+#include <sys/socket.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+#include "fixture.h"
+#include "nodeenv.h"
+#include "sandboxd/exec.h"
+#include "sandboxd/node.h"
+#include "sandboxd/runner.h"
+#include "sandboxd/runner_dir.h"
+#include "sandboxd/runner_proto.h"
+#include "sandboxd/store.h"
+#include "testenv.h"
+
+TestSuite(node, .timeout = 300);
+
+static struct sbx_config cfg;
+static struct daemon *d;
+static char *pki;
+static char node_dir[SBX_PATH_MAX];
+
+static void open_with_node(void)
+{
+        fixture_config(&cfg);
+        pki = nodeenv_pki();
+        nodeenv_config_control(&cfg, pki);
+        snprintf(node_dir, sizeof(node_dir), "%s/../node", cfg.data_dir);
+        d = fixture_open(&cfg, false);
+        cr_assert_not_null(d->node, "the daemon has no node link");
+}
+
+static bool connected(void *ud)
+{
+        (void)ud;
+        return node_server_connected(d->node, NULL, 0);
+}
+
+static bool refused_once(void *ud)
+{
+        (void)ud;
+        return node_server_refused(d->node) >= 1;
+}
+
+static void wait_final(const char *id, struct exec_result *res)
+{
+        for (int i = 0; i < 12; i++) {
+                cr_assert_eq(exec_status(d->exec, "u1", id, -1, -1, 0, 10000, res, NULL), 0, "no execution %s", id);
+                if (exec_state_is_final(res->state))
+                        return;
+                exec_result_done(res);
+        }
+        cr_assert_fail("execution %s did not end", id);
+}
+
+static bool stdout_has(const char *id, const char *needle)
+{
+        struct exec_result res;
+        if (exec_status(d->exec, "u1", id, 0, -1, 1 << 20, 0, &res, NULL) < 0)
+                return false;
+        bool found =
+                res.stdout_head_len > 0 && memmem(res.stdout_head, res.stdout_head_len, needle, strlen(needle)) != NULL;
+        exec_result_done(&res);
+        return found;
+}
+
+Test(node, exec_and_run_go_through_a_separate_node_agent)
+{
+        struct exec_result res;
+        char hash[33], path[SBX_PATH_MAX];
+        struct stat st;
+        int code = -1;
+
+        open_with_node();
+        (void)nodeenv_start(&cfg, pki, "node1", node_dir);
+        cr_assert(TESTENV_WAIT_UNTIL(connected(NULL), 30000), "the node agent never connected");
+        char *out = fixture_run(d, "s1", "echo hello from the node", 0, &code);
+        cr_assert_eq(code, 0);
+        cr_assert_str_eq(out, "hello from the node\n");
+        free(out);
+
+        struct exec_request req = {.user = "u1", .session = "s1", .command = "echo again", .actor = "test"};
+        cr_assert_eq(exec_run(d->exec, &req, &res, NULL), 0);
+        cr_assert_str_eq(res.via, "runner", "the execution did not go through the runner: %s", res.via);
+        exec_result_done(&res);
+
+        /* the session's directory and socket are the node agent's, not the daemon's */
+        cr_assert_eq(runner_dir_key("u1", "s1", hash), 0);
+        snprintf(path, sizeof(path), "%s/runner/%s/" RP_SOCKET_NAME, node_dir, hash);
+        cr_assert_eq(stat(path, &st), 0, "no runner socket in the node agent's directory");
+        cr_assert(S_ISSOCK(st.st_mode));
+        snprintf(path, sizeof(path), "%s/runner/%s", cfg.data_dir, hash);
+        cr_assert_neq(stat(path, &st), 0, "the daemon made the session directory itself");
+        daemon_close(d);
+}
+
+Test(node, executions_survive_a_node_agent_sigkilled_and_started_again)
+{
+        struct exec_request req = {.user = "u1",
+                                   .session = "s1",
+                                   .command =
+                                           "echo before; while [ ! -e /workspace/go ]; do sleep 0.1; done; "
+                                           "echo after",
+                                   .actor = "test"};
+        struct exec_result res;
+        char id[37];
+        int code = -1;
+
+        open_with_node();
+        pid_t pid = nodeenv_start(&cfg, pki, "node1", node_dir);
+        cr_assert(TESTENV_WAIT_UNTIL(connected(NULL), 30000), "the node agent never connected");
+        cr_assert_eq(exec_start(d->exec, &req, id, NULL), 0);
+        cr_assert(TESTENV_WAIT_UNTIL(stdout_has(id, "before"), 30000), "the execution never printed");
+
+        nodeenv_kill(pid, SIGKILL);
+        cr_assert(TESTENV_WAIT_UNTIL(!connected(NULL), 30000), "the daemon never saw the node agent go");
+        cr_assert(fixture_exec_running(d, "u1", id), "the execution ended when its node agent died");
+        (void)nodeenv_start(&cfg, pki, "node1", node_dir);
+        cr_assert(TESTENV_WAIT_UNTIL(connected(NULL), 30000), "the node agent never came back");
+
+        /* a second execution reaches the same runner (through the new agent) and releases the first */
+        char *out = fixture_run(d, "s1", "touch /workspace/go && echo released", 0, &code);
+        cr_assert_eq(code, 0);
+        cr_assert_str_eq(out, "released\n");
+        free(out);
+        wait_final(id, &res);
+        cr_assert_eq(res.state, EXEC_COMPLETED, "state %s: %s", exec_state_to_string(res.state), res.error);
+        cr_assert_eq(res.stdout_head_len, 13);
+        cr_assert(memcmp(res.stdout_head, "before\nafter\n", 13) == 0, "stdout: %.*s", (int)res.stdout_head_len,
+                  res.stdout_head);
+        exec_result_done(&res);
+        daemon_close(d);
+}
+
+Test(node, a_revoked_certificate_is_refused_and_the_crl_is_read_again_when_it_changes)
+{
+        open_with_node();
+        pid_t bad = nodeenv_start(&cfg, pki, "node2", node_dir); /* revoked in crl.pem */
+        cr_assert(TESTENV_WAIT_UNTIL(refused_once(NULL), 30000), "the revoked node was never refused");
+        cr_assert_not(connected(NULL), "a revoked node agent was connected");
+        nodeenv_kill(bad, SIGKILL);
+
+        pid_t good = nodeenv_start(&cfg, pki, "node1", node_dir);
+        cr_assert(TESTENV_WAIT_UNTIL(connected(NULL), 30000), "a valid node agent was refused");
+        nodeenv_kill(good, SIGKILL);
+        cr_assert(TESTENV_WAIT_UNTIL(!connected(NULL), 30000));
+
+        /* node1 revoked now: the new CRL file is read at the next handshake */
+        uint64_t before = node_server_refused(d->node);
+        nodeenv_revoke(pki, "node1");
+        good = nodeenv_start(&cfg, pki, "node1", node_dir);
+        cr_assert(TESTENV_WAIT_UNTIL(node_server_refused(d->node) > before, 30000),
+                  "a node revoked after the daemon started was never refused");
+        cr_assert_not(connected(NULL), "a node revoked by the new CRL was connected");
+        nodeenv_kill(good, SIGKILL);
+        daemon_close(d);
+}
+
+/* A runner's hello, as the runner in a container sends it. */
+static void send_hello(int fd)
+{
+        struct rp_hdr h = {.len = sizeof(struct rp_hello) + 4, .type = RP_HELLO};
+        struct rp_hello hello = {.protocol = RP_PROTOCOL, .pid = 1};
+        unsigned char buf[sizeof(h) + sizeof(hello) + 4];
+        memcpy(buf, &h, sizeof(h));
+        memcpy(buf + sizeof(h), &hello, sizeof(hello));
+        memcpy(buf + sizeof(h) + sizeof(hello), "test", 4);
+        cr_assert_eq(send(fd, buf, sizeof(buf), MSG_NOSIGNAL), (ssize_t)sizeof(buf));
+}
+
+static bool audit_has(const char *action)
+{
+        int64_t n = 0;
+        return store_audit_count(d->store, "u1", "s9", action, &n) == 0 && n > 0;
+}
+
+static bool hub_connected(void *ud)
+{
+        (void)ud;
+        return runner_hub_wait(d->runner, "u1", "s9", 0);
+}
+
+Test(node, a_stream_from_an_old_epoch_is_refused_with_an_audit_row)
+{
+        struct sbx_config ncfg;
+        struct node_client *nc = NULL;
+        struct sbx_error err = {0};
+        char dir[SBX_PATH_MAX];
+        uint64_t epoch = 0;
+        int sv[2];
+
+        open_with_node();
+        /* a bare node (node3) that answers every request and opens the streams the test asks for */
+        nodeenv_config_node(&ncfg, &cfg, pki, "node3", node_dir);
+        cr_assert_eq(node_client_connect(&ncfg, &nc, &err), 0, "%s", err.msg);
+        cr_assert(TESTENV_WAIT_UNTIL(connected(NULL), 30000));
+        /* a container made, then made again: two epochs */
+        cr_assert_eq(runner_hub_prepare(d->runner, "u1", "s9", dir, &err), 0, "%s", err.msg);
+        cr_assert_eq(runner_hub_prepare(d->runner, "u1", "s9", dir, &err), 0, "%s", err.msg);
+        cr_assert_eq(store_epoch_get(d->store, "u1", "s9", &epoch), 0);
+        cr_assert_eq(epoch, 2);
+
+        /* the old epoch: refused, with an audit row, and the connection closed */
+        cr_assert_eq(socketpair(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC, 0, sv), 0);
+        cr_assert_eq(node_client_open(nc, "u1", "s9", 1, sv[1]), 0);
+        cr_assert(TESTENV_WAIT_UNTIL(audit_has("node_epoch_refused"), 30000), "no audit row for the old epoch");
+        struct pollfd p = {.fd = sv[0], .events = POLLIN};
+        char b;
+        cr_assert_eq(poll(&p, 1, 30000), 1);
+        cr_assert_eq(recv(sv[0], &b, 1, 0), 0, "the refused stream was not closed");
+        close(sv[0]);
+        cr_assert_not(hub_connected(NULL), "a runner from an old epoch is connected");
+
+        /* the current epoch reaches the hub: a runner that says hello is connected */
+        cr_assert_eq(socketpair(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC, 0, sv), 0);
+        cr_assert_eq(node_client_open(nc, "u1", "s9", 2, sv[1]), 0);
+        send_hello(sv[0]);
+        cr_assert(TESTENV_WAIT_UNTIL(hub_connected(NULL), 30000), "the runner of the current epoch never connected");
+        close(sv[0]);
+        daemon_close(d);
+        node_client_free(nc);
+}
+
+/* One malformed frame from a node closes its link (and only it). */
+static void malformed_closes_the_link(const void *frame, size_t len)
+{
+        struct sbx_config ncfg;
+        struct node_client *nc = NULL;
+        struct sbx_error err = {0};
+
+        nodeenv_config_node(&ncfg, &cfg, pki, "node3", node_dir);
+        cr_assert_eq(node_client_connect(&ncfg, &nc, &err), 0, "%s", err.msg);
+        cr_assert(TESTENV_WAIT_UNTIL(connected(NULL), 30000));
+        cr_assert_eq(node_client_send_raw(nc, frame, len), 0);
+        cr_assert(TESTENV_WAIT_UNTIL(!connected(NULL), 30000), "the link outlived a malformed frame");
+        node_client_free(nc);
+}
+
+Test(node, a_malformed_frame_closes_the_link)
+{
+        /* little endian: len, type, flags, stream */
+        static const unsigned char oversized[12] = {0x01, 0x00, 0x01, 0x00, NF_DATA, 0, 0, 0, 1, 0, 0, 0};
+        static const unsigned char unknown_type[12] = {0, 0, 0, 0, 99, 0, 0, 0, 0, 0, 0, 0};
+        static const unsigned char flags_set[12] = {0, 0, 0, 0, NF_PING, 0, 1, 0, 0, 0, 0, 0};
+        static const unsigned char short_open[16] = {4, 0, 0, 0, NF_OPEN, 0, 0, 0, 7, 0, 0, 0, 1, 0, 0, 0};
+
+        open_with_node();
+        malformed_closes_the_link(oversized, sizeof(oversized)); /* 65537 bytes announced */
+        malformed_closes_the_link(unknown_type, sizeof(unknown_type));
+        malformed_closes_the_link(flags_set, sizeof(flags_set));
+        malformed_closes_the_link(short_open, sizeof(short_open));
+        daemon_close(d);
+}
+
+static bool fenced(void *ud)
+{
+        int64_t n = 0;
+        (void)ud;
+        return store_audit_count(d->store, NULL, NULL, "node_fenced", &n) == 0 && n > 0;
+}
+
+Test(node, a_node_gone_past_node_fence_fences_its_sessions)
+{
+        struct exec_request req = {.user = "u1", .session = "s1", .command = "echo before; sleep 600", .actor = "test"};
+        struct exec_result res;
+        uint64_t epoch_before = 0, epoch_after = 0;
+        char id[37];
+
+        fixture_config(&cfg);
+        pki = nodeenv_pki();
+        nodeenv_config_control(&cfg, pki);
+        cfg.node_fence_ms = 2000;
+        snprintf(node_dir, sizeof(node_dir), "%s/../node", cfg.data_dir);
+        d = fixture_open(&cfg, false);
+        pid_t pid = nodeenv_start(&cfg, pki, "node1", node_dir);
+        cr_assert(TESTENV_WAIT_UNTIL(connected(NULL), 30000), "the node agent never connected");
+        cr_assert_eq(exec_start(d->exec, &req, id, NULL), 0);
+        cr_assert(TESTENV_WAIT_UNTIL(stdout_has(id, "before"), 30000), "the execution never printed");
+        cr_assert_eq(store_epoch_get(d->store, "u1", "s1", &epoch_before), 0);
+
+        nodeenv_kill(pid, SIGKILL); /* and never back */
+        cr_assert(TESTENV_WAIT_UNTIL(fenced(NULL), 30000), "no node_fenced audit row");
+        wait_final(id, &res);
+        cr_assert_eq(res.state, EXEC_FAILED, "state %s", exec_state_to_string(res.state));
+        exec_result_done(&res);
+        cr_assert_eq(store_epoch_get(d->store, "u1", "s1", &epoch_after), 0);
+        cr_assert_gt(epoch_after, epoch_before, "the fenced session kept its epoch");
+        daemon_close(d);
+}

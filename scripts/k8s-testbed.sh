@@ -50,6 +50,12 @@ STATE=${K8S_TESTBED_STATE:-/run/sandboxd-k8s}
 CACHE=${K8S_TESTBED_CACHE:-/var/cache/sandboxd-k8s}
 WAIT=${K8S_TESTBED_WAIT:-120}
 GOBIN_DIR=${K8S_TESTBED_GO:-/usr/lib/go-1.19/bin}
+# The build recipe's revision: a cached build of another revision is rebuilt.
+RECIPE=2
+# The reflect2 Kubernetes 1.20 vendors (1.0.1) crashes the binaries built by
+# Go 1.18 and later ("fatal error: fault" in mapiterinit); Debian's 1.0.2
+# replaces it.
+REFLECT2=/usr/share/gocode/src/github.com/modern-go/reflect2
 COMPONENTS=(kube-apiserver kube-scheduler kube-controller-manager kubelet)
 
 log() { printf 'k8s-testbed: %s\n' "$*" >&2; }
@@ -64,7 +70,7 @@ cached_bin_dir() {
 	local d best=
 	shopt -s nullglob
 	for d in "$CACHE"/*/; do
-		[[ -f $d/complete ]] && best=${d%/}/bin
+		[[ -f $d/complete && $(cat "$d/complete") == "$RECIPE" ]] && best=${d%/}/bin
 	done
 	shopt -u nullglob
 	[[ -n $best ]] && printf '%s\n' "$best"
@@ -123,7 +129,7 @@ cmd_build() (
 		return 0
 	fi
 	local dir=$CACHE/$version
-	if [[ -f $dir/complete ]]; then
+	if [[ -f $dir/complete && $(cat "$dir/complete") == "$RECIPE" ]]; then
 		log "kubernetes $version already built: $dir/bin"
 		return 0
 	fi
@@ -134,6 +140,10 @@ cmd_build() (
 	local dsc
 	dsc=$(ls "$dir"/download/kubernetes_*.dsc)
 	dpkg-source --no-check -x "$dsc" "$dir/src" >&2
+	[[ -f $REFLECT2/go_above_118.go ]] || die "$REFLECT2 is not reflect2 1.0.2 (scripts/setup.sh installs golang-github-modern-go-reflect2-dev)"
+	rm -rf "$dir/src/vendor/github.com/modern-go/reflect2"
+	cp -r "$REFLECT2" "$dir/src/vendor/github.com/modern-go/reflect2"
+	rm -f "$dir/src/vendor/github.com/modern-go/reflect2/go.mod"
 	(
 		cd "$dir/src"
 		export PATH=$GOBIN_DIR:$PATH GOFLAGS=-mod=vendor GOPROXY=off CGO_ENABLED=0 \
@@ -150,7 +160,7 @@ cmd_build() (
 	done
 	rm -rf "$dir/src" "$dir/gocache"
 	rm -f "$dir"/kubernetes_*
-	touch "$dir/complete"
+	echo "$RECIPE" >"$dir/complete"
 	log "built: $dir/bin"
 )
 
@@ -224,9 +234,10 @@ host_snapshot() {
 	local p
 	for p in /var/log/pods /var/log/containers /var/lib/kubelet /etc/kubernetes /etc/cni /opt/cni /opt/containerd \
 		/usr/libexec/kubernetes /run/containerd/runc /run/containerd/fifo /run/containerd/io.containerd.runtime.v2.task; do
+		# (/run/containerd/s is left out: dockerd's shims put their sockets
+		# there too. Ours end with their tasks.)
 		[[ -e $p ]] && find "$p" -maxdepth 1 -printf "path %p\n"
 	done
-	find /run/containerd/s -maxdepth 1 -printf 'path %p\n' 2>/dev/null || true
 	find /sys/fs/cgroup -maxdepth 2 \( -name "$CGROUP_PREFIX*" -o -name kubepods -o -name 'kubepods.slice' \) -printf 'cgroup %p\n' 2>/dev/null
 	if command -v iptables-save >/dev/null; then
 		iptables-save 2>/dev/null | grep -E 'KUBE-' | sed 's/^/iptables /' || true
@@ -710,10 +721,10 @@ cmd_stop() {
 			[[ $(sysctl -n "${line%%=*}") == "${line#*=}" ]] || sysctl -q -w "$line"
 		done <"$STATE/host/sysctl"
 	fi
-	# Logs the kubelets left in the host's fixed directories (/var/log/pods
-	# and /var/log/containers are not configurable in 1.20).
+	# What the kubelets left in the host's fixed directories, which 1.20
+	# does not let us move: the Pod logs, and the device plugin socket.
 	local p
-	for p in /var/log/pods /var/log/containers; do
+	for p in /var/log/pods /var/log/containers /var/lib/kubelet; do
 		if [[ -f $STATE/host/before ]] && ! grep -qx "path $p" "$STATE/host/before"; then
 			rm -rf "$p"
 		elif [[ -d $p ]]; then

@@ -434,7 +434,7 @@ start_controller_manager() {
 		--authentication-kubeconfig "$STATE/kubeconfig/controller-manager.conf" \
 		--authorization-kubeconfig "$STATE/kubeconfig/controller-manager.conf" \
 		--bind-address 127.0.0.1 --port 0 --secure-port 10257 --leader-elect=false --profiling=false \
-		--use-service-account-credentials \
+		--use-service-account-credentials --flex-volume-plugin-dir "$STATE/flexvolume" \
 		--service-account-private-key-file "$STATE/pki/sa.key" --root-ca-file "$STATE/pki/ca.crt" \
 		--controllers '*,-bootstrapsigner,-tokencleaner,-csrsigning,-nodeipam,-route,-service,-cloud-node-lifecycle'
 }
@@ -722,9 +722,10 @@ cmd_stop() {
 		done <"$STATE/host/sysctl"
 	fi
 	# What the kubelets left in the host's fixed directories, which 1.20
-	# does not let us move: the Pod logs, and the device plugin socket.
+	# does not let us move: the Pod logs, and the device plugin socket (and
+	# the flexvolume directory, in case a component made it after all).
 	local p
-	for p in /var/log/pods /var/log/containers /var/lib/kubelet; do
+	for p in /var/log/pods /var/log/containers /var/lib/kubelet /usr/libexec/kubernetes; do
 		if [[ -f $STATE/host/before ]] && ! grep -qx "path $p" "$STATE/host/before"; then
 			rm -rf "$p"
 		elif [[ -d $p ]]; then

@@ -9,8 +9,8 @@
 # service-account token, no service links, CPU and memory limits. The Pod
 # reports what it sees and the test checks it: uid 65534, no capabilities,
 # NoNewPrivs, seccomp filtering, only `lo`, a read-only root, a writable tmpfs
-# /tmp, the memory limit in its cgroup, no token mounted, no service
-# variables. Then it deletes everything and stops the testbed if it started it.
+# /tmp, the memory limit in its cgroup, no token mounted, no variables of the
+# namespace's Service. Then it deletes everything and stops the testbed if it started it.
 #
 # Every object is in a namespace of this run, labelled
 # sandboxd.test.run=$SANDBOXD_TEST_RUN; an EXIT trap deletes it whether the
@@ -98,6 +98,13 @@ fi
 ns_json=$(jq -n --arg ns "$NS" --arg run "$RUN" \
 	'{apiVersion: "v1", kind: "Namespace", metadata: {name: $ns, labels: {"sandboxd.test.run": $run}}}')
 api -X POST -H 'Content-Type: application/json' -d "$ns_json" /api/v1/namespaces >/dev/null
+# A Service in the namespace: with enableServiceLinks false its variables
+# must not reach the Pods (the API server's own, KUBERNETES_SERVICE_*, always
+# do: Kubernetes injects them whatever the field says).
+svc_json=$(jq -n --arg run "$RUN" '{apiVersion: "v1", kind: "Service",
+	metadata: {name: "smoke-svc", labels: {"sandboxd.test.run": $run}},
+	spec: {ports: [{port: 80, protocol: "TCP"}]}}')
+api -X POST -H 'Content-Type: application/json' -d "$svc_json" "/api/v1/namespaces/$NS/services" >/dev/null
 
 # What the Pod prints: one "key=value" a line, then "done".
 probe='
@@ -110,7 +117,7 @@ if echo x >/tmp/probe; then echo tmp=rw; else echo tmp=ro; fi
 echo "tmpfs=$(awk "\$2 == \"/tmp\" { print \$3 }" /proc/mounts)"
 echo "memlimit=$(cat /sys/fs/cgroup/memory/memory.limit_in_bytes 2>/dev/null || cat /sys/fs/cgroup/memory.max)"
 if [ -e /var/run/secrets/kubernetes.io ]; then echo token=mounted; else echo token=none; fi
-echo "servicevars=$(env | grep -c _SERVICE_HOST)"
+echo "servicevars=$(env | grep _SERVICE_HOST= | grep -vc ^KUBERNETES_)"
 echo done
 exec sleep 3600
 '
@@ -183,7 +190,7 @@ for node in "${nodes[@]}"; do
 	check "$name /tmp type" tmpfs "$(get tmpfs)"
 	check "$name memory limit" 67108864 "$(get memlimit)"
 	check "$name service account token" none "$(get token)"
-	check "$name service variables" 0 "$(get servicevars)"
+	check "$name variables of the namespace's Service" 0 "$(get servicevars)"
 done
 
 # Delete the Pods gracefully (not forced): they leave the API only once their

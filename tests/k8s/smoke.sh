@@ -112,7 +112,7 @@ echo "uid=$(id -u)"
 echo "gid=$(id -g)"
 grep -E "^(CapInh|CapPrm|CapEff|CapBnd|CapAmb|NoNewPrivs|Seccomp):" /proc/self/status | tr -d "\t" | tr ":" "="
 echo "ifaces=$(awk -F: "NR > 2 { gsub(/ /, \"\", \$1); print \$1 }" /proc/net/dev | sort | tr "\n" " ")"
-if touch /probe 2>/dev/null; then echo rootfs=rw; else echo rootfs=ro; fi
+echo "rootfs=$(awk "\$2 == \"/\" { split(\$4, o, \",\"); print o[1] }" /proc/mounts | tail -n1)"
 if echo x >/tmp/probe; then echo tmp=rw; else echo tmp=ro; fi
 echo "tmpfs=$(awk "\$2 == \"/tmp\" { print \$3 }" /proc/mounts)"
 echo "memlimit=$(cat /sys/fs/cgroup/memory/memory.limit_in_bytes 2>/dev/null || cat /sys/fs/cgroup/memory.max)"
@@ -185,7 +185,7 @@ for node in "${nodes[@]}"; do
 	check "$name NoNewPrivs" 1 "$(get NoNewPrivs)"
 	check "$name Seccomp (2 = filter)" 2 "$(get Seccomp)"
 	check "$name interfaces" "lo " "$(get ifaces)"
-	check "$name root" ro "$(get rootfs)"
+	check "$name root mounted" ro "$(get rootfs)"
 	check "$name /tmp writable" rw "$(get tmp)"
 	check "$name /tmp type" tmpfs "$(get tmpfs)"
 	check "$name memory limit" 67108864 "$(get memlimit)"

@@ -97,6 +97,9 @@ cmd_build() (
 		command -v "$tool" >/dev/null || die "$tool missing (scripts/setup.sh installs golang-1.19-go, rsync, dpkg-dev)"
 	done
 	mkdir -p "$CACHE"
+	# One build at a time (a second waits, then finds the first's result).
+	exec 9>"$CACHE/.lock"
+	flock 9
 	local cached
 	cached=$(cached_bin_dir || true)
 	if [[ -n $cached && ${K8S_TESTBED_REFRESH:-0} != 1 ]]; then
@@ -153,7 +156,11 @@ cmd_build() (
 		upstream=${upstream%%-*}
 		export KUBE_GIT_VERSION=v$upstream KUBE_GIT_TREE_STATE=clean KUBE_GIT_COMMIT=debian
 		nice -n 10 make WHAT="cmd/kube-apiserver cmd/kube-scheduler cmd/kube-controller-manager cmd/kubelet"
-	) >"$dir/build.log" 2>&1 || { tail -n 40 "$dir/build.log" >&2; die "build failed; the log is $dir/build.log"; }
+	) >"$dir/build.log" 2>&1 || {
+		tail -n 40 "$dir/build.log" >&2
+		rm -rf "$dir/src" "$dir/gocache"
+		die "build failed; the log is $dir/build.log"
+	}
 	local c
 	for c in "${COMPONENTS[@]}"; do
 		install -m 0755 "$dir/src/_output/bin/$c" "$dir/bin/$c"
@@ -191,12 +198,23 @@ node_dir() { echo "$STATE/node-$1"; }
 node_sock() { echo "$(node_dir "$1")/containerd/containerd.sock"; }
 node_cgroup() { echo "$CGROUP_PREFIX-${1//./-}"; }
 
-# deadline SECONDS WHAT CMD...: run CMD every 0.2 s until it succeeds.
+# deadline SECONDS WHAT CMD...: run CMD every 0.2 s until it succeeds. Fails
+# at once, with the end of its log, if a process the testbed started exits.
 deadline() {
-	local secs=$1 what=$2 end
+	local secs=$1 what=$2 end f name
 	shift 2
 	end=$((SECONDS + secs))
 	until "$@" >/dev/null 2>&1; do
+		for f in "$STATE"/pids/*.pid; do
+			[[ -e $f ]] || continue
+			name=${f##*/}
+			name=${name%.pid}
+			if ! pid_alive "$name"; then
+				log "$name exited while waiting for $what; the end of $STATE/logs/$name.log:"
+				tail -n 15 "$STATE/logs/$name.log" >&2
+				return 1
+			fi
+		done
 		((SECONDS < end)) || { log "timed out after ${secs}s waiting for $what"; return 1; }
 		sleep 0.2
 	done
@@ -699,17 +717,20 @@ unmount_state() {
 cmd_stop() {
 	need_root
 	[[ -d $STATE ]] || { log "not running ($STATE does not exist)"; return 0; }
-	local t0=$SECONDS n
+	local t0=$SECONDS n t_kubelets t_nodes t_control
 	for n in "${NODES[@]}"; do
 		stop_pid "kubelet-$n"
 	done
+	t_kubelets=$((SECONDS - t0))
 	stop_pid kube-controller-manager
 	stop_pid kube-scheduler
 	for n in "${NODES[@]}"; do
 		clear_node "$n"
 	done
+	t_nodes=$((SECONDS - t0 - t_kubelets))
 	stop_pid kube-apiserver
 	stop_pid etcd
+	t_control=$((SECONDS - t0 - t_kubelets - t_nodes))
 	unmount_state
 	for n in "${NODES[@]}"; do
 		remove_cgroup "$n"
@@ -747,7 +768,7 @@ cmd_stop() {
 	else
 		log "state kept in $STATE for inspection"
 	fi
-	log "stopped in $((SECONDS - t0))s"
+	log "stopped in $((SECONDS - t0))s (kubelets ${t_kubelets}s, containers and containerds ${t_nodes}s, control plane ${t_control}s)"
 	return "$rc"
 }
 

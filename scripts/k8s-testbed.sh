@@ -250,7 +250,7 @@ host_snapshot() {
 	done
 	awk -v st="$STATE" '$5 ~ "^" st || $5 ~ /kubelet|kubepods/ { print "mount " $5 }' /proc/self/mountinfo
 	local p
-	for p in /var/log/pods /var/log/containers /var/lib/kubelet /etc/kubernetes /etc/cni /opt/cni /opt/containerd \
+	for p in /var/log/pods /var/log/containers /var/lib/kubelet /etc/kubernetes /etc/cni /opt/cni /opt/containerd /run/netns \
 		/usr/libexec/kubernetes /run/containerd/runc /run/containerd/fifo /run/containerd/io.containerd.runtime.v2.task; do
 		# (/run/containerd/s is left out: dockerd's shims put their sockets
 		# there too. Ours end with their tasks.)
@@ -521,6 +521,8 @@ oom_score = 0
   # containerd's own, so let containerd clamp it.
   restrict_oom_score_adj = true
   disable_apparmor = true
+  # The Pods' network namespaces under the state directory, not /run/netns.
+  netns_mounts_under_state_dir = true
 
 [plugins."io.containerd.grpc.v1.cri".cni]
   bin_dir = "$STATE/bin"
@@ -755,6 +757,19 @@ cmd_stop() {
 			done
 		fi
 	done
+	# Network namespaces a containerd without netns_mounts_under_state_dir
+	# (a testbed started by an older version of this script) left behind.
+	if [[ -d /run/netns ]]; then
+		for p in /run/netns/cni-*; do
+			[[ -e $p ]] || continue
+			grep -qx "path $p" "$STATE/host/before" 2>/dev/null && continue
+			umount "$p" 2>/dev/null || umount -l "$p" 2>/dev/null || true
+			rm -f "$p"
+		done
+		if ! grep -qx "path /run/netns" "$STATE/host/before" 2>/dev/null; then
+			rmdir /run/netns 2>/dev/null || true
+		fi
+	fi
 	local rc=0
 	if [[ -f $STATE/host/before ]]; then
 		if ! diff <(sort "$STATE/host/before") <(host_snapshot | sort) >"$STATE/host/diff"; then

@@ -41,8 +41,11 @@
 #   K8S_TESTBED_GO      Go toolchain bin directory (default /usr/lib/go-1.19/bin)
 #   K8S_TESTBED_REFRESH=1  build: look for a newer source package even when a
 #                       build is cached (otherwise build touches no network)
-#   K8S_TESTBED_APISERVER_PORT (6443), K8S_TESTBED_ETCD_PORT (23790),
-#   K8S_TESTBED_ETCD_PEER_PORT (23800)
+#   K8S_TESTBED_PORT_OFFSET  added to every port (default 0: the API server on
+#                       6443, etcd 23790 and 23800, the scheduler 10259, the
+#                       controller manager 10257, the kubelets 10250 and
+#                       10248): with another K8S_TESTBED_STATE, a second
+#                       testbed can run beside the first
 set -euo pipefail
 
 ROOT=$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)
@@ -184,14 +187,20 @@ cmd_build() (
 # $STATE/pids, logs   one pid file and one log per process
 # $STATE/host         what start saw on the host, for stop to restore
 
-APISERVER_PORT=${K8S_TESTBED_APISERVER_PORT:-6443}
-ETCD_PORT=${K8S_TESTBED_ETCD_PORT:-23790}
-ETCD_PEER_PORT=${K8S_TESTBED_ETCD_PEER_PORT:-23800}
+OFFSET=${K8S_TESTBED_PORT_OFFSET:-0}
+[[ $OFFSET =~ ^[0-9]{1,4}$ ]] || die "K8S_TESTBED_PORT_OFFSET must be a number below 10000"
+APISERVER_PORT=$((6443 + OFFSET))
+ETCD_PORT=$((23790 + OFFSET))
+ETCD_PEER_PORT=$((23800 + OFFSET))
+SCHEDULER_PORT=$((10259 + OFFSET))
+CONTROLLER_MANAGER_PORT=$((10257 + OFFSET))
+KUBELET_PORT=$((10250 + OFFSET))
+KUBELET_HEALTHZ_PORT=$((10248 + OFFSET))
 NODES=(localhost 127.0.0.2)
 PAUSE_IMAGE=sandboxd.local/pause:testbed
 BUSYBOX_IMAGE=sandboxd.local/busybox:testbed
 # Run from cgroup roots of their own, so the two kubelets never share one.
-CGROUP_PREFIX=sandboxd-k8s
+CGROUP_PREFIX=${STATE##*/}
 
 node_ip() { [[ $1 == localhost ]] && echo 127.0.0.1 || echo "$1"; }
 node_dir() { echo "$STATE/node-$1"; }
@@ -250,7 +259,12 @@ host_snapshot() {
 	done
 	awk -v st="$STATE" '$5 ~ "^" st || $5 ~ /kubelet|kubepods/ { print "mount " $5 }' /proc/self/mountinfo
 	local p
-	for p in /var/log/pods /var/log/containers /var/lib/kubelet /etc/kubernetes /etc/cni /opt/cni /opt/containerd /run/netns \
+	# NODE_DIRS: whether they exist (their contents are the host's, or an
+	# older testbed's, never ours).
+	for p in "${NODE_DIRS[@]}"; do
+		[[ -e $p ]] && echo "path $p"
+	done
+	for p in /etc/kubernetes /etc/cni /opt/cni /opt/containerd /run/netns \
 		/usr/libexec/kubernetes /run/containerd/runc /run/containerd/fifo /run/containerd/io.containerd.runtime.v2.task; do
 		# (/run/containerd/s is left out: dockerd's shims put their sockets
 		# there too. Ours end with their tasks.)
@@ -443,7 +457,7 @@ start_scheduler() {
 		--kubeconfig "$STATE/kubeconfig/scheduler.conf" \
 		--authentication-kubeconfig "$STATE/kubeconfig/scheduler.conf" \
 		--authorization-kubeconfig "$STATE/kubeconfig/scheduler.conf" \
-		--bind-address 127.0.0.1 --port 0 --secure-port 10259 --leader-elect=false --profiling=false
+		--bind-address 127.0.0.1 --port 0 --secure-port "$SCHEDULER_PORT" --leader-elect=false --profiling=false
 }
 
 start_controller_manager() {
@@ -451,7 +465,7 @@ start_controller_manager() {
 		--kubeconfig "$STATE/kubeconfig/controller-manager.conf" \
 		--authentication-kubeconfig "$STATE/kubeconfig/controller-manager.conf" \
 		--authorization-kubeconfig "$STATE/kubeconfig/controller-manager.conf" \
-		--bind-address 127.0.0.1 --port 0 --secure-port 10257 --leader-elect=false --profiling=false \
+		--bind-address 127.0.0.1 --port 0 --secure-port "$CONTROLLER_MANAGER_PORT" --leader-elect=false --profiling=false \
 		--use-service-account-credentials --flex-volume-plugin-dir "$STATE/flexvolume" \
 		--service-account-private-key-file "$STATE/pki/sa.key" --root-ca-file "$STATE/pki/ca.crt" \
 		--controllers '*,-bootstrapsigner,-tokencleaner,-csrsigning,-nodeipam,-route,-service,-cloud-node-lifecycle'
@@ -540,7 +554,31 @@ oom_score = 0
   SystemdCgroup = false
   Root = "$dir/runc"
 EOF2
-	spawn "containerd-$n" containerd --config "$dir/containerd/config.toml"
+	# The node's own mount namespace (see node_init).
+	spawn "containerd-$n" unshare --mount --propagation slave -- \
+		bash "$ROOT/scripts/k8s-testbed.sh" node-init "$n"
+}
+
+# NODE_DIRS: host paths kubelet 1.20 uses whatever its flags say, each
+# bind-mounted from the node's directory in the node's mount namespace: the
+# Pod logs (each kubelet's log GC deletes the directories of Pods it does
+# not know, so two kubelets sharing /var/log/pods delete each other's logs
+# within a minute) and the device plugin socket.
+NODE_DIRS=(/var/log/pods /var/log/containers /var/lib/kubelet)
+
+# node_init NODE (run by unshare, in the node's new mount namespace): bind the
+# node's private copies over NODE_DIRS, then become the node's containerd.
+# The kubelet joins this namespace (nsenter), so the two see the same mounts,
+# and nothing either mounts (emptyDirs, rootfs overlays, network namespaces)
+# appears in the host's mount table; the namespace goes with its last process.
+node_init() {
+	local n=$1 dir p
+	dir=$(node_dir "$n")
+	for p in "${NODE_DIRS[@]}"; do
+		mkdir -p "$dir/host$p"
+		mount --bind "$dir/host$p" "$p"
+	done
+	exec containerd --config "$dir/containerd/config.toml"
 }
 
 import_images() {
@@ -561,10 +599,10 @@ start_kubelet() {
 apiVersion: kubelet.config.k8s.io/v1beta1
 kind: KubeletConfiguration
 address: $ip
-port: 10250
+port: $KUBELET_PORT
 readOnlyPort: 0
 healthzBindAddress: $ip
-healthzPort: 10248
+healthzPort: $KUBELET_HEALTHZ_PORT
 tlsCertFile: $STATE/pki/kubelet-serving-$n.crt
 tlsPrivateKeyFile: $STATE/pki/kubelet-serving-$n.key
 authentication:
@@ -593,7 +631,8 @@ imageGCHighThresholdPercent: 99
 imageGCLowThresholdPercent: 98
 maxPods: 110
 EOF2
-	spawn "kubelet-$n" "$BIN/kubelet" --config "$dir/kubelet.yaml" \
+	spawn "kubelet-$n" nsenter --mount="/proc/$(cat "$STATE/pids/containerd-$n.pid")/ns/mnt" -- \
+		"$BIN/kubelet" --config "$dir/kubelet.yaml" \
 		--kubeconfig "$STATE/kubeconfig/kubelet-$n.conf" \
 		--hostname-override "$n" --root-dir "$dir/kubelet" --cert-dir "$dir/kubelet/pki" \
 		--volume-plugin-dir "$dir/volume-plugins" \
@@ -638,6 +677,8 @@ cmd_start() {
 	start_etcd
 	deadline "$WAIT" etcd curl -sf "http://127.0.0.1:$ETCD_PORT/health"
 	local n
+	# The mount points of NODE_DIRS (empty; stop removes those it made).
+	mkdir -p "${NODE_DIRS[@]}"
 	for n in "${NODES[@]}"; do
 		make_cgroup "$n"
 		start_containerd "$n"
@@ -744,9 +785,8 @@ cmd_stop() {
 			[[ $(sysctl -n "${line%%=*}") == "${line#*=}" ]] || sysctl -q -w "$line"
 		done <"$STATE/host/sysctl"
 	fi
-	# What the kubelets left in the host's fixed directories, which 1.20
-	# does not let us move: the Pod logs, and the device plugin socket (and
-	# the flexvolume directory, in case a component made it after all).
+	# The mount points of NODE_DIRS that start made, and the flexvolume
+	# directory in case a component made it after all.
 	local p
 	for p in /var/log/pods /var/log/containers /var/lib/kubelet /usr/libexec/kubernetes; do
 		if [[ -f $STATE/host/before ]] && ! grep -qx "path $p" "$STATE/host/before"; then
@@ -826,5 +866,6 @@ stop) cmd_stop ;;
 status) cmd_status ;;
 env) echo "export KUBECONFIG=$STATE/kubeconfig/admin.conf" ;;
 import-docker-image) shift; cmd_import "$@" ;;
+node-init) node_init "$2" ;;
 *) sed -n '2,21s/^# \{0,1\}//p' "${BASH_SOURCE[0]}"; exit 2 ;;
 esac

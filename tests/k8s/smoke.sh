@@ -30,7 +30,6 @@ STATE=${K8S_TESTBED_STATE:-/run/sandboxd-k8s}
 WAIT=${K8S_TESTBED_WAIT:-120}
 # A namespace name is a DNS label: lower case, digits and '-', 63 at most.
 NS=$(printf 'sbx-smoke-%s' "$RUN" | tr 'A-Z_.' 'a-z--' | tr -cd 'a-z0-9-' | cut -c1-63 | sed 's/-*$//')
-PORT=${K8S_TESTBED_APISERVER_PORT:-6443}
 
 say() { printf 'k8s-smoke: %s\n' "$*" >&2; }
 fails=0
@@ -56,16 +55,17 @@ api() { # api [curl args] PATH
 	local path=${*: -1}
 	curl -sS --fail-with-body --max-time 30 --cacert "$STATE/pki/ca.crt" \
 		--cert "$STATE/pki/admin.crt" --key "$STATE/pki/admin.key" \
-		"${@:1:$#-1}" "https://127.0.0.1:$PORT$path"
+		"${@:1:$#-1}" "$SERVER$path"
 }
 
 [[ $(id -u) -eq 0 ]] || cannot_start "not root"
 
 started=0
+SERVER=
 cleanup() {
 	local rc=$?
 	set +e
-	if [[ -f $STATE/pki/admin.crt ]]; then
+	if [[ -n $SERVER ]]; then
 		api -X DELETE "/api/v1/namespaces/$NS" >/dev/null 2>&1
 		local end=$((SECONDS + WAIT))
 		while api "/api/v1/namespaces/$NS" >/dev/null 2>&1 && ((SECONDS < end)); do sleep 0.5; done
@@ -94,6 +94,11 @@ else
 	fi
 	say "testbed started in $((SECONDS - t0))s"
 fi
+
+# The API server's address, from the admin kubeconfig (the port moves with
+# K8S_TESTBED_PORT_OFFSET).
+SERVER=$(sed -n 's/^ *server: *//p' "$STATE/kubeconfig/admin.conf" | head -n1)
+[[ $SERVER == https://127.0.0.1:* ]] || { say "FAIL: no loopback API server in $STATE/kubeconfig/admin.conf"; exit 1; }
 
 ns_json=$(jq -n --arg ns "$NS" --arg run "$RUN" \
 	'{apiVersion: "v1", kind: "Namespace", metadata: {name: $ns, labels: {"sandboxd.test.run": $run}}}')

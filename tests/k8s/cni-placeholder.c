@@ -74,7 +74,8 @@ int main(void)
         for (; *id; id++)
                 h = (h ^ (uint8_t)*id) * 16777619u;
         /* 127.244.x.y with y in 1..254. */
-        printf("{\"cniVersion\":\"" CNI_VERSION "\","
+        printf("{\"cniVersion\":\"" CNI_VERSION
+               "\","
                "\"interfaces\":[{\"name\":\"%s\",\"sandbox\":\"%s\"}],"
                "\"ips\":[{\"version\":\"4\",\"address\":\"127.244.%u.%u/32\",\"interface\":0}]}\n",
                ifname, netns, (unsigned)((h >> 8) & 0xff), (unsigned)(h % 254u + 1u));

@@ -27,8 +27,8 @@ static void on_child(int sig)
 
 int main(void)
 {
-        struct sigaction stop = { .sa_handler = on_exit_signal };
-        struct sigaction reap = { .sa_handler = on_child, .sa_flags = SA_NOCLDSTOP };
+        struct sigaction stop = {.sa_handler = on_exit_signal};
+        struct sigaction reap = {.sa_handler = on_child, .sa_flags = SA_NOCLDSTOP};
 
         if (sigaction(SIGINT, &stop, NULL) < 0 || sigaction(SIGTERM, &stop, NULL) < 0 ||
             sigaction(SIGCHLD, &reap, NULL) < 0)

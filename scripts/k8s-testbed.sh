@@ -96,9 +96,6 @@ apt_private() {
 # In a subshell: its EXIT trap removes the download directory.
 cmd_build() (
 	need_root
-	for tool in "$GOBIN_DIR/go" rsync make dpkg-source apt-get; do
-		command -v "$tool" >/dev/null || die "$tool missing (scripts/setup.sh installs golang-1.19-go, rsync, dpkg-dev)"
-	done
 	mkdir -p "$CACHE"
 	# One build at a time (a second waits, then finds the first's result).
 	exec 9>"$CACHE/.lock"
@@ -109,6 +106,9 @@ cmd_build() (
 		log "using the cached build $cached (K8S_TESTBED_REFRESH=1 looks for a newer package)"
 		return 0
 	fi
+	for tool in "$GOBIN_DIR/go" rsync make dpkg-source apt-get; do
+		command -v "$tool" >/dev/null || die "$tool missing (scripts/setup.sh installs golang-1.19-go, rsync, dpkg-dev)"
+	done
 	local work
 	work=$(mktemp -d "$CACHE/.fetch.XXXXXX")
 	# The generated source list names the host's mirror: it stays in this

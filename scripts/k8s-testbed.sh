@@ -237,15 +237,43 @@ api() {
 		"${@:1:$#-1}" "https://127.0.0.1:$APISERVER_PORT$path"
 }
 
-# spawn NAME CMD...: start CMD in its own session, log and pid under $STATE.
-spawn() {
-	local name=$1
-	shift
-	setsid "$@" </dev/null >>"$STATE/logs/$name.log" 2>&1 &
-	echo $! >"$STATE/pids/$name.pid"
+# proc_start PID: the process's start time (field 22 of /proc/PID/stat, after
+# the command name, which may hold blanks and parentheses).
+proc_start() {
+	local stat
+	stat=$(cat "/proc/$1/stat" 2>/dev/null) || return 1
+	stat=${stat##*) }
+	set -- $stat
+	echo "${20}"
 }
 
-pid_alive() { [[ -f $STATE/pids/$1.pid ]] && kill -0 "$(cat "$STATE/pids/$1.pid")" 2>/dev/null; }
+# spawn NAME CMD...: start CMD in its own session, log under $STATE/logs, and
+# "pid start-time" in $STATE/pids/NAME.pid: the start time tells our process
+# from a later one that got the same pid.
+spawn() {
+	local name=$1 pid
+	shift
+	setsid "$@" </dev/null >>"$STATE/logs/$name.log" 2>&1 &
+	pid=$!
+	echo "$pid $(proc_start "$pid" || echo gone)" >"$STATE/pids/$name.pid"
+}
+
+# our_pid NAME: the pid of NAME if that process still runs, else nothing.
+our_pid() {
+	local pid start
+	[[ -f $STATE/pids/$1.pid ]] || return 1
+	read -r pid start <"$STATE/pids/$1.pid"
+	[[ $pid =~ ^[0-9]+$ ]] || return 1
+	if [[ -z $start ]]; then
+		# A pid file of an older version of this script: the pid alone.
+		kill -0 "$pid" 2>/dev/null || return 1
+	else
+		[[ $(proc_start "$pid" 2>/dev/null) == "$start" ]] || return 1
+	fi
+	echo "$pid"
+}
+
+pid_alive() { our_pid "$1" >/dev/null; }
 
 # --- host snapshot ----------------------------------------------------------
 #
@@ -257,24 +285,25 @@ host_snapshot() {
 	for s in "${SYSCTLS_SAVED[@]}"; do
 		printf 'sysctl %s=%s\n' "$s" "$(sysctl -n "$s")"
 	done
-	awk -v st="$STATE" '$5 ~ "^" st || $5 ~ /kubelet|kubepods/ { print "mount " $5 }' /proc/self/mountinfo
+	# Mounts: a node's stay in its mount namespace; none may be left here.
+	awk -v st="$STATE/" 'index($5, st) == 1 { print "mount " $5 }' /proc/self/mountinfo
+	# Paths the components would make by default; only whether they exist
+	# (their contents may belong to others: another testbed, ip netns).
 	local p
-	# NODE_DIRS: whether they exist (their contents are the host's, or an
-	# older testbed's, never ours).
-	for p in "${NODE_DIRS[@]}"; do
+	for p in "${NODE_DIRS[@]}" /etc/kubernetes /etc/cni /opt/cni /opt/containerd /run/netns \
+		/run/containerd/runc /run/containerd/fifo /run/containerd/io.containerd.runtime.v2.task \
+		/usr/libexec/kubernetes; do
 		[[ -e $p ]] && echo "path $p"
 	done
-	for p in /etc/kubernetes /etc/cni /opt/cni /opt/containerd /run/netns \
-		/usr/libexec/kubernetes /run/containerd/runc /run/containerd/fifo /run/containerd/io.containerd.runtime.v2.task; do
-		# (/run/containerd/s is left out: dockerd's shims put their sockets
-		# there too. Ours end with their tasks.)
-		[[ -e $p ]] && find "$p" -maxdepth 1 -printf "path %p\n"
+	local n names=(-name kubepods -o -name kubepods.slice)
+	for n in "${NODES[@]}"; do
+		names+=(-o -name "$(node_cgroup "$n")")
 	done
-	find /sys/fs/cgroup -maxdepth 2 \( -name "$CGROUP_PREFIX*" -o -name kubepods -o -name 'kubepods.slice' \) -printf 'cgroup %p\n' 2>/dev/null
+	find /sys/fs/cgroup -maxdepth 2 \( "${names[@]}" \) -printf 'cgroup %p\n' 2>/dev/null
 	if command -v iptables-save >/dev/null; then
 		iptables-save 2>/dev/null | grep -E 'KUBE-' | sed 's/^/iptables /' || true
 	fi
-} 
+}
 
 # The sysctls kubelet writes (pkg/kubelet/cm/container_manager_linux.go,
 # setupKernelTunables, as protectKernelDefaults is false).
@@ -631,7 +660,7 @@ imageGCHighThresholdPercent: 99
 imageGCLowThresholdPercent: 98
 maxPods: 110
 EOF2
-	spawn "kubelet-$n" nsenter --mount="/proc/$(cat "$STATE/pids/containerd-$n.pid")/ns/mnt" -- \
+	spawn "kubelet-$n" nsenter --mount="/proc/$(our_pid "containerd-$n")/ns/mnt" -- \
 		"$BIN/kubelet" --config "$dir/kubelet.yaml" \
 		--kubeconfig "$STATE/kubeconfig/kubelet-$n.conf" \
 		--hostname-override "$n" --root-dir "$dir/kubelet" --cert-dir "$dir/kubelet/pki" \
@@ -705,19 +734,31 @@ cmd_start() {
 	echo "$STATE/kubeconfig/admin.conf"
 }
 
-# stop_pid NAME: TERM, then KILL after 20 s.
+# stop_pid NAME...: TERM them all, KILL those left after 20 s, wait until
+# they are gone (30 s more at most).
 stop_pid() {
-	local name=$1 pid
-	[[ -f $STATE/pids/$name.pid ]] || return 0
-	pid=$(cat "$STATE/pids/$name.pid")
-	if kill -0 "$pid" 2>/dev/null; then
-		kill -TERM "$pid" 2>/dev/null || true
-		local end=$((SECONDS + 20))
-		while kill -0 "$pid" 2>/dev/null && ((SECONDS < end)); do sleep 0.1; done
-		kill -KILL "$pid" 2>/dev/null || true
-		while kill -0 "$pid" 2>/dev/null; do sleep 0.1; done
+	local name pids=() pid end
+	for name in "$@"; do
+		pid=$(our_pid "$name") && pids+=("$pid")
+	done
+	if ((${#pids[@]})); then
+		kill -TERM "${pids[@]}" 2>/dev/null || true
+		end=$((SECONDS + 20))
+		for name in "$@"; do
+			while pid_alive "$name" && ((SECONDS < end)); do sleep 0.1; done
+		done
+		for name in "$@"; do
+			pid=$(our_pid "$name") && kill -KILL "$pid" 2>/dev/null
+		done
+		end=$((SECONDS + 30))
+		for name in "$@"; do
+			while pid_alive "$name" && ((SECONDS < end)); do sleep 0.1; done
+			pid_alive "$name" && log "$name (pid $(our_pid "$name")) does not go away"
+		done
 	fi
-	rm -f "$STATE/pids/$name.pid"
+	for name in "$@"; do
+		rm -f "$STATE/pids/$name.pid"
+	done
 }
 
 # clear_node NODE: kill and remove every container of the node's containerd,
@@ -739,13 +780,17 @@ clear_node() {
 		done
 	fi
 	stop_pid "containerd-$n"
-	# A shim outlives its containerd; each wrote its pid under this node's
-	# state directory.
-	local f pid
-	for f in "$(node_dir "$n")"/containerd/state/io.containerd.runtime.v2.task/*/*/shim.pid; do
-		[[ -f $f ]] || continue
-		pid=$(cat "$f")
-		[[ $pid =~ ^[0-9]+$ ]] && kill -KILL "$pid" 2>/dev/null || true
+	# A shim outlives its containerd. Ours are those whose command line is
+	# containerd-shim-runc-v2 ... -address <this node's socket>.
+	local f pid args
+	for f in /proc/[0-9]*/cmdline; do
+		args=$(tr '\0' '\n' 2>/dev/null <"$f") || continue
+		[[ ${args%%$'\n'*} == */containerd-shim-runc-v2 || ${args%%$'\n'*} == containerd-shim-runc-v2 ]] || continue
+		grep -qxF -- "$sock" <<<"$(grep -A1 -xF -- -address <<<"$args" | tail -n1)" || continue
+		pid=${f#/proc/}
+		pid=${pid%/cmdline}
+		log "killing a shim left behind (pid $pid)"
+		kill -KILL "$pid" 2>/dev/null || true
 	done
 }
 
@@ -761,12 +806,9 @@ cmd_stop() {
 	need_root
 	[[ -d $STATE ]] || { log "not running ($STATE does not exist)"; return 0; }
 	local t0=$SECONDS n t_kubelets t_nodes t_control
-	for n in "${NODES[@]}"; do
-		stop_pid "kubelet-$n"
-	done
+	stop_pid "${NODES[@]/#/kubelet-}"
 	t_kubelets=$((SECONDS - t0))
-	stop_pid kube-controller-manager
-	stop_pid kube-scheduler
+	stop_pid kube-controller-manager kube-scheduler
 	for n in "${NODES[@]}"; do
 		clear_node "$n"
 	done
@@ -834,7 +876,7 @@ cmd_status() {
 		[[ -e $f ]] || continue
 		name=${f##*/}
 		name=${name%.pid}
-		if pid_alive "$name"; then echo "$name: running (pid $(cat "$f"))"; else echo "$name: DEAD"; rc=1; fi
+		if pid_alive "$name"; then echo "$name: running (pid $(our_pid "$name"))"; else echo "$name: DEAD"; rc=1; fi
 	done
 	if api /readyz >/dev/null 2>&1; then
 		api /api/v1/nodes | jq -r '.items[] | "node \(.metadata.name): Ready=\(.status.conditions[] | select(.type == "Ready") | .status)"'

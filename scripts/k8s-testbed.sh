@@ -678,6 +678,7 @@ node_ready() {
 cmd_start() {
 	need_root
 	if [[ -f $STATE/started ]]; then
+		cmd_status >/dev/null 2>&1 || die "$STATE is from a testbed that no longer runs whole (see status): run stop first"
 		log "already running ($STATE); kubeconfig: $STATE/kubeconfig/admin.conf"
 		echo "$STATE/kubeconfig/admin.conf"
 		return 0

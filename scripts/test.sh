@@ -233,7 +233,7 @@ step() {
 # The Kubernetes testbed's suites.
 k8s_suites() {
 	local state=${K8S_TESTBED_STATE:-/run/sandboxd-k8s} t0=$SECONDS rc=0 n
-	if [[ -f $state/started ]]; then
+	if [[ -f $state/started ]] && bash scripts/k8s-testbed.sh status >/dev/null 2>&1; then
 		log "Kubernetes testbed: using the one running in $state"
 	elif bash scripts/k8s-testbed.sh start >/dev/null; then
 		k8s_own=1

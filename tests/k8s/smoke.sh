@@ -83,7 +83,7 @@ cleanup() {
 }
 trap cleanup EXIT
 
-if [[ -f $STATE/started ]]; then
+if [[ -f $STATE/started ]] && bash "$TB" status >/dev/null 2>&1; then
 	say "using the running testbed ($STATE)"
 else
 	t0=$SECONDS

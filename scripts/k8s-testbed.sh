@@ -44,8 +44,9 @@
 #   K8S_TESTBED_PORT_OFFSET  added to every port (default 0: the API server on
 #                       6443, etcd 23790 and 23800, the scheduler 10259, the
 #                       controller manager 10257, the kubelets 10250 and
-#                       10248): with another K8S_TESTBED_STATE, a second
-#                       testbed can run beside the first
+#                       10248): with another K8S_TESTBED_STATE and an offset
+#                       that is a multiple of 100, a second testbed can run
+#                       beside the first
 set -euo pipefail
 
 ROOT=$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)
@@ -180,8 +181,10 @@ cmd_build() (
 # $STATE/pki          CA, serving and client certificates (openssl)
 # $STATE/kubeconfig/  admin.conf (the one tests use) and one per component
 # $STATE/etcd         etcd's data
-# $STATE/<node>/      containerd (root, state, socket, config), kubelet root,
-#                     CNI config, for node `localhost` and `127.0.0.2`
+# $STATE/node-<name>/ containerd (root, state, socket, config), kubelet root,
+#                     CNI config, and host/: the node's private /var/log/pods,
+#                     /var/log/containers and /var/lib/kubelet; for the nodes
+#                     `localhost` and `127.0.0.2`
 # $STATE/bin          the CNI plugins and the pause binary
 # $STATE/images       the OCI archives imported into each containerd
 # $STATE/pids, logs   one pid file and one log per process
@@ -189,6 +192,7 @@ cmd_build() (
 
 OFFSET=${K8S_TESTBED_PORT_OFFSET:-0}
 [[ $OFFSET =~ ^[0-9]{1,4}$ ]] || die "K8S_TESTBED_PORT_OFFSET must be a number below 10000"
+OFFSET=$((10#$OFFSET))
 APISERVER_PORT=$((6443 + OFFSET))
 ETCD_PORT=$((23790 + OFFSET))
 ETCD_PEER_PORT=$((23800 + OFFSET))

@@ -13,18 +13,22 @@
 #                           and `127.0.0.2`, each with a private containerd
 #                           (CRI on). Waits, with deadlines, until both nodes
 #                           are Ready. Prints the kubeconfig path.
-#   k8s-testbed.sh stop     stop everything, unmount what the kubelets mounted,
-#                           remove the state and restore the host settings the
-#                           kubelets changed (sysctls), checking each one.
-#   k8s-testbed.sh status   what runs, and the nodes.
+#   k8s-testbed.sh stop     stop everything, unmount what is left, restore the
+#                           host settings the kubelets changed (sysctls),
+#                           remove the state, then compare the host with what
+#                           start saw, and fail if it differs.
+#   k8s-testbed.sh status   what runs, and the nodes (exit 0: all of it runs).
 #   k8s-testbed.sh env      print `export KUBECONFIG=...` for eval.
+#   k8s-testbed.sh import-docker-image IMAGE...
+#                           copy images from dockerd into both nodes.
 #
 # Everything lives outside the repository: state in $K8S_TESTBED_STATE
 # (default /run/sandboxd-k8s), binaries in $K8S_TESTBED_CACHE (default
 # /var/cache/sandboxd-k8s). The containerd that serves dockerd is never
 # touched: each node has its own containerd with its own root, state and
-# socket. Pods get only `lo`: the CNI plugin (tests/k8s/cni-placeholder.c)
-# reports a placeholder address and sets nothing up.
+# socket, and runs with its kubelet in a mount namespace of its own. Pods get
+# only `lo`: the CNI plugin (tests/k8s/cni-placeholder.c) reports a
+# placeholder address and sets nothing up.
 #
 # Host quirks handled here (see docs/testing.md, "The Kubernetes testbed"):
 #   - root lacks CAP_SYS_RESOURCE in this VM, so runc cannot write the pause
@@ -32,7 +36,8 @@
 #     restrict_oom_score_adj = true;
 #   - containerd refuses a loopback-only CNI config: the placeholder plugin;
 #   - kubelet sets vm.overcommit_memory, kernel.panic and
-#     kernel.panic_on_oops: start saves them, stop writes them back.
+#     kernel.panic_on_oops (and checks three more): start saves them, stop
+#     writes them back.
 #
 # Environment:
 #   K8S_TESTBED_STATE   state directory (default /run/sandboxd-k8s)
@@ -914,5 +919,6 @@ status) cmd_status ;;
 env) echo "export KUBECONFIG=$STATE/kubeconfig/admin.conf" ;;
 import-docker-image) shift; cmd_import "$@" ;;
 node-init) node_init "$2" ;;
-*) sed -n '2,21s/^# \{0,1\}//p' "${BASH_SOURCE[0]}"; exit 2 ;;
+-h | --help) sed -n '2,/^set -euo/{/^set -euo/d;s/^# \{0,1\}//p}' "${BASH_SOURCE[0]}" ;;
+*) sed -n '2,/^set -euo/{/^set -euo/d;s/^# \{0,1\}//p}' "${BASH_SOURCE[0]}" >&2; exit 2 ;;
 esac

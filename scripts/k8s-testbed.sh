@@ -152,6 +152,8 @@ cmd_build() (
 	local dsc
 	dsc=$(ls "$dir"/download/kubernetes_*.dsc)
 	dpkg-source --no-check -x "$dsc" "$dir/src" >&2
+	# (dpkg-source leaves a copy of the orig tarball beside the tree.)
+	rm -f "$dir"/kubernetes_*
 	[[ -f $REFLECT2/go_above_118.go ]] || die "$REFLECT2 is not reflect2 1.0.2 (scripts/setup.sh installs golang-github-modern-go-reflect2-dev)"
 	rm -rf "$dir/src/vendor/github.com/modern-go/reflect2"
 	cp -r "$REFLECT2" "$dir/src/vendor/github.com/modern-go/reflect2"
@@ -175,7 +177,6 @@ cmd_build() (
 		install -m 0755 "$dir/src/_output/bin/$c" "$dir/bin/$c"
 	done
 	rm -rf "$dir/src" "$dir/gocache"
-	rm -f "$dir"/kubernetes_*
 	echo "$RECIPE" >"$dir/complete"
 	log "built: $dir/bin"
 )

@@ -21,6 +21,9 @@
 #   k8s-testbed.sh env      print `export KUBECONFIG=...` for eval.
 #   k8s-testbed.sh import-docker-image IMAGE...
 #                           copy images from dockerd into both nodes.
+#   k8s-testbed.sh kubelet-stop NODE, kubelet-start NODE
+#                           stop one node's kubelet (its containers run on: a
+#                           lost node), start it again and wait until Ready.
 #
 # Everything lives outside the repository: state in $K8S_TESTBED_STATE
 # (default /run/sandboxd-k8s), binaries in $K8S_TESTBED_CACHE (default
@@ -772,8 +775,9 @@ stop_pid() {
 	done
 }
 
-# clear_node NODE: kill and remove every container of the node's containerd,
-# then stop it and any shim left over.
+# clear_node NODE: kill every container of the node's containerd and delete
+# its task, so its shim exits. (The containers' metadata, snapshots and
+# mounts go with the containerd's state and the node's mount namespace.)
 clear_node() {
 	local n=$1 sock id
 	sock=$(node_sock "$n")
@@ -782,18 +786,23 @@ clear_node() {
 		for id in $("${c[@]}" tasks ls -q 2>/dev/null); do
 			"${c[@]}" tasks kill -s SIGKILL "$id" >/dev/null 2>&1 || true
 		done
-		for id in $("${c[@]}" tasks ls -q 2>/dev/null); do
-			local end=$((SECONDS + 20))
-			until "${c[@]}" tasks delete "$id" >/dev/null 2>&1 || ((SECONDS >= end)); do sleep 0.2; done
-		done
-		for id in $("${c[@]}" containers ls -q 2>/dev/null); do
-			"${c[@]}" containers delete "$id" >/dev/null 2>&1 || true
+		# The CRI plugin deletes a task that exits by itself: delete what is
+		# still listed until nothing is (or 20 s passed).
+		local end=$((SECONDS + 20)) left
+		while left=$("${c[@]}" tasks ls -q 2>/dev/null) && [[ -n $left ]] && ((SECONDS < end)); do
+			for id in $left; do
+				"${c[@]}" tasks delete "$id" >/dev/null 2>&1 || true
+			done
+			sleep 0.2
 		done
 	fi
-	stop_pid "containerd-$n"
-	# A shim outlives its containerd. Ours are those whose command line is
-	# containerd-shim-runc-v2 ... -address <this node's socket>.
-	local f pid args
+}
+
+# kill_shims NODE: a shim outlives its containerd. Ours are those whose
+# command line is containerd-shim-runc-v2 ... -address <this node's socket>.
+kill_shims() {
+	local sock f pid args
+	sock=$(node_sock "$1")
 	for f in /proc/[0-9]*/cmdline; do
 		args=$(tr '\0' '\n' 2>/dev/null <"$f") || continue
 		[[ ${args%%$'\n'*} == */containerd-shim-runc-v2 || ${args%%$'\n'*} == containerd-shim-runc-v2 ]] || continue
@@ -822,6 +831,10 @@ cmd_stop() {
 	stop_pid kube-controller-manager kube-scheduler
 	for n in "${NODES[@]}"; do
 		clear_node "$n"
+	done
+	stop_pid "${NODES[@]/#/containerd-}"
+	for n in "${NODES[@]}"; do
+		kill_shims "$n"
 	done
 	t_nodes=$((SECONDS - t0 - t_kubelets))
 	stop_pid kube-apiserver
@@ -883,11 +896,17 @@ cmd_stop() {
 cmd_status() {
 	[[ -d $STATE ]] || { echo "not running"; return 3; }
 	local name rc=0
-	for f in "$STATE"/pids/*.pid; do
-		[[ -e $f ]] || continue
-		name=${f##*/}
-		name=${name%.pid}
-		if pid_alive "$name"; then echo "$name: running (pid $(our_pid "$name"))"; else echo "$name: DEAD"; rc=1; fi
+	for name in etcd kube-apiserver kube-scheduler kube-controller-manager \
+		"${NODES[@]/#/containerd-}" "${NODES[@]/#/kubelet-}"; do
+		if pid_alive "$name"; then
+			echo "$name: running (pid $(our_pid "$name"))"
+		elif [[ -f $STATE/pids/$name.pid ]]; then
+			echo "$name: DEAD (its log: $STATE/logs/$name.log)"
+			rc=1
+		else
+			echo "$name: stopped"
+			rc=1
+		fi
 	done
 	if api /readyz >/dev/null 2>&1; then
 		api /api/v1/nodes | jq -r '.items[] | "node \(.metadata.name): Ready=\(.status.conditions[] | select(.type == "Ready") | .status)"'
@@ -912,6 +931,32 @@ cmd_import() {
 	done
 }
 
+# kubelet-stop NODE / kubelet-start NODE: a node lost and back, for the
+# failure tests. Only the kubelet stops: the node's containerd and its
+# containers keep running, as on a machine whose kubelet died.
+cmd_kubelet() {
+	local verb=$1 n=${2:-} known=0 m
+	need_root
+	[[ -f $STATE/started ]] || die "not running"
+	for m in "${NODES[@]}"; do
+		[[ $m == "$n" ]] && known=1
+	done
+	((known)) || die "no node '$n' (the nodes: ${NODES[*]})"
+	if [[ $verb == stop ]]; then
+		stop_pid "kubelet-$n"
+		log "kubelet of $n stopped; its containers run on"
+		return 0
+	fi
+	if pid_alive "kubelet-$n"; then
+		log "kubelet of $n already runs"
+		return 0
+	fi
+	BIN=$(cat "$STATE/bin-dir")
+	start_kubelet "$n"
+	deadline "$WAIT" "node $n Ready" node_ready "$n"
+	log "kubelet of $n started, node Ready"
+}
+
 case ${1:-} in
 build) cmd_build ;;
 start) cmd_start ;;
@@ -919,6 +964,8 @@ stop) cmd_stop ;;
 status) cmd_status ;;
 env) echo "export KUBECONFIG=$STATE/kubeconfig/admin.conf" ;;
 import-docker-image) shift; cmd_import "$@" ;;
+kubelet-stop) cmd_kubelet stop "${2:-}" ;;
+kubelet-start) cmd_kubelet start "${2:-}" ;;
 node-init) node_init "$2" ;;
 -h | --help) sed -n '2,/^set -euo/{/^set -euo/d;s/^# \{0,1\}//p}' "${BASH_SOURCE[0]}" ;;
 *) sed -n '2,/^set -euo/{/^set -euo/d;s/^# \{0,1\}//p}' "${BASH_SOURCE[0]}" >&2; exit 2 ;;

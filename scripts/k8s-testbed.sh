@@ -700,7 +700,7 @@ cmd_start() {
 	local t0=$SECONDS
 	cmd_build
 	BIN=$(cached_bin_dir) || die "no build in $CACHE"
-	for tool in etcd containerd ctr runc openssl curl jq setsid; do
+	for tool in etcd containerd ctr runc openssl curl jq setsid unshare nsenter; do
 		command -v "$tool" >/dev/null || die "$tool missing (scripts/setup.sh installs it)"
 	done
 	mkdir -p "$STATE/pids" "$STATE/logs" "$STATE/host"

@@ -33,6 +33,11 @@ PACKAGES=(
 	libevent-dev libhttp-parser-dev libssl-dev libyaml-dev
 	curl jq iproute2 procps ca-certificates python3
 	systemd socat runsc tini libarchive-dev
+	# The Kubernetes testbed (scripts/k8s-testbed.sh): Go and the tools to
+	# build Debian's kubernetes source package, etcd, the nodes' containerd
+	# and runc, the loopback CNI plugin.
+	golang-1.19-go golang-github-modern-go-reflect2-dev rsync dpkg-dev
+	etcd-server containerd runc containernetworking-plugins
 )
 # Node may come from elsewhere (e.g. nodesource, whose nodejs bundles npm);
 # installing Debian's on top would conflict, so only add what is not on PATH.

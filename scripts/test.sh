@@ -18,6 +18,14 @@
 #                            test opens runs its node part in a separate
 #                            `sandboxd node` over TLS on loopback
 #                            (tests/helpers/nodeenv.h). No JS or client tests.
+#   scripts/test.sh --k8s    setup.sh, build into build/, start the Kubernetes
+#                            testbed (scripts/k8s-testbed.sh) unless it already
+#                            runs, run tests/k8s/smoke.sh and the ctest suites
+#                            named *kubernetes* or *k8s* against it (KUBECONFIG and
+#                            SANDBOXD_K8S_KUBECONFIG point at its admin
+#                            kubeconfig), then stop it if this run started it.
+#                            If the testbed cannot start this is a skip with
+#                            the reason, or a failure when SANDBOXD_CI=1.
 #   scripts/test.sh --repeat N
 #                            the flake hunt: as with no option, but the
 #                            integration and JS tests run N times (build, unit
@@ -37,7 +45,8 @@
 #              SANDBOXD_TEST_RUN (default: a fresh id), SANDBOXD_DOCKER_SOCKET,
 #              SANDBOXD_STRESS_SCALE (--tsan: iterations in percent, default 100),
 #              SANDBOXD_FORMAT_CHECK (default 1: scripts/format.sh --check runs with the
-#              unit tests; 0 skips it).
+#              unit tests; 0 skips it), SANDBOXD_CI=1 (set by .ci/run: --k8s fails
+#              when the testbed cannot start), K8S_TESTBED_* (scripts/k8s-testbed.sh).
 set -euo pipefail
 
 ROOT=$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)
@@ -45,12 +54,14 @@ cd "$ROOT"
 
 asan=0
 tsan=0
+k8s=0
 repeat=0
 node=0
 case ${1:-} in
 '') ;;
 --node) node=1 ;;
 --asan) asan=1 ;;
+--k8s) k8s=1 ;;
 --tsan) tsan=1 ;;
 --repeat)
 	repeat=${2:-}
@@ -59,8 +70,8 @@ case ${1:-} in
 		exit 2
 	fi
 	;;
--h | --help) sed -n '2,38s/^# \{0,1\}//p' "${BASH_SOURCE[0]}"; exit 0 ;;
-*) echo "usage: scripts/test.sh [--asan | --tsan | --node | --repeat N]" >&2; exit 2 ;;
+-h | --help) sed -n '2,48s/^# \{0,1\}//p' "${BASH_SOURCE[0]}"; exit 0 ;;
+*) echo "usage: scripts/test.sh [--asan | --tsan | --node | --k8s | --repeat N]" >&2; exit 2 ;;
 esac
 
 log() { printf '\ntest: %s\n' "$*" >&2; }
@@ -109,11 +120,16 @@ sweep_run() {
 }
 # Every run id this script used (--repeat gives each repetition its own).
 runs=("$SANDBOXD_TEST_RUN")
+# --k8s: 1 once this run started the testbed (the sweep stops it).
+k8s_own=0
 sweep() {
 	local rc=$? run
 	for run in "${runs[@]}"; do
 		sweep_run "$run"
 	done
+	if ((k8s_own)); then
+		bash scripts/k8s-testbed.sh stop || rc=1
+	fi
 	exit "$rc"
 }
 trap sweep EXIT
@@ -221,7 +237,47 @@ step() {
 	return 1
 }
 
-if ((asan)); then
+# The Kubernetes testbed's suites.
+k8s_suites() {
+	local state=${K8S_TESTBED_STATE:-/run/sandboxd-k8s} t0=$SECONDS rc=0 n
+	if [[ -f $state/started ]] && bash scripts/k8s-testbed.sh status >/dev/null 2>&1; then
+		log "Kubernetes testbed: using the one running in $state"
+	elif bash scripts/k8s-testbed.sh start >/dev/null; then
+		k8s_own=1
+		log "Kubernetes testbed: started in $((SECONDS - t0))s"
+	elif [[ ${SANDBOXD_CI:-0} == 1 ]]; then
+		failed+=("Kubernetes testbed: cannot start")
+		return 1
+	else
+		log "Kubernetes suites: SKIPPED, the testbed cannot start here (scripts/k8s-testbed.sh start says why above)"
+		return 0
+	fi
+	export KUBECONFIG=$state/kubeconfig/admin.conf SANDBOXD_K8S_KUBECONFIG=$state/kubeconfig/admin.conf
+	step "Kubernetes testbed smoke test" bash tests/k8s/smoke.sh || rc=1
+	# The suites labelled k8s, and those named after the engine (an
+	# integration suite such as integration_test_kubernetes skips when
+	# SANDBOXD_K8S_KUBECONFIG is unset, so it runs for real only here).
+	local sel=(-R 'kubernetes|k8s')
+	n=$(ctest --test-dir "$BUILD" -N "${sel[@]}" 2>/dev/null | sed -n 's/^Total Tests: //p')
+	if [[ ${n:-0} -gt 0 ]]; then
+		step "Kubernetes suites" ctest --test-dir "$BUILD" --output-on-failure "${sel[@]}" || rc=1
+	fi
+	if ((k8s_own)); then
+		t0=$SECONDS
+		step "Kubernetes testbed: stop (and the host restored)" bash scripts/k8s-testbed.sh stop || rc=1
+		k8s_own=0
+		log "Kubernetes testbed: stopped in $((SECONDS - t0))s"
+	fi
+	return "$rc"
+}
+
+if ((k8s)); then
+	log "build into $BUILD"
+	cmake -S . -B "$BUILD" -DCMAKE_BUILD_TYPE=RelWithDebInfo
+	cmake --build "$BUILD" -j2
+	export SANDBOXD_BUILD_DIR="$BUILD"
+	k8s_suites || true
+elif ((asan)); then
 	export ASAN_OPTIONS=${ASAN_OPTIONS:-detect_leaks=1:abort_on_error=1}
 	export UBSAN_OPTIONS=${UBSAN_OPTIONS:-print_stacktrace=1:halt_on_error=1}
 	log "build (ASan+UBSan) into $BUILD"

@@ -70,7 +70,7 @@ case ${1:-} in
 		exit 2
 	fi
 	;;
--h | --help) sed -n '2,48s/^# \{0,1\}//p' "${BASH_SOURCE[0]}"; exit 0 ;;
+-h | --help) sed -n '2,49s/^# \{0,1\}//p' "${BASH_SOURCE[0]}"; exit 0 ;;
 *) echo "usage: scripts/test.sh [--asan | --tsan | --node | --k8s | --repeat N]" >&2; exit 2 ;;
 esac
 

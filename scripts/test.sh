@@ -260,6 +260,10 @@ k8s_suites() {
 	local sel=(-R 'kubernetes|k8s')
 	n=$(ctest --test-dir "$BUILD" -N "${sel[@]}" 2>/dev/null | sed -n 's/^Total Tests: //p')
 	if [[ ${n:-0} -gt 0 ]]; then
+		# the nodes pull nothing (imagePullPolicy Never): they get the
+		# suites' image from dockerd (scripts/images.sh built it)
+		step "Kubernetes testbed: the test image on both nodes" \
+			bash scripts/k8s-testbed.sh import-docker-image sandboxd/test:latest || rc=1
 		step "Kubernetes suites" ctest --test-dir "$BUILD" --output-on-failure "${sel[@]}" || rc=1
 	fi
 	if ((k8s_own)); then

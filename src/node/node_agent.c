@@ -87,6 +87,16 @@ static void session_free(struct node_agent *a, struct na_session *s)
         free(s);
 }
 
+static bool has_dir(struct node_agent *a, const char *user, const char *session)
+{
+        char hash[33], path[SBX_PATH_MAX];
+        struct stat st;
+
+        return runner_dir_key(user, session, hash) == 0 &&
+               snprintf(path, sizeof(path), "%s/%s", a->root, hash) < (int)sizeof(path) && lstat(path, &st) == 0 &&
+               S_ISDIR(st.st_mode);
+}
+
 static const char *usable_binary(struct node_agent *a)
 {
         struct stat st;
@@ -194,11 +204,14 @@ static bool on_req(struct node_agent *a, struct nl *l, const struct node_hdr *h,
         } else if (rq.op == NODE_OP_REKEY) {
                 if (!nl_key_ok(rq.user2, sizeof(rq.user2)) || !nl_key_ok(rq.session2, sizeof(rq.session2)))
                         return false;
-                struct na_session *old = find(a, rq.user2, rq.session2);
-                if (old)
-                        session_free(a, old);
+                struct na_session *s = find(a, rq.user, rq.session), *old = find(a, rq.user2, rq.session2);
+                /* renamed before (a restarted control daemon finishing a claim again): it stays served */
+                bool done = old && !s && !has_dir(a, rq.user, rq.session);
+                if (old && !done)
+                        session_free(a, old); /* the target's stale one (an earlier container's) */
                 r = runner_dir_rename(a->root, rq.user, rq.session, rq.user2, rq.session2, dir, &e);
-                struct na_session *s = find(a, rq.user, rq.session);
+                if (r == 0 && done)
+                        old->epoch = rq.epoch;
                 if (r == 0 && s) {
                         sbx_strlcpy(s->user, rq.user2, sizeof(s->user));
                         sbx_strlcpy(s->session, rq.session2, sizeof(s->session));

@@ -210,7 +210,8 @@ void nodeenv_kill(pid_t pid, int sig)
  * node directory: pki/ (made once), pki/port, node/. */
 void nodeenv_fixture(struct sbx_config *cfg)
 {
-        static pid_t pid;
+        static pid_t pid, owner;
+        static char agent_base[SBX_PATH_MAX];
         char base[SBX_PATH_MAX], pki[SBX_PATH_MAX], path[SBX_PATH_MAX], node_dir[SBX_PATH_MAX];
         struct stat st;
         FILE *f;
@@ -241,9 +242,13 @@ void nodeenv_fixture(struct sbx_config *cfg)
                 fclose(f);
                 snprintf(cfg->node_listen, sizeof(cfg->node_listen), "127.0.0.1:%d", port);
         }
-        /* one node agent per process (a forked child has its parent's): it dials the daemon
-         * listening on that port again whenever one goes */
-        if (pid > 0 && kill(pid, 0) == 0)
+        /* one node agent per process and data_dir (a forked child has its parent's): it dials
+         * the daemon listening on that port again whenever one goes */
+        if (pid > 0 && kill(pid, 0) == 0 && strcmp(agent_base, base) == 0)
                 return;
+        if (pid > 0 && owner == getpid()) /* it served another data_dir: it dials a port nobody listens on */
+                nodeenv_kill(pid, SIGKILL);
         pid = nodeenv_start(cfg, pki, "node1", node_dir);
+        owner = getpid();
+        snprintf(agent_base, sizeof(agent_base), "%s", base);
 }

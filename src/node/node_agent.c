@@ -481,6 +481,8 @@ struct node_client {
         } pending[8];
         size_t n_pending;
         volatile sig_atomic_t stop;
+        pthread_cond_t cond; /* with lock: done */
+        bool done;           /* the link ended */
 };
 
 /* Every request succeeds, naming a directory that does not exist: the
@@ -516,6 +518,10 @@ static void *nc_main(void *ud)
         const char *why;
         nl_block_sigpipe();
         nl_run(&c->l, &why);
+        pthread_mutex_lock(&c->lock);
+        c->done = true;
+        pthread_cond_broadcast(&c->cond);
+        pthread_mutex_unlock(&c->lock);
         return NULL;
 }
 
@@ -549,6 +555,7 @@ int node_client_connect(const struct sbx_config *cfg, struct node_client **ret, 
                 return sbx_error_set(err, -ENOMEM, 0, "out of memory");
         }
         pthread_mutex_init(&c->lock, NULL);
+        pthread_cond_init(&c->cond, NULL);
         uint32_t proto = htole32(NODE_PROTOCOL);
         if (nl_send(&c->l, NF_HELLO, 0, &proto, sizeof(proto), NULL, 0) < 0 ||
             pthread_create(&c->thread, NULL, nc_main, c) != 0) {
@@ -601,6 +608,19 @@ int node_client_send_raw(struct node_client *c, const void *buf, size_t len)
         return 0;
 }
 
+bool node_client_closed(struct node_client *c, int timeout_ms)
+{
+        struct timespec until = sbx_deadline_after(CLOCK_REALTIME, timeout_ms);
+        bool done;
+
+        pthread_mutex_lock(&c->lock);
+        while (!c->done && pthread_cond_timedwait(&c->cond, &c->lock, &until) != ETIMEDOUT)
+                ;
+        done = c->done;
+        pthread_mutex_unlock(&c->lock);
+        return done;
+}
+
 void node_client_free(struct node_client *c)
 {
         if (!c)
@@ -611,5 +631,6 @@ void node_client_free(struct node_client *c)
                 close(c->pending[i].fd);
         nl_destroy(&c->l);
         pthread_mutex_destroy(&c->lock);
+        pthread_cond_destroy(&c->cond);
         free(c);
 }

@@ -171,7 +171,11 @@ pid_t nodeenv_start(const struct sbx_config *control, const char *pki, const cha
         if (pid == 0) {
                 char bin[SBX_PATH_MAX + 16];
                 prctl(PR_SET_PDEATHSIG, SIGKILL); /* never outlives the daemon's process */
-                snprintf(bin, sizeof(bin), "%s/sandboxd", exe);
+                /* SANDBOXD_TEST_NODE_BIN: another build's sandboxd (a TSan one, say) as the agent */
+                const char *other = getenv("SANDBOXD_TEST_NODE_BIN");
+                snprintf(bin, sizeof(bin), "%s", other && *other ? other : "");
+                if (!bin[0])
+                        snprintf(bin, sizeof(bin), "%s/sandboxd", exe);
                 /* the daemon's own SANDBOXD_* would override the file */
                 for (char **e = environ; *e;)
                         if (strncmp(*e, "SANDBOXD_", 9) == 0 && strncmp(*e, "SANDBOXD_TEST", 13) != 0) {

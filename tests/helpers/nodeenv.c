@@ -149,6 +149,9 @@ pid_t nodeenv_start(const struct sbx_config *control, const char *pki, const cha
         exe[n] = '\0';
         *strrchr(exe, '/') = '\0';
         nodeenv_config_node(&node, control, pki, name, data_dir);
+        /* the runner is the node's: this build's (also under an agent of another build, SANDBOXD_TEST_NODE_BIN) */
+        char runner[SBX_PATH_MAX + 32];
+        snprintf(runner, sizeof(runner), "%s/sandboxd-runner", exe);
         snprintf(conf, sizeof(conf), "%s/%s.conf", pki, name);
         f = fopen(conf, "w");
         cr_assert_not_null(f);
@@ -157,7 +160,7 @@ pid_t nodeenv_start(const struct sbx_config *control, const char *pki, const cha
                 "node_heartbeat = %dms\nlog_level = %s\nrunner_binary = %s\n",
                 node.node_connect, node.node_cert, node.node_key, node.node_ca, node.node_crl, node.data_dir,
                 node.node_heartbeat_ms, getenv("SANDBOXD_TEST_NODE_LOG") ? getenv("SANDBOXD_TEST_NODE_LOG") : "warn",
-                control->runner_binary[0] ? control->runner_binary : "\"\""); /* the runner is the node's */
+                control->runner_binary[0] ? control->runner_binary : runner);
         fclose(f);
         pthread_mutex_lock(&lock);
         static bool registered;

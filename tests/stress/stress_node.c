@@ -138,12 +138,14 @@ static void make_pki(const char *dir)
         FILE *f;
         char path[SBX_PATH_MAX];
 
-        sh(dir, "openssl req -x509 " KEY " -keyout ca.key -out ca.pem -days 2 -subj /CN=stress-node-ca "
+        sh(dir, "openssl req -x509 " KEY
+                " -keyout ca.key -out ca.pem -days 2 -subj /CN=stress-node-ca "
                 "-addext basicConstraints=critical,CA:TRUE -addext keyUsage=critical,keyCertSign,cRLSign");
         for (size_t i = 0; i < ELEMENTSOF(names); i++) {
                 char script[1024];
                 snprintf(script, sizeof(script),
-                         "openssl req " KEY " -keyout %s.key -out %s.csr -subj /CN=%s && "
+                         "openssl req " KEY
+                         " -keyout %s.key -out %s.csr -subj /CN=%s && "
                          "openssl x509 -req -in %s.csr -CA ca.pem -CAkey ca.key -CAcreateserial -days 2 -out %s.pem",
                          names[i], names[i], names[i], names[i], names[i]);
                 sh(dir, script);
@@ -152,11 +154,13 @@ static void make_pki(const char *dir)
         f = fopen(path, "w");
         if (!f)
                 exit(2);
-        fprintf(f, "[ ca ]\ndefault_ca = ca_default\n[ ca_default ]\ndatabase = index.txt\ncrlnumber = crlnumber\n"
-                   "default_md = sha256\ndefault_crl_days = 2\ncertificate = ca.pem\nprivate_key = ca.key\n");
+        fprintf(f,
+                "[ ca ]\ndefault_ca = ca_default\n[ ca_default ]\ndatabase = index.txt\ncrlnumber = crlnumber\n"
+                "default_md = sha256\ndefault_crl_days = 2\ncertificate = ca.pem\nprivate_key = ca.key\n");
         fclose(f);
-        sh(dir, "touch index.txt && echo 1000 > crlnumber && openssl ca -config ca.cnf -batch -revoke revoked.pem && "
-                "openssl ca -config ca.cnf -gencrl -out crl.pem");
+        sh(dir,
+           "touch index.txt && echo 1000 > crlnumber && openssl ca -config ca.cnf -batch -revoke revoked.pem && "
+           "openssl ca -config ca.cnf -gencrl -out crl.pem");
 }
 
 static void node_cfg(struct sbx_config *c, const char *pki, const char *name)
@@ -235,8 +239,8 @@ static bool relay(int i, int a, int b, size_t size)
                                       {.fd = b, .events = (short)((b_eof ? 0 : POLLIN) | (out < in ? POLLOUT : 0))}};
                 int64_t left = end - sbx_now_ms();
                 if (left <= 0 || poll(p, 2, (int)left) < 0) {
-                        STRESS_CHECK(false, "stream s%d stalled: sent %zu, relayed %zu/%zu, back %zu of %zu (%d%d%d)", i,
-                                     sent, in, out, got, size, a_shut, b_eof, b_shut);
+                        STRESS_CHECK(false, "stream s%d stalled: sent %zu, relayed %zu/%zu, back %zu of %zu (%d%d%d)",
+                                     i, sent, in, out, got, size, a_shut, b_eof, b_shut);
                         ok = false;
                         break;
                 }

@@ -379,15 +379,7 @@ int daemon_open(const struct sbx_config *cfg, const struct daemon_options *opts,
         r = quota_new(d->store, &d->quota, err);
         if (r < 0)
                 goto fail;
-        /* claims a previous daemon began are finished before the session rows load */
-        r = pool_recover_claims(&d->cfg, d->store, d->engine, err);
-        if (r < 0)
-                goto fail;
-        r = session_manager_new(&d->cfg, d->engine, d->store, d->ports, opts->extra_labels, &d->sessions, err);
-        if (r < 0)
-                goto fail;
-        session_set_user_cap(d->sessions, user_session_cap, d);
-        session_set_paused_cap(d->sessions, user_paused_cap, d);
+        /* the hub and its node link before the pool's recovery, which re-keys runner directories */
         r = runner_hub_new(&d->cfg, &d->runner, err);
         if (r < 0)
                 goto fail;
@@ -397,7 +389,23 @@ int daemon_open(const struct sbx_config *cfg, const struct daemon_options *opts,
                 if (r < 0)
                         goto fail;
                 runner_hub_set_node(d->runner, &node_server_ops, d->node);
+                /* a claim cut short renames its runner directory on the node: wait for it (a node away
+                 * longer than node_fence would have its sessions fenced: the claim is given up) */
+                if (pool_claims_pending(d->store) > 0 && !node_server_wait(d->node, d->cfg.node_fence_ms))
+                        log_warn(
+                                "pool: no node agent connected within %d ms: the claims a previous daemon "
+                                "began are given up",
+                                d->cfg.node_fence_ms);
         }
+        /* claims a previous daemon began are finished before the session rows load */
+        r = pool_recover_claims(&d->cfg, d->store, d->engine, d->runner, err);
+        if (r < 0)
+                goto fail;
+        r = session_manager_new(&d->cfg, d->engine, d->store, d->ports, opts->extra_labels, &d->sessions, err);
+        if (r < 0)
+                goto fail;
+        session_set_user_cap(d->sessions, user_session_cap, d);
+        session_set_paused_cap(d->sessions, user_paused_cap, d);
         /* over a node link the node says, once it is connected (not waited for here) */
         if (!d->node && !runner_hub_binary(d->runner))
                 log_warn("the runner binary is missing or not root-owned: containers run without it (docker exec)");

@@ -213,6 +213,8 @@ int node_client_connect(const struct sbx_config *cfg, struct node_client **ret, 
 int node_client_open(struct node_client *c, const char *user, const char *session, uint64_t epoch, int fd);
 /* Bytes onto the link as they are (a malformed frame, say). */
 int node_client_send_raw(struct node_client *c, const void *buf, size_t len);
+/* Wait up to timeout_ms for the link to end (the control closed it). */
+bool node_client_closed(struct node_client *c, int timeout_ms);
 void node_client_free(struct node_client *c);
 
 #endif

@@ -27,8 +27,8 @@
  *      records the container for the session and writes the session row
  *      RUNNING on it (store_pool_claim_commit).
  * Steps 2 and 3 are idempotent: after a SIGKILL anywhere, restart recovery
- * (pool_recover_claims, before sessions are loaded) finishes every
- * 'claiming' slot, so a slot is either still the pool's or wholly the
+ * (pool_recover_claims, before sessions are loaded; over a node link too)
+ * finishes every 'claiming' slot, so a slot is either still the pool's or wholly the
  * session's; 'creating' slots and ready ones whose container is gone are
  * removed with their directory and uid (pool_reconcile); pool containers
  * no slot row names are orphans (session_reconcile, --gc).
@@ -79,8 +79,16 @@ int pool_start(struct pool *p, struct sbx_error *err);
 void pool_free(struct pool *p);
 
 /* Finish every claim a previous daemon left half done. Run before the
- * session manager loads the session rows. */
-int pool_recover_claims(const struct sbx_config *cfg, struct store *st, struct engine *d, struct sbx_error *err);
+ * session manager loads the session rows, with the runner hub already
+ * wired to its node link (runner_hub_set_node): step 2's runner directory
+ * is re-keyed through the hub, so over a node agent it is the node's
+ * directory that is renamed (runner_hub_rekey). A claim that cannot be
+ * finished (the session's workspace has files, the node cannot be reached)
+ * is given up: its slot is removed. */
+int pool_recover_claims(const struct sbx_config *cfg, struct store *st, struct engine *d, struct runner_hub *h,
+                        struct sbx_error *err);
+/* Claims a previous daemon left half done ('claiming' slot rows). */
+size_t pool_claims_pending(struct store *st);
 /* After a restart: adopt ready slots whose container runs (at most their
  * image's size: a pool turned off or made smaller gives its containers
  * back; only those of the quota in force), remove the rest

@@ -87,6 +87,16 @@ static void session_free(struct node_agent *a, struct na_session *s)
         free(s);
 }
 
+static bool has_dir(struct node_agent *a, const char *user, const char *session)
+{
+        char hash[33], path[SBX_PATH_MAX];
+        struct stat st;
+
+        return runner_dir_key(user, session, hash) == 0 &&
+               snprintf(path, sizeof(path), "%s/%s", a->root, hash) < (int)sizeof(path) && lstat(path, &st) == 0 &&
+               S_ISDIR(st.st_mode);
+}
+
 static const char *usable_binary(struct node_agent *a)
 {
         struct stat st;
@@ -194,11 +204,14 @@ static bool on_req(struct node_agent *a, struct nl *l, const struct node_hdr *h,
         } else if (rq.op == NODE_OP_REKEY) {
                 if (!nl_key_ok(rq.user2, sizeof(rq.user2)) || !nl_key_ok(rq.session2, sizeof(rq.session2)))
                         return false;
-                struct na_session *old = find(a, rq.user2, rq.session2);
-                if (old)
-                        session_free(a, old);
+                struct na_session *s = find(a, rq.user, rq.session), *old = find(a, rq.user2, rq.session2);
+                /* renamed before (a restarted control daemon finishing a claim again): it stays served */
+                bool done = old && !s && !has_dir(a, rq.user, rq.session);
+                if (old && !done)
+                        session_free(a, old); /* the target's stale one (an earlier container's) */
                 r = runner_dir_rename(a->root, rq.user, rq.session, rq.user2, rq.session2, dir, &e);
-                struct na_session *s = find(a, rq.user, rq.session);
+                if (r == 0 && done)
+                        old->epoch = rq.epoch;
                 if (r == 0 && s) {
                         sbx_strlcpy(s->user, rq.user2, sizeof(s->user));
                         sbx_strlcpy(s->session, rq.session2, sizeof(s->session));
@@ -468,6 +481,8 @@ struct node_client {
         } pending[8];
         size_t n_pending;
         volatile sig_atomic_t stop;
+        pthread_cond_t cond; /* with lock: done */
+        bool done;           /* the link ended */
 };
 
 /* Every request succeeds, naming a directory that does not exist: the
@@ -503,6 +518,10 @@ static void *nc_main(void *ud)
         const char *why;
         nl_block_sigpipe();
         nl_run(&c->l, &why);
+        pthread_mutex_lock(&c->lock);
+        c->done = true;
+        pthread_cond_broadcast(&c->cond);
+        pthread_mutex_unlock(&c->lock);
         return NULL;
 }
 
@@ -536,6 +555,7 @@ int node_client_connect(const struct sbx_config *cfg, struct node_client **ret, 
                 return sbx_error_set(err, -ENOMEM, 0, "out of memory");
         }
         pthread_mutex_init(&c->lock, NULL);
+        pthread_cond_init(&c->cond, NULL);
         uint32_t proto = htole32(NODE_PROTOCOL);
         if (nl_send(&c->l, NF_HELLO, 0, &proto, sizeof(proto), NULL, 0) < 0 ||
             pthread_create(&c->thread, NULL, nc_main, c) != 0) {
@@ -588,6 +608,19 @@ int node_client_send_raw(struct node_client *c, const void *buf, size_t len)
         return 0;
 }
 
+bool node_client_closed(struct node_client *c, int timeout_ms)
+{
+        struct timespec until = sbx_deadline_after(CLOCK_REALTIME, timeout_ms);
+        bool done;
+
+        pthread_mutex_lock(&c->lock);
+        while (!c->done && pthread_cond_timedwait(&c->cond, &c->lock, &until) != ETIMEDOUT)
+                ;
+        done = c->done;
+        pthread_mutex_unlock(&c->lock);
+        return done;
+}
+
 void node_client_free(struct node_client *c)
 {
         if (!c)
@@ -598,5 +631,6 @@ void node_client_free(struct node_client *c)
                 close(c->pending[i].fd);
         nl_destroy(&c->l);
         pthread_mutex_destroy(&c->lock);
+        pthread_cond_destroy(&c->cond);
         free(c);
 }

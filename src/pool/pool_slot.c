@@ -136,7 +136,20 @@ int pool_finish_claim(const struct sbx_config *cfg, struct store *st, struct run
         return 0;
 }
 
-int pool_recover_claims(const struct sbx_config *cfg, struct store *st, struct engine *d, struct sbx_error *err)
+size_t pool_claims_pending(struct store *st)
+{
+        _cleanup_free_ struct store_pool_slot *rows = NULL;
+        size_t n = 0, pending = 0;
+
+        if (store_pool_list(st, &rows, &n) < 0)
+                return 0;
+        for (size_t i = 0; i < n; i++)
+                pending += strcmp(rows[i].state, "claiming") == 0;
+        return pending;
+}
+
+int pool_recover_claims(const struct sbx_config *cfg, struct store *st, struct engine *d, struct runner_hub *h,
+                        struct sbx_error *err)
 {
         _cleanup_free_ struct store_pool_slot *rows = NULL;
         size_t n = 0;
@@ -151,7 +164,8 @@ int pool_recover_claims(const struct sbx_config *cfg, struct store *st, struct e
 
                 if (strcmp(rows[i].state, "claiming") != 0)
                         continue;
-                if (pool_finish_claim(cfg, st, NULL, &rows[i], ws, &uid, &e) == 0) {
+                /* through the hub: over a node link the runner directory is the node's */
+                if (pool_finish_claim(cfg, st, h, &rows[i], ws, &uid, &e) == 0) {
                         log_ctx(LOG_LEVEL_INFO, rows[i].user_id, rows[i].session_id, rows[i].container_id,
                                 "pool: finished the claim of slot %s a previous daemon began", rows[i].slot);
                         continue;
@@ -160,7 +174,7 @@ int pool_recover_claims(const struct sbx_config *cfg, struct store *st, struct e
                  * session takes the cold path on its next request */
                 log_ctx(LOG_LEVEL_WARN, rows[i].user_id, rows[i].session_id, rows[i].container_id,
                         "pool: claim of slot %s undone: %s", rows[i].slot, e.msg);
-                pool_slot_discard(cfg, st, d, NULL, rows[i].slot, rows[i].container_id);
+                pool_slot_discard(cfg, st, d, h, rows[i].slot, rows[i].container_id);
         }
         return 0;
 }

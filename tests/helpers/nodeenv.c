@@ -149,6 +149,9 @@ pid_t nodeenv_start(const struct sbx_config *control, const char *pki, const cha
         exe[n] = '\0';
         *strrchr(exe, '/') = '\0';
         nodeenv_config_node(&node, control, pki, name, data_dir);
+        /* the runner is the node's: this build's (also under an agent of another build, SANDBOXD_TEST_NODE_BIN) */
+        char runner[SBX_PATH_MAX + 32];
+        snprintf(runner, sizeof(runner), "%s/sandboxd-runner", exe);
         snprintf(conf, sizeof(conf), "%s/%s.conf", pki, name);
         f = fopen(conf, "w");
         cr_assert_not_null(f);
@@ -157,7 +160,7 @@ pid_t nodeenv_start(const struct sbx_config *control, const char *pki, const cha
                 "node_heartbeat = %dms\nlog_level = %s\nrunner_binary = %s\n",
                 node.node_connect, node.node_cert, node.node_key, node.node_ca, node.node_crl, node.data_dir,
                 node.node_heartbeat_ms, getenv("SANDBOXD_TEST_NODE_LOG") ? getenv("SANDBOXD_TEST_NODE_LOG") : "warn",
-                control->runner_binary[0] ? control->runner_binary : "\"\""); /* the runner is the node's */
+                control->runner_binary[0] ? control->runner_binary : runner);
         fclose(f);
         pthread_mutex_lock(&lock);
         static bool registered;
@@ -171,7 +174,11 @@ pid_t nodeenv_start(const struct sbx_config *control, const char *pki, const cha
         if (pid == 0) {
                 char bin[SBX_PATH_MAX + 16];
                 prctl(PR_SET_PDEATHSIG, SIGKILL); /* never outlives the daemon's process */
-                snprintf(bin, sizeof(bin), "%s/sandboxd", exe);
+                /* SANDBOXD_TEST_NODE_BIN: another build's sandboxd (a TSan one, say) as the agent */
+                const char *other = getenv("SANDBOXD_TEST_NODE_BIN");
+                snprintf(bin, sizeof(bin), "%s", other && *other ? other : "");
+                if (!bin[0])
+                        snprintf(bin, sizeof(bin), "%s/sandboxd", exe);
                 /* the daemon's own SANDBOXD_* would override the file */
                 for (char **e = environ; *e;)
                         if (strncmp(*e, "SANDBOXD_", 9) == 0 && strncmp(*e, "SANDBOXD_TEST", 13) != 0) {
@@ -210,7 +217,8 @@ void nodeenv_kill(pid_t pid, int sig)
  * node directory: pki/ (made once), pki/port, node/. */
 void nodeenv_fixture(struct sbx_config *cfg)
 {
-        static pid_t pid;
+        static pid_t pid, owner;
+        static char agent_base[SBX_PATH_MAX];
         char base[SBX_PATH_MAX], pki[SBX_PATH_MAX], path[SBX_PATH_MAX], node_dir[SBX_PATH_MAX];
         struct stat st;
         FILE *f;
@@ -241,9 +249,13 @@ void nodeenv_fixture(struct sbx_config *cfg)
                 fclose(f);
                 snprintf(cfg->node_listen, sizeof(cfg->node_listen), "127.0.0.1:%d", port);
         }
-        /* one node agent per process (a forked child has its parent's): it dials the daemon
-         * listening on that port again whenever one goes */
-        if (pid > 0 && kill(pid, 0) == 0)
+        /* one node agent per process and data_dir (a forked child has its parent's): it dials
+         * the daemon listening on that port again whenever one goes */
+        if (pid > 0 && kill(pid, 0) == 0 && strcmp(agent_base, base) == 0)
                 return;
+        if (pid > 0 && owner == getpid()) /* it served another data_dir: it dials a port nobody listens on */
+                nodeenv_kill(pid, SIGKILL);
         pid = nodeenv_start(cfg, pki, "node1", node_dir);
+        owner = getpid();
+        snprintf(agent_base, sizeof(agent_base), "%s", base);
 }

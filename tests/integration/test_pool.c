@@ -39,10 +39,12 @@
 
 #include "apiclient.h"
 #include "fixture.h"
+#include "nodeenv.h"
 #include "sandboxd/container.h"
 #include "sandboxd/gc.h"
 #include "sandboxd/pool.h"
 #include "sandboxd/privacy.h"
+#include "sandboxd/runner.h"
 #include "sandboxd/session.h"
 #include "sandboxd/sessuid.h"
 #include "sandboxd/store.h"
@@ -623,6 +625,12 @@ static void claim_killed_at(const char *stage, char ret_cid[65])
 
         kill_stage = stage;
         ret_cid[0] = '\0';
+        {
+                /* SANDBOXD_TEST_NODE: the node agent is this process's, so it outlives the
+                 * daemon killed in the child, as a node agent outlives a control daemon's crash */
+                struct sbx_config c = cfg;
+                nodeenv_fixture(&c);
+        }
         cr_assert_eq(pipe(pipefd), 0);
         pid = fork();
         cr_assert_geq(pid, 0);
@@ -674,6 +682,10 @@ Test(pool, sigkill_at_each_step_of_a_claim_leaves_the_container_with_the_session
                 cr_assert_eq(session_get_info(d->sessions, "u1", "k1", &info), 0);
                 cr_assert_str_eq(info.container_id, cid, "stage %s: recreated instead of adopted", stages[k]);
                 session_info_done(&info);
+                /* its runner directory moved with it (on the node, over a node agent): the runner is
+                 * the session's */
+                cr_assert(runner_hub_wait(d->runner, "u1", "k1", 30000),
+                          "stage %s: the claimed container's runner is not connected as the session's", stages[k]);
                 wait_full();
                 cr_assert_eq(pool_dir_entries(), 1, "stage %s: leftover slot directories", stages[k]);
                 cr_assert_eq(pool_uids(d->store), 1, "stage %s: leftover slot uids", stages[k]);

@@ -254,21 +254,26 @@ int runner_hub_rekey(struct runner_hub *h, const struct sbx_config *cfg, const c
         return 0;
 }
 
-void runner_hub_reopen(struct runner_hub *h)
-{
-        struct key {
-                char user[65], session[65];
-        } *keys = NULL;
-        size_t n = 0, cap = 0, failed = 0;
+/* The keys of every live channel, copied under h->lock so the caller can
+ * call out (the node, the store, the lost handler) without it. fence: end
+ * each channel's detached executions too. A failed allocation stops the
+ * walk and keeps what was gathered. */
+struct chan_key {
+        char user[65], session[65];
+};
 
-        if (!h || !h->node_ops)
-                return;
-        pthread_mutex_lock(&h->lock);
+static size_t chan_keys_locked(struct runner_hub *h, bool fence, struct chan_key **ret)
+{
+        struct chan_key *keys = NULL;
+        size_t n = 0, cap = 0;
+
         for (struct runner_chan *c = h->chans; c; c = c->next) {
                 if (c->dead)
                         continue;
+                if (fence)
+                        runner_end_detached_locked(c, true, 0);
                 if (n == cap) {
-                        struct key *k = realloc(keys, (cap ? cap * 2 : 16) * sizeof(*k));
+                        struct chan_key *k = realloc(keys, (cap ? cap * 2 : 16) * sizeof(*k));
                         if (!k)
                                 break;
                         keys = k;
@@ -278,6 +283,19 @@ void runner_hub_reopen(struct runner_hub *h)
                 memcpy(keys[n].session, c->session, sizeof(c->session));
                 n++;
         }
+        *ret = keys;
+        return n;
+}
+
+void runner_hub_reopen(struct runner_hub *h)
+{
+        struct chan_key *keys = NULL;
+        size_t n, failed = 0;
+
+        if (!h || !h->node_ops)
+                return;
+        pthread_mutex_lock(&h->lock);
+        n = chan_keys_locked(h, false, &keys);
         pthread_mutex_unlock(&h->lock);
         for (size_t i = 0; i < n; i++) {
                 char dir[SBX_PATH_MAX];
@@ -297,29 +315,13 @@ void runner_hub_reopen(struct runner_hub *h)
 
 void runner_hub_fence(struct runner_hub *h)
 {
-        struct key {
-                char user[65], session[65];
-        } *keys = NULL;
-        size_t n = 0, cap = 0;
+        struct chan_key *keys = NULL;
+        size_t n;
 
         if (!h)
                 return;
         pthread_mutex_lock(&h->lock);
-        for (struct runner_chan *c = h->chans; c; c = c->next) {
-                if (c->dead)
-                        continue;
-                runner_end_detached_locked(c, true, 0);
-                if (n == cap) {
-                        struct key *k = realloc(keys, (cap ? cap * 2 : 16) * sizeof(*k));
-                        if (!k)
-                                break;
-                        keys = k;
-                        cap = cap ? cap * 2 : 16;
-                }
-                memcpy(keys[n].user, c->user, sizeof(c->user));
-                memcpy(keys[n].session, c->session, sizeof(c->session));
-                n++;
-        }
+        n = chan_keys_locked(h, true, &keys);
         runner_lost_fn lost = h->on_lost;
         void *lost_ud = h->lost_ud;
         pthread_mutex_unlock(&h->lock);

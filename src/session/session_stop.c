@@ -80,6 +80,24 @@ static void release_workspace(struct session_manager *m, const char *user, const
                 log_ctx(LOG_LEVEL_WARN, user, id, NULL, "%s", err.msg);
 }
 
+/* The engine half of every teardown: remove the container (if any) and
+ * record why, then give the session's ports back and (release_ws) its
+ * workspace up. Nothing is released when the container cannot be removed. */
+static int teardown_container(struct session_manager *m, const char *user, const char *id, const char *cid,
+                              const char *cause, bool release_ws, struct sbx_error *err)
+{
+        if (cid[0]) {
+                int r = container_remove(m->engine, cid, err);
+                if (r < 0)
+                        return r;
+                (void)store_container_removed(m->store, cid, cause, sbx_wall_ms());
+        }
+        (void)portpool_release(m->ports, user, id);
+        if (release_ws)
+                release_workspace(m, user, id);
+        return 0;
+}
+
 /* The workspace is verifiably gone: so goes the session's uid, and with it
  * the identity files naming it. */
 static void release_uid(struct session_manager *m, const char *user, const char *id)
@@ -139,16 +157,13 @@ int session_enforce_network(struct session_manager *m, const char *user, const c
                 return 0;
         }
         if (r == 0)
-                r = container_remove(m->engine, cid, err);
+                r = teardown_container(m, user, id, cid, "privacy_ratchet", true, err);
         if (r < 0) {
                 abort_transition(s);
                 session_unref(s);
                 sbx_error_prefix(err, "removing the networked container %.12s", cid);
                 return r;
         }
-        (void)store_container_removed(m->store, cid, "privacy_ratchet", sbx_wall_ms());
-        (void)portpool_release(m->ports, user, id);
-        release_workspace(m, user, id);
         pthread_mutex_lock(&s->lock);
         memcpy(s->ratchet_from, cid, sizeof(s->ratchet_from));
         /* what it has now, and all it will ever get: no session view shows the old network again */
@@ -230,15 +245,11 @@ static int stop_one(struct session_manager *m, struct session *s, bool only_idle
 
         if (begin_teardown(s, only_idle, before, id) < 0)
                 return 0;
-        if (id[0] && container_remove(m->engine, id, &err) < 0) {
+        if (teardown_container(m, s->user, s->id, id, cause, true, &err) < 0) {
                 log_ctx(LOG_LEVEL_WARN, s->user, s->id, id, "%s: cannot remove container: %s", cause, err.msg);
                 abort_transition(s);
                 return 0;
         }
-        if (id[0])
-                (void)store_container_removed(m->store, id, cause, sbx_wall_ms());
-        (void)portpool_release(m->ports, s->user, s->id);
-        release_workspace(m, s->user, s->id);
         end_teardown(s, SESSION_STOPPED, cause);
         session_call_handlers(m, s->user, s->id, id, cause);
         return 1;
@@ -266,18 +277,13 @@ int session_hold(struct session_manager *m, const char *user, const char *id, bo
                 session_unref(s);
                 return r;
         }
-        if (cid[0]) {
-                r = container_remove(m->engine, cid, err);
-                if (r < 0) {
-                        abort_transition(s);
-                        session_unref(s);
-                        sbx_error_prefix(err, "removing container %.12s", cid);
-                        return r;
-                }
-                (void)store_container_removed(m->store, cid, cause, sbx_wall_ms());
+        r = teardown_container(m, user, id, cid, cause, true, err);
+        if (r < 0) {
+                abort_transition(s);
+                session_unref(s);
+                sbx_error_prefix(err, "removing container %.12s", cid);
+                return r;
         }
-        (void)portpool_release(m->ports, user, id);
-        release_workspace(m, user, id);
         r = fn(ud, "", err);
         end_teardown(s, SESSION_STOPPED, cause);
         if (cid[0])
@@ -300,16 +306,12 @@ int session_stop_paused(struct session_manager *m, struct session *s, const char
         memcpy(id, s->container_id, sizeof(id));
         pthread_mutex_unlock(&s->lock);
         /* a paused container is removed as it is: the engine kills it frozen */
-        if (id[0] && container_remove(m->engine, id, &err) < 0) {
+        if (teardown_container(m, s->user, s->id, id, cause, true, &err) < 0) {
                 log_ctx(LOG_LEVEL_WARN, s->user, s->id, id, "%s: cannot remove the paused container: %s", cause,
                         err.msg);
                 abort_transition(s);
                 return 0;
         }
-        if (id[0])
-                (void)store_container_removed(m->store, id, cause, sbx_wall_ms());
-        (void)portpool_release(m->ports, s->user, s->id);
-        release_workspace(m, s->user, s->id);
         pthread_mutex_lock(&s->lock);
         s->transitioning = false;
         s->container_id[0] = '\0';
@@ -345,7 +347,7 @@ int session_evict(struct session_manager *m, struct session *v, const char *for_
         pthread_mutex_lock(&v->lock);
         memcpy(id, v->container_id, sizeof(id));
         pthread_mutex_unlock(&v->lock);
-        if (id[0] && container_remove(m->engine, id, &e) < 0) {
+        if (teardown_container(m, v->user, v->id, id, "evicted", true, &e) < 0) {
                 log_ctx(LOG_LEVEL_WARN, v->user, v->id, id, "fair share: cannot remove the container: %s", e.msg);
                 abort_transition(v);
                 return sbx_error_set(err, -EUSERS, 0,
@@ -353,10 +355,6 @@ int session_evict(struct session_manager *m, struct session *v, const char *for_
                                      "chosen to give way could not be stopped; retry later",
                                      m->cfg->max_sessions);
         }
-        if (id[0])
-                (void)store_container_removed(m->store, id, "evicted", sbx_wall_ms());
-        (void)portpool_release(m->ports, v->user, v->id);
-        release_workspace(m, v->user, v->id);
         /* the tenant reads this in its session info; who it gave way to is the audit's (admins') */
         snprintf(msg, sizeof(msg),
                  "evicted: fair_share: the daemon was full (max_sessions=%d) and another user needed a session; "
@@ -425,19 +423,13 @@ int session_destroy(struct session_manager *m, const char *user, const char *id,
         }
         if (r < 0)
                 return sbx_error_set(err, -ENOENT, 0, "no such session %s:%s", user, id);
-        if (cid[0]) {
-                r = container_remove(m->engine, cid, err);
-                if (r < 0) {
-                        abort_transition(s);
-                        session_unref(s);
-                        sbx_error_prefix(err, "removing container %.12s", cid);
-                        return r;
-                }
-                (void)store_container_removed(m->store, cid, "destroyed", sbx_wall_ms());
+        r = teardown_container(m, user, id, cid, "destroyed", !purge, err);
+        if (r < 0) {
+                abort_transition(s);
+                session_unref(s);
+                sbx_error_prefix(err, "removing container %.12s", cid);
+                return r;
         }
-        (void)portpool_release(m->ports, user, id);
-        if (!purge)
-                release_workspace(m, user, id);
         session_call_handlers(m, user, id, cid, "destroyed");
         /* The ratchet: the private marks go only once the workspace is
          * verifiably gone. A purge that fails, or a daemon killed during it,

@@ -1,0 +1,552 @@
+/* cells_fate.c — what happens to contexts when their session does: the
+ * session's failure and recreation, idle reaping, taking a running cell back
+ * after a daemon restart (the adopter thread and recovery from the store),
+ * forks, the warm pool's pre-started default contexts, and cells_new/free.
+ * Locks: cells_internal.h. */
+#include <errno.h>
+#include <pthread.h>
+#include <signal.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/stat.h>
+
+#include "cells_internal.h"
+#include "sandboxd/audit.h"
+#include "sandboxd/sha256.h"
+#include "sandboxd/log.h"
+#include "sandboxd/pool.h"
+#include "sandboxd/runner.h"
+#include "sandboxd/session.h"
+#include "sandboxd/store_cells.h"
+#include "sandboxd/utf8.h"
+
+/* ---- the session's fate, idle reaping ---- */
+
+static const char *cause_from_session(const char *cause)
+{
+        if (strcmp(cause, "privacy_ratchet") == 0)
+                return "privacy_ratchet";
+        if (strcmp(cause, "idle_expired") == 0 || strcmp(cause, "ttl_expired") == 0)
+                return "idle_stop";
+        if (strcmp(cause, "oom_killed") == 0)
+                return "oom";
+        if (strcmp(cause, "evicted") == 0) /* the fair share of max_sessions (session_share.c) */
+                return "evicted";
+        if (strcmp(cause, "restored") == 0) /* restore_session put the workspace back (snapshot.h) */
+                return "restored";
+        if (strcmp(cause, "stopped_while_paused") == 0) /* past max_paused_sessions, or memory pressure */
+                return "stopped_while_paused";
+        return "container_recreated";
+}
+
+bool cells_session_busy(struct cells *c, const char *user, const char *session)
+{
+        bool busy = false;
+
+        if (!c)
+                return false;
+        pthread_mutex_lock(&c->lock);
+        for (struct cell_ctx *x = c->list; x && !busy; x = x->next)
+                if (strcmp(x->user, user) == 0 && strcmp(x->session, session) == 0) {
+                        pthread_mutex_lock(&x->lock);
+                        busy = x->busy;
+                        pthread_mutex_unlock(&x->lock);
+                }
+        pthread_mutex_unlock(&c->lock);
+        return busy;
+}
+
+static void on_session_failure(const char *user, const char *session, const char *container_id, const char *cause,
+                               void *ud)
+{
+        struct cells *c = ud;
+        struct cell_ctx *v[64];
+        size_t n = 0;
+        bool destroyed = strcmp(cause, "destroyed") == 0;
+
+        (void)container_id;
+        pthread_mutex_lock(&c->lock);
+        for (struct cell_ctx *x = c->list; x && n < ELEMENTSOF(v); x = x->next)
+                if (strcmp(x->user, user) == 0 && strcmp(x->session, session) == 0) {
+                        x->refs++;
+                        v[n++] = x;
+                }
+        pthread_mutex_unlock(&c->lock);
+        for (size_t i = 0; i < n; i++) {
+                struct cell_ctx *x = v[i];
+                pthread_mutex_lock(&x->lock);
+                /* adopt_pending: a job kept across a restart, not taken back yet
+                 * (its session paused meanwhile): it is lost with the container */
+                if (x->phase != CTX_IDLE || x->waiter_done || x->adopt_pending) {
+                        const char *k = cause_from_session(cause);
+                        sbx_strlcpy(x->strong_cause, k, sizeof(x->strong_cause));
+                        /* the generation may already have ended as merely killed */
+                        if (x->phase == CTX_IDLE && x->lost_cause[0] && x->lost_generation == x->generation)
+                                sbx_strlcpy(x->lost_cause, k, sizeof(x->lost_cause));
+                        cells_ctx_persist_locked(x, x->phase != CTX_IDLE);
+                }
+                pthread_mutex_unlock(&x->lock);
+                if (destroyed)
+                        cells_ctx_unlist(c, x);
+                cells_ctx_unref(x);
+        }
+        if (destroyed) {
+                (void)store_context_delete_session(c->store, user, session);
+                cells_records_drop(c, user, session, NULL);
+        }
+}
+
+static void *reaper_main(void *p)
+{
+        struct cells *c = p;
+
+        pthread_mutex_lock(&c->lock);
+        while (!c->stopping) {
+                struct timespec ts = sbx_deadline_after(CLOCK_MONOTONIC, CELLS_REAP_EVERY_MS);
+                (void)pthread_cond_timedwait(&c->cond, &c->lock, &ts);
+                if (c->stopping)
+                        break;
+                int64_t cutoff = sbx_wall_ms() - (int64_t)c->cfg->cells_idle_timeout_s * 1000;
+                struct cell_ctx *victim = NULL;
+                for (struct cell_ctx *x = c->list; x && !victim; x = x->next) {
+                        /* a paused session's kernel is frozen: left alone (lock order: cells, then sessions) */
+                        if (session_is_paused(c->sessions, x->user, x->session))
+                                continue;
+                        pthread_mutex_lock(&x->lock);
+                        if (x->phase == CTX_READY && !x->busy && x->last_used < cutoff) {
+                                x->busy = true;
+                                x->refs++;
+                                victim = x;
+                        }
+                        pthread_mutex_unlock(&x->lock);
+                }
+                if (!victim)
+                        continue;
+                pthread_mutex_unlock(&c->lock);
+                log_info("cells: %s:%s/%s idle past cells_idle_timeout: stopped", victim->user, victim->session,
+                         victim->name);
+                cells_ctx_kill(victim, "idle_stop", false);
+                pthread_mutex_lock(&victim->lock);
+                victim->busy = false;
+                pthread_mutex_unlock(&victim->lock);
+                cells_ctx_unref(victim);
+                pthread_mutex_lock(&c->lock);
+        }
+        pthread_mutex_unlock(&c->lock);
+        return NULL;
+}
+
+/* Take one context's job back after a restart: 0 when its bridge runs
+ * again (its last cell is replayed), else the loss is daemon_restart. */
+static void adopt_one(struct cells *c, struct cell_ctx *x)
+{
+        const uint64_t have[2] = {0, 0};
+        uint64_t start[2];
+        struct runner_exec *rx = NULL;
+        struct sbx_error err = {0};
+        struct waiter_arg *wa = NULL;
+        int64_t deadline = sbx_now_ms() + CELLS_ADOPT_WAIT_MS;
+        int r = -ETIMEDOUT;
+
+        (void)runner_hub_adopt(c->hub, x->user, x->session);
+        while (r == -ETIMEDOUT && sbx_now_ms() < deadline) {
+                pthread_mutex_lock(&c->lock);
+                bool stopping = c->stopping;
+                pthread_mutex_unlock(&c->lock);
+                if (stopping)
+                        return;
+                pthread_mutex_lock(&x->lock);
+                bool gone = x->strong_cause[0] != '\0'; /* its container went meanwhile */
+                pthread_mutex_unlock(&x->lock);
+                if (gone)
+                        break;
+                /* output resumes from the last acknowledgement, maybe inside a
+                 * line: everything before the replay is ignored */
+                pthread_mutex_lock(&x->lock);
+                x->adopting = true;
+                pthread_mutex_unlock(&x->lock);
+                x->line_len = 0;
+                x->line_skip = true;
+                r = runner_exec_adopt(c->hub, x->user, x->session, x->tag, have, cells_on_output, x, 1000, &rx, start,
+                                      &err);
+        }
+        if (r == 0) {
+                wa = malloc(sizeof(*wa));
+                pthread_mutex_lock(&x->rx_lock);
+                x->rx = rx;
+                pthread_mutex_unlock(&x->rx_lock);
+                pthread_mutex_lock(&x->lock);
+                x->phase = CTX_READY;
+                x->waiter_done = false;
+                x->adopt_pending = false;
+                if (wa) {
+                        *wa = (struct waiter_arg){.x = x, .rx = rx, .generation = x->generation};
+                        r = -pthread_create(&x->waiter, NULL, cells_waiter_main, wa);
+                        x->has_waiter = r == 0;
+                } else
+                        r = -ENOMEM;
+                pthread_mutex_unlock(&x->lock);
+                if (r == 0) {
+                        cJSON *m = cJSON_CreateObject();
+                        pthread_setname_np(x->waiter, "sbx-cellwait");
+                        cJSON_AddStringToObject(m, "op", "replay");
+                        (void)cells_ctx_send(x, m, sbx_now_ms() + 5000);
+                        cJSON_Delete(m);
+                        log_info("cells: %s:%s/%s generation %lld adopted after a restart", x->user, x->session,
+                                 x->name, (long long)x->generation);
+                        return;
+                }
+                free(wa);
+                pthread_mutex_lock(&x->rx_lock);
+                x->rx = NULL;
+                pthread_mutex_unlock(&x->rx_lock);
+                (void)runner_exec_signal(rx, SIGKILL);
+                runner_exec_free(rx);
+        } else if (r == -ETIMEDOUT)
+                runner_hub_unexpect(c->hub, x->user, x->session, x->tag);
+        pthread_mutex_lock(&x->lock);
+        x->phase = CTX_IDLE;
+        x->adopting = x->adopt_pending = false;
+        sbx_strlcpy(x->lost_cause, x->strong_cause[0] ? x->strong_cause : "daemon_restart", sizeof(x->lost_cause));
+        char lost[sizeof(x->lost_cause)];
+        memcpy(lost, x->lost_cause, sizeof(lost));
+        x->lost_generation = x->generation;
+        x->adopt_busy = x->busy = false;
+        cells_ctx_persist_locked(x, false);
+        pthread_cond_broadcast(&x->cond);
+        pthread_mutex_unlock(&x->lock);
+        log_info("cells: %s:%s/%s could not be adopted after a restart (%s): %s", x->user, x->session, x->name,
+                 r == -ETIMEDOUT ? "its runner did not come back" : "its job is gone", lost);
+}
+
+static void *adopter_main(void *p)
+{
+        struct cells *c = p;
+
+        for (;;) {
+                struct cell_ctx *x = NULL;
+                bool deferred = false;
+                pthread_mutex_lock(&c->lock);
+                for (struct cell_ctx *y = c->list; y && !c->stopping; y = y->next)
+                        if (y->adopt_pending) {
+                                /* its runner is frozen with its paused session and reconnects
+                                 * only once a request resumes it (cells_ctx_acquire does): not yet */
+                                if (session_is_paused(c->sessions, y->user, y->session)) {
+                                        deferred = true;
+                                        continue;
+                                }
+                                y->refs++;
+                                x = y;
+                                break;
+                        }
+                if (!x && deferred && !c->stopping) {
+                        struct timespec ts = sbx_deadline_after(CLOCK_MONOTONIC, 500);
+                        (void)pthread_cond_timedwait(&c->cond, &c->lock, &ts);
+                        pthread_mutex_unlock(&c->lock);
+                        continue;
+                }
+                pthread_mutex_unlock(&c->lock);
+                if (!x)
+                        return NULL;
+                adopt_one(c, x);
+                pthread_mutex_lock(&x->lock);
+                bool still = x->adopt_pending; /* stopping: leave it */
+                x->adopt_pending = false;
+                pthread_mutex_unlock(&x->lock);
+                cells_ctx_unref(x);
+                if (still)
+                        return NULL;
+        }
+}
+
+/* Contexts the store says were live when the daemon stopped: their
+ * interpreters are gone (the runner drops jobs nobody expects), so their
+ * next cell reports daemon_restart. */
+static void recover(struct cells *c)
+{
+        struct store_context *rows = NULL;
+        size_t n = 0;
+
+        if (store_context_list(c->store, NULL, NULL, &rows, &n) < 0)
+                return;
+        for (size_t i = 0; i < n; i++) {
+                struct store_context *r = &rows[i];
+                struct cell_ctx *x;
+                if (!cells_name_valid(r->name) ||
+                    (strcmp(r->language, "python") != 0 && strcmp(r->language, "node") != 0))
+                        continue;
+                x = cells_ctx_alloc(c, r->user, r->session, r->name, r->language);
+                if (!x)
+                        break;
+                x->generation = r->generation;
+                x->execution_count = r->execution_count;
+                x->created_at = r->created_at;
+                x->last_used = r->last_used;
+                sbx_strlcpy(x->container_id, r->container_id, sizeof(x->container_id));
+                x->tag = r->runner_tag;
+                x->lost_generation = x->generation;
+                if (strcmp(r->state, "live") == 0 && r->runner_tag && c->hub) {
+                        /* its job may still run: the runner keeps it for us (cells_adopt_main) */
+                        runner_hub_expect(c->hub, r->user, r->session, r->runner_tag);
+                        x->adopt_pending = x->adopt_busy = x->busy = true;
+                } else {
+                        sbx_strlcpy(x->lost_cause, strcmp(r->state, "live") == 0 ? "daemon_restart" : r->lost_cause,
+                                    sizeof(x->lost_cause));
+                        cells_ctx_persist_locked(x, false);
+                }
+                x->next = c->list;
+                c->list = x;
+                c->n++;
+        }
+        free(rows);
+}
+
+/* A forked session's copy of a context (snapshot.h): its name, language
+ * and counts, no interpreter; the next cell reports state_lost "forked". */
+int cells_mark_forked(struct cells *c, const char *user, const char *session, const char *name, const char *language,
+                      int64_t generation, int64_t execution_count)
+{
+        struct cell_ctx *x;
+
+        if (!cells_name_valid(name) || (strcmp(language, "python") != 0 && strcmp(language, "node") != 0))
+                return -EINVAL;
+        pthread_mutex_lock(&c->lock);
+        if (cells_find_locked(c, user, session, name)) {
+                pthread_mutex_unlock(&c->lock);
+                return -EEXIST;
+        }
+        x = cells_ctx_alloc(c, user, session, name, language);
+        if (!x) {
+                pthread_mutex_unlock(&c->lock);
+                return -ENOMEM;
+        }
+        x->generation = x->lost_generation = generation;
+        x->execution_count = execution_count;
+        sbx_strlcpy(x->lost_cause, "forked", sizeof(x->lost_cause));
+        pthread_mutex_lock(&x->lock);
+        cells_ctx_persist_locked(x, false);
+        pthread_mutex_unlock(&x->lock);
+        x->next = c->list;
+        c->list = x;
+        c->n++;
+        pthread_mutex_unlock(&c->lock);
+        return 0;
+}
+
+/* ---- the warm pool's pre-started contexts ---- */
+
+/* Take the slot's entry off the list (NULL: none). */
+static struct cell_ctx *prestart_take(struct cells *c, const char *slot)
+{
+        struct cell_ctx *x = NULL;
+
+        pthread_mutex_lock(&c->lock);
+        for (struct prestart **pp = &c->prestarts; *pp; pp = &(*pp)->next)
+                if (strcmp((*pp)->slot, slot) == 0) {
+                        struct prestart *e = *pp;
+                        *pp = e->next;
+                        x = e->x;
+                        free(e);
+                        break;
+                }
+        pthread_mutex_unlock(&c->lock);
+        return x;
+}
+
+/* Entries whose interpreter ended (their slot was discarded: its
+ * container went, and the kernel with it). */
+static void prestart_prune(struct cells *c)
+{
+        struct prestart *dead = NULL;
+
+        pthread_mutex_lock(&c->lock);
+        for (struct prestart **pp = &c->prestarts; *pp;) {
+                struct prestart *e = *pp;
+                pthread_mutex_lock(&e->x->lock);
+                bool gone = e->x->waiter_done || e->x->phase == CTX_IDLE;
+                pthread_mutex_unlock(&e->x->lock);
+                if (gone) {
+                        *pp = e->next;
+                        e->next = dead;
+                        dead = e;
+                } else
+                        pp = &e->next;
+        }
+        pthread_mutex_unlock(&c->lock);
+        while (dead) {
+                struct prestart *e = dead;
+                dead = e->next;
+                cells_ctx_unref(e->x); /* joins its waiter, which has ended */
+                free(e);
+        }
+}
+
+static void prestart_slot(struct cells *c, const char *slot, const char *container_id)
+{
+        struct sbx_error err = {0};
+        struct prestart *e = calloc(1, sizeof(*e));
+        struct cell_ctx *x = cells_ctx_alloc(c, POOL_USER, slot, CELLS_DEFAULT, "python");
+        int r;
+
+        if (!e || !x) {
+                free(e);
+                cells_ctx_unref(x);
+                return;
+        }
+        x->deleted = true; /* no row until a session has it */
+        x->busy = true;
+        r = cells_ctx_start(x, container_id, NULL, &err);
+        pthread_mutex_lock(&x->lock);
+        x->busy = false;
+        x->prestarted_generation = x->generation;
+        pthread_mutex_unlock(&x->lock);
+        if (r < 0) {
+                log_info("cells: pool slot %s starts no interpreter ahead: %s", slot, err.msg);
+                free(e);
+                cells_ctx_unref(x);
+                return;
+        }
+        sbx_strlcpy(e->slot, slot, sizeof(e->slot));
+        e->x = x;
+        pthread_mutex_lock(&c->lock);
+        e->next = c->prestarts;
+        c->prestarts = e;
+        pthread_mutex_unlock(&c->lock);
+}
+
+/* user:session claimed the slot: its pre-started context becomes the
+ * session's default context (generation 1, the same kernel: it runs under
+ * the slot's uid, which is now the session's, in the workspace the slot's
+ * directory became). A session that has a default context already (one
+ * that lost its container) keeps that one and its state_lost; the kernel
+ * ahead is killed. */
+static void prestart_claimed(struct cells *c, const char *slot, const char *user, const char *session)
+{
+        struct cell_ctx *x = prestart_take(c, slot);
+        size_t in_session = 0;
+        bool adopt;
+
+        if (!x)
+                return;
+        pthread_mutex_lock(&x->lock);
+        adopt = x->phase == CTX_READY && !x->waiter_done;
+        pthread_mutex_unlock(&x->lock);
+        pthread_mutex_lock(&c->lock);
+        for (struct cell_ctx *y = c->list; y && adopt; y = y->next)
+                if (strcmp(y->user, user) == 0 && strcmp(y->session, session) == 0) {
+                        in_session++;
+                        adopt = strcmp(y->name, CELLS_DEFAULT) != 0;
+                }
+        adopt = adopt && !c->stopping && in_session < (size_t)c->cfg->cells_max_per_session &&
+                c->n < (size_t)c->cfg->cells_max_global;
+        if (adopt) {
+                /* not listed until now: only the hub thread's debug log reads these meanwhile */
+                pthread_mutex_lock(&x->lock);
+                sbx_strlcpy(x->user, user, sizeof(x->user));
+                sbx_strlcpy(x->session, session, sizeof(x->session));
+                x->deleted = false;
+                x->last_used = sbx_wall_ms();
+                pthread_mutex_unlock(&x->lock);
+                x->next = c->list;
+                c->list = x; /* the list takes the entry's reference */
+                c->n++;
+        }
+        pthread_mutex_unlock(&c->lock);
+        if (!adopt) {
+                cells_ctx_kill(x, "", true);
+                cells_ctx_unref(x);
+                return;
+        }
+        pthread_mutex_lock(&x->lock);
+        cells_ctx_persist_locked(x, true);
+        pthread_mutex_unlock(&x->lock);
+        log_info("cells: %s:%s/default takes the python kernel started ahead in pool slot %s", user, session, slot);
+}
+
+void cells_pool_slot(void *userdata, const char *slot, const char *container_id, const char *user, const char *session)
+{
+        struct cells *c = userdata;
+        bool stopping;
+
+        pthread_mutex_lock(&c->lock);
+        stopping = c->stopping;
+        pthread_mutex_unlock(&c->lock);
+        if (stopping)
+                return;
+        prestart_prune(c);
+        if (user)
+                prestart_claimed(c, slot, user, session);
+        else if (strcmp(c->cfg->pool_cells_prestart, "python") == 0 && c->hub)
+                prestart_slot(c, slot, container_id);
+}
+
+int cells_new(const struct sbx_config *cfg, struct store *st, struct session_manager *sm, struct runner_hub *hub,
+              struct cells **ret, struct sbx_error *err)
+{
+        struct cells *c = calloc(1, sizeof(*c));
+        int r;
+
+        if (!c)
+                return sbx_error_set(err, -ENOMEM, 0, "out of memory");
+        c->cfg = cfg;
+        c->store = st;
+        c->sessions = sm;
+        c->hub = hub;
+        pthread_mutex_init(&c->lock, NULL);
+        cells_cond_init_mono(&c->cond);
+        /* the cells' spools: the records are in memory, so what a previous
+         * daemon left cannot be named any more */
+        snprintf(c->spool_dir, sizeof(c->spool_dir), "%s/cells", cfg->data_dir);
+        if (mkdir(c->spool_dir, 0700) == 0 || errno == EEXIST) {
+                cell_spool_wipe(c->spool_dir);
+                c->spool_ok = true;
+        } else
+                log_warn("cells: cannot create %s: %s; large outputs are dropped", c->spool_dir, strerror(errno));
+        recover(c);
+        (void)session_register_failure_handler(sm, on_session_failure, c);
+        r = -pthread_create(&c->reaper, NULL, reaper_main, c);
+        if (r < 0) {
+                cells_free(c);
+                return sbx_error_set(err, r, 0, "cannot start the contexts' reaper");
+        }
+        c->has_reaper = true;
+        pthread_setname_np(c->reaper, "sbx-cellreap");
+        if (pthread_create(&c->adopter, NULL, adopter_main, c) == 0) {
+                c->has_adopter = true;
+                pthread_setname_np(c->adopter, "sbx-celladopt");
+        }
+        *ret = c;
+        return 0;
+}
+
+void cells_free(struct cells *c)
+{
+        struct cell_ctx *x;
+
+        if (!c)
+                return;
+        pthread_mutex_lock(&c->lock);
+        c->stopping = true;
+        pthread_cond_broadcast(&c->cond);
+        pthread_mutex_unlock(&c->lock);
+        if (c->has_reaper)
+                pthread_join(c->reaper, NULL);
+        if (c->has_adopter)
+                pthread_join(c->adopter, NULL);
+        while ((x = c->list)) {
+                c->list = x->next;
+                cells_ctx_join_waiter(x); /* each sees stopping within a second */
+                cells_ctx_unref(x);
+        }
+        while (c->prestarts) { /* their kernels stay with the slots' runners, which drop them on restart */
+                struct prestart *e = c->prestarts;
+                c->prestarts = e->next;
+                cells_ctx_join_waiter(e->x);
+                cells_ctx_unref(e->x);
+                free(e);
+        }
+        pthread_mutex_destroy(&c->lock);
+        pthread_cond_destroy(&c->cond);
+        free(c);
+}

@@ -488,7 +488,7 @@ int events_open(const struct sbx_config *cfg, struct store *st, void (*listener)
                 return sbx_error_set(err, -EAGAIN, 0, "cannot start the event writer thread");
         }
         b->started = true;
-        pthread_setname_np(b->writer, "sbx-events");
+        pthread_setname_np(b->writer, "sbx-evlog");
         bus = b;
         pthread_mutex_unlock(&g_lock);
         *ret = b;

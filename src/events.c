@@ -5,7 +5,7 @@
  * Threads and locks (DESIGN: a handover through a mutex, a condition
  * variable and a queue, as redis bio.c):
  *   any thread   events_emit: q_lock for a list append (leaf), never I/O.
- *   sbx-events   the writer: takes a batch under q_lock, writes it to the
+ *   sbx-evlog    the writer: takes a batch under q_lock, writes it to the
  *                store with no lock held, then holds sub_lock to push it
  *                into the rings; calls the listener with no lock held.
  *   consumers    events_sub_next: the store (no lock), then sub_lock for

@@ -113,7 +113,8 @@ static void add_output(struct cell_ctx *x, cJSON *o, size_t cost, enum cell_stre
                         return;
                 }
                 /* stream text by reference: one entry for a run of chunks */
-                if (st != CELL_OUTPUTS && lref && strcmp(cells_str_of(lref, "stream") ?: "", cell_stream_name(st)) == 0) {
+                if (st != CELL_OUTPUTS && lref &&
+                    strcmp(cells_str_of(lref, "stream") ?: "", cell_stream_name(st)) == 0) {
                         cJSON *b = cJSON_GetObjectItemCaseSensitive(lref, "bytes");
                         cJSON_SetNumberValue(b, b->valuedouble + (double)len);
                         cJSON_Delete(o);
@@ -279,7 +280,9 @@ static void handle_line(struct cell_ctx *x, const char *line, size_t len)
                         if (cJSON_IsNumber(n) && n->valuedouble >= 0 && n->valuedouble < 1e12)
                                 x->done_count = (int64_t)n->valuedouble;
                         snprintf(x->done_status, sizeof(x->done_status), "%s",
-                                 cells_str_of(j, "status") && strlen(cells_str_of(j, "status")) < 16 ? cells_str_of(j, "status") : "ok");
+                                 cells_str_of(j, "status") && strlen(cells_str_of(j, "status")) < 16
+                                         ? cells_str_of(j, "status")
+                                         : "ok");
                         x->done = true;
                         if (x->adopt_busy) { /* the replayed cell ended: the context is free again */
                                 x->adopt_busy = x->busy = false;

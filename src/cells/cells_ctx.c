@@ -409,7 +409,7 @@ struct cell_ctx *cells_find_locked(struct cells *c, const char *user, const char
 }
 
 struct cell_ctx *cells_ctx_alloc(struct cells *c, const char *user, const char *session, const char *name,
-                                  const char *language)
+                                 const char *language)
 {
         struct cell_ctx *x = calloc(1, sizeof(*x));
         if (!x)
@@ -432,7 +432,7 @@ struct cell_ctx *cells_ctx_alloc(struct cells *c, const char *user, const char *
 
 /* The context, with a reference; created (within the caps) when create. */
 int cells_ctx_get(struct cells *c, const char *user, const char *session, const char *name, const char *language,
-                   bool create, struct cell_ctx **ret, struct sbx_error *err)
+                  bool create, struct cell_ctx **ret, struct sbx_error *err)
 {
         struct cell_ctx *x;
         size_t in_session = 0;

@@ -165,10 +165,10 @@ struct waiter_arg {
 void cells_cond_init_mono(pthread_cond_t *cv);
 int cells_ctx_acquire(struct cell_ctx *x, struct sbx_error *err);
 struct cell_ctx *cells_ctx_alloc(struct cells *c, const char *user, const char *session, const char *name,
-                                  const char *language);
+                                 const char *language);
 int cells_ctx_ensure(struct cell_ctx *x, const char *const *env, cJSON **ret_lost, struct sbx_error *err);
 int cells_ctx_get(struct cells *c, const char *user, const char *session, const char *name, const char *language,
-                   bool create, struct cell_ctx **ret, struct sbx_error *err);
+                  bool create, struct cell_ctx **ret, struct sbx_error *err);
 void cells_ctx_join_waiter(struct cell_ctx *x);
 void cells_ctx_kill(struct cell_ctx *x, const char *cause, bool silent);
 void cells_ctx_persist_locked(struct cell_ctx *x, bool live);

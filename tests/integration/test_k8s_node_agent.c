@@ -116,6 +116,7 @@ static const cJSON *jget(const cJSON *o, const char *path)
 }
 
 static void release_log(void);
+static char *pods_status(void);
 
 static int pods_left(void)
 {
@@ -143,6 +144,10 @@ static void cleanup(void)
         release_log();
         if (!ns[0])
                 return;
+        /* what the agents said (a failure shows it; ctest prints a passing test's output only with -V) */
+        char *agents = pods_status();
+        fprintf(stderr, "---- the agents' Pods ----\n%s---- end ----\n", agents);
+        free(agents);
         snprintf(path, sizeof(path), "/api/v1/namespaces/%s/pods?gracePeriodSeconds=0", ns);
         (void)kapi("DELETE", path, NULL, NULL);
         snprintf(path, sizeof(path), "/api/v1/namespaces/%s?gracePeriodSeconds=0", ns);
@@ -372,11 +377,13 @@ static void make_pki(const char *pki)
         static const char *names[] = {"sandboxd-control", NODE_A, NODE_B};
         char script[2048];
 
-        sh(pki, "openssl req -x509 " KEY " -keyout ca.key -out ca.pem -days 2 -subj /CN=sandboxd-test-node-ca "
+        sh(pki, "openssl req -x509 " KEY
+                " -keyout ca.key -out ca.pem -days 2 -subj /CN=sandboxd-test-node-ca "
                 "-addext basicConstraints=critical,CA:TRUE -addext keyUsage=critical,keyCertSign,cRLSign");
         for (size_t i = 0; i < 3; i++) {
                 snprintf(script, sizeof(script),
-                         "openssl req " KEY " -keyout k.key -out k.csr -subj '/CN=%s' && "
+                         "openssl req " KEY
+                         " -keyout k.key -out k.csr -subj '/CN=%s' && "
                          "printf 'subjectAltName=DNS:%s\\n' > k.ext && "
                          "openssl x509 -req -in k.csr -CA ca.pem -CAkey ca.key -CAcreateserial -days 2 "
                          "-extfile k.ext -out k.pem && rm -f k.csr k.ext",
@@ -392,9 +399,10 @@ static void make_pki(const char *pki)
                         sh(pki, script);
                 }
         }
-        sh(pki, "printf '[ ca ]\\ndefault_ca = d\\n[ d ]\\ndatabase = index.txt\\ncrlnumber = crlnumber\\n"
-                "default_md = sha256\\ndefault_crl_days = 2\\ncertificate = ca.pem\\nprivate_key = ca.key\\n' > ca.cnf "
-                "&& touch index.txt && echo 1000 > crlnumber && openssl ca -config ca.cnf -gencrl -out crl.pem");
+        sh(pki,
+           "printf '[ ca ]\\ndefault_ca = d\\n[ d ]\\ndatabase = index.txt\\ncrlnumber = crlnumber\\n"
+           "default_md = sha256\\ndefault_crl_days = 2\\ncertificate = ca.pem\\nprivate_key = ca.key\\n' > ca.cnf "
+           "&& touch index.txt && echo 1000 > crlnumber && openssl ca -config ca.cnf -gencrl -out crl.pem");
 }
 
 /* ---- the control daemon's log: which nodes connected ---- */
@@ -477,13 +485,16 @@ static char *pods_status(void)
         cJSON *j = cJSON_Parse(raw ? raw : "{}"), *pod;
         size_t len = 0;
         FILE *f = open_memstream(&out, &len);
-        cJSON_ArrayForEach(pod, jget(j, "items"))
-        {
-                char *st = cJSON_PrintUnformatted(jget(pod, "status.containerStatuses"));
+        cJSON_ArrayForEach(pod, jget(j, "items")) {
+                char *st = cJSON_PrintUnformatted(jget(pod, "status.containerStatuses")), *log = NULL;
                 fprintf(f, "%s on %s: %s\n", name_of(pod),
                         cJSON_IsString(jget(pod, "spec.nodeName")) ? jget(pod, "spec.nodeName")->valuestring : "-",
                         st ? st : "-");
                 free(st);
+                snprintf(path, sizeof(path), "/api/v1/namespaces/%s/pods/%s/log?tailLines=20", ns, name_of(pod));
+                if (kapi("GET", path, NULL, &log) == 200)
+                        fprintf(f, "%s\n", log);
+                free(log);
         }
         fclose(f);
         cJSON_Delete(j);
@@ -503,8 +514,7 @@ static bool has_image(const char *node)
         return found;
 }
 
-Test(k8s_node_agent, the_daemonset_agents_connect_and_a_runner_reaches_the_control_through_one,
-     .timeout = 600)
+Test(k8s_node_agent, the_daemonset_agents_connect_and_a_runner_reaches_the_control_through_one, .timeout = 600)
 {
         const char *kc = getenv("SANDBOXD_K8S_KUBECONFIG");
         char pki[SBX_PATH_MAX], node_dir[SBX_PATH_MAX], path[SBX_PATH_MAX], connect[64], prefix[SBX_PATH_MAX];
@@ -515,8 +525,9 @@ Test(k8s_node_agent, the_daemonset_agents_connect_and_a_runner_reaches_the_contr
         int ready = 0;
 
         if (!kc || !*kc)
-                cr_skip_test("no Kubernetes testbed: SANDBOXD_K8S_KUBECONFIG is unset "
-                             "(bash scripts/k8s-testbed.sh start prints one)");
+                cr_skip_test(
+                        "no Kubernetes testbed: SANDBOXD_K8S_KUBECONFIG is unset "
+                        "(bash scripts/k8s-testbed.sh start prints one)");
         cr_assert(cluster());
         cr_assert(has_image(NODE_A) && has_image(NODE_B),
                   "%s is on both nodes (scripts/build-images.sh --only daemon; k8s-testbed.sh import-docker-image %s)",
@@ -559,8 +570,7 @@ Test(k8s_node_agent, the_daemonset_agents_connect_and_a_runner_reaches_the_contr
                 free(c);
         }
         cr_assert_eq(cJSON_GetArraySize(docs), 3, "node-agent.yaml: two ConfigMaps and the DaemonSet");
-        cJSON_ArrayForEach(doc, docs)
-        {
+        cJSON_ArrayForEach(doc, docs) {
                 own(doc);
                 if (strcmp(name_of(doc), "sandboxd-node-link-ca") == 0) {
                         cJSON *data = cJSON_GetObjectItem(doc, "data");
@@ -604,7 +614,8 @@ Test(k8s_node_agent, the_daemonset_agents_connect_and_a_runner_reaches_the_contr
         }
         cr_expect(TESTENV_WAIT_UNTIL(logged("node link: node " NODE_A " connected"), 30000), "node %s connected",
                   NODE_A);
-        cr_expect(TESTENV_WAIT_UNTIL(logged("node link: node " NODE_B " connected, but this daemon serves node " NODE_A),
+        cr_expect(TESTENV_WAIT_UNTIL(logged("node link: node " NODE_B
+                                            " connected, but this daemon serves node " NODE_A),
                                      30000),
                   "node %s connected (and stays idle)", NODE_B);
         char name[128] = "";
@@ -622,15 +633,18 @@ Test(k8s_node_agent, the_daemonset_agents_connect_and_a_runner_reaches_the_contr
 
         /* an exec through a runner that reached the control through node localhost's agent */
         _cleanup_free_ char *out = fixture_run(d, "na1", "echo through-the-agent", 0, NULL);
-        cr_expect_str_eq(out, "through-the-agent\n");
+        if (strcmp(out, "through-the-agent\n") != 0) {
+                char *why = pods_status();
+                cr_expect_fail("the exec ran through the agent's runner, got '%s'; the Pods:\n%s", out, why);
+                free(why);
+        }
         char id[65], *raw = NULL;
         fixture_container_of(d, "u1", "na1", id);
         snprintf(path, sizeof(path), "/api/v1/namespaces/%s/pods/%s", ns, id);
         cr_assert_eq(kapi("GET", path, NULL, &raw), 200);
         cJSON *pod = cJSON_Parse(raw), *v;
         const char *session_dir = NULL, *runner = NULL;
-        cJSON_ArrayForEach(v, (cJSON *)jget(pod, "spec.volumes"))
-        {
+        cJSON_ArrayForEach(v, (cJSON *)jget(pod, "spec.volumes")) {
                 const cJSON *hp = jget(v, "hostPath.path");
                 if (strcmp(name_of_volume(v), "session-dir") == 0 && cJSON_IsString(hp))
                         session_dir = hp->valuestring;

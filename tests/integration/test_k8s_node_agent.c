@@ -146,7 +146,8 @@ static void cleanup(void)
                 return;
         /* what the agents said (a failure shows it; ctest prints a passing test's output only with -V) */
         char *agents = pods_status();
-        fprintf(stderr, "---- the agents' Pods ----\n%s---- end ----\n", agents);
+        if (agents && *agents)
+                fprintf(stderr, "---- the Pods ----\n%s---- end ----\n", agents);
         free(agents);
         snprintf(path, sizeof(path), "/api/v1/namespaces/%s/pods?gracePeriodSeconds=0", ns);
         (void)kapi("DELETE", path, NULL, NULL);
@@ -183,7 +184,8 @@ static bool cluster(void)
                 "{\"apiVersion\":\"v1\",\"kind\":\"Namespace\",\"metadata\":{\"name\":\"%s\",\"labels\":{\"%s\":\"%s\"}}}",
                 ns, TESTENV_RUN_LABEL, testenv_run_id());
         /* a host directory of this run, outside testenv's (removed only after the Pods went) */
-        char tmpl[] = "/var/tmp/sandboxd-k8s-node-XXXXXX";
+        char tmpl[160];
+        snprintf(tmpl, sizeof(tmpl), "/var/tmp/sandboxd-k8s-node-%s-XXXXXX", ns + 7);
         cr_assert_not_null(mkdtemp(tmpl));
         host_dir = strdup(tmpl);
         atexit(cleanup);
@@ -662,4 +664,46 @@ Test(k8s_node_agent, the_daemonset_agents_connect_and_a_runner_reaches_the_contr
         cr_expect_eq(session_destroy(d->sessions, "u1", "na1", true, &err), 0, "%s", err.msg);
         daemon_close(d);
         release_log();
+}
+
+/* The control daemon's objects of deploy/kubernetes/daemon.yaml are what the
+ * API server accepts (a server-side dry run in the run's namespace: a wrong
+ * type or field name is refused), and its Service for the node link is
+ * there, pointing at the port node_listen names. */
+Test(k8s_node_agent, the_control_manifests_are_accepted_and_expose_the_node_link)
+{
+        const char *kc = getenv("SANDBOXD_K8S_KUBECONFIG");
+        char path[SBX_PATH_MAX];
+        cJSON *docs, *doc;
+        bool link_service = false, listen = false;
+
+        if (!kc || !*kc)
+                cr_skip_test(
+                        "no Kubernetes testbed: SANDBOXD_K8S_KUBECONFIG is unset "
+                        "(bash scripts/k8s-testbed.sh start prints one)");
+        cr_assert(cluster());
+        docs = deploy_docs("daemon.yaml");
+        cJSON_ArrayForEach(doc, docs) {
+                own(doc);
+                if (strcmp(kind_of(doc), "Service") == 0 && strcmp(name_of(doc), "sandboxd-node-link") == 0) {
+                        const cJSON *port = cJSON_GetArrayItem(jget(doc, "spec.ports"), 0);
+                        link_service =
+                                cJSON_IsNumber(jget(port, "targetPort")) && jget(port, "targetPort")->valueint == 7443;
+                }
+                if (strcmp(kind_of(doc), "ConfigMap") == 0) {
+                        /* not jget: the key holds a '.' */
+                        const cJSON *conf = cJSON_GetObjectItem(jget(doc, "data"), "sandboxd.conf");
+                        listen = cJSON_IsString(conf) && strstr(conf->valuestring, "node_listen = 0.0.0.0:7443");
+                }
+                char *body = cJSON_PrintUnformatted(doc), *raw = NULL;
+                collection(kind_of(doc), path, sizeof(path));
+                strncat(path, "?dryRun=All", sizeof(path) - strlen(path) - 1);
+                long st = kapi("POST", path, body, &raw);
+                cr_expect_eq(st, 201, "%s %s: HTTP %ld: %s", kind_of(doc), name_of(doc), st, raw ? raw : "");
+                free(raw);
+                free(body);
+        }
+        cJSON_Delete(docs);
+        cr_expect(link_service, "daemon.yaml has the Service sandboxd-node-link to port 7443");
+        cr_expect(listen, "the control daemon's config listens for node agents on 7443");
 }

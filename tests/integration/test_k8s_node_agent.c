@@ -662,7 +662,31 @@ Test(k8s_node_agent, the_daemonset_agents_connect_and_a_runner_reaches_the_contr
         cJSON_Delete(pod);
         free(raw);
         cr_expect_eq(session_destroy(d->sessions, "u1", "na1", true, &err), 0, "%s", err.msg);
+
+        /* the liveness probe's sign: the loop refreshes the link file's mtime */
+        snprintf(path, sizeof(path), "%s/" NODE_B "/link", node_dir);
+        struct stat before;
+        cr_assert_eq(stat(path, &before), 0);
+        cr_expect(TESTENV_WAIT_UNTIL(({
+                                             struct stat now;
+                                             stat(path, &now) == 0 && now.st_mtim.tv_sec > before.st_mtim.tv_sec;
+                                     }),
+                                     30000),
+                  "the idle agent's loop refreshes %s", path);
+
+        /* the control gone: each agent says so, and the readiness probe takes the Pods out */
         daemon_close(d);
+        snprintf(path, sizeof(path), "%s/" NODE_A "/link", node_dir);
+        cr_expect(TESTENV_WAIT_UNTIL(({
+                                             char *t = slurp(path);
+                                             bool down = strcmp(t, "down\n") == 0;
+                                             free(t);
+                                             down;
+                                     }),
+                                     30000),
+                  "%s says down", path);
+        cr_expect(TESTENV_WAIT_UNTIL(!daemonset_ready(&ready) && ready == 0, 90000),
+                  "no agent is Ready without its link (%d ready)", ready);
         release_log();
 }
 

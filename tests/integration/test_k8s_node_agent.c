@@ -345,6 +345,8 @@ static void collection(const char *kind, char *path, size_t size)
                 snprintf(path, size, "/apis/apps/v1/namespaces/%s/daemonsets", ns);
         else if (strcmp(kind, "Deployment") == 0)
                 snprintf(path, size, "/apis/apps/v1/namespaces/%s/deployments", ns);
+        else if (strcmp(kind, "NetworkPolicy") == 0)
+                snprintf(path, size, "/apis/networking.k8s.io/v1/namespaces/%s/networkpolicies", ns);
         else
                 cr_assert_fail("no collection for a %s", kind);
 }
@@ -653,6 +655,10 @@ Test(k8s_node_agent, the_daemonset_agents_connect_and_a_runner_reaches_the_contr
                 if (strcmp(name_of_volume(v), "runner") == 0 && cJSON_IsString(hp))
                         runner = hp->valuestring;
         }
+        /* kube-scheduler places it (both testbed nodes are this host, so either reaches the agent's
+         * directory); the agent that serves it is localhost's, whichever node that is */
+        cr_log_info("the session's Pod ran on node %s",
+                    cJSON_IsString(jget(pod, "spec.nodeName")) ? jget(pod, "spec.nodeName")->valuestring : "-");
         snprintf(prefix, sizeof(prefix), "%s/" NODE_A "/runner/", node_dir);
         cr_expect(session_dir && strncmp(session_dir, prefix, strlen(prefix)) == 0,
                   "the session directory is the agent's, under %s: %s", prefix, session_dir ? session_dir : "-");
@@ -690,10 +696,11 @@ Test(k8s_node_agent, the_daemonset_agents_connect_and_a_runner_reaches_the_contr
         release_log();
 }
 
-/* The control daemon's objects of deploy/kubernetes/daemon.yaml are what the
- * API server accepts (a server-side dry run in the run's namespace: a wrong
- * type or field name is refused), and its Service for the node link is
- * there, pointing at the port node_listen names. */
+/* The control daemon's objects of deploy/kubernetes/daemon.yaml, and the
+ * NetworkPolicies, are what the API server accepts (a server-side dry run in
+ * the run's namespace: a wrong type or field name is refused); the Service
+ * for the node link points at the port node_listen names, and the daemon's
+ * policy lets the node agents in on it. */
 Test(k8s_node_agent, the_control_manifests_are_accepted_and_expose_the_node_link)
 {
         const char *kc = getenv("SANDBOXD_K8S_KUBECONFIG");
@@ -728,6 +735,26 @@ Test(k8s_node_agent, the_control_manifests_are_accepted_and_expose_the_node_link
                 free(body);
         }
         cJSON_Delete(docs);
+        /* and the policies that let the agents (and only them) reach the node link */
+        bool agents_in = false;
+        docs = deploy_docs("networkpolicies.yaml");
+        cJSON_ArrayForEach(doc, docs) {
+                own(doc);
+                if (strcmp(name_of(doc), "sandboxd-daemon") == 0) {
+                        char *text = cJSON_PrintUnformatted(jget(doc, "spec.ingress"));
+                        agents_in = strstr(text, "component\":\"node\"") && strstr(text, "7443");
+                        free(text);
+                }
+                char *body = cJSON_PrintUnformatted(doc), *raw = NULL;
+                collection(kind_of(doc), path, sizeof(path));
+                strncat(path, "?dryRun=All", sizeof(path) - strlen(path) - 1);
+                long st = kapi("POST", path, body, &raw);
+                cr_expect_eq(st, 201, "%s %s: HTTP %ld: %s", kind_of(doc), name_of(doc), st, raw ? raw : "");
+                free(raw);
+                free(body);
+        }
+        cJSON_Delete(docs);
+        cr_expect(agents_in, "the control daemon's NetworkPolicy lets the node agents reach 7443");
         cr_expect(link_service, "daemon.yaml has the Service sandboxd-node-link to port 7443");
         cr_expect(listen, "the control daemon's config listens for node agents on 7443");
 }

@@ -518,6 +518,60 @@ static bool has_image(const char *node)
         return found;
 }
 
+/* The first line a shell command prints (a fragment of test constants and ids only), malloc'd. */
+static char *first_line(const char *cmd)
+{
+        FILE *p = popen(cmd, "r");
+        char buf[256] = "";
+
+        cr_assert_not_null(p, "%s", cmd);
+        if (!fgets(buf, sizeof(buf), p))
+                buf[0] = '\0';
+        pclose(p);
+        buf[strcspn(buf, "\n")] = '\0';
+        return strdup(buf);
+}
+
+/* The agent the nodes run is this build's: dockerd's sandboxd/daemon holds this
+ * build's sandboxd, and the image the agents' Pods run is that one. */
+static void agents_are_this_build(void)
+{
+        char cmd[1024], path[256], *raw = NULL, *built, *in_image, *image_id;
+        cJSON *j, *pod;
+        int n = 0;
+
+        snprintf(cmd, sizeof(cmd), "sha256sum '%s/sandboxd' | cut -d' ' -f1", SANDBOXD_BINARY_DIR);
+        built = first_line(cmd);
+        snprintf(cmd, sizeof(cmd),
+                 "docker run --rm --network none --label %s=%s --entrypoint sha256sum %s /usr/bin/sandboxd "
+                 "2>/dev/null | cut -d' ' -f1",
+                 TESTENV_RUN_LABEL, testenv_run_id(), DAEMON_IMAGE);
+        in_image = first_line(cmd);
+        image_id = first_line("docker image inspect -f '{{.Id}}' " DAEMON_IMAGE " 2>/dev/null");
+        cr_assert_str_eq(in_image, built,
+                         "dockerd's %s is not this build's sandboxd: scripts/build-images.sh --only daemon "
+                         "(SANDBOXD_BUILD_DIR=%s), then k8s-testbed.sh import-docker-image %s",
+                         DAEMON_IMAGE, SANDBOXD_BINARY_DIR, DAEMON_IMAGE);
+        snprintf(path, sizeof(path), "/api/v1/namespaces/%s/pods?labelSelector=app.kubernetes.io/component%%3Dnode",
+                 ns);
+        cr_assert_eq(kapi("GET", path, NULL, &raw), 200);
+        j = cJSON_Parse(raw);
+        cJSON_ArrayForEach(pod, jget(j, "items")) {
+                const cJSON *id = jget(cJSON_GetArrayItem(jget(pod, "status.containerStatuses"), 0), "imageID");
+                cr_expect(cJSON_IsString(id) && strcmp(id->valuestring, image_id) == 0,
+                          "the agent on %s runs %s, dockerd's %s is %s: k8s-testbed.sh import-docker-image %s",
+                          jget(pod, "spec.nodeName")->valuestring, cJSON_IsString(id) ? id->valuestring : "-",
+                          DAEMON_IMAGE, image_id, DAEMON_IMAGE);
+                n++;
+        }
+        cr_expect_eq(n, 2, "two agents");
+        cJSON_Delete(j);
+        free(raw);
+        free(built);
+        free(in_image);
+        free(image_id);
+}
+
 Test(k8s_node_agent, the_daemonset_agents_connect_and_a_runner_reaches_the_control_through_one, .timeout = 600)
 {
         const char *kc = getenv("SANDBOXD_K8S_KUBECONFIG");
@@ -616,6 +670,7 @@ Test(k8s_node_agent, the_daemonset_agents_connect_and_a_runner_reaches_the_contr
                 release_log();
                 cr_assert_fail("the DaemonSet is Ready on both nodes (%d ready): %s", ready, why);
         }
+        agents_are_this_build();
         cr_expect(TESTENV_WAIT_UNTIL(logged("node link: node " NODE_A " connected"), 30000), "node %s connected",
                   NODE_A);
         cr_expect(TESTENV_WAIT_UNTIL(logged("node link: node " NODE_B

@@ -8,18 +8,29 @@
 #                           loaded with `docker import` as
 #                           sandboxd/base-python:<hash>, then
 #                           images/python/Dockerfile on top.
+#   sandboxd/daemon:latest  the control daemon and node agent for
+#                           deploy/kubernetes/: a minimal Debian root
+#                           (mmdebstrap, variant essential) with only the
+#                           packages holding the libraries `ldd` finds for
+#                           sandboxd and sandboxctl, and tini; imported as
+#                           sandboxd/base-daemon:<hash>, then
+#                           images/daemon/Dockerfile adds this build's
+#                           sandboxd, sandboxctl and sandboxd-runner.
 # Every image carries the label sandboxd.recipe=<sha256 of its recipe>: the
 # Dockerfile, the package list and mmdebstrap parameters, the apt sources,
 # the build function's own text (declare -f) and, for test, the busybox
-# binary. When an image with that label exists the build is skipped and
+# binary, for daemon the three binaries. When an image with that label exists the build is skipped and
 # :latest is only re-tagged onto it.
 #
-# Usage: build-images.sh [--only test|python] [--force] [--check]
+# Usage: build-images.sh [--only test|python|daemon] [--force] [--check]
 #   --force  rebuild even when the recipe is unchanged
 #   --check  afterwards, run each image under the hardened settings sandboxd
 #            uses and check that the tools it needs work
+# Without --only, daemon is built only when the binaries are there (a build
+# in SANDBOXD_BUILD_DIR); --only daemon fails without them.
 #
-# Environment: SANDBOXD_DOCKER_SOCKET (default /var/run/docker.sock),
+# Environment: SANDBOXD_BUILD_DIR (default build/: the binaries for daemon),
+#              SANDBOXD_DOCKER_SOCKET (default /var/run/docker.sock),
 #              SANDBOXD_DOCKER_CLI (default /usr/bin/docker from docker.io).
 set -euo pipefail
 
@@ -41,6 +52,16 @@ fi
 TEST_REF=sandboxd/test:latest
 PYTHON_REF=sandboxd/python:latest
 PYTHON_BASE_REPO=sandboxd/base-python
+DAEMON_REF=sandboxd/daemon:latest
+DAEMON_BASE_REPO=sandboxd/base-daemon
+BUILD_DIR=${SANDBOXD_BUILD_DIR:-$ROOT/build}
+[[ $BUILD_DIR == /* ]] || BUILD_DIR=$ROOT/$BUILD_DIR
+# The daemon's root: dpkg, coreutils and the shell come with essential (the
+# init container's `install`); the libraries are found at build time
+# (daemon_lib_packages), tini brings tini-static.
+DAEMON_VARIANT=essential
+DAEMON_EXTRA_PACKAGES=(tini)
+DAEMON_UID=10001
 
 # The python rootfs. passwd is for useradd in the Dockerfile. python3-munkres
 # satisfies python3-fonttools' "python3-scipy | python3-munkres" (fonttools
@@ -80,11 +101,11 @@ check=0
 while (($#)); do
 	case $1 in
 	--only)
-		[[ ${2:-} == test || ${2:-} == python ]] || usage
+		[[ ${2:-} == test || ${2:-} == python || ${2:-} == daemon ]] || usage
 		only=$2
 		shift 2
 		;;
-	--only=test | --only=python) only=${1#--only=}; shift ;;
+	--only=test | --only=python | --only=daemon) only=${1#--only=}; shift ;;
 	--force) force=1; shift ;;
 	--check) check=1; shift ;;
 	-h | --help) usage 0 ;;
@@ -140,12 +161,12 @@ drop_superseded() {
 	[[ $tags == 0 ]] && "$DOCKER" rmi "$old" >/dev/null 2>&1 || true
 }
 
-# Remove base images of older python recipes; the current one stays.
+# Remove base images of older recipes (python, daemon); the current one stays.
 drop_old_bases() {
-	local keep=$1 ref
+	local keep=$1 repo=${2:-$PYTHON_BASE_REPO} ref
 	while IFS= read -r ref; do
 		[[ $ref == "$keep" ]] || "$DOCKER" rmi "$ref" >/dev/null 2>&1 || true
-	done < <("$DOCKER" images --format '{{.Repository}}:{{.Tag}}' "$PYTHON_BASE_REPO")
+	done < <("$DOCKER" images --format '{{.Repository}}:{{.Tag}}' "$repo")
 }
 
 busybox_path() {
@@ -255,6 +276,108 @@ build_python() {
 	log "python: built in $(since "$t0")"
 }
 
+daemon_binaries() {
+	local b
+	for b in sandboxd sandboxctl sandboxd-runner; do
+		[[ -x $BUILD_DIR/$b ]] || return 1
+	done
+}
+
+# The Debian packages (one a line, sorted) that hold every shared library
+# the loader maps for sandboxd and sandboxctl on this host: derived from
+# ldd, never listed by hand, so a new dependency comes with the next build.
+# sandboxd-runner is static (the sandbox images run it) and needs none.
+daemon_lib_packages() {
+	local lib pkg
+	ldd "$BUILD_DIR/sandboxd" "$BUILD_DIR/sandboxctl" |
+		awk '$2 == "=>" && $3 ~ /^\// { print $3 } $1 ~ /^\// && $2 ~ /^\(0x/ { print $1 }' | sort -u |
+		while IFS= read -r lib; do
+			pkg=$(dpkg -S "$lib" 2>/dev/null || dpkg -S "$(readlink -f "$lib")" 2>/dev/null) ||
+				die "no Debian package holds $lib (sandboxd links against it)"
+			printf '%s\n' "${pkg%%:*}"
+		done | sort -u
+}
+
+# Print the base image ref for the daemon image, building it if needed.
+build_daemon_base() {
+	local hash ref codename t0 tar sources=() aptopts=() dpkgopts=() packages=() opt libs
+	codename=$(. /etc/os-release && printf '%s' "$VERSION_CODENAME")
+	libs=$(daemon_lib_packages) || die "cannot tell the packages of sandboxd's libraries"
+	[[ -n $libs ]] || die "ldd found no library for sandboxd"
+	mapfile -t packages <<<"$libs"
+	packages+=("${DAEMON_EXTRA_PACKAGES[@]}")
+	mapfile -t sources < <(bash "$ROOT/scripts/host-apt-sources.sh" "$WORK/apt")
+	((${#sources[@]})) || die "no usable apt sources on this host"
+	hash=$({
+		echo "sandboxd/base-daemon $codename $DAEMON_VARIANT $DAEMON_UID"
+		printf '%s\n' "${packages[@]}" "${PYTHON_APTOPTS[@]}" "${PYTHON_DPKGOPTS[@]}"
+		cat "${sources[@]}"
+		declare -f build_daemon_base daemon_lib_packages
+	} | sha256)
+	ref=$DAEMON_BASE_REPO:$hash
+	if ((!force)) && "$DOCKER" image inspect "$ref" >/dev/null 2>&1; then
+		log "daemon: base $DAEMON_BASE_REPO:${hash:0:12} present"
+		printf '%s' "$ref"
+		return 0
+	fi
+
+	for opt in "${PYTHON_DPKGOPTS[@]}"; do dpkgopts+=("--dpkgopt=$opt"); done
+	for opt in "${PYTHON_APTOPTS[@]}"; do aptopts+=("--aptopt=$opt"); done
+	while IFS= read -r opt; do aptopts+=("--aptopt=$opt"); done < <(host_aptopts)
+	log "daemon: mmdebstrap $codename ($DAEMON_VARIANT) + ${packages[*]}"
+	t0=$(now)
+	tar=$WORK/daemon-rootfs.tar
+	# The user the control daemon runs as, without the passwd package; no
+	# apt lists, caches or logs in a read-only root.
+	mmdebstrap --mode=root --variant="$DAEMON_VARIANT" --format=tar \
+		--include="$(IFS=,; printf '%s' "${packages[*]}")" \
+		"${dpkgopts[@]}" "${aptopts[@]}" \
+		--customize-hook="echo 'sandboxd:x:$DAEMON_UID:$DAEMON_UID:sandboxd:/var/lib/sandboxd:/usr/sbin/nologin' >>\"\$1/etc/passwd\"" \
+		--customize-hook="echo 'sandboxd:x:$DAEMON_UID:' >>\"\$1/etc/group\"" \
+		--customize-hook="mkdir -p \"\$1/var/lib/sandboxd\" && chown $DAEMON_UID:$DAEMON_UID \"\$1/var/lib/sandboxd\" && chmod 0700 \"\$1/var/lib/sandboxd\"" \
+		--customize-hook='rm -rf "$1"/var/lib/apt/lists/* "$1"/var/cache/apt/* "$1"/var/cache/debconf/*-old "$1"/var/log/apt "$1"/var/log/*.log' \
+		"$codename" "$tar" "${sources[@]}" >&2
+	log "daemon: rootfs $(du -h "$tar" | cut -f1) in $(since "$t0"), importing"
+	"$DOCKER" import --change "LABEL sandboxd.base-recipe=$hash" \
+		--message "sandboxd daemon base, mmdebstrap $codename" "$tar" "$ref" >/dev/null
+	rm -f "$tar"
+	log "daemon: base $DAEMON_BASE_REPO:${hash:0:12} ready after $(since "$t0")"
+	printf '%s' "$ref"
+}
+
+build_daemon() {
+	local base hash t0 old dir=$WORK/daemon b
+	if ! daemon_binaries; then
+		[[ $only == daemon ]] && die "no sandboxd, sandboxctl and sandboxd-runner in $BUILD_DIR (build first, or set SANDBOXD_BUILD_DIR)"
+		log "daemon: skipped, no build in $BUILD_DIR (build-images.sh --only daemon after building)"
+		return 0
+	fi
+	t0=$(now)
+	base=$(build_daemon_base)
+	mkdir -p "$dir"
+	cp "$ROOT/images/daemon/Dockerfile" "$dir/Dockerfile"
+	for b in sandboxd sandboxctl sandboxd-runner; do
+		install -m 0755 "$BUILD_DIR/$b" "$dir/$b"
+	done
+	hash=$({
+		echo "sandboxd/daemon"
+		cat "$dir/Dockerfile"
+		echo "$base"
+		(cd "$dir" && sha256sum sandboxd sandboxctl sandboxd-runner)
+		declare -f build_daemon
+	} | sha256)
+	reuse daemon "$hash" "$DAEMON_REF" && return 0
+
+	log "daemon: building (recipe ${hash:0:12})"
+	old=$("$DOCKER" image inspect -f '{{.Id}}' "$DAEMON_REF" 2>/dev/null || true)
+	"$DOCKER" build --network none --force-rm --quiet \
+		--build-arg "BASE=$base" \
+		--label "sandboxd.recipe=$hash" -t "$DAEMON_REF" "$dir" >/dev/null
+	drop_superseded "$old"
+	drop_old_bases "$base" "$DAEMON_BASE_REPO"
+	log "daemon: built in $(since "$t0")"
+}
+
 # Run as a session's container runs: read-only root, no capabilities, no
 # privilege gain, uid 1000, an init, no network.
 check_image() {
@@ -266,6 +389,24 @@ check_image() {
 }
 
 check_images() {
+	if [[ -z $only || $only == daemon ]] && "$DOCKER" image inspect "$DAEMON_REF" >/dev/null 2>&1; then
+		# every library loads (the version banner needs them all mapped), as uid 10001,
+		# and the binaries the node agent hands to the sandbox Pods are there
+		log "check: $DAEMON_REF"
+		"$DOCKER" run --rm --network none --read-only --cap-drop ALL \
+			--security-opt no-new-privileges:true "$DAEMON_REF" --version | grep -q '^sandboxd ' ||
+			die "$DAEMON_REF failed its check (sandboxd --version)"
+		"$DOCKER" run --rm --network none --read-only --cap-drop ALL --entrypoint /bin/sh "$DAEMON_REF" -c '
+			set -e
+			[ "$(id -u)" = 10001 ]
+			sandboxctl --help >/dev/null
+			test -x /usr/bin/sandboxd-runner && test -x /usr/bin/tini-static' >&2 ||
+			die "$DAEMON_REF failed its check"
+	fi
+	if [[ $only == daemon ]]; then
+		log "check: ok"
+		return 0
+	fi
 	if [[ $only != python ]]; then
 		log "check: $TEST_REF"
 		[[ $(check_image "$TEST_REF" sh -c 'id -u; echo ok') == $'1000\nok' ]] || die "$TEST_REF failed its check"
@@ -284,6 +425,7 @@ check_images() {
 	log "check: ok"
 }
 
-[[ $only == python ]] || build_test
-[[ $only == test ]] || build_python
+[[ -n $only && $only != test ]] || build_test
+[[ -n $only && $only != python ]] || build_python
+[[ -n $only && $only != daemon ]] || build_daemon
 ((!check)) || check_images

@@ -21,7 +21,10 @@
 #   scripts/test.sh --k8s    setup.sh, build into build/, start the Kubernetes
 #                            testbed (scripts/k8s-testbed.sh) unless it already
 #                            runs, run tests/k8s/smoke.sh and the ctest suites
-#                            named *kubernetes* or *k8s* against it (KUBECONFIG and
+#                            named *kubernetes* or *k8s* against it, with
+#                            sandboxd/test and sandboxd/daemon (built from this
+#                            build by build-images.sh --only daemon) imported
+#                            into both nodes (KUBECONFIG and
 #                            SANDBOXD_K8S_KUBECONFIG point at its admin
 #                            kubeconfig), then stop it if this run started it.
 #                            If the testbed cannot start this is a skip with
@@ -261,9 +264,13 @@ k8s_suites() {
 	n=$(ctest --test-dir "$BUILD" -N "${sel[@]}" 2>/dev/null | sed -n 's/^Total Tests: //p')
 	if [[ ${n:-0} -gt 0 ]]; then
 		# the nodes pull nothing (imagePullPolicy Never): they get the
-		# suites' image from dockerd (scripts/images.sh built it)
+		# suites' images from dockerd (scripts/build-images.sh built them)
 		step "Kubernetes testbed: the test image on both nodes" \
 			bash scripts/k8s-testbed.sh import-docker-image sandboxd/test:latest || rc=1
+		# the node agent DaemonSet's image, of this build (test_k8s_node_agent.c)
+		step "Kubernetes testbed: sandboxd/daemon of this build on both nodes" \
+			bash -c 'SANDBOXD_BUILD_DIR="$1" bash scripts/build-images.sh --only daemon &&
+				bash scripts/k8s-testbed.sh import-docker-image sandboxd/daemon:latest' _ "$BUILD" || rc=1
 		step "Kubernetes suites" ctest --test-dir "$BUILD" --output-on-failure "${sel[@]}" || rc=1
 	fi
 	if ((k8s_own)); then

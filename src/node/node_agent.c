@@ -8,6 +8,10 @@
  * sessions and their listeners stay (a runner that connects meanwhile waits
  * in the backlog, and retries on its own).
  *
+ * The state of the link is in {data_dir}/link ("up NAME" or "down"), its
+ * mtime refreshed every LINK_TOUCH_MS while the loop turns: what a
+ * Kubernetes probe reads (deploy/kubernetes/node-agent.yaml).
+ *
  * Threads: one. The link loop (nl_run) also polls the listeners
  * (poll_fill / poll_ready) and answers requests in its frame handler. */
 #include <arpa/inet.h>
@@ -32,6 +36,8 @@
 
 #define IMPOSTOR_LOG_MS 60000
 #define BACKOFF_MAX_MS 5000
+#define LINK_TOUCH_MS 5000
+#define LINK_FILE "link"
 
 struct na_session {
         struct na_session *next;
@@ -49,6 +55,8 @@ struct node_agent {
         volatile sig_atomic_t *stop;
         char root[SBX_PATH_MAX];
         char binary[SBX_PATH_MAX];
+        char link_path[SBX_PATH_MAX];
+        int64_t link_touched_ms;
         struct na_session *sessions;
         size_t n_sessions;
         uint32_t next_stream;
@@ -236,11 +244,43 @@ static bool na_frame(struct nl *l, const struct node_hdr *h, const unsigned char
         return false;
 }
 
+/* {data_dir}/link says STATE (replaced whole: a probe never reads half). */
+static void link_state(struct node_agent *a, const char *state)
+{
+        char tmp[SBX_PATH_MAX + 8];
+        int fd, n = snprintf(tmp, sizeof(tmp), "%s.tmp", a->link_path);
+        size_t len = strlen(state);
+
+        if (n < 0 || (size_t)n >= sizeof(tmp))
+                return;
+        (void)unlink(tmp);
+        fd = open(tmp, O_WRONLY | O_CREAT | O_EXCL | O_NOFOLLOW | O_CLOEXEC, 0644);
+        if (fd < 0)
+                return;
+        bool ok = write(fd, state, len) == (ssize_t)len && write(fd, "\n", 1) == 1;
+        close(fd);
+        if (!ok || rename(tmp, a->link_path) < 0)
+                (void)unlink(tmp);
+        a->link_touched_ms = sbx_now_ms();
+}
+
+/* The loop turns: the file's mtime says so, at most every LINK_TOUCH_MS. */
+static void link_touch(struct node_agent *a)
+{
+        int64_t now = sbx_now_ms();
+
+        if (now - a->link_touched_ms < LINK_TOUCH_MS)
+                return;
+        a->link_touched_ms = now;
+        (void)utimensat(AT_FDCWD, a->link_path, NULL, AT_SYMLINK_NOFOLLOW);
+}
+
 static int na_poll_fill(struct nl *l, struct pollfd *pfd, int max, void *ud)
 {
         struct node_agent *a = ud;
         size_t n = 0;
 
+        link_touch(a);
         if (*a->stop) {
                 nl_stop(l);
                 return 0;
@@ -378,9 +418,10 @@ static int dial(const char *hostport, int timeout_ms, struct sbx_error *err)
         return fd;
 }
 
-static void sleep_ms(int ms, volatile sig_atomic_t *stop)
+static void sleep_ms(struct node_agent *a, int ms, volatile sig_atomic_t *stop)
 {
         for (int left = ms; left > 0 && !*stop; left -= 100) {
+                link_touch(a);
                 struct timespec ts = {0, (left < 100 ? left : 100) * 1000000L};
                 nanosleep(&ts, NULL);
         }
@@ -405,6 +446,8 @@ int node_agent_run(const struct sbx_config *cfg, volatile sig_atomic_t *stop, st
                 return r;
         }
         (void)chmod(a.root, 0700);
+        snprintf(a.link_path, sizeof(a.link_path), "%s/" LINK_FILE, cfg->data_dir);
+        link_state(&a, "down");
         if (cfg->runner_binary[0]) {
                 sbx_strlcpy(a.binary, cfg->runner_binary, sizeof(a.binary));
         } else {
@@ -436,27 +479,31 @@ int node_agent_run(const struct sbx_config *cfg, volatile sig_atomic_t *stop, st
                 }
                 if (fd < 0) {
                         log_warn("node agent: %s (again in %d ms)", e.msg, backoff);
-                        sleep_ms(backoff, stop);
+                        sleep_ms(&a, backoff, stop);
                         backoff = backoff * 2 > BACKOFF_MAX_MS ? BACKOFF_MAX_MS : backoff * 2;
                         continue;
                 }
                 struct nl l;
                 if (nl_init(&l, ssl, fd, cfg, &na_handlers, &a) < 0) {
                         nl_destroy(&l);
-                        sleep_ms(backoff, stop);
+                        sleep_ms(&a, backoff, stop);
                         continue;
                 }
                 const char *bin = usable_binary(&a);
                 uint32_t proto = htole32(NODE_PROTOCOL);
                 if (nl_send(&l, NF_HELLO, 0, &proto, sizeof(proto), bin, strlen(bin)) < 0) {
                         nl_destroy(&l);
-                        sleep_ms(backoff, stop);
+                        sleep_ms(&a, backoff, stop);
                         continue;
                 }
                 log_info("node agent: connected to %s (%s)", cfg->node_connect, name);
+                char state[NODE_NAME_MAX + 8];
+                snprintf(state, sizeof(state), "up %s", name);
+                link_state(&a, state);
                 backoff = 100;
                 nl_run(&l, &why);
                 nl_destroy(&l);
+                link_state(&a, "down");
                 if (!*stop)
                         log_warn("node agent: link to %s lost: %s", cfg->node_connect, why);
         }

@@ -53,6 +53,7 @@ struct nl_stream {
         bool peer_closed; /* NF_CLOSE came: shut fd's write side once out is written */
         bool shut;        /* ... done */
         bool eof;         /* fd said end of stream: NF_CLOSE sent (a half close) */
+        bool connecting;  /* control: a NODE_STREAM_CONNECT waiting for its NF_CONNECTED */
         struct nl_stream *next;
 };
 

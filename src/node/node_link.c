@@ -648,7 +648,9 @@ void nl_stop(struct nl *l)
 
 void nl_run(struct nl *l, const char **ret_why)
 {
-        const size_t poll_max = l->max_streams + 3 * (size_t)NODE_MAX_SESSIONS + 2; /* streams, listeners */
+        /* streams, the listeners (three a session, the published ports), connects in flight */
+        const size_t poll_max =
+                l->max_streams + 3 * (size_t)NODE_MAX_SESSIONS + NODE_PUBLISH_MAX + NODE_CONNECTS_MAX + 2;
         struct pollfd *pfd = calloc(poll_max, sizeof(*pfd));
         struct nl_stream **who = calloc(poll_max, sizeof(*who));
         const char *why = "stopped";

@@ -22,6 +22,8 @@
 #ifndef SANDBOXD_EGRESS_H
 #define SANDBOXD_EGRESS_H
 
+#include <sys/socket.h>
+
 #include "sandboxd/common.h"
 #include "sandboxd/config.h"
 
@@ -37,6 +39,18 @@ typedef void (*egress_blocked_fn)(const char *user, const char *session, const c
                                   void *userdata);
 /* Set once, before the first connection; NULL: nobody is told. */
 void egress_set_blocked_hook(struct egress *eg, egress_blocked_fn fn, void *userdata);
+/* Where the proxy's outgoing connections leave from (node.h: a node agent
+ * beside the session's container makes them). Called on the proxy's loop
+ * thread for each judged address: must not block. 0 and *ret_fd, a
+ * connected stream socket whose first 4 bytes (int32, host order) are the
+ * connect's result (0 or -errno), then the upstream's bytes; or -errno at
+ * once. */
+typedef int (*egress_connect_fn)(const char *user, const char *session, const struct sockaddr *sa, socklen_t len,
+                                 void *userdata, int *ret_fd);
+/* Set once, before the first connection; NULL (the default): the proxy
+ * connects itself. The decision (policy, lookup, the private-range guard)
+ * stays the proxy's either way. */
+void egress_set_connect_hook(struct egress *eg, egress_connect_fn fn, void *userdata);
 /* Closes every tunnel and stops the thread. NULL is fine. */
 void egress_free(struct egress *eg);
 

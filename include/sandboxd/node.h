@@ -111,10 +111,10 @@ enum node_op {
                               * (0: none), then that many uint32 ports after the struct */
 };
 
-#define NODE_PUBLISH_PER_SESSION 1000 /* ports_per_session's largest value */
-#define NODE_PUBLISH_MAX 16384        /* published ports one node agent listens on */
-#define NODE_CONNECTS_MAX 1024        /* egress connects in flight on one node agent */
-#define NODE_CONNECT_TIMEOUT_MS 10000 /* a node's connect for the egress proxy */
+#define NODE_PUBLISH_PER_SESSION 1000   /* ports_per_session's largest value */
+#define NODE_PUBLISH_MAX 16384          /* published ports one node agent listens on */
+#define NODE_CONNECTS_MAX 1024          /* egress connects in flight on one node agent */
+#define NODE_CONNECT_TIMEOUT_MS 10000   /* a node's connect for the egress proxy */
 #define NODE_STREAM_CONTROL 0x80000000u /* stream ids the control chooses (NF_OPEN to the node) */
 
 #define NODE_GW_EGRESS 1u /* egress.sock: any connection (the proxy decides) */

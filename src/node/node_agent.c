@@ -69,8 +69,8 @@ struct node_agent {
         /* poll_fill's order, for poll_ready: which session, which socket */
         struct na_polled {
                 struct na_session *s;
-                uint32_t kind; /* NODE_STREAM_* */
-                int port;      /* NODE_STREAM_PUBLISHED */
+                uint32_t kind;        /* NODE_STREAM_* */
+                int port;             /* NODE_STREAM_PUBLISHED */
                 struct na_connect *c; /* NODE_STREAM_CONNECT */
         } * polled;
         size_t n_polled;
@@ -491,7 +491,8 @@ static int na_poll_fill(struct nl *l, struct pollfd *pfd, int max, void *ud)
                 for (size_t i = 0; i < s->n_pubs; i++) {
                         if ((int)n >= max || n >= a->n_polled)
                                 return (int)n;
-                        a->polled[n] = (struct na_polled){.s = s, .kind = NODE_STREAM_PUBLISHED, .port = s->pubs[i].port};
+                        a->polled[n] =
+                                (struct na_polled){.s = s, .kind = NODE_STREAM_PUBLISHED, .port = s->pubs[i].port};
                         pfd[n++] = (struct pollfd){.fd = s->pubs[i].fd, .events = POLLIN};
                 }
         }
@@ -547,7 +548,9 @@ static void accept_conn(struct node_agent *a, struct nl *l, struct na_session *s
                                 "node agent: too many streams, a connection was closed");
                         continue;
                 }
-                struct node_open o = {.kind = htole32(kind), .port = htole32((uint32_t)port), .epoch = htole64(s->epoch)};
+                struct node_open o = {.kind = htole32(kind),
+                                      .port = htole32((uint32_t)port),
+                                      .epoch = htole64(s->epoch)};
                 sbx_strlcpy(o.user, s->user, sizeof(o.user));
                 sbx_strlcpy(o.session, s->session, sizeof(o.session));
                 if (nl_send(l, NF_OPEN, id, &o, sizeof(o), NULL, 0) < 0)

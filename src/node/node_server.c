@@ -294,8 +294,9 @@ static void ns_stream_gone(struct nl *l, struct nl_stream *st, bool link_down, v
                 k->s->hooks.suspend(k->s->ud, st->user, st->session);
 }
 
-static const struct nl_handlers ns_handlers = {
-        .frame = ns_frame, .poll_fill = ns_poll_fill, .stream_gone = ns_stream_gone};
+static const struct nl_handlers ns_handlers = {.frame = ns_frame,
+                                               .poll_fill = ns_poll_fill,
+                                               .stream_gone = ns_stream_gone};
 
 static void *link_main(void *ud)
 {

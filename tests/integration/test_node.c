@@ -6,6 +6,7 @@
 #include <arpa/inet.h>
 #include <criterion/criterion.h>
 #include <dirent.h>
+#include <endian.h>
 #include <errno.h>
 #include <netinet/in.h>
 #include <pthread.h>
@@ -268,6 +269,45 @@ Test(node, a_malformed_frame_closes_the_link)
         malformed_closes_the_link(unknown_type, sizeof(unknown_type));
         malformed_closes_the_link(flags_set, sizeof(flags_set));
         malformed_closes_the_link(short_open, sizeof(short_open));
+        daemon_close(d);
+}
+
+/* A frame of type, stream and payload as a node would put it on the link. */
+static size_t frame(unsigned char *buf, uint16_t type, uint32_t stream, const void *p, uint32_t len)
+{
+        struct node_hdr h = {.len = htole32(len), .type = htole16(type), .stream = htole32(stream)};
+        memcpy(buf, &h, NODE_HDR_LEN);
+        memcpy(buf + NODE_HDR_LEN, p, len);
+        return NODE_HDR_LEN + len;
+}
+
+static size_t published_open(unsigned char *buf, uint32_t kind, uint32_t port, uint32_t stream)
+{
+        struct node_open o = {.kind = htole32(kind), .port = htole32(port), .epoch = htole64(1)};
+        snprintf(o.user, sizeof(o.user), "u1");
+        snprintf(o.session, sizeof(o.session), "s1");
+        return frame(buf, NF_OPEN, stream, &o, sizeof(o));
+}
+
+Test(node, malformed_published_streams_and_connect_results_close_the_link)
+{
+        unsigned char buf[NODE_HDR_LEN + 256];
+        int32_t ok = 0;
+        uint64_t big = 0;
+
+        open_with_node();
+        /* a published port's stream: port 0, past 65535; a port on a stream of another kind */
+        malformed_closes_the_link(buf, published_open(buf, NODE_STREAM_PUBLISHED, 0, 7));
+        malformed_closes_the_link(buf, published_open(buf, NODE_STREAM_PUBLISHED, 70000, 7));
+        malformed_closes_the_link(buf, published_open(buf, NODE_STREAM_RUNNER, 8000, 7));
+        /* a node opens no connect, nor any stream with an id of the control's */
+        malformed_closes_the_link(buf, published_open(buf, NODE_STREAM_CONNECT, 0, 7));
+        malformed_closes_the_link(buf, published_open(buf, NODE_STREAM_RUNNER, 0, NODE_STREAM_CONTROL | 7));
+        /* a connect's result: oversized, for a stream id of the node's, or positive */
+        malformed_closes_the_link(buf, frame(buf, NF_CONNECTED, NODE_STREAM_CONTROL | 1, &big, sizeof(big)));
+        malformed_closes_the_link(buf, frame(buf, NF_CONNECTED, 7, &ok, sizeof(ok)));
+        int32_t positive = (int32_t)htole32(5);
+        malformed_closes_the_link(buf, frame(buf, NF_CONNECTED, NODE_STREAM_CONTROL | 1, &positive, sizeof(positive)));
         daemon_close(d);
 }
 

@@ -9,8 +9,13 @@
  * node accepted from a session's runner, already checked to come from that
  * container's runner (runner_peer.h), handed to the hub as a connected fd
  * (runner_hub_attach); one accepted on egress.sock or fwd.sock (the latter
- * checked the same way) handed to the gateway (gateway_attach). Two links
- * exist:
+ * checked the same way) handed to the gateway (gateway_attach); a client of
+ * one of the session's published ports, which the node listens on with its
+ * own publish_ip (node_server_publish), handed to the gateway as if its own
+ * listener had accepted it (gateway_attach_published); and the egress
+ * proxy's outgoing connections, which the node makes to the address the
+ * proxy decided on (node_server_connect), so egress leaves from the node.
+ * Two links exist:
  *   - in one process (the default): the hub makes the directories and
  *     listens itself; the ops table is not used at all, so the exec path is
  *     exactly what it was (no extra copy, no extra thread);
@@ -32,10 +37,14 @@
  *   NF_PING / NF_PONG  either way; a link silent for 3 heartbeats is closed
  *   NF_REQ    control→node (stream = request id): struct node_req
  *   NF_RESP   node→control: int32 result (0 or -errno), then a path or message
- *   NF_OPEN   node→control: a stream (id chosen by the node) for a
- *             connection accepted on a session's socket (runner.sock,
- *             egress.sock, fwd.sock): struct node_open, with the session
- *             epoch the node was given
+ *   NF_OPEN   node→control: a stream (id chosen by the node, high bit
+ *             clear) for a connection accepted on a session's socket
+ *             (runner.sock, egress.sock, fwd.sock) or published port:
+ *             struct node_open, with the session epoch the node was given;
+ *             control→node: an egress connect (id with NODE_STREAM_CONTROL):
+ *             struct node_connect
+ *   NF_CONNECTED node→control: int32 result of a connect (0 or -errno); on
+ *             0 the stream carries the upstream's bytes
  *   NF_DATA   either way: bytes of a stream
  *   NF_ACK    either way: uint32 bytes of a stream written out; a side
  *             never has more than NODE_WINDOW bytes of a stream unacknowledged

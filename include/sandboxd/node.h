@@ -254,6 +254,11 @@ bool node_server_wait(struct node_server *s, int timeout_ms);
 int node_server_port(struct node_server *s);
 /* Handshakes refused (bad or revoked certificate) since start. */
 uint64_t node_server_refused(struct node_server *s);
+/* Links of connected nodes that ended since start. */
+uint64_t node_server_links_lost(struct node_server *s);
+/* For tests: bytes onto the connected node's link as they are (a
+ * malformed request, say). -EHOSTUNREACH with no node connected. */
+int node_server_send_raw(struct node_server *s, const void *buf, size_t len);
 
 /* ---- the node agent (`sandboxd node`) ---- */
 

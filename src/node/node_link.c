@@ -440,7 +440,7 @@ static int stream_read(struct nl *l, struct nl_stream *s)
 }
 
 /* Both halves closed and everything written: the stream goes. True if it went. */
-static bool stream_settle(struct nl *l, struct nl_stream *s)
+bool nl_stream_settle(struct nl *l, struct nl_stream *s)
 {
         if (s->peer_closed && s->out_len == 0 && !s->shut) {
                 (void)shutdown(s->fd, SHUT_WR);
@@ -511,7 +511,7 @@ static bool stream_frame(struct nl *l, const struct node_hdr *h, const unsigned 
                 if (s->peer_closed)
                         return false;
                 s->peer_closed = true;
-                (void)stream_settle(l, s);
+                (void)nl_stream_settle(l, s);
         }
         return true;
 }
@@ -742,7 +742,7 @@ void nl_run(struct nl *l, const char **ret_why)
                                 why = "cannot write to the link (deadline)";
                                 goto out;
                         }
-                        (void)stream_settle(l, s);
+                        (void)nl_stream_settle(l, s);
                 }
                 if (extra_n && l->hd->poll_ready)
                         l->hd->poll_ready(l, pfd + extra_at, extra_n, l->ud);

@@ -86,6 +86,7 @@ struct node_server {
         int64_t down_since;              /* the active node went (monotonic ms); 0: not down */
         char down_name[NODE_NAME_MAX + 1];
         uint64_t refused;
+        uint64_t lost;      /* links of registered nodes that ended */
         bool gateway_ready; /* hooks.gateway may be called (node_server_gateway_ready) */
 };
 
@@ -239,8 +240,7 @@ static bool on_connected(struct ns_link *k, const struct node_hdr *h, const unsi
                 return nl_send(&k->l, NF_CLOSE, h->stream, NULL, 0, NULL, 0) == 0;
         if (res < 0) { /* the node has no stream: nothing more comes; ours goes once the proxy closes */
                 st->peer_closed = true;
-                (void)shutdown(st->fd, SHUT_WR);
-                st->shut = true;
+                (void)nl_stream_settle(&k->l, st); /* now, if the proxy has closed already */
         }
         return true;
 }
@@ -358,8 +358,12 @@ static void *link_main(void *ud)
         }
         pthread_cond_broadcast(&s->cond);
         pthread_mutex_unlock(&s->lock);
-        if (k->registered)
+        if (k->registered) {
                 log_warn("node link: node %s disconnected: %s", k->name, why);
+                pthread_mutex_lock(&s->lock);
+                s->lost++;
+                pthread_mutex_unlock(&s->lock);
+        }
         nl_destroy(&k->l); /* runner streams: suspended, then closed */
         pthread_mutex_lock(&s->lock);
         k->done = true;
@@ -628,6 +632,43 @@ uint64_t node_server_refused(struct node_server *s)
         uint64_t n = s->refused;
         pthread_mutex_unlock(&s->lock);
         return n;
+}
+
+uint64_t node_server_links_lost(struct node_server *s)
+{
+        pthread_mutex_lock(&s->lock);
+        uint64_t n = s->lost;
+        pthread_mutex_unlock(&s->lock);
+        return n;
+}
+
+int node_server_send_raw(struct node_server *s, const void *buf, size_t len)
+{
+        struct nl_qframe *f = malloc(sizeof(*f) + len);
+        int r = -EHOSTUNREACH;
+
+        if (!f)
+                return -ENOMEM;
+        f->next = NULL;
+        f->len = len;
+        memcpy(f->buf, buf, len);
+        pthread_mutex_lock(&s->lock);
+        struct ns_link *k = s->active;
+        if (k && k->running) {
+                pthread_mutex_lock(&k->l.lock);
+                *k->l.q_tail = f;
+                k->l.q_tail = &f->next;
+                k->l.q_bytes += len;
+                pthread_mutex_unlock(&k->l.lock);
+                if (write(k->l.wake[1], "w", 1) < 0) {
+                        /* full: due to wake */
+                }
+                f = NULL;
+                r = 0;
+        }
+        pthread_mutex_unlock(&s->lock);
+        free(f);
+        return r;
 }
 
 /* Under s->lock: the link serving (user, session); with one node, the one connected. */

@@ -594,3 +594,77 @@ Test(node, egress_connects_leave_from_the_node_agent_and_the_control_still_decid
         cr_assert(blocked_seen, "the blocked request has no row");
         daemon_close(d);
 }
+
+/* ---- the node agent's side: malformed requests from the control close the link ---- */
+
+static pid_t agent_pid;
+
+static bool agent_link_lost_after(void *ud)
+{
+        return node_server_links_lost(d->node) > *(uint64_t *)ud;
+}
+
+/* frame to the node agent: its link ends (the agent dials again), the agent lives on */
+static void node_drops_link_on(const void *buf, size_t len)
+{
+        uint64_t lost = node_server_links_lost(d->node);
+
+        cr_assert(TESTENV_WAIT_UNTIL(connected(NULL), 30000), "the node agent is not connected");
+        cr_assert_eq(node_server_send_raw(d->node, buf, len), 0);
+        cr_assert(TESTENV_WAIT_UNTIL(agent_link_lost_after(&lost), 30000),
+                  "the node agent kept a link that sent it a malformed frame");
+        cr_assert_eq(kill(agent_pid, 0), 0, "the node agent died of a malformed frame");
+}
+
+static size_t publish_req(unsigned char *buf, uint32_t count, const uint32_t *ports, size_t n_ports)
+{
+        struct node_req rq = {.op = htole32(NODE_OP_PUBLISH), .flags = htole32(count)};
+        unsigned char payload[sizeof(rq) + 4 * 1100];
+        snprintf(rq.user, sizeof(rq.user), "u1");
+        snprintf(rq.session, sizeof(rq.session), "s1");
+        memcpy(payload, &rq, sizeof(rq));
+        for (size_t i = 0; i < n_ports; i++) {
+                uint32_t v = htole32(ports[i]);
+                memcpy(payload + sizeof(rq) + 4 * i, &v, 4);
+        }
+        return frame(buf, NF_REQ, 41, payload, (uint32_t)(sizeof(rq) + 4 * n_ports));
+}
+
+static size_t connect_open(unsigned char *buf, uint32_t stream, uint16_t family, uint16_t port, uint8_t pad,
+                           uint32_t len)
+{
+        struct node_connect c = {.kind = htole32(NODE_STREAM_CONNECT),
+                                 .family = htole16(family),
+                                 .port = htole16(port)};
+        c.addr[0] = 127;
+        c.addr[3] = 1;
+        c.pad[1] = pad;
+        snprintf(c.user, sizeof(c.user), "u1");
+        snprintf(c.session, sizeof(c.session), "s1");
+        return frame(buf, NF_OPEN, stream, &c, len);
+}
+
+Test(node, malformed_publish_and_connect_requests_close_the_node_agents_link)
+{
+        static unsigned char buf[NODE_HDR_LEN + sizeof(struct node_req) + 4 * 1100];
+        static uint32_t ports[1001];
+        const uint32_t cs = NODE_STREAM_CONTROL | 9;
+
+        for (size_t i = 0; i < 1001; i++)
+                ports[i] = 30000 + (uint32_t)i;
+        open_with_node();
+        agent_pid = nodeenv_start(&cfg, pki, "node1", node_dir);
+        /* a publish whose count and ports disagree, past the cap, or with a port out of range */
+        node_drops_link_on(buf, publish_req(buf, 2, ports, 1));
+        node_drops_link_on(buf, publish_req(buf, 1001, ports, 1001));
+        node_drops_link_on(buf, publish_req(buf, 1, (const uint32_t[]){0}, 1));
+        node_drops_link_on(buf, publish_req(buf, 1, (const uint32_t[]){70000}, 1));
+        /* a connect of another family, to port 0, on a node's stream id, short, or with padding set */
+        node_drops_link_on(buf, connect_open(buf, cs, 5, 80, 0, sizeof(struct node_connect)));
+        node_drops_link_on(buf, connect_open(buf, cs, 4, 0, 0, sizeof(struct node_connect)));
+        node_drops_link_on(buf, connect_open(buf, 9, 4, 80, 0, sizeof(struct node_connect)));
+        node_drops_link_on(buf, connect_open(buf, cs, 4, 80, 0, sizeof(struct node_connect) - 2));
+        node_drops_link_on(buf, connect_open(buf, cs, 4, 80, 1, sizeof(struct node_connect)));
+        cr_assert(TESTENV_WAIT_UNTIL(connected(NULL), 30000), "the node agent did not come back");
+        daemon_close(d);
+}

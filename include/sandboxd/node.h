@@ -80,8 +80,10 @@
 #define NODE_HDR_LEN 12
 #define NODE_MAX_FRAME (64 * 1024)
 #define NODE_WINDOW (64 * 1024) /* unacknowledged bytes per stream and direction (as GATEWAY_BUF_HIGH) */
-/* Streams per link: forward_max_total, per session forward_max_per_session, of
- * the side's own config, each plus this (the runner's and egress connections). */
+/* Streams per link: forward_max_total plus twice egress_max_tunnels (an
+ * egress tunnel is egress.sock's stream and the node's connect), per
+ * session forward_max_per_session plus twice egress_max_tunnels_per_session,
+ * of the side's own config, each plus this (the runner's connections). */
 #define NODE_STREAMS_SLACK 256
 #define NODE_MAX_SESSIONS 65536         /* sessions one node agent serves */
 #define NODE_MAX_LINKS 64               /* node agents connected (and handshaking) at once */

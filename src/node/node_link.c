@@ -597,8 +597,10 @@ int nl_init(struct nl *l, SSL *ssl, int fd, const struct sbx_config *cfg, const 
         l->ssl = ssl;
         l->fd = fd;
         l->heartbeat_ms = cfg->node_heartbeat_ms;
-        l->max_streams = (size_t)cfg->forward_max_total + NODE_STREAMS_SLACK;
-        l->max_per_session = (size_t)cfg->forward_max_per_session + NODE_STREAMS_SLACK;
+        /* an egress tunnel over a node is two streams: egress.sock's and the node's connect */
+        l->max_streams = (size_t)cfg->forward_max_total + 2 * (size_t)cfg->egress_max_tunnels + NODE_STREAMS_SLACK;
+        l->max_per_session = (size_t)cfg->forward_max_per_session + 2 * (size_t)cfg->egress_max_tunnels_per_session +
+                             NODE_STREAMS_SLACK;
         l->hd = hd;
         l->ud = ud;
         l->wake[0] = l->wake[1] = -1;

@@ -7,8 +7,9 @@
  * listens on that socket) hands every accepted connection here. Its bytes
  * are an HTTP proxy client's: CONNECT host:port for TLS, or an
  * absolute-URI HTTP request. This module decides (default deny, the
- * allowlist, the SSRF guard), resolves, connects, records an audit row
- * and relays.
+ * allowlist, the SSRF guard), resolves, connects (or has the session's
+ * node agent connect: egress_set_connect_hook), records an audit row and
+ * relays.
  *
  * Threads: egress_new starts the module's own loop thread; egress_accept
  * and egress_close_session may be called from any thread.

@@ -8,7 +8,8 @@
  *     accepted fd to the egress proxy (egress.h). Not served for private
  *     sessions, nor for bridge sessions (raw networking, operator's choice).
  *   - port forwards: the gateway listens on the session's host port block
- *     (publish_ip) and carries each connection through fwd.sock to the
+ *     (publish_ip; over a node link the node listens on its own, see
+ *     gateway_set_node_publish) and carries each connection through fwd.sock to the
  *     runner, which connects to 127.0.0.1:<container_port_base + i> inside
  *     (protocol in runner_proto.h). No PortBindings, no docker-proxy.
  *

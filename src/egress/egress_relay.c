@@ -1,6 +1,7 @@
 /* egress_relay.c — an allowed egress tunnel's bytes: connect to the
  * judged addresses in turn (through the upstream proxy's CONNECT when one
- * is set), then relay both ways with the le-proxy pattern: stop reading one
+ * is set; over a node link the node agent connects, and the stream it
+ * gives back says the result in its first 4 bytes), then relay both ways with the le-proxy pattern: stop reading one
  * side while the other's output is over RELAY_HIGH, half-close on EOF.
  *
  * Threads and locks: loop thread only (egress.c). */

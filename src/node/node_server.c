@@ -3,6 +3,9 @@
  * runs each link on a thread of its own, sends it requests for the runner
  * hub (node_server_ops) and turns each stream it opens into a socketpair
  * whose other end goes to the hub, once the session's epoch is checked.
+ * The egress proxy's connects go the other way: node_server_connect queues
+ * one on the session's link (s->lock), whose thread opens the stream
+ * (poll_fill) and writes the node's NF_CONNECTED result first on it.
  *
  * Threads: "sbx-node" accepts, calls hooks->up for a node that connected
  * (the hub opens its sessions again: requests, so never on a link thread)

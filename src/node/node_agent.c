@@ -7,9 +7,10 @@
  * session's epoch. It also listens on the sessions' published ports (its
  * own publish_ip, NODE_OP_PUBLISH), relaying each client as a stream, and
  * makes the egress proxy's connects (NF_OPEN from the control) to exactly
- * the address given, non-blocking, each with its deadline. A lost link is dialled again with a backoff; the
- * sessions and their listeners stay (a runner that connects meanwhile waits
- * in the backlog, and retries on its own).
+ * the address given, non-blocking, each with its deadline. A lost link is
+ * dialled again with a backoff; the sessions and their listeners stay (a
+ * runner that connects meanwhile waits in the backlog, and retries on its
+ * own).
  *
  * Threads: one. The link loop (nl_run) also polls the listeners and the
  * connects in flight (poll_fill / poll_ready; poll_fill ends those past

@@ -572,14 +572,22 @@ Test(node, egress_connects_leave_from_the_node_agent_and_the_control_still_decid
         u.port = ntohs(sa.sin_port);
         cr_assert_eq(pthread_create(&th, NULL, upstream_main, &u), 0);
 
+        /* a port bound but not listening: the node's connect is refused, and says so */
+        int closed = socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0);
+        sa.sin_port = 0;
+        sl = sizeof(sa);
+        cr_assert_eq(bind(closed, (struct sockaddr *)&sa, sizeof(sa)), 0);
+        cr_assert_eq(getsockname(closed, (struct sockaddr *)&sa, &sl), 0);
         snprintf(cmd, sizeof(cmd),
                  "curl -s --max-time 60 http://up.test:%d/; echo; "
-                 "curl -s --max-time 60 -o /dev/null -w '%%{http_code}' http://blocked.test:%d/; echo",
-                 u.port, u.port);
+                 "curl -s --max-time 60 -o /dev/null -w '%%{http_code}' http://blocked.test:%d/; echo; "
+                 "curl -s --max-time 60 -o /dev/null -w '%%{http_code}' http://up.test:%d/; echo",
+                 u.port, u.port, ntohs(sa.sin_port));
         char *out = fixture_run(d, "e", cmd, 120, &code);
         pthread_join(th, NULL);
         close(u.lfd);
-        cr_assert_str_eq(out, "hello\n403\n", "exit %d", code);
+        close(closed);
+        cr_assert_str_eq(out, "hello\n403\n502\n", "exit %d", code);
         free(out);
         cr_assert(u.accepted, "the upstream saw no connection");
         cr_assert(u.agent_owns, "the upstream's client is not the node agent's socket");
@@ -587,11 +595,16 @@ Test(node, egress_connects_leave_from_the_node_agent_and_the_control_still_decid
 
         /* the control decided both, and wrote their rows */
         cr_assert_eq(store_egress_log_list(d->store, "u1", "e", 100, &rows, &n), 0);
-        for (size_t i = 0; i < n; i++)
+        bool refused_seen = false;
+        for (size_t i = 0; i < n; i++) {
                 if (strcmp(rows[i].host, "blocked.test") == 0 && strcmp(rows[i].decision, "blocked") == 0)
                         blocked_seen = true;
+                if (strcmp(rows[i].host, "up.test") == 0 && strcmp(rows[i].reason, "connect_failed") == 0)
+                        refused_seen = true;
+        }
         free(rows);
         cr_assert(blocked_seen, "the blocked request has no row");
+        cr_assert(refused_seen, "the connect the node could not make has no connect_failed row");
         daemon_close(d);
 }
 

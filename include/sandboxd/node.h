@@ -241,8 +241,10 @@ int node_server_publish(struct node_server *s, const char *user, const char *ses
  * before the result: the link went (take it as -ECONNRESET). */
 int node_server_connect(struct node_server *s, const char *user, const char *session, const struct sockaddr *sa,
                         socklen_t len, int *ret_fd);
-/* The link that serves the session (with one node: the one connected).
- * Only valid while the server's lock rules allow (tests, logs). */
+/* The link that serves the session (with one node: the one connected),
+ * NULL when none is. The link may end and be freed at any time: callers
+ * outside node_server.c compare the pointer, never dereference it; inside,
+ * requests and connects look the link up under the server's lock. */
 struct node_link;
 struct node_link *node_server_link_of_session(struct node_server *srv, const char *user, const char *session);
 /* hooks.gateway may be called from now on (streams of the gateway's

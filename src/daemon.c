@@ -138,6 +138,24 @@ static int gateway_on_node(const char *user, const char *session, unsigned flags
         return node_server_gateway(userdata, user, session, flags, err);
 }
 
+static int gateway_publish_on_node(const char *user, const char *session, const int *ports, size_t n, void *userdata,
+                                   struct sbx_error *err)
+{
+        return node_server_publish(userdata, user, session, ports, n, err);
+}
+
+static void node_published(void *ud, const char *user, const char *session, int port, int fd)
+{
+        struct daemon *d = ud;
+        gateway_attach_published(d->gateway, user, session, port, fd);
+}
+
+static int egress_connect_on_node(const char *user, const char *session, const struct sockaddr *sa, socklen_t len,
+                                  void *userdata, int *ret_fd)
+{
+        return node_server_connect(userdata, user, session, sa, len, ret_fd);
+}
+
 static void node_suspend(void *ud, const char *user, const char *session)
 {
         struct daemon *d = ud;
@@ -191,6 +209,7 @@ static const struct node_server_hooks node_hooks = {
         .fence = node_fence,
         .epoch = node_epoch,
         .refused = node_refused,
+        .published = node_published,
 };
 
 /* After a restart: listen again for every running (or paused: it
@@ -431,8 +450,11 @@ int daemon_open(const struct sbx_config *cfg, const struct daemon_options *opts,
                 goto fail;
         gateway_set_private_check(d->gateway, gateway_private, d->privacy);
         gateway_set_wake(d->gateway, gateway_wake, d->sessions);
-        if (d->node)
+        if (d->node) { /* the sockets, the published ports and egress's connects are the node's */
                 gateway_set_node(d->gateway, gateway_on_node, d->node);
+                gateway_set_node_publish(d->gateway, gateway_publish_on_node, d->node);
+                egress_set_connect_hook(d->egress, egress_connect_on_node, d->node);
+        }
         session_set_gateway(d->sessions, d->gateway);
         (void)session_register_failure_handler(d->sessions, drop_gateway, d->gateway);
         r = runtime_new(&d->cfg, d->engine, d->store, &d->runtime, err);

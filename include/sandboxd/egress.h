@@ -7,8 +7,9 @@
  * listens on that socket) hands every accepted connection here. Its bytes
  * are an HTTP proxy client's: CONNECT host:port for TLS, or an
  * absolute-URI HTTP request. This module decides (default deny, the
- * allowlist, the SSRF guard), resolves, connects, records an audit row
- * and relays.
+ * allowlist, the SSRF guard), resolves, connects (or has the session's
+ * node agent connect: egress_set_connect_hook), records an audit row and
+ * relays.
  *
  * Threads: egress_new starts the module's own loop thread; egress_accept
  * and egress_close_session may be called from any thread.
@@ -21,6 +22,8 @@
  * rate-limited per session, with a count of those not written). */
 #ifndef SANDBOXD_EGRESS_H
 #define SANDBOXD_EGRESS_H
+
+#include <sys/socket.h>
 
 #include "sandboxd/common.h"
 #include "sandboxd/config.h"
@@ -37,6 +40,18 @@ typedef void (*egress_blocked_fn)(const char *user, const char *session, const c
                                   void *userdata);
 /* Set once, before the first connection; NULL: nobody is told. */
 void egress_set_blocked_hook(struct egress *eg, egress_blocked_fn fn, void *userdata);
+/* Where the proxy's outgoing connections leave from (node.h: a node agent
+ * beside the session's container makes them). Called on the proxy's loop
+ * thread for each judged address: must not block. 0 and *ret_fd, a
+ * connected stream socket whose first 4 bytes (int32, host order) are the
+ * connect's result (0 or -errno), then the upstream's bytes; or -errno at
+ * once. */
+typedef int (*egress_connect_fn)(const char *user, const char *session, const struct sockaddr *sa, socklen_t len,
+                                 void *userdata, int *ret_fd);
+/* Set once, before the first connection; NULL (the default): the proxy
+ * connects itself. The decision (policy, lookup, the private-range guard)
+ * stays the proxy's either way. */
+void egress_set_connect_hook(struct egress *eg, egress_connect_fn fn, void *userdata);
 /* Closes every tunnel and stops the thread. NULL is fine. */
 void egress_free(struct egress *eg);
 

@@ -8,7 +8,8 @@
  *     accepted fd to the egress proxy (egress.h). Not served for private
  *     sessions, nor for bridge sessions (raw networking, operator's choice).
  *   - port forwards: the gateway listens on the session's host port block
- *     (publish_ip) and carries each connection through fwd.sock to the
+ *     (publish_ip; over a node link the node listens on its own, see
+ *     gateway_set_node_publish) and carries each connection through fwd.sock to the
  *     runner, which connects to 127.0.0.1:<container_port_base + i> inside
  *     (protocol in runner_proto.h). No PortBindings, no docker-proxy.
  *
@@ -87,7 +88,10 @@ void gateway_drop(struct gateway *gw, const char *user, const char *session);
  * listens (asked through fn: flags NODE_GW_EGRESS | NODE_GW_FWD, 0 to stop
  * and remove them), checks fwd.sock's peer on its host, and each accepted
  * connection comes back through gateway_attach. The host port listeners
- * stay with the gateway. */
+ * are the node's too once gateway_set_node_publish is set: the node
+ * listens on its own publish_ip, and each client comes back through
+ * gateway_attach_published, taken exactly as a client of a listener here
+ * (the caps, the wake of a paused session, the runner's RP_FWD_OPEN). */
 typedef int (*gateway_node_fn)(const char *user, const char *session, unsigned flags, void *userdata,
                                struct sbx_error *err);
 /* Set once, before the first gateway_open. */
@@ -96,6 +100,16 @@ void gateway_set_node(struct gateway *gw, gateway_node_fn fn, void *userdata);
  * NODE_STREAM_EGRESS) or fwd.sock (NODE_STREAM_FWD, the runner's). Takes
  * fd; never waits for the gateway thread. */
 void gateway_attach(struct gateway *gw, const char *user, const char *session, int kind, int fd);
+/* Listen on exactly these host ports of the session on the node (n 0:
+ * none); -EADDRINUSE as gateway_open. */
+typedef int (*gateway_publish_fn)(const char *user, const char *session, const int *ports, size_t n, void *userdata,
+                                  struct sbx_error *err);
+/* Set once, before the first gateway_open. */
+void gateway_set_node_publish(struct gateway *gw, gateway_publish_fn fn, void *userdata);
+/* A client the node accepted on the session's published port `port`.
+ * Takes fd; never waits for the gateway thread. A port the session does
+ * not publish (any more) closes it. */
+void gateway_attach_published(struct gateway *gw, const char *user, const char *session, int port, int fd);
 
 struct gateway_stats {
         size_t sessions;  /* served */

@@ -9,8 +9,13 @@
  * node accepted from a session's runner, already checked to come from that
  * container's runner (runner_peer.h), handed to the hub as a connected fd
  * (runner_hub_attach); one accepted on egress.sock or fwd.sock (the latter
- * checked the same way) handed to the gateway (gateway_attach). Two links
- * exist:
+ * checked the same way) handed to the gateway (gateway_attach); a client of
+ * one of the session's published ports, which the node listens on with its
+ * own publish_ip (node_server_publish), handed to the gateway as if its own
+ * listener had accepted it (gateway_attach_published); and the egress
+ * proxy's outgoing connections, which the node makes to the address the
+ * proxy decided on (node_server_connect), so egress leaves from the node.
+ * Two links exist:
  *   - in one process (the default): the hub makes the directories and
  *     listens itself; the ops table is not used at all, so the exec path is
  *     exactly what it was (no extra copy, no extra thread);
@@ -32,10 +37,14 @@
  *   NF_PING / NF_PONG  either way; a link silent for 3 heartbeats is closed
  *   NF_REQ    control→node (stream = request id): struct node_req
  *   NF_RESP   node→control: int32 result (0 or -errno), then a path or message
- *   NF_OPEN   node→control: a stream (id chosen by the node) for a
- *             connection accepted on a session's socket (runner.sock,
- *             egress.sock, fwd.sock): struct node_open, with the session
- *             epoch the node was given
+ *   NF_OPEN   node→control: a stream (id chosen by the node, high bit
+ *             clear) for a connection accepted on a session's socket
+ *             (runner.sock, egress.sock, fwd.sock) or published port:
+ *             struct node_open, with the session epoch the node was given;
+ *             control→node: an egress connect (id with NODE_STREAM_CONTROL):
+ *             struct node_connect
+ *   NF_CONNECTED node→control: int32 result of a connect (0 or -errno); on
+ *             0 the stream carries the upstream's bytes
  *   NF_DATA   either way: bytes of a stream
  *   NF_ACK    either way: uint32 bytes of a stream written out; a side
  *             never has more than NODE_WINDOW bytes of a stream unacknowledged
@@ -62,6 +71,7 @@
 #include <stdbool.h>
 #include <stddef.h>
 #include <stdint.h>
+#include <sys/socket.h>
 
 #include "sandboxd/common.h"
 #include "sandboxd/config.h"
@@ -70,8 +80,10 @@
 #define NODE_HDR_LEN 12
 #define NODE_MAX_FRAME (64 * 1024)
 #define NODE_WINDOW (64 * 1024) /* unacknowledged bytes per stream and direction (as GATEWAY_BUF_HIGH) */
-/* Streams per link: forward_max_total, per session forward_max_per_session, of
- * the side's own config, each plus this (the runner's and egress connections). */
+/* Streams per link: forward_max_total plus twice egress_max_tunnels (an
+ * egress tunnel is egress.sock's stream and the node's connect), per
+ * session forward_max_per_session plus twice egress_max_tunnels_per_session,
+ * of the side's own config, each plus this (the runner's connections). */
 #define NODE_STREAMS_SLACK 256
 #define NODE_MAX_SESSIONS 65536         /* sessions one node agent serves */
 #define NODE_MAX_LINKS 64               /* node agents connected (and handshaking) at once */
@@ -90,6 +102,7 @@ enum node_frame {
         NF_DATA = 7,
         NF_ACK = 8,
         NF_CLOSE = 9,
+        NF_CONNECTED = 10, /* node→control: int32 result (0 or -errno) of a NODE_STREAM_CONNECT stream */
 };
 
 struct node_hdr {
@@ -105,7 +118,15 @@ enum node_op {
         NODE_OP_DROP = 3,    /* stop listening, remove the directory */
         NODE_OP_REKEY = 4,   /* rename (user, session) to (user2, session2) */
         NODE_OP_GATEWAY = 5, /* listen (or stop) on egress.sock and fwd.sock: flags NODE_GW_* */
+        NODE_OP_PUBLISH = 6, /* listen on publish_ip:port for exactly these ports: flags = how many
+                              * (0: none), then that many uint32 ports after the struct */
 };
+
+#define NODE_PUBLISH_PER_SESSION 1000   /* ports_per_session's largest value */
+#define NODE_PUBLISH_MAX 16384          /* published ports one node agent listens on */
+#define NODE_CONNECTS_MAX 1024          /* egress connects in flight on one node agent */
+#define NODE_CONNECT_TIMEOUT_MS 10000   /* a node's connect for the egress proxy */
+#define NODE_STREAM_CONTROL 0x80000000u /* stream ids the control chooses (NF_OPEN to the node) */
 
 #define NODE_GW_EGRESS 1u /* egress.sock: any connection (the proxy decides) */
 #define NODE_GW_FWD 2u    /* fwd.sock: the runner's only (checked on the node) */
@@ -117,13 +138,31 @@ struct node_req {
         char user[65], session[65], user2[65], session2[65];
 };
 
-enum node_stream_kind { NODE_STREAM_RUNNER = 1, NODE_STREAM_EGRESS = 2, NODE_STREAM_FWD = 3 };
+enum node_stream_kind {
+        NODE_STREAM_RUNNER = 1,
+        NODE_STREAM_EGRESS = 2,
+        NODE_STREAM_FWD = 3,
+        NODE_STREAM_PUBLISHED = 4, /* a client of a published port (node_open.port) */
+        NODE_STREAM_CONNECT = 5,   /* control→node: the egress proxy's connect (struct node_connect) */
+};
 
 struct node_open {
         uint32_t kind;
-        uint32_t pad;
+        uint32_t port; /* NODE_STREAM_PUBLISHED: the published port it came to; else 0 */
         uint64_t epoch;
         char user[65], session[65];
+};
+
+/* NF_OPEN control→node (stream id with NODE_STREAM_CONTROL set): connect
+ * to exactly this address (no lookup: the proxy decided and resolved),
+ * non-blocking within NODE_CONNECT_TIMEOUT_MS, then NF_CONNECTED. */
+struct node_connect {
+        uint32_t kind;   /* NODE_STREAM_CONNECT */
+        uint16_t family; /* 4 (IPv4, addr[0..3]) or 6 (IPv6) */
+        uint16_t port;   /* 1-65535 */
+        uint8_t addr[16];
+        char user[65], session[65];
+        uint8_t pad[2]; /* zero */
 };
 
 /* ---- the link interface (what the runner hub calls) ---- */
@@ -166,6 +205,10 @@ struct node_server_hooks {
         /* A stream from an old epoch was refused (write the audit row). */
         void (*refused)(void *ud, const char *node, const char *user, const char *session, uint64_t presented,
                         uint64_t current);
+        /* A client the node accepted on one of the session's published
+         * ports (node_server_publish), epoch checked: gateway_attach_published.
+         * The callee owns fd. NULL: such streams are closed. */
+        void (*published)(void *ud, const char *user, const char *session, int port, int fd);
 };
 
 /* Listen on cfg->node_listen (TLS with node_cert, node_key, node_ca,
@@ -184,6 +227,26 @@ extern const struct node_ops node_server_ops;
  * fwd.sock (flags NODE_GW_*; 0: neither, sockets removed). */
 int node_server_gateway(struct node_server *s, const char *user, const char *session, unsigned flags,
                         struct sbx_error *err);
+/* Ask the node to listen on its own publish_ip for exactly these ports of
+ * the session (n 0: none), each client coming back through
+ * hooks.published. -EADDRINUSE (err names the port) when one is taken on
+ * the node. At most NODE_PUBLISH_PER_SESSION ports. */
+int node_server_publish(struct node_server *s, const char *user, const char *session, const int *ports, size_t n,
+                        struct sbx_error *err);
+/* The egress proxy's connect, made by the session's node: to exactly sa
+ * (AF_INET or AF_INET6, a port set), within NODE_CONNECT_TIMEOUT_MS. Never
+ * waits: *ret_fd is a connected unix socket whose first 4 bytes (an int32
+ * in host order) are the result, 0 or -errno, and then, on 0, the
+ * upstream's bytes; what is written to it goes upstream. An end of stream
+ * before the result: the link went (take it as -ECONNRESET). */
+int node_server_connect(struct node_server *s, const char *user, const char *session, const struct sockaddr *sa,
+                        socklen_t len, int *ret_fd);
+/* The link that serves the session (with one node: the one connected),
+ * NULL when none is. The link may end and be freed at any time: callers
+ * outside node_server.c compare the pointer, never dereference it; inside,
+ * requests and connects look the link up under the server's lock. */
+struct node_link;
+struct node_link *node_server_link_of_session(struct node_server *srv, const char *user, const char *session);
 /* hooks.gateway may be called from now on (streams of the gateway's
  * sockets before it are closed). */
 void node_server_gateway_ready(struct node_server *s);
@@ -195,6 +258,11 @@ bool node_server_wait(struct node_server *s, int timeout_ms);
 int node_server_port(struct node_server *s);
 /* Handshakes refused (bad or revoked certificate) since start. */
 uint64_t node_server_refused(struct node_server *s);
+/* Links of connected nodes that ended since start. */
+uint64_t node_server_links_lost(struct node_server *s);
+/* For tests: bytes onto the connected node's link as they are (a
+ * malformed request, say). -EHOSTUNREACH with no node connected. */
+int node_server_send_raw(struct node_server *s, const void *buf, size_t len);
 
 /* ---- the node agent (`sandboxd node`) ---- */
 

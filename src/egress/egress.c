@@ -471,6 +471,14 @@ int egress_session_stats(struct egress *eg, const char *user, const char *sessio
         return r;
 }
 
+void egress_set_connect_hook(struct egress *eg, egress_connect_fn fn, void *userdata)
+{
+        if (!eg)
+                return;
+        eg->connect_fn = fn;
+        eg->connect_ud = userdata;
+}
+
 void egress_set_blocked_hook(struct egress *eg, egress_blocked_fn fn, void *userdata)
 {
         if (!eg)

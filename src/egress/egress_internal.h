@@ -39,6 +39,8 @@ struct egress {
         struct store *store;
         egress_blocked_fn on_blocked; /* set before the first connection (egress_set_blocked_hook) */
         void *on_blocked_ud;
+        egress_connect_fn connect_fn; /* set before the first connection (egress_set_connect_hook) */
+        void *connect_ud;
         char **allow;
         size_t n_allow;
         struct egress_cidr *priv;

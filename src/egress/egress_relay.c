@@ -1,6 +1,7 @@
 /* egress_relay.c — an allowed egress tunnel's bytes: connect to the
  * judged addresses in turn (through the upstream proxy's CONNECT when one
- * is set), then relay both ways with the le-proxy pattern: stop reading one
+ * is set; over a node link the node agent connects, and the stream it
+ * gives back says the result in its first 4 bytes), then relay both ways with the le-proxy pattern: stop reading one
  * side while the other's output is over RELAY_HIGH, half-close on EOF.
  *
  * Threads and locks: loop thread only (egress.c). */
@@ -284,6 +285,72 @@ static void connect_event(struct bufferevent *bev, short what, void *arg)
         }
 }
 
+/* Over a node (egress_set_connect_hook): the connect's result comes first
+ * on the stream, 4 bytes; what follows is the upstream's and stays in the
+ * input for the relay. */
+static void node_result_read(struct bufferevent *bev, void *arg)
+{
+        struct tunnel *t = arg;
+        struct evbuffer *in = bufferevent_get_input(bev);
+        int32_t res;
+
+        if (evbuffer_get_length(in) < sizeof(res))
+                return;
+        evbuffer_remove(in, &res, sizeof(res));
+        bufferevent_setwatermark(bev, EV_READ, 0, 0);
+        if (res == 0) {
+                connect_event(bev, BEV_EVENT_CONNECTED, t);
+                return;
+        }
+        if (res > 0 || res < -4095)
+                res = -EPROTO;
+        if (t->next_addr < t->n_addrs) {
+                bufferevent_free(t->up);
+                t->up = NULL;
+                egress_try_connect(t);
+                return;
+        }
+        egress_tunnel_refuse(t, 502, "connect_failed", strerror((int)-res));
+}
+
+static void node_result_event(struct bufferevent *bev, short what, void *arg)
+{
+        struct tunnel *t = arg;
+
+        /* an end before the result: the node link went, or the node refused the stream */
+        if (t->next_addr < t->n_addrs) {
+                bufferevent_free(t->up);
+                t->up = NULL;
+                egress_try_connect(t);
+                return;
+        }
+        egress_tunnel_refuse(t, 502, "connect_failed", "the node link closed the connection");
+}
+
+static void try_connect_node(struct tunnel *t, struct sockaddr *sa, socklen_t len)
+{
+        int fd = -1;
+        int r = t->eg->connect_fn(t->s->user, t->s->session, sa, len, t->eg->connect_ud, &fd);
+
+        t->next_addr++;
+        if (r < 0) {
+                if (t->next_addr < t->n_addrs)
+                        egress_try_connect(t);
+                else
+                        egress_tunnel_refuse(t, 502, "connect_failed", strerror(-r));
+                return;
+        }
+        t->up = bufferevent_socket_new(t->eg->base, fd, BEV_OPT_CLOSE_ON_FREE);
+        if (!t->up) {
+                close(fd);
+                egress_tunnel_refuse(t, 503, "internal", "out of memory");
+                return;
+        }
+        bufferevent_setcb(t->up, node_result_read, NULL, node_result_event, t);
+        bufferevent_setwatermark(t->up, EV_READ, sizeof(int32_t), 0);
+        bufferevent_enable(t->up, EV_READ);
+}
+
 void egress_try_connect(struct tunnel *t)
 {
         struct sockaddr *sa;
@@ -296,6 +363,10 @@ void egress_try_connect(struct tunnel *t)
         }
         sa = (struct sockaddr *)&t->addrs[t->next_addr];
         egress_addr_string(sa, t->address, sizeof(t->address));
+        if (t->eg->connect_fn) {
+                try_connect_node(t, sa, t->addr_lens[t->next_addr]);
+                return;
+        }
         fd = socket(sa->sa_family, SOCK_STREAM | SOCK_NONBLOCK | SOCK_CLOEXEC, 0);
         if (fd < 0) {
                 egress_tunnel_refuse(t, 503, "connect_failed", strerror(errno));

@@ -59,6 +59,7 @@ struct gw_cmd {
         int result;
         bool sealed;                /* CMD_ENFORCE: the session was private and is now closed */
         int attach_kind, attach_fd; /* CMD_ATTACH: a connection from the node agent */
+        int attach_port;            /* ... NODE_STREAM_PUBLISHED: the host port it came to */
         struct sbx_error err;
 };
 
@@ -210,10 +211,11 @@ static int do_open(struct gateway *gw, struct gw_cmd *c)
         /* the host ports: keep what is unchanged, move the rest */
         bool same = s->n_hosts == c->n_ports;
         for (size_t i = 0; same && i < c->n_ports; i++)
-                same = s->hosts[i].port == c->ports[i] && s->hosts[i].l;
+                same = s->hosts[i].port == c->ports[i] && (s->hosts[i].l || s->hosts[i].remote);
         if (same) {
                 for (size_t i = 0; i < s->n_hosts; i++)
-                        evconnlistener_enable(s->hosts[i].l); /* after an accept error */
+                        if (s->hosts[i].l)
+                                evconnlistener_enable(s->hosts[i].l); /* after an accept error */
                 return 0;
         }
         for (size_t i = 0; i < s->n_hosts; i++)
@@ -263,9 +265,18 @@ static void run_cmd(struct gateway *gw, struct gw_cmd *c)
                 break;
         case CMD_ATTACH:
                 s = sess_find(gw, c->user, c->session);
-                if (!s || s->sealed || (c->attach_kind == NODE_STREAM_EGRESS && !s->egress_on))
+                if (!s || s->sealed || (c->attach_kind == NODE_STREAM_EGRESS && !s->egress_on)) {
                         evutil_closesocket(c->attach_fd);
-                else if (c->attach_kind == NODE_STREAM_EGRESS)
+                } else if (c->attach_kind == NODE_STREAM_PUBLISHED) {
+                        struct gw_listen *gl = NULL;
+                        for (size_t i = 0; i < s->n_hosts && !gl; i++)
+                                if (s->hosts[i].remote && s->hosts[i].port == c->attach_port)
+                                        gl = &s->hosts[i];
+                        if (gl)
+                                gateway_host_take(gl, c->attach_fd); /* as if our listener accepted it */
+                        else
+                                evutil_closesocket(c->attach_fd); /* a port moved or closed meanwhile */
+                } else if (c->attach_kind == NODE_STREAM_EGRESS)
                         egress_accept(gw->eg, s->user, s->session, c->attach_fd); /* takes the fd */
                 else
                         gateway_fwd_sock_take(s, c->attach_fd); /* the node checked the runner */
@@ -488,11 +499,40 @@ int gateway_open(struct gateway *gw, const char *user, const char *session, cons
         if (r == 0 && gw->node_fn && dir) {
                 /* the node serves the sockets; a private session none (asked again here) */
                 unsigned flags = 0;
-                if (!ask_private(gw, user, session))
+                bool priv = ask_private(gw, user, session);
+                if (!priv)
                         flags = NODE_GW_FWD | (egress && gw->eg ? NODE_GW_EGRESS : 0);
                 r = gw->node_fn(user, session, flags, gw->node_ud, err);
+                /* and the host ports: exactly this block, none for a private session */
+                if (r == 0 && gw->publish_fn)
+                        r = gw->publish_fn(user, session, ports, priv ? 0 : n, gw->publish_ud, err);
         }
         return r;
+}
+
+void gateway_set_node_publish(struct gateway *gw, gateway_publish_fn fn, void *userdata)
+{
+        gw->publish_fn = fn;
+        gw->publish_ud = userdata;
+}
+
+void gateway_attach_published(struct gateway *gw, const char *user, const char *session, int port, int fd)
+{
+        struct gw_cmd *c = gw ? cmd_new(CMD_ATTACH, user, session) : NULL;
+
+        if (!c) {
+                close(fd);
+                return;
+        }
+        c->refs = 1; /* the loop's alone: nobody waits */
+        c->attach_kind = NODE_STREAM_PUBLISHED;
+        c->attach_fd = fd;
+        c->attach_port = port;
+        pthread_mutex_lock(&gw->lock);
+        *gw->cmds_tail = c;
+        gw->cmds_tail = &c->next;
+        pthread_mutex_unlock(&gw->lock);
+        event_active(gw->cmd_ev, EV_READ, 0);
 }
 
 void gateway_set_node(struct gateway *gw, gateway_node_fn fn, void *userdata)
@@ -530,6 +570,8 @@ void gateway_enforce(struct gateway *gw, const char *user, const char *session)
                 log_ctx(LOG_LEVEL_WARN, user, session, NULL, "gateway: the ratchet could not be applied in time");
         if (sealed && gw->node_fn) /* the node stops serving both sockets and removes them */
                 (void)gw->node_fn(user, session, 0, gw->node_ud, NULL);
+        if (sealed && gw->publish_fn) /* and closes the host ports */
+                (void)gw->publish_fn(user, session, NULL, 0, gw->publish_ud, NULL);
         /* outside the loop: this waits for the egress thread to close the tunnels */
         if (sealed && gw->eg)
                 egress_close_session(gw->eg, user, session);
@@ -544,6 +586,8 @@ void gateway_drop(struct gateway *gw, const char *user, const char *session)
         (void)cmd_run(gw, c, NULL, NULL);
         if (gw->node_fn)
                 (void)gw->node_fn(user, session, 0, gw->node_ud, NULL);
+        if (gw->publish_fn)
+                (void)gw->publish_fn(user, session, NULL, 0, gw->publish_ud, NULL);
         if (gw->eg)
                 egress_close_session(gw->eg, user, session);
 }

@@ -173,7 +173,11 @@ static void fwd_start(struct gw_fwd *f)
 /* A host client on port index `index`. */
 static void host_accept(struct evconnlistener *l, evutil_socket_t fd, struct sockaddr *sa, int len, void *ud)
 {
-        struct gw_listen *gl = ud;
+        gateway_host_take(ud, fd);
+}
+
+void gateway_host_take(struct gw_listen *gl, evutil_socket_t fd)
+{
         struct gw_sess *s = gl->s;
         struct gateway *gw = s->gw;
         struct rp_fwd_open op = {.port = (uint32_t)(gw->cfg->container_port_base + gl->index)};
@@ -429,6 +433,9 @@ void gateway_listen_close(struct gw_listen *gl)
                 gl->l = NULL;
                 if (gl->index >= 0)
                         atomic_fetch_sub(&gl->s->gw->st_listeners, 1);
+        } else if (gl->remote) { /* the node closes it (gateway_open, drop, enforce tell it) */
+                gl->remote = false;
+                atomic_fetch_sub(&gl->s->gw->st_listeners, 1);
         }
 }
 
@@ -474,6 +481,14 @@ void gateway_unix_close(struct gw_sess *s, struct gw_listen *gl, const char *nam
 
 int gateway_host_listen(struct gw_sess *s, struct gw_listen *gl, int index, int port, struct sbx_error *err)
 {
+        if (s->gw->publish_fn) { /* the node listens: gateway_open asks it once this is recorded */
+                gl->s = s;
+                gl->index = index;
+                gl->port = port;
+                gl->remote = true;
+                atomic_fetch_add(&s->gw->st_listeners, 1);
+                return 0;
+        }
         struct addrinfo hints = {.ai_family = AF_UNSPEC,
                                  .ai_socktype = SOCK_STREAM,
                                  .ai_flags = AI_NUMERICHOST | AI_NUMERICSERV | AI_PASSIVE};

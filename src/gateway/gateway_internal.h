@@ -25,6 +25,7 @@ struct gw_listen {
         int index; /* port index, or -1 for the unix sockets */
         int port;
         struct evconnlistener *l;
+        bool remote; /* the node listens for it (gateway_set_node_publish); l stays NULL */
 };
 
 struct gw_side {
@@ -99,6 +100,8 @@ struct gateway {
         void *wake_ud;
         gateway_node_fn node_fn; /* the sockets are a node agent's (node.h); set once before use */
         void *node_ud;
+        gateway_publish_fn publish_fn; /* the host listeners are the node's; set once before use */
+        void *publish_ud;
         struct gw_sess *sessions; /* loop thread only */
         struct gw_user *users;    /* loop thread only */
         size_t n_fwds;            /* loop thread only */
@@ -126,5 +129,7 @@ int gateway_unix_listen(struct gw_sess *s, struct gw_listen *gl, const char *nam
                         struct sbx_error *err);
 void gateway_unix_close(struct gw_sess *s, struct gw_listen *gl, const char *name);
 int gateway_host_listen(struct gw_sess *s, struct gw_listen *gl, int index, int port, struct sbx_error *err);
+/* A client of the host port gl (accepted here, or by the node). Takes fd. */
+void gateway_host_take(struct gw_listen *gl, evutil_socket_t fd);
 
 #endif

@@ -4,16 +4,21 @@
  * {data_dir}/runner, checks every connection to a runner.sock where the
  * check means something (runner_peer.h: SO_PEERCRED and /proc of this
  * host), and relays each accepted runner connection as a stream, with the
- * session's epoch. A lost link is dialled again with a backoff; the
- * sessions and their listeners stay (a runner that connects meanwhile waits
- * in the backlog, and retries on its own).
+ * session's epoch. It also listens on the sessions' published ports (its
+ * own publish_ip, NODE_OP_PUBLISH), relaying each client as a stream, and
+ * makes the egress proxy's connects (NF_OPEN from the control) to exactly
+ * the address given, non-blocking, each with its deadline. A lost link is
+ * dialled again with a backoff; the sessions and their listeners stay (a
+ * runner that connects meanwhile waits in the backlog, and retries on its
+ * own).
  *
  * The state of the link is in {data_dir}/link ("up NAME" or "down"), its
  * mtime refreshed every LINK_TOUCH_MS while the loop turns: what a
  * Kubernetes probe reads (deploy/kubernetes/node-agent.yaml).
  *
- * Threads: one. The link loop (nl_run) also polls the listeners
- * (poll_fill / poll_ready) and answers requests in its frame handler. */
+ * Threads: one. The link loop (nl_run) also polls the listeners and the
+ * connects in flight (poll_fill / poll_ready; poll_fill ends those past
+ * their deadline) and answers requests in its frame handler. */
 #include <arpa/inet.h>
 #include <endian.h>
 #include <errno.h>
@@ -45,6 +50,10 @@ struct na_session {
         uint64_t epoch;
         int dirfd, lfd;
         int egress_lfd, fwd_lfd; /* the gateway's sockets (NODE_OP_GATEWAY); -1: not served */
+        struct na_pub {
+                int port, fd;
+        } * pubs; /* published ports (NODE_OP_PUBLISH), on this node's publish_ip */
+        size_t n_pubs;
         struct runner_peer peer;
         uint64_t impostors, impostors_said;
         int64_t impostors_said_ms;
@@ -59,11 +68,23 @@ struct node_agent {
         int64_t link_touched_ms;
         struct na_session *sessions;
         size_t n_sessions;
+        size_t n_pubs; /* published ports of all sessions */
         uint32_t next_stream;
+        /* the egress proxy's connects in flight (NODE_STREAM_CONNECT) */
+        struct na_connect {
+                struct na_connect *next;
+                uint32_t id;
+                int fd;
+                int64_t deadline; /* monotonic ms */
+                char user[65], session[65];
+        } * connects;
+        size_t n_connects;
         /* poll_fill's order, for poll_ready: which session, which socket */
         struct na_polled {
                 struct na_session *s;
-                uint32_t kind; /* NODE_STREAM_* */
+                uint32_t kind;        /* NODE_STREAM_* */
+                int port;             /* NODE_STREAM_PUBLISHED */
+                struct na_connect *c; /* NODE_STREAM_CONNECT */
         } * polled;
         size_t n_polled;
 };
@@ -92,6 +113,10 @@ static void session_free(struct node_agent *a, struct na_session *s)
                 close(s->fwd_lfd);
         if (s->dirfd >= 0)
                 close(s->dirfd);
+        for (size_t i = 0; i < s->n_pubs; i++)
+                close(s->pubs[i].fd);
+        a->n_pubs -= s->n_pubs;
+        free(s->pubs);
         free(s);
 }
 
@@ -187,6 +212,98 @@ static int op_gateway(struct node_agent *a, const struct node_req *rq, struct sb
         return r;
 }
 
+#define HOST_BACKLOG 4096 /* as the gateway's: a burst of clients must not overflow the accept queue */
+
+/* Listen on this node's publish_ip:port (the gateway's host_listen, on the node). */
+static int publish_listen(struct node_agent *a, int port, struct sbx_error *err)
+{
+        struct addrinfo hints = {.ai_family = AF_UNSPEC,
+                                 .ai_socktype = SOCK_STREAM,
+                                 .ai_flags = AI_NUMERICHOST | AI_NUMERICSERV | AI_PASSIVE};
+        struct addrinfo *ai = NULL;
+        char service[8];
+        int fd, one = 1, r;
+
+        snprintf(service, sizeof(service), "%d", port);
+        r = getaddrinfo(a->cfg->publish_ip, service, &hints, &ai);
+        if (r != 0 || !ai)
+                return sbx_error_set(err, -EINVAL, 0, "publish_ip %s: %s", a->cfg->publish_ip, gai_strerror(r));
+        fd = socket(ai->ai_family, SOCK_STREAM | SOCK_CLOEXEC | SOCK_NONBLOCK, 0);
+        if (fd >= 0) {
+                (void)setsockopt(fd, SOL_SOCKET, SO_REUSEADDR, &one, sizeof(one));
+                if (ai->ai_family == AF_INET6)
+                        (void)setsockopt(fd, IPPROTO_IPV6, IPV6_V6ONLY, &one, sizeof(one));
+        }
+        if (fd < 0 || bind(fd, ai->ai_addr, ai->ai_addrlen) < 0 || listen(fd, HOST_BACKLOG) < 0) {
+                r = -errno;
+                if (fd >= 0)
+                        close(fd);
+                freeaddrinfo(ai);
+                return sbx_error_set(err, r, 0, "cannot listen on %s:%d: %s", a->cfg->publish_ip, port, strerror(-r));
+        }
+        freeaddrinfo(ai);
+        return fd;
+}
+
+/* Listen on exactly these ports for the session: the ones kept stay, new
+ * ones open first (a port taken fails the request and changes nothing), then
+ * the ones no longer wanted close. */
+static int op_publish(struct node_agent *a, const struct node_req *rq, const unsigned char *p, struct sbx_error *err)
+{
+        struct na_session *s = find(a, rq->user, rq->session);
+        size_t n = rq->flags;
+        struct na_pub *next = NULL;
+        int r = 0;
+
+        if (!s)
+                return n ? sbx_error_set(err, -ENOENT, 0, "the node does not serve the session") : 0;
+        if (a->n_pubs - s->n_pubs + n > NODE_PUBLISH_MAX)
+                return sbx_error_set(err, -EMFILE, 0, "this node publishes %d ports already", NODE_PUBLISH_MAX);
+        if (n && !(next = calloc(n, sizeof(*next))))
+                return sbx_error_set(err, -ENOMEM, 0, "out of memory");
+        for (size_t i = 0; i < n; i++) {
+                uint32_t v;
+                memcpy(&v, p + sizeof(*rq) + 4 * i, 4);
+                next[i] = (struct na_pub){.port = (int)le32toh(v), .fd = -1};
+                for (size_t j = 0; j < i; j++)
+                        if (next[j].port == next[i].port)
+                                r = sbx_error_set(err, -EINVAL, 0, "port %d twice", next[i].port);
+                for (size_t j = 0; j < s->n_pubs && r == 0; j++)
+                        if (s->pubs[j].port == next[i].port)
+                                next[i].fd = s->pubs[j].fd;
+                if (r == 0 && next[i].fd < 0) {
+                        int fd = publish_listen(a, next[i].port, err);
+                        if (fd < 0)
+                                r = fd;
+                        else
+                                next[i].fd = fd;
+                }
+                if (r < 0) {
+                        for (size_t j = 0; j <= i; j++) { /* the new ones go, the kept ones stay */
+                                bool kept = false;
+                                for (size_t k = 0; k < s->n_pubs; k++)
+                                        kept |= s->pubs[k].fd == next[j].fd;
+                                if (!kept && next[j].fd >= 0)
+                                        close(next[j].fd);
+                        }
+                        free(next);
+                        return r;
+                }
+        }
+        for (size_t k = 0; k < s->n_pubs; k++) {
+                bool kept = false;
+                for (size_t j = 0; j < n; j++)
+                        kept |= next[j].fd == s->pubs[k].fd;
+                if (!kept)
+                        close(s->pubs[k].fd);
+        }
+        a->n_pubs = a->n_pubs - s->n_pubs + n;
+        free(s->pubs);
+        s->pubs = next;
+        s->n_pubs = n;
+        return 0;
+}
+
 static bool on_req(struct node_agent *a, struct nl *l, const struct node_hdr *h, const unsigned char *p)
 {
         struct node_req rq;
@@ -194,12 +311,25 @@ static bool on_req(struct node_agent *a, struct nl *l, const struct node_hdr *h,
         char dir[SBX_PATH_MAX] = "";
         int r = 0;
 
-        if (h->len != sizeof(rq) || h->stream == 0)
+        if (h->len < sizeof(rq) || h->stream == 0)
                 return false;
         memcpy(&rq, p, sizeof(rq));
         rq.op = le32toh(rq.op);
         rq.flags = le32toh(rq.flags);
         rq.epoch = le64toh(rq.epoch);
+        /* only a publish carries its ports after the struct, each 1-65535 */
+        if (rq.op == NODE_OP_PUBLISH) {
+                if (rq.flags > NODE_PUBLISH_PER_SESSION || h->len != sizeof(rq) + 4 * (size_t)rq.flags)
+                        return false;
+                for (uint32_t i = 0; i < rq.flags; i++) {
+                        uint32_t v;
+                        memcpy(&v, p + sizeof(rq) + 4 * i, 4);
+                        if (le32toh(v) == 0 || le32toh(v) > 65535)
+                                return false;
+                }
+        } else if (h->len != sizeof(rq)) {
+                return false;
+        }
         if (!nl_key_ok(rq.user, sizeof(rq.user)) || !nl_key_ok(rq.session, sizeof(rq.session)))
                 return false;
         if (rq.op == NODE_OP_OPEN || rq.op == NODE_OP_ADOPT) {
@@ -229,10 +359,101 @@ static bool on_req(struct node_agent *a, struct nl *l, const struct node_hdr *h,
                 if (rq.flags & ~(NODE_GW_EGRESS | NODE_GW_FWD))
                         return false;
                 r = op_gateway(a, &rq, &e);
+        } else if (rq.op == NODE_OP_PUBLISH) {
+                r = op_publish(a, &rq, p, &e);
         } else {
                 return false;
         }
         return respond(l, h->stream, r, r < 0 ? e.msg : dir) == 0;
+}
+
+static int connected(struct nl *l, uint32_t id, int result)
+{
+        int32_t r = (int32_t)htole32((uint32_t)result);
+        return nl_send(l, NF_CONNECTED, id, &r, sizeof(r), NULL, 0);
+}
+
+/* The connect is done (or failed): a stream, and its result to the control. */
+static void connect_done(struct nl *l, uint32_t id, int fd, int result, const char *user, const char *session)
+{
+        if (result == 0 && !nl_stream_add(l, id, fd, NODE_STREAM_CONNECT, user, session))
+                result = -EMFILE; /* fd closed */
+        else if (result < 0)
+                close(fd);
+        (void)connected(l, id, result); /* a failure ends the loop */
+}
+
+/* NF_OPEN from the control: the egress proxy's connect to exactly this
+ * address (it decided and resolved; nothing is looked up here). */
+static bool on_connect(struct node_agent *a, struct nl *l, const struct node_hdr *h, const unsigned char *p)
+{
+        struct node_connect c;
+        struct sockaddr_storage ss = {0};
+        socklen_t sl;
+        uint16_t family, port;
+        int fd, r;
+
+        if (h->len != sizeof(c) || !(h->stream & NODE_STREAM_CONTROL) || nl_stream_find(l, h->stream))
+                return false;
+        for (struct na_connect *q = a->connects; q; q = q->next)
+                if (q->id == h->stream)
+                        return false;
+        memcpy(&c, p, sizeof(c));
+        family = le16toh(c.family);
+        port = le16toh(c.port);
+        if (le32toh(c.kind) != NODE_STREAM_CONNECT || (family != 4 && family != 6) || port == 0 || c.pad[0] ||
+            c.pad[1] || !nl_key_ok(c.user, sizeof(c.user)) || !nl_key_ok(c.session, sizeof(c.session)))
+                return false;
+        if (family == 4) {
+                struct sockaddr_in *in = (struct sockaddr_in *)&ss;
+                in->sin_family = AF_INET;
+                in->sin_port = htons(port);
+                memcpy(&in->sin_addr, c.addr, 4);
+                sl = sizeof(*in);
+        } else {
+                struct sockaddr_in6 *in6 = (struct sockaddr_in6 *)&ss;
+                in6->sin6_family = AF_INET6;
+                in6->sin6_port = htons(port);
+                memcpy(&in6->sin6_addr, c.addr, 16);
+                sl = sizeof(*in6);
+        }
+        if (a->n_connects >= NODE_CONNECTS_MAX)
+                return connected(l, h->stream, -EAGAIN) == 0;
+        fd = socket(ss.ss_family, SOCK_STREAM | SOCK_CLOEXEC | SOCK_NONBLOCK, 0);
+        if (fd < 0)
+                return connected(l, h->stream, -errno) == 0;
+        do
+                r = connect(fd, (struct sockaddr *)&ss, sl);
+        while (r < 0 && errno == EINTR);
+        if (r == 0 || errno != EINPROGRESS) {
+                connect_done(l, h->stream, fd, r == 0 ? 0 : -errno, c.user, c.session);
+                return true;
+        }
+        struct na_connect *q = calloc(1, sizeof(*q));
+        if (!q) {
+                close(fd);
+                return connected(l, h->stream, -ENOMEM) == 0;
+        }
+        q->id = h->stream;
+        q->fd = fd;
+        q->deadline = sbx_now_ms() + NODE_CONNECT_TIMEOUT_MS;
+        sbx_strlcpy(q->user, c.user, sizeof(q->user));
+        sbx_strlcpy(q->session, c.session, sizeof(q->session));
+        q->next = a->connects;
+        a->connects = q;
+        a->n_connects++;
+        return true;
+}
+
+static void connect_free(struct node_agent *a, struct na_connect *q)
+{
+        for (struct na_connect **pp = &a->connects; *pp; pp = &(*pp)->next)
+                if (*pp == q) {
+                        *pp = q->next;
+                        a->n_connects--;
+                        break;
+                }
+        free(q);
 }
 
 static bool na_frame(struct nl *l, const struct node_hdr *h, const unsigned char *p, void *ud)
@@ -241,6 +462,8 @@ static bool na_frame(struct nl *l, const struct node_hdr *h, const unsigned char
 
         if (h->type == NF_REQ)
                 return on_req(a, l, h, p);
+        if (h->type == NF_OPEN)
+                return on_connect(a, l, h, p);
         return false;
 }
 
@@ -285,6 +508,20 @@ static int na_poll_fill(struct nl *l, struct pollfd *pfd, int max, void *ud)
                 nl_stop(l);
                 return 0;
         }
+        int64_t now = sbx_now_ms();
+        for (struct na_connect *q = a->connects, *next; q; q = next) {
+                next = q->next;
+                if (now >= q->deadline) {
+                        close(q->fd);
+                        (void)connected(l, q->id, -ETIMEDOUT);
+                        connect_free(a, q);
+                        continue;
+                }
+                if ((int)n >= max || n >= a->n_polled)
+                        return (int)n;
+                a->polled[n] = (struct na_polled){.kind = NODE_STREAM_CONNECT, .c = q};
+                pfd[n++] = (struct pollfd){.fd = q->fd, .events = POLLOUT};
+        }
         for (struct na_session *s = a->sessions; s; s = s->next) {
                 const int fds[3] = {s->lfd, s->egress_lfd, s->fwd_lfd};
                 const uint32_t kinds[3] = {NODE_STREAM_RUNNER, NODE_STREAM_EGRESS, NODE_STREAM_FWD};
@@ -293,8 +530,15 @@ static int na_poll_fill(struct nl *l, struct pollfd *pfd, int max, void *ud)
                                 continue;
                         if ((int)n >= max || n >= a->n_polled)
                                 return (int)n;
-                        a->polled[n] = (struct na_polled){s, kinds[k]};
+                        a->polled[n] = (struct na_polled){.s = s, .kind = kinds[k]};
                         pfd[n++] = (struct pollfd){.fd = fds[k], .events = POLLIN};
+                }
+                for (size_t i = 0; i < s->n_pubs; i++) {
+                        if ((int)n >= max || n >= a->n_polled)
+                                return (int)n;
+                        a->polled[n] =
+                                (struct na_polled){.s = s, .kind = NODE_STREAM_PUBLISHED, .port = s->pubs[i].port};
+                        pfd[n++] = (struct pollfd){.fd = s->pubs[i].fd, .events = POLLIN};
                 }
         }
         return (int)n;
@@ -318,7 +562,7 @@ static void impostor_refused(struct na_session *s, int fd, const char *why)
 
 #define ACCEPT_ROUNDS 64 /* connections taken per socket per wake-up: one session cannot hold the loop */
 
-static void accept_conn(struct node_agent *a, struct nl *l, struct na_session *s, uint32_t kind, int lfd)
+static void accept_conn(struct node_agent *a, struct nl *l, struct na_session *s, uint32_t kind, int port, int lfd)
 {
         for (int round = 0; round < ACCEPT_ROUNDS; round++) {
                 struct runner_peer peer;
@@ -328,23 +572,30 @@ static void accept_conn(struct node_agent *a, struct nl *l, struct na_session *s
                         return;
                 /* runner.sock and fwd.sock: only the runner Docker started, checked here beside the
                  * container; egress.sock is the proxy the tenant reaches through the runner anyway */
-                if (kind != NODE_STREAM_EGRESS && runner_peer_verify(fd, s->dirfd, &s->peer, &peer, &why) < 0) {
+                const bool runner_only = kind == NODE_STREAM_RUNNER || kind == NODE_STREAM_FWD;
+                if (runner_only && runner_peer_verify(fd, s->dirfd, &s->peer, &peer, &why) < 0) {
                         impostor_refused(s, fd, why);
                         continue;
                 }
-                if (kind != NODE_STREAM_EGRESS && (peer.pid != s->peer.pid || peer.start != s->peer.start)) {
+                if (runner_only && (peer.pid != s->peer.pid || peer.start != s->peer.start)) {
                         s->peer = peer;
                         if (runner_peer_save(s->dirfd, &peer) < 0)
                                 log_ctx(LOG_LEVEL_WARN, s->user, s->session, NULL,
                                         "cannot record the runner in its directory");
                 }
-                uint32_t id = ++a->next_stream ? a->next_stream : ++a->next_stream;
+                /* the control's ids have NODE_STREAM_CONTROL set: ours never */
+                a->next_stream = (a->next_stream + 1) & ~NODE_STREAM_CONTROL;
+                if (a->next_stream == 0)
+                        a->next_stream = 1;
+                uint32_t id = a->next_stream;
                 if (!nl_stream_add(l, id, fd, kind, s->user, s->session)) {
                         log_ctx(LOG_LEVEL_WARN, s->user, s->session, NULL,
                                 "node agent: too many streams, a connection was closed");
                         continue;
                 }
-                struct node_open o = {.kind = htole32(kind), .epoch = htole64(s->epoch)};
+                struct node_open o = {.kind = htole32(kind),
+                                      .port = htole32((uint32_t)port),
+                                      .epoch = htole64(s->epoch)};
                 sbx_strlcpy(o.user, s->user, sizeof(o.user));
                 sbx_strlcpy(o.session, s->session, sizeof(o.session));
                 if (nl_send(l, NF_OPEN, id, &o, sizeof(o), NULL, 0) < 0)
@@ -357,6 +608,22 @@ static void na_poll_ready(struct nl *l, struct pollfd *pfd, int n, void *ud)
         struct node_agent *a = ud;
 
         for (int i = 0; i < n; i++) {
+                if (a->polled[i].kind == NODE_STREAM_CONNECT) {
+                        if (!pfd[i].revents)
+                                continue;
+                        for (struct na_connect *q = a->connects; q; q = q->next) {
+                                if (q != a->polled[i].c || q->fd != pfd[i].fd)
+                                        continue;
+                                int so = 0;
+                                socklen_t sl = sizeof(so);
+                                if (getsockopt(q->fd, SOL_SOCKET, SO_ERROR, &so, &sl) < 0)
+                                        so = errno;
+                                connect_done(l, q->id, q->fd, -so, q->user, q->session);
+                                connect_free(a, q);
+                                break;
+                        }
+                        continue;
+                }
                 if (!(pfd[i].revents & POLLIN))
                         continue;
                 /* a request may have dropped it meanwhile: only sessions still listed */
@@ -366,9 +633,13 @@ static void na_poll_ready(struct nl *l, struct pollfd *pfd, int n, void *ud)
                         uint32_t kind = a->polled[i].kind;
                         int lfd = kind == NODE_STREAM_RUNNER   ? s->lfd
                                   : kind == NODE_STREAM_EGRESS ? s->egress_lfd
-                                                               : s->fwd_lfd;
-                        if (lfd == pfd[i].fd)
-                                accept_conn(a, l, s, kind, lfd);
+                                  : kind == NODE_STREAM_FWD    ? s->fwd_lfd
+                                                               : -1;
+                        for (size_t k = 0; kind == NODE_STREAM_PUBLISHED && k < s->n_pubs; k++)
+                                if (s->pubs[k].port == a->polled[i].port)
+                                        lfd = s->pubs[k].fd;
+                        if (lfd >= 0 && lfd == pfd[i].fd)
+                                accept_conn(a, l, s, kind, a->polled[i].port, lfd);
                         break;
                 }
         }
@@ -459,12 +730,13 @@ int node_agent_run(const struct sbx_config *cfg, volatile sig_atomic_t *stop, st
                         *slash = '\0';
                 snprintf(a.binary, sizeof(a.binary), "%s/sandboxd-runner", exe);
         }
-        a.polled = calloc(3 * (size_t)NODE_MAX_SESSIONS, sizeof(*a.polled)); /* three sockets a session */
+        /* three sockets a session, the published ports, the connects in flight */
+        a.n_polled = 3 * (size_t)NODE_MAX_SESSIONS + NODE_PUBLISH_MAX + NODE_CONNECTS_MAX;
+        a.polled = calloc(a.n_polled, sizeof(*a.polled));
         if (!a.polled) {
                 nl_tls_free(tls);
                 return sbx_error_set(err, -ENOMEM, 0, "out of memory");
         }
-        a.n_polled = 3 * (size_t)NODE_MAX_SESSIONS;
         log_info("node agent: serving %s, control at %s", a.root, cfg->node_connect);
         while (!*stop) {
                 struct sbx_error e = {0};
@@ -504,6 +776,10 @@ int node_agent_run(const struct sbx_config *cfg, volatile sig_atomic_t *stop, st
                 nl_run(&l, &why);
                 nl_destroy(&l);
                 link_state(&a, "down");
+                while (a.connects) { /* their streams were the link's */
+                        close(a.connects->fd);
+                        connect_free(&a, a.connects);
+                }
                 if (!*stop)
                         log_warn("node agent: link to %s lost: %s", cfg->node_connect, why);
         }

@@ -53,6 +53,7 @@ struct nl_stream {
         bool peer_closed; /* NF_CLOSE came: shut fd's write side once out is written */
         bool shut;        /* ... done */
         bool eof;         /* fd said end of stream: NF_CLOSE sent (a half close) */
+        bool connecting;  /* control: a NODE_STREAM_CONNECT waiting for its NF_CONNECTED */
         struct nl_stream *next;
 };
 
@@ -116,6 +117,10 @@ struct nl_stream *nl_stream_add(struct nl *l, uint32_t id, int fd, uint32_t kind
                                 const char *session);
 struct nl_stream *nl_stream_find(struct nl *l, uint32_t id);
 size_t nl_streams_of(struct nl *l, const char *user, const char *session);
+/* Loop thread: free the stream if both halves are closed and its bytes
+ * written (peer_closed and eof); shut fd's write half once peer_closed and
+ * nothing waits. True if it went. */
+bool nl_stream_settle(struct nl *l, struct nl_stream *s);
 
 /* OpenSSL writes to the socket with write(2), not send(MSG_NOSIGNAL): a
  * peer gone raises SIGPIPE. Every thread that runs a link blocks it (a

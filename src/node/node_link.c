@@ -440,7 +440,7 @@ static int stream_read(struct nl *l, struct nl_stream *s)
 }
 
 /* Both halves closed and everything written: the stream goes. True if it went. */
-static bool stream_settle(struct nl *l, struct nl_stream *s)
+bool nl_stream_settle(struct nl *l, struct nl_stream *s)
 {
         if (s->peer_closed && s->out_len == 0 && !s->shut) {
                 (void)shutdown(s->fd, SHUT_WR);
@@ -511,7 +511,7 @@ static bool stream_frame(struct nl *l, const struct node_hdr *h, const unsigned 
                 if (s->peer_closed)
                         return false;
                 s->peer_closed = true;
-                (void)stream_settle(l, s);
+                (void)nl_stream_settle(l, s);
         }
         return true;
 }
@@ -597,8 +597,10 @@ int nl_init(struct nl *l, SSL *ssl, int fd, const struct sbx_config *cfg, const 
         l->ssl = ssl;
         l->fd = fd;
         l->heartbeat_ms = cfg->node_heartbeat_ms;
-        l->max_streams = (size_t)cfg->forward_max_total + NODE_STREAMS_SLACK;
-        l->max_per_session = (size_t)cfg->forward_max_per_session + NODE_STREAMS_SLACK;
+        /* an egress tunnel over a node is two streams: egress.sock's and the node's connect */
+        l->max_streams = (size_t)cfg->forward_max_total + 2 * (size_t)cfg->egress_max_tunnels + NODE_STREAMS_SLACK;
+        l->max_per_session = (size_t)cfg->forward_max_per_session + 2 * (size_t)cfg->egress_max_tunnels_per_session +
+                             NODE_STREAMS_SLACK;
         l->hd = hd;
         l->ud = ud;
         l->wake[0] = l->wake[1] = -1;
@@ -648,7 +650,9 @@ void nl_stop(struct nl *l)
 
 void nl_run(struct nl *l, const char **ret_why)
 {
-        const size_t poll_max = l->max_streams + 3 * (size_t)NODE_MAX_SESSIONS + 2; /* streams, listeners */
+        /* streams, the listeners (three a session, the published ports), connects in flight */
+        const size_t poll_max =
+                l->max_streams + 3 * (size_t)NODE_MAX_SESSIONS + NODE_PUBLISH_MAX + NODE_CONNECTS_MAX + 2;
         struct pollfd *pfd = calloc(poll_max, sizeof(*pfd));
         struct nl_stream **who = calloc(poll_max, sizeof(*who));
         const char *why = "stopped";
@@ -740,7 +744,7 @@ void nl_run(struct nl *l, const char **ret_why)
                                 why = "cannot write to the link (deadline)";
                                 goto out;
                         }
-                        (void)stream_settle(l, s);
+                        (void)nl_stream_settle(l, s);
                 }
                 if (extra_n && l->hd->poll_ready)
                         l->hd->poll_ready(l, pfd + extra_at, extra_n, l->ud);

@@ -3,6 +3,9 @@
  * runs each link on a thread of its own, sends it requests for the runner
  * hub (node_server_ops) and turns each stream it opens into a socketpair
  * whose other end goes to the hub, once the session's epoch is checked.
+ * The egress proxy's connects go the other way: node_server_connect queues
+ * one on the session's link (s->lock), whose thread opens the stream
+ * (poll_fill) and writes the node's NF_CONNECTED result first on it.
  *
  * Threads: "sbx-node" accepts, calls hooks->up for a node that connected
  * (the hub opens its sessions again: requests, so never on a link thread)
@@ -43,6 +46,17 @@ struct ns_link {
         int64_t refused_ms;
         struct nl l;
         char name[NODE_NAME_MAX + 1];
+        /* egress connects other threads asked for (s->lock), opened by the link thread */
+        struct ns_connect *connects;
+        size_t n_connects;
+        uint32_t next_connect; /* s->lock */
+};
+
+struct ns_connect {
+        struct ns_connect *next;
+        uint32_t id; /* NODE_STREAM_CONTROL set */
+        int fd;      /* the link's end of the socketpair */
+        struct node_connect c;
 };
 
 struct ns_req {
@@ -75,6 +89,7 @@ struct node_server {
         int64_t down_since;              /* the active node went (monotonic ms); 0: not down */
         char down_name[NODE_NAME_MAX + 1];
         uint64_t refused;
+        uint64_t lost;      /* links of registered nodes that ended */
         bool gateway_ready; /* hooks.gateway may be called (node_server_gateway_ready) */
 };
 
@@ -162,8 +177,10 @@ static bool on_open(struct ns_link *k, const struct node_hdr *h, const unsigned 
         memcpy(&o, p, sizeof(o));
         o.kind = le32toh(o.kind);
         o.epoch = le64toh(o.epoch);
-        if (o.kind < NODE_STREAM_RUNNER || o.kind > NODE_STREAM_FWD || !nl_key_ok(o.user, sizeof(o.user)) ||
-            !nl_key_ok(o.session, sizeof(o.session)))
+        o.port = le32toh(o.port);
+        if (o.kind < NODE_STREAM_RUNNER || o.kind > NODE_STREAM_PUBLISHED || !nl_key_ok(o.user, sizeof(o.user)) ||
+            !nl_key_ok(o.session, sizeof(o.session)) || (h->stream & NODE_STREAM_CONTROL) ||
+            (o.kind == NODE_STREAM_PUBLISHED ? o.port == 0 || o.port > 65535 : o.port != 0))
                 return false;
         if (!k->registered || s->hooks.epoch(s->ud, o.user, o.session, &cur) < 0 || o.epoch != cur) {
                 char key[140];
@@ -192,10 +209,42 @@ static bool on_open(struct ns_link *k, const struct node_hdr *h, const unsigned 
         pthread_mutex_unlock(&s->lock);
         if (o.kind == NODE_STREAM_RUNNER)
                 s->hooks.runner(s->ud, o.user, o.session, sv[1]);
-        else if (gw_ready)
+        else if (o.kind == NODE_STREAM_PUBLISHED && gw_ready && s->hooks.published)
+                s->hooks.published(s->ud, o.user, o.session, (int)o.port, sv[1]);
+        else if (o.kind != NODE_STREAM_PUBLISHED && gw_ready)
                 s->hooks.gateway(s->ud, o.user, o.session, (int)o.kind, sv[1]);
         else
                 close(sv[1]); /* a gateway socket an agent still served for an earlier daemon */
+        return true;
+}
+
+/* The node's connect for the egress proxy ended: its result goes first on
+ * the stream's fd (4 bytes into an empty socket: it never blocks), then the
+ * upstream's bytes. */
+static bool on_connected(struct ns_link *k, const struct node_hdr *h, const unsigned char *p)
+{
+        struct nl_stream *st = nl_stream_find(&k->l, h->stream);
+        int32_t res;
+
+        if (h->len != sizeof(res) || !(h->stream & NODE_STREAM_CONTROL))
+                return false;
+        memcpy(&res, p, sizeof(res));
+        res = (int32_t)le32toh((uint32_t)res);
+        if (res > 0 || res < -4095)
+                return false;
+        if (!st) /* the proxy gave up meanwhile: the node's end goes too */
+                return res < 0 || nl_send(&k->l, NF_CLOSE, h->stream, NULL, 0, NULL, 0) == 0;
+        if (st->kind != NODE_STREAM_CONNECT || !st->connecting)
+                return false; /* twice, or for a stream that is no connect */
+        st->connecting = false;
+        if (send(st->fd, &res, sizeof(res), MSG_DONTWAIT | MSG_NOSIGNAL) != sizeof(res) && res == 0)
+                return nl_send(&k->l, NF_CLOSE, h->stream, NULL, 0, NULL, 0) == 0;
+        if (res == 0 && st->eof) /* our close went before the node had the stream: again */
+                return nl_send(&k->l, NF_CLOSE, h->stream, NULL, 0, NULL, 0) == 0;
+        if (res < 0) { /* the node has no stream: nothing more comes; ours goes once the proxy closes */
+                st->peer_closed = true;
+                (void)nl_stream_settle(&k->l, st); /* now, if the proxy has closed already */
+        }
         return true;
 }
 
@@ -209,7 +258,35 @@ static bool ns_frame(struct nl *l, const struct node_hdr *h, const unsigned char
                 return on_resp(k, h, p);
         if (h->type == NF_OPEN)
                 return on_open(k, h, p);
+        if (h->type == NF_CONNECTED)
+                return on_connected(k, h, p);
         return false;
+}
+
+/* Link thread: the connects other threads queued become streams and NF_OPENs. */
+static int ns_poll_fill(struct nl *l, struct pollfd *pfd, int max, void *ud)
+{
+        struct ns_link *k = ud;
+        struct ns_connect *c;
+
+        (void)pfd;
+        (void)max;
+        pthread_mutex_lock(&k->s->lock);
+        c = k->connects;
+        k->connects = NULL;
+        k->n_connects = 0;
+        pthread_mutex_unlock(&k->s->lock);
+        while (c) {
+                struct ns_connect *next = c->next;
+                struct nl_stream *st = nl_stream_add(l, c->id, c->fd, NODE_STREAM_CONNECT, c->c.user, c->c.session);
+                if (st) { /* else fd closed: the proxy reads an end of stream before any result */
+                        st->connecting = true;
+                        (void)nl_send(l, NF_OPEN, c->id, &c->c, sizeof(c->c), NULL, 0); /* a failure ends the loop */
+                }
+                free(c);
+                c = next;
+        }
+        return 0;
 }
 
 static void ns_stream_gone(struct nl *l, struct nl_stream *st, bool link_down, void *ud)
@@ -220,7 +297,9 @@ static void ns_stream_gone(struct nl *l, struct nl_stream *st, bool link_down, v
                 k->s->hooks.suspend(k->s->ud, st->user, st->session);
 }
 
-static const struct nl_handlers ns_handlers = {.frame = ns_frame, .stream_gone = ns_stream_gone};
+static const struct nl_handlers ns_handlers = {.frame = ns_frame,
+                                               .poll_fill = ns_poll_fill,
+                                               .stream_gone = ns_stream_gone};
 
 static void *link_main(void *ud)
 {
@@ -268,6 +347,13 @@ static void *link_main(void *ud)
                         q->done = true;
                         q->result = -ECONNRESET;
                 }
+        while (k->connects) { /* never opened: their proxies read an end of stream */
+                struct ns_connect *c = k->connects;
+                k->connects = c->next;
+                close(c->fd);
+                free(c);
+        }
+        k->n_connects = 0;
         if (s->active == k) {
                 s->active = NULL;
                 s->down_since = sbx_now_ms();
@@ -275,8 +361,12 @@ static void *link_main(void *ud)
         }
         pthread_cond_broadcast(&s->cond);
         pthread_mutex_unlock(&s->lock);
-        if (k->registered)
+        if (k->registered) {
                 log_warn("node link: node %s disconnected: %s", k->name, why);
+                pthread_mutex_lock(&s->lock);
+                s->lost++;
+                pthread_mutex_unlock(&s->lock);
+        }
         nl_destroy(&k->l); /* runner streams: suspended, then closed */
         pthread_mutex_lock(&s->lock);
         k->done = true;
@@ -547,9 +637,64 @@ uint64_t node_server_refused(struct node_server *s)
         return n;
 }
 
-/* One request to the active node, answered within NODE_REQ_TIMEOUT_MS
- * (a node not connected yet is waited for within the same deadline). */
-static int request(struct node_server *s, const struct node_req *rq, char ret_text[SBX_PATH_MAX], struct sbx_error *err)
+uint64_t node_server_links_lost(struct node_server *s)
+{
+        pthread_mutex_lock(&s->lock);
+        uint64_t n = s->lost;
+        pthread_mutex_unlock(&s->lock);
+        return n;
+}
+
+int node_server_send_raw(struct node_server *s, const void *buf, size_t len)
+{
+        struct nl_qframe *f = malloc(sizeof(*f) + len);
+        int r = -EHOSTUNREACH;
+
+        if (!f)
+                return -ENOMEM;
+        f->next = NULL;
+        f->len = len;
+        memcpy(f->buf, buf, len);
+        pthread_mutex_lock(&s->lock);
+        struct ns_link *k = s->active;
+        if (k && k->running) {
+                pthread_mutex_lock(&k->l.lock);
+                *k->l.q_tail = f;
+                k->l.q_tail = &f->next;
+                k->l.q_bytes += len;
+                pthread_mutex_unlock(&k->l.lock);
+                if (write(k->l.wake[1], "w", 1) < 0) {
+                        /* full: due to wake */
+                }
+                f = NULL;
+                r = 0;
+        }
+        pthread_mutex_unlock(&s->lock);
+        free(f);
+        return r;
+}
+
+/* Under s->lock: the link serving (user, session); with one node, the one connected. */
+static struct ns_link *link_of_session_locked(struct node_server *s, const char *user, const char *session)
+{
+        (void)user;
+        (void)session;
+        return s->active;
+}
+
+struct node_link *node_server_link_of_session(struct node_server *srv, const char *user, const char *session)
+{
+        pthread_mutex_lock(&srv->lock);
+        struct ns_link *k = link_of_session_locked(srv, user, session);
+        pthread_mutex_unlock(&srv->lock);
+        return (struct node_link *)k;
+}
+
+/* One request to the session's node, answered within NODE_REQ_TIMEOUT_MS
+ * (a node not connected yet is waited for within the same deadline);
+ * extra (n bytes) follows the struct in the frame. */
+static int request_payload(struct node_server *s, const struct node_req *rq, const void *extra, size_t n,
+                           char ret_text[SBX_PATH_MAX], struct sbx_error *err)
 {
         struct timespec until = sbx_deadline_after(CLOCK_REALTIME, NODE_REQ_TIMEOUT_MS);
         struct ns_req q = {0};
@@ -560,15 +705,16 @@ static int request(struct node_server *s, const struct node_req *rq, char ret_te
         w.flags = htole32(w.flags);
         w.epoch = htole64(w.epoch);
         pthread_mutex_lock(&s->lock);
-        while (!s->active && !s->stop && pthread_cond_timedwait(&s->cond, &s->lock, &until) != ETIMEDOUT)
+        while (!link_of_session_locked(s, rq->user, rq->session) && !s->stop &&
+               pthread_cond_timedwait(&s->cond, &s->lock, &until) != ETIMEDOUT)
                 ;
-        if (!s->active || s->stop) {
+        q.link = link_of_session_locked(s, rq->user, rq->session);
+        if (!q.link || s->stop) {
                 pthread_mutex_unlock(&s->lock);
                 return sbx_error_set(err, -EHOSTUNREACH, 0, "no node agent is connected");
         }
         q.id = ++s->next_req ? s->next_req : ++s->next_req;
-        q.link = s->active;
-        r = nl_queue(&q.link->l, NF_REQ, q.id, &w, sizeof(w), NULL, 0);
+        r = nl_queue(&q.link->l, NF_REQ, q.id, &w, sizeof(w), extra, n);
         if (r < 0) {
                 pthread_mutex_unlock(&s->lock);
                 return sbx_error_set(err, r, 0, "cannot reach the node agent: %s", strerror(-r));
@@ -589,6 +735,93 @@ static int request(struct node_server *s, const struct node_req *rq, char ret_te
                 return sbx_error_set(err, q.result, 0, "node agent: %s", q.text);
         if (ret_text)
                 sbx_strlcpy(ret_text, q.text, SBX_PATH_MAX);
+        return 0;
+}
+
+static int request(struct node_server *s, const struct node_req *rq, char ret_text[SBX_PATH_MAX], struct sbx_error *err)
+{
+        return request_payload(s, rq, NULL, 0, ret_text, err);
+}
+
+int node_server_publish(struct node_server *s, const char *user, const char *session, const int *ports, size_t n,
+                        struct sbx_error *err)
+{
+        struct node_req rq = {.op = NODE_OP_PUBLISH, .flags = (uint32_t)n};
+        uint32_t wire[NODE_PUBLISH_PER_SESSION];
+
+        if (n > NODE_PUBLISH_PER_SESSION)
+                return sbx_error_set(err, -E2BIG, 0, "at most %d published ports a session", NODE_PUBLISH_PER_SESSION);
+        for (size_t i = 0; i < n; i++) {
+                if (ports[i] <= 0 || ports[i] > 65535)
+                        return sbx_error_set(err, -EINVAL, 0, "port %d out of range", ports[i]);
+                wire[i] = htole32((uint32_t)ports[i]);
+        }
+        sbx_strlcpy(rq.user, user, sizeof(rq.user));
+        sbx_strlcpy(rq.session, session, sizeof(rq.session));
+        return request_payload(s, &rq, wire, n * sizeof(wire[0]), NULL, err);
+}
+
+int node_server_connect(struct node_server *s, const char *user, const char *session, const struct sockaddr *sa,
+                        socklen_t len, int *ret_fd)
+{
+        struct ns_connect *c;
+        struct ns_link *k;
+        int sv[2];
+
+        if (!nl_key_ok(user, 65) || !nl_key_ok(session, 65))
+                return -EINVAL;
+        c = calloc(1, sizeof(*c));
+        if (!c)
+                return -ENOMEM;
+        c->c.kind = htole32(NODE_STREAM_CONNECT);
+        if (sa->sa_family == AF_INET && len >= (socklen_t)sizeof(struct sockaddr_in)) {
+                const struct sockaddr_in *in = (const struct sockaddr_in *)sa;
+                c->c.family = htole16(4);
+                c->c.port = htole16(ntohs(in->sin_port));
+                memcpy(c->c.addr, &in->sin_addr, 4);
+        } else if (sa->sa_family == AF_INET6 && len >= (socklen_t)sizeof(struct sockaddr_in6)) {
+                const struct sockaddr_in6 *in6 = (const struct sockaddr_in6 *)sa;
+                c->c.family = htole16(6);
+                c->c.port = htole16(ntohs(in6->sin6_port));
+                memcpy(c->c.addr, &in6->sin6_addr, 16);
+        } else {
+                free(c);
+                return -EAFNOSUPPORT;
+        }
+        if (le16toh(c->c.port) == 0) {
+                free(c);
+                return -EINVAL;
+        }
+        sbx_strlcpy(c->c.user, user, sizeof(c->c.user));
+        sbx_strlcpy(c->c.session, session, sizeof(c->c.session));
+        if (socketpair(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC | SOCK_NONBLOCK, 0, sv) < 0) {
+                int r = -errno;
+                free(c);
+                return r;
+        }
+        c->fd = sv[0];
+        pthread_mutex_lock(&s->lock);
+        k = link_of_session_locked(s, user, session);
+        if (!k || s->stop || !k->running || k->n_connects >= NODE_CONNECTS_MAX) {
+                int r = !k || s->stop || !k->running ? -EHOSTUNREACH : -EAGAIN;
+                pthread_mutex_unlock(&s->lock);
+                close(sv[0]);
+                close(sv[1]);
+                free(c);
+                return r;
+        }
+        k->next_connect = (k->next_connect + 1) & ~NODE_STREAM_CONTROL;
+        if (k->next_connect == 0)
+                k->next_connect = 1;
+        c->id = NODE_STREAM_CONTROL | k->next_connect;
+        c->next = k->connects;
+        k->connects = c;
+        k->n_connects++;
+        if (write(k->l.wake[1], "w", 1) < 0) { /* under the lock: k->running, so not destroyed yet */
+                /* full: due to wake */
+        }
+        pthread_mutex_unlock(&s->lock);
+        *ret_fd = sv[1];
         return 0;
 }
 

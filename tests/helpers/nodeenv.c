@@ -139,6 +139,12 @@ static void kill_all(void)
 
 pid_t nodeenv_start(const struct sbx_config *control, const char *pki, const char *name, const char *data_dir)
 {
+        return nodeenv_start_conf(control, pki, name, data_dir, NULL);
+}
+
+pid_t nodeenv_start_conf(const struct sbx_config *control, const char *pki, const char *name, const char *data_dir,
+                         const char *extra)
+{
         char exe[SBX_PATH_MAX], conf[SBX_PATH_MAX];
         ssize_t n = readlink("/proc/self/exe", exe, sizeof(exe) - 1);
         struct sbx_config node;
@@ -161,6 +167,8 @@ pid_t nodeenv_start(const struct sbx_config *control, const char *pki, const cha
                 node.node_connect, node.node_cert, node.node_key, node.node_ca, node.node_crl, node.data_dir,
                 node.node_heartbeat_ms, getenv("SANDBOXD_TEST_NODE_LOG") ? getenv("SANDBOXD_TEST_NODE_LOG") : "warn",
                 control->runner_binary[0] ? control->runner_binary : runner);
+        if (extra)
+                fputs(extra, f);
         fclose(f);
         pthread_mutex_lock(&lock);
         static bool registered;

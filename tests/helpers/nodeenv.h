@@ -34,6 +34,10 @@ void nodeenv_config_node(struct sbx_config *cfg, const struct sbx_config *contro
 /* Start `sandboxd node` (next to the test binary) as name: its pid.
  * Asserts. The process is killed at exit if still running. */
 pid_t nodeenv_start(const struct sbx_config *control, const char *pki, const char *name, const char *data_dir);
+/* The same, with extra lines appended to the agent's config file
+ * ("publish_ip = 127.0.0.3\n", say). */
+pid_t nodeenv_start_conf(const struct sbx_config *control, const char *pki, const char *name, const char *data_dir,
+                         const char *extra);
 /* Send sig and, for SIGKILL/SIGTERM, reap it. */
 void nodeenv_kill(pid_t pid, int sig);
 /* For fixture.c: the control config gets a node agent (started once per

@@ -3,8 +3,13 @@
  * node agent SIGKILLed and started again, a revoked certificate (and a
  * CRL that changes), and a stream from an old session epoch. Real dockerd,
  * real sqlite, real TLS (the openssl CLI makes the PKI). */
+#include <arpa/inet.h>
 #include <criterion/criterion.h>
+#include <dirent.h>
+#include <endian.h>
 #include <errno.h>
+#include <netinet/in.h>
+#include <pthread.h>
 #include <fcntl.h>
 #include <poll.h>
 #include <signal.h>
@@ -18,10 +23,14 @@
 #include "nodeenv.h"
 #include "sandboxd/exec.h"
 #include "sandboxd/node.h"
+#include "sandboxd/privacy.h"
 #include "sandboxd/runner.h"
 #include "sandboxd/runner_dir.h"
 #include "sandboxd/runner_proto.h"
+#include "sandboxd/service.h"
+#include "sandboxd/session.h"
 #include "sandboxd/store.h"
+#include "sandboxd/store_egress.h"
 #include "testenv.h"
 
 TestSuite(node, .timeout = 300);
@@ -263,6 +272,45 @@ Test(node, a_malformed_frame_closes_the_link)
         daemon_close(d);
 }
 
+/* A frame of type, stream and payload as a node would put it on the link. */
+static size_t frame(unsigned char *buf, uint16_t type, uint32_t stream, const void *p, uint32_t len)
+{
+        struct node_hdr h = {.len = htole32(len), .type = htole16(type), .stream = htole32(stream)};
+        memcpy(buf, &h, NODE_HDR_LEN);
+        memcpy(buf + NODE_HDR_LEN, p, len);
+        return NODE_HDR_LEN + len;
+}
+
+static size_t published_open(unsigned char *buf, uint32_t kind, uint32_t port, uint32_t stream)
+{
+        struct node_open o = {.kind = htole32(kind), .port = htole32(port), .epoch = htole64(1)};
+        snprintf(o.user, sizeof(o.user), "u1");
+        snprintf(o.session, sizeof(o.session), "s1");
+        return frame(buf, NF_OPEN, stream, &o, sizeof(o));
+}
+
+Test(node, malformed_published_streams_and_connect_results_close_the_link)
+{
+        unsigned char buf[NODE_HDR_LEN + 256];
+        int32_t ok = 0;
+        uint64_t big = 0;
+
+        open_with_node();
+        /* a published port's stream: port 0, past 65535; a port on a stream of another kind */
+        malformed_closes_the_link(buf, published_open(buf, NODE_STREAM_PUBLISHED, 0, 7));
+        malformed_closes_the_link(buf, published_open(buf, NODE_STREAM_PUBLISHED, 70000, 7));
+        malformed_closes_the_link(buf, published_open(buf, NODE_STREAM_RUNNER, 8000, 7));
+        /* a node opens no connect, nor any stream with an id of the control's */
+        malformed_closes_the_link(buf, published_open(buf, NODE_STREAM_CONNECT, 0, 7));
+        malformed_closes_the_link(buf, published_open(buf, NODE_STREAM_RUNNER, 0, NODE_STREAM_CONTROL | 7));
+        /* a connect's result: oversized, for a stream id of the node's, or positive */
+        malformed_closes_the_link(buf, frame(buf, NF_CONNECTED, NODE_STREAM_CONTROL | 1, &big, sizeof(big)));
+        malformed_closes_the_link(buf, frame(buf, NF_CONNECTED, 7, &ok, sizeof(ok)));
+        int32_t positive = (int32_t)htole32(5);
+        malformed_closes_the_link(buf, frame(buf, NF_CONNECTED, NODE_STREAM_CONTROL | 1, &positive, sizeof(positive)));
+        daemon_close(d);
+}
+
 static bool fenced(void *ud)
 {
         int64_t n = 0;
@@ -296,5 +344,340 @@ Test(node, a_node_gone_past_node_fence_fences_its_sessions)
         exec_result_done(&res);
         cr_assert_eq(store_epoch_get(d->store, "u1", "s1", &epoch_after), 0);
         cr_assert_gt(epoch_after, epoch_before, "the fenced session kept its epoch");
+        daemon_close(d);
+}
+
+/* ---- the published ports and the egress proxy's connects are the node's ---- */
+
+/* The inode of the TCP socket with this local address (and, if rport, this
+ * remote port) in state st (0A: listening, 01: established), or 0. */
+static unsigned long tcp_inode(const char *ip, int port, int rport, const char *st)
+{
+        struct in_addr a;
+        char want[32], line[512];
+        unsigned long inode = 0;
+        FILE *f = fopen("/proc/net/tcp", "re");
+
+        cr_assert_not_null(f);
+        cr_assert_eq(inet_pton(AF_INET, ip, &a), 1);
+        snprintf(want, sizeof(want), "%08X:%04X", a.s_addr, port);
+        while (!inode && fgets(line, sizeof(line), f)) {
+                char local[64], remote[64], state[8];
+                unsigned long ino;
+                if (sscanf(line, " %*d: %63s %63s %7s %*s %*s %*s %*s %*s %lu", local, remote, state, &ino) != 4)
+                        continue;
+                int rp = (int)strtol(strchr(remote, ':') + 1, NULL, 16);
+                if (strcmp(local, want) == 0 && strcmp(state, st) == 0 && (!rport || rp == rport))
+                        inode = ino;
+        }
+        fclose(f);
+        return inode;
+}
+
+/* Whether process pid holds socket inode among its descriptors. */
+static bool owns_socket(pid_t pid, unsigned long inode)
+{
+        char dir[64], path[384], link[128], want[64];
+        struct dirent *e;
+        bool found = false;
+        DIR *dp;
+
+        snprintf(dir, sizeof(dir), "/proc/%d/fd", (int)pid);
+        snprintf(want, sizeof(want), "socket:[%lu]", inode);
+        dp = opendir(dir);
+        if (!dp)
+                return false;
+        while (!found && (e = readdir(dp))) {
+                ssize_t n;
+                snprintf(path, sizeof(path), "%s/%s", dir, e->d_name);
+                n = readlink(path, link, sizeof(link) - 1);
+                if (n <= 0)
+                        continue;
+                link[n] = '\0';
+                found = strcmp(link, want) == 0;
+        }
+        closedir(dp);
+        return found;
+}
+
+static int connect_to(const char *ip, int port)
+{
+        struct sockaddr_in sa = {.sin_family = AF_INET, .sin_port = htons((uint16_t)port)};
+        int fd = socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0);
+
+        cr_assert_eq(inet_pton(AF_INET, ip, &sa.sin_addr), 1);
+        if (fd < 0)
+                return -errno;
+        if (connect(fd, (struct sockaddr *)&sa, sizeof(sa)) < 0) {
+                int r = -errno;
+                close(fd);
+                return r;
+        }
+        return fd;
+}
+
+struct http_probe {
+        const char *ip;
+        int port;
+};
+
+static bool http_answers(void *ud)
+{
+        struct http_probe *p = ud;
+        static const char req[] = "GET / HTTP/1.0\r\n\r\n";
+        char buf[16] = "";
+        size_t got = 0;
+        int fd = connect_to(p->ip, p->port);
+
+        if (fd < 0)
+                return false;
+        if (send(fd, req, sizeof(req) - 1, MSG_NOSIGNAL) == (ssize_t)sizeof(req) - 1) {
+                while (got < 12) {
+                        struct pollfd pf = {.fd = fd, .events = POLLIN};
+                        ssize_t n;
+                        if (poll(&pf, 1, 2000) <= 0 || (n = read(fd, buf + got, 12 - got)) <= 0)
+                                break;
+                        got += (size_t)n;
+                }
+        }
+        close(fd);
+        return strncmp(buf, "HTTP/1.0 200", 12) == 0;
+}
+
+static int session_port(const char *session)
+{
+        struct session_info info;
+        cr_assert_eq(session_get_info(d->sessions, "u1", session, &info), 0);
+        cr_assert_gt(info.n_ports, 0, "the session has no port block");
+        int port = info.ports[0];
+        session_info_done(&info);
+        return port;
+}
+
+/* cfg made by fixture_config (and then changed) already */
+static pid_t open_with_node_publishing(void)
+{
+        snprintf(cfg.image, sizeof(cfg.image), "%s", TESTENV_PYTHON_IMAGE);
+        snprintf(cfg.network_default, sizeof(cfg.network_default), "none");
+        snprintf(cfg.publish_ip, sizeof(cfg.publish_ip), "127.0.0.1");
+        cfg.memory_bytes = 256 << 20;
+        pki = nodeenv_pki();
+        nodeenv_config_control(&cfg, pki);
+        snprintf(node_dir, sizeof(node_dir), "%s/../node", cfg.data_dir);
+        d = fixture_open(&cfg, false);
+        cr_assert_not_null(d->node, "the daemon has no node link");
+        /* the node's own address: a published port must answer there, not on the control's */
+        pid_t pid = nodeenv_start_conf(&cfg, pki, "node1", node_dir, "publish_ip = 127.0.0.3\n");
+        cr_assert(TESTENV_WAIT_UNTIL(connected(NULL), 30000), "the node agent never connected");
+        return pid;
+}
+
+Test(node, a_published_port_listens_on_the_node_agent_and_comes_back_after_a_sigkill)
+{
+        struct sbx_error err = {0};
+        int code = -1;
+
+        fixture_config(&cfg);
+        pid_t agent = open_with_node_publishing();
+        free(fixture_run(d, "p", "true", 0, &code));
+        cr_assert_eq(code, 0);
+        cr_assert_eq(service_start(d->services, "u1", "p", "web", "python3 -m http.server 8000 --bind 127.0.0.1", NULL,
+                                   NULL, &err),
+                     0, "%s", err.msg);
+        int port = session_port("p");
+        struct http_probe on_node = {"127.0.0.3", port};
+        cr_assert_geq(fixture_wait(http_answers, &on_node, 30000), 0, "nothing answered on 127.0.0.3:%d", port);
+
+        /* the listening socket is the node agent's, and nobody listens on the control's publish_ip */
+        unsigned long ino = tcp_inode("127.0.0.3", port, 0, "0A");
+        cr_assert_neq(ino, 0, "no socket listens on 127.0.0.3:%d", port);
+        cr_assert(owns_socket(agent, ino), "the listener on 127.0.0.3:%d is not the node agent's", port);
+        cr_assert_not(owns_socket(getpid(), ino), "the control daemon holds the node's listener");
+        cr_assert_eq(tcp_inode("127.0.0.1", port, 0, "0A"), 0, "the control daemon listens on 127.0.0.1:%d", port);
+
+        /* the node agent SIGKILLed and started again: the port comes back on it */
+        nodeenv_kill(agent, SIGKILL);
+        cr_assert(TESTENV_WAIT_UNTIL(!connected(NULL), 30000), "the daemon never saw the node agent go");
+        agent = nodeenv_start_conf(&cfg, pki, "node1", node_dir, "publish_ip = 127.0.0.3\n");
+        cr_assert(TESTENV_WAIT_UNTIL(connected(NULL), 30000), "the node agent never came back");
+        cr_assert_geq(fixture_wait(http_answers, &on_node, 30000), 0, "port %d did not come back on the node", port);
+        ino = tcp_inode("127.0.0.3", port, 0, "0A");
+        cr_assert(ino != 0 && owns_socket(agent, ino), "the restarted agent does not hold 127.0.0.3:%d", port);
+
+        /* closing the forward (the ratchet) closes the node's listener before it returns */
+        cr_assert_eq(privacy_mark(d->privacy, "u1", "p", "customers.csv", "crm", "test", &err), 0, "%s", err.msg);
+        int fd = connect_to("127.0.0.3", port);
+        if (fd >= 0)
+                close(fd);
+        cr_assert_eq(fd, -ECONNREFUSED, "127.0.0.3:%d still accepts after mark_private", port);
+        cr_assert_eq(tcp_inode("127.0.0.3", port, 0, "0A"), 0, "the node still listens on %d", port);
+        daemon_close(d);
+}
+
+/* A loopback upstream that notes who connected to it: the client end's
+ * owner is looked up while the connection is open, then it answers. */
+struct upstream {
+        int lfd, port;
+        pid_t agent;
+        bool accepted, agent_owns, control_owns;
+};
+
+static void *upstream_main(void *ud)
+{
+        struct upstream *u = ud;
+        struct sockaddr_in peer;
+        socklen_t sl = sizeof(peer);
+        struct pollfd pf = {.fd = u->lfd, .events = POLLIN};
+        static const char resp[] = "HTTP/1.0 200 OK\r\nContent-Length: 5\r\n\r\nhello";
+        char buf[4096];
+
+        if (poll(&pf, 1, 120000) != 1)
+                return NULL;
+        int fd = accept4(u->lfd, (struct sockaddr *)&peer, &sl, SOCK_CLOEXEC);
+        if (fd < 0)
+                return NULL;
+        u->accepted = true;
+        unsigned long ino = tcp_inode("127.0.0.1", ntohs(peer.sin_port), u->port, "01");
+        u->agent_owns = ino && owns_socket(u->agent, ino);
+        u->control_owns = ino && owns_socket(getpid(), ino);
+        pf.fd = fd;
+        if (poll(&pf, 1, 30000) == 1 && read(fd, buf, sizeof(buf)) > 0)
+                (void)!write(fd, resp, sizeof(resp) - 1);
+        close(fd);
+        return NULL;
+}
+
+Test(node, egress_connects_leave_from_the_node_agent_and_the_control_still_decides)
+{
+        struct sbx_error err = {0};
+        struct store_egress_entry *rows = NULL;
+        size_t n = 0;
+        bool blocked_seen = false;
+        struct upstream u = {0};
+        struct sockaddr_in sa = {.sin_family = AF_INET, .sin_addr.s_addr = htonl(INADDR_LOOPBACK)};
+        socklen_t sl = sizeof(sa);
+        pthread_t th;
+        char cmd[1024];
+        int code = -1;
+
+        fixture_config(&cfg);
+        cr_assert_eq(config_set(&cfg, "egress_allow", "up.test:*", &err), 0);
+        cr_assert_eq(config_set(&cfg, "egress_resolve", "up.test=127.0.0.1, blocked.test=127.0.0.1", &err), 0);
+        cr_assert_eq(config_set(&cfg, "egress_allow_private", "127.0.0.1/32", &err), 0);
+        u.agent = open_with_node_publishing();
+        u.lfd = socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0);
+        cr_assert_eq(bind(u.lfd, (struct sockaddr *)&sa, sizeof(sa)), 0);
+        cr_assert_eq(listen(u.lfd, 8), 0);
+        cr_assert_eq(getsockname(u.lfd, (struct sockaddr *)&sa, &sl), 0);
+        u.port = ntohs(sa.sin_port);
+        cr_assert_eq(pthread_create(&th, NULL, upstream_main, &u), 0);
+
+        /* a port bound but not listening: the node's connect is refused, and says so */
+        int closed = socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0);
+        sa.sin_port = 0;
+        sl = sizeof(sa);
+        cr_assert_eq(bind(closed, (struct sockaddr *)&sa, sizeof(sa)), 0);
+        cr_assert_eq(getsockname(closed, (struct sockaddr *)&sa, &sl), 0);
+        snprintf(cmd, sizeof(cmd),
+                 "curl -s --max-time 60 http://up.test:%d/; echo; "
+                 "curl -s --max-time 60 -o /dev/null -w '%%{http_code}' http://blocked.test:%d/; echo; "
+                 "curl -s --max-time 60 -o /dev/null -w '%%{http_code}' http://up.test:%d/; echo",
+                 u.port, u.port, ntohs(sa.sin_port));
+        char *out = fixture_run(d, "e", cmd, 120, &code);
+        pthread_join(th, NULL);
+        close(u.lfd);
+        close(closed);
+        cr_assert_str_eq(out, "hello\n403\n502\n", "exit %d", code);
+        free(out);
+        cr_assert(u.accepted, "the upstream saw no connection");
+        cr_assert(u.agent_owns, "the upstream's client is not the node agent's socket");
+        cr_assert_not(u.control_owns, "the control daemon connected to the upstream itself");
+
+        /* the control decided both, and wrote their rows */
+        cr_assert_eq(store_egress_log_list(d->store, "u1", "e", 100, &rows, &n), 0);
+        bool refused_seen = false;
+        for (size_t i = 0; i < n; i++) {
+                if (strcmp(rows[i].host, "blocked.test") == 0 && strcmp(rows[i].decision, "blocked") == 0)
+                        blocked_seen = true;
+                if (strcmp(rows[i].host, "up.test") == 0 && strcmp(rows[i].reason, "connect_failed") == 0)
+                        refused_seen = true;
+        }
+        free(rows);
+        cr_assert(blocked_seen, "the blocked request has no row");
+        cr_assert(refused_seen, "the connect the node could not make has no connect_failed row");
+        daemon_close(d);
+}
+
+/* ---- the node agent's side: malformed requests from the control close the link ---- */
+
+static pid_t agent_pid;
+
+static bool agent_link_lost_after(void *ud)
+{
+        return node_server_links_lost(d->node) > *(uint64_t *)ud;
+}
+
+/* frame to the node agent: its link ends (the agent dials again), the agent lives on */
+static void node_drops_link_on(const void *buf, size_t len)
+{
+        uint64_t lost = node_server_links_lost(d->node);
+
+        cr_assert(TESTENV_WAIT_UNTIL(connected(NULL), 30000), "the node agent is not connected");
+        cr_assert_eq(node_server_send_raw(d->node, buf, len), 0);
+        cr_assert(TESTENV_WAIT_UNTIL(agent_link_lost_after(&lost), 30000),
+                  "the node agent kept a link that sent it a malformed frame");
+        cr_assert_eq(kill(agent_pid, 0), 0, "the node agent died of a malformed frame");
+}
+
+static size_t publish_req(unsigned char *buf, uint32_t count, const uint32_t *ports, size_t n_ports)
+{
+        struct node_req rq = {.op = htole32(NODE_OP_PUBLISH), .flags = htole32(count)};
+        unsigned char payload[sizeof(rq) + 4 * 1100];
+        snprintf(rq.user, sizeof(rq.user), "u1");
+        snprintf(rq.session, sizeof(rq.session), "s1");
+        memcpy(payload, &rq, sizeof(rq));
+        for (size_t i = 0; i < n_ports; i++) {
+                uint32_t v = htole32(ports[i]);
+                memcpy(payload + sizeof(rq) + 4 * i, &v, 4);
+        }
+        return frame(buf, NF_REQ, 41, payload, (uint32_t)(sizeof(rq) + 4 * n_ports));
+}
+
+static size_t connect_open(unsigned char *buf, uint32_t stream, uint16_t family, uint16_t port, uint8_t pad,
+                           uint32_t len)
+{
+        struct node_connect c = {.kind = htole32(NODE_STREAM_CONNECT),
+                                 .family = htole16(family),
+                                 .port = htole16(port)};
+        c.addr[0] = 127;
+        c.addr[3] = 1;
+        c.pad[1] = pad;
+        snprintf(c.user, sizeof(c.user), "u1");
+        snprintf(c.session, sizeof(c.session), "s1");
+        return frame(buf, NF_OPEN, stream, &c, len);
+}
+
+Test(node, malformed_publish_and_connect_requests_close_the_node_agents_link)
+{
+        static unsigned char buf[NODE_HDR_LEN + sizeof(struct node_req) + 4 * 1100];
+        static uint32_t ports[1001];
+        const uint32_t cs = NODE_STREAM_CONTROL | 9;
+
+        for (size_t i = 0; i < 1001; i++)
+                ports[i] = 30000 + (uint32_t)i;
+        open_with_node();
+        agent_pid = nodeenv_start(&cfg, pki, "node1", node_dir);
+        /* a publish whose count and ports disagree, past the cap, or with a port out of range */
+        node_drops_link_on(buf, publish_req(buf, 2, ports, 1));
+        node_drops_link_on(buf, publish_req(buf, 1001, ports, 1001));
+        node_drops_link_on(buf, publish_req(buf, 1, (const uint32_t[]){0}, 1));
+        node_drops_link_on(buf, publish_req(buf, 1, (const uint32_t[]){70000}, 1));
+        /* a connect of another family, to port 0, on a node's stream id, short, or with padding set */
+        node_drops_link_on(buf, connect_open(buf, cs, 5, 80, 0, sizeof(struct node_connect)));
+        node_drops_link_on(buf, connect_open(buf, cs, 4, 0, 0, sizeof(struct node_connect)));
+        node_drops_link_on(buf, connect_open(buf, 9, 4, 80, 0, sizeof(struct node_connect)));
+        node_drops_link_on(buf, connect_open(buf, cs, 4, 80, 0, sizeof(struct node_connect) - 2));
+        node_drops_link_on(buf, connect_open(buf, cs, 4, 80, 1, sizeof(struct node_connect)));
+        cr_assert(TESTENV_WAIT_UNTIL(connected(NULL), 30000), "the node agent did not come back");
         daemon_close(d);
 }

@@ -13,7 +13,10 @@
  * every clearly malformed frame closes its link, the good link survives
  * all of it, and stopping the server returns with no hook called after. */
 #include <endian.h>
+#include <arpa/inet.h>
 #include <errno.h>
+#include <netinet/in.h>
+#include <stdint.h>
 #include <fcntl.h>
 #include <poll.h>
 #include <pthread.h>
@@ -32,6 +35,8 @@
 
 #define STREAMERS 6
 #define REQUESTERS 3
+#define CONNECTORS 3
+#define PUBLISH_BASE 27300 /* published ports: below the ephemeral range, 20 a requester */
 #define HOSTILES 3
 #define EPOCH 1
 #define MAX_KEPT 256
@@ -72,6 +77,18 @@ static void hook_runner(void *ud, const char *user, const char *session, int fd)
 static void hook_gateway(void *ud, const char *user, const char *session, int kind, int fd)
 {
         (void)ud, (void)user, (void)session, (void)kind;
+        close(fd);
+}
+
+/* A client of a published port: it is told the port, then the end. */
+static void hook_published(void *ud, const char *user, const char *session, int port, int fd)
+{
+        char b[16];
+        int n = snprintf(b, sizeof(b), "%d\n", port);
+        (void)ud, (void)user, (void)session;
+        if (__atomic_load_n(&stopped, __ATOMIC_SEQ_CST))
+                __atomic_add_fetch(&hooks_after_stop, 1, __ATOMIC_SEQ_CST);
+        STRESS_CHECK(write(fd, b, (size_t)n) == n, "published: write");
         close(fd);
 }
 
@@ -116,6 +133,7 @@ static const struct node_server_hooks hooks = {
         .fence = hook_fence,
         .epoch = hook_epoch,
         .refused = hook_refused,
+        .published = hook_published,
 };
 
 /* ---- PKI (the openssl CLI, as tests/helpers/nodeenv.c) ---- */
@@ -318,6 +336,155 @@ static void streamer(int i, void *ud)
         }
 }
 
+/* ---- published ports and egress connects, made by the agent ---- */
+
+static int tcp_connect(int port)
+{
+        struct sockaddr_in sa = {.sin_family = AF_INET, .sin_port = htons((uint16_t)port)};
+        int fd = socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0);
+        sa.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+        if (fd < 0)
+                return -errno;
+        if (connect(fd, (struct sockaddr *)&sa, sizeof(sa)) < 0) {
+                int r = -errno;
+                close(fd);
+                return r;
+        }
+        return fd;
+}
+
+/* Publish two ports of session a, reach each through the agent, then
+ * publish none: refused as soon as the answer is in. */
+static void publish_round(int i, int r, const char *a)
+{
+        int ports[2] = {PUBLISH_BASE + i * 20 + (r % 10) * 2, PUBLISH_BASE + i * 20 + (r % 10) * 2 + 1};
+        struct sbx_error e = {0};
+        int rc = node_server_publish(server, "u", a, ports, 2, &e);
+
+        STRESS_CHECK(rc == 0, "publish %s: %s", a, e.msg);
+        for (int k = 0; k < 2 && rc == 0; k++) {
+                char want[16], got[16] = "";
+                int fd = tcp_connect(ports[k]);
+                STRESS_CHECK(fd >= 0, "published port %d: %s", ports[k], strerror(-fd));
+                if (fd < 0)
+                        continue;
+                snprintf(want, sizeof(want), "%d\n", ports[k]);
+                struct pollfd p = {.fd = fd, .events = POLLIN};
+                if (poll(&p, 1, 10000) == 1)
+                        (void)!read(fd, got, sizeof(got) - 1);
+                STRESS_CHECK(strcmp(got, want) == 0, "published port %d: the control's hook said %s", ports[k], got);
+                close(fd);
+        }
+        rc = node_server_publish(server, "u", a, NULL, 0, &e);
+        STRESS_CHECK(rc == 0, "unpublish %s: %s", a, e.msg);
+        int fd = tcp_connect(ports[0]);
+        STRESS_CHECK(fd == -ECONNREFUSED, "port %d still accepts once unpublished (%d)", ports[0], fd);
+        if (fd >= 0)
+                close(fd);
+}
+
+static int echo_lfd, echo_port, closed_port;
+
+static void *echo_conn(void *ud)
+{
+        int fd = (int)(intptr_t)ud;
+        char b[16384];
+        ssize_t n;
+        while ((n = read(fd, b, sizeof(b))) > 0)
+                if (write(fd, b, (size_t)n) != n)
+                        break;
+        close(fd);
+        return NULL;
+}
+
+static void *echo_main(void *ud)
+{
+        (void)ud;
+        for (;;) {
+                int fd = accept4(echo_lfd, NULL, NULL, SOCK_CLOEXEC);
+                pthread_t t;
+                if (fd < 0)
+                        return NULL; /* shut down at the end */
+                if (pthread_create(&t, NULL, echo_conn, (void *)(intptr_t)fd) == 0)
+                        pthread_detach(t);
+                else
+                        close(fd);
+        }
+}
+
+/* The egress proxy's connects: through the agent to the echo server (more
+ * than a window each way, bytes intact, closed by halves), and to a port
+ * nobody listens on (its errno comes back). */
+static void connector(int i, void *ud)
+{
+        int rounds = *(int *)ud;
+        char session[16];
+
+        snprintf(session, sizeof(session), "c%d", i);
+        for (int r = 0; r < rounds; r++) {
+                bool refused_port = r % 3 == 2;
+                struct sockaddr_in sa = {.sin_family = AF_INET,
+                                         .sin_port = htons((uint16_t)(refused_port ? closed_port : echo_port))};
+                int32_t res = 1;
+                int fd = -1;
+                sa.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+                int rc = node_server_connect(server, "u", session, (struct sockaddr *)&sa, sizeof(sa), &fd);
+                STRESS_CHECK(rc == 0, "connect %s: %d", session, rc);
+                if (rc < 0)
+                        continue;
+                struct pollfd p = {.fd = fd, .events = POLLIN};
+                if (poll(&p, 1, 15000) == 1 && read(fd, &res, sizeof(res)) != sizeof(res))
+                        res = 1;
+                if (refused_port) {
+                        STRESS_CHECK(res == -ECONNREFUSED, "connect to a closed port: %d", res);
+                        STRESS_CHECK(wait_eof(fd, 10000), "a failed connect's stream did not end");
+                        close(fd);
+                        continue;
+                }
+                STRESS_CHECK(res == 0, "connect %s to the echo server: %d", session, res);
+                if (res == 0) {
+                        size_t size = 100000 + (size_t)r * 997, sent = 0, got = 0;
+                        unsigned char buf[8192];
+                        int64_t end = sbx_now_ms() + 30000;
+                        bool shut = false, eof = false;
+                        nonblock(fd);
+                        while (!eof && sbx_now_ms() < end) {
+                                struct pollfd q = {.fd = fd, .events = (short)(POLLIN | (sent < size ? POLLOUT : 0))};
+                                if (poll(&q, 1, 1000) < 0)
+                                        break;
+                                if (q.revents & POLLOUT) {
+                                        size_t n = size - sent < sizeof(buf) ? size - sent : sizeof(buf);
+                                        for (size_t k = 0; k < n; k++)
+                                                buf[k] = pattern(sent + k, i + 100);
+                                        ssize_t w = write(fd, buf, n);
+                                        if (w > 0)
+                                                sent += (size_t)w;
+                                }
+                                if (sent == size && !shut) {
+                                        (void)shutdown(fd, SHUT_WR);
+                                        shut = true;
+                                }
+                                if (q.revents & (POLLIN | POLLHUP)) {
+                                        ssize_t n = read(fd, buf, sizeof(buf));
+                                        if (n == 0)
+                                                eof = true;
+                                        for (ssize_t k = 0; k < n; k++)
+                                                if (buf[k] != pattern(got + (size_t)k, i + 100)) {
+                                                        STRESS_CHECK(false, "connect %s: byte %zu differs", session,
+                                                                     got + (size_t)k);
+                                                        eof = true;
+                                                        break;
+                                                }
+                                        if (n > 0)
+                                                got += (size_t)n;
+                                }
+                        }
+                        STRESS_CHECK(got == size && eof, "connect %s: %zu of %zu bytes came back", session, got, size);
+                }
+                close(fd);
+        }
+}
+
 /* ---- requests (the runner hub's calls), answered by the agent ---- */
 
 static void requester(int i, void *ud)
@@ -333,6 +500,7 @@ static void requester(int i, void *ud)
                 STRESS_CHECK(rc == 0, "open %s: %s", a, e.msg);
                 rc = node_server_ops.open(server, "u", a, EPOCH, true, dir, &e);
                 STRESS_CHECK(rc == 0, "adopt %s: %s", a, e.msg);
+                publish_round(i, r, a);
                 rc = node_server_ops.rekey(server, "u", a, "u", b, EPOCH + 1, dir, &e);
                 STRESS_CHECK(rc == 0, "rekey %s: %s", a, e.msg);
                 rc = node_server_ops.rekey(server, "u", a, "u", b, EPOCH + 1, dir, &e); /* again: idempotent */
@@ -526,6 +694,7 @@ int main(void)
                 fprintf(stderr, "stress_node: %s\n", e.msg);
                 return 2;
         }
+        node_server_gateway_ready(server); /* published ports reach hook_published */
         node_cfg(&good_cfg, pki, "node2");
         node_cfg(&hostile_cfg, pki, "hostile");
         node_cfg(&revoked_cfg, pki, "revoked");
@@ -550,6 +719,32 @@ int main(void)
         /* phase 1: requests to the agent and streams through the bare client, at once */
         struct phase p = {.stream_rounds = stream_rounds, .other_rounds = req_rounds, .other = requester};
         stress_threads(STREAMERS + REQUESTERS, phase_fn, &p);
+        /* phase 1b: the egress proxy's connects through the agent, with the streams */
+        {
+                struct sockaddr_in sa = {.sin_family = AF_INET};
+                socklen_t sl = sizeof(sa);
+                pthread_t echo;
+                sa.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+                int cfd = socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0);
+                echo_lfd = socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0);
+                /* a port bound but never listened on: a connect to it is refused */
+                STRESS_CHECK(bind(cfd, (struct sockaddr *)&sa, sizeof(sa)) == 0 &&
+                                     getsockname(cfd, (struct sockaddr *)&sa, &sl) == 0,
+                             "closed port");
+                closed_port = ntohs(sa.sin_port);
+                sa.sin_port = 0;
+                STRESS_CHECK(bind(echo_lfd, (struct sockaddr *)&sa, sizeof(sa)) == 0 && listen(echo_lfd, 64) == 0 &&
+                                     getsockname(echo_lfd, (struct sockaddr *)&sa, &sl) == 0,
+                             "echo server");
+                echo_port = ntohs(sa.sin_port);
+                pthread_create(&echo, NULL, echo_main, NULL);
+                p = (struct phase){.stream_rounds = stream_rounds, .other_rounds = stress_n(12), .other = connector};
+                stress_threads(STREAMERS + CONNECTORS, phase_fn, &p);
+                (void)shutdown(echo_lfd, SHUT_RDWR);
+                pthread_join(echo, NULL);
+                close(echo_lfd);
+                close(cfd);
+        }
         /* phase 2: streams on while hostile nodes come and go (each one the active node a moment) */
         p = (struct phase){.stream_rounds = stream_rounds, .other_rounds = stress_n(10), .other = hostile};
         stress_threads(STREAMERS + HOSTILES, phase_fn, &p);

@@ -100,8 +100,10 @@ int engine_kubernetes_new(const struct engine_k8s_config *cfg, struct engine **r
 char *engine_kubernetes_pod_body(const struct engine_k8s_config *cfg, const struct engine_spec *spec, const char *name);
 char *engine_kubernetes_pvc_body(const struct engine_k8s_config *cfg, const struct engine_spec *spec);
 char *engine_kubernetes_netpol_body(void);
-/* The claim of the session labelled in spec ("sbx-ws-<hash>"); -EINVAL
- * without the instance, user and session labels. */
+/* The claim of the spec: its workspace_claim when set (a pool slot's claim
+ * the session took over), else the one of the session labelled in spec
+ * ("sbx-ws-<hash>"); -EINVAL without the instance, user and session labels
+ * or for a workspace_claim that is no DNS label. */
 int engine_kubernetes_pvc_name(const struct engine_spec *spec, char ret[K8S_NAME_MAX]);
 
 /* The label selector for engine.h's filters ("k", "k=v"): the ones a

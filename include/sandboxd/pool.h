@@ -98,6 +98,11 @@ int pool_reconcile(struct pool *p, struct sbx_error *err);
 /* Slot directories under workspaces/@pool and "@pool" uids that no slot row
  * names: removed (counted only with dry_run). --gc and pool_reconcile. */
 size_t pool_sweep_leftovers(const struct sbx_config *cfg, struct store *st, bool dry_run);
+/* --gc: ready slots of an image cfg no longer pools (not image or one of
+ * images, pool size 0) are taken from the pool and removed whole (container,
+ * runner directory, workspace and, on Kubernetes in pvc mode, the slot's
+ * claim, uid, row). Counted only with dry_run. */
+size_t pool_gc_unconfigured(const struct sbx_config *cfg, struct store *st, struct engine *d, bool dry_run);
 
 struct pool_claim {
         char container_id[65];

@@ -24,7 +24,7 @@ void pool_slot_discard(const struct sbx_config *cfg, struct store *st, struct en
 /* {data_dir}/workspaces/<user> opened O_DIRECTORY|O_NOFOLLOW, or -errno. */
 int pool_open_ws_dir(const struct sbx_config *cfg, const char *user);
 /* Steps 2 and 3 of the claim (pool.h), idempotent: restart recovery runs them again. */
-int pool_finish_claim(const struct sbx_config *cfg, struct store *st, struct runner_hub *h,
+int pool_finish_claim(const struct sbx_config *cfg, struct store *st, struct engine *d, struct runner_hub *h,
                       const struct store_pool_slot *row, char ret_ws[SBX_PATH_MAX], uid_t *ret_uid,
                       struct sbx_error *err);
 

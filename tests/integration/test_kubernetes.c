@@ -395,7 +395,7 @@ Test(kubernetes, pvc_mode_gives_the_session_one_claim_that_outlives_its_pods)
         cr_expect_eq(kapi("GET", path, NULL, NULL), 200, "the claim outlives the session's first Pod");
         cr_assert_eq(engine_remove(e, id2, &err), 0, "%s", err.msg);
         cr_expect_eq(kapi("GET", path, NULL, NULL), 200, "and its second");
-        cr_assert_eq(engine_workspace_drop(e, testenv_run_id(), "u1", "s-pvc", &err), 0, "%s", err.msg);
+        cr_assert_eq(engine_workspace_drop(e, testenv_run_id(), "u1", "s-pvc", NULL, &err), 0, "%s", err.msg);
         cr_expect(TESTENV_WAIT_UNTIL(kapi("GET", path, NULL, NULL) == 404, 30000), "purged: the claim goes");
         engine_free(e);
 }

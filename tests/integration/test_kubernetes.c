@@ -596,8 +596,10 @@ static char *account_with_role(const char *sa, const char *resource, const char 
 static struct engine *engine_with_token(char *token, const char *mode)
 {
         struct k8s_credentials c = {0};
-        struct engine_k8s_config cfg = {
-                .namespace = ns, .workspace_mode = mode, .image_pull_policy = "Never", .timeout_ms = 30000};
+        struct engine_k8s_config cfg = {.namespace = ns,
+                                        .workspace_mode = mode,
+                                        .image_pull_policy = "Never",
+                                        .timeout_ms = 30000};
         struct engine *e = NULL;
         struct sbx_error err = {0};
 
@@ -620,7 +622,7 @@ Test(kubernetes, the_deploy_role_is_enough_and_each_pod_verb_is_needed)
         struct engine_tmpfs t;
         struct engine_label l[5];
         struct sbx_error err = {0};
-        char id[ENGINE_ID_STR_MAX], claim[ENGINE_CLAIM_MAX];
+        char id[ENGINE_ID_STR_MAX], claim[ENGINE_CLAIM_MAX] = "";
         const struct engine_label relabel_set[] = {{"sandboxd.session", "s-rbac-claimed"}, {"sandboxd.pool", NULL}};
         _cleanup_free_ char *logs = NULL;
         pthread_t th;
@@ -883,8 +885,9 @@ static void pod_facts(const char *name, const char *label, char uid[64], char cl
         cr_assert_not_null(pod, "Pod %s", name);
         snprintf(uid, 64, "%s", jget(pod, "metadata.uid")->valuestring);
         claim[0] = '\0';
-        cJSON_ArrayForEach(v, jget(pod, "spec.volumes")) if (jget(v, "persistentVolumeClaim.claimName"))
-                snprintf(claim, 64, "%s", jget(v, "persistentVolumeClaim.claimName")->valuestring);
+        cJSON_ArrayForEach(v, jget(pod, "spec.volumes"))
+                if (jget(v, "persistentVolumeClaim.claimName"))
+                        snprintf(claim, 64, "%s", jget(v, "persistentVolumeClaim.claimName")->valuestring);
         lv = cJSON_GetObjectItemCaseSensitive(jget(pod, "metadata.labels"), label);
         snprintf(value, 64, "%s", cJSON_IsString(lv) ? lv->valuestring : "");
         cJSON_Delete(pod);
@@ -1075,8 +1078,7 @@ static void claim_killed_after_relabel(const struct sbx_config *cfg)
                   status);
 }
 
-Test(kubernetes, the_warm_pool_in_pvc_mode_survives_a_kill_mid_claim_and_gc_removes_a_deconfigured_pool,
-     .timeout = 900)
+Test(kubernetes, the_warm_pool_in_pvc_mode_survives_a_kill_mid_claim_and_gc_removes_a_deconfigured_pool, .timeout = 900)
 {
         NEED_CLUSTER();
         struct sbx_config cfg;
@@ -1151,4 +1153,56 @@ Test(kubernetes, the_warm_pool_in_pvc_mode_survives_a_kill_mid_claim_and_gc_remo
                   "the slot claims are gone");
         cr_expect_eq(list_names("pods", run_sel, pods, 16), 2, "the sessions' Pods stay");
         cr_expect_eq(list_names("persistentvolumeclaims", run_sel, claims, 16), 2, "the sessions' claims stay");
+}
+
+static struct daemon *racing_daemon;
+static char racing_pod[65];
+
+/* The slot being claimed loses its Pod right then (a node lost, an eviction). */
+static void delete_claimed_slot_pod(const char *stage)
+{
+        _cleanup_free_ struct store_pool_slot *rows = NULL;
+        char path[256];
+        size_t n = 0;
+
+        if (strcmp(stage, "claiming") != 0 || store_pool_list(racing_daemon->store, &rows, &n) < 0)
+                return;
+        for (size_t i = 0; i < n; i++)
+                if (strcmp(rows[i].state, "claiming") == 0)
+                        snprintf(racing_pod, sizeof(racing_pod), "%s", rows[i].container_id);
+        if (!racing_pod[0])
+                return;
+        snprintf(path, sizeof(path), "/api/v1/namespaces/%s/pods/%s?gracePeriodSeconds=0", ns, racing_pod);
+        (void)kapi("DELETE", path, NULL, NULL);
+}
+
+Test(kubernetes, a_claim_whose_slot_pod_dies_meanwhile_takes_the_cold_path)
+{
+        NEED_CLUSTER();
+        struct sbx_config cfg;
+        struct pool_stats ps;
+        struct daemon *d;
+        char cid[65], path[256];
+
+        k8s_pool_config(&cfg, "hostpath");
+        cfg.pool_size = 1;
+        d = fixture_open(&cfg, true);
+        wait_pool_full(d);
+        racing_daemon = d;
+        pool_set_test_hook(delete_claimed_slot_pod);
+        {
+                _cleanup_free_ char *o = fixture_run(d, "r1", "echo cold", 0, NULL);
+                cr_expect_str_eq(o, "cold\n", "the session is served all the same");
+        }
+        pool_set_test_hook(NULL);
+        cr_assert(racing_pod[0], "the hook saw the claim");
+        fixture_container_of(d, "u1", "r1", cid);
+        cr_expect_str_neq(cid, racing_pod, "not the dead slot's Pod");
+        pool_stats(d->pool, &ps);
+        cr_expect_eq(ps.claims, 0);
+        cr_expect_eq(ps.misses, 1, "the claim fell back to a cold create");
+        snprintf(path, sizeof(path), "/api/v1/namespaces/%s/pods/%s", ns, racing_pod);
+        cr_expect(TESTENV_WAIT_UNTIL(kapi("GET", path, NULL, NULL) == 404, 60000), "the dead slot's Pod is gone");
+        wait_pool_full(d); /* and the pool refills */
+        daemon_close(d);
 }

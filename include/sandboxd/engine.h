@@ -180,6 +180,13 @@ struct engine_container_summary {
         size_t n_labels;
 };
 
+/* A workspace volume the engine keeps (Kubernetes: a PersistentVolumeClaim). */
+struct engine_claim_summary {
+        char name[ENGINE_CLAIM_MAX];
+        struct engine_kv labels[ENGINE_MAX_LABELS];
+        size_t n_labels;
+};
+
 struct engine_stats {
         uint64_t memory_usage;
         uint64_t memory_limit;
@@ -288,6 +295,10 @@ struct engine_ops {
          * cannot relabel (Docker); its labels stay and the store decides. */
         int (*relabel)(struct engine *e, const char *id, const struct engine_label *set, size_t n_set,
                        char ret_claim[ENGINE_CLAIM_MAX], struct sbx_error *err);
+        /* The workspace volumes whose labels pass every filter (as list's),
+         * those being deleted left out; NULL: the engine keeps none. */
+        int (*claim_list)(struct engine *e, const char *const *label_filters, struct engine_claim_summary **ret_list,
+                          size_t *ret_n, struct sbx_error *err);
 
         /* The exec fallback. */
         int (*fallback_create)(struct engine *e, const char *container_id, const struct engine_exec_spec *spec,
@@ -441,6 +452,16 @@ static inline int engine_relabel(struct engine *e, const char *id, const struct 
         if (!e->ops->relabel)
                 return sbx_error_set(err, -EOPNOTSUPP, 0, "the %s engine cannot relabel", e->name);
         return e->ops->relabel(e, id, set, n_set, ret_claim, err);
+}
+static inline int engine_claim_list(struct engine *e, const char *const *label_filters,
+                                    struct engine_claim_summary **ret_list, size_t *ret_n, struct sbx_error *err)
+{
+        if (!e->ops->claim_list) {
+                *ret_list = NULL;
+                *ret_n = 0;
+                return 0;
+        }
+        return e->ops->claim_list(e, label_filters, ret_list, ret_n, err);
 }
 static inline int engine_exec_create(struct engine *e, const char *container_id, const struct engine_exec_spec *spec,
                                      char ret_exec_id[ENGINE_ID_STR_MAX], struct sbx_error *err)

@@ -95,9 +95,12 @@ size_t pool_claims_pending(struct store *st);
  * (container, runner directory, workspace, uid, row), and slot directories
  * and uids no row names. */
 int pool_reconcile(struct pool *p, struct sbx_error *err);
-/* Slot directories under workspaces/@pool and "@pool" uids that no slot row
- * names: removed (counted only with dry_run). --gc and pool_reconcile. */
-size_t pool_sweep_leftovers(const struct sbx_config *cfg, struct store *st, bool dry_run);
+/* Slot directories under workspaces/@pool, "@pool" uids and (Kubernetes pvc
+ * mode) slot claims of this instance that no slot row names: removed
+ * (counted only with dry_run). --gc and pool_reconcile. A slot's row is
+ * written before its claim and deleted after it, and a claim in flight has
+ * lost its pool label, so a live daemon's slots are never taken. */
+size_t pool_sweep_leftovers(const struct sbx_config *cfg, struct store *st, struct engine *d, bool dry_run);
 /* --gc: ready slots of an image cfg no longer pools (not image or one of
  * images, pool size 0) are taken from the pool and removed whole (container,
  * runner directory, workspace and, on Kubernetes in pvc mode, the slot's

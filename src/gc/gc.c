@@ -825,9 +825,9 @@ int gc_run(const struct sbx_config *cfg, const struct gc_options *opts, struct g
         gc_workspaces(&g);
         gc_uids(&g);
         {
-                size_t swept = pool_sweep_leftovers(cfg, g.st, g.dry_run);
+                size_t swept = pool_sweep_leftovers(cfg, g.st, g.engine, g.dry_run);
                 if (swept)
-                        log_info("gc%s: %zu leftover warm pool slot directories and uids %s",
+                        log_info("gc%s: %zu leftover warm pool slot directories, uids and claims %s",
                                  g.dry_run ? " (dry run)" : "", swept, g.dry_run ? "to remove" : "removed");
         }
         gc_vacuum(&g, db);

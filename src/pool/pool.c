@@ -180,7 +180,7 @@ int pool_reconcile(struct pool *p, struct sbx_error *err)
                 pool_slot_discard(p->cfg, p->store, p->engine, p->runner, row->slot, c ? c->id : row->container_id);
                 removed++;
         }
-        removed += pool_sweep_leftovers(p->cfg, p->store, false);
+        removed += pool_sweep_leftovers(p->cfg, p->store, p->engine, false);
         log_info("pool: %zu ready slot(s) adopted, %zu removed", adopted, removed);
         return 0;
 }

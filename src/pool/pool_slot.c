@@ -215,11 +215,41 @@ int pool_recover_claims(const struct sbx_config *cfg, struct store *st, struct e
         return 0;
 }
 
-size_t pool_sweep_leftovers(const struct sbx_config *cfg, struct store *st, bool dry_run)
+/* Slot claims of this instance no row names (a daemon that lost its store, a row deleted by hand). */
+static size_t sweep_claims(const struct sbx_config *cfg, struct store *st, struct engine *d, bool dry_run)
+{
+        char inst[160];
+        const char *filters[] = {POOL_LABEL "=1", inst, NULL};
+        _cleanup_free_ struct engine_claim_summary *list = NULL;
+        struct store_pool_slot row;
+        struct sbx_error e = {0};
+        size_t n = 0, swept = 0;
+
+        snprintf(inst, sizeof(inst), CONTAINER_LABEL_INSTANCE "=%s", cfg->instance);
+        if (!d || engine_claim_list(d, filters, &list, &n, &e) < 0) {
+                if (d)
+                        log_warn("pool: cannot list the slots' claims: %s", e.msg);
+                return 0;
+        }
+        for (size_t i = 0; i < n; i++) {
+                const char *slot = engine_label_get(list[i].labels, list[i].n_labels, CONTAINER_LABEL_SESSION);
+                if (slot && session_id_valid(slot) && store_pool_get(st, slot, &row) == 0)
+                        continue;
+                swept++;
+                if (dry_run)
+                        continue;
+                log_info("pool: removing the leftover slot claim %s", list[i].name);
+                if (engine_workspace_drop(d, cfg->instance, POOL_USER, slot ? slot : "-", list[i].name, &e) < 0)
+                        log_warn("pool: cannot delete the leftover slot claim %s: %s", list[i].name, e.msg);
+        }
+        return swept;
+}
+
+size_t pool_sweep_leftovers(const struct sbx_config *cfg, struct store *st, struct engine *d, bool dry_run)
 {
         _cleanup_free_ struct store_uid *uids = NULL;
         struct store_pool_slot row;
-        size_t n = 0, swept = 0;
+        size_t n = 0, swept = sweep_claims(cfg, st, d, dry_run);
         int pfd = pool_open_ws_dir(cfg, POOL_USER);
 
         if (pfd >= 0) {

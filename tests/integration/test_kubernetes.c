@@ -650,6 +650,14 @@ Test(kubernetes, the_deploy_role_is_enough_and_each_pod_verb_is_needed)
         cr_assert_eq(engine_create(e, &s, id, &err), 0, "%s", err.msg);
         cr_expect_eq(engine_relabel(e, id, relabel_set, ELEMENTSOF(relabel_set), claim, &err), 0, "%s", err.msg);
         cr_expect(strncmp(claim, "sbx-ws-", 7) == 0, "the Pod's claim: %s", claim);
+        {
+                /* leftover slot claims are found by a list */
+                struct engine_claim_summary *claims = NULL;
+                size_t n_claims = 0;
+                cr_expect_eq(engine_claim_list(e, NULL, &claims, &n_claims, &err), 0, "%s", err.msg);
+                cr_expect_geq(n_claims, 1);
+                free(claims);
+        }
         cr_expect_eq(engine_remove(e, id, &err), 0, "%s", err.msg);
         engine_free(e);
         /* without patch on pods, or on claims, no claim can be relabelled: each verb is needed */
@@ -668,6 +676,16 @@ Test(kubernetes, the_deploy_role_is_enough_and_each_pod_verb_is_needed)
         cr_expect_eq(engine_relabel(e, id, relabel_set, ELEMENTSOF(relabel_set), claim, &err), -EACCES,
                      "no patch on claims: %s", err.msg);
         cr_expect_eq(engine_remove(e, id, &err), 0, "%s", err.msg);
+        engine_free(e);
+        e = engine_with_token(account_with_role("sbx-nopvclist", "persistentvolumeclaims", "list"), "pvc");
+        cr_assert_eq(engine_connect(e, &err), 0, "%s", err.msg);
+        {
+                struct engine_claim_summary *claims = NULL;
+                size_t n_claims = 0;
+                cr_expect_eq(engine_claim_list(e, NULL, &claims, &n_claims, &err), -EACCES,
+                             "no list on claims, no sweep of leftover slot claims: %s", err.msg);
+                free(claims);
+        }
         engine_free(e);
         test_spec(&s, &t, l, "s-rbac", NULL);
 
@@ -1139,6 +1157,36 @@ Test(kubernetes, the_warm_pool_in_pvc_mode_survives_a_kill_mid_claim_and_gc_remo
                 }
         }
         daemon_close(d);
+
+        /* a slot whose row is lost: --gc removes its Pod and its claim, and keeps the other slot */
+        {
+                _cleanup_free_ struct store_pool_slot *rows = NULL;
+                char db[SBX_PATH_MAX + 32], lost_pod[65], kept_pod[65], lost_claim[64], path[256];
+                struct gc_report rep = {0};
+                struct sbx_error err = {0};
+                struct store *st;
+                size_t n_rows = 0;
+
+                snprintf(db, sizeof(db), "%s/sandboxd.db", cfg.data_dir);
+                cr_assert_eq(store_open(db, &st, &err), 0, "%s", err.msg);
+                cr_assert_eq(store_pool_list(st, &rows, &n_rows), 0);
+                cr_assert_eq(n_rows, 2);
+                snprintf(lost_pod, sizeof(lost_pod), "%s", rows[0].container_id);
+                snprintf(kept_pod, sizeof(kept_pod), "%s", rows[1].container_id);
+                pod_facts(lost_pod, "sandboxd.pool", uid, lost_claim, value);
+                cr_assert_eq(store_pool_delete(st, rows[0].slot), 0);
+                store_close(st);
+                cr_assert_eq(gc_run(&cfg, &(struct gc_options){.dry_run = false}, &rep, &err), 0, "%s", err.msg);
+                gc_report_done(&rep);
+                snprintf(path, sizeof(path), "/api/v1/namespaces/%s/pods/%s", ns, lost_pod);
+                cr_expect(TESTENV_WAIT_UNTIL(kapi("GET", path, NULL, NULL) == 404, 60000),
+                          "the lost slot's Pod is gone");
+                snprintf(path, sizeof(path), "/api/v1/namespaces/%s/persistentvolumeclaims/%s", ns, lost_claim);
+                cr_expect(TESTENV_WAIT_UNTIL(kapi("GET", path, NULL, NULL) == 404, 60000),
+                          "the lost slot's claim %s is gone", lost_claim);
+                snprintf(path, sizeof(path), "/api/v1/namespaces/%s/pods/%s", ns, kept_pod);
+                cr_expect_eq(kapi("GET", path, NULL, NULL), 200, "a held slot stays");
+        }
 
         /* the pool turned off: --gc removes its slots, Pods and claims, and keeps the sessions' */
         cfg.pool_size = 0;

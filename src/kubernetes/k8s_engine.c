@@ -12,7 +12,8 @@
  *
  * RBAC (deploy/kubernetes/rbac.yaml lists exactly these): pods get, list,
  * watch, create, delete, patch (a pool claim's relabel); pods/log get;
- * persistentvolumeclaims get, create, delete, patch (likewise); networkpolicies get, create (namespaced); runtimeclasses get
+ * persistentvolumeclaims get, list (leftover pool claims), create, delete,
+ * patch (likewise); networkpolicies get, create (namespaced); runtimeclasses get
  * (cluster-wide); metrics.k8s.io pods get (optional).
  *
  * State: the immutable settings, the error counter (atomic) and whether the
@@ -737,6 +738,55 @@ static int k8s_relabel(struct engine *e, const char *id, const struct engine_lab
         return 0;
 }
 
+static int k8s_claim_list(struct engine *e, const char *const *label_filters, struct engine_claim_summary **ret_list,
+                          size_t *ret_n, struct sbx_error *err)
+{
+        struct k8s *k = kk(e);
+        char sel[1024], path[K8S_PATH_MAX];
+        struct engine_claim_summary *out;
+        cJSON *list = NULL;
+        const cJSON *items, *it;
+        char *esc;
+        size_t n = 0;
+        int r;
+
+        if (engine_kubernetes_selector(label_filters, sel, sizeof(sel)) < 0)
+                return sbx_error_set(err, -EINVAL, 0, "label filters too long");
+        esc = curl_easy_escape(NULL, sel, 0);
+        if (!esc)
+                return sbx_error_set(err, -ENOMEM, 0, "out of memory");
+        snprintf(path, sizeof(path), "/api/v1/namespaces/%s/persistentvolumeclaims?labelSelector=%s", k->ns, esc);
+        curl_free(esc);
+        r = k8s_call(k, "GET", path, NULL, "listing workspace claims", &list, err);
+        if (r < 0)
+                return r;
+        items = k8s_json_get(list, "items");
+        if (!cJSON_IsArray(items)) {
+                cJSON_Delete(list);
+                return sbx_error_set(err, -EPROTO, 0, "listing workspace claims: the reply has no items");
+        }
+        out = calloc((size_t)cJSON_GetArraySize(items) + 1, sizeof(*out));
+        if (!out) {
+                cJSON_Delete(list);
+                return sbx_error_set(err, -ENOMEM, 0, "out of memory");
+        }
+        cJSON_ArrayForEach(it, items) {
+                struct engine_claim_summary *o = &out[n];
+                const char *name = k8s_json_str(it, "metadata.name");
+                if (!name || !name_ok(name) || k8s_json_get(it, "metadata.deletionTimestamp"))
+                        continue;
+                k8s_pod_labels(it, o->labels, &o->n_labels); /* any object's sandboxd labels */
+                if (!k8s_labels_match(o->labels, o->n_labels, label_filters))
+                        continue;
+                COPY_STR(o->name, name);
+                n++;
+        }
+        cJSON_Delete(list);
+        *ret_list = out;
+        *ret_n = n;
+        return 0;
+}
+
 static const struct engine_ops k8s_ops = {
         .free = k8s_free_engine,
         .connect = k8s_connect,
@@ -755,6 +805,7 @@ static const struct engine_ops k8s_ops = {
         .events_follow = k8s_events_follow,
         .workspace_drop = k8s_workspace_drop,
         .relabel = k8s_relabel,
+        .claim_list = k8s_claim_list,
 };
 
 int engine_kubernetes_new_with(const struct engine_k8s_config *cfg, struct k8s_credentials *creds, struct engine **ret,

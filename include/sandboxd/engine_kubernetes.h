@@ -27,7 +27,10 @@
  * clusters, the testbed); "pvc" gives each session one PersistentVolumeClaim
  * (storage class and size from config: the size is the quota), created on
  * the session's first Pod and never deleted with a Pod, so it outlives them
- * all. The session directory, the runner, the init and the identity files
+ * all. A warm pool slot's Pod has its own claim, named after the slot; a
+ * claim hands both to the session by relabelling them (a JSON merge patch of
+ * the labels and the annotation), and the session's later Pods mount that
+ * claim (engine_spec.workspace_claim, recorded by the store). The session directory, the runner, the init and the identity files
  * come from the node by hostPath, read-only (the node agent provides them).
  *
  * Threads: the engine is shared; each call makes its own curl handle. The

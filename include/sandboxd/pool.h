@@ -17,10 +17,19 @@
  * <slot>). Slots count against max_sessions: the pool refills only while
  * live sessions + slots stay below it.
  *
+ * On Kubernetes a slot is a Pod, and in kube_workspace = pvc also its own
+ * PersistentVolumeClaim, named after the slot and made with the Pod.
+ *
  * Claim protocol (store: pool_slots, migration 0017):
  *   1. one transaction marks the oldest 'ready' slot 'claiming' for
  *      user:session;
- *   2. the slot's directory is renamed to the session's workspace (the
+ *   2. where the engine can relabel (Kubernetes: engine_relabel, a merge
+ *      patch), the slot's claim and Pod get the session's labels, and the
+ *      claim's name goes on the slot's uid row (migration 0033), which step
+ *      3 hands to the session: every later Pod of the session mounts it. A
+ *      Pod gone, dead or being deleted fails here, before anything moves,
+ *      and the session takes the cold path. Then the slot's directory is
+ *      renamed to the session's workspace (the
  *      bind mount follows the directory) and its runner directory and
  *      channel are re-keyed to the session (runner_hub_rekey);
  *   3. one transaction deletes the slot row, gives its uid to the session,
@@ -30,8 +39,10 @@
  * (pool_recover_claims, before sessions are loaded; over a node link too)
  * finishes every 'claiming' slot, so a slot is either still the pool's or wholly the
  * session's; 'creating' slots and ready ones whose container is gone are
- * removed with their directory and uid (pool_reconcile); pool containers
- * no slot row names are orphans (session_reconcile, --gc).
+ * removed with their directory, claim and uid (pool_reconcile); pool
+ * containers no slot row names are orphans (session_reconcile, --gc), and
+ * so are slot claims (pool_sweep_leftovers); --gc removes the slots of
+ * images no longer pooled (pool_gc_unconfigured).
  *
  * Threads: one refill thread "sbx-pool" at nice 10 makes one container at a
  * time. A claim never waits for it: an empty pool is a miss and the caller
@@ -155,7 +166,8 @@ void pool_stats(struct pool *p, struct pool_stats *ret);
 
 /* Tests only: called at each step of a claim ("claiming": the slot is
  * marked, "moved": the workspace renamed (loop: its image and mount given
- * over), "rekeyed": the runner moved), so a test can SIGKILL the daemon
+ * over), "rekeyed": the runner moved, "relabelled": the engine relabelled
+ * the slot's Pod and claim), so a test can SIGKILL the daemon
  * there; and by the refill thread before each container it makes
  * ("refill"), so a test can hold the refill back. Process-wide; NULL: none. */
 typedef void (*pool_test_hook_fn)(const char *stage);

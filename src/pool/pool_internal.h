@@ -16,8 +16,8 @@ struct store_pool_slot;
 /* The test hook's stage (pool_set_test_hook); nothing without a hook. */
 void pool_hook(const char *stage);
 
-/* Remove everything of a slot: container, runner directory, workspace, uid,
- * row (in that order, so a crash in between leaves a row, or nothing
+/* Remove everything of a slot: container, runner directory, workspace, the
+ * engine's claim (Kubernetes pvc mode), uid, row (in that order, so a crash in between leaves a row, or nothing
  * pool_sweep_leftovers cannot find). */
 void pool_slot_discard(const struct sbx_config *cfg, struct store *st, struct engine *d, struct runner_hub *h,
                        const char *slot, const char *container_id);

@@ -1,8 +1,10 @@
-/* pool_slot.c — a warm-pool slot on disk and in Docker: discarding one,
- * steps 2 and 3 of a claim (moving the slot's workspace, or in loop mode its
- * image, to the session, and re-keying its runner directory and uid), the
- * recovery of claims a crash interrupted, and the sweep of leftovers no
- * slot row names. pool.c has the pool itself (refill, waiting line, claim).
+/* pool_slot.c — a warm-pool slot on disk and in the engine: discarding one,
+ * steps 2 and 3 of a claim (relabelling its Pod and claim where the engine
+ * can, moving the slot's workspace, or in loop mode its image, to the
+ * session, and re-keying its runner directory and uid), the recovery of
+ * claims a crash interrupted, the sweep of leftovers no slot row names and
+ * --gc of slots of images no longer pooled. pool.c has the pool itself
+ * (refill, waiting line, claim).
  *
  * Locking: none of its own. Everything here runs outside the pool's lock
  * (Docker and the disk never run under it) and is idempotent, so restart
@@ -27,8 +29,8 @@
 #include "sandboxd/store.h"
 #include "sandboxd/wsquota.h"
 
-/* Remove everything of a slot: container, runner directory, workspace, uid, row (in that order, so a
- * crash in between leaves a row, or nothing pool_sweep_leftovers cannot find). */
+/* Remove everything of a slot: container, runner directory, workspace, the engine's claim, uid, row (in
+ * that order, so a crash in between leaves a row, or nothing pool_sweep_leftovers cannot find). */
 void pool_slot_discard(const struct sbx_config *cfg, struct store *st, struct engine *d, struct runner_hub *h,
                        const char *slot, const char *container_id)
 {

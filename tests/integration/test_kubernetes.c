@@ -2,9 +2,14 @@
  * testbed, scripts/k8s-testbed.sh): a hardened Pod created, inspected,
  * listed and removed through the engine, with the fields the API server
  * stored checked (a field it does not know it drops in silence); its events
- * seen through the watch; a claim per session in pvc mode; and a daemon on
+ * seen through the watch; a claim per session in pvc mode; a daemon on
  * engine = kubernetes running `exec` through the runner over the hostPath
- * session directory.
+ * session directory; and the warm pool: a new session's first exec served
+ * by a slot's Pod (the same Pod uid, relabelled, with its claim in pvc
+ * mode, on PersistentVolumes the test makes since the testbed has no
+ * provisioner), the workspace kept over a recreation, the refill, a daemon
+ * killed mid-claim, a slot Pod dying during a claim, and --gc of a lost slot
+ * and of a pool no longer configured.
  *
  * Skips with the reason when SANDBOXD_K8S_KUBECONFIG is unset. Everything
  * lives in a namespace of this run and test process (labelled with the run

@@ -120,14 +120,17 @@ static int relabel_slot(struct store *st, struct engine *d, const struct store_p
                                            {CONTAINER_LABEL_SESSION, row->session_id},
                                            {POOL_LABEL, NULL}};
         char claim[ENGINE_CLAIM_MAX] = "";
+        struct sbx_error e = {0};
         int r;
 
         if (!d)
                 return 0;
-        r = engine_relabel(d, row->container_id, set, ELEMENTSOF(set), claim, err);
+        r = engine_relabel(d, row->container_id, set, ELEMENTSOF(set), claim, &e);
         if (r == -EOPNOTSUPP)
                 return 0; /* Docker: the container keeps the pool's labels, the store says whose it is */
         if (r < 0) {
+                if (err)
+                        *err = e;
                 sbx_error_prefix(err, "slot %s", row->slot);
                 return r;
         }

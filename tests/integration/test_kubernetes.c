@@ -1014,6 +1014,17 @@ static struct daemon *warm_claim_flow(struct sbx_config *cfg, const char *mode)
         cr_expect_str_eq(value, "", "and is no slot any more");
         cr_expect_eq(list_names("pods", "sandboxd.session=w1", names, 8), 1, "no Pod was made for the session");
         cr_expect_str_eq(names[0], cid);
+        if (strcmp(mode, "hostpath") == 0) {
+                /* the Pod's bind mount followed the slot's directory renamed to the session's */
+                char host[SBX_PATH_MAX + 64], buf[16] = "";
+                FILE *f;
+                snprintf(host, sizeof(host), "%s/workspaces/u1/w1/f", cfg->data_dir);
+                f = fopen(host, "r");
+                cr_assert_not_null(f, "what the claimed Pod wrote is in the session's workspace on the host");
+                cr_expect_not_null(fgets(buf, sizeof(buf), f));
+                fclose(f);
+                cr_expect_str_eq(buf, "warm\n");
+        }
         if (strcmp(mode, "pvc") == 0) {
                 char stored[STORE_CLAIM_MAX];
                 cJSON *pvc;

@@ -604,11 +604,6 @@ static int check_cross(const struct sbx_config *cfg, struct sbx_error *err)
                 return sbx_error_set(err, -EINVAL, 0,
                                      "network_default = bridge needs an isolated network, which the kubernetes engine "
                                      "does not make (its sandbox Pods are sealed by a default-deny NetworkPolicy)");
-        /* pool slots are node directories, a pvc session's later Pods would mount its claim instead */
-        if (strcmp(cfg->engine, "kubernetes") == 0 && strcmp(cfg->kube_workspace, "pvc") == 0 &&
-            (cfg->pool_size > 0 || cfg->pool_images[0]))
-                return sbx_error_set(err, -EINVAL, 0,
-                                     "kube_workspace = pvc has no warm pool yet: set pool_size = 0 and no pool_images");
 
         if (cfg->ports_per_session > span)
                 return sbx_error_set(err, -EINVAL, 0,

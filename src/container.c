@@ -509,6 +509,7 @@ int container_create_started(struct engine *e, const struct sbx_config *cfg, con
         if (p->nano_cpus > 0)
                 spec.nano_cpus = p->nano_cpus;
         spec.workspace = p->workspace;
+        spec.workspace_claim = p->workspace_claim;
         if (p->runner_binary && p->runner_dir) {
                 spec.runner_binary = p->runner_binary;
                 spec.session_dir = p->runner_dir;

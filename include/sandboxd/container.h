@@ -32,6 +32,7 @@ struct container_params {
         bool egress_proxy;               /* HTTP(S)_PROXY & co. point at the runner's egress endpoint */
         const char *runtime;             /* OCI runtime ("runc" | "runsc"); NULL: the engine's default */
         const char *workspace;           /* host path of the workspace */
+        const char *workspace_claim;     /* the engine's volume of it, when recorded (engine_spec); NULL */
         uid_t uid;                       /* the session's host uid (and gid), sessuid.h; never 0 */
         const char *const *extra_labels; /* NULL-terminated "k=v", e.g. the test run label */
         /* Both set: the runner binary and the session's runner directory are

@@ -47,6 +47,7 @@
 
 #define ENGINE_ID_STR_MAX 65 /* 64 hex + NUL (Docker); other engines' ids fit */
 #define ENGINE_MAX_LABELS 16
+#define ENGINE_CLAIM_MAX 64 /* an engine's workspace volume name (a Kubernetes claim) */
 
 /* What an engine can enforce or do. A clear bit is a setting it would leave
  * out, or an operation that fails with -EOPNOTSUPP. */
@@ -118,6 +119,10 @@ struct engine_spec {
         const struct engine_tmpfs *tmpfs;
         size_t n_tmpfs;
         const char *workspace; /* host directory, read-write at CONTAINER_WORKSPACE */
+        /* The engine's own volume for the workspace when it is not the one it
+         * names after the session's labels (Kubernetes pvc mode: a pool
+         * slot's claim the session took over, store_uid_claim_get); NULL: that one. */
+        const char *workspace_claim;
         /* Both set: the runner binary and the session directory, read-only
          * (RP_BINARY_PATH, RP_SOCKET_DIR), the runner as the main process.
          * Either NULL: the image's command. */
@@ -171,6 +176,13 @@ struct engine_container_summary {
         char name[128];
         char state[16];
         int64_t created; /* unix seconds */
+        struct engine_kv labels[ENGINE_MAX_LABELS];
+        size_t n_labels;
+};
+
+/* A workspace volume the engine keeps (Kubernetes: a PersistentVolumeClaim). */
+struct engine_claim_summary {
+        char name[ENGINE_CLAIM_MAX];
         struct engine_kv labels[ENGINE_MAX_LABELS];
         size_t n_labels;
 };
@@ -273,7 +285,20 @@ struct engine_ops {
          * host directory (Kubernetes: the session's PersistentVolumeClaim);
          * NULL: nothing. Gone already is 0. */
         int (*workspace_drop)(struct engine *e, const char *instance, const char *user, const char *session,
-                              struct sbx_error *err);
+                              const char *claim, struct sbx_error *err);
+        /* Hand a container made ahead, and what the engine keeps of its
+         * workspace, to another owner without recreating either (the warm
+         * pool's claim): set each label of set on both (a NULL value takes
+         * the key away). ret_claim: the engine's volume of the workspace
+         * ("" when it keeps none). Idempotent. -ENOENT: the container is gone,
+         * going or dead (the claim takes the cold path). NULL: the engine
+         * cannot relabel (Docker); its labels stay and the store decides. */
+        int (*relabel)(struct engine *e, const char *id, const struct engine_label *set, size_t n_set,
+                       char ret_claim[ENGINE_CLAIM_MAX], struct sbx_error *err);
+        /* The workspace volumes whose labels pass every filter (as list's),
+         * those being deleted left out; NULL: the engine keeps none. */
+        int (*claim_list)(struct engine *e, const char *const *label_filters, struct engine_claim_summary **ret_list,
+                          size_t *ret_n, struct sbx_error *err);
 
         /* The exec fallback. */
         int (*fallback_create)(struct engine *e, const char *container_id, const struct engine_exec_spec *spec,
@@ -415,10 +440,28 @@ static inline int engine_network_remove(struct engine *e, const char *name, stru
 {
         return e->ops->network_remove ? e->ops->network_remove(e, name, err) : -EOPNOTSUPP;
 }
+/* claim: the volume recorded for the session (store_uid_claim_get), or NULL: the engine's name for the key. */
 static inline int engine_workspace_drop(struct engine *e, const char *instance, const char *user, const char *session,
-                                        struct sbx_error *err)
+                                        const char *claim, struct sbx_error *err)
 {
-        return e->ops->workspace_drop ? e->ops->workspace_drop(e, instance, user, session, err) : 0;
+        return e->ops->workspace_drop ? e->ops->workspace_drop(e, instance, user, session, claim, err) : 0;
+}
+static inline int engine_relabel(struct engine *e, const char *id, const struct engine_label *set, size_t n_set,
+                                 char ret_claim[ENGINE_CLAIM_MAX], struct sbx_error *err)
+{
+        if (!e->ops->relabel)
+                return sbx_error_set(err, -EOPNOTSUPP, 0, "the %s engine cannot relabel", e->name);
+        return e->ops->relabel(e, id, set, n_set, ret_claim, err);
+}
+static inline int engine_claim_list(struct engine *e, const char *const *label_filters,
+                                    struct engine_claim_summary **ret_list, size_t *ret_n, struct sbx_error *err)
+{
+        if (!e->ops->claim_list) {
+                *ret_list = NULL;
+                *ret_n = 0;
+                return 0;
+        }
+        return e->ops->claim_list(e, label_filters, ret_list, ret_n, err);
 }
 static inline int engine_exec_create(struct engine *e, const char *container_id, const struct engine_exec_spec *spec,
                                      char ret_exec_id[ENGINE_ID_STR_MAX], struct sbx_error *err)

@@ -27,7 +27,10 @@
  * clusters, the testbed); "pvc" gives each session one PersistentVolumeClaim
  * (storage class and size from config: the size is the quota), created on
  * the session's first Pod and never deleted with a Pod, so it outlives them
- * all. The session directory, the runner, the init and the identity files
+ * all. A warm pool slot's Pod has its own claim, named after the slot; a
+ * claim hands both to the session by relabelling them (a JSON merge patch of
+ * the labels and the annotation), and the session's later Pods mount that
+ * claim (engine_spec.workspace_claim, recorded by the store). The session directory, the runner, the init and the identity files
  * come from the node by hostPath, read-only (the node agent provides them).
  *
  * Threads: the engine is shared; each call makes its own curl handle. The
@@ -100,8 +103,10 @@ int engine_kubernetes_new(const struct engine_k8s_config *cfg, struct engine **r
 char *engine_kubernetes_pod_body(const struct engine_k8s_config *cfg, const struct engine_spec *spec, const char *name);
 char *engine_kubernetes_pvc_body(const struct engine_k8s_config *cfg, const struct engine_spec *spec);
 char *engine_kubernetes_netpol_body(void);
-/* The claim of the session labelled in spec ("sbx-ws-<hash>"); -EINVAL
- * without the instance, user and session labels. */
+/* The claim of the spec: its workspace_claim when set (a pool slot's claim
+ * the session took over), else the one of the session labelled in spec
+ * ("sbx-ws-<hash>"); -EINVAL without the instance, user and session labels
+ * or for a workspace_claim that is no DNS label. */
 int engine_kubernetes_pvc_name(const struct engine_spec *spec, char ret[K8S_NAME_MAX]);
 
 /* The label selector for engine.h's filters ("k", "k=v"): the ones a

@@ -17,10 +17,19 @@
  * <slot>). Slots count against max_sessions: the pool refills only while
  * live sessions + slots stay below it.
  *
+ * On Kubernetes a slot is a Pod, and in kube_workspace = pvc also its own
+ * PersistentVolumeClaim, named after the slot and made with the Pod.
+ *
  * Claim protocol (store: pool_slots, migration 0017):
  *   1. one transaction marks the oldest 'ready' slot 'claiming' for
  *      user:session;
- *   2. the slot's directory is renamed to the session's workspace (the
+ *   2. where the engine can relabel (Kubernetes: engine_relabel, a merge
+ *      patch), the slot's claim and Pod get the session's labels, and the
+ *      claim's name goes on the slot's uid row (migration 0033), which step
+ *      3 hands to the session: every later Pod of the session mounts it. A
+ *      Pod gone, dead or being deleted fails here, before anything moves,
+ *      and the session takes the cold path. Then the slot's directory is
+ *      renamed to the session's workspace (the
  *      bind mount follows the directory) and its runner directory and
  *      channel are re-keyed to the session (runner_hub_rekey);
  *   3. one transaction deletes the slot row, gives its uid to the session,
@@ -30,8 +39,10 @@
  * (pool_recover_claims, before sessions are loaded; over a node link too)
  * finishes every 'claiming' slot, so a slot is either still the pool's or wholly the
  * session's; 'creating' slots and ready ones whose container is gone are
- * removed with their directory and uid (pool_reconcile); pool containers
- * no slot row names are orphans (session_reconcile, --gc).
+ * removed with their directory, claim and uid (pool_reconcile); pool
+ * containers no slot row names are orphans (session_reconcile, --gc), and
+ * so are slot claims (pool_sweep_leftovers); --gc removes the slots of
+ * images no longer pooled (pool_gc_unconfigured).
  *
  * Threads: one refill thread "sbx-pool" at nice 10 makes one container at a
  * time. A claim never waits for it: an empty pool is a miss and the caller
@@ -95,9 +106,17 @@ size_t pool_claims_pending(struct store *st);
  * (container, runner directory, workspace, uid, row), and slot directories
  * and uids no row names. */
 int pool_reconcile(struct pool *p, struct sbx_error *err);
-/* Slot directories under workspaces/@pool and "@pool" uids that no slot row
- * names: removed (counted only with dry_run). --gc and pool_reconcile. */
-size_t pool_sweep_leftovers(const struct sbx_config *cfg, struct store *st, bool dry_run);
+/* Slot directories under workspaces/@pool, "@pool" uids and (Kubernetes pvc
+ * mode) slot claims of this instance that no slot row names: removed
+ * (counted only with dry_run). --gc and pool_reconcile. A slot's row is
+ * written before its claim and deleted after it, and a claim in flight has
+ * lost its pool label, so a live daemon's slots are never taken. */
+size_t pool_sweep_leftovers(const struct sbx_config *cfg, struct store *st, struct engine *d, bool dry_run);
+/* --gc: ready slots of an image cfg no longer pools (not image or one of
+ * images, pool size 0) are taken from the pool and removed whole (container,
+ * runner directory, workspace and, on Kubernetes in pvc mode, the slot's
+ * claim, uid, row). Counted only with dry_run. */
+size_t pool_gc_unconfigured(const struct sbx_config *cfg, struct store *st, struct engine *d, bool dry_run);
 
 struct pool_claim {
         char container_id[65];
@@ -147,7 +166,8 @@ void pool_stats(struct pool *p, struct pool_stats *ret);
 
 /* Tests only: called at each step of a claim ("claiming": the slot is
  * marked, "moved": the workspace renamed (loop: its image and mount given
- * over), "rekeyed": the runner moved), so a test can SIGKILL the daemon
+ * over), "rekeyed": the runner moved, "relabelled": the engine relabelled
+ * the slot's Pod and claim), so a test can SIGKILL the daemon
  * there; and by the refill thread before each container it makes
  * ("refill"), so a test can hold the refill back. Process-wide; NULL: none. */
 typedef void (*pool_test_hook_fn)(const char *stage);

@@ -326,6 +326,14 @@ int store_uid_list(struct store *s, struct store_uid **ret, size_t *ret_n);
 /* gc: delete the row (user, session, uid) unless that session's row is
  * RUNNING or CREATING by now. -ESTALE when kept. */
 int store_gc_uid_release(struct store *s, const char *user, const char *session, int64_t uid);
+#define STORE_CLAIM_MAX 64 /* an engine's volume name (a Kubernetes claim: a DNS label) */
+/* The engine volume recorded as (user, session)'s workspace (migration
+ * 0033: a pool slot's claim handed to the session); -ENOENT when none is
+ * (the engine's name for the key applies) or the session has no uid. */
+int store_uid_claim_get(struct store *s, const char *user, const char *session, char ret[STORE_CLAIM_MAX]);
+/* Record claim (NULL or "": none) on (user, session)'s uid row; -ENOENT
+ * without one. */
+int store_uid_claim_set(struct store *s, const char *user, const char *session, const char *claim);
 
 /* ---- API tokens (only digests are stored) ---- */
 
@@ -593,5 +601,8 @@ int store_pool_claim_commit(struct store *s, const char *pool_user, const struct
 /* The oldest ready slot goes back to 'creating' (restart recovery removes
  * those) for its removal; -ENOENT when none is ready. */
 int store_pool_evict_oldest(struct store *s, struct store_pool_slot *ret);
+/* The same for one slot, if it is ready (-ENOENT otherwise: a claim or a
+ * removal took it first). */
+int store_pool_evict(struct store *s, const char *slot, struct store_pool_slot *ret);
 
 #endif

@@ -802,7 +802,14 @@ int gc_run(const struct sbx_config *cfg, const struct gc_options *opts, struct g
         log_info("gc%s: instance %s, %zu containers, %zu sessions", g.dry_run ? " (dry run)" : "", cfg->instance,
                  g.n_ctrs, g.n_rows);
 
-        gc_containers(&g);
+        gc_containers(&g); /* keeps every slot a row names */
+        {
+                /* the slots of a pool no longer configured are garbage */
+                size_t gone = pool_gc_unconfigured(cfg, g.st, g.engine, g.dry_run);
+                if (gone)
+                        log_info("gc%s: %zu warm pool slot(s) of images no longer pooled %s",
+                                 g.dry_run ? " (dry run)" : "", gone, g.dry_run ? "to remove" : "removed");
+        }
         gc_networks(&g); /* after the containers that may have used it */
         gc_error_sessions(&g);
         gc_ports(&g);
@@ -818,9 +825,9 @@ int gc_run(const struct sbx_config *cfg, const struct gc_options *opts, struct g
         gc_workspaces(&g);
         gc_uids(&g);
         {
-                size_t swept = pool_sweep_leftovers(cfg, g.st, g.dry_run);
+                size_t swept = pool_sweep_leftovers(cfg, g.st, g.engine, g.dry_run);
                 if (swept)
-                        log_info("gc%s: %zu leftover warm pool slot directories and uids %s",
+                        log_info("gc%s: %zu leftover warm pool slot directories, uids and claims %s",
                                  g.dry_run ? " (dry run)" : "", swept, g.dry_run ? "to remove" : "removed");
         }
         gc_vacuum(&g, db);

@@ -375,6 +375,16 @@ static const char *trash_root(struct gc *g)
 /* Move the workspace into the trash, make sure its session is still dead,
  * delete it. 0 done, -ESTALE the session came alive (workspace left or put
  * back in place), other -errno failed (err says why). */
+/* The engine's part of a workspace (Kubernetes: the session's claim, which a
+ * warm pool claim may have named after its slot: the uid's row says). */
+static int drop_engine_workspace(struct gc *g, const char *user, const char *session, struct sbx_error *err)
+{
+        char claim[STORE_CLAIM_MAX];
+        bool own = store_uid_claim_get(g->st, user, session, claim) == 0;
+
+        return engine_workspace_drop(g->engine, g->cfg->instance, user, session, own ? claim : NULL, err);
+}
+
 static int purge_workspace(struct gc *g, int ufd, const char *user, const char *session,
                            const struct store_session *expect, struct sbx_error *err)
 {
@@ -403,7 +413,7 @@ static int purge_workspace(struct gc *g, int ufd, const char *user, const char *
                 r = container_workspace_purge(g->cfg, user, session, err);
                 if (r == 0)
                         r = wsquota_purge(g->cfg, user, session, err);
-                return r < 0 ? r : engine_workspace_drop(g->engine, g->cfg->instance, user, session, err);
+                return r < 0 ? r : drop_engine_workspace(g, user, session, err);
         }
         r = still_dead(g, user, session, expect, err);
         if (r <= 0) {
@@ -420,7 +430,7 @@ static int purge_workspace(struct gc *g, int ufd, const char *user, const char *
         if (r == 0)
                 r = wsquota_purge(g->cfg, user, session, err); /* its image, once the workspace is gone */
         if (r == 0)                                            /* the engine's part (Kubernetes: the session's claim) */
-                r = engine_workspace_drop(g->engine, g->cfg->instance, user, session, err);
+                r = drop_engine_workspace(g, user, session, err);
         if (r < 0)
                 return r;
         if (!expect)

@@ -11,8 +11,9 @@
  * session's runner is gone when remove returns, as with Docker.
  *
  * RBAC (deploy/kubernetes/rbac.yaml lists exactly these): pods get, list,
- * watch, create, delete; pods/log get; persistentvolumeclaims get, create,
- * delete; networkpolicies get, create (namespaced); runtimeclasses get
+ * watch, create, delete, patch (a pool claim's relabel); pods/log get;
+ * persistentvolumeclaims get, list (leftover pool claims), create, delete,
+ * patch (likewise); networkpolicies get, create (namespaced); runtimeclasses get
  * (cluster-wide); metrics.k8s.io pods get (optional).
  *
  * State: the immutable settings, the error counter (atomic) and whether the
@@ -609,13 +610,13 @@ static int k8s_stats(struct engine *e, const char *id, struct engine_stats *ret,
 
 /* The session's claim (pvc mode; 0 if it is gone or in hostpath mode). */
 static int k8s_workspace_drop(struct engine *e, const char *instance, const char *user, const char *session,
-                              struct sbx_error *err)
+                              const char *claim, struct sbx_error *err)
 {
         struct k8s *k;
         struct engine_label l[] = {{"sandboxd.instance", instance},
                                    {"sandboxd.user", user},
                                    {"sandboxd.session", session}};
-        struct engine_spec s = {.labels = l, .n_labels = 3};
+        struct engine_spec s = {.labels = l, .n_labels = 3, .workspace_claim = claim && *claim ? claim : NULL};
         char name[K8S_NAME_MAX], path[K8S_PATH_MAX];
         int r;
 
@@ -627,6 +628,163 @@ static int k8s_workspace_drop(struct engine *e, const char *instance, const char
         snprintf(path, sizeof(path), "/api/v1/namespaces/%s/persistentvolumeclaims/%s", k->ns, name);
         r = k8s_call(k, "DELETE", path, NULL, "deleting the workspace claim", NULL, err);
         return r == -ENOENT ? 0 : r;
+}
+
+
+/* A merge patch of metadata that sets the labels of set on obj (a NULL
+ * value takes the key away): the labels Kubernetes can hold, and the whole
+ * set in the annotation, rewritten from obj's own. */
+static char *relabel_patch(const cJSON *obj, const struct engine_label *set, size_t n_set)
+{
+        const char *ann = k8s_json_str(obj, "metadata.annotations." K8S_LABELS_ANNOTATION);
+        cJSON *all = ann ? cJSON_Parse(ann) : NULL, *patch = cJSON_CreateObject(), *meta, *labels, *anns;
+        char *text = NULL, *out = NULL;
+
+        if (!cJSON_IsObject(all)) {
+                const cJSON *it;
+                cJSON_Delete(all);
+                all = cJSON_CreateObject();
+                cJSON_ArrayForEach(it, k8s_json_get(obj, "metadata.labels"))
+                        if (cJSON_IsString(it))
+                                cJSON_AddStringToObject(all, it->string, it->valuestring);
+        }
+        meta = cJSON_AddObjectToObject(patch, "metadata");
+        labels = cJSON_AddObjectToObject(meta, "labels");
+        anns = cJSON_AddObjectToObject(meta, "annotations");
+        if (!all || !labels || !anns)
+                goto out;
+        for (size_t i = 0; i < n_set; i++) {
+                const char *key = set[i].key, *v = set[i].value;
+                cJSON_DeleteItemFromObjectCaseSensitive(all, key);
+                if (v)
+                        cJSON_AddStringToObject(all, key, v);
+                if (!k8s_label_key_ok(key))
+                        continue;
+                if (v && k8s_label_value_ok(v))
+                        cJSON_AddStringToObject(labels, key, v);
+                else /* a value no label holds lives in the annotation alone */
+                        cJSON_AddNullToObject(labels, key);
+        }
+        text = cJSON_PrintUnformatted(all);
+        if (!text)
+                goto out;
+        cJSON_AddStringToObject(anns, K8S_LABELS_ANNOTATION, text);
+        out = cJSON_PrintUnformatted(patch);
+out:
+        free(text);
+        cJSON_Delete(all);
+        cJSON_Delete(patch);
+        return out;
+}
+
+static int patch_labels(struct k8s *k, const char *path, const cJSON *obj, const struct engine_label *set, size_t n_set,
+                        const char *what, struct sbx_error *err)
+{
+        char *body = relabel_patch(obj, set, n_set);
+        int r;
+
+        if (!body)
+                return sbx_error_set(err, -ENOMEM, 0, "out of memory");
+        r = k8s_call(k, "PATCH", path, body, what, NULL, err);
+        free(body);
+        return r;
+}
+
+/* The warm pool's claim (engine.h): the claim first, then the Pod, each
+ * with a merge patch of its labels; both are idempotent, so a claim a crash
+ * cut short is finished by doing it again. */
+static int k8s_relabel(struct engine *e, const char *id, const struct engine_label *set, size_t n_set,
+                       char ret_claim[ENGINE_CLAIM_MAX], struct sbx_error *err)
+{
+        struct k8s *k = kk(e);
+        char path[K8S_PATH_MAX], state[16], claim[K8S_NAME_MAX] = "";
+        cJSON *pod = NULL, *pvc = NULL;
+        const cJSON *v;
+        int code, r;
+        bool oom;
+
+        r = get_pod(k, id, &pod, err);
+        if (r < 0)
+                return r;
+        k8s_pod_state(pod, state, &code, &oom);
+        if (strcmp(state, "exited") == 0 || strcmp(state, "removing") == 0) {
+                cJSON_Delete(pod);
+                return sbx_error_set(err, -ENOENT, 404, "Pod %s is %s", id,
+                                     strcmp(state, "exited") == 0 ? "dead" : "being deleted");
+        }
+        cJSON_ArrayForEach(v, k8s_json_get(pod, "spec.volumes")) {
+                const char *n = k8s_json_str(v, "name"), *c = k8s_json_str(v, "persistentVolumeClaim.claimName");
+                if (n && c && strcmp(n, "workspace") == 0 && name_ok(c))
+                        COPY_STR(claim, c);
+        }
+        if (claim[0]) {
+                snprintf(path, sizeof(path), "/api/v1/namespaces/%s/persistentvolumeclaims/%s", k->ns, claim);
+                r = k8s_call(k, "GET", path, NULL, "reading the workspace claim", &pvc, err);
+                if (r == 0)
+                        r = patch_labels(k, path, pvc, set, n_set, "relabelling the workspace claim", err);
+                cJSON_Delete(pvc);
+                if (r < 0) {
+                        cJSON_Delete(pod);
+                        return r;
+                }
+        }
+        r = pod_path(k, id, NULL, path, sizeof(path), err);
+        if (r == 0)
+                r = patch_labels(k, path, pod, set, n_set, "relabelling a Pod", err);
+        cJSON_Delete(pod);
+        if (r < 0)
+                return r;
+        sbx_strlcpy(ret_claim, claim, ENGINE_CLAIM_MAX);
+        return 0;
+}
+
+static int k8s_claim_list(struct engine *e, const char *const *label_filters, struct engine_claim_summary **ret_list,
+                          size_t *ret_n, struct sbx_error *err)
+{
+        struct k8s *k = kk(e);
+        char sel[1024], path[K8S_PATH_MAX];
+        struct engine_claim_summary *out;
+        cJSON *list = NULL;
+        const cJSON *items, *it;
+        char *esc;
+        size_t n = 0;
+        int r;
+
+        if (engine_kubernetes_selector(label_filters, sel, sizeof(sel)) < 0)
+                return sbx_error_set(err, -EINVAL, 0, "label filters too long");
+        esc = curl_easy_escape(NULL, sel, 0);
+        if (!esc)
+                return sbx_error_set(err, -ENOMEM, 0, "out of memory");
+        snprintf(path, sizeof(path), "/api/v1/namespaces/%s/persistentvolumeclaims?labelSelector=%s", k->ns, esc);
+        curl_free(esc);
+        r = k8s_call(k, "GET", path, NULL, "listing workspace claims", &list, err);
+        if (r < 0)
+                return r;
+        items = k8s_json_get(list, "items");
+        if (!cJSON_IsArray(items)) {
+                cJSON_Delete(list);
+                return sbx_error_set(err, -EPROTO, 0, "listing workspace claims: the reply has no items");
+        }
+        out = calloc((size_t)cJSON_GetArraySize(items) + 1, sizeof(*out));
+        if (!out) {
+                cJSON_Delete(list);
+                return sbx_error_set(err, -ENOMEM, 0, "out of memory");
+        }
+        cJSON_ArrayForEach(it, items) {
+                struct engine_claim_summary *o = &out[n];
+                const char *name = k8s_json_str(it, "metadata.name");
+                if (!name || !name_ok(name) || k8s_json_get(it, "metadata.deletionTimestamp"))
+                        continue;
+                k8s_pod_labels(it, o->labels, &o->n_labels); /* any object's sandboxd labels */
+                if (!k8s_labels_match(o->labels, o->n_labels, label_filters))
+                        continue;
+                COPY_STR(o->name, name);
+                n++;
+        }
+        cJSON_Delete(list);
+        *ret_list = out;
+        *ret_n = n;
+        return 0;
 }
 
 static const struct engine_ops k8s_ops = {
@@ -646,6 +804,8 @@ static const struct engine_ops k8s_ops = {
         .stats = k8s_stats,
         .events_follow = k8s_events_follow,
         .workspace_drop = k8s_workspace_drop,
+        .relabel = k8s_relabel,
+        .claim_list = k8s_claim_list,
 };
 
 int engine_kubernetes_new_with(const struct engine_k8s_config *cfg, struct k8s_credentials *creds, struct engine **ret,

@@ -232,7 +232,12 @@ int k8s_call(struct k8s *k, const char *method, const char *path, const char *bo
         cJSON *j;
         int rc;
 
-        rc = k8s_request(k, method, path, body ? "application/json" : NULL, body, 0, &r, err);
+        /* a PATCH is a JSON merge patch (RFC 7386): the one kind with no schema of its own to follow */
+        rc = k8s_request(k, method, path,
+                         !body                          ? NULL
+                         : strcmp(method, "PATCH") == 0 ? "application/merge-patch+json"
+                                                        : "application/json",
+                         body, 0, &r, err);
         if (rc < 0) {
                 sbx_error_prefix(err, "%s", what);
                 return rc;

@@ -83,6 +83,14 @@ int engine_kubernetes_pvc_name(const struct engine_spec *spec, char ret[K8S_NAME
         char buf[1024], hex[65];
         int n;
 
+        if (spec->workspace_claim) { /* recorded: a pool slot's claim the session took over */
+                size_t len = strlen(spec->workspace_claim);
+                if (len == 0 || len >= K8S_NAME_MAX || !k8s_label_value_ok(spec->workspace_claim) ||
+                    strspn(spec->workspace_claim, "abcdefghijklmnopqrstuvwxyz0123456789-") != len)
+                        return -EINVAL;
+                memcpy(ret, spec->workspace_claim, len + 1);
+                return 0;
+        }
         if (!inst || !user || !sess)
                 return -EINVAL;
         /* NUL-separated: no two triples hash the same text */

@@ -180,7 +180,7 @@ int pool_reconcile(struct pool *p, struct sbx_error *err)
                 pool_slot_discard(p->cfg, p->store, p->engine, p->runner, row->slot, c ? c->id : row->container_id);
                 removed++;
         }
-        removed += pool_sweep_leftovers(p->cfg, p->store, false);
+        removed += pool_sweep_leftovers(p->cfg, p->store, p->engine, false);
         log_info("pool: %zu ready slot(s) adopted, %zu removed", adopted, removed);
         return 0;
 }
@@ -562,7 +562,7 @@ int pool_claim(struct pool *p, const char *user, const char *session, const char
         }
         if (r == 0) {
                 pool_hook("claiming");
-                r = pool_finish_claim(p->cfg, p->store, p->runner, &row, ret->workspace, &ret->uid, err);
+                r = pool_finish_claim(p->cfg, p->store, p->engine, p->runner, &row, ret->workspace, &ret->uid, err);
                 if (r < 0) {
                         /* the slot goes whole (a workspace it already moved stays the session's, and the
                          * cold path hands its files to the session's own uid): never two containers on

@@ -93,6 +93,7 @@ int session_make_container(struct session *s, const char *old_id, const char **n
         _cleanup_(store_session_spec_done) struct store_session_spec spec = {0}; /* labels, resources (sessspec.h) */
         session_runtime_fn runtime_fn;
         void *runtime_ud;
+        char claim[STORE_CLAIM_MAX];
         uid_t uid;
         int r;
 
@@ -129,6 +130,8 @@ int session_make_container(struct session *s, const char *old_id, const char **n
         r = sessuid_get_or_assign(m->store, cfg, s->user, s->id, &uid, err);
         if (r < 0)
                 return r;
+        if (store_uid_claim_get(m->store, s->user, s->id, claim) < 0)
+                claim[0] = '\0';
         r = container_workspace_ensure(cfg, s->user, s->id, uid, ret_workspace, err);
         if (r == 0)
                 r = wsquota_attach_sized(cfg, s->user, s->id, spec.disk, err);
@@ -194,6 +197,7 @@ int session_make_container(struct session *s, const char *old_id, const char **n
                 p.egress_proxy = sealed && !priv && runner_bin;
                 p.runtime = ret_runtime[0] ? ret_runtime : NULL;
                 p.workspace = ret_workspace;
+                p.workspace_claim = claim[0] ? claim : NULL; /* a pool slot's claim it took over */
                 p.uid = uid;
                 p.extra_labels = (const char *const *)m->extra_labels;
                 p.runner_binary = runner_bin;

@@ -440,8 +440,12 @@ int session_destroy(struct session_manager *m, const char *user, const char *id,
                 purged = wsquota_purge(m->cfg, user, id, &perr);
                 if (purged == 0)
                         purged = container_workspace_purge(m->cfg, user, id, &perr);
-                if (purged == 0) /* the engine's part of it (Kubernetes: the claim) */
-                        purged = engine_workspace_drop(m->engine, m->cfg->instance, user, id, &perr);
+                if (purged == 0) { /* the engine's part of it (Kubernetes: the claim, maybe a pool slot's) */
+                        char claim[STORE_CLAIM_MAX];
+                        bool own = store_uid_claim_get(m->store, user, id, claim) == 0;
+                        purged =
+                                engine_workspace_drop(m->engine, m->cfg->instance, user, id, own ? claim : NULL, &perr);
+                }
                 if (purged < 0)
                         log_ctx(LOG_LEVEL_WARN, user, id, NULL, "%s; private marks kept", perr.msg);
                 else

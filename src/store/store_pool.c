@@ -254,3 +254,20 @@ int store_pool_evict_oldest(struct store *s, struct store_pool_slot *ret)
         slot_row(&q, ret);
         return 0;
 }
+
+int store_pool_evict(struct store *s, const char *slot, struct store_pool_slot *ret)
+{
+        STORE_LOCK(s);
+        _cleanup_(sq_end) struct store_query q = {};
+        int r = sq_start(&q, s,
+                         "UPDATE pool_slots SET state = 'creating' WHERE slot = ?1 AND state = 'ready' "
+                         "RETURNING " SLOT_COLUMNS);
+        if (r < 0)
+                return r;
+        sq_text(&q, slot);
+        r = sq_step(&q);
+        if (r <= 0)
+                return r < 0 ? r : -ENOENT;
+        slot_row(&q, ret);
+        return 0;
+}

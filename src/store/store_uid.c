@@ -203,3 +203,43 @@ int store_gc_uid_release(struct store *s, const char *user, const char *session,
                 return r;
         return r > 0 ? 0 : -ESTALE;
 }
+
+int store_uid_claim_get(struct store *s, const char *user, const char *session, char ret[STORE_CLAIM_MAX])
+{
+        STORE_LOCK(s);
+        _cleanup_(sq_end) struct store_query q = {};
+        int r;
+
+        if (!store_key_ok(user) || !store_key_ok(session))
+                return -EINVAL;
+        r = sq_start(&q, s,
+                     "SELECT workspace_claim FROM session_uids WHERE user_id = ?1 AND session_id = ?2 "
+                     "AND workspace_claim IS NOT NULL AND workspace_claim != ''");
+        if (r < 0)
+                return r;
+        sq_text(&q, user);
+        sq_text(&q, session);
+        r = sq_step(&q);
+        if (r <= 0)
+                return r < 0 ? r : -ENOENT;
+        sq_col_text(&q, 0, ret, STORE_CLAIM_MAX);
+        return 0;
+}
+
+int store_uid_claim_set(struct store *s, const char *user, const char *session, const char *claim)
+{
+        STORE_LOCK(s);
+        _cleanup_(sq_end) struct store_query q = {};
+        int r;
+
+        if (!store_key_ok(user) || !store_key_ok(session) || (claim && strlen(claim) >= STORE_CLAIM_MAX))
+                return -EINVAL;
+        r = sq_start(&q, s, "UPDATE session_uids SET workspace_claim = ?3 WHERE user_id = ?1 AND session_id = ?2");
+        if (r < 0)
+                return r;
+        sq_text(&q, user);
+        sq_text(&q, session);
+        sq_text_opt(&q, claim);
+        r = sq_exec(&q);
+        return r < 0 ? r : r > 0 ? 0 : -ENOENT;
+}

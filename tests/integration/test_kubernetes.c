@@ -2,9 +2,14 @@
  * testbed, scripts/k8s-testbed.sh): a hardened Pod created, inspected,
  * listed and removed through the engine, with the fields the API server
  * stored checked (a field it does not know it drops in silence); its events
- * seen through the watch; a claim per session in pvc mode; and a daemon on
+ * seen through the watch; a claim per session in pvc mode; a daemon on
  * engine = kubernetes running `exec` through the runner over the hostPath
- * session directory.
+ * session directory; and the warm pool: a new session's first exec served
+ * by a slot's Pod (the same Pod uid, relabelled, with its claim in pvc
+ * mode, on PersistentVolumes the test makes since the testbed has no
+ * provisioner), the workspace kept over a recreation, the refill, a daemon
+ * killed mid-claim, a slot Pod dying during a claim, and --gc of a lost slot
+ * and of a pool no longer configured.
  *
  * Skips with the reason when SANDBOXD_K8S_KUBECONFIG is unset. Everything
  * lives in a namespace of this run and test process (labelled with the run
@@ -17,9 +22,13 @@
 #include <curl/curl.h>
 #include <errno.h>
 #include <pthread.h>
+#include <signal.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/prctl.h>
+#include <sys/stat.h>
+#include <sys/wait.h>
 #include <unistd.h>
 #include <yaml.h>
 
@@ -30,7 +39,10 @@
 #include "sandboxd/engine_kubernetes.h"
 #include "sandboxd/exec.h"
 #include "sandboxd/gc.h"
+#include "sandboxd/pool.h"
+#include "sandboxd/runner.h"
 #include "sandboxd/session.h"
+#include "sandboxd/store.h"
 #include "sandboxd/utf8.h"
 #include "testenv.h"
 
@@ -395,7 +407,7 @@ Test(kubernetes, pvc_mode_gives_the_session_one_claim_that_outlives_its_pods)
         cr_expect_eq(kapi("GET", path, NULL, NULL), 200, "the claim outlives the session's first Pod");
         cr_assert_eq(engine_remove(e, id2, &err), 0, "%s", err.msg);
         cr_expect_eq(kapi("GET", path, NULL, NULL), 200, "and its second");
-        cr_assert_eq(engine_workspace_drop(e, testenv_run_id(), "u1", "s-pvc", &err), 0, "%s", err.msg);
+        cr_assert_eq(engine_workspace_drop(e, testenv_run_id(), "u1", "s-pvc", NULL, &err), 0, "%s", err.msg);
         cr_expect(TESTENV_WAIT_UNTIL(kapi("GET", path, NULL, NULL) == 404, 30000), "purged: the claim goes");
         engine_free(e);
 }
@@ -505,8 +517,8 @@ static cJSON *deploy_doc(const char *file, const char *kind)
 }
 
 /* A service account `sa` bound to the deploy Role (without `drop_verb` on
- * pods when set) in the test namespace; its token (malloc'd). */
-static char *account_with_role(const char *sa, const char *drop_verb)
+ * `resource` when set) in the test namespace; its token (malloc'd). */
+static char *account_with_role(const char *sa, const char *resource, const char *drop_verb)
 {
         cJSON *role = deploy_doc("rbac.yaml", "Role"), *rule;
         char path[256], body[1024];
@@ -520,7 +532,7 @@ static char *account_with_role(const char *sa, const char *drop_verb)
         cJSON_ArrayForEach(rule, jget(role, "rules")) {
                 const cJSON *res = cJSON_GetArrayItem(jget(rule, "resources"), 0);
                 cJSON *verbs = cJSON_GetObjectItem(rule, "verbs");
-                if (!drop_verb || strcmp(res->valuestring, "pods") != 0)
+                if (!drop_verb || strcmp(res->valuestring, resource) != 0)
                         continue;
                 for (int i = 0; i < cJSON_GetArraySize(verbs); i++)
                         if (strcmp(cJSON_GetArrayItem(verbs, i)->valuestring, drop_verb) == 0)
@@ -586,10 +598,13 @@ static char *account_with_role(const char *sa, const char *drop_verb)
         return text;
 }
 
-static struct engine *engine_with_token(char *token)
+static struct engine *engine_with_token(char *token, const char *mode)
 {
         struct k8s_credentials c = {0};
-        struct engine_k8s_config cfg = {.namespace = ns, .image_pull_policy = "Never", .timeout_ms = 30000};
+        struct engine_k8s_config cfg = {.namespace = ns,
+                                        .workspace_mode = mode,
+                                        .image_pull_policy = "Never",
+                                        .timeout_ms = 30000};
         struct engine *e = NULL;
         struct sbx_error err = {0};
 
@@ -606,13 +621,14 @@ static struct engine *engine_with_token(char *token)
 Test(kubernetes, the_deploy_role_is_enough_and_each_pod_verb_is_needed)
 {
         NEED_CLUSTER();
-        struct engine *e = engine_with_token(account_with_role("sbx-engine", NULL));
+        struct engine *e = engine_with_token(account_with_role("sbx-engine", NULL, NULL), "hostpath");
         struct watch w = {.e = e, .lock = PTHREAD_MUTEX_INITIALIZER};
         struct engine_spec s;
         struct engine_tmpfs t;
         struct engine_label l[5];
         struct sbx_error err = {0};
-        char id[ENGINE_ID_STR_MAX];
+        char id[ENGINE_ID_STR_MAX], claim[ENGINE_CLAIM_MAX] = "";
+        const struct engine_label relabel_set[] = {{"sandboxd.session", "s-rbac-claimed"}, {"sandboxd.pool", NULL}};
         _cleanup_free_ char *logs = NULL;
         pthread_t th;
 
@@ -625,19 +641,67 @@ Test(kubernetes, the_deploy_role_is_enough_and_each_pod_verb_is_needed)
         cr_expect(listed(e, id));
         cr_expect_eq(engine_logs(e, id, 10, &logs, &err), 0, "%s", err.msg);
         cr_expect(TESTENV_WAIT_UNTIL(saw(&w, "start", id), 60000), "the watch works on the Role");
+        /* a warm pool claim relabels the Pod (merge patch) */
+        cr_expect_eq(engine_relabel(e, id, relabel_set, ELEMENTSOF(relabel_set), claim, &err), 0, "%s", err.msg);
+        cr_expect_str_eq(claim, "", "hostpath: no claim");
         cr_expect_eq(engine_remove(e, id, &err), 0, "%s", err.msg);
         w.stop = true;
         pthread_join(th, NULL);
         engine_free(e);
+        /* and in pvc mode the Pod's claim too (a Pod that waits for its volume is relabelled all the same) */
+        e = engine_with_token(account_with_role("sbx-engine-pvc", NULL, NULL), "pvc");
+        cr_assert_eq(engine_connect(e, &err), 0, "%s", err.msg);
+        test_spec(&s, &t, l, "s-rbac-pvc", "unused-in-pvc-mode");
+        cr_assert_eq(engine_create(e, &s, id, &err), 0, "%s", err.msg);
+        cr_expect_eq(engine_relabel(e, id, relabel_set, ELEMENTSOF(relabel_set), claim, &err), 0, "%s", err.msg);
+        cr_expect(strncmp(claim, "sbx-ws-", 7) == 0, "the Pod's claim: %s", claim);
+        {
+                /* leftover slot claims are found by a list */
+                struct engine_claim_summary *claims = NULL;
+                size_t n_claims = 0;
+                cr_expect_eq(engine_claim_list(e, NULL, &claims, &n_claims, &err), 0, "%s", err.msg);
+                cr_expect_geq(n_claims, 1);
+                free(claims);
+        }
+        cr_expect_eq(engine_remove(e, id, &err), 0, "%s", err.msg);
+        engine_free(e);
+        /* without patch on pods, or on claims, no claim can be relabelled: each verb is needed */
+        e = engine_with_token(account_with_role("sbx-nopatch", "pods", "patch"), "hostpath");
+        cr_assert_eq(engine_connect(e, &err), 0, "%s", err.msg);
+        test_spec(&s, &t, l, "s-rbac-nopatch", NULL);
+        cr_assert_eq(engine_create(e, &s, id, &err), 0, "%s", err.msg);
+        cr_expect_eq(engine_relabel(e, id, relabel_set, ELEMENTSOF(relabel_set), claim, &err), -EACCES,
+                     "no patch on pods: %s", err.msg);
+        cr_expect_eq(engine_remove(e, id, &err), 0, "%s", err.msg);
+        engine_free(e);
+        e = engine_with_token(account_with_role("sbx-nopvcpatch", "persistentvolumeclaims", "patch"), "pvc");
+        cr_assert_eq(engine_connect(e, &err), 0, "%s", err.msg);
+        test_spec(&s, &t, l, "s-rbac-nopvcpatch", "unused-in-pvc-mode");
+        cr_assert_eq(engine_create(e, &s, id, &err), 0, "%s", err.msg);
+        cr_expect_eq(engine_relabel(e, id, relabel_set, ELEMENTSOF(relabel_set), claim, &err), -EACCES,
+                     "no patch on claims: %s", err.msg);
+        cr_expect_eq(engine_remove(e, id, &err), 0, "%s", err.msg);
+        engine_free(e);
+        e = engine_with_token(account_with_role("sbx-nopvclist", "persistentvolumeclaims", "list"), "pvc");
+        cr_assert_eq(engine_connect(e, &err), 0, "%s", err.msg);
+        {
+                struct engine_claim_summary *claims = NULL;
+                size_t n_claims = 0;
+                cr_expect_eq(engine_claim_list(e, NULL, &claims, &n_claims, &err), -EACCES,
+                             "no list on claims, no sweep of leftover slot claims: %s", err.msg);
+                free(claims);
+        }
+        engine_free(e);
+        test_spec(&s, &t, l, "s-rbac", NULL);
 
         /* without delete on pods, the engine cannot remove: the verb is needed */
-        e = engine_with_token(account_with_role("sbx-nodelete", "delete"));
+        e = engine_with_token(account_with_role("sbx-nodelete", "pods", "delete"), "hostpath");
         cr_assert_eq(engine_connect(e, &err), 0, "%s", err.msg);
         cr_assert_eq(engine_create(e, &s, id, &err), 0, "%s", err.msg);
         cr_expect_eq(engine_remove(e, id, &err), -EACCES);
         cr_expect(strstr(err.msg, "forbidden"), "%s", err.msg);
         engine_free(e);
-        e = engine_with_token(account_with_role("sbx-nowatch", "watch"));
+        e = engine_with_token(account_with_role("sbx-nowatch", "pods", "watch"), "hostpath");
         cr_assert_eq(engine_connect(e, &err), 0, "%s", err.msg);
         cr_expect_eq(engine_events_follow(e, NULL, NULL, on_ev, &w, NULL, 5000, &err), -EACCES,
                      "no watch verb, no events: %s", err.msg);
@@ -773,4 +837,436 @@ Test(kubernetes, pods_spread_over_the_nodes)
         for (int i = 0; i < 4; i++)
                 cr_expect_eq(engine_remove(e, ids[i], &err), 0, "%s", err.msg);
         engine_free(e);
+}
+
+/* ---- the warm pool on Kubernetes: slot Pods (and, in pvc mode, their claims) made ahead ---- */
+
+static cJSON *kget(const char *path)
+{
+        _cleanup_free_ char *raw = NULL;
+        long st = kapi("GET", path, NULL, &raw);
+        return st == 200 ? cJSON_Parse(raw) : NULL;
+}
+
+/* The names of the namespace's `kind` ("pods", "persistentvolumeclaims")
+ * matching selector, those being deleted left out. */
+static size_t list_names(const char *kind, const char *selector, char names[][64], size_t max)
+{
+        char path[512];
+        char *esc = curl_easy_escape(NULL, selector, 0);
+        const cJSON *it;
+        size_t n = 0;
+        cJSON *list;
+
+        snprintf(path, sizeof(path), "/api/v1/namespaces/%s/%s?labelSelector=%s", ns, kind, esc);
+        curl_free(esc);
+        list = kget(path);
+        cr_assert_not_null(list, "listing %s", kind);
+        cJSON_ArrayForEach(it, jget(list, "items")) {
+                if (jget(it, "metadata.deletionTimestamp"))
+                        continue;
+                cr_assert_lt(n, max);
+                snprintf(names[n++], 64, "%s", jget(it, "metadata.name")->valuestring);
+        }
+        cJSON_Delete(list);
+        return n;
+}
+
+static size_t count_all(const char *kind, const char *selector)
+{
+        char path[512];
+        char *esc = curl_easy_escape(NULL, selector, 0);
+        cJSON *list;
+        size_t n;
+
+        snprintf(path, sizeof(path), "/api/v1/namespaces/%s/%s?labelSelector=%s", ns, kind, esc);
+        curl_free(esc);
+        list = kget(path);
+        cr_assert_not_null(list);
+        n = (size_t)cJSON_GetArraySize(jget(list, "items"));
+        cJSON_Delete(list);
+        return n;
+}
+
+static bool has(char names[][64], size_t n, const char *name)
+{
+        for (size_t i = 0; i < n; i++)
+                if (strcmp(names[i], name) == 0)
+                        return true;
+        return false;
+}
+
+/* A Pod's uid, its claim (pvc mode, "" otherwise) and a label's value ("" when absent). */
+static void pod_facts(const char *name, const char *label, char uid[64], char claim[64], char value[64])
+{
+        char path[256];
+        const cJSON *v, *lv;
+        cJSON *pod;
+
+        snprintf(path, sizeof(path), "/api/v1/namespaces/%s/pods/%s", ns, name);
+        pod = kget(path);
+        cr_assert_not_null(pod, "Pod %s", name);
+        snprintf(uid, 64, "%s", jget(pod, "metadata.uid")->valuestring);
+        claim[0] = '\0';
+        cJSON_ArrayForEach(v, jget(pod, "spec.volumes"))
+                if (jget(v, "persistentVolumeClaim.claimName"))
+                        snprintf(claim, 64, "%s", jget(v, "persistentVolumeClaim.claimName")->valuestring);
+        lv = cJSON_GetObjectItemCaseSensitive(jget(pod, "metadata.labels"), label);
+        snprintf(value, 64, "%s", cJSON_IsString(lv) ? lv->valuestring : "");
+        cJSON_Delete(pod);
+}
+
+static char pvs[8][64];
+static size_t n_pvs;
+
+static void delete_pvs(void)
+{
+        char path[256];
+        for (size_t i = 0; i < n_pvs; i++) {
+                snprintf(path, sizeof(path), "/api/v1/persistentvolumes/%s", pvs[i]);
+                (void)kapi("DELETE", path, NULL, NULL);
+        }
+}
+
+/* The testbed has no provisioner: n hostPath volumes of storage class `ns`
+ * (this test's alone), writable by any uid (a hostPath volume gets no fsGroup). */
+static void make_pvs(size_t n)
+{
+        char body[1024];
+
+        atexit(delete_pvs);
+        for (size_t i = 0; i < n && i < ELEMENTSOF(pvs); i++) {
+                _cleanup_free_ char *dir = testenv_tmpdir();
+                cr_assert_eq(chmod(dir, 0777), 0);
+                snprintf(pvs[i], sizeof(pvs[i]), "%.50s-pv%zu", ns, i);
+                snprintf(body, sizeof(body),
+                         "{\"apiVersion\":\"v1\",\"kind\":\"PersistentVolume\",\"metadata\":{\"name\":\"%s\","
+                         "\"labels\":{\"%s\":\"%s\"}},\"spec\":{\"capacity\":{\"storage\":\"2Gi\"},"
+                         "\"accessModes\":[\"ReadWriteOnce\"],\"persistentVolumeReclaimPolicy\":\"Retain\","
+                         "\"storageClassName\":\"%s\",\"hostPath\":{\"path\":\"%s\",\"type\":\"Directory\"}}}",
+                         pvs[i], TESTENV_RUN_LABEL, testenv_run_id(), ns, dir);
+                cr_assert_eq(kapi("POST", "/api/v1/persistentvolumes", body, NULL), 201, "PersistentVolume %s", pvs[i]);
+                n_pvs = i + 1;
+        }
+}
+
+static struct daemon *pool_daemon; /* for pool_is_full */
+
+static bool pool_is_full(void *ud)
+{
+        struct pool_stats ps;
+        (void)ud;
+        pool_stats(pool_daemon->pool, &ps);
+        return ps.size > 0 && ps.ready == (size_t)ps.size;
+}
+
+static void wait_pool_full(struct daemon *d)
+{
+        pool_daemon = d;
+        cr_assert_geq(fixture_wait(pool_is_full, NULL, 180000), 0, "the pool did not fill");
+}
+
+static void k8s_pool_config(struct sbx_config *cfg, const char *mode)
+{
+        k8s_daemon_config(cfg);
+        cfg->pool_size = 2;
+        snprintf(cfg->kube_workspace, sizeof(cfg->kube_workspace), "%s", mode);
+        if (strcmp(mode, "pvc") == 0)
+                snprintf(cfg->kube_storage_class, sizeof(cfg->kube_storage_class), "%s", ns);
+}
+
+/* A new session's first exec runs in a slot's Pod (the same Pod: its uid is
+ * the slot's, and no Pod was made for the session), relabelled for it with
+ * its claim in pvc mode; the workspace survives a recreation; the pool
+ * refills. Returns with the daemon open. */
+static struct daemon *warm_claim_flow(struct sbx_config *cfg, const char *mode)
+{
+        struct daemon *d;
+        char slots[4][64], uids[4][64], claims[4][64], uid[64], claim[64], value[64], cid[65], cid2[65], path[256];
+        char names[8][64];
+        struct session_info info;
+        size_t n, k;
+
+        d = fixture_open(cfg, true);
+        wait_pool_full(d);
+        n = list_names("pods", "sandboxd.pool=1", slots, 4);
+        cr_assert_eq(n, 2, "two slot Pods");
+        for (size_t i = 0; i < n; i++) {
+                pod_facts(slots[i], "sandboxd.session", uids[i], claims[i], value);
+                cr_assert_eq(strcmp(mode, "pvc") == 0, claims[i][0] != '\0', "%s: a slot's own claim: %s", mode,
+                             claims[i]);
+        }
+        {
+                _cleanup_free_ char *o = fixture_run(d, "w1", "echo warm > /workspace/f && echo ok", 0, NULL);
+                cr_assert_str_eq(o, "ok\n");
+        }
+        fixture_container_of(d, "u1", "w1", cid);
+        for (k = 0; k < n && strcmp(slots[k], cid) != 0; k++)
+                ;
+        cr_assert_lt(k, n, "%s: the first exec ran in Pod %s, no slot's", mode, cid);
+        cr_assert_eq(session_get_info(d->sessions, "u1", "w1", &info), 0);
+        cr_expect(info.pooled, "session_info says pooled");
+        session_info_done(&info);
+        pod_facts(cid, "sandboxd.session", uid, claim, value);
+        cr_expect_str_eq(uid, uids[k], "the same Pod, not one recreated under its name");
+        cr_expect_str_eq(value, "w1", "the Pod is relabelled for the session");
+        pod_facts(cid, "sandboxd.pool", uid, claim, value);
+        cr_expect_str_eq(value, "", "and is no slot any more");
+        cr_expect_eq(list_names("pods", "sandboxd.session=w1", names, 8), 1, "no Pod was made for the session");
+        cr_expect_str_eq(names[0], cid);
+        if (strcmp(mode, "hostpath") == 0) {
+                /* the Pod's bind mount followed the slot's directory renamed to the session's */
+                char host[SBX_PATH_MAX + 64], buf[16] = "";
+                FILE *f;
+                snprintf(host, sizeof(host), "%s/workspaces/u1/w1/f", cfg->data_dir);
+                f = fopen(host, "r");
+                cr_assert_not_null(f, "what the claimed Pod wrote is in the session's workspace on the host");
+                cr_expect_not_null(fgets(buf, sizeof(buf), f));
+                fclose(f);
+                cr_expect_str_eq(buf, "warm\n");
+        }
+        if (strcmp(mode, "pvc") == 0) {
+                char stored[STORE_CLAIM_MAX];
+                cJSON *pvc;
+                const cJSON *l;
+                cr_expect_str_eq(claim, claims[k], "the slot's claim is the session's workspace");
+                snprintf(path, sizeof(path), "/api/v1/namespaces/%s/persistentvolumeclaims/%s", ns, claims[k]);
+                pvc = kget(path);
+                cr_assert_not_null(pvc);
+                l = jget(pvc, "metadata.labels");
+                cr_expect_str_eq(cJSON_GetObjectItemCaseSensitive(l, "sandboxd.session")->valuestring, "w1",
+                                 "the claim is relabelled for the session");
+                cr_expect_null(cJSON_GetObjectItemCaseSensitive(l, "sandboxd.pool"));
+                cJSON_Delete(pvc);
+                cr_assert_eq(store_uid_claim_get(d->store, "u1", "w1", stored), 0);
+                cr_expect_str_eq(stored, claims[k], "the store records the session's claim");
+        }
+        /* the pool refills */
+        wait_pool_full(d);
+        cr_expect_eq(list_names("pods", "sandboxd.pool=1", names, 8), 2);
+
+        /* the Pod lost behind the daemon's back: the next request recreates it on the same workspace */
+        snprintf(path, sizeof(path), "/api/v1/namespaces/%s/pods/%s?gracePeriodSeconds=0", ns, cid);
+        cr_assert_eq(kapi("DELETE", path, NULL, NULL), 200);
+        cr_expect(TESTENV_WAIT_UNTIL(session_not_running(d, "w1"), 60000), "the session left RUNNING");
+        {
+                _cleanup_free_ char *o = fixture_run(d, "w1", "cat /workspace/f", 0, NULL);
+                cr_expect_str_eq(o, "warm\n", "the workspace survived the recreation");
+        }
+        fixture_container_of(d, "u1", "w1", cid2);
+        cr_expect_str_neq(cid2, cid, "a new Pod");
+        pod_facts(cid2, "sandboxd.session", uid, claim, value);
+        if (strcmp(mode, "pvc") == 0)
+                cr_expect_str_eq(claim, claims[k], "the new Pod mounts the slot's claim");
+        return d;
+}
+
+Test(kubernetes, the_warm_pool_serves_a_first_exec_from_a_slot_pod_hostpath)
+{
+        NEED_CLUSTER();
+        struct sbx_config cfg;
+        struct daemon *d;
+
+        k8s_pool_config(&cfg, "hostpath");
+        d = warm_claim_flow(&cfg, "hostpath");
+        daemon_close(d);
+}
+
+static const char *kill_stage;
+
+static void kill_at(const char *stage)
+{
+        if (kill_stage && strcmp(stage, kill_stage) == 0)
+                raise(SIGKILL);
+}
+
+/* A daemon in a child claims a slot for u1:w3 and is SIGKILLed right after
+ * the relabel, before the claim is recorded. */
+static void claim_killed_after_relabel(const struct sbx_config *cfg)
+{
+        int status;
+        pid_t pid = fork();
+
+        cr_assert_geq(pid, 0);
+        if (pid == 0) {
+                _cleanup_free_ struct store_pool_slot *rows = NULL;
+                struct session *s = NULL;
+                struct daemon *d;
+                size_t n = 0;
+
+                prctl(PR_SET_PDEATHSIG, SIGKILL);
+                d = fixture_open(cfg, false);
+                pool_daemon = d;
+                if (fixture_wait(pool_is_full, NULL, 180000) < 0 || store_pool_list(d->store, &rows, &n) < 0)
+                        _exit(4);
+                for (size_t i = 0; i < n; i++) /* adopted slots: their runners connect again */
+                        if (!runner_hub_wait(d->runner, POOL_USER, rows[i].slot, 30000))
+                                _exit(5);
+                kill_stage = "relabelled";
+                pool_set_test_hook(kill_at);
+                (void)session_get_or_create(d->sessions, "u1", "w3", &s, NULL);
+                _exit(3); /* the hook did not fire */
+        }
+        cr_assert_eq(waitpid(pid, &status, 0), pid);
+        cr_assert(WIFSIGNALED(status) && WTERMSIG(status) == SIGKILL, "the child was not killed mid-claim (status %d)",
+                  status);
+}
+
+Test(kubernetes, the_warm_pool_in_pvc_mode_survives_a_kill_mid_claim_and_gc_removes_a_deconfigured_pool, .timeout = 900)
+{
+        NEED_CLUSTER();
+        struct sbx_config cfg;
+        struct daemon *d;
+        char slots[4][64], pods[16][64], claims[16][64], w1[65], w3[65], uid[64], claim[64], value[64];
+        char stored[STORE_CLAIM_MAX], run_sel[160];
+        size_t n;
+
+        make_pvs(8);
+        k8s_pool_config(&cfg, "pvc");
+        d = warm_claim_flow(&cfg, "pvc");
+        fixture_container_of(d, "u1", "w1", w1);
+        daemon_close(d);
+
+        /* a daemon killed between the relabel and the record: the restart finishes the claim */
+        n = list_names("pods", "sandboxd.pool=1", slots, 4);
+        cr_assert_eq(n, 2);
+        claim_killed_after_relabel(&cfg);
+        d = fixture_open(&cfg, true);
+        fixture_container_of(d, "u1", "w3", w3);
+        cr_assert(has(slots, n, w3), "w3 runs in a slot's Pod (%s), the claim was finished", w3);
+        pod_facts(w3, "sandboxd.session", uid, claim, value);
+        cr_expect_str_eq(value, "w3");
+        cr_assert_eq(store_uid_claim_get(d->store, "u1", "w3", stored), 0);
+        cr_expect_str_eq(stored, claim, "the claim recorded is the Pod's");
+        {
+                _cleanup_free_ char *o = fixture_run(d, "w3", "echo ok", 0, NULL);
+                cr_expect_str_eq(o, "ok\n");
+        }
+        {
+                char again[65];
+                fixture_container_of(d, "u1", "w3", again);
+                cr_expect_str_eq(again, w3, "adopted, not recreated");
+        }
+        wait_pool_full(d);
+
+        /* nothing leaked: every Pod and claim of the run is a session's or a slot row's */
+        snprintf(run_sel, sizeof(run_sel), "%s=%s", TESTENV_RUN_LABEL, testenv_run_id());
+        {
+                _cleanup_free_ struct store_pool_slot *rows = NULL;
+                size_t n_rows = 0, n_pods, n_claims;
+                char w1_claim[STORE_CLAIM_MAX];
+
+                cr_assert_eq(store_pool_list(d->store, &rows, &n_rows), 0);
+                cr_assert_eq(n_rows, 2);
+                cr_assert_eq(store_uid_claim_get(d->store, "u1", "w1", w1_claim), 0);
+                n_pods = list_names("pods", run_sel, pods, 16);
+                n_claims = list_names("persistentvolumeclaims", run_sel, claims, 16);
+                cr_expect_eq(n_pods, 4, "two sessions' Pods and two slots'");
+                cr_expect_eq(n_claims, 4, "two sessions' claims and two slots'");
+                fixture_container_of(d, "u1", "w1", w1);
+                cr_expect(has(pods, n_pods, w1) && has(pods, n_pods, w3));
+                cr_expect(has(claims, n_claims, w1_claim) && has(claims, n_claims, stored));
+                for (size_t i = 0; i < n_rows; i++) {
+                        pod_facts(rows[i].container_id, "sandboxd.pool", uid, claim, value);
+                        cr_expect(has(pods, n_pods, rows[i].container_id), "slot %s's Pod", rows[i].slot);
+                        cr_expect(has(claims, n_claims, claim), "slot %s's claim %s", rows[i].slot, claim);
+                }
+        }
+        daemon_close(d);
+
+        /* a slot whose row is lost: --gc removes its Pod and its claim, and keeps the other slot */
+        {
+                _cleanup_free_ struct store_pool_slot *rows = NULL;
+                char db[SBX_PATH_MAX + 32], lost_pod[65], kept_pod[65], lost_claim[64], path[256];
+                struct gc_report rep = {0};
+                struct sbx_error err = {0};
+                struct store *st;
+                size_t n_rows = 0;
+
+                snprintf(db, sizeof(db), "%s/sandboxd.db", cfg.data_dir);
+                cr_assert_eq(store_open(db, &st, &err), 0, "%s", err.msg);
+                cr_assert_eq(store_pool_list(st, &rows, &n_rows), 0);
+                cr_assert_eq(n_rows, 2);
+                snprintf(lost_pod, sizeof(lost_pod), "%s", rows[0].container_id);
+                snprintf(kept_pod, sizeof(kept_pod), "%s", rows[1].container_id);
+                pod_facts(lost_pod, "sandboxd.pool", uid, lost_claim, value);
+                cr_assert_eq(store_pool_delete(st, rows[0].slot), 0);
+                store_close(st);
+                cr_assert_eq(gc_run(&cfg, &(struct gc_options){.dry_run = false}, &rep, &err), 0, "%s", err.msg);
+                gc_report_done(&rep);
+                snprintf(path, sizeof(path), "/api/v1/namespaces/%s/pods/%s", ns, lost_pod);
+                cr_expect(TESTENV_WAIT_UNTIL(kapi("GET", path, NULL, NULL) == 404, 60000),
+                          "the lost slot's Pod is gone");
+                snprintf(path, sizeof(path), "/api/v1/namespaces/%s/persistentvolumeclaims/%s", ns, lost_claim);
+                cr_expect(TESTENV_WAIT_UNTIL(kapi("GET", path, NULL, NULL) == 404, 60000),
+                          "the lost slot's claim %s is gone", lost_claim);
+                snprintf(path, sizeof(path), "/api/v1/namespaces/%s/pods/%s", ns, kept_pod);
+                cr_expect_eq(kapi("GET", path, NULL, NULL), 200, "a held slot stays");
+        }
+
+        /* the pool turned off: --gc removes its slots, Pods and claims, and keeps the sessions' */
+        cfg.pool_size = 0;
+        {
+                struct gc_report rep = {0};
+                struct sbx_error err = {0};
+                cr_assert_eq(gc_run(&cfg, &(struct gc_options){.dry_run = false}, &rep, &err), 0, "%s", err.msg);
+                gc_report_done(&rep);
+        }
+        cr_expect(TESTENV_WAIT_UNTIL(count_all("pods", "sandboxd.pool=1") == 0, 60000), "the slot Pods are gone");
+        cr_expect(TESTENV_WAIT_UNTIL(count_all("persistentvolumeclaims", "sandboxd.pool=1") == 0, 60000),
+                  "the slot claims are gone");
+        cr_expect_eq(list_names("pods", run_sel, pods, 16), 2, "the sessions' Pods stay");
+        cr_expect_eq(list_names("persistentvolumeclaims", run_sel, claims, 16), 2, "the sessions' claims stay");
+}
+
+static struct daemon *racing_daemon;
+static char racing_pod[65];
+
+/* The slot being claimed loses its Pod right then (a node lost, an eviction). */
+static void delete_claimed_slot_pod(const char *stage)
+{
+        _cleanup_free_ struct store_pool_slot *rows = NULL;
+        char path[256];
+        size_t n = 0;
+
+        if (strcmp(stage, "claiming") != 0 || store_pool_list(racing_daemon->store, &rows, &n) < 0)
+                return;
+        for (size_t i = 0; i < n; i++)
+                if (strcmp(rows[i].state, "claiming") == 0)
+                        snprintf(racing_pod, sizeof(racing_pod), "%s", rows[i].container_id);
+        if (!racing_pod[0])
+                return;
+        snprintf(path, sizeof(path), "/api/v1/namespaces/%s/pods/%s?gracePeriodSeconds=0", ns, racing_pod);
+        (void)kapi("DELETE", path, NULL, NULL);
+}
+
+Test(kubernetes, a_claim_whose_slot_pod_dies_meanwhile_takes_the_cold_path)
+{
+        NEED_CLUSTER();
+        struct sbx_config cfg;
+        struct pool_stats ps;
+        struct daemon *d;
+        char cid[65], path[256];
+
+        k8s_pool_config(&cfg, "hostpath");
+        cfg.pool_size = 1;
+        d = fixture_open(&cfg, true);
+        wait_pool_full(d);
+        racing_daemon = d;
+        pool_set_test_hook(delete_claimed_slot_pod);
+        {
+                _cleanup_free_ char *o = fixture_run(d, "r1", "echo cold", 0, NULL);
+                cr_expect_str_eq(o, "cold\n", "the session is served all the same");
+        }
+        pool_set_test_hook(NULL);
+        cr_assert(racing_pod[0], "the hook saw the claim");
+        fixture_container_of(d, "u1", "r1", cid);
+        cr_expect_str_neq(cid, racing_pod, "not the dead slot's Pod");
+        pool_stats(d->pool, &ps);
+        cr_expect_eq(ps.claims, 0);
+        cr_expect_eq(ps.misses, 1, "the claim fell back to a cold create");
+        snprintf(path, sizeof(path), "/api/v1/namespaces/%s/pods/%s", ns, racing_pod);
+        cr_expect(TESTENV_WAIT_UNTIL(kapi("GET", path, NULL, NULL) == 404, 60000), "the dead slot's Pod is gone");
+        wait_pool_full(d); /* and the pool refills */
+        daemon_close(d);
 }

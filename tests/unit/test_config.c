@@ -190,7 +190,7 @@ Test(config, missing_file_is_an_error)
 }
 
 /* What the kubernetes engine cannot do is refused at load, not at the first session. */
-Test(config, kubernetes_refuses_a_bridge_network_and_a_pool_on_claims)
+Test(config, kubernetes_refuses_a_bridge_network_and_pools_on_claims)
 {
         struct sbx_config cfg;
         struct sbx_error err = {0};
@@ -198,9 +198,10 @@ Test(config, kubernetes_refuses_a_bridge_network_and_a_pool_on_claims)
         write_conf("engine = kubernetes\nnetwork_default = bridge\n");
         cr_expect_eq(config_load(path, &cfg, &err), -EINVAL);
         cr_expect(strstr(err.msg, "default-deny NetworkPolicy"), "%s", err.msg);
-        write_conf("engine = kubernetes\nkube_workspace = pvc\npool_size = 2\n");
-        cr_expect_eq(config_load(path, &cfg, &err), -EINVAL);
-        cr_expect(strstr(err.msg, "no warm pool"), "%s", err.msg);
+        /* the warm pool makes each slot's claim ahead (issue 27) */
+        write_conf("engine = kubernetes\nkube_workspace = pvc\npool_size = 2\nkube_namespace = sbx\n");
+        cr_expect_eq(config_load(path, &cfg, &err), 0, "%s", err.msg);
+        cr_expect_eq(cfg.pool_size, 2);
         write_conf("engine = kubernetes\nkube_workspace = pvc\npool_size = 0\nkube_namespace = sbx\n");
         cr_expect_eq(config_load(path, &cfg, &err), 0, "%s", err.msg);
         cr_expect_str_eq(cfg.engine, "kubernetes");

@@ -241,6 +241,35 @@ Test(kubernetes, pvc_mode_mounts_the_session_claim)
         cJSON_Delete(pod);
 }
 
+/* A session that took a pool slot's claim over keeps mounting it (its name is no longer its key's). */
+Test(kubernetes, pvc_mode_mounts_a_recorded_claim_and_refuses_a_name_that_is_no_dns_label)
+{
+        struct engine_spec s;
+        struct engine_tmpfs t;
+        struct engine_label l[5];
+        char name[K8S_NAME_MAX];
+        char *body;
+        cJSON *pod;
+
+        spec_of(&s, &t, l, NULL);
+        s.workspace_claim = "sbx-ws-0123456789abcdef0123456789abcdef";
+        cr_assert_eq(engine_kubernetes_pvc_name(&s, name), 0);
+        cr_expect_str_eq(name, "sbx-ws-0123456789abcdef0123456789abcdef");
+        body = engine_kubernetes_pod_body(&kcfg_pvc, &s, "sbx-0123456789abcdef01234567");
+        cr_assert_not_null(body);
+        pod = cJSON_Parse(body);
+        free(body);
+        cr_expect_str_eq(str(named_item(get(pod, "spec.volumes"), "name", "workspace"),
+                             "persistentVolumeClaim.claimName"),
+                         "sbx-ws-0123456789abcdef0123456789abcdef");
+        cJSON_Delete(pod);
+        s.workspace_claim = "../Not-A-Label";
+        cr_expect_eq(engine_kubernetes_pvc_name(&s, name), -EINVAL);
+        cr_expect_null(engine_kubernetes_pod_body(&kcfg_pvc, &s, "sbx-0123456789abcdef01234567"));
+        s.workspace_claim = "";
+        cr_expect_eq(engine_kubernetes_pvc_name(&s, name), -EINVAL);
+}
+
 Test(kubernetes, networkpolicy_denies_everything_for_sandbox_pods)
 {
         char *body = engine_kubernetes_netpol_body();

@@ -619,3 +619,25 @@ Test(store, tasks_scoped_capped_and_expiring)
         cr_assert_eq(n, 1);
         cr_assert_eq(store_task_purge(st, now + 5000), 1);
 }
+
+/* A pool slot's claim rides on its uid row and goes to the session with it (migration 0033). */
+Test(store, a_recorded_workspace_claim_moves_with_the_slots_uid_to_the_session)
+{
+        struct store_pool_slot row;
+        char claim[STORE_CLAIM_MAX];
+        int64_t uid;
+
+        cr_assert_eq(store_pool_insert(st, "p0123456789abcdef", "img", NULL, 1), 0);
+        cr_assert_eq(store_uid_assign(st, "@pool", "p0123456789abcdef", 70000, 70010, 1, &uid), 0);
+        cr_expect_eq(store_uid_claim_get(st, "@pool", "p0123456789abcdef", claim), -ENOENT, "none recorded yet");
+        cr_assert_eq(store_pool_set_ready(st, "p0123456789abcdef", "sbx-pod", "img", "none"), 0);
+        cr_assert_eq(store_pool_claim_begin(st, "u1", "s1", "img", NULL, &row), 0);
+        cr_assert_eq(store_uid_claim_set(st, "@pool", "p0123456789abcdef", "sbx-ws-slot"), 0);
+        cr_assert_eq(store_pool_claim_commit(st, "@pool", &row, 2), 0);
+        cr_assert_eq(store_uid_claim_get(st, "u1", "s1", claim), 0);
+        cr_expect_str_eq(claim, "sbx-ws-slot");
+        cr_expect_eq(store_uid_claim_get(st, "@pool", "p0123456789abcdef", claim), -ENOENT);
+        cr_expect_eq(store_uid_claim_set(st, "u1", "nope", "x"), -ENOENT, "no uid row, nothing to record on");
+        cr_assert_eq(store_uid_claim_set(st, "u1", "s1", NULL), 0);
+        cr_expect_eq(store_uid_claim_get(st, "u1", "s1", claim), -ENOENT, "cleared");
+}

@@ -184,9 +184,10 @@ struct engine_stats {
 
 struct engine_event {
         char type[16];   /* "container" */
-        char action[32]; /* "die", "oom", "kill", "stop", "destroy", "start", ... */
+        char action[32]; /* "die", "oom", "kill", "stop", "destroy", "start", ...; "lost": its node is lost */
         char id[ENGINE_ID_STR_MAX];
-        int exit_code; /* -1 if absent */
+        int exit_code;   /* -1 if absent */
+        char cause[128]; /* "lost": why ("node_not_ready: <node>", "node_gone: <node>"); else "" */
         int64_t time_nano;
         struct engine_kv labels[ENGINE_MAX_LABELS]; /* sandboxd.* and the filtered ones */
         size_t n_labels;

@@ -50,6 +50,12 @@ void runner_hub_set_epoch_fn(struct runner_hub *h, runner_epoch_fn fn, void *use
         h->epoch_ud = userdata;
 }
 
+void runner_hub_set_refused_fn(struct runner_hub *h, runner_refused_fn fn, void *userdata)
+{
+        h->refused_fn = fn;
+        h->refused_ud = userdata;
+}
+
 void runner_hub_set_node(struct runner_hub *h, const struct node_ops *ops, void *node)
 {
         h->node_ops = ops;
@@ -130,12 +136,17 @@ int runner_hub_prepare(struct runner_hub *h, const char *user, const char *sessi
         if (c) {
                 c->waited_in_vain = false; /* a new container: its runner is worth waiting for */
                 c->refused_once = false;
-                c->ever_hello = c->hello;
+                c->ever_hello = h->node_ops ? c->hello : false; /* here the runner known so far is fenced */
                 c->frozen = false;
+                c->epoch = epoch;
+                if (!h->node_ops) /* over a link the node checks epochs itself (node.h) */
+                        c->fence_pending = true;
                 sbx_strlcpy(path, c->dir, sizeof(path));
         }
         pthread_mutex_unlock(&h->lock);
-        if (h->node_ops) /* the node learns the new epoch, and listens again if it had restarted */
+        if (c && !h->node_ops)
+                runner_hub_wake(h); /* the fence goes up before the new container exists */
+        if (h->node_ops)            /* the node learns the new epoch, and listens again if it had restarted */
                 r = h->node_ops->open(h->node, user, session, epoch, false, path, err);
         else if (!c)
                 r = runner_dir_listen(h->root, user, session, true, &dfd, &lfd, path, err);
@@ -143,6 +154,13 @@ int runner_hub_prepare(struct runner_hub *h, const char *user, const char *sessi
                 return r;
         if (!c)
                 r = chan_add(h, user, session, path, dfd, lfd, err);
+        if (r == 0 && !c) {
+                pthread_mutex_lock(&h->lock);
+                c = runner_chan_find_locked(h, user, session);
+                if (c)
+                        c->epoch = epoch;
+                pthread_mutex_unlock(&h->lock);
+        }
         if (r == 0)
                 sbx_strlcpy(ret_dir, path, SBX_PATH_MAX);
         return r;

@@ -100,6 +100,10 @@ int engine_kubernetes_new(const struct engine_k8s_config *cfg, struct engine **r
 char *engine_kubernetes_pod_body(const struct engine_k8s_config *cfg, const struct engine_spec *spec, const char *name);
 char *engine_kubernetes_pvc_body(const struct engine_k8s_config *cfg, const struct engine_spec *spec);
 char *engine_kubernetes_netpol_body(void);
+/* Whether the engine watches Nodes (node health, while an events watch
+ * that wants "lost" runs): 1 yes, -1 not permitted (the Pods' status stands
+ * in; the log said so once), 0 not yet. */
+int engine_kubernetes_nodes_watched(struct engine *e);
 /* The claim of the session labelled in spec ("sbx-ws-<hash>"); -EINVAL
  * without the instance, user and session labels. */
 int engine_kubernetes_pvc_name(const struct engine_spec *spec, char ret[K8S_NAME_MAX]);

@@ -323,7 +323,9 @@ int k8s_stream(struct k8s *k, const char *path, long timeout_ms, volatile bool *
         if (status >= 300 && s.len > 0) { /* an error reply without a newline: its Status */
                 struct k8s_reply r = {status, s.buf, s.len};
                 s.buf[s.len] = '\0';
-                int rc = k8s_status_error(k, &r, "watching Pods", err);
+                int rc = k8s_status_error(k, &r,
+                                          strncmp(path, "/api/v1/nodes", 13) == 0 ? "watching Nodes" : "watching Pods",
+                                          err);
                 free(s.buf);
                 return rc;
         }

@@ -205,6 +205,26 @@ static int on_node_line(char *line, size_t len, void *ud)
         return w->stop;
 }
 
+/* No permission on Nodes: said once per engine; the Pods' status stands in. */
+static void not_permitted(struct k8s *k, const char *why)
+{
+        pthread_mutex_lock(&k->nodes_lock);
+        k->n_nodes = 0; /* a table nobody keeps up to date judges nothing */
+        pthread_mutex_unlock(&k->nodes_lock);
+        if (__atomic_exchange_n(&k->nodes_mode, -1, __ATOMIC_ACQ_REL) != -1)
+                log_warn(
+                        "kubernetes: cannot list and watch Nodes (%s): a lost node is seen only from its Pods' "
+                        "status (the node controller marks them not Ready); grant list and watch on nodes "
+                        "(deploy/kubernetes/rbac.yaml, ClusterRole sandboxd-node-reader)",
+                        why);
+}
+
+int engine_kubernetes_nodes_watched(struct engine *e)
+{
+        struct k8s *k = e->priv;
+        return __atomic_load_n(&k->nodes_mode, __ATOMIC_ACQUIRE);
+}
+
 static void *nodes_main(void *ud)
 {
         struct k8s_nodes_watch *w = ud;
@@ -222,15 +242,6 @@ static void *nodes_main(void *ud)
                 if (!listed || w->gone) {
                         w->gone = false;
                         r = list_nodes(w, &err);
-                        if (r == -EACCES) {
-                                /* said once per engine; the Pods' status stands in */
-                                if (__atomic_exchange_n(&k->nodes_mode, -1, __ATOMIC_ACQ_REL) != -1)
-                                        log_warn("kubernetes: cannot watch Nodes (%s): a lost node is seen only from "
-                                                 "its Pods' status (the node controller marks them not Ready); grant "
-                                                 "get/list/watch on nodes (deploy/kubernetes/rbac.yaml)",
-                                                 err.msg);
-                                return NULL;
-                        }
                         listed |= r == 0;
                 } else {
                         int64_t t0 = sbx_now_ms();
@@ -243,6 +254,10 @@ static void *nodes_main(void *ud)
                                 w->gone = true, r = 0;
                         else if (r == 0 && status < 300 && sbx_now_ms() - t0 < 1000)
                                 sbx_sleep_ms(100);
+                }
+                if (r == -EACCES || status == 401 || status == 403) {
+                        not_permitted(k, r == -EACCES ? err.msg : "the watch is forbidden");
+                        return NULL;
                 }
                 if (r == 0 && status < 300) {
                         pause = 100;

@@ -257,7 +257,10 @@ struct engine_ops {
         int (*pause)(struct engine *e, const char *id, struct sbx_error *err);
         int (*unpause)(struct engine *e, const char *id, struct sbx_error *err);
         /* Blocks on the calling thread; reconnects without losing or repeating
-         * events while the engine can say so (docker_events_follow). */
+         * events while the engine can say so (docker_events_follow). Kubernetes
+         * also tells "lost" (ev->cause says why: its node is NotReady or gone)
+         * when actions names it; the callback is never called from two threads
+         * at once. */
         int (*events_follow)(struct engine *e, const char *const *label_filters, const char *const *actions,
                              engine_event_cb cb, void *userdata, volatile bool *stop, long reconnect_limit_ms,
                              struct sbx_error *err);

@@ -316,8 +316,9 @@ int k8s_events_follow(struct engine *e, const char *const *label_filters, const 
         r = relist(&f, sel, true, err);
         if (r < 0)
                 goto out;
-        /* node health beside it, for the watches that want "lost" */
-        if (wanted(&f, "lost") && k8s_nodes_watch_start(f.k, nodes_changed, &f, &nodes) < 0)
+        /* node health beside it, for the watches that name "lost" (the monitor's): a cluster-scoped
+         * watch nobody else pays for */
+        if (f.actions && wanted(&f, "lost") && k8s_nodes_watch_start(f.k, nodes_changed, &f, &nodes) < 0)
                 nodes = NULL; /* no thread: the Pods' status is judged by the fallback */
         while (!__atomic_load_n(&f.stopped, __ATOMIC_RELAXED) && !(stop && __atomic_load_n(stop, __ATOMIC_RELAXED))) {
                 long status = 0;

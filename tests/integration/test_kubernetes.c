@@ -327,9 +327,11 @@ static void *watch_main(void *ud)
         struct watch *w = ud;
         char f[160];
         const char *const filters[] = {f, NULL};
+        /* every action the engine tells; "lost" named, so node health is watched too */
+        const char *const actions[] = {"create", "start", "oom", "die", "destroy", "lost", NULL};
 
         snprintf(f, sizeof(f), "%s=%s", TESTENV_RUN_LABEL, testenv_run_id());
-        w->rc = engine_events_follow(w->e, filters, NULL, on_ev, w, &w->stop, 0, NULL);
+        w->rc = engine_events_follow(w->e, filters, actions, on_ev, w, &w->stop, 0, NULL);
         return NULL;
 }
 

@@ -68,13 +68,11 @@ static int container_peer(int fd, int dirfd, const struct runner_peer *known, st
         *ret_why = "no name";
         if (getpeername(fd, (struct sockaddr *)&sa, &len) < 0 || len <= offsetof(struct sockaddr_un, sun_path) + 1)
                 return -EPERM;
-        snprintf(name, sizeof(name), "%.*s", (int)(len - offsetof(struct sockaddr_un, sun_path) - 1),
-                 sa.sun_path + 1);
+        snprintf(name, sizeof(name), "%.*s", (int)(len - offsetof(struct sockaddr_un, sun_path) - 1), sa.sun_path + 1);
         if (sscanf(name, "fence-%*d-%d", &container) != 1)
                 return -EPERM;
         /* the runner's pid differs per connection; its container's init is the container */
-        *ret = (struct runner_peer){
-                .pid = 1000 + container, .start = 1, .init_pid = 100 * container, .init_start = 7};
+        *ret = (struct runner_peer){.pid = 1000 + container, .start = 1, .init_pid = 100 * container, .init_start = 7};
         return 0;
 }
 

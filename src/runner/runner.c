@@ -333,6 +333,61 @@ static int conn_install_locked(struct runner_hub *h, struct runner_chan *c, int 
         return 0;
 }
 
+/* The fence outlives the daemon: the list is kept in the session directory
+ * (root's, read-only in the container), one "init_pid init_start epoch" a
+ * line, so a restarted daemon refuses the same runners. Hub thread. */
+#define RUNNER_FENCED_FILE ".runner-fenced"
+
+static void fenced_save(struct runner_chan *c)
+{
+        static const char tmp[] = RUNNER_FENCED_FILE ".tmp";
+        char buf[RUNNER_FENCED_MAX * 80];
+        size_t len = 0;
+        int fd;
+
+        for (size_t i = 0; i < c->n_fenced; i++)
+                len += (size_t)snprintf(buf + len, sizeof(buf) - len, "%d %" PRIu64 " %" PRIu64 "\n",
+                                        (int)c->fenced[i].init_pid, c->fenced[i].init_start, c->fenced[i].epoch);
+        (void)unlinkat(c->dirfd, tmp, 0);
+        fd = openat(c->dirfd, tmp, O_WRONLY | O_CREAT | O_EXCL | O_NOFOLLOW | O_CLOEXEC, 0644);
+        if (fd < 0 || write(fd, buf, len) != (ssize_t)len ||
+            renameat(c->dirfd, tmp, c->dirfd, RUNNER_FENCED_FILE) < 0) {
+                log_ctx(LOG_LEVEL_WARN, c->user, c->session, NULL,
+                        "cannot record the fenced runners in the session directory: a restarted daemon would not "
+                        "know them");
+                (void)unlinkat(c->dirfd, tmp, 0);
+        }
+        if (fd >= 0)
+                close(fd);
+}
+
+static void fenced_load(struct runner_chan *c)
+{
+        char buf[RUNNER_FENCED_MAX * 80 + 1], *line, *save = NULL;
+        ssize_t n;
+        int fd;
+
+        if (c->fenced_loaded)
+                return;
+        c->fenced_loaded = true;
+        fd = openat(c->dirfd, RUNNER_FENCED_FILE, O_RDONLY | O_NOFOLLOW | O_CLOEXEC);
+        if (fd < 0)
+                return;
+        n = read(fd, buf, sizeof(buf) - 1);
+        close(fd);
+        if (n <= 0)
+                return;
+        buf[n] = '\0';
+        for (line = strtok_r(buf, "\n", &save); line && c->n_fenced < RUNNER_FENCED_MAX;
+             line = strtok_r(NULL, "\n", &save)) {
+                int pid;
+                uint64_t start, epoch;
+                if (sscanf(line, "%d %" SCNu64 " %" SCNu64, &pid, &start, &epoch) == 3 && pid > 0)
+                        c->fenced[c->n_fenced++] =
+                                (struct runner_fenced){.init_pid = pid, .init_start = start, .epoch = epoch};
+        }
+}
+
 /* A new container was prepared for c's session (runner_hub_prepare): the
  * runner known so far belongs to an earlier container, and is fenced by its
  * init (pid and start time): its connection closes, and whatever that
@@ -347,6 +402,8 @@ static void fence_apply(struct runner_hub *h, struct runner_chan *c)
         c->fence_pending = false;
         epoch = c->epoch;
         pthread_mutex_unlock(&h->lock);
+        if (c->dirfd >= 0)
+                fenced_load(c);
         if (!pending)
                 return;
         if (c->peer.pid == 0) /* after a restart: the runner an earlier daemon knew */
@@ -363,6 +420,7 @@ static void fence_apply(struct runner_hub *h, struct runner_chan *c)
                 c->peer = (struct runner_peer){0};
                 c->peer_epoch = 0;
                 (void)unlinkat(c->dirfd, RUNNER_PEER_FILE, 0);
+                fenced_save(c);
         }
         if (c->cfd >= 0) {
                 log_ctx(LOG_LEVEL_INFO, c->user, c->session, NULL,

@@ -84,6 +84,7 @@ struct runner_chan {
                 uint64_t refused;
         } fenced[RUNNER_FENCED_MAX];
         size_t n_fenced;
+        bool fenced_loaded; /* the list kept in the session directory was read (runner.c) */
         /* h->lock: a new container was prepared (runner_hub_prepare): the hub thread fences the
          * runner it knew before accepting any other */
         bool fence_pending;

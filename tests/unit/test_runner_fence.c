@@ -183,3 +183,36 @@ Test(runner_fence, a_new_container_fences_the_runner_of_the_old_one)
         cr_expect(runner_hub_wait(h, "u1", "s1", 0), "the new runner still serves");
         close(b);
 }
+
+Test(runner_fence, a_restarted_daemon_refuses_the_same_runner)
+{
+        struct sbx_error err = {0};
+        struct runner_hub *h2 = NULL;
+        int a1, a2, b;
+
+        a1 = dial(1);
+        cr_assert(runner_hub_wait(h, "u1", "s1", 5000));
+        cr_assert_eq(runner_hub_prepare(h, "u1", "s1", dir, &err), 0, "%s", err.msg);
+        cr_assert(closed_by_hub(a1), "fenced");
+        close(a1);
+        b = dial(2);
+        cr_assert(runner_hub_wait(h, "u1", "s1", 5000));
+        close(b);
+        runner_hub_free(h);
+        h = NULL;
+
+        /* the daemon again, over the same directories: it adopts the session's channel */
+        snprintf(cfg.runner_binary, sizeof(cfg.runner_binary), "/bin/sh"); /* root's: adopt needs a binary */
+        cr_assert_eq(runner_hub_new(&cfg, &h2, &err), 0, "%s", err.msg);
+        h = h2; /* teardown frees it */
+        runner_hub_set_peer_check(h, container_peer);
+        runner_hub_set_epoch_fn(h, epoch_fn, NULL);
+        runner_hub_set_refused_fn(h, refused_fn, NULL);
+        cr_assert_eq(runner_hub_adopt(h, "u1", "s1"), 0);
+        a2 = dial(1);
+        cr_expect(closed_by_hub(a2), "the old container's runner is still refused after the restart");
+        close(a2);
+        b = dial(2);
+        cr_expect(runner_hub_wait(h, "u1", "s1", 5000), "the current container's runner is taken");
+        close(b);
+}

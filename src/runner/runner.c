@@ -334,58 +334,32 @@ static int conn_install_locked(struct runner_hub *h, struct runner_chan *c, int 
 }
 
 /* The fence outlives the daemon: the list is kept in the session directory
- * (root's, read-only in the container), one "init_pid init_start epoch" a
- * line, so a restarted daemon refuses the same runners. Hub thread. */
-#define RUNNER_FENCED_FILE ".runner-fenced"
-
+ * (runner_peer.h), so a restarted daemon, and the gateway's fwd.sock, refuse
+ * the same runners. Hub thread. */
 static void fenced_save(struct runner_chan *c)
 {
-        static const char tmp[] = RUNNER_FENCED_FILE ".tmp";
-        char buf[RUNNER_FENCED_MAX * 80];
-        size_t len = 0;
-        int fd;
+        struct runner_fence list[RUNNER_FENCED_MAX];
 
         for (size_t i = 0; i < c->n_fenced; i++)
-                len += (size_t)snprintf(buf + len, sizeof(buf) - len, "%d %" PRIu64 " %" PRIu64 "\n",
-                                        (int)c->fenced[i].init_pid, c->fenced[i].init_start, c->fenced[i].epoch);
-        (void)unlinkat(c->dirfd, tmp, 0);
-        fd = openat(c->dirfd, tmp, O_WRONLY | O_CREAT | O_EXCL | O_NOFOLLOW | O_CLOEXEC, 0644);
-        if (fd < 0 || write(fd, buf, len) != (ssize_t)len ||
-            renameat(c->dirfd, tmp, c->dirfd, RUNNER_FENCED_FILE) < 0) {
+                list[i] = c->fenced[i].f;
+        if (runner_fence_save(c->dirfd, list, c->n_fenced) < 0)
                 log_ctx(LOG_LEVEL_WARN, c->user, c->session, NULL,
                         "cannot record the fenced runners in the session directory: a restarted daemon would not "
                         "know them");
-                (void)unlinkat(c->dirfd, tmp, 0);
-        }
-        if (fd >= 0)
-                close(fd);
 }
 
 static void fenced_load(struct runner_chan *c)
 {
-        char buf[RUNNER_FENCED_MAX * 80 + 1], *line, *save = NULL;
-        ssize_t n;
-        int fd;
+        struct runner_fence list[RUNNER_FENCED_MAX];
+        size_t n = 0;
 
         if (c->fenced_loaded)
                 return;
         c->fenced_loaded = true;
-        fd = openat(c->dirfd, RUNNER_FENCED_FILE, O_RDONLY | O_NOFOLLOW | O_CLOEXEC);
-        if (fd < 0)
+        if (runner_fence_load(c->dirfd, list, &n) < 0)
                 return;
-        n = read(fd, buf, sizeof(buf) - 1);
-        close(fd);
-        if (n <= 0)
-                return;
-        buf[n] = '\0';
-        for (line = strtok_r(buf, "\n", &save); line && c->n_fenced < RUNNER_FENCED_MAX;
-             line = strtok_r(NULL, "\n", &save)) {
-                int pid;
-                uint64_t start, epoch;
-                if (sscanf(line, "%d %" SCNu64 " %" SCNu64, &pid, &start, &epoch) == 3 && pid > 0)
-                        c->fenced[c->n_fenced++] =
-                                (struct runner_fenced){.init_pid = pid, .init_start = start, .epoch = epoch};
-        }
+        for (size_t i = 0; i < n; i++)
+                c->fenced[c->n_fenced++] = (struct runner_fenced){.f = list[i]};
 }
 
 /* A new container was prepared for c's session (runner_hub_prepare): the
@@ -414,9 +388,9 @@ static void fence_apply(struct runner_hub *h, struct runner_chan *c)
                         c->n_fenced--;
                 }
                 c->fenced[c->n_fenced++] =
-                        (struct runner_fenced){.init_pid = c->peer.init_pid,
-                                               .init_start = c->peer.init_start,
-                                               .epoch = c->peer_epoch ? c->peer_epoch : (epoch ? epoch - 1 : 0)};
+                        (struct runner_fenced){.f.init_pid = c->peer.init_pid,
+                                               .f.init_start = c->peer.init_start,
+                                               .f.epoch = c->peer_epoch ? c->peer_epoch : (epoch ? epoch - 1 : 0)};
                 c->peer = (struct runner_peer){0};
                 c->peer_epoch = 0;
                 (void)unlinkat(c->dirfd, RUNNER_PEER_FILE, 0);
@@ -443,15 +417,15 @@ static void fenced_refused(struct runner_hub *h, struct runner_chan *c, int fd, 
         log_ctx(LOG_LEVEL_WARN, c->user, c->session, NULL,
                 "refused the runner of an earlier container (epoch %" PRIu64 ", the session is at %" PRIu64
                 "): its engine could not kill it (a lost node?)",
-                f->epoch, now);
+                f->f.epoch, now);
         if (h->refused_fn)
-                h->refused_fn(c->user, c->session, f->epoch, now, h->refused_ud);
+                h->refused_fn(c->user, c->session, f->f.epoch, now, h->refused_ud);
 }
 
 static struct runner_fenced *fenced_find(struct runner_chan *c, const struct runner_peer *peer)
 {
         for (size_t i = 0; i < c->n_fenced; i++)
-                if (c->fenced[i].init_pid == peer->init_pid && c->fenced[i].init_start == peer->init_start)
+                if (c->fenced[i].f.init_pid == peer->init_pid && c->fenced[i].f.init_start == peer->init_start)
                         return &c->fenced[i];
         return NULL;
 }

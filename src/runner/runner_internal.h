@@ -37,8 +37,6 @@ struct runner_expect {
 
 enum ep_kind { EP_LISTEN, EP_CONN };
 
-#define RUNNER_FENCED_MAX 4 /* earlier containers remembered per session (the oldest goes first) */
-
 struct runner_chan;
 
 struct ep_ref {
@@ -78,10 +76,8 @@ struct runner_chan {
         /* the runners of the session's earlier containers (their inits), refused by epoch: a
          * container its engine could not kill (a lost Kubernetes node) keeps dialling */
         struct runner_fenced {
-                pid_t init_pid;
-                uint64_t init_start;
-                uint64_t epoch; /* the session's epoch while that container was current */
-                uint64_t refused;
+                struct runner_fence f;
+                uint64_t refused; /* connections refused from it */
         } fenced[RUNNER_FENCED_MAX];
         size_t n_fenced;
         bool fenced_loaded; /* the list kept in the session directory was read (runner.c) */

@@ -9,6 +9,7 @@
  * (getpeername) to say which container's init it comes from. */
 #include <criterion/criterion.h>
 #include <errno.h>
+#include <fcntl.h>
 #include <poll.h>
 #include <pthread.h>
 #include <stdio.h>
@@ -19,6 +20,7 @@
 
 #include "sandboxd/config.h"
 #include "sandboxd/runner.h"
+#include "sandboxd/runner_peer.h"
 #include "sandboxd/runner_proto.h"
 
 static struct sbx_config cfg;
@@ -198,6 +200,18 @@ Test(runner_fence, a_restarted_daemon_refuses_the_same_runner)
         b = dial(2);
         cr_assert(runner_hub_wait(h, "u1", "s1", 5000));
         close(b);
+        /* the list in the directory, which the gateway's fwd.sock checks too */
+        {
+                int dfd = open(dir, O_RDONLY | O_DIRECTORY | O_CLOEXEC);
+                struct runner_peer old = {.pid = 1001, .start = 1, .init_pid = 100, .init_start = 7};
+                struct runner_peer cur = {.pid = 1002, .start = 1, .init_pid = 200, .init_start = 7};
+                uint64_t e = 0;
+                cr_assert_geq(dfd, 0);
+                cr_expect(runner_peer_fenced(dfd, &old, &e), "container 1 is fenced in " RUNNER_FENCED_FILE);
+                cr_expect_eq(e, 1);
+                cr_expect_not(runner_peer_fenced(dfd, &cur, NULL), "container 2 is not");
+                close(dfd);
+        }
         runner_hub_free(h);
         h = NULL;
 

@@ -362,10 +362,10 @@ static void fenced_load(struct runner_chan *c)
                 c->fenced[c->n_fenced++] = (struct runner_fenced){.f = list[i]};
 }
 
-/* A new container was prepared for c's session (runner_hub_prepare): the
- * runner known so far belongs to an earlier container, and is fenced by its
- * init (pid and start time): its connection closes, and whatever that
- * container dials later is refused. Hub thread. */
+/* c's session had its container removed (runner_hub_fence_runner): the
+ * runner known so far belongs to that container, and is fenced by its init
+ * (pid and start time): its connection closes, and whatever that container
+ * dials later is refused. Hub thread. */
 static void fence_apply(struct runner_hub *h, struct runner_chan *c)
 {
         uint64_t epoch;

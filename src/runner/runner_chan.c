@@ -136,17 +136,13 @@ int runner_hub_prepare(struct runner_hub *h, const char *user, const char *sessi
         if (c) {
                 c->waited_in_vain = false; /* a new container: its runner is worth waiting for */
                 c->refused_once = false;
-                c->ever_hello = h->node_ops ? c->hello : false; /* here the runner known so far is fenced */
+                c->ever_hello = c->fence_pending ? false : c->hello; /* a fenced runner is no longer this one */
                 c->frozen = false;
                 c->epoch = epoch;
-                if (!h->node_ops) /* over a link the node checks epochs itself (node.h) */
-                        c->fence_pending = true;
                 sbx_strlcpy(path, c->dir, sizeof(path));
         }
         pthread_mutex_unlock(&h->lock);
-        if (c && !h->node_ops)
-                runner_hub_wake(h); /* the fence goes up before the new container exists */
-        if (h->node_ops)            /* the node learns the new epoch, and listens again if it had restarted */
+        if (h->node_ops) /* the node learns the new epoch, and listens again if it had restarted */
                 r = h->node_ops->open(h->node, user, session, epoch, false, path, err);
         else if (!c)
                 r = runner_dir_listen(h->root, user, session, true, &dfd, &lfd, path, err);
@@ -164,6 +160,21 @@ int runner_hub_prepare(struct runner_hub *h, const char *user, const char *sessi
         if (r == 0)
                 sbx_strlcpy(ret_dir, path, SBX_PATH_MAX);
         return r;
+}
+
+void runner_hub_fence_runner(struct runner_hub *h, const char *user, const char *session)
+{
+        struct runner_chan *c;
+
+        if (!h || h->node_ops) /* over a link the node checks epochs itself (node.h) */
+                return;
+        pthread_mutex_lock(&h->lock);
+        c = runner_chan_find_locked(h, user, session);
+        if (c)
+                c->fence_pending = true;
+        pthread_mutex_unlock(&h->lock);
+        if (c)
+                runner_hub_wake(h); /* up before the next container exists */
 }
 
 int runner_hub_adopt(struct runner_hub *h, const char *user, const char *session)

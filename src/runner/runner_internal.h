@@ -81,8 +81,8 @@ struct runner_chan {
         } fenced[RUNNER_FENCED_MAX];
         size_t n_fenced;
         bool fenced_loaded; /* the list kept in the session directory was read (runner.c) */
-        /* h->lock: a new container was prepared (runner_hub_prepare): the hub thread fences the
-         * runner it knew before accepting any other */
+        /* h->lock: the session's container was removed (runner_hub_fence_runner): the hub thread
+         * fences the runner it knew before accepting any other */
         bool fence_pending;
         uint64_t epoch;            /* the session's epoch, as the last prepare made it (0: not known) */
         uint64_t impostors;        /* connections refused as not the runner */

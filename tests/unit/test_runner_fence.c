@@ -1,5 +1,5 @@
 /* Unit tests of the hub's fence in this process (runner_chan.c,
- * runner.c): once a new container of a session is prepared, the runner of
+ * runner.c): once a session's container is removed and the next prepared, the runner of
  * the earlier one (a lost Kubernetes node's Pod runs on and keeps dialling
  * the same session directory) is cut off and refused by its container,
  * with the refusal told once; the new container's runner is taken.
@@ -158,7 +158,9 @@ Test(runner_fence, a_new_container_fences_the_runner_of_the_old_one)
         a1 = dial(1);
         cr_assert(runner_hub_wait(h, "u1", "s1", 5000), "the first container's runner is taken");
 
-        /* container 2 of the session: its runner has not come yet, container 1's runs on */
+        /* container 1 removed (its engine says), container 2 made: its runner has not come yet,
+         * container 1's runs on */
+        runner_hub_fence_runner(h, "u1", "s1");
         cr_assert_eq(runner_hub_prepare(h, "u1", "s1", again, &err), 0, "%s", err.msg);
         cr_assert_str_eq(again, dir, "the same session directory");
         cr_expect(closed_by_hub(a1), "the old runner's connection is closed by the fence");
@@ -194,6 +196,7 @@ Test(runner_fence, a_restarted_daemon_refuses_the_same_runner)
 
         a1 = dial(1);
         cr_assert(runner_hub_wait(h, "u1", "s1", 5000));
+        runner_hub_fence_runner(h, "u1", "s1");
         cr_assert_eq(runner_hub_prepare(h, "u1", "s1", dir, &err), 0, "%s", err.msg);
         cr_assert(closed_by_hub(a1), "fenced");
         close(a1);
@@ -229,4 +232,22 @@ Test(runner_fence, a_restarted_daemon_refuses_the_same_runner)
         b = dial(2);
         cr_expect(runner_hub_wait(h, "u1", "s1", 5000), "the current container's runner is taken");
         close(b);
+}
+
+/* A prepare alone (a claimed pool container is served under its session's
+ * key) is not a new container: its runner stays. */
+Test(runner_fence, a_prepare_alone_fences_nothing)
+{
+        struct sbx_error err = {0};
+        struct pollfd p;
+        int a;
+
+        a = dial(1);
+        cr_assert(runner_hub_wait(h, "u1", "s1", 5000));
+        cr_assert_eq(runner_hub_prepare(h, "u1", "s1", dir, &err), 0, "%s", err.msg);
+        p = (struct pollfd){.fd = a, .events = POLLIN};
+        cr_expect_eq(poll(&p, 1, 500), 0, "the runner's connection stays open");
+        cr_expect(runner_hub_wait(h, "u1", "s1", 0), "and it serves the session");
+        cr_expect_eq(refusal_count(), 0);
+        close(a);
 }

@@ -259,8 +259,27 @@ struct line_sink {
         size_t len;
         bool over, stopped;
         int (*on_line)(char *line, size_t len, void *ud);
+        void (*on_open)(void *ud);
         void *ud;
+        int status; /* of the last status line */
 };
+
+/* The headers: on_open once the reply is a 2xx and its headers ended (a
+ * watch is established before any event comes). */
+static size_t header_line(char *p, size_t size, size_t n, void *ud)
+{
+        struct line_sink *s = ud;
+        size_t k = size * n;
+        int code;
+
+        if (k > 5 && strncmp(p, "HTTP/", 5) == 0 && sscanf(p, "HTTP/%*s %d", &code) == 1)
+                s->status = code;
+        else if (k <= 2 && (p[0] == '\r' || p[0] == '\n') && s->status >= 200 && s->status < 300 && s->on_open) {
+                s->on_open(s->ud);
+                s->on_open = NULL;
+        }
+        return k;
+}
 
 static size_t line_write(char *p, size_t size, size_t n, void *ud)
 {
@@ -289,8 +308,14 @@ static size_t line_write(char *p, size_t size, size_t n, void *ud)
 int k8s_stream(struct k8s *k, const char *path, long timeout_ms, volatile bool *stop,
                int (*on_line)(char *line, size_t len, void *ud), void *ud, long *ret_status, struct sbx_error *err)
 {
+        return k8s_stream_open(k, path, timeout_ms, stop, NULL, on_line, ud, ret_status, err);
+}
+
+int k8s_stream_open(struct k8s *k, const char *path, long timeout_ms, volatile bool *stop, void (*on_open)(void *ud),
+                    int (*on_line)(char *line, size_t len, void *ud), void *ud, long *ret_status, struct sbx_error *err)
+{
         struct curl_slist *h = NULL;
-        struct line_sink s = {.on_line = on_line, .ud = ud};
+        struct line_sink s = {.on_line = on_line, .on_open = on_open, .ud = ud};
         struct progress pr = {stop};
         char errbuf[CURL_ERROR_SIZE] = "";
         long status = 0;
@@ -307,6 +332,8 @@ int k8s_stream(struct k8s *k, const char *path, long timeout_ms, volatile bool *
         }
         curl_easy_setopt(c, CURLOPT_WRITEFUNCTION, line_write);
         curl_easy_setopt(c, CURLOPT_WRITEDATA, &s);
+        curl_easy_setopt(c, CURLOPT_HEADERFUNCTION, header_line);
+        curl_easy_setopt(c, CURLOPT_HEADERDATA, &s);
         curl_easy_setopt(c, CURLOPT_ERRORBUFFER, errbuf);
         curl_easy_setopt(c, CURLOPT_NOPROGRESS, 0L);
         curl_easy_setopt(c, CURLOPT_XFERINFOFUNCTION, on_progress);

@@ -78,6 +78,12 @@ int k8s_call(struct k8s *k, const char *method, const char *path, const char *bo
 int k8s_stream(struct k8s *k, const char *path, long timeout_ms, volatile bool *stop,
                int (*on_line)(char *line, size_t len, void *ud), void *ud, long *ret_status, struct sbx_error *err);
 
+/* The same, with on_open (may be NULL) called once the reply is a 2xx and
+ * its headers ended: the watch is established. */
+int k8s_stream_open(struct k8s *k, const char *path, long timeout_ms, volatile bool *stop, void (*on_open)(void *ud),
+                    int (*on_line)(char *line, size_t len, void *ud), void *ud, long *ret_status,
+                    struct sbx_error *err);
+
 /* Helpers over cJSON. */
 const char *k8s_json_str(const cJSON *o, const char *path); /* "a.b.c" or NULL */
 const cJSON *k8s_json_get(const cJSON *o, const char *path);

@@ -166,10 +166,16 @@ static int list_nodes(struct k8s_nodes_watch *w, struct sbx_error *err)
                 if (!k->nodes[i].seen)
                         k->nodes[i].gone = true;
         pthread_mutex_unlock(&k->nodes_lock);
-        __atomic_store_n(&k->nodes_mode, 1, __ATOMIC_RELEASE);
         /* every list is followed by a judgement: the Pods known before it too */
         w->changed(w->ud);
         return 0;
+}
+
+/* The watch is established: nodes are watched (a list alone could be all the role allows). */
+static void on_watch_open(void *ud)
+{
+        struct k8s_nodes_watch *w = ud;
+        __atomic_store_n(&w->k->nodes_mode, 1, __ATOMIC_RELEASE);
 }
 
 static int on_node_line(char *line, size_t len, void *ud)
@@ -248,8 +254,8 @@ static void *nodes_main(void *ud)
                         snprintf(path, sizeof(path),
                                  "/api/v1/nodes?watch=1&allowWatchBookmarks=true&timeoutSeconds=%d&resourceVersion=%s",
                                  WATCH_SERVER_TIMEOUT_S, w->rv);
-                        r = k8s_stream(k, path, (WATCH_SERVER_TIMEOUT_S + 30) * 1000L, &w->stop, on_node_line, w,
-                                       &status, &err);
+                        r = k8s_stream_open(k, path, (WATCH_SERVER_TIMEOUT_S + 30) * 1000L, &w->stop, on_watch_open,
+                                            on_node_line, w, &status, &err);
                         if (r == -ESTALE || status == 410)
                                 w->gone = true, r = 0;
                         else if (r == 0 && status < 300 && sbx_now_ms() - t0 < 1000)

@@ -30,9 +30,15 @@
  * all. The session directory, the runner, the init and the identity files
  * come from the node by hostPath, read-only (the node agent provides them).
  *
+ * Node health: an events watch that names the action "lost" also watches
+ * the cluster's Nodes (k8s_nodes.c): a Pod whose node turns NotReady or is
+ * deleted is told "lost" with the cause "node_not_ready: <node>" or
+ * "node_gone: <node>" (without list/watch on nodes: judged from the Pods'
+ * status, said once in the log), and is deleted with a grace of 0.
+ *
  * Threads: the engine is shared; each call makes its own curl handle. The
- * one shared state, the NetworkPolicy done-flag and the error counter, is
- * atomic. */
+ * shared state, the NetworkPolicy done-flag and the error counter, is
+ * atomic; the table of nodes has its own lock. */
 #ifndef SANDBOXD_ENGINE_KUBERNETES_H
 #define SANDBOXD_ENGINE_KUBERNETES_H
 

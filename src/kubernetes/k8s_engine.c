@@ -13,7 +13,12 @@
  * RBAC (deploy/kubernetes/rbac.yaml lists exactly these): pods get, list,
  * watch, create, delete; pods/log get; persistentvolumeclaims get, create,
  * delete; networkpolicies get, create (namespaced); runtimeclasses get
- * (cluster-wide); metrics.k8s.io pods get (optional).
+ * and nodes list, watch (cluster-wide; k8s_nodes.c); metrics.k8s.io pods get
+ * (optional).
+ *
+ * A Pod on a lost node (k8s_nodes.c) is deleted with a grace of 0: its
+ * kubelet cannot confirm a kill, and the session's next Pod, under a new
+ * name, must not wait for it.
  *
  * State: the immutable settings, the error counter (atomic) and whether the
  * NetworkPolicy exists (atomic). */

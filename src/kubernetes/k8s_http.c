@@ -270,9 +270,11 @@ static size_t header_line(char *p, size_t size, size_t n, void *ud)
 {
         struct line_sink *s = ud;
         size_t k = size * n;
+        char line[64];
         int code;
 
-        if (k > 5 && strncmp(p, "HTTP/", 5) == 0 && sscanf(p, "HTTP/%*s %d", &code) == 1)
+        snprintf(line, sizeof(line), "%.*s", (int)(k < sizeof(line) ? k : sizeof(line) - 1), p); /* p has no NUL */
+        if (strncmp(line, "HTTP/", 5) == 0 && sscanf(line, "HTTP/%*s %d", &code) == 1)
                 s->status = code;
         else if (k <= 2 && (p[0] == '\r' || p[0] == '\n') && s->status >= 200 && s->status < 300 && s->on_open) {
                 s->on_open(s->ud);

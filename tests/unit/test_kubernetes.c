@@ -19,6 +19,7 @@
 
 #include "sandboxd/config.h"
 #include "sandboxd/engine.h"
+#include "sandboxd/engine_docker.h"
 #include "sandboxd/engine_kubernetes.h"
 #include "sandboxd/runner_proto.h"
 #include "sandboxd/utf8.h"
@@ -644,7 +645,8 @@ static int collect_lost(const struct engine_event *ev, void *ud)
         done = g->n == 2;
         pthread_mutex_unlock(&g->lock);
         if (done)
-                *g->stop = true; /* the fake answers nothing more: the pending watch ends on it */
+                __atomic_store_n(g->stop, true,
+                                 __ATOMIC_RELAXED); /* the fake answers nothing more: the watch ends on it */
         return done;
 }
 
@@ -683,6 +685,7 @@ Test(kubernetes, a_notready_and_a_deleted_node_make_their_pods_lost)
         struct fake f;
         struct engine *e;
 
+        cr_assert_eq(engine_docker_global_init(), 0); /* main's, before two threads use curl */
         fake_start(&f, script, ELEMENTSOF(script));
         e = engine_on(&f);
         cr_assert_eq(engine_events_follow(e, filt, acts, collect_lost, &g, &stop, 10000, &err), 0, "%s", err.msg);

@@ -398,7 +398,7 @@ static void fence_apply(struct runner_hub *h, struct runner_chan *c)
         }
         if (c->cfd >= 0) {
                 log_ctx(LOG_LEVEL_INFO, c->user, c->session, NULL,
-                        "the runner of the session's earlier container is fenced (epoch %" PRIu64 ")", epoch);
+                        "the runner of the session's removed container (epoch %" PRIu64 ") is fenced", epoch);
                 conn_close(h, c, "fenced: the session has a new container");
         }
 }

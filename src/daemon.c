@@ -201,6 +201,17 @@ static void node_refused(void *ud, const char *node, const char *user, const cha
         audit_record_json(d->store, "node", user, session, "node_epoch_refused", detail);
 }
 
+/* The same refusal in this process: the runner of a container the session
+ * left (a lost Kubernetes node's Pod runs on) dialled its directory. */
+static void local_refused(const char *user, const char *session, uint64_t presented, uint64_t current, void *ud)
+{
+        cJSON *detail = cJSON_CreateObject();
+        cJSON_AddStringToObject(detail, "node", "local");
+        cJSON_AddNumberToObject(detail, "presented_epoch", (double)presented);
+        cJSON_AddNumberToObject(detail, "epoch", (double)current);
+        audit_record_json(ud, "node", user, session, "node_epoch_refused", detail);
+}
+
 static const struct node_server_hooks node_hooks = {
         .runner = node_runner,
         .gateway = node_gateway,
@@ -403,6 +414,7 @@ int daemon_open(const struct sbx_config *cfg, const struct daemon_options *opts,
         if (r < 0)
                 goto fail;
         runner_hub_set_epoch_fn(d->runner, session_epoch, d->store);
+        runner_hub_set_refused_fn(d->runner, local_refused, d->store);
         if (d->cfg.node_listen[0]) {
                 r = node_server_new(&d->cfg, &node_hooks, d, &d->node, err);
                 if (r < 0)

@@ -67,7 +67,7 @@ static int on_event(const struct engine_event *ev, void *ud)
         struct monitor *mon = ud;
         const char *user = engine_label_get(ev->labels, ev->n_labels, CONTAINER_LABEL_USER);
         const char *session = engine_label_get(ev->labels, ev->n_labels, CONTAINER_LABEL_SESSION);
-        char cause[96] = "";
+        char cause[128] = "";
 
         __atomic_add_fetch(&mon->events_seen, 1, __ATOMIC_RELAXED);
         if (!user || !session || strcmp(ev->type, "container") != 0)
@@ -106,6 +106,9 @@ static int on_event(const struct engine_event *ev, void *ud)
                 snprintf(cause, sizeof(cause), "stopped");
         } else if (strcmp(ev->action, "destroy") == 0) {
                 snprintf(cause, sizeof(cause), "removed");
+        } else if (strcmp(ev->action, "lost") == 0 && ev->cause[0]) {
+                /* its node is lost (Kubernetes): the container may run on, unreachable */
+                snprintf(cause, sizeof(cause), "%s", ev->cause);
         } else {
                 return events_stopping(mon);
         }
@@ -119,7 +122,7 @@ static void *events_main(void *ud)
 {
         struct monitor *mon = ud;
         const char *filters[] = {CONTAINER_LABEL_MANAGED "=1", mon->instance_filter, NULL};
-        const char *actions[] = {"die", "oom", "stop", "destroy", NULL};
+        const char *actions[] = {"die", "oom", "stop", "destroy", "lost", NULL};
 
         pthread_setname_np(pthread_self(), "sbx-events");
         while (!events_stopping(mon)) {

@@ -196,9 +196,10 @@ struct engine_stats {
 
 struct engine_event {
         char type[16];   /* "container" */
-        char action[32]; /* "die", "oom", "kill", "stop", "destroy", "start", ... */
+        char action[32]; /* "die", "oom", "kill", "stop", "destroy", "start", ...; "lost": its node is lost */
         char id[ENGINE_ID_STR_MAX];
-        int exit_code; /* -1 if absent */
+        int exit_code;   /* -1 if absent */
+        char cause[128]; /* "lost": why ("node_not_ready: <node>", "node_gone: <node>"); else "" */
         int64_t time_nano;
         struct engine_kv labels[ENGINE_MAX_LABELS]; /* sandboxd.* and the filtered ones */
         size_t n_labels;
@@ -268,7 +269,10 @@ struct engine_ops {
         int (*pause)(struct engine *e, const char *id, struct sbx_error *err);
         int (*unpause)(struct engine *e, const char *id, struct sbx_error *err);
         /* Blocks on the calling thread; reconnects without losing or repeating
-         * events while the engine can say so (docker_events_follow). */
+         * events while the engine can say so (docker_events_follow). Kubernetes
+         * also tells "lost" (ev->cause says why: its node is NotReady or gone)
+         * when actions names it; the callback is never called from two threads
+         * at once. */
         int (*events_follow)(struct engine *e, const char *const *label_filters, const char *const *actions,
                              engine_event_cb cb, void *userdata, volatile bool *stop, long reconnect_limit_ms,
                              struct sbx_error *err);

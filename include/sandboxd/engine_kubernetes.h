@@ -33,9 +33,15 @@
  * claim (engine_spec.workspace_claim, recorded by the store). The session directory, the runner, the init and the identity files
  * come from the node by hostPath, read-only (the node agent provides them).
  *
+ * Node health: an events watch that names the action "lost" also watches
+ * the cluster's Nodes (k8s_nodes.c): a Pod whose node turns NotReady or is
+ * deleted is told "lost" with the cause "node_not_ready: <node>" or
+ * "node_gone: <node>" (without list/watch on nodes: judged from the Pods'
+ * status, said once in the log), and is deleted with a grace of 0.
+ *
  * Threads: the engine is shared; each call makes its own curl handle. The
- * one shared state, the NetworkPolicy done-flag and the error counter, is
- * atomic. */
+ * shared state, the NetworkPolicy done-flag and the error counter, is
+ * atomic; the table of nodes has its own lock. */
 #ifndef SANDBOXD_ENGINE_KUBERNETES_H
 #define SANDBOXD_ENGINE_KUBERNETES_H
 
@@ -103,6 +109,10 @@ int engine_kubernetes_new(const struct engine_k8s_config *cfg, struct engine **r
 char *engine_kubernetes_pod_body(const struct engine_k8s_config *cfg, const struct engine_spec *spec, const char *name);
 char *engine_kubernetes_pvc_body(const struct engine_k8s_config *cfg, const struct engine_spec *spec);
 char *engine_kubernetes_netpol_body(void);
+/* Whether the engine watches Nodes (node health, while an events watch
+ * that wants "lost" runs): 1 yes, -1 not permitted (the Pods' status stands
+ * in; the log said so once), 0 not yet. */
+int engine_kubernetes_nodes_watched(struct engine *e);
 /* The claim of the spec: its workspace_claim when set (a pool slot's claim
  * the session took over), else the one of the session labelled in spec
  * ("sbx-ws-<hash>"); -EINVAL without the instance, user and session labels

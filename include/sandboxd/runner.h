@@ -195,6 +195,22 @@ typedef int (*runner_epoch_fn)(const char *user, const char *session, bool bump,
 /* Set once, before the first runner_hub_prepare. Epochs grow with every
  * prepare (a new container) and rekey (a move), whatever the link. */
 void runner_hub_set_epoch_fn(struct runner_hub *h, runner_epoch_fn fn, void *userdata);
+/* In this process (no node link), a session's directory may be reached by
+ * the runner of an earlier container that its engine could not kill (a lost
+ * Kubernetes node: the Pod is deleted, its containers run on until the
+ * kubelet is back). runner_hub_fence_runner, called once the session's
+ * container was removed (before the next one's runner_hub_prepare, which
+ * moves the epoch), fences the runner known so far: its connection is
+ * closed, and a later connection from that container (its init) is
+ * refused, whatever the peer check says; the list is kept in the session
+ * directory (runner_peer.h), for a restarted daemon and the gateway.
+ * The refused fn is told the first refusal of each such container, from the
+ * hub thread: the epoch that container had and the session's now. Set once,
+ * before the hub serves. No-op over a node link (the node checks epochs). */
+void runner_hub_fence_runner(struct runner_hub *h, const char *user, const char *session);
+typedef void (*runner_refused_fn)(const char *user, const char *session, uint64_t presented, uint64_t current,
+                                  void *userdata);
+void runner_hub_set_refused_fn(struct runner_hub *h, runner_refused_fn fn, void *userdata);
 /* The node part is across a link: directories and sockets are the node's
  * (ops), runner connections come in through runner_hub_attach. Set once,
  * before the first runner_hub_prepare. Without it the hub makes the

@@ -39,6 +39,8 @@
 #ifndef SANDBOXD_RUNNER_PEER_H
 #define SANDBOXD_RUNNER_PEER_H
 
+#include <stdbool.h>
+#include <stddef.h>
 #include <stdint.h>
 #include <sys/types.h>
 
@@ -70,5 +72,26 @@ int runner_peer_verify(int fd, int dirfd, const struct runner_peer *known, struc
 int runner_peer_load(int dirfd, struct runner_peer *ret);
 /* Replace it (a temporary renamed over it). One writer per directory. */
 int runner_peer_save(int dirfd, const struct runner_peer *peer);
+
+/* The runners of a session's earlier containers, fenced by their init (the
+ * hub, runner.h runner_hub_set_refused_fn): a container its engine could not
+ * kill (a lost Kubernetes node's Pod) may dial the same directory, and its
+ * runner passes runner_peer_verify. Kept in the directory too, so a
+ * restarted daemon and the gateway (fwd.sock) refuse them as well: one
+ * "init_pid init_start epoch" a line, the newest last. */
+#define RUNNER_FENCED_FILE ".runner-fenced"
+#define RUNNER_FENCED_MAX 4 /* earlier containers remembered per session (the oldest goes first) */
+struct runner_fence {
+        pid_t init_pid;
+        uint64_t init_start;
+        uint64_t epoch; /* the session's epoch while that container was current */
+};
+/* Read the list: 0 (*ret_n may be 0), -ENOENT without one. */
+int runner_fence_load(int dirfd, struct runner_fence ret[RUNNER_FENCED_MAX], size_t *ret_n);
+/* Replace it (a temporary renamed over it). One writer per directory. */
+int runner_fence_save(int dirfd, const struct runner_fence *list, size_t n);
+/* Whether peer (as runner_peer_verify returned it) is the runner of a fenced
+ * container of this directory; *ret_epoch (may be NULL) that container's epoch. */
+bool runner_peer_fenced(int dirfd, const struct runner_peer *peer, uint64_t *ret_epoch);
 
 #endif

@@ -161,7 +161,7 @@ struct session_info {
         int *ports; /* host ports of the block (malloc'd, free with session_info_done) */
         size_t n_ports;
         char last_error[1024];
-        char error_cause[64];
+        char error_cause[128];
         int64_t created_at;    /* unix ms */
         int64_t last_activity; /* the last use: idle_timeout counts from it, paused or not */
         int64_t paused_at;     /* unix ms of the pause while PAUSED, else 0 */

@@ -77,7 +77,7 @@ struct store_session {
         char image[256];
         char network_mode[16];
         char last_error[1024];
-        char error_cause[64];
+        char error_cause[128];
         int64_t created_at; /* unix ms */
         int64_t updated_at;
         int64_t last_activity;

@@ -332,8 +332,13 @@ static bool fwd_peer_ok(struct gw_sess *s, evutil_socket_t fd)
         if (s->peer.pid == 0) /* the runner the hub (or an earlier daemon) recorded */
                 (void)runner_peer_load(s->dirfd, &s->peer);
         if (runner_peer_verify(fd, s->dirfd, &s->peer, &peer, &why) == 0) {
-                s->peer = peer;
-                return true;
+                /* a runner, but of a container the session left (a lost node's Pod runs on): the hub
+                 * fenced it and keeps the list in the directory; the audit row is the hub's */
+                if (!runner_peer_fenced(s->dirfd, &peer, NULL)) {
+                        s->peer = peer;
+                        return true;
+                }
+                why = "the runner of an earlier container of the session (fenced)";
         }
         s->impostors++;
         now = sbx_now_ms();

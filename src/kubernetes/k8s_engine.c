@@ -13,8 +13,13 @@
  * RBAC (deploy/kubernetes/rbac.yaml lists exactly these): pods get, list,
  * watch, create, delete, patch (a pool claim's relabel); pods/log get;
  * persistentvolumeclaims get, list (leftover pool claims), create, delete,
- * patch (likewise); networkpolicies get, create (namespaced); runtimeclasses get
- * (cluster-wide); metrics.k8s.io pods get (optional).
+ * patch (likewise); networkpolicies get, create (namespaced); runtimeclasses
+ * get and nodes list, watch (cluster-wide; k8s_nodes.c); metrics.k8s.io pods
+ * get (optional).
+ *
+ * A Pod on a lost node (k8s_nodes.c) is deleted with a grace of 0: its
+ * kubelet cannot confirm a kill, and the session's next Pod, under a new
+ * name, must not wait for it.
  *
  * State: the immutable settings, the error counter (atomic) and whether the
  * NetworkPolicy exists (atomic). */
@@ -42,6 +47,8 @@ static void k8s_free_engine(struct engine *e)
 
         if (k) {
                 k8s_credentials_done(&k->creds);
+                pthread_mutex_destroy(&k->nodes_lock);
+                free(k->nodes);
                 free(k);
         }
         free(e);
@@ -484,6 +491,13 @@ static int delete_pod(struct k8s *k, const char *id, int grace_s, struct sbx_err
             hopeless(k8s_json_str(cJSON_GetArrayItem(k8s_json_get(pod, "status.containerStatuses"), 0),
                                   "state.waiting.reason")))
                 grace_s = 0;
+        /* Nor does one on a lost node: its kubelet is not there to confirm a
+         * kill, and a grace would leave the object Terminating until it came
+         * back. Its containers may run on; the session's epoch fences its
+         * runner (runner_chan.c), and the kubelet kills them once back, when it
+         * finds the Pod gone from the API. */
+        else if (k8s_node_lost(k, k8s_json_str(pod, "spec.nodeName"), NULL, 0) || k8s_pod_node_lost(pod))
+                grace_s = 0;
         cJSON_Delete(pod);
         snprintf(q, sizeof(q), "?gracePeriodSeconds=%d", grace_s);
         r = pod_path(k, id, q, path, sizeof(path), err);
@@ -838,6 +852,7 @@ int engine_kubernetes_new_with(const struct engine_k8s_config *cfg, struct k8s_c
         }
         k->creds = *creds;
         memset(creds, 0, sizeof(*creds));
+        pthread_mutex_init(&k->nodes_lock, NULL);
         COPY_STR(k->ns, ns);
         COPY_STR(k->workspace_mode, mode);
         COPY_STR(k->storage_class, cfg->storage_class ? cfg->storage_class : "");

@@ -264,8 +264,29 @@ struct line_sink {
         size_t len;
         bool over, stopped;
         int (*on_line)(char *line, size_t len, void *ud);
+        void (*on_open)(void *ud);
         void *ud;
+        int status; /* of the last status line */
 };
+
+/* The headers: on_open once the reply is a 2xx and its headers ended (a
+ * watch is established before any event comes). */
+static size_t header_line(char *p, size_t size, size_t n, void *ud)
+{
+        struct line_sink *s = ud;
+        size_t k = size * n;
+        char line[64];
+        int code;
+
+        snprintf(line, sizeof(line), "%.*s", (int)(k < sizeof(line) ? k : sizeof(line) - 1), p); /* p has no NUL */
+        if (strncmp(line, "HTTP/", 5) == 0 && sscanf(line, "HTTP/%*s %d", &code) == 1)
+                s->status = code;
+        else if (k <= 2 && (p[0] == '\r' || p[0] == '\n') && s->status >= 200 && s->status < 300 && s->on_open) {
+                s->on_open(s->ud);
+                s->on_open = NULL;
+        }
+        return k;
+}
 
 static size_t line_write(char *p, size_t size, size_t n, void *ud)
 {
@@ -294,8 +315,14 @@ static size_t line_write(char *p, size_t size, size_t n, void *ud)
 int k8s_stream(struct k8s *k, const char *path, long timeout_ms, volatile bool *stop,
                int (*on_line)(char *line, size_t len, void *ud), void *ud, long *ret_status, struct sbx_error *err)
 {
+        return k8s_stream_open(k, path, timeout_ms, stop, NULL, on_line, ud, ret_status, err);
+}
+
+int k8s_stream_open(struct k8s *k, const char *path, long timeout_ms, volatile bool *stop, void (*on_open)(void *ud),
+                    int (*on_line)(char *line, size_t len, void *ud), void *ud, long *ret_status, struct sbx_error *err)
+{
         struct curl_slist *h = NULL;
-        struct line_sink s = {.on_line = on_line, .ud = ud};
+        struct line_sink s = {.on_line = on_line, .on_open = on_open, .ud = ud};
         struct progress pr = {stop};
         char errbuf[CURL_ERROR_SIZE] = "";
         long status = 0;
@@ -312,6 +339,8 @@ int k8s_stream(struct k8s *k, const char *path, long timeout_ms, volatile bool *
         }
         curl_easy_setopt(c, CURLOPT_WRITEFUNCTION, line_write);
         curl_easy_setopt(c, CURLOPT_WRITEDATA, &s);
+        curl_easy_setopt(c, CURLOPT_HEADERFUNCTION, header_line);
+        curl_easy_setopt(c, CURLOPT_HEADERDATA, &s);
         curl_easy_setopt(c, CURLOPT_ERRORBUFFER, errbuf);
         curl_easy_setopt(c, CURLOPT_NOPROGRESS, 0L);
         curl_easy_setopt(c, CURLOPT_XFERINFOFUNCTION, on_progress);
@@ -328,7 +357,9 @@ int k8s_stream(struct k8s *k, const char *path, long timeout_ms, volatile bool *
         if (status >= 300 && s.len > 0) { /* an error reply without a newline: its Status */
                 struct k8s_reply r = {status, s.buf, s.len};
                 s.buf[s.len] = '\0';
-                int rc = k8s_status_error(k, &r, "watching Pods", err);
+                int rc = k8s_status_error(k, &r,
+                                          strncmp(path, "/api/v1/nodes", 13) == 0 ? "watching Nodes" : "watching Pods",
+                                          err);
                 free(s.buf);
                 return rc;
         }

@@ -4,6 +4,7 @@
 #define SANDBOXD_K8S_INTERNAL_H
 
 #include <cjson/cJSON.h>
+#include <pthread.h>
 #include <stdbool.h>
 #include <stdint.h>
 
@@ -13,6 +14,17 @@
 #define K8S_REPLY_MAX (16u << 20) /* bytes of one reply at most (a list of many Pods) */
 #define K8S_WATCH_LINE_MAX (1u << 20)
 #define K8S_PATH_MAX 2048
+
+#define K8S_NODE_NAME_MAX 254 /* a Node's name: a DNS subdomain */
+
+/* A node as the Node watch saw it last (k8s_nodes.c). */
+struct k8s_node {
+        char name[K8S_NODE_NAME_MAX];
+        bool known; /* its state was read at least once */
+        bool ready; /* condition Ready is True (or not posted yet) */
+        bool gone;  /* deleted */
+        bool seen;  /* in the last list */
+};
 
 struct k8s {
         struct k8s_credentials creds;
@@ -28,6 +40,11 @@ struct k8s {
         uint64_t api_errors; /* atomic */
         int netpol_done;     /* atomic */
         char version[64];
+        /* node health (k8s_nodes.c) */
+        pthread_mutex_t nodes_lock; /* guards the table below */
+        struct k8s_node *nodes;
+        size_t n_nodes, cap_nodes;
+        int nodes_mode; /* atomic: 0 not watched yet, 1 watched, -1 not permitted (the Pods' status stands in) */
 };
 
 struct k8s_reply {
@@ -61,6 +78,12 @@ int k8s_call(struct k8s *k, const char *method, const char *path, const char *bo
 int k8s_stream(struct k8s *k, const char *path, long timeout_ms, volatile bool *stop,
                int (*on_line)(char *line, size_t len, void *ud), void *ud, long *ret_status, struct sbx_error *err);
 
+/* The same, with on_open (may be NULL) called once the reply is a 2xx and
+ * its headers ended: the watch is established. */
+int k8s_stream_open(struct k8s *k, const char *path, long timeout_ms, volatile bool *stop, void (*on_open)(void *ud),
+                    int (*on_line)(char *line, size_t len, void *ud), void *ud, long *ret_status,
+                    struct sbx_error *err);
+
 /* Helpers over cJSON. */
 const char *k8s_json_str(const cJSON *o, const char *path); /* "a.b.c" or NULL */
 const cJSON *k8s_json_get(const cJSON *o, const char *path);
@@ -82,5 +105,21 @@ bool k8s_labels_match(const struct engine_kv *kv, size_t n, const char *const *f
 /* The container state of a Pod as Docker's words: "created", "running",
  * "exited", "removing"; exit code and OOM for "exited". */
 void k8s_pod_state(const cJSON *pod, char state[16], int *ret_exit, bool *ret_oom);
+
+/* Node health (k8s_nodes.c). Whether node is known lost (Ready False or
+ * Unknown, or deleted), with cause "node_not_ready: <node>" or
+ * "node_gone: <node>". */
+bool k8s_node_lost(struct k8s *k, const char *node, char *cause, size_t size);
+/* Whether the node controller marked this Pod not Ready for its node (the
+ * fallback without the Node watch): Ready False (or reason NodeLost) while
+ * its container's status, which only the kubelet writes, says running and
+ * ready. */
+bool k8s_pod_node_lost(const cJSON *pod);
+/* The Node watch in a thread of its own; changed(ud) after each list and
+ * whenever a node became lost, from that thread. */
+typedef void (*k8s_nodes_changed_fn)(void *ud);
+struct k8s_nodes_watch;
+int k8s_nodes_watch_start(struct k8s *k, k8s_nodes_changed_fn changed, void *ud, struct k8s_nodes_watch **ret);
+void k8s_nodes_watch_stop(struct k8s_nodes_watch *w); /* accepts NULL */
 
 #endif

@@ -8,13 +8,18 @@
  *
  * A Pod's changes become Docker's words: ADDED create, the container
  * running start, terminated oom (OOMKilled) and die with its exit code,
- * DELETED destroy. Each is told once per Pod.
+ * DELETED destroy. Each is told once per Pod. A Pod whose node is lost (the
+ * Node watch of k8s_nodes.c; without it, the Pod's status) is told "lost"
+ * once, with the cause: its container may run on, but nobody can reach it.
  *
- * State: the known Pods, owned by the one thread that follows. */
+ * State: the known Pods, f->lock, taken by the thread that follows and by
+ * the Node watch's thread (k8s_nodes.c), each around its changes and the
+ * callbacks they make: the callback is never called from both at once. */
 #include "k8s_internal.h"
 
 #include <curl/curl.h>
 #include <errno.h>
+#include <pthread.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -24,7 +29,10 @@
 
 struct known {
         char name[K8S_NAME_MAX];
+        char node[K8S_NODE_NAME_MAX]; /* spec.nodeName, once scheduled */
         bool started, died, seen;
+        bool lost;     /* told "lost" */
+        bool pod_lost; /* its status says the node controller marked it (k8s_pod_node_lost) */
         struct engine_kv labels[ENGINE_MAX_LABELS];
         size_t n_labels;
 };
@@ -41,6 +49,7 @@ struct follow {
         bool gone;    /* 410: list again */
         bool stopped; /* the callback asked to stop */
         struct sbx_error *err;
+        pthread_mutex_t lock;
 };
 
 static bool wanted(const struct follow *f, const char *action)
@@ -53,7 +62,7 @@ static bool wanted(const struct follow *f, const char *action)
         return false;
 }
 
-static int emit(struct follow *f, const struct known *p, const char *action, int exit_code)
+static int emit(struct follow *f, const struct known *p, const char *action, int exit_code, const char *cause)
 {
         struct engine_event ev = {0};
 
@@ -63,11 +72,12 @@ static int emit(struct follow *f, const struct known *p, const char *action, int
         sbx_strlcpy(ev.action, action, sizeof(ev.action));
         sbx_strlcpy(ev.id, p->name, sizeof(ev.id));
         ev.exit_code = exit_code;
+        sbx_strlcpy(ev.cause, cause ? cause : "", sizeof(ev.cause));
         ev.time_nano = sbx_now_ms() * 1000000;
         memcpy(ev.labels, p->labels, p->n_labels * sizeof(p->labels[0]));
         ev.n_labels = p->n_labels;
         if (f->cb(&ev, f->ud) != 0) {
-                f->stopped = true;
+                __atomic_store_n(&f->stopped, true, __ATOMIC_RELAXED); /* read by the other thread too */
                 return 1;
         }
         return 0;
@@ -107,6 +117,8 @@ static void drop(struct follow *f, struct known *p)
         *p = f->pods[--f->n];
 }
 
+static int check_lost(struct follow *f, struct known *p);
+
 /* A Pod as it is now: tell what changed since it was last seen. quiet: only
  * record (the first list: events are from now on). */
 static int observe(struct follow *f, const cJSON *pod, bool added, bool quiet)
@@ -131,24 +143,55 @@ static int observe(struct follow *f, const cJSON *pod, bool added, bool quiet)
                         return 0; /* past KNOWN_MAX: the monitor's poll still sees it */
                 memcpy(p->labels, kv, sizeof(kv));
                 p->n_labels = n;
-                if (!quiet && added && emit(f, p, "create", -1))
+                if (!quiet && added && emit(f, p, "create", -1, NULL))
                         return 1;
         }
         p->seen = true;
+        if (k8s_json_str(pod, "spec.nodeName"))
+                sbx_strlcpy(p->node, k8s_json_str(pod, "spec.nodeName"), sizeof(p->node));
+        p->pod_lost = k8s_pod_node_lost(pod);
         k8s_pod_state(pod, state, &code, &oom);
         if (strcmp(state, "running") == 0 && !p->started) {
                 p->started = true;
-                if (!quiet && emit(f, p, "start", -1))
+                if (!quiet && emit(f, p, "start", -1, NULL))
                         return 1;
         }
         if (strcmp(state, "exited") == 0 && !p->died) {
                 p->died = p->started = true;
-                if (!quiet && oom && emit(f, p, "oom", -1))
+                if (!quiet && oom && emit(f, p, "oom", -1, NULL))
                         return 1;
-                if (!quiet && emit(f, p, "die", code))
+                if (!quiet && emit(f, p, "die", code, NULL))
                         return 1;
         }
-        return 0;
+        return check_lost(f, p);
+}
+
+/* A Pod on a lost node, told once (k8s_nodes.c says which node is). */
+static int check_lost(struct follow *f, struct known *p)
+{
+        char cause[sizeof(((struct engine_event *)0)->cause)];
+
+        if (p->lost || p->died || !p->node[0])
+                return 0;
+        if (!k8s_node_lost(f->k, p->node, cause, sizeof(cause))) {
+                if (!p->pod_lost || __atomic_load_n(&f->k->nodes_mode, __ATOMIC_ACQUIRE) > 0)
+                        return 0; /* the Node watch judges while it runs */
+                snprintf(cause, sizeof(cause), "node_not_ready: %s", p->node);
+        }
+        p->lost = true;
+        return emit(f, p, "lost", -1, cause);
+}
+
+/* The Node watch's thread: a node became lost, or the nodes were listed. */
+static void nodes_changed(void *ud)
+{
+        struct follow *f = ud;
+
+        pthread_mutex_lock(&f->lock);
+        for (size_t i = 0; i < f->n && !f->stopped; i++)
+                if (check_lost(f, &f->pods[i]))
+                        break;
+        pthread_mutex_unlock(&f->lock);
 }
 
 static int gone(struct follow *f, const char *name)
@@ -160,9 +203,9 @@ static int gone(struct follow *f, const char *name)
                 return 0;
         copy = *p;
         drop(f, p);
-        if (!copy.died && emit(f, &copy, "die", -1))
+        if (!copy.died && emit(f, &copy, "die", -1, NULL))
                 return 1;
-        return emit(f, &copy, "destroy", -1);
+        return emit(f, &copy, "destroy", -1, NULL);
 }
 
 static int relist(struct follow *f, const char *sel, bool quiet, struct sbx_error *err)
@@ -183,6 +226,7 @@ static int relist(struct follow *f, const char *sel, bool quiet, struct sbx_erro
                 return sbx_error_set(err, -EPROTO, 0, "listing Pods: the reply has no resourceVersion");
         }
         sbx_strlcpy(f->rv, rv, sizeof(f->rv));
+        pthread_mutex_lock(&f->lock);
         for (size_t i = 0; i < f->n; i++)
                 f->pods[i].seen = false;
         cJSON_ArrayForEach(it, k8s_json_get(list, "items"))
@@ -201,6 +245,7 @@ static int relist(struct follow *f, const char *sel, bool quiet, struct sbx_erro
                 } else {
                         i++;
                 }
+        pthread_mutex_unlock(&f->lock);
         return 0;
 }
 
@@ -234,6 +279,7 @@ static int on_line(char *line, size_t len, void *ud)
         rv = k8s_json_str(obj, "metadata.resourceVersion");
         if (rv && strlen(rv) < sizeof(f->rv))
                 sbx_strlcpy(f->rv, rv, sizeof(f->rv));
+        pthread_mutex_lock(&f->lock);
         if (strcmp(type, "ADDED") == 0 || strcmp(type, "MODIFIED") == 0)
                 stop = observe(f, obj, strcmp(type, "ADDED") == 0, false);
         else if (strcmp(type, "DELETED") == 0 && k8s_json_str(obj, "metadata.name")) {
@@ -241,8 +287,10 @@ static int on_line(char *line, size_t len, void *ud)
                 if (!f->stopped)
                         stop = gone(f, k8s_json_str(obj, "metadata.name"));
         }
+        stop = stop || f->stopped;
+        pthread_mutex_unlock(&f->lock);
         cJSON_Delete(ev);
-        return stop || f->stopped;
+        return stop;
 }
 
 int k8s_events_follow(struct engine *e, const char *const *label_filters, const char *const *actions,
@@ -254,6 +302,7 @@ int k8s_events_follow(struct engine *e, const char *const *label_filters, const 
         char sel[1024], path[K8S_PATH_MAX];
         char *esc;
         int64_t failing_since = 0, pause = 100;
+        struct k8s_nodes_watch *nodes = NULL;
         int r;
 
         if (engine_kubernetes_selector(label_filters, sel, sizeof(sel)) < 0)
@@ -263,10 +312,15 @@ int k8s_events_follow(struct engine *e, const char *const *label_filters, const 
                 return sbx_error_set(err, -ENOMEM, 0, "out of memory");
         sbx_strlcpy(sel, esc, sizeof(sel));
         curl_free(esc);
+        pthread_mutex_init(&f.lock, NULL);
         r = relist(&f, sel, true, err);
         if (r < 0)
                 goto out;
-        while (!f.stopped && !(stop && __atomic_load_n(stop, __ATOMIC_RELAXED))) {
+        /* node health beside it, for the watches that name "lost" (the monitor's): a cluster-scoped
+         * watch nobody else pays for */
+        if (f.actions && wanted(&f, "lost") && k8s_nodes_watch_start(f.k, nodes_changed, &f, &nodes) < 0)
+                nodes = NULL; /* no thread: the Pods' status is judged by the fallback */
+        while (!__atomic_load_n(&f.stopped, __ATOMIC_RELAXED) && !(stop && __atomic_load_n(stop, __ATOMIC_RELAXED))) {
                 long status = 0;
                 struct sbx_error e2 = {0};
 
@@ -311,6 +365,8 @@ int k8s_events_follow(struct engine *e, const char *const *label_filters, const 
         }
         r = 0;
 out:
+        k8s_nodes_watch_stop(nodes);
+        pthread_mutex_destroy(&f.lock);
         free(f.pods);
         return r;
 }

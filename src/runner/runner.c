@@ -333,8 +333,106 @@ static int conn_install_locked(struct runner_hub *h, struct runner_chan *c, int 
         return 0;
 }
 
+/* The fence outlives the daemon: the list is kept in the session directory
+ * (runner_peer.h), so a restarted daemon, and the gateway's fwd.sock, refuse
+ * the same runners. Hub thread. */
+static void fenced_save(struct runner_chan *c)
+{
+        struct runner_fence list[RUNNER_FENCED_MAX];
+
+        for (size_t i = 0; i < c->n_fenced; i++)
+                list[i] = c->fenced[i].f;
+        if (runner_fence_save(c->dirfd, list, c->n_fenced) < 0)
+                log_ctx(LOG_LEVEL_WARN, c->user, c->session, NULL,
+                        "cannot record the fenced runners in the session directory: a restarted daemon would not "
+                        "know them");
+}
+
+static void fenced_load(struct runner_chan *c)
+{
+        struct runner_fence list[RUNNER_FENCED_MAX];
+        size_t n = 0;
+
+        if (c->fenced_loaded)
+                return;
+        c->fenced_loaded = true;
+        if (runner_fence_load(c->dirfd, list, &n) < 0)
+                return;
+        for (size_t i = 0; i < n; i++)
+                c->fenced[c->n_fenced++] = (struct runner_fenced){.f = list[i]};
+}
+
+/* c's session had its container removed (runner_hub_fence_runner): the
+ * runner known so far belongs to that container, and is fenced by its init
+ * (pid and start time): its connection closes, and whatever that container
+ * dials later is refused. Hub thread. */
+static void fence_apply(struct runner_hub *h, struct runner_chan *c)
+{
+        uint64_t epoch;
+        bool pending;
+
+        pthread_mutex_lock(&h->lock);
+        pending = c->fence_pending;
+        c->fence_pending = false;
+        epoch = c->epoch;
+        pthread_mutex_unlock(&h->lock);
+        if (c->dirfd >= 0)
+                fenced_load(c);
+        if (!pending)
+                return;
+        if (c->peer.pid == 0) /* after a restart: the runner an earlier daemon knew */
+                (void)runner_peer_load(c->dirfd, &c->peer);
+        if (c->peer.pid != 0) {
+                if (c->n_fenced == RUNNER_FENCED_MAX) {
+                        memmove(&c->fenced[0], &c->fenced[1], (RUNNER_FENCED_MAX - 1) * sizeof(c->fenced[0]));
+                        c->n_fenced--;
+                }
+                c->fenced[c->n_fenced++] =
+                        (struct runner_fenced){.f.init_pid = c->peer.init_pid,
+                                               .f.init_start = c->peer.init_start,
+                                               .f.epoch = c->peer_epoch ? c->peer_epoch : (epoch ? epoch - 1 : 0)};
+                c->peer = (struct runner_peer){0};
+                c->peer_epoch = 0;
+                (void)unlinkat(c->dirfd, RUNNER_PEER_FILE, 0);
+                fenced_save(c);
+        }
+        if (c->cfd >= 0) {
+                log_ctx(LOG_LEVEL_INFO, c->user, c->session, NULL,
+                        "the runner of the session's removed container (epoch %" PRIu64 ") is fenced", epoch);
+                conn_close(h, c, "fenced: the session has a new container");
+        }
+}
+
+/* A fenced container's runner dialled: refused, on the record once per container. */
+static void fenced_refused(struct runner_hub *h, struct runner_chan *c, int fd, struct runner_fenced *f)
+{
+        uint64_t now = 0;
+
+        close(fd);
+        if (f->refused++ > 0)
+                return;
+        pthread_mutex_lock(&h->lock);
+        now = c->epoch;
+        pthread_mutex_unlock(&h->lock);
+        log_ctx(LOG_LEVEL_WARN, c->user, c->session, NULL,
+                "refused the runner of an earlier container (epoch %" PRIu64 ", the session is at %" PRIu64
+                "): its engine could not kill it (a lost node?)",
+                f->f.epoch, now);
+        if (h->refused_fn)
+                h->refused_fn(c->user, c->session, f->f.epoch, now, h->refused_ud);
+}
+
+static struct runner_fenced *fenced_find(struct runner_chan *c, const struct runner_peer *peer)
+{
+        for (size_t i = 0; i < c->n_fenced; i++)
+                if (c->fenced[i].f.init_pid == peer->init_pid && c->fenced[i].f.init_start == peer->init_start)
+                        return &c->fenced[i];
+        return NULL;
+}
+
 static void conn_accept(struct runner_hub *h, struct runner_chan *c)
 {
+        fence_apply(h, c); /* before any connection is judged */
         for (;;) {
                 struct runner_peer peer;
                 const char *why = "";
@@ -352,7 +450,16 @@ static void conn_accept(struct runner_hub *h, struct runner_chan *c)
                         impostor_refused(c, fd, why);
                         continue;
                 }
+                /* a runner, but of an earlier container of the session: fenced by its epoch */
+                struct runner_fenced *fenced = fenced_find(c, &peer);
+                if (fenced) {
+                        fenced_refused(h, c, fd, fenced);
+                        continue;
+                }
                 if (peer.pid != c->peer.pid || peer.start != c->peer.start) {
+                        pthread_mutex_lock(&h->lock);
+                        c->peer_epoch = c->epoch;
+                        pthread_mutex_unlock(&h->lock);
                         c->peer = peer;
                         if (runner_peer_save(c->dirfd, &peer) < 0)
                                 log_ctx(LOG_LEVEL_WARN, c->user, c->session, NULL,
@@ -478,6 +585,23 @@ static void heartbeat(struct runner_hub *h)
         }
 }
 
+/* Every fence a prepare asked for since the last round. Hub thread (which
+ * alone frees channels: c stays valid unlocked). */
+static void fence_all(struct runner_hub *h)
+{
+        for (;;) {
+                struct runner_chan *c = NULL;
+                pthread_mutex_lock(&h->lock);
+                for (struct runner_chan *x = h->chans; x && !c; x = x->next)
+                        if (!x->dead && x->fence_pending)
+                                c = x;
+                pthread_mutex_unlock(&h->lock);
+                if (!c)
+                        return;
+                fence_apply(h, c);
+        }
+}
+
 static void *hub_main(void *ud)
 {
         struct runner_hub *h = ud;
@@ -491,6 +615,7 @@ static void *hub_main(void *ud)
                 pthread_mutex_unlock(&h->lock);
                 if (stop)
                         break;
+                fence_all(h); /* before any event: an old runner's frame is not read after its fence */
                 for (int i = 0; i < n; i++) {
                         struct ep_ref *ref = evs[i].data.ptr;
                         if (!ref) {

@@ -50,6 +50,12 @@ void runner_hub_set_epoch_fn(struct runner_hub *h, runner_epoch_fn fn, void *use
         h->epoch_ud = userdata;
 }
 
+void runner_hub_set_refused_fn(struct runner_hub *h, runner_refused_fn fn, void *userdata)
+{
+        h->refused_fn = fn;
+        h->refused_ud = userdata;
+}
+
 void runner_hub_set_node(struct runner_hub *h, const struct node_ops *ops, void *node)
 {
         h->node_ops = ops;
@@ -130,8 +136,9 @@ int runner_hub_prepare(struct runner_hub *h, const char *user, const char *sessi
         if (c) {
                 c->waited_in_vain = false; /* a new container: its runner is worth waiting for */
                 c->refused_once = false;
-                c->ever_hello = c->hello;
+                c->ever_hello = c->fence_pending ? false : c->hello; /* a fenced runner is no longer this one */
                 c->frozen = false;
+                c->epoch = epoch;
                 sbx_strlcpy(path, c->dir, sizeof(path));
         }
         pthread_mutex_unlock(&h->lock);
@@ -143,9 +150,31 @@ int runner_hub_prepare(struct runner_hub *h, const char *user, const char *sessi
                 return r;
         if (!c)
                 r = chan_add(h, user, session, path, dfd, lfd, err);
+        if (r == 0 && !c) {
+                pthread_mutex_lock(&h->lock);
+                c = runner_chan_find_locked(h, user, session);
+                if (c)
+                        c->epoch = epoch;
+                pthread_mutex_unlock(&h->lock);
+        }
         if (r == 0)
                 sbx_strlcpy(ret_dir, path, SBX_PATH_MAX);
         return r;
+}
+
+void runner_hub_fence_runner(struct runner_hub *h, const char *user, const char *session)
+{
+        struct runner_chan *c;
+
+        if (!h || h->node_ops) /* over a link the node checks epochs itself (node.h) */
+                return;
+        pthread_mutex_lock(&h->lock);
+        c = runner_chan_find_locked(h, user, session);
+        if (c)
+                c->fence_pending = true;
+        pthread_mutex_unlock(&h->lock);
+        if (c)
+                runner_hub_wake(h); /* up before the next container exists */
 }
 
 int runner_hub_adopt(struct runner_hub *h, const char *user, const char *session)

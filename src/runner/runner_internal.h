@@ -71,7 +71,20 @@ struct runner_chan {
         bool jobs_complete; /* RP_JOBS_END arrived on this connection */
         bool refused_once;  /* a connection was refused before its hello (since the last prepare) */
         /* hub thread only: who may connect (runner_peer.h) */
-        struct runner_peer peer;   /* the runner accepted last */
+        struct runner_peer peer; /* the runner accepted last */
+        uint64_t peer_epoch;     /* the session's epoch when it was accepted */
+        /* the runners of the session's earlier containers (their inits), refused by epoch: a
+         * container its engine could not kill (a lost Kubernetes node) keeps dialling */
+        struct runner_fenced {
+                struct runner_fence f;
+                uint64_t refused; /* connections refused from it */
+        } fenced[RUNNER_FENCED_MAX];
+        size_t n_fenced;
+        bool fenced_loaded; /* the list kept in the session directory was read (runner.c) */
+        /* h->lock: the session's container was removed (runner_hub_fence_runner): the hub thread
+         * fences the runner it knew before accepting any other */
+        bool fence_pending;
+        uint64_t epoch;            /* the session's epoch, as the last prepare made it (0: not known) */
         uint64_t impostors;        /* connections refused as not the runner */
         uint64_t impostors_said;   /* of them, the count last logged */
         int64_t impostors_said_ms; /* when (monotonic) */
@@ -124,6 +137,8 @@ struct runner_hub {
         void *node;
         runner_epoch_fn epoch_fn; /* session epochs (fencing); NULL: none */
         void *epoch_ud;
+        runner_refused_fn refused_fn; /* a fenced runner dialled (audit); NULL: none */
+        void *refused_ud;
 };
 
 static inline int runner_exec_cfd(const struct runner_exec *x)

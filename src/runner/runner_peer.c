@@ -345,3 +345,59 @@ int runner_peer_save(int dirfd, const struct runner_peer *peer)
         }
         return 0;
 }
+
+int runner_fence_load(int dirfd, struct runner_fence ret[RUNNER_FENCED_MAX], size_t *ret_n)
+{
+        char buf[RUNNER_FENCED_MAX * 80 + 1], *line, *save = NULL;
+        size_t n = 0;
+        int r = read_small(dirfd, RUNNER_FENCED_FILE, buf, sizeof(buf));
+
+        if (r < 0)
+                return r;
+        for (line = strtok_r(buf, "\n", &save); line && n < RUNNER_FENCED_MAX; line = strtok_r(NULL, "\n", &save)) {
+                long long pid;
+                unsigned long long start, epoch;
+                if (sscanf(line, "%lld %llu %llu", &pid, &start, &epoch) == 3 && pid > 0 && pid <= INT32_MAX)
+                        ret[n++] = (struct runner_fence){.init_pid = (pid_t)pid, .init_start = start, .epoch = epoch};
+        }
+        *ret_n = n;
+        return 0;
+}
+
+int runner_fence_save(int dirfd, const struct runner_fence *list, size_t n)
+{
+        static const char tmp[] = RUNNER_FENCED_FILE ".tmp";
+        char buf[RUNNER_FENCED_MAX * 80];
+        size_t len = 0;
+        _cleanup_close_ int fd = -1;
+
+        for (size_t i = 0; i < n && i < RUNNER_FENCED_MAX; i++)
+                len += (size_t)snprintf(buf + len, sizeof(buf) - len, "%d %llu %llu\n", (int)list[i].init_pid,
+                                        (unsigned long long)list[i].init_start, (unsigned long long)list[i].epoch);
+        (void)unlinkat(dirfd, tmp, 0);
+        fd = openat(dirfd, tmp, O_WRONLY | O_CREAT | O_EXCL | O_NOFOLLOW | O_CLOEXEC, 0644);
+        if (fd < 0)
+                return -errno;
+        if (write(fd, buf, len) != (ssize_t)len || renameat(dirfd, tmp, dirfd, RUNNER_FENCED_FILE) < 0) {
+                int r = errno ? -errno : -EIO;
+                (void)unlinkat(dirfd, tmp, 0);
+                return r;
+        }
+        return 0;
+}
+
+bool runner_peer_fenced(int dirfd, const struct runner_peer *peer, uint64_t *ret_epoch)
+{
+        struct runner_fence list[RUNNER_FENCED_MAX];
+        size_t n = 0;
+
+        if (runner_fence_load(dirfd, list, &n) < 0)
+                return false;
+        for (size_t i = 0; i < n; i++)
+                if (list[i].init_pid == peer->init_pid && list[i].init_start == peer->init_start) {
+                        if (ret_epoch)
+                                *ret_epoch = list[i].epoch;
+                        return true;
+                }
+        return false;
+}

@@ -118,6 +118,9 @@ int session_make_container(struct session *s, const char *old_id, const char **n
                         return r;
                 }
                 (void)store_container_removed(m->store, old_id, "replaced", sbx_wall_ms());
+                /* removed, as far as its engine can tell: whatever still runs of it (a lost node's Pod)
+                 * no longer serves the session */
+                runner_hub_fence_runner(m->runner, s->user, s->id);
         }
         r = session_image(m, s, ret_image, err);
         if (r < 0)

@@ -58,7 +58,7 @@ struct session {
         char runtime[16]; /* of the current container, as Docker reports it */
         char workspace[SBX_PATH_MAX];
         char last_error[1024];
-        char error_cause[64];
+        char error_cause[128];
         int64_t created_at;
         int64_t last_activity;
         int64_t paused_at;     /* unix ms of the pause while PAUSED, else 0 */

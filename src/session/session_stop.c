@@ -10,6 +10,7 @@
  * clears it and wakes the waiters (session_internal.h). */
 #include "session_internal.h"
 
+#include <cjson/cJSON.h>
 #include <errno.h>
 #include <stdio.h>
 #include <string.h>
@@ -28,9 +29,12 @@
 /* ---- failures ---- */
 
 /* How specific a cause is: a later event may refine "exited" into "stopped"
- * (docker stop) or "removed" (docker rm -f), never the other way. */
+ * (docker stop) or "removed" (docker rm -f), never the other way. A lost
+ * node (Kubernetes) says most: its Pod may be removed later because of it. */
 static int cause_rank(const char *cause)
 {
+        if (strncmp(cause, "node_", 5) == 0)
+                return 5;
         if (strcmp(cause, "removed") == 0)
                 return 4;
         if (strcmp(cause, "stopped") == 0)
@@ -63,6 +67,13 @@ bool session_mark_failed(struct session_manager *m, const char *user, const char
         }
         pthread_mutex_unlock(&s->lock);
         session_unref(s);
+        if (first && strncmp(cause, "node_", 5) == 0) {
+                /* a lost node is the cluster's doing, not the tenant's: on the record */
+                cJSON *detail = cJSON_CreateObject();
+                cJSON_AddStringToObject(detail, "container", container_id);
+                cJSON_AddStringToObject(detail, "cause", cause);
+                (void)audit_record_json(m->store, "monitor", user, id, "session.node_lost", detail);
+        }
         if (first)
                 session_call_handlers(m, user, id, container_id, cause);
         return changed;

@@ -19,6 +19,7 @@
 #include <cjson/cJSON.h>
 #include <criterion/criterion.h>
 #include <ctype.h>
+#include <dirent.h>
 #include <curl/curl.h>
 #include <errno.h>
 #include <pthread.h>
@@ -84,7 +85,8 @@ static long kapi(const char *method, const char *path, const char *body, char **
                 snprintf(auth, sizeof(auth), "Authorization: Bearer %s", creds.token);
                 h = curl_slist_append(h, auth);
         }
-        h = curl_slist_append(h, "Content-Type: application/json");
+        h = curl_slist_append(h, strcmp(method, "PATCH") == 0 ? "Content-Type: application/merge-patch+json"
+                                                              : "Content-Type: application/json");
         curl_easy_setopt(c, CURLOPT_HTTPHEADER, h);
         if (body)
                 curl_easy_setopt(c, CURLOPT_POSTFIELDS, body);
@@ -336,9 +338,11 @@ static void *watch_main(void *ud)
         struct watch *w = ud;
         char f[160];
         const char *const filters[] = {f, NULL};
+        /* every action the engine tells; "lost" named, so node health is watched too */
+        const char *const actions[] = {"create", "start", "oom", "die", "destroy", "lost", NULL};
 
         snprintf(f, sizeof(f), "%s=%s", TESTENV_RUN_LABEL, testenv_run_id());
-        w->rc = engine_events_follow(w->e, filters, NULL, on_ev, w, &w->stop, 0, NULL);
+        w->rc = engine_events_follow(w->e, filters, actions, on_ev, w, &w->stop, 0, NULL);
         return NULL;
 }
 
@@ -482,6 +486,7 @@ static cJSON *yaml_to_json(yaml_document_t *d, yaml_node_t *n)
 }
 
 /* The document of kind `kind` in the deploy file. */
+/* The first document of a kind ("Role"), or of a kind and name ("ClusterRole/x"). */
 static cJSON *deploy_doc(const char *file, const char *kind)
 {
         char path[512];
@@ -505,7 +510,12 @@ static cJSON *deploy_doc(const char *file, const char *kind)
                 }
                 cJSON *j = yaml_to_json(&doc, root);
                 yaml_document_delete(&doc);
-                if (!found && cJSON_IsString(jget(j, "kind")) && strcmp(jget(j, "kind")->valuestring, kind) == 0)
+                size_t kl = strcspn(kind, "/");
+                bool match = cJSON_IsString(jget(j, "kind")) && strlen(jget(j, "kind")->valuestring) == kl &&
+                             strncmp(jget(j, "kind")->valuestring, kind, kl) == 0 &&
+                             (!kind[kl] || (cJSON_IsString(jget(j, "metadata.name")) &&
+                                            strcmp(jget(j, "metadata.name")->valuestring, kind + kl + 1) == 0));
+                if (!found && match)
                         found = j;
                 else
                         cJSON_Delete(j);
@@ -598,6 +608,53 @@ static char *account_with_role(const char *sa, const char *resource, const char 
         return text;
 }
 
+/* Cluster-scoped objects this process made (the namespace's deletion does
+ * not take them): deleted at exit. */
+static char cluster_objs[8][256];
+static size_t n_cluster_objs;
+
+static void delete_cluster_objs(void)
+{
+        for (size_t i = 0; i < n_cluster_objs; i++)
+                (void)kapi("DELETE", cluster_objs[i], NULL, NULL);
+}
+
+/* The deploy ClusterRole sandboxd-node-reader (without drop_verb when set)
+ * bound to the account sa of the test namespace. */
+static void bind_node_reader(const char *sa, const char *drop_verb)
+{
+        cJSON *role = deploy_doc("rbac.yaml", "ClusterRole/sandboxd-node-reader"), *rule;
+        char name[128], path[256], body[1024];
+        char *text;
+
+        snprintf(name, sizeof(name), "%s-%s", ns, sa);
+        cJSON_ReplaceItemInObject(cJSON_GetObjectItem(role, "metadata"), "name", cJSON_CreateString(name));
+        cJSON_ArrayForEach(rule, jget(role, "rules")) {
+                cJSON *verbs = cJSON_GetObjectItem(rule, "verbs");
+                for (int i = 0; drop_verb && i < cJSON_GetArraySize(verbs); i++)
+                        if (strcmp(cJSON_GetArrayItem(verbs, i)->valuestring, drop_verb) == 0)
+                                cJSON_DeleteItemFromArray(verbs, i--);
+        }
+        text = cJSON_PrintUnformatted(role);
+        cJSON_Delete(role);
+        if (n_cluster_objs == 0)
+                atexit(delete_cluster_objs);
+        cr_assert(n_cluster_objs + 2 <= 8);
+        snprintf(cluster_objs[n_cluster_objs++], 256, "/apis/rbac.authorization.k8s.io/v1/clusterroles/%s", name);
+        snprintf(cluster_objs[n_cluster_objs++], 256, "/apis/rbac.authorization.k8s.io/v1/clusterrolebindings/%s",
+                 name);
+        cr_assert_eq(kapi("POST", "/apis/rbac.authorization.k8s.io/v1/clusterroles", text, NULL), 201,
+                     "the deploy ClusterRole is accepted");
+        free(text);
+        snprintf(body, sizeof(body),
+                 "{\"metadata\":{\"name\":\"%s\"},\"subjects\":[{\"kind\":\"ServiceAccount\",\"name\":\"%s\","
+                 "\"namespace\":\"%s\"}],\"roleRef\":{\"apiGroup\":\"rbac.authorization.k8s.io\",\"kind\":"
+                 "\"ClusterRole\",\"name\":\"%s\"}}",
+                 name, sa, ns, name);
+        snprintf(path, sizeof(path), "/apis/rbac.authorization.k8s.io/v1/clusterrolebindings");
+        cr_assert_eq(kapi("POST", path, body, NULL), 201);
+}
+
 static struct engine *engine_with_token(char *token, const char *mode)
 {
         struct k8s_credentials c = {0};
@@ -633,8 +690,12 @@ Test(kubernetes, the_deploy_role_is_enough_and_each_pod_verb_is_needed)
         pthread_t th;
 
         /* the engine's whole life on the Role alone, with a service-account token */
+        bind_node_reader("sbx-engine", NULL);
         cr_assert_eq(engine_connect(e, &err), 0, "%s", err.msg);
         cr_assert_eq(pthread_create(&th, NULL, watch_main, &w), 0);
+        /* and node health on the node ClusterRole */
+        cr_expect(TESTENV_WAIT_UNTIL(engine_kubernetes_nodes_watched(e) != 0, 30000), "the Node watch started");
+        cr_expect_eq(engine_kubernetes_nodes_watched(e), 1, "the ClusterRole lets the engine watch Nodes");
         test_spec(&s, &t, l, "s-rbac", NULL);
         cr_assert_eq(engine_create(e, &s, id, &err), 0, "%s", err.msg);
         cr_assert_eq(engine_start(e, id, &err), 0, "%s", err.msg);
@@ -706,6 +767,25 @@ Test(kubernetes, the_deploy_role_is_enough_and_each_pod_verb_is_needed)
         cr_expect_eq(engine_events_follow(e, NULL, NULL, on_ev, &w, NULL, 5000, &err), -EACCES,
                      "no watch verb, no events: %s", err.msg);
         engine_free(e);
+
+        /* each verb of the node ClusterRole is needed: without it the engine falls back (and says so) */
+        static const char *const node_verbs[] = {"list", "watch"};
+        for (size_t i = 0; i < ELEMENTSOF(node_verbs); i++) {
+                char sa[32];
+                struct watch w2 = {.lock = PTHREAD_MUTEX_INITIALIZER};
+                snprintf(sa, sizeof(sa), "sbx-nonode%s", node_verbs[i]);
+                e = engine_with_token(account_with_role(sa, NULL, NULL), "hostpath");
+                bind_node_reader(sa, node_verbs[i]);
+                cr_assert_eq(engine_connect(e, &err), 0, "%s", err.msg);
+                w2.e = e;
+                cr_assert_eq(pthread_create(&th, NULL, watch_main, &w2), 0);
+                cr_expect(TESTENV_WAIT_UNTIL(engine_kubernetes_nodes_watched(e) != 0, 30000), "the Node watch ran");
+                cr_expect_eq(engine_kubernetes_nodes_watched(e), -1, "without %s on nodes: the fallback",
+                             node_verbs[i]);
+                w2.stop = true;
+                pthread_join(th, NULL);
+                engine_free(e);
+        }
 }
 
 /* ---- a daemon's life on Kubernetes: restart, a Pod lost, recreation on the same workspace ---- */
@@ -1268,5 +1348,183 @@ Test(kubernetes, a_claim_whose_slot_pod_dies_meanwhile_takes_the_cold_path)
         snprintf(path, sizeof(path), "/api/v1/namespaces/%s/pods/%s", ns, racing_pod);
         cr_expect(TESTENV_WAIT_UNTIL(kapi("GET", path, NULL, NULL) == 404, 60000), "the dead slot's Pod is gone");
         wait_pool_full(d); /* and the pool refills */
+        daemon_close(d);
+}
+
+/* ---- a lost node: its sessions go to ERROR, recover on the other node, and the old runner is fenced ---- */
+
+#define LOST_NODE "127.0.0.2"
+#define OTHER_NODE "localhost"
+
+static bool kubelet_stopped, cordoned;
+
+static int testbed(const char *verb, const char *node)
+{
+        char cmd[1024];
+        snprintf(cmd, sizeof(cmd), "bash %s/scripts/k8s-testbed.sh %s %s >/dev/null 2>&1", SANDBOXD_SOURCE_DIR, verb,
+                 node);
+        return system(cmd);
+}
+
+static void cordon(const char *node, bool on)
+{
+        char path[256];
+        snprintf(path, sizeof(path), "/api/v1/nodes/%s", node);
+        cr_assert_eq(kapi("PATCH", path,
+                          on ? "{\"spec\":{\"unschedulable\":true}}" : "{\"spec\":{\"unschedulable\":null}}", NULL),
+                     200, "%s %s", on ? "cordoning" : "uncordoning", node);
+        cordoned = on;
+}
+
+/* Whatever happens to the test, the testbed is given back as it was. */
+static void give_testbed_back(void)
+{
+        if (cordoned)
+                (void)kapi("PATCH", "/api/v1/nodes/" OTHER_NODE, "{\"spec\":{\"unschedulable\":null}}", NULL);
+        if (kubelet_stopped)
+                (void)testbed("kubelet-start", LOST_NODE);
+}
+
+/* A field of a Pod as the API server has it ("" when there is none). */
+static void pod_field(const char *pod, const char *field, char *ret, size_t size)
+{
+        char path[256];
+        _cleanup_free_ char *raw = NULL;
+        cJSON *j;
+        const cJSON *v;
+
+        snprintf(path, sizeof(path), "/api/v1/namespaces/%s/pods/%s", ns, pod);
+        ret[0] = '\0';
+        if (kapi("GET", path, NULL, &raw) != 200)
+                return;
+        j = cJSON_Parse(raw);
+        v = jget(j, field);
+        if (cJSON_IsString(v))
+                snprintf(ret, size, "%s", v->valuestring);
+        cJSON_Delete(j);
+}
+
+static bool session_error_cause(struct daemon *d, const char *session, const char *want)
+{
+        struct session_info info;
+        bool r;
+
+        if (session_get_info(d->sessions, "u1", session, &info) < 0)
+                return false;
+        r = info.state == SESSION_ERROR && strcmp(info.error_cause, want) == 0;
+        session_info_done(&info);
+        return r;
+}
+
+static bool audited(struct daemon *d, const char *session, const char *action)
+{
+        int64_t n = 0;
+        return store_audit_count(d->store, "u1", session, action, &n) == 0 && n > 0;
+}
+
+/* Whether a process of the host still runs in the Pod's cgroup (the kubelet's cgroupfs layout: .../pod<uid>/). */
+static bool pod_processes_run(const char *uid)
+{
+        char want[128];
+        bool found = false;
+        DIR *proc = opendir("/proc");
+        struct dirent *de;
+
+        snprintf(want, sizeof(want), "/pod%s/", uid);
+        while (proc && !found && (de = readdir(proc))) {
+                char path[300], buf[4096];
+                FILE *f;
+                size_t n;
+                if (!isdigit((unsigned char)de->d_name[0]))
+                        continue;
+                snprintf(path, sizeof(path), "/proc/%s/cgroup", de->d_name);
+                f = fopen(path, "re");
+                if (!f)
+                        continue;
+                n = fread(buf, 1, sizeof(buf) - 1, f);
+                buf[n] = '\0';
+                fclose(f);
+                found = strstr(buf, want) != NULL;
+        }
+        if (proc)
+                closedir(proc);
+        return found;
+}
+
+static bool no_pod_of_the_run(void)
+{
+        char path[512];
+        _cleanup_free_ char *raw = NULL;
+        cJSON *j;
+        bool none;
+
+        snprintf(path, sizeof(path), "/api/v1/namespaces/%s/pods?labelSelector=%s%%3D%s", ns, TESTENV_RUN_LABEL,
+                 testenv_run_id());
+        if (kapi("GET", path, NULL, &raw) != 200)
+                return false;
+        j = cJSON_Parse(raw);
+        none = cJSON_GetArraySize(jget(j, "items")) == 0;
+        cJSON_Delete(j);
+        return none;
+}
+
+Test(kubernetes, a_stopped_kubelet_s_sessions_recover_on_the_other_node_and_the_old_runner_is_refused, .timeout = 300)
+{
+        NEED_CLUSTER();
+        struct sbx_config cfg;
+        struct daemon *d;
+        struct sbx_error err = {0};
+        char old_id[65], new_id[65], node[128], old_uid[64], cause[160];
+        _cleanup_free_ char *o1 = NULL, *o2 = NULL, *o3 = NULL;
+
+        atexit(give_testbed_back);
+        k8s_daemon_config(&cfg);
+        d = fixture_open(&cfg, true);
+        /* the session's Pod on 127.0.0.2: the other node is cordoned for the create (kube-scheduler
+         * places it; we only leave it one choice), and uncordoned at once */
+        cordon(OTHER_NODE, true);
+        o1 = fixture_run(d, "lost1", "echo kept > /workspace/f && echo old > /tmp/marker && echo ok", 0, NULL);
+        cordon(OTHER_NODE, false);
+        cr_assert_str_eq(o1, "ok\n");
+        fixture_container_of(d, "u1", "lost1", old_id);
+        pod_field(old_id, "spec.nodeName", node, sizeof(node));
+        cr_assert_str_eq(node, LOST_NODE, "the Pod landed on %s", node);
+        pod_field(old_id, "metadata.uid", old_uid, sizeof(old_uid));
+        cr_assert(old_uid[0]);
+
+        /* the kubelet goes; the node controller calls the node NotReady after its grace (~40 s) */
+        kubelet_stopped = true;
+        cr_assert_eq(testbed("kubelet-stop", LOST_NODE), 0, "k8s-testbed.sh kubelet-stop " LOST_NODE);
+        snprintf(cause, sizeof(cause), "node_not_ready: %s", LOST_NODE);
+        cr_assert(TESTENV_WAIT_UNTIL(session_error_cause(d, "lost1", cause), 120000),
+                  "the session shows ERROR with the cause '%s'", cause);
+        cr_expect(audited(d, "lost1", "session.node_lost"), "the lost node is on the record");
+        cr_expect(pod_processes_run(old_uid), "the old Pod's containers run on without their kubelet");
+
+        /* the next request recreates it on the other node, on the same workspace; the old Pod goes */
+        o2 = fixture_run(d, "lost1", "cat /workspace/f; cat /tmp/marker 2>/dev/null || echo new-tmp", 0, NULL);
+        cr_expect_str_eq(o2, "kept\nnew-tmp\n", "the workspace came along, /tmp is the new Pod's");
+        fixture_container_of(d, "u1", "lost1", new_id);
+        cr_expect_str_neq(new_id, old_id);
+        pod_field(new_id, "spec.nodeName", node, sizeof(node));
+        cr_expect_str_eq(node, OTHER_NODE, "kube-scheduler placed the new Pod on %s", node);
+        pod_field(old_id, "metadata.name", node, sizeof(node));
+        cr_expect_str_eq(node, "", "the old Pod is gone from the API (deleted with grace 0)");
+        /* its runner, still alive on the lost node and still dialling the session's directory, is refused */
+        cr_expect(TESTENV_WAIT_UNTIL(audited(d, "lost1", "node_epoch_refused"), 30000),
+                  "the old runner is refused by its epoch, on the record");
+        o3 = fixture_run(d, "lost1", "cat /tmp/marker 2>/dev/null || echo new-tmp", 0, NULL);
+        cr_expect_str_eq(o3, "new-tmp\n", "executions still reach the new Pod only");
+
+        /* the kubelet is back: its Pod is gone from the API, so it kills the containers */
+        cr_expect_eq(testbed("kubelet-start", LOST_NODE), 0, "k8s-testbed.sh kubelet-start " LOST_NODE);
+        kubelet_stopped = false;
+        cr_expect(TESTENV_WAIT_UNTIL(!pod_processes_run(old_uid), 90000), "the old Pod's containers are killed");
+        {
+                _cleanup_free_ char *o4 = fixture_run(d, "lost1", "cat /workspace/f", 0, NULL);
+                cr_expect_str_eq(o4, "kept\n", "the workspace still has the session's files");
+        }
+        cr_expect_eq(session_destroy(d->sessions, "u1", "lost1", true, &err), 0, "%s", err.msg);
+        cr_expect(TESTENV_WAIT_UNTIL(no_pod_of_the_run(), 30000), "no Pod of the run remains");
         daemon_close(d);
 }

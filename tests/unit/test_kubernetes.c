@@ -19,6 +19,7 @@
 
 #include "sandboxd/config.h"
 #include "sandboxd/engine.h"
+#include "sandboxd/engine_docker.h"
 #include "sandboxd/engine_kubernetes.h"
 #include "sandboxd/runner_proto.h"
 #include "sandboxd/utf8.h"
@@ -441,6 +442,8 @@ struct fake {
         pthread_t th;
 };
 
+static const struct canned unexpected = {"", "HTTP/1.1 599 Unexpected\r\nContent-Length: 0\r\n\r\n"};
+
 static void *fake_main(void *ud)
 {
         struct fake *f = ud;
@@ -466,7 +469,7 @@ static void *fake_main(void *ud)
                 if (strstr(buf, cn->match))
                         f->next++;
                 else
-                        cn = &(struct canned){"", "HTTP/1.1 599 Unexpected\r\nContent-Length: 0\r\n\r\n"};
+                        cn = &unexpected; /* a compound literal here would die with this block */
                 (void)!write(c, cn->reply, strlen(cn->reply));
                 close(c);
         }
@@ -644,6 +647,83 @@ Test(kubernetes, watch_resumes_and_relists_after_410)
         cr_expect_str_eq(g.actions[3], "destroy");
         cr_expect_str_eq(g.ids[3], "sbx-two");
         cr_expect_eq(f.n_seen, 4, "one list, two watches, one list: nothing repeated");
+        fake_stop(&f);
+        engine_free(e);
+}
+
+/* ---- node health: a NotReady node and a deleted one, told as "lost" with the cause ---- */
+
+struct lost_got {
+        pthread_mutex_t lock;
+        char ids[4][64], causes[4][160];
+        size_t n;
+        volatile bool *stop;
+};
+
+static int collect_lost(const struct engine_event *ev, void *ud)
+{
+        struct lost_got *g = ud;
+        bool done;
+
+        pthread_mutex_lock(&g->lock);
+        if (strcmp(ev->action, "lost") == 0 && g->n < 4) {
+                snprintf(g->ids[g->n], 64, "%s", ev->id);
+                snprintf(g->causes[g->n], 160, "%s", ev->cause);
+                g->n++;
+        }
+        done = g->n == 2;
+        pthread_mutex_unlock(&g->lock);
+        if (done)
+                __atomic_store_n(g->stop, true,
+                                 __ATOMIC_RELAXED); /* the fake answers nothing more: the watch ends on it */
+        return done;
+}
+
+#define POD_ON(name, node)                                                                                             \
+        "{\"metadata\":{\"name\":\"" name                                                                              \
+        "\",\"resourceVersion\":\"5\",\"labels\":{\"sandboxd.managed\":\"1\"}},"                                       \
+        "\"spec\":{\"nodeName\":\"" node                                                                               \
+        "\"},\"status\":{\"containerStatuses\":[{\"ready\":true,\"state\":"                                            \
+        "{\"running\":{}}}]}}"
+#define NODE(name, ready)                                                                                              \
+        "{\"metadata\":{\"name\":\"" name                                                                              \
+        "\",\"resourceVersion\":\"11\"},\"status\":{\"conditions\":[{\"type\":"                                        \
+        "\"Ready\",\"status\":\"" ready "\"}]}}"
+
+Test(kubernetes, a_notready_and_a_deleted_node_make_their_pods_lost)
+{
+        /* in order; a request that comes out of turn (the Pod watch, from the other thread) gets a 599 and
+         * retries, so the Node watch's requests are the ones that move the script */
+        static const struct canned script[] = {
+                {"GET /api/v1/namespaces/sbx/pods?labelSelector=sandboxd.managed%3D1 ",
+                 JSON_REPLY("200 OK", "{\"metadata\":{\"resourceVersion\":\"5\"},\"items\":[" POD_ON(
+                                              "sbx-one", "n1") "," POD_ON("sbx-two", "n2") "]}")},
+                {"GET /api/v1/nodes ",
+                 JSON_REPLY("200 OK", "{\"metadata\":{\"resourceVersion\":\"10\"},\"items\":[" NODE(
+                                              "n1", "True") "," NODE("n2", "True") "]}")},
+                {"GET /api/v1/nodes?watch=1&allowWatchBookmarks=true&timeoutSeconds=240&resourceVersion=10 ",
+                 JSON_REPLY("200 OK",
+                            "{\"type\":\"MODIFIED\",\"object\":" NODE(
+                                    "n1", "Unknown") "}\n{\"type\":\"DELETED\",\"object\":" NODE("n2", "True") "}\n")},
+        };
+        const char *const filt[] = {"sandboxd.managed=1", NULL};
+        const char *const acts[] = {"die", "destroy", "lost", NULL};
+        volatile bool stop = false;
+        struct lost_got g = {.lock = PTHREAD_MUTEX_INITIALIZER, .stop = &stop};
+        struct sbx_error err = {0};
+        struct fake f;
+        struct engine *e;
+
+        cr_assert_eq(engine_docker_global_init(), 0); /* main's, before two threads use curl */
+        fake_start(&f, script, ELEMENTSOF(script));
+        e = engine_on(&f);
+        cr_assert_eq(engine_events_follow(e, filt, acts, collect_lost, &g, &stop, 10000, &err), 0, "%s", err.msg);
+        cr_assert_eq(g.n, 2, "both Pods lost (got %zu)", g.n);
+        cr_expect_str_eq(g.ids[0], "sbx-one");
+        cr_expect_str_eq(g.causes[0], "node_not_ready: n1");
+        cr_expect_str_eq(g.ids[1], "sbx-two");
+        cr_expect_str_eq(g.causes[1], "node_gone: n2");
+        cr_expect_eq(engine_kubernetes_nodes_watched(e), 1);
         fake_stop(&f);
         engine_free(e);
 }

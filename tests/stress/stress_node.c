@@ -101,11 +101,37 @@ static int hook_epoch(void *ud, const char *user, const char *session, uint64_t 
 }
 
 static void hook_refused(void *ud, const char *node, const char *user, const char *session, uint64_t presented,
-                         uint64_t current)
+                         uint64_t current, const char *placed)
 {
         (void)ud, (void)node, (void)user, (void)session;
-        STRESS_CHECK(presented != current, "refused a current epoch %llu", (unsigned long long)current);
+        STRESS_CHECK(placed || presented != current, "refused a current epoch %llu", (unsigned long long)current);
         __atomic_add_fetch(&refused, 1, __ATOMIC_SEQ_CST);
+}
+
+/* Placement, fixed by name: the streamers' sessions (s*) on the bare
+ * client (node2), the hostile nodes' (h*) on hostile, the requests' on the
+ * agent (node1). */
+static int hook_node_of(void *ud, const char *user, const char *session, char ret[NODE_NAME_MAX + 1])
+{
+        (void)ud, (void)user;
+        snprintf(ret, NODE_NAME_MAX + 1, "%s",
+                 session[0] == 's'                 ? "node2"
+                 : session[0] == 'h'               ? "hostile"
+                 : strcmp(session, "revoked") == 0 ? "revoked"
+                                                   : "node1");
+        return 0;
+}
+
+static int hook_place(void *ud, const char *user, const char *session, const char *node)
+{
+        (void)ud, (void)user, (void)session, (void)node;
+        return 0;
+}
+
+static size_t hook_placed(void *ud, const char *node)
+{
+        (void)ud, (void)node;
+        return 0;
 }
 
 static const struct node_server_hooks hooks = {
@@ -116,6 +142,9 @@ static const struct node_server_hooks hooks = {
         .fence = hook_fence,
         .epoch = hook_epoch,
         .refused = hook_refused,
+        .node_of = hook_node_of,
+        .place = hook_place,
+        .placed = hook_placed,
 };
 
 /* ---- PKI (the openssl CLI, as tests/helpers/nodeenv.c) ---- */
@@ -329,15 +358,15 @@ static void requester(int i, void *ud)
                 struct sbx_error e = {0};
                 snprintf(a, sizeof(a), "r%d-%d", i, r);
                 snprintf(b, sizeof(b), "q%d-%d", i, r);
-                int rc = node_server_ops.open(server, "u", a, EPOCH, false, dir, &e);
+                int rc = node_server_ops.open(server, "u", a, EPOCH, NODE_OPEN_NEW, NULL, dir, &e);
                 STRESS_CHECK(rc == 0, "open %s: %s", a, e.msg);
-                rc = node_server_ops.open(server, "u", a, EPOCH, true, dir, &e);
+                rc = node_server_ops.open(server, "u", a, EPOCH, NODE_OPEN_ADOPT, NULL, dir, &e);
                 STRESS_CHECK(rc == 0, "adopt %s: %s", a, e.msg);
                 rc = node_server_ops.rekey(server, "u", a, "u", b, EPOCH + 1, dir, &e);
                 STRESS_CHECK(rc == 0, "rekey %s: %s", a, e.msg);
                 rc = node_server_ops.rekey(server, "u", a, "u", b, EPOCH + 1, dir, &e); /* again: idempotent */
                 STRESS_CHECK(rc == 0, "rekey %s again: %s", a, e.msg);
-                rc = node_server_ops.open(server, "u", a, EPOCH, true, dir, &e);
+                rc = node_server_ops.open(server, "u", a, EPOCH, NODE_OPEN_ADOPT, NULL, dir, &e);
                 STRESS_CHECK(rc == -ENOENT, "adopt of the renamed %s: %d", a, rc);
                 node_server_ops.drop(server, "u", b);
                 rc = node_server_gateway(server, "u", b, 0, &e);

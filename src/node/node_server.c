@@ -245,8 +245,10 @@ static bool on_open(struct node_link *k, const struct node_hdr *h, const unsigne
                 node_of(s, o.user, o.session, placed);
         bool misplaced = k->registered && strcmp(placed, k->name) != 0;
         if (!k->registered || s->hooks.epoch(s->ud, o.user, o.session, &cur) < 0 || o.epoch != cur || misplaced) {
+                /* an old epoch says more (a fenced incarnation) than the placement */
+                misplaced = misplaced && o.epoch == cur;
                 char key[140];
-                snprintf(key, sizeof(key), "%s:%s", o.user, o.session);
+                snprintf(key, sizeof(key), "%s:%s:%d", o.user, o.session, misplaced);
                 int64_t now = sbx_now_ms();
                 if (k->registered && (o.epoch != cur || misplaced) &&
                     (strcmp(key, k->refused_key) != 0 || now - k->refused_ms >= REFUSED_REPORT_MS)) {

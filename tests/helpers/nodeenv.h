@@ -34,6 +34,13 @@ void nodeenv_config_node(struct sbx_config *cfg, const struct sbx_config *contro
 /* Start `sandboxd node` (next to the test binary) as name: its pid.
  * Asserts. The process is killed at exit if still running. */
 pid_t nodeenv_start(const struct sbx_config *control, const char *pki, const char *name, const char *data_dir);
+/* A certificate (name.pem, name.key) of pki's CA with the common name name
+ * (a node's name: "localhost", "127.0.0.2"). Asserts. */
+void nodeenv_cert(const char *pki, const char *name);
+/* Start n agents, names[i] with data_dir base/names[i] (made): pids in
+ * ret_pids. Asserts. */
+void nodeenv_start_n(const struct sbx_config *control, const char *pki, const char *const *names, size_t n,
+                     const char *base, pid_t *ret_pids);
 /* Send sig and, for SIGKILL/SIGTERM, reap it. */
 void nodeenv_kill(pid_t pid, int sig);
 /* For fixture.c: the control config gets a node agent (started once per

@@ -503,7 +503,8 @@ int daemon_open(const struct sbx_config *cfg, const struct daemon_options *opts,
                                               .pool = d->pool,
                                               .engine = d->engine,
                                               .store = d->store,
-                                              .cfg = &d->cfg};
+                                              .cfg = &d->cfg,
+                                              .node = d->node};
         r = scripts_new(&d->cfg, d->store, d->quota, &d->scripts);
         if (r < 0) {
                 sbx_error_set(err, r, 0, "out of memory");
@@ -592,6 +593,14 @@ void daemon_close(struct daemon *d)
         webhook_stop(d->webhook);
         store_close(d->store);
         free(d);
+}
+
+void daemon_session_node(struct daemon *d, const char *user, const char *session, char *ret, size_t size)
+{
+        if (size)
+                ret[0] = '\0';
+        if (d->node && store_node_get(d->store, user, session, ret, size) < 0 && size)
+                ret[0] = '\0';
 }
 
 int daemon_engine_version(struct daemon *d, char *ret, size_t size, struct sbx_error *err)

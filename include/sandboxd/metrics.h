@@ -33,6 +33,7 @@
 struct egress;
 struct engine;
 struct pool;
+struct node_server;
 struct portpool;
 struct session_manager;
 struct store;
@@ -50,6 +51,7 @@ struct metrics_ctx {
         struct engine *engine;
         struct store *store;          /* sessions by label (metrics_label_keys); NULL: none */
         const struct sbx_config *cfg; /* NULL: no label metrics */
+        struct node_server *node;     /* the node link (node_listen); NULL: one process, no node metrics */
 };
 
 /* A finished execution (exec.c, once per execution). */

@@ -16,7 +16,9 @@
 
 #include "fixture.h"
 #include "nodeenv.h"
+#include "sandboxd/daemon.h"
 #include "sandboxd/exec.h"
+#include "sandboxd/metrics.h"
 #include "sandboxd/node.h"
 #include "sandboxd/runner.h"
 #include "sandboxd/runner_dir.h"
@@ -346,7 +348,7 @@ static void open_with_two_nodes(int fence_ms, pid_t pids[2])
         if (fence_ms)
                 cfg.node_fence_ms = fence_ms;
         snprintf(agents_base, sizeof(agents_base), "%s/../agents", cfg.data_dir);
-        d = fixture_open(&cfg, false);
+        d = fixture_open_sockets(&cfg);
         cr_assert(mkdir(agents_base, 0700) == 0 || errno == EEXIST, "mkdir %s: %m", agents_base);
         nodeenv_start_n(&cfg, pki, two, 2, agents_base, pids);
         cr_assert(TESTENV_WAIT_UNTIL(both_connected(NULL), 30000), "the two node agents never connected");
@@ -373,6 +375,28 @@ Test(node, sessions_spread_over_two_node_agents)
                 assert_dir_on(sessions[i], n, true);
         }
         cr_assert(on[0] == 2 && on[1] == 2, "sessions not spread: %d on node1, %d on node3", on[0], on[1]);
+
+        /* operators see the nodes: sandboxctl nodes, the session list, the metrics */
+        char *out = NULL, *text = NULL;
+        cr_assert_eq(fixture_sandboxctl(SANDBOXD_BINARY_DIR, cfg.admin_socket, "nodes", &out), 0, "%s", out);
+        for (size_t i = 0; i < 2; i++) {
+                char *line = strstr(out, two[i]);
+                cr_assert_not_null(line, "sandboxctl nodes has no %s: %s", two[i], out);
+                char state[16];
+                double placed = -1;
+                cr_assert_eq(sscanf(line + strlen(two[i]), " %15s %*s %*s %lf", state, &placed), 2, "%s", line);
+                cr_assert_str_eq(state, "connected");
+                cr_assert_eq(placed, 2, "%s: %g sessions", two[i], placed);
+        }
+        free(out);
+        cr_assert_eq(fixture_sandboxctl(SANDBOXD_BINARY_DIR, cfg.admin_socket, "sessions", &out), 0, "%s", out);
+        cr_assert(strstr(out, "(node node1)") && strstr(out, "(node node3)"), "sessions without their node: %s", out);
+        free(out);
+        cr_assert_eq(metrics_render(&d->metrics_ctx, &text), 0);
+        cr_assert(strstr(text, "sandboxd_nodes_connected 2\n"), "%s", text);
+        cr_assert(strstr(text, "sandboxd_node_sessions{node=\"node1\"} 2\n"), "%s", text);
+        cr_assert(strstr(text, "sandboxd_node_sessions{node=\"node3\"} 2\n"), "%s", text);
+        free(text);
         daemon_close(d);
 }
 

@@ -129,6 +129,9 @@ static const struct config_key keys[] = {
          "Always|IfNotPresent|Never", "engine = kubernetes: imagePullPolicy of sandbox Pods"},
         {"kube_start_timeout", CFG_MS, F(kube_start_timeout_ms), 0, 1000, 3600000, "120s", NULL,
          "engine = kubernetes: a sandbox Pod runs within this (scheduling and image pull) or its start fails"},
+        {"kube_node_dir", CFG_STRING, F(kube_node_dir), 0, 0, 0, "/var/lib/sandboxd-node", NULL,
+         "engine = kubernetes over node agents (node_listen): the host directory holding each node agent's "
+         "data_dir, {kube_node_dir}/<node name>; a Pod mounts its session directory from it by its node's name"},
         {"instance", CFG_STRING, F(instance), 0, 0, 0, "default", NULL,
          "label value that keeps several daemons on one engine apart ([A-Za-z0-9_.-])"},
         {"log_level", CFG_ENUM, F(log_level), 0, 0, 0, "info", "debug|info|warn|error", "minimum level logged"},

@@ -205,6 +205,8 @@ void runner_hub_set_epoch_fn(struct runner_hub *h, runner_epoch_fn fn, void *use
  * before the first runner_hub_prepare. Without it the hub makes the
  * directories and listens itself (the in-process link: direct calls). */
 void runner_hub_set_node(struct runner_hub *h, const struct node_ops *ops, void *node);
+/* Whether the session directories are across a node link (runner_hub_set_node). */
+bool runner_hub_remote(const struct runner_hub *h);
 /* A connection the node accepted on the session's runner.sock and checked
  * (runner_peer.h). Takes fd. -ENOENT without a channel, -EBUSY when a
  * runner is connected already (one per session): fd is closed. */

@@ -71,6 +71,15 @@ struct ns_node {
         bool fenced;
 };
 
+/* The gateway's sockets asked for a session not placed yet (its Pod not
+ * bound): served once it is (ops_open). */
+struct ns_gw_pending {
+        struct ns_gw_pending *next;
+        char user[65], session[65];
+        unsigned flags;
+};
+#define NS_GW_PENDING_MAX NODE_MAX_SESSIONS
+
 struct node_server {
         const struct sbx_config *cfg;
         struct node_server_hooks hooks;
@@ -92,6 +101,8 @@ struct node_server {
         struct ns_req *reqs;
         uint64_t refused;
         bool gateway_ready; /* hooks.gateway may be called (node_server_gateway_ready) */
+        struct ns_gw_pending *gw_pending;
+        size_t n_gw_pending;
 };
 
 static void wake_listener(struct node_server *s)
@@ -594,6 +605,11 @@ void node_server_free(struct node_server *s)
         close(s->wake[0]);
         close(s->wake[1]);
         nl_tls_free(s->tls);
+        while (s->gw_pending) {
+                struct ns_gw_pending *g = s->gw_pending;
+                s->gw_pending = g->next;
+                free(g);
+        }
         pthread_mutex_destroy(&s->lock);
         pthread_cond_destroy(&s->cond);
         free(s);
@@ -787,13 +803,53 @@ static int choose_node(struct node_server *s, const char *user, const char *sess
         return 0;
 }
 
+/* Remember (or, flags 0, forget) the gateway flags of a session not placed
+ * yet; take: remove and return them. s->lock held. */
+static unsigned gw_pending_locked(struct node_server *s, const char *user, const char *session, unsigned flags,
+                                  bool take)
+{
+        for (struct ns_gw_pending **pp = &s->gw_pending; *pp; pp = &(*pp)->next) {
+                struct ns_gw_pending *g = *pp;
+                if (strcmp(g->user, user) != 0 || strcmp(g->session, session) != 0)
+                        continue;
+                unsigned had = g->flags;
+                if (take || !flags) {
+                        *pp = g->next;
+                        s->n_gw_pending--;
+                        free(g);
+                } else {
+                        g->flags = flags;
+                }
+                return had;
+        }
+        if (take || !flags || s->n_gw_pending >= NS_GW_PENDING_MAX)
+                return 0;
+        struct ns_gw_pending *g = calloc(1, sizeof(*g));
+        if (!g)
+                return 0;
+        sbx_strlcpy(g->user, user, sizeof(g->user));
+        sbx_strlcpy(g->session, session, sizeof(g->session));
+        g->flags = flags;
+        g->next = s->gw_pending;
+        s->gw_pending = g;
+        s->n_gw_pending++;
+        return 0;
+}
+
 int node_server_gateway(struct node_server *s, const char *user, const char *session, unsigned flags,
                         struct sbx_error *err)
 {
         struct node_req rq = {.op = NODE_OP_GATEWAY, .flags = flags};
-        char name[NODE_NAME_MAX + 1] = "";
+        char name[NODE_NAME_MAX + 1] = "", placed[NODE_NAME_MAX + 1];
 
+        node_of(s, user, session, placed);
         pthread_mutex_lock(&s->lock);
+        if (!placed[0]) {
+                /* not placed yet (a Pod kube-scheduler has still to bind): served once it is */
+                (void)gw_pending_locked(s, user, session, flags, false);
+                pthread_mutex_unlock(&s->lock);
+                return 0;
+        }
         struct node_link *k = node_server_link_of_session(s, user, session);
         if (k)
                 sbx_strlcpy(name, k->name, sizeof(name));
@@ -841,7 +897,15 @@ static int ops_open(void *node, const char *user, const char *session, uint64_t 
                 return sbx_error_set(err, r, 0, "cannot record the session's node: %s", strerror(-r));
         sbx_strlcpy(rq.user, user, sizeof(rq.user));
         sbx_strlcpy(rq.session, session, sizeof(rq.session));
-        return request(s, name, mode == NODE_OPEN_NEW, &rq, ret_dir, err);
+        r = request(s, name, mode == NODE_OPEN_NEW, &rq, ret_dir, err);
+        if (r < 0 || mode != NODE_OPEN_NEW)
+                return r;
+        pthread_mutex_lock(&s->lock);
+        unsigned gw = gw_pending_locked(s, user, session, 0, true);
+        pthread_mutex_unlock(&s->lock);
+        if (gw) /* asked for before the session had its node */
+                r = node_server_gateway(s, user, session, gw, err);
+        return r;
 }
 
 static void ops_drop(void *node, const char *user, const char *session)
@@ -851,6 +915,9 @@ static void ops_drop(void *node, const char *user, const char *session)
         struct sbx_error e = {0};
         char name[NODE_NAME_MAX + 1];
 
+        pthread_mutex_lock(&s->lock);
+        (void)gw_pending_locked(s, user, session, 0, true);
+        pthread_mutex_unlock(&s->lock);
         node_of(s, user, session, name);
         if (!name[0])
                 return;

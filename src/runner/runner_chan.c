@@ -56,6 +56,11 @@ void runner_hub_set_node(struct runner_hub *h, const struct node_ops *ops, void 
         h->node = node;
 }
 
+bool runner_hub_remote(const struct runner_hub *h)
+{
+        return h && h->node_ops;
+}
+
 static int session_epoch(struct runner_hub *h, const char *user, const char *session, bool bump, uint64_t *ret,
                          struct sbx_error *err)
 {

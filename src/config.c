@@ -100,12 +100,13 @@ static const struct config_key keys[] = {
         {"node_control_name", CFG_STRING, F(node_control_name), 0, 0, 0, "sandboxd-control", NULL,
          "node link: the name (DNS SAN or common name) a node agent expects in the control daemon's certificate"},
         {"node_name", CFG_STRING, F(node_name), 0, 0, 0, "", NULL,
-         "node link: the node (certificate common name) whose containers this daemon's engine runs; empty: the "
-         "one that connects"},
+         "node link, engine = docker: every session goes to this node (certificate common name); empty: the "
+         "connected node with the fewest sessions (a session keeps its node while its container lives)"},
         {"node_heartbeat", CFG_MS, F(node_heartbeat_ms), 0, 100, 600000, "2s", NULL,
          "node link ping interval; a link silent for three of them is closed"},
         {"node_fence", CFG_MS, F(node_fence_ms), 0, 100, 86400000, "30s", NULL,
-         "a node agent away this long: its sessions are fenced (failed, new epoch) and its executions lost"},
+         "a node agent away this long: the sessions placed on it are fenced (failed, new epoch) and their "
+         "executions lost"},
         {"docker_socket", CFG_PATH, F(docker_socket), 0, 0, 0, "/var/run/docker.sock", NULL,
          "the Docker Engine API socket"},
         {"engine", CFG_ENUM, F(engine), 0, 0, 0, "docker", "docker|kubernetes",

@@ -21,6 +21,24 @@
  *     protocol (runner_proto.h) is unchanged: the hub reads the same frames
  *     from a socketpair whose other end the link relays.
  *
+ * Many nodes. The control daemon serves any number of node agents, one
+ * link per node name; each session is placed on one node (the store's
+ * session_nodes, migration 0031, through the hooks node_of/place/placed)
+ * and every request about it goes to that node. An engine that places
+ * containers itself (Kubernetes) names the node (engine_inspect's node,
+ * the Pod's spec.nodeName): the hub opens the directory there once the Pod
+ * is bound (runner_hub_prepare_on). Otherwise node_ops.open chooses
+ * (NODE_OPEN_NEW): node_name, else the session's node while connected, else
+ * the connected node with the fewest sessions.
+ *
+ * On Kubernetes a node agent runs with data_dir = {kube_node_dir}/<its node
+ * name> (certificate CN = the node's name), and a session Pod mounts
+ * hostPath {kube_node_dir} with subPathExpr
+ * "$(SBX_NODE_NAME)/runner/<runner_dir_key>" and SBX_NODE_NAME from the
+ * downward API (spec.nodeName). kubelet may make that directory before the
+ * agent opens it: the agent accepts a root-owned directory (O_NOFOLLOW,
+ * never a link) and makes it 0755.
+ *
  * The link protocol (one TLS 1.3 connection, mutually authenticated: the
  * node agent dials the control daemon, both present a certificate of the
  * same CA (node_ca), the control checks node_crl on every handshake and
@@ -48,9 +66,11 @@
  * runner_hub_rekey). The control gives the node the epoch with each session
  * it opens; the node presents it with every stream; a stream whose epoch is
  * not the session's current one is refused with an audit row
- * ("node_epoch_refused"). A node whose link stays down for node_fence
- * fences its sessions: they count as failed (their next request makes a new
- * container, a new epoch), and its executions end as lost. A link that
+ * ("node_epoch_refused"); a stream about a session placed on another node
+ * is refused too ("node_placement_refused"). A node whose link stays down
+ * for node_fence fences the sessions placed on it, and only those: they
+ * count as failed (their next request makes a new container, a new epoch),
+ * and their executions end as lost. A link that
  * comes back within node_fence loses nothing: the hub keeps the executions
  * of the session's runner, and when the runner reconnects through the new
  * link and lists what it holds, they resume where their output stopped (the

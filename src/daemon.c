@@ -226,14 +226,8 @@ static int node_place(void *ud, const char *user, const char *session, const cha
 static size_t node_placed(void *ud, const char *node)
 {
         struct daemon *d = ud;
-        _cleanup_free_ struct store_node_count *v = NULL;
-        size_t n = 0;
-        if (store_node_counts(d->store, &v, &n) < 0)
-                return 0;
-        for (size_t i = 0; i < n; i++)
-                if (strcmp(v[i].node, node) == 0)
-                        return (size_t)v[i].sessions;
-        return 0;
+        uint64_t n = 0;
+        return store_node_count(d->store, node, &n) == 0 ? (size_t)n : 0;
 }
 
 static const struct node_server_hooks node_hooks = {

@@ -249,6 +249,8 @@ struct store_node_count {
         char node[65];
         uint64_t sessions;
 };
+/* Sessions placed on node (the index session_nodes_node). */
+int store_node_count(struct store *s, const char *node, uint64_t *ret);
 /* Sessions placed per node, by name. malloc'd array. */
 int store_node_counts(struct store *s, struct store_node_count **ret, size_t *ret_n);
 /* Marks of (user, session), oldest first. malloc'd array. */

@@ -56,6 +56,22 @@ int store_node_set(struct store *s, const char *user, const char *session, const
         return r < 0 ? r : 0;
 }
 
+int store_node_count(struct store *s, const char *node, uint64_t *ret)
+{
+        STORE_LOCK(s);
+        _cleanup_(sq_end) struct store_query q = {};
+        int r = sq_start(&q, s, "SELECT COUNT(*) FROM session_nodes WHERE node = ?1");
+
+        if (r < 0)
+                return r;
+        sq_text(&q, node);
+        r = sq_step(&q);
+        if (r < 0)
+                return r;
+        *ret = r > 0 ? (uint64_t)sq_col_int64(&q, 0) : 0;
+        return 0;
+}
+
 int store_node_counts(struct store *s, struct store_node_count **ret, size_t *ret_n)
 {
         STORE_LOCK(s);

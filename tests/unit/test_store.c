@@ -643,6 +643,9 @@ Test(store, session_nodes_placed_moved_forgotten_and_counted)
         cr_assert_str_eq(c[1].node, "node-b");
         cr_assert_eq(c[1].sessions, 2);
         free(c);
+        uint64_t one = 0;
+        cr_assert_eq(store_node_count(st, "node-b", &one), 0);
+        cr_assert_eq(one, 2);
         cr_assert_eq(store_node_set(st, "alice", "s1", "", 3000), 0); /* dropped */
         cr_assert_eq(store_node_get(st, "alice", "s1", node, sizeof(node)), 0);
         cr_assert_str_eq(node, "");

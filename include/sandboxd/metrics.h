@@ -19,6 +19,8 @@
  *   sandboxd_webhook_inflight                webhook deliveries under way  gauge
  *   sandboxd_webhook_deliveries_total{outcome="delivered|failed|dropped"}, sandboxd_webhook_attempts_total
  *                                            (events.h, webhook.h)
+ *   sandboxd_nodes_connected, sandboxd_node_up{node}   node agents connected (node_listen only)  gauges
+ *   sandboxd_node_sessions{node}             sessions placed on each node (node_listen only)  gauge
  *   process_resident_memory_bytes, process_open_fds, process_threads gauges
  *
  * The counters are process-wide atomics (one daemon per process; tests that

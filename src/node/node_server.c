@@ -875,6 +875,7 @@ static int ops_open(void *node, const char *user, const char *session, uint64_t 
         struct node_server *s = node;
         struct node_req rq = {.op = mode == NODE_OPEN_ADOPT ? NODE_OP_ADOPT : NODE_OP_OPEN, .epoch = epoch};
         char name[NODE_NAME_MAX + 1] = "";
+        bool guessed = false;
         int r;
 
         if (where && where[0]) {
@@ -885,7 +886,8 @@ static int ops_open(void *node, const char *user, const char *session, uint64_t 
                         return r;
         } else {
                 node_of(s, user, session, name);
-                /* a session from before placements were kept: the one node there was */
+                /* a session from before placements were kept (0031): the node there was, if it has it */
+                guessed = !name[0];
                 if (!name[0] && s->cfg->node_name[0])
                         sbx_strlcpy(name, s->cfg->node_name, sizeof(name));
                 else if (!name[0] && !node_server_connected(s, name, sizeof(name)))
@@ -898,6 +900,8 @@ static int ops_open(void *node, const char *user, const char *session, uint64_t 
         sbx_strlcpy(rq.user, user, sizeof(rq.user));
         sbx_strlcpy(rq.session, session, sizeof(rq.session));
         r = request(s, name, mode == NODE_OPEN_NEW, &rq, ret_dir, err);
+        if (r < 0 && guessed)
+                (void)s->hooks.place(s->ud, user, session, ""); /* not there after all */
         if (r < 0 || mode != NODE_OPEN_NEW)
                 return r;
         pthread_mutex_lock(&s->lock);

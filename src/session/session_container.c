@@ -82,11 +82,14 @@ static int session_image(struct session_manager *m, struct session *s, char ret[
         return 0;
 }
 
-/* The container is placed (started: an engine that places containers
- * itself has bound it): open its session directory on the node the engine
- * names, within kube_start_timeout. Its runner retries until it listens. */
-static int open_on_node(struct session_manager *m, struct session *s, const char *id, struct sbx_error *err)
+/* The container is created: wait (within kube_start_timeout) until the
+ * engine has placed it (kube-scheduler bound the Pod), then open its session
+ * directory on that node, while the node pulls and starts it. Its runner
+ * retries until the node agent listens. container_params.placed. */
+static int open_on_node(const char *id, void *userdata, struct sbx_error *err)
 {
+        struct session *s = userdata;
+        struct session_manager *m = s->mgr;
         int64_t deadline = sbx_now_ms() + m->cfg->kube_start_timeout_ms;
         struct engine_container_info info;
         char dir[SBX_PATH_MAX];
@@ -239,6 +242,10 @@ int session_make_container(struct session *s, const char *old_id, const char **n
                 p.memory_bytes = spec.memory;
                 p.nano_cpus = spec.nano_cpus;
                 p.labels_json = spec.labels_json;
+                if (on_node) {
+                        p.placed = open_on_node;
+                        p.placed_ud = s;
+                }
                 r = container_create_started(m->engine, cfg, &p, ret_id, &e);
                 if (r < 0 && p.runtime && strcmp(p.runtime, "runsc") == 0)
                         sbx_error_prefix(&e, "under gVisor (runsc)");
@@ -249,15 +256,6 @@ int session_make_container(struct session *s, const char *old_id, const char **n
                 (void)portpool_release(m->ports, s->user, s->id);
                 gateway_drop(m->gateway, s->user, s->id);
                 return r;
-        }
-        if (on_node) {
-                r = open_on_node(m, s, ret_id, err);
-                if (r < 0) {
-                        (void)container_remove(m->engine, ret_id, NULL);
-                        (void)portpool_release(m->ports, s->user, s->id);
-                        gateway_drop(m->gateway, s->user, s->id);
-                        return r;
-                }
         }
         (void)portpool_set_container(m->ports, s->user, s->id, ret_id);
         (void)store_container_add(m->store, ret_id, s->user, s->id, ret_image, *network, sbx_wall_ms());

@@ -144,7 +144,7 @@ static void node_suspend(void *ud, const char *user, const char *session)
         runner_hub_suspend(d->runner, user, session);
 }
 
-static void adopt_runners(struct daemon *d);
+static void adopt_runners(struct daemon *d, const char *node);
 
 /* A claim cut short renames its runner directory on its slot's node: wait
  * for the nodes the pending claims are on, all within node_fence (a node
@@ -171,14 +171,14 @@ static void wait_claim_nodes(struct daemon *d)
         }
 }
 
-/* A node agent (re)connected: it is told every session again, and serves
- * the gateway's sockets of every running one again. */
+/* A node agent (re)connected: it is told its own sessions again, and serves
+ * the gateway's sockets of each running one again. */
 static void node_up(void *ud, const char *node, bool ready)
 {
         struct daemon *d = ud;
         runner_hub_reopen(d->runner, node);
         if (ready) /* else daemon_open is still on its way, and adopts them itself at its end */
-                adopt_runners(d);
+                adopt_runners(d, node);
 }
 
 static void node_fence(void *ud, const char *node)
@@ -246,7 +246,7 @@ static const struct node_server_hooks node_hooks = {
 /* After a restart: listen again for every running (or paused: it
  * reconnects once thawed) session's runner, and
  * serve its channels and port block again. */
-static void adopt_runners(struct daemon *d)
+static void adopt_runners(struct daemon *d, const char *node)
 {
         struct session_ref *refs = NULL;
         size_t n = 0, adopted = 0;
@@ -257,12 +257,17 @@ static void adopt_runners(struct daemon *d)
                 return;
         for (size_t i = 0; i < n; i++) {
                 const char *user = refs[i].user, *session = refs[i].session;
-                char dir[SBX_PATH_MAX];
+                char dir[SBX_PATH_MAX], placed[NODE_NAME_MAX + 1] = "";
                 struct session_info info;
                 struct sbx_error e = {0};
                 bool has_dir;
                 size_t n_ports = 0;
 
+                /* a node that (re)connected: its own sessions (and any placed nowhere yet); at the
+                 * start, those whose node is here (the others when theirs connects: node_up) */
+                if (d->node && store_node_get(d->store, user, session, placed, sizeof(placed)) == 0 && placed[0] &&
+                    (node ? strcmp(placed, node) != 0 : !node_server_node_connected(d->node, placed)))
+                        continue;
                 if (runner_hub_adopt(d->runner, user, session) == 0)
                         adopted++;
                 has_dir = runner_hub_dir(d->runner, user, session, dir) == 0;
@@ -534,7 +539,7 @@ int daemon_open(const struct sbx_config *cfg, const struct daemon_options *opts,
                 goto fail;
         if (d->node) /* from here a node that (re)connects is served whole, gateway included */
                 node_server_gateway_ready(d->node);
-        adopt_runners(d);
+        adopt_runners(d, NULL);
         exec_engine_adopt(d->exec); /* executions the runners kept while the daemon was away */
         if (!opts->no_monitor) {
                 r = monitor_start(&d->cfg, d->engine, d->sessions, &d->monitor, err);

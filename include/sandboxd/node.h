@@ -267,6 +267,9 @@ int node_client_connect(const struct sbx_config *cfg, struct node_client **ret, 
 /* Open a stream as a node would for an accepted connection (fd: the
  * node's end, taken), presenting epoch. The client relays it. */
 int node_client_open(struct node_client *c, const char *user, const char *session, uint64_t epoch, int fd);
+/* How many requests of op (NODE_OP_*) about (user, session) it was sent
+ * (among the last 64 requests). */
+size_t node_client_requests(struct node_client *c, uint32_t op, const char *user, const char *session);
 /* Bytes onto the link as they are (a malformed frame, say). */
 int node_client_send_raw(struct node_client *c, const void *buf, size_t len);
 /* Wait up to timeout_ms for the link to end (the control closed it). */

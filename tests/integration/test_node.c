@@ -497,3 +497,54 @@ Test(node, a_node_gone_past_node_fence_fences_only_its_own_sessions)
         daemon_close(d);
         node_client_free(nc);
 }
+
+struct seen {
+        struct node_client *nc;
+        uint32_t op;
+        const char *session;
+};
+
+static bool client_was_sent(void *ud)
+{
+        struct seen *w = ud;
+        return node_client_requests(w->nc, w->op, "u1", w->session) > 0;
+}
+
+Test(node, a_node_that_comes_back_is_told_only_its_own_sessions)
+{
+        struct sbx_config ncfg;
+        struct node_client *nc = NULL;
+        struct sbx_error err = {0};
+        char mine[8], theirs[8], node[NODE_NAME_MAX + 1];
+        pid_t pids[2];
+        int code = -1;
+
+        open_with_two_nodes(0, pids); /* node_fence 30 s: nothing is fenced here */
+        free(fixture_run(d, "s1", "true", 0, &code));
+        free(fixture_run(d, "s2", "true", 0, &code));
+        snprintf(node, sizeof(node), "%s", placed("s1"));
+        cr_assert_str_neq(node, placed("s2"), "both sessions on %s", node);
+        snprintf(mine, sizeof(mine), "s1");
+        snprintf(theirs, sizeof(theirs), "s2");
+
+        /* s1's node goes; a node of its name comes back (a bare one, that records what it is told) */
+        nodeenv_kill(pids[strcmp(node, "node1") == 0 ? 0 : 1], SIGKILL);
+        cr_assert(TESTENV_WAIT_UNTIL(!node_server_node_connected(d->node, node), 30000));
+        nodeenv_config_node(&ncfg, &cfg, pki, node, agents_base);
+        cr_assert_eq(node_client_connect(&ncfg, &nc, &err), 0, "%s", err.msg);
+        /* its session opened on it again, then its gateway sockets served again (after the reopen) */
+        struct seen open = {nc, NODE_OP_OPEN, mine}, gw = {nc, NODE_OP_GATEWAY, mine};
+        cr_assert(TESTENV_WAIT_UNTIL(client_was_sent(&open), 30000), "its own session was not opened again");
+        cr_assert(TESTENV_WAIT_UNTIL(client_was_sent(&gw), 30000), "its own session's sockets were not served again");
+        /* and nothing about the other node's session */
+        cr_assert_eq(node_client_requests(nc, NODE_OP_OPEN, "u1", theirs), 0, "the other node's session was opened");
+        cr_assert_eq(node_client_requests(nc, NODE_OP_GATEWAY, "u1", theirs), 0,
+                     "the other node's session's sockets were asked for");
+        /* the other node's session still runs where it is */
+        char *out = fixture_run(d, theirs, "echo untouched", 0, &code);
+        cr_assert_eq(code, 0);
+        cr_assert_str_eq(out, "untouched\n");
+        free(out);
+        daemon_close(d);
+        node_client_free(nc);
+}

@@ -100,12 +100,13 @@ static const struct config_key keys[] = {
         {"node_control_name", CFG_STRING, F(node_control_name), 0, 0, 0, "sandboxd-control", NULL,
          "node link: the name (DNS SAN or common name) a node agent expects in the control daemon's certificate"},
         {"node_name", CFG_STRING, F(node_name), 0, 0, 0, "", NULL,
-         "node link: the node (certificate common name) whose containers this daemon's engine runs; empty: the "
-         "one that connects"},
+         "node link, engine = docker: every session goes to this node (certificate common name); empty: the "
+         "connected node with the fewest sessions (a session keeps its node while its container lives)"},
         {"node_heartbeat", CFG_MS, F(node_heartbeat_ms), 0, 100, 600000, "2s", NULL,
          "node link ping interval; a link silent for three of them is closed"},
         {"node_fence", CFG_MS, F(node_fence_ms), 0, 100, 86400000, "30s", NULL,
-         "a node agent away this long: its sessions are fenced (failed, new epoch) and its executions lost"},
+         "a node agent away this long: the sessions placed on it are fenced (failed, new epoch) and their "
+         "executions lost"},
         {"docker_socket", CFG_PATH, F(docker_socket), 0, 0, 0, "/var/run/docker.sock", NULL,
          "the Docker Engine API socket"},
         {"engine", CFG_ENUM, F(engine), 0, 0, 0, "docker", "docker|kubernetes",
@@ -129,6 +130,9 @@ static const struct config_key keys[] = {
          "Always|IfNotPresent|Never", "engine = kubernetes: imagePullPolicy of sandbox Pods"},
         {"kube_start_timeout", CFG_MS, F(kube_start_timeout_ms), 0, 1000, 3600000, "120s", NULL,
          "engine = kubernetes: a sandbox Pod runs within this (scheduling and image pull) or its start fails"},
+        {"kube_node_dir", CFG_STRING, F(kube_node_dir), 0, 0, 0, "/var/lib/sandboxd-node", NULL,
+         "engine = kubernetes over node agents (node_listen): the host directory holding each node agent's "
+         "data_dir, {kube_node_dir}/<node name>; a Pod mounts its session directory from it by its node's name"},
         {"instance", CFG_STRING, F(instance), 0, 0, 0, "default", NULL,
          "label value that keeps several daemons on one engine apart ([A-Za-z0-9_.-])"},
         {"log_level", CFG_ENUM, F(log_level), 0, 0, 0, "info", "debug|info|warn|error", "minimum level logged"},

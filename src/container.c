@@ -554,6 +554,13 @@ int container_create_started(struct engine *e, const struct sbx_config *cfg, con
                 sbx_error_prefix(err, "creating container");
                 return r;
         }
+        if (p->placed && e->places) {
+                r = p->placed(id, p->placed_ud, err);
+                if (r < 0) {
+                        (void)container_remove(e, id, NULL);
+                        return r;
+                }
+        }
         r = engine_start(e, id, err);
         if (r < 0) {
                 sbx_error_prefix(err, "starting container %.12s", id);

@@ -162,26 +162,51 @@ static void node_suspend(void *ud, const char *user, const char *session)
         runner_hub_suspend(d->runner, user, session);
 }
 
-static void adopt_runners(struct daemon *d);
+static void adopt_runners(struct daemon *d, const char *node);
 
-/* A node agent (re)connected: it is told every session again, and serves
- * the gateway's sockets of every running one again. */
+/* A claim cut short renames its runner directory on its slot's node: wait
+ * for the nodes the pending claims are on, all within node_fence (a node
+ * away longer would have its sessions fenced: its claims are given up). */
+static void wait_claim_nodes(struct daemon *d)
+{
+        _cleanup_free_ struct store_pool_slot *rows = NULL;
+        size_t n = 0;
+        int64_t until = sbx_now_ms() + d->cfg.node_fence_ms;
+
+        if (store_pool_list(d->store, &rows, &n) < 0)
+                return;
+        for (size_t i = 0; i < n; i++) {
+                char node[NODE_NAME_MAX + 1] = "";
+                if (strcmp(rows[i].state, "claiming") != 0)
+                        continue;
+                (void)store_node_get(d->store, POOL_USER, rows[i].slot, node, sizeof(node));
+                if (!node[0]) /* the claim moved it already (the target's), or a slot of before 0031 */
+                        (void)store_node_get(d->store, rows[i].user_id, rows[i].session_id, node, sizeof(node));
+                int64_t left = until - sbx_now_ms();
+                if (!node_server_wait_node(d->node, node, left > 0 ? (int)left : 0))
+                        log_warn("pool: node %s not connected within %d ms: the claim of slot %s is given up",
+                                 node[0] ? node : "(any)", d->cfg.node_fence_ms, rows[i].slot);
+        }
+}
+
+/* A node agent (re)connected: it is told its own sessions again, and serves
+ * the gateway's sockets of each running one again. */
 static void node_up(void *ud, const char *node, bool ready)
 {
         struct daemon *d = ud;
-        (void)node;
-        runner_hub_reopen(d->runner);
+        runner_hub_reopen(d->runner, node);
         if (ready) /* else daemon_open is still on its way, and adopts them itself at its end */
-                adopt_runners(d);
+                adopt_runners(d, node);
 }
 
 static void node_fence(void *ud, const char *node)
 {
         struct daemon *d = ud;
+        size_t n = runner_hub_fence(d->runner, node); /* only the sessions placed on it */
         cJSON *detail = cJSON_CreateObject();
         cJSON_AddStringToObject(detail, "node", node);
+        cJSON_AddNumberToObject(detail, "sessions", (double)n);
         audit_record_json(d->store, "node", NULL, NULL, "node_fenced", detail);
-        runner_hub_fence(d->runner);
 }
 
 static int node_epoch(void *ud, const char *user, const char *session, uint64_t *ret)
@@ -191,14 +216,36 @@ static int node_epoch(void *ud, const char *user, const char *session, uint64_t 
 }
 
 static void node_refused(void *ud, const char *node, const char *user, const char *session, uint64_t presented,
-                         uint64_t current)
+                         uint64_t current, const char *placed)
 {
         struct daemon *d = ud;
         cJSON *detail = cJSON_CreateObject();
         cJSON_AddStringToObject(detail, "node", node);
         cJSON_AddNumberToObject(detail, "presented_epoch", (double)presented);
         cJSON_AddNumberToObject(detail, "epoch", (double)current);
-        audit_record_json(d->store, "node", user, session, "node_epoch_refused", detail);
+        if (placed)
+                cJSON_AddStringToObject(detail, "placed_on", placed);
+        audit_record_json(d->store, "node", user, session, placed ? "node_placement_refused" : "node_epoch_refused",
+                          detail);
+}
+
+static int node_of(void *ud, const char *user, const char *session, char ret[NODE_NAME_MAX + 1])
+{
+        struct daemon *d = ud;
+        return store_node_get(d->store, user, session, ret, NODE_NAME_MAX + 1);
+}
+
+static int node_place(void *ud, const char *user, const char *session, const char *node)
+{
+        struct daemon *d = ud;
+        return store_node_set(d->store, user, session, node, sbx_wall_ms());
+}
+
+static size_t node_placed(void *ud, const char *node)
+{
+        struct daemon *d = ud;
+        uint64_t n = 0;
+        return store_node_count(d->store, node, &n) == 0 ? (size_t)n : 0;
 }
 
 /* The same refusal in this process: the runner of a container the session
@@ -221,12 +268,15 @@ static const struct node_server_hooks node_hooks = {
         .epoch = node_epoch,
         .refused = node_refused,
         .published = node_published,
+        .node_of = node_of,
+        .place = node_place,
+        .placed = node_placed,
 };
 
 /* After a restart: listen again for every running (or paused: it
  * reconnects once thawed) session's runner, and
  * serve its channels and port block again. */
-static void adopt_runners(struct daemon *d)
+static void adopt_runners(struct daemon *d, const char *node)
 {
         struct session_ref *refs = NULL;
         size_t n = 0, adopted = 0;
@@ -237,12 +287,17 @@ static void adopt_runners(struct daemon *d)
                 return;
         for (size_t i = 0; i < n; i++) {
                 const char *user = refs[i].user, *session = refs[i].session;
-                char dir[SBX_PATH_MAX];
+                char dir[SBX_PATH_MAX], placed[NODE_NAME_MAX + 1] = "";
                 struct session_info info;
                 struct sbx_error e = {0};
                 bool has_dir;
                 size_t n_ports = 0;
 
+                /* a node that (re)connected: its own sessions (and any placed nowhere yet); at the
+                 * start, those whose node is here (the others when theirs connects: node_up) */
+                if (d->node && store_node_get(d->store, user, session, placed, sizeof(placed)) == 0 && placed[0] &&
+                    (node ? strcmp(placed, node) != 0 : !node_server_node_connected(d->node, placed)))
+                        continue;
                 if (runner_hub_adopt(d->runner, user, session) == 0)
                         adopted++;
                 has_dir = runner_hub_dir(d->runner, user, session, dir) == 0;
@@ -420,13 +475,7 @@ int daemon_open(const struct sbx_config *cfg, const struct daemon_options *opts,
                 if (r < 0)
                         goto fail;
                 runner_hub_set_node(d->runner, &node_server_ops, d->node);
-                /* a claim cut short renames its runner directory on the node: wait for it (a node away
-                 * longer than node_fence would have its sessions fenced: the claim is given up) */
-                if (pool_claims_pending(d->store) > 0 && !node_server_wait(d->node, d->cfg.node_fence_ms))
-                        log_warn(
-                                "pool: no node agent connected within %d ms: the claims a previous daemon "
-                                "began are given up",
-                                d->cfg.node_fence_ms);
+                wait_claim_nodes(d);
         }
         /* claims a previous daemon began are finished before the session rows load */
         r = pool_recover_claims(&d->cfg, d->store, d->engine, d->runner, err);
@@ -487,7 +536,8 @@ int daemon_open(const struct sbx_config *cfg, const struct daemon_options *opts,
                                               .pool = d->pool,
                                               .engine = d->engine,
                                               .store = d->store,
-                                              .cfg = &d->cfg};
+                                              .cfg = &d->cfg,
+                                              .node = d->node};
         r = scripts_new(&d->cfg, d->store, d->quota, &d->scripts);
         if (r < 0) {
                 sbx_error_set(err, r, 0, "out of memory");
@@ -523,7 +573,7 @@ int daemon_open(const struct sbx_config *cfg, const struct daemon_options *opts,
                 goto fail;
         if (d->node) /* from here a node that (re)connects is served whole, gateway included */
                 node_server_gateway_ready(d->node);
-        adopt_runners(d);
+        adopt_runners(d, NULL);
         exec_engine_adopt(d->exec); /* executions the runners kept while the daemon was away */
         if (!opts->no_monitor) {
                 r = monitor_start(&d->cfg, d->engine, d->sessions, &d->monitor, err);
@@ -576,6 +626,14 @@ void daemon_close(struct daemon *d)
         webhook_stop(d->webhook);
         store_close(d->store);
         free(d);
+}
+
+void daemon_session_node(struct daemon *d, const char *user, const char *session, char *ret, size_t size)
+{
+        if (size)
+                ret[0] = '\0';
+        if (d->node && store_node_get(d->store, user, session, ret, size) < 0 && size)
+                ret[0] = '\0';
 }
 
 int daemon_engine_version(struct daemon *d, char *ret, size_t size, struct sbx_error *err)

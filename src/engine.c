@@ -79,6 +79,7 @@ int engine_new_from_config(const struct sbx_config *cfg, struct engine **ret, st
                 .image_pull_policy = cfg->kube_image_pull_policy,
                 .timeout_ms = cfg->docker_timeout_ms,
                 .start_timeout_ms = cfg->kube_start_timeout_ms,
+                .node_dir = cfg->kube_node_dir,
         };
 
         if (strcmp(cfg->engine, "kubernetes") == 0)

@@ -13,12 +13,14 @@
 #include <stdarg.h>
 #include <stdio.h>
 #include <stdlib.h>
+#include <ctype.h>
 #include <string.h>
 #include <unistd.h>
 
 #include "sandboxd/engine.h"
 #include "sandboxd/egress.h"
 #include "sandboxd/events.h"
+#include "sandboxd/node.h"
 #include "sandboxd/pool.h"
 #include "sandboxd/portpool.h"
 #include "sandboxd/session.h"
@@ -224,6 +226,46 @@ static void render_labels(struct text *t, const struct metrics_ctx *m)
         store_session_labels_free(rows, n_rows);
 }
 
+/* A node's name as a label value: its certificate's common name, so
+ * anything but the characters a host name has is replaced. */
+static void node_label(const char *name, char ret[NODE_NAME_MAX + 1])
+{
+        size_t i = 0;
+        for (; name[i] && i < NODE_NAME_MAX; i++)
+                ret[i] = isalnum((unsigned char)name[i]) || strchr("-._:", name[i]) ? name[i] : '_';
+        ret[i] = '\0';
+}
+
+static void render_nodes(struct text *t, const struct metrics_ctx *m)
+{
+        struct node_status *nodes = NULL;
+        struct store_node_count *counts = NULL;
+        size_t n = 0, n_counts = 0, up = 0;
+        char label[NODE_NAME_MAX + 1];
+
+        if (!m->node || node_server_list(m->node, &nodes, &n) < 0)
+                return;
+        for (size_t i = 0; i < n; i++)
+                up += nodes[i].connected;
+        head(t, "sandboxd_nodes_connected", "gauge", "node agents connected over the node link");
+        put(t, "sandboxd_nodes_connected %zu\n", up);
+        head(t, "sandboxd_node_up", "gauge", "1 while the node agent is connected");
+        for (size_t i = 0; i < n; i++) {
+                node_label(nodes[i].name, label);
+                put(t, "sandboxd_node_up{node=\"%s\"} %d\n", label, nodes[i].connected ? 1 : 0);
+        }
+        if (m->store && store_node_counts(m->store, &counts, &n_counts) == 0) {
+                head(t, "sandboxd_node_sessions", "gauge", "sessions placed on each node");
+                for (size_t i = 0; i < n_counts; i++) {
+                        node_label(counts[i].node, label);
+                        put(t, "sandboxd_node_sessions{node=\"%s\"} %llu\n", label,
+                            (unsigned long long)counts[i].sessions);
+                }
+        }
+        free(counts);
+        free(nodes);
+}
+
 int metrics_render(const struct metrics_ctx *m, char **ret)
 {
         static const char *const session_states[] = {"creating", "running", "stopped", "error", "paused"};
@@ -335,6 +377,7 @@ int metrics_render(const struct metrics_ctx *m, char **ret)
         }
 
         render_labels(&t, m);
+        render_nodes(&t, m);
 
         head(&t, "sandboxd_ports_used", "gauge", "host ports handed out to sessions");
         put(&t, "sandboxd_ports_used %zu\n", used);

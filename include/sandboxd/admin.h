@@ -22,8 +22,12 @@
  *                                                ports: {used, total}, monitor_last_poll (unix ms or null),
  *                                                egress: {allowed, blocked, open}}
  *   metrics                                   → {text: the Prometheus exposition of metrics.h}
+ *   nodes.list (or list_nodes) {}             → {nodes: [{name, connected, fenced, since, sessions (placed on
+ *                                                it), last_heartbeat (null when away)}]}  the node agents
+ *                                                known since start, and nodes sessions are still placed on;
+ *                                                empty in one process (no node_listen)
  *   sessions.list   {user?, state?}           → {sessions: [{user, session, state, container_id, image,
- *                                                network_mode, private, ports, created_at, last_activity,
+ *                                                node (null in one process), network_mode, private, ports, created_at, last_activity,
  *                                                last_error, error_cause}]}
  *   session.show    {user, session}           → the above plus {workspace, datasets: [{dataset, source,
  *                                                marked_at}], egress: {mode, allow, upstream_proxy}, services: [...],

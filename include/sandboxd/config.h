@@ -39,6 +39,7 @@ struct sbx_config {
         char kube_gvisor_class[64];          /* RuntimeClass of runtime = runsc */
         char kube_image_pull_policy[16];     /* Always | IfNotPresent | Never */
         int kube_start_timeout_ms;           /* a Pod runs within this or its start fails */
+        char kube_node_dir[SBX_PATH_MAX];    /* node agents' data_dirs: {kube_node_dir}/<node name> (node.h) */
 
         /* network fronts (http.c); "" = off */
         char http_listen[128];                    /* host:port of the HTTPS API and MCP front */

@@ -46,6 +46,12 @@ struct container_params {
         /* The session's labels as {"key": "value"} JSON (checked: sessspec.h), or
          * NULL; each becomes the Docker label CONTAINER_LABEL_PREFIX<key>. */
         const char *labels_json;
+        /* An engine that places containers itself (engine.places): called
+         * once the container is created, before its start is waited for,
+         * with its id (the callee waits for its node and opens the session
+         * directory there: node.h). A failure removes the container. */
+        int (*placed)(const char *id, void *userdata, struct sbx_error *err);
+        void *placed_ud;
 };
 
 /* Create (if missing) {data_dir}/workspaces/{user}/{session}: every level is

@@ -81,5 +81,8 @@ void daemon_close(struct daemon *d);
 /* The container engine's version (engine.h), asked now (for health and stats: the fronts
  * never talk to Docker themselves). */
 int daemon_engine_version(struct daemon *d, char *ret, size_t size, struct sbx_error *err);
+/* The node the session is placed on (node.h), "" in one process or when it
+ * has none. */
+void daemon_session_node(struct daemon *d, const char *user, const char *session, char *ret, size_t size);
 
 #endif

@@ -44,6 +44,7 @@
 #include <sys/types.h>
 
 #include "sandboxd/common.h"
+#include "sandboxd/node.h"
 
 #define ENGINE_ID_STR_MAX 65 /* 64 hex + NUL (Docker); other engines' ids fit */
 #define ENGINE_MAX_LABELS 16
@@ -125,7 +126,9 @@ struct engine_spec {
         const char *workspace_claim;
         /* Both set: the runner binary and the session directory, read-only
          * (RP_BINARY_PATH, RP_SOCKET_DIR), the runner as the main process.
-         * Either NULL: the image's command. */
+         * Either NULL: the image's command. A relative session_dir (only to
+         * an engine that places containers itself) is relative to the data_dir
+         * of the node agent of whichever node the container lands on. */
         const char *session_dir;
         const char *runner_binary;
         const char *passwd_file; /* host files read-only on /etc/passwd and /etc/group (NULL: the image's) */
@@ -160,7 +163,10 @@ struct engine_container_info {
         char error[256];
         char network_mode[64];
         char runtime[32];
-        bool has_network; /* attached to any network beyond loopback */
+        char node[NODE_NAME_MAX + 1]; /* the node it runs on, for an engine that places containers
+                                       * itself (engine.places: a Pod's spec.nodeName); "" otherwise
+                                       * or until it is placed */
+        bool has_network;             /* attached to any network beyond loopback */
         /* what the engine applied, for verification */
         bool readonly_rootfs;
         bool init;
@@ -326,7 +332,11 @@ struct engine {
         const struct engine_ops *ops;
         const char *name;      /* "docker" */
         unsigned capabilities; /* ENGINE_CAP_* */
-        void *priv;            /* the implementation's own */
+        /* The engine puts containers on nodes itself (Kubernetes: kube-scheduler): over a node
+         * link the session directory is opened on the node inspect names once the container is
+         * placed, and the spec's session_dir is then relative (engine_spec). */
+        bool places;
+        void *priv; /* the implementation's own */
 };
 
 struct sbx_config;

@@ -68,6 +68,7 @@ struct engine_k8s_config {
         const char *image_pull_policy; /* Always | IfNotPresent | Never */
         long timeout_ms;               /* one request (<= 0: 30 s) */
         long start_timeout_ms;         /* start: until the container runs (<= 0: 120 s) */
+        const char *node_dir;          /* a relative session_dir is under {node_dir}/<the Pod's node> (node.h) */
 };
 
 /* Where and how to reach the API server. */

@@ -19,6 +19,8 @@
  *   sandboxd_webhook_inflight                webhook deliveries under way  gauge
  *   sandboxd_webhook_deliveries_total{outcome="delivered|failed|dropped"}, sandboxd_webhook_attempts_total
  *                                            (events.h, webhook.h)
+ *   sandboxd_nodes_connected, sandboxd_node_up{node}   node agents connected (node_listen only)  gauges
+ *   sandboxd_node_sessions{node}             sessions placed on each node (node_listen only)  gauge
  *   process_resident_memory_bytes, process_open_fds, process_threads gauges
  *
  * The counters are process-wide atomics (one daemon per process; tests that
@@ -33,6 +35,7 @@
 struct egress;
 struct engine;
 struct pool;
+struct node_server;
 struct portpool;
 struct session_manager;
 struct store;
@@ -50,6 +53,7 @@ struct metrics_ctx {
         struct engine *engine;
         struct store *store;          /* sessions by label (metrics_label_keys); NULL: none */
         const struct sbx_config *cfg; /* NULL: no label metrics */
+        struct node_server *node;     /* the node link (node_listen); NULL: one process, no node metrics */
 };
 
 /* A finished execution (exec.c, once per execution). */

@@ -26,6 +26,24 @@
  *     protocol (runner_proto.h) is unchanged: the hub reads the same frames
  *     from a socketpair whose other end the link relays.
  *
+ * Many nodes. The control daemon serves any number of node agents, one
+ * link per node name; each session is placed on one node (the store's
+ * session_nodes, migration 0031, through the hooks node_of/place/placed)
+ * and every request about it goes to that node. An engine that places
+ * containers itself (Kubernetes) names the node (engine_inspect's node,
+ * the Pod's spec.nodeName): the hub opens the directory there once the Pod
+ * is bound (runner_hub_prepare_on). Otherwise node_ops.open chooses
+ * (NODE_OPEN_NEW): node_name, else the session's node while connected, else
+ * the connected node with the fewest sessions.
+ *
+ * On Kubernetes a node agent runs with data_dir = {kube_node_dir}/<its node
+ * name> (certificate CN = the node's name), and a session Pod mounts
+ * hostPath {kube_node_dir} with subPathExpr
+ * "$(SBX_NODE_NAME)/runner/<runner_dir_key>" and SBX_NODE_NAME from the
+ * downward API (spec.nodeName). kubelet may make that directory before the
+ * agent opens it: the agent accepts a root-owned directory (O_NOFOLLOW,
+ * never a link) and makes it 0755.
+ *
  * The link protocol (one TLS 1.3 connection, mutually authenticated: the
  * node agent dials the control daemon, both present a certificate of the
  * same CA (node_ca), the control checks node_crl on every handshake and
@@ -57,9 +75,11 @@
  * runner_hub_rekey). The control gives the node the epoch with each session
  * it opens; the node presents it with every stream; a stream whose epoch is
  * not the session's current one is refused with an audit row
- * ("node_epoch_refused"). A node whose link stays down for node_fence
- * fences its sessions: they count as failed (their next request makes a new
- * container, a new epoch), and its executions end as lost. A link that
+ * ("node_epoch_refused"); a stream about a session placed on another node
+ * is refused too ("node_placement_refused"). A node whose link stays down
+ * for node_fence fences the sessions placed on it, and only those: they
+ * count as failed (their next request makes a new container, a new epoch),
+ * and their executions end as lost. A link that
  * comes back within node_fence loses nothing: the hub keeps the executions
  * of the session's runner, and when the runner reconnects through the new
  * link and lists what it holds, they resume where their output stopped (the
@@ -91,6 +111,7 @@
 #define NODE_HANDSHAKE_TIMEOUT_MS 10000 /* TLS handshake and hello */
 #define NODE_WRITE_DEADLINE_MS 5000     /* one frame onto the link */
 #define NODE_NAME_MAX 64
+#define NODE_MAX_NODES 256 /* nodes known at once (a fenced one away is forgotten for a new one) */
 
 enum node_frame {
         NF_HELLO = 1,
@@ -167,16 +188,28 @@ struct node_connect {
 
 /* ---- the link interface (what the runner hub calls) ---- */
 
+enum node_open_mode {
+        NODE_OPEN_NEW = 1,   /* a new container (runner_hub_prepare): placed (again) here */
+        NODE_OPEN_AGAIN = 2, /* the node came back (runner_hub_reopen): on the session's node */
+        NODE_OPEN_ADOPT = 3, /* after a restart, only if the directory exists (-ENOENT otherwise) */
+};
+
 struct node_ops {
         /* The runner binary's path on the node if usable, else NULL. */
         const char *(*binary)(void *node);
         /* NODE_OP_OPEN / NODE_OP_ADOPT: *ret_dir is the node's directory to
-         * bind-mount. */
-        int (*open)(void *node, const char *user, const char *session, uint64_t epoch, bool adopt,
-                    char ret_dir[SBX_PATH_MAX], struct sbx_error *err);
+         * bind-mount. where: the node the engine put the container on
+         * (kube-scheduler), or NULL: NODE_OPEN_NEW chooses (node_name, else
+         * the session's node while connected, else the connected node with
+         * the fewest sessions); the others use the session's node. The
+         * session is placed on that node (the store) before it listens. */
+        int (*open)(void *node, const char *user, const char *session, uint64_t epoch, enum node_open_mode mode,
+                    const char *where, char ret_dir[SBX_PATH_MAX], struct sbx_error *err);
         void (*drop)(void *node, const char *user, const char *session);
         int (*rekey)(void *node, const char *from_user, const char *from_session, const char *to_user,
                      const char *to_session, uint64_t epoch, char ret_dir[SBX_PATH_MAX], struct sbx_error *err);
+        /* Whether the session is placed on the node named name. */
+        bool (*placed_on)(void *node, const char *user, const char *session, const char *name);
 };
 
 /* ---- the control daemon's end (node_listen) ---- */
@@ -202,13 +235,30 @@ struct node_server_hooks {
         void (*fence)(void *ud, const char *node);
         /* The session's current epoch. */
         int (*epoch)(void *ud, const char *user, const char *session, uint64_t *ret);
-        /* A stream from an old epoch was refused (write the audit row). */
+        /* A stream from an old epoch (placed NULL), or about a session placed
+         * on another node (placed: that node, "" for none), was refused
+         * (write the audit row). */
         void (*refused)(void *ud, const char *node, const char *user, const char *session, uint64_t presented,
-                        uint64_t current);
+                        uint64_t current, const char *placed);
         /* A client the node accepted on one of the session's published
          * ports (node_server_publish), epoch checked: gateway_attach_published.
          * The callee owns fd. NULL: such streams are closed. */
         void (*published)(void *ud, const char *user, const char *session, int port, int fd);
+        /* Placement (the store's session_nodes): the session's node ("" for
+         * none) in ret; place it on node ("": forget it); how many sessions
+         * are placed on node. May be called under the server's lock. */
+        int (*node_of)(void *ud, const char *user, const char *session, char ret[NODE_NAME_MAX + 1]);
+        int (*place)(void *ud, const char *user, const char *session, const char *node);
+        size_t (*placed)(void *ud, const char *node);
+};
+
+/* A node known to the control daemon (node_server_list). */
+struct node_status {
+        char name[NODE_NAME_MAX + 1];
+        bool connected;
+        bool fenced;          /* away past node_fence: its sessions were fenced */
+        int64_t since_ms;     /* wall ms: connected at, or went away at */
+        int64_t heartbeat_ms; /* wall ms of the last frame from it (connected only) */
 };
 
 /* Listen on cfg->node_listen (TLS with node_cert, node_key, node_ca,
@@ -220,8 +270,8 @@ int node_server_new(const struct sbx_config *cfg, const struct node_server_hooks
 void node_server_stop(struct node_server *s);
 /* Stops it if need be and frees it. NULL is fine. */
 void node_server_free(struct node_server *s);
-/* The ops over this server's link (node = the server). Sessions go to the
- * node named node_name, or to the one node connected when that is empty. */
+/* The ops over this server's links (node = the server). Each request goes to
+ * the session's node (placement: node_ops.open). */
 extern const struct node_ops node_server_ops;
 /* Ask the node to serve (or stop serving) the session's egress.sock and
  * fwd.sock (flags NODE_GW_*; 0: neither, sockets removed). */
@@ -241,19 +291,19 @@ int node_server_publish(struct node_server *s, const char *user, const char *ses
  * before the result: the link went (take it as -ECONNRESET). */
 int node_server_connect(struct node_server *s, const char *user, const char *session, const struct sockaddr *sa,
                         socklen_t len, int *ret_fd);
-/* The link that serves the session (with one node: the one connected),
- * NULL when none is. The link may end and be freed at any time: callers
- * outside node_server.c compare the pointer, never dereference it; inside,
- * requests and connects look the link up under the server's lock. */
-struct node_link;
-struct node_link *node_server_link_of_session(struct node_server *srv, const char *user, const char *session);
 /* hooks.gateway may be called from now on (streams of the gateway's
  * sockets before it are closed). */
 void node_server_gateway_ready(struct node_server *s);
-/* Whether a node is connected now; its name in ret_name. */
+/* Whether any node is connected now; one's name in ret_name. */
 bool node_server_connected(struct node_server *s, char *ret_name, size_t size);
-/* Wait up to timeout_ms for a node to be connected. */
+/* Whether the node named name is connected now. */
+bool node_server_node_connected(struct node_server *s, const char *name);
+/* Wait up to timeout_ms for any node to be connected. */
 bool node_server_wait(struct node_server *s, int timeout_ms);
+/* Wait up to timeout_ms for the node named name ("": any). */
+bool node_server_wait_node(struct node_server *s, const char *name, int timeout_ms);
+/* Every node known since start (malloc'd array). */
+int node_server_list(struct node_server *s, struct node_status **ret, size_t *ret_n);
 /* The TCP port node_listen is bound to (useful with port 0). */
 int node_server_port(struct node_server *s);
 /* Handshakes refused (bad or revoked certificate) since start. */
@@ -279,6 +329,9 @@ int node_client_connect(const struct sbx_config *cfg, struct node_client **ret, 
 /* Open a stream as a node would for an accepted connection (fd: the
  * node's end, taken), presenting epoch. The client relays it. */
 int node_client_open(struct node_client *c, const char *user, const char *session, uint64_t epoch, int fd);
+/* How many requests of op (NODE_OP_*) about (user, session) it was sent
+ * (among the last 64 requests). */
+size_t node_client_requests(struct node_client *c, uint32_t op, const char *user, const char *session);
 /* Bytes onto the link as they are (a malformed frame, say). */
 int node_client_send_raw(struct node_client *c, const void *buf, size_t len);
 /* Wait up to timeout_ms for the link to end (the control closed it). */

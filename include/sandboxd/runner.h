@@ -61,6 +61,11 @@ const char *runner_hub_binary(struct runner_hub *h);
  * Idempotent. *ret_dir is the host directory to bind-mount read-only. */
 int runner_hub_prepare(struct runner_hub *h, const char *user, const char *session, char ret_dir[SBX_PATH_MAX],
                        struct sbx_error *err);
+/* The same on the node named node (an engine that places containers
+ * itself said where: kube-scheduler); NULL: as runner_hub_prepare. Only
+ * over a node link; in one process node is ignored. */
+int runner_hub_prepare_on(struct runner_hub *h, const char *user, const char *session, const char *node,
+                          char ret_dir[SBX_PATH_MAX], struct sbx_error *err);
 /* After a daemon restart: listen again for a session whose directory
  * exists (its container was made with a runner, which reconnects on its
  * own). 0 when listening, -ENOENT when the session never had a runner. */
@@ -216,6 +221,8 @@ void runner_hub_set_refused_fn(struct runner_hub *h, runner_refused_fn fn, void 
  * before the first runner_hub_prepare. Without it the hub makes the
  * directories and listens itself (the in-process link: direct calls). */
 void runner_hub_set_node(struct runner_hub *h, const struct node_ops *ops, void *node);
+/* Whether the session directories are across a node link (runner_hub_set_node). */
+bool runner_hub_remote(const struct runner_hub *h);
 /* A connection the node accepted on the session's runner.sock and checked
  * (runner_peer.h). Takes fd. -ENOENT without a channel, -EBUSY when a
  * runner is connected already (one per session): fd is closed. */
@@ -224,13 +231,15 @@ int runner_hub_attach(struct runner_hub *h, const char *user, const char *sessio
  * connection closes, its executions wait (up to node_fence) for the runner
  * to come back through a new link instead of ending as lost. */
 void runner_hub_suspend(struct runner_hub *h, const char *user, const char *session);
-/* A node (re)connected: open every session's directory on it again. */
-void runner_hub_reopen(struct runner_hub *h);
-/* The node is gone for good: every detached execution ends as lost and
- * every session with a runner channel is reported lost ("node_lost") to
- * the lost handler; their epochs grow, so the node is refused if it comes
- * back with the old one. */
-void runner_hub_fence(struct runner_hub *h);
+/* A node (re)connected: open the directory of every session placed on it
+ * (node NULL: of every session) on it again. */
+void runner_hub_reopen(struct runner_hub *h, const char *node);
+/* The node is gone for good: every detached execution of the sessions
+ * placed on it (node NULL: of all sessions) ends as lost and each of those
+ * sessions with a runner channel is reported lost ("node_lost") to the lost
+ * handler; their epochs grow, so the node is refused if it comes back with
+ * the old one. Returns how many sessions were fenced. */
+size_t runner_hub_fence(struct runner_hub *h, const char *node);
 
 /* A tty execution's new window size (the runner sends SIGWINCH). -EINVAL
  * out of range. */

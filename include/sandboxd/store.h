@@ -239,6 +239,20 @@ int store_private_any(struct store *s, const char *user, const char *session, bo
 int store_epoch_get(struct store *s, const char *user, const char *session, uint64_t *ret);
 /* One more (1 for the first), atomically; the new value in *ret (may be NULL). */
 int store_epoch_bump(struct store *s, const char *user, const char *session, int64_t now_ms, uint64_t *ret);
+/* ---- session placement (node.h, many nodes; migration 0031) ---- */
+
+/* The node the session is placed on, "" when none. */
+int store_node_get(struct store *s, const char *user, const char *session, char *ret, size_t size);
+/* Place the session on node ("": forget its placement). */
+int store_node_set(struct store *s, const char *user, const char *session, const char *node, int64_t now_ms);
+struct store_node_count {
+        char node[65];
+        uint64_t sessions;
+};
+/* Sessions placed on node (the index session_nodes_node). */
+int store_node_count(struct store *s, const char *node, uint64_t *ret);
+/* Sessions placed per node, by name. malloc'd array. */
+int store_node_counts(struct store *s, struct store_node_count **ret, size_t *ret_n);
 /* Marks of (user, session), oldest first. malloc'd array. */
 int store_private_list(struct store *s, const char *user, const char *session, struct store_private **ret,
                        size_t *ret_n);

@@ -96,6 +96,8 @@ static const struct {
         {"health", admin_c_health},
         {"stats", admin_c_stats},
         {"pool", admin_c_pool},
+        {"nodes.list", admin_c_nodes_list},
+        {"list_nodes", admin_c_nodes_list}, /* the same, by the name issue 26's notes give it */
         {"metrics", admin_c_metrics},
         {"sessions.list", admin_c_sessions_list},
         {"sessions.top", admin_c_sessions_top},

@@ -53,6 +53,7 @@ void admin_add_time(cJSON *o, const char *key, int64_t ms);
 int admin_c_health(struct admin_req *q, cJSON **ret, struct fronterr *e);
 int admin_c_metrics(struct admin_req *q, cJSON **ret, struct fronterr *e);
 int admin_c_pool(struct admin_req *q, cJSON **ret, struct fronterr *e);
+int admin_c_nodes_list(struct admin_req *q, cJSON **ret, struct fronterr *e);
 int admin_c_session_destroy(struct admin_req *q, cJSON **ret, struct fronterr *e);
 int admin_c_session_logs(struct admin_req *q, cJSON **ret, struct fronterr *e);
 int admin_c_session_pause(struct admin_req *q, cJSON **ret, struct fronterr *e);

@@ -19,6 +19,7 @@
 #include "sandboxd/log.h"
 #include "sandboxd/metrics.h"
 #include "sandboxd/monitor.h"
+#include "sandboxd/node.h"
 #include "sandboxd/portpool.h"
 #include "sandboxd/privacy.h"
 #include "sandboxd/runtime.h"
@@ -64,6 +65,9 @@ static cJSON *session_json(struct daemon *d, const struct session_info *s)
         jsonutil_add_text(o, "image", s->image);
         jsonutil_add_text(o, "network_mode", s->network_mode);
         jsonutil_add_text(o, "runtime", s->runtime);
+        char node[NODE_NAME_MAX + 1];
+        daemon_session_node(d, s->user, s->session, node, sizeof(node));
+        jsonutil_add_text(o, "node", node); /* the node agent serving it (node_listen); null in one process */
         if (s->uid)
                 cJSON_AddNumberToObject(o, "uid", (double)s->uid); /* the session's host uid (sessuid.h) */
         else
@@ -156,6 +160,61 @@ int admin_c_pool(struct admin_req *q, cJSON **ret, struct fronterr *e)
         (void)e;
         *ret = cJSON_CreateObject();
         add_pool(*ret, q->d->pool);
+        return 0;
+}
+
+int admin_c_nodes_list(struct admin_req *q, cJSON **ret, struct fronterr *e)
+{
+        _cleanup_free_ struct node_status *nodes = NULL;
+        _cleanup_free_ struct store_node_count *counts = NULL;
+        size_t n = 0, n_counts = 0;
+        int r;
+
+        *ret = cJSON_CreateObject();
+        cJSON *a = cJSON_AddArrayToObject(*ret, "nodes");
+        if (!q->d->node) /* one process: no node link */
+                return 0;
+        r = node_server_list(q->d->node, &nodes, &n);
+        if (r == 0)
+                r = store_node_counts(q->d->store, &counts, &n_counts);
+        if (r < 0) {
+                cJSON_Delete(*ret);
+                *ret = NULL;
+                return fronterr_errno(e, r, NULL, "cannot list the nodes");
+        }
+        for (size_t i = 0; i < n; i++) {
+                cJSON *o = cJSON_CreateObject();
+                uint64_t placed = 0;
+                for (size_t j = 0; j < n_counts; j++)
+                        if (strcmp(counts[j].node, nodes[i].name) == 0)
+                                placed = counts[j].sessions;
+                cJSON_AddStringToObject(o, "name", nodes[i].name);
+                cJSON_AddBoolToObject(o, "connected", nodes[i].connected);
+                cJSON_AddBoolToObject(o, "fenced", nodes[i].fenced);
+                admin_add_time(o, "since", nodes[i].since_ms);
+                cJSON_AddNumberToObject(o, "sessions", (double)placed);
+                if (nodes[i].connected)
+                        admin_add_time(o, "last_heartbeat", nodes[i].heartbeat_ms);
+                else
+                        cJSON_AddNullToObject(o, "last_heartbeat");
+                cJSON_AddItemToArray(a, o);
+        }
+        /* sessions placed on a node not seen since this daemon started */
+        for (size_t j = 0; j < n_counts; j++) {
+                bool seen = false;
+                for (size_t i = 0; i < n && !seen; i++)
+                        seen = strcmp(counts[j].node, nodes[i].name) == 0;
+                if (seen)
+                        continue;
+                cJSON *o = cJSON_CreateObject();
+                cJSON_AddStringToObject(o, "name", counts[j].node);
+                cJSON_AddBoolToObject(o, "connected", false);
+                cJSON_AddBoolToObject(o, "fenced", false);
+                cJSON_AddNullToObject(o, "since");
+                cJSON_AddNumberToObject(o, "sessions", (double)counts[j].sessions);
+                cJSON_AddNullToObject(o, "last_heartbeat");
+                cJSON_AddItemToArray(a, o);
+        }
         return 0;
 }
 

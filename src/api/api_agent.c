@@ -653,6 +653,9 @@ int api_m_list_sessions(struct api_req *q, cJSON **ret, struct fronterr *e)
                 cJSON_AddStringToObject(o, "session", list[i].session);
                 cJSON_AddStringToObject(o, "state", state);
                 cJSON_AddStringToObject(o, "image", list[i].image);
+                char node[65];
+                daemon_session_node(q->d, list[i].user, list[i].session, node, sizeof(node));
+                jsonutil_add_text(o, "node", node); /* null in one process */
                 cJSON_AddNumberToObject(o, "created_at", (double)list[i].created_at);
                 cJSON_AddNumberToObject(o, "last_activity", (double)list[i].last_activity);
                 if (list[i].paused_at)

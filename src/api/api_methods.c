@@ -349,6 +349,9 @@ static int m_session_info(struct api_req *q, cJSON **ret, struct fronterr *e)
         add_ports(*ret, "ports", info.ports, info.n_ports, q->d->cfg.container_port_base);
         jsonutil_add_text(*ret, "container_id", info.container_id);
         jsonutil_add_text(*ret, "image", info.image);
+        char node[65];
+        daemon_session_node(q->d, info.user, info.session, node, sizeof(node));
+        jsonutil_add_text(*ret, "node", node); /* the node agent serving it; null in one process */
         cJSON_AddNumberToObject(*ret, "created_at", (double)info.created_at);
         cJSON_AddNumberToObject(*ret, "last_activity", (double)info.last_activity);
         jsonutil_add_text(*ret, "last_error", info.last_error);
@@ -510,7 +513,7 @@ static const struct api_method_doc methods_doc[] = {
          "The last lines a service wrote to stdout and stderr."},
         {"session_info", m_session_info,
          "{}",
-         "{user, session, state, network_mode, private, datasets, ports, container_id, image, labels, resources, workspace_usage, egress, ...}",
+         "{user, session, state, network_mode, private, datasets, ports, container_id, image, node, labels, resources, workspace_usage, egress, ...}",
          "The session's state, container, ports, privacy marks, labels, resources, disk usage and effective egress policy."},
         {"mark_private", m_mark_private,
          "{dataset, source?}",
@@ -555,7 +558,7 @@ static const struct api_method_doc methods_doc[] = {
          "Thaw a paused session (or start a stopped one again). Rarely needed: every call that uses the session resumes it first."},
         {"list_sessions", api_m_list_sessions,
          "{labels?: {K: V}}",
-         "{sessions: [{session, state, image, labels, resources, created_at, last_activity, expires_at, ...}]}",
+         "{sessions: [{session, state, image, node, labels, resources, created_at, last_activity, expires_at, ...}]}",
          "List the user's own sessions (no params.session); labels keeps the sessions that have all of them."},
         /* snapshots, restore and fork (issue 28): api_snapshot.c */
         {"snapshot_session", api_m_snapshot_session,

@@ -34,6 +34,7 @@ static void usage(FILE *f)
                 "  health                               is the daemon (and Docker) well?\n"
                 "  stats                                sessions by state, executions, ports, monitor\n"
                 "  pool                                 the warm pool: size, ready, claims, misses, refill rate\n"
+                "  nodes                                the node agents: connected, since, sessions, heartbeat\n"
                 "  metrics                              the Prometheus text (as metrics_listen's /metrics)\n"
                 "  sessions [--user U] [--state S]      list sessions (S: running, paused, stopped, ...)\n"
                 "  show USER SESSION                    one session in detail\n"
@@ -286,10 +287,28 @@ static void print_sessions(const cJSON *r)
                 print_ports(cJSON_GetObjectItemCaseSensitive(s, "ports"));
                 if (num(s, "paused_at", 0) > 0)
                         printf(" (paused since %s)", when(s, "paused_at", t));
+                if (str(s, "node")[0] && strcmp(str(s, "node"), "-") != 0)
+                        printf(" (node %s)", str(s, "node"));
                 printf("\n");
         }
         if (cJSON_GetArraySize(list) == 0)
                 printf("(no sessions)\n");
+}
+
+static void print_nodes(const cJSON *r)
+{
+        const cJSON *list = cJSON_GetObjectItemCaseSensitive(r, "nodes"), *o;
+        char t[32], h[32];
+
+        printf("%-32s %-10s %-19s %-8s %s\n", "NODE", "STATE", "SINCE", "SESSIONS", "LAST HEARTBEAT");
+        cJSON_ArrayForEach(o, list)
+                printf("%-32.32s %-10s %-19s %-8.0f %s\n", str(o, "name"),
+                       flag(o, "connected") ? "connected"
+                       : flag(o, "fenced")  ? "fenced"
+                                            : "away",
+                       when(o, "since", t), num(o, "sessions", 0), when(o, "last_heartbeat", h));
+        if (cJSON_GetArraySize(list) == 0)
+                printf("(no node agents: this daemon runs its sessions itself)\n");
 }
 
 /* "disk: 12.3 MB of 1073.7 MB, 40 of 65536 files (loop, mounted)" */
@@ -689,6 +708,7 @@ static const struct simple_cmd {
         {"health", NULL, "health", 0, {NULL}, print_health},
         {"stats", NULL, "stats", 0, {NULL}, print_stats},
         {"pool", NULL, "pool", 0, {NULL}, print_pool},
+        {"nodes", NULL, "nodes.list", 0, {NULL}, print_nodes},
         {"metrics", NULL, "metrics", 0, {NULL}, print_metrics},
         {"show", NULL, "session.show", 2, {"user", "session"}, print_show},
         {"pause", NULL, "session.pause", 2, {"user", "session"}, print_paused},

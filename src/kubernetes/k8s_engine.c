@@ -233,7 +233,8 @@ static void k8s_settings(struct k8s *k, struct engine_k8s_config *cfg)
                                           .workspace_bytes = k->workspace_bytes,
                                           .init_binary = k->init_binary,
                                           .gvisor_class = k->gvisor_class,
-                                          .image_pull_policy = k->pull_policy};
+                                          .image_pull_policy = k->pull_policy,
+                                          .node_dir = k->node_dir};
 }
 
 static int k8s_create(struct engine *e, const struct engine_spec *s, char ret_id[ENGINE_ID_STR_MAX],
@@ -433,6 +434,9 @@ static int k8s_inspect(struct engine *e, const char *id, struct engine_container
         if ((s = k8s_json_str(st, "state.terminated.message")) || (s = k8s_json_str(pod, "status.message")))
                 COPY_STR(ret->error, s);
         COPY_STR(ret->network_mode, "pod");
+        s = k8s_json_str(pod, "spec.nodeName"); /* "" until kube-scheduler binds it */
+        if (s && strlen(s) < sizeof(ret->node))
+                COPY_STR(ret->node, s);
         rc = k8s_json_str(pod, "spec.runtimeClassName");
         COPY_STR(ret->runtime, rc && strcmp(rc, k->gvisor_class) == 0 ? "runsc" : "runc");
         ret->has_network = false; /* sealed by the default-deny NetworkPolicy (docs/operations.md) */
@@ -860,6 +864,7 @@ int engine_kubernetes_new_with(const struct engine_k8s_config *cfg, struct k8s_c
         COPY_STR(k->init_binary, cfg->init_binary && *cfg->init_binary ? cfg->init_binary : "/usr/bin/tini-static");
         COPY_STR(k->gvisor_class, cfg->gvisor_class && *cfg->gvisor_class ? cfg->gvisor_class : "gvisor");
         COPY_STR(k->pull_policy, pull);
+        COPY_STR(k->node_dir, cfg->node_dir && *cfg->node_dir ? cfg->node_dir : "/var/lib/sandboxd-node");
         k->timeout_ms = cfg->timeout_ms > 0 ? cfg->timeout_ms : 30000;
         k->start_timeout_ms = cfg->start_timeout_ms > 0 ? cfg->start_timeout_ms : 120000;
         e->ops = &k8s_ops;
@@ -867,6 +872,7 @@ int engine_kubernetes_new_with(const struct engine_k8s_config *cfg, struct k8s_c
         e->priv = k;
         /* What a Pod can hold (engine_kubernetes.h); stats join at connect if metrics answer. */
         e->capabilities = ENGINE_CAP_CPU_WEIGHT | ENGINE_CAP_RUNTIME_CLASS | ENGINE_CAP_EVENTS | ENGINE_CAP_LOGS;
+        e->places = true; /* kube-scheduler: inspect says where (spec.nodeName) */
         *ret = e;
         return 0;
 fail:

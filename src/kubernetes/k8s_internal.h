@@ -26,6 +26,9 @@ struct k8s_node {
         bool seen;  /* in the last list */
 };
 
+/* The env variable a Pod learns its node from (downward API), for its session directory's subPathExpr. */
+#define K8S_NODE_ENV "SBX_NODE_NAME"
+
 struct k8s {
         struct k8s_credentials creds;
         char ns[K8S_NAME_MAX];
@@ -35,6 +38,7 @@ struct k8s {
         char init_binary[SBX_PATH_MAX];
         char gvisor_class[K8S_NAME_MAX];
         char pull_policy[16];
+        char node_dir[SBX_PATH_MAX];
         long timeout_ms;
         long start_timeout_ms;
         uint64_t api_errors; /* atomic */

@@ -150,6 +150,37 @@ static void mount(cJSON *mounts, const char *name, const char *path, bool ro)
         cJSON_AddItemToArray(mounts, m);
 }
 
+/* The session directory of whichever node kube-scheduler picks: the node
+ * agents' directory (node_dir, each agent's data_dir is node_dir/<its node
+ * name>) with subPathExpr naming the Pod's own node from the downward API,
+ * so the Pod needs no node at create time. kubelet makes the directory if
+ * the agent has not yet (root's, empty: the agent accepts it, node.h). */
+static int session_dir_on_node(const struct engine_k8s_config *cfg, const char *rel, cJSON *env, cJSON *vols,
+                               cJSON *mounts)
+{
+        char sub[SBX_PATH_MAX];
+        cJSON *e, *m;
+
+        /* rel is runner_dir's own ("runner/<hash>"): no "..", no "$(" of another variable */
+        if (!rel[0] || strstr(rel, "..") || strchr(rel, '$') ||
+            snprintf(sub, sizeof(sub), "$(" K8S_NODE_ENV ")/%s", rel) >= (int)sizeof(sub))
+                return -EINVAL;
+        e = cJSON_CreateObject();
+        cJSON_AddStringToObject(e, "name", K8S_NODE_ENV);
+        cJSON_AddStringToObject(cJSON_AddObjectToObject(cJSON_AddObjectToObject(e, "valueFrom"), "fieldRef"),
+                                "fieldPath", "spec.nodeName");
+        cJSON_AddItemToArray(env, e);
+        host_path_volume(vols, "session-dir",
+                         cfg->node_dir && *cfg->node_dir ? cfg->node_dir : "/var/lib/sandboxd-node", "Directory");
+        m = cJSON_CreateObject();
+        cJSON_AddStringToObject(m, "name", "session-dir");
+        cJSON_AddStringToObject(m, "mountPath", RP_SOCKET_DIR);
+        cJSON_AddBoolToObject(m, "readOnly", true);
+        cJSON_AddStringToObject(m, "subPathExpr", sub);
+        cJSON_AddItemToArray(mounts, m);
+        return 0;
+}
+
 static void add_quantity(cJSON *o, const char *key, int64_t v)
 {
         char buf[32];
@@ -310,10 +341,14 @@ char *engine_kubernetes_pod_body(const struct engine_k8s_config *cfg, const stru
         if (runner) {
                 host_path_volume(vols, "init", cfg->init_binary ? cfg->init_binary : "/usr/bin/tini-static", "File");
                 host_path_volume(vols, "runner", s->runner_binary, "File");
-                host_path_volume(vols, "session-dir", s->session_dir, "Directory");
                 mount(mounts, "init", K8S_INIT_PATH, true);
                 mount(mounts, "runner", RP_BINARY_PATH, true);
-                mount(mounts, "session-dir", RP_SOCKET_DIR, true);
+                if (s->session_dir[0] == '/') {
+                        host_path_volume(vols, "session-dir", s->session_dir, "Directory");
+                        mount(mounts, "session-dir", RP_SOCKET_DIR, true);
+                } else if (session_dir_on_node(cfg, s->session_dir, env, vols, mounts) < 0) {
+                        goto fail;
+                }
         }
         out = cJSON_PrintUnformatted(pod);
 fail:

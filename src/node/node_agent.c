@@ -806,15 +806,33 @@ struct node_client {
         volatile sig_atomic_t stop;
         pthread_cond_t cond; /* with lock: done */
         bool done;           /* the link ended */
+        struct {             /* the requests it was sent, the last NC_SEEN_MAX (lock) */
+                uint32_t op;
+                char user[65], session[65];
+        } seen[64];
+        size_t n_seen;
 };
+#define NC_SEEN_MAX 64
 
 /* Every request succeeds, naming a directory that does not exist: the
  * control's hub then has a channel that only this client's streams feed. */
 static bool nc_frame(struct nl *l, const struct node_hdr *h, const unsigned char *p, void *ud)
 {
-        (void)p;
-        (void)ud;
-        return h->type == NF_REQ && respond(l, h->stream, 0, "/nonexistent/sandboxd-node-client") == 0;
+        struct node_client *c = ud;
+        struct node_req rq;
+
+        if (h->type != NF_REQ || h->len != sizeof(rq))
+                return false;
+        memcpy(&rq, p, sizeof(rq));
+        rq.user[sizeof(rq.user) - 1] = rq.session[sizeof(rq.session) - 1] = '\0';
+        pthread_mutex_lock(&c->lock);
+        size_t i = c->n_seen++ % NC_SEEN_MAX;
+        c->seen[i].op = le32toh(rq.op);
+        memcpy(c->seen[i].user, rq.user, sizeof(rq.user));
+        memcpy(c->seen[i].session, rq.session, sizeof(rq.session));
+        pthread_cond_broadcast(&c->cond);
+        pthread_mutex_unlock(&c->lock);
+        return respond(l, h->stream, 0, "/nonexistent/sandboxd-node-client") == 0;
 }
 
 static int nc_poll_fill(struct nl *l, struct pollfd *pfd, int max, void *ud)
@@ -929,6 +947,18 @@ int node_client_send_raw(struct node_client *c, const void *buf, size_t len)
                 /* due to wake */
         }
         return 0;
+}
+
+size_t node_client_requests(struct node_client *c, uint32_t op, const char *user, const char *session)
+{
+        size_t n = 0;
+
+        pthread_mutex_lock(&c->lock);
+        for (size_t i = 0; i < c->n_seen && i < NC_SEEN_MAX; i++)
+                n += c->seen[i].op == op && strcmp(c->seen[i].user, user) == 0 &&
+                     strcmp(c->seen[i].session, session) == 0;
+        pthread_mutex_unlock(&c->lock);
+        return n;
 }
 
 bool node_client_closed(struct node_client *c, int timeout_ms)

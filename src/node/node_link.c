@@ -542,7 +542,7 @@ static int link_read(struct nl *l, const char **why)
                         return -EIO;
                 }
                 l->in_len += (size_t)n;
-                l->last_rx = sbx_now_ms();
+                __atomic_store_n(&l->last_rx, sbx_now_ms(), __ATOMIC_RELAXED); /* read by node_server_list */
                 size_t off = 0;
                 for (;;) {
                         struct node_hdr h;

@@ -7,14 +7,21 @@
  * one on the session's link (s->lock), whose thread opens the stream
  * (poll_fill) and writes the node's NF_CONNECTED result first on it.
  *
- * Threads: "sbx-node" accepts, calls hooks->up for a node that connected
- * (the hub opens its sessions again: requests, so never on a link thread)
- * and fences a node gone longer than node_fence; one "sbx-node-link" per
- * connected node runs nl_run.
- * Locks: s->lock guards the link list, the active link, the pending
+ * Many nodes: each node (a certificate's common name) has an entry in
+ * s->nodes with its link while connected; a second connection of the same
+ * name replaces the first. Every session is placed on one node (the store's
+ * session_nodes, through hooks.node_of/place): requests about it go to that
+ * node's link, and streams about it from any other node are refused.
+ *
+ * Threads: "sbx-node" accepts, calls hooks->up for each node that
+ * connected (the hub opens that node's sessions again: requests, so never
+ * on a link thread) and fences each node gone longer than node_fence; one
+ * "sbx-node-link" per connected node runs nl_run.
+ * Locks: s->lock guards the link list, the node entries, the pending
  * requests and the fencing state; paired with s->cond (a request answered,
  * a node connected). A link's own lock (nl.lock) is taken under s->lock
- * (nl_queue), never the other way round. */
+ * (nl_queue), never the other way round. The placement hooks (the store)
+ * may be called under s->lock: the store calls nothing back. */
 #include <arpa/inet.h>
 #include <endian.h>
 #include <errno.h>
@@ -33,9 +40,9 @@
 
 #define REFUSED_REPORT_MS 60000 /* one session's refused streams: one log line and audit row per minute */
 
-struct ns_link {
+struct node_link {
         struct node_server *s;
-        struct ns_link *next;
+        struct node_link *next;
         pthread_t thread;
         int fd; /* until the handshake hands it to l */
         bool registered, done;
@@ -62,11 +69,30 @@ struct ns_connect {
 struct ns_req {
         struct ns_req *next;
         uint32_t id;
-        struct ns_link *link;
+        struct node_link *link;
         bool done;
         int result;
         char text[SBX_PATH_MAX];
 };
+
+/* A node known since start: connected now (link), or away since down_since. */
+struct ns_node {
+        char name[NODE_NAME_MAX + 1];
+        struct node_link *link; /* registered and running; NULL: away */
+        int64_t since;          /* wall ms: connected (link) or went away */
+        int64_t down_since;     /* monotonic ms it went; 0: connected, or fenced already */
+        bool up_due;            /* hooks->up to call */
+        bool fenced;
+};
+
+/* The gateway's sockets asked for a session not placed yet (its Pod not
+ * bound): served once it is (ops_open). */
+struct ns_gw_pending {
+        struct ns_gw_pending *next;
+        char user[65], session[65];
+        unsigned flags;
+};
+#define NS_GW_PENDING_MAX NODE_MAX_SESSIONS
 
 struct node_server {
         const struct sbx_config *cfg;
@@ -79,18 +105,19 @@ struct node_server {
         pthread_mutex_t lock;
         pthread_cond_t cond;
         bool stop;
-        struct ns_link *links;
+        struct node_link *links;
         size_t n_links;
-        struct ns_link *active;
+        struct ns_node nodes[NODE_MAX_NODES];
+        size_t n_nodes;
+        size_t n_up; /* nodes with a link */
         char binary[SBX_PATH_MAX];
         uint32_t next_req;
         struct ns_req *reqs;
-        char up_name[NODE_NAME_MAX + 1]; /* a node connected: hooks->up due */
-        int64_t down_since;              /* the active node went (monotonic ms); 0: not down */
-        char down_name[NODE_NAME_MAX + 1];
         uint64_t refused;
         uint64_t lost;      /* links of registered nodes that ended */
         bool gateway_ready; /* hooks.gateway may be called (node_server_gateway_ready) */
+        struct ns_gw_pending *gw_pending;
+        size_t n_gw_pending;
 };
 
 static void wake_listener(struct node_server *s)
@@ -100,9 +127,57 @@ static void wake_listener(struct node_server *s)
         }
 }
 
+static struct ns_node *node_find_locked(struct node_server *s, const char *name)
+{
+        for (size_t i = 0; i < s->n_nodes; i++)
+                if (strcmp(s->nodes[i].name, name) == 0)
+                        return &s->nodes[i];
+        return NULL;
+}
+
+/* An entry for name: an existing one, a free one, or a fenced one forgotten. */
+static struct ns_node *node_add_locked(struct node_server *s, const char *name)
+{
+        struct ns_node *n = node_find_locked(s, name);
+        if (n)
+                return n;
+        if (s->n_nodes == NODE_MAX_NODES) {
+                size_t i = 0;
+                while (i < s->n_nodes && (s->nodes[i].link || !s->nodes[i].fenced))
+                        i++;
+                if (i == s->n_nodes)
+                        return NULL;
+                s->nodes[i] = s->nodes[--s->n_nodes];
+        }
+        n = &s->nodes[s->n_nodes++];
+        memset(n, 0, sizeof(*n));
+        sbx_strlcpy(n->name, name, sizeof(n->name));
+        return n;
+}
+
+/* The session's node ("" when it has none). */
+static void node_of(struct node_server *s, const char *user, const char *session, char ret[NODE_NAME_MAX + 1])
+{
+        ret[0] = '\0';
+        if (s->hooks.node_of(s->ud, user, session, ret) < 0)
+                ret[0] = '\0';
+}
+
+/* The link of the session's node, NULL if its node is not connected (or it
+ * has none). Call with srv->lock held: the link stays valid while it is
+ * (a link is freed only once it is no node's any more). A link's frames go
+ * through nl_queue(&link->l, ...), under srv->lock as request() does. */
+static struct node_link *node_server_link_of_session(struct node_server *srv, const char *user, const char *session)
+{
+        char name[NODE_NAME_MAX + 1];
+        node_of(srv, user, session, name);
+        struct ns_node *n = name[0] ? node_find_locked(srv, name) : NULL;
+        return n ? n->link : NULL;
+}
+
 /* ---- frames from a node ---- */
 
-static bool on_hello(struct ns_link *k, const struct node_hdr *h, const unsigned char *p)
+static bool on_hello(struct node_link *k, const struct node_hdr *h, const unsigned char *p)
 {
         struct node_server *s = k->s;
         uint32_t proto;
@@ -125,14 +200,25 @@ static bool on_hello(struct ns_link *k, const struct node_hdr *h, const unsigned
                          s->cfg->node_name);
                 return true;
         }
-        for (struct ns_link *o = s->links; o; o = o->next)
+        struct ns_node *n = node_add_locked(s, k->name);
+        if (!n) {
+                pthread_mutex_unlock(&s->lock);
+                log_warn("node link: node %s connected, but %d nodes are known already: refused", k->name,
+                         NODE_MAX_NODES);
+                return false;
+        }
+        for (struct node_link *o = s->links; o; o = o->next)
                 if (o != k && o->registered && o->running && strcmp(o->name, k->name) == 0)
                         nl_stop(&o->l); /* the same node again: the new link wins */
         k->registered = true;
-        s->active = k;
+        if (!n->link)
+                s->n_up++;
+        n->link = k;
+        n->since = sbx_wall_ms();
+        n->down_since = 0;
+        n->fenced = false;
+        n->up_due = true;
         sbx_strlcpy(s->binary, bin, sizeof(s->binary));
-        sbx_strlcpy(s->up_name, k->name, sizeof(s->up_name));
-        s->down_since = 0;
         pthread_cond_broadcast(&s->cond);
         pthread_mutex_unlock(&s->lock);
         log_info("node link: node %s connected", k->name);
@@ -140,7 +226,7 @@ static bool on_hello(struct ns_link *k, const struct node_hdr *h, const unsigned
         return true;
 }
 
-static bool on_resp(struct ns_link *k, const struct node_hdr *h, const unsigned char *p)
+static bool on_resp(struct node_link *k, const struct node_hdr *h, const unsigned char *p)
 {
         struct node_server *s = k->s;
         int32_t res;
@@ -165,7 +251,7 @@ static bool on_resp(struct ns_link *k, const struct node_hdr *h, const unsigned 
         return true; /* an answer nobody waits for any more (timed out) */
 }
 
-static bool on_open(struct ns_link *k, const struct node_hdr *h, const unsigned char *p)
+static bool on_open(struct node_link *k, const struct node_hdr *h, const unsigned char *p)
 {
         struct node_server *s = k->s;
         struct node_open o;
@@ -182,19 +268,31 @@ static bool on_open(struct ns_link *k, const struct node_hdr *h, const unsigned 
             !nl_key_ok(o.session, sizeof(o.session)) || (h->stream & NODE_STREAM_CONTROL) ||
             (o.kind == NODE_STREAM_PUBLISHED ? o.port == 0 || o.port > 65535 : o.port != 0))
                 return false;
-        if (!k->registered || s->hooks.epoch(s->ud, o.user, o.session, &cur) < 0 || o.epoch != cur) {
+        char placed[NODE_NAME_MAX + 1] = "";
+        if (k->registered)
+                node_of(s, o.user, o.session, placed);
+        bool misplaced = k->registered && strcmp(placed, k->name) != 0;
+        if (!k->registered || s->hooks.epoch(s->ud, o.user, o.session, &cur) < 0 || o.epoch != cur || misplaced) {
+                /* an old epoch says more (a fenced incarnation) than the placement */
+                misplaced = misplaced && o.epoch == cur;
                 char key[140];
-                snprintf(key, sizeof(key), "%s:%s", o.user, o.session);
+                snprintf(key, sizeof(key), "%s:%s:%d", o.user, o.session, misplaced);
                 int64_t now = sbx_now_ms();
-                if (k->registered && o.epoch != cur &&
+                if (k->registered && (o.epoch != cur || misplaced) &&
                     (strcmp(key, k->refused_key) != 0 || now - k->refused_ms >= REFUSED_REPORT_MS)) {
                         sbx_strlcpy(k->refused_key, key, sizeof(k->refused_key));
                         k->refused_ms = now;
-                        log_ctx(LOG_LEVEL_WARN, o.user, o.session, NULL,
-                                "node link: node %s presented epoch %" PRIu64 ", the session is at %" PRIu64
-                                ": refused (fenced)",
-                                k->name, o.epoch, cur);
-                        s->hooks.refused(s->ud, k->name, o.user, o.session, o.epoch, cur);
+                        if (misplaced)
+                                log_ctx(LOG_LEVEL_WARN, o.user, o.session, NULL,
+                                        "node link: node %s presented the session, which is placed on %s: "
+                                        "refused (fenced)",
+                                        k->name, placed[0] ? placed : "no node");
+                        else
+                                log_ctx(LOG_LEVEL_WARN, o.user, o.session, NULL,
+                                        "node link: node %s presented epoch %" PRIu64 ", the session is at %" PRIu64
+                                        ": refused (fenced)",
+                                        k->name, o.epoch, cur);
+                        s->hooks.refused(s->ud, k->name, o.user, o.session, o.epoch, cur, misplaced ? placed : NULL);
                 }
                 return nl_send(&k->l, NF_CLOSE, h->stream, NULL, 0, NULL, 0) == 0;
         }
@@ -221,7 +319,7 @@ static bool on_open(struct ns_link *k, const struct node_hdr *h, const unsigned 
 /* The node's connect for the egress proxy ended: its result goes first on
  * the stream's fd (4 bytes into an empty socket: it never blocks), then the
  * upstream's bytes. */
-static bool on_connected(struct ns_link *k, const struct node_hdr *h, const unsigned char *p)
+static bool on_connected(struct node_link *k, const struct node_hdr *h, const unsigned char *p)
 {
         struct nl_stream *st = nl_stream_find(&k->l, h->stream);
         int32_t res;
@@ -250,7 +348,7 @@ static bool on_connected(struct ns_link *k, const struct node_hdr *h, const unsi
 
 static bool ns_frame(struct nl *l, const struct node_hdr *h, const unsigned char *p, void *ud)
 {
-        struct ns_link *k = ud;
+        struct node_link *k = ud;
 
         if (!l->hello)
                 return on_hello(k, h, p);
@@ -266,7 +364,7 @@ static bool ns_frame(struct nl *l, const struct node_hdr *h, const unsigned char
 /* Link thread: the connects other threads queued become streams and NF_OPENs. */
 static int ns_poll_fill(struct nl *l, struct pollfd *pfd, int max, void *ud)
 {
-        struct ns_link *k = ud;
+        struct node_link *k = ud;
         struct ns_connect *c;
 
         (void)pfd;
@@ -291,7 +389,7 @@ static int ns_poll_fill(struct nl *l, struct pollfd *pfd, int max, void *ud)
 
 static void ns_stream_gone(struct nl *l, struct nl_stream *st, bool link_down, void *ud)
 {
-        struct ns_link *k = ud;
+        struct node_link *k = ud;
         (void)l;
         if (link_down && st->kind == NODE_STREAM_RUNNER)
                 k->s->hooks.suspend(k->s->ud, st->user, st->session);
@@ -303,7 +401,7 @@ static const struct nl_handlers ns_handlers = {.frame = ns_frame,
 
 static void *link_main(void *ud)
 {
-        struct ns_link *k = ud;
+        struct node_link *k = ud;
         struct node_server *s = k->s;
         struct sbx_error e = {0};
         const char *why = "";
@@ -354,10 +452,13 @@ static void *link_main(void *ud)
                 free(c);
         }
         k->n_connects = 0;
-        if (s->active == k) {
-                s->active = NULL;
-                s->down_since = sbx_now_ms();
-                sbx_strlcpy(s->down_name, k->name, sizeof(s->down_name));
+        struct ns_node *n = k->registered ? node_find_locked(s, k->name) : NULL;
+        if (n && n->link == k) {
+                n->link = NULL;
+                s->n_up--;
+                n->since = sbx_wall_ms();
+                n->down_since = sbx_now_ms();
+                n->up_due = false;
         }
         pthread_cond_broadcast(&s->cond);
         pthread_mutex_unlock(&s->lock);
@@ -379,9 +480,9 @@ static void *link_main(void *ud)
 static void reap_links(struct node_server *s)
 {
         for (;;) {
-                struct ns_link *k = NULL;
+                struct node_link *k = NULL;
                 pthread_mutex_lock(&s->lock);
-                for (struct ns_link **pp = &s->links; *pp; pp = &(*pp)->next)
+                for (struct node_link **pp = &s->links; *pp; pp = &(*pp)->next)
                         if ((*pp)->done) {
                                 k = *pp;
                                 *pp = k->next;
@@ -403,7 +504,8 @@ static void *listen_main(void *ud)
         pthread_setname_np(pthread_self(), "sbx-node");
         for (;;) {
                 struct pollfd p[2] = {{.fd = s->lfd, .events = POLLIN}, {.fd = s->wake[0], .events = POLLIN}};
-                char up[NODE_NAME_MAX + 1] = "", fence[NODE_NAME_MAX + 1] = "";
+                char up[NODE_MAX_NODES][NODE_NAME_MAX + 1], fence[NODE_MAX_NODES][NODE_NAME_MAX + 1];
+                size_t n_up = 0, n_fence = 0;
                 bool ready;
 
                 (void)poll(p, 2, 500);
@@ -415,31 +517,35 @@ static void *listen_main(void *ud)
                 pthread_mutex_lock(&s->lock);
                 bool stop = s->stop;
                 ready = s->gateway_ready;
-                if (s->up_name[0]) {
-                        sbx_strlcpy(up, s->up_name, sizeof(up));
-                        s->up_name[0] = '\0';
-                }
-                if (!s->active && s->down_since && sbx_now_ms() - s->down_since >= s->cfg->node_fence_ms) {
-                        sbx_strlcpy(fence, s->down_name, sizeof(fence));
-                        s->down_since = 0;
+                for (size_t i = 0; i < s->n_nodes; i++) {
+                        struct ns_node *n = &s->nodes[i];
+                        if (n->link && n->up_due) {
+                                sbx_strlcpy(up[n_up++], n->name, sizeof(up[0]));
+                                n->up_due = false;
+                        }
+                        if (!n->link && n->down_since && sbx_now_ms() - n->down_since >= s->cfg->node_fence_ms) {
+                                sbx_strlcpy(fence[n_fence++], n->name, sizeof(fence[0]));
+                                n->down_since = 0;
+                                n->fenced = true;
+                        }
                 }
                 pthread_mutex_unlock(&s->lock);
                 if (stop)
                         break;
                 reap_links(s);
-                if (up[0])
-                        s->hooks.up(s->ud, up, ready);
-                if (fence[0]) {
-                        log_warn("node link: node %s has been away for %d ms: its sessions are fenced", fence,
+                for (size_t i = 0; i < n_fence; i++) {
+                        log_warn("node link: node %s has been away for %d ms: its sessions are fenced", fence[i],
                                  s->cfg->node_fence_ms);
-                        s->hooks.fence(s->ud, fence);
+                        s->hooks.fence(s->ud, fence[i]);
                 }
+                for (size_t i = 0; i < n_up; i++)
+                        s->hooks.up(s->ud, up[i], ready);
                 if (!(p[0].revents & POLLIN))
                         continue;
                 int fd = accept4(s->lfd, NULL, NULL, SOCK_CLOEXEC);
                 if (fd < 0)
                         continue; /* EMFILE and the like: the next round retries */
-                struct ns_link *k = calloc(1, sizeof(*k));
+                struct node_link *k = calloc(1, sizeof(*k));
                 pthread_mutex_lock(&s->lock);
                 if (!k || s->n_links >= NODE_MAX_LINKS) {
                         pthread_mutex_unlock(&s->lock);
@@ -563,7 +669,7 @@ void node_server_stop(struct node_server *s)
         pthread_join(s->thread, NULL);
         for (;;) {
                 pthread_mutex_lock(&s->lock);
-                struct ns_link *k = s->links;
+                struct node_link *k = s->links;
                 if (k)
                         s->links = k->next;
                 pthread_mutex_unlock(&s->lock);
@@ -589,6 +695,11 @@ void node_server_free(struct node_server *s)
         close(s->wake[0]);
         close(s->wake[1]);
         nl_tls_free(s->tls);
+        while (s->gw_pending) {
+                struct ns_gw_pending *g = s->gw_pending;
+                s->gw_pending = g->next;
+                free(g);
+        }
         pthread_mutex_destroy(&s->lock);
         pthread_cond_destroy(&s->cond);
         free(s);
@@ -601,15 +712,38 @@ void node_server_gateway_ready(struct node_server *s)
         pthread_mutex_unlock(&s->lock);
 }
 
+/* Wait (s->lock held) until name is connected, or any node when name is
+ * empty, or until. NULL: none. */
+static struct ns_node *wait_node_locked(struct node_server *s, const char *name, const struct timespec *until)
+{
+        for (;;) {
+                if (s->stop)
+                        return NULL;
+                if (name[0]) {
+                        struct ns_node *n = node_find_locked(s, name);
+                        if (n && n->link)
+                                return n;
+                } else {
+                        for (size_t i = 0; i < s->n_nodes; i++)
+                                if (s->nodes[i].link)
+                                        return &s->nodes[i];
+                }
+                if (!until || pthread_cond_timedwait(&s->cond, &s->lock, until) == ETIMEDOUT)
+                        return NULL;
+        }
+}
+
 bool node_server_wait(struct node_server *s, int timeout_ms)
 {
+        return node_server_wait_node(s, "", timeout_ms);
+}
+
+bool node_server_wait_node(struct node_server *s, const char *name, int timeout_ms)
+{
         struct timespec until = sbx_deadline_after(CLOCK_REALTIME, timeout_ms);
-        bool ok;
 
         pthread_mutex_lock(&s->lock);
-        while (!s->active && !s->stop && pthread_cond_timedwait(&s->cond, &s->lock, &until) != ETIMEDOUT)
-                ;
-        ok = s->active != NULL;
+        bool ok = wait_node_locked(s, name ? name : "", &until) != NULL;
         pthread_mutex_unlock(&s->lock);
         return ok;
 }
@@ -617,11 +751,45 @@ bool node_server_wait(struct node_server *s, int timeout_ms)
 bool node_server_connected(struct node_server *s, char *ret_name, size_t size)
 {
         pthread_mutex_lock(&s->lock);
-        bool ok = s->active != NULL;
-        if (ok && ret_name)
-                sbx_strlcpy(ret_name, s->active->name, size);
+        struct ns_node *n = wait_node_locked(s, "", NULL);
+        if (n && ret_name)
+                sbx_strlcpy(ret_name, n->name, size);
+        pthread_mutex_unlock(&s->lock);
+        return n != NULL;
+}
+
+bool node_server_node_connected(struct node_server *s, const char *name)
+{
+        pthread_mutex_lock(&s->lock);
+        struct ns_node *n = node_find_locked(s, name);
+        bool ok = n && n->link;
         pthread_mutex_unlock(&s->lock);
         return ok;
+}
+
+int node_server_list(struct node_server *s, struct node_status **ret, size_t *ret_n)
+{
+        pthread_mutex_lock(&s->lock);
+        size_t n = s->n_nodes;
+        struct node_status *v = calloc(n ? n : 1, sizeof(*v));
+        if (!v) {
+                pthread_mutex_unlock(&s->lock);
+                return -ENOMEM;
+        }
+        int64_t now = sbx_now_ms(), wall = sbx_wall_ms();
+        for (size_t i = 0; i < n; i++) {
+                const struct ns_node *x = &s->nodes[i];
+                sbx_strlcpy(v[i].name, x->name, sizeof(v[i].name));
+                v[i].connected = x->link != NULL;
+                v[i].fenced = x->fenced;
+                v[i].since_ms = x->since;
+                if (x->link)
+                        v[i].heartbeat_ms = wall - (now - __atomic_load_n(&x->link->l.last_rx, __ATOMIC_RELAXED));
+        }
+        pthread_mutex_unlock(&s->lock);
+        *ret = v;
+        *ret_n = n;
+        return 0;
 }
 
 int node_server_port(struct node_server *s)
@@ -656,7 +824,9 @@ int node_server_send_raw(struct node_server *s, const void *buf, size_t len)
         f->len = len;
         memcpy(f->buf, buf, len);
         pthread_mutex_lock(&s->lock);
-        struct ns_link *k = s->active;
+        struct node_link *k = NULL;
+        for (size_t i = 0; i < s->n_nodes && !k; i++) /* the first node connected */
+                k = s->nodes[i].link;
         if (k && k->running) {
                 pthread_mutex_lock(&k->l.lock);
                 *k->l.q_tail = f;
@@ -674,50 +844,36 @@ int node_server_send_raw(struct node_server *s, const void *buf, size_t len)
         return r;
 }
 
-/* Under s->lock: the link serving (user, session); with one node, the one connected. */
-static struct ns_link *link_of_session_locked(struct node_server *s, const char *user, const char *session)
-{
-        (void)user;
-        (void)session;
-        return s->active;
-}
-
-struct node_link *node_server_link_of_session(struct node_server *srv, const char *user, const char *session)
-{
-        pthread_mutex_lock(&srv->lock);
-        struct ns_link *k = link_of_session_locked(srv, user, session);
-        pthread_mutex_unlock(&srv->lock);
-        return (struct node_link *)k;
-}
-
-/* One request to the session's node, answered within NODE_REQ_TIMEOUT_MS
- * (a node not connected yet is waited for within the same deadline);
- * extra (n bytes) follows the struct in the frame. */
-static int request_payload(struct node_server *s, const struct node_req *rq, const void *extra, size_t n,
-                           char ret_text[SBX_PATH_MAX], struct sbx_error *err)
+/* One request to the node named node, answered within NODE_REQ_TIMEOUT_MS;
+ * wait: a node not connected yet is waited for within the same deadline
+ * (else -EHOSTUNREACH at once: the hub's walks over many sessions must not
+ * wait for each session of a node that is away). extra (extra_len bytes)
+ * follows the struct in the frame. */
+static int request_payload(struct node_server *s, const char *node, bool wait, const struct node_req *rq,
+                           const void *extra, size_t extra_len, char ret_text[SBX_PATH_MAX], struct sbx_error *err)
 {
         struct timespec until = sbx_deadline_after(CLOCK_REALTIME, NODE_REQ_TIMEOUT_MS);
         struct ns_req q = {0};
         struct node_req w = *rq;
         int r;
 
+        if (!node[0])
+                return sbx_error_set(err, -EHOSTUNREACH, 0, "the session is placed on no node");
         w.op = htole32(w.op);
         w.flags = htole32(w.flags);
         w.epoch = htole64(w.epoch);
         pthread_mutex_lock(&s->lock);
-        while (!link_of_session_locked(s, rq->user, rq->session) && !s->stop &&
-               pthread_cond_timedwait(&s->cond, &s->lock, &until) != ETIMEDOUT)
-                ;
-        q.link = link_of_session_locked(s, rq->user, rq->session);
-        if (!q.link || s->stop) {
+        struct ns_node *n = wait_node_locked(s, node, wait ? &until : NULL);
+        if (!n) {
                 pthread_mutex_unlock(&s->lock);
-                return sbx_error_set(err, -EHOSTUNREACH, 0, "no node agent is connected");
+                return sbx_error_set(err, -EHOSTUNREACH, 0, "node %s is not connected", node);
         }
         q.id = ++s->next_req ? s->next_req : ++s->next_req;
-        r = nl_queue(&q.link->l, NF_REQ, q.id, &w, sizeof(w), extra, n);
+        q.link = n->link;
+        r = nl_queue(&q.link->l, NF_REQ, q.id, &w, sizeof(w), extra, extra_len);
         if (r < 0) {
                 pthread_mutex_unlock(&s->lock);
-                return sbx_error_set(err, r, 0, "cannot reach the node agent: %s", strerror(-r));
+                return sbx_error_set(err, r, 0, "cannot reach node %s: %s", node, strerror(-r));
         }
         q.next = s->reqs;
         s->reqs = &q;
@@ -730,17 +886,18 @@ static int request_payload(struct node_server *s, const struct node_req *rq, con
                 }
         pthread_mutex_unlock(&s->lock);
         if (!q.done)
-                return sbx_error_set(err, -ETIMEDOUT, 0, "the node agent did not answer in time");
+                return sbx_error_set(err, -ETIMEDOUT, 0, "node %s did not answer in time", node);
         if (q.result < 0)
-                return sbx_error_set(err, q.result, 0, "node agent: %s", q.text);
+                return sbx_error_set(err, q.result, 0, "node %s: %s", node, q.text);
         if (ret_text)
                 sbx_strlcpy(ret_text, q.text, SBX_PATH_MAX);
         return 0;
 }
 
-static int request(struct node_server *s, const struct node_req *rq, char ret_text[SBX_PATH_MAX], struct sbx_error *err)
+static int request(struct node_server *s, const char *node, bool wait, const struct node_req *rq,
+                   char ret_text[SBX_PATH_MAX], struct sbx_error *err)
 {
-        return request_payload(s, rq, NULL, 0, ret_text, err);
+        return request_payload(s, node, wait, rq, NULL, 0, ret_text, err);
 }
 
 int node_server_publish(struct node_server *s, const char *user, const char *session, const int *ports, size_t n,
@@ -748,6 +905,7 @@ int node_server_publish(struct node_server *s, const char *user, const char *ses
 {
         struct node_req rq = {.op = NODE_OP_PUBLISH, .flags = (uint32_t)n};
         uint32_t wire[NODE_PUBLISH_PER_SESSION];
+        char node[NODE_NAME_MAX + 1];
 
         if (n > NODE_PUBLISH_PER_SESSION)
                 return sbx_error_set(err, -E2BIG, 0, "at most %d published ports a session", NODE_PUBLISH_PER_SESSION);
@@ -756,16 +914,19 @@ int node_server_publish(struct node_server *s, const char *user, const char *ses
                         return sbx_error_set(err, -EINVAL, 0, "port %d out of range", ports[i]);
                 wire[i] = htole32((uint32_t)ports[i]);
         }
+        node_of(s, user, session, node);
+        if (!node[0]) /* not placed: nothing listens for it anywhere */
+                return n ? sbx_error_set(err, -EHOSTUNREACH, 0, "the session is placed on no node") : 0;
         sbx_strlcpy(rq.user, user, sizeof(rq.user));
         sbx_strlcpy(rq.session, session, sizeof(rq.session));
-        return request_payload(s, &rq, wire, n * sizeof(wire[0]), NULL, err);
+        return request_payload(s, node, n > 0, &rq, wire, n * sizeof(wire[0]), NULL, err);
 }
 
 int node_server_connect(struct node_server *s, const char *user, const char *session, const struct sockaddr *sa,
                         socklen_t len, int *ret_fd)
 {
         struct ns_connect *c;
-        struct ns_link *k;
+        struct node_link *k;
         int sv[2];
 
         if (!nl_key_ok(user, 65) || !nl_key_ok(session, 65))
@@ -801,7 +962,7 @@ int node_server_connect(struct node_server *s, const char *user, const char *ses
         }
         c->fd = sv[0];
         pthread_mutex_lock(&s->lock);
-        k = link_of_session_locked(s, user, session);
+        k = node_server_link_of_session(s, user, session);
         if (!k || s->stop || !k->running || k->n_connects >= NODE_CONNECTS_MAX) {
                 int r = !k || s->stop || !k->running ? -EHOSTUNREACH : -EAGAIN;
                 pthread_mutex_unlock(&s->lock);
@@ -825,13 +986,101 @@ int node_server_connect(struct node_server *s, const char *user, const char *ses
         return 0;
 }
 
+/* Where a new container of the session goes (an engine that does not
+ * place containers itself): node_name; else its node if still connected
+ * (a session keeps its node while it can); else the connected node with the
+ * fewest sessions. A node is waited for within NODE_REQ_TIMEOUT_MS. */
+static int choose_node(struct node_server *s, const char *user, const char *session, char ret[NODE_NAME_MAX + 1],
+                       struct sbx_error *err)
+{
+        struct timespec until = sbx_deadline_after(CLOCK_REALTIME, NODE_REQ_TIMEOUT_MS);
+        char cur[NODE_NAME_MAX + 1];
+
+        if (s->cfg->node_name[0]) {
+                sbx_strlcpy(ret, s->cfg->node_name, NODE_NAME_MAX + 1);
+                return 0;
+        }
+        node_of(s, user, session, cur);
+        pthread_mutex_lock(&s->lock);
+        struct ns_node *n = cur[0] ? node_find_locked(s, cur) : NULL;
+        if (!n || !n->link) {
+                n = NULL;
+                if (!wait_node_locked(s, "", &until)) {
+                        pthread_mutex_unlock(&s->lock);
+                        return sbx_error_set(err, -EHOSTUNREACH, 0, "no node agent is connected");
+                }
+                size_t best = SIZE_MAX;
+                for (size_t i = 0; i < s->n_nodes; i++) {
+                        if (!s->nodes[i].link)
+                                continue;
+                        size_t c = s->hooks.placed(s->ud, s->nodes[i].name);
+                        if (c < best) {
+                                best = c;
+                                n = &s->nodes[i];
+                        }
+                }
+        }
+        sbx_strlcpy(ret, n->name, NODE_NAME_MAX + 1);
+        pthread_mutex_unlock(&s->lock);
+        return 0;
+}
+
+/* Remember (or, flags 0, forget) the gateway flags of a session not placed
+ * yet; take: remove and return them. s->lock held. */
+static unsigned gw_pending_locked(struct node_server *s, const char *user, const char *session, unsigned flags,
+                                  bool take)
+{
+        for (struct ns_gw_pending **pp = &s->gw_pending; *pp; pp = &(*pp)->next) {
+                struct ns_gw_pending *g = *pp;
+                if (strcmp(g->user, user) != 0 || strcmp(g->session, session) != 0)
+                        continue;
+                unsigned had = g->flags;
+                if (take || !flags) {
+                        *pp = g->next;
+                        s->n_gw_pending--;
+                        free(g);
+                } else {
+                        g->flags = flags;
+                }
+                return had;
+        }
+        if (take || !flags || s->n_gw_pending >= NS_GW_PENDING_MAX)
+                return 0;
+        struct ns_gw_pending *g = calloc(1, sizeof(*g));
+        if (!g)
+                return 0;
+        sbx_strlcpy(g->user, user, sizeof(g->user));
+        sbx_strlcpy(g->session, session, sizeof(g->session));
+        g->flags = flags;
+        g->next = s->gw_pending;
+        s->gw_pending = g;
+        s->n_gw_pending++;
+        return 0;
+}
+
 int node_server_gateway(struct node_server *s, const char *user, const char *session, unsigned flags,
                         struct sbx_error *err)
 {
         struct node_req rq = {.op = NODE_OP_GATEWAY, .flags = flags};
+        char name[NODE_NAME_MAX + 1] = "", placed[NODE_NAME_MAX + 1];
+
+        node_of(s, user, session, placed);
+        pthread_mutex_lock(&s->lock);
+        if (!placed[0]) {
+                /* not placed yet (a Pod kube-scheduler has still to bind): served once it is */
+                (void)gw_pending_locked(s, user, session, flags, false);
+                pthread_mutex_unlock(&s->lock);
+                return 0;
+        }
+        struct node_link *k = node_server_link_of_session(s, user, session);
+        if (k)
+                sbx_strlcpy(name, k->name, sizeof(name));
+        pthread_mutex_unlock(&s->lock);
+        if (!name[0]) /* nothing to stop where nothing is served */
+                return flags ? sbx_error_set(err, -EHOSTUNREACH, 0, "the session's node is not connected") : 0;
         sbx_strlcpy(rq.user, user, sizeof(rq.user));
         sbx_strlcpy(rq.session, session, sizeof(rq.session));
-        return request(s, &rq, NULL, err);
+        return request(s, name, false, &rq, NULL, err);
 }
 
 static const char *ops_binary(void *node)
@@ -842,34 +1091,104 @@ static const char *ops_binary(void *node)
         return s->binary[0] ? s->binary : NULL;
 }
 
-static int ops_open(void *node, const char *user, const char *session, uint64_t epoch, bool adopt,
-                    char ret_dir[SBX_PATH_MAX], struct sbx_error *err)
+static int ops_open(void *node, const char *user, const char *session, uint64_t epoch, enum node_open_mode mode,
+                    const char *where, char ret_dir[SBX_PATH_MAX], struct sbx_error *err)
 {
-        struct node_req rq = {.op = adopt ? NODE_OP_ADOPT : NODE_OP_OPEN, .epoch = epoch};
+        struct node_server *s = node;
+        struct node_req rq = {.op = mode == NODE_OPEN_ADOPT ? NODE_OP_ADOPT : NODE_OP_OPEN, .epoch = epoch};
+        char name[NODE_NAME_MAX + 1] = "";
+        bool guessed = false;
+        int r;
+
+        if (where && where[0]) {
+                sbx_strlcpy(name, where, sizeof(name)); /* the engine placed it (kube-scheduler) */
+        } else if (mode == NODE_OPEN_NEW) {
+                r = choose_node(s, user, session, name, err);
+                if (r < 0)
+                        return r;
+        } else {
+                node_of(s, user, session, name);
+                /* a session from before placements were kept (0031): the node there was, if it has it */
+                guessed = !name[0];
+                if (!name[0] && s->cfg->node_name[0])
+                        sbx_strlcpy(name, s->cfg->node_name, sizeof(name));
+                else if (!name[0] && !node_server_connected(s, name, sizeof(name)))
+                        return sbx_error_set(err, -EHOSTUNREACH, 0, "no node agent is connected");
+        }
+        /* placed before the node listens: its first stream must find it there */
+        r = s->hooks.place(s->ud, user, session, name);
+        if (r < 0)
+                return sbx_error_set(err, r, 0, "cannot record the session's node: %s", strerror(-r));
         sbx_strlcpy(rq.user, user, sizeof(rq.user));
         sbx_strlcpy(rq.session, session, sizeof(rq.session));
-        return request(node, &rq, ret_dir, err);
+        r = request(s, name, mode == NODE_OPEN_NEW, &rq, ret_dir, err);
+        if (r < 0 && guessed)
+                (void)s->hooks.place(s->ud, user, session, ""); /* not there after all */
+        if (r < 0 || mode != NODE_OPEN_NEW)
+                return r;
+        pthread_mutex_lock(&s->lock);
+        unsigned gw = gw_pending_locked(s, user, session, 0, true);
+        pthread_mutex_unlock(&s->lock);
+        if (gw) /* asked for before the session had its node */
+                r = node_server_gateway(s, user, session, gw, err);
+        return r;
 }
 
 static void ops_drop(void *node, const char *user, const char *session)
 {
+        struct node_server *s = node;
         struct node_req rq = {.op = NODE_OP_DROP};
         struct sbx_error e = {0};
+        char name[NODE_NAME_MAX + 1];
+
+        pthread_mutex_lock(&s->lock);
+        (void)gw_pending_locked(s, user, session, 0, true);
+        pthread_mutex_unlock(&s->lock);
+        node_of(s, user, session, name);
+        if (!name[0])
+                return;
         sbx_strlcpy(rq.user, user, sizeof(rq.user));
         sbx_strlcpy(rq.session, session, sizeof(rq.session));
-        if (request(node, &rq, NULL, &e) < 0)
+        if (request(s, name, false, &rq, NULL, &e) < 0)
                 log_ctx(LOG_LEVEL_WARN, user, session, NULL, "cannot drop the session on its node: %s", e.msg);
+        (void)s->hooks.place(s->ud, user, session, "");
 }
 
 static int ops_rekey(void *node, const char *from_user, const char *from_session, const char *to_user,
                      const char *to_session, uint64_t epoch, char ret_dir[SBX_PATH_MAX], struct sbx_error *err)
 {
+        struct node_server *s = node;
         struct node_req rq = {.op = NODE_OP_REKEY, .epoch = epoch};
+        char name[NODE_NAME_MAX + 1];
+        int r;
+
+        /* the slot's node; once moved (a claim finished again after a restart), the target's */
+        node_of(s, from_user, from_session, name);
+        if (!name[0])
+                node_of(s, to_user, to_session, name);
+        if (!name[0] && s->cfg->node_name[0])
+                sbx_strlcpy(name, s->cfg->node_name, sizeof(name));
+        else if (!name[0] && !node_server_connected(s, name, sizeof(name)))
+                return sbx_error_set(err, -EHOSTUNREACH, 0, "no node agent is connected");
+        r = s->hooks.place(s->ud, to_user, to_session, name);
+        if (r < 0)
+                return sbx_error_set(err, r, 0, "cannot record the session's node: %s", strerror(-r));
         sbx_strlcpy(rq.user, from_user, sizeof(rq.user));
         sbx_strlcpy(rq.session, from_session, sizeof(rq.session));
         sbx_strlcpy(rq.user2, to_user, sizeof(rq.user2));
         sbx_strlcpy(rq.session2, to_session, sizeof(rq.session2));
-        return request(node, &rq, ret_dir, err);
+        /* pool recovery: the claim's node is waited for */
+        r = request(s, name, true, &rq, ret_dir, err);
+        if (r == 0 && (strcmp(from_user, to_user) != 0 || strcmp(from_session, to_session) != 0))
+                (void)s->hooks.place(s->ud, from_user, from_session, "");
+        return r;
+}
+
+static bool ops_placed_on(void *node, const char *user, const char *session, const char *name)
+{
+        char cur[NODE_NAME_MAX + 1];
+        node_of(node, user, session, cur);
+        return strcmp(cur, name) == 0;
 }
 
 const struct node_ops node_server_ops = {
@@ -877,4 +1196,5 @@ const struct node_ops node_server_ops = {
         .open = ops_open,
         .drop = ops_drop,
         .rekey = ops_rekey,
+        .placed_on = ops_placed_on,
 };

@@ -62,6 +62,11 @@ void runner_hub_set_node(struct runner_hub *h, const struct node_ops *ops, void 
         h->node = node;
 }
 
+bool runner_hub_remote(const struct runner_hub *h)
+{
+        return h && h->node_ops;
+}
+
 static int session_epoch(struct runner_hub *h, const char *user, const char *session, bool bump, uint64_t *ret,
                          struct sbx_error *err)
 {
@@ -122,6 +127,12 @@ static int chan_add(struct runner_hub *h, const char *user, const char *session,
 int runner_hub_prepare(struct runner_hub *h, const char *user, const char *session, char ret_dir[SBX_PATH_MAX],
                        struct sbx_error *err)
 {
+        return runner_hub_prepare_on(h, user, session, NULL, ret_dir, err);
+}
+
+int runner_hub_prepare_on(struct runner_hub *h, const char *user, const char *session, const char *node,
+                          char ret_dir[SBX_PATH_MAX], struct sbx_error *err)
+{
         struct runner_chan *c;
         char path[SBX_PATH_MAX];
         uint64_t epoch;
@@ -143,7 +154,7 @@ int runner_hub_prepare(struct runner_hub *h, const char *user, const char *sessi
         }
         pthread_mutex_unlock(&h->lock);
         if (h->node_ops) /* the node learns the new epoch, and listens again if it had restarted */
-                r = h->node_ops->open(h->node, user, session, epoch, false, path, err);
+                r = h->node_ops->open(h->node, user, session, epoch, NODE_OPEN_NEW, node, path, err);
         else if (!c)
                 r = runner_dir_listen(h->root, user, session, true, &dfd, &lfd, path, err);
         if (r < 0)
@@ -194,7 +205,7 @@ int runner_hub_adopt(struct runner_hub *h, const char *user, const char *session
         if (h->node_ops) {
                 r = session_epoch(h, user, session, false, &epoch, NULL);
                 if (r == 0)
-                        r = h->node_ops->open(h->node, user, session, epoch, true, dir, NULL);
+                        r = h->node_ops->open(h->node, user, session, epoch, NODE_OPEN_ADOPT, NULL, dir, NULL);
         } else {
                 r = runner_dir_listen(h->root, user, session, false, &dfd, &lfd, dir, NULL);
         }
@@ -284,14 +295,13 @@ int runner_hub_rekey(struct runner_hub *h, const struct sbx_config *cfg, const c
 }
 
 /* The keys of every live channel, copied under h->lock so the caller can
- * call out (the node, the store, the lost handler) without it. fence: end
- * each channel's detached executions too. A failed allocation stops the
- * walk and keeps what was gathered. */
+ * call out (the node, the store, the lost handler) without it. A failed
+ * allocation stops the walk and keeps what was gathered. */
 struct chan_key {
         char user[65], session[65];
 };
 
-static size_t chan_keys_locked(struct runner_hub *h, bool fence, struct chan_key **ret)
+static size_t chan_keys_locked(struct runner_hub *h, struct chan_key **ret)
 {
         struct chan_key *keys = NULL;
         size_t n = 0, cap = 0;
@@ -299,8 +309,6 @@ static size_t chan_keys_locked(struct runner_hub *h, bool fence, struct chan_key
         for (struct runner_chan *c = h->chans; c; c = c->next) {
                 if (c->dead)
                         continue;
-                if (fence)
-                        runner_end_detached_locked(c, true, 0);
                 if (n == cap) {
                         struct chan_key *k = realloc(keys, (cap ? cap * 2 : 16) * sizeof(*k));
                         if (!k)
@@ -316,41 +324,63 @@ static size_t chan_keys_locked(struct runner_hub *h, bool fence, struct chan_key
         return n;
 }
 
-void runner_hub_reopen(struct runner_hub *h)
+/* The live channels' keys of the sessions placed on node (NULL: all). The
+ * placement is asked with no hub lock held (it is the store). */
+static size_t chan_keys_of(struct runner_hub *h, const char *node, struct chan_key **ret)
+{
+        struct chan_key *keys = NULL;
+        size_t n, kept = 0;
+
+        pthread_mutex_lock(&h->lock);
+        n = chan_keys_locked(h, &keys);
+        pthread_mutex_unlock(&h->lock);
+        for (size_t i = 0; i < n; i++)
+                if (!node || !h->node_ops || h->node_ops->placed_on(h->node, keys[i].user, keys[i].session, node))
+                        keys[kept++] = keys[i];
+        *ret = keys;
+        return kept;
+}
+
+void runner_hub_reopen(struct runner_hub *h, const char *node)
 {
         struct chan_key *keys = NULL;
         size_t n, failed = 0;
 
         if (!h || !h->node_ops)
                 return;
-        pthread_mutex_lock(&h->lock);
-        n = chan_keys_locked(h, false, &keys);
-        pthread_mutex_unlock(&h->lock);
+        n = chan_keys_of(h, node, &keys);
         for (size_t i = 0; i < n; i++) {
                 char dir[SBX_PATH_MAX];
                 uint64_t epoch;
                 struct sbx_error e = {0};
                 if (session_epoch(h, keys[i].user, keys[i].session, false, &epoch, &e) < 0 ||
-                    h->node_ops->open(h->node, keys[i].user, keys[i].session, epoch, false, dir, &e) < 0) {
+                    h->node_ops->open(h->node, keys[i].user, keys[i].session, epoch, NODE_OPEN_AGAIN, NULL, dir, &e) <
+                            0) {
                         log_ctx(LOG_LEVEL_WARN, keys[i].user, keys[i].session, NULL,
                                 "cannot open the session on its node again: %s", e.msg);
                         failed++;
                 }
         }
         if (n)
-                log_info("node link: %zu sessions opened on the node again (%zu failed)", n - failed, failed);
+                log_info("node link: %zu sessions opened on node %s again (%zu failed)", n - failed,
+                         node ? node : "(any)", failed);
         free(keys);
 }
 
-void runner_hub_fence(struct runner_hub *h)
+size_t runner_hub_fence(struct runner_hub *h, const char *node)
 {
         struct chan_key *keys = NULL;
         size_t n;
 
         if (!h)
-                return;
+                return 0;
+        n = chan_keys_of(h, node, &keys);
         pthread_mutex_lock(&h->lock);
-        n = chan_keys_locked(h, true, &keys);
+        for (size_t i = 0; i < n; i++) {
+                struct runner_chan *c = runner_chan_find_locked(h, keys[i].user, keys[i].session);
+                if (c)
+                        runner_end_detached_locked(c, true, 0);
+        }
         runner_lost_fn lost = h->on_lost;
         void *lost_ud = h->lost_ud;
         pthread_mutex_unlock(&h->lock);
@@ -361,6 +391,7 @@ void runner_hub_fence(struct runner_hub *h)
                         lost(keys[i].user, keys[i].session, "node_lost", lost_ud);
         }
         free(keys);
+        return n;
 }
 
 bool runner_hub_wait(struct runner_hub *h, const char *user, const char *session, int timeout_ms)

@@ -47,10 +47,14 @@ int runner_dir_listen(const char *root_path, const char *user, const char *sessi
                 return sbx_error_set(err, -ENOENT, 0, "no runner directory for the session");
         if (create && mkdirat(root, hash, 0755) < 0 && errno != EEXIST)
                 return sbx_error_set(err, -errno, 0, "cannot create %s: %m", path);
+        /* It may exist already: made by kubelet for a Pod's subPathExpr before the node agent opened it
+         * (root's, empty, its mode kubelet's). Never a link, never anyone else's. */
         dfd = openat(root, hash, O_RDONLY | O_DIRECTORY | O_NOFOLLOW | O_CLOEXEC);
         if (dfd < 0 || fstat(dfd, &st) < 0)
                 return sbx_error_set(err, -errno, 0, "cannot open %s: %m", path);
-        if ((st.st_uid != 0 && fchown(dfd, 0, 0) < 0) || ((st.st_mode & 07777) != 0755 && fchmod(dfd, 0755) < 0))
+        if (st.st_uid != 0)
+                return sbx_error_set(err, -EPERM, 0, "%s is not root's (uid %u): refused", path, (unsigned)st.st_uid);
+        if ((st.st_mode & 07777) != 0755 && fchmod(dfd, 0755) < 0)
                 return sbx_error_set(err, -errno, 0, "cannot secure %s: %m", path);
         if (unlinkat(dfd, RP_SOCKET_NAME, 0) < 0 && errno != ENOENT)
                 return sbx_error_set(err, -errno, 0, "cannot remove the stale socket in %s: %m", path);

@@ -11,6 +11,7 @@
 #include "session_internal.h"
 
 #include <errno.h>
+#include <stdio.h>
 #include <string.h>
 
 #include "sandboxd/container.h"
@@ -19,6 +20,7 @@
 #include "sandboxd/log.h"
 #include "sandboxd/portpool.h"
 #include "sandboxd/runner.h"
+#include "sandboxd/runner_dir.h"
 #include "sandboxd/sessuid.h"
 #include "sandboxd/store.h"
 #include "sandboxd/wsquota.h"
@@ -78,6 +80,35 @@ static int session_image(struct session_manager *m, struct session *s, char ret[
         }
         sbx_strlcpy(ret, info.id, 256);
         return 0;
+}
+
+/* The container is created: wait (within kube_start_timeout) until the
+ * engine has placed it (kube-scheduler bound the Pod), then open its session
+ * directory on that node, while the node pulls and starts it. Its runner
+ * retries until the node agent listens. container_params.placed. */
+static int open_on_node(const char *id, void *userdata, struct sbx_error *err)
+{
+        struct session *s = userdata;
+        struct session_manager *m = s->mgr;
+        int64_t deadline = sbx_now_ms() + m->cfg->kube_start_timeout_ms;
+        struct engine_container_info info;
+        char dir[SBX_PATH_MAX];
+        int r;
+
+        for (int64_t pause = 50;; pause = pause < 400 ? pause * 2 : 500) {
+                r = engine_inspect(m->engine, id, &info, err);
+                if (r < 0)
+                        return r;
+                if (info.node[0])
+                        break;
+                if (sbx_now_ms() >= deadline)
+                        return sbx_error_set(err, -ETIMEDOUT, 0, "container %.12s was placed on no node in time", id);
+                sbx_sleep_ms(pause);
+        }
+        r = runner_hub_prepare_on(m->runner, s->user, s->id, info.node, dir, err);
+        if (r < 0)
+                sbx_error_prefix(err, "opening the session on node %s", info.node);
+        return r;
 }
 
 /* Remove the old container (if any) and release nothing: the port block
@@ -146,7 +177,17 @@ int session_make_container(struct session *s, const char *old_id, const char **n
         /* Not under gVisor: with the runner as its main process the gVisor sandbox of Debian 12's
          * runsc dies within seconds ("shim disconnected"), so runsc sessions use docker exec. */
         const char *runner_bin = strcmp(ret_runtime, "runsc") == 0 ? NULL : runner_hub_binary(m->runner);
-        if (runner_bin) {
+        /* An engine that places containers itself (kube-scheduler) over node agents: the node is
+         * known once the container is placed, so the directory is opened there afterwards and the
+         * spec names it relative to whichever agent's data_dir (node.h). */
+        bool on_node = runner_bin && m->engine->places && runner_hub_remote(m->runner);
+        if (on_node) {
+                char hash[33];
+                runner_hub_drop(m->runner, s->user, s->id); /* an earlier container's node: its directory goes */
+                if (runner_dir_key(s->user, s->id, hash) < 0)
+                        return sbx_error_set(err, -ENOMEM, 0, "out of memory");
+                snprintf(runner_dir, sizeof(runner_dir), "runner/%s", hash);
+        } else if (runner_bin) {
                 struct sbx_error re = {0};
                 if (runner_hub_prepare(m->runner, s->user, s->id, runner_dir, &re) < 0) {
                         log_ctx(LOG_LEVEL_WARN, s->user, s->id, NULL, "no runner for this container: %s", re.msg);
@@ -208,6 +249,10 @@ int session_make_container(struct session *s, const char *old_id, const char **n
                 p.memory_bytes = spec.memory;
                 p.nano_cpus = spec.nano_cpus;
                 p.labels_json = spec.labels_json;
+                if (on_node) {
+                        p.placed = open_on_node;
+                        p.placed_ud = s;
+                }
                 r = container_create_started(m->engine, cfg, &p, ret_id, &e);
                 if (r < 0 && p.runtime && strcmp(p.runtime, "runsc") == 0)
                         sbx_error_prefix(&e, "under gVisor (runsc)");

@@ -75,6 +75,30 @@ char *nodeenv_pki(void)
         return dir;
 }
 
+void nodeenv_cert(const char *pki, const char *name)
+{
+        char script[1024];
+        snprintf(script, sizeof(script),
+                 "openssl req " KEY
+                 " -keyout '%s.key' -out '%s.csr' -subj '/CN=%s' && "
+                 "printf 'subjectAltName=DNS:%s\\n' > '%s.ext' && "
+                 "openssl x509 -req -in '%s.csr' -CA ca.pem -CAkey ca.key -CAcreateserial -days 2 "
+                 "-extfile '%s.ext' -out '%s.pem'",
+                 name, name, name, name, name, name, name, name);
+        run(pki, script);
+}
+
+void nodeenv_start_n(const struct sbx_config *control, const char *pki, const char *const *names, size_t n,
+                     const char *base, pid_t *ret_pids)
+{
+        for (size_t i = 0; i < n; i++) {
+                char dir[SBX_PATH_MAX];
+                snprintf(dir, sizeof(dir), "%s/%s", base, names[i]);
+                cr_assert(mkdir(dir, 0700) == 0 || errno == EEXIST, "mkdir %s: %m", dir);
+                ret_pids[i] = nodeenv_start(control, pki, names[i], dir);
+        }
+}
+
 void nodeenv_revoke(const char *pki, const char *name)
 {
         char script[512];

@@ -38,6 +38,13 @@ pid_t nodeenv_start(const struct sbx_config *control, const char *pki, const cha
  * ("publish_ip = 127.0.0.3\n", say). */
 pid_t nodeenv_start_conf(const struct sbx_config *control, const char *pki, const char *name, const char *data_dir,
                          const char *extra);
+/* A certificate (name.pem, name.key) of pki's CA with the common name name
+ * (a node's name: "localhost", "127.0.0.2"). Asserts. */
+void nodeenv_cert(const char *pki, const char *name);
+/* Start n agents, names[i] with data_dir base/names[i] (made): pids in
+ * ret_pids. Asserts. */
+void nodeenv_start_n(const struct sbx_config *control, const char *pki, const char *const *names, size_t n,
+                     const char *base, pid_t *ret_pids);
 /* Send sig and, for SIGKILL/SIGTERM, reap it. */
 void nodeenv_kill(pid_t pid, int sig);
 /* For fixture.c: the control config gets a node agent (started once per

@@ -34,6 +34,7 @@
 #include <yaml.h>
 
 #include "fixture.h"
+#include "nodeenv.h"
 #include "sandboxd/config.h"
 #include "sandboxd/container.h"
 #include "sandboxd/engine.h"
@@ -42,6 +43,9 @@
 #include "sandboxd/gc.h"
 #include "sandboxd/pool.h"
 #include "sandboxd/runner.h"
+#include "sandboxd/node.h"
+#include "sandboxd/runner_dir.h"
+#include "sandboxd/runner_proto.h"
 #include "sandboxd/session.h"
 #include "sandboxd/store.h"
 #include "sandboxd/utf8.h"
@@ -1527,4 +1531,78 @@ Test(kubernetes, a_stopped_kubelet_s_sessions_recover_on_the_other_node_and_the_
         cr_expect_eq(session_destroy(d->sessions, "u1", "lost1", true, &err), 0, "%s", err.msg);
         cr_expect(TESTENV_WAIT_UNTIL(no_pod_of_the_run(), 30000), "no Pod of the run remains");
         daemon_close(d);
+}
+
+/* ---- node agents (issue 26): kube-scheduler places each Pod, and the agent of the node it
+ * landed on serves its session directory, mounted by the Pod through subPathExpr ---- */
+
+static bool agents_connected(void *ud)
+{
+        struct daemon *d = ud;
+        return node_server_node_connected(d->node, "localhost") && node_server_node_connected(d->node, "127.0.0.2");
+}
+
+Test(kubernetes, sessions_are_served_by_the_node_agent_of_the_node_their_pod_landed_on)
+{
+        NEED_CLUSTER();
+        static const char *const names[] = {"localhost", "127.0.0.2"};
+        struct sbx_config cfg;
+        struct daemon *d;
+        char *pki, *node_dir, sess[16], path[SBX_PATH_MAX], hash[33];
+        int on[2] = {0, 0};
+        pid_t pids[2];
+
+        k8s_daemon_config(&cfg);
+        pki = nodeenv_pki();
+        nodeenv_cert(pki, "localhost");
+        nodeenv_cert(pki, "127.0.0.2");
+        nodeenv_config_control(&cfg, pki);
+        node_dir = testenv_tmpdir(); /* {kube_node_dir}/<node name> is each agent's data_dir */
+        cr_assert_not_null(node_dir);
+        snprintf(cfg.kube_node_dir, sizeof(cfg.kube_node_dir), "%s", node_dir);
+        d = fixture_open(&cfg, true);
+        nodeenv_start_n(&cfg, pki, names, 2, node_dir, pids);
+        cr_assert(TESTENV_WAIT_UNTIL(agents_connected(d), 30000), "the two node agents never connected");
+
+        for (int i = 0; i < 4; i++) {
+                struct exec_result res;
+                struct sbx_error err = {0};
+                char node[NODE_NAME_MAX + 1] = "", cid[65];
+                _cleanup_free_ char *raw = NULL;
+                snprintf(sess, sizeof(sess), "agent%d", i);
+                struct exec_request req = {.user = "u1", .session = sess, .command = "echo hello", .actor = "test"};
+                cr_assert_eq(exec_run(d->exec, &req, &res, &err), 0, "%s", err.msg);
+                cr_assert_str_eq(res.via, "runner", "%s did not run through the runner", sess);
+                cr_assert(res.stdout_head_len == 6 && memcmp(res.stdout_head, "hello\n", 6) == 0);
+                exec_result_done(&res);
+                /* placed where kube-scheduler bound its Pod */
+                cr_assert_eq(store_node_get(d->store, "u1", sess, node, sizeof(node)), 0);
+                fixture_container_of(d, "u1", sess, cid);
+                snprintf(path, sizeof(path), "/api/v1/namespaces/%s/pods/%s", ns, cid);
+                cr_assert_eq(kapi("GET", path, NULL, &raw), 200);
+                cJSON *pod = cJSON_Parse(raw);
+                const cJSON *bound = jget(pod, "spec.nodeName");
+                cr_assert(cJSON_IsString(bound));
+                cr_assert_str_eq(node, bound->valuestring, "%s placed on %s, its Pod on %s", sess, node,
+                                 bound->valuestring);
+                /* the Pod's session directory comes from its node's agent (subPathExpr of kube_node_dir) */
+                const cJSON *m = NULL, *it;
+                cJSON_ArrayForEach(it, jget(cJSON_GetArrayItem(jget(pod, "spec.containers"), 0), "volumeMounts"))
+                        if (strcmp(cJSON_GetStringValue(cJSON_GetObjectItem(it, "name")), "session-dir") == 0)
+                                m = it;
+                cr_assert_not_null(m);
+                cr_assert_not_null(strstr(cJSON_GetStringValue(cJSON_GetObjectItem(m, "subPathExpr")),
+                                          "$(SBX_NODE_NAME)/runner/"));
+                cJSON_Delete(pod);
+                cr_assert_eq(runner_dir_key("u1", sess, hash), 0);
+                snprintf(path, sizeof(path), "%s/%s/runner/%s/" RP_SOCKET_NAME, node_dir, node, hash);
+                cr_assert_eq(access(path, F_OK), 0, "no runner socket at %s", path);
+                on[strcmp(node, "localhost") == 0 ? 0 : 1]++;
+        }
+        cr_expect(on[0] > 0 && on[1] > 0, "kube-scheduler put all four on one node (%d on localhost)", on[0]);
+        daemon_close(d);
+        for (int i = 0; i < 2; i++)
+                nodeenv_kill(pids[i], SIGKILL);
+        free(node_dir);
+        free(pki);
 }

@@ -21,7 +21,9 @@
 
 #include "fixture.h"
 #include "nodeenv.h"
+#include "sandboxd/daemon.h"
 #include "sandboxd/exec.h"
+#include "sandboxd/metrics.h"
 #include "sandboxd/node.h"
 #include "sandboxd/privacy.h"
 #include "sandboxd/runner.h"
@@ -680,4 +682,252 @@ Test(node, malformed_publish_and_connect_requests_close_the_node_agents_link)
         node_drops_link_on(buf, connect_open(buf, cs, 4, 80, 1, sizeof(struct node_connect)));
         cr_assert(TESTENV_WAIT_UNTIL(connected(NULL), 30000), "the node agent did not come back");
         daemon_close(d);
+}
+
+/* ---- many nodes ---- */
+
+static const char *const two[] = {"node1", "node3"}; /* node2 is revoked */
+static char agents_base[SBX_PATH_MAX];
+
+static bool both_connected(void *ud)
+{
+        (void)ud;
+        return node_server_node_connected(d->node, "node1") && node_server_node_connected(d->node, "node3");
+}
+
+/* The node the session is placed on (asserted to be one of the two). */
+static const char *placed(const char *session)
+{
+        static char name[2][NODE_NAME_MAX + 1];
+        static int k;
+        char *n = name[k++ % 2];
+        cr_assert_eq(store_node_get(d->store, "u1", session, n, NODE_NAME_MAX + 1), 0);
+        cr_assert(strcmp(n, "node1") == 0 || strcmp(n, "node3") == 0, "session %s placed on '%s'", session, n);
+        return n;
+}
+
+/* The session's runner socket is in its own node's data_dir (and, not_elsewhere, not in the other's). */
+static void assert_dir_on(const char *session, const char *node, bool not_elsewhere)
+{
+        char hash[33], path[SBX_PATH_MAX];
+        struct stat st;
+
+        cr_assert_eq(runner_dir_key("u1", session, hash), 0);
+        for (size_t i = 0; i < 2; i++) {
+                snprintf(path, sizeof(path), "%s/%s/runner/%s/" RP_SOCKET_NAME, agents_base, two[i], hash);
+                bool there = stat(path, &st) == 0 && S_ISSOCK(st.st_mode);
+                if (!not_elsewhere && strcmp(two[i], node) != 0)
+                        continue; /* a killed agent's directory stays behind */
+                cr_assert_eq(there, strcmp(two[i], node) == 0, "session %s: runner socket %s under %s's data_dir",
+                             session, there ? "found" : "missing", two[i]);
+        }
+}
+
+static void open_with_two_nodes(int fence_ms, pid_t pids[2])
+{
+        fixture_config(&cfg);
+        pki = nodeenv_pki();
+        nodeenv_config_control(&cfg, pki);
+        if (fence_ms)
+                cfg.node_fence_ms = fence_ms;
+        snprintf(agents_base, sizeof(agents_base), "%s/../agents", cfg.data_dir);
+        d = fixture_open_sockets(&cfg);
+        cr_assert(mkdir(agents_base, 0700) == 0 || errno == EEXIST, "mkdir %s: %m", agents_base);
+        nodeenv_start_n(&cfg, pki, two, 2, agents_base, pids);
+        cr_assert(TESTENV_WAIT_UNTIL(both_connected(NULL), 30000), "the two node agents never connected");
+}
+
+Test(node, sessions_spread_over_two_node_agents)
+{
+        static const char *sessions[] = {"s1", "s2", "s3", "s4"};
+        pid_t pids[2];
+        int on[2] = {0, 0};
+
+        open_with_two_nodes(0, pids);
+        for (size_t i = 0; i < 4; i++) {
+                char cmd[64], want[64];
+                int code = -1;
+                snprintf(cmd, sizeof(cmd), "echo hello from %s", sessions[i]);
+                snprintf(want, sizeof(want), "hello from %s\n", sessions[i]);
+                char *out = fixture_run(d, sessions[i], cmd, 0, &code);
+                cr_assert_eq(code, 0);
+                cr_assert_str_eq(out, want);
+                free(out);
+                const char *n = placed(sessions[i]);
+                on[strcmp(n, "node1") == 0 ? 0 : 1]++;
+                assert_dir_on(sessions[i], n, true);
+        }
+        cr_assert(on[0] == 2 && on[1] == 2, "sessions not spread: %d on node1, %d on node3", on[0], on[1]);
+
+        /* operators see the nodes: sandboxctl nodes, the session list, the metrics */
+        char *out = NULL, *text = NULL;
+        cr_assert_eq(fixture_sandboxctl(SANDBOXD_BINARY_DIR, cfg.admin_socket, "nodes", &out), 0, "%s", out);
+        for (size_t i = 0; i < 2; i++) {
+                char *line = strstr(out, two[i]);
+                cr_assert_not_null(line, "sandboxctl nodes has no %s: %s", two[i], out);
+                char state[16];
+                double placed = -1;
+                cr_assert_eq(sscanf(line + strlen(two[i]), " %15s %*s %*s %lf", state, &placed), 2, "%s", line);
+                cr_assert_str_eq(state, "connected");
+                cr_assert_eq(placed, 2, "%s: %g sessions", two[i], placed);
+        }
+        free(out);
+        cr_assert_eq(fixture_sandboxctl(SANDBOXD_BINARY_DIR, cfg.admin_socket, "sessions", &out), 0, "%s", out);
+        cr_assert(strstr(out, "(node node1)") && strstr(out, "(node node3)"), "sessions without their node: %s", out);
+        free(out);
+        cr_assert_eq(metrics_render(&d->metrics_ctx, &text), 0);
+        cr_assert(strstr(text, "sandboxd_nodes_connected 2\n"), "%s", text);
+        cr_assert(strstr(text, "sandboxd_node_sessions{node=\"node1\"} 2\n"), "%s", text);
+        cr_assert(strstr(text, "sandboxd_node_sessions{node=\"node3\"} 2\n"), "%s", text);
+        free(text);
+        daemon_close(d);
+}
+
+static bool audit_any(const char *user, const char *session, const char *action)
+{
+        int64_t n = 0;
+        return store_audit_count(d->store, user, session, action, &n) == 0 && n > 0;
+}
+
+Test(node, a_node_gone_past_node_fence_fences_only_its_own_sessions)
+{
+        struct exec_request lost = {.user = "u1", .session = "s1", .command = "echo before; sleep 600", .actor = "t"};
+        struct exec_request kept = {.user = "u1",
+                                    .session = "s2",
+                                    .command =
+                                            "echo before; while [ ! -e /workspace/go ]; do sleep 0.1; done; "
+                                            "echo after",
+                                    .actor = "t"};
+        struct exec_result res;
+        uint64_t epoch_before = 0, epoch_after = 0;
+        char lost_id[37], kept_id[37], victim[NODE_NAME_MAX + 1], survivor[NODE_NAME_MAX + 1];
+        pid_t pids[2];
+        int code = -1;
+
+        open_with_two_nodes(3000, pids);
+        free(fixture_run(d, "s1", "true", 0, &code));
+        free(fixture_run(d, "s2", "true", 0, &code));
+        snprintf(victim, sizeof(victim), "%s", placed("s1"));
+        snprintf(survivor, sizeof(survivor), "%s", placed("s2"));
+        cr_assert_str_neq(victim, survivor, "both sessions on %s", victim);
+        cr_assert_eq(exec_start(d->exec, &lost, lost_id, NULL), 0);
+        cr_assert_eq(exec_start(d->exec, &kept, kept_id, NULL), 0);
+        cr_assert(TESTENV_WAIT_UNTIL(stdout_has(lost_id, "before"), 30000), "the execution never printed");
+        cr_assert(TESTENV_WAIT_UNTIL(stdout_has(kept_id, "before"), 30000), "the execution never printed");
+        cr_assert_eq(store_epoch_get(d->store, "u1", "s1", &epoch_before), 0);
+        uint64_t kept_epoch = 0, kept_epoch_after = 0;
+        cr_assert_eq(store_epoch_get(d->store, "u1", "s2", &kept_epoch), 0);
+
+        nodeenv_kill(pids[strcmp(victim, "node1") == 0 ? 0 : 1], SIGKILL); /* and kept down */
+        cr_assert(TESTENV_WAIT_UNTIL(audit_any(NULL, NULL, "node_fenced"), 30000), "no node_fenced audit row");
+        wait_final(lost_id, &res);
+        cr_assert_eq(res.state, EXEC_FAILED, "state %s", exec_state_to_string(res.state));
+        exec_result_done(&res);
+        /* the other node's session and its execution are untouched */
+        cr_assert(fixture_exec_running(d, "u1", kept_id), "the surviving node's execution ended");
+        cr_assert_eq(store_epoch_get(d->store, "u1", "s2", &kept_epoch_after), 0);
+        cr_assert_eq(kept_epoch_after, kept_epoch, "the surviving node's session was fenced");
+        char *out = fixture_run(d, "s2", "touch /workspace/go && echo released", 0, &code);
+        cr_assert_eq(code, 0);
+        cr_assert_str_eq(out, "released\n");
+        free(out);
+        wait_final(kept_id, &res);
+        cr_assert_eq(res.state, EXEC_COMPLETED, "state %s: %s", exec_state_to_string(res.state), res.error);
+        cr_assert_eq(res.stdout_head_len, 13);
+        cr_assert(memcmp(res.stdout_head, "before\nafter\n", 13) == 0, "stdout: %.*s", (int)res.stdout_head_len,
+                  res.stdout_head);
+        exec_result_done(&res);
+
+        /* the fenced session's next request: a new container on the surviving node, a new epoch */
+        out = fixture_run(d, "s1", "echo moved", 0, &code);
+        cr_assert_eq(code, 0);
+        cr_assert_str_eq(out, "moved\n");
+        free(out);
+        cr_assert_str_eq(placed("s1"), survivor);
+        assert_dir_on("s1", survivor, false);
+        cr_assert_eq(store_epoch_get(d->store, "u1", "s1", &epoch_after), 0);
+        cr_assert_gt(epoch_after, epoch_before, "the fenced session kept its epoch");
+
+        /* the dead node back, presenting its old session: its old epoch, and the current one (the
+         * session is placed elsewhere now): both refused, with audit rows */
+        struct sbx_config ncfg;
+        struct node_client *nc = NULL;
+        struct sbx_error err = {0};
+        int sv[2];
+        char b;
+        nodeenv_config_node(&ncfg, &cfg, pki, victim, agents_base);
+        cr_assert_eq(node_client_connect(&ncfg, &nc, &err), 0, "%s", err.msg);
+        cr_assert(TESTENV_WAIT_UNTIL(node_server_node_connected(d->node, victim), 30000));
+        for (int i = 0; i < 2; i++) {
+                cr_assert_eq(socketpair(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC, 0, sv), 0);
+                cr_assert_eq(node_client_open(nc, "u1", "s1", i == 0 ? epoch_before : epoch_after, sv[1]), 0);
+                if (i == 1)
+                        send_hello(sv[0]);
+                struct pollfd p = {.fd = sv[0], .events = POLLIN};
+                cr_assert_eq(poll(&p, 1, 30000), 1);
+                cr_assert_eq(recv(sv[0], &b, 1, 0), 0, "the refused stream was not closed");
+                close(sv[0]);
+        }
+        cr_assert(TESTENV_WAIT_UNTIL(audit_any("u1", "s1", "node_epoch_refused"), 30000),
+                  "no audit row for the old epoch");
+        cr_assert(TESTENV_WAIT_UNTIL(audit_any("u1", "s1", "node_placement_refused"), 30000),
+                  "no audit row for a session placed on another node");
+        /* the session still runs where it moved */
+        out = fixture_run(d, "s1", "echo still", 0, &code);
+        cr_assert_eq(code, 0);
+        cr_assert_str_eq(out, "still\n");
+        free(out);
+        daemon_close(d);
+        node_client_free(nc);
+}
+
+struct seen {
+        struct node_client *nc;
+        uint32_t op;
+        const char *session;
+};
+
+static bool client_was_sent(void *ud)
+{
+        struct seen *w = ud;
+        return node_client_requests(w->nc, w->op, "u1", w->session) > 0;
+}
+
+Test(node, a_node_that_comes_back_is_told_only_its_own_sessions)
+{
+        struct sbx_config ncfg;
+        struct node_client *nc = NULL;
+        struct sbx_error err = {0};
+        char mine[8], theirs[8], node[NODE_NAME_MAX + 1];
+        pid_t pids[2];
+        int code = -1;
+
+        open_with_two_nodes(0, pids); /* node_fence 30 s: nothing is fenced here */
+        free(fixture_run(d, "s1", "true", 0, &code));
+        free(fixture_run(d, "s2", "true", 0, &code));
+        snprintf(node, sizeof(node), "%s", placed("s1"));
+        cr_assert_str_neq(node, placed("s2"), "both sessions on %s", node);
+        snprintf(mine, sizeof(mine), "s1");
+        snprintf(theirs, sizeof(theirs), "s2");
+
+        /* s1's node goes; a node of its name comes back (a bare one, that records what it is told) */
+        nodeenv_kill(pids[strcmp(node, "node1") == 0 ? 0 : 1], SIGKILL);
+        cr_assert(TESTENV_WAIT_UNTIL(!node_server_node_connected(d->node, node), 30000));
+        nodeenv_config_node(&ncfg, &cfg, pki, node, agents_base);
+        cr_assert_eq(node_client_connect(&ncfg, &nc, &err), 0, "%s", err.msg);
+        /* its session opened on it again, then its gateway sockets served again (after the reopen) */
+        struct seen open = {nc, NODE_OP_OPEN, mine}, gw = {nc, NODE_OP_GATEWAY, mine};
+        cr_assert(TESTENV_WAIT_UNTIL(client_was_sent(&open), 30000), "its own session was not opened again");
+        cr_assert(TESTENV_WAIT_UNTIL(client_was_sent(&gw), 30000), "its own session's sockets were not served again");
+        /* and nothing about the other node's session */
+        cr_assert_eq(node_client_requests(nc, NODE_OP_OPEN, "u1", theirs), 0, "the other node's session was opened");
+        cr_assert_eq(node_client_requests(nc, NODE_OP_GATEWAY, "u1", theirs), 0,
+                     "the other node's session's sockets were asked for");
+        /* the other node's session still runs where it is */
+        char *out = fixture_run(d, theirs, "echo untouched", 0, &code);
+        cr_assert_eq(code, 0);
+        cr_assert_str_eq(out, "untouched\n");
+        free(out);
+        daemon_close(d);
+        node_client_free(nc);
 }

@@ -118,11 +118,37 @@ static int hook_epoch(void *ud, const char *user, const char *session, uint64_t 
 }
 
 static void hook_refused(void *ud, const char *node, const char *user, const char *session, uint64_t presented,
-                         uint64_t current)
+                         uint64_t current, const char *placed)
 {
         (void)ud, (void)node, (void)user, (void)session;
-        STRESS_CHECK(presented != current, "refused a current epoch %llu", (unsigned long long)current);
+        STRESS_CHECK(placed || presented != current, "refused a current epoch %llu", (unsigned long long)current);
         __atomic_add_fetch(&refused, 1, __ATOMIC_SEQ_CST);
+}
+
+/* Placement, fixed by name: the streamers' sessions (s*) on the bare
+ * client (node2), the hostile nodes' (h*) on hostile, the requests' on the
+ * agent (node1). */
+static int hook_node_of(void *ud, const char *user, const char *session, char ret[NODE_NAME_MAX + 1])
+{
+        (void)ud, (void)user;
+        snprintf(ret, NODE_NAME_MAX + 1, "%s",
+                 session[0] == 's'                 ? "node2"
+                 : session[0] == 'h'               ? "hostile"
+                 : strcmp(session, "revoked") == 0 ? "revoked"
+                                                   : "node1");
+        return 0;
+}
+
+static int hook_place(void *ud, const char *user, const char *session, const char *node)
+{
+        (void)ud, (void)user, (void)session, (void)node;
+        return 0;
+}
+
+static size_t hook_placed(void *ud, const char *node)
+{
+        (void)ud, (void)node;
+        return 0;
 }
 
 static const struct node_server_hooks hooks = {
@@ -134,6 +160,9 @@ static const struct node_server_hooks hooks = {
         .epoch = hook_epoch,
         .refused = hook_refused,
         .published = hook_published,
+        .node_of = hook_node_of,
+        .place = hook_place,
+        .placed = hook_placed,
 };
 
 /* ---- PKI (the openssl CLI, as tests/helpers/nodeenv.c) ---- */
@@ -496,16 +525,16 @@ static void requester(int i, void *ud)
                 struct sbx_error e = {0};
                 snprintf(a, sizeof(a), "r%d-%d", i, r);
                 snprintf(b, sizeof(b), "q%d-%d", i, r);
-                int rc = node_server_ops.open(server, "u", a, EPOCH, false, dir, &e);
+                int rc = node_server_ops.open(server, "u", a, EPOCH, NODE_OPEN_NEW, NULL, dir, &e);
                 STRESS_CHECK(rc == 0, "open %s: %s", a, e.msg);
-                rc = node_server_ops.open(server, "u", a, EPOCH, true, dir, &e);
+                rc = node_server_ops.open(server, "u", a, EPOCH, NODE_OPEN_ADOPT, NULL, dir, &e);
                 STRESS_CHECK(rc == 0, "adopt %s: %s", a, e.msg);
                 publish_round(i, r, a);
                 rc = node_server_ops.rekey(server, "u", a, "u", b, EPOCH + 1, dir, &e);
                 STRESS_CHECK(rc == 0, "rekey %s: %s", a, e.msg);
                 rc = node_server_ops.rekey(server, "u", a, "u", b, EPOCH + 1, dir, &e); /* again: idempotent */
                 STRESS_CHECK(rc == 0, "rekey %s again: %s", a, e.msg);
-                rc = node_server_ops.open(server, "u", a, EPOCH, true, dir, &e);
+                rc = node_server_ops.open(server, "u", a, EPOCH, NODE_OPEN_ADOPT, NULL, dir, &e);
                 STRESS_CHECK(rc == -ENOENT, "adopt of the renamed %s: %d", a, rc);
                 node_server_ops.drop(server, "u", b);
                 rc = node_server_gateway(server, "u", b, 0, &e);
@@ -666,7 +695,7 @@ static void *agent_main(void *ud)
 int main(void)
 {
         const char *tmp = stress_tmpdir();
-        char pki[SBX_PATH_MAX], name[NODE_NAME_MAX + 1];
+        char pki[SBX_PATH_MAX];
         struct sbx_error e = {0};
         pthread_t agent;
         int stream_rounds = stress_n(10), req_rounds = stress_n(20);
@@ -701,7 +730,7 @@ int main(void)
         node_cfg(&agent_cfg, pki, "node1");
         snprintf(agent_cfg.data_dir, sizeof(agent_cfg.data_dir), "%s/agent", tmp);
 
-        /* the bare client first, the agent last: requests go to the node that said hello last */
+        /* the bare client (node2: the streams' sessions) and the agent (node1: the requests') at once */
         STRESS_CHECK(node_client_connect(&good_cfg, &good, &e) == 0, "good client: %s", e.msg);
         STRESS_CHECK(good != NULL, "no good client");
         if (!good)
@@ -709,11 +738,9 @@ int main(void)
         pthread_create(&agent, NULL, agent_main, NULL);
         {
                 int64_t end = sbx_now_ms() + 20000;
-                name[0] = '\0';
-                while (!(node_server_connected(server, name, sizeof(name)) && strcmp(name, "node1") == 0) &&
-                       sbx_now_ms() < end)
+                while (!node_server_node_connected(server, "node1") && sbx_now_ms() < end)
                         (void)poll(NULL, 0, 20);
-                STRESS_CHECK(strcmp(name, "node1") == 0, "the node agent did not connect");
+                STRESS_CHECK(node_server_node_connected(server, "node1"), "the node agent did not connect");
         }
 
         /* phase 1: requests to the agent and streams through the bare client, at once */

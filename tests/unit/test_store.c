@@ -641,3 +641,34 @@ Test(store, a_recorded_workspace_claim_moves_with_the_slots_uid_to_the_session)
         cr_assert_eq(store_uid_claim_set(st, "u1", "s1", NULL), 0);
         cr_expect_eq(store_uid_claim_get(st, "u1", "s1", claim), -ENOENT, "cleared");
 }
+
+Test(store, session_nodes_placed_moved_forgotten_and_counted)
+{
+        struct store_node_count *c = NULL;
+        char node[65];
+        size_t n = 0;
+
+        cr_assert_eq(store_node_get(st, "alice", "s1", node, sizeof(node)), 0);
+        cr_assert_str_eq(node, "", "a session never placed has no node");
+        cr_assert_eq(store_node_set(st, "alice", "s1", "node-a", 1000), 0);
+        cr_assert_eq(store_node_set(st, "alice", "s2", "node-a", 1000), 0);
+        cr_assert_eq(store_node_set(st, "bob", "s1", "node-b", 1000), 0);
+        cr_assert_eq(store_node_get(st, "alice", "s1", node, sizeof(node)), 0);
+        cr_assert_str_eq(node, "node-a");
+        cr_assert_eq(store_node_set(st, "alice", "s1", "node-b", 2000), 0); /* a new container, moved */
+        cr_assert_eq(store_node_get(st, "alice", "s1", node, sizeof(node)), 0);
+        cr_assert_str_eq(node, "node-b");
+        cr_assert_eq(store_node_counts(st, &c, &n), 0);
+        cr_assert_eq(n, 2);
+        cr_assert_str_eq(c[0].node, "node-a");
+        cr_assert_eq(c[0].sessions, 1);
+        cr_assert_str_eq(c[1].node, "node-b");
+        cr_assert_eq(c[1].sessions, 2);
+        free(c);
+        uint64_t one = 0;
+        cr_assert_eq(store_node_count(st, "node-b", &one), 0);
+        cr_assert_eq(one, 2);
+        cr_assert_eq(store_node_set(st, "alice", "s1", "", 3000), 0); /* dropped */
+        cr_assert_eq(store_node_get(st, "alice", "s1", node, sizeof(node)), 0);
+        cr_assert_str_eq(node, "");
+}

@@ -175,10 +175,44 @@ static cJSON *klist(const char *kind, const char *selector)
         return j;
 }
 
+/* "name(session) ..." of the listed objects, for messages (static buffer). */
+static const char *knames(const char *kind, const char *selector)
+{
+        static char buf[2048];
+        cJSON *j = klist(kind, selector), *it;
+        size_t o = 0;
+
+        buf[0] = '\0';
+        cJSON_ArrayForEach(it, cJSON_GetObjectItem(j, "items")) {
+                o += (size_t)snprintf(buf + o, o < sizeof(buf) ? sizeof(buf) - o : 0, "%s(%s%s) ",
+                                      jstr(it, "metadata.name"),
+                                      cJSON_IsString(cJSON_GetObjectItem(jget(it, "metadata.labels"), "sandboxd.session"))
+                                              ? cJSON_GetObjectItem(jget(it, "metadata.labels"), "sandboxd.session")->valuestring
+                                              : "-",
+                                      jget(it, "metadata.deletionTimestamp") ? ", going" : "");
+                if (o >= sizeof(buf))
+                        break;
+        }
+        cJSON_Delete(j);
+        return buf;
+}
+
 static int kcount(const char *kind, const char *selector)
 {
         cJSON *j = klist(kind, selector);
         int n = cJSON_GetArraySize(cJSON_GetObjectItem(j, "items"));
+        cJSON_Delete(j);
+        return n;
+}
+
+/* The same without the objects being deleted (a removed Pod stays listed,
+ * with a deletionTimestamp, until its kubelet has let it go). */
+static int kcount_live(const char *kind, const char *selector)
+{
+        cJSON *j = klist(kind, selector), *it;
+        int n = 0;
+
+        cJSON_ArrayForEach(it, cJSON_GetObjectItem(j, "items")) n += !jget(it, "metadata.deletionTimestamp");
         cJSON_Delete(j);
         return n;
 }
@@ -824,7 +858,7 @@ Test(k8s_flows, gc_and_reconciliation_after_a_restart_leak_no_pod_claim_or_polic
                 snprintf(s, sizeof(s), "g%d", i);
                 free(api_exec(s, "echo > /workspace/x"));
         }
-        cr_expect_eq(kcount("pods", sel), 3);
+        cr_expect_eq(kcount_live("pods", sel), 3, "%s", knames("pods", sel));
         /* one destroyed while the daemon runs */
         cJSON_Delete(api_ok(tok, "destroy_session", "{\"session\": \"g0\", \"purge\": true}"));
         /* one removed behind the daemon's back while it is away */
@@ -842,7 +876,7 @@ Test(k8s_flows, gc_and_reconciliation_after_a_restart_leak_no_pod_claim_or_polic
         r = api_ok(tok, "session_info", "{\"session\": \"g1\"}");
         cr_expect_str_neq(apic_str(apic_result(r), "state"), "running", "%s", cJSON_PrintUnformatted(r));
         cJSON_Delete(r);
-        cr_expect_eq(kcount("pods", sel), 1, "only g2 has a Pod");
+        cr_expect_eq(kcount_live("pods", sel), 1, "only g2 has a Pod: %s", knames("pods", sel));
         cJSON_Delete(api_ok(tok, "destroy_session", "{\"session\": \"g1\", \"purge\": true}"));
         cJSON_Delete(api_ok(tok, "destroy_session", "{\"session\": \"g2\", \"purge\": true}"));
         daemon_stop(SIGTERM);

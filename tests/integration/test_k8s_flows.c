@@ -125,8 +125,9 @@ static bool cluster(void)
         cr_assert(st == 201 || st == 409, "creating namespace %s: HTTP %ld", ns, st);
         atexit(delete_namespace);
         snprintf(path, sizeof(path), "/api/v1/namespaces/%s/serviceaccounts/default", ns);
-        cr_assert(TESTENV_WAIT_UNTIL(kapi("GET", path, NULL, NULL) == 200, 30000), "namespace %s has its default "
-                                                                                   "service account",
+        cr_assert(TESTENV_WAIT_UNTIL(kapi("GET", path, NULL, NULL) == 200, 30000),
+                  "namespace %s has its default "
+                  "service account",
                   ns);
         return true;
 }
@@ -134,8 +135,9 @@ static bool cluster(void)
 #define NEED_CLUSTER()                                                                                                 \
         do {                                                                                                           \
                 if (!cluster())                                                                                        \
-                        cr_skip_test("no Kubernetes testbed: SANDBOXD_K8S_KUBECONFIG is unset "                        \
-                                     "(scripts/test.sh --k8s sets it)");                                               \
+                        cr_skip_test(                                                                                  \
+                                "no Kubernetes testbed: SANDBOXD_K8S_KUBECONFIG is unset "                             \
+                                "(scripts/test.sh --k8s sets it)");                                                    \
         } while (0)
 
 static const cJSON *jget(const cJSON *o, const char *path)
@@ -145,7 +147,7 @@ static const cJSON *jget(const cJSON *o, const char *path)
                 size_t n = strcspn(path, ".");
                 snprintf(part, sizeof(part), "%.*s", (int)n, path);
                 o = cJSON_IsArray(o) && isdigit((unsigned char)part[0]) ? cJSON_GetArrayItem(o, atoi(part))
-                                                                       : cJSON_GetObjectItemCaseSensitive(o, part);
+                                                                        : cJSON_GetObjectItemCaseSensitive(o, part);
                 path += n + (path[n] == '.');
         }
         return o;
@@ -184,12 +186,12 @@ static const char *knames(const char *kind, const char *selector)
 
         buf[0] = '\0';
         cJSON_ArrayForEach(it, cJSON_GetObjectItem(j, "items")) {
-                o += (size_t)snprintf(buf + o, o < sizeof(buf) ? sizeof(buf) - o : 0, "%s(%s%s) ",
-                                      jstr(it, "metadata.name"),
-                                      cJSON_IsString(cJSON_GetObjectItem(jget(it, "metadata.labels"), "sandboxd.session"))
-                                              ? cJSON_GetObjectItem(jget(it, "metadata.labels"), "sandboxd.session")->valuestring
-                                              : "-",
-                                      jget(it, "metadata.deletionTimestamp") ? ", going" : "");
+                o += (size_t)snprintf(
+                        buf + o, o < sizeof(buf) ? sizeof(buf) - o : 0, "%s(%s%s) ", jstr(it, "metadata.name"),
+                        cJSON_IsString(cJSON_GetObjectItem(jget(it, "metadata.labels"), "sandboxd.session"))
+                                ? cJSON_GetObjectItem(jget(it, "metadata.labels"), "sandboxd.session")->valuestring
+                                : "-",
+                        jget(it, "metadata.deletionTimestamp") ? ", going" : "");
                 if (o >= sizeof(buf))
                         break;
         }
@@ -212,14 +214,14 @@ static int kcount_live(const char *kind, const char *selector)
         cJSON *j = klist(kind, selector), *it;
         int n = 0;
 
-        cJSON_ArrayForEach(it, cJSON_GetObjectItem(j, "items")) n += !jget(it, "metadata.deletionTimestamp");
+        cJSON_ArrayForEach(it, cJSON_GetObjectItem(j, "items"))
+                n += !jget(it, "metadata.deletionTimestamp");
         cJSON_Delete(j);
         return n;
 }
 
 /* The Pod of user:session (name and uid); false when there is none. */
-static bool session_pod(const char *user, const char *session, char name[K8S_NAME_MAX], char uid[64],
-                        cJSON **ret_pod)
+static bool session_pod(const char *user, const char *session, char name[K8S_NAME_MAX], char uid[64], cJSON **ret_pod)
 {
         char sel[256];
         cJSON *j, *pod;
@@ -472,7 +474,9 @@ static cJSON *mcp_tool(struct mcp *m, const char *tool, const char *args_json)
 static const cJSON *mcp_block(const cJSON *r, const char *type)
 {
         const cJSON *c;
-        cJSON_ArrayForEach(c, jget(r, "result.content")) if (strcmp(jstr(c, "type"), type) == 0) return c;
+        cJSON_ArrayForEach(c, jget(r, "result.content"))
+                if (strcmp(jstr(c, "type"), type) == 0)
+                        return c;
         return NULL;
 }
 
@@ -492,15 +496,16 @@ static void upstream_stop(void)
 
 static void upstream_start(void)
 {
-        static const char py[] = "import http.server\n"
-                                 "class H(http.server.BaseHTTPRequestHandler):\n"
-                                 "    def do_GET(self):\n"
-                                 "        self.send_response(200); self.send_header('Content-Length', '5')\n"
-                                 "        self.end_headers(); self.wfile.write(b'hello')\n"
-                                 "    def log_message(self, *a): pass\n"
-                                 "h = http.server.ThreadingHTTPServer(('127.0.0.1', 0), H)\n"
-                                 "print(h.server_address[1], flush=True)\n"
-                                 "h.serve_forever()\n";
+        static const char py[] =
+                "import http.server\n"
+                "class H(http.server.BaseHTTPRequestHandler):\n"
+                "    def do_GET(self):\n"
+                "        self.send_response(200); self.send_header('Content-Length', '5')\n"
+                "        self.end_headers(); self.wfile.write(b'hello')\n"
+                "    def log_message(self, *a): pass\n"
+                "h = http.server.ThreadingHTTPServer(('127.0.0.1', 0), H)\n"
+                "print(h.server_address[1], flush=True)\n"
+                "h.serve_forever()\n";
         int pipefd[2];
         FILE *f;
 
@@ -565,16 +570,17 @@ static char *api_exec(const char *session, const char *command)
 }
 
 #define EGRESS_PY                                                                                                      \
-        "python3 -c \"import urllib.request as u, urllib.error as e\n"                                                \
+        "python3 -c \"import urllib.request as u, urllib.error as e\n"                                                 \
         "for h in ('up.test', 'blocked.test'):\n"                                                                      \
-        "    try: print(h, u.urlopen('http://%%s:%d/' %% h, timeout=30).read().decode())\n"                             \
+        "    try: print(h, u.urlopen('http://%%s:%d/' %% h, timeout=30).read().decode())\n"                            \
         "    except e.HTTPError as x: print(h, x.code)\n"                                                              \
         "    except OSError as x: print(h, 'refused')\""
 
 /* ---- the tests ---- */
 
-static const char PLOT[] = "import matplotlib.pyplot as plt\\n"
-                           "plt.figure(figsize=(4, 3), dpi=100)\\nplt.plot([1, 3, 2])\\nprint('plotted')";
+static const char PLOT[] =
+        "import matplotlib.pyplot as plt\\n"
+        "plt.figure(figsize=(4, 3), dpi=100)\\nplt.plot([1, 3, 2])\\nprint('plotted')";
 
 Test(k8s_flows, mcp_tools_files_a_service_egress_and_the_ratchet)
 {
@@ -599,8 +605,7 @@ Test(k8s_flows, mcp_tools_files_a_service_egress_and_the_ratchet)
         out = NULL;
         /* exec and run_code, through the adapter */
         r = mcp_tool(&m, "exec", "{\"session\": \"f\", \"command\": \"echo hi; id -u\"}");
-        cr_expect(strncmp(jstr(r, "result.structuredContent.stdout"), "hi\n", 3) == 0, "%s",
-                  cJSON_PrintUnformatted(r));
+        cr_expect(strncmp(jstr(r, "result.structuredContent.stdout"), "hi\n", 3) == 0, "%s", cJSON_PrintUnformatted(r));
         cr_expect_eq(jget(r, "result.structuredContent.exit_code")->valueint, 0);
         cJSON_Delete(r);
         cr_assert(session_pod("alice", "f", pod1, uid1, NULL), "the session is a Pod");
@@ -632,8 +637,7 @@ Test(k8s_flows, mcp_tools_files_a_service_egress_and_the_ratchet)
         cr_expect_str_eq(jstr(r, "result.structuredContent.content"), "kept\n");
         cJSON_Delete(r);
         r = mcp_tool(&m, "list_files", "{\"session\": \"f\", \"path\": \"notes\"}");
-        cr_expect_str_eq(jstr(r, "result.structuredContent.entries.0.name"), "a.txt", "%s",
-                         cJSON_PrintUnformatted(r));
+        cr_expect_str_eq(jstr(r, "result.structuredContent.entries.0.name"), "a.txt", "%s", cJSON_PrintUnformatted(r));
         cJSON_Delete(r);
         out = api_exec("f", "cat /workspace/notes/a.txt");
         cr_expect_str_eq(out, "kept\n", "the command sees the file");
@@ -646,7 +650,8 @@ Test(k8s_flows, mcp_tools_files_a_service_egress_and_the_ratchet)
         cr_assert(TESTENV_WAIT_UNTIL(({
                                              cJSON *s = api_ok(tok, "list_services", "{\"session\": \"f\"}");
                                              const cJSON *p = jget(apic_result(s), "services.0.ports.0");
-                                             if (p && jget(p, "host_port") && jget(p, "container_port")->valueint == 8000)
+                                             if (p && jget(p, "host_port") &&
+                                                 jget(p, "container_port")->valueint == 8000)
                                                      host_port = jget(p, "host_port")->valueint;
                                              cJSON_Delete(s);
                                              host_port > 0;
@@ -683,12 +688,11 @@ Test(k8s_flows, mcp_tools_files_a_service_egress_and_the_ratchet)
         cr_expect_str_eq(uid2, uid1, "a sealed Pod needs no successor");
         /* what seals it on Kubernetes: the default-deny policy selects it, and nothing else admits it */
         cr_expect(cJSON_IsString(cJSON_GetObjectItem(cJSON_GetObjectItem(jget(pod, "metadata"), "labels"),
-                                                      "sandboxd.managed")),
+                                                     "sandboxd.managed")),
                   "the new Pod carries sandboxd.managed");
-        cr_expect_str_eq(
-                cJSON_GetObjectItem(cJSON_GetObjectItem(jget(pod, "metadata"), "labels"), "sandboxd.managed")
-                        ->valuestring,
-                "1");
+        cr_expect_str_eq(cJSON_GetObjectItem(cJSON_GetObjectItem(jget(pod, "metadata"), "labels"), "sandboxd.managed")
+                                 ->valuestring,
+                         "1");
         cr_expect(!cJSON_IsTrue(jget(pod, "spec.hostNetwork")), "no host network");
         np = klist("networkpolicies", NULL);
         cr_expect_eq(cJSON_GetArraySize(jget(np, "items")), 1, "one policy: %s", cJSON_PrintUnformatted(np));
@@ -800,8 +804,8 @@ Test(k8s_flows, a_sigkilled_daemon_adopts_the_pod_and_the_background_execution_w
         f = open_memstream(&got, &glen);
         for (int k = 0; k < 1000; k++) {
                 const char *s;
-                snprintf(params, sizeof(params), "{\"session\": \"d\", \"execution_id\": \"%s\", \"stdout_offset\": %lld}",
-                         id, (long long)off);
+                snprintf(params, sizeof(params),
+                         "{\"session\": \"d\", \"execution_id\": \"%s\", \"stdout_offset\": %lld}", id, (long long)off);
                 r = api_ok(tok, "get_execution", params);
                 s = apic_str(apic_result(r), "stdout");
                 if (!s || !*s) {
@@ -881,6 +885,21 @@ Test(k8s_flows, gc_and_reconciliation_after_a_restart_leak_no_pod_claim_or_polic
         cJSON_Delete(api_ok(tok, "destroy_session", "{\"session\": \"g2\", \"purge\": true}"));
         daemon_stop(SIGTERM);
 
+        /* and a Pod of this instance that no session names (a daemon killed between creating
+         * it and recording it, say): --gc removes it */
+        snprintf(path, sizeof(path), "/api/v1/namespaces/%s/pods", ns);
+        {
+                char body[1024];
+                snprintf(body, sizeof(body),
+                         "{\"metadata\":{\"name\":\"sbx-ghost0000000000000000\",\"labels\":{\"sandboxd.managed\":\"1\","
+                         "\"sandboxd.instance\":\"%s\",\"sandboxd.user\":\"carol\",\"sandboxd.session\":\"ghost\"}},"
+                         "\"spec\":{\"restartPolicy\":\"Never\",\"automountServiceAccountToken\":false,"
+                         "\"containers\":[{\"name\":\"sandbox\",\"image\":\"%s\",\"imagePullPolicy\":\"Never\","
+                         "\"command\":[\"sleep\",\"3600\"]}]}}",
+                         testenv_run_id(), TESTENV_TEST_IMAGE);
+                cr_assert_eq(kapi("POST", path, body, NULL), 201);
+        }
+        cr_expect_eq(kcount_live("pods", sel), 1, "the ghost: %s", knames("pods", sel));
         cr_expect_eq(run_gc(), 0, "sandboxd --gc");
         cr_expect(TESTENV_WAIT_UNTIL(kcount("pods", sel) == 0, 60000), "no Pod of the run left");
         cr_expect_eq(kcount("persistentvolumeclaims", sel), 0, "no claim of the run left");

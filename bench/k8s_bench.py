@@ -348,8 +348,8 @@ def sessions_per_node(d, kube, ns, instance, par, limit):
                 if c.get("reason") == "Unschedulable":
                     reason = c.get("message")
     st, ev = kube.call("GET", f"/api/v1/namespaces/{ns}/events?fieldSelector=reason%3DFailedScheduling")
-    if not reason:
-        msgs = [e.get("message") for e in ev.get("items", [])]
+    if not reason:  # the Pending Pod is gone (its session failed): the scheduler's event says why
+        msgs = [e.get("message") for e in ev.get("items", []) if "nodes are available" in (e.get("message") or "")]
         reason = msgs[-1] if msgs else None
     # the others' Pods on the nodes: what was left of them when the fill began
     st, nodes = kube.call("GET", "/api/v1/nodes")

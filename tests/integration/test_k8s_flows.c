@@ -905,3 +905,44 @@ Test(k8s_flows, gc_and_reconciliation_after_a_restart_leak_no_pod_claim_or_polic
         cr_expect_eq(kcount("persistentvolumeclaims", sel), 0, "no claim of the run left");
         cr_expect_eq(kcount("networkpolicies", NULL), 1, "the one default-deny policy, no other");
 }
+
+/* pvc mode: a session's claim outlives its Pods (here a Pod that never
+ * starts: the testbed has no provisioner, the claim stays Pending), and the
+ * daemon and --gc, between them, leave none behind: a purge deletes the claim
+ * at once; a session destroyed without purge keeps its claim with its
+ * workspace, until --gc takes the workspace past workspace_retention. */
+Test(k8s_flows, pvc_mode_claims_go_with_a_purge_and_with_gc)
+{
+        NEED_CLUSTER();
+        static const char *const extra[] = {"SANDBOXD_KUBE_WORKSPACE=pvc", "SANDBOXD_KUBE_START_TIMEOUT=2s",
+                                            "SANDBOXD_WORKSPACE_RETENTION=1s", NULL};
+        char sel[160];
+        cJSON *r;
+
+        daemon_extra = extra;
+        snprintf(sel, sizeof(sel), "sandboxd.instance%%3D%s", testenv_run_id());
+        daemon_start();
+        make_token("dave", "agent", tok, sizeof(tok));
+        for (int i = 0; i < 2; i++) {
+                char params[128];
+                snprintf(params, sizeof(params), "{\"session\": \"p%d\", \"command\": \"true\"}", i);
+                r = apic_call(api_sock, tok, "exec", apic_json(params));
+                cr_expect_str_eq(apic_code(r), "unavailable", "no Pod starts without a volume: %s",
+                                 cJSON_PrintUnformatted(r));
+                cJSON_Delete(r);
+        }
+        cr_expect_eq(kcount("persistentvolumeclaims", sel), 2, "a claim per session: %s",
+                     knames("persistentvolumeclaims", sel));
+        cr_expect(TESTENV_WAIT_UNTIL(kcount_live("pods", sel) == 0, 60000), "no Pod left of a start that failed: %s",
+                  knames("pods", sel));
+        cJSON_Delete(api_ok(tok, "destroy_session", "{\"session\": \"p0\", \"purge\": true}"));
+        cJSON_Delete(api_ok(tok, "destroy_session", "{\"session\": \"p1\"}"));
+        cr_expect(TESTENV_WAIT_UNTIL(kcount_live("persistentvolumeclaims", sel) == 1, 30000),
+                  "the purge took p0's claim, p1 keeps its own: %s", knames("persistentvolumeclaims", sel));
+        daemon_stop(SIGTERM);
+        sbx_sleep_ms(1100); /* not a wait: p1's workspace ages past workspace_retention (1 s) */
+        cr_expect_eq(run_gc(), 0, "sandboxd --gc");
+        cr_expect(TESTENV_WAIT_UNTIL(kcount_live("persistentvolumeclaims", sel) == 0, 30000),
+                  "--gc took p1's workspace and its claim: %s", knames("persistentvolumeclaims", sel));
+        cr_expect(TESTENV_WAIT_UNTIL(kcount("pods", sel) == 0, 60000), "no Pod of the run left");
+}

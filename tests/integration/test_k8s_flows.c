@@ -6,7 +6,8 @@
  * exec, run_code, a stateful cell with a matplotlib chart, files, a service
  * reached through its forwarded port on 127.0.0.1, egress through the
  * daemon's proxy to an upstream on the host's loopback, the privacy ratchet
- * (the Pod recreated, what seals it read from the objects), a SIGKILLed
+ * (the channels taken; the Pod, made sealed, kept; what seals it read from
+ * the objects), pvc mode's claims, a SIGKILLed
  * daemon adopting a Pod and its background execution, and `--gc` plus
  * reconciliation after a restart leaving no Pod, claim or policy behind.
  *

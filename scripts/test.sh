@@ -261,9 +261,10 @@ k8s_suites() {
 	n=$(ctest --test-dir "$BUILD" -N "${sel[@]}" 2>/dev/null | sed -n 's/^Total Tests: //p')
 	if [[ ${n:-0} -gt 0 ]]; then
 		# the nodes pull nothing (imagePullPolicy Never): they get the
-		# suites' image from dockerd (scripts/images.sh built it)
-		step "Kubernetes testbed: the test image on both nodes" \
-			bash scripts/k8s-testbed.sh import-docker-image sandboxd/test:latest || rc=1
+		# suites' images from dockerd (scripts/images.sh built them); the
+		# flows suite (test_k8s_flows.c) runs sandboxd/python (about 70 s)
+		step "Kubernetes testbed: the test images on both nodes" \
+			bash scripts/k8s-testbed.sh import-docker-image sandboxd/test:latest sandboxd/python:latest || rc=1
 		step "Kubernetes suites" ctest --test-dir "$BUILD" --output-on-failure "${sel[@]}" || rc=1
 	fi
 	if ((k8s_own)); then

@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # bench.sh — measure sandboxd against plain Docker, in one run.
 #
-#   scripts/bench.sh [--quick] [--only noisy|http|network|pool|restart|cells|snapshot|pause|node] [--json PATH]
+#   scripts/bench.sh [--quick] [--only noisy|http|network|pool|restart|cells|snapshot|pause|node|k8s] [--json PATH]
 #
 # Runs scripts/setup.sh (unless SANDBOXD_SKIP_SETUP=1), builds the daemon and
 # sandboxd-bench into $SANDBOXD_BUILD_DIR (default build/), then runs
@@ -43,6 +43,15 @@
 #                resume time (about 1 s) printed beside them (well under a minute)
 #   --only restart  R sessions (100 full, 30 quick), then only the restart
 #                rows: SIGKILL and start again, with the HTTPS front on
+#   --only k8s   the Kubernetes engine (issue 27) beside the Docker engine,
+#                two daemons of this build in one run (bench/k8s_bench.py):
+#                a new session's first command cold and with the pool warm,
+#                the exec round trip (median/p95), sessions per node until
+#                kube-scheduler leaves a Pod Pending, and the daemon's RSS
+#                per thousand sessions; on the cluster $SANDBOXD_K8S_KUBECONFIG
+#                names (skipped with the reason when it is unset); JSON in
+#                <json>-k8s.json. About 10 minutes (--quick: 5). It fills the
+#                cluster's nodes for a moment: not on a cluster others use.
 #   --json PATH  where to write the results
 #
 # Every container made here is removed on exit, success or failure: the
@@ -64,6 +73,7 @@ cd "$ROOT"
 
 quick=()
 only_node=0
+only_k8s=0
 only_pool=0
 only_cells=0
 json=bench/results.json
@@ -76,8 +86,13 @@ while (($#)); do
 			shift 2
 			continue
 		fi
+		if [[ ${2:-} == k8s ]]; then
+			only_k8s=1
+			shift 2
+			continue
+		fi
 		[[ $# -ge 2 && ($2 == noisy || $2 == http || $2 == network || $2 == pool || $2 == restart || $2 == cells || $2 == snapshot || $2 == pause) ]] ||
-			{ echo "bench: --only takes: noisy, http, network, pool, restart, cells, snapshot, pause, node" >&2; exit 2; }
+			{ echo "bench: --only takes: noisy, http, network, pool, restart, cells, snapshot, pause, node, k8s" >&2; exit 2; }
 		quick+=(--only "$2")
 		[[ $2 == pool ]] && only_pool=1
 		[[ $2 == cells ]] && only_cells=1
@@ -90,7 +105,7 @@ while (($#)); do
 		;;
 	--json=*) json=${1#--json=} ;;
 	-h | --help) sed -n '2,/^# both sockets/s/^# \{0,1\}//p' "${BASH_SOURCE[0]}"; exit 0 ;;
-	*) echo "usage: scripts/bench.sh [--quick] [--only noisy|http|network|pool|restart|cells|snapshot|pause|node] [--json PATH]" >&2; exit 2 ;;
+	*) echo "usage: scripts/bench.sh [--quick] [--only noisy|http|network|pool|restart|cells|snapshot|pause|node|k8s] [--json PATH]" >&2; exit 2 ;;
 	esac
 	shift
 done
@@ -139,6 +154,7 @@ cleanup() {
 	remove_label "sandboxd.bench=$ID"
 	remove_label "sandboxd.instance=bench-$ID-node-a"
 	remove_label "sandboxd.instance=bench-$ID-node-b"
+	remove_label "sandboxd.instance=bench-$ID-docker"
 	if ((interrupted)); then
 		# a docker run the benchmark had in flight may still land
 		sleep 3
@@ -198,6 +214,20 @@ node_bench() {
 if ((only_node)); then
 	mkdir -p "$(dirname "$json")"
 	node_bench
+	exit
+fi
+if ((only_k8s)); then
+	if [[ -z ${SANDBOXD_K8S_KUBECONFIG:-} ]]; then
+		log "k8s: SKIPPED, no cluster: SANDBOXD_K8S_KUBECONFIG is unset (scripts/k8s-testbed.sh start prints one)"
+		exit 0
+	fi
+	[[ -r $SANDBOXD_K8S_KUBECONFIG ]] || { log "k8s: cannot read $SANDBOXD_K8S_KUBECONFIG"; exit 1; }
+	mkdir -p "$(dirname "$json")"
+	# in the background and waited for, as sandboxd-bench: a signal runs the cleanup at once
+	python3 bench/k8s_bench.py --build "$BUILD" --kubeconfig "$SANDBOXD_K8S_KUBECONFIG" --id "$ID" \
+		${quick[0]:+--quick} >"${json%.json}-k8s.json" &
+	BENCH_PID=$!
+	wait "$BENCH_PID"
 	exit
 fi
 

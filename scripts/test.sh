@@ -264,9 +264,10 @@ k8s_suites() {
 	n=$(ctest --test-dir "$BUILD" -N "${sel[@]}" 2>/dev/null | sed -n 's/^Total Tests: //p')
 	if [[ ${n:-0} -gt 0 ]]; then
 		# the nodes pull nothing (imagePullPolicy Never): they get the
-		# suites' images from dockerd (scripts/build-images.sh built them)
-		step "Kubernetes testbed: the test image on both nodes" \
-			bash scripts/k8s-testbed.sh import-docker-image sandboxd/test:latest || rc=1
+		# suites' images from dockerd (scripts/images.sh built them); the
+		# flows suite (test_k8s_flows.c) runs sandboxd/python (about 70 s)
+		step "Kubernetes testbed: the test images on both nodes" \
+			bash scripts/k8s-testbed.sh import-docker-image sandboxd/test:latest sandboxd/python:latest || rc=1
 		# the node agent DaemonSet's image, of this build (test_k8s_node_agent.c)
 		step "Kubernetes testbed: sandboxd/daemon of this build on both nodes" \
 			bash -c 'SANDBOXD_BUILD_DIR="$1" bash scripts/build-images.sh --only daemon &&

@@ -495,13 +495,16 @@ void k8s_pod_state(const cJSON *pod, char state[16], int *ret_exit, bool *ret_oo
                 *ret_exit = cJSON_IsNumber(code) ? code->valueint : -1;
                 *ret_oom = reason && strcmp(reason, "OOMKilled") == 0;
                 sbx_strlcpy(state, "exited", 16);
+        } else if (phase && (strcmp(phase, "Failed") == 0 || strcmp(phase, "Succeeded") == 0)) {
+                /* evicted, or the node lost: no container status; or deleted, when
+                 * kubelet 1.20 reports the killed container as waiting with a
+                 * lastState of ContainerStatusUnknown: the phase alone says it ended */
+                *ret_exit = strcmp(phase, "Failed") == 0 ? -1 : 0;
+                sbx_strlcpy(state, "exited", 16);
         } else if (k8s_json_get(pod, "metadata.deletionTimestamp")) {
                 sbx_strlcpy(state, "removing", 16);
         } else if (k8s_json_get(st, "state.running")) {
                 sbx_strlcpy(state, "running", 16);
-        } else if (phase && (strcmp(phase, "Failed") == 0 || strcmp(phase, "Succeeded") == 0)) {
-                *ret_exit = strcmp(phase, "Failed") == 0 ? -1 : 0;
-                sbx_strlcpy(state, "exited", 16); /* evicted, or the node lost: no container status */
         } else {
                 sbx_strlcpy(state, "created", 16);
         }

@@ -673,8 +673,12 @@ int session_get_or_create(struct session_manager *m, const char *user, const cha
                         /* A live runner (heartbeats; its death closes the socket at once) vouches
                          * for its container, so the exec path needs no inspect. A session that
                          * must have no network is still inspected: the ratchet is checked on
-                         * the container itself. */
-                        if (strcmp(network, "none") != 0 && runner_hub_wait(m->runner, user, id, 0)) {
+                         * the container itself. Not on an engine that never attaches a network
+                         * of its own (Kubernetes: every Pod is made sealed, has_network is never
+                         * set), where there is nothing to check and the inspect is a request to
+                         * the API server, twice per exec. */
+                        if ((strcmp(network, "none") != 0 || !engine_can(m->engine, ENGINE_CAP_ISOLATED_NETWORK)) &&
+                            runner_hub_wait(m->runner, user, id, 0)) {
                                 r = 0;
                                 sbx_strlcpy(runtime, "runc", sizeof(runtime)); /* never a runner under runsc */
                         } else {

@@ -547,6 +547,15 @@ Test(kubernetes, bad_replies_give_clear_errors)
                             "{\"metadata\":{\"name\":\"sbx-gg\",\"deletionTimestamp\":\"2026-01-01T00:00:00Z\"},"
                             "\"spec\":{\"nodeName\":\"n1\"},\"status\":{\"containerStatuses\":[{\"state\":"
                             "{\"running\":{}}}]}}")},
+                /* deleted, as kubelet 1.20 reports a container it killed and removed (the
+                 * testbed, test_k8s_flows.c): waiting, lastState ContainerStatusUnknown, phase
+                 * Failed; ended, so removed: the phase says so */
+                {"GET /api/v1/namespaces/sbx/pods/sbx-hh ",
+                 JSON_REPLY("200 OK",
+                            "{\"metadata\":{\"name\":\"sbx-hh\",\"deletionTimestamp\":\"2026-01-01T00:00:00Z\"},"
+                            "\"spec\":{\"nodeName\":\"n1\"},\"status\":{\"phase\":\"Failed\",\"containerStatuses\":"
+                            "[{\"state\":{\"waiting\":{\"reason\":\"ContainerCreating\"}},\"lastState\":{\"terminated\":"
+                            "{\"exitCode\":137,\"reason\":\"ContainerStatusUnknown\"}}}]}}")},
         };
         struct fake f;
         struct engine *e;
@@ -574,6 +583,8 @@ Test(kubernetes, bad_replies_give_clear_errors)
         cr_expect_eq(engine_inspect(e, "sbx-gg", &info, &err), 0, "%s", err.msg);
         cr_expect_str_eq(info.status, "removing");
         cr_expect_not(info.running);
+        cr_expect_eq(engine_inspect(e, "sbx-hh", &info, &err), -ENOENT, "a deleted Pod whose phase is Failed: %s",
+                     err.msg);
         cr_expect_eq(engine_inspect(e, "../../secrets/x", &info, &err), -ENOENT, "no path is built from a bad id");
         cr_expect(strstr(f.seen[0], "GET /api/v1/namespaces/sbx/pods/sbx-aa"), "%s", f.seen[0]);
         cr_expect_eq(engine_api_errors(e) >= 3, true);

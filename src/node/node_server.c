@@ -85,12 +85,15 @@ struct ns_node {
         bool fenced;
 };
 
-/* The gateway's sockets asked for a session not placed yet (its Pod not
- * bound): served once it is (ops_open). */
+/* The gateway's sockets and published ports asked for a session not placed
+ * yet (its Pod not bound): served once it is (ops_open). */
 struct ns_gw_pending {
         struct ns_gw_pending *next;
         char user[65], session[65];
         unsigned flags;
+        bool has_ports; /* node_server_publish was asked: ports (n_ports) */
+        int *ports;
+        size_t n_ports;
 };
 #define NS_GW_PENDING_MAX NODE_MAX_SESSIONS
 
@@ -698,6 +701,7 @@ void node_server_free(struct node_server *s)
         while (s->gw_pending) {
                 struct ns_gw_pending *g = s->gw_pending;
                 s->gw_pending = g->next;
+                free(g->ports);
                 free(g);
         }
         pthread_mutex_destroy(&s->lock);
@@ -900,6 +904,65 @@ static int request(struct node_server *s, const char *node, bool wait, const str
         return request_payload(s, node, wait, rq, NULL, 0, ret_text, err);
 }
 
+/* The pending entry of a session not placed yet, made if create (NULL when
+ * there is none, or no room). s->lock held. */
+static struct ns_gw_pending *gw_pending_find_locked(struct node_server *s, const char *user, const char *session,
+                                                    bool create)
+{
+        struct ns_gw_pending *g;
+
+        for (g = s->gw_pending; g; g = g->next)
+                if (strcmp(g->user, user) == 0 && strcmp(g->session, session) == 0)
+                        return g;
+        if (!create || s->n_gw_pending >= NS_GW_PENDING_MAX)
+                return NULL;
+        g = calloc(1, sizeof(*g));
+        if (!g)
+                return NULL;
+        sbx_strlcpy(g->user, user, sizeof(g->user));
+        sbx_strlcpy(g->session, session, sizeof(g->session));
+        g->next = s->gw_pending;
+        s->gw_pending = g;
+        s->n_gw_pending++;
+        return g;
+}
+
+/* Take the session's pending entry out (the caller frees it and its
+ * ports); NULL when there is none. s->lock held. */
+static struct ns_gw_pending *gw_pending_take_locked(struct node_server *s, const char *user, const char *session)
+{
+        for (struct ns_gw_pending **pp = &s->gw_pending; *pp; pp = &(*pp)->next) {
+                struct ns_gw_pending *g = *pp;
+                if (strcmp(g->user, user) == 0 && strcmp(g->session, session) == 0) {
+                        *pp = g->next;
+                        s->n_gw_pending--;
+                        return g;
+                }
+        }
+        return NULL;
+}
+
+static void gw_pending_free(struct ns_gw_pending *g)
+{
+        if (g)
+                free(g->ports);
+        free(g);
+}
+
+/* Remember the gateway flags of a session not placed yet; flags 0 (the
+ * sockets closed, the session going) forgets the entry, its ports too.
+ * s->lock held. */
+static void gw_pending_locked(struct node_server *s, const char *user, const char *session, unsigned flags)
+{
+        if (!flags) {
+                gw_pending_free(gw_pending_take_locked(s, user, session));
+                return;
+        }
+        struct ns_gw_pending *g = gw_pending_find_locked(s, user, session, true);
+        if (g)
+                g->flags = flags;
+}
+
 int node_server_publish(struct node_server *s, const char *user, const char *session, const int *ports, size_t n,
                         struct sbx_error *err)
 {
@@ -915,8 +978,25 @@ int node_server_publish(struct node_server *s, const char *user, const char *ses
                 wire[i] = htole32((uint32_t)ports[i]);
         }
         node_of(s, user, session, node);
-        if (!node[0]) /* not placed: nothing listens for it anywhere */
-                return n ? sbx_error_set(err, -EHOSTUNREACH, 0, "the session is placed on no node") : 0;
+        if (!node[0]) { /* not placed yet (a Pod kube-scheduler has still to bind): published once it is */
+                int *copy = n ? malloc(n * sizeof(*copy)) : NULL;
+                if (n && !copy)
+                        return sbx_error_set(err, -ENOMEM, 0, "out of memory");
+                if (n)
+                        memcpy(copy, ports, n * sizeof(*copy));
+                pthread_mutex_lock(&s->lock);
+                struct ns_gw_pending *g = gw_pending_find_locked(s, user, session, n > 0);
+                if (g) {
+                        free(g->ports);
+                        g->ports = copy;
+                        g->n_ports = n;
+                        g->has_ports = true;
+                        copy = NULL;
+                }
+                pthread_mutex_unlock(&s->lock);
+                free(copy);
+                return g || !n ? 0 : sbx_error_set(err, -EAGAIN, 0, "too many sessions wait for their node");
+        }
         sbx_strlcpy(rq.user, user, sizeof(rq.user));
         sbx_strlcpy(rq.session, session, sizeof(rq.session));
         return request_payload(s, node, n > 0, &rq, wire, n * sizeof(wire[0]), NULL, err);
@@ -1025,38 +1105,6 @@ static int choose_node(struct node_server *s, const char *user, const char *sess
         return 0;
 }
 
-/* Remember (or, flags 0, forget) the gateway flags of a session not placed
- * yet; take: remove and return them. s->lock held. */
-static unsigned gw_pending_locked(struct node_server *s, const char *user, const char *session, unsigned flags,
-                                  bool take)
-{
-        for (struct ns_gw_pending **pp = &s->gw_pending; *pp; pp = &(*pp)->next) {
-                struct ns_gw_pending *g = *pp;
-                if (strcmp(g->user, user) != 0 || strcmp(g->session, session) != 0)
-                        continue;
-                unsigned had = g->flags;
-                if (take || !flags) {
-                        *pp = g->next;
-                        s->n_gw_pending--;
-                        free(g);
-                } else {
-                        g->flags = flags;
-                }
-                return had;
-        }
-        if (take || !flags || s->n_gw_pending >= NS_GW_PENDING_MAX)
-                return 0;
-        struct ns_gw_pending *g = calloc(1, sizeof(*g));
-        if (!g)
-                return 0;
-        sbx_strlcpy(g->user, user, sizeof(g->user));
-        sbx_strlcpy(g->session, session, sizeof(g->session));
-        g->flags = flags;
-        g->next = s->gw_pending;
-        s->gw_pending = g;
-        s->n_gw_pending++;
-        return 0;
-}
 
 int node_server_gateway(struct node_server *s, const char *user, const char *session, unsigned flags,
                         struct sbx_error *err)
@@ -1068,7 +1116,7 @@ int node_server_gateway(struct node_server *s, const char *user, const char *ses
         pthread_mutex_lock(&s->lock);
         if (!placed[0]) {
                 /* not placed yet (a Pod kube-scheduler has still to bind): served once it is */
-                (void)gw_pending_locked(s, user, session, flags, false);
+                gw_pending_locked(s, user, session, flags);
                 pthread_mutex_unlock(&s->lock);
                 return 0;
         }
@@ -1127,10 +1175,13 @@ static int ops_open(void *node, const char *user, const char *session, uint64_t 
         if (r < 0 || mode != NODE_OPEN_NEW)
                 return r;
         pthread_mutex_lock(&s->lock);
-        unsigned gw = gw_pending_locked(s, user, session, 0, true);
+        struct ns_gw_pending *g = gw_pending_take_locked(s, user, session);
         pthread_mutex_unlock(&s->lock);
-        if (gw) /* asked for before the session had its node */
-                r = node_server_gateway(s, user, session, gw, err);
+        if (g && g->flags) /* asked for before the session had its node */
+                r = node_server_gateway(s, user, session, g->flags, err);
+        if (g && g->has_ports && r == 0)
+                r = node_server_publish(s, user, session, g->ports, g->n_ports, err);
+        gw_pending_free(g);
         return r;
 }
 
@@ -1142,7 +1193,7 @@ static void ops_drop(void *node, const char *user, const char *session)
         char name[NODE_NAME_MAX + 1];
 
         pthread_mutex_lock(&s->lock);
-        (void)gw_pending_locked(s, user, session, 0, true);
+        gw_pending_locked(s, user, session, 0);
         pthread_mutex_unlock(&s->lock);
         node_of(s, user, session, name);
         if (!name[0])

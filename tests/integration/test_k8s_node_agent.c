@@ -8,10 +8,10 @@
  * would; the CA and the CRL go into the ConfigMap. A control daemon runs in
  * this process with engine = kubernetes and node_listen on 127.0.0.1; both
  * agents (nodes `localhost` and `127.0.0.2`) must connect and turn Ready
- * through their readiness probe, and one exec runs through a session whose
- * runner reached the control through the agent of node `localhost` (the
- * control serves one node today: node_name = localhost; the other agent's
- * link is accepted and stays idle).
+ * through their readiness probe, and execs run in a few sessions, each
+ * through the runner of a Pod that mounts {kube_node_dir}/$(its node)/...:
+ * the directory the agent of the node kube-scheduler picked made and
+ * listens in.
  *
  * Needs sandboxd/daemon:latest of this build on both nodes
  * (scripts/build-images.sh --only daemon, then k8s-testbed.sh
@@ -595,7 +595,7 @@ Test(k8s_node_agent, the_daemonset_agents_connect_and_a_runner_reaches_the_contr
         cr_assert_eq(mkdir(pki, 0700), 0);
         make_pki(pki);
 
-        /* the control daemon: engine = kubernetes, the node link on loopback, serving node localhost */
+        /* the control daemon: engine = kubernetes, the node link on loopback, serving both nodes */
         fixture_config(&cfg);
         snprintf(cfg.engine, sizeof(cfg.engine), "kubernetes");
         snprintf(cfg.kube_config, sizeof(cfg.kube_config), "%s", kc);
@@ -608,7 +608,7 @@ Test(k8s_node_agent, the_daemonset_agents_connect_and_a_runner_reaches_the_contr
         snprintf(cfg.node_key, sizeof(cfg.node_key), "%s/sandboxd-control.key", pki);
         snprintf(cfg.node_ca, sizeof(cfg.node_ca), "%s/ca.pem", pki);
         snprintf(cfg.node_crl, sizeof(cfg.node_crl), "%s/crl.pem", pki);
-        snprintf(cfg.node_name, sizeof(cfg.node_name), NODE_A);
+        snprintf(cfg.kube_node_dir, sizeof(cfg.kube_node_dir), "%s", node_dir);
         cfg.node_heartbeat_ms = 1000;
         snprintf(connect, sizeof(connect), "%s", cfg.node_listen);
         capture_log();
@@ -673,13 +673,10 @@ Test(k8s_node_agent, the_daemonset_agents_connect_and_a_runner_reaches_the_contr
         agents_are_this_build();
         cr_expect(TESTENV_WAIT_UNTIL(logged("node link: node " NODE_A " connected"), 30000), "node %s connected",
                   NODE_A);
-        cr_expect(TESTENV_WAIT_UNTIL(logged("node link: node " NODE_B
-                                            " connected, but this daemon serves node " NODE_A),
-                                     30000),
-                  "node %s connected (and stays idle)", NODE_B);
-        char name[128] = "";
-        cr_expect(node_server_connected(d->node, name, sizeof(name)) && strcmp(name, NODE_A) == 0,
-                  "the control serves %s, not '%s'", NODE_A, name);
+        cr_expect(TESTENV_WAIT_UNTIL(logged("node link: node " NODE_B " connected"), 30000), "node %s connected",
+                  NODE_B);
+        cr_expect(node_server_node_connected(d->node, NODE_A) && node_server_node_connected(d->node, NODE_B),
+                  "the control serves both nodes");
         /* each agent's data_dir is {kube_node_dir}/<node name> on the host */
         snprintf(path, sizeof(path), "%s/" NODE_A "/link", node_dir);
         char *state = slurp(path);
@@ -690,39 +687,55 @@ Test(k8s_node_agent, the_daemonset_agents_connect_and_a_runner_reaches_the_contr
         cr_expect_str_eq(state, "up sandboxd-control\n", "%s", path);
         free(state);
 
-        /* an exec through a runner that reached the control through node localhost's agent */
-        _cleanup_free_ char *out = fixture_run(d, "na1", "echo through-the-agent", 0, NULL);
-        if (strcmp(out, "through-the-agent\n") != 0) {
-                char *why = pods_status();
-                cr_expect_fail("the exec ran through the agent's runner, got '%s'; the Pods:\n%s", out, why);
-                free(why);
+        /* execs through runners that reached the control through the agent of the node their Pod
+         * landed on (kube-scheduler places them; a few sessions, so both nodes are likely used) */
+        for (int i = 0; i < 3; i++) {
+                char sess[16], id[65], *raw = NULL, where[256];
+                snprintf(sess, sizeof(sess), "na%d", i + 1);
+                _cleanup_free_ char *out = fixture_run(d, sess, "echo through-the-agent", 0, NULL);
+                if (strcmp(out, "through-the-agent\n") != 0) {
+                        char *why = pods_status();
+                        cr_expect_fail("the exec ran through the agent's runner, got '%s'; the Pods:\n%s", out, why);
+                        free(why);
+                }
+                fixture_container_of(d, "u1", sess, id);
+                snprintf(path, sizeof(path), "/api/v1/namespaces/%s/pods/%s", ns, id);
+                cr_assert_eq(kapi("GET", path, NULL, &raw), 200);
+                cJSON *pod = cJSON_Parse(raw), *v;
+                const char *session_dir = NULL, *runner = NULL, *sub = NULL;
+                const cJSON *nn = jget(pod, "spec.nodeName");
+                cr_assert(cJSON_IsString(nn), "the Pod is bound");
+                cJSON_ArrayForEach(v, (cJSON *)jget(pod, "spec.volumes")) {
+                        const cJSON *hp = jget(v, "hostPath.path");
+                        if (strcmp(name_of_volume(v), "session-dir") == 0 && cJSON_IsString(hp))
+                                session_dir = hp->valuestring;
+                        if (strcmp(name_of_volume(v), "runner") == 0 && cJSON_IsString(hp))
+                                runner = hp->valuestring;
+                }
+                cJSON_ArrayForEach(v,
+                                   (cJSON *)jget(cJSON_GetArrayItem(jget(pod, "spec.containers"), 0), "volumeMounts")) {
+                        const cJSON *se = jget(v, "subPathExpr");
+                        if (strcmp(name_of_volume(v), "session-dir") == 0 && cJSON_IsString(se))
+                                sub = se->valuestring;
+                }
+                cr_log_info("session %s: Pod on node %s", sess, nn->valuestring);
+                /* the Pod mounts {kube_node_dir}/$(its node)/runner/<hash>: the agent of its node made it */
+                cr_expect(session_dir && strcmp(session_dir, node_dir) == 0, "the session directory's root is %s: %s",
+                          node_dir, session_dir ? session_dir : "-");
+                cr_expect(sub && strncmp(sub, "$(SBX_NODE_NAME)/runner/", 24) == 0, "subPathExpr %s", sub ? sub : "-");
+                if (sub) {
+                        struct stat st;
+                        snprintf(where, sizeof(where), "%s/%s/%s/runner.sock", node_dir, nn->valuestring, sub + 17);
+                        cr_expect(lstat(where, &st) == 0 && S_ISSOCK(st.st_mode),
+                                  "the agent of node %s listens in the Pod's directory: %s", nn->valuestring, where);
+                }
+                snprintf(prefix, sizeof(prefix), "%s/bin/sandboxd-runner", node_dir);
+                cr_expect(runner && strcmp(runner, prefix) == 0,
+                          "the runner is the node's, installed by the DaemonSet: %s", runner ? runner : "-");
+                cJSON_Delete(pod);
+                free(raw);
+                cr_expect_eq(session_destroy(d->sessions, "u1", sess, true, &err), 0, "%s", err.msg);
         }
-        char id[65], *raw = NULL;
-        fixture_container_of(d, "u1", "na1", id);
-        snprintf(path, sizeof(path), "/api/v1/namespaces/%s/pods/%s", ns, id);
-        cr_assert_eq(kapi("GET", path, NULL, &raw), 200);
-        cJSON *pod = cJSON_Parse(raw), *v;
-        const char *session_dir = NULL, *runner = NULL;
-        cJSON_ArrayForEach(v, (cJSON *)jget(pod, "spec.volumes")) {
-                const cJSON *hp = jget(v, "hostPath.path");
-                if (strcmp(name_of_volume(v), "session-dir") == 0 && cJSON_IsString(hp))
-                        session_dir = hp->valuestring;
-                if (strcmp(name_of_volume(v), "runner") == 0 && cJSON_IsString(hp))
-                        runner = hp->valuestring;
-        }
-        /* kube-scheduler places it (both testbed nodes are this host, so either reaches the agent's
-         * directory); the agent that serves it is localhost's, whichever node that is */
-        cr_log_info("the session's Pod ran on node %s",
-                    cJSON_IsString(jget(pod, "spec.nodeName")) ? jget(pod, "spec.nodeName")->valuestring : "-");
-        snprintf(prefix, sizeof(prefix), "%s/" NODE_A "/runner/", node_dir);
-        cr_expect(session_dir && strncmp(session_dir, prefix, strlen(prefix)) == 0,
-                  "the session directory is the agent's, under %s: %s", prefix, session_dir ? session_dir : "-");
-        snprintf(prefix, sizeof(prefix), "%s/bin/sandboxd-runner", node_dir);
-        cr_expect(runner && strcmp(runner, prefix) == 0, "the runner is the node's, installed by the DaemonSet: %s",
-                  runner ? runner : "-");
-        cJSON_Delete(pod);
-        free(raw);
-        cr_expect_eq(session_destroy(d->sessions, "u1", "na1", true, &err), 0, "%s", err.msg);
 
         /* the liveness probe's sign: the loop refreshes the link file's mtime */
         snprintf(path, sizeof(path), "%s/" NODE_B "/link", node_dir);

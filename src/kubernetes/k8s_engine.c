@@ -525,16 +525,16 @@ static int k8s_remove(struct engine *e, const char *id, struct sbx_error *err)
         return delete_pod(kk(e), id, 1, err);
 }
 
-static int k8s_list(struct engine *e, const char *const *label_filters, bool all,
-                    struct engine_container_summary **ret_list, size_t *ret_n, struct sbx_error *err)
+/* GET the namespace's objects of resource (pods, persistentvolumeclaims)
+ * matching the engine.h label filters: *ret_list to free, *ret_items its
+ * array of items. what names the request in errors. */
+static int list_labelled(struct k8s *k, const char *resource, const char *what, const char *const *label_filters,
+                         cJSON **ret_list, const cJSON **ret_items, struct sbx_error *err)
 {
-        struct k8s *k = kk(e);
         char sel[1024], path[K8S_PATH_MAX];
-        struct engine_container_summary *out;
+        const cJSON *items;
         cJSON *list = NULL;
-        const cJSON *items, *it;
         char *esc;
-        size_t n = 0;
         int r;
 
         if (engine_kubernetes_selector(label_filters, sel, sizeof(sel)) < 0)
@@ -542,16 +542,33 @@ static int k8s_list(struct engine *e, const char *const *label_filters, bool all
         esc = curl_easy_escape(NULL, sel, 0);
         if (!esc)
                 return sbx_error_set(err, -ENOMEM, 0, "out of memory");
-        snprintf(path, sizeof(path), "/api/v1/namespaces/%s/pods?labelSelector=%s", k->ns, esc);
+        snprintf(path, sizeof(path), "/api/v1/namespaces/%s/%s?labelSelector=%s", k->ns, resource, esc);
         curl_free(esc);
-        r = k8s_call(k, "GET", path, NULL, "listing Pods", &list, err);
+        r = k8s_call(k, "GET", path, NULL, what, &list, err);
         if (r < 0)
                 return r;
         items = k8s_json_get(list, "items");
         if (!cJSON_IsArray(items)) {
                 cJSON_Delete(list);
-                return sbx_error_set(err, -EPROTO, 0, "listing Pods: the reply has no items");
+                return sbx_error_set(err, -EPROTO, 0, "%s: the reply has no items", what);
         }
+        *ret_list = list;
+        *ret_items = items;
+        return 0;
+}
+
+static int k8s_list(struct engine *e, const char *const *label_filters, bool all,
+                    struct engine_container_summary **ret_list, size_t *ret_n, struct sbx_error *err)
+{
+        struct engine_container_summary *out;
+        cJSON *list = NULL;
+        const cJSON *items, *it;
+        size_t n = 0;
+        int r;
+
+        r = list_labelled(kk(e), "pods", "listing Pods", label_filters, &list, &items, err);
+        if (r < 0)
+                return r;
         out = calloc((size_t)cJSON_GetArraySize(items) + 1, sizeof(*out));
         if (!out) {
                 cJSON_Delete(list);
@@ -759,30 +776,16 @@ static int k8s_relabel(struct engine *e, const char *id, const struct engine_lab
 static int k8s_claim_list(struct engine *e, const char *const *label_filters, struct engine_claim_summary **ret_list,
                           size_t *ret_n, struct sbx_error *err)
 {
-        struct k8s *k = kk(e);
-        char sel[1024], path[K8S_PATH_MAX];
         struct engine_claim_summary *out;
         cJSON *list = NULL;
         const cJSON *items, *it;
-        char *esc;
         size_t n = 0;
         int r;
 
-        if (engine_kubernetes_selector(label_filters, sel, sizeof(sel)) < 0)
-                return sbx_error_set(err, -EINVAL, 0, "label filters too long");
-        esc = curl_easy_escape(NULL, sel, 0);
-        if (!esc)
-                return sbx_error_set(err, -ENOMEM, 0, "out of memory");
-        snprintf(path, sizeof(path), "/api/v1/namespaces/%s/persistentvolumeclaims?labelSelector=%s", k->ns, esc);
-        curl_free(esc);
-        r = k8s_call(k, "GET", path, NULL, "listing workspace claims", &list, err);
+        r = list_labelled(kk(e), "persistentvolumeclaims", "listing workspace claims", label_filters, &list, &items,
+                          err);
         if (r < 0)
                 return r;
-        items = k8s_json_get(list, "items");
-        if (!cJSON_IsArray(items)) {
-                cJSON_Delete(list);
-                return sbx_error_set(err, -EPROTO, 0, "listing workspace claims: the reply has no items");
-        }
         out = calloc((size_t)cJSON_GetArraySize(items) + 1, sizeof(*out));
         if (!out) {
                 cJSON_Delete(list);

@@ -41,6 +41,7 @@
 #include "sandboxd/engine_kubernetes.h"
 #include "sandboxd/node.h"
 #include "sandboxd/session.h"
+#include "k8senv.h"
 #include "testenv.h"
 
 #define NODE_A "localhost"
@@ -53,48 +54,7 @@ static char *host_dir; /* this run's: pki/ (the nodes' bootstrap), node/ (kube_n
 
 static long kapi_type(const char *method, const char *path, const char *body, const char *type, char **ret)
 {
-        char url[1024], *buf = NULL, auth[2048], ctype[128];
-        size_t len = 0;
-        long status = 0;
-        FILE *out = open_memstream(&buf, &len);
-        struct curl_slist *h = NULL;
-        CURL *c = curl_easy_init();
-
-        snprintf(url, sizeof(url), "%s%s", creds.server, path);
-        curl_easy_setopt(c, CURLOPT_URL, url);
-        curl_easy_setopt(c, CURLOPT_CUSTOMREQUEST, method);
-        curl_easy_setopt(c, CURLOPT_TIMEOUT_MS, 30000L);
-        curl_easy_setopt(c, CURLOPT_NOPROXY, "*");
-        curl_easy_setopt(c, CURLOPT_WRITEDATA, out);
-        if (creds.ca_pem) {
-                struct curl_blob b = {creds.ca_pem, creds.ca_len, CURL_BLOB_NOCOPY};
-                curl_easy_setopt(c, CURLOPT_CAINFO_BLOB, &b);
-        }
-        if (creds.cert_pem) {
-                struct curl_blob cb = {creds.cert_pem, creds.cert_len, CURL_BLOB_NOCOPY};
-                struct curl_blob kb = {creds.key_pem, creds.key_len, CURL_BLOB_NOCOPY};
-                curl_easy_setopt(c, CURLOPT_SSLCERT_BLOB, &cb);
-                curl_easy_setopt(c, CURLOPT_SSLKEY_BLOB, &kb);
-        }
-        if (creds.token) {
-                snprintf(auth, sizeof(auth), "Authorization: Bearer %s", creds.token);
-                h = curl_slist_append(h, auth);
-        }
-        snprintf(ctype, sizeof(ctype), "Content-Type: %s", type);
-        h = curl_slist_append(h, ctype);
-        curl_easy_setopt(c, CURLOPT_HTTPHEADER, h);
-        if (body)
-                curl_easy_setopt(c, CURLOPT_POSTFIELDS, body);
-        if (curl_easy_perform(c) == CURLE_OK)
-                curl_easy_getinfo(c, CURLINFO_RESPONSE_CODE, &status);
-        curl_easy_cleanup(c);
-        curl_slist_free_all(h);
-        fclose(out);
-        if (ret)
-                *ret = buf;
-        else
-                free(buf);
-        return status;
+        return k8senv_api(&creds, method, path, body, type, ret);
 }
 
 static long kapi(const char *method, const char *path, const char *body, char **ret)
@@ -104,15 +64,7 @@ static long kapi(const char *method, const char *path, const char *body, char **
 
 static const cJSON *jget(const cJSON *o, const char *path)
 {
-        char part[64];
-        while (o && *path) {
-                size_t n = strcspn(path, ".");
-                memcpy(part, path, n);
-                part[n] = '\0';
-                o = cJSON_GetObjectItemCaseSensitive(o, part);
-                path += n + (path[n] == '.');
-        }
-        return o;
+        return k8senv_jget(o, path);
 }
 
 static void release_log(void);

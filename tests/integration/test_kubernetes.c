@@ -49,6 +49,7 @@
 #include "sandboxd/session.h"
 #include "sandboxd/store.h"
 #include "sandboxd/utf8.h"
+#include "k8senv.h"
 #include "testenv.h"
 
 #define IMAGE "sandboxd/test:latest"
@@ -61,49 +62,7 @@ static bool have_cluster;
  * Pod as the server stored it). Returns the HTTP status; body in *ret. */
 static long kapi(const char *method, const char *path, const char *body, char **ret)
 {
-        char url[1024], *buf = NULL;
-        size_t len = 0;
-        long status = 0;
-        FILE *out = open_memstream(&buf, &len);
-        struct curl_slist *h = NULL;
-        CURL *c = curl_easy_init();
-        char auth[2048];
-
-        snprintf(url, sizeof(url), "%s%s", creds.server, path);
-        curl_easy_setopt(c, CURLOPT_URL, url);
-        curl_easy_setopt(c, CURLOPT_CUSTOMREQUEST, method);
-        curl_easy_setopt(c, CURLOPT_TIMEOUT_MS, 30000L);
-        curl_easy_setopt(c, CURLOPT_NOPROXY, "*");
-        curl_easy_setopt(c, CURLOPT_WRITEDATA, out);
-        if (creds.ca_pem) {
-                struct curl_blob b = {creds.ca_pem, creds.ca_len, CURL_BLOB_NOCOPY};
-                curl_easy_setopt(c, CURLOPT_CAINFO_BLOB, &b);
-        }
-        if (creds.cert_pem) {
-                struct curl_blob cb = {creds.cert_pem, creds.cert_len, CURL_BLOB_NOCOPY};
-                struct curl_blob kb = {creds.key_pem, creds.key_len, CURL_BLOB_NOCOPY};
-                curl_easy_setopt(c, CURLOPT_SSLCERT_BLOB, &cb);
-                curl_easy_setopt(c, CURLOPT_SSLKEY_BLOB, &kb);
-        }
-        if (creds.token) {
-                snprintf(auth, sizeof(auth), "Authorization: Bearer %s", creds.token);
-                h = curl_slist_append(h, auth);
-        }
-        h = curl_slist_append(h, strcmp(method, "PATCH") == 0 ? "Content-Type: application/merge-patch+json"
-                                                              : "Content-Type: application/json");
-        curl_easy_setopt(c, CURLOPT_HTTPHEADER, h);
-        if (body)
-                curl_easy_setopt(c, CURLOPT_POSTFIELDS, body);
-        if (curl_easy_perform(c) == CURLE_OK)
-                curl_easy_getinfo(c, CURLINFO_RESPONSE_CODE, &status);
-        curl_easy_cleanup(c);
-        curl_slist_free_all(h);
-        fclose(out);
-        if (ret)
-                *ret = buf;
-        else
-                free(buf);
-        return status;
+        return k8senv_api(&creds, method, path, body, NULL, ret);
 }
 
 static void delete_namespace(void)
@@ -224,15 +183,7 @@ static bool listed(struct engine *e, const char *id)
 
 static const cJSON *jget(const cJSON *o, const char *path)
 {
-        char part[64];
-        while (o && *path) {
-                size_t n = strcspn(path, ".");
-                memcpy(part, path, n);
-                part[n] = '\0';
-                o = cJSON_GetObjectItemCaseSensitive(o, part);
-                path += n + (path[n] == '.');
-        }
-        return o;
+        return k8senv_jget(o, path);
 }
 
 Test(kubernetes, hardened_pod_created_inspected_listed_removed)

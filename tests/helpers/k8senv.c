@@ -1,4 +1,5 @@
 /* k8senv.c — the Kubernetes suites' raw API requests (k8senv.h). */
+#include <ctype.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -66,7 +67,8 @@ const cJSON *k8senv_jget(const cJSON *o, const char *path)
                         return NULL;
                 memcpy(part, path, n);
                 part[n] = '\0';
-                o = cJSON_GetObjectItemCaseSensitive(o, part);
+                o = cJSON_IsArray(o) && isdigit((unsigned char)part[0]) ? cJSON_GetArrayItem(o, atoi(part))
+                                                                        : cJSON_GetObjectItemCaseSensitive(o, part);
                 path += n + (path[n] == '.');
         }
         return o;

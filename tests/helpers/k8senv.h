@@ -16,7 +16,8 @@
 long k8senv_api(const struct k8s_credentials *creds, const char *method, const char *path, const char *body,
                 const char *content_type, char **ret);
 
-/* o's member at a dotted path ("spec.nodeName"), NULL when a part is missing. */
+/* o's member at a dotted path ("spec.nodeName"; a number indexes an array:
+ * "spec.containers.0.name"), NULL when a part is missing. */
 const cJSON *k8senv_jget(const cJSON *o, const char *path);
 
 #endif

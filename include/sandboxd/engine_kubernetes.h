@@ -30,8 +30,13 @@
  * all. A warm pool slot's Pod has its own claim, named after the slot; a
  * claim hands both to the session by relabelling them (a JSON merge patch of
  * the labels and the annotation), and the session's later Pods mount that
- * claim (engine_spec.workspace_claim, recorded by the store). The session directory, the runner, the init and the identity files
- * come from the node by hostPath, read-only (the node agent provides them).
+ * claim (engine_spec.workspace_claim, recorded by the store). The session
+ * directory, the runner and the init come from the node by hostPath,
+ * read-only (the node agent provides them). The identity files
+ * (spec.passwd_file, group_file: the control's own) travel in the Pod: their
+ * bytes (K8S_IDENTITY_MAX each at most) in two annotations, a downwardAPI
+ * volume (mode 0444) of them mounted read-only with subPath on /etc/passwd
+ * and /etc/group, so the Pod finds them on whichever node it lands.
  *
  * Node health: an events watch that names the action "lost" also watches
  * the cluster's Nodes (k8s_nodes.c): a Pod whose node turns NotReady or is
@@ -52,6 +57,9 @@
 
 #define K8S_NAME_MAX 64 /* a Pod or PVC name we make (DNS label) */
 #define K8S_LABELS_ANNOTATION "sandboxd/labels"
+#define K8S_PASSWD_ANNOTATION "sandboxd/passwd" /* the identity files' bytes, in the Pod itself */
+#define K8S_GROUP_ANNOTATION "sandboxd/group"
+#define K8S_IDENTITY_MAX (64 * 1024) /* bytes of one identity file at most */
 #define K8S_CONTAINER_NAME "sandbox"
 #define K8S_INIT_PATH "/run/sandboxd-init" /* where the init binary is mounted */
 #define K8S_NETPOL_NAME "sandboxd-sandbox-default-deny"
@@ -108,6 +116,11 @@ int engine_kubernetes_new(const struct engine_k8s_config *cfg, struct engine **r
  * bounds). For tests: the whole of what a spec becomes. name is the Pod's;
  * the PVC's name comes from the spec's instance, user and session labels. */
 char *engine_kubernetes_pod_body(const struct engine_k8s_config *cfg, const struct engine_spec *spec, const char *name);
+/* The same with the reason of a refusal: the identity files are read here
+ * (-EFBIG past K8S_IDENTITY_MAX, -EINVAL for a NUL byte or no regular file,
+ * -E2BIG for a spec past the bounds). */
+int engine_kubernetes_pod_make(const struct engine_k8s_config *cfg, const struct engine_spec *spec, const char *name,
+                               char **ret_body, struct sbx_error *err);
 char *engine_kubernetes_pvc_body(const struct engine_k8s_config *cfg, const struct engine_spec *spec);
 char *engine_kubernetes_netpol_body(void);
 /* Whether the engine watches Nodes (node health, while an events watch

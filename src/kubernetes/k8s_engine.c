@@ -257,9 +257,9 @@ static int k8s_create(struct engine *e, const struct engine_spec *s, char ret_id
         if (make_name(name) < 0)
                 return sbx_error_set(err, -EIO, 0, "no randomness for a Pod name");
         k8s_settings(k, &cfg);
-        body = engine_kubernetes_pod_body(&cfg, s, name);
-        if (!body)
-                return sbx_error_set(err, -E2BIG, 0, "the spec does not fit a Pod");
+        r = engine_kubernetes_pod_make(&cfg, s, name, &body, err);
+        if (r < 0)
+                return r;
         snprintf(path, sizeof(path), "/api/v1/namespaces/%s/pods", k->ns);
         r = k8s_call(k, "POST", path, body, "creating a Pod", NULL, err);
         free(body);

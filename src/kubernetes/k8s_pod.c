@@ -1,15 +1,19 @@
 /* k8s_pod.c — the engine-neutral spec as Kubernetes objects: the hardened
  * Pod, the session's PersistentVolumeClaim and the namespace's default-deny
  * NetworkPolicy, and the way back: a Pod's state and labels in engine.h's
- * words. Pure functions over cJSON: no I/O, no state. */
+ * words. Pure functions over cJSON: no state, and no I/O but reading the
+ * two small identity files a Pod carries in its annotations. */
 #include "k8s_internal.h"
 
 #include <ctype.h>
 #include <errno.h>
+#include <fcntl.h>
 #include <inttypes.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/stat.h>
+#include <unistd.h>
 
 #include "sandboxd/runner_proto.h"
 #include "sandboxd/sha256.h"
@@ -199,7 +203,140 @@ static void add_security(cJSON *sc, const struct engine_spec *s)
         cJSON_AddStringToObject(seccomp, "type", "RuntimeDefault");
 }
 
+static char *pod_body(const struct engine_k8s_config *cfg, const struct engine_spec *s, const char *name,
+                      const char *passwd, const char *group);
+
+/* The whole of a control-written identity file (no symlink, a regular file
+ * of at most K8S_IDENTITY_MAX bytes, no NUL), malloc'd and NUL-terminated. */
+static int identity_read(const char *path, char **ret, struct sbx_error *err)
+{
+        struct stat st;
+        char *buf = NULL;
+        size_t n = 0;
+        int fd, r = 0;
+
+        fd = open(path, O_RDONLY | O_CLOEXEC | O_NOFOLLOW | O_NONBLOCK);
+        if (fd < 0)
+                return sbx_error_set(err, -errno, 0, "cannot open the identity file %s: %m", path);
+        if (fstat(fd, &st) < 0) {
+                r = sbx_error_set(err, -errno, 0, "cannot stat the identity file %s: %m", path);
+                goto out;
+        }
+        if (!S_ISREG(st.st_mode)) {
+                r = sbx_error_set(err, -EINVAL, 0, "the identity file %s is no regular file", path);
+                goto out;
+        }
+        if (st.st_size > K8S_IDENTITY_MAX) {
+                r = sbx_error_set(err, -EFBIG, 0,
+                                  "the identity file %s has %jd bytes, more than the %d a Pod annotation carries", path,
+                                  (intmax_t)st.st_size, K8S_IDENTITY_MAX);
+                goto out;
+        }
+        buf = malloc(K8S_IDENTITY_MAX + 2);
+        if (!buf) {
+                r = sbx_error_set(err, -ENOMEM, 0, "out of memory");
+                goto out;
+        }
+        /* read one byte past the bound: a file grown since fstat is refused too */
+        while (n <= K8S_IDENTITY_MAX) {
+                ssize_t k = read(fd, buf + n, K8S_IDENTITY_MAX + 1 - n);
+                if (k < 0 && errno == EINTR)
+                        continue;
+                if (k < 0) {
+                        r = sbx_error_set(err, -errno, 0, "cannot read the identity file %s: %m", path);
+                        goto out;
+                }
+                if (k == 0)
+                        break;
+                n += (size_t)k;
+        }
+        if (n > K8S_IDENTITY_MAX) {
+                r = sbx_error_set(err, -EFBIG, 0,
+                                  "the identity file %s has more than the %d bytes a Pod annotation carries", path,
+                                  K8S_IDENTITY_MAX);
+                goto out;
+        }
+        if (memchr(buf, '\0', n)) {
+                r = sbx_error_set(err, -EINVAL, 0, "the identity file %s holds a NUL byte", path);
+                goto out;
+        }
+        buf[n] = '\0';
+        *ret = buf;
+        buf = NULL;
+out:
+        free(buf);
+        close(fd);
+        return r;
+}
+
+/* The downward API volume of the identity annotations, file by file. */
+static void identity_volume(cJSON *vols)
+{
+        static const struct {
+                const char *file, *field;
+        } items[] = {
+                {"passwd", "metadata.annotations['" K8S_PASSWD_ANNOTATION "']"},
+                {"group", "metadata.annotations['" K8S_GROUP_ANNOTATION "']"},
+        };
+        cJSON *v = cJSON_CreateObject(), *dw, *arr;
+
+        cJSON_AddStringToObject(v, "name", "identity");
+        dw = cJSON_AddObjectToObject(v, "downwardAPI");
+        cJSON_AddNumberToObject(dw, "defaultMode", 0444);
+        arr = cJSON_AddArrayToObject(dw, "items");
+        for (size_t i = 0; i < ELEMENTSOF(items); i++) {
+                cJSON *it = cJSON_CreateObject();
+                cJSON_AddStringToObject(it, "path", items[i].file);
+                cJSON_AddStringToObject(cJSON_AddObjectToObject(it, "fieldRef"), "fieldPath", items[i].field);
+                cJSON_AddNumberToObject(it, "mode", 0444);
+                cJSON_AddItemToArray(arr, it);
+        }
+        cJSON_AddItemToArray(vols, v);
+}
+
+static void sub_path_mount(cJSON *mounts, const char *name, const char *path, const char *sub)
+{
+        cJSON *m = cJSON_CreateObject();
+
+        cJSON_AddStringToObject(m, "name", name);
+        cJSON_AddStringToObject(m, "mountPath", path);
+        cJSON_AddBoolToObject(m, "readOnly", true);
+        cJSON_AddStringToObject(m, "subPath", sub);
+        cJSON_AddItemToArray(mounts, m);
+}
+
 char *engine_kubernetes_pod_body(const struct engine_k8s_config *cfg, const struct engine_spec *s, const char *name)
+{
+        char *out = NULL;
+
+        (void)engine_kubernetes_pod_make(cfg, s, name, &out, NULL);
+        return out;
+}
+
+int engine_kubernetes_pod_make(const struct engine_k8s_config *cfg, const struct engine_spec *s, const char *name,
+                               char **ret_body, struct sbx_error *err)
+{
+        char *passwd = NULL, *group = NULL;
+        int r;
+
+        *ret_body = NULL;
+        if (s->passwd_file && s->group_file) {
+                r = identity_read(s->passwd_file, &passwd, err);
+                if (r == 0)
+                        r = identity_read(s->group_file, &group, err);
+                if (r < 0) {
+                        free(passwd);
+                        return r;
+                }
+        }
+        *ret_body = pod_body(cfg, s, name, passwd, group);
+        free(passwd);
+        free(group);
+        return *ret_body ? 0 : sbx_error_set(err, -E2BIG, 0, "the spec does not fit a Pod");
+}
+
+static char *pod_body(const struct engine_k8s_config *cfg, const struct engine_spec *s, const char *name,
+                      const char *passwd, const char *group)
 {
         cJSON *pod = cJSON_CreateObject(), *meta, *spec, *psc, *c, *csc, *caps, *drop, *res, *lim, *req, *vols, *mounts,
               *cmd, *env;
@@ -216,6 +353,11 @@ char *engine_kubernetes_pod_body(const struct engine_k8s_config *cfg, const stru
         cJSON_AddStringToObject(meta, "name", name);
         if (add_metadata(meta, s) < 0)
                 goto fail;
+        if (passwd && group) { /* on every node alike: no file of the control's own node */
+                cJSON *ann = cJSON_GetObjectItemCaseSensitive(meta, "annotations");
+                cJSON_AddStringToObject(ann, K8S_PASSWD_ANNOTATION, passwd);
+                cJSON_AddStringToObject(ann, K8S_GROUP_ANNOTATION, group);
+        }
 
         spec = cJSON_AddObjectToObject(pod, "spec");
         cJSON_AddStringToObject(spec, "restartPolicy", "Never"); /* a dead container is the monitor's to see */
@@ -332,11 +474,11 @@ char *engine_kubernetes_pod_body(const struct engine_k8s_config *cfg, const stru
                 }
                 mount(mounts, "workspace", WORKSPACE_PATH, false);
         }
-        if (s->passwd_file && s->group_file) {
-                host_path_volume(vols, "passwd", s->passwd_file, "File");
-                host_path_volume(vols, "group", s->group_file, "File");
-                mount(mounts, "passwd", "/etc/passwd", true);
-                mount(mounts, "group", "/etc/group", true);
+        if (passwd && group) {
+                /* subPath: one file each over the image's (the kubelet resolves the volume's ..data link) */
+                identity_volume(vols);
+                sub_path_mount(mounts, "identity", "/etc/passwd", "passwd");
+                sub_path_mount(mounts, "identity", "/etc/group", "group");
         }
         if (runner) {
                 host_path_volume(vols, "init", cfg->init_binary ? cfg->init_binary : "/usr/bin/tini-static", "File");

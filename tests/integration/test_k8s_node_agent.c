@@ -293,6 +293,8 @@ static void collection(const char *kind, char *path, size_t size)
                 snprintf(path, size, "/api/v1/namespaces/%s/configmaps", ns);
         else if (strcmp(kind, "Service") == 0)
                 snprintf(path, size, "/api/v1/namespaces/%s/services", ns);
+        else if (strcmp(kind, "PersistentVolumeClaim") == 0)
+                snprintf(path, size, "/api/v1/namespaces/%s/persistentvolumeclaims", ns);
         else if (strcmp(kind, "DaemonSet") == 0)
                 snprintf(path, size, "/apis/apps/v1/namespaces/%s/daemonsets", ns);
         else if (strcmp(kind, "Deployment") == 0)

@@ -371,6 +371,8 @@ Test(kubernetes, pvc_mode_gives_the_session_one_claim_that_outlives_its_pods)
         engine_free(e);
 }
 
+static cJSON *kget(const char *path);
+
 Test(kubernetes, a_daemon_on_kubernetes_runs_exec_through_the_runner)
 {
         NEED_CLUSTER();
@@ -395,6 +397,30 @@ Test(kubernetes, a_daemon_on_kubernetes_runs_exec_through_the_runner)
         cr_expect(atoi(uid) >= cfg.sandbox_uid_lo && atoi(uid) <= cfg.sandbox_uid_hi, "runs as the session's uid: %s",
                   uid);
         exec_result_done(&res);
+        /* the session's user, from the identity files the Pod carries (no file of the control's node) */
+        {
+                char want[128], path[512], control_passwd[SBX_PATH_MAX + 64];
+                const cJSON *pod, *vol;
+                cJSON *list;
+                _cleanup_free_ char *o =
+                        fixture_run(d, "k1", "id -un; id -gn; grep \"^[^:]*:[^:]*:$(id -u):\" /etc/passwd", 0, NULL);
+                snprintf(want, sizeof(want), "sandbox\nsandbox\nsandbox:x:%s:%s:sandbox:/workspace:/bin/sh\n", uid,
+                         uid);
+                cr_expect_str_eq(o, want);
+                snprintf(path, sizeof(path), "/api/v1/namespaces/%s/pods?labelSelector=sandboxd.session%%3Dk1", ns);
+                list = kget(path);
+                cr_assert_not_null(list);
+                pod = cJSON_GetArrayItem(jget(list, "items"), 0);
+                cr_assert_not_null(pod, "the session's Pod");
+                snprintf(control_passwd, sizeof(control_passwd), "%s/identities/%s.passwd", cfg.data_dir, uid);
+                cr_expect_eq(access(control_passwd, R_OK), 0, "the control's file %s", control_passwd);
+                cJSON_ArrayForEach(vol, jget(pod, "spec.volumes")) {
+                        const cJSON *hp = jget(vol, "hostPath.path");
+                        cr_expect(!cJSON_IsString(hp) || !strstr(hp->valuestring, "/identities/"),
+                                  "an identity file by hostPath: %s", hp->valuestring);
+                }
+                cJSON_Delete(list);
+        }
         /* what the Pod is, seen from inside: the init as PID 1 (the runner its child), no
          * capabilities, no_new_privs, seccomp filtering, a read-only root, /tmp in memory */
         {

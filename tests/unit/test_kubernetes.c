@@ -27,8 +27,40 @@
 
 static const char *const env[] = {"HOME=/workspace", "HTTP_PROXY=http://127.0.0.1:3128", NULL};
 
+static const char passwd_text[] =
+        "root:x:0:0:root:/root:/bin/sh\n"
+        "sandbox:x:23456:23456:sandbox:/workspace:/bin/sh\n"
+        "nobody:x:65534:65534:nobody:/nonexistent:/bin/false\n";
+static const char group_text[] = "root:x:0:\nsandbox:x:23456:\nnogroup:x:65534:\n";
+static char passwd_path[512], group_path[512];
+
+static void write_bytes(const char *path, const char *text, size_t n)
+{
+        FILE *f = fopen(path, "we");
+        cr_assert_not_null(f, "%s", path);
+        cr_assert_eq(fwrite(text, 1, n, f), n);
+        cr_assert_eq(fclose(f), 0);
+}
+
+/* The control's identity files of uid 23456, in a temp dir of this process (made once). */
+static void identity_files(void)
+{
+        char *dir;
+
+        if (passwd_path[0])
+                return;
+        dir = testenv_tmpdir();
+        cr_assert_not_null(dir);
+        snprintf(passwd_path, sizeof(passwd_path), "%s/23456.passwd", dir);
+        snprintf(group_path, sizeof(group_path), "%s/23456.group", dir);
+        free(dir);
+        write_bytes(passwd_path, passwd_text, strlen(passwd_text));
+        write_bytes(group_path, group_text, strlen(group_text));
+}
+
 static void spec_of(struct engine_spec *s, struct engine_tmpfs *t, struct engine_label *labels, const char *runtime)
 {
+        identity_files();
         *t = (struct engine_tmpfs){.path = "/tmp", .size_bytes = 64 << 20, .noexec = true, .nosuid = true};
         labels[0] = (struct engine_label){"sandboxd.managed", "1"};
         labels[1] = (struct engine_label){"sandboxd.user", "alice"};
@@ -49,8 +81,8 @@ static void spec_of(struct engine_spec *s, struct engine_tmpfs *t, struct engine
                                   .workspace = "/data/workspaces/alice/s1",
                                   .session_dir = "/run/sandboxd/runner/alice/s1",
                                   .runner_binary = "/usr/lib/sandboxd/sandboxd-runner",
-                                  .passwd_file = "/data/identities/23456.passwd",
-                                  .group_file = "/data/identities/23456.group",
+                                  .passwd_file = passwd_path,
+                                  .group_file = group_path,
                                   .runtime_class = runtime,
                                   .env = env,
                                   .workdir = "/workspace",
@@ -167,9 +199,7 @@ Test(kubernetes, pod_holds_every_hardening_field)
         /* every host path read-only but the workspace */
         static const char *const ro[][2] = {{RP_SOCKET_DIR, "/run/sandboxd/runner/alice/s1"},
                                             {RP_BINARY_PATH, "/usr/lib/sandboxd/sandboxd-runner"},
-                                            {K8S_INIT_PATH, "/usr/bin/tini-static"},
-                                            {"/etc/passwd", "/data/identities/23456.passwd"},
-                                            {"/etc/group", "/data/identities/23456.group"}};
+                                            {K8S_INIT_PATH, "/usr/bin/tini-static"}};
         for (size_t i = 0; i < ELEMENTSOF(ro); i++) {
                 m = named_item(mounts, "mountPath", ro[i][0]);
                 cr_assert_not_null(m, "%s mounted", ro[i][0]);
@@ -181,6 +211,31 @@ Test(kubernetes, pod_holds_every_hardening_field)
         cr_expect(cJSON_IsFalse(get(m, "readOnly")));
         cr_expect_str_eq(str(named_item(vols, "name", "workspace"), "hostPath.path"), "/data/workspaces/alice/s1");
         cr_expect_str_eq(str(named_item(get(c, "env"), "name", "HTTP_PROXY"), "value"), "http://127.0.0.1:3128");
+        /* the identity files travel in the Pod: their bytes in annotations, a downwardAPI volume of them */
+        const cJSON *anns = get(pod, "metadata.annotations");
+        cr_expect_str_eq(str(anns, K8S_PASSWD_ANNOTATION), passwd_text);
+        cr_expect_str_eq(str(anns, K8S_GROUP_ANNOTATION), group_text);
+        static const char *const idf[][3] = {{"/etc/passwd", "passwd", "metadata.annotations['sandboxd/passwd']"},
+                                             {"/etc/group", "group", "metadata.annotations['sandboxd/group']"}};
+        for (size_t i = 0; i < ELEMENTSOF(idf); i++) {
+                const cJSON *v, *item;
+                m = named_item(mounts, "mountPath", idf[i][0]);
+                cr_assert_not_null(m, "%s mounted", idf[i][0]);
+                cr_expect(cJSON_IsTrue(get(m, "readOnly")), "%s read-only", idf[i][0]);
+                cr_expect_str_eq(str(m, "subPath"), idf[i][1]);
+                v = named_item(vols, "name", str(m, "name"));
+                cr_assert_not_null(v);
+                cr_expect_null(get(v, "hostPath"), "%s is no file of the control's node", idf[i][0]);
+                cr_expect_eq(get(v, "downwardAPI.defaultMode")->valueint, 0444);
+                item = named_item(get(v, "downwardAPI.items"), "path", idf[i][1]);
+                cr_assert_not_null(item);
+                cr_expect_str_eq(str(item, "fieldRef.fieldPath"), idf[i][2]);
+        }
+        const cJSON *vol;
+        cJSON_ArrayForEach(vol, vols)
+                cr_expect(!str(vol, "hostPath.path") || (strcmp(str(vol, "hostPath.path"), passwd_path) &&
+                                                         strcmp(str(vol, "hostPath.path"), group_path)),
+                          "no hostPath of the identity files");
         /* labels: the valid ones as labels, all of them in the annotation */
         const cJSON *labels = get(pod, "metadata.labels");
         cr_expect_str_eq(cJSON_GetObjectItemCaseSensitive(labels, "sandboxd.managed")->valuestring, "1");
@@ -193,6 +248,40 @@ Test(kubernetes, pod_holds_every_hardening_field)
         cr_expect_str_eq(cJSON_GetObjectItemCaseSensitive(ann, "sandboxd.session")->valuestring, ".odd-session-name.");
         cJSON_Delete(ann);
         cJSON_Delete(pod);
+}
+
+Test(kubernetes, an_identity_file_past_the_bound_is_refused_with_the_reason)
+{
+        struct engine_spec s;
+        struct engine_tmpfs t;
+        struct engine_label l[5];
+        struct sbx_error err = {0};
+        char big_path[600], *body = (char *)"unset", *big;
+
+        spec_of(&s, &t, l, NULL);
+        snprintf(big_path, sizeof(big_path), "%s.big", passwd_path);
+        big = malloc(K8S_IDENTITY_MAX + 1);
+        cr_assert_not_null(big);
+        memset(big, 'x', K8S_IDENTITY_MAX + 1);
+        write_bytes(big_path, big, K8S_IDENTITY_MAX); /* at the bound: carried whole */
+        s.passwd_file = big_path;
+        cr_assert_eq(engine_kubernetes_pod_make(&kcfg_hostpath, &s, "sbx-0123456789abcdef01234567", &body, &err), 0,
+                     "%s", err.msg);
+        cJSON *pod = cJSON_Parse(body);
+        free(body);
+        cr_assert_not_null(pod);
+        cr_expect_eq(strlen(str(pod, "metadata.annotations." K8S_PASSWD_ANNOTATION)), (size_t)K8S_IDENTITY_MAX);
+        cJSON_Delete(pod);
+        write_bytes(big_path, big, K8S_IDENTITY_MAX + 1); /* one byte past it */
+        free(big);
+        cr_expect_eq(engine_kubernetes_pod_make(&kcfg_hostpath, &s, "sbx-0123456789abcdef01234567", &body, &err),
+                     -EFBIG);
+        cr_expect_null(body);
+        cr_expect(strstr(err.msg, big_path) && strstr(err.msg, "65536"), "%s", err.msg);
+        cr_expect_null(engine_kubernetes_pod_body(&kcfg_hostpath, &s, "sbx-0123456789abcdef01234567"));
+        s.passwd_file = "/nonexistent/23456.passwd"; /* a missing one is no Pod without /etc/passwd */
+        cr_expect_eq(engine_kubernetes_pod_make(&kcfg_hostpath, &s, "sbx-0123456789abcdef01234567", &body, &err),
+                     -ENOENT);
 }
 
 Test(kubernetes, runsc_is_the_gvisor_runtime_class)

@@ -3,10 +3,13 @@
 
 #include <errno.h>
 #include <fcntl.h>
+#include <netdb.h>
+#include <netinet/in.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include <sys/random.h>
+#include <sys/socket.h>
 #include <time.h>
 #include <unistd.h>
 
@@ -126,6 +129,36 @@ static int fill_random(void *buf, size_t n)
                 n -= (size_t)r;
         }
         return 0;
+}
+
+int sbx_listen_tcp(const char *ip, int port, struct sbx_error *err)
+{
+        struct addrinfo hints = {.ai_family = AF_UNSPEC,
+                                 .ai_socktype = SOCK_STREAM,
+                                 .ai_flags = AI_NUMERICHOST | AI_NUMERICSERV | AI_PASSIVE};
+        struct addrinfo *ai = NULL;
+        char service[8];
+        int fd, one = 1, r;
+
+        snprintf(service, sizeof(service), "%d", port);
+        r = getaddrinfo(ip, service, &hints, &ai);
+        if (r != 0 || !ai)
+                return sbx_error_set(err, -EINVAL, 0, "publish_ip %s: %s", ip, gai_strerror(r));
+        fd = socket(ai->ai_family, SOCK_STREAM | SOCK_CLOEXEC | SOCK_NONBLOCK, 0);
+        if (fd >= 0) {
+                (void)setsockopt(fd, SOL_SOCKET, SO_REUSEADDR, &one, sizeof(one));
+                if (ai->ai_family == AF_INET6)
+                        (void)setsockopt(fd, IPPROTO_IPV6, IPV6_V6ONLY, &one, sizeof(one));
+        }
+        if (fd < 0 || bind(fd, ai->ai_addr, ai->ai_addrlen) < 0 || listen(fd, SBX_LISTEN_BACKLOG) < 0) {
+                r = -errno;
+                if (fd >= 0)
+                        close(fd);
+                freeaddrinfo(ai);
+                return sbx_error_set(err, r, 0, "cannot listen on %s:%d: %s", ip, port, strerror(-r));
+        }
+        freeaddrinfo(ai);
+        return fd;
 }
 
 int sbx_uuid(char out[37])

@@ -75,6 +75,14 @@ struct timespec sbx_deadline_after(clockid_t clock, int64_t ms);
 void sbx_sleep_ms(int64_t ms);
 
 /* Generate a random RFC 4122 v4 UUID into out (37 bytes). Returns 0 or -errno. */
+/* A TCP socket listening on ip:port (a numeric address; IPv6 only v6),
+ * non-blocking, close-on-exec, SO_REUSEADDR (TIME_WAIT of earlier
+ * connections must not block a re-listen), with a backlog of
+ * SBX_LISTEN_BACKLOG (a burst of clients must not overflow the accept queue:
+ * SYN-ACK retries take seconds). The fd, or -errno with err set. */
+#define SBX_LISTEN_BACKLOG 4096
+int sbx_listen_tcp(const char *ip, int port, struct sbx_error *err);
+
 int sbx_uuid(char out[37]);
 
 /* Random hex string of 2*nbytes chars into out (out must hold 2*nbytes+1). */

@@ -61,7 +61,6 @@
                                 * forward waits for it: a starved loop must not drop a good one) */
 #define UNIX_BACKLOG 4096         /* a burst of forwards opens as many data connections at once */
 #define CTRL_OUT_MAX (256 * 1024) /* RP_FWD_OPEN frames queued for a runner */
-#define HOST_BACKLOG 4096 /* a burst of clients must not overflow the accept queue (SYN-ACK retries take seconds) */
 
 /* ---- forwards ---- */
 
@@ -494,33 +493,9 @@ int gateway_host_listen(struct gw_sess *s, struct gw_listen *gl, int index, int 
                 atomic_fetch_add(&s->gw->st_listeners, 1);
                 return 0;
         }
-        struct addrinfo hints = {.ai_family = AF_UNSPEC,
-                                 .ai_socktype = SOCK_STREAM,
-                                 .ai_flags = AI_NUMERICHOST | AI_NUMERICSERV | AI_PASSIVE};
-        struct addrinfo *ai = NULL;
-        char service[8];
-        int fd, one = 1, r;
-
-        snprintf(service, sizeof(service), "%d", port);
-        r = getaddrinfo(s->gw->cfg->publish_ip, service, &hints, &ai);
-        if (r != 0 || !ai)
-                return sbx_error_set(err, -EINVAL, 0, "publish_ip %s: %s", s->gw->cfg->publish_ip, gai_strerror(r));
-        fd = socket(ai->ai_family, SOCK_STREAM | SOCK_CLOEXEC | SOCK_NONBLOCK, 0);
-        if (fd >= 0) {
-                /* TIME_WAIT of our own earlier forwards must not block a re-listen */
-                (void)setsockopt(fd, SOL_SOCKET, SO_REUSEADDR, &one, sizeof(one));
-                if (ai->ai_family == AF_INET6)
-                        (void)setsockopt(fd, IPPROTO_IPV6, IPV6_V6ONLY, &one, sizeof(one));
-        }
-        if (fd < 0 || bind(fd, ai->ai_addr, ai->ai_addrlen) < 0 || listen(fd, HOST_BACKLOG) < 0) {
-                r = -errno;
-                if (fd >= 0)
-                        close(fd);
-                freeaddrinfo(ai);
-                return sbx_error_set(err, r, 0, "cannot listen on %s:%d: %s", s->gw->cfg->publish_ip, port,
-                                     strerror(-r));
-        }
-        freeaddrinfo(ai);
+        int fd = sbx_listen_tcp(s->gw->cfg->publish_ip, port, err);
+        if (fd < 0)
+                return fd;
         gl->s = s;
         gl->index = index;
         gl->port = port;

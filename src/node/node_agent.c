@@ -212,37 +212,10 @@ static int op_gateway(struct node_agent *a, const struct node_req *rq, struct sb
         return r;
 }
 
-#define HOST_BACKLOG 4096 /* as the gateway's: a burst of clients must not overflow the accept queue */
-
 /* Listen on this node's publish_ip:port (the gateway's host_listen, on the node). */
 static int publish_listen(struct node_agent *a, int port, struct sbx_error *err)
 {
-        struct addrinfo hints = {.ai_family = AF_UNSPEC,
-                                 .ai_socktype = SOCK_STREAM,
-                                 .ai_flags = AI_NUMERICHOST | AI_NUMERICSERV | AI_PASSIVE};
-        struct addrinfo *ai = NULL;
-        char service[8];
-        int fd, one = 1, r;
-
-        snprintf(service, sizeof(service), "%d", port);
-        r = getaddrinfo(a->cfg->publish_ip, service, &hints, &ai);
-        if (r != 0 || !ai)
-                return sbx_error_set(err, -EINVAL, 0, "publish_ip %s: %s", a->cfg->publish_ip, gai_strerror(r));
-        fd = socket(ai->ai_family, SOCK_STREAM | SOCK_CLOEXEC | SOCK_NONBLOCK, 0);
-        if (fd >= 0) {
-                (void)setsockopt(fd, SOL_SOCKET, SO_REUSEADDR, &one, sizeof(one));
-                if (ai->ai_family == AF_INET6)
-                        (void)setsockopt(fd, IPPROTO_IPV6, IPV6_V6ONLY, &one, sizeof(one));
-        }
-        if (fd < 0 || bind(fd, ai->ai_addr, ai->ai_addrlen) < 0 || listen(fd, HOST_BACKLOG) < 0) {
-                r = -errno;
-                if (fd >= 0)
-                        close(fd);
-                freeaddrinfo(ai);
-                return sbx_error_set(err, r, 0, "cannot listen on %s:%d: %s", a->cfg->publish_ip, port, strerror(-r));
-        }
-        freeaddrinfo(ai);
-        return fd;
+        return sbx_listen_tcp(a->cfg->publish_ip, port, err);
 }
 
 /* Listen on exactly these ports for the session: the ones kept stay, new

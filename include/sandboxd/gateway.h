@@ -66,7 +66,9 @@ bool gateway_is_private(struct gateway *gw, const char *user, const char *sessio
 /* Serve the session: listen on its host ports (ports[n], on publish_ip),
  * on dir/fwd.sock, and on dir/egress.sock when egress is true. dir is the
  * session's runner directory (runner_hub_prepare), NULL when the container
- * has no runner (then host connections are closed at once). Idempotent; a
+ * has no runner (then host connections are closed at once; with a runner, a
+ * client that comes while the runner's control connection is away waits for
+ * it, within the 30 s pairing deadline). Idempotent; a
  * changed port block moves the listeners. A private session gets nothing
  * (asked again on the gateway thread). -EADDRINUSE (err names the port)
  * when a host port is held by someone else: the caller takes another block. */

@@ -180,6 +180,7 @@ static int do_open(struct gateway *gw, struct gw_cmd *c)
                 atomic_fetch_add(&gw->st_sessions, 1);
         }
         s->egress_on = c->egress && gw->eg;
+        s->runner = c->has_dir;
         /* the runner directory: a new container may come with a re-made one; over a node
          * link the node listens there (gateway_open asks it) */
         if (c->has_dir && !gw->node_fn) {

@@ -169,6 +169,38 @@ static void fwd_start(struct gw_fwd *f)
                 fwd_read(f->b[1], &f->side[1]);
 }
 
+/* Ask the runner, on its control connection, to open the forward's data
+ * connection. */
+static void fwd_send_open(struct gw_fwd *f)
+{
+        struct rp_fwd_open op = {.port = f->port, .token = f->token};
+        struct rp_hdr hdr = {.len = sizeof(op), .type = RP_FWD_OPEN, .tag = f->id};
+
+        bufferevent_write(f->s->ctrl, &hdr, sizeof(hdr));
+        bufferevent_write(f->s->ctrl, &op, sizeof(op));
+        f->opened = true;
+}
+
+/* The runner's control connection went (or another took its place): an
+ * open it had may be lost with it, so every forward not paired yet asks
+ * again on the next one. */
+static void fwd_opens_lost(struct gw_sess *s)
+{
+        for (struct gw_fwd *f = s->fwds; f; f = f->next)
+                if (!f->paired)
+                        f->opened = false;
+}
+
+/* The runner's control connection is (back) up: the clients that came
+ * meanwhile get their opens now (each still within its pairing deadline; a
+ * second data connection for a forward already paired finds no token). */
+static void fwd_open_waiting(struct gw_sess *s)
+{
+        for (struct gw_fwd *f = s->fwds; f; f = f->next)
+                if (!f->opened && !f->paired)
+                        fwd_send_open(f);
+}
+
 /* A host client on port index `index`. */
 static void host_accept(struct evconnlistener *l, evutil_socket_t fd, struct sockaddr *sa, int len, void *ud)
 {
@@ -179,13 +211,11 @@ void gateway_host_take(struct gw_listen *gl, evutil_socket_t fd)
 {
         struct gw_sess *s = gl->s;
         struct gateway *gw = s->gw;
-        struct rp_fwd_open op = {.port = (uint32_t)(gw->cfg->container_port_base + gl->index)};
-        struct rp_hdr hdr = {.len = sizeof(op), .type = RP_FWD_OPEN};
         struct gw_fwd *f;
 
-        if (!s->ctrl || s->n_fwds >= (size_t)gw->cfg->forward_max_per_session ||
+        if (!s->runner || s->n_fwds >= (size_t)gw->cfg->forward_max_per_session ||
             s->u->fwds >= (size_t)gw->cfg->forward_max_per_user || gw->n_fwds >= (size_t)gw->cfg->forward_max_total ||
-            evbuffer_get_length(bufferevent_get_output(s->ctrl)) > CTRL_OUT_MAX) {
+            (s->ctrl && evbuffer_get_length(bufferevent_get_output(s->ctrl)) > CTRL_OUT_MAX)) {
                 evutil_closesocket(fd); /* no runner, or over a cap: refused at once */
                 return;
         }
@@ -222,10 +252,11 @@ void gateway_host_take(struct gw_listen *gl, evutil_socket_t fd)
         atomic_fetch_add(&gw->st_forwards, 1);
         struct timeval tv = {PAIR_TIMEOUT_S, 0};
         event_add(f->timer, &tv);
-        hdr.tag = f->id;
-        op.token = f->token;
-        bufferevent_write(s->ctrl, &hdr, sizeof(hdr));
-        bufferevent_write(s->ctrl, &op, sizeof(op));
+        f->port = (uint32_t)(gw->cfg->container_port_base + gl->index);
+        /* no control connection (the runner redials it after a restart, a claim, a thaw): the client
+         * waits for it within the pairing deadline, and the open goes when it comes (fwd_open_waiting) */
+        if (s->ctrl)
+                fwd_send_open(f);
         /* a paused session's runner reads the open once thawed: ask for that now */
         pthread_mutex_lock(&gw->lock);
         gateway_wake_fn wake = gw->wake;
@@ -261,6 +292,7 @@ static void ctrl_event(struct bufferevent *bev, short what, void *ud)
         if (s->ctrl == bev) {
                 bufferevent_free(bev);
                 s->ctrl = NULL;
+                fwd_opens_lost(s);
         }
 }
 
@@ -282,8 +314,10 @@ static void pending_read(struct bufferevent *bev, void *ud)
         evbuffer_copyout(in, &hdr, sizeof(hdr));
         if (hdr.type == RP_FWD_HELLO && hdr.len == 0) {
                 evbuffer_drain(in, RP_HDR_LEN);
-                if (s->ctrl)
+                if (s->ctrl) {
                         bufferevent_free(s->ctrl); /* a new runner (or a restarted one) takes over */
+                        fwd_opens_lost(s);
+                }
                 s->ctrl = bev;
                 p->b = NULL;
                 gateway_pending_free(p);
@@ -291,6 +325,7 @@ static void pending_read(struct bufferevent *bev, void *ud)
                 bufferevent_set_timeouts(bev, NULL, NULL);
                 bufferevent_setwatermark(bev, EV_READ, 0, 4096);
                 bufferevent_enable(bev, EV_READ | EV_WRITE);
+                fwd_open_waiting(s);
                 return;
         }
         if (hdr.type != RP_FWD_DATA || hdr.len != sizeof(token)) {

@@ -38,6 +38,8 @@ struct gw_fwd {
         struct gw_fwd *next, *prev; /* s->fwds */
         uint32_t id;
         uint64_t token;
+        uint32_t port; /* the container port it goes to */
+        bool opened;   /* RP_FWD_OPEN written to the runner's control connection */
         bool paired;
         bool eof[2];
         bool shut[2]; /* shutdown(SHUT_WR) done on side i */
@@ -68,6 +70,7 @@ struct gw_sess {
         bool sealed;    /* the ratchet: never served again until dropped */
         bool egress_on; /* egress served (over a node link: the node listens, gateway_attach hands in) */
         int dirfd;      /* the runner directory, -1 without a runner */
+        bool runner;    /* the container has a runner (gateway_open's dir): a client waits for its ctrl */
         struct gw_listen egress, fwd;
         struct gw_listen *hosts;
         size_t n_hosts;

@@ -246,7 +246,7 @@ struct node_server_hooks {
         void (*published)(void *ud, const char *user, const char *session, int port, int fd);
         /* Placement (the store's session_nodes): the session's node ("" for
          * none) in ret; place it on node ("": forget it); how many sessions
-         * are placed on node. May be called under the server's lock. */
+         * are placed on node. Never called with the server's lock held. */
         int (*node_of)(void *ud, const char *user, const char *session, char ret[NODE_NAME_MAX + 1]);
         int (*place)(void *ud, const char *user, const char *session, const char *node);
         size_t (*placed)(void *ud, const char *node);

@@ -166,14 +166,13 @@ static void node_of(struct node_server *s, const char *user, const char *session
                 ret[0] = '\0';
 }
 
-/* The link of the session's node, NULL if its node is not connected (or it
- * has none). Call with srv->lock held: the link stays valid while it is
+/* The link of the node named name (a session's, node_of, read before the
+ * lock: the store is not read under it), NULL if it is not connected (or
+ * name is ""). Call with srv->lock held: the link stays valid while it is
  * (a link is freed only once it is no node's any more). A link's frames go
  * through nl_queue(&link->l, ...), under srv->lock as request() does. */
-static struct node_link *node_server_link_of_session(struct node_server *srv, const char *user, const char *session)
+static struct node_link *link_of_node_locked(struct node_server *srv, const char *name)
 {
-        char name[NODE_NAME_MAX + 1];
-        node_of(srv, user, session, name);
         struct ns_node *n = name[0] ? node_find_locked(srv, name) : NULL;
         return n ? n->link : NULL;
 }
@@ -1007,6 +1006,7 @@ int node_server_connect(struct node_server *s, const char *user, const char *ses
 {
         struct ns_connect *c;
         struct node_link *k;
+        char node[NODE_NAME_MAX + 1];
         int sv[2];
 
         if (!nl_key_ok(user, 65) || !nl_key_ok(session, 65))
@@ -1041,8 +1041,9 @@ int node_server_connect(struct node_server *s, const char *user, const char *ses
                 return r;
         }
         c->fd = sv[0];
+        node_of(s, user, session, node);
         pthread_mutex_lock(&s->lock);
-        k = node_server_link_of_session(s, user, session);
+        k = link_of_node_locked(s, node);
         if (!k || s->stop || !k->running || k->n_connects >= NODE_CONNECTS_MAX) {
                 int r = !k || s->stop || !k->running ? -EHOSTUNREACH : -EAGAIN;
                 pthread_mutex_unlock(&s->lock);
@@ -1120,7 +1121,7 @@ int node_server_gateway(struct node_server *s, const char *user, const char *ses
                 pthread_mutex_unlock(&s->lock);
                 return 0;
         }
-        struct node_link *k = node_server_link_of_session(s, user, session);
+        struct node_link *k = link_of_node_locked(s, placed);
         if (k)
                 sbx_strlcpy(name, k->name, sizeof(name));
         pthread_mutex_unlock(&s->lock);

@@ -6,9 +6,6 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "sandboxd/config.h"
-#include "sandboxd/engine_docker.h"
-#include "sandboxd/engine_kubernetes.h"
 
 static const char *const cap_names[ENGINE_CAP_COUNT] = {
         "pids_limit", "memory_swap", "cpu_weight", "oom_score_adj",    "runtime_class", "pause",
@@ -64,25 +61,4 @@ void engine_free(struct engine *e)
 {
         if (e)
                 e->ops->free(e);
-}
-
-int engine_new_from_config(const struct sbx_config *cfg, struct engine **ret, struct sbx_error *err)
-{
-        struct engine_k8s_config k = {
-                .kubeconfig = cfg->kube_config,
-                .namespace = cfg->kube_namespace,
-                .workspace_mode = cfg->kube_workspace,
-                .storage_class = cfg->kube_storage_class,
-                .workspace_bytes = cfg->workspace_quota_bytes,
-                .init_binary = cfg->kube_init_binary,
-                .gvisor_class = cfg->kube_gvisor_class,
-                .image_pull_policy = cfg->kube_image_pull_policy,
-                .timeout_ms = cfg->docker_timeout_ms,
-                .start_timeout_ms = cfg->kube_start_timeout_ms,
-                .node_dir = cfg->kube_node_dir,
-        };
-
-        if (strcmp(cfg->engine, "kubernetes") == 0)
-                return engine_kubernetes_new(&k, ret, err);
-        return engine_docker_new(cfg->docker_socket, cfg->docker_timeout_ms, ret, err);
 }

@@ -25,9 +25,7 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "sandboxd/exec.h"
 #include "sandboxd/log.h"
-#include "sandboxd/session.h"
 #include "sandboxd/store_events.h"
 #include "sandboxd/utf8.h"
 
@@ -219,48 +217,6 @@ static void emit_obj(const char *type, const char *user, const char *session, cJ
         events_emit(type, user, session, text);
 }
 
-void events_session_state(const char *user, const char *session, int old_state, int new_state, bool is_new,
-                          const char *cause, const char *error, const char *container_id)
-{
-        cJSON *o;
-
-        if (old_state == new_state && !(new_state == SESSION_CREATING && is_new))
-                return;
-        switch (new_state) {
-        case SESSION_CREATING:
-                if (is_new)
-                        emit_obj(EVENT_SESSION_CREATED, user, session, cJSON_CreateObject());
-                return;
-        case SESSION_RUNNING:
-                o = cJSON_CreateObject();
-                cJSON_AddStringToObject(o, "container_id", container_id ? container_id : "");
-                if (old_state == SESSION_PAUSED) {
-                        cJSON_AddStringToObject(o, "reason", cause ? cause : "request");
-                        emit_obj(EVENT_SESSION_RESUMED, user, session, o);
-                        return;
-                }
-                emit_obj(EVENT_SESSION_RUNNING, user, session, o);
-                return;
-        case SESSION_PAUSED:
-                o = cJSON_CreateObject();
-                cJSON_AddStringToObject(o, "container_id", container_id ? container_id : "");
-                cJSON_AddStringToObject(o, "reason", cause ? cause : "request");
-                emit_obj(EVENT_SESSION_PAUSED, user, session, o);
-                return;
-        case SESSION_STOPPED:
-                events_session_stopped(user, session, cause && *cause ? cause : "stopped");
-                return;
-        case SESSION_ERROR:
-                o = cJSON_CreateObject();
-                cJSON_AddStringToObject(o, "cause", cause ? cause : "");
-                cJSON_AddStringToObject(o, "message", error ? error : "");
-                emit_obj(EVENT_SESSION_ERROR, user, session, o);
-                return;
-        default:
-                return;
-        }
-}
-
 void events_session_stopped(const char *user, const char *session, const char *reason)
 {
         cJSON *o = cJSON_CreateObject();
@@ -269,14 +225,14 @@ void events_session_stopped(const char *user, const char *session, const char *r
         emit_obj(EVENT_SESSION_STOPPED, user, session, o);
 }
 
-void events_execution_finished(const char *user, const char *session, const char *execution_id, int state, int cause,
-                               int exit_code, int64_t duration_ms)
+void events_execution_finished(const char *user, const char *session, const char *execution_id, const char *state,
+                               const char *cause, int exit_code, int64_t duration_ms)
 {
         cJSON *o = cJSON_CreateObject();
 
         cJSON_AddStringToObject(o, "execution_id", execution_id ? execution_id : "");
-        cJSON_AddStringToObject(o, "state", exec_state_to_string((enum exec_state)state));
-        cJSON_AddStringToObject(o, "cause", exec_cause_to_string((enum exec_cause)cause));
+        cJSON_AddStringToObject(o, "state", state ? state : "");
+        cJSON_AddStringToObject(o, "cause", cause ? cause : "");
         cJSON_AddNumberToObject(o, "exit_code", exit_code);
         cJSON_AddNumberToObject(o, "duration_ms", (double)duration_ms);
         emit_obj(EVENT_EXECUTION_FINISHED, user, session, o);

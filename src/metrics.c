@@ -18,6 +18,7 @@
 #include <unistd.h>
 
 #include "sandboxd/engine.h"
+#include "sandboxd/exec.h"
 #include "sandboxd/egress.h"
 #include "sandboxd/events.h"
 #include "sandboxd/node.h"
@@ -29,15 +30,6 @@
 #include "sandboxd/store.h"
 #include "sandboxd/webhook.h"
 
-#define CAUSE_COUNT (EXEC_CAUSE_ERROR + 1)
-
-/* upper bounds in ms of the duration histogram's buckets (then +Inf) */
-static const int64_t bucket_ms[] = {10, 25, 50, 100, 250, 500, 1000, 2500, 5000, 10000, 30000, 60000, 300000};
-#define BUCKETS (sizeof(bucket_ms) / sizeof(bucket_ms[0]))
-
-static uint64_t exec_total[EXEC_STATE_COUNT][CAUSE_COUNT];
-static uint64_t exec_bucket[BUCKETS + 1];
-static uint64_t exec_sum_ms;
 static uint64_t auth_failures;
 static const int http_codes[] = {200, 400, 401, 403, 404, 405, 409, 413, 429, 431, 500, 503};
 #define HTTP_CODES (sizeof(http_codes) / sizeof(http_codes[0]))
@@ -45,21 +37,6 @@ static uint64_t http_total[HTTP_CODES + 1]; /* the last one: any other status */
 
 #define BUMP(x, n) __atomic_add_fetch(&(x), (n), __ATOMIC_RELAXED)
 #define LOAD(x) __atomic_load_n(&(x), __ATOMIC_RELAXED)
-
-void metrics_exec_finished(enum exec_state state, enum exec_cause cause, int64_t duration_ms)
-{
-        size_t b = 0;
-
-        if ((unsigned)state >= EXEC_STATE_COUNT || (unsigned)cause >= CAUSE_COUNT)
-                return;
-        if (duration_ms < 0)
-                duration_ms = 0;
-        BUMP(exec_total[state][cause], 1);
-        while (b < BUCKETS && duration_ms > bucket_ms[b])
-                b++;
-        BUMP(exec_bucket[b], 1); /* cumulated at render time */
-        BUMP(exec_sum_ms, (uint64_t)duration_ms);
-}
 
 void metrics_auth_failure(void)
 {
@@ -273,6 +250,7 @@ int metrics_render(const struct metrics_ctx *m, char **ret)
         struct session_pause_stats pst;
         struct text t = {0};
         size_t counts[SESSION_STATE_COUNT] = {0}, used = 0, total = 0;
+        struct exec_totals xt;
         uint64_t cum = 0;
 
         session_counts(m->sessions, counts);
@@ -306,23 +284,24 @@ int metrics_render(const struct metrics_ctx *m, char **ret)
         head(&t, "sandboxd_executions_running", "gauge", "executions pending or running now");
         put(&t, "sandboxd_executions_running %zu\n", exec_running_count(m->exec, NULL, NULL));
         head(&t, "sandboxd_executions_total", "counter", "finished executions by final state and cause");
+        exec_totals(&xt);
         for (size_t i = 0; i < ELEMENTSOF(final_pairs); i++) {
                 enum exec_state st = final_pairs[i].state;
                 enum exec_cause c = final_pairs[i].cause;
                 put(&t, "sandboxd_executions_total{state=\"%s\",cause=\"%s\"} %llu\n", final_pairs[i].name,
-                    exec_cause_to_string(c), (unsigned long long)LOAD(exec_total[st][c]));
+                    exec_cause_to_string(c), (unsigned long long)xt.finished[st][c]);
         }
 
         head(&t, "sandboxd_exec_duration_seconds", "histogram", "run time of finished executions");
-        for (size_t b = 0; b <= BUCKETS; b++) {
-                cum += LOAD(exec_bucket[b]);
-                if (b < BUCKETS)
+        for (size_t b = 0; b <= EXEC_DURATION_BUCKETS; b++) {
+                cum += xt.bucket[b];
+                if (b < EXEC_DURATION_BUCKETS)
                         put(&t, "sandboxd_exec_duration_seconds_bucket{le=\"%g\"} %llu\n",
-                            (double)bucket_ms[b] / 1000.0, (unsigned long long)cum);
+                            (double)exec_duration_bucket_ms[b] / 1000.0, (unsigned long long)cum);
                 else
                         put(&t, "sandboxd_exec_duration_seconds_bucket{le=\"+Inf\"} %llu\n", (unsigned long long)cum);
         }
-        put(&t, "sandboxd_exec_duration_seconds_sum %.3f\n", (double)LOAD(exec_sum_ms) / 1000.0);
+        put(&t, "sandboxd_exec_duration_seconds_sum %.3f\n", (double)xt.sum_ms / 1000.0);
         put(&t, "sandboxd_exec_duration_seconds_count %llu\n", (unsigned long long)cum);
 
         head(&t, "sandboxd_docker_api_errors_total", "counter",

@@ -117,14 +117,12 @@ void events_emit(const char *type, const char *user, const char *session, const 
 void events_emit_traced(const char *type, const char *user, const char *session, const char *trace_id,
                         const char *data_json);
 
-/* The helpers the producers call (one line each at the hook). */
-/* A session's state changed (enum session_state values; is_new: its first
- * container); nothing when old == new. */
-void events_session_state(const char *user, const char *session, int old_state, int new_state, bool is_new,
-                          const char *cause, const char *error, const char *container_id);
+/* The helpers the producers call (one line each at the hook). The log knows
+ * no module's types: a producer names its states in words (the session's
+ * state changes are mapped to events in session.c). */
 void events_session_stopped(const char *user, const char *session, const char *reason);
-void events_execution_finished(const char *user, const char *session, const char *execution_id, int state, int cause,
-                               int exit_code, int64_t duration_ms);
+void events_execution_finished(const char *user, const char *session, const char *execution_id, const char *state,
+                               const char *cause, int exit_code, int64_t duration_ms);
 void events_egress_blocked(const char *user, const char *session, const char *host, int port, const char *reason);
 /* A request refused with code (busy, quota_exceeded) and msg: a
  * quota.reached event naming the quota when msg names one (the config key

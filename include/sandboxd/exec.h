@@ -68,6 +68,23 @@ enum exec_cause {
         EXEC_CAUSE_ERROR, /* Docker refused to run it; see error */
 };
 
+#define EXEC_CAUSE_COUNT (EXEC_CAUSE_ERROR + 1)
+
+/* Executions finished since the process started, for the metrics page (which
+ * asks, as it asks every owner for its gauges): how many ended in each final
+ * state with each cause, and their run times in the buckets of
+ * exec_duration_bucket_ms (upper bounds in ms; the last count is the rest).
+ * Each execution is counted once, before anyone can see it final. Relaxed
+ * atomics: one counter may be read a moment ahead of another. */
+#define EXEC_DURATION_BUCKETS 13
+extern const int64_t exec_duration_bucket_ms[EXEC_DURATION_BUCKETS];
+struct exec_totals {
+        uint64_t finished[EXEC_STATE_COUNT][EXEC_CAUSE_COUNT];
+        uint64_t bucket[EXEC_DURATION_BUCKETS + 1];
+        uint64_t sum_ms;
+};
+void exec_totals(struct exec_totals *ret);
+
 const char *exec_state_to_string(enum exec_state s);
 int exec_state_from_string(const char *s, enum exec_state *ret);
 const char *exec_cause_to_string(enum exec_cause c);

@@ -30,10 +30,9 @@
 
 #include <stdint.h>
 
-#include "sandboxd/exec.h"
-
 struct egress;
 struct engine;
+struct exec_engine;
 struct pool;
 struct node_server;
 struct portpool;
@@ -56,8 +55,6 @@ struct metrics_ctx {
         struct node_server *node;     /* the node link (node_listen); NULL: one process, no node metrics */
 };
 
-/* A finished execution (exec.c, once per execution). */
-void metrics_exec_finished(enum exec_state state, enum exec_cause cause, int64_t duration_ms);
 /* An HTTP answer's status (http.c). */
 void metrics_http_status(int status);
 /* A failed authentication (api.c). */

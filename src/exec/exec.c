@@ -22,7 +22,6 @@
 #include "sandboxd/container.h"
 #include "sandboxd/engine.h"
 #include "sandboxd/log.h"
-#include "sandboxd/metrics.h"
 #include "sandboxd/session.h"
 #include "sandboxd/sha256.h"
 #include "sandboxd/store.h"
@@ -274,10 +273,10 @@ void execution_set_state(struct execution *x, enum exec_state st, enum exec_caus
         pthread_mutex_lock(&x->lock);
         x->state = st;
         x->cause = cause;
-        if (exec_state_is_final(st)) /* counted before anyone can see it final */
-                metrics_exec_finished(st, cause, x->duration_ms);
-        if (exec_state_is_final(st))
+        if (exec_state_is_final(st)) {
+                exec_count_final(st, cause, x->duration_ms); /* before anyone can see it final */
                 exec_note_final(x);
+        }
         pthread_cond_broadcast(&x->cond);
         pthread_mutex_unlock(&x->lock);
 }

@@ -187,5 +187,7 @@ void exec_adopt_run(struct execution *x);
 
 /* The execution.finished event of x, now final (events.h); under x->lock. In exec_results.c. */
 void exec_note_final(struct execution *x);
+/* Count a final state in exec_totals (exec.h). In exec_results.c. */
+void exec_count_final(enum exec_state st, enum exec_cause cause, int64_t duration_ms);
 
 #endif

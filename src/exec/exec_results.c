@@ -332,5 +332,37 @@ int exec_list_finished(struct exec_engine *e, const char *user, const char *sess
 
 void exec_note_final(struct execution *x)
 {
-        events_execution_finished(x->user, x->session, x->id, x->state, x->cause, x->exit_code, x->duration_ms);
+        events_execution_finished(x->user, x->session, x->id, exec_state_to_string(x->state),
+                                  exec_cause_to_string(x->cause), x->exit_code, x->duration_ms);
+}
+
+/* ---- totals (exec_totals) ---- */
+
+const int64_t exec_duration_bucket_ms[EXEC_DURATION_BUCKETS] = {10,   25,   50,    100,   250,   500,   1000,
+                                                                2500, 5000, 10000, 30000, 60000, 300000};
+static struct exec_totals totals; /* relaxed atomics */
+
+void exec_count_final(enum exec_state st, enum exec_cause cause, int64_t duration_ms)
+{
+        size_t b = 0;
+
+        if ((unsigned)st >= EXEC_STATE_COUNT || (unsigned)cause >= EXEC_CAUSE_COUNT)
+                return;
+        if (duration_ms < 0)
+                duration_ms = 0;
+        __atomic_add_fetch(&totals.finished[st][cause], 1, __ATOMIC_RELAXED);
+        while (b < EXEC_DURATION_BUCKETS && duration_ms > exec_duration_bucket_ms[b])
+                b++;
+        __atomic_add_fetch(&totals.bucket[b], 1, __ATOMIC_RELAXED); /* cumulated by the reader */
+        __atomic_add_fetch(&totals.sum_ms, (uint64_t)duration_ms, __ATOMIC_RELAXED);
+}
+
+void exec_totals(struct exec_totals *ret)
+{
+        for (size_t i = 0; i < EXEC_STATE_COUNT; i++)
+                for (size_t j = 0; j < EXEC_CAUSE_COUNT; j++)
+                        ret->finished[i][j] = __atomic_load_n(&totals.finished[i][j], __ATOMIC_RELAXED);
+        for (size_t b = 0; b <= EXEC_DURATION_BUCKETS; b++)
+                ret->bucket[b] = __atomic_load_n(&totals.bucket[b], __ATOMIC_RELAXED);
+        ret->sum_ms = __atomic_load_n(&totals.sum_ms, __ATOMIC_RELAXED);
 }

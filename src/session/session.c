@@ -12,6 +12,7 @@
  * session_internal.h). */
 #include "sandboxd/session.h"
 
+#include <cjson/cJSON.h>
 #include <errno.h>
 #include <inttypes.h>
 #include <pthread.h>
@@ -100,13 +101,55 @@ static void persist_locked(struct session *s)
                 s->persisted = true;
 }
 
+/* The event log's line of a state change (events.h): session.created for a
+ * new session's CREATING, session.resumed for RUNNING after PAUSED, then one
+ * per state; nothing when the state stays. */
+static void emit_state_event(const struct session *s, enum session_state state, const char *cause, const char *error)
+{
+        const char *type = NULL;
+        cJSON *o;
+
+        if (s->state == state && !(state == SESSION_CREATING && !s->persisted))
+                return;
+        if (state == SESSION_STOPPED) {
+                events_session_stopped(s->user, s->id, cause && *cause ? cause : "stopped");
+                return;
+        }
+        o = cJSON_CreateObject();
+        switch (state) {
+        case SESSION_CREATING:
+                type = s->persisted ? NULL : EVENT_SESSION_CREATED;
+                break;
+        case SESSION_RUNNING:
+        case SESSION_PAUSED:
+                cJSON_AddStringToObject(o, "container_id", s->container_id);
+                if (state == SESSION_PAUSED || s->state == SESSION_PAUSED)
+                        cJSON_AddStringToObject(o, "reason", cause ? cause : "request");
+                type = state == SESSION_PAUSED      ? EVENT_SESSION_PAUSED
+                       : s->state == SESSION_PAUSED ? EVENT_SESSION_RESUMED
+                                                    : EVENT_SESSION_RUNNING;
+                break;
+        case SESSION_ERROR:
+                cJSON_AddStringToObject(o, "cause", cause ? cause : "");
+                cJSON_AddStringToObject(o, "message", error ? error : "");
+                type = EVENT_SESSION_ERROR;
+                break;
+        default:
+                break;
+        }
+        _cleanup_free_ char *text = type && o ? cJSON_PrintUnformatted(o) : NULL;
+        cJSON_Delete(o);
+        if (type)
+                events_emit(type, s->user, s->id, text);
+}
+
 void session_set_state_locked(struct session *s, enum session_state state, const char *cause, const char *error)
 {
         if (s->state != state)
                 log_ctx(LOG_LEVEL_INFO, s->user, s->id, s->container_id[0] ? s->container_id : NULL,
                         "session %s -> %s%s%s", session_state_to_string(s->state), session_state_to_string(state),
                         cause ? ": " : "", cause ? cause : "");
-        events_session_state(s->user, s->id, s->state, state, !s->persisted, cause, error, s->container_id);
+        emit_state_event(s, state, cause, error);
         /* a pause or resume names its reason in the event only: error_cause keeps the last failure */
         bool pause_edge = state == SESSION_PAUSED || (state == SESSION_RUNNING && s->state == SESSION_PAUSED);
         s->state = state;

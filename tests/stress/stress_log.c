@@ -1,6 +1,7 @@
 /* stress_log.c — the process-wide pieces every thread touches: the log (its
  * level, and the ring of session lines that `sandboxctl logs` reads), the
- * request guard's audit limiter, and the metrics counters.
+ * request guard's audit limiter, the metrics counters and the executions'
+ * totals (exec_totals, read by the metrics page).
  *
  * Writers log lines naming their own session while readers copy the ring
  * and the level flips; the limiter is asked from every thread for a few
@@ -9,7 +10,7 @@
  * What must hold: every line read back names the session asked for, in
  * order of its sequence number; for each uid, at most REQGUARD_AUDIT_BURST
  * failures are allowed within one window (time stands still here: the
- * window never ends). Log lines go to stderr: it is pointed at /dev/null
+ * window never ends); no finished execution counted is lost. Log lines go to stderr: it is pointed at /dev/null
  * while the writers run (set TSAN_OPTIONS=log_path=... to keep reports). */
 #include <fcntl.h>
 #include <stdio.h>
@@ -17,6 +18,7 @@
 #include <string.h>
 #include <unistd.h>
 
+#include "exec/exec_internal.h"
 #include "sandboxd/docker.h"
 #include "sandboxd/log.h"
 #include "sandboxd/metrics.h"
@@ -27,6 +29,7 @@
 #define UIDS 3
 
 static int allowed[UIDS]; /* atomic */
+static uint64_t counted;  /* atomic: executions counted final */
 static const int64_t frozen_now = 1000000;
 
 static void writer(int t, void *ud)
@@ -63,7 +66,13 @@ static void writer(int t, void *ud)
                         __atomic_add_fetch(&allowed[k % UIDS], 1, __ATOMIC_RELAXED);
                 metrics_auth_failure();
                 metrics_http_status(k % 2 ? 200 : 429);
-                metrics_exec_finished(EXEC_COMPLETED, EXEC_CAUSE_EXITED, k % 1000);
+                exec_count_final(EXEC_COMPLETED, EXEC_CAUSE_EXITED, k % 1000);
+                __atomic_add_fetch(&counted, 1, __ATOMIC_RELAXED);
+                if (k % 500 == 0) { /* a scrape meanwhile */
+                        struct exec_totals xt;
+                        exec_totals(&xt);
+                        STRESS_CHECK(xt.finished[EXEC_COMPLETED][EXEC_CAUSE_EXITED] > 0, "a count read as 0");
+                }
                 (void)docker_api_errors(); /* the Docker client counts its failures itself (docker.c) */
                 (void)reqguard_scan("{\"a\":[1,2,{\"b\":\"c\"}]}", 21, REQGUARD_MAX_ELEMENTS, REQGUARD_MAX_DEPTH);
         }
@@ -81,6 +90,15 @@ int main(void)
         dup2(saved, 2);
         close(saved);
         close(devnull);
+        struct exec_totals xt;
+        uint64_t in_buckets = 0;
+        exec_totals(&xt);
+        for (size_t b = 0; b <= EXEC_DURATION_BUCKETS; b++)
+                in_buckets += xt.bucket[b];
+        STRESS_CHECK(xt.finished[EXEC_COMPLETED][EXEC_CAUSE_EXITED] == counted && in_buckets == counted,
+                     "executions counted %llu, in the totals %llu, in the histogram %llu", (unsigned long long)counted,
+                     (unsigned long long)xt.finished[EXEC_COMPLETED][EXEC_CAUSE_EXITED],
+                     (unsigned long long)in_buckets);
         for (int u = 0; u < UIDS; u++)
                 STRESS_CHECK(allowed[u] <= REQGUARD_AUDIT_BURST, "uid %d: %d audit rows allowed in one window", u,
                              allowed[u]);

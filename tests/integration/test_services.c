@@ -346,11 +346,15 @@ Test(services, starts_survive_executions_ending_around_them, .timeout = 600)
         cr_assert(TESTENV_WAIT_UNTIL(atomic_load(&c.ended) >= CHURN_CLIENTS, 60000), "the clients never ran");
         ended_before = atomic_load(&c.ended);
         {
-                /* the shim's parent ($PPID is the shim) is the runner */
+                /* the shim's parent ($PPID is the shim) is the runner. The storm
+                 * lasts as long as the test may (not exec_timeout_default, 60 s):
+                 * 200 starts and stops against it take 50-60 s on 2 busy cores, and
+                 * "ran until the end" must not become a timed assertion. */
                 struct exec_request storm = {
                         .user = "u1",
                         .session = "churn",
                         .command = "r=$(cut -d' ' -f4 /proc/$PPID/stat); while kill -CHLD $r; do :; done",
+                        .timeout_s = 600,
                         .actor = "test"};
                 struct sbx_error err = {0};
                 cr_assert_eq(exec_start(d->exec, &storm, storm_id, &err), 0, "%s", err.msg);

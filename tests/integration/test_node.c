@@ -322,7 +322,9 @@ static bool fenced(void *ud)
 
 Test(node, a_node_gone_past_node_fence_fences_its_sessions)
 {
-        struct exec_request req = {.user = "u1", .session = "s1", .command = "echo before; sleep 600", .actor = "test"};
+        /* timeout_s: the test's own bound, not exec_timeout_default (a hidden deadline under load) */
+        struct exec_request req = {
+                .user = "u1", .session = "s1", .command = "echo before; sleep 600", .timeout_s = 600, .actor = "test"};
         struct exec_result res;
         uint64_t epoch_before = 0, epoch_after = 0;
         char id[37];
@@ -791,12 +793,14 @@ static bool audit_any(const char *user, const char *session, const char *action)
 
 Test(node, a_node_gone_past_node_fence_fences_only_its_own_sessions)
 {
-        struct exec_request lost = {.user = "u1", .session = "s1", .command = "echo before; sleep 600", .actor = "t"};
+        struct exec_request lost = {
+                .user = "u1", .session = "s1", .command = "echo before; sleep 600", .timeout_s = 600, .actor = "t"};
         struct exec_request kept = {.user = "u1",
                                     .session = "s2",
                                     .command =
                                             "echo before; while [ ! -e /workspace/go ]; do sleep 0.1; done; "
                                             "echo after",
+                                    .timeout_s = 600,
                                     .actor = "t"};
         struct exec_result res;
         uint64_t epoch_before = 0, epoch_after = 0;

@@ -718,7 +718,7 @@ Test(k8s_flows, a_sigkilled_daemon_adopts_the_pod_and_the_background_execution_w
         make_token("bob", "agent", tok, sizeof(tok));
         /* its output is written only once the daemon is gone: the test says when (a file) */
         r = api_ok(tok, "exec",
-                   "{\"session\": \"d\", \"background\": true, \"command\": \"echo start; "
+                   "{\"session\": \"d\", \"background\": true, \"timeout_seconds\": 600, \"command\": \"echo start; "
                    "while [ ! -e /workspace/go ]; do sleep 0.1; done; seq 1 50000; echo end; touch /workspace/done\"}");
         snprintf(id, sizeof(id), "%s", apic_str(apic_result(r), "execution_id"));
         cJSON_Delete(r);

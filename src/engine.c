@@ -6,7 +6,6 @@
 #include <stdlib.h>
 #include <string.h>
 
-
 static const char *const cap_names[ENGINE_CAP_COUNT] = {
         "pids_limit", "memory_swap", "cpu_weight", "oom_score_adj",    "runtime_class", "pause",
         "exec",       "events",      "stats",      "isolated_network", "tmpfs_size",    "logs",

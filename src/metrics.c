@@ -3,7 +3,7 @@
  *
  * Locking: none. Counters are relaxed atomics (a scrape may see one counter
  * a moment ahead of another, which Prometheus tolerates); the gauges are
- * asked of their owners (session_counts, exec_running_count,
+ * asked of their owners (session_counts, exec_running_count, exec_totals,
  * portpool_usage, engine_api_errors) and of /proc/self at render time. */
 #include "sandboxd/metrics.h"
 

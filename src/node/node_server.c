@@ -1070,12 +1070,14 @@ int node_server_connect(struct node_server *s, const char *user, const char *ses
 /* Where a new container of the session goes (an engine that does not
  * place containers itself): node_name; else its node if still connected
  * (a session keeps its node while it can); else the connected node with the
- * fewest sessions. A node is waited for within NODE_REQ_TIMEOUT_MS. */
+ * fewest sessions (counted in the store, after the lock: placement is never
+ * read under it). A node is waited for within NODE_REQ_TIMEOUT_MS. */
 static int choose_node(struct node_server *s, const char *user, const char *session, char ret[NODE_NAME_MAX + 1],
                        struct sbx_error *err)
 {
         struct timespec until = sbx_deadline_after(CLOCK_REALTIME, NODE_REQ_TIMEOUT_MS);
-        char cur[NODE_NAME_MAX + 1];
+        char cur[NODE_NAME_MAX + 1], up[NODE_MAX_NODES][NODE_NAME_MAX + 1];
+        size_t n_up = 0, best = 0;
 
         if (s->cfg->node_name[0]) {
                 sbx_strlcpy(ret, s->cfg->node_name, NODE_NAME_MAX + 1);
@@ -1084,25 +1086,26 @@ static int choose_node(struct node_server *s, const char *user, const char *sess
         node_of(s, user, session, cur);
         pthread_mutex_lock(&s->lock);
         struct ns_node *n = cur[0] ? node_find_locked(s, cur) : NULL;
-        if (!n || !n->link) {
-                n = NULL;
-                if (!wait_node_locked(s, "", &until)) {
-                        pthread_mutex_unlock(&s->lock);
-                        return sbx_error_set(err, -EHOSTUNREACH, 0, "no node agent is connected");
-                }
-                size_t best = SIZE_MAX;
-                for (size_t i = 0; i < s->n_nodes; i++) {
-                        if (!s->nodes[i].link)
-                                continue;
-                        size_t c = s->hooks.placed(s->ud, s->nodes[i].name);
-                        if (c < best) {
-                                best = c;
-                                n = &s->nodes[i];
-                        }
+        if (n && n->link) {
+                pthread_mutex_unlock(&s->lock);
+                sbx_strlcpy(ret, cur, NODE_NAME_MAX + 1);
+                return 0;
+        }
+        if (!wait_node_locked(s, "", &until)) {
+                pthread_mutex_unlock(&s->lock);
+                return sbx_error_set(err, -EHOSTUNREACH, 0, "no node agent is connected");
+        }
+        for (size_t i = 0; i < s->n_nodes; i++)
+                if (s->nodes[i].link)
+                        sbx_strlcpy(up[n_up++], s->nodes[i].name, NODE_NAME_MAX + 1);
+        pthread_mutex_unlock(&s->lock);
+        for (size_t i = 0; i < n_up; i++) {
+                size_t c = s->hooks.placed(s->ud, up[i]);
+                if (i == 0 || c < best) {
+                        best = c;
+                        sbx_strlcpy(ret, up[i], NODE_NAME_MAX + 1);
                 }
         }
-        sbx_strlcpy(ret, n->name, NODE_NAME_MAX + 1);
-        pthread_mutex_unlock(&s->lock);
         return 0;
 }
 

@@ -109,7 +109,12 @@ static void emit_state_event(const struct session *s, enum session_state state, 
         const char *type = NULL;
         cJSON *o;
 
-        if (s->state == state && !(state == SESSION_CREATING && !s->persisted))
+        if (state == SESSION_CREATING) {
+                if (!s->persisted)
+                        events_emit(EVENT_SESSION_CREATED, s->user, s->id, NULL);
+                return;
+        }
+        if (s->state == state)
                 return;
         if (state == SESSION_STOPPED) {
                 events_session_stopped(s->user, s->id, cause && *cause ? cause : "stopped");
@@ -117,9 +122,6 @@ static void emit_state_event(const struct session *s, enum session_state state, 
         }
         o = cJSON_CreateObject();
         switch (state) {
-        case SESSION_CREATING:
-                type = s->persisted ? NULL : EVENT_SESSION_CREATED;
-                break;
         case SESSION_RUNNING:
         case SESSION_PAUSED:
                 cJSON_AddStringToObject(o, "container_id", s->container_id);
@@ -137,7 +139,7 @@ static void emit_state_event(const struct session *s, enum session_state state, 
         default:
                 break;
         }
-        _cleanup_free_ char *text = type && o ? cJSON_PrintUnformatted(o) : NULL;
+        _cleanup_free_ char *text = type ? cJSON_PrintUnformatted(o) : NULL;
         cJSON_Delete(o);
         if (type)
                 events_emit(type, s->user, s->id, text);

@@ -790,12 +790,14 @@ static bool pod_running(const char *name)
         if (kapi("GET", path, NULL, &raw) != 200)
                 return false;
         pod = cJSON_Parse(raw);
-        running = pod && jstr(pod, "status.phase") && strcmp(jstr(pod, "status.phase"), "Running") == 0;
+        const char *phase = pod ? jstr(pod, "status.phase") : NULL;
+        running = phase && strcmp(phase, "Running") == 0;
         cJSON_Delete(pod);
         return running;
 }
 
-/* `sandboxd --gc` (the binary, on the daemon's configuration) while no daemon runs; its exit status. */
+/* `sandboxd --gc` (the binary, on the daemon's configuration) while no daemon runs; its exit status
+ * (the log's tail, where it writes, is printed when it is not 0). */
 static int run_gc(void)
 {
         pid_t pid = fork();
@@ -815,7 +817,10 @@ static int run_gc(void)
                 _exit(127);
         }
         cr_assert(TESTENV_WAIT_UNTIL(waitpid(pid, &status, WNOHANG) == pid, 180000), "sandboxd --gc ended");
-        return WIFEXITED(status) ? WEXITSTATUS(status) : -1;
+        status = WIFEXITED(status) ? WEXITSTATUS(status) : -1;
+        if (status != 0)
+                print_log();
+        return status;
 }
 
 Test(k8s_flows, gc_and_reconciliation_after_a_restart_leak_no_pod_claim_or_policy)
@@ -875,12 +880,7 @@ Test(k8s_flows, gc_and_reconciliation_after_a_restart_leak_no_pod_claim_or_polic
          * is confirmed only once created, which took past the 31 s a removal waits once in CI
          * (--gc then reports it still terminating and exits 1; the next run finds it gone) */
         cr_assert(TESTENV_WAIT_UNTIL(pod_running("sbx-ghost0000000000000000"), 120000), "the ghost Pod runs");
-        {
-                int gc_status = run_gc();
-                if (gc_status != 0)
-                        print_log(); /* what --gc said */
-                cr_expect_eq(gc_status, 0, "sandboxd --gc");
-        }
+        cr_expect_eq(run_gc(), 0, "sandboxd --gc");
         cr_expect(TESTENV_WAIT_UNTIL(kcount("pods", sel) == 0, 60000), "no Pod of the run left");
         cr_expect_eq(kcount("persistentvolumeclaims", sel), 0, "no claim of the run left");
         cr_expect_eq(kcount("networkpolicies", NULL), 1, "the one default-deny policy, no other");
@@ -921,12 +921,7 @@ Test(k8s_flows, pvc_mode_claims_go_with_a_purge_and_with_gc)
                   "the purge took p0's claim, p1 keeps its own: %s", knames("persistentvolumeclaims", sel));
         daemon_stop(SIGTERM);
         sbx_sleep_ms(1100); /* not a wait: p1's workspace ages past workspace_retention (1 s) */
-        {
-                int gc_status = run_gc();
-                if (gc_status != 0)
-                        print_log(); /* what --gc said */
-                cr_expect_eq(gc_status, 0, "sandboxd --gc");
-        }
+        cr_expect_eq(run_gc(), 0, "sandboxd --gc");
         cr_expect(TESTENV_WAIT_UNTIL(kcount_live("persistentvolumeclaims", sel) == 0, 30000),
                   "--gc took p1's workspace and its claim: %s", knames("persistentvolumeclaims", sel));
         cr_expect(TESTENV_WAIT_UNTIL(kcount("pods", sel) == 0, 60000), "no Pod of the run left");

@@ -10,8 +10,9 @@
  * What must hold: every line read back names the session asked for, in
  * order of its sequence number; for each uid, at most REQGUARD_AUDIT_BURST
  * failures are allowed within one window (time stands still here: the
- * window never ends); no finished execution counted is lost. Log lines go to stderr: it is pointed at /dev/null
- * while the writers run (set TSAN_OPTIONS=log_path=... to keep reports). */
+ * window never ends); no finished execution counted is lost. Log lines go
+ * to stderr: it is pointed at /dev/null while the writers run (set
+ * TSAN_OPTIONS=log_path=... to keep reports). */
 #include <fcntl.h>
 #include <stdio.h>
 #include <stdlib.h>

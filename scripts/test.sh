@@ -264,7 +264,7 @@ k8s_suites() {
 	n=$(ctest --test-dir "$BUILD" -N "${sel[@]}" 2>/dev/null | sed -n 's/^Total Tests: //p')
 	if [[ ${n:-0} -gt 0 ]]; then
 		# the nodes pull nothing (imagePullPolicy Never): they get the
-		# suites' images from dockerd (scripts/images.sh built them); the
+		# suites' images from dockerd (scripts/build-images.sh built them); the
 		# flows suite (test_k8s_flows.c) runs sandboxd/python (about 70 s)
 		step "Kubernetes testbed: the test images on both nodes" \
 			bash scripts/k8s-testbed.sh import-docker-image sandboxd/test:latest sandboxd/python:latest || rc=1

@@ -24,16 +24,19 @@
  * ones that weaken isolation, and the admin status shows the engine's
  * capabilities and what it leaves unenforced.
  *
- * Conventions are docker.h's: every call returns 0 or a negative errno
+ * Conventions, for every engine: every call returns 0 or a negative errno
  * (-ENOENT no such container/image/exec, -EEXIST a taken name, -EBUSY not
- * running, -EIO other engine errors, -ETIMEDOUT, -EPROTO), takes an optional
- * `struct sbx_error *`, and is bounded by the engine's own timeout. An
- * operation an engine lacks (its capability bit clear) is -EOPNOTSUPP.
+ * in the state the call needs, -EIO other engine errors, -ETIMEDOUT,
+ * -EPROTO a reply the engine should not have sent), takes an optional
+ * `struct sbx_error *` that says why in words, and is bounded by the
+ * engine's own timeout. An operation an engine lacks (its capability bit
+ * clear, or its op NULL) is -EOPNOTSUPP. Each operation's meaning is
+ * written at its entry in struct engine_ops below.
  *
  * Threads: an engine is shared by every thread; each operation may be called
  * from any thread at once. A stream (the exec fallback's attached
  * connection) has one reader; writes from another thread need the caller's
- * lock, as with docker.h. */
+ * lock. */
 #ifndef SANDBOXD_ENGINE_H
 #define SANDBOXD_ENGINE_H
 
@@ -244,34 +247,52 @@ struct engine_exec_result {
 /* Free the outputs of a result (accepts NULL; safe twice). */
 void engine_exec_result_done(struct engine_exec_result *r);
 
-/* The table an engine fills. Semantics are docker.h's for the call of the
- * same name unless said otherwise. */
+/* The table an engine fills; every entry's meaning is stated here, for any
+ * engine. "id" is what create returned (a container, a Pod: the engine's
+ * own handle, at most ENGINE_ID_STR_MAX - 1 bytes). */
 struct engine_ops {
+        /* Free the engine's own state (priv); no call is in flight. */
         void (*free)(struct engine *e);
         /* Reach the engine and settle what the session needs (Docker: the API
          * version). Before it, other calls may still work, unversioned. */
         int (*connect)(struct engine *e, struct sbx_error *err);
+        /* The engine's name and version, for status pages and logs. */
         int (*version)(struct engine *e, struct engine_version *ret, struct sbx_error *err);
         /* Calls that failed for a reason other than the engine's ordinary answers. */
         uint64_t (*api_errors)(struct engine *e);
+        /* The image as the engine has it locally (id, digest, the recipe
+         * label); -ENOENT when it does not have it (nothing is pulled). */
         int (*image_inspect)(struct engine *e, const char *image, struct engine_image_info *ret, struct sbx_error *err);
         /* Whether the engine offers this runtime class. */
         int (*has_runtime)(struct engine *e, const char *name, bool *ret, struct sbx_error *err);
 
-        /* Create (not start) from the hardened spec. The caller has checked
-         * engine_spec_unenforced(); the engine leaves those settings out. */
+        /* Create (not start) from the hardened spec, named spec->name. The
+         * caller has checked engine_spec_unenforced(); the engine leaves those
+         * settings out and applies every other one, or fails. A missing image
+         * is -ENOENT, a taken name -EEXIST. */
         int (*create)(struct engine *e, const struct engine_spec *spec, char ret_id[ENGINE_ID_STR_MAX],
                       struct sbx_error *err);
+        /* Start what create made; one that already runs is success. */
         int (*start)(struct engine *e, const char *id, struct sbx_error *err);
+        /* Its state now (running, paused, exit code, OOM, node, labels). */
         int (*inspect)(struct engine *e, const char *id, struct engine_container_info *ret, struct sbx_error *err);
+        /* Ask it to stop, killing it after timeout_s; one already stopped is
+         * success. The call's bound is the engine's timeout plus timeout_s. */
         int (*stop)(struct engine *e, const char *id, int timeout_s, struct sbx_error *err);
         /* Force-remove with its anonymous volumes; a missing one is -ENOENT. */
         int (*remove)(struct engine *e, const char *id, struct sbx_error *err);
-        /* label_filters: NULL-terminated "key" or "key=value", all of which must match. */
+        /* Containers (all: stopped ones too) whose labels pass every filter;
+         * label_filters: NULL-terminated "key" or "key=value". *ret_list is
+         * malloc'd (free()). */
         int (*list)(struct engine *e, const char *const *label_filters, bool all,
                     struct engine_container_summary **ret_list, size_t *ret_n, struct sbx_error *err);
+        /* The last tail_lines lines (< 0: all) of its main process's output,
+         * stdout and stderr joined in arrival order; *ret_text malloc'd. */
         int (*logs)(struct engine *e, const char *id, int tail_lines, char **ret_text, struct sbx_error *err);
+        /* One sample of its usage; what the engine does not report is 0. */
         int (*stats)(struct engine *e, const char *id, struct engine_stats *ret, struct sbx_error *err);
+        /* Freeze and thaw every process, memory kept; -EBUSY when it is not
+         * running (pause) or not paused (unpause). */
         int (*pause)(struct engine *e, const char *id, struct sbx_error *err);
         int (*unpause)(struct engine *e, const char *id, struct sbx_error *err);
         /* Blocks on the calling thread; reconnects without losing or repeating
@@ -310,7 +331,13 @@ struct engine_ops {
         int (*claim_list)(struct engine *e, const char *const *label_filters, struct engine_claim_summary **ret_list,
                           size_t *ret_n, struct sbx_error *err);
 
-        /* The exec fallback. */
+        /* The exec fallback: a process started in a running container by
+         * the engine itself, used only when the runner cannot be reached.
+         * create makes it (-EBUSY if the container is not running), attach
+         * starts it and returns its stdin/stdout/stderr as one stream (its
+         * own connection; -ENOENT for an unknown exec id), inspect tells
+         * whether it still runs and its exit code, run does all three and
+         * collects at most max_output bytes within timeout_ms. */
         int (*fallback_create)(struct engine *e, const char *container_id, const struct engine_exec_spec *spec,
                                char ret_exec_id[ENGINE_ID_STR_MAX], struct sbx_error *err);
         int (*fallback_attach)(struct engine *e, const char *exec_id, struct engine_stream **ret_stream,
@@ -320,6 +347,12 @@ struct engine_ops {
         int (*fallback_run)(struct engine *e, const char *container_id, const struct engine_exec_spec *spec,
                             const void *stdin_data, size_t stdin_len, size_t max_output, int timeout_ms,
                             struct engine_exec_result *ret, struct sbx_error *err);
+        /* A fallback stream. read: the next chunk with its kind, blocking up
+         * to timeout_ms (-1 forever): > 0 bytes, 0 at its end, -ETIMEDOUT or
+         * -errno. write_some: what the stream takes now without waiting (0
+         * when full; -EPIPE once stdin is closed). wait: until a read (or,
+         * with writable, a write) would not block. close_write: end of
+         * input. free: close it; the process keeps running; accepts NULL. */
         ssize_t (*stream_read)(struct engine_stream *s, enum engine_stream_kind *ret_kind, void *buf, size_t cap,
                                int timeout_ms);
         ssize_t (*stream_write_some)(struct engine_stream *s, const void *buf, size_t len);

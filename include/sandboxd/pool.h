@@ -98,8 +98,6 @@ void pool_free(struct pool *p);
  * is given up: its slot is removed. */
 int pool_recover_claims(const struct sbx_config *cfg, struct store *st, struct engine *d, struct runner_hub *h,
                         struct sbx_error *err);
-/* Claims a previous daemon left half done ('claiming' slot rows). */
-size_t pool_claims_pending(struct store *st);
 /* After a restart: adopt ready slots whose container runs (at most their
  * image's size: a pool turned off or made smaller gives its containers
  * back; only those of the quota in force), remove the rest

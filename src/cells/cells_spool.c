@@ -25,14 +25,6 @@ const char *cell_stream_name(enum cell_stream s)
         return s < CELL_STREAMS ? names[s] : "?";
 }
 
-int cell_stream_from_name(const char *name)
-{
-        for (int i = 0; name && i < CELL_STREAMS; i++)
-                if (strcmp(name, names[i]) == 0)
-                        return i;
-        return -1;
-}
-
 static void path_of(char *buf, size_t size, const char *dir, const char *id, enum cell_stream st)
 {
         snprintf(buf, size, "%s/%s.%s", dir, id, names[st]);

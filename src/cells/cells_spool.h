@@ -25,8 +25,6 @@ enum cell_stream {
 struct cell_spool;
 
 const char *cell_stream_name(enum cell_stream s);
-/* -1 for anything but stdout, stderr, outputs. */
-int cell_stream_from_name(const char *name);
 
 /* Create the three files of one cell (O_EXCL, O_NOFOLLOW, 0600). */
 int cell_spool_open(const char *dir, const char *id, uint64_t cap, struct cell_spool **ret);

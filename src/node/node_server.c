@@ -21,7 +21,8 @@
  * requests and the fencing state; paired with s->cond (a request answered,
  * a node connected). A link's own lock (nl.lock) is taken under s->lock
  * (nl_queue), never the other way round. The placement hooks (the store)
- * may be called under s->lock: the store calls nothing back. */
+ * are never called with s->lock held (node.h): the session's node is read
+ * before the lock is taken, the counts after it is let go. */
 #include <arpa/inet.h>
 #include <endian.h>
 #include <errno.h>

@@ -177,18 +177,6 @@ int pool_finish_claim(const struct sbx_config *cfg, struct store *st, struct eng
         return 0;
 }
 
-size_t pool_claims_pending(struct store *st)
-{
-        _cleanup_free_ struct store_pool_slot *rows = NULL;
-        size_t n = 0, pending = 0;
-
-        if (store_pool_list(st, &rows, &n) < 0)
-                return 0;
-        for (size_t i = 0; i < n; i++)
-                pending += strcmp(rows[i].state, "claiming") == 0;
-        return pending;
-}
-
 int pool_recover_claims(const struct sbx_config *cfg, struct store *st, struct engine *d, struct runner_hub *h,
                         struct sbx_error *err)
 {

@@ -210,6 +210,27 @@ int store_exec_simple(struct store *s, const char *sql)
 }
 
 /* Grow a malloc'd array by one element; returns the new slot or NULL. */
+int sq_collect(struct store_query *q, size_t elem, void (*read_row)(struct store_query *q, void *row), void **ret,
+               size_t *ret_n)
+{
+        _cleanup_free_ void *rows = NULL;
+        size_t n = 0, cap = 0;
+        int r;
+
+        while ((r = sq_step(q)) > 0) {
+                void *row = store_array_push(&rows, &n, &cap, elem);
+                if (!row)
+                        return -ENOMEM;
+                memset(row, 0, elem);
+                read_row(q, row);
+        }
+        if (r < 0)
+                return r;
+        *ret = TAKE_PTR(rows);
+        *ret_n = n;
+        return 0;
+}
+
 void *store_array_push(void **array, size_t *n, size_t *cap, size_t elem)
 {
         if (*n == *cap) {

@@ -27,8 +27,10 @@ void store_script_done(struct store_script *row)
 /* Columns 0-5: name, content_hash, language, description, bytes, created_at. */
 #define SCRIPT_COLS "name, content_hash, language, COALESCE(description, ''), bytes, created_at"
 
-static void script_from_row(struct store_query *q, struct store_script *ret)
+static void script_from_row(struct store_query *q, void *p)
 {
+        struct store_script *ret = p;
+
         memset(ret, 0, sizeof(*ret));
         sq_col_text(q, 0, ret->name, sizeof(ret->name));
         sq_col_text(q, 1, ret->content_hash, sizeof(ret->content_hash));
@@ -126,8 +128,6 @@ int store_script_list(struct store *s, const char *user, const char *filter, siz
 {
         STORE_LOCK(s);
         _cleanup_(sq_end) struct store_query q = {};
-        struct store_script *rows = NULL;
-        size_t n = 0, cap = 0;
         int r;
 
         if (!store_key_ok(user))
@@ -142,21 +142,7 @@ int store_script_list(struct store *s, const char *user, const char *filter, siz
         sq_text(&q, user);
         sq_text_opt(&q, filter);
         sq_int64(&q, (int64_t)limit);
-        while ((r = sq_step(&q)) > 0) {
-                struct store_script *row = store_array_push((void **)&rows, &n, &cap, sizeof(*rows));
-                if (!row) {
-                        free(rows);
-                        return -ENOMEM;
-                }
-                script_from_row(&q, row);
-        }
-        if (r < 0) {
-                free(rows);
-                return r;
-        }
-        *ret = rows;
-        *ret_n = n;
-        return 0;
+        return SQ_COLLECT(&q, script_from_row, ret, ret_n);
 }
 
 int store_script_delete(struct store *s, const char *user, const char *name, int64_t *ret_removed)

@@ -165,13 +165,29 @@ int store_egress_log_add(struct store *s, const char *user, const char *session,
         return r < 0 ? r : 0;
 }
 
+static void egress_log_list_row(struct store_query *q, void *p)
+{
+        struct store_egress_entry *row = p;
+
+        row->id = sq_col_int64(q, 0);
+        row->ts = sq_col_int64(q, 1);
+        sq_col_text(q, 2, row->host, sizeof(row->host));
+        row->port = (int)sq_col_int64(q, 3);
+        sq_col_text(q, 4, row->method, sizeof(row->method));
+        sq_col_text(q, 5, row->decision, sizeof(row->decision));
+        sq_col_text(q, 6, row->reason, sizeof(row->reason));
+        sq_col_text(q, 7, row->address, sizeof(row->address));
+        row->bytes_up = sq_col_int64(q, 8);
+        row->bytes_down = sq_col_int64(q, 9);
+        row->duration_ms = sq_col_int64(q, 10);
+        row->suppressed = sq_col_int64(q, 11);
+}
+
 int store_egress_log_list(struct store *s, const char *user, const char *session, size_t limit,
                           struct store_egress_entry **ret, size_t *ret_n)
 {
         STORE_LOCK(s);
         _cleanup_(sq_end) struct store_query q = {};
-        _cleanup_free_ struct store_egress_entry *rows = NULL;
-        size_t n = 0, cap = 0;
         int r;
 
         if (!store_key_ok(user) || !store_key_ok(session) || limit < 1 || limit > 100000)
@@ -185,28 +201,7 @@ int store_egress_log_list(struct store *s, const char *user, const char *session
         sq_text(&q, user);
         sq_text(&q, session);
         sq_int64(&q, (int64_t)limit);
-        while ((r = sq_step(&q)) > 0) {
-                struct store_egress_entry *row = store_array_push((void **)&rows, &n, &cap, sizeof(*rows));
-                if (!row)
-                        return -ENOMEM;
-                row->id = sq_col_int64(&q, 0);
-                row->ts = sq_col_int64(&q, 1);
-                sq_col_text(&q, 2, row->host, sizeof(row->host));
-                row->port = (int)sq_col_int64(&q, 3);
-                sq_col_text(&q, 4, row->method, sizeof(row->method));
-                sq_col_text(&q, 5, row->decision, sizeof(row->decision));
-                sq_col_text(&q, 6, row->reason, sizeof(row->reason));
-                sq_col_text(&q, 7, row->address, sizeof(row->address));
-                row->bytes_up = sq_col_int64(&q, 8);
-                row->bytes_down = sq_col_int64(&q, 9);
-                row->duration_ms = sq_col_int64(&q, 10);
-                row->suppressed = sq_col_int64(&q, 11);
-        }
-        if (r < 0)
-                return r;
-        *ret = TAKE_PTR(rows);
-        *ret_n = n;
-        return 0;
+        return SQ_COLLECT(&q, egress_log_list_row, ret, ret_n);
 }
 
 int store_gc_egress_prune(struct store *s, int64_t before_ms, bool dry_run)

@@ -13,8 +13,10 @@
         "created_at, finished_at, duration_ms, via, cpu_user_ms, cpu_system_ms, max_rss_kb, image, runtime, "          \
         "runner_version, started_at, runner_tag, deadline_at, spool_budget, actor, interactive, tty"
 
-static void exec_from_row(struct store_query *q, struct store_execution *row)
+static void exec_from_row(struct store_query *q, void *p)
 {
+        struct store_execution *row = p;
+
         memset(row, 0, sizeof(*row));
         sq_col_text(q, 0, row->id, sizeof(row->id));
         sq_col_text(q, 1, row->user_id, sizeof(row->user_id));
@@ -278,8 +280,6 @@ int store_exec_list_adoptable(struct store *s, struct store_execution **ret, siz
 {
         STORE_LOCK(s);
         _cleanup_(sq_end) struct store_query q = {};
-        _cleanup_free_ struct store_execution *rows = NULL;
-        size_t n = 0, cap = 0;
         int r;
 
         r = sq_start(&q, s,
@@ -288,17 +288,7 @@ int store_exec_list_adoptable(struct store *s, struct store_execution **ret, siz
                      "ORDER BY created_at, id");
         if (r < 0)
                 return r;
-        while ((r = sq_step(&q)) > 0) {
-                struct store_execution *slot = store_array_push((void **)&rows, &n, &cap, sizeof(*rows));
-                if (!slot)
-                        return -ENOMEM;
-                exec_from_row(&q, slot);
-        }
-        if (r < 0)
-                return r;
-        *ret = TAKE_PTR(rows);
-        *ret_n = n;
-        return 0;
+        return SQ_COLLECT(&q, exec_from_row, ret, ret_n);
 }
 
 int store_exec_clear_spool(struct store *s, const char *id)

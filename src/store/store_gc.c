@@ -120,12 +120,21 @@ int store_gc_port_release(struct store *s, int port, const char *user, const cha
         return r > 0 ? 0 : -ESTALE;
 }
 
+static void gc_services_list_row(struct store_query *q, void *p)
+{
+        struct store_gc_service *row = p;
+
+        sq_col_text(q, 0, row->user_id, sizeof(row->user_id));
+        sq_col_text(q, 1, row->session_id, sizeof(row->session_id));
+        sq_col_text(q, 2, row->name, sizeof(row->name));
+        sq_col_text(q, 3, row->container_id, sizeof(row->container_id));
+        sq_col_text(q, 4, row->state, sizeof(row->state));
+}
+
 int store_gc_services_list(struct store *s, struct store_gc_service **ret, size_t *ret_n)
 {
         STORE_LOCK(s);
         _cleanup_(sq_end) struct store_query q = {};
-        _cleanup_free_ struct store_gc_service *rows = NULL;
-        size_t n = 0, cap = 0;
         int r;
 
         if (!ret || !ret_n)
@@ -135,22 +144,7 @@ int store_gc_services_list(struct store *s, struct store_gc_service **ret, size_
                      "ORDER BY user_id, session_id, name");
         if (r < 0)
                 return r;
-        while ((r = sq_step(&q)) > 0) {
-                struct store_gc_service *row = store_array_push((void **)&rows, &n, &cap, sizeof(*rows));
-                if (!row)
-                        return -ENOMEM;
-                memset(row, 0, sizeof(*row));
-                sq_col_text(&q, 0, row->user_id, sizeof(row->user_id));
-                sq_col_text(&q, 1, row->session_id, sizeof(row->session_id));
-                sq_col_text(&q, 2, row->name, sizeof(row->name));
-                sq_col_text(&q, 3, row->container_id, sizeof(row->container_id));
-                sq_col_text(&q, 4, row->state, sizeof(row->state));
-        }
-        if (r < 0)
-                return r;
-        *ret = TAKE_PTR(rows);
-        *ret_n = n;
-        return 0;
+        return SQ_COLLECT(&q, gc_services_list_row, ret, ret_n);
 }
 
 int store_gc_service_delete(struct store *s, const char *user, const char *session, const char *name,
@@ -178,13 +172,19 @@ int store_gc_service_delete(struct store *s, const char *user, const char *sessi
         return r > 0 ? 0 : -ESTALE;
 }
 
+static void gc_spools_list_row(struct store_query *q, void *p)
+{
+        struct store_gc_spool *row = p;
+
+        sq_col_text(q, 0, row->id, sizeof(row->id));
+        row->finished_at = sq_col_int64(q, 1);
+}
+
 int store_gc_spools_list(struct store *s, int64_t before_ms, int64_t after_finished_at, const char *after_id,
                          size_t limit, struct store_gc_spool **ret, size_t *ret_n)
 {
         STORE_LOCK(s);
         _cleanup_(sq_end) struct store_query q = {};
-        _cleanup_free_ struct store_gc_spool *rows = NULL;
-        size_t n = 0, cap = 0;
         int r;
 
         if (!after_id || !ret || !ret_n || limit == 0)
@@ -202,19 +202,7 @@ int store_gc_spools_list(struct store *s, int64_t before_ms, int64_t after_finis
         sq_int64(&q, after_finished_at);
         sq_text(&q, after_id);
         sq_int64(&q, (int64_t)(limit > INT64_MAX ? INT64_MAX : limit));
-        while ((r = sq_step(&q)) > 0) {
-                struct store_gc_spool *row = store_array_push((void **)&rows, &n, &cap, sizeof(*rows));
-                if (!row)
-                        return -ENOMEM;
-                memset(row, 0, sizeof(*row));
-                sq_col_text(&q, 0, row->id, sizeof(row->id));
-                row->finished_at = sq_col_int64(&q, 1);
-        }
-        if (r < 0)
-                return r;
-        *ret = TAKE_PTR(rows);
-        *ret_n = n;
-        return 0;
+        return SQ_COLLECT(&q, gc_spools_list_row, ret, ret_n);
 }
 
 int store_gc_spool_known(struct store *s, const char *id, bool *ret_known)

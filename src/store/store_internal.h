@@ -60,6 +60,14 @@ void sq_end(struct store_query *q);
 void sq_col_text(struct store_query *q, int col, char *buf, size_t size);
 int64_t sq_col_int64(struct store_query *q, int col);
 
+/* Every row of a started query, as a new array of elem-sized elements, each
+ * zeroed, then filled by read_row from the query's columns. *ret (malloc'd,
+ * NULL when no row came) and *ret_n are written only on success. The store's
+ * one list helper: SQ_COLLECT(&q, read_row, ret, ret_n) takes elem from ret. */
+int sq_collect(struct store_query *q, size_t elem, void (*read_row)(struct store_query *q, void *row), void **ret,
+               size_t *ret_n);
+#define SQ_COLLECT(q, read_row, ret, ret_n) sq_collect((q), sizeof(**(ret)), (read_row), (void **)(ret), (ret_n))
+
 int store_exec_simple(struct store *s, const char *sql);
 /* Grow a malloc'd array by one element; returns the new slot or NULL. */
 void *store_array_push(void **array, size_t *n, size_t *cap, size_t elem);

@@ -11,8 +11,10 @@
 #define SLOT_COLUMNS                                                                                                   \
         "slot, state, container_id, image, network_mode, user_id, session_id, created_at, image_ref, ws_quota"
 
-static void slot_row(struct store_query *q, struct store_pool_slot *r)
+static void slot_row(struct store_query *q, void *p)
 {
+        struct store_pool_slot *r = p;
+
         memset(r, 0, sizeof(*r));
         sq_col_text(q, 0, r->slot, sizeof(r->slot));
         sq_col_text(q, 1, r->state, sizeof(r->state));
@@ -96,27 +98,11 @@ int store_pool_list(struct store *s, struct store_pool_slot **ret, size_t *ret_n
 {
         STORE_LOCK(s);
         _cleanup_(sq_end) struct store_query q = {};
-        struct store_pool_slot *rows = NULL, *row;
-        size_t n = 0, cap = 0;
         int r = sq_start(&q, s, "SELECT " SLOT_COLUMNS " FROM pool_slots ORDER BY created_at, slot");
 
         if (r < 0)
                 return r;
-        while ((r = sq_step(&q)) > 0) {
-                row = store_array_push((void **)&rows, &n, &cap, sizeof(*rows));
-                if (!row) {
-                        free(rows);
-                        return -ENOMEM;
-                }
-                slot_row(&q, row);
-        }
-        if (r < 0) {
-                free(rows);
-                return r;
-        }
-        *ret = rows;
-        *ret_n = n;
-        return 0;
+        return SQ_COLLECT(&q, slot_row, ret, ret_n);
 }
 
 int store_pool_claim_begin(struct store *s, const char *user, const char *session, const char *image_ref,

@@ -50,13 +50,20 @@ int store_private_any(struct store *s, const char *user, const char *session, bo
         return 0;
 }
 
+static void private_list_row(struct store_query *q, void *p)
+{
+        struct store_private *row = p;
+
+        sq_col_text(q, 0, row->dataset, sizeof(row->dataset));
+        sq_col_text(q, 1, row->source, sizeof(row->source));
+        row->marked_at = sq_col_int64(q, 2);
+}
+
 int store_private_list(struct store *s, const char *user, const char *session, struct store_private **ret,
                        size_t *ret_n)
 {
         STORE_LOCK(s);
         _cleanup_(sq_end) struct store_query q = {};
-        _cleanup_free_ struct store_private *rows = NULL;
-        size_t n = 0, cap = 0;
         int r = sq_start(&q, s,
                          "SELECT dataset, source, marked_at FROM private_datasets WHERE user_id = ?1 AND "
                          "session_id = ?2 ORDER BY marked_at, dataset");
@@ -64,17 +71,5 @@ int store_private_list(struct store *s, const char *user, const char *session, s
                 return r;
         sq_text(&q, user);
         sq_text(&q, session);
-        while ((r = sq_step(&q)) > 0) {
-                struct store_private *row = store_array_push((void **)&rows, &n, &cap, sizeof(*rows));
-                if (!row)
-                        return -ENOMEM;
-                sq_col_text(&q, 0, row->dataset, sizeof(row->dataset));
-                sq_col_text(&q, 1, row->source, sizeof(row->source));
-                row->marked_at = sq_col_int64(&q, 2);
-        }
-        if (r < 0)
-                return r;
-        *ret = TAKE_PTR(rows);
-        *ret_n = n;
-        return 0;
+        return SQ_COLLECT(&q, private_list_row, ret, ret_n);
 }

@@ -44,30 +44,24 @@ int store_quota_unset(struct store *s, const char *user, const char *key)
         return r;
 }
 
+static void quota_list_row(struct store_query *q, void *p)
+{
+        struct store_quota *row = p;
+
+        sq_col_text(q, 0, row->user_id, sizeof(row->user_id));
+        sq_col_text(q, 1, row->key, sizeof(row->key));
+        row->value = sq_col_int64(q, 2);
+}
+
 int store_quota_list(struct store *s, struct store_quota **ret, size_t *ret_n)
 {
         STORE_LOCK(s);
         _cleanup_(sq_end) struct store_query q = {};
-        _cleanup_free_ struct store_quota *rows = NULL;
-        size_t n = 0, cap = 0;
         int r = sq_start(&q, s, "SELECT user_id, key, value FROM user_quotas ORDER BY user_id, key");
 
         if (r < 0)
                 return r;
-        while ((r = sq_step(&q)) > 0) {
-                struct store_quota *row = store_array_push((void **)&rows, &n, &cap, sizeof(*rows));
-                if (!row)
-                        return -ENOMEM;
-                memset(row, 0, sizeof(*row));
-                sq_col_text(&q, 0, row->user_id, sizeof(row->user_id));
-                sq_col_text(&q, 1, row->key, sizeof(row->key));
-                row->value = sq_col_int64(&q, 2);
-        }
-        if (r < 0)
-                return r;
-        *ret = TAKE_PTR(rows);
-        *ret_n = n;
-        return 0;
+        return SQ_COLLECT(&q, quota_list_row, ret, ret_n);
 }
 
 int store_quota_spool_usage(struct store *s, const char *user, const char *session, int64_t *ret_bytes,

@@ -86,13 +86,18 @@ int store_service_get(struct store *s, const char *user, const char *session, co
         return 0;
 }
 
+static void service_list_row(struct store_query *q, void *p)
+{
+        struct store_service *row = p;
+
+        service_from_row(q, row);
+}
+
 int store_service_list(struct store *s, const char *user, const char *session, bool active_only,
                        struct store_service **ret, size_t *ret_n)
 {
         STORE_LOCK(s);
         _cleanup_(sq_end) struct store_query q = {};
-        _cleanup_free_ struct store_service *rows = NULL;
-        size_t n = 0, cap = 0;
         int r = sq_start(&q, s,
                          "SELECT " SERVICE_COLUMNS
                          " FROM services WHERE (?1 IS NULL OR user_id = ?1) AND "
@@ -104,15 +109,5 @@ int store_service_list(struct store *s, const char *user, const char *session, b
         sq_text(&q, user);
         sq_text(&q, session);
         sq_int64(&q, active_only ? 1 : 0);
-        while ((r = sq_step(&q)) > 0) {
-                struct store_service *row = store_array_push((void **)&rows, &n, &cap, sizeof(*rows));
-                if (!row)
-                        return -ENOMEM;
-                service_from_row(&q, row);
-        }
-        if (r < 0)
-                return r;
-        *ret = TAKE_PTR(rows);
-        *ret_n = n;
-        return 0;
+        return SQ_COLLECT(&q, service_list_row, ret, ret_n);
 }

@@ -19,8 +19,10 @@
         "user_id, session_id, state, container_id, image, network_mode, last_error, error_cause, created_at, "         \
         "updated_at, last_activity, paused_at"
 
-static void session_from_row(struct store_query *q, struct store_session *row)
+static void session_from_row(struct store_query *q, void *p)
 {
+        struct store_session *row = p;
+
         memset(row, 0, sizeof(*row));
         sq_col_text(q, 0, row->user_id, sizeof(row->user_id));
         sq_col_text(q, 1, row->session_id, sizeof(row->session_id));
@@ -142,8 +144,6 @@ int store_session_list(struct store *s, const char *user, const char *state, str
 {
         STORE_LOCK(s);
         _cleanup_(sq_end) struct store_query q = {};
-        _cleanup_free_ struct store_session *rows = NULL;
-        size_t n = 0, cap = 0;
         int r;
 
         if (!ret || !ret_n)
@@ -156,17 +156,7 @@ int store_session_list(struct store *s, const char *user, const char *state, str
                 return r;
         sq_text(&q, user);
         sq_text(&q, state);
-        while ((r = sq_step(&q)) > 0) {
-                struct store_session *row = store_array_push((void **)&rows, &n, &cap, sizeof(*rows));
-                if (!row)
-                        return -ENOMEM;
-                session_from_row(&q, row);
-        }
-        if (r < 0)
-                return r;
-        *ret = TAKE_PTR(rows); /* ownership to the caller; NULL when n == 0 */
-        *ret_n = n;
-        return 0;
+        return SQ_COLLECT(&q, session_from_row, ret, ret_n);
 }
 
 int store_session_touch(struct store *s, const char *user, const char *session, int64_t now_ms)
@@ -363,12 +353,20 @@ int store_ports_release_port(struct store *s, int port)
         return r > 0 ? 0 : -ENOENT;
 }
 
+static void port_row(struct store_query *q, void *p)
+{
+        struct store_port *row = p;
+
+        row->port = (int)sq_col_int64(q, 0);
+        sq_col_text(q, 1, row->user_id, sizeof(row->user_id));
+        sq_col_text(q, 2, row->session_id, sizeof(row->session_id));
+        sq_col_text(q, 3, row->container_id, sizeof(row->container_id));
+}
+
 int store_ports_list(struct store *s, struct store_port **ret, size_t *ret_n)
 {
         STORE_LOCK(s);
         _cleanup_(sq_end) struct store_query q = {};
-        _cleanup_free_ struct store_port *rows = NULL;
-        size_t n = 0, cap = 0;
         int r;
 
         if (!ret || !ret_n)
@@ -376,19 +374,5 @@ int store_ports_list(struct store *s, struct store_port **ret, size_t *ret_n)
         r = sq_start(&q, s, "SELECT port, user_id, session_id, container_id FROM port_allocations ORDER BY port");
         if (r < 0)
                 return r;
-        while ((r = sq_step(&q)) > 0) {
-                struct store_port *row = store_array_push((void **)&rows, &n, &cap, sizeof(*rows));
-                if (!row)
-                        return -ENOMEM;
-                memset(row, 0, sizeof(*row));
-                row->port = (int)sq_col_int64(&q, 0);
-                sq_col_text(&q, 1, row->user_id, sizeof(row->user_id));
-                sq_col_text(&q, 2, row->session_id, sizeof(row->session_id));
-                sq_col_text(&q, 3, row->container_id, sizeof(row->container_id));
-        }
-        if (r < 0)
-                return r;
-        *ret = TAKE_PTR(rows); /* ownership to the caller; NULL when n == 0 */
-        *ret_n = n;
-        return 0;
+        return SQ_COLLECT(&q, port_row, ret, ret_n);
 }

@@ -8,8 +8,10 @@
 
 #define TOKEN_COLUMNS "id, user_id, role, token_sha256, created_at, revoked_at"
 
-static void token_from_row(struct store_query *q, struct store_token *row)
+static void token_from_row(struct store_query *q, void *p)
 {
+        struct store_token *row = p;
+
         memset(row, 0, sizeof(*row));
         sq_col_text(q, 0, row->id, sizeof(row->id));
         sq_col_text(q, 1, row->user_id, sizeof(row->user_id));
@@ -95,8 +97,6 @@ int store_token_list(struct store *s, struct store_token **ret, size_t *ret_n)
 {
         STORE_LOCK(s);
         _cleanup_(sq_end) struct store_query q = {};
-        _cleanup_free_ struct store_token *rows = NULL;
-        size_t n = 0, cap = 0;
         int r;
 
         if (!ret || !ret_n)
@@ -104,15 +104,5 @@ int store_token_list(struct store *s, struct store_token **ret, size_t *ret_n)
         r = sq_start(&q, s, "SELECT " TOKEN_COLUMNS " FROM api_tokens ORDER BY created_at, rowid");
         if (r < 0)
                 return r;
-        while ((r = sq_step(&q)) > 0) {
-                struct store_token *slot = store_array_push((void **)&rows, &n, &cap, sizeof(*rows));
-                if (!slot)
-                        return -ENOMEM;
-                token_from_row(&q, slot);
-        }
-        if (r < 0)
-                return r;
-        *ret = TAKE_PTR(rows);
-        *ret_n = n;
-        return 0;
+        return SQ_COLLECT(&q, token_from_row, ret, ret_n);
 }

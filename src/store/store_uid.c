@@ -152,31 +152,26 @@ int store_uid_release(struct store *s, const char *user, const char *session)
         return r < 0 ? r : r > 0 ? 0 : -ENOENT;
 }
 
+static void uid_list_row(struct store_query *q, void *p)
+{
+        struct store_uid *row = p;
+
+        sq_col_text(q, 0, row->user_id, sizeof(row->user_id));
+        sq_col_text(q, 1, row->session_id, sizeof(row->session_id));
+        row->uid = sq_col_int64(q, 2);
+        row->assigned_at = sq_col_int64(q, 3);
+}
+
 int store_uid_list(struct store *s, struct store_uid **ret, size_t *ret_n)
 {
         STORE_LOCK(s);
         _cleanup_(sq_end) struct store_query q = {};
-        _cleanup_free_ struct store_uid *rows = NULL;
-        size_t n = 0, cap = 0;
         int r;
 
         r = sq_start(&q, s, "SELECT user_id, session_id, uid, assigned_at FROM session_uids ORDER BY uid");
         if (r < 0)
                 return r;
-        while ((r = sq_step(&q)) > 0) {
-                struct store_uid *row = store_array_push((void **)&rows, &n, &cap, sizeof(*rows));
-                if (!row)
-                        return -ENOMEM;
-                sq_col_text(&q, 0, row->user_id, sizeof(row->user_id));
-                sq_col_text(&q, 1, row->session_id, sizeof(row->session_id));
-                row->uid = sq_col_int64(&q, 2);
-                row->assigned_at = sq_col_int64(&q, 3);
-        }
-        if (r < 0)
-                return r;
-        *ret = TAKE_PTR(rows);
-        *ret_n = n;
-        return 0;
+        return SQ_COLLECT(&q, uid_list_row, ret, ret_n);
 }
 
 int store_gc_uid_release(struct store *s, const char *user, const char *session, int64_t uid)

@@ -6,7 +6,7 @@
  * never blocks on I/O: it appends to an in-memory queue of at most
  * EVENTS_QUEUE_MAX events (past it the event is dropped and counted:
  * sandboxd_events_dropped_total) and returns. One writer thread
- * ("sbx-events") drains the queue in batches into the store (store_events.h:
+ * ("sbx-evlog") drains the queue in batches into the store (store_events.h:
  * each event gets an increasing id that is never reused), then fans the
  * batch out to live subscribers and wakes the listener (the webhook sender,
  * which reads the log itself with a persisted cursor). The log is bounded by

@@ -6,8 +6,8 @@
  * core above cannot tell the two transports apart.
  *
  * libcurl does the HTTP and TLS (the adapter is a separate process from the
- * daemon, whose only libcurl user is the Docker client; hand-written HTTP
- * over GnuTLS would be the worse choice). Certificates: the system store, or
+ * daemon and links libcurl itself; hand-written HTTP over GnuTLS would be
+ * the worse choice). Certificates: the system store, or
  * --cacert FILE alone; --cert/--key present a client certificate (mTLS).
  * Plain http:// is accepted only to a loopback host.
  *

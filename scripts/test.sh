@@ -14,10 +14,20 @@
 #                            Criterion's runner can start under TSan (today it
 #                            cannot: Criterion issue #274).
 #   scripts/test.sh --node   build into build/ and run the Criterion integration
-#                            suites with SANDBOXD_TEST_NODE=1: every daemon a
-#                            test opens runs its node part in a separate
-#                            `sandboxd node` over TLS on loopback
-#                            (tests/helpers/nodeenv.h). No JS or client tests.
+#                            suites that cross the node link with
+#                            SANDBOXD_TEST_NODE=1: every daemon a test opens
+#                            runs its node part in a separate `sandboxd node`
+#                            over TLS on loopback (tests/helpers/nodeenv.h).
+#                            Those suites are the ones whose traffic the node
+#                            agent carries (runner connections: exec, cells,
+#                            files, services, pause's thaw, the runner check;
+#                            gateway streams: egress, published ports, the
+#                            ratchet's sockets; epochs and re-adoption:
+#                            durable, pool claims, restarts); the others
+#                            (fronts, store, quotas, labels, snapshots of the
+#                            host's workspace ...) run the same code either
+#                            way. SANDBOXD_NODE_SUITES=all runs every suite.
+#                            No JS or client tests.
 #   scripts/test.sh --k8s    setup.sh, build into build/, start the Kubernetes
 #                            testbed (scripts/k8s-testbed.sh) unless it already
 #                            runs, run tests/k8s/smoke.sh and the ctest suites
@@ -48,7 +58,8 @@
 #              SANDBOXD_TEST_RUN (default: a fresh id), SANDBOXD_DOCKER_SOCKET,
 #              SANDBOXD_STRESS_SCALE (--tsan: iterations in percent, default 100),
 #              SANDBOXD_FORMAT_CHECK (default 1: scripts/format.sh --check runs with the
-#              unit tests; 0 skips it), SANDBOXD_CI=1 (set by .ci/run: --k8s fails
+#              unit tests; 0 skips it), SANDBOXD_NODE_SUITES=all (--node: every suite),
+#              SANDBOXD_CI=1 (set by .ci/run: --k8s fails
 #              when the testbed cannot start), K8S_TESTBED_* (scripts/k8s-testbed.sh).
 set -euo pipefail
 
@@ -73,7 +84,7 @@ case ${1:-} in
 		exit 2
 	fi
 	;;
--h | --help) sed -n '2,49s/^# \{0,1\}//p' "${BASH_SOURCE[0]}"; exit 0 ;;
+-h | --help) sed -n '2,63s/^# \{0,1\}//p' "${BASH_SOURCE[0]}"; exit 0 ;;
 *) echo "usage: scripts/test.sh [--asan | --tsan | --node | --k8s | --repeat N]" >&2; exit 2 ;;
 esac
 
@@ -327,8 +338,11 @@ elif ((node)); then
 	cmake -S . -B "$BUILD" -DCMAKE_BUILD_TYPE=RelWithDebInfo
 	cmake --build "$BUILD" -j2
 	export SANDBOXD_BUILD_DIR="$BUILD" SANDBOXD_TEST_NODE=1
+	# the suites that cross the link (the usage text above says why these)
+	node_suites='integration_test_(exec|cells|files|services|pause|impostor|runner|egress|network|ratchet|durable|pool|node)$'
+	[[ ${SANDBOXD_NODE_SUITES:-} != all ]] || node_suites='^integration_test_'
 	step "integration tests over a separate node agent" \
-		ctest --test-dir "$BUILD" --output-on-failure -L integration -E integration_install || true
+		ctest --test-dir "$BUILD" --output-on-failure -L integration -R "$node_suites" -E integration_install || true
 else
 	log "build into $BUILD"
 	cmake -S . -B "$BUILD" -DCMAKE_BUILD_TYPE=RelWithDebInfo

@@ -145,8 +145,23 @@ static void emit_state_event(const struct session *s, enum session_state state, 
                 events_emit(type, s->user, s->id, text);
 }
 
-void session_set_state_locked(struct session *s, enum session_state state, const char *cause, const char *error)
+int session_change_locked(struct session *s, enum session_transition t, enum session_state state, const char *cause,
+                          const char *error)
 {
+        if (!session_transition_allowed(t, s->state, state)) {
+                const struct session_transition_row *row = session_transition_row(t);
+                log_ctx(LOG_LEVEL_ERROR, s->user, s->id, s->container_id[0] ? s->container_id : NULL,
+                        "session %s -> %s refused: not a transition '%s' may make", session_state_to_string(s->state),
+                        session_state_to_string(state), row ? row->name : "?");
+                return -EPERM;
+        }
+        if (t == SESSION_T_DESTROY) { /* its row is gone: the event alone, whatever the state was */
+                log_ctx(LOG_LEVEL_INFO, s->user, s->id, NULL, "session %s -> destroyed",
+                        session_state_to_string(s->state));
+                s->state = state;
+                events_session_stopped(s->user, s->id, "destroyed");
+                return 0;
+        }
         if (s->state != state)
                 log_ctx(LOG_LEVEL_INFO, s->user, s->id, s->container_id[0] ? s->container_id : NULL,
                         "session %s -> %s%s%s", session_state_to_string(s->state), session_state_to_string(state),
@@ -160,6 +175,7 @@ void session_set_state_locked(struct session *s, enum session_state state, const
         if (error)
                 sbx_strlcpy(s->last_error, error, sizeof(s->last_error));
         persist_locked(s);
+        return 0;
 }
 
 /* ---- table ---- */
@@ -750,7 +766,7 @@ int session_get_or_create(struct session_manager *m, const char *user, const cha
                         if (s->state == SESSION_RUNNING && strcmp(cause, "privacy_ratchet") != 0) {
                                 char msg[256];
                                 snprintf(msg, sizeof(msg), "container %.12s failed: %s", old_id, cause);
-                                session_set_state_locked(s, SESSION_ERROR, cause, msg);
+                                (void)session_change_locked(s, SESSION_T_FAIL, SESSION_ERROR, cause, msg);
                                 pthread_mutex_unlock(&s->lock);
                                 session_call_handlers(m, user, id, old_id, cause);
                                 pthread_mutex_lock(&s->lock);
@@ -792,7 +808,7 @@ int session_get_or_create(struct session_manager *m, const char *user, const cha
                 memcpy(old_id, s->container_id, sizeof(old_id));
                 if (!cause[0])
                         snprintf(cause, sizeof(cause), "%s", s->state == SESSION_ERROR ? "recreated" : "");
-                session_set_state_locked(s, SESSION_CREATING, NULL, NULL);
+                (void)session_change_locked(s, SESSION_T_CREATE, SESSION_CREATING, NULL, NULL);
                 pthread_mutex_unlock(&s->lock);
 
                 r = 0;
@@ -816,7 +832,8 @@ int session_get_or_create(struct session_manager *m, const char *user, const cha
                 s->pooled = pooled;
                 if (r < 0) {
                         s->container_id[0] = '\0';
-                        session_set_state_locked(s, SESSION_ERROR, "create_failed", err ? err->msg : "creation failed");
+                        (void)session_change_locked(s, SESSION_T_CREATE_FAILED, SESSION_ERROR, "create_failed",
+                                                    err ? err->msg : "creation failed");
                         pthread_cond_broadcast(&s->cond);
                         pthread_mutex_unlock(&s->lock);
                         log_ctx(LOG_LEVEL_WARN, user, id, NULL, "cannot create container: %s",
@@ -842,7 +859,7 @@ int session_get_or_create(struct session_manager *m, const char *user, const cha
                 s->active_ops++;
                 s->uses++;
                 s->last_activity = sbx_wall_ms();
-                session_set_state_locked(s, SESSION_RUNNING, NULL, NULL);
+                (void)session_change_locked(s, SESSION_T_CREATED, SESSION_RUNNING, NULL, NULL);
                 pthread_cond_broadcast(&s->cond);
                 pthread_mutex_unlock(&s->lock);
                 *ret = s;

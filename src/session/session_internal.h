@@ -1,5 +1,6 @@
 /* session_internal.h — what the pieces of the session manager share:
  *   session.c            the table, references, admission, the manager and get_or_create
+ *   session_state.c      the lifecycle's transitions (the table below) and their check
  *   session_container.c  making a session's container (image, uid, workspace, runner, ports)
  *   session_info.c       snapshots: session_get_info, session_list, session_counts, session_running
  *   session_stop.c       taking containers away: failures, the privacy ratchet, expiry, destroy
@@ -22,7 +23,46 @@
  *             one key at most one container is ever being made.
  *
  * The store mirrors every state transition (written under s->lock: a local
- * sqlite write, not a Docker call), so a restart sees the last state. */
+ * sqlite write, not a Docker call), so a restart sees the last state.
+ *
+ * THE LIFECYCLE. A session is in one of five states; `transitioning` says
+ * that one thread is between two of them, doing engine work without locks
+ * (the others wait on s->cond):
+ *
+ *                 create              created               pause
+ *   STOPPED ─────────────> CREATING ─────────> RUNNING ─────────> PAUSED
+ *                            ^  │                 │   <─────────    │
+ *                    create  │  │ create_failed   │ fail   resume   │ fail,
+ *                            │  v                 v                 │ resume_failed
+ *                           ERROR <───────────────┴─────────────────┘
+ *
+ *   stop, evict, destroy: any state -> STOPPED (destroy: then gone)
+ *   adopt: any -> RUNNING | PAUSED, lost: any -> ERROR (a restart's reconciliation)
+ *   create also from RUNNING or PAUSED (a container replaced: the ratchet, a failed check)
+ *
+ * Every change goes through session_change_locked(s, transition, to, ...),
+ * which looks the (transition, from, to) up in the table (session_state.c),
+ * refuses and logs one no row allows, and otherwise logs it, emits its event
+ * and writes the row. The transitions and the functions that perform them:
+ *
+ *    transition      from                      to        performed by
+ *    create          STOPPED ERROR RUNNING     CREATING  session_get_or_create (RUNNING: a
+ *                    PAUSED CREATING                     container to replace, the ratchet's)
+ *    created         CREATING                  RUNNING   session_get_or_create
+ *    create_failed   CREATING                  ERROR     session_get_or_create
+ *    fail            RUNNING PAUSED ERROR      ERROR     session_mark_failed (the monitor),
+ *                                                        session_get_or_create (its check)
+ *    pause           RUNNING                   PAUSED    session_pause
+ *    resume          PAUSED                    RUNNING   session_resume_locked
+ *    resume_failed   PAUSED                    ERROR     session_resume_locked
+ *    stop            any                       STOPPED   session_hold, session_expire_idle,
+ *                                                        session_expire_ttl, session_stop_paused,
+ *                                                        session_enforce_network (the ratchet)
+ *    evict           any                       STOPPED   session_evict (the fair share)
+ *    destroy         any                       STOPPED   session_destroy (then gone)
+ *    adopt           any                       RUNNING   session_reconcile
+ *                                              PAUSED
+ *    lost            any                       ERROR     session_reconcile */
 #ifndef SANDBOXD_SESSION_INTERNAL_H
 #define SANDBOXD_SESSION_INTERNAL_H
 
@@ -55,7 +95,7 @@ struct session {
         char container_id[65];
         char image[256];
         char network_mode[16];
-        char runtime[16]; /* of the current container, as Docker reports it */
+        char runtime[16]; /* of the current container, as its engine reports it */
         char workspace[SBX_PATH_MAX];
         char last_error[1024];
         char error_cause[128];
@@ -120,10 +160,42 @@ static inline bool session_live_locked(const struct session *s)
                s->transitioning;
 }
 
+/* ---- session_state.c ---- */
+
+enum session_transition {
+        SESSION_T_CREATE,
+        SESSION_T_CREATED,
+        SESSION_T_CREATE_FAILED,
+        SESSION_T_FAIL,
+        SESSION_T_PAUSE,
+        SESSION_T_RESUME,
+        SESSION_T_RESUME_FAILED,
+        SESSION_T_STOP,
+        SESSION_T_EVICT,
+        SESSION_T_DESTROY,
+        SESSION_T_ADOPT,
+        SESSION_T_LOST,
+};
+#define SESSION_T_COUNT 12
+
+struct session_transition_row {
+        const char *name;
+        unsigned from, to; /* masks of 1 << enum session_state */
+        const char *by;    /* the functions that perform it */
+};
+
+/* The table's row of t, or NULL. */
+const struct session_transition_row *session_transition_row(enum session_transition t);
+/* Whether t may take a session from `from` to `to`. */
+bool session_transition_allowed(enum session_transition t, enum session_state from, enum session_state to);
+
 /* ---- session.c ---- */
 
-/* Set the state (with an optional cause and error text) and write the row. Under s->lock. */
-void session_set_state_locked(struct session *s, enum session_state state, const char *cause, const char *error);
+/* Change s's state by transition t (with an optional cause and error text):
+ * checked against the table, logged, its event emitted, the row written.
+ * Under s->lock. -EPERM (logged, nothing changed) when no row allows it. */
+int session_change_locked(struct session *s, enum session_transition t, enum session_state to, const char *cause,
+                          const char *error);
 /* Take s out of the table (drops the table's reference). Under m->lock. */
 void session_unlink_locked(struct session_manager *m, struct session *s);
 /* Drop a reference; the last one frees s. Takes m->lock: never call it under m->lock. */

@@ -93,7 +93,7 @@ int session_resume_locked(struct session *s, const char *reason)
         s->transitioning = false;
         if (r == 0) {
                 s->paused_at = 0;
-                session_set_state_locked(s, SESSION_RUNNING, reason, NULL);
+                (void)session_change_locked(s, SESSION_T_RESUME, SESSION_RUNNING, reason, NULL);
                 pthread_cond_broadcast(&s->cond);
                 pthread_mutex_unlock(&s->lock);
                 count(m, &m->resumes);
@@ -107,7 +107,7 @@ int session_resume_locked(struct session *s, const char *reason)
                 char msg[256];
                 snprintf(msg, sizeof(msg), "container %.12s was gone when the paused session was resumed", cid);
                 s->paused_at = 0;
-                session_set_state_locked(s, SESSION_ERROR, "removed", msg);
+                (void)session_change_locked(s, SESSION_T_RESUME_FAILED, SESSION_ERROR, "removed", msg);
                 pthread_cond_broadcast(&s->cond);
                 pthread_mutex_unlock(&s->lock);
                 session_call_handlers(m, s->user, s->id, cid, "removed");
@@ -187,7 +187,7 @@ int session_pause(struct session_manager *m, const char *user, const char *id, c
                 goto out_locked;
         }
         s->paused_at = sbx_wall_ms();
-        session_set_state_locked(s, SESSION_PAUSED, reason, NULL);
+        (void)session_change_locked(s, SESSION_T_PAUSE, SESSION_PAUSED, reason, NULL);
         pthread_cond_broadcast(&s->cond);
         pthread_mutex_unlock(&s->lock);
         if (ret_was_paused)

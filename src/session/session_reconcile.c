@@ -94,7 +94,7 @@ int session_reconcile(struct session_manager *m, struct session_reconcile_report
                         snprintf(msg, sizeof(msg), "container %.12s ran under a uid shared with other sessions",
                                  s->container_id);
                         s->container_id[0] = '\0';
-                        session_set_state_locked(s, SESSION_ERROR, cause, msg);
+                        (void)session_change_locked(s, SESSION_T_LOST, SESSION_ERROR, cause, msg);
                         rep.marked_error++;
                         failed = true;
                 } else if (frozen) {
@@ -103,14 +103,14 @@ int session_reconcile(struct session_manager *m, struct session_reconcile_report
                         if (s->state != SESSION_PAUSED) {
                                 if (!s->paused_at)
                                         s->paused_at = sbx_wall_ms();
-                                session_set_state_locked(s, SESSION_PAUSED, "reconciled", NULL);
+                                (void)session_change_locked(s, SESSION_T_ADOPT, SESSION_PAUSED, "reconciled", NULL);
                         }
                         rep.adopted++;
                         rep.paused++;
                 } else if (alive) {
                         if (s->state != SESSION_RUNNING) {
                                 s->paused_at = 0; /* a PAUSED row whose thaw the daemon did not record */
-                                session_set_state_locked(s, SESSION_RUNNING, NULL, NULL);
+                                (void)session_change_locked(s, SESSION_T_ADOPT, SESSION_RUNNING, NULL, NULL);
                         }
                         rep.adopted++;
                 } else if (s->state == SESSION_RUNNING || s->state == SESSION_CREATING || s->state == SESSION_PAUSED) {
@@ -119,7 +119,7 @@ int session_reconcile(struct session_manager *m, struct session_reconcile_report
                         snprintf(cause, sizeof(cause), "%s", c ? "exited while the daemon was down" : "removed");
                         snprintf(msg, sizeof(msg), "container %.12s %s", s->container_id[0] ? s->container_id : "-",
                                  c ? "was not running after a daemon restart" : "was missing after a daemon restart");
-                        session_set_state_locked(s, SESSION_ERROR, cause, msg);
+                        (void)session_change_locked(s, SESSION_T_LOST, SESSION_ERROR, cause, msg);
                         rep.marked_error++;
                         failed = true;
                 }

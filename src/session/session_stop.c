@@ -58,10 +58,10 @@ bool session_mark_failed(struct session_manager *m, const char *user, const char
                 snprintf(msg, sizeof(msg), "container %.12s failed: %s", container_id, cause);
                 if (s->state == SESSION_RUNNING || s->state == SESSION_PAUSED) {
                         s->paused_at = 0;
-                        session_set_state_locked(s, SESSION_ERROR, cause, msg);
+                        (void)session_change_locked(s, SESSION_T_FAIL, SESSION_ERROR, cause, msg);
                         changed = first = true;
                 } else if (s->state == SESSION_ERROR && cause_rank(cause) > cause_rank(s->error_cause)) {
-                        session_set_state_locked(s, SESSION_ERROR, cause, msg);
+                        (void)session_change_locked(s, SESSION_T_FAIL, SESSION_ERROR, cause, msg);
                         changed = true;
                 }
         }
@@ -242,7 +242,7 @@ static void end_teardown(struct session *s, enum session_state state, const char
         s->transitioning = false;
         s->container_id[0] = '\0';
         s->paused_at = 0;
-        session_set_state_locked(s, state, cause, NULL);
+        (void)session_change_locked(s, SESSION_T_STOP, state, cause, NULL);
         pthread_cond_broadcast(&s->cond);
         pthread_mutex_unlock(&s->lock);
 }
@@ -327,7 +327,7 @@ int session_stop_paused(struct session_manager *m, struct session *s, const char
         s->transitioning = false;
         s->container_id[0] = '\0';
         s->paused_at = 0;
-        session_set_state_locked(s, SESSION_STOPPED, cause, msg);
+        (void)session_change_locked(s, SESSION_T_STOP, SESSION_STOPPED, cause, msg);
         pthread_cond_broadcast(&s->cond);
         pthread_mutex_unlock(&s->lock);
         session_call_handlers(m, s->user, s->id, id, cause);
@@ -374,7 +374,7 @@ int session_evict(struct session_manager *m, struct session *v, const char *for_
         pthread_mutex_lock(&v->lock);
         v->transitioning = false;
         v->container_id[0] = '\0';
-        session_set_state_locked(v, SESSION_STOPPED, "evicted", msg);
+        (void)session_change_locked(v, SESSION_T_EVICT, SESSION_STOPPED, "evicted", msg);
         pthread_cond_broadcast(&v->cond);
         pthread_mutex_unlock(&v->lock);
         session_call_handlers(m, v->user, v->id, id, "evicted");
@@ -473,8 +473,7 @@ int session_destroy(struct session_manager *m, const char *user, const char *id,
         pthread_mutex_lock(&s->lock);
         s->transitioning = false;
         s->destroyed = true;
-        s->state = SESSION_STOPPED;
-        events_session_stopped(user, id, "destroyed");
+        (void)session_change_locked(s, SESSION_T_DESTROY, SESSION_STOPPED, "destroyed", NULL);
         s->container_id[0] = '\0';
         pthread_cond_broadcast(&s->cond);
         pthread_mutex_unlock(&s->lock);

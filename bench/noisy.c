@@ -182,8 +182,10 @@ int phase_noisy(struct bench *b)
                 if (z->output && out1 > out0) {
                         size_t len = strlen(m[k]->note);
                         snprintf(m[k]->note + len, sizeof(m[k]->note) - len,
-                                 "; output absorbed meanwhile: %.0f MB/s (%.2f GB in %.1f s)",
-                                 (out1 - out0) / 1e6 / ((t1 - t0) / 1000), (out1 - out0) / 1e9, (t1 - t0) / 1000);
+                                 "; output absorbed meanwhile: %.0f MB/s (%.2f GB in %.1f s), the daemon's CPU "
+                                 "%.2f ms per MB of it",
+                                 (out1 - out0) / 1e6 / ((t1 - t0) / 1000), (out1 - out0) / 1e9, (t1 - t0) / 1000,
+                                 d.daemon / ((out1 - out0) / 1e6));
                 }
                 if (errors) {
                         size_t len = strlen(m[k]->note);

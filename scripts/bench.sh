@@ -13,7 +13,10 @@
 #   --quick      under 2 minutes: fewer samples; 20 sessions x 10 execs for
 #                concurrency instead of 50 x 20; RSS at 20 and 30 sessions
 #                instead of 50 and 200; restart with 30 sessions, not 100
-#   --only noisy only the noisy_neighbour phase (about 1-2 minutes)
+#   --only noisy only the noisy_neighbour phase (about 1-2 minutes); each part's
+#                ratio is to the quiet exec without noise in the same run, and
+#                noisy_output's note adds the MB/s absorbed and the daemon's CPU
+#                per MB of it (docs/benchmarks.md, issue 34)
 #   --only network  cold_session, then daemon RSS with S2 sessions (30 quick,
 #                200 full) and their port listeners against the docker-proxy
 #                PSS of one published baseline container times S2

@@ -25,8 +25,12 @@
  * socket is refused at accept.
  *
  * Threads: one hub thread ("sbx-runner") accepts and reads every
- * connection (epoll) and calls the output callbacks. Callers start, feed,
- * signal and wait for executions from their own threads. The hub's lock
+ * connection (epoll) and calls the output callbacks. Fairness: it reads at
+ * most RUNNER_READ_ROUNDS buffers from one connection per turn, so a runner
+ * that never pauses is read again only after every other ready connection
+ * had its turn; and it acknowledges output itself (a write that never
+ * waits), so a flood costs no other thread a wake-up per frame. Callers
+ * start, feed, signal and wait for executions from their own threads. The hub's lock
  * guards the channel list, each channel's connection state and its
  * executions; each execution's lock guards its state (paired with its
  * condition variable). Writes to a connection hold that channel's write
@@ -45,6 +49,10 @@
 
 struct runner_hub;
 struct runner_exec;
+
+/* Receive buffers (each up to RP_HDR_LEN + RP_MAX_FROM_RUNNER bytes) the hub
+ * reads from one connection per turn of its loop. */
+#define RUNNER_READ_ROUNDS 8
 
 /* Start the hub thread. The runner binary is cfg->runner_binary, or
  * sandboxd-runner next to the running executable when that is empty. */

@@ -169,32 +169,41 @@ int runner_send_frame(struct runner_chan *c, int cfd, uint16_t type, uint16_t fl
         return r;
 }
 
-/* A frame without payload (RP_PING, RP_FORGET) from the hub thread, which
+/* A small frame (RP_PING, RP_FORGET, RP_ACK) from the hub thread, which
  * must never wait on one runner: not for its write lock (a writer may hold
  * it up to WRITE_DEADLINE_MS against a runner that never reads) and not for
  * room in its socket. -EAGAIN when it cannot go now: a ping is due again
- * next heartbeat (silence is judged by last_rx), and a job not forgotten is
- * listed again at the runner's next connect. */
-int runner_send_frame_nowait(struct runner_chan *c, int cfd, uint16_t type, uint32_t tag)
+ * next heartbeat (silence is judged by last_rx), a job not forgotten is
+ * listed again at the runner's next connect, and an acknowledgement is left
+ * to the thread that waits for the execution. One send of header and
+ * payload: a unix stream socket takes a frame this small whole or not at
+ * all. */
+int runner_send_frame_nowait(struct runner_chan *c, int cfd, uint16_t type, uint32_t tag, const void *p, size_t n)
 {
-        struct rp_hdr hdr = {.len = 0, .type = type, .flags = 0, .tag = tag};
-        ssize_t n;
+        unsigned char buf[RP_HDR_LEN + RP_NOWAIT_MAX];
+        struct rp_hdr hdr = {.len = (uint32_t)n, .type = type, .flags = 0, .tag = tag};
+        ssize_t sent;
         int r;
 
+        if (n > RP_NOWAIT_MAX)
+                return -E2BIG;
+        memcpy(buf, &hdr, RP_HDR_LEN);
+        if (n)
+                memcpy(buf + RP_HDR_LEN, p, n);
         if (pthread_mutex_trylock(&c->wlock) != 0)
                 return -EAGAIN;
         if (!conn_is(c, cfd))
                 r = -ECONNRESET;
         else {
                 do
-                        n = send(cfd, &hdr, sizeof(hdr), MSG_DONTWAIT | MSG_NOSIGNAL);
-                while (n < 0 && errno == EINTR);
-                if (n == (ssize_t)sizeof(hdr))
+                        sent = send(cfd, buf, RP_HDR_LEN + n, MSG_DONTWAIT | MSG_NOSIGNAL);
+                while (sent < 0 && errno == EINTR);
+                if (sent == (ssize_t)(RP_HDR_LEN + n))
                         r = 0;
-                else if (n < 0)
+                else if (sent < 0)
                         r = errno == EAGAIN ? -EAGAIN : -errno;
                 else {
-                        r = -EIO; /* a half-written header: the hub thread closes it */
+                        r = -EIO; /* a half-written frame: the hub thread closes it */
                         (void)shutdown(cfd, SHUT_RDWR);
                 }
         }
@@ -244,14 +253,13 @@ static bool handle_frame(struct runner_hub *h, struct runner_chan *c, const stru
         return runner_exec_on_frame(h, c, hdr, p);
 }
 
-/* Reads at most CONN_READ_ROUNDS buffers per call: the socket is level
+/* Reads at most RUNNER_READ_ROUNDS buffers per call: the socket is level
  * triggered, so a runner that never pauses is read again on the next
  * epoll_wait, after the other sessions' events, instead of holding the hub. */
-#define CONN_READ_ROUNDS 8
 
 static void conn_read(struct runner_hub *h, struct runner_chan *c)
 {
-        for (int round = 0; round < CONN_READ_ROUNDS; round++) {
+        for (int round = 0; round < RUNNER_READ_ROUNDS; round++) {
                 size_t off = 0;
                 ssize_t n =
                         recv(c->cfd, c->inbuf + c->in_len, RP_HDR_LEN + RP_MAX_FROM_RUNNER - c->in_len, MSG_DONTWAIT);
@@ -575,7 +583,7 @@ static void heartbeat(struct runner_hub *h)
                         conn_fail(h, late, "runner_unresponsive", "no heartbeat answer");
                 else if (!due)
                         return;
-                else if (runner_send_frame_nowait(due, cfd, RP_PING, 0) == -EAGAIN) {
+                else if (runner_send_frame_nowait(due, cfd, RP_PING, 0, NULL, 0) == -EAGAIN) {
                         /* a writer holds it, or its socket is full: try again soon,
                          * so a long write does not cost a busy runner its pings */
                         pthread_mutex_lock(&h->lock);

@@ -6,8 +6,9 @@
  * A handle (struct runner_exec) is on its channel's list (c->execs) from
  * start or adoption until runner_exec_free; the hub thread takes a
  * reference while it delivers a frame. Output is acknowledged (RP_ACK)
- * from the thread that waits for the execution, never from the hub thread,
- * once on_output has persisted it.
+ * once on_output has persisted it: by the hub thread right after, with a
+ * write that never waits, else (the frame could not go at once) by the
+ * thread that waits for the execution.
  *
  * Locks: h->lock for the channel's list and every handle's refs; x->lock
  * for a handle's state, paired with x->cond. h->lock before x->lock; no
@@ -99,6 +100,28 @@ static void exec_unref(struct runner_exec *x)
                 exec_destroy(x);
 }
 
+/* Acknowledge output up to o from the hub thread, at once: a flood of
+ * output then costs no wake-up of the thread that waits for the execution
+ * (nor its write and the locks it takes) per ACK_EVERY bytes, which on a
+ * busy machine were a neighbour's CPU. If the frame cannot go now (a writer
+ * holds the connection, or its socket is full), the waiter is woken to
+ * acknowledge it as before. Offsets only grow: the runner ignores an older
+ * acknowledgement that arrives after a newer one. */
+static void exec_ack_nowait(struct runner_exec *x, struct runner_chan *c, const struct rp_offsets *o)
+{
+        bool sent = runner_send_frame_nowait(c, c->cfd, RP_ACK, x->tag, o, sizeof(*o)) == 0;
+
+        pthread_mutex_lock(&x->lock);
+        if (sent) {
+                for (int k = 0; k < 2; k++)
+                        if (x->acked[k] < o->off[k])
+                                x->acked[k] = o->off[k];
+        } else {
+                pthread_cond_broadcast(&x->cond);
+        }
+        pthread_mutex_unlock(&x->lock);
+}
+
 /* A frame about one execution (RP_STARTED, RP_OUTPUT, RP_STDIN_ACK,
  * RP_EXIT, RP_FAILED). Returns false on a protocol error. */
 bool runner_exec_on_frame(struct runner_hub *h, struct runner_chan *c, const struct rp_hdr *hdr, const unsigned char *p)
@@ -127,12 +150,16 @@ bool runner_exec_on_frame(struct runner_hub *h, struct runner_chan *c, const str
                         if (fn)
                                 fn(x->userdata, k, p, hdr->len);
                         pthread_mutex_lock(&x->lock);
-                        if (fn && --x->in_callback == 0)
+                        /* only runner_exec_free waits for the count (it cleared
+                         * on_output): the waiter is not woken for every frame */
+                        if (fn && --x->in_callback == 0 && !x->on_output)
                                 pthread_cond_broadcast(&x->cond);
                         x->recv[k] += hdr->len; /* on_output has persisted it: it may be acknowledged */
-                        if (x->recv[k] - x->acked[k] >= ACK_EVERY)
-                                pthread_cond_broadcast(&x->cond);
+                        bool due = x->recv[k] - x->acked[k] >= ACK_EVERY;
+                        struct rp_offsets o = {{x->recv[0], x->recv[1]}};
                         pthread_mutex_unlock(&x->lock);
+                        if (due)
+                                exec_ack_nowait(x, c, &o);
                 }
                 break;
         case RP_STDIN_ACK: {

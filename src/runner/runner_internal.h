@@ -156,8 +156,10 @@ static inline void runner_exec_set_cfd(struct runner_exec *x, int cfd)
  * not), with a deadline; takes c->wlock. */
 int runner_send_frame(struct runner_chan *c, int cfd, uint16_t type, uint16_t flags, uint32_t tag, const void *p1,
                       size_t n1, const void *p2, size_t n2);
-/* A frame without payload that never waits (-EAGAIN: not now). Hub thread. */
-int runner_send_frame_nowait(struct runner_chan *c, int cfd, uint16_t type, uint32_t tag);
+/* A frame of at most RP_NOWAIT_MAX payload bytes that never waits
+ * (-EAGAIN: not now). Hub thread. */
+#define RP_NOWAIT_MAX 64
+int runner_send_frame_nowait(struct runner_chan *c, int cfd, uint16_t type, uint32_t tag, const void *p, size_t n);
 /* Wake the hub thread (a channel was marked dead, or renamed). */
 void runner_hub_wake(struct runner_hub *h);
 void runner_chan_free(struct runner_chan *c);

@@ -88,7 +88,7 @@ bool runner_jobs_listed(struct runner_hub *h, struct runner_chan *c)
         pthread_cond_broadcast(&h->cond);
         pthread_mutex_unlock(&h->lock);
         for (size_t i = 0; i < n; i++)
-                (void)runner_send_frame_nowait(c, cfd, RP_FORGET, forget[i]);
+                (void)runner_send_frame_nowait(c, cfd, RP_FORGET, forget[i], NULL, 0);
         if (n)
                 log_ctx(LOG_LEVEL_INFO, c->user, c->session, NULL,
                         "the runner held %zu executions nobody adopts: dropped", n);

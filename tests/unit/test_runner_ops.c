@@ -1,8 +1,14 @@
 /* Unit tests of the daemon's side of runner files and services
  * (runner_ops.c) against a fake runner on the session socket: reports are
- * confined to their session, and every malformed one is a protocol error. */
+ * confined to their session, and every malformed one is a protocol error.
+ * And the hub under floods (runner.c, runner_exec.c): a flooding runner
+ * starves no other session, output is acknowledged without a waiting
+ * thread, and a flooding session is read its budget per turn. */
 #include <criterion/criterion.h>
 #include <errno.h>
+#include <inttypes.h>
+#include <poll.h>
+#include <stdatomic.h>
 #include <pthread.h>
 #include <stdio.h>
 #include <string.h>
@@ -357,4 +363,197 @@ Test(runner_ops, a_runner_that_never_reads_does_not_block_the_hub)
         snprintf(cmd, sizeof(cmd), "rm -rf '%s'", tmpl);
         cr_assert_eq(system(cmd), 0);
         cr_assert(served, "the hub thread waited on a runner that never reads");
+}
+
+/* ---- output floods: acknowledged by the hub, and fair to the other sessions ---- */
+
+/* The next frame from the daemon on fd, its payload (up to cap bytes) in p;
+ * false at end of stream or when none came within 10 s. */
+static bool get_frame(int fd, struct rp_hdr *hdr, void *p, size_t cap)
+{
+        struct pollfd pfd = {.fd = fd, .events = POLLIN};
+        size_t got = 0, want = sizeof(*hdr);
+        char *dst = (char *)hdr;
+
+        for (int part = 0; part < 2; part++) {
+                while (got < want) {
+                        ssize_t n;
+                        if (poll(&pfd, 1, 10000) != 1)
+                                return false;
+                        n = read(fd, dst + got, want - got);
+                        if (n <= 0)
+                                return false;
+                        got += (size_t)n;
+                }
+                if (part == 0) {
+                        cr_assert_leq(hdr->len, cap, "a frame of %u bytes from the daemon", hdr->len);
+                        dst = p;
+                        got = 0;
+                        want = hdr->len;
+                }
+        }
+        return true;
+}
+
+/* Start an execution on the runner of user/sess (fd) and take its RP_EXEC:
+ * the execution's tag. */
+static uint32_t start_on(const char *sess, int fd, runner_output_fn fn, void *ud, struct runner_exec **ret)
+{
+        const char *argv[] = {"true", NULL};
+        struct runner_exec_spec spec = {.workdir = "/workspace", .argv = argv};
+        struct sbx_error err = {0};
+        static char payload[4096];
+        struct rp_hdr hdr;
+
+        cr_assert_eq(runner_exec_start(h, "u1", sess, &spec, fn, ud, ret, &err), 0, "%s", err.msg);
+        cr_assert(get_frame(fd, &hdr, payload, sizeof(payload)));
+        cr_assert_eq(hdr.type, RP_EXEC);
+        return hdr.tag;
+}
+
+static void end_on(int fd, uint32_t tag, struct runner_exec *x)
+{
+        struct rp_exit e = {0};
+        struct runner_exit ex;
+        struct sbx_error err = {0};
+
+        put(fd, RP_EXIT, tag, &e, sizeof(e), NULL, 0);
+        cr_assert_eq(runner_exec_wait(x, 10000, &ex, &err), 0, "%s", err.msg);
+        runner_exec_free(x);
+}
+
+static atomic_ullong flood_bytes; /* delivered to the flooding execution's callback */
+
+static void count_output(void *ud, int stream, const void *data, size_t len)
+{
+        (void)ud;
+        (void)stream;
+        (void)data;
+        atomic_fetch_add(&flood_bytes, len);
+}
+
+/* The runner keeps at most RP_RETAIN_CAP unacknowledged bytes per stream
+ * and stops reading its pipe when they are full. The hub acknowledges what
+ * it delivered as it goes, with no thread waiting for the execution (its
+ * waiter is not woken per frame to do it). */
+Test(runner_ops, output_is_acknowledged_with_no_thread_waiting)
+{
+        static char chunk[RP_CHUNK];
+        const uint64_t total = 64 * RP_CHUNK;
+        struct runner_exec *x = NULL;
+        struct rp_offsets o = {{0, 0}};
+        struct rp_hdr hdr;
+        int fd = fake_runner(), acks = 0;
+        uint32_t tag, pid = 7;
+
+        atomic_store(&flood_bytes, 0);
+        tag = start_on("s1", fd, count_output, NULL, &x);
+        put(fd, RP_STARTED, tag, &pid, sizeof(pid), NULL, 0);
+        for (uint64_t sent = 0; sent < total; sent += RP_CHUNK)
+                put(fd, RP_OUTPUT, tag, chunk, sizeof(chunk), NULL, 0);
+        /* nobody calls runner_exec_wait meanwhile */
+        while (o.off[0] + RP_RETAIN_CAP / 2 < total) {
+                cr_assert(get_frame(fd, &hdr, &o, sizeof(o)),
+                          "after %d acknowledgement(s) the runner still holds %" PRIu64 " of %" PRIu64
+                          " bytes unacknowledged",
+                          acks, total - o.off[0], total);
+                cr_assert_eq(hdr.type, RP_ACK);
+                cr_assert_eq(hdr.tag, tag);
+                acks++;
+        }
+        cr_assert_leq(o.off[0], atomic_load(&flood_bytes), "acknowledged past what was delivered");
+        end_on(fd, tag, x);
+        close(fd);
+}
+
+static volatile int output_stop;
+
+struct flood {
+        int fd;
+        uint32_t tag;
+};
+
+/* RP_OUTPUT frames of RP_CHUNK bytes as fast as the socket takes them. */
+static void *output_flood(void *ud)
+{
+        static char frames[4][RP_HDR_LEN + RP_CHUNK];
+        struct flood *f = ud;
+
+        for (int i = 0; i < 4; i++) {
+                struct rp_hdr hdr = {.len = RP_CHUNK, .type = RP_OUTPUT, .tag = f->tag};
+                memcpy(frames[i], &hdr, sizeof(hdr));
+        }
+        while (!output_stop)
+                if (write(f->fd, frames, sizeof(frames)) < 0)
+                        break;
+        return NULL;
+}
+
+static atomic_ullong flood_at_quiet; /* flood_bytes when the quiet session's frame was delivered */
+static atomic_bool quiet_seen;
+
+static void quiet_output(void *ud, int stream, const void *data, size_t len)
+{
+        (void)ud;
+        (void)stream;
+        (void)data;
+        (void)len;
+        atomic_store(&flood_at_quiet, atomic_load(&flood_bytes));
+        atomic_store(&quiet_seen, true);
+}
+
+static bool flood_going(void)
+{
+        return atomic_load(&flood_bytes) >= 64 * RP_CHUNK;
+}
+
+static bool quiet_delivered(void)
+{
+        return atomic_load(&quiet_seen);
+}
+
+/* While one session's runner floods output without pause, another
+ * session's frame is delivered within two turns of the hub: counted in the
+ * flood's bytes delivered meanwhile, at most what is left of the turn under
+ * way and one more (RUNNER_READ_ROUNDS buffers each), plus the one partial
+ * buffer read before. A hub that read a connection until it ran dry would
+ * deliver the flood for as long as the writer keeps up. */
+Test(runner_ops, a_flooding_session_gets_its_budget_per_turn_and_no_more)
+{
+        const uint64_t buffer = RP_HDR_LEN + RP_MAX_FROM_RUNNER, bound = (2 * RUNNER_READ_ROUNDS + 1) * buffer;
+        struct runner_exec *xa = NULL, *xb = NULL;
+        struct flood f;
+        pthread_t t;
+        uint64_t before, meanwhile;
+        bool delivered;
+        int fdb;
+
+        atomic_store(&flood_bytes, 0);
+        atomic_store(&quiet_seen, false);
+        f.fd = fake_runner();
+        f.tag = start_on("s1", f.fd, count_output, NULL, &xa);
+        fdb = fake_runner_on(h, "u1", "s2");
+        cr_assert(runner_hub_wait(h, "u1", "s2", 5000));
+        uint32_t tb = start_on("s2", fdb, quiet_output, NULL, &xb);
+        output_stop = 0;
+        cr_assert_eq(pthread_create(&t, NULL, output_flood, &f), 0);
+        cr_assert(wait_for(flood_going), "the flood never reached the hub");
+        before = atomic_load(&flood_bytes);
+        put(fdb, RP_OUTPUT, tb, "x", 1, NULL, 0);
+        delivered = wait_for(quiet_delivered);
+        meanwhile = atomic_load(&flood_at_quiet) - before;
+        output_stop = 1;
+        end_on(fdb, tb, xb);
+        shutdown(f.fd, SHUT_RDWR);
+        pthread_join(t, NULL);
+        runner_exec_free(xa);
+        close(f.fd);
+        close(fdb);
+        cr_assert(delivered, "the quiet session's output was never delivered during the flood");
+        cr_assert_leq(meanwhile, bound,
+                      "the hub delivered %" PRIu64
+                      " bytes of the flood before the other session's frame (at most %" PRIu64
+                      ": two turns of %d buffers)",
+                      meanwhile, bound, RUNNER_READ_ROUNDS);
+        cr_assert_eq(lost_count(), 0);
 }

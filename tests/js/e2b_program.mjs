@@ -1,0 +1,40 @@
+// e2b_program.mjs — an ordinary E2B program, run unchanged by e2b.test.mjs
+// against sandboxd (E2B_API_URL, E2B_SANDBOX_URL, E2B_API_KEY, and
+// NODE_EXTRA_CA_CERTS for the test's CA). It prints one JSON line of what it
+// saw; the test asserts on it.
+import { Sandbox } from 'e2b';
+
+const out = {};
+const sbx = await Sandbox.create('base', { metadata: { purpose: 'e2b-test', run: process.env.RUN_TAG } });
+out.sandboxId = sbx.sandboxId;
+try {
+        const hello = await sbx.commands.run('echo hello; echo oops >&2');
+        out.stdout = hello.stdout;
+        out.stderr = hello.stderr;
+        out.exitCode = hello.exitCode;
+        try {
+                await sbx.commands.run('exit 3');
+                out.failed = 'no error';
+        } catch (e) {
+                out.failed = { name: e.constructor.name, exitCode: e.exitCode };
+        }
+        const streamed = [];
+        await sbx.commands.run('for i in 1 2 3; do echo line$i; done', { onStdout: (d) => streamed.push(d) });
+        out.streamed = streamed.join('');
+        out.pwd = (await sbx.commands.run('pwd')).stdout.trim();
+        await sbx.files.write('notes/hello.txt', 'hi from e2b');
+        out.read = await sbx.files.read('/home/user/notes/hello.txt');
+        out.list = (await sbx.files.list('/home/user/notes')).map((e) => `${e.name}:${e.type}`);
+        out.catViaShell = (await sbx.commands.run('cat notes/hello.txt')).stdout;
+        out.info = await sbx.getInfo();
+        out.listed = (await Sandbox.list({ query: { metadata: { run: process.env.RUN_TAG } } }).nextItems()).map(
+                (s) => s.sandboxId,
+        );
+        out.listedOther = (await Sandbox.list({ query: { metadata: { run: 'nothing-has-this' } } }).nextItems()).length;
+        out.accessToken = sbx.envdAccessToken ?? null;
+} finally {
+        out.killed = await sbx.kill();
+}
+out.killedAgain = await Sandbox.kill(out.sandboxId);
+out.listedAfterKill = (await Sandbox.list({ query: { metadata: { run: process.env.RUN_TAG } } }).nextItems()).length;
+console.log(JSON.stringify(out));

@@ -29,8 +29,8 @@
 
 #define E2B_BODY_MAX (256 * 1024)
 #define E2B_UPLOAD_MAX (64 * 1024 * 1024)
-#define E2B_ID_MAX 32         /* a sandbox id: [a-z0-9], at most this long */
-#define E2B_ENVD_PORT 49983   /* envd's port in E2B_SANDBOX_URL routing */
+#define E2B_ID_MAX 32       /* a sandbox id: [a-z0-9], at most this long */
+#define E2B_ENVD_PORT 49983 /* envd's port in E2B_SANDBOX_URL routing */
 #define E2B_ENVD_VERSION "0.5.7"
 
 struct daemon;

@@ -323,9 +323,9 @@ static bool path_match(const char *pattern, const char *path, char id[E2B_ID_MAX
 
 bool e2b_claims(struct MHD_Connection *conn, const char *url)
 {
-        return MHD_lookup_connection_value(conn, MHD_HEADER_KIND, "E2b-Sandbox-Id") ||
-               strcmp(url, "/sandboxes") == 0 || strncmp(url, "/sandboxes/", 11) == 0 ||
-               strcmp(url, "/v2/sandboxes") == 0 || strncmp(url, "/v2/sandboxes/", 14) == 0;
+        return MHD_lookup_connection_value(conn, MHD_HEADER_KIND, "E2b-Sandbox-Id") || strcmp(url, "/sandboxes") == 0 ||
+               strncmp(url, "/sandboxes/", 11) == 0 || strcmp(url, "/v2/sandboxes") == 0 ||
+               strncmp(url, "/v2/sandboxes/", 14) == 0;
 }
 
 bool e2b_decided(const struct e2b_req *q)
@@ -498,8 +498,7 @@ static const char *unknown_member(const cJSON *o, const char *const *names)
 {
         const cJSON *m;
 
-        cJSON_ArrayForEach(m, o)
-        {
+        cJSON_ArrayForEach(m, o) {
                 size_t i = 0;
                 while (names[i] && strcmp(names[i], m->string) != 0)
                         i++;
@@ -511,8 +510,8 @@ static const char *unknown_member(const cJSON *o, const char *const *names)
 
 /* The image of template (e2b_templates, else base and code-interpreter-v1
  * to the configured image); false when there is none. names gets the list. */
-static bool template_image(const struct sbx_config *cfg, const char *tmpl, char *image, size_t image_size,
-                           char *names, size_t names_size)
+static bool template_image(const struct sbx_config *cfg, const char *tmpl, char *image, size_t image_size, char *names,
+                           size_t names_size)
 {
         char list[sizeof(cfg->e2b_templates)];
         char *save = NULL;
@@ -600,9 +599,10 @@ static cJSON *sandbox_object(struct e2b_req *q, const char *tmpl, bool with_toke
 
 static enum MHD_Result c_create(struct e2b_req *q, struct MHD_Connection *conn)
 {
-        static const char *const known[] = {"templateID", "timeout", "metadata", "envVars", "secure",
-                                            "allow_internet_access", "autoPause", "autoPauseMemory", "autoResume",
-                                            "network", "mcp", "iam", "volumeMounts", "alias", NULL};
+        static const char *const known[] = {
+                "templateID",   "timeout",         "metadata",   "envVars", "secure", "allow_internet_access",
+                "autoPause",    "autoPauseMemory", "autoResume", "network", "mcp",    "iam",
+                "volumeMounts", "alias",           NULL};
         enum MHD_Result ans = MHD_NO;
         _cleanup_(cjson_freep) cJSON *b = body_object(q, conn, &ans);
         const cJSON *t, *m;
@@ -714,11 +714,11 @@ static cJSON *listed(struct e2b_req *q, const cJSON *s)
         cJSON_AddNumberToObject(o, "cpuCount", cJSON_IsNumber(cpu) && cpu->valuedouble >= 1 ? cpu->valuedouble : 1);
         cJSON_AddNumberToObject(o, "memoryMB", cJSON_IsNumber(mem) ? mem->valuedouble / (1024 * 1024) : 0);
         cJSON_AddNumberToObject(o, "diskSizeMB", cJSON_IsNumber(disk) ? disk->valuedouble / (1024 * 1024) : 0);
-        cJSON_AddItemToObject(o, "metadata", cJSON_IsObject(labels) ? cJSON_Duplicate(labels, true)
-                                                                     : cJSON_CreateObject());
+        cJSON_AddItemToObject(o, "metadata",
+                              cJSON_IsObject(labels) ? cJSON_Duplicate(labels, true) : cJSON_CreateObject());
         cJSON_AddStringToObject(o, "state",
                                 cJSON_IsString(state) && strcmp(state->valuestring, "paused") == 0 ? "paused"
-                                                                                                    : "running");
+                                                                                                   : "running");
         cJSON_AddStringToObject(o, "envdVersion", E2B_ENVD_VERSION);
         return o;
 }
@@ -798,8 +798,7 @@ static enum MHD_Result c_list(struct e2b_req *q, struct MHD_Connection *conn)
         size_t cap = (size_t)cJSON_GetArraySize(all);
         _cleanup_free_ cJSON **v = calloc(cap ? cap : 1, sizeof(*v));
         out = cJSON_CreateArray();
-        cJSON_ArrayForEach(s, all)
-        {
+        cJSON_ArrayForEach(s, all) {
                 cJSON *o = v ? listed(q, s) : NULL;
                 const char *st;
                 if (!o)
@@ -855,8 +854,7 @@ static cJSON *find(struct e2b_req *q, struct fronterr *e)
 
         if (e2b_call(q, "list_sessions", cJSON_CreateObject(), &res, e) < 0)
                 return NULL;
-        cJSON_ArrayForEach(s, cJSON_GetObjectItemCaseSensitive(res, "sessions"))
-        {
+        cJSON_ArrayForEach(s, cJSON_GetObjectItemCaseSensitive(res, "sessions")) {
                 const char *name = cJSON_GetStringValue(cJSON_GetObjectItemCaseSensitive(s, "session"));
                 if (name && strcmp(name, q->session) == 0) {
                         o = listed(q, s);

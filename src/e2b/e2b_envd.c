@@ -34,11 +34,16 @@ static const char *connect_code(const char *code, int *ret_status)
                 const char *ours, *theirs;
                 int status;
         } map[] = {
-                {"bad_request", "invalid_argument", 400}, {"invalid", "invalid_argument", 400},
-                {"unauthorized", "unauthenticated", 401}, {"forbidden", "permission_denied", 403},
-                {"not_found", "not_found", 404},          {"conflict", "already_exists", 409},
-                {"already_finished", "failed_precondition", 400}, {"too_large", "resource_exhausted", 429},
-                {"busy", "resource_exhausted", 429},      {"quota_exceeded", "resource_exhausted", 429},
+                {"bad_request", "invalid_argument", 400},
+                {"invalid", "invalid_argument", 400},
+                {"unauthorized", "unauthenticated", 401},
+                {"forbidden", "permission_denied", 403},
+                {"not_found", "not_found", 404},
+                {"conflict", "already_exists", 409},
+                {"already_finished", "failed_precondition", 400},
+                {"too_large", "resource_exhausted", 429},
+                {"busy", "resource_exhausted", 429},
+                {"quota_exceeded", "resource_exhausted", 429},
                 {"unavailable", "unavailable", 503},
         };
         for (size_t i = 0; code && i < ELEMENTSOF(map); i++)
@@ -146,8 +151,8 @@ static bool message_path(struct MHD_Connection *conn, const cJSON *m, const char
                 return false;
         }
         if (!map_path(p, ws, sizeof(ws)) || files_normalize(ws, out, &err) < 0) {
-                *ans = unary_error(conn, "invalid", "%s is outside the sandbox's home %s (sandboxd serves only it)",
-                                   p, E2B_HOME);
+                *ans = unary_error(conn, "invalid", "%s is outside the sandbox's home %s (sandboxd serves only it)", p,
+                                   E2B_HOME);
                 return false;
         }
         (void)size;
@@ -355,8 +360,7 @@ static void upload_flush(struct upload *u)
 }
 
 static enum MHD_Result upload_part(void *cls, enum MHD_ValueKind kind, const char *key, const char *filename,
-                                   const char *type, const char *encoding, const char *data, uint64_t off,
-                                   size_t size)
+                                   const char *type, const char *encoding, const char *data, uint64_t off, size_t size)
 {
         struct upload *u = cls;
         char *nb;
@@ -476,8 +480,7 @@ static int exec_of_pid(struct e2b_req *q, const cJSON *m, char **ret, struct fro
         cJSON_AddNumberToObject(params, "limit", 1000);
         if (e2b_call(q, "list_executions", params, &res, e) < 0)
                 return -1;
-        cJSON_ArrayForEach(x, cJSON_GetObjectItemCaseSensitive(res, "executions"))
-        {
+        cJSON_ArrayForEach(x, cJSON_GetObjectItemCaseSensitive(res, "executions")) {
                 const char *id = cJSON_GetStringValue(cJSON_GetObjectItemCaseSensitive(x, "execution_id"));
                 if (id && pid_of(id) == (uint32_t)pid->valuedouble) {
                         *ret = strdup(id);
@@ -510,8 +513,7 @@ enum MHD_Result e2b_envd_list(struct e2b_req *q, struct MHD_Connection *conn)
                 return unary_fronterr(conn, &e);
         out = cJSON_CreateObject();
         a = cJSON_AddArrayToObject(out, "processes");
-        cJSON_ArrayForEach(x, cJSON_GetObjectItemCaseSensitive(res, "executions"))
-        {
+        cJSON_ArrayForEach(x, cJSON_GetObjectItemCaseSensitive(res, "executions")) {
                 const char *id = cJSON_GetStringValue(cJSON_GetObjectItemCaseSensitive(x, "execution_id"));
                 const char *cmd = cJSON_GetStringValue(cJSON_GetObjectItemCaseSensitive(x, "command_preview"));
                 cJSON *p, *cfg, *args;
@@ -776,11 +778,11 @@ static char *command_line(const cJSON *proc, struct fronterr *e)
                 fronterr_set(e, "bad_request", "process.args must be an array of strings");
                 return NULL;
         }
-        cJSON_ArrayForEach(a, args) if (!cJSON_IsString(a))
-        {
-                fronterr_set(e, "bad_request", "process.args must be an array of strings");
-                return NULL;
-        }
+        cJSON_ArrayForEach(a, args)
+                if (!cJSON_IsString(a)) {
+                        fronterr_set(e, "bad_request", "process.args must be an array of strings");
+                        return NULL;
+                }
         if ((strcmp(cmd, "/bin/bash") == 0 || strcmp(cmd, "/bin/sh") == 0 || strcmp(cmd, "bash") == 0 ||
              strcmp(cmd, "sh") == 0) &&
             n >= 2 && n <= 3) {
@@ -790,15 +792,15 @@ static char *command_line(const cJSON *proc, struct fronterr *e)
                         return strdup(last->valuestring);
         }
         cap = 4 * strlen(cmd) + 3;
-        cJSON_ArrayForEach(a, args) cap += 4 * strlen(a->valuestring) + 3;
+        cJSON_ArrayForEach(a, args)
+                cap += 4 * strlen(a->valuestring) + 3;
         out = malloc(cap + 1);
         if (!out || !shell_quote(cmd, out, cap)) {
                 free(out);
                 fronterr_set(e, "internal", "out of memory");
                 return NULL;
         }
-        cJSON_ArrayForEach(a, args)
-        {
+        cJSON_ArrayForEach(a, args) {
                 size_t k = strlen(out);
                 out[k++] = ' ';
                 (void)shell_quote(a->valuestring, out + k, cap - k);
@@ -940,8 +942,7 @@ static cJSON *entry_info(const char *ws_dir, const cJSON *ent)
         snprintf(ws, sizeof(ws), "%s/%s", strcmp(ws_dir, "/") == 0 ? "" : ws_dir, name ? name : "");
         home_path(ws, home, sizeof(home));
         cJSON_AddStringToObject(o, "name", name ? name : "");
-        cJSON_AddStringToObject(o, "type", type && strcmp(type, "dir") == 0 ? "FILE_TYPE_DIRECTORY"
-                                                                           : "FILE_TYPE_FILE");
+        cJSON_AddStringToObject(o, "type", type && strcmp(type, "dir") == 0 ? "FILE_TYPE_DIRECTORY" : "FILE_TYPE_FILE");
         cJSON_AddStringToObject(o, "path", home);
         cJSON_AddStringToObject(o, "size", "0");
         if (cJSON_IsNumber(size)) {
@@ -1019,8 +1020,7 @@ enum MHD_Result e2b_envd_stat(struct e2b_req *q, struct MHD_Connection *conn)
         snprintf(dir, sizeof(dir), "%.*s", (int)(base - ws), ws);
         if (list_dir(q, dir, &res, &e) < 0)
                 return unary_fronterr(conn, &e);
-        cJSON_ArrayForEach(ent, cJSON_GetObjectItemCaseSensitive(res, "entries"))
-        {
+        cJSON_ArrayForEach(ent, cJSON_GetObjectItemCaseSensitive(res, "entries")) {
                 const char *name = cJSON_GetStringValue(cJSON_GetObjectItemCaseSensitive(ent, "name"));
                 if (name && strcmp(name, base + 1) == 0) {
                         out = cJSON_CreateObject();

@@ -114,6 +114,18 @@ describe('E2B SDK against sandboxd (issue 36)', () => {
                 assert.equal(out.info.metadata.purpose, 'e2b-test');
                 assert.deepEqual(out.listed, [out.sandboxId]);
                 assert.equal(out.listedOther, 0);
+                assert.equal(out.env, 'from-create per-cmd\n');
+                assert.deepEqual(out.exists, [true, false]);
+                assert.deepEqual(out.made, [true, false]);
+                assert.equal(out.moved, '/home/user/a/b/moved.txt');
+                assert.equal(out.movedInfo.type, 'file');
+                assert.equal(out.movedInfo.name, 'moved.txt');
+                assert.equal(out.afterRemove, false);
+                assert.equal(out.listedProcs, true);
+                assert.equal(out.bg, 'got:ping\n');
+                assert.equal(out.killedCmd, true);
+                assert.equal(out.sleeperEnd, 'CommandExitError');
+                assert.equal(out.outside, 'InvalidArgumentError');
                 assert.equal(out.killed, true);
                 assert.equal(out.killedAgain, false);
                 assert.equal(out.listedAfterKill, 0);

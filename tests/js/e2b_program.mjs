@@ -5,7 +5,10 @@
 import { Sandbox } from 'e2b';
 
 const out = {};
-const sbx = await Sandbox.create('base', { metadata: { purpose: 'e2b-test', run: process.env.RUN_TAG } });
+const sbx = await Sandbox.create('base', {
+        metadata: { purpose: 'e2b-test', run: process.env.RUN_TAG },
+        envs: { GREETING: 'from-create' },
+});
 out.sandboxId = sbx.sandboxId;
 try {
         const hello = await sbx.commands.run('echo hello; echo oops >&2');
@@ -31,7 +34,30 @@ try {
                 (s) => s.sandboxId,
         );
         out.listedOther = (await Sandbox.list({ query: { metadata: { run: 'nothing-has-this' } } }).nextItems()).length;
-        out.accessToken = sbx.envdAccessToken ?? null;
+        out.env = (await sbx.commands.run('echo $GREETING $PER_CMD', { envs: { PER_CMD: 'per-cmd' } })).stdout;
+        out.exists = [await sbx.files.exists('notes/hello.txt'), await sbx.files.exists('notes/nope')];
+        out.made = [await sbx.files.makeDir('/home/user/a/b'), await sbx.files.makeDir('/home/user/a/b')];
+        const moved = await sbx.files.rename('notes/hello.txt', '/home/user/a/b/moved.txt');
+        out.moved = moved.path;
+        out.movedInfo = await sbx.files.getInfo('/home/user/a/b/moved.txt');
+        await sbx.files.remove('/home/user/a');
+        out.afterRemove = await sbx.files.exists('/home/user/a');
+        const bg = await sbx.commands.run('read line; echo got:$line; sleep 1', { background: true, stdin: true });
+        out.listedProcs = (await sbx.commands.list()).map((p) => p.pid).includes(bg.pid);
+        await sbx.commands.sendStdin(bg.pid, 'ping\n');
+        out.bg = (await bg.wait()).stdout;
+        const sleeper = await sbx.commands.run('sleep 600', { background: true });
+        out.killedCmd = await sbx.commands.kill(sleeper.pid);
+        try {
+                await sleeper.wait();
+                out.sleeperEnd = 'exited cleanly';
+        } catch (e) {
+                out.sleeperEnd = e.constructor.name;
+        }
+        out.outside = await sbx.files.read('/etc/passwd').then(
+                () => 'read it',
+                (e) => e.constructor.name,
+        );
 } finally {
         out.killed = await sbx.kill();
 }

@@ -41,6 +41,7 @@ static enum MHD_Result c_kill(struct e2b_req *q, struct MHD_Connection *conn);
 static enum MHD_Result c_connect(struct e2b_req *q, struct MHD_Connection *conn);
 static enum MHD_Result c_pause(struct e2b_req *q, struct MHD_Connection *conn);
 static enum MHD_Result c_resume(struct e2b_req *q, struct MHD_Connection *conn);
+static enum MHD_Result c_timeout(struct e2b_req *q, struct MHD_Connection *conn);
 static enum MHD_Result c_unsupported(struct e2b_req *q, struct MHD_Connection *conn);
 
 /* E2B's routes and the core calls they make (cmd_table[]). */
@@ -51,11 +52,13 @@ static const struct e2b_route routes[] = {
         {"GET", "/v2/sandboxes", false, 0, c_list, "list_sessions {labels}, paginated here"},
         {"GET", "/sandboxes/{id}", false, 0, c_get, "list_sessions"},
         {"DELETE", "/sandboxes/{id}", false, 0, c_kill, "destroy_session {purge}"},
-        {"POST", "/sandboxes/{id}/connect", false, E2B_BODY_MAX, c_connect, "resume_session when paused"},
-        {"POST", "/v2/sandboxes/{id}/connect", false, E2B_BODY_MAX, c_connect, "resume_session when paused"},
+        {"POST", "/sandboxes/{id}/connect", false, E2B_BODY_MAX, c_connect,
+         "resume_session when paused, set_session_ttl"},
+        {"POST", "/v2/sandboxes/{id}/connect", false, E2B_BODY_MAX, c_connect,
+         "resume_session when paused, set_session_ttl"},
         {"POST", "/sandboxes/{id}/resume", false, E2B_BODY_MAX, c_resume, "resume_session"},
         {"POST", "/sandboxes/{id}/pause", false, E2B_BODY_MAX, c_pause, "pause_session"},
-        {"POST", "/sandboxes/{id}/timeout", false, E2B_BODY_MAX, c_unsupported, "(not yet)"},
+        {"POST", "/sandboxes/{id}/timeout", false, E2B_BODY_MAX, c_timeout, "set_session_ttl"},
         {"POST", "/sandboxes/{id}/refreshes", false, E2B_BODY_MAX, c_unsupported, "(not yet)"},
         {"POST", "/sandboxes/{id}/fork", false, E2B_BODY_MAX, c_unsupported, "(not yet: fork_session)"},
         {"POST", "/sandboxes/{id}/snapshots", false, E2B_BODY_MAX, c_unsupported, "(not yet: snapshot_session)"},
@@ -716,9 +719,12 @@ static cJSON *listed(struct e2b_req *q, const cJSON *s)
         cJSON_AddNumberToObject(o, "diskSizeMB", cJSON_IsNumber(disk) ? disk->valuedouble / (1024 * 1024) : 0);
         cJSON_AddItemToObject(o, "metadata",
                               cJSON_IsObject(labels) ? cJSON_Duplicate(labels, true) : cJSON_CreateObject());
+        /* a stopped session (its timeout ran out, or idle) keeps its workspace: E2B's paused */
         cJSON_AddStringToObject(o, "state",
-                                cJSON_IsString(state) && strcmp(state->valuestring, "paused") == 0 ? "paused"
-                                                                                                   : "running");
+                                cJSON_IsString(state) && (strcmp(state->valuestring, "paused") == 0 ||
+                                                          strcmp(state->valuestring, "stopped") == 0)
+                                        ? "paused"
+                                        : "running");
         cJSON_AddStringToObject(o, "envdVersion", E2B_ENVD_VERSION);
         return o;
 }
@@ -950,8 +956,57 @@ static enum MHD_Result c_resume(struct e2b_req *q, struct MHD_Connection *conn)
         return resumed(q, conn, 201);
 }
 
+/* The body's timeout (whole seconds within session_ttl_max) into the
+ * session's TTL; absent: unchanged. 0, or an answer queued. */
+static int apply_timeout(struct e2b_req *q, struct MHD_Connection *conn, const char *const *known, enum MHD_Result *ans)
+{
+        _cleanup_(cjson_freep) cJSON *b = body_object(q, conn, ans);
+        const cJSON *t;
+        const char *bad;
+        struct fronterr e = {0};
+        cJSON *params, *res = NULL;
+
+        if (!b)
+                return -1;
+        if ((bad = unknown_member(b, known))) {
+                *ans = e2b_reply_error(conn, 400, "unknown field %s", bad);
+                return -1;
+        }
+        t = cJSON_GetObjectItemCaseSensitive(b, "timeout");
+        if (!t || cJSON_IsNull(t))
+                return 0;
+        if (!cJSON_IsNumber(t) || t->valuedouble < 0 || t->valuedouble > q->d->cfg.session_ttl_max_s ||
+            t->valuedouble != (double)(int64_t)t->valuedouble) {
+                *ans = e2b_reply_error(conn, 400, "timeout must be whole seconds, 0-%lld",
+                                       (long long)q->d->cfg.session_ttl_max_s);
+                return -1;
+        }
+        params = cJSON_CreateObject();
+        cJSON_AddStringToObject(params, "session", q->session);
+        cJSON_AddNumberToObject(params, "ttl_seconds", t->valuedouble);
+        if (e2b_call(q, "set_session_ttl", params, &res, &e) < 0) {
+                *ans = e2b_reply_fronterr(conn, &e);
+                return -1;
+        }
+        cJSON_Delete(res);
+        return 0;
+}
+
+static enum MHD_Result c_timeout(struct e2b_req *q, struct MHD_Connection *conn)
+{
+        static const char *const known[] = {"timeout", NULL};
+        enum MHD_Result ans = MHD_NO;
+
+        if (!e2b_session_exists(q))
+                return e2b_reply_error(conn, 404, "sandbox %s not found", q->sandbox);
+        if (apply_timeout(q, conn, known, &ans) < 0)
+                return ans;
+        return e2b_reply_raw(conn, 204, NULL, NULL, 0);
+}
+
 static enum MHD_Result c_connect(struct e2b_req *q, struct MHD_Connection *conn)
 {
+        static const char *const known[] = {"timeout", "memory", NULL};
         struct fronterr e = {0};
         cJSON *o = find(q, &e);
         bool paused;
@@ -959,6 +1014,10 @@ static enum MHD_Result c_connect(struct e2b_req *q, struct MHD_Connection *conn)
 
         if (!o)
                 return e2b_reply_fronterr(conn, &e);
+        if (apply_timeout(q, conn, known, &ans) < 0) {
+                cJSON_Delete(o);
+                return ans;
+        }
         paused = strcmp(cJSON_GetStringValue(cJSON_GetObjectItemCaseSensitive(o, "state")), "paused") == 0;
         cJSON_Delete(o);
         if (paused) {

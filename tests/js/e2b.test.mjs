@@ -106,7 +106,7 @@ describe('E2B SDK against sandboxd (issue 36)', () => {
                 assert.equal(out.streamed, 'line1\nline2\nline3\n');
                 assert.equal(out.pwd, '/workspace'); // the home is the workspace (docs/e2b.md)
                 assert.equal(out.read, 'hi from e2b');
-                assert.deepEqual(out.list, ['hello.txt:file']);
+                assert.deepEqual(out.list, ['hello.txt:file', 'other.txt:file']);
                 assert.equal(out.catViaShell, 'hi from e2b');
                 assert.equal(out.info.sandboxId, out.sandboxId);
                 assert.equal(out.info.templateId, 'base');
@@ -126,6 +126,11 @@ describe('E2B SDK against sandboxd (issue 36)', () => {
                 assert.equal(out.killedCmd, true);
                 assert.equal(out.sleeperEnd, 'CommandExitError');
                 assert.equal(out.outside, 'InvalidArgumentError');
+                assert.equal(out.paused, true);
+                assert.equal(out.stateWhilePaused, 'paused');
+                assert.equal(out.stateAfterConnect, 'running');
+                assert.equal(out.fileAfterResume, 'kept');
+                assert.ok(out.endInSeconds > 100 && out.endInSeconds <= 120, `endAt ${out.endInSeconds} s away`);
                 assert.equal(out.killed, true);
                 assert.equal(out.killedAgain, false);
                 assert.equal(out.listedAfterKill, 0);
@@ -175,6 +180,7 @@ describe('E2B SDK against sandboxd (issue 36)', () => {
                                 ['POST', `/sandboxes/${id}/pause`, {}],
                                 ['POST', `/sandboxes/${id}/resume`, { timeout: 10 }],
                                 ['POST', `/sandboxes/${id}/timeout`, { timeout: 10 }],
+                                ['POST', `/v2/sandboxes/${id}/connect`, { timeout: 10 }],
                                 ['POST', `/sandboxes/${id}/fork`, { timeout: 10 }],
                                 ['POST', `/sandboxes/${id}/snapshots`, {}],
                                 ['PUT', `/sandboxes/${id}/network`, {}],

@@ -26,6 +26,7 @@ try {
         out.streamed = streamed.join('');
         out.pwd = (await sbx.commands.run('pwd')).stdout.trim();
         await sbx.files.write('notes/hello.txt', 'hi from e2b');
+        await sbx.files.write('notes/other.txt', 'kept');
         out.read = await sbx.files.read('/home/user/notes/hello.txt');
         out.list = (await sbx.files.list('/home/user/notes')).map((e) => `${e.name}:${e.type}`);
         out.catViaShell = (await sbx.commands.run('cat notes/hello.txt')).stdout;
@@ -58,6 +59,15 @@ try {
                 () => 'read it',
                 (e) => e.constructor.name,
         );
+        // pause keeps the sandbox (sandboxd refuses it while a command runs), connect resumes it
+        out.paused = await sbx.pause();
+        out.stateWhilePaused = (await sbx.getInfo()).state;
+        const again = await Sandbox.connect(sbx.sandboxId);
+        out.stateAfterConnect = (await again.getInfo()).state;
+        out.fileAfterResume = await again.files.read('/home/user/notes/other.txt').catch((e) => e.constructor.name);
+        await again.setTimeout(120000);
+        const info = await again.getInfo();
+        out.endInSeconds = Math.round((new Date(info.endAt).getTime() - Date.now()) / 1000);
 } finally {
         out.killed = await sbx.kill();
 }

@@ -11,8 +11,10 @@
  * default base and code-interpreter-v1 to the configured image).
  *
  * Routing: the control routes (/sandboxes..., /v2/sandboxes) carry X-API-Key;
- * an envd request is one that names E2b-Sandbox-Id (and E2b-Sandbox-Port
- * 49983) and carries the sandbox's access token (X-Access-Token), an HMAC
+ * an in-sandbox request is one that names E2b-Sandbox-Id (E2b-Sandbox-Port
+ * 49983: envd; 49999: the code interpreter, on run_cell) and carries the
+ * sandbox's access token (X-Access-Token, or E2B-Traffic-Access-Token, the
+ * same token, which the code interpreter's SDK sends), an HMAC
  * of the user and the sandbox id under a key of the daemon's data directory,
  * returned by create and connect. Another user's sandbox answers as an
  * unknown one (404).
@@ -29,8 +31,9 @@
 
 #define E2B_BODY_MAX (256 * 1024)
 #define E2B_UPLOAD_MAX (64 * 1024 * 1024)
-#define E2B_ID_MAX 32       /* a sandbox id: [a-z0-9], at most this long */
-#define E2B_ENVD_PORT 49983 /* envd's port in E2B_SANDBOX_URL routing */
+#define E2B_ID_MAX 32          /* a sandbox id: [a-z0-9], at most this long */
+#define E2B_ENVD_PORT 49983    /* envd's port in E2B_SANDBOX_URL routing */
+#define E2B_JUPYTER_PORT 49999 /* the code interpreter's */
 #define E2B_ENVD_VERSION "0.5.7"
 
 struct daemon;

@@ -46,39 +46,44 @@ static enum MHD_Result c_unsupported(struct e2b_req *q, struct MHD_Connection *c
 
 /* E2B's routes and the core calls they make (cmd_table[]). */
 static const struct e2b_route routes[] = {
-        {"POST", "/sandboxes", false, E2B_BODY_MAX, c_create, "create_session {image, ttl_seconds, env, labels}"},
-        {"POST", "/v2/sandboxes", false, E2B_BODY_MAX, c_create, "create_session {image, ttl_seconds, env, labels}"},
-        {"GET", "/sandboxes", false, 0, c_list, "list_sessions {labels}"},
-        {"GET", "/v2/sandboxes", false, 0, c_list, "list_sessions {labels}, paginated here"},
-        {"GET", "/sandboxes/{id}", false, 0, c_get, "list_sessions"},
-        {"DELETE", "/sandboxes/{id}", false, 0, c_kill, "destroy_session {purge}"},
-        {"POST", "/sandboxes/{id}/connect", false, E2B_BODY_MAX, c_connect,
+        {"POST", "/sandboxes", 0, E2B_BODY_MAX, c_create, "create_session {image, ttl_seconds, env, labels}"},
+        {"POST", "/v2/sandboxes", 0, E2B_BODY_MAX, c_create, "create_session {image, ttl_seconds, env, labels}"},
+        {"GET", "/sandboxes", 0, 0, c_list, "list_sessions {labels}"},
+        {"GET", "/v2/sandboxes", 0, 0, c_list, "list_sessions {labels}, paginated here"},
+        {"GET", "/sandboxes/{id}", 0, 0, c_get, "list_sessions"},
+        {"DELETE", "/sandboxes/{id}", 0, 0, c_kill, "destroy_session {purge}"},
+        {"POST", "/sandboxes/{id}/connect", 0, E2B_BODY_MAX, c_connect, "resume_session when paused, set_session_ttl"},
+        {"POST", "/v2/sandboxes/{id}/connect", 0, E2B_BODY_MAX, c_connect,
          "resume_session when paused, set_session_ttl"},
-        {"POST", "/v2/sandboxes/{id}/connect", false, E2B_BODY_MAX, c_connect,
-         "resume_session when paused, set_session_ttl"},
-        {"POST", "/sandboxes/{id}/resume", false, E2B_BODY_MAX, c_resume, "resume_session"},
-        {"POST", "/sandboxes/{id}/pause", false, E2B_BODY_MAX, c_pause, "pause_session"},
-        {"POST", "/sandboxes/{id}/timeout", false, E2B_BODY_MAX, c_timeout, "set_session_ttl"},
-        {"POST", "/sandboxes/{id}/refreshes", false, E2B_BODY_MAX, c_unsupported, "(not yet)"},
-        {"POST", "/sandboxes/{id}/fork", false, E2B_BODY_MAX, c_unsupported, "(not yet: fork_session)"},
-        {"POST", "/sandboxes/{id}/snapshots", false, E2B_BODY_MAX, c_unsupported, "(not yet: snapshot_session)"},
-        {"PUT", "/sandboxes/{id}/network", false, E2B_BODY_MAX, c_unsupported, "(not yet: egress_allow)"},
-        {"GET", "/sandboxes/{id}/metrics", false, 0, c_unsupported, "(not yet)"},
-        {"GET", "/sandboxes/{id}/logs", false, 0, c_unsupported, "(not yet)"},
-        {"GET", "/health", true, 0, e2b_envd_health, "(session state)"},
-        {"GET", "/files", true, 0, e2b_envd_download, "read_file {encoding: base64}, paged"},
-        {"POST", "/files", true, E2B_UPLOAD_MAX, e2b_envd_upload, "write_file {encoding: base64}"},
-        {"POST", "/process.Process/Start", true, E2B_BODY_MAX, e2b_envd_start,
+        {"POST", "/sandboxes/{id}/resume", 0, E2B_BODY_MAX, c_resume, "resume_session"},
+        {"POST", "/sandboxes/{id}/pause", 0, E2B_BODY_MAX, c_pause, "pause_session"},
+        {"POST", "/sandboxes/{id}/timeout", 0, E2B_BODY_MAX, c_timeout, "set_session_ttl"},
+        {"POST", "/sandboxes/{id}/refreshes", 0, E2B_BODY_MAX, c_unsupported, "(not yet)"},
+        {"POST", "/sandboxes/{id}/fork", 0, E2B_BODY_MAX, c_unsupported, "(not yet: fork_session)"},
+        {"POST", "/sandboxes/{id}/snapshots", 0, E2B_BODY_MAX, c_unsupported, "(not yet: snapshot_session)"},
+        {"PUT", "/sandboxes/{id}/network", 0, E2B_BODY_MAX, c_unsupported, "(not yet: egress_allow)"},
+        {"GET", "/sandboxes/{id}/metrics", 0, 0, c_unsupported, "(not yet)"},
+        {"GET", "/sandboxes/{id}/logs", 0, 0, c_unsupported, "(not yet)"},
+        {"GET", "/health", E2B_ENVD_PORT, 0, e2b_envd_health, "(session state)"},
+        {"GET", "/files", E2B_ENVD_PORT, 0, e2b_envd_download, "read_file {encoding: base64}, paged"},
+        {"POST", "/files", E2B_ENVD_PORT, E2B_UPLOAD_MAX, e2b_envd_upload, "write_file {encoding: base64}"},
+        {"POST", "/process.Process/Start", E2B_ENVD_PORT, E2B_BODY_MAX, e2b_envd_start,
          "exec {background}, then get_execution {wait, offsets}"},
-        {"POST", "/process.Process/List", true, E2B_BODY_MAX, e2b_envd_list, "list_executions {states: running}"},
-        {"POST", "/process.Process/SendInput", true, E2B_BODY_MAX, e2b_envd_send_input, "send_stdin"},
-        {"POST", "/process.Process/CloseStdin", true, E2B_BODY_MAX, e2b_envd_close_stdin, "send_stdin {eof}"},
-        {"POST", "/process.Process/SendSignal", true, E2B_BODY_MAX, e2b_envd_send_signal, "cancel_execution"},
-        {"POST", "/filesystem.Filesystem/Stat", true, E2B_BODY_MAX, e2b_envd_stat, "list_files of the parent"},
-        {"POST", "/filesystem.Filesystem/ListDir", true, E2B_BODY_MAX, e2b_envd_list_dir, "list_files"},
-        {"POST", "/filesystem.Filesystem/MakeDir", true, E2B_BODY_MAX, e2b_envd_make_dir, "exec mkdir -p"},
-        {"POST", "/filesystem.Filesystem/Remove", true, E2B_BODY_MAX, e2b_envd_remove, "exec rm -rf"},
-        {"POST", "/filesystem.Filesystem/Move", true, E2B_BODY_MAX, e2b_envd_move, "exec mv"},
+        {"POST", "/process.Process/List", E2B_ENVD_PORT, E2B_BODY_MAX, e2b_envd_list,
+         "list_executions {states: running}"},
+        {"POST", "/process.Process/SendInput", E2B_ENVD_PORT, E2B_BODY_MAX, e2b_envd_send_input, "send_stdin"},
+        {"POST", "/process.Process/CloseStdin", E2B_ENVD_PORT, E2B_BODY_MAX, e2b_envd_close_stdin, "send_stdin {eof}"},
+        {"POST", "/process.Process/SendSignal", E2B_ENVD_PORT, E2B_BODY_MAX, e2b_envd_send_signal, "cancel_execution"},
+        {"POST", "/filesystem.Filesystem/Stat", E2B_ENVD_PORT, E2B_BODY_MAX, e2b_envd_stat, "list_files of the parent"},
+        {"POST", "/filesystem.Filesystem/ListDir", E2B_ENVD_PORT, E2B_BODY_MAX, e2b_envd_list_dir, "list_files"},
+        {"POST", "/filesystem.Filesystem/MakeDir", E2B_ENVD_PORT, E2B_BODY_MAX, e2b_envd_make_dir, "exec mkdir -p"},
+        {"POST", "/filesystem.Filesystem/Remove", E2B_ENVD_PORT, E2B_BODY_MAX, e2b_envd_remove, "exec rm -rf"},
+        {"POST", "/filesystem.Filesystem/Move", E2B_ENVD_PORT, E2B_BODY_MAX, e2b_envd_move, "exec mv"},
+        {"POST", "/execute", E2B_JUPYTER_PORT, E2B_BODY_MAX, e2b_jupyter_execute, "run_cell"},
+        {"POST", "/contexts", E2B_JUPYTER_PORT, E2B_BODY_MAX, e2b_jupyter_create, "(a name; run_cell makes it)"},
+        {"GET", "/contexts", E2B_JUPYTER_PORT, 0, e2b_jupyter_list, "list_contexts"},
+        {"POST", "/contexts/{ctx}/restart", E2B_JUPYTER_PORT, E2B_BODY_MAX, e2b_jupyter_restart, "restart_context"},
+        {"DELETE", "/contexts/{ctx}", E2B_JUPYTER_PORT, 0, e2b_jupyter_remove, "delete_context"},
 };
 
 /* ---- replies ---- */
@@ -303,7 +308,8 @@ static bool path_match(const char *pattern, const char *path, char id[E2B_ID_MAX
         const char *p = pattern, *u = path;
 
         while (*p) {
-                if (strncmp(p, "{id}", 4) == 0) {
+                if (strncmp(p, "{id}", 4) == 0 || strncmp(p, "{ctx}", 5) == 0) {
+                        size_t plen = p[1] == 'i' ? 4 : 5;
                         size_t n = strcspn(u, "/");
                         if (n == 0)
                                 return false;
@@ -315,7 +321,7 @@ static bool path_match(const char *pattern, const char *path, char id[E2B_ID_MAX
                                 id[n] = '\0';
                         }
                         u += strcspn(u, "/");
-                        p += 4;
+                        p += plen;
                         continue;
                 }
                 if (*p++ != *u++)
@@ -360,6 +366,7 @@ int e2b_begin(struct daemon *d, const struct api_conn *c, struct MHD_Connection 
         const char *port = MHD_lookup_connection_value(conn, MHD_HEADER_KIND, "E2b-Sandbox-Port");
         const char *len = MHD_lookup_connection_value(conn, MHD_HEADER_KIND, MHD_HTTP_HEADER_CONTENT_LENGTH);
         bool envd = sid != NULL, bad_id = false, path_known = false;
+        int want_port = 0;
         struct fronterr e = {0};
 
         *ret = q;
@@ -367,31 +374,37 @@ int e2b_begin(struct daemon *d, const struct api_conn *c, struct MHD_Connection 
                 return -ENOMEM;
         q->d = d;
         q->c = *c;
-        for (size_t i = 0; i < ELEMENTSOF(routes); i++) {
-                char id[E2B_ID_MAX + 1] = "";
-                if (routes[i].envd != envd || !path_match(routes[i].path, url, id, &bad_id))
-                        continue;
-                path_known = true;
-                if (strcmp(routes[i].verb, verb) == 0) {
-                        q->route = &routes[i];
-                        sbx_strlcpy(q->sandbox, id, sizeof(q->sandbox));
-                        break;
-                }
-        }
         if (envd) {
-                char expect[8];
-                snprintf(expect, sizeof(expect), "%d", E2B_ENVD_PORT);
+                if (port && strcmp(port, "49983") == 0)
+                        want_port = E2B_ENVD_PORT;
+                else if (port && strcmp(port, "49999") == 0)
+                        want_port = E2B_JUPYTER_PORT;
                 if (!sandbox_id_valid(sid, strlen(sid))) {
                         decide(q, 400, "E2b-Sandbox-Id must be 1-%d characters of [a-z0-9]", E2B_ID_MAX);
                         return 0;
                 }
-                if (!port || strcmp(port, expect) != 0) {
+                if (!want_port) {
                         /* getHost(port) URLs through the gateway are not served yet */
-                        decide(q, 502, "E2b-Sandbox-Port %s is not served: only envd's %d", port ? port : "(none)",
-                               E2B_ENVD_PORT);
+                        decide(q, 502,
+                               "E2b-Sandbox-Port %.8s is not served: only envd's %d and the code interpreter's %d",
+                               port ? port : "(none)", E2B_ENVD_PORT, E2B_JUPYTER_PORT);
                         return 0;
                 }
                 sbx_strlcpy(q->sandbox, sid, sizeof(q->sandbox));
+        }
+        for (size_t i = 0; i < ELEMENTSOF(routes); i++) {
+                char id[E2B_ID_MAX + 1] = "";
+                if (routes[i].port != want_port || !path_match(routes[i].path, url, id, &bad_id))
+                        continue;
+                path_known = true;
+                if (strcmp(routes[i].verb, verb) == 0) {
+                        q->route = &routes[i];
+                        if (want_port)
+                                sbx_strlcpy(q->context, id, sizeof(q->context));
+                        else
+                                sbx_strlcpy(q->sandbox, id, sizeof(q->sandbox));
+                        break;
+                }
         }
         if (bad_id) {
                 decide(q, 400, "a sandbox id is 1-%d characters of [a-z0-9]", E2B_ID_MAX);
@@ -408,6 +421,9 @@ int e2b_begin(struct daemon *d, const struct api_conn *c, struct MHD_Connection 
                 snprintf(q->session, sizeof(q->session), E2B_SESSION_PREFIX "%s", q->sandbox);
         if (envd) {
                 const char *at = MHD_lookup_connection_value(conn, MHD_HEADER_KIND, "X-Access-Token");
+                /* the code interpreter's SDK sends only the traffic token (the same token here) on /contexts */
+                if (!at)
+                        at = MHD_lookup_connection_value(conn, MHD_HEADER_KIND, "E2B-Traffic-Access-Token");
                 if (!access_check(q, at)) {
                         q->c.auth_failures++;
                         memset(&q->tok, 0, sizeof(q->tok));
@@ -594,6 +610,7 @@ static cJSON *sandbox_object(struct e2b_req *q, const char *tmpl, bool with_toke
         cJSON_AddStringToObject(o, "envdVersion", E2B_ENVD_VERSION);
         if (with_token && access_token(q, at) == 0) {
                 cJSON_AddStringToObject(o, "envdAccessToken", at);
+                cJSON_AddStringToObject(o, "trafficAccessToken", at);
                 explicit_bzero(at, sizeof(at));
         }
         cJSON_AddNullToObject(o, "domain");

@@ -23,6 +23,7 @@ struct e2b_req {
         struct token_info tok;
         const struct e2b_route *route;
         char sandbox[E2B_ID_MAX + 1];                          /* the route's {id}, or E2b-Sandbox-Id */
+        char context[E2B_ID_MAX + 1];                          /* the code interpreter's {ctx} */
         char session[sizeof(E2B_SESSION_PREFIX) + E2B_ID_MAX]; /* "e2b-" + sandbox */
         int status;                                            /* != 0: answered from the headers */
         char msg[256];
@@ -39,7 +40,7 @@ struct e2b_req {
 struct e2b_route {
         const char *verb;
         const char *path;
-        bool envd;
+        int port; /* 0: the control API; else E2b-Sandbox-Port (envd's, the code interpreter's) */
         size_t body_max;
         enum MHD_Result (*run)(struct e2b_req *q, struct MHD_Connection *conn);
         const char *core;
@@ -72,5 +73,12 @@ enum MHD_Result e2b_envd_list_dir(struct e2b_req *q, struct MHD_Connection *conn
 enum MHD_Result e2b_envd_make_dir(struct e2b_req *q, struct MHD_Connection *conn);
 enum MHD_Result e2b_envd_remove(struct e2b_req *q, struct MHD_Connection *conn);
 enum MHD_Result e2b_envd_move(struct e2b_req *q, struct MHD_Connection *conn);
+
+/* e2b_jupyter.c: the code interpreter's API (port 49999). */
+enum MHD_Result e2b_jupyter_execute(struct e2b_req *q, struct MHD_Connection *conn);
+enum MHD_Result e2b_jupyter_create(struct e2b_req *q, struct MHD_Connection *conn);
+enum MHD_Result e2b_jupyter_list(struct e2b_req *q, struct MHD_Connection *conn);
+enum MHD_Result e2b_jupyter_restart(struct e2b_req *q, struct MHD_Connection *conn);
+enum MHD_Result e2b_jupyter_remove(struct e2b_req *q, struct MHD_Connection *conn);
 
 #endif

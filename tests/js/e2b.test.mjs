@@ -75,27 +75,34 @@ describe('E2B SDK against sandboxd (issue 36)', () => {
                 await d?.stop();
         });
 
+        /** Run a program of tests/js/ with the three variables and the test's CA. */
+        const runProgram = (name) =>
+                new Promise((resolve) =>
+                        execFile(
+                                process.execPath,
+                                [path.join(HERE, name)],
+                                {
+                                        env: {
+                                                ...process.env,
+                                                E2B_API_URL: `https://127.0.0.1:${port}`,
+                                                E2B_SANDBOX_URL: `https://127.0.0.1:${port}`,
+                                                E2B_API_KEY: keyA,
+                                                NODE_EXTRA_CA_CERTS: path.join(d.dir, 'ca.pem'),
+                                                RUN_TAG: `t${RUN_ID}`.toLowerCase().replace(/[^a-z0-9]/g, '').slice(0, 40),
+                                        },
+                                        timeout: 240000,
+                                        maxBuffer: 1 << 20,
+                                },
+                                (err, stdout, stderr) => resolve({ stdout, stderr, code: err ? err.code : 0 }),
+                        ),
+                );
+
         test('a token in E2B spelling passes the SDK key check and the daemon', () => {
                 assert.match(keyA, /^e2b_[0-9a-f]+$/);
         });
 
         test('an unchanged E2B program: create, commands, files, list with a metadata filter, kill', async () => {
-                const env = {
-                        ...process.env,
-                        E2B_API_URL: `https://127.0.0.1:${port}`,
-                        E2B_SANDBOX_URL: `https://127.0.0.1:${port}`,
-                        E2B_API_KEY: keyA,
-                        NODE_EXTRA_CA_CERTS: path.join(d.dir, 'ca.pem'),
-                        RUN_TAG: `t${RUN_ID}`.toLowerCase().replace(/[^a-z0-9]/g, '').slice(0, 40),
-                };
-                const { stdout, stderr, code } = await new Promise((resolve) =>
-                        execFile(
-                                process.execPath,
-                                [path.join(HERE, 'e2b_program.mjs')],
-                                { env, timeout: 240000, maxBuffer: 1 << 20 },
-                                (err, stdout, stderr) => resolve({ stdout, stderr, code: err ? err.code : 0 }),
-                        ),
-                );
+                const { stdout, stderr, code } = await runProgram('e2b_program.mjs');
                 assert.equal(code, 0, `the E2B program failed:\n${stderr}\n${stdout}\n--- daemon log:\n${d.logTail()}`);
                 const out = JSON.parse(stdout.trim().split('\n').pop());
                 assert.match(out.sandboxId, /^[a-z0-9]+$/);
@@ -141,6 +148,22 @@ describe('E2B SDK against sandboxd (issue 36)', () => {
                                 !JSON.stringify(sessions.result).includes(`e2b-${out.sandboxId}`),
                                 'the killed sandbox is still a session',
                         );
+        });
+
+        test('an unchanged @e2b/code-interpreter program: runCode state, a PNG chart, a DataFrame, a traceback, contexts', async () => {
+                const { stdout, stderr, code } = await runProgram('e2b_code_program.mjs');
+                assert.equal(code, 0, `the program failed:\n${stderr}\n${stdout}\n--- daemon log:\n${d.logTail()}`);
+                const out = JSON.parse(stdout.trim().split('\n').pop());
+                assert.equal(out.text, '42');
+                assert.equal(out.stdout, 'side\n');
+                assert.ok(out.count >= 2);
+                assert.equal(out.png, true, 'no PNG result');
+                assert.equal(out.html, true, 'no HTML result');
+                assert.deepEqual(out.error, { name: 'ZeroDivisionError', hasTraceback: true });
+                assert.equal(out.ctxOwn, "'own'");
+                assert.equal(out.defaultLacksY, 'NameError');
+                assert.equal(out.contexts, true);
+                assert.equal(out.afterRemove, false);
         });
 
         describe('hostile', () => {
@@ -237,19 +260,24 @@ describe('E2B SDK against sandboxd (issue 36)', () => {
                                         'application/connect+json',
                                 );
                                 assert.equal(start.status, 404);
-                                for (const [m, p] of [
-                                        ['GET', '/files?path=/home/user/x'],
-                                        ['POST', '/files?path=/home/user/x'],
-                                        ['GET', '/health'],
+                                for (const [m, p, sport] of [
+                                        ['GET', '/files?path=/home/user/x', '49983'],
+                                        ['POST', '/files?path=/home/user/x', '49983'],
+                                        ['GET', '/health', '49983'],
+                                        ['POST', '/execute', '49999'],
+                                        ['POST', '/contexts', '49999'],
+                                        ['GET', '/contexts', '49999'],
+                                        ['POST', '/contexts/py0123/restart', '49999'],
+                                        ['DELETE', '/contexts/py0123', '49999'],
                                 ]) {
                                         const r = await request(ca, port, m, p, {
                                                 headers: {
                                                         'E2b-Sandbox-Id': id,
-                                                        'E2b-Sandbox-Port': '49983',
+                                                        'E2b-Sandbox-Port': sport,
                                                         'X-Access-Token': b.envdAccessToken,
                                                         'Content-Type': 'application/octet-stream',
                                                 },
-                                                body: m === 'POST' ? 'x' : undefined,
+                                                body: m === 'POST' ? (sport === '49999' ? '{"code": "open(\'/workspace/pwned\', \'w\')"}' : 'x') : undefined,
                                         });
                                         assert.equal(r.status, 404, `${m} ${p}: ${r.status}`);
                                 }

@@ -51,11 +51,14 @@ int e2b_begin(struct daemon *d, const struct api_conn *c, struct MHD_Connection 
 bool e2b_decided(const struct e2b_req *q);
 /* The authenticated user (the connection leaves the unauthenticated budget). */
 bool e2b_authenticated(const struct e2b_req *q);
+/* The connection's failed authentications, this request's included (the
+ * front closes a connection after HTTP_MAX_AUTH_FAILURES). */
+int e2b_auth_failures(const struct e2b_req *q);
 /* A piece of the body (past the route's cap the rest is dropped: 413). */
 void e2b_body(struct e2b_req *q, const char *data, size_t n);
-/* The body is complete: run the route and queue its answer (an enum
- * MHD_Result). */
-int e2b_respond(struct e2b_req *q, struct MHD_Connection *conn);
+/* The body is complete (or e2b_decided): run the route and queue its answer
+ * (an enum MHD_Result); close: the answer closes the connection. */
+int e2b_respond(struct e2b_req *q, struct MHD_Connection *conn, bool close);
 void e2b_req_free(struct e2b_req *q);
 
 #endif

@@ -88,7 +88,8 @@ static const struct e2b_route routes[] = {
 
 /* ---- replies ---- */
 
-enum MHD_Result e2b_reply_raw(struct MHD_Connection *conn, int status, const char *type, void *data, size_t len)
+static enum MHD_Result queue(struct MHD_Connection *conn, int status, const char *type, void *data, size_t len,
+                             bool close)
 {
         struct MHD_Response *resp = MHD_create_response_from_buffer(len, data, MHD_RESPMEM_MUST_FREE);
         enum MHD_Result r;
@@ -99,10 +100,17 @@ enum MHD_Result e2b_reply_raw(struct MHD_Connection *conn, int status, const cha
         }
         if (type)
                 MHD_add_response_header(resp, MHD_HTTP_HEADER_CONTENT_TYPE, type);
+        if (close)
+                MHD_add_response_header(resp, MHD_HTTP_HEADER_CONNECTION, "close");
         r = MHD_queue_response(conn, (unsigned)status, resp);
         MHD_destroy_response(resp);
         metrics_http_status(status);
         return r;
+}
+
+enum MHD_Result e2b_reply_raw(struct MHD_Connection *conn, int status, const char *type, void *data, size_t len)
+{
+        return queue(conn, status, type, data, len, false);
 }
 
 enum MHD_Result e2b_reply_json(struct MHD_Connection *conn, int status, cJSON *body)
@@ -347,6 +355,11 @@ bool e2b_authenticated(const struct e2b_req *q)
         return q->authed;
 }
 
+int e2b_auth_failures(const struct e2b_req *q)
+{
+        return q->c.auth_failures;
+}
+
 static void decide(struct e2b_req *q, int status, const char *fmt, ...) __attribute__((format(printf, 3, 4)));
 static void decide(struct e2b_req *q, int status, const char *fmt, ...)
 {
@@ -472,8 +485,18 @@ void e2b_body(struct e2b_req *q, const char *data, size_t n)
         q->body[q->len] = '\0';
 }
 
-int e2b_respond(struct e2b_req *q, struct MHD_Connection *conn)
+int e2b_respond(struct e2b_req *q, struct MHD_Connection *conn, bool close)
 {
+        if (q->status && close) {
+                cJSON *o = cJSON_CreateObject();
+                char *text;
+
+                cJSON_AddNumberToObject(o, "code", q->status);
+                jsonutil_add_text(o, "message", q->msg);
+                text = cJSON_PrintUnformatted(o);
+                cJSON_Delete(o);
+                return text ? queue(conn, q->status, "application/json", text, strlen(text), true) : MHD_NO;
+        }
         if (q->status)
                 return e2b_reply_error(conn, q->status, "%s", q->msg);
         if (q->too_large)

@@ -89,17 +89,17 @@ static cJSON *result_line(const cJSON *out, bool main)
         static const struct {
                 const char *mime, *field;
         } map[] = {
-                {"text/plain", "text"},       {"text/html", "html"},          {"text/markdown", "markdown"},
-                {"image/svg+xml", "svg"},     {"image/png", "png"},           {"image/jpeg", "jpeg"},
-                {"application/pdf", "pdf"},   {"text/latex", "latex"},        {"application/json", "json"},
-                {"application/javascript", "javascript"},
+                {"text/plain", "text"},        {"text/html", "html"},
+                {"text/markdown", "markdown"}, {"image/svg+xml", "svg"},
+                {"image/png", "png"},          {"image/jpeg", "jpeg"},
+                {"application/pdf", "pdf"},    {"text/latex", "latex"},
+                {"application/json", "json"},  {"application/javascript", "javascript"},
         };
         const cJSON *data = cJSON_GetObjectItemCaseSensitive(out, "data"), *m;
         cJSON *o = cJSON_CreateObject(), *extra = NULL;
 
         cJSON_AddStringToObject(o, "type", "result");
-        cJSON_ArrayForEach(m, data)
-        {
+        cJSON_ArrayForEach(m, data) {
                 size_t i = 0;
                 while (i < ELEMENTSOF(map) && strcmp(map[i].mime, m->string) != 0)
                         i++;
@@ -135,14 +135,16 @@ static cJSON *error_line(const cJSON *err)
                 cJSON_AddStringToObject(o, "traceback", tb->valuestring);
                 return o;
         }
-        cJSON_ArrayForEach(t, tb) if (cJSON_IsString(t)) n += strlen(t->valuestring) + 1;
+        cJSON_ArrayForEach(t, tb)
+                if (cJSON_IsString(t))
+                        n += strlen(t->valuestring) + 1;
         text = calloc(1, n + 1);
         if (text)
-                cJSON_ArrayForEach(t, tb) if (cJSON_IsString(t))
-                {
-                        strcat(text, t->valuestring);
-                        strcat(text, "\n");
-                }
+                cJSON_ArrayForEach(t, tb)
+                        if (cJSON_IsString(t)) {
+                                strcat(text, t->valuestring);
+                                strcat(text, "\n");
+                        }
         cJSON_AddStringToObject(o, "traceback", text ? text : "");
         free(text);
         return o;
@@ -193,8 +195,7 @@ enum MHD_Result e2b_jupyter_execute(struct e2b_req *q, struct MHD_Connection *co
                 cJSON_AddItemToObject(params, "env", cJSON_Duplicate(env, true));
         if (e2b_call(q, "run_cell", params, &res, &e) < 0)
                 return e2b_reply_fronterr(conn, &e);
-        cJSON_ArrayForEach(out, cJSON_GetObjectItemCaseSensitive(res, "outputs"))
-        {
+        cJSON_ArrayForEach(out, cJSON_GetObjectItemCaseSensitive(res, "outputs")) {
                 const char *type = cJSON_GetStringValue(cJSON_GetObjectItemCaseSensitive(out, "type"));
                 if (!type)
                         continue;
@@ -202,8 +203,9 @@ enum MHD_Result e2b_jupyter_execute(struct e2b_req *q, struct MHD_Connection *co
                         const char *name = cJSON_GetStringValue(cJSON_GetObjectItemCaseSensitive(out, "name"));
                         o = cJSON_CreateObject();
                         cJSON_AddStringToObject(o, "type", name && strcmp(name, "stderr") == 0 ? "stderr" : "stdout");
-                        cJSON_AddStringToObject(
-                                o, "text", cJSON_GetStringValue(cJSON_GetObjectItemCaseSensitive(out, "text")) ?: "");
+                        cJSON_AddStringToObject(o, "text",
+                                                cJSON_GetStringValue(cJSON_GetObjectItemCaseSensitive(out, "text"))
+                                                        ?: "");
                         add_line(&buf, &len, o);
                 } else if (strcmp(type, "display_data") == 0 || strcmp(type, "execute_result") == 0) {
                         add_line(&buf, &len, result_line(out, strcmp(type, "execute_result") == 0));
@@ -254,8 +256,8 @@ enum MHD_Result e2b_jupyter_create(struct e2b_req *q, struct MHD_Connection *con
         if (lang && !cJSON_IsNull(lang) && !(cJSON_IsString(lang) && language_of(lang->valuestring)))
                 return e2b_reply_error(conn, 400, "language is not supported here (python, javascript)");
         if (cwd && !cJSON_IsNull(cwd) &&
-            !(cJSON_IsString(cwd) && (strcmp(cwd->valuestring, "/home/user") == 0 ||
-                                      strcmp(cwd->valuestring, "/workspace") == 0)))
+            !(cJSON_IsString(cwd) &&
+              (strcmp(cwd->valuestring, "/home/user") == 0 || strcmp(cwd->valuestring, "/workspace") == 0)))
                 return e2b_reply_error(conn, 400, "a context's cwd can only be /home/user here");
         if (!e2b_session_exists(q))
                 return e2b_reply_error(conn, 502, "sandbox %s not found", q->sandbox);
@@ -278,8 +280,7 @@ enum MHD_Result e2b_jupyter_list(struct e2b_req *q, struct MHD_Connection *conn)
         if (e2b_call(q, "list_contexts", params, &res, &e) < 0)
                 return e2b_reply_fronterr(conn, &e);
         out = cJSON_CreateArray();
-        cJSON_ArrayForEach(c, cJSON_GetObjectItemCaseSensitive(res, "contexts"))
-        {
+        cJSON_ArrayForEach(c, cJSON_GetObjectItemCaseSensitive(res, "contexts")) {
                 const char *name = cJSON_GetStringValue(cJSON_GetObjectItemCaseSensitive(c, "context"));
                 if (name && context_id_valid(name))
                         cJSON_AddItemToArray(out, context_object(name));

@@ -309,7 +309,7 @@ static void request_begin(struct http_server *srv, struct MHD_Connection *conn, 
                 c.transport = hc;
                 if (e2b_begin(srv->d, &c, conn, url, verb, &rq->e2b) < 0)
                         FAIL(503, "unavailable", "out of memory");
-                hc->api.auth_failures = c.auth_failures;
+                hc->api.auth_failures = e2b_auth_failures(rq->e2b);
                 if (e2b_authenticated(rq->e2b))
                         __atomic_store_n(&hc->authed, true, __ATOMIC_RELAXED);
                 return;
@@ -432,7 +432,8 @@ static enum MHD_Result on_request(void *cls, struct MHD_Connection *conn, const 
                 *con_cls = rq;
                 request_begin(srv, conn, hc, rq, url, verb);
                 if (rq->e2b && e2b_decided(rq->e2b))
-                        return (enum MHD_Result)e2b_respond(rq->e2b, conn);
+                        return (enum MHD_Result)e2b_respond(rq->e2b, conn,
+                                                            hc->api.auth_failures >= HTTP_MAX_AUTH_FAILURES);
                 if (rq->status == 200)
                         return http_queue_text(conn, 200, "text/plain", strdup("ok\n"), false);
                 if (rq->status) {
@@ -471,7 +472,7 @@ static enum MHD_Result on_request(void *cls, struct MHD_Connection *conn, const 
         (void)MHD_set_connection_option(conn, MHD_CONNECTION_OPTION_TIMEOUT, 0u);
         rq->timeout_off = true;
         if (rq->e2b)
-                return (enum MHD_Result)e2b_respond(rq->e2b, conn);
+                return (enum MHD_Result)e2b_respond(rq->e2b, conn, false);
         if (rq->mcp)
                 return http_mcp_request(srv, conn, hc, rq, verb);
         if (rq->events)

@@ -321,7 +321,8 @@ static bool path_match(const char *pattern, const char *path, char id[E2B_ID_MAX
                         size_t n = strcspn(u, "/");
                         if (n == 0)
                                 return false;
-                        if (!sandbox_id_valid(u, n)) {
+                        /* a context id may be default-js (e2b_jupyter.c) */
+                        if (!sandbox_id_valid(u, n) && !(plen == 5 && n == 10 && strncmp(u, "default-js", 10) == 0)) {
                                 *ret_bad_id = true;
                                 n = 0;
                         } else {

@@ -712,7 +712,9 @@ static void stream_step(struct stream *s)
                         if (cJSON_IsNumber(x) && x->valuedouble > (i ? s->err_off : s->out_off))
                                 more = true;
                 }
-                if (!more) {
+                if (!more && strcmp(state, "timeout") == 0) {
+                        stream_end(s, "deadline_exceeded", "the command ran past its timeout and was killed");
+                } else if (!more) {
                         char st[64];
                         o = event("end", &v);
                         cJSON_AddNumberToObject(v, "exitCode", cJSON_IsNumber(code) ? code->valueint : -1);
@@ -806,6 +808,23 @@ static char *command_line(const cJSON *proc, struct fronterr *e)
                 (void)shell_quote(a->valuestring, out + k, cap - k);
         }
         return out;
+}
+
+/* The command's time limit: Connect-Timeout-Ms (the SDK's timeoutMs)
+ * rounded up, within exec_timeout_max; without one (timeoutMs 0: none),
+ * exec_timeout_max, so a stream always ends. */
+static int64_t deadline_s(struct e2b_req *q, struct MHD_Connection *conn)
+{
+        const char *t = MHD_lookup_connection_value(conn, MHD_HEADER_KIND, "Connect-Timeout-Ms");
+        int64_t max = q->d->cfg.exec_timeout_max_s, ms = 0;
+        size_t n = t ? strlen(t) : 0;
+
+        if (n == 0 || n > 10 || strspn(t, "0123456789") != n)
+                return max;
+        for (size_t i = 0; i < n; i++)
+                ms = ms * 10 + (t[i] - '0');
+        ms = (ms + 999) / 1000;
+        return ms < 1 ? 1 : ms > max ? max : ms;
 }
 
 /* The Start request: one enveloped JSON message. NULL with e. */
@@ -911,6 +930,7 @@ enum MHD_Result e2b_envd_start(struct e2b_req *q, struct MHD_Connection *conn)
         cJSON_AddStringToObject(params, "command", line);
         cJSON_AddStringToObject(params, "workdir", wd);
         cJSON_AddTrueToObject(params, "background");
+        cJSON_AddNumberToObject(params, "timeout_seconds", (double)deadline_s(q, conn));
         if (cJSON_IsTrue(cJSON_GetObjectItemCaseSensitive(m, "stdin")))
                 cJSON_AddTrueToObject(params, "interactive");
         envs = cJSON_GetObjectItemCaseSensitive(proc, "envs");

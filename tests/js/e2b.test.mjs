@@ -133,6 +133,7 @@ describe('E2B SDK against sandboxd (issue 36)', () => {
                 assert.equal(out.killedCmd, true);
                 assert.equal(out.sleeperEnd, 'CommandExitError');
                 assert.equal(out.outside, 'InvalidArgumentError');
+                assert.equal(out.overTime, 'TimeoutError');
                 assert.equal(out.paused, true);
                 assert.equal(out.stateWhilePaused, 'paused');
                 assert.equal(out.stateAfterConnect, 'running');

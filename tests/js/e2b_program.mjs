@@ -68,6 +68,11 @@ try {
         await again.setTimeout(120000);
         const info = await again.getInfo();
         out.endInSeconds = Math.round((new Date(info.endAt).getTime() - Date.now()) / 1000);
+        // timeoutMs is the command's limit (Connect-Timeout-Ms): the command is killed
+        out.overTime = await sbx.commands.run('sleep 30', { timeoutMs: 1500 }).then(
+                () => 'finished',
+                (e) => e.constructor.name,
+        );
 } finally {
         out.killed = await sbx.kill();
 }

@@ -801,6 +801,23 @@ static int metadata_filter(struct MHD_Connection *conn, cJSON **ret, char *why, 
         return 0;
 }
 
+/* The state filter: every state= (repeated, or comma-joined). */
+struct states {
+        bool any, running, paused;
+};
+
+static enum MHD_Result collect_state(void *cls, enum MHD_ValueKind kind, const char *key, const char *value)
+{
+        struct states *w = cls;
+
+        if (!key || strcmp(key, "state") != 0 || !value)
+                return MHD_YES;
+        w->any = true;
+        w->running |= strstr(value, "running") != NULL;
+        w->paused |= strstr(value, "paused") != NULL;
+        return MHD_YES;
+}
+
 static int session_cmp(const void *a, const void *b)
 {
         const cJSON *x = *(const cJSON *const *)a, *y = *(const cJSON *const *)b;
@@ -811,7 +828,8 @@ static int session_cmp(const void *a, const void *b)
 static enum MHD_Result c_list(struct e2b_req *q, struct MHD_Connection *conn)
 {
         bool v2 = strcmp(q->route->path, "/v2/sandboxes") == 0;
-        const char *states = NULL, *next = MHD_lookup_connection_value(conn, MHD_GET_ARGUMENT_KIND, "nextToken");
+        const char *next = MHD_lookup_connection_value(conn, MHD_GET_ARGUMENT_KIND, "nextToken");
+        struct states want = {0};
         const char *lim = MHD_lookup_connection_value(conn, MHD_GET_ARGUMENT_KIND, "limit");
         cJSON *filter = NULL, *params, *res = NULL, *out, *s;
         struct fronterr e = {0};
@@ -839,8 +857,7 @@ static enum MHD_Result c_list(struct e2b_req *q, struct MHD_Connection *conn)
                 cJSON_AddItemToObject(params, "labels", filter);
         if (e2b_call(q, "list_sessions", params, &res, &e) < 0)
                 return e2b_reply_fronterr(conn, &e);
-        /* state=running,paused (repeated or comma-joined: MHD keeps the last of repeats) */
-        states = MHD_lookup_connection_value(conn, MHD_GET_ARGUMENT_KIND, "state");
+        (void)MHD_get_connection_values(conn, MHD_GET_ARGUMENT_KIND, collect_state, &want);
         cJSON *all = cJSON_GetObjectItemCaseSensitive(res, "sessions");
         size_t cap = (size_t)cJSON_GetArraySize(all);
         _cleanup_free_ cJSON **v = calloc(cap ? cap : 1, sizeof(*v));
@@ -851,7 +868,7 @@ static enum MHD_Result c_list(struct e2b_req *q, struct MHD_Connection *conn)
                 if (!o)
                         continue;
                 st = cJSON_GetStringValue(cJSON_GetObjectItemCaseSensitive(o, "state"));
-                if (v2 && states && *states && !strstr(states, st)) {
+                if (v2 && want.any && !(strcmp(st, "running") == 0 ? want.running : want.paused)) {
                         cJSON_Delete(o);
                         continue;
                 }

@@ -136,6 +136,7 @@ describe('E2B SDK against sandboxd (issue 36)', () => {
                 assert.equal(out.overTime, 'TimeoutError');
                 assert.equal(out.paused, true);
                 assert.equal(out.stateWhilePaused, 'paused');
+                assert.deepEqual(out.listedByState, [0, 1, 1]);
                 assert.equal(out.stateAfterConnect, 'running');
                 assert.equal(out.fileAfterResume, 'kept');
                 assert.ok(out.endInSeconds > 100 && out.endInSeconds <= 120, `endAt ${out.endInSeconds} s away`);

@@ -62,6 +62,9 @@ try {
         // pause keeps the sandbox (sandboxd refuses it while a command runs), connect resumes it
         out.paused = await sbx.pause();
         out.stateWhilePaused = (await sbx.getInfo()).state;
+        const byState = async (state) =>
+                (await Sandbox.list({ query: { state, metadata: { run: process.env.RUN_TAG } } }).nextItems()).length;
+        out.listedByState = [await byState(['running']), await byState(['paused']), await byState(['running', 'paused'])];
         const again = await Sandbox.connect(sbx.sandboxId);
         out.stateAfterConnect = (await again.getInfo()).state;
         out.fileAfterResume = await again.files.read('/home/user/notes/other.txt').catch((e) => e.constructor.name);

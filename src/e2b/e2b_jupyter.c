@@ -3,7 +3,8 @@
  * run_cell's stateful interpreters (cells.h). /execute answers one JSON
  * line per output, as E2B's does (stdout, stderr, result with its MIME
  * bundle, error with its traceback, number_of_executions,
- * end_of_execution), once the cell has ended. A context id is its sandboxd
+ * end_of_execution): the headers at once, the lines once the cell has
+ * ended. A context id is its sandboxd
  * context's name, "py"/"js" and hex, so its language is in its name; the
  * default contexts are "default" (python) and "default-js". No state. */
 #include <stdio.h>
@@ -12,6 +13,7 @@
 
 #include "e2b_internal.h"
 #include "sandboxd/jsonutil.h"
+#include "sandboxd/metrics.h"
 #include "sandboxd/reqguard.h"
 
 #define E2B_CONTEXT_DEFAULT "default"
@@ -150,17 +152,108 @@ static cJSON *error_line(const cJSON *err)
         return o;
 }
 
+/* An /execute answer: the headers go at once, and MHD's first call for the
+ * body runs the cell on the connection's thread (the SDK's request timeout
+ * covers only the wait for the headers, as E2B's server answers them at
+ * once). */
+struct cell {
+        struct e2b_req q; /* a copy: MHD frees the request before the response */
+        cJSON *params;
+        char *buf;
+        size_t len, off;
+        bool ran;
+};
+
+static void cell_run(struct cell *c)
+{
+        struct fronterr e = {0};
+        cJSON *res = NULL, *o;
+        const cJSON *out, *err;
+        bool had_error = false;
+
+        c->ran = true;
+        if (e2b_call(&c->q, "run_cell", c->params, &res, &e) < 0) {
+                c->params = NULL; /* taken */
+                o = cJSON_CreateObject();
+                cJSON_AddStringToObject(o, "type", "error");
+                cJSON_AddStringToObject(o, "name", e.code ? e.code : "internal");
+                jsonutil_add_text(o, "value", e.msg);
+                cJSON_AddStringToObject(o, "traceback", "");
+                add_line(&c->buf, &c->len, o);
+                o = cJSON_CreateObject();
+                cJSON_AddStringToObject(o, "type", "end_of_execution");
+                add_line(&c->buf, &c->len, o);
+                return;
+        }
+        c->params = NULL;
+        cJSON_ArrayForEach(out, cJSON_GetObjectItemCaseSensitive(res, "outputs")) {
+                const char *type = cJSON_GetStringValue(cJSON_GetObjectItemCaseSensitive(out, "type"));
+                if (!type)
+                        continue;
+                if (strcmp(type, "stream") == 0) {
+                        const char *name = cJSON_GetStringValue(cJSON_GetObjectItemCaseSensitive(out, "name"));
+                        o = cJSON_CreateObject();
+                        cJSON_AddStringToObject(o, "type", name && strcmp(name, "stderr") == 0 ? "stderr" : "stdout");
+                        cJSON_AddStringToObject(o, "text",
+                                                cJSON_GetStringValue(cJSON_GetObjectItemCaseSensitive(out, "text"))
+                                                        ?: "");
+                        add_line(&c->buf, &c->len, o);
+                } else if (strcmp(type, "display_data") == 0 || strcmp(type, "execute_result") == 0) {
+                        add_line(&c->buf, &c->len, result_line(out, strcmp(type, "execute_result") == 0));
+                } else if (strcmp(type, "error") == 0) {
+                        add_line(&c->buf, &c->len, error_line(out));
+                        had_error = true;
+                }
+        }
+        err = cJSON_GetObjectItemCaseSensitive(res, "error");
+        if (!had_error && cJSON_IsObject(err))
+                add_line(&c->buf, &c->len, error_line(err));
+        o = cJSON_CreateObject();
+        cJSON_AddStringToObject(o, "type", "number_of_executions");
+        cJSON_AddNumberToObject(o, "execution_count",
+                                cJSON_GetNumberValue(cJSON_GetObjectItemCaseSensitive(res, "execution_count")));
+        add_line(&c->buf, &c->len, o);
+        o = cJSON_CreateObject();
+        cJSON_AddStringToObject(o, "type", "end_of_execution");
+        add_line(&c->buf, &c->len, o);
+        cJSON_Delete(res);
+}
+
+static ssize_t cell_read(void *cls, uint64_t pos, char *buf, size_t max)
+{
+        struct cell *c = cls;
+        size_t k;
+
+        (void)pos;
+        if (!c->ran)
+                cell_run(c);
+        if (c->off == c->len)
+                return c->buf ? MHD_CONTENT_READER_END_OF_STREAM : MHD_CONTENT_READER_END_WITH_ERROR;
+        k = c->len - c->off < max ? c->len - c->off : max;
+        memcpy(buf, c->buf + c->off, k);
+        c->off += k;
+        return (ssize_t)k;
+}
+
+static void cell_free(void *cls)
+{
+        struct cell *c = cls;
+
+        cJSON_Delete(c->params);
+        free(c->buf);
+        free(c);
+}
+
 enum MHD_Result e2b_jupyter_execute(struct e2b_req *q, struct MHD_Connection *conn)
 {
         enum MHD_Result ans = MHD_NO;
         _cleanup_(cjson_freep) cJSON *b = body(q, conn, &ans);
-        const cJSON *code, *ctx, *lang, *env, *out, *err;
+        const cJSON *code, *ctx, *lang, *env;
         const char *language, *context;
-        struct fronterr e = {0};
-        cJSON *params, *res = NULL, *o;
-        char *buf = NULL;
-        size_t len = 0;
-        bool had_error = false;
+        struct cell *cell;
+        struct MHD_Response *resp;
+        enum MHD_Result r;
+        cJSON *params;
 
         if (!b)
                 return ans;
@@ -193,42 +286,24 @@ enum MHD_Result e2b_jupyter_execute(struct e2b_req *q, struct MHD_Connection *co
         cJSON_AddStringToObject(params, "language", language);
         if (cJSON_IsObject(env) && env->child)
                 cJSON_AddItemToObject(params, "env", cJSON_Duplicate(env, true));
-        if (e2b_call(q, "run_cell", params, &res, &e) < 0)
-                return e2b_reply_fronterr(conn, &e);
-        cJSON_ArrayForEach(out, cJSON_GetObjectItemCaseSensitive(res, "outputs")) {
-                const char *type = cJSON_GetStringValue(cJSON_GetObjectItemCaseSensitive(out, "type"));
-                if (!type)
-                        continue;
-                if (strcmp(type, "stream") == 0) {
-                        const char *name = cJSON_GetStringValue(cJSON_GetObjectItemCaseSensitive(out, "name"));
-                        o = cJSON_CreateObject();
-                        cJSON_AddStringToObject(o, "type", name && strcmp(name, "stderr") == 0 ? "stderr" : "stdout");
-                        cJSON_AddStringToObject(o, "text",
-                                                cJSON_GetStringValue(cJSON_GetObjectItemCaseSensitive(out, "text"))
-                                                        ?: "");
-                        add_line(&buf, &len, o);
-                } else if (strcmp(type, "display_data") == 0 || strcmp(type, "execute_result") == 0) {
-                        add_line(&buf, &len, result_line(out, strcmp(type, "execute_result") == 0));
-                } else if (strcmp(type, "error") == 0) {
-                        add_line(&buf, &len, error_line(out));
-                        had_error = true;
-                }
+        cell = calloc(1, sizeof(*cell));
+        if (!cell) {
+                cJSON_Delete(params);
+                return MHD_NO;
         }
-        err = cJSON_GetObjectItemCaseSensitive(res, "error");
-        if (!had_error && cJSON_IsObject(err))
-                add_line(&buf, &len, error_line(err));
-        o = cJSON_CreateObject();
-        cJSON_AddStringToObject(o, "type", "number_of_executions");
-        cJSON_AddNumberToObject(o, "execution_count",
-                                cJSON_GetNumberValue(cJSON_GetObjectItemCaseSensitive(res, "execution_count")));
-        add_line(&buf, &len, o);
-        o = cJSON_CreateObject();
-        cJSON_AddStringToObject(o, "type", "end_of_execution");
-        add_line(&buf, &len, o);
-        cJSON_Delete(res);
-        if (!buf)
-                return e2b_reply_error(conn, 500, "out of memory");
-        return e2b_reply_raw(conn, 200, "application/x-ndjson", buf, len);
+        cell->q = *q;
+        cell->q.body = NULL; /* the copy owns nothing of the request */
+        cell->params = params;
+        resp = MHD_create_response_from_callback(MHD_SIZE_UNKNOWN, 16 * 1024, cell_read, cell, cell_free);
+        if (!resp) {
+                cell_free(cell);
+                return MHD_NO;
+        }
+        MHD_add_response_header(resp, MHD_HTTP_HEADER_CONTENT_TYPE, "application/x-ndjson");
+        r = MHD_queue_response(conn, 200, resp);
+        MHD_destroy_response(resp);
+        metrics_http_status(200);
+        return r;
 }
 
 static cJSON *context_object(const char *id)

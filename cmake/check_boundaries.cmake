@@ -13,8 +13,8 @@ set(rules
     "<curl/" "^src/(docker/.*|kubernetes/.*|mcp/mcp_api_https\\.c|webhook/.*)$" # the Docker client; the Kubernetes engine; the MCP adapter's HTTPS client; the webhook sender (webhook.h)
     "<yaml\\.h>" "^src/kubernetes/.*$" # kubeconfig (engine_kubernetes.h)
     "<sqlite3\\.h>" "^src/store/.*$"
-    "<microhttpd\\.h>" "^src/http/.*$"
-    "<gnutls/" "^src/http/.*$"
+    "<microhttpd\\.h>" "^src/(http|e2b)/.*$" # the HTTPS front and E2B's protocols on it (e2b.h)
+    "<gnutls/" "^src/(http|e2b)/.*$"
     "<event2/" "^src/(gateway|egress)/.*$"
     "<http_parser\\.h>" "^src/egress/.*$"
     "<openssl/" "^src/((sha256|utf8)\\.c|node/.*)$" # the node link's TLS (node.h)

@@ -258,6 +258,9 @@ static const struct config_key keys[] = {
          "largest command or code body accepted"},
         {"images", CFG_STRING, F(images), 0, 0, 0, "", NULL,
          "further images create_session may choose, comma-separated (image is always allowed)"},
+        {"e2b_templates", CFG_STRING, F(e2b_templates), 0, 0, 0, "", NULL,
+         "E2B templates as images, \"name=image,...\" (each image: image or one of images); empty: base and "
+         "code-interpreter-v1 to image (docs/e2b.md)"},
         {"max_scripts_per_user", CFG_INT, F(max_scripts_per_user), 0, 0, 100000, "200", NULL,
          "scripts a user's script cache holds at most (0: no caching)"},
         {"max_script_bytes_per_user", CFG_SIZE, F(max_script_bytes_per_user), 0, 0, INT64_C(1) << 32, "16m", NULL,

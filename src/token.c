@@ -109,7 +109,7 @@ int token_list(struct store *st, struct token_info **ret, size_t *ret_n)
 
 static bool token_well_formed(const char *t)
 {
-        if (!t || strncmp(t, TOKEN_PREFIX, 4) != 0 || strlen(t) != TOKEN_LEN)
+        if (!t || (strncmp(t, TOKEN_PREFIX, 4) != 0 && strncmp(t, TOKEN_PREFIX_E2B, 4) != 0) || strlen(t) != TOKEN_LEN)
                 return false;
         for (const char *p = t + 4; *p; p++)
                 if (!((*p >= '0' && *p <= '9') || (*p >= 'a' && *p <= 'f')))
@@ -117,15 +117,28 @@ static bool token_well_formed(const char *t)
         return true;
 }
 
+int token_respell(char token[TOKEN_LEN + 1], const char *prefix)
+{
+        if (!token_well_formed(token) || (strcmp(prefix, TOKEN_PREFIX) != 0 && strcmp(prefix, TOKEN_PREFIX_E2B) != 0))
+                return -EINVAL;
+        memcpy(token, prefix, 4);
+        return 0;
+}
+
 int token_verify(struct store *st, const char *token, struct token_info *ret)
 {
         struct store_token row;
-        char digest[65];
+        char canon[TOKEN_LEN + 1], digest[65];
         int r;
 
         if (!token_well_formed(token))
                 return -EACCES;
-        if (sha256_hex(token, TOKEN_LEN, digest) < 0)
+        /* the digest is of the sbx_ spelling: an e2b_ token is the same secret */
+        memcpy(canon, token, sizeof(canon));
+        memcpy(canon, TOKEN_PREFIX, 4);
+        r = sha256_hex(canon, TOKEN_LEN, digest);
+        explicit_bzero(canon, sizeof(canon));
+        if (r < 0)
                 return -ENOMEM;
         /* The lookup is by digest, so its timing says nothing about the
          * secret; the final comparison is constant-time all the same. */

@@ -138,6 +138,8 @@
  *   create_session  {session?, ttl_seconds?, image?, env?: {K: V}}  → session_info + {expires_at, env_names,
  *                   image_name}; conflict if the session exists
  *   destroy_session {session, purge?}   → {session, destroyed, purged, cancelled_executions}
+ *   set_session_ttl {session, ttl_seconds: 0-session_ttl_max}  → {session, expires_at, ...}: the TTL
+ *                   from now (0: none), as create_session's (E2B's setTimeout, e2b.h)
  *   list_sessions   {}                  → {sessions: [{session, state, image, created_at, last_activity,
  *                   expires_at, ...}]}
  * list_scripts, clear_scripts, list_sessions and create_session take no

@@ -68,6 +68,7 @@ struct sbx_config {
         /* container */
         char image[256];
         char images[1024];                /* further images create_session may choose, comma-separated */
+        char e2b_templates[1024];         /* E2B templates: "name=image,..." (e2b.h); "": base, code-interpreter-v1 */
         char runner_binary[SBX_PATH_MAX]; /* "" → sandboxd-runner next to the executable */
         int runner_heartbeat_ms;
         int64_t memory_bytes;

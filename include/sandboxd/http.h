@@ -55,7 +55,11 @@
  * {"code", "message", "status"}). Comment lines (": keep-alive") come every
  * HTTP_SSE_KEEPALIVE_MS of silence.
  *
- * GET /healthz → 200 "ok" (no token). */
+ * GET /healthz → 200 "ok" (no token).
+ *
+ * E2B's control API (/sandboxes..., /v2/sandboxes...) and its in-sandbox
+ * protocol (requests naming E2b-Sandbox-Id) are src/e2b/'s (e2b.h), with
+ * their own authentication (X-API-Key, X-Access-Token) and caps. */
 #ifndef SANDBOXD_HTTP_H
 #define SANDBOXD_HTTP_H
 

@@ -7,7 +7,13 @@
  *   connector  the same plus mark_private (a data connector declaring that it
  *              put private data into a session).
  * Verification hashes the presented token, looks the digest up and compares
- * digests in constant time; a revoked token is refused like an unknown one. */
+ * digests in constant time; a revoked token is refused like an unknown one.
+ *
+ * E2B's spelling: the same secret with the prefix "e2b_" (TOKEN_PREFIX_E2B)
+ * in place of "sbx_" is the same token, accepted wherever the other is. It
+ * is what E2B's SDKs check an API key against ("e2b_" then hex), so a token
+ * shown that way (sandboxctl token create USER ROLE e2b) drives them
+ * unchanged (docs/e2b.md). */
 #ifndef SANDBOXD_TOKEN_H
 #define SANDBOXD_TOKEN_H
 
@@ -20,6 +26,7 @@
 struct store;
 
 #define TOKEN_PREFIX "sbx_"
+#define TOKEN_PREFIX_E2B "e2b_"
 #define TOKEN_LEN (4 + 64) /* characters, without the NUL */
 #define TOKEN_ID_LEN 16
 
@@ -50,6 +57,10 @@ int token_list(struct store *st, struct token_info **ret, size_t *ret_n);
 /* The live token's row; -EACCES for anything else (malformed, unknown,
  * revoked), -EIO and friends if the store fails. */
 int token_verify(struct store *st, const char *token, struct token_info *ret);
+
+/* The token in E2B's spelling (or back: TOKEN_PREFIX), in place; -EINVAL
+ * when it is not a token of either spelling. */
+int token_respell(char token[TOKEN_LEN + 1], const char *prefix);
 
 /* Compare n bytes without an early exit. */
 bool token_equal_ct(const void *a, const void *b, size_t n);

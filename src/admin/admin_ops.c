@@ -23,7 +23,7 @@
 
 int admin_c_token_create(struct admin_req *q, cJSON **ret, struct fronterr *e)
 {
-        const char *user, *role_s;
+        const char *user, *role_s, *format;
         enum token_role role = TOKEN_ROLE_AGENT;
         char token[TOKEN_LEN + 1];
         struct token_info info;
@@ -32,13 +32,18 @@ int admin_c_token_create(struct admin_req *q, cJSON **ret, struct fronterr *e)
         int r;
 
         if (jparam_string(&q->argv, "user", true, &user, e) < 0 ||
-            jparam_string(&q->argv, "role", false, &role_s, e) < 0)
+            jparam_string(&q->argv, "role", false, &role_s, e) < 0 ||
+            jparam_string(&q->argv, "format", false, &format, e) < 0)
                 return -1;
         if (role_s && token_role_from_string(role_s, &role) < 0)
                 return fronterr_set(e, "invalid", "role must be agent or connector");
+        if (format && strcmp(format, "sbx") != 0 && strcmp(format, "e2b") != 0)
+                return fronterr_set(e, "invalid", "format must be sbx or e2b (E2B's key spelling, docs/e2b.md)");
         r = token_create(q->d->store, user, role, token, &info, &err);
         if (r < 0)
                 return fronterr_errno(e, r, &err, NULL);
+        if (format && strcmp(format, "e2b") == 0)
+                (void)token_respell(token, TOKEN_PREFIX_E2B);
         detail = cJSON_CreateObject();
         cJSON_AddStringToObject(detail, "token_id", info.id);
         cJSON_AddStringToObject(detail, "role", token_role_to_string(role));

@@ -623,6 +623,42 @@ int api_m_destroy_session(struct api_req *q, cJSON **ret, struct fronterr *e)
         return 0;
 }
 
+int api_m_set_session_ttl(struct api_req *q, cJSON **ret, struct fronterr *e)
+{
+        struct store_session_options opt = {0};
+        struct session_info info;
+        int64_t ttl;
+        cJSON *detail;
+        int r;
+
+        if (jparam_int(&q->args, "ttl_seconds", 0, q->d->cfg.session_ttl_max_s, -1, &ttl, e) < 0)
+                return -1;
+        if (ttl < 0)
+                return fronterr_set(e, "bad_request", "params.ttl_seconds is required (0: no TTL)");
+        if (!q->session || !*q->session)
+                return fronterr_set(e, "bad_request", "params.session is required");
+        if (session_get_info(q->d->sessions, q->tok.user, q->session, &info) < 0)
+                return fronterr_set(e, "not_found", "no session %s", q->session);
+        session_info_done(&info);
+        r = store_session_options_get(q->d->store, q->tok.user, q->session, &opt);
+        if (r < 0 && r != -ENOENT)
+                return fronterr_errno(e, r, NULL, "cannot read the session's options");
+        opt.expires_at = ttl > 0 ? sbx_wall_ms() + ttl * 1000 : 0;
+        if (!opt.created_at)
+                opt.created_at = sbx_wall_ms();
+        r = store_session_options_set(q->d->store, q->tok.user, q->session, &opt);
+        store_session_options_done(&opt);
+        if (r < 0)
+                return fronterr_errno(e, r, NULL, "cannot record the session's TTL");
+        detail = cJSON_CreateObject();
+        cJSON_AddNumberToObject(detail, "ttl_seconds", (double)ttl);
+        (void)audit_record_json(q->d->store, q->actor, q->tok.user, q->session, "session.ttl", detail);
+        *ret = cJSON_CreateObject();
+        cJSON_AddStringToObject(*ret, "session", q->session);
+        add_options(q, q->session, *ret);
+        return 0;
+}
+
 int api_m_list_sessions(struct api_req *q, cJSON **ret, struct fronterr *e)
 {
         struct session_info *list = NULL;

@@ -181,6 +181,7 @@ int api_m_restore_session(struct api_req *q, cJSON **ret, struct fronterr *e);
 int api_m_fork_session(struct api_req *q, cJSON **ret, struct fronterr *e);
 int api_m_destroy_session(struct api_req *q, cJSON **ret, struct fronterr *e);
 int api_m_list_sessions(struct api_req *q, cJSON **ret, struct fronterr *e);
+int api_m_set_session_ttl(struct api_req *q, cJSON **ret, struct fronterr *e);
 /* api_pause.c: pause_session, resume_session */
 int api_m_pause_session(struct api_req *q, cJSON **ret, struct fronterr *e);
 int api_m_resume_session(struct api_req *q, cJSON **ret, struct fronterr *e);

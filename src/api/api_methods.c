@@ -548,6 +548,10 @@ static const struct api_method_doc methods_doc[] = {
          "{session, purge?}",
          "{session, destroyed, purged, cancelled_executions}",
          "Cancel the session's executions, remove its container and release its ports; with purge, delete its workspace too."},
+        {"set_session_ttl", api_m_set_session_ttl,
+         "{session, ttl_seconds: 0-session_ttl_max}",
+         "{session, expires_at, ...}",
+         "Set the session's TTL to ttl_seconds from now (0: none), as create_session's: when it runs out the session is stopped (its workspace kept; a later call starts it again)."},
         {"pause_session", api_m_pause_session, /* api_pause.c */
          "{session}",
          "{session, paused, already_paused, state: paused, last_activity, paused_at}",

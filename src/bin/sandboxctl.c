@@ -45,7 +45,8 @@ static void usage(FILE *f)
                 "                                       (--purge also deletes the workspace)\n"
                 "  mark-private USER SESSION DATASET [SOURCE]\n"
                 "                                       record private data: network off for good\n"
-                "  token create USER [agent|connector]  make an API token (shown once)\n"
+                "  token create USER [agent|connector] [sbx|e2b]\n"
+                "                                       make an API token (shown once; e2b: as E2B_API_KEY)\n"
                 "  token revoke ID                      revoke a token\n"
                 "  token list                           list tokens (never the secrets)\n"
                 "  quota show USER                      a user's limits (defaults and overrides) and usage\n"
@@ -719,7 +720,7 @@ static const struct simple_cmd {
         {"quota", "show", "quota.show", 1, {"user"}, print_quota},
         {"quota", "unset", "quota.unset", 1, {"user", "key"}, print_quota},
         {"quota", "list", "quota.list", 0, {NULL}, print_quota_list},
-        {"token", "create", "token.create", 1, {"user", "role"}, NULL},
+        {"token", "create", "token.create", 1, {"user", "role", "format"}, NULL},
         {"token", "revoke", "token.revoke", 1, {"id"}, NULL},
         {"token", "list", "token.list", 0, {NULL}, print_tokens},
         {"snapshots", NULL, "snapshots.list", 0, {"user"}, print_snapshots},

@@ -39,6 +39,7 @@
 #include "http_internal.h"
 #include "sandboxd/config.h"
 #include "sandboxd/daemon.h"
+#include "sandboxd/e2b.h"
 #include "sandboxd/log.h"
 #include "sandboxd/metrics.h"
 #include "sandboxd/reqguard.h"
@@ -301,6 +302,18 @@ static void request_begin(struct http_server *srv, struct MHD_Connection *conn, 
                 rq->status = 200;
                 return;
         }
+        if (e2b_claims(conn, url)) { /* E2B's paths and headers: its own auth and caps (e2b.h) */
+                struct api_conn c = hc->api;
+                c.send = drop_progress;
+                c.gone = sync_gone;
+                c.transport = hc;
+                if (e2b_begin(srv->d, &c, conn, url, verb, &rq->e2b) < 0)
+                        FAIL(503, "unavailable", "out of memory");
+                hc->api.auth_failures = e2b_auth_failures(rq->e2b);
+                if (e2b_authenticated(rq->e2b))
+                        __atomic_store_n(&hc->authed, true, __ATOMIC_RELAXED);
+                return;
+        }
         rq->mcp = strcmp(url, "/mcp") == 0;
         rq->events = strcmp(url, "/v1/events") == 0 && strcmp(verb, MHD_HTTP_METHOD_GET) == 0; /* http_events.c */
         if (!rq->mcp && strncmp(url, "/v1/", 4) != 0)
@@ -418,6 +431,9 @@ static enum MHD_Result on_request(void *cls, struct MHD_Connection *conn, const 
                         return MHD_NO;
                 *con_cls = rq;
                 request_begin(srv, conn, hc, rq, url, verb);
+                if (rq->e2b && e2b_decided(rq->e2b))
+                        return (enum MHD_Result)e2b_respond(rq->e2b, conn,
+                                                            hc->api.auth_failures >= HTTP_MAX_AUTH_FAILURES);
                 if (rq->status == 200)
                         return http_queue_text(conn, 200, "text/plain", strdup("ok\n"), false);
                 if (rq->status) {
@@ -425,6 +441,11 @@ static enum MHD_Result on_request(void *cls, struct MHD_Connection *conn, const 
                                      rq->status == 413;
                         return http_queue_error(conn, rq->status, rq->code, rq->msg, close);
                 }
+                return MHD_YES;
+        }
+        if (*upload_size && rq->e2b) {
+                e2b_body(rq->e2b, upload, *upload_size);
+                *upload_size = 0;
                 return MHD_YES;
         }
         if (*upload_size) {
@@ -450,6 +471,8 @@ static enum MHD_Result on_request(void *cls, struct MHD_Connection *conn, const 
          * long as the method does (on_completed restores the limit). */
         (void)MHD_set_connection_option(conn, MHD_CONNECTION_OPTION_TIMEOUT, 0u);
         rq->timeout_off = true;
+        if (rq->e2b)
+                return (enum MHD_Result)e2b_respond(rq->e2b, conn, false);
         if (rq->mcp)
                 return http_mcp_request(srv, conn, hc, rq, verb);
         if (rq->events)
@@ -467,6 +490,7 @@ static void on_completed(void *cls, struct MHD_Connection *conn, void **con_cls,
         if (rq->timeout_off)
                 (void)MHD_set_connection_option(conn, MHD_CONNECTION_OPTION_TIMEOUT,
                                                 (unsigned)srv->d->cfg.http_timeout_s);
+        e2b_req_free(rq->e2b);
         free(rq->body);
         free(rq);
         *con_cls = NULL;

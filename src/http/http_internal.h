@@ -72,9 +72,10 @@ struct http_req {
         char *body;
         size_t len;
         bool too_large;
-        bool mcp;         /* /mcp */
-        bool events;      /* GET /v1/events (http_events.c) */
-        bool timeout_off; /* the connection's idle limit is lifted while this request is answered */
+        bool mcp;            /* /mcp */
+        bool events;         /* GET /v1/events (http_events.c) */
+        bool timeout_off;    /* the connection's idle limit is lifted while this request is answered */
+        struct e2b_req *e2b; /* E2B's control API or envd (src/e2b/, e2b.h) */
 };
 
 /* The request's trace id (reqctx.h): its traceparent or X-Request-Id

@@ -1,0 +1,1095 @@
+/* e2b.c — E2B's control API on the HTTPS front (include/sandboxd/e2b.h):
+ * the route table, authentication (X-API-Key for the control routes, the
+ * sandbox's access token for envd's), and the control handlers. Every
+ * handler translates to the API's dispatcher (api_call) as the key's user,
+ * so quotas, audit, events and labels hold exactly as on /v1/. No state of
+ * its own but the access-token key, read once from the data directory
+ * (key_lock). Runs on the connection's MHD thread. */
+#include "sandboxd/e2b.h"
+
+#include <ctype.h>
+#include <errno.h>
+#include <fcntl.h>
+#include <gnutls/crypto.h>
+#include <gnutls/gnutls.h>
+#include <pthread.h>
+#include <stdarg.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+#include "e2b_internal.h"
+#include "sandboxd/config.h"
+#include "sandboxd/daemon.h"
+#include "sandboxd/http.h"
+#include "sandboxd/jsonutil.h"
+#include "sandboxd/log.h"
+#include "sandboxd/metrics.h"
+#include "sandboxd/reqguard.h"
+#include "sandboxd/session.h"
+
+#define E2B_KEY_LEN 32
+#define E2B_MAC_HEX 64
+#define E2B_LIST_LIMIT_MAX 100
+
+static enum MHD_Result c_create(struct e2b_req *q, struct MHD_Connection *conn);
+static enum MHD_Result c_get(struct e2b_req *q, struct MHD_Connection *conn);
+static enum MHD_Result c_list(struct e2b_req *q, struct MHD_Connection *conn);
+static enum MHD_Result c_kill(struct e2b_req *q, struct MHD_Connection *conn);
+static enum MHD_Result c_connect(struct e2b_req *q, struct MHD_Connection *conn);
+static enum MHD_Result c_pause(struct e2b_req *q, struct MHD_Connection *conn);
+static enum MHD_Result c_resume(struct e2b_req *q, struct MHD_Connection *conn);
+static enum MHD_Result c_timeout(struct e2b_req *q, struct MHD_Connection *conn);
+static enum MHD_Result c_unsupported(struct e2b_req *q, struct MHD_Connection *conn);
+
+/* E2B's routes and the core calls they make (cmd_table[]). */
+static const struct e2b_route routes[] = {
+        {"POST", "/sandboxes", 0, E2B_BODY_MAX, c_create, "create_session {image, ttl_seconds, env, labels}"},
+        {"POST", "/v2/sandboxes", 0, E2B_BODY_MAX, c_create, "create_session {image, ttl_seconds, env, labels}"},
+        {"GET", "/sandboxes", 0, 0, c_list, "list_sessions {labels}"},
+        {"GET", "/v2/sandboxes", 0, 0, c_list, "list_sessions {labels}, paginated here"},
+        {"GET", "/sandboxes/{id}", 0, 0, c_get, "list_sessions"},
+        {"DELETE", "/sandboxes/{id}", 0, 0, c_kill, "destroy_session {purge}"},
+        {"POST", "/sandboxes/{id}/connect", 0, E2B_BODY_MAX, c_connect, "resume_session when paused, set_session_ttl"},
+        {"POST", "/v2/sandboxes/{id}/connect", 0, E2B_BODY_MAX, c_connect,
+         "resume_session when paused, set_session_ttl"},
+        {"POST", "/sandboxes/{id}/resume", 0, E2B_BODY_MAX, c_resume, "resume_session"},
+        {"POST", "/sandboxes/{id}/pause", 0, E2B_BODY_MAX, c_pause, "pause_session"},
+        {"POST", "/sandboxes/{id}/timeout", 0, E2B_BODY_MAX, c_timeout, "set_session_ttl"},
+        {"POST", "/sandboxes/{id}/refreshes", 0, E2B_BODY_MAX, c_unsupported, "(not yet)"},
+        {"POST", "/sandboxes/{id}/fork", 0, E2B_BODY_MAX, c_unsupported, "(not yet: fork_session)"},
+        {"POST", "/sandboxes/{id}/snapshots", 0, E2B_BODY_MAX, c_unsupported, "(not yet: snapshot_session)"},
+        {"PUT", "/sandboxes/{id}/network", 0, E2B_BODY_MAX, c_unsupported, "(not yet: egress_allow)"},
+        {"GET", "/sandboxes/{id}/metrics", 0, 0, c_unsupported, "(not yet)"},
+        {"GET", "/sandboxes/{id}/logs", 0, 0, c_unsupported, "(not yet)"},
+        {"GET", "/health", E2B_ENVD_PORT, 0, e2b_envd_health, "(session state)"},
+        {"GET", "/files", E2B_ENVD_PORT, 0, e2b_envd_download, "read_file {encoding: base64}, paged"},
+        {"POST", "/files", E2B_ENVD_PORT, E2B_UPLOAD_MAX, e2b_envd_upload, "write_file {encoding: base64}"},
+        {"POST", "/process.Process/Start", E2B_ENVD_PORT, E2B_BODY_MAX, e2b_envd_start,
+         "exec {background}, then get_execution {wait, offsets}"},
+        {"POST", "/process.Process/List", E2B_ENVD_PORT, E2B_BODY_MAX, e2b_envd_list,
+         "list_executions {states: running}"},
+        {"POST", "/process.Process/SendInput", E2B_ENVD_PORT, E2B_BODY_MAX, e2b_envd_send_input, "send_stdin"},
+        {"POST", "/process.Process/CloseStdin", E2B_ENVD_PORT, E2B_BODY_MAX, e2b_envd_close_stdin, "send_stdin {eof}"},
+        {"POST", "/process.Process/SendSignal", E2B_ENVD_PORT, E2B_BODY_MAX, e2b_envd_send_signal, "cancel_execution"},
+        {"POST", "/filesystem.Filesystem/Stat", E2B_ENVD_PORT, E2B_BODY_MAX, e2b_envd_stat, "list_files of the parent"},
+        {"POST", "/filesystem.Filesystem/ListDir", E2B_ENVD_PORT, E2B_BODY_MAX, e2b_envd_list_dir, "list_files"},
+        {"POST", "/filesystem.Filesystem/MakeDir", E2B_ENVD_PORT, E2B_BODY_MAX, e2b_envd_make_dir, "exec mkdir -p"},
+        {"POST", "/filesystem.Filesystem/Remove", E2B_ENVD_PORT, E2B_BODY_MAX, e2b_envd_remove, "exec rm -rf"},
+        {"POST", "/filesystem.Filesystem/Move", E2B_ENVD_PORT, E2B_BODY_MAX, e2b_envd_move, "exec mv"},
+        {"POST", "/execute", E2B_JUPYTER_PORT, E2B_BODY_MAX, e2b_jupyter_execute, "run_cell"},
+        {"POST", "/contexts", E2B_JUPYTER_PORT, E2B_BODY_MAX, e2b_jupyter_create, "(a name; run_cell makes it)"},
+        {"GET", "/contexts", E2B_JUPYTER_PORT, 0, e2b_jupyter_list, "list_contexts"},
+        {"POST", "/contexts/{ctx}/restart", E2B_JUPYTER_PORT, E2B_BODY_MAX, e2b_jupyter_restart, "restart_context"},
+        {"DELETE", "/contexts/{ctx}", E2B_JUPYTER_PORT, 0, e2b_jupyter_remove, "delete_context"},
+};
+
+/* ---- replies ---- */
+
+static enum MHD_Result queue(struct MHD_Connection *conn, int status, const char *type, void *data, size_t len,
+                             bool close)
+{
+        struct MHD_Response *resp = MHD_create_response_from_buffer(len, data, MHD_RESPMEM_MUST_FREE);
+        enum MHD_Result r;
+
+        if (!resp) {
+                free(data);
+                return MHD_NO;
+        }
+        if (type)
+                MHD_add_response_header(resp, MHD_HTTP_HEADER_CONTENT_TYPE, type);
+        if (close)
+                MHD_add_response_header(resp, MHD_HTTP_HEADER_CONNECTION, "close");
+        r = MHD_queue_response(conn, (unsigned)status, resp);
+        MHD_destroy_response(resp);
+        metrics_http_status(status);
+        return r;
+}
+
+enum MHD_Result e2b_reply_raw(struct MHD_Connection *conn, int status, const char *type, void *data, size_t len)
+{
+        return queue(conn, status, type, data, len, false);
+}
+
+enum MHD_Result e2b_reply_json(struct MHD_Connection *conn, int status, cJSON *body)
+{
+        char *text = body ? cJSON_PrintUnformatted(body) : NULL;
+
+        cJSON_Delete(body);
+        if (!text)
+                return MHD_NO;
+        return e2b_reply_raw(conn, status, "application/json", text, strlen(text));
+}
+
+enum MHD_Result e2b_reply_error(struct MHD_Connection *conn, int status, const char *fmt, ...)
+{
+        char msg[512];
+        va_list ap;
+        cJSON *o = cJSON_CreateObject();
+
+        va_start(ap, fmt);
+        vsnprintf(msg, sizeof(msg), fmt, ap);
+        va_end(ap);
+        cJSON_AddNumberToObject(o, "code", status);
+        jsonutil_add_text(o, "message", msg);
+        return e2b_reply_json(conn, status, o);
+}
+
+enum MHD_Result e2b_reply_fronterr(struct MHD_Connection *conn, const struct fronterr *e)
+{
+        int status = http_status_for_code(e->code);
+
+        if (e->code && strcmp(e->code, "quota_exceeded") == 0)
+                status = 429;
+        return e2b_reply_error(conn, status, "%s", e->msg);
+}
+
+/* ---- the core ---- */
+
+int e2b_call(struct e2b_req *q, const char *method, cJSON *params, cJSON **ret, struct fronterr *e)
+{
+        int r;
+
+        *ret = NULL;
+        if (!params)
+                return fronterr_set(e, "internal", "out of memory");
+        r = api_call(&q->c, &q->tok, NULL, method, params, ret, e);
+        cJSON_Delete(params);
+        if (r == 1)
+                return fronterr_set(e, "unavailable", "the client left");
+        return r < 0 ? -1 : 0;
+}
+
+bool e2b_session_exists(struct e2b_req *q)
+{
+        struct session_info info;
+
+        if (!q->session[0] || session_get_info(q->d->sessions, q->tok.user, q->session, &info) < 0)
+                return false;
+        session_info_done(&info);
+        return true;
+}
+
+/* ---- access tokens: HMAC-SHA256(key, user ":" sandbox), the key in data_dir/e2b.key ---- */
+
+static pthread_mutex_t key_lock = PTHREAD_MUTEX_INITIALIZER;
+static char key_dir[SBX_PATH_MAX]; /* key_lock: whose key is cached (tests run several daemons) */
+static unsigned char key_bytes[E2B_KEY_LEN];
+
+static int key_load(const char *dir, unsigned char ret[E2B_KEY_LEN])
+{
+        char path[SBX_PATH_MAX + 16];
+        int fd, r = 0;
+        struct stat st;
+        ssize_t n;
+
+        pthread_mutex_lock(&key_lock);
+        if (strcmp(key_dir, dir) == 0)
+                goto done;
+        snprintf(path, sizeof(path), "%s/e2b.key", dir);
+        fd = open(path, O_RDONLY | O_CLOEXEC | O_NOFOLLOW);
+        if (fd < 0 && errno == ENOENT) {
+                unsigned char fresh[E2B_KEY_LEN];
+                if (gnutls_rnd(GNUTLS_RND_KEY, fresh, sizeof(fresh)) != 0) {
+                        r = -EIO;
+                        goto out;
+                }
+                fd = open(path, O_WRONLY | O_CREAT | O_EXCL | O_CLOEXEC | O_NOFOLLOW, 0600);
+                if (fd >= 0) {
+                        n = write(fd, fresh, sizeof(fresh));
+                        if (n != (ssize_t)sizeof(fresh) || fsync(fd) < 0)
+                                r = -EIO;
+                        close(fd);
+                }
+                explicit_bzero(fresh, sizeof(fresh));
+                if (r < 0)
+                        goto out;
+                fd = open(path, O_RDONLY | O_CLOEXEC | O_NOFOLLOW); /* whoever won the creation */
+        }
+        if (fd < 0) {
+                r = -errno;
+                goto out;
+        }
+        if (fstat(fd, &st) < 0 || !S_ISREG(st.st_mode) || st.st_size != E2B_KEY_LEN ||
+            read(fd, key_bytes, E2B_KEY_LEN) != E2B_KEY_LEN)
+                r = -EINVAL;
+        close(fd);
+        if (r == 0)
+                sbx_strlcpy(key_dir, dir, sizeof(key_dir));
+        else
+                log_error("e2b: %s is not a key of %d bytes: access tokens cannot be checked", path, E2B_KEY_LEN);
+out:
+        if (r < 0)
+                goto unlock;
+done:
+        memcpy(ret, key_bytes, E2B_KEY_LEN);
+unlock:
+        pthread_mutex_unlock(&key_lock);
+        return r;
+}
+
+static void hex_of(const unsigned char *b, size_t n, char *out)
+{
+        static const char digits[] = "0123456789abcdef";
+        for (size_t i = 0; i < n; i++) {
+                out[2 * i] = digits[b[i] >> 4];
+                out[2 * i + 1] = digits[b[i] & 15];
+        }
+        out[2 * n] = '\0';
+}
+
+/* "<hex of user>.<hex of the MAC>" */
+#define E2B_ACCESS_TOKEN_MAX (2 * 64 + 1 + E2B_MAC_HEX)
+
+static int access_mac(struct daemon *d, const char *user, const char *sandbox, char ret[E2B_MAC_HEX + 1])
+{
+        unsigned char key[E2B_KEY_LEN], mac[32];
+        char msg[64 + 1 + E2B_ID_MAX + 1];
+        int r = key_load(d->cfg.data_dir, key);
+
+        if (r < 0)
+                return r;
+        snprintf(msg, sizeof(msg), "%s:%s", user, sandbox);
+        r = gnutls_hmac_fast(GNUTLS_MAC_SHA256, key, sizeof(key), msg, strlen(msg), mac) == 0 ? 0 : -EIO;
+        explicit_bzero(key, sizeof(key));
+        if (r == 0)
+                hex_of(mac, sizeof(mac), ret);
+        return r;
+}
+
+static int access_token(struct e2b_req *q, char ret[E2B_ACCESS_TOKEN_MAX + 1])
+{
+        char mac[E2B_MAC_HEX + 1];
+        size_t ul = strlen(q->tok.user);
+        int r = access_mac(q->d, q->tok.user, q->sandbox, mac);
+
+        if (r < 0)
+                return r;
+        hex_of((const unsigned char *)q->tok.user, ul, ret);
+        ret[2 * ul] = '.';
+        memcpy(ret + 2 * ul + 1, mac, sizeof(mac));
+        return 0;
+}
+
+/* The user a token names, when its MAC is that user's for this sandbox. */
+static bool access_check(struct e2b_req *q, const char *token)
+{
+        const char *dot = token ? strchr(token, '.') : NULL;
+        char mac[E2B_MAC_HEX + 1];
+        size_t hl;
+
+        if (!dot || strlen(dot + 1) != E2B_MAC_HEX)
+                return false;
+        hl = (size_t)(dot - token);
+        if (hl == 0 || hl % 2 || hl / 2 >= sizeof(q->tok.user))
+                return false;
+        for (size_t i = 0; i < hl / 2; i++) {
+                unsigned v;
+                if (!isxdigit((unsigned char)token[2 * i]) || !isxdigit((unsigned char)token[2 * i + 1]) ||
+                    sscanf(token + 2 * i, "%2x", &v) != 1)
+                        return false;
+                q->tok.user[i] = (char)v;
+        }
+        q->tok.user[hl / 2] = '\0';
+        if (!session_id_valid(q->tok.user) || access_mac(q->d, q->tok.user, q->sandbox, mac) < 0)
+                return false;
+        return token_equal_ct(mac, dot + 1, E2B_MAC_HEX);
+}
+
+/* ---- routing ---- */
+
+static bool sandbox_id_valid(const char *s, size_t n)
+{
+        if (n == 0 || n > E2B_ID_MAX)
+                return false;
+        for (size_t i = 0; i < n; i++)
+                if (!((s[i] >= 'a' && s[i] <= 'z') || (s[i] >= '0' && s[i] <= '9')))
+                        return false;
+        return true;
+}
+
+/* path matches pattern; {id} is one segment, copied to id. */
+static bool path_match(const char *pattern, const char *path, char id[E2B_ID_MAX + 1], bool *ret_bad_id)
+{
+        const char *p = pattern, *u = path;
+
+        while (*p) {
+                if (strncmp(p, "{id}", 4) == 0 || strncmp(p, "{ctx}", 5) == 0) {
+                        size_t plen = p[1] == 'i' ? 4 : 5;
+                        size_t n = strcspn(u, "/");
+                        if (n == 0)
+                                return false;
+                        /* a context id may be default-js (e2b_jupyter.c) */
+                        if (!sandbox_id_valid(u, n) && !(plen == 5 && n == 10 && strncmp(u, "default-js", 10) == 0)) {
+                                *ret_bad_id = true;
+                                n = 0;
+                        } else {
+                                memcpy(id, u, n);
+                                id[n] = '\0';
+                        }
+                        u += strcspn(u, "/");
+                        p += plen;
+                        continue;
+                }
+                if (*p++ != *u++)
+                        return false;
+        }
+        return *u == '\0';
+}
+
+bool e2b_claims(struct MHD_Connection *conn, const char *url)
+{
+        return MHD_lookup_connection_value(conn, MHD_HEADER_KIND, "E2b-Sandbox-Id") || strcmp(url, "/sandboxes") == 0 ||
+               strncmp(url, "/sandboxes/", 11) == 0 || strcmp(url, "/v2/sandboxes") == 0 ||
+               strncmp(url, "/v2/sandboxes/", 14) == 0;
+}
+
+bool e2b_decided(const struct e2b_req *q)
+{
+        return q->status != 0;
+}
+
+bool e2b_authenticated(const struct e2b_req *q)
+{
+        return q->authed;
+}
+
+int e2b_auth_failures(const struct e2b_req *q)
+{
+        return q->c.auth_failures;
+}
+
+static void decide(struct e2b_req *q, int status, const char *fmt, ...) __attribute__((format(printf, 3, 4)));
+static void decide(struct e2b_req *q, int status, const char *fmt, ...)
+{
+        va_list ap;
+
+        q->status = status;
+        va_start(ap, fmt);
+        vsnprintf(q->msg, sizeof(q->msg), fmt, ap);
+        va_end(ap);
+}
+
+int e2b_begin(struct daemon *d, const struct api_conn *c, struct MHD_Connection *conn, const char *url,
+              const char *verb, struct e2b_req **ret)
+{
+        struct e2b_req *q = calloc(1, sizeof(*q));
+        const char *sid = MHD_lookup_connection_value(conn, MHD_HEADER_KIND, "E2b-Sandbox-Id");
+        const char *port = MHD_lookup_connection_value(conn, MHD_HEADER_KIND, "E2b-Sandbox-Port");
+        const char *len = MHD_lookup_connection_value(conn, MHD_HEADER_KIND, MHD_HTTP_HEADER_CONTENT_LENGTH);
+        bool envd = sid != NULL, bad_id = false, path_known = false;
+        int want_port = 0;
+        struct fronterr e = {0};
+
+        *ret = q;
+        if (!q)
+                return -ENOMEM;
+        q->d = d;
+        q->c = *c;
+        if (envd) {
+                if (port && strcmp(port, "49983") == 0)
+                        want_port = E2B_ENVD_PORT;
+                else if (port && strcmp(port, "49999") == 0)
+                        want_port = E2B_JUPYTER_PORT;
+                if (!sandbox_id_valid(sid, strlen(sid))) {
+                        decide(q, 400, "E2b-Sandbox-Id must be 1-%d characters of [a-z0-9]", E2B_ID_MAX);
+                        return 0;
+                }
+                if (!want_port) {
+                        /* getHost(port) URLs through the gateway are not served yet */
+                        decide(q, 502,
+                               "E2b-Sandbox-Port %.8s is not served: only envd's %d and the code interpreter's %d",
+                               port ? port : "(none)", E2B_ENVD_PORT, E2B_JUPYTER_PORT);
+                        return 0;
+                }
+                sbx_strlcpy(q->sandbox, sid, sizeof(q->sandbox));
+        }
+        for (size_t i = 0; i < ELEMENTSOF(routes); i++) {
+                char id[E2B_ID_MAX + 1] = "";
+                if (routes[i].port != want_port || !path_match(routes[i].path, url, id, &bad_id))
+                        continue;
+                path_known = true;
+                if (strcmp(routes[i].verb, verb) == 0) {
+                        q->route = &routes[i];
+                        if (want_port)
+                                sbx_strlcpy(q->context, id, sizeof(q->context));
+                        else
+                                sbx_strlcpy(q->sandbox, id, sizeof(q->sandbox));
+                        break;
+                }
+        }
+        if (bad_id) {
+                decide(q, 400, "a sandbox id is 1-%d characters of [a-z0-9]", E2B_ID_MAX);
+                return 0;
+        }
+        if (!q->route) {
+                if (path_known)
+                        decide(q, 405, "%s is not a method of %s", verb, url);
+                else
+                        decide(q, 404, "no such path on this sandboxd's E2B front: %s", url);
+                return 0;
+        }
+        if (q->sandbox[0])
+                snprintf(q->session, sizeof(q->session), E2B_SESSION_PREFIX "%s", q->sandbox);
+        if (envd) {
+                const char *at = MHD_lookup_connection_value(conn, MHD_HEADER_KIND, "X-Access-Token");
+                /* the code interpreter's SDK sends only the traffic token (the same token here) on /contexts */
+                if (!at)
+                        at = MHD_lookup_connection_value(conn, MHD_HEADER_KIND, "E2B-Traffic-Access-Token");
+                if (!access_check(q, at)) {
+                        q->c.auth_failures++;
+                        memset(&q->tok, 0, sizeof(q->tok));
+                        /* a sandbox of another user, or none, reads the same */
+                        decide(q, at ? 404 : 401,
+                               at ? "sandbox %s not found" : "X-Access-Token is required (returned at create)",
+                               q->sandbox);
+                        return 0;
+                }
+                q->tok.role = TOKEN_ROLE_AGENT;
+        } else {
+                const char *key = MHD_lookup_connection_value(conn, MHD_HEADER_KIND, "X-API-Key");
+                if (api_authenticate(&q->c, key, "e2b", &q->tok, &e) < 0) {
+                        decide(q, http_status_for_code(e.code), "%s", e.msg);
+                        return 0;
+                }
+        }
+        q->authed = true;
+        q->max = q->route->body_max;
+        if (q->max == E2B_UPLOAD_MAX && (size_t)d->cfg.max_file_bytes < q->max)
+                q->max = (size_t)d->cfg.max_file_bytes;
+        if (len && strtoull(len, NULL, 10) > q->max)
+                decide(q, 413, "the body is larger than %zu bytes", q->max);
+        return 0;
+}
+
+void e2b_body(struct e2b_req *q, const char *data, size_t n)
+{
+        char *nb;
+
+        if (q->too_large || q->len + n > q->max) {
+                q->too_large = true;
+                free(q->body);
+                q->body = NULL;
+                q->len = 0;
+                return;
+        }
+        nb = realloc(q->body, q->len + n + 1);
+        if (!nb) {
+                q->too_large = true;
+                return;
+        }
+        memcpy(nb + q->len, data, n);
+        q->body = nb;
+        q->len += n;
+        q->body[q->len] = '\0';
+}
+
+int e2b_respond(struct e2b_req *q, struct MHD_Connection *conn, bool close)
+{
+        if (q->status && close) {
+                cJSON *o = cJSON_CreateObject();
+                char *text;
+
+                cJSON_AddNumberToObject(o, "code", q->status);
+                jsonutil_add_text(o, "message", q->msg);
+                text = cJSON_PrintUnformatted(o);
+                cJSON_Delete(o);
+                return text ? queue(conn, q->status, "application/json", text, strlen(text), true) : MHD_NO;
+        }
+        if (q->status)
+                return e2b_reply_error(conn, q->status, "%s", q->msg);
+        if (q->too_large)
+                return e2b_reply_error(conn, 413, "the body is larger than %zu bytes", q->max);
+        return q->route->run(q, conn);
+}
+
+void e2b_req_free(struct e2b_req *q)
+{
+        if (!q)
+                return;
+        free(q->body);
+        free(q);
+}
+
+/* ---- the control API ---- */
+
+/* The body as a JSON object: bounded (reqguard) before parsing; NULL with
+ * an answer queued in *ret_answer. An empty body is {}. */
+static cJSON *body_object(struct e2b_req *q, struct MHD_Connection *conn, enum MHD_Result *ret_answer)
+{
+        enum reqguard_verdict v = reqguard_scan(q->body, q->len, REQGUARD_MAX_ELEMENTS, REQGUARD_MAX_DEPTH);
+        cJSON *o;
+
+        if (v != REQGUARD_OK) {
+                *ret_answer = e2b_reply_error(conn, reqguard_verdict_is_invalid(v) ? 400 : 413, "%s",
+                                              reqguard_verdict_message(v));
+                return NULL;
+        }
+        o = q->len ? cJSON_ParseWithLength(q->body, q->len) : cJSON_CreateObject();
+        if (!cJSON_IsObject(o)) {
+                cJSON_Delete(o);
+                *ret_answer = e2b_reply_error(conn, 400, "the body must be a JSON object");
+                return NULL;
+        }
+        return o;
+}
+
+/* Every member of o is one of names; else the first that is not. */
+static const char *unknown_member(const cJSON *o, const char *const *names)
+{
+        const cJSON *m;
+
+        cJSON_ArrayForEach(m, o) {
+                size_t i = 0;
+                while (names[i] && strcmp(names[i], m->string) != 0)
+                        i++;
+                if (!names[i])
+                        return m->string;
+        }
+        return NULL;
+}
+
+/* The image of template (e2b_templates, else base and code-interpreter-v1
+ * to the configured image); false when there is none. names gets the list. */
+static bool template_image(const struct sbx_config *cfg, const char *tmpl, char *image, size_t image_size, char *names,
+                           size_t names_size)
+{
+        char list[sizeof(cfg->e2b_templates)];
+        char *save = NULL;
+        bool found = false;
+
+        names[0] = '\0';
+        if (!cfg->e2b_templates[0]) {
+                snprintf(names, names_size, "base, code-interpreter-v1");
+                if (strcmp(tmpl, "base") == 0 || strcmp(tmpl, "code-interpreter-v1") == 0) {
+                        sbx_strlcpy(image, cfg->image, image_size);
+                        return true;
+                }
+                return false;
+        }
+        sbx_strlcpy(list, cfg->e2b_templates, sizeof(list));
+        for (char *it = strtok_r(list, ",", &save); it; it = strtok_r(NULL, ",", &save)) {
+                char *eq = strchr(it, '=');
+                while (*it == ' ')
+                        it++;
+                if (!eq)
+                        continue;
+                *eq = '\0';
+                for (char *t = eq - 1; t >= it && *t == ' '; t--)
+                        *t = '\0';
+                for (eq++; *eq == ' '; eq++)
+                        ;
+                for (char *t = eq + strlen(eq); t > eq && t[-1] == ' ';)
+                        *--t = '\0';
+                if (!found && strcmp(it, tmpl) == 0) {
+                        sbx_strlcpy(image, eq, image_size);
+                        found = true;
+                }
+                snprintf(names + strlen(names), names_size - strlen(names), "%s%s", names[0] ? ", " : "", it);
+        }
+        return found;
+}
+
+/* The template whose image is image (the first), else the image itself. */
+static void template_of(const struct sbx_config *cfg, const char *image, char *out, size_t out_size)
+{
+        char list[sizeof(cfg->e2b_templates)], *save = NULL;
+
+        if (!image || !*image)
+                image = cfg->image;
+        if (!cfg->e2b_templates[0]) {
+                sbx_strlcpy(out, !image || !*image || strcmp(image, cfg->image) == 0 ? "base" : image, out_size);
+                return;
+        }
+        sbx_strlcpy(list, cfg->e2b_templates, sizeof(list));
+        for (char *it = strtok_r(list, ",", &save); it; it = strtok_r(NULL, ",", &save)) {
+                char *eq = strchr(it, '='), *img;
+                if (!eq)
+                        continue;
+                *eq = '\0';
+                for (img = eq + 1; *img == ' '; img++)
+                        ;
+                while (*it == ' ')
+                        it++;
+                for (char *t = eq - 1; t >= it && *t == ' '; t--)
+                        *t = '\0';
+                if (image && strncmp(img, image, strcspn(img, " ")) == 0 && strlen(image) == strcspn(img, " ")) {
+                        sbx_strlcpy(out, it, out_size);
+                        return;
+                }
+        }
+        sbx_strlcpy(out, image ? image : "", out_size);
+}
+
+static cJSON *sandbox_object(struct e2b_req *q, const char *tmpl, bool with_token)
+{
+        cJSON *o = cJSON_CreateObject();
+        char at[E2B_ACCESS_TOKEN_MAX + 1];
+
+        cJSON_AddStringToObject(o, "sandboxID", q->sandbox);
+        cJSON_AddStringToObject(o, "templateID", tmpl);
+        cJSON_AddStringToObject(o, "clientID", "sandboxd");
+        cJSON_AddStringToObject(o, "envdVersion", E2B_ENVD_VERSION);
+        if (with_token && access_token(q, at) == 0) {
+                cJSON_AddStringToObject(o, "envdAccessToken", at);
+                cJSON_AddStringToObject(o, "trafficAccessToken", at);
+                explicit_bzero(at, sizeof(at));
+        }
+        cJSON_AddNullToObject(o, "domain");
+        return o;
+}
+
+static enum MHD_Result c_create(struct e2b_req *q, struct MHD_Connection *conn)
+{
+        static const char *const known[] = {
+                "templateID",   "timeout",         "metadata",   "envVars", "secure", "allow_internet_access",
+                "autoPause",    "autoPauseMemory", "autoResume", "network", "mcp",    "iam",
+                "volumeMounts", "alias",           NULL};
+        enum MHD_Result ans = MHD_NO;
+        _cleanup_(cjson_freep) cJSON *b = body_object(q, conn, &ans);
+        const cJSON *t, *m;
+        const char *bad;
+        char image[256], names[512], hex[E2B_ID_MAX + 1];
+        cJSON *params, *res = NULL;
+        struct fronterr e = {0};
+        int64_t timeout = 300; /* E2B's documented default (the SDK may leave it to the server) */
+
+        if (!b)
+                return ans;
+        if ((bad = unknown_member(b, known)))
+                return e2b_reply_error(conn, 400, "unknown field %s", bad);
+        t = cJSON_GetObjectItemCaseSensitive(b, "templateID");
+        if (!cJSON_IsString(t) || !t->valuestring[0])
+                return e2b_reply_error(conn, 400, "templateID is required (a string)");
+        if (!template_image(&q->d->cfg, t->valuestring, image, sizeof(image), names, sizeof(names)))
+                return e2b_reply_error(conn, 400, "unknown template %.64s; this sandboxd has: %s", t->valuestring,
+                                       names);
+        m = cJSON_GetObjectItemCaseSensitive(b, "timeout");
+        if (m && !cJSON_IsNull(m)) {
+                if (!cJSON_IsNumber(m) || m->valuedouble < 1 || m->valuedouble > q->d->cfg.session_ttl_max_s ||
+                    m->valuedouble != (double)(int64_t)m->valuedouble)
+                        return e2b_reply_error(conn, 400, "timeout must be whole seconds, 1-%lld",
+                                               (long long)q->d->cfg.session_ttl_max_s);
+                timeout = (int64_t)m->valuedouble;
+        }
+        /* what sandboxd cannot honour yet is refused, never dropped in silence */
+        static const char *const unsupported[] = {"mcp", "iam", "volumeMounts", "network", "autoResume", NULL};
+        for (size_t i = 0; unsupported[i]; i++) {
+                m = cJSON_GetObjectItemCaseSensitive(b, unsupported[i]);
+                if (m && !cJSON_IsNull(m) && !(cJSON_IsObject(m) && !m->child) && !(cJSON_IsArray(m) && !m->child))
+                        return e2b_reply_error(conn, 400, "%s is not supported by sandboxd yet (docs/e2b.md)",
+                                               unsupported[i]);
+        }
+        m = cJSON_GetObjectItemCaseSensitive(b, "autoPause");
+        if (cJSON_IsTrue(m))
+                return e2b_reply_error(conn, 400, "autoPause is not supported by sandboxd yet (docs/e2b.md)");
+        m = cJSON_GetObjectItemCaseSensitive(b, "allow_internet_access");
+        if (m && !cJSON_IsBool(m) && !cJSON_IsNull(m))
+                return e2b_reply_error(conn, 400, "allow_internet_access must be a boolean");
+        if (cJSON_IsFalse(m))
+                return e2b_reply_error(conn, 400,
+                                       "allow_internet_access=false is not supported yet: a sandboxd session only "
+                                       "reaches what the operator's egress allowlist names (docs/e2b.md)");
+        m = cJSON_GetObjectItemCaseSensitive(b, "secure");
+        if (m && !cJSON_IsBool(m) && !cJSON_IsNull(m))
+                return e2b_reply_error(conn, 400, "secure must be a boolean");
+
+        if (sbx_random_hex(hex, 10) < 0)
+                return e2b_reply_error(conn, 500, "no randomness for a sandbox id");
+        sbx_strlcpy(q->sandbox, hex, sizeof(q->sandbox));
+        snprintf(q->session, sizeof(q->session), E2B_SESSION_PREFIX "%s", q->sandbox);
+        params = cJSON_CreateObject();
+        cJSON_AddStringToObject(params, "session", q->session);
+        cJSON_AddStringToObject(params, "image", image);
+        cJSON_AddNumberToObject(params, "ttl_seconds", (double)timeout);
+        m = cJSON_GetObjectItemCaseSensitive(b, "envVars");
+        if (m && !cJSON_IsNull(m))
+                cJSON_AddItemToObject(params, "env", cJSON_Duplicate(m, true));
+        m = cJSON_GetObjectItemCaseSensitive(b, "metadata");
+        if (m && !cJSON_IsNull(m))
+                cJSON_AddItemToObject(params, "labels", cJSON_Duplicate(m, true));
+        if (e2b_call(q, "create_session", params, &res, &e) < 0)
+                return e2b_reply_fronterr(conn, &e);
+        cJSON_Delete(res);
+        return e2b_reply_json(conn, 201, sandbox_object(q, t->valuestring, true));
+}
+
+/* RFC 3339 of unix ms. */
+static void add_time(cJSON *o, const char *key, double ms)
+{
+        char buf[40];
+        time_t s = (time_t)(ms / 1000);
+        struct tm tm;
+
+        if (ms <= 0 || !gmtime_r(&s, &tm)) {
+                cJSON_AddNullToObject(o, key);
+                return;
+        }
+        strftime(buf, sizeof(buf), "%Y-%m-%dT%H:%M:%SZ", &tm);
+        cJSON_AddStringToObject(o, key, buf);
+}
+
+/* list_sessions' entry as E2B's ListedSandbox (NULL: not an E2B sandbox). */
+static cJSON *listed(struct e2b_req *q, const cJSON *s)
+{
+        const cJSON *name = cJSON_GetObjectItemCaseSensitive(s, "session");
+        const cJSON *state = cJSON_GetObjectItemCaseSensitive(s, "state");
+        /* image_name only when it is not the configured image (create_session) */
+        const cJSON *image = cJSON_GetObjectItemCaseSensitive(s, "image_name");
+        const cJSON *labels = cJSON_GetObjectItemCaseSensitive(s, "labels");
+        const cJSON *res = cJSON_GetObjectItemCaseSensitive(s, "resources");
+        const cJSON *mem = cJSON_GetObjectItemCaseSensitive(res, "memory");
+        const cJSON *cpu = cJSON_GetObjectItemCaseSensitive(res, "cpu");
+        const cJSON *disk = cJSON_GetObjectItemCaseSensitive(res, "disk");
+        char tmpl[256];
+        cJSON *o;
+
+        if (!cJSON_IsString(name) || strncmp(name->valuestring, E2B_SESSION_PREFIX, 4) != 0)
+                return NULL;
+        o = cJSON_CreateObject();
+        cJSON_AddStringToObject(o, "sandboxID", name->valuestring + 4);
+        template_of(&q->d->cfg, cJSON_IsString(image) ? image->valuestring : NULL, tmpl, sizeof(tmpl));
+        cJSON_AddStringToObject(o, "templateID", tmpl);
+        cJSON_AddStringToObject(o, "clientID", "sandboxd");
+        add_time(o, "startedAt", cJSON_GetNumberValue(cJSON_GetObjectItemCaseSensitive(s, "created_at")));
+        add_time(o, "endAt", cJSON_GetNumberValue(cJSON_GetObjectItemCaseSensitive(s, "expires_at")));
+        cJSON_AddNumberToObject(o, "cpuCount", cJSON_IsNumber(cpu) && cpu->valuedouble >= 1 ? cpu->valuedouble : 1);
+        cJSON_AddNumberToObject(o, "memoryMB", cJSON_IsNumber(mem) ? mem->valuedouble / (1024 * 1024) : 0);
+        cJSON_AddNumberToObject(o, "diskSizeMB", cJSON_IsNumber(disk) ? disk->valuedouble / (1024 * 1024) : 0);
+        cJSON_AddItemToObject(o, "metadata",
+                              cJSON_IsObject(labels) ? cJSON_Duplicate(labels, true) : cJSON_CreateObject());
+        /* a stopped session (its timeout ran out, or idle) keeps its workspace: E2B's paused */
+        cJSON_AddStringToObject(o, "state",
+                                cJSON_IsString(state) && (strcmp(state->valuestring, "paused") == 0 ||
+                                                          strcmp(state->valuestring, "stopped") == 0)
+                                        ? "paused"
+                                        : "running");
+        cJSON_AddStringToObject(o, "envdVersion", E2B_ENVD_VERSION);
+        return o;
+}
+
+/* The query's metadata ("k=v&k2=v2", URL-encoded once more by the SDK) as a labels filter. */
+static int metadata_filter(struct MHD_Connection *conn, cJSON **ret, char *why, size_t why_size)
+{
+        const char *m = MHD_lookup_connection_value(conn, MHD_GET_ARGUMENT_KIND, "metadata");
+        _cleanup_free_ char *copy = NULL;
+        char *save = NULL;
+        cJSON *f;
+
+        *ret = NULL;
+        if (!m || !*m)
+                return 0;
+        if (strlen(m) > 4096 || !(copy = strdup(m)) || !(f = cJSON_CreateObject())) {
+                snprintf(why, why_size, "metadata is longer than 4096 bytes");
+                return -EINVAL;
+        }
+        for (char *kv = strtok_r(copy, "&", &save); kv; kv = strtok_r(NULL, "&", &save)) {
+                char *eq = strchr(kv, '=');
+                if (!eq) {
+                        cJSON_Delete(f);
+                        snprintf(why, why_size, "metadata must be key=value pairs joined by &");
+                        return -EINVAL;
+                }
+                *eq = '\0';
+                (void)MHD_http_unescape(kv);
+                (void)MHD_http_unescape(eq + 1);
+                cJSON_AddStringToObject(f, kv, eq + 1);
+        }
+        *ret = f;
+        return 0;
+}
+
+/* The state filter: every state= (repeated, or comma-joined). */
+struct states {
+        bool any, running, paused;
+};
+
+static enum MHD_Result collect_state(void *cls, enum MHD_ValueKind kind, const char *key, const char *value)
+{
+        struct states *w = cls;
+
+        if (!key || strcmp(key, "state") != 0 || !value)
+                return MHD_YES;
+        w->any = true;
+        w->running |= strstr(value, "running") != NULL;
+        w->paused |= strstr(value, "paused") != NULL;
+        return MHD_YES;
+}
+
+static int session_cmp(const void *a, const void *b)
+{
+        const cJSON *x = *(const cJSON *const *)a, *y = *(const cJSON *const *)b;
+        return strcmp(cJSON_GetStringValue(cJSON_GetObjectItemCaseSensitive(x, "sandboxID")),
+                      cJSON_GetStringValue(cJSON_GetObjectItemCaseSensitive(y, "sandboxID")));
+}
+
+static enum MHD_Result c_list(struct e2b_req *q, struct MHD_Connection *conn)
+{
+        bool v2 = strcmp(q->route->path, "/v2/sandboxes") == 0;
+        const char *next = MHD_lookup_connection_value(conn, MHD_GET_ARGUMENT_KIND, "nextToken");
+        struct states want = {0};
+        const char *lim = MHD_lookup_connection_value(conn, MHD_GET_ARGUMENT_KIND, "limit");
+        cJSON *filter = NULL, *params, *res = NULL, *out, *s;
+        struct fronterr e = {0};
+        char why[128];
+        size_t n = 0, k = 0;
+        long limit = E2B_LIST_LIMIT_MAX;
+        char *end;
+
+        if (metadata_filter(conn, &filter, why, sizeof(why)) < 0)
+                return e2b_reply_error(conn, 400, "%s", why);
+        if (lim) {
+                errno = 0;
+                limit = strtol(lim, &end, 10);
+                if (!*lim || *end || errno || limit < 1 || limit > E2B_LIST_LIMIT_MAX) {
+                        cJSON_Delete(filter);
+                        return e2b_reply_error(conn, 400, "limit must be 1-%d", E2B_LIST_LIMIT_MAX);
+                }
+        }
+        if (next && !sandbox_id_valid(next, strlen(next))) {
+                cJSON_Delete(filter);
+                return e2b_reply_error(conn, 400, "nextToken is not one this server gave");
+        }
+        params = cJSON_CreateObject();
+        if (filter)
+                cJSON_AddItemToObject(params, "labels", filter);
+        if (e2b_call(q, "list_sessions", params, &res, &e) < 0)
+                return e2b_reply_fronterr(conn, &e);
+        (void)MHD_get_connection_values(conn, MHD_GET_ARGUMENT_KIND, collect_state, &want);
+        cJSON *all = cJSON_GetObjectItemCaseSensitive(res, "sessions");
+        size_t cap = (size_t)cJSON_GetArraySize(all);
+        _cleanup_free_ cJSON **v = calloc(cap ? cap : 1, sizeof(*v));
+        out = cJSON_CreateArray();
+        cJSON_ArrayForEach(s, all) {
+                cJSON *o = v ? listed(q, s) : NULL;
+                const char *st;
+                if (!o)
+                        continue;
+                st = cJSON_GetStringValue(cJSON_GetObjectItemCaseSensitive(o, "state"));
+                if (v2 && want.any && !(strcmp(st, "running") == 0 ? want.running : want.paused)) {
+                        cJSON_Delete(o);
+                        continue;
+                }
+                v[n++] = o;
+        }
+        qsort(v, n, sizeof(*v), session_cmp);
+        for (size_t i = 0; i < n; i++) {
+                const char *id = cJSON_GetStringValue(cJSON_GetObjectItemCaseSensitive(v[i], "sandboxID"));
+                if (!v2 || ((!next || strcmp(id, next) > 0) && k < (size_t)limit)) {
+                        cJSON_AddItemToArray(out, v[i]);
+                        k++;
+                        if (v2 && k == (size_t)limit && i + 1 < n)
+                                sbx_strlcpy(why, id, sizeof(why));
+                        else if (v2)
+                                why[0] = '\0';
+                } else {
+                        cJSON_Delete(v[i]);
+                }
+        }
+        cJSON_Delete(res);
+        {
+                char *text = cJSON_PrintUnformatted(out);
+                struct MHD_Response *resp;
+                enum MHD_Result r;
+                cJSON_Delete(out);
+                if (!text)
+                        return MHD_NO;
+                resp = MHD_create_response_from_buffer(strlen(text), text, MHD_RESPMEM_MUST_FREE);
+                if (!resp) {
+                        free(text);
+                        return MHD_NO;
+                }
+                MHD_add_response_header(resp, MHD_HTTP_HEADER_CONTENT_TYPE, "application/json");
+                if (v2 && k == (size_t)limit && why[0])
+                        MHD_add_response_header(resp, "x-next-token", why);
+                r = MHD_queue_response(conn, 200, resp);
+                MHD_destroy_response(resp);
+                metrics_http_status(200);
+                return r;
+        }
+}
+
+/* The sandbox as list_sessions shows it (NULL: none of this user's). */
+static cJSON *find(struct e2b_req *q, struct fronterr *e)
+{
+        cJSON *res = NULL, *s, *o = NULL;
+
+        if (e2b_call(q, "list_sessions", cJSON_CreateObject(), &res, e) < 0)
+                return NULL;
+        cJSON_ArrayForEach(s, cJSON_GetObjectItemCaseSensitive(res, "sessions")) {
+                const char *name = cJSON_GetStringValue(cJSON_GetObjectItemCaseSensitive(s, "session"));
+                if (name && strcmp(name, q->session) == 0) {
+                        o = listed(q, s);
+                        break;
+                }
+        }
+        cJSON_Delete(res);
+        if (!o)
+                fronterr_set(e, "not_found", "sandbox %s not found", q->sandbox);
+        return o;
+}
+
+static enum MHD_Result c_get(struct e2b_req *q, struct MHD_Connection *conn)
+{
+        struct fronterr e = {0};
+        cJSON *o = find(q, &e);
+        char at[E2B_ACCESS_TOKEN_MAX + 1];
+
+        if (!o)
+                return e2b_reply_fronterr(conn, &e);
+        if (access_token(q, at) == 0) {
+                cJSON_AddStringToObject(o, "envdAccessToken", at);
+                explicit_bzero(at, sizeof(at));
+        }
+        cJSON_AddNullToObject(o, "domain");
+        return e2b_reply_json(conn, 200, o);
+}
+
+static enum MHD_Result c_kill(struct e2b_req *q, struct MHD_Connection *conn)
+{
+        struct fronterr e = {0};
+        cJSON *params = cJSON_CreateObject(), *res = NULL;
+
+        if (!e2b_session_exists(q)) {
+                cJSON_Delete(params);
+                return e2b_reply_error(conn, 404, "sandbox %s not found", q->sandbox);
+        }
+        cJSON_AddStringToObject(params, "session", q->session);
+        cJSON_AddTrueToObject(params, "purge");
+        if (e2b_call(q, "destroy_session", params, &res, &e) < 0)
+                return e2b_reply_fronterr(conn, &e);
+        cJSON_Delete(res);
+        return e2b_reply_raw(conn, 204, NULL, NULL, 0);
+}
+
+/* pause_session / resume_session on an existing sandbox; 0, or an answer queued. */
+static int session_method(struct e2b_req *q, struct MHD_Connection *conn, const char *method, enum MHD_Result *ans)
+{
+        struct fronterr e = {0};
+        cJSON *params, *res = NULL;
+
+        if (!e2b_session_exists(q)) {
+                *ans = e2b_reply_error(conn, 404, "sandbox %s not found", q->sandbox);
+                return -1;
+        }
+        params = cJSON_CreateObject();
+        cJSON_AddStringToObject(params, "session", q->session);
+        if (e2b_call(q, method, params, &res, &e) < 0) {
+                *ans = e2b_reply_fronterr(conn, &e);
+                return -1;
+        }
+        cJSON_Delete(res);
+        return 0;
+}
+
+static enum MHD_Result c_pause(struct e2b_req *q, struct MHD_Connection *conn)
+{
+        enum MHD_Result ans = MHD_NO;
+
+        if (session_method(q, conn, "pause_session", &ans) < 0)
+                return ans;
+        return e2b_reply_raw(conn, 204, NULL, NULL, 0);
+}
+
+static enum MHD_Result resumed(struct e2b_req *q, struct MHD_Connection *conn, int status)
+{
+        struct fronterr e = {0};
+        cJSON *o = find(q, &e), *out;
+
+        if (!o)
+                return e2b_reply_fronterr(conn, &e);
+        out = sandbox_object(q, cJSON_GetStringValue(cJSON_GetObjectItemCaseSensitive(o, "templateID")), true);
+        cJSON_Delete(o);
+        return e2b_reply_json(conn, status, out);
+}
+
+static enum MHD_Result c_resume(struct e2b_req *q, struct MHD_Connection *conn)
+{
+        enum MHD_Result ans = MHD_NO;
+
+        if (session_method(q, conn, "resume_session", &ans) < 0)
+                return ans;
+        return resumed(q, conn, 201);
+}
+
+/* The body's timeout (whole seconds within session_ttl_max) into the
+ * session's TTL; absent: unchanged. 0, or an answer queued. */
+static int apply_timeout(struct e2b_req *q, struct MHD_Connection *conn, const char *const *known, enum MHD_Result *ans)
+{
+        _cleanup_(cjson_freep) cJSON *b = body_object(q, conn, ans);
+        const cJSON *t;
+        const char *bad;
+        struct fronterr e = {0};
+        cJSON *params, *res = NULL;
+
+        if (!b)
+                return -1;
+        if ((bad = unknown_member(b, known))) {
+                *ans = e2b_reply_error(conn, 400, "unknown field %s", bad);
+                return -1;
+        }
+        t = cJSON_GetObjectItemCaseSensitive(b, "timeout");
+        if (!t || cJSON_IsNull(t))
+                return 0;
+        if (!cJSON_IsNumber(t) || t->valuedouble < 0 || t->valuedouble > q->d->cfg.session_ttl_max_s ||
+            t->valuedouble != (double)(int64_t)t->valuedouble) {
+                *ans = e2b_reply_error(conn, 400, "timeout must be whole seconds, 0-%lld",
+                                       (long long)q->d->cfg.session_ttl_max_s);
+                return -1;
+        }
+        params = cJSON_CreateObject();
+        cJSON_AddStringToObject(params, "session", q->session);
+        cJSON_AddNumberToObject(params, "ttl_seconds", t->valuedouble);
+        if (e2b_call(q, "set_session_ttl", params, &res, &e) < 0) {
+                *ans = e2b_reply_fronterr(conn, &e);
+                return -1;
+        }
+        cJSON_Delete(res);
+        return 0;
+}
+
+static enum MHD_Result c_timeout(struct e2b_req *q, struct MHD_Connection *conn)
+{
+        static const char *const known[] = {"timeout", NULL};
+        enum MHD_Result ans = MHD_NO;
+
+        if (!e2b_session_exists(q))
+                return e2b_reply_error(conn, 404, "sandbox %s not found", q->sandbox);
+        if (apply_timeout(q, conn, known, &ans) < 0)
+                return ans;
+        return e2b_reply_raw(conn, 204, NULL, NULL, 0);
+}
+
+static enum MHD_Result c_connect(struct e2b_req *q, struct MHD_Connection *conn)
+{
+        static const char *const known[] = {"timeout", "memory", NULL};
+        struct fronterr e = {0};
+        cJSON *o = find(q, &e);
+        bool paused;
+        enum MHD_Result ans = MHD_NO;
+
+        if (!o)
+                return e2b_reply_fronterr(conn, &e);
+        if (apply_timeout(q, conn, known, &ans) < 0) {
+                cJSON_Delete(o);
+                return ans;
+        }
+        paused = strcmp(cJSON_GetStringValue(cJSON_GetObjectItemCaseSensitive(o, "state")), "paused") == 0;
+        cJSON_Delete(o);
+        if (paused) {
+                if (session_method(q, conn, "resume_session", &ans) < 0)
+                        return ans;
+                return resumed(q, conn, 201);
+        }
+        return resumed(q, conn, 200);
+}
+
+static enum MHD_Result c_unsupported(struct e2b_req *q, struct MHD_Connection *conn)
+{
+        if (q->session[0] && !e2b_session_exists(q))
+                return e2b_reply_error(conn, 404, "sandbox %s not found", q->sandbox);
+        return e2b_reply_error(conn, 501, "%s %s is not supported by sandboxd yet (docs/e2b.md)", q->route->verb,
+                               q->route->path);
+}

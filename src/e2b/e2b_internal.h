@@ -1,0 +1,84 @@
+/* e2b_internal.h — what the E2B front's files share: e2b.c (routing, keys,
+ * the control API) and e2b_envd.c (the in-sandbox protocol). Private to
+ * src/e2b/. */
+#ifndef SANDBOXD_E2B_INTERNAL_H
+#define SANDBOXD_E2B_INTERNAL_H
+
+#include <cjson/cJSON.h>
+#include <microhttpd.h>
+#include <stdbool.h>
+#include <stdint.h>
+
+#include "sandboxd/e2b.h"
+#include "sandboxd/fronterr.h"
+#include "sandboxd/token.h"
+
+#define E2B_SESSION_PREFIX "e2b-"
+
+struct e2b_route;
+
+struct e2b_req {
+        struct daemon *d;
+        struct api_conn c;
+        struct token_info tok;
+        const struct e2b_route *route;
+        char sandbox[E2B_ID_MAX + 1];                          /* the route's {id}, or E2b-Sandbox-Id */
+        char context[E2B_ID_MAX + 1];                          /* the code interpreter's {ctx} */
+        char session[sizeof(E2B_SESSION_PREFIX) + E2B_ID_MAX]; /* "e2b-" + sandbox */
+        int status;                                            /* != 0: answered from the headers */
+        char msg[256];
+        bool authed;
+        char *body;
+        size_t len, max;
+        bool too_large;
+};
+
+/* One route: the verb, the path ({id}: a sandbox id), whether it is envd's
+ * (routed by E2b-Sandbox-Id, authenticated by the access token), its body
+ * cap, the handler, and the core calls it makes (api_call methods), for
+ * the reader: the table is the whole translation. */
+struct e2b_route {
+        const char *verb;
+        const char *path;
+        int port; /* 0: the control API; else E2b-Sandbox-Port (envd's, the code interpreter's) */
+        size_t body_max;
+        enum MHD_Result (*run)(struct e2b_req *q, struct MHD_Connection *conn);
+        const char *core;
+};
+
+/* api_call as the request's user; params taken. 0 with *ret, -1 with e. */
+int e2b_call(struct e2b_req *q, const char *method, cJSON *params, cJSON **ret, struct fronterr *e);
+/* The sandbox's session exists (for this user): no call creates it again. */
+bool e2b_session_exists(struct e2b_req *q);
+/* Replies. */
+enum MHD_Result e2b_reply_json(struct MHD_Connection *conn, int status, cJSON *body);
+enum MHD_Result e2b_reply_raw(struct MHD_Connection *conn, int status, const char *type, void *data, size_t len);
+/* E2B's error body {"code": status, "message"}. */
+enum MHD_Result e2b_reply_error(struct MHD_Connection *conn, int status, const char *fmt, ...)
+        __attribute__((format(printf, 3, 4)));
+/* A core error as E2B's (its code's status). */
+enum MHD_Result e2b_reply_fronterr(struct MHD_Connection *conn, const struct fronterr *e);
+
+/* e2b_envd.c: the envd routes' handlers. */
+enum MHD_Result e2b_envd_health(struct e2b_req *q, struct MHD_Connection *conn);
+enum MHD_Result e2b_envd_download(struct e2b_req *q, struct MHD_Connection *conn);
+enum MHD_Result e2b_envd_upload(struct e2b_req *q, struct MHD_Connection *conn);
+enum MHD_Result e2b_envd_start(struct e2b_req *q, struct MHD_Connection *conn);
+enum MHD_Result e2b_envd_list(struct e2b_req *q, struct MHD_Connection *conn);
+enum MHD_Result e2b_envd_send_input(struct e2b_req *q, struct MHD_Connection *conn);
+enum MHD_Result e2b_envd_send_signal(struct e2b_req *q, struct MHD_Connection *conn);
+enum MHD_Result e2b_envd_close_stdin(struct e2b_req *q, struct MHD_Connection *conn);
+enum MHD_Result e2b_envd_stat(struct e2b_req *q, struct MHD_Connection *conn);
+enum MHD_Result e2b_envd_list_dir(struct e2b_req *q, struct MHD_Connection *conn);
+enum MHD_Result e2b_envd_make_dir(struct e2b_req *q, struct MHD_Connection *conn);
+enum MHD_Result e2b_envd_remove(struct e2b_req *q, struct MHD_Connection *conn);
+enum MHD_Result e2b_envd_move(struct e2b_req *q, struct MHD_Connection *conn);
+
+/* e2b_jupyter.c: the code interpreter's API (port 49999). */
+enum MHD_Result e2b_jupyter_execute(struct e2b_req *q, struct MHD_Connection *conn);
+enum MHD_Result e2b_jupyter_create(struct e2b_req *q, struct MHD_Connection *conn);
+enum MHD_Result e2b_jupyter_list(struct e2b_req *q, struct MHD_Connection *conn);
+enum MHD_Result e2b_jupyter_restart(struct e2b_req *q, struct MHD_Connection *conn);
+enum MHD_Result e2b_jupyter_remove(struct e2b_req *q, struct MHD_Connection *conn);
+
+#endif

@@ -1,0 +1,356 @@
+// The official E2B SDK (npm `e2b`, pinned in tests/package-lock.json) drives
+// a real sandboxd unchanged over HTTPS on loopback (issue 36): a program
+// written for E2B (e2b_program.mjs) runs with only E2B_API_URL,
+// E2B_SANDBOX_URL and E2B_API_KEY (a sandboxd token in E2B's spelling) set.
+// Then the hostile side: another tenant's key and access token on every
+// route, malformed JSON and Connect envelopes, and the body caps.
+import assert from 'node:assert/strict';
+import { execFile } from 'node:child_process';
+import https from 'node:https';
+import path from 'node:path';
+import { after, before, describe, test } from 'node:test';
+import { fileURLToPath } from 'node:url';
+
+import { Daemon, RUN_ID, socketRequest } from './harness.mjs';
+
+const HERE = path.dirname(fileURLToPath(import.meta.url));
+
+/** One HTTPS request trusting only ca: { status, headers, body (Buffer) }. */
+function request(ca, port, method, urlPath, { headers = {}, body } = {}) {
+        return new Promise((resolve, reject) => {
+                const req = https.request(
+                        { hostname: '127.0.0.1', port, path: urlPath, method, headers, ca, timeout: 60000 },
+                        (res) => {
+                                const chunks = [];
+                                res.on('data', (c) => chunks.push(c));
+                                res.on('end', () =>
+                                        resolve({ status: res.statusCode, headers: res.headers, body: Buffer.concat(chunks) }),
+                                );
+                                res.on('error', reject);
+                        },
+                );
+                req.on('error', reject);
+                req.on('timeout', () => req.destroy(new Error(`${method} ${urlPath}: no answer in 60 s`)));
+                req.end(body);
+        });
+}
+
+/** A Connect envelope around a JSON message. */
+function envelope(obj, flags = 0) {
+        const json = Buffer.from(JSON.stringify(obj));
+        const head = Buffer.alloc(5);
+        head[0] = flags;
+        head.writeUInt32BE(json.length, 1);
+        return Buffer.concat([head, json]);
+}
+
+/** The JSON messages of a Connect stream body: [{flags, msg}]. */
+function frames(body) {
+        const out = [];
+        for (let off = 0; off + 5 <= body.length; ) {
+                const n = body.readUInt32BE(off + 1);
+                out.push({ flags: body[off], msg: JSON.parse(body.subarray(off + 5, off + 5 + n).toString()) });
+                off += 5 + n;
+        }
+        return out;
+}
+
+describe('E2B SDK against sandboxd (issue 36)', () => {
+        let d, ca, port, keyA, keyB;
+
+        before(async () => {
+                d = new Daemon();
+                d.env.SANDBOXD_MAX_FILE_SIZE = '1m'; // the upload cap, tested below
+                ({ ca, port } = await d.startHttps());
+                const mint = async (user) => {
+                        const r = await socketRequest(d.adminSocket, { cmd: 'token.create', user, role: 'agent', format: 'e2b' });
+                        assert.ok(r.ok, JSON.stringify(r));
+                        return r.result.token;
+                };
+                keyA = await mint('e2b-alice');
+                keyB = await mint('e2b-bob');
+        });
+
+        after(async () => {
+                await d?.stop();
+        });
+
+        /** Run a program of tests/js/ with the three variables and the test's CA. */
+        const runProgram = (name) =>
+                new Promise((resolve) =>
+                        execFile(
+                                process.execPath,
+                                [path.join(HERE, name)],
+                                {
+                                        env: {
+                                                ...process.env,
+                                                E2B_API_URL: `https://127.0.0.1:${port}`,
+                                                E2B_SANDBOX_URL: `https://127.0.0.1:${port}`,
+                                                E2B_API_KEY: keyA,
+                                                NODE_EXTRA_CA_CERTS: path.join(d.dir, 'ca.pem'),
+                                                RUN_TAG: `t${RUN_ID}`.toLowerCase().replace(/[^a-z0-9]/g, '').slice(0, 40),
+                                        },
+                                        timeout: 240000,
+                                        maxBuffer: 1 << 20,
+                                },
+                                (err, stdout, stderr) => resolve({ stdout, stderr, code: err ? err.code : 0 }),
+                        ),
+                );
+
+        test('a token in E2B spelling passes the SDK key check and the daemon', () => {
+                assert.match(keyA, /^e2b_[0-9a-f]+$/);
+        });
+
+        test('an unchanged E2B program: create, commands, files, list with a metadata filter, kill', async () => {
+                const { stdout, stderr, code } = await runProgram('e2b_program.mjs');
+                assert.equal(code, 0, `the E2B program failed:\n${stderr}\n${stdout}\n--- daemon log:\n${d.logTail()}`);
+                const out = JSON.parse(stdout.trim().split('\n').pop());
+                assert.match(out.sandboxId, /^[a-z0-9]+$/);
+                assert.equal(out.stdout, 'hello\n');
+                assert.equal(out.stderr, 'oops\n');
+                assert.equal(out.exitCode, 0);
+                assert.deepEqual(out.failed, { name: 'CommandExitError', exitCode: 3 });
+                assert.equal(out.streamed, 'line1\nline2\nline3\n');
+                assert.equal(out.pwd, '/workspace'); // the home is the workspace (docs/e2b.md)
+                assert.equal(out.read, 'hi from e2b');
+                assert.deepEqual(out.list, ['hello.txt:file', 'other.txt:file']);
+                assert.equal(out.catViaShell, 'hi from e2b');
+                assert.equal(out.info.sandboxId, out.sandboxId);
+                assert.equal(out.info.templateId, 'base');
+                assert.equal(out.info.state, 'running');
+                assert.equal(out.info.metadata.purpose, 'e2b-test');
+                assert.deepEqual(out.listed, [out.sandboxId]);
+                assert.equal(out.listedOther, 0);
+                assert.equal(out.env, 'from-create per-cmd\n');
+                assert.deepEqual(out.exists, [true, false]);
+                assert.deepEqual(out.made, [true, false]);
+                assert.equal(out.moved, '/home/user/a/b/moved.txt');
+                assert.equal(out.movedInfo.type, 'file');
+                assert.equal(out.movedInfo.name, 'moved.txt');
+                assert.equal(out.afterRemove, false);
+                assert.equal(out.listedProcs, true);
+                assert.equal(out.bg, 'got:ping\n');
+                assert.equal(out.killedCmd, true);
+                assert.equal(out.sleeperEnd, 'CommandExitError');
+                assert.equal(out.outside, 'InvalidArgumentError');
+                assert.equal(out.overTime, 'TimeoutError');
+                assert.equal(out.paused, true);
+                assert.equal(out.stateWhilePaused, 'paused');
+                assert.deepEqual(out.listedByState, [0, 1, 1]);
+                assert.equal(out.stateAfterConnect, 'running');
+                assert.equal(out.fileAfterResume, 'kept');
+                assert.ok(out.endInSeconds > 100 && out.endInSeconds <= 120, `endAt ${out.endInSeconds} s away`);
+                assert.equal(out.killed, true);
+                assert.equal(out.killedAgain, false);
+                assert.equal(out.listedAfterKill, 0);
+                // the sandbox was a session of the key's user, and is gone from every front
+                const sessions = await socketRequest(d.adminSocket, { cmd: 'sessions.list' }).catch(() => null);
+                if (sessions?.ok)
+                        assert.ok(
+                                !JSON.stringify(sessions.result).includes(`e2b-${out.sandboxId}`),
+                                'the killed sandbox is still a session',
+                        );
+        });
+
+        test('an unchanged @e2b/code-interpreter program: runCode state, a PNG chart, a DataFrame, a traceback, contexts', async () => {
+                const { stdout, stderr, code } = await runProgram('e2b_code_program.mjs');
+                assert.equal(code, 0, `the program failed:\n${stderr}\n${stdout}\n--- daemon log:\n${d.logTail()}`);
+                const out = JSON.parse(stdout.trim().split('\n').pop());
+                assert.equal(out.text, '42');
+                assert.equal(out.stdout, 'side\n');
+                assert.ok(out.count >= 2);
+                assert.equal(out.png, true, 'no PNG result');
+                assert.equal(out.html, true, 'no HTML result');
+                assert.deepEqual(out.error, { name: 'ZeroDivisionError', hasTraceback: true });
+                assert.equal(out.ctxOwn, "'own'");
+                assert.equal(out.defaultLacksY, 'NameError');
+                assert.equal(out.contexts, true);
+                assert.equal(out.afterRemove, false);
+        });
+
+        describe('hostile', () => {
+                let id, token;
+                const api = (key, method, p, body, extra = {}) =>
+                        request(ca, port, method, p, {
+                                headers: { 'X-API-Key': key, 'Content-Type': 'application/json', ...extra },
+                                body: body === undefined ? undefined : typeof body === 'string' ? body : JSON.stringify(body),
+                        });
+                const envd = (tok, p, body, type = 'application/json', sandbox = id) =>
+                        request(ca, port, 'POST', p, {
+                                headers: {
+                                        'E2b-Sandbox-Id': sandbox,
+                                        'E2b-Sandbox-Port': '49983',
+                                        ...(tok ? { 'X-Access-Token': tok } : {}),
+                                        'Content-Type': type,
+                                },
+                                body,
+                        });
+
+                before(async () => {
+                        const r = await api(keyA, 'POST', '/sandboxes', { templateID: 'base', timeout: 600 });
+                        assert.equal(r.status, 201, r.body.toString());
+                        ({ sandboxID: id, envdAccessToken: token } = JSON.parse(r.body));
+                        assert.ok(token);
+                });
+
+                after(async () => {
+                        if (id) await api(keyA, 'DELETE', `/sandboxes/${id}`);
+                });
+
+                test('another tenant\'s key: every control route answers 404', async () => {
+                        const routes = [
+                                ['GET', `/sandboxes/${id}`],
+                                ['DELETE', `/sandboxes/${id}`],
+                                ['POST', `/sandboxes/${id}/connect`, { timeout: 10 }],
+                                ['POST', `/sandboxes/${id}/pause`, {}],
+                                ['POST', `/sandboxes/${id}/resume`, { timeout: 10 }],
+                                ['POST', `/sandboxes/${id}/timeout`, { timeout: 10 }],
+                                ['POST', `/v2/sandboxes/${id}/connect`, { timeout: 10 }],
+                                ['POST', `/sandboxes/${id}/fork`, { timeout: 10 }],
+                                ['POST', `/sandboxes/${id}/snapshots`, {}],
+                                ['PUT', `/sandboxes/${id}/network`, {}],
+                                ['GET', `/sandboxes/${id}/metrics`],
+                                ['GET', `/sandboxes/${id}/logs`],
+                        ];
+                        for (const [m, p, b] of routes) {
+                                const r = await api(keyB, m, p, b);
+                                assert.equal(r.status, 404, `${m} ${p}: ${r.status} ${r.body}`);
+                        }
+                        const list = await api(keyB, 'GET', '/v2/sandboxes');
+                        assert.equal(list.status, 200);
+                        assert.deepEqual(JSON.parse(list.body), []);
+                        // and the sandbox is untouched
+                        const mine = await api(keyA, 'GET', `/sandboxes/${id}`);
+                        assert.equal(mine.status, 200);
+                        assert.equal(JSON.parse(mine.body).state, 'running');
+                });
+
+                test('no key, or a wrong one: 401', async () => {
+                        const r = await request(ca, port, 'GET', '/v2/sandboxes');
+                        assert.equal(r.status, 401);
+                        const w = await api(`e2b_${'0'.repeat(64)}`, 'GET', '/v2/sandboxes');
+                        assert.equal(w.status, 401);
+                });
+
+                test('another tenant\'s access token, none, or a forged sandbox id: every envd route refuses', async () => {
+                        const rB = await api(keyB, 'POST', '/sandboxes', { templateID: 'base', timeout: 600 });
+                        assert.equal(rB.status, 201, rB.body.toString());
+                        const b = JSON.parse(rB.body);
+                        try {
+                                const paths = [
+                                        '/process.Process/List',
+                                        '/process.Process/SendInput',
+                                        '/process.Process/SendSignal',
+                                        '/process.Process/CloseStdin',
+                                        '/filesystem.Filesystem/Stat',
+                                        '/filesystem.Filesystem/ListDir',
+                                        '/filesystem.Filesystem/MakeDir',
+                                        '/filesystem.Filesystem/Remove',
+                                        '/filesystem.Filesystem/Move',
+                                ];
+                                for (const p of paths) {
+                                        // B's token on A's sandbox, and A's sandbox id with B's own token
+                                        const r1 = await envd(b.envdAccessToken, p, '{}');
+                                        assert.equal(r1.status, 404, `${p}: ${r1.status} ${r1.body}`);
+                                        const r2 = await envd(null, p, '{}');
+                                        assert.equal(r2.status, 401, `${p}: ${r2.status} ${r2.body}`);
+                                }
+                                const start = await envd(
+                                        b.envdAccessToken,
+                                        '/process.Process/Start',
+                                        envelope({ process: { cmd: '/bin/bash', args: ['-c', 'touch /workspace/pwned'] } }),
+                                        'application/connect+json',
+                                );
+                                assert.equal(start.status, 404);
+                                for (const [m, p, sport] of [
+                                        ['GET', '/files?path=/home/user/x', '49983'],
+                                        ['POST', '/files?path=/home/user/x', '49983'],
+                                        ['GET', '/health', '49983'],
+                                        ['POST', '/execute', '49999'],
+                                        ['POST', '/contexts', '49999'],
+                                        ['GET', '/contexts', '49999'],
+                                        ['POST', '/contexts/py0123/restart', '49999'],
+                                        ['DELETE', '/contexts/py0123', '49999'],
+                                ]) {
+                                        const r = await request(ca, port, m, p, {
+                                                headers: {
+                                                        'E2b-Sandbox-Id': id,
+                                                        'E2b-Sandbox-Port': sport,
+                                                        'X-Access-Token': b.envdAccessToken,
+                                                        'Content-Type': 'application/octet-stream',
+                                                },
+                                                body: m === 'POST' ? (sport === '49999' ? '{"code": "open(\'/workspace/pwned\', \'w\')"}' : 'x') : undefined,
+                                        });
+                                        assert.equal(r.status, 404, `${m} ${p}: ${r.status}`);
+                                }
+                                // nothing ran in A's sandbox
+                                const ls = await envd(token, '/filesystem.Filesystem/ListDir', JSON.stringify({ path: '/home/user' }));
+                                assert.equal(ls.status, 200, ls.body.toString());
+                                assert.deepEqual(JSON.parse(ls.body).entries, []);
+                        } finally {
+                                await api(keyB, 'DELETE', `/sandboxes/${b.sandboxID}`);
+                        }
+                });
+
+                test('malformed JSON and Connect envelopes: a clear 400, nothing changes', async () => {
+                        const bad = await api(keyA, 'POST', '/sandboxes', '{"templateID": "base",');
+                        assert.equal(bad.status, 400);
+                        assert.match(JSON.parse(bad.body).message, /JSON/);
+                        const unknownTemplate = await api(keyA, 'POST', '/sandboxes', { templateID: 'nope' });
+                        assert.equal(unknownTemplate.status, 400);
+                        assert.match(JSON.parse(unknownTemplate.body).message, /base, code-interpreter-v1/);
+                        const unknownField = await api(keyA, 'POST', '/sandboxes', { templateID: 'base', bogus: 1 });
+                        assert.equal(unknownField.status, 400);
+                        const list = await api(keyA, 'GET', '/v2/sandboxes');
+                        assert.equal(JSON.parse(list.body).length, 1, 'a refused create made a sandbox');
+
+                        const unary = await envd(token, '/filesystem.Filesystem/ListDir', '{"path": ');
+                        assert.equal(unary.status, 400);
+                        assert.equal(JSON.parse(unary.body).code, 'invalid_argument');
+                        const shortEnv = await envd(token, '/process.Process/Start', Buffer.from([0, 0, 0]), 'application/connect+json');
+                        const f1 = frames(shortEnv.body);
+                        assert.equal(f1.at(-1).flags, 2);
+                        assert.equal(f1.at(-1).msg.error.code, 'invalid_argument');
+                        const liar = Buffer.concat([envelope({ process: { cmd: 'true' } }), Buffer.from('xx')]);
+                        const f2 = frames((await envd(token, '/process.Process/Start', liar, 'application/connect+json')).body);
+                        assert.equal(f2.at(-1).msg.error.code, 'invalid_argument');
+                        const running = await envd(token, '/process.Process/List', '{}');
+                        assert.deepEqual(JSON.parse(running.body).processes, []);
+                });
+
+                test('a Start stream: start, output, end, end-of-stream envelope', async () => {
+                        const r = await envd(
+                                token,
+                                '/process.Process/Start',
+                                envelope({ process: { cmd: '/bin/bash', args: ['-l', '-c', 'printf abc; exit 4'] } }),
+                                'application/connect+json',
+                        );
+                        assert.equal(r.status, 200);
+                        const f = frames(r.body);
+                        assert.ok(f[0].msg.event.start.pid > 0);
+                        const data = f.filter((x) => x.msg.event?.data?.stdout).map((x) => Buffer.from(x.msg.event.data.stdout, 'base64'));
+                        assert.equal(Buffer.concat(data).toString(), 'abc');
+                        const end = f.find((x) => x.msg.event?.end);
+                        assert.equal(end.msg.event.end.exitCode, 4);
+                        assert.equal(f.at(-1).flags, 2);
+                        assert.deepEqual(f.at(-1).msg, {});
+                });
+
+                test('bodies and uploads are capped', async () => {
+                        const big = await api(keyA, 'POST', '/sandboxes', JSON.stringify({ templateID: 'base', metadata: { x: 'y'.repeat(300 * 1024) } }));
+                        assert.equal(big.status, 413);
+                        const up = await request(ca, port, 'POST', '/files?path=/home/user/big.bin', {
+                                headers: {
+                                        'E2b-Sandbox-Id': id,
+                                        'E2b-Sandbox-Port': '49983',
+                                        'X-Access-Token': token,
+                                        'Content-Type': 'application/octet-stream',
+                                },
+                                body: Buffer.alloc(2 * 1024 * 1024, 1),
+                        }).catch((e) => ({ status: 'reset', error: e }));
+                        assert.ok(up.status === 413 || up.status === 'reset', `upload past the cap: ${up.status}`);
+                        const ls = await envd(token, '/filesystem.Filesystem/ListDir', JSON.stringify({ path: '/home/user' }));
+                        assert.ok(!JSON.stringify(JSON.parse(ls.body)).includes('big.bin'));
+                });
+        });
+});

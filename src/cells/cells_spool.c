@@ -93,6 +93,19 @@ int cell_spool_append(struct cell_spool *s, enum cell_stream st, const void *dat
         return 0;
 }
 
+uint64_t cell_spool_room(const struct cell_spool *s, enum cell_stream st)
+{
+        return s && st < CELL_STREAMS && s->kept[st] < s->cap ? s->cap - s->kept[st] : 0;
+}
+
+void cell_spool_skip(struct cell_spool *s, enum cell_stream st, uint64_t len)
+{
+        if (!s || st >= CELL_STREAMS)
+                return;
+        s->total[st] += len;
+        s->lost = true;
+}
+
 uint64_t cell_spool_total(const struct cell_spool *s, enum cell_stream st)
 {
         return s && st < CELL_STREAMS ? s->total[st] : 0;

@@ -33,6 +33,12 @@ int cell_spool_open(const char *dir, const char *id, uint64_t cap, struct cell_s
 /* Append; *ret_offset is where the bytes start in the stream. -ENOSPC when
  * they are past the cap (counted in the total, not kept). */
 int cell_spool_append(struct cell_spool *s, enum cell_stream st, const void *data, size_t len, uint64_t *ret_offset);
+/* What an append may still keep in a stream before its cap. A record
+ * written in several appends checks this first, to be kept whole or not at
+ * all; one that does not fit is counted with cell_spool_skip. */
+uint64_t cell_spool_room(const struct cell_spool *s, enum cell_stream st);
+/* Count len bytes produced and not kept (past the cap). */
+void cell_spool_skip(struct cell_spool *s, enum cell_stream st, uint64_t len);
 uint64_t cell_spool_total(const struct cell_spool *s, enum cell_stream st);
 /* Bytes produced but not kept (past the cap or a failed write). */
 bool cell_spool_lost(const struct cell_spool *s);

@@ -28,7 +28,8 @@ const char *cell_stream_name(enum cell_stream s);
 /* -1 for anything but stdout, stderr, outputs. */
 int cell_stream_from_name(const char *name);
 
-/* Create the three files of one cell (O_EXCL, O_NOFOLLOW, 0600). */
+/* A cell's spool; each of its three files is created (O_EXCL, O_NOFOLLOW,
+ * 0600) by the first append to its stream. */
 int cell_spool_open(const char *dir, const char *id, uint64_t cap, struct cell_spool **ret);
 /* Append; *ret_offset is where the bytes start in the stream. -ENOSPC when
  * they are past the cap (counted in the total, not kept). */
@@ -44,7 +45,8 @@ uint64_t cell_spool_total(const struct cell_spool *s, enum cell_stream st);
 bool cell_spool_lost(const struct cell_spool *s);
 void cell_spool_close(struct cell_spool *s);
 
-/* Up to max bytes of a stream from offset (fewer at its end). */
+/* Up to max bytes of a stream from offset (fewer at its end; none for a
+ * stream that has no file: it never got a byte). */
 int cell_spool_read(const char *dir, const char *id, enum cell_stream st, uint64_t offset, size_t max, char **ret,
                     size_t *ret_len);
 void cell_spool_remove(const char *dir, const char *id);

@@ -37,7 +37,7 @@ import sys
 import threading
 import time
 
-PROTO_IN = os.fdopen(os.dup(0), "rb")  # buffered: read by the reader thread alone, a line per read
+PROTO_IN = os.fdopen(os.dup(0), "rb", buffering=0)
 PROTO_OUT = os.dup(1)  # non-blocking: lines wait in _out (bounded) while the daemon is behind
 _null = os.open(os.devnull, os.O_RDWR)
 os.dup2(_null, 0)

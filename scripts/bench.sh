@@ -27,8 +27,9 @@
 #                in-process link (bench/node_bench.c; JSON in <json>-node.json)
 #   --only cells only the run_cell rows (bench/cells.c), with pool_size 2 and
 #                pool_wait 0: 1+1 on a warm context
-#                against docker exec python3 -c 1+1 and a jupyter_client round
-#                trip in the same container, first cell of a new session
+#                against docker exec python3 -c 1+1 and, in rounds between the
+#                cells' own, a jupyter_client round trip in the same container
+#                (cell_roundtrip_vs_jupyter: the goal is its p50 + 1.5 ms), first cell of a new session
 #                with the pool warm (kernel started ahead) and drained,
 #                the idle kernel's RSS
 #   --only pool  only the warm pool rows: first_command_new_session with the

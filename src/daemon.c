@@ -3,6 +3,7 @@
 #include "sandboxd/daemon.h"
 
 #include <errno.h>
+#include <malloc.h>
 #include <stdio.h>
 #include <string.h>
 #include <sys/resource.h>
@@ -384,6 +385,7 @@ static void close_tunnels(const char *user, const char *session, void *userdata)
  * limit allows, and say so when even that is short of the configuration. */
 #define DAEMON_FDS_PER_SESSION 7
 #define DAEMON_FDS_SPARE 1024
+#define DAEMON_MMAP_THRESHOLD (256 * 1024) /* blocks from this size up are mapped (glibc) */
 
 static void raise_nofile(const struct sbx_config *cfg)
 {
@@ -422,6 +424,15 @@ int daemon_open(const struct sbx_config *cfg, const struct daemon_options *opts,
         d->cfg = *cfg;
         d->started_at = sbx_wall_ms();
         raise_nofile(&d->cfg);
+#ifdef __GLIBC__
+        /* A large block (a 32 MiB bridge line, its parsed value, a page of a
+         * spool) is mapped and unmapped, never kept: glibc's default raises
+         * its mmap threshold with each large free, up to 32 MiB, after which
+         * such blocks come from a thread's heap and stay resident when
+         * freed (issue 34: 30 MB kept after one large cell output). A fixed
+         * threshold turns that off. */
+        (void)mallopt(M_MMAP_THRESHOLD, DAEMON_MMAP_THRESHOLD);
+#endif
 
         r = wsquota_check_config(&d->cfg, err);
         if (r == 0)

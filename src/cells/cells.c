@@ -78,8 +78,10 @@ static void add_stream_field(struct cell_ctx *x, cJSON *res, enum cell_stream st
         free(tail);
 }
 
-/* The result of the cell in x->outputs (ctx->lock held); takes lost. */
-static cJSON *result_locked(struct cell_ctx *x, bool timed_out, bool killed, cJSON *lost)
+/* The result of the cell in x->outputs (ctx->lock held); takes lost, and
+ * with take the outputs too (the cell has ended: an idle context keeps
+ * only its last result). */
+static cJSON *result_locked(struct cell_ctx *x, bool timed_out, bool killed, bool take, cJSON *lost)
 {
         cJSON *res = cJSON_CreateObject(), *outs, *it, *first_error = NULL;
         size_t so_len = 0, se_len = 0;
@@ -88,7 +90,11 @@ static cJSON *result_locked(struct cell_ctx *x, bool timed_out, bool killed, cJS
         cJSON_AddStringToObject(res, "language", x->language);
         cJSON_AddNumberToObject(res, "generation", (double)x->generation);
         cJSON_AddNumberToObject(res, "execution_count", (double)x->execution_count);
-        outs = x->outputs ? cJSON_Duplicate(x->outputs, true) : cJSON_CreateArray();
+        outs = !x->outputs ? cJSON_CreateArray() : take ? x->outputs : cJSON_Duplicate(x->outputs, true);
+        if (take) {
+                x->outputs = NULL;
+                x->out_bytes = 0;
+        }
         cJSON_ArrayForEach(it, outs) {
                 const char *type = cells_str_of(it, "type");
                 cJSON_DeleteItemFromObjectCaseSensitive(it, "_sent");
@@ -414,7 +420,7 @@ int cells_run(struct cells *c, const struct cells_request *req, cJSON **ret, str
                 cJSON_Delete(lost);
                 lost = lost_json(x->lost_cause[0] ? x->lost_cause : "killed", x->generation);
         }
-        res = result_locked(x, timed_out, killed, lost);
+        res = result_locked(x, timed_out, killed, true, lost);
         lost = NULL;
         x->adopted_cell = false;
         cJSON_AddNumberToObject(res, "duration_ms", (double)(sbx_now_ms() - start));
@@ -459,7 +465,7 @@ int cells_last(struct cells *c, const char *user, const char *session, const cha
                 cJSON *lost = !x->done && x->waiter_done
                                       ? lost_json(x->lost_cause[0] ? x->lost_cause : "killed", x->generation)
                                       : NULL;
-                *ret = result_locked(x, false, false, lost);
+                *ret = result_locked(x, false, false, false, lost);
                 cJSON_AddBoolToObject(*ret, "complete", x->done || x->waiter_done);
                 cJSON_AddTrueToObject(*ret, "adopted");
         } else if (x->last_result) {

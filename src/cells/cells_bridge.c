@@ -1,7 +1,15 @@
 /* cells_bridge.c — the kernel bridge's JSON lines on the daemon's side,
  * read on the runner hub's thread: assembling lines, outputs with their MIME
  * bundles, spooling what passes the inline cap, and the bridge's reports
- * (ready, done, variables, dead). Takes only a context lock. */
+ * (ready, done, variables, dead). Takes only a context lock.
+ *
+ * Memory: a line is assembled whole (at most line_max, ~32 MiB), parsed,
+ * and its buffer is released at once when it grew past CELLS_LINE_KEEP;
+ * the output is built from the parsed tree by moving its values (never a
+ * copy), and spooled by writing it out in pieces (never printed whole).
+ * A large line thus costs two copies while it is parsed and one after;
+ * nothing of it stays once its cell has ended (large blocks are mapped and
+ * unmapped: daemon.c fixes glibc's mmap threshold; docs/api.md, Limits). */
 #include <errno.h>
 #include <pthread.h>
 #include <signal.h>
@@ -44,21 +52,30 @@ static bool cause_known(const char *s)
 }
 
 /* A MIME bundle as the bridge sent it, keeping string values (and JSON for
- * application/json); NULL if it is not an object. */
-static cJSON *mime_bundle(const cJSON *data)
+ * application/json), moved out of data (a value may be 31 MiB: never
+ * copied); NULL if it is not an object. */
+static cJSON *mime_bundle(cJSON *data)
 {
-        cJSON *out, *it;
+        cJSON *out, *it, *next;
 
         if (!cJSON_IsObject(data))
                 return NULL;
         out = cJSON_CreateObject();
-        cJSON_ArrayForEach(it, data) {
+        for (it = data->child; it; it = next) {
+                next = it->next;
                 if (!it->string || strlen(it->string) > 128)
                         continue;
                 if (cJSON_IsString(it) || strcmp(it->string, "application/json") == 0)
-                        cJSON_AddItemToObject(out, it->string, cJSON_Duplicate(it, true));
+                        cJSON_AddItemToObject(out, it->string, cJSON_DetachItemViaPointer(data, it));
         }
         return out;
+}
+
+/* The string j.key moved out of j, or "" when it is not a string. */
+static cJSON *take_string(cJSON *j, const char *key)
+{
+        cJSON *v = cJSON_GetObjectItemCaseSensitive(j, key);
+        return cJSON_IsString(v) ? cJSON_DetachItemViaPointer(j, v) : cJSON_CreateString("");
 }
 
 /* A by-reference entry for an output that does not fit inline: where its
@@ -97,14 +114,25 @@ static cJSON *stub_of(const cJSON *o, enum cell_stream st, uint64_t off, size_t 
 /* Append an output of the cell in flight (ctx->lock held); consecutive
  * stream chunks of one stream are merged. One that does not fit in
  * cells_output_cap goes by reference when it is spooled (st, off, len:
- * where), else it is dropped (truncated either way). */
+ * where), else it is dropped (truncated either way). cost: its line's
+ * length, and CELLS_OUTPUT_COST more for a new entry, so that the tree an
+ * idle context keeps (its last result) stays near the cap whatever the
+ * number of outputs. */
 static void add_output(struct cell_ctx *x, cJSON *o, size_t cost, enum cell_stream st, bool spooled, uint64_t off,
                        size_t len)
 {
         cJSON *last;
         const char *type = cells_str_of(o, "type");
+        bool merge;
 
         last = x->outputs ? cJSON_GetArrayItem(x->outputs, cJSON_GetArraySize(x->outputs) - 1) : NULL;
+        merge = last && type && strcmp(type, "stream") == 0 &&
+                strcmp(cells_str_of(last, "type") ?: "", "stream") == 0 &&
+                !cJSON_GetObjectItemCaseSensitive(last, "by_reference") &&
+                strcmp(cells_str_of(last, "name") ?: "", cells_str_of(o, "name") ?: "") == 0 &&
+                !cJSON_IsTrue(cJSON_GetObjectItem(last, "_sent"));
+        if (!merge)
+                cost += CELLS_OUTPUT_COST;
         if (x->out_bytes + cost > (size_t)x->c->cfg->cells_output_cap_bytes) {
                 cJSON *lref = last ? cJSON_GetObjectItemCaseSensitive(last, "by_reference") : NULL;
                 x->truncated = true;
@@ -134,18 +162,15 @@ static void add_output(struct cell_ctx *x, cJSON *o, size_t cost, enum cell_stre
                 return;
         }
         x->out_bytes += cost;
-        if (last && type && strcmp(type, "stream") == 0 && strcmp(cells_str_of(last, "type") ?: "", "stream") == 0 &&
-            !cJSON_GetObjectItemCaseSensitive(last, "by_reference") &&
-            strcmp(cells_str_of(last, "name") ?: "", cells_str_of(o, "name") ?: "") == 0 &&
-            !cJSON_IsTrue(cJSON_GetObjectItem(last, "_sent"))) {
-                const char *a = cells_str_of(last, "text"), *b = cells_str_of(o, "text");
-                size_t la = strlen(a), lb = strlen(b);
-                char *joined = malloc(la + lb + 1);
+        if (merge) {
+                /* grown in place: cJSON allocates with malloc (no hooks are set) */
+                cJSON *t = cJSON_GetObjectItemCaseSensitive(last, "text");
+                const char *b = cells_str_of(o, "text");
+                size_t la = strlen(t->valuestring), lb = strlen(b);
+                char *joined = realloc(t->valuestring, la + lb + 1);
                 if (joined) {
-                        memcpy(joined, a, la);
                         memcpy(joined + la, b, lb + 1);
-                        cJSON_ReplaceItemInObjectCaseSensitive(last, "text", cJSON_CreateString(joined));
-                        free(joined);
+                        t->valuestring = joined;
                         cJSON_Delete(o);
                         return;
                 }
@@ -155,35 +180,171 @@ static void add_output(struct cell_ctx *x, cJSON *o, size_t cost, enum cell_stre
         cJSON_AddItemToArray(x->outputs, o);
 }
 
+/* An output written to the spool as JSON in pieces through a small
+ * buffer, so that a large value is never printed whole in memory. With
+ * s NULL it only counts the bytes. */
+struct spool_writer {
+        struct cell_spool *s;
+        uint64_t len, off;
+        bool started;
+        int err;
+        size_t n;
+        char buf[16384];
+};
+
+static void sw_flush(struct spool_writer *w)
+{
+        uint64_t off = 0;
+
+        if (w->s && w->n && !w->err) {
+                w->err = cell_spool_append(w->s, CELL_OUTPUTS, w->buf, w->n, &off);
+                if (!w->started)
+                        w->off = off;
+                w->started = true;
+        }
+        w->n = 0;
+}
+
+static void sw_put(struct spool_writer *w, const char *p, size_t n)
+{
+        w->len += n;
+        if (!w->s)
+                return;
+        while (n > 0) {
+                size_t k = n < sizeof(w->buf) - w->n ? n : sizeof(w->buf) - w->n;
+                memcpy(w->buf + w->n, p, k);
+                w->n += k;
+                p += k;
+                n -= k;
+                if (w->n == sizeof(w->buf))
+                        sw_flush(w);
+        }
+}
+
+/* A JSON string, escaped as cJSON_Print escapes it. */
+static void sw_string(struct spool_writer *w, const char *str)
+{
+        const unsigned char *p = (const unsigned char *)str;
+
+        sw_put(w, "\"", 1);
+        for (;;) {
+                const unsigned char *q = p;
+                char esc[8];
+                while (*q >= 0x20 && *q != '"' && *q != '\\')
+                        q++;
+                sw_put(w, (const char *)p, (size_t)(q - p));
+                if (!*q)
+                        break;
+                switch (*q) {
+                case '"':
+                        snprintf(esc, sizeof(esc), "\\\"");
+                        break;
+                case '\\':
+                        snprintf(esc, sizeof(esc), "\\\\");
+                        break;
+                case '\b':
+                        snprintf(esc, sizeof(esc), "\\b");
+                        break;
+                case '\f':
+                        snprintf(esc, sizeof(esc), "\\f");
+                        break;
+                case '\n':
+                        snprintf(esc, sizeof(esc), "\\n");
+                        break;
+                case '\r':
+                        snprintf(esc, sizeof(esc), "\\r");
+                        break;
+                case '\t':
+                        snprintf(esc, sizeof(esc), "\\t");
+                        break;
+                default:
+                        snprintf(esc, sizeof(esc), "\\u%04x", *q);
+                        break;
+                }
+                sw_put(w, esc, strlen(esc));
+                p = q + 1;
+        }
+        sw_put(w, "\"", 1);
+}
+
+/* Any value: containers and strings in pieces, the rest (numbers, true,
+ * false, null: short) printed by cJSON. Depth: cJSON's parse limit. */
+static void sw_value(struct spool_writer *w, const cJSON *v)
+{
+        if (cJSON_IsObject(v) || cJSON_IsArray(v)) {
+                bool obj = cJSON_IsObject(v);
+                const cJSON *it;
+                sw_put(w, obj ? "{" : "[", 1);
+                for (it = v->child; it; it = it->next) {
+                        if (it != v->child)
+                                sw_put(w, ",", 1);
+                        if (obj) {
+                                sw_string(w, it->string ? it->string : "");
+                                sw_put(w, ":", 1);
+                        }
+                        sw_value(w, it);
+                }
+                sw_put(w, obj ? "}" : "]", 1);
+        } else if (cJSON_IsString(v)) {
+                sw_string(w, v->valuestring);
+        } else {
+                char *p = cJSON_PrintUnformatted(v);
+                sw_put(w, p ? p : "null", p ? strlen(p) : 4);
+                free(p);
+        }
+}
+
 /* Spool an output that is not stream text as one JSON line (ctx->lock
- * held); false when it is not kept. */
+ * held), whole or not at all; false when it is not kept. */
 static bool spool_output(struct cell_ctx *x, const cJSON *o, uint64_t *ret_off, size_t *ret_len)
 {
-        char *s;
-        size_t n;
+        struct spool_writer *w;
         bool ok;
 
-        if (!x->spool)
+        if (!x->spool || !(w = calloc(1, sizeof(*w))))
                 return false;
-        s = cJSON_PrintUnformatted(o);
-        if (!s)
+        sw_value(w, o); /* counts */
+        *ret_len = (size_t)w->len + 1;
+        if (w->len + 1 > cell_spool_room(x->spool, CELL_OUTPUTS)) {
+                cell_spool_skip(x->spool, CELL_OUTPUTS, w->len + 1);
+                free(w);
                 return false;
-        n = strlen(s);
-        s[n] = '\n'; /* over the NUL: the length is known */
-        ok = cell_spool_append(x->spool, CELL_OUTPUTS, s, n + 1, ret_off) == 0;
-        free(s);
-        *ret_len = n + 1;
+        }
+        w->s = x->spool;
+        sw_value(w, o);
+        sw_put(w, "\n", 1);
+        sw_flush(w);
+        ok = w->err == 0;
+        *ret_off = w->off;
+        free(w);
         return ok;
 }
 
-static void handle_line(struct cell_ctx *x, const char *line, size_t len)
+/* Forget the line assembled: a buffer grown past CELLS_LINE_KEEP goes
+ * (hub thread). */
+static void line_release(struct cell_ctx *x)
+{
+        x->line_len = 0;
+        if (x->line_cap > CELLS_LINE_KEEP) {
+                free(x->line);
+                x->line = NULL;
+                x->line_cap = 0;
+        }
+}
+
+/* The line in x->line (hub thread); released once it is parsed. */
+static void handle_line(struct cell_ctx *x)
 {
         cJSON *j, *o;
         const char *ev;
+        size_t len = x->line_len;
 
-        if (!utf8_is_valid(line, len))
+        if (!utf8_is_valid(x->line, len)) {
+                line_release(x);
                 return; /* results are UTF-8: a line that is not is no protocol line */
-        j = cJSON_ParseWithLength(line, len);
+        }
+        j = cJSON_ParseWithLength(x->line, len);
+        line_release(x); /* the tree holds what is kept: one copy from here on */
 
         if (!cJSON_IsObject(j) || !(ev = cells_str_of(j, "ev"))) {
                 cJSON_Delete(j);
@@ -240,34 +401,35 @@ static void handle_line(struct cell_ctx *x, const char *line, size_t len)
                                 o = cJSON_CreateObject();
                                 cJSON_AddStringToObject(o, "type", "stream");
                                 cJSON_AddStringToObject(o, "name", name);
-                                cJSON_AddStringToObject(o, "text", text);
+                                cJSON_AddItemToObject(o, "text", take_string(j, "text"));
                                 add_output(x, o, len, st, sp, off, tl);
                         }
                 } else if (strcmp(ev, "display_data") == 0 || strcmp(ev, "execute_result") == 0) {
                         cJSON *data = mime_bundle(cJSON_GetObjectItemCaseSensitive(j, "data"));
-                        const cJSON *md = cJSON_GetObjectItemCaseSensitive(j, "metadata");
+                        cJSON *md = cJSON_GetObjectItemCaseSensitive(j, "metadata");
                         if (data) {
                                 o = cJSON_CreateObject();
                                 cJSON_AddStringToObject(o, "type", ev);
                                 cJSON_AddItemToObject(o, "data", data);
                                 if (cJSON_IsObject(md) && md->child)
-                                        cJSON_AddItemToObject(o, "metadata", cJSON_Duplicate(md, true));
+                                        cJSON_AddItemToObject(o, "metadata", cJSON_DetachItemViaPointer(j, md));
                                 uint64_t off = 0;
                                 size_t ol = 0;
                                 bool sp = spool_output(x, o, &off, &ol);
                                 add_output(x, o, len, CELL_OUTPUTS, sp, off, ol);
                         }
                 } else if (strcmp(ev, "error") == 0) {
-                        const cJSON *tb = cJSON_GetObjectItemCaseSensitive(j, "traceback"), *it;
+                        cJSON *tb = cJSON_GetObjectItemCaseSensitive(j, "traceback"), *it, *next;
                         o = cJSON_CreateObject();
                         cJSON_AddStringToObject(o, "type", "error");
-                        cJSON_AddStringToObject(o, "name", cells_str_of(j, "ename") ?: "");
-                        cJSON_AddStringToObject(o, "value", cells_str_of(j, "evalue") ?: "");
+                        cJSON_AddItemToObject(o, "name", take_string(j, "ename"));
+                        cJSON_AddItemToObject(o, "value", take_string(j, "evalue"));
                         cJSON *a = cJSON_AddArrayToObject(o, "traceback");
-                        if (cJSON_IsArray(tb))
-                                cJSON_ArrayForEach(it, tb)
-                                        if (cJSON_IsString(it))
-                                                cJSON_AddItemToArray(a, cJSON_CreateString(it->valuestring));
+                        for (it = cJSON_IsArray(tb) ? tb->child : NULL; it; it = next) {
+                                next = it->next;
+                                if (cJSON_IsString(it))
+                                        cJSON_AddItemToArray(a, cJSON_DetachItemViaPointer(tb, it));
+                        }
                         uint64_t off = 0;
                         size_t ol = 0;
                         bool sp = spool_output(x, o, &off, &ol);
@@ -346,7 +508,7 @@ void cells_on_output(void *ud, int stream, const void *data, size_t len)
                 if (!x->line_skip) {
                         if (x->line_len + n > max) {
                                 x->line_skip = true;
-                                x->line_len = 0;
+                                line_release(x);
                                 pthread_mutex_lock(&x->lock);
                                 x->truncated = x->dropped = true;
                                 pthread_mutex_unlock(&x->lock);
@@ -358,7 +520,7 @@ void cells_on_output(void *ud, int stream, const void *data, size_t len)
                                         char *nb = realloc(x->line, cap);
                                         if (!nb) {
                                                 x->line_skip = true;
-                                                x->line_len = 0;
+                                                line_release(x);
                                                 goto next;
                                         }
                                         x->line = nb;
@@ -371,8 +533,8 @@ void cells_on_output(void *ud, int stream, const void *data, size_t len)
 next:
                 if (nl) {
                         if (!x->line_skip && x->line_len)
-                                handle_line(x, x->line, x->line_len);
-                        x->line_len = 0;
+                                handle_line(x);
+                        line_release(x);
                         x->line_skip = false;
                         p = nl + 1;
                 } else

@@ -40,6 +40,8 @@ extern const char cells_bridge_node[];
 #define CELLS_MAX_ENV 256
 #define CELLS_ADOPT_WAIT_MS 30000     /* for a session's runner to come back after a restart */
 #define CELLS_LINE_MAX_CAP (32 << 20) /* the longest bridge line (one output) we assemble */
+#define CELLS_LINE_KEEP (64 * 1024)   /* a line buffer past this is freed once its line is read */
+#define CELLS_OUTPUT_COST 512         /* inline bytes charged per output entry (its tree's nodes) */
 #define CELLS_MAX_STUBS 256           /* by-reference entries in one result's outputs */
 #define CELLS_STUB_VALUE_MAX 1024     /* MIME values a by-reference entry still carries inline */
 #define CELLS_RECENT_MAX 64           /* cells whose spool is kept, in all */

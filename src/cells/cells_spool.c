@@ -12,6 +12,7 @@
 #include "cells_spool.h"
 
 struct cell_spool {
+        char path[CELL_STREAMS][4200]; /* each file is made at its first append */
         int fd[CELL_STREAMS];
         uint64_t total[CELL_STREAMS], kept[CELL_STREAMS];
         uint64_t cap;
@@ -33,22 +34,16 @@ static void path_of(char *buf, size_t size, const char *dir, const char *id, enu
 int cell_spool_open(const char *dir, const char *id, uint64_t cap, struct cell_spool **ret)
 {
         struct cell_spool *s = calloc(1, sizeof(*s));
-        char path[4200];
 
         if (!s)
                 return -ENOMEM;
         s->cap = cap;
-        for (int i = 0; i < CELL_STREAMS; i++)
-                s->fd[i] = -1;
+        /* no file yet: a cell's files are made as its streams get bytes (a
+         * warm 1+1 makes one, not three, issue 34); a stream without one is
+         * empty (cell_spool_read) */
         for (int i = 0; i < CELL_STREAMS; i++) {
-                path_of(path, sizeof(path), dir, id, i);
-                s->fd[i] = open(path, O_WRONLY | O_CREAT | O_EXCL | O_CLOEXEC | O_NOFOLLOW, 0600);
-                if (s->fd[i] < 0) {
-                        int r = -errno;
-                        cell_spool_close(s);
-                        cell_spool_remove(dir, id);
-                        return r;
-                }
+                s->fd[i] = -1;
+                path_of(s->path[i], sizeof(s->path[i]), dir, id, i);
         }
         *ret = s;
         return 0;
@@ -68,6 +63,11 @@ int cell_spool_append(struct cell_spool *s, enum cell_stream st, const void *dat
         }
         if (ret_offset)
                 *ret_offset = s->kept[st];
+        if (s->fd[st] < 0 && len > 0 &&
+            (s->fd[st] = open(s->path[st], O_WRONLY | O_CREAT | O_EXCL | O_CLOEXEC | O_NOFOLLOW, 0600)) < 0) {
+                s->lost = true;
+                return -errno;
+        }
         while (left > 0) {
                 ssize_t n = write(s->fd[st], p, left);
                 if (n < 0 && errno == EINTR)
@@ -83,6 +83,19 @@ int cell_spool_append(struct cell_spool *s, enum cell_stream st, const void *dat
         }
         s->kept[st] += len;
         return 0;
+}
+
+uint64_t cell_spool_room(const struct cell_spool *s, enum cell_stream st)
+{
+        return s && st < CELL_STREAMS && s->kept[st] < s->cap ? s->cap - s->kept[st] : 0;
+}
+
+void cell_spool_skip(struct cell_spool *s, enum cell_stream st, uint64_t len)
+{
+        if (!s || st >= CELL_STREAMS)
+                return;
+        s->total[st] += len;
+        s->lost = true;
 }
 
 uint64_t cell_spool_total(const struct cell_spool *s, enum cell_stream st)
@@ -116,6 +129,11 @@ int cell_spool_read(const char *dir, const char *id, enum cell_stream st, uint64
                 return -EINVAL;
         path_of(path, sizeof(path), dir, id, st);
         fd = open(path, O_RDONLY | O_CLOEXEC | O_NOFOLLOW);
+        if (fd < 0 && errno == ENOENT) { /* a stream that never got a byte */
+                *ret = calloc(1, 1);
+                *ret_len = 0;
+                return *ret ? 0 : -ENOMEM;
+        }
         if (fd < 0)
                 return -errno;
         buf = malloc(max + 1);

@@ -26,17 +26,25 @@ struct cell_spool;
 
 const char *cell_stream_name(enum cell_stream s);
 
-/* Create the three files of one cell (O_EXCL, O_NOFOLLOW, 0600). */
+/* A cell's spool; each of its three files is created (O_EXCL, O_NOFOLLOW,
+ * 0600) by the first append to its stream. */
 int cell_spool_open(const char *dir, const char *id, uint64_t cap, struct cell_spool **ret);
 /* Append; *ret_offset is where the bytes start in the stream. -ENOSPC when
  * they are past the cap (counted in the total, not kept). */
 int cell_spool_append(struct cell_spool *s, enum cell_stream st, const void *data, size_t len, uint64_t *ret_offset);
+/* What an append may still keep in a stream before its cap. A record
+ * written in several appends checks this first, to be kept whole or not at
+ * all; one that does not fit is counted with cell_spool_skip. */
+uint64_t cell_spool_room(const struct cell_spool *s, enum cell_stream st);
+/* Count len bytes produced and not kept (past the cap). */
+void cell_spool_skip(struct cell_spool *s, enum cell_stream st, uint64_t len);
 uint64_t cell_spool_total(const struct cell_spool *s, enum cell_stream st);
 /* Bytes produced but not kept (past the cap or a failed write). */
 bool cell_spool_lost(const struct cell_spool *s);
 void cell_spool_close(struct cell_spool *s);
 
-/* Up to max bytes of a stream from offset (fewer at its end). */
+/* Up to max bytes of a stream from offset (fewer at its end; none for a
+ * stream that has no file: it never got a byte). */
 int cell_spool_read(const char *dir, const char *id, enum cell_stream st, uint64_t offset, size_t max, char **ret,
                     size_t *ret_len);
 void cell_spool_remove(const char *dir, const char *id);

@@ -906,3 +906,65 @@ Test(cells, pip_install_from_a_loopback_index_through_the_egress_proxy, .init = 
         cr_assert_eq(apic_num(res, "generation"), 1, "the same kernel imports it");
         cJSON_Delete(r);
 }
+
+/* A figure of the daemon's memory (this process: the daemon runs in it)
+ * from /proc/self/status, kB: RssAnon, VmRSS, VmHWM. */
+static long status_kb(const char *key)
+{
+        FILE *f = fopen("/proc/self/status", "r");
+        char line[256];
+        size_t n = strlen(key);
+        long kb = -1;
+
+        cr_assert_not_null(f);
+        while (fgets(line, sizeof(line), f))
+                if (strncmp(line, key, n) == 0 && line[n] == ':' && sscanf(line + n + 1, "%ld", &kb) == 1)
+                        break;
+        fclose(f);
+        return kb;
+}
+
+/* Issue 34: a context that displayed one large output (a 30 MiB bridge
+ * line) keeps nothing of it once the cell has ended: 4 contexts that each
+ * did held about 146 MB of the daemon's memory for as long as they lived
+ * (the buffer each grew for its largest line, and what the allocator kept
+ * of the copies). */
+Test(cells, idle_contexts_keep_no_large_output, .init = setup, .fini = teardown)
+{
+        static const char *const where[][2] = {{"s1", "a"}, {"s1", "b"}, {"s2", "a"}, {"s2", "b"}};
+        const int n = (int)(sizeof(where) / sizeof(where[0]));
+        long before, after, rss, peak;
+        cJSON *r;
+
+        for (int i = 0; i < n; i++) /* the contexts and their kernels first: not what is measured */
+                cJSON_Delete(cell(where[i][0], where[i][1], "1", 120));
+        cJSON_Delete(cell("s1", "a", "'warm' * 1000", 120));
+        before = status_kb("RssAnon");
+        {
+                FILE *f = fopen("/proc/self/clear_refs", "w"); /* "5": VmHWM starts again from VmRSS */
+                cr_assert_not_null(f);
+                fputs("5", f);
+                fclose(f);
+        }
+        rss = status_kb("VmRSS");
+        for (int i = 0; i < n; i++) {
+                r = cell(where[i][0], where[i][1],
+                         "from IPython.display import display\n"
+                         "display({'text/plain': 'x' * (30 << 20)}, raw=True)\n",
+                         180);
+                const cJSON *res = apic_result(r);
+                cr_assert_str_eq(apic_str(res, "status"), "ok", "%.2000s", cJSON_PrintUnformatted(r));
+                cr_assert(cJSON_IsTrue(cJSON_GetObjectItem(res, "truncated")), "by reference");
+                cr_assert_null(cJSON_GetObjectItem(res, "output_dropped"), "kept whole");
+                cr_assert_gt(apic_num(res, "outputs_bytes"), 30 << 20);
+                cJSON_Delete(r);
+        }
+        after = status_kb("RssAnon");
+        peak = status_kb("VmHWM") - rss;
+        cr_log_info("daemon RssAnon %ld kB before, %ld kB after %d idle contexts each displayed 30 MiB; peak +%ld kB",
+                    before, after, n, peak);
+        /* a context's idle cost is its last result (small here): was 38 MB each */
+        cr_assert_lt(after - before, 8 * 1024, "the idle contexts hold %ld kB more", after - before);
+        /* one line in flight: two copies while it is parsed, one after (was four: line, tree, bundle, print) */
+        cr_assert_lt(peak, 80 * 1024, "a 30 MiB line in flight cost %ld kB", peak);
+}

@@ -23,8 +23,9 @@
  * src's size. Bytes allocated to dst in *ret_bytes (st_blocks * 512). */
 int snapcopy_file(int srcfd, int dstfd, bool *ret_reflinked, int64_t *ret_bytes);
 
-/* Remove name under dirfd and everything below it, following no symlink and
- * crossing no mount (a mount point below is an error, -EBUSY). Missing: 0. */
+/* Remove name under dirfd and everything below it, at any depth, following
+ * no symlink and crossing no mount (a mount point below is an error,
+ * -EBUSY; sbx_remove_tree_at). Missing: 0. */
 int snapcopy_remove_at(int dirfd, const char *name);
 /* Empty the directory dirfd itself the same way. */
 int snapcopy_empty_dir(int dirfd);

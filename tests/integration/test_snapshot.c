@@ -799,11 +799,21 @@ Test(snapshot, a_workspace_deeper_than_256_levels_is_a_client_error_naming_it, .
         res = ok(call("list_snapshots", NULL, NULL), &keep);
         cr_assert_eq(apic_num(res, "count"), 1, "only the one at the bound: %s", cJSON_PrintUnformatted(keep));
         cJSON_Delete(keep);
-        /* the one at the bound restores whole */
+        /* the one at the bound restores whole, over the deeper tree, which goes entirely
+         * (it stayed behind as .restore-deep, and the next restore failed as internal) */
         restore("deep", id);
         out = sh("deep", "find /workspace/deep | wc -l");
         cr_assert_str_eq(out, sum);
         free(out);
+        {
+                char path[SBX_PATH_MAX + 64];
+                struct stat st;
+                snprintf(path, sizeof(path), "%s/workspaces/u1/.restore-deep", cfg.data_dir);
+                cr_assert_neq(lstat(path, &st), 0, "the old tree is gone: %s", path);
+        }
+        make_deep("deep", 300);
+        restore("deep", id);
+        restore("deep", id);
         free(sum);
 }
 

@@ -1,6 +1,8 @@
-/* common.c — the error carrier, clocks, random ids. No state, no locks. */
+/* common.c — the error carrier, clocks, random ids, the removal of a tree.
+ * No state, no locks. */
 #include "sandboxd/common.h"
 
+#include <dirent.h>
 #include <errno.h>
 #include <fcntl.h>
 #include <netdb.h>
@@ -10,6 +12,7 @@
 #include <string.h>
 #include <sys/random.h>
 #include <sys/socket.h>
+#include <sys/stat.h>
 #include <time.h>
 #include <unistd.h>
 
@@ -202,4 +205,120 @@ int sbx_rows_convert(void *rows, size_t n, size_t in_size, size_t out_size, void
         memcpy(ret, &out, sizeof(out)); /* ret is the caller's T **: no void ** aliasing */
         *ret_n = n;
         return 0;
+}
+
+/* ---- removing a tree ---- */
+
+/* Empty directory `fd`: unlink what is not a directory, and hoist every
+ * subdirectory up into `top` under a fresh name (renameat2 with
+ * RENAME_NOREPLACE, so nothing is ever replaced). Returns how many
+ * directories were hoisted, or -errno. */
+static int empty_into(int top, int fd, unsigned long *counter)
+{
+        DIR *dir = sbx_opendir_dup(fd);
+        struct dirent *de;
+        int r = 0, hoisted = 0;
+
+        if (!dir)
+                return -errno;
+        while ((de = readdir(dir))) {
+                if (strcmp(de->d_name, ".") == 0 || strcmp(de->d_name, "..") == 0)
+                        continue;
+                /* a symlink, file, fifo or socket goes by name: nothing is followed */
+                if (unlinkat(fd, de->d_name, 0) == 0 || errno == ENOENT)
+                        continue;
+                if (errno != EISDIR) {
+                        r = -errno;
+                        continue;
+                }
+                if (unlinkat(fd, de->d_name, AT_REMOVEDIR) == 0)
+                        continue;
+                for (;;) {
+                        char name[48];
+                        snprintf(name, sizeof(name), ".sbx-purge-%lu", (*counter)++);
+                        if (renameat2(fd, de->d_name, top, name, RENAME_NOREPLACE) == 0) {
+                                hoisted++;
+                                break;
+                        }
+                        if (errno != EEXIST) {
+                                r = -errno;
+                                break;
+                        }
+                }
+        }
+        closedir(dir);
+        return r < 0 ? r : hoisted;
+}
+
+/* Remove entry `name` of top, whatever it is; a directory's own
+ * subdirectories are hoisted into top (empty_into) before it goes. */
+static int remove_entry(int top, const char *name, unsigned long *counter)
+{
+        struct stat ts, ss;
+        int sub, k;
+
+        /* Linux says EISDIR for a directory (POSIX allows EPERM, which Linux
+         * keeps for an immutable file: a real failure) */
+        if (unlinkat(top, name, 0) == 0 || errno == ENOENT)
+                return 0;
+        if (errno != EISDIR)
+                return -errno;
+        if (unlinkat(top, name, AT_REMOVEDIR) == 0)
+                return 0;
+        if (errno != ENOTEMPTY && errno != EEXIST)
+                return -errno;
+        sub = openat(top, name, O_RDONLY | O_DIRECTORY | O_NOFOLLOW | O_CLOEXEC);
+        if (sub < 0)
+                return -errno;
+        if (fstat(top, &ts) < 0 || fstat(sub, &ss) < 0)
+                k = -errno;
+        else if (ts.st_dev != ss.st_dev)
+                k = -EBUSY; /* a mount point below: never emptied */
+        else
+                k = empty_into(top, sub, counter);
+        close(sub);
+        if (k < 0)
+                return k;
+        return unlinkat(top, name, AT_REMOVEDIR) < 0 ? -errno : 0;
+}
+
+int sbx_remove_tree_at(int top)
+{
+        unsigned long counter = 0, next = 0;
+
+        for (;;) {
+                DIR *dir = sbx_opendir_dup(top); /* rewound: the last pass left the offset at the end */
+                struct dirent *de;
+                int r = 0;
+                bool any = false, progress = false;
+
+                if (!dir)
+                        return -errno;
+                while ((de = readdir(dir))) {
+                        int k;
+
+                        if (strcmp(de->d_name, ".") == 0 || strcmp(de->d_name, "..") == 0)
+                                continue;
+                        any = true;
+                        k = remove_entry(top, de->d_name, &counter);
+                        if (k == 0)
+                                progress = true;
+                        else
+                                r = k;
+                        while (next < counter) { /* drain what was hoisted */
+                                char name[48];
+                                snprintf(name, sizeof(name), ".sbx-purge-%lu", next++);
+                                k = remove_entry(top, name, &counter);
+                                if (k == 0)
+                                        progress = true;
+                                else
+                                        r = k;
+                        }
+                }
+                closedir(dir);
+                if (!any)
+                        return 0;
+                if (!progress)
+                        return r < 0 ? r : -ENOTEMPTY;
+        }
 }

@@ -277,7 +277,7 @@ static const struct config_key keys[] = {
         {"metrics_label_keys", CFG_STRING, F(metrics_label_keys), 0, 0, 0, "", NULL,
          "session label keys /metrics counts sessions by (comma-separated, at most 8); empty: none"},
         {"metrics_label_values_max", CFG_INT, F(metrics_label_values_max), 0, 1, 1000, "20", NULL,
-         "distinct values of each such key /metrics shows; the rest count as \"other\""},
+         "distinct values of each such key /metrics shows; the rest count as \"(other)\""},
         {"max_stdin_size", CFG_SIZE, F(max_stdin_bytes), 0, 0, INT64_C(1) << 32, "16m", NULL,
          "bytes of stdin accepted per execution"},
         {"max_services_per_session", CFG_INT, F(max_services_per_session), 0, 0, 1000, "8", NULL,

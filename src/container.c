@@ -4,7 +4,6 @@
  * sequence of engine operations (engine.h) made by the calling thread. */
 #include "sandboxd/container.h"
 
-#include <dirent.h>
 #include <errno.h>
 #include <fcntl.h>
 #include <inttypes.h>
@@ -169,122 +168,6 @@ void container_identity_drop(const struct sbx_config *cfg, uid_t uid)
         (void)unlink(path);
 }
 
-/* Empty directory `fd`: unlink what is not a directory, and hoist every
- * subdirectory up into `top` under a fresh name (renameat2 with
- * RENAME_NOREPLACE, so nothing is ever replaced). Returns how many
- * directories were hoisted, or -errno. */
-static int empty_into(int top, int fd, unsigned long *counter)
-{
-        DIR *dir = sbx_opendir_dup(fd);
-        struct dirent *de;
-        int r = 0, hoisted = 0;
-
-        if (!dir)
-                return -errno;
-        while ((de = readdir(dir))) {
-                if (strcmp(de->d_name, ".") == 0 || strcmp(de->d_name, "..") == 0)
-                        continue;
-                /* a symlink, file, fifo or socket goes by name: nothing is followed */
-                if (unlinkat(fd, de->d_name, 0) == 0 || errno == ENOENT)
-                        continue;
-                if (errno != EISDIR) {
-                        r = -errno;
-                        continue;
-                }
-                if (unlinkat(fd, de->d_name, AT_REMOVEDIR) == 0)
-                        continue;
-                for (;;) {
-                        char name[48];
-                        snprintf(name, sizeof(name), ".sbx-purge-%lu", (*counter)++);
-                        if (renameat2(fd, de->d_name, top, name, RENAME_NOREPLACE) == 0) {
-                                hoisted++;
-                                break;
-                        }
-                        if (errno != EEXIST) {
-                                r = -errno;
-                                break;
-                        }
-                }
-        }
-        closedir(dir);
-        return r < 0 ? r : hoisted;
-}
-
-/* Remove entry `name` of top, whatever it is; a directory's own
- * subdirectories are hoisted into top (empty_into) before it goes. */
-static int remove_entry(int top, const char *name, unsigned long *counter)
-{
-        int sub, k;
-
-        /* Linux says EISDIR for a directory (POSIX allows EPERM, which Linux
-         * keeps for an immutable file: a real failure) */
-        if (unlinkat(top, name, 0) == 0 || errno == ENOENT)
-                return 0;
-        if (errno != EISDIR)
-                return -errno;
-        if (unlinkat(top, name, AT_REMOVEDIR) == 0)
-                return 0;
-        if (errno != ENOTEMPTY && errno != EEXIST)
-                return -errno;
-        sub = openat(top, name, O_RDONLY | O_DIRECTORY | O_NOFOLLOW | O_CLOEXEC);
-        if (sub < 0)
-                return -errno;
-        k = empty_into(top, sub, counter);
-        close(sub);
-        if (k < 0)
-                return k;
-        return unlinkat(top, name, AT_REMOVEDIR) < 0 ? -errno : 0;
-}
-
-/* Remove everything under `top` (a directory fd), never following a
- * symlink, at any depth, with two fds: a directory is emptied by unlinking
- * its non-directories and moving its subdirectories up into top under the
- * names .sbx-purge-0, -1, ... (a queue that needs no memory: the counter
- * says how far it goes), then removed. No recursion, so a tree thousands
- * of levels deep costs no stack and no fds, and no path is ever built (no
- * PATH_MAX). Entries are moved, never copied, so this ends; a pass that
- * removes nothing fails instead. */
-static int remove_tree_at(int top)
-{
-        unsigned long counter = 0, next = 0;
-
-        for (;;) {
-                DIR *dir = sbx_opendir_dup(top); /* rewound: the last pass left the offset at the end */
-                struct dirent *de;
-                int r = 0;
-                bool any = false, progress = false;
-
-                if (!dir)
-                        return -errno;
-                while ((de = readdir(dir))) {
-                        int k;
-
-                        if (strcmp(de->d_name, ".") == 0 || strcmp(de->d_name, "..") == 0)
-                                continue;
-                        any = true;
-                        k = remove_entry(top, de->d_name, &counter);
-                        if (k == 0)
-                                progress = true;
-                        else
-                                r = k;
-                        while (next < counter) { /* drain what was hoisted */
-                                char name[48];
-                                snprintf(name, sizeof(name), ".sbx-purge-%lu", next++);
-                                k = remove_entry(top, name, &counter);
-                                if (k == 0)
-                                        progress = true;
-                                else
-                                        r = k;
-                        }
-                }
-                closedir(dir);
-                if (!any)
-                        return 0;
-                if (!progress)
-                        return r < 0 ? r : -ENOTEMPTY;
-        }
-}
-
 int container_workspace_purge(const struct sbx_config *cfg, const char *user, const char *session,
                               struct sbx_error *err)
 {
@@ -300,7 +183,7 @@ int container_workspace_purge(const struct sbx_config *cfg, const char *user, co
         s = openat(u, session, O_RDONLY | O_DIRECTORY | O_NOFOLLOW | O_CLOEXEC);
         if (s < 0)
                 return errno == ENOENT ? 0 : sbx_error_set(err, -errno, 0, "cannot open workspace: %m");
-        r = remove_tree_at(s);
+        r = sbx_remove_tree_at(s);
         if (r >= 0 && unlinkat(u, session, AT_REMOVEDIR) < 0)
                 r = -errno;
         if (r < 0)

@@ -191,9 +191,14 @@ static int errno_error(int r, const char *what, const char *path, struct sbx_err
         case -ENOTDIR:
                 return sbx_error_set(err, -ENOTDIR, 0, "%s: %s (or a parent) is not a directory", what, path);
         case -ENOSPC:
-        case -EDQUOT:
+        case -EDQUOT: /* the tenant's own bound, not the daemon failing: a client error that names it */
+                return sbx_error_set(err, -EDQUOT, 0,
+                                     "%s: writing %s failed: the workspace is full (its workspace_quota, or the disk "
+                                     "that holds it)",
+                                     what, path);
         case -EFBIG:
-                return sbx_error_set(err, -EIO, 0, "%s: writing %s failed (workspace full?)", what, path);
+                return sbx_error_set(err, -EFBIG, 0, "%s: %s would be larger than the workspace's file system allows",
+                                     what, path);
         case -ETIMEDOUT:
                 return sbx_error_set(err, -ETIMEDOUT, 0, "%s: %s: the runner did not answer in time", what, path);
         case -EBUSY:

@@ -13,7 +13,6 @@
 #include <stdarg.h>
 #include <stdio.h>
 #include <stdlib.h>
-#include <ctype.h>
 #include <string.h>
 #include <unistd.h>
 
@@ -143,11 +142,37 @@ static const struct {
 
 #define LABEL_KEYS_MAX 8
 #define LABEL_ROWS_MAX 100000 /* sessions looked at per scrape */
+/* The bucket of the values past metrics_label_values_max: "(" is outside
+ * what label_value ever writes, so no value of anyone's can be it. */
+#define LABEL_OVERFLOW "(other)"
+
+/* v as a label value that no other string gives: the characters of names
+ * and host names ([A-Za-z0-9._:/-]) as they are, every other byte (also
+ * '%', '"', '\\', a newline or a byte that is not UTF-8) as %HH. Injective,
+ * and what it writes needs no escaping in the text format. */
+static void label_value(struct text *t, const char *v)
+{
+        char buf[256];
+        size_t n = 0;
+
+        for (const unsigned char *c = (const unsigned char *)v; *c; c++) {
+                if (n + 4 > sizeof(buf)) {
+                        put(t, "%.*s", (int)n, buf);
+                        n = 0;
+                }
+                if ((*c >= 'a' && *c <= 'z') || (*c >= 'A' && *c <= 'Z') || (*c >= '0' && *c <= '9') ||
+                    strchr("._:/-", *c))
+                        buf[n++] = (char)*c;
+                else
+                        n += (size_t)snprintf(buf + n, 4, "%%%02X", *c);
+        }
+        put(t, "%.*s", (int)n, buf);
+}
 
 /* sandboxd_sessions_by_label: sessions by the value of each label key the
- * operator lists (metrics_label_keys), at most metrics_label_values_max
- * values per key (first come in key order), the rest as "other". Keys and
- * values are checked (sessspec.h): nothing in them needs escaping. */
+ * operator lists (metrics_label_keys, each once), at most
+ * metrics_label_values_max values per key (first come in key order), the
+ * rest as LABEL_OVERFLOW. */
 static void render_labels(struct text *t, const struct metrics_ctx *m)
 {
         char keys[LABEL_KEYS_MAX][SESSSPEC_LABEL_KEY_MAX + 1], list[sizeof(m->cfg->metrics_label_keys)];
@@ -158,15 +183,19 @@ static void render_labels(struct text *t, const struct metrics_ctx *m)
         if (!m->store || !m->cfg || !m->cfg->metrics_label_keys[0])
                 return;
         sbx_strlcpy(list, m->cfg->metrics_label_keys, sizeof(list));
-        for (char *k = strtok_r(list, ", ", &save); k && n_keys < LABEL_KEYS_MAX; k = strtok_r(NULL, ", ", &save))
-                if (sessspec_label_key_valid(k))
+        for (char *k = strtok_r(list, ", ", &save); k && n_keys < LABEL_KEYS_MAX; k = strtok_r(NULL, ", ", &save)) {
+                size_t i = 0;
+                while (i < n_keys && strcmp(keys[i], k) != 0)
+                        i++;
+                if (i == n_keys && sessspec_label_key_valid(k)) /* a key listed twice: its series once */
                         sbx_strlcpy(keys[n_keys++], k, sizeof(keys[0]));
+        }
         if (n_keys == 0 || store_session_labels_list(m->store, LABEL_ROWS_MAX, &rows, &n_rows) < 0)
                 return;
         max_values = (size_t)(m->cfg->metrics_label_values_max > 0 ? m->cfg->metrics_label_values_max : 1);
         head(t, "sandboxd_sessions_by_label", "gauge",
              "sessions by the value of each label key in metrics_label_keys (values past metrics_label_values_max "
-             "count as \"other\")");
+             "count as \"" LABEL_OVERFLOW "\")");
         for (size_t k = 0; k < n_keys; k++) {
                 struct {
                         char value[SESSSPEC_LABEL_VALUE_MAX + 1];
@@ -193,24 +222,29 @@ static void render_labels(struct text *t, const struct metrics_ctx *m)
                         }
                         cJSON_Delete(labels);
                 }
-                for (size_t j = 0; j < n_vals; j++)
-                        put(t, "sandboxd_sessions_by_label{key=\"%s\",value=\"%s\"} %zu\n", keys[k], vals[j].value,
-                            vals[j].count);
-                if (other)
-                        put(t, "sandboxd_sessions_by_label{key=\"%s\",value=\"other\"} %zu\n", keys[k], other);
+                for (size_t j = 0; j <= n_vals; j++) {
+                        if (j == n_vals && !other)
+                                break;
+                        put(t, "sandboxd_sessions_by_label{key=\"");
+                        label_value(t, keys[k]);
+                        put(t, "\",value=\"");
+                        if (j < n_vals)
+                                label_value(t, vals[j].value);
+                        else
+                                put(t, "%s", LABEL_OVERFLOW);
+                        put(t, "\"} %zu\n", j < n_vals ? vals[j].count : other);
+                }
                 free(vals);
         }
         store_session_labels_free(rows, n_rows);
 }
 
-/* A node's name as a label value: its certificate's common name, so
- * anything but the characters a host name has is replaced. */
-static void node_label(const char *name, char ret[NODE_NAME_MAX + 1])
+/* name{node="<node>"} value: a node's name is its certificate's common name, anything. */
+static void node_series(struct text *t, const char *metric, const char *node, unsigned long long value)
 {
-        size_t i = 0;
-        for (; name[i] && i < NODE_NAME_MAX; i++)
-                ret[i] = isalnum((unsigned char)name[i]) || strchr("-._:", name[i]) ? name[i] : '_';
-        ret[i] = '\0';
+        put(t, "%s{node=\"", metric);
+        label_value(t, node);
+        put(t, "\"} %llu\n", value);
 }
 
 static void render_nodes(struct text *t, const struct metrics_ctx *m)
@@ -218,7 +252,6 @@ static void render_nodes(struct text *t, const struct metrics_ctx *m)
         struct node_status *nodes = NULL;
         struct store_node_count *counts = NULL;
         size_t n = 0, n_counts = 0, up = 0;
-        char label[NODE_NAME_MAX + 1];
 
         if (!m->node || node_server_list(m->node, &nodes, &n) < 0)
                 return;
@@ -227,17 +260,13 @@ static void render_nodes(struct text *t, const struct metrics_ctx *m)
         head(t, "sandboxd_nodes_connected", "gauge", "node agents connected over the node link");
         put(t, "sandboxd_nodes_connected %zu\n", up);
         head(t, "sandboxd_node_up", "gauge", "1 while the node agent is connected");
-        for (size_t i = 0; i < n; i++) {
-                node_label(nodes[i].name, label);
-                put(t, "sandboxd_node_up{node=\"%s\"} %d\n", label, nodes[i].connected ? 1 : 0);
-        }
+        for (size_t i = 0; i < n; i++)
+                node_series(t, "sandboxd_node_up", nodes[i].name, nodes[i].connected ? 1 : 0);
         if (m->store && store_node_counts(m->store, &counts, &n_counts) == 0) {
                 head(t, "sandboxd_node_sessions", "gauge", "sessions placed on each node");
-                for (size_t i = 0; i < n_counts; i++) {
-                        node_label(counts[i].node, label);
-                        put(t, "sandboxd_node_sessions{node=\"%s\"} %llu\n", label,
-                            (unsigned long long)counts[i].sessions);
-                }
+                for (size_t i = 0; i < n_counts; i++)
+                        node_series(t, "sandboxd_node_sessions", counts[i].node,
+                                    (unsigned long long)counts[i].sessions);
         }
         free(counts);
         free(nodes);

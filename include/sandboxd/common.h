@@ -61,6 +61,17 @@ void closep(int *fd);
  * the start; NULL with errno set. */
 DIR *sbx_opendir_dup(int fd);
 
+/* Remove everything under the directory top (top itself stays), never
+ * following a symlink and never entering another mount (a mount point
+ * below: -EBUSY), at any depth: a directory is emptied by unlinking its
+ * non-directories and moving its subdirectories up into top under the
+ * names .sbx-purge-0, -1, ... (a queue that needs no memory: the counter
+ * says how far it goes), then removed. No recursion, so a tree thousands
+ * of levels deep costs no stack and no fds, and no path is ever built (no
+ * PATH_MAX). Entries are moved, never copied, so this ends; a pass that
+ * removes nothing fails instead (-ENOTEMPTY, or the last error). */
+int sbx_remove_tree_at(int top);
+
 /* strlcpy-like: always NUL-terminates, returns true if it fit. */
 bool sbx_strlcpy(char *dst, const char *src, size_t size);
 

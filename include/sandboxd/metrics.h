@@ -19,9 +19,17 @@
  *   sandboxd_webhook_inflight                webhook deliveries under way  gauge
  *   sandboxd_webhook_deliveries_total{outcome="delivered|failed|dropped"}, sandboxd_webhook_attempts_total
  *                                            (events.h, webhook.h)
+ *   sandboxd_sessions_by_label{key,value}    sessions by label value (metrics_label_keys), past
+ *                                            metrics_label_values_max value="(other)"  gauge
  *   sandboxd_nodes_connected, sandboxd_node_up{node}   node agents connected (node_listen only)  gauges
  *   sandboxd_node_sessions{node}             sessions placed on each node (node_listen only)  gauge
  *   process_resident_memory_bytes, process_open_fds, process_threads gauges
+ *
+ * Label values that come from outside (session labels, node names) are
+ * written so that two different ones never give the same text: the
+ * characters of names and host names ([A-Za-z0-9._:/-]) as they are, any
+ * other byte as %HH. Names the daemon writes itself ("(other)") use
+ * characters outside that set, so no outside value can equal them.
  *
  * The counters are process-wide atomics (one daemon per process; tests that
  * open several compare deltas). */

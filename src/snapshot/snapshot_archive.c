@@ -7,7 +7,11 @@
  * are ours and fd-relative: pack opens every entry with O_NOFOLLOW under its
  * parent's fd, unpack creates every entry under its parent's fd, which it
  * reached one component at a time with O_NOFOLLOW. libarchive only encodes
- * and decodes the stream. No state, no locks. */
+ * and decodes the stream. Sparse files stay sparse: pack finds the data
+ * extents (SEEK_DATA/SEEK_HOLE on the fd it opened) and hands libarchive a
+ * sparse map, so holes are neither read nor stored; unpack writes each data
+ * block at its offset and leaves holes, and blocks of zeros, unwritten.
+ * No state, no locks. */
 #include <archive.h>
 #include <archive_entry.h>
 #include <dirent.h>
@@ -31,7 +35,7 @@ struct pack {
         uint64_t max_bytes, max_out;
         unsigned chunks; /* written since the output's size was last checked */
         struct snaparchive_stats st;
-        char *buf;
+        char *buf, *zero;
         struct sbx_error *err;
 };
 
@@ -43,7 +47,8 @@ static int pack_fail(struct pack *p, const char *path, const char *what)
 static int pack_header(struct pack *p, const char *path, const struct stat *st, mode_t type, int64_t size,
                        const char *link)
 {
-        archive_entry_clear(p->e);
+        if (type != AE_IFREG) /* pack_file has set the size and the map already */
+                archive_entry_clear(p->e);
         archive_entry_set_pathname(p->e, path);
         archive_entry_set_filetype(p->e, type);
         archive_entry_set_perm(p->e, st->st_mode & 07777);
@@ -59,36 +64,57 @@ static int pack_header(struct pack *p, const char *path, const struct stat *st, 
         return 0;
 }
 
-static int pack_file(struct pack *p, int dirfd, const char *name, const char *path, const struct stat *st0)
+/* The data extents of fd (size bytes) as e's sparse map, and the bytes they
+ * hold. A file without holes gets no map (a plain entry); past
+ * SNAP_MAX_EXTENTS extents neither (its holes are stored as zeros, which
+ * unpack leaves as holes again). */
+static int64_t pack_extents(int fd, int64_t size, struct archive_entry *e)
 {
-        _cleanup_close_ int fd = openat(dirfd, name, O_RDONLY | O_NOFOLLOW | O_NOCTTY | O_NONBLOCK | O_CLOEXEC);
-        struct stat st;
-        int64_t left;
-        int r;
+        int64_t data = 0, total = 0;
+        unsigned n = 0;
 
-        if (fd < 0)
-                return errno == ENOENT ? 0 : sbx_error_set(p->err, -errno, 0, "snapshot: cannot open %s: %m", path);
-        if (fstat(fd, &st) < 0 || !S_ISREG(st.st_mode) || st.st_ino != st0->st_ino)
-                return 0; /* replaced under us: not what was listed */
-        if (p->st.bytes + (uint64_t)st.st_size > p->max_bytes)
-                return sbx_error_set(p->err, -EFBIG, 0, "snapshot: the workspace holds more than %llu bytes",
-                                     (unsigned long long)p->max_bytes);
-        r = pack_header(p, path, &st, AE_IFREG, st.st_size, NULL);
-        if (r < 0)
-                return r;
-        for (left = st.st_size; left > 0;) {
-                ssize_t n = read(fd, p->buf, (size_t)(left < IO_CHUNK ? left : IO_CHUNK));
+        archive_entry_sparse_clear(e);
+        while (data < size) {
+                off_t at = lseek(fd, data, SEEK_DATA), end;
+                if (at < 0)
+                        break; /* ENXIO: holes to the end; anything else: read it all */
+                end = lseek(fd, at, SEEK_HOLE);
+                if (end < 0 || end > size)
+                        end = size;
+                if (++n > SNAP_MAX_EXTENTS) {
+                        archive_entry_sparse_clear(e);
+                        return size;
+                }
+                archive_entry_sparse_add_entry(e, at, end - at);
+                total += end - at;
+                data = end;
+        }
+        if (total == size) {
+                archive_entry_sparse_clear(e);
+                return size;
+        }
+        if (n == 0) /* all hole: a map that says so */
+                archive_entry_sparse_add_entry(e, 0, 0);
+        return total;
+}
+
+/* Write len bytes of fd from off (zeros past its end: the header promised them). */
+static int pack_data(struct pack *p, int fd, const char *path, int64_t off, int64_t len)
+{
+        while (len > 0) {
+                ssize_t n = pread(fd, p->buf, (size_t)(len < IO_CHUNK ? len : IO_CHUNK), off);
                 if (n < 0 && errno == EINTR)
                         continue;
                 if (n < 0)
                         return sbx_error_set(p->err, -errno, 0, "snapshot: cannot read %s: %m", path);
-                if (n == 0) { /* shrank: the header promised the size, so zeros */
-                        n = left < IO_CHUNK ? left : IO_CHUNK;
+                if (n == 0) { /* shrank */
+                        n = len < IO_CHUNK ? len : IO_CHUNK;
                         memset(p->buf, 0, (size_t)n);
                 }
                 if (archive_write_data(p->a, p->buf, (size_t)n) != n)
                         return pack_fail(p, path, "cannot write");
-                left -= n;
+                off += n;
+                len -= n;
                 if (++p->chunks >= 32) { /* every 8 MiB read: the quota left, before the disk fills */
                         struct stat os;
                         p->chunks = 0;
@@ -99,7 +125,56 @@ static int pack_file(struct pack *p, int dirfd, const char *name, const char *pa
                                                      (unsigned long long)p->max_out);
                 }
         }
-        p->st.bytes += (uint64_t)st.st_size;
+        return 0;
+}
+
+/* A hole of len bytes: the pax writer skips it, so zeros that are never read or stored. */
+static int pack_hole(struct pack *p, const char *path, int64_t len)
+{
+        while (len > 0) {
+                ssize_t n = len < IO_CHUNK ? len : IO_CHUNK;
+                if (archive_write_data(p->a, p->zero, (size_t)n) != n)
+                        return pack_fail(p, path, "cannot write");
+                len -= n;
+        }
+        return 0;
+}
+
+static int pack_file(struct pack *p, int dirfd, const char *name, const char *path, const struct stat *st0)
+{
+        _cleanup_close_ int fd = openat(dirfd, name, O_RDONLY | O_NOFOLLOW | O_NOCTTY | O_NONBLOCK | O_CLOEXEC);
+        struct stat st;
+        int64_t data, at = 0, off, len;
+        int r;
+
+        if (fd < 0)
+                return errno == ENOENT ? 0 : sbx_error_set(p->err, -errno, 0, "snapshot: cannot open %s: %m", path);
+        if (fstat(fd, &st) < 0 || !S_ISREG(st.st_mode) || st.st_ino != st0->st_ino)
+                return 0; /* replaced under us: not what was listed */
+        archive_entry_clear(p->e);
+        archive_entry_set_size(p->e, st.st_size); /* before the map, which libarchive checks against it */
+        data = pack_extents(fd, st.st_size, p->e);
+        if (p->st.bytes + (uint64_t)data > p->max_bytes)
+                return sbx_error_set(p->err, -EFBIG, 0, "snapshot: the workspace holds more than %llu bytes",
+                                     (unsigned long long)p->max_bytes);
+        r = pack_header(p, path, &st, AE_IFREG, st.st_size, NULL);
+        if (r < 0)
+                return r;
+        if (archive_entry_sparse_reset(p->e) == 0) {
+                r = pack_data(p, fd, path, 0, st.st_size);
+        } else {
+                while (r == 0 && archive_entry_sparse_next(p->e, &off, &len) == ARCHIVE_OK) {
+                        r = pack_hole(p, path, off - at);
+                        if (r == 0)
+                                r = pack_data(p, fd, path, off, len);
+                        at = off + len;
+                }
+                if (r == 0)
+                        r = pack_hole(p, path, st.st_size - at);
+        }
+        if (r < 0)
+                return r;
+        p->st.bytes += (uint64_t)data;
         return 0;
 }
 
@@ -111,7 +186,7 @@ static int pack_dir(struct pack *p, int dirfd, const char *prefix, int depth)
         int r = 0, dfd;
 
         if (depth > SNAP_MAX_DEPTH)
-                return sbx_error_set(p->err, -ELOOP, 0, "snapshot: the workspace is deeper than %d levels",
+                return sbx_error_set(p->err, -EFBIG, 0, "snapshot: the workspace is deeper than %d levels",
                                      SNAP_MAX_DEPTH);
         dfd = dup(dirfd);
         if (dfd < 0 || !(d = fdopendir(dfd))) {
@@ -171,7 +246,8 @@ int snaparchive_pack(int dirfd, int outfd, uint64_t max_bytes, uint64_t max_out,
         p.a = archive_write_new();
         p.e = archive_entry_new();
         p.buf = malloc(IO_CHUNK);
-        if (!p.a || !p.e || !p.buf) {
+        p.zero = calloc(1, IO_CHUNK);
+        if (!p.a || !p.e || !p.buf || !p.zero) {
                 r = sbx_error_set(err, -ENOMEM, 0, "out of memory");
                 goto out;
         }
@@ -193,6 +269,7 @@ out:
                 archive_write_free(p.a);
         archive_entry_free(p.e);
         free(p.buf);
+        free(p.zero);
         return r;
 }
 
@@ -218,11 +295,12 @@ static int walk_parent(int root, const char *path, uid_t uid, int *ret_fd, const
                 return -errno;
         tok = strtok_r(buf, "/", &save);
         while (tok) {
-                if (strcmp(tok, ".") == 0 || strcmp(tok, "..") == 0 || ++depth > SNAP_MAX_DEPTH) {
+                next = strtok_r(NULL, "/", &save);
+                /* depth counts the directories walked, as pack does: a file at pack's deepest level unpacks */
+                if (strcmp(tok, ".") == 0 || strcmp(tok, "..") == 0 || (next && ++depth > SNAP_MAX_DEPTH)) {
                         close(fd);
                         return -EINVAL;
                 }
-                next = strtok_r(NULL, "/", &save);
                 if (!next) {
                         *ret_fd = fd;
                         *ret_name = path + (tok - buf);
@@ -250,8 +328,14 @@ static int walk_parent(int root, const char *path, uid_t uid, int *ret_fd, const
         return -EINVAL;
 }
 
+static bool all_zero(const void *p, size_t n)
+{
+        const unsigned char *b = p;
+        return n == 0 || (b[0] == 0 && memcmp(b, b + 1, n - 1) == 0);
+}
+
 static int unpack_entry(struct archive *a, struct archive_entry *e, int root, uid_t uid, uint64_t max_bytes,
-                        struct snaparchive_stats *st, char *buf, struct sbx_error *err)
+                        struct snaparchive_stats *st, struct sbx_error *err)
 {
         const char *path = archive_entry_pathname(e), *name;
         mode_t type = archive_entry_filetype(e), perm = archive_entry_perm(e) & 01777; /* no setuid, setgid */
@@ -296,24 +380,31 @@ static int unpack_entry(struct archive *a, struct archive_entry *e, int root, ui
         if (fd < 0 || fchown(fd, uid, uid) < 0)
                 return sbx_error_set(err, -errno, 0, "snapshot: cannot create %s: %m", path);
         for (;;) {
-                ssize_t got = archive_read_data(a, buf, IO_CHUNK);
-                if (got == 0)
+                const void *blk;
+                size_t got;
+                la_int64_t off;
+                int k = archive_read_data_block(a, &blk, &got, &off);
+                if (k == ARCHIVE_EOF)
                         break;
-                if (got < 0)
+                if (k != ARCHIVE_OK && k != ARCHIVE_WARN)
                         return sbx_error_set(err, -EIO, 0, "snapshot: cannot read %s: %s", path,
                                              archive_error_string(a));
-                if ((st->bytes += (uint64_t)got) > max_bytes)
+                if ((st->bytes += got) > max_bytes)
                         return sbx_error_set(err, -EFBIG, 0, "snapshot: more than %llu bytes of files",
                                              (unsigned long long)max_bytes);
-                for (ssize_t off = 0; off < got;) {
-                        ssize_t w = write(fd, buf + off, (size_t)(got - off));
+                if (all_zero(blk, got))
+                        continue; /* a hole (the size is set below) */
+                for (size_t done = 0; done < got;) {
+                        ssize_t w = pwrite(fd, (const char *)blk + done, got - done, off + (off_t)done);
                         if (w < 0 && errno == EINTR)
                                 continue;
                         if (w < 0)
                                 return sbx_error_set(err, -errno, 0, "snapshot: cannot write %s: %m", path);
-                        off += w;
+                        done += (size_t)w;
                 }
         }
+        if (ftruncate(fd, archive_entry_size(e)) < 0)
+                return sbx_error_set(err, -errno, 0, "snapshot: cannot size %s: %m", path);
         struct timespec ts[2] = {{.tv_sec = archive_entry_mtime(e), .tv_nsec = archive_entry_mtime_nsec(e)}};
         ts[1] = ts[0];
         if (fchmod(fd, perm) < 0 || futimens(fd, ts) < 0)
@@ -327,10 +418,9 @@ int snaparchive_unpack(int infd, int dirfd, uid_t uid, uint64_t max_bytes, struc
         struct archive *a = archive_read_new();
         struct archive_entry *e;
         struct snaparchive_stats st = {0};
-        char *buf = malloc(IO_CHUNK);
         int r = 0, k;
 
-        if (!a || !buf) {
+        if (!a) {
                 r = sbx_error_set(err, -ENOMEM, 0, "out of memory");
                 goto out;
         }
@@ -344,13 +434,12 @@ int snaparchive_unpack(int infd, int dirfd, uid_t uid, uint64_t max_bytes, struc
                         r = sbx_error_set(err, -EIO, 0, "snapshot: a damaged archive: %s", archive_error_string(a));
                         break;
                 }
-                r = unpack_entry(a, e, dirfd, uid, max_bytes, &st, buf, err);
+                r = unpack_entry(a, e, dirfd, uid, max_bytes, &st, err);
         }
         if (r == 0 && ret_stats)
                 *ret_stats = st;
 out:
         if (a)
                 archive_read_free(a);
-        free(buf);
         return r;
 }

@@ -3,7 +3,6 @@
  * sparse image stays sparse) and removing trees without following symlinks.
  * Every call works on fds the caller opened; nothing is resolved by path
  * beyond one component. No state, no locks. */
-#include <dirent.h>
 #include <errno.h>
 #include <fcntl.h>
 #include <linux/fs.h>
@@ -84,60 +83,9 @@ int snapcopy_file(int srcfd, int dstfd, bool *ret_reflinked, int64_t *ret_bytes)
         return 0;
 }
 
-static int empty_at(int fd, dev_t dev, int depth)
-{
-        DIR *d;
-        struct dirent *de;
-        int r = 0, dfd;
-
-        if (depth > SNAP_MAX_DEPTH)
-                return -ELOOP;
-        dfd = dup(fd);
-        if (dfd < 0)
-                return -errno;
-        d = fdopendir(dfd);
-        if (!d) {
-                close(dfd);
-                return -errno;
-        }
-        while (r == 0 && (errno = 0, de = readdir(d))) {
-                struct stat st;
-                if (strcmp(de->d_name, ".") == 0 || strcmp(de->d_name, "..") == 0)
-                        continue;
-                if (fstatat(fd, de->d_name, &st, AT_SYMLINK_NOFOLLOW) < 0) {
-                        r = errno == ENOENT ? 0 : -errno;
-                        continue;
-                }
-                if (S_ISDIR(st.st_mode)) {
-                        int sub;
-                        if (st.st_dev != dev) {
-                                r = -EBUSY;
-                                break;
-                        }
-                        sub = openat(fd, de->d_name, O_RDONLY | O_DIRECTORY | O_NOFOLLOW | O_CLOEXEC);
-                        if (sub < 0) {
-                                r = -errno;
-                                break;
-                        }
-                        r = empty_at(sub, dev, depth + 1);
-                        close(sub);
-                        if (r == 0 && unlinkat(fd, de->d_name, AT_REMOVEDIR) < 0)
-                                r = -errno;
-                } else if (unlinkat(fd, de->d_name, 0) < 0 && errno != ENOENT) {
-                        r = -errno;
-                }
-        }
-        closedir(d);
-        return r;
-}
-
 int snapcopy_empty_dir(int dirfd)
 {
-        struct stat st;
-
-        if (fstat(dirfd, &st) < 0)
-                return -errno;
-        return empty_at(dirfd, st.st_dev, 0);
+        return sbx_remove_tree_at(dirfd);
 }
 
 int snapcopy_remove_at(int dirfd, const char *name)

@@ -11,7 +11,10 @@
  *     recreated; more than the user's maximum is refused naming the limit;
  *   - a traceparent (or request id) shows up in the result, in the daemon's
  *     log lines and in the audit rows of that request, also those its exec
- *     worker writes; over HTTP in the response headers. */
+ *     worker writes; over HTTP in the response headers;
+ *   - /metrics never shows a series twice, whatever the values tenants
+ *     give (one equal to the name of the overflow bucket, values that
+ *     differ only in case) and a key listed twice (issue 34). */
 #include <criterion/criterion.h>
 #include <fcntl.h>
 #include <libgen.h>
@@ -35,6 +38,8 @@ static struct sbx_config cfg;
 static struct daemon *d;
 static char tok_a[TOKEN_LEN + 1], tok_b[TOKEN_LEN + 1];
 static char log_path[SBX_PATH_MAX + 16];
+static const char *label_keys = "team"; /* metrics_label_keys of the next open_daemon */
+static int label_values_max = 1;        /* metrics_label_values_max */
 
 #define TRACE_ID "4bf92f3577b34da6a3ce929d0e0e4736"
 #define TRACEPARENT "00-" TRACE_ID "-00f067aa0ba902b7-01"
@@ -53,8 +58,8 @@ static void open_daemon(void)
         snprintf(cfg.log_level, sizeof(cfg.log_level), "info");
         snprintf(cfg.http_listen, sizeof(cfg.http_listen), "127.0.0.1:0"); /* plain HTTP: loopback only */
         snprintf(cfg.metrics_listen, sizeof(cfg.metrics_listen), "127.0.0.1:0");
-        snprintf(cfg.metrics_label_keys, sizeof(cfg.metrics_label_keys), "team");
-        cfg.metrics_label_values_max = 1;
+        snprintf(cfg.metrics_label_keys, sizeof(cfg.metrics_label_keys), "%s", label_keys);
+        cfg.metrics_label_values_max = label_values_max;
         snprintf(dir, sizeof(dir), "%s", cfg.data_dir);
         snprintf(cfg.api_socket, sizeof(cfg.api_socket), "%s/run/api.sock", dirname(dir));
         snprintf(cfg.admin_socket, sizeof(cfg.admin_socket), "%s/admin.sock", dir);
@@ -252,7 +257,8 @@ Test(labels, filter_returns_exactly_the_matching_sessions, .init = open_daemon, 
                 pclose(p);
                 cr_expect_not_null(strstr(body, "sandboxd_sessions_by_label{key=\"team\",value=\"x\"} 3\n"), "%s",
                                    body);
-                cr_expect_not_null(strstr(body, "sandboxd_sessions_by_label{key=\"team\",value=\"other\"} 1\n"));
+                cr_expect_not_null(strstr(body, "sandboxd_sessions_by_label{key=\"team\",value=\"(other)\"} 1\n"), "%s",
+                                   body);
                 cr_expect_null(strstr(body, "key=\"run\""), "run is not in metrics_label_keys");
                 free(body);
         }
@@ -560,4 +566,87 @@ Test(labels, traceparent_over_http_headers, .init = open_daemon, .fini = close_d
         cJSON_Delete(o);
         free(body);
         free(hs);
+}
+
+/* GET /metrics (malloc'd). */
+static char *scrape(void)
+{
+        char *body = calloc(1, 1 << 20), cmd[256];
+        size_t n;
+        FILE *p;
+
+        snprintf(cmd, sizeof(cmd), "curl -sS --max-time 30 http://127.0.0.1:%d/metrics", http_server_port(d->metrics));
+        p = popen(cmd, "r");
+        cr_assert_not_null(p);
+        n = fread(body, 1, (1 << 20) - 1, p);
+        body[n] = '\0';
+        cr_assert_eq(pclose(p), 0);
+        return body;
+}
+
+/* Every sample line of the exposition names a series (name and labels, up
+ * to the value) no other line names; *ret_n: how many. */
+static void series_unique(const char *body, size_t *ret_n)
+{
+        char **seen = NULL;
+        size_t n = 0;
+
+        for (const char *line = body; *line;) {
+                const char *end = strchr(line, '\n'), *sp;
+                size_t len = end ? (size_t)(end - line) : strlen(line);
+                if (len > 0 && line[0] != '#') {
+                        sp = memrchr(line, ' ', len);
+                        cr_assert_not_null(sp, "%.*s", (int)len, line);
+                        char *key = strndup(line, (size_t)(sp - line));
+                        for (size_t i = 0; i < n; i++)
+                                cr_assert_str_neq(seen[i], key, "series %s twice in:\n%s", key, body);
+                        seen = realloc(seen, (n + 1) * sizeof(*seen));
+                        seen[n++] = key;
+                }
+                line += len + (end ? 1 : 0);
+        }
+        for (size_t i = 0; i < n; i++)
+                free(seen[i]);
+        free(seen);
+        *ret_n = n;
+}
+
+static void open_daemon_many_values(void)
+{
+        label_keys = "team, team,example.com/task";
+        label_values_max = 3;
+        open_daemon();
+}
+
+/* A tenant's value equal to the overflow bucket's name was a second series
+ * of the same name and labels (Prometheus refuses the scrape). */
+Test(labels, no_tenant_value_makes_a_metrics_series_twice, .init = open_daemon_many_values, .fini = close_daemon)
+{
+        /* in key order, the first three values are kept: other, Other, x; y overflows */
+        static const char *const sessions[][2] = {{"a1", "other"}, {"a2", "Other"}, {"a3", "x"}, {"a4", "y"}};
+        char params[256], *body, *v;
+        size_t n = 0;
+        cJSON *keep;
+
+        for (size_t i = 0; i < sizeof(sessions) / sizeof(sessions[0]); i++) {
+                snprintf(params, sizeof(params),
+                         "{\"session\":\"%s\",\"labels\":{\"team\":\"%s\",\"example.com/task\":\"other\"}}",
+                         sessions[i][0], sessions[i][1]);
+                cJSON_Delete(ok(call(tok_a, "create_session", params), &keep) ? keep : NULL);
+        }
+        body = scrape();
+        series_unique(body, &n);
+        cr_assert_gt(n, 20, "%s", body);
+        for (size_t i = 0; i < 3; i++) {
+                char want[128];
+                snprintf(want, sizeof(want), "sandboxd_sessions_by_label{key=\"team\",value=\"%s\"} 1\n",
+                         sessions[i][1]);
+                cr_expect_not_null(strstr(body, want), "%s in:\n%s", want, body);
+        }
+        v = strstr(body, "sandboxd_sessions_by_label{key=\"team\",value=\"(other)\"} ");
+        cr_expect_not_null(v, "the overflow bucket: %s", body);
+        cr_expect(v && strncmp(strchr(v, '}') + 2, "1\n", 2) == 0, "y alone overflows: %s", body);
+        cr_expect_not_null(strstr(body, "sandboxd_sessions_by_label{key=\"example.com/task\",value=\"other\"} 4\n"),
+                           "%s", body);
+        free(body);
 }

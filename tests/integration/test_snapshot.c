@@ -15,7 +15,12 @@
  *     fork's workspace keeps the size limit;
  *   - a fork is served from the warm pool; a session already paused stays
  *     paused; a copy a daemon stop cut short is removed and its session
- *     thawed at the next start.
+ *     thawed at the next start;
+ *   - a workspace deeper than the 256 levels a snapshot keeps is a client
+ *     error (too_large) naming 256, over the API and MCP (issue 34);
+ *   - a 1 GiB sparse file stays sparse (its st_blocks) through snapshot,
+ *     restore and fork, in loop mode and in the archive's modes, and reads
+ *     back the same (issue 34).
  * Ports 31800-32199 are this suite's own. */
 #include <criterion/criterion.h>
 #include <errno.h>
@@ -719,4 +724,164 @@ Test(snapshot, a_paused_session_stays_paused, .fini = teardown)
         char *out = sh("pz2", "cat /workspace/f");
         cr_assert_str_eq(out, "frozen\n");
         free(out);
+}
+
+/* ---- issue 34: bounds answered as client errors, sparse files ---- */
+
+/* `mkdir` n levels of d/ under /workspace/deep (which it empties first). */
+static void make_deep(const char *session, int n)
+{
+        char script[256];
+
+        snprintf(script, sizeof(script),
+                 "rm -rf /workspace/deep && mkdir /workspace/deep && cd /workspace/deep && "
+                 "i=0; while [ $i -lt %d ]; do mkdir d && cd d || exit 1; i=$((i+1)); done; echo leaf > f",
+                 n - 1);
+        free(sh(session, script));
+}
+
+/* One tools/call through sandboxd-mcp (stdio, over the API socket): its output. */
+static char *mcp_call(const char *session, const char *tool, const char *args)
+{
+        char dir[SBX_PATH_MAX], in[SBX_PATH_MAX + 16], out[SBX_PATH_MAX + 16], cmd[4 * SBX_PATH_MAX];
+        char *body = calloc(1, 1 << 20);
+        FILE *f;
+        size_t n;
+
+        snprintf(dir, sizeof(dir), "%s", cfg.data_dir);
+        snprintf(in, sizeof(in), "%s/mcp-in.jsonl", dirname(dir));
+        snprintf(dir, sizeof(dir), "%s", cfg.data_dir);
+        snprintf(out, sizeof(out), "%s/mcp-out.jsonl", dirname(dir));
+        f = fopen(in, "we");
+        cr_assert_not_null(f);
+        fprintf(f,
+                "{\"jsonrpc\":\"2.0\",\"id\":1,\"method\":\"initialize\",\"params\":{\"protocolVersion\":"
+                "\"2025-06-18\",\"capabilities\":{},\"clientInfo\":{\"name\":\"t\",\"version\":\"1\"}}}\n"
+                "{\"jsonrpc\":\"2.0\",\"method\":\"notifications/initialized\"}\n"
+                "{\"jsonrpc\":\"2.0\",\"id\":2,\"method\":\"tools/call\",\"params\":{\"name\":\"%s\","
+                "\"arguments\":%s}}\n",
+                tool, args);
+        fclose(f);
+        snprintf(cmd, sizeof(cmd),
+                 "SANDBOXD_TOKEN=%s SANDBOXD_API_SOCKET=%s timeout 300 %s/sandboxd-mcp --session %s "
+                 "--drain-ms 240000 <%s >%s 2>/dev/null",
+                 tok, cfg.api_socket, SANDBOXD_BINARY_DIR, session, in, out);
+        cr_assert_eq(system(cmd), 0, "%s", cmd);
+        f = fopen(out, "re");
+        cr_assert_not_null(f);
+        n = fread(body, 1, (1 << 20) - 1, f);
+        body[n] = '\0';
+        fclose(f);
+        return body;
+}
+
+/* 256 levels are kept; one more is too_large, naming the bound, on every
+ * front (it was internal, HTTP 500), and nothing is left of the attempt. */
+Test(snapshot, a_workspace_deeper_than_256_levels_is_a_client_error_naming_it, .fini = teardown)
+{
+        char id[64], *out, *sum;
+        cJSON *keep;
+        const cJSON *res;
+
+        setup("off");
+        make_deep("deep", 256);
+        sum = sh("deep", "find /workspace/deep | wc -l");
+        take("deep", "at-the-bound", id);
+        make_deep("deep", 257);
+        refused(call("snapshot_session", "deep", NULL), "too_large", "256");
+        refused(call("fork_session", "deep2", apic_json("{\"from\": {\"session\": \"deep\"}}")), "too_large", "256");
+        out = mcp_call("deep", "snapshot_session", "{}");
+        cr_assert_not_null(strstr(out, "\"isError\":true"), "%s", out);
+        cr_assert_not_null(strstr(out, "too_large: "), "%s", out);
+        cr_assert_not_null(strstr(out, "256"), "%s", out);
+        cr_assert_null(strstr(out, "internal"), "%s", out);
+        free(out);
+        res = ok(call("list_snapshots", NULL, NULL), &keep);
+        cr_assert_eq(apic_num(res, "count"), 1, "only the one at the bound: %s", cJSON_PrintUnformatted(keep));
+        cJSON_Delete(keep);
+        /* the one at the bound restores whole, over the deeper tree, which goes entirely
+         * (it stayed behind as .restore-deep, and the next restore failed as internal) */
+        restore("deep", id);
+        out = sh("deep", "find /workspace/deep | wc -l");
+        cr_assert_str_eq(out, sum);
+        free(out);
+        {
+                char path[SBX_PATH_MAX + 64];
+                struct stat st;
+                snprintf(path, sizeof(path), "%s/workspaces/u1/.restore-deep", cfg.data_dir);
+                cr_assert_neq(lstat(path, &st), 0, "the old tree is gone: %s", path);
+        }
+        make_deep("deep", 300);
+        restore("deep", id);
+        restore("deep", id);
+        free(sum);
+}
+
+#define SPARSE_SIZE (INT64_C(1) << 30)
+/* A 1 GiB file of holes but for 3 blocks: at its start, its middle and its end. */
+#define SPARSE_MAKE                                                                                                    \
+        "cd /workspace && truncate -s 1G sparse && printf head | dd of=sparse conv=notrunc 2>/dev/null && "            \
+        "printf middle | dd of=sparse bs=1 seek=536870912 conv=notrunc 2>/dev/null && "                                \
+        "printf tail | dd of=sparse bs=1 seek=1073741820 conv=notrunc 2>/dev/null && sync"
+/* size, 512-byte blocks allocated, and a hash of the content */
+#define SPARSE_STAT "cd /workspace && stat -c '%s %b' sparse && sha256sum < sparse | cut -c1-64"
+
+/* The file's size, hash and allocation in session: the size and hash are
+ * the original's and at most max_blocks 512-byte blocks are allocated. */
+static void sparse_kept(const char *session, const char *want_hash, long long max_blocks)
+{
+        char *out = sh(session, SPARSE_STAT), hash[65] = "";
+        long long size = 0, blocks = -1;
+
+        cr_assert_eq(sscanf(out, "%lld %lld %64s", &size, &blocks, hash), 3, "%s", out);
+        cr_assert_eq(size, SPARSE_SIZE, "%s: %s", session, out);
+        cr_assert_str_eq(hash, want_hash, "%s reads back the same", session);
+        cr_assert_leq(blocks, max_blocks, "%s: the file stays sparse: %s", session, out);
+        free(out);
+}
+
+static void sparse_round_trip(const char *mode)
+{
+        char id[64], *out, hash[65] = "";
+        long long size = 0, blocks = -1, max_blocks;
+        cJSON *keep;
+        const cJSON *res;
+
+        setup(mode);
+        free(sh("sp", SPARSE_MAKE));
+        out = sh("sp", SPARSE_STAT);
+        cr_assert_eq(sscanf(out, "%lld %lld %64s", &size, &blocks, hash), 3, "%s", out);
+        free(out);
+        cr_assert_eq(size, SPARSE_SIZE);
+        cr_assert_lt(blocks, 4096, "the file system makes sparse files: %lld blocks", blocks);
+        /* 3 data blocks: whatever the block size, far below a MiB (2048 blocks) */
+        max_blocks = blocks > 64 ? blocks : 64;
+
+        res = ok(call("snapshot_session", "sp", apic_json("{\"name\": \"sparse\"}")), &keep);
+        snprintf(id, sizeof(id), "%s", apic_str(res, "snapshot"));
+        if (strcmp(mode, "loop") != 0) /* an image's copy is bounded by its size anyway */
+                cr_assert_lt(apic_num(res, "bytes"), 1 << 20, "the archive of a sparse GiB: %s",
+                             cJSON_PrintUnformatted(keep));
+        cJSON_Delete(keep);
+        /* restore over a changed workspace */
+        free(sh("sp", "rm /workspace/sparse && echo changed > /workspace/other"));
+        restore("sp", id);
+        sparse_kept("sp", hash, max_blocks);
+        /* fork from the snapshot, and from the live session */
+        fork_from("snapshot", id, "sp-a", &keep);
+        cJSON_Delete(keep);
+        sparse_kept("sp-a", hash, max_blocks);
+        fork_from("session", "sp", "sp-b", &keep);
+        cJSON_Delete(keep);
+        sparse_kept("sp-b", hash, max_blocks);
+}
+
+Test(snapshot, a_sparse_file_stays_sparse_through_snapshot_restore_and_fork, .fini = teardown)
+{
+        sparse_round_trip("off");
+}
+
+Test(snapshot, a_sparse_file_stays_sparse_in_loop_mode, .fini = teardown)
+{
+        sparse_round_trip("loop");
 }

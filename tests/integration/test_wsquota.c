@@ -1,6 +1,7 @@
 /* Integration tests of the workspace disk quota (issue 12 item 4) against
  * the real dockerd and the real kernel:
- *   - loop: writing past the quota fails inside the container (ENOSPC), for
+ *   - loop: writing past the quota fails inside the container (ENOSPC) and
+ *     write_file answers quota_exceeded naming workspace_quota (issue 34), for
  *     bytes and for inodes; usage is reported; another session and the
  *     store are unaffected; the workspace keeps its files and its limit
  *     across a recreation and a daemon restart; the image is unmounted and
@@ -188,6 +189,15 @@ Test(wsquota, loop_limits_bytes_and_files_and_survives_recreation_and_restart)
         cr_assert_leq(u.bytes_used, u.bytes_limit);
         cr_assert(u.over, "full, yet not over: %llu of %llu bytes", (unsigned long long)u.bytes_used,
                   (unsigned long long)u.bytes_limit);
+        /* write_file into the full workspace: quota_exceeded naming the bound (it was unavailable, EIO) */
+        {
+                static char chunk[1 << 20];
+                struct sbx_error err = {0};
+                char where[FILES_PATH_MAX];
+                cr_assert_eq(files_write(&d->files, "u1", "a", "/workspace/more", chunk, sizeof(chunk), where, &err),
+                             -EDQUOT, "%s", err.msg);
+                cr_assert_not_null(strstr(err.msg, "workspace_quota"), "%s", err.msg);
+        }
         /* the bytes landed in the image, never on the host's file system */
         cr_assert_eq(stat(img, &st), 0);
         cr_assert_leq((long long)st.st_blocks * 512, (long long)QUOTA);

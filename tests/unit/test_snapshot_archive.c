@@ -3,7 +3,9 @@
  * target (absolute paths, "..", hardlinks, device nodes, a path through a
  * symlink), setuid and setgid bits are dropped, everything is given to the
  * target uid; packing stores a symlink as a symlink and never reads what it
- * points to. Real files in a temp directory; no Docker. */
+ * points to; sparse files keep their holes both ways (issue 34); 256 levels
+ * pack and unpack, 257 are too_large (-EFBIG). Real files in a temp
+ * directory; no Docker. */
 #include <archive.h>
 #include <archive_entry.h>
 #include <criterion/criterion.h>
@@ -225,6 +227,108 @@ Test(snaparchive, pack_stores_symlinks_not_their_targets)
         cr_assert(S_ISLNK(sb.st_mode));
         close(src);
         close(out);
+        close(back);
+}
+
+/* A file of size bytes under dirfd with "x" written at each of offsets (a sparse file). */
+static void sparse_file(int dirfd, const char *name, off_t size, const off_t *offsets, size_t n)
+{
+        int fd = openat(dirfd, name, O_WRONLY | O_CREAT | O_EXCL | O_CLOEXEC, 0644);
+        cr_assert_geq(fd, 0);
+        cr_assert_eq(ftruncate(fd, size), 0);
+        for (size_t i = 0; i < n; i++)
+                cr_assert_eq(pwrite(fd, "x", 1, offsets[i]), 1);
+        close(fd);
+}
+
+static void same_file(const char *a, const char *b, blkcnt_t max_blocks)
+{
+        char cmd[512];
+        struct stat sa, sb;
+        cr_assert_eq(stat(a, &sa), 0);
+        cr_assert_eq(stat(b, &sb), 0);
+        cr_assert_eq(sa.st_size, sb.st_size, "%s", b);
+        cr_assert_leq(sb.st_blocks, max_blocks, "%s: %lld blocks", b, (long long)sb.st_blocks);
+        snprintf(cmd, sizeof(cmd), "cmp -s '%s' '%s'", a, b);
+        cr_assert_eq(system(cmd), 0, "%s differs", b);
+}
+
+Test(snaparchive, sparse_files_keep_their_holes)
+{
+        const off_t G = (off_t)1 << 30, mid[] = {G / 2}, ends[] = {0, G - 1};
+        char path[256], a[256], b[256];
+        struct snaparchive_stats st;
+        struct sbx_error err = {0};
+        int src = target_dir("src"), out, back;
+        static const char *const names[] = {"middle", "ends", "holes", "zeros"};
+
+        sparse_file(src, "middle", G, mid, 1);
+        sparse_file(src, "ends", G, ends, 2);
+        sparse_file(src, "holes", G, NULL, 0);
+        {
+                /* written zeros: stored as data, left as a hole when unpacked */
+                static char zeros[1 << 20];
+                int fd = openat(src, "zeros", O_WRONLY | O_CREAT | O_EXCL | O_CLOEXEC, 0644);
+                cr_assert_eq(write(fd, zeros, sizeof(zeros)), (ssize_t)sizeof(zeros));
+                close(fd);
+        }
+        snprintf(path, sizeof(path), "%s/out.tar.zst", root);
+        out = open(path, O_RDWR | O_CREAT | O_TRUNC | O_CLOEXEC, 0600);
+        /* 1 MiB of data allowed: the holes' 3 GiB are not counted */
+        cr_assert_eq(snaparchive_pack(src, out, 2 << 20, 2 << 20, &st, &err), 0, "%s", err.msg);
+        cr_assert_lt(st.bytes, (2 << 20), "%llu", (unsigned long long)st.bytes);
+        cr_assert_lt(lseek(out, 0, SEEK_END), 1 << 20);
+        cr_assert_eq(lseek(out, 0, SEEK_SET), 0);
+        back = target_dir("back");
+        cr_assert_eq(snaparchive_unpack(out, back, UID, 2 << 20, NULL, &err), 0, "%s", err.msg);
+        for (size_t i = 0; i < sizeof(names) / sizeof(names[0]); i++) {
+                snprintf(a, sizeof(a), "%s/src/%s", root, names[i]);
+                snprintf(b, sizeof(b), "%s/back/%s", root, names[i]);
+                same_file(a, b, 256); /* 128 KiB at most, of 1 GiB */
+        }
+        close(src);
+        close(out);
+        close(back);
+}
+
+/* n levels of directories under dirfd, a file in the deepest. */
+static void deep_tree(int dirfd, int n)
+{
+        int fd = dup(dirfd);
+        for (int i = 0; i < n; i++) {
+                int sub;
+                cr_assert_eq(mkdirat(fd, "d", 0755), 0);
+                sub = openat(fd, "d", O_RDONLY | O_DIRECTORY | O_CLOEXEC);
+                close(fd);
+                fd = sub;
+        }
+        cr_assert_eq(close(openat(fd, "f", O_WRONLY | O_CREAT | O_CLOEXEC, 0644)), 0);
+        close(fd);
+}
+
+Test(snaparchive, depth_256_round_trips_and_257_is_too_large)
+{
+        char path[256];
+        struct sbx_error err = {0};
+        int src = target_dir("src"), deeper = target_dir("deeper"), out, back;
+
+        deep_tree(src, 256);
+        snprintf(path, sizeof(path), "%s/out.tar.zst", root);
+        out = open(path, O_RDWR | O_CREAT | O_TRUNC | O_CLOEXEC, 0600);
+        cr_assert_eq(snaparchive_pack(src, out, 1 << 20, 1 << 20, NULL, &err), 0, "%s", err.msg);
+        cr_assert_eq(lseek(out, 0, SEEK_SET), 0);
+        back = target_dir("back");
+        cr_assert_eq(snaparchive_unpack(out, back, UID, 1 << 20, NULL, &err), 0, "%s", err.msg);
+        cr_assert(exists("back/d/d/d/d/d/d/d/d/d/d/d/d/d/d/d/d/d/d/d/d/d/d/d/d/d/d/d/d/d/d/d/d/d"));
+        close(out);
+        deep_tree(deeper, 257);
+        out = open(path, O_RDWR | O_CREAT | O_TRUNC | O_CLOEXEC, 0600);
+        err = (struct sbx_error){0};
+        cr_assert_eq(snaparchive_pack(deeper, out, 1 << 20, 1 << 20, NULL, &err), -EFBIG);
+        cr_assert_not_null(strstr(err.msg, "256"), "%s", err.msg);
+        close(out);
+        close(src);
+        close(deeper);
         close(back);
 }
 

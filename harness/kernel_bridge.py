@@ -16,7 +16,7 @@
 #                      {"ev": "display_data"|"execute_result", "id", "data": {mime: value}, "metadata"}
 #                      {"ev": "error", "id", "ename", "evalue", "traceback": [...]}
 #                      {"ev": "done", "id", "execution_count", "status"}
-#                      {"ev": "variables", "id", "vars": [{"name", "type", "repr"}]}
+#                      {"ev": "variables", "id", "vars": [{"name", "type", "repr", "shape"?, "error"?}]}
 #                      {"ev": "stats", "id", "rss_kb"}
 #                      {"ev": "dead", "cause": "oom"|"killed"|"exited", "signal", "exit_code"}
 #                      {"ev": "failed", "message"}   (the kernel could not start)
@@ -95,14 +95,17 @@ def clip(v):
 
 
 def oom_kills():
-    try:
-        with open("/sys/fs/cgroup/memory.events") as f:
-            for line in f:
-                k, _, v = line.partition(" ")
-                if k == "oom_kill":
-                    return int(v)
-    except (OSError, ValueError):
-        pass
+    # the container's OOM kills so far: cgroup v2's memory.events, else v1's
+    # memory.oom_control (the kernel counts a kill before its victim is gone)
+    for path in ("/sys/fs/cgroup/memory.events", "/sys/fs/cgroup/memory/memory.oom_control"):
+        try:
+            with open(path) as f:
+                for line in f:
+                    k, _, v = line.partition(" ")
+                    if k == "oom_kill":
+                        return int(v)
+        except (OSError, ValueError):
+            pass
     return -1
 
 
@@ -117,20 +120,108 @@ def rss_kb(pid):
     return -1
 
 
-VARS_EXPR = (
-    "__import__('json').dumps([[k, type(v).__name__, __import__('reprlib').repr(v)[:160],"
-    " str(getattr(v, 'shape', ''))[:40]]"
-    " for k, v in list(globals().items()) if not k.startswith('_')"
-    " and k not in ('In', 'Out', 'get_ipython', 'exit', 'quit', 'open')][:500])"
-)
+# get_variables runs the tenant's code (__repr__, .shape) in the kernel, so
+# under deadlines the kernel keeps itself (SIGALRM in its main thread, which
+# runs the expression): VARS_EACH_S per object, again every VARS_AGAIN_S
+# while it does not return, and after VARS_ALL_S in all the rest is named but
+# not read. The deadline is a BaseException, so an object's own "except
+# Exception" cannot swallow it. An object that cannot be described is listed
+# with "error": the type of what it raised (TimeoutError past its deadline);
+# a KeyboardInterrupt (the daemon interrupts the kernel at its own deadline)
+# ends the listing with what it has. It runs in a dict of its own: nothing is
+# added to the tenant's namespace, and the kernel's SIGALRM handler and timer
+# are put back.
+VARS_EACH_S, VARS_AGAIN_S, VARS_ALL_S, VARS_MAX = 1.0, 0.1, 5.0, 500
+VARS_SRC = """
+import json, reprlib, signal, time
+TNAME = type.__dict__["__name__"].__get__  # no metaclass of the tenant's runs
+HIDE = ("In", "Out", "get_ipython", "exit", "quit", "open")
+class Deadline(BaseException):
+    pass
+st = {"armed": False}
+def alarm(_s, _f):
+    if st["armed"]:
+        raise Deadline()
+class R(reprlib.Repr):
+    def repr_instance(self, x, level):  # reprlib's hides what __repr__ raises
+        s = repr(x)
+        if len(s) > self.maxother:
+            i = max(0, (self.maxother - 3) // 2)
+            s = s[:i] + "..." + s[len(s) - max(0, self.maxother - 3 - i):]
+        return s
+rp = R()
+def describe(v):
+    return [TNAME(type(v)), str.__getitem__(rp.repr(v), slice(0, 160)),
+            str.__getitem__(str(getattr(v, "shape", "")), slice(0, 40))]
+def one(v):
+    st["armed"] = True
+    signal.setitimer(signal.ITIMER_REAL, each, again)
+    try:
+        return describe(v), None
+    except BaseException as e:
+        st["armed"] = False
+        return None, e
+    finally:
+        st["armed"] = False
+        signal.setitimer(signal.ITIMER_REAL, 0)
+old = signal.signal(signal.SIGALRM, alarm)
+left = signal.setitimer(signal.ITIMER_REAL, 0)
+out, stop, end = [], None, time.monotonic() + total
+try:
+    for k, v in [kv for kv in list(ns.items()) if type(kv[0]) is str and not kv[0].startswith("_")
+                 and kv[0] not in HIDE][:cap]:
+        if stop is None and time.monotonic() >= end:
+            stop = "TimeoutError"
+        d, e = None, None
+        if stop is None:
+            try:
+                d, e = one(v)
+            except BaseException as e2:  # the deadline raced one's own way out
+                d, e = None, e2
+        if d is not None:
+            out.append([k] + d + [""])
+            continue
+        err = stop or ("TimeoutError" if isinstance(e, Deadline) else TNAME(type(e)))
+        if isinstance(e, KeyboardInterrupt):
+            stop = err
+        out.append([k, TNAME(type(v)), "", "", err])
+finally:
+    signal.signal(signal.SIGALRM, old)
+    if left[0] > 0:
+        signal.setitimer(signal.ITIMER_REAL, *left)
+result = json.dumps(out)
+"""
+VARS_EXPR = ("(lambda d: (exec(%r, d), d['result'])[1])"
+             "({'ns': globals(), 'each': %r, 'again': %r, 'total': %r, 'cap': %d})"
+             % (VARS_SRC, VARS_EACH_S, VARS_AGAIN_S, VARS_ALL_S, VARS_MAX))
+
+# The kernel's IPython adds pip's user site (under HOME, the workspace) to
+# sys.path after a cell that made it (%pip install): the bridge does not make
+# it ahead, so a new session's workspace holds only what its tenant wrote.
+USER_SITE_HOOK = """
+def _sbx_user_site(*_a):
+    import importlib, os, site, sys
+    p = site.getusersitepackages()
+    if site.ENABLE_USER_SITE and p not in sys.path and os.path.isdir(p):
+        i = next((n for n, q in enumerate(sys.path) if q.endswith(("site-packages", "dist-packages"))), len(sys.path))
+        sys.path.insert(i, p)
+        site.addsitedir(p)  # its .pth files
+        importlib.invalidate_caches()
+get_ipython().events.register("post_run_cell", _sbx_user_site)
+del _sbx_user_site
+"""
 
 
 def main():
     kernel_name = sys.argv[1] if len(sys.argv) > 1 else "python3"
     tmp = os.environ.get("SBX_CELL_DIR") or "/tmp/sbx-cells"
     os.makedirs(tmp, mode=0o700, exist_ok=True)
+    # everything the platform writes goes under the context's /tmp directory,
+    # none of it in the workspace (HOME): runtime and connection files,
+    # configuration, data and caches
     for k, sub in (("IPYTHONDIR", "ipython"), ("JUPYTER_RUNTIME_DIR", "runtime"),
-                   ("MPLCONFIGDIR", "matplotlib"), ("JUPYTER_CONFIG_DIR", "jupyter")):
+                   ("MPLCONFIGDIR", "matplotlib"), ("JUPYTER_CONFIG_DIR", "jupyter"),
+                   ("JUPYTER_DATA_DIR", "jupyter-data"), ("XDG_CACHE_HOME", "cache")):
         os.environ[k] = os.path.join(tmp, sub)
         os.makedirs(os.environ[k], mode=0o700, exist_ok=True)
     # tracebacks as plain text: an agent reads them, no terminal does
@@ -138,24 +229,21 @@ def main():
     os.makedirs(prof, mode=0o700, exist_ok=True)
     with open(os.path.join(prof, "ipython_kernel_config.py"), "w") as f:
         f.write("c.InteractiveShell.colors = 'NoColor'\n")
+        f.write("c.InteractiveShellApp.exec_lines = [%r]\n" % USER_SITE_HOOK)
     # the image's MPLBACKEND=Agg would keep figures from coming back inline
     os.environ["MPLBACKEND"] = "module://matplotlib_inline.backend_inline"
     os.environ.setdefault("JUPYTER_PLATFORM_DIRS", "1")
     # %pip install out of the box as the session's user on a read-only root:
     # into the user site under HOME (the workspace: it outlives containers,
     # and unlike /tmp it is not noexec), past Debian's externally-managed
-    # marker (only the user site is writable anyway); the user site exists
-    # before the kernel starts, so what pip puts there imports at once.
+    # marker (only the user site is writable anyway); pip makes the user site
+    # when it first installs, and USER_SITE_HOOK puts it on the kernel's path
+    # after that cell, so what pip put there imports in the next.
     os.environ.setdefault("PIP_USER", "1")
     os.environ.setdefault("PIP_BREAK_SYSTEM_PACKAGES", "1")
     os.environ.setdefault("PIP_DISABLE_PIP_VERSION_CHECK", "1")
     os.environ.setdefault("PIP_NO_INPUT", "1")
     os.environ.setdefault("PIP_CACHE_DIR", os.path.join(tmp, "pip-cache"))
-    try:
-        import site
-        os.makedirs(site.getusersitepackages(), mode=0o755, exist_ok=True)
-    except Exception:  # noqa: BLE001 - no user site: pip says why when asked
-        pass
     os.environ["PYDEVD_DISABLE_FILE_VALIDATION"] = "1"
 
     from jupyter_client.manager import KernelManager
@@ -220,7 +308,7 @@ def main():
             elif op == "stats":
                 emit({"ev": "stats", "id": msg.get("id"), "rss_kb": rss_kb(pid)})
             else:
-                if op in ("execute", "variables"):
+                if op == "execute":  # a variables op takes an interrupt at once (no code to wait for)
                     with cell_lock:
                         cell.update(running=True, started=False, pending=False)
                 ops.put(msg)
@@ -317,12 +405,14 @@ def main():
             out = []
             try:
                 v = reply.get("user_expressions", {}).get("v", {})
-                for name, typ, rep, shape in json.loads(ast.literal_eval(v["data"]["text/plain"])):
+                for name, typ, rep, shape, err in json.loads(ast.literal_eval(v["data"]["text/plain"])):
                     e = {"name": name, "type": typ, "repr": rep}
                     if shape:
                         e["shape"] = shape
+                    if err:
+                        e["error"] = err
                     out.append(e)
-            except Exception:  # noqa: BLE001 - an odd namespace gives an empty list
+            except Exception:  # noqa: BLE001 - the expression failed as a whole (VARS_SRC itself)
                 pass
             emit({"ev": "variables", "id": cid, "vars": out})
     try:

@@ -329,13 +329,23 @@ static int check_enforced(struct engine *e, const struct engine_spec *spec, stru
 int container_create_started(struct engine *e, const struct sbx_config *cfg, const struct container_params *p,
                              char ret_id[65], struct sbx_error *err)
 {
-        static const char *const env_sealed[] = {"HOME=" CONTAINER_WORKSPACE, NULL};
+        /* HOME is the workspace (what a tenant puts in ~, pip's user site
+         * included, is its own and outlives containers); caches (pip,
+         * fontconfig, matplotlib's) go to the container's /tmp instead, so
+         * the workspace and its snapshots hold only what the tenant wrote */
+#define CONTAINER_ENV_HOME "HOME=" CONTAINER_WORKSPACE, "XDG_CACHE_HOME=/tmp/.cache"
+        static const char *const env_sealed[] = {CONTAINER_ENV_HOME, NULL};
         /* the runner's egress endpoint; NO_PROXY keeps the container's own loopback direct */
 #define PROXY_URL "http://127.0.0.1:3128" /* RP_EGRESS_PORT */
-        static const char *const env_proxy[] = {"HOME=" CONTAINER_WORKSPACE,    "HTTP_PROXY=" PROXY_URL,
-                                                "HTTPS_PROXY=" PROXY_URL,       "http_proxy=" PROXY_URL,
-                                                "https_proxy=" PROXY_URL,       "NO_PROXY=localhost,127.0.0.1",
-                                                "no_proxy=localhost,127.0.0.1", NULL};
+        static const char *const env_proxy[] = {CONTAINER_ENV_HOME,
+                                                "HTTP_PROXY=" PROXY_URL,
+                                                "HTTPS_PROXY=" PROXY_URL,
+                                                "http_proxy=" PROXY_URL,
+                                                "https_proxy=" PROXY_URL,
+                                                "NO_PROXY=localhost,127.0.0.1",
+                                                "no_proxy=localhost,127.0.0.1",
+                                                NULL};
+#undef CONTAINER_ENV_HOME
 #undef PROXY_URL
         _Static_assert(RP_EGRESS_PORT == 3128, "PROXY_URL names the egress port");
         struct engine_label labels[4 + 8 + SESSSPEC_LABELS_MAX];

@@ -75,6 +75,12 @@ int session_manager_new(const struct sbx_config *cfg, struct engine *d, struct s
 void session_manager_free(struct session_manager *m);
 
 int session_register_failure_handler(struct session_manager *m, session_failure_fn fn, void *userdata);
+/* Called before the daemon removes a session's container on purpose
+ * (restore, idle expiry, the fair share's eviction, the privacy ratchet, a
+ * paused session stopped, destroy), with the cause its failure handlers get
+ * once it is gone, outside every lock: what the removal ends can tell why
+ * before it sees the end itself (cells: one cause per lost generation). */
+int session_register_teardown_notice(struct session_manager *m, session_failure_fn fn, void *userdata);
 void session_set_network_policy(struct session_manager *m, session_network_policy_fn fn, void *userdata);
 void session_set_runtime_policy(struct session_manager *m, session_runtime_fn fn, void *userdata);
 /* Containers made from now on get the runner (when its binary is usable).

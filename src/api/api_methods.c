@@ -473,8 +473,9 @@ static const struct api_method_doc methods_doc[] = {
          "Stop a context's interpreter and forget the context."},
         {"get_variables", api_m_get_variables,
          "{context?}",
-         "{context, generation, variables: [{name, type, repr, shape?}]}",
-         "The variables of a python context's namespace (at most 500, reprs cut at 160 characters)."},
+         "{context, generation, variables: [{name, type, repr, shape?, error?}]}",
+         "The variables of a python context's namespace (at most 500, reprs cut at 160 characters); error: the "
+         "type of what describing one raised (TimeoutError past its deadline)."},
         {"interrupt_cell", api_m_interrupt_cell,
          "{context?}",
          "{interrupted}",

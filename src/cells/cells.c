@@ -21,14 +21,6 @@
 #include "sandboxd/store_cells.h"
 #include "sandboxd/utf8.h"
 
-static cJSON *lost_json(const char *cause, int64_t generation)
-{
-        cJSON *l = cJSON_CreateObject();
-        cJSON_AddStringToObject(l, "cause", cause);
-        cJSON_AddNumberToObject(l, "generation", (double)generation);
-        return l;
-}
-
 /* Send the progress of outputs not sent yet (ctx->lock held; the callback
  * runs with it dropped). */
 static void send_progress(struct cell_ctx *x, int *sent, const struct cells_request *req)
@@ -418,7 +410,11 @@ int cells_run(struct cells *c, const struct cells_request *req, cJSON **ret, str
         if (!x->done) {
                 /* the interpreter died during the cell: its state is gone (the next cell says so too) */
                 cJSON_Delete(lost);
-                lost = lost_json(x->lost_cause[0] ? x->lost_cause : "killed", x->generation);
+                if (!x->lost_cause[0]) { /* not noticed yet: the waiter, a SIGKILL it has not seen */
+                        sbx_strlcpy(x->lost_cause, "killed", sizeof(x->lost_cause));
+                        x->lost_generation = x->generation;
+                }
+                lost = cells_lost_report_locked(x);
         }
         res = result_locked(x, timed_out, killed, true, lost);
         lost = NULL;
@@ -462,9 +458,7 @@ int cells_last(struct cells *c, const char *user, const char *session, const cha
                cells_wait_until(&x->cond, &x->lock, deadline))
                 ;
         if (x->adopted_cell) {
-                cJSON *lost = !x->done && x->waiter_done
-                                      ? lost_json(x->lost_cause[0] ? x->lost_cause : "killed", x->generation)
-                                      : NULL;
+                cJSON *lost = !x->done && x->waiter_done && x->lost_cause[0] ? cells_lost_report_locked(x) : NULL;
                 *ret = result_locked(x, false, false, false, lost);
                 cJSON_AddBoolToObject(*ret, "complete", x->done || x->waiter_done);
                 cJSON_AddTrueToObject(*ret, "adopted");
@@ -616,7 +610,7 @@ static cJSON *ctx_summary_locked(struct cell_ctx *x)
         if (x->prestarted_generation && x->prestarted_generation == x->generation)
                 cJSON_AddTrueToObject(o, "prestarted");
         if (x->lost_cause[0])
-                cJSON_AddItemToObject(o, "pending_state_lost", lost_json(x->lost_cause, x->lost_generation));
+                cJSON_AddItemToObject(o, "pending_state_lost", cells_lost_report_locked(x));
         return o;
 }
 
@@ -808,6 +802,20 @@ int cells_variables(struct cells *c, const char *user, const char *session, cons
         pthread_mutex_lock(&x->lock);
         while (!x->done && !x->waiter_done && cells_wait_until(&x->cond, &x->lock, deadline))
                 ;
+        if (!x->done && !x->waiter_done) {
+                /* still in the tenant's code past the kernel's own deadlines (an
+                 * object that turned them off): interrupted as a cell is, so the
+                 * kernel is not left busy, and what it listed so far comes back */
+                int64_t grace = sbx_now_ms() + c->cfg->cells_interrupt_grace_ms;
+                pthread_mutex_unlock(&x->lock);
+                m = cJSON_CreateObject();
+                cJSON_AddStringToObject(m, "op", "interrupt");
+                (void)cells_ctx_send(x, m, grace);
+                cJSON_Delete(m);
+                pthread_mutex_lock(&x->lock);
+                while (!x->done && !x->waiter_done && cells_wait_until(&x->cond, &x->lock, grace))
+                        ;
+        }
         if (!x->vars) {
                 pthread_mutex_unlock(&x->lock);
                 r = sbx_error_set(err, -ETIMEDOUT, 0, "the interpreter did not list its variables in time");

@@ -458,7 +458,8 @@ static void handle_line(struct cell_ctx *x)
                         if (cJSON_IsArray(vs))
                                 cJSON_ArrayForEach(it, vs) {
                                         const char *nm = cells_str_of(it, "name"), *ty = cells_str_of(it, "type"),
-                                                   *rp = cells_str_of(it, "repr"), *sh = cells_str_of(it, "shape");
+                                                   *rp = cells_str_of(it, "repr"), *sh = cells_str_of(it, "shape"),
+                                                   *er = cells_str_of(it, "error");
                                         if (!nm || !ty || !rp || ++n > CELLS_MAX_VARS)
                                                 continue;
                                         cJSON *v = cJSON_CreateObject();
@@ -467,6 +468,8 @@ static void handle_line(struct cell_ctx *x)
                                         cJSON_AddStringToObject(v, "repr", rp);
                                         if (sh && *sh)
                                                 cJSON_AddStringToObject(v, "shape", sh);
+                                        if (er && *er) /* not described: the type of what it raised */
+                                                cJSON_AddStringToObject(v, "error", er);
                                         cJSON_AddItemToArray(a, v);
                                 }
                         cJSON_Delete(x->vars);

@@ -84,6 +84,16 @@ void cells_ctx_persist_locked(struct cell_ctx *x, bool live)
 
 /* ---- generations ---- */
 
+/* The loss to report, {cause, generation} (ctx->lock held): from now on
+ * its cause is fixed, so every call that reports it says the same. */
+cJSON *cells_lost_report_locked(struct cell_ctx *x)
+{
+        cJSON *l = cJSON_CreateObject();
+        cJSON_AddStringToObject(l, "cause", x->lost_cause);
+        cJSON_AddNumberToObject(l, "generation", (double)x->lost_generation);
+        x->lost_reported = true;
+        return l;
+}
 
 void *cells_waiter_main(void *p)
 {
@@ -137,9 +147,11 @@ void *cells_waiter_main(void *p)
                         cause = "exited";
                 else
                         cause = "runner_lost";
-                if (!x->kill_silent) {
+                /* a cell that gave up waiting for this end reported it as killed already */
+                if (!x->kill_silent && !(x->lost_reported && x->lost_generation == a.generation)) {
                         sbx_strlcpy(x->lost_cause, cause, sizeof(x->lost_cause));
                         x->lost_generation = a.generation;
+                        x->lost_reported = false;
                 }
                 if (x->phase == CTX_STARTING && !x->start_error[0])
                         snprintf(x->start_error, sizeof(x->start_error), "the interpreter ended while starting (%s)",
@@ -567,10 +579,11 @@ int cells_ctx_ensure(struct cell_ctx *x, const char *const *env, cJSON **ret_los
         session_release(s);
 
         pthread_mutex_lock(&x->lock);
-        /* the OOM killer's SIGKILL looks like any other to the bridge and the
-         * runner; the engine's OOM event since the generation started says
-         * what it was */
-        if (x->lost_cause[0] && x->lost_generation == x->generation && ooms > x->oom_at_start &&
+        /* the bridge reads the OOM kills itself (cgroup v1 and v2), but one
+         * that killed the bridge looks like any SIGKILL: the engine's OOM
+         * event since the generation started says what it was, unless the
+         * cause went out already (one cause per generation) */
+        if (x->lost_cause[0] && !x->lost_reported && x->lost_generation == x->generation && ooms > x->oom_at_start &&
             (strcmp(x->lost_cause, "killed") == 0 || strcmp(x->lost_cause, "exited") == 0 ||
              strcmp(x->lost_cause, "runner_lost") == 0))
                 sbx_strlcpy(x->lost_cause, "oom", sizeof(x->lost_cause));
@@ -583,12 +596,8 @@ int cells_ctx_ensure(struct cell_ctx *x, const char *const *env, cJSON **ret_los
                 ready = false;
         }
         pthread_mutex_lock(&x->lock);
-        if (x->lost_cause[0]) {
-                cJSON *l = cJSON_CreateObject();
-                cJSON_AddStringToObject(l, "cause", x->lost_cause);
-                cJSON_AddNumberToObject(l, "generation", (double)x->lost_generation);
-                *ret_lost = l;
-        }
+        if (x->lost_cause[0])
+                *ret_lost = cells_lost_report_locked(x);
         pthread_mutex_unlock(&x->lock);
         if (ready)
                 return 0;

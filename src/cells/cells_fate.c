@@ -57,22 +57,51 @@ bool cells_session_busy(struct cells *c, const char *user, const char *session)
         return busy;
 }
 
-static void on_session_failure(const char *user, const char *session, const char *container_id, const char *cause,
-                               void *ud)
+/* The session's contexts, each with a reference (at most max). */
+static size_t session_ctxs(struct cells *c, const char *user, const char *session, struct cell_ctx **v, size_t max)
 {
-        struct cells *c = ud;
-        struct cell_ctx *v[64];
         size_t n = 0;
-        bool destroyed = strcmp(cause, "destroyed") == 0;
 
-        (void)container_id;
         pthread_mutex_lock(&c->lock);
-        for (struct cell_ctx *x = c->list; x && n < ELEMENTSOF(v); x = x->next)
+        for (struct cell_ctx *x = c->list; x && n < max; x = x->next)
                 if (strcmp(x->user, user) == 0 && strcmp(x->session, session) == 0) {
                         x->refs++;
                         v[n++] = x;
                 }
         pthread_mutex_unlock(&c->lock);
+        return n;
+}
+
+/* The session's container is about to be removed on purpose: a generation
+ * that runs in it ends for that reason, whichever sign of its end comes
+ * first (the runner's channel closing, the bridge's SIGKILL), so a cell
+ * running in it and the next cell report the same cause. */
+static void on_session_teardown(const char *user, const char *session, const char *container_id, const char *cause,
+                                void *ud)
+{
+        struct cells *c = ud;
+        struct cell_ctx *v[64];
+        size_t n = strcmp(cause, "destroyed") == 0 ? 0 : session_ctxs(c, user, session, v, ELEMENTSOF(v));
+
+        for (size_t i = 0; i < n; i++) {
+                struct cell_ctx *x = v[i];
+                pthread_mutex_lock(&x->lock);
+                if (x->phase != CTX_IDLE && !x->strong_cause[0] && strcmp(x->container_id, container_id) == 0)
+                        sbx_strlcpy(x->strong_cause, cause_from_session(cause), sizeof(x->strong_cause));
+                pthread_mutex_unlock(&x->lock);
+                cells_ctx_unref(x);
+        }
+}
+
+static void on_session_failure(const char *user, const char *session, const char *container_id, const char *cause,
+                               void *ud)
+{
+        struct cells *c = ud;
+        struct cell_ctx *v[64];
+        size_t n = session_ctxs(c, user, session, v, ELEMENTSOF(v));
+        bool destroyed = strcmp(cause, "destroyed") == 0;
+
+        (void)container_id;
         for (size_t i = 0; i < n; i++) {
                 struct cell_ctx *x = v[i];
                 pthread_mutex_lock(&x->lock);
@@ -81,8 +110,10 @@ static void on_session_failure(const char *user, const char *session, const char
                 if (x->phase != CTX_IDLE || x->waiter_done || x->adopt_pending) {
                         const char *k = cause_from_session(cause);
                         sbx_strlcpy(x->strong_cause, k, sizeof(x->strong_cause));
-                        /* the generation may already have ended as merely killed */
-                        if (x->phase == CTX_IDLE && x->lost_cause[0] && x->lost_generation == x->generation)
+                        /* the generation may already have ended as merely killed, a
+                         * cause that stands once it was reported */
+                        if (x->phase == CTX_IDLE && x->lost_cause[0] && x->lost_generation == x->generation &&
+                            !x->lost_reported)
                                 sbx_strlcpy(x->lost_cause, k, sizeof(x->lost_cause));
                         cells_ctx_persist_locked(x, x->phase != CTX_IDLE);
                 }
@@ -209,6 +240,7 @@ static void adopt_one(struct cells *c, struct cell_ctx *x)
         x->phase = CTX_IDLE;
         x->adopting = x->adopt_pending = false;
         sbx_strlcpy(x->lost_cause, x->strong_cause[0] ? x->strong_cause : "daemon_restart", sizeof(x->lost_cause));
+        x->lost_reported = false;
         char lost[sizeof(x->lost_cause)];
         memcpy(lost, x->lost_cause, sizeof(lost));
         x->lost_generation = x->generation;
@@ -505,6 +537,7 @@ int cells_new(const struct sbx_config *cfg, struct store *st, struct session_man
                 log_warn("cells: cannot create %s: %s; large outputs are dropped", c->spool_dir, strerror(errno));
         recover(c);
         (void)session_register_failure_handler(sm, on_session_failure, c);
+        (void)session_register_teardown_notice(sm, on_session_teardown, c);
         r = -pthread_create(&c->reaper, NULL, reaper_main, c);
         if (r < 0) {
                 cells_free(c);

@@ -104,6 +104,7 @@ struct cell_ctx {
         char bridge_cause[32]; /* the bridge's "dead" report */
         char lost_cause[32];   /* the loss the next cell reports ("" = none) */
         int64_t lost_generation;
+        bool lost_reported; /* lost_cause went out (a cell, list_contexts): it no longer changes */
         char start_error[256];
         int kernel_pid;
         int64_t last_used; /* unix ms */
@@ -186,5 +187,6 @@ const char *cells_str_of(const cJSON *o, const char *key);
 bool cells_wait_until(pthread_cond_t *cv, pthread_mutex_t *m, int64_t deadline);
 void *cells_waiter_main(void *p);
 void cells_on_output(void *ud, int stream, const void *data, size_t len);
+cJSON *cells_lost_report_locked(struct cell_ctx *x);
 
 #endif

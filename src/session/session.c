@@ -411,16 +411,27 @@ void session_manager_free(struct session_manager *m)
         free(m);
 }
 
-int session_register_failure_handler(struct session_manager *m, session_failure_fn fn, void *userdata)
+static int register_handler(struct session_manager *m, struct handler *list, size_t *n, session_failure_fn fn,
+                            void *userdata)
 {
         int r = 0;
         pthread_mutex_lock(&m->lock);
-        if (m->n_handlers >= MAX_HANDLERS)
+        if (*n >= MAX_HANDLERS)
                 r = -ENOSPC;
         else
-                m->handlers[m->n_handlers++] = (struct handler){fn, userdata};
+                list[(*n)++] = (struct handler){fn, userdata};
         pthread_mutex_unlock(&m->lock);
         return r;
+}
+
+int session_register_failure_handler(struct session_manager *m, session_failure_fn fn, void *userdata)
+{
+        return register_handler(m, m->handlers, &m->n_handlers, fn, userdata);
+}
+
+int session_register_teardown_notice(struct session_manager *m, session_failure_fn fn, void *userdata)
+{
+        return register_handler(m, m->notices, &m->n_notices, fn, userdata);
 }
 
 void session_set_runner_hub(struct session_manager *m, struct runner_hub *h)
@@ -531,18 +542,30 @@ const char *session_required_network(struct session_manager *m, const char *user
         return fn(user, id, ud);
 }
 
-void session_call_handlers(struct session_manager *m, const char *user, const char *id, const char *container_id,
-                           const char *cause)
+static void call_list(struct session_manager *m, const struct handler *list, const size_t *n_list, const char *user,
+                      const char *id, const char *container_id, const char *cause)
 {
         struct handler hs[MAX_HANDLERS];
         size_t n;
 
         pthread_mutex_lock(&m->lock);
-        n = m->n_handlers;
-        memcpy(hs, m->handlers, n * sizeof(hs[0]));
+        n = *n_list;
+        memcpy(hs, list, n * sizeof(hs[0]));
         pthread_mutex_unlock(&m->lock);
         for (size_t i = 0; i < n; i++)
                 hs[i].fn(user, id, container_id, cause, hs[i].userdata);
+}
+
+void session_call_handlers(struct session_manager *m, const char *user, const char *id, const char *container_id,
+                           const char *cause)
+{
+        call_list(m, m->handlers, &m->n_handlers, user, id, container_id, cause);
+}
+
+void session_call_notices(struct session_manager *m, const char *user, const char *id, const char *container_id,
+                          const char *cause)
+{
+        call_list(m, m->notices, &m->n_notices, user, id, container_id, cause);
 }
 
 /* The audit record of a FULL → NONE transition: old and new container. */

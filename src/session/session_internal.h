@@ -124,6 +124,8 @@ struct session_manager {
         size_t n_sessions;
         struct handler handlers[MAX_HANDLERS];
         size_t n_handlers;
+        struct handler notices[MAX_HANDLERS]; /* session_register_teardown_notice */
+        size_t n_notices;
         session_network_policy_fn policy;
         void *policy_ud;
         session_runtime_fn runtime_fn; /* (m->lock) NULL: the engine's default runtime */
@@ -214,6 +216,9 @@ const char *session_required_network(struct session_manager *m, const char *user
 /* Tell every failure handler; outside every lock. */
 void session_call_handlers(struct session_manager *m, const char *user, const char *id, const char *container_id,
                            const char *cause);
+/* Tell every teardown notice, before the container goes; outside every lock. */
+void session_call_notices(struct session_manager *m, const char *user, const char *id, const char *container_id,
+                          const char *cause);
 
 /* ---- session_share.c ---- */
 

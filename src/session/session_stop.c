@@ -98,6 +98,7 @@ static int teardown_container(struct session_manager *m, const char *user, const
                               const char *cause, bool release_ws, struct sbx_error *err)
 {
         if (cid[0]) {
+                session_call_notices(m, user, id, cid, cause);
                 int r = container_remove(m->engine, cid, err);
                 if (r < 0)
                         return r;

@@ -7,6 +7,7 @@
 #include <arpa/inet.h>
 #include <criterion/criterion.h>
 #include <libgen.h>
+#include <pthread.h>
 #include <signal.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -285,20 +286,168 @@ Test(cells, timeout_interrupts_and_keeps_state_or_kills, .init = setup, .fini = 
         cJSON_Delete(r);
 }
 
-Test(cells, oom_is_reported_on_the_next_cell, .init = setup, .fini = teardown)
+Test(cells, oom_is_reported_alike_on_the_cell_and_the_next, .init = setup, .fini = teardown)
 {
         cJSON *r;
         const cJSON *res;
 
         cJSON_Delete(cell("s1", NULL, "z = 1", 0));
-        /* far past the container's memory limit, every page touched */
+        /* far past the container's memory limit, every page touched: the
+         * cell it kills and the next one give the one cause (cgroup v1 and v2) */
         r = cell("s1", NULL, "b = b'x' * (4 << 30)", 60);
+        cr_assert_str_eq(lost_cause(apic_result(r)), "oom", "%s", cJSON_PrintUnformatted(r));
         cJSON_Delete(r);
         r = cell("s1", NULL, "'z' in globals()", 0);
         res = apic_result(r);
         cr_assert_str_eq(lost_cause(res), "oom", "%s", cJSON_PrintUnformatted(r));
         cr_assert_eq(apic_num(res, "generation"), 2);
         cr_assert_str_eq(result_text(res), "False");
+        cJSON_Delete(r);
+}
+
+/* The variable named name in a get_variables result (NULL: not listed). */
+static const cJSON *variable(const cJSON *res, const char *name)
+{
+        const cJSON *o;
+        cJSON_ArrayForEach(o, cJSON_GetObjectItem(res, "variables")) {
+                if (strcmp(apic_str(o, "name"), name) == 0)
+                        return o;
+        }
+        return NULL;
+}
+
+/* get_variables lists what it can describe and marks, with the error's
+ * type, what it cannot: one hostile object hides nothing else. */
+Test(cells, get_variables_marks_what_it_cannot_describe_and_lists_the_rest, .init = setup, .fini = teardown)
+{
+        cJSON *r;
+        const cJSON *res, *v;
+
+        cJSON_Delete(cell("s1", NULL,
+                          "class Bad:\n"
+                          "    @property\n"
+                          "    def shape(self):\n"
+                          "        raise ValueError('no shape')\n"
+                          "bad = Bad()\n"
+                          "n = 41",
+                          0));
+        r = apic_call(cfg.api_socket, tok_a, "get_variables", apic_json("{\"session\": \"s1\"}"));
+        res = apic_result(r);
+        cr_assert_not_null(res, "%s", cJSON_PrintUnformatted(r));
+        v = variable(res, "n");
+        cr_assert(v && strcmp(apic_str(v, "repr"), "41") == 0 && !cJSON_GetObjectItem(v, "error"), "%s",
+                  cJSON_PrintUnformatted(r));
+        v = variable(res, "bad");
+        cr_assert_not_null(v, "%s", cJSON_PrintUnformatted(r));
+        cr_assert_str_eq(apic_str(v, "type"), "Bad");
+        cr_assert_str_eq(apic_str(v, "error"), "ValueError", "%s", cJSON_PrintUnformatted(r));
+        cJSON_Delete(r);
+}
+
+/* An object whose __repr__ blocks is cut off by the kernel's deadline per
+ * object; one that also turns that deadline off by the daemon's, which
+ * interrupts the kernel. Either way get_variables answers and the
+ * namespace lives on in the same generation. */
+Test(cells, get_variables_interrupts_a_blocking_repr_and_keeps_the_namespace, .init = setup, .fini = teardown)
+{
+        cJSON *r;
+        const cJSON *res, *v;
+
+        cJSON_Delete(cell("s1", NULL,
+                          "import signal, time\n"
+                          "class Slow:\n"
+                          "    def __repr__(self):\n"
+                          "        time.sleep(3600)\n"
+                          "class Stubborn:\n"
+                          "    def __repr__(self):\n"
+                          "        signal.signal(signal.SIGALRM, signal.SIG_IGN)\n"
+                          "        time.sleep(3600)\n"
+                          "slow = Slow()\n"
+                          "n = 41",
+                          0));
+        r = apic_call(cfg.api_socket, tok_a, "get_variables", apic_json("{\"session\": \"s1\"}"));
+        res = apic_result(r);
+        cr_assert_not_null(res, "%s", cJSON_PrintUnformatted(r));
+        cr_assert_not_null(variable(res, "n"), "%s", cJSON_PrintUnformatted(r));
+        v = variable(res, "slow");
+        cr_assert(v && strcmp(apic_str(v, "error"), "TimeoutError") == 0, "%s", cJSON_PrintUnformatted(r));
+        cJSON_Delete(r);
+
+        cJSON_Delete(cell("s1", NULL, "stubborn = Stubborn()", 0));
+        r = apic_call(cfg.api_socket, tok_a, "get_variables", apic_json("{\"session\": \"s1\"}"));
+        res = apic_result(r);
+        cr_assert_not_null(res, "%s", cJSON_PrintUnformatted(r));
+        cr_assert_not_null(variable(res, "n"), "%s", cJSON_PrintUnformatted(r));
+        v = variable(res, "stubborn");
+        cr_assert(v && strcmp(apic_str(v, "error"), "KeyboardInterrupt") == 0, "%s", cJSON_PrintUnformatted(r));
+        cJSON_Delete(r);
+
+        r = cell("s1", NULL, "n + 1", 0);
+        res = apic_result(r);
+        cr_assert_str_eq(result_text(res), "42", "%s", cJSON_PrintUnformatted(r));
+        cr_assert_eq(apic_num(res, "generation"), 1);
+        cr_assert_null(cJSON_GetObjectItem(res, "state_lost"));
+        cJSON_Delete(r);
+}
+
+struct bg_cell {
+        const char *code;
+        cJSON *reply;
+};
+
+static void *bg_cell_main(void *p)
+{
+        struct bg_cell *b = p;
+        cJSON *q = cJSON_CreateObject();
+
+        cJSON_AddStringToObject(q, "session", "s1");
+        cJSON_AddStringToObject(q, "code", b->code);
+        cJSON_AddNumberToObject(q, "timeout_seconds", 600);
+        b->reply = apic_call(cfg.api_socket, tok_a, "run_cell", q);
+        return NULL;
+}
+
+/* The cell of bg_cell_main has started (its mark in the container's /tmp;
+ * an exec, which leaves the context alone). */
+static bool bg_cell_started(void *ud)
+{
+        cJSON *r = apic_call(cfg.api_socket, tok_a, "exec",
+                             apic_json("{\"session\": \"s1\", \"command\": \"test -e /tmp/started && echo yes\"}"));
+        bool started = apic_result(r) && strcmp(apic_str(apic_result(r), "stdout"), "yes\n") == 0;
+        (void)ud;
+        cJSON_Delete(r);
+        return started;
+}
+
+/* A restore while a cell runs ends the generation once, for one reason:
+ * the cell and the next one report the same cause. */
+Test(cells, a_restore_during_a_cell_reports_one_cause_on_both, .init = setup, .fini = teardown)
+{
+        struct bg_cell b = {.code = "import time\nopen('/tmp/started', 'w').close()\ntime.sleep(600)"};
+        char snap[64];
+        cJSON *r;
+        pthread_t t;
+
+        cJSON_Delete(cell("s1", NULL, "z = 1", 0));
+        r = apic_call(cfg.api_socket, tok_a, "snapshot_session", apic_json("{\"session\": \"s1\"}"));
+        cr_assert_not_null(apic_result(r), "%s", cJSON_PrintUnformatted(r));
+        snprintf(snap, sizeof(snap), "%s", apic_str(apic_result(r), "snapshot"));
+        cJSON_Delete(r);
+        cr_assert_eq(pthread_create(&t, NULL, bg_cell_main, &b), 0);
+        cr_assert(testenv_wait_until(bg_cell_started, NULL, 60000), "the cell runs");
+        cJSON *p = cJSON_CreateObject();
+        cJSON_AddStringToObject(p, "session", "s1");
+        cJSON_AddStringToObject(p, "snapshot", snap);
+        r = apic_call(cfg.api_socket, tok_a, "restore_session", p);
+        cr_assert_not_null(apic_result(r), "%s", cJSON_PrintUnformatted(r));
+        cJSON_Delete(r);
+        pthread_join(t, NULL);
+        cr_assert_not_null(apic_result(b.reply), "%s", cJSON_PrintUnformatted(b.reply));
+        cr_assert_str_eq(lost_cause(apic_result(b.reply)), "restored", "%s", cJSON_PrintUnformatted(b.reply));
+        cJSON_Delete(b.reply);
+        r = cell("s1", NULL, "'z' in globals()", 0);
+        cr_assert_str_eq(lost_cause(apic_result(r)), "restored", "%s", cJSON_PrintUnformatted(r));
+        cr_assert_str_eq(result_text(apic_result(r)), "False");
         cJSON_Delete(r);
 }
 
@@ -770,6 +919,28 @@ Test(cells, a_warm_slot_without_prestart_starts_the_context_on_demand, .init = s
         cJSON_Delete(r);
         pool_size = 0;
         prestart = NULL;
+}
+
+/* What the platform writes (the kernel's runtime files, caches, pip's user
+ * site made ahead) stays out of the workspace: a new session that claims a
+ * slot with a kernel started ahead finds it empty, and so after a cell. */
+Test(cells, a_warm_slot_leaves_the_workspace_empty, .init = setup_pool, .fini = teardown)
+{
+        const char *ls = "{\"session\": \"warm\", \"command\": \"ls -A /workspace\"}";
+        cJSON *r;
+
+        cr_assert(TESTENV_WAIT_UNTIL(pool_full(), 120000), "the pool filled");
+        pool_size = 0;
+        r = apic_call(cfg.api_socket, tok_a, "exec", apic_json(ls));
+        cr_assert_not_null(apic_result(r), "%s", cJSON_PrintUnformatted(r));
+        cr_assert_str_eq(apic_str(apic_result(r), "stdout"), "", "%s", cJSON_PrintUnformatted(r));
+        cJSON_Delete(r);
+        r = cell("warm", NULL, "import matplotlib.pyplot as plt\nplt.plot([1, 2])\n1 + 1", 0);
+        cr_assert(cJSON_IsTrue(cJSON_GetObjectItem(apic_result(r), "prestarted")), "%s", cJSON_PrintUnformatted(r));
+        cJSON_Delete(r);
+        r = apic_call(cfg.api_socket, tok_a, "exec", apic_json(ls));
+        cr_assert_str_eq(apic_str(apic_result(r), "stdout"), "", "%s", cJSON_PrintUnformatted(r));
+        cJSON_Delete(r);
 }
 
 /* A new session whose first cell is node: the python kernel its slot

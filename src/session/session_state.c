@@ -13,15 +13,16 @@
 #include "session_internal.h"
 
 #define ST(x) (1u << (x))
-#define ANY_STATE (ST(SESSION_CREATING) | ST(SESSION_RUNNING) | ST(SESSION_STOPPED) | ST(SESSION_ERROR) | ST(SESSION_PAUSED))
+#define ANY_STATE                                                                                                      \
+        (ST(SESSION_CREATING) | ST(SESSION_RUNNING) | ST(SESSION_STOPPED) | ST(SESSION_ERROR) | ST(SESSION_PAUSED))
 
 static const struct session_transition_row rows[SESSION_T_COUNT] = {
-        [SESSION_T_CREATE] = {"create", ST(SESSION_STOPPED) | ST(SESSION_ERROR) | ST(SESSION_RUNNING) |
-                                                ST(SESSION_PAUSED) | ST(SESSION_CREATING),
+        [SESSION_T_CREATE] = {"create",
+                              ST(SESSION_STOPPED) | ST(SESSION_ERROR) | ST(SESSION_RUNNING) | ST(SESSION_PAUSED) |
+                                      ST(SESSION_CREATING),
                               ST(SESSION_CREATING), "session_get_or_create"},
         [SESSION_T_CREATED] = {"created", ST(SESSION_CREATING), ST(SESSION_RUNNING), "session_get_or_create"},
-        [SESSION_T_CREATE_FAILED] = {"create_failed", ST(SESSION_CREATING), ST(SESSION_ERROR),
-                                     "session_get_or_create"},
+        [SESSION_T_CREATE_FAILED] = {"create_failed", ST(SESSION_CREATING), ST(SESSION_ERROR), "session_get_or_create"},
         [SESSION_T_FAIL] = {"fail", ST(SESSION_RUNNING) | ST(SESSION_PAUSED) | ST(SESSION_ERROR), ST(SESSION_ERROR),
                             "session_mark_failed, session_get_or_create"},
         [SESSION_T_PAUSE] = {"pause", ST(SESSION_RUNNING), ST(SESSION_PAUSED), "session_pause"},

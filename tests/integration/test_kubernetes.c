@@ -272,8 +272,10 @@ struct watch {
         struct engine *e;
         volatile bool stop;
         pthread_mutex_t lock;
+        char session[48];  /* this test's Pods only: other tests' Pods of the run may still be going */
         char seen[64][48]; /* "action id" */
         size_t n;
+        bool overflow;
         int rc;
 };
 
@@ -283,6 +285,8 @@ static int on_ev(const struct engine_event *ev, void *ud)
         pthread_mutex_lock(&w->lock);
         if (w->n < 64)
                 snprintf(w->seen[w->n++], 48, "%s %s", ev->action, ev->id);
+        else
+                w->overflow = true;
         pthread_mutex_unlock(&w->lock);
         return 0;
 }
@@ -290,12 +294,13 @@ static int on_ev(const struct engine_event *ev, void *ud)
 static void *watch_main(void *ud)
 {
         struct watch *w = ud;
-        char f[160];
-        const char *const filters[] = {f, NULL};
+        char f[160], g[96];
+        const char *const filters[] = {f, g, NULL};
         /* every action the engine tells; "lost" named, so node health is watched too */
         const char *const actions[] = {"create", "start", "oom", "die", "destroy", "lost", NULL};
 
         snprintf(f, sizeof(f), "%s=%s", TESTENV_RUN_LABEL, testenv_run_id());
+        snprintf(g, sizeof(g), "sandboxd.session=%s", w->session);
         w->rc = engine_events_follow(w->e, filters, actions, on_ev, w, &w->stop, 0, NULL);
         return NULL;
 }
@@ -323,14 +328,16 @@ Test(kubernetes, the_watch_tells_start_die_and_destroy)
         char id[ENGINE_ID_STR_MAX];
         pthread_t th;
 
+        snprintf(w.session, sizeof(w.session), "s-watch-%d", (int)getpid());
         cr_assert_eq(pthread_create(&th, NULL, watch_main, &w), 0);
-        test_spec(&s, &t, l, "s-watch", NULL);
+        test_spec(&s, &t, l, w.session, NULL);
         cr_assert_eq(engine_create(w.e, &s, id, &err), 0, "%s", err.msg);
         cr_assert_eq(engine_start(w.e, id, &err), 0, "%s", err.msg);
         cr_expect(TESTENV_WAIT_UNTIL(saw(&w, "start", id), 60000), "start of %s seen", id);
         cr_assert_eq(engine_remove(w.e, id, &err), 0, "%s", err.msg);
         cr_expect(TESTENV_WAIT_UNTIL(saw(&w, "destroy", id), 60000), "destroy of %s seen", id);
         cr_expect(saw(&w, "die", id), "a Pod that goes dies first");
+        cr_expect(!w.overflow, "only this test's Pod's events were told");
         w.stop = true;
         pthread_join(th, NULL);
         cr_expect_eq(w.rc, 0);

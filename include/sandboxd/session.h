@@ -307,6 +307,11 @@ void session_resume_async(struct session_manager *m, const char *user, const cha
 /* Stop (and join) sbx-resume: queued resumes are dropped. Idempotent; the
  * daemon calls it before the runner hub goes, session_manager_free again. */
 void session_resume_async_stop(struct session_manager *m);
+/* Stop (and join) "sbx-evict", the thread that stops the sessions the fair
+ * share of max_sessions chose, off the requester's thread: the queued ones
+ * are finished first. Idempotent; the daemon calls it before the runner hub
+ * goes, session_manager_free again. */
+void session_evictions_stop(struct session_manager *m);
 /* Whether the session is PAUSED now (false: unknown). */
 bool session_is_paused(struct session_manager *m, const char *user, const char *session);
 /* Monitor entry: pause RUNNING sessions unused for pause_after (0: off)

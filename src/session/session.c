@@ -364,6 +364,9 @@ int session_manager_new(const struct sbx_config *cfg, struct engine *d, struct s
         pthread_mutex_init(&m->lock, NULL);
         pthread_mutex_init(&m->rq_lock, NULL);
         pthread_cond_init(&m->rq_cond, NULL);
+        pthread_mutex_init(&m->ev_lock, NULL);
+        pthread_cond_init(&m->ev_cond, NULL);
+        m->ev_tail = &m->ev_head;
         for (size_t i = 0; extra_labels && extra_labels[i] && i < MAX_EXTRA_LABELS; i++)
                 m->extra_labels[i] = strdup(extra_labels[i]);
 
@@ -393,6 +396,7 @@ void session_manager_free(struct session_manager *m)
         if (!m)
                 return;
         session_resume_async_stop(m); /* its thread holds references */
+        session_evictions_stop(m);    /* so does this one's queue */
         for (size_t b = 0; b < N_BUCKETS; b++) {
                 struct session *s = m->buckets[b];
                 while (s) {
@@ -407,6 +411,8 @@ void session_manager_free(struct session_manager *m)
         pthread_mutex_destroy(&m->lock);
         pthread_mutex_destroy(&m->rq_lock);
         pthread_cond_destroy(&m->rq_cond);
+        pthread_mutex_destroy(&m->ev_lock);
+        pthread_cond_destroy(&m->ev_cond);
         free(m->rq_keys);
         free(m);
 }
@@ -812,8 +818,9 @@ int session_get_or_create(struct session_manager *m, const char *user, const cha
                         r = session_admit(m, s, &victim, err);
                         if (r > 0)
                                 continue; /* someone else got there first, or it was destroyed */
-                        if (r == 0 && victim) {
-                                /* s is marked: others wait, and it already counts */
+                        if (r == 0 && victim && session_evict_async(m, victim, user) < 0) {
+                                /* no evictor (the daemon is closing): on this thread, as
+                                 * s is marked: others wait, and it already counts */
                                 pthread_mutex_unlock(&s->lock);
                                 r = session_evict(m, victim, user, err);
                                 session_unref(victim);

@@ -153,6 +153,13 @@ struct session_manager {
         size_t rq_n;
         bool rq_started, rq_stop;
         pthread_t rq_thread;
+        /* the fair share's evictions, off the requester's thread (session_stop.c):
+         * ev_lock guards the queue, ev_stop and ev_started (a leaf) */
+        pthread_mutex_t ev_lock;
+        pthread_cond_t ev_cond;
+        struct session_eviction *ev_head, **ev_tail;
+        bool ev_started, ev_stop;
+        pthread_t ev_thread;
 };
 
 /* Counts against the caps: has a container, or is getting one. Under s->lock. */
@@ -246,6 +253,13 @@ int session_admit(struct session_manager *m, struct session *s, struct session *
  * row and the eviction counted. for_user is who it gave way to (audit
  * only). -EUSERS if the container cannot be removed (v is left as it was). */
 int session_evict(struct session_manager *m, struct session *v, const char *for_user, struct sbx_error *err);
+
+/* Hand v, claimed by session_admit, to the evictor thread, which stops it
+ * as session_evict does while the requester goes on making its own
+ * container (for a moment one more than max_sessions runs). The reference
+ * moves to the queue. -errno when it cannot be queued (no thread, stopping):
+ * the caller evicts v itself. */
+int session_evict_async(struct session_manager *m, struct session *v, const char *for_user);
 
 /* ---- session_pause.c ---- */
 

@@ -678,6 +678,7 @@ int api_m_list_sessions(struct api_req *q, cJSON **ret, struct fronterr *e)
                 cJSON *o = cJSON_CreateObject();
                 char state[16];
                 size_t k = 0;
+                int64_t execs;
 
                 if (!api_spec_matches(q, list[i].session, filter)) {
                         cJSON_Delete(o);
@@ -687,8 +688,14 @@ int api_m_list_sessions(struct api_req *q, cJSON **ret, struct fronterr *e)
                         state[k++] = (char)tolower((unsigned char)*p);
                 state[k] = '\0';
                 cJSON_AddStringToObject(o, "session", list[i].session);
+                cJSON_AddStringToObject(o, "user", list[i].user); /* the token's: the console's column */
                 cJSON_AddStringToObject(o, "state", state);
                 cJSON_AddStringToObject(o, "image", list[i].image);
+                jsonutil_add_text(o, "runtime", list[i].runtime); /* null: none yet, or the engine's default */
+                if (store_exec_count(q->d->store, list[i].user, list[i].session, &execs) == 0)
+                        cJSON_AddNumberToObject(o, "executions", (double)execs);
+                cJSON_AddNumberToObject(o, "executions_running",
+                                        (double)exec_running_count(q->d->exec, list[i].user, list[i].session));
                 char node[65];
                 daemon_session_node(q->d, list[i].user, list[i].session, node, sizeof(node));
                 jsonutil_add_text(o, "node", node); /* null in one process */

@@ -1,5 +1,5 @@
 // app.js — the console's shell: sign in and out, and the hash router
-// (#/ the sessions, #/session/<name> one session). Every string from the
+// (#/ the sessions, #/session/<user>/<name> one session). Every string from the
 // daemon reaches the page through textContent (dom.js), never as HTML.
 import { followEvents, setToken, signedIn } from './api.js';
 import * as sessions from './sessions.js';
@@ -25,10 +25,10 @@ function signedOut(reason) {
 
 function route() {
         if (!signedIn()) return show('signin-view');
-        const m = /^#\/session\/(.+)$/.exec(location.hash);
+        const m = /^#\/session\/([^/]+)\/([^/]+)$/.exec(location.hash);
         if (m) {
                 show('session-view');
-                session.open(decodeURIComponent(m[1]));
+                session.open(decodeURIComponent(m[1]), decodeURIComponent(m[2]));
         } else {
                 session.close();
                 show('sessions-view');

@@ -1,4 +1,4 @@
-// session.js — one session's page (#/session/<name>): facts, executions
+// session.js — one session's page (#/session/<user>/<name>): facts, executions
 // with their output, the files of /workspace with downloads, and actions
 // behind a confirmation. A name the signed-in token does not list is shown
 // as missing and never sent to a session method (those would create it).
@@ -10,13 +10,13 @@ import { mib } from './sessions.js';
 const $ = (id) => document.getElementById(id);
 const EXEC_SHOWN = 20; // executions listed, newest first
 const OUTPUT_SHOWN = 10; // of which this many with their output
-let current = null; // the session shown, or null
+let current = null; // the session shown, { user, name }, or null
 let gen = 0; // bumps on every open: answers for an older page are dropped
 
 export function init() {
         for (const b of document.querySelectorAll('#session-view [data-action]'))
                 b.addEventListener('click', () => act(b.dataset.action, b.textContent));
-        $('session-refresh').addEventListener('click', () => current && load(current));
+        $('session-refresh').addEventListener('click', () => current && load(current.name));
 }
 
 export function close() {
@@ -24,16 +24,16 @@ export function close() {
         gen++;
 }
 
-export function open(name) {
-        current = name;
+export function open(user, name) {
+        current = { user, name };
         gen++;
         $('session-title').textContent = `Session ${name}`;
         $('action-status').textContent = '';
-        const info = sessions.get(name);
+        const info = sessions.get(user, name);
         $('session-missing').hidden = !!info;
         $('session-body').hidden = !info;
         if (!info) {
-                $('session-missing').textContent = `No session named ${name} for this token.`;
+                $('session-missing').textContent = `No session named ${name} of user ${user} for this token.`;
                 return;
         }
         load(name);
@@ -69,7 +69,7 @@ function facts(info) {
 
 async function load(name) {
         const g = gen;
-        facts(sessions.get(name) || { session: name });
+        facts(sessions.get(current.user, name) || { session: name });
         await Promise.all([loadExecutions(name, g), loadFiles(name, g)]);
 }
 
@@ -159,8 +159,8 @@ async function download(name, path) {
 }
 
 async function act(method, label) {
-        const name = current;
-        if (!name || !sessions.get(name)) return;
+        if (!current || !sessions.get(current.user, current.name)) return;
+        const { name } = current;
         if (!(await confirmAction(`${label} session ${name}?`))) return;
         $('action-status').textContent = `${label}…`;
         try {
@@ -173,8 +173,8 @@ async function act(method, label) {
 }
 
 export function applyEvent(ev) {
-        if (!current || ev.session !== current) return;
-        const info = sessions.get(current);
+        if (!current || ev.session !== current.name || ev.user !== current.user) return;
+        const info = sessions.get(current.user, current.name);
         if (info) facts(info);
-        if (ev.type === 'execution.finished') loadExecutions(current, gen);
+        if (ev.type === 'execution.finished') loadExecutions(current.name, gen);
 }

@@ -6,7 +6,7 @@
 import { call } from './api.js';
 import { el } from './dom.js';
 
-const rows = new Map(); // session name -> { info, tr, cells }
+const rows = new Map(); // key(user, session) -> { info, tr, cells }: an operator sees many users'
 let detailTimer = null;
 let pending = [];
 let loaded = false;
@@ -28,8 +28,13 @@ export function reset() {
         updateCount();
 }
 
-export function get(name) {
-        return rows.get(name)?.info;
+export const key = (user, session) => `${user}/${session}`;
+
+/** A session's page address: #/session/<user>/<name>. */
+export const href = (user, session) => `#/session/${encodeURIComponent(user)}/${encodeURIComponent(session)}`;
+
+export function get(user, session) {
+        return rows.get(key(user, session))?.info;
 }
 
 function age(ms) {
@@ -86,18 +91,19 @@ function fill(r) {
 }
 
 function upsert(info) {
-        let r = rows.get(info.session);
+        const k = key(info.user, info.session);
+        let r = rows.get(k);
         if (!r) {
-                const tr = el('tr', null, { 'data-session': info.session });
+                const tr = el('tr', null, { 'data-session': info.session, 'data-user': info.user });
                 const cells = {};
                 for (const col of COLS) {
                         const td = col === 'session' ? el('th', null, { scope: 'row' }) : el('td');
-                        if (col === 'session') td.append(el('a', '', { href: `#/session/${encodeURIComponent(info.session)}` }));
+                        if (col === 'session') td.append(el('a', '', { href: href(info.user, info.session) }));
                         cells[col] = td;
                         tr.append(td);
                 }
                 r = { info: {}, tr, cells };
-                rows.set(info.session, r);
+                rows.set(k, r);
                 $('sessions').tBodies[0].prepend(tr);
         }
         r.info = { ...r.info, ...info };
@@ -161,7 +167,7 @@ function fetchDetailsSoon() {
                 detailTimer = null;
                 try {
                         const res = await call('list_sessions', {});
-                        for (const s of res.sessions) if (rows.has(s.session)) upsert(s);
+                        for (const s of res.sessions) if (rows.has(key(s.user, s.session))) upsert(s);
                 } catch {
                         /* the rows keep what the events said */
                 }
@@ -182,17 +188,15 @@ export function applyEvent(ev) {
                 pending.push(ev);
                 return;
         }
-        if (!ev.session) return;
+        if (!ev.session || !ev.user) return;
         const state = STATE_OF[ev.type];
+        const r = rows.get(key(ev.user, ev.session));
         if (state) {
-                const known = rows.has(ev.session);
-                const info = { session: ev.session, state };
-                if (ev.user) info.user = ev.user;
-                if (!known) info.created_at = ev.ts || Date.now();
+                const info = { user: ev.user, session: ev.session, state };
+                if (!r) info.created_at = ev.ts || Date.now();
                 upsert(info);
-                if (!known) fetchDetailsSoon();
-        } else if (ev.type === 'execution.finished' && rows.has(ev.session)) {
-                const r = rows.get(ev.session);
-                if (typeof r.info.executions === 'number') upsert({ session: ev.session, executions: r.info.executions + 1 });
+                if (!r) fetchDetailsSoon();
+        } else if (ev.type === 'execution.finished' && r && typeof r.info.executions === 'number') {
+                upsert({ user: ev.user, session: ev.session, executions: r.info.executions + 1 });
         }
 }

@@ -669,7 +669,8 @@ int api_m_list_sessions(struct api_req *q, cJSON **ret, struct fronterr *e)
 
         if (api_spec_filter(q, &filter, e) < 0)
                 return -1;
-        r = session_list(q->d->sessions, q->tok.user, NULL, &list, &n);
+        /* an operator lists every user's (token.h); each row is read as its owner's */
+        r = session_list(q->d->sessions, q->tok.role == TOKEN_ROLE_OPERATOR ? NULL : q->tok.user, NULL, &list, &n);
         if (r < 0)
                 return fronterr_errno(e, r, NULL, "cannot list sessions");
         *ret = cJSON_CreateObject();
@@ -679,8 +680,10 @@ int api_m_list_sessions(struct api_req *q, cJSON **ret, struct fronterr *e)
                 char state[16];
                 size_t k = 0;
                 int64_t execs;
+                struct api_req owner = *q; /* labels, limits and options are per user */
 
-                if (!api_spec_matches(q, list[i].session, filter)) {
+                sbx_strlcpy(owner.tok.user, list[i].user, sizeof(owner.tok.user));
+                if (!api_spec_matches(&owner, list[i].session, filter)) {
                         cJSON_Delete(o);
                         continue;
                 }
@@ -703,8 +706,8 @@ int api_m_list_sessions(struct api_req *q, cJSON **ret, struct fronterr *e)
                 cJSON_AddNumberToObject(o, "last_activity", (double)list[i].last_activity);
                 if (list[i].paused_at)
                         cJSON_AddNumberToObject(o, "paused_at", (double)list[i].paused_at);
-                add_options(q, list[i].session, o);
-                api_spec_add(q, list[i].session, o);
+                add_options(&owner, list[i].session, o);
+                api_spec_add(&owner, list[i].session, o);
                 cJSON_AddItemToArray(a, o);
         }
         session_info_list_free(list, n);

@@ -564,7 +564,7 @@ static const struct api_method_doc methods_doc[] = {
         {"list_sessions", api_m_list_sessions,
          "{labels?: {K: V}}",
          "{sessions: [{session, user, state, image, runtime, executions, executions_running, node, labels, resources, created_at, last_activity, expires_at, ...}]}",
-         "List the user's own sessions (no params.session); labels keeps the sessions that have all of them."},
+         "List the user's own sessions (an operator token: every user's; no params.session); labels keeps the sessions that have all of them."},
         /* snapshots, restore and fork (issue 28): api_snapshot.c */
         {"snapshot_session", api_m_snapshot_session,
          "{name?}",

@@ -2,8 +2,9 @@
 // a real browser: Debian's chromium driven by puppeteer-core, against a real
 // sandboxd over HTTPS. Sign in, a session appearing live, its page with an
 // execution's output, pause and resume, a download, another tenant editing
-// the URL, hostile output and file names shown as text with no script run,
-// a cross-origin POST refused, a revoked token signed out. Screenshots of
+// the URL, an operator token seeing every user's sessions and nothing more,
+// hostile output and file names shown as text with no script run, a
+// cross-origin POST refused, a revoked token signed out. Screenshots of
 // each step go to <build>/console-screenshots/. Without chromium the test is
 // skipped, except in CI (SANDBOXD_CI=1), where scripts/setup.sh installs it.
 import assert from 'node:assert/strict';
@@ -44,7 +45,7 @@ function call(port, ca, token, method, params) {
 }
 
 describe('the browser console', { skip: !haveChromium && `no ${CHROMIUM}` }, () => {
-        let d, ca, port, origin, browser, alice, aliceId, bob, other;
+        let d, ca, port, origin, browser, alice, aliceId, bob, ops, other;
         const dialogs = [];
 
         before(async () => {
@@ -56,6 +57,7 @@ describe('the browser console', { skip: !haveChromium && `no ${CHROMIUM}` }, () 
                 assert.ok(r.ok, JSON.stringify(r));
                 ({ token: alice, id: aliceId } = r.result);
                 bob = await d.createToken('bob');
+                ops = await d.createToken('ops', 'operator');
                 fs.mkdirSync(SHOTS, { recursive: true });
                 // another origin on loopback, for the CSRF check: a blank page
                 other = http.createServer((req, res) => res.end('<!doctype html><title>other</title>'));
@@ -179,7 +181,7 @@ describe('the browser console', { skip: !haveChromium && `no ${CHROMIUM}` }, () 
                 assert.equal(fs.readFileSync(file, 'utf8'), 'hello-console\n');
 
                 // hostile output and file name: text, and nothing ran
-                await page.evaluate(() => (location.hash = '#/session/hostile'));
+                await page.evaluate(() => (location.hash = '#/session/alice/hostile'));
                 await page.waitForFunction(
                         (t) => [...document.querySelectorAll('#executions pre.stdout')].some((p) => p.textContent === `${t}\n`),
                         {},
@@ -195,14 +197,35 @@ describe('the browser console', { skip: !haveChromium && `no ${CHROMIUM}` }, () 
                 const bobPage = await newPage(ctx);
                 await signIn(bobPage, bob);
                 assert.equal(await bobPage.$('#sessions tr[data-session="live1"]'), null);
-                await bobPage.evaluate(() => (location.hash = '#/session/live1'));
+                await bobPage.evaluate(() => (location.hash = '#/session/alice/live1'));
                 await bobPage.waitForSelector('#session-missing:not([hidden])');
                 assert.match(await bobPage.$eval('#session-missing', (e) => e.textContent), /No session named live1/);
                 assert.equal(await bobPage.$$eval('#executions pre', (l) => l.filter((p) => !p.closest('[hidden]')).length), 0);
                 await shot(bobPage, '6-other-tenant');
                 r = await call(port, ca, bob, 'list_sessions', {});
-                assert.deepEqual(r.body.sessions.map((s) => s.session), [], 'bob has no session, not even one made by the URL');
+                assert.deepEqual(r.body.sessions.map((x) => x.session), [], 'bob has no session, not even one made by the URL');
                 await ctx.close();
+
+                // an operator token: every user's sessions, live, and nothing else
+                const opsCtx = await browser.createBrowserContext();
+                const opsPage = await newPage(opsCtx);
+                await signIn(opsPage, ops);
+                await opsPage.waitForSelector('#sessions tr[data-user="alice"][data-session="live1"]');
+                r = await call(port, ca, bob, 'create_session', { session: 'bobs' });
+                assert.equal(r.status, 200, JSON.stringify(r.body));
+                await opsPage.waitForSelector('#sessions tr[data-user="bob"][data-session="bobs"][data-state="running"]');
+                await shot(opsPage, '7-operator');
+                await opsPage.evaluate(() => (location.hash = '#/session/alice/live1'));
+                await opsPage.waitForFunction(() => /operator token/.test(document.getElementById('executions').textContent));
+                assert.equal(await opsPage.$$eval('#executions pre', (l) => l.length), 0, 'no output for an operator');
+                r = await call(port, ca, ops, 'exec', { session: 'live1', command: 'true' });
+                assert.equal(r.status, 403, JSON.stringify(r.body));
+                r = await call(port, ca, ops, 'list_sessions', {});
+                assert.deepEqual(
+                        r.body.sessions.map((x) => `${x.user}/${x.session}`).sort(),
+                        ['alice/hostile', 'alice/live1', 'bob/bobs'],
+                );
+                await opsCtx.close();
 
                 // CSRF: a page of another origin can neither send the token nor do anything without it
                 const evil = await newPage();
@@ -245,10 +268,10 @@ describe('the browser console', { skip: !haveChromium && `no ${CHROMIUM}` }, () 
                 // a revoked token is signed out at its next request
                 r = await socketRequest(d.adminSocket, { cmd: 'token.revoke', id: aliceId });
                 assert.ok(r.ok, JSON.stringify(r));
-                await page.evaluate(() => (location.hash = '#/session/live1')); // its page asks the API
+                await page.evaluate(() => (location.hash = '#/session/alice/live1')); // its page asks the API
                 await page.waitForSelector('#signin-view:not([hidden])');
                 assert.match(await page.$eval('#signin-error', (e) => e.textContent), /revoked/);
-                await shot(page, '7-signed-out');
+                await shot(page, '8-signed-out');
 
                 assert.deepEqual(dialogs, [], 'no script ran a dialog');
         });

@@ -3,7 +3,7 @@
 // re-fetch of the list). A session the stream announces is added at once
 // from the event; its image, labels and limits come from one list_sessions
 // that waits 1 s so that a burst of creations costs one request.
-import { call } from './api.js';
+import { call, signedIn } from './api.js';
 import { el } from './dom.js';
 
 const rows = new Map(); // key(user, session) -> { info, tr, cells }: an operator sees many users'
@@ -90,7 +90,9 @@ function fill(r) {
         r.tr.hidden = !matches(info);
 }
 
-function upsert(info) {
+/* One row made or changed; batch (the first list): the caller places the
+ * rows and counts once, so a list of n rows costs O(n), not O(n^2). */
+function upsert(info, batch = false) {
         const k = key(info.user, info.session);
         let r = rows.get(k);
         if (!r) {
@@ -104,11 +106,11 @@ function upsert(info) {
                 }
                 r = { info: {}, tr, cells };
                 rows.set(k, r);
-                $('sessions').tBodies[0].prepend(tr);
+                if (!batch) $('sessions').tBodies[0].prepend(tr);
         }
         r.info = { ...r.info, ...info };
         fill(r);
-        updateCount();
+        if (!batch) updateCount();
         return r;
 }
 
@@ -143,19 +145,31 @@ function refreshAges() {
         for (const r of rows.values()) r.cells.age.textContent = age(r.info.created_at);
 }
 
-/** The first list; events that arrived meanwhile are applied after it. */
+const FIRST_ROWS = 100; // rows placed before the first paint (more than a screen)
+const CHUNK_ROWS = 250; // then this many per task, so the page stays responsive
+
+/** The first list; events that arrived meanwhile are applied after it. The
+ *  first rows are placed at once and the rest in chunks, each its own task,
+ *  so a long list paints its top in well under a second. */
 export async function load() {
         const res = await call('list_sessions', {});
         const body = $('sessions').tBodies[0];
         body.replaceChildren();
         rows.clear();
-        const frag = document.createDocumentFragment();
-        // oldest last: the newest session on top, as live additions are
-        for (const s of [...res.sessions].sort((a, b) => (b.created_at || 0) - (a.created_at || 0))) {
-                const r = upsert(s);
-                frag.append(r.tr);
+        // newest on top, as live additions are
+        const list = [...res.sessions].sort((a, b) => (b.created_at || 0) - (a.created_at || 0));
+        const place = (from, to) => {
+                const frag = document.createDocumentFragment();
+                for (const s of list.slice(from, to)) frag.append(upsert(s, true).tr);
+                body.append(frag);
+                updateCount();
+        };
+        place(0, FIRST_ROWS);
+        for (let i = FIRST_ROWS; i < list.length; i += CHUNK_ROWS) {
+                await new Promise((r) => setTimeout(r, 0));
+                if (!signedIn()) return;
+                place(i, i + CHUNK_ROWS);
         }
-        body.append(frag);
         loaded = true;
         for (const ev of pending.splice(0)) applyEvent(ev);
         updateCount();

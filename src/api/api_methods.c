@@ -563,8 +563,8 @@ static const struct api_method_doc methods_doc[] = {
          "Thaw a paused session (or start a stopped one again). Rarely needed: every call that uses the session resumes it first."},
         {"list_sessions", api_m_list_sessions,
          "{labels?: {K: V}}",
-         "{sessions: [{session, state, image, node, labels, resources, created_at, last_activity, expires_at, ...}]}",
-         "List the user's own sessions (no params.session); labels keeps the sessions that have all of them."},
+         "{sessions: [{session, user, state, image, runtime, executions, executions_running, node, labels, resources, created_at, last_activity, expires_at, ...}]}",
+         "List the user's own sessions (an operator token: every user's; no params.session); labels keeps the sessions that have all of them."},
         /* snapshots, restore and fork (issue 28): api_snapshot.c */
         {"snapshot_session", api_m_snapshot_session,
          "{name?}",

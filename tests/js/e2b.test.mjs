@@ -352,5 +352,63 @@ describe('E2B SDK against sandboxd (issue 36)', () => {
                         const ls = await envd(token, '/filesystem.Filesystem/ListDir', JSON.stringify({ path: '/home/user' }));
                         assert.ok(!JSON.stringify(JSON.parse(ls.body)).includes('big.bin'));
                 });
+
+                /** Start cmd with args and gather its stdout. */
+                const start = async (cmd, args) => {
+                        const r = await envd(token, '/process.Process/Start', envelope({ process: { cmd, args } }), 'application/connect+json');
+                        assert.equal(r.status, 200);
+                        const f = frames(r.body);
+                        assert.deepEqual(f.at(-1).msg, {}, JSON.stringify(f.at(-1).msg));
+                        return Buffer.concat(
+                                f.filter((x) => x.msg.event?.data?.stdout).map((x) => Buffer.from(x.msg.event.data.stdout, 'base64')),
+                        ).toString();
+                };
+
+                test('Start execs cmd and args as an argv: no shell reads them', async () => {
+                        // $0 is what was exec'd: a shell line would have run the script under sh
+                        assert.equal(await start('/bin/bash', ['-l', '-c', 'echo "$0"']), '/bin/bash\n');
+                        assert.equal(await start('/bin/echo', ['a;b', '$(id)', "it's", '']), "a;b $(id) it's \n");
+                        const none = await envd(token, '/process.Process/Start', envelope({ process: { cmd: '/nonexistent/x' } }), 'application/connect+json');
+                        const end = frames(none.body).find((x) => x.msg.event?.end);
+                        assert.notEqual(end?.msg.event.end.exitCode, 0, 'a missing program ran');
+                });
+
+                test('MakeDir, Remove and Move never follow a link the sandbox planted', async () => {
+                        await start('/bin/sh', ['-c', 'mkdir -p /tmp/outside/d && echo k > /tmp/outside/keep && ln -s /tmp/outside /workspace/ln']);
+                        const calls = [
+                                ['/filesystem.Filesystem/Remove', { path: '/home/user/ln/keep' }],
+                                ['/filesystem.Filesystem/Remove', { path: '/home/user/ln/d' }],
+                                ['/filesystem.Filesystem/MakeDir', { path: '/home/user/ln/made' }],
+                                ['/filesystem.Filesystem/Move', { source: '/home/user/ln/keep', destination: '/home/user/stolen' }],
+                                ['/filesystem.Filesystem/Move', { source: '/home/user/ln', destination: '/home/user/ln/d/x' }],
+                        ];
+                        for (const [p, body] of calls) {
+                                const r = await envd(token, p, JSON.stringify(body));
+                                assert.equal(r.status, 400, `${p} ${JSON.stringify(body)}: ${r.status} ${r.body}`);
+                                assert.equal(JSON.parse(r.body).code, 'invalid_argument');
+                        }
+                        assert.equal(await start('/bin/sh', ['-c', 'cd /tmp/outside && ls -A; ls -A /workspace']), 'd\nkeep\nln\n');
+                        // the link itself is the sandbox's: removing it leaves its target alone
+                        const rm = await envd(token, '/filesystem.Filesystem/Remove', JSON.stringify({ path: '/home/user/ln' }));
+                        assert.equal(rm.status, 200, rm.body.toString());
+                        assert.equal(await start('/bin/sh', ['-c', 'ls -A /tmp/outside; ls -A /workspace; rm -rf /tmp/outside']), 'd\nkeep\n');
+                });
+
+                test('MakeDir, Move and Remove through the runner: a tree made, moved and removed', async () => {
+                        const mk = await envd(token, '/filesystem.Filesystem/MakeDir', JSON.stringify({ path: 'p/q/r' }));
+                        assert.equal(mk.status, 200, mk.body.toString());
+                        assert.equal(JSON.parse(mk.body).entry.path, '/home/user/p/q/r');
+                        const again = await envd(token, '/filesystem.Filesystem/MakeDir', JSON.stringify({ path: '/home/user/p/q/r' }));
+                        assert.equal(JSON.parse(again.body).code, 'already_exists');
+                        await start('/bin/sh', ['-c', 'echo x > /workspace/p/q/r/f && ln -s /etc /workspace/p/q/etc']);
+                        const mv = await envd(token, '/filesystem.Filesystem/Move', JSON.stringify({ source: '/home/user/p', destination: '/home/user/s/t' }));
+                        assert.equal(mv.status, 200, mv.body.toString());
+                        assert.equal(await start('/bin/sh', ['-c', 'cat /workspace/s/t/q/r/f; readlink /workspace/s/t/q/etc; ls -A /workspace']), 'x\n/etc\ns\n');
+                        const missing = await envd(token, '/filesystem.Filesystem/Move', JSON.stringify({ source: '/home/user/nope', destination: '/home/user/n2' }));
+                        assert.equal(JSON.parse(missing.body).code, 'not_found');
+                        const rm = await envd(token, '/filesystem.Filesystem/Remove', JSON.stringify({ path: '/home/user/s' }));
+                        assert.equal(rm.status, 200, rm.body.toString());
+                        assert.equal(await start('/bin/sh', ['-c', 'ls -A /workspace; ls /etc/passwd']), '/etc/passwd\n');
+                });
         });
 });

@@ -162,6 +162,25 @@ int e2b_call(struct e2b_req *q, const char *method, cJSON *params, cJSON **ret, 
         return r < 0 ? -1 : 0;
 }
 
+cJSON *e2b_parse_object(const char *buf, size_t len, struct fronterr *e)
+{
+        enum reqguard_verdict v = reqguard_scan(buf, len, REQGUARD_MAX_ELEMENTS, REQGUARD_MAX_DEPTH);
+        cJSON *o;
+
+        if (v != REQGUARD_OK) {
+                fronterr_set(e, reqguard_verdict_is_invalid(v) ? "bad_request" : "too_large", "%s",
+                             reqguard_verdict_message(v));
+                return NULL;
+        }
+        o = len ? cJSON_ParseWithLength(buf, len) : cJSON_CreateObject();
+        if (!cJSON_IsObject(o)) {
+                cJSON_Delete(o);
+                fronterr_set(e, "bad_request", "the body must be a JSON object");
+                return NULL;
+        }
+        return o;
+}
+
 bool e2b_session_exists(struct e2b_req *q)
 {
         struct session_info info;
@@ -515,24 +534,14 @@ void e2b_req_free(struct e2b_req *q)
 
 /* ---- the control API ---- */
 
-/* The body as a JSON object: bounded (reqguard) before parsing; NULL with
- * an answer queued in *ret_answer. An empty body is {}. */
+/* The body as a JSON object, or NULL with E2B's error queued. */
 static cJSON *body_object(struct e2b_req *q, struct MHD_Connection *conn, enum MHD_Result *ret_answer)
 {
-        enum reqguard_verdict v = reqguard_scan(q->body, q->len, REQGUARD_MAX_ELEMENTS, REQGUARD_MAX_DEPTH);
-        cJSON *o;
+        struct fronterr e = {0};
+        cJSON *o = e2b_parse_object(q->body, q->len, &e);
 
-        if (v != REQGUARD_OK) {
-                *ret_answer = e2b_reply_error(conn, reqguard_verdict_is_invalid(v) ? 400 : 413, "%s",
-                                              reqguard_verdict_message(v));
-                return NULL;
-        }
-        o = q->len ? cJSON_ParseWithLength(q->body, q->len) : cJSON_CreateObject();
-        if (!cJSON_IsObject(o)) {
-                cJSON_Delete(o);
-                *ret_answer = e2b_reply_error(conn, 400, "the body must be a JSON object");
-                return NULL;
-        }
+        if (!o)
+                *ret_answer = e2b_reply_fronterr(conn, &e);
         return o;
 }
 

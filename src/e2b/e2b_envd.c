@@ -22,7 +22,6 @@
 #include "sandboxd/http.h"
 #include "sandboxd/jsonutil.h"
 #include "sandboxd/metrics.h"
-#include "sandboxd/reqguard.h"
 
 #define E2B_HOME "/home/user"
 #define E2B_POLL_WAIT_S 10 /* a long-poll of get_execution; a keepalive event between two */
@@ -88,24 +87,16 @@ static enum MHD_Result unary_fronterr(struct MHD_Connection *conn, const struct 
 static cJSON *unary_body(struct e2b_req *q, struct MHD_Connection *conn, enum MHD_Result *ans)
 {
         const char *type = MHD_lookup_connection_value(conn, MHD_HEADER_KIND, MHD_HTTP_HEADER_CONTENT_TYPE);
-        enum reqguard_verdict v;
+        struct fronterr e = {0};
         cJSON *o;
 
         if (!type || strncmp(type, "application/json", 16) != 0) {
                 *ans = unary_error(conn, "bad_request", "Content-Type must be application/json (Connect's JSON)");
                 return NULL;
         }
-        v = reqguard_scan(q->body, q->len, REQGUARD_MAX_ELEMENTS, REQGUARD_MAX_DEPTH);
-        if (v != REQGUARD_OK) {
-                *ans = unary_error(conn, "bad_request", "%s", reqguard_verdict_message(v));
-                return NULL;
-        }
-        o = q->len ? cJSON_ParseWithLength(q->body, q->len) : cJSON_CreateObject();
-        if (!cJSON_IsObject(o)) {
-                cJSON_Delete(o);
-                *ans = unary_error(conn, "bad_request", "the message must be a JSON object");
-                return NULL;
-        }
+        o = e2b_parse_object(q->body, q->len, &e);
+        if (!o)
+                *ans = unary_fronterr(conn, &e);
         return o;
 }
 
@@ -774,8 +765,6 @@ static cJSON *envelope_message(struct e2b_req *q, struct fronterr *e)
 {
         const unsigned char *b = (const unsigned char *)q->body;
         size_t n;
-        enum reqguard_verdict v;
-        cJSON *m;
 
         if (q->len < 5) {
                 fronterr_set(e, "bad_request", "a Connect stream request is one enveloped message (5-byte prefix)");
@@ -788,18 +777,11 @@ static cJSON *envelope_message(struct e2b_req *q, struct fronterr *e)
                                   : "the envelope's length does not match the body");
                 return NULL;
         }
-        v = reqguard_scan(q->body + 5, n, REQGUARD_MAX_ELEMENTS, REQGUARD_MAX_DEPTH);
-        if (v != REQGUARD_OK) {
-                fronterr_set(e, "bad_request", "%s", reqguard_verdict_message(v));
-                return NULL;
-        }
-        m = cJSON_ParseWithLength(q->body + 5, n);
-        if (!cJSON_IsObject(m)) {
-                cJSON_Delete(m);
+        if (n == 0) {
                 fronterr_set(e, "bad_request", "the message must be a JSON object");
                 return NULL;
         }
-        return m;
+        return e2b_parse_object(q->body + 5, n, e);
 }
 
 static enum MHD_Result stream_response(struct MHD_Connection *conn, struct stream *s, int status)

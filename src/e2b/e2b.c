@@ -965,6 +965,12 @@ static enum MHD_Result c_kill(struct e2b_req *q, struct MHD_Connection *conn)
                 cJSON_Delete(params);
                 return e2b_reply_error(conn, 404, "sandbox %s not found", q->sandbox);
         }
+        /* an id is never reused: retired first, an envd call that raced
+         * this kill cannot make the session again (session_retire) */
+        if (session_retire(q->d->sessions, q->tok.user, q->session) < 0) {
+                cJSON_Delete(params);
+                return e2b_reply_error(conn, 500, "out of memory");
+        }
         cJSON_AddStringToObject(params, "session", q->session);
         cJSON_AddTrueToObject(params, "purge");
         if (e2b_call(q, "destroy_session", params, &res, &e) < 0)

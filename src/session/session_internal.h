@@ -153,6 +153,10 @@ struct session_manager {
         size_t rq_n;
         bool rq_started, rq_stop;
         pthread_t rq_thread;
+        /* session_retire: keys never made again (m->lock), a ring of
+         * SESSION_RETIRED_MAX, allocated on first use */
+        char (*retired)[2][SESSION_KEY_MAX + 1];
+        size_t retired_n, retired_next;
 };
 
 /* Counts against the caps: has a container, or is getting one. Under s->lock. */

@@ -168,6 +168,49 @@ describe('E2B SDK against sandboxd (issue 36)', () => {
                 assert.equal(out.afterRemove, false);
         });
 
+        test('a kill racing envd calls: the sandbox stays gone, no call makes it again', async () => {
+                const api = (method, p, body) =>
+                        request(ca, port, method, p, {
+                                headers: { 'X-API-Key': keyA, 'Content-Type': 'application/json' },
+                                body: body === undefined ? undefined : JSON.stringify(body),
+                        });
+                const r = await api('POST', '/sandboxes', { templateID: 'base', timeout: 600 });
+                assert.equal(r.status, 201, r.body.toString());
+                const { sandboxID: id, envdAccessToken: token } = JSON.parse(r.body);
+                const headers = (type) => ({ 'E2b-Sandbox-Id': id, 'E2b-Sandbox-Port': '49983', 'X-Access-Token': token, 'Content-Type': type });
+                const calls = [
+                        (i) => request(ca, port, 'POST', '/filesystem.Filesystem/MakeDir', { headers: headers('application/json'), body: JSON.stringify({ path: `d${i}` }) }),
+                        (i) => request(ca, port, 'POST', `/files?path=/home/user/f${i}`, { headers: headers('application/octet-stream'), body: 'x' }),
+                        (i) => request(ca, port, 'POST', '/filesystem.Filesystem/ListDir', { headers: headers('application/json'), body: JSON.stringify({ path: `/home/user` }) }),
+                        () => request(ca, port, 'POST', '/process.Process/Start', { headers: headers('application/connect+json'), body: envelope({ process: { cmd: '/bin/true' } }) }),
+                ];
+                let killed = false;
+                const statuses = [];
+                // each worker calls on until the kill has answered, then three more times
+                const worker = async (w) => {
+                        for (let i = 0, after = 0; after < 3; i++) {
+                                if (killed) after++;
+                                const res = await calls[w](`${w}-${i}`);
+                                if (killed) statuses.push(res.status);
+                        }
+                };
+                const workers = [0, 1, 2, 3].map(worker);
+                // let every worker get going before the kill
+                await request(ca, port, 'GET', '/health', { headers: headers('application/json') });
+                const kill = await api('DELETE', `/sandboxes/${id}`);
+                killed = true;
+                assert.equal(kill.status, 204, kill.body.toString());
+                await Promise.all(workers);
+                // after the kill: not found (Start answers 200 with a not_found end of stream)
+                assert.ok(statuses.every((s) => s === 404 || s === 200), `statuses after the kill: ${statuses}`);
+                const after = await request(ca, port, 'POST', '/filesystem.Filesystem/MakeDir', { headers: headers('application/json'), body: JSON.stringify({ path: 'late' }) });
+                assert.equal(after.status, 404, after.body.toString());
+                assert.equal((await api('GET', `/sandboxes/${id}`)).status, 404);
+                const sessions = await socketRequest(d.adminSocket, { cmd: 'sessions.list' });
+                assert.ok(sessions.ok, JSON.stringify(sessions));
+                assert.ok(!JSON.stringify(sessions.result).includes(`e2b-${id}`), `the killed sandbox came back: ${JSON.stringify(sessions.result)}`);
+        });
+
         describe('hostile', () => {
                 let id, token;
                 const api = (key, method, p, body, extra = {}) =>

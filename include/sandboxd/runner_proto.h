@@ -117,8 +117,6 @@
  *                 what it points to; a directory with everything below it,
  *                 walked with openat(O_NOFOLLOW) and unlinkat, at most
  *                 RP_REMOVE_DEPTH deep). /workspace itself is EINVAL.
- *                 An older runner skips 40-42 (unknown frames): the call
- *                 times out.
  *   RP_FILE_MOVE (42) as MKDIR, then the destination path (both
  *                 NUL-terminated). renameat from the source's parent to the
  *                 destination's (made if missing): a symlink is moved as a
@@ -148,7 +146,10 @@
 #include <stdint.h>
 
 #define RP_VERSION "sandboxd-runner/1"
-#define RP_PROTOCOL 2 /* 2: durable executions (RP_JOB, RP_RESUME, RP_ACK, RP_FORGET), tty */
+/* 2: durable executions (RP_JOB, RP_RESUME, RP_ACK, RP_FORGET), tty; 3: RP_FILE_MKDIR, RP_FILE_REMOVE,
+ * RP_FILE_MOVE (a runner of 2 would skip them and leave the call to time out: it is refused at its hello,
+ * and its container's files go through docker exec) */
+#define RP_PROTOCOL 3
 #define RP_SOCKET_DIR "/run/sandboxd"
 #define RP_SOCKET_NAME "runner.sock"
 #define RP_BINARY_PATH "/run/sandboxd-runner"

@@ -398,11 +398,8 @@ int session_manager_new(const struct sbx_config *cfg, struct engine *d, struct s
         *m = (struct session_manager){
                 .cfg = cfg, .engine = d, .store = st, .ports = pp, .policy = default_policy, .policy_ud = (void *)cfg};
         pthread_mutex_init(&m->lock, NULL);
-        pthread_mutex_init(&m->rq_lock, NULL);
-        pthread_cond_init(&m->rq_cond, NULL);
-        pthread_mutex_init(&m->ev_lock, NULL);
-        pthread_cond_init(&m->ev_cond, NULL);
-        m->ev_tail = &m->ev_head;
+        session_worker_init(&m->resumer, "sbx-resume", SESSION_RESUME_QUEUE);
+        session_worker_init(&m->evictor, "sbx-evict", 0);
         for (size_t i = 0; extra_labels && extra_labels[i] && i < MAX_EXTRA_LABELS; i++)
                 m->extra_labels[i] = strdup(extra_labels[i]);
 
@@ -446,11 +443,8 @@ void session_manager_free(struct session_manager *m)
         for (size_t i = 0; i < MAX_EXTRA_LABELS; i++)
                 free(m->extra_labels[i]);
         pthread_mutex_destroy(&m->lock);
-        pthread_mutex_destroy(&m->rq_lock);
-        pthread_cond_destroy(&m->rq_cond);
-        pthread_mutex_destroy(&m->ev_lock);
-        pthread_cond_destroy(&m->ev_cond);
-        free(m->rq_keys);
+        session_worker_destroy(&m->resumer);
+        session_worker_destroy(&m->evictor);
         free(m);
 }
 

@@ -48,7 +48,7 @@ bool session_mark_failed(struct session_manager *m, const char *user, const char
                          const char *cause)
 {
         struct session *s;
-        bool changed = false, first = false;
+        bool changed = false, first = false, node_lost = false;
         char msg[256];
 
         if (session_lookup_ref(m, user, id, false, &s, NULL) < 0)
@@ -61,13 +61,15 @@ bool session_mark_failed(struct session_manager *m, const char *user, const char
                         (void)session_change_locked(s, SESSION_T_FAIL, SESSION_ERROR, cause, msg);
                         changed = first = true;
                 } else if (s->state == SESSION_ERROR && cause_rank(cause) > cause_rank(s->error_cause)) {
+                        /* a refinement to a lost node is on the record too (below) */
+                        node_lost = strncmp(s->error_cause, "node_", 5) != 0;
                         (void)session_change_locked(s, SESSION_T_FAIL, SESSION_ERROR, cause, msg);
                         changed = true;
                 }
         }
         pthread_mutex_unlock(&s->lock);
         session_unref(s);
-        if (first && strncmp(cause, "node_", 5) == 0) {
+        if ((first || node_lost) && strncmp(cause, "node_", 5) == 0) {
                 /* a lost node is the cluster's doing, not the tenant's: on the record */
                 cJSON *detail = cJSON_CreateObject();
                 cJSON_AddStringToObject(detail, "container", container_id);

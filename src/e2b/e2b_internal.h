@@ -70,6 +70,7 @@ enum MHD_Result e2b_envd_start(struct e2b_req *q, struct MHD_Connection *conn);
 enum MHD_Result e2b_envd_list(struct e2b_req *q, struct MHD_Connection *conn);
 enum MHD_Result e2b_envd_send_input(struct e2b_req *q, struct MHD_Connection *conn);
 enum MHD_Result e2b_envd_send_signal(struct e2b_req *q, struct MHD_Connection *conn);
+enum MHD_Result e2b_envd_update(struct e2b_req *q, struct MHD_Connection *conn);
 enum MHD_Result e2b_envd_close_stdin(struct e2b_req *q, struct MHD_Connection *conn);
 enum MHD_Result e2b_envd_stat(struct e2b_req *q, struct MHD_Connection *conn);
 enum MHD_Result e2b_envd_list_dir(struct e2b_req *q, struct MHD_Connection *conn);

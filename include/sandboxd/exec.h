@@ -111,6 +111,7 @@ typedef void (*exec_output_fn)(const char *exec_id, enum exec_stream stream, con
 #define EXEC_ARGV_MAX 4096     /* = RP_MAX_ARGS */
 #define EXEC_TTY_MAX_ROWS 1000 /* = RP_TTY_MAX_ROWS */
 #define EXEC_TTY_MAX_COLS 1000
+#define EXEC_TTY_TERM "xterm-256color" /* a tty execution's TERM unless its env names one */
 
 struct exec_request {
         const char *user;

@@ -161,6 +161,7 @@ struct exec_result {
         uint64_t stderr_offset;
         char command_preview[161];
         char via[16]; /* "runner" | "docker_exec" | "" (never ran) */
+        bool tty;     /* it runs on a pseudo-terminal (its output is the terminal's, as stdout) */
         /* usage of the whole tree, from the rusage of its reaped processes
          * (runner only; -1 when unknown) */
         int64_t cpu_user_ms, cpu_system_ms, max_rss_kb;

@@ -69,6 +69,8 @@ static const struct e2b_route routes[] = {
         {"POST", "/files", E2B_ENVD_PORT, E2B_UPLOAD_MAX, e2b_envd_upload, "write_file {encoding: base64}"},
         {"POST", "/process.Process/Start", E2B_ENVD_PORT, E2B_BODY_MAX, e2b_envd_start,
          "exec {background, tty with pty}, then get_execution {wait, offsets}"},
+        {"POST", "/process.Process/Connect", E2B_ENVD_PORT, E2B_BODY_MAX, e2b_envd_connect,
+         "get_execution {wait, offsets} from its output's end"},
         {"POST", "/process.Process/List", E2B_ENVD_PORT, E2B_BODY_MAX, e2b_envd_list,
          "list_executions {states: running}"},
         {"POST", "/process.Process/SendInput", E2B_ENVD_PORT, E2B_BODY_MAX, e2b_envd_send_input, "send_stdin"},

@@ -846,12 +846,86 @@ static enum MHD_Result stream_response(struct MHD_Connection *conn, struct strea
         return r;
 }
 
-enum MHD_Result e2b_envd_start(struct e2b_req *q, struct MHD_Connection *conn)
+/* A server-streaming call's request: its stream and its one message (ret_m),
+ * or NULL with the answer queued in *ans (an error, or a stream that ends
+ * with one). */
+static struct stream *stream_request(struct e2b_req *q, struct MHD_Connection *conn, cJSON **ret_m,
+                                     enum MHD_Result *ans)
 {
         const char *type = MHD_lookup_connection_value(conn, MHD_HEADER_KIND, MHD_HTTP_HEADER_CONTENT_TYPE);
         struct stream *s = calloc(1, sizeof(*s));
         struct fronterr e = {0};
+        int status;
+
+        *ans = MHD_NO;
+        if (!s)
+                return NULL;
+        s->q = *q;
+        s->q.body = NULL; /* the copy owns nothing of the request */
+        if (!type || strncmp(type, "application/connect+json", 24) != 0) {
+                free(s);
+                *ans = unary_error(conn, "bad_request", "Content-Type must be application/connect+json");
+                return NULL;
+        }
+        *ret_m = envelope_message(q, &e);
+        if (!*ret_m)
+                stream_end(s, connect_code(e.code, &status), e.msg);
+        else if (!e2b_session_exists(q))
+                stream_end(s, "not_found", "sandbox not found");
+        if (s->ended) {
+                cJSON_Delete(*ret_m);
+                *ret_m = NULL;
+                *ans = stream_response(conn, s, 200);
+                return NULL;
+        }
+        return s;
+}
+
+/* Connect: the events of a running process from now on (its start event,
+ * then its new output and its end), as E2B's envd sends them. */
+enum MHD_Result e2b_envd_connect(struct e2b_req *q, struct MHD_Connection *conn)
+{
+        enum MHD_Result ans;
         _cleanup_(cjson_freep) cJSON *m = NULL;
+        _cleanup_free_ char *id = NULL;
+        struct stream *s = stream_request(q, conn, &m, &ans);
+        struct fronterr e = {0};
+        cJSON *params, *res = NULL, *o, *v;
+        const cJSON *n;
+        int status;
+
+        if (!s)
+                return ans;
+        if (exec_of_pid(q, m, &id, &e) < 0) {
+                stream_end(s, connect_code(e.code, &status), e.msg);
+                return stream_response(conn, s, 200);
+        }
+        params = cJSON_CreateObject();
+        cJSON_AddStringToObject(params, "session", q->session);
+        cJSON_AddStringToObject(params, "execution_id", id);
+        if (e2b_call(q, "get_execution", params, &res, &e) < 0) {
+                stream_end(s, connect_code(e.code, &status), e.msg);
+                return stream_response(conn, s, 200);
+        }
+        sbx_strlcpy(s->id, id, sizeof(s->id));
+        s->pty = cJSON_IsTrue(cJSON_GetObjectItemCaseSensitive(res, "tty"));
+        n = cJSON_GetObjectItemCaseSensitive(res, "stdout_bytes");
+        s->out_off = cJSON_IsNumber(n) ? n->valuedouble : 0;
+        n = cJSON_GetObjectItemCaseSensitive(res, "stderr_bytes");
+        s->err_off = cJSON_IsNumber(n) ? n->valuedouble : 0;
+        cJSON_Delete(res);
+        o = event("start", &v);
+        cJSON_AddNumberToObject(v, "pid", pid_of(s->id));
+        frame(s, 0, o);
+        return stream_response(conn, s, 200);
+}
+
+enum MHD_Result e2b_envd_start(struct e2b_req *q, struct MHD_Connection *conn)
+{
+        enum MHD_Result ans;
+        _cleanup_(cjson_freep) cJSON *m = NULL;
+        struct stream *s = stream_request(q, conn, &m, &ans);
+        struct fronterr e = {0};
         _cleanup_free_ const char **argv = NULL;
         const cJSON *proc, *envs, *cwd, *x;
         char wd[FILES_PATH_MAX], mapped[FILES_PATH_MAX];
@@ -860,22 +934,7 @@ enum MHD_Result e2b_envd_start(struct e2b_req *q, struct MHD_Connection *conn)
         int status;
 
         if (!s)
-                return MHD_NO;
-        s->q = *q;
-        s->q.body = NULL; /* the copy owns nothing of the request */
-        if (!type || strncmp(type, "application/connect+json", 24) != 0) {
-                free(s);
-                return unary_error(conn, "bad_request", "Content-Type must be application/connect+json");
-        }
-        m = envelope_message(q, &e);
-        if (!m) {
-                stream_end(s, connect_code(e.code, &status), e.msg);
-                return stream_response(conn, s, 200);
-        }
-        if (!e2b_session_exists(q)) {
-                stream_end(s, "not_found", "sandbox not found");
-                return stream_response(conn, s, 200);
-        }
+                return ans;
         proc = cJSON_GetObjectItemCaseSensitive(m, "process");
         argv = cJSON_IsObject(proc) ? process_argv(proc, &e) : NULL;
         if (!argv) {

@@ -67,6 +67,7 @@ enum MHD_Result e2b_envd_health(struct e2b_req *q, struct MHD_Connection *conn);
 enum MHD_Result e2b_envd_download(struct e2b_req *q, struct MHD_Connection *conn);
 enum MHD_Result e2b_envd_upload(struct e2b_req *q, struct MHD_Connection *conn);
 enum MHD_Result e2b_envd_start(struct e2b_req *q, struct MHD_Connection *conn);
+enum MHD_Result e2b_envd_connect(struct e2b_req *q, struct MHD_Connection *conn);
 enum MHD_Result e2b_envd_list(struct e2b_req *q, struct MHD_Connection *conn);
 enum MHD_Result e2b_envd_send_input(struct e2b_req *q, struct MHD_Connection *conn);
 enum MHD_Result e2b_envd_send_signal(struct e2b_req *q, struct MHD_Connection *conn);

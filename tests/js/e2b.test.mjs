@@ -162,6 +162,10 @@ describe('E2B SDK against sandboxd (issue 36)', () => {
                 assert.equal(out.term, 'xterm-256color');
                 assert.equal(out.resized, '40 120');
                 assert.equal(out.listed, true);
+                assert.equal(out.connectedPid, out.pid);
+                assert.equal(out.connectedSaw, true);
+                assert.equal(out.connectedSawOld, false);
+                assert.equal(out.connectedCmd, 'got:later\n');
                 assert.equal(out.killed, true);
                 assert.equal(out.end, 'CommandExitError');
                 assert.equal(out.exitCode, 7);
@@ -322,6 +326,13 @@ describe('E2B SDK against sandboxd (issue 36)', () => {
                                         'application/connect+json',
                                 );
                                 assert.equal(start.status, 404);
+                                const connect = await envd(
+                                        b.envdAccessToken,
+                                        '/process.Process/Connect',
+                                        envelope({ process: { pid: 1 } }),
+                                        'application/connect+json',
+                                );
+                                assert.equal(connect.status, 404);
                                 for (const [m, p, sport] of [
                                         ['GET', '/files?path=/home/user/x', '49983'],
                                         ['POST', '/files?path=/home/user/x', '49983'],

@@ -36,11 +36,28 @@ try {
         await send(term.pid, 'stty size | sed "s/^/RESIZED$m:/"\n');
         out.resized = (await seen(/RESIZEDX:(\d+ \d+)/))[1];
         out.listed = (await sbx.commands.list()).map((p) => p.pid).includes(term.pid);
+        // a second client connects to the same terminal and sees what comes from now on
+        let text2 = '';
+        const decoder2 = new TextDecoder();
+        const joined = await sbx.pty.connect(term.pid, { onData: (d) => (text2 += decoder2.decode(d, { stream: true })) });
+        out.connectedPid = joined.pid;
+        await send(term.pid, 'echo "CONN$m"\n');
+        await seen(/CONNX/);
+        for (const until = Date.now() + 60000; !/CONNX/.test(text2) && Date.now() < until; )
+                await new Promise((r) => setTimeout(r, 50));
+        out.connectedSaw = /CONNX/.test(text2);
+        out.connectedSawOld = /TTYX/.test(text2); // what was printed before it connected
+        await joined.disconnect();
         out.killed = await sbx.pty.kill(term.pid);
         out.end = await term.wait().then(
                 () => 'exited cleanly',
                 (e) => e.constructor.name,
         );
+        // commands.connect: a background command's output and end from a second handle
+        const bg = await sbx.commands.run('read l; echo got:$l', { background: true, stdin: true });
+        const again = await sbx.commands.connect(bg.pid);
+        await sbx.commands.sendStdin(bg.pid, 'later\n');
+        out.connectedCmd = (await again.wait()).stdout;
         // a terminal that ends by itself: exit ends the shell, the handle's wait sees the code
         const second = await sbx.pty.create({ cols: 80, rows: 24, onData: () => {} });
         await send(second.pid, 'exit 7\n');

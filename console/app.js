@@ -13,6 +13,7 @@ function show(view) {
 }
 
 function signedOut(reason) {
+        session.close(); // and its terminal
         streamAbort?.abort();
         streamAbort = null;
         sessions.reset();
@@ -62,6 +63,7 @@ $('signin-form').addEventListener('submit', (e) => {
         if (t) signIn(t);
 });
 $('signout').addEventListener('click', () => {
+        session.close(); // its terminal's shell is cancelled while the token is still here
         setToken(null);
         signedOut('Signed out.');
         location.hash = '#/';

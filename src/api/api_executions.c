@@ -92,6 +92,7 @@ static void add_exec_common(cJSON *o, const struct exec_result *r)
         cJSON_AddNumberToObject(o, "duration_ms", (double)r->duration_ms);
         cJSON_AddNumberToObject(o, "created_at", (double)r->created_at);
         jsonutil_add_text(o, "via", r->via);
+        cJSON_AddBoolToObject(o, "tty", r->tty);
         if (r->cpu_user_ms >= 0) {
                 cJSON *u = cJSON_AddObjectToObject(o, "usage");
                 cJSON_AddNumberToObject(u, "cpu_user_ms", (double)r->cpu_user_ms);

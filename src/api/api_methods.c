@@ -437,7 +437,7 @@ static const struct api_method_doc methods_doc[] = {
          "Run code in a language's interpreter, or a script saved in the user's script cache. A run that exits 0 is saved to the cache unless cache is false."},
         {"get_execution", api_m_get_execution,
          "{execution_id, wait?: seconds 0-60 | true | false, stdout_offset?, stderr_offset?, encoding?: utf8|base64}",
-         "an execution result; with an offset, the bytes from it and stdout_next_offset / stderr_next_offset",
+         "an execution result (tty: it runs on a terminal); with an offset, the bytes from it and stdout_next_offset / stderr_next_offset",
          "Read an execution's state and output. wait long-polls until it ends or, with an offset, until output past it arrives. A run_cell cell's execution_id is read the same way (kind cell, its context and status; outputs_offset pages its non-stream outputs)."},
         {"send_stdin", api_m_send_stdin,
          "{execution_id, data, encoding?, eof?}",

@@ -161,6 +161,47 @@ describe('the browser console', { skip: !haveChromium && `no ${CHROMIUM}` }, () 
                 await page.waitForSelector('#files tr[data-file="out.txt"]');
                 await shot(page, '3-session-page');
 
+                // a terminal into the session: a shell on a pseudo-terminal, typed into, resized with the page
+                const screenText = () => page.$eval('#terminal-screen', (e) => e.textContent);
+                const seen = (re) =>
+                        page.waitForFunction((src) => new RegExp(src).test(document.getElementById('terminal-screen').textContent), {}, re.source);
+                const size = () => page.$eval('#terminal-screen', (e) => `${e.dataset.rows} ${e.dataset.cols}`);
+                await page.click('#terminal-open');
+                await page.waitForSelector('#terminal-screen[data-state="running"]');
+                await page.focus('#terminal-screen');
+                // what the shell computes, never what the terminal echoes of the typed line
+                await page.keyboard.type('echo $((6*7))-from-the-terminal; tty\n');
+                await seen(/\n42-from-the-terminal\n\/dev\/pts\/\d+\n/);
+                const before = await size();
+                assert.match(before, /^\d+ \d+$/);
+                await page.keyboard.type('stty size\n');
+                await seen(new RegExp(`\n${before}\n`));
+                await page.setViewport({ width: 800, height: 800 }); // the screen narrows: resize_terminal
+                await page.waitForFunction((b) => {
+                        const e = document.getElementById('terminal-screen');
+                        return `${e.dataset.rows} ${e.dataset.cols}` !== b;
+                }, {}, before);
+                const after = await size();
+                await page.keyboard.type('stty size\n');
+                await seen(new RegExp(`\n${after}\n`));
+                assert.notEqual(after, before);
+                // output that looks like HTML is text
+                await page.keyboard.type("printf '<img src=x onerror=alert(9)>%s\\n' ok\n");
+                await seen(/\n<img src=x onerror=alert\(9\)>ok\n/);
+                assert.equal(await page.$$eval('#terminal-screen img', (l) => l.length), 0);
+                await shot(page, '3b-terminal');
+                await page.click('#terminal-close');
+                await page.waitForSelector('#terminal-screen[data-state="closed"]');
+                assert.match(await screenText(), /ok/, 'the screen keeps what it showed');
+                await page.setViewport({ width: 1280, height: 800 });
+                // the shell was cancelled
+                for (const end = Date.now() + 60000; ; ) {
+                        r = await call(port, ca, alice, 'list_executions', { session: 'live1', states: ['running', 'pending'] });
+                        if (r.body.executions?.length === 0) break;
+                        assert.ok(Date.now() < end, `the terminal's shell still runs: ${JSON.stringify(r.body)}`);
+                        await new Promise((res) => setTimeout(res, 100));
+                }
+
                 // pause and resume, each confirmed
                 await confirmClick(page, 'pause_session');
                 await page.waitForSelector('#session-facts[data-state="paused"]');

@@ -152,6 +152,26 @@ describe('E2B SDK against sandboxd (issue 36)', () => {
                         );
         });
 
+        test('an unchanged E2B program with a PTY: tty, size, TERM, resize, input, kill, exit', async () => {
+                const { stdout, stderr, code } = await runProgram('e2b_pty_program.mjs');
+                assert.equal(code, 0, `the E2B PTY program failed:\n${stderr}\n${stdout}\n--- daemon log:\n${d.logTail()}`);
+                const out = JSON.parse(stdout.trim().split('\n').pop());
+                assert.ok(out.pid > 0);
+                assert.match(out.tty, /^\/dev\/pts\/\d+$/);
+                assert.equal(out.size, '30 100');
+                assert.equal(out.term, 'xterm-256color');
+                assert.equal(out.resized, '40 120');
+                assert.equal(out.listed, true);
+                assert.equal(out.connectedPid, out.pid);
+                assert.equal(out.connectedSaw, true);
+                assert.equal(out.connectedSawOld, false);
+                assert.equal(out.connectedCmd, 'got:later\n');
+                assert.equal(out.killed, true);
+                assert.equal(out.end, 'CommandExitError');
+                assert.equal(out.exitCode, 7);
+                assert.equal(out.sandboxKilled, true);
+        });
+
         test('an unchanged @e2b/code-interpreter program: runCode state, a PNG chart, a DataFrame, a traceback, contexts', async () => {
                 const { stdout, stderr, code } = await runProgram('e2b_code_program.mjs');
                 assert.equal(code, 0, `the program failed:\n${stderr}\n${stdout}\n--- daemon log:\n${d.logTail()}`);
@@ -285,6 +305,7 @@ describe('E2B SDK against sandboxd (issue 36)', () => {
                                         '/process.Process/SendInput',
                                         '/process.Process/SendSignal',
                                         '/process.Process/CloseStdin',
+                                        '/process.Process/Update',
                                         '/filesystem.Filesystem/Stat',
                                         '/filesystem.Filesystem/ListDir',
                                         '/filesystem.Filesystem/MakeDir',
@@ -305,6 +326,13 @@ describe('E2B SDK against sandboxd (issue 36)', () => {
                                         'application/connect+json',
                                 );
                                 assert.equal(start.status, 404);
+                                const connect = await envd(
+                                        b.envdAccessToken,
+                                        '/process.Process/Connect',
+                                        envelope({ process: { pid: 1 } }),
+                                        'application/connect+json',
+                                );
+                                assert.equal(connect.status, 404);
                                 for (const [m, p, sport] of [
                                         ['GET', '/files?path=/home/user/x', '49983'],
                                         ['POST', '/files?path=/home/user/x', '49983'],
@@ -394,6 +422,56 @@ describe('E2B SDK against sandboxd (issue 36)', () => {
                         assert.ok(up.status === 413 || up.status === 'reset', `upload past the cap: ${up.status}`);
                         const ls = await envd(token, '/filesystem.Filesystem/ListDir', JSON.stringify({ path: '/home/user' }));
                         assert.ok(!JSON.stringify(JSON.parse(ls.body)).includes('big.bin'));
+                });
+
+                test('PTY sizes out of range or missing: a client error, nothing runs', async () => {
+                        for (const pty of [{ size: { cols: 0, rows: 24 } }, { size: { cols: 80, rows: 1001 } }, { size: { cols: 80 } }, {}]) {
+                                const r = await envd(
+                                        token,
+                                        '/process.Process/Start',
+                                        envelope({ process: { cmd: '/bin/sh', args: ['-c', 'touch /workspace/ran'] }, pty }),
+                                        'application/connect+json',
+                                );
+                                const f = frames(r.body);
+                                assert.equal(f.length, 1, `${JSON.stringify(pty)}: ${r.body}`);
+                                assert.equal(f[0].msg.error?.code, 'invalid_argument', `${JSON.stringify(pty)}: ${r.body}`);
+                        }
+                        // a terminal to resize: Update refuses a bad size and takes a good one
+                        const started = envd(
+                                token,
+                                '/process.Process/Start',
+                                envelope({ process: { cmd: '/bin/sh', args: ['-c', 'read x; stty size'] }, pty: { size: { cols: 80, rows: 24 } } }),
+                                'application/connect+json',
+                        );
+                        let pid = 0;
+                        for (const until = Date.now() + 60000; !pid && Date.now() < until; ) {
+                                const l = await envd(token, '/process.Process/List', '{}');
+                                pid = JSON.parse(l.body).processes[0]?.pid ?? 0;
+                                if (!pid) await new Promise((r) => setTimeout(r, 50));
+                        }
+                        assert.ok(pid > 0, 'the PTY process never appeared in List');
+                        const update = (size) =>
+                                envd(token, '/process.Process/Update', JSON.stringify({ process: { pid }, pty: { size } }));
+                        for (const size of [{ cols: 0, rows: 5 }, { cols: 5, rows: 70000 }, { cols: 'x', rows: 5 }]) {
+                                const r = await update(size);
+                                assert.equal(r.status, 400, `${JSON.stringify(size)}: ${r.status} ${r.body}`);
+                                assert.equal(JSON.parse(r.body).code, 'invalid_argument');
+                        }
+                        const ok = await update({ cols: 33, rows: 11 });
+                        assert.equal(ok.status, 200, ok.body.toString());
+                        const input = await envd(
+                                token,
+                                '/process.Process/SendInput',
+                                JSON.stringify({ process: { pid }, input: { pty: Buffer.from('go\n').toString('base64') } }),
+                        );
+                        assert.equal(input.status, 200, input.body.toString());
+                        const f = frames((await started).body);
+                        const pty = Buffer.concat(f.filter((x) => x.msg.event?.data?.pty).map((x) => Buffer.from(x.msg.event.data.pty, 'base64')));
+                        assert.match(pty.toString(), /11 33/);
+                        assert.ok(!f.some((x) => x.msg.event?.data?.stdout), 'a PTY sent stdout data');
+                        assert.equal(f.find((x) => x.msg.event?.end)?.msg.event.end.exitCode, 0);
+                        const none = await envd(token, '/filesystem.Filesystem/Stat', JSON.stringify({ path: '/home/user/ran' }));
+                        assert.equal(none.status, 404, 'a refused PTY start ran its command');
                 });
 
                 /** Start cmd with args and gather its stdout. */

@@ -369,7 +369,7 @@ static int proxy_target(const struct daemon *d, struct MHD_Connection *conn, cha
         int p = e2b_host_target(d->cfg.e2b_domain, host, ret_id);
 
         if (p || !sid || !sandbox_id_valid(sid, strlen(sid)))
-                return p;
+                return p; /* a host name's envd and interpreter ports too (e2b_begin) */
         p = port ? e2b_port_parse(port, strlen(port)) : 0;
         if (!p)
                 return -1;
@@ -422,6 +422,7 @@ int e2b_begin(struct daemon *d, const struct api_conn *c, struct MHD_Connection 
         const char *len = MHD_lookup_connection_value(conn, MHD_HEADER_KIND, MHD_HTTP_HEADER_CONTENT_LENGTH);
         bool envd = sid != NULL, bad_id = false, path_known = false;
         int want_port = 0, proxy;
+        char hid[E2B_ID_MAX + 1];
         struct fronterr e = {0};
 
         *ret = q;
@@ -431,7 +432,12 @@ int e2b_begin(struct daemon *d, const struct api_conn *c, struct MHD_Connection 
         q->c = *c;
         q->pfd = -1;
         proxy = proxy_target(d, conn, q->sandbox);
-        if (proxy > 0) {
+        if (proxy == E2B_ENVD_PORT || proxy == E2B_JUPYTER_PORT) { /* the host name names envd's */
+                sbx_strlcpy(hid, q->sandbox, sizeof(hid));
+                sid = hid;
+                envd = true;
+                port = proxy == E2B_ENVD_PORT ? "49983" : "49999";
+        } else if (proxy > 0) {
                 q->head_request = strcmp(verb, MHD_HTTP_METHOD_HEAD) == 0;
                 e2b_proxy_begin(q, conn, url, verb, proxy);
                 return 0;

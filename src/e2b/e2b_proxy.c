@@ -223,10 +223,19 @@ static void head_escaped(struct head *h, const char *s, bool query)
 
 static bool hop_by_hop(const char *k)
 {
-        static const char *const names[] = {"Connection",        "Keep-Alive",  "Proxy-Connection",
-                                            "Proxy-Authenticate", "Proxy-Authorization", "TE",
-                                            "Trailer",           "Transfer-Encoding", "Upgrade",
-                                            "Content-Length",    "Host",        "Expect", NULL};
+        static const char *const names[] = {"Connection",
+                                            "Keep-Alive",
+                                            "Proxy-Connection",
+                                            "Proxy-Authenticate",
+                                            "Proxy-Authorization",
+                                            "TE",
+                                            "Trailer",
+                                            "Transfer-Encoding",
+                                            "Upgrade",
+                                            "Content-Length",
+                                            "Host",
+                                            "Expect",
+                                            NULL};
         for (size_t i = 0; names[i]; i++)
                 if (strcasecmp(k, names[i]) == 0)
                         return true;
@@ -338,23 +347,22 @@ void e2b_proxy_begin(struct e2b_req *q, struct MHD_Connection *conn, const char 
         }
         q->authed = true; /* the id (and the token of a private one) is the capability */
         if (paused) {
-                e2b_decide(q, 502, "sandbox %s is paused: resume it (Sandbox.connect) to reach port %d",
-                              q->sandbox, port);
+                e2b_decide(q, 502, "sandbox %s is paused: resume it (Sandbox.connect) to reach port %d", q->sandbox,
+                           port);
                 return;
         }
         r = slot_take(&q->d->cfg, q->tok.user);
         if (r < 0) {
                 e2b_decide(q, r == -EUSERS ? 429 : 503,
-                              r == -EUSERS ? "too many proxied requests of this user at once (e2b_proxy_max_per_user)"
-                                           : "too many proxied requests at once (e2b_proxy_max_total)");
+                           r == -EUSERS ? "too many proxied requests of this user at once (e2b_proxy_max_per_user)"
+                                        : "too many proxied requests at once (e2b_proxy_max_total)");
                 return;
         }
         q->slot = true;
         r = gateway_dial(q->d->gateway, q->tok.user, q->session, port, &q->pfd);
         if (r < 0) {
                 q->pfd = -1;
-                e2b_decide(q, 502, "port %d of sandbox %s cannot be reached (%s)", port, q->sandbox,
-                              strerror(-r));
+                e2b_decide(q, 502, "port %d of sandbox %s cannot be reached (%s)", port, q->sandbox, strerror(-r));
                 return;
         }
         (void)setsockopt(q->pfd, SOL_SOCKET, SO_RCVTIMEO, &tv, sizeof(tv));
@@ -613,8 +621,8 @@ int e2b_proxy_respond(struct e2b_req *q, struct MHD_Connection *conn)
                 if (r == -ETIMEDOUT)
                         return e2b_reply_error(conn, 504, "port %d of sandbox %s did not answer within %d s",
                                                q->proxy_port, q->sandbox, PROXY_IDLE_S);
-                return e2b_reply_error(conn, 502, "port %d of sandbox %s did not answer with HTTP/1.x",
-                                       q->proxy_port, q->sandbox);
+                return e2b_reply_error(conn, 502, "port %d of sandbox %s did not answer with HTTP/1.x", q->proxy_port,
+                                       q->sandbox);
         }
 again:
         *end = '\0';
@@ -623,8 +631,8 @@ again:
         if (strncmp(b->buf, "HTTP/1.", 7) != 0 || !isdigit((unsigned char)b->buf[7]) || b->buf[8] != ' ')
                 goto bad;
         status = strtol(b->buf + 9, &status_end, 10);
-        if (status < 100 || status > 599 || status_end != b->buf + 12 || (*status_end && *status_end != ' ' &&
-                                                                            *status_end != '\r'))
+        if (status < 100 || status > 599 || status_end != b->buf + 12 ||
+            (*status_end && *status_end != ' ' && *status_end != '\r'))
                 goto bad;
         if (status == 101) /* no Upgrade is asked for (Connection: close) */
                 goto bad;
@@ -681,7 +689,7 @@ again:
                 b->mode = BODY_CLOSE;
         resp = MHD_create_response_from_callback(b->mode == BODY_LENGTH ? length
                                                  : b->mode == BODY_NONE ? (q->head_request && has_length ? length : 0)
-                                                                         : MHD_SIZE_UNKNOWN,
+                                                                        : MHD_SIZE_UNKNOWN,
                                                  PROXY_BLOCK, body_read, b, body_free);
         if (!resp) {
                 body_free(b);

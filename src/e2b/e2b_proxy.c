@@ -294,7 +294,7 @@ static int owner_of(struct e2b_req *q)
         return found == 1 ? 0 : -ENOENT;
 }
 
-/* The session as get_session sees it: E2B's paused, and its traffic label. */
+/* The session as session_info sees it: E2B's paused, and its traffic label. */
 static int sandbox_state(struct e2b_req *q, bool *ret_paused, bool *ret_private)
 {
         struct fronterr e = {0};
@@ -303,8 +303,10 @@ static int sandbox_state(struct e2b_req *q, bool *ret_paused, bool *ret_private)
 
         if (params)
                 cJSON_AddStringToObject(params, "session", q->session);
-        if (e2b_call(q, "get_session", params, &res, &e) < 0)
+        if (e2b_call(q, "session_info", params, &res, &e) < 0) {
+                log_ctx(LOG_LEVEL_DEBUG, q->tok.user, q->session, NULL, "e2b: getHost: session_info: %s", e.msg);
                 return -ENOENT;
+        }
         state = cJSON_GetObjectItemCaseSensitive(res, "state");
         label = cJSON_GetObjectItemCaseSensitive(cJSON_GetObjectItemCaseSensitive(res, "labels"), E2B_TRAFFIC_LABEL);
         *ret_paused = cJSON_IsString(state) &&

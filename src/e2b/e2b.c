@@ -695,30 +695,32 @@ static cJSON *sandbox_object(struct e2b_req *q, const char *tmpl, bool with_toke
 /* network: {allowPublicTraffic} is served (getHost traffic behind the
  * access token when false, e2b_proxy.c); allowOut, denyOut and
  * maskRequestHost are refused, as is metadata naming E2B_TRAFFIC_LABEL.
- * MHD_YES when the create goes on. */
-static enum MHD_Result create_network(const cJSON *b, struct MHD_Connection *conn, bool *ret_private)
+ * NULL when the create goes on, else why not (in why). */
+static const char *create_network(const cJSON *b, bool *ret_private, char *why, size_t why_size)
 {
         const cJSON *n = cJSON_GetObjectItemCaseSensitive(b, "network"), *m, *it;
 
         m = cJSON_GetObjectItemCaseSensitive(b, "metadata");
-        if (cJSON_IsObject(m) && cJSON_GetObjectItemCaseSensitive(m, E2B_TRAFFIC_LABEL))
-                return e2b_reply_error(conn, 400, "metadata key %s is sandboxd's own", E2B_TRAFFIC_LABEL);
+        if (cJSON_IsObject(m) && cJSON_GetObjectItemCaseSensitive(m, E2B_TRAFFIC_LABEL)) {
+                snprintf(why, why_size, "metadata key %s is sandboxd's own", E2B_TRAFFIC_LABEL);
+                return why;
+        }
         if (!n || cJSON_IsNull(n))
-                return MHD_YES;
+                return NULL;
         if (!cJSON_IsObject(n))
-                return e2b_reply_error(conn, 400, "network must be an object");
+                return "network must be an object";
         cJSON_ArrayForEach(it, n) {
                 if (strcmp(it->string, "allowPublicTraffic") == 0) {
                         if (!cJSON_IsBool(it) && !cJSON_IsNull(it))
-                                return e2b_reply_error(conn, 400, "network.allowPublicTraffic must be a boolean");
+                                return "network.allowPublicTraffic must be a boolean";
                         *ret_private = cJSON_IsFalse(it);
                 } else if (!cJSON_IsNull(it) && !(cJSON_IsArray(it) && !it->child)) {
-                        return e2b_reply_error(conn, 400,
-                                               "network.%.64s is not supported by sandboxd yet (docs/e2b.md)",
-                                               it->string);
+                        snprintf(why, why_size, "network.%.64s is not supported by sandboxd yet (docs/e2b.md)",
+                                 it->string);
+                        return why;
                 }
         }
-        return MHD_YES;
+        return NULL;
 }
 
 static enum MHD_Result c_create(struct e2b_req *q, struct MHD_Connection *conn)
@@ -736,6 +738,7 @@ static enum MHD_Result c_create(struct e2b_req *q, struct MHD_Connection *conn)
         struct fronterr e = {0};
         int64_t timeout = 300; /* E2B's documented default (the SDK may leave it to the server) */
         bool private_traffic = false;
+        char why[128];
 
         if (!b)
                 return ans;
@@ -763,8 +766,8 @@ static enum MHD_Result c_create(struct e2b_req *q, struct MHD_Connection *conn)
                         return e2b_reply_error(conn, 400, "%s is not supported by sandboxd yet (docs/e2b.md)",
                                                unsupported[i]);
         }
-        if ((ans = create_network(b, conn, &private_traffic)) != MHD_YES)
-                return ans;
+        if ((bad = create_network(b, &private_traffic, why, sizeof(why))))
+                return e2b_reply_error(conn, 400, "%s", bad);
         m = cJSON_GetObjectItemCaseSensitive(b, "autoPause");
         if (cJSON_IsTrue(m))
                 return e2b_reply_error(conn, 400, "autoPause is not supported by sandboxd yet (docs/e2b.md)");

@@ -20,18 +20,18 @@ Test(e2b_host, routes_a_well_formed_name)
 Test(e2b_host, refuses_everything_else)
 {
         static const char *const bad[] = {
-                "08123-" ID ".sbx.test",        /* leading zero */
-                "0-" ID ".sbx.test",            /* port 0 */
-                "65536-" ID ".sbx.test",        /* past 65535 */
-                "+80-" ID ".sbx.test",          /* a sign */
-                "80-" ID "x.sbx.test",          /* 21 characters */
+                "08123-" ID ".sbx.test",            /* leading zero */
+                "0-" ID ".sbx.test",                /* port 0 */
+                "65536-" ID ".sbx.test",            /* past 65535 */
+                "+80-" ID ".sbx.test",              /* a sign */
+                "80-" ID "x.sbx.test",              /* 21 characters */
                 "80-ABCDEFGHIJ0123456789.sbx.test", /* upper case id */
-                "80-" ID ".evil.sbx.test",      /* a label too many */
-                "80-" ID ".sbx.testx",          /* another domain */
-                "80-" ID "sbx.test",            /* no dot */
-                "80" ID ".sbx.test",            /* no dash */
-                "80-" ID ".sbx.test:0",         /* a bad front port */
-                "80-" ID ".sbx.test:",          /* an empty one */
+                "80-" ID ".evil.sbx.test",          /* a label too many */
+                "80-" ID ".sbx.testx",              /* another domain */
+                "80-" ID "sbx.test",                /* no dot */
+                "80" ID ".sbx.test",                /* no dash */
+                "80-" ID ".sbx.test:0",             /* a bad front port */
+                "80-" ID ".sbx.test:",              /* an empty one */
                 "sbx.test",
                 "",
         };

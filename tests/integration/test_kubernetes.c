@@ -1480,8 +1480,7 @@ static bool no_pod_of_the_run(void)
                 return false;
         j = cJSON_Parse(raw);
         pods_left[0] = '\0';
-        cJSON_ArrayForEach(pod, jget(j, "items"))
-        {
+        cJSON_ArrayForEach(pod, jget(j, "items")) {
                 const cJSON *gone = jget(pod, "metadata.deletionTimestamp");
                 const cJSON *name = jget(pod, "metadata.name"), *phase = jget(pod, "status.phase");
                 if (n < sizeof(pods_left))

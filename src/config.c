@@ -261,6 +261,13 @@ static const struct config_key keys[] = {
         {"e2b_templates", CFG_STRING, F(e2b_templates), 0, 0, 0, "", NULL,
          "E2B templates as images, \"name=image,...\" (each image: image or one of images); empty: base and "
          "code-interpreter-v1 to image (docs/e2b.md)"},
+        {"e2b_domain", CFG_STRING, F(e2b_domain), 0, 0, 0, "", NULL,
+         "E2B's sandbox domain: the front serves getHost(port) host names {port}-{sandboxID}.<domain> "
+         "(wildcard DNS to the front); empty: off (docs/e2b.md)"},
+        {"e2b_proxy_max_per_user", CFG_INT, F(e2b_proxy_max_per_user), 0, 1, 100000, "64", NULL,
+         "getHost(port) requests proxied at once into one user's sandboxes"},
+        {"e2b_proxy_max_total", CFG_INT, F(e2b_proxy_max_total), 0, 1, 1000000, "512", NULL,
+         "getHost(port) requests proxied at once in all"},
         {"max_scripts_per_user", CFG_INT, F(max_scripts_per_user), 0, 0, 100000, "200", NULL,
          "scripts a user's script cache holds at most (0: no caching)"},
         {"max_script_bytes_per_user", CFG_SIZE, F(max_script_bytes_per_user), 0, 0, INT64_C(1) << 32, "16m", NULL,
@@ -594,6 +601,30 @@ static int parse_line(struct sbx_config *cfg, char *line, struct sbx_error *err)
 
 static int check_pool_images(const struct sbx_config *cfg, struct sbx_error *err);
 
+/* e2b_domain: dot-separated labels of [a-z0-9-], 1-63 each, no '-' at either
+ * end, at most 200 characters (room for "{port}-{id}." in a DNS name). */
+static bool e2b_domain_valid(const char *d)
+{
+        size_t n = strlen(d), label = 0;
+
+        if (n == 0 || n > 200 || d[0] == '.' || d[n - 1] == '.')
+                return false;
+        for (size_t i = 0; i < n; i++) {
+                char c = d[i];
+                if (c == '.') {
+                        if (label == 0 || d[i - 1] == '-')
+                                return false;
+                        label = 0;
+                        continue;
+                }
+                if (!((c >= 'a' && c <= 'z') || (c >= '0' && c <= '9') || c == '-') || (c == '-' && label == 0) ||
+                    ++label > 63)
+                        return false;
+        }
+        return d[n - 1] != '-';
+}
+
+
 static int check_cross(const struct sbx_config *cfg, struct sbx_error *err)
 {
         int r0;
@@ -612,6 +643,10 @@ static int check_cross(const struct sbx_config *cfg, struct sbx_error *err)
                                      "network_default = bridge needs an isolated network, which the kubernetes engine "
                                      "does not make (its sandbox Pods are sealed by a default-deny NetworkPolicy)");
 
+        if (cfg->e2b_domain[0] && !e2b_domain_valid(cfg->e2b_domain))
+                return sbx_error_set(err, -EINVAL, 0,
+                                     "e2b_domain must be a DNS name: labels of [a-z0-9-] (1-63, no '-' at either "
+                                     "end), dot-separated, at most 200 characters");
         if (cfg->ports_per_session > span)
                 return sbx_error_set(err, -EINVAL, 0,
                                      "ports_per_session (%d) is larger than port_range %d-%d (%d ports)",

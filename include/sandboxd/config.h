@@ -67,7 +67,10 @@ struct sbx_config {
 
         /* container */
         char image[256];
-        char images[1024];                /* further images create_session may choose, comma-separated */
+        char images[1024];          /* further images create_session may choose, comma-separated */
+        char e2b_domain[254];       /* getHost(port) host names {port}-{id}.<domain>; "": off (e2b.h) */
+        int e2b_proxy_max_per_user; /* getHost requests proxied at once, per user and in all */
+        int e2b_proxy_max_total;
         char e2b_templates[1024];         /* E2B templates: "name=image,..." (e2b.h); "": base, code-interpreter-v1 */
         char runner_binary[SBX_PATH_MAX]; /* "" → sandboxd-runner next to the executable */
         int runner_heartbeat_ms;

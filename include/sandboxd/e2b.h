@@ -19,6 +19,13 @@
  * returned by create and connect. Another user's sandbox answers as an
  * unknown one (404).
  *
+ * getHost(port) traffic (e2b_proxy.c): a Host "{port}-{id}.{e2b_domain}",
+ * or E2b-Sandbox-Id with another E2b-Sandbox-Port, is proxied to that port
+ * in the sandbox's container through the gateway (gateway_dial); public
+ * unless created with network.allowPublicTraffic false, then it needs
+ * e2b-traffic-access-token (the access token). Unknown, or private without
+ * the right token: 404.
+ *
  * Caps: a control body at most E2B_BODY_MAX, a Connect message at most
  * E2B_BODY_MAX, an upload at most min(max_file_size, E2B_UPLOAD_MAX). */
 #ifndef SANDBOXD_E2B_H
@@ -40,8 +47,18 @@ struct daemon;
 struct e2b_req;
 struct MHD_Connection;
 
-/* Whether the request is the E2B front's: a control route or an envd request. */
-bool e2b_claims(struct MHD_Connection *conn, const char *url);
+#define E2B_SANDBOX_ID_LEN 20 /* the ids create makes; the only ones a getHost host name routes */
+
+/* Whether the request is the E2B front's: a control route, an envd request,
+ * or getHost(port) traffic (a Host under e2b_domain). */
+bool e2b_claims(const struct daemon *d, struct MHD_Connection *conn, const char *url);
+/* A port in decimal, 1-65535, no sign, no leading zero; 0 if s[0..n) is not one. */
+int e2b_port_parse(const char *s, size_t n);
+/* The port of a getHost host name "{port}-{id}.{domain}" (an optional
+ * ":port" of the front's own and a final dot allowed, domain matched without
+ * case, id exactly E2B_SANDBOX_ID_LEN of [a-z0-9], copied to ret_id); 0 when
+ * host is not one (or domain is empty). */
+int e2b_host_target(const char *domain, const char *host, char ret_id[E2B_ID_MAX + 1]);
 /* The headers are complete: route and authenticate. c is the connection's
  * API state (auth failures count there) with send and gone set for this
  * request. Always a request in *ret (NULL only without memory); when

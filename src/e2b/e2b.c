@@ -296,7 +296,7 @@ static int access_token(struct e2b_req *q, char ret[E2B_ACCESS_TOKEN_MAX + 1])
 }
 
 /* The user a token names, when its MAC is that user's for this sandbox. */
-static bool access_check(struct e2b_req *q, const char *token)
+bool e2b_access_check(struct e2b_req *q, const char *token)
 {
         const char *dot = token ? strchr(token, '.') : NULL;
         char mac[E2B_MAC_HEX + 1];
@@ -361,11 +361,34 @@ static bool path_match(const char *pattern, const char *path, char id[E2B_ID_MAX
         return *u == '\0';
 }
 
-bool e2b_claims(struct MHD_Connection *conn, const char *url)
+/* The getHost port the request names (its Host under e2b_domain, or
+ * E2b-Sandbox-Id with a port that is not envd's or the interpreter's), id in
+ * ret_id; 0: none; -1: E2b-Sandbox-Port is not a port. */
+static int proxy_target(const struct daemon *d, struct MHD_Connection *conn, char ret_id[E2B_ID_MAX + 1])
 {
-        return MHD_lookup_connection_value(conn, MHD_HEADER_KIND, "E2b-Sandbox-Id") || strcmp(url, "/sandboxes") == 0 ||
-               strncmp(url, "/sandboxes/", 11) == 0 || strcmp(url, "/v2/sandboxes") == 0 ||
-               strncmp(url, "/v2/sandboxes/", 14) == 0;
+        const char *host = MHD_lookup_connection_value(conn, MHD_HEADER_KIND, MHD_HTTP_HEADER_HOST);
+        const char *sid = MHD_lookup_connection_value(conn, MHD_HEADER_KIND, "E2b-Sandbox-Id");
+        const char *port = MHD_lookup_connection_value(conn, MHD_HEADER_KIND, "E2b-Sandbox-Port");
+        int p = e2b_host_target(d->cfg.e2b_domain, host, ret_id);
+
+        if (p || !sid || !sandbox_id_valid(sid, strlen(sid)))
+                return p; /* a host name's envd and interpreter ports too (e2b_begin) */
+        p = port ? e2b_port_parse(port, strlen(port)) : 0;
+        if (!p)
+                return -1;
+        if (p == E2B_ENVD_PORT || p == E2B_JUPYTER_PORT)
+                return 0;
+        sbx_strlcpy(ret_id, sid, E2B_ID_MAX + 1);
+        return p;
+}
+
+bool e2b_claims(const struct daemon *d, struct MHD_Connection *conn, const char *url)
+{
+        char id[E2B_ID_MAX + 1];
+
+        return proxy_target(d, conn, id) > 0 || MHD_lookup_connection_value(conn, MHD_HEADER_KIND, "E2b-Sandbox-Id") ||
+               strcmp(url, "/sandboxes") == 0 || strncmp(url, "/sandboxes/", 11) == 0 ||
+               strcmp(url, "/v2/sandboxes") == 0 || strncmp(url, "/v2/sandboxes/", 14) == 0;
 }
 
 bool e2b_decided(const struct e2b_req *q)
@@ -383,8 +406,7 @@ int e2b_auth_failures(const struct e2b_req *q)
         return q->c.auth_failures;
 }
 
-static void decide(struct e2b_req *q, int status, const char *fmt, ...) __attribute__((format(printf, 3, 4)));
-static void decide(struct e2b_req *q, int status, const char *fmt, ...)
+void e2b_decide(struct e2b_req *q, int status, const char *fmt, ...)
 {
         va_list ap;
 
@@ -402,7 +424,8 @@ int e2b_begin(struct daemon *d, const struct api_conn *c, struct MHD_Connection 
         const char *port = MHD_lookup_connection_value(conn, MHD_HEADER_KIND, "E2b-Sandbox-Port");
         const char *len = MHD_lookup_connection_value(conn, MHD_HEADER_KIND, MHD_HTTP_HEADER_CONTENT_LENGTH);
         bool envd = sid != NULL, bad_id = false, path_known = false;
-        int want_port = 0;
+        int want_port = 0, proxy;
+        char hid[E2B_ID_MAX + 1];
         struct fronterr e = {0};
 
         *ret = q;
@@ -410,20 +433,29 @@ int e2b_begin(struct daemon *d, const struct api_conn *c, struct MHD_Connection 
                 return -ENOMEM;
         q->d = d;
         q->c = *c;
+        q->pfd = -1;
+        proxy = proxy_target(d, conn, q->sandbox);
+        if (proxy == E2B_ENVD_PORT || proxy == E2B_JUPYTER_PORT) { /* the host name names envd's */
+                sbx_strlcpy(hid, q->sandbox, sizeof(hid));
+                sid = hid;
+                envd = true;
+                port = proxy == E2B_ENVD_PORT ? "49983" : "49999";
+        } else if (proxy > 0) {
+                q->head_request = strcmp(verb, MHD_HTTP_METHOD_HEAD) == 0;
+                e2b_proxy_begin(q, conn, url, verb, proxy);
+                return 0;
+        }
         if (envd) {
                 if (port && strcmp(port, "49983") == 0)
                         want_port = E2B_ENVD_PORT;
                 else if (port && strcmp(port, "49999") == 0)
                         want_port = E2B_JUPYTER_PORT;
                 if (!sandbox_id_valid(sid, strlen(sid))) {
-                        decide(q, 400, "E2b-Sandbox-Id must be 1-%d characters of [a-z0-9]", E2B_ID_MAX);
+                        e2b_decide(q, 400, "E2b-Sandbox-Id must be 1-%d characters of [a-z0-9]", E2B_ID_MAX);
                         return 0;
                 }
-                if (!want_port) {
-                        /* getHost(port) URLs through the gateway are not served yet */
-                        decide(q, 502,
-                               "E2b-Sandbox-Port %.8s is not served: only envd's %d and the code interpreter's %d",
-                               port ? port : "(none)", E2B_ENVD_PORT, E2B_JUPYTER_PORT);
+                if (!want_port) { /* proxy_target found no port in it */
+                        e2b_decide(q, 400, "E2b-Sandbox-Port must be a port, 1-65535");
                         return 0;
                 }
                 sbx_strlcpy(q->sandbox, sid, sizeof(q->sandbox));
@@ -443,14 +475,14 @@ int e2b_begin(struct daemon *d, const struct api_conn *c, struct MHD_Connection 
                 }
         }
         if (bad_id) {
-                decide(q, 400, "a sandbox id is 1-%d characters of [a-z0-9]", E2B_ID_MAX);
+                e2b_decide(q, 400, "a sandbox id is 1-%d characters of [a-z0-9]", E2B_ID_MAX);
                 return 0;
         }
         if (!q->route) {
                 if (path_known)
-                        decide(q, 405, "%s is not a method of %s", verb, url);
+                        e2b_decide(q, 405, "%s is not a method of %s", verb, url);
                 else
-                        decide(q, 404, "no such path on this sandboxd's E2B front: %s", url);
+                        e2b_decide(q, 404, "no such path on this sandboxd's E2B front: %s", url);
                 return 0;
         }
         if (q->sandbox[0])
@@ -460,20 +492,20 @@ int e2b_begin(struct daemon *d, const struct api_conn *c, struct MHD_Connection 
                 /* the code interpreter's SDK sends only the traffic token (the same token here) on /contexts */
                 if (!at)
                         at = MHD_lookup_connection_value(conn, MHD_HEADER_KIND, "E2B-Traffic-Access-Token");
-                if (!access_check(q, at)) {
+                if (!e2b_access_check(q, at)) {
                         q->c.auth_failures++;
                         memset(&q->tok, 0, sizeof(q->tok));
                         /* a sandbox of another user, or none, reads the same */
-                        decide(q, at ? 404 : 401,
-                               at ? "sandbox %s not found" : "X-Access-Token is required (returned at create)",
-                               q->sandbox);
+                        e2b_decide(q, at ? 404 : 401,
+                                   at ? "sandbox %s not found" : "X-Access-Token is required (returned at create)",
+                                   q->sandbox);
                         return 0;
                 }
                 q->tok.role = TOKEN_ROLE_AGENT;
         } else {
                 const char *key = MHD_lookup_connection_value(conn, MHD_HEADER_KIND, "X-API-Key");
                 if (api_authenticate(&q->c, key, "e2b", &q->tok, &e) < 0) {
-                        decide(q, http_status_for_code(e.code), "%s", e.msg);
+                        e2b_decide(q, http_status_for_code(e.code), "%s", e.msg);
                         return 0;
                 }
         }
@@ -482,7 +514,7 @@ int e2b_begin(struct daemon *d, const struct api_conn *c, struct MHD_Connection 
         if (q->max == E2B_UPLOAD_MAX && (size_t)d->cfg.max_file_bytes < q->max)
                 q->max = (size_t)d->cfg.max_file_bytes;
         if (len && strtoull(len, NULL, 10) > q->max)
-                decide(q, 413, "the body is larger than %zu bytes", q->max);
+                e2b_decide(q, 413, "the body is larger than %zu bytes", q->max);
         return 0;
 }
 
@@ -490,6 +522,10 @@ void e2b_body(struct e2b_req *q, const char *data, size_t n)
 {
         char *nb;
 
+        if (q->proxy_port) {
+                e2b_proxy_body(q, data, n);
+                return;
+        }
         if (q->too_large || q->len + n > q->max) {
                 q->too_large = true;
                 free(q->body);
@@ -522,6 +558,8 @@ int e2b_respond(struct e2b_req *q, struct MHD_Connection *conn, bool close)
         }
         if (q->status)
                 return e2b_reply_error(conn, q->status, "%s", q->msg);
+        if (q->proxy_port)
+                return e2b_proxy_respond(q, conn);
         if (q->too_large)
                 return e2b_reply_error(conn, 413, "the body is larger than %zu bytes", q->max);
         return q->route->run(q, conn);
@@ -531,6 +569,7 @@ void e2b_req_free(struct e2b_req *q)
 {
         if (!q)
                 return;
+        e2b_proxy_free(q);
         free(q->body);
         free(q);
 }
@@ -649,8 +688,42 @@ static cJSON *sandbox_object(struct e2b_req *q, const char *tmpl, bool with_toke
                 cJSON_AddStringToObject(o, "trafficAccessToken", at);
                 explicit_bzero(at, sizeof(at));
         }
-        cJSON_AddNullToObject(o, "domain");
+        if (q->d->cfg.e2b_domain[0]) /* the SDK's getHost(port) names {port}-{id}.<domain> */
+                cJSON_AddStringToObject(o, "domain", q->d->cfg.e2b_domain);
+        else
+                cJSON_AddNullToObject(o, "domain");
         return o;
+}
+
+/* network: {allowPublicTraffic} is served (getHost traffic behind the
+ * access token when false, e2b_proxy.c); allowOut, denyOut and
+ * maskRequestHost are refused, as is metadata naming E2B_TRAFFIC_LABEL.
+ * NULL when the create goes on, else why not (in why). */
+static const char *create_network(const cJSON *b, bool *ret_private, char *why, size_t why_size)
+{
+        const cJSON *n = cJSON_GetObjectItemCaseSensitive(b, "network"), *m, *it;
+
+        m = cJSON_GetObjectItemCaseSensitive(b, "metadata");
+        if (cJSON_IsObject(m) && cJSON_GetObjectItemCaseSensitive(m, E2B_TRAFFIC_LABEL)) {
+                snprintf(why, why_size, "metadata key %s is sandboxd's own", E2B_TRAFFIC_LABEL);
+                return why;
+        }
+        if (!n || cJSON_IsNull(n))
+                return NULL;
+        if (!cJSON_IsObject(n))
+                return "network must be an object";
+        cJSON_ArrayForEach(it, n) {
+                if (strcmp(it->string, "allowPublicTraffic") == 0) {
+                        if (!cJSON_IsBool(it) && !cJSON_IsNull(it))
+                                return "network.allowPublicTraffic must be a boolean";
+                        *ret_private = cJSON_IsFalse(it);
+                } else if (!cJSON_IsNull(it) && !(cJSON_IsArray(it) && !it->child)) {
+                        snprintf(why, why_size, "network.%.64s is not supported by sandboxd yet (docs/e2b.md)",
+                                 it->string);
+                        return why;
+                }
+        }
+        return NULL;
 }
 
 static enum MHD_Result c_create(struct e2b_req *q, struct MHD_Connection *conn)
@@ -667,6 +740,8 @@ static enum MHD_Result c_create(struct e2b_req *q, struct MHD_Connection *conn)
         cJSON *params, *res = NULL;
         struct fronterr e = {0};
         int64_t timeout = 300; /* E2B's documented default (the SDK may leave it to the server) */
+        bool private_traffic = false;
+        char why[128];
 
         if (!b)
                 return ans;
@@ -687,13 +762,15 @@ static enum MHD_Result c_create(struct e2b_req *q, struct MHD_Connection *conn)
                 timeout = (int64_t)m->valuedouble;
         }
         /* what sandboxd cannot honour yet is refused, never dropped in silence */
-        static const char *const unsupported[] = {"mcp", "iam", "volumeMounts", "network", "autoResume", NULL};
+        static const char *const unsupported[] = {"mcp", "iam", "volumeMounts", "autoResume", NULL};
         for (size_t i = 0; unsupported[i]; i++) {
                 m = cJSON_GetObjectItemCaseSensitive(b, unsupported[i]);
                 if (m && !cJSON_IsNull(m) && !(cJSON_IsObject(m) && !m->child) && !(cJSON_IsArray(m) && !m->child))
                         return e2b_reply_error(conn, 400, "%s is not supported by sandboxd yet (docs/e2b.md)",
                                                unsupported[i]);
         }
+        if ((bad = create_network(b, &private_traffic, why, sizeof(why))))
+                return e2b_reply_error(conn, 400, "%s", bad);
         m = cJSON_GetObjectItemCaseSensitive(b, "autoPause");
         if (cJSON_IsTrue(m))
                 return e2b_reply_error(conn, 400, "autoPause is not supported by sandboxd yet (docs/e2b.md)");
@@ -722,6 +799,12 @@ static enum MHD_Result c_create(struct e2b_req *q, struct MHD_Connection *conn)
         m = cJSON_GetObjectItemCaseSensitive(b, "metadata");
         if (m && !cJSON_IsNull(m))
                 cJSON_AddItemToObject(params, "labels", cJSON_Duplicate(m, true));
+        if (private_traffic) {
+                cJSON *labels = cJSON_GetObjectItemCaseSensitive(params, "labels");
+                if (!cJSON_IsObject(labels))
+                        labels = cJSON_AddObjectToObject(params, "labels"); /* a bad one was refused above */
+                cJSON_AddStringToObject(labels, E2B_TRAFFIC_LABEL, "private");
+        }
         if (e2b_call(q, "create_session", params, &res, &e) < 0)
                 return e2b_reply_fronterr(conn, &e);
         cJSON_Delete(res);
@@ -770,8 +853,9 @@ static cJSON *listed(struct e2b_req *q, const cJSON *s)
         cJSON_AddNumberToObject(o, "cpuCount", cJSON_IsNumber(cpu) && cpu->valuedouble >= 1 ? cpu->valuedouble : 1);
         cJSON_AddNumberToObject(o, "memoryMB", cJSON_IsNumber(mem) ? mem->valuedouble / (1024 * 1024) : 0);
         cJSON_AddNumberToObject(o, "diskSizeMB", cJSON_IsNumber(disk) ? disk->valuedouble / (1024 * 1024) : 0);
-        cJSON_AddItemToObject(o, "metadata",
-                              cJSON_IsObject(labels) ? cJSON_Duplicate(labels, true) : cJSON_CreateObject());
+        cJSON *meta = cJSON_IsObject(labels) ? cJSON_Duplicate(labels, true) : cJSON_CreateObject();
+        cJSON_DeleteItemFromObjectCaseSensitive(meta, E2B_TRAFFIC_LABEL); /* sandboxd's, not the tenant's */
+        cJSON_AddItemToObject(o, "metadata", meta);
         /* a stopped session (its timeout ran out, or idle) keeps its workspace: E2B's paused */
         cJSON_AddStringToObject(o, "state",
                                 cJSON_IsString(state) && (strcmp(state->valuestring, "paused") == 0 ||

@@ -306,7 +306,7 @@ static void request_begin(struct http_server *srv, struct MHD_Connection *conn, 
                 rq->console = true;
                 return;
         }
-        if (e2b_claims(conn, url)) { /* E2B's paths and headers: its own auth and caps (e2b.h) */
+        if (e2b_claims(srv->d, conn, url)) { /* E2B's paths and headers: its own auth and caps (e2b.h) */
                 struct api_conn c = hc->api;
                 c.send = drop_progress;
                 c.gone = sync_gone;

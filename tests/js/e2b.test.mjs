@@ -7,6 +7,7 @@
 import assert from 'node:assert/strict';
 import { execFile } from 'node:child_process';
 import https from 'node:https';
+import tls from 'node:tls';
 import path from 'node:path';
 import { after, before, describe, test } from 'node:test';
 import { fileURLToPath } from 'node:url';
@@ -19,7 +20,9 @@ const HERE = path.dirname(fileURLToPath(import.meta.url));
 function request(ca, port, method, urlPath, { headers = {}, body } = {}) {
         return new Promise((resolve, reject) => {
                 const req = https.request(
-                        { hostname: '127.0.0.1', port, path: urlPath, method, headers, ca, timeout: 60000 },
+                        { hostname: '127.0.0.1', port, path: urlPath, method, headers, ca, timeout: 60000,
+                          // the cert names 127.0.0.1, where the test connects; Host names the sandbox
+                          checkServerIdentity: (_host, cert) => tls.checkServerIdentity('127.0.0.1', cert) },
                         (res) => {
                                 const chunks = [];
                                 res.on('data', (c) => chunks.push(c));
@@ -61,6 +64,7 @@ describe('E2B SDK against sandboxd (issue 36)', () => {
         before(async () => {
                 d = new Daemon();
                 d.env.SANDBOXD_MAX_FILE_SIZE = '1m'; // the upload cap, tested below
+                d.env.SANDBOXD_E2B_DOMAIN = 'sbx.test'; // getHost(port) names: the tests set Host on 127.0.0.1
                 ({ ca, port } = await d.startHttps());
                 const mint = async (user) => {
                         const r = await socketRequest(d.adminSocket, { cmd: 'token.create', user, role: 'agent', format: 'e2b' });
@@ -76,7 +80,7 @@ describe('E2B SDK against sandboxd (issue 36)', () => {
         });
 
         /** Run a program of tests/js/ with the three variables and the test's CA. */
-        const runProgram = (name) =>
+        const runProgram = (name, extra = {}) =>
                 new Promise((resolve) =>
                         execFile(
                                 process.execPath,
@@ -89,6 +93,8 @@ describe('E2B SDK against sandboxd (issue 36)', () => {
                                                 E2B_API_KEY: keyA,
                                                 NODE_EXTRA_CA_CERTS: path.join(d.dir, 'ca.pem'),
                                                 RUN_TAG: `t${RUN_ID}`.toLowerCase().replace(/[^a-z0-9]/g, '').slice(0, 40),
+                                                E2B_PORT: String(port),
+                                                ...extra,
                                         },
                                         timeout: 240000,
                                         maxBuffer: 1 << 20,
@@ -96,6 +102,50 @@ describe('E2B SDK against sandboxd (issue 36)', () => {
                                 (err, stdout, stderr) => resolve({ stdout, stderr, code: err ? err.code : 0 }),
                         ),
                 );
+
+        test('getHost(port): a server in the sandbox through {port}-{id}.{domain}; closed port 502; unknown 404; allowPublicTraffic false needs the token', async () => {
+                const { stdout, stderr, code } = await runProgram('e2b_host_program.mjs');
+                assert.equal(code, 0, `the getHost program failed:\n${stderr}\n${stdout}\n--- daemon log:\n${d.logTail()}`);
+                const out = JSON.parse(stdout.trim().split('\n').pop());
+                assert.match(out.host, /^8123-[a-z0-9]{20}\.sbx\.test$/);
+                assert.deepEqual(out.get, { status: 200, body: 'hello through getHost', length: '21' });
+                assert.equal(out.missing, 404); // the server's own 404, path and query passed on
+                assert.equal(out.closed.status, 502);
+                assert.match(out.closed.body, /nothing answered on port 8124/);
+                assert.deepEqual(out.header, { status: 200, body: 'hello through getHost' });
+                assert.equal(out.unknown, 404);
+                assert.deepEqual(out.privWith, { status: 200, body: 'hello through getHost', tokenSet: true });
+                assert.equal(out.privNone, 404);
+                assert.equal(out.privWrong, 404);
+        });
+
+        test('getHost(port) of another user\'s private sandbox with that user\'s own token: 404', async () => {
+                const mk = async (key, body) => {
+                        const r = await request(ca, port, 'POST', '/sandboxes', {
+                                headers: { 'X-API-Key': key, 'Content-Type': 'application/json' },
+                                body: JSON.stringify(body),
+                        });
+                        assert.equal(r.status, 201, r.body.toString());
+                        return JSON.parse(r.body);
+                };
+                const a = await mk(keyA, { templateID: 'base', timeout: 300, network: { allowPublicTraffic: false } });
+                const b = await mk(keyB, { templateID: 'base', timeout: 300 });
+                try {
+                        assert.equal(a.domain, 'sbx.test');
+                        const r = await request(ca, port, 'GET', '/', {
+                                headers: { Host: `8123-${a.sandboxID}.sbx.test`, 'e2b-traffic-access-token': b.trafficAccessToken },
+                        });
+                        assert.equal(r.status, 404, r.body.toString());
+                        const bad = await request(ca, port, 'POST', '/sandboxes', {
+                                headers: { 'X-API-Key': keyA, 'Content-Type': 'application/json' },
+                                body: JSON.stringify({ templateID: 'base', network: { allowOut: ['1.2.3.4'] } }),
+                        });
+                        assert.equal(bad.status, 400, bad.body.toString());
+                } finally {
+                        for (const [k, s] of [[keyA, a], [keyB, b]])
+                                await request(ca, port, 'DELETE', `/sandboxes/${s.sandboxID}`, { headers: { 'X-API-Key': k } });
+                }
+        });
 
         test('a token in E2B spelling passes the SDK key check and the daemon', () => {
                 assert.match(keyA, /^e2b_[0-9a-f]+$/);

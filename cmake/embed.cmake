@@ -1,6 +1,6 @@
 # embed.cmake — files carried inside the binaries as C arrays, so nothing
 # reads the source tree at run time: the harnesses (harness/), the MCP tool
-# catalog (schemas/), and, through sbx_embed_bytes, the migrations
+# catalog (schemas/), the browser console (console/), and, through sbx_embed_bytes, the migrations
 # (embed_migrations.cmake).
 #
 # As a script:

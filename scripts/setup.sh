@@ -33,6 +33,8 @@ PACKAGES=(
 	libevent-dev libhttp-parser-dev libssl-dev libyaml-dev
 	curl jq iproute2 procps ca-certificates python3
 	systemd socat runsc tini libarchive-dev
+	# the browser console's tests (tests/js/console.test.mjs, puppeteer-core)
+	chromium
 	# The Kubernetes testbed (scripts/k8s-testbed.sh): Go and the tools to
 	# build Debian's kubernetes source package, etcd, the nodes' containerd
 	# and runc, the loopback CNI plugin.

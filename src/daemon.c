@@ -615,8 +615,10 @@ void daemon_close(struct daemon *d)
         if (d->fronts_stop)
                 d->fronts_stop(d);
         monitor_stop(d->monitor);
-        if (d->sessions)
+        if (d->sessions) {
                 session_resume_async_stop(d->sessions); /* resumes use the runner hub */
+                session_evictions_stop(d->sessions);    /* evictions too (their handlers) */
+        }
         service_manager_free(d->services);
         pool_set_slot_fn(d->pool, NULL, NULL); /* no slot hook reaches the cells from here on */
         cells_free(d->cells);                  /* before the hub: its waiters hold runner jobs */

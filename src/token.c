@@ -10,7 +10,8 @@
 #include "sandboxd/sha256.h"
 #include "sandboxd/store.h"
 
-static const char *const role_names[] = {[TOKEN_ROLE_AGENT] = "agent", [TOKEN_ROLE_CONNECTOR] = "connector"};
+static const char *const role_names[] = {
+        [TOKEN_ROLE_AGENT] = "agent", [TOKEN_ROLE_CONNECTOR] = "connector", [TOKEN_ROLE_OPERATOR] = "operator"};
 
 const char *token_role_to_string(enum token_role r)
 {
@@ -57,7 +58,7 @@ int token_create(struct store *st, const char *user, enum token_role role, char 
         if (!session_id_valid(user))
                 return sbx_error_set(err, -EINVAL, 0, "user must be 1-64 characters of [A-Za-z0-9_.-]");
         if ((unsigned)role >= ELEMENTSOF(role_names))
-                return sbx_error_set(err, -EINVAL, 0, "role must be agent or connector");
+                return sbx_error_set(err, -EINVAL, 0, "role must be agent, connector or operator");
 
         memcpy(token, TOKEN_PREFIX, 4);
         r = sbx_random_hex(token + 4, 32);

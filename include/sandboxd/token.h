@@ -33,9 +33,13 @@ struct store;
 enum token_role {
         TOKEN_ROLE_AGENT,
         TOKEN_ROLE_CONNECTOR,
+        /* reads every user's sessions (list_sessions) and events, as the
+         * admin socket lists them, and nothing else: every other method is
+         * forbidden (api.c), so it can neither run nor change anything */
+        TOKEN_ROLE_OPERATOR,
 };
 const char *token_role_to_string(enum token_role r);
-/* "agent" | "connector"; -EINVAL otherwise. */
+/* "agent" | "connector" | "operator"; -EINVAL otherwise. */
 int token_role_from_string(const char *s, enum token_role *ret);
 
 struct token_info {

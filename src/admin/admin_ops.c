@@ -36,7 +36,7 @@ int admin_c_token_create(struct admin_req *q, cJSON **ret, struct fronterr *e)
             jparam_string(&q->argv, "format", false, &format, e) < 0)
                 return -1;
         if (role_s && token_role_from_string(role_s, &role) < 0)
-                return fronterr_set(e, "invalid", "role must be agent or connector");
+                return fronterr_set(e, "invalid", "role must be agent, connector or operator");
         if (format && strcmp(format, "sbx") != 0 && strcmp(format, "e2b") != 0)
                 return fronterr_set(e, "invalid", "format must be sbx or e2b (E2B's key spelling, docs/e2b.md)");
         r = token_create(q->d->store, user, role, token, &info, &err);

@@ -669,7 +669,8 @@ int api_m_list_sessions(struct api_req *q, cJSON **ret, struct fronterr *e)
 
         if (api_spec_filter(q, &filter, e) < 0)
                 return -1;
-        r = session_list(q->d->sessions, q->tok.user, NULL, &list, &n);
+        /* an operator lists every user's (token.h); each row is read as its owner's */
+        r = session_list(q->d->sessions, q->tok.role == TOKEN_ROLE_OPERATOR ? NULL : q->tok.user, NULL, &list, &n);
         if (r < 0)
                 return fronterr_errno(e, r, NULL, "cannot list sessions");
         *ret = cJSON_CreateObject();
@@ -678,8 +679,11 @@ int api_m_list_sessions(struct api_req *q, cJSON **ret, struct fronterr *e)
                 cJSON *o = cJSON_CreateObject();
                 char state[16];
                 size_t k = 0;
+                int64_t execs;
+                struct api_req owner = *q; /* labels, limits and options are per user */
 
-                if (!api_spec_matches(q, list[i].session, filter)) {
+                sbx_strlcpy(owner.tok.user, list[i].user, sizeof(owner.tok.user));
+                if (!api_spec_matches(&owner, list[i].session, filter)) {
                         cJSON_Delete(o);
                         continue;
                 }
@@ -687,8 +691,14 @@ int api_m_list_sessions(struct api_req *q, cJSON **ret, struct fronterr *e)
                         state[k++] = (char)tolower((unsigned char)*p);
                 state[k] = '\0';
                 cJSON_AddStringToObject(o, "session", list[i].session);
+                cJSON_AddStringToObject(o, "user", list[i].user); /* the token's: the console's column */
                 cJSON_AddStringToObject(o, "state", state);
                 cJSON_AddStringToObject(o, "image", list[i].image);
+                jsonutil_add_text(o, "runtime", list[i].runtime); /* null: none yet, or the engine's default */
+                if (store_exec_count(q->d->store, list[i].user, list[i].session, &execs) == 0)
+                        cJSON_AddNumberToObject(o, "executions", (double)execs);
+                cJSON_AddNumberToObject(o, "executions_running",
+                                        (double)exec_running_count(q->d->exec, list[i].user, list[i].session));
                 char node[65];
                 daemon_session_node(q->d, list[i].user, list[i].session, node, sizeof(node));
                 jsonutil_add_text(o, "node", node); /* null in one process */
@@ -696,8 +706,8 @@ int api_m_list_sessions(struct api_req *q, cJSON **ret, struct fronterr *e)
                 cJSON_AddNumberToObject(o, "last_activity", (double)list[i].last_activity);
                 if (list[i].paused_at)
                         cJSON_AddNumberToObject(o, "paused_at", (double)list[i].paused_at);
-                add_options(q, list[i].session, o);
-                api_spec_add(q, list[i].session, o);
+                add_options(&owner, list[i].session, o);
+                api_spec_add(&owner, list[i].session, o);
                 cJSON_AddItemToArray(a, o);
         }
         session_info_list_free(list, n);

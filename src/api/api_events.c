@@ -27,7 +27,8 @@ int api_m_events(struct api_req *q, cJSON **ret, struct fronterr *e)
         if (jparam_int(&q->args, "since", 0, INT64_MAX / 2, -1, &since, e) < 0 ||
             jparam_int(&q->args, "limit", 1, API_EVENTS_LIMIT_MAX, 100, &limit, e) < 0)
                 return -1;
-        r = events_read(q->tok.user, since, (size_t)limit, &evs, &n, &gap, &oldest, &next);
+        r = events_read(q->tok.role == TOKEN_ROLE_OPERATOR ? NULL : q->tok.user, since, (size_t)limit, &evs, &n, &gap,
+                        &oldest, &next);
         if (r == -ENODEV)
                 return fronterr_set(e, "unavailable", "the event log is not available in this daemon");
         if (r < 0)

@@ -347,6 +347,17 @@ void exec_engine_free(struct exec_engine *e)
         free(e);
 }
 
+/* Whether env ("K=V" entries) sets name. */
+static bool env_names(const char *const *env, const char *name)
+{
+        size_t n = strlen(name);
+
+        for (; env && *env; env++)
+                if (strncmp(*env, name, n) == 0 && (*env)[n] == '=')
+                        return true;
+        return false;
+}
+
 static char **strv_dup(const char *const *v, size_t extra_front, size_t *ret_n)
 {
         size_t n = 0;
@@ -367,19 +378,57 @@ static char **strv_dup(const char *const *v, size_t extra_front, size_t *ret_n)
         return out;
 }
 
+/* An argv's words joined by spaces (its preview and hash only: never run),
+ * after checking its count and size. */
+static int argv_text(const char *const *argv, int64_t max_bytes, char **ret, struct sbx_error *err)
+{
+        size_t n = 0, len = 0;
+        char *out;
+
+        for (; argv[n]; n++) {
+                if (n >= EXEC_ARGV_MAX)
+                        return sbx_error_set(err, -E2BIG, 0, "argv has more than %d words", EXEC_ARGV_MAX);
+                len += strlen(argv[n]) + 1;
+        }
+        if (n == 0 || !*argv[0])
+                return sbx_error_set(err, -EINVAL, 0, "argv is empty");
+        if ((int64_t)len > max_bytes)
+                return sbx_error_set(err, -E2BIG, 0, "argv is %zu bytes; the limit is %" PRId64, len, max_bytes);
+        out = malloc(len);
+        if (!out)
+                return sbx_error_set(err, -ENOMEM, 0, "out of memory");
+        out[0] = '\0';
+        for (size_t i = 0, k = 0; i < n; i++) {
+                size_t l = strlen(argv[i]);
+                memcpy(out + k, argv[i], l);
+                k += l;
+                out[k++] = i + 1 < n ? ' ' : '\0';
+        }
+        *ret = out;
+        return 0;
+}
+
 static int build(struct exec_engine *e, const struct exec_request *req, struct execution **ret, struct sbx_error *err)
 {
         const struct sbx_config *cfg = e->cfg;
         _cleanup_(execution_unrefp) struct execution *x = NULL;
+        _cleanup_free_ char *joined = NULL;
         char id[37];
         const char *text;
         size_t text_len, n_env;
+        bool term;
         int r;
 
         r = session_key_check(req->user, req->session, err);
         if (r < 0)
                 return r;
-        if (req->language == EXEC_LANG_NONE) {
+        if (req->language == EXEC_LANG_NONE && req->argv && !req->command) {
+                r = argv_text(req->argv, cfg->max_command_bytes, &joined, err);
+                if (r < 0)
+                        return r;
+                text = joined;
+                text_len = strlen(text);
+        } else if (req->language == EXEC_LANG_NONE) {
                 if (!req->command || !*req->command)
                         return sbx_error_set(err, -EINVAL, 0, "command is empty");
                 text = req->command;
@@ -431,12 +480,18 @@ static int build(struct exec_engine *e, const struct exec_request *req, struct e
                 if (*p == '\n' || *p == '\r' || *p == '\t')
                         *p = ' ';
 
-        /* The environment: the caller's entries plus the tree marker. */
-        x->env = strv_dup(req->env, 1, NULL);
-        if (!x->env || asprintf(&x->env[0], "SBX_EXEC_ID=%s", x->id) < 0)
+        /* The environment: the caller's entries plus the tree marker, and on a terminal TERM
+         * (what the console's and E2B's terminals emulate) unless the caller names one. */
+        term = x->tty && !env_names(req->env, "TERM");
+        x->env = strv_dup(req->env, term ? 2 : 1, NULL);
+        if (!x->env || asprintf(&x->env[0], "SBX_EXEC_ID=%s", x->id) < 0 ||
+            (term && !(x->env[1] = strdup("TERM=" EXEC_TTY_TERM))))
                 return sbx_error_set(err, -ENOMEM, 0, "out of memory");
 
-        if (req->language == EXEC_LANG_NONE) {
+        if (req->language == EXEC_LANG_NONE && joined) {
+                sbx_strlcpy(x->kind, "exec", sizeof(x->kind));
+                x->argv = strv_dup(req->argv, 0, NULL); /* exec'd as given: no shell reads it */
+        } else if (req->language == EXEC_LANG_NONE) {
                 const char *argv[] = {"sh", "-c", req->command, NULL};
                 sbx_strlcpy(x->kind, "exec", sizeof(x->kind));
                 x->argv = strv_dup(argv, 0, NULL);

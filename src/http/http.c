@@ -2,7 +2,7 @@
  * with GnuTLS, bearer tokens, POST /v1/<method> through the API dispatcher
  * (api_call), and SSE for streamed executions. No logic of its own beyond
  * routing, authentication and formatting. SSE streams are http_sse.c, the
- * MCP endpoint http_mcp.c.
+ * MCP endpoint http_mcp.c, the browser console's files http_console.c.
  *
  * Threads: MHD's listening thread accepts (on_accept applies the caps
  * first); every connection gets one MHD thread (MHD_USE_THREAD_PER_CONNECTION,
@@ -302,6 +302,10 @@ static void request_begin(struct http_server *srv, struct MHD_Connection *conn, 
                 rq->status = 200;
                 return;
         }
+        if (http_console_claims(url)) { /* static files, no token (http_console.c) */
+                rq->console = true;
+                return;
+        }
         if (e2b_claims(conn, url)) { /* E2B's paths and headers: its own auth and caps (e2b.h) */
                 struct api_conn c = hc->api;
                 c.send = drop_progress;
@@ -431,6 +435,8 @@ static enum MHD_Result on_request(void *cls, struct MHD_Connection *conn, const 
                         return MHD_NO;
                 *con_cls = rq;
                 request_begin(srv, conn, hc, rq, url, verb);
+                if (rq->console)
+                        return http_console_request(conn, url, verb);
                 if (rq->e2b && e2b_decided(rq->e2b))
                         return (enum MHD_Result)e2b_respond(rq->e2b, conn,
                                                             hc->api.auth_failures >= HTTP_MAX_AUTH_FAILURES);

@@ -122,7 +122,8 @@ enum MHD_Result http_events_request(struct http_server *srv, struct MHD_Connecti
         if (!es)
                 return http_queue_error(conn, 503, "unavailable", "out of memory", false);
         es->srv = srv;
-        r = events_subscribe(rq->tok.user, after, &es->sub);
+        r = events_subscribe(rq->tok.role == TOKEN_ROLE_OPERATOR ? NULL : rq->tok.user, after,
+                             &es->sub); /* NULL: all */
         if (r < 0) {
                 free(es);
                 if (r == -EUSERS) {

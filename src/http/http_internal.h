@@ -74,6 +74,7 @@ struct http_req {
         bool too_large;
         bool mcp;            /* /mcp */
         bool events;         /* GET /v1/events (http_events.c) */
+        bool console;        /* /console/... (http_console.c) */
         bool timeout_off;    /* the connection's idle limit is lifted while this request is answered */
         struct e2b_req *e2b; /* E2B's control API or envd (src/e2b/, e2b.h) */
 };
@@ -123,6 +124,11 @@ enum MHD_Result http_sse_start(struct http_server *srv, struct MHD_Connection *c
  * (events.h), once the request is authenticated. */
 enum MHD_Result http_events_request(struct http_server *srv, struct MHD_Connection *conn, struct http_conn *hc,
                                     struct http_req *rq);
+
+/* http_console.c: the browser console's static files under /console/,
+ * served without a token, under a strict Content-Security-Policy. */
+bool http_console_claims(const char *url);
+enum MHD_Result http_console_request(struct MHD_Connection *conn, const char *url, const char *verb);
 
 /* http_mcp.c: /mcp (POST, GET, DELETE) once the request is authenticated
  * and its body read. */

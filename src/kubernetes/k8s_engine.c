@@ -387,21 +387,6 @@ static int64_t parse_time(const char *t)
         return (int64_t)timegm(&tm);
 }
 
-/* A Pod being deleted whose container is dead (or that never had a node):
- * removed as far as sandboxd can tell, though the kubelet may take its
- * sync period (~10 s) to let the object go. */
-static bool pod_removed(const cJSON *pod)
-{
-        char state[16];
-        int code;
-        bool oom;
-
-        if (!k8s_json_get(pod, "metadata.deletionTimestamp"))
-                return false;
-        k8s_pod_state(pod, state, &code, &oom);
-        return strcmp(state, "exited") == 0 || !k8s_json_str(pod, "spec.nodeName");
-}
-
 static int k8s_inspect(struct engine *e, const char *id, struct engine_container_info *ret, struct sbx_error *err)
 {
         struct k8s *k = kk(e);
@@ -412,7 +397,7 @@ static int k8s_inspect(struct engine *e, const char *id, struct engine_container
 
         if (r < 0)
                 return r;
-        if (pod_removed(pod)) {
+        if (k8s_pod_removed(pod)) {
                 cJSON_Delete(pod);
                 return sbx_error_set(err, -ENOENT, 404, "Pod %s is removed (the kubelet has yet to let it go)", id);
         }
@@ -464,7 +449,7 @@ static int wait_gone(struct k8s *k, const char *id, long limit_ms)
         for (;;) {
                 cJSON *pod = NULL;
                 int r = get_pod(k, id, &pod, NULL);
-                bool gone = r == -ENOENT || (r == 0 && pod_removed(pod));
+                bool gone = r == -ENOENT || (r == 0 && k8s_pod_removed(pod));
                 cJSON_Delete(pod);
                 if (gone)
                         return 0;
@@ -579,7 +564,7 @@ static int k8s_list(struct engine *e, const char *const *label_filters, bool all
                 const char *name = k8s_json_str(it, "metadata.name");
                 int code;
                 bool oom;
-                if (!name || !name_ok(name) || pod_removed(it))
+                if (!name || !name_ok(name) || k8s_pod_removed(it))
                         continue;
                 k8s_pod_labels(it, o->labels, &o->n_labels);
                 if (!k8s_labels_match(o->labels, o->n_labels, label_filters))

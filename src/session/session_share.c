@@ -13,7 +13,8 @@
  * execution and no active service: a session whose work goes on in the
  * background is in use even if nobody has called it for a while. The
  * session is stopped as idle expiry stops one (workspace kept, cause
- * "evicted"), and the requester takes its place. Each eviction moves one
+ * "evicted") on the sbx-evict thread (session_stop.c), while the requester
+ * makes its own container: it takes the victim's place at once. Each eviction moves one
  * session from a user holding k >= j+2 to one holding j, so the host
  * converges to equal shares (to within one) and never evicts back and
  * forth. When the heaviest users' sessions are all in use, the requester

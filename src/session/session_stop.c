@@ -48,7 +48,7 @@ bool session_mark_failed(struct session_manager *m, const char *user, const char
                          const char *cause)
 {
         struct session *s;
-        bool changed = false, first = false;
+        bool changed = false, first = false, node_lost = false;
         char msg[256];
 
         if (session_lookup_ref(m, user, id, false, &s, NULL) < 0)
@@ -61,13 +61,15 @@ bool session_mark_failed(struct session_manager *m, const char *user, const char
                         (void)session_change_locked(s, SESSION_T_FAIL, SESSION_ERROR, cause, msg);
                         changed = first = true;
                 } else if (s->state == SESSION_ERROR && cause_rank(cause) > cause_rank(s->error_cause)) {
+                        /* a refinement to a lost node is on the record too (below) */
+                        node_lost = strncmp(s->error_cause, "node_", 5) != 0;
                         (void)session_change_locked(s, SESSION_T_FAIL, SESSION_ERROR, cause, msg);
                         changed = true;
                 }
         }
         pthread_mutex_unlock(&s->lock);
         session_unref(s);
-        if (first && strncmp(cause, "node_", 5) == 0) {
+        if ((first || node_lost) && strncmp(cause, "node_", 5) == 0) {
                 /* a lost node is the cluster's doing, not the tenant's: on the record */
                 cJSON *detail = cJSON_CreateObject();
                 cJSON_AddStringToObject(detail, "container", container_id);
@@ -391,6 +393,54 @@ int session_evict(struct session_manager *m, struct session *v, const char *for_
         log_ctx(LOG_LEVEL_INFO, v->user, v->id, id[0] ? id : NULL,
                 "session stopped for the fair share of max_sessions (user %s needed one)", for_user);
         return 0;
+}
+
+/* ---- the evictor thread ---- */
+
+struct session_eviction {
+        struct session_job job; /* first: the job is the eviction */
+        struct session_manager *m;
+        struct session *v; /* claimed, a reference held */
+        char for_user[SESSION_KEY_MAX + 1];
+};
+
+/* Run even while the worker stops: v is claimed, and only an eviction that
+ * ends lets go of the claim. */
+static void eviction_run(struct session_job *job, bool stopping)
+{
+        struct session_eviction *ev = (struct session_eviction *)job;
+        struct sbx_error e = {0};
+
+        (void)stopping;
+        if (session_evict(ev->m, ev->v, ev->for_user, &e) < 0)
+                log_ctx(LOG_LEVEL_WARN, ev->v->user, ev->v->id, NULL,
+                        "fair share: the session chosen to give way to user %s stays (%s); that user's "
+                        "session was made anyway, one over max_sessions until one ends",
+                        ev->for_user, e.msg);
+        session_unref(ev->v);
+        free(ev);
+}
+
+int session_evict_async(struct session_manager *m, struct session *v, const char *for_user)
+{
+        struct session_eviction *ev = calloc(1, sizeof(*ev));
+        int r;
+
+        if (!ev)
+                return -ENOMEM;
+        ev->job.run = eviction_run;
+        ev->m = m;
+        ev->v = v;
+        sbx_strlcpy(ev->for_user, for_user, sizeof(ev->for_user));
+        r = session_worker_post(&m->evictor, &ev->job);
+        if (r < 0)
+                free(ev);
+        return r;
+}
+
+void session_evictions_stop(struct session_manager *m)
+{
+        session_worker_stop(&m->evictor); /* it finishes the queued ones first */
 }
 
 int session_expire_ttl(struct session_manager *m, int64_t now_wall_ms)

@@ -14,6 +14,7 @@
 #include <string.h>
 #include <sys/stat.h>
 #include <sys/wait.h>
+#include <time.h>
 
 #include "apiclient.h"
 
@@ -204,8 +205,16 @@ static void assert_running(const char *user, const char *session)
                      session_state_to_string(info.state), info.last_error);
 }
 
+static bool stopped(const char *user, const char *session)
+{
+        return info_of(user, session).state == SESSION_STOPPED;
+}
+
+/* The fair share stops its victim off the requester's thread: the
+ * eviction ends soon after the request it made room for was served. */
 static void assert_evicted(const char *user, const char *session)
 {
+        cr_assert(TESTENV_WAIT_UNTIL(stopped(user, session), 60000), "%s:%s never gave way", user, session);
         struct session_info info = info_of(user, session);
         cr_assert_eq(info.state, SESSION_STOPPED, "%s:%s is %s", user, session, session_state_to_string(info.state));
         cr_assert_str_eq(info.error_cause, "evicted");
@@ -242,6 +251,9 @@ Test(quota, fair_share_of_sessions_stops_the_least_recently_active_idle_one)
         assert_running("alice", "a3");
         assert_running("alice", "a4");
         cr_assert_eq(session_evictions(d->sessions), 1);
+        cr_assert(TESTENV_WAIT_UNTIL(store_audit_count(d->store, "alice", "a2", "session.evicted", &audits) == 0 &&
+                                             audits == 1,
+                                     10000));
         cr_assert_eq(store_audit_count(d->store, "alice", "a2", "session.evicted", &audits), 0);
         cr_assert_eq(audits, 1);
         cr_assert_eq(store_audit_list(d->store, "alice", "a2", 100, &rows, &n), 0);
@@ -264,6 +276,65 @@ Test(quota, fair_share_of_sessions_stops_the_least_recently_active_idle_one)
         free(out);
         assert_running("alice", "a2");
         cr_assert_str_eq(info_of("alice", "a2").error_cause, "");
+        daemon_close(d);
+}
+
+/* A teardown notice that holds the victim's eviction until the requester
+ * it made room for was served (or 60 s passed): on the requester's thread,
+ * the request could not be served before the notice returned. */
+struct held_eviction {
+        pthread_mutex_t lock;
+        pthread_cond_t cond;
+        bool served, held, served_while_held;
+};
+
+static void hold_eviction(const char *user, const char *session, const char *cid, const char *cause, void *ud)
+{
+        struct held_eviction *h = ud;
+        struct timespec until;
+
+        (void)user, (void)session, (void)cid;
+        if (strcmp(cause, "evicted") != 0)
+                return;
+        clock_gettime(CLOCK_REALTIME, &until);
+        until.tv_sec += 60;
+        pthread_mutex_lock(&h->lock);
+        h->held = true;
+        while (!h->served && pthread_cond_timedwait(&h->cond, &h->lock, &until) == 0)
+                ;
+        h->served_while_held = h->served;
+        pthread_mutex_unlock(&h->lock);
+}
+
+Test(quota, fair_share_serves_the_request_while_the_victim_is_still_being_stopped)
+{
+        struct held_eviction h = {PTHREAD_MUTEX_INITIALIZER, PTHREAD_COND_INITIALIZER, false, false, false};
+        struct sbx_error err = {0};
+        char *out;
+
+        fixture_config(&cfg);
+        cfg.max_sessions = 2;
+        open_daemon();
+        cr_assert_eq(session_register_teardown_notice(d->sessions, hold_eviction, &h), 0);
+        free(run_as("alice", "a1", "echo kept > f"));
+        cr_assert_eq(session_up("alice", "a2", &err), 0, "%s", err.msg);
+
+        cr_assert_eq(session_up("bob", "b1", &err), 0, "%s", err.msg);
+        pthread_mutex_lock(&h.lock);
+        h.served = true;
+        pthread_cond_broadcast(&h.cond);
+        pthread_mutex_unlock(&h.lock);
+        served("bob", "b1");
+        assert_evicted("alice", "a1");
+        cr_assert(h.held, "the eviction told no teardown notice");
+        cr_assert(h.served_while_held, "bob was served only after alice's container was stopped");
+        assert_running("alice", "a2");
+
+        /* nothing of the evicted session is lost */
+        cr_assert_eq(session_destroy(d->sessions, "bob", "b1", true, &err), 0, "%s", err.msg);
+        out = run_as("alice", "a1", "cat f");
+        cr_assert_str_eq(out, "kept\n", "the evicted session's workspace was not kept");
+        free(out);
         daemon_close(d);
 }
 
@@ -341,8 +412,9 @@ Test(quota, fair_share_of_sessions_serves_two_users_arriving_at_once)
                 pthread_join(th[i], NULL);
         for (int i = 0; i < 2; i++)
                 cr_assert_eq(a[i].r, 0, "%s was not served: %s", a[i].user, a[i].err.msg);
-        /* two of alice's gave way, one each: never more than max_sessions live */
-        cr_assert_eq(session_evictions(d->sessions), 2);
+        /* two of alice's gave way, one each (each a moment after its user was served) */
+        cr_assert(TESTENV_WAIT_UNTIL(session_evictions(d->sessions) == 2, 60000), "%llu evictions",
+                  (unsigned long long)session_evictions(d->sessions));
         cr_assert_eq(session_list(d->sessions, "alice", NULL, &list, &n), 0);
         for (size_t i = 0; i < n; i++)
                 running += list[i].state == SESSION_RUNNING;

@@ -85,16 +85,21 @@ Test(token, list_and_bad_input)
 
         cr_assert_eq(token_create(st, "a", TOKEN_ROLE_AGENT, tok, NULL, NULL), 0);
         cr_assert_eq(token_create(st, "b", TOKEN_ROLE_CONNECTOR, tok, NULL, NULL), 0);
+        /* the store takes the operator role (migration 0034) */
+        cr_assert_eq(token_create(st, "ops", TOKEN_ROLE_OPERATOR, tok, NULL, NULL), 0);
         cr_assert_eq(token_create(st, "bad user", TOKEN_ROLE_AGENT, tok, NULL, NULL), -EINVAL);
         cr_assert_eq(token_create(st, "", TOKEN_ROLE_AGENT, tok, NULL, NULL), -EINVAL);
         cr_assert_eq(token_create(st, "x", (enum token_role)7, tok, NULL, NULL), -EINVAL);
         cr_assert_eq(token_list(st, &list, &n), 0);
-        cr_assert_eq(n, 2);
+        cr_assert_eq(n, 3);
         cr_assert_str_eq(list[0].user, "a");
         cr_assert_eq(list[1].role, TOKEN_ROLE_CONNECTOR);
+        cr_assert_eq(list[2].role, TOKEN_ROLE_OPERATOR);
         free(list);
         cr_assert_eq(token_role_from_string("agent", &role), 0);
         cr_assert_eq(role, TOKEN_ROLE_AGENT);
+        cr_assert_eq(token_role_from_string("operator", &role), 0);
+        cr_assert_eq(role, TOKEN_ROLE_OPERATOR);
         cr_assert_eq(token_role_from_string("admin", &role), -EINVAL);
         cr_assert(token_equal_ct("abc", "abc", 3));
         cr_assert_not(token_equal_ct("abc", "abd", 3));

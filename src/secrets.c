@@ -84,8 +84,9 @@ int secrets_open(const char *key_file, const char *data_dir, struct secrets **re
                                      key_file, data_dir);
         fd = open(key_file, O_RDONLY | O_CLOEXEC | O_NOFOLLOW | O_NOCTTY);
         if (fd < 0)
-                return sbx_error_set(err, -errno, 0, "secrets_key_file %s: %s (`sandboxctl secret keygen PATH` makes one)",
-                                     key_file, strerror(errno));
+                return sbx_error_set(err, -errno, 0,
+                                     "secrets_key_file %s: %s (`sandboxctl secret keygen PATH` makes one)", key_file,
+                                     strerror(errno));
         if (fstat(fd, &st) < 0 || !S_ISREG(st.st_mode)) {
                 close(fd);
                 return sbx_error_set(err, -EINVAL, 0, "secrets_key_file %s is not a regular file", key_file);
@@ -182,7 +183,8 @@ int secrets_hosts_check(const cJSON *hosts, char **ret_json, struct sbx_error *e
                                              "which the proxy checks against TLS)",
                                              canon);
                 }
-                cJSON_ArrayForEach(o, out) dup = dup || strcmp(o->valuestring, canon) == 0;
+                cJSON_ArrayForEach(o, out)
+                        dup = dup || strcmp(o->valuestring, canon) == 0;
                 if (!dup)
                         cJSON_AddItemToArray(out, cJSON_CreateString(canon));
         }
@@ -207,8 +209,7 @@ static size_t aad_make(const char *user, const char *name, unsigned char *buf, s
         return u + 1 + n;
 }
 
-int secrets_seal(const struct secrets *s, const char *user, const char *name, const void *value, size_t len,
-                 char **ret)
+int secrets_seal(const struct secrets *s, const char *user, const char *name, const void *value, size_t len, char **ret)
 {
         unsigned char aad[SBX_ID_MAX + SECRETS_NAME_MAX + 2], *buf;
         size_t aad_len = aad_make(user, name, aad, sizeof(aad));
@@ -281,9 +282,8 @@ static void audit_secret(struct store *st, const char *actor, const char *user, 
 {
         cJSON *d = cJSON_CreateObject();
 
-        cJSON_AddStringToObject(d, "name", name); /* the name only, never the value */
-        audit_record_json(st, actor, user, NULL, action, d);
-        cJSON_Delete(d);
+        cJSON_AddStringToObject(d, "name", name);            /* the name only, never the value */
+        audit_record_json(st, actor, user, NULL, action, d); /* takes d */
 }
 
 int secrets_set(const struct secrets *s, struct store *st, const char *user, const char *name, const void *value,
@@ -301,10 +301,10 @@ int secrets_set(const struct secrets *s, struct store *st, const char *user, con
                                      "name must be 1-%d characters of A-Z, 0-9 and _, not starting with a digit",
                                      SECRETS_NAME_MAX);
         if (len == 0 || len > SECRETS_VALUE_MAX)
-                return sbx_error_set(err, len ? -E2BIG : -EINVAL, 0, "value must be 1 to %d bytes",
-                                     SECRETS_VALUE_MAX);
-        if (memchr(value, '\0', len))
-                return sbx_error_set(err, -EINVAL, 0, "value must not contain a NUL byte");
+                return sbx_error_set(err, len ? -E2BIG : -EINVAL, 0, "value must be 1 to %d bytes", SECRETS_VALUE_MAX);
+        /* the value may go into an HTTP header: a NUL, CR or LF would end or split it */
+        if (memchr(value, '\0', len) || memchr(value, '\r', len) || memchr(value, '\n', len))
+                return sbx_error_set(err, -EINVAL, 0, "value must not contain a NUL, CR or LF byte");
         if (header && !header_valid(header))
                 return sbx_error_set(err, -EINVAL, 0, "header must be an HTTP header name (A-Z, a-z, 0-9, -; 1-%d)",
                                      SECRETS_HEADER_MAX);
@@ -382,7 +382,8 @@ int secrets_front_set(const struct secrets *s, struct store *st, const char *use
         int r;
 
         if (!s)
-                return fronterr_set(e, "unavailable", "secrets are off in this daemon: the operator sets secrets_key_file");
+                return fronterr_set(e, "unavailable",
+                                    "secrets are off in this daemon: the operator sets secrets_key_file");
         if (jparam_string(p, "name", true, &name, e) < 0 || jparam_string(p, "value", true, &value, e) < 0 ||
             jparam_string(p, "header", false, &header, e) < 0)
                 return -1;

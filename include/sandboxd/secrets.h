@@ -25,11 +25,11 @@
 struct store;
 
 #define SECRETS_KEY_LEN 32
-#define SECRETS_NAME_MAX 64        /* [A-Z_][A-Z0-9_]{0,63} */
-#define SECRETS_VALUE_MAX 8192     /* bytes of one value */
-#define SECRETS_MAX_HOSTS 8        /* hostnames one secret may go to */
-#define SECRETS_HEADER_MAX 64      /* an HTTP header name: [A-Za-z0-9-] */
-#define SECRETS_MAX_PER_USER 64    /* secrets one user holds */
+#define SECRETS_NAME_MAX 64     /* [A-Z_][A-Z0-9_]{0,63} */
+#define SECRETS_VALUE_MAX 8192  /* bytes of one value */
+#define SECRETS_MAX_HOSTS 8     /* hostnames one secret may go to */
+#define SECRETS_HEADER_MAX 64   /* an HTTP header name: [A-Za-z0-9-] */
+#define SECRETS_MAX_PER_USER 64 /* secrets one user holds */
 
 /* The loaded key (wiped on free). */
 struct secrets;

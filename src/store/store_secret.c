@@ -63,8 +63,7 @@ int store_secret_put(struct store *s, const struct store_secret *row, const char
         return r < 0 ? r : 0;
 }
 
-int store_secret_get(struct store *s, const char *user, const char *name, struct store_secret *ret,
-                     char **ret_sealed)
+int store_secret_get(struct store *s, const char *user, const char *name, struct store_secret *ret, char **ret_sealed)
 {
         STORE_LOCK(s);
         _cleanup_(sq_end) struct store_query q = {};

@@ -302,6 +302,9 @@ static const struct config_key keys[] = {
          "static name=ip overrides for the egress proxy's resolver (internal mirrors, tests)"},
         {"egress_upstream_proxy", CFG_STRING, F(egress_upstream_proxy), 0, 0, 0, "", NULL,
          "http://host:port: allowed egress goes through this proxy (CONNECT); empty: direct"},
+        {"secrets_key_file", CFG_STRING, F(secrets_key_file), 0, 0, 0, "", NULL,
+         "file of the 256-bit key sealing users' secrets at rest (sandboxctl secret keygen PATH); outside data_dir, "
+         "mode 0600; empty: secrets off"},
         {"egress_max_tunnels", CFG_INT, F(egress_max_tunnels), 0, 1, 1000000, "4096", NULL,
          "open egress proxy connections across all sessions"},
         {"egress_max_tunnels_per_session", CFG_INT, F(egress_max_tunnels_per_session), 0, 1, 1000000, "256", NULL,

@@ -121,6 +121,9 @@ static const struct {
         {"egress.deny", admin_c_egress_deny},
         {"snapshots.list", admin_c_snapshots_list},
         {"snapshot.delete", admin_c_snapshot_delete},
+        {"secret.set", admin_c_secret_set},
+        {"secret.list", admin_c_secret_list},
+        {"secret.delete", admin_c_secret_delete},
 };
 
 /* ---- connections ---- */

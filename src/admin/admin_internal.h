@@ -80,5 +80,9 @@ int admin_c_token_revoke(struct admin_req *q, cJSON **ret, struct fronterr *e);
 /* admin_snapshots.c (issue 28) */
 int admin_c_snapshots_list(struct admin_req *q, cJSON **ret, struct fronterr *e);
 int admin_c_snapshot_delete(struct admin_req *q, cJSON **ret, struct fronterr *e);
+/* secrets (issue 37): admin_secrets.c */
+int admin_c_secret_set(struct admin_req *q, cJSON **ret, struct fronterr *e);
+int admin_c_secret_list(struct admin_req *q, cJSON **ret, struct fronterr *e);
+int admin_c_secret_delete(struct admin_req *q, cJSON **ret, struct fronterr *e);
 
 #endif

@@ -18,6 +18,7 @@
 #include "sandboxd/files.h"
 #include "sandboxd/jsonutil.h"
 #include "sandboxd/privacy.h"
+#include "sandboxd/secrets.h"
 #include "sandboxd/service.h"
 #include "sandboxd/session.h"
 #include "sandboxd/token.h"
@@ -421,6 +422,30 @@ static int m_mark_private(struct api_req *q, cJSON **ret, struct fronterr *e)
         return 0;
 }
 
+/* Secrets (issue 37): the user's, write-only. Setting and deleting one is a
+ * connector's act, as egress_allow is: the agent runs the code the secret is
+ * kept from. */
+static int m_set_secret(struct api_req *q, cJSON **ret, struct fronterr *e)
+{
+        if (q->tok.role != TOKEN_ROLE_CONNECTOR)
+                return fronterr_set(e, "forbidden", "set_secret needs a connector token; this token's role is %s",
+                                    token_role_to_string(q->tok.role));
+        return secrets_front_set(q->d->secrets, q->d->store, q->tok.user, &q->args, q->actor, ret, e);
+}
+
+static int m_delete_secret(struct api_req *q, cJSON **ret, struct fronterr *e)
+{
+        if (q->tok.role != TOKEN_ROLE_CONNECTOR)
+                return fronterr_set(e, "forbidden", "delete_secret needs a connector token; this token's role is %s",
+                                    token_role_to_string(q->tok.role));
+        return secrets_front_delete(q->d->store, q->tok.user, &q->args, q->actor, ret, e);
+}
+
+static int m_list_secrets(struct api_req *q, cJSON **ret, struct fronterr *e)
+{
+        return secrets_front_list(q->d->store, q->tok.user, ret, e);
+}
+
 /* The method table. Each method carries its documentation: params (the
  * shape of params, "?" for optional), returns and what it does. docs/api.md
  * is generated from this table (src/bin/sandboxd-apidoc.c), and the build
@@ -524,6 +549,19 @@ static const struct api_method_doc methods_doc[] = {
          "{pattern, scope?: session|user (session), remove?}",
          "the session's egress policy (as in session_info), session",
          "Connector tokens only. Add (or with remove, take back) an egress allowlist pattern for the session or for every session of the user."},
+        /* secrets (issue 37) */
+        {"set_secret", m_set_secret,
+         "{name: [A-Z_][A-Z0-9_]{0,63}, value, hosts: [hostname, ...], header?}",
+         "{name, stored}",
+         "Connector tokens only. Store (or replace) one of the user's secrets, sealed at rest (no params.session): the value (1-8192 bytes) is never returned, logged or audited, and may only be sent to hosts (1-8 hostnames; no address, no wildcard), in header if named. At most 64 per user. unavailable unless the operator set secrets_key_file."},
+        {"list_secrets", m_list_secrets,
+         "{}",
+         "{secrets: [{name, hosts, header, created_at, updated_at}], count, max_count}",
+         "The user's secrets by name, with their hosts and times; never their values (no params.session)."},
+        {"delete_secret", m_delete_secret,
+         "{name}",
+         "{name, deleted}",
+         "Connector tokens only. Delete one of the user's secrets (no params.session)."},
         {"events", api_m_events, /* api_events.c */
          "{since?, limit?}",
          "{events: [{id, type, user, session, ts, trace_id, data}], next, gap}",
@@ -615,5 +653,7 @@ bool api_method_user_level(const char *name)
 {
         return strcmp(name, "list_sessions") == 0 || strcmp(name, "events") == 0 || strcmp(name, "list_scripts") == 0 ||
                strcmp(name, "clear_scripts") == 0 || strcmp(name, "create_session") == 0 ||
-               strcmp(name, "list_snapshots") == 0 || strcmp(name, "delete_snapshot") == 0;
+               strcmp(name, "list_snapshots") == 0 || strcmp(name, "delete_snapshot") == 0 ||
+               strcmp(name, "set_secret") == 0 || strcmp(name, "list_secrets") == 0 ||
+               strcmp(name, "delete_secret") == 0;
 }

@@ -553,7 +553,7 @@ static const struct api_method_doc methods_doc[] = {
         {"set_secret", m_set_secret,
          "{name: [A-Z_][A-Z0-9_]{0,63}, value, hosts: [hostname, ...], header?}",
          "{name, stored}",
-         "Connector tokens only. Store (or replace) one of the user's secrets, sealed at rest (no params.session): the value (1-8192 bytes) is never returned, logged or audited, and may only be sent to hosts (1-8 hostnames; no address, no wildcard), in header if named. At most 64 per user. unavailable unless the operator set secrets_key_file."},
+         "Connector tokens only. Store (or replace) one of the user's secrets, sealed at rest (no params.session): the value (1-8192 bytes; no NUL, CR or LF) is never returned, logged or audited, and may only be sent to hosts (1-8 hostnames; no address, no wildcard), in header if named. At most 64 per user. unavailable unless the operator set secrets_key_file."},
         {"list_secrets", m_list_secrets,
          "{}",
          "{secrets: [{name, hosts, header, created_at, updated_at}], count, max_count}",

@@ -89,8 +89,8 @@ static bool found_under(const char *dir, const char *needle)
                         /* a plain scan: the files are small, the needle has no repeated prefix */
                         while (f && !found && (c = fgetc(f)) != EOF) {
                                 have = (unsigned char)c == (unsigned char)needle[have] ? have + 1
-                                       : (unsigned char)c == (unsigned char)needle[0] ? 1
-                                                                                        : 0;
+                                       : (unsigned char)c == (unsigned char)needle[0]  ? 1
+                                                                                       : 0;
                                 found = have == n;
                         }
                         if (found)
@@ -117,10 +117,12 @@ Test(secrets, set_list_delete_never_shows_the_value)
         const cJSON *res, *list, *e;
 
         open_daemon(true);
-        expect_code(call(tok_a, "set_secret", "{\"name\":\"GH\",\"value\":\"" VALUE "\",\"hosts\":[\"api.github.com\"]}"),
+        expect_code(call(tok_a, "set_secret",
+                         "{\"name\":\"GH\",\"value\":\"" VALUE "\",\"hosts\":[\"api.github.com\"]}"),
                     "forbidden", "an agent token sets");
         r = call(conn_a, "set_secret",
-                 "{\"name\":\"GH\",\"value\":\"" VALUE "\",\"hosts\":[\"API.github.com\"],\"header\":\"Authorization\"}");
+                 "{\"name\":\"GH\",\"value\":\"" VALUE
+                 "\",\"hosts\":[\"API.github.com\"],\"header\":\"Authorization\"}");
         cr_assert_not_null(apic_result(r), "%s", cJSON_PrintUnformatted(r));
         cr_assert_not(reply_has_value(r));
         cJSON_Delete(r);
@@ -154,8 +156,8 @@ Test(secrets, set_list_delete_never_shows_the_value)
         cJSON_Delete(r);
         expect_code(call(conn_a, "set_secret", "{\"name\":\"X\",\"value\":\"a\\r\\nb\",\"hosts\":[\"a.example\"]}"),
                     "invalid", "CR LF in the value");
-        expect_code(call(conn_a, "set_secret", "{\"name\":\"X\",\"value\":\"v\",\"hosts\":[\"10.0.0.1\"]}"),
-                    "invalid", "an address as host");
+        expect_code(call(conn_a, "set_secret", "{\"name\":\"X\",\"value\":\"v\",\"hosts\":[\"10.0.0.1\"]}"), "invalid",
+                    "an address as host");
 
         /* the cap on count */
         for (int i = 1; i < SECRETS_MAX_PER_USER; i++) {

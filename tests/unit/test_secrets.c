@@ -212,9 +212,13 @@ Test(secrets, key_file_checks)
 
 Test(secrets, names)
 {
-        static const char *good[] = {"A", "_", "GITHUB_TOKEN", "X9", "A23456789012345678901234567890123456789012345678901234567890123"};
-        static const char *bad[] = {"", "9A", "a", "GITHUB-TOKEN", "A B", "A=B", "Ä", "A\n", "../A",
-                                    "A2345678901234567890123456789012345678901234567890123456789012345"};
+        static const char *good[] = {"A", "_", "GITHUB_TOKEN", "X9",
+                                     "A23456789012345678901234567890123456789012345678901234567890123"};
+        static const char *bad[] = {"",     "9A",
+                                    "a",    "GITHUB-TOKEN",
+                                    "A B",  "A=B",
+                                    "Ä",    "A\n",
+                                    "../A", "A2345678901234567890123456789012345678901234567890123456789012345"};
 
         for (size_t i = 0; i < sizeof(good) / sizeof(*good); i++)
                 cr_assert(secrets_name_valid(good[i]), "%s refused", good[i]);
@@ -237,8 +241,18 @@ static int hosts(const char *json, char **ret, struct sbx_error *err)
 Test(secrets, hosts)
 {
         static const char *bad[] = {
-                "[]", "\"api.github.com\"", "[1]", "[\"\"]", "[\"10.0.0.1\"]", "[\"127.1\"]", "[\"[::1]\"]",
-                "[\"::1\"]", "[\"api.github.com:443\"]", "[\"*.github.com\"]", "[\"a b.com\"]", "[\"a\\nb.com\"]",
+                "[]",
+                "\"api.github.com\"",
+                "[1]",
+                "[\"\"]",
+                "[\"10.0.0.1\"]",
+                "[\"127.1\"]",
+                "[\"[::1]\"]",
+                "[\"::1\"]",
+                "[\"api.github.com:443\"]",
+                "[\"*.github.com\"]",
+                "[\"a b.com\"]",
+                "[\"a\\nb.com\"]",
                 "[\"a.com\",\"b.com\",\"c.com\",\"d.com\",\"e.com\",\"f.com\",\"g.com\",\"h.com\",\"i.com\"]",
         };
         struct sbx_error err = {0};
@@ -260,8 +274,9 @@ Test(secrets, hosts)
 Test(secrets, set_validates_header_and_value)
 {
         char db[PATH_MAX], big[SECRETS_VALUE_MAX + 2];
-        static const char *bad_headers[] = {"", "X Auth", "X-Auth\r\nHost", "X-Auth\n", "X:Auth",
-                                            "X-Auth-Token-0123456789012345678901234567890123456789012345678901"};
+        static const char *bad_headers[] = {
+                "",         "X Auth", "X-Auth\r\nHost",
+                "X-Auth\n", "X:Auth", "X-Auth-Token-0123456789012345678901234567890123456789012345678901"};
         static const char *bad_values[] = {"tok\r\nX-Evil: 1", "tok\n", "\rtok"};
         struct secrets *s = open_key(keypath);
         struct sbx_error err = {0};
@@ -295,8 +310,8 @@ Test(secrets, set_validates_header_and_value)
         cr_assert_eq(store_secret_get(st, "alice", "T", &row, &sealed), -ENOENT, "a refused set stored a row");
 
         /* the largest value and a header: stored sealed, opened back */
-        cr_assert_eq(secrets_set(s, st, "alice", "T", big, SECRETS_VALUE_MAX, h, "X-Api-Key", "test", &err), 0,
-                     "%s", err.msg);
+        cr_assert_eq(secrets_set(s, st, "alice", "T", big, SECRETS_VALUE_MAX, h, "X-Api-Key", "test", &err), 0, "%s",
+                     err.msg);
         cr_assert_eq(store_secret_get(st, "alice", "T", &row, &sealed), 0);
         cr_assert_str_eq(row.header, "X-Api-Key");
         cr_assert_eq(secrets_unseal(s, "alice", "T", sealed, &v), 0);

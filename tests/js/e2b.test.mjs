@@ -229,6 +229,7 @@ describe('E2B SDK against sandboxd (issue 36)', () => {
                 assert.equal(out.text, '42');
                 assert.equal(out.stdout, 'side\n');
                 assert.ok(out.count >= 2);
+                assert.equal(out.streamed, 'ready\nsaw go\n', 'runCode did not stream its output as it came');
                 assert.equal(out.png, true, 'no PNG result');
                 assert.equal(out.html, true, 'no HTML result');
                 assert.deepEqual(out.error, { name: 'ZeroDivisionError', hasTraceback: true });

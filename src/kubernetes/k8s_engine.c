@@ -472,11 +472,16 @@ static int delete_pod(struct k8s *k, const char *id, int grace_s, struct sbx_err
         if (r < 0)
                 return r;
         k8s_pod_state(pod, state, &code, &oom);
-        /* A Pod on no node, one whose container cannot start (an image that
-         * cannot be pulled: the kubelet may take a minute to confirm it in
-         * back-off) or has ended has nothing to kill: it goes at once. Any
-         * other waits for the kubelet, so its runner is dead when this returns. */
-        if (strcmp(state, "exited") == 0 || !k8s_json_str(pod, "spec.nodeName") ||
+        /* A Pod on no node, one whose container has not started yet (still
+         * being created: a busy kubelet can take a minute to tear down a
+         * sandbox it is still setting up), cannot start (an image that cannot
+         * be pulled: the kubelet may take a minute to confirm it in back-off)
+         * or has ended has nothing to kill: it goes at once. Should its
+         * container start after all before the kubelet sees the Pod gone,
+         * its runner is refused (the session's epoch, runner_chan.c), as for
+         * a lost node below. Any other waits for the kubelet, so its runner
+         * is dead when this returns. */
+        if (strcmp(state, "exited") == 0 || strcmp(state, "created") == 0 || !k8s_json_str(pod, "spec.nodeName") ||
             hopeless(k8s_json_str(cJSON_GetArrayItem(k8s_json_get(pod, "status.containerStatuses"), 0),
                                   "state.waiting.reason")))
                 grace_s = 0;

@@ -11,7 +11,8 @@
 //                             SDK's `/bin/bash -l -c true`) in the same
 //                             session and the Engine API's exec of `true` in
 //                             a plain container
-//   e2b_run_code              runCode('1+1') on a warm context
+//   e2b_run_code              runCode('1+1') on a warm context, against
+//                             POST /v1/run_cell of the same in the same context
 // Prints a table (p50, p95 in ms) and writes JSON to the path given as the
 // first argument. The daemon (instance SANDBOXD_TEST_RUN) and the baseline
 // containers (label sandboxd.bench=SANDBOXD_TEST_RUN) are removed on exit.
@@ -86,13 +87,12 @@ async function dockerRemove(id) {
         await docker('DELETE', `/containers/${id}?force=1&v=1`);
 }
 
-/** POST /v1/exec on the daemon's HTTPS front: the argv the SDK's
- *  commands.run('true') sends (a login bash), so both run the same. */
-function apiExec(session) {
-        const body = JSON.stringify({ session, argv: ['/bin/bash', '-l', '-c', 'true'] });
+/** POST /v1/<method> on the daemon's HTTPS front; ok(result) says whether it went right. */
+function api(method, params, ok) {
+        const body = JSON.stringify(params);
         return new Promise((resolve, reject) => {
                 const req = https.request(
-                        { hostname: '127.0.0.1', port: Number(process.env.E2B_PORT), path: '/v1/exec', method: 'POST',
+                        { hostname: '127.0.0.1', port: Number(process.env.E2B_PORT), path: `/v1/${method}`, method: 'POST',
                           headers: { Authorization: `Bearer ${process.env.BENCH_TOKEN}`, 'Content-Type': 'application/json' },
                           timeout: 60000 },
                         (res) => {
@@ -100,17 +100,22 @@ function apiExec(session) {
                                 res.on('data', (c) => chunks.push(c));
                                 res.on('end', () => {
                                         const out = JSON.parse(Buffer.concat(chunks));
-                                        if (res.statusCode !== 200 || out.exit_code !== 0)
-                                                reject(new Error(`/v1/exec: ${res.statusCode} ${JSON.stringify(out)}`));
+                                        if (res.statusCode !== 200 || !ok(out))
+                                                reject(new Error(`/v1/${method}: ${res.statusCode} ${JSON.stringify(out)}`));
                                         else resolve();
                                 });
                         },
                 );
                 req.on('error', reject);
-                req.on('timeout', () => req.destroy(new Error('/v1/exec: no answer in 60 s')));
+                req.on('timeout', () => req.destroy(new Error(`/v1/${method}: no answer in 60 s`)));
                 req.end(body);
         });
 }
+
+/** /v1/exec of the argv the SDK's commands.run('true') sends (a login bash), so both run the same. */
+const apiExec = (session) => api('exec', { session, argv: ['/bin/bash', '-l', '-c', 'true'] }, (o) => o.exit_code === 0);
+/** /v1/run_cell of 1+1 in the context runCode uses (python's default). */
+const apiCell = (session) => api('run_cell', { session, code: '1+1' }, (o) => o.status === 'ok');
 
 async function poolFull() {
         const deadline = Date.now() + 120000;
@@ -156,6 +161,7 @@ async function client() {
                 await apiExec(session);
                 await dockerExecTrue(base);
                 await code.runCode('1+1');
+                await apiCell(`e2b-${code.sandboxId}`);
                 for (let i = 0; i < n; i++) {
                         add('e2b_commands_run', 'sandboxd', await timed(() => sbx.commands.run('true')));
                         add('e2b_commands_run', 'v1_exec', await timed(() => apiExec(session)));
@@ -164,6 +170,7 @@ async function client() {
                                 const r = await code.runCode('1+1');
                                 if (r.text !== '2') throw new Error(`runCode('1+1'): ${JSON.stringify(r)}`);
                         }));
+                        add('e2b_run_code', 'v1_run_cell', await timed(() => apiCell(`e2b-${code.sandboxId}`)));
                 }
         } finally {
                 await sbx.kill();

@@ -22,6 +22,7 @@
 #include "sandboxd/http.h"
 #include "sandboxd/jsonutil.h"
 #include "sandboxd/metrics.h"
+#include "sandboxd/utf8.h"
 
 #define E2B_HOME "/home/user"
 #define E2B_POLL_WAIT_S 10 /* a long-poll of get_execution; a keepalive event between two */
@@ -83,15 +84,58 @@ static enum MHD_Result unary_fronterr(struct MHD_Connection *conn, const struct 
         return unary_error(conn, e->code, "%s", e->msg);
 }
 
+/* envd's user: the SDK names it as "Authorization: Basic base64(NAME:)"
+ * (commands.run({user}), files.*({user})) and /files also as ?username=.
+ * sandboxd runs everything as the sandbox's one user, E2B's `user`; any
+ * other name, root included, is refused with the reason (msg), never
+ * quietly run as user. */
+static bool user_ok(struct MHD_Connection *conn, char *msg, size_t size)
+{
+        const char *h = MHD_lookup_connection_value(conn, MHD_HEADER_KIND, MHD_HTTP_HEADER_AUTHORIZATION);
+        const char *u = MHD_lookup_connection_value(conn, MHD_GET_ARGUMENT_KIND, "username");
+        _cleanup_free_ unsigned char *raw = NULL;
+        char who[72] = "";
+        size_t n = 0, k = 0;
+        bool ok = true;
+
+        if (h) {
+                ok = strncasecmp(h, "Basic ", 6) == 0 && strlen(h + 6) <= 256 &&
+                     base64_decode(h + 6, strlen(h + 6), &raw, &n) == 0;
+                for (k = 0; ok && k < n && raw[k] != ':'; k++)
+                        ok = raw[k] > 0x20 && raw[k] < 0x7f; /* printable, so it can be named back */
+                if (ok) {
+                        snprintf(who, sizeof(who), "%.*s", (int)(k < 64 ? k : 64), (const char *)raw);
+                        ok = k == 0 || strcmp(who, E2B_USER) == 0;
+                } else {
+                        snprintf(who, sizeof(who), "(an Authorization header that is not Basic NAME:)");
+                }
+        }
+        if (ok && u && *u && strcmp(u, E2B_USER) != 0) {
+                snprintf(who, sizeof(who), "%.64s", u);
+                ok = false;
+        }
+        if (!ok)
+                snprintf(msg, size,
+                         "user %s is not available: sandboxd runs every command and file operation as the "
+                         "sandbox's own user, %s (no root)",
+                         who, E2B_USER);
+        return ok;
+}
+
 /* The unary request message (a JSON object, bounded before parsing). */
 static cJSON *unary_body(struct e2b_req *q, struct MHD_Connection *conn, enum MHD_Result *ans)
 {
         const char *type = MHD_lookup_connection_value(conn, MHD_HEADER_KIND, MHD_HTTP_HEADER_CONTENT_TYPE);
         struct fronterr e = {0};
+        char msg[256];
         cJSON *o;
 
         if (!type || strncmp(type, "application/json", 16) != 0) {
                 *ans = unary_error(conn, "bad_request", "Content-Type must be application/json (Connect's JSON)");
+                return NULL;
+        }
+        if (!user_ok(conn, msg, sizeof(msg))) {
+                *ans = unary_error(conn, "invalid", "%s", msg);
                 return NULL;
         }
         o = e2b_parse_object(q->body, q->len, &e);
@@ -163,12 +207,11 @@ enum MHD_Result e2b_envd_health(struct e2b_req *q, struct MHD_Connection *conn)
 static bool query_path(struct e2b_req *q, struct MHD_Connection *conn, char *ws, size_t size, enum MHD_Result *ans)
 {
         const char *p = MHD_lookup_connection_value(conn, MHD_GET_ARGUMENT_KIND, "path");
-        const char *u = MHD_lookup_connection_value(conn, MHD_GET_ARGUMENT_KIND, "username");
-        char mapped[FILES_PATH_MAX];
+        char mapped[FILES_PATH_MAX], msg[256];
         struct sbx_error err = {0};
 
-        if (u && *u && strcmp(u, "user") != 0 && strcmp(u, "root") != 0) {
-                *ans = e2b_reply_error(conn, 400, "user %.64s does not exist (sandboxd runs as user)", u);
+        if (!user_ok(conn, msg, sizeof(msg))) {
+                *ans = e2b_reply_error(conn, 400, "%s", msg);
                 return false;
         }
         if (!p || !*p || strlen(p) >= FILES_PATH_MAX) {
@@ -334,8 +377,10 @@ enum MHD_Result e2b_envd_upload(struct e2b_req *q, struct MHD_Connection *conn)
         const char *enc = MHD_lookup_connection_value(conn, MHD_HEADER_KIND, "Content-Encoding");
         struct upload u = {.q = q, .path = p && *p ? p : NULL};
         enum MHD_Result ans = MHD_NO;
-        char ws[FILES_PATH_MAX];
+        char ws[FILES_PATH_MAX], msg[256];
 
+        if (!user_ok(conn, msg, sizeof(msg))) /* the multipart form's parts name paths of their own */
+                return e2b_reply_error(conn, 400, "%s", msg);
         if (enc && *enc && strcmp(enc, "identity") != 0)
                 return e2b_reply_error(conn, 400, "Content-Encoding %.32s is not supported (send it plain)", enc);
         if (!e2b_session_exists(q))
@@ -855,6 +900,7 @@ static struct stream *stream_request(struct e2b_req *q, struct MHD_Connection *c
         const char *type = MHD_lookup_connection_value(conn, MHD_HEADER_KIND, MHD_HTTP_HEADER_CONTENT_TYPE);
         struct stream *s = calloc(1, sizeof(*s));
         struct fronterr e = {0};
+        char msg[256];
         int status;
 
         *ans = MHD_NO;
@@ -870,6 +916,8 @@ static struct stream *stream_request(struct e2b_req *q, struct MHD_Connection *c
         *ret_m = envelope_message(q, &e);
         if (!*ret_m)
                 stream_end(s, connect_code(e.code, &status), e.msg);
+        else if (!user_ok(conn, msg, sizeof(msg)))
+                stream_end(s, "invalid_argument", msg);
         else if (!e2b_session_exists(q))
                 stream_end(s, "not_found", "sandbox not found");
         if (s->ended) {

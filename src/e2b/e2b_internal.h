@@ -14,6 +14,8 @@
 #include "sandboxd/token.h"
 
 #define E2B_SESSION_PREFIX "e2b-"
+/* the one user inside an E2B sandbox here: every command and file operation runs as it */
+#define E2B_USER "user"
 /* The label of a sandbox created with network.allowPublicTraffic false
  * (value "private"; metadata cannot set it): its getHost traffic needs the
  * access token. */

@@ -183,6 +183,9 @@ describe('E2B SDK against sandboxd (issue 36)', () => {
                 assert.equal(out.killedCmd, true);
                 assert.equal(out.sleeperEnd, 'CommandExitError');
                 assert.equal(out.outside, 'InvalidArgumentError');
+                assert.equal(out.asRoot, 'InvalidArgumentError: true');
+                assert.equal(out.asUser, 'ok\n');
+                assert.equal(out.writeAsRoot, 'InvalidArgumentError: true');
                 assert.equal(out.overTime, 'TimeoutError');
                 assert.equal(out.paused, true);
                 assert.equal(out.stateWhilePaused, 'paused');

@@ -332,7 +332,8 @@ int api_m_run_tests(struct api_req *q, cJSON **ret, struct fronterr *e)
         if (jparam_string(&q->args, "language", true, &language, e) < 0 ||
             jparam_string(&q->args, "tests", true, &tests, e) < 0 ||
             jparam_string(&q->args, "code", false, &code, e) < 0 ||
-            jparam_int(&q->args, "timeout_seconds", 0, q->d->cfg.exec_timeout_max_s, 0, &timeout, e) < 0)
+            jparam_int(&q->args, "timeout_seconds", 0, q->d->cfg.exec_timeout_max_s, 0, &timeout, e) < 0 ||
+            api_param_network(q, e) < 0)
                 return -1;
         if (testrun_language_from_string(language, &tl) < 0)
                 return fronterr_set(e, "invalid", "params.language must be python or node");

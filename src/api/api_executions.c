@@ -271,7 +271,7 @@ static int run_execution_code(struct api_req *q, enum exec_language lang, const 
             jparam_bool(&q->args, "stream", false, &stream, e) < 0 ||
             api_param_encoding(q, "encoding", &base64, e) < 0 || jparam_bool(&q->args, "tty", false, &tty, e) < 0 ||
             jparam_int(&q->args, "rows", 1, EXEC_TTY_MAX_ROWS, 24, &rows, e) < 0 ||
-            jparam_int(&q->args, "cols", 1, EXEC_TTY_MAX_COLS, 80, &cols, e) < 0)
+            jparam_int(&q->args, "cols", 1, EXEC_TTY_MAX_COLS, 80, &cols, e) < 0 || api_param_network(q, e) < 0)
                 return -1;
         if (env_obj && !cJSON_IsNull(env_obj)) {
                 const cJSON *it;

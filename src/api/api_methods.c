@@ -10,6 +10,7 @@
 #include <cjson/cJSON.h>
 #include <ctype.h>
 #include <errno.h>
+#include <stdlib.h>
 #include <string.h>
 
 #include "api_internal.h"
@@ -27,6 +28,33 @@
 
 
 /* ---- parameters ---- */
+/* params.network of an execution (egress_rules.h: egress_net_parse). Until
+ * the runner attributes each proxied connection to its execution and the
+ * proxy narrows by it (issue 37 item 3), a valid narrowing is refused
+ * rather than accepted and not enforced: a caller that asks for "none" must
+ * never run with the session's full egress. */
+int api_param_network(struct api_req *q, struct fronterr *e)
+{
+        struct egress_net *net = malloc(sizeof(*net));
+        struct sbx_error err = {0};
+        bool set;
+        int r;
+
+        if (!net)
+                return fronterr_set(e, "internal", "out of memory");
+        r = egress_net_parse(cJSON_GetObjectItemCaseSensitive(q->params, "network"), net, &err);
+        set = net->set;
+        free(net);
+        if (r < 0)
+                return fronterr_set(e, "bad_request", "params.%s%s", strncmp(err.msg, "network", 7) ? "network: " : "",
+                                    err.msg);
+        if (set)
+                return fronterr_set(e, "unavailable",
+                                    "params.network (egress per execution) is not enforced by this daemon yet: "
+                                    "refused rather than run with the session's full egress");
+        return 0;
+}
+
 /* params.<name>: "utf8" (default) or "base64". */
 int api_param_encoding(struct api_req *q, const char *name, bool *ret_base64, struct fronterr *e)
 {
@@ -453,11 +481,11 @@ static int m_list_secrets(struct api_req *q, cJSON **ret, struct fronterr *e)
 // clang-format off
 static const struct api_method_doc methods_doc[] = {
         {"exec", api_m_exec,
-         "{command | argv: [strings], timeout_seconds?, workdir?, env?: {K: V}, stdin?, background?, interactive?, stream?, encoding?, tty?, rows?, cols?, idempotency_key?}",
+         "{command | argv: [strings], timeout_seconds?, workdir?, env?: {K: V}, stdin?, background?, interactive?, stream?, encoding?, tty?, rows?, cols?, network?, idempotency_key?}",
          "an execution result; with background: {execution_id, state} at once",
          "Run a shell command (sh -c) in the session's container, or with argv a program and its arguments exec'd as they are (no shell). With tty: true it runs on a pseudo-terminal the runner opens (rows and cols 1-1000, default 24 x 80); refused with unavailable when the session's runner is not connected."},
         {"run_code", api_m_run_code,
-         "{language: python|node|bash, code | script: NAME, timeout_seconds?, workdir?, env?, stdin?, background?, interactive?, stream?, encoding?, cache?, idempotency_key?}",
+         "{language: python|node|bash, code | script: NAME, timeout_seconds?, workdir?, env?, stdin?, background?, interactive?, stream?, encoding?, cache?, network?, idempotency_key?}",
          "an execution result, with cached (the script cache's entry, or null) and cache_error when the cache refused it",
          "Run code in a language's interpreter, or a script saved in the user's script cache. A run that exits 0 is saved to the cache unless cache is false."},
         {"get_execution", api_m_get_execution,
@@ -481,7 +509,7 @@ static const struct api_method_doc methods_doc[] = {
          "{executions: [result without stdout and stderr, plus command_preview]}",
          "List the session's executions, newest first; with completed_within_ms only those that ended that recently, the most recently ended first."},
         {"run_cell", api_m_run_cell,
-         "{code, language?: python|node, context?, timeout_seconds?, env?, stream?}",
+         "{code, language?: python|node, context?, timeout_seconds?, env?, stream?, network?}",
          "{context, language, generation, execution_count, status: ok|error|timeout|died, outputs: [...], stdout, stderr, error?, state_lost?: {cause, generation}, timed_out?, truncated?, duration_ms, session}",
          "Run a cell in a stateful interpreter context (a Jupyter kernel for python, the bridge's own for node): variables, imports and open files stay for the next cell. Outputs include images (image/png base64). With stream: true, output arrives as events while the cell runs."},
         {"list_contexts", api_m_list_contexts,
@@ -568,7 +596,7 @@ static const struct api_method_doc methods_doc[] = {
          "Poll the user's own lifecycle events after an id (no params.session). GET /v1/events streams the same events as SSE."},
         /* agent tools (issue 17): api_agent.c */
         {"run_tests", api_m_run_tests,
-         "{language: python|node, tests, code?, timeout_seconds?, idempotency_key?}",
+         "{language: python|node, tests, code?, timeout_seconds?, network?, idempotency_key?}",
          "{success, summary: {total, passed, failed, skipped}, tests: [{name, passed, skipped, error, duration_ms}], tests_truncated, output, duration_ms, error, execution_id, language}",
          "Run a test file (plain test_* functions and unittest for python, node:test for node) against optional code, as one execution, and return a result per test."},
         {"list_scripts", api_m_list_scripts,

@@ -181,6 +181,9 @@ int session_get_info(struct session_manager *m, const char *user, const char *se
 int session_list(struct session_manager *m, const char *user, const enum session_state *state,
                  struct session_info **ret, size_t *ret_n);
 void session_info_list_free(struct session_info *list, size_t n);
+/* The one user that has a session called id, into ret_user (size bytes):
+ * an indexed lookup, not a scan. -ENOENT if nobody or more than one user has it. */
+int session_owner(struct session_manager *m, const char *id, char *ret_user, size_t size);
 
 /* Monitor entry: the container of (user, session) failed with cause. Marks
  * ERROR only if container_id is still the session's RUNNING container (a

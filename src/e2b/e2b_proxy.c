@@ -282,16 +282,7 @@ static enum MHD_Result add_arg(void *cls, enum MHD_ValueKind kind, const char *k
  * user named so through /v1/ makes it nobody's: 404, never a guess). */
 static int owner_of(struct e2b_req *q)
 {
-        struct session_info *list = NULL;
-        size_t n = 0, found = 0;
-
-        if (session_list(q->d->sessions, NULL, NULL, &list, &n) < 0)
-                return -EIO;
-        for (size_t i = 0; i < n; i++)
-                if (strcmp(list[i].session, q->session) == 0 && found++ == 0)
-                        sbx_strlcpy(q->tok.user, list[i].user, sizeof(q->tok.user));
-        session_info_list_free(list, n);
-        return found == 1 ? 0 : -ENOENT;
+        return session_owner(q->d->sessions, q->session, q->tok.user, sizeof(q->tok.user));
 }
 
 /* The session as session_info sees it: E2B's paused, and its traffic label. */

@@ -63,15 +63,21 @@ int session_key_check(const char *user, const char *session, struct sbx_error *e
         return 0;
 }
 
+static uint32_t fnv(uint32_t h, const char *p)
+{
+        for (; *p; p++)
+                h = (h ^ (uint8_t)*p) * 16777619u;
+        return h;
+}
+
 static unsigned key_hash(const char *user, const char *id)
 {
-        uint32_t h = 2166136261u;
-        for (const char *p = user; *p; p++)
-                h = (h ^ (uint8_t)*p) * 16777619u;
-        h = (h ^ ':') * 16777619u;
-        for (const char *p = id; *p; p++)
-                h = (h ^ (uint8_t)*p) * 16777619u;
-        return h % N_BUCKETS;
+        return fnv((fnv(2166136261u, user) ^ ':') * 16777619u, id) % N_BUCKETS;
+}
+
+static unsigned id_hash(const char *id)
+{
+        return fnv(2166136261u, id) % N_BUCKETS;
 }
 
 /* ---- persistence ---- */
@@ -224,8 +230,23 @@ static void insert_locked(struct session_manager *m, struct session *s)
         unsigned h = key_hash(s->user, s->id);
         s->next = m->buckets[h];
         m->buckets[h] = s;
+        h = id_hash(s->id);
+        s->next_by_id = m->by_id[h];
+        m->by_id[h] = s;
         s->refs++; /* the table's own reference */
         m->n_sessions++;
+}
+
+int session_owner(struct session_manager *m, const char *id, char *ret_user, size_t size)
+{
+        size_t found = 0;
+
+        pthread_mutex_lock(&m->lock);
+        for (struct session *s = m->by_id[id_hash(id)]; s; s = s->next_by_id)
+                if (strcmp(s->id, id) == 0 && found++ == 0)
+                        sbx_strlcpy(ret_user, s->user, size);
+        pthread_mutex_unlock(&m->lock);
+        return found == 1 ? 0 : -ENOENT;
 }
 
 void session_unlink_locked(struct session_manager *m, struct session *s)
@@ -234,6 +255,12 @@ void session_unlink_locked(struct session_manager *m, struct session *s)
                 if (*pp == s) {
                         *pp = s->next;
                         s->next = NULL;
+                        for (struct session **qp = &m->by_id[id_hash(s->id)]; *qp; qp = &(*qp)->next_by_id)
+                                if (*qp == s) {
+                                        *qp = s->next_by_id;
+                                        s->next_by_id = NULL;
+                                        break;
+                                }
                         m->n_sessions--;
                         s->refs--;
                         return;

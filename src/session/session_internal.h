@@ -81,8 +81,9 @@ struct session {
         struct session_manager *mgr;
         char user[SESSION_KEY_MAX + 1];
         char id[SESSION_KEY_MAX + 1];
-        struct session *next; /* hash chain (m->lock) */
-        int refs;             /* (m->lock) */
+        struct session *next;       /* hash chain (m->lock) */
+        struct session *next_by_id; /* chain of by_id, keyed by the id alone (m->lock) */
+        int refs;                   /* (m->lock) */
 
         pthread_mutex_t lock;
         pthread_cond_t cond;
@@ -153,6 +154,7 @@ struct session_manager {
 
         pthread_mutex_t lock;
         struct session *buckets[N_BUCKETS];
+        struct session *by_id[N_BUCKETS]; /* the same sessions keyed by id alone: session_owner */
         size_t n_sessions;
         struct handler handlers[MAX_HANDLERS];
         size_t n_handlers;

@@ -1139,3 +1139,34 @@ Test(cells, idle_contexts_keep_no_large_output, .init = setup, .fini = teardown)
         /* one line in flight: two copies while it is parsed, one after (was four: line, tree, bundle, print) */
         cr_assert_lt(peak, 80 * 1024, "a 30 MiB line in flight cost %ld kB", peak);
 }
+
+/* Issue 34: a cell that prints more than a GiB in a tight loop leaves its
+ * kernel alive (it was OOM-killed at 0.5-1 GiB, holding all of it: the
+ * kernel buffered what it printed until the cell's end), and the result
+ * says what was not kept. */
+Test(cells, an_output_flood_leaves_the_kernel_alive, .init = setup, .fini = teardown)
+{
+        cJSON *r;
+        const cJSON *res;
+
+        cJSON_Delete(cell("s1", NULL, "z = 1", 120));
+        r = cell("s1", NULL,
+                 "import sys\ns = 'y' * 65535 + '\\n'\nfor i in range(17 * 1024): sys.stdout.write(s)\nprint('end')",
+                 600);
+        res = apic_result(r);
+        cr_assert_str_eq(apic_str(res, "status"), "ok", "%.2000s", cJSON_PrintUnformatted(r));
+        cr_assert_null(cJSON_GetObjectItem(res, "state_lost"));
+        cr_assert(cJSON_IsTrue(cJSON_GetObjectItem(res, "truncated")));
+        cr_assert(cJSON_IsTrue(cJSON_GetObjectItem(res, "output_dropped")), "what was not kept is reported");
+        cr_assert_geq(apic_num(res, "stdout_bytes"), cfg.exec_output_cap_bytes, "kept up to the spool's cap");
+        cr_assert(strstr(apic_str(res, "stderr"), "bytes of output dropped") ||
+                          apic_num(res, "stdout_bytes") >= 17 << 26,
+                  "the bridge says how much it dropped: %s", apic_str(res, "stderr"));
+        cJSON_Delete(r);
+        r = cell("s1", NULL, "z", 120);
+        res = apic_result(r);
+        cr_assert_null(cJSON_GetObjectItem(res, "state_lost"), "%s", cJSON_PrintUnformatted(r));
+        cr_assert_eq(apic_num(res, "generation"), 1);
+        cr_assert_str_eq(result_text(res), "1");
+        cJSON_Delete(r);
+}

@@ -51,6 +51,7 @@ _wcond = threading.Condition(_wlock)
 # much (a stderr line marked "clipped"; the result says output_dropped).
 OUT_BACKLOG = 16 << 20
 _out = {"q": [], "bytes": 0, "dropped": 0}
+REPLY_AFTER_IDLE_S = 2.0  # an execute_reply comes before its idle status: see interrupt() in main
 MAX_TEXT = 1 << 20  # a traceback line, an error's name or value
 # One MIME value, whole: what does not fit inline in the result goes by
 # reference (the daemon spools it), so a value is cut only past this
@@ -374,7 +375,13 @@ def main():
     # An interrupt that comes before the kernel runs the cell's code (its
     # execute_input) would be lost, and the cell would then be killed after
     # the grace with its state: it waits for the code to start.
-    cell = {"running": False, "started": False, "pending": False}
+    # An interrupt that lands in ipykernel's own code around the cell (after
+    # execute_input, before the code's own try) is swallowed by the kernel
+    # ("KeyboardInterrupt caught in kernel"): the cell's handler ends with
+    # no execute_reply at all, only its idle status. After an interrupt was
+    # delivered, a reply that is not there REPLY_AFTER_IDLE_S after idle is
+    # taken as that, and the cell ends interrupted (it may not have run).
+    cell = {"running": False, "started": False, "pending": False, "interrupted": False}
     cell_lock = threading.Lock()
 
     def interrupt():
@@ -382,6 +389,7 @@ def main():
             if cell["running"] and not cell["started"]:
                 cell["pending"] = True
                 return
+            cell["interrupted"] = cell["running"]
         try:
             km.interrupt_kernel()
         except Exception:  # noqa: BLE001
@@ -427,7 +435,7 @@ def main():
             return run_cell(code, cid, silent, user_expressions)
         finally:
             with cell_lock:
-                cell.update(running=False, started=False, pending=False)
+                cell.update(running=False, started=False, pending=False, interrupted=False)
 
     def run_cell(code, cid, silent, user_expressions):
         msg_id = kc.execute(code, silent=silent, store_history=not silent, allow_stdin=False,
@@ -471,12 +479,21 @@ def main():
                 emit({"ev": "clear_output", "id": cid}, True)
             if t == "status" and c.get("execution_state") == "idle":
                 idle = True
+        idle_at = time.monotonic()
         while True:
             try:
                 r = kc.get_shell_msg(timeout=0.25)
             except queue.Empty:
                 if dead():
                     return None
+                with cell_lock:
+                    swallowed = cell["interrupted"] and time.monotonic() - idle_at > REPLY_AFTER_IDLE_S
+                if swallowed and not silent:
+                    emit({"ev": "error", "id": cid, "ename": "KeyboardInterrupt",
+                          "evalue": "the interrupt reached the kernel outside the cell's code, which may not have run",
+                          "traceback": []}, True)
+                if swallowed:
+                    return {"status": "error", "execution_count": None}
                 continue
             if r.get("parent_header", {}).get("msg_id") == msg_id:
                 return r["content"]

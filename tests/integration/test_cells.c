@@ -680,6 +680,52 @@ static cJSON *cancel_as(const char *tok, const char *id, bool force)
         return apic_call(cfg.api_socket, tok, "cancel_execution", p);
 }
 
+/* An interrupt that lands in ipykernel's own code around a cell (after its
+ * execute_input, outside the cell's code) is swallowed by the kernel
+ * ("KeyboardInterrupt caught in kernel"), which then sends no execute_reply,
+ * only its idle status. The bridge used to wait for that reply until the
+ * grace killed the kernel with its state. The test puts the kernel in that
+ * window for sure: a handler of its own announces the cell, then waits
+ * outside any cell code (the next cell gets the kernel's handler back). */
+Test(cells, an_interrupt_the_kernel_swallows_still_ends_the_cell, .init = setup, .fini = teardown)
+{
+        static const char patch[] =
+                "k = get_ipython().kernel\n"
+                "orig = k.shell_handlers['execute_request']\n"
+                "def held(stream, ident, parent):\n"
+                "    import time\n"
+                "    k.shell_handlers['execute_request'] = orig\n"
+                "    k._publish_execute_input(parent['content']['code'], parent, k.execution_count)\n"
+                "    while True:\n"
+                "        time.sleep(0.05)\n"
+                "k.shell_handlers['execute_request'] = held\n"
+                "w = 7";
+        char id[64];
+        const cJSON *res;
+        cJSON *r;
+        int fd;
+
+        r = cell("s1", NULL, patch, 0);
+        cr_assert_str_eq(apic_str(apic_result(r), "status"), "ok", "%s", cJSON_PrintUnformatted(r));
+        cJSON_Delete(r);
+        fd = cell_started("s1", "w = 8", id);
+        r = cancel_as(tok_a, id, false);
+        res = apic_result(r);
+        cr_assert_str_eq(apic_str(res, "status"), "cancelled", "%s", cJSON_PrintUnformatted(r));
+        cr_assert_str_eq(apic_str(cJSON_GetObjectItem(res, "error"), "name"), "KeyboardInterrupt", "%s",
+                         cJSON_PrintUnformatted(r));
+        cr_assert_null(cJSON_GetObjectItem(res, "state_lost"), "the kernel was not killed: %s",
+                       cJSON_PrintUnformatted(r));
+        cJSON_Delete(r);
+        cJSON_Delete(apic_reply(fd, 30000, NULL));
+        close(fd);
+        r = cell("s1", NULL, "w", 0);
+        cr_assert_str_eq(result_text(apic_result(r)), "7", "state kept, the cell's code never ran: %s",
+                         cJSON_PrintUnformatted(r));
+        cr_assert_eq(apic_num(apic_result(r), "generation"), 1);
+        cJSON_Delete(r);
+}
+
 Test(cells, cancel_execution_interrupts_a_cell, .init = setup, .fini = teardown)
 {
         char id[64];

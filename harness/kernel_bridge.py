@@ -31,26 +31,17 @@ import ast
 import json
 import os
 import queue
-import select
 import signal
 import sys
 import threading
 import time
 
-PROTO_IN = os.fdopen(os.dup(0), "rb")  # buffered: read by the reader thread alone, a line per read
-PROTO_OUT = os.dup(1)  # non-blocking: lines wait in _out (bounded) while the daemon is behind
+PROTO_IN = os.fdopen(os.dup(0), "rb", buffering=0)
+PROTO_OUT = os.fdopen(os.dup(1), "wb", buffering=0)
 _null = os.open(os.devnull, os.O_RDWR)
 os.dup2(_null, 0)
 os.dup2(_null, 1)
 _wlock = threading.Lock()
-_wcond = threading.Condition(_wlock)
-# The lines the daemon has not taken yet, and their bytes. The kernel's
-# output is read as fast as it comes, so that neither the kernel (its
-# unsent messages) nor this process grows with what a cell prints: past
-# OUT_BACKLOG, output is dropped and counted, and the cell's end says how
-# much (a stderr line marked "clipped"; the result says output_dropped).
-OUT_BACKLOG = 16 << 20
-_out = {"q": [], "bytes": 0, "dropped": 0}
 REPLY_AFTER_IDLE_S = 2.0  # an execute_reply comes before its idle status: see interrupt() in main
 MAX_TEXT = 1 << 20  # a traceback line, an error's name or value
 # One MIME value, whole: what does not fit inline in the result goes by
@@ -68,79 +59,21 @@ REPLAY_MAX = 8 << 20
 _last = {"id": None, "lines": [], "bytes": 0, "running": False}
 
 
-def _flush_locked():
-    """Write what is queued as far as the pipe takes it, never waiting."""
-    q = _out["q"]
-    while q:
-        try:
-            n = os.write(PROTO_OUT, q[0])
-        except BlockingIOError:
-            n = 0
-        _out["bytes"] -= n
-        if n < len(q[0]):
-            q[0] = q[0][n:]
-            _wcond.notify()  # the writer waits for room
-            return
-        q.pop(0)
-
-
-def _send_locked(line):
-    _out["q"].append(memoryview(line))
-    _out["bytes"] += len(line)
-    _flush_locked()
-
-
-def writer():
-    while True:
-        with _wlock:
-            while not _out["q"]:
-                _wcond.wait()
-        select.select([], [PROTO_OUT], [])
-        with _wlock:
-            _flush_locked()
-
-
-def drain():
-    """Before exiting: every queued line out (a blocking write)."""
-    with _wlock:
-        os.set_blocking(PROTO_OUT, True)
-        while _out["q"]:
-            _flush_locked()
-
-
-def emit(obj, record=False, droppable=False):
+def emit(obj, record=False):
     line = (json.dumps(obj, ensure_ascii=True, separators=(",", ":")) + "\n").encode()
     with _wlock:
-        if droppable and _out["bytes"] + len(line) > OUT_BACKLOG:
-            _out["dropped"] += len(line)
-            return
         if record and _last["bytes"] + len(line) <= REPLAY_MAX:
             _last["lines"].append(line)
             _last["bytes"] += len(line)
-        _send_locked(line)
-
-
-def dropped_note(cid):
-    """The cell's output dropped so far, as a line to end it with (or None)."""
-    with _wlock:
-        n, _out["dropped"] = _out["dropped"], 0
-    if not n:
-        return None
-    return {"ev": "stream", "id": cid, "name": "stderr", "clipped": True,
-            "text": "\n[sandboxd: %d bytes of output dropped: the cell printed faster than they could be "
-                    "delivered]\n" % n}
+        PROTO_OUT.write(line)
 
 
 def cell_begin(cid):
     with _wlock:
         _last.update(id=cid, lines=[], bytes=0, running=True)
-        _out["dropped"] = 0
 
 
 def cell_end(obj):
-    note = dropped_note(obj.get("id"))
-    if note:
-        emit(note, record=True)
     emit(obj, record=True)
     with _wlock:
         _last["running"] = False
@@ -148,12 +81,12 @@ def cell_end(obj):
 
 def replay():
     with _wlock:
-        _send_locked(b"\n")
+        PROTO_OUT.write(b"\n")
         begin = {"ev": "replay_begin", "id": _last["id"], "running": _last["running"]}
-        _send_locked((json.dumps(begin) + "\n").encode())
+        PROTO_OUT.write((json.dumps(begin) + "\n").encode())
         for line in _last["lines"]:
-            _send_locked(line)
-        _send_locked(b'{"ev":"replay_end"}\n')
+            PROTO_OUT.write(line)
+        PROTO_OUT.write(b'{"ev":"replay_end"}\n')
 
 
 def clip(v):
@@ -281,31 +214,61 @@ del _sbx_user_site
 
 # Run in the kernel at its start (one of its exec_lines): ipykernel keeps
 # what a cell prints in memory until its I/O thread sends it, which a cell
-# printing in a tight loop can put off to the cell's end (a kernel that
-# printed 1 GiB was OOM-killed holding all of it); past KERNEL_OUT_BUFFER
-# buffered characters a write hands them over and waits for them to go.
+# printing in a tight loop can put off to the cell's end, and what it sends
+# waits in zmq's queues while the bridge is behind (a kernel that printed
+# 1 GiB was OOM-killed holding it). So past KERNEL_OUT_BUFFER buffered
+# characters a write hands them over, and past the cap a cell may print per
+# stream (SBX_CELL_OUTPUT_CAP: the daemon's exec_output_cap, which it keeps
+# at most anyway) the rest is counted, not sent; the cell's end says how
+# much on stderr (KERNEL_DROP_NOTE, which the bridge marks clipped).
 KERNEL_OUT_BUFFER = 4 << 20
+KERNEL_DROP_NOTE = "\n[sandboxd: %d characters of %s dropped in the kernel: a cell sends at most %d per stream]\n"
+KERNEL_DROP_MARK = " dropped in the kernel: a cell sends at most "
 KERNEL_OUTPUT_BOUND = """
-def _sbx_bound_output():
+def _sbx_bound_output(cap, buffered, note):
+    import sys
     from ipykernel.iostream import OutStream
     write = OutStream.write
+    sent, dropped = {}, {}
 
     def bounded_write(self, string):
-        n = write(self, string)
+        if not isinstance(string, str):
+            return write(self, string)
+        name, n = self.name, len(string)
+        room = cap - sent.get(name, 0)
+        if n > room:
+            dropped[name] = dropped.get(name, 0) + n - max(room, 0)
+            string = string[:max(room, 0)]
+        sent[name] = sent.get(name, 0) + len(string)
+        if string:
+            write(self, string)
         buf = getattr(self, "_buffer", None)
-        if buf is not None and buf.tell() > %d:
+        if buf is not None and buf.tell() > buffered:
             self.flush()
         return n
+
+    def begin(*_a):
+        sent.clear()
+        dropped.clear()
+
+    def end(*_a):
+        for name, n in sorted(dropped.items()):
+            if n:
+                if isinstance(sys.stderr, OutStream):  # past its own cap as well
+                    write(sys.stderr, note %% (n, name, cap))
+        dropped.clear()
+
     OutStream.write = bounded_write
+    get_ipython().events.register("pre_execute", begin)
+    get_ipython().events.register("post_execute", end)
 
 
 try:
-    _sbx_bound_output()
+    _sbx_bound_output(%d, %d, %r)
 except Exception:  # noqa: BLE001 - another ipykernel: unbounded, as before
     pass
 del _sbx_bound_output
-""" % KERNEL_OUT_BUFFER
-
+"""
 
 
 def main():
@@ -325,7 +288,12 @@ def main():
     os.makedirs(prof, mode=0o700, exist_ok=True)
     with open(os.path.join(prof, "ipython_kernel_config.py"), "w") as f:
         f.write("c.InteractiveShell.colors = 'NoColor'\n")
-        f.write("c.InteractiveShellApp.exec_lines = [%r, %r]\n" % (USER_SITE_HOOK, KERNEL_OUTPUT_BOUND))
+        try:
+            cap = max(1024, int(os.environ.get("SBX_CELL_OUTPUT_CAP", "")))
+        except ValueError:
+            cap = 64 << 20
+        bound = KERNEL_OUTPUT_BOUND % (cap, KERNEL_OUT_BUFFER, KERNEL_DROP_NOTE)
+        f.write("c.InteractiveShellApp.exec_lines = [%r, %r]\n" % (USER_SITE_HOOK, bound))
     # the image's MPLBACKEND=Agg would keep figures from coming back inline
     os.environ["MPLBACKEND"] = "module://matplotlib_inline.backend_inline"
     os.environ.setdefault("JUPYTER_PLATFORM_DIRS", "1")
@@ -462,15 +430,17 @@ def main():
             elif t == "stream":
                 text = c.get("text", "")
                 for i in range(0, max(len(text), 1), STREAM_CHUNK):
-                    emit({"ev": "stream", "id": cid, "name": c.get("name"), "text": text[i:i + STREAM_CHUNK]}, True,
-                         True)
+                    ev = {"ev": "stream", "id": cid, "name": c.get("name"), "text": text[i:i + STREAM_CHUNK]}
+                    if KERNEL_DROP_MARK in ev["text"]:
+                        ev["clipped"] = True  # the kernel's own note (a cell that prints it only marks itself)
+                    emit(ev, True)
             elif t in ("display_data", "execute_result"):
                 data = c.get("data", {})
                 ev = {"ev": t, "id": cid, "data": data, "metadata": c.get("metadata", {})}
                 if any(isinstance(v, str) and len(v) > MAX_VALUE for v in data.values()):
                     ev["data"] = {k: (v[:MAX_VALUE] if isinstance(v, str) else v) for k, v in data.items()}
                     ev["clipped"] = True
-                emit(ev, True, True)
+                emit(ev, True)
             elif t == "error":
                 emit({"ev": "error", "id": cid, "ename": clip(c.get("ename", "")),
                       "evalue": clip(c.get("evalue", "")), "traceback": [clip(x) for x in c.get("traceback", [])][:200]},
@@ -538,10 +508,4 @@ def main():
 
 if __name__ == "__main__":
     signal.signal(signal.SIGINT, signal.SIG_IGN)  # an interrupt is for the kernel, never the bridge
-    os.set_blocking(PROTO_OUT, False)
-    threading.Thread(target=writer, daemon=True).start()
-    try:
-        rc = main()
-    finally:
-        drain()
-    sys.exit(rc)
+    sys.exit(main())

@@ -1188,8 +1188,8 @@ Test(cells, idle_contexts_keep_no_large_output, .init = setup, .fini = teardown)
 
 /* Issue 34: a cell that prints more than a GiB in a tight loop leaves its
  * kernel alive (it was OOM-killed at 0.5-1 GiB, holding all of it: the
- * kernel buffered what it printed until the cell's end), and the result
- * says what was not kept. */
+ * kernel buffered what it printed until the cell's end, and its queues grew
+ * while the bridge was behind), and the result says what was not kept. */
 Test(cells, an_output_flood_leaves_the_kernel_alive, .init = setup, .fini = teardown)
 {
         cJSON *r;
@@ -1205,9 +1205,8 @@ Test(cells, an_output_flood_leaves_the_kernel_alive, .init = setup, .fini = tear
         cr_assert(cJSON_IsTrue(cJSON_GetObjectItem(res, "truncated")));
         cr_assert(cJSON_IsTrue(cJSON_GetObjectItem(res, "output_dropped")), "what was not kept is reported");
         cr_assert_geq(apic_num(res, "stdout_bytes"), cfg.exec_output_cap_bytes, "kept up to the spool's cap");
-        cr_assert(strstr(apic_str(res, "stderr"), "bytes of output dropped") ||
-                          apic_num(res, "stdout_bytes") >= 17 << 26,
-                  "the bridge says how much it dropped: %s", apic_str(res, "stderr"));
+        cr_assert_not_null(strstr(apic_str(res, "stderr"), "characters of stdout dropped in the kernel"),
+                           "the kernel says how much it dropped: %s", apic_str(res, "stderr"));
         cJSON_Delete(r);
         r = cell("s1", NULL, "z", 120);
         res = apic_result(r);

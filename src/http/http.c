@@ -738,9 +738,10 @@ static int server_start(struct daemon *d, const char *key, const char *listen, b
         size_t n = 0;
         /* poll(), not select(): no ceiling at FD_SETSIZE on the listening
          * socket or any connection (MHD takes poll or select with a thread
-         * per connection, never epoll) */
-        unsigned flags =
-                MHD_USE_THREAD_PER_CONNECTION | MHD_USE_INTERNAL_POLLING_THREAD | MHD_USE_POLL | MHD_USE_ERROR_LOG;
+         * per connection, never epoll); upgrades for E2B's getHost(port)
+         * WebSockets (e2b_proxy.c), which nothing else answers with */
+        unsigned flags = MHD_USE_THREAD_PER_CONNECTION | MHD_USE_INTERNAL_POLLING_THREAD | MHD_USE_POLL |
+                         MHD_USE_ERROR_LOG | MHD_ALLOW_UPGRADE;
         int max_conns = config_max_connections(cfg);
         const union MHD_DaemonInfo *info;
         int r;

@@ -452,6 +452,8 @@ static enum MHD_Result on_request(void *cls, struct MHD_Connection *conn, const 
         if (*upload_size && rq->e2b) {
                 e2b_body(rq->e2b, upload, *upload_size);
                 *upload_size = 0;
+                if (e2b_decided(rq->e2b)) /* past its cap: answered now and closed, the rest never read */
+                        return (enum MHD_Result)e2b_respond(rq->e2b, conn, true);
                 return MHD_YES;
         }
         if (*upload_size) {

@@ -63,7 +63,7 @@ describe('E2B SDK against sandboxd (issue 36)', () => {
 
         before(async () => {
                 d = new Daemon();
-                d.env.SANDBOXD_MAX_FILE_SIZE = '1m'; // the upload cap, tested below
+                d.env.SANDBOXD_MAX_FILE_SIZE = '64m'; // the upload cap (E2B_UPLOAD_MAX's), tested below
                 d.env.SANDBOXD_E2B_DOMAIN = 'sbx.test'; // getHost(port) names: the tests set Host on 127.0.0.1
                 d.env.SANDBOXD_E2B_PROXY_MAX_PER_USER = '1'; // an open WebSocket holds the one slot (e2b_host_program.mjs)
                 ({ ca, port } = await d.startHttps());
@@ -168,6 +168,19 @@ describe('E2B SDK against sandboxd (issue 36)', () => {
                         for (const [k, s] of [[keyA, a], [keyB, b]])
                                 await request(ca, port, 'DELETE', `/sandboxes/${s.sandboxID}`, { headers: { 'X-API-Key': k } });
                 }
+        });
+
+        test('uploads: 50 MB written and read back byte-exact; 1 GiB streamed is refused early, the daemon not buffering it', async () => {
+                const { stdout, stderr, code } = await runProgram('e2b_upload_program.mjs', { DAEMON_PID: String(d.proc.pid) });
+                assert.equal(code, 0, `the upload program failed:\n${stderr}\n${stdout}\n--- daemon log:\n${d.logTail()}`);
+                const out = JSON.parse(stdout.trim().split('\n').pop());
+                assert.deepEqual(out.big, { size: 50 * 1024 * 1024, same: true });
+                // refused mid-stream: the connection closed past the 64 MiB cap (libmicrohttpd cannot
+                // answer in the middle of a body), so the SDK's fetch fails; nothing is written
+                assert.notEqual(out.huge, 'written', stdout);
+                assert.ok(out.given < 256 * 1024 * 1024, `the stream gave ${out.given} bytes before the refusal`);
+                assert.ok(out.hwmAfter - out.hwmBefore < 300 * 1024 * 1024, `the daemon's VmHWM grew by ${out.hwmAfter - out.hwmBefore}`);
+                assert.equal(out.hugeExists, false);
         });
 
         test('a token in E2B spelling passes the SDK key check and the daemon', () => {
@@ -493,10 +506,12 @@ describe('E2B SDK against sandboxd (issue 36)', () => {
                                         'E2b-Sandbox-Port': '49983',
                                         'X-Access-Token': token,
                                         'Content-Type': 'application/octet-stream',
+                                        // past the 64 MiB cap, refused from the headers: the body never sent
+                                        'Content-Length': String(1024 * 1024 * 1024),
                                 },
-                                body: Buffer.alloc(2 * 1024 * 1024, 1),
+                                body: Buffer.alloc(64 * 1024, 1),
                         }).catch((e) => ({ status: 'reset', error: e }));
-                        assert.ok(up.status === 413 || up.status === 'reset', `upload past the cap: ${up.status}`);
+                        assert.ok(up.status === 413 || up.status === 'reset', `upload past the cap: ${up.status} ${up.body}`);
                         const ls = await envd(token, '/filesystem.Filesystem/ListDir', JSON.stringify({ path: '/home/user' }));
                         assert.ok(!JSON.stringify(JSON.parse(ls.body)).includes('big.bin'));
                 });

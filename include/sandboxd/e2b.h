@@ -79,5 +79,8 @@ void e2b_body(struct e2b_req *q, const char *data, size_t n);
  * (an enum MHD_Result); close: the answer closes the connection. */
 int e2b_respond(struct e2b_req *q, struct MHD_Connection *conn, bool close);
 void e2b_req_free(struct e2b_req *q);
+/* The front stops: every upgraded getHost connection (a WebSocket) ends now,
+ * and any later one at once; before MHD_stop_daemon, which waits for them. */
+void e2b_proxy_stop(void);
 
 #endif

@@ -29,8 +29,9 @@
  * read; then it closes the container's end, gives the slot back, and
  * closes the client's with MHD_upgrade_action(CLOSE) as its last act on
  * shared state. MHD_stop_daemon waits for that CLOSE (the connection's
- * thread blocks on it), and a stopping daemon shuts the client's socket,
- * which the relay reads as the end: the threads need no join of their own.
+ * thread blocks on it), and http_server_stop calls e2b_proxy_stop first,
+ * which ends every relay at once (a pipe each one polls): the threads need
+ * no join of their own.
  * struct relay is freed by the last of the request (e2b_proxy_free) and
  * the thread (refs, relay_lock).
  *
@@ -677,6 +678,21 @@ struct relay {
 };
 
 static pthread_mutex_t relay_lock = PTHREAD_MUTEX_INITIALIZER;
+static pthread_once_t quit_once = PTHREAD_ONCE_INIT;
+static int quit_pipe[2] = {-1, -1}; /* readable once e2b_proxy_stop ran: every relay ends */
+
+static void quit_init(void)
+{
+        if (pipe2(quit_pipe, O_CLOEXEC | O_NONBLOCK) < 0)
+                quit_pipe[0] = quit_pipe[1] = -1;
+}
+
+void e2b_proxy_stop(void)
+{
+        pthread_once(&quit_once, quit_init);
+        if (quit_pipe[1] >= 0)
+                (void)!write(quit_pipe[1], "q", 1);
+}
 
 static int64_t now_ms(void)
 {
@@ -746,14 +762,17 @@ static void *relay_main(void *arg)
 {
         struct relay *r = arg;
         bool up_end = false, down_end = false;
+        int quit;
         int64_t idle_ms = (int64_t)PROXY_IDLE_S * 1000, last = now_ms();
 
         (void)fcntl(r->pfd, F_SETFL, fcntl(r->pfd, F_GETFL) | O_NONBLOCK);
         (void)fcntl(r->cfd, F_SETFL, fcntl(r->cfd, F_GETFL) | O_NONBLOCK);
         r->up.since = r->down.since = last;
+        pthread_once(&quit_once, quit_init);
+        quit = quit_pipe[0];
         /* either side's end, once what it sent is delivered, ends both */
         while (!(up_end && !r->up.len) && !(down_end && !r->down.len)) {
-                struct pollfd p[2] = {{.fd = r->cfd}, {.fd = r->pfd}};
+                struct pollfd p[3] = {{.fd = r->cfd}, {.fd = r->pfd}, {.fd = quit, .events = POLLIN}};
                 int64_t now, wait = idle_ms - (now_ms() - last);
                 int n;
 
@@ -770,11 +789,13 @@ static void *relay_main(void *arg)
                         p[0].fd = -1;
                 if (down_end && !r->up.len)
                         p[1].fd = -1;
-                n = poll(p, 2, (int)wait);
+                n = poll(p, 3, (int)wait);
                 if (n < 0 && errno != EINTR)
                         break;
                 if (n <= 0)
                         continue;
+                if (p[2].revents) /* the daemon stops */
+                        break;
                 if ((p[0].revents | p[1].revents) & (POLLERR | POLLNVAL))
                         break;
                 /* hung up while its buffer was full: it sends nothing more */

@@ -878,7 +878,10 @@ void http_server_stop(struct http_server *srv)
         pthread_mutex_unlock(&srv->lock);
         if (srv->reaper_started)
                 pthread_join(srv->reaper, NULL);
-        /* every wait in a handler polls srv->stopping: the connection threads end */
+        /* every wait in a handler polls srv->stopping: the connection threads end;
+         * an upgraded one's waits for its relay, ended here (the API front's) */
+        if (srv->mhd && !srv->metrics)
+                e2b_proxy_stop();
         if (srv->mhd)
                 MHD_stop_daemon(srv->mhd);
         pthread_mutex_lock(&srv->lock);

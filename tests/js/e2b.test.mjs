@@ -174,6 +174,7 @@ describe('E2B SDK against sandboxd (issue 36)', () => {
                 const { stdout, stderr, code } = await runProgram('e2b_upload_program.mjs', { DAEMON_PID: String(d.proc.pid) });
                 assert.equal(code, 0, `the upload program failed:\n${stderr}\n${stdout}\n--- daemon log:\n${d.logTail()}`);
                 const out = JSON.parse(stdout.trim().split('\n').pop());
+                console.log(`upload figures: ${JSON.stringify(out)}`);
                 assert.deepEqual(out.big, { size: 50 * 1024 * 1024, same: true });
                 // refused mid-stream: the connection closed past the 64 MiB cap (libmicrohttpd cannot
                 // answer in the middle of a body), so the SDK's fetch fails; nothing is written

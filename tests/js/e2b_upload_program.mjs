@@ -15,8 +15,12 @@ const out = {};
 const sbx = await Sandbox.create('base', { metadata: { run: process.env.RUN_TAG } });
 try {
         const data = crypto.randomBytes(50 * 1024 * 1024);
+        let t = Date.now();
         await sbx.files.write('big50.bin', data);
+        out.ms = { write: Date.now() - t }; // for the reader of a slow run, never asserted
+        t = Date.now();
         const back = Buffer.from(await sbx.files.read('big50.bin', { format: 'bytes' }));
+        out.ms.read = Date.now() - t;
         out.big = { size: back.length, same: sha(back) === sha(data) };
 
         const GIB = 1024 * 1024 * 1024;
@@ -30,6 +34,7 @@ try {
                 },
         }, { highWaterMark: 1 });
         out.hwmBefore = hwm();
+        t = Date.now();
         try {
                 await sbx.files.write('huge.bin', stream);
                 out.huge = 'written';
@@ -37,6 +42,7 @@ try {
                 out.huge = { name: e.name, message: String(e.message), cause: String(e.cause?.message ?? '') };
         }
         out.hwmAfter = hwm();
+        out.ms.huge = Date.now() - t;
         out.given = given;
         out.hugeExists = await sbx.files.exists('huge.bin');
 } finally {

@@ -71,11 +71,16 @@ bool e2b_authenticated(const struct e2b_req *q);
 /* The connection's failed authentications, this request's included (the
  * front closes a connection after HTTP_MAX_AUTH_FAILURES). */
 int e2b_auth_failures(const struct e2b_req *q);
-/* A piece of the body (past the route's cap the rest is dropped: 413). */
+/* A piece of the body. Past the route's cap it is e2b_decided (413): the
+ * front answers at once and closes, the rest never read (a streamed body
+ * has no Content-Length to refuse it by). */
 void e2b_body(struct e2b_req *q, const char *data, size_t n);
 /* The body is complete (or e2b_decided): run the route and queue its answer
  * (an enum MHD_Result); close: the answer closes the connection. */
 int e2b_respond(struct e2b_req *q, struct MHD_Connection *conn, bool close);
 void e2b_req_free(struct e2b_req *q);
+/* The front stops: every upgraded getHost connection (a WebSocket) ends now,
+ * and any later one at once; before MHD_stop_daemon, which waits for them. */
+void e2b_proxy_stop(void);
 
 #endif

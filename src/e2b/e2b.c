@@ -527,6 +527,8 @@ void e2b_body(struct e2b_req *q, const char *data, size_t n)
                 return;
         }
         if (q->too_large || q->len + n > q->max) {
+                if (!q->too_large)
+                        e2b_decide(q, 413, "the body is larger than %zu bytes", q->max);
                 q->too_large = true;
                 free(q->body);
                 q->body = NULL;

@@ -41,6 +41,8 @@ struct e2b_req {
         int proxy_port; /* 0: not proxied */
         int pfd;        /* the connection into the container, -1 none */
         bool req_chunked, pfail, slot, head_request;
+        bool upgrade;        /* the client asked for an Upgrade (a WebSocket) */
+        struct relay *relay; /* its relay once the container answered 101 */
 };
 
 /* One route: the verb, the path ({id}: a sandbox id), whether it is envd's

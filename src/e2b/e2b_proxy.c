@@ -14,6 +14,27 @@
  * to the close), each read and write bounded by PROXY_IDLE_S. Memory per
  * request: PROXY_HEAD_MAX plus one MHD block.
  *
+ * Upgrades (WebSocket and any other): a request with "Connection: upgrade"
+ * and an Upgrade header goes to the container with both ("Connection:
+ * Upgrade" instead of close). Any answer but 101 is relayed as above; a 101
+ * is re-issued through MHD's upgrade support (MHD_ALLOW_UPGRADE, set in
+ * http.c) with the container's Upgrade and its other end-to-end headers
+ * (Sec-WebSocket-Accept), and once MHD hands the client's socket over
+ * (relay_start) a detached thread ("sbx-e2b-relay", one per upgraded
+ * connection) moves bytes both ways through two RELAY_BUF buffers with
+ * poll(): bytes the container sent behind its 101 and the client behind
+ * its request go first. It ends when either side closes (what was read
+ * from it is delivered first) or errs, when no byte moves either way for
+ * PROXY_IDLE_S, or when bytes wait PROXY_IDLE_S for a side that does not
+ * read; then it closes the container's end, gives the slot back, and
+ * closes the client's with MHD_upgrade_action(CLOSE) as its last act on
+ * shared state. MHD_stop_daemon waits for that CLOSE (the connection's
+ * thread blocks on it), and http_server_stop calls e2b_proxy_stop first,
+ * which ends every relay at once (a pipe each one polls): the threads need
+ * no join of their own.
+ * struct relay is freed by the last of the request (e2b_proxy_free) and
+ * the thread (refs, relay_lock).
+ *
  * Access (E2B's): traffic is public (the sandbox id is the capability)
  * unless the sandbox was created with network.allowPublicTraffic false
  * (the label E2B_TRAFFIC_LABEL), when e2b-traffic-access-token must be its
@@ -21,16 +42,21 @@
  * token: the same 404. A paused sandbox: 502, as E2B's proxy answers.
  *
  * Caps: e2b_proxy_max_total and e2b_proxy_max_per_user requests at once
- * (slot_lock), held from routing until MHD frees the response. */
+ * (slot_lock), held from routing until the answer's last byte is handed to
+ * MHD (or MHD frees the response), and by an upgraded connection until its
+ * relay ends. */
 #include <ctype.h>
 #include <errno.h>
+#include <fcntl.h>
 #include <inttypes.h>
+#include <poll.h>
 #include <pthread.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include <sys/socket.h>
 #include <sys/time.h>
+#include <time.h>
 #include <unistd.h>
 
 #include "e2b_internal.h"
@@ -44,6 +70,7 @@
 #define PROXY_IDLE_S 60            /* a read or a write to the container waits at most this long */
 #define PROXY_BLOCK (32 * 1024)    /* MHD's block for the streamed answer */
 #define PROXY_CHUNK_LINE_MAX 1024  /* a chunk-size line with its extensions */
+#define RELAY_BUF PROXY_HEAD_MAX   /* an upgraded connection's buffer, each way */
 
 /* ---- caps ---- */
 
@@ -159,6 +186,40 @@ int e2b_host_target(const char *domain, const char *host, char ret_id[E2B_ID_MAX
 }
 
 /* ---- the request to the container ---- */
+
+static bool token_char(char c)
+{
+        return isalnum((unsigned char)c) || (c && strchr("!#$%&'*+-.^_`|~", c));
+}
+
+static bool value_ok(const char *v)
+{
+        for (; *v; v++)
+                if (((unsigned char)*v < 0x20 && *v != '\t') || *v == 0x7f)
+                        return false;
+        return true;
+}
+
+/* list (a header's comma-separated tokens) holds name, in any case */
+static bool has_token(const char *list, const char *name)
+{
+        size_t n = strlen(name);
+
+        for (const char *p = list; *p;) {
+                while (*p == ' ' || *p == '\t' || *p == ',')
+                        p++;
+                const char *e = p;
+                while (*e && *e != ',')
+                        e++;
+                size_t l = (size_t)(e - p);
+                while (l && (p[l - 1] == ' ' || p[l - 1] == '\t'))
+                        l--;
+                if (l == n && strncasecmp(p, name, n) == 0)
+                        return true;
+                p = e;
+        }
+        return false;
+}
 
 /* All of buf, within PROXY_IDLE_S a write (SO_SNDTIMEO). */
 static int write_all(int fd, const char *buf, size_t n)
@@ -314,6 +375,8 @@ void e2b_proxy_begin(struct e2b_req *q, struct MHD_Connection *conn, const char 
         const char *te = MHD_lookup_connection_value(conn, MHD_HEADER_KIND, MHD_HTTP_HEADER_TRANSFER_ENCODING);
         const char *host = MHD_lookup_connection_value(conn, MHD_HEADER_KIND, MHD_HTTP_HEADER_HOST);
         const char *token = MHD_lookup_connection_value(conn, MHD_HEADER_KIND, "E2b-Traffic-Access-Token");
+        const char *upgrade = MHD_lookup_connection_value(conn, MHD_HEADER_KIND, MHD_HTTP_HEADER_UPGRADE);
+        const char *connection = MHD_lookup_connection_value(conn, MHD_HEADER_KIND, MHD_HTTP_HEADER_CONNECTION);
         struct timeval tv = {PROXY_IDLE_S, 0};
         struct head h = {0};
         bool paused = false, private = false;
@@ -321,6 +384,7 @@ void e2b_proxy_begin(struct e2b_req *q, struct MHD_Connection *conn, const char 
         int r;
 
         q->proxy_port = port;
+        q->upgrade = upgrade && upgrade[0] && value_ok(upgrade) && connection && has_token(connection, "upgrade");
         snprintf(q->session, sizeof(q->session), E2B_SESSION_PREFIX "%s", q->sandbox);
         q->tok.role = TOKEN_ROLE_AGENT;
         /* one answer for unknown, ambiguous, and private without its token: existence is not told */
@@ -381,7 +445,13 @@ void e2b_proxy_begin(struct e2b_req *q, struct MHD_Connection *conn, const char 
                 head_str(&h, num);
                 head_str(&h, "\r\n");
         }
-        head_str(&h, "Connection: close\r\n\r\n");
+        if (q->upgrade) {
+                head_str(&h, "Connection: Upgrade\r\nUpgrade: ");
+                head_str(&h, upgrade);
+                head_str(&h, "\r\n\r\n");
+        } else {
+                head_str(&h, "Connection: close\r\n\r\n");
+        }
         if (h.bad || write_all(q->pfd, h.buf, h.len) < 0)
                 q->pfail = true; /* told when the answer is read (nothing listens, or it closed) */
         free(h.buf);
@@ -417,6 +487,7 @@ struct pbody {
         enum chunk_state ch;
         char buf[PROXY_HEAD_MAX];
         size_t off, len;
+        bool done; /* fd closed and the slot given back */
 };
 
 static ssize_t fill(struct pbody *b)
@@ -481,13 +552,11 @@ static ssize_t take_data(struct pbody *b, char *out, size_t max, bool bounded)
         return (ssize_t)n;
 }
 
-static ssize_t body_read(void *cls, uint64_t pos, char *out, size_t max)
+static ssize_t body_read_one(struct pbody *b, char *out, size_t max)
 {
-        struct pbody *b = cls;
         ssize_t n;
         char *line, *end;
 
-        (void)pos;
         switch (b->mode) {
         case BODY_NONE:
                 return MHD_CONTENT_READER_END_OF_STREAM;
@@ -537,26 +606,296 @@ static ssize_t body_read(void *cls, uint64_t pos, char *out, size_t max)
         return MHD_CONTENT_READER_END_WITH_ERROR;
 }
 
+/* The container's end closed and the slot given back, once: as soon as
+ * the body's end (or its error) is handed to MHD, before the client can
+ * see it, so a client's next request finds the slot free. */
+static void body_done(struct pbody *b)
+{
+        if (b->done)
+                return;
+        b->done = true;
+        close(b->fd);
+        slot_give(b->user);
+}
+
+static ssize_t body_read(void *cls, uint64_t pos, char *out, size_t max)
+{
+        struct pbody *b = cls;
+        ssize_t n;
+
+        (void)pos;
+        n = body_read_one(b, out, max);
+        if (n < 0 || (b->mode == BODY_LENGTH && b->left == 0))
+                body_done(b);
+        return n;
+}
+
 static void body_free(void *cls)
 {
         struct pbody *b = cls;
 
-        close(b->fd);
-        slot_give(b->user);
+        body_done(b);
         free(b);
 }
 
-static bool token_char(char c)
+/* The container's headers (checked, each "name\0 value\0\n") on resp: the
+ * end-to-end ones, and its Upgrade on a 101. */
+static void add_answer_headers(struct MHD_Response *resp, char *line, char *end, bool upgrade)
 {
-        return isalnum((unsigned char)c) || (c && strchr("!#$%&'*+-.^_`|~", c));
+        for (char *l = line; l < end;) {
+                char *v = l + strlen(l) + 1, *after;
+                size_t vl;
+                while (*v == ' ' || *v == '\t')
+                        v++;
+                after = v + strlen(v) + 2; /* past the "\r\n" cut to "\0\n" */
+                vl = strlen(v);
+                while (vl && (v[vl - 1] == ' ' || v[vl - 1] == '\t'))
+                        v[--vl] = '\0';
+                if (upgrade && strcasecmp(l, "Upgrade") == 0)
+                        (void)MHD_add_response_header(resp, l, v);
+                else if (!hop_by_hop(l) && strcasecmp(l, "Date") != 0)
+                        (void)MHD_add_response_header(resp, l, v);
+                l = after < end ? after : end;
+        }
 }
 
-static bool value_ok(const char *v)
+/* ---- upgraded connections ---- */
+
+struct relay_buf {
+        char buf[RELAY_BUF];
+        size_t off, len;
+        int64_t since; /* ms: when its bytes last moved (the deadline of a side that does not read) */
+};
+
+struct relay {
+        int pfd; /* the container's end */
+        int cfd; /* the client's (MHD's: TLS behind a socket pair) */
+        struct MHD_UpgradeResponseHandle *urh;
+        char user[65];
+        struct relay_buf up, down; /* client to container, container to client */
+        int refs;                  /* relay_lock */
+        bool started;              /* relay_lock: relay_start ran, the slot and pfd are the thread's */
+};
+
+static pthread_mutex_t relay_lock = PTHREAD_MUTEX_INITIALIZER;
+static pthread_once_t quit_once = PTHREAD_ONCE_INIT;
+static int quit_pipe[2] = {-1, -1}; /* readable once e2b_proxy_stop ran: every relay ends */
+
+static void quit_init(void)
 {
-        for (; *v; v++)
-                if (((unsigned char)*v < 0x20 && *v != '\t') || *v == 0x7f)
-                        return false;
-        return true;
+        if (pipe2(quit_pipe, O_CLOEXEC | O_NONBLOCK) < 0)
+                quit_pipe[0] = quit_pipe[1] = -1;
+}
+
+void e2b_proxy_stop(void)
+{
+        pthread_once(&quit_once, quit_init);
+        if (quit_pipe[1] >= 0)
+                (void)!write(quit_pipe[1], "q", 1);
+}
+
+static int64_t now_ms(void)
+{
+        struct timespec ts;
+
+        clock_gettime(CLOCK_MONOTONIC, &ts);
+        return (int64_t)ts.tv_sec * 1000 + ts.tv_nsec / 1000000;
+}
+
+static void relay_put(struct relay *r)
+{
+        int refs;
+
+        pthread_mutex_lock(&relay_lock);
+        refs = --r->refs;
+        pthread_mutex_unlock(&relay_lock);
+        if (refs == 0)
+                free(r);
+}
+
+/* The end: the container's side closed, the slot back, then the client's
+ * closed through MHD (the last use of MHD; MHD_stop_daemon waits for it). */
+static void relay_finish(struct relay *r)
+{
+        close(r->pfd);
+        slot_give(r->user);
+        (void)MHD_upgrade_action(r->urh, MHD_UPGRADE_ACTION_CLOSE);
+        relay_put(r);
+}
+
+/* Read into b when it is empty and from is readable: 1 bytes or nothing
+ * yet, 0 the end, -1 an error. */
+static int relay_read(int from, short revents, struct relay_buf *b, int64_t now)
+{
+        ssize_t n;
+
+        if (b->len || !(revents & (POLLIN | POLLHUP | POLLERR)))
+                return 1;
+        n = recv(from, b->buf, sizeof(b->buf), 0);
+        if (n < 0)
+                return errno == EAGAIN || errno == EWOULDBLOCK || errno == EINTR ? 1 : -1;
+        if (n == 0)
+                return 0;
+        b->off = 0;
+        b->len = (size_t)n;
+        b->since = now;
+        return 1;
+}
+
+/* Write what b holds to to when it is writable: 0 or -1 an error. */
+static int relay_write(int to, short revents, struct relay_buf *b, int64_t now)
+{
+        ssize_t n;
+
+        if (!b->len || !(revents & (POLLOUT | POLLHUP | POLLERR)))
+                return 0;
+        n = send(to, b->buf + b->off, b->len, MSG_NOSIGNAL);
+        if (n < 0)
+                return errno == EAGAIN || errno == EWOULDBLOCK || errno == EINTR ? 0 : -1;
+        b->off += (size_t)n;
+        b->len -= (size_t)n;
+        b->since = now;
+        return 0;
+}
+
+static void *relay_main(void *arg)
+{
+        struct relay *r = arg;
+        bool up_end = false, down_end = false;
+        int quit;
+        int64_t idle_ms = (int64_t)PROXY_IDLE_S * 1000, last = now_ms();
+
+        (void)fcntl(r->pfd, F_SETFL, fcntl(r->pfd, F_GETFL) | O_NONBLOCK);
+        (void)fcntl(r->cfd, F_SETFL, fcntl(r->cfd, F_GETFL) | O_NONBLOCK);
+        r->up.since = r->down.since = last;
+        pthread_once(&quit_once, quit_init);
+        quit = quit_pipe[0];
+        /* either side's end, once what it sent is delivered, ends both */
+        while (!(up_end && !r->up.len) && !(down_end && !r->down.len)) {
+                struct pollfd p[3] = {{.fd = r->cfd}, {.fd = r->pfd}, {.fd = quit, .events = POLLIN}};
+                int64_t now, wait = idle_ms - (now_ms() - last);
+                int n;
+
+                if (r->up.len && r->up.since + idle_ms - now_ms() < wait)
+                        wait = r->up.since + idle_ms - now_ms();
+                if (r->down.len && r->down.since + idle_ms - now_ms() < wait)
+                        wait = r->down.since + idle_ms - now_ms();
+                if (wait <= 0)
+                        break; /* nothing moved, or a side did not read, for PROXY_IDLE_S */
+                p[0].events = (short)((!up_end && !r->up.len ? POLLIN : 0) | (r->down.len ? POLLOUT : 0));
+                p[1].events = (short)((!down_end && !r->down.len ? POLLIN : 0) | (r->up.len ? POLLOUT : 0));
+                /* a side that has ended and waits for nothing is not watched (its hang-up would spin) */
+                if (up_end && !r->down.len)
+                        p[0].fd = -1;
+                if (down_end && !r->up.len)
+                        p[1].fd = -1;
+                n = poll(p, 3, (int)wait);
+                if (n < 0 && errno != EINTR)
+                        break;
+                if (n <= 0)
+                        continue;
+                if (p[2].revents) /* the daemon stops */
+                        break;
+                if ((p[0].revents | p[1].revents) & (POLLERR | POLLNVAL))
+                        break;
+                /* hung up while its buffer was full: it sends nothing more */
+                if ((p[0].revents & POLLHUP) && !(p[0].events & POLLIN))
+                        up_end = true;
+                if ((p[1].revents & POLLHUP) && !(p[1].events & POLLIN))
+                        down_end = true;
+                now = now_ms();
+                last = now;
+                if (relay_write(r->pfd, p[1].revents, &r->up, now) < 0 ||
+                    relay_write(r->cfd, p[0].revents, &r->down, now) < 0)
+                        break;
+                if (!up_end && (p[0].events & POLLIN)) {
+                        int k = relay_read(r->cfd, p[0].revents, &r->up, now);
+                        if (k < 0)
+                                break;
+                        up_end = k == 0;
+                }
+                if (!down_end && (p[1].events & POLLIN)) {
+                        int k = relay_read(r->pfd, p[1].revents, &r->down, now);
+                        if (k < 0)
+                                break;
+                        down_end = k == 0;
+                }
+        }
+        relay_finish(r);
+        return NULL;
+}
+
+/* MHD's upgrade handler, on the connection's thread once the 101 is out:
+ * the bytes already read both ways first, then the relay's thread. */
+static void relay_start(void *cls, struct MHD_Connection *conn, void *req_cls, const char *extra_in,
+                        size_t extra_in_size, MHD_socket sock, struct MHD_UpgradeResponseHandle *urh)
+{
+        struct relay *r = cls;
+        pthread_attr_t attr;
+        pthread_t t;
+        int e;
+
+        (void)conn;
+        (void)req_cls;
+        r->cfd = sock;
+        r->urh = urh;
+        pthread_mutex_lock(&relay_lock);
+        r->started = true;
+        r->refs++; /* the thread's */
+        pthread_mutex_unlock(&relay_lock);
+        /* the container's end still blocks with its PROXY_IDLE_S timeouts */
+        if (extra_in_size && write_all(r->pfd, extra_in, extra_in_size) < 0) {
+                relay_finish(r);
+                return;
+        }
+        if (pthread_attr_init(&attr) != 0) {
+                relay_finish(r);
+                return;
+        }
+        (void)pthread_attr_setdetachstate(&attr, PTHREAD_CREATE_DETACHED);
+        (void)pthread_attr_setstacksize(&attr, 256 * 1024);
+        e = pthread_create(&t, &attr, relay_main, r);
+        pthread_attr_destroy(&attr);
+        if (e != 0) {
+                log_ctx(LOG_LEVEL_WARN, r->user, NULL, NULL, "e2b: getHost: no relay thread: %s", strerror(e));
+                relay_finish(r);
+                return;
+        }
+        (void)pthread_setname_np(t, "sbx-e2b-relay");
+}
+
+/* The 101 answer: b's connection becomes the relay's (q->relay until MHD
+ * calls relay_start), b freed. The headers are checked already. */
+static int upgrade_respond(struct e2b_req *q, struct MHD_Connection *conn, struct pbody *b, char *line, char *end)
+{
+        struct relay *r = calloc(1, sizeof(*r));
+        struct MHD_Response *resp;
+        int ret;
+
+        if (!r) {
+                body_free(b);
+                return MHD_NO;
+        }
+        r->pfd = b->fd;
+        r->cfd = -1;
+        sbx_strlcpy(r->user, b->user, sizeof(r->user));
+        r->refs = 1; /* q's */
+        /* what the container sent behind its 101 (at most PROXY_HEAD_MAX = RELAY_BUF) */
+        r->down.len = b->len - b->off;
+        memcpy(r->down.buf, b->buf + b->off, r->down.len);
+        b->done = true; /* fd and slot are r's */
+        q->relay = r;
+        resp = MHD_create_response_for_upgrade(relay_start, r);
+        if (!resp) {
+                body_free(b);
+                return MHD_NO;
+        }
+        add_answer_headers(resp, line, end, true);
+        body_free(b);
+        ret = MHD_queue_response(conn, MHD_HTTP_SWITCHING_PROTOCOLS, resp);
+        MHD_destroy_response(resp);
+        metrics_http_status(MHD_HTTP_SWITCHING_PROTOCOLS);
+        return ret;
 }
 
 /* The status line and headers, read into b->buf; 0 with b->off past them,
@@ -590,7 +929,7 @@ int e2b_proxy_respond(struct e2b_req *q, struct MHD_Connection *conn)
         struct MHD_Response *resp;
         char *end, *line, *next, *status_end;
         uint64_t length = 0;
-        bool has_length = false, chunked = false;
+        bool has_length = false, chunked = false, has_upgrade = false;
         long status;
         int r;
 
@@ -627,9 +966,9 @@ again:
         if (status < 100 || status > 599 || status_end != b->buf + 12 ||
             (*status_end && *status_end != ' ' && *status_end != '\r'))
                 goto bad;
-        if (status == 101) /* no Upgrade is asked for (Connection: close) */
+        if (status == 101 && !q->upgrade) /* none was asked for (Connection: close) */
                 goto bad;
-        if (status < 200) { /* an interim answer (103 Early Hints): the final one follows */
+        if (status < 200 && status != 101) { /* an interim answer (103 Early Hints): the final one follows */
                 memmove(b->buf, b->buf + b->off, b->len - b->off);
                 b->len -= b->off;
                 b->off = 0;
@@ -666,11 +1005,18 @@ again:
                                 goto bad;
                         length = x;
                         has_length = true;
+                } else if (strcasecmp(l, "Upgrade") == 0) {
+                        has_upgrade = true;
                 } else if (strcasecmp(l, "Transfer-Encoding") == 0) {
                         chunked = strcasestr(colon + 1, "chunked") != NULL;
                         if (!chunked)
                                 goto bad; /* another coding cannot be framed */
                 }
+        }
+        if (status == 101) {
+                if (!has_upgrade) /* MHD would refuse it, and the client not know what it got */
+                        goto bad;
+                return upgrade_respond(q, conn, b, line, end);
         }
         if (q->head_request || status == 204 || status == 304 || status < 200)
                 b->mode = BODY_NONE;
@@ -688,19 +1034,7 @@ again:
                 body_free(b);
                 return MHD_NO;
         }
-        for (char *l = line; l < end;) {
-                char *v = l + strlen(l) + 1, *after;
-                size_t vl;
-                while (*v == ' ' || *v == '\t')
-                        v++;
-                after = v + strlen(v) + 2; /* past the "\r\n" cut to "\0\n" */
-                vl = strlen(v);
-                while (vl && (v[vl - 1] == ' ' || v[vl - 1] == '\t'))
-                        v[--vl] = '\0';
-                if (!hop_by_hop(l) && strcasecmp(l, "Date") != 0)
-                        (void)MHD_add_response_header(resp, l, v);
-                l = after < end ? after : end;
-        }
+        add_answer_headers(resp, line, end, false);
         (void)MHD_set_connection_option(conn, MHD_CONNECTION_OPTION_TIMEOUT, PROXY_IDLE_S);
         r = MHD_queue_response(conn, (unsigned)status, resp);
         MHD_destroy_response(resp);
@@ -718,4 +1052,16 @@ void e2b_proxy_free(struct e2b_req *q)
                 close(q->pfd);
         if (q->slot)
                 slot_give(q->tok.user);
+        if (q->relay) {
+                bool started;
+                pthread_mutex_lock(&relay_lock);
+                started = q->relay->started;
+                pthread_mutex_unlock(&relay_lock);
+                if (!started) { /* the 101 never went out: the container's end and the slot are still here */
+                        close(q->relay->pfd);
+                        slot_give(q->relay->user);
+                }
+                relay_put(q->relay);
+                q->relay = NULL;
+        }
 }

@@ -63,8 +63,9 @@ describe('E2B SDK against sandboxd (issue 36)', () => {
 
         before(async () => {
                 d = new Daemon();
-                d.env.SANDBOXD_MAX_FILE_SIZE = '1m'; // the upload cap, tested below
+                d.env.SANDBOXD_MAX_FILE_SIZE = '64m'; // the upload cap (E2B_UPLOAD_MAX's), tested below
                 d.env.SANDBOXD_E2B_DOMAIN = 'sbx.test'; // getHost(port) names: the tests set Host on 127.0.0.1
+                d.env.SANDBOXD_E2B_PROXY_MAX_PER_USER = '1'; // an open WebSocket holds the one slot (e2b_host_program.mjs)
                 ({ ca, port } = await d.startHttps());
                 const mint = async (user) => {
                         const r = await socketRequest(d.adminSocket, { cmd: 'token.create', user, role: 'agent', format: 'e2b' });
@@ -103,7 +104,7 @@ describe('E2B SDK against sandboxd (issue 36)', () => {
                         ),
                 );
 
-        test('getHost(port): a server in the sandbox through {port}-{id}.{domain}; closed port 502; unknown 404; allowPublicTraffic false needs the token', async () => {
+        test('getHost(port): a server in the sandbox through {port}-{id}.{domain}; closed port 502; unknown 404; allowPublicTraffic false needs the token; a WebSocket both ways, holding its slot until closed', async () => {
                 const { stdout, stderr, code } = await runProgram('e2b_host_program.mjs');
                 assert.equal(code, 0, `the getHost program failed:\n${stderr}\n${stdout}\n--- daemon log:\n${d.logTail()}`);
                 const out = JSON.parse(stdout.trim().split('\n').pop());
@@ -117,6 +118,17 @@ describe('E2B SDK against sandboxd (issue 36)', () => {
                 assert.deepEqual(out.privWith, { status: 200, body: 'hello through getHost', tokenSet: true });
                 assert.equal(out.privNone, 404);
                 assert.equal(out.privWrong, 404);
+                assert.deepEqual(out.ws, {
+                        status: 101,
+                        accepted: true,
+                        first: { op: 1, data: 'ready' },
+                        echo: { op: 1, data: 'echo: hello ws' },
+                        echo2: { op: 2, data: 'echo: binary too' },
+                        busy: 429, // e2b_proxy_max_per_user 1, held by the open WebSocket
+                        closeFrame: { op: 8, data: '' },
+                        after: 200,
+                });
+                assert.deepEqual(out.wsPriv, { none: 404, wrong: 404, own: 101, first: 'ready', echo: 'echo: private' });
         });
 
         test('getHost(port) of another user\'s private sandbox with that user\'s own token: 404', async () => {
@@ -136,6 +148,17 @@ describe('E2B SDK against sandboxd (issue 36)', () => {
                                 headers: { Host: `8123-${a.sandboxID}.sbx.test`, 'e2b-traffic-access-token': b.trafficAccessToken },
                         });
                         assert.equal(r.status, 404, r.body.toString());
+                        const ws = await request(ca, port, 'GET', '/', {
+                                headers: {
+                                        Host: `8125-${a.sandboxID}.sbx.test`,
+                                        'e2b-traffic-access-token': b.trafficAccessToken,
+                                        Connection: 'Upgrade',
+                                        Upgrade: 'websocket',
+                                        'Sec-WebSocket-Key': 'dGhlIHNhbXBsZSBub25jZQ==',
+                                        'Sec-WebSocket-Version': '13',
+                                },
+                        });
+                        assert.equal(ws.status, 404, ws.body.toString()); // the upgrade too
                         const bad = await request(ca, port, 'POST', '/sandboxes', {
                                 headers: { 'X-API-Key': keyA, 'Content-Type': 'application/json' },
                                 body: JSON.stringify({ templateID: 'base', network: { allowOut: ['1.2.3.4'] } }),
@@ -145,6 +168,20 @@ describe('E2B SDK against sandboxd (issue 36)', () => {
                         for (const [k, s] of [[keyA, a], [keyB, b]])
                                 await request(ca, port, 'DELETE', `/sandboxes/${s.sandboxID}`, { headers: { 'X-API-Key': k } });
                 }
+        });
+
+        test('uploads: 50 MB written and read back byte-exact; 1 GiB streamed is refused early, the daemon not buffering it', async () => {
+                const { stdout, stderr, code } = await runProgram('e2b_upload_program.mjs', { DAEMON_PID: String(d.proc.pid) });
+                assert.equal(code, 0, `the upload program failed:\n${stderr}\n${stdout}\n--- daemon log:\n${d.logTail()}`);
+                const out = JSON.parse(stdout.trim().split('\n').pop());
+                console.log(`upload figures: ${JSON.stringify(out)}`);
+                assert.deepEqual(out.big, { size: 50 * 1024 * 1024, same: true });
+                // refused mid-stream: the connection closed past the 64 MiB cap (libmicrohttpd cannot
+                // answer in the middle of a body), so the SDK's fetch fails; nothing is written
+                assert.notEqual(out.huge, 'written', stdout);
+                assert.ok(out.given < 256 * 1024 * 1024, `the stream gave ${out.given} bytes before the refusal`);
+                assert.ok(out.hwmAfter - out.hwmBefore < 300 * 1024 * 1024, `the daemon's VmHWM grew by ${out.hwmAfter - out.hwmBefore}`);
+                assert.equal(out.hugeExists, false);
         });
 
         test('a token in E2B spelling passes the SDK key check and the daemon', () => {
@@ -470,10 +507,12 @@ describe('E2B SDK against sandboxd (issue 36)', () => {
                                         'E2b-Sandbox-Port': '49983',
                                         'X-Access-Token': token,
                                         'Content-Type': 'application/octet-stream',
+                                        // past the 64 MiB cap, refused from the headers: the body never sent
+                                        'Content-Length': String(1024 * 1024 * 1024),
                                 },
-                                body: Buffer.alloc(2 * 1024 * 1024, 1),
+                                body: Buffer.alloc(64 * 1024, 1),
                         }).catch((e) => ({ status: 'reset', error: e }));
-                        assert.ok(up.status === 413 || up.status === 'reset', `upload past the cap: ${up.status}`);
+                        assert.ok(up.status === 413 || up.status === 'reset', `upload past the cap: ${up.status} ${up.body}`);
                         const ls = await envd(token, '/filesystem.Filesystem/ListDir', JSON.stringify({ path: '/home/user' }));
                         assert.ok(!JSON.stringify(JSON.parse(ls.body)).includes('big.bin'));
                 });

@@ -167,7 +167,7 @@ function nodes(r) {
 }
 
 function health(r) {
-        const s = r.sessions ?? {}, dk = r.docker ?? {}, ports = r.ports ?? {}, eg = r.egress ?? {}, p = r.pool ?? {};
+        const s = r.sessions ?? {}, dk = r.docker ?? {}, ports = r.ports ?? {}, eg = r.egress ?? {}, p = r.pool ?? {}, c = r.counters ?? {};
         const engine = dk.ok ? `reachable (${r.engine?.name ?? 'engine'} ${dk.version ?? ''})`.replace(' )', ')') : `unreachable: ${dk.error ?? ''}`;
         return [
                 facts([
@@ -182,6 +182,7 @@ function health(r) {
                         ['Egress', `${eg.allowed} allowed, ${eg.blocked} blocked, ${eg.open} open`],
                         ['Engine cannot enforce', (r.engine?.unenforced ?? []).join(', ') || 'nothing'],
                         ['Monitor last poll', when(r.monitor_last_poll)],
+                        ['Errors since start', `${c.auth_failures} failed authentications, ${c.engine_api_errors} engine API errors, ${c.events_dropped} events dropped`, 'health-errors'],
                 ]),
         ];
 }

@@ -11,8 +11,10 @@
 #include "sandboxd/daemon.h"
 #include "sandboxd/egress.h"
 #include "sandboxd/engine.h"
+#include "sandboxd/events.h"
 #include "sandboxd/exec.h"
 #include "sandboxd/jsonutil.h"
+#include "sandboxd/metrics.h"
 #include "sandboxd/monitor.h"
 #include "sandboxd/node.h"
 #include "sandboxd/pool.h"
@@ -336,4 +338,27 @@ cJSON *opsview_stats(struct daemon *d)
                 cJSON_AddNumberToObject(p, "open", es.open);
         }
         return ret;
+}
+
+cJSON *opsview_daemon_health(struct daemon *d)
+{
+        cJSON *o = opsview_health(d), *stats = opsview_stats(d), *c, *it;
+        struct events_stats es;
+
+        while (stats && (it = stats->child)) {
+                cJSON_DetachItemViaPointer(stats, it);
+                if (cJSON_GetObjectItemCaseSensitive(o, it->string))
+                        cJSON_Delete(it); /* version, uptime_s: health's */
+                else
+                        cJSON_AddItemToObject(o, it->string, it);
+        }
+        cJSON_Delete(stats);
+        events_stats(&es);
+        c = cJSON_AddObjectToObject(o, "counters");
+        cJSON_AddNumberToObject(c, "auth_failures", (double)metrics_auth_failures());
+        cJSON_AddNumberToObject(c, "engine_api_errors", (double)(d->engine ? engine_api_errors(d->engine) : 0));
+        cJSON_AddNumberToObject(c, "events_written", (double)es.written);
+        cJSON_AddNumberToObject(c, "events_dropped", (double)es.dropped);
+        cJSON_AddNumberToObject(c, "event_overflows", (double)es.overflowed);
+        return o;
 }

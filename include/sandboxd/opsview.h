@@ -33,3 +33,9 @@ cJSON *opsview_health(struct daemon *d);
 /* {version, started_at, uptime_s, docker_version, engine, sessions: {by
  * state, total}, executions_running, ports, monitor_last_poll, pool, egress}. */
 cJSON *opsview_stats(struct daemon *d);
+
+/* opsview_health and opsview_stats in one object, with the counters of
+ * /metrics an on-call engineer looks at first: {..., counters:
+ * {auth_failures, engine_api_errors, events_written, events_dropped,
+ * event_overflows}} (the API's daemon_health). */
+cJSON *opsview_daemon_health(struct daemon *d);

@@ -646,8 +646,8 @@ static const struct api_method_doc methods_doc[] = {
          "Operator tokens only (no params.session). The node agents and the sessions placed on each, as sandboxctl nodes.list; empty when the daemon runs its containers itself."},
         {"daemon_health", api_m_daemon_health,
          "{}",
-         "{status: ok|degraded, version, started_at, uptime_s, docker: {ok, version | error}, docker_version, engine: {name, capabilities, unenforced}, sessions: {creating, running, stopped, error, paused, total}, executions_running, ports: {used, total}, monitor_last_poll, pool, egress: {allowed, blocked, open}}",
-         "Operator tokens only (no params.session). The daemon's health: whether the container engine answers (what /healthz says), its version and uptime, and the counts sandboxctl stats shows."},
+         "{status: ok|degraded, version, started_at, uptime_s, docker: {ok, version | error}, docker_version, engine: {name, capabilities, unenforced}, sessions: {creating, running, stopped, error, paused, total}, executions_running, ports: {used, total}, monitor_last_poll, pool, egress: {allowed, blocked, open}, counters: {auth_failures, engine_api_errors, events_written, events_dropped, event_overflows}}",
+         "Operator tokens only (no params.session). The daemon's health: whether the container engine answers (what /healthz says), its version and uptime, the counts sandboxctl stats shows and the error counters of /metrics."},
         /* snapshots, restore and fork (issue 28): api_snapshot.c */
         {"snapshot_session", api_m_snapshot_session,
          "{name?}",

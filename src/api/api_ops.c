@@ -47,22 +47,11 @@ int api_m_list_nodes(struct api_req *q, cJSON **ret, struct fronterr *e)
         return r < 0 ? fronterr_errno(e, r, NULL, "cannot list the nodes") : 0;
 }
 
-/* /healthz's answer and sandboxctl stats' counts, in one object. */
+/* /healthz's answer, sandboxctl stats' counts and /metrics' error counters. */
 int api_m_daemon_health(struct api_req *q, cJSON **ret, struct fronterr *e)
 {
-        cJSON *stats, *it;
-
         if (operator_only(q, e) < 0)
                 return -1;
-        *ret = opsview_health(q->d);
-        stats = opsview_stats(q->d);
-        while (stats && (it = stats->child)) {
-                cJSON_DetachItemViaPointer(stats, it);
-                if (cJSON_GetObjectItemCaseSensitive(*ret, it->string))
-                        cJSON_Delete(it); /* version, uptime_s: health's */
-                else
-                        cJSON_AddItemToObject(*ret, it->string, it);
-        }
-        cJSON_Delete(stats);
+        *ret = opsview_daemon_health(q->d);
         return 0;
 }

@@ -803,10 +803,14 @@ Test(http, operator_reads_users_pool_nodes_and_health, .init = setup_tls, .fini 
         struct sbx_error err = {0};
         const cJSON *u, *usage, *o;
         cJSON *r = NULL;
+        double auth_failures;
 
         cr_assert_eq(token_create(d->store, "ops", TOKEN_ROLE_OPERATOR, tok_op, NULL, &err), 0, "%s", err.msg);
         cr_assert_eq(token_create(d->store, "carol", TOKEN_ROLE_CONNECTOR, tok_c, NULL, &err), 0, "%s", err.msg);
         cr_assert_eq(post(tok_a, "create_session", "{\"session\": \"ops1\"}", &r), 200);
+        cJSON_Delete(r);
+        cr_assert_eq(post(tok_op, "daemon_health", "{}", &r), 200);
+        auth_failures = apic_num(cJSON_GetObjectItem(r, "counters"), "auth_failures"); /* process-wide */
         cJSON_Delete(r);
 
         /* tenants, agent or connector, are refused each, as an operator is refused exec */
@@ -855,5 +859,11 @@ Test(http, operator_reads_users_pool_nodes_and_health, .init = setup_tls, .fini 
         cr_assert_eq(apic_num(o, "running"), 1);
         cr_assert_eq(apic_num(o, "total"), 1);
         cr_assert_not_null(cJSON_GetObjectItem(r, "pool"));
+        /* the tenants' refusals were not failed authentications: none failed yet */
+        cr_assert_eq(apic_num(cJSON_GetObjectItem(r, "counters"), "auth_failures"), auth_failures);
+        cJSON_Delete(r);
+        cr_assert_eq(post("sbx_0123456789abcdef", "daemon_health", "{}", NULL), 401);
+        cr_assert_eq(post(tok_op, "daemon_health", "{}", &r), 200);
+        cr_assert_eq(apic_num(cJSON_GetObjectItem(r, "counters"), "auth_failures"), auth_failures + 1);
         cJSON_Delete(r);
 }

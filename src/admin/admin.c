@@ -81,14 +81,6 @@ void admin_audit(struct admin_req *q, const char *user, const char *session, con
 
 /* ---- formatting ---- */
 
-void admin_add_time(cJSON *o, const char *key, int64_t ms)
-{
-        if (ms > 0)
-                cJSON_AddNumberToObject(o, key, (double)ms);
-        else
-                cJSON_AddNullToObject(o, key);
-}
-
 static const struct {
         const char *name;
         admin_cmd_fn fn;

@@ -46,8 +46,7 @@ int admin_arg_user(struct admin_req *q, const char **ret, struct fronterr *e);
 int admin_arg_limit(struct admin_req *q, const char *name, int def, int max, int *ret, struct fronterr *e);
 /* Audit "admin.<cmd>" by the peer (detail is taken). */
 void admin_audit(struct admin_req *q, const char *user, const char *session, const char *cmd, cJSON *detail);
-/* A time (null when 0). Text and lower-cased names: jsonutil.h. */
-void admin_add_time(cJSON *o, const char *key, int64_t ms);
+/* Times, text and lower-cased names: jsonutil.h. */
 
 /* ---- admin_sessions.c ---- */
 int admin_c_health(struct admin_req *q, cJSON **ret, struct fronterr *e);

@@ -191,6 +191,13 @@ int api_m_pause_session(struct api_req *q, cJSON **ret, struct fronterr *e);
 int api_m_resume_session(struct api_req *q, cJSON **ret, struct fronterr *e);
 /* api_events.c: the caller's lifecycle events by polling (events.h) */
 int api_m_events(struct api_req *q, cJSON **ret, struct fronterr *e);
+/* api_ops.c: what an operator token reads about the daemon (opsview.h) */
+int api_m_list_users(struct api_req *q, cJSON **ret, struct fronterr *e);
+int api_m_pool_status(struct api_req *q, cJSON **ret, struct fronterr *e);
+int api_m_list_nodes(struct api_req *q, cJSON **ret, struct fronterr *e);
+int api_m_daemon_health(struct api_req *q, cJSON **ret, struct fronterr *e);
+/* The methods an operator token may call: these four, list_sessions and events. */
+bool api_method_operator(const char *name);
 
 /* ---- labels and requested resources (api_spec.c, issue 29) ---- */
 struct store_session_spec;

@@ -631,6 +631,23 @@ static const struct api_method_doc methods_doc[] = {
          "{labels?: {K: V}}",
          "{sessions: [{session, user, state, image, runtime, executions, executions_running, node, labels, resources, created_at, last_activity, expires_at, ...}]}",
          "List the user's own sessions (an operator token: every user's; no params.session); labels keeps the sessions that have all of them."},
+        /* operator reads (issue 39): api_ops.c */
+        {"list_users", api_m_list_users,
+         "{}",
+         "{users: [{user, limits: {max_sessions_per_user, max_exec_per_user, max_services_per_session, max_spool_per_session, max_scripts_per_user, max_script_bytes_per_user, max_paused_sessions_per_user, max_session_cpus, max_session_memory, max_session_disk}, overrides: {key: value}, usage: {sessions, live_sessions, paused_sessions, executions_running, memory_bytes, cpu_total_ns}}]}",
+         "Operator tokens only (no params.session). Every user with a live token, a session or a quota override, by name, with the limits in force (the config's, or the user's overrides), their sessions and running executions, and the memory and CPU time their live containers use now (null when the engine cannot say), as sandboxctl quota.show and top."},
+        {"pool_status", api_m_pool_status,
+         "{}",
+         "{pool: {size, ready, creating, claims, misses, created, failed, refill_per_s, waiting, waited, wait_expired, images: [{image, size, ready, waiting}]}}",
+         "Operator tokens only (no params.session). The warm pool: its target size, containers ready and being made, and how many were claimed, missed and waited for, as sandboxctl pool."},
+        {"list_nodes", api_m_list_nodes,
+         "{}",
+         "{nodes: [{name, connected, fenced, since, sessions, last_heartbeat}]}",
+         "Operator tokens only (no params.session). The node agents and the sessions placed on each, as sandboxctl nodes.list; empty when the daemon runs its containers itself."},
+        {"daemon_health", api_m_daemon_health,
+         "{}",
+         "{status: ok|degraded, version, started_at, uptime_s, docker: {ok, version | error}, docker_version, engine: {name, capabilities, unenforced}, sessions: {creating, running, stopped, error, paused, total}, executions_running, ports: {used, total}, monitor_last_poll, pool, egress: {allowed, blocked, open}, counters: {auth_failures, engine_api_errors, events_written, events_dropped, event_overflows}}",
+         "Operator tokens only (no params.session). The daemon's health: whether the container engine answers (what /healthz says), its version and uptime, the counts sandboxctl stats shows and the error counters of /metrics."},
         /* snapshots, restore and fork (issue 28): api_snapshot.c */
         {"snapshot_session", api_m_snapshot_session,
          "{name?}",
@@ -683,5 +700,12 @@ bool api_method_user_level(const char *name)
                strcmp(name, "clear_scripts") == 0 || strcmp(name, "create_session") == 0 ||
                strcmp(name, "list_snapshots") == 0 || strcmp(name, "delete_snapshot") == 0 ||
                strcmp(name, "set_secret") == 0 || strcmp(name, "list_secrets") == 0 ||
-               strcmp(name, "delete_secret") == 0;
+               strcmp(name, "delete_secret") == 0 || api_method_operator(name);
+}
+
+bool api_method_operator(const char *name)
+{
+        return strcmp(name, "list_sessions") == 0 || strcmp(name, "events") == 0 || strcmp(name, "list_users") == 0 ||
+               strcmp(name, "pool_status") == 0 || strcmp(name, "list_nodes") == 0 ||
+               strcmp(name, "daemon_health") == 0;
 }

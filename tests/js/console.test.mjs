@@ -2,7 +2,8 @@
 // a real browser: Debian's chromium driven by puppeteer-core, against a real
 // sandboxd over HTTPS. Sign in, a session appearing live, its page with an
 // execution's output, pause and resume, a download, another tenant editing
-// the URL, an operator token seeing every user's sessions and nothing more,
+// the URL, an operator token seeing every user's sessions and its pages
+// (users and quotas, pool, nodes, health) that a tenant neither sees nor reads,
 // hostile output and file names shown as text with no script run, a
 // cross-origin POST refused, a revoked token signed out. Screenshots of
 // each step go to <build>/console-screenshots/. Without chromium the test is
@@ -245,6 +246,17 @@ describe('the browser console', { skip: !haveChromium && `no ${CHROMIUM}` }, () 
                 await shot(bobPage, '6-other-tenant');
                 r = await call(port, ca, bob, 'list_sessions', {});
                 assert.deepEqual(r.body.sessions.map((x) => x.session), [], 'bob has no session, not even one made by the URL');
+                // nor the operator pages: no links, the address shows the sessions, the methods are refused
+                assert.equal(await bobPage.$eval('#ops-nav', (e) => e.hidden), true);
+                await bobPage.evaluate(() => (location.hash = '#/ops/users'));
+                await bobPage.waitForSelector('#sessions-view:not([hidden])');
+                assert.equal(await bobPage.$eval('#ops-view', (e) => e.hidden), true);
+                assert.equal(await bobPage.$eval('#ops-body', (e) => e.childElementCount), 0);
+                for (const m of ['list_users', 'pool_status', 'list_nodes', 'daemon_health']) {
+                        r = await call(port, ca, bob, m, {});
+                        assert.equal(r.status, 403, `${m}: ${JSON.stringify(r.body)}`);
+                        assert.equal(r.body.error.code, 'forbidden');
+                }
                 await ctx.close();
 
                 // an operator token: every user's sessions, live, and nothing else
@@ -266,6 +278,22 @@ describe('the browser console', { skip: !haveChromium && `no ${CHROMIUM}` }, () 
                         r.body.sessions.map((x) => `${x.user}/${x.session}`).sort(),
                         ['alice/hostile', 'alice/live1', 'bob/bobs'],
                 );
+                // its pages (issue 39): users with their sessions, the pool, the nodes, the health
+                await opsPage.click('#ops-nav a[href="#/ops/users"]');
+                await opsPage.waitForSelector('#ops-body[data-page="users"] tr[data-user="bob"][data-sessions="1"]');
+                await opsPage.waitForSelector('#ops-body tr[data-user="alice"][data-sessions="2"]');
+                await shot(opsPage, '7a-operator-users');
+                await opsPage.click('#ops-nav a[href="#/ops/pool"]');
+                await opsPage.waitForSelector('#ops-body[data-page="pool"] #pool-ready');
+                await shot(opsPage, '7b-operator-pool');
+                await opsPage.click('#ops-nav a[href="#/ops/nodes"]');
+                await opsPage.waitForSelector('#ops-body[data-page="nodes"] #nodes-none');
+                await opsPage.click('#ops-nav a[href="#/ops/health"]');
+                await opsPage.waitForSelector('#ops-body[data-page="health"] #health-engine');
+                assert.match(await opsPage.$eval('#health-engine', (e) => e.textContent), /^reachable/);
+                assert.equal(await opsPage.$eval('#health-status', (e) => e.textContent), 'ok');
+                assert.match(await opsPage.$eval('#health-sessions', (e) => e.textContent), /^3 \(/);
+                await shot(opsPage, '7c-operator-health');
                 await opsCtx.close();
 
                 // CSRF: a page of another origin can neither send the token nor do anything without it

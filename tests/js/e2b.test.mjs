@@ -262,6 +262,29 @@ describe('E2B SDK against sandboxd (issue 36)', () => {
                 assert.equal(out.sandboxKilled, true);
         });
 
+        test('an unchanged E2B program: getInfo, getMetrics, fork keeps files then diverges; another key: NotFoundError', async () => {
+                const { stdout, stderr, code } = await runProgram('e2b_ops_program.mjs', { OTHER_KEY: keyB });
+                assert.equal(code, 0, `the E2B program failed:\n${stderr}\n${stdout}\n--- daemon log:\n${d.logTail()}`);
+                const out = JSON.parse(stdout.trim().split('\n').pop());
+                assert.equal(out.info, true);
+                assert.equal(out.metrics.length, 1);
+                const [m] = out.metrics;
+                assert.ok(m.cpuCount >= 1, JSON.stringify(m));
+                assert.ok(m.cpuUsedPct >= 0 && m.cpuUsedPct <= 100, JSON.stringify(m));
+                assert.ok(m.memUsed > 0 && m.memTotal >= m.memUsed, JSON.stringify(m));
+                assert.ok(m.diskUsed >= 0, JSON.stringify(m));
+                assert.equal(m.when, true);
+                assert.equal(out.forks, 1);
+                assert.notEqual(out.forkId, out.sourceId);
+                assert.match(out.forkId, /^[a-z0-9]+$/);
+                assert.equal(out.forkRead, 'written before the fork');
+                assert.equal(out.forkHasAfter, true);
+                assert.equal(out.sourceHasAfter, false);
+                assert.equal(out.forkReadAgain, 'written before the fork');
+                assert.equal(out.forkMetrics, 1);
+                assert.deepEqual(out.otherTenant, { getInfo: 'NotFoundError', getMetrics: 'NotFoundError', fork: 'NotFoundError' });
+        });
+
         test('an unchanged @e2b/code-interpreter program: runCode state, a PNG chart, a DataFrame, a traceback, contexts', async () => {
                 const { stdout, stderr, code } = await runProgram('e2b_code_program.mjs');
                 assert.equal(code, 0, `the program failed:\n${stderr}\n${stdout}\n--- daemon log:\n${d.logTail()}`);

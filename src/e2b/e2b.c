@@ -47,6 +47,7 @@ static enum MHD_Result c_resume(struct e2b_req *q, struct MHD_Connection *conn);
 static enum MHD_Result c_timeout(struct e2b_req *q, struct MHD_Connection *conn);
 static enum MHD_Result c_metrics(struct e2b_req *q, struct MHD_Connection *conn);
 static enum MHD_Result c_fork(struct e2b_req *q, struct MHD_Connection *conn);
+static enum MHD_Result c_snapshot(struct e2b_req *q, struct MHD_Connection *conn);
 static enum MHD_Result c_unsupported(struct e2b_req *q, struct MHD_Connection *conn);
 
 /* E2B's routes and the core calls they make (cmd_table[]). */
@@ -66,8 +67,8 @@ static const struct e2b_route routes[] = {
         {"POST", "/sandboxes/{id}/refreshes", 0, E2B_BODY_MAX, c_unsupported, "(not yet)"},
         {"POST", "/sandboxes/{id}/fork", 0, E2B_BODY_MAX, c_fork,
          "fork_session {from: {session}} per fork, set_session_ttl"},
-        {"POST", "/sandboxes/{id}/snapshots", 0, E2B_BODY_MAX, c_unsupported,
-         "(not yet: snapshot_session; list_snapshots, delete_snapshot, fork_session {from: {snapshot}})"},
+        {"POST", "/sandboxes/{id}/snapshots", 0, E2B_BODY_MAX, c_snapshot,
+         "snapshot_session {name}; create with its id is fork_session {from: {snapshot}}"},
         {"PUT", "/sandboxes/{id}/network", 0, E2B_BODY_MAX, c_unsupported,
          "(not mapped: egress_allow is a connector's)"},
         {"GET", "/sandboxes/{id}/metrics", 0, 0, c_metrics, "list_sessions {session}, then the engine's stats"},
@@ -736,6 +737,69 @@ static const char *create_network(const cJSON *b, bool *ret_private, char *why, 
         return NULL;
 }
 
+/* Sandbox.create(snapshotId): fork_session {from: {snapshot}} under a new
+ * id, with the snapshot's image, env and labels; only timeout (and the
+ * SDK's defaults) may be given beside it. */
+static enum MHD_Result create_from_snapshot(struct e2b_req *q, struct MHD_Connection *conn, const cJSON *b,
+                                            const char *snap)
+{
+        static const char *const allowed[] = {"templateID", "timeout", "secure", "autoPause", "allow_internet_access",
+                                              NULL};
+        const cJSON *m, *t = cJSON_GetObjectItemCaseSensitive(b, "timeout");
+        char hex[E2B_ID_MAX + 1];
+        struct fronterr e = {0};
+        cJSON *params, *res = NULL, *from;
+        int64_t timeout = 300;
+
+        cJSON_ArrayForEach(m, b) {
+                size_t i = 0;
+                while (allowed[i] && strcmp(allowed[i], m->string) != 0)
+                        i++;
+                if (!allowed[i] && !cJSON_IsNull(m) && !(cJSON_IsObject(m) && !m->child))
+                        return e2b_reply_error(conn, 400, "%s cannot be given with a snapshot: it keeps its own",
+                                               m->string);
+        }
+        if (cJSON_IsTrue(cJSON_GetObjectItemCaseSensitive(b, "autoPause")) ||
+            cJSON_IsFalse(cJSON_GetObjectItemCaseSensitive(b, "allow_internet_access")))
+                return e2b_reply_error(conn, 400, "autoPause and allow_internet_access=false are not supported yet");
+        if (t && !cJSON_IsNull(t)) {
+                if (!cJSON_IsNumber(t) || t->valuedouble < 1 || t->valuedouble > q->d->cfg.session_ttl_max_s ||
+                    t->valuedouble != (double)(int64_t)t->valuedouble)
+                        return e2b_reply_error(conn, 400, "timeout must be whole seconds, 1-%lld",
+                                               (long long)q->d->cfg.session_ttl_max_s);
+                timeout = (int64_t)t->valuedouble;
+        }
+        if (sbx_random_hex(hex, 10) < 0)
+                return e2b_reply_error(conn, 500, "no randomness for a sandbox id");
+        sbx_strlcpy(q->sandbox, hex, sizeof(q->sandbox));
+        snprintf(q->session, sizeof(q->session), E2B_SESSION_PREFIX "%s", q->sandbox);
+        params = cJSON_CreateObject();
+        cJSON_AddStringToObject(params, "session", q->session);
+        from = cJSON_AddObjectToObject(params, "from");
+        cJSON_AddStringToObject(from, "snapshot", snap);
+        if (e2b_call(q, "fork_session", params, &res, &e) < 0) {
+                if (e.code && strcmp(e.code, "not_found") == 0)
+                        return e2b_reply_error(conn, 400, "unknown template or snapshot %.64s", snap);
+                return e2b_reply_fronterr(conn, &e);
+        }
+        cJSON_Delete(res);
+        params = cJSON_CreateObject();
+        cJSON_AddStringToObject(params, "session", q->session);
+        cJSON_AddNumberToObject(params, "ttl_seconds", (double)timeout);
+        if (e2b_call(q, "set_session_ttl", params, &res, &e) < 0) {
+                struct fronterr ignored = {0};
+                cJSON_Delete(res);
+                params = cJSON_CreateObject();
+                cJSON_AddStringToObject(params, "session", q->session);
+                cJSON_AddTrueToObject(params, "purge");
+                (void)e2b_call(q, "destroy_session", params, &res, &ignored);
+                cJSON_Delete(res);
+                return e2b_reply_fronterr(conn, &e);
+        }
+        cJSON_Delete(res);
+        return e2b_reply_json(conn, 201, sandbox_object(q, snap, true));
+}
+
 static enum MHD_Result c_create(struct e2b_req *q, struct MHD_Connection *conn)
 {
         static const char *const known[] = {
@@ -760,9 +824,12 @@ static enum MHD_Result c_create(struct e2b_req *q, struct MHD_Connection *conn)
         t = cJSON_GetObjectItemCaseSensitive(b, "templateID");
         if (!cJSON_IsString(t) || !t->valuestring[0])
                 return e2b_reply_error(conn, 400, "templateID is required (a string)");
-        if (!template_image(&q->d->cfg, t->valuestring, image, sizeof(image), names, sizeof(names)))
+        if (!template_image(&q->d->cfg, t->valuestring, image, sizeof(image), names, sizeof(names))) {
+                if (strncmp(t->valuestring, "snap-", 5) == 0)
+                        return create_from_snapshot(q, conn, b, t->valuestring);
                 return e2b_reply_error(conn, 400, "unknown template %.64s; this sandboxd has: %s", t->valuestring,
                                        names);
+        }
         m = cJSON_GetObjectItemCaseSensitive(b, "timeout");
         if (m && !cJSON_IsNull(m)) {
                 if (!cJSON_IsNumber(m) || m->valuedouble < 1 || m->valuedouble > q->d->cfg.session_ttl_max_s ||
@@ -1347,6 +1414,48 @@ static enum MHD_Result c_fork(struct e2b_req *q, struct MHD_Connection *conn)
         out = cJSON_CreateArray();
         for (int64_t i = 0; i < count; i++)
                 cJSON_AddItemToArray(out, fork_one(q, tmpl, timeout));
+        return e2b_reply_json(conn, 201, out);
+}
+
+/* snapshot_session {name?} of the sandbox: E2B's SnapshotInfo, the id
+ * being what Sandbox.create() takes back (create_from_snapshot). */
+static enum MHD_Result c_snapshot(struct e2b_req *q, struct MHD_Connection *conn)
+{
+        static const char *const known[] = {"name", NULL};
+        enum MHD_Result ans = MHD_NO;
+        _cleanup_(cjson_freep) cJSON *b = body_object(q, conn, &ans);
+        struct fronterr e = {0};
+        const cJSON *name;
+        const char *bad, *id;
+        cJSON *o, *params, *res = NULL, *out, *names;
+
+        if (!b)
+                return ans;
+        if (!(o = find(q, &e)))
+                return e2b_reply_fronterr(conn, &e);
+        cJSON_Delete(o);
+        if ((bad = unknown_member(b, known)))
+                return e2b_reply_error(conn, 400, "unknown field %s", bad);
+        name = cJSON_GetObjectItemCaseSensitive(b, "name");
+        if (name && !cJSON_IsNull(name) && !cJSON_IsString(name))
+                return e2b_reply_error(conn, 400, "name must be a string");
+        params = cJSON_CreateObject();
+        cJSON_AddStringToObject(params, "session", q->session);
+        if (cJSON_IsString(name))
+                cJSON_AddStringToObject(params, "name", name->valuestring); /* snapshot_session checks it */
+        if (e2b_call(q, "snapshot_session", params, &res, &e) < 0)
+                return e2b_reply_fronterr(conn, &e);
+        id = cJSON_GetStringValue(cJSON_GetObjectItemCaseSensitive(res, "snapshot"));
+        if (!id) {
+                cJSON_Delete(res);
+                return e2b_reply_error(conn, 500, "the snapshot has no id");
+        }
+        out = cJSON_CreateObject();
+        cJSON_AddStringToObject(out, "snapshotID", id);
+        names = cJSON_AddArrayToObject(out, "names");
+        if (cJSON_IsString(name))
+                cJSON_AddItemToArray(names, cJSON_CreateString(name->valuestring));
+        cJSON_Delete(res);
         return e2b_reply_json(conn, 201, out);
 }
 

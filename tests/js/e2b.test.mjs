@@ -262,7 +262,7 @@ describe('E2B SDK against sandboxd (issue 36)', () => {
                 assert.equal(out.sandboxKilled, true);
         });
 
-        test('an unchanged E2B program: getInfo, getMetrics, fork keeps files then diverges; another key: NotFoundError', async () => {
+        test('an unchanged E2B program: getInfo, getMetrics, fork keeps files then diverges, createSnapshot then create from it; another key: NotFoundError', async () => {
                 const { stdout, stderr, code } = await runProgram('e2b_ops_program.mjs', { OTHER_KEY: keyB });
                 assert.equal(code, 0, `the E2B program failed:\n${stderr}\n${stdout}\n--- daemon log:\n${d.logTail()}`);
                 const out = JSON.parse(stdout.trim().split('\n').pop());
@@ -282,7 +282,18 @@ describe('E2B SDK against sandboxd (issue 36)', () => {
                 assert.equal(out.sourceHasAfter, false);
                 assert.equal(out.forkReadAgain, 'written before the fork');
                 assert.equal(out.forkMetrics, 1);
-                assert.deepEqual(out.otherTenant, { getInfo: 'NotFoundError', getMetrics: 'NotFoundError', fork: 'NotFoundError' });
+                assert.match(out.snapshotId, /^snap-/);
+                assert.equal(out.snapshotNames.length, 1);
+                assert.equal(out.restoredRead, 'changed in the source'); // as at the snapshot, not as after it
+                assert.equal(out.restoredOtherId, true);
+                assert.match(out.otherCreate, /Error$/);
+                assert.notEqual(out.otherCreate, 'no error');
+                assert.deepEqual(out.otherTenant, {
+                        getInfo: 'NotFoundError',
+                        getMetrics: 'NotFoundError',
+                        fork: 'NotFoundError',
+                        createSnapshot: 'NotFoundError',
+                });
         });
 
         test('an unchanged @e2b/code-interpreter program: runCode state, a PNG chart, a DataFrame, a traceback, contexts', async () => {
@@ -486,8 +497,19 @@ describe('E2B SDK against sandboxd (issue 36)', () => {
                         assert.match(JSON.parse(unknownTemplate.body).message, /base, code-interpreter-v1/);
                         const unknownField = await api(keyA, 'POST', '/sandboxes', { templateID: 'base', bogus: 1 });
                         assert.equal(unknownField.status, 400);
+                        const forkBogus = await api(keyA, 'POST', `/sandboxes/${id}/fork`, { count: 1, bogus: 1 });
+                        assert.equal(forkBogus.status, 400);
+                        assert.match(JSON.parse(forkBogus.body).message, /unknown field bogus/);
+                        for (const body of [{ count: 0 }, { count: 11 }, { count: 1.5 }, { timeout: 'x' }, '{"count": 1,']) {
+                                const r = await api(keyA, 'POST', `/sandboxes/${id}/fork`, body);
+                                assert.equal(r.status, 400, `fork ${JSON.stringify(body)}: ${r.status} ${r.body}`);
+                        }
+                        for (const q of ['start=abc', 'end=-1', 'start=1e3']) {
+                                const r = await api(keyA, 'GET', `/sandboxes/${id}/metrics?${q}`);
+                                assert.equal(r.status, 400, `metrics ?${q}: ${r.status} ${r.body}`);
+                        }
                         const list = await api(keyA, 'GET', '/v2/sandboxes');
-                        assert.equal(JSON.parse(list.body).length, 1, 'a refused create made a sandbox');
+                        assert.equal(JSON.parse(list.body).length, 1, 'a refused create or fork made a sandbox');
 
                         const unary = await envd(token, '/filesystem.Filesystem/ListDir', '{"path": ');
                         assert.equal(unary.status, 400);

@@ -737,6 +737,34 @@ static const char *create_network(const cJSON *b, bool *ret_private, char *why, 
         return NULL;
 }
 
+/* fork_session into q->session from {key: from} ("session" or "snapshot"),
+ * then its TTL; a fork whose TTL cannot be set is destroyed, never left
+ * without one. 0, or -1 with e set. */
+static int fork_into(struct e2b_req *q, const char *key, const char *from, int64_t timeout, struct fronterr *e)
+{
+        cJSON *params = cJSON_CreateObject(), *res = NULL;
+        struct fronterr ignored = {0};
+
+        cJSON_AddStringToObject(params, "session", q->session);
+        cJSON_AddStringToObject(cJSON_AddObjectToObject(params, "from"), key, from);
+        if (e2b_call(q, "fork_session", params, &res, e) < 0)
+                return -1;
+        cJSON_Delete(res);
+        params = cJSON_CreateObject();
+        cJSON_AddStringToObject(params, "session", q->session);
+        cJSON_AddNumberToObject(params, "ttl_seconds", (double)timeout);
+        if (e2b_call(q, "set_session_ttl", params, &res, e) == 0) {
+                cJSON_Delete(res);
+                return 0;
+        }
+        params = cJSON_CreateObject();
+        cJSON_AddStringToObject(params, "session", q->session);
+        cJSON_AddTrueToObject(params, "purge");
+        (void)e2b_call(q, "destroy_session", params, &res, &ignored);
+        cJSON_Delete(res);
+        return -1;
+}
+
 /* Sandbox.create(snapshotId): fork_session {from: {snapshot}} under a new
  * id, with the snapshot's image, env and labels; only timeout (and the
  * SDK's defaults) may be given beside it. */
@@ -748,7 +776,6 @@ static enum MHD_Result create_from_snapshot(struct e2b_req *q, struct MHD_Connec
         const cJSON *m, *t = cJSON_GetObjectItemCaseSensitive(b, "timeout");
         char hex[E2B_ID_MAX + 1];
         struct fronterr e = {0};
-        cJSON *params, *res = NULL, *from;
         int64_t timeout = 300;
 
         cJSON_ArrayForEach(m, b) {
@@ -762,6 +789,11 @@ static enum MHD_Result create_from_snapshot(struct e2b_req *q, struct MHD_Connec
         if (cJSON_IsTrue(cJSON_GetObjectItemCaseSensitive(b, "autoPause")) ||
             cJSON_IsFalse(cJSON_GetObjectItemCaseSensitive(b, "allow_internet_access")))
                 return e2b_reply_error(conn, 400, "autoPause and allow_internet_access=false are not supported yet");
+        for (size_t i = 2; allowed[i]; i++) { /* secure, autoPause, allow_internet_access */
+                m = cJSON_GetObjectItemCaseSensitive(b, allowed[i]);
+                if (m && !cJSON_IsBool(m) && !cJSON_IsNull(m))
+                        return e2b_reply_error(conn, 400, "%s must be a boolean", allowed[i]);
+        }
         if (t && !cJSON_IsNull(t)) {
                 if (!cJSON_IsNumber(t) || t->valuedouble < 1 || t->valuedouble > q->d->cfg.session_ttl_max_s ||
                     t->valuedouble != (double)(int64_t)t->valuedouble)
@@ -773,30 +805,11 @@ static enum MHD_Result create_from_snapshot(struct e2b_req *q, struct MHD_Connec
                 return e2b_reply_error(conn, 500, "no randomness for a sandbox id");
         sbx_strlcpy(q->sandbox, hex, sizeof(q->sandbox));
         snprintf(q->session, sizeof(q->session), E2B_SESSION_PREFIX "%s", q->sandbox);
-        params = cJSON_CreateObject();
-        cJSON_AddStringToObject(params, "session", q->session);
-        from = cJSON_AddObjectToObject(params, "from");
-        cJSON_AddStringToObject(from, "snapshot", snap);
-        if (e2b_call(q, "fork_session", params, &res, &e) < 0) {
+        if (fork_into(q, "snapshot", snap, timeout, &e) < 0) {
                 if (e.code && strcmp(e.code, "not_found") == 0)
                         return e2b_reply_error(conn, 400, "unknown template or snapshot %.64s", snap);
                 return e2b_reply_fronterr(conn, &e);
         }
-        cJSON_Delete(res);
-        params = cJSON_CreateObject();
-        cJSON_AddStringToObject(params, "session", q->session);
-        cJSON_AddNumberToObject(params, "ttl_seconds", (double)timeout);
-        if (e2b_call(q, "set_session_ttl", params, &res, &e) < 0) {
-                struct fronterr ignored = {0};
-                cJSON_Delete(res);
-                params = cJSON_CreateObject();
-                cJSON_AddStringToObject(params, "session", q->session);
-                cJSON_AddTrueToObject(params, "purge");
-                (void)e2b_call(q, "destroy_session", params, &res, &ignored);
-                cJSON_Delete(res);
-                return e2b_reply_fronterr(conn, &e);
-        }
-        cJSON_Delete(res);
         return e2b_reply_json(conn, 201, sandbox_object(q, snap, true));
 }
 
@@ -1328,45 +1341,23 @@ static cJSON *fork_one(struct e2b_req *q, const char *tmpl, int64_t timeout)
 {
         char src_sandbox[sizeof(q->sandbox)], src_session[sizeof(q->session)], hex[E2B_ID_MAX + 1];
         struct fronterr e = {0};
-        cJSON *params, *res = NULL, *from, *out = cJSON_CreateObject(), *err;
-        bool made;
+        cJSON *out = cJSON_CreateObject(), *err;
 
         if (sbx_random_hex(hex, 10) < 0) {
                 fronterr_set(&e, "internal", "no randomness for a sandbox id");
-                goto fail;
-        }
-        /* the fork's id from here on, then the source's again */
-        memcpy(src_sandbox, q->sandbox, sizeof(src_sandbox));
-        memcpy(src_session, q->session, sizeof(src_session));
-        sbx_strlcpy(q->sandbox, hex, sizeof(q->sandbox));
-        snprintf(q->session, sizeof(q->session), E2B_SESSION_PREFIX "%s", q->sandbox);
-        params = cJSON_CreateObject();
-        cJSON_AddStringToObject(params, "session", q->session);
-        from = cJSON_AddObjectToObject(params, "from");
-        cJSON_AddStringToObject(from, "session", src_session);
-        made = e2b_call(q, "fork_session", params, &res, &e) == 0;
-        cJSON_Delete(res);
-        if (made) {
-                params = cJSON_CreateObject();
-                cJSON_AddStringToObject(params, "session", q->session);
-                cJSON_AddNumberToObject(params, "ttl_seconds", (double)timeout);
-                if (e2b_call(q, "set_session_ttl", params, &res, &e) == 0) {
+        } else {
+                /* the fork's id from here on, then the source's again */
+                memcpy(src_sandbox, q->sandbox, sizeof(src_sandbox));
+                memcpy(src_session, q->session, sizeof(src_session));
+                sbx_strlcpy(q->sandbox, hex, sizeof(q->sandbox));
+                snprintf(q->session, sizeof(q->session), E2B_SESSION_PREFIX "%s", q->sandbox);
+                if (fork_into(q, "session", src_session, timeout, &e) == 0)
                         cJSON_AddItemToObject(out, "sandbox", sandbox_object(q, tmpl, true));
-                } else { /* no fork left behind without its TTL */
-                        struct fronterr ignored = {0};
-                        cJSON_Delete(res);
-                        params = cJSON_CreateObject();
-                        cJSON_AddStringToObject(params, "session", q->session);
-                        cJSON_AddTrueToObject(params, "purge");
-                        (void)e2b_call(q, "destroy_session", params, &res, &ignored);
-                }
-                cJSON_Delete(res);
+                memcpy(q->sandbox, src_sandbox, sizeof(src_sandbox));
+                memcpy(q->session, src_session, sizeof(src_session));
+                if (cJSON_GetObjectItemCaseSensitive(out, "sandbox"))
+                        return out;
         }
-        memcpy(q->sandbox, src_sandbox, sizeof(src_sandbox));
-        memcpy(q->session, src_session, sizeof(src_session));
-        if (cJSON_GetObjectItemCaseSensitive(out, "sandbox"))
-                return out;
-fail:
         err = cJSON_AddObjectToObject(out, "error");
         cJSON_AddNumberToObject(err, "code",
                                 e.code && strcmp(e.code, "quota_exceeded") == 0 ? 429 : http_status_for_code(e.code));

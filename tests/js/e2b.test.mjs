@@ -504,6 +504,15 @@ describe('E2B SDK against sandboxd (issue 36)', () => {
                                 const r = await api(keyA, 'POST', `/sandboxes/${id}/fork`, body);
                                 assert.equal(r.status, 400, `fork ${JSON.stringify(body)}: ${r.status} ${r.body}`);
                         }
+                        const noSnap = await api(keyA, 'POST', '/sandboxes', { templateID: 'snap-0123456789abcdef', timeout: 10 });
+                        assert.equal(noSnap.status, 400, noSnap.body.toString());
+                        assert.match(JSON.parse(noSnap.body).message, /unknown template or snapshot/);
+                        const snapMeta = await api(keyA, 'POST', '/sandboxes', { templateID: 'snap-0123456789abcdef', metadata: { a: 'b' } });
+                        assert.equal(snapMeta.status, 400);
+                        assert.match(JSON.parse(snapMeta.body).message, /metadata cannot be given with a snapshot/);
+                        const snapBogus = await api(keyA, 'POST', `/sandboxes/${id}/snapshots`, { name: 'x', bogus: 1 });
+                        assert.equal(snapBogus.status, 400);
+                        assert.match(JSON.parse(snapBogus.body).message, /unknown field bogus/);
                         for (const q of ['start=abc', 'end=-1', 'start=1e3']) {
                                 const r = await api(keyA, 'GET', `/sandboxes/${id}/metrics?${q}`);
                                 assert.equal(r.status, 400, `metrics ?${q}: ${r.status} ${r.body}`);

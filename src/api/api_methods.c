@@ -628,9 +628,9 @@ static const struct api_method_doc methods_doc[] = {
          "{session, resumed, state: running, last_activity, paused_at: null}",
          "Thaw a paused session (or start a stopped one again). Rarely needed: every call that uses the session resumes it first."},
         {"list_sessions", api_m_list_sessions,
-         "{labels?: {K: V}}",
+         "{labels?: {K: V}, session?}",
          "{sessions: [{session, user, state, image, runtime, executions, executions_running, node, labels, resources, created_at, last_activity, expires_at, ...}]}",
-         "List the user's own sessions (an operator token: every user's; no params.session); labels keeps the sessions that have all of them."},
+         "List the user's own sessions (an operator token: every user's); labels keeps the sessions that have all of them; session lists only that one (none when unknown), looked up by index, and never creates it."},
         /* operator reads (issue 39): api_ops.c */
         {"list_users", api_m_list_users,
          "{}",

@@ -29,10 +29,13 @@
 #include "sandboxd/metrics.h"
 #include "sandboxd/reqguard.h"
 #include "sandboxd/session.h"
+#include "sandboxd/engine.h"
+#include "sandboxd/wsquota.h"
 
 #define E2B_KEY_LEN 32
 #define E2B_MAC_HEX 64
 #define E2B_LIST_LIMIT_MAX 100
+#define E2B_FORK_MAX 10 /* forks per request: each snapshots the source once more */
 
 static enum MHD_Result c_create(struct e2b_req *q, struct MHD_Connection *conn);
 static enum MHD_Result c_get(struct e2b_req *q, struct MHD_Connection *conn);
@@ -42,6 +45,9 @@ static enum MHD_Result c_connect(struct e2b_req *q, struct MHD_Connection *conn)
 static enum MHD_Result c_pause(struct e2b_req *q, struct MHD_Connection *conn);
 static enum MHD_Result c_resume(struct e2b_req *q, struct MHD_Connection *conn);
 static enum MHD_Result c_timeout(struct e2b_req *q, struct MHD_Connection *conn);
+static enum MHD_Result c_metrics(struct e2b_req *q, struct MHD_Connection *conn);
+static enum MHD_Result c_fork(struct e2b_req *q, struct MHD_Connection *conn);
+static enum MHD_Result c_snapshot(struct e2b_req *q, struct MHD_Connection *conn);
 static enum MHD_Result c_unsupported(struct e2b_req *q, struct MHD_Connection *conn);
 
 /* E2B's routes and the core calls they make (cmd_table[]). */
@@ -50,7 +56,7 @@ static const struct e2b_route routes[] = {
         {"POST", "/v2/sandboxes", 0, E2B_BODY_MAX, c_create, "create_session {image, ttl_seconds, env, labels}"},
         {"GET", "/sandboxes", 0, 0, c_list, "list_sessions {labels}"},
         {"GET", "/v2/sandboxes", 0, 0, c_list, "list_sessions {labels}, paginated here"},
-        {"GET", "/sandboxes/{id}", 0, 0, c_get, "list_sessions"},
+        {"GET", "/sandboxes/{id}", 0, 0, c_get, "list_sessions {session}"},
         {"DELETE", "/sandboxes/{id}", 0, 0, c_kill, "destroy_session {purge}"},
         {"POST", "/sandboxes/{id}/connect", 0, E2B_BODY_MAX, c_connect, "resume_session when paused, set_session_ttl"},
         {"POST", "/v2/sandboxes/{id}/connect", 0, E2B_BODY_MAX, c_connect,
@@ -59,11 +65,14 @@ static const struct e2b_route routes[] = {
         {"POST", "/sandboxes/{id}/pause", 0, E2B_BODY_MAX, c_pause, "pause_session"},
         {"POST", "/sandboxes/{id}/timeout", 0, E2B_BODY_MAX, c_timeout, "set_session_ttl"},
         {"POST", "/sandboxes/{id}/refreshes", 0, E2B_BODY_MAX, c_unsupported, "(not yet)"},
-        {"POST", "/sandboxes/{id}/fork", 0, E2B_BODY_MAX, c_unsupported, "(not yet: fork_session)"},
-        {"POST", "/sandboxes/{id}/snapshots", 0, E2B_BODY_MAX, c_unsupported, "(not yet: snapshot_session)"},
-        {"PUT", "/sandboxes/{id}/network", 0, E2B_BODY_MAX, c_unsupported, "(not yet: egress_allow)"},
-        {"GET", "/sandboxes/{id}/metrics", 0, 0, c_unsupported, "(not yet)"},
-        {"GET", "/sandboxes/{id}/logs", 0, 0, c_unsupported, "(not yet)"},
+        {"POST", "/sandboxes/{id}/fork", 0, E2B_BODY_MAX, c_fork,
+         "fork_session {from: {session}} per fork, set_session_ttl"},
+        {"POST", "/sandboxes/{id}/snapshots", 0, E2B_BODY_MAX, c_snapshot,
+         "snapshot_session {name}; create with its id is fork_session {from: {snapshot}}"},
+        {"PUT", "/sandboxes/{id}/network", 0, E2B_BODY_MAX, c_unsupported,
+         "(not mapped: egress_allow is a connector's)"},
+        {"GET", "/sandboxes/{id}/metrics", 0, 0, c_metrics, "list_sessions {session}, then the engine's stats"},
+        {"GET", "/sandboxes/{id}/logs", 0, 0, c_unsupported, "(not called by the SDK 2.x)"},
         {"GET", "/health", E2B_ENVD_PORT, 0, e2b_envd_health, "(session state)"},
         {"GET", "/files", E2B_ENVD_PORT, 0, e2b_envd_download, "read_file {encoding: base64}, paged"},
         {"POST", "/files", E2B_ENVD_PORT, E2B_UPLOAD_MAX, e2b_envd_upload, "write_file {encoding: base64}"},
@@ -728,6 +737,82 @@ static const char *create_network(const cJSON *b, bool *ret_private, char *why, 
         return NULL;
 }
 
+/* fork_session into q->session from {key: from} ("session" or "snapshot"),
+ * then its TTL; a fork whose TTL cannot be set is destroyed, never left
+ * without one. 0, or -1 with e set. */
+static int fork_into(struct e2b_req *q, const char *key, const char *from, int64_t timeout, struct fronterr *e)
+{
+        cJSON *params = cJSON_CreateObject(), *res = NULL;
+        struct fronterr ignored = {0};
+
+        cJSON_AddStringToObject(params, "session", q->session);
+        cJSON_AddStringToObject(cJSON_AddObjectToObject(params, "from"), key, from);
+        if (e2b_call(q, "fork_session", params, &res, e) < 0)
+                return -1;
+        cJSON_Delete(res);
+        params = cJSON_CreateObject();
+        cJSON_AddStringToObject(params, "session", q->session);
+        cJSON_AddNumberToObject(params, "ttl_seconds", (double)timeout);
+        if (e2b_call(q, "set_session_ttl", params, &res, e) == 0) {
+                cJSON_Delete(res);
+                return 0;
+        }
+        params = cJSON_CreateObject();
+        cJSON_AddStringToObject(params, "session", q->session);
+        cJSON_AddTrueToObject(params, "purge");
+        (void)e2b_call(q, "destroy_session", params, &res, &ignored);
+        cJSON_Delete(res);
+        return -1;
+}
+
+/* Sandbox.create(snapshotId): fork_session {from: {snapshot}} under a new
+ * id, with the snapshot's image, env and labels; only timeout (and the
+ * SDK's defaults) may be given beside it. */
+static enum MHD_Result create_from_snapshot(struct e2b_req *q, struct MHD_Connection *conn, const cJSON *b,
+                                            const char *snap)
+{
+        static const char *const allowed[] = {"templateID", "timeout", "secure", "autoPause", "allow_internet_access",
+                                              NULL};
+        const cJSON *m, *t = cJSON_GetObjectItemCaseSensitive(b, "timeout");
+        char hex[E2B_ID_MAX + 1];
+        struct fronterr e = {0};
+        int64_t timeout = 300;
+
+        cJSON_ArrayForEach(m, b) {
+                size_t i = 0;
+                while (allowed[i] && strcmp(allowed[i], m->string) != 0)
+                        i++;
+                if (!allowed[i] && !cJSON_IsNull(m) && !(cJSON_IsObject(m) && !m->child))
+                        return e2b_reply_error(conn, 400, "%s cannot be given with a snapshot: it keeps its own",
+                                               m->string);
+        }
+        if (cJSON_IsTrue(cJSON_GetObjectItemCaseSensitive(b, "autoPause")) ||
+            cJSON_IsFalse(cJSON_GetObjectItemCaseSensitive(b, "allow_internet_access")))
+                return e2b_reply_error(conn, 400, "autoPause and allow_internet_access=false are not supported yet");
+        for (size_t i = 2; allowed[i]; i++) { /* secure, autoPause, allow_internet_access */
+                m = cJSON_GetObjectItemCaseSensitive(b, allowed[i]);
+                if (m && !cJSON_IsBool(m) && !cJSON_IsNull(m))
+                        return e2b_reply_error(conn, 400, "%s must be a boolean", allowed[i]);
+        }
+        if (t && !cJSON_IsNull(t)) {
+                if (!cJSON_IsNumber(t) || t->valuedouble < 1 || t->valuedouble > q->d->cfg.session_ttl_max_s ||
+                    t->valuedouble != (double)(int64_t)t->valuedouble)
+                        return e2b_reply_error(conn, 400, "timeout must be whole seconds, 1-%lld",
+                                               (long long)q->d->cfg.session_ttl_max_s);
+                timeout = (int64_t)t->valuedouble;
+        }
+        if (sbx_random_hex(hex, 10) < 0)
+                return e2b_reply_error(conn, 500, "no randomness for a sandbox id");
+        sbx_strlcpy(q->sandbox, hex, sizeof(q->sandbox));
+        snprintf(q->session, sizeof(q->session), E2B_SESSION_PREFIX "%s", q->sandbox);
+        if (fork_into(q, "snapshot", snap, timeout, &e) < 0) {
+                if (e.code && strcmp(e.code, "not_found") == 0)
+                        return e2b_reply_error(conn, 400, "unknown template or snapshot %.64s", snap);
+                return e2b_reply_fronterr(conn, &e);
+        }
+        return e2b_reply_json(conn, 201, sandbox_object(q, snap, true));
+}
+
 static enum MHD_Result c_create(struct e2b_req *q, struct MHD_Connection *conn)
 {
         static const char *const known[] = {
@@ -752,9 +837,12 @@ static enum MHD_Result c_create(struct e2b_req *q, struct MHD_Connection *conn)
         t = cJSON_GetObjectItemCaseSensitive(b, "templateID");
         if (!cJSON_IsString(t) || !t->valuestring[0])
                 return e2b_reply_error(conn, 400, "templateID is required (a string)");
-        if (!template_image(&q->d->cfg, t->valuestring, image, sizeof(image), names, sizeof(names)))
+        if (!template_image(&q->d->cfg, t->valuestring, image, sizeof(image), names, sizeof(names))) {
+                if (strncmp(t->valuestring, "snap-", 5) == 0)
+                        return create_from_snapshot(q, conn, b, t->valuestring);
                 return e2b_reply_error(conn, 400, "unknown template %.64s; this sandboxd has: %s", t->valuestring,
                                        names);
+        }
         m = cJSON_GetObjectItemCaseSensitive(b, "timeout");
         if (m && !cJSON_IsNull(m)) {
                 if (!cJSON_IsNumber(m) || m->valuedouble < 1 || m->valuedouble > q->d->cfg.session_ttl_max_s ||
@@ -1009,20 +1097,19 @@ static enum MHD_Result c_list(struct e2b_req *q, struct MHD_Connection *conn)
         }
 }
 
-/* The sandbox as list_sessions shows it (NULL: none of this user's). */
+/* The sandbox as list_sessions {session} shows it, looked up by index
+ * among this user's (NULL: none of this user's). */
 static cJSON *find(struct e2b_req *q, struct fronterr *e)
 {
-        cJSON *res = NULL, *s, *o = NULL;
+        cJSON *params = cJSON_CreateObject(), *res = NULL, *o = NULL;
+        const cJSON *s;
 
-        if (e2b_call(q, "list_sessions", cJSON_CreateObject(), &res, e) < 0)
+        cJSON_AddStringToObject(params, "session", q->session);
+        if (e2b_call(q, "list_sessions", params, &res, e) < 0)
                 return NULL;
-        cJSON_ArrayForEach(s, cJSON_GetObjectItemCaseSensitive(res, "sessions")) {
-                const char *name = cJSON_GetStringValue(cJSON_GetObjectItemCaseSensitive(s, "session"));
-                if (name && strcmp(name, q->session) == 0) {
-                        o = listed(q, s);
-                        break;
-                }
-        }
+        s = cJSON_GetArrayItem(cJSON_GetObjectItemCaseSensitive(res, "sessions"), 0);
+        if (s && strcmp(cJSON_GetStringValue(cJSON_GetObjectItemCaseSensitive(s, "session")) ?: "", q->session) == 0)
+                o = listed(q, s);
         cJSON_Delete(res);
         if (!o)
                 fronterr_set(e, "not_found", "sandbox %s not found", q->sandbox);
@@ -1188,6 +1275,179 @@ static enum MHD_Result c_connect(struct e2b_req *q, struct MHD_Connection *conn)
                 return resumed(q, conn, 201);
         }
         return resumed(q, conn, 200);
+}
+
+/* A query parameter that must be absent or whole seconds of unix time. */
+static bool unix_seconds_ok(struct MHD_Connection *conn, const char *name)
+{
+        const char *v = MHD_lookup_connection_value(conn, MHD_GET_ARGUMENT_KIND, name);
+        char *end;
+        long long x;
+
+        if (!v)
+                return true;
+        errno = 0;
+        x = strtoll(v, &end, 10);
+        return *v >= '0' && *v <= '9' && !*end && !errno && x >= 0;
+}
+
+/* E2B's SandboxMetric, one sample taken now: memory from the engine's
+ * stats of the session's container, CPU as its average since the session
+ * was created (the engine gives cumulative CPU time only), disk as the
+ * workspace's use of its quota. start and end are checked, not applied:
+ * sandboxd keeps no history. [] while the session has no container. */
+static enum MHD_Result c_metrics(struct e2b_req *q, struct MHD_Connection *conn)
+{
+        struct fronterr e = {0};
+        struct session_info info;
+        struct engine_stats st;
+        struct wsquota_usage du;
+        cJSON *o, *out;
+        double cpus, age_ms, pct;
+        int64_t now = sbx_wall_ms();
+        bool have;
+
+        if (!unix_seconds_ok(conn, "start") || !unix_seconds_ok(conn, "end"))
+                return e2b_reply_error(conn, 400, "start and end must be unix seconds");
+        if (!(o = find(q, &e)))
+                return e2b_reply_fronterr(conn, &e);
+        cpus = cJSON_GetNumberValue(cJSON_GetObjectItemCaseSensitive(o, "cpuCount"));
+        cJSON_Delete(o);
+        if (session_get_info(q->d->sessions, q->tok.user, q->session, &info) < 0)
+                return e2b_reply_error(conn, 404, "sandbox %s not found", q->sandbox);
+        have = info.container_id[0] && engine_stats(q->d->engine, info.container_id, &st, NULL) == 0;
+        age_ms = (double)(now - info.created_at);
+        session_info_done(&info);
+        out = cJSON_CreateArray();
+        if (!have)
+                return e2b_reply_json(conn, 200, out);
+        o = cJSON_CreateObject();
+        add_time(o, "timestamp", (double)now);
+        cJSON_AddNumberToObject(o, "timestampUnix", (double)(now / 1000));
+        cJSON_AddNumberToObject(o, "cpuCount", cpus);
+        pct = age_ms > 0 ? (double)st.cpu_total_ns / 1e6 / age_ms / cpus * 100 : 0;
+        cJSON_AddNumberToObject(o, "cpuUsedPct", pct > 100 ? 100 : pct);
+        cJSON_AddNumberToObject(o, "memUsed", (double)st.memory_usage);
+        cJSON_AddNumberToObject(o, "memTotal", (double)st.memory_limit);
+        wsquota_usage(&q->d->cfg, q->tok.user, q->session, &du);
+        cJSON_AddNumberToObject(o, "diskUsed", du.known ? (double)du.bytes_used : 0);
+        cJSON_AddNumberToObject(o, "diskTotal", (double)du.bytes_limit);
+        cJSON_AddItemToArray(out, o);
+        return e2b_reply_json(conn, 200, out);
+}
+
+/* One fork of the sandbox as E2B's SandboxForkResult: {sandbox} or {error}. */
+static cJSON *fork_one(struct e2b_req *q, const char *tmpl, int64_t timeout)
+{
+        char src_sandbox[sizeof(q->sandbox)], src_session[sizeof(q->session)], hex[E2B_ID_MAX + 1];
+        struct fronterr e = {0};
+        cJSON *out = cJSON_CreateObject(), *err;
+
+        if (sbx_random_hex(hex, 10) < 0) {
+                fronterr_set(&e, "internal", "no randomness for a sandbox id");
+        } else {
+                /* the fork's id from here on, then the source's again */
+                memcpy(src_sandbox, q->sandbox, sizeof(src_sandbox));
+                memcpy(src_session, q->session, sizeof(src_session));
+                sbx_strlcpy(q->sandbox, hex, sizeof(q->sandbox));
+                snprintf(q->session, sizeof(q->session), E2B_SESSION_PREFIX "%s", q->sandbox);
+                if (fork_into(q, "session", src_session, timeout, &e) == 0)
+                        cJSON_AddItemToObject(out, "sandbox", sandbox_object(q, tmpl, true));
+                memcpy(q->sandbox, src_sandbox, sizeof(src_sandbox));
+                memcpy(q->session, src_session, sizeof(src_session));
+                if (cJSON_GetObjectItemCaseSensitive(out, "sandbox"))
+                        return out;
+        }
+        err = cJSON_AddObjectToObject(out, "error");
+        cJSON_AddNumberToObject(err, "code",
+                                e.code && strcmp(e.code, "quota_exceeded") == 0 ? 429 : http_status_for_code(e.code));
+        jsonutil_add_text(err, "message", e.msg);
+        return out;
+}
+
+/* fork_session from the live sandbox, count times (1-E2B_FORK_MAX), each
+ * with its own TTL of timeout seconds (300 when absent, as create's). */
+static enum MHD_Result c_fork(struct e2b_req *q, struct MHD_Connection *conn)
+{
+        static const char *const known[] = {"timeout", "count", NULL};
+        enum MHD_Result ans = MHD_NO;
+        _cleanup_(cjson_freep) cJSON *b = body_object(q, conn, &ans);
+        struct fronterr e = {0};
+        const cJSON *t, *c;
+        const char *bad;
+        int64_t timeout = 300, count = 1;
+        char tmpl[256];
+        cJSON *o, *out;
+
+        if (!b)
+                return ans;
+        if (!(o = find(q, &e)))
+                return e2b_reply_fronterr(conn, &e);
+        sbx_strlcpy(tmpl, cJSON_GetStringValue(cJSON_GetObjectItemCaseSensitive(o, "templateID")) ?: "", sizeof(tmpl));
+        cJSON_Delete(o);
+        if ((bad = unknown_member(b, known)))
+                return e2b_reply_error(conn, 400, "unknown field %s", bad);
+        t = cJSON_GetObjectItemCaseSensitive(b, "timeout");
+        if (t && !cJSON_IsNull(t)) {
+                if (!cJSON_IsNumber(t) || t->valuedouble < 1 || t->valuedouble > q->d->cfg.session_ttl_max_s ||
+                    t->valuedouble != (double)(int64_t)t->valuedouble)
+                        return e2b_reply_error(conn, 400, "timeout must be whole seconds, 1-%lld",
+                                               (long long)q->d->cfg.session_ttl_max_s);
+                timeout = (int64_t)t->valuedouble;
+        }
+        c = cJSON_GetObjectItemCaseSensitive(b, "count");
+        if (c && !cJSON_IsNull(c)) {
+                if (!cJSON_IsNumber(c) || c->valuedouble < 1 || c->valuedouble > E2B_FORK_MAX ||
+                    c->valuedouble != (double)(int64_t)c->valuedouble)
+                        return e2b_reply_error(conn, 400, "count must be 1-%d", E2B_FORK_MAX);
+                count = (int64_t)c->valuedouble;
+        }
+        out = cJSON_CreateArray();
+        for (int64_t i = 0; i < count; i++)
+                cJSON_AddItemToArray(out, fork_one(q, tmpl, timeout));
+        return e2b_reply_json(conn, 201, out);
+}
+
+/* snapshot_session {name?} of the sandbox: E2B's SnapshotInfo, the id
+ * being what Sandbox.create() takes back (create_from_snapshot). */
+static enum MHD_Result c_snapshot(struct e2b_req *q, struct MHD_Connection *conn)
+{
+        static const char *const known[] = {"name", NULL};
+        enum MHD_Result ans = MHD_NO;
+        _cleanup_(cjson_freep) cJSON *b = body_object(q, conn, &ans);
+        struct fronterr e = {0};
+        const cJSON *name;
+        const char *bad, *id;
+        cJSON *o, *params, *res = NULL, *out, *names;
+
+        if (!b)
+                return ans;
+        if (!(o = find(q, &e)))
+                return e2b_reply_fronterr(conn, &e);
+        cJSON_Delete(o);
+        if ((bad = unknown_member(b, known)))
+                return e2b_reply_error(conn, 400, "unknown field %s", bad);
+        name = cJSON_GetObjectItemCaseSensitive(b, "name");
+        if (name && !cJSON_IsNull(name) && !cJSON_IsString(name))
+                return e2b_reply_error(conn, 400, "name must be a string");
+        params = cJSON_CreateObject();
+        cJSON_AddStringToObject(params, "session", q->session);
+        if (cJSON_IsString(name))
+                cJSON_AddStringToObject(params, "name", name->valuestring); /* snapshot_session checks it */
+        if (e2b_call(q, "snapshot_session", params, &res, &e) < 0)
+                return e2b_reply_fronterr(conn, &e);
+        id = cJSON_GetStringValue(cJSON_GetObjectItemCaseSensitive(res, "snapshot"));
+        if (!id) {
+                cJSON_Delete(res);
+                return e2b_reply_error(conn, 500, "the snapshot has no id");
+        }
+        out = cJSON_CreateObject();
+        cJSON_AddStringToObject(out, "snapshotID", id);
+        names = cJSON_AddArrayToObject(out, "names");
+        if (cJSON_IsString(name))
+                cJSON_AddItemToArray(names, cJSON_CreateString(name->valuestring));
+        cJSON_Delete(res);
+        return e2b_reply_json(conn, 201, out);
 }
 
 static enum MHD_Result c_unsupported(struct e2b_req *q, struct MHD_Connection *conn)

@@ -262,6 +262,40 @@ describe('E2B SDK against sandboxd (issue 36)', () => {
                 assert.equal(out.sandboxKilled, true);
         });
 
+        test('an unchanged E2B program: getInfo, getMetrics, fork keeps files then diverges, createSnapshot then create from it; another key: NotFoundError', async () => {
+                const { stdout, stderr, code } = await runProgram('e2b_ops_program.mjs', { OTHER_KEY: keyB });
+                assert.equal(code, 0, `the E2B program failed:\n${stderr}\n${stdout}\n--- daemon log:\n${d.logTail()}`);
+                const out = JSON.parse(stdout.trim().split('\n').pop());
+                assert.equal(out.info, true);
+                assert.equal(out.metrics.length, 1);
+                const [m] = out.metrics;
+                assert.ok(m.cpuCount >= 1, JSON.stringify(m));
+                assert.ok(m.cpuUsedPct >= 0 && m.cpuUsedPct <= 100, JSON.stringify(m));
+                assert.ok(m.memUsed > 0 && m.memTotal >= m.memUsed, JSON.stringify(m));
+                assert.ok(m.diskUsed >= 0, JSON.stringify(m));
+                assert.equal(m.when, true);
+                assert.equal(out.forks, 1);
+                assert.notEqual(out.forkId, out.sourceId);
+                assert.match(out.forkId, /^[a-z0-9]+$/);
+                assert.equal(out.forkRead, 'written before the fork');
+                assert.equal(out.forkHasAfter, true);
+                assert.equal(out.sourceHasAfter, false);
+                assert.equal(out.forkReadAgain, 'written before the fork');
+                assert.equal(out.forkMetrics, 1);
+                assert.match(out.snapshotId, /^snap-/);
+                assert.equal(out.snapshotNames.length, 1);
+                assert.equal(out.restoredRead, 'changed in the source'); // as at the snapshot, not as after it
+                assert.equal(out.restoredOtherId, true);
+                assert.match(out.otherCreate, /Error$/);
+                assert.notEqual(out.otherCreate, 'no error');
+                assert.deepEqual(out.otherTenant, {
+                        getInfo: 'NotFoundError',
+                        getMetrics: 'NotFoundError',
+                        fork: 'NotFoundError',
+                        createSnapshot: 'NotFoundError',
+                });
+        });
+
         test('an unchanged @e2b/code-interpreter program: runCode state, a PNG chart, a DataFrame, a traceback, contexts', async () => {
                 const { stdout, stderr, code } = await runProgram('e2b_code_program.mjs');
                 assert.equal(code, 0, `the program failed:\n${stderr}\n${stdout}\n--- daemon log:\n${d.logTail()}`);
@@ -463,8 +497,28 @@ describe('E2B SDK against sandboxd (issue 36)', () => {
                         assert.match(JSON.parse(unknownTemplate.body).message, /base, code-interpreter-v1/);
                         const unknownField = await api(keyA, 'POST', '/sandboxes', { templateID: 'base', bogus: 1 });
                         assert.equal(unknownField.status, 400);
+                        const forkBogus = await api(keyA, 'POST', `/sandboxes/${id}/fork`, { count: 1, bogus: 1 });
+                        assert.equal(forkBogus.status, 400);
+                        assert.match(JSON.parse(forkBogus.body).message, /unknown field bogus/);
+                        for (const body of [{ count: 0 }, { count: 11 }, { count: 1.5 }, { timeout: 'x' }, '{"count": 1,']) {
+                                const r = await api(keyA, 'POST', `/sandboxes/${id}/fork`, body);
+                                assert.equal(r.status, 400, `fork ${JSON.stringify(body)}: ${r.status} ${r.body}`);
+                        }
+                        const noSnap = await api(keyA, 'POST', '/sandboxes', { templateID: 'snap-0123456789abcdef', timeout: 10 });
+                        assert.equal(noSnap.status, 400, noSnap.body.toString());
+                        assert.match(JSON.parse(noSnap.body).message, /unknown template or snapshot/);
+                        const snapMeta = await api(keyA, 'POST', '/sandboxes', { templateID: 'snap-0123456789abcdef', metadata: { a: 'b' } });
+                        assert.equal(snapMeta.status, 400);
+                        assert.match(JSON.parse(snapMeta.body).message, /metadata cannot be given with a snapshot/);
+                        const snapBogus = await api(keyA, 'POST', `/sandboxes/${id}/snapshots`, { name: 'x', bogus: 1 });
+                        assert.equal(snapBogus.status, 400);
+                        assert.match(JSON.parse(snapBogus.body).message, /unknown field bogus/);
+                        for (const q of ['start=abc', 'end=-1', 'start=1e3']) {
+                                const r = await api(keyA, 'GET', `/sandboxes/${id}/metrics?${q}`);
+                                assert.equal(r.status, 400, `metrics ?${q}: ${r.status} ${r.body}`);
+                        }
                         const list = await api(keyA, 'GET', '/v2/sandboxes');
-                        assert.equal(JSON.parse(list.body).length, 1, 'a refused create made a sandbox');
+                        assert.equal(JSON.parse(list.body).length, 1, 'a refused create or fork made a sandbox');
 
                         const unary = await envd(token, '/filesystem.Filesystem/ListDir', '{"path": ');
                         assert.equal(unary.status, 400);

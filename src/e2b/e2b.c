@@ -765,6 +765,27 @@ static int fork_into(struct e2b_req *q, const char *key, const char *from, int64
         return -1;
 }
 
+/* The body's "timeout": absent or null leaves *ret as it is; else whole
+ * seconds from min to session_ttl_max into *ret, or an answer queued in
+ * *ans and -1. */
+static int body_timeout(struct e2b_req *q, struct MHD_Connection *conn, const cJSON *b, int64_t min, int64_t *ret,
+                        enum MHD_Result *ans)
+{
+        const cJSON *t = cJSON_GetObjectItemCaseSensitive(b, "timeout");
+        int64_t max = q->d->cfg.session_ttl_max_s;
+
+        if (!t || cJSON_IsNull(t))
+                return 0;
+        if (!cJSON_IsNumber(t) || t->valuedouble < (double)min || t->valuedouble > (double)max ||
+            t->valuedouble != (double)(int64_t)t->valuedouble) {
+                *ans = e2b_reply_error(conn, 400, "timeout must be whole seconds, %lld-%lld", (long long)min,
+                                       (long long)max);
+                return -1;
+        }
+        *ret = (int64_t)t->valuedouble;
+        return 0;
+}
+
 /* Sandbox.create(snapshotId): fork_session {from: {snapshot}} under a new
  * id, with the snapshot's image, env and labels; only timeout (and the
  * SDK's defaults) may be given beside it. */
@@ -773,9 +794,10 @@ static enum MHD_Result create_from_snapshot(struct e2b_req *q, struct MHD_Connec
 {
         static const char *const allowed[] = {"templateID", "timeout", "secure", "autoPause", "allow_internet_access",
                                               NULL};
-        const cJSON *m, *t = cJSON_GetObjectItemCaseSensitive(b, "timeout");
+        const cJSON *m;
         char hex[E2B_ID_MAX + 1];
         struct fronterr e = {0};
+        enum MHD_Result ans = MHD_NO;
         int64_t timeout = 300;
 
         cJSON_ArrayForEach(m, b) {
@@ -794,13 +816,8 @@ static enum MHD_Result create_from_snapshot(struct e2b_req *q, struct MHD_Connec
                 if (m && !cJSON_IsBool(m) && !cJSON_IsNull(m))
                         return e2b_reply_error(conn, 400, "%s must be a boolean", allowed[i]);
         }
-        if (t && !cJSON_IsNull(t)) {
-                if (!cJSON_IsNumber(t) || t->valuedouble < 1 || t->valuedouble > q->d->cfg.session_ttl_max_s ||
-                    t->valuedouble != (double)(int64_t)t->valuedouble)
-                        return e2b_reply_error(conn, 400, "timeout must be whole seconds, 1-%lld",
-                                               (long long)q->d->cfg.session_ttl_max_s);
-                timeout = (int64_t)t->valuedouble;
-        }
+        if (body_timeout(q, conn, b, 1, &timeout, &ans) < 0)
+                return ans;
         if (sbx_random_hex(hex, 10) < 0)
                 return e2b_reply_error(conn, 500, "no randomness for a sandbox id");
         sbx_strlcpy(q->sandbox, hex, sizeof(q->sandbox));
@@ -843,14 +860,8 @@ static enum MHD_Result c_create(struct e2b_req *q, struct MHD_Connection *conn)
                 return e2b_reply_error(conn, 400, "unknown template %.64s; this sandboxd has: %s", t->valuestring,
                                        names);
         }
-        m = cJSON_GetObjectItemCaseSensitive(b, "timeout");
-        if (m && !cJSON_IsNull(m)) {
-                if (!cJSON_IsNumber(m) || m->valuedouble < 1 || m->valuedouble > q->d->cfg.session_ttl_max_s ||
-                    m->valuedouble != (double)(int64_t)m->valuedouble)
-                        return e2b_reply_error(conn, 400, "timeout must be whole seconds, 1-%lld",
-                                               (long long)q->d->cfg.session_ttl_max_s);
-                timeout = (int64_t)m->valuedouble;
-        }
+        if (body_timeout(q, conn, b, 1, &timeout, &ans) < 0)
+                return ans;
         /* what sandboxd cannot honour yet is refused, never dropped in silence */
         static const char *const unsupported[] = {"mcp", "iam", "volumeMounts", "autoResume", NULL};
         for (size_t i = 0; unsupported[i]; i++) {
@@ -1210,10 +1221,10 @@ static enum MHD_Result c_resume(struct e2b_req *q, struct MHD_Connection *conn)
 static int apply_timeout(struct e2b_req *q, struct MHD_Connection *conn, const char *const *known, enum MHD_Result *ans)
 {
         _cleanup_(cjson_freep) cJSON *b = body_object(q, conn, ans);
-        const cJSON *t;
         const char *bad;
         struct fronterr e = {0};
         cJSON *params, *res = NULL;
+        int64_t ttl = -1;
 
         if (!b)
                 return -1;
@@ -1221,18 +1232,13 @@ static int apply_timeout(struct e2b_req *q, struct MHD_Connection *conn, const c
                 *ans = e2b_reply_error(conn, 400, "unknown field %s", bad);
                 return -1;
         }
-        t = cJSON_GetObjectItemCaseSensitive(b, "timeout");
-        if (!t || cJSON_IsNull(t))
-                return 0;
-        if (!cJSON_IsNumber(t) || t->valuedouble < 0 || t->valuedouble > q->d->cfg.session_ttl_max_s ||
-            t->valuedouble != (double)(int64_t)t->valuedouble) {
-                *ans = e2b_reply_error(conn, 400, "timeout must be whole seconds, 0-%lld",
-                                       (long long)q->d->cfg.session_ttl_max_s);
+        if (body_timeout(q, conn, b, 0, &ttl, ans) < 0)
                 return -1;
-        }
+        if (ttl < 0)
+                return 0;
         params = cJSON_CreateObject();
         cJSON_AddStringToObject(params, "session", q->session);
-        cJSON_AddNumberToObject(params, "ttl_seconds", t->valuedouble);
+        cJSON_AddNumberToObject(params, "ttl_seconds", (double)ttl);
         if (e2b_call(q, "set_session_ttl", params, &res, &e) < 0) {
                 *ans = e2b_reply_fronterr(conn, &e);
                 return -1;
@@ -1373,7 +1379,7 @@ static enum MHD_Result c_fork(struct e2b_req *q, struct MHD_Connection *conn)
         enum MHD_Result ans = MHD_NO;
         _cleanup_(cjson_freep) cJSON *b = body_object(q, conn, &ans);
         struct fronterr e = {0};
-        const cJSON *t, *c;
+        const cJSON *c;
         const char *bad;
         int64_t timeout = 300, count = 1;
         char tmpl[256];
@@ -1387,14 +1393,8 @@ static enum MHD_Result c_fork(struct e2b_req *q, struct MHD_Connection *conn)
         cJSON_Delete(o);
         if ((bad = unknown_member(b, known)))
                 return e2b_reply_error(conn, 400, "unknown field %s", bad);
-        t = cJSON_GetObjectItemCaseSensitive(b, "timeout");
-        if (t && !cJSON_IsNull(t)) {
-                if (!cJSON_IsNumber(t) || t->valuedouble < 1 || t->valuedouble > q->d->cfg.session_ttl_max_s ||
-                    t->valuedouble != (double)(int64_t)t->valuedouble)
-                        return e2b_reply_error(conn, 400, "timeout must be whole seconds, 1-%lld",
-                                               (long long)q->d->cfg.session_ttl_max_s);
-                timeout = (int64_t)t->valuedouble;
-        }
+        if (body_timeout(q, conn, b, 1, &timeout, &ans) < 0)
+                return ans;
         c = cJSON_GetObjectItemCaseSensitive(b, "count");
         if (c && !cJSON_IsNull(c)) {
                 if (!cJSON_IsNumber(c) || c->valuedouble < 1 || c->valuedouble > E2B_FORK_MAX ||

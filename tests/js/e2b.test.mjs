@@ -504,6 +504,18 @@ describe('E2B SDK against sandboxd (issue 36)', () => {
                                 const r = await api(keyA, 'POST', `/sandboxes/${id}/fork`, body);
                                 assert.equal(r.status, 400, `fork ${JSON.stringify(body)}: ${r.status} ${r.body}`);
                         }
+                        // one rule for every timeout: whole seconds, 1 (0 for setTimeout) to session_ttl_max
+                        for (const [route, body, floor] of [
+                                ['/sandboxes', { templateID: 'base', timeout: 1.5 }, 1],
+                                ['/sandboxes', { templateID: 'base', timeout: 0 }, 1],
+                                [`/sandboxes/${id}/fork`, { timeout: 0 }, 1],
+                                [`/sandboxes/${id}/timeout`, { timeout: -1 }, 0],
+                                ['/sandboxes', { templateID: 'snap-0123456789abcdef', timeout: '10' }, 1],
+                        ]) {
+                                const r = await api(keyA, 'POST', route, body);
+                                assert.equal(r.status, 400, `${route} ${JSON.stringify(body)}: ${r.status} ${r.body}`);
+                                assert.match(JSON.parse(r.body).message, new RegExp(`timeout must be whole seconds, ${floor}-\\d+`));
+                        }
                         const noSnap = await api(keyA, 'POST', '/sandboxes', { templateID: 'snap-0123456789abcdef', timeout: 10 });
                         assert.equal(noSnap.status, 400, noSnap.body.toString());
                         assert.match(JSON.parse(noSnap.body).message, /unknown template or snapshot/);

@@ -56,7 +56,6 @@
 #include <string.h>
 #include <sys/socket.h>
 #include <sys/time.h>
-#include <time.h>
 #include <unistd.h>
 
 #include "e2b_internal.h"
@@ -694,14 +693,6 @@ void e2b_proxy_stop(void)
                 (void)!write(quit_pipe[1], "q", 1);
 }
 
-static int64_t now_ms(void)
-{
-        struct timespec ts;
-
-        clock_gettime(CLOCK_MONOTONIC, &ts);
-        return (int64_t)ts.tv_sec * 1000 + ts.tv_nsec / 1000000;
-}
-
 static void relay_put(struct relay *r)
 {
         int refs;
@@ -763,7 +754,7 @@ static void *relay_main(void *arg)
         struct relay *r = arg;
         bool up_end = false, down_end = false;
         int quit;
-        int64_t idle_ms = (int64_t)PROXY_IDLE_S * 1000, last = now_ms();
+        int64_t idle_ms = (int64_t)PROXY_IDLE_S * 1000, last = sbx_now_ms();
 
         (void)fcntl(r->pfd, F_SETFL, fcntl(r->pfd, F_GETFL) | O_NONBLOCK);
         (void)fcntl(r->cfd, F_SETFL, fcntl(r->cfd, F_GETFL) | O_NONBLOCK);
@@ -773,13 +764,14 @@ static void *relay_main(void *arg)
         /* either side's end, once what it sent is delivered, ends both */
         while (!(up_end && !r->up.len) && !(down_end && !r->down.len)) {
                 struct pollfd p[3] = {{.fd = r->cfd}, {.fd = r->pfd}, {.fd = quit, .events = POLLIN}};
-                int64_t now, wait = idle_ms - (now_ms() - last);
+                int64_t now = sbx_now_ms(), due = last + idle_ms, wait;
                 int n;
 
-                if (r->up.len && r->up.since + idle_ms - now_ms() < wait)
-                        wait = r->up.since + idle_ms - now_ms();
-                if (r->down.len && r->down.since + idle_ms - now_ms() < wait)
-                        wait = r->down.since + idle_ms - now_ms();
+                if (r->up.len && r->up.since + idle_ms < due)
+                        due = r->up.since + idle_ms;
+                if (r->down.len && r->down.since + idle_ms < due)
+                        due = r->down.since + idle_ms;
+                wait = due - now;
                 if (wait <= 0)
                         break; /* nothing moved, or a side did not read, for PROXY_IDLE_S */
                 p[0].events = (short)((!up_end && !r->up.len ? POLLIN : 0) | (r->down.len ? POLLOUT : 0));
@@ -803,7 +795,7 @@ static void *relay_main(void *arg)
                         up_end = true;
                 if ((p[1].revents & POLLHUP) && !(p[1].events & POLLIN))
                         down_end = true;
-                now = now_ms();
+                now = sbx_now_ms();
                 last = now;
                 if (relay_write(r->pfd, p[1].revents, &r->up, now) < 0 ||
                     relay_write(r->cfd, p[0].revents, &r->down, now) < 0)

@@ -48,6 +48,8 @@ static enum MHD_Result c_timeout(struct e2b_req *q, struct MHD_Connection *conn)
 static enum MHD_Result c_metrics(struct e2b_req *q, struct MHD_Connection *conn);
 static enum MHD_Result c_fork(struct e2b_req *q, struct MHD_Connection *conn);
 static enum MHD_Result c_snapshot(struct e2b_req *q, struct MHD_Connection *conn);
+static enum MHD_Result c_snapshot_list(struct e2b_req *q, struct MHD_Connection *conn);
+static enum MHD_Result c_snapshot_delete(struct e2b_req *q, struct MHD_Connection *conn);
 static enum MHD_Result c_unsupported(struct e2b_req *q, struct MHD_Connection *conn);
 
 /* E2B's routes and the core calls they make (cmd_table[]). */
@@ -69,6 +71,9 @@ static const struct e2b_route routes[] = {
          "fork_session {from: {session}} per fork, set_session_ttl"},
         {"POST", "/sandboxes/{id}/snapshots", 0, E2B_BODY_MAX, c_snapshot,
          "snapshot_session {name}; create with its id is fork_session {from: {snapshot}}"},
+        {"GET", "/snapshots", 0, 0, c_snapshot_list, "list_snapshots {session}, paginated here"},
+        {"DELETE", "/templates/{snap}", 0, 0, c_snapshot_delete,
+         "delete_snapshot (a snap- id; templates are the operator's)"},
         {"PUT", "/sandboxes/{id}/network", 0, E2B_BODY_MAX, c_unsupported,
          "(not mapped: egress_allow is a connector's)"},
         {"GET", "/sandboxes/{id}/metrics", 0, 0, c_metrics, "list_sessions {session}, then the engine's stats"},
@@ -341,12 +346,39 @@ static bool sandbox_id_valid(const char *s, size_t n)
         return true;
 }
 
-/* path matches pattern; {id} is one segment, copied to id. */
+/* A template id as the SDK names one in a path: 1-E2B_ID_MAX of [a-z0-9-]
+ * (a snapshot's is snap-<hex>). */
+static bool template_id_valid(const char *s, size_t n)
+{
+        if (n == 0 || n > E2B_ID_MAX)
+                return false;
+        for (size_t i = 0; i < n; i++)
+                if (!((s[i] >= 'a' && s[i] <= 'z') || (s[i] >= '0' && s[i] <= '9') || s[i] == '-'))
+                        return false;
+        return true;
+}
+
+/* path matches pattern; {id} (a sandbox), {ctx} (a context) or {snap} (a
+ * template id) is one segment, copied to id. */
 static bool path_match(const char *pattern, const char *path, char id[E2B_ID_MAX + 1], bool *ret_bad_id)
 {
         const char *p = pattern, *u = path;
 
         while (*p) {
+                if (strncmp(p, "{snap}", 6) == 0) {
+                        size_t n = strcspn(u, "/");
+                        if (n == 0)
+                                return false;
+                        if (!template_id_valid(u, n)) {
+                                *ret_bad_id = true;
+                        } else {
+                                memcpy(id, u, n);
+                                id[n] = '\0';
+                        }
+                        u += n;
+                        p += 6;
+                        continue;
+                }
                 if (strncmp(p, "{id}", 4) == 0 || strncmp(p, "{ctx}", 5) == 0) {
                         size_t plen = p[1] == 'i' ? 4 : 5;
                         size_t n = strcspn(u, "/");
@@ -397,7 +429,8 @@ bool e2b_claims(const struct daemon *d, struct MHD_Connection *conn, const char 
 
         return proxy_target(d, conn, id) > 0 || MHD_lookup_connection_value(conn, MHD_HEADER_KIND, "E2b-Sandbox-Id") ||
                strcmp(url, "/sandboxes") == 0 || strncmp(url, "/sandboxes/", 11) == 0 ||
-               strcmp(url, "/v2/sandboxes") == 0 || strncmp(url, "/v2/sandboxes/", 14) == 0;
+               strcmp(url, "/v2/sandboxes") == 0 || strncmp(url, "/v2/sandboxes/", 14) == 0 ||
+               strcmp(url, "/snapshots") == 0 || strncmp(url, "/templates/", 11) == 0;
 }
 
 bool e2b_decided(const struct e2b_req *q)
@@ -478,10 +511,16 @@ int e2b_begin(struct daemon *d, const struct api_conn *c, struct MHD_Connection 
                         q->route = &routes[i];
                         if (want_port)
                                 sbx_strlcpy(q->context, id, sizeof(q->context));
+                        else if (strstr(routes[i].path, "{snap}"))
+                                sbx_strlcpy(q->snapshot, id, sizeof(q->snapshot));
                         else
                                 sbx_strlcpy(q->sandbox, id, sizeof(q->sandbox));
                         break;
                 }
+        }
+        if (bad_id && strncmp(url, "/templates/", 11) == 0) {
+                e2b_decide(q, 400, "a template id is 1-%d characters of [a-z0-9-]", E2B_ID_MAX);
+                return 0;
         }
         if (bad_id) {
                 e2b_decide(q, 400, "a sandbox id is 1-%d characters of [a-z0-9]", E2B_ID_MAX);
@@ -1022,6 +1061,31 @@ static int session_cmp(const void *a, const void *b)
                       cJSON_GetStringValue(cJSON_GetObjectItemCaseSensitive(y, "sandboxID")));
 }
 
+/* 200 with the JSON array out (consumed) and, when next is not empty, the
+ * x-next-token header with which the SDK's paginators ask for more. */
+static enum MHD_Result reply_page(struct MHD_Connection *conn, cJSON *out, const char *next)
+{
+        char *text = cJSON_PrintUnformatted(out);
+        struct MHD_Response *resp;
+        enum MHD_Result r;
+
+        cJSON_Delete(out);
+        if (!text)
+                return MHD_NO;
+        resp = MHD_create_response_from_buffer(strlen(text), text, MHD_RESPMEM_MUST_FREE);
+        if (!resp) {
+                free(text);
+                return MHD_NO;
+        }
+        MHD_add_response_header(resp, MHD_HTTP_HEADER_CONTENT_TYPE, "application/json");
+        if (next[0])
+                MHD_add_response_header(resp, "x-next-token", next);
+        r = MHD_queue_response(conn, 200, resp);
+        MHD_destroy_response(resp);
+        metrics_http_status(200);
+        return r;
+}
+
 static enum MHD_Result c_list(struct e2b_req *q, struct MHD_Connection *conn)
 {
         bool v2 = strcmp(q->route->path, "/v2/sandboxes") == 0;
@@ -1086,26 +1150,7 @@ static enum MHD_Result c_list(struct e2b_req *q, struct MHD_Connection *conn)
                 }
         }
         cJSON_Delete(res);
-        {
-                char *text = cJSON_PrintUnformatted(out);
-                struct MHD_Response *resp;
-                enum MHD_Result r;
-                cJSON_Delete(out);
-                if (!text)
-                        return MHD_NO;
-                resp = MHD_create_response_from_buffer(strlen(text), text, MHD_RESPMEM_MUST_FREE);
-                if (!resp) {
-                        free(text);
-                        return MHD_NO;
-                }
-                MHD_add_response_header(resp, MHD_HTTP_HEADER_CONTENT_TYPE, "application/json");
-                if (v2 && k == (size_t)limit && why[0])
-                        MHD_add_response_header(resp, "x-next-token", why);
-                r = MHD_queue_response(conn, 200, resp);
-                MHD_destroy_response(resp);
-                metrics_http_status(200);
-                return r;
-        }
+        return reply_page(conn, out, v2 && k == (size_t)limit ? why : "");
 }
 
 /* The sandbox as list_sessions {session} shows it, looked up by index
@@ -1448,6 +1493,102 @@ static enum MHD_Result c_snapshot(struct e2b_req *q, struct MHD_Connection *conn
                 cJSON_AddItemToArray(names, cJSON_CreateString(name->valuestring));
         cJSON_Delete(res);
         return e2b_reply_json(conn, 201, out);
+}
+
+static int snapshot_cmp(const void *a, const void *b)
+{
+        const cJSON *x = *(const cJSON *const *)a, *y = *(const cJSON *const *)b;
+        return strcmp(cJSON_GetStringValue(cJSON_GetObjectItemCaseSensitive(x, "snapshotID")),
+                      cJSON_GetStringValue(cJSON_GetObjectItemCaseSensitive(y, "snapshotID")));
+}
+
+/* GET /snapshots?sandboxID&name&limit&nextToken (SDK listSnapshots): the
+ * caller's snapshots as {snapshotID, names}, in id order, limit a page with
+ * the last id given as x-next-token. */
+static enum MHD_Result c_snapshot_list(struct e2b_req *q, struct MHD_Connection *conn)
+{
+        const char *sid = MHD_lookup_connection_value(conn, MHD_GET_ARGUMENT_KIND, "sandboxID");
+        const char *want = MHD_lookup_connection_value(conn, MHD_GET_ARGUMENT_KIND, "name");
+        const char *next = MHD_lookup_connection_value(conn, MHD_GET_ARGUMENT_KIND, "nextToken");
+        const char *lim = MHD_lookup_connection_value(conn, MHD_GET_ARGUMENT_KIND, "limit");
+        char session[sizeof(q->session)], last[E2B_ID_MAX + 1] = "";
+        cJSON *params, *res = NULL, *out, *s;
+        struct fronterr e = {0};
+        size_t n = 0, k = 0;
+        long limit = E2B_LIST_LIMIT_MAX;
+        char *end;
+
+        if (lim) {
+                errno = 0;
+                limit = strtol(lim, &end, 10);
+                if (!*lim || *end || errno || limit < 1 || limit > E2B_LIST_LIMIT_MAX)
+                        return e2b_reply_error(conn, 400, "limit must be 1-%d", E2B_LIST_LIMIT_MAX);
+        }
+        if (next && !template_id_valid(next, strlen(next)))
+                return e2b_reply_error(conn, 400, "nextToken is not one this server gave");
+        if (sid && !sandbox_id_valid(sid, strlen(sid)))
+                return e2b_reply_error(conn, 400, "sandboxID must be 1-%d characters of [a-z0-9]", E2B_ID_MAX);
+        if (want && (!want[0] || strlen(want) > 64)) /* only compared: a snapshot's name is 1-64 characters */
+                return e2b_reply_error(conn, 400, "name must be 1-64 characters");
+        params = cJSON_CreateObject();
+        if (sid) {
+                snprintf(session, sizeof(session), E2B_SESSION_PREFIX "%s", sid);
+                cJSON_AddStringToObject(params, "session", session);
+        }
+        if (e2b_call(q, "list_snapshots", params, &res, &e) < 0)
+                return e2b_reply_fronterr(conn, &e);
+        cJSON *all = cJSON_GetObjectItemCaseSensitive(res, "snapshots");
+        _cleanup_free_ cJSON **v = calloc((size_t)cJSON_GetArraySize(all) + 1, sizeof(*v));
+        if (!v) {
+                cJSON_Delete(res);
+                return MHD_NO;
+        }
+        cJSON_ArrayForEach(s, all) {
+                const char *id = cJSON_GetStringValue(cJSON_GetObjectItemCaseSensitive(s, "snapshot"));
+                const char *name = cJSON_GetStringValue(cJSON_GetObjectItemCaseSensitive(s, "name"));
+                cJSON *o, *names;
+                if (!id || (want && (!name || strcmp(name, want) != 0)))
+                        continue;
+                o = cJSON_CreateObject();
+                cJSON_AddStringToObject(o, "snapshotID", id);
+                names = cJSON_AddArrayToObject(o, "names");
+                if (name)
+                        cJSON_AddItemToArray(names, cJSON_CreateString(name));
+                v[n++] = o;
+        }
+        cJSON_Delete(res);
+        qsort(v, n, sizeof(*v), snapshot_cmp);
+        out = cJSON_CreateArray();
+        for (size_t i = 0; i < n; i++) {
+                const char *id = cJSON_GetStringValue(cJSON_GetObjectItemCaseSensitive(v[i], "snapshotID"));
+                if ((!next || strcmp(id, next) > 0) && k < (size_t)limit) {
+                        cJSON_AddItemToArray(out, v[i]);
+                        /* a full page with more after it names its last id */
+                        if (++k == (size_t)limit && i + 1 < n)
+                                sbx_strlcpy(last, id, sizeof(last));
+                } else {
+                        cJSON_Delete(v[i]);
+                }
+        }
+        return reply_page(conn, out, last);
+}
+
+/* DELETE /templates/{snap} (SDK deleteSnapshot): one of the caller's
+ * snapshots; any other id, another tenant's snapshot or a template, is 404,
+ * which the SDK answers as false. */
+static enum MHD_Result c_snapshot_delete(struct e2b_req *q, struct MHD_Connection *conn)
+{
+        cJSON *params, *res = NULL;
+        struct fronterr e = {0};
+
+        if (strncmp(q->snapshot, "snap-", 5) != 0)
+                return e2b_reply_error(conn, 404, "snapshot %s not found (templates are the operator's)", q->snapshot);
+        params = cJSON_CreateObject();
+        cJSON_AddStringToObject(params, "snapshot", q->snapshot);
+        if (e2b_call(q, "delete_snapshot", params, &res, &e) < 0)
+                return e2b_reply_fronterr(conn, &e);
+        cJSON_Delete(res);
+        return e2b_reply_raw(conn, 204, NULL, NULL, 0);
 }
 
 static enum MHD_Result c_unsupported(struct e2b_req *q, struct MHD_Connection *conn)

@@ -30,6 +30,7 @@ struct e2b_req {
         const struct e2b_route *route;
         char sandbox[E2B_ID_MAX + 1];                          /* the route's {id}, or E2b-Sandbox-Id */
         char context[E2B_ID_MAX + 1];                          /* the code interpreter's {ctx} */
+        char snapshot[E2B_ID_MAX + 1];                         /* a template route's {snap} */
         char session[sizeof(E2B_SESSION_PREFIX) + E2B_ID_MAX]; /* "e2b-" + sandbox */
         int status;                                            /* != 0: answered from the headers */
         char msg[256];

@@ -288,6 +288,17 @@ describe('E2B SDK against sandboxd (issue 36)', () => {
                 assert.equal(out.restoredOtherId, true);
                 assert.match(out.otherCreate, /Error$/);
                 assert.notEqual(out.otherCreate, 'no error');
+                // listSnapshots, one item a page: every snapshot once, in id order
+                assert.deepEqual(out.listedMine, [out.snapshotId, out.snapshot2Id].sort());
+                assert.equal(new Set(out.listedIds).size, out.listedIds.length, JSON.stringify(out.listedIds));
+                assert.deepEqual(out.listedNames, out.snapshotNames);
+                assert.deepEqual(out.byName, [out.snapshotId]);
+                assert.equal(out.otherList, 0);
+                assert.equal(out.otherDelete, false); // another tenant's snapshot is not found
+                assert.equal(out.deleted, true);
+                assert.equal(out.deletedAgain, false);
+                assert.equal(out.templateDelete, false); // templates are the operator's
+                assert.deepEqual(out.afterDelete, [out.snapshotId]);
                 assert.deepEqual(out.otherTenant, {
                         getInfo: 'NotFoundError',
                         getMetrics: 'NotFoundError',

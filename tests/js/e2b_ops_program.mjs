@@ -1,6 +1,6 @@
 // e2b_ops_program.mjs — an E2B program using the control API beyond create
 // and kill (issue 36): getInfo, getMetrics, fork, createSnapshot and create
-// from it, run unchanged by e2b.test.mjs against sandboxd. OTHER_KEY is
+// from it, listSnapshots (paged) and deleteSnapshot, run unchanged by e2b.test.mjs against sandboxd. OTHER_KEY is
 // another tenant's key: each of these calls with it must fail (NotFoundError
 // on the sandbox's routes). One JSON line out.
 import { NotFoundError, Sandbox } from 'e2b';
@@ -47,6 +47,21 @@ try {
         } catch (e) {
                 out.otherCreate = e.name;
         }
+        // a second snapshot, then every page of one item: both, in order, once
+        const snap2 = await sbx.createSnapshot();
+        const listed = [];
+        for (const p = sbx.listSnapshots({ limit: 1 }); p.hasNext; ) listed.push(...(await p.nextItems()));
+        out.listedMine = listed.map((x) => x.snapshotId).filter((id) => id === snap.snapshotId || id === snap2.snapshotId);
+        out.listedIds = listed.map((x) => x.snapshotId);
+        out.listedNames = listed.find((x) => x.snapshotId === snap.snapshotId)?.names;
+        out.byName = (await Sandbox.listSnapshots({ name: snap.names[0] }).nextItems()).map((x) => x.snapshotId);
+        out.otherList = (await Sandbox.listSnapshots({ ...other, sandboxId: sbx.sandboxId }).nextItems()).length;
+        out.otherDelete = await Sandbox.deleteSnapshot(snap2.snapshotId, other);
+        out.deleted = await Sandbox.deleteSnapshot(snap2.snapshotId);
+        out.deletedAgain = await Sandbox.deleteSnapshot(snap2.snapshotId);
+        out.templateDelete = await Sandbox.deleteSnapshot('base');
+        out.afterDelete = (await sbx.listSnapshots().nextItems()).map((x) => x.snapshotId);
+        out.snapshot2Id = snap2.snapshotId;
         out.otherTenant = {};
         const calls = {
                 getInfo: () => Sandbox.getInfo(sbx.sandboxId, other),

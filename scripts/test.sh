@@ -23,11 +23,13 @@
 #                            files, services, pause's thaw, the runner check;
 #                            gateway streams: egress, published ports, the
 #                            ratchet's sockets; epochs and re-adoption:
-#                            durable, pool claims, restarts); the others
-#                            (fronts, store, quotas, labels, snapshots of the
-#                            host's workspace ...) run the same code either
-#                            way. SANDBOXD_NODE_SUITES=all runs every suite.
-#                            No JS or client tests.
+#                            durable, pool claims, restarts), and in those the
+#                            tests whose subject is the link (the list in the
+#                            --node branch below); the other suites and tests
+#                            (fronts, store, quotas, caps, labels, snapshots
+#                            of the host's workspace ...) run the same code
+#                            either way. SANDBOXD_NODE_SUITES=all runs every
+#                            test of every suite. No JS or client tests.
 #   scripts/test.sh --k8s    setup.sh, build into build/, start the Kubernetes
 #                            testbed (scripts/k8s-testbed.sh) unless it already
 #                            runs, run tests/k8s/smoke.sh and the ctest suites
@@ -59,6 +61,8 @@
 #              SANDBOXD_STRESS_SCALE (--tsan: iterations in percent, default 100),
 #              SANDBOXD_FORMAT_CHECK (default 1: scripts/format.sh --check runs with the
 #              unit tests; 0 skips it), SANDBOXD_NODE_SUITES=all (--node: every suite),
+#              SANDBOXD_SKIP_SETUP=1 (do not run scripts/setup.sh: .ci/run runs it once,
+#              then test.sh and the sanitizer runs side by side),
 #              SANDBOXD_CI=1 (set by .ci/run: --k8s fails
 #              when the testbed cannot start), K8S_TESTBED_* (scripts/k8s-testbed.sh).
 set -euo pipefail
@@ -84,7 +88,7 @@ case ${1:-} in
 		exit 2
 	fi
 	;;
--h | --help) sed -n '2,63s/^# \{0,1\}//p' "${BASH_SOURCE[0]}"; exit 0 ;;
+-h | --help) sed -n '2,67s/^# \{0,1\}//p' "${BASH_SOURCE[0]}"; exit 0 ;;
 *) echo "usage: scripts/test.sh [--asan | --tsan | --node | --k8s | --repeat N]" >&2; exit 2 ;;
 esac
 
@@ -151,11 +155,14 @@ sweep() {
 }
 trap sweep EXIT
 
-log "run $SANDBOXD_TEST_RUN: setup"
-if ((asan || tsan)); then
+if [[ ${SANDBOXD_SKIP_SETUP:-0} == 1 ]]; then
+	log "run $SANDBOXD_TEST_RUN: setup skipped (SANDBOXD_SKIP_SETUP=1: the caller ran scripts/setup.sh)"
+elif ((asan || tsan)); then
+	log "run $SANDBOXD_TEST_RUN: setup"
 	# The unit tests and the stress programs need neither Docker images nor a daemon.
 	SANDBOXD_SKIP_IMAGES=1 bash scripts/setup.sh
 else
+	log "run $SANDBOXD_TEST_RUN: setup"
 	bash scripts/setup.sh
 fi
 
@@ -323,7 +330,8 @@ elif ((asan)); then
 	export UBSAN_OPTIONS=${UBSAN_OPTIONS:-print_stacktrace=1:halt_on_error=1}
 	log "build (ASan+UBSan) into $BUILD"
 	cmake -S . -B "$BUILD" -DCMAKE_BUILD_TYPE=RelWithDebInfo -DSANDBOXD_ASAN=ON
-	cmake --build "$BUILD" -j2
+	# what the unit tests and the stress programs need, no integration binary
+	cmake --build "$BUILD" -j2 --target unit_tests stress
 	step "unit tests (ASan+UBSan)" ctest_run -L unit || true
 	# a use after free that a race makes (stress_http_mcp) aborts here with its stack
 	step "stress programs (ASan+UBSan)" ctest_run -L stress || true
@@ -358,7 +366,46 @@ elif ((node)); then
 	export SANDBOXD_BUILD_DIR="$BUILD" SANDBOXD_TEST_NODE=1
 	# the suites that cross the link (the usage text above says why these)
 	node_suites='integration_test_(exec|cells|files|services|pause|impostor|runner|egress|network|ratchet|durable|pool|node)$'
-	[[ ${SANDBOXD_NODE_SUITES:-} != all ]] || node_suites='^integration_test_'
+	# and in them the tests whose subject is the link: what a runner
+	# connection or a gateway stream carries (output, input, bulk bytes, an
+	# interrupt, a published port, egress) and what survives a restart or a
+	# claim (epochs, re-adoption). Not again: caps, bad input, memory and
+	# leak counts, listing, the docker exec fallback, the OOM path; the same
+	# code judges them either way (about 300 s of the pass).
+	node_tests=(
+		'egress_ct/*' 'impostor/*' 'network/*' 'ratchet/*' 'durable/*' 'node/*'
+		cells/state_rich_outputs_and_tracebacks cells/large_outputs_come_back_by_reference
+		cells/cancel_execution_interrupts_a_cell cells/a_cell_outlives_a_sigkilled_daemon_with_its_outputs
+		cells/an_output_flood_leaves_the_kernel_alive cells/a_daemon_restart_keeps_the_context
+		cells/node_context_keeps_state cells/pip_install_from_a_loopback_index_through_the_egress_proxy
+		cells/a_warm_slot_starts_the_default_context_ahead
+		services/http_server_runs_with_its_port_detected_and_reachable
+		services/runner_reports_the_port_and_the_exact_pid services/exit_while_the_daemon_is_away
+		services/stop_leaves_no_process_behind services/crashing_service_fails_with_exit_code_and_logs
+		'exec/!(thousand_sequential_execs_leak_nothing|concurrency_caps_refuse_with_busy|bad_input_is_refused|list_filters_on_the_state_it_shows|oom_kill_of_an_execution_says_oom)'
+		pause/a_client_on_a_published_port_resumes_a_paused_session
+		pause/a_paused_session_survives_a_sigkilled_daemon_and_resumes
+		pause/any_request_resumes_a_paused_session pause/an_idle_session_is_paused_keeps_x_and_uses_no_cpu
+		pool/first_command_runs_in_a_pool_container_with_its_own_workspace_and_the_pool_refills
+		pool/sigkill_at_each_step_of_a_claim_leaves_the_container_with_the_session_once
+		pool/a_claim_cut_short_before_the_sessions_workspace_got_files_is_given_up_at_restart
+		'runner/!(without_the_binary_the_session_still_serves)'
+		'files/!(docker_exec_fallback|normalize_paths|refusals)'
+	)
+	# A name that no longer exists (renamed, removed) must not shrink the pass unseen.
+	for t in "${node_tests[@]}"; do
+		[[ $t == */*[*!]* ]] && continue
+		"$BUILD/integration_test_${t%%/*}" --list 2>/dev/null | grep -qx "[├└]── ${t#*/}" ||
+			failed+=("--node: no test $t (scripts/test.sh names it)")
+	done
+	# (Criterion's CRITERION_TEST_PATTERN, suite/test globs: every suite
+	# binary runs only the tests it matches)
+	export CRITERION_TEST_PATTERN
+	CRITERION_TEST_PATTERN="@($(IFS='|'; echo "${node_tests[*]}"))"
+	if [[ ${SANDBOXD_NODE_SUITES:-} == all ]]; then
+		node_suites='^integration_test_'
+		CRITERION_TEST_PATTERN='*'
+	fi
 	step "integration tests over a separate node agent" \
 		ctest_run -L integration -R "$node_suites" -E integration_install || true
 else

@@ -324,3 +324,59 @@ int scripts_settle(struct scripts *s, const char *user, const char *exec_id, boo
         *ret = info;
         return 0;
 }
+
+/* ---- the fronts' reads and deletes ---- */
+
+int scripts_code(struct scripts *s, const char *user, const char *name, char ret_language[16], char **ret_code,
+                 struct sbx_error *err)
+{
+        struct store_script row = {0};
+        int r;
+
+        if (!scripts_name_valid(name))
+                return sbx_error_set(err, -EINVAL, 0,
+                                     "params.script is not a script name (script-<time>-<hash>.<ext>)");
+        r = store_script_get(s->store, user, name, &row);
+        if (r == -ENOENT)
+                return sbx_error_set(err, r, 0, "no script %s (list_scripts shows yours)", name);
+        if (r < 0)
+                return sbx_error_set(err, r, 0, "cannot read the script: %s", strerror(-r));
+        snprintf(ret_language, 16, "%s", row.language);
+        *ret_code = row.code;
+        return 0;
+}
+
+int scripts_list(struct scripts *s, const char *user, const char *filter, size_t limit, struct store_script **ret,
+                 size_t *ret_n, int64_t *ret_count, int64_t *ret_bytes, struct sbx_error *err)
+{
+        int r;
+
+        if (filter && strlen(filter) > SCRIPTS_FILTER_MAX)
+                return sbx_error_set(err, -E2BIG, 0, "params.filter is longer than %d bytes", SCRIPTS_FILTER_MAX);
+        *ret = NULL;
+        *ret_n = 0;
+        r = store_script_list(s->store, user, filter && *filter ? filter : NULL, limit, ret, ret_n);
+        if (r == 0)
+                r = store_script_usage(s->store, user, ret_count, ret_bytes);
+        if (r < 0) {
+                free(*ret);
+                *ret = NULL;
+                *ret_n = 0;
+                return sbx_error_set(err, r, 0, "cannot list scripts: %s", strerror(-r));
+        }
+        return 0;
+}
+
+int scripts_delete(struct scripts *s, const char *user, const char *name, int64_t *ret_removed, struct sbx_error *err)
+{
+        int r;
+
+        if (name && !scripts_name_valid(name))
+                return sbx_error_set(err, -EINVAL, 0, "params.name is not a script name (script-<time>-<hash>.<ext>)");
+        r = store_script_delete(s->store, user, name, ret_removed);
+        if (r < 0)
+                return sbx_error_set(err, r, 0, "cannot clear scripts: %s", strerror(-r));
+        if (name && *ret_removed == 0)
+                return sbx_error_set(err, -ENOENT, 0, "no script %s", name);
+        return 0;
+}

@@ -52,6 +52,22 @@ bool scripts_name_valid(const char *name);
 int scripts_save(struct scripts *s, const char *user, const char *language, const char *code, struct store_script *ret,
                  struct sbx_error *err);
 
+/* The fronts' reads and deletes of user's own scripts (so no front reads
+ * the store). Each answers 0, or a negative errno with err saying why in
+ * the caller's words: -EINVAL a name that scripts_name cannot have made or
+ * a filter past SCRIPTS_FILTER_MAX, -ENOENT no such script of user's. */
+#define SCRIPTS_FILTER_MAX 256
+/* name's language and code (*ret_code malloc'd). */
+int scripts_code(struct scripts *s, const char *user, const char *name, char ret_language[16], char **ret_code,
+                 struct sbx_error *err);
+/* At most limit of user's scripts, newest first, whose name or description
+ * holds filter (NULL or "": all; *ret malloc'd, codes not set), and user's
+ * totals. */
+int scripts_list(struct scripts *s, const char *user, const char *filter, size_t limit, struct store_script **ret,
+                 size_t *ret_n, int64_t *ret_count, int64_t *ret_bytes, struct sbx_error *err);
+/* Delete user's script name, or all of user's scripts when name is NULL. */
+int scripts_delete(struct scripts *s, const char *user, const char *name, int64_t *ret_removed, struct sbx_error *err);
+
 /* A run_code started: keep its code until scripts_settle. */
 void scripts_note_run(struct scripts *s, const char *user, const char *exec_id, const char *language, const char *code);
 /* The run ended (success: completed with exit code 0). 0 with *ret when it

@@ -31,7 +31,6 @@
 #define ENV_NAME_MAX 128
 #define ENV_VALUE_MAX (32 * 1024)
 #define ENV_TOTAL_MAX (64 * 1024)
-#define SCRIPT_FILTER_MAX 256
 
 static const char *lang_name(enum exec_language l)
 {
@@ -151,21 +150,15 @@ static cJSON *script_json(const struct store_script *s)
 int api_agent_script_code(struct api_req *q, const char *name, enum exec_language *lang, char **ret_code,
                           struct fronterr *e)
 {
-        struct store_script s = {0};
-        int r;
+        struct sbx_error err = {0};
+        char language[16];
+        int r = scripts_code(q->d->scripts, q->tok.user, name, language, ret_code, &err);
 
-        if (!scripts_name_valid(name))
-                return fronterr_set(e, "invalid", "params.script is not a script name (script-<time>-<hash>.<ext>)");
-        r = store_script_get(q->d->store, q->tok.user, name, &s);
-        if (r == -ENOENT)
-                return fronterr_set(e, "not_found", "no script %s (list_scripts shows yours)", name);
         if (r < 0)
-                return fronterr_errno(e, r, NULL, "cannot read the script");
-        *lang = strcmp(s.language, "python") == 0 ? EXEC_LANG_PYTHON
-                : strcmp(s.language, "node") == 0 ? EXEC_LANG_NODE
-                                                  : EXEC_LANG_BASH;
-        *ret_code = s.code;
-        s.code = NULL;
+                return fronterr_errno(e, r, &err, NULL);
+        *lang = strcmp(language, "python") == 0 ? EXEC_LANG_PYTHON
+                : strcmp(language, "node") == 0 ? EXEC_LANG_NODE
+                                                : EXEC_LANG_BASH;
         return 0;
 }
 
@@ -199,6 +192,7 @@ int api_m_list_scripts(struct api_req *q, cJSON **ret, struct fronterr *e)
         const char *filter;
         int64_t limit, count = 0, bytes = 0;
         struct store_script *list = NULL;
+        struct sbx_error err = {0};
         size_t n = 0;
         cJSON *a;
         int r;
@@ -206,15 +200,9 @@ int api_m_list_scripts(struct api_req *q, cJSON **ret, struct fronterr *e)
         if (jparam_string(&q->args, "filter", false, &filter, e) < 0 ||
             jparam_int(&q->args, "limit", 1, 1000, 100, &limit, e) < 0)
                 return -1;
-        if (filter && strlen(filter) > SCRIPT_FILTER_MAX)
-                return fronterr_set(e, "too_large", "params.filter is longer than %d bytes", SCRIPT_FILTER_MAX);
-        r = store_script_list(q->d->store, q->tok.user, filter && *filter ? filter : NULL, (size_t)limit, &list, &n);
-        if (r == 0)
-                r = store_script_usage(q->d->store, q->tok.user, &count, &bytes);
-        if (r < 0) {
-                free(list);
-                return fronterr_errno(e, r, NULL, "cannot list scripts");
-        }
+        r = scripts_list(q->d->scripts, q->tok.user, filter, (size_t)limit, &list, &n, &count, &bytes, &err);
+        if (r < 0)
+                return fronterr_errno(e, r, &err, NULL);
         *ret = cJSON_CreateObject();
         a = cJSON_AddArrayToObject(*ret, "scripts");
         for (size_t i = 0; i < n; i++)
@@ -231,17 +219,14 @@ int api_m_clear_scripts(struct api_req *q, cJSON **ret, struct fronterr *e)
 {
         const char *name;
         int64_t removed = 0;
+        struct sbx_error err = {0};
         int r;
 
         if (jparam_string(&q->args, "name", false, &name, e) < 0)
                 return -1;
-        if (name && !scripts_name_valid(name))
-                return fronterr_set(e, "invalid", "params.name is not a script name (script-<time>-<hash>.<ext>)");
-        r = store_script_delete(q->d->store, q->tok.user, name, &removed);
+        r = scripts_delete(q->d->scripts, q->tok.user, name, &removed, &err);
         if (r < 0)
-                return fronterr_errno(e, r, NULL, "cannot clear scripts");
-        if (name && removed == 0)
-                return fronterr_set(e, "not_found", "no script %s", name);
+                return fronterr_errno(e, r, &err, NULL);
         *ret = cJSON_CreateObject();
         cJSON_AddNumberToObject(*ret, "removed", (double)removed);
         return 0;

@@ -24,6 +24,13 @@ struct engine;
 #define CONTAINER_POOL_USER "@pool"
 #define CONTAINER_LABEL_POOL "sandboxd.pool"
 
+/* The start line (container_create_started): creates-and-starts with the
+ * engine at once, of them one user's while another user waits, and how long
+ * a start waits its turn before it is refused as busy. */
+#define CONTAINER_STARTS_MAX 4
+#define CONTAINER_STARTS_PER_USER 2
+#define CONTAINER_START_QUEUE_MS 300000
+
 struct container_params {
         const char *user;
         const char *session;
@@ -84,7 +91,9 @@ int container_workspace_purge(const struct sbx_config *cfg, const char *user, co
  * carries the exit code and the last log lines, and the container is removed.
  * A missing image gives -ENOENT naming the image and the build command.
  * A setting the engine cannot enforce (engine.h) is logged once, and
- * refused (-EOPNOTSUPP) when it is the runtime or the isolated network. */
+ * refused (-EOPNOTSUPP) when it is the runtime or the isolated network.
+ * The create and start wait their turn in the start line (at most
+ * CONTAINER_START_QUEUE_MS, then -EBUSY); the sustained check does not. */
 int container_create_started(struct engine *e, const struct sbx_config *cfg, const struct container_params *p,
                              char ret_id[65], struct sbx_error *err);
 

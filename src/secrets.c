@@ -420,3 +420,134 @@ int secrets_front_list(struct store *st, const char *user, cJSON **ret, struct f
         *ret = secrets_list_json(st, user);
         return *ret ? 0 : fronterr_set(e, "internal", "cannot list the secrets");
 }
+
+/* ---- attachments to sessions (issue 37, part 2) ---- */
+
+static void audit_attachment(struct store *st, const char *actor, const char *user, const char *session,
+                             const char *action, const char *name)
+{
+        cJSON *d = cJSON_CreateObject();
+
+        cJSON_AddStringToObject(d, "name", name); /* never the value, never the placeholder */
+        audit_record_json(st, actor, user, session, action, d);
+}
+
+int secrets_attach(struct store *st, const char *user, const char *session, const char *name, const char *actor,
+                   struct sbx_error *err)
+{
+        char ph[STORE_SECRET_PLACEHOLDER_MAX], hex[2 * SECRETS_PLACEHOLDER_BYTES + 1];
+        int r;
+
+        if (!secrets_name_valid(name))
+                return sbx_error_set(err, -EINVAL, 0, "name must be 1-%d characters of A-Z, 0-9 and _",
+                                     SECRETS_NAME_MAX);
+        if (sbx_random_hex(hex, SECRETS_PLACEHOLDER_BYTES) < 0)
+                return sbx_error_set(err, -EIO, 0, "no randomness for a placeholder");
+        snprintf(ph, sizeof(ph), "%s%s", SECRETS_PLACEHOLDER_PREFIX, hex);
+        r = store_session_secret_attach(st, user, session, name, ph, SECRETS_MAX_PER_SESSION);
+        if (r == -ENOENT)
+                return sbx_error_set(err, r, 0, "no secret %s (list_secrets shows yours)", name);
+        if (r == -EEXIST)
+                return sbx_error_set(err, r, 0, "secret %s is attached to session %s already", name, session);
+        if (r == -EDQUOT)
+                return sbx_error_set(err, r, 0, "a session holds at most %d secrets", SECRETS_MAX_PER_SESSION);
+        if (r < 0)
+                return sbx_error_set(err, r, 0, "cannot attach secret %s", name);
+        audit_attachment(st, actor, user, session, "secret.attach", name);
+        return 0;
+}
+
+int secrets_detach(struct store *st, const char *user, const char *session, const char *name, const char *actor,
+                   struct sbx_error *err)
+{
+        int r;
+
+        if (!secrets_name_valid(name))
+                return sbx_error_set(err, -EINVAL, 0, "name must be 1-%d characters of A-Z, 0-9 and _",
+                                     SECRETS_NAME_MAX);
+        r = store_session_secret_detach(st, user, session, name);
+        if (r == -ENOENT)
+                return sbx_error_set(err, r, 0, "secret %s is not attached to session %s", name, session);
+        if (r < 0)
+                return sbx_error_set(err, r, 0, "cannot detach secret %s", name);
+        audit_attachment(st, actor, user, session, "secret.detach", name);
+        return 0;
+}
+
+cJSON *secrets_attached_names(struct store *st, const char *user, const char *session)
+{
+        _cleanup_free_ struct store_session_secret *rows = NULL;
+        size_t n = 0;
+        cJSON *a;
+
+        if (store_session_secret_list(st, user, session, &rows, &n) < 0)
+                return NULL;
+        a = cJSON_CreateArray();
+        for (size_t i = 0; a && i < n; i++)
+                cJSON_AddItemToArray(a, cJSON_CreateString(rows[i].name));
+        return a;
+}
+
+int secrets_check_names(struct store *st, const char *user, const cJSON *names, struct sbx_error *err)
+{
+        const cJSON *it;
+        int n = 0;
+
+        if (!cJSON_IsArray(names))
+                return sbx_error_set(err, -EINVAL, 0, "secrets must be an array of secret names");
+        cJSON_ArrayForEach(it, names) {
+                struct store_secret row;
+                const cJSON *other;
+
+                if (++n > SECRETS_MAX_PER_SESSION)
+                        return sbx_error_set(err, -EINVAL, 0, "a session holds at most %d secrets",
+                                             SECRETS_MAX_PER_SESSION);
+                if (!cJSON_IsString(it) || !secrets_name_valid(it->valuestring))
+                        return sbx_error_set(err, -EINVAL, 0, "secrets must be names of [A-Z_][A-Z0-9_]{0,63}");
+                for (other = names->child; other != it; other = other->next)
+                        if (strcmp(other->valuestring, it->valuestring) == 0)
+                                return sbx_error_set(err, -EINVAL, 0, "secrets names %s twice", it->valuestring);
+                if (store_secret_get(st, user, it->valuestring, &row, NULL) < 0)
+                        return sbx_error_set(err, -ENOENT, 0, "no secret %s (list_secrets shows yours)",
+                                             it->valuestring);
+        }
+        return 0;
+}
+
+static int front_attachment(struct store *st, const char *user, const char *session, const struct jparams *p,
+                            const char *actor, bool attach, cJSON **ret, struct fronterr *e)
+{
+        const char *name;
+        struct sbx_error err = {0};
+        cJSON *names;
+        int r;
+
+        if (!session || !*session)
+                return fronterr_set(e, "bad_request", "params.session is required");
+        if (jparam_string(p, "name", true, &name, e) < 0)
+                return -1;
+        r = attach ? secrets_attach(st, user, session, name, actor, &err)
+                   : secrets_detach(st, user, session, name, actor, &err);
+        if (r < 0)
+                return fronterr_errno(e, r, &err, NULL);
+        names = secrets_attached_names(st, user, session);
+        if (!names)
+                return fronterr_set(e, "internal", "cannot list the session's secrets");
+        *ret = cJSON_CreateObject();
+        cJSON_AddStringToObject(*ret, "session", session);
+        cJSON_AddStringToObject(*ret, "name", name);
+        cJSON_AddItemToObject(*ret, "secrets", names);
+        return 0;
+}
+
+int secrets_front_attach(struct store *st, const char *user, const char *session, const struct jparams *p,
+                         const char *actor, cJSON **ret, struct fronterr *e)
+{
+        return front_attachment(st, user, session, p, actor, true, ret, e);
+}
+
+int secrets_front_detach(struct store *st, const char *user, const char *session, const struct jparams *p,
+                         const char *actor, cJSON **ret, struct fronterr *e)
+{
+        return front_attachment(st, user, session, p, actor, false, ret, e);
+}

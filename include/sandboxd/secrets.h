@@ -25,11 +25,14 @@
 struct store;
 
 #define SECRETS_KEY_LEN 32
-#define SECRETS_NAME_MAX 64     /* [A-Z_][A-Z0-9_]{0,63} */
-#define SECRETS_VALUE_MAX 8192  /* bytes of one value */
-#define SECRETS_MAX_HOSTS 8     /* hostnames one secret may go to */
-#define SECRETS_HEADER_MAX 64   /* an HTTP header name: [A-Za-z0-9-] */
-#define SECRETS_MAX_PER_USER 64 /* secrets one user holds */
+#define SECRETS_NAME_MAX 64        /* [A-Z_][A-Z0-9_]{0,63} */
+#define SECRETS_VALUE_MAX 8192     /* bytes of one value */
+#define SECRETS_MAX_HOSTS 8        /* hostnames one secret may go to */
+#define SECRETS_HEADER_MAX 64      /* an HTTP header name: [A-Za-z0-9-] */
+#define SECRETS_MAX_PER_USER 64    /* secrets one user holds */
+#define SECRETS_MAX_PER_SESSION 16 /* secrets attached to one session */
+#define SECRETS_PLACEHOLDER_PREFIX "sbx_ph_"
+#define SECRETS_PLACEHOLDER_BYTES 16 /* random bytes of a placeholder, as 32 hex */
 
 /* The loaded key (wiped on free). */
 struct secrets;
@@ -80,4 +83,23 @@ int secrets_front_delete(struct store *st, const char *user, const struct jparam
                          struct fronterr *e);
 int secrets_front_list(struct store *st, const char *user, cJSON **ret, struct fronterr *e);
 
+/* Attachments (issue 37, part 2): the session's executions get
+ * name=placeholder in their environment, a random "sbx_ph_" + 32 hex per
+ * session and attachment, never the value. Audited by name only. attach:
+ * -ENOENT (no such secret), -EEXIST (attached), -EDQUOT (past
+ * SECRETS_MAX_PER_SESSION); detach: -ENOENT (not attached). */
+int secrets_attach(struct store *st, const char *user, const char *session, const char *name, const char *actor,
+                   struct sbx_error *err);
+int secrets_detach(struct store *st, const char *user, const char *session, const char *name, const char *actor,
+                   struct sbx_error *err);
+/* The names attached to session, a JSON array; NULL on a store error or OOM. */
+cJSON *secrets_attached_names(struct store *st, const char *user, const char *session);
+/* names (create_session's params.secrets): an array of at most
+ * SECRETS_MAX_PER_SESSION distinct names of user's secrets. */
+int secrets_check_names(struct store *st, const char *user, const cJSON *names, struct sbx_error *err);
+/* attach_secret / detach_secret {name}: {session, name, secrets: [names]}. */
+int secrets_front_attach(struct store *st, const char *user, const char *session, const struct jparams *p,
+                         const char *actor, cJSON **ret, struct fronterr *e);
+int secrets_front_detach(struct store *st, const char *user, const char *session, const struct jparams *p,
+                         const char *actor, cJSON **ret, struct fronterr *e);
 #endif

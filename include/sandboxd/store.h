@@ -640,4 +640,25 @@ int store_secret_list(struct store *s, const char *user, struct store_secret **r
 /* -ENOENT when user has no such secret. */
 int store_secret_delete(struct store *s, const char *user, const char *name);
 
+/* Attachments of secrets to sessions (issue 37, part 2): name=placeholder
+ * in the session's executions' environment. */
+#define STORE_SECRET_PLACEHOLDER_MAX 40 /* "sbx_ph_" + 32 hex */
+struct store_session_secret {
+        char name[STORE_SECRET_NAME_MAX + 1];
+        char placeholder[STORE_SECRET_PLACEHOLDER_MAX];
+        int64_t created_at; /* unix ms */
+};
+/* Attach user's secret name to session with placeholder; -ENOENT when the
+ * user has no such secret, -EEXIST when it is attached already, -EDQUOT
+ * past max_per_session attachments. One lock covers the checks and the write. */
+int store_session_secret_attach(struct store *s, const char *user, const char *session, const char *name,
+                                const char *placeholder, int max_per_session);
+/* -ENOENT when name is not attached to session. */
+int store_session_secret_detach(struct store *s, const char *user, const char *session, const char *name);
+/* session's attachments by name. malloc'd array. */
+int store_session_secret_list(struct store *s, const char *user, const char *session, struct store_session_secret **ret,
+                              size_t *ret_n);
+/* Every attachment of session (its destroy). */
+int store_session_secret_drop(struct store *s, const char *user, const char *session);
+
 #endif

@@ -22,6 +22,7 @@
 #include "sandboxd/exec.h"
 #include "sandboxd/log.h"
 #include "sandboxd/scripts.h"
+#include "sandboxd/secrets.h"
 #include "sandboxd/session.h"
 #include "sandboxd/store.h"
 #include "sandboxd/testrun.h"
@@ -86,44 +87,51 @@ static int parse_session_env(struct api_req *q, char **ret_json, struct fronterr
         return *ret_json ? 0 : fronterr_set(e, "internal", "out of memory");
 }
 
+/* Append NAME=value to env unless the request names NAME itself (its own value wins). */
+static int env_add_default(const char **env, char **env_buf, size_t *n_env, size_t max, const char *name,
+                           const char *value, struct fronterr *e)
+{
+        size_t nl = strlen(name);
+
+        for (size_t i = 0; i < *n_env; i++)
+                if (strncmp(env[i], name, nl) == 0 && env[i][nl] == '=')
+                        return 0;
+        if (*n_env >= max)
+                return fronterr_set(e, "too_large", "params.env and the session's environment exceed %zu entries", max);
+        if (asprintf(&env_buf[*n_env], "%s=%s", name, value) < 0) {
+                env_buf[*n_env] = NULL;
+                return fronterr_set(e, "internal", "out of memory");
+        }
+        env[*n_env] = env_buf[*n_env];
+        (*n_env)++;
+        return 0;
+}
+
 int api_agent_default_env(struct api_req *q, const char **env, char **env_buf, size_t *n_env, size_t max,
                           struct fronterr *e)
 {
         struct store_session_options o = {0};
-        cJSON *obj, *it;
+        _cleanup_free_ struct store_session_secret *att = NULL;
+        size_t n_att = 0;
+        cJSON *obj = NULL, *it;
         int r = 0;
 
-        if (store_session_options_get(q->d->store, q->tok.user, q->session, &o) < 0 || !o.env_json) {
-                store_session_options_done(&o);
-                return 0;
-        }
-        obj = cJSON_Parse(o.env_json);
+        if (store_session_options_get(q->d->store, q->tok.user, q->session, &o) == 0 && o.env_json)
+                obj = cJSON_Parse(o.env_json);
         store_session_options_done(&o);
         cJSON_ArrayForEach(it, obj) {
-                bool named = false;
-                size_t nl;
-
                 if (!cJSON_IsString(it) || !it->string)
                         continue;
-                nl = strlen(it->string);
-                for (size_t i = 0; i < *n_env && !named; i++)
-                        named = strncmp(env[i], it->string, nl) == 0 && env[i][nl] == '=';
-                if (named)
-                        continue; /* the request's own value wins */
-                if (*n_env >= max) {
-                        r = fronterr_set(e, "too_large", "params.env and the session's environment exceed %zu entries",
-                                         max);
+                r = env_add_default(env, env_buf, n_env, max, it->string, it->valuestring, e);
+                if (r < 0)
                         break;
-                }
-                if (asprintf(&env_buf[*n_env], "%s=%s", it->string, it->valuestring) < 0) {
-                        env_buf[*n_env] = NULL;
-                        r = fronterr_set(e, "internal", "out of memory");
-                        break;
-                }
-                env[*n_env] = env_buf[*n_env];
-                (*n_env)++;
         }
         cJSON_Delete(obj);
+        /* attached secrets (issue 37): their placeholders, never their values */
+        if (r == 0 && store_session_secret_list(q->d->store, q->tok.user, q->session, &att, &n_att) < 0)
+                r = fronterr_set(e, "internal", "cannot read the session's secrets");
+        for (size_t i = 0; r == 0 && i < n_att; i++)
+                r = env_add_default(env, env_buf, n_env, max, att[i].name, att[i].placeholder, e);
         return r;
 }
 
@@ -408,6 +416,7 @@ static void add_options(struct api_req *q, const char *session, cJSON *o)
 {
         struct store_session_options opt = {0};
 
+        cJSON_AddItemToObject(o, "secrets", secrets_attached_names(q->d->store, q->tok.user, session));
         if (store_session_options_get(q->d->store, q->tok.user, session, &opt) < 0) {
                 cJSON_AddNullToObject(o, "expires_at");
                 return;
@@ -473,7 +482,30 @@ void api_creating_release(char *key)
 }
 
 static int create_session_claimed(struct api_req *q, const char *image, int64_t ttl, char *env_json,
-                                  const struct store_session_spec *spec, cJSON **ret, struct fronterr *e);
+                                  const struct store_session_spec *spec, const cJSON *secrets, cJSON **ret,
+                                  struct fronterr *e);
+
+/* params.secrets: names of the user's secrets to attach (issue 37), checked before anything is made. */
+static int parse_session_secrets(struct api_req *q, const cJSON **ret, struct fronterr *e)
+{
+        const cJSON *names = cJSON_GetObjectItemCaseSensitive(q->params, "secrets");
+        struct sbx_error err = {0};
+        int r;
+
+        *ret = NULL;
+        if (!names || cJSON_IsNull(names))
+                return 0;
+        if (q->tok.role != TOKEN_ROLE_CONNECTOR)
+                return fronterr_set(e, "forbidden", "params.secrets needs a connector token; this token's role is %s",
+                                    token_role_to_string(q->tok.role));
+        if (!cJSON_IsArray(names))
+                return fronterr_set(e, "bad_request", "params.secrets must be an array of secret names");
+        r = secrets_check_names(q->d->store, q->tok.user, names, &err);
+        if (r < 0)
+                return fronterr_errno(e, r, &err, NULL);
+        *ret = names;
+        return 0;
+}
 
 int api_m_create_session(struct api_req *q, cJSON **ret, struct fronterr *e)
 {
@@ -483,11 +515,13 @@ int api_m_create_session(struct api_req *q, cJSON **ret, struct fronterr *e)
         char generated[24], *key = NULL;
         _cleanup_(store_session_spec_done) struct store_session_spec spec = {0};
         bool spec_given = false;
+        const cJSON *secrets;
         int r;
 
         if (jparam_string(&q->args, "image", false, &image, e) < 0 ||
             jparam_int(&q->args, "ttl_seconds", 1, q->d->cfg.session_ttl_max_s, 0, &ttl, e) < 0 ||
-            parse_session_env(q, &env_json, e) < 0 || api_spec_parse(q, &spec, &spec_given, e) < 0)
+            parse_session_env(q, &env_json, e) < 0 || api_spec_parse(q, &spec, &spec_given, e) < 0 ||
+            parse_session_secrets(q, &secrets, e) < 0)
                 return -1;
         if (image && !config_image_allowed(&q->d->cfg, image))
                 return fronterr_set(e, "invalid",
@@ -506,14 +540,16 @@ int api_m_create_session(struct api_req *q, cJSON **ret, struct fronterr *e)
                 return fronterr_set(e, "busy", "too many sessions are being created at once; retry");
         if (r < 0)
                 return fronterr_set(e, "internal", "out of memory");
-        r = create_session_claimed(q, image, ttl, env_json, spec_given ? &spec : NULL, ret, e);
+        r = create_session_claimed(q, image, ttl, env_json, spec_given ? &spec : NULL, secrets, ret, e);
         api_creating_release(key);
         return r;
 }
 
 static int create_session_claimed(struct api_req *q, const char *image, int64_t ttl, char *env_json,
-                                  const struct store_session_spec *spec, cJSON **ret, struct fronterr *e)
+                                  const struct store_session_spec *spec, const cJSON *secrets, cJSON **ret,
+                                  struct fronterr *e)
 {
+        const cJSON *it;
         bool spec_new = false;
         struct session_info info;
         struct session *s = NULL;
@@ -552,6 +588,14 @@ static int create_session_claimed(struct api_req *q, const char *image, int64_t 
                 return fronterr_errno(e, r, &err, "the session's container is not available");
         }
         session_release(s);
+        /* a name attached by an earlier session of this name is not this one's */
+        (void)store_session_secret_drop(q->d->store, q->tok.user, q->session);
+        cJSON_ArrayForEach(it, secrets) {
+                r = secrets_attach(q->d->store, q->tok.user, q->session, it->valuestring, q->actor, &err);
+                if (r < 0) /* deleted since the check: the session stands, without it */
+                        return fronterr_set(e, "conflict", "session %s was created without secret %s: %s", q->session,
+                                            it->valuestring, err.msg);
+        }
         log_ctx(LOG_LEVEL_INFO, q->tok.user, q->session, NULL, "session created (create_session, ttl %" PRId64 " s)",
                 ttl);
         r = api_m_session_info(q, ret, e);

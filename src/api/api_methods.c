@@ -469,6 +469,27 @@ static int m_delete_secret(struct api_req *q, cJSON **ret, struct fronterr *e)
         return secrets_front_delete(q->d->store, q->tok.user, &q->args, q->actor, ret, e);
 }
 
+/* Attaching releases the secret to the session's egress (to its hosts):
+ * a connector's act. Detaching only narrows: any token of the user. */
+static int m_attach_secret(struct api_req *q, cJSON **ret, struct fronterr *e)
+{
+        struct session_info info;
+
+        if (q->tok.role != TOKEN_ROLE_CONNECTOR)
+                return fronterr_set(e, "forbidden", "attach_secret needs a connector token; this token's role is %s",
+                                    token_role_to_string(q->tok.role));
+        if (q->session && *q->session && session_get_info(q->d->sessions, q->tok.user, q->session, &info) < 0)
+                return fronterr_set(e, "not_found", "no session %s", q->session);
+        if (q->session && *q->session)
+                session_info_done(&info);
+        return secrets_front_attach(q->d->store, q->tok.user, q->session, &q->args, q->actor, ret, e);
+}
+
+static int m_detach_secret(struct api_req *q, cJSON **ret, struct fronterr *e)
+{
+        return secrets_front_detach(q->d->store, q->tok.user, q->session, &q->args, q->actor, ret, e);
+}
+
 static int m_list_secrets(struct api_req *q, cJSON **ret, struct fronterr *e)
 {
         return secrets_front_list(q->d->store, q->tok.user, ret, e);
@@ -589,7 +610,15 @@ static const struct api_method_doc methods_doc[] = {
         {"delete_secret", m_delete_secret,
          "{name}",
          "{name, deleted}",
-         "Connector tokens only. Delete one of the user's secrets (no params.session)."},
+         "Connector tokens only. Delete one of the user's secrets (no params.session); it is detached from every session."},
+        {"attach_secret", m_attach_secret,
+         "{name}",
+         "{session, name, secrets: [name, ...]}",
+         "Connector tokens only. Attach one of the user's secrets to the session: its executions get name=placeholder in their environment (a random sbx_ph_ + 32 hex, per session and attachment), never the value. At most 16 per session; create_session {secrets} attaches at creation. A fork or a restore starts with none."},
+        {"detach_secret", m_detach_secret,
+         "{name}",
+         "{session, name, secrets: [name, ...]}",
+         "Detach a secret from the session: later executions no longer get its placeholder."},
         {"events", api_m_events, /* api_events.c */
          "{since?, limit?}",
          "{events: [{id, type, user, session, ts, trace_id, data}], next, gap}",
@@ -608,9 +637,9 @@ static const struct api_method_doc methods_doc[] = {
          "{removed}",
          "Remove one saved script, or all of the user's (no params.session)."},
         {"create_session", api_m_create_session,
-         "{session?, ttl_seconds?, image?, env?: {K: V}, labels?: {K: V}, cpu?, memory?, disk?, idempotency_key?}",
-         "session_info plus {expires_at, env_names, image_name}",
-         "Start a session now, with its image, default environment, TTL, labels and resources; without session a name s-<12 hex> is made. A session that exists already is a conflict."},
+         "{session?, ttl_seconds?, image?, env?: {K: V}, labels?: {K: V}, cpu?, memory?, disk?, secrets?: [name, ...], idempotency_key?}",
+         "session_info plus {expires_at, env_names, image_name, secrets}",
+         "Start a session now, with its image, default environment, TTL, labels, resources and attached secrets (connector tokens only; see attach_secret); without session a name s-<12 hex> is made. A session that exists already is a conflict."},
         {"destroy_session", api_m_destroy_session,
          "{session, purge?}",
          "{session, destroyed, purged, cancelled_executions}",

@@ -123,5 +123,124 @@ int store_secret_delete(struct store *s, const char *user, const char *name)
         sq_text(&q, user);
         sq_text(&q, name);
         r = sq_exec(&q);
+        if (r <= 0)
+                return r < 0 ? r : -ENOENT;
+        sq_end(&q);
+        /* its attachments go with it: no session keeps a placeholder of nothing */
+        r = sq_start(&q, s, "DELETE FROM session_secrets WHERE user_id = ?1 AND name = ?2");
+        if (r < 0)
+                return r;
+        sq_text(&q, user);
+        sq_text(&q, name);
+        r = sq_exec(&q);
+        return r < 0 ? r : 0;
+}
+
+/* ---- attachments to sessions (issue 37, part 2) ---- */
+
+static void attachment_from_row(struct store_query *q, void *p)
+{
+        struct store_session_secret *row = p;
+
+        memset(row, 0, sizeof(*row));
+        sq_col_text(q, 0, row->name, sizeof(row->name));
+        sq_col_text(q, 1, row->placeholder, sizeof(row->placeholder));
+        row->created_at = sq_col_int64(q, 2);
+}
+
+int store_session_secret_attach(struct store *s, const char *user, const char *session, const char *name,
+                                const char *placeholder, int max_per_session)
+{
+        STORE_LOCK(s);
+        _cleanup_(sq_end) struct store_query q = {};
+        int r;
+
+        if (!store_key_ok(user) || !session || !session[0] || !name || !name[0] || !placeholder || !placeholder[0])
+                return -EINVAL;
+        r = sq_start(&q, s,
+                     "SELECT EXISTS (SELECT 1 FROM secrets WHERE user_id = ?1 AND name = ?3), "
+                     "EXISTS (SELECT 1 FROM session_secrets WHERE user_id = ?1 AND session_id = ?2 AND name = ?3), "
+                     "(SELECT COUNT(*) FROM session_secrets WHERE user_id = ?1 AND session_id = ?2)");
+        if (r < 0)
+                return r;
+        sq_text(&q, user);
+        sq_text(&q, session);
+        sq_text(&q, name);
+        r = sq_step(&q);
+        if (r < 0)
+                return r;
+        if (r == 0 || sq_col_int64(&q, 0) == 0)
+                return -ENOENT;
+        if (sq_col_int64(&q, 1) != 0)
+                return -EEXIST;
+        if (sq_col_int64(&q, 2) >= max_per_session)
+                return -EDQUOT;
+        sq_end(&q);
+
+        r = sq_start(&q, s,
+                     "INSERT INTO session_secrets (user_id, session_id, name, placeholder, created_at) "
+                     "VALUES (?1, ?2, ?3, ?4, ?5)");
+        if (r < 0)
+                return r;
+        sq_text(&q, user);
+        sq_text(&q, session);
+        sq_text(&q, name);
+        sq_text(&q, placeholder);
+        sq_int64(&q, sbx_wall_ms());
+        r = sq_exec(&q);
+        return r < 0 ? r : 0;
+}
+
+int store_session_secret_detach(struct store *s, const char *user, const char *session, const char *name)
+{
+        STORE_LOCK(s);
+        _cleanup_(sq_end) struct store_query q = {};
+        int r;
+
+        if (!user || !session || !name)
+                return -EINVAL;
+        r = sq_start(&q, s, "DELETE FROM session_secrets WHERE user_id = ?1 AND session_id = ?2 AND name = ?3");
+        if (r < 0)
+                return r;
+        sq_text(&q, user);
+        sq_text(&q, session);
+        sq_text(&q, name);
+        r = sq_exec(&q);
         return r < 0 ? r : r == 0 ? -ENOENT : 0;
+}
+
+int store_session_secret_list(struct store *s, const char *user, const char *session, struct store_session_secret **ret,
+                              size_t *ret_n)
+{
+        STORE_LOCK(s);
+        _cleanup_(sq_end) struct store_query q = {};
+        int r;
+
+        if (!user || !session || !ret || !ret_n)
+                return -EINVAL;
+        r = sq_start(&q, s,
+                     "SELECT name, placeholder, created_at FROM session_secrets "
+                     "WHERE user_id = ?1 AND session_id = ?2 ORDER BY name");
+        if (r < 0)
+                return r;
+        sq_text(&q, user);
+        sq_text(&q, session);
+        return SQ_COLLECT(&q, attachment_from_row, ret, ret_n);
+}
+
+int store_session_secret_drop(struct store *s, const char *user, const char *session)
+{
+        STORE_LOCK(s);
+        _cleanup_(sq_end) struct store_query q = {};
+        int r;
+
+        if (!user || !session)
+                return -EINVAL;
+        r = sq_start(&q, s, "DELETE FROM session_secrets WHERE user_id = ?1 AND session_id = ?2");
+        if (r < 0)
+                return r;
+        sq_text(&q, user);
+        sq_text(&q, session);
+        r = sq_exec(&q);
+        return r < 0 ? r : 0;
 }

@@ -185,6 +185,113 @@ Test(secrets, set_list_delete_never_shows_the_value)
         cr_assert_not(found_under(cfg.data_dir, VALUE));
 }
 
+/* $GH and every process's environ as the sandbox sees them. */
+static char *exec_env(const char *session)
+{
+        char p[256];
+        cJSON *r;
+        char *out;
+
+        snprintf(p, sizeof(p),
+                 "{\"session\":\"%s\",\"command\":\"printf '%%s|' \\\"$GH\\\"; cat /proc/*/environ 2>/dev/null | "
+                 "tr '\\\\0' '\\\\n' | grep -c sbx_ph_\"}",
+                 session);
+        r = call(tok_a, "exec", p);
+        cr_assert_not_null(apic_result(r), "%s", cJSON_PrintUnformatted(r));
+        cr_assert_not(reply_has_value(r), "the sandbox saw the value: %s", cJSON_PrintUnformatted(r));
+        out = strdup(apic_str(apic_result(r), "stdout"));
+        cJSON_Delete(r);
+        return out;
+}
+
+Test(secrets, attached_secrets_give_the_sandbox_a_placeholder_never_the_value)
+{
+        char *a, *a2, *b, ph[64];
+        cJSON *r;
+
+        open_daemon(true);
+        r = call(conn_a, "set_secret", "{\"name\":\"GH\",\"value\":\"" VALUE "\",\"hosts\":[\"api.github.com\"]}");
+        cr_assert_not_null(apic_result(r), "%s", cJSON_PrintUnformatted(r));
+        cJSON_Delete(r);
+        expect_code(call(tok_a, "create_session", "{\"session\":\"sa\",\"secrets\":[\"GH\"]}"), "forbidden",
+                    "an agent token attaches at create");
+        expect_code(call(conn_a, "create_session", "{\"session\":\"sa\",\"secrets\":[\"NOPE\"]}"), "not_found",
+                    "an unknown secret");
+        expect_code(call(conn_a, "create_session", "{\"session\":\"sa\",\"secrets\":[\"GH\",\"GH\"]}"), "invalid",
+                    "a name twice");
+        expect_code(call(conn_b, "create_session", "{\"session\":\"sa\",\"secrets\":[\"GH\"]}"), "not_found",
+                    "another user's secret");
+        r = call(conn_a, "create_session", "{\"session\":\"sa\",\"secrets\":[\"GH\"]}");
+        cr_assert_str_eq(cJSON_GetArrayItem(cJSON_GetObjectItem(apic_result(r), "secrets"), 0)->valuestring, "GH", "%s",
+                         cJSON_PrintUnformatted(r));
+        cJSON_Delete(r);
+
+        /* the placeholder is in $GH and in the executions' environ; the value nowhere */
+        a = exec_env("sa");
+        cr_assert_eq(strncmp(a, SECRETS_PLACEHOLDER_PREFIX, strlen(SECRETS_PLACEHOLDER_PREFIX)), 0, "%s", a);
+        cr_assert_eq(strchr(a, '|') - a, (long)strlen(SECRETS_PLACEHOLDER_PREFIX) + 2 * SECRETS_PLACEHOLDER_BYTES, "%s",
+                     a);
+        cr_assert_neq(atoi(strchr(a, '|') + 1), 0, "no environ holds the placeholder: %s", a);
+        snprintf(ph, sizeof(ph), "%.*s", (int)(strchr(a, '|') - a), a);
+
+        /* attaching is a connector's; detach and attach again makes a new placeholder */
+        expect_code(call(tok_a, "attach_secret", "{\"session\":\"sa\",\"name\":\"GH\"}"), "forbidden",
+                    "an agent token attaches");
+        expect_code(call(conn_a, "attach_secret", "{\"session\":\"sa\",\"name\":\"GH\"}"), "conflict",
+                    "attached twice");
+        expect_code(call(conn_a, "attach_secret", "{\"session\":\"nosuch\",\"name\":\"GH\"}"), "not_found",
+                    "no such session");
+
+        /* it survives a restart of the daemon */
+        daemon_close(d);
+        struct daemon_options opts = {.extra_labels = fixture_labels(), .no_monitor = true, .sockets = true};
+        struct sbx_error err = {0};
+        cr_assert_eq(fronts_open(&cfg, &opts, &d, &err), 0, "daemon_open: %s", err.msg);
+        a2 = exec_env("sa");
+        cr_assert_eq(strncmp(a2, ph, strlen(ph)), 0, "the placeholder changed across a restart: %s, %s", a, a2);
+
+        r = call(tok_a, "detach_secret", "{\"session\":\"sa\",\"name\":\"GH\"}");
+        cr_assert_eq(cJSON_GetArraySize(cJSON_GetObjectItem(apic_result(r), "secrets")), 0, "%s",
+                     cJSON_PrintUnformatted(r));
+        cJSON_Delete(r);
+        free(a2);
+        a2 = exec_env("sa");
+        cr_assert_eq(a2[0], '|', "detached, $GH is still set: %s", a2);
+        r = call(conn_a, "attach_secret", "{\"session\":\"sa\",\"name\":\"GH\"}");
+        cr_assert_not_null(apic_result(r), "%s", cJSON_PrintUnformatted(r));
+        cJSON_Delete(r);
+        free(a2);
+        a2 = exec_env("sa");
+        cr_assert_eq(strncmp(a2, SECRETS_PLACEHOLDER_PREFIX, strlen(SECRETS_PLACEHOLDER_PREFIX)), 0, "%s", a2);
+        cr_assert_eq(strstr(a2, ph), NULL, "the placeholder was reused: %s", a2);
+
+        /* another session of the same user gets its own placeholder */
+        r = call(conn_a, "create_session", "{\"session\":\"sb\",\"secrets\":[\"GH\"]}");
+        cr_assert_not_null(apic_result(r), "%s", cJSON_PrintUnformatted(r));
+        cJSON_Delete(r);
+        b = exec_env("sb");
+        cr_assert_neq(strncmp(a2, b, strchr(b, '|') - b), 0, "two sessions share a placeholder: %s", b);
+
+        /* delete_secret detaches it everywhere */
+        r = call(conn_a, "delete_secret", "{\"name\":\"GH\"}");
+        cr_assert_not_null(apic_result(r), "%s", cJSON_PrintUnformatted(r));
+        cJSON_Delete(r);
+        free(b);
+        b = exec_env("sb");
+        cr_assert_eq(b[0], '|', "deleted, $GH is still set: %s", b);
+
+        for (const char *const *s = (const char *const[]){"sa", "sb", NULL}; *s; s++) {
+                char p[96];
+                snprintf(p, sizeof(p), "{\"session\":\"%s\",\"purge\":true}", *s);
+                cJSON_Delete(call(tok_a, "destroy_session", p));
+        }
+        free(a);
+        free(a2);
+        free(b);
+        cr_assert_not(found_under(cfg.data_dir, VALUE));
+        daemon_close(d);
+}
+
 Test(secrets, without_a_key_file_the_daemon_starts_and_refuses_set)
 {
         cJSON *r;

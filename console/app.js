@@ -1,6 +1,6 @@
 // app.js — the console's shell: sign in and out, and the hash router
 // (#/ the sessions, #/session/<user>/<name> one session, #/ops/<page> an
-// operator's pages: users and quotas, pool, nodes, health). Every string from the
+// operator's pages: users and quotas, pool, nodes, top, health). Every string from the
 // daemon reaches the page through textContent (dom.js), never as HTML.
 import { followEvents, setToken, signedIn } from './api.js';
 import * as sessions from './sessions.js';
@@ -36,10 +36,12 @@ function route() {
                 show('ops-view');
                 ops.open(o[1]);
         } else if (m) {
+                ops.leave();
                 show('session-view');
                 session.open(decodeURIComponent(m[1]), decodeURIComponent(m[2]));
         } else {
                 session.close();
+                ops.leave();
                 show('sessions-view');
         }
 }

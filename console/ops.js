@@ -1,8 +1,10 @@
-// ops.js — the operator pages (#/ops/users, pool, nodes, health): read with
+// ops.js — the operator pages (#/ops/users, pool, nodes, top, health): read with
 // list_users, pool_status, list_nodes and daemon_health, which only an
-// operator token may call. probe() asks daemon_health once at sign-in; the
-// pages' links are shown only when it answers. Each page is fetched when
+// operator token may call. probe() asks whoami once at sign-in (any token may);
+// the pages' links are shown only for an operator. Each page is fetched when
 // opened and on Refresh; every string reaches the page through el() (text).
+// Top samples list_users every few seconds while it is open and draws each
+// user's CPU and memory over time as small inline SVG charts.
 import { call } from './api.js';
 import { el } from './dom.js';
 import { mib } from './sessions.js';
@@ -12,8 +14,14 @@ export const PAGES = {
         users: { title: 'Users & quotas', method: 'list_users', render: users },
         pool: { title: 'Pool', method: 'pool_status', render: pool },
         nodes: { title: 'Nodes', method: 'list_nodes', render: nodes },
+        top: { title: 'Top', method: 'list_users', render: top },
         health: { title: 'Health', method: 'daemon_health', render: health },
 };
+const TOP_EVERY_MS = 3000; // a sample of list_users while Top is open
+const TOP_SAMPLES = 60; // kept per user: three minutes
+const SVG = 'http://www.w3.org/2000/svg';
+let samples = new Map(); // user -> [{t, cpu_ns, mem}], oldest first
+let topTimer = null;
 let operator = false;
 let current = null;
 let seq = 0; // a slow answer for a page left meanwhile is dropped
@@ -26,13 +34,14 @@ export function isOperator() {
         return operator;
 }
 
-/** Signed in: is this an operator token? Shows or hides the pages' links. */
+/** Signed in: whoami names the token's user and role; an operator gets the pages' links. */
 export async function probe() {
         try {
-                await call('daemon_health');
-                operator = true;
+                const me = await call('whoami');
+                operator = me.operator === true;
+                $('whoami').textContent = `${me.user} (${me.role})`;
         } catch {
-                operator = false; // forbidden for a tenant; anything else: no pages either
+                operator = false; // no pages without an answer
         }
         $('ops-nav').hidden = !operator;
         return operator;
@@ -40,15 +49,25 @@ export async function probe() {
 
 export function reset() {
         operator = false;
-        current = null;
+        leave();
         seq++;
         $('ops-nav').hidden = true;
         $('ops-body').replaceChildren();
 }
 
+/** Leaving the operator pages: Top stops sampling and forgets its samples. */
+export function leave() {
+        current = null;
+        seq++;
+        clearTimeout(topTimer);
+        topTimer = null;
+        samples = new Map();
+}
+
 /** Show page name (a key of PAGES). */
 export async function open(name) {
         const p = PAGES[name];
+        if (current !== name) leave();
         const my = ++seq;
         current = name;
         $('ops-title').textContent = p.title;
@@ -63,6 +82,10 @@ export async function open(name) {
                 $('ops-body').replaceChildren(...p.render(r));
                 $('ops-body').dataset.page = name;
                 $('ops-status').textContent = `Updated ${new Date().toLocaleTimeString()}`;
+                if (name === 'top') {
+                        clearTimeout(topTimer);
+                        topTimer = setTimeout(() => current === 'top' && open('top'), TOP_EVERY_MS);
+                }
         } catch (e) {
                 if (my !== seq) return;
                 $('ops-body').replaceChildren();
@@ -164,6 +187,78 @@ function nodes(r) {
                 table(`${list.length} node${list.length === 1 ? '' : 's'}`, ['Node', 'Connected', 'Fenced', 'Sessions', 'Since', 'Last heartbeat'],
                         list.map((n) => row([n.name, n.connected ? 'yes' : 'no', n.fenced ? 'yes' : 'no', n.sessions, when(n.since), when(n.last_heartbeat)], { 'data-node': n.name }))),
         ];
+}
+
+/** Top: add this sample of list_users, then a row per user with a CPU and a memory chart. */
+function top(r) {
+        const now = Date.now();
+        const list = r.users ?? [];
+        for (const u of list) {
+                const us = u.usage ?? {};
+                const a = samples.get(u.user) ?? [];
+                a.push({ t: now, cpu: us.cpu_total_ns, mem: us.memory_bytes });
+                if (a.length > TOP_SAMPLES) a.shift();
+                samples.set(u.user, a);
+        }
+        const rows = list.map((u) => {
+                const a = samples.get(u.user);
+                // CPU in cores: the CPU time used between two samples over the time between them
+                const cpu = a.slice(1).map((s, i) =>
+                        typeof s.cpu === 'number' && typeof a[i].cpu === 'number' && s.t > a[i].t
+                                ? Math.max(0, (s.cpu - a[i].cpu) / 1e6 / (s.t - a[i].t))
+                                : null,
+                );
+                const mem = a.map((s) => (typeof s.mem === 'number' ? s.mem : null));
+                const lastCpu = cpu.length ? cpu[cpu.length - 1] : null;
+                const lastMem = mem[mem.length - 1];
+                const tr = el('tr', null, { 'data-user': u.user });
+                tr.append(
+                        el('td', u.user),
+                        el('td', u.usage?.live_sessions ?? '—'),
+                        chartCell(cpu, `CPU of ${u.user}`, typeof lastCpu === 'number' ? `${lastCpu.toFixed(2)} CPU` : '—'),
+                        chartCell(mem, `Memory of ${u.user}`, typeof lastMem === 'number' ? mib(lastMem) : '—'),
+                );
+                return tr;
+        });
+        return [
+                el('p', `Sampled every ${TOP_EVERY_MS / 1000} s while this page is open (list_users: the users' live containers); the last ${TOP_SAMPLES} samples are drawn.`),
+                table(`${list.length} user${list.length === 1 ? '' : 's'}`, ['User', 'Live sessions', 'CPU', 'Memory'], rows),
+        ];
+}
+
+/** A cell with the latest value as text and a small SVG line of the series (nulls skipped). */
+function chartCell(series, label, now) {
+        const td = el('td');
+        const W = 160, H = 32;
+        const svg = document.createElementNS(SVG, 'svg');
+        svg.setAttribute('viewBox', `0 0 ${W} ${H}`);
+        svg.setAttribute('width', String(W));
+        svg.setAttribute('height', String(H));
+        svg.setAttribute('role', 'img');
+        svg.setAttribute('class', 'spark');
+        const title = document.createElementNS(SVG, 'title');
+        title.textContent = `${label}: ${now} now`;
+        svg.append(title);
+        const vals = series.filter((v) => typeof v === 'number');
+        const max = Math.max(...vals, 1e-9);
+        const step = W / Math.max(TOP_SAMPLES - 1, 1);
+        const pts = series
+                .map((v, i) => (typeof v === 'number' ? `${(i * step).toFixed(1)},${(H - 1 - (v / max) * (H - 2)).toFixed(1)}` : null))
+                .filter(Boolean);
+        const line = document.createElementNS(SVG, 'polyline');
+        line.setAttribute('points', pts.join(' '));
+        line.setAttribute('fill', 'none');
+        line.setAttribute('stroke', 'currentColor');
+        line.setAttribute('stroke-width', '1.5');
+        svg.append(line);
+        if (pts.length === 1) {
+                const [cx, cy] = pts[0].split(',');
+                const dot = document.createElementNS(SVG, 'circle');
+                for (const [k, v] of [['cx', cx], ['cy', cy], ['r', '2'], ['fill', 'currentColor']]) dot.setAttribute(k, v);
+                svg.append(dot);
+        }
+        td.append(el('span', now, { class: 'nowrap' }), el('br'), svg);
+        return td;
 }
 
 function health(r) {

@@ -1,7 +1,11 @@
 // session.js — one session's page (#/session/<user>/<name>): facts, executions
-// with their output, a terminal (terminal.js), the files of /workspace with downloads, and actions
-// behind a confirmation. A name the signed-in token does not list is shown
-// as missing and never sent to a session method (those would create it).
+// with their output, a terminal (terminal.js), the files of /workspace with
+// downloads and an upload, its cells' last outputs (a PNG as an <img> from its
+// base64, never HTML from an output), services and their ports, egress (the
+// policy and blocked requests), its snapshots (restore, fork, delete), its
+// events as a timeline, and actions behind a confirmation. A name the
+// signed-in token does not list is shown as missing and never sent to a
+// session method (those would create it).
 import { call } from './api.js';
 import { confirmAction, el } from './dom.js';
 import * as sessions from './sessions.js';
@@ -11,6 +15,10 @@ import * as terminal from './terminal.js';
 const $ = (id) => document.getElementById(id);
 const EXEC_SHOWN = 20; // executions listed, newest first
 const OUTPUT_SHOWN = 10; // of which this many with their output
+const CONTEXTS_SHOWN = 10; // cells: the last cell of this many contexts
+const TIMELINE_SHOWN = 100; // the session's newest events
+const EVENT_PAGES = 5; // events read at most (pages of 1,000) for the timeline
+export const UPLOAD_MAX = 4 * 1048576; // base64 in JSON stays under the API's 8 MiB body
 let current = null; // the session shown, { user, name }, or null
 let gen = 0; // bumps on every open: answers for an older page are dropped
 
@@ -18,6 +26,7 @@ export function init() {
         for (const b of document.querySelectorAll('#session-view [data-action]'))
                 b.addEventListener('click', () => act(b.dataset.action, b.textContent));
         $('session-refresh').addEventListener('click', () => current && load(current.name));
+        $('upload').addEventListener('click', upload);
         terminal.init();
 }
 
@@ -32,6 +41,10 @@ export function open(user, name) {
         gen++;
         $('session-title').textContent = `Session ${name}`;
         $('action-status').textContent = '';
+        // nothing of the session shown before stays, even hidden
+        for (const id of ['executions', 'cells', 'egress-blocked', 'timeline']) $(id).replaceChildren();
+        for (const id of ['files', 'services', 'snapshots']) $(id).tBodies[0].replaceChildren();
+        $('egress-policy').textContent = '';
         const info = sessions.get(user, name);
         $('session-missing').hidden = !!info;
         $('session-body').hidden = !info;
@@ -74,7 +87,228 @@ function facts(info) {
 async function load(name) {
         const g = gen;
         facts(sessions.get(current.user, name) || { session: name });
-        await Promise.all([loadExecutions(name, g), loadFiles(name, g)]);
+        const info = sessions.get(current.user, name);
+        const running = info?.state === 'running';
+        // cells, services and the policy need the container: a paused or stopped session is not woken for them
+        await Promise.all([
+                loadExecutions(name, g),
+                loadFiles(name, g),
+                running ? loadCells(name, g) : $('cells').replaceChildren(el('p', 'Cells are shown while the session runs.')),
+                running ? loadServices(name, g) : $('services').tBodies[0].replaceChildren(),
+                running ? loadEgress(name, g) : ($('egress-policy').textContent = 'The egress policy is shown while the session runs.'),
+                loadSnapshots(name, g),
+                loadTimeline(name, g),
+        ]);
+}
+
+/** A section's "cannot" line, unless the page moved on. */
+function failed(g, target, what, e) {
+        if (g !== gen) return;
+        const line = el(target.tagName === 'TBODY' ? 'tr' : target.tagName === 'OL' ? 'li' : 'p');
+        if (target.tagName === 'TBODY') line.append(el('td', `Cannot list ${what}: ${e.message}`, { colspan: '5' }));
+        else line.textContent = `Cannot list ${what}: ${e.message}`;
+        target.replaceChildren(line);
+}
+
+/** Each context's last cell with its outputs: text as text, image/png as an <img>. */
+async function loadCells(name, g) {
+        const box = $('cells');
+        let res;
+        try {
+                res = await call('list_contexts', { session: name });
+        } catch (e) {
+                return failed(g, box, 'cells', e);
+        }
+        const parts = await Promise.all(
+                (res.contexts ?? []).slice(0, CONTEXTS_SHOWN).map(async (c) => {
+                        const sec = el('section', null, { 'data-context': c.context });
+                        sec.append(el('h4', `${c.context} (${c.language}, ${c.state}, ${c.execution_count ?? 0} cells run)`));
+                        try {
+                                const cell = await call('last_cell', { session: name, context: c.context });
+                                sec.append(...cellOutputs(cell));
+                        } catch (e) {
+                                sec.append(el('p', `No last cell: ${e.message}`));
+                        }
+                        return sec;
+                }),
+        );
+        if (g !== gen) return;
+        box.replaceChildren(...parts);
+        if (!parts.length) box.replaceChildren(el('p', 'No interpreter contexts.'));
+}
+
+const BASE64 = /^[A-Za-z0-9+/]+={0,2}$/;
+
+function cellOutputs(cell) {
+        const out = [el('p', `Cell ${cell.execution_count ?? ''}: ${cell.status ?? ''}`)];
+        if (cell.stdout) out.push(el('pre', cell.stdout, { class: 'stdout', 'aria-label': 'stdout' }));
+        if (cell.stderr) out.push(el('pre', cell.stderr, { class: 'stderr', 'aria-label': 'stderr' }));
+        for (const o of cell.outputs ?? []) {
+                const data = o.data ?? {};
+                const png = typeof data['image/png'] === 'string' ? data['image/png'].replace(/\s+/g, '') : '';
+                if (png && BASE64.test(png)) {
+                        const alt = typeof data['text/plain'] === 'string' ? data['text/plain'] : 'a chart the cell drew';
+                        out.push(el('img', null, { src: `data:image/png;base64,${png}`, alt, class: 'cell-output' }));
+                } else if (typeof data['text/plain'] === 'string') {
+                        out.push(el('pre', data['text/plain'], { class: 'cell-output' })); // text/html is never rendered
+                } else if (o.type === 'error') {
+                        out.push(el('pre', `${o.ename ?? 'error'}: ${o.evalue ?? ''}`, { class: 'stderr' }));
+                }
+        }
+        if (cell.error) out.push(el('pre', `${cell.error.name ?? 'error'}: ${cell.error.value ?? ''}`, { class: 'stderr' }));
+        return out;
+}
+
+async function loadServices(name, g) {
+        const body = $('services').tBodies[0];
+        let res;
+        try {
+                res = await call('list_services', { session: name });
+        } catch (e) {
+                return failed(g, body, 'services', e);
+        }
+        if (g !== gen) return;
+        const rows = (res.services ?? []).map((sv) => {
+                const tr = el('tr', null, { 'data-service': sv.name });
+                const ports = (sv.ports ?? []).map((p) => `${p.container_port} → ${p.host_port}`).join(', ');
+                tr.append(el('td', sv.name), el('td', sv.state), el('td', sv.command ?? ''), el('td', ports || 'none', { class: 'ports' }));
+                return tr;
+        });
+        body.replaceChildren(...rows);
+        if (!rows.length) body.replaceChildren(el('tr')).firstChild.append(el('td', 'No services.', { colspan: '4' }));
+}
+
+async function loadEgress(name, g) {
+        let res;
+        try {
+                res = await call('session_info', { session: name });
+        } catch (e) {
+                if (g === gen) $('egress-policy').textContent = `Cannot read the egress policy: ${e.message}`;
+                return;
+        }
+        if (g !== gen) return;
+        const p = res.egress ?? {};
+        const allow = (p.allow ?? []).map((a) => (typeof a === 'string' ? a : a.pattern ?? JSON.stringify(a)));
+        $('egress-policy').textContent = `Mode ${p.mode ?? 'unknown'}${res.private ? ' (private: no way out)' : ''}; allowed: ${allow.join(', ') || 'nothing'}.`;
+}
+
+/** The user's snapshots of this session, each with restore, fork and delete (confirmed). */
+async function loadSnapshots(name, g) {
+        const body = $('snapshots').tBodies[0];
+        let res;
+        try {
+                res = await call('list_snapshots', { session: name });
+        } catch (e) {
+                return failed(g, body, 'snapshots', e);
+        }
+        if (g !== gen) return;
+        const rows = (res.snapshots ?? []).map((sn) => {
+                const tr = el('tr', null, { 'data-snapshot': sn.snapshot });
+                const acts = el('td');
+                for (const [label, fn] of [
+                        ['Restore', () => snapshotAction(name, sn, 'restore')],
+                        ['Fork', () => snapshotAction(name, sn, 'fork')],
+                        ['Delete', () => snapshotAction(name, sn, 'delete')],
+                ]) {
+                        const b = el('button', label, { type: 'button', 'aria-label': `${label} snapshot ${sn.name || sn.snapshot}`, 'data-snapshot-action': label.toLowerCase() });
+                        b.addEventListener('click', fn);
+                        acts.append(b, ' ');
+                }
+                tr.append(el('td', sn.snapshot), el('td', sn.name ?? ''), el('td', typeof sn.bytes === 'number' ? (sn.bytes < 1048576 ? `${sn.bytes} bytes` : mib(sn.bytes)) : ''), el('td', sn.created_at ? new Date(sn.created_at).toISOString() : ''), acts);
+                return tr;
+        });
+        body.replaceChildren(...rows);
+        if (!rows.length) body.replaceChildren(el('tr')).firstChild.append(el('td', 'No snapshots.', { colspan: '5' }));
+}
+
+async function snapshotAction(name, sn, what) {
+        const label = sn.name || sn.snapshot;
+        const fork = what === 'fork' ? forkName(name) : null;
+        if (fork === '') return;
+        const question = {
+                restore: `Restore session ${name} from snapshot ${label}? Its processes end and its workspace is put back.`,
+                fork: `Fork snapshot ${label} as a new session ${fork}?`,
+                delete: `Delete snapshot ${label}?`,
+        }[what];
+        if (!(await confirmAction(question))) return;
+        try {
+                if (what === 'restore') await call('restore_session', { session: name, snapshot: sn.snapshot });
+                else if (what === 'fork') await call('fork_session', { from: { snapshot: sn.snapshot }, session: fork });
+                else await call('delete_snapshot', { snapshot: sn.snapshot });
+                $('action-status').textContent = { restore: `Restored from ${label}.`, fork: `Forked ${label} as ${fork}.`, delete: `Deleted snapshot ${label}.` }[what];
+        } catch (e) {
+                $('action-status').textContent = `Cannot ${what} snapshot ${label}: ${e.message}`;
+        }
+        if (current?.name === name) loadSnapshots(name, gen);
+}
+
+/** The name a fork gets: the field's, or <name>-fork-<4 hex>; '' (with a message) when invalid. */
+function forkName(name) {
+        const typed = $('fork-name').value.trim();
+        const n = typed || `${name.slice(0, 54)}-fork-${Math.floor(Math.random() * 65536).toString(16).padStart(4, '0')}`;
+        if (/^[A-Za-z0-9_.-]{1,64}$/.test(n)) return n;
+        $('action-status').textContent = 'A session name is 1-64 characters of A-Z a-z 0-9 _ . -';
+        return '';
+}
+
+/** One timeline row of an event: its time, type and what it carries, as text. */
+function eventRow(ev) {
+        const data = ev.data && typeof ev.data === 'object' ? Object.entries(ev.data).map(([k, v]) => `${k}=${typeof v === 'object' ? JSON.stringify(v) : v}`).join(' ') : '';
+        return el('li', `${ev.ts ? new Date(ev.ts).toISOString() : ''} ${ev.type} ${data}`.trim(), { 'data-event': ev.type, 'data-id': String(ev.id ?? '') });
+}
+
+/** The session's events (the user's log, read in pages) as a timeline, and its blocked requests. */
+async function loadTimeline(name, g) {
+        const mine = [];
+        let since = 0;
+        try {
+                for (let page = 0; page < EVENT_PAGES; page++) {
+                        const r = await call('events', { since, limit: 1000 });
+                        for (const ev of r.events ?? []) if (ev.session === name && ev.user === current?.user) mine.push(ev);
+                        if ((r.events?.length ?? 0) < 1000 || typeof r.next !== 'number') break;
+                        since = r.next;
+                }
+        } catch (e) {
+                return failed(g, $('timeline'), 'events', e);
+        }
+        if (g !== gen) return;
+        const shown = mine.slice(-TIMELINE_SHOWN);
+        $('timeline').replaceChildren(...shown.map(eventRow));
+        if (!shown.length) $('timeline').replaceChildren(el('li', 'No events.'));
+        const blocked = mine.filter((ev) => ev.type === 'egress.blocked').slice(-TIMELINE_SHOWN);
+        $('egress-blocked').replaceChildren(...blocked.map(blockedRow));
+        if (!blocked.length) $('egress-blocked').replaceChildren(el('li', 'No blocked requests.'));
+}
+
+function blockedRow(ev) {
+        return el('li', `${ev.ts ? new Date(ev.ts).toISOString() : ''} blocked ${ev.data?.host ?? '?'}:${ev.data?.port ?? '?'}`, { class: 'blocked', 'data-host': String(ev.data?.host ?? '') });
+}
+
+/** The chosen file into /workspace (write_file, base64), refused here past UPLOAD_MAX. */
+async function upload() {
+        if (!current || !sessions.get(current.user, current.name)) return;
+        const { name } = current;
+        const f = $('upload-file').files[0];
+        if (!f) {
+                $('action-status').textContent = 'Choose a file to upload first.';
+                return;
+        }
+        if (f.size > UPLOAD_MAX) {
+                $('action-status').textContent = `Cannot upload ${f.name}: ${f.size} bytes is over the ${mib(UPLOAD_MAX)} an upload may be.`;
+                return;
+        }
+        const bytes = new Uint8Array(await f.arrayBuffer());
+        let bin = '';
+        for (let i = 0; i < bytes.length; i += 0x8000) bin += String.fromCharCode(...bytes.subarray(i, i + 0x8000));
+        $('action-status').textContent = `Uploading ${f.name}…`;
+        try {
+                const r = await call('write_file', { session: name, path: f.name, content: btoa(bin), encoding: 'base64' });
+                $('action-status').textContent = `Uploaded ${r.path} (${r.bytes} bytes).`;
+        } catch (e) {
+                $('action-status').textContent = `Cannot upload ${f.name}: ${e.message}`;
+        }
+        $('upload-file').value = '';
+        if (current?.name === name) loadFiles(name, gen);
 }
 
 async function loadExecutions(name, g) {
@@ -162,15 +396,38 @@ async function download(name, path) {
         $('action-status').textContent = `Downloaded ${path} (${offset} bytes).`;
 }
 
+/** The params of an action, or null when it cannot be asked (a bad fork name). */
+function actionParams(method, name) {
+        if (method === 'fork_session') {
+                const fork = forkName(name);
+                return fork ? { from: { session: name }, session: fork } : null;
+        }
+        if (method === 'mark_private') return { session: name, dataset: $('private-dataset').value.trim() || 'console' };
+        return { session: name };
+}
+
+function question(method, label, name, p) {
+        if (method === 'fork_session') return `Fork session ${name} as a new session ${p.session}?`;
+        if (method === 'mark_private')
+                return `Mark session ${name} private (dataset ${p.dataset})? It loses every way out (egress, port forwards), for good.`;
+        return `${label} session ${name}?`;
+}
+
 async function act(method, label) {
         if (!current || !sessions.get(current.user, current.name)) return;
         const { name } = current;
-        if (!(await confirmAction(`${label} session ${name}?`))) return;
+        const p = actionParams(method, name);
+        if (!p || !(await confirmAction(question(method, label, name, p)))) return;
         $('action-status').textContent = `${label}…`;
         try {
-                const r = await call(method, { session: name });
+                const r = await call(method, p);
                 $('action-status').textContent =
-                        method === 'snapshot_session' && r.snapshot ? `Snapshot ${r.snapshot} taken.` : `${label}: done.`;
+                        method === 'snapshot_session' && r.snapshot
+                                ? `Snapshot ${r.snapshot} taken.`
+                                : method === 'fork_session'
+                                  ? `Forked as ${p.session}.`
+                                  : `${label}: done.`;
+                if (method === 'snapshot_session' && current?.name === name) loadSnapshots(name, gen);
         } catch (e) {
                 $('action-status').textContent = `${label} failed: ${e.message}`;
         }
@@ -181,4 +438,14 @@ export function applyEvent(ev) {
         const info = sessions.get(current.user, current.name);
         if (info) facts(info);
         if (ev.type === 'execution.finished') loadExecutions(current.name, gen);
+        const tl = $('timeline');
+        if ([...tl.children].some((li) => li.dataset.id === String(ev.id))) return; // read with the log already
+        if (tl.firstChild && !tl.firstChild.dataset.event) tl.replaceChildren(); // "No events."
+        tl.append(eventRow(ev));
+        while (tl.children.length > TIMELINE_SHOWN) tl.firstChild.remove();
+        if (ev.type === 'egress.blocked') {
+                const eb = $('egress-blocked');
+                if (eb.firstChild && !eb.firstChild.dataset.host) eb.replaceChildren();
+                eb.append(blockedRow(ev));
+        }
 }

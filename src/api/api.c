@@ -481,7 +481,7 @@ static int call_traced(struct api_conn *c, const struct token_info *tok, const c
         if (q.tok.role == TOKEN_ROLE_OPERATOR && !api_method_operator(method))
                 return fronterr_set(e, "forbidden",
                                     "an operator token may call list_sessions, events, list_users, pool_status, "
-                                    "list_nodes and daemon_health only");
+                                    "list_nodes, daemon_health and whoami only");
         if (params && !cJSON_IsNull(params) && !cJSON_IsObject(params))
                 return fronterr_set(e, "bad_request", "params must be an object");
         q.params = params && cJSON_IsObject(params) ? params : NULL;

@@ -196,6 +196,7 @@ int api_m_list_users(struct api_req *q, cJSON **ret, struct fronterr *e);
 int api_m_pool_status(struct api_req *q, cJSON **ret, struct fronterr *e);
 int api_m_list_nodes(struct api_req *q, cJSON **ret, struct fronterr *e);
 int api_m_daemon_health(struct api_req *q, cJSON **ret, struct fronterr *e);
+int api_m_whoami(struct api_req *q, cJSON **ret, struct fronterr *e);
 /* The methods an operator token may call: these four, list_sessions and events. */
 bool api_method_operator(const char *name);
 

@@ -677,6 +677,10 @@ static const struct api_method_doc methods_doc[] = {
          "{}",
          "{status: ok|degraded, version, started_at, uptime_s, docker: {ok, version | error}, docker_version, engine: {name, capabilities, unenforced}, sessions: {creating, running, stopped, error, paused, total}, executions_running, ports: {used, total}, monitor_last_poll, pool, egress: {allowed, blocked, open}, counters: {auth_failures, engine_api_errors, events_written, events_dropped, event_overflows}}",
          "Operator tokens only (no params.session). The daemon's health: whether the container engine answers (what /healthz says), its version and uptime, the counts sandboxctl stats shows and the error counters of /metrics."},
+        {"whoami", api_m_whoami,
+         "{}",
+         "{user, token_id, role: agent|connector|operator, operator}",
+         "The calling token's user, id and role (no params.session; any token, an operator's too): what a client such as the console may offer it."},
         /* snapshots, restore and fork (issue 28): api_snapshot.c */
         {"snapshot_session", api_m_snapshot_session,
          "{name?}",
@@ -736,5 +740,5 @@ bool api_method_operator(const char *name)
 {
         return strcmp(name, "list_sessions") == 0 || strcmp(name, "events") == 0 || strcmp(name, "list_users") == 0 ||
                strcmp(name, "pool_status") == 0 || strcmp(name, "list_nodes") == 0 ||
-               strcmp(name, "daemon_health") == 0;
+               strcmp(name, "daemon_health") == 0 || strcmp(name, "whoami") == 0;
 }

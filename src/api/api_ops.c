@@ -1,7 +1,8 @@
 /* api_ops.c — the API methods an operator token reads the daemon with
  * (issue 39): list_users, pool_status, list_nodes and daemon_health. Each
  * refuses any other token and passes opsview.h's answer on: the admin
- * socket's sandboxctl says the same from the same calls. */
+ * socket's sandboxctl says the same from the same calls. And whoami, which
+ * any token may call: the console learns its role from it. */
 #include <cjson/cJSON.h>
 
 #include "api_internal.h"
@@ -53,5 +54,17 @@ int api_m_daemon_health(struct api_req *q, cJSON **ret, struct fronterr *e)
         if (operator_only(q, e) < 0)
                 return -1;
         *ret = opsview_daemon_health(q->d);
+        return 0;
+}
+
+/* The calling token's user, id and role: nothing a token cannot know of itself. */
+int api_m_whoami(struct api_req *q, cJSON **ret, struct fronterr *e)
+{
+        (void)e;
+        *ret = cJSON_CreateObject();
+        cJSON_AddStringToObject(*ret, "user", q->tok.user);
+        cJSON_AddStringToObject(*ret, "token_id", q->tok.id);
+        cJSON_AddStringToObject(*ret, "role", token_role_to_string(q->tok.role));
+        cJSON_AddBoolToObject(*ret, "operator", q->tok.role == TOKEN_ROLE_OPERATOR);
         return 0;
 }

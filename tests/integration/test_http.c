@@ -824,6 +824,21 @@ Test(http, operator_reads_users_pool_nodes_and_health, .init = setup_tls, .fini 
         cr_assert_eq(post(tok_op, "exec", "{\"session\": \"ops1\", \"command\": \"true\"}", &r), 403);
         cJSON_Delete(r);
 
+        /* whoami: any token learns its own user and role, the console's first call */
+        cr_assert_eq(post(tok_a, "whoami", "{}", &r), 200);
+        cr_assert_str_eq(apic_str(r, "user"), "alice");
+        cr_assert_str_eq(apic_str(r, "role"), "agent");
+        cr_assert(cJSON_IsFalse(cJSON_GetObjectItem(r, "operator")));
+        cJSON_Delete(r);
+        cr_assert_eq(post(tok_c, "whoami", "{}", &r), 200);
+        cr_assert_str_eq(apic_str(r, "role"), "connector");
+        cJSON_Delete(r);
+        cr_assert_eq(post(tok_op, "whoami", "{}", &r), 200);
+        cr_assert_str_eq(apic_str(r, "user"), "ops");
+        cr_assert_str_eq(apic_str(r, "role"), "operator");
+        cr_assert(cJSON_IsTrue(cJSON_GetObjectItem(r, "operator")));
+        cJSON_Delete(r);
+
         /* users: alice with her one running session, bob with a token and none */
         cr_assert_eq(post(tok_op, "list_users", "{}", &r), 200);
         u = user_row(r, "alice");

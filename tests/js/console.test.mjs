@@ -5,7 +5,11 @@
 // the URL, an operator token seeing every user's sessions and its pages
 // (users and quotas, pool, nodes, health) that a tenant neither sees nor reads,
 // hostile output and file names shown as text with no script run, a
-// cross-origin POST refused, a revoked token signed out. Screenshots of
+// cross-origin POST refused, a revoked token signed out; then a session
+// page's sections (a cell's chart as an image, a service's port, an upload
+// read back and one refused past its cap, a snapshot taken and deleted) that
+// another tenant cannot reach by URL, the role from whoami, and the
+// operator's Top page of SVG charts that a tenant is refused. Screenshots of
 // each step go to <build>/console-screenshots/. Without chromium the test is
 // skipped, except in CI (SANDBOXD_CI=1), where scripts/setup.sh installs it.
 import assert from 'node:assert/strict';
@@ -342,6 +346,121 @@ describe('the browser console', { skip: !haveChromium && `no ${CHROMIUM}` }, () 
                 assert.match(await page.$eval('#signin-error', (e) => e.textContent), /revoked/);
                 await shot(page, '8-signed-out');
 
+                assert.deepEqual(dialogs, [], 'no script ran a dialog');
+        });
+
+        /** Poll an API call from Node until ok(body) (60 s at most). */
+        async function until(token, method, params, ok) {
+                for (const end = Date.now() + 60000; ; ) {
+                        const r = await call(port, ca, token, method, params);
+                        if (r.status === 200 && ok(r.body)) return r.body;
+                        assert.ok(Date.now() < end, `${method}: ${JSON.stringify(r.body).slice(0, 500)}`);
+                        await new Promise((res) => setTimeout(res, 200));
+                }
+        }
+
+        test('a session page: cells, services, upload, snapshots; Top for an operator', { timeout: 300000 }, async () => {
+                const carol = await d.createToken('carol');
+                const dan = await d.createToken('dan');
+                // a chart in a cell and a service listening, made before the page opens
+                let r = await call(port, ca, carol, 'create_session', { session: 'sec1' });
+                assert.equal(r.status, 200, JSON.stringify(r.body));
+                const plot = 'import matplotlib.pyplot as plt\nplt.figure(figsize=(4, 3), dpi=100)\nplt.plot([1, 3, 2])';
+                r = await call(port, ca, carol, 'run_cell', { session: 'sec1', code: plot });
+                assert.equal(r.status, 200, JSON.stringify(r.body).slice(0, 500));
+                const png = r.body.outputs.find((o) => o.data?.['image/png'])?.data['image/png'];
+                assert.ok(png, 'the cell drew a PNG');
+                const pngWidth = Buffer.from(png, 'base64').readUInt32BE(16); // IHDR's width
+                r = await call(port, ca, carol, 'start_service', { session: 'sec1', name: 'web', command: 'python3 -m http.server 8000' });
+                assert.equal(r.status, 200, JSON.stringify(r.body));
+                await until(carol, 'list_services', { session: 'sec1' }, (b) => b.services.some((s) => s.ports?.some((p) => p.container_port === 8000)));
+
+                const page = await newPage();
+                const requests = [];
+                page.on('request', (q) => requests.push(new URL(q.url()).pathname));
+                await signIn(page, carol);
+                await page.waitForFunction(() => document.getElementById('whoami').textContent === 'carol (agent)');
+                assert.ok(requests.includes('/v1/whoami'));
+                assert.ok(!requests.includes('/v1/daemon_health'), 'a tenant sign-in asks no operator method');
+                assert.equal(await page.$eval('#ops-nav', (e) => getComputedStyle(e).display), 'none', 'no operator links shown');
+                await page.waitForSelector('#sessions tr[data-session="sec1"]');
+                await page.evaluate(() => (location.hash = '#/session/carol/sec1'));
+
+                // the chart is an image decoded from the cell's base64 PNG; the service's port is shown
+                await page.waitForSelector('#cells img.cell-output');
+                await page.waitForFunction(() => document.querySelector('#cells img.cell-output').complete);
+                const img = await page.$eval('#cells img.cell-output', (e) => ({ w: e.naturalWidth, src: e.src.slice(0, 22) }));
+                assert.equal(img.src, 'data:image/png;base64,');
+                assert.ok(img.w > 0 && img.w === pngWidth, `naturalWidth ${img.w}, the PNG's ${pngWidth}`);
+                await page.waitForFunction(() => /^8000 → \d+$/.test(document.querySelector('#services tr[data-service="web"] td.ports')?.textContent));
+                assert.match(await page.$eval('#egress-policy', (e) => e.textContent), /^Mode /);
+                await page.waitForSelector('#timeline li[data-event="session.created"]');
+
+                // an upload, read back; one past the cap refused in the page with a clear message
+                const up = path.join(fs.mkdtempSync(path.join(d.dir, 'up-')), 'up.bin');
+                const bytes = Buffer.from(Array.from({ length: 70000 }, (_, i) => (i * 7) % 256));
+                fs.writeFileSync(up, bytes);
+                await (await page.$('#upload-file')).uploadFile(up);
+                await page.click('#upload');
+                await page.waitForFunction(() => /^(Uploaded|Cannot upload)/.test(document.getElementById('action-status').textContent));
+                assert.match(await page.$eval('#action-status', (e) => e.textContent), /^Uploaded (\/workspace\/)?up\.bin \(70000 bytes\)\.$/);
+                await page.waitForSelector('#files tr[data-file="up.bin"]');
+                r = await call(port, ca, carol, 'read_file', { session: 'sec1', path: 'up.bin', encoding: 'base64' });
+                assert.ok(Buffer.from(r.body.content, 'base64').equals(bytes), 'the upload reads back byte for byte');
+                const big = path.join(path.dirname(up), 'big.bin');
+                fs.writeFileSync(big, Buffer.alloc(4 * 1048576 + 1));
+                await (await page.$('#upload-file')).uploadFile(big);
+                await page.click('#upload');
+                await page.waitForFunction(() => /^Cannot upload big\.bin: 4194305 bytes is over the 4 MiB/.test(document.getElementById('action-status').textContent));
+                r = await call(port, ca, carol, 'list_files', { session: 'sec1' });
+                assert.ok(!r.body.entries.some((f) => f.name === 'big.bin'));
+
+                // a snapshot taken with the button, listed, then deleted, each confirmed
+                await confirmClick(page, 'snapshot_session');
+                await page.waitForSelector('#snapshots tr[data-snapshot]');
+                const snap = await page.$eval('#snapshots tr[data-snapshot]', (e) => e.dataset.snapshot);
+                await shot(page, '9-session-sections');
+                await page.click(`#snapshots tr[data-snapshot="${snap}"] [data-snapshot-action=delete]`);
+                await page.waitForSelector('#confirm[open]');
+                await page.click('#confirm-ok');
+                await page.waitForFunction((id) => !document.querySelector(`#snapshots tr[data-snapshot="${id}"]`), {}, snap);
+                r = await call(port, ca, carol, 'list_snapshots', {});
+                assert.deepEqual(r.body.snapshots, []);
+
+                // another tenant editing the URL sees none of it, and is refused Top
+                const ctx = await browser.createBrowserContext();
+                const danPage = await newPage(ctx);
+                const danBodies = [];
+                danPage.on('request', (q) => danBodies.push(`${new URL(q.url()).pathname} ${q.postData() ?? ''}`));
+                await signIn(danPage, dan);
+                await danPage.evaluate(() => (location.hash = '#/session/carol/sec1'));
+                await danPage.waitForSelector('#session-missing:not([hidden])');
+                assert.equal(await danPage.$$eval('#snapshots tr[data-snapshot], #egress-blocked li, #timeline li, #cells *, #services tr[data-service]', (l) => l.length), 0);
+                assert.deepEqual(danBodies.filter((b) => b.includes('sec1')), [], 'nothing of carol\'s session is asked for');
+                await danPage.evaluate(() => (location.hash = '#/ops/top'));
+                await danPage.waitForSelector('#sessions-view:not([hidden])');
+                assert.equal(await danPage.$eval('#ops-body', (e) => e.childElementCount), 0);
+                assert.equal((await call(port, ca, dan, 'list_users', {})).status, 403);
+                r = await call(port, ca, dan, 'list_snapshots', {});
+                assert.deepEqual(r.body.snapshots, []);
+                await shot(danPage, '10-other-tenant-sections');
+                await ctx.close();
+
+                // Top: an operator's users drawn as SVG lines, sampled while it is open
+                const opsCtx = await browser.createBrowserContext();
+                const opsPage = await newPage(opsCtx);
+                await signIn(opsPage, ops);
+                await opsPage.waitForFunction(() => document.getElementById('whoami').textContent === 'ops (operator)');
+                await opsPage.click('#ops-nav a[href="#/ops/top"]');
+                await opsPage.waitForSelector('#ops-body[data-page="top"] tr[data-user="carol"] svg.spark');
+                // a second sample gives the CPU chart its first point (a rate needs two)
+                await opsPage.waitForFunction(() => {
+                        const lines = document.querySelectorAll('#ops-body tr[data-user="carol"] svg.spark polyline');
+                        return lines.length === 2 && [...lines].every((l) => l.getAttribute('points').split(' ').length >= 1 && l.getAttribute('points') !== '');
+                });
+                assert.match(await opsPage.$eval('#ops-body tr[data-user="carol"]', (e) => e.textContent), /MiB/);
+                await shot(opsPage, '11-operator-top');
+                await opsCtx.close();
                 assert.deepEqual(dialogs, [], 'no script ran a dialog');
         });
 });

@@ -185,4 +185,15 @@ int api_server_start(struct daemon *d, struct api_server **ret, struct sbx_error
 /* Stop accepting, close connections, join threads. Running executions go on. */
 void api_server_stop(struct api_server *s);
 
+/* Constants that were config keys: nobody had a reason to change them. */
+/* Connections a uid may hold before authenticating: an agent opens one at a
+ * time, 32 covers a burst of reconnects without letting one uid starve the
+ * accept loop. */
+#define API_MAX_UNAUTHENTICATED_PER_UID 32
+/* An idempotency_key answers a retry for a day: longer than any client's
+ * retry loop, short enough that the table stays small. */
+#define API_IDEMPOTENCY_WINDOW_S (24 * 3600)
+/* Live idempotency keys per user: a day of a busy agent's calls. */
+#define API_IDEMPOTENCY_MAX_KEYS 10000
+
 #endif

@@ -181,4 +181,19 @@ int cells_mark_forked(struct cells *c, const char *user, const char *session, co
  * running: the fair share of max_sessions does not stop such a session. */
 bool cells_session_busy(struct cells *c, const char *user, const char *session);
 
+/* Constants that were config keys. */
+/* Interpreter contexts per session and in all: each holds a kernel process
+ * and its memory inside the sandbox's limit. */
+#define CELLS_MAX_PER_SESSION 4
+#define CELLS_MAX_GLOBAL 64
+/* A context unused this long is stopped (state_lost idle_stop). */
+#define CELLS_IDLE_TIMEOUT_S (2 * 3600)
+/* After SIGINT a cell has this long to come back before its interpreter is
+ * restarted (state_lost timeout). */
+#define CELLS_INTERRUPT_GRACE_MS 3000
+/* An interpreter starts within this (a cold python kernel takes ~1 s). */
+#define CELLS_START_TIMEOUT_MS 60000
+/* Output one cell returns inline; the rest by reference. */
+#define CELLS_OUTPUT_CAP_BYTES (INT64_C(4) << 20)
+
 #endif

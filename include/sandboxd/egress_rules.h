@@ -35,4 +35,8 @@ cJSON *egress_rules_policy_json(struct store *st, struct privacy *p, const struc
  * array; NULL on a store error (r set). */
 cJSON *egress_rules_log_json(struct store *st, const char *user, const char *session, size_t limit, int *r);
 
+/* Allowlist additions per user and per session: a list longer than this is
+ * a policy for the operator's egress.allow. */
+#define EGRESS_MAX_RULES 256
+
 #endif

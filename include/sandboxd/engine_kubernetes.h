@@ -138,4 +138,8 @@ int engine_kubernetes_pvc_name(const struct engine_spec *spec, char ret[K8S_NAME
  * hold are checked on the annotation instead. */
 int engine_kubernetes_selector(const char *const *filters, char *ret, size_t size);
 
+/* The RuntimeClass of runtime = runsc: deploy/kubernetes/runtimeclass-gvisor.yaml
+ * names it so. */
+#define K8S_GVISOR_RUNTIME_CLASS "gvisor"
+
 #endif

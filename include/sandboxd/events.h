@@ -165,4 +165,9 @@ struct events_stats {
 };
 void events_stats(struct events_stats *ret);
 
+/* The event log is a resume buffer for GET /v1/events and webhooks, not an
+ * archive (the audit log is): it keeps this many rows for this long. */
+#define EVENTS_MAX 100000
+#define EVENTS_RETENTION_S (7 * 86400)
+
 #endif

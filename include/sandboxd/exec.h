@@ -252,4 +252,15 @@ int exec_internal(struct exec_engine *e, const char *container_id, const char *c
                   size_t stdin_len, int timeout_ms, int *ret_exit, char **ret_out, size_t *ret_out_len,
                   struct sbx_error *err);
 
+/* Constants that were config keys: the protocol's own sizes. */
+/* Bytes of the head and of the tail of each stream returned inline. */
+#define EXEC_RESULT_HEAD_BYTES (INT64_C(32) << 10)
+/* The largest command or code body: a program larger is a file to write. */
+#define EXEC_MAX_COMMAND_BYTES (INT64_C(256) << 10)
+/* Bytes of stdin per execution; more is a file to write. */
+#define EXEC_MAX_STDIN_BYTES (INT64_C(16) << 20)
+/* Bytes of each stream spooled per execution; the rest is counted and
+ * dropped (max_spool_per_session bounds a session's disk). */
+#define EXEC_OUTPUT_CAP_BYTES (INT64_C(64) << 20)
+
 #endif

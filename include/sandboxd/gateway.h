@@ -120,4 +120,10 @@ struct gateway_stats {
 };
 void gateway_get_stats(struct gateway *gw, struct gateway_stats *ret);
 
+/* Open port-forwarded connections per session, per user and in all: each
+ * holds two fds; the caps sit well below the daemon's fd limit. */
+#define GATEWAY_FORWARD_MAX_PER_SESSION 2048
+#define GATEWAY_FORWARD_MAX_PER_USER 4096
+#define GATEWAY_FORWARD_MAX_TOTAL 16384
+
 #endif

@@ -106,4 +106,13 @@ bool http_addr_eq(const struct http_addr *a, const struct http_addr *b);
 /* The HTTP status for an API error code. */
 int http_status_for_code(const char *code);
 
+/* Constants that were config keys. Connections before their first
+ * authenticated request, in all and per client address (IPv6 per /64): a
+ * handshake takes one round trip, so these only bound a flood. */
+#define HTTP_MAX_UNAUTHENTICATED 256
+#define HTTP_MAX_UNAUTHENTICATED_PER_ADDRESS 32
+/* An idle HTTP connection (TLS handshake included) is closed after this:
+ * clients reconnect in one round trip, a slow-loris holds a slot no longer. */
+#define HTTP_IDLE_TIMEOUT_S 30
+
 #endif

@@ -71,4 +71,8 @@ void metrics_auth_failure(void);
 /* The whole exposition text, malloc'd in *ret. 0 or -ENOMEM. */
 int metrics_render(const struct metrics_ctx *m, char **ret);
 
+/* Distinct values of each metrics.label_keys key /metrics shows; the rest
+ * count as "other", so a tenant's labels cannot blow up the series count. */
+#define METRICS_LABEL_VALUES_MAX 20
+
 #endif

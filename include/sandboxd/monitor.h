@@ -31,4 +31,8 @@ int64_t monitor_last_poll(struct monitor *mon);
 /* Number of events handled (for stats and tests). */
 uint64_t monitor_events_seen(struct monitor *mon);
 
+/* Health monitor poll interval: the events stream reacts at once, the poll
+ * only catches what the stream missed. */
+#define MONITOR_INTERVAL_MS 5000
+
 #endif

@@ -171,4 +171,9 @@ void pool_stats(struct pool *p, struct pool_stats *ret);
 typedef void (*pool_test_hook_fn)(const char *stage);
 void pool_set_test_hook(pool_test_hook_fn fn);
 
+/* A warm pool slot starts the default run_cell context (a python kernel)
+ * ahead, so a new session's first cell pays no interpreter start-up; tests
+ * turn it off through the config field ("none"). */
+#define POOL_CELLS_PRESTART "python"
+
 #endif

@@ -253,4 +253,8 @@ size_t runner_hub_fence(struct runner_hub *h, const char *node);
  * out of range. */
 int runner_exec_resize(struct runner_exec *x, int rows, int cols);
 
+/* Runner ping interval; silent for three of them counts as a dead
+ * container. 2 s finds a dead runner in 6 s at a negligible cost. */
+#define RUNNER_HEARTBEAT_MS 2000
+
 #endif

@@ -100,4 +100,8 @@ int service_list(struct service_manager *m, const char *user, const char *sessio
 int service_logs(struct service_manager *m, const char *user, const char *session, const char *name, int tail_lines,
                  char **ret_stdout, char **ret_stderr, struct sbx_error *err);
 
+/* SIGTERM to SIGKILL when a service is stopped: long enough for a server
+ * to close its sockets. */
+#define SERVICE_STOP_GRACE_MS 5000
+
 #endif

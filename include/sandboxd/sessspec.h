@@ -66,4 +66,8 @@ bool sessspec_equal(const struct store_session_spec *a, const struct store_sessi
  * of o, with the config's values where spec asks none (spec may be NULL). */
 void sessspec_add_json(cJSON *o, const struct sbx_config *cfg, const struct store_session_spec *spec);
 
+/* The largest ttl_seconds create_session accepts: a week, past it a
+ * session is a server and belongs elsewhere. */
+#define SESSSPEC_TTL_MAX_S (7 * 86400)
+
 #endif

@@ -81,4 +81,11 @@ void webhook_stats(struct webhook_stats *ret);
 int webhook_sign(const char *secret, size_t secret_len, const char *timestamp, const char *body, size_t body_len,
                  char ret_hex[65]);
 
+/* Constants that were config keys: delivery is at least once with backoff,
+ * a receiver down for minutes gets its events from GET /v1/events. */
+#define WEBHOOK_MAX_INFLIGHT 4
+#define WEBHOOK_MAX_RETRIES 5
+#define WEBHOOK_TIMEOUT_MS 10000
+#define WEBHOOK_BACKOFF_MS 1000 /* first retry after this, doubling, at most 60 s */
+
 #endif

@@ -1041,9 +1041,9 @@ static void setup_egress(void)
         struct sbx_error err = {0};
 
         fixture_config(&cfg);
-        cr_assert_eq(config_set(&cfg, "egress_allow", "pypi.test:*", &err), 0, "%s", err.msg);
-        cr_assert_eq(config_set(&cfg, "egress_resolve", "pypi.test=127.0.0.1", &err), 0, "%s", err.msg);
-        cr_assert_eq(config_set(&cfg, "egress_allow_private", "127.0.0.1/32", &err), 0, "%s", err.msg);
+        cr_assert_eq(config_set(&cfg, "egress.allow", "pypi.test:*", &err), 0, "%s", err.msg);
+        cr_assert_eq(config_set(&cfg, "egress.resolve", "pypi.test=127.0.0.1", &err), 0, "%s", err.msg);
+        cr_assert_eq(config_set(&cfg, "egress.allow_private", "127.0.0.1/32", &err), 0, "%s", err.msg);
         keep_cfg = true;
         open_daemon(true);
 }

@@ -209,9 +209,9 @@ static const char *const *daemon_extra;
 static void daemon_env(void)
 {
         setenv("SANDBOXD_ENGINE", "kubernetes", 1);
-        setenv("SANDBOXD_KUBE_CONFIG", getenv("SANDBOXD_K8S_KUBECONFIG"), 1);
-        setenv("SANDBOXD_KUBE_NAMESPACE", ns, 1);
-        setenv("SANDBOXD_KUBE_IMAGE_PULL_POLICY", "Never", 1);
+        setenv("SANDBOXD_KUBERNETES_CONFIG", getenv("SANDBOXD_K8S_KUBECONFIG"), 1);
+        setenv("SANDBOXD_KUBERNETES_NAMESPACE", ns, 1);
+        setenv("SANDBOXD_KUBERNETES_IMAGE_PULL_POLICY", "Never", 1);
         setenv("SANDBOXD_DATA_DIR", data_dir, 1);
         setenv("SANDBOXD_API_SOCKET", api_sock, 1);
         setenv("SANDBOXD_ADMIN_SOCKET", admin_sock, 1);
@@ -894,8 +894,8 @@ Test(k8s_flows, gc_and_reconciliation_after_a_restart_leak_no_pod_claim_or_polic
 Test(k8s_flows, pvc_mode_claims_go_with_a_purge_and_with_gc)
 {
         NEED_CLUSTER();
-        static const char *const extra[] = {"SANDBOXD_KUBE_WORKSPACE=pvc", "SANDBOXD_KUBE_START_TIMEOUT=2s",
-                                            "SANDBOXD_WORKSPACE_RETENTION=1s", NULL};
+        static const char *const extra[] = {"SANDBOXD_KUBERNETES_WORKSPACE=pvc", "SANDBOXD_KUBERNETES_START_TIMEOUT=2s",
+                                            "SANDBOXD_GC_WORKSPACE_RETENTION=1s", NULL};
         char sel[160];
         cJSON *r;
 

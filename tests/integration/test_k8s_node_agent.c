@@ -746,7 +746,7 @@ Test(k8s_node_agent, the_control_manifests_are_accepted_and_expose_the_node_link
                 if (strcmp(kind_of(doc), "ConfigMap") == 0) {
                         /* not jget: the key holds a '.' */
                         const cJSON *conf = cJSON_GetObjectItem(jget(doc, "data"), "sandboxd.conf");
-                        listen = cJSON_IsString(conf) && strstr(conf->valuestring, "node_listen = 0.0.0.0:7443");
+                        listen = cJSON_IsString(conf) && strstr(conf->valuestring, "[node]\nlisten = 0.0.0.0:7443");
                 }
                 char *body = cJSON_PrintUnformatted(doc), *raw = NULL;
                 collection(kind_of(doc), path, sizeof(path));

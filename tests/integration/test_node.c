@@ -565,9 +565,9 @@ Test(node, egress_connects_leave_from_the_node_agent_and_the_control_still_decid
         int code = -1;
 
         fixture_config(&cfg);
-        cr_assert_eq(config_set(&cfg, "egress_allow", "up.test:*", &err), 0);
-        cr_assert_eq(config_set(&cfg, "egress_resolve", "up.test=127.0.0.1, blocked.test=127.0.0.1", &err), 0);
-        cr_assert_eq(config_set(&cfg, "egress_allow_private", "127.0.0.1/32", &err), 0);
+        cr_assert_eq(config_set(&cfg, "egress.allow", "up.test:*", &err), 0);
+        cr_assert_eq(config_set(&cfg, "egress.resolve", "up.test=127.0.0.1, blocked.test=127.0.0.1", &err), 0);
+        cr_assert_eq(config_set(&cfg, "egress.allow_private", "127.0.0.1/32", &err), 0);
         u.agent = open_with_node_publishing();
         u.lfd = socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0);
         cr_assert_eq(bind(u.lfd, (struct sockaddr *)&sa, sizeof(sa)), 0);

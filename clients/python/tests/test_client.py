@@ -48,7 +48,7 @@ class ClientTest(unittest.TestCase):
     @classmethod
     def setUpClass(cls):
         cls.daemon = Daemon(
-            env={"SANDBOXD_MAX_FILE_SIZE": "1m", "SANDBOXD_MAX_SERVICES_PER_SESSION": "2"}
+            env={"SANDBOXD_LIMITS_FILE_SIZE": "1m", "SANDBOXD_LIMITS_SERVICES_PER_SESSION": "2"}
         ).start()
         cls.token = cls.daemon.token("alice")
         cls.sbx = sandboxd.Sandboxd(cls.daemon.url, cls.token, ca_file=cls.daemon.ca)

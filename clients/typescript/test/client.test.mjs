@@ -38,7 +38,7 @@ describe('TypeScript client over HTTPS', { timeout: 600000 }, () => {
 
         before(async () => {
                 d = await startHttpsDaemon({
-                        env: { SANDBOXD_MAX_FILE_SIZE: '1m', SANDBOXD_MAX_SERVICES_PER_SESSION: '2' },
+                        env: { SANDBOXD_LIMITS_FILE_SIZE: '1m', SANDBOXD_LIMITS_SERVICES_PER_SESSION: '2' },
                 });
                 token = await d.createToken('alice');
                 c = new Sandboxd({ url: d.url, token, caFile: d.caFile });

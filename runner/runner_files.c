@@ -635,6 +635,121 @@ static void file_list(uint32_t tag, const struct rp_file_req *rq, const char *pa
         reply(tag, 0, truncated ? RP_FR_TRUNCATED : 0, n, i < n ? (uint32_t)i : 0, buf, len);
 }
 
+/* ---- mkdir, remove, move ---- */
+
+/* The parent of path opened (it must exist; resolved inside /workspace),
+ * its last component in base. /workspace itself has no parent: EINVAL. */
+static int open_parent(const char *path, char base[NAME_MAX + 1], bool make)
+{
+        char dir[PATH_MAX], rd[PATH_MAX];
+        int missing = -1, r;
+
+        if (!under_ws(path) || strcmp(path, WS) == 0)
+                return -EINVAL;
+        split_path(path, dir, sizeof(dir), base, NAME_MAX + 1);
+        if (!base[0] || strcmp(base, ".") == 0 || strcmp(base, "..") == 0)
+                return -EINVAL;
+        r = ws_resolve(dir, make, rd, sizeof(rd), &missing);
+        if (r < 0)
+                return r;
+        r = ws_open_dir(rd, make ? missing : -1, 0755);
+        return r < 0 ? open_err(r) : r;
+}
+
+static void file_mkdir(uint32_t tag, const char *path)
+{
+        char base[NAME_MAX + 1];
+        int dfd = open_parent(path, base, true);
+
+        if (dfd >= 0) {
+                int r = mkdirat(dfd, base, 0755) < 0 ? errno : 0;
+                close(dfd);
+                reply(tag, r, 0, 0, 0, NULL, 0);
+                return;
+        }
+        reply(tag, strcmp(path, WS) == 0 ? EEXIST : -dfd, 0, 0, 0, NULL, 0);
+}
+
+/* Everything in the directory fd (taken), then nothing follows a link. */
+static int remove_tree(int fd, int depth)
+{
+        DIR *d = fdopendir(fd);
+        struct dirent *de;
+        int r = 0;
+
+        if (!d) {
+                r = -errno;
+                close(fd);
+                return r;
+        }
+        while (r == 0 && (de = readdir(d))) {
+                if (strcmp(de->d_name, ".") == 0 || strcmp(de->d_name, "..") == 0)
+                        continue;
+                if (unlinkat(dirfd(d), de->d_name, 0) == 0)
+                        continue;
+                if (errno != EISDIR && errno != EPERM) {
+                        r = -errno;
+                        break;
+                }
+                if (depth >= RP_REMOVE_DEPTH) {
+                        r = -ELOOP;
+                        break;
+                }
+                int sub = openat(dirfd(d), de->d_name, O_RDONLY | O_DIRECTORY | O_NOFOLLOW | O_CLOEXEC);
+                r = sub < 0 ? -errno : remove_tree(sub, depth + 1);
+                if (r == 0 && unlinkat(dirfd(d), de->d_name, AT_REMOVEDIR) < 0)
+                        r = -errno;
+                if (r == 0)
+                        rewinddir(d);
+        }
+        closedir(d);
+        return r;
+}
+
+static void file_remove(uint32_t tag, const char *path)
+{
+        char base[NAME_MAX + 1];
+        int dfd = open_parent(path, base, false), r = 0;
+
+        if (dfd < 0) {
+                reply(tag, dfd, 0, 0, 0, NULL, 0);
+                return;
+        }
+        if (unlinkat(dfd, base, 0) < 0) {
+                r = -errno;
+                if (r == -EISDIR || r == -EPERM) {
+                        int sub = openat(dfd, base, O_RDONLY | O_DIRECTORY | O_NOFOLLOW | O_CLOEXEC);
+                        r = sub < 0 ? -errno : remove_tree(sub, 1);
+                        if (r == 0 && unlinkat(dfd, base, AT_REMOVEDIR) < 0)
+                                r = -errno;
+                }
+        }
+        close(dfd);
+        reply(tag, r, 0, 0, 0, NULL, 0);
+}
+
+static void file_move(uint32_t tag, const char *src, const char *dst)
+{
+        char sbase[NAME_MAX + 1], dbase[NAME_MAX + 1];
+        int sfd = open_parent(src, sbase, false), dfd, r = 0;
+
+        if (sfd < 0) {
+                reply(tag, sfd, 0, 0, 0, NULL, 0);
+                return;
+        }
+        dfd = open_parent(dst, dbase, true);
+        if (dfd < 0) {
+                close(sfd);
+                reply(tag, dfd, 0, 0, 0, NULL, 0);
+                return;
+        }
+        if (renameat(sfd, sbase, dfd, dbase) < 0)
+                r = errno;
+        close(sfd);
+        close(dfd);
+        reply(tag, r, 0, 0, 0, NULL, 0);
+}
+
 /* ---- dispatch ---- */
 
 void files_frame(const struct rp_hdr *h, const unsigned char *p)
@@ -652,8 +767,22 @@ void files_frame(const struct rp_hdr *h, const unsigned char *p)
         }
         memcpy(&rq, p, sizeof(rq));
         path = (const char *)p + sizeof(rq);
-        if (h->type == RP_FILE_READ)
+        if (h->type == RP_FILE_READ) {
                 file_read(h->tag, &rq, path);
-        else
+        } else if (h->type == RP_FILE_LIST) {
                 file_list(h->tag, &rq, path);
+        } else if (h->type == RP_FILE_MKDIR) {
+                file_mkdir(h->tag, path);
+        } else if (h->type == RP_FILE_REMOVE) {
+                file_remove(h->tag, path);
+        } else {
+                /* MOVE: the source, then the destination */
+                const char *z = memchr(path, '\0', h->len - sizeof(rq));
+                const char *dst = z + 1;
+                if (dst >= (const char *)p + h->len || !memchr(dst, '\0', (size_t)((const char *)p + h->len - dst))) {
+                        reply(h->tag, EINVAL, 0, 0, 0, NULL, 0);
+                        return;
+                }
+                file_move(h->tag, path, dst);
+        }
 }

@@ -211,6 +211,9 @@ static void handle_frame(const struct rp_hdr *h, const unsigned char *p)
         case RP_FILE_READ:
         case RP_FILE_WRITE:
         case RP_FILE_LIST:
+        case RP_FILE_MKDIR:
+        case RP_FILE_REMOVE:
+        case RP_FILE_MOVE:
                 files_frame(h, p);
                 break;
         case RP_SVC_START:

@@ -39,6 +39,7 @@ enum {
         X_MKDIR = 17,
         X_NOTDIR = 18,
         X_IO = 19,
+        X_EXIST = 20,
 };
 
 /* The shared prelude: `inside P` says whether P is /workspace or below. */
@@ -104,6 +105,46 @@ static const char list_script[] = PRELUDE
         "  s=0; case $t in f|l) s=$(stat -c %s -- \"$f\" 2>/dev/null) || s=0;; esac\n"
         "  printf '%s %s\\0%s\\0' \"$t\" \"$s\" \"$f\"\n"
         "done\n";
+
+/* $1 directory: made with its parents; 20 when it exists already. */
+static const char mkdir_script[] = PRELUDE
+        "p=\"$1\"\n"
+        "if [ -e \"$p\" ] || [ -L \"$p\" ]; then exit 20; fi\n"
+        "a=\"$p\"; while [ ! -e \"$a\" ] && [ ! -L \"$a\" ]; do a=\"${a%/*}\"; done\n"
+        "ra=$(readlink -f \"$a\") || exit 12\n"
+        "inside \"$ra\" || exit 13\n"
+        "[ -d \"$ra\" ] || exit 18\n"
+        "mkdir -p -- \"$p\" 2>/dev/null || exit 17\n"
+        "r=$(readlink -f \"$p\") || exit 12\n"
+        "inside \"$r\" || exit 13\n";
+
+/* $1 path: removed (a symlink itself, a directory with its content; rm
+ * never follows a link below it). The parent is resolved first. */
+static const char remove_script[] = PRELUDE
+        "p=\"$1\"; d=\"${p%/*}\"; b=\"${p##*/}\"\n"
+        "rd=$(readlink -f \"$d\") || exit 12\n"
+        "inside \"$rd\" || exit 13\n"
+        "[ -d \"$rd\" ] || exit 18\n"
+        "t=\"$rd/$b\"\n"
+        "[ -e \"$t\" ] || [ -L \"$t\" ] || exit 12\n"
+        "rm -rf -- \"$t\" 2>/dev/null || exit 16\n";
+
+/* $1 source, $2 destination: renamed (mv -T: never into a directory), the
+ * destination's parents made; both parents resolved inside first. */
+static const char move_script[] = PRELUDE
+        "s=\"$1\"; sd=\"${s%/*}\"; sb=\"${s##*/}\"\n"
+        "rs=$(readlink -f \"$sd\") || exit 12\n"
+        "inside \"$rs\" || exit 13\n"
+        "[ -e \"$rs/$sb\" ] || [ -L \"$rs/$sb\" ] || exit 12\n"
+        "p=\"$2\"; d=\"${p%/*}\"; b=\"${p##*/}\"\n"
+        "a=\"$d\"; while [ ! -e \"$a\" ] && [ ! -L \"$a\" ]; do a=\"${a%/*}\"; done\n"
+        "ra=$(readlink -f \"$a\") || exit 12\n"
+        "inside \"$ra\" || exit 13\n"
+        "[ -d \"$ra\" ] || exit 18\n"
+        "mkdir -p -- \"$d\" 2>/dev/null || exit 17\n"
+        "rd=$(readlink -f \"$d\") || exit 12\n"
+        "inside \"$rd\" || exit 13\n"
+        "mv -f -T -- \"$rs/$sb\" \"$rd/$b\" 2>/dev/null || exit 16\n";
 
 static const char *const type_names[] = {"file", "dir", "symlink", "other"};
 
@@ -196,6 +237,9 @@ static int errno_error(int r, const char *what, const char *path, struct sbx_err
                                      "%s: writing %s failed: the workspace is full (its workspace_quota, or the disk "
                                      "that holds it)",
                                      what, path);
+        case -EEXIST:
+        case -ENOTEMPTY:
+                return sbx_error_set(err, -EEXIST, 0, "%s: %s exists already", what, path);
         case -EFBIG:
                 return sbx_error_set(err, -EFBIG, 0, "%s: %s would be larger than the workspace's file system allows",
                                      what, path);
@@ -213,7 +257,7 @@ static int errno_error(int r, const char *what, const char *path, struct sbx_err
 static int script_error(int code, const char *what, const char *path, const char *out, struct sbx_error *err)
 {
         static const int map[][2] = {{X_NOENT, -ENOENT}, {X_OUTSIDE, -EPERM},  {X_ISDIR, -EISDIR}, {X_NOTREG, -EINVAL},
-                                     {X_ACCES, -EACCES}, {X_NOTDIR, -ENOTDIR}, {X_IO, -ENOSPC}};
+                                     {X_ACCES, -EACCES}, {X_NOTDIR, -ENOTDIR}, {X_IO, -ENOSPC},    {X_EXIST, -EEXIST}};
 
         if (code == X_MKDIR)
                 return sbx_error_set(err, -EACCES, 0, "%s: cannot create the parent directories of %s", what, path);
@@ -498,4 +542,66 @@ done:
         if (ret_truncated)
                 *ret_truncated = truncated;
         return 0;
+}
+
+/* A change the runner makes (runner_file_change), else its script. */
+static int change(const struct files_ctx *f, const char *user, const char *session, uint16_t type, const char *what,
+                  const char *path, const char *path2, struct sbx_error *err)
+{
+        char norm[FILES_PATH_MAX], norm2[FILES_PATH_MAX] = "", cid[65];
+        struct session *s = NULL;
+        _cleanup_free_ char *out = NULL;
+        int code = -1, r;
+
+        r = files_normalize(path, norm, err);
+        if (r < 0)
+                return r;
+        if (path2 && (r = files_normalize(path2, norm2, err)) < 0)
+                return r;
+        if (type != RP_FILE_MKDIR && (strcmp(norm, WORKSPACE) == 0 || strcmp(norm2, WORKSPACE) == 0))
+                return sbx_error_set(err, -EINVAL, 0, "%s: /workspace itself cannot be %s", what,
+                                     type == RP_FILE_REMOVE ? "removed" : "moved");
+        if (type == RP_FILE_MKDIR && strcmp(norm, WORKSPACE) == 0)
+                return errno_error(-EEXIST, what, norm, err);
+        r = open_container(f, user, session, &s, cid, err);
+        if (r < 0)
+                return r;
+        r = via_runner(f, user, session)
+                    ? runner_file_change(f->runner, user, session, type, norm, path2 ? norm2 : NULL, SCRIPT_TIMEOUT_MS)
+                    : -ENOTCONN;
+        if (r != -ENOTCONN) {
+                session_release(s);
+                return r < 0 ? errno_error(r, what, norm, err) : 0;
+        }
+        {
+                const char *script = type == RP_FILE_MKDIR    ? mkdir_script
+                                     : type == RP_FILE_REMOVE ? remove_script
+                                                              : move_script;
+                const char *argv[] = {"sh", "-c", script, "sbx-change", norm, path2 ? norm2 : NULL, NULL};
+                r = exec_internal(f->exec, cid, argv, NULL, 0, SCRIPT_TIMEOUT_MS, &code, &out, NULL, err);
+        }
+        session_release(s);
+        if (r < 0) {
+                sbx_error_prefix(err, "%s %s", what, norm);
+                return r;
+        }
+        return code != 0 ? script_error(code, what, norm, NULL, err) : 0;
+}
+
+int files_mkdir(const struct files_ctx *f, const char *user, const char *session, const char *path,
+                struct sbx_error *err)
+{
+        return change(f, user, session, RP_FILE_MKDIR, "mkdir", path, NULL, err);
+}
+
+int files_remove(const struct files_ctx *f, const char *user, const char *session, const char *path,
+                 struct sbx_error *err)
+{
+        return change(f, user, session, RP_FILE_REMOVE, "remove", path, NULL, err);
+}
+
+int files_move(const struct files_ctx *f, const char *user, const char *session, const char *src, const char *dst,
+               struct sbx_error *err)
+{
+        return change(f, user, session, RP_FILE_MOVE, "move", src, dst, err);
 }

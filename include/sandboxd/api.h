@@ -55,8 +55,10 @@
  * not_found, exactly as for an unknown id). The session's container is
  * created on first use.
  *
- *   exec            {command, timeout_seconds?, workdir?, env?: {K: V}, stdin?, background?, interactive?, stream?, encoding?,
+ *   exec            {command | argv: [strings], timeout_seconds?, workdir?, env?: {K: V}, stdin?, background?, interactive?, stream?, encoding?,
  *                    tty?, rows?: 1-1000 (24), cols?: 1-1000 (80)}
+ *       argv: the program and its arguments, exec'd as they are (no shell;
+ *         1-4096 words, within max_command_size together), instead of command.
  *       tty: on a pseudo-terminal made by the session's runner (implies
  *         interactive; output comes back as stdout; eof sends ^D). Refused
  *         (unavailable) when the runner is not connected: the docker exec

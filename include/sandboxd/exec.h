@@ -108,6 +108,7 @@ enum exec_stream {
 typedef void (*exec_output_fn)(const char *exec_id, enum exec_stream stream, const void *data, size_t len,
                                void *userdata);
 
+#define EXEC_ARGV_MAX 4096     /* = RP_MAX_ARGS */
 #define EXEC_TTY_MAX_ROWS 1000 /* = RP_TTY_MAX_ROWS */
 #define EXEC_TTY_MAX_COLS 1000
 
@@ -115,6 +116,8 @@ struct exec_request {
         const char *user;
         const char *session;
         const char *command;         /* shell command (language NONE) */
+        const char *const *argv;     /* or a program and its arguments, exec'd as they are (language NONE,
+                                        command NULL; NULL-terminated, 1..EXEC_ARGV_MAX) */
         enum exec_language language; /* or code in this language */
         const char *code;
         size_t code_len;        /* 0 = strlen(code) */

@@ -101,4 +101,18 @@ int files_list(const struct files_ctx *f, const char *user, const char *session,
                char ret_path[FILES_PATH_MAX], struct files_entry **ret, size_t *ret_n, bool *ret_truncated,
                struct sbx_error *err);
 
+/* Make a directory and its missing parents (0755). -EEXIST when the path
+ * exists already (whatever it is), -EPERM, -ENOTDIR as for write. */
+int files_mkdir(const struct files_ctx *f, const char *user, const char *session, const char *path,
+                struct sbx_error *err);
+/* Remove a path: a file, a symlink itself (never its target), a directory
+ * with everything below it. -ENOENT, -EINVAL for /workspace itself. */
+int files_remove(const struct files_ctx *f, const char *user, const char *session, const char *path,
+                 struct sbx_error *err);
+/* Rename src to dst (dst's missing parents made; an existing file there is
+ * replaced, a non-empty directory is -EEXIST; a symlink moves as a link).
+ * -ENOENT for a missing src, -EINVAL for /workspace itself. */
+int files_move(const struct files_ctx *f, const char *user, const char *session, const char *src, const char *dst,
+               struct sbx_error *err);
+
 #endif

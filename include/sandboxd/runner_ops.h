@@ -41,6 +41,12 @@ typedef void (*runner_entry_fn)(void *ud, char type, int64_t size, const char *n
 int runner_file_list(struct runner_hub *h, const char *user, const char *session, const char *path, runner_entry_fn fn,
                      void *ud, bool *ret_truncated, int timeout_ms);
 
+/* A change (RP_FILE_MKDIR, RP_FILE_REMOVE, or RP_FILE_MOVE of path to
+ * path2) done by the runner, confined as above: -EEXIST, -ENOENT,
+ * -ENOTDIR, -EPERM, -EINVAL for /workspace itself, -ENOTCONN, -ETIMEDOUT. */
+int runner_file_change(struct runner_hub *h, const char *user, const char *session, uint16_t type, const char *path,
+                       const char *path2, int timeout_ms);
+
 /* ---- services ---- */
 
 struct runner_svc_state {

@@ -109,6 +109,18 @@
  *                 to ask for next (0: done), RP_FR_TRUNCATED past
  *                 RP_FILE_LIST_MAX entries.
  *   RP_FILE_REPLY struct rp_file_reply then the data; err is a positive errno.
+ *   RP_FILE_MKDIR (40) payload: struct rp_file_req (unused), then the path.
+ *                 Makes the directory and its missing parents (0755, each
+ *                 with mkdirat and opened O_NOFOLLOW); EEXIST when the path
+ *                 exists already.
+ *   RP_FILE_REMOVE (41) as MKDIR. Removes the path (a symlink itself, never
+ *                 what it points to; a directory with everything below it,
+ *                 walked with openat(O_NOFOLLOW) and unlinkat, at most
+ *                 RP_REMOVE_DEPTH deep). /workspace itself is EINVAL.
+ *   RP_FILE_MOVE (42) as MKDIR, then the destination path (both
+ *                 NUL-terminated). renameat from the source's parent to the
+ *                 destination's (made if missing): a symlink is moved as a
+ *                 link, an existing destination file is replaced.
  *
  * Services (types 24-27). A service is named by its marker (the daemon's
  * "<name>-<start ms>"); the runner keeps up to RP_SVC_MAX of them, each under
@@ -134,7 +146,10 @@
 #include <stdint.h>
 
 #define RP_VERSION "sandboxd-runner/1"
-#define RP_PROTOCOL 2 /* 2: durable executions (RP_JOB, RP_RESUME, RP_ACK, RP_FORGET), tty */
+/* 2: durable executions (RP_JOB, RP_RESUME, RP_ACK, RP_FORGET), tty; 3: RP_FILE_MKDIR, RP_FILE_REMOVE,
+ * RP_FILE_MOVE (a runner of 2 would skip them and leave the call to time out: it is refused at its hello,
+ * and its container's files go through docker exec) */
+#define RP_PROTOCOL 3
 #define RP_SOCKET_DIR "/run/sandboxd"
 #define RP_SOCKET_NAME "runner.sock"
 #define RP_BINARY_PATH "/run/sandboxd-runner"
@@ -184,6 +199,10 @@ enum rp_type {
         RP_SVC_SIGNAL = 25,
         RP_SVC_FORGET = 26,
         RP_SVC_STATE = 27,
+        /* 40-42: more workspace files, answered by RP_FILE_REPLY */
+        RP_FILE_MKDIR = 40,
+        RP_FILE_REMOVE = 41,
+        RP_FILE_MOVE = 42,
 };
 
 #define RP_OUT_STDERR 1u
@@ -244,8 +263,9 @@ struct rp_fwd_open {
 #define RP_FW_END 2u
 #define RP_FR_TRUNCATED 1u
 #define RP_FILE_LIST_MAX 1000
-#define RP_MARKER_MAX 127 /* bytes of a service marker */
-#define RP_SVC_MAX 64     /* services a runner holds (running or not yet forgotten) */
+#define RP_REMOVE_DEPTH 256 /* directories deep a remove goes */
+#define RP_MARKER_MAX 127   /* bytes of a service marker */
+#define RP_SVC_MAX 64       /* services a runner holds (running or not yet forgotten) */
 #define RP_SVC_MAX_PORTS 16
 #define RP_SVC_PORT_POLL_MS 50
 

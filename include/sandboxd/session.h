@@ -312,6 +312,13 @@ void session_resume_async_stop(struct session_manager *m);
  * are finished first. Idempotent; the daemon calls it before the runner hub
  * goes, session_manager_free again. */
 void session_evictions_stop(struct session_manager *m);
+/* Never make (user, session) again: a later session_get_or_create of the
+ * key, once it is gone from the table, is -ENOENT. For keys that are never
+ * reused (an E2B sandbox's id): retired before its destroy, a request that
+ * raced the destroy cannot bring the session back. The last
+ * SESSION_RETIRED_MAX keys are kept, in memory. */
+#define SESSION_RETIRED_MAX 4096
+int session_retire(struct session_manager *m, const char *user, const char *session);
 /* Whether the session is PAUSED now (false: unknown). */
 bool session_is_paused(struct session_manager *m, const char *user, const char *session);
 /* Monitor entry: pause RUNNING sessions unused for pause_after (0: off)

@@ -206,6 +206,30 @@ int api_execution_reply(struct api_req *q, const char *id, cJSON **ret, struct f
         return execution_reply(q, id, background, base64, strcmp(q->method, "run_code") == 0, NULL, ret, e);
 }
 
+/* params.argv: an array of 1..EXEC_ARGV_MAX strings, borrowed into a
+ * NULL-terminated vector (exec_start checks the words themselves). */
+static int param_argv(const cJSON *a, const char ***ret, struct fronterr *e)
+{
+        int n = cJSON_GetArraySize(a), i = 0;
+        const cJSON *it;
+        const char **v;
+
+        if (!cJSON_IsArray(a) || n < 1 || n > EXEC_ARGV_MAX)
+                return fronterr_set(e, "bad_request", "params.argv must be an array of 1 to %d strings", EXEC_ARGV_MAX);
+        v = calloc((size_t)n + 1, sizeof(*v));
+        if (!v)
+                return fronterr_set(e, "internal", "out of memory");
+        cJSON_ArrayForEach(it, a) {
+                if (!cJSON_IsString(it)) {
+                        free(v);
+                        return fronterr_set(e, "bad_request", "params.argv must be an array of strings");
+                }
+                v[i++] = it->valuestring;
+        }
+        *ret = v;
+        return 0;
+}
+
 /* code_override: run_code {script} (the saved script's code). */
 static int run_execution_code(struct api_req *q, enum exec_language lang, const char *code_override, bool cache,
                               cJSON **ret, struct fronterr *e)
@@ -214,6 +238,8 @@ static int run_execution_code(struct api_req *q, enum exec_language lang, const 
         int64_t timeout, rows, cols;
         bool background, interactive, stream, base64, tty;
         const cJSON *env_obj = cJSON_GetObjectItemCaseSensitive(q->params, "env");
+        const cJSON *argv_obj = cJSON_GetObjectItemCaseSensitive(q->params, "argv");
+        _cleanup_free_ const char **argv = NULL;
         const char *env[API_MAX_ENV + 1] = {0};
         char *env_buf[API_MAX_ENV] = {0};
         size_t n_env = 0;
@@ -222,9 +248,15 @@ static int run_execution_code(struct api_req *q, enum exec_language lang, const 
         char id[37];
         int r = -1;
 
+        if (cJSON_IsNull(argv_obj))
+                argv_obj = NULL;
         if (lang == EXEC_LANG_NONE) {
-                if (jparam_string(&q->args, "command", true, &command, e) < 0)
+                if (jparam_string(&q->args, "command", argv_obj == NULL, &command, e) < 0)
                         return -1;
+                if (argv_obj && (command || param_argv(argv_obj, &argv, e) < 0))
+                        return command ? fronterr_set(e, "bad_request",
+                                                      "params.command and params.argv exclude each other")
+                                       : -1;
         } else if (code_override) {
                 code = code_override;
         } else if (jparam_string(&q->args, "code", true, &code, e) < 0) {
@@ -278,6 +310,7 @@ static int run_execution_code(struct api_req *q, enum exec_language lang, const 
                 .user = q->tok.user,
                 .session = q->session,
                 .command = command,
+                .argv = argv,
                 .language = lang,
                 .code = code,
                 .timeout_s = (int)timeout,

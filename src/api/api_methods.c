@@ -428,9 +428,9 @@ static int m_mark_private(struct api_req *q, cJSON **ret, struct fronterr *e)
 // clang-format off
 static const struct api_method_doc methods_doc[] = {
         {"exec", api_m_exec,
-         "{command, timeout_seconds?, workdir?, env?: {K: V}, stdin?, background?, interactive?, stream?, encoding?, tty?, rows?, cols?, idempotency_key?}",
+         "{command | argv: [strings], timeout_seconds?, workdir?, env?: {K: V}, stdin?, background?, interactive?, stream?, encoding?, tty?, rows?, cols?, idempotency_key?}",
          "an execution result; with background: {execution_id, state} at once",
-         "Run a shell command (sh -c) in the session's container. With tty: true it runs on a pseudo-terminal the runner opens (rows and cols 1-1000, default 24 x 80); refused with unavailable when the session's runner is not connected."},
+         "Run a shell command (sh -c) in the session's container, or with argv a program and its arguments exec'd as they are (no shell). With tty: true it runs on a pseudo-terminal the runner opens (rows and cols 1-1000, default 24 x 80); refused with unavailable when the session's runner is not connected."},
         {"run_code", api_m_run_code,
          "{language: python|node|bash, code | script: NAME, timeout_seconds?, workdir?, env?, stdin?, background?, interactive?, stream?, encoding?, cache?, idempotency_key?}",
          "an execution result, with cached (the script cache's entry, or null) and cache_error when the cache refused it",

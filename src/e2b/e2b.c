@@ -76,9 +76,9 @@ static const struct e2b_route routes[] = {
         {"POST", "/process.Process/SendSignal", E2B_ENVD_PORT, E2B_BODY_MAX, e2b_envd_send_signal, "cancel_execution"},
         {"POST", "/filesystem.Filesystem/Stat", E2B_ENVD_PORT, E2B_BODY_MAX, e2b_envd_stat, "list_files of the parent"},
         {"POST", "/filesystem.Filesystem/ListDir", E2B_ENVD_PORT, E2B_BODY_MAX, e2b_envd_list_dir, "list_files"},
-        {"POST", "/filesystem.Filesystem/MakeDir", E2B_ENVD_PORT, E2B_BODY_MAX, e2b_envd_make_dir, "exec mkdir -p"},
-        {"POST", "/filesystem.Filesystem/Remove", E2B_ENVD_PORT, E2B_BODY_MAX, e2b_envd_remove, "exec rm -rf"},
-        {"POST", "/filesystem.Filesystem/Move", E2B_ENVD_PORT, E2B_BODY_MAX, e2b_envd_move, "exec mv"},
+        {"POST", "/filesystem.Filesystem/MakeDir", E2B_ENVD_PORT, E2B_BODY_MAX, e2b_envd_make_dir, "files_mkdir"},
+        {"POST", "/filesystem.Filesystem/Remove", E2B_ENVD_PORT, E2B_BODY_MAX, e2b_envd_remove, "files_remove"},
+        {"POST", "/filesystem.Filesystem/Move", E2B_ENVD_PORT, E2B_BODY_MAX, e2b_envd_move, "files_move"},
         {"POST", "/execute", E2B_JUPYTER_PORT, E2B_BODY_MAX, e2b_jupyter_execute, "run_cell"},
         {"POST", "/contexts", E2B_JUPYTER_PORT, E2B_BODY_MAX, e2b_jupyter_create, "(a name; run_cell makes it)"},
         {"GET", "/contexts", E2B_JUPYTER_PORT, 0, e2b_jupyter_list, "list_contexts"},
@@ -160,6 +160,25 @@ int e2b_call(struct e2b_req *q, const char *method, cJSON *params, cJSON **ret, 
         if (r == 1)
                 return fronterr_set(e, "unavailable", "the client left");
         return r < 0 ? -1 : 0;
+}
+
+cJSON *e2b_parse_object(const char *buf, size_t len, struct fronterr *e)
+{
+        enum reqguard_verdict v = reqguard_scan(buf, len, REQGUARD_MAX_ELEMENTS, REQGUARD_MAX_DEPTH);
+        cJSON *o;
+
+        if (v != REQGUARD_OK) {
+                fronterr_set(e, reqguard_verdict_is_invalid(v) ? "bad_request" : "too_large", "%s",
+                             reqguard_verdict_message(v));
+                return NULL;
+        }
+        o = len ? cJSON_ParseWithLength(buf, len) : cJSON_CreateObject();
+        if (!cJSON_IsObject(o)) {
+                cJSON_Delete(o);
+                fronterr_set(e, "bad_request", "the body must be a JSON object");
+                return NULL;
+        }
+        return o;
 }
 
 bool e2b_session_exists(struct e2b_req *q)
@@ -515,24 +534,14 @@ void e2b_req_free(struct e2b_req *q)
 
 /* ---- the control API ---- */
 
-/* The body as a JSON object: bounded (reqguard) before parsing; NULL with
- * an answer queued in *ret_answer. An empty body is {}. */
+/* The body as a JSON object, or NULL with E2B's error queued. */
 static cJSON *body_object(struct e2b_req *q, struct MHD_Connection *conn, enum MHD_Result *ret_answer)
 {
-        enum reqguard_verdict v = reqguard_scan(q->body, q->len, REQGUARD_MAX_ELEMENTS, REQGUARD_MAX_DEPTH);
-        cJSON *o;
+        struct fronterr e = {0};
+        cJSON *o = e2b_parse_object(q->body, q->len, &e);
 
-        if (v != REQGUARD_OK) {
-                *ret_answer = e2b_reply_error(conn, reqguard_verdict_is_invalid(v) ? 400 : 413, "%s",
-                                              reqguard_verdict_message(v));
-                return NULL;
-        }
-        o = q->len ? cJSON_ParseWithLength(q->body, q->len) : cJSON_CreateObject();
-        if (!cJSON_IsObject(o)) {
-                cJSON_Delete(o);
-                *ret_answer = e2b_reply_error(conn, 400, "the body must be a JSON object");
-                return NULL;
-        }
+        if (!o)
+                *ret_answer = e2b_reply_fronterr(conn, &e);
         return o;
 }
 
@@ -955,6 +964,12 @@ static enum MHD_Result c_kill(struct e2b_req *q, struct MHD_Connection *conn)
         if (!e2b_session_exists(q)) {
                 cJSON_Delete(params);
                 return e2b_reply_error(conn, 404, "sandbox %s not found", q->sandbox);
+        }
+        /* an id is never reused: retired first, an envd call that raced
+         * this kill cannot make the session again (session_retire) */
+        if (session_retire(q->d->sessions, q->tok.user, q->session) < 0) {
+                cJSON_Delete(params);
+                return e2b_reply_error(conn, 500, "out of memory");
         }
         cJSON_AddStringToObject(params, "session", q->session);
         cJSON_AddTrueToObject(params, "purge");

@@ -17,11 +17,11 @@
 #include "e2b_internal.h"
 #include "sandboxd/config.h"
 #include "sandboxd/daemon.h"
+#include "sandboxd/exec.h"
 #include "sandboxd/files.h"
 #include "sandboxd/http.h"
 #include "sandboxd/jsonutil.h"
 #include "sandboxd/metrics.h"
-#include "sandboxd/reqguard.h"
 
 #define E2B_HOME "/home/user"
 #define E2B_POLL_WAIT_S 10 /* a long-poll of get_execution; a keepalive event between two */
@@ -87,24 +87,16 @@ static enum MHD_Result unary_fronterr(struct MHD_Connection *conn, const struct 
 static cJSON *unary_body(struct e2b_req *q, struct MHD_Connection *conn, enum MHD_Result *ans)
 {
         const char *type = MHD_lookup_connection_value(conn, MHD_HEADER_KIND, MHD_HTTP_HEADER_CONTENT_TYPE);
-        enum reqguard_verdict v;
+        struct fronterr e = {0};
         cJSON *o;
 
         if (!type || strncmp(type, "application/json", 16) != 0) {
                 *ans = unary_error(conn, "bad_request", "Content-Type must be application/json (Connect's JSON)");
                 return NULL;
         }
-        v = reqguard_scan(q->body, q->len, REQGUARD_MAX_ELEMENTS, REQGUARD_MAX_DEPTH);
-        if (v != REQGUARD_OK) {
-                *ans = unary_error(conn, "bad_request", "%s", reqguard_verdict_message(v));
-                return NULL;
-        }
-        o = q->len ? cJSON_ParseWithLength(q->body, q->len) : cJSON_CreateObject();
-        if (!cJSON_IsObject(o)) {
-                cJSON_Delete(o);
-                *ans = unary_error(conn, "bad_request", "the message must be a JSON object");
-                return NULL;
-        }
+        o = e2b_parse_object(q->body, q->len, &e);
+        if (!o)
+                *ans = unary_fronterr(conn, &e);
         return o;
 }
 
@@ -157,59 +149,6 @@ static bool message_path(struct MHD_Connection *conn, const cJSON *m, const char
         }
         (void)size;
         return true;
-}
-
-/* ' quoted for sh: the tenant's own command line in its own sandbox */
-static bool shell_quote(const char *s, char *out, size_t size)
-{
-        size_t k = 0;
-
-        if (k + 1 >= size)
-                return false;
-        out[k++] = '\'';
-        for (; *s; s++) {
-                if (*s == '\'') {
-                        if (k + 4 >= size)
-                                return false;
-                        memcpy(out + k, "'\\''", 4);
-                        k += 4;
-                } else {
-                        if (k + 1 >= size)
-                                return false;
-                        out[k++] = *s;
-                }
-        }
-        if (k + 2 > size)
-                return false;
-        out[k++] = '\'';
-        out[k] = '\0';
-        return true;
-}
-
-/* Run a helper (mkdir, rm, mv) on workspace paths; 0, or e. */
-static int run_tool(struct e2b_req *q, const char *tool, const char *a, const char *b, struct fronterr *e)
-{
-        char qa[2 * FILES_PATH_MAX + 8], qb[2 * FILES_PATH_MAX + 8] = "", cmd[4 * FILES_PATH_MAX + 64];
-        cJSON *params, *res = NULL;
-        const cJSON *code;
-        int r;
-
-        if (!shell_quote(a, qa, sizeof(qa)) || (b && !shell_quote(b, qb, sizeof(qb))))
-                return fronterr_set(e, "invalid", "path too long");
-        snprintf(cmd, sizeof(cmd), "%s -- %s %s", tool, qa, qb);
-        params = cJSON_CreateObject();
-        cJSON_AddStringToObject(params, "session", q->session);
-        cJSON_AddStringToObject(params, "command", cmd);
-        cJSON_AddNumberToObject(params, "timeout_seconds", 60);
-        if (e2b_call(q, "exec", params, &res, e) < 0)
-                return -1;
-        code = cJSON_GetObjectItemCaseSensitive(res, "exit_code");
-        r = cJSON_IsNumber(code) && code->valueint == 0
-                    ? 0
-                    : fronterr_set(e, "invalid", "%s failed: %.200s", tool,
-                                   cJSON_GetStringValue(cJSON_GetObjectItemCaseSensitive(res, "stderr")) ?: "");
-        cJSON_Delete(res);
-        return r;
 }
 
 /* ---- /health, /files ---- */
@@ -519,6 +458,8 @@ enum MHD_Result e2b_envd_list(struct e2b_req *q, struct MHD_Connection *conn)
                 cJSON *p, *cfg, *args;
                 if (!id)
                         continue;
+                if (cmd && strncmp(cmd, "/bin/bash -l -c ", 16) == 0)
+                        cmd += 16; /* the preview of the SDK's argv: its script */
                 p = cJSON_CreateObject();
                 cfg = cJSON_AddObjectToObject(p, "config");
                 cJSON_AddStringToObject(cfg, "cmd", "/bin/bash");
@@ -762,52 +703,44 @@ static void stream_free(void *cls)
         free(s);
 }
 
-/* The command line of a process config: bash -c's script as it is, else
- * every word quoted. NULL with e. */
-static char *command_line(const cJSON *proc, struct fronterr *e)
+/* The argv of a process config: cmd, then args, exec'd as they are (the
+ * SDK sends `/bin/bash -l -c <cmd>`): no shell line is built here. The
+ * vector borrows the message's strings. NULL with e. */
+static const char **process_argv(const cJSON *proc, struct fronterr *e)
 {
         const char *cmd = cJSON_GetStringValue(cJSON_GetObjectItemCaseSensitive(proc, "cmd"));
         const cJSON *args = cJSON_GetObjectItemCaseSensitive(proc, "args"), *a;
-        int n = cJSON_GetArraySize(args);
-        size_t cap = 0;
-        char *out;
+        int n = 1;
+        const char **v;
 
         if (!cmd || !*cmd) {
                 fronterr_set(e, "bad_request", "process.cmd is required");
                 return NULL;
         }
-        if (args && !cJSON_IsArray(args)) {
+        if (args && !cJSON_IsNull(args) && !cJSON_IsArray(args)) {
                 fronterr_set(e, "bad_request", "process.args must be an array of strings");
                 return NULL;
         }
-        cJSON_ArrayForEach(a, args)
+        cJSON_ArrayForEach(a, args) {
                 if (!cJSON_IsString(a)) {
                         fronterr_set(e, "bad_request", "process.args must be an array of strings");
                         return NULL;
                 }
-        if ((strcmp(cmd, "/bin/bash") == 0 || strcmp(cmd, "/bin/sh") == 0 || strcmp(cmd, "bash") == 0 ||
-             strcmp(cmd, "sh") == 0) &&
-            n >= 2 && n <= 3) {
-                const cJSON *last = cJSON_GetArrayItem(args, n - 1), *flag = cJSON_GetArrayItem(args, n - 2);
-                if (strcmp(flag->valuestring, "-c") == 0 &&
-                    (n == 2 || strcmp(cJSON_GetArrayItem(args, 0)->valuestring, "-l") == 0))
-                        return strdup(last->valuestring);
+                if (++n > EXEC_ARGV_MAX) {
+                        fronterr_set(e, "too_large", "process.args has more than %d words", EXEC_ARGV_MAX - 1);
+                        return NULL;
+                }
         }
-        cap = 4 * strlen(cmd) + 3;
-        cJSON_ArrayForEach(a, args)
-                cap += 4 * strlen(a->valuestring) + 3;
-        out = malloc(cap + 1);
-        if (!out || !shell_quote(cmd, out, cap)) {
-                free(out);
+        v = calloc((size_t)n + 1, sizeof(*v));
+        if (!v) {
                 fronterr_set(e, "internal", "out of memory");
                 return NULL;
         }
-        cJSON_ArrayForEach(a, args) {
-                size_t k = strlen(out);
-                out[k++] = ' ';
-                (void)shell_quote(a->valuestring, out + k, cap - k);
-        }
-        return out;
+        n = 0;
+        v[n++] = cmd;
+        cJSON_ArrayForEach(a, args)
+                v[n++] = a->valuestring;
+        return v;
 }
 
 /* The command's time limit: Connect-Timeout-Ms (the SDK's timeoutMs)
@@ -832,8 +765,6 @@ static cJSON *envelope_message(struct e2b_req *q, struct fronterr *e)
 {
         const unsigned char *b = (const unsigned char *)q->body;
         size_t n;
-        enum reqguard_verdict v;
-        cJSON *m;
 
         if (q->len < 5) {
                 fronterr_set(e, "bad_request", "a Connect stream request is one enveloped message (5-byte prefix)");
@@ -846,18 +777,11 @@ static cJSON *envelope_message(struct e2b_req *q, struct fronterr *e)
                                   : "the envelope's length does not match the body");
                 return NULL;
         }
-        v = reqguard_scan(q->body + 5, n, REQGUARD_MAX_ELEMENTS, REQGUARD_MAX_DEPTH);
-        if (v != REQGUARD_OK) {
-                fronterr_set(e, "bad_request", "%s", reqguard_verdict_message(v));
-                return NULL;
-        }
-        m = cJSON_ParseWithLength(q->body + 5, n);
-        if (!cJSON_IsObject(m)) {
-                cJSON_Delete(m);
+        if (n == 0) {
                 fronterr_set(e, "bad_request", "the message must be a JSON object");
                 return NULL;
         }
-        return m;
+        return e2b_parse_object(q->body + 5, n, e);
 }
 
 static enum MHD_Result stream_response(struct MHD_Connection *conn, struct stream *s, int status)
@@ -883,7 +807,7 @@ enum MHD_Result e2b_envd_start(struct e2b_req *q, struct MHD_Connection *conn)
         struct stream *s = calloc(1, sizeof(*s));
         struct fronterr e = {0};
         _cleanup_(cjson_freep) cJSON *m = NULL;
-        _cleanup_free_ char *line = NULL;
+        _cleanup_free_ const char **argv = NULL;
         const cJSON *proc, *envs, *cwd, *x;
         char wd[FILES_PATH_MAX], mapped[FILES_PATH_MAX];
         struct sbx_error err = {0};
@@ -913,8 +837,8 @@ enum MHD_Result e2b_envd_start(struct e2b_req *q, struct MHD_Connection *conn)
                 stream_end(s, "unimplemented", "PTYs are not supported by sandboxd's E2B front yet");
                 return stream_response(conn, s, 200);
         }
-        line = cJSON_IsObject(proc) ? command_line(proc, &e) : NULL;
-        if (!line) {
+        argv = cJSON_IsObject(proc) ? process_argv(proc, &e) : NULL;
+        if (!argv) {
                 if (!e.code)
                         fronterr_set(&e, "bad_request", "process is required");
                 stream_end(s, connect_code(e.code, &status), e.msg);
@@ -927,7 +851,11 @@ enum MHD_Result e2b_envd_start(struct e2b_req *q, struct MHD_Connection *conn)
         }
         params = cJSON_CreateObject();
         cJSON_AddStringToObject(params, "session", q->session);
-        cJSON_AddStringToObject(params, "command", line);
+        {
+                cJSON *words = cJSON_AddArrayToObject(params, "argv");
+                for (size_t i = 0; argv[i]; i++)
+                        cJSON_AddItemToArray(words, cJSON_CreateString(argv[i]));
+        }
         cJSON_AddStringToObject(params, "workdir", wd);
         cJSON_AddTrueToObject(params, "background");
         cJSON_AddNumberToObject(params, "timeout_seconds", (double)deadline_s(q, conn));
@@ -1054,40 +982,51 @@ enum MHD_Result e2b_envd_stat(struct e2b_req *q, struct MHD_Connection *conn)
         return e2b_reply_json(conn, 200, out);
 }
 
+/* The entry of a path just made or moved there (the listing's shape). */
+static cJSON *made_entry(const char *ws, const char *type)
+{
+        char dir[FILES_PATH_MAX];
+        const char *base = strrchr(ws, '/');
+        cJSON *out = cJSON_CreateObject(), *d = cJSON_CreateObject();
+
+        snprintf(dir, sizeof(dir), "%.*s", (int)(base - ws), ws);
+        cJSON_AddStringToObject(d, "name", base + 1);
+        cJSON_AddStringToObject(d, "type", type);
+        cJSON_AddItemToObject(out, "entry", entry_info(dir, d));
+        cJSON_Delete(d);
+        return out;
+}
+
+/* The daemon's own file operations (files.h: through the runner, confined
+ * to the workspace, never following a link the container planted). */
+static enum MHD_Result files_error(struct MHD_Connection *conn, int r, const struct sbx_error *err)
+{
+        struct fronterr e = {0};
+
+        fronterr_errno(&e, r, err, NULL);
+        return unary_fronterr(conn, &e);
+}
+
 enum MHD_Result e2b_envd_make_dir(struct e2b_req *q, struct MHD_Connection *conn)
 {
         enum MHD_Result ans = MHD_NO;
         _cleanup_(cjson_freep) cJSON *m = unary_body(q, conn, &ans);
-        char ws[FILES_PATH_MAX], dir[FILES_PATH_MAX];
-        struct fronterr e = {0};
-        cJSON *res = NULL, *ent, *out;
-        const char *base;
-        bool exists = false;
+        char ws[FILES_PATH_MAX];
+        struct sbx_error err = {0};
+        int r;
 
         if (!m || !message_path(conn, m, "path", ws, sizeof(ws), &ans))
                 return ans;
         if (!e2b_session_exists(q))
                 return unary_error(conn, "not_found", "sandbox %s not found", q->sandbox);
-        base = strrchr(ws, '/');
-        snprintf(dir, sizeof(dir), "%.*s", (int)(base - ws), ws);
-        if (list_dir(q, dir, &res, &e) == 0)
-                cJSON_ArrayForEach(ent, cJSON_GetObjectItemCaseSensitive(res, "entries"))
-                        exists |= strcmp(cJSON_GetStringValue(cJSON_GetObjectItemCaseSensitive(ent, "name")) ?: "",
-                                         base + 1) == 0;
-        cJSON_Delete(res);
-        if (exists)
+        if (strcmp(ws, "/workspace") == 0)
                 return unary_error(conn, "conflict", "directory already exists");
-        if (run_tool(q, "mkdir -p", ws, NULL, &e) < 0)
-                return unary_fronterr(conn, &e);
-        out = cJSON_CreateObject();
-        {
-                cJSON *d = cJSON_CreateObject();
-                cJSON_AddStringToObject(d, "name", base + 1);
-                cJSON_AddStringToObject(d, "type", "dir");
-                cJSON_AddItemToObject(out, "entry", entry_info(dir, d));
-                cJSON_Delete(d);
-        }
-        return e2b_reply_json(conn, 200, out);
+        r = files_mkdir(&q->d->files, q->tok.user, q->session, ws, &err);
+        if (r == -EEXIST)
+                return unary_error(conn, "conflict", "directory already exists");
+        if (r < 0)
+                return files_error(conn, r, &err);
+        return e2b_reply_json(conn, 200, made_entry(ws, "dir"));
 }
 
 enum MHD_Result e2b_envd_remove(struct e2b_req *q, struct MHD_Connection *conn)
@@ -1095,7 +1034,8 @@ enum MHD_Result e2b_envd_remove(struct e2b_req *q, struct MHD_Connection *conn)
         enum MHD_Result ans = MHD_NO;
         _cleanup_(cjson_freep) cJSON *m = unary_body(q, conn, &ans);
         char ws[FILES_PATH_MAX];
-        struct fronterr e = {0};
+        struct sbx_error err = {0};
+        int r;
 
         if (!m || !message_path(conn, m, "path", ws, sizeof(ws), &ans))
                 return ans;
@@ -1103,8 +1043,9 @@ enum MHD_Result e2b_envd_remove(struct e2b_req *q, struct MHD_Connection *conn)
                 return unary_error(conn, "invalid", "the home directory itself cannot be removed");
         if (!e2b_session_exists(q))
                 return unary_error(conn, "not_found", "sandbox %s not found", q->sandbox);
-        if (run_tool(q, "rm -rf", ws, NULL, &e) < 0)
-                return unary_fronterr(conn, &e);
+        r = files_remove(&q->d->files, q->tok.user, q->session, ws, &err);
+        if (r < 0 && r != -ENOENT) /* E2B's remove of a missing path succeeds */
+                return files_error(conn, r, &err);
         return e2b_reply_json(conn, 200, cJSON_CreateObject());
 }
 
@@ -1112,25 +1053,19 @@ enum MHD_Result e2b_envd_move(struct e2b_req *q, struct MHD_Connection *conn)
 {
         enum MHD_Result ans = MHD_NO;
         _cleanup_(cjson_freep) cJSON *m = unary_body(q, conn, &ans);
-        char src[FILES_PATH_MAX], dst[FILES_PATH_MAX], dir[FILES_PATH_MAX];
-        struct fronterr e = {0};
-        cJSON *out, *d;
-        const char *base;
+        char src[FILES_PATH_MAX], dst[FILES_PATH_MAX];
+        struct sbx_error err = {0};
+        int r;
 
         if (!m || !message_path(conn, m, "source", src, sizeof(src), &ans) ||
             !message_path(conn, m, "destination", dst, sizeof(dst), &ans))
                 return ans;
+        if (strcmp(src, "/workspace") == 0 || strcmp(dst, "/workspace") == 0)
+                return unary_error(conn, "invalid", "the home directory itself cannot be moved or replaced");
         if (!e2b_session_exists(q))
                 return unary_error(conn, "not_found", "sandbox %s not found", q->sandbox);
-        if (run_tool(q, "mv", src, dst, &e) < 0)
-                return unary_fronterr(conn, &e);
-        base = strrchr(dst, '/');
-        snprintf(dir, sizeof(dir), "%.*s", (int)(base - dst), dst);
-        out = cJSON_CreateObject();
-        d = cJSON_CreateObject();
-        cJSON_AddStringToObject(d, "name", base + 1);
-        cJSON_AddStringToObject(d, "type", "file");
-        cJSON_AddItemToObject(out, "entry", entry_info(dir, d));
-        cJSON_Delete(d);
-        return e2b_reply_json(conn, 200, out);
+        r = files_move(&q->d->files, q->tok.user, q->session, src, dst, &err);
+        if (r < 0)
+                return files_error(conn, r, &err);
+        return e2b_reply_json(conn, 200, made_entry(dst, "file"));
 }

@@ -48,6 +48,9 @@ struct e2b_route {
 
 /* api_call as the request's user; params taken. 0 with *ret, -1 with e. */
 int e2b_call(struct e2b_req *q, const char *method, cJSON *params, cJSON **ret, struct fronterr *e);
+/* buf as a JSON object, bounded (reqguard) before parsing; an empty buf is
+ * {}. NULL with e: bad_request, or too_large past reqguard's bounds. */
+cJSON *e2b_parse_object(const char *buf, size_t len, struct fronterr *e);
 /* The sandbox's session exists (for this user): no call creates it again. */
 bool e2b_session_exists(struct e2b_req *q);
 /* Replies. */

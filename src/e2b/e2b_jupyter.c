@@ -14,7 +14,6 @@
 #include "e2b_internal.h"
 #include "sandboxd/jsonutil.h"
 #include "sandboxd/metrics.h"
-#include "sandboxd/reqguard.h"
 
 #define E2B_CONTEXT_DEFAULT "default"
 #define E2B_CONTEXT_DEFAULT_JS "default-js"
@@ -31,19 +30,11 @@ static const char *language_of(const char *l)
 
 static cJSON *body(struct e2b_req *q, struct MHD_Connection *conn, enum MHD_Result *ans)
 {
-        enum reqguard_verdict v = reqguard_scan(q->body, q->len, REQGUARD_MAX_ELEMENTS, REQGUARD_MAX_DEPTH);
-        cJSON *o;
+        struct fronterr e = {0};
+        cJSON *o = e2b_parse_object(q->body, q->len, &e);
 
-        if (v != REQGUARD_OK) {
-                *ans = e2b_reply_error(conn, 400, "%s", reqguard_verdict_message(v));
-                return NULL;
-        }
-        o = q->len ? cJSON_ParseWithLength(q->body, q->len) : cJSON_CreateObject();
-        if (!cJSON_IsObject(o)) {
-                cJSON_Delete(o);
-                *ans = e2b_reply_error(conn, 400, "the body must be a JSON object");
-                return NULL;
-        }
+        if (!o)
+                *ans = e2b_reply_fronterr(conn, &e);
         return o;
 }
 

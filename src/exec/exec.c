@@ -367,10 +367,41 @@ static char **strv_dup(const char *const *v, size_t extra_front, size_t *ret_n)
         return out;
 }
 
+/* An argv's words joined by spaces (its preview and hash only: never run),
+ * after checking its count and size. */
+static int argv_text(const char *const *argv, int64_t max_bytes, char **ret, struct sbx_error *err)
+{
+        size_t n = 0, len = 0;
+        char *out;
+
+        for (; argv[n]; n++) {
+                if (n >= EXEC_ARGV_MAX)
+                        return sbx_error_set(err, -E2BIG, 0, "argv has more than %d words", EXEC_ARGV_MAX);
+                len += strlen(argv[n]) + 1;
+        }
+        if (n == 0 || !*argv[0])
+                return sbx_error_set(err, -EINVAL, 0, "argv is empty");
+        if ((int64_t)len > max_bytes)
+                return sbx_error_set(err, -E2BIG, 0, "argv is %zu bytes; the limit is %" PRId64, len, max_bytes);
+        out = malloc(len);
+        if (!out)
+                return sbx_error_set(err, -ENOMEM, 0, "out of memory");
+        out[0] = '\0';
+        for (size_t i = 0, k = 0; i < n; i++) {
+                size_t l = strlen(argv[i]);
+                memcpy(out + k, argv[i], l);
+                k += l;
+                out[k++] = i + 1 < n ? ' ' : '\0';
+        }
+        *ret = out;
+        return 0;
+}
+
 static int build(struct exec_engine *e, const struct exec_request *req, struct execution **ret, struct sbx_error *err)
 {
         const struct sbx_config *cfg = e->cfg;
         _cleanup_(execution_unrefp) struct execution *x = NULL;
+        _cleanup_free_ char *joined = NULL;
         char id[37];
         const char *text;
         size_t text_len, n_env;
@@ -379,7 +410,13 @@ static int build(struct exec_engine *e, const struct exec_request *req, struct e
         r = session_key_check(req->user, req->session, err);
         if (r < 0)
                 return r;
-        if (req->language == EXEC_LANG_NONE) {
+        if (req->language == EXEC_LANG_NONE && req->argv && !req->command) {
+                r = argv_text(req->argv, cfg->max_command_bytes, &joined, err);
+                if (r < 0)
+                        return r;
+                text = joined;
+                text_len = strlen(text);
+        } else if (req->language == EXEC_LANG_NONE) {
                 if (!req->command || !*req->command)
                         return sbx_error_set(err, -EINVAL, 0, "command is empty");
                 text = req->command;
@@ -436,7 +473,10 @@ static int build(struct exec_engine *e, const struct exec_request *req, struct e
         if (!x->env || asprintf(&x->env[0], "SBX_EXEC_ID=%s", x->id) < 0)
                 return sbx_error_set(err, -ENOMEM, 0, "out of memory");
 
-        if (req->language == EXEC_LANG_NONE) {
+        if (req->language == EXEC_LANG_NONE && joined) {
+                sbx_strlcpy(x->kind, "exec", sizeof(x->kind));
+                x->argv = strv_dup(req->argv, 0, NULL); /* exec'd as given: no shell reads it */
+        } else if (req->language == EXEC_LANG_NONE) {
                 const char *argv[] = {"sh", "-c", req->command, NULL};
                 sbx_strlcpy(x->kind, "exec", sizeof(x->kind));
                 x->argv = strv_dup(argv, 0, NULL);

@@ -187,7 +187,7 @@ static int op_wait(struct runner_ops *o, struct op *op, int64_t until_ms)
 
 /* A request with the path after a struct rp_file_req; waits for the reply. */
 static int file_call(struct runner_ops *o, struct op *op, uint16_t type, uint64_t offset, uint64_t length,
-                     const char *path, int64_t until_ms)
+                     const char *path, size_t extra, int64_t until_ms)
 {
         struct rp_file_req rq = {.offset = offset, .length = length};
         int r;
@@ -202,13 +202,43 @@ static int file_call(struct runner_ops *o, struct op *op, uint16_t type, uint64_
                 o->next_tag = 1;
         op->tag = o->next_tag; /* a fresh tag per round trip: a late reply cannot be taken for this one */
         pthread_mutex_unlock(&o->lock);
-        r = op_send(o, op, type, 0, &rq, sizeof(rq), path, strlen(path) + 1);
+        r = op_send(o, op, type, 0, &rq, sizeof(rq), path, strlen(path) + 1 + extra); /* extra: a second path */
         if (r == 0)
                 r = op_wait(o, op, until_ms);
         if (r == -ECONNRESET)
                 r = -ENOTCONN;
         if (r == 0 && op->rep.err)
                 r = -op->rep.err;
+        return r;
+}
+
+int runner_file_change(struct runner_hub *h, const char *user, const char *session, uint16_t type, const char *path,
+                       const char *path2, int timeout_ms)
+{
+        struct runner_ops *o = runner_hub_ops(h);
+        _cleanup_free_ char *both = NULL;
+        struct op *op = NULL;
+        int r;
+
+        if (type != RP_FILE_MKDIR && type != RP_FILE_REMOVE && type != RP_FILE_MOVE)
+                return -EINVAL;
+        if (type == RP_FILE_MOVE) {
+                size_t n1 = strlen(path) + 1, n2 = path2 ? strlen(path2) + 1 : 0;
+                if (!n2)
+                        return -EINVAL;
+                both = malloc(n1 + n2);
+                if (!both)
+                        return -ENOMEM;
+                memcpy(both, path, n1);
+                memcpy(both + n1, path2, n2);
+                path = both; /* file_call sends up to the first NUL: the frame's length says the rest */
+        }
+        r = op_new(o, user, session, false, &op);
+        if (r < 0)
+                return r;
+        r = file_call(o, op, type, 0, 0, path, path2 && type == RP_FILE_MOVE ? strlen(path2) + 1 : 0,
+                      sbx_now_ms() + timeout_ms);
+        op_free(o, op);
         return r;
 }
 
@@ -226,7 +256,7 @@ int runner_file_read(struct runner_hub *h, const char *user, const char *session
                 return r;
         do {
                 size_t want = length - got < RP_CHUNK ? length - got : RP_CHUNK;
-                r = file_call(o, op, RP_FILE_READ, offset + got, want, path, until);
+                r = file_call(o, op, RP_FILE_READ, offset + got, want, path, 0, until);
                 if (r < 0)
                         break;
                 if (op->len > want) {
@@ -329,7 +359,7 @@ int runner_file_list(struct runner_hub *h, const char *user, const char *session
                 return r;
         for (;;) {
                 size_t i = 0;
-                r = file_call(o, op, RP_FILE_LIST, start, 0, path, until);
+                r = file_call(o, op, RP_FILE_LIST, start, 0, path, 0, until);
                 if (r == -EAGAIN && sbx_now_ms() < until && ++stalls < MAX_STALLS) {
                         sbx_sleep_ms(5);
                         continue;

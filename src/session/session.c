@@ -269,6 +269,38 @@ void session_unref(struct session *s)
 }
 
 /* Find the session, or make it (from its store row if there is one). */
+static bool retired_locked(struct session_manager *m, const char *user, const char *id)
+{
+        for (size_t i = 0; i < m->retired_n; i++)
+                if (strcmp(m->retired[i][1], id) == 0 && strcmp(m->retired[i][0], user) == 0)
+                        return true;
+        return false;
+}
+
+int session_retire(struct session_manager *m, const char *user, const char *session)
+{
+        int r = session_key_check(user, session, NULL);
+
+        if (r < 0)
+                return r;
+        pthread_mutex_lock(&m->lock);
+        if (!m->retired)
+                m->retired = calloc(SESSION_RETIRED_MAX, sizeof(*m->retired));
+        if (!m->retired) {
+                pthread_mutex_unlock(&m->lock);
+                return -ENOMEM;
+        }
+        if (!retired_locked(m, user, session)) {
+                sbx_strlcpy(m->retired[m->retired_next][0], user, SESSION_KEY_MAX + 1);
+                sbx_strlcpy(m->retired[m->retired_next][1], session, SESSION_KEY_MAX + 1);
+                m->retired_next = (m->retired_next + 1) % SESSION_RETIRED_MAX;
+                if (m->retired_n < SESSION_RETIRED_MAX)
+                        m->retired_n++;
+        }
+        pthread_mutex_unlock(&m->lock);
+        return 0;
+}
+
 int session_lookup_ref(struct session_manager *m, const char *user, const char *id, bool create, struct session **ret,
                        struct sbx_error *err)
 {
@@ -287,6 +319,10 @@ int session_lookup_ref(struct session_manager *m, const char *user, const char *
         if (!create) {
                 pthread_mutex_unlock(&m->lock);
                 return -ENOENT;
+        }
+        if (m->retired && retired_locked(m, user, id)) {
+                pthread_mutex_unlock(&m->lock);
+                return sbx_error_set(err, -ENOENT, 0, "session %s:%s was destroyed for good", user, id);
         }
         bool full = false;
         r = session_admit_locked(m, NULL, user, &full, err);
@@ -397,6 +433,7 @@ void session_manager_free(struct session_manager *m)
                 return;
         session_resume_async_stop(m); /* its thread holds references */
         session_evictions_stop(m);    /* so does this one's queue */
+        free(m->retired);
         for (size_t b = 0; b < N_BUCKETS; b++) {
                 struct session *s = m->buckets[b];
                 while (s) {

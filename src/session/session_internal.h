@@ -160,6 +160,10 @@ struct session_manager {
         struct session_eviction *ev_head, **ev_tail;
         bool ev_started, ev_stop;
         pthread_t ev_thread;
+        /* session_retire: keys never made again (m->lock), a ring of
+         * SESSION_RETIRED_MAX, allocated on first use */
+        char (*retired)[2][SESSION_KEY_MAX + 1];
+        size_t retired_n, retired_next;
 };
 
 /* Counts against the caps: has a container, or is getting one. Under s->lock. */

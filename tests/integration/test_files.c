@@ -495,6 +495,63 @@ Test(files, runner_confines_to_the_workspace)
         close_daemon();
 }
 
+/* files_mkdir, files_remove and files_move: the same answers on either
+ * path, and a link the container planted is never followed. */
+static void change_ops(const char *cid)
+{
+        struct sbx_error err = {0};
+        struct files_read_result r;
+
+        cr_assert_eq(fixture_sh(cid, "mkdir -p /tmp/out/d && echo k > /tmp/out/keep && ln -s /tmp/out /workspace/ln",
+                                NULL),
+                     0);
+        cr_assert_eq(files_mkdir(&d->files, "u1", "s1", "m/n/o", &err), 0, "%s", err.msg);
+        cr_assert_eq(files_mkdir(&d->files, "u1", "s1", "m/n/o", &err), -EEXIST);
+        cr_assert_eq(files_mkdir(&d->files, "u1", "s1", "/workspace", &err), -EEXIST);
+        write_ok("s1", "m/n/o/f", "x", 1);
+        cr_assert_eq(files_move(&d->files, "u1", "s1", "m", "p/q", &err), 0, "%s", err.msg);
+        r = read_ok("s1", "p/q/n/o/f", 0, -1);
+        cr_assert_eq(r.len, 1);
+        files_read_result_done(&r);
+        cr_assert_eq(files_move(&d->files, "u1", "s1", "nope", "z", &err), -ENOENT);
+        cr_assert_eq(files_remove(&d->files, "u1", "s1", "p", &err), 0, "%s", err.msg);
+        cr_assert_neq(fixture_sh(cid, "test -e /workspace/p", NULL), 0);
+        cr_assert_eq(files_remove(&d->files, "u1", "s1", "/workspace", &err), -EINVAL);
+        cr_assert_eq(files_move(&d->files, "u1", "s1", "/workspace", "x", &err), -EINVAL);
+
+        const char *through[] = {"ln/keep", "ln/d"};
+        for (size_t i = 0; i < ELEMENTSOF(through); i++) {
+                int rc = files_remove(&d->files, "u1", "s1", through[i], &err);
+                cr_assert_eq(rc, -EPERM, "remove %s gave %d (%s)", through[i], rc, err.msg);
+        }
+        cr_assert_eq(files_mkdir(&d->files, "u1", "s1", "ln/made", &err), -EPERM, "%s", err.msg);
+        cr_assert_eq(files_move(&d->files, "u1", "s1", "ln/keep", "stolen", &err), -EPERM, "%s", err.msg);
+        cr_assert_eq(files_move(&d->files, "u1", "s1", "ln", "ln/d/x", &err), -EPERM, "%s", err.msg);
+        cr_assert_eq(fixture_sh(cid,
+                                "test -e /tmp/out/keep && test -d /tmp/out/d && ! test -e /tmp/out/made && "
+                                "! test -e /workspace/stolen",
+                                NULL),
+                     0, "a change went through the planted link");
+        /* the link itself is the container's: removed as a link */
+        cr_assert_eq(files_remove(&d->files, "u1", "s1", "ln", &err), 0, "%s", err.msg);
+        cr_assert_eq(fixture_sh(cid, "test -e /tmp/out/keep && ! test -L /workspace/ln", NULL), 0);
+}
+
+Test(files, make_remove_move_through_the_runner)
+{
+        char cid[65];
+        uint64_t before;
+
+        open_daemon();
+        write_ok("s1", "seed", "x", 1);
+        container_of("s1", cid);
+        cr_assert(runner_hub_wait(d->runner, "u1", "s1", 20000), "the runner did not connect");
+        before = runner_file_ops();
+        change_ops(cid);
+        cr_assert_gt(runner_file_ops(), before, "the runner did not serve these calls");
+        close_daemon();
+}
+
 /* Without a runner the same calls go through docker exec, with the same answers. */
 Test(files, docker_exec_fallback)
 {
@@ -519,6 +576,7 @@ Test(files, docker_exec_fallback)
         container_of("s1", cid);
         cr_assert_eq(fixture_sh(cid, "ln -s / /workspace/slash", NULL), 0);
         cr_assert_eq(files_read(&d->files, "u1", "s1", "slash/etc/passwd", 0, -1, &r, &err), -EPERM);
+        change_ops(cid);
         cr_assert_eq(runner_file_ops(), 0, "a runner served calls although none was mounted");
         close_daemon();
 }

@@ -295,7 +295,8 @@ static void *watch_main(void *ud)
 {
         struct watch *w = ud;
         char f[160], g[96];
-        const char *const filters[] = {f, g, NULL};
+        /* the run's Pods; with a session named, that session's alone */
+        const char *const filters[] = {f, w->session[0] ? g : NULL, NULL};
         /* every action the engine tells; "lost" named, so node health is watched too */
         const char *const actions[] = {"create", "start", "oom", "die", "destroy", "lost", NULL};
 

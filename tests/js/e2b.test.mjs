@@ -168,6 +168,49 @@ describe('E2B SDK against sandboxd (issue 36)', () => {
                 assert.equal(out.afterRemove, false);
         });
 
+        test('a kill racing envd calls: the sandbox stays gone, no call makes it again', async () => {
+                const api = (method, p, body) =>
+                        request(ca, port, method, p, {
+                                headers: { 'X-API-Key': keyA, 'Content-Type': 'application/json' },
+                                body: body === undefined ? undefined : JSON.stringify(body),
+                        });
+                const r = await api('POST', '/sandboxes', { templateID: 'base', timeout: 600 });
+                assert.equal(r.status, 201, r.body.toString());
+                const { sandboxID: id, envdAccessToken: token } = JSON.parse(r.body);
+                const headers = (type) => ({ 'E2b-Sandbox-Id': id, 'E2b-Sandbox-Port': '49983', 'X-Access-Token': token, 'Content-Type': type });
+                const calls = [
+                        (i) => request(ca, port, 'POST', '/filesystem.Filesystem/MakeDir', { headers: headers('application/json'), body: JSON.stringify({ path: `d${i}` }) }),
+                        (i) => request(ca, port, 'POST', `/files?path=/home/user/f${i}`, { headers: headers('application/octet-stream'), body: 'x' }),
+                        (i) => request(ca, port, 'POST', '/filesystem.Filesystem/ListDir', { headers: headers('application/json'), body: JSON.stringify({ path: `/home/user` }) }),
+                        () => request(ca, port, 'POST', '/process.Process/Start', { headers: headers('application/connect+json'), body: envelope({ process: { cmd: '/bin/true' } }) }),
+                ];
+                let killed = false;
+                const statuses = [];
+                // each worker calls on until the kill has answered, then three more times
+                const worker = async (w) => {
+                        for (let i = 0, after = 0; after < 3; i++) {
+                                if (killed) after++;
+                                const res = await calls[w](`${w}-${i}`);
+                                if (killed) statuses.push(res.status);
+                        }
+                };
+                const workers = [0, 1, 2, 3].map(worker);
+                // let every worker get going before the kill
+                await request(ca, port, 'GET', '/health', { headers: headers('application/json') });
+                const kill = await api('DELETE', `/sandboxes/${id}`);
+                killed = true;
+                assert.equal(kill.status, 204, kill.body.toString());
+                await Promise.all(workers);
+                // after the kill: not found (Start answers 200 with a not_found end of stream)
+                assert.ok(statuses.every((s) => s === 404 || s === 200), `statuses after the kill: ${statuses}`);
+                const after = await request(ca, port, 'POST', '/filesystem.Filesystem/MakeDir', { headers: headers('application/json'), body: JSON.stringify({ path: 'late' }) });
+                assert.equal(after.status, 404, after.body.toString());
+                assert.equal((await api('GET', `/sandboxes/${id}`)).status, 404);
+                const sessions = await socketRequest(d.adminSocket, { cmd: 'sessions.list' });
+                assert.ok(sessions.ok, JSON.stringify(sessions));
+                assert.ok(!JSON.stringify(sessions.result).includes(`e2b-${id}`), `the killed sandbox came back: ${JSON.stringify(sessions.result)}`);
+        });
+
         describe('hostile', () => {
                 let id, token;
                 const api = (key, method, p, body, extra = {}) =>
@@ -351,6 +394,64 @@ describe('E2B SDK against sandboxd (issue 36)', () => {
                         assert.ok(up.status === 413 || up.status === 'reset', `upload past the cap: ${up.status}`);
                         const ls = await envd(token, '/filesystem.Filesystem/ListDir', JSON.stringify({ path: '/home/user' }));
                         assert.ok(!JSON.stringify(JSON.parse(ls.body)).includes('big.bin'));
+                });
+
+                /** Start cmd with args and gather its stdout. */
+                const start = async (cmd, args) => {
+                        const r = await envd(token, '/process.Process/Start', envelope({ process: { cmd, args } }), 'application/connect+json');
+                        assert.equal(r.status, 200);
+                        const f = frames(r.body);
+                        assert.deepEqual(f.at(-1).msg, {}, JSON.stringify(f.at(-1).msg));
+                        return Buffer.concat(
+                                f.filter((x) => x.msg.event?.data?.stdout).map((x) => Buffer.from(x.msg.event.data.stdout, 'base64')),
+                        ).toString();
+                };
+
+                test('Start execs cmd and args as an argv: no shell reads them', async () => {
+                        // $0 is what was exec'd: a shell line would have run the script under sh
+                        assert.equal(await start('/bin/bash', ['-l', '-c', 'echo "$0"']), '/bin/bash\n');
+                        assert.equal(await start('/bin/echo', ['a;b', '$(id)', "it's", '']), "a;b $(id) it's \n");
+                        const none = await envd(token, '/process.Process/Start', envelope({ process: { cmd: '/nonexistent/x' } }), 'application/connect+json');
+                        const end = frames(none.body).find((x) => x.msg.event?.end);
+                        assert.notEqual(end?.msg.event.end.exitCode, 0, 'a missing program ran');
+                });
+
+                test('MakeDir, Remove and Move never follow a link the sandbox planted', async () => {
+                        await start('/bin/sh', ['-c', 'mkdir -p /tmp/outside/d && echo k > /tmp/outside/keep && ln -s /tmp/outside /workspace/ln']);
+                        const calls = [
+                                ['/filesystem.Filesystem/Remove', { path: '/home/user/ln/keep' }],
+                                ['/filesystem.Filesystem/Remove', { path: '/home/user/ln/d' }],
+                                ['/filesystem.Filesystem/MakeDir', { path: '/home/user/ln/made' }],
+                                ['/filesystem.Filesystem/Move', { source: '/home/user/ln/keep', destination: '/home/user/stolen' }],
+                                ['/filesystem.Filesystem/Move', { source: '/home/user/ln', destination: '/home/user/ln/d/x' }],
+                        ];
+                        for (const [p, body] of calls) {
+                                const r = await envd(token, p, JSON.stringify(body));
+                                assert.equal(r.status, 400, `${p} ${JSON.stringify(body)}: ${r.status} ${r.body}`);
+                                assert.equal(JSON.parse(r.body).code, 'invalid_argument');
+                        }
+                        assert.equal(await start('/bin/sh', ['-c', 'cd /tmp/outside && ls -A; ls -A /workspace']), 'd\nkeep\nln\n');
+                        // the link itself is the sandbox's: removing it leaves its target alone
+                        const rm = await envd(token, '/filesystem.Filesystem/Remove', JSON.stringify({ path: '/home/user/ln' }));
+                        assert.equal(rm.status, 200, rm.body.toString());
+                        assert.equal(await start('/bin/sh', ['-c', 'ls -A /tmp/outside; ls -A /workspace; rm -rf /tmp/outside']), 'd\nkeep\n');
+                });
+
+                test('MakeDir, Move and Remove through the runner: a tree made, moved and removed', async () => {
+                        const mk = await envd(token, '/filesystem.Filesystem/MakeDir', JSON.stringify({ path: 'p/q/r' }));
+                        assert.equal(mk.status, 200, mk.body.toString());
+                        assert.equal(JSON.parse(mk.body).entry.path, '/home/user/p/q/r');
+                        const again = await envd(token, '/filesystem.Filesystem/MakeDir', JSON.stringify({ path: '/home/user/p/q/r' }));
+                        assert.equal(JSON.parse(again.body).code, 'already_exists');
+                        await start('/bin/sh', ['-c', 'echo x > /workspace/p/q/r/f && ln -s /etc /workspace/p/q/etc']);
+                        const mv = await envd(token, '/filesystem.Filesystem/Move', JSON.stringify({ source: '/home/user/p', destination: '/home/user/s/t' }));
+                        assert.equal(mv.status, 200, mv.body.toString());
+                        assert.equal(await start('/bin/sh', ['-c', 'cat /workspace/s/t/q/r/f; readlink /workspace/s/t/q/etc; ls -A /workspace']), 'x\n/etc\ns\n');
+                        const missing = await envd(token, '/filesystem.Filesystem/Move', JSON.stringify({ source: '/home/user/nope', destination: '/home/user/n2' }));
+                        assert.equal(JSON.parse(missing.body).code, 'not_found');
+                        const rm = await envd(token, '/filesystem.Filesystem/Remove', JSON.stringify({ path: '/home/user/s' }));
+                        assert.equal(rm.status, 200, rm.body.toString());
+                        assert.equal(await start('/bin/sh', ['-c', 'ls -A /workspace; ls /etc/passwd']), '/etc/passwd\n');
                 });
         });
 });

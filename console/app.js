@@ -1,21 +1,25 @@
 // app.js — the console's shell: sign in and out, and the hash router
-// (#/ the sessions, #/session/<user>/<name> one session). Every string from the
+// (#/ the sessions, #/session/<user>/<name> one session, #/ops/<page> an
+// operator's pages: users and quotas, pool, nodes, health). Every string from the
 // daemon reaches the page through textContent (dom.js), never as HTML.
 import { followEvents, setToken, signedIn } from './api.js';
 import * as sessions from './sessions.js';
 import * as session from './session.js';
+import * as ops from './ops.js';
 
 const $ = (id) => document.getElementById(id);
 let streamAbort = null;
 
 function show(view) {
-        for (const v of ['signin-view', 'sessions-view', 'session-view']) $(v).hidden = v !== view;
+        for (const v of ['signin-view', 'sessions-view', 'session-view', 'ops-view']) $(v).hidden = v !== view;
 }
 
 function signedOut(reason) {
+        session.close(); // and its terminal
         streamAbort?.abort();
         streamAbort = null;
         sessions.reset();
+        ops.reset();
         $('whoami').textContent = '';
         $('signout').hidden = true;
         $('signin-error').textContent = reason || '';
@@ -26,7 +30,12 @@ function signedOut(reason) {
 function route() {
         if (!signedIn()) return show('signin-view');
         const m = /^#\/session\/([^/]+)\/([^/]+)$/.exec(location.hash);
-        if (m) {
+        const o = /^#\/ops\/(\w+)$/.exec(location.hash);
+        if (o && ops.isOperator() && Object.hasOwn(ops.PAGES, o[1])) {
+                session.close();
+                show('ops-view');
+                ops.open(o[1]);
+        } else if (m) {
                 show('session-view');
                 session.open(decodeURIComponent(m[1]), decodeURIComponent(m[2]));
         } else {
@@ -50,6 +59,8 @@ async function signIn(tokenText) {
                 if (signedIn()) $('signin-error').textContent = `Cannot list sessions: ${e.message}`;
                 return;
         }
+        await ops.probe(); // an operator token: its pages' links
+        if (!signedIn()) return;
         $('signin-error').textContent = '';
         $('signout').hidden = false;
         route();
@@ -62,6 +73,7 @@ $('signin-form').addEventListener('submit', (e) => {
         if (t) signIn(t);
 });
 $('signout').addEventListener('click', () => {
+        session.close(); // its terminal's shell is cancelled while the token is still here
         setToken(null);
         signedOut('Signed out.');
         location.hash = '#/';
@@ -69,4 +81,5 @@ $('signout').addEventListener('click', () => {
 window.addEventListener('hashchange', route);
 sessions.init();
 session.init();
+ops.init();
 signedOut('');

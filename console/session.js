@@ -1,11 +1,12 @@
 // session.js — one session's page (#/session/<user>/<name>): facts, executions
-// with their output, the files of /workspace with downloads, and actions
+// with their output, a terminal (terminal.js), the files of /workspace with downloads, and actions
 // behind a confirmation. A name the signed-in token does not list is shown
 // as missing and never sent to a session method (those would create it).
 import { call } from './api.js';
 import { confirmAction, el } from './dom.js';
 import * as sessions from './sessions.js';
 import { mib } from './sessions.js';
+import * as terminal from './terminal.js';
 
 const $ = (id) => document.getElementById(id);
 const EXEC_SHOWN = 20; // executions listed, newest first
@@ -17,9 +18,11 @@ export function init() {
         for (const b of document.querySelectorAll('#session-view [data-action]'))
                 b.addEventListener('click', () => act(b.dataset.action, b.textContent));
         $('session-refresh').addEventListener('click', () => current && load(current.name));
+        terminal.init();
 }
 
 export function close() {
+        terminal.show(null);
         current = null;
         gen++;
 }
@@ -32,6 +35,7 @@ export function open(user, name) {
         const info = sessions.get(user, name);
         $('session-missing').hidden = !!info;
         $('session-body').hidden = !info;
+        terminal.show(info ? name : null);
         if (!info) {
                 $('session-missing').textContent = `No session named ${name} of user ${user} for this token.`;
                 return;

@@ -42,6 +42,7 @@ _null = os.open(os.devnull, os.O_RDWR)
 os.dup2(_null, 0)
 os.dup2(_null, 1)
 _wlock = threading.Lock()
+REPLY_AFTER_IDLE_S = 2.0  # an execute_reply comes before its idle status: see interrupt() in main
 MAX_TEXT = 1 << 20  # a traceback line, an error's name or value
 # One MIME value, whole: what does not fit inline in the result goes by
 # reference (the daemon spools it), so a value is cut only past this
@@ -211,6 +212,64 @@ get_ipython().events.register("post_run_cell", _sbx_user_site)
 del _sbx_user_site
 """
 
+# Run in the kernel at its start (one of its exec_lines): ipykernel keeps
+# what a cell prints in memory until its I/O thread sends it, which a cell
+# printing in a tight loop can put off to the cell's end, and what it sends
+# waits in zmq's queues while the bridge is behind (a kernel that printed
+# 1 GiB was OOM-killed holding it). So past KERNEL_OUT_BUFFER buffered
+# characters a write hands them over, and past the cap a cell may print per
+# stream (SBX_CELL_OUTPUT_CAP: the daemon's exec_output_cap, which it keeps
+# at most anyway) the rest is counted, not sent; the cell's end says how
+# much on stderr (KERNEL_DROP_NOTE, which the bridge marks clipped).
+KERNEL_OUT_BUFFER = 4 << 20
+KERNEL_DROP_NOTE = "\n[sandboxd: %d characters of %s dropped in the kernel: a cell sends at most %d per stream]\n"
+KERNEL_DROP_MARK = " dropped in the kernel: a cell sends at most "
+KERNEL_OUTPUT_BOUND = """
+def _sbx_bound_output(cap, buffered, note):
+    import sys
+    from ipykernel.iostream import OutStream
+    write = OutStream.write
+    sent, dropped = {}, {}
+
+    def bounded_write(self, string):
+        if not isinstance(string, str):
+            return write(self, string)
+        name, n = self.name, len(string)
+        room = cap - sent.get(name, 0)
+        if n > room:
+            dropped[name] = dropped.get(name, 0) + n - max(room, 0)
+            string = string[:max(room, 0)]
+        sent[name] = sent.get(name, 0) + len(string)
+        if string:
+            write(self, string)
+        buf = getattr(self, "_buffer", None)
+        if buf is not None and buf.tell() > buffered:
+            self.flush()
+        return n
+
+    def begin(*_a):
+        sent.clear()
+        dropped.clear()
+
+    def end(*_a):
+        for name, n in sorted(dropped.items()):
+            if n:
+                if isinstance(sys.stderr, OutStream):  # past its own cap as well
+                    write(sys.stderr, note %% (n, name, cap))
+        dropped.clear()
+
+    OutStream.write = bounded_write
+    get_ipython().events.register("pre_execute", begin)
+    get_ipython().events.register("post_execute", end)
+
+
+try:
+    _sbx_bound_output(%d, %d, %r)
+except Exception:  # noqa: BLE001 - another ipykernel: unbounded, as before
+    pass
+del _sbx_bound_output
+"""
+
 
 def main():
     kernel_name = sys.argv[1] if len(sys.argv) > 1 else "python3"
@@ -229,7 +288,12 @@ def main():
     os.makedirs(prof, mode=0o700, exist_ok=True)
     with open(os.path.join(prof, "ipython_kernel_config.py"), "w") as f:
         f.write("c.InteractiveShell.colors = 'NoColor'\n")
-        f.write("c.InteractiveShellApp.exec_lines = [%r]\n" % USER_SITE_HOOK)
+        try:
+            cap = max(1024, int(os.environ.get("SBX_CELL_OUTPUT_CAP", "")))
+        except ValueError:
+            cap = 64 << 20
+        bound = KERNEL_OUTPUT_BOUND % (cap, KERNEL_OUT_BUFFER, KERNEL_DROP_NOTE)
+        f.write("c.InteractiveShellApp.exec_lines = [%r, %r]\n" % (USER_SITE_HOOK, bound))
     # the image's MPLBACKEND=Agg would keep figures from coming back inline
     os.environ["MPLBACKEND"] = "module://matplotlib_inline.backend_inline"
     os.environ.setdefault("JUPYTER_PLATFORM_DIRS", "1")
@@ -279,7 +343,13 @@ def main():
     # An interrupt that comes before the kernel runs the cell's code (its
     # execute_input) would be lost, and the cell would then be killed after
     # the grace with its state: it waits for the code to start.
-    cell = {"running": False, "started": False, "pending": False}
+    # An interrupt that lands in ipykernel's own code around the cell (after
+    # execute_input, before the code's own try) is swallowed by the kernel
+    # ("KeyboardInterrupt caught in kernel"): the cell's handler ends with
+    # no execute_reply at all, only its idle status. After an interrupt was
+    # delivered, a reply that is not there REPLY_AFTER_IDLE_S after idle is
+    # taken as that, and the cell ends interrupted (it may not have run).
+    cell = {"running": False, "started": False, "pending": False, "interrupted": False}
     cell_lock = threading.Lock()
 
     def interrupt():
@@ -287,6 +357,7 @@ def main():
             if cell["running"] and not cell["started"]:
                 cell["pending"] = True
                 return
+            cell["interrupted"] = cell["running"]
         try:
             km.interrupt_kernel()
         except Exception:  # noqa: BLE001
@@ -332,7 +403,7 @@ def main():
             return run_cell(code, cid, silent, user_expressions)
         finally:
             with cell_lock:
-                cell.update(running=False, started=False, pending=False)
+                cell.update(running=False, started=False, pending=False, interrupted=False)
 
     def run_cell(code, cid, silent, user_expressions):
         msg_id = kc.execute(code, silent=silent, store_history=not silent, allow_stdin=False,
@@ -359,7 +430,10 @@ def main():
             elif t == "stream":
                 text = c.get("text", "")
                 for i in range(0, max(len(text), 1), STREAM_CHUNK):
-                    emit({"ev": "stream", "id": cid, "name": c.get("name"), "text": text[i:i + STREAM_CHUNK]}, True)
+                    ev = {"ev": "stream", "id": cid, "name": c.get("name"), "text": text[i:i + STREAM_CHUNK]}
+                    if KERNEL_DROP_MARK in ev["text"]:
+                        ev["clipped"] = True  # the kernel's own note (a cell that prints it only marks itself)
+                    emit(ev, True)
             elif t in ("display_data", "execute_result"):
                 data = c.get("data", {})
                 ev = {"ev": t, "id": cid, "data": data, "metadata": c.get("metadata", {})}
@@ -375,12 +449,21 @@ def main():
                 emit({"ev": "clear_output", "id": cid}, True)
             if t == "status" and c.get("execution_state") == "idle":
                 idle = True
+        idle_at = time.monotonic()
         while True:
             try:
                 r = kc.get_shell_msg(timeout=0.25)
             except queue.Empty:
                 if dead():
                     return None
+                with cell_lock:
+                    swallowed = cell["interrupted"] and time.monotonic() - idle_at > REPLY_AFTER_IDLE_S
+                if swallowed and not silent:
+                    emit({"ev": "error", "id": cid, "ename": "KeyboardInterrupt",
+                          "evalue": "the interrupt reached the kernel outside the cell's code, which may not have run",
+                          "traceback": []}, True)
+                if swallowed:
+                    return {"status": "error", "execution_count": None}
                 continue
             if r.get("parent_header", {}).get("msg_id") == msg_id:
                 return r["content"]

@@ -56,6 +56,14 @@
 #                names (skipped with the reason when it is unset); JSON in
 #                <json>-k8s.json. About 10 minutes (--quick: 5). It fills the
 #                cluster's nodes for a moment: not on a cluster others use.
+#   --only e2b   the official E2B SDK against a daemon of this build over
+#                HTTPS (tests/js/e2b_bench.mjs, issue 36): Sandbox.create() to
+#                its first command with the pool warm (against the Engine API's
+#                create, start and exec of a plain container), commands.run
+#                ('true') (against /v1/exec of the same session and the Engine
+#                API's exec), runCode('1+1') on a warm context; samples
+#                interleaved; JSON in <json>-e2b.json (a few minutes; --quick:
+#                fewer samples). Needs `npm ci --prefix tests`.
 #   --json PATH  where to write the results
 #
 # Every container made here is removed on exit, success or failure: the
@@ -78,6 +86,7 @@ cd "$ROOT"
 quick=()
 only_node=0
 only_k8s=0
+only_e2b=0
 only_pool=0
 only_cells=0
 json=bench/results.json
@@ -95,8 +104,13 @@ while (($#)); do
 			shift 2
 			continue
 		fi
+		if [[ ${2:-} == e2b ]]; then
+			only_e2b=1
+			shift 2
+			continue
+		fi
 		[[ $# -ge 2 && ($2 == noisy || $2 == http || $2 == network || $2 == pool || $2 == restart || $2 == cells || $2 == snapshot || $2 == pause) ]] ||
-			{ echo "bench: --only takes: noisy, http, network, pool, restart, cells, snapshot, pause, node, k8s" >&2; exit 2; }
+			{ echo "bench: --only takes: noisy, http, network, pool, restart, cells, snapshot, pause, node, k8s, e2b" >&2; exit 2; }
 		quick+=(--only "$2")
 		[[ $2 == pool ]] && only_pool=1
 		[[ $2 == cells ]] && only_cells=1
@@ -109,7 +123,7 @@ while (($#)); do
 		;;
 	--json=*) json=${1#--json=} ;;
 	-h | --help) sed -n '2,/^# both sockets/s/^# \{0,1\}//p' "${BASH_SOURCE[0]}"; exit 0 ;;
-	*) echo "usage: scripts/bench.sh [--quick] [--only noisy|http|network|pool|restart|cells|snapshot|pause|node|k8s] [--json PATH]" >&2; exit 2 ;;
+	*) echo "usage: scripts/bench.sh [--quick] [--only noisy|http|network|pool|restart|cells|snapshot|pause|node|k8s|e2b] [--json PATH]" >&2; exit 2 ;;
 	esac
 	shift
 done
@@ -159,6 +173,8 @@ cleanup() {
 	remove_label "sandboxd.instance=bench-$ID-node-a"
 	remove_label "sandboxd.instance=bench-$ID-node-b"
 	remove_label "sandboxd.instance=bench-$ID-docker"
+	remove_label "sandboxd.instance=bench-$ID-e2b"
+	remove_label "sandboxd.bench=bench-$ID-e2b"
 	if ((interrupted)); then
 		# a docker run the benchmark had in flight may still land
 		sleep 3
@@ -181,7 +197,7 @@ fi
 {
 	cmake -S . -B "$BUILD" -DCMAKE_BUILD_TYPE=RelWithDebInfo
 	# the runner too: without it every exec would take the docker exec fallback
-	targets=(sandboxd sandboxd-bench sandboxd-egress-bench sandboxd-node-bench)
+	targets=(sandboxd sandboxd-mcp sandboxd-bench sandboxd-egress-bench sandboxd-node-bench)
 	command -v musl-gcc >/dev/null && targets+=(runner)
 	cmake --build "$BUILD" -j2 --target "${targets[@]}"
 } >&2
@@ -230,6 +246,18 @@ if ((only_k8s)); then
 	# in the background and waited for, as sandboxd-bench: a signal runs the cleanup at once
 	python3 bench/k8s_bench.py --build "$BUILD" --kubeconfig "$SANDBOXD_K8S_KUBECONFIG" --id "$ID" \
 		${quick[0]:+--quick} >"${json%.json}-k8s.json" &
+	BENCH_PID=$!
+	wait "$BENCH_PID"
+	exit
+fi
+
+if ((only_e2b)); then
+	mkdir -p "$(dirname "$json")"
+	n=(50 10)
+	[[ ${quick[0]:-} == --quick ]] && n=(20 5)
+	# in the background and waited for, as sandboxd-bench: a signal runs the cleanup at once
+	SANDBOXD_TEST_RUN=bench-$ID-e2b SANDBOXD_BUILD_DIR=$BUILD BENCH_N=${n[0]} BENCH_N_CREATE=${n[1]} \
+		node tests/js/e2b_bench.mjs "${json%.json}-e2b.json" &
 	BENCH_PID=$!
 	wait "$BENCH_PID"
 	exit

@@ -136,8 +136,11 @@ sweep_run() {
 runs=("$SANDBOXD_TEST_RUN")
 # --k8s: 1 once this run started the testbed (the sweep stops it).
 k8s_own=0
+# what the failing suites said (ctest_run below)
+details=$(mktemp)
 sweep() {
 	local rc=$? run
+	rm -f "$details"
 	for run in "${runs[@]}"; do
 		sweep_run "$run"
 	done
@@ -240,6 +243,21 @@ repeat_suites() {
 }
 
 failed=()
+# ctest over $BUILD with its console log kept; when it fails, the Criterion
+# assertions that failed ("[----] file:line: ..." and their messages) and the
+# "[FAIL]" lines are kept too and printed again at the very end, so that the
+# last lines of a CI log name what failed, not only the suite.
+ctest_run() {
+	local log
+	log=$(mktemp)
+	if ctest --test-dir "$BUILD" --output-on-failure "$@" 2>&1 | tee "$log" >&2; then
+		rm -f "$log"
+		return 0
+	fi
+	grep -aE '^\[(----|FAIL)\] |^ *[0-9]+ - [A-Za-z0-9_]+ \(' "$log" | head -n 80 >>"$details" || true
+	rm -f "$log"
+	return 1
+}
 step() {
 	local name=$1
 	shift
@@ -283,7 +301,7 @@ k8s_suites() {
 		step "Kubernetes testbed: sandboxd/daemon of this build on both nodes" \
 			bash -c 'SANDBOXD_BUILD_DIR="$1" bash scripts/build-images.sh --only daemon &&
 				bash scripts/k8s-testbed.sh import-docker-image sandboxd/daemon:latest' _ "$BUILD" || rc=1
-		step "Kubernetes suites" ctest --test-dir "$BUILD" --output-on-failure "${sel[@]}" || rc=1
+		step "Kubernetes suites" ctest_run "${sel[@]}" || rc=1
 	fi
 	if ((k8s_own)); then
 		t0=$SECONDS
@@ -306,9 +324,9 @@ elif ((asan)); then
 	log "build (ASan+UBSan) into $BUILD"
 	cmake -S . -B "$BUILD" -DCMAKE_BUILD_TYPE=RelWithDebInfo -DSANDBOXD_ASAN=ON
 	cmake --build "$BUILD" -j2
-	step "unit tests (ASan+UBSan)" ctest --test-dir "$BUILD" --output-on-failure -L unit || true
+	step "unit tests (ASan+UBSan)" ctest_run -L unit || true
 	# a use after free that a race makes (stress_http_mcp) aborts here with its stack
-	step "stress programs (ASan+UBSan)" ctest --test-dir "$BUILD" --output-on-failure -L stress || true
+	step "stress programs (ASan+UBSan)" ctest_run -L stress || true
 elif ((tsan)); then
 	# Reports go to files (stress_log points stderr at /dev/null while it
 	# hammers the log); any report fails the program (exit 66) and is shown.
@@ -318,14 +336,14 @@ elif ((tsan)); then
 	log "build (TSan) into $BUILD: the stress programs"
 	cmake -S . -B "$BUILD" -DCMAKE_BUILD_TYPE=RelWithDebInfo -DSANDBOXD_TSAN=ON
 	cmake --build "$BUILD" -j2 --target stress
-	step "stress programs (TSan)" ctest --test-dir "$BUILD" --output-on-failure -L stress || true
+	step "stress programs (TSan)" ctest_run -L stress || true
 	# Criterion's runner maps its arena where TSan keeps its shadow memory
 	# and stops at once ("Could not initialize inheritable arena", or a SEGV
 	# inside libcriterion): run the unit tests only if a small suite passes.
 	cmake --build "$BUILD" -j2 --target unit_test_text
 	if TSAN_OPTIONS= "$BUILD/unit_test_text" --jobs=1 >/dev/null 2>&1; then
 		cmake --build "$BUILD" -j2
-		step "unit tests (TSan)" ctest --test-dir "$BUILD" --output-on-failure -L unit || true
+		step "unit tests (TSan)" ctest_run -L unit || true
 	else
 		log "unit tests (TSan): skipped, Criterion's runner cannot start under TSan (Criterion issue #274)"
 	fi
@@ -342,12 +360,12 @@ elif ((node)); then
 	node_suites='integration_test_(exec|cells|files|services|pause|impostor|runner|egress|network|ratchet|durable|pool|node)$'
 	[[ ${SANDBOXD_NODE_SUITES:-} != all ]] || node_suites='^integration_test_'
 	step "integration tests over a separate node agent" \
-		ctest --test-dir "$BUILD" --output-on-failure -L integration -R "$node_suites" -E integration_install || true
+		ctest_run -L integration -R "$node_suites" -E integration_install || true
 else
 	log "build into $BUILD"
 	cmake -S . -B "$BUILD" -DCMAKE_BUILD_TYPE=RelWithDebInfo
 	cmake --build "$BUILD" -j2
-	step "unit tests" ctest --test-dir "$BUILD" --output-on-failure -L unit || true
+	step "unit tests" ctest_run -L unit || true
 	if [[ ${SANDBOXD_FORMAT_CHECK:-1} == 1 ]]; then
 		step "format (.clang-format)" bash scripts/format.sh --check || true
 	fi
@@ -364,7 +382,7 @@ else
 	fi
 	export SANDBOXD_BUILD_DIR="$BUILD"
 	if ((repeat == 0)); then
-		step "integration tests" ctest --test-dir "$BUILD" --output-on-failure -L integration || true
+		step "integration tests" ctest_run -L integration || true
 		if ((js)); then
 			step "JS tests" node --test tests/js/*.test.mjs || true
 		fi
@@ -388,6 +406,10 @@ else
 fi
 
 if ((${#failed[@]})); then
+	if [[ -s $details ]]; then
+		log "what failed, as the suites said it:"
+		cat "$details" >&2
+	fi
 	log "FAILED: $(printf '%s; ' "${failed[@]}")"
 	exit 1
 fi

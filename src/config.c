@@ -11,6 +11,7 @@
 #include "sandboxd/api.h"
 #include "sandboxd/cells.h"
 #include "sandboxd/container.h"
+#include "sandboxd/e2b.h"
 #include "sandboxd/egress.h"
 #include "sandboxd/egress_policy.h"
 #include "sandboxd/egress_rules.h"
@@ -22,10 +23,12 @@
 #include "sandboxd/http.h"
 #include "sandboxd/metrics.h"
 #include "sandboxd/monitor.h"
+#include "sandboxd/node.h"
 #include "sandboxd/pool.h"
 #include "sandboxd/runner.h"
 #include "sandboxd/scripts.h"
 #include "sandboxd/service.h"
+#include "sandboxd/session.h"
 #include "sandboxd/sessspec.h"
 #include "sandboxd/webhook.h"
 
@@ -90,9 +93,9 @@ static const struct config_key keys[] = {
          "sandbox image (built by scripts/build-images.sh)"},
         {"images", CFG_STRING, F(images), 0, 0, 0, "", NULL,
          "further images create_session may choose, comma-separated (image is always allowed)"},
-        {"e2b_templates", CFG_STRING, F(e2b_templates), 0, 0, 0, "", NULL,
-         "E2B templates as images, \"name=image,...\" (each image: image or one of images); empty: base and "
-         "code-interpreter-v1 to image (docs/e2b.md)"},
+        {"secrets_key_file", CFG_STRING, F(secrets_key_file), 0, 0, 0, "", NULL,
+         "file of the 256-bit key sealing users' secrets at rest (sandboxctl secret keygen PATH); outside data_dir, "
+         "mode 0600; empty: secrets off"},
         {"memory", CFG_SIZE, F(memory_bytes), 0, 16 << 20, INT64_C(1) << 40, "1g", NULL,
          "memory limit per container; swap is disabled (MemorySwap = Memory)"},
         {"cpus", CFG_CPUS, F(nano_cpus), 0, 10000000, INT64_C(256) * 1000000000, "1", NULL,
@@ -119,9 +122,6 @@ static const struct config_key keys[] = {
         {"pause_after", CFG_DURATION, F(pause_after_s), 0, 0, 86400 * 365, "10m", NULL,
          "a session unused this long with nothing running is paused (frozen, memory kept) before idle_timeout stops "
          "it; any request resumes it (0: off)"},
-        {"pause_min_mem_available", CFG_SIZE, F(pause_min_mem_available_bytes), 0, 0, INT64_C(1) << 44, "512m", NULL,
-         "memory pressure: while the host's MemAvailable (/proc/meminfo) is below this, the least recently used "
-         "paused sessions are stopped, one at a time (0: off)"},
         /* [connections] */
         {"connections.max", CFG_INT, F(max_connections), 0, 0, 1000000, "0", NULL,
          "open connections at most, to the API socket and to the HTTPS front each (the admin socket has its own "
@@ -141,6 +141,15 @@ static const struct config_key keys[] = {
         {"http.tls_key", CFG_STRING, F(tls_key), 0, 0, 0, "", NULL, "PEM private key of http.tls_cert"},
         {"http.tls_client_ca", CFG_STRING, F(tls_client_ca), 0, 0, 0, "", NULL,
          "PEM CA file: when set, HTTPS clients must present a certificate it signed (mTLS)"},
+        /* [e2b] */
+        {"e2b.templates", CFG_STRING, F(e2b_templates), 0, 0, 0, "", NULL,
+         "E2B templates as images, \"name=image,...\" (each image: image or one of images); empty: base and "
+         "code-interpreter-v1 to image (docs/e2b.md)"},
+        {"e2b.domain", CFG_STRING, F(e2b_domain), 0, 0, 0, "", NULL,
+         "E2B's sandbox domain: the front serves getHost(port) host names {port}-{sandboxID}.<domain> "
+         "(wildcard DNS to the front); empty: off (docs/e2b.md)"},
+        {"e2b.proxy_max_per_user", CFG_INT, F(e2b_proxy_max_per_user), 0, 1, 100000, "64", NULL,
+         "getHost(port) requests proxied at once into one user's sandboxes (in all: E2B_PROXY_MAX_TOTAL, e2b.h)"},
         /* [metrics] */
         {"metrics.listen", CFG_STRING, F(metrics_listen), 0, 0, 0, "", NULL,
          "loopback host:port serving /metrics (Prometheus text) and /healthz (empty: off)"},
@@ -153,20 +162,17 @@ static const struct config_key keys[] = {
         {"node.connect", CFG_STRING, F(node_connect), 0, 0, 0, "", NULL,
          "sandboxd node: host:port of the control daemon's node.listen"},
         {"node.cert", CFG_STRING, F(node_cert), 0, 0, 0, "", NULL,
-         "node link: PEM certificate of this end (a node agent's common name is its node name)"},
+         "node link: PEM certificate of this end (a node agent's common name is its node name; the control "
+         "daemon's names sandboxd-control, NODE_CONTROL_NAME in node.h)"},
         {"node.key", CFG_STRING, F(node_key), 0, 0, 0, "", NULL, "node link: PEM private key of node.cert"},
         {"node.ca", CFG_STRING, F(node_ca), 0, 0, 0, "", NULL,
          "node link: PEM CA that signs the control daemon's and every node agent's certificate"},
         {"node.crl", CFG_STRING, F(node_crl), 0, 0, 0, "", NULL,
          "node link: PEM CRL of node.ca, read again on a handshake after it changed; unreadable: every "
          "handshake is refused"},
-        {"node.control_name", CFG_STRING, F(node_control_name), 0, 0, 0, "sandboxd-control", NULL,
-         "node link: the name (DNS SAN or common name) a node agent expects in the control daemon's certificate"},
         {"node.name", CFG_STRING, F(node_name), 0, 0, 0, "", NULL,
          "node link, engine = docker: every session goes to this node (certificate common name); empty: the "
          "connected node with the fewest sessions (a session keeps its node while its container lives)"},
-        {"node.heartbeat", CFG_MS, F(node_heartbeat_ms), 0, 100, 600000, "2s", NULL,
-         "node link ping interval; a link silent for three of them is closed"},
         {"node.fence", CFG_MS, F(node_fence_ms), 0, 100, 86400000, "30s", NULL,
          "a node agent away this long: the sessions placed on it are fenced (failed, new epoch) and their "
          "executions lost"},
@@ -187,9 +193,6 @@ static const struct config_key keys[] = {
          "Always|IfNotPresent|Never", "engine = kubernetes: imagePullPolicy of sandbox Pods"},
         {"kubernetes.start_timeout", CFG_MS, F(kube_start_timeout_ms), 0, 1000, 3600000, "2m", NULL,
          "engine = kubernetes: a sandbox Pod runs within this (scheduling and image pull) or its start fails"},
-        {"kubernetes.node_dir", CFG_STRING, F(kube_node_dir), 0, 0, 0, "/var/lib/sandboxd-node", NULL,
-         "engine = kubernetes over node agents (node.listen): the host directory holding each node agent's "
-         "data_dir, {kubernetes.node_dir}/<node name>; a Pod mounts its session directory from it by its node's name"},
         /* [workspace] */
         {"workspace.quota_mode", CFG_ENUM, F(workspace_quota_mode), 0, 0, 0, "off", "off|project|loop|measure",
          "workspace disk quota: loop = an ext4 image per workspace; measure = refuse work once over (docs/operations.md)"},
@@ -332,9 +335,7 @@ static const struct config_old_key old_keys[] = {
         RENAMED("node_key", "node.key"),
         RENAMED("node_ca", "node.ca"),
         RENAMED("node_crl", "node.crl"),
-        RENAMED("node_control_name", "node.control_name"),
         RENAMED("node_name", "node.name"),
-        RENAMED("node_heartbeat", "node.heartbeat"),
         RENAMED("node_fence", "node.fence"),
         RENAMED("kube_config", "kubernetes.config"),
         RENAMED("kube_namespace", "kubernetes.namespace"),
@@ -343,7 +344,6 @@ static const struct config_old_key old_keys[] = {
         RENAMED("kube_init_binary", "kubernetes.init_binary"),
         RENAMED("kube_image_pull_policy", "kubernetes.image_pull_policy"),
         RENAMED("kube_start_timeout", "kubernetes.start_timeout"),
-        RENAMED("kube_node_dir", "kubernetes.node_dir"),
         RENAMED("workspace_quota_mode", "workspace.quota_mode"),
         RENAMED("workspace_quota", "workspace.quota"),
         RENAMED("workspace_inodes", "workspace.inodes"),
@@ -368,6 +368,9 @@ static const struct config_old_key old_keys[] = {
         RENAMED("exec_timeout_default", "exec.timeout_default"),
         RENAMED("exec_timeout_max", "exec.timeout_max"),
         RENAMED("exec_kill_grace", "exec.kill_grace"),
+        RENAMED("e2b_templates", "e2b.templates"),
+        RENAMED("e2b_domain", "e2b.domain"),
+        RENAMED("e2b_proxy_max_per_user", "e2b.proxy_max_per_user"),
         RENAMED("egress_allow", "egress.allow"),
         RENAMED("egress_allow_private", "egress.allow_private"),
         RENAMED("egress_resolve", "egress.resolve"),
@@ -436,6 +439,12 @@ static const struct config_old_key old_keys[] = {
                  "gateway.h"),
         CONSTANT("forward_max_per_user", GATEWAY_FORWARD_MAX_PER_USER, forward_max_per_user, CFG_INT, "gateway.h"),
         CONSTANT("forward_max_total", GATEWAY_FORWARD_MAX_TOTAL, forward_max_total, CFG_INT, "gateway.h"),
+        CONSTANT("e2b_proxy_max_total", E2B_PROXY_MAX_TOTAL, e2b_proxy_max_total, CFG_INT, "e2b.h"),
+        CONSTANT("pause_min_mem_available", SESSION_PAUSE_MIN_MEM_AVAILABLE, pause_min_mem_available_bytes, CFG_SIZE,
+                 "session.h"),
+        CONSTANT("node_heartbeat", NODE_HEARTBEAT_MS, node_heartbeat_ms, CFG_MS, "node.h"),
+        CONSTANT_STR("node_control_name", NODE_CONTROL_NAME, node_control_name, "node.h"),
+        CONSTANT_STR("kube_node_dir", K8S_NODE_DIR, kube_node_dir, "engine_kubernetes.h"),
         CONSTANT("session_ttl_max", SESSSPEC_TTL_MAX_S, session_ttl_max_s, CFG_DURATION, "sessspec.h"),
         CONSTANT_STR("kube_gvisor_class", K8S_GVISOR_RUNTIME_CLASS, kube_gvisor_class, "engine_kubernetes.h"),
         CONSTANT_STR("pool_cells_prestart", POOL_CELLS_PRESTART, pool_cells_prestart, "pool.h"),
@@ -823,6 +832,30 @@ static int parse_line(struct sbx_config *cfg, char *line, char *section, size_t 
 
 static int check_pool_images(const struct sbx_config *cfg, struct sbx_error *err);
 
+/* e2b.domain: dot-separated labels of [a-z0-9-], 1-63 each, no '-' at either
+ * end, at most 200 characters (room for "{port}-{id}." in a DNS name). */
+static bool e2b_domain_valid(const char *d)
+{
+        size_t n = strlen(d), label = 0;
+
+        if (n == 0 || n > 200 || d[0] == '.' || d[n - 1] == '.')
+                return false;
+        for (size_t i = 0; i < n; i++) {
+                char c = d[i];
+                if (c == '.') {
+                        if (label == 0 || d[i - 1] == '-')
+                                return false;
+                        label = 0;
+                        continue;
+                }
+                if (!((c >= 'a' && c <= 'z') || (c >= '0' && c <= '9') || c == '-') || (c == '-' && label == 0) ||
+                    ++label > 63)
+                        return false;
+        }
+        return d[n - 1] != '-';
+}
+
+
 static int check_cross(const struct sbx_config *cfg, struct sbx_error *err)
 {
         int r0;
@@ -843,6 +876,10 @@ static int check_cross(const struct sbx_config *cfg, struct sbx_error *err)
                                      "network_default = bridge needs an isolated network, which the kubernetes engine "
                                      "does not make (its sandbox Pods are sealed by a default-deny NetworkPolicy)");
 
+        if (cfg->e2b_domain[0] && !e2b_domain_valid(cfg->e2b_domain))
+                return sbx_error_set(err, -EINVAL, 0,
+                                     "e2b.domain must be a DNS name: labels of [a-z0-9-] (1-63, no '-' at either "
+                                     "end), dot-separated, at most 200 characters");
         if (cfg->ports_per_session > span)
                 return sbx_error_set(err, -EINVAL, 0,
                                      "ports_per_session (%d) is larger than port_range %d-%d (%d ports)",

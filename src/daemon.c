@@ -24,6 +24,7 @@
 #include "sandboxd/privacy.h"
 #include "sandboxd/runtime.h"
 #include "sandboxd/scripts.h"
+#include "sandboxd/secrets.h"
 #include "sandboxd/quota.h"
 #include "sandboxd/runner.h"
 #include "sandboxd/service.h"
@@ -443,6 +444,12 @@ int daemon_open(const struct sbx_config *cfg, const struct daemon_options *opts,
                 r = sbx_error_set(err, -errno, 0, "cannot create data_dir %s: %m", d->cfg.data_dir);
                 goto fail;
         }
+        /* a key file that is named but unsafe stops the start: never a silent fallback (issue 37) */
+        if (d->cfg.secrets_key_file[0]) {
+                r = secrets_open(d->cfg.secrets_key_file, d->cfg.data_dir, &d->secrets, err);
+                if (r < 0)
+                        goto fail;
+        }
         snprintf(db, sizeof(db), "%s/sandboxd.db", d->cfg.data_dir);
         r = store_open(db, &d->store, err);
         if (r < 0) {
@@ -638,6 +645,7 @@ void daemon_close(struct daemon *d)
         events_close(d->events); /* writes what is queued: after every engine that emits */
         webhook_stop(d->webhook);
         store_close(d->store);
+        secrets_free(d->secrets);
         free(d);
 }
 

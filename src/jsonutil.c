@@ -88,3 +88,11 @@ void jsonutil_add_lower(cJSON *o, const char *key, const char *s)
         buf[i] = '\0';
         cJSON_AddStringToObject(o, key, buf);
 }
+
+void jsonutil_add_time(cJSON *o, const char *key, int64_t ms)
+{
+        if (ms > 0)
+                cJSON_AddNumberToObject(o, key, (double)ms);
+        else
+                cJSON_AddNullToObject(o, key);
+}

@@ -42,6 +42,11 @@ void metrics_auth_failure(void)
         BUMP(auth_failures, 1);
 }
 
+uint64_t metrics_auth_failures(void)
+{
+        return LOAD(auth_failures);
+}
+
 void metrics_http_status(int status)
 {
         size_t i = 0;

@@ -45,8 +45,8 @@
  * request), quota_exceeded, already_finished, unavailable (Docker
  * down, the execution could not run), internal.
  *
- * Tokens (see token.h): role agent may call every method but mark_private
- * and egress_allow;
+ * Tokens (see token.h): role agent may call every method but mark_private,
+ * egress_allow, set_secret and delete_secret;
  * role connector may call every method.
  *
  * Every method but the user-level ones below (and get_task, cancel_task) takes params.session (1-64 of [A-Za-z0-9_.-]); the user is
@@ -144,8 +144,14 @@
  *                   from now (0: none), as create_session's (E2B's setTimeout, e2b.h)
  *   list_sessions   {}                  → {sessions: [{session, state, image, created_at, last_activity,
  *                   expires_at, ...}]}
- * list_scripts, clear_scripts, list_sessions and create_session take no
- * params.session (create_session names one when it is absent).
+ * Secrets (issue 37, secrets.h; docs/security.md "Secrets"): the user's, write-only:
+ *   set_secret      {name, value, hosts: [hostname], header?}  (role connector only) → {name, stored}
+ *   list_secrets    {}                  → {secrets: [{name, hosts, header, created_at, updated_at}], count,
+ *                   max_count}: never a value
+ *   delete_secret   {name}  (role connector only)                → {name, deleted}
+ * list_scripts, clear_scripts, list_sessions, create_session and the secret
+ * methods take no params.session (create_session names one when it is
+ * absent).
  * Idempotency (api_idem.c): exec, run_code, start_service and write_file
  * (and run_tests, create_session where they exist) take idempotency_key
  * (1-128 of [A-Za-z0-9._:-]). Per token user and method, a retry with the

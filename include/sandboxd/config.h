@@ -98,7 +98,10 @@ struct sbx_config {
 
         /* container */
         char image[256];
-        char images[1024];                /* further images create_session may choose, comma-separated */
+        char images[1024];          /* further images create_session may choose, comma-separated */
+        char e2b_domain[254];       /* getHost(port) host names {port}-{id}.<domain>; "": off (e2b.h) */
+        int e2b_proxy_max_per_user; /* getHost requests proxied at once, per user and in all */
+        int e2b_proxy_max_total;
         char e2b_templates[1024];         /* E2B templates: "name=image,..." (e2b.h); "": base, code-interpreter-v1 */
         char runner_binary[SBX_PATH_MAX]; /* "" → sandboxd-runner next to the executable */
         int runner_heartbeat_ms;
@@ -182,11 +185,12 @@ struct sbx_config {
         int64_t max_file_bytes;
 
         /* egress proxy (egress.h, docs/security.md) */
-        char egress_allow[4096];         /* patterns (egress_policy.h); "" = nothing */
-        char egress_allow_private[1024]; /* CIDR list exempt from the SSRF guard */
-        char egress_resolve[2048];       /* name=ip,... static resolver overrides */
-        char egress_upstream_proxy[300]; /* http://host:port or "" */
-        int egress_max_tunnels;          /* open proxy connections, all sessions */
+        char egress_allow[4096];             /* patterns (egress_policy.h); "" = nothing */
+        char egress_allow_private[1024];     /* CIDR list exempt from the SSRF guard */
+        char egress_resolve[2048];           /* name=ip,... static resolver overrides */
+        char egress_upstream_proxy[300];     /* http://host:port or "" */
+        char secrets_key_file[SBX_PATH_MAX]; /* secrets.h: the key sealing secrets at rest; "" = secrets off */
+        int egress_max_tunnels;              /* open proxy connections, all sessions */
         int egress_max_tunnels_per_session;
         int egress_max_tunnels_per_user;
         int egress_conns_per_minute;          /* new connections per session per minute */

@@ -51,6 +51,7 @@ struct daemon {
         struct events *events;     /* the lifecycle event log (events.h; NULL: another daemon owns it) */
         struct webhook *webhook;   /* its operator's webhook (webhook.h; NULL: none) */
         struct cells *cells;       /* run_cell's interpreter contexts (cells.h) */
+        struct secrets *secrets;   /* the secrets' key (secrets.h; NULL: secrets_key_file unset) */
         int64_t started_at;        /* unix ms */
         /* the fronts, which fronts_open (fronts.h) starts above the daemon */
         struct api_server *api; /* the socket fronts (opts->sockets) */

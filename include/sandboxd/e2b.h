@@ -19,6 +19,13 @@
  * returned by create and connect. Another user's sandbox answers as an
  * unknown one (404).
  *
+ * getHost(port) traffic (e2b_proxy.c): a Host "{port}-{id}.{e2b_domain}",
+ * or E2b-Sandbox-Id with another E2b-Sandbox-Port, is proxied to that port
+ * in the sandbox's container through the gateway (gateway_dial); public
+ * unless created with network.allowPublicTraffic false, then it needs
+ * e2b-traffic-access-token (the access token). Unknown, or private without
+ * the right token: 404.
+ *
  * Caps: a control body at most E2B_BODY_MAX, a Connect message at most
  * E2B_BODY_MAX, an upload at most min(max_file_size, E2B_UPLOAD_MAX). */
 #ifndef SANDBOXD_E2B_H
@@ -35,13 +42,26 @@
 #define E2B_ENVD_PORT 49983    /* envd's port in E2B_SANDBOX_URL routing */
 #define E2B_JUPYTER_PORT 49999 /* the code interpreter's */
 #define E2B_ENVD_VERSION "0.5.7"
+/* getHost(port) requests proxied at once in all (e2b_proxy.c); the per-user
+ * cap is the key e2b.proxy_max_per_user. */
+#define E2B_PROXY_MAX_TOTAL 512
 
 struct daemon;
 struct e2b_req;
 struct MHD_Connection;
 
-/* Whether the request is the E2B front's: a control route or an envd request. */
-bool e2b_claims(struct MHD_Connection *conn, const char *url);
+#define E2B_SANDBOX_ID_LEN 20 /* the ids create makes; the only ones a getHost host name routes */
+
+/* Whether the request is the E2B front's: a control route, an envd request,
+ * or getHost(port) traffic (a Host under e2b_domain). */
+bool e2b_claims(const struct daemon *d, struct MHD_Connection *conn, const char *url);
+/* A port in decimal, 1-65535, no sign, no leading zero; 0 if s[0..n) is not one. */
+int e2b_port_parse(const char *s, size_t n);
+/* The port of a getHost host name "{port}-{id}.{domain}" (an optional
+ * ":port" of the front's own and a final dot allowed, domain matched without
+ * case, id exactly E2B_SANDBOX_ID_LEN of [a-z0-9], copied to ret_id); 0 when
+ * host is not one (or domain is empty). */
+int e2b_host_target(const char *domain, const char *host, char ret_id[E2B_ID_MAX + 1]);
 /* The headers are complete: route and authenticate. c is the connection's
  * API state (auth failures count there) with send and gone set for this
  * request. Always a request in *ret (NULL only without memory); when
@@ -54,11 +74,16 @@ bool e2b_authenticated(const struct e2b_req *q);
 /* The connection's failed authentications, this request's included (the
  * front closes a connection after HTTP_MAX_AUTH_FAILURES). */
 int e2b_auth_failures(const struct e2b_req *q);
-/* A piece of the body (past the route's cap the rest is dropped: 413). */
+/* A piece of the body. Past the route's cap it is e2b_decided (413): the
+ * front answers at once and closes, the rest never read (a streamed body
+ * has no Content-Length to refuse it by). */
 void e2b_body(struct e2b_req *q, const char *data, size_t n);
 /* The body is complete (or e2b_decided): run the route and queue its answer
  * (an enum MHD_Result); close: the answer closes the connection. */
 int e2b_respond(struct e2b_req *q, struct MHD_Connection *conn, bool close);
 void e2b_req_free(struct e2b_req *q);
+/* The front stops: every upgraded getHost connection (a WebSocket) ends now,
+ * and any later one at once; before MHD_stop_daemon, which waits for them. */
+void e2b_proxy_stop(void);
 
 #endif

@@ -39,4 +39,20 @@ cJSON *egress_rules_log_json(struct store *st, const char *user, const char *ses
  * a policy for the operator's egress.allow. */
 #define EGRESS_MAX_RULES 256
 
+/* The `network` parameter of an execution (exec, run_code, run_cell,
+ * run_tests; issue 37 item 3): absent or null (the session's egress),
+ * "none", or {"allow": [host[:port], ...]} with 1-EGRESS_NET_MAX_HOSTS
+ * patterns (egress_pattern_check, `*` refused; `*.suffix` allowed), no
+ * other key. A narrowing only: a host must also pass the session's own
+ * allowlist. ret->set says the parameter was given; ret->n_allow 0 with
+ * set is "none". -EINVAL with err's message on any other shape. */
+#define EGRESS_NET_MAX_HOSTS 16
+#define EGRESS_NET_PATTERN_MAX 300
+struct egress_net {
+        bool set;
+        size_t n_allow;
+        char allow[EGRESS_NET_MAX_HOSTS][EGRESS_NET_PATTERN_MAX];
+};
+int egress_net_parse(const cJSON *v, struct egress_net *ret, struct sbx_error *err);
+
 #endif

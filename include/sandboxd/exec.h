@@ -111,6 +111,7 @@ typedef void (*exec_output_fn)(const char *exec_id, enum exec_stream stream, con
 #define EXEC_ARGV_MAX 4096     /* = RP_MAX_ARGS */
 #define EXEC_TTY_MAX_ROWS 1000 /* = RP_TTY_MAX_ROWS */
 #define EXEC_TTY_MAX_COLS 1000
+#define EXEC_TTY_TERM "xterm-256color" /* a tty execution's TERM unless its env names one */
 
 struct exec_request {
         const char *user;
@@ -160,6 +161,7 @@ struct exec_result {
         uint64_t stderr_offset;
         char command_preview[161];
         char via[16]; /* "runner" | "docker_exec" | "" (never ran) */
+        bool tty;     /* it runs on a pseudo-terminal (its output is the terminal's, as stdout) */
         /* usage of the whole tree, from the rusage of its reaped processes
          * (runner only; -1 when unknown) */
         int64_t cpu_user_ms, cpu_system_ms, max_rss_kb;

@@ -113,6 +113,16 @@ void gateway_set_node_publish(struct gateway *gw, gateway_publish_fn fn, void *u
  * not publish (any more) closes it. */
 void gateway_attach_published(struct gateway *gw, const char *user, const char *session, int port, int fd);
 
+/* A connection to 127.0.0.1:port inside the session's container (E2B's
+ * getHost traffic, e2b_proxy.c), through fwd.sock and the runner as a
+ * published port's client, within the same caps: *ret_fd is the caller's
+ * end of a socketpair (O_CLOEXEC, blocking) whose other end the gateway
+ * thread splices. A session not served (unknown, private, no runner, over a
+ * cap) or a port nothing listens on reads as an EOF before any byte. Never
+ * waits for the gateway thread; wakes a paused session as a published
+ * port's client does. */
+int gateway_dial(struct gateway *gw, const char *user, const char *session, int port, int *ret_fd);
+
 struct gateway_stats {
         size_t sessions;  /* served */
         size_t listeners; /* host port listeners */

@@ -38,5 +38,7 @@ int jparam_bool(const struct jparams *p, const char *name, bool def, bool *ret, 
 void jsonutil_add_text(cJSON *o, const char *key, const char *s);
 /* s lower-cased (an enum's name: at most 63 bytes). */
 void jsonutil_add_lower(cJSON *o, const char *key, const char *s);
+/* A time in wall ms, null when 0. */
+void jsonutil_add_time(cJSON *o, const char *key, int64_t ms);
 
 #endif

@@ -67,6 +67,8 @@ struct metrics_ctx {
 void metrics_http_status(int status);
 /* A failed authentication (api.c). */
 void metrics_auth_failure(void);
+/* sandboxd_auth_failures_total so far (opsview.h). */
+uint64_t metrics_auth_failures(void);
 
 /* The whole exposition text, malloc'd in *ret. 0 or -ENOMEM. */
 int metrics_render(const struct metrics_ctx *m, char **ret);

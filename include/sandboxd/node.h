@@ -111,7 +111,9 @@
 #define NODE_HANDSHAKE_TIMEOUT_MS 10000 /* TLS handshake and hello */
 #define NODE_WRITE_DEADLINE_MS 5000     /* one frame onto the link */
 #define NODE_NAME_MAX 64
-#define NODE_MAX_NODES 256 /* nodes known at once (a fenced one away is forgotten for a new one) */
+#define NODE_HEARTBEAT_MS 2000 /* link ping interval; a link silent for three is closed (node.fence is the knob) */
+#define NODE_CONTROL_NAME "sandboxd-control" /* the name a node agent expects in the control's certificate */
+#define NODE_MAX_NODES 256                   /* nodes known at once (a fenced one away is forgotten for a new one) */
 
 enum node_frame {
         NF_HELLO = 1,

@@ -181,6 +181,9 @@ int session_get_info(struct session_manager *m, const char *user, const char *se
 int session_list(struct session_manager *m, const char *user, const enum session_state *state,
                  struct session_info **ret, size_t *ret_n);
 void session_info_list_free(struct session_info *list, size_t n);
+/* The one user that has a session called id, into ret_user (size bytes):
+ * an indexed lookup, not a scan. -ENOENT if nobody or more than one user has it. */
+int session_owner(struct session_manager *m, const char *id, char *ret_user, size_t size);
 
 /* Monitor entry: the container of (user, session) failed with cause. Marks
  * ERROR only if container_id is still the session's RUNNING container (a
@@ -318,6 +321,9 @@ void session_evictions_stop(struct session_manager *m);
  * raced the destroy cannot bring the session back. The last
  * SESSION_RETIRED_MAX keys are kept, in memory. */
 #define SESSION_RETIRED_MAX 4096
+/* While the host's MemAvailable is below this, paused sessions are stopped,
+ * least recently used first (session_enforce_paused). */
+#define SESSION_PAUSE_MIN_MEM_AVAILABLE (INT64_C(512) << 20)
 int session_retire(struct session_manager *m, const char *user, const char *session);
 /* Whether the session is PAUSED now (false: unknown). */
 bool session_is_paused(struct session_manager *m, const char *user, const char *session);
@@ -326,7 +332,7 @@ bool session_is_paused(struct session_manager *m, const char *user, const char *
 int session_pause_idle(struct session_manager *m, int64_t now_wall_ms);
 /* Monitor entry (and after each pause): past max_paused_sessions (in all),
  * max_paused_sessions_per_user, or while the host's MemAvailable is below
- * pause_min_mem_available, stop the least recently used paused sessions
+ * SESSION_PAUSE_MIN_MEM_AVAILABLE, stop the least recently used paused sessions
  * (container removed, workspace kept, cause "stopped_while_paused": their
  * interpreter contexts report state_lost stopped_while_paused). Returns
  * how many. */

@@ -619,4 +619,25 @@ int store_pool_evict_oldest(struct store *s, struct store_pool_slot *ret);
  * removal took it first). */
 int store_pool_evict(struct store *s, const char *slot, struct store_pool_slot *ret);
 
+/* ---- secrets (issue 37; store_secret.c): per user, sealed by secrets.c ---- */
+#define STORE_SECRET_NAME_MAX 64
+#define STORE_SECRET_HOSTS_JSON_MAX 2400 /* SECRETS_MAX_HOSTS hostnames as a JSON array */
+struct store_secret {
+        char user_id[65];
+        char name[STORE_SECRET_NAME_MAX + 1];
+        char hosts_json[STORE_SECRET_HOSTS_JSON_MAX];
+        char header[65];                /* "" = none named */
+        int64_t created_at, updated_at; /* unix ms */
+};
+/* Insert or replace user's secret row->name with sealed (base64 text); a
+ * replacement keeps created_at. A new name past max_per_user is -EDQUOT. */
+int store_secret_put(struct store *s, const struct store_secret *row, const char *sealed, int max_per_user);
+/* The row (without its value) and, if ret_sealed, its sealed text
+ * (malloc'd). -ENOENT when user has no such secret. */
+int store_secret_get(struct store *s, const char *user, const char *name, struct store_secret *ret, char **ret_sealed);
+/* user's secrets by name, never their values. malloc'd array. */
+int store_secret_list(struct store *s, const char *user, struct store_secret **ret, size_t *ret_n);
+/* -ENOENT when user has no such secret. */
+int store_secret_delete(struct store *s, const char *user, const char *name);
+
 #endif

@@ -33,8 +33,9 @@ struct store;
 enum token_role {
         TOKEN_ROLE_AGENT,
         TOKEN_ROLE_CONNECTOR,
-        /* reads every user's sessions (list_sessions) and events, as the
-         * admin socket lists them, and nothing else: every other method is
+        /* reads every user's sessions (list_sessions) and events, users and
+         * quotas, the pool, the nodes and the daemon's health, as the admin
+         * socket shows them, and nothing else: every other method is
          * forbidden (api.c), so it can neither run nor change anything */
         TOKEN_ROLE_OPERATOR,
 };

@@ -81,14 +81,6 @@ void admin_audit(struct admin_req *q, const char *user, const char *session, con
 
 /* ---- formatting ---- */
 
-void admin_add_time(cJSON *o, const char *key, int64_t ms)
-{
-        if (ms > 0)
-                cJSON_AddNumberToObject(o, key, (double)ms);
-        else
-                cJSON_AddNullToObject(o, key);
-}
-
 static const struct {
         const char *name;
         admin_cmd_fn fn;
@@ -121,6 +113,9 @@ static const struct {
         {"egress.deny", admin_c_egress_deny},
         {"snapshots.list", admin_c_snapshots_list},
         {"snapshot.delete", admin_c_snapshot_delete},
+        {"secret.set", admin_c_secret_set},
+        {"secret.list", admin_c_secret_list},
+        {"secret.delete", admin_c_secret_delete},
 };
 
 /* ---- connections ---- */

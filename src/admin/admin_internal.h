@@ -46,8 +46,7 @@ int admin_arg_user(struct admin_req *q, const char **ret, struct fronterr *e);
 int admin_arg_limit(struct admin_req *q, const char *name, int def, int max, int *ret, struct fronterr *e);
 /* Audit "admin.<cmd>" by the peer (detail is taken). */
 void admin_audit(struct admin_req *q, const char *user, const char *session, const char *cmd, cJSON *detail);
-/* A time (null when 0). Text and lower-cased names: jsonutil.h. */
-void admin_add_time(cJSON *o, const char *key, int64_t ms);
+/* Times, text and lower-cased names: jsonutil.h. */
 
 /* ---- admin_sessions.c ---- */
 int admin_c_health(struct admin_req *q, cJSON **ret, struct fronterr *e);
@@ -80,5 +79,9 @@ int admin_c_token_revoke(struct admin_req *q, cJSON **ret, struct fronterr *e);
 /* admin_snapshots.c (issue 28) */
 int admin_c_snapshots_list(struct admin_req *q, cJSON **ret, struct fronterr *e);
 int admin_c_snapshot_delete(struct admin_req *q, cJSON **ret, struct fronterr *e);
+/* secrets (issue 37): admin_secrets.c */
+int admin_c_secret_set(struct admin_req *q, cJSON **ret, struct fronterr *e);
+int admin_c_secret_list(struct admin_req *q, cJSON **ret, struct fronterr *e);
+int admin_c_secret_delete(struct admin_req *q, cJSON **ret, struct fronterr *e);
 
 #endif

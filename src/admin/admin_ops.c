@@ -13,6 +13,7 @@
 #include "sandboxd/fronterr.h"
 #include "sandboxd/jsonutil.h"
 #include "sandboxd/metrics.h"
+#include "sandboxd/opsview.h"
 #include "sandboxd/quota.h"
 #include "sandboxd/session.h"
 #include "sandboxd/store.h"
@@ -98,8 +99,8 @@ int admin_c_token_list(struct admin_req *q, cJSON **ret, struct fronterr *e)
                 cJSON_AddStringToObject(o, "id", list[i].id);
                 cJSON_AddStringToObject(o, "user", list[i].user);
                 cJSON_AddStringToObject(o, "role", token_role_to_string(list[i].role));
-                admin_add_time(o, "created_at", list[i].created_at);
-                admin_add_time(o, "revoked_at", list[i].revoked_at);
+                jsonutil_add_time(o, "created_at", list[i].created_at);
+                jsonutil_add_time(o, "revoked_at", list[i].revoked_at);
                 cJSON_AddItemToArray(a, o);
         }
         free(list);
@@ -108,51 +109,13 @@ int admin_c_token_list(struct admin_req *q, cJSON **ret, struct fronterr *e)
 
 /* ---- quotas ---- */
 
-static cJSON *quota_json(struct daemon *d, const char *user)
-{
-        struct quota_limits lim;
-        struct store_quota *rows = NULL;
-        struct session_info *list = NULL;
-        size_t n = 0, live = 0, paused = 0;
-        cJSON *o = cJSON_CreateObject(), *l, *ov, *u;
-
-        quota_limits_get(d->quota, &d->cfg, user, &lim);
-        cJSON_AddStringToObject(o, "user", user);
-        l = cJSON_AddObjectToObject(o, "limits");
-        cJSON_AddNumberToObject(l, "max_sessions_per_user", (double)lim.sessions);
-        cJSON_AddNumberToObject(l, "max_exec_per_user", (double)lim.execs);
-        cJSON_AddNumberToObject(l, "max_services_per_session", (double)lim.services);
-        cJSON_AddNumberToObject(l, "max_spool_per_session", (double)lim.spool_bytes);
-        cJSON_AddNumberToObject(l, "max_scripts_per_user", (double)lim.scripts);
-        cJSON_AddNumberToObject(l, "max_script_bytes_per_user", (double)lim.script_bytes);
-        cJSON_AddNumberToObject(l, "max_paused_sessions_per_user", (double)lim.paused_sessions);
-        ov = cJSON_AddObjectToObject(o, "overrides");
-        if (d->quota && quota_overrides(d->quota, user, &rows, &n) == 0)
-                for (size_t i = 0; i < n; i++)
-                        cJSON_AddNumberToObject(ov, rows[i].key, (double)rows[i].value);
-        free(rows);
-        u = cJSON_AddObjectToObject(o, "usage");
-        if (session_list(d->sessions, user, NULL, &list, &n) == 0)
-                for (size_t i = 0; i < n; i++) {
-                        /* a paused session holds its memory: live for max_sessions_per_user */
-                        live += list[i].state == SESSION_RUNNING || list[i].state == SESSION_CREATING ||
-                                list[i].state == SESSION_PAUSED;
-                        paused += list[i].state == SESSION_PAUSED;
-                }
-        session_info_list_free(list, n);
-        cJSON_AddNumberToObject(u, "live_sessions", (double)live);
-        cJSON_AddNumberToObject(u, "paused_sessions", (double)paused);
-        cJSON_AddNumberToObject(u, "executions_running", (double)exec_running_count(d->exec, user, NULL));
-        return o;
-}
-
 int admin_c_quota_show(struct admin_req *q, cJSON **ret, struct fronterr *e)
 {
         const char *user;
 
         if (admin_arg_user(q, &user, e) < 0)
                 return -1;
-        *ret = quota_json(q->d, user);
+        *ret = opsview_quota(q->d, user);
         return 0;
 }
 
@@ -176,7 +139,7 @@ int admin_c_quota_set(struct admin_req *q, cJSON **ret, struct fronterr *e)
         cJSON_AddStringToObject(detail, "key", key);
         cJSON_AddNumberToObject(detail, "value", v->valuedouble);
         admin_audit(q, user, NULL, "quota.set", detail);
-        *ret = quota_json(q->d, user);
+        *ret = opsview_quota(q->d, user);
         return 0;
 }
 
@@ -195,7 +158,7 @@ int admin_c_quota_unset(struct admin_req *q, cJSON **ret, struct fronterr *e)
         detail = cJSON_CreateObject();
         jsonutil_add_text(detail, "key", key ? key : "*");
         admin_audit(q, user, NULL, "quota.unset", detail);
-        *ret = quota_json(q->d, user);
+        *ret = opsview_quota(q->d, user);
         cJSON_AddNumberToObject(*ret, "removed", r);
         return 0;
 }

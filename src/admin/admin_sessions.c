@@ -20,6 +20,7 @@
 #include "sandboxd/metrics.h"
 #include "sandboxd/monitor.h"
 #include "sandboxd/node.h"
+#include "sandboxd/opsview.h"
 #include "sandboxd/portpool.h"
 #include "sandboxd/privacy.h"
 #include "sandboxd/runtime.h"
@@ -47,7 +48,7 @@ static cJSON *datasets_json(struct daemon *d, const char *user, const char *sess
                 cJSON *x = cJSON_CreateObject();
                 jsonutil_add_text(x, "dataset", list[i].dataset);
                 jsonutil_add_text(x, "source", list[i].source);
-                admin_add_time(x, "marked_at", list[i].marked_at);
+                jsonutil_add_time(x, "marked_at", list[i].marked_at);
                 cJSON_AddItemToArray(a, x);
         }
         free(list);
@@ -80,9 +81,9 @@ static cJSON *session_json(struct daemon *d, const struct session_info *s)
                 cJSON_AddNumberToObject(p, "host_port", s->ports[i]);
                 cJSON_AddItemToArray(ports, p);
         }
-        admin_add_time(o, "created_at", s->created_at);
-        admin_add_time(o, "last_activity", s->last_activity);
-        admin_add_time(o, "paused_at", s->paused_at);
+        jsonutil_add_time(o, "created_at", s->created_at);
+        jsonutil_add_time(o, "last_activity", s->last_activity);
+        jsonutil_add_time(o, "paused_at", s->paused_at);
         jsonutil_add_text(o, "last_error", s->last_error);
         jsonutil_add_text(o, "error_cause", s->error_cause);
         return o;
@@ -90,177 +91,29 @@ static cJSON *session_json(struct daemon *d, const struct session_info *s)
 
 int admin_c_health(struct admin_req *q, cJSON **ret, struct fronterr *e)
 {
-        char version[64];
-        struct sbx_error err = {0};
-        int r = daemon_engine_version(q->d, version, sizeof(version), &err);
-        cJSON *docker;
-
-        *ret = cJSON_CreateObject();
-        cJSON_AddStringToObject(*ret, "status", r == 0 ? "ok" : "degraded");
-        cJSON_AddStringToObject(*ret, "version", SBX_VERSION);
-        cJSON_AddNumberToObject(*ret, "uptime_s", (double)((sbx_wall_ms() - q->d->started_at) / 1000));
-        docker = cJSON_AddObjectToObject(*ret, "docker");
-        cJSON_AddBoolToObject(docker, "ok", r == 0);
-        if (r == 0)
-                cJSON_AddStringToObject(docker, "version", version);
-        else
-                jsonutil_add_text(docker, "error", err.msg[0] ? err.msg : strerror(-r));
+        (void)e;
+        *ret = opsview_health(q->d);
         return 0;
-}
-
-/* The container engine (engine.h): what it can enforce, and which of the
- * config's settings it leaves out (logged once at the first create too). */
-static void add_engine(cJSON *o, struct daemon *d)
-{
-        cJSON *en = cJSON_AddObjectToObject(o, "engine");
-        cJSON *caps = cJSON_AddArrayToObject(en, "capabilities");
-        cJSON *missing = cJSON_AddArrayToObject(en, "unenforced");
-        unsigned unenforced = container_unenforced(d->engine, &d->cfg);
-
-        cJSON_AddStringToObject(en, "name", d->engine->name);
-        for (unsigned i = 0; engine_cap_name(i); i++) {
-                if (engine_can(d->engine, 1u << i))
-                        cJSON_AddItemToArray(caps, cJSON_CreateString(engine_cap_name(i)));
-                if (unenforced & (1u << i))
-                        cJSON_AddItemToArray(missing, cJSON_CreateString(engine_cap_name(i)));
-        }
-}
-
-/* The warm pool's numbers (pool.h): stats and sandboxctl pool. */
-static void add_pool(cJSON *o, struct pool *pl)
-{
-        struct pool_stats ps;
-        cJSON *p = cJSON_AddObjectToObject(o, "pool");
-
-        pool_stats(pl, &ps);
-        cJSON_AddNumberToObject(p, "size", ps.size);
-        cJSON_AddNumberToObject(p, "ready", (double)ps.ready);
-        cJSON_AddNumberToObject(p, "creating", (double)ps.creating);
-        cJSON_AddNumberToObject(p, "claims", (double)ps.claims);
-        cJSON_AddNumberToObject(p, "misses", (double)ps.misses);
-        cJSON_AddNumberToObject(p, "created", (double)ps.created);
-        cJSON_AddNumberToObject(p, "failed", (double)ps.failed);
-        cJSON_AddNumberToObject(p, "refill_per_s", ps.refill_per_s);
-        cJSON_AddNumberToObject(p, "waiting", (double)ps.waiting);
-        cJSON_AddNumberToObject(p, "waited", (double)ps.waited);
-        cJSON_AddNumberToObject(p, "wait_expired", (double)ps.wait_expired);
-        cJSON *imgs = cJSON_AddArrayToObject(p, "images");
-        for (size_t i = 0; imgs && i < ps.n_images; i++) {
-                cJSON *io = cJSON_CreateObject();
-                cJSON_AddStringToObject(io, "image", ps.images[i].image);
-                cJSON_AddNumberToObject(io, "size", ps.images[i].size);
-                cJSON_AddNumberToObject(io, "ready", (double)ps.images[i].ready);
-                cJSON_AddNumberToObject(io, "waiting", (double)ps.images[i].waiting);
-                cJSON_AddItemToArray(imgs, io);
-        }
 }
 
 int admin_c_pool(struct admin_req *q, cJSON **ret, struct fronterr *e)
 {
         (void)e;
         *ret = cJSON_CreateObject();
-        add_pool(*ret, q->d->pool);
+        opsview_add_pool(*ret, q->d->pool);
         return 0;
 }
 
 int admin_c_nodes_list(struct admin_req *q, cJSON **ret, struct fronterr *e)
 {
-        _cleanup_free_ struct node_status *nodes = NULL;
-        _cleanup_free_ struct store_node_count *counts = NULL;
-        size_t n = 0, n_counts = 0;
-        int r;
-
-        *ret = cJSON_CreateObject();
-        cJSON *a = cJSON_AddArrayToObject(*ret, "nodes");
-        if (!q->d->node) /* one process: no node link */
-                return 0;
-        r = node_server_list(q->d->node, &nodes, &n);
-        if (r == 0)
-                r = store_node_counts(q->d->store, &counts, &n_counts);
-        if (r < 0) {
-                cJSON_Delete(*ret);
-                *ret = NULL;
-                return fronterr_errno(e, r, NULL, "cannot list the nodes");
-        }
-        for (size_t i = 0; i < n; i++) {
-                cJSON *o = cJSON_CreateObject();
-                uint64_t placed = 0;
-                for (size_t j = 0; j < n_counts; j++)
-                        if (strcmp(counts[j].node, nodes[i].name) == 0)
-                                placed = counts[j].sessions;
-                cJSON_AddStringToObject(o, "name", nodes[i].name);
-                cJSON_AddBoolToObject(o, "connected", nodes[i].connected);
-                cJSON_AddBoolToObject(o, "fenced", nodes[i].fenced);
-                admin_add_time(o, "since", nodes[i].since_ms);
-                cJSON_AddNumberToObject(o, "sessions", (double)placed);
-                if (nodes[i].connected)
-                        admin_add_time(o, "last_heartbeat", nodes[i].heartbeat_ms);
-                else
-                        cJSON_AddNullToObject(o, "last_heartbeat");
-                cJSON_AddItemToArray(a, o);
-        }
-        /* sessions placed on a node not seen since this daemon started */
-        for (size_t j = 0; j < n_counts; j++) {
-                bool seen = false;
-                for (size_t i = 0; i < n && !seen; i++)
-                        seen = strcmp(counts[j].node, nodes[i].name) == 0;
-                if (seen)
-                        continue;
-                cJSON *o = cJSON_CreateObject();
-                cJSON_AddStringToObject(o, "name", counts[j].node);
-                cJSON_AddBoolToObject(o, "connected", false);
-                cJSON_AddBoolToObject(o, "fenced", false);
-                cJSON_AddNullToObject(o, "since");
-                cJSON_AddNumberToObject(o, "sessions", (double)counts[j].sessions);
-                cJSON_AddNullToObject(o, "last_heartbeat");
-                cJSON_AddItemToArray(a, o);
-        }
-        return 0;
+        int r = opsview_nodes(q->d, ret);
+        return r < 0 ? fronterr_errno(e, r, NULL, "cannot list the nodes") : 0;
 }
 
 int admin_c_stats(struct admin_req *q, cJSON **ret, struct fronterr *e)
 {
-        size_t counts[SESSION_STATE_COUNT] = {0}, used = 0, total = 0;
-        char version[64] = "";
-        cJSON *s, *p;
-        int64_t last;
-
-        session_counts(q->d->sessions, counts);
-        portpool_usage(q->d->ports, &used, &total);
-        *ret = cJSON_CreateObject();
-        cJSON_AddStringToObject(*ret, "version", SBX_VERSION);
-        cJSON_AddNumberToObject(*ret, "started_at", (double)q->d->started_at);
-        cJSON_AddNumberToObject(*ret, "uptime_s", (double)((sbx_wall_ms() - q->d->started_at) / 1000));
-        if (daemon_engine_version(q->d, version, sizeof(version), NULL) == 0)
-                cJSON_AddStringToObject(*ret, "docker_version", version);
-        else
-                cJSON_AddNullToObject(*ret, "docker_version");
-        add_engine(*ret, q->d);
-        s = cJSON_AddObjectToObject(*ret, "sessions");
-        cJSON_AddNumberToObject(s, "creating", (double)counts[SESSION_CREATING]);
-        cJSON_AddNumberToObject(s, "running", (double)counts[SESSION_RUNNING]);
-        cJSON_AddNumberToObject(s, "stopped", (double)counts[SESSION_STOPPED]);
-        cJSON_AddNumberToObject(s, "error", (double)counts[SESSION_ERROR]);
-        cJSON_AddNumberToObject(s, "paused", (double)counts[SESSION_PAUSED]);
-        size_t total_sessions = 0;
-        for (size_t i = 0; i < SESSION_STATE_COUNT; i++)
-                total_sessions += counts[i];
-        cJSON_AddNumberToObject(s, "total", (double)total_sessions);
-        cJSON_AddNumberToObject(*ret, "executions_running", (double)exec_running_count(q->d->exec, NULL, NULL));
-        p = cJSON_AddObjectToObject(*ret, "ports");
-        cJSON_AddNumberToObject(p, "used", (double)used);
-        cJSON_AddNumberToObject(p, "total", (double)total);
-        last = q->d->monitor ? monitor_last_poll(q->d->monitor) : 0;
-        admin_add_time(*ret, "monitor_last_poll", last);
-        add_pool(*ret, q->d->pool);
-        {
-                struct egress_stats es;
-                egress_stats(q->d->egress, &es);
-                p = cJSON_AddObjectToObject(*ret, "egress");
-                cJSON_AddNumberToObject(p, "allowed", (double)es.allowed);
-                cJSON_AddNumberToObject(p, "blocked", (double)es.blocked);
-                cJSON_AddNumberToObject(p, "open", es.open);
-        }
+        (void)e;
+        *ret = opsview_stats(q->d);
         return 0;
 }
 
@@ -339,8 +192,8 @@ static cJSON *services_json(struct daemon *d, const char *user, const char *sess
                                 cJSON_AddNullToObject(p, "host_port");
                         cJSON_AddItemToArray(ports, p);
                 }
-                admin_add_time(o, "started_at", list[i].started_at);
-                admin_add_time(o, "stopped_at", list[i].stopped_at);
+                jsonutil_add_time(o, "started_at", list[i].started_at);
+                jsonutil_add_time(o, "stopped_at", list[i].stopped_at);
                 jsonutil_add_text(o, "last_error", list[i].last_error);
                 cJSON_AddItemToArray(a, o);
         }
@@ -366,7 +219,7 @@ static cJSON *executions_json(struct daemon *d, const char *user, const char *se
                 else
                         cJSON_AddNullToObject(o, "exit_code");
                 jsonutil_add_text(o, "command_preview", list[i].command_preview);
-                admin_add_time(o, "created_at", list[i].created_at);
+                jsonutil_add_time(o, "created_at", list[i].created_at);
                 cJSON_AddNumberToObject(o, "duration_ms", (double)list[i].duration_ms);
                 jsonutil_add_text(o, "error", list[i].error);
                 cJSON_AddItemToArray(a, o);

@@ -478,8 +478,10 @@ static int call_traced(struct api_conn *c, const struct token_info *tok, const c
                 return fronterr_set(e, "bad_request", "unknown method \"%s\"", m ? m : "");
         }
         /* an operator token reads, across users, and does nothing else (token.h) */
-        if (q.tok.role == TOKEN_ROLE_OPERATOR && strcmp(method, "list_sessions") != 0 && strcmp(method, "events") != 0)
-                return fronterr_set(e, "forbidden", "an operator token may call list_sessions and events only");
+        if (q.tok.role == TOKEN_ROLE_OPERATOR && !api_method_operator(method))
+                return fronterr_set(e, "forbidden",
+                                    "an operator token may call list_sessions, events, list_users, pool_status, "
+                                    "list_nodes and daemon_health only");
         if (params && !cJSON_IsNull(params) && !cJSON_IsObject(params))
                 return fronterr_set(e, "bad_request", "params must be an object");
         q.params = params && cJSON_IsObject(params) ? params : NULL;

@@ -332,7 +332,8 @@ int api_m_run_tests(struct api_req *q, cJSON **ret, struct fronterr *e)
         if (jparam_string(&q->args, "language", true, &language, e) < 0 ||
             jparam_string(&q->args, "tests", true, &tests, e) < 0 ||
             jparam_string(&q->args, "code", false, &code, e) < 0 ||
-            jparam_int(&q->args, "timeout_seconds", 0, q->d->cfg.exec_timeout_max_s, 0, &timeout, e) < 0)
+            jparam_int(&q->args, "timeout_seconds", 0, q->d->cfg.exec_timeout_max_s, 0, &timeout, e) < 0 ||
+            api_param_network(q, e) < 0)
                 return -1;
         if (testrun_language_from_string(language, &tl) < 0)
                 return fronterr_set(e, "invalid", "params.language must be python or node");
@@ -659,6 +660,64 @@ int api_m_set_session_ttl(struct api_req *q, cJSON **ret, struct fronterr *e)
         return 0;
 }
 
+/* list_sessions' row of one session, read as its owner's; NULL when filter leaves it out. */
+static cJSON *session_row(const struct api_req *q, const struct session_info *s, const cJSON *filter)
+{
+        struct api_req owner = *q; /* labels, limits and options are per user */
+        cJSON *o;
+        char state[16], node[65];
+        size_t k = 0;
+        int64_t execs;
+
+        sbx_strlcpy(owner.tok.user, s->user, sizeof(owner.tok.user));
+        if (!api_spec_matches(&owner, s->session, filter))
+                return NULL;
+        for (const char *p = session_state_to_string(s->state); *p && k + 1 < sizeof(state); p++)
+                state[k++] = (char)tolower((unsigned char)*p);
+        state[k] = '\0';
+        o = cJSON_CreateObject();
+        cJSON_AddStringToObject(o, "session", s->session);
+        cJSON_AddStringToObject(o, "user", s->user); /* the token's: the console's column */
+        cJSON_AddStringToObject(o, "state", state);
+        cJSON_AddStringToObject(o, "image", s->image);
+        jsonutil_add_text(o, "runtime", s->runtime); /* null: none yet, or the engine's default */
+        if (store_exec_count(q->d->store, s->user, s->session, &execs) == 0)
+                cJSON_AddNumberToObject(o, "executions", (double)execs);
+        cJSON_AddNumberToObject(o, "executions_running", (double)exec_running_count(q->d->exec, s->user, s->session));
+        daemon_session_node(q->d, s->user, s->session, node, sizeof(node));
+        jsonutil_add_text(o, "node", node); /* null in one process */
+        cJSON_AddNumberToObject(o, "created_at", (double)s->created_at);
+        cJSON_AddNumberToObject(o, "last_activity", (double)s->last_activity);
+        if (s->paused_at)
+                cJSON_AddNumberToObject(o, "paused_at", (double)s->paused_at);
+        add_options(&owner, s->session, o);
+        api_spec_add(&owner, s->session, o);
+        return o;
+}
+
+/* params.session: that one session (by index, session_owner for an
+ * operator), no list of every session. */
+static int list_one_session(struct api_req *q, const cJSON *filter, cJSON *a, struct fronterr *e)
+{
+        char user[SESSION_KEY_MAX + 1];
+        struct session_info info;
+        cJSON *o;
+        int r;
+
+        sbx_strlcpy(user, q->tok.user, sizeof(user));
+        if (q->tok.role == TOKEN_ROLE_OPERATOR && session_owner(q->d->sessions, q->session, user, sizeof(user)) < 0)
+                return 0;
+        r = session_get_info(q->d->sessions, user, q->session, &info);
+        if (r == -ENOENT)
+                return 0;
+        if (r < 0)
+                return fronterr_errno(e, r, NULL, "cannot read the session");
+        if ((o = session_row(q, &info, filter)))
+                cJSON_AddItemToArray(a, o);
+        session_info_done(&info);
+        return 0;
+}
+
 int api_m_list_sessions(struct api_req *q, cJSON **ret, struct fronterr *e)
 {
         struct session_info *list = NULL;
@@ -669,46 +728,18 @@ int api_m_list_sessions(struct api_req *q, cJSON **ret, struct fronterr *e)
 
         if (api_spec_filter(q, &filter, e) < 0)
                 return -1;
+        *ret = cJSON_CreateObject();
+        a = cJSON_AddArrayToObject(*ret, "sessions");
+        if (q->session[0])
+                return list_one_session(q, filter, a, e);
         /* an operator lists every user's (token.h); each row is read as its owner's */
         r = session_list(q->d->sessions, q->tok.role == TOKEN_ROLE_OPERATOR ? NULL : q->tok.user, NULL, &list, &n);
         if (r < 0)
                 return fronterr_errno(e, r, NULL, "cannot list sessions");
-        *ret = cJSON_CreateObject();
-        a = cJSON_AddArrayToObject(*ret, "sessions");
         for (size_t i = 0; i < n; i++) {
-                cJSON *o = cJSON_CreateObject();
-                char state[16];
-                size_t k = 0;
-                int64_t execs;
-                struct api_req owner = *q; /* labels, limits and options are per user */
-
-                sbx_strlcpy(owner.tok.user, list[i].user, sizeof(owner.tok.user));
-                if (!api_spec_matches(&owner, list[i].session, filter)) {
-                        cJSON_Delete(o);
-                        continue;
-                }
-                for (const char *p = session_state_to_string(list[i].state); *p && k + 1 < sizeof(state); p++)
-                        state[k++] = (char)tolower((unsigned char)*p);
-                state[k] = '\0';
-                cJSON_AddStringToObject(o, "session", list[i].session);
-                cJSON_AddStringToObject(o, "user", list[i].user); /* the token's: the console's column */
-                cJSON_AddStringToObject(o, "state", state);
-                cJSON_AddStringToObject(o, "image", list[i].image);
-                jsonutil_add_text(o, "runtime", list[i].runtime); /* null: none yet, or the engine's default */
-                if (store_exec_count(q->d->store, list[i].user, list[i].session, &execs) == 0)
-                        cJSON_AddNumberToObject(o, "executions", (double)execs);
-                cJSON_AddNumberToObject(o, "executions_running",
-                                        (double)exec_running_count(q->d->exec, list[i].user, list[i].session));
-                char node[65];
-                daemon_session_node(q->d, list[i].user, list[i].session, node, sizeof(node));
-                jsonutil_add_text(o, "node", node); /* null in one process */
-                cJSON_AddNumberToObject(o, "created_at", (double)list[i].created_at);
-                cJSON_AddNumberToObject(o, "last_activity", (double)list[i].last_activity);
-                if (list[i].paused_at)
-                        cJSON_AddNumberToObject(o, "paused_at", (double)list[i].paused_at);
-                add_options(&owner, list[i].session, o);
-                api_spec_add(&owner, list[i].session, o);
-                cJSON_AddItemToArray(a, o);
+                cJSON *o = session_row(q, &list[i], filter);
+                if (o)
+                        cJSON_AddItemToArray(a, o);
         }
         session_info_list_free(list, n);
         return 0;

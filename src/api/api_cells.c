@@ -149,7 +149,7 @@ int api_m_run_cell(struct api_req *q, cJSON **ret, struct fronterr *e)
         if (jparam_string(&q->args, "code", true, &code, e) < 0 ||
             jparam_string(&q->args, "language", false, &language, e) < 0 || p_context(q, &context, e) < 0 ||
             jparam_int(&q->args, "timeout_seconds", 0, q->d->cfg.exec_timeout_max_s, 0, &timeout, e) < 0 ||
-            jparam_bool(&q->args, "stream", false, &stream, e) < 0)
+            jparam_bool(&q->args, "stream", false, &stream, e) < 0 || api_param_network(q, e) < 0)
                 return -1;
         if (language && strcmp(language, "python3") == 0)
                 language = "python";

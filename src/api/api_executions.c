@@ -92,6 +92,7 @@ static void add_exec_common(cJSON *o, const struct exec_result *r)
         cJSON_AddNumberToObject(o, "duration_ms", (double)r->duration_ms);
         cJSON_AddNumberToObject(o, "created_at", (double)r->created_at);
         jsonutil_add_text(o, "via", r->via);
+        cJSON_AddBoolToObject(o, "tty", r->tty);
         if (r->cpu_user_ms >= 0) {
                 cJSON *u = cJSON_AddObjectToObject(o, "usage");
                 cJSON_AddNumberToObject(u, "cpu_user_ms", (double)r->cpu_user_ms);
@@ -270,7 +271,7 @@ static int run_execution_code(struct api_req *q, enum exec_language lang, const 
             jparam_bool(&q->args, "stream", false, &stream, e) < 0 ||
             api_param_encoding(q, "encoding", &base64, e) < 0 || jparam_bool(&q->args, "tty", false, &tty, e) < 0 ||
             jparam_int(&q->args, "rows", 1, EXEC_TTY_MAX_ROWS, 24, &rows, e) < 0 ||
-            jparam_int(&q->args, "cols", 1, EXEC_TTY_MAX_COLS, 80, &cols, e) < 0)
+            jparam_int(&q->args, "cols", 1, EXEC_TTY_MAX_COLS, 80, &cols, e) < 0 || api_param_network(q, e) < 0)
                 return -1;
         if (env_obj && !cJSON_IsNull(env_obj)) {
                 const cJSON *it;

@@ -123,6 +123,10 @@ int api_wait_final(struct api_req *q, const char *id, struct api_sink *s, int64_
 /* ---- agent tools (issue 17): api_agent.c, and the helpers of
  * api_methods.c it shares ---- */
 /* ---- what the method files share (api_methods.c) ---- */
+/* params.network of exec, run_code, run_cell and run_tests: 0 when absent
+ * or null; a bad shape is bad_request (400); a valid narrowing is refused
+ * as unavailable until it is enforced (api_methods.c says why). */
+int api_param_network(struct api_req *q, struct fronterr *e);
 /* params.<name>: "utf8" (default) or "base64". */
 int api_param_encoding(struct api_req *q, const char *name, bool *ret_base64, struct fronterr *e);
 /* A string param as bytes (malloc'd): decoded from base64 when base64. */
@@ -187,6 +191,13 @@ int api_m_pause_session(struct api_req *q, cJSON **ret, struct fronterr *e);
 int api_m_resume_session(struct api_req *q, cJSON **ret, struct fronterr *e);
 /* api_events.c: the caller's lifecycle events by polling (events.h) */
 int api_m_events(struct api_req *q, cJSON **ret, struct fronterr *e);
+/* api_ops.c: what an operator token reads about the daemon (opsview.h) */
+int api_m_list_users(struct api_req *q, cJSON **ret, struct fronterr *e);
+int api_m_pool_status(struct api_req *q, cJSON **ret, struct fronterr *e);
+int api_m_list_nodes(struct api_req *q, cJSON **ret, struct fronterr *e);
+int api_m_daemon_health(struct api_req *q, cJSON **ret, struct fronterr *e);
+/* The methods an operator token may call: these four, list_sessions and events. */
+bool api_method_operator(const char *name);
 
 /* ---- labels and requested resources (api_spec.c, issue 29) ---- */
 struct store_session_spec;

@@ -10,6 +10,7 @@
 #include <cjson/cJSON.h>
 #include <ctype.h>
 #include <errno.h>
+#include <stdlib.h>
 #include <string.h>
 
 #include "api_internal.h"
@@ -18,6 +19,7 @@
 #include "sandboxd/files.h"
 #include "sandboxd/jsonutil.h"
 #include "sandboxd/privacy.h"
+#include "sandboxd/secrets.h"
 #include "sandboxd/service.h"
 #include "sandboxd/session.h"
 #include "sandboxd/token.h"
@@ -26,6 +28,33 @@
 
 
 /* ---- parameters ---- */
+/* params.network of an execution (egress_rules.h: egress_net_parse). Until
+ * the runner attributes each proxied connection to its execution and the
+ * proxy narrows by it (issue 37 item 3), a valid narrowing is refused
+ * rather than accepted and not enforced: a caller that asks for "none" must
+ * never run with the session's full egress. */
+int api_param_network(struct api_req *q, struct fronterr *e)
+{
+        struct egress_net *net = malloc(sizeof(*net));
+        struct sbx_error err = {0};
+        bool set;
+        int r;
+
+        if (!net)
+                return fronterr_set(e, "internal", "out of memory");
+        r = egress_net_parse(cJSON_GetObjectItemCaseSensitive(q->params, "network"), net, &err);
+        set = net->set;
+        free(net);
+        if (r < 0)
+                return fronterr_set(e, "bad_request", "params.%s%s", strncmp(err.msg, "network", 7) ? "network: " : "",
+                                    err.msg);
+        if (set)
+                return fronterr_set(e, "unavailable",
+                                    "params.network (egress per execution) is not enforced by this daemon yet: "
+                                    "refused rather than run with the session's full egress");
+        return 0;
+}
+
 /* params.<name>: "utf8" (default) or "base64". */
 int api_param_encoding(struct api_req *q, const char *name, bool *ret_base64, struct fronterr *e)
 {
@@ -421,6 +450,30 @@ static int m_mark_private(struct api_req *q, cJSON **ret, struct fronterr *e)
         return 0;
 }
 
+/* Secrets (issue 37): the user's, write-only. Setting and deleting one is a
+ * connector's act, as egress_allow is: the agent runs the code the secret is
+ * kept from. */
+static int m_set_secret(struct api_req *q, cJSON **ret, struct fronterr *e)
+{
+        if (q->tok.role != TOKEN_ROLE_CONNECTOR)
+                return fronterr_set(e, "forbidden", "set_secret needs a connector token; this token's role is %s",
+                                    token_role_to_string(q->tok.role));
+        return secrets_front_set(q->d->secrets, q->d->store, q->tok.user, &q->args, q->actor, ret, e);
+}
+
+static int m_delete_secret(struct api_req *q, cJSON **ret, struct fronterr *e)
+{
+        if (q->tok.role != TOKEN_ROLE_CONNECTOR)
+                return fronterr_set(e, "forbidden", "delete_secret needs a connector token; this token's role is %s",
+                                    token_role_to_string(q->tok.role));
+        return secrets_front_delete(q->d->store, q->tok.user, &q->args, q->actor, ret, e);
+}
+
+static int m_list_secrets(struct api_req *q, cJSON **ret, struct fronterr *e)
+{
+        return secrets_front_list(q->d->store, q->tok.user, ret, e);
+}
+
 /* The method table. Each method carries its documentation: params (the
  * shape of params, "?" for optional), returns and what it does. docs/api.md
  * is generated from this table (src/bin/sandboxd-apidoc.c), and the build
@@ -428,16 +481,16 @@ static int m_mark_private(struct api_req *q, cJSON **ret, struct fronterr *e)
 // clang-format off
 static const struct api_method_doc methods_doc[] = {
         {"exec", api_m_exec,
-         "{command | argv: [strings], timeout_seconds?, workdir?, env?: {K: V}, stdin?, background?, interactive?, stream?, encoding?, tty?, rows?, cols?, idempotency_key?}",
+         "{command | argv: [strings], timeout_seconds?, workdir?, env?: {K: V}, stdin?, background?, interactive?, stream?, encoding?, tty?, rows?, cols?, network?, idempotency_key?}",
          "an execution result; with background: {execution_id, state} at once",
          "Run a shell command (sh -c) in the session's container, or with argv a program and its arguments exec'd as they are (no shell). With tty: true it runs on a pseudo-terminal the runner opens (rows and cols 1-1000, default 24 x 80); refused with unavailable when the session's runner is not connected."},
         {"run_code", api_m_run_code,
-         "{language: python|node|bash, code | script: NAME, timeout_seconds?, workdir?, env?, stdin?, background?, interactive?, stream?, encoding?, cache?, idempotency_key?}",
+         "{language: python|node|bash, code | script: NAME, timeout_seconds?, workdir?, env?, stdin?, background?, interactive?, stream?, encoding?, cache?, network?, idempotency_key?}",
          "an execution result, with cached (the script cache's entry, or null) and cache_error when the cache refused it",
          "Run code in a language's interpreter, or a script saved in the user's script cache. A run that exits 0 is saved to the cache unless cache is false."},
         {"get_execution", api_m_get_execution,
          "{execution_id, wait?: seconds 0-60 | true | false, stdout_offset?, stderr_offset?, encoding?: utf8|base64}",
-         "an execution result; with an offset, the bytes from it and stdout_next_offset / stderr_next_offset",
+         "an execution result (tty: it runs on a terminal); with an offset, the bytes from it and stdout_next_offset / stderr_next_offset",
          "Read an execution's state and output. wait long-polls until it ends or, with an offset, until output past it arrives. A run_cell cell's execution_id is read the same way (kind cell, its context and status; outputs_offset pages its non-stream outputs)."},
         {"send_stdin", api_m_send_stdin,
          "{execution_id, data, encoding?, eof?}",
@@ -456,7 +509,7 @@ static const struct api_method_doc methods_doc[] = {
          "{executions: [result without stdout and stderr, plus command_preview]}",
          "List the session's executions, newest first; with completed_within_ms only those that ended that recently, the most recently ended first."},
         {"run_cell", api_m_run_cell,
-         "{code, language?: python|node, context?, timeout_seconds?, env?, stream?}",
+         "{code, language?: python|node, context?, timeout_seconds?, env?, stream?, network?}",
          "{context, language, generation, execution_count, status: ok|error|timeout|died, outputs: [...], stdout, stderr, error?, state_lost?: {cause, generation}, timed_out?, truncated?, duration_ms, session}",
          "Run a cell in a stateful interpreter context (a Jupyter kernel for python, the bridge's own for node): variables, imports and open files stay for the next cell. Outputs include images (image/png base64). With stream: true, output arrives as events while the cell runs."},
         {"list_contexts", api_m_list_contexts,
@@ -524,13 +577,26 @@ static const struct api_method_doc methods_doc[] = {
          "{pattern, scope?: session|user (session), remove?}",
          "the session's egress policy (as in session_info), session",
          "Connector tokens only. Add (or with remove, take back) an egress allowlist pattern for the session or for every session of the user."},
+        /* secrets (issue 37) */
+        {"set_secret", m_set_secret,
+         "{name: [A-Z_][A-Z0-9_]{0,63}, value, hosts: [hostname, ...], header?}",
+         "{name, stored}",
+         "Connector tokens only. Store (or replace) one of the user's secrets, sealed at rest (no params.session): the value (1-8192 bytes; no NUL, CR or LF) is never returned, logged or audited, and may only be sent to hosts (1-8 hostnames; no address, no wildcard), in header if named. At most 64 per user. unavailable unless the operator set secrets_key_file."},
+        {"list_secrets", m_list_secrets,
+         "{}",
+         "{secrets: [{name, hosts, header, created_at, updated_at}], count, max_count}",
+         "The user's secrets by name, with their hosts and times; never their values (no params.session)."},
+        {"delete_secret", m_delete_secret,
+         "{name}",
+         "{name, deleted}",
+         "Connector tokens only. Delete one of the user's secrets (no params.session)."},
         {"events", api_m_events, /* api_events.c */
          "{since?, limit?}",
          "{events: [{id, type, user, session, ts, trace_id, data}], next, gap}",
          "Poll the user's own lifecycle events after an id (no params.session). GET /v1/events streams the same events as SSE."},
         /* agent tools (issue 17): api_agent.c */
         {"run_tests", api_m_run_tests,
-         "{language: python|node, tests, code?, timeout_seconds?, idempotency_key?}",
+         "{language: python|node, tests, code?, timeout_seconds?, network?, idempotency_key?}",
          "{success, summary: {total, passed, failed, skipped}, tests: [{name, passed, skipped, error, duration_ms}], tests_truncated, output, duration_ms, error, execution_id, language}",
          "Run a test file (plain test_* functions and unittest for python, node:test for node) against optional code, as one execution, and return a result per test."},
         {"list_scripts", api_m_list_scripts,
@@ -562,9 +628,26 @@ static const struct api_method_doc methods_doc[] = {
          "{session, resumed, state: running, last_activity, paused_at: null}",
          "Thaw a paused session (or start a stopped one again). Rarely needed: every call that uses the session resumes it first."},
         {"list_sessions", api_m_list_sessions,
-         "{labels?: {K: V}}",
+         "{labels?: {K: V}, session?}",
          "{sessions: [{session, user, state, image, runtime, executions, executions_running, node, labels, resources, created_at, last_activity, expires_at, ...}]}",
-         "List the user's own sessions (an operator token: every user's; no params.session); labels keeps the sessions that have all of them."},
+         "List the user's own sessions (an operator token: every user's); labels keeps the sessions that have all of them; session lists only that one (none when unknown), looked up by index, and never creates it."},
+        /* operator reads (issue 39): api_ops.c */
+        {"list_users", api_m_list_users,
+         "{}",
+         "{users: [{user, limits: {max_sessions_per_user, max_exec_per_user, max_services_per_session, max_spool_per_session, max_scripts_per_user, max_script_bytes_per_user, max_paused_sessions_per_user, max_session_cpus, max_session_memory, max_session_disk}, overrides: {key: value}, usage: {sessions, live_sessions, paused_sessions, executions_running, memory_bytes, cpu_total_ns}}]}",
+         "Operator tokens only (no params.session). Every user with a live token, a session or a quota override, by name, with the limits in force (the config's, or the user's overrides), their sessions and running executions, and the memory and CPU time their live containers use now (null when the engine cannot say), as sandboxctl quota.show and top."},
+        {"pool_status", api_m_pool_status,
+         "{}",
+         "{pool: {size, ready, creating, claims, misses, created, failed, refill_per_s, waiting, waited, wait_expired, images: [{image, size, ready, waiting}]}}",
+         "Operator tokens only (no params.session). The warm pool: its target size, containers ready and being made, and how many were claimed, missed and waited for, as sandboxctl pool."},
+        {"list_nodes", api_m_list_nodes,
+         "{}",
+         "{nodes: [{name, connected, fenced, since, sessions, last_heartbeat}]}",
+         "Operator tokens only (no params.session). The node agents and the sessions placed on each, as sandboxctl nodes.list; empty when the daemon runs its containers itself."},
+        {"daemon_health", api_m_daemon_health,
+         "{}",
+         "{status: ok|degraded, version, started_at, uptime_s, docker: {ok, version | error}, docker_version, engine: {name, capabilities, unenforced}, sessions: {creating, running, stopped, error, paused, total}, executions_running, ports: {used, total}, monitor_last_poll, pool, egress: {allowed, blocked, open}, counters: {auth_failures, engine_api_errors, events_written, events_dropped, event_overflows}}",
+         "Operator tokens only (no params.session). The daemon's health: whether the container engine answers (what /healthz says), its version and uptime, the counts sandboxctl stats shows and the error counters of /metrics."},
         /* snapshots, restore and fork (issue 28): api_snapshot.c */
         {"snapshot_session", api_m_snapshot_session,
          "{name?}",
@@ -615,5 +698,14 @@ bool api_method_user_level(const char *name)
 {
         return strcmp(name, "list_sessions") == 0 || strcmp(name, "events") == 0 || strcmp(name, "list_scripts") == 0 ||
                strcmp(name, "clear_scripts") == 0 || strcmp(name, "create_session") == 0 ||
-               strcmp(name, "list_snapshots") == 0 || strcmp(name, "delete_snapshot") == 0;
+               strcmp(name, "list_snapshots") == 0 || strcmp(name, "delete_snapshot") == 0 ||
+               strcmp(name, "set_secret") == 0 || strcmp(name, "list_secrets") == 0 ||
+               strcmp(name, "delete_secret") == 0 || api_method_operator(name);
+}
+
+bool api_method_operator(const char *name)
+{
+        return strcmp(name, "list_sessions") == 0 || strcmp(name, "events") == 0 || strcmp(name, "list_users") == 0 ||
+               strcmp(name, "pool_status") == 0 || strcmp(name, "list_nodes") == 0 ||
+               strcmp(name, "daemon_health") == 0;
 }

@@ -7,6 +7,7 @@
  */
 #include <cjson/cJSON.h>
 #include <errno.h>
+#include <fcntl.h>
 #include <getopt.h>
 #include <inttypes.h>
 #include <stdlib.h>
@@ -15,6 +16,7 @@
 #include <time.h>
 #include <unistd.h>
 
+#include "sandboxd/common.h"
 #include "sandboxd/config.h"
 #include "sandboxd/jsonl_client.h"
 
@@ -72,6 +74,12 @@ static void usage(FILE *f)
                 "  snapshots [USER]                     workspace snapshots (every user's, or one's):\n"
                 "                                       size, kind, privacy, age\n"
                 "  snapshot delete USER SNAPSHOT        delete a snapshot and its files\n"
+                "  secret set USER NAME --host H [--host H2 ...] [--header X]\n"
+                "                                       store a secret of USER; the value is read from\n"
+                "                                       stdin (one trailing newline dropped), never argv\n"
+                "  secret list USER                     USER's secrets: names, hosts, times (never values)\n"
+                "  secret delete USER NAME              delete one\n"
+                "  secret keygen PATH                   write a new secrets_key_file (0600; no daemon needed)\n"
                 "\n"
                 "Options:\n"
                 "  -s, --socket PATH   the admin socket (default: admin_socket from the config)\n"
@@ -698,6 +706,107 @@ static int session_args(cJSON *req, const char *cmd, const char *name, char **ar
         return 0;
 }
 
+/* ---- secrets (issue 37) ---- */
+
+static void print_secrets(const cJSON *r)
+{
+        const cJSON *t, *h;
+
+        printf("%-24s %-8s %-14s %s\n", "NAME", "HEADER", "UPDATED", "HOSTS");
+        cJSON_ArrayForEach(t, cJSON_GetObjectItemCaseSensitive(r, "secrets")) {
+                printf("%-24s %-8s %-14.0f", str(t, "name"), str(t, "header"), num(t, "updated_at", 0));
+                cJSON_ArrayForEach(h, cJSON_GetObjectItemCaseSensitive(t, "hosts"))
+                        printf(" %s", h->valuestring);
+                printf("\n");
+        }
+        printf("%d secrets (at most %d)\n", (int)num(r, "count", 0), (int)num(r, "max_count", 0));
+}
+
+/* The value, from stdin: at most SECRET_STDIN_MAX bytes, one trailing
+ * newline dropped (echo's, a here-string's). Never from argv, where ps and
+ * shell history would see it. */
+#define SECRET_STDIN_MAX 8192
+static int secret_read_value(char *buf, size_t size, size_t *ret_len)
+{
+        size_t n = fread(buf, 1, size, stdin);
+
+        if (ferror(stdin) || n == size)
+                return -1;
+        if (n > 0 && buf[n - 1] == '\n')
+                n--;
+        if (n > 0 && buf[n - 1] == '\r')
+                n--;
+        buf[n] = '\0';
+        *ret_len = n;
+        return 0;
+}
+
+/* sandboxctl secret set USER NAME --host H... [--header X] into req. */
+static int secret_set_args(cJSON *req, char **args, int n_args)
+{
+        char value[SECRET_STDIN_MAX + 2];
+        cJSON *hosts = cJSON_AddArrayToObject(req, "hosts");
+        const char *pa[2] = {0};
+        int pos = 0;
+        size_t len;
+
+        for (int i = 0; i < n_args; i++) {
+                if (strcmp(args[i], "--host") == 0 && i + 1 < n_args)
+                        cJSON_AddItemToArray(hosts, cJSON_CreateString(args[++i]));
+                else if (strcmp(args[i], "--header") == 0 && i + 1 < n_args)
+                        cJSON_AddStringToObject(req, "header", args[++i]);
+                else if (pos < 2)
+                        pa[pos++] = args[i];
+                else
+                        pos = 3;
+        }
+        if (pos != 2 || cJSON_GetArraySize(hosts) == 0) {
+                fprintf(stderr, "sandboxctl: secret set USER NAME --host H [--host H2 ...] [--header X] < value\n");
+                return -1;
+        }
+        if (secret_read_value(value, SECRET_STDIN_MAX + 1, &len) < 0) {
+                fprintf(stderr, "sandboxctl: secret set: the value on stdin must be at most %d bytes\n",
+                        SECRET_STDIN_MAX);
+                return -1;
+        }
+        cJSON_AddStringToObject(req, "cmd", "secret.set");
+        cJSON_AddStringToObject(req, "user", pa[0]);
+        cJSON_AddStringToObject(req, "name", pa[1]);
+        cJSON_AddStringToObject(req, "value", value);
+        explicit_bzero(value, sizeof(value));
+        return 0;
+}
+
+/* sandboxctl secret keygen PATH: 256 random bits as 64 hex digits, in a
+ * new file of mode 0600 (never over an existing one). Local: no daemon. */
+static int secret_keygen(const char *path)
+{
+        char hex[65];
+        ssize_t w;
+        int fd;
+
+        if (sbx_random_hex(hex, 32) < 0) {
+                fprintf(stderr, "sandboxctl: no randomness for a key\n");
+                return EXIT_FAILED;
+        }
+        hex[64] = '\n';
+        fd = open(path, O_WRONLY | O_CREAT | O_EXCL | O_CLOEXEC | O_NOFOLLOW, 0600);
+        if (fd < 0) {
+                fprintf(stderr, "sandboxctl: %s: %s\n", path, strerror(errno));
+                explicit_bzero(hex, sizeof(hex));
+                return EXIT_FAILED;
+        }
+        w = write(fd, hex, sizeof(hex));
+        explicit_bzero(hex, sizeof(hex));
+        if (w != (ssize_t)sizeof(hex) || fsync(fd) < 0 || close(fd) < 0) {
+                fprintf(stderr, "sandboxctl: %s: cannot write the key\n", path);
+                unlink(path);
+                return EXIT_FAILED;
+        }
+        printf("wrote a new secrets key to %s (mode 0600); set secrets_key_file = %s\n", path, path);
+        return 0;
+}
+
 /* ---- the commands whose arguments are the request's keys, in order ---- */
 
 static const struct simple_cmd {
@@ -726,6 +835,8 @@ static const struct simple_cmd {
         {"token", "list", "token.list", 0, {NULL}, print_tokens},
         {"snapshots", NULL, "snapshots.list", 0, {"user"}, print_snapshots},
         {"snapshot", "delete", "snapshot.delete", 2, {"user", "snapshot"}, NULL},
+        {"secret", "list", "secret.list", 1, {"user"}, print_secrets},
+        {"secret", "delete", "secret.delete", 2, {"user", "name"}, NULL},
 };
 
 static const struct simple_cmd *simple_find(const char *name, const char *first_arg)
@@ -939,6 +1050,22 @@ int main(int argc, char **argv)
                         cJSON_Delete(req);
                         return EXIT_USAGE;
                 }
+        } else if (strcmp(cmd, "secret") == 0 && n_args >= 1 && strcmp(args[0], "keygen") == 0) {
+                cJSON_Delete(req);
+                if (n_args != 2) {
+                        fprintf(stderr, "sandboxctl: secret keygen PATH\n");
+                        return EXIT_USAGE;
+                }
+                return secret_keygen(args[1]);
+        } else if (strcmp(cmd, "secret") == 0 && n_args >= 1 && strcmp(args[0], "set") == 0) {
+                if (secret_set_args(req, args + 1, n_args - 1) < 0) {
+                        cJSON_Delete(req);
+                        return EXIT_USAGE;
+                }
+        } else if (strcmp(cmd, "secret") == 0) {
+                fprintf(stderr, "sandboxctl: secret set|list|delete|keygen\n");
+                cJSON_Delete(req);
+                return EXIT_USAGE;
         } else if (strcmp(cmd, "token") == 0 && n_args >= 1) {
                 fprintf(stderr, "sandboxctl: token create|revoke|list\n");
                 cJSON_Delete(req);
@@ -967,6 +1094,8 @@ int main(int argc, char **argv)
         } else if (strcmp(cmd, "mark-private") == 0) {
                 printf("%s:%s is private (network %s)\n", str(result, "user"), str(result, "session"),
                        str(result, "network_mode"));
+        } else if (strcmp(cmd, "secret") == 0) {
+                printf("secret %s %s\n", str(result, "name"), flag(result, "deleted") ? "deleted" : "stored");
         } else if (strcmp(args[-1], "create") == 0) {
                 printf("token:  %s\nid:     %s\nuser:   %s\nrole:   %s\n", str(result, "token"), str(result, "id"),
                        str(result, "user"), str(result, "role"));

@@ -4,6 +4,7 @@
  * waiter thread that sees a generation end, and the context's row in the
  * store. Locks: cells_internal.h. */
 #include <errno.h>
+#include <inttypes.h>
 #include <pthread.h>
 #include <signal.h>
 #include <stdio.h>
@@ -277,10 +278,10 @@ int cells_ctx_start(struct cell_ctx *x, const char *container_id, const char *co
 {
         struct cells *c = x->c;
         bool py = strcmp(x->language, "python") == 0;
-        char code_path[128], cell_dir[128], start_to[64];
+        char code_path[128], cell_dir[128], start_to[64], out_cap[64];
         const char *argv_py[] = {"python3", "-I", code_path, "python3", NULL};
         const char *argv_node[] = {"node", "--expose-internals", code_path, NULL};
-        const char *envv[CELLS_MAX_ENV + 3];
+        const char *envv[CELLS_MAX_ENV + 4];
         size_t n_env = 0;
         struct runner_exec *rx = NULL;
         struct waiter_arg *wa;
@@ -296,8 +297,11 @@ int cells_ctx_start(struct cell_ctx *x, const char *container_id, const char *co
         }
         snprintf(cell_dir, sizeof(cell_dir), "SBX_CELL_DIR=/tmp/sbx-cell-%s", x->name);
         snprintf(start_to, sizeof(start_to), "SBX_CELL_START_TIMEOUT=%d", c->cfg->cells_start_timeout_ms / 1000);
+        /* the kernel sends at most this per stream and cell (kernel_bridge.py) */
+        snprintf(out_cap, sizeof(out_cap), "SBX_CELL_OUTPUT_CAP=%" PRId64, c->cfg->exec_output_cap_bytes);
         envv[n_env++] = cell_dir;
         envv[n_env++] = start_to;
+        envv[n_env++] = out_cap;
         envv[n_env] = NULL;
 
         (void)runner_hub_adopt(c->hub, x->user, x->session);

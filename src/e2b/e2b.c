@@ -29,10 +29,13 @@
 #include "sandboxd/metrics.h"
 #include "sandboxd/reqguard.h"
 #include "sandboxd/session.h"
+#include "sandboxd/engine.h"
+#include "sandboxd/wsquota.h"
 
 #define E2B_KEY_LEN 32
 #define E2B_MAC_HEX 64
 #define E2B_LIST_LIMIT_MAX 100
+#define E2B_FORK_MAX 10 /* forks per request: each snapshots the source once more */
 
 static enum MHD_Result c_create(struct e2b_req *q, struct MHD_Connection *conn);
 static enum MHD_Result c_get(struct e2b_req *q, struct MHD_Connection *conn);
@@ -42,6 +45,9 @@ static enum MHD_Result c_connect(struct e2b_req *q, struct MHD_Connection *conn)
 static enum MHD_Result c_pause(struct e2b_req *q, struct MHD_Connection *conn);
 static enum MHD_Result c_resume(struct e2b_req *q, struct MHD_Connection *conn);
 static enum MHD_Result c_timeout(struct e2b_req *q, struct MHD_Connection *conn);
+static enum MHD_Result c_metrics(struct e2b_req *q, struct MHD_Connection *conn);
+static enum MHD_Result c_fork(struct e2b_req *q, struct MHD_Connection *conn);
+static enum MHD_Result c_snapshot(struct e2b_req *q, struct MHD_Connection *conn);
 static enum MHD_Result c_unsupported(struct e2b_req *q, struct MHD_Connection *conn);
 
 /* E2B's routes and the core calls they make (cmd_table[]). */
@@ -50,7 +56,7 @@ static const struct e2b_route routes[] = {
         {"POST", "/v2/sandboxes", 0, E2B_BODY_MAX, c_create, "create_session {image, ttl_seconds, env, labels}"},
         {"GET", "/sandboxes", 0, 0, c_list, "list_sessions {labels}"},
         {"GET", "/v2/sandboxes", 0, 0, c_list, "list_sessions {labels}, paginated here"},
-        {"GET", "/sandboxes/{id}", 0, 0, c_get, "list_sessions"},
+        {"GET", "/sandboxes/{id}", 0, 0, c_get, "list_sessions {session}"},
         {"DELETE", "/sandboxes/{id}", 0, 0, c_kill, "destroy_session {purge}"},
         {"POST", "/sandboxes/{id}/connect", 0, E2B_BODY_MAX, c_connect, "resume_session when paused, set_session_ttl"},
         {"POST", "/v2/sandboxes/{id}/connect", 0, E2B_BODY_MAX, c_connect,
@@ -59,21 +65,27 @@ static const struct e2b_route routes[] = {
         {"POST", "/sandboxes/{id}/pause", 0, E2B_BODY_MAX, c_pause, "pause_session"},
         {"POST", "/sandboxes/{id}/timeout", 0, E2B_BODY_MAX, c_timeout, "set_session_ttl"},
         {"POST", "/sandboxes/{id}/refreshes", 0, E2B_BODY_MAX, c_unsupported, "(not yet)"},
-        {"POST", "/sandboxes/{id}/fork", 0, E2B_BODY_MAX, c_unsupported, "(not yet: fork_session)"},
-        {"POST", "/sandboxes/{id}/snapshots", 0, E2B_BODY_MAX, c_unsupported, "(not yet: snapshot_session)"},
-        {"PUT", "/sandboxes/{id}/network", 0, E2B_BODY_MAX, c_unsupported, "(not yet: egress_allow)"},
-        {"GET", "/sandboxes/{id}/metrics", 0, 0, c_unsupported, "(not yet)"},
-        {"GET", "/sandboxes/{id}/logs", 0, 0, c_unsupported, "(not yet)"},
+        {"POST", "/sandboxes/{id}/fork", 0, E2B_BODY_MAX, c_fork,
+         "fork_session {from: {session}} per fork, set_session_ttl"},
+        {"POST", "/sandboxes/{id}/snapshots", 0, E2B_BODY_MAX, c_snapshot,
+         "snapshot_session {name}; create with its id is fork_session {from: {snapshot}}"},
+        {"PUT", "/sandboxes/{id}/network", 0, E2B_BODY_MAX, c_unsupported,
+         "(not mapped: egress_allow is a connector's)"},
+        {"GET", "/sandboxes/{id}/metrics", 0, 0, c_metrics, "list_sessions {session}, then the engine's stats"},
+        {"GET", "/sandboxes/{id}/logs", 0, 0, c_unsupported, "(not called by the SDK 2.x)"},
         {"GET", "/health", E2B_ENVD_PORT, 0, e2b_envd_health, "(session state)"},
         {"GET", "/files", E2B_ENVD_PORT, 0, e2b_envd_download, "read_file {encoding: base64}, paged"},
         {"POST", "/files", E2B_ENVD_PORT, E2B_UPLOAD_MAX, e2b_envd_upload, "write_file {encoding: base64}"},
         {"POST", "/process.Process/Start", E2B_ENVD_PORT, E2B_BODY_MAX, e2b_envd_start,
-         "exec {background}, then get_execution {wait, offsets}"},
+         "exec {background, tty with pty}, then get_execution {wait, offsets}"},
+        {"POST", "/process.Process/Connect", E2B_ENVD_PORT, E2B_BODY_MAX, e2b_envd_connect,
+         "get_execution {wait, offsets} from its output's end"},
         {"POST", "/process.Process/List", E2B_ENVD_PORT, E2B_BODY_MAX, e2b_envd_list,
          "list_executions {states: running}"},
         {"POST", "/process.Process/SendInput", E2B_ENVD_PORT, E2B_BODY_MAX, e2b_envd_send_input, "send_stdin"},
         {"POST", "/process.Process/CloseStdin", E2B_ENVD_PORT, E2B_BODY_MAX, e2b_envd_close_stdin, "send_stdin {eof}"},
         {"POST", "/process.Process/SendSignal", E2B_ENVD_PORT, E2B_BODY_MAX, e2b_envd_send_signal, "cancel_execution"},
+        {"POST", "/process.Process/Update", E2B_ENVD_PORT, E2B_BODY_MAX, e2b_envd_update, "resize_terminal"},
         {"POST", "/filesystem.Filesystem/Stat", E2B_ENVD_PORT, E2B_BODY_MAX, e2b_envd_stat, "list_files of the parent"},
         {"POST", "/filesystem.Filesystem/ListDir", E2B_ENVD_PORT, E2B_BODY_MAX, e2b_envd_list_dir, "list_files"},
         {"POST", "/filesystem.Filesystem/MakeDir", E2B_ENVD_PORT, E2B_BODY_MAX, e2b_envd_make_dir, "files_mkdir"},
@@ -293,7 +305,7 @@ static int access_token(struct e2b_req *q, char ret[E2B_ACCESS_TOKEN_MAX + 1])
 }
 
 /* The user a token names, when its MAC is that user's for this sandbox. */
-static bool access_check(struct e2b_req *q, const char *token)
+bool e2b_access_check(struct e2b_req *q, const char *token)
 {
         const char *dot = token ? strchr(token, '.') : NULL;
         char mac[E2B_MAC_HEX + 1];
@@ -358,11 +370,34 @@ static bool path_match(const char *pattern, const char *path, char id[E2B_ID_MAX
         return *u == '\0';
 }
 
-bool e2b_claims(struct MHD_Connection *conn, const char *url)
+/* The getHost port the request names (its Host under e2b_domain, or
+ * E2b-Sandbox-Id with a port that is not envd's or the interpreter's), id in
+ * ret_id; 0: none; -1: E2b-Sandbox-Port is not a port. */
+static int proxy_target(const struct daemon *d, struct MHD_Connection *conn, char ret_id[E2B_ID_MAX + 1])
 {
-        return MHD_lookup_connection_value(conn, MHD_HEADER_KIND, "E2b-Sandbox-Id") || strcmp(url, "/sandboxes") == 0 ||
-               strncmp(url, "/sandboxes/", 11) == 0 || strcmp(url, "/v2/sandboxes") == 0 ||
-               strncmp(url, "/v2/sandboxes/", 14) == 0;
+        const char *host = MHD_lookup_connection_value(conn, MHD_HEADER_KIND, MHD_HTTP_HEADER_HOST);
+        const char *sid = MHD_lookup_connection_value(conn, MHD_HEADER_KIND, "E2b-Sandbox-Id");
+        const char *port = MHD_lookup_connection_value(conn, MHD_HEADER_KIND, "E2b-Sandbox-Port");
+        int p = e2b_host_target(d->cfg.e2b_domain, host, ret_id);
+
+        if (p || !sid || !sandbox_id_valid(sid, strlen(sid)))
+                return p; /* a host name's envd and interpreter ports too (e2b_begin) */
+        p = port ? e2b_port_parse(port, strlen(port)) : 0;
+        if (!p)
+                return -1;
+        if (p == E2B_ENVD_PORT || p == E2B_JUPYTER_PORT)
+                return 0;
+        sbx_strlcpy(ret_id, sid, E2B_ID_MAX + 1);
+        return p;
+}
+
+bool e2b_claims(const struct daemon *d, struct MHD_Connection *conn, const char *url)
+{
+        char id[E2B_ID_MAX + 1];
+
+        return proxy_target(d, conn, id) > 0 || MHD_lookup_connection_value(conn, MHD_HEADER_KIND, "E2b-Sandbox-Id") ||
+               strcmp(url, "/sandboxes") == 0 || strncmp(url, "/sandboxes/", 11) == 0 ||
+               strcmp(url, "/v2/sandboxes") == 0 || strncmp(url, "/v2/sandboxes/", 14) == 0;
 }
 
 bool e2b_decided(const struct e2b_req *q)
@@ -380,8 +415,7 @@ int e2b_auth_failures(const struct e2b_req *q)
         return q->c.auth_failures;
 }
 
-static void decide(struct e2b_req *q, int status, const char *fmt, ...) __attribute__((format(printf, 3, 4)));
-static void decide(struct e2b_req *q, int status, const char *fmt, ...)
+void e2b_decide(struct e2b_req *q, int status, const char *fmt, ...)
 {
         va_list ap;
 
@@ -399,7 +433,8 @@ int e2b_begin(struct daemon *d, const struct api_conn *c, struct MHD_Connection 
         const char *port = MHD_lookup_connection_value(conn, MHD_HEADER_KIND, "E2b-Sandbox-Port");
         const char *len = MHD_lookup_connection_value(conn, MHD_HEADER_KIND, MHD_HTTP_HEADER_CONTENT_LENGTH);
         bool envd = sid != NULL, bad_id = false, path_known = false;
-        int want_port = 0;
+        int want_port = 0, proxy;
+        char hid[E2B_ID_MAX + 1];
         struct fronterr e = {0};
 
         *ret = q;
@@ -407,20 +442,29 @@ int e2b_begin(struct daemon *d, const struct api_conn *c, struct MHD_Connection 
                 return -ENOMEM;
         q->d = d;
         q->c = *c;
+        q->pfd = -1;
+        proxy = proxy_target(d, conn, q->sandbox);
+        if (proxy == E2B_ENVD_PORT || proxy == E2B_JUPYTER_PORT) { /* the host name names envd's */
+                sbx_strlcpy(hid, q->sandbox, sizeof(hid));
+                sid = hid;
+                envd = true;
+                port = proxy == E2B_ENVD_PORT ? "49983" : "49999";
+        } else if (proxy > 0) {
+                q->head_request = strcmp(verb, MHD_HTTP_METHOD_HEAD) == 0;
+                e2b_proxy_begin(q, conn, url, verb, proxy);
+                return 0;
+        }
         if (envd) {
                 if (port && strcmp(port, "49983") == 0)
                         want_port = E2B_ENVD_PORT;
                 else if (port && strcmp(port, "49999") == 0)
                         want_port = E2B_JUPYTER_PORT;
                 if (!sandbox_id_valid(sid, strlen(sid))) {
-                        decide(q, 400, "E2b-Sandbox-Id must be 1-%d characters of [a-z0-9]", E2B_ID_MAX);
+                        e2b_decide(q, 400, "E2b-Sandbox-Id must be 1-%d characters of [a-z0-9]", E2B_ID_MAX);
                         return 0;
                 }
-                if (!want_port) {
-                        /* getHost(port) URLs through the gateway are not served yet */
-                        decide(q, 502,
-                               "E2b-Sandbox-Port %.8s is not served: only envd's %d and the code interpreter's %d",
-                               port ? port : "(none)", E2B_ENVD_PORT, E2B_JUPYTER_PORT);
+                if (!want_port) { /* proxy_target found no port in it */
+                        e2b_decide(q, 400, "E2b-Sandbox-Port must be a port, 1-65535");
                         return 0;
                 }
                 sbx_strlcpy(q->sandbox, sid, sizeof(q->sandbox));
@@ -440,14 +484,14 @@ int e2b_begin(struct daemon *d, const struct api_conn *c, struct MHD_Connection 
                 }
         }
         if (bad_id) {
-                decide(q, 400, "a sandbox id is 1-%d characters of [a-z0-9]", E2B_ID_MAX);
+                e2b_decide(q, 400, "a sandbox id is 1-%d characters of [a-z0-9]", E2B_ID_MAX);
                 return 0;
         }
         if (!q->route) {
                 if (path_known)
-                        decide(q, 405, "%s is not a method of %s", verb, url);
+                        e2b_decide(q, 405, "%s is not a method of %s", verb, url);
                 else
-                        decide(q, 404, "no such path on this sandboxd's E2B front: %s", url);
+                        e2b_decide(q, 404, "no such path on this sandboxd's E2B front: %s", url);
                 return 0;
         }
         if (q->sandbox[0])
@@ -457,20 +501,20 @@ int e2b_begin(struct daemon *d, const struct api_conn *c, struct MHD_Connection 
                 /* the code interpreter's SDK sends only the traffic token (the same token here) on /contexts */
                 if (!at)
                         at = MHD_lookup_connection_value(conn, MHD_HEADER_KIND, "E2B-Traffic-Access-Token");
-                if (!access_check(q, at)) {
+                if (!e2b_access_check(q, at)) {
                         q->c.auth_failures++;
                         memset(&q->tok, 0, sizeof(q->tok));
                         /* a sandbox of another user, or none, reads the same */
-                        decide(q, at ? 404 : 401,
-                               at ? "sandbox %s not found" : "X-Access-Token is required (returned at create)",
-                               q->sandbox);
+                        e2b_decide(q, at ? 404 : 401,
+                                   at ? "sandbox %s not found" : "X-Access-Token is required (returned at create)",
+                                   q->sandbox);
                         return 0;
                 }
                 q->tok.role = TOKEN_ROLE_AGENT;
         } else {
                 const char *key = MHD_lookup_connection_value(conn, MHD_HEADER_KIND, "X-API-Key");
                 if (api_authenticate(&q->c, key, "e2b", &q->tok, &e) < 0) {
-                        decide(q, http_status_for_code(e.code), "%s", e.msg);
+                        e2b_decide(q, http_status_for_code(e.code), "%s", e.msg);
                         return 0;
                 }
         }
@@ -479,7 +523,7 @@ int e2b_begin(struct daemon *d, const struct api_conn *c, struct MHD_Connection 
         if (q->max == E2B_UPLOAD_MAX && (size_t)d->cfg.max_file_bytes < q->max)
                 q->max = (size_t)d->cfg.max_file_bytes;
         if (len && strtoull(len, NULL, 10) > q->max)
-                decide(q, 413, "the body is larger than %zu bytes", q->max);
+                e2b_decide(q, 413, "the body is larger than %zu bytes", q->max);
         return 0;
 }
 
@@ -487,7 +531,13 @@ void e2b_body(struct e2b_req *q, const char *data, size_t n)
 {
         char *nb;
 
+        if (q->proxy_port) {
+                e2b_proxy_body(q, data, n);
+                return;
+        }
         if (q->too_large || q->len + n > q->max) {
+                if (!q->too_large)
+                        e2b_decide(q, 413, "the body is larger than %zu bytes", q->max);
                 q->too_large = true;
                 free(q->body);
                 q->body = NULL;
@@ -519,6 +569,8 @@ int e2b_respond(struct e2b_req *q, struct MHD_Connection *conn, bool close)
         }
         if (q->status)
                 return e2b_reply_error(conn, q->status, "%s", q->msg);
+        if (q->proxy_port)
+                return e2b_proxy_respond(q, conn);
         if (q->too_large)
                 return e2b_reply_error(conn, 413, "the body is larger than %zu bytes", q->max);
         return q->route->run(q, conn);
@@ -528,6 +580,7 @@ void e2b_req_free(struct e2b_req *q)
 {
         if (!q)
                 return;
+        e2b_proxy_free(q);
         free(q->body);
         free(q);
 }
@@ -646,8 +699,135 @@ static cJSON *sandbox_object(struct e2b_req *q, const char *tmpl, bool with_toke
                 cJSON_AddStringToObject(o, "trafficAccessToken", at);
                 explicit_bzero(at, sizeof(at));
         }
-        cJSON_AddNullToObject(o, "domain");
+        if (q->d->cfg.e2b_domain[0]) /* the SDK's getHost(port) names {port}-{id}.<domain> */
+                cJSON_AddStringToObject(o, "domain", q->d->cfg.e2b_domain);
+        else
+                cJSON_AddNullToObject(o, "domain");
         return o;
+}
+
+/* network: {allowPublicTraffic} is served (getHost traffic behind the
+ * access token when false, e2b_proxy.c); allowOut, denyOut and
+ * maskRequestHost are refused, as is metadata naming E2B_TRAFFIC_LABEL.
+ * NULL when the create goes on, else why not (in why). */
+static const char *create_network(const cJSON *b, bool *ret_private, char *why, size_t why_size)
+{
+        const cJSON *n = cJSON_GetObjectItemCaseSensitive(b, "network"), *m, *it;
+
+        m = cJSON_GetObjectItemCaseSensitive(b, "metadata");
+        if (cJSON_IsObject(m) && cJSON_GetObjectItemCaseSensitive(m, E2B_TRAFFIC_LABEL)) {
+                snprintf(why, why_size, "metadata key %s is sandboxd's own", E2B_TRAFFIC_LABEL);
+                return why;
+        }
+        if (!n || cJSON_IsNull(n))
+                return NULL;
+        if (!cJSON_IsObject(n))
+                return "network must be an object";
+        cJSON_ArrayForEach(it, n) {
+                if (strcmp(it->string, "allowPublicTraffic") == 0) {
+                        if (!cJSON_IsBool(it) && !cJSON_IsNull(it))
+                                return "network.allowPublicTraffic must be a boolean";
+                        *ret_private = cJSON_IsFalse(it);
+                } else if (!cJSON_IsNull(it) && !(cJSON_IsArray(it) && !it->child)) {
+                        snprintf(why, why_size, "network.%.64s is not supported by sandboxd yet (docs/e2b.md)",
+                                 it->string);
+                        return why;
+                }
+        }
+        return NULL;
+}
+
+/* fork_session into q->session from {key: from} ("session" or "snapshot"),
+ * then its TTL; a fork whose TTL cannot be set is destroyed, never left
+ * without one. 0, or -1 with e set. */
+static int fork_into(struct e2b_req *q, const char *key, const char *from, int64_t timeout, struct fronterr *e)
+{
+        cJSON *params = cJSON_CreateObject(), *res = NULL;
+        struct fronterr ignored = {0};
+
+        cJSON_AddStringToObject(params, "session", q->session);
+        cJSON_AddStringToObject(cJSON_AddObjectToObject(params, "from"), key, from);
+        if (e2b_call(q, "fork_session", params, &res, e) < 0)
+                return -1;
+        cJSON_Delete(res);
+        params = cJSON_CreateObject();
+        cJSON_AddStringToObject(params, "session", q->session);
+        cJSON_AddNumberToObject(params, "ttl_seconds", (double)timeout);
+        if (e2b_call(q, "set_session_ttl", params, &res, e) == 0) {
+                cJSON_Delete(res);
+                return 0;
+        }
+        params = cJSON_CreateObject();
+        cJSON_AddStringToObject(params, "session", q->session);
+        cJSON_AddTrueToObject(params, "purge");
+        (void)e2b_call(q, "destroy_session", params, &res, &ignored);
+        cJSON_Delete(res);
+        return -1;
+}
+
+/* The body's "timeout": absent or null leaves *ret as it is; else whole
+ * seconds from min to session_ttl_max into *ret, or an answer queued in
+ * *ans and -1. */
+static int body_timeout(struct e2b_req *q, struct MHD_Connection *conn, const cJSON *b, int64_t min, int64_t *ret,
+                        enum MHD_Result *ans)
+{
+        const cJSON *t = cJSON_GetObjectItemCaseSensitive(b, "timeout");
+        int64_t max = q->d->cfg.session_ttl_max_s;
+
+        if (!t || cJSON_IsNull(t))
+                return 0;
+        if (!cJSON_IsNumber(t) || t->valuedouble < (double)min || t->valuedouble > (double)max ||
+            t->valuedouble != (double)(int64_t)t->valuedouble) {
+                *ans = e2b_reply_error(conn, 400, "timeout must be whole seconds, %lld-%lld", (long long)min,
+                                       (long long)max);
+                return -1;
+        }
+        *ret = (int64_t)t->valuedouble;
+        return 0;
+}
+
+/* Sandbox.create(snapshotId): fork_session {from: {snapshot}} under a new
+ * id, with the snapshot's image, env and labels; only timeout (and the
+ * SDK's defaults) may be given beside it. */
+static enum MHD_Result create_from_snapshot(struct e2b_req *q, struct MHD_Connection *conn, const cJSON *b,
+                                            const char *snap)
+{
+        static const char *const allowed[] = {"templateID", "timeout", "secure", "autoPause", "allow_internet_access",
+                                              NULL};
+        const cJSON *m;
+        char hex[E2B_ID_MAX + 1];
+        struct fronterr e = {0};
+        enum MHD_Result ans = MHD_NO;
+        int64_t timeout = 300;
+
+        cJSON_ArrayForEach(m, b) {
+                size_t i = 0;
+                while (allowed[i] && strcmp(allowed[i], m->string) != 0)
+                        i++;
+                if (!allowed[i] && !cJSON_IsNull(m) && !(cJSON_IsObject(m) && !m->child))
+                        return e2b_reply_error(conn, 400, "%s cannot be given with a snapshot: it keeps its own",
+                                               m->string);
+        }
+        if (cJSON_IsTrue(cJSON_GetObjectItemCaseSensitive(b, "autoPause")) ||
+            cJSON_IsFalse(cJSON_GetObjectItemCaseSensitive(b, "allow_internet_access")))
+                return e2b_reply_error(conn, 400, "autoPause and allow_internet_access=false are not supported yet");
+        for (size_t i = 2; allowed[i]; i++) { /* secure, autoPause, allow_internet_access */
+                m = cJSON_GetObjectItemCaseSensitive(b, allowed[i]);
+                if (m && !cJSON_IsBool(m) && !cJSON_IsNull(m))
+                        return e2b_reply_error(conn, 400, "%s must be a boolean", allowed[i]);
+        }
+        if (body_timeout(q, conn, b, 1, &timeout, &ans) < 0)
+                return ans;
+        if (sbx_random_hex(hex, 10) < 0)
+                return e2b_reply_error(conn, 500, "no randomness for a sandbox id");
+        sbx_strlcpy(q->sandbox, hex, sizeof(q->sandbox));
+        snprintf(q->session, sizeof(q->session), E2B_SESSION_PREFIX "%s", q->sandbox);
+        if (fork_into(q, "snapshot", snap, timeout, &e) < 0) {
+                if (e.code && strcmp(e.code, "not_found") == 0)
+                        return e2b_reply_error(conn, 400, "unknown template or snapshot %.64s", snap);
+                return e2b_reply_fronterr(conn, &e);
+        }
+        return e2b_reply_json(conn, 201, sandbox_object(q, snap, true));
 }
 
 static enum MHD_Result c_create(struct e2b_req *q, struct MHD_Connection *conn)
@@ -664,6 +844,8 @@ static enum MHD_Result c_create(struct e2b_req *q, struct MHD_Connection *conn)
         cJSON *params, *res = NULL;
         struct fronterr e = {0};
         int64_t timeout = 300; /* E2B's documented default (the SDK may leave it to the server) */
+        bool private_traffic = false;
+        char why[128];
 
         if (!b)
                 return ans;
@@ -672,25 +854,24 @@ static enum MHD_Result c_create(struct e2b_req *q, struct MHD_Connection *conn)
         t = cJSON_GetObjectItemCaseSensitive(b, "templateID");
         if (!cJSON_IsString(t) || !t->valuestring[0])
                 return e2b_reply_error(conn, 400, "templateID is required (a string)");
-        if (!template_image(&q->d->cfg, t->valuestring, image, sizeof(image), names, sizeof(names)))
+        if (!template_image(&q->d->cfg, t->valuestring, image, sizeof(image), names, sizeof(names))) {
+                if (strncmp(t->valuestring, "snap-", 5) == 0)
+                        return create_from_snapshot(q, conn, b, t->valuestring);
                 return e2b_reply_error(conn, 400, "unknown template %.64s; this sandboxd has: %s", t->valuestring,
                                        names);
-        m = cJSON_GetObjectItemCaseSensitive(b, "timeout");
-        if (m && !cJSON_IsNull(m)) {
-                if (!cJSON_IsNumber(m) || m->valuedouble < 1 || m->valuedouble > q->d->cfg.session_ttl_max_s ||
-                    m->valuedouble != (double)(int64_t)m->valuedouble)
-                        return e2b_reply_error(conn, 400, "timeout must be whole seconds, 1-%lld",
-                                               (long long)q->d->cfg.session_ttl_max_s);
-                timeout = (int64_t)m->valuedouble;
         }
+        if (body_timeout(q, conn, b, 1, &timeout, &ans) < 0)
+                return ans;
         /* what sandboxd cannot honour yet is refused, never dropped in silence */
-        static const char *const unsupported[] = {"mcp", "iam", "volumeMounts", "network", "autoResume", NULL};
+        static const char *const unsupported[] = {"mcp", "iam", "volumeMounts", "autoResume", NULL};
         for (size_t i = 0; unsupported[i]; i++) {
                 m = cJSON_GetObjectItemCaseSensitive(b, unsupported[i]);
                 if (m && !cJSON_IsNull(m) && !(cJSON_IsObject(m) && !m->child) && !(cJSON_IsArray(m) && !m->child))
                         return e2b_reply_error(conn, 400, "%s is not supported by sandboxd yet (docs/e2b.md)",
                                                unsupported[i]);
         }
+        if ((bad = create_network(b, &private_traffic, why, sizeof(why))))
+                return e2b_reply_error(conn, 400, "%s", bad);
         m = cJSON_GetObjectItemCaseSensitive(b, "autoPause");
         if (cJSON_IsTrue(m))
                 return e2b_reply_error(conn, 400, "autoPause is not supported by sandboxd yet (docs/e2b.md)");
@@ -719,6 +900,12 @@ static enum MHD_Result c_create(struct e2b_req *q, struct MHD_Connection *conn)
         m = cJSON_GetObjectItemCaseSensitive(b, "metadata");
         if (m && !cJSON_IsNull(m))
                 cJSON_AddItemToObject(params, "labels", cJSON_Duplicate(m, true));
+        if (private_traffic) {
+                cJSON *labels = cJSON_GetObjectItemCaseSensitive(params, "labels");
+                if (!cJSON_IsObject(labels))
+                        labels = cJSON_AddObjectToObject(params, "labels"); /* a bad one was refused above */
+                cJSON_AddStringToObject(labels, E2B_TRAFFIC_LABEL, "private");
+        }
         if (e2b_call(q, "create_session", params, &res, &e) < 0)
                 return e2b_reply_fronterr(conn, &e);
         cJSON_Delete(res);
@@ -767,8 +954,9 @@ static cJSON *listed(struct e2b_req *q, const cJSON *s)
         cJSON_AddNumberToObject(o, "cpuCount", cJSON_IsNumber(cpu) && cpu->valuedouble >= 1 ? cpu->valuedouble : 1);
         cJSON_AddNumberToObject(o, "memoryMB", cJSON_IsNumber(mem) ? mem->valuedouble / (1024 * 1024) : 0);
         cJSON_AddNumberToObject(o, "diskSizeMB", cJSON_IsNumber(disk) ? disk->valuedouble / (1024 * 1024) : 0);
-        cJSON_AddItemToObject(o, "metadata",
-                              cJSON_IsObject(labels) ? cJSON_Duplicate(labels, true) : cJSON_CreateObject());
+        cJSON *meta = cJSON_IsObject(labels) ? cJSON_Duplicate(labels, true) : cJSON_CreateObject();
+        cJSON_DeleteItemFromObjectCaseSensitive(meta, E2B_TRAFFIC_LABEL); /* sandboxd's, not the tenant's */
+        cJSON_AddItemToObject(o, "metadata", meta);
         /* a stopped session (its timeout ran out, or idle) keeps its workspace: E2B's paused */
         cJSON_AddStringToObject(o, "state",
                                 cJSON_IsString(state) && (strcmp(state->valuestring, "paused") == 0 ||
@@ -920,20 +1108,19 @@ static enum MHD_Result c_list(struct e2b_req *q, struct MHD_Connection *conn)
         }
 }
 
-/* The sandbox as list_sessions shows it (NULL: none of this user's). */
+/* The sandbox as list_sessions {session} shows it, looked up by index
+ * among this user's (NULL: none of this user's). */
 static cJSON *find(struct e2b_req *q, struct fronterr *e)
 {
-        cJSON *res = NULL, *s, *o = NULL;
+        cJSON *params = cJSON_CreateObject(), *res = NULL, *o = NULL;
+        const cJSON *s;
 
-        if (e2b_call(q, "list_sessions", cJSON_CreateObject(), &res, e) < 0)
+        cJSON_AddStringToObject(params, "session", q->session);
+        if (e2b_call(q, "list_sessions", params, &res, e) < 0)
                 return NULL;
-        cJSON_ArrayForEach(s, cJSON_GetObjectItemCaseSensitive(res, "sessions")) {
-                const char *name = cJSON_GetStringValue(cJSON_GetObjectItemCaseSensitive(s, "session"));
-                if (name && strcmp(name, q->session) == 0) {
-                        o = listed(q, s);
-                        break;
-                }
-        }
+        s = cJSON_GetArrayItem(cJSON_GetObjectItemCaseSensitive(res, "sessions"), 0);
+        if (s && strcmp(cJSON_GetStringValue(cJSON_GetObjectItemCaseSensitive(s, "session")) ?: "", q->session) == 0)
+                o = listed(q, s);
         cJSON_Delete(res);
         if (!o)
                 fronterr_set(e, "not_found", "sandbox %s not found", q->sandbox);
@@ -1034,10 +1221,10 @@ static enum MHD_Result c_resume(struct e2b_req *q, struct MHD_Connection *conn)
 static int apply_timeout(struct e2b_req *q, struct MHD_Connection *conn, const char *const *known, enum MHD_Result *ans)
 {
         _cleanup_(cjson_freep) cJSON *b = body_object(q, conn, ans);
-        const cJSON *t;
         const char *bad;
         struct fronterr e = {0};
         cJSON *params, *res = NULL;
+        int64_t ttl = -1;
 
         if (!b)
                 return -1;
@@ -1045,18 +1232,13 @@ static int apply_timeout(struct e2b_req *q, struct MHD_Connection *conn, const c
                 *ans = e2b_reply_error(conn, 400, "unknown field %s", bad);
                 return -1;
         }
-        t = cJSON_GetObjectItemCaseSensitive(b, "timeout");
-        if (!t || cJSON_IsNull(t))
-                return 0;
-        if (!cJSON_IsNumber(t) || t->valuedouble < 0 || t->valuedouble > q->d->cfg.session_ttl_max_s ||
-            t->valuedouble != (double)(int64_t)t->valuedouble) {
-                *ans = e2b_reply_error(conn, 400, "timeout must be whole seconds, 0-%lld",
-                                       (long long)q->d->cfg.session_ttl_max_s);
+        if (body_timeout(q, conn, b, 0, &ttl, ans) < 0)
                 return -1;
-        }
+        if (ttl < 0)
+                return 0;
         params = cJSON_CreateObject();
         cJSON_AddStringToObject(params, "session", q->session);
-        cJSON_AddNumberToObject(params, "ttl_seconds", t->valuedouble);
+        cJSON_AddNumberToObject(params, "ttl_seconds", (double)ttl);
         if (e2b_call(q, "set_session_ttl", params, &res, &e) < 0) {
                 *ans = e2b_reply_fronterr(conn, &e);
                 return -1;
@@ -1099,6 +1281,173 @@ static enum MHD_Result c_connect(struct e2b_req *q, struct MHD_Connection *conn)
                 return resumed(q, conn, 201);
         }
         return resumed(q, conn, 200);
+}
+
+/* A query parameter that must be absent or whole seconds of unix time. */
+static bool unix_seconds_ok(struct MHD_Connection *conn, const char *name)
+{
+        const char *v = MHD_lookup_connection_value(conn, MHD_GET_ARGUMENT_KIND, name);
+        char *end;
+        long long x;
+
+        if (!v)
+                return true;
+        errno = 0;
+        x = strtoll(v, &end, 10);
+        return *v >= '0' && *v <= '9' && !*end && !errno && x >= 0;
+}
+
+/* E2B's SandboxMetric, one sample taken now: memory from the engine's
+ * stats of the session's container, CPU as its average since the session
+ * was created (the engine gives cumulative CPU time only), disk as the
+ * workspace's use of its quota. start and end are checked, not applied:
+ * sandboxd keeps no history. [] while the session has no container. */
+static enum MHD_Result c_metrics(struct e2b_req *q, struct MHD_Connection *conn)
+{
+        struct fronterr e = {0};
+        struct session_info info;
+        struct engine_stats st;
+        struct wsquota_usage du;
+        cJSON *o, *out;
+        double cpus, age_ms, pct;
+        int64_t now = sbx_wall_ms();
+        bool have;
+
+        if (!unix_seconds_ok(conn, "start") || !unix_seconds_ok(conn, "end"))
+                return e2b_reply_error(conn, 400, "start and end must be unix seconds");
+        if (!(o = find(q, &e)))
+                return e2b_reply_fronterr(conn, &e);
+        cpus = cJSON_GetNumberValue(cJSON_GetObjectItemCaseSensitive(o, "cpuCount"));
+        cJSON_Delete(o);
+        if (session_get_info(q->d->sessions, q->tok.user, q->session, &info) < 0)
+                return e2b_reply_error(conn, 404, "sandbox %s not found", q->sandbox);
+        have = info.container_id[0] && engine_stats(q->d->engine, info.container_id, &st, NULL) == 0;
+        age_ms = (double)(now - info.created_at);
+        session_info_done(&info);
+        out = cJSON_CreateArray();
+        if (!have)
+                return e2b_reply_json(conn, 200, out);
+        o = cJSON_CreateObject();
+        add_time(o, "timestamp", (double)now);
+        cJSON_AddNumberToObject(o, "timestampUnix", (double)(now / 1000));
+        cJSON_AddNumberToObject(o, "cpuCount", cpus);
+        pct = age_ms > 0 ? (double)st.cpu_total_ns / 1e6 / age_ms / cpus * 100 : 0;
+        cJSON_AddNumberToObject(o, "cpuUsedPct", pct > 100 ? 100 : pct);
+        cJSON_AddNumberToObject(o, "memUsed", (double)st.memory_usage);
+        cJSON_AddNumberToObject(o, "memTotal", (double)st.memory_limit);
+        wsquota_usage(&q->d->cfg, q->tok.user, q->session, &du);
+        cJSON_AddNumberToObject(o, "diskUsed", du.known ? (double)du.bytes_used : 0);
+        cJSON_AddNumberToObject(o, "diskTotal", (double)du.bytes_limit);
+        cJSON_AddItemToArray(out, o);
+        return e2b_reply_json(conn, 200, out);
+}
+
+/* One fork of the sandbox as E2B's SandboxForkResult: {sandbox} or {error}. */
+static cJSON *fork_one(struct e2b_req *q, const char *tmpl, int64_t timeout)
+{
+        char src_sandbox[sizeof(q->sandbox)], src_session[sizeof(q->session)], hex[E2B_ID_MAX + 1];
+        struct fronterr e = {0};
+        cJSON *out = cJSON_CreateObject(), *err;
+
+        if (sbx_random_hex(hex, 10) < 0) {
+                fronterr_set(&e, "internal", "no randomness for a sandbox id");
+        } else {
+                /* the fork's id from here on, then the source's again */
+                memcpy(src_sandbox, q->sandbox, sizeof(src_sandbox));
+                memcpy(src_session, q->session, sizeof(src_session));
+                sbx_strlcpy(q->sandbox, hex, sizeof(q->sandbox));
+                snprintf(q->session, sizeof(q->session), E2B_SESSION_PREFIX "%s", q->sandbox);
+                if (fork_into(q, "session", src_session, timeout, &e) == 0)
+                        cJSON_AddItemToObject(out, "sandbox", sandbox_object(q, tmpl, true));
+                memcpy(q->sandbox, src_sandbox, sizeof(src_sandbox));
+                memcpy(q->session, src_session, sizeof(src_session));
+                if (cJSON_GetObjectItemCaseSensitive(out, "sandbox"))
+                        return out;
+        }
+        err = cJSON_AddObjectToObject(out, "error");
+        cJSON_AddNumberToObject(err, "code",
+                                e.code && strcmp(e.code, "quota_exceeded") == 0 ? 429 : http_status_for_code(e.code));
+        jsonutil_add_text(err, "message", e.msg);
+        return out;
+}
+
+/* fork_session from the live sandbox, count times (1-E2B_FORK_MAX), each
+ * with its own TTL of timeout seconds (300 when absent, as create's). */
+static enum MHD_Result c_fork(struct e2b_req *q, struct MHD_Connection *conn)
+{
+        static const char *const known[] = {"timeout", "count", NULL};
+        enum MHD_Result ans = MHD_NO;
+        _cleanup_(cjson_freep) cJSON *b = body_object(q, conn, &ans);
+        struct fronterr e = {0};
+        const cJSON *c;
+        const char *bad;
+        int64_t timeout = 300, count = 1;
+        char tmpl[256];
+        cJSON *o, *out;
+
+        if (!b)
+                return ans;
+        if (!(o = find(q, &e)))
+                return e2b_reply_fronterr(conn, &e);
+        sbx_strlcpy(tmpl, cJSON_GetStringValue(cJSON_GetObjectItemCaseSensitive(o, "templateID")) ?: "", sizeof(tmpl));
+        cJSON_Delete(o);
+        if ((bad = unknown_member(b, known)))
+                return e2b_reply_error(conn, 400, "unknown field %s", bad);
+        if (body_timeout(q, conn, b, 1, &timeout, &ans) < 0)
+                return ans;
+        c = cJSON_GetObjectItemCaseSensitive(b, "count");
+        if (c && !cJSON_IsNull(c)) {
+                if (!cJSON_IsNumber(c) || c->valuedouble < 1 || c->valuedouble > E2B_FORK_MAX ||
+                    c->valuedouble != (double)(int64_t)c->valuedouble)
+                        return e2b_reply_error(conn, 400, "count must be 1-%d", E2B_FORK_MAX);
+                count = (int64_t)c->valuedouble;
+        }
+        out = cJSON_CreateArray();
+        for (int64_t i = 0; i < count; i++)
+                cJSON_AddItemToArray(out, fork_one(q, tmpl, timeout));
+        return e2b_reply_json(conn, 201, out);
+}
+
+/* snapshot_session {name?} of the sandbox: E2B's SnapshotInfo, the id
+ * being what Sandbox.create() takes back (create_from_snapshot). */
+static enum MHD_Result c_snapshot(struct e2b_req *q, struct MHD_Connection *conn)
+{
+        static const char *const known[] = {"name", NULL};
+        enum MHD_Result ans = MHD_NO;
+        _cleanup_(cjson_freep) cJSON *b = body_object(q, conn, &ans);
+        struct fronterr e = {0};
+        const cJSON *name;
+        const char *bad, *id;
+        cJSON *o, *params, *res = NULL, *out, *names;
+
+        if (!b)
+                return ans;
+        if (!(o = find(q, &e)))
+                return e2b_reply_fronterr(conn, &e);
+        cJSON_Delete(o);
+        if ((bad = unknown_member(b, known)))
+                return e2b_reply_error(conn, 400, "unknown field %s", bad);
+        name = cJSON_GetObjectItemCaseSensitive(b, "name");
+        if (name && !cJSON_IsNull(name) && !cJSON_IsString(name))
+                return e2b_reply_error(conn, 400, "name must be a string");
+        params = cJSON_CreateObject();
+        cJSON_AddStringToObject(params, "session", q->session);
+        if (cJSON_IsString(name))
+                cJSON_AddStringToObject(params, "name", name->valuestring); /* snapshot_session checks it */
+        if (e2b_call(q, "snapshot_session", params, &res, &e) < 0)
+                return e2b_reply_fronterr(conn, &e);
+        id = cJSON_GetStringValue(cJSON_GetObjectItemCaseSensitive(res, "snapshot"));
+        if (!id) {
+                cJSON_Delete(res);
+                return e2b_reply_error(conn, 500, "the snapshot has no id");
+        }
+        out = cJSON_CreateObject();
+        cJSON_AddStringToObject(out, "snapshotID", id);
+        names = cJSON_AddArrayToObject(out, "names");
+        if (cJSON_IsString(name))
+                cJSON_AddItemToArray(names, cJSON_CreateString(name->valuestring));
+        cJSON_Delete(res);
+        return e2b_reply_json(conn, 201, out);
 }
 
 static enum MHD_Result c_unsupported(struct e2b_req *q, struct MHD_Connection *conn)

@@ -22,6 +22,7 @@
 #include "sandboxd/http.h"
 #include "sandboxd/jsonutil.h"
 #include "sandboxd/metrics.h"
+#include "sandboxd/utf8.h"
 
 #define E2B_HOME "/home/user"
 #define E2B_POLL_WAIT_S 10 /* a long-poll of get_execution; a keepalive event between two */
@@ -83,15 +84,58 @@ static enum MHD_Result unary_fronterr(struct MHD_Connection *conn, const struct 
         return unary_error(conn, e->code, "%s", e->msg);
 }
 
+/* envd's user: the SDK names it as "Authorization: Basic base64(NAME:)"
+ * (commands.run({user}), files.*({user})) and /files also as ?username=.
+ * sandboxd runs everything as the sandbox's one user, E2B's `user`; any
+ * other name, root included, is refused with the reason (msg), never
+ * quietly run as user. */
+static bool user_ok(struct MHD_Connection *conn, char *msg, size_t size)
+{
+        const char *h = MHD_lookup_connection_value(conn, MHD_HEADER_KIND, MHD_HTTP_HEADER_AUTHORIZATION);
+        const char *u = MHD_lookup_connection_value(conn, MHD_GET_ARGUMENT_KIND, "username");
+        _cleanup_free_ unsigned char *raw = NULL;
+        char who[72] = "";
+        size_t n = 0, k = 0;
+        bool ok = true;
+
+        if (h) {
+                ok = strncasecmp(h, "Basic ", 6) == 0 && strlen(h + 6) <= 256 &&
+                     base64_decode(h + 6, strlen(h + 6), &raw, &n) == 0;
+                for (k = 0; ok && k < n && raw[k] != ':'; k++)
+                        ok = raw[k] > 0x20 && raw[k] < 0x7f; /* printable, so it can be named back */
+                if (ok) {
+                        snprintf(who, sizeof(who), "%.*s", (int)(k < 64 ? k : 64), (const char *)raw);
+                        ok = k == 0 || strcmp(who, E2B_USER) == 0;
+                } else {
+                        snprintf(who, sizeof(who), "(an Authorization header that is not Basic NAME:)");
+                }
+        }
+        if (ok && u && *u && strcmp(u, E2B_USER) != 0) {
+                snprintf(who, sizeof(who), "%.64s", u);
+                ok = false;
+        }
+        if (!ok)
+                snprintf(msg, size,
+                         "user %s is not available: sandboxd runs every command and file operation as the "
+                         "sandbox's own user, %s (no root)",
+                         who, E2B_USER);
+        return ok;
+}
+
 /* The unary request message (a JSON object, bounded before parsing). */
 static cJSON *unary_body(struct e2b_req *q, struct MHD_Connection *conn, enum MHD_Result *ans)
 {
         const char *type = MHD_lookup_connection_value(conn, MHD_HEADER_KIND, MHD_HTTP_HEADER_CONTENT_TYPE);
         struct fronterr e = {0};
+        char msg[256];
         cJSON *o;
 
         if (!type || strncmp(type, "application/json", 16) != 0) {
                 *ans = unary_error(conn, "bad_request", "Content-Type must be application/json (Connect's JSON)");
+                return NULL;
+        }
+        if (!user_ok(conn, msg, sizeof(msg))) {
+                *ans = unary_error(conn, "invalid", "%s", msg);
                 return NULL;
         }
         o = e2b_parse_object(q->body, q->len, &e);
@@ -163,12 +207,11 @@ enum MHD_Result e2b_envd_health(struct e2b_req *q, struct MHD_Connection *conn)
 static bool query_path(struct e2b_req *q, struct MHD_Connection *conn, char *ws, size_t size, enum MHD_Result *ans)
 {
         const char *p = MHD_lookup_connection_value(conn, MHD_GET_ARGUMENT_KIND, "path");
-        const char *u = MHD_lookup_connection_value(conn, MHD_GET_ARGUMENT_KIND, "username");
-        char mapped[FILES_PATH_MAX];
+        char mapped[FILES_PATH_MAX], msg[256];
         struct sbx_error err = {0};
 
-        if (u && *u && strcmp(u, "user") != 0 && strcmp(u, "root") != 0) {
-                *ans = e2b_reply_error(conn, 400, "user %.64s does not exist (sandboxd runs as user)", u);
+        if (!user_ok(conn, msg, sizeof(msg))) {
+                *ans = e2b_reply_error(conn, 400, "%s", msg);
                 return false;
         }
         if (!p || !*p || strlen(p) >= FILES_PATH_MAX) {
@@ -334,8 +377,10 @@ enum MHD_Result e2b_envd_upload(struct e2b_req *q, struct MHD_Connection *conn)
         const char *enc = MHD_lookup_connection_value(conn, MHD_HEADER_KIND, "Content-Encoding");
         struct upload u = {.q = q, .path = p && *p ? p : NULL};
         enum MHD_Result ans = MHD_NO;
-        char ws[FILES_PATH_MAX];
+        char ws[FILES_PATH_MAX], msg[256];
 
+        if (!user_ok(conn, msg, sizeof(msg))) /* the multipart form's parts name paths of their own */
+                return e2b_reply_error(conn, 400, "%s", msg);
         if (enc && *enc && strcmp(enc, "identity") != 0)
                 return e2b_reply_error(conn, 400, "Content-Encoding %.32s is not supported (send it plain)", enc);
         if (!e2b_session_exists(q))
@@ -432,6 +477,21 @@ static int exec_of_pid(struct e2b_req *q, const cJSON *m, char **ret, struct fro
         return 0;
 }
 
+/* A PTY message's size ({size: {cols, rows}}) as exec's rows and cols in
+ * params; the API checks their range. */
+static int pty_size(const cJSON *pty, cJSON *params, struct fronterr *e)
+{
+        const cJSON *size = cJSON_GetObjectItemCaseSensitive(pty, "size");
+        const cJSON *cols = cJSON_GetObjectItemCaseSensitive(size, "cols");
+        const cJSON *rows = cJSON_GetObjectItemCaseSensitive(size, "rows");
+
+        if (!cJSON_IsNumber(cols) || !cJSON_IsNumber(rows))
+                return fronterr_set(e, "bad_request", "pty.size.cols and pty.size.rows are required (numbers)");
+        cJSON_AddNumberToObject(params, "rows", rows->valuedouble);
+        cJSON_AddNumberToObject(params, "cols", cols->valuedouble);
+        return 0;
+}
+
 enum MHD_Result e2b_envd_list(struct e2b_req *q, struct MHD_Connection *conn)
 {
         enum MHD_Result ans = MHD_NO;
@@ -507,6 +567,35 @@ enum MHD_Result e2b_envd_send_input(struct e2b_req *q, struct MHD_Connection *co
         return e2b_reply_json(conn, 200, cJSON_CreateObject());
 }
 
+/* Update: a PTY's new size (the only thing E2B's Update changes). */
+enum MHD_Result e2b_envd_update(struct e2b_req *q, struct MHD_Connection *conn)
+{
+        enum MHD_Result ans = MHD_NO;
+        _cleanup_(cjson_freep) cJSON *m = unary_body(q, conn, &ans);
+        _cleanup_(cjson_freep) cJSON *params = NULL;
+        _cleanup_free_ char *id = NULL;
+        struct fronterr e = {0};
+        const cJSON *pty;
+        cJSON *res = NULL;
+
+        if (!m)
+                return ans;
+        pty = cJSON_GetObjectItemCaseSensitive(m, "pty");
+        params = cJSON_CreateObject();
+        if (pty && !cJSON_IsNull(pty) && pty_size(pty, params, &e) < 0)
+                return unary_fronterr(conn, &e);
+        if (exec_of_pid(q, m, &id, &e) < 0)
+                return unary_fronterr(conn, &e);
+        if (!pty || cJSON_IsNull(pty))
+                return e2b_reply_json(conn, 200, cJSON_CreateObject()); /* nothing to change */
+        cJSON_AddStringToObject(params, "session", q->session);
+        cJSON_AddStringToObject(params, "execution_id", id);
+        if (e2b_call(q, "resize_terminal", TAKE_PTR(params), &res, &e) < 0)
+                return unary_fronterr(conn, &e);
+        cJSON_Delete(res);
+        return e2b_reply_json(conn, 200, cJSON_CreateObject());
+}
+
 enum MHD_Result e2b_envd_close_stdin(struct e2b_req *q, struct MHD_Connection *conn)
 {
         enum MHD_Result ans = MHD_NO;
@@ -564,6 +653,7 @@ struct stream {
         char *buf;
         size_t len, off;
         bool ended; /* the end-of-stream envelope is queued */
+        bool pty;   /* a terminal: its output goes out as `pty` data */
 };
 
 static void frame(struct stream *s, uint8_t flags, cJSON *msg)
@@ -636,7 +726,7 @@ static void stream_step(struct stream *s)
                 x = cJSON_GetObjectItemCaseSensitive(res, key);
                 if (data && *data && cJSON_IsNumber(x) && x->valuedouble > *off) {
                         o = event("data", &v);
-                        cJSON_AddStringToObject(v, which, data);
+                        cJSON_AddStringToObject(v, s->pty ? "pty" : which, data);
                         frame(s, 0, o);
                 }
                 if (cJSON_IsNumber(x) && x->valuedouble > *off)
@@ -801,12 +891,89 @@ static enum MHD_Result stream_response(struct MHD_Connection *conn, struct strea
         return r;
 }
 
-enum MHD_Result e2b_envd_start(struct e2b_req *q, struct MHD_Connection *conn)
+/* A server-streaming call's request: its stream and its one message (ret_m),
+ * or NULL with the answer queued in *ans (an error, or a stream that ends
+ * with one). */
+static struct stream *stream_request(struct e2b_req *q, struct MHD_Connection *conn, cJSON **ret_m,
+                                     enum MHD_Result *ans)
 {
         const char *type = MHD_lookup_connection_value(conn, MHD_HEADER_KIND, MHD_HTTP_HEADER_CONTENT_TYPE);
         struct stream *s = calloc(1, sizeof(*s));
         struct fronterr e = {0};
+        char msg[256];
+        int status;
+
+        *ans = MHD_NO;
+        if (!s)
+                return NULL;
+        s->q = *q;
+        s->q.body = NULL; /* the copy owns nothing of the request */
+        if (!type || strncmp(type, "application/connect+json", 24) != 0) {
+                free(s);
+                *ans = unary_error(conn, "bad_request", "Content-Type must be application/connect+json");
+                return NULL;
+        }
+        *ret_m = envelope_message(q, &e);
+        if (!*ret_m)
+                stream_end(s, connect_code(e.code, &status), e.msg);
+        else if (!user_ok(conn, msg, sizeof(msg)))
+                stream_end(s, "invalid_argument", msg);
+        else if (!e2b_session_exists(q))
+                stream_end(s, "not_found", "sandbox not found");
+        if (s->ended) {
+                cJSON_Delete(*ret_m);
+                *ret_m = NULL;
+                *ans = stream_response(conn, s, 200);
+                return NULL;
+        }
+        return s;
+}
+
+/* Connect: the events of a running process from now on (its start event,
+ * then its new output and its end), as E2B's envd sends them. */
+enum MHD_Result e2b_envd_connect(struct e2b_req *q, struct MHD_Connection *conn)
+{
+        enum MHD_Result ans;
         _cleanup_(cjson_freep) cJSON *m = NULL;
+        _cleanup_free_ char *id = NULL;
+        struct stream *s = stream_request(q, conn, &m, &ans);
+        struct fronterr e = {0};
+        cJSON *params, *res = NULL, *o, *v;
+        const cJSON *n;
+        int status;
+
+        if (!s)
+                return ans;
+        if (exec_of_pid(q, m, &id, &e) < 0) {
+                stream_end(s, connect_code(e.code, &status), e.msg);
+                return stream_response(conn, s, 200);
+        }
+        params = cJSON_CreateObject();
+        cJSON_AddStringToObject(params, "session", q->session);
+        cJSON_AddStringToObject(params, "execution_id", id);
+        if (e2b_call(q, "get_execution", params, &res, &e) < 0) {
+                stream_end(s, connect_code(e.code, &status), e.msg);
+                return stream_response(conn, s, 200);
+        }
+        sbx_strlcpy(s->id, id, sizeof(s->id));
+        s->pty = cJSON_IsTrue(cJSON_GetObjectItemCaseSensitive(res, "tty"));
+        n = cJSON_GetObjectItemCaseSensitive(res, "stdout_bytes");
+        s->out_off = cJSON_IsNumber(n) ? n->valuedouble : 0;
+        n = cJSON_GetObjectItemCaseSensitive(res, "stderr_bytes");
+        s->err_off = cJSON_IsNumber(n) ? n->valuedouble : 0;
+        cJSON_Delete(res);
+        o = event("start", &v);
+        cJSON_AddNumberToObject(v, "pid", pid_of(s->id));
+        frame(s, 0, o);
+        return stream_response(conn, s, 200);
+}
+
+enum MHD_Result e2b_envd_start(struct e2b_req *q, struct MHD_Connection *conn)
+{
+        enum MHD_Result ans;
+        _cleanup_(cjson_freep) cJSON *m = NULL;
+        struct stream *s = stream_request(q, conn, &m, &ans);
+        struct fronterr e = {0};
         _cleanup_free_ const char **argv = NULL;
         const cJSON *proc, *envs, *cwd, *x;
         char wd[FILES_PATH_MAX], mapped[FILES_PATH_MAX];
@@ -815,28 +982,8 @@ enum MHD_Result e2b_envd_start(struct e2b_req *q, struct MHD_Connection *conn)
         int status;
 
         if (!s)
-                return MHD_NO;
-        s->q = *q;
-        s->q.body = NULL; /* the copy owns nothing of the request */
-        if (!type || strncmp(type, "application/connect+json", 24) != 0) {
-                free(s);
-                return unary_error(conn, "bad_request", "Content-Type must be application/connect+json");
-        }
-        m = envelope_message(q, &e);
-        if (!m) {
-                stream_end(s, connect_code(e.code, &status), e.msg);
-                return stream_response(conn, s, 200);
-        }
-        if (!e2b_session_exists(q)) {
-                stream_end(s, "not_found", "sandbox not found");
-                return stream_response(conn, s, 200);
-        }
+                return ans;
         proc = cJSON_GetObjectItemCaseSensitive(m, "process");
-        x = cJSON_GetObjectItemCaseSensitive(m, "pty");
-        if (x && !cJSON_IsNull(x)) {
-                stream_end(s, "unimplemented", "PTYs are not supported by sandboxd's E2B front yet");
-                return stream_response(conn, s, 200);
-        }
         argv = cJSON_IsObject(proc) ? process_argv(proc, &e) : NULL;
         if (!argv) {
                 if (!e.code)
@@ -861,6 +1008,16 @@ enum MHD_Result e2b_envd_start(struct e2b_req *q, struct MHD_Connection *conn)
         cJSON_AddNumberToObject(params, "timeout_seconds", (double)deadline_s(q, conn));
         if (cJSON_IsTrue(cJSON_GetObjectItemCaseSensitive(m, "stdin")))
                 cJSON_AddTrueToObject(params, "interactive");
+        x = cJSON_GetObjectItemCaseSensitive(m, "pty");
+        if (x && !cJSON_IsNull(x)) { /* a terminal the runner opens (exec's tty); its input stays open */
+                s->pty = true;
+                cJSON_AddTrueToObject(params, "tty");
+                if (pty_size(x, params, &e) < 0) {
+                        cJSON_Delete(params);
+                        stream_end(s, connect_code(e.code, &status), e.msg);
+                        return stream_response(conn, s, 200);
+                }
+        }
         envs = cJSON_GetObjectItemCaseSensitive(proc, "envs");
         if (cJSON_IsObject(envs) && envs->child)
                 cJSON_AddItemToObject(params, "env", cJSON_Duplicate(envs, true));

@@ -14,6 +14,12 @@
 #include "sandboxd/token.h"
 
 #define E2B_SESSION_PREFIX "e2b-"
+/* the one user inside an E2B sandbox here: every command and file operation runs as it */
+#define E2B_USER "user"
+/* The label of a sandbox created with network.allowPublicTraffic false
+ * (value "private"; metadata cannot set it): its getHost traffic needs the
+ * access token. */
+#define E2B_TRAFFIC_LABEL "e2b.traffic"
 
 struct e2b_route;
 
@@ -31,6 +37,12 @@ struct e2b_req {
         char *body;
         size_t len, max;
         bool too_large;
+        /* getHost(port) traffic (e2b_proxy.c) */
+        int proxy_port; /* 0: not proxied */
+        int pfd;        /* the connection into the container, -1 none */
+        bool req_chunked, pfail, slot, head_request;
+        bool upgrade;        /* the client asked for an Upgrade (a WebSocket) */
+        struct relay *relay; /* its relay once the container answered 101 */
 };
 
 /* One route: the verb, the path ({id}: a sandbox id), whether it is envd's
@@ -62,14 +74,30 @@ enum MHD_Result e2b_reply_error(struct MHD_Connection *conn, int status, const c
 /* A core error as E2B's (its code's status). */
 enum MHD_Result e2b_reply_fronterr(struct MHD_Connection *conn, const struct fronterr *e);
 
+/* Answer from the headers: status and message (e2b_respond sends them). */
+void e2b_decide(struct e2b_req *q, int status, const char *fmt, ...) __attribute__((format(printf, 3, 4)));
+/* The token is the access token of q->sandbox for the user it names (set in q->tok.user). */
+bool e2b_access_check(struct e2b_req *q, const char *token);
+
+/* e2b_proxy.c: getHost(port) traffic. begin routes q->sandbox's port
+ * (e2b_decide on any refusal) and sends the request's head; body streams a
+ * piece of its body; respond reads the answer's head and streams the rest;
+ * free releases what begin took (NULL-safe on a request never proxied). */
+void e2b_proxy_begin(struct e2b_req *q, struct MHD_Connection *conn, const char *url, const char *verb, int port);
+void e2b_proxy_body(struct e2b_req *q, const char *data, size_t n);
+int e2b_proxy_respond(struct e2b_req *q, struct MHD_Connection *conn);
+void e2b_proxy_free(struct e2b_req *q);
+
 /* e2b_envd.c: the envd routes' handlers. */
 enum MHD_Result e2b_envd_health(struct e2b_req *q, struct MHD_Connection *conn);
 enum MHD_Result e2b_envd_download(struct e2b_req *q, struct MHD_Connection *conn);
 enum MHD_Result e2b_envd_upload(struct e2b_req *q, struct MHD_Connection *conn);
 enum MHD_Result e2b_envd_start(struct e2b_req *q, struct MHD_Connection *conn);
+enum MHD_Result e2b_envd_connect(struct e2b_req *q, struct MHD_Connection *conn);
 enum MHD_Result e2b_envd_list(struct e2b_req *q, struct MHD_Connection *conn);
 enum MHD_Result e2b_envd_send_input(struct e2b_req *q, struct MHD_Connection *conn);
 enum MHD_Result e2b_envd_send_signal(struct e2b_req *q, struct MHD_Connection *conn);
+enum MHD_Result e2b_envd_update(struct e2b_req *q, struct MHD_Connection *conn);
 enum MHD_Result e2b_envd_close_stdin(struct e2b_req *q, struct MHD_Connection *conn);
 enum MHD_Result e2b_envd_stat(struct e2b_req *q, struct MHD_Connection *conn);
 enum MHD_Result e2b_envd_list_dir(struct e2b_req *q, struct MHD_Connection *conn);

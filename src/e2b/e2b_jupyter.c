@@ -3,10 +3,11 @@
  * run_cell's stateful interpreters (cells.h). /execute answers one JSON
  * line per output, as E2B's does (stdout, stderr, result with its MIME
  * bundle, error with its traceback, number_of_executions,
- * end_of_execution): the headers at once, the lines once the cell has
- * ended. A context id is its sandboxd
+ * end_of_execution): the headers at once, each output's line as it comes
+ * (cell_worker below). A context id is its sandboxd
  * context's name, "py"/"js" and hex, so its language is in its name; the
  * default contexts are "default" (python) and "default-js". No state. */
+#include <pthread.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -144,92 +145,180 @@ static cJSON *error_line(const cJSON *err)
 }
 
 /* An /execute answer: the headers go at once, and MHD's first call for the
- * body runs the cell on the connection's thread (the SDK's request timeout
- * covers only the wait for the headers, as E2B's server answers them at
- * once). */
+ * body starts the cell on a worker thread ("sbx-e2b-cell") that runs
+ * run_cell with stream: its outputs become lines as they come (the SDK's
+ * onStdout, onStderr and onResult fire while the cell runs), then the
+ * error, number_of_executions and end_of_execution once it has ended. The
+ * connection's thread hands the lines to MHD; when the response goes, it
+ * joins the worker, so the cell never outlives its connection's thread (as
+ * before the worker: http_server_stop waits for those). The lines queued
+ * are bounded by what run_cell streams (cells_output_cap inline). */
 struct cell {
-        struct e2b_req q; /* a copy: MHD frees the request before the response */
+        struct e2b_req q;       /* the worker's copy: its api_conn sends to the cell */
+        struct api_conn client; /* the connection's own, for its gone() on that thread */
+        char peer[64];          /* q.c.peer_addr: the connection's copy is not the worker's */
         cJSON *params;
-        char *buf;
+        pthread_mutex_t lock;
+        pthread_cond_t cond;
+        char *buf; /* lock: lines not yet handed to MHD */
         size_t len, off;
-        bool ran;
+        bool started, done, had_error; /* done: lock */
+        bool closed;                   /* lock: the response is gone */
+        pthread_t worker;
 };
 
-static void cell_run(struct cell *c)
+static void cell_add(struct cell *c, cJSON *o)
 {
-        struct fronterr e = {0};
-        cJSON *res = NULL, *o;
-        const cJSON *out, *err;
-        bool had_error = false;
+        pthread_mutex_lock(&c->lock);
+        if (c->off > 0 && c->off == c->len)
+                c->off = c->len = 0;
+        add_line(&c->buf, &c->len, o);
+        pthread_cond_signal(&c->cond);
+        pthread_mutex_unlock(&c->lock);
+}
 
-        c->ran = true;
-        if (e2b_call(&c->q, "run_cell", c->params, &res, &e) < 0) {
-                c->params = NULL; /* taken */
+/* api.c's progress of a streamed run_cell: {"event": "output", "stream",
+ * "data"} for stream text, {"event": "display", "output"} for the rest. */
+static void cell_send(struct api_conn *conn, cJSON *msg)
+{
+        struct cell *c = conn->transport;
+        const char *ev = cJSON_GetStringValue(cJSON_GetObjectItemCaseSensitive(msg, "event"));
+        const cJSON *out = cJSON_GetObjectItemCaseSensitive(msg, "output");
+        const char *type = cJSON_GetStringValue(cJSON_GetObjectItemCaseSensitive(out, "type"));
+        cJSON *o;
+
+        if (ev && strcmp(ev, "output") == 0) {
+                const char *name = cJSON_GetStringValue(cJSON_GetObjectItemCaseSensitive(msg, "stream"));
                 o = cJSON_CreateObject();
-                cJSON_AddStringToObject(o, "type", "error");
-                cJSON_AddStringToObject(o, "name", e.code ? e.code : "internal");
-                jsonutil_add_text(o, "value", e.msg);
-                cJSON_AddStringToObject(o, "traceback", "");
-                add_line(&c->buf, &c->len, o);
-                o = cJSON_CreateObject();
-                cJSON_AddStringToObject(o, "type", "end_of_execution");
-                add_line(&c->buf, &c->len, o);
-                return;
-        }
-        c->params = NULL;
-        cJSON_ArrayForEach(out, cJSON_GetObjectItemCaseSensitive(res, "outputs")) {
-                const char *type = cJSON_GetStringValue(cJSON_GetObjectItemCaseSensitive(out, "type"));
-                if (!type)
-                        continue;
-                if (strcmp(type, "stream") == 0) {
-                        const char *name = cJSON_GetStringValue(cJSON_GetObjectItemCaseSensitive(out, "name"));
-                        o = cJSON_CreateObject();
-                        cJSON_AddStringToObject(o, "type", name && strcmp(name, "stderr") == 0 ? "stderr" : "stdout");
-                        cJSON_AddStringToObject(o, "text",
-                                                cJSON_GetStringValue(cJSON_GetObjectItemCaseSensitive(out, "text"))
-                                                        ?: "");
-                        add_line(&c->buf, &c->len, o);
-                } else if (strcmp(type, "display_data") == 0 || strcmp(type, "execute_result") == 0) {
-                        add_line(&c->buf, &c->len, result_line(out, strcmp(type, "execute_result") == 0));
+                cJSON_AddStringToObject(o, "type", name && strcmp(name, "stderr") == 0 ? "stderr" : "stdout");
+                cJSON_AddStringToObject(o, "text",
+                                        cJSON_GetStringValue(cJSON_GetObjectItemCaseSensitive(msg, "data")) ?: "");
+                cell_add(c, o);
+        } else if (ev && strcmp(ev, "display") == 0 && type) {
+                if (strcmp(type, "display_data") == 0 || strcmp(type, "execute_result") == 0) {
+                        cell_add(c, result_line(out, strcmp(type, "execute_result") == 0));
                 } else if (strcmp(type, "error") == 0) {
-                        add_line(&c->buf, &c->len, error_line(out));
-                        had_error = true;
+                        c->had_error = true; /* the worker's own thread */
+                        cell_add(c, error_line(out));
                 }
         }
+}
+
+static bool cell_gone(struct api_conn *conn)
+{
+        struct cell *c = conn->transport;
+        bool closed;
+
+        pthread_mutex_lock(&c->lock);
+        closed = c->closed;
+        pthread_mutex_unlock(&c->lock);
+        return closed;
+}
+
+static void cell_end(struct cell *c)
+{
+        cJSON *o = cJSON_CreateObject();
+
+        cJSON_AddStringToObject(o, "type", "end_of_execution");
+        cell_add(c, o);
+        pthread_mutex_lock(&c->lock);
+        c->done = true;
+        pthread_cond_signal(&c->cond);
+        pthread_mutex_unlock(&c->lock);
+}
+
+static void cell_fail(struct cell *c, const char *code, const char *msg)
+{
+        cJSON *o = cJSON_CreateObject();
+
+        cJSON_AddStringToObject(o, "type", "error");
+        cJSON_AddStringToObject(o, "name", code ? code : "internal");
+        jsonutil_add_text(o, "value", msg ? msg : "");
+        cJSON_AddStringToObject(o, "traceback", "");
+        cell_add(c, o);
+        cell_end(c);
+}
+
+static void *cell_worker(void *arg)
+{
+        struct cell *c = arg;
+        struct fronterr e = {0};
+        cJSON *res = NULL, *o;
+        const cJSON *err;
+        cJSON *params = c->params;
+
+        c->params = NULL; /* e2b_call takes them */
+        if (e2b_call(&c->q, "run_cell", params, &res, &e) < 0) {
+                cell_fail(c, e.code, e.msg);
+                return NULL;
+        }
         err = cJSON_GetObjectItemCaseSensitive(res, "error");
-        if (!had_error && cJSON_IsObject(err))
-                add_line(&c->buf, &c->len, error_line(err));
+        if (!c->had_error && cJSON_IsObject(err))
+                cell_add(c, error_line(err));
         o = cJSON_CreateObject();
         cJSON_AddStringToObject(o, "type", "number_of_executions");
         cJSON_AddNumberToObject(o, "execution_count",
                                 cJSON_GetNumberValue(cJSON_GetObjectItemCaseSensitive(res, "execution_count")));
-        add_line(&c->buf, &c->len, o);
-        o = cJSON_CreateObject();
-        cJSON_AddStringToObject(o, "type", "end_of_execution");
-        add_line(&c->buf, &c->len, o);
+        cell_add(c, o);
         cJSON_Delete(res);
+        cell_end(c);
+        return NULL;
 }
 
+/* MHD pulls the lines on the connection's thread: block until there is
+ * one, the cell has ended, or the client left. */
 static ssize_t cell_read(void *cls, uint64_t pos, char *buf, size_t max)
 {
         struct cell *c = cls;
-        size_t k;
+        ssize_t n;
 
         (void)pos;
-        if (!c->ran)
-                cell_run(c);
-        if (c->off == c->len)
-                return c->buf ? MHD_CONTENT_READER_END_OF_STREAM : MHD_CONTENT_READER_END_WITH_ERROR;
-        k = c->len - c->off < max ? c->len - c->off : max;
-        memcpy(buf, c->buf + c->off, k);
-        c->off += k;
-        return (ssize_t)k;
+        pthread_mutex_lock(&c->lock);
+        if (!c->started) {
+                c->started = true;
+                if (pthread_create(&c->worker, NULL, cell_worker, c) != 0) {
+                        c->started = false;
+                        pthread_mutex_unlock(&c->lock);
+                        cell_fail(c, "unavailable", "cannot start the cell now");
+                        pthread_mutex_lock(&c->lock);
+                } else {
+                        pthread_setname_np(c->worker, "sbx-e2b-cell");
+                }
+        }
+        for (;;) {
+                if (c->off < c->len) {
+                        size_t k = c->len - c->off < max ? c->len - c->off : max;
+                        memcpy(buf, c->buf + c->off, k);
+                        c->off += k;
+                        n = (ssize_t)k;
+                        break;
+                }
+                if (c->done) {
+                        n = MHD_CONTENT_READER_END_OF_STREAM;
+                        break;
+                }
+                if (c->client.gone && c->client.gone(&c->client)) {
+                        n = MHD_CONTENT_READER_END_WITH_ERROR;
+                        break;
+                }
+                struct timespec until = sbx_deadline_after(CLOCK_REALTIME, 500);
+                (void)pthread_cond_timedwait(&c->cond, &c->lock, &until);
+        }
+        pthread_mutex_unlock(&c->lock);
+        return n;
 }
 
 static void cell_free(void *cls)
 {
         struct cell *c = cls;
 
+        pthread_mutex_lock(&c->lock);
+        c->closed = true;
+        pthread_mutex_unlock(&c->lock);
+        if (c->started)
+                pthread_join(c->worker, NULL);
+        pthread_mutex_destroy(&c->lock);
+        pthread_cond_destroy(&c->cond);
         cJSON_Delete(c->params);
         free(c->buf);
         free(c);
@@ -275,6 +364,7 @@ enum MHD_Result e2b_jupyter_execute(struct e2b_req *q, struct MHD_Connection *co
         cJSON_AddStringToObject(params, "code", code->valuestring);
         cJSON_AddStringToObject(params, "context", context);
         cJSON_AddStringToObject(params, "language", language);
+        cJSON_AddTrueToObject(params, "stream");
         if (cJSON_IsObject(env) && env->child)
                 cJSON_AddItemToObject(params, "env", cJSON_Duplicate(env, true));
         cell = calloc(1, sizeof(*cell));
@@ -282,8 +372,16 @@ enum MHD_Result e2b_jupyter_execute(struct e2b_req *q, struct MHD_Connection *co
                 cJSON_Delete(params);
                 return MHD_NO;
         }
+        pthread_mutex_init(&cell->lock, NULL);
+        pthread_cond_init(&cell->cond, NULL);
         cell->q = *q;
         cell->q.body = NULL; /* the copy owns nothing of the request */
+        cell->client = q->c;
+        cell->q.c.send = cell_send;
+        cell->q.c.gone = cell_gone;
+        cell->q.c.transport = cell;
+        snprintf(cell->peer, sizeof(cell->peer), "%s", q->c.peer_addr ? q->c.peer_addr : "");
+        cell->q.c.peer_addr = q->c.peer_addr ? cell->peer : NULL;
         cell->params = params;
         resp = MHD_create_response_from_callback(MHD_SIZE_UNKNOWN, 16 * 1024, cell_read, cell, cell_free);
         if (!resp) {

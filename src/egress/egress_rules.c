@@ -121,3 +121,39 @@ cJSON *egress_rules_log_json(struct store *st, const char *user, const char *ses
         free(rows);
         return a;
 }
+
+int egress_net_parse(const cJSON *v, struct egress_net *ret, struct sbx_error *err)
+{
+        const cJSON *it, *allow;
+
+        memset(ret, 0, sizeof(*ret));
+        if (!v || cJSON_IsNull(v))
+                return 0;
+        ret->set = true;
+        if (cJSON_IsString(v)) {
+                if (strcmp(v->valuestring, "none") != 0)
+                        return sbx_error_set(err, -EINVAL, 0, "network must be \"none\" or {\"allow\": [hosts]}");
+                return 0;
+        }
+        if (!cJSON_IsObject(v))
+                return sbx_error_set(err, -EINVAL, 0, "network must be \"none\" or {\"allow\": [hosts]}");
+        cJSON_ArrayForEach(it, v) {
+                if (!it->string || strcmp(it->string, "allow") != 0)
+                        return sbx_error_set(err, -EINVAL, 0, "network has one key, allow");
+        }
+        allow = cJSON_GetObjectItemCaseSensitive(v, "allow");
+        if (!cJSON_IsArray(allow))
+                return sbx_error_set(err, -EINVAL, 0, "network.allow must be an array of host names");
+        if (cJSON_GetArraySize(allow) < 1 || cJSON_GetArraySize(allow) > EGRESS_NET_MAX_HOSTS)
+                return sbx_error_set(err, -EINVAL, 0, "network.allow holds 1-%d hosts (\"none\" for no network)",
+                                     EGRESS_NET_MAX_HOSTS);
+        cJSON_ArrayForEach(it, allow) {
+                if (!cJSON_IsString(it))
+                        return sbx_error_set(err, -EINVAL, 0, "network.allow must be an array of host names");
+                if (egress_pattern_check(it->valuestring, false, ret->allow[ret->n_allow],
+                                         sizeof(ret->allow[ret->n_allow]), err) < 0)
+                        return -EINVAL;
+                ret->n_allow++;
+        }
+        return 0;
+}

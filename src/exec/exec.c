@@ -347,6 +347,17 @@ void exec_engine_free(struct exec_engine *e)
         free(e);
 }
 
+/* Whether env ("K=V" entries) sets name. */
+static bool env_names(const char *const *env, const char *name)
+{
+        size_t n = strlen(name);
+
+        for (; env && *env; env++)
+                if (strncmp(*env, name, n) == 0 && (*env)[n] == '=')
+                        return true;
+        return false;
+}
+
 static char **strv_dup(const char *const *v, size_t extra_front, size_t *ret_n)
 {
         size_t n = 0;
@@ -405,6 +416,7 @@ static int build(struct exec_engine *e, const struct exec_request *req, struct e
         char id[37];
         const char *text;
         size_t text_len, n_env;
+        bool term;
         int r;
 
         r = session_key_check(req->user, req->session, err);
@@ -468,9 +480,12 @@ static int build(struct exec_engine *e, const struct exec_request *req, struct e
                 if (*p == '\n' || *p == '\r' || *p == '\t')
                         *p = ' ';
 
-        /* The environment: the caller's entries plus the tree marker. */
-        x->env = strv_dup(req->env, 1, NULL);
-        if (!x->env || asprintf(&x->env[0], "SBX_EXEC_ID=%s", x->id) < 0)
+        /* The environment: the caller's entries plus the tree marker, and on a terminal TERM
+         * (what the console's and E2B's terminals emulate) unless the caller names one. */
+        term = x->tty && !env_names(req->env, "TERM");
+        x->env = strv_dup(req->env, term ? 2 : 1, NULL);
+        if (!x->env || asprintf(&x->env[0], "SBX_EXEC_ID=%s", x->id) < 0 ||
+            (term && !(x->env[1] = strdup("TERM=" EXEC_TTY_TERM))))
                 return sbx_error_set(err, -ENOMEM, 0, "out of memory");
 
         if (req->language == EXEC_LANG_NONE && joined) {

@@ -119,6 +119,7 @@ static void result_from_live(struct execution *x, struct exec_result *res, uint6
         spooled[0] = x->spooled[0];
         spooled[1] = x->spooled[1];
         sbx_strlcpy(res->via, x->via, sizeof(res->via));
+        res->tty = x->tty;
         res->cpu_user_ms = x->have_usage ? (int64_t)x->usage.cpu_user_ms : -1;
         res->cpu_system_ms = x->have_usage ? (int64_t)x->usage.cpu_system_ms : -1;
         res->max_rss_kb = x->have_usage ? (int64_t)x->usage.max_rss_kb : -1;
@@ -146,6 +147,7 @@ static void result_from_row(const struct store_execution *row, struct exec_resul
         spooled[0] = (uint64_t)row->stdout_spooled;
         spooled[1] = (uint64_t)row->stderr_spooled;
         sbx_strlcpy(res->via, row->via, sizeof(res->via));
+        res->tty = row->tty;
         res->cpu_user_ms = row->cpu_user_ms;
         res->cpu_system_ms = row->cpu_system_ms;
         res->max_rss_kb = row->max_rss_kb;

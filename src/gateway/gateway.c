@@ -42,6 +42,7 @@
 #include "gateway_internal.h"
 
 #define CMD_DEADLINE_MS 5000
+#define GW_ATTACH_DIAL (-1) /* CMD_ATTACH of gateway_dial: a host end of a socketpair for a container port */
 
 enum cmd_kind { CMD_OPEN, CMD_ENFORCE, CMD_DROP, CMD_ATTACH };
 
@@ -268,6 +269,8 @@ static void run_cmd(struct gateway *gw, struct gw_cmd *c)
                 s = sess_find(gw, c->user, c->session);
                 if (!s || s->sealed || (c->attach_kind == NODE_STREAM_EGRESS && !s->egress_on)) {
                         evutil_closesocket(c->attach_fd);
+                } else if (c->attach_kind == GW_ATTACH_DIAL) {
+                        gateway_fwd_take(s, c->attach_fd, c->attach_port);
                 } else if (c->attach_kind == NODE_STREAM_PUBLISHED) {
                         struct gw_listen *gl = NULL;
                         for (size_t i = 0; i < s->n_hosts && !gl; i++)
@@ -534,6 +537,34 @@ void gateway_attach_published(struct gateway *gw, const char *user, const char *
         gw->cmds_tail = &c->next;
         pthread_mutex_unlock(&gw->lock);
         event_active(gw->cmd_ev, EV_READ, 0);
+}
+
+int gateway_dial(struct gateway *gw, const char *user, const char *session, int port, int *ret_fd)
+{
+        struct gw_cmd *c;
+        int sv[2];
+
+        if (!gw || port < 1 || port > 65535)
+                return -EINVAL;
+        if (socketpair(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC, 0, sv) < 0)
+                return -errno;
+        c = cmd_new(CMD_ATTACH, user, session);
+        if (!c) {
+                close(sv[0]);
+                close(sv[1]);
+                return -ENOMEM;
+        }
+        c->refs = 1; /* the loop's alone: nobody waits */
+        c->attach_kind = GW_ATTACH_DIAL;
+        c->attach_fd = sv[1];
+        c->attach_port = port;
+        pthread_mutex_lock(&gw->lock);
+        *gw->cmds_tail = c;
+        gw->cmds_tail = &c->next;
+        pthread_mutex_unlock(&gw->lock);
+        event_active(gw->cmd_ev, EV_READ, 0);
+        *ret_fd = sv[0];
+        return 0;
 }
 
 void gateway_set_node(struct gateway *gw, gateway_node_fn fn, void *userdata)

@@ -209,7 +209,11 @@ static void host_accept(struct evconnlistener *l, evutil_socket_t fd, struct soc
 
 void gateway_host_take(struct gw_listen *gl, evutil_socket_t fd)
 {
-        struct gw_sess *s = gl->s;
+        gateway_fwd_take(gl->s, fd, gl->s->gw->cfg->container_port_base + gl->index);
+}
+
+void gateway_fwd_take(struct gw_sess *s, evutil_socket_t fd, int port)
+{
         struct gateway *gw = s->gw;
         struct gw_fwd *f;
 
@@ -252,7 +256,7 @@ void gateway_host_take(struct gw_listen *gl, evutil_socket_t fd)
         atomic_fetch_add(&gw->st_forwards, 1);
         struct timeval tv = {PAIR_TIMEOUT_S, 0};
         event_add(f->timer, &tv);
-        f->port = (uint32_t)(gw->cfg->container_port_base + gl->index);
+        f->port = (uint32_t)port;
         /* no control connection (the runner redials it after a restart, a claim, a thaw): the client
          * waits for it within the pairing deadline, and the open goes when it comes (fwd_open_waiting) */
         if (s->ctrl)

@@ -134,5 +134,8 @@ void gateway_unix_close(struct gw_sess *s, struct gw_listen *gl, const char *nam
 int gateway_host_listen(struct gw_sess *s, struct gw_listen *gl, int index, int port, struct sbx_error *err);
 /* A client of the host port gl (accepted here, or by the node). Takes fd. */
 void gateway_host_take(struct gw_listen *gl, evutil_socket_t fd);
+/* A client for container port `port` (1..65535) of s, within the caps,
+ * through the runner as a published port's. Takes fd. */
+void gateway_fwd_take(struct gw_sess *s, evutil_socket_t fd, int port);
 
 #endif

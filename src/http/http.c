@@ -306,7 +306,7 @@ static void request_begin(struct http_server *srv, struct MHD_Connection *conn, 
                 rq->console = true;
                 return;
         }
-        if (e2b_claims(conn, url)) { /* E2B's paths and headers: its own auth and caps (e2b.h) */
+        if (e2b_claims(srv->d, conn, url)) { /* E2B's paths and headers: its own auth and caps (e2b.h) */
                 struct api_conn c = hc->api;
                 c.send = drop_progress;
                 c.gone = sync_gone;
@@ -452,6 +452,8 @@ static enum MHD_Result on_request(void *cls, struct MHD_Connection *conn, const 
         if (*upload_size && rq->e2b) {
                 e2b_body(rq->e2b, upload, *upload_size);
                 *upload_size = 0;
+                if (e2b_decided(rq->e2b)) /* past its cap: answered now and closed, the rest never read */
+                        return (enum MHD_Result)e2b_respond(rq->e2b, conn, true);
                 return MHD_YES;
         }
         if (*upload_size) {
@@ -738,9 +740,10 @@ static int server_start(struct daemon *d, const char *key, const char *listen, b
         size_t n = 0;
         /* poll(), not select(): no ceiling at FD_SETSIZE on the listening
          * socket or any connection (MHD takes poll or select with a thread
-         * per connection, never epoll) */
-        unsigned flags =
-                MHD_USE_THREAD_PER_CONNECTION | MHD_USE_INTERNAL_POLLING_THREAD | MHD_USE_POLL | MHD_USE_ERROR_LOG;
+         * per connection, never epoll); upgrades for E2B's getHost(port)
+         * WebSockets (e2b_proxy.c), which nothing else answers with */
+        unsigned flags = MHD_USE_THREAD_PER_CONNECTION | MHD_USE_INTERNAL_POLLING_THREAD | MHD_USE_POLL |
+                         MHD_USE_ERROR_LOG | MHD_ALLOW_UPGRADE;
         int max_conns = config_max_connections(cfg);
         const union MHD_DaemonInfo *info;
         int r;
@@ -875,7 +878,10 @@ void http_server_stop(struct http_server *srv)
         pthread_mutex_unlock(&srv->lock);
         if (srv->reaper_started)
                 pthread_join(srv->reaper, NULL);
-        /* every wait in a handler polls srv->stopping: the connection threads end */
+        /* every wait in a handler polls srv->stopping: the connection threads end;
+         * an upgraded one's waits for its relay, ended here (the API front's) */
+        if (srv->mhd && !srv->metrics)
+                e2b_proxy_stop();
         if (srv->mhd)
                 MHD_stop_daemon(srv->mhd);
         pthread_mutex_lock(&srv->lock);

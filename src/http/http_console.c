@@ -14,7 +14,7 @@
 #include "sandboxd/metrics.h"
 
 extern const char console_index_html[], console_console_css[], console_app_js[], console_api_js[], console_dom_js[],
-        console_sessions_js[], console_session_js[];
+        console_sessions_js[], console_session_js[], console_terminal_js[], console_ops_js[];
 
 static const struct {
         const char *path; /* after /console/ */
@@ -29,6 +29,8 @@ static const struct {
         {"dom.js", "text/javascript; charset=utf-8", console_dom_js},
         {"sessions.js", "text/javascript; charset=utf-8", console_sessions_js},
         {"session.js", "text/javascript; charset=utf-8", console_session_js},
+        {"terminal.js", "text/javascript; charset=utf-8", console_terminal_js},
+        {"ops.js", "text/javascript; charset=utf-8", console_ops_js},
 };
 
 #define CONSOLE_CSP                                                                                                    \

@@ -387,21 +387,6 @@ static int64_t parse_time(const char *t)
         return (int64_t)timegm(&tm);
 }
 
-/* A Pod being deleted whose container is dead (or that never had a node):
- * removed as far as sandboxd can tell, though the kubelet may take its
- * sync period (~10 s) to let the object go. */
-static bool pod_removed(const cJSON *pod)
-{
-        char state[16];
-        int code;
-        bool oom;
-
-        if (!k8s_json_get(pod, "metadata.deletionTimestamp"))
-                return false;
-        k8s_pod_state(pod, state, &code, &oom);
-        return strcmp(state, "exited") == 0 || !k8s_json_str(pod, "spec.nodeName");
-}
-
 static int k8s_inspect(struct engine *e, const char *id, struct engine_container_info *ret, struct sbx_error *err)
 {
         struct k8s *k = kk(e);
@@ -412,7 +397,7 @@ static int k8s_inspect(struct engine *e, const char *id, struct engine_container
 
         if (r < 0)
                 return r;
-        if (pod_removed(pod)) {
+        if (k8s_pod_removed(pod)) {
                 cJSON_Delete(pod);
                 return sbx_error_set(err, -ENOENT, 404, "Pod %s is removed (the kubelet has yet to let it go)", id);
         }
@@ -464,7 +449,7 @@ static int wait_gone(struct k8s *k, const char *id, long limit_ms)
         for (;;) {
                 cJSON *pod = NULL;
                 int r = get_pod(k, id, &pod, NULL);
-                bool gone = r == -ENOENT || (r == 0 && pod_removed(pod));
+                bool gone = r == -ENOENT || (r == 0 && k8s_pod_removed(pod));
                 cJSON_Delete(pod);
                 if (gone)
                         return 0;
@@ -487,11 +472,16 @@ static int delete_pod(struct k8s *k, const char *id, int grace_s, struct sbx_err
         if (r < 0)
                 return r;
         k8s_pod_state(pod, state, &code, &oom);
-        /* A Pod on no node, one whose container cannot start (an image that
-         * cannot be pulled: the kubelet may take a minute to confirm it in
-         * back-off) or has ended has nothing to kill: it goes at once. Any
-         * other waits for the kubelet, so its runner is dead when this returns. */
-        if (strcmp(state, "exited") == 0 || !k8s_json_str(pod, "spec.nodeName") ||
+        /* A Pod on no node, one whose container has not started yet (still
+         * being created: a busy kubelet can take a minute to tear down a
+         * sandbox it is still setting up), cannot start (an image that cannot
+         * be pulled: the kubelet may take a minute to confirm it in back-off)
+         * or has ended has nothing to kill: it goes at once. Should its
+         * container start after all before the kubelet sees the Pod gone,
+         * its runner is refused (the session's epoch, runner_chan.c), as for
+         * a lost node below. Any other waits for the kubelet, so its runner
+         * is dead when this returns. */
+        if (strcmp(state, "exited") == 0 || strcmp(state, "created") == 0 || !k8s_json_str(pod, "spec.nodeName") ||
             hopeless(k8s_json_str(cJSON_GetArrayItem(k8s_json_get(pod, "status.containerStatuses"), 0),
                                   "state.waiting.reason")))
                 grace_s = 0;
@@ -579,7 +569,7 @@ static int k8s_list(struct engine *e, const char *const *label_filters, bool all
                 const char *name = k8s_json_str(it, "metadata.name");
                 int code;
                 bool oom;
-                if (!name || !name_ok(name) || pod_removed(it))
+                if (!name || !name_ok(name) || k8s_pod_removed(it))
                         continue;
                 k8s_pod_labels(it, o->labels, &o->n_labels);
                 if (!k8s_labels_match(o->labels, o->n_labels, label_filters))

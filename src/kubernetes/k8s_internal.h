@@ -109,6 +109,11 @@ bool k8s_labels_match(const struct engine_kv *kv, size_t n, const char *const *f
 /* The container state of a Pod as Docker's words: "created", "running",
  * "exited", "removing"; exit code and OOM for "exited". */
 void k8s_pod_state(const cJSON *pod, char state[16], int *ret_exit, bool *ret_oom);
+/* A Pod being deleted whose container is dead (or that never had a node):
+ * removed as far as sandboxd can tell (engine_remove returns, inspect says
+ * -ENOENT, the watch tells destroy), though the kubelet may take a while
+ * (its sync period, longer on a busy node) to let the object go. */
+bool k8s_pod_removed(const cJSON *pod);
 
 /* Node health (k8s_nodes.c). Whether node is known lost (Ready False or
  * Unknown, or deleted), with cause "node_not_ready: <node>" or

@@ -651,3 +651,15 @@ void k8s_pod_state(const cJSON *pod, char state[16], int *ret_exit, bool *ret_oo
                 sbx_strlcpy(state, "created", 16);
         }
 }
+
+bool k8s_pod_removed(const cJSON *pod)
+{
+        char state[16];
+        int code;
+        bool oom;
+
+        if (!k8s_json_get(pod, "metadata.deletionTimestamp"))
+                return false;
+        k8s_pod_state(pod, state, &code, &oom);
+        return strcmp(state, "exited") == 0 || !k8s_json_str(pod, "spec.nodeName");
+}

@@ -8,9 +8,13 @@
  *
  * A Pod's changes become Docker's words: ADDED create, the container
  * running start, terminated oom (OOMKilled) and die with its exit code,
- * DELETED destroy. Each is told once per Pod. A Pod whose node is lost (the
- * Node watch of k8s_nodes.c; without it, the Pod's status) is told "lost"
- * once, with the cause: its container may run on, but nobody can reach it.
+ * destroy once the Pod is removed as engine_remove judges it (being deleted,
+ * its container dead: k8s_pod_removed), or DELETED, whichever comes first,
+ * so destroy follows engine_remove as promptly as Docker's does, whatever
+ * the kubelet takes to let the object go. Each is told once per Pod. A Pod
+ * whose node is lost (the Node watch of k8s_nodes.c; without it, the Pod's
+ * status) is told "lost" once, with the cause: its container may run on,
+ * but nobody can reach it.
  *
  * State: the known Pods, f->lock, taken by the thread that follows and by
  * the Node watch's thread (k8s_nodes.c), each around its changes and the
@@ -31,8 +35,9 @@ struct known {
         char name[K8S_NAME_MAX];
         char node[K8S_NODE_NAME_MAX]; /* spec.nodeName, once scheduled */
         bool started, died, seen;
-        bool lost;     /* told "lost" */
-        bool pod_lost; /* its status says the node controller marked it (k8s_pod_node_lost) */
+        bool destroyed; /* told "destroy" (the object may linger: k8s_pod_removed) */
+        bool lost;      /* told "lost" */
+        bool pod_lost;  /* its status says the node controller marked it (k8s_pod_node_lost) */
         struct engine_kv labels[ENGINE_MAX_LABELS];
         size_t n_labels;
 };
@@ -163,6 +168,11 @@ static int observe(struct follow *f, const cJSON *pod, bool added, bool quiet)
                 if (!quiet && emit(f, p, "die", code, NULL))
                         return 1;
         }
+        if (k8s_pod_removed(pod) && !p->destroyed) {
+                p->destroyed = p->died = p->started = true;
+                if (!quiet && emit(f, p, "destroy", -1, NULL))
+                        return 1;
+        }
         return check_lost(f, p);
 }
 
@@ -205,7 +215,7 @@ static int gone(struct follow *f, const char *name)
         drop(f, p);
         if (!copy.died && emit(f, &copy, "die", -1, NULL))
                 return 1;
-        return emit(f, &copy, "destroy", -1, NULL);
+        return copy.destroyed ? 0 : emit(f, &copy, "destroy", -1, NULL);
 }
 
 static int relist(struct follow *f, const char *sel, bool quiet, struct sbx_error *err)

@@ -63,15 +63,21 @@ int session_key_check(const char *user, const char *session, struct sbx_error *e
         return 0;
 }
 
+static uint32_t fnv(uint32_t h, const char *p)
+{
+        for (; *p; p++)
+                h = (h ^ (uint8_t)*p) * 16777619u;
+        return h;
+}
+
 static unsigned key_hash(const char *user, const char *id)
 {
-        uint32_t h = 2166136261u;
-        for (const char *p = user; *p; p++)
-                h = (h ^ (uint8_t)*p) * 16777619u;
-        h = (h ^ ':') * 16777619u;
-        for (const char *p = id; *p; p++)
-                h = (h ^ (uint8_t)*p) * 16777619u;
-        return h % N_BUCKETS;
+        return fnv((fnv(2166136261u, user) ^ ':') * 16777619u, id) % N_BUCKETS;
+}
+
+static unsigned id_hash(const char *id)
+{
+        return fnv(2166136261u, id) % N_BUCKETS;
 }
 
 /* ---- persistence ---- */
@@ -224,8 +230,23 @@ static void insert_locked(struct session_manager *m, struct session *s)
         unsigned h = key_hash(s->user, s->id);
         s->next = m->buckets[h];
         m->buckets[h] = s;
+        h = id_hash(s->id);
+        s->next_by_id = m->by_id[h];
+        m->by_id[h] = s;
         s->refs++; /* the table's own reference */
         m->n_sessions++;
+}
+
+int session_owner(struct session_manager *m, const char *id, char *ret_user, size_t size)
+{
+        size_t found = 0;
+
+        pthread_mutex_lock(&m->lock);
+        for (struct session *s = m->by_id[id_hash(id)]; s; s = s->next_by_id)
+                if (strcmp(s->id, id) == 0 && found++ == 0)
+                        sbx_strlcpy(ret_user, s->user, size);
+        pthread_mutex_unlock(&m->lock);
+        return found == 1 ? 0 : -ENOENT;
 }
 
 void session_unlink_locked(struct session_manager *m, struct session *s)
@@ -234,6 +255,12 @@ void session_unlink_locked(struct session_manager *m, struct session *s)
                 if (*pp == s) {
                         *pp = s->next;
                         s->next = NULL;
+                        for (struct session **qp = &m->by_id[id_hash(s->id)]; *qp; qp = &(*qp)->next_by_id)
+                                if (*qp == s) {
+                                        *qp = s->next_by_id;
+                                        s->next_by_id = NULL;
+                                        break;
+                                }
                         m->n_sessions--;
                         s->refs--;
                         return;
@@ -398,11 +425,8 @@ int session_manager_new(const struct sbx_config *cfg, struct engine *d, struct s
         *m = (struct session_manager){
                 .cfg = cfg, .engine = d, .store = st, .ports = pp, .policy = default_policy, .policy_ud = (void *)cfg};
         pthread_mutex_init(&m->lock, NULL);
-        pthread_mutex_init(&m->rq_lock, NULL);
-        pthread_cond_init(&m->rq_cond, NULL);
-        pthread_mutex_init(&m->ev_lock, NULL);
-        pthread_cond_init(&m->ev_cond, NULL);
-        m->ev_tail = &m->ev_head;
+        session_worker_init(&m->resumer, "sbx-resume", SESSION_RESUME_QUEUE);
+        session_worker_init(&m->evictor, "sbx-evict", 0);
         for (size_t i = 0; extra_labels && extra_labels[i] && i < MAX_EXTRA_LABELS; i++)
                 m->extra_labels[i] = strdup(extra_labels[i]);
 
@@ -446,11 +470,8 @@ void session_manager_free(struct session_manager *m)
         for (size_t i = 0; i < MAX_EXTRA_LABELS; i++)
                 free(m->extra_labels[i]);
         pthread_mutex_destroy(&m->lock);
-        pthread_mutex_destroy(&m->rq_lock);
-        pthread_cond_destroy(&m->rq_cond);
-        pthread_mutex_destroy(&m->ev_lock);
-        pthread_cond_destroy(&m->ev_cond);
-        free(m->rq_keys);
+        session_worker_destroy(&m->resumer);
+        session_worker_destroy(&m->evictor);
         free(m);
 }
 

@@ -81,8 +81,9 @@ struct session {
         struct session_manager *mgr;
         char user[SESSION_KEY_MAX + 1];
         char id[SESSION_KEY_MAX + 1];
-        struct session *next; /* hash chain (m->lock) */
-        int refs;             /* (m->lock) */
+        struct session *next;       /* hash chain (m->lock) */
+        struct session *next_by_id; /* chain of by_id, keyed by the id alone (m->lock) */
+        int refs;                   /* (m->lock) */
 
         pthread_mutex_t lock;
         pthread_cond_t cond;
@@ -112,6 +113,38 @@ struct handler {
         void *userdata;
 };
 
+/* ---- session_worker.c: a background thread and its FIFO of jobs ---- */
+
+struct session_job {
+        struct session_job *next;
+        /* Runs on the worker's thread and frees the job. stopping: the
+         * worker is being stopped; the job lets go of what it holds, and
+         * finishes only what must not be left half done. */
+        void (*run)(struct session_job *job, bool stopping);
+        char key[2 * (SESSION_KEY_MAX + 1)]; /* "" or a key queued once at most */
+};
+
+struct session_worker {
+        const char *name; /* the thread's */
+        size_t max;       /* queued jobs at most; 0: no cap */
+        pthread_mutex_t lock;
+        pthread_cond_t cond;
+        struct session_job *head, **tail; /* (lock) */
+        size_t n;                         /* (lock) */
+        bool started, stop;               /* (lock) */
+        pthread_t thread;
+};
+
+void session_worker_init(struct session_worker *w, const char *name, size_t max);
+void session_worker_destroy(struct session_worker *w);
+/* Queue job (the thread starts on first use). -ESHUTDOWN stopping or no
+ * thread, -EAGAIN the queue is full, -EEXIST a job of the same key is queued:
+ * the job stays the caller's. */
+int session_worker_post(struct session_worker *w, struct session_job *job);
+/* Stop and join the thread, which runs each queued job with stopping set
+ * first. Idempotent. */
+void session_worker_stop(struct session_worker *w);
+
 struct session_manager {
         const struct sbx_config *cfg;
         struct engine *engine;
@@ -121,6 +154,7 @@ struct session_manager {
 
         pthread_mutex_t lock;
         struct session *buckets[N_BUCKETS];
+        struct session *by_id[N_BUCKETS]; /* the same sessions keyed by id alone: session_owner */
         size_t n_sessions;
         struct handler handlers[MAX_HANDLERS];
         size_t n_handlers;
@@ -145,21 +179,10 @@ struct session_manager {
         session_user_cap_fn paused_cap_fn; /* (m->lock) NULL: max_paused_sessions_per_user */
         void *paused_cap_ud;
         uint64_t pauses, resumes, pause_evictions; /* (m->lock) */
-        /* session_resume_async: rq_lock guards the queue, rq_stop and
-         * rq_started (a leaf: nothing else is taken under it) */
-        pthread_mutex_t rq_lock;
-        pthread_cond_t rq_cond;
-        char (*rq_keys)[2][SESSION_KEY_MAX + 1]; /* SESSION_RESUME_QUEUE entries */
-        size_t rq_n;
-        bool rq_started, rq_stop;
-        pthread_t rq_thread;
-        /* the fair share's evictions, off the requester's thread (session_stop.c):
-         * ev_lock guards the queue, ev_stop and ev_started (a leaf) */
-        pthread_mutex_t ev_lock;
-        pthread_cond_t ev_cond;
-        struct session_eviction *ev_head, **ev_tail;
-        bool ev_started, ev_stop;
-        pthread_t ev_thread;
+        /* the background threads (session_worker.c): sbx-resume, resumes for
+         * callers that must not block (session_resume_async); sbx-evict, the
+         * fair share's evictions off the requester's thread (session_stop.c) */
+        struct session_worker resumer, evictor;
         /* session_retire: keys never made again (m->lock), a ring of
          * SESSION_RETIRED_MAX, allocated on first use */
         char (*retired)[2][SESSION_KEY_MAX + 1];

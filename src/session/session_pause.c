@@ -233,64 +233,46 @@ int session_resume(struct session_manager *m, const char *user, const char *id, 
 
 /* ---- resuming for callers that must not block ---- */
 
-static void *resumer_main(void *p)
-{
-        struct session_manager *m = p;
+struct session_resumption {
+        struct session_job job; /* first: the job is the resumption */
+        struct session_manager *m;
         char user[SESSION_KEY_MAX + 1], id[SESSION_KEY_MAX + 1];
+};
 
-        pthread_setname_np(pthread_self(), "sbx-resume");
-        pthread_mutex_lock(&m->rq_lock);
-        for (;;) {
-                while (!m->rq_stop && m->rq_n == 0)
-                        pthread_cond_wait(&m->rq_cond, &m->rq_lock);
-                if (m->rq_stop)
-                        break;
-                m->rq_n--;
-                memcpy(user, m->rq_keys[m->rq_n][0], sizeof(user));
-                memcpy(id, m->rq_keys[m->rq_n][1], sizeof(id));
-                pthread_mutex_unlock(&m->rq_lock);
-                if (session_is_paused(m, user, id)) {
-                        struct sbx_error e = {0};
-                        if (session_resume(m, user, id, NULL, &e) < 0)
-                                log_ctx(LOG_LEVEL_WARN, user, id, NULL, "cannot resume for a port client: %s", e.msg);
-                }
-                pthread_mutex_lock(&m->rq_lock);
-        }
-        pthread_mutex_unlock(&m->rq_lock);
-        return NULL;
+/* Dropped while the worker stops: nobody waits for it. */
+static void resumption_run(struct session_job *job, bool stopping)
+{
+        struct session_resumption *rs = (struct session_resumption *)job;
+        struct sbx_error e = {0};
+
+        if (!stopping && session_is_paused(rs->m, rs->user, rs->id) &&
+            session_resume(rs->m, rs->user, rs->id, NULL, &e) < 0)
+                log_ctx(LOG_LEVEL_WARN, rs->user, rs->id, NULL, "cannot resume for a port client: %s", e.msg);
+        free(rs);
 }
 
 void session_resume_async(struct session_manager *m, const char *user, const char *id)
 {
+        struct session_resumption *rs;
+
         if (!session_id_valid(user) || !session_id_valid(id) || !session_is_paused(m, user, id))
                 return;
-        pthread_mutex_lock(&m->rq_lock);
-        if (!m->rq_keys)
-                m->rq_keys = calloc(SESSION_RESUME_QUEUE, sizeof(*m->rq_keys));
-        if (!m->rq_started && !m->rq_stop && m->rq_keys)
-                m->rq_started = pthread_create(&m->rq_thread, NULL, resumer_main, m) == 0;
-        bool queued = false;
-        for (size_t i = 0; i < m->rq_n && !queued; i++)
-                queued = strcmp(m->rq_keys[i][0], user) == 0 && strcmp(m->rq_keys[i][1], id) == 0;
-        if (!queued && m->rq_started && m->rq_n < SESSION_RESUME_QUEUE) {
-                sbx_strlcpy(m->rq_keys[m->rq_n][0], user, SESSION_KEY_MAX + 1);
-                sbx_strlcpy(m->rq_keys[m->rq_n][1], id, SESSION_KEY_MAX + 1);
-                m->rq_n++;
-                pthread_cond_signal(&m->rq_cond);
-        }
-        pthread_mutex_unlock(&m->rq_lock);
+        rs = calloc(1, sizeof(*rs));
+        if (!rs)
+                return;
+        rs->job.run = resumption_run;
+        rs->m = m;
+        sbx_strlcpy(rs->user, user, sizeof(rs->user));
+        sbx_strlcpy(rs->id, id, sizeof(rs->id));
+        /* one queued resume per key: the key is "user:id" (':' is in neither) */
+        snprintf(rs->job.key, sizeof(rs->job.key), "%s:%s", user, id);
+        if (session_worker_post(&m->resumer, &rs->job) < 0)
+                free(rs); /* stopping, full (SESSION_RESUME_QUEUE), or queued already */
 }
 
 void session_resume_async_stop(struct session_manager *m)
 {
-        pthread_mutex_lock(&m->rq_lock);
-        m->rq_stop = true;
-        bool started = m->rq_started;
-        m->rq_started = false; /* joined once */
-        pthread_cond_broadcast(&m->rq_cond);
-        pthread_mutex_unlock(&m->rq_lock);
-        if (started)
-                pthread_join(m->rq_thread, NULL);
+        session_worker_stop(&m->resumer); /* queued resumes are dropped */
 }
 
 bool session_is_paused(struct session_manager *m, const char *user, const char *id)

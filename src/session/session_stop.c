@@ -48,7 +48,7 @@ bool session_mark_failed(struct session_manager *m, const char *user, const char
                          const char *cause)
 {
         struct session *s;
-        bool changed = false, first = false;
+        bool changed = false, first = false, node_lost = false;
         char msg[256];
 
         if (session_lookup_ref(m, user, id, false, &s, NULL) < 0)
@@ -61,13 +61,15 @@ bool session_mark_failed(struct session_manager *m, const char *user, const char
                         (void)session_change_locked(s, SESSION_T_FAIL, SESSION_ERROR, cause, msg);
                         changed = first = true;
                 } else if (s->state == SESSION_ERROR && cause_rank(cause) > cause_rank(s->error_cause)) {
+                        /* a refinement to a lost node is on the record too (below) */
+                        node_lost = strncmp(s->error_cause, "node_", 5) != 0;
                         (void)session_change_locked(s, SESSION_T_FAIL, SESSION_ERROR, cause, msg);
                         changed = true;
                 }
         }
         pthread_mutex_unlock(&s->lock);
         session_unref(s);
-        if (first && strncmp(cause, "node_", 5) == 0) {
+        if ((first || node_lost) && strncmp(cause, "node_", 5) == 0) {
                 /* a lost node is the cluster's doing, not the tenant's: on the record */
                 cJSON *detail = cJSON_CreateObject();
                 cJSON_AddStringToObject(detail, "container", container_id);
@@ -396,61 +398,41 @@ int session_evict(struct session_manager *m, struct session *v, const char *for_
 /* ---- the evictor thread ---- */
 
 struct session_eviction {
-        struct session_eviction *next;
+        struct session_job job; /* first: the job is the eviction */
+        struct session_manager *m;
         struct session *v; /* claimed, a reference held */
         char for_user[SESSION_KEY_MAX + 1];
 };
 
-static void *evictor_main(void *p)
+/* Run even while the worker stops: v is claimed, and only an eviction that
+ * ends lets go of the claim. */
+static void eviction_run(struct session_job *job, bool stopping)
 {
-        struct session_manager *m = p;
+        struct session_eviction *ev = (struct session_eviction *)job;
+        struct sbx_error e = {0};
 
-        pthread_setname_np(pthread_self(), "sbx-evict");
-        pthread_mutex_lock(&m->ev_lock);
-        for (;;) {
-                while (!m->ev_stop && !m->ev_head)
-                        pthread_cond_wait(&m->ev_cond, &m->ev_lock);
-                struct session_eviction *ev = m->ev_head;
-                if (!ev) /* stopping, and every queued one done: none is left claimed */
-                        break;
-                m->ev_head = ev->next;
-                if (!m->ev_head)
-                        m->ev_tail = &m->ev_head;
-                pthread_mutex_unlock(&m->ev_lock);
-                struct sbx_error e = {0};
-                if (session_evict(m, ev->v, ev->for_user, &e) < 0)
-                        log_ctx(LOG_LEVEL_WARN, ev->v->user, ev->v->id, NULL,
-                                "fair share: the session chosen to give way to user %s stays (%s); that user's "
-                                "session was made anyway, one over max_sessions until one ends",
-                                ev->for_user, e.msg);
-                session_unref(ev->v);
-                free(ev);
-                pthread_mutex_lock(&m->ev_lock);
-        }
-        pthread_mutex_unlock(&m->ev_lock);
-        return NULL;
+        (void)stopping;
+        if (session_evict(ev->m, ev->v, ev->for_user, &e) < 0)
+                log_ctx(LOG_LEVEL_WARN, ev->v->user, ev->v->id, NULL,
+                        "fair share: the session chosen to give way to user %s stays (%s); that user's "
+                        "session was made anyway, one over max_sessions until one ends",
+                        ev->for_user, e.msg);
+        session_unref(ev->v);
+        free(ev);
 }
 
 int session_evict_async(struct session_manager *m, struct session *v, const char *for_user)
 {
         struct session_eviction *ev = calloc(1, sizeof(*ev));
-        int r = 0;
+        int r;
 
         if (!ev)
                 return -ENOMEM;
+        ev->job.run = eviction_run;
+        ev->m = m;
         ev->v = v;
         sbx_strlcpy(ev->for_user, for_user, sizeof(ev->for_user));
-        pthread_mutex_lock(&m->ev_lock);
-        if (!m->ev_started && !m->ev_stop)
-                m->ev_started = pthread_create(&m->ev_thread, NULL, evictor_main, m) == 0;
-        if (m->ev_stop || !m->ev_started) {
-                r = -ESHUTDOWN;
-        } else {
-                *m->ev_tail = ev;
-                m->ev_tail = &ev->next;
-                pthread_cond_signal(&m->ev_cond);
-        }
-        pthread_mutex_unlock(&m->ev_lock);
+        r = session_worker_post(&m->evictor, &ev->job);
         if (r < 0)
                 free(ev);
         return r;
@@ -458,14 +440,7 @@ int session_evict_async(struct session_manager *m, struct session *v, const char
 
 void session_evictions_stop(struct session_manager *m)
 {
-        pthread_mutex_lock(&m->ev_lock);
-        m->ev_stop = true;
-        bool started = m->ev_started;
-        m->ev_started = false; /* joined once */
-        pthread_cond_broadcast(&m->ev_cond);
-        pthread_mutex_unlock(&m->ev_lock);
-        if (started)
-                pthread_join(m->ev_thread, NULL); /* it finishes the queued ones first */
+        session_worker_stop(&m->evictor); /* it finishes the queued ones first */
 }
 
 int session_expire_ttl(struct session_manager *m, int64_t now_wall_ms)

@@ -584,6 +584,49 @@ Test(api, malformed_input_gets_clean_errors)
         raw_line_gets(fd,
                       REQ("{\"session\":\"s1\",\"path\":\"a\",\"encoding\":\"latin1\",\"content\":\"\"}", "write_file"),
                       "invalid");
+        /* network per execution (issue 37 item 3): a bad shape is bad_request; a valid narrowing is
+         * refused (unavailable) while it is not enforced, never run with the session's full egress */
+        {
+                static const char *const bad[] = {
+                        "5",
+                        "\"all\"",
+                        "[\"example.com\"]",
+                        "{}",
+                        "{\"allow\":\"example.com\"}",
+                        "{\"allow\":[]}",
+                        "{\"allow\":[5]}",
+                        "{\"allow\":[\"*\"]}",
+                        "{\"allow\":[\"bad host!\"]}",
+                        "{\"allow\":[\"example.com:99999\"]}",
+                        "{\"allow\":[\"example.com\"],\"deny\":[]}",
+                        "{\"allow\":[\"a\",\"b\",\"c\",\"d\",\"e\",\"f\",\"g\",\"h\",\"i\",\"j\",\"k\",\"l\",\"m\","
+                        "\"n\",\"o\",\"p\",\"q\"]}",
+                };
+                char params[512];
+                for (size_t i = 0; i < sizeof(bad) / sizeof(bad[0]); i++) {
+                        snprintf(params, sizeof(params), "{\"session\":\"s1\",\"command\":\"true\",\"network\":%s}",
+                                 bad[i]);
+                        raw_line_gets(fd, REQ(params, "exec"), "bad_request");
+                }
+                raw_line_gets(fd, REQ("{\"session\":\"s1\",\"command\":\"true\",\"network\":\"none\"}", "exec"),
+                              "unavailable");
+                raw_line_gets(fd,
+                              REQ("{\"session\":\"s1\",\"command\":\"true\",\"network\":{\"allow\":[\"Example.COM:443\","
+                                  "\"*.pypi.org\"]}}",
+                                  "exec"),
+                              "unavailable");
+                raw_line_gets(fd,
+                              REQ("{\"session\":\"s1\",\"language\":\"python\",\"code\":\"1\",\"network\":\"none\"}",
+                                  "run_code"),
+                              "unavailable");
+                raw_line_gets(fd, REQ("{\"session\":\"s1\",\"code\":\"1\",\"network\":\"none\"}", "run_cell"),
+                              "unavailable");
+                raw_line_gets(fd,
+                              REQ("{\"session\":\"s1\",\"language\":\"python\",\"tests\":\"t.py\",\"network\":\"x\"}",
+                                  "run_tests"),
+                              "bad_request");
+                raw_line_gets(fd, REQ("{\"session\":\"s1\",\"command\":\"true\",\"network\":null}", "exec"), "");
+        }
         raw_line_gets(fd, REQ("{\"session\":\"s1\",\"command\":\"true\"}", "exec"), "");
         close(fd);
 

@@ -680,6 +680,52 @@ static cJSON *cancel_as(const char *tok, const char *id, bool force)
         return apic_call(cfg.api_socket, tok, "cancel_execution", p);
 }
 
+/* An interrupt that lands in ipykernel's own code around a cell (after its
+ * execute_input, outside the cell's code) is swallowed by the kernel
+ * ("KeyboardInterrupt caught in kernel"), which then sends no execute_reply,
+ * only its idle status. The bridge used to wait for that reply until the
+ * grace killed the kernel with its state. The test puts the kernel in that
+ * window for sure: a handler of its own announces the cell, then waits
+ * outside any cell code (the next cell gets the kernel's handler back). */
+Test(cells, an_interrupt_the_kernel_swallows_still_ends_the_cell, .init = setup, .fini = teardown)
+{
+        static const char patch[] =
+                "k = get_ipython().kernel\n"
+                "orig = k.shell_handlers['execute_request']\n"
+                "def held(stream, ident, parent):\n"
+                "    import time\n"
+                "    k.shell_handlers['execute_request'] = orig\n"
+                "    k._publish_execute_input(parent['content']['code'], parent, k.execution_count)\n"
+                "    while True:\n"
+                "        time.sleep(0.05)\n"
+                "k.shell_handlers['execute_request'] = held\n"
+                "w = 7";
+        char id[64];
+        const cJSON *res;
+        cJSON *r;
+        int fd;
+
+        r = cell("s1", NULL, patch, 0);
+        cr_assert_str_eq(apic_str(apic_result(r), "status"), "ok", "%s", cJSON_PrintUnformatted(r));
+        cJSON_Delete(r);
+        fd = cell_started("s1", "w = 8", id);
+        r = cancel_as(tok_a, id, false);
+        res = apic_result(r);
+        cr_assert_str_eq(apic_str(res, "status"), "cancelled", "%s", cJSON_PrintUnformatted(r));
+        cr_assert_str_eq(apic_str(cJSON_GetObjectItem(res, "error"), "name"), "KeyboardInterrupt", "%s",
+                         cJSON_PrintUnformatted(r));
+        cr_assert_null(cJSON_GetObjectItem(res, "state_lost"), "the kernel was not killed: %s",
+                       cJSON_PrintUnformatted(r));
+        cJSON_Delete(r);
+        cJSON_Delete(apic_reply(fd, 30000, NULL));
+        close(fd);
+        r = cell("s1", NULL, "w", 0);
+        cr_assert_str_eq(result_text(apic_result(r)), "7", "state kept, the cell's code never ran: %s",
+                         cJSON_PrintUnformatted(r));
+        cr_assert_eq(apic_num(apic_result(r), "generation"), 1);
+        cJSON_Delete(r);
+}
+
 Test(cells, cancel_execution_interrupts_a_cell, .init = setup, .fini = teardown)
 {
         char id[64];
@@ -1138,4 +1184,34 @@ Test(cells, idle_contexts_keep_no_large_output, .init = setup, .fini = teardown)
         cr_assert_lt(after - before, 8 * 1024, "the idle contexts hold %ld kB more", after - before);
         /* one line in flight: two copies while it is parsed, one after (was four: line, tree, bundle, print) */
         cr_assert_lt(peak, 80 * 1024, "a 30 MiB line in flight cost %ld kB", peak);
+}
+
+/* Issue 34: a cell that prints more than a GiB in a tight loop leaves its
+ * kernel alive (it was OOM-killed at 0.5-1 GiB, holding all of it: the
+ * kernel buffered what it printed until the cell's end, and its queues grew
+ * while the bridge was behind), and the result says what was not kept. */
+Test(cells, an_output_flood_leaves_the_kernel_alive, .init = setup, .fini = teardown)
+{
+        cJSON *r;
+        const cJSON *res;
+
+        cJSON_Delete(cell("s1", NULL, "z = 1", 120));
+        r = cell("s1", NULL,
+                 "import sys\ns = 'y' * 65535 + '\\n'\nfor i in range(17 * 1024): sys.stdout.write(s)\nprint('end')",
+                 600);
+        res = apic_result(r);
+        cr_assert_str_eq(apic_str(res, "status"), "ok", "%.2000s", cJSON_PrintUnformatted(r));
+        cr_assert_null(cJSON_GetObjectItem(res, "state_lost"));
+        cr_assert(cJSON_IsTrue(cJSON_GetObjectItem(res, "truncated")));
+        cr_assert(cJSON_IsTrue(cJSON_GetObjectItem(res, "output_dropped")), "what was not kept is reported");
+        cr_assert_geq(apic_num(res, "stdout_bytes"), cfg.exec_output_cap_bytes, "kept up to the spool's cap");
+        cr_assert_not_null(strstr(apic_str(res, "stderr"), "characters of stdout dropped in the kernel"),
+                           "the kernel says how much it dropped: %s", apic_str(res, "stderr"));
+        cJSON_Delete(r);
+        r = cell("s1", NULL, "z", 120);
+        res = apic_result(r);
+        cr_assert_null(cJSON_GetObjectItem(res, "state_lost"), "%s", cJSON_PrintUnformatted(r));
+        cr_assert_eq(apic_num(res, "generation"), 1);
+        cr_assert_str_eq(result_text(res), "1");
+        cJSON_Delete(r);
 }

@@ -275,7 +275,7 @@ Test(durable, a_tty_resize_is_seen_by_stty)
 {
         struct exec_request req = {.user = "u1",
                                    .session = "s1",
-                                   .command = "stty size; read x; stty size",
+                                   .command = "echo T=$TERM; stty size; read x; stty size",
                                    .tty = true,
                                    .rows = 30,
                                    .cols = 100,
@@ -295,6 +295,8 @@ Test(durable, a_tty_resize_is_seen_by_stty)
         cr_assert_eq(res.exit_code, 0);
         cr_assert(memmem(res.stdout_head, res.stdout_head_len, "40 120", 6) != NULL, "stdout: %.*s",
                   (int)res.stdout_head_len, res.stdout_head);
+        cr_assert(memmem(res.stdout_head, res.stdout_head_len, "T=xterm-256color\r\n", 18) != NULL,
+                  "a terminal's TERM: %.*s", (int)res.stdout_head_len, res.stdout_head);
         exec_result_done(&res);
 
         /* a plain execution has no terminal to resize, and sees none */

@@ -782,3 +782,88 @@ Test(http, mcp_adapter_over_https_with_mtls)
                      2);
         teardown();
 }
+
+/* The user's row in list_users' reply, or NULL. */
+static const cJSON *user_row(const cJSON *r, const char *user)
+{
+        const cJSON *u;
+        cJSON_ArrayForEach(u, cJSON_GetObjectItem(r, "users")) {
+                if (strcmp(apic_str(u, "user"), user) == 0)
+                        return u;
+        }
+        return NULL;
+}
+
+/* Issue 39: an operator token reads users and quotas, the pool, the nodes
+ * and the daemon's health over HTTPS; every other token is refused. */
+Test(http, operator_reads_users_pool_nodes_and_health, .init = setup_tls, .fini = teardown)
+{
+        static const char *const methods[] = {"list_users", "pool_status", "list_nodes", "daemon_health"};
+        char tok_op[TOKEN_LEN + 1], tok_c[TOKEN_LEN + 1];
+        struct sbx_error err = {0};
+        const cJSON *u, *usage, *o;
+        cJSON *r = NULL;
+        double auth_failures;
+
+        cr_assert_eq(token_create(d->store, "ops", TOKEN_ROLE_OPERATOR, tok_op, NULL, &err), 0, "%s", err.msg);
+        cr_assert_eq(token_create(d->store, "carol", TOKEN_ROLE_CONNECTOR, tok_c, NULL, &err), 0, "%s", err.msg);
+        cr_assert_eq(post(tok_a, "create_session", "{\"session\": \"ops1\"}", &r), 200);
+        cJSON_Delete(r);
+        cr_assert_eq(post(tok_op, "daemon_health", "{}", &r), 200);
+        auth_failures = apic_num(cJSON_GetObjectItem(r, "counters"), "auth_failures"); /* process-wide */
+        cJSON_Delete(r);
+
+        /* tenants, agent or connector, are refused each, as an operator is refused exec */
+        for (size_t i = 0; i < ELEMENTSOF(methods); i++) {
+                cr_assert_eq(post(tok_a, methods[i], "{}", &r), 403, "%s", methods[i]);
+                cr_assert_str_eq(err_code(r), "forbidden");
+                cJSON_Delete(r);
+                cr_assert_eq(post(tok_c, methods[i], "{}", &r), 403, "%s", methods[i]);
+                cJSON_Delete(r);
+        }
+        cr_assert_eq(post(tok_op, "exec", "{\"session\": \"ops1\", \"command\": \"true\"}", &r), 403);
+        cJSON_Delete(r);
+
+        /* users: alice with her one running session, bob with a token and none */
+        cr_assert_eq(post(tok_op, "list_users", "{}", &r), 200);
+        u = user_row(r, "alice");
+        cr_assert_not_null(u, "alice is listed");
+        usage = cJSON_GetObjectItem(u, "usage");
+        cr_assert_eq(apic_num(usage, "sessions"), 1);
+        cr_assert_eq(apic_num(usage, "live_sessions"), 1);
+        cr_assert_gt(apic_num(usage, "memory_bytes"), 0, "her container's memory is counted");
+        cr_assert_eq(apic_num(cJSON_GetObjectItem(u, "limits"), "max_sessions_per_user"), cfg.max_sessions_per_user);
+        u = user_row(r, "bob");
+        cr_assert_not_null(u, "bob (a token, no session) is listed");
+        cr_assert_eq(apic_num(cJSON_GetObjectItem(u, "usage"), "sessions"), 0);
+        cr_assert_eq(apic_num(cJSON_GetObjectItem(u, "usage"), "memory_bytes"), 0);
+        cJSON_Delete(r);
+
+        /* the pool as configured (off here), no nodes in one process */
+        cr_assert_eq(post(tok_op, "pool_status", "{}", &r), 200);
+        o = cJSON_GetObjectItem(r, "pool");
+        cr_assert_eq(apic_num(o, "size"), cfg.pool_size);
+        cr_assert_eq(apic_num(o, "ready"), 0);
+        cJSON_Delete(r);
+        cr_assert_eq(post(tok_op, "list_nodes", "{}", &r), 200);
+        cr_assert(cJSON_IsArray(cJSON_GetObjectItem(r, "nodes")));
+        cr_assert_eq(cJSON_GetArraySize(cJSON_GetObjectItem(r, "nodes")), 0);
+        cJSON_Delete(r);
+
+        /* health: the engine answers, alice's session is the one running */
+        cr_assert_eq(post(tok_op, "daemon_health", "{}", &r), 200);
+        cr_assert_str_eq(apic_str(r, "status"), "ok");
+        cr_assert_str_eq(apic_str(r, "version"), SBX_VERSION);
+        cr_assert(cJSON_IsTrue(cJSON_GetObjectItem(cJSON_GetObjectItem(r, "docker"), "ok")));
+        o = cJSON_GetObjectItem(r, "sessions");
+        cr_assert_eq(apic_num(o, "running"), 1);
+        cr_assert_eq(apic_num(o, "total"), 1);
+        cr_assert_not_null(cJSON_GetObjectItem(r, "pool"));
+        /* the tenants' refusals were not failed authentications: none failed yet */
+        cr_assert_eq(apic_num(cJSON_GetObjectItem(r, "counters"), "auth_failures"), auth_failures);
+        cJSON_Delete(r);
+        cr_assert_eq(post("sbx_0123456789abcdef", "daemon_health", "{}", NULL), 401);
+        cr_assert_eq(post(tok_op, "daemon_health", "{}", &r), 200);
+        cr_assert_eq(apic_num(cJSON_GetObjectItem(r, "counters"), "auth_failures"), auth_failures + 1);
+        cJSON_Delete(r);
+}

@@ -276,6 +276,7 @@ struct watch {
         char seen[64][48]; /* "action id" */
         size_t n;
         bool overflow;
+        volatile bool ended; /* engine_events_follow returned (rc) */
         int rc;
 };
 
@@ -303,6 +304,7 @@ static void *watch_main(void *ud)
         snprintf(f, sizeof(f), "%s=%s", TESTENV_RUN_LABEL, testenv_run_id());
         snprintf(g, sizeof(g), "sandboxd.session=%s", w->session);
         w->rc = engine_events_follow(w->e, filters, actions, on_ev, w, &w->stop, 0, NULL);
+        w->ended = true;
         return NULL;
 }
 
@@ -336,7 +338,16 @@ Test(kubernetes, the_watch_tells_start_die_and_destroy)
         cr_assert_eq(engine_start(w.e, id, &err), 0, "%s", err.msg);
         cr_expect(TESTENV_WAIT_UNTIL(saw(&w, "start", id), 60000), "start of %s seen", id);
         cr_assert_eq(engine_remove(w.e, id, &err), 0, "%s", err.msg);
-        cr_expect(TESTENV_WAIT_UNTIL(saw(&w, "destroy", id), 60000), "destroy of %s seen", id);
+        bool destroyed = TESTENV_WAIT_UNTIL(saw(&w, "destroy", id), 60000);
+        cr_expect(destroyed, "destroy of %s seen", id);
+        if (!destroyed) {
+                /* what the watch did tell, for the diagnosis of a watch that loses an event */
+                pthread_mutex_lock(&w.lock);
+                for (size_t i = 0; i < w.n; i++)
+                        cr_log_error("told: %s", w.seen[i]);
+                pthread_mutex_unlock(&w.lock);
+                cr_log_error("the follow %s (rc %d)", w.ended ? "had returned" : "was still going", w.rc);
+        }
         cr_expect(saw(&w, "die", id), "a Pod that goes dies first");
         cr_expect(!w.overflow, "only this test's Pod's events were told");
         w.stop = true;
@@ -1450,21 +1461,45 @@ static bool pod_processes_run(const char *uid)
         return found;
 }
 
+/* The Pods of the run that remain, named in pods_left (name, phase, and "deleting"
+ * once the API server has a deletion timestamp), for the message of a check that
+ * fails. A Pod being deleted whose container is dead is removed as sandboxd judges
+ * it (k8s_pod_removed: the engine's remove has returned); the kubelet may take
+ * long on a busy node to let the object go, and that is not sandboxd's to wait for. */
+static char pods_left[1024];
+
 static bool no_pod_of_the_run(void)
 {
         char path[512];
         _cleanup_free_ char *raw = NULL;
+        const cJSON *pod;
         cJSON *j;
-        bool none;
+        size_t n = 0;
 
         snprintf(path, sizeof(path), "/api/v1/namespaces/%s/pods?labelSelector=%s%%3D%s", ns, TESTENV_RUN_LABEL,
                  testenv_run_id());
+        snprintf(pods_left, sizeof(pods_left), "(the API server did not answer)");
         if (kapi("GET", path, NULL, &raw) != 200)
                 return false;
         j = cJSON_Parse(raw);
-        none = cJSON_GetArraySize(jget(j, "items")) == 0;
+        pods_left[0] = '\0';
+        cJSON_ArrayForEach(pod, jget(j, "items")) {
+                const cJSON *gone = jget(pod, "metadata.deletionTimestamp");
+                const cJSON *name = jget(pod, "metadata.name"), *phase = jget(pod, "status.phase");
+                const cJSON *st = cJSON_GetArrayItem(jget(pod, "status.containerStatuses"), 0);
+                bool dead = jget(st, "state.terminated") ||
+                            (cJSON_IsString(phase) && (strcmp(phase->valuestring, "Failed") == 0 ||
+                                                       strcmp(phase->valuestring, "Succeeded") == 0));
+                if (gone && dead)
+                        continue;
+                if (n < sizeof(pods_left))
+                        n += (size_t)snprintf(pods_left + n, sizeof(pods_left) - n, "%s%s (%s%s)", n ? ", " : "",
+                                              cJSON_IsString(name) ? name->valuestring : "?",
+                                              cJSON_IsString(phase) ? phase->valuestring : "?",
+                                              cJSON_IsString(gone) ? ", deleting" : "");
+        }
         cJSON_Delete(j);
-        return none;
+        return n == 0;
 }
 
 Test(kubernetes, a_stopped_kubelet_s_sessions_recover_on_the_other_node_and_the_old_runner_is_refused, .timeout = 300)
@@ -1497,7 +1532,9 @@ Test(kubernetes, a_stopped_kubelet_s_sessions_recover_on_the_other_node_and_the_
         snprintf(cause, sizeof(cause), "node_not_ready: %s", LOST_NODE);
         cr_assert(TESTENV_WAIT_UNTIL(session_error_cause(d, "lost1", cause), 120000),
                   "the session shows ERROR with the cause '%s'", cause);
-        cr_expect(audited(d, "lost1", "session.node_lost"), "the lost node is on the record");
+        /* the row follows the state change (the monitor's thread writes it next) */
+        cr_expect(TESTENV_WAIT_UNTIL(audited(d, "lost1", "session.node_lost"), 10000),
+                  "the lost node is on the record");
         cr_expect(pod_processes_run(old_uid), "the old Pod's containers run on without their kubelet");
 
         /* the next request recreates it on the other node, on the same workspace; the old Pod goes */
@@ -1524,7 +1561,7 @@ Test(kubernetes, a_stopped_kubelet_s_sessions_recover_on_the_other_node_and_the_
                 cr_expect_str_eq(o4, "kept\n", "the workspace still has the session's files");
         }
         cr_expect_eq(session_destroy(d->sessions, "u1", "lost1", true, &err), 0, "%s", err.msg);
-        cr_expect(TESTENV_WAIT_UNTIL(no_pod_of_the_run(), 30000), "no Pod of the run remains");
+        cr_expect(TESTENV_WAIT_UNTIL(no_pod_of_the_run(), 30000), "no Pod of the run remains: %s", pods_left);
         daemon_close(d);
 }
 

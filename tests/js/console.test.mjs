@@ -2,7 +2,8 @@
 // a real browser: Debian's chromium driven by puppeteer-core, against a real
 // sandboxd over HTTPS. Sign in, a session appearing live, its page with an
 // execution's output, pause and resume, a download, another tenant editing
-// the URL, an operator token seeing every user's sessions and nothing more,
+// the URL, an operator token seeing every user's sessions and its pages
+// (users and quotas, pool, nodes, health) that a tenant neither sees nor reads,
 // hostile output and file names shown as text with no script run, a
 // cross-origin POST refused, a revoked token signed out. Screenshots of
 // each step go to <build>/console-screenshots/. Without chromium the test is
@@ -161,6 +162,47 @@ describe('the browser console', { skip: !haveChromium && `no ${CHROMIUM}` }, () 
                 await page.waitForSelector('#files tr[data-file="out.txt"]');
                 await shot(page, '3-session-page');
 
+                // a terminal into the session: a shell on a pseudo-terminal, typed into, resized with the page
+                const screenText = () => page.$eval('#terminal-screen', (e) => e.textContent);
+                const seen = (re) =>
+                        page.waitForFunction((src) => new RegExp(src).test(document.getElementById('terminal-screen').textContent), {}, re.source);
+                const size = () => page.$eval('#terminal-screen', (e) => `${e.dataset.rows} ${e.dataset.cols}`);
+                await page.click('#terminal-open');
+                await page.waitForSelector('#terminal-screen[data-state="running"]');
+                await page.focus('#terminal-screen');
+                // what the shell computes, never what the terminal echoes of the typed line
+                await page.keyboard.type('echo $((6*7))-from-the-terminal; tty\n');
+                await seen(/\n42-from-the-terminal\n\/dev\/pts\/\d+\n/);
+                const before = await size();
+                assert.match(before, /^\d+ \d+$/);
+                await page.keyboard.type('stty size\n');
+                await seen(new RegExp(`\n${before}\n`));
+                await page.setViewport({ width: 800, height: 800 }); // the screen narrows: resize_terminal
+                await page.waitForFunction((b) => {
+                        const e = document.getElementById('terminal-screen');
+                        return `${e.dataset.rows} ${e.dataset.cols}` !== b;
+                }, {}, before);
+                const after = await size();
+                await page.keyboard.type('stty size\n');
+                await seen(new RegExp(`\n${after}\n`));
+                assert.notEqual(after, before);
+                // output that looks like HTML is text
+                await page.keyboard.type("printf '<img src=x onerror=alert(9)>%s\\n' ok\n");
+                await seen(/\n<img src=x onerror=alert\(9\)>ok\n/);
+                assert.equal(await page.$$eval('#terminal-screen img', (l) => l.length), 0);
+                await shot(page, '3b-terminal');
+                await page.click('#terminal-close');
+                await page.waitForSelector('#terminal-screen[data-state="closed"]');
+                assert.match(await screenText(), /ok/, 'the screen keeps what it showed');
+                await page.setViewport({ width: 1280, height: 800 });
+                // the shell was cancelled
+                for (const end = Date.now() + 60000; ; ) {
+                        r = await call(port, ca, alice, 'list_executions', { session: 'live1', states: ['running', 'pending'] });
+                        if (r.body.executions?.length === 0) break;
+                        assert.ok(Date.now() < end, `the terminal's shell still runs: ${JSON.stringify(r.body)}`);
+                        await new Promise((res) => setTimeout(res, 100));
+                }
+
                 // pause and resume, each confirmed
                 await confirmClick(page, 'pause_session');
                 await page.waitForSelector('#session-facts[data-state="paused"]');
@@ -204,6 +246,17 @@ describe('the browser console', { skip: !haveChromium && `no ${CHROMIUM}` }, () 
                 await shot(bobPage, '6-other-tenant');
                 r = await call(port, ca, bob, 'list_sessions', {});
                 assert.deepEqual(r.body.sessions.map((x) => x.session), [], 'bob has no session, not even one made by the URL');
+                // nor the operator pages: no links, the address shows the sessions, the methods are refused
+                assert.equal(await bobPage.$eval('#ops-nav', (e) => e.hidden), true);
+                await bobPage.evaluate(() => (location.hash = '#/ops/users'));
+                await bobPage.waitForSelector('#sessions-view:not([hidden])');
+                assert.equal(await bobPage.$eval('#ops-view', (e) => e.hidden), true);
+                assert.equal(await bobPage.$eval('#ops-body', (e) => e.childElementCount), 0);
+                for (const m of ['list_users', 'pool_status', 'list_nodes', 'daemon_health']) {
+                        r = await call(port, ca, bob, m, {});
+                        assert.equal(r.status, 403, `${m}: ${JSON.stringify(r.body)}`);
+                        assert.equal(r.body.error.code, 'forbidden');
+                }
                 await ctx.close();
 
                 // an operator token: every user's sessions, live, and nothing else
@@ -225,6 +278,22 @@ describe('the browser console', { skip: !haveChromium && `no ${CHROMIUM}` }, () 
                         r.body.sessions.map((x) => `${x.user}/${x.session}`).sort(),
                         ['alice/hostile', 'alice/live1', 'bob/bobs'],
                 );
+                // its pages (issue 39): users with their sessions, the pool, the nodes, the health
+                await opsPage.click('#ops-nav a[href="#/ops/users"]');
+                await opsPage.waitForSelector('#ops-body[data-page="users"] tr[data-user="bob"][data-sessions="1"]');
+                await opsPage.waitForSelector('#ops-body tr[data-user="alice"][data-sessions="2"]');
+                await shot(opsPage, '7a-operator-users');
+                await opsPage.click('#ops-nav a[href="#/ops/pool"]');
+                await opsPage.waitForSelector('#ops-body[data-page="pool"] #pool-ready');
+                await shot(opsPage, '7b-operator-pool');
+                await opsPage.click('#ops-nav a[href="#/ops/nodes"]');
+                await opsPage.waitForSelector('#ops-body[data-page="nodes"] #nodes-none');
+                await opsPage.click('#ops-nav a[href="#/ops/health"]');
+                await opsPage.waitForSelector('#ops-body[data-page="health"] #health-engine');
+                assert.match(await opsPage.$eval('#health-engine', (e) => e.textContent), /^reachable/);
+                assert.equal(await opsPage.$eval('#health-status', (e) => e.textContent), 'ok');
+                assert.match(await opsPage.$eval('#health-sessions', (e) => e.textContent), /^3 \(/);
+                await shot(opsPage, '7c-operator-health');
                 await opsCtx.close();
 
                 // CSRF: a page of another origin can neither send the token nor do anything without it

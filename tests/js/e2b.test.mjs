@@ -7,6 +7,7 @@
 import assert from 'node:assert/strict';
 import { execFile } from 'node:child_process';
 import https from 'node:https';
+import tls from 'node:tls';
 import path from 'node:path';
 import { after, before, describe, test } from 'node:test';
 import { fileURLToPath } from 'node:url';
@@ -19,7 +20,9 @@ const HERE = path.dirname(fileURLToPath(import.meta.url));
 function request(ca, port, method, urlPath, { headers = {}, body } = {}) {
         return new Promise((resolve, reject) => {
                 const req = https.request(
-                        { hostname: '127.0.0.1', port, path: urlPath, method, headers, ca, timeout: 60000 },
+                        { hostname: '127.0.0.1', port, path: urlPath, method, headers, ca, timeout: 60000,
+                          // the cert names 127.0.0.1, where the test connects; Host names the sandbox
+                          checkServerIdentity: (_host, cert) => tls.checkServerIdentity('127.0.0.1', cert) },
                         (res) => {
                                 const chunks = [];
                                 res.on('data', (c) => chunks.push(c));
@@ -60,7 +63,9 @@ describe('E2B SDK against sandboxd (issue 36)', () => {
 
         before(async () => {
                 d = new Daemon();
-                d.env.SANDBOXD_MAX_FILE_SIZE = '1m'; // the upload cap, tested below
+                d.env.SANDBOXD_MAX_FILE_SIZE = '64m'; // the upload cap (E2B_UPLOAD_MAX's), tested below
+                d.env.SANDBOXD_E2B_DOMAIN = 'sbx.test'; // getHost(port) names: the tests set Host on 127.0.0.1
+                d.env.SANDBOXD_E2B_PROXY_MAX_PER_USER = '1'; // an open WebSocket holds the one slot (e2b_host_program.mjs)
                 ({ ca, port } = await d.startHttps());
                 const mint = async (user) => {
                         const r = await socketRequest(d.adminSocket, { cmd: 'token.create', user, role: 'agent', format: 'e2b' });
@@ -76,7 +81,7 @@ describe('E2B SDK against sandboxd (issue 36)', () => {
         });
 
         /** Run a program of tests/js/ with the three variables and the test's CA. */
-        const runProgram = (name) =>
+        const runProgram = (name, extra = {}) =>
                 new Promise((resolve) =>
                         execFile(
                                 process.execPath,
@@ -89,6 +94,8 @@ describe('E2B SDK against sandboxd (issue 36)', () => {
                                                 E2B_API_KEY: keyA,
                                                 NODE_EXTRA_CA_CERTS: path.join(d.dir, 'ca.pem'),
                                                 RUN_TAG: `t${RUN_ID}`.toLowerCase().replace(/[^a-z0-9]/g, '').slice(0, 40),
+                                                E2B_PORT: String(port),
+                                                ...extra,
                                         },
                                         timeout: 240000,
                                         maxBuffer: 1 << 20,
@@ -96,6 +103,86 @@ describe('E2B SDK against sandboxd (issue 36)', () => {
                                 (err, stdout, stderr) => resolve({ stdout, stderr, code: err ? err.code : 0 }),
                         ),
                 );
+
+        test('getHost(port): a server in the sandbox through {port}-{id}.{domain}; closed port 502; unknown 404; allowPublicTraffic false needs the token; a WebSocket both ways, holding its slot until closed', async () => {
+                const { stdout, stderr, code } = await runProgram('e2b_host_program.mjs');
+                assert.equal(code, 0, `the getHost program failed:\n${stderr}\n${stdout}\n--- daemon log:\n${d.logTail()}`);
+                const out = JSON.parse(stdout.trim().split('\n').pop());
+                assert.match(out.host, /^8123-[a-z0-9]{20}\.sbx\.test$/);
+                assert.deepEqual(out.get, { status: 200, body: 'hello through getHost', length: '21' });
+                assert.equal(out.missing, 404); // the server's own 404, path and query passed on
+                assert.equal(out.closed.status, 502);
+                assert.match(out.closed.body, /nothing answered on port 8124/);
+                assert.deepEqual(out.header, { status: 200, body: 'hello through getHost' });
+                assert.equal(out.unknown, 404);
+                assert.deepEqual(out.privWith, { status: 200, body: 'hello through getHost', tokenSet: true });
+                assert.equal(out.privNone, 404);
+                assert.equal(out.privWrong, 404);
+                assert.deepEqual(out.ws, {
+                        status: 101,
+                        accepted: true,
+                        first: { op: 1, data: 'ready' },
+                        echo: { op: 1, data: 'echo: hello ws' },
+                        echo2: { op: 2, data: 'echo: binary too' },
+                        busy: 429, // e2b_proxy_max_per_user 1, held by the open WebSocket
+                        closeFrame: { op: 8, data: '' },
+                        after: 200,
+                });
+                assert.deepEqual(out.wsPriv, { none: 404, wrong: 404, own: 101, first: 'ready', echo: 'echo: private' });
+        });
+
+        test('getHost(port) of another user\'s private sandbox with that user\'s own token: 404', async () => {
+                const mk = async (key, body) => {
+                        const r = await request(ca, port, 'POST', '/sandboxes', {
+                                headers: { 'X-API-Key': key, 'Content-Type': 'application/json' },
+                                body: JSON.stringify(body),
+                        });
+                        assert.equal(r.status, 201, r.body.toString());
+                        return JSON.parse(r.body);
+                };
+                const a = await mk(keyA, { templateID: 'base', timeout: 300, network: { allowPublicTraffic: false } });
+                const b = await mk(keyB, { templateID: 'base', timeout: 300 });
+                try {
+                        assert.equal(a.domain, 'sbx.test');
+                        const r = await request(ca, port, 'GET', '/', {
+                                headers: { Host: `8123-${a.sandboxID}.sbx.test`, 'e2b-traffic-access-token': b.trafficAccessToken },
+                        });
+                        assert.equal(r.status, 404, r.body.toString());
+                        const ws = await request(ca, port, 'GET', '/', {
+                                headers: {
+                                        Host: `8125-${a.sandboxID}.sbx.test`,
+                                        'e2b-traffic-access-token': b.trafficAccessToken,
+                                        Connection: 'Upgrade',
+                                        Upgrade: 'websocket',
+                                        'Sec-WebSocket-Key': 'dGhlIHNhbXBsZSBub25jZQ==',
+                                        'Sec-WebSocket-Version': '13',
+                                },
+                        });
+                        assert.equal(ws.status, 404, ws.body.toString()); // the upgrade too
+                        const bad = await request(ca, port, 'POST', '/sandboxes', {
+                                headers: { 'X-API-Key': keyA, 'Content-Type': 'application/json' },
+                                body: JSON.stringify({ templateID: 'base', network: { allowOut: ['1.2.3.4'] } }),
+                        });
+                        assert.equal(bad.status, 400, bad.body.toString());
+                } finally {
+                        for (const [k, s] of [[keyA, a], [keyB, b]])
+                                await request(ca, port, 'DELETE', `/sandboxes/${s.sandboxID}`, { headers: { 'X-API-Key': k } });
+                }
+        });
+
+        test('uploads: 50 MB written and read back byte-exact; 1 GiB streamed is refused early, the daemon not buffering it', async () => {
+                const { stdout, stderr, code } = await runProgram('e2b_upload_program.mjs', { DAEMON_PID: String(d.proc.pid) });
+                assert.equal(code, 0, `the upload program failed:\n${stderr}\n${stdout}\n--- daemon log:\n${d.logTail()}`);
+                const out = JSON.parse(stdout.trim().split('\n').pop());
+                console.log(`upload figures: ${JSON.stringify(out)}`);
+                assert.deepEqual(out.big, { size: 50 * 1024 * 1024, same: true });
+                // refused mid-stream: the connection closed past the 64 MiB cap (libmicrohttpd cannot
+                // answer in the middle of a body), so the SDK's fetch fails; nothing is written
+                assert.notEqual(out.huge, 'written', stdout);
+                assert.ok(out.given < 256 * 1024 * 1024, `the stream gave ${out.given} bytes before the refusal`);
+                assert.ok(out.hwmAfter - out.hwmBefore < 300 * 1024 * 1024, `the daemon's VmHWM grew by ${out.hwmAfter - out.hwmBefore}`);
+                assert.equal(out.hugeExists, false);
+        });
 
         test('a token in E2B spelling passes the SDK key check and the daemon', () => {
                 assert.match(keyA, /^e2b_[0-9a-f]+$/);
@@ -133,6 +220,9 @@ describe('E2B SDK against sandboxd (issue 36)', () => {
                 assert.equal(out.killedCmd, true);
                 assert.equal(out.sleeperEnd, 'CommandExitError');
                 assert.equal(out.outside, 'InvalidArgumentError');
+                assert.equal(out.asRoot, 'InvalidArgumentError: true');
+                assert.equal(out.asUser, 'ok\n');
+                assert.equal(out.writeAsRoot, 'InvalidArgumentError: true');
                 assert.equal(out.overTime, 'TimeoutError');
                 assert.equal(out.paused, true);
                 assert.equal(out.stateWhilePaused, 'paused');
@@ -152,6 +242,60 @@ describe('E2B SDK against sandboxd (issue 36)', () => {
                         );
         });
 
+        test('an unchanged E2B program with a PTY: tty, size, TERM, resize, input, kill, exit', async () => {
+                const { stdout, stderr, code } = await runProgram('e2b_pty_program.mjs');
+                assert.equal(code, 0, `the E2B PTY program failed:\n${stderr}\n${stdout}\n--- daemon log:\n${d.logTail()}`);
+                const out = JSON.parse(stdout.trim().split('\n').pop());
+                assert.ok(out.pid > 0);
+                assert.match(out.tty, /^\/dev\/pts\/\d+$/);
+                assert.equal(out.size, '30 100');
+                assert.equal(out.term, 'xterm-256color');
+                assert.equal(out.resized, '40 120');
+                assert.equal(out.listed, true);
+                assert.equal(out.connectedPid, out.pid);
+                assert.equal(out.connectedSaw, true);
+                assert.equal(out.connectedSawOld, false);
+                assert.equal(out.connectedCmd, 'got:later\n');
+                assert.equal(out.killed, true);
+                assert.equal(out.end, 'CommandExitError');
+                assert.equal(out.exitCode, 7);
+                assert.equal(out.sandboxKilled, true);
+        });
+
+        test('an unchanged E2B program: getInfo, getMetrics, fork keeps files then diverges, createSnapshot then create from it; another key: NotFoundError', async () => {
+                const { stdout, stderr, code } = await runProgram('e2b_ops_program.mjs', { OTHER_KEY: keyB });
+                assert.equal(code, 0, `the E2B program failed:\n${stderr}\n${stdout}\n--- daemon log:\n${d.logTail()}`);
+                const out = JSON.parse(stdout.trim().split('\n').pop());
+                assert.equal(out.info, true);
+                assert.equal(out.metrics.length, 1);
+                const [m] = out.metrics;
+                assert.ok(m.cpuCount >= 1, JSON.stringify(m));
+                assert.ok(m.cpuUsedPct >= 0 && m.cpuUsedPct <= 100, JSON.stringify(m));
+                assert.ok(m.memUsed > 0 && m.memTotal >= m.memUsed, JSON.stringify(m));
+                assert.ok(m.diskUsed >= 0, JSON.stringify(m));
+                assert.equal(m.when, true);
+                assert.equal(out.forks, 1);
+                assert.notEqual(out.forkId, out.sourceId);
+                assert.match(out.forkId, /^[a-z0-9]+$/);
+                assert.equal(out.forkRead, 'written before the fork');
+                assert.equal(out.forkHasAfter, true);
+                assert.equal(out.sourceHasAfter, false);
+                assert.equal(out.forkReadAgain, 'written before the fork');
+                assert.equal(out.forkMetrics, 1);
+                assert.match(out.snapshotId, /^snap-/);
+                assert.equal(out.snapshotNames.length, 1);
+                assert.equal(out.restoredRead, 'changed in the source'); // as at the snapshot, not as after it
+                assert.equal(out.restoredOtherId, true);
+                assert.match(out.otherCreate, /Error$/);
+                assert.notEqual(out.otherCreate, 'no error');
+                assert.deepEqual(out.otherTenant, {
+                        getInfo: 'NotFoundError',
+                        getMetrics: 'NotFoundError',
+                        fork: 'NotFoundError',
+                        createSnapshot: 'NotFoundError',
+                });
+        });
+
         test('an unchanged @e2b/code-interpreter program: runCode state, a PNG chart, a DataFrame, a traceback, contexts', async () => {
                 const { stdout, stderr, code } = await runProgram('e2b_code_program.mjs');
                 assert.equal(code, 0, `the program failed:\n${stderr}\n${stdout}\n--- daemon log:\n${d.logTail()}`);
@@ -159,6 +303,7 @@ describe('E2B SDK against sandboxd (issue 36)', () => {
                 assert.equal(out.text, '42');
                 assert.equal(out.stdout, 'side\n');
                 assert.ok(out.count >= 2);
+                assert.equal(out.streamed, 'ready\nsaw go\n', 'runCode did not stream its output as it came');
                 assert.equal(out.png, true, 'no PNG result');
                 assert.equal(out.html, true, 'no HTML result');
                 assert.deepEqual(out.error, { name: 'ZeroDivisionError', hasTraceback: true });
@@ -285,6 +430,7 @@ describe('E2B SDK against sandboxd (issue 36)', () => {
                                         '/process.Process/SendInput',
                                         '/process.Process/SendSignal',
                                         '/process.Process/CloseStdin',
+                                        '/process.Process/Update',
                                         '/filesystem.Filesystem/Stat',
                                         '/filesystem.Filesystem/ListDir',
                                         '/filesystem.Filesystem/MakeDir',
@@ -305,6 +451,13 @@ describe('E2B SDK against sandboxd (issue 36)', () => {
                                         'application/connect+json',
                                 );
                                 assert.equal(start.status, 404);
+                                const connect = await envd(
+                                        b.envdAccessToken,
+                                        '/process.Process/Connect',
+                                        envelope({ process: { pid: 1 } }),
+                                        'application/connect+json',
+                                );
+                                assert.equal(connect.status, 404);
                                 for (const [m, p, sport] of [
                                         ['GET', '/files?path=/home/user/x', '49983'],
                                         ['POST', '/files?path=/home/user/x', '49983'],
@@ -344,8 +497,40 @@ describe('E2B SDK against sandboxd (issue 36)', () => {
                         assert.match(JSON.parse(unknownTemplate.body).message, /base, code-interpreter-v1/);
                         const unknownField = await api(keyA, 'POST', '/sandboxes', { templateID: 'base', bogus: 1 });
                         assert.equal(unknownField.status, 400);
+                        const forkBogus = await api(keyA, 'POST', `/sandboxes/${id}/fork`, { count: 1, bogus: 1 });
+                        assert.equal(forkBogus.status, 400);
+                        assert.match(JSON.parse(forkBogus.body).message, /unknown field bogus/);
+                        for (const body of [{ count: 0 }, { count: 11 }, { count: 1.5 }, { timeout: 'x' }, '{"count": 1,']) {
+                                const r = await api(keyA, 'POST', `/sandboxes/${id}/fork`, body);
+                                assert.equal(r.status, 400, `fork ${JSON.stringify(body)}: ${r.status} ${r.body}`);
+                        }
+                        // one rule for every timeout: whole seconds, 1 (0 for setTimeout) to session_ttl_max
+                        for (const [route, body, floor] of [
+                                ['/sandboxes', { templateID: 'base', timeout: 1.5 }, 1],
+                                ['/sandboxes', { templateID: 'base', timeout: 0 }, 1],
+                                [`/sandboxes/${id}/fork`, { timeout: 0 }, 1],
+                                [`/sandboxes/${id}/timeout`, { timeout: -1 }, 0],
+                                ['/sandboxes', { templateID: 'snap-0123456789abcdef', timeout: '10' }, 1],
+                        ]) {
+                                const r = await api(keyA, 'POST', route, body);
+                                assert.equal(r.status, 400, `${route} ${JSON.stringify(body)}: ${r.status} ${r.body}`);
+                                assert.match(JSON.parse(r.body).message, new RegExp(`timeout must be whole seconds, ${floor}-\\d+`));
+                        }
+                        const noSnap = await api(keyA, 'POST', '/sandboxes', { templateID: 'snap-0123456789abcdef', timeout: 10 });
+                        assert.equal(noSnap.status, 400, noSnap.body.toString());
+                        assert.match(JSON.parse(noSnap.body).message, /unknown template or snapshot/);
+                        const snapMeta = await api(keyA, 'POST', '/sandboxes', { templateID: 'snap-0123456789abcdef', metadata: { a: 'b' } });
+                        assert.equal(snapMeta.status, 400);
+                        assert.match(JSON.parse(snapMeta.body).message, /metadata cannot be given with a snapshot/);
+                        const snapBogus = await api(keyA, 'POST', `/sandboxes/${id}/snapshots`, { name: 'x', bogus: 1 });
+                        assert.equal(snapBogus.status, 400);
+                        assert.match(JSON.parse(snapBogus.body).message, /unknown field bogus/);
+                        for (const q of ['start=abc', 'end=-1', 'start=1e3']) {
+                                const r = await api(keyA, 'GET', `/sandboxes/${id}/metrics?${q}`);
+                                assert.equal(r.status, 400, `metrics ?${q}: ${r.status} ${r.body}`);
+                        }
                         const list = await api(keyA, 'GET', '/v2/sandboxes');
-                        assert.equal(JSON.parse(list.body).length, 1, 'a refused create made a sandbox');
+                        assert.equal(JSON.parse(list.body).length, 1, 'a refused create or fork made a sandbox');
 
                         const unary = await envd(token, '/filesystem.Filesystem/ListDir', '{"path": ');
                         assert.equal(unary.status, 400);
@@ -388,12 +573,64 @@ describe('E2B SDK against sandboxd (issue 36)', () => {
                                         'E2b-Sandbox-Port': '49983',
                                         'X-Access-Token': token,
                                         'Content-Type': 'application/octet-stream',
+                                        // past the 64 MiB cap, refused from the headers: the body never sent
+                                        'Content-Length': String(1024 * 1024 * 1024),
                                 },
-                                body: Buffer.alloc(2 * 1024 * 1024, 1),
+                                body: Buffer.alloc(64 * 1024, 1),
                         }).catch((e) => ({ status: 'reset', error: e }));
-                        assert.ok(up.status === 413 || up.status === 'reset', `upload past the cap: ${up.status}`);
+                        assert.ok(up.status === 413 || up.status === 'reset', `upload past the cap: ${up.status} ${up.body}`);
                         const ls = await envd(token, '/filesystem.Filesystem/ListDir', JSON.stringify({ path: '/home/user' }));
                         assert.ok(!JSON.stringify(JSON.parse(ls.body)).includes('big.bin'));
+                });
+
+                test('PTY sizes out of range or missing: a client error, nothing runs', async () => {
+                        for (const pty of [{ size: { cols: 0, rows: 24 } }, { size: { cols: 80, rows: 1001 } }, { size: { cols: 80 } }, {}]) {
+                                const r = await envd(
+                                        token,
+                                        '/process.Process/Start',
+                                        envelope({ process: { cmd: '/bin/sh', args: ['-c', 'touch /workspace/ran'] }, pty }),
+                                        'application/connect+json',
+                                );
+                                const f = frames(r.body);
+                                assert.equal(f.length, 1, `${JSON.stringify(pty)}: ${r.body}`);
+                                assert.equal(f[0].msg.error?.code, 'invalid_argument', `${JSON.stringify(pty)}: ${r.body}`);
+                        }
+                        // a terminal to resize: Update refuses a bad size and takes a good one
+                        const started = envd(
+                                token,
+                                '/process.Process/Start',
+                                envelope({ process: { cmd: '/bin/sh', args: ['-c', 'read x; stty size'] }, pty: { size: { cols: 80, rows: 24 } } }),
+                                'application/connect+json',
+                        );
+                        let pid = 0;
+                        for (const until = Date.now() + 60000; !pid && Date.now() < until; ) {
+                                const l = await envd(token, '/process.Process/List', '{}');
+                                pid = JSON.parse(l.body).processes[0]?.pid ?? 0;
+                                if (!pid) await new Promise((r) => setTimeout(r, 50));
+                        }
+                        assert.ok(pid > 0, 'the PTY process never appeared in List');
+                        const update = (size) =>
+                                envd(token, '/process.Process/Update', JSON.stringify({ process: { pid }, pty: { size } }));
+                        for (const size of [{ cols: 0, rows: 5 }, { cols: 5, rows: 70000 }, { cols: 'x', rows: 5 }]) {
+                                const r = await update(size);
+                                assert.equal(r.status, 400, `${JSON.stringify(size)}: ${r.status} ${r.body}`);
+                                assert.equal(JSON.parse(r.body).code, 'invalid_argument');
+                        }
+                        const ok = await update({ cols: 33, rows: 11 });
+                        assert.equal(ok.status, 200, ok.body.toString());
+                        const input = await envd(
+                                token,
+                                '/process.Process/SendInput',
+                                JSON.stringify({ process: { pid }, input: { pty: Buffer.from('go\n').toString('base64') } }),
+                        );
+                        assert.equal(input.status, 200, input.body.toString());
+                        const f = frames((await started).body);
+                        const pty = Buffer.concat(f.filter((x) => x.msg.event?.data?.pty).map((x) => Buffer.from(x.msg.event.data.pty, 'base64')));
+                        assert.match(pty.toString(), /11 33/);
+                        assert.ok(!f.some((x) => x.msg.event?.data?.stdout), 'a PTY sent stdout data');
+                        assert.equal(f.find((x) => x.msg.event?.end)?.msg.event.end.exitCode, 0);
+                        const none = await envd(token, '/filesystem.Filesystem/Stat', JSON.stringify({ path: '/home/user/ran' }));
+                        assert.equal(none.status, 404, 'a refused PTY start ran its command');
                 });
 
                 /** Start cmd with args and gather its stdout. */

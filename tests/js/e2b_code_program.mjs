@@ -11,6 +11,21 @@ try {
         out.text = r.text;
         out.stdout = r.logs.stdout.join('');
         out.count = r.executionCount;
+        // runCode streams: the cell waits for a file that its own onStdout
+        // callback writes when "ready" arrives; were the lines sent only at the
+        // cell's end, the cell would run out its timeout and never see it
+        let released = null;
+        const streamed = await sbx.runCode(
+                'import os, time\nprint("ready", flush=True)\nfor _ in range(600):\n    if os.path.exists("/workspace/go"):\n        break\n    time.sleep(0.05)\nprint("saw go" if os.path.exists("/workspace/go") else "no go", flush=True)',
+                {
+                        timeoutMs: 60000,
+                        onStdout: (m) => {
+                                if (!released && String(m.line ?? m).includes('ready')) released = sbx.files.write('/home/user/go', 'x');
+                        },
+                },
+        );
+        await released;
+        out.streamed = streamed.logs.stdout.join('');
         const chart = await sbx.runCode(
                 'import matplotlib\nmatplotlib.use("agg")\nimport matplotlib.pyplot as plt\n%matplotlib inline\nplt.plot([1, 2, 3])\nplt.show()',
         );

@@ -55,6 +55,16 @@ try {
         } catch (e) {
                 out.sleeperEnd = e.constructor.name;
         }
+        // one user inside: root is refused with the reason, never run as user
+        out.asRoot = await sbx.commands.run('id -u', { user: 'root' }).then(
+                (r) => `ran as ${r.stdout.trim()}`,
+                (e) => `${e.constructor.name}: ${/root is not available/.test(e.message)}`,
+        );
+        out.asUser = (await sbx.commands.run('echo ok', { user: 'user' })).stdout;
+        out.writeAsRoot = await sbx.files.write('/home/user/root.txt', 'x', { user: 'root' }).then(
+                () => 'written',
+                (e) => `${e.constructor.name}: ${/root is not available/.test(e.message)}`,
+        );
         out.outside = await sbx.files.read('/etc/passwd').then(
                 () => 'read it',
                 (e) => e.constructor.name,

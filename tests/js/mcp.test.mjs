@@ -248,6 +248,17 @@ function commonScenarios(getClient, session) {
                 r = await getClient().callTool({ name: 'exec', arguments: { command: 42 } });
                 assert.equal(r.isError, true);
                 assert.match(r.content[0].text, /arguments\.command: expected string/);
+
+                // argv: a program and its arguments, no shell between (issue 36)
+                r = await call('exec', { argv: ['printf', '%s|', 'a b', '$HOME'] });
+                assert.equal(r.isError ?? false, false, JSON.stringify(r));
+                assert.equal(r.structuredContent.stdout, 'a b|$HOME|');
+                r = await getClient().callTool({ name: 'exec', arguments: { argv: [] } });
+                assert.equal(r.isError, true);
+                assert.match(r.content[0].text, /arguments\.argv: must have at least 1/);
+                r = await getClient().callTool({ name: 'exec', arguments: {} });
+                assert.equal(r.isError, true);
+                assert.match(r.content[0].text, /command|argv/);
         });
 
         check('progress notifications follow a slow command', async () => {

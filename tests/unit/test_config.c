@@ -215,14 +215,14 @@ Test(config, values_units_and_quotes)
                 "instance = \"ci-1\"\n"
                 "image = \"my image # not a comment\"\n"
                 "[node]\n"
-                "heartbeat = 250ms\n"
+                "fence = 250ms\n"
                 "limits.sessions = 7 # a dotted key anywhere\n"
                 "\n");
         cr_assert_eq(config_load(path, &cfg, &err), 0, "%s", err.msg);
         cr_assert_eq(cfg.memory_bytes, 512LL << 20);
         cr_assert_eq(cfg.nano_cpus, 1500000000LL);
         cr_assert_eq(cfg.idle_timeout_s, 7200);
-        cr_assert_eq(cfg.node_heartbeat_ms, 250);
+        cr_assert_eq(cfg.node_fence_ms, 250);
         cr_assert_eq(cfg.max_sessions, 7);
         cr_assert_eq(cfg.port_range_lo, 30000);
         cr_assert_eq(cfg.port_range_hi, 30099);

@@ -1,10 +1,13 @@
 /* Unit tests of egress_policy: patterns and their ports, host names, the
  * SSRF guard over every special range, CIDR lists, resolver overrides. */
 #include <arpa/inet.h>
+#include <cjson/cJSON.h>
 #include <criterion/criterion.h>
+#include <errno.h>
 #include <string.h>
 
 #include "sandboxd/egress_policy.h"
+#include "sandboxd/egress_rules.h"
 
 static const char *canon(const char *p, bool star)
 {
@@ -167,4 +170,54 @@ Test(egress_policy, overrides_and_upstream)
         cr_assert_lt(egress_upstream_parse("https://proxy.corp:3128", host, &port, NULL), 0);
         cr_assert_lt(egress_upstream_parse("http://proxy.corp", host, &port, NULL), 0);
         cr_assert_lt(egress_upstream_parse("http://proxy.corp:3128/path", host, &port, NULL), 0);
+}
+
+static int net_parse(const char *json, struct egress_net *n)
+{
+        cJSON *v = json ? cJSON_Parse(json) : NULL;
+        struct sbx_error err = {0};
+        int r;
+
+        cr_assert(!json || v, "bad test json %s", json);
+        r = egress_net_parse(v, n, &err);
+        cJSON_Delete(v);
+        return r;
+}
+
+Test(egress_policy, network_per_execution_is_parsed_strictly)
+{
+        static struct egress_net n;
+
+        cr_assert_eq(net_parse(NULL, &n), 0);
+        cr_assert(!n.set);
+        cr_assert_eq(net_parse("null", &n), 0);
+        cr_assert(!n.set);
+        cr_assert_eq(net_parse("\"none\"", &n), 0);
+        cr_assert(n.set);
+        cr_assert_eq(n.n_allow, 0);
+        cr_assert_eq(net_parse("{\"allow\": [\"PyPI.org\", \"*.npmjs.org:443\"]}", &n), 0);
+        cr_assert(n.set);
+        cr_assert_eq(n.n_allow, 2);
+        cr_assert_str_eq(n.allow[0], "pypi.org");
+        cr_assert_str_eq(n.allow[1], "*.npmjs.org:443");
+        const char *bad[] = {
+                "5",
+                "true",
+                "\"None\"",
+                "\"all\"",
+                "[\"a.com\"]",
+                "{}",
+                "{\"allow\": \"a.com\"}",
+                "{\"allow\": []}",
+                "{\"allow\": [1]}",
+                "{\"allow\": [null]}",
+                "{\"allow\": [\"*\"]}",
+                "{\"allow\": [\"a b\"]}",
+                "{\"allow\": [\"a.com:0\"]}",
+                "{\"allow\": [\"a.com\"], \"deny\": []}",
+                "{\"Allow\": [\"a.com\"]}",
+                "{\"allow\": [\"a\",\"b\",\"c\",\"d\",\"e\",\"f\",\"g\",\"h\",\"i\",\"j\",\"k\",\"l\",\"m\",\"n\","
+                "\"o\",\"p\",\"q\"]}"};
+        for (size_t i = 0; i < sizeof(bad) / sizeof(bad[0]); i++)
+                cr_assert_eq(net_parse(bad[i], &n), -EINVAL, "%s must be refused", bad[i]);
 }

@@ -718,7 +718,8 @@ Test(mcp, tools_call_argument_errors_are_tool_errors)
                 const char *args;
                 const char *needle;
         } cases[] = {
-                {"{}", "arguments.command: is required"},
+                {"{\"argv\":[]}", "arguments.argv: must have at least 1"},
+                {"{\"argv\":[\"ls\",7]}", "arguments.argv[1]: expected string"},
                 {"{\"command\":5}", "arguments.command: expected string"},
                 {"{\"command\":\"\"}", "arguments.command: must be at least 1"},
                 {"{\"command\":\"ls\",\"timeout_seconds\":0}", "timeout_seconds: must be at least 1"},

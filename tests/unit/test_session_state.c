@@ -165,3 +165,35 @@ Test(session_state, every_transition_is_driven_and_every_other_refused)
         cr_assert_eq(driven + refused, (size_t)SESSION_T_COUNT * SESSION_STATE_COUNT * SESSION_STATE_COUNT);
         cr_assert_gt(refused, driven, "the table allows fewer changes than it refuses");
 }
+
+/* session_owner: the index by id alone finds the one user of an id, refuses
+ * an id two users share or nobody has, and forgets a session unlinked from
+ * the table (the E2B proxy's sandbox lookup, which no longer scans). */
+Test(session_state, the_owner_of_an_id_comes_from_the_index)
+{
+        struct sbx_error err = {0};
+        struct session *a, *b, *c;
+        char user[SESSION_KEY_MAX + 1] = "";
+
+        cr_assert_eq(session_lookup_ref(mgr, "alice", "shared", true, &a, &err), 0, "%s", err.msg);
+        cr_assert_eq(session_lookup_ref(mgr, "bob", "shared", true, &b, &err), 0, "%s", err.msg);
+        cr_assert_eq(session_lookup_ref(mgr, "alice", "own", true, &c, &err), 0, "%s", err.msg);
+        cr_assert_eq(session_owner(mgr, "own", user, sizeof(user)), 0);
+        cr_assert_str_eq(user, "alice");
+        cr_assert_eq(session_owner(mgr, "shared", user, sizeof(user)), -ENOENT, "two users: nobody's");
+        cr_assert_eq(session_owner(mgr, "nobody", user, sizeof(user)), -ENOENT);
+        cr_assert_eq(session_owner(mgr, "ow", user, sizeof(user)), -ENOENT, "a prefix is not the id");
+
+        pthread_mutex_lock(&mgr->lock);
+        session_unlink_locked(mgr, a);
+        pthread_mutex_unlock(&mgr->lock);
+        cr_assert_eq(session_owner(mgr, "shared", user, sizeof(user)), 0, "the unlinked one is gone from the index");
+        cr_assert_str_eq(user, "bob");
+        pthread_mutex_lock(&mgr->lock);
+        session_unlink_locked(mgr, c);
+        pthread_mutex_unlock(&mgr->lock);
+        cr_assert_eq(session_owner(mgr, "own", user, sizeof(user)), -ENOENT);
+        session_unref(a);
+        session_unref(b);
+        session_unref(c);
+}

@@ -1,0 +1,83 @@
+/* secrets.h — per-user secrets (issue 37): write-only values, sealed at rest
+ * under the operator's key file, bound to the hosts they may be sent to.
+ *
+ * The key file (config secrets_key_file) holds 64 hex digits: a 256-bit
+ * AES-256-GCM key. It must be a regular file outside data_dir, owned by the
+ * daemon's user and readable by it alone (mode 0600 or 0400): otherwise the
+ * secrets are not opened and the daemon refuses to start. `sandboxctl
+ * secret keygen PATH` writes a new one. Without a key file the secret
+ * methods answer unavailable.
+ *
+ * A value is sealed as base64(nonce(12) || ciphertext || tag(16)), a fresh
+ * random nonce per seal, with "user\0name" as the additional data: a sealed
+ * row copied to another user or name fails to open, as does any flipped
+ * bit. An opened value is a struct secret_value, wiped when freed; it is
+ * never formatted, logged, audited or returned by any method. */
+#ifndef SANDBOXD_SECRETS_H
+#define SANDBOXD_SECRETS_H
+
+#include <cjson/cJSON.h>
+#include <stdbool.h>
+#include <stddef.h>
+
+#include "sandboxd/common.h"
+
+struct store;
+
+#define SECRETS_KEY_LEN 32
+#define SECRETS_NAME_MAX 64     /* [A-Z_][A-Z0-9_]{0,63} */
+#define SECRETS_VALUE_MAX 8192  /* bytes of one value */
+#define SECRETS_MAX_HOSTS 8     /* hostnames one secret may go to */
+#define SECRETS_HEADER_MAX 64   /* an HTTP header name: [A-Za-z0-9-] */
+#define SECRETS_MAX_PER_USER 64 /* secrets one user holds */
+
+/* The loaded key (wiped on free). */
+struct secrets;
+
+/* An opened value: len bytes, NUL-terminated. Wiped by secret_value_free. */
+struct secret_value {
+        size_t len;
+        unsigned char bytes[];
+};
+void secret_value_free(struct secret_value *v);
+
+/* Load key_file, checking it: absolute, a regular file (no symlink), not
+ * under data_dir, mode without group or other bits, 64 hex digits. On
+ * failure err says why. */
+int secrets_open(const char *key_file, const char *data_dir, struct secrets **ret, struct sbx_error *err);
+void secrets_free(struct secrets *s);
+
+/* [A-Z_][A-Z0-9_]{0,63}: an environment variable name. */
+bool secrets_name_valid(const char *name);
+/* hosts: a JSON array of 1-SECRETS_MAX_HOSTS hostnames (no address
+ * literal, no wildcard, no port); *ret_json their canonical (lower case,
+ * deduplicated) JSON array, malloc'd. */
+int secrets_hosts_check(const cJSON *hosts, char **ret_json, struct sbx_error *err);
+
+/* Seal value for user's secret name (*ret malloc'd base64), and open it. */
+int secrets_seal(const struct secrets *s, const char *user, const char *name, const void *value, size_t len,
+                 char **ret);
+/* -EBADMSG when sealed was not made by this key for this user and name. */
+int secrets_unseal(const struct secrets *s, const char *user, const char *name, const char *sealed,
+                   struct secret_value **ret);
+
+/* The methods (store rows, audit rows naming the secret, never its value).
+ * s NULL (no key file): -EOPNOTSUPP. */
+int secrets_set(const struct secrets *s, struct store *st, const char *user, const char *name, const void *value,
+                size_t len, const cJSON *hosts, const char *header, const char *actor, struct sbx_error *err);
+int secrets_delete(struct store *st, const char *user, const char *name, const char *actor, struct sbx_error *err);
+/* {secrets: [{name, hosts, header, created_at, updated_at}], count, max_count}; NULL on OOM or a store error. */
+cJSON *secrets_list_json(struct store *st, const char *user);
+
+/* What the fronts share (API methods, admin commands): the arguments read
+ * from p ({name, value, hosts, header?} and {name}) for user, the answer
+ * made, e filled on failure (-1). s NULL: unavailable. */
+struct jparams;
+struct fronterr;
+int secrets_front_set(const struct secrets *s, struct store *st, const char *user, const struct jparams *p,
+                      const char *actor, cJSON **ret, struct fronterr *e);
+int secrets_front_delete(struct store *st, const char *user, const struct jparams *p, const char *actor, cJSON **ret,
+                         struct fronterr *e);
+int secrets_front_list(struct store *st, const char *user, cJSON **ret, struct fronterr *e);
+
+#endif

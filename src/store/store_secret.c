@@ -1,0 +1,127 @@
+/* store_secret.c — typed queries of the secrets table (issue 37). The
+ * store only ever sees a secret sealed (secrets.c seals and opens); list
+ * never reads the sealed column. Locking as in store.c: every function holds
+ * the store lock for its whole duration. */
+#include <errno.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "store_internal.h"
+
+#define SECRET_COLUMNS "user_id, name, hosts_json, header, created_at, updated_at"
+
+static void secret_from_row(struct store_query *q, void *p)
+{
+        struct store_secret *row = p;
+
+        memset(row, 0, sizeof(*row));
+        sq_col_text(q, 0, row->user_id, sizeof(row->user_id));
+        sq_col_text(q, 1, row->name, sizeof(row->name));
+        sq_col_text(q, 2, row->hosts_json, sizeof(row->hosts_json));
+        sq_col_text(q, 3, row->header, sizeof(row->header));
+        row->created_at = sq_col_int64(q, 4);
+        row->updated_at = sq_col_int64(q, 5);
+}
+
+int store_secret_put(struct store *s, const struct store_secret *row, const char *sealed, int max_per_user)
+{
+        STORE_LOCK(s);
+        _cleanup_(sq_end) struct store_query q = {};
+        int r;
+
+        if (!row || !sealed || !store_key_ok(row->user_id) || !row->name[0] || !row->hosts_json[0])
+                return -EINVAL;
+        /* a replacement never counts against the cap; one lock covers the check and the write */
+        r = sq_start(&q, s,
+                     "SELECT (SELECT COUNT(*) FROM secrets WHERE user_id = ?1), "
+                     "EXISTS (SELECT 1 FROM secrets WHERE user_id = ?1 AND name = ?2)");
+        if (r < 0)
+                return r;
+        sq_text(&q, row->user_id);
+        sq_text(&q, row->name);
+        r = sq_step(&q);
+        if (r < 0)
+                return r;
+        if (r > 0 && sq_col_int64(&q, 1) == 0 && sq_col_int64(&q, 0) >= max_per_user)
+                return -EDQUOT;
+        sq_end(&q);
+
+        r = sq_start(&q, s,
+                     "INSERT INTO secrets (user_id, name, hosts_json, header, sealed, created_at, updated_at) "
+                     "VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?6) ON CONFLICT (user_id, name) DO UPDATE SET "
+                     "hosts_json = excluded.hosts_json, header = excluded.header, sealed = excluded.sealed, "
+                     "updated_at = excluded.updated_at");
+        if (r < 0)
+                return r;
+        sq_text(&q, row->user_id);
+        sq_text(&q, row->name);
+        sq_text(&q, row->hosts_json);
+        sq_text_opt(&q, row->header);
+        sq_text(&q, sealed);
+        sq_int64(&q, row->updated_at);
+        r = sq_exec(&q);
+        return r < 0 ? r : 0;
+}
+
+int store_secret_get(struct store *s, const char *user, const char *name, struct store_secret *ret, char **ret_sealed)
+{
+        STORE_LOCK(s);
+        _cleanup_(sq_end) struct store_query q = {};
+        const unsigned char *text;
+        char *sealed = NULL;
+        int r;
+
+        if (!user || !name || !ret)
+                return -EINVAL;
+        r = sq_start(&q, s, "SELECT " SECRET_COLUMNS ", sealed FROM secrets WHERE user_id = ?1 AND name = ?2");
+        if (r < 0)
+                return r;
+        sq_text(&q, user);
+        sq_text(&q, name);
+        r = sq_step(&q);
+        if (r < 0)
+                return r;
+        if (r == 0)
+                return -ENOENT;
+        if (ret_sealed) {
+                text = sqlite3_column_text(q.stmt, 6);
+                sealed = strdup(text ? (const char *)text : "");
+                if (!sealed)
+                        return -ENOMEM;
+                *ret_sealed = sealed;
+        }
+        secret_from_row(&q, ret);
+        return 0;
+}
+
+int store_secret_list(struct store *s, const char *user, struct store_secret **ret, size_t *ret_n)
+{
+        STORE_LOCK(s);
+        _cleanup_(sq_end) struct store_query q = {};
+        int r;
+
+        if (!user || !ret || !ret_n)
+                return -EINVAL;
+        r = sq_start(&q, s, "SELECT " SECRET_COLUMNS " FROM secrets WHERE user_id = ?1 ORDER BY name");
+        if (r < 0)
+                return r;
+        sq_text(&q, user);
+        return SQ_COLLECT(&q, secret_from_row, ret, ret_n);
+}
+
+int store_secret_delete(struct store *s, const char *user, const char *name)
+{
+        STORE_LOCK(s);
+        _cleanup_(sq_end) struct store_query q = {};
+        int r;
+
+        if (!user || !name)
+                return -EINVAL;
+        r = sq_start(&q, s, "DELETE FROM secrets WHERE user_id = ?1 AND name = ?2");
+        if (r < 0)
+                return r;
+        sq_text(&q, user);
+        sq_text(&q, name);
+        r = sq_exec(&q);
+        return r < 0 ? r : r == 0 ? -ENOENT : 0;
+}

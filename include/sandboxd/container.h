@@ -78,7 +78,7 @@ void container_identity_drop(const struct sbx_config *cfg, uid_t uid);
 int container_workspace_purge(const struct sbx_config *cfg, const char *user, const char *session,
                               struct sbx_error *err);
 
-/* Create and start the hardened container, then require startup_checks
+/* Create and start the hardened container, then require CONTAINER_STARTUP_CHECKS
  * consecutive running inspections startup_check_interval_ms apart (the first
  * one immediately). If it exits or restarts inside that window the error
  * carries the exit code and the last log lines, and the container is removed.

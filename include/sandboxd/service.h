@@ -86,10 +86,10 @@ void service_set_runner(struct service_manager *m, struct runner_hub *h);
 
 /* name: 1-64 of [A-Za-z0-9_.-]. -EEXIST if that name is running; -EUSERS
  * past max_services_per_session; -E2BIG for a command over
- * max_command_size; -ENOENT for a missing workdir. */
+ * EXEC_MAX_COMMAND_BYTES; -ENOENT for a missing workdir. */
 int service_start(struct service_manager *m, const char *user, const char *session, const char *name,
                   const char *command, const char *workdir, struct service_info *ret, struct sbx_error *err);
-/* SIGTERM, wait service_stop_grace, SIGKILL: on the runner to the service's
+/* SIGTERM, wait SERVICE_STOP_GRACE_MS, SIGKILL: on the runner to the service's
  * whole tree; on the fallback to its group, then a last-resort kill of every
  * process carrying the service's marker. -ENOENT if unknown. */
 int service_stop(struct service_manager *m, const char *user, const char *session, const char *name,

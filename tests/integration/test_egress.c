@@ -2,7 +2,7 @@
  * 14): python's urllib and curl inside, from the environment's proxy variables, via
  * the runner's 127.0.0.1:3128, the session's egress.sock and the daemon's
  * proxy, to upstream servers on the host's loopback (reached by name through
- * egress_resolve, allowed by egress_allow_private = 127.0.0.1/32).
+ * egress.resolve, allowed by egress.allow_private = 127.0.0.1/32).
  * tests/unit/test_egress.c drives curl host-side too. Traffic goes only to
  * 127.0.0.1. */
 #include <arpa/inet.h>

@@ -550,7 +550,7 @@ Test(isolation, one_local_user_cannot_take_every_connection)
 #define PREAUTH_CONNS 40
 
 /* Issue 24: with the defaults, one local uid running many agents holds a
- * connection for each (the per-uid cap is max_sessions, not 16), while
+ * connection for each (the per-uid cap is limits.sessions, not 16), while
  * connections that have not shown a token are capped per uid (32): uid
  * nobody authenticates AGENT_CONNS connections, all answered, then opens
  * PREAUTH_CONNS idle ones, of which 32 are held and the rest turned away. */
@@ -735,7 +735,7 @@ Test(isolation, idle_and_unauthenticated_connections_are_closed)
 
         line = apic_read_line(authed, 60000);
         cr_assert_not_null(line, "an idle authenticated connection was never closed");
-        cr_assert_not_null(strstr(line, "connection_idle_timeout"), "%s", line);
+        cr_assert_not_null(strstr(line, "connections.idle_timeout"), "%s", line);
         free(line);
         cr_assert(closed_by_daemon(authed), "the idle connection stayed open");
 

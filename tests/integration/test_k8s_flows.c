@@ -890,7 +890,7 @@ Test(k8s_flows, gc_and_reconciliation_after_a_restart_leak_no_pod_claim_or_polic
  * starts: the testbed has no provisioner, the claim stays Pending), and the
  * daemon and --gc, between them, leave none behind: a purge deletes the claim
  * at once; a session destroyed without purge keeps its claim with its
- * workspace, until --gc takes the workspace past workspace_retention. */
+ * workspace, until --gc takes the workspace past gc.workspace_retention. */
 Test(k8s_flows, pvc_mode_claims_go_with_a_purge_and_with_gc)
 {
         NEED_CLUSTER();
@@ -920,7 +920,7 @@ Test(k8s_flows, pvc_mode_claims_go_with_a_purge_and_with_gc)
         cr_expect(TESTENV_WAIT_UNTIL(kcount_live("persistentvolumeclaims", sel) == 1, 30000),
                   "the purge took p0's claim, p1 keeps its own: %s", knames("persistentvolumeclaims", sel));
         daemon_stop(SIGTERM);
-        sbx_sleep_ms(1100); /* not a wait: p1's workspace ages past workspace_retention (1 s) */
+        sbx_sleep_ms(1100); /* not a wait: p1's workspace ages past gc.workspace_retention (1 s) */
         cr_expect_eq(run_gc(), 0, "sandboxd --gc");
         cr_expect(TESTENV_WAIT_UNTIL(kcount_live("persistentvolumeclaims", sel) == 0, 30000),
                   "--gc took p1's workspace and its claim: %s", knames("persistentvolumeclaims", sel));

@@ -322,7 +322,7 @@ static bool fenced(void *ud)
 
 Test(node, a_node_gone_past_node_fence_fences_its_sessions)
 {
-        /* timeout_s: the test's own bound, not exec_timeout_default (a hidden deadline under load) */
+        /* timeout_s: the test's own bound, not exec.timeout_default (a hidden deadline under load) */
         struct exec_request req = {
                 .user = "u1", .session = "s1", .command = "echo before; sleep 600", .timeout_s = 600, .actor = "test"};
         struct exec_result res;
@@ -906,7 +906,7 @@ Test(node, a_node_that_comes_back_is_told_only_its_own_sessions)
         pid_t pids[2];
         int code = -1;
 
-        open_with_two_nodes(0, pids); /* node_fence 30 s: nothing is fenced here */
+        open_with_two_nodes(0, pids); /* node.fence 30 s: nothing is fenced here */
         free(fixture_run(d, "s1", "true", 0, &code));
         free(fixture_run(d, "s2", "true", 0, &code));
         snprintf(node, sizeof(node), "%s", placed("s1"));

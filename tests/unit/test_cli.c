@@ -66,7 +66,7 @@ Test(cli, check_config_refuses_project_quotas_with_a_reason)
         conf("workspace.quota_mode = project\n");
         snprintf(args, sizeof(args), "--config %s --check-config", path);
         cr_assert_eq(run(args, out, sizeof(out)), 1, "%s", out);
-        cr_assert_not_null(strstr(out, "workspace_quota_mode project"), "%s", out);
+        cr_assert_not_null(strstr(out, "workspace.quota_mode project"), "%s", out);
         cr_assert_not_null(strstr(out, "use loop"), "%s", out);
 }
 

@@ -142,7 +142,7 @@ Test(config, check_config_names_the_replacement_of_an_old_key)
         unsetenv("SANDBOXD_MAX_EXEC_GLOBAL");
         cr_expect_not_null(strstr(err.msg, "environment SANDBOXD_MAX_EXEC_GLOBAL: key 'max_exec_global' was renamed"),
                            "%s", err.msg);
-        /* node_listen and node.listen share their variable: still accepted */
+        /* node.listen and node.listen share their variable: still accepted */
         setenv("SANDBOXD_NODE_FENCE", "1m", 1);
         cr_expect_eq(config_load(NULL, &cfg, &err), 0, "%s", err.msg);
         unsetenv("SANDBOXD_NODE_FENCE");
@@ -270,7 +270,7 @@ Test(config, cross_key_checks)
         cr_assert_not_null(strstr(err.msg, "limits.exec_per_session"), "%s", err.msg);
 }
 
-/* pool_images: per-image pool sizes over pool_size, of images sessions may use only */
+/* pool.images: per-image pool sizes over pool.size, of images sessions may use only */
 Test(config, pool_images_override_pool_size_per_image)
 {
         struct sbx_config cfg;

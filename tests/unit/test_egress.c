@@ -2,7 +2,7 @@
  * hands one end of a socketpair (or of a TCP connection, for curl and
  * python) to egress_accept, as the gateway does with a runner's connection.
  * Upstreams are test servers on 127.0.0.1, reached by name through
- * egress_resolve and allowed through egress_allow_private=127.0.0.1/32:
+ * egress.resolve and allowed through egress.allow_private=127.0.0.1/32:
  * an HTTP server that records what it was sent, a TCP echo server for
  * CONNECT, and (curl) an HTTPS server with a certificate made here.
  * Waits have deadlines; nothing asserts on time.
@@ -822,7 +822,7 @@ Test(egress, curl_and_python_reach_http_and_https_upstreams)
         close(lfd);
 }
 
-/* egress_upstream_proxy: this proxy (A) sends allowed traffic through
+/* egress.upstream_proxy: this proxy (A) sends allowed traffic through
  * another (B, a second instance standing in for a corporate proxy). */
 static struct egress *eg_b;
 

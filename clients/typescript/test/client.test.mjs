@@ -211,7 +211,7 @@ describe('TypeScript client over HTTPS', { timeout: 600000 }, () => {
                 );
                 assert.ok((await caught(() => s.readFile('../../etc/passwd'))) instanceof sbx.InvalidError);
                 assert.ok((await caught(() => s.readFile('dir/missing'))) instanceof sbx.NotFoundError);
-                const big = await caught(() => s.writeFile('big', Buffer.alloc((1 << 20) + 1))); // max_file_size=1m
+                const big = await caught(() => s.writeFile('big', Buffer.alloc((1 << 20) + 1))); // limits.file_size=1m
                 assert.ok(big instanceof sbx.TooLargeError, String(big));
                 assert.equal(big.status, 413);
         });

@@ -718,7 +718,7 @@ static void usage(FILE *f)
                 "scripts/bench.sh, which prepares that environment and cleans up afterwards.\n"
                 "Baseline containers are labelled sandboxd.bench=ID. --only noisy runs the noisy\n"
                 "neighbour phase alone, --only http the HTTPS round trip alone, --only pool the warm pool rows, --only restart the restart phase alone. --http-ca: the CA of\n"
-                "the daemon's HTTPS certificate (its http_listen); without it there is no HTTPS row.\n");
+                "the daemon's HTTPS certificate (its http.listen); without it there is no HTTPS row.\n");
 }
 
 int main(int argc, char **argv)
@@ -820,7 +820,7 @@ int main(int argc, char **argv)
                     s2 + 2 ||
             b.cfg.max_exec_global < s1 || b.cfg.max_exec_per_session < 1) {
                 say("the daemon's configuration is too small for %d sessions and %d concurrent execs "
-                    "(max_sessions %d, port_range %d-%d, max_exec_global %d)",
+                    "(limits.sessions %d, port_range %d-%d, limits.exec_global %d)",
                     s2, s1, b.cfg.max_sessions, b.cfg.port_range_lo, b.cfg.port_range_hi, b.cfg.max_exec_global);
                 return 2;
         }

@@ -12,9 +12,9 @@
  *   cell_first_new_session the first cell of a new session with the warm
  *                         pool empty (container, runner and kernel start);
  *   cell_first_new_session_warm the same with the pool warm: its slot's
- *                         kernel was started ahead (pool_cells_prestart);
- *                         scripts/bench.sh gives this run pool_size 2 and
- *                         pool_wait 0 (a drained pool sends a session cold);
+ *                         kernel was started ahead (POOL_CELLS_PRESTART);
+ *                         scripts/bench.sh gives this run pool.size 2 and
+ *                         pool.wait 0 (a drained pool sends a session cold);
  *   cell_kernel_idle_rss  the idle kernel's RSS (list_contexts). */
 #include <stdio.h>
 #include <stdlib.h>
@@ -72,7 +72,7 @@ static double pool_ready(struct bench *b)
         return v;
 }
 
-/* Wait (bounded: 120 s) until the pool holds pool_size ready slots, their
+/* Wait (bounded: 120 s) until the pool holds pool.size ready slots, their
  * kernels started. */
 static bool pool_full(struct bench *b)
 {
@@ -215,14 +215,14 @@ int phase_cells(struct bench *b)
         snprintf(rss->note, sizeof(rss->note), "VmRSS of the idle python kernel (list_contexts rss_kb)");
         if (conn_open(&c, b->cfg.api_socket) < 0)
                 return -1;
-        /* a connection has auth_timeout for its first authenticated request:
+        /* a connection has connections.auth_timeout for its first authenticated request:
          * make it now, before the minutes the pool takes to fill */
         cJSON_Delete(api_call(&c, b->token, "list_sessions", NULL, CALL_TIMEOUT_MS));
         if (b->cfg.pool_size > 0) {
                 say("cells: first cell of new sessions, pool warm then drained (pool_size %d)", b->cfg.pool_size);
                 first_cells_pooled(b, &c, warm, first, n_first, &errors);
         } else
-                snprintf(warm->note, sizeof(warm->note), "not measured: pool_size is 0");
+                snprintf(warm->note, sizeof(warm->note), "not measured: pool.size is 0");
         say("cells: first cell of %d new sessions", n_first);
         for (int i = 0; i < n_first; i++) {
                 snprintf(session, sizeof(session), "cellnew%d", i);

@@ -207,10 +207,10 @@ int main(int argc, char **argv)
         pthread_create(&t, NULL, upstream, (void *)(intptr_t)(sl | (1 << 16)));
         config_defaults(&cfg);
         snprintf(opt, sizeof(opt), "up.bench:%d, src.bench:%d", http_port, src_port);
-        if (config_set(&cfg, "egress_allow", opt, &err) < 0 ||
-            config_set(&cfg, "egress_resolve", "up.bench=127.0.0.1, src.bench=127.0.0.1", &err) < 0 ||
-            config_set(&cfg, "egress_allow_private", "127.0.0.1/32", &err) < 0 ||
-            config_set(&cfg, "egress_conns_per_minute", "10000000", &err) < 0 || egress_new(&cfg, st, &eg, &err) < 0) {
+        cfg.egress_conns_per_minute = 10000000; /* EGRESS_CONNS_PER_MINUTE would cap the bench's connections */
+        if (config_set(&cfg, "egress.allow", opt, &err) < 0 ||
+            config_set(&cfg, "egress.resolve", "up.bench=127.0.0.1, src.bench=127.0.0.1", &err) < 0 ||
+            config_set(&cfg, "egress.allow_private", "127.0.0.1/32", &err) < 0 || egress_new(&cfg, st, &eg, &err) < 0) {
                 fprintf(stderr, "%s\n", err.msg);
                 return 1;
         }

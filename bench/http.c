@@ -6,7 +6,7 @@
  * socket's.
  *
  * scripts/bench.sh makes a CA and a server certificate for 127.0.0.1, starts
- * the daemon with http_listen 127.0.0.1:0 and passes the CA (--http-ca);
+ * the daemon with http.listen 127.0.0.1:0 and passes the CA (--http-ca);
  * the port is read from the daemon's log.
  *
  * Single-threaded: the main thread only. */

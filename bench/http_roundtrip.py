@@ -2,7 +2,7 @@
 """exec round trip: POST /v1/exec over HTTPS with keep-alive against the API
 socket, sample for sample in turn (A B, B A, ...), on one warm session.
 Usage: http_roundtrip.py TOKEN N, against a daemon started with
-http_listen=127.0.0.1:47788, tls_cert/tls_key signed by /tmp/http-bench/ca.pem
+http.listen=127.0.0.1:47788, http.tls_cert/tls_key signed by /tmp/http-bench/ca.pem
 and api_socket=/tmp/http-bench/api.sock (see docs/api.md, "The HTTPS API")."""
 import http.client, json, socket, ssl, sys, time, statistics
 tok = sys.argv[1]; n = int(sys.argv[2])

@@ -7,7 +7,7 @@ and settings, driven over their API sockets with samples interleaved.
 
 Rows:
   first_command_cold   a new session's first command (exec `true`), no pool
-  first_command_warm   the same with pool_size 2 (a claimed slot); on an
+  first_command_warm   the same with pool.size 2 (a claimed slot); on an
                        engine where the pool never fills, the reason instead
   exec_roundtrip       exec `true` in a running session: median and p95 of N
   sessions_per_node    Kubernetes: sessions made (memory 64m, the default
@@ -110,12 +110,11 @@ class Daemon:
             "SANDBOXD_IMAGE": "sandboxd/python:latest",
             "SANDBOXD_MEMORY": "64m",
             "SANDBOXD_POOL_SIZE": "0",
-            "SANDBOXD_MAX_SESSIONS": "1000",
-            "SANDBOXD_MAX_SESSIONS_PER_USER": "1000",
+            "SANDBOXD_LIMITS_SESSIONS": "1000",
+            "SANDBOXD_LIMITS_SESSIONS_PER_USER": "1000",
             "SANDBOXD_PORTS_PER_SESSION": "1",
             "SANDBOXD_IDLE_TIMEOUT": "1h",
             "SANDBOXD_PAUSE_AFTER": "0",
-            "SANDBOXD_MONITOR_INTERVAL": "2s",
             "SANDBOXD_LOG_LEVEL": "warn",
         })
         self.env.update(env)
@@ -312,7 +311,7 @@ def rss(daemons, total, steps, par):
 
 def sessions_per_node(d, kube, ns, instance, par, limit):
     """Sessions until a Pod stays Pending: Running Pods per node, and the
-    scheduler's reason. The daemon has kube_start_timeout 20s, so the
+    scheduler's reason. The daemon has kubernetes.start_timeout 20s, so the
     session whose Pod is unschedulable fails after it. A node whose kubelet
     is away (another user of the cluster) fails a session the same way: the
     reason then is not the scheduler's, and the JSON says so."""
@@ -390,8 +389,8 @@ def main():
             raise SystemExit(f"namespace {ns} has no default service account")
         time.sleep(0.2)
 
-    k8s_env = {"SANDBOXD_ENGINE": "kubernetes", "SANDBOXD_KUBE_CONFIG": a.kubeconfig,
-               "SANDBOXD_KUBE_NAMESPACE": ns, "SANDBOXD_KUBE_IMAGE_PULL_POLICY": "Never"}
+    k8s_env = {"SANDBOXD_ENGINE": "kubernetes", "SANDBOXD_KUBERNETES_CONFIG": a.kubeconfig,
+               "SANDBOXD_KUBERNETES_NAMESPACE": ns, "SANDBOXD_KUBERNETES_IMAGE_PULL_POLICY": "Never"}
     daemons = []
 
     def make(name, inst, env, ports):
@@ -412,12 +411,12 @@ def main():
         log("exec round trip")
         res["exec_roundtrip"] = roundtrip([dk, kk], n_rt)
         log("sessions per node until kube-scheduler leaves a Pod Pending (the default cpu_shares)")
-        # a Pod left Pending fails its session after kube_start_timeout: 20 s here
+        # a Pod left Pending fails its session after kubernetes.start_timeout: 20 s here
         kk.stop()
-        kk.env["SANDBOXD_KUBE_START_TIMEOUT"] = "20s"
+        kk.env["SANDBOXD_KUBERNETES_START_TIMEOUT"] = "20s"
         kk.start()
         res["sessions_per_node"] = sessions_per_node(kk, kube, ns, inst_k, 8, 400)
-        del kk.env["SANDBOXD_KUBE_START_TIMEOUT"]
+        del kk.env["SANDBOXD_KUBERNETES_START_TIMEOUT"]
         # the RSS rows need more Pods than the default CPU request lets the nodes hold:
         # cpu_shares 2 (a request of 1 millicore) on both engines
         for d in (dk, kk):
@@ -426,7 +425,7 @@ def main():
             d.start()
         log(f"daemon RSS over {rss_steps[-1]} sessions (cpu_shares 2)")
         res["daemon_rss"] = rss([dk, kk], rss_steps[-1], rss_steps, 8)
-        log("first command of a new session, pool warm (pool_size 2)")
+        log("first command of a new session, pool warm (pool.size 2)")
         for d in (dk, kk):
             d.stop()
             del d.env["SANDBOXD_CPU_SHARES"]

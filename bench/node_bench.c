@@ -2,7 +2,7 @@
  * against a separate `sandboxd node` over TLS on loopback (issue 26,
  * Speed). Two daemons at once, each with its own instance, data directory
  * and session: A runs its node part in process (the default), B listens on
- * node_listen and a `sandboxd node` child dials it. Samples alternate
+ * node.listen and a `sandboxd node` child dials it. Samples alternate
  * between A and B (the order rotates), so both see the same machine load.
  * One sample is exec_run of `true` through the library (no API socket): the
  * request, the runner round trip and the recorded end, what the link
@@ -142,7 +142,7 @@ int main(int argc, char **argv)
         if (!f)
                 goto out;
         fprintf(f,
-                "node_connect = %s\nnode_cert = %s/node1.pem\nnode_key = %s/node1.key\nnode_ca = %s/ca.pem\n"
+                "node.connect = %s\nnode.cert = %s/node1.pem\nnode.key = %s/node1.key\nnode.ca = %s/ca.pem\n"
                 "data_dir = %s/node\nlog_level = warn\n",
                 cb.node_listen, pki, pki, pki, tmp);
         fclose(f);

@@ -1,6 +1,6 @@
 /* pool.c — the warm pool rows of sandboxd-bench (issue 15), run alone with
- * --only pool (scripts/bench.sh then starts the daemon with pool_size 4 and
- * pool_wait 0, so a drained pool is a cold path at once):
+ * --only pool (scripts/bench.sh then starts the daemon with pool.size 4 and
+ * pool.wait 0, so a drained pool is a cold path at once):
  *   - first_command_new_session: the API exec of `true` in a session that
  *     does not exist yet, with the pool full, against `docker run -d` plus
  *     `docker exec` of the same image and flags, sample for sample in turn;
@@ -32,7 +32,7 @@ static double pool_num(struct bench *b, const char *key)
         return v;
 }
 
-/* Wait (bounded) until the pool holds pool_size ready containers. */
+/* Wait (bounded) until the pool holds pool.size ready containers. */
 static bool wait_full(struct bench *b)
 {
         for (int i = 0; i < 1200; i++) {
@@ -68,8 +68,8 @@ int phase_pool(struct bench *b)
                  "docker run -d (same image and flags) + docker exec true, interleaved");
         measurement_target(warm, TARGET_P50_LE, 50, "p50 <= 50 ms (and >= 10x faster than the baseline)");
         if (b->cfg.pool_size <= 0) {
-                snprintf(warm->note, sizeof(warm->note), "not measured: pool_size is 0 (scripts/bench.sh --only pool)");
-                say("pool: skipped (pool_size 0)");
+                snprintf(warm->note, sizeof(warm->note), "not measured: pool.size is 0 (scripts/bench.sh --only pool)");
+                say("pool: skipped (pool.size 0)");
                 return 0;
         }
         if (conn_open(&c, b->cfg.api_socket) < 0)
@@ -124,7 +124,7 @@ int phase_pool(struct bench *b)
         }
         series_add(&rate->s, pool_num(b, "refill_per_s"));
         snprintf(warm->note, sizeof(warm->note),
-                 "API exec of true in a session that did not exist, pool_size %d full; %d sample(s) not pooled "
+                 "API exec of true in a session that did not exist, pool.size %d full; %d sample(s) not pooled "
                  "(dropped), %d error(s)",
                  b->cfg.pool_size, not_pooled, errors);
         snprintf(cold->note, sizeof(cold->note),

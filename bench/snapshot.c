@@ -138,10 +138,10 @@ static int one_size(struct bench *b, struct conn *c, const char *label, long mb,
         }
         (void)admin_destroy(b, name);
         snprintf(snap->note, sizeof(snap->note),
-                 "%ld MB of random bytes, session running (paused for the copy), workspace_quota_mode %s; %d error(s)",
+                 "%ld MB of random bytes, session running (paused for the copy), workspace.quota_mode %s; %d error(s)",
                  mb, b->cfg.workspace_quota_mode, errors);
         snprintf(fork->note, sizeof(fork->note),
-                 "fork_session from the live session: snapshot + new session + files in place (pool_size %d)",
+                 "fork_session from the live session: snapshot + new session + files in place (pool.size %d)",
                  b->cfg.pool_size);
         snprintf(first->note, sizeof(first->note), "API exec of true in the fork right after fork_session returned");
         return errors ? -1 : 0;

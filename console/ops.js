@@ -176,7 +176,7 @@ function pool(r) {
         const imgs = p.images ?? [];
         if (imgs.length)
                 out.push(table('Per image', ['Image', 'Size', 'Ready', 'Waiting'], imgs.map((i) => row([i.image, i.size, i.ready, i.waiting]))));
-        if (!p.size) out.push(el('p', 'The warm pool is off (pool_size 0): each session makes its container when it starts.'));
+        if (!p.size) out.push(el('p', 'The warm pool is off (pool.size 0): each session makes its container when it starts.'));
         return out;
 }
 

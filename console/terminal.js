@@ -11,7 +11,7 @@ import { call } from './api.js';
 const $ = (id) => document.getElementById(id);
 const SCROLLBACK = 2000; // lines kept
 const POLL_WAIT_S = 10; // a get_execution long-poll
-const TIMEOUT_S = 3600; // the terminal's limit (the daemon's default exec_timeout_max); refused: its default
+const TIMEOUT_S = 3600; // the terminal's limit (the daemon's default exec.timeout_max); refused: its default
 const SHELL = 'exec "${SHELL:-/bin/sh}" -i';
 const KEYS = {
         Enter: '\r',
@@ -89,7 +89,7 @@ async function open() {
                         r = await call('exec', { ...params, timeout_seconds: TIMEOUT_S });
                 } catch (e) {
                         if (!/timeout_seconds/.test(e.message)) throw e;
-                        r = await call('exec', params); // a lower exec_timeout_max: the default limit
+                        r = await call('exec', params); // a lower exec.timeout_max: the default limit
                 }
         } catch (e) {
                 if (t === me) {

@@ -218,7 +218,7 @@ del _sbx_user_site
 # waits in zmq's queues while the bridge is behind (a kernel that printed
 # 1 GiB was OOM-killed holding it). So past KERNEL_OUT_BUFFER buffered
 # characters a write hands them over, and past the cap a cell may print per
-# stream (SBX_CELL_OUTPUT_CAP: the daemon's exec_output_cap, which it keeps
+# stream (SBX_CELL_OUTPUT_CAP: the daemon's EXEC_OUTPUT_CAP_BYTES, which it keeps
 # at most anyway) the rest is counted, not sent; the cell's end says how
 # much on stderr (KERNEL_DROP_NOTE, which the bridge marks clipped).
 KERNEL_OUT_BUFFER = 4 << 20

@@ -25,8 +25,8 @@
 #   --only node  only the node link rows: the exec round trip through a
 #                separate `sandboxd node` over TLS on loopback beside the
 #                in-process link (bench/node_bench.c; JSON in <json>-node.json)
-#   --only cells only the run_cell rows (bench/cells.c), with pool_size 2 and
-#                pool_wait 0: 1+1 on a warm context
+#   --only cells only the run_cell rows (bench/cells.c), with pool.size 2 and
+#                pool.wait 0: 1+1 on a warm context
 #                against docker exec python3 -c 1+1 and, in rounds between the
 #                cells' own, a jupyter_client round trip in the same container
 #                (cell_roundtrip_vs_jupyter: the goal is its p50 + 1.5 ms), first cell of a new session
@@ -34,8 +34,8 @@
 #                the idle kernel's RSS
 #   --only pool  only the warm pool rows: first_command_new_session with the
 #                pool full (against docker run -d + docker exec) and drained,
-#                and the refill rate; the daemon gets pool_size 4 and
-#                pool_wait 0, so a drained pool sends a new session down the
+#                and the refill rate; the daemon gets pool.size 4 and
+#                pool.wait 0, so a drained pool sends a new session down the
 #                cold path at once (about a minute)
 #   --only snapshot  snapshot_session and fork_session of a 100 MB and a 1 GB
 #                workspace (random bytes), against cp -a of the same directory
@@ -72,10 +72,10 @@
 # if that is set, otherwise it goes with the temporary directory.
 #
 # The daemon gets these settings (environment overrides, see etc/):
-#   image sandboxd/python:latest, max_sessions 300, port_range 14000-15499
-#   (300 blocks of 5), max_exec_global 64, max_exec_per_session 8,
-#   monitor_interval 2s, idle_timeout 1h, pause_after 0; baselines publish from 34500 up;
-#   http_listen 127.0.0.1:0 with a CA and server certificate made here.
+#   image sandboxd/python:latest, limits.sessions 300, port_range 14000-15499
+#   (300 blocks of 5), limits.exec_global 64, limits.exec_per_session 8,
+#   idle_timeout 1h, pause_after 0; baselines publish from 34500 up;
+#   http.listen 127.0.0.1:0 with a CA and server certificate made here.
 # Any other SANDBOXD_* variable already set wins over these; the data dir,
 # both sockets and the instance are always the run's own.
 set -euo pipefail
@@ -268,14 +268,13 @@ export SANDBOXD_API_SOCKET=$TMP/api.sock
 export SANDBOXD_ADMIN_SOCKET=$TMP/admin.sock
 export SANDBOXD_INSTANCE=bench-$ID
 export SANDBOXD_IMAGE=${SANDBOXD_IMAGE:-sandboxd/python:latest}
-export SANDBOXD_MAX_SESSIONS=${SANDBOXD_MAX_SESSIONS:-300}
+export SANDBOXD_LIMITS_SESSIONS=${SANDBOXD_LIMITS_SESSIONS:-300}
 export SANDBOXD_PORT_RANGE=${SANDBOXD_PORT_RANGE:-14000-15499}
-export SANDBOXD_MAX_EXEC_GLOBAL=${SANDBOXD_MAX_EXEC_GLOBAL:-64}
-export SANDBOXD_MAX_EXEC_PER_SESSION=${SANDBOXD_MAX_EXEC_PER_SESSION:-8}
+export SANDBOXD_LIMITS_EXEC_GLOBAL=${SANDBOXD_LIMITS_EXEC_GLOBAL:-64}
+export SANDBOXD_LIMITS_EXEC_PER_SESSION=${SANDBOXD_LIMITS_EXEC_PER_SESSION:-8}
 # one user drives every session of the benchmark
-export SANDBOXD_MAX_SESSIONS_PER_USER=${SANDBOXD_MAX_SESSIONS_PER_USER:-300}
-export SANDBOXD_MAX_EXEC_PER_USER=${SANDBOXD_MAX_EXEC_PER_USER:-64}
-export SANDBOXD_MONITOR_INTERVAL=${SANDBOXD_MONITOR_INTERVAL:-2s}
+export SANDBOXD_LIMITS_SESSIONS_PER_USER=${SANDBOXD_LIMITS_SESSIONS_PER_USER:-300}
+export SANDBOXD_LIMITS_EXEC_PER_USER=${SANDBOXD_LIMITS_EXEC_PER_USER:-64}
 export SANDBOXD_IDLE_TIMEOUT=${SANDBOXD_IDLE_TIMEOUT:-1h}
 # no idle pause: a full run lasts longer than pause_after, and its bulk sessions must stay running
 # (the pause rows pause on request)
@@ -303,8 +302,8 @@ mkdir -m 700 "$TMP/tls"
 		-extfile server.ext
 ) >/dev/null 2>&1 || { log "openssl could not make the test certificates"; exit 1; }
 export SANDBOXD_HTTP_LISTEN=127.0.0.1:0
-export SANDBOXD_TLS_CERT=$TMP/tls/server.pem
-export SANDBOXD_TLS_KEY=$TMP/tls/server.key
+export SANDBOXD_HTTP_TLS_CERT=$TMP/tls/server.pem
+export SANDBOXD_HTTP_TLS_KEY=$TMP/tls/server.key
 
 mkdir -p "$(dirname "$json")"
 log "run $ID: instance $SANDBOXD_INSTANCE, data in $TMP"

@@ -121,7 +121,7 @@ sweep_run() {
 		done
 		[[ -z $ids ]] || echo "test: removed $(wc -w <<<"$ids") container(s) labelled $label" >&2
 	done
-	# Workspace images (workspace_quota_mode loop) that a crashed test left
+	# Workspace images (workspace.quota_mode loop) that a crashed test left
 	# mounted: every one lives under a temp dir named after the run id. The
 	# loop devices have autoclear and go with the mount; any still attached
 	# to a file of this run is detached.

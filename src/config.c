@@ -1,12 +1,36 @@
 /* config.c — the config table and its parser.
  *
  * One table row per key: name, type, range, default, field offset and a
- * one-line description. The parser, the SANDBOXD_<KEY> environment
- * overrides, config_dump() and --check-config all walk the same table, so a
- * key cannot exist in one place and be missing from another. No state, no
- * locks: the result is a plain struct the caller treats as read-only. */
+ * one-line description; a second table (old_keys) holds the keys that were
+ * renamed or became constants, for the error that names their replacement.
+ * The parser, the SANDBOXD_<SECTION>_<KEY> environment overrides,
+ * config_dump() and --check-config all walk the same tables, so a key cannot
+ * exist in one place and be missing from another. No state, no locks: the
+ * result is a plain struct the caller treats as read-only. */
 #include "sandboxd/config.h"
+#include "sandboxd/api.h"
+#include "sandboxd/cells.h"
+#include "sandboxd/container.h"
+#include "sandboxd/e2b.h"
+#include "sandboxd/egress.h"
 #include "sandboxd/egress_policy.h"
+#include "sandboxd/egress_rules.h"
+#include "sandboxd/engine.h"
+#include "sandboxd/engine_kubernetes.h"
+#include "sandboxd/events.h"
+#include "sandboxd/exec.h"
+#include "sandboxd/gateway.h"
+#include "sandboxd/http.h"
+#include "sandboxd/metrics.h"
+#include "sandboxd/monitor.h"
+#include "sandboxd/node.h"
+#include "sandboxd/pool.h"
+#include "sandboxd/runner.h"
+#include "sandboxd/scripts.h"
+#include "sandboxd/service.h"
+#include "sandboxd/session.h"
+#include "sandboxd/sessspec.h"
+#include "sandboxd/webhook.h"
 
 #include <assert.h>
 #include <ctype.h>
@@ -24,8 +48,8 @@ enum config_type {
         CFG_PATH,     /* absolute path string */
         CFG_ENUM,     /* one of `choices` */
         CFG_INT,      /* int, plain integer */
-        CFG_DURATION, /* int seconds; accepts suffix s, m, h, d; or -1 where min allows */
-        CFG_MS,       /* int milliseconds; accepts suffix ms, s */
+        CFG_DURATION, /* int seconds: a duration (see parse_duration); or -1 where min allows */
+        CFG_MS,       /* int milliseconds: a duration (see parse_duration) */
         CFG_SIZE,     /* int64 bytes; accepts suffix k, m, g (powers of 1024) */
         CFG_CPUS,     /* int64 nano-CPUs; value is a decimal number of CPUs */
         CFG_RANGE,    /* "lo-hi" into two ints (field, field2) */
@@ -46,6 +70,7 @@ struct config_key {
 #define F(field) offsetof(struct sbx_config, field), sizeof(((struct sbx_config *)0)->field)
 
 static const struct config_key keys[] = {
+        /* no section: the sandboxes and the daemon itself */
         {"data_dir", CFG_PATH, F(data_dir), 0, 0, 0, "/var/lib/sandboxd", NULL,
          "state: sqlite file, workspaces, execution spools"},
         {"api_socket", CFG_PATH, F(api_socket), 0, 0, 0, "/run/sandboxd/api.sock", NULL,
@@ -54,318 +79,387 @@ static const struct config_key keys[] = {
          "Unix socket for admins (file permissions + peer credentials)"},
         {"admin_group", CFG_STRING, F(admin_group), 0, 0, 0, "", NULL,
          "empty: admin socket mode 0600; else 0660 owned by this group"},
-        {"max_connections", CFG_INT, F(max_connections), 0, 0, 1000000, "0", NULL,
-         "open connections at most, to the API socket and to the HTTPS front each (the admin socket has its own "
-         "16); 0: max_sessions + 64, so every session's agent can hold one"},
-        {"max_connections_per_uid", CFG_INT, F(max_connections_per_uid), 0, 0, 1000000, "0", NULL,
-         "open connections to the API or admin socket per peer uid (SO_PEERCRED); root is not capped; "
-         "0: max_sessions"},
-        {"max_unauthenticated_per_uid", CFG_INT, F(max_unauthenticated_per_uid), 0, 1, 1000000, "32", NULL,
-         "open connections to the API socket per peer uid that have not authenticated yet; root is not capped"},
-        {"http_max_connections_per_address", CFG_INT, F(http_max_connections_per_address), 0, 0, 1000000, "0", NULL,
-         "open HTTPS connections per client address (IPv6: per /64); 0: max_sessions"},
-        {"http_max_unauthenticated", CFG_INT, F(http_max_unauthenticated), 0, 1, 1000000, "256", NULL,
-         "HTTPS connections that have not authenticated yet, in all (at most half of max_connections); "
-         "past it a new one from a less busy address replaces the oldest of the busiest address"},
-        {"http_max_unauthenticated_per_address", CFG_INT, F(http_max_unauthenticated_per_address), 0, 1, 1000000, "32",
-         NULL, "HTTPS connections not authenticated yet per client address (IPv6: per /64)"},
-        {"auth_timeout", CFG_MS, F(auth_timeout_ms), 0, 100, 600000, "5s", NULL,
-         "a new API socket or HTTPS connection must send an authenticated request within this"},
-        {"connection_idle_timeout", CFG_MS, F(connection_idle_timeout_ms), 0, 1000, 86400000, "300s", NULL,
-         "an API or admin connection with no request this long is closed"},
-        {"http_listen", CFG_STRING, F(http_listen), 0, 0, 0, "", NULL,
-         "host:port of the HTTPS API and MCP front (empty: off; plain HTTP only on loopback)"},
-        {"tls_cert", CFG_STRING, F(tls_cert), 0, 0, 0, "", NULL,
-         "PEM certificate (chain) of http_listen; empty: plain HTTP, allowed on loopback only"},
-        {"tls_key", CFG_STRING, F(tls_key), 0, 0, 0, "", NULL, "PEM private key of tls_cert"},
-        {"tls_client_ca", CFG_STRING, F(tls_client_ca), 0, 0, 0, "", NULL,
-         "PEM CA file: when set, HTTPS clients must present a certificate it signed (mTLS)"},
-        {"http_timeout", CFG_DURATION, F(http_timeout_s), 0, 1, 3600, "30s", NULL,
-         "an HTTP connection idle this long (TLS handshake included) is closed"},
-        {"metrics_listen", CFG_STRING, F(metrics_listen), 0, 0, 0, "", NULL,
-         "loopback host:port serving /metrics (Prometheus text) and /healthz (empty: off)"},
-        {"node_listen", CFG_STRING, F(node_listen), 0, 0, 0, "", NULL,
-         "host:port where node agents (sandboxd node) connect over mutual TLS; empty: the node part runs in "
-         "this process"},
-        {"node_connect", CFG_STRING, F(node_connect), 0, 0, 0, "", NULL,
-         "sandboxd node: host:port of the control daemon's node_listen"},
-        {"node_cert", CFG_STRING, F(node_cert), 0, 0, 0, "", NULL,
-         "node link: PEM certificate of this end (a node agent's common name is its node name)"},
-        {"node_key", CFG_STRING, F(node_key), 0, 0, 0, "", NULL, "node link: PEM private key of node_cert"},
-        {"node_ca", CFG_STRING, F(node_ca), 0, 0, 0, "", NULL,
-         "node link: PEM CA that signs the control daemon's and every node agent's certificate"},
-        {"node_crl", CFG_STRING, F(node_crl), 0, 0, 0, "", NULL,
-         "node link: PEM CRL of node_ca, read again on a handshake after it changed; unreadable: every "
-         "handshake is refused"},
-        {"node_control_name", CFG_STRING, F(node_control_name), 0, 0, 0, "sandboxd-control", NULL,
-         "node link: the name (DNS SAN or common name) a node agent expects in the control daemon's certificate"},
-        {"node_name", CFG_STRING, F(node_name), 0, 0, 0, "", NULL,
-         "node link, engine = docker: every session goes to this node (certificate common name); empty: the "
-         "connected node with the fewest sessions (a session keeps its node while its container lives)"},
-        {"node_heartbeat", CFG_MS, F(node_heartbeat_ms), 0, 100, 600000, "2s", NULL,
-         "node link ping interval; a link silent for three of them is closed"},
-        {"node_fence", CFG_MS, F(node_fence_ms), 0, 100, 86400000, "30s", NULL,
-         "a node agent away this long: the sessions placed on it are fenced (failed, new epoch) and their "
-         "executions lost"},
         {"docker_socket", CFG_PATH, F(docker_socket), 0, 0, 0, "/var/run/docker.sock", NULL,
          "the Docker Engine API socket"},
         {"engine", CFG_ENUM, F(engine), 0, 0, 0, "docker", "docker|kubernetes",
          "what runs the sandboxes: the local dockerd, or Pods of a Kubernetes cluster (docs/operations.md: Run on "
          "Kubernetes)"},
-        {"kube_config", CFG_STRING, F(kube_config), 0, 0, 0, "", NULL,
-         "engine = kubernetes: a kubeconfig (client certificate or token); empty: the Pod's service account"},
-        {"kube_namespace", CFG_STRING, F(kube_namespace), 0, 0, 0, "", NULL,
-         "engine = kubernetes: the namespace of the sandbox Pods (empty: the kubeconfig context's or the service "
-         "account's)"},
-        {"kube_workspace", CFG_ENUM, F(kube_workspace), 0, 0, 0, "hostpath", "hostpath|pvc",
-         "engine = kubernetes: workspaces as node directories (hostpath: single-node clusters) or one "
-         "PersistentVolumeClaim per session of workspace_quota bytes (pvc)"},
-        {"kube_storage_class", CFG_STRING, F(kube_storage_class), 0, 0, 0, "", NULL,
-         "engine = kubernetes, kube_workspace = pvc: the claims' StorageClass (empty: the cluster's default)"},
-        {"kube_init_binary", CFG_STRING, F(kube_init_binary), 0, 0, 0, "/usr/bin/tini-static", NULL,
-         "engine = kubernetes: the static init on every node, PID 1 of each sandbox Pod (Docker's docker-init)"},
-        {"kube_gvisor_class", CFG_STRING, F(kube_gvisor_class), 0, 0, 0, "gvisor", NULL,
-         "engine = kubernetes: the RuntimeClass of runtime = runsc"},
-        {"kube_image_pull_policy", CFG_ENUM, F(kube_image_pull_policy), 0, 0, 0, "IfNotPresent",
-         "Always|IfNotPresent|Never", "engine = kubernetes: imagePullPolicy of sandbox Pods"},
-        {"kube_start_timeout", CFG_MS, F(kube_start_timeout_ms), 0, 1000, 3600000, "120s", NULL,
-         "engine = kubernetes: a sandbox Pod runs within this (scheduling and image pull) or its start fails"},
-        {"kube_node_dir", CFG_STRING, F(kube_node_dir), 0, 0, 0, "/var/lib/sandboxd-node", NULL,
-         "engine = kubernetes over node agents (node_listen): the host directory holding each node agent's "
-         "data_dir, {kube_node_dir}/<node name>; a Pod mounts its session directory from it by its node's name"},
         {"instance", CFG_STRING, F(instance), 0, 0, 0, "default", NULL,
          "label value that keeps several daemons on one engine apart ([A-Za-z0-9_.-])"},
         {"log_level", CFG_ENUM, F(log_level), 0, 0, 0, "info", "debug|info|warn|error", "minimum level logged"},
-        {"image", CFG_STRING, F(image), 0, 0, 0, "sandboxd/python:latest", NULL,
-         "sandbox image (built by scripts/build-images.sh)"},
         {"runner_binary", CFG_STRING, F(runner_binary), 0, 0, 0, "", NULL,
          "in-container runner (root-owned, static); empty: sandboxd-runner next to the daemon; missing: docker exec"},
-        {"runner_heartbeat", CFG_MS, F(runner_heartbeat_ms), 0, 100, 600000, "2s", NULL,
-         "runner ping interval; silent for three of them: treated like a dead container"},
+        {"image", CFG_STRING, F(image), 0, 0, 0, "sandboxd/python:latest", NULL,
+         "sandbox image (built by scripts/build-images.sh)"},
+        {"images", CFG_STRING, F(images), 0, 0, 0, "", NULL,
+         "further images create_session may choose, comma-separated (image is always allowed)"},
+        {"secrets_key_file", CFG_STRING, F(secrets_key_file), 0, 0, 0, "", NULL,
+         "file of the 256-bit key sealing users' secrets at rest (sandboxctl secret keygen PATH); outside data_dir, "
+         "mode 0600; empty: secrets off"},
         {"memory", CFG_SIZE, F(memory_bytes), 0, 16 << 20, INT64_C(1) << 40, "1g", NULL,
          "memory limit per container; swap is disabled (MemorySwap = Memory)"},
         {"cpus", CFG_CPUS, F(nano_cpus), 0, 10000000, INT64_C(256) * 1000000000, "1", NULL,
          "CPU limit per container, in CPUs (decimal)"},
         {"pids_limit", CFG_INT, F(pids_limit), 0, 8, 1 << 20, "256", NULL, "max processes per container"},
-        {"cpu_shares", CFG_INT, F(cpu_shares), 0, 2, 1024, "256", NULL,
-         "CPU weight per container (CpuShares); below the 1024 of the daemon, dockerd and host processes"},
-        {"oom_score_adj", CFG_INT, F(oom_score_adj), 0, 0, 1000, "500", NULL,
-         "OOM-killer bias of container processes, so host memory pressure takes them before the daemon"},
-        {"tmpfs_size", CFG_SIZE, F(tmpfs_bytes), 0, 1 << 20, INT64_C(1) << 36, "64m", NULL,
-         "size cap of the noexec tmpfs at /tmp"},
         {"runtime", CFG_ENUM, F(runtime), 0, 0, 0, "runc", "runc|runsc",
          "OCI runtime of sandbox containers (runsc: gVisor, sealed); per user: sandboxctl runtime"},
-        {"workspace_quota_mode", CFG_ENUM, F(workspace_quota_mode), 0, 0, 0, "off", "off|project|loop|measure",
-         "workspace disk quota: loop = an ext4 image per workspace; measure = refuse work once over (docs/operations.md)"},
-        {"workspace_quota", CFG_SIZE, F(workspace_quota_bytes), 0, 16 << 20, INT64_C(1) << 44, "1g", NULL,
-         "bytes per session workspace (loop: the image size, file system metadata included)"},
-        {"workspace_inodes", CFG_INT, F(workspace_inodes), 0, 1024, 1 << 26, "65536", NULL,
-         "files and directories per session workspace"},
         {"network_default", CFG_ENUM, F(network_default), 0, 0, 0, "none", "bridge|none",
          "network of sessions without private data: none = sealed (egress proxy, port forwards by the daemon); "
          "bridge = sandboxd's own bridge network, inter-container traffic off"},
         {"publish_ip", CFG_STRING, F(publish_ip), 0, 0, 0, "127.0.0.1", NULL,
          "host address the daemon listens on for the session port blocks"},
-        {"forward_max_per_session", CFG_INT, F(forward_max_per_session), 0, 1, 1000000, "2048", NULL,
-         "open port-forwarded connections of one session at most"},
-        {"forward_max_per_user", CFG_INT, F(forward_max_per_user), 0, 1, 10000000, "4096", NULL,
-         "open port-forwarded connections of one user's sessions at most"},
-        {"forward_max_total", CFG_INT, F(forward_max_total), 0, 1, 10000000, "16384", NULL,
-         "open port-forwarded connections of all sessions at most"},
         {"sandbox_uid_range", CFG_RANGE, F(sandbox_uid_lo), offsetof(struct sbx_config, sandbox_uid_hi), 1000,
          2147483646, "200000-299999", NULL,
          "host uids (and gids) handed out one per session: its processes run as it and it owns the workspace; "
          "no host account may hold one"},
-        {"docker_timeout", CFG_MS, F(docker_timeout_ms), 0, 100, 600000, "30s", NULL, "timeout of one Docker API call"},
         {"port_range", CFG_RANGE, F(port_range_lo), offsetof(struct sbx_config, port_range_hi), 1024, 65535,
          "20000-29999", NULL, "host ports handed out to sessions"},
         {"ports_per_session", CFG_INT, F(ports_per_session), 0, 0, 1000, "5", NULL,
          "fixed block of host ports per session (0: none)"},
-        {"container_port_base", CFG_INT, F(container_port_base), 0, 1, 65000, "8000", NULL,
-         "the block forwards to container ports base..base+ports_per_session-1"},
-        {"max_sessions", CFG_INT, F(max_sessions), 0, 1, 100000, "1000", NULL,
-         "live sessions at most (when full, a user holding two more than the one asking gives up its least "
-         "recently active idle session)"},
-        {"pool_size", CFG_INT, F(pool_size), 0, 0, 1000, "2", NULL,
-         "warm pool: containers made ahead for new sessions, per image sessions may use (image and images; "
-         "0: off)"},
-        {"pool_images", CFG_STRING, F(pool_images), 0, 0, 0, "", NULL,
-         "per-image pool sizes overriding pool_size, comma-separated image=N (image: image or one of images)"},
-        {"pool_cells_prestart", CFG_ENUM, F(pool_cells_prestart), 0, 0, 0, "python", "python|none",
-         "a warm pool slot starts the default run_cell context (a python kernel) ahead, so a new session's first "
-         "cell pays no interpreter start-up (skipped where the image has no kernel)"},
-        {"pool_wait", CFG_MS, F(pool_wait_ms), 0, 0, 60000, "1s", NULL,
-         "a new session that finds its image's pool empty waits in line this long at most for the refill, "
-         "then takes the cold path (0: never waits)"},
-        {"max_sessions_per_user", CFG_INT, F(max_sessions_per_user), 0, 1, 100000, "100", NULL,
-         "live sessions of one user at most (overridable per user: sandboxctl quota)"},
         {"idle_timeout", CFG_DURATION, F(idle_timeout_s), 0, 10, 86400 * 365, "2h", NULL,
          "a session unused this long is stopped (workspace kept), counted from its last use whether it runs or is "
          "paused"},
         {"pause_after", CFG_DURATION, F(pause_after_s), 0, 0, 86400 * 365, "10m", NULL,
          "a session unused this long with nothing running is paused (frozen, memory kept) before idle_timeout stops "
          "it; any request resumes it (0: off)"},
-        {"max_paused_sessions", CFG_INT, F(max_paused_sessions), 0, 0, 100000, "64", NULL,
-         "paused sessions at most; past it the least recently used are stopped (workspace kept, their contexts "
-         "report state_lost stopped_while_paused)"},
-        {"max_paused_sessions_per_user", CFG_INT, F(max_paused_sessions_per_user), 0, 0, 100000, "16", NULL,
-         "paused sessions of one user at most (overridable per user: sandboxctl quota); past it that user's least "
-         "recently used are stopped"},
-        {"pause_min_mem_available", CFG_SIZE, F(pause_min_mem_available_bytes), 0, 0, INT64_C(1) << 44, "512m", NULL,
-         "memory pressure: while the host's MemAvailable (/proc/meminfo) is below this, the least recently used "
-         "paused sessions are stopped, one at a time (0: off)"},
-        {"monitor_interval", CFG_MS, F(monitor_interval_ms), 0, 100, 3600000, "5s", NULL,
-         "health monitor poll interval (the events stream reacts at once)"},
-        {"startup_checks", CFG_INT, F(startup_checks), 0, 1, 100, "3", NULL,
-         "consecutive running inspections before a container counts as started"},
-        {"startup_check_interval", CFG_MS, F(startup_check_interval_ms), 0, 1, 10000, "25ms", NULL,
-         "pause between those inspections"},
-        {"exec_timeout_default", CFG_DURATION, F(exec_timeout_default_s), 0, 1, 86400, "60s", NULL,
-         "timeout of an execution that names none"},
-        {"exec_timeout_max", CFG_DURATION, F(exec_timeout_max_s), 0, 1, 86400 * 7, "1h", NULL,
-         "largest timeout a caller may ask for"},
-        {"exec_kill_grace", CFG_MS, F(exec_kill_grace_ms), 0, 0, 600000, "2s", NULL,
-         "SIGTERM to SIGKILL grace period on timeout/cancel"},
-        {"max_exec_global", CFG_INT, F(max_exec_global), 0, 1, 10000, "10", NULL,
-         "concurrent executions across all sessions"},
-        {"max_exec_per_session", CFG_INT, F(max_exec_per_session), 0, 1, 10000, "5", NULL,
-         "concurrent executions per session"},
-        {"max_exec_per_user", CFG_INT, F(max_exec_per_user), 0, 1, 10000, "5", NULL,
-         "concurrent executions of one user (overridable per user); past it, and past a fair share "
-         "of max_exec_global while other users run, busy"},
-        {"cells_max_per_session", CFG_INT, F(cells_max_per_session), 0, 1, 64, "4", NULL,
-         "interpreter contexts (run_cell) one session may hold at once"},
-        {"cells_max_global", CFG_INT, F(cells_max_global), 0, 1, 10000, "64", NULL,
-         "interpreter contexts across all sessions"},
-        {"cells_idle_timeout", CFG_DURATION, F(cells_idle_timeout_s), 0, 10, 86400 * 7, "2h", NULL,
-         "an interpreter context unused this long is stopped (its next cell reports state_lost idle_stop); "
-         "a paused session's contexts are left alone while it is paused"},
-        {"cells_interrupt_grace", CFG_MS, F(cells_interrupt_grace_ms), 0, 100, 600000, "3s", NULL,
-         "after a cell's timeout or cancel interrupts it (SIGINT), how long it may take to come back before "
-         "its interpreter is killed and restarted (state_lost timeout)"},
-        {"cells_start_timeout", CFG_MS, F(cells_start_timeout_ms), 0, 1000, 600000, "60s", NULL,
-         "how long an interpreter context may take to start"},
-        {"cells_output_cap", CFG_SIZE, F(cells_output_cap_bytes), 0, 4096, INT64_C(1) << 30, "4m", NULL,
-         "output one cell returns inline (MIME bundles, streams); past it the rest goes by reference "
-         "(get_execution on the cell's execution_id) and the result says truncated"},
-        {"max_spool_per_session", CFG_SIZE, F(max_spool_per_session_bytes), 0, 0, INT64_C(1) << 40, "1g", NULL,
-         "execution output kept on disk per session (overridable per user); past it the oldest goes"},
-        {"exec_output_cap", CFG_SIZE, F(exec_output_cap_bytes), 0, 1024, INT64_C(1) << 40, "64m", NULL,
-         "bytes of each stream spooled per execution; the rest is counted and dropped"},
-        {"exec_result_head", CFG_SIZE, F(exec_result_head_bytes), 0, 256, 16 << 20, "32k", NULL,
-         "bytes of head and of tail returned inline in a result"},
-        {"max_command_size", CFG_SIZE, F(max_command_bytes), 0, 64, 64 << 20, "256k", NULL,
-         "largest command or code body accepted"},
-        {"images", CFG_STRING, F(images), 0, 0, 0, "", NULL,
-         "further images create_session may choose, comma-separated (image is always allowed)"},
-        {"e2b_templates", CFG_STRING, F(e2b_templates), 0, 0, 0, "", NULL,
+        /* [connections] */
+        {"connections.max", CFG_INT, F(max_connections), 0, 0, 1000000, "0", NULL,
+         "open connections at most, to the API socket and to the HTTPS front each (the admin socket has its own "
+         "16); 0: limits.sessions + 64, so every session's agent can hold one"},
+        {"connections.max_per_uid", CFG_INT, F(max_connections_per_uid), 0, 0, 1000000, "0", NULL,
+         "open connections to the API or admin socket per peer uid (SO_PEERCRED); root is not capped; "
+         "0: limits.sessions"},
+        {"connections.auth_timeout", CFG_MS, F(auth_timeout_ms), 0, 100, 600000, "5s", NULL,
+         "a new API socket or HTTPS connection must send an authenticated request within this"},
+        {"connections.idle_timeout", CFG_MS, F(connection_idle_timeout_ms), 0, 1000, 86400000, "5m", NULL,
+         "an API or admin connection with no request this long is closed"},
+        /* [http] */
+        {"http.listen", CFG_STRING, F(http_listen), 0, 0, 0, "", NULL,
+         "host:port of the HTTPS API and MCP front (empty: off; plain HTTP only on loopback)"},
+        {"http.tls_cert", CFG_STRING, F(tls_cert), 0, 0, 0, "", NULL,
+         "PEM certificate (chain) of http.listen; empty: plain HTTP, allowed on loopback only"},
+        {"http.tls_key", CFG_STRING, F(tls_key), 0, 0, 0, "", NULL, "PEM private key of http.tls_cert"},
+        {"http.tls_client_ca", CFG_STRING, F(tls_client_ca), 0, 0, 0, "", NULL,
+         "PEM CA file: when set, HTTPS clients must present a certificate it signed (mTLS)"},
+        /* [e2b] */
+        {"e2b.templates", CFG_STRING, F(e2b_templates), 0, 0, 0, "", NULL,
          "E2B templates as images, \"name=image,...\" (each image: image or one of images); empty: base and "
          "code-interpreter-v1 to image (docs/e2b.md)"},
-        {"e2b_domain", CFG_STRING, F(e2b_domain), 0, 0, 0, "", NULL,
+        {"e2b.domain", CFG_STRING, F(e2b_domain), 0, 0, 0, "", NULL,
          "E2B's sandbox domain: the front serves getHost(port) host names {port}-{sandboxID}.<domain> "
          "(wildcard DNS to the front); empty: off (docs/e2b.md)"},
-        {"e2b_proxy_max_per_user", CFG_INT, F(e2b_proxy_max_per_user), 0, 1, 100000, "64", NULL,
-         "getHost(port) requests proxied at once into one user's sandboxes"},
-        {"e2b_proxy_max_total", CFG_INT, F(e2b_proxy_max_total), 0, 1, 1000000, "512", NULL,
-         "getHost(port) requests proxied at once in all"},
-        {"max_scripts_per_user", CFG_INT, F(max_scripts_per_user), 0, 0, 100000, "200", NULL,
-         "scripts a user's script cache holds at most (0: no caching)"},
-        {"max_script_bytes_per_user", CFG_SIZE, F(max_script_bytes_per_user), 0, 0, INT64_C(1) << 32, "16m", NULL,
-         "bytes of code a user's script cache holds at most"},
-        {"session_ttl_max", CFG_DURATION, F(session_ttl_max_s), 0, 1, 86400 * 365, "7d", NULL,
-         "largest ttl_seconds create_session accepts"},
-        {"max_session_cpus", CFG_CPUS, F(max_session_nano_cpus), 0, 0, INT64_C(256) * 1000000000, "0", NULL,
-         "most CPUs one session may ask for (create_session's cpu; overridable per user, in milli-CPUs); 0: cpus"},
-        {"max_session_memory", CFG_SIZE, F(max_session_memory_bytes), 0, 0, INT64_C(1) << 40, "0", NULL,
-         "most memory one session may ask for (create_session's memory; overridable per user); 0: memory"},
-        {"max_session_disk", CFG_SIZE, F(max_session_disk_bytes), 0, 0, INT64_C(1) << 44, "0", NULL,
-         "largest workspace one session may ask for (create_session's disk, loop mode only; overridable per user); "
-         "0: workspace_quota"},
-        {"metrics_label_keys", CFG_STRING, F(metrics_label_keys), 0, 0, 0, "", NULL,
+        {"e2b.proxy_max_per_user", CFG_INT, F(e2b_proxy_max_per_user), 0, 1, 100000, "64", NULL,
+         "getHost(port) requests proxied at once into one user's sandboxes (in all: E2B_PROXY_MAX_TOTAL, e2b.h)"},
+        /* [metrics] */
+        {"metrics.listen", CFG_STRING, F(metrics_listen), 0, 0, 0, "", NULL,
+         "loopback host:port serving /metrics (Prometheus text) and /healthz (empty: off)"},
+        {"metrics.label_keys", CFG_STRING, F(metrics_label_keys), 0, 0, 0, "", NULL,
          "session label keys /metrics counts sessions by (comma-separated, at most 8); empty: none"},
-        {"metrics_label_values_max", CFG_INT, F(metrics_label_values_max), 0, 1, 1000, "20", NULL,
-         "distinct values of each such key /metrics shows; the rest count as \"(other)\""},
-        {"max_stdin_size", CFG_SIZE, F(max_stdin_bytes), 0, 0, INT64_C(1) << 32, "16m", NULL,
-         "bytes of stdin accepted per execution"},
-        {"max_services_per_session", CFG_INT, F(max_services_per_session), 0, 0, 1000, "8", NULL,
+        /* [node] */
+        {"node.listen", CFG_STRING, F(node_listen), 0, 0, 0, "", NULL,
+         "host:port where node agents (sandboxd node) connect over mutual TLS; empty: the node part runs in "
+         "this process"},
+        {"node.connect", CFG_STRING, F(node_connect), 0, 0, 0, "", NULL,
+         "sandboxd node: host:port of the control daemon's node.listen"},
+        {"node.cert", CFG_STRING, F(node_cert), 0, 0, 0, "", NULL,
+         "node link: PEM certificate of this end (a node agent's common name is its node name; the control "
+         "daemon's names sandboxd-control, NODE_CONTROL_NAME in node.h)"},
+        {"node.key", CFG_STRING, F(node_key), 0, 0, 0, "", NULL, "node link: PEM private key of node.cert"},
+        {"node.ca", CFG_STRING, F(node_ca), 0, 0, 0, "", NULL,
+         "node link: PEM CA that signs the control daemon's and every node agent's certificate"},
+        {"node.crl", CFG_STRING, F(node_crl), 0, 0, 0, "", NULL,
+         "node link: PEM CRL of node.ca, read again on a handshake after it changed; unreadable: every "
+         "handshake is refused"},
+        {"node.name", CFG_STRING, F(node_name), 0, 0, 0, "", NULL,
+         "node link, engine = docker: every session goes to this node (certificate common name); empty: the "
+         "connected node with the fewest sessions (a session keeps its node while its container lives)"},
+        {"node.fence", CFG_MS, F(node_fence_ms), 0, 100, 86400000, "30s", NULL,
+         "a node agent away this long: the sessions placed on it are fenced (failed, new epoch) and their "
+         "executions lost"},
+        /* [kubernetes] */
+        {"kubernetes.config", CFG_STRING, F(kube_config), 0, 0, 0, "", NULL,
+         "engine = kubernetes: a kubeconfig (client certificate or token); empty: the Pod's service account"},
+        {"kubernetes.namespace", CFG_STRING, F(kube_namespace), 0, 0, 0, "", NULL,
+         "engine = kubernetes: the namespace of the sandbox Pods (empty: the kubeconfig context's or the service "
+         "account's)"},
+        {"kubernetes.workspace", CFG_ENUM, F(kube_workspace), 0, 0, 0, "hostpath", "hostpath|pvc",
+         "engine = kubernetes: workspaces as node directories (hostpath: single-node clusters) or one "
+         "PersistentVolumeClaim per session of workspace.quota bytes (pvc)"},
+        {"kubernetes.storage_class", CFG_STRING, F(kube_storage_class), 0, 0, 0, "", NULL,
+         "engine = kubernetes, kubernetes.workspace = pvc: the claims' StorageClass (empty: the cluster's default)"},
+        {"kubernetes.init_binary", CFG_STRING, F(kube_init_binary), 0, 0, 0, "/usr/bin/tini-static", NULL,
+         "engine = kubernetes: the static init on every node, PID 1 of each sandbox Pod (Docker's docker-init)"},
+        {"kubernetes.image_pull_policy", CFG_ENUM, F(kube_image_pull_policy), 0, 0, 0, "IfNotPresent",
+         "Always|IfNotPresent|Never", "engine = kubernetes: imagePullPolicy of sandbox Pods"},
+        {"kubernetes.start_timeout", CFG_MS, F(kube_start_timeout_ms), 0, 1000, 3600000, "2m", NULL,
+         "engine = kubernetes: a sandbox Pod runs within this (scheduling and image pull) or its start fails"},
+        /* [workspace] */
+        {"workspace.quota_mode", CFG_ENUM, F(workspace_quota_mode), 0, 0, 0, "off", "off|project|loop|measure",
+         "workspace disk quota: loop = an ext4 image per workspace; measure = refuse work once over (docs/operations.md)"},
+        {"workspace.quota", CFG_SIZE, F(workspace_quota_bytes), 0, 16 << 20, INT64_C(1) << 44, "1g", NULL,
+         "bytes per session workspace (loop: the image size, file system metadata included)"},
+        {"workspace.inodes", CFG_INT, F(workspace_inodes), 0, 1024, 1 << 26, "65536", NULL,
+         "files and directories per session workspace"},
+        /* [pool] */
+        {"pool.size", CFG_INT, F(pool_size), 0, 0, 1000, "2", NULL,
+         "warm pool: containers made ahead for new sessions, per image sessions may use (image and images; "
+         "0: off)"},
+        {"pool.images", CFG_STRING, F(pool_images), 0, 0, 0, "", NULL,
+         "per-image pool sizes overriding pool.size, comma-separated image=N (image: image or one of images)"},
+        {"pool.wait", CFG_MS, F(pool_wait_ms), 0, 0, 60000, "1s", NULL,
+         "a new session that finds its image's pool empty waits in line this long at most for the refill, "
+         "then takes the cold path (0: never waits)"},
+        /* [limits] */
+        {"limits.sessions", CFG_INT, F(max_sessions), 0, 1, 100000, "1000", NULL,
+         "live sessions at most (when full, a user holding two more than the one asking gives up its least "
+         "recently active idle session)"},
+        {"limits.sessions_per_user", CFG_INT, F(max_sessions_per_user), 0, 1, 100000, "100", NULL,
+         "live sessions of one user at most (overridable per user: sandboxctl quota)"},
+        {"limits.paused_sessions", CFG_INT, F(max_paused_sessions), 0, 0, 100000, "64", NULL,
+         "paused sessions at most; past it the least recently used are stopped (workspace kept, their contexts "
+         "report state_lost stopped_while_paused)"},
+        {"limits.paused_sessions_per_user", CFG_INT, F(max_paused_sessions_per_user), 0, 0, 100000, "16", NULL,
+         "paused sessions of one user at most (overridable per user: sandboxctl quota); past it that user's least "
+         "recently used are stopped"},
+        {"limits.exec_global", CFG_INT, F(max_exec_global), 0, 1, 10000, "10", NULL,
+         "concurrent executions across all sessions"},
+        {"limits.exec_per_session", CFG_INT, F(max_exec_per_session), 0, 1, 10000, "5", NULL,
+         "concurrent executions per session"},
+        {"limits.exec_per_user", CFG_INT, F(max_exec_per_user), 0, 1, 10000, "5", NULL,
+         "concurrent executions of one user (overridable per user); past it, and past a fair share "
+         "of limits.exec_global while other users run, busy"},
+        {"limits.spool_per_session", CFG_SIZE, F(max_spool_per_session_bytes), 0, 0, INT64_C(1) << 40, "1g", NULL,
+         "execution output kept on disk per session (overridable per user); past it the oldest goes"},
+        {"limits.services_per_session", CFG_INT, F(max_services_per_session), 0, 0, 1000, "8", NULL,
          "long-running services per session"},
-        {"service_stop_grace", CFG_MS, F(service_stop_grace_ms), 0, 0, 600000, "5s", NULL,
-         "SIGTERM to SIGKILL grace period when stopping a service"},
-        {"max_file_size", CFG_SIZE, F(max_file_bytes), 0, 1, INT64_C(1) << 32, "16m", NULL,
+        {"limits.file_size", CFG_SIZE, F(max_file_bytes), 0, 1, INT64_C(1) << 32, "16m", NULL,
          "largest file written or read in one call"},
-        {"egress_allow", CFG_STRING, F(egress_allow), 0, 0, 0, "", NULL,
+        {"limits.session_cpus", CFG_CPUS, F(max_session_nano_cpus), 0, 0, INT64_C(256) * 1000000000, "0", NULL,
+         "most CPUs one session may ask for (create_session's cpu; overridable per user, in milli-CPUs); 0: cpus"},
+        {"limits.session_memory", CFG_SIZE, F(max_session_memory_bytes), 0, 0, INT64_C(1) << 40, "0", NULL,
+         "most memory one session may ask for (create_session's memory; overridable per user); 0: memory"},
+        {"limits.session_disk", CFG_SIZE, F(max_session_disk_bytes), 0, 0, INT64_C(1) << 44, "0", NULL,
+         "largest workspace one session may ask for (create_session's disk, loop mode only; overridable per user); "
+         "0: workspace.quota"},
+        {"limits.snapshots_per_user", CFG_INT, F(max_snapshots_per_user), 0, 0, 100000, "20", NULL,
+         "snapshots a user holds at most (snapshot_session, fork_session; 0: none allowed)"},
+        {"limits.snapshot_bytes_per_user", CFG_SIZE, F(max_snapshot_bytes_per_user), 0, 0, INT64_C(1) << 44, "20g",
+         NULL, "bytes of stored snapshots a user holds at most"},
+        /* [exec] */
+        {"exec.timeout_default", CFG_DURATION, F(exec_timeout_default_s), 0, 1, 86400, "60s", NULL,
+         "timeout of an execution that names none"},
+        {"exec.timeout_max", CFG_DURATION, F(exec_timeout_max_s), 0, 1, 86400 * 7, "1h", NULL,
+         "largest timeout a caller may ask for"},
+        {"exec.kill_grace", CFG_MS, F(exec_kill_grace_ms), 0, 0, 600000, "2s", NULL,
+         "SIGTERM to SIGKILL grace period on timeout/cancel"},
+        /* [egress] */
+        {"egress.allow", CFG_STRING, F(egress_allow), 0, 0, 0, "", NULL,
          "hosts every session may reach through the egress proxy: name, *.suffix, optionally :port or :* "
          "(default ports 80 and 443); empty: none"},
-        {"egress_allow_private", CFG_STRING, F(egress_allow_private), 0, 0, 0, "", NULL,
+        {"egress.allow_private", CFG_STRING, F(egress_allow_private), 0, 0, 0, "", NULL,
          "CIDR list of loopback/private/link-local addresses the egress proxy may still connect to"},
-        {"egress_resolve", CFG_STRING, F(egress_resolve), 0, 0, 0, "", NULL,
+        {"egress.resolve", CFG_STRING, F(egress_resolve), 0, 0, 0, "", NULL,
          "static name=ip overrides for the egress proxy's resolver (internal mirrors, tests)"},
-        {"egress_upstream_proxy", CFG_STRING, F(egress_upstream_proxy), 0, 0, 0, "", NULL,
+        {"egress.upstream_proxy", CFG_STRING, F(egress_upstream_proxy), 0, 0, 0, "", NULL,
          "http://host:port: allowed egress goes through this proxy (CONNECT); empty: direct"},
-        {"secrets_key_file", CFG_STRING, F(secrets_key_file), 0, 0, 0, "", NULL,
-         "file of the 256-bit key sealing users' secrets at rest (sandboxctl secret keygen PATH); outside data_dir, "
-         "mode 0600; empty: secrets off"},
-        {"egress_max_tunnels", CFG_INT, F(egress_max_tunnels), 0, 1, 1000000, "4096", NULL,
-         "open egress proxy connections across all sessions"},
-        {"egress_max_tunnels_per_session", CFG_INT, F(egress_max_tunnels_per_session), 0, 1, 1000000, "256", NULL,
-         "open egress proxy connections per session"},
-        {"egress_max_tunnels_per_user", CFG_INT, F(egress_max_tunnels_per_user), 0, 1, 1000000, "1024", NULL,
-         "open egress proxy connections of one user, all its sessions together"},
-        {"egress_conns_per_minute", CFG_INT, F(egress_conns_per_minute), 0, 1, 10000000, "600", NULL,
-         "new egress proxy connections per session per minute"},
-        {"egress_max_bytes_per_session", CFG_SIZE, F(egress_max_bytes_per_session), 0, 0, INT64_C(1) << 50, "0", NULL,
+        {"egress.max_bytes_per_session", CFG_SIZE, F(egress_max_bytes_per_session), 0, 0, INT64_C(1) << 50, "0", NULL,
          "egress bytes (both ways) per session since the daemon started; 0: no cap"},
-        {"egress_max_header", CFG_SIZE, F(egress_max_header_bytes), 0, 1024, 1 << 20, "16k", NULL,
-         "largest proxy request head (request line and headers)"},
-        {"egress_header_timeout", CFG_MS, F(egress_header_timeout_ms), 0, 100, 600000, "10s", NULL,
-         "a proxy client must send its whole request head within this"},
-        {"egress_connect_timeout", CFG_MS, F(egress_connect_timeout_ms), 0, 100, 600000, "10s", NULL,
-         "resolving and connecting upstream (through egress_upstream_proxy too) within this"},
-        {"egress_idle_timeout", CFG_MS, F(egress_idle_timeout_ms), 0, 1000, 86400000, "300s", NULL,
-         "an egress tunnel with no byte either way this long is closed"},
-        {"egress_max_rules", CFG_INT, F(egress_max_rules), 0, 1, 100000, "256", NULL,
-         "allowlist additions per user and per session (admin socket and connector API)"},
-        {"idempotency_window", CFG_DURATION, F(idempotency_window_s), 0, 60, 86400 * 30, "24h", NULL,
-         "how long an idempotency_key answers a retry with the first call's result"},
-        {"idempotency_max_keys", CFG_INT, F(idempotency_max_keys), 0, 1, 10000000, "10000", NULL,
-         "live idempotency keys one user may hold; past it a call with a new key is quota_exceeded"},
-        {"events_max", CFG_INT, F(events_max), 0, 100, 10000000, "100000", NULL,
-         "lifecycle events the log keeps (GET /v1/events resumes from it; webhooks read it); the oldest go first"},
-        {"events_retention", CFG_DURATION, F(events_retention_s), 0, 60, 86400 * 365, "7d", NULL,
-         "lifecycle events older than this are pruned (by the daemon and --gc)"},
-        {"webhook_url", CFG_STRING, F(webhook_url), 0, 0, 0, "", NULL,
+        /* [webhook] */
+        {"webhook.url", CFG_STRING, F(webhook_url), 0, 0, 0, "", NULL,
          "http:// or https:// URL the daemon POSTs every lifecycle event to, signed (empty: off)"},
-        {"webhook_secret", CFG_STRING, F(webhook_secret), 0, 0, 0, "", NULL,
-         "HMAC-SHA256 key of the webhook signature (or webhook_secret_file)"},
-        {"webhook_secret_file", CFG_STRING, F(webhook_secret_file), 0, 0, 0, "", NULL,
+        {"webhook.secret_file", CFG_STRING, F(webhook_secret_file), 0, 0, 0, "", NULL,
          "file holding the webhook HMAC key (first line), read at start"},
-        {"webhook_events", CFG_STRING, F(webhook_events), 0, 0, 0, "", NULL,
+        {"webhook.events", CFG_STRING, F(webhook_events), 0, 0, 0, "", NULL,
          "event types delivered, comma-separated, 'session.*' for a family (empty: all)"},
-        {"webhook_ca", CFG_STRING, F(webhook_ca), 0, 0, 0, "", NULL,
+        {"webhook.ca", CFG_STRING, F(webhook_ca), 0, 0, 0, "", NULL,
          "PEM CA bundle that signs an https webhook receiver (empty: the system's)"},
-        {"webhook_max_inflight", CFG_INT, F(webhook_max_inflight), 0, 1, 64, "4", NULL,
-         "webhook deliveries in flight at most (retries included)"},
-        {"webhook_max_retries", CFG_INT, F(webhook_max_retries), 0, 0, 20, "5", NULL,
-         "retries of a webhook delivery that failed, then it is counted failed and skipped"},
-        {"webhook_timeout", CFG_MS, F(webhook_timeout_ms), 0, 100, 600000, "10s", NULL,
-         "one webhook POST (connect and answer) within this"},
-        {"webhook_backoff", CFG_MS, F(webhook_backoff_ms), 0, 10, 600000, "1s", NULL,
-         "first webhook retry after this, doubling each time, at most 60 s"},
-        {"max_age", CFG_DURATION, F(max_age_s), 0, 60, 86400 * 3650, "7d", NULL,
+        /* [gc] */
+        {"gc.max_age", CFG_DURATION, F(max_age_s), 0, 60, 86400 * 3650, "7d", NULL,
          "gc removes containers older than this"},
-        {"execution_retention", CFG_DURATION, F(execution_retention_s), 0, 60, 86400 * 3650, "7d", NULL,
+        {"gc.execution_retention", CFG_DURATION, F(execution_retention_s), 0, 60, 86400 * 3650, "7d", NULL,
          "gc removes execution output spools older than this"},
-        {"audit_retention", CFG_DURATION, F(audit_retention_s), 0, -1, 86400 * 3650, "90d", NULL,
+        {"gc.audit_retention", CFG_DURATION, F(audit_retention_s), 0, -1, 86400 * 3650, "90d", NULL,
          "gc removes audit rows older than this; -1 keeps them forever"},
-        {"workspace_retention", CFG_DURATION, F(workspace_retention_s), 0, -1, 86400 * 3650, "-1", NULL,
+        {"gc.workspace_retention", CFG_DURATION, F(workspace_retention_s), 0, -1, 86400 * 3650, "-1", NULL,
          "gc removes workspaces of sessions gone this long; -1 keeps them forever"},
-        {"snapshot_retention", CFG_DURATION, F(snapshot_retention_s), 0, -1, 86400 * 3650, "30d", NULL,
+        {"gc.snapshot_retention", CFG_DURATION, F(snapshot_retention_s), 0, -1, 86400 * 3650, "30d", NULL,
          "gc removes snapshots older than this; -1 keeps them forever"},
-        {"max_snapshots_per_user", CFG_INT, F(max_snapshots_per_user), 0, 0, 100000, "20", NULL,
-         "snapshots a user holds at most (snapshot_session, fork_session; 0: none allowed)"},
-        {"max_snapshot_bytes_per_user", CFG_SIZE, F(max_snapshot_bytes_per_user), 0, 0, INT64_C(1) << 44, "20g", NULL,
-         "bytes of stored snapshots a user holds at most"},
 };
+
+/* Keys that no longer exist, so a file or environment written for an older
+ * sandboxd gets an error naming what replaced them rather than "unknown key".
+ * A renamed key names its new name; a key that became a constant names the
+ * constant and its value (the struct field stays, set from the constant, so
+ * tests can still vary it). Keys added on other branches go in `keys`; a key
+ * renamed later goes here. */
+struct config_old_key {
+        const char *name;
+        const char *new_name;  /* renamed: the key that replaces it */
+        const char *why;       /* removed without a constant: why */
+        const char *constant;  /* became this constant of ... */
+        const char *header;    /* ... this header */
+        enum config_type type; /* of the constant's value */
+        size_t offset;         /* the field config_defaults sets from it */
+        size_t size;
+        int64_t value;   /* numeric constants */
+        const char *str; /* string constants */
+};
+
+#define RENAMED(old, new)                                                                                              \
+        {                                                                                                              \
+                old, new, NULL, NULL, NULL, CFG_INT, 0, 0, 0, NULL                                                     \
+        }
+#define CONSTANT(old, macro, field, type, h)                                                                           \
+        {                                                                                                              \
+                old, NULL, NULL, #macro, h, type, F(field), (int64_t)(macro), NULL                                     \
+        }
+#define CONSTANT_STR(old, macro, field, h)                                                                             \
+        {                                                                                                              \
+                old, NULL, NULL, #macro, h, CFG_STRING, F(field), 0, macro                                             \
+        }
+
+static const struct config_old_key old_keys[] = {
+        RENAMED("max_connections", "connections.max"),
+        RENAMED("max_connections_per_uid", "connections.max_per_uid"),
+        RENAMED("auth_timeout", "connections.auth_timeout"),
+        RENAMED("connection_idle_timeout", "connections.idle_timeout"),
+        RENAMED("http_listen", "http.listen"),
+        RENAMED("tls_cert", "http.tls_cert"),
+        RENAMED("tls_key", "http.tls_key"),
+        RENAMED("tls_client_ca", "http.tls_client_ca"),
+        RENAMED("metrics_listen", "metrics.listen"),
+        RENAMED("metrics_label_keys", "metrics.label_keys"),
+        RENAMED("node_listen", "node.listen"),
+        RENAMED("node_connect", "node.connect"),
+        RENAMED("node_cert", "node.cert"),
+        RENAMED("node_key", "node.key"),
+        RENAMED("node_ca", "node.ca"),
+        RENAMED("node_crl", "node.crl"),
+        RENAMED("node_name", "node.name"),
+        RENAMED("node_fence", "node.fence"),
+        RENAMED("kube_config", "kubernetes.config"),
+        RENAMED("kube_namespace", "kubernetes.namespace"),
+        RENAMED("kube_workspace", "kubernetes.workspace"),
+        RENAMED("kube_storage_class", "kubernetes.storage_class"),
+        RENAMED("kube_init_binary", "kubernetes.init_binary"),
+        RENAMED("kube_image_pull_policy", "kubernetes.image_pull_policy"),
+        RENAMED("kube_start_timeout", "kubernetes.start_timeout"),
+        RENAMED("workspace_quota_mode", "workspace.quota_mode"),
+        RENAMED("workspace_quota", "workspace.quota"),
+        RENAMED("workspace_inodes", "workspace.inodes"),
+        RENAMED("pool_size", "pool.size"),
+        RENAMED("pool_images", "pool.images"),
+        RENAMED("pool_wait", "pool.wait"),
+        RENAMED("max_sessions", "limits.sessions"),
+        RENAMED("max_sessions_per_user", "limits.sessions_per_user"),
+        RENAMED("max_paused_sessions", "limits.paused_sessions"),
+        RENAMED("max_paused_sessions_per_user", "limits.paused_sessions_per_user"),
+        RENAMED("max_exec_global", "limits.exec_global"),
+        RENAMED("max_exec_per_session", "limits.exec_per_session"),
+        RENAMED("max_exec_per_user", "limits.exec_per_user"),
+        RENAMED("max_spool_per_session", "limits.spool_per_session"),
+        RENAMED("max_services_per_session", "limits.services_per_session"),
+        RENAMED("max_file_size", "limits.file_size"),
+        RENAMED("max_session_cpus", "limits.session_cpus"),
+        RENAMED("max_session_memory", "limits.session_memory"),
+        RENAMED("max_session_disk", "limits.session_disk"),
+        RENAMED("max_snapshots_per_user", "limits.snapshots_per_user"),
+        RENAMED("max_snapshot_bytes_per_user", "limits.snapshot_bytes_per_user"),
+        RENAMED("exec_timeout_default", "exec.timeout_default"),
+        RENAMED("exec_timeout_max", "exec.timeout_max"),
+        RENAMED("exec_kill_grace", "exec.kill_grace"),
+        RENAMED("e2b_templates", "e2b.templates"),
+        RENAMED("e2b_domain", "e2b.domain"),
+        RENAMED("e2b_proxy_max_per_user", "e2b.proxy_max_per_user"),
+        RENAMED("egress_allow", "egress.allow"),
+        RENAMED("egress_allow_private", "egress.allow_private"),
+        RENAMED("egress_resolve", "egress.resolve"),
+        RENAMED("egress_upstream_proxy", "egress.upstream_proxy"),
+        RENAMED("egress_max_bytes_per_session", "egress.max_bytes_per_session"),
+        RENAMED("webhook_url", "webhook.url"),
+        RENAMED("webhook_secret_file", "webhook.secret_file"),
+        RENAMED("webhook_events", "webhook.events"),
+        RENAMED("webhook_ca", "webhook.ca"),
+        RENAMED("max_age", "gc.max_age"),
+        RENAMED("execution_retention", "gc.execution_retention"),
+        RENAMED("audit_retention", "gc.audit_retention"),
+        RENAMED("workspace_retention", "gc.workspace_retention"),
+        RENAMED("snapshot_retention", "gc.snapshot_retention"),
+        CONSTANT("max_unauthenticated_per_uid", API_MAX_UNAUTHENTICATED_PER_UID, max_unauthenticated_per_uid, CFG_INT,
+                 "api.h"),
+        CONSTANT("http_max_unauthenticated", HTTP_MAX_UNAUTHENTICATED, http_max_unauthenticated, CFG_INT, "http.h"),
+        CONSTANT("http_max_unauthenticated_per_address", HTTP_MAX_UNAUTHENTICATED_PER_ADDRESS,
+                 http_max_unauthenticated_per_address, CFG_INT, "http.h"),
+        CONSTANT("http_timeout", HTTP_IDLE_TIMEOUT_S, http_timeout_s, CFG_DURATION, "http.h"),
+        CONSTANT("runner_heartbeat", RUNNER_HEARTBEAT_MS, runner_heartbeat_ms, CFG_MS, "runner.h"),
+        CONSTANT("cpu_shares", CONTAINER_CPU_SHARES, cpu_shares, CFG_INT, "container.h"),
+        CONSTANT("oom_score_adj", CONTAINER_OOM_SCORE_ADJ, oom_score_adj, CFG_INT, "container.h"),
+        CONSTANT("tmpfs_size", CONTAINER_TMPFS_BYTES, tmpfs_bytes, CFG_SIZE, "container.h"),
+        CONSTANT("startup_checks", CONTAINER_STARTUP_CHECKS, startup_checks, CFG_INT, "container.h"),
+        CONSTANT("startup_check_interval", CONTAINER_STARTUP_CHECK_INTERVAL_MS, startup_check_interval_ms, CFG_MS,
+                 "container.h"),
+        CONSTANT("container_port_base", CONTAINER_PORT_BASE, container_port_base, CFG_INT, "container.h"),
+        CONSTANT("docker_timeout", ENGINE_CALL_TIMEOUT_MS, docker_timeout_ms, CFG_MS, "engine.h"),
+        CONSTANT("monitor_interval", MONITOR_INTERVAL_MS, monitor_interval_ms, CFG_MS, "monitor.h"),
+        CONSTANT("exec_result_head", EXEC_RESULT_HEAD_BYTES, exec_result_head_bytes, CFG_SIZE, "exec.h"),
+        CONSTANT("max_command_size", EXEC_MAX_COMMAND_BYTES, max_command_bytes, CFG_SIZE, "exec.h"),
+        CONSTANT("max_stdin_size", EXEC_MAX_STDIN_BYTES, max_stdin_bytes, CFG_SIZE, "exec.h"),
+        CONSTANT("exec_output_cap", EXEC_OUTPUT_CAP_BYTES, exec_output_cap_bytes, CFG_SIZE, "exec.h"),
+        CONSTANT("cells_max_per_session", CELLS_MAX_PER_SESSION, cells_max_per_session, CFG_INT, "cells.h"),
+        CONSTANT("cells_max_global", CELLS_MAX_GLOBAL, cells_max_global, CFG_INT, "cells.h"),
+        CONSTANT("cells_idle_timeout", CELLS_IDLE_TIMEOUT_S, cells_idle_timeout_s, CFG_DURATION, "cells.h"),
+        CONSTANT("cells_interrupt_grace", CELLS_INTERRUPT_GRACE_MS, cells_interrupt_grace_ms, CFG_MS, "cells.h"),
+        CONSTANT("cells_start_timeout", CELLS_START_TIMEOUT_MS, cells_start_timeout_ms, CFG_MS, "cells.h"),
+        CONSTANT("cells_output_cap", CELLS_OUTPUT_CAP_BYTES, cells_output_cap_bytes, CFG_SIZE, "cells.h"),
+        CONSTANT("service_stop_grace", SERVICE_STOP_GRACE_MS, service_stop_grace_ms, CFG_MS, "service.h"),
+        CONSTANT("egress_max_header", EGRESS_MAX_HEADER_BYTES, egress_max_header_bytes, CFG_SIZE, "egress.h"),
+        CONSTANT("egress_header_timeout", EGRESS_HEADER_TIMEOUT_MS, egress_header_timeout_ms, CFG_MS, "egress.h"),
+        CONSTANT("egress_connect_timeout", EGRESS_CONNECT_TIMEOUT_MS, egress_connect_timeout_ms, CFG_MS, "egress.h"),
+        CONSTANT("egress_idle_timeout", EGRESS_IDLE_TIMEOUT_MS, egress_idle_timeout_ms, CFG_MS, "egress.h"),
+        CONSTANT("egress_conns_per_minute", EGRESS_CONNS_PER_MINUTE, egress_conns_per_minute, CFG_INT, "egress.h"),
+        CONSTANT("egress_max_tunnels", EGRESS_MAX_TUNNELS, egress_max_tunnels, CFG_INT, "egress.h"),
+        CONSTANT("egress_max_tunnels_per_session", EGRESS_MAX_TUNNELS_PER_SESSION, egress_max_tunnels_per_session,
+                 CFG_INT, "egress.h"),
+        CONSTANT("egress_max_tunnels_per_user", EGRESS_MAX_TUNNELS_PER_USER, egress_max_tunnels_per_user, CFG_INT,
+                 "egress.h"),
+        CONSTANT("egress_max_rules", EGRESS_MAX_RULES, egress_max_rules, CFG_INT, "egress_rules.h"),
+        CONSTANT("idempotency_window", API_IDEMPOTENCY_WINDOW_S, idempotency_window_s, CFG_DURATION, "api.h"),
+        CONSTANT("idempotency_max_keys", API_IDEMPOTENCY_MAX_KEYS, idempotency_max_keys, CFG_INT, "api.h"),
+        CONSTANT("events_max", EVENTS_MAX, events_max, CFG_INT, "events.h"),
+        CONSTANT("events_retention", EVENTS_RETENTION_S, events_retention_s, CFG_DURATION, "events.h"),
+        CONSTANT("webhook_max_inflight", WEBHOOK_MAX_INFLIGHT, webhook_max_inflight, CFG_INT, "webhook.h"),
+        CONSTANT("webhook_max_retries", WEBHOOK_MAX_RETRIES, webhook_max_retries, CFG_INT, "webhook.h"),
+        CONSTANT("webhook_timeout", WEBHOOK_TIMEOUT_MS, webhook_timeout_ms, CFG_MS, "webhook.h"),
+        CONSTANT("webhook_backoff", WEBHOOK_BACKOFF_MS, webhook_backoff_ms, CFG_MS, "webhook.h"),
+        CONSTANT("metrics_label_values_max", METRICS_LABEL_VALUES_MAX, metrics_label_values_max, CFG_INT, "metrics.h"),
+        CONSTANT("max_scripts_per_user", SCRIPTS_MAX_PER_USER, max_scripts_per_user, CFG_INT, "scripts.h"),
+        CONSTANT("max_script_bytes_per_user", SCRIPTS_MAX_BYTES_PER_USER, max_script_bytes_per_user, CFG_SIZE,
+                 "scripts.h"),
+        CONSTANT("forward_max_per_session", GATEWAY_FORWARD_MAX_PER_SESSION, forward_max_per_session, CFG_INT,
+                 "gateway.h"),
+        CONSTANT("forward_max_per_user", GATEWAY_FORWARD_MAX_PER_USER, forward_max_per_user, CFG_INT, "gateway.h"),
+        CONSTANT("forward_max_total", GATEWAY_FORWARD_MAX_TOTAL, forward_max_total, CFG_INT, "gateway.h"),
+        CONSTANT("e2b_proxy_max_total", E2B_PROXY_MAX_TOTAL, e2b_proxy_max_total, CFG_INT, "e2b.h"),
+        CONSTANT("pause_min_mem_available", SESSION_PAUSE_MIN_MEM_AVAILABLE, pause_min_mem_available_bytes, CFG_SIZE,
+                 "session.h"),
+        CONSTANT("node_heartbeat", NODE_HEARTBEAT_MS, node_heartbeat_ms, CFG_MS, "node.h"),
+        CONSTANT_STR("node_control_name", NODE_CONTROL_NAME, node_control_name, "node.h"),
+        CONSTANT_STR("kube_node_dir", K8S_NODE_DIR, kube_node_dir, "engine_kubernetes.h"),
+        CONSTANT("session_ttl_max", SESSSPEC_TTL_MAX_S, session_ttl_max_s, CFG_DURATION, "sessspec.h"),
+        CONSTANT_STR("kube_gvisor_class", K8S_GVISOR_RUNTIME_CLASS, kube_gvisor_class, "engine_kubernetes.h"),
+        CONSTANT_STR("pool_cells_prestart", POOL_CELLS_PRESTART, pool_cells_prestart, "pool.h"),
+        /* derived, no constant: 0 means max_sessions, now always */
+        {"http_max_connections_per_address", NULL,
+         "it is always limits.sessions (every session's agent can hold one connection)", NULL, NULL, CFG_INT, 0, 0, 0,
+         NULL},
+        {"webhook_secret", NULL,
+         "use webhook.secret_file (a signing key does not belong in a config file or the environment)", NULL, NULL,
+         CFG_INT, 0, 0, 0, NULL},
+};
+
+#undef RENAMED
+#undef CONSTANT
+#undef CONSTANT_STR
 
 #undef F
 
@@ -380,6 +474,61 @@ static const struct config_key *find_key(const char *name)
                 if (strcmp(keys[i].name, name) == 0)
                         return &keys[i];
         return NULL;
+}
+
+/* The environment variable of a key: SANDBOXD_ and its name in capitals with
+ * '.' as '_' (node.listen: SANDBOXD_NODE_LISTEN). */
+static void env_name(const char *key, char *buf, size_t size)
+{
+        snprintf(buf, size, "SANDBOXD_%s", key);
+        for (char *p = buf; *p; p++)
+                *p = *p == '.' ? '_' : (char)toupper((unsigned char)*p);
+}
+
+static void format_constant(const struct config_old_key *o, char *buf, size_t size);
+
+static bool is_old_key(const char *name)
+{
+        for (size_t i = 0; i < ELEMENTSOF(old_keys); i++)
+                if (strcmp(old_keys[i].name, name) == 0)
+                        return true;
+        return false;
+}
+
+/* The error for a key that is not in the table: what replaced it, if it
+ * existed once. */
+static int unknown_key(const char *key, struct sbx_error *err)
+{
+        char value[64];
+
+        for (size_t i = 0; i < ELEMENTSOF(old_keys); i++) {
+                const struct config_old_key *o = &old_keys[i];
+                if (strcmp(o->name, key) != 0)
+                        continue;
+                if (o->new_name) {
+                        const char *dot = strchr(o->new_name, '.');
+                        char env[128];
+                        env_name(o->new_name, env, sizeof(env));
+                        if (dot)
+                                return sbx_error_set(err, -EINVAL, 0,
+                                                     "key '%s' was renamed: write %s (or '%s' under [%.*s]; "
+                                                     "environment %s)",
+                                                     key, o->new_name, dot + 1, (int)(dot - o->new_name), o->new_name,
+                                                     env);
+                        return sbx_error_set(err, -EINVAL, 0, "key '%s' was renamed: write %s (environment %s)", key,
+                                             o->new_name, env);
+                }
+                if (o->constant) {
+                        format_constant(o, value, sizeof(value));
+                        return sbx_error_set(err, -EINVAL, 0,
+                                             "key '%s' is no longer a setting: it became the constant %s = %s "
+                                             "(include/sandboxd/%s); remove the line",
+                                             key, o->constant, value, o->header);
+                }
+                return sbx_error_set(err, -EINVAL, 0, "key '%s' is no longer a setting: %s; remove the line", key,
+                                     o->why);
+        }
+        return sbx_error_set(err, -EINVAL, 0, "unknown key '%s'", key);
 }
 
 /* Parse a decimal integer with an optional unit suffix. units is a list of
@@ -439,6 +588,40 @@ static int parse_cpus(const char *v, int64_t *ret)
         return 0;
 }
 
+int config_parse_duration(const char *v, int64_t unit_ms, int64_t *ret)
+{
+        static const struct unit units[] = {
+                {"ms", 1}, {"s", 1000}, {"m", 60 * 1000}, {"h", 3600 * 1000}, {"d", 86400 * 1000}};
+        int64_t ms;
+        char *end;
+        long long x;
+
+        if (unit_ms != 1 && unit_ms != 1000)
+                return -EINVAL;
+        errno = 0;
+        x = strtoll(v, &end, 10);
+        if (errno != 0 || end == v)
+                return errno == ERANGE ? -ERANGE : -EINVAL;
+        if (*end == '\0') { /* a bare number: the field's own unit, as before units were required */
+                *ret = x;
+                return 0;
+        }
+        if (x < 0)
+                return -EINVAL; /* only a bare -1 ("forever") is negative */
+        for (size_t i = 0; i < ELEMENTSOF(units); i++) {
+                if (strcasecmp(end, units[i].suffix) != 0)
+                        continue;
+                if (x > INT64_MAX / units[i].mult)
+                        return -ERANGE;
+                ms = (int64_t)x * units[i].mult;
+                if (ms % unit_ms != 0)
+                        return -EINVAL; /* 1500ms in a field of whole seconds */
+                *ret = ms / unit_ms;
+                return 0;
+        }
+        return -EINVAL;
+}
+
 static int store_int(const struct config_key *k, struct sbx_config *cfg, size_t offset, int64_t x,
                      struct sbx_error *err)
 {
@@ -467,15 +650,14 @@ int config_set(struct sbx_config *cfg, const char *key, const char *value, struc
         static const struct unit size_units[] = {{"", 1},        {"b", 1},        {"k", 1024},
                                                  {"kb", 1024},   {"m", 1 << 20},  {"mb", 1 << 20},
                                                  {"g", 1 << 30}, {"gb", 1 << 30}, {"t", INT64_C(1) << 40}};
-        static const struct unit dur_units[] = {{"", 1}, {"s", 1}, {"m", 60}, {"h", 3600}, {"d", 86400}};
-        static const struct unit ms_units[] = {{"", 1}, {"ms", 1}, {"s", 1000}, {"m", 60000}};
+        static const struct unit int_units[] = {{"", 1}};
         const struct config_key *k = find_key(key);
         char *field;
         int64_t x;
         int r;
 
         if (!k)
-                return sbx_error_set(err, -EINVAL, 0, "unknown key '%s'", key);
+                return unknown_key(key, err);
         field = (char *)cfg + k->offset;
 
         switch (k->type) {
@@ -504,13 +686,13 @@ int config_set(struct sbx_config *cfg, const char *key, const char *value, struc
                 return sbx_error_set(err, -EINVAL, 0, "%s: '%s' is not one of %s", key, value, k->choices);
         }
         case CFG_INT:
-                r = parse_scaled(value, dur_units, 1, &x);
+                r = parse_scaled(value, int_units, 1, &x);
                 break;
         case CFG_DURATION:
-                r = parse_scaled(value, dur_units, ELEMENTSOF(dur_units), &x);
+                r = config_parse_duration(value, 1000, &x);
                 break;
         case CFG_MS:
-                r = parse_scaled(value, ms_units, ELEMENTSOF(ms_units), &x);
+                r = config_parse_duration(value, 1, &x);
                 break;
         case CFG_SIZE:
                 r = parse_scaled(value, size_units, ELEMENTSOF(size_units), &x);
@@ -538,8 +720,8 @@ int config_set(struct sbx_config *cfg, const char *key, const char *value, struc
         if (r < 0)
                 return sbx_error_set(err, -EINVAL, 0, "%s: '%s' is not a valid %s", key, value,
                                      k->type == CFG_SIZE       ? "size (e.g. 512m)"
-                                     : k->type == CFG_DURATION ? "duration (e.g. 30m)"
-                                     : k->type == CFG_MS       ? "duration (e.g. 500ms, 5s)"
+                                     : k->type == CFG_DURATION ? "duration in whole seconds (e.g. 30s, 5m, 2h, 7d)"
+                                     : k->type == CFG_MS       ? "duration (e.g. 500ms, 5s, 2m)"
                                      : k->type == CFG_CPUS     ? "CPU count (e.g. 1.5)"
                                                                : "integer");
         return store_int(k, cfg, k->offset, x, err);
@@ -547,11 +729,24 @@ int config_set(struct sbx_config *cfg, const char *key, const char *value, struc
 
 void config_defaults(struct sbx_config *cfg)
 {
+        static_assert(ELEMENTSOF(keys) <= CONFIG_KEYS_MAX, "raise CONFIG_KEYS_MAX");
         memset(cfg, 0, sizeof(*cfg));
         for (size_t i = 0; i < ELEMENTSOF(keys); i++) {
                 int r = config_set(cfg, keys[i].name, keys[i].def, NULL);
                 assert(r == 0); /* a bad default is a bug in the table */
                 (void)r;
+        }
+        for (size_t i = 0; i < ELEMENTSOF(old_keys); i++) {
+                const struct config_old_key *o = &old_keys[i];
+                char *field = (char *)cfg + o->offset;
+                if (!o->constant)
+                        continue;
+                if (o->str)
+                        sbx_strlcpy(field, o->str, o->size);
+                else if (o->size == sizeof(int64_t))
+                        *(int64_t *)field = o->value;
+                else
+                        *(int *)field = (int)o->value;
         }
 }
 
@@ -566,13 +761,18 @@ static char *trim(char *s)
         return s;
 }
 
-/* One `key = value` line; value may be "double-quoted". Comments start at #
- * outside quotes. */
-static int parse_line(struct sbx_config *cfg, char *line, struct sbx_error *err)
+/* One line: `key = value` (value may be "double-quoted"), or `[section]`,
+ * which makes the keys after it section.key until the next one. A dotted
+ * key is taken as written anywhere. Comments start at # outside quotes.
+ * ret_key: the key set (NULL for a blank, comment or section line). */
+static int parse_line(struct sbx_config *cfg, char *line, char *section, size_t section_size,
+                      const struct config_key **ret_key, struct sbx_error *err)
 {
-        char *eq, *key, *value;
+        char *eq, *key, *value, full[128];
         bool quoted = false;
+        int r;
 
+        *ret_key = NULL;
         for (char *p = line; *p; p++) {
                 if (*p == '"')
                         quoted = !quoted;
@@ -584,6 +784,20 @@ static int parse_line(struct sbx_config *cfg, char *line, struct sbx_error *err)
         line = trim(line);
         if (!*line)
                 return 0;
+        if (*line == '[') {
+                size_t n = strlen(line);
+                if (line[n - 1] != ']' || n < 3 || n - 2 >= section_size)
+                        return sbx_error_set(err, -EINVAL, 0, "expected '[section]'");
+                line[n - 1] = '\0';
+                sbx_strlcpy(section, trim(line + 1), section_size);
+                for (size_t i = 0; i < ELEMENTSOF(keys); i++) {
+                        const char *dot = strchr(keys[i].name, '.');
+                        if (dot && (size_t)(dot - keys[i].name) == strlen(section) &&
+                            strncmp(keys[i].name, section, strlen(section)) == 0)
+                                return 0;
+                }
+                return sbx_error_set(err, -EINVAL, 0, "unknown section [%s]", section);
+        }
         eq = strchr(line, '=');
         if (!eq)
                 return sbx_error_set(err, -EINVAL, 0, "expected 'key = value'");
@@ -599,12 +813,26 @@ static int parse_line(struct sbx_config *cfg, char *line, struct sbx_error *err)
         }
         if (!*key)
                 return sbx_error_set(err, -EINVAL, 0, "missing key before '='");
-        return config_set(cfg, key, value, err);
+        if (section[0] && !strchr(key, '.')) {
+                if ((size_t)snprintf(full, sizeof(full), "%s.%s", section, key) >= sizeof(full))
+                        return sbx_error_set(err, -EINVAL, 0, "unknown key '%s' in [%s]", key, section);
+                if (!find_key(full) && find_key(key))
+                        return sbx_error_set(err, -EINVAL, 0,
+                                             "key '%s' is not in [%s]: it belongs before the first section", key,
+                                             section);
+                if (!find_key(full) && is_old_key(key))
+                        return unknown_key(key, err); /* an old flat name under a section */
+                key = full;
+        }
+        r = config_set(cfg, key, value, err);
+        if (r == 0)
+                *ret_key = find_key(key);
+        return r;
 }
 
 static int check_pool_images(const struct sbx_config *cfg, struct sbx_error *err);
 
-/* e2b_domain: dot-separated labels of [a-z0-9-], 1-63 each, no '-' at either
+/* e2b.domain: dot-separated labels of [a-z0-9-], 1-63 each, no '-' at either
  * end, at most 200 characters (room for "{port}-{id}." in a DNS name). */
 static bool e2b_domain_valid(const char *d)
 {
@@ -634,13 +862,15 @@ static int check_cross(const struct sbx_config *cfg, struct sbx_error *err)
         int span = cfg->port_range_hi - cfg->port_range_lo + 1;
 
         if (!cfg->tls_cert[0] != !cfg->tls_key[0])
-                return sbx_error_set(err, -EINVAL, 0, "tls_cert and tls_key go together: set both or neither");
+                return sbx_error_set(err, -EINVAL, 0,
+                                     "http.tls_cert and http.tls_key go together: set both or neither");
         if ((cfg->node_listen[0] || cfg->node_connect[0]) &&
             (!cfg->node_cert[0] || !cfg->node_key[0] || !cfg->node_ca[0]))
                 return sbx_error_set(err, -EINVAL, 0,
-                                     "node_listen and node_connect need node_cert, node_key and node_ca");
+                                     "node.listen and node.connect need node.cert, node.key and node.ca");
         if (cfg->tls_client_ca[0] && !cfg->tls_cert[0])
-                return sbx_error_set(err, -EINVAL, 0, "tls_client_ca needs tls_cert and tls_key (mTLS is TLS)");
+                return sbx_error_set(err, -EINVAL, 0,
+                                     "http.tls_client_ca needs http.tls_cert and http.tls_key (mTLS is TLS)");
         if (strcmp(cfg->engine, "kubernetes") == 0 && strcmp(cfg->network_default, "bridge") == 0)
                 return sbx_error_set(err, -EINVAL, 0,
                                      "network_default = bridge needs an isolated network, which the kubernetes engine "
@@ -648,26 +878,26 @@ static int check_cross(const struct sbx_config *cfg, struct sbx_error *err)
 
         if (cfg->e2b_domain[0] && !e2b_domain_valid(cfg->e2b_domain))
                 return sbx_error_set(err, -EINVAL, 0,
-                                     "e2b_domain must be a DNS name: labels of [a-z0-9-] (1-63, no '-' at either "
+                                     "e2b.domain must be a DNS name: labels of [a-z0-9-] (1-63, no '-' at either "
                                      "end), dot-separated, at most 200 characters");
         if (cfg->ports_per_session > span)
                 return sbx_error_set(err, -EINVAL, 0,
                                      "ports_per_session (%d) is larger than port_range %d-%d (%d ports)",
                                      cfg->ports_per_session, cfg->port_range_lo, cfg->port_range_hi, span);
         if (cfg->container_port_base + cfg->ports_per_session - 1 > 65535)
-                return sbx_error_set(err, -EINVAL, 0, "container_port_base + ports_per_session exceeds 65535");
+                return sbx_error_set(err, -EINVAL, 0, "CONTAINER_PORT_BASE + ports_per_session exceeds 65535");
         if ((int64_t)cfg->sandbox_uid_hi - cfg->sandbox_uid_lo + 1 < cfg->max_sessions)
                 return sbx_error_set(err, -EINVAL, 0,
-                                     "sandbox_uid_range %d-%d holds fewer uids than max_sessions (%d): every session "
+                                     "sandbox_uid_range %d-%d holds fewer uids than limits.sessions (%d): every session "
                                      "needs one of its own",
                                      cfg->sandbox_uid_lo, cfg->sandbox_uid_hi, cfg->max_sessions);
         if ((r0 = check_pool_images(cfg, err)) < 0)
                 return r0;
         if (cfg->exec_timeout_default_s > cfg->exec_timeout_max_s)
-                return sbx_error_set(err, -EINVAL, 0, "exec_timeout_default (%ds) exceeds exec_timeout_max (%ds)",
+                return sbx_error_set(err, -EINVAL, 0, "exec.timeout_default (%ds) exceeds exec.timeout_max (%ds)",
                                      cfg->exec_timeout_default_s, cfg->exec_timeout_max_s);
         if (cfg->max_exec_per_session > cfg->max_exec_global)
-                return sbx_error_set(err, -EINVAL, 0, "max_exec_per_session (%d) exceeds max_exec_global (%d)",
+                return sbx_error_set(err, -EINVAL, 0, "limits.exec_per_session (%d) exceeds limits.exec_global (%d)",
                                      cfg->max_exec_per_session, cfg->max_exec_global);
         {
                 char **v = NULL, host[EGRESS_HOST_MAX];
@@ -691,22 +921,19 @@ static int check_cross(const struct sbx_config *cfg, struct sbx_error *err)
         }
         if (cfg->webhook_url[0] && strncmp(cfg->webhook_url, "http://", 7) != 0 &&
             strncmp(cfg->webhook_url, "https://", 8) != 0)
-                return sbx_error_set(err, -EINVAL, 0, "webhook_url must start with http:// or https://");
+                return sbx_error_set(err, -EINVAL, 0, "webhook.url must start with http:// or https://");
         if (cfg->webhook_url[0] && !cfg->webhook_secret[0] && !cfg->webhook_secret_file[0])
-                return sbx_error_set(err, -EINVAL, 0,
-                                     "webhook_url needs webhook_secret or webhook_secret_file (deliveries are signed)");
-        if (cfg->egress_max_tunnels_per_session > cfg->egress_max_tunnels_per_user ||
-            cfg->egress_max_tunnels_per_user > cfg->egress_max_tunnels)
-                return sbx_error_set(err, -EINVAL, 0,
-                                     "egress_max_tunnels_per_session <= egress_max_tunnels_per_user <= "
-                                     "egress_max_tunnels is required");
+                return sbx_error_set(err, -EINVAL, 0, "webhook.url needs webhook.secret_file (deliveries are signed)");
         return 0;
 }
+
+extern char **environ;
 
 int config_load(const char *path, struct sbx_config *ret, struct sbx_error *err)
 {
         struct sbx_config cfg;
-        char line[4096];
+        char line[4096], section[64] = "";
+        const struct config_key *k;
         unsigned lineno = 0;
         int r;
 
@@ -715,29 +942,30 @@ int config_load(const char *path, struct sbx_config *ret, struct sbx_error *err)
                 FILE *f = fopen(path, "re");
                 if (!f)
                         return sbx_error_set(err, -errno, 0, "%s: cannot open: %s", path, strerror(errno));
+                sbx_strlcpy(cfg.config_file, path, sizeof(cfg.config_file));
                 while (fgets(line, sizeof(line), f)) {
                         lineno++;
                         if (!strchr(line, '\n') && !feof(f)) {
                                 fclose(f);
                                 return sbx_error_set(err, -EINVAL, 0, "%s:%u: line too long", path, lineno);
                         }
-                        r = parse_line(&cfg, line, err);
+                        r = parse_line(&cfg, line, section, sizeof(section), &k, err);
                         if (r < 0) {
                                 fclose(f);
                                 sbx_error_prefix(err, "%s:%u", path, lineno);
                                 return r;
                         }
+                        if (k)
+                                cfg.source[k - keys] = (struct config_source){CONFIG_SOURCE_FILE, lineno};
                 }
                 fclose(f);
         }
 
         for (size_t i = 0; i < ELEMENTSOF(keys); i++) {
-                char env[128], *p;
+                char env[128];
                 const char *v;
 
-                snprintf(env, sizeof(env), "SANDBOXD_%s", keys[i].name);
-                for (p = env; *p; p++)
-                        *p = (char)toupper((unsigned char)*p);
+                env_name(keys[i].name, env, sizeof(env));
                 v = getenv(env);
                 if (!v)
                         continue;
@@ -746,6 +974,26 @@ int config_load(const char *path, struct sbx_config *ret, struct sbx_error *err)
                         sbx_error_prefix(err, "environment %s", env);
                         return r;
                 }
+                cfg.source[i] = (struct config_source){CONFIG_SOURCE_ENV, 0};
+        }
+        /* an old key's variable that no current key shares: say what replaced it */
+        for (size_t i = 0; i < ELEMENTSOF(old_keys); i++) {
+                char env[128];
+                bool current = false;
+
+                env_name(old_keys[i].name, env, sizeof(env));
+                if (!getenv(env))
+                        continue;
+                for (size_t j = 0; j < ELEMENTSOF(keys) && !current; j++) {
+                        char e2[128];
+                        env_name(keys[j].name, e2, sizeof(e2));
+                        current = strcmp(env, e2) == 0;
+                }
+                if (current)
+                        continue; /* node_listen and node.listen share SANDBOXD_NODE_LISTEN */
+                r = unknown_key(old_keys[i].name, err);
+                sbx_error_prefix(err, "environment %s", env);
+                return r;
         }
 
         r = check_cross(&cfg, err);
@@ -756,6 +1004,55 @@ int config_load(const char *path, struct sbx_config *ret, struct sbx_error *err)
         }
         *ret = cfg;
         return 0;
+}
+
+/* A duration in the largest unit that divides it: 7200 s prints as 2h. */
+static void format_duration(int64_t v, int64_t unit_ms, char *buf, size_t size)
+{
+        static const struct unit units[] = {{"d", 86400 * 1000}, {"h", 3600 * 1000}, {"m", 60 * 1000}, {"s", 1000}};
+        int64_t ms = v * unit_ms;
+
+        if (v <= 0) {
+                snprintf(buf, size, "%" PRId64, v); /* 0: off, -1: forever */
+                return;
+        }
+        for (size_t i = 0; i < ELEMENTSOF(units); i++)
+                if (ms % units[i].mult == 0) {
+                        snprintf(buf, size, "%" PRId64 "%s", ms / units[i].mult, units[i].suffix);
+                        return;
+                }
+        snprintf(buf, size, "%" PRId64 "ms", ms);
+}
+
+static void format_number(enum config_type type, int64_t v, char *buf, size_t size)
+{
+        if (type == CFG_DURATION)
+                format_duration(v, 1000, buf, size);
+        else if (type == CFG_MS)
+                format_duration(v, 1, buf, size);
+        else if (type == CFG_SIZE && v > 0) {
+                static const struct unit units[] = {{"t", INT64_C(1) << 40},
+                                                    {"g", 1 << 30},
+                                                    {"m", 1 << 20},
+                                                    {"k", 1024}};
+                for (size_t i = 0; i < ELEMENTSOF(units); i++)
+                        if (v % units[i].mult == 0) {
+                                snprintf(buf, size, "%" PRId64 "%s", v / units[i].mult, units[i].suffix);
+                                return;
+                        }
+                snprintf(buf, size, "%" PRId64, v);
+        } else if (type == CFG_CPUS)
+                snprintf(buf, size, "%" PRId64 ".%09" PRId64, v / 1000000000, v % 1000000000);
+        else
+                snprintf(buf, size, "%" PRId64, v);
+}
+
+static void format_constant(const struct config_old_key *o, char *buf, size_t size)
+{
+        if (o->str)
+                snprintf(buf, size, "\"%s\"", o->str);
+        else
+                format_number(o->type, o->value, buf, size);
 }
 
 static void format_value(const struct sbx_config *cfg, const struct config_key *k, char *buf, size_t size)
@@ -771,34 +1068,43 @@ static void format_value(const struct sbx_config *cfg, const struct config_key *
         case CFG_RANGE:
                 snprintf(buf, size, "%d-%d", *(const int *)field, *(const int *)((const char *)cfg + k->offset2));
                 break;
-        case CFG_CPUS: {
-                int64_t n = *(const int64_t *)field;
-                snprintf(buf, size, "%" PRId64 ".%09" PRId64, n / 1000000000, n % 1000000000);
-                break;
-        }
-        case CFG_SIZE:
-                snprintf(buf, size, "%" PRId64, *(const int64_t *)field);
-                break;
-        case CFG_MS:
-                snprintf(buf, size, "%dms", *(const int *)field);
-                break;
-        case CFG_DURATION:
-                snprintf(buf, size, "%d", *(const int *)field);
-                break;
         default:
-                snprintf(buf, size, "%d", *(const int *)field);
+                format_number(k->type, k->size == sizeof(int64_t) ? *(const int64_t *)field : *(const int *)field, buf,
+                              size);
         }
 }
 
 void config_dump(const struct sbx_config *cfg, int fd)
 {
+        char section[64] = "";
+
         for (size_t i = 0; i < ELEMENTSOF(keys); i++) {
-                char value[SBX_PATH_MAX + 8];
+                const char *name = keys[i].name, *dot = strchr(name, '.');
+                char value[SBX_PATH_MAX + 8], from[SBX_PATH_MAX + 16];
+
+                if (dot && ((size_t)(dot - name) != strlen(section) || strncmp(name, section, strlen(section)) != 0)) {
+                        snprintf(section, sizeof(section), "%.*s", (int)(dot - name), name);
+                        dprintf(fd, "\n[%s]\n", section);
+                }
                 format_value(cfg, &keys[i], value, sizeof(value));
-                if (strcmp(keys[i].name, "webhook_secret") == 0 && value[0])
-                        snprintf(value, sizeof(value), "(set, not shown)"); /* a key, never printed */
-                dprintf(fd, "# %s (default: %s)\n%s = %s\n", keys[i].doc, keys[i].def, keys[i].name, value);
+                switch (cfg->source[i].kind) {
+                case CONFIG_SOURCE_FILE:
+                        snprintf(from, sizeof(from), "%s:%u", cfg->config_file, cfg->source[i].line);
+                        break;
+                case CONFIG_SOURCE_ENV:
+                        env_name(name, from, sizeof(from));
+                        break;
+                default:
+                        snprintf(from, sizeof(from), "default");
+                }
+                dprintf(fd, "# %s (default: %s)\n%s = \"%s\" # from: %s\n", keys[i].doc, keys[i].def,
+                        dot ? dot + 1 : name, value, from);
         }
+}
+
+const char *config_old_key_name(size_t i)
+{
+        return i < ELEMENTSOF(old_keys) ? old_keys[i].name : NULL;
 }
 
 /* The next item of a comma-separated list, blanks around it trimmed: false

@@ -75,7 +75,7 @@ static void runner_lost(const char *user, const char *session, const char *cause
         session_info_done(&info);
 }
 
-/* The fair share of max_sessions stops no session whose work goes on in
+/* The fair share of limits.sessions stops no session whose work goes on in
  * the background: a running execution (adopted ones included), a running
  * cell, or a service that is starting, running or stopping. */
 static bool session_busy(const char *user, const char *session, void *ud)
@@ -167,7 +167,7 @@ static void node_suspend(void *ud, const char *user, const char *session)
 static void adopt_runners(struct daemon *d, const char *node);
 
 /* A claim cut short renames its runner directory on its slot's node: wait
- * for the nodes the pending claims are on, all within node_fence (a node
+ * for the nodes the pending claims are on, all within node.fence (a node
  * away longer would have its sessions fenced: its claims are given up). */
 static void wait_claim_nodes(struct daemon *d)
 {
@@ -403,8 +403,8 @@ static void raise_nofile(const struct sbx_config *cfg)
         }
         if (rl.rlim_cur != RLIM_INFINITY && (int64_t)rl.rlim_cur < need)
                 log_warn(
-                        "the descriptor limit (RLIMIT_NOFILE) is %llu, short of the %lld that max_sessions %d with "
-                        "%d ports each and max_connections %d may hold: raise LimitNOFILE (ulimit -n)",
+                        "the descriptor limit (RLIMIT_NOFILE) is %llu, short of the %lld that limits.sessions %d with "
+                        "%d ports each and connections.max %d may hold: raise LimitNOFILE (ulimit -n)",
                         (unsigned long long)rl.rlim_cur, (long long)need, cfg->max_sessions, cfg->ports_per_session,
                         config_max_connections(cfg));
 }

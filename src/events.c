@@ -248,20 +248,22 @@ void events_egress_blocked(const char *user, const char *session, const char *ho
         emit_obj(EVENT_EGRESS_BLOCKED, user, session, o);
 }
 
-/* The caps the refusals name, in the words of their messages: the first
- * that matches (longer names before their prefixes). */
+/* The caps the refusals name, in the words of their messages (a config key,
+ * a constant or a per-user quota): the first that matches (longer names
+ * before their prefixes). The event's quota keeps its name from before the
+ * config keys had sections: it is part of the event's format. */
 static const struct {
         const char *needle;
         const char *quota;
 } quota_names[] = {
         {"max_sessions_per_user", "max_sessions_per_user"},
-        {"max_sessions", "max_sessions"},
-        {"max_exec_per_session", "max_exec_per_session"},
+        {"limits.sessions", "max_sessions"},
+        {"limits.exec_per_session", "max_exec_per_session"},
         {"max_exec_per_user", "max_exec_per_user"},
         {"fair share", "exec_fair_share"},
-        {"max_exec_global", "max_exec_global"},
+        {"limits.exec_global", "max_exec_global"},
         {"max_services_per_session", "max_services_per_session"},
-        {"idempotency_max_keys", "idempotency_max_keys"},
+        {"API_IDEMPOTENCY_MAX_KEYS", "idempotency_max_keys"},
         {"egress_max_rules", "egress_max_rules"},
         {"workspace over its quota", "workspace_quota"},
         {"script cache is full", "max_scripts_per_user"},

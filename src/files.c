@@ -234,7 +234,7 @@ static int errno_error(int r, const char *what, const char *path, struct sbx_err
         case -ENOSPC:
         case -EDQUOT: /* the tenant's own bound, not the daemon failing: a client error that names it */
                 return sbx_error_set(err, -EDQUOT, 0,
-                                     "%s: writing %s failed: the workspace is full (its workspace_quota, or the disk "
+                                     "%s: writing %s failed: the workspace is full (its workspace.quota, or the disk "
                                      "that holds it)",
                                      what, path);
         case -EEXIST:
@@ -300,7 +300,7 @@ int files_write(const struct files_ctx *f, const char *user, const char *session
         if (strcmp(norm, WORKSPACE) == 0)
                 return sbx_error_set(err, -EISDIR, 0, "write: /workspace is a directory");
         if ((int64_t)len > f->cfg->max_file_bytes)
-                return sbx_error_set(err, -EFBIG, 0, "write: %zu bytes is over max_file_size (%" PRId64 ")", len,
+                return sbx_error_set(err, -EFBIG, 0, "write: %zu bytes is over limits.file_size (%" PRId64 ")", len,
                                      f->cfg->max_file_bytes);
         r = wsquota_admit(f->cfg, user, session, err);
         if (r < 0)

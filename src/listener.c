@@ -448,21 +448,21 @@ static void *accept_main(void *ud)
                         }
                 if (srv->n_conns >= srv->max_conns) {
                         pthread_mutex_unlock(&srv->lock);
-                        log_refusal(srv, "max_connections open", peer.uid);
+                        log_refusal(srv, "connections.max open", peer.uid);
                         refuse(fd, "too many connections; retry later");
                         continue;
                 }
                 /* one local user cannot take every slot (root, who could stop the daemon anyway, is not capped) */
                 if (peer.uid != 0 && mine >= srv->max_per_uid) {
                         pthread_mutex_unlock(&srv->lock);
-                        log_refusal(srv, "this uid has max_connections_per_uid open", peer.uid);
+                        log_refusal(srv, "this uid has connections.max_per_uid open", peer.uid);
                         refuse(fd, "too many connections from this uid; retry later");
                         continue;
                 }
                 /* nor can it hold many before it shows a token (the auth deadline ends each) */
                 if (peer.uid != 0 && srv->max_unauth_per_uid && mine_unauth >= srv->max_unauth_per_uid) {
                         pthread_mutex_unlock(&srv->lock);
-                        log_refusal(srv, "this uid has max_unauthenticated_per_uid open", peer.uid);
+                        log_refusal(srv, "this uid has API_MAX_UNAUTHENTICATED_PER_UID open", peer.uid);
                         refuse(fd, "too many unauthenticated connections from this uid; retry later");
                         continue;
                 }

@@ -147,7 +147,7 @@ static const struct {
 
 #define LABEL_KEYS_MAX 8
 #define LABEL_ROWS_MAX 100000 /* sessions looked at per scrape */
-/* The bucket of the values past metrics_label_values_max: "(" is outside
+/* The bucket of the values past METRICS_LABEL_VALUES_MAX: "(" is outside
  * what label_value ever writes, so no value of anyone's can be it. */
 #define LABEL_OVERFLOW "(other)"
 
@@ -175,8 +175,8 @@ static void label_value(struct text *t, const char *v)
 }
 
 /* sandboxd_sessions_by_label: sessions by the value of each label key the
- * operator lists (metrics_label_keys, each once), at most
- * metrics_label_values_max values per key (first come in key order), the
+ * operator lists (metrics.label_keys, each once), at most
+ * METRICS_LABEL_VALUES_MAX values per key (first come in key order), the
  * rest as LABEL_OVERFLOW. */
 static void render_labels(struct text *t, const struct metrics_ctx *m)
 {
@@ -199,7 +199,7 @@ static void render_labels(struct text *t, const struct metrics_ctx *m)
                 return;
         max_values = (size_t)(m->cfg->metrics_label_values_max > 0 ? m->cfg->metrics_label_values_max : 1);
         head(t, "sandboxd_sessions_by_label", "gauge",
-             "sessions by the value of each label key in metrics_label_keys (values past metrics_label_values_max "
+             "sessions by the value of each label key in metrics.label_keys (values past METRICS_LABEL_VALUES_MAX "
              "count as \"" LABEL_OVERFLOW "\")");
         for (size_t k = 0; k < n_keys; k++) {
                 struct {
@@ -302,7 +302,7 @@ int metrics_render(const struct metrics_ctx *m, char **ret)
         for (size_t i = 0; i < SESSION_STATE_COUNT; i++)
                 put(&t, "sandboxd_sessions{state=\"%s\"} %zu\n", session_states[i], counts[i]);
         head(&t, "sandboxd_session_evictions_total", "counter",
-             "sessions stopped (workspace kept) to give another user its fair share of max_sessions");
+             "sessions stopped (workspace kept) to give another user its fair share of limits.sessions");
         put(&t, "sandboxd_session_evictions_total{reason=\"fair_share\"} %llu\n",
             (unsigned long long)session_evictions(m->sessions));
         session_pause_stats(m->sessions, &pst);
@@ -312,7 +312,7 @@ int metrics_render(const struct metrics_ctx *m, char **ret)
         head(&t, "sandboxd_session_resumes_total", "counter", "paused sessions resumed (by any request)");
         put(&t, "sandboxd_session_resumes_total %llu\n", (unsigned long long)pst.resumes);
         head(&t, "sandboxd_session_pause_evictions_total", "counter",
-             "paused sessions stopped (workspace kept) past max_paused_sessions or under memory pressure");
+             "paused sessions stopped (workspace kept) past limits.paused_sessions or under memory pressure");
         put(&t, "sandboxd_session_pause_evictions_total %llu\n", (unsigned long long)pst.evictions);
 
         head(&t, "sandboxd_executions_running", "gauge", "executions pending or running now");

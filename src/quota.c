@@ -213,7 +213,7 @@ int quota_exec_admit(const struct sbx_config *cfg, const struct quota_limits *li
 
         if (load->session >= (size_t)cfg->max_exec_per_session)
                 return sbx_error_set(err, -EBUSY, 0,
-                                     "busy: %zu executions are running in this session (max_exec_per_session=%d); "
+                                     "busy: %zu executions are running in this session (limits.exec_per_session=%d); "
                                      "wait for one to finish or cancel one",
                                      load->session, cfg->max_exec_per_session);
         if ((int64_t)load->user >= lim->execs)
@@ -225,11 +225,12 @@ int quota_exec_admit(const struct sbx_config *cfg, const struct quota_limits *li
         if (load->other_users > 0 && load->user >= share)
                 return sbx_error_set(err, -EBUSY, 0,
                                      "busy: %zu executions of this user are running, its fair share of "
-                                     "max_exec_global=%d among %zu users with executions; wait for one to finish",
+                                     "limits.exec_global=%d among %zu users with executions; wait for one to finish",
                                      load->user, cfg->max_exec_global, users);
         if (load->global >= (size_t)cfg->max_exec_global)
-                return sbx_error_set(err, -EBUSY, 0,
-                                     "busy: %zu executions are running on this daemon (max_exec_global=%d); retry later",
-                                     load->global, cfg->max_exec_global);
+                return sbx_error_set(
+                        err, -EBUSY, 0,
+                        "busy: %zu executions are running on this daemon (limits.exec_global=%d); retry later",
+                        load->global, cfg->max_exec_global);
         return 0;
 }

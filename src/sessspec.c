@@ -340,7 +340,7 @@ int sessspec_check(const struct sbx_config *cfg, const struct quota_limits *lim,
         }
         if (want->disk > 0 && strcmp(cfg->workspace_quota_mode, "loop") != 0)
                 return sbx_error_set(err, -EINVAL, 0,
-                                     "disk cannot be enforced here: it needs workspace_quota_mode loop (this daemon "
+                                     "disk cannot be enforced here: it needs workspace.quota_mode loop (this daemon "
                                      "runs '%s')",
                                      cfg->workspace_quota_mode);
         if (want->disk > lim->session_disk) {

@@ -97,7 +97,7 @@ int sessuid_get_or_assign(struct store *st, const struct sbx_config *cfg, const 
         if (r == -ENOSPC)
                 return sbx_error_set(err, -ENOSPC, 0,
                                      "every uid of sandbox_uid_range %d-%d is held by a session's workspace: purge "
-                                     "sessions (destroy with purge, or --gc with workspace_retention) or widen it",
+                                     "sessions (destroy with purge, or --gc with gc.workspace_retention) or widen it",
                                      cfg->sandbox_uid_lo, cfg->sandbox_uid_hi);
         if (r < 0)
                 return sbx_error_set(err, r, 0, "cannot record the session's uid: %s", strerror(-r));

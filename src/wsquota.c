@@ -143,7 +143,7 @@ static int run_tool(char *const argv[], int timeout_ms)
         }
 }
 
-/* Make {images}/<user>/<session>.ext4: a sparse file of workspace_quota
+/* Make {images}/<user>/<session>.ext4: a sparse file of workspace.quota
  * bytes, formatted under a temporary name and renamed into place, so a
  * crash never leaves a half-made image under the real name. */
 static int make_image(const struct sbx_config *cfg, int ifd, const char *user, const char *session, uid_t uid,
@@ -255,7 +255,7 @@ int wsquota_attach_sized(const struct sbx_config *cfg, const char *user, const c
                 /* Files from before loop mode would be hidden under the mount. */
                 if (!dir_is_empty(wfd))
                         return sbx_error_set(err, -ENOTEMPTY, 0,
-                                             "workspace %s:%s holds files from before workspace_quota_mode loop; "
+                                             "workspace %s:%s holds files from before workspace.quota_mode loop; "
                                              "move them out (or purge the session) first",
                                              user, session);
                 r = make_image(cfg, iufd, user, session, st.st_uid, st.st_gid, bytes, err);
@@ -654,16 +654,16 @@ int wsquota_check_config(const struct sbx_config *cfg, struct sbx_error *err)
 {
         if (mode_is(cfg, "project"))
                 return sbx_error_set(err, -EOPNOTSUPP, 0,
-                                     "workspace_quota_mode project is not supported by this build (it needs ext4 or "
+                                     "workspace.quota_mode project is not supported by this build (it needs ext4 or "
                                      "XFS project quotas on data_dir, which this daemon does not manage yet): use "
                                      "loop (an ext4 image per workspace) or measure");
         if (mode_is(cfg, "loop")) {
                 if (!mkfs_path())
                         return sbx_error_set(err, -ENOENT, 0,
-                                             "workspace_quota_mode loop needs mkfs.ext4 (Debian package e2fsprogs)");
+                                             "workspace.quota_mode loop needs mkfs.ext4 (Debian package e2fsprogs)");
                 if (access("/dev/loop-control", R_OK | W_OK) < 0)
                         return sbx_error_set(err, -errno, 0,
-                                             "workspace_quota_mode loop needs /dev/loop-control (root and the loop "
+                                             "workspace.quota_mode loop needs /dev/loop-control (root and the loop "
                                              "module): %m");
         }
         return 0;

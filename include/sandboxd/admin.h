@@ -25,7 +25,7 @@
  *   nodes.list (or list_nodes) {}             → {nodes: [{name, connected, fenced, since, sessions (placed on
  *                                                it), last_heartbeat (null when away)}]}  the node agents
  *                                                known since start, and nodes sessions are still placed on;
- *                                                empty in one process (no node_listen)
+ *                                                empty in one process (no node.listen)
  *   sessions.list   {user?, state?}           → {sessions: [{user, session, state, container_id, image,
  *                                                node (null in one process), network_mode, private, ports, created_at, last_activity,
  *                                                last_error, error_cause}]}

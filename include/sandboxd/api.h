@@ -5,22 +5,22 @@
  * is authenticated by its token; the peer's uid from SO_PEERCRED is logged):
  * one JSON object per line, at most API_MAX_LINE bytes, requests answered in
  * order on a connection; a client may open several connections (at most
- * max_connections at once across all clients, by default max_sessions + 64;
- * max_connections_per_uid from one peer uid other than root, by default
- * max_sessions; and of those at most max_unauthenticated_per_uid (32) that
+ * connections.max at once across all clients, by default limits.sessions + 64;
+ * connections.max_per_uid from one peer uid other than root, by default
+ * limits.sessions; and of those at most API_MAX_UNAUTHENTICATED_PER_UID (32) that
  * have not authenticated yet; past any of them a connection gets one busy
  * reply and is closed). Limits on what a peer costs (see reqguard.h):
  *   - until a request on the connection has authenticated, a line may be at
  *     most 4 KiB, unless its first 4 KiB already hold a top-level "token"
  *     that verifies (put the token before large fields); a connection must
- *     send an authenticated request within auth_timeout (5 s); after 5
+ *     send an authenticated request within connections.auth_timeout (5 s); after 5
  *     failed authentications it is closed;
  *   - a line may hold at most 100000 JSON values nested at most 32 deep
  *     (too_large, checked before parsing);
  *   - a request that is not valid UTF-8, or has a NUL (\u0000) in any
  *     string, is refused with invalid: nothing is ever truncated at a NUL;
  *   - an unauthenticated reply echoes "id" only when it is small (else null);
- *   - a connection with no request for connection_idle_timeout is closed.
+ *   - a connection with no request for connections.idle_timeout is closed.
  * An over-long line gets a bad_request reply and the connection is closed.
  * Replies can be longer than API_MAX_LINE (a 4 MiB read_file, worst case
  * after escaping): clients should accept lines up to API_MAX_REPLY.
@@ -58,7 +58,7 @@
  *   exec            {command | argv: [strings], timeout_seconds?, workdir?, env?: {K: V}, stdin?, background?, interactive?, stream?, encoding?,
  *                    tty?, rows?: 1-1000 (24), cols?: 1-1000 (80)}
  *       argv: the program and its arguments, exec'd as they are (no shell;
- *         1-4096 words, within max_command_size together), instead of command.
+ *         1-4096 words, within EXEC_MAX_COMMAND_BYTES together), instead of command.
  *       tty: on a pseudo-terminal made by the session's runner (implies
  *         interactive; output comes back as stdout; eof sends ^D). Refused
  *         (unavailable) when the runner is not connected: the docker exec
@@ -71,7 +71,7 @@
  *       → an execution result. wait long-polls until the execution ends or,
  *         with an offset, until output past it arrives. With stdout_offset
  *         (stderr_offset), stdout (stderr) is the bytes from that offset on
- *         (at most 2 × exec_result_head), and the result adds stdout_offset
+ *         (at most 2 × EXEC_RESULT_HEAD_BYTES), and the result adds stdout_offset
  *         and stdout_next_offset (the offset to ask for next; raw bytes).
  *         A run_cell cell's execution_id is read the same way (api_cells.c:
  *         kind "cell", its context, status; outputs_offset? pages its
@@ -100,7 +100,7 @@
  *   read_file       {path, offset?, length?, encoding?}
  *       → {path, content, encoding, valid_utf8 (utf8 only: false when bytes
  *         were replaced), offset, bytes, size, eof}; at most
- *         min(max_file_size, 4 MiB) per call.
+ *         min(limits.file_size, 4 MiB) per call.
  *   list_files      {path?}       → {path, entries: [{name, type: file|dir|symlink|other, size}], truncated}
  *       Paths are relative to /workspace or absolute under it; anything
  *       resolving outside (lexically or through a symlink) is refused.
@@ -155,11 +155,11 @@
  * Idempotency (api_idem.c): exec, run_code, start_service and write_file
  * (and run_tests, create_session where they exist) take idempotency_key
  * (1-128 of [A-Za-z0-9._:-]). Per token user and method, a retry with the
- * same key and the same params within idempotency_window answers with the
+ * same key and the same params within API_IDEMPOTENCY_WINDOW_S answers with the
  * first call's result without running anything again — for exec and
  * run_code, from the first call's execution (background: its id and state,
  * even while it runs; otherwise its end); the same key with other params is
- * conflict; past idempotency_max_keys live keys a new key is
+ * conflict; past API_IDEMPOTENCY_MAX_KEYS live keys a new key is
  * quota_exceeded. Keys survive restarts; a call that failed before doing
  * anything leaves none. Any other method refuses the parameter (invalid).
  *
@@ -192,5 +192,16 @@ struct api_server;
 int api_server_start(struct daemon *d, struct api_server **ret, struct sbx_error *err);
 /* Stop accepting, close connections, join threads. Running executions go on. */
 void api_server_stop(struct api_server *s);
+
+/* Constants that were config keys: nobody had a reason to change them. */
+/* Connections a uid may hold before authenticating: an agent opens one at a
+ * time, 32 covers a burst of reconnects without letting one uid starve the
+ * accept loop. */
+#define API_MAX_UNAUTHENTICATED_PER_UID 32
+/* An idempotency_key answers a retry for a day: longer than any client's
+ * retry loop, short enough that the table stays small. */
+#define API_IDEMPOTENCY_WINDOW_S (24 * 3600)
+/* Live idempotency keys per user: a day of a busy agent's calls. */
+#define API_IDEMPOTENCY_MAX_KEYS 10000
 
 #endif

@@ -20,7 +20,7 @@
  * stdout (protocol in harness/kernel_bridge.py). Every line the bridge
  * sends is tenant input: lines are bounded, parsed as JSON, checked field by
  * field, and matched to the cell in flight; a cell's inline outputs are
- * capped at cells_output_cap, the rest goes by reference: every cell is
+ * capped at CELLS_OUTPUT_CAP_BYTES, the rest goes by reference: every cell is
  * spooled (cells_spool.h) under its execution_id and read by offset like an
  * execution (cells_execution), and cancel_execution of that id interrupts
  * it (cells_cancel). A warm pool slot may start the default context ahead
@@ -29,8 +29,8 @@
  * Honest state. Every result names the context's generation. A generation
  * ends when its interpreter dies (oom, killed, exited), is killed after a
  * timeout that an interrupt did not end (timeout), its container goes
- * (container_recreated, privacy_ratchet, stopped_while_paused: a paused session stopped past max_paused_sessions or under memory pressure, evicted: the fair share of
- * max_sessions), it idles past cells_idle_timeout
+ * (container_recreated, privacy_ratchet, stopped_while_paused: a paused session stopped past limits.paused_sessions or under memory pressure, evicted: the fair share of
+ * limits.sessions), it idles past CELLS_IDLE_TIMEOUT_S
  * (idle_stop), or a restarted daemon cannot take its job back
  * (daemon_restart: kernels are runner jobs, expected and adopted after a
  * restart, and their bridge replays the last cell). The cell during
@@ -42,10 +42,10 @@
  *
  * Time limits. A cell past its timeout is interrupted (SIGINT to the
  * kernel: KeyboardInterrupt, state kept); if it has not ended
- * cells_interrupt_grace later its context's whole tree is killed and the
+ * CELLS_INTERRUPT_GRACE_MS later its context's whole tree is killed and the
  * result says state_lost timeout.
  *
- * Limits: cells_max_per_session contexts per session, cells_max_global in
+ * Limits: CELLS_MAX_PER_SESSION contexts per session, CELLS_MAX_GLOBAL in
  * all; one cell at a time per context (another is refused busy).
  *
  * Threads: cells run on the caller's thread; one waiter thread per live
@@ -94,7 +94,7 @@ struct cells_request {
         const char *context;  /* NULL: CELLS_DEFAULT */
         const char *language; /* "python" | "node"; NULL: the context's, python for a new one */
         const char *code;
-        int timeout_s;          /* 0: exec_timeout_default; capped at exec_timeout_max */
+        int timeout_s;          /* 0: exec.timeout_default; capped at exec.timeout_max */
         const char *const *env; /* "K=V", NULL-terminated: the environment of a context it starts */
         const char *actor;      /* for the audit log: "token:<id>", ... */
         cells_output_fn on_output;
@@ -163,7 +163,7 @@ int cells_execution(struct cells *c, const char *user, const char *session, cons
 void cells_execution_view_done(struct cells_execution_view *v);
 
 /* The warm pool's slot hook (pool.h, pool_slot_fn; userdata the cells).
- * A slot made starts its default python context ahead (pool_cells_prestart;
+ * A slot made starts its default python context ahead (POOL_CELLS_PRESTART;
  * an image without a kernel just has none); the session that claims the
  * slot gets it as its default context, generation 1, already running, and
  * its cells say prestarted. A slot discarded takes its kernel with its
@@ -178,7 +178,22 @@ bool cells_name_valid(const char *name);
 int cells_mark_forked(struct cells *c, const char *user, const char *session, const char *name, const char *language,
                       int64_t generation, int64_t execution_count);
 /* A cell (or a variables request) of one of the session's contexts is
- * running: the fair share of max_sessions does not stop such a session. */
+ * running: the fair share of limits.sessions does not stop such a session. */
 bool cells_session_busy(struct cells *c, const char *user, const char *session);
+
+/* Constants that were config keys. */
+/* Interpreter contexts per session and in all: each holds a kernel process
+ * and its memory inside the sandbox's limit. */
+#define CELLS_MAX_PER_SESSION 4
+#define CELLS_MAX_GLOBAL 64
+/* A context unused this long is stopped (state_lost idle_stop). */
+#define CELLS_IDLE_TIMEOUT_S (2 * 3600)
+/* After SIGINT a cell has this long to come back before its interpreter is
+ * restarted (state_lost timeout). */
+#define CELLS_INTERRUPT_GRACE_MS 3000
+/* An interpreter starts within this (a cold python kernel takes ~1 s). */
+#define CELLS_START_TIMEOUT_MS 60000
+/* Output one cell returns inline; the rest by reference. */
+#define CELLS_OUTPUT_CAP_BYTES (INT64_C(4) << 20)
 
 #endif

@@ -1,10 +1,24 @@
 /* config.h — the daemon's configuration.
  *
  * One table of keys (name, type, range, default, field) drives the parser,
- * the environment overrides (SANDBOXD_<KEY>), --check-config and the
- * documentation in etc/sandboxd.conf. The file format is `key = value` lines;
- * `#` starts a comment; values may be double-quoted. The result is a plain
- * struct that is read-only once loading returns. */
+ * the environment overrides, --check-config, --print-config and the
+ * documentation in etc/sandboxd.conf. The file format is `key = value` lines
+ * and `[section]` lines: a key under [node] is node.key, and a dotted key
+ * (node.listen) may be written anywhere; keys without a section come before
+ * the first one. `#` starts a comment; values may be double-quoted. The
+ * environment variable of a key is SANDBOXD_ and its name in capitals with
+ * '.' as '_' (node.listen: SANDBOXD_NODE_LISTEN).
+ *
+ * Durations are a whole number with a unit, ms, s, m, h or d ("500ms",
+ * "30s", "2h"), stored in the unit of the field (_ms or _s); a bare number
+ * keeps its old meaning, the field's unit. Sizes take k, m, g, t (powers of
+ * 1024).
+ *
+ * A key that was renamed or became a constant is refused with an error
+ * naming its replacement (the old_keys table in config.c). Fields of keys
+ * that became constants remain, set from the constant by config_defaults, so
+ * tests can vary them. The result is a plain struct that is read-only once
+ * loading returns. */
 #ifndef SANDBOXD_CONFIG_H
 #define SANDBOXD_CONFIG_H
 
@@ -14,8 +28,25 @@
 #include "sandboxd/common.h"
 
 #define SBX_PATH_MAX 512
+#define CONFIG_KEYS_MAX 128
+
+/* Where a key's effective value came from (--print-config). */
+enum config_source_kind {
+        CONFIG_SOURCE_DEFAULT,
+        CONFIG_SOURCE_FILE, /* line of config_file */
+        CONFIG_SOURCE_ENV,
+};
+
+struct config_source {
+        uint8_t kind; /* enum config_source_kind */
+        unsigned line;
+};
 
 struct sbx_config {
+        /* what config_load read: the file ("" = none) and each key's source, by table index */
+        char config_file[SBX_PATH_MAX];
+        struct config_source source[CONFIG_KEYS_MAX];
+
         /* paths */
         char data_dir[SBX_PATH_MAX];
         char api_socket[SBX_PATH_MAX];
@@ -201,7 +232,8 @@ struct sbx_config {
 void config_defaults(struct sbx_config *cfg);
 
 /* Load: defaults, then the file (if path is non-NULL), then SANDBOXD_<KEY>
- * environment overrides, then cross-key checks. On failure returns -EINVAL
+ * environment overrides (an old key's variable is an error naming its
+ * replacement), then cross-key checks. On failure returns -EINVAL
  * (or -errno for an unreadable file) and writes a message naming the file,
  * line and reason into err. path NULL means "no file". */
 int config_load(const char *path, struct sbx_config *ret, struct sbx_error *err);
@@ -210,9 +242,10 @@ int config_load(const char *path, struct sbx_config *ret, struct sbx_error *err)
  * explaining why (unknown key, malformed, out of range). */
 int config_set(struct sbx_config *cfg, const char *key, const char *value, struct sbx_error *err);
 
-/* Write every key with its current value and a one-line description, in the
- * format of etc/sandboxd.conf (used for --print-config and by tests to check
- * the documented file covers every key). */
+/* Write every key with its current value, a one-line description and where
+ * the value came from ("# from: default", "FILE:LINE" or the environment
+ * variable's name), grouped in sections, in the format of etc/sandboxd.conf
+ * (--print-config). */
 void config_dump(const struct sbx_config *cfg, int fd);
 
 /* image is the config's image or one of images (exact names). */
@@ -234,5 +267,16 @@ int config_pool_size_for(const struct sbx_config *cfg, const char *image);
 
 /* Iterate over known key names (NULL past the end). */
 const char *config_key_name(size_t i);
+
+/* Iterate over the names of keys that no longer exist (renamed or made
+ * constants; NULL past the end). */
+const char *config_old_key_name(size_t i);
+
+/* Parse a duration: a whole number with a unit ms, s, m, h or d, into
+ * *ret in units of unit_ms (1: milliseconds, 1000: seconds). A bare number is
+ * taken in the field's own unit (and may be negative: -1 means forever where
+ * a key allows it). Returns 0, -ERANGE, or -EINVAL (malformed, or a value
+ * that is not a whole number of the field's unit, like 1500ms in seconds). */
+int config_parse_duration(const char *v, int64_t unit_ms, int64_t *ret);
 
 #endif

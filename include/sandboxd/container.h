@@ -85,7 +85,7 @@ void container_identity_drop(const struct sbx_config *cfg, uid_t uid);
 int container_workspace_purge(const struct sbx_config *cfg, const char *user, const char *session,
                               struct sbx_error *err);
 
-/* Create and start the hardened container, then require startup_checks
+/* Create and start the hardened container, then require CONTAINER_STARTUP_CHECKS
  * consecutive running inspections startup_check_interval_ms apart (the first
  * one immediately). If it exits or restarts inside that window the error
  * carries the exit code and the last log lines, and the container is removed.
@@ -126,5 +126,22 @@ static inline int container_port(const struct sbx_config *cfg, size_t i)
 {
         return cfg->container_port_base + (int)i;
 }
+
+/* Constants that were config keys; the sandbox's own limits (memory, cpus,
+ * pids_limit) stay keys. */
+/* CPU weight below the 1024 of the daemon, dockerd and host processes, so a
+ * busy sandbox cannot starve them. */
+#define CONTAINER_CPU_SHARES 256
+/* Host memory pressure takes sandbox processes before the daemon. */
+#define CONTAINER_OOM_SCORE_ADJ 500
+/* The noexec tmpfs at /tmp: scratch space; files to keep go to /workspace. */
+#define CONTAINER_TMPFS_BYTES (INT64_C(64) << 20)
+/* A container counts as started after this many running inspections this
+ * far apart: one that crashes at once is caught before it is handed out. */
+#define CONTAINER_STARTUP_CHECKS 3
+#define CONTAINER_STARTUP_CHECK_INTERVAL_MS 25
+/* A session's port block forwards to container ports 8000.., the port the
+ * API documents to tenants: changing it would break their code. */
+#define CONTAINER_PORT_BASE 8000
 
 #endif

@@ -43,7 +43,7 @@ struct daemon {
         struct runtime *runtime;   /* runc | runsc per user */
         struct quota *quota;       /* per-user limits and their overrides */
         struct runner_hub *runner; /* per-session runner sockets */
-        struct node_server *node;  /* the node link over TLS (node_listen), or NULL: in process */
+        struct node_server *node;  /* the node link over TLS (node.listen), or NULL: in process */
         struct pool *pool;         /* warm pool (pool.h) */
         struct egress *egress;     /* the egress proxy behind egress.sock */
         struct gateway *gateway;   /* egress.sock, fwd.sock and the host port listeners */
@@ -56,8 +56,8 @@ struct daemon {
         /* the fronts, which fronts_open (fronts.h) starts above the daemon */
         struct api_server *api; /* the socket fronts (opts->sockets) */
         struct admin_server *admin;
-        struct http_server *http;              /* the network front (opts->sockets and http_listen) */
-        struct http_server *metrics;           /* metrics_listen (opts->sockets) */
+        struct http_server *http;              /* the network front (opts->sockets and http.listen) */
+        struct http_server *metrics;           /* metrics.listen (opts->sockets) */
         void (*fronts_stop)(struct daemon *d); /* set by fronts_open; daemon_close calls it first */
         /* the narrow views the core modules take instead of the daemon (filled once the engines exist) */
         struct files_ctx files;
@@ -68,7 +68,7 @@ struct daemon {
 struct daemon_options {
         const char *const *extra_labels; /* NULL-terminated "k=v" on every container (tests) */
         bool no_monitor;                 /* skip the monitor threads (tests that drive it by hand) */
-        bool sockets;                    /* fronts_open only: serve api_socket, admin_socket and http_listen */
+        bool sockets;                    /* fronts_open only: serve api_socket, admin_socket and http.listen */
 };
 
 /* Open everything and reconcile with Docker. On failure nothing is left

@@ -7,7 +7,7 @@
  *
  * An E2B sandbox is the session "e2b-<sandboxID>" of the key's user: quotas,
  * audit, events, labels (E2B's metadata) and sandboxctl hold as for any
- * session. Templates map to images (e2b_templates: "name=image,..."; by
+ * session. Templates map to images (e2b.templates: "name=image,..."; by
  * default base and code-interpreter-v1 to the configured image).
  *
  * Routing: the control routes (/sandboxes..., /v2/sandboxes) carry X-API-Key;
@@ -19,7 +19,7 @@
  * returned by create and connect. Another user's sandbox answers as an
  * unknown one (404).
  *
- * getHost(port) traffic (e2b_proxy.c): a Host "{port}-{id}.{e2b_domain}",
+ * getHost(port) traffic (e2b_proxy.c): a Host "{port}-{id}.{e2b.domain}",
  * or E2b-Sandbox-Id with another E2b-Sandbox-Port, is proxied to that port
  * in the sandbox's container through the gateway (gateway_dial); public
  * unless created with network.allowPublicTraffic false, then it needs
@@ -27,7 +27,7 @@
  * the right token: 404.
  *
  * Caps: a control body at most E2B_BODY_MAX, a Connect message at most
- * E2B_BODY_MAX, an upload at most min(max_file_size, E2B_UPLOAD_MAX). */
+ * E2B_BODY_MAX, an upload at most min(limits.file_size, E2B_UPLOAD_MAX). */
 #ifndef SANDBOXD_E2B_H
 #define SANDBOXD_E2B_H
 
@@ -42,6 +42,9 @@
 #define E2B_ENVD_PORT 49983    /* envd's port in E2B_SANDBOX_URL routing */
 #define E2B_JUPYTER_PORT 49999 /* the code interpreter's */
 #define E2B_ENVD_VERSION "0.5.7"
+/* getHost(port) requests proxied at once in all (e2b_proxy.c); the per-user
+ * cap is the key e2b.proxy_max_per_user. */
+#define E2B_PROXY_MAX_TOTAL 512
 
 struct daemon;
 struct e2b_req;
@@ -50,7 +53,7 @@ struct MHD_Connection;
 #define E2B_SANDBOX_ID_LEN 20 /* the ids create makes; the only ones a getHost host name routes */
 
 /* Whether the request is the E2B front's: a control route, an envd request,
- * or getHost(port) traffic (a Host under e2b_domain). */
+ * or getHost(port) traffic (a Host under e2b.domain). */
 bool e2b_claims(const struct daemon *d, struct MHD_Connection *conn, const char *url);
 /* A port in decimal, 1-65535, no sign, no leading zero; 0 if s[0..n) is not one. */
 int e2b_port_parse(const char *s, size_t n);

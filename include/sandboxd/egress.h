@@ -74,4 +74,15 @@ void egress_stats(struct egress *eg, struct egress_stats *ret);
 /* One session's counters; -ENOENT when the proxy has not seen it lately. */
 int egress_session_stats(struct egress *eg, const char *user, const char *session, struct egress_stats *ret);
 
+/* Constants that were config keys: the proxy's own bounds. */
+#define EGRESS_MAX_HEADER_BYTES (16 << 10) /* a request head larger is not a proxy request */
+#define EGRESS_HEADER_TIMEOUT_MS 10000     /* the whole request head within this */
+#define EGRESS_CONNECT_TIMEOUT_MS 10000    /* resolving and connecting upstream */
+#define EGRESS_IDLE_TIMEOUT_MS 300000      /* a tunnel with no byte either way */
+#define EGRESS_CONNS_PER_MINUTE 600        /* new connections per session per minute */
+/* Open tunnels per session <= per user <= in all: a few fds each. */
+#define EGRESS_MAX_TUNNELS_PER_SESSION 256
+#define EGRESS_MAX_TUNNELS_PER_USER 1024
+#define EGRESS_MAX_TUNNELS 4096
+
 #endif

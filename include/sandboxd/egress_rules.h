@@ -35,6 +35,10 @@ cJSON *egress_rules_policy_json(struct store *st, struct privacy *p, const struc
  * array; NULL on a store error (r set). */
 cJSON *egress_rules_log_json(struct store *st, const char *user, const char *session, size_t limit, int *r);
 
+/* Allowlist additions per user and per session: a list longer than this is
+ * a policy for the operator's egress.allow. */
+#define EGRESS_MAX_RULES 256
+
 /* The `network` parameter of an execution (exec, run_code, run_cell,
  * run_tests; issue 37 item 3): absent or null (the session's egress),
  * "none", or {"allow": [host[:port], ...]} with 1-EGRESS_NET_MAX_HOSTS

@@ -559,4 +559,9 @@ static inline void engine_stream_free(struct engine *e, struct engine_stream *s)
                 e->ops->stream_free(s);
 }
 
+/* One engine call (a Docker API call, a Kubernetes API request) may take
+ * this long: the engine answers in milliseconds unless it is wedged, and a
+ * wedged one must not hold a worker for long. */
+#define ENGINE_CALL_TIMEOUT_MS 30000
+
 #endif

@@ -62,6 +62,9 @@
 #define K8S_IDENTITY_MAX (64 * 1024) /* bytes of one identity file at most */
 #define K8S_CONTAINER_NAME "sandbox"
 #define K8S_INIT_PATH "/run/sandboxd-init" /* where the init binary is mounted */
+/* The host directory holding each node agent's data_dir, K8S_NODE_DIR/<node
+ * name>: the hostPath deploy/kubernetes/node-agent.yaml mounts. */
+#define K8S_NODE_DIR "/var/lib/sandboxd-node"
 #define K8S_NETPOL_NAME "sandboxd-sandbox-default-deny"
 #define K8S_FIELD_MANAGER "sandboxd"
 
@@ -137,5 +140,9 @@ int engine_kubernetes_pvc_name(const struct engine_spec *spec, char ret[K8S_NAME
  * Kubernetes selector can hold, URL-ready after escaping; values it cannot
  * hold are checked on the annotation instead. */
 int engine_kubernetes_selector(const char *const *filters, char *ret, size_t size);
+
+/* The RuntimeClass of runtime = runsc: deploy/kubernetes/runtimeclass-gvisor.yaml
+ * names it so. */
+#define K8S_GVISOR_RUNTIME_CLASS "gvisor"
 
 #endif

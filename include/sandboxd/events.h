@@ -10,7 +10,7 @@
  * each event gets an increasing id that is never reused), then fans the
  * batch out to live subscribers and wakes the listener (the webhook sender,
  * which reads the log itself with a persisted cursor). The log is bounded by
- * events_max rows and events_retention; the writer prunes it, and so does
+ * EVENTS_MAX rows and EVENTS_RETENTION_S; the writer prunes it, and so does
  * `sandboxd --gc`.
  *
  * An event: {"id", "type", "user", "session", "ts" (unix ms), "trace_id",
@@ -164,5 +164,10 @@ struct events_stats {
         size_t queued;       /* waiting for the writer */
 };
 void events_stats(struct events_stats *ret);
+
+/* The event log is a resume buffer for GET /v1/events and webhooks, not an
+ * archive (the audit log is): it keeps this many rows for this long. */
+#define EVENTS_MAX 100000
+#define EVENTS_RETENTION_S (7 * 86400)
 
 #endif

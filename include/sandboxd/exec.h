@@ -3,7 +3,7 @@
  *
  * Every execution gets a UUID and a row in the store. Its stdout and stderr
  * are spooled apart to {data_dir}/executions/<id>.stdout / .stderr, each
- * capped at exec_output_cap bytes (bytes past the cap are counted, not
+ * capped at EXEC_OUTPUT_CAP_BYTES bytes (bytes past the cap are counted, not
  * kept). Results carry a bounded head and tail of each stream and the total
  * byte counts; the rest is readable by offset with exec_read_output().
  *
@@ -12,14 +12,14 @@
  * (via) and, on the runner, the tree's usage.
  *
  * Process trees: on the runner each execution lives under its own child
- * subreaper, so timeout and cancel (SIGTERM, exec_kill_grace, then freeze
+ * subreaper, so timeout and cancel (SIGTERM, exec.kill_grace, then freeze
  * and SIGKILL until none is left) reach every descendant, env -i and setsid
  * ones included. On docker exec its processes carry SBX_EXEC_ID=<uuid> in
  * their environment and every process carrying it is signalled (a process
  * that wipes its environment escapes). Other executions are left alone.
  *
- * Limits: at most max_exec_global running executions and
- * max_exec_per_session per session. Past a cap the request is refused at
+ * Limits: at most limits.exec_global running executions and
+ * limits.exec_per_session per session. Past a cap the request is refused at
  * once with -EBUSY and a message naming the cap (it is not queued): an
  * agent learns immediately and can wait for its own executions.
  *
@@ -28,7 +28,7 @@
  * still unread is -EAGAIN.
  *
  * Threads: one worker thread ("sbx-exec") per running execution, bounded by
- * max_exec_global. The engine's lock guards the registry and the counters;
+ * limits.exec_global. The engine's lock guards the registry and the counters;
  * each execution's lock guards its state and pairs with its condition
  * variable for long-polls. No lock is held across a Docker call. */
 #ifndef SANDBOXD_EXEC_H
@@ -122,7 +122,7 @@ struct exec_request {
         enum exec_language language; /* or code in this language */
         const char *code;
         size_t code_len;        /* 0 = strlen(code) */
-        int timeout_s;          /* 0 = exec_timeout_default; capped at exec_timeout_max */
+        int timeout_s;          /* 0 = exec.timeout_default; capped at exec.timeout_max */
         const char *workdir;    /* NULL = /workspace; relative paths are under /workspace */
         const char *const *env; /* "K=V", NULL-terminated; keys must be [A-Za-z_][A-Za-z0-9_]* */
         const void *stdin_data; /* fed at start (may be NULL) */
@@ -256,5 +256,16 @@ int exec_workdir_resolve(const char *in, char out[1024], struct sbx_error *err);
 int exec_internal(struct exec_engine *e, const char *container_id, const char *const *argv, const void *stdin_data,
                   size_t stdin_len, int timeout_ms, int *ret_exit, char **ret_out, size_t *ret_out_len,
                   struct sbx_error *err);
+
+/* Constants that were config keys: the protocol's own sizes. */
+/* Bytes of the head and of the tail of each stream returned inline. */
+#define EXEC_RESULT_HEAD_BYTES (INT64_C(32) << 10)
+/* The largest command or code body: a program larger is a file to write. */
+#define EXEC_MAX_COMMAND_BYTES (INT64_C(256) << 10)
+/* Bytes of stdin per execution; more is a file to write. */
+#define EXEC_MAX_STDIN_BYTES (INT64_C(16) << 20)
+/* Bytes of each stream spooled per execution; the rest is counted and
+ * dropped (max_spool_per_session bounds a session's disk). */
+#define EXEC_OUTPUT_CAP_BYTES (INT64_C(64) << 20)
 
 #endif

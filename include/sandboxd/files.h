@@ -23,8 +23,8 @@
  * /workspace ("../x", "/etc/passwd", "/workspace/../etc") is refused with
  * -EPERM before anything runs.
  *
- * Sizes: a write holds at most max_file_size bytes; a read returns at most
- * min(max_file_size, FILES_READ_MAX) bytes per call (use offset to go on). */
+ * Sizes: a write holds at most limits.file_size bytes; a read returns at most
+ * min(limits.file_size, FILES_READ_MAX) bytes per call (use offset to go on). */
 #ifndef SANDBOXD_FILES_H
 #define SANDBOXD_FILES_H
 
@@ -67,7 +67,7 @@ int files_normalize(const char *path, char ret[FILES_PATH_MAX], struct sbx_error
 
 /* Write data as the whole content of path (created with its missing parent
  * directories, mode 0644; an existing file is replaced atomically through a
- * temporary file and a rename). -EFBIG past max_file_size, -EPERM if the path
+ * temporary file and a rename). -EFBIG past limits.file_size, -EPERM if the path
  * resolves outside /workspace (through a symlink), -EISDIR for a directory,
  * -ENOTDIR when a parent is not a directory. */
 int files_write(const struct files_ctx *f, const char *user, const char *session, const char *path, const void *data,

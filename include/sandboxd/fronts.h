@@ -10,7 +10,7 @@
 #include "sandboxd/daemon.h"
 
 /* daemon_open, then (when opts->sockets) the fronts in order: API, admin,
- * HTTP (http_listen), metrics (metrics_listen). daemon_close(*ret) stops
+ * HTTP (http.listen), metrics (metrics.listen). daemon_close(*ret) stops
  * the fronts, in reverse order, before the engines. On failure nothing is
  * left running and err says why. */
 int fronts_open(const struct sbx_config *cfg, const struct daemon_options *opts, struct daemon **ret,

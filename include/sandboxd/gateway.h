@@ -10,7 +10,7 @@
  *   - port forwards: the gateway listens on the session's host port block
  *     (publish_ip; over a node link the node listens on its own, see
  *     gateway_set_node_publish) and carries each connection through fwd.sock to the
- *     runner, which connects to 127.0.0.1:<container_port_base + i> inside
+ *     runner, which connects to 127.0.0.1:<CONTAINER_PORT_BASE + i> inside
  *     (protocol in runner_proto.h). No PortBindings, no docker-proxy.
  *
  * fwd.sock takes connections from the container's runner only
@@ -23,8 +23,8 @@
  * Everything arriving on the sockets is tenant input: frames are checked,
  * a data connection must name a forward the gateway opened (id and a random
  * token), unpaired connections time out, and forwards are capped per
- * session, per user and in total (forward_max_per_session,
- * forward_max_per_user, forward_max_total). Each
+ * session, per user and in total (GATEWAY_FORWARD_MAX_PER_SESSION,
+ * GATEWAY_FORWARD_MAX_PER_USER, GATEWAY_FORWARD_MAX_TOTAL). Each
  * forwarded connection buffers at most GATEWAY_BUF_HIGH bytes per direction.
  *
  * Threads: one thread ("sbx-gateway") runs a libevent loop that owns every
@@ -129,5 +129,11 @@ struct gateway_stats {
         size_t forwards;  /* open forwarded connections */
 };
 void gateway_get_stats(struct gateway *gw, struct gateway_stats *ret);
+
+/* Open port-forwarded connections per session, per user and in all: each
+ * holds two fds; the caps sit well below the daemon's fd limit. */
+#define GATEWAY_FORWARD_MAX_PER_SESSION 2048
+#define GATEWAY_FORWARD_MAX_PER_USER 4096
+#define GATEWAY_FORWARD_MAX_TOTAL 16384
 
 #endif

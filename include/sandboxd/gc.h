@@ -3,7 +3,7 @@
  *
  * What it removes, each with its reason (kinds below):
  *   - containers of this instance whose session is idle past idle_timeout,
- *     or that were created more than max_age ago (only when the session is
+ *     or that were created more than gc.max_age ago (only when the session is
  *     quiet: no request for GC_RECENT_MS and no execution running);
  *   - orphan containers: this instance's labels, but the container of no
  *     session;
@@ -12,12 +12,12 @@
  *   - port allocations of sessions that are neither live (RUNNING,
  *     CREATING) nor in ERROR and have no container;
  *   - services rows whose container is not running;
- *   - execution output spools past execution_retention (and spool files no
+ *   - execution output spools past gc.execution_retention (and spool files no
  *     execution row knows, as old);
- *   - audit rows older than audit_retention (when >= 0);
+ *   - audit rows older than gc.audit_retention (when >= 0);
  *   - session uids (sessuid.h) whose workspace is gone, of sessions that
  *     are not live and have no container;
- *   - when workspace_retention >= 0, workspaces of sessions destroyed (no
+ *   - when gc.workspace_retention >= 0, workspaces of sessions destroyed (no
  *     row) or STOPPED/ERROR for longer than that;
  *   - this instance's bridge network (sandboxd-<instance>) when
  *     network_default is not bridge and no container is attached to it
@@ -41,7 +41,7 @@
 #include "sandboxd/common.h"
 #include "sandboxd/config.h"
 
-/* A session with a request this recent is in use: max_age leaves its
+/* A session with a request this recent is in use: gc.max_age leaves its
  * container alone until it is quiet. */
 #define GC_RECENT_MS 60000
 
@@ -63,7 +63,7 @@ enum gc_kind {
         GC_UIDS,
         GC_STORE,
         GC_NETWORKS,
-        GC_SNAPSHOTS, /* past snapshot_retention, or a copy a crash cut short (snapshot.h) */
+        GC_SNAPSHOTS, /* past gc.snapshot_retention, or a copy a crash cut short (snapshot.h) */
 };
 #define GC_KIND_COUNT 14
 

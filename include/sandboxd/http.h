@@ -1,34 +1,34 @@
 /* http.h — the network front door: the JSON API and MCP (Streamable HTTP at
  * /mcp, http_mcp.c, with the tasks extension of the shared core) over HTTPS,
- * built on libmicrohttpd with GnuTLS. Off unless http_listen is set.
+ * built on libmicrohttpd with GnuTLS. Off unless http.listen is set.
  *
  * Transport:
- *   - http_listen = host:port (a numeric IPv4 address, or [IPv6]:port).
- *   - TLS from tls_cert + tls_key (PEM). Without them the front serves plain
+ *   - http.listen = host:port (a numeric IPv4 address, or [IPv6]:port).
+ *   - TLS from http.tls_cert + http.tls_key (PEM). Without them the front serves plain
  *     HTTP, which is refused unless the address is loopback (127.0.0.0/8,
  *     ::1), and the daemon logs a warning saying so.
- *   - tls_client_ca (PEM): every request must come over a TLS session whose
+ *   - http.tls_client_ca (PEM): every request must come over a TLS session whose
  *     client certificate that CA signed (mTLS); otherwise 403 and the
  *     connection is closed.
- *   - Limits. Connections: at most max_connections at once (by default
- *     max_sessions + 64: every session's agent can hold one), and
+ *   - Limits. Connections: at most connections.max at once (by default
+ *     limits.sessions + 64: every session's agent can hold one), and
  *     http_max_connections_per_address per client address (default
- *     max_sessions); an IPv6 address counts by its /64. Past either, a new
+ *     limits.sessions); an IPv6 address counts by its /64. Past either, a new
  *     connection is closed at accept.
  *   - Connections that have not authenticated yet (no request with a valid
  *     token) have a budget of their own, below the total:
- *     http_max_unauthenticated in all (at most half of max_connections) and
- *     http_max_unauthenticated_per_address. With the total spent, a new
+ *     HTTP_MAX_UNAUTHENTICATED in all (at most half of connections.max) and
+ *     HTTP_MAX_UNAUTHENTICATED_PER_ADDRESS. With the total spent, a new
  *     connection from an address holding fewer of them than the busiest
  *     address replaces that address's oldest; otherwise it is closed. One
- *     that has not authenticated within auth_timeout (5 s) of opening is
+ *     that has not authenticated within connections.auth_timeout (5 s) of opening is
  *     closed whatever it trickles (slowloris). So people without a token
  *     cannot hold the front, and authenticated connections, which no longer
  *     count there, are never displaced.
  *   - Request headers at most HTTP_MAX_HEADERS bytes (431), a body at most
  *     API_MAX_LINE bytes (413, refused from Content-Length before any of it
  *     is read), a connection idle (no byte moving, a TLS handshake included)
- *     for http_timeout (30 s) is closed. After 5 failed authentications a
+ *     for HTTP_IDLE_TIMEOUT_S (30 s) is closed. After 5 failed authentications a
  *     connection is closed.
  *   - No ceiling on descriptor numbers: the front waits with poll(), never
  *     select(), so it serves whatever number the kernel hands out (a daemon
@@ -82,10 +82,10 @@ struct http_server;
  * port). *ret_loopback says whether the address is loopback. */
 int http_parse_listen(const char *text, struct sockaddr_storage *ret, socklen_t *ret_len, bool *ret_loopback);
 
-/* Start serving http_listen (does nothing and returns 0 when it is empty):
+/* Start serving http.listen (does nothing and returns 0 when it is empty):
  * reads the PEM files, refuses plain HTTP off loopback. */
 int http_server_start(struct daemon *d, struct http_server **ret, struct sbx_error *err);
-/* Start serving metrics_listen (nothing when empty): GET /metrics
+/* Start serving metrics.listen (nothing when empty): GET /metrics
  * (metrics.h) and /healthz (200 "ok", or 503 when Docker does not answer),
  * no token, plain HTTP, loopback only. */
 int http_metrics_start(struct daemon *d, struct http_server **ret, struct sbx_error *err);
@@ -105,5 +105,14 @@ bool http_addr_eq(const struct http_addr *a, const struct http_addr *b);
 
 /* The HTTP status for an API error code. */
 int http_status_for_code(const char *code);
+
+/* Constants that were config keys. Connections before their first
+ * authenticated request, in all and per client address (IPv6 per /64): a
+ * handshake takes one round trip, so these only bound a flood. */
+#define HTTP_MAX_UNAUTHENTICATED 256
+#define HTTP_MAX_UNAUTHENTICATED_PER_ADDRESS 32
+/* An idle HTTP connection (TLS handshake included) is closed after this:
+ * clients reconnect in one round trip, a slow-loris holds a slot no longer. */
+#define HTTP_IDLE_TIMEOUT_S 30
 
 #endif

@@ -70,7 +70,7 @@
  * page (mcp_resources.c); base64 keeps it under MCP_MAX_OUTPUT. */
 #define MCP_RESOURCE_PAGE (1024 * 1024)
 /* Each call in flight holds one API connection (two while cancelling); the
- * daemon serves max_connections (by default max_sessions + 64) across all
+ * daemon serves connections.max (by default limits.sessions + 64) across all
  * clients, and the HTTPS front lets a client address open 32 new ones at
  * once before they authenticate. */
 #define MCP_MAX_INFLIGHT_DEFAULT 16

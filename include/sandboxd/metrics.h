@@ -1,11 +1,11 @@
 /* metrics.h — the daemon's figures in the Prometheus text exposition format
- * (version 0.0.4): served at GET /metrics on metrics_listen (loopback only,
+ * (version 0.0.4): served at GET /metrics on metrics.listen (loopback only,
  * no token; http.c) and by `sandboxctl metrics` (admin command "metrics").
  *
  *   sandboxd_up, sandboxd_start_time_seconds, sandboxd_build_info{version}
  *   sandboxd_sessions{state="creating|running|stopped|error"}      gauge
  *   sandboxd_session_evictions_total{reason="fair_share"}  sessions stopped for another user's fair
- *                                            share of max_sessions (session_evictions)  counter
+ *                                            share of limits.sessions (session_evictions)  counter
  *   sandboxd_executions_running                                      gauge
  *   sandboxd_executions_total{state,cause}   finished executions     counter
  *   sandboxd_exec_duration_seconds           histogram of the run time of finished executions
@@ -19,10 +19,10 @@
  *   sandboxd_webhook_inflight                webhook deliveries under way  gauge
  *   sandboxd_webhook_deliveries_total{outcome="delivered|failed|dropped"}, sandboxd_webhook_attempts_total
  *                                            (events.h, webhook.h)
- *   sandboxd_sessions_by_label{key,value}    sessions by label value (metrics_label_keys), past
- *                                            metrics_label_values_max value="(other)"  gauge
- *   sandboxd_nodes_connected, sandboxd_node_up{node}   node agents connected (node_listen only)  gauges
- *   sandboxd_node_sessions{node}             sessions placed on each node (node_listen only)  gauge
+ *   sandboxd_sessions_by_label{key,value}    sessions by label value (metrics.label_keys), past
+ *                                            METRICS_LABEL_VALUES_MAX value="(other)"  gauge
+ *   sandboxd_nodes_connected, sandboxd_node_up{node}   node agents connected (node.listen only)  gauges
+ *   sandboxd_node_sessions{node}             sessions placed on each node (node.listen only)  gauge
  *   process_resident_memory_bytes, process_open_fds, process_threads gauges
  *
  * Label values that come from outside (session labels, node names) are
@@ -58,9 +58,9 @@ struct metrics_ctx {
         struct egress *egress;
         struct pool *pool;
         struct engine *engine;
-        struct store *store;          /* sessions by label (metrics_label_keys); NULL: none */
+        struct store *store;          /* sessions by label (metrics.label_keys); NULL: none */
         const struct sbx_config *cfg; /* NULL: no label metrics */
-        struct node_server *node;     /* the node link (node_listen); NULL: one process, no node metrics */
+        struct node_server *node;     /* the node link (node.listen); NULL: one process, no node metrics */
 };
 
 /* An HTTP answer's status (http.c). */
@@ -72,5 +72,9 @@ uint64_t metrics_auth_failures(void);
 
 /* The whole exposition text, malloc'd in *ret. 0 or -ENOMEM. */
 int metrics_render(const struct metrics_ctx *m, char **ret);
+
+/* Distinct values of each metrics.label_keys key /metrics shows; the rest
+ * count as "other", so a tenant's labels cannot blow up the series count. */
+#define METRICS_LABEL_VALUES_MAX 20
 
 #endif

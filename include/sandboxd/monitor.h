@@ -3,7 +3,7 @@
  * Two named threads watch the containers of this instance:
  *   sbx-events   follows Docker's events stream (die, oom, stop, destroy,
  *                filtered by this instance's label) and reacts at once;
- *   sbx-monitor  every monitor_interval makes ONE list call for all the
+ *   sbx-monitor  every MONITOR_INTERVAL_MS makes ONE list call for all the
  *                instance's containers, catches whatever the stream missed
  *                (and covers its reconnects), then expires idle sessions.
  * Failures go to session_mark_failed(), which marks the session ERROR with
@@ -30,5 +30,9 @@ void monitor_stop(struct monitor *mon);
 int64_t monitor_last_poll(struct monitor *mon);
 /* Number of events handled (for stats and tests). */
 uint64_t monitor_events_seen(struct monitor *mon);
+
+/* Health monitor poll interval: the events stream reacts at once, the poll
+ * only catches what the stream missed. */
+#define MONITOR_INTERVAL_MS 5000
 
 #endif

@@ -19,7 +19,7 @@
  *   - in one process (the default): the hub makes the directories and
  *     listens itself; the ops table is not used at all, so the exec path is
  *     exactly what it was (no extra copy, no extra thread);
- *   - over TLS to `sandboxd node` (node_listen set): node_server_ops below.
+ *   - over TLS to `sandboxd node` (node.listen set): node_server_ops below.
  *     The node agent makes the directories, listens, checks the runner
  *     where SO_PEERCRED and /proc mean something, and relays every accepted
  *     connection's bytes over one TLS connection per node. The runner
@@ -33,12 +33,12 @@
  * containers itself (Kubernetes) names the node (engine_inspect's node,
  * the Pod's spec.nodeName): the hub opens the directory there once the Pod
  * is bound (runner_hub_prepare_on). Otherwise node_ops.open chooses
- * (NODE_OPEN_NEW): node_name, else the session's node while connected, else
+ * (NODE_OPEN_NEW): node.name, else the session's node while connected, else
  * the connected node with the fewest sessions.
  *
- * On Kubernetes a node agent runs with data_dir = {kube_node_dir}/<its node
+ * On Kubernetes a node agent runs with data_dir = {K8S_NODE_DIR}/<its node
  * name> (certificate CN = the node's name), and a session Pod mounts
- * hostPath {kube_node_dir} with subPathExpr
+ * hostPath {K8S_NODE_DIR} with subPathExpr
  * "$(SBX_NODE_NAME)/runner/<runner_dir_key>" and SBX_NODE_NAME from the
  * downward API (spec.nodeName). kubelet may make that directory before the
  * agent opens it: the agent accepts a root-owned directory (O_NOFOLLOW,
@@ -46,9 +46,9 @@
  *
  * The link protocol (one TLS 1.3 connection, mutually authenticated: the
  * node agent dials the control daemon, both present a certificate of the
- * same CA (node_ca), the control checks node_crl on every handshake and
+ * same CA (node.ca), the control checks node.crl on every handshake and
  * reloads it when the file changes, the node checks the control's name
- * node_control_name; the node's name is its certificate's common name).
+ * NODE_CONTROL_NAME; the node's name is its certificate's common name).
  * Frames: struct node_hdr (little endian) then len bytes, len at most
  * NODE_MAX_FRAME; anything else closes the link with a log line.
  *   NF_HELLO  node→control, first: protocol, the runner binary's host path
@@ -77,10 +77,10 @@
  * not the session's current one is refused with an audit row
  * ("node_epoch_refused"); a stream about a session placed on another node
  * is refused too ("node_placement_refused"). A node whose link stays down
- * for node_fence fences the sessions placed on it, and only those: they
+ * for node.fence fences the sessions placed on it, and only those: they
  * count as failed (their next request makes a new container, a new epoch),
  * and their executions end as lost. A link that
- * comes back within node_fence loses nothing: the hub keeps the executions
+ * comes back within node.fence loses nothing: the hub keeps the executions
  * of the session's runner, and when the runner reconnects through the new
  * link and lists what it holds, they resume where their output stopped (the
  * same protocol as a daemon restart). */
@@ -100,9 +100,9 @@
 #define NODE_HDR_LEN 12
 #define NODE_MAX_FRAME (64 * 1024)
 #define NODE_WINDOW (64 * 1024) /* unacknowledged bytes per stream and direction (as GATEWAY_BUF_HIGH) */
-/* Streams per link: forward_max_total plus twice egress_max_tunnels (an
+/* Streams per link: GATEWAY_FORWARD_MAX_TOTAL plus twice EGRESS_MAX_TUNNELS (an
  * egress tunnel is egress.sock's stream and the node's connect), per
- * session forward_max_per_session plus twice egress_max_tunnels_per_session,
+ * session GATEWAY_FORWARD_MAX_PER_SESSION plus twice EGRESS_MAX_TUNNELS_PER_SESSION,
  * of the side's own config, each plus this (the runner's connections). */
 #define NODE_STREAMS_SLACK 256
 #define NODE_MAX_SESSIONS 65536         /* sessions one node agent serves */
@@ -111,7 +111,9 @@
 #define NODE_HANDSHAKE_TIMEOUT_MS 10000 /* TLS handshake and hello */
 #define NODE_WRITE_DEADLINE_MS 5000     /* one frame onto the link */
 #define NODE_NAME_MAX 64
-#define NODE_MAX_NODES 256 /* nodes known at once (a fenced one away is forgotten for a new one) */
+#define NODE_HEARTBEAT_MS 2000 /* link ping interval; a link silent for three is closed (node.fence is the knob) */
+#define NODE_CONTROL_NAME "sandboxd-control" /* the name a node agent expects in the control's certificate */
+#define NODE_MAX_NODES 256                   /* nodes known at once (a fenced one away is forgotten for a new one) */
 
 enum node_frame {
         NF_HELLO = 1,
@@ -199,7 +201,7 @@ struct node_ops {
         const char *(*binary)(void *node);
         /* NODE_OP_OPEN / NODE_OP_ADOPT: *ret_dir is the node's directory to
          * bind-mount. where: the node the engine put the container on
-         * (kube-scheduler), or NULL: NODE_OPEN_NEW chooses (node_name, else
+         * (kube-scheduler), or NULL: NODE_OPEN_NEW chooses (node.name, else
          * the session's node while connected, else the connected node with
          * the fewest sessions); the others use the session's node. The
          * session is placed on that node (the store) before it listens. */
@@ -212,7 +214,7 @@ struct node_ops {
         bool (*placed_on)(void *node, const char *user, const char *session, const char *name);
 };
 
-/* ---- the control daemon's end (node_listen) ---- */
+/* ---- the control daemon's end (node.listen) ---- */
 
 struct node_server;
 
@@ -231,7 +233,7 @@ struct node_server_hooks {
          * thread of the server's that may make requests); gateway_ready: the
          * daemon is open (node_server_gateway_ready was called). */
         void (*up)(void *ud, const char *node, bool gateway_ready);
-        /* The node stayed away for node_fence: fence its sessions. */
+        /* The node stayed away for node.fence: fence its sessions. */
         void (*fence)(void *ud, const char *node);
         /* The session's current epoch. */
         int (*epoch)(void *ud, const char *user, const char *session, uint64_t *ret);
@@ -256,13 +258,13 @@ struct node_server_hooks {
 struct node_status {
         char name[NODE_NAME_MAX + 1];
         bool connected;
-        bool fenced;          /* away past node_fence: its sessions were fenced */
+        bool fenced;          /* away past node.fence: its sessions were fenced */
         int64_t since_ms;     /* wall ms: connected at, or went away at */
         int64_t heartbeat_ms; /* wall ms of the last frame from it (connected only) */
 };
 
-/* Listen on cfg->node_listen (TLS with node_cert, node_key, node_ca,
- * node_crl). Starts the listener thread. */
+/* Listen on cfg->node_listen (TLS with node.cert, node.key, node.ca,
+ * node.crl). Starts the listener thread. */
 int node_server_new(const struct sbx_config *cfg, const struct node_server_hooks *hooks, void *ud,
                     struct node_server **ret, struct sbx_error *err);
 /* Closes every link and stops the threads: no hook is called after it
@@ -304,7 +306,7 @@ bool node_server_wait(struct node_server *s, int timeout_ms);
 bool node_server_wait_node(struct node_server *s, const char *name, int timeout_ms);
 /* Every node known since start (malloc'd array). */
 int node_server_list(struct node_server *s, struct node_status **ret, size_t *ret_n);
-/* The TCP port node_listen is bound to (useful with port 0). */
+/* The TCP port node.listen is bound to (useful with port 0). */
 int node_server_port(struct node_server *s);
 /* Handshakes refused (bad or revoked certificate) since start. */
 uint64_t node_server_refused(struct node_server *s);

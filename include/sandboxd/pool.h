@@ -3,21 +3,21 @@
  * sustained-start check.
  *
  * There is one pool per image sessions may use (image and each of images),
- * of pool_size slots or its pool_images override; slots of every image
- * together count against max_sessions.
+ * of pool.size slots or its pool.images override; slots of every image
+ * together count against limits.sessions.
  *
  * A pool slot is a container of one image and the default runtime, made through
  * the same hardened spec and start check as every session's
  * (container_create_started), with its runner connected, its own workspace
  * {data_dir}/workspaces/@pool/<slot> bind-mounted as /workspace (in
- * workspace_quota_mode loop: its own image of workspace_quota mounted
+ * workspace.quota_mode loop: its own image of workspace.quota mounted
  * there) and its own uid from sandbox_uid_range (session_uids row "@pool":<slot>). "@pool" is
  * no valid user id, so no tenant can name it. Its container carries the
  * label sandboxd.pool=1 besides the usual ones (user "@pool", session
- * <slot>). Slots count against max_sessions: the pool refills only while
+ * <slot>). Slots count against limits.sessions: the pool refills only while
  * live sessions + slots stay below it.
  *
- * On Kubernetes a slot is a Pod, and in kube_workspace = pvc also its own
+ * On Kubernetes a slot is a Pod, and in kubernetes.workspace = pvc also its own
  * PersistentVolumeClaim, named after the slot and made with the Pod.
  *
  * Claim protocol (store: pool_slots, migration 0017):
@@ -69,7 +69,7 @@ struct pool;
 
 #define POOL_MAX_IMAGES 32 /* images pooled at most (image first, then images in order) */
 
-/* Live sessions right now (the pool keeps slots + sessions <= max_sessions). */
+/* Live sessions right now (the pool keeps slots + sessions <= limits.sessions). */
 typedef size_t (*pool_load_fn)(void *userdata);
 /* A slot's life, for what runs in it besides the runner (cells.h: the
  * pre-started interpreter). user NULL: the slot's container runs and its
@@ -84,7 +84,7 @@ void pool_set_load_fn(struct pool *p, pool_load_fn fn, void *userdata);
 /* Set (or, fn NULL, clear) the slot hook; waits for a call under way, so
  * after clearing it nothing calls the old one. NULL p is fine. */
 void pool_set_slot_fn(struct pool *p, pool_slot_fn fn, void *userdata);
-/* Start the refill thread (nothing when pool_size is 0). */
+/* Start the refill thread (nothing when pool.size is 0). */
 int pool_start(struct pool *p, struct sbx_error *err);
 /* Stops the thread; containers stay (a restart adopts them). NULL is fine. */
 void pool_free(struct pool *p);
@@ -125,18 +125,18 @@ struct pool_claim {
         bool waited; /* it came from the refill after a wait in line */
 };
 /* Give user:session a ready slot of image (the configured name), waiting in
- * line for the refill at most pool_wait when none is ready. The caller
+ * line for the refill at most pool.wait when none is ready. The caller
  * checked that the pool applies (pool_applies). -ENOENT: none (a miss;
  * take the cold path), also when the session was marked private. */
 int pool_claim(struct pool *p, const char *user, const char *session, const char *network, const char *image,
                struct pool_claim *ret, struct sbx_error *err);
 /* Can user:session take a pool container at all? Not when the pool is off
- * (or workspace_quota_mode is project), not when it is private, already has
+ * (or workspace.quota_mode is project), not when it is private, already has
  * a uid or a non-empty workspace. */
 bool pool_applies(struct pool *p, const char *user, const char *session, const char *network);
 
 /* Before a cold creation: when live sessions (the new one included) and
- * slots together exceed max_sessions, the oldest ready slot is removed, so
+ * slots together exceed limits.sessions, the oldest ready slot is removed, so
  * the pool gives way to sessions. */
 void pool_make_room(struct pool *p);
 
@@ -170,5 +170,10 @@ void pool_stats(struct pool *p, struct pool_stats *ret);
  * ("refill"), so a test can hold the refill back. Process-wide; NULL: none. */
 typedef void (*pool_test_hook_fn)(const char *stage);
 void pool_set_test_hook(pool_test_hook_fn fn);
+
+/* A warm pool slot starts the default run_cell context (a python kernel)
+ * ahead, so a new session's first cell pays no interpreter start-up; tests
+ * turn it off through the config field ("none"). */
+#define POOL_CELLS_PRESTART "python"
 
 #endif

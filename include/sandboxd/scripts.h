@@ -76,4 +76,8 @@ void scripts_note_run(struct scripts *s, const char *user, const char *exec_id, 
 int scripts_settle(struct scripts *s, const char *user, const char *exec_id, bool success, struct store_script *ret,
                    struct sbx_error *err);
 
+/* The script cache per user: a cache, so its bounds only keep it small. */
+#define SCRIPTS_MAX_PER_USER 200
+#define SCRIPTS_MAX_BYTES_PER_USER (INT64_C(16) << 20)
+
 #endif

@@ -86,10 +86,10 @@ void service_set_runner(struct service_manager *m, struct runner_hub *h);
 
 /* name: 1-64 of [A-Za-z0-9_.-]. -EEXIST if that name is running; -EUSERS
  * past max_services_per_session; -E2BIG for a command over
- * max_command_size; -ENOENT for a missing workdir. */
+ * EXEC_MAX_COMMAND_BYTES; -ENOENT for a missing workdir. */
 int service_start(struct service_manager *m, const char *user, const char *session, const char *name,
                   const char *command, const char *workdir, struct service_info *ret, struct sbx_error *err);
-/* SIGTERM, wait service_stop_grace, SIGKILL: on the runner to the service's
+/* SIGTERM, wait SERVICE_STOP_GRACE_MS, SIGKILL: on the runner to the service's
  * whole tree; on the fallback to its group, then a last-resort kill of every
  * process carrying the service's marker. -ENOENT if unknown. */
 int service_stop(struct service_manager *m, const char *user, const char *session, const char *name,
@@ -99,5 +99,9 @@ int service_list(struct service_manager *m, const char *user, const char *sessio
 /* The last tail_lines lines (1..10000) of stdout and stderr (malloc'd). */
 int service_logs(struct service_manager *m, const char *user, const char *session, const char *name, int tail_lines,
                  char **ret_stdout, char **ret_stderr, struct sbx_error *err);
+
+/* SIGTERM to SIGKILL when a service is stopped: long enough for a server
+ * to close its sockets. */
+#define SERVICE_STOP_GRACE_MS 5000
 
 #endif

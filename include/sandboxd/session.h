@@ -49,7 +49,7 @@ int session_key_check(const char *user, const char *session, struct sbx_error *e
 /* Called after a session's container failed or was replaced, outside every
  * lock. cause is e.g. "exited with code 137", "oom_killed", "stopped",
  * "removed", "recreated", "privacy_ratchet", "idle_expired", "evicted" (the
- * fair share of max_sessions), "destroyed". */
+ * fair share of limits.sessions), "destroyed". */
 typedef void (*session_failure_fn)(const char *user, const char *session, const char *container_id, const char *cause,
                                    void *userdata);
 
@@ -125,11 +125,11 @@ typedef int64_t (*session_user_cap_fn)(const char *user, void *userdata);
 /* From now on; without one, the config's max_sessions_per_user. userdata
  * must outlive m. */
 void session_set_user_cap(struct session_manager *m, session_user_cap_fn fn, void *userdata);
-/* The fair share of max_sessions stops only sessions fn calls idle (and
+/* The fair share of limits.sessions stops only sessions fn calls idle (and
  * none with a request in progress). Set once, before the first request;
  * without one, only requests in progress make a session busy. */
 void session_set_busy_check(struct session_manager *m, session_busy_fn fn, void *userdata);
-/* Sessions stopped so far for the fair share of max_sessions. */
+/* Sessions stopped so far for the fair share of limits.sessions. */
 uint64_t session_evictions(struct session_manager *m);
 /* The configured network of sessions without private data. */
 const char *session_default_network(struct session_manager *m);
@@ -140,8 +140,8 @@ const char *session_default_network(struct session_manager *m);
  * *ret holds a reference: pass it to session_release().
  *
  * A session that is not live is admitted against max_sessions_per_user
- * and max_sessions (-EUSERS, "busy: ..." naming the cap). When only
- * max_sessions refuses it, the fair share may make room: the users holding
+ * and limits.sessions (-EUSERS, "busy: ..." naming the cap). When only
+ * limits.sessions refuses it, the fair share may make room: the users holding
  * the most live sessions, if that is at least two more than this user
  * holds, give up their least recently active idle session (RUNNING, no
  * request in progress, no running execution, no active service). It is
@@ -270,7 +270,7 @@ void session_counts(struct session_manager *m, size_t counts[SESSION_STATE_COUNT
  * freezer), memory kept, and tells the runner hub its runner is frozen (no
  * heartbeat is expected of it). A resume thaws it; every request resumes a
  * paused session first (session_get_or_create), so a caller never needs
- * to. A paused session stays live for max_sessions and
+ * to. A paused session stays live for limits.sessions and
  * max_sessions_per_user (it holds its memory) but runs nothing, so it
  * counts for no execution cap; its ports and channels stay bound. Both
  * survive a daemon restart: the engine's "paused" status is adopted by
@@ -291,7 +291,7 @@ void session_set_paused_cap(struct session_manager *m, session_user_cap_fn fn, v
  * (pause_after). Idempotent on a PAUSED one (*ret_was_paused true).
  * -ENOENT unknown, -EINVAL not RUNNING, -EBUSY a request or execution in
  * progress, -EOPNOTSUPP the engine cannot pause; err says which. Past
- * max_paused_sessions the least recently used paused sessions are stopped
+ * limits.paused_sessions the least recently used paused sessions are stopped
  * (session_enforce_paused). ret_was_paused may be NULL. */
 int session_pause(struct session_manager *m, const char *user, const char *session, const char *reason,
                   bool *ret_was_paused, struct sbx_error *err);
@@ -311,7 +311,7 @@ void session_resume_async(struct session_manager *m, const char *user, const cha
  * daemon calls it before the runner hub goes, session_manager_free again. */
 void session_resume_async_stop(struct session_manager *m);
 /* Stop (and join) "sbx-evict", the thread that stops the sessions the fair
- * share of max_sessions chose, off the requester's thread: the queued ones
+ * share of limits.sessions chose, off the requester's thread: the queued ones
  * are finished first. Idempotent; the daemon calls it before the runner hub
  * goes, session_manager_free again. */
 void session_evictions_stop(struct session_manager *m);
@@ -321,15 +321,18 @@ void session_evictions_stop(struct session_manager *m);
  * raced the destroy cannot bring the session back. The last
  * SESSION_RETIRED_MAX keys are kept, in memory. */
 #define SESSION_RETIRED_MAX 4096
+/* While the host's MemAvailable is below this, paused sessions are stopped,
+ * least recently used first (session_enforce_paused). */
+#define SESSION_PAUSE_MIN_MEM_AVAILABLE (INT64_C(512) << 20)
 int session_retire(struct session_manager *m, const char *user, const char *session);
 /* Whether the session is PAUSED now (false: unknown). */
 bool session_is_paused(struct session_manager *m, const char *user, const char *session);
 /* Monitor entry: pause RUNNING sessions unused for pause_after (0: off)
  * with nothing running in them. Returns how many. */
 int session_pause_idle(struct session_manager *m, int64_t now_wall_ms);
-/* Monitor entry (and after each pause): past max_paused_sessions (in all),
+/* Monitor entry (and after each pause): past limits.paused_sessions (in all),
  * max_paused_sessions_per_user, or while the host's MemAvailable is below
- * pause_min_mem_available, stop the least recently used paused sessions
+ * SESSION_PAUSE_MIN_MEM_AVAILABLE, stop the least recently used paused sessions
  * (container removed, workspace kept, cause "stopped_while_paused": their
  * interpreter contexts report state_lost stopped_while_paused). Returns
  * how many. */

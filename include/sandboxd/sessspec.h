@@ -14,8 +14,8 @@
  * millicores), "memory" and "disk" (bytes, or a string with a k/m/g/t suffix
  * in powers of 1024: "512m", "2g"), each within the user's maximum
  * (max_session_cpus, max_session_memory, max_session_disk: the config's
- * keys, which default to cpus, memory and workspace_quota, overridable per
- * user as quotas). Absent: the config's cpus, memory and workspace_quota. */
+ * keys, which default to cpus, memory and workspace.quota, overridable per
+ * user as quotas). Absent: the config's cpus, memory and workspace.quota. */
 #ifndef SANDBOXD_SESSSPEC_H
 #define SANDBOXD_SESSSPEC_H
 
@@ -36,7 +36,7 @@ struct quota_limits;
 #define SESSSPEC_LABEL_VALUE_MAX 63
 #define SESSSPEC_MIN_NANO_CPUS 10000000         /* 0.01 CPU, as the config's cpus */
 #define SESSSPEC_MIN_MEMORY (INT64_C(16) << 20) /* as the config's memory */
-#define SESSSPEC_MIN_DISK (INT64_C(16) << 20)   /* as the config's workspace_quota */
+#define SESSSPEC_MIN_DISK (INT64_C(16) << 20)   /* as the config's workspace.quota */
 
 bool sessspec_label_key_valid(const char *key);
 bool sessspec_label_value_valid(const char *value);
@@ -55,7 +55,7 @@ bool sessspec_labels_match(const char *labels_json, const cJSON *filter);
  * member. */
 int sessspec_parse(const cJSON *params, struct store_session_spec *ret, bool *ret_given, struct sbx_error *err);
 /* want within lim (quota_limits_get) and what the daemon can enforce
- * (disk needs workspace_quota_mode loop): 0, or -EINVAL with err naming
+ * (disk needs workspace.quota_mode loop): 0, or -EINVAL with err naming
  * the limit, e.g. "memory 4g exceeds this user's maximum 1g
  * (max_session_memory)". */
 int sessspec_check(const struct sbx_config *cfg, const struct quota_limits *lim, const struct store_session_spec *want,
@@ -65,5 +65,9 @@ bool sessspec_equal(const struct store_session_spec *a, const struct store_sessi
 /* spec as {"labels": {...}, "resources": {"cpu", "memory", "disk"}} members
  * of o, with the config's values where spec asks none (spec may be NULL). */
 void sessspec_add_json(cJSON *o, const struct sbx_config *cfg, const struct store_session_spec *spec);
+
+/* The largest ttl_seconds create_session accepts: a week, past it a
+ * session is a server and belongs elsewhere. */
+#define SESSSPEC_TTL_MAX_S (7 * 86400)
 
 #endif

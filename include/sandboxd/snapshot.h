@@ -9,7 +9,7 @@
  * resources, its interpreter contexts' names, and its privacy marks.
  *
  * How the files are kept (kind):
- *   image    workspace_quota_mode loop: a sparse copy of the workspace's
+ *   image    workspace.quota_mode loop: a sparse copy of the workspace's
  *            ext4 image (a reflink where the file system can), its size (the
  *            workspace's limit) kept;
  *   archive  otherwise: a zstd-compressed tar of the tree (libarchive),
@@ -32,9 +32,9 @@
  * setgid bits are dropped; everything is given to the target session's uid;
  * bytes and entries are bounded.
  *
- * Quotas: max_snapshots_per_user and max_snapshot_bytes_per_user (-EDQUOT,
+ * Quotas: limits.snapshots_per_user and limits.snapshot_bytes_per_user (-EDQUOT,
  * the message naming the key); --gc removes snapshots past
- * snapshot_retention (snapshot_gc).
+ * gc.snapshot_retention (snapshot_gc).
  *
  * Threads: any; no lock of its own besides its counters (atomics). Calls
  * into a session serialise on the session's transition (session_hold). */
@@ -103,7 +103,7 @@ cJSON *snapshot_to_json(const struct store_snapshot *s);
 
 /* "creating" rows this old are a copy a crash cut short (--gc removes them). */
 #define SNAPSHOT_STALE_MS (24LL * 3600 * 1000)
-/* --gc (gc.c decides which, by snapshot_retention): the files, then the
+/* --gc (gc.c decides which, by gc.snapshot_retention): the files, then the
  * row. 0, or -errno when the files could not all go (the row then stays). */
 int snapshot_purge(const struct sbx_config *cfg, struct store *st, const char *user, const char *id);
 

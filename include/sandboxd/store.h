@@ -426,7 +426,7 @@ int store_gc_session_last_seen(struct store *s, const char *user, const char *se
  * (after its workspace was purged). Returns how many, or -errno. */
 int store_gc_private_forget(struct store *s, const char *user, const char *session);
 
-/* Audit rows written before before_ms (audit_retention): deleted, or with
+/* Audit rows written before before_ms (gc.audit_retention): deleted, or with
  * dry_run only counted. Returns how many, or -errno. */
 int store_gc_audit_prune(struct store *s, int64_t before_ms, bool dry_run);
 

@@ -48,7 +48,7 @@ int store_egress_log_add(struct store *s, const char *user, const char *session,
 /* The newest `limit` (1-100000) rows of user:session, newest first. malloc'd array. */
 int store_egress_log_list(struct store *s, const char *user, const char *session, size_t limit,
                           struct store_egress_entry **ret, size_t *ret_n);
-/* Rows written before before_ms (audit_retention): deleted, or with dry_run
+/* Rows written before before_ms (gc.audit_retention): deleted, or with dry_run
  * counted. Returns how many. */
 int store_gc_egress_prune(struct store *s, int64_t before_ms, bool dry_run);
 

@@ -1,9 +1,9 @@
-/* wsquota.h — the disk quota of session workspaces (workspace_quota_mode).
+/* wsquota.h — the disk quota of session workspaces (workspace.quota_mode).
  *
  *   off      no limit (usage is still reported, measured by a bounded scan)
  *   loop     each workspace is its own ext4 file system in a sparse image,
  *            {data_dir}/workspace-images/<user>/<session>.ext4, of
- *            workspace_quota bytes and workspace_inodes inodes, loop-mounted
+ *            workspace.quota bytes and workspace.inodes inodes, loop-mounted
  *            on {data_dir}/workspaces/<user>/<session> while the session has
  *            a container. The kernel enforces the limit: a write past it
  *            fails with ENOSPC inside the container.
@@ -28,7 +28,7 @@
 #include "sandboxd/config.h"
 
 struct wsquota_usage {
-        char mode[16];        /* the workspace_quota_mode in force */
+        char mode[16];        /* the workspace.quota_mode in force */
         bool known;           /* the figures below could be read */
         bool mounted;         /* loop: the image is mounted now */
         bool over;            /* at or past a limit */
@@ -50,7 +50,7 @@ int wsquota_check_config(const struct sbx_config *cfg, struct sbx_error *err);
  * sessuid_own_tree), mode 0700; the directory underneath becomes root's, so a container that ever gets it
  * unmounted cannot write there. Other modes: nothing. */
 int wsquota_attach(const struct sbx_config *cfg, const char *user, const char *session, struct sbx_error *err);
-/* The same, an image it makes being bytes large (0: workspace_quota): a
+/* The same, an image it makes being bytes large (0: workspace.quota): a
  * session's requested disk (sessspec.h). An existing image keeps its size. */
 int wsquota_attach_sized(const struct sbx_config *cfg, const char *user, const char *session, int64_t bytes,
                          struct sbx_error *err);

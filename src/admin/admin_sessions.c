@@ -68,7 +68,7 @@ static cJSON *session_json(struct daemon *d, const struct session_info *s)
         jsonutil_add_text(o, "runtime", s->runtime);
         char node[NODE_NAME_MAX + 1];
         daemon_session_node(d, s->user, s->session, node, sizeof(node));
-        jsonutil_add_text(o, "node", node); /* the node agent serving it (node_listen); null in one process */
+        jsonutil_add_text(o, "node", node); /* the node agent serving it (node.listen); null in one process */
         if (s->uid)
                 cJSON_AddNumberToObject(o, "uid", (double)s->uid); /* the session's host uid (sessuid.h) */
         else
@@ -117,7 +117,7 @@ int admin_c_stats(struct admin_req *q, cJSON **ret, struct fronterr *e)
         return 0;
 }
 
-/* The Prometheus text of metrics_listen's /metrics (sandboxctl metrics). */
+/* The Prometheus text of metrics.listen's /metrics (sandboxctl metrics). */
 int admin_c_metrics(struct admin_req *q, cJSON **ret, struct fronterr *e)
 {
         _cleanup_free_ char *text = NULL;

@@ -4,8 +4,8 @@
  * logic of its own beyond that.
  *
  * Threads: "sbx-api" accepts (listener.c); each connection gets one worker
- * ("sbx-api-conn", at most max_connections in all, max_connections_per_uid
- * per peer uid, max_unauthenticated_per_uid of them before a token) that
+ * ("sbx-api-conn", at most connections.max in all, connections.max_per_uid
+ * per peer uid, API_MAX_UNAUTHENTICATED_PER_UID of them before a token) that
  * answers its requests in order.
  *   c->wlock     serialises writes to one connection, and c->broken
  *   sinks_lock   guards the registry of streaming sinks and every sink's
@@ -631,7 +631,7 @@ static void serve(struct sockserver *ss, int fd, const struct ucred *peer, void 
                 }
                 if (r == -ETIMEDOUT) {
                         send_error(c, NULL, idle ? "unavailable" : "unauthorized",
-                                   idle ? "no request in connection_idle_timeout; closing"
+                                   idle ? "no request in connections.idle_timeout; closing"
                                         : "no authenticated request in time; closing");
                         break;
                 }

@@ -7,7 +7,7 @@
  * at every level, the key itself left out). The key is claimed in the store
  * (store_idem_claim: a UNIQUE insert) before the method runs, so of two
  * concurrent duplicates only one runs; the other waits for the first to
- * finish and answers as a retry would. Then, within idempotency_window:
+ * finish and answers as a retry would. Then, within API_IDEMPOTENCY_WINDOW_S:
  *   - the same key and the same request answer with the first call's
  *     result, without running anything again. For exec and run_code the
  *     execution is the result: the key records its id as soon as it exists,
@@ -19,7 +19,7 @@
  *     existed) leaves no key: the retry runs.
  * Keys live in the store (migration 0015), so they survive restarts; a claim
  * left PENDING by a daemon that died is dropped at start-up. Each user holds
- * at most idempotency_max_keys live keys; expired ones are pruned on the
+ * at most API_IDEMPOTENCY_MAX_KEYS live keys; expired ones are pruned on the
  * user's next claim and by --gc.
  *
  * No threads or locks of its own: the store serialises claims. */
@@ -239,9 +239,10 @@ int api_idem_call(struct api_req *q, api_method_fn fn, cJSON **ret, struct front
                                      now + (int64_t)q->d->cfg.idempotency_window_s * 1000,
                                      q->d->cfg.idempotency_max_keys, &row);
                 if (r == -EDQUOT)
-                        return fronterr_set(e, "quota_exceeded",
-                                            "this user already holds idempotency_max_keys (%d) live idempotency keys",
-                                            q->d->cfg.idempotency_max_keys);
+                        return fronterr_set(
+                                e, "quota_exceeded",
+                                "this user already holds API_IDEMPOTENCY_MAX_KEYS (%d) live idempotency keys",
+                                q->d->cfg.idempotency_max_keys);
                 if (r < 0)
                         return fronterr_errno(e, r, NULL, "cannot record the idempotency key");
                 if (r == 1)

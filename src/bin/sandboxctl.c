@@ -37,7 +37,7 @@ static void usage(FILE *f)
                 "  stats                                sessions by state, executions, ports, monitor\n"
                 "  pool                                 the warm pool: size, ready, claims, misses, refill rate\n"
                 "  nodes                                the node agents: connected, since, sessions, heartbeat\n"
-                "  metrics                              the Prometheus text (as metrics_listen's /metrics)\n"
+                "  metrics                              the Prometheus text (as metrics.listen's /metrics)\n"
                 "  sessions [--user U] [--state S]      list sessions (S: running, paused, stopped, ...)\n"
                 "  show USER SESSION                    one session in detail\n"
                 "  pause USER SESSION                   freeze the session (memory kept, no CPU); any\n"
@@ -263,7 +263,7 @@ static void print_egress_policy(const cJSON *r)
 {
         const cJSON *o;
 
-        printf("mode: %s%s\n", str(r, "mode"), flag(r, "upstream_proxy") ? " (through egress_upstream_proxy)" : "");
+        printf("mode: %s%s\n", str(r, "mode"), flag(r, "upstream_proxy") ? " (through egress.upstream_proxy)" : "");
         cJSON_ArrayForEach(o, cJSON_GetObjectItemCaseSensitive(r, "allow"))
                 printf("  %-8s %s\n", str(o, "scope"), str(o, "pattern"));
 }

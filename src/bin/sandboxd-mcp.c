@@ -25,7 +25,7 @@ static void usage(FILE *f)
                 "\n"
                 "  -c, --config FILE      read the daemon's config FILE to find api_socket\n"
                 "      --url URL          use a remote daemon's HTTPS API instead of the socket:\n"
-                "                         https://host:port (its http_listen); $SANDBOXD_URL\n"
+                "                         https://host:port (its http.listen); $SANDBOXD_URL\n"
                 "      --cacert FILE      trust this CA (PEM) for --url instead of the system's\n"
                 "      --cert FILE        client certificate (PEM) for an mTLS daemon, with --key\n"
                 "      --key FILE         its private key\n"

@@ -52,8 +52,8 @@ static void usage(FILE *f)
                 "\n"
                 "A multi-tenant Docker sandbox daemon: one hardened container per agent session.\n"
                 "`sandboxd node` runs the node part alone (the session directories, their sockets and\n"
-                "the runner check, beside the containers) and dials the control daemon's node_listen\n"
-                "at node_connect over mutual TLS (node_cert, node_key, node_ca, node_crl;\n"
+                "the runner check, beside the containers) and dials the control daemon's node.listen\n"
+                "at node.connect over mutual TLS (node.cert, node.key, node.ca, node.crl;\n"
                 "docs/operations.md).\n"
                 "\n"
                 "  -c, --config FILE    read FILE (key = value lines; see etc/sandboxd.conf)\n"
@@ -139,7 +139,7 @@ int main(int argc, char **argv)
                 return 1;
         }
         if (check) {
-                /* what the host must offer for the settings (workspace_quota_mode) */
+                /* what the host must offer for the settings (workspace.quota_mode) */
                 r = wsquota_check_config(&cfg, &err);
                 if (r == 0)
                         r = sessuid_check_host(&cfg, &err); /* sandbox_uid_range against host accounts */

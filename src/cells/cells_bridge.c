@@ -113,7 +113,7 @@ static cJSON *stub_of(const cJSON *o, enum cell_stream st, uint64_t off, size_t 
 
 /* Append an output of the cell in flight (ctx->lock held); consecutive
  * stream chunks of one stream are merged. One that does not fit in
- * cells_output_cap goes by reference when it is spooled (st, off, len:
+ * CELLS_OUTPUT_CAP_BYTES goes by reference when it is spooled (st, off, len:
  * where), else it is dropped (truncated either way). cost: its line's
  * length, and CELLS_OUTPUT_COST more for a new entry, so that the tree an
  * idle context keeps (its last result) stays near the cap whatever the

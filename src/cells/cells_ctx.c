@@ -500,9 +500,9 @@ int cells_ctx_get(struct cells *c, const char *user, const char *session, const 
                 pthread_mutex_unlock(&c->lock);
                 return sbx_error_set(err, -EBUSY, 0,
                                      in_session >= (size_t)c->cfg->cells_max_per_session
-                                             ? "this session already has %d contexts (cells_max_per_session): "
+                                             ? "this session already has %d contexts (CELLS_MAX_PER_SESSION): "
                                                "delete_context one"
-                                             : "the daemon holds its maximum of %d contexts (cells_max_global)",
+                                             : "the daemon holds its maximum of %d contexts (CELLS_MAX_GLOBAL)",
                                      in_session >= (size_t)c->cfg->cells_max_per_session ? c->cfg->cells_max_per_session
                                                                                          : c->cfg->cells_max_global);
         }

@@ -31,11 +31,11 @@ static const char *cause_from_session(const char *cause)
                 return "idle_stop";
         if (strcmp(cause, "oom_killed") == 0)
                 return "oom";
-        if (strcmp(cause, "evicted") == 0) /* the fair share of max_sessions (session_share.c) */
+        if (strcmp(cause, "evicted") == 0) /* the fair share of limits.sessions (session_share.c) */
                 return "evicted";
         if (strcmp(cause, "restored") == 0) /* restore_session put the workspace back (snapshot.h) */
                 return "restored";
-        if (strcmp(cause, "stopped_while_paused") == 0) /* past max_paused_sessions, or memory pressure */
+        if (strcmp(cause, "stopped_while_paused") == 0) /* past limits.paused_sessions, or memory pressure */
                 return "stopped_while_paused";
         return "container_recreated";
 }
@@ -155,7 +155,7 @@ static void *reaper_main(void *p)
                 if (!victim)
                         continue;
                 pthread_mutex_unlock(&c->lock);
-                log_info("cells: %s:%s/%s idle past cells_idle_timeout: stopped", victim->user, victim->session,
+                log_info("cells: %s:%s/%s idle past CELLS_IDLE_TIMEOUT_S: stopped", victim->user, victim->session,
                          victim->name);
                 cells_ctx_kill(victim, "idle_stop", false);
                 pthread_mutex_lock(&victim->lock);

@@ -2,7 +2,7 @@
  * cell spools its stdout, its stderr and every other output (one JSON line
  * per output: display data, results, errors) to
  * {data_dir}/cells/<execution_id>.{stdout,stderr,outputs}, each stream
- * capped at exec_output_cap (bytes past it are counted, not kept). What the
+ * capped at EXEC_OUTPUT_CAP_BYTES (bytes past it are counted, not kept). What the
  * result cannot carry inline is read from here by offset (get_execution,
  * the MCP resources), as an execution's spool is.
  *

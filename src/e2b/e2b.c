@@ -402,7 +402,7 @@ static bool path_match(const char *pattern, const char *path, char id[E2B_ID_MAX
         return *u == '\0';
 }
 
-/* The getHost port the request names (its Host under e2b_domain, or
+/* The getHost port the request names (its Host under e2b.domain, or
  * E2b-Sandbox-Id with a port that is not envd's or the interpreter's), id in
  * ret_id; 0: none; -1: E2b-Sandbox-Port is not a port. */
 static int proxy_target(const struct daemon *d, struct MHD_Connection *conn, char ret_id[E2B_ID_MAX + 1])
@@ -652,7 +652,7 @@ static const char *unknown_member(const cJSON *o, const char *const *names)
         return NULL;
 }
 
-/* The image of template (e2b_templates, else base and code-interpreter-v1
+/* The image of template (e2b.templates, else base and code-interpreter-v1
  * to the configured image); false when there is none. names gets the list. */
 static bool template_image(const struct sbx_config *cfg, const char *tmpl, char *image, size_t image_size, char *names,
                            size_t names_size)
@@ -805,7 +805,7 @@ static int fork_into(struct e2b_req *q, const char *key, const char *from, int64
 }
 
 /* The body's "timeout": absent or null leaves *ret as it is; else whole
- * seconds from min to session_ttl_max into *ret, or an answer queued in
+ * seconds from min to SESSSPEC_TTL_MAX_S into *ret, or an answer queued in
  * *ans and -1. */
 static int body_timeout(struct e2b_req *q, struct MHD_Connection *conn, const cJSON *b, int64_t min, int64_t *ret,
                         enum MHD_Result *ans)
@@ -1261,7 +1261,7 @@ static enum MHD_Result c_resume(struct e2b_req *q, struct MHD_Connection *conn)
         return resumed(q, conn, 201);
 }
 
-/* The body's timeout (whole seconds within session_ttl_max) into the
+/* The body's timeout (whole seconds within SESSSPEC_TTL_MAX_S) into the
  * session's TTL; absent: unchanged. 0, or an answer queued. */
 static int apply_timeout(struct e2b_req *q, struct MHD_Connection *conn, const char *const *known, enum MHD_Result *ans)
 {

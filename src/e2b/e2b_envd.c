@@ -269,7 +269,7 @@ enum MHD_Result e2b_envd_download(struct e2b_req *q, struct MHD_Connection *conn
                 if (len + out.size > cap || !(nb = realloc(data, len + out.size + 1))) {
                         gnutls_free(out.data);
                         free(data);
-                        return e2b_reply_error(conn, 413, "the file is larger than max_file_size");
+                        return e2b_reply_error(conn, 413, "the file is larger than limits.file_size");
                 }
                 data = nb;
                 memcpy(data + len, out.data, out.size);
@@ -834,8 +834,8 @@ static const char **process_argv(const cJSON *proc, struct fronterr *e)
 }
 
 /* The command's time limit: Connect-Timeout-Ms (the SDK's timeoutMs)
- * rounded up, within exec_timeout_max; without one (timeoutMs 0: none),
- * exec_timeout_max, so a stream always ends. */
+ * rounded up, within exec.timeout_max; without one (timeoutMs 0: none),
+ * exec.timeout_max, so a stream always ends. */
 static int64_t deadline_s(struct e2b_req *q, struct MHD_Connection *conn)
 {
         const char *t = MHD_lookup_connection_value(conn, MHD_HEADER_KIND, "Connect-Timeout-Ms");

@@ -152,7 +152,7 @@ static cJSON *error_line(const cJSON *err)
  * connection's thread hands the lines to MHD; when the response goes, it
  * joins the worker, so the cell never outlives its connection's thread (as
  * before the worker: http_server_stop waits for those). The lines queued
- * are bounded by what run_cell streams (cells_output_cap inline). */
+ * are bounded by what run_cell streams (CELLS_OUTPUT_CAP_BYTES inline). */
 struct cell {
         struct e2b_req q;       /* the worker's copy: its api_conn sends to the cell */
         struct api_conn client; /* the connection's own, for its gone() on that thread */

@@ -1,5 +1,5 @@
 /* e2b_proxy.c — E2B's getHost(port) traffic (e2b.h): a request to
- * {port}-{sandboxID}.{e2b_domain}, or one naming E2b-Sandbox-Id with a port
+ * {port}-{sandboxID}.{e2b.domain}, or one naming E2b-Sandbox-Id with a port
  * other than envd's and the code interpreter's, is proxied to
  * 127.0.0.1:port inside the sandbox's container through the gateway's
  * channel for published ports (gateway_dial: fwd.sock and the runner; no
@@ -41,7 +41,7 @@
  * access token. Unknown, another user's twin, or private without the right
  * token: the same 404. A paused sandbox: 502, as E2B's proxy answers.
  *
- * Caps: e2b_proxy_max_total and e2b_proxy_max_per_user requests at once
+ * Caps: E2B_PROXY_MAX_TOTAL and e2b.proxy_max_per_user requests at once
  * (slot_lock), held from routing until the answer's last byte is handed to
  * MHD (or MHD frees the response), and by an upgraded connection until its
  * relay ends. */
@@ -410,8 +410,8 @@ void e2b_proxy_begin(struct e2b_req *q, struct MHD_Connection *conn, const char 
         r = slot_take(&q->d->cfg, q->tok.user);
         if (r < 0) {
                 e2b_decide(q, r == -EUSERS ? 429 : 503,
-                           r == -EUSERS ? "too many proxied requests of this user at once (e2b_proxy_max_per_user)"
-                                        : "too many proxied requests at once (e2b_proxy_max_total)");
+                           r == -EUSERS ? "too many proxied requests of this user at once (e2b.proxy_max_per_user)"
+                                        : "too many proxied requests at once (E2B_PROXY_MAX_TOTAL)");
                 return;
         }
         q->slot = true;

@@ -1,6 +1,6 @@
 /* exec_admit.c — whether an execution may start: the caps
- * (max_exec_global, _per_user, _per_session), the per-user quotas with the
- * fair share of max_exec_global (the rule itself is quota_exec_admit in
+ * (limits.exec_global, _per_user, _per_session), the per-user quotas with the
+ * fair share of limits.exec_global (the rule itself is quota_exec_admit in
  * quota.c; this file counts the load it is judged on), the workspace quota
  * (wsquota.c) and the session's spool quota, whose room is made by
  * removing the oldest ended executions' spools.
@@ -86,7 +86,7 @@ static int count_load(struct exec_engine *e, const struct execution *x, struct q
 }
 
 /* The session's spool quota: room for one more execution's full output
- * (both streams at exec_output_cap) is made by removing the spools of the
+ * (both streams at EXEC_OUTPUT_CAP_BYTES) is made by removing the spools of the
  * session's oldest ended executions, like a log ring. Returns the bytes the
  * ended executions keep afterwards. No lock held: store and file I/O. */
 static int64_t spool_make_room(struct exec_engine *e, const char *user, const char *session, int64_t limit,

@@ -55,7 +55,7 @@ struct gw_pending {
         struct bufferevent *b;
 };
 
-/* Forwards of one user across its sessions (forward_max_per_user). */
+/* Forwards of one user across its sessions (GATEWAY_FORWARD_MAX_PER_USER). */
 struct gw_user {
         struct gw_user *next;
         char user[65];

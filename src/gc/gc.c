@@ -17,7 +17,7 @@
  * one conditional statement (store_gc_*) that the row still says what gc
  * decided on, so the daemon wins every race it can be seen to be in:
  *   - idle and old containers: the row must still name the container, with
- *     the same quiet last_activity (and, for max_age, no execution running).
+ *     the same quiet last_activity (and, for gc.max_age, no execution running).
  *     The session is marked STOPPED (cause gc_idle / gc_max_age) and only
  *     then is the container removed. A request that slips in between finds
  *     its container vanished, which the daemon treats as recoverable: it
@@ -399,7 +399,7 @@ static void gc_containers(struct gc *g)
                            row->last_activity < g->now - GC_RECENT_MS) {
                         gc_fmt_age(g->now - c->created * 1000, a, sizeof(a));
                         gc_fmt_age((int64_t)g->cfg->max_age_s * 1000, b, sizeof(b));
-                        snprintf(reason, sizeof(reason), "created %s ago (max_age %s)", a, b);
+                        snprintf(reason, sizeof(reason), "created %s ago (gc.max_age %s)", a, b);
                         /* Not used since we looked: last_activity must not have moved. */
                         remove_owned(g, j, (size_t)i, GC_OLD_CONTAINERS, row->last_activity + 1, true, "gc_max_age",
                                      reason);
@@ -582,7 +582,7 @@ static void note_rows(struct gc *g, enum gc_kind kind, const char *item, const c
         g->rep->kinds[kind].count += (uint64_t)r - 1;
 }
 
-/* Rows of table (audit_log, egress_log) older than audit_retention. */
+/* Rows of table (audit_log, egress_log) older than gc.audit_retention. */
 static void gc_retention(struct gc *g, const char *table, const char *what, int (*prune)(struct store *, int64_t, bool))
 {
         char reason[128], b[32];
@@ -590,7 +590,7 @@ static void gc_retention(struct gc *g, const char *table, const char *what, int 
         if (g->cfg->audit_retention_s < 0)
                 return;
         gc_fmt_age((int64_t)g->cfg->audit_retention_s * 1000, b, sizeof(b));
-        snprintf(reason, sizeof(reason), "%s more than %s ago (audit_retention)", what, b);
+        snprintf(reason, sizeof(reason), "%s more than %s ago (gc.audit_retention)", what, b);
         note_rows(g, GC_AUDIT, table, reason,
                   prune(g->st, g->now - (int64_t)g->cfg->audit_retention_s * 1000, g->dry_run));
 }
@@ -602,7 +602,7 @@ static void gc_audit(struct gc *g)
 
 /* ---- snapshots (issue 28) ---- */
 
-/* Snapshots older than snapshot_retention, and "creating" ones a day old
+/* Snapshots older than gc.snapshot_retention, and "creating" ones a day old
  * (a copy a crash cut short): files, then row, each one an item. */
 static void gc_snapshots(struct gc *g)
 {
@@ -620,7 +620,7 @@ static void gc_snapshots(struct gc *g)
                 struct store_snapshot *x = &list[i];
                 int r = 0;
                 if (strcmp(x->state, "ready") == 0)
-                        snprintf(reason, sizeof(reason), "taken more than %s ago (snapshot_retention)", b);
+                        snprintf(reason, sizeof(reason), "taken more than %s ago (gc.snapshot_retention)", b);
                 else
                         snprintf(reason, sizeof(reason), "a copy left unfinished (state %s)", x->state);
                 if (!g->dry_run)
@@ -657,23 +657,23 @@ static void gc_tasks(struct gc *g)
                 log_info("gc: %d expired MCP tasks deleted", r);
 }
 
-/* The lifecycle event log (events.h) past events_retention or events_max
+/* The lifecycle event log (events.h) past EVENTS_RETENTION_S or EVENTS_MAX
  * rows; the daemon prunes it too, this covers a daemon that is down. */
 static void gc_events(struct gc *g)
 {
         char reason[128];
 
-        snprintf(reason, sizeof(reason), "past events_retention (%ds) or beyond events_max (%d)",
+        snprintf(reason, sizeof(reason), "past EVENTS_RETENTION_S (%ds) or beyond EVENTS_MAX (%d)",
                  g->cfg->events_retention_s, g->cfg->events_max);
         note_rows(g, GC_AUDIT, "events", reason,
                   store_events_prune(g->st, g->cfg->events_max, g->now - (int64_t)g->cfg->events_retention_s * 1000,
                                      g->dry_run));
 }
 
-/* Idempotency keys past idempotency_window. */
+/* Idempotency keys past API_IDEMPOTENCY_WINDOW_S. */
 static void gc_idempotency_keys(struct gc *g)
 {
-        note_rows(g, GC_IDEMPOTENCY_KEYS, "idempotency_keys", "past idempotency_window",
+        note_rows(g, GC_IDEMPOTENCY_KEYS, "idempotency_keys", "past API_IDEMPOTENCY_WINDOW_S",
                   store_idem_prune(g->st, g->now, g->dry_run));
 }
 

@@ -1,6 +1,6 @@
 /* gc_fs.c — the filesystem half of `sandboxd --gc` (gc.c has the rules
- * and the run): execution spools past execution_retention, workspace images
- * left mounted, workspaces past workspace_retention (moved into
+ * and the run): execution spools past gc.execution_retention, workspace images
+ * left mounted, workspaces past gc.workspace_retention (moved into
  * {data_dir}/gc-trash, re-checked, then deleted) and what an interrupted run
  * left there, and the session uids whose workspace is gone.
  *
@@ -177,7 +177,7 @@ void gc_spools(struct gc *g)
                         snprintf(name, sizeof(name), "%s.stderr", id);
                         bytes += file_bytes_at(dfd, name);
                         gc_fmt_age(g->now - page[k].finished_at, a, sizeof(a));
-                        snprintf(reason, sizeof(reason), "finished %s ago (execution_retention %s)", a, b);
+                        snprintf(reason, sizeof(reason), "finished %s ago (gc.execution_retention %s)", a, b);
                         if (!g->dry_run) {
                                 snprintf(name, sizeof(name), "%s.stdout", id);
                                 r = unlink_spool(dfd, name);
@@ -239,7 +239,7 @@ void gc_spools(struct gc *g)
         }
 }
 
-/* ---- workspace images (workspace_quota_mode loop) ---- */
+/* ---- workspace images (workspace.quota_mode loop) ---- */
 
 /* Keep a mounted workspace whose session has a container or a live row
  * (RUNNING, CREATING, ERROR: the daemon may be giving it one); the row is
@@ -467,9 +467,9 @@ static void gc_workspace(struct gc *g, int ufd, const char *user, const char *se
         gc_fmt_age(g->now - ended, a, sizeof(a));
         gc_fmt_age((int64_t)g->cfg->workspace_retention_s * 1000, b, sizeof(b));
         if (expect)
-                snprintf(reason, sizeof(reason), "session %s for %s (workspace_retention %s)", expect->state, a, b);
+                snprintf(reason, sizeof(reason), "session %s for %s (gc.workspace_retention %s)", expect->state, a, b);
         else
-                snprintf(reason, sizeof(reason), "session gone for %s (workspace_retention %s)", a, b);
+                snprintf(reason, sizeof(reason), "session gone for %s (gc.workspace_retention %s)", a, b);
         snprintf(id, sizeof(id), "%s/%s", user, session);
         bytes = tree_bytes_at(ufd, session, 0);
         if (!g->dry_run) {

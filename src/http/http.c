@@ -6,7 +6,7 @@
  *
  * Threads: MHD's listening thread accepts (on_accept applies the caps
  * first); every connection gets one MHD thread (MHD_USE_THREAD_PER_CONNECTION,
- * at most max_connections), on which a request runs api_call directly. Every
+ * at most connections.max), on which a request runs api_call directly. Every
  * wait is poll() (MHD_USE_POLL): select() would refuse any descriptor past
  * FD_SETSIZE, and a daemon with a few hundred sessions holds more than that
  * before it opens this front. An SSE request runs api_call on a worker
@@ -610,13 +610,13 @@ static enum MHD_Result on_accept(void *cls, const struct sockaddr *sa, socklen_t
                 }
         }
         if (mine >= (size_t)srv->max_per_addr)
-                why = "http_max_connections_per_address open";
+                why = "limits.sessions connections from this address open";
         else if (mine_unauth >= (size_t)srv->max_unauth_per_addr)
-                why = "http_max_unauthenticated_per_address not authenticated yet";
+                why = "HTTP_MAX_UNAUTHENTICATED_PER_ADDRESS not authenticated yet";
         else if (unauth >= (size_t)srv->max_unauth) {
                 victim = eviction_victim(srv, unauth, mine_unauth);
                 if (!victim)
-                        why = "http_max_unauthenticated not authenticated yet";
+                        why = "HTTP_MAX_UNAUTHENTICATED not authenticated yet";
                 else {
                         victim->evicted = true;
                         (void)shutdown(victim->fd, SHUT_RDWR);
@@ -684,7 +684,7 @@ static void on_connection(void *cls, struct MHD_Connection *conn, void **socket_
         *socket_context = NULL;
 }
 
-/* Connections that have not authenticated within http_timeout of opening
+/* Connections that have not authenticated within HTTP_IDLE_TIMEOUT_S of opening
  * are shut down, however slowly they keep sending (slowloris). */
 static void *reaper_main(void *arg)
 {
@@ -760,7 +760,7 @@ static int server_start(struct daemon *d, const char *key, const char *listen, b
                                      listen);
         if (!tls && !loopback)
                 return sbx_error_set(err, -EINVAL, 0,
-                                     "%s %s is not loopback: set tls_cert and tls_key (plain HTTP is "
+                                     "%s %s is not loopback: set http.tls_cert and http.tls_key (plain HTTP is "
                                      "allowed on loopback only)",
                                      key, listen);
         srv = calloc(1, sizeof(*srv));

@@ -37,7 +37,7 @@
 #define RESOURCE_TIMEOUT_MS 30000
 #define OFFSET_PAST_ALL 1e15 /* the other stream's offset: past any output, so none comes back */
 #define META_PREFIX "sandboxd/"
-/* get_execution requests per page (each returns up to 2 × exec_result_head) */
+/* get_execution requests per page (each returns up to 2 × EXEC_RESULT_HEAD_BYTES) */
 #define PAGE_MAX_REQUESTS 256
 
 struct res_uri {

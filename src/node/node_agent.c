@@ -1,5 +1,5 @@
 /* node_agent.c — `sandboxd node`: the node part alone (node.h). It dials
- * the control daemon (node_connect) over mutually authenticated TLS, makes
+ * the control daemon (node.connect) over mutually authenticated TLS, makes
  * and listens in the session directories the control opens under
  * {data_dir}/runner, checks every connection to a runner.sock where the
  * check means something (runner_peer.h: SO_PEERCRED and /proc of this
@@ -622,7 +622,7 @@ static const struct nl_handlers na_handlers = {.frame = na_frame,
                                                .poll_fill = na_poll_fill,
                                                .poll_ready = na_poll_ready};
 
-/* A TCP connection to node_connect within the deadline, or -errno. */
+/* A TCP connection to node.connect within the deadline, or -errno. */
 static int dial(const char *hostport, int timeout_ms, struct sbx_error *err)
 {
         char host[128];
@@ -631,7 +631,7 @@ static int dial(const char *hostport, int timeout_ms, struct sbx_error *err)
         int fd, r;
 
         if (!colon || (size_t)(colon - hostport) >= sizeof(host))
-                return sbx_error_set(err, -EINVAL, 0, "node_connect must be host:port");
+                return sbx_error_set(err, -EINVAL, 0, "node.connect must be host:port");
         memcpy(host, hostport, (size_t)(colon - hostport));
         host[colon - hostport] = '\0';
         if (getaddrinfo(host, colon + 1, &hints, &ai) != 0)
@@ -678,7 +678,7 @@ int node_agent_run(const struct sbx_config *cfg, volatile sig_atomic_t *stop, st
         int backoff = 100, r;
 
         if (!cfg->node_connect[0])
-                return sbx_error_set(err, -EINVAL, 0, "sandboxd node needs node_connect (the control daemon)");
+                return sbx_error_set(err, -EINVAL, 0, "sandboxd node needs node.connect (the control daemon)");
         nl_block_sigpipe();
         r = nl_tls_new(cfg, false, &tls, err);
         if (r < 0)

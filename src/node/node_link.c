@@ -120,7 +120,7 @@ int nl_tls_new(const struct sbx_config *cfg, bool server, struct nl_tls **ret, s
                 return sbx_error_set(err, -ENOMEM, 0, "out of memory");
         if (!cfg->node_cert[0] || !cfg->node_key[0] || !cfg->node_ca[0]) {
                 free(t);
-                return sbx_error_set(err, -EINVAL, 0, "the node link needs node_cert, node_key and node_ca");
+                return sbx_error_set(err, -EINVAL, 0, "the node link needs node.cert, node.key and node.ca");
         }
         t->server = server;
         pthread_mutex_init(&t->lock, NULL);
@@ -146,7 +146,7 @@ int nl_tls_new(const struct sbx_config *cfg, bool server, struct nl_tls **ret, s
         pthread_mutex_unlock(&t->lock);
         if (!ok) {
                 nl_tls_free(t);
-                return sbx_error_set(err, -EINVAL, 0, "node link: cannot load node_ca %s or node_crl %s", cfg->node_ca,
+                return sbx_error_set(err, -EINVAL, 0, "node link: cannot load node.ca %s or node.crl %s", cfg->node_ca,
                                      cfg->node_crl);
         }
         *ret = t;

@@ -1,5 +1,5 @@
 /* node_server.c — the control daemon's end of the node link (node.h):
- * listens on node_listen, authenticates each node agent (node_link.c),
+ * listens on node.listen, authenticates each node agent (node_link.c),
  * runs each link on a thread of its own, sends it requests for the runner
  * hub (node_server_ops) and turns each stream it opens into a socketpair
  * whose other end goes to the hub, once the session's epoch is checked.
@@ -15,7 +15,7 @@
  *
  * Threads: "sbx-node" accepts, calls hooks->up for each node that
  * connected (the hub opens that node's sessions again: requests, so never
- * on a link thread) and fences each node gone longer than node_fence; one
+ * on a link thread) and fences each node gone longer than node.fence; one
  * "sbx-node-link" per connected node runs nl_run.
  * Locks: s->lock guards the link list, the node entries, the pending
  * requests and the fencing state; paired with s->cond (a request answered,
@@ -506,7 +506,7 @@ static int listen_on(const char *hostport, int *ret_port, struct sbx_error *err)
         socklen_t sl = sizeof(ss);
 
         if (!colon || (size_t)(colon - hostport) >= sizeof(host))
-                return sbx_error_set(err, -EINVAL, 0, "node_listen must be host:port");
+                return sbx_error_set(err, -EINVAL, 0, "node.listen must be host:port");
         memcpy(host, hostport, (size_t)(colon - hostport));
         host[colon - hostport] = '\0';
         if (host[0] == '[' && host[strlen(host) - 1] == ']') {
@@ -514,11 +514,11 @@ static int listen_on(const char *hostport, int *ret_port, struct sbx_error *err)
                 host[strlen(host) - 1] = '\0';
         }
         if (getaddrinfo(host, colon + 1, &hints, &ai) != 0)
-                return sbx_error_set(err, -EINVAL, 0, "node_listen %s does not resolve", hostport);
+                return sbx_error_set(err, -EINVAL, 0, "node.listen %s does not resolve", hostport);
         fd = socket(ai->ai_family, SOCK_STREAM | SOCK_CLOEXEC | SOCK_NONBLOCK, 0);
         if (fd < 0 || setsockopt(fd, SOL_SOCKET, SO_REUSEADDR, &one, sizeof(one)) < 0 ||
             bind(fd, ai->ai_addr, ai->ai_addrlen) < 0 || listen(fd, 64) < 0) {
-                int r = sbx_error_set(err, -errno, 0, "cannot listen on node_listen %s: %m", hostport);
+                int r = sbx_error_set(err, -errno, 0, "cannot listen on node.listen %s: %m", hostport);
                 if (fd >= 0)
                         close(fd);
                 freeaddrinfo(ai);

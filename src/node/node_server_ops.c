@@ -2,7 +2,7 @@
  * links node_server.c keeps: one request answered within
  * NODE_REQ_TIMEOUT_MS (request_payload), where a new session goes
  * (choose_node: the connected node with the fewest sessions, or
- * node_name), the gateway's sockets and published ports (queued for a
+ * node.name), the gateway's sockets and published ports (queued for a
  * session not placed yet, served once it is), the egress proxy's connects,
  * and the runner hub's node_ops (open, adopt, drop, rekey). Locks as
  * node_server.c's header says: the placement hooks are never called with
@@ -244,7 +244,7 @@ int node_server_connect(struct node_server *s, const char *user, const char *ses
 }
 
 /* Where a new container of the session goes (an engine that does not
- * place containers itself): node_name; else its node if still connected
+ * place containers itself): node.name; else its node if still connected
  * (a session keeps its node while it can); else the connected node with the
  * fewest sessions (counted in the store, after the lock: placement is never
  * read under it). A node is waited for within NODE_REQ_TIMEOUT_MS. */

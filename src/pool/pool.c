@@ -52,7 +52,7 @@ struct waiter {
 struct pool_image {
         char ref[256];    /* the configured name */
         char id[256];     /* resolved at its first refill */
-        int size;         /* pool_size, or its pool_images override */
+        int size;         /* pool.size, or its pool.images override */
         int64_t retry_at; /* sbx_now_ms: no refill and no waiting before, after a failed refill */
         struct waiter *head, *tail;
         size_t waiting;
@@ -258,7 +258,7 @@ static int refill_one(struct pool *p, struct pool_image *img, struct sbx_error *
         r = sessuid_get_or_assign(p->store, p->cfg, POOL_USER, slot, &uid, err);
         if (r == 0)
                 r = container_workspace_ensure(p->cfg, POOL_USER, slot, uid, ws, err);
-        if (r == 0) /* loop: the slot's own image of workspace_quota, mounted on its directory */
+        if (r == 0) /* loop: the slot's own image of workspace.quota, mounted on its directory */
                 r = wsquota_attach(p->cfg, POOL_USER, slot, err);
         if (r < 0)
                 goto fail;
@@ -299,7 +299,7 @@ fail:
 }
 
 /* Under p->lock: can a refill still bring img a slot? Not while img backs
- * off after a failure, nor when slots and live sessions fill max_sessions
+ * off after a failure, nor when slots and live sessions fill limits.sessions
  * (unless one of img is being made already). */
 static bool refill_can_come(struct pool *p, struct pool_image *img)
 {
@@ -404,7 +404,7 @@ static void *refill_main(void *ud)
                         wake_waiters(img); /* no slot comes for them now: the cold path */
                         continue;
                 }
-                /* nothing to make: waiters for whom none can come leave (max_sessions reached) */
+                /* nothing to make: waiters for whom none can come leave (limits.sessions reached) */
                 for (size_t i = 0; i < p->n_images; i++) {
                         wake_waiters(&p->images[i]);
                         if (p->images[i].retry_at > now && p->images[i].retry_at - now < wait_ms)
@@ -458,7 +458,7 @@ bool pool_applies(struct pool *p, const char *user, const char *session, const c
 /* Under p->lock: may a claimant that found img dry wait in its line? Only
  * while a refill can come, the line is shorter than img's size, and the
  * refill (one container at a time, at its measured pace) can be expected
- * to reach this claimant within pool_wait. */
+ * to reach this claimant within pool.wait. */
 static bool can_wait(struct pool *p, struct pool_image *img)
 {
         if (p->cfg->pool_wait_ms <= 0 || img->waiting >= (size_t)img->size)
@@ -470,7 +470,7 @@ static bool can_wait(struct pool *p, struct pool_image *img)
 }
 
 /* Under p->lock: wait in img's line until the refill gives this claimant a
- * slot (marked 'claiming' for it: ret), pool_wait passes, or no refill can
+ * slot (marked 'claiming' for it: ret), pool.wait passes, or no refill can
  * come any more. -ENOENT: no slot, the cold path. */
 static int wait_in_line(struct pool *p, struct pool_image *img, const char *user, const char *session,
                         struct store_pool_slot *ret)
@@ -613,7 +613,7 @@ void pool_make_room(struct pool *p)
                 return;
         if (store_pool_evict_oldest(p->store, &row) < 0)
                 return;
-        log_info("pool: slot %s removed to make room for a session (max_sessions)", row.slot);
+        log_info("pool: slot %s removed to make room for a session (limits.sessions)", row.slot);
         pool_slot_discard(p->cfg, p->store, p->engine, p->runner, row.slot, row.container_id);
 }
 

@@ -329,7 +329,7 @@ fail:
         return r;
 }
 
-/* The runner path of a stop: SIGTERM to the whole tree, service_stop_grace,
+/* The runner path of a stop: SIGTERM to the whole tree, SERVICE_STOP_GRACE_MS,
  * then SIGKILL (the runner freezes and kills until none is left). False
  * when the runner does not hold the service (the caller uses docker exec);
  * else *ret_r is the result. */

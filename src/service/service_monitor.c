@@ -50,7 +50,7 @@ static const char probe_script[] =
         "else echo \"state $id gone\"; fi; done";
 
 /* {container_port, host_port} for each port: the session's published block
- * starts at container_port_base. malloc'd JSON. */
+ * starts at CONTAINER_PORT_BASE. malloc'd JSON. */
 static char *ports_json(struct service_manager *m, const struct session_info *si, const int *ports, size_t n)
 {
         cJSON *arr = cJSON_CreateArray();

@@ -353,7 +353,7 @@ int session_lookup_ref(struct session_manager *m, const char *user, const char *
         }
         bool full = false;
         r = session_admit_locked(m, NULL, user, &full, err);
-        /* only max_sessions refuses it and the fair share may make room:
+        /* only limits.sessions refuses it and the fair share may make room:
          * session_admit decides (and forgets the key if it cannot) */
         if (r < 0 && !(full && session_share_possible_locked(m, user))) {
                 pthread_mutex_unlock(&m->lock);
@@ -914,7 +914,7 @@ int session_get_or_create(struct session_manager *m, const char *user, const cha
                 else {
                         if (new_id[0]) /* claimed but not servable: replaced like a failed container */
                                 memcpy(old_id, new_id, sizeof(old_id));
-                        if (m->pool_ops) /* slots count against max_sessions */
+                        if (m->pool_ops) /* slots count against limits.sessions */
                                 m->pool_ops->make_room(m->pool);
                         r = session_make_container(s, old_id, &network, new_id, image, workspace, runtime, err);
                 }

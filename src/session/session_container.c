@@ -82,7 +82,7 @@ static int session_image(struct session_manager *m, struct session *s, char ret[
         return 0;
 }
 
-/* The container is created: wait (within kube_start_timeout) until the
+/* The container is created: wait (within kubernetes.start_timeout) until the
  * engine has placed it (kube-scheduler bound the Pod), then open its session
  * directory on that node, while the node pulls and starts it. Its runner
  * retries until the node agent listens. container_params.placed. */

@@ -6,7 +6,7 @@
  *   session_stop.c       taking containers away: failures, the privacy ratchet, expiry, destroy
  *   session_reconcile.c  adopting containers after a restart
  *   session_share.c      admission against the session caps, and the fair
- *                        share of max_sessions (which session gives way)
+ *                        share of limits.sessions (which session gives way)
  *   session_pause.c      pause and resume, the idle pause, the paused caps
  * Private to src/; other modules use sandboxd/session.h.
  *
@@ -258,14 +258,14 @@ void session_call_notices(struct session_manager *m, const char *user, const cha
 
 /* May one more session of `user` become live? Under m->lock; skip (whose
  * lock the caller may hold) is not counted. -EUSERS naming the cap;
- * *ret_full tells that max_sessions alone refused it. */
+ * *ret_full tells that limits.sessions alone refused it. */
 int session_admit_locked(struct session_manager *m, const struct session *skip, const char *user, bool *ret_full,
                          struct sbx_error *err);
 /* Could the fair share make room for `user` (a user holding at least two
  * more live sessions has one that looks idle)? Under m->lock. */
 bool session_share_possible_locked(struct session_manager *m, const char *user);
 /* Admit s, which is not live, to become live, making room by the fair
- * share when only max_sessions refuses it. Called and returns with s->lock
+ * share when only limits.sessions refuses it. Called and returns with s->lock
  * held (dropped meanwhile; no other lock held). 1: s became live meanwhile
  * (look again); 0: admitted, s->transitioning set, and *ret_victim NULL
  * or a claimed session (its transitioning set, a reference held) whose
@@ -283,7 +283,7 @@ int session_evict(struct session_manager *m, struct session *v, const char *for_
 
 /* Hand v, claimed by session_admit, to the evictor thread, which stops it
  * as session_evict does while the requester goes on making its own
- * container (for a moment one more than max_sessions runs). The reference
+ * container (for a moment one more than limits.sessions runs). The reference
  * moves to the queue. -errno when it cannot be queued (no thread, stopping):
  * the caller evicts v itself. */
 int session_evict_async(struct session_manager *m, struct session *v, const char *for_user);

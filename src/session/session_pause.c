@@ -1,7 +1,7 @@
 /* session_pause.c — pause and resume (session.h): freezing a session's
  * container with the engine (Docker: the cgroup freezer), thawing it for
  * the next request, the idle pause (pause_after), and the caps on paused
- * sessions (max_paused_sessions, per user, and the host's memory floor),
+ * sessions (limits.paused_sessions, per user, and the host's memory floor),
  * which stop the least recently used paused sessions first.
  *
  * A pause happens inside the session's transition, like every container
@@ -425,14 +425,14 @@ int session_enforce_paused(struct session_manager *m)
                 stopped += evict(m, &list[i], why);
                 list[i].s = NULL; /* counted as gone either way: one attempt per round */
         }
-        /* in all: past max_paused_sessions, the oldest go */
+        /* in all: past limits.paused_sessions, the oldest go */
         size_t left = 0;
         for (size_t i = 0; i < k; i++)
                 left += list[i].s != NULL;
         for (size_t i = 0; i < k && left > (size_t)cfg->max_paused_sessions; i++) {
                 if (!list[i].s)
                         continue;
-                snprintf(why, sizeof(why), "more than max_paused_sessions=%d sessions were paused",
+                snprintf(why, sizeof(why), "more than limits.paused_sessions=%d sessions were paused",
                          cfg->max_paused_sessions);
                 stopped += evict(m, &list[i], why);
                 list[i].s = NULL;
@@ -449,7 +449,7 @@ int session_enforce_paused(struct session_manager *m)
                 snprintf(why, sizeof(why),
                          "memory pressure: the host's MemAvailable (%" PRId64
                          " MiB) was below "
-                         "pause_min_mem_available (%" PRId64 " MiB)",
+                         "SESSION_PAUSE_MIN_MEM_AVAILABLE (%" PRId64 " MiB)",
                          avail >> 20, cfg->pause_min_mem_available_bytes >> 20);
                 stopped += evict(m, &list[i], why);
         }

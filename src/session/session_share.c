@@ -1,8 +1,8 @@
 /* session_share.c — admission against the session caps, and the fair share
- * of max_sessions.
+ * of limits.sessions.
  *
  * A session about to become live (to get a container) is admitted under
- * m->lock against max_sessions_per_user and max_sessions. When max_sessions
+ * m->lock against max_sessions_per_user and limits.sessions. When limits.sessions
  * alone stands in the way, another user may have to give way, as the
  * execution slots are shared (quota.c), but by stopping a session rather
  * than refusing: the users holding the most live sessions, if that is at
@@ -23,7 +23,7 @@
  * Races:
  *   - the victim is claimed (its transitioning set) and the requester
  *     marked (its own) in one pass under m->lock, so no third request can
- *     take the slot in between: for a moment both count, max_sessions + 1;
+ *     take the slot in between: for a moment both count, limits.sessions + 1;
  *   - the busy check runs with no lock held and may be stale by the claim,
  *     so the claim also requires the candidate's `uses` unchanged since it
  *     was collected (any request through get_or_create meanwhile, which is
@@ -88,7 +88,8 @@ int session_admit_locked(struct session_manager *m, const struct session *skip, 
                                      mine, cap);
         if (all >= (size_t)m->cfg->max_sessions) {
                 *ret_full = true;
-                return sbx_error_set(err, -EUSERS, 0, "busy: too many sessions: the limit max_sessions=%d is reached",
+                return sbx_error_set(err, -EUSERS, 0,
+                                     "busy: too many sessions: the limit limits.sessions=%d is reached",
                                      m->cfg->max_sessions);
         }
         return 0;
@@ -378,13 +379,14 @@ int session_admit(struct session_manager *m, struct session *s, struct session *
                         break; /* all in use: collecting again would find the same */
         }
         if (why == SHARE_NONE_BUSY)
-                return sbx_error_set(err, -EUSERS, 0,
-                                     "busy: too many sessions: the limit max_sessions=%d is reached, and the sessions "
-                                     "of the user holding the most are all in use (requests, executions or "
-                                     "services); retry later",
-                                     m->cfg->max_sessions);
+                return sbx_error_set(
+                        err, -EUSERS, 0,
+                        "busy: too many sessions: the limit limits.sessions=%d is reached, and the sessions "
+                        "of the user holding the most are all in use (requests, executions or "
+                        "services); retry later",
+                        m->cfg->max_sessions);
         return sbx_error_set(err, -EUSERS, 0,
-                             "busy: too many sessions: the limit max_sessions=%d is reached, and no user holds two "
+                             "busy: too many sessions: the limit limits.sessions=%d is reached, and no user holds two "
                              "more live sessions than this one (its fair share); destroy one or retry later",
                              m->cfg->max_sessions);
 }

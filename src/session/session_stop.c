@@ -84,7 +84,7 @@ bool session_mark_failed(struct session_manager *m, const char *user, const char
 static void end_teardown(struct session *s, enum session_state state, const char *cause);
 
 /* The session's container is gone: its workspace image is unmounted
- * (workspace_quota_mode loop). Called inside the session's transition. */
+ * (workspace.quota_mode loop). Called inside the session's transition. */
 static void release_workspace(struct session_manager *m, const char *user, const char *id)
 {
         struct sbx_error err = {0};
@@ -365,13 +365,13 @@ int session_evict(struct session_manager *m, struct session *v, const char *for_
                 log_ctx(LOG_LEVEL_WARN, v->user, v->id, id, "fair share: cannot remove the container: %s", e.msg);
                 abort_transition(v);
                 return sbx_error_set(err, -EUSERS, 0,
-                                     "busy: too many sessions: the limit max_sessions=%d is reached, and the session "
+                                     "busy: too many sessions: the limit limits.sessions=%d is reached, and the session "
                                      "chosen to give way could not be stopped; retry later",
                                      m->cfg->max_sessions);
         }
         /* the tenant reads this in its session info; who it gave way to is the audit's (admins') */
         snprintf(msg, sizeof(msg),
-                 "evicted: fair_share: the daemon was full (max_sessions=%d) and another user needed a session; "
+                 "evicted: fair_share: the daemon was full (limits.sessions=%d) and another user needed a session; "
                  "the workspace is kept and the next request starts the session again",
                  m->cfg->max_sessions);
         pthread_mutex_lock(&v->lock);
@@ -391,7 +391,7 @@ int session_evict(struct session_manager *m, struct session *v, const char *for_
         cJSON_AddNumberToObject(detail, "max_sessions", m->cfg->max_sessions);
         (void)audit_record_json(m->store, "daemon", v->user, v->id, "session.evicted", detail);
         log_ctx(LOG_LEVEL_INFO, v->user, v->id, id[0] ? id : NULL,
-                "session stopped for the fair share of max_sessions (user %s needed one)", for_user);
+                "session stopped for the fair share of limits.sessions (user %s needed one)", for_user);
         return 0;
 }
 
@@ -415,7 +415,7 @@ static void eviction_run(struct session_job *job, bool stopping)
         if (session_evict(ev->m, ev->v, ev->for_user, &e) < 0)
                 log_ctx(LOG_LEVEL_WARN, ev->v->user, ev->v->id, NULL,
                         "fair share: the session chosen to give way to user %s stays (%s); that user's "
-                        "session was made anyway, one over max_sessions until one ends",
+                        "session was made anyway, one over limits.sessions until one ends",
                         ev->for_user, e.msg);
         session_unref(ev->v);
         free(ev);

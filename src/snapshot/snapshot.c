@@ -280,7 +280,7 @@ struct capture {
         bool image;   /* kind image (loop) */
         int64_t size; /* image: its size */
         int64_t bytes;
-        int64_t room; /* bytes left of the user's max_snapshot_bytes_per_user */
+        int64_t room; /* bytes left of the user's limits.snapshot_bytes_per_user */
         bool reflinked;
         bool was_paused;
 };
@@ -304,7 +304,7 @@ static int capture_files(struct capture *k, struct sbx_error *err)
                 if ((int64_t)st.st_blocks * 512 > k->room)
                         return sbx_error_set(err, -EDQUOT, 0,
                                              "snapshot quota exceeded: the workspace image holds %lld bytes and "
-                                             "%lld are left of max_snapshot_bytes_per_user",
+                                             "%lld are left of limits.snapshot_bytes_per_user",
                                              (long long)st.st_blocks * 512, (long long)k->room);
                 dst = openat(k->outdir, IMAGE_FILE, O_WRONLY | O_CREAT | O_EXCL | O_NOFOLLOW | O_CLOEXEC, 0600);
                 if (dst < 0)
@@ -405,12 +405,12 @@ static int quota_error(const struct sbx_config *cfg, int64_t count, int64_t byte
         if (count >= cfg->max_snapshots_per_user)
                 return sbx_error_set(err, -EDQUOT, 0,
                                      "snapshot quota exceeded: you hold %" PRId64
-                                     " snapshots, max_snapshots_per_user is %d; delete_snapshot one first",
+                                     " snapshots, limits.snapshots_per_user is %d; delete_snapshot one first",
                                      count, cfg->max_snapshots_per_user);
         return sbx_error_set(err, -EDQUOT, 0,
                              "snapshot quota exceeded: your snapshots take %" PRId64
                              " bytes%s, "
-                             "max_snapshot_bytes_per_user is %" PRId64 "; delete_snapshot some first",
+                             "limits.snapshot_bytes_per_user is %" PRId64 "; delete_snapshot some first",
                              bytes + adding, adding ? " with this one" : "", cfg->max_snapshot_bytes_per_user);
 }
 
@@ -653,7 +653,7 @@ static int snap_usable(const struct snapshot_ctx *c, const struct store_snapshot
         if ((strcmp(s->kind, "image") == 0) != loop_mode(c->cfg))
                 return sbx_error_set(
                         err, -EINVAL, 0,
-                        "snapshot %s is kept as %s, which this daemon's workspace_quota_mode %s cannot restore", s->id,
+                        "snapshot %s is kept as %s, which this daemon's workspace.quota_mode %s cannot restore", s->id,
                         s->kind, c->cfg->workspace_quota_mode);
         return 0;
 }

@@ -121,7 +121,7 @@ static int pack_data(struct pack *p, int fd, const char *path, int64_t off, int6
                         if (fstat(p->outfd, &os) == 0 && (uint64_t)os.st_size > p->max_out)
                                 return sbx_error_set(p->err, -EDQUOT, 0,
                                                      "snapshot quota exceeded: the copy passed the %llu bytes "
-                                                     "left of max_snapshot_bytes_per_user",
+                                                     "left of limits.snapshot_bytes_per_user",
                                                      (unsigned long long)p->max_out);
                 }
         }

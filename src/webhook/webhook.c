@@ -1,5 +1,5 @@
 /* webhook.c — the operator's webhook sender (include/sandboxd/webhook.h):
- * webhook_max_inflight threads ("sbx-webhook"), each with its own libcurl
+ * WEBHOOK_MAX_INFLIGHT threads ("sbx-webhook"), each with its own libcurl
  * handle, take the next event from a page read ahead of the log, POST it
  * signed, and retry with backoff.
  *
@@ -75,7 +75,7 @@ int webhook_sign(const char *secret, size_t secret_len, const char *timestamp, c
         return sha256_hmac_hex(secret, secret_len, msg, tl + 1 + body_len, ret_hex);
 }
 
-/* webhook_events: "" = all; else comma-separated types, "family.*" for a family. */
+/* webhook.events: "" = all; else comma-separated types, "family.*" for a family. */
 static bool wanted(const struct webhook *w, const char *type)
 {
         const char *p = w->cfg->webhook_events;
@@ -345,15 +345,15 @@ static int read_secret(const char *path, char *buf, size_t size, size_t *ret_len
         ssize_t n;
 
         if (fd < 0)
-                return sbx_error_set(err, -errno, 0, "webhook_secret_file: cannot open %s: %m", path);
+                return sbx_error_set(err, -errno, 0, "webhook.secret_file: cannot open %s: %m", path);
         n = read(fd, buf, size - 1);
         if (n < 0)
-                return sbx_error_set(err, -errno, 0, "webhook_secret_file: cannot read %s: %m", path);
+                return sbx_error_set(err, -errno, 0, "webhook.secret_file: cannot read %s: %m", path);
         buf[n] = '\0';
         buf[strcspn(buf, "\r\n")] = '\0';
         *ret_len = strlen(buf);
         if (*ret_len == 0)
-                return sbx_error_set(err, -EINVAL, 0, "webhook_secret_file: %s holds no key on its first line", path);
+                return sbx_error_set(err, -EINVAL, 0, "webhook.secret_file: %s holds no key on its first line", path);
         return 0;
 }
 

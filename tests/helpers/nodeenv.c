@@ -186,11 +186,11 @@ pid_t nodeenv_start_conf(const struct sbx_config *control, const char *pki, cons
         f = fopen(conf, "w");
         cr_assert_not_null(f);
         fprintf(f,
-                "node_connect = %s\nnode_cert = %s\nnode_key = %s\nnode_ca = %s\nnode_crl = %s\ndata_dir = %s\n"
-                "node_heartbeat = %dms\nlog_level = %s\nrunner_binary = %s\n",
-                node.node_connect, node.node_cert, node.node_key, node.node_ca, node.node_crl, node.data_dir,
-                node.node_heartbeat_ms, getenv("SANDBOXD_TEST_NODE_LOG") ? getenv("SANDBOXD_TEST_NODE_LOG") : "warn",
-                control->runner_binary[0] ? control->runner_binary : runner);
+                "data_dir = %s\nlog_level = %s\nrunner_binary = %s\nnode.connect = %s\nnode.cert = %s\n"
+                "node.key = %s\nnode.ca = %s\nnode.crl = %s\n",
+                node.data_dir, getenv("SANDBOXD_TEST_NODE_LOG") ? getenv("SANDBOXD_TEST_NODE_LOG") : "warn",
+                control->runner_binary[0] ? control->runner_binary : runner, node.node_connect, node.node_cert,
+                node.node_key, node.node_ca, node.node_crl);
         if (extra)
                 fputs(extra, f);
         fclose(f);

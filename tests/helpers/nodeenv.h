@@ -24,10 +24,10 @@ char *nodeenv_pki(void);
 /* Revoke name's certificate too and write crl.pem again (a new file
  * renamed over the old one). Asserts. */
 void nodeenv_revoke(const char *pki, const char *name);
-/* Point cfg (a control daemon's) at the node link: node_listen on a free
+/* Point cfg (a control daemon's) at the node link: node.listen on a free
  * loopback port of 20000-21999, the control's certificate of pki. */
 void nodeenv_config_control(struct sbx_config *cfg, const char *pki);
-/* Fill cfg as a node agent named name dialling control's node_listen, with
+/* Fill cfg as a node agent named name dialling control's node.listen, with
  * data_dir: for node_client_connect, or nodeenv_start. */
 void nodeenv_config_node(struct sbx_config *cfg, const struct sbx_config *control, const char *pki, const char *name,
                          const char *data_dir);

@@ -35,7 +35,7 @@ static struct daemon *d;
 static char tok_a[TOKEN_LEN + 1], tok_b[TOKEN_LEN + 1], tok_conn[TOKEN_LEN + 1];
 static char id_a[TOKEN_ID_LEN + 1];
 
-static int conn_cap; /* max_connections when set (the default is max_sessions + 64) */
+static int conn_cap; /* connections.max when set (the default is limits.sessions + 64) */
 
 static void open_daemon_image(const char *image)
 {

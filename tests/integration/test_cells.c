@@ -34,7 +34,7 @@ static char tok_a[TOKEN_LEN + 1], tok_b[TOKEN_LEN + 1], tok_conn[TOKEN_LEN + 1];
 
 static const char *network_default; /* NULL: the config's */
 static int pool_size;               /* the warm pool's size (0: off) */
-static const char *prestart;        /* pool_cells_prestart (NULL: the default) */
+static const char *prestart;        /* POOL_CELLS_PRESTART (NULL: the default) */
 static bool keep_cfg;               /* cfg was filled by the setup (fixture_config and more) */
 
 static void open_daemon(bool new_tokens)
@@ -474,7 +474,7 @@ Test(cells, contexts_and_sessions_are_isolated, .init = setup, .fini = teardown)
         r = apic_call(cfg.api_socket, tok_b, "list_contexts", apic_json("{\"session\": \"s1\"}"));
         cr_assert_eq(cJSON_GetArraySize(cJSON_GetObjectItem(apic_result(r), "contexts")), 1);
         cJSON_Delete(r);
-        /* a third context is past cells_max_per_session (2 here) */
+        /* a third context is past CELLS_MAX_PER_SESSION (2 here) */
         r = apic_call(cfg.api_socket, tok_a, "run_cell",
                       apic_json("{\"session\": \"s1\", \"context\": \"c\", \"code\": \"1\"}"));
         cr_assert_str_eq(apic_code(r), "busy", "%s", cJSON_PrintUnformatted(r));
@@ -831,7 +831,7 @@ Test(cells, large_outputs_come_back_by_reference, .init = setup, .fini = teardow
         char *all;
         size_t n;
 
-        /* 20 MiB of text, past cells_output_cap (4 MiB) */
+        /* 20 MiB of text, past CELLS_OUTPUT_CAP_BYTES (4 MiB) */
         r = cell("s1", NULL,
                  "import sys\nsys.stdout.write('0123456789abcdef' * (20 << 16))\nprint('end', file=sys.stderr)", 120);
         res = apic_result(r);
@@ -1087,9 +1087,9 @@ static void setup_egress(void)
         struct sbx_error err = {0};
 
         fixture_config(&cfg);
-        cr_assert_eq(config_set(&cfg, "egress_allow", "pypi.test:*", &err), 0, "%s", err.msg);
-        cr_assert_eq(config_set(&cfg, "egress_resolve", "pypi.test=127.0.0.1", &err), 0, "%s", err.msg);
-        cr_assert_eq(config_set(&cfg, "egress_allow_private", "127.0.0.1/32", &err), 0, "%s", err.msg);
+        cr_assert_eq(config_set(&cfg, "egress.allow", "pypi.test:*", &err), 0, "%s", err.msg);
+        cr_assert_eq(config_set(&cfg, "egress.resolve", "pypi.test=127.0.0.1", &err), 0, "%s", err.msg);
+        cr_assert_eq(config_set(&cfg, "egress.allow_private", "127.0.0.1/32", &err), 0, "%s", err.msg);
         keep_cfg = true;
         open_daemon(true);
 }

@@ -2,7 +2,7 @@
  * 14): python's urllib and curl inside, from the environment's proxy variables, via
  * the runner's 127.0.0.1:3128, the session's egress.sock and the daemon's
  * proxy, to upstream servers on the host's loopback (reached by name through
- * egress_resolve, allowed by egress_allow_private = 127.0.0.1/32).
+ * egress.resolve, allowed by egress.allow_private = 127.0.0.1/32).
  * tests/unit/test_egress.c drives curl host-side too. Traffic goes only to
  * 127.0.0.1. */
 #include <arpa/inet.h>
@@ -117,16 +117,16 @@ static void open_daemon(void)
                 snprintf(cfg.image, sizeof(cfg.image), "%s", TESTENV_PYTHON_IMAGE);
                 snprintf(cfg.network_default, sizeof(cfg.network_default), "none");
                 cfg.memory_bytes = 256 << 20;
-                cr_assert_eq(config_set(&cfg, "egress_allow", "up.test:*, tls.test:*, echo.test:*", &err), 0);
-                cr_assert_eq(config_set(&cfg, "egress_resolve",
+                cr_assert_eq(config_set(&cfg, "egress.allow", "up.test:*, tls.test:*, echo.test:*", &err), 0);
+                cr_assert_eq(config_set(&cfg, "egress.resolve",
                                         "up.test=127.0.0.1, tls.test=127.0.0.1, echo.test=127.0.0.1, "
                                         "blocked.test=127.0.0.1",
                                         &err),
                              0);
-                cr_assert_eq(config_set(&cfg, "egress_allow_private", "127.0.0.1/32", &err), 0);
-                cr_assert_eq(config_set(&cfg, "egress_max_tunnels_per_session", "1100", &err), 0);
-                cr_assert_eq(config_set(&cfg, "egress_max_tunnels_per_user", "1100", &err), 0);
-                cr_assert_eq(config_set(&cfg, "egress_conns_per_minute", "100000", &err), 0);
+                cr_assert_eq(config_set(&cfg, "egress.allow_private", "127.0.0.1/32", &err), 0);
+                cfg.egress_max_tunnels_per_session = 1100; /* constants in the daemon; the fields stay */
+                cfg.egress_max_tunnels_per_user = 1100;
+                cfg.egress_conns_per_minute = 100000;
         }
         d = fixture_open(&cfg, false);
 }
@@ -342,7 +342,7 @@ Test(egress_ct, sandboxctl_manages_additions_and_shows_the_log)
 
         fixture_config(&cfg);
         snprintf(cfg.network_default, sizeof(cfg.network_default), "none");
-        cr_assert_eq(config_set(&cfg, "egress_allow", "pypi.org", NULL), 0);
+        cr_assert_eq(config_set(&cfg, "egress.allow", "pypi.org", NULL), 0);
         d = fixture_open_sockets(&cfg);
 
         cr_assert_eq(ctl("egress-allow u1 '*.corp.example:8443' --session s9", &out), 0, "%s", out);

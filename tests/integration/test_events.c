@@ -375,7 +375,7 @@ Test(events, resume_isolation_and_gap, .init = setup, .fini = teardown)
         cr_assert_eq(events_sub_next(sub, 200, &ev), 0, "nothing more");
         events_sub_close(sub);
 
-        /* the log keeps events_max (100): many more prune the start away */
+        /* the log keeps EVENTS_MAX (100): many more prune the start away */
         for (int i = 0; i < 400; i++)
                 events_emit("session.running", "alice", "s2", "{}");
         cr_assert_eq(events_flush(10000), 0);
@@ -533,7 +533,7 @@ Test(events, webhook_retries_bounded, .init = setup, .fini = teardown)
                                      }),
                                      10000),
                   "the cursor moves past the failed event");
-        /* exactly 1 + webhook_max_retries attempts of that one event, numbered */
+        /* exactly 1 + WEBHOOK_MAX_RETRIES attempts of that one event, numbered */
         cr_assert_eq(recv_count(), 3);
         cr_assert_eq(ws.attempts, 3);
         cr_assert_eq(ws.retries, 2);
@@ -601,7 +601,7 @@ Test(events, webhook_dead_receiver_bounded, .init = setup, .fini = teardown)
         int open_max = rx.open_max;
         pthread_mutex_unlock(&rx.lock);
         cr_assert_leq(open_max, 3, "the receiver never held more connections than the cap");
-        /* the log is bounded (events_max, pruned by the writer) */
+        /* the log is bounded (EVENTS_MAX, pruned by the writer) */
         cr_assert(TESTENV_WAIT_UNTIL(({
                                              store_events_bounds(d->store, &oldest, &newest) == 0 &&
                                                      newest - oldest + 1 <= 200 + 100 + EVENTS_BATCH_MAX;

@@ -399,11 +399,11 @@ Test(exec, concurrency_caps_refuse_with_busy)
         start_sh("capA", "sleep 60", 0, ids[1]);
         req.session = "capA";
         cr_assert_eq(exec_start(d->exec, &req, id, &err), -EBUSY);
-        cr_assert_not_null(strstr(err.msg, "max_exec_per_session"), "%s", err.msg);
+        cr_assert_not_null(strstr(err.msg, "limits.exec_per_session"), "%s", err.msg);
         start_sh("capB", "sleep 60", 0, ids[2]);
         req.session = "capC";
         cr_assert_eq(exec_start(d->exec, &req, id, &err), -EBUSY);
-        cr_assert_not_null(strstr(err.msg, "max_exec_global"), "%s", err.msg);
+        cr_assert_not_null(strstr(err.msg, "limits.exec_global"), "%s", err.msg);
         for (int i = 0; i < 3; i++) {
                 exec_cancel(d->exec, "u1", ids[i], true, NULL);
                 res = wait_end(ids[i]);

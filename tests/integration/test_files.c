@@ -216,7 +216,7 @@ Test(files, size_caps)
         memset(buf, 'a', (size_t)cfg.max_file_bytes + 1);
         cr_assert_eq(files_write(&d->files, "u1", "s1", "big", buf, (size_t)cfg.max_file_bytes + 1, NULL, &err),
                      -EFBIG);
-        cr_assert_not_null(strstr(err.msg, "max_file_size"), "%s", err.msg);
+        cr_assert_not_null(strstr(err.msg, "limits.file_size"), "%s", err.msg);
         write_ok("s1", "big", buf, (size_t)cfg.max_file_bytes);
 
         /* a file made bigger inside the container is read at most the cap at a time */

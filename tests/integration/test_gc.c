@@ -319,7 +319,7 @@ Test(gc, idle_old_and_orphan_containers_go_foreign_ones_stay)
         raw_container((const char *const[]){CONTAINER_LABEL_MANAGED "=1", other_inst, CONTAINER_LABEL_USER "=alice",
                                             CONTAINER_LABEL_SESSION "=idle", NULL},
                       other);
-        sbx_sleep_ms(2100); /* not a wait: ages them past max_age 1 s (Docker's Created has whole seconds) */
+        sbx_sleep_ms(2100); /* not a wait: ages them past gc.max_age 1 s (Docker's Created has whole seconds) */
 
         run_gc(&cfg, false, &rep);
         expect_kind(&rep, GC_IDLE_CONTAINERS, 1, 0);
@@ -445,7 +445,7 @@ Test(gc, error_sessions_ports_and_services)
         cr_assert_eq(store_session_get(st, "bob", "errwith", &row), 0);
         cr_assert_str_eq(row.container_id, with);
         cr_assert_eq(store_session_get(st, "erin", "stopped", &row), 0, "a STOPPED session's row is not garbage");
-        /* The workspace stays (workspace_retention keeps it forever), so the
+        /* The workspace stays (gc.workspace_retention keeps it forever), so the
          * privacy marks stay with it. */
         cr_assert_eq(store_private_any(st, "bob", "errgone", &marked), 0);
         cr_assert(marked, "the private marks of a kept workspace were dropped");
@@ -1175,7 +1175,7 @@ Test(gc, the_daemon_wins_every_race_in_the_store)
                      -ESTALE);
         /* the daemon replaced the container */
         cr_assert_eq(store_gc_session_take_container(st, "alice", "s", "c0", now + 1, false, "gc_idle", now), -ESTALE);
-        /* an execution is running (max_age wants the session quiet) */
+        /* an execution is running (gc.max_age wants the session quiet) */
         {
                 char ex[37];
                 put_exec(&cfg, st, "alice", "s", "RUNNING", 0, -1, -1, ex);

@@ -326,7 +326,7 @@ Test(http, sse_streams_output_then_the_result, .init = setup_tls, .fini = teardo
 }
 
 /* A TCP peer that stops in the middle of the handshake, or trickles bytes, is
- * closed by the daemon (http_timeout is 2 s here). */
+ * closed by the daemon (HTTP_IDLE_TIMEOUT_S is 2 s here). */
 static int connect_port(void)
 {
         struct sockaddr_in a = {.sin_family = AF_INET, .sin_port = htons((uint16_t)port)};

@@ -1,7 +1,7 @@
 /* Integration tests of the fronts at the scale they claim (real dockerd,
  * real TLS): the HTTPS front with more descriptors than select() can take,
  * before and after a SIGKILL; people without a token cannot hold the HTTPS
- * front; and max_sessions agents connected at once with the defaults, on
+ * front; and limits.sessions agents connected at once with the defaults, on
  * the API socket and over HTTPS. Clients are tlsclient.h's, bound to
  * loopback addresses of their own where a test needs several. */
 #include <criterion/criterion.h>
@@ -339,9 +339,9 @@ Test(httpscale, slowloris_from_many_addresses_does_not_hold_the_front, .fini = t
         cr_assert_eq(fresh, 20, "new authenticated connections were served %d times of 20 during the attack", fresh);
 }
 
-/* ---- max_sessions agents at once, with the defaults ---- */
+/* ---- limits.sessions agents at once, with the defaults ---- */
 
-#define AGENTS 1000 /* the default max_sessions */
+#define AGENTS 1000 /* the default limits.sessions */
 
 static long proc_status(const char *key)
 {

@@ -212,8 +212,8 @@ static void tally_tokenless(const int *fds, int from, int to, int *ret_unauthori
 
 Test(isolation, stdin_never_pins_an_execution)
 {
-        static const char *const env[] = {"SANDBOXD_MAX_EXEC_GLOBAL=11", "SANDBOXD_MAX_EXEC_PER_SESSION=10",
-                                          "SANDBOXD_MAX_EXEC_PER_USER=11", NULL};
+        static const char *const env[] = {"SANDBOXD_LIMITS_EXEC_GLOBAL=11", "SANDBOXD_LIMITS_EXEC_PER_SESSION=10",
+                                          "SANDBOXD_LIMITS_EXEC_PER_USER=11", NULL};
         char *ids[PINS];
         int64_t started, until;
         cJSON *r;
@@ -468,8 +468,8 @@ Test(isolation, an_unauthenticated_peer_cannot_spend_the_daemons_memory)
 Test(isolation, one_local_user_cannot_take_every_connection)
 {
         /* a long auth deadline, so that only the per-uid cap can save the slots */
-        static const char *const env[] = {"SANDBOXD_AUTH_TIMEOUT=120s", "SANDBOXD_MAX_CONNECTIONS=64",
-                                          "SANDBOXD_MAX_CONNECTIONS_PER_UID=16", NULL};
+        static const char *const env[] = {"SANDBOXD_CONNECTIONS_AUTH_TIMEOUT=120s", "SANDBOXD_CONNECTIONS_MAX=64",
+                                          "SANDBOXD_CONNECTIONS_MAX_PER_UID=16", NULL};
         struct passwd *pw = getpwnam("nobody");
         int report[2], go[2];
         int counts[2] = {0, 0};
@@ -550,13 +550,13 @@ Test(isolation, one_local_user_cannot_take_every_connection)
 #define PREAUTH_CONNS 40
 
 /* Issue 24: with the defaults, one local uid running many agents holds a
- * connection for each (the per-uid cap is max_sessions, not 16), while
+ * connection for each (the per-uid cap is limits.sessions, not 16), while
  * connections that have not shown a token are capped per uid (32): uid
  * nobody authenticates AGENT_CONNS connections, all answered, then opens
  * PREAUTH_CONNS idle ones, of which 32 are held and the rest turned away. */
 Test(isolation, one_uid_runs_many_agents_but_few_unauthenticated_connections)
 {
-        static const char *const env[] = {"SANDBOXD_AUTH_TIMEOUT=120s", NULL};
+        static const char *const env[] = {"SANDBOXD_CONNECTIONS_AUTH_TIMEOUT=120s", NULL};
         struct passwd *pw = getpwnam("nobody");
         int report[2], go[2];
         int counts[3] = {0, 0, 0};
@@ -717,7 +717,8 @@ static bool closed_by_daemon(int fd)
  * both closed by the daemon (after a line saying why). */
 Test(isolation, idle_and_unauthenticated_connections_are_closed)
 {
-        static const char *const env[] = {"SANDBOXD_AUTH_TIMEOUT=1s", "SANDBOXD_CONNECTION_IDLE_TIMEOUT=1s", NULL};
+        static const char *const env[] = {"SANDBOXD_CONNECTIONS_AUTH_TIMEOUT=1s",
+                                          "SANDBOXD_CONNECTIONS_IDLE_TIMEOUT=1s", NULL};
         int authed, silent;
         char *line;
         cJSON *r;
@@ -734,7 +735,7 @@ Test(isolation, idle_and_unauthenticated_connections_are_closed)
 
         line = apic_read_line(authed, 60000);
         cr_assert_not_null(line, "an idle authenticated connection was never closed");
-        cr_assert_not_null(strstr(line, "connection_idle_timeout"), "%s", line);
+        cr_assert_not_null(strstr(line, "connections.idle_timeout"), "%s", line);
         free(line);
         cr_assert(closed_by_daemon(authed), "the idle connection stayed open");
 

@@ -209,9 +209,9 @@ static const char *const *daemon_extra;
 static void daemon_env(void)
 {
         setenv("SANDBOXD_ENGINE", "kubernetes", 1);
-        setenv("SANDBOXD_KUBE_CONFIG", getenv("SANDBOXD_K8S_KUBECONFIG"), 1);
-        setenv("SANDBOXD_KUBE_NAMESPACE", ns, 1);
-        setenv("SANDBOXD_KUBE_IMAGE_PULL_POLICY", "Never", 1);
+        setenv("SANDBOXD_KUBERNETES_CONFIG", getenv("SANDBOXD_K8S_KUBECONFIG"), 1);
+        setenv("SANDBOXD_KUBERNETES_NAMESPACE", ns, 1);
+        setenv("SANDBOXD_KUBERNETES_IMAGE_PULL_POLICY", "Never", 1);
         setenv("SANDBOXD_DATA_DIR", data_dir, 1);
         setenv("SANDBOXD_API_SOCKET", api_sock, 1);
         setenv("SANDBOXD_ADMIN_SOCKET", admin_sock, 1);
@@ -890,12 +890,12 @@ Test(k8s_flows, gc_and_reconciliation_after_a_restart_leak_no_pod_claim_or_polic
  * starts: the testbed has no provisioner, the claim stays Pending), and the
  * daemon and --gc, between them, leave none behind: a purge deletes the claim
  * at once; a session destroyed without purge keeps its claim with its
- * workspace, until --gc takes the workspace past workspace_retention. */
+ * workspace, until --gc takes the workspace past gc.workspace_retention. */
 Test(k8s_flows, pvc_mode_claims_go_with_a_purge_and_with_gc)
 {
         NEED_CLUSTER();
-        static const char *const extra[] = {"SANDBOXD_KUBE_WORKSPACE=pvc", "SANDBOXD_KUBE_START_TIMEOUT=2s",
-                                            "SANDBOXD_WORKSPACE_RETENTION=1s", NULL};
+        static const char *const extra[] = {"SANDBOXD_KUBERNETES_WORKSPACE=pvc", "SANDBOXD_KUBERNETES_START_TIMEOUT=2s",
+                                            "SANDBOXD_GC_WORKSPACE_RETENTION=1s", NULL};
         char sel[160];
         cJSON *r;
 
@@ -920,7 +920,7 @@ Test(k8s_flows, pvc_mode_claims_go_with_a_purge_and_with_gc)
         cr_expect(TESTENV_WAIT_UNTIL(kcount_live("persistentvolumeclaims", sel) == 1, 30000),
                   "the purge took p0's claim, p1 keeps its own: %s", knames("persistentvolumeclaims", sel));
         daemon_stop(SIGTERM);
-        sbx_sleep_ms(1100); /* not a wait: p1's workspace ages past workspace_retention (1 s) */
+        sbx_sleep_ms(1100); /* not a wait: p1's workspace ages past gc.workspace_retention (1 s) */
         cr_expect_eq(run_gc(), 0, "sandboxd --gc");
         cr_expect(TESTENV_WAIT_UNTIL(kcount_live("persistentvolumeclaims", sel) == 0, 30000),
                   "--gc took p1's workspace and its claim: %s", knames("persistentvolumeclaims", sel));

@@ -1,15 +1,15 @@
 /* test_k8s_node_agent.c — the node agent as the DaemonSet of
  * deploy/kubernetes/node-agent.yaml on the testbed (scripts/k8s-testbed.sh):
  * the manifest as written, with only what the loopback testbed needs
- * changed (a namespace of this run, hostNetwork and node_connect to the
+ * changed (a namespace of this run, hostNetwork and node.connect to the
  * control daemon on 127.0.0.1, the host paths moved into a directory of
  * this run, imagePullPolicy Never). Per-node certificates (CN = the node
  * name) are made here with openssl and laid out as a node's bootstrap
  * would; the CA and the CRL go into the ConfigMap. A control daemon runs in
- * this process with engine = kubernetes and node_listen on 127.0.0.1; both
+ * this process with engine = kubernetes and node.listen on 127.0.0.1; both
  * agents (nodes `localhost` and `127.0.0.2`) must connect and turn Ready
  * through their readiness probe, and execs run in a few sessions, each
- * through the runner of a Pod that mounts {kube_node_dir}/$(its node)/...:
+ * through the runner of a Pod that mounts {K8S_NODE_DIR}/$(its node)/...:
  * the directory the agent of the node kube-scheduler picked made and
  * listens in.
  *
@@ -50,7 +50,7 @@
 
 static char ns[64];
 static struct k8s_credentials creds;
-static char *host_dir; /* this run's: pki/ (the nodes' bootstrap), node/ (kube_node_dir) */
+static char *host_dir; /* this run's: pki/ (the nodes' bootstrap), node/ (K8S_NODE_DIR) */
 
 static long kapi_type(const char *method, const char *path, const char *body, const char *type, char **ret)
 {
@@ -631,7 +631,7 @@ Test(k8s_node_agent, the_daemonset_agents_connect_and_a_runner_reaches_the_contr
                   NODE_B);
         cr_expect(node_server_node_connected(d->node, NODE_A) && node_server_node_connected(d->node, NODE_B),
                   "the control serves both nodes");
-        /* each agent's data_dir is {kube_node_dir}/<node name> on the host */
+        /* each agent's data_dir is {K8S_NODE_DIR}/<node name> on the host */
         snprintf(path, sizeof(path), "%s/" NODE_A "/link", node_dir);
         char *state = slurp(path);
         cr_expect_str_eq(state, "up sandboxd-control\n", "%s", path);
@@ -673,7 +673,7 @@ Test(k8s_node_agent, the_daemonset_agents_connect_and_a_runner_reaches_the_contr
                                 sub = se->valuestring;
                 }
                 cr_log_info("session %s: Pod on node %s", sess, nn->valuestring);
-                /* the Pod mounts {kube_node_dir}/$(its node)/runner/<hash>: the agent of its node made it */
+                /* the Pod mounts {K8S_NODE_DIR}/$(its node)/runner/<hash>: the agent of its node made it */
                 cr_expect(session_dir && strcmp(session_dir, node_dir) == 0, "the session directory's root is %s: %s",
                           node_dir, session_dir ? session_dir : "-");
                 cr_expect(sub && strncmp(sub, "$(SBX_NODE_NAME)/runner/", 24) == 0, "subPathExpr %s", sub ? sub : "-");
@@ -721,7 +721,7 @@ Test(k8s_node_agent, the_daemonset_agents_connect_and_a_runner_reaches_the_contr
 /* The control daemon's objects of deploy/kubernetes/daemon.yaml, and the
  * NetworkPolicies, are what the API server accepts (a server-side dry run in
  * the run's namespace: a wrong type or field name is refused); the Service
- * for the node link points at the port node_listen names, and the daemon's
+ * for the node link points at the port node.listen names, and the daemon's
  * policy lets the node agents in on it. */
 Test(k8s_node_agent, the_control_manifests_are_accepted_and_expose_the_node_link)
 {
@@ -746,7 +746,7 @@ Test(k8s_node_agent, the_control_manifests_are_accepted_and_expose_the_node_link
                 if (strcmp(kind_of(doc), "ConfigMap") == 0) {
                         /* not jget: the key holds a '.' */
                         const cJSON *conf = cJSON_GetObjectItem(jget(doc, "data"), "sandboxd.conf");
-                        listen = cJSON_IsString(conf) && strstr(conf->valuestring, "node_listen = 0.0.0.0:7443");
+                        listen = cJSON_IsString(conf) && strstr(conf->valuestring, "[node]\nlisten = 0.0.0.0:7443");
                 }
                 char *body = cJSON_PrintUnformatted(doc), *raw = NULL;
                 collection(kind_of(doc), path, sizeof(path));

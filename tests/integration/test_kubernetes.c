@@ -1589,7 +1589,7 @@ Test(kubernetes, sessions_are_served_by_the_node_agent_of_the_node_their_pod_lan
         nodeenv_cert(pki, "localhost");
         nodeenv_cert(pki, "127.0.0.2");
         nodeenv_config_control(&cfg, pki);
-        node_dir = testenv_tmpdir(); /* {kube_node_dir}/<node name> is each agent's data_dir */
+        node_dir = testenv_tmpdir(); /* {K8S_NODE_DIR}/<node name> is each agent's data_dir */
         cr_assert_not_null(node_dir);
         snprintf(cfg.kube_node_dir, sizeof(cfg.kube_node_dir), "%s", node_dir);
         d = fixture_open(&cfg, true);
@@ -1617,7 +1617,7 @@ Test(kubernetes, sessions_are_served_by_the_node_agent_of_the_node_their_pod_lan
                 cr_assert(cJSON_IsString(bound));
                 cr_assert_str_eq(node, bound->valuestring, "%s placed on %s, its Pod on %s", sess, node,
                                  bound->valuestring);
-                /* the Pod's session directory comes from its node's agent (subPathExpr of kube_node_dir) */
+                /* the Pod's session directory comes from its node's agent (subPathExpr of K8S_NODE_DIR) */
                 const cJSON *m = NULL, *it;
                 cJSON_ArrayForEach(it, jget(cJSON_GetArrayItem(jget(pod, "spec.containers"), 0), "volumeMounts"))
                         if (strcmp(cJSON_GetStringValue(cJSON_GetObjectItem(it, "name")), "session-dir") == 0)

@@ -38,8 +38,8 @@ static struct sbx_config cfg;
 static struct daemon *d;
 static char tok_a[TOKEN_LEN + 1], tok_b[TOKEN_LEN + 1];
 static char log_path[SBX_PATH_MAX + 16];
-static const char *label_keys = "team"; /* metrics_label_keys of the next open_daemon */
-static int label_values_max = 1;        /* metrics_label_values_max */
+static const char *label_keys = "team"; /* metrics.label_keys of the next open_daemon */
+static int label_values_max = 1;        /* METRICS_LABEL_VALUES_MAX */
 
 #define TRACE_ID "4bf92f3577b34da6a3ce929d0e0e4736"
 #define TRACEPARENT "00-" TRACE_ID "-00f067aa0ba902b7-01"
@@ -421,7 +421,7 @@ Test(labels, more_than_the_maximum_is_refused_naming_the_limit, .init = open_dae
         refused(call(tok_a, "exec", "{\"session\":\"m\",\"command\":\"true\",\"memory\":1073741824}"), "invalid",
                 "max_session_memory", NULL);
         refused(call(tok_a, "create_session", "{\"session\":\"m\",\"disk\":\"1g\"}"), "invalid",
-                "workspace_quota_mode loop", NULL);
+                "workspace.quota_mode loop", NULL);
         refused(call(tok_a, "create_session", "{\"session\":\"m\",\"memory\":\"1x\"}"), "invalid", "params.memory",
                 NULL);
         refused(call(tok_a, "create_session", "{\"session\":\"m\",\"memory\":1000}"), "invalid", "out of range", NULL);

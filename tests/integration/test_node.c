@@ -322,7 +322,7 @@ static bool fenced(void *ud)
 
 Test(node, a_node_gone_past_node_fence_fences_its_sessions)
 {
-        /* timeout_s: the test's own bound, not exec_timeout_default (a hidden deadline under load) */
+        /* timeout_s: the test's own bound, not exec.timeout_default (a hidden deadline under load) */
         struct exec_request req = {
                 .user = "u1", .session = "s1", .command = "echo before; sleep 600", .timeout_s = 600, .actor = "test"};
         struct exec_result res;
@@ -565,9 +565,9 @@ Test(node, egress_connects_leave_from_the_node_agent_and_the_control_still_decid
         int code = -1;
 
         fixture_config(&cfg);
-        cr_assert_eq(config_set(&cfg, "egress_allow", "up.test:*", &err), 0);
-        cr_assert_eq(config_set(&cfg, "egress_resolve", "up.test=127.0.0.1, blocked.test=127.0.0.1", &err), 0);
-        cr_assert_eq(config_set(&cfg, "egress_allow_private", "127.0.0.1/32", &err), 0);
+        cr_assert_eq(config_set(&cfg, "egress.allow", "up.test:*", &err), 0);
+        cr_assert_eq(config_set(&cfg, "egress.resolve", "up.test=127.0.0.1, blocked.test=127.0.0.1", &err), 0);
+        cr_assert_eq(config_set(&cfg, "egress.allow_private", "127.0.0.1/32", &err), 0);
         u.agent = open_with_node_publishing();
         u.lfd = socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0);
         cr_assert_eq(bind(u.lfd, (struct sockaddr *)&sa, sizeof(sa)), 0);
@@ -906,7 +906,7 @@ Test(node, a_node_that_comes_back_is_told_only_its_own_sessions)
         pid_t pids[2];
         int code = -1;
 
-        open_with_two_nodes(0, pids); /* node_fence 30 s: nothing is fenced here */
+        open_with_two_nodes(0, pids); /* node.fence 30 s: nothing is fenced here */
         free(fixture_run(d, "s1", "true", 0, &code));
         free(fixture_run(d, "s2", "true", 0, &code));
         snprintf(node, sizeof(node), "%s", placed("s1"));

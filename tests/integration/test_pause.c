@@ -3,7 +3,7 @@
  * paused after pause_after and keeps its interpreter state while using no
  * CPU; any request resumes a paused session; a paused session stays paused
  * across a daemon SIGKILL and restart, then resumes with its state;
- * max_paused_sessions stops the least recently used paused session, whose
+ * limits.paused_sessions stops the least recently used paused session, whose
  * context then reports state_lost stopped_while_paused; a pause of a
  * session the caller does not have is refused. Every call goes through the
  * daemon's real API socket. Ports 31500-31799. */
@@ -430,7 +430,7 @@ Test(pause, past_max_paused_sessions_the_oldest_is_stopped_and_says_so, .fini = 
         cr_assert_eq(state_of("alice", "old"), SESSION_STOPPED);
         cr_assert_eq(session_get_info(d->sessions, "alice", "old", &info), 0);
         cr_assert_str_eq(info.error_cause, "stopped_while_paused");
-        cr_assert_not_null(strstr(info.last_error, "max_paused_sessions=1"), "%s", info.last_error);
+        cr_assert_not_null(strstr(info.last_error, "limits.paused_sessions=1"), "%s", info.last_error);
         session_info_done(&info);
         cr_assert_eq(audit_count("session.pause_evicted", "old"), 1);
 

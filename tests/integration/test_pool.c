@@ -6,14 +6,14 @@
  *     keeps the pool's labels in Docker, yet --gc and the admin listing go
  *     by the store and give it to the session;
  *   - every image sessions may use has a pool of its own size;
- *   - workspace_quota_mode loop: the claimed workspace is the slot's image,
+ *   - workspace.quota_mode loop: the claimed workspace is the slot's image,
  *     now the session's, and its quota holds inside the container;
  *   - a burst of new sessions larger than the pool: every one is served
  *     (some cold), and the pool comes back;
  *   - a dry pool: claimants wait in line and the refill serves them in
  *     arrival order; one past the line's length takes the cold path;
  *   - a private session never takes a pool container, also when it is
- *     marked while it waits in line, and slots count against max_sessions
+ *     marked while it waits in line, and slots count against limits.sessions
  *     (one gives way to a cold session);
  *   - SIGKILL at each step of a claim, then a restart: the claimed container
  *     is the session's exactly once, no slot directory or uid is left, no
@@ -409,7 +409,7 @@ Test(pool, a_burst_larger_than_the_pool_is_served_and_the_pool_comes_back)
         cr_assert_eq(ps.claims + ps.misses, N);
         cr_assert_eq(ps.claims, pooled);
         cr_assert_geq(pooled, 1);
-        /* the ready slots, plus at most a line of pool_size served by the refill */
+        /* the ready slots, plus at most a line of pool.size served by the refill */
         cr_assert_leq(pooled, 2 * (size_t)cfg.pool_size, "more sessions pooled than the pool and its line could hold");
         cr_assert_eq(ps.waiting, 0);
         for (int i = 0; i < N; i++)
@@ -475,7 +475,7 @@ Test(pool, a_dry_pool_serves_its_line_in_arrival_order_and_one_past_the_line_goe
                 session_release(s);
                 cr_assert(is_pooled(name));
         }
-        /* w0, then w1, join the line (pool_size 2 long); w2 finds it full: cold at once */
+        /* w0, then w1, join the line (pool.size 2 long); w2 finds it full: cold at once */
         for (int i = 0; i < 3; i++) {
                 snprintf(args[i].session, sizeof(args[i].session), "w%d", i);
                 cr_assert_eq(pthread_create(&t[i], NULL, burst_one, &args[i]), 0);

@@ -1,7 +1,7 @@
 /* Integration tests of the per-user quotas (issue 12 item 3) against the
  * real dockerd: live sessions per user, concurrent executions per user, the
  * fair share of the global execution cap (another user is served while one
- * is at a cap), the fair share of max_sessions (another user is served by
+ * is at a cap), the fair share of limits.sessions (another user is served by
  * stopping an idle session of the user holding the most, never one in use),
  * services per session, spool bytes per session, and the per-user overrides
  * through the admin socket and sandboxctl. */
@@ -159,8 +159,8 @@ Test(quota, fair_share_of_the_global_cap)
         start_ok("alice", "a1", "sleep 120", a[2]);
         /* bob takes the last slot; alice is past her share of 2 and is told so */
         start_ok("bob", "b1", "sleep 120", b[0]);
-        busy_naming("alice", "a1", "fair share of max_exec_global=4");
-        busy_naming("bob", "b1", "max_exec_global=4");
+        busy_naming("alice", "a1", "fair share of limits.exec_global=4");
+        busy_naming("bob", "b1", "limits.exec_global=4");
 
         /* as alice's end, bob gets up to his share, alice no more than hers */
         cancel_all("alice", a, 2);
@@ -173,7 +173,7 @@ Test(quota, fair_share_of_the_global_cap)
         daemon_close(d);
 }
 
-/* ---- the fair share of max_sessions ---- */
+/* ---- the fair share of limits.sessions ---- */
 
 /* `command` as user:session, asserting it completed; its stdout (malloc'd). */
 static char *run_as(const char *user, const char *session, const char *command)
@@ -265,7 +265,7 @@ Test(quota, fair_share_of_sessions_stops_the_least_recently_active_idle_one)
 
         /* alice, holding three to bob's one, takes nothing back from him */
         cr_assert_eq(session_up("alice", "a2", &err), -EUSERS, "alice took bob's slot back");
-        cr_assert_not_null(strstr(err.msg, "max_sessions=4"), "%s", err.msg);
+        cr_assert_not_null(strstr(err.msg, "limits.sessions=4"), "%s", err.msg);
         cr_assert_eq(session_evictions(d->sessions), 1);
         assert_running("bob", "b1");
 
@@ -358,7 +358,7 @@ Test(quota, fair_share_of_sessions_stops_nothing_in_use)
 
         cr_assert_eq(session_up("bob", "b1", &err), -EUSERS, "bob was served by stopping a session in use");
         cr_assert_not_null(strstr(err.msg, "busy"), "%s", err.msg);
-        cr_assert_not_null(strstr(err.msg, "max_sessions=4"), "%s", err.msg);
+        cr_assert_not_null(strstr(err.msg, "limits.sessions=4"), "%s", err.msg);
         cr_assert_eq(session_evictions(d->sessions), 0);
         for (size_t i = 0; i < 3; i++)
                 cr_assert(fixture_exec_running(d, "alice", ids[i]), "execution %zu was touched", i);

@@ -347,7 +347,7 @@ Test(services, starts_survive_executions_ending_around_them, .timeout = 600)
         ended_before = atomic_load(&c.ended);
         {
                 /* the shim's parent ($PPID is the shim) is the runner. The storm
-                 * lasts as long as the test may (not exec_timeout_default, 60 s):
+                 * lasts as long as the test may (not exec.timeout_default, 60 s):
                  * 200 starts and stops against it take 50-60 s on 2 busy cores, and
                  * "ran until the end" must not become a timed assertion. */
                 struct exec_request storm = {

@@ -10,7 +10,7 @@
  *   - a private parent gives a private child, whose one container never
  *     had a network; a private snapshot restored makes its session private;
  *   - the quotas (count, bytes) give a clear error; names are checked;
- *   - --gc removes snapshots past snapshot_retention and keeps the rest;
+ *   - --gc removes snapshots past gc.snapshot_retention and keeps the rest;
  *   - loop mode: the copy is a sparse image of the same size, and the
  *     fork's workspace keeps the size limit;
  *   - a fork is served from the warm pool; a session already paused stays
@@ -50,9 +50,9 @@ TestSuite(snapshot, .timeout = 600);
 static struct sbx_config cfg;
 static struct daemon *d;
 static char tok[TOKEN_LEN + 1], tok_conn[TOKEN_LEN + 1];
-static int max_snapshots = 20;                        /* max_snapshots_per_user of the next setup */
-static int64_t max_snapshot_bytes = INT64_C(1) << 34; /* max_snapshot_bytes_per_user */
-static int pool_size;                                 /* pool_size of the next setup */
+static int max_snapshots = 20;                        /* limits.snapshots_per_user of the next setup */
+static int64_t max_snapshot_bytes = INT64_C(1) << 34; /* limits.snapshot_bytes_per_user */
+static int pool_size;                                 /* pool.size of the next setup */
 
 static void setup_with(const char *mode, const char *network, const char *image)
 {
@@ -521,7 +521,7 @@ Test(snapshot, quota_exceeded_is_a_clear_error, .fini = teardown)
         free(sh("q", "head -c 200000 /dev/urandom > /workspace/r"));
         take("q", "one", id);
         take("q", NULL, id);
-        refused(call("snapshot_session", "q", NULL), "quota_exceeded", "max_snapshot_bytes_per_user");
+        refused(call("snapshot_session", "q", NULL), "quota_exceeded", "limits.snapshot_bytes_per_user");
         res = ok(call("list_snapshots", NULL, NULL), &keep);
         cr_assert_eq(apic_num(res, "count"), 2, "the refused copy is gone: %s", cJSON_PrintUnformatted(keep));
         cJSON_Delete(keep);
@@ -532,7 +532,7 @@ Test(snapshot, quota_exceeded_is_a_clear_error, .fini = teardown)
         free(sh("q", "echo small > /workspace/r"));
         take("q", NULL, id);
         take("q", NULL, id);
-        refused(call("snapshot_session", "q", NULL), "quota_exceeded", "max_snapshots_per_user is 3");
+        refused(call("snapshot_session", "q", NULL), "quota_exceeded", "limits.snapshots_per_user is 3");
         res = ok(call("list_snapshots", NULL, NULL), &keep);
         cr_assert_eq(apic_num(res, "count"), 3);
         cr_assert_eq(apic_num(res, "max_count"), 3);
@@ -568,7 +568,7 @@ Test(snapshot, gc_prunes_old_snapshots_and_keeps_the_rest, .fini = teardown)
                 cr_assert_not_null(strstr(out, "2 snapshots"), "%s", out);
                 free(out);
         }
-        /* the clock gc judges by: the old one just past snapshot_retention, the new one not */
+        /* the clock gc judges by: the old one just past gc.snapshot_retention, the new one not */
         cfg.snapshot_retention_s = 3600;
         opts.now_ms = a.created_at + 3600 * 1000LL + 1;
         store_snapshot_done(&a);

@@ -13,7 +13,7 @@
  *     gone;
  *   - a workspace from before (the image's uid 1000, with a symlink planted
  *     to a host file) is handed over without following the symlink;
- *   - workspace_quota_mode loop: the mounted image's root is the uid's.
+ *   - workspace.quota_mode loop: the mounted image's root is the uid's.
  * Everything carries this run's labels and lives under its temp dir. */
 #include <criterion/criterion.h>
 #include <errno.h>

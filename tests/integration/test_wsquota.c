@@ -1,7 +1,7 @@
 /* Integration tests of the workspace disk quota (issue 12 item 4) against
  * the real dockerd and the real kernel:
  *   - loop: writing past the quota fails inside the container (ENOSPC) and
- *     write_file answers quota_exceeded naming workspace_quota (issue 34), for
+ *     write_file answers quota_exceeded naming workspace.quota (issue 34), for
  *     bytes and for inodes; usage is reported; another session and the
  *     store are unaffected; the workspace keeps its files and its limit
  *     across a recreation and a daemon restart; the image is unmounted and
@@ -196,7 +196,7 @@ Test(wsquota, loop_limits_bytes_and_files_and_survives_recreation_and_restart)
                 char where[FILES_PATH_MAX];
                 cr_assert_eq(files_write(&d->files, "u1", "a", "/workspace/more", chunk, sizeof(chunk), where, &err),
                              -EDQUOT, "%s", err.msg);
-                cr_assert_not_null(strstr(err.msg, "workspace_quota"), "%s", err.msg);
+                cr_assert_not_null(strstr(err.msg, "workspace.quota"), "%s", err.msg);
         }
         /* the bytes landed in the image, never on the host's file system */
         cr_assert_eq(stat(img, &st), 0);

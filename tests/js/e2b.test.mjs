@@ -63,7 +63,7 @@ describe('E2B SDK against sandboxd (issue 36)', () => {
 
         before(async () => {
                 d = new Daemon();
-                d.env.SANDBOXD_MAX_FILE_SIZE = '64m'; // the upload cap (E2B_UPLOAD_MAX's), tested below
+                d.env.SANDBOXD_LIMITS_FILE_SIZE = '64m'; // the upload cap (E2B_UPLOAD_MAX's), tested below
                 d.env.SANDBOXD_E2B_DOMAIN = 'sbx.test'; // getHost(port) names: the tests set Host on 127.0.0.1
                 d.env.SANDBOXD_E2B_PROXY_MAX_PER_USER = '1'; // an open WebSocket holds the one slot (e2b_host_program.mjs)
                 ({ ca, port } = await d.startHttps());
@@ -124,7 +124,7 @@ describe('E2B SDK against sandboxd (issue 36)', () => {
                         first: { op: 1, data: 'ready' },
                         echo: { op: 1, data: 'echo: hello ws' },
                         echo2: { op: 2, data: 'echo: binary too' },
-                        busy: 429, // e2b_proxy_max_per_user 1, held by the open WebSocket
+                        busy: 429, // e2b.proxy_max_per_user 1, held by the open WebSocket
                         closeFrame: { op: 8, data: '' },
                         after: 200,
                 });
@@ -515,7 +515,7 @@ describe('E2B SDK against sandboxd (issue 36)', () => {
                                 const r = await api(keyA, 'POST', `/sandboxes/${id}/fork`, body);
                                 assert.equal(r.status, 400, `fork ${JSON.stringify(body)}: ${r.status} ${r.body}`);
                         }
-                        // one rule for every timeout: whole seconds, 1 (0 for setTimeout) to session_ttl_max
+                        // one rule for every timeout: whole seconds, 1 (0 for setTimeout) to SESSSPEC_TTL_MAX_S
                         for (const [route, body, floor] of [
                                 ['/sandboxes', { templateID: 'base', timeout: 1.5 }, 1],
                                 ['/sandboxes', { templateID: 'base', timeout: 0 }, 1],

@@ -5,7 +5,7 @@
 // the SDK's name. Then a WebSocket echo server (python3's standard library,
 // the handshake by hand) reached through getHost(WS_PORT) by a client with a
 // hand-written handshake over TLS (Node 20 has no WebSocket client). The
-// daemon runs with e2b_proxy_max_per_user 1: an open WebSocket holds the
+// daemon runs with e2b.proxy_max_per_user 1: an open WebSocket holds the
 // user's one slot, and its close gives it back. Prints one JSON line of what
 // it saw.
 import crypto from 'node:crypto';

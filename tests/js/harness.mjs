@@ -103,8 +103,8 @@ export class Daemon {
                         { cwd: this.dir, stdio: 'ignore' },
                 );
                 this.env.SANDBOXD_HTTP_LISTEN = '127.0.0.1:0';
-                this.env.SANDBOXD_TLS_CERT = path.join(this.dir, 'server.pem');
-                this.env.SANDBOXD_TLS_KEY = path.join(this.dir, 'server.key');
+                this.env.SANDBOXD_HTTP_TLS_CERT = path.join(this.dir, 'server.pem');
+                this.env.SANDBOXD_HTTP_TLS_KEY = path.join(this.dir, 'server.key');
                 await this.start();
                 const m = /HTTPS listening on 127\.0\.0\.1:0 \(port (\d+)\)/.exec(fs.readFileSync(this.logFile, 'utf8'));
                 assert.ok(m, `no HTTPS port in the log:\n${this.logTail()}`);

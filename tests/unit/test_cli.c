@@ -63,10 +63,10 @@ Test(cli, check_config_names_the_offending_line)
 Test(cli, check_config_refuses_project_quotas_with_a_reason)
 {
         char out[4096], args[128];
-        conf("workspace_quota_mode = project\n");
+        conf("workspace.quota_mode = project\n");
         snprintf(args, sizeof(args), "--config %s --check-config", path);
         cr_assert_eq(run(args, out, sizeof(out)), 1, "%s", out);
-        cr_assert_not_null(strstr(out, "workspace_quota_mode project"), "%s", out);
+        cr_assert_not_null(strstr(out, "workspace.quota_mode project"), "%s", out);
         cr_assert_not_null(strstr(out, "use loop"), "%s", out);
 }
 

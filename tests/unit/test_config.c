@@ -30,6 +30,8 @@ static void cleanup(void)
 
 TestSuite(config, .fini = cleanup);
 
+static void expect_error(const char *text, const char *line_tag, const char *why);
+
 Test(config, defaults_are_valid)
 {
         struct sbx_config cfg;
@@ -45,31 +47,159 @@ Test(config, defaults_are_valid)
         cr_assert_eq(cfg.max_exec_per_session, 5);
 }
 
-Test(config, documented_file_lists_every_key_and_parses)
+/* The shipped file sets every key (so --print-config names it FILE:LINE for
+ * each) and parses; a key left at its default would show "from: default". */
+Test(config, shipped_file_sets_every_key_and_print_config_names_each_source)
 {
-        char file[512];
-        FILE *f;
-        _cleanup_free_ char *text = NULL;
-        size_t len = 0;
-        struct sbx_config cfg, def;
+        char file[512], cmd[1200], line[4096];
+        FILE *p;
+        size_t keys = 0, from_file = 0, n_keys = 0;
+        struct sbx_config cfg;
         struct sbx_error err = {0};
 
         snprintf(file, sizeof(file), "%s/etc/sandboxd.conf", SANDBOXD_SOURCE_DIR);
-        f = open_memstream(&text, &len);
-        FILE *in = fopen(file, "r");
-        cr_assert_not_null(in);
-        for (int c; (c = fgetc(in)) != EOF;)
-                fputc(c, f);
-        fclose(in);
-        fclose(f);
-        for (size_t i = 0; config_key_name(i); i++) {
-                char needle[80];
-                snprintf(needle, sizeof(needle), "\n%s = ", config_key_name(i));
-                cr_expect_not_null(strstr(text, needle), "etc/sandboxd.conf does not document %s", config_key_name(i));
-        }
         cr_assert_eq(config_load(file, &cfg, &err), 0, "%s", err.msg);
-        config_defaults(&def);
-        cr_assert_eq(memcmp(&cfg, &def, sizeof(cfg)), 0, "etc/sandboxd.conf differs from the embedded defaults");
+        while (config_key_name(n_keys))
+                n_keys++;
+        cr_assert_lt(n_keys, 90, "%zu keys: an operator cannot hold them in mind", n_keys);
+
+        snprintf(cmd, sizeof(cmd), "env -i SANDBOXD_LIMITS_SESSIONS=7 %s/sandboxd --config %s --print-config",
+                 SANDBOXD_BINARY_DIR, file);
+        p = popen(cmd, "r");
+        cr_assert_not_null(p);
+        while (fgets(line, sizeof(line), p)) {
+                char *from = strstr(line, " # from: ");
+                if (line[0] == '#' || line[0] == '[' || line[0] == '\n')
+                        continue;
+                keys++;
+                cr_assert_not_null(from, "no source: %s", line);
+                if (strncmp(line, "sessions = ", 11) == 0)
+                        cr_expect_not_null(strstr(from, "SANDBOXD_LIMITS_SESSIONS"), "%s", line);
+                else if (strstr(from, file) && strchr(from + strlen(" # from: ") + strlen(file), ':'))
+                        from_file++;
+                else
+                        cr_expect_fail("not from %s:LINE: %s", file, line);
+        }
+        cr_assert_eq(pclose(p), 0);
+        cr_assert_eq(keys, n_keys, "--print-config printed %zu of %zu keys", keys, n_keys);
+        cr_assert_eq(from_file, n_keys - 1);
+}
+
+Test(config, print_config_says_default_file_line_and_environment)
+{
+        char cmd[1200], out[65536];
+        FILE *p;
+        size_t n;
+
+        write_conf("memory = 512m\n[node]\nfence = 45s\n");
+        snprintf(cmd, sizeof(cmd), "env -i SANDBOXD_CPUS=2 %s/sandboxd --config %s --print-config", SANDBOXD_BINARY_DIR,
+                 path);
+        p = popen(cmd, "r");
+        cr_assert_not_null(p);
+        n = fread(out, 1, sizeof(out) - 1, p);
+        out[n] = '\0';
+        cr_assert_eq(pclose(p), 0);
+        char want[256];
+        snprintf(want, sizeof(want), "\nmemory = \"512m\" # from: %s:1\n", path);
+        cr_expect_not_null(strstr(out, want), "%s", want);
+        snprintf(want, sizeof(want), "\n[node]\n");
+        cr_expect_not_null(strstr(out, want));
+        snprintf(want, sizeof(want), "\nfence = \"45s\" # from: %s:3\n", path);
+        cr_expect_not_null(strstr(out, want), "%s", want);
+        cr_expect_not_null(strstr(out, "\ncpus = \"2.000000000\" # from: SANDBOXD_CPUS\n"));
+        cr_expect_not_null(strstr(out, "\nidle_timeout = \"2h\" # from: default\n"));
+}
+
+/* --check-config on a key of an older sandboxd names what replaced it. */
+Test(config, check_config_names_the_replacement_of_an_old_key)
+{
+        char cmd[1200], out[4096];
+        FILE *p;
+        size_t n;
+
+        write_conf("image = x\nmax_sessions = 10\n");
+        snprintf(cmd, sizeof(cmd), "env -i %s/sandboxd --config %s --check-config 2>&1", SANDBOXD_BINARY_DIR, path);
+        p = popen(cmd, "r");
+        cr_assert_not_null(p);
+        n = fread(out, 1, sizeof(out) - 1, p);
+        out[n] = '\0';
+        cr_assert_neq(pclose(p), 0, "an old key was accepted: %s", out);
+        cr_expect_not_null(strstr(out, ":2: key 'max_sessions' was renamed: write limits.sessions"), "%s", out);
+        cr_expect_not_null(strstr(out, "SANDBOXD_LIMITS_SESSIONS"), "%s", out);
+
+        expect_error("[limits]\nmax_exec_global = 3\n", ":2:", "write limits.exec_global");
+        expect_error("http_timeout = 10s\n", ":1:", "became the constant HTTP_IDLE_TIMEOUT_S = 30s");
+        expect_error("kube_gvisor_class = g\n", ":1:", "K8S_GVISOR_RUNTIME_CLASS = \"gvisor\"");
+        expect_error("webhook_secret = k\n", ":1:", "webhook.secret_file");
+        expect_error("[limits]\nidle_timeout = 1h\n", ":2:", "belongs before the first section");
+        expect_error("[nosuch]\n", ":1:", "unknown section");
+
+        /* the same from the environment, at start as in --check-config */
+        struct sbx_config cfg;
+        struct sbx_error err = {0};
+        setenv("SANDBOXD_MAX_EXEC_GLOBAL", "3", 1);
+        cr_expect_eq(config_load(NULL, &cfg, &err), -EINVAL);
+        unsetenv("SANDBOXD_MAX_EXEC_GLOBAL");
+        cr_expect_not_null(strstr(err.msg, "environment SANDBOXD_MAX_EXEC_GLOBAL: key 'max_exec_global' was renamed"),
+                           "%s", err.msg);
+        /* node.listen and node.listen share their variable: still accepted */
+        setenv("SANDBOXD_NODE_FENCE", "1m", 1);
+        cr_expect_eq(config_load(NULL, &cfg, &err), 0, "%s", err.msg);
+        unsetenv("SANDBOXD_NODE_FENCE");
+        cr_expect_eq(cfg.node_fence_ms, 60000);
+
+        /* every old key gives an error that is not "unknown key" */
+        for (size_t i = 0; config_old_key_name(i); i++) {
+                config_defaults(&cfg);
+                cr_expect_eq(config_set(&cfg, config_old_key_name(i), "1", &err), -EINVAL);
+                cr_expect_null(strstr(err.msg, "unknown key"), "%s", err.msg);
+        }
+}
+
+/* One duration syntax: a whole number and ms, s, m, h or d, for every
+ * duration key, stored in the field's unit; a bare number is that unit. */
+Test(config, one_duration_syntax)
+{
+        int64_t v;
+        struct sbx_config cfg;
+        struct sbx_error err = {0};
+
+        cr_assert_eq(config_parse_duration("500ms", 1, &v), 0);
+        cr_expect_eq(v, 500);
+        cr_assert_eq(config_parse_duration("2m", 1, &v), 0);
+        cr_expect_eq(v, 120000);
+        cr_assert_eq(config_parse_duration("1d", 1, &v), 0);
+        cr_expect_eq(v, 86400000);
+        cr_assert_eq(config_parse_duration("3h", 1000, &v), 0);
+        cr_expect_eq(v, 10800);
+        cr_assert_eq(config_parse_duration("2000ms", 1000, &v), 0);
+        cr_expect_eq(v, 2);
+        cr_assert_eq(config_parse_duration("90", 1000, &v), 0, "a bare number is the field's unit");
+        cr_expect_eq(v, 90);
+        cr_assert_eq(config_parse_duration("90", 1, &v), 0);
+        cr_expect_eq(v, 90);
+        cr_assert_eq(config_parse_duration("-1", 1000, &v), 0, "forever, where a key allows it");
+        cr_expect_eq(v, -1);
+        cr_expect_eq(config_parse_duration("1500ms", 1000, &v), -EINVAL, "not whole seconds");
+        cr_expect_eq(config_parse_duration("-1s", 1000, &v), -EINVAL);
+        cr_expect_eq(config_parse_duration("5 min", 1000, &v), -EINVAL);
+        cr_expect_eq(config_parse_duration("1.5s", 1, &v), -EINVAL);
+        cr_expect_eq(config_parse_duration("s", 1, &v), -EINVAL);
+        cr_expect_eq(config_parse_duration("99999999999999999d", 1, &v), -ERANGE);
+
+        /* the same syntax on a seconds key and on a milliseconds key */
+        config_defaults(&cfg);
+        cr_assert_eq(config_set(&cfg, "idle_timeout", "90m", &err), 0, "%s", err.msg);
+        cr_expect_eq(cfg.idle_timeout_s, 5400);
+        cr_assert_eq(config_set(&cfg, "gc.max_age", "1d", &err), 0, "%s", err.msg);
+        cr_expect_eq(cfg.max_age_s, 86400);
+        cr_assert_eq(config_set(&cfg, "node.fence", "1m", &err), 0, "%s", err.msg);
+        cr_expect_eq(cfg.node_fence_ms, 60000);
+        cr_assert_eq(config_set(&cfg, "exec.kill_grace", "1d", &err), -EINVAL, "past its range");
+        cr_assert_eq(config_set(&cfg, "pool.wait", "250ms", &err), 0, "%s", err.msg);
+        cr_expect_eq(cfg.pool_wait_ms, 250);
+        cr_assert_eq(config_set(&cfg, "exec.timeout_default", "1500ms", &err), -EINVAL);
+        cr_expect_not_null(strstr(err.msg, "whole seconds"), "%s", err.msg);
 }
 
 Test(config, values_units_and_quotes)
@@ -80,19 +210,20 @@ Test(config, values_units_and_quotes)
                 "# comment\n"
                 "memory = 512m   # trailing comment\n"
                 "cpus = 1.5\n"
-                "tmpfs_size = 2g\n"
                 "idle_timeout = 2h\n"
-                "monitor_interval = 250ms\n"
                 "port_range = 30000-30099\n"
                 "instance = \"ci-1\"\n"
                 "image = \"my image # not a comment\"\n"
+                "[node]\n"
+                "fence = 250ms\n"
+                "limits.sessions = 7 # a dotted key anywhere\n"
                 "\n");
         cr_assert_eq(config_load(path, &cfg, &err), 0, "%s", err.msg);
         cr_assert_eq(cfg.memory_bytes, 512LL << 20);
         cr_assert_eq(cfg.nano_cpus, 1500000000LL);
-        cr_assert_eq(cfg.tmpfs_bytes, 2LL << 30);
         cr_assert_eq(cfg.idle_timeout_s, 7200);
-        cr_assert_eq(cfg.monitor_interval_ms, 250);
+        cr_assert_eq(cfg.node_fence_ms, 250);
+        cr_assert_eq(cfg.max_sessions, 7);
         cr_assert_eq(cfg.port_range_lo, 30000);
         cr_assert_eq(cfg.port_range_hi, 30099);
         cr_assert_str_eq(cfg.instance, "ci-1");
@@ -134,19 +265,19 @@ Test(config, cross_key_checks)
         cr_assert_eq(config_load(path, &cfg, &err), -EINVAL);
         cr_assert_not_null(strstr(err.msg, "ports_per_session"), "%s", err.msg);
         unlink(path);
-        write_conf("max_exec_per_session = 20\nmax_exec_global = 10\n");
+        write_conf("[limits]\nexec_per_session = 20\nexec_global = 10\n");
         cr_assert_eq(config_load(path, &cfg, &err), -EINVAL);
-        cr_assert_not_null(strstr(err.msg, "max_exec_per_session"), "%s", err.msg);
+        cr_assert_not_null(strstr(err.msg, "limits.exec_per_session"), "%s", err.msg);
 }
 
-/* pool_images: per-image pool sizes over pool_size, of images sessions may use only */
+/* pool.images: per-image pool sizes over pool.size, of images sessions may use only */
 Test(config, pool_images_override_pool_size_per_image)
 {
         struct sbx_config cfg;
         struct sbx_error err = {0};
         char list[4][256];
 
-        write_conf("image = a:1\nimages = b:2, c:3 ,a:1\npool_size = 2\npool_images = b:2=5, c:3 = 0\n");
+        write_conf("image = a:1\nimages = b:2, c:3 ,a:1\n[pool]\nsize = 2\nimages = b:2=5, c:3 = 0\n");
         cr_assert_eq(config_load(path, &cfg, &err), 0, "%s", err.msg);
         cr_assert_eq(config_image_list(&cfg, list, 4), 3, "image first, then images, each once");
         cr_assert_str_eq(list[0], "a:1");
@@ -156,14 +287,14 @@ Test(config, pool_images_override_pool_size_per_image)
         cr_assert_eq(config_pool_size_for(&cfg, "b:2"), 5);
         cr_assert_eq(config_pool_size_for(&cfg, "c:3"), 0);
         unlink(path);
-        write_conf("image = a:1\npool_images = z:9=1\n");
+        write_conf("image = a:1\npool.images = z:9=1\n");
         cr_assert_eq(config_load(path, &cfg, &err), -EINVAL, "an image sessions cannot use was accepted");
         cr_assert_not_null(strstr(err.msg, "pool_images"), "%s", err.msg);
         unlink(path);
-        write_conf("image = a:1\npool_images = a:1=1001\n");
+        write_conf("image = a:1\npool.images = a:1=1001\n");
         cr_assert_eq(config_load(path, &cfg, &err), -EINVAL, "a size past 1000 was accepted");
         unlink(path);
-        write_conf("image = a:1\npool_images = a:1\n");
+        write_conf("image = a:1\npool.images = a:1\n");
         cr_assert_eq(config_load(path, &cfg, &err), -EINVAL, "an entry without =N was accepted");
 }
 
@@ -199,10 +330,10 @@ Test(config, kubernetes_refuses_a_bridge_network_and_pools_on_claims)
         cr_expect_eq(config_load(path, &cfg, &err), -EINVAL);
         cr_expect(strstr(err.msg, "default-deny NetworkPolicy"), "%s", err.msg);
         /* the warm pool makes each slot's claim ahead (issue 27) */
-        write_conf("engine = kubernetes\nkube_workspace = pvc\npool_size = 2\nkube_namespace = sbx\n");
+        write_conf("engine = kubernetes\n[kubernetes]\nworkspace = pvc\nnamespace = sbx\n[pool]\nsize = 2\n");
         cr_expect_eq(config_load(path, &cfg, &err), 0, "%s", err.msg);
         cr_expect_eq(cfg.pool_size, 2);
-        write_conf("engine = kubernetes\nkube_workspace = pvc\npool_size = 0\nkube_namespace = sbx\n");
+        write_conf("engine = kubernetes\n[kubernetes]\nworkspace = pvc\nnamespace = sbx\n[pool]\nsize = 0\n");
         cr_expect_eq(config_load(path, &cfg, &err), 0, "%s", err.msg);
         cr_expect_str_eq(cfg.engine, "kubernetes");
         cr_expect_str_eq(cfg.kube_workspace, "pvc");

@@ -2,7 +2,7 @@
  * hands one end of a socketpair (or of a TCP connection, for curl and
  * python) to egress_accept, as the gateway does with a runner's connection.
  * Upstreams are test servers on 127.0.0.1, reached by name through
- * egress_resolve and allowed through egress_allow_private=127.0.0.1/32:
+ * egress.resolve and allowed through egress.allow_private=127.0.0.1/32:
  * an HTTP server that records what it was sent, a TCP echo server for
  * CONNECT, and (curl) an HTTPS server with a certificate made here.
  * Waits have deadlines; nothing asserts on time.
@@ -174,11 +174,11 @@ static void setup(void)
         server_start(&http_up, false);
         server_start(&echo_up, true);
         config_defaults(&cfg);
-        set("egress_allow", "up.test:*, echo.test:*, *.wild.test:*, private.test:*, tls.test:*");
-        set("egress_resolve",
+        set("egress.allow", "up.test:*, echo.test:*, *.wild.test:*, private.test:*, tls.test:*");
+        set("egress.resolve",
             "up.test=127.0.0.1, echo.test=127.0.0.1, a.wild.test=127.0.0.1, tls.test=127.0.0.1, "
             "other.test=127.0.0.1, private.test=10.255.255.1");
-        set("egress_allow_private", "127.0.0.1/32");
+        set("egress.allow_private", "127.0.0.1/32");
 }
 
 static void start(void)
@@ -456,7 +456,7 @@ Test(egress, allowed_name_resolving_to_loopback_is_refused_without_allow_private
         struct store_egress_entry *r;
         int fd;
 
-        set("egress_allow_private", "");
+        set("egress.allow_private", "");
         start();
         fd = proxy_conn();
         snprintf(req, sizeof(req), "GET http://up.test:%d/ HTTP/1.1\r\n\r\n", http_up.port);
@@ -486,9 +486,9 @@ Test(egress, caps_per_session)
         char buf[4096], req[256];
         int fds[2], fd;
 
-        set("egress_max_tunnels_per_session", "2");
-        set("egress_max_tunnels_per_user", "3");
-        set("egress_conns_per_minute", "3");
+        cfg.egress_max_tunnels_per_session = 2; /* constants in the daemon; the fields stay */
+        cfg.egress_max_tunnels_per_user = 3;
+        cfg.egress_conns_per_minute = 3;
         start();
         snprintf(req, sizeof(req), "CONNECT echo.test:%d HTTP/1.1\r\n\r\n", echo_up.port);
         for (int i = 0; i < 2; i++) {
@@ -537,7 +537,7 @@ Test(egress, byte_cap_ends_the_tunnel)
         struct store_egress_entry *r;
         int fd;
 
-        set("egress_max_bytes_per_session", "64k");
+        set("egress.max_bytes_per_session", "64k");
         start();
         fd = proxy_conn();
         snprintf(req, sizeof(req), "CONNECT echo.test:%d HTTP/1.1\r\n\r\n", echo_up.port);
@@ -677,7 +677,7 @@ Test(egress, slow_head_times_out_with_408)
         char buf[4096];
         int fd;
 
-        set("egress_header_timeout", "300ms");
+        cfg.egress_header_timeout_ms = 300;
         start();
         fd = proxy_conn();
         send_str(fd, "GET http://up.test/ HTTP/1.1\r\nX-Slow: ");
@@ -822,7 +822,7 @@ Test(egress, curl_and_python_reach_http_and_https_upstreams)
         close(lfd);
 }
 
-/* egress_upstream_proxy: this proxy (A) sends allowed traffic through
+/* egress.upstream_proxy: this proxy (A) sends allowed traffic through
  * another (B, a second instance standing in for a corporate proxy). */
 static struct egress *eg_b;
 
@@ -853,10 +853,10 @@ Test(egress, upstream_proxy_carries_connect_and_plain_http)
         lfd = listen_loopback(&lport);
         cr_assert_eq(pthread_create(&ft, NULL, front_b, (void *)(intptr_t)lfd), 0);
         /* A: no private addresses at all; the names go to B unresolved */
-        set("egress_allow_private", "");
+        set("egress.allow_private", "");
         snprintf(opt, sizeof(opt), "http://corp.test:%d", lport);
-        set("egress_upstream_proxy", opt);
-        set("egress_resolve", "corp.test=127.0.0.1");
+        set("egress.upstream_proxy", opt);
+        set("egress.resolve", "corp.test=127.0.0.1");
         start();
 
         fd = proxy_conn();

@@ -101,7 +101,7 @@ Test(sessspec, resources_parse_and_check)
         cr_assert_str_eq(err.msg, "memory 4g exceeds this user's maximum 1g (max_session_memory)");
         cr_assert_eq(parse("{\"disk\":\"2g\"}", &s, &err), 0);
         cr_assert_eq(sessspec_check(&cfg, &lim, &s, &err), -EINVAL);
-        cr_assert_not_null(strstr(err.msg, "workspace_quota_mode loop"), "%s", err.msg);
+        cr_assert_not_null(strstr(err.msg, "workspace.quota_mode loop"), "%s", err.msg);
         snprintf(cfg.workspace_quota_mode, sizeof(cfg.workspace_quota_mode), "loop");
         cr_assert_eq(sessspec_check(&cfg, &lim, &s, &err), -EINVAL);
         cr_assert_str_eq(err.msg, "disk 2g exceeds this user's maximum 1g (max_session_disk)");

@@ -11,7 +11,7 @@ Threads: one ``Sandboxd`` may be shared by any number of threads. It keeps
 at most ``max_connections`` kept-alive connections (the daemon takes 16 per
 client address, 64 in all); a call waits for a free one. A connection idle
 for more than ``idle_seconds`` is closed rather than reused, well inside
-the daemon's ``http_timeout`` (30 s by default), so a reused connection is
+the daemon's idle limit (``HTTP_IDLE_TIMEOUT_S``, 30 s), so a reused connection is
 rarely one the daemon has just closed; if it is, the call is sent again
 once on a new connection only when sending it twice cannot run anything
 twice (a read-only method, or one with an ``idempotency_key``).

@@ -93,16 +93,16 @@ class Daemon:
             SANDBOXD_LOG_LEVEL="info",
             SANDBOXD_POOL_SIZE="0",
             SANDBOXD_HTTP_LISTEN="127.0.0.1:0",
-            SANDBOXD_TLS_CERT=os.path.join(self.dir, "server.pem"),
-            SANDBOXD_TLS_KEY=os.path.join(self.dir, "server.key"),
+            SANDBOXD_HTTP_TLS_CERT=os.path.join(self.dir, "server.pem"),
+            SANDBOXD_HTTP_TLS_KEY=os.path.join(self.dir, "server.key"),
             # the clients keep at most 8 connections each; 100 parallel
             # calls must never meet the default caps of 5 executions
-            SANDBOXD_MAX_EXEC_PER_USER="24",
-            SANDBOXD_MAX_EXEC_PER_SESSION="24",
-            SANDBOXD_MAX_EXEC_GLOBAL="48",
+            SANDBOXD_LIMITS_EXEC_PER_USER="24",
+            SANDBOXD_LIMITS_EXEC_PER_SESSION="24",
+            SANDBOXD_LIMITS_EXEC_GLOBAL="48",
         )
         if mtls:
-            self.env["SANDBOXD_TLS_CLIENT_CA"] = self.ca
+            self.env["SANDBOXD_HTTP_TLS_CLIENT_CA"] = self.ca
         self.env.update(env or {})
         self.proc: subprocess.Popen | None = None
         self.url = ""

@@ -48,7 +48,7 @@ class ClientTest(unittest.TestCase):
     @classmethod
     def setUpClass(cls):
         cls.daemon = Daemon(
-            env={"SANDBOXD_MAX_FILE_SIZE": "1m", "SANDBOXD_MAX_SERVICES_PER_SESSION": "2"}
+            env={"SANDBOXD_LIMITS_FILE_SIZE": "1m", "SANDBOXD_LIMITS_SERVICES_PER_SESSION": "2"}
         ).start()
         cls.token = cls.daemon.token("alice")
         cls.sbx = sandboxd.Sandboxd(cls.daemon.url, cls.token, ca_file=cls.daemon.ca)
@@ -240,7 +240,7 @@ class ClientTest(unittest.TestCase):
         with self.assertRaises(sandboxd.NotFoundError):
             self.s.read_file("dir/missing")
         with self.assertRaises(sandboxd.TooLargeError) as cm:
-            self.s.write_file("big", b"x" * ((1 << 20) + 1))  # max_file_size=1m here
+            self.s.write_file("big", b"x" * ((1 << 20) + 1))  # limits.file_size=1m here
         self.assertEqual(cm.exception.status, 413)
 
     # ---- services ----
@@ -256,7 +256,7 @@ class ClientTest(unittest.TestCase):
             with self.assertRaises(sandboxd.ConflictError):
                 s.start_service("ticker", "sleep 1")
             s.start_service("second", "sleep 300")
-            with self.assertRaises(sandboxd.BusyError) as cm:  # max_services_per_session=2 here
+            with self.assertRaises(sandboxd.BusyError) as cm:  # limits.services_per_session=2 here
                 s.start_service("third", "sleep 300")
             self.assertEqual(cm.exception.status, 429)
             stopped = s.stop_service("ticker")
@@ -458,7 +458,7 @@ class ClientTest(unittest.TestCase):
 
 
 class MTLSTest(unittest.TestCase):
-    """A daemon that asks for client certificates (tls_client_ca)."""
+    """A daemon that asks for client certificates (http.tls_client_ca)."""
 
     @classmethod
     def setUpClass(cls):

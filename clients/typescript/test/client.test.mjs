@@ -38,7 +38,7 @@ describe('TypeScript client over HTTPS', { timeout: 600000 }, () => {
 
         before(async () => {
                 d = await startHttpsDaemon({
-                        env: { SANDBOXD_MAX_FILE_SIZE: '1m', SANDBOXD_MAX_SERVICES_PER_SESSION: '2' },
+                        env: { SANDBOXD_LIMITS_FILE_SIZE: '1m', SANDBOXD_LIMITS_SERVICES_PER_SESSION: '2' },
                 });
                 token = await d.createToken('alice');
                 c = new Sandboxd({ url: d.url, token, caFile: d.caFile });
@@ -211,7 +211,7 @@ describe('TypeScript client over HTTPS', { timeout: 600000 }, () => {
                 );
                 assert.ok((await caught(() => s.readFile('../../etc/passwd'))) instanceof sbx.InvalidError);
                 assert.ok((await caught(() => s.readFile('dir/missing'))) instanceof sbx.NotFoundError);
-                const big = await caught(() => s.writeFile('big', Buffer.alloc((1 << 20) + 1))); // max_file_size=1m
+                const big = await caught(() => s.writeFile('big', Buffer.alloc((1 << 20) + 1))); // limits.file_size=1m
                 assert.ok(big instanceof sbx.TooLargeError, String(big));
                 assert.equal(big.status, 413);
         });

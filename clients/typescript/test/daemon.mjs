@@ -25,14 +25,14 @@ export async function startHttpsDaemon({ mtls = false, env = {} } = {}) {
         execFileSync('sh', ['-c', OPENSSL], { cwd: d.dir, stdio: 'ignore', timeout: 120000 });
         Object.assign(d.env, {
                 SANDBOXD_HTTP_LISTEN: '127.0.0.1:0',
-                SANDBOXD_TLS_CERT: path.join(d.dir, 'server.pem'),
-                SANDBOXD_TLS_KEY: path.join(d.dir, 'server.key'),
+                SANDBOXD_HTTP_TLS_CERT: path.join(d.dir, 'server.pem'),
+                SANDBOXD_HTTP_TLS_KEY: path.join(d.dir, 'server.key'),
                 // the client keeps at most 8 connections; 100 parallel calls
                 // must never meet the default caps of 5 executions
-                SANDBOXD_MAX_EXEC_PER_USER: '24',
-                SANDBOXD_MAX_EXEC_PER_SESSION: '24',
-                SANDBOXD_MAX_EXEC_GLOBAL: '48',
-                ...(mtls ? { SANDBOXD_TLS_CLIENT_CA: path.join(d.dir, 'ca.pem') } : {}),
+                SANDBOXD_LIMITS_EXEC_PER_USER: '24',
+                SANDBOXD_LIMITS_EXEC_PER_SESSION: '24',
+                SANDBOXD_LIMITS_EXEC_GLOBAL: '48',
+                ...(mtls ? { SANDBOXD_HTTP_TLS_CLIENT_CA: path.join(d.dir, 'ca.pem') } : {}),
                 ...env,
         });
         await d.start();

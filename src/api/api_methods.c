@@ -31,7 +31,8 @@
 /* params.network of an execution (egress_rules.h: egress_net_parse):
  * *ret the narrowing (malloc'd), or NULL for the session's egress. The
  * runner attributes each proxied connection to its execution and the proxy
- * narrows by it (docs/security.md, "Network policy per execution"). */
+ * narrows by it (docs/security.md, "Network policy per execution"); a
+ * bridge session has no proxy to narrow by (unavailable). */
 int api_param_network(struct api_req *q, struct egress_net **ret, struct fronterr *e)
 {
         struct egress_net *net = malloc(sizeof(*net));
@@ -50,6 +51,13 @@ int api_param_network(struct api_req *q, struct egress_net **ret, struct fronter
         if (!net->set) {
                 free(net);
                 return 0;
+        }
+        /* bridge: raw networking, no proxy to narrow by: refused rather than run unnarrowed */
+        if (strcmp(egress_rules_mode(q->d->privacy, &q->d->cfg, q->tok.user, q->session), "bridge") == 0) {
+                free(net);
+                return fronterr_set(e, "unavailable",
+                                    "params.network needs the egress proxy (network_default none): a bridge "
+                                    "session's network cannot be narrowed per execution");
         }
         *ret = net;
         return 0;

@@ -41,8 +41,8 @@ int egress_exec_from(struct tunnel *t, struct evbuffer *in)
         t->from_read = true;
         kind = h.flags & RP_FROM_KIND;
         if (h.len != 0 || h.type != RP_EGRESS_FROM || kind < RP_FROM_EXEC || kind > RP_FROM_UNKNOWN ||
-            (h.flags & ~(RP_FROM_KIND | RP_FROM_NARROWED)) ||
-            ((h.flags & RP_FROM_NARROWED) && kind != RP_FROM_EXEC) || (kind == RP_FROM_EXEC) != (h.tag != 0))
+            (h.flags & ~(RP_FROM_KIND | RP_FROM_NARROWED)) || ((h.flags & RP_FROM_NARROWED) && kind != RP_FROM_EXEC) ||
+            (kind == RP_FROM_EXEC) != (h.tag != 0))
                 return -1;
         if (t->from_runner) {
                 t->from = kind;
@@ -52,8 +52,7 @@ int egress_exec_from(struct tunnel *t, struct evbuffer *in)
         return 1;
 }
 
-bool egress_exec_allowed(struct tunnel *t, char *ret_reason, size_t reason_size, char *ret_detail,
-                         size_t detail_size)
+bool egress_exec_allowed(struct tunnel *t, char *ret_reason, size_t reason_size, char *ret_detail, size_t detail_size)
 {
         struct egress_net *net;
         char id[40] = "";

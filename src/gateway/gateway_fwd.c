@@ -3,7 +3,7 @@
  * splice of each forward with the runner's data connection, the session's
  * fwd.sock (the runner's control connection, data connections pairing by
  * id and token; the runner's only, runner_peer.h) and egress.sock (handed
- * to the egress proxy).
+ * to the egress proxy, saying whether the peer is the runner).
  *
  * Threads and locks: loop thread only; the stats are atomics. Splicing
  * follows libevent's sample/le-proxy.c: bytes read from one side are moved

@@ -307,6 +307,7 @@ static void job_start(uint32_t tag, uint16_t flags, const unsigned char *p, size
         j->adopted = true;
         j->tag = tag;
         j->shim = shim;
+        runner_net_shim(shim, tag, flags & RP_EXEC_NARROWED, true);
         j->status = pst[0];
         j->pty = -1;
         if (tty) {
@@ -692,6 +693,7 @@ void exec_reaped(pid_t pid)
         for (int i = 0; i < MAX_JOBS; i++)
                 if (jobs[i].used && jobs[i].shim == pid)
                         jobs[i].shim_gone = true;
+        runner_net_shim(pid, 0, false, false); /* an execution's or a service's: its pid may be reused */
 }
 
 nfds_t exec_poll_fill(struct pollfd *pfd, struct exec_pollref *who, int64_t now, int64_t *timeout)

@@ -84,6 +84,12 @@ int ws_open_dir(const char *resolved, int missing, mode_t mode);
  * /workspace; an O_NOFOLLOW walk where the kernel lacks openat2. */
 int ws_open(const char *resolved, int flags, mode_t mode);
 
+/* runner_net.c */
+/* shim runs an execution (tag; narrowed: RP_EXEC_NARROWED) or a service
+ * (tag 0): its descendants' proxy connections are attributed to it (add
+ * false: it is gone). Any thread. */
+void runner_net_shim(pid_t shim, uint32_t tag, bool narrowed, bool add);
+
 /* runner_svc.c */
 void svc_frame(const struct rp_hdr *h, const unsigned char *p);
 void svc_connected(void);               /* after RP_HELLO: every held service's state */

@@ -5,8 +5,10 @@
  * The container has no interface but loopback. This thread:
  *   - listens on 127.0.0.1:RP_EGRESS_PORT (the HTTP(S)_PROXY of every
  *     sandbox process) and passes each connection byte for byte to
- *     RP_SOCKET_DIR/egress.sock; without that socket (a private session)
- *     the client is closed at once;
+ *     RP_SOCKET_DIR/egress.sock, after one RP_EGRESS_FROM header saying
+ *     which execution the client belongs to (egress_from: by process, never
+ *     by environment); without that socket (a private session) the client
+ *     is closed at once;
  *   - keeps a control connection to RP_SOCKET_DIR/fwd.sock (RP_FWD_HELLO)
  *     and, for each RP_FWD_OPEN, opens a data connection to fwd.sock
  *     (RP_FWD_DATA first) and splices it to 127.0.0.1:<port> inside.
@@ -31,6 +33,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <dirent.h>
 #include <sys/epoll.h>
 #include <sys/socket.h>
 #include <sys/un.h>
@@ -261,6 +264,157 @@ static void end_event(struct pair *p, int i, uint32_t events)
 
 /* ---- egress: 127.0.0.1:RP_EGRESS_PORT -> egress.sock ---- */
 
+/* The shims of executions (tag) and services (tag 0), set by the main loop
+ * (runner_net_shim), read here when a client is attributed. */
+#define MAX_SHIMS (RP_MAX_JOBS + RP_SVC_MAX)
+#define MAX_PROCS 8192
+#define MAX_HOLDERS 16
+static pthread_mutex_t shim_lock = PTHREAD_MUTEX_INITIALIZER;
+static struct {
+        pid_t pid;
+        uint32_t tag;
+        bool narrowed;
+} shims[MAX_SHIMS];
+static pid_t scan_pid[MAX_PROCS], scan_ppid[MAX_PROCS];
+
+void runner_net_shim(pid_t shim, uint32_t tag, bool narrowed, bool add)
+{
+        int free_slot = -1;
+
+        pthread_mutex_lock(&shim_lock);
+        for (int i = 0; i < MAX_SHIMS; i++) {
+                if (shims[i].pid == shim) {
+                        shims[i].pid = 0;
+                        if (free_slot < 0)
+                                free_slot = i;
+                } else if (shims[i].pid == 0 && free_slot < 0) {
+                        free_slot = i;
+                }
+        }
+        if (add && free_slot >= 0) {
+                shims[free_slot].pid = shim;
+                shims[free_slot].tag = tag;
+                shims[free_slot].narrowed = narrowed;
+        }
+        pthread_mutex_unlock(&shim_lock);
+}
+
+/* The inode of the socket whose local end is addr:port and remote end
+ * 127.0.0.1:RP_EGRESS_PORT (the client of an accepted connection), 0 if
+ * none. The listener is IPv4 only, so /proc/net/tcp is enough. */
+static unsigned long client_inode(const struct sockaddr_in *peer)
+{
+        FILE *f = fopen("/proc/net/tcp", "re");
+        char line[512];
+        unsigned long inode = 0;
+
+        if (!f)
+                return 0;
+        while (!inode && fgets(line, sizeof(line), f)) {
+                unsigned int lip, lport, rip, rport;
+                unsigned long ino;
+                if (sscanf(line, " %*u: %8X:%4X %8X:%4X %*X %*s %*s %*s %*u %*u %lu", &lip, &lport, &rip, &rport,
+                           &ino) == 5 &&
+                    lip == peer->sin_addr.s_addr && lport == ntohs(peer->sin_port) && rport == RP_EGRESS_PORT &&
+                    rip == htonl(INADDR_LOOPBACK))
+                        inode = ino;
+        }
+        fclose(f);
+        return inode;
+}
+
+/* Up to max processes (not the runner) holding socket:[inode]. */
+static size_t socket_holders(unsigned long inode, pid_t *ret, size_t max)
+{
+        char want[64], path[64], link[64];
+        DIR *d = opendir("/proc"), *fdd;
+        struct dirent *de, *fe;
+        size_t n = 0;
+        int wlen = snprintf(want, sizeof(want), "socket:[%lu]", inode);
+
+        if (!d)
+                return 0;
+        while ((de = readdir(d)) && n < max) {
+                pid_t pid = (pid_t)atoi(de->d_name);
+                if (pid <= 1 || pid == getpid())
+                        continue;
+                snprintf(path, sizeof(path), "/proc/%d/fd", (int)pid);
+                fdd = opendir(path);
+                if (!fdd)
+                        continue; /* gone, or not dumpable: not a holder we can see */
+                while ((fe = readdir(fdd))) {
+                        ssize_t k;
+                        if (fe->d_name[0] < '0' || fe->d_name[0] > '9')
+                                continue;
+                        snprintf(path, sizeof(path), "/proc/%d/fd/%.16s", (int)pid, fe->d_name);
+                        k = readlink(path, link, sizeof(link));
+                        if (k == wlen && memcmp(link, want, (size_t)k) == 0) {
+                                ret[n++] = pid;
+                                break;
+                        }
+                }
+                closedir(fdd);
+        }
+        closedir(d);
+        return n;
+}
+
+/* Walk pid's parents to a shim: 1 and its tag (0: a service's) and
+ * whether it was started narrowed, or 0
+ * when none is on the way (the runner, the init, a parent already gone). */
+static int shim_of(pid_t pid, size_t n_procs, uint32_t *ret_tag, bool *ret_narrowed)
+{
+        for (int depth = 0; depth < MAX_PROCS && pid > 1 && pid != getpid(); depth++) {
+                size_t k;
+                int found = 0;
+                pthread_mutex_lock(&shim_lock);
+                for (int i = 0; i < MAX_SHIMS && !found; i++)
+                        if (shims[i].pid == pid) {
+                                *ret_tag = shims[i].tag;
+                                *ret_narrowed = shims[i].narrowed;
+                                found = 1;
+                        }
+                pthread_mutex_unlock(&shim_lock);
+                if (found)
+                        return 1;
+                for (k = 0; k < n_procs && scan_pid[k] != pid; k++)
+                        ;
+                if (k == n_procs)
+                        return 0;
+                pid = scan_ppid[k];
+        }
+        return 0;
+}
+
+/* Whose client c is (RP_EGRESS_FROM flags and tag): the processes holding
+ * its socket, each walked up to its shim; holders in different executions,
+ * or none found, are RP_FROM_UNKNOWN (the daemon fails closed on it). */
+static uint16_t egress_from(int c, uint32_t *ret_tag)
+{
+        struct sockaddr_in peer;
+        socklen_t len = sizeof(peer);
+        pid_t holders[MAX_HOLDERS];
+        unsigned long inode;
+        size_t n, n_procs;
+        bool have = false, narrowed = false;
+
+        *ret_tag = 0;
+        if (getpeername(c, (struct sockaddr *)&peer, &len) < 0 || peer.sin_family != AF_INET ||
+            !(inode = client_inode(&peer)) || !(n = socket_holders(inode, holders, MAX_HOLDERS)))
+                return RP_FROM_UNKNOWN;
+        n_procs = proc_scan(scan_pid, scan_ppid, MAX_PROCS);
+        for (size_t i = 0; i < n; i++) {
+                uint32_t tag = 0;
+                if (!shim_of(holders[i], n_procs, &tag, &narrowed) || (have && tag != *ret_tag)) {
+                        *ret_tag = 0;
+                        return RP_FROM_UNKNOWN;
+                }
+                *ret_tag = tag;
+                have = true;
+        }
+        return *ret_tag ? RP_FROM_EXEC | (narrowed ? RP_FROM_NARROWED : 0) : RP_FROM_NONE;
+}
+
 static void egress_listen(void)
 {
         struct sockaddr_in sa = {.sin_family = AF_INET,
@@ -291,6 +445,14 @@ static void egress_accept(void)
                 d = unix_connect(RP_EGRESS_SOCKET_NAME);
                 if (d < 0) {
                         close(c); /* no egress for this session: refused at once */
+                        continue;
+                }
+                struct rp_hdr from = {.type = RP_EGRESS_FROM};
+                from.flags = egress_from(c, &from.tag);
+                /* a fresh socket's buffer takes these few bytes at once */
+                if (send(d, &from, sizeof(from), MSG_NOSIGNAL) != (ssize_t)sizeof(from)) {
+                        close(c);
+                        close(d);
                         continue;
                 }
                 p = pair_new(c, d, false);

@@ -272,6 +272,7 @@ static int svc_launch(struct svc *s, const char *dir, const char *workdir, char 
         }
         s->used = s->running = true;
         s->shim = shim;
+        runner_net_shim(shim, 0, false, true); /* a service: "no execution" */
         s->leader = leader;
         s->dirfd = dfd;
         dfd = -1;
@@ -377,6 +378,7 @@ bool svc_reaped(pid_t pid, int status)
                 if (!s->used || !s->running || s->shim != pid)
                         continue;
                 s->running = false;
+                runner_net_shim(pid, 0, false, false);
                 s->exit_code = WIFEXITED(status) ? WEXITSTATUS(status) : 128 + WTERMSIG(status);
                 s->ended_at = now_ms();
                 s->n_ports = 0;

@@ -374,6 +374,14 @@ static void egress_blocked(const char *user, const char *session, const char *ho
         events_egress_blocked(user, session, host, port, reason);
 }
 
+/* The egress proxy's question about an execution's narrowing: the runner
+ * hub's table of the executions this daemon started (issue 37 item 3). */
+static bool egress_narrowing(const char *user, const char *session, unsigned int from, uint32_t tag,
+                             struct egress_net *ret, char ret_id[40], void *userdata)
+{
+        return runner_hub_narrowing(userdata, user, session, from, tag, ret, ret_id);
+}
+
 /* privacy_mark's second step: the session's tunnels, closed before it returns. */
 static void close_tunnels(const char *user, const char *session, void *userdata)
 {
@@ -523,6 +531,8 @@ int daemon_open(const struct sbx_config *cfg, const struct daemon_options *opts,
                 privacy_set_tunnel_closer(d->privacy, close_tunnels, d->egress);
         if (r == 0)
                 egress_set_blocked_hook(d->egress, egress_blocked, NULL);
+        if (r == 0)
+                egress_set_narrow_hook(d->egress, egress_narrowing, d->runner);
         if (r == 0)
                 r = gateway_new(&d->cfg, d->egress, &d->gateway, err);
         if (r < 0)

@@ -88,6 +88,7 @@ typedef void (*cells_start_fn)(void *userdata, const char *execution_id);
  * (every output that is not stream text, one JSON line each). */
 #define CELLS_STREAMS 3
 
+struct egress_net;
 struct cells_request {
         const char *user;
         const char *session;
@@ -97,6 +98,9 @@ struct cells_request {
         int timeout_s;          /* 0: exec.timeout_default; capped at exec.timeout_max */
         const char *const *env; /* "K=V", NULL-terminated: the environment of a context it starts */
         const char *actor;      /* for the audit log: "token:<id>", ... */
+        /* the cell's network narrowing (egress_rules.h; NULL or not set: the session's egress):
+         * the kernel serving it is narrowed from the cell's start to its end */
+        const struct egress_net *network;
         cells_output_fn on_output;
         cells_start_fn on_start;
         void *userdata;

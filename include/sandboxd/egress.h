@@ -23,6 +23,8 @@
 #ifndef SANDBOXD_EGRESS_H
 #define SANDBOXD_EGRESS_H
 
+#include <stdbool.h>
+#include <stdint.h>
 #include <sys/socket.h>
 
 #include "sandboxd/common.h"
@@ -52,12 +54,30 @@ typedef int (*egress_connect_fn)(const char *user, const char *session, const st
  * connects itself. The decision (policy, lookup, the private-range guard)
  * stays the proxy's either way. */
 void egress_set_connect_hook(struct egress *eg, egress_connect_fn fn, void *userdata);
+/* Network policy per execution (issue 37 item 3; docs/security.md). The
+ * runner names the execution a connection came from (RP_EGRESS_FROM, read
+ * only when the peer of egress.sock is the verified runner: from_runner of
+ * egress_accept_from); the proxy asks this hook for that execution's
+ * narrowing from the daemon's own table. from is RP_FROM_EXEC (tag),
+ * RP_FROM_NONE (a service: never narrowed) or RP_FROM_UNKNOWN (tag 0: the
+ * narrowest of the session's running executions applies, i.e. refused
+ * while any narrowed one runs). true and *ret (patterns; n_allow 0 is
+ * "none") and ret_id (the execution's id, "" if not known) when narrowed.
+ * Called on the proxy's loop thread: must not block. */
+struct egress_net;
+typedef bool (*egress_narrow_fn)(const char *user, const char *session, unsigned int from, uint32_t tag,
+                                 struct egress_net *ret, char ret_id[40], void *userdata);
+/* Set once, before the first connection; NULL: nothing is narrowed. */
+void egress_set_narrow_hook(struct egress *eg, egress_narrow_fn fn, void *userdata);
 /* Closes every tunnel and stops the thread. NULL is fine. */
 void egress_free(struct egress *eg);
 
 /* A connection the session's runner opened on its egress.sock. Takes
  * ownership of fd (closed on every path). Never blocks. */
 void egress_accept(struct egress *eg, const char *user, const char *session, int fd);
+/* The same, saying whether the peer is the session's verified runner
+ * (runner_peer.h): only then is its RP_EGRESS_FROM header believed. */
+void egress_accept_from(struct egress *eg, const char *user, const char *session, int fd, bool from_runner);
 
 /* The ratchet: close every open tunnel of the session and return only once
  * they are closed (bounded wait). Later connections of the session are

@@ -113,6 +113,7 @@ typedef void (*exec_output_fn)(const char *exec_id, enum exec_stream stream, con
 #define EXEC_TTY_MAX_COLS 1000
 #define EXEC_TTY_TERM "xterm-256color" /* a tty execution's TERM unless its env names one */
 
+struct egress_net;
 struct exec_request {
         const char *user;
         const char *session;
@@ -131,6 +132,9 @@ struct exec_request {
         bool tty;          /* on a pseudo-terminal (runner only; implies interactive); output is stdout */
         int rows, cols;    /* its size; 0 = 24 x 80 */
         const char *actor; /* for the audit log: "token:<id>", "admin", ... */
+        /* the execution's network narrowing (egress_rules.h; NULL or not set: the session's
+         * egress); it needs the session's runner: no docker exec fallback (-ENOTSUP) */
+        const struct egress_net *network;
         exec_output_fn on_output;
         void *userdata;
 };

@@ -17,8 +17,11 @@
  * (runner_peer.h), checked at accept (by the node agent when the sockets
  * are a node's: gateway_set_node below): tenant code that dials it is closed
  * at once, so it can neither take the control connection over nor hold the
- * pending slots the runner's data connections need. egress.sock is not
- * checked: it is the proxy the tenant reaches through the runner anyway.
+ * pending slots the runner's data connections need. egress.sock takes
+ * anyone (it is the proxy the tenant reaches through the runner anyway),
+ * but the proxy is told whether the peer is the runner: only the runner's
+ * RP_EGRESS_FROM header names an execution (egress_accept_from; over a
+ * node link never, the node does not check it).
  *
  * Everything arriving on the sockets is tenant input: frames are checked,
  * a data connection must name a forward the gateway opened (id and a random

@@ -125,6 +125,7 @@ void runner_hub_set_frozen(struct runner_hub *h, const char *user, const char *s
 /* The connected runner's version string ("" when none). */
 bool runner_hub_version(struct runner_hub *h, const char *user, const char *session, char *ret, size_t size);
 
+struct egress_net;
 struct runner_exec_spec {
         const char *workdir;   /* absolute */
         const char *code_path; /* NULL: no code file */
@@ -135,6 +136,10 @@ struct runner_exec_spec {
         bool stdin_pipe;         /* else stdin is /dev/null */
         bool tty;                /* on a new pseudo-terminal (stdin, stdout, stderr); output is stdout */
         int rows, cols;          /* its size (tty): 1..RP_TTY_MAX_ROWS, 1..RP_TTY_MAX_COLS */
+        /* its network narrowing (egress_rules.h; NULL or not set: the session's egress) and the
+         * execution id its refusals are audited under (runner_hub_narrowing) */
+        const struct egress_net *network;
+        const char *network_id;
 };
 
 struct runner_exit {
@@ -165,6 +170,16 @@ int runner_exec_wait(struct runner_exec *x, int timeout_ms, struct runner_exit *
  * or -errno. */
 ssize_t runner_exec_write_stdin(struct runner_exec *x, const void *data, size_t len);
 int runner_exec_close_stdin(struct runner_exec *x);
+/* Narrow x's network from now on (net set), or stop (NULL): a kernel
+ * serving one narrowed cell (id: the cell's execution id). -ENOMEM. */
+int runner_exec_set_network(struct runner_exec *x, const struct egress_net *net, const char *id);
+/* The egress proxy's question (egress.h, egress_narrow_fn): true and the
+ * narrowing (and the execution id) of the session's execution tag
+ * (from RP_FROM_EXEC), or for an unattributed connection (RP_FROM_UNKNOWN)
+ * "none" as soon as any execution of the session is narrowed. Any thread;
+ * takes the hub's lock briefly. */
+bool runner_hub_narrowing(struct runner_hub *h, const char *user, const char *session, unsigned int from, uint32_t tag,
+                          struct egress_net *ret, char ret_id[40]);
 /* Signal the execution's whole tree (SIGTERM, SIGKILL, ...). */
 int runner_exec_signal(struct runner_exec *x, int sig);
 /* Forget it (the process is not touched). NULL is fine. The runner keeps

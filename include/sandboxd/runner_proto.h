@@ -64,7 +64,17 @@
  * directory, served by the daemon's gateway (gateway.h), never runner.sock:
  *   RP_EGRESS_SOCKET_NAME  egress.sock: each connection is one client of the
  *                 runner's proxy endpoint 127.0.0.1:RP_EGRESS_PORT, passed
- *                 byte for byte (no framing). Absent for private sessions.
+ *                 byte for byte after one RP_EGRESS_FROM header (no other
+ *                 framing). Absent for private sessions.
+ *   RP_EGRESS_FROM runner -> daemon, first on each egress.sock connection,
+ *                 len 0: whose client it is (issue 37 item 3), by process
+ *                 (runner_net.c): flags RP_FROM_EXEC (tag = the execution's
+ *                 tag), RP_FROM_NONE (a service or no execution: tag 0) or
+ *                 RP_FROM_UNKNOWN (could not be attributed: tag 0), and
+ *                 RP_FROM_NARROWED for an execution started with
+ *                 RP_EXEC_NARROWED (its orphans, or one a restarted daemon
+ *                 no longer knows, fail closed). The proxy trusts it only
+ *                 from the verified runner.
  *   RP_FWD_SOCKET_NAME     fwd.sock: port forwards. The runner keeps one
  *                 control connection, opened with RP_FWD_HELLO; the daemon
  *                 sends RP_FWD_OPEN on it for each host connection; the
@@ -185,6 +195,7 @@ enum rp_type {
         RP_FWD_HELLO = 30,
         RP_FWD_OPEN = 31,
         RP_FWD_DATA = 32,
+        RP_EGRESS_FROM = 33, /* egress.sock */
         RP_JOB = 13,
         RP_JOBS_END = 14,
         RP_RESUME = 15,
@@ -206,9 +217,15 @@ enum rp_type {
 };
 
 #define RP_OUT_STDERR 1u
-#define RP_EXEC_STDIN 1u /* keep a stdin pipe (else stdin is /dev/null) */
-#define RP_EXEC_TTY 2u   /* run on a pseudo-terminal (stdin, stdout and stderr are it) */
-#define RP_JOB_EXITED 1u /* rp_job.flags: its leader ended and its output is complete */
+#define RP_EXEC_STDIN 1u    /* keep a stdin pipe (else stdin is /dev/null) */
+#define RP_EXEC_TTY 2u      /* run on a pseudo-terminal (stdin, stdout and stderr are it) */
+#define RP_EXEC_NARROWED 4u /* its network is narrowed: RP_EGRESS_FROM says so for as long as its processes live */
+#define RP_FROM_EXEC 1u     /* RP_EGRESS_FROM flags */
+#define RP_FROM_NONE 2u
+#define RP_FROM_UNKNOWN 3u
+#define RP_FROM_KIND 0xffu
+#define RP_FROM_NARROWED 0x100u /* with RP_FROM_EXEC: started with RP_EXEC_NARROWED */
+#define RP_JOB_EXITED 1u        /* rp_job.flags: its leader ended and its output is complete */
 
 struct rp_hdr {
         uint32_t len;

@@ -38,7 +38,7 @@ struct store_egress_entry {
         int port;
         char method[16];
         char decision[8]; /* allowed | blocked */
-        char reason[32];
+        char reason[64];  /* "narrowed:<execution id>" fits */
         char address[64]; /* "" when nothing was connected */
         int64_t bytes_up, bytes_down, duration_ms;
         int64_t suppressed;

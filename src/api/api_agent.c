@@ -311,6 +311,7 @@ int api_m_run_tests(struct api_req *q, cJSON **ret, struct fronterr *e)
         enum testrun_language tl;
         int64_t timeout;
         _cleanup_free_ char *program = NULL, *out = NULL;
+        _cleanup_free_ struct egress_net *net = NULL;
         char marker[TESTRUN_MARKER_MAX], id[37];
         const char *env[ENV_MAX_ENTRIES + 1] = {0};
         char *env_buf[ENV_MAX_ENTRIES] = {0};
@@ -326,7 +327,7 @@ int api_m_run_tests(struct api_req *q, cJSON **ret, struct fronterr *e)
             jparam_string(&q->args, "tests", true, &tests, e) < 0 ||
             jparam_string(&q->args, "code", false, &code, e) < 0 ||
             jparam_int(&q->args, "timeout_seconds", 0, q->d->cfg.exec_timeout_max_s, 0, &timeout, e) < 0 ||
-            api_param_network(q, e) < 0)
+            api_param_network(q, &net, e) < 0)
                 return -1;
         if (testrun_language_from_string(language, &tl) < 0)
                 return fronterr_set(e, "invalid", "params.language must be python or node");
@@ -353,6 +354,7 @@ int api_m_run_tests(struct api_req *q, cJSON **ret, struct fronterr *e)
                 .timeout_s = (int)timeout,
                 .env = n_env ? env : NULL,
                 .actor = q->actor,
+                .network = net,
         };
         r = exec_start(q->d->exec, &req, id, &err);
         if (r < 0) {

@@ -143,13 +143,14 @@ int api_m_run_cell(struct api_req *q, cJSON **ret, struct fronterr *e)
         size_t n_env = 0;
         int64_t timeout;
         bool stream;
+        _cleanup_free_ struct egress_net *net = NULL;
         struct sbx_error err = {0};
         int r = -1;
 
         if (jparam_string(&q->args, "code", true, &code, e) < 0 ||
             jparam_string(&q->args, "language", false, &language, e) < 0 || p_context(q, &context, e) < 0 ||
             jparam_int(&q->args, "timeout_seconds", 0, q->d->cfg.exec_timeout_max_s, 0, &timeout, e) < 0 ||
-            jparam_bool(&q->args, "stream", false, &stream, e) < 0 || api_param_network(q, e) < 0)
+            jparam_bool(&q->args, "stream", false, &stream, e) < 0 || api_param_network(q, &net, e) < 0)
                 return -1;
         if (language && strcmp(language, "python3") == 0)
                 language = "python";
@@ -189,6 +190,7 @@ int api_m_run_cell(struct api_req *q, cJSON **ret, struct fronterr *e)
                         .timeout_s = (int)timeout,
                         .env = n_env ? env : NULL,
                         .actor = q->actor,
+                        .network = net,
                         .on_output = stream ? on_cell_output : NULL,
                         .on_start = stream ? on_cell_start : NULL,
                         .userdata = q,

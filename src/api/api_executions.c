@@ -241,6 +241,7 @@ static int run_execution_code(struct api_req *q, enum exec_language lang, const 
         const cJSON *env_obj = cJSON_GetObjectItemCaseSensitive(q->params, "env");
         const cJSON *argv_obj = cJSON_GetObjectItemCaseSensitive(q->params, "argv");
         _cleanup_free_ const char **argv = NULL;
+        _cleanup_free_ struct egress_net *net = NULL;
         const char *env[API_MAX_ENV + 1] = {0};
         char *env_buf[API_MAX_ENV] = {0};
         size_t n_env = 0;
@@ -271,7 +272,7 @@ static int run_execution_code(struct api_req *q, enum exec_language lang, const 
             jparam_bool(&q->args, "stream", false, &stream, e) < 0 ||
             api_param_encoding(q, "encoding", &base64, e) < 0 || jparam_bool(&q->args, "tty", false, &tty, e) < 0 ||
             jparam_int(&q->args, "rows", 1, EXEC_TTY_MAX_ROWS, 24, &rows, e) < 0 ||
-            jparam_int(&q->args, "cols", 1, EXEC_TTY_MAX_COLS, 80, &cols, e) < 0 || api_param_network(q, e) < 0)
+            jparam_int(&q->args, "cols", 1, EXEC_TTY_MAX_COLS, 80, &cols, e) < 0 || api_param_network(q, &net, e) < 0)
                 return -1;
         if (env_obj && !cJSON_IsNull(env_obj)) {
                 const cJSON *it;
@@ -324,6 +325,7 @@ static int run_execution_code(struct api_req *q, enum exec_language lang, const 
                 .rows = (int)rows,
                 .cols = (int)cols,
                 .actor = q->actor,
+                .network = net,
                 .on_output = sink ? api_sink_on_output : NULL,
                 .userdata = sink ? (void *)(uintptr_t)api_sink_handle(sink) : NULL,
         };

@@ -123,10 +123,11 @@ int api_wait_final(struct api_req *q, const char *id, struct api_sink *s, int64_
 /* ---- agent tools (issue 17): api_agent.c, and the helpers of
  * api_methods.c it shares ---- */
 /* ---- what the method files share (api_methods.c) ---- */
-/* params.network of exec, run_code, run_cell and run_tests: 0 when absent
- * or null; a bad shape is bad_request (400); a valid narrowing is refused
- * as unavailable until it is enforced (api_methods.c says why). */
-int api_param_network(struct api_req *q, struct fronterr *e);
+/* params.network of exec, run_code, run_cell and run_tests: 0 and *ret
+ * NULL when absent or null, else *ret the narrowing (malloc'd); a bad shape
+ * is bad_request (400). */
+struct egress_net;
+int api_param_network(struct api_req *q, struct egress_net **ret, struct fronterr *e);
 /* params.<name>: "utf8" (default) or "base64". */
 int api_param_encoding(struct api_req *q, const char *name, bool *ret_base64, struct fronterr *e);
 /* A string param as bytes (malloc'd): decoded from base64 when base64. */

@@ -28,30 +28,38 @@
 
 
 /* ---- parameters ---- */
-/* params.network of an execution (egress_rules.h: egress_net_parse). Until
- * the runner attributes each proxied connection to its execution and the
- * proxy narrows by it (issue 37 item 3), a valid narrowing is refused
- * rather than accepted and not enforced: a caller that asks for "none" must
- * never run with the session's full egress. */
-int api_param_network(struct api_req *q, struct fronterr *e)
+/* params.network of an execution (egress_rules.h: egress_net_parse):
+ * *ret the narrowing (malloc'd), or NULL for the session's egress. The
+ * runner attributes each proxied connection to its execution and the proxy
+ * narrows by it (docs/security.md, "Network policy per execution"); a
+ * bridge session has no proxy to narrow by (unavailable). */
+int api_param_network(struct api_req *q, struct egress_net **ret, struct fronterr *e)
 {
         struct egress_net *net = malloc(sizeof(*net));
         struct sbx_error err = {0};
-        bool set;
         int r;
 
+        *ret = NULL;
         if (!net)
                 return fronterr_set(e, "internal", "out of memory");
         r = egress_net_parse(cJSON_GetObjectItemCaseSensitive(q->params, "network"), net, &err);
-        set = net->set;
-        free(net);
-        if (r < 0)
+        if (r < 0) {
+                free(net);
                 return fronterr_set(e, "bad_request", "params.%s%s", strncmp(err.msg, "network", 7) ? "network: " : "",
                                     err.msg);
-        if (set)
+        }
+        if (!net->set) {
+                free(net);
+                return 0;
+        }
+        /* bridge: raw networking, no proxy to narrow by: refused rather than run unnarrowed */
+        if (strcmp(egress_rules_mode(q->d->privacy, &q->d->cfg, q->tok.user, q->session), "bridge") == 0) {
+                free(net);
                 return fronterr_set(e, "unavailable",
-                                    "params.network (egress per execution) is not enforced by this daemon yet: "
-                                    "refused rather than run with the session's full egress");
+                                    "params.network needs the egress proxy (network_default none): a bridge "
+                                    "session's network cannot be narrowed per execution");
+        }
+        *ret = net;
         return 0;
 }
 

@@ -13,6 +13,7 @@
 
 #include "cells_internal.h"
 #include "sandboxd/audit.h"
+#include "sandboxd/egress_rules.h"
 #include "sandboxd/sha256.h"
 #include "sandboxd/log.h"
 #include "sandboxd/pool.h"
@@ -267,6 +268,22 @@ void cells_records_drop(struct cells *c, const char *user, const char *session, 
         pthread_mutex_unlock(&c->lock);
 }
 
+/* Narrow the kernel serving a cell while the cell runs (net NULL: stop).
+ * The kernel is one process of one execution: everything it runs meanwhile,
+ * threads a cell left behind included, is narrowed with it. */
+static int cell_narrow(struct cell_ctx *x, const struct egress_net *net, const char *id)
+{
+        int r = 0;
+
+        pthread_mutex_lock(&x->rx_lock);
+        if (x->rx)
+                r = runner_exec_set_network(x->rx, net, id);
+        else if (net)
+                r = -ENOTSUP;
+        pthread_mutex_unlock(&x->rx_lock);
+        return r;
+}
+
 int cells_run(struct cells *c, const struct cells_request *req, cJSON **ret, struct sbx_error *err)
 {
         const char *name = req->context ? req->context : CELLS_DEFAULT;
@@ -278,6 +295,7 @@ int cells_run(struct cells *c, const struct cells_request *req, cJSON **ret, str
         int sent = 0, r;
         uint64_t id, total[CELL_STREAMS] = {0};
         char exec_id[37];
+        bool narrowed = false;
         struct cell_spool *spool = NULL;
 
         if (req->language && strcmp(req->language, "python") != 0 && strcmp(req->language, "node") != 0)
@@ -317,6 +335,17 @@ int cells_run(struct cells *c, const struct cells_request *req, cJSON **ret, str
         if (r < 0) {
                 sbx_error_set(err, r, 0, "cannot name the cell");
                 goto out;
+        }
+        if (req->network && req->network->set) {
+                r = cell_narrow(x, req->network, exec_id);
+                if (r < 0) {
+                        sbx_error_set(err, r, 0,
+                                      r == -ENOTSUP ? "params.network needs the session's runner, which does not "
+                                                      "serve this context's interpreter"
+                                                    : "out of memory");
+                        goto out;
+                }
+                narrowed = true;
         }
         /* its output by reference; without a spool the cell still runs, and
          * what does not fit inline is dropped (output_dropped) */
@@ -436,6 +465,8 @@ int cells_run(struct cells *c, const struct cells_request *req, cJSON **ret, str
         r = 0;
         audit_cell(x, req, res);
 out:
+        if (narrowed)
+                (void)cell_narrow(x, NULL, NULL);
         cJSON_Delete(lost);
         cells_ctx_release(x);
 out_unref:

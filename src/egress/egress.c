@@ -157,7 +157,7 @@ static void start_one(struct egress *eg, const struct pending *p)
                                         "the user's sessions have too many open tunnels");
                 return;
         }
-        egress_tunnel_open(eg, s, p->fd);
+        egress_tunnel_open(eg, s, p->fd, p->from_runner);
 }
 
 static void close_one(struct egress *eg, const char *user, const char *session)
@@ -374,6 +374,11 @@ void egress_free(struct egress *eg)
 
 void egress_accept(struct egress *eg, const char *user, const char *session, int fd)
 {
+        egress_accept_from(eg, user, session, fd, false);
+}
+
+void egress_accept_from(struct egress *eg, const char *user, const char *session, int fd, bool from_runner)
+{
         struct pending *p;
 
         if (fd < 0)
@@ -390,6 +395,7 @@ void egress_accept(struct egress *eg, const char *user, const char *session, int
         sbx_strlcpy(p->user, user, sizeof(p->user));
         sbx_strlcpy(p->session, session, sizeof(p->session));
         p->fd = fd;
+        p->from_runner = from_runner;
         pthread_mutex_lock(&eg->lock);
         if (eg->stopping || eg->n_pending >= MAX_PENDING) {
                 pthread_mutex_unlock(&eg->lock);
@@ -477,6 +483,14 @@ void egress_set_connect_hook(struct egress *eg, egress_connect_fn fn, void *user
                 return;
         eg->connect_fn = fn;
         eg->connect_ud = userdata;
+}
+
+void egress_set_narrow_hook(struct egress *eg, egress_narrow_fn fn, void *userdata)
+{
+        if (!eg)
+                return;
+        eg->narrow_fn = fn;
+        eg->narrow_ud = userdata;
 }
 
 void egress_set_blocked_hook(struct egress *eg, egress_blocked_fn fn, void *userdata)

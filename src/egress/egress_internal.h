@@ -25,6 +25,7 @@ struct pending {
         struct pending *next;
         char user[65], session[65];
         int fd;
+        bool from_runner;
 };
 
 struct close_req {
@@ -41,6 +42,8 @@ struct egress {
         void *on_blocked_ud;
         egress_connect_fn connect_fn; /* set before the first connection (egress_set_connect_hook) */
         void *connect_ud;
+        egress_narrow_fn narrow_fn; /* set before the first connection (egress_set_narrow_hook) */
+        void *narrow_ud;
         char **allow;
         size_t n_allow;
         struct egress_cidr *priv;
@@ -123,6 +126,10 @@ struct tunnel {
         char address[64];
         int64_t started_wall, started, last_activity;
         int64_t bytes_up, bytes_down;
+        /* whose connection (egress_exec.c): RP_EGRESS_FROM, believed only from the runner */
+        bool from_runner, from_read, from_narrowed;
+        uint16_t from;
+        uint32_t from_tag;
 };
 
 /* Request head callbacks: url and headers into t->arena, head_done,
@@ -144,7 +151,7 @@ void egress_http_write_head(struct tunnel *t, struct evbuffer *out, bool absolut
 /* A new tunnel on fd for session s, reading its request head (the caller
  * checked the caps); egress_tunnel_refuse_fd answers status and closes
  * (s NULL: out of memory, no row). */
-void egress_tunnel_open(struct egress *eg, struct esess *s, int fd);
+void egress_tunnel_open(struct egress *eg, struct esess *s, int fd, bool from_runner);
 void egress_tunnel_refuse_fd(struct egress *eg, struct esess *s, int fd, int status, const char *reason,
                              const char *detail);
 /* The audit row (and counters) for t's decision; blocked rows are capped per session. */
@@ -159,6 +166,16 @@ void egress_tunnel_finish(struct tunnel *t, const char *reason);
 void egress_tunnel_arm(struct tunnel *t, int ms);
 /* t's session is over egress_max_bytes_per_session. */
 bool egress_bytes_over(struct tunnel *t);
+
+/* ---- egress_exec.c (network policy per execution) ---- */
+
+/* Read the RP_EGRESS_FROM header at the start of in, once: 1 when done (or
+ * there is none: a client that is not the runner's), 0 to wait for more,
+ * -1 when it is malformed (refused). */
+int egress_exec_from(struct tunnel *t, struct evbuffer *in);
+/* Whether t's host passes the narrowing of the execution it came from;
+ * if not, the audit reason ("narrowed:<execution id>") and a detail. */
+bool egress_exec_allowed(struct tunnel *t, char *ret_reason, size_t reason_size, char *ret_detail, size_t detail_size);
 
 /* ---- egress_relay.c ---- */
 

@@ -384,6 +384,17 @@ static void resolve(struct tunnel *t, const char *name, bool proxy)
                 t->dns_req = req;
 }
 
+/* The execution's own narrowing (egress_exec.c), after the session's allowlist. */
+static bool narrow_ok(struct tunnel *t)
+{
+        char reason[64], detail[EGRESS_HOST_MAX + 128];
+
+        if (egress_exec_allowed(t, reason, sizeof(reason), detail, sizeof(detail)))
+                return true;
+        egress_tunnel_refuse(t, 403, reason, detail);
+        return false;
+}
+
 /* The head is complete: decide. */
 static void decide(struct tunnel *t)
 {
@@ -408,6 +419,8 @@ static void decide(struct tunnel *t)
                 egress_tunnel_refuse(t, 403, "not_allowed", detail);
                 return;
         }
+        if (!narrow_ok(t))
+                return;
         if (!rate_ok(t)) {
                 egress_tunnel_refuse(t, 429, "cap_rate",
                                      "too many new connections this minute (egress_conns_per_minute)");
@@ -444,9 +457,17 @@ static void head_read(struct bufferevent *bev, void *arg)
         size_t cap = (size_t)t->eg->cfg.egress_max_header_bytes, n, got;
         struct evbuffer_ptr end;
         char *head;
+        int r;
 
         if (t->state != T_HEAD)
                 return;
+        r = egress_exec_from(t, in);
+        if (r == 0)
+                return;
+        if (r < 0) {
+                egress_tunnel_refuse(t, 400, "bad_request", "malformed RP_EGRESS_FROM header");
+                return;
+        }
         end = evbuffer_search(in, "\r\n\r\n", 4, NULL);
         if (end.pos < 0) {
                 if (evbuffer_get_length(in) > cap)
@@ -543,12 +564,13 @@ void egress_tunnel_refuse_fd(struct egress *eg, struct esess *s, int fd, int sta
 
 /* A new tunnel on fd for session s, reading its request head (the caps
  * were checked by the caller). */
-void egress_tunnel_open(struct egress *eg, struct esess *s, int fd)
+void egress_tunnel_open(struct egress *eg, struct esess *s, int fd, bool from_runner)
 {
         struct tunnel *t = tunnel_new(eg, s, fd);
 
         if (!t)
                 return;
+        t->from_runner = from_runner;
         http_parser_init(&t->parser, HTTP_REQUEST);
         t->parser.data = t;
         t->timer = evtimer_new(eg->base, tunnel_timer, t);

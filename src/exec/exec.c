@@ -19,6 +19,7 @@
 #include <unistd.h>
 
 #include "exec_internal.h"
+#include "sandboxd/egress_rules.h"
 #include "sandboxd/container.h"
 #include "sandboxd/engine.h"
 #include "sandboxd/log.h"
@@ -158,6 +159,7 @@ static void execution_free(struct execution *x)
         strv_free(x->env);
         free(x->stdin_data);
         free(x->code);
+        free(x->network);
         for (int i = 0; i < 2; i++)
                 if (x->spool_fd[i] >= 0)
                         close(x->spool_fd[i]);
@@ -469,6 +471,12 @@ static int build(struct exec_engine *e, const struct exec_request *req, struct e
         x->cols = req->cols ? req->cols : 80;
         if (x->tty && (r = check_winsize(x->rows, x->cols, err)) < 0)
                 return r;
+        if (req->network && req->network->set) {
+                x->network = malloc(sizeof(*x->network));
+                if (!x->network)
+                        return sbx_error_set(err, -ENOMEM, 0, "out of memory");
+                *x->network = *req->network;
+        }
         x->on_output = req->on_output;
         x->userdata = req->userdata;
         x->created_at = sbx_wall_ms();

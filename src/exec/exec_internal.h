@@ -103,6 +103,7 @@ struct execution {
         struct runner_exec *rx_done; /* ended on the runner: forgotten there once the end is persisted */
         bool tty;
         int rows, cols;
+        struct egress_net *network; /* its narrowing (NULL: none), for the runner's table */
 
         pthread_mutex_t stdin_lock;
         struct engine_stream *stream;

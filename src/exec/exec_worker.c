@@ -379,6 +379,8 @@ static int run_via_runner(struct execution *x, struct session *s, uint64_t oom_b
                 .tty = x->tty,
                 .rows = x->rows,
                 .cols = x->cols,
+                .network = x->network,
+                .network_id = x->id,
         };
         struct runner_exec *rx = NULL;
         int64_t start;
@@ -544,6 +546,10 @@ static int step_open(struct run *c)
                         r = sbx_error_set(&c->err, -ENOTSUP, 0,
                                           "a terminal (tty) needs the session's runner, which is not connected; "
                                           "docker exec runs no terminal here");
+                if (r == -ENOTCONN && x->network)
+                        r = sbx_error_set(&c->err, -ENOTSUP, 0,
+                                          "params.network needs the session's runner, which is not connected; "
+                                          "docker exec cannot narrow an execution's network");
                 if (r != -ENOTCONN)
                         return r;
                 r = prepare(x, c->exec_id, &c->err);

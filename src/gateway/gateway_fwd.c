@@ -3,7 +3,7 @@
  * splice of each forward with the runner's data connection, the session's
  * fwd.sock (the runner's control connection, data connections pairing by
  * id and token; the runner's only, runner_peer.h) and egress.sock (handed
- * to the egress proxy).
+ * to the egress proxy, saying whether the peer is the runner).
  *
  * Threads and locks: loop thread only; the stats are atomics. Splicing
  * follows libevent's sample/le-proxy.c: bytes read from one side are moved
@@ -361,23 +361,35 @@ static void pending_read(struct bufferevent *bev, void *ud)
  * tenant code that dials fwd.sock would otherwise take the control over
  * (and with it the session's forwards) or hold the pending slots the
  * runner's data connections need. Refused at once, logged once a minute. */
-static bool fwd_peer_ok(struct gw_sess *s, evutil_socket_t fd)
+/* Whether the peer of fd is the session's runner (runner_peer.h), and why not. */
+static bool peer_is_runner(struct gw_sess *s, evutil_socket_t fd, const char **ret_why)
 {
         struct runner_peer peer;
+
+        *ret_why = "";
+        if (s->dirfd < 0)
+                return false;
+        if (s->peer.pid == 0) /* the runner the hub (or an earlier daemon) recorded */
+                (void)runner_peer_load(s->dirfd, &s->peer);
+        if (runner_peer_verify(fd, s->dirfd, &s->peer, &peer, ret_why) < 0)
+                return false;
+        /* a runner, but of a container the session left (a lost node's Pod runs on): the hub
+         * fenced it and keeps the list in the directory; the audit row is the hub's */
+        if (runner_peer_fenced(s->dirfd, &peer, NULL)) {
+                *ret_why = "the runner of an earlier container of the session (fenced)";
+                return false;
+        }
+        s->peer = peer;
+        return true;
+}
+
+static bool fwd_peer_ok(struct gw_sess *s, evutil_socket_t fd)
+{
         const char *why = "";
         int64_t now;
 
-        if (s->peer.pid == 0) /* the runner the hub (or an earlier daemon) recorded */
-                (void)runner_peer_load(s->dirfd, &s->peer);
-        if (runner_peer_verify(fd, s->dirfd, &s->peer, &peer, &why) == 0) {
-                /* a runner, but of a container the session left (a lost node's Pod runs on): the hub
-                 * fenced it and keeps the list in the directory; the audit row is the hub's */
-                if (!runner_peer_fenced(s->dirfd, &peer, NULL)) {
-                        s->peer = peer;
-                        return true;
-                }
-                why = "the runner of an earlier container of the session (fenced)";
-        }
+        if (peer_is_runner(s, fd, &why))
+                return true;
         s->impostors++;
         now = sbx_now_ms();
         if (!s->impostors_said || now - s->impostors_said_ms >= IMPOSTOR_LOG_MS) {
@@ -434,8 +446,12 @@ void gateway_egress_sock_accept(struct evconnlistener *l, evutil_socket_t fd, st
         struct gw_listen *gl = ud;
         struct gw_sess *s = gl->s;
 
+        const char *why;
+
+        /* any process of the container may dial egress.sock: only the runner's header names an
+         * execution (egress_exec.c); anyone else's connection is unattributed */
         if (s->gw->eg && !s->sealed)
-                egress_accept(s->gw->eg, s->user, s->session, fd); /* takes the fd */
+                egress_accept_from(s->gw->eg, s->user, s->session, fd, peer_is_runner(s, fd, &why)); /* takes fd */
         else
                 evutil_closesocket(fd);
 }

@@ -16,8 +16,10 @@
 #include <errno.h>
 #include <pthread.h>
 #include <stdio.h>
+#include <stdlib.h>
 #include <string.h>
 
+#include "sandboxd/egress_rules.h"
 #include "runner_internal.h"
 
 #define ACK_EVERY (64 * 1024) /* unacknowledged bytes that wake the waiter to acknowledge them */
@@ -54,6 +56,7 @@ struct runner_exec *runner_exec_new(runner_output_fn on_output, void *userdata)
 
 static void exec_destroy(struct runner_exec *x)
 {
+        free(x->net);
         pthread_mutex_destroy(&x->lock);
         pthread_cond_destroy(&x->cond);
         free(x);
@@ -293,8 +296,15 @@ int runner_exec_start(struct runner_hub *h, const char *user, const char *sessio
         if (r < 0)
                 return sbx_error_set(err, r, 0, "the request does not fit a runner frame");
         x = runner_exec_new(on_output, userdata);
-        if (!x)
+        if (!x || (spec->network && spec->network->set && !(x->net = malloc(sizeof(*x->net))))) {
+                if (x)
+                        exec_destroy(x);
                 return sbx_error_set(err, -ENOMEM, 0, "out of memory");
+        }
+        if (x->net) { /* in the table before the runner hears of it: no connection of it goes unnarrowed */
+                *x->net = *spec->network;
+                sbx_strlcpy(x->net_id, spec->network_id ? spec->network_id : "", sizeof(x->net_id));
+        }
 
         pthread_mutex_lock(&h->lock);
         c = runner_chan_find_locked(h, user, session);
@@ -311,8 +321,9 @@ int runner_exec_start(struct runner_hub *h, const char *user, const char *sessio
         pthread_mutex_unlock(&h->lock);
 
         r = runner_send_frame(c, runner_exec_cfd(x), RP_EXEC,
-                              (spec->stdin_pipe ? RP_EXEC_STDIN : 0) | (spec->tty ? RP_EXEC_TTY : 0), x->tag, payload,
-                              len, NULL, 0);
+                              (spec->stdin_pipe ? RP_EXEC_STDIN : 0) | (spec->tty ? RP_EXEC_TTY : 0) |
+                                      (x->net ? RP_EXEC_NARROWED : 0),
+                              x->tag, payload, len, NULL, 0);
         if (r < 0) {
                 runner_exec_free(x);
                 return sbx_error_set(err, -ENOTCONN, 0, "cannot send the execution to the runner: %s", strerror(-r));
@@ -424,6 +435,52 @@ void runner_exec_free(struct runner_exec *x)
                 pthread_cond_wait(&x->cond, &x->lock);
         pthread_mutex_unlock(&x->lock);
         exec_unref(x);
+}
+
+int runner_exec_set_network(struct runner_exec *x, const struct egress_net *net, const char *id)
+{
+        struct egress_net *copy = NULL, *old;
+        struct runner_hub *h = x->c->h;
+
+        if (net && net->set) {
+                copy = malloc(sizeof(*copy));
+                if (!copy)
+                        return -ENOMEM;
+                *copy = *net;
+        }
+        pthread_mutex_lock(&h->lock);
+        old = x->net;
+        x->net = copy;
+        sbx_strlcpy(x->net_id, copy && id ? id : "", sizeof(x->net_id));
+        pthread_mutex_unlock(&h->lock);
+        free(old);
+        return 0;
+}
+
+bool runner_hub_narrowing(struct runner_hub *h, const char *user, const char *session, unsigned int from, uint32_t tag,
+                          struct egress_net *ret, char ret_id[40])
+{
+        struct runner_chan *c;
+        bool found = false;
+
+        if (!h || (from != RP_FROM_EXEC && from != RP_FROM_UNKNOWN))
+                return false;
+        pthread_mutex_lock(&h->lock);
+        c = runner_chan_find_locked(h, user, session);
+        for (struct runner_exec *x = c ? c->execs : NULL; x && !found; x = x->next) {
+                if (!x->net || (from == RP_FROM_EXEC && x->tag != tag))
+                        continue;
+                found = true;
+                sbx_strlcpy(ret_id, x->net_id, 40);
+                if (from == RP_FROM_EXEC) {
+                        *ret = *x->net;
+                } else { /* unattributed while a narrowed execution runs: refused */
+                        ret->set = true;
+                        ret->n_allow = 0;
+                }
+        }
+        pthread_mutex_unlock(&h->lock);
+        return found;
 }
 
 uint32_t runner_exec_tag(const struct runner_exec *x)

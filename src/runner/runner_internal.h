@@ -98,6 +98,8 @@ struct runner_exec {
         struct runner_exec *next; /* c->execs (h->lock) */
         int refs;                 /* h->lock */
         uint32_t tag;
+        struct egress_net *net; /* h->lock: its narrowing (NULL: none; runner_hub_narrowing) */
+        char net_id[40];
         int cfd; /* the connection it is on (-1: detached, waiting for the runner to come back);
                   * written under h->lock, read with runner_exec_cfd() */
         runner_output_fn on_output;

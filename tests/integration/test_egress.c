@@ -9,7 +9,9 @@
 #include <criterion/criterion.h>
 #include <errno.h>
 #include <fcntl.h>
+#include <libgen.h>
 #include <signal.h>
+#include <stdarg.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -17,7 +19,10 @@
 #include <sys/wait.h>
 #include <unistd.h>
 
+#include "apiclient.h"
 #include "fixture.h"
+#include "sandboxd/fronts.h"
+#include "sandboxd/token.h"
 #include "sandboxd/egress.h"
 #include "sandboxd/egress_rules.h"
 #include "sandboxd/exec.h"
@@ -376,4 +381,184 @@ Test(egress_ct, sandboxctl_manages_additions_and_shows_the_log)
         cr_assert(strstr(out, "sandboxd_egress_total{decision=\"blocked\"}"), "%s", out);
         free(out);
         daemon_close(d);
+}
+
+/* ---- network policy per execution (issue 37 item 3), through the API ---- */
+
+static char tok[TOKEN_LEN + 1];
+
+static void open_api_daemon(void)
+{
+        struct daemon_options opts = {.extra_labels = fixture_labels(), .no_monitor = true, .sockets = true};
+        struct sbx_error err = {0};
+        char dir[SBX_PATH_MAX];
+
+        open_daemon(); /* the config */
+        daemon_close(d);
+        snprintf(dir, sizeof(dir), "%s", cfg.data_dir);
+        snprintf(cfg.api_socket, sizeof(cfg.api_socket), "%s/run/api.sock", dirname(dir));
+        snprintf(dir, sizeof(dir), "%s", cfg.data_dir);
+        snprintf(cfg.admin_socket, sizeof(cfg.admin_socket), "%s/run/admin.sock", dir);
+        cr_assert_eq(fronts_open(&cfg, &opts, &d, &err), 0, "daemon_open: %s", err.msg);
+        cr_assert_eq(token_create(d->store, "u1", TOKEN_ROLE_AGENT, tok, NULL, &err), 0, "%s", err.msg);
+}
+
+/* A method's result (asserted ok); free with cJSON_Delete. */
+static cJSON *api(const char *method, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
+static cJSON *api(const char *method, const char *fmt, ...)
+{
+        char params[4096];
+        va_list ap;
+        cJSON *r;
+
+        va_start(ap, fmt);
+        vsnprintf(params, sizeof(params), fmt, ap);
+        va_end(ap);
+        r = apic_call(cfg.api_socket, tok, method, apic_json(params));
+        cr_assert_not_null(apic_result(r), "%s %s: %s", method, params, cJSON_PrintUnformatted(r));
+        return r;
+}
+
+/* Whether the session's audit rows hold a blocked row for host with reason. */
+static bool blocked_row(const char *session, const char *host, const char *reason)
+{
+        struct store_egress_entry *rows = NULL;
+        size_t n = 0;
+        bool seen = false;
+
+        cr_assert_eq(store_egress_log_list(d->store, "u1", session, 200, &rows, &n), 0);
+        for (size_t i = 0; i < n; i++)
+                seen |= strcmp(rows[i].host, host) == 0 && strcmp(rows[i].decision, "blocked") == 0 &&
+                        strcmp(rows[i].reason, reason) == 0;
+        free(rows);
+        return seen;
+}
+
+Test(egress_ct, network_none_narrows_one_execution_while_a_concurrent_one_keeps_the_session_egress)
+{
+        char id[40], reason[64], p[256];
+        cJSON *r;
+
+        upstreams_start();
+        open_api_daemon();
+        /* narrowed to nothing; the two curls overlap: each waits for the other to be running */
+        r = api("exec",
+                "{\"session\":\"n\",\"background\":true,\"network\":\"none\",\"command\":"
+                "\"while [ ! -e /tmp/go ]; do sleep 0.05; done; "
+                "curl -s -o /dev/null -w '%%{http_code}' --max-time 30 http://up.test:%d/; "
+                "touch /tmp/none-done; while [ ! -e /tmp/fin ]; do sleep 0.05; done\"}",
+                http_port);
+        snprintf(id, sizeof(id), "%s", apic_str(apic_result(r), "execution_id"));
+        cJSON_Delete(r);
+        r = api("exec",
+                "{\"session\":\"n\",\"command\":\"touch /tmp/go; curl -s --max-time 30 http://up.test:%d/; "
+                "echo; while [ ! -e /tmp/none-done ]; do sleep 0.05; done; touch /tmp/fin\"}",
+                http_port);
+        cr_assert_str_eq(apic_str(apic_result(r), "stdout"), "hello\n", "%s", cJSON_PrintUnformatted(r));
+        cJSON_Delete(r);
+        snprintf(p, sizeof(p), "{\"session\":\"n\",\"execution_id\":\"%s\",\"wait\":60}", id);
+        r = api("get_execution", "%s", p);
+        cr_assert_str_eq(apic_str(apic_result(r), "stdout"), "403", "%s", cJSON_PrintUnformatted(r));
+        cJSON_Delete(r);
+        snprintf(reason, sizeof(reason), "narrowed:%s", id);
+        cr_assert(blocked_row("n", "up.test", reason), "the refusal's row names the execution's narrowing");
+        daemon_close(d);
+        upstreams_stop();
+}
+
+Test(egress_ct, an_allow_list_narrows_to_its_hosts_in_exec_run_code_run_tests_and_run_cell)
+{
+        cJSON *r;
+
+        upstreams_start();
+        open_api_daemon();
+        /* both names are on the session's allowlist and reach the same server: the narrowing picks */
+        r = api("exec",
+                "{\"session\":\"a\",\"network\":{\"allow\":[\"tls.test:%d\"]},\"command\":"
+                "\"curl -s --max-time 30 http://tls.test:%d/; echo; "
+                "curl -s -o /dev/null -w '%%{http_code}' --max-time 30 http://up.test:%d/\"}",
+                http_port, http_port, http_port);
+        cr_assert_str_eq(apic_str(apic_result(r), "stdout"), "hello\n403", "%s", cJSON_PrintUnformatted(r));
+        cJSON_Delete(r);
+        r = api("run_code",
+                "{\"session\":\"a\",\"language\":\"python\",\"network\":\"none\",\"code\":"
+                "\"import urllib.request as u, urllib.error as e\\ntry:\\n"
+                "    u.urlopen('http://up.test:%d/', timeout=30); print('reached')\\n"
+                "except e.HTTPError as x:\\n    print(x.code)\"}",
+                http_port);
+        cr_assert_str_eq(apic_str(apic_result(r), "stdout"), "403\n", "%s", cJSON_PrintUnformatted(r));
+        cJSON_Delete(r);
+        r = api("run_tests",
+                "{\"session\":\"a\",\"language\":\"python\",\"network\":\"none\",\"tests\":"
+                "\"import urllib.request as u, urllib.error as e\\n"
+                "def test_offline():\\n    try:\\n        u.urlopen('http://up.test:%d/', timeout=30)\\n"
+                "    except e.HTTPError as x:\\n        assert x.code == 403\\n        return\\n"
+                "    assert False, 'reached'\\n\"}",
+                http_port);
+        cr_assert_eq(apic_num(cJSON_GetObjectItem(apic_result(r), "summary"), "passed"), 1, "%s",
+                     cJSON_PrintUnformatted(r));
+        cJSON_Delete(r);
+        /* a cell narrows its kernel while it runs; the next cell, not narrowed, has the session's egress */
+        r = api("run_cell",
+                "{\"session\":\"a\",\"network\":\"none\",\"code\":"
+                "\"import urllib.request as u, urllib.error as e\\ntry:\\n"
+                "    u.urlopen('http://up.test:%d/', timeout=30); print('reached')\\n"
+                "except e.HTTPError as x:\\n    print(x.code)\"}",
+                http_port);
+        cr_assert_str_eq(apic_str(apic_result(r), "stdout"), "403\n", "%s", cJSON_PrintUnformatted(r));
+        cJSON_Delete(r);
+        r = api("run_cell",
+                "{\"session\":\"a\",\"code\":\"print(u.urlopen('http://up.test:%d/', timeout=30).read().decode())\"}",
+                http_port);
+        cr_assert_str_eq(apic_str(apic_result(r), "stdout"), "hello\n", "%s", cJSON_PrintUnformatted(r));
+        cJSON_Delete(r);
+        daemon_close(d);
+        upstreams_stop();
+}
+
+/* From inside one execution narrowed to nothing: no proxy variables and a CONNECT by hand; a
+ * double-forked setsid grandchild; a forged RP_EGRESS_FROM ("a service's") straight on
+ * egress.sock. Each is refused (403): attribution is by process, and only the runner's header
+ * counts. */
+Test(egress_ct, bypasses_from_a_narrowed_execution_are_still_refused)
+{
+        cJSON *r;
+
+        upstreams_start();
+        open_api_daemon();
+        r = api("exec",
+                "{\"session\":\"b\",\"network\":\"none\",\"command\":"
+                "\"env -u HTTPS_PROXY -u HTTP_PROXY -u https_proxy -u http_proxy python3 -c \\\""
+                "import socket\\n"
+                "s = socket.create_connection(('127.0.0.1', 3128))\\n"
+                "s.sendall(b'CONNECT up.test:%d HTTP/1.1\\\\r\\\\n\\\\r\\\\n')\\n"
+                "print(s.recv(12).decode())\\\"; "
+                "setsid sh -c '(curl -s -o /dev/null -w %%{http_code} --max-time 30 http://up.test:%d/ "
+                "> /tmp/gc.out; touch /tmp/gc.done) &'; "
+                "while [ ! -e /tmp/gc.done ]; do sleep 0.05; done; cat /tmp/gc.out; echo; "
+                "python3 -c \\\""
+                "import socket, struct\\n"
+                "s = socket.socket(socket.AF_UNIX)\\n"
+                "s.connect('/run/sandboxd/egress.sock')\\n"
+                "s.sendall(struct.pack('=IHHI', 0, 33, 2, 0) + "
+                "b'GET http://up.test:%d/ HTTP/1.1\\\\r\\\\nHost: up.test\\\\r\\\\n\\\\r\\\\n')\\n"
+                "print(s.recv(12).decode())\\\"\"}",
+                http_port, http_port, http_port);
+        cr_assert_str_eq(apic_str(apic_result(r), "stdout"), "HTTP/1.1 403\n403\nHTTP/1.1 403\n", "%s",
+                         cJSON_PrintUnformatted(r));
+        cJSON_Delete(r);
+        /* the same forged header from an execution that is not narrowed changes nothing either */
+        r = api("exec",
+                "{\"session\":\"b\",\"command\":\"python3 -c \\\""
+                "import socket, struct\\n"
+                "s = socket.socket(socket.AF_UNIX)\\n"
+                "s.connect('/run/sandboxd/egress.sock')\\n"
+                "s.sendall(struct.pack('=IHHI', 0, 33, 2, 0) + "
+                "b'GET http://up.test:%d/ HTTP/1.1\\\\r\\\\nHost: up.test\\\\r\\\\n\\\\r\\\\n')\\n"
+                "print(s.recv(12).decode())\\\"\"}",
+                http_port);
+        cr_assert_str_eq(apic_str(apic_result(r), "stdout"), "HTTP/1.0 200\n", "%s", cJSON_PrintUnformatted(r));
+        cJSON_Delete(r);
+        daemon_close(d);
+        upstreams_stop();
 }

@@ -28,6 +28,7 @@
 #include "sandboxd/config.h"
 #include "sandboxd/egress.h"
 #include "sandboxd/egress_rules.h"
+#include "sandboxd/runner_proto.h"
 #include "sandboxd/store.h"
 #include "sandboxd/store_egress.h"
 
@@ -896,4 +897,82 @@ Test(egress, upstream_proxy_carries_connect_and_plain_http)
         pthread_join(ft, NULL);
         close(lfd);
         egress_free(eg_b);
+}
+
+/* ---- network policy per execution (issue 37 item 3) ---- */
+
+/* The daemon's table, as the hook answers: execution tag 7 ("exec-7") is narrowed to
+ * echo.test and runs, so an unattributed connection is refused. */
+static bool narrow_hook(const char *user, const char *session, unsigned int from, uint32_t tag, struct egress_net *ret,
+                        char ret_id[40], void *ud)
+{
+        (void)user;
+        (void)session;
+        (void)ud;
+        if (from == RP_FROM_EXEC && tag != 7)
+                return false;
+        memset(ret, 0, sizeof(*ret));
+        ret->set = true;
+        if (from == RP_FROM_EXEC) {
+                ret->n_allow = 1;
+                snprintf(ret->allow[0], sizeof(ret->allow[0]), "echo.test:*");
+        }
+        snprintf(ret_id, 40, "exec-7");
+        return true;
+}
+
+/* A connection with an RP_EGRESS_FROM header, from the runner or not; the reply's first line. */
+static void from_conn(bool runner, uint16_t flags, uint32_t tag, uint16_t type, const char *host, int port, char *buf,
+                      size_t cap)
+{
+        struct rp_hdr h = {.len = 0, .type = type, .flags = flags, .tag = tag};
+        char req[256];
+        int sv[2];
+
+        cr_assert_eq(socketpair(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC, 0, sv), 0);
+        egress_accept_from(eg, USER, SESS, sv[1], runner);
+        send_all(sv[0], (const char *)&h, sizeof(h));
+        snprintf(req, sizeof(req), "CONNECT %s:%d HTTP/1.1\r\n\r\n", host, port);
+        send_str(sv[0], req);
+        recv_until(sv[0], buf, cap, "\r\n", 10000);
+        close(sv[0]);
+}
+
+Test(egress, the_runners_header_names_the_execution_whose_narrowing_applies)
+{
+        char buf[4096];
+        struct store_egress_entry *r;
+        size_t n;
+        bool row = false;
+
+        start();
+        egress_set_narrow_hook(eg, narrow_hook, NULL);
+        from_conn(true, RP_FROM_EXEC, 7, RP_EGRESS_FROM, "echo.test", echo_up.port, buf, sizeof(buf));
+        cr_assert(strncmp(buf, "HTTP/1.1 200", 12) == 0, "in the narrowing: %s", buf);
+        from_conn(true, RP_FROM_EXEC, 7, RP_EGRESS_FROM, "up.test", http_up.port, buf, sizeof(buf));
+        cr_assert(strncmp(buf, "HTTP/1.1 403", 12) == 0, "outside it: %s", buf);
+        /* another execution, not narrowed; a service */
+        from_conn(true, RP_FROM_EXEC, 8, RP_EGRESS_FROM, "up.test", http_up.port, buf, sizeof(buf));
+        cr_assert(strncmp(buf, "HTTP/1.1 200", 12) == 0, "%s", buf);
+        from_conn(true, RP_FROM_NONE, 0, RP_EGRESS_FROM, "up.test", http_up.port, buf, sizeof(buf));
+        cr_assert(strncmp(buf, "HTTP/1.1 200", 12) == 0, "%s", buf);
+        /* the same header from a peer that is not the runner: unattributed, refused while tag 7 runs */
+        from_conn(false, RP_FROM_NONE, 0, RP_EGRESS_FROM, "up.test", http_up.port, buf, sizeof(buf));
+        cr_assert(strncmp(buf, "HTTP/1.1 403", 12) == 0, "a forged header: %s", buf);
+        /* started narrowed, no longer in the table (an orphan, an adopted execution): nothing */
+        from_conn(true, RP_FROM_EXEC | RP_FROM_NARROWED, 9, RP_EGRESS_FROM, "echo.test", echo_up.port, buf,
+                  sizeof(buf));
+        cr_assert(strncmp(buf, "HTTP/1.1 403", 12) == 0, "%s", buf);
+        /* malformed: another type, an unknown kind, a tag with "no execution" */
+        from_conn(true, RP_FROM_EXEC, 7, RP_FWD_DATA, "echo.test", echo_up.port, buf, sizeof(buf));
+        cr_assert(strncmp(buf, "HTTP/1.1 400", 12) == 0, "%s", buf);
+        from_conn(true, 9, 7, RP_EGRESS_FROM, "echo.test", echo_up.port, buf, sizeof(buf));
+        cr_assert(strncmp(buf, "HTTP/1.1 400", 12) == 0, "%s", buf);
+        from_conn(false, RP_FROM_NONE, 7, RP_EGRESS_FROM, "echo.test", echo_up.port, buf, sizeof(buf));
+        cr_assert(strncmp(buf, "HTTP/1.1 400", 12) == 0, "%s", buf);
+        n = rows(&r, 7);
+        for (size_t i = 0; i < n; i++)
+                row |= strcmp(r[i].host, "up.test") == 0 && strcmp(r[i].reason, "narrowed:exec-7") == 0;
+        free(r);
+        cr_assert(row, "the refusal's row names the execution");
 }

@@ -6,6 +6,7 @@
 // route, malformed JSON and Connect envelopes, and the body caps.
 import assert from 'node:assert/strict';
 import { execFile } from 'node:child_process';
+import fs from 'node:fs';
 import https from 'node:https';
 import tls from 'node:tls';
 import path from 'node:path';
@@ -59,13 +60,19 @@ function frames(body) {
 }
 
 describe('E2B SDK against sandboxd (issue 36)', () => {
-        let d, ca, port, keyA, keyB;
+        let d, ca, port, keyA, keyB, keyMany;
 
         before(async () => {
                 d = new Daemon();
                 d.env.SANDBOXD_LIMITS_FILE_SIZE = '64m'; // the upload cap (E2B_UPLOAD_MAX's), tested below
                 d.env.SANDBOXD_E2B_DOMAIN = 'sbx.test'; // getHost(port) names: the tests set Host on 127.0.0.1
                 d.env.SANDBOXD_E2B_PROXY_MAX_PER_USER = '1'; // an open WebSocket holds the one slot (e2b_host_program.mjs)
+                // 100 sandboxes at once (e2b_many_program.mjs), each with its block of ports and an execution
+                // running: room for them, as an operator expecting that many would give
+                const base = 14000 + Math.floor(Math.random() * 8) * 700;
+                d.env.SANDBOXD_PORT_RANGE = `${base}-${base + 699}`;
+                d.env.SANDBOXD_LIMITS_EXEC_PER_USER = '200';
+                d.env.SANDBOXD_LIMITS_EXEC_GLOBAL = '200';
                 ({ ca, port } = await d.startHttps());
                 const mint = async (user) => {
                         const r = await socketRequest(d.adminSocket, { cmd: 'token.create', user, role: 'agent', format: 'e2b' });
@@ -74,6 +81,7 @@ describe('E2B SDK against sandboxd (issue 36)', () => {
                 };
                 keyA = await mint('e2b-alice');
                 keyB = await mint('e2b-bob');
+                keyMany = await mint('e2b-many');
         });
 
         after(async () => {
@@ -81,7 +89,7 @@ describe('E2B SDK against sandboxd (issue 36)', () => {
         });
 
         /** Run a program of tests/js/ with the three variables and the test's CA. */
-        const runProgram = (name, extra = {}) =>
+        const runProgram = (name, extra = {}, timeout = 240000) =>
                 new Promise((resolve) =>
                         execFile(
                                 process.execPath,
@@ -97,7 +105,7 @@ describe('E2B SDK against sandboxd (issue 36)', () => {
                                                 E2B_PORT: String(port),
                                                 ...extra,
                                         },
-                                        timeout: 240000,
+                                        timeout,
                                         maxBuffer: 1 << 20,
                                 },
                                 (err, stdout, stderr) => resolve({ stdout, stderr, code: err ? err.code : 0 }),
@@ -182,6 +190,35 @@ describe('E2B SDK against sandboxd (issue 36)', () => {
                 assert.ok(out.given < 256 * 1024 * 1024, `the stream gave ${out.given} bytes before the refusal`);
                 assert.ok(out.hwmAfter - out.hwmBefore < 300 * 1024 * 1024, `the daemon's VmHWM grew by ${out.hwmAfter - out.hwmBefore}`);
                 assert.equal(out.hugeExists, false);
+        });
+
+        test('100 sandboxes at once, each running a command, Python code and files, then killed: all served, nothing left, no leak', async () => {
+                const count = Number(process.env.SANDBOXD_E2B_MANY || 100);
+                const counts = () => ({
+                        fds: fs.readdirSync(`/proc/${d.proc.pid}/fd`).length,
+                        threads: Number(/^Threads:\s+(\d+)/m.exec(fs.readFileSync(`/proc/${d.proc.pid}/status`, 'utf8'))[1]),
+                });
+                const before = counts();
+                const { stdout, stderr, code } = await runProgram('e2b_many_program.mjs', {
+                        E2B_API_KEY: keyMany, // a user of its own: max_sessions_per_user is 100
+                        COUNT: String(count),
+                }, 900000);
+                assert.equal(code, 0, `the program failed:\n${stderr}\n${stdout}\n--- daemon log:\n${d.logTail()}`);
+                const out = JSON.parse(stdout.trim().split('\n').pop());
+                assert.deepEqual(out.errors, []);
+                assert.equal(out.ok, count);
+                assert.equal(out.ids, count); // each its own sandbox
+                assert.equal(out.left, 0);
+                // every sandbox gone, the program's connections closed: the runner links, connections
+                // and threads go with them (a few of slack for what the daemon opens on its own)
+                let after = counts();
+                for (const end = Date.now() + 30000; Date.now() < end; after = counts()) {
+                        if (after.fds <= before.fds + 4 && after.threads <= before.threads + 2) break;
+                        await new Promise((r) => setTimeout(r, 200)); // not a wait: a poll until the deadline
+                }
+                console.log(`${count} sandboxes at once: ${out.seconds} s; fds ${before.fds} -> ${after.fds}, threads ${before.threads} -> ${after.threads}`);
+                assert.ok(after.fds <= before.fds + 4, `fds ${before.fds} -> ${after.fds}`);
+                assert.ok(after.threads <= before.threads + 2, `threads ${before.threads} -> ${after.threads}`);
         });
 
         test('a token in E2B spelling passes the SDK key check and the daemon', () => {

@@ -599,12 +599,14 @@ void node_server_stop(struct node_server *s)
                 pthread_mutex_unlock(&s->lock);
                 if (!k)
                         break;
-                /* a link still in its handshake stops at its deadline */
+                /* a link still in its handshake stops at its deadline. nl_stop under
+                 * s->lock: its thread clears running under it before nl_destroy, so a
+                 * link seen running is not being destroyed (checked, then stopped
+                 * outside the lock, it was: TSan, stress_node) */
                 pthread_mutex_lock(&s->lock);
-                bool running = k->running && !k->done;
-                pthread_mutex_unlock(&s->lock);
-                if (running)
+                if (k->running && !k->done)
                         nl_stop(&k->l);
+                pthread_mutex_unlock(&s->lock);
                 pthread_join(k->thread, NULL);
                 free(k);
         }

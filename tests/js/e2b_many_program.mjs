@@ -21,8 +21,8 @@ async function one(i) {
                 await sbx.files.write('n.txt', String(i), WAIT);
                 const read = await sbx.files.read('n.txt', WAIT);
                 // runCode (an interpreter each) in every CODE_EVERY-th, off by default: a hundred
-                // interpreters starting at once on 2 cores run past their start deadline ("did not
-                // start in time"), and ten at once lost x between two cells once (open, issue 36)
+                // interpreters starting at once on 2 cores, or ten beside 100 starting containers,
+                // run past their start deadline ("unavailable: ... did not start in time"; open)
                 let code = { text: String(i * 2) };
                 if (CODE_EVERY && i % CODE_EVERY === 0) {
                         await sbx.runCode(`x = ${i}`, { timeoutMs: 600_000, ...WAIT });

@@ -279,7 +279,7 @@ static bool via_runner(const struct files_ctx *f, const char *user, const char *
 static int open_container(const struct files_ctx *f, const char *user, const char *session, struct session **ret_s,
                           char ret_cid[65], struct sbx_error *err)
 {
-        int r = session_get_or_create(f->sessions, user, session, ret_s, err);
+        int r = session_acquire(f->sessions, user, session, ret_s, err);
         if (r < 0)
                 return r;
         session_container_id(*ret_s, ret_cid);

@@ -94,7 +94,7 @@ int privacy_mark(struct privacy *p, const char *user, const char *session, const
         if (!printable(source, 256, true))
                 return sbx_error_set(err, -EINVAL, 0, "source must be at most 256 printable characters");
 
-        /* 1. durable first: from here on every get_or_create requires "none" */
+        /* 1. durable first: from here on every session_acquire requires "none" */
         r = store_private_add(p->store, user, session, dataset, source, sbx_wall_ms(), &inserted);
         if (r < 0)
                 return sbx_error_set(err, r, 0, "cannot record the mark: %s", strerror(-r));

@@ -14,7 +14,7 @@
  * the session holds no networked container any more (it is removed
  * before the call returns, waiting for an in-progress creation). Every
  * operation that starts after that — including ones that were already
- * waiting on the session — goes through get_or_create, which sees the mark
+ * waiting on the session — goes through session_acquire, which sees the mark
  * and can only create a "none" container. */
 #ifndef SANDBOXD_PRIVACY_H
 #define SANDBOXD_PRIVACY_H

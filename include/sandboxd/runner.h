@@ -119,7 +119,7 @@ bool runner_hub_wait(struct runner_hub *h, const char *user, const char *session
 /* The session's container is paused (frozen) or thawed again: a frozen
  * runner is neither pinged nor declared runner_unresponsive; on thaw its
  * heartbeat clock starts afresh. Callers that need it resume the session
- * first (session_get_or_create). h may be NULL. */
+ * first (session_acquire). h may be NULL. */
 void runner_hub_set_frozen(struct runner_hub *h, const char *user, const char *session, bool frozen);
 
 /* The connected runner's version string ("" when none). */

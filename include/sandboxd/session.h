@@ -1,13 +1,13 @@
 /* session.h — the session manager: the `user_id:session_id` key, the session
  * table in memory and in the store, the state machine
  * CREATING → RUNNING → STOPPED / ERROR, activity time, idle expiry, restart
- * reconciliation and get_or_create, which lazily creates (or recreates) the
+ * reconciliation and session_acquire, which lazily creates (or recreates) the
  * session's hardened container. A RUNNING session may be PAUSED (pause and
  * resume: session_pause.c): its container exists with every process frozen
  * by the engine (the cgroup freezer), its memory kept; any request resumes
- * it first (session_get_or_create), so callers never see a frozen container.
+ * it first (session_acquire), so callers never see a frozen container.
  *
- * Sessions are reference-counted: session_get_or_create() hands out a
+ * Sessions are reference-counted: session_acquire() hands out a
  * reference that also counts as an operation in progress (idle expiry skips
  * the session while one is held); give it back with session_release(). */
 #ifndef SANDBOXD_SESSION_H
@@ -147,8 +147,8 @@ const char *session_default_network(struct session_manager *m);
  * request in progress, no running execution, no active service). It is
  * stopped with cause "evicted", its workspace kept; its next request
  * recreates it when there is room (session_share.c). */
-int session_get_or_create(struct session_manager *m, const char *user, const char *session, struct session **ret,
-                          struct sbx_error *err);
+int session_acquire(struct session_manager *m, const char *user, const char *session, struct session **ret,
+                    struct sbx_error *err);
 void session_release(struct session *s);
 
 /* The running container's id, copied under the lock. */
@@ -269,7 +269,7 @@ void session_counts(struct session_manager *m, size_t counts[SESSION_STATE_COUNT
  * A pause freezes the session's container (engine_pause: the cgroup
  * freezer), memory kept, and tells the runner hub its runner is frozen (no
  * heartbeat is expected of it). A resume thaws it; every request resumes a
- * paused session first (session_get_or_create), so a caller never needs
+ * paused session first (session_acquire), so a caller never needs
  * to. A paused session stays live for limits.sessions and
  * max_sessions_per_user (it holds its memory) but runs nothing, so it
  * counts for no execution cap; its ports and channels stay bound. Both
@@ -296,7 +296,7 @@ void session_set_paused_cap(struct session_manager *m, session_user_cap_fn fn, v
 int session_pause(struct session_manager *m, const char *user, const char *session, const char *reason,
                   bool *ret_was_paused, struct sbx_error *err);
 /* Resume a known session: a PAUSED one is thawed, a stopped one started
- * again (session_get_or_create without creating a new key). -ENOENT
+ * again (session_acquire without creating a new key). -ENOENT
  * unknown. *ret_was_paused: it was PAUSED (may be NULL). */
 int session_resume(struct session_manager *m, const char *user, const char *session, bool *ret_was_paused,
                    struct sbx_error *err);
@@ -315,7 +315,7 @@ void session_resume_async_stop(struct session_manager *m);
  * are finished first. Idempotent; the daemon calls it before the runner hub
  * goes, session_manager_free again. */
 void session_evictions_stop(struct session_manager *m);
-/* Never make (user, session) again: a later session_get_or_create of the
+/* Never make (user, session) again: a later session_acquire of the
  * key, once it is gone from the table, is -ENOENT. For keys that are never
  * reused (an E2B sandbox's id): retired before its destroy, a request that
  * raced the destroy cannot bring the session back. The last

@@ -339,7 +339,7 @@ int api_m_run_tests(struct api_req *q, cJSON **ret, struct fronterr *e)
         r = testrun_program(tl, code, tests, marker, &program, &program_len, &err);
         if (r < 0)
                 return fronterr_errno(e, r, &err, NULL);
-        r = session_get_or_create(q->d->sessions, q->tok.user, q->session, &s, &err);
+        r = session_acquire(q->d->sessions, q->tok.user, q->session, &s, &err);
         if (r < 0)
                 return fronterr_errno(e, r, &err, "the session's container is not available");
         session_release(s);
@@ -579,7 +579,7 @@ static int create_session_claimed(struct api_req *q, const char *image, int64_t 
                         return fronterr_errno(e, r, NULL, "cannot record the session's options");
                 }
         }
-        r = session_get_or_create(q->d->sessions, q->tok.user, q->session, &s, &err);
+        r = session_acquire(q->d->sessions, q->tok.user, q->session, &s, &err);
         if (r < 0) {
                 if (session_get_info(q->d->sessions, q->tok.user, q->session, &info) == 0) {
                         session_info_done(&info);

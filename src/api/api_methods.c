@@ -159,7 +159,7 @@ int api_preflight_session(struct api_req *q, struct fronterr *e)
 {
         struct session *s = NULL;
         struct sbx_error err = {0};
-        int r = session_get_or_create(q->d->sessions, q->tok.user, q->session, &s, &err);
+        int r = session_acquire(q->d->sessions, q->tok.user, q->session, &s, &err);
         if (r < 0)
                 return fronterr_errno(e, r, &err, "the session's container is not available");
         session_release(s);

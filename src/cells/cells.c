@@ -316,7 +316,7 @@ int cells_run(struct cells *c, const struct cells_request *req, cJSON **ret, str
                 pthread_mutex_unlock(&c->lock);
                 if (!known) {
                         struct session *s = NULL;
-                        r = session_get_or_create(c->sessions, req->user, req->session, &s, err);
+                        r = session_acquire(c->sessions, req->user, req->session, &s, err);
                         if (r < 0)
                                 return r;
                         session_release(s);

@@ -572,7 +572,7 @@ int cells_ctx_ensure(struct cell_ctx *x, const char *const *env, cJSON **ret_los
 {
         struct session *s = NULL;
         char cid[65];
-        int r = session_get_or_create(x->c->sessions, x->user, x->session, &s, err);
+        int r = session_acquire(x->c->sessions, x->user, x->session, &s, err);
         bool ready;
         uint64_t ooms;
 

@@ -531,7 +531,7 @@ static int step_open(struct run *c)
         int r;
 
         for (int attempt = 0;; attempt++) {
-                r = session_get_or_create(e->sessions, x->user, x->session, &c->s, &c->err);
+                r = session_acquire(e->sessions, x->user, x->session, &c->s, &c->err);
                 if (r < 0)
                         return r;
                 session_container_id(c->s, x->container_id);

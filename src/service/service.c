@@ -260,7 +260,7 @@ int service_start(struct service_manager *m, const char *user, const char *sessi
         if (r < 0)
                 return sbx_error_set(err, r, 0, "cannot record the service: %s", strerror(-r));
 
-        r = session_get_or_create(m->sessions, user, session, &s, err);
+        r = session_acquire(m->sessions, user, session, &s, err);
         if (r < 0)
                 goto fail;
         session_container_id(s, cid);
@@ -392,7 +392,7 @@ int service_stop(struct service_manager *m, const char *user, const char *sessio
                 return 0; /* already stopped or failed: nothing to do */
         }
 
-        r = session_get_or_create(m->sessions, user, session, &s, err);
+        r = session_acquire(m->sessions, user, session, &s, err);
         if (r == 0) {
                 session_container_id(s, cid);
                 service_marker_of(&row, marker, sizeof(marker));
@@ -497,7 +497,7 @@ int service_logs(struct service_manager *m, const char *user, const char *sessio
         if (tail_lines > 10000)
                 tail_lines = 10000;
         snprintf(lines, sizeof(lines), "%d", tail_lines);
-        r = session_get_or_create(m->sessions, user, session, &s, err);
+        r = session_acquire(m->sessions, user, session, &s, err);
         if (r < 0)
                 return r;
         session_container_id(s, cid);

@@ -1,5 +1,7 @@
 /* session_internal.h — what the pieces of the session manager share:
- *   session.c            the table, references, admission, the manager and get_or_create
+ *   session.c            the table, references, the manager, session_change_locked
+ *   session_acquire.c    how a request gets a running session: it waits; one
+ *                        step (resume, fail, admit, create) drives the transition
  *   session_state.c      the lifecycle's transitions (the table below) and their check
  *   session_container.c  making a session's container (image, uid, workspace, runner, ports)
  *   session_info.c       snapshots: session_get_info, session_list, session_counts, session_running
@@ -46,12 +48,12 @@
  * and writes the row. The transitions and the functions that perform them:
  *
  *    transition      from                      to        performed by
- *    create          STOPPED ERROR RUNNING     CREATING  session_get_or_create (RUNNING: a
+ *    create          STOPPED ERROR RUNNING     CREATING  session_acquire (RUNNING: a
  *                    PAUSED CREATING                     container to replace, the ratchet's)
- *    created         CREATING                  RUNNING   session_get_or_create
- *    create_failed   CREATING                  ERROR     session_get_or_create
+ *    created         CREATING                  RUNNING   session_acquire
+ *    create_failed   CREATING                  ERROR     session_acquire
  *    fail            RUNNING PAUSED ERROR      ERROR     session_mark_failed (the monitor),
- *                                                        session_get_or_create (its check)
+ *                                                        session_acquire (its check)
  *    pause           RUNNING                   PAUSED    session_pause
  *    resume          PAUSED                    RUNNING   session_resume_locked
  *    resume_failed   PAUSED                    ERROR     session_resume_locked
@@ -89,8 +91,8 @@ struct session {
         pthread_cond_t cond;
         bool transitioning; /* one thread is changing the container */
         bool destroyed;     /* gone from the table: a waiter must not bring it back */
-        int active_ops;     /* references handed out by get_or_create */
-        uint64_t uses;      /* get_or_create calls served: the fair share's "not used since" check */
+        int active_ops;     /* references handed out by session_acquire */
+        uint64_t uses;      /* session_acquire calls served: the fair share's "not used since" check */
         bool persisted;     /* the store has a row */
         enum session_state state;
         char container_id[65];

@@ -8,7 +8,7 @@
  * change (session_internal.h): s->transitioning is set under s->lock, the
  * engine call runs with no lock, and the result is published under the lock
  * again. A request arriving meanwhile waits on s->cond, then finds PAUSED
- * and resumes it (session_get_or_create → session_resume_locked). The
+ * and resumes it (session_acquire → session_resume_locked). The
  * runner hub is told before the freeze and after the thaw, so it never
  * takes a frozen runner's silence for a lost runner.
  *
@@ -222,7 +222,7 @@ int session_resume(struct session_manager *m, const char *user, const char *id, 
         was = s->state == SESSION_PAUSED;
         pthread_mutex_unlock(&s->lock);
         session_unref(s);
-        r = session_get_or_create(m, user, id, &s, err);
+        r = session_acquire(m, user, id, &s, err);
         if (r < 0)
                 return r;
         session_release(s);

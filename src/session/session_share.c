@@ -8,7 +8,7 @@
  * than refusing: the users holding the most live sessions, if that is at
  * least two more than the requester holds, give up their least recently
  * active idle session. Idle means RUNNING with no request in progress (no
- * reference from get_or_create, so no execution started through the
+ * reference from session_acquire, so no execution started through the
  * worker), and, asked of the busy check with no lock held, no running
  * execution and no active service: a session whose work goes on in the
  * background is in use even if nobody has called it for a while. The
@@ -26,7 +26,7 @@
  *     take the slot in between: for a moment both count, limits.sessions + 1;
  *   - the busy check runs with no lock held and may be stale by the claim,
  *     so the claim also requires the candidate's `uses` unchanged since it
- *     was collected (any request through get_or_create meanwhile, which is
+ *     was collected (any request through session_acquire meanwhile, which is
  *     how executions and services reach a session, rules it out), and the
  *     check runs once more on the claimed session (an execution admitted
  *     but whose worker has not reached the session yet shows there; the

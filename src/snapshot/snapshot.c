@@ -823,7 +823,7 @@ int snapshot_fork(const struct snapshot_ctx *c, const char *user, const char *fr
                 if (r < 0)
                         goto out;
         }
-        r = session_get_or_create(c->sessions, user, to_session, &s, err);
+        r = session_acquire(c->sessions, user, to_session, &s, err);
         made = session_get_info(c->sessions, user, to_session, &info) == 0;
         if (made)
                 session_info_done(&info);

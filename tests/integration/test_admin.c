@@ -158,7 +158,7 @@ Test(admin, every_command)
         cJSON_Delete(r);
 
         /* a session with an execution, to see in the listings */
-        cr_assert_eq(session_get_or_create(d->sessions, "alice", "s1", &s, &err), 0, "%s", err.msg);
+        cr_assert_eq(session_acquire(d->sessions, "alice", "s1", &s, &err), 0, "%s", err.msg);
         session_release(s);
         {
                 struct exec_request req = {.user = "alice", .session = "s1", .command = "echo hi", .actor = "test"};
@@ -509,7 +509,7 @@ Test(admin, sandboxctl)
         cr_assert_eq(ctl(args, &out), 1, "revoking twice is an error");
         free(out);
 
-        cr_assert_eq(session_get_or_create(d->sessions, "erin", "work", &s, &err), 0, "%s", err.msg);
+        cr_assert_eq(session_acquire(d->sessions, "erin", "work", &s, &err), 0, "%s", err.msg);
         session_release(s);
         cr_assert_eq(ctl("sessions", &out), 0);
         cr_assert_not_null(strstr(out, "erin"), "%s", out);

@@ -56,7 +56,7 @@ static void make_session(struct daemon *d, const char *user, const char *sid, ch
         struct session *s = NULL;
         struct sbx_error err = {0};
 
-        cr_assert_eq(session_get_or_create(d->sessions, user, sid, &s, &err), 0, "%s:%s: %s", user, sid, err.msg);
+        cr_assert_eq(session_acquire(d->sessions, user, sid, &s, &err), 0, "%s:%s: %s", user, sid, err.msg);
         session_container_id(s, id);
         session_release(s);
 }
@@ -889,9 +889,9 @@ static void *exec_loop(void *p)
                 struct docker_exec_result res = {0};
                 char id[65];
 
-                if (session_get_or_create(l->d->sessions, "alice", "busy", &s, &err) < 0) {
+                if (session_acquire(l->d->sessions, "alice", "busy", &s, &err) < 0) {
                         __atomic_add_fetch(&l->failed, 1, __ATOMIC_RELAXED);
-                        snprintf(l->error, sizeof(l->error), "get_or_create: %s", err.msg);
+                        snprintf(l->error, sizeof(l->error), "session_acquire: %s", err.msg);
                         continue;
                 }
                 session_container_id(s, id);

@@ -131,7 +131,7 @@ static void *create_sessions(void *ud)
                 struct session *s;
                 struct sbx_error err = {0};
                 snprintf(name, sizeof(name), "s%d", i);
-                if (session_get_or_create(c->d->sessions, "alice", name, &s, &err) < 0) {
+                if (session_acquire(c->d->sessions, "alice", name, &s, &err) < 0) {
                         fprintf(stderr, "session %s: %s\n", name, err.msg);
                         c->failed++;
                         continue;

@@ -113,7 +113,7 @@ static void child_daemon(int fd, int round)
         res.r = exec_run(cd->exec, &req, &er, &err);
         if (res.r == 0) {
                 struct session *s = NULL;
-                if (session_get_or_create(cd->sessions, "u1", "s1", &s, NULL) == 0) {
+                if (session_acquire(cd->sessions, "u1", "s1", &s, NULL) == 0) {
                         session_container_id(s, res.cid);
                         session_release(s);
                 }

@@ -1196,7 +1196,7 @@ static void claim_killed_after_relabel(const struct sbx_config *cfg)
                                 _exit(5);
                 kill_stage = "relabelled";
                 pool_set_test_hook(kill_at);
-                (void)session_get_or_create(d->sessions, "u1", "w3", &s, NULL);
+                (void)session_acquire(d->sessions, "u1", "w3", &s, NULL);
                 _exit(3); /* the hook did not fire */
         }
         cr_assert_eq(waitpid(pid, &status, 0), pid);

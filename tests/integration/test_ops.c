@@ -29,7 +29,7 @@ static void create(const char *user, const char *session)
 {
         struct session *s = NULL;
         struct sbx_error err = {0};
-        cr_assert_eq(session_get_or_create(d->sessions, user, session, &s, &err), 0, "%s", err.msg);
+        cr_assert_eq(session_acquire(d->sessions, user, session, &s, &err), 0, "%s", err.msg);
         session_release(s);
 }
 

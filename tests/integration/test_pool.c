@@ -380,7 +380,7 @@ static void *burst_one(void *ud)
 {
         struct burst_arg *a = ud;
         struct session *s = NULL;
-        a->rc = session_get_or_create(d->sessions, "u1", a->session, &s, NULL);
+        a->rc = session_acquire(d->sessions, "u1", a->session, &s, NULL);
         session_release(s);
         return NULL;
 }
@@ -471,7 +471,7 @@ Test(pool, a_dry_pool_serves_its_line_in_arrival_order_and_one_past_the_line_goe
         for (int i = 0; i < 2; i++) {
                 char name[8];
                 snprintf(name, sizeof(name), "a%d", i);
-                cr_assert_eq(session_get_or_create(d->sessions, "u1", name, &s, NULL), 0);
+                cr_assert_eq(session_acquire(d->sessions, "u1", name, &s, NULL), 0);
                 session_release(s);
                 cr_assert(is_pooled(name));
         }
@@ -539,7 +539,7 @@ Test(pool, a_session_marked_private_while_it_waits_in_line_takes_no_pool_contain
         wait_full();
         refill_gate_closed = true;
         pool_set_test_hook(hold_refill);
-        cr_assert_eq(session_get_or_create(d->sessions, "u1", "a0", &s, NULL), 0);
+        cr_assert_eq(session_acquire(d->sessions, "u1", "a0", &s, NULL), 0);
         session_release(s);
         cr_assert(is_pooled("a0"));
         cr_assert_eq(pthread_create(&tw, NULL, burst_one, &w), 0);
@@ -571,7 +571,7 @@ Test(pool, a_private_session_never_takes_a_pool_container)
         d = fixture_open(&cfg, false);
         wait_full();
         cr_assert_eq(privacy_mark(d->privacy, "u1", "p1", "patients", "test", "test", NULL), 0);
-        cr_assert_eq(session_get_or_create(d->sessions, "u1", "p1", &s, NULL), 0);
+        cr_assert_eq(session_acquire(d->sessions, "u1", "p1", &s, NULL), 0);
         session_release(s);
         cr_assert_not(is_pooled("p1"));
         pool_stats(d->pool, &ps);
@@ -612,7 +612,7 @@ static void child_claims(int fd)
         }
         (void)!write(fd, cid, sizeof(cid));
         pool_set_test_hook(kill_at);
-        (void)session_get_or_create(d->sessions, "u1", "k1", &s, NULL);
+        (void)session_acquire(d->sessions, "u1", "k1", &s, NULL);
         _exit(3); /* the hook did not fire */
 }
 
@@ -677,7 +677,7 @@ Test(pool, sigkill_at_each_step_of_a_claim_leaves_the_container_with_the_session
                         (void)row;
                 }
                 struct session *s = NULL;
-                cr_assert_eq(session_get_or_create(d->sessions, "u1", "k1", &s, NULL), 0);
+                cr_assert_eq(session_acquire(d->sessions, "u1", "k1", &s, NULL), 0);
                 session_release(s);
                 cr_assert_eq(session_get_info(d->sessions, "u1", "k1", &info), 0);
                 cr_assert_str_eq(info.container_id, cid, "stage %s: recreated instead of adopted", stages[k]);
@@ -720,7 +720,7 @@ Test(pool, a_claim_cut_short_before_the_sessions_workspace_got_files_is_given_up
         cr_assert_eq(docker_container_inspect(testenv_docker(), cid, &ci, NULL), -ENOENT,
                      "the slot's container outlived a claim given up");
         cr_assert_eq(stat(path, &st), 0, "the session's file is gone");
-        cr_assert_eq(session_get_or_create(d->sessions, "u1", "k1", &s, NULL), 0);
+        cr_assert_eq(session_acquire(d->sessions, "u1", "k1", &s, NULL), 0);
         session_release(s);
         cr_assert_not(is_pooled("k1"), "a session with files took a pool container");
         cr_assert_eq(session_get_info(d->sessions, "u1", "k1", &info), 0);

@@ -39,7 +39,7 @@ static void open_daemon(void)
 static int session_up(const char *user, const char *session, struct sbx_error *err)
 {
         struct session *s;
-        int r = session_get_or_create(d->sessions, user, session, &s, err);
+        int r = session_acquire(d->sessions, user, session, &s, err);
         if (r == 0)
                 session_release(s);
         return r;

@@ -293,7 +293,7 @@ Test(ratchet, sigkill_between_mark_and_removal_then_restart_never_shows_bridge)
         fixture_config(&cfg);
         snprintf(cfg.network_default, sizeof(cfg.network_default), "bridge"); /* a networked container to take away */
         d = fixture_open(&cfg, false);
-        cr_assert_eq(session_get_or_create(d->sessions, "alice", "k", &s, &err), 0, "%s", err.msg);
+        cr_assert_eq(session_acquire(d->sessions, "alice", "k", &s, &err), 0, "%s", err.msg);
         session_container_id(s, cid);
         session_release(s);
         expect_network("k", "bridge");

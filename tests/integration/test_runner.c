@@ -34,7 +34,7 @@ static void ensure_session(const char *session, char cid[65])
 {
         struct session *s = NULL;
         struct sbx_error err = {0};
-        cr_assert_eq(session_get_or_create(d->sessions, "u1", session, &s, &err), 0, "%s", err.msg);
+        cr_assert_eq(session_acquire(d->sessions, "u1", session, &s, &err), 0, "%s", err.msg);
         session_container_id(s, cid);
         session_release(s);
 }

@@ -100,11 +100,11 @@ Test(runtime, per_user)
         cJSON_Delete(r);
 
         /* another user keeps runc, with the configured network */
-        cr_assert_eq(session_get_or_create(d->sessions, "plain", "s", &s, &err), 0, "%s", err.msg);
+        cr_assert_eq(session_acquire(d->sessions, "plain", "s", &s, &err), 0, "%s", err.msg);
         session_release(s);
         expect_info("plain", "s", "runc", cfg.network_default);
 
-        rc = session_get_or_create(d->sessions, "hirisk", "s", &s, &err);
+        rc = session_acquire(d->sessions, "hirisk", "s", &s, &err);
         if (!has_runsc) {
                 fprintf(stderr, "test_runtime: CASE: dockerd has no runsc runtime: the session must be refused\n");
                 cr_assert_eq(rc, -ENOTSUP, "%s", err.msg);
@@ -172,7 +172,7 @@ Test(runtime, per_user)
         cr_assert(cJSON_IsNull(cJSON_GetObjectItem(apic_result(r), "override")));
         cJSON_Delete(r);
         cr_assert_eq(session_destroy(d->sessions, "hirisk", "s", false, &err), 0, "%s", err.msg);
-        cr_assert_eq(session_get_or_create(d->sessions, "hirisk", "s", &s, &err), 0, "%s", err.msg);
+        cr_assert_eq(session_acquire(d->sessions, "hirisk", "s", &s, &err), 0, "%s", err.msg);
         session_release(s);
         expect_info("hirisk", "s", "runc", "none"); /* runc now, and still none: the session is private */
 out:

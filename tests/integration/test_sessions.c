@@ -29,8 +29,8 @@ static struct session *must_get(struct daemon *d, const char *user, const char *
 {
         struct session *s = NULL;
         struct sbx_error err = {0};
-        int r = session_get_or_create(d->sessions, user, sid, &s, &err);
-        cr_assert_eq(r, 0, "get_or_create %s:%s: %s", user, sid, err.msg);
+        int r = session_acquire(d->sessions, user, sid, &s, &err);
+        cr_assert_eq(r, 0, "session_acquire %s:%s: %s", user, sid, err.msg);
         return s;
 }
 
@@ -97,7 +97,7 @@ Test(sessions, bad_keys_are_refused_before_anything_happens)
         fixture_config(&cfg);
         d = fixture_open(&cfg, false);
         for (size_t i = 0; i < sizeof(bad) / sizeof(bad[0]); i++) {
-                cr_assert_eq(session_get_or_create(d->sessions, bad[i][0], bad[i][1], &s, &err), -EINVAL);
+                cr_assert_eq(session_acquire(d->sessions, bad[i][0], bad[i][1], &s, &err), -EINVAL);
                 cr_assert_not_null(strstr(err.msg, "invalid"), "%s", err.msg);
         }
         snprintf(ws, sizeof(ws), "%s/workspaces", cfg.data_dir);
@@ -197,7 +197,7 @@ Test(sessions, missing_image_is_a_clear_error)
         fixture_config(&cfg);
         snprintf(cfg.image, sizeof(cfg.image), "sandboxd/does-not-exist:never");
         d = fixture_open(&cfg, false);
-        cr_assert_eq(session_get_or_create(d->sessions, "u", "noimg", &s, &err), -ENOENT);
+        cr_assert_eq(session_acquire(d->sessions, "u", "noimg", &s, &err), -ENOENT);
         cr_assert_not_null(strstr(err.msg, "sandboxd/does-not-exist:never"), "%s", err.msg);
         cr_assert_not_null(strstr(err.msg, "scripts/build-images.sh"), "%s", err.msg);
         cr_assert_eq(state_of(d, "u", "noimg", NULL, 0), SESSION_ERROR);
@@ -229,7 +229,7 @@ Test(sessions, container_dying_during_start_is_refused_with_its_logs)
         /* the runner replaces the image's command: this is about the image's own */
         snprintf(cfg.runner_binary, sizeof(cfg.runner_binary), "/nonexistent/sandboxd-runner");
         d = fixture_open(&cfg, false);
-        int r = session_get_or_create(d->sessions, "u", "crash", &s, &err);
+        int r = session_acquire(d->sessions, "u", "crash", &s, &err);
         snprintf(cmd, sizeof(cmd), "docker rmi -f %s >/dev/null 2>&1", tag);
         (void)!system(cmd);
         cr_assert_lt(r, 0);
@@ -366,7 +366,7 @@ static void *race_main(void *ud)
 {
         struct race *r = ud;
         struct session *s = NULL;
-        r->rc = session_get_or_create(r->d->sessions, "dave", "race", &s, NULL);
+        r->rc = session_acquire(r->d->sessions, "dave", "race", &s, NULL);
         session_release(s);
         return NULL;
 }
@@ -405,7 +405,7 @@ Test(sessions, port_pool_exhaustion_and_release)
         d = fixture_open(&cfg, false);
         session_release(must_get(d, "erin", "p1"));
         session_release(must_get(d, "erin", "p2"));
-        cr_assert_eq(session_get_or_create(d->sessions, "erin", "p3", &s, &err), -ENOSPC);
+        cr_assert_eq(session_acquire(d->sessions, "erin", "p3", &s, &err), -ENOSPC);
         cr_assert_not_null(strstr(err.msg, "port pool exhausted"), "%s", err.msg);
         cr_assert_eq(fixture_count_containers("erin", "p3"), 0, "a container was left behind");
         cr_assert_eq(state_of(d, "erin", "p3", NULL, 0), SESSION_ERROR);
@@ -488,14 +488,15 @@ Test(sessions, docker_unavailable_marks_error_and_next_call_retries, .timeout = 
         mkdir(cfg.data_dir, 0711);
         snprintf(db, sizeof(db), "%s/sandboxd.db", cfg.data_dir);
         snprintf(sock, sizeof(sock), "%s/docker.sock", cfg.data_dir); /* nothing there yet */
-        cfg.docker_timeout_ms = 2000;
+        /* the config's timeout, not a short one: a missing socket fails at connect, at once,
+         * and the retry below starts a real container, which took over 2 s at load 10 */
         (void)testenv_docker();
         cr_assert_eq(store_open(db, &st, &err), 0, "%s", err.msg);
         cr_assert_eq(portpool_new(st, cfg.port_range_lo, cfg.port_range_hi, cfg.ports_per_session, &pp, &err), 0);
         cr_assert_eq(engine_docker_new(sock, cfg.docker_timeout_ms, &dk, &err), 0);
         cr_assert_eq(session_manager_new(&cfg, dk, st, pp, fixture_labels(), &m, &err), 0);
 
-        cr_assert_lt(session_get_or_create(m, "hank", "nodocker", &s, &err), 0);
+        cr_assert_lt(session_acquire(m, "hank", "nodocker", &s, &err), 0);
         cr_assert_not_null(strstr(err.msg, sock), "%s", err.msg);
         struct session_info info;
         cr_assert_eq(session_get_info(m, "hank", "nodocker", &info), 0);
@@ -503,7 +504,7 @@ Test(sessions, docker_unavailable_marks_error_and_next_call_retries, .timeout = 
         session_info_done(&info);
 
         cr_assert_eq(symlink(testenv_docker_socket(), sock), 0); /* Docker is back */
-        cr_assert_eq(session_get_or_create(m, "hank", "nodocker", &s, &err), 0, "%s", err.msg);
+        cr_assert_eq(session_acquire(m, "hank", "nodocker", &s, &err), 0, "%s", err.msg);
         session_release(s);
         cr_assert_eq(session_get_info(m, "hank", "nodocker", &info), 0);
         cr_assert_eq(info.state, SESSION_RUNNING);
@@ -564,7 +565,7 @@ Test(sessions, kill9_restart_reconciles_and_foreign_containers_survive)
                 for (int i = 0; i < 3; i++) {
                         char sid[16];
                         snprintf(sid, sizeof(sid), "r%d", i);
-                        if (session_get_or_create(cd->sessions, "jane", sid, &s, NULL) < 0)
+                        if (session_acquire(cd->sessions, "jane", sid, &s, NULL) < 0)
                                 _exit(1);
                         session_release(s);
                 }

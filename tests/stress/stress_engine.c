@@ -68,7 +68,7 @@ static enum session_state state_of(const char *user, const char *session, char c
 static int get(const char *user, const char *session, char cid[65], struct sbx_error *err)
 {
         struct session *s = NULL;
-        int r = session_get_or_create(m, user, session, &s, err);
+        int r = session_acquire(m, user, session, &s, err);
 
         if (r < 0)
                 return r;

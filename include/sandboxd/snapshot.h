@@ -101,6 +101,13 @@ int snapshot_recover(const struct snapshot_ctx *c);
 /* The row as the fronts show it (no env values: their names only). */
 cJSON *snapshot_to_json(const struct store_snapshot *s);
 
+/* {snapshots: [...], count, bytes}: user's snapshots (of session only, when
+ * it is non-empty), at most max, each as snapshot_to_json; count and bytes
+ * are user's totals. user NULL (the operator's view): every user's, each
+ * with its "user", count and bytes summed over the list. */
+int snapshot_list_json(const struct snapshot_ctx *c, const char *user, const char *session, size_t max, cJSON **ret,
+                       struct sbx_error *err);
+
 /* "creating" rows this old are a copy a crash cut short (--gc removes them). */
 #define SNAPSHOT_STALE_MS (24LL * 3600 * 1000)
 /* --gc (gc.c decides which, by gc.snapshot_retention): the files, then the

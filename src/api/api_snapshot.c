@@ -54,24 +54,12 @@ int api_m_snapshot_session(struct api_req *q, cJSON **ret, struct fronterr *e)
 
 int api_m_list_snapshots(struct api_req *q, cJSON **ret, struct fronterr *e)
 {
-        struct store_snapshot *list = NULL;
-        size_t n = 0;
-        int64_t count = 0, bytes = 0;
-        cJSON *a;
+        struct sbx_error err = {0};
         int r;
 
-        r = store_snapshot_list(q->d->store, q->tok.user, LIST_MAX, &list, &n);
+        r = snapshot_list_json(&q->d->snapshots, q->tok.user, q->session, LIST_MAX, ret, &err);
         if (r < 0)
-                return fronterr_errno(e, r, NULL, "cannot list snapshots");
-        (void)store_snapshot_usage(q->d->store, q->tok.user, &count, &bytes);
-        *ret = cJSON_CreateObject();
-        a = cJSON_AddArrayToObject(*ret, "snapshots");
-        for (size_t i = 0; i < n; i++)
-                if (!q->session[0] || strcmp(list[i].session, q->session) == 0)
-                        cJSON_AddItemToArray(a, snapshot_to_json(&list[i]));
-        store_snapshot_list_free(list, n);
-        cJSON_AddNumberToObject(*ret, "count", (double)count);
-        cJSON_AddNumberToObject(*ret, "bytes", (double)bytes);
+                return fronterr_errno(e, r, &err, NULL);
         cJSON_AddNumberToObject(*ret, "max_count", q->d->cfg.max_snapshots_per_user);
         cJSON_AddNumberToObject(*ret, "max_bytes", (double)q->d->cfg.max_snapshot_bytes_per_user);
         return 0;

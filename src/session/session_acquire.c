@@ -187,8 +187,7 @@ enum live_check {
 
 /* s RUNNING with a container: is it still good? With s->lock held; dropped
  * during the check. -errno: the check itself failed (err says why). */
-static int check_live_locked(struct session *s, char *cause, size_t cause_size, bool *notified,
-                             struct sbx_error *err)
+static int check_live_locked(struct session *s, char *cause, size_t cause_size, bool *notified, struct sbx_error *err)
 {
         struct session_manager *m = s->mgr;
         /* made with no network by this daemon (nothing here ever attaches one later) */
@@ -419,4 +418,3 @@ int session_acquire(struct session_manager *m, const char *user, const char *id,
                 return 0;
         }
 }
-

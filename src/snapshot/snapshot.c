@@ -271,6 +271,48 @@ cJSON *snapshot_to_json(const struct store_snapshot *s)
         return o;
 }
 
+int snapshot_list_json(const struct snapshot_ctx *c, const char *user, const char *session, size_t max, cJSON **ret,
+                       struct sbx_error *err)
+{
+        struct store_snapshot *list = NULL;
+        size_t n = 0;
+        int64_t count = 0, bytes = 0;
+        cJSON *o, *a;
+        int r;
+
+        *ret = NULL;
+        r = store_snapshot_list(c->store, user, max, &list, &n);
+        if (r < 0)
+                return sbx_error_set(err, r, 0, "cannot list snapshots: %s", strerror(-r));
+        if (user)
+                (void)store_snapshot_usage(c->store, user, &count, &bytes);
+        o = cJSON_CreateObject();
+        a = o ? cJSON_AddArrayToObject(o, "snapshots") : NULL;
+        for (size_t i = 0; a && i < n; i++) {
+                cJSON *it;
+
+                if (session && session[0] && strcmp(list[i].session, session) != 0)
+                        continue;
+                it = snapshot_to_json(&list[i]);
+                if (!user)
+                        cJSON_AddStringToObject(it, "user", list[i].user);
+                cJSON_AddItemToArray(a, it);
+                if (!user) {
+                        count++;
+                        bytes += list[i].bytes;
+                }
+        }
+        store_snapshot_list_free(list, n);
+        if (!a) {
+                cJSON_Delete(o);
+                return sbx_error_set(err, -ENOMEM, 0, "out of memory");
+        }
+        cJSON_AddNumberToObject(o, "count", (double)count);
+        cJSON_AddNumberToObject(o, "bytes", (double)bytes);
+        *ret = o;
+        return 0;
+}
+
 /* ---- capture ---- */
 
 struct capture {

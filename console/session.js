@@ -477,6 +477,13 @@ export function applyEvent(ev) {
         if (!current || ev.session !== current.name || ev.user !== current.user) return;
         const info = sessions.get(current.user, current.name);
         if (info) facts(info);
+        else if ($('session-missing').hidden) {
+                // destroyed while shown: nothing here acts on it any more (an action would create it again)
+                terminal.show(null);
+                $('session-missing').textContent = `Session ${current.name} of user ${current.user} was destroyed.`;
+                $('session-missing').hidden = false;
+                $('session-body').hidden = true;
+        }
         if (ev.type === 'execution.finished') loadExecutions(current.name, gen);
         const tl = $('timeline');
         if ([...tl.children].some((li) => li.dataset.id === String(ev.id))) return; // read with the log already

@@ -619,6 +619,11 @@ describe('the browser console', { skip: !haveChromium && `no ${CHROMIUM}` }, () 
                 const fcp = await page.evaluate(() => performance.getEntriesByName('first-contentful-paint')[0]?.startTime ?? null);
                 console.log(`console, 1,000 sessions (synthetic list_sessions): first rows ${figures.map((f) => f.first.toFixed(0)).join(', ')} ms, all ${figures.map((f) => f.all.toFixed(0)).join(', ')} ms after Sign in; first contentful paint ${fcp?.toFixed(0)} ms`);
 
+                // the state filter over 1,000 rows: every third synthetic one is paused
+                await page.select('#filter-state', 'paused');
+                assert.equal(await page.$$eval('#sessions tbody tr:not([hidden])', (l) => l.length), 333);
+                assert.match(await page.$eval('#sessions-count', (e) => e.textContent), /^333 of 1000 sessions$/);
+                await page.select('#filter-state', '');
                 // 200% zoom: a 1280 x 800 window at twice the size is 640 x 400 CSS pixels at scale 2
                 await page.setViewport({ width: 640, height: 400, deviceScaleFactor: 2 });
                 const fits = (sel) =>
@@ -670,6 +675,19 @@ describe('the browser console', { skip: !haveChromium && `no ${CHROMIUM}` }, () 
                 await page.waitForFunction(() => document.getElementById('action-status').textContent === 'Pause: done.');
                 r = await call(port, ca, gus, 'list_sessions', {});
                 assert.equal(r.body.sessions[0].state, 'paused');
+                // Destroy the same way: the page says so, and the row leaves the table
+                await page.focus('#session-view [data-action=mark_private]');
+                await page.keyboard.press('Tab');
+                assert.equal(await page.evaluate(() => document.activeElement.dataset.action), 'destroy_session');
+                await page.keyboard.press('Enter');
+                await page.waitForSelector('#confirm[open]');
+                assert.match(await page.$eval('#confirm-text', (e) => e.textContent), /^Destroy session kb1\?$/);
+                await page.keyboard.press('Enter');
+                await page.waitForSelector('#session-missing:not([hidden])');
+                assert.match(await page.$eval('#session-missing', (e) => e.textContent), /kb1 of user gus was destroyed/);
+                assert.equal(await page.$('#sessions tr[data-session="kb1"]'), null);
+                r = await call(port, ca, gus, 'list_sessions', {});
+                assert.deepEqual(r.body.sessions, []);
                 await page.close();
                 assert.deepEqual(dialogs, [], 'no script ran a dialog');
         });

@@ -4,7 +4,8 @@
 // the pages' links are shown only for an operator. Each page is fetched when
 // opened and on Refresh; every string reaches the page through el() (text).
 // Top samples list_users every few seconds while it is open and draws each
-// user's CPU and memory over time as small inline SVG charts.
+// user's and each live session's CPU and memory over time as small inline SVG
+// charts (the busiest sessions first).
 import { call } from './api.js';
 import { el } from './dom.js';
 import { mib } from './sessions.js';
@@ -18,9 +19,10 @@ export const PAGES = {
         health: { title: 'Health', method: 'daemon_health', render: health },
 };
 const TOP_EVERY_MS = 3000; // a sample of list_users while Top is open
-const TOP_SAMPLES = 60; // kept per user: three minutes
+const TOP_SAMPLES = 60; // kept per user and per session: three minutes
+const TOP_SESSIONS_SHOWN = 50; // session rows on Top, the busiest (CPU, then memory) first
 const SVG = 'http://www.w3.org/2000/svg';
-let samples = new Map(); // user -> [{t, cpu_ns, mem}], oldest first
+let samples = new Map(); // 'u\n'+user or 's\n'+user+'\n'+session -> [{t, cpu, mem}], oldest first
 let topTimer = null;
 let operator = false;
 let current = null;
@@ -189,40 +191,73 @@ function nodes(r) {
         ];
 }
 
-/** Top: add this sample of list_users, then a row per user with a CPU and a memory chart. */
+/** Add a sample {t, cpu, mem} to key's series (the last TOP_SAMPLES kept); its CPU in cores and memory per sample. */
+function sample(key, t, cpuNs, memBytes) {
+        const a = samples.get(key) ?? [];
+        a.push({ t, cpu: cpuNs, mem: memBytes });
+        if (a.length > TOP_SAMPLES) a.shift();
+        samples.set(key, a);
+        // CPU in cores: the CPU time used between two samples over the time between them
+        const cpu = a.slice(1).map((s, i) =>
+                typeof s.cpu === 'number' && typeof a[i].cpu === 'number' && s.t > a[i].t && s.cpu >= a[i].cpu
+                        ? (s.cpu - a[i].cpu) / 1e6 / (s.t - a[i].t)
+                        : null,
+        );
+        const mem = a.map((s) => (typeof s.mem === 'number' ? s.mem : null));
+        const lastCpu = cpu.length ? cpu[cpu.length - 1] : null;
+        const lastMem = mem[mem.length - 1];
+        return { cpu, mem, lastCpu, lastMem };
+}
+
+/** The CPU and memory chart cells of one series. */
+function charts(sr, who) {
+        return [
+                chartCell(sr.cpu, `CPU of ${who}`, typeof sr.lastCpu === 'number' ? `${sr.lastCpu.toFixed(2)} CPU` : '—'),
+                chartCell(sr.mem, `Memory of ${who}`, typeof sr.lastMem === 'number' ? mib(sr.lastMem) : '—'),
+        ];
+}
+
+/** Top: add this sample of list_users, then a row per user and per live session (the busiest first) with a CPU and a memory chart. */
 function top(r) {
         const now = Date.now();
         const list = r.users ?? [];
-        for (const u of list) {
-                const us = u.usage ?? {};
-                const a = samples.get(u.user) ?? [];
-                a.push({ t: now, cpu: us.cpu_total_ns, mem: us.memory_bytes });
-                if (a.length > TOP_SAMPLES) a.shift();
-                samples.set(u.user, a);
-        }
+        const live = r.sessions ?? [];
+        const seen = new Set();
         const rows = list.map((u) => {
-                const a = samples.get(u.user);
-                // CPU in cores: the CPU time used between two samples over the time between them
-                const cpu = a.slice(1).map((s, i) =>
-                        typeof s.cpu === 'number' && typeof a[i].cpu === 'number' && s.t > a[i].t
-                                ? Math.max(0, (s.cpu - a[i].cpu) / 1e6 / (s.t - a[i].t))
-                                : null,
-                );
-                const mem = a.map((s) => (typeof s.mem === 'number' ? s.mem : null));
-                const lastCpu = cpu.length ? cpu[cpu.length - 1] : null;
-                const lastMem = mem[mem.length - 1];
+                const key = `u\n${u.user}`;
+                seen.add(key);
                 const tr = el('tr', null, { 'data-user': u.user });
-                tr.append(
-                        el('td', u.user),
-                        el('td', u.usage?.live_sessions ?? '—'),
-                        chartCell(cpu, `CPU of ${u.user}`, typeof lastCpu === 'number' ? `${lastCpu.toFixed(2)} CPU` : '—'),
-                        chartCell(mem, `Memory of ${u.user}`, typeof lastMem === 'number' ? mib(lastMem) : '—'),
-                );
+                tr.append(el('td', u.user), el('td', u.usage?.live_sessions ?? '—'), ...charts(sample(key, now, u.usage?.cpu_total_ns, u.usage?.memory_bytes), u.user));
                 return tr;
         });
+        const ranked = live
+                .map((s) => {
+                        const key = `s\n${s.user}\n${s.session}`;
+                        seen.add(key);
+                        return { s, sr: sample(key, now, s.cpu_total_ns, s.memory_bytes) };
+                })
+                .sort((a, b) => (b.sr.lastCpu ?? -1) - (a.sr.lastCpu ?? -1) || (b.sr.lastMem ?? -1) - (a.sr.lastMem ?? -1));
+        const sessionRows = ranked.slice(0, TOP_SESSIONS_SHOWN).map(({ s, sr }) => {
+                const tr = el('tr', null, { 'data-user': s.user, 'data-session': s.session });
+                const a = el('a', s.session, { href: `#/session/${encodeURIComponent(s.user)}/${encodeURIComponent(s.session)}` });
+                const name = el('td');
+                name.append(a);
+                tr.append(name, el('td', s.user), el('td', s.state ?? '—'), ...charts(sr, `${s.user}/${s.session}`));
+                return tr;
+        });
+        // a session gone (or a user) is forgotten with its samples
+        for (const k of [...samples.keys()]) if (!seen.has(k)) samples.delete(k);
+        const shown = live.length > TOP_SESSIONS_SHOWN ? `the ${TOP_SESSIONS_SHOWN} busiest of ${live.length} live sessions` : `${live.length} live session${live.length === 1 ? '' : 's'}`;
+        const sessionsTable = table(shown, ['Session', 'User', 'State', 'CPU', 'Memory'], sessionRows);
+        sessionsTable.id = 'top-sessions';
+        const usersTable = table(`${list.length} user${list.length === 1 ? '' : 's'}`, ['User', 'Live sessions', 'CPU', 'Memory'], rows);
+        usersTable.id = 'top-users';
         return [
-                el('p', `Sampled every ${TOP_EVERY_MS / 1000} s while this page is open (list_users: the users' live containers); the last ${TOP_SAMPLES} samples are drawn.`),
-                table(`${list.length} user${list.length === 1 ? '' : 's'}`, ['User', 'Live sessions', 'CPU', 'Memory'], rows),
+                el('p', `Sampled every ${TOP_EVERY_MS / 1000} s while this page is open (list_users: the live containers); the last ${TOP_SAMPLES} samples are drawn.`),
+                el('h3', 'Users'),
+                usersTable,
+                el('h3', 'Sessions'),
+                sessionsTable,
         ];
 }
 

@@ -3,7 +3,8 @@
 // downloads and an upload, its cells' last outputs (a PNG as an <img> from its
 // base64, never HTML from an output), services and their ports, egress (the
 // policy and blocked requests), its snapshots (restore, fork, delete), its
-// events as a timeline, and actions behind a confirmation. A name the
+// events as a timeline, its audit rows (session_audit, paged back from the
+// newest), and actions behind a confirmation. A name the
 // signed-in token does not list is shown as missing and never sent to a
 // session method (those would create it).
 import { call } from './api.js';
@@ -18,15 +19,19 @@ const OUTPUT_SHOWN = 10; // of which this many with their output
 const CONTEXTS_SHOWN = 10; // cells: the last cell of this many contexts
 const TIMELINE_SHOWN = 100; // the session's newest events
 const EVENT_PAGES = 5; // events read at most (pages of 1,000) for the timeline
+const AUDIT_PAGE = 100; // audit rows per session_audit page
+const AUDIT_SHOWN_MAX = 1000; // audit rows the page holds at most (Older stops there)
 export const UPLOAD_MAX = 4 * 1048576; // base64 in JSON stays under the API's 8 MiB body
 let current = null; // the session shown, { user, name }, or null
 let gen = 0; // bumps on every open: answers for an older page are dropped
+let auditBefore = null; // session_audit's next_before for Older, or null: no older rows
 
 export function init() {
         for (const b of document.querySelectorAll('#session-view [data-action]'))
                 b.addEventListener('click', () => act(b.dataset.action, b.textContent));
         $('session-refresh').addEventListener('click', () => current && load(current.name));
         $('upload').addEventListener('click', upload);
+        $('audit-older').addEventListener('click', () => current && loadAudit(current.name, gen, auditBefore));
         terminal.init();
 }
 
@@ -43,7 +48,9 @@ export function open(user, name) {
         $('action-status').textContent = '';
         // nothing of the session shown before stays, even hidden
         for (const id of ['executions', 'cells', 'egress-blocked', 'timeline']) $(id).replaceChildren();
-        for (const id of ['files', 'services', 'snapshots']) $(id).tBodies[0].replaceChildren();
+        for (const id of ['files', 'services', 'snapshots', 'audit']) $(id).tBodies[0].replaceChildren();
+        $('audit-older').hidden = true;
+        $('audit-status').textContent = '';
         $('egress-policy').textContent = '';
         const info = sessions.get(user, name);
         $('session-missing').hidden = !!info;
@@ -98,7 +105,15 @@ async function load(name) {
                 running ? loadEgress(name, g) : ($('egress-policy').textContent = 'The egress policy is shown while the session runs.'),
                 loadSnapshots(name, g),
                 loadTimeline(name, g),
+                loadAudit(name, g, null),
         ]);
+}
+
+/** A table body of one row, one cell across: "No …" or "Cannot …". */
+function oneRow(body, text, colspan) {
+        const tr = el('tr');
+        tr.append(el('td', text, { colspan: String(colspan) }));
+        body.replaceChildren(tr);
 }
 
 /** A section's "cannot" line, unless the page moved on. */
@@ -175,7 +190,7 @@ async function loadServices(name, g) {
                 return tr;
         });
         body.replaceChildren(...rows);
-        if (!rows.length) body.replaceChildren(el('tr')).firstChild.append(el('td', 'No services.', { colspan: '4' }));
+        if (!rows.length) oneRow(body, 'No services.', 4);
 }
 
 async function loadEgress(name, g) {
@@ -218,7 +233,7 @@ async function loadSnapshots(name, g) {
                 return tr;
         });
         body.replaceChildren(...rows);
-        if (!rows.length) body.replaceChildren(el('tr')).firstChild.append(el('td', 'No snapshots.', { colspan: '5' }));
+        if (!rows.length) oneRow(body, 'No snapshots.', 5);
 }
 
 async function snapshotAction(name, sn, what) {
@@ -282,6 +297,31 @@ async function loadTimeline(name, g) {
 
 function blockedRow(ev) {
         return el('li', `${ev.ts ? new Date(ev.ts).toISOString() : ''} blocked ${ev.data?.host ?? '?'}:${ev.data?.port ?? '?'}`, { class: 'blocked', 'data-host': String(ev.data?.host ?? '') });
+}
+
+/** A page of the session's audit rows: the newest (before null) replaces the table, an older page goes above it. */
+async function loadAudit(name, g, before) {
+        const body = $('audit').tBodies[0];
+        let res;
+        try {
+                res = await call('session_audit', before === null ? { session: name, limit: AUDIT_PAGE } : { session: name, limit: AUDIT_PAGE, before });
+        } catch (e) {
+                return failed(g, body, 'audit rows', e);
+        }
+        if (g !== gen) return;
+        const rows = (res.audit ?? []).map((a) => {
+                const tr = el('tr', null, { 'data-audit': String(a.id), 'data-audit-action': a.action ?? '' });
+                const detail = a.detail === undefined || a.detail === null ? '' : typeof a.detail === 'string' ? a.detail : JSON.stringify(a.detail);
+                tr.append(el('td', a.ts ? new Date(a.ts).toISOString() : '', { class: 'nowrap' }), el('td', a.actor ?? ''), el('td', a.action ?? ''), el('td', detail, { class: 'detail' }));
+                return tr;
+        });
+        if (before === null) body.replaceChildren(...rows);
+        else body.prepend(...rows);
+        if (!body.rows.length) oneRow(body, 'No audit rows.', 4);
+        const full = body.querySelectorAll('tr[data-audit]').length >= AUDIT_SHOWN_MAX;
+        auditBefore = typeof res.next_before === 'number' ? res.next_before : null;
+        $('audit-older').hidden = auditBefore === null || full;
+        $('audit-status').textContent = full && auditBefore !== null ? `The newest ${AUDIT_SHOWN_MAX} rows are shown; sandboxctl logs reads further back.` : '';
 }
 
 /** The chosen file into /workspace (write_file, base64), refused here past UPLOAD_MAX. */
@@ -350,7 +390,7 @@ async function loadFiles(name, g) {
         try {
                 res = await call('list_files', { session: name });
         } catch (e) {
-                if (g === gen) body.replaceChildren(el('tr')).firstChild.append(el('td', `Cannot list files: ${e.message}`));
+                if (g === gen) oneRow(body, `Cannot list files: ${e.message}`, 4);
                 return;
         }
         if (g !== gen) return;
@@ -437,6 +477,13 @@ export function applyEvent(ev) {
         if (!current || ev.session !== current.name || ev.user !== current.user) return;
         const info = sessions.get(current.user, current.name);
         if (info) facts(info);
+        else if ($('session-missing').hidden) {
+                // destroyed while shown: nothing here acts on it any more (an action would create it again)
+                terminal.show(null);
+                $('session-missing').textContent = `Session ${current.name} of user ${current.user} was destroyed.`;
+                $('session-missing').hidden = false;
+                $('session-body').hidden = true;
+        }
         if (ev.type === 'execution.finished') loadExecutions(current.name, gen);
         const tl = $('timeline');
         if ([...tl.children].some((li) => li.dataset.id === String(ev.id))) return; // read with the log already

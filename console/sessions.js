@@ -1,6 +1,6 @@
 // sessions.js — the sessions table: loaded once with list_sessions, then
 // kept current from the events stream (each event changes its one row; no
-// re-fetch of the list). A session the stream announces is added at once
+// re-fetch of the list; a destroyed one leaves it). A session the stream announces is added at once
 // from the event; its image, labels and limits come from one list_sessions
 // that waits 1 s so that a burst of creations costs one request.
 import { call, signedIn } from './api.js';
@@ -205,7 +205,14 @@ export function applyEvent(ev) {
         if (!ev.session || !ev.user) return;
         const state = STATE_OF[ev.type];
         const r = rows.get(key(ev.user, ev.session));
-        if (state) {
+        if (ev.type === 'session.stopped' && ev.data?.reason === 'destroyed') {
+                // gone: list_sessions no longer has it, and its page may no longer act on it
+                if (r) {
+                        r.tr.remove();
+                        rows.delete(key(ev.user, ev.session));
+                        updateCount();
+                }
+        } else if (state) {
                 const info = { user: ev.user, session: ev.session, state };
                 if (!r) info.created_at = ev.ts || Date.now();
                 upsert(info);

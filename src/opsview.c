@@ -168,6 +168,27 @@ int opsview_users(struct daemon *d, cJSON **ret)
                 }
                 cJSON_AddItemToArray(a, o);
         }
+        /* the same samples per session, for Top's rows per session */
+        a = cJSON_AddArrayToObject(*ret, "sessions");
+        for (size_t j = 0; sampled && j < n_rows; j++) {
+                cJSON *o = cJSON_CreateObject();
+                jsonutil_add_text(o, "user", rows[j].user);
+                jsonutil_add_text(o, "session", rows[j].session);
+                jsonutil_add_lower(o, "state", session_state_to_string(rows[j].state));
+                if (rows[j].has_stats) {
+                        cJSON_AddNumberToObject(o, "memory_bytes", (double)rows[j].memory_usage);
+                        cJSON_AddNumberToObject(o, "memory_limit", (double)rows[j].memory_limit);
+                        cJSON_AddNumberToObject(o, "cpu_total_ns", (double)rows[j].cpu_total_ns);
+                        cJSON_AddNumberToObject(o, "pids", (double)rows[j].pids);
+                } else {
+                        cJSON_AddNullToObject(o, "memory_bytes");
+                        cJSON_AddNullToObject(o, "memory_limit");
+                        cJSON_AddNullToObject(o, "cpu_total_ns");
+                        cJSON_AddNullToObject(o, "pids");
+                }
+                cJSON_AddNumberToObject(o, "executions_running", (double)rows[j].executions_running);
+                cJSON_AddItemToArray(a, o);
+        }
         if (sampled)
                 free(rows);
         return 0;

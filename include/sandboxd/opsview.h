@@ -14,10 +14,13 @@ struct pool;
  * paused_sessions, executions_running}}. */
 cJSON *opsview_quota(struct daemon *d, const char *user);
 
-/* {users: [opsview_quota + usage.memory_bytes, usage.cpu_total_ns]}: every
- * user with a live token, a session or a quota override, by name; memory
- * and CPU are the engine's figures for the user's live containers (one
- * stats call per container, as sandboxctl top). 0 or -errno. */
+/* {users: [opsview_quota + usage.memory_bytes, usage.cpu_total_ns], sessions:
+ * [{user, session, state, memory_bytes, memory_limit, cpu_total_ns, pids,
+ * executions_running}]}: every user with a live token, a session or a quota
+ * override, by name; memory and CPU are the engine's figures for the user's
+ * live containers, and the same per live session (one stats call per
+ * container, at most 1,000, as sandboxctl top; null when the engine could not
+ * say; sessions is empty when it cannot be asked). 0 or -errno. */
 int opsview_users(struct daemon *d, cJSON **ret);
 
 /* Add "pool": the warm pool's numbers (pool.h) to o. */

@@ -310,6 +310,10 @@ struct store_audit_row {
  * malloc'd: free with store_audit_rows_free(). */
 int store_audit_list(struct store *s, const char *user, const char *session, size_t limit, struct store_audit_row **ret,
                      size_t *ret_n);
+/* The same for the rows older than before_id (0: none older than the newest): a
+ * page, for reading a session's log back from its end (audit_session_page). */
+int store_audit_page(struct store *s, const char *user, const char *session, int64_t before_id, size_t limit,
+                     struct store_audit_row **ret, size_t *ret_n);
 void store_audit_rows_free(struct store_audit_row *rows, size_t n);
 /* A user's runtime override ("runc" | "runsc"), "" when the config's applies. */
 int store_user_runtime_get(struct store *s, const char *user, char ret[16]);

@@ -8,6 +8,7 @@
 #include <errno.h>
 #include <string.h>
 
+#include "sandboxd/audit.h"
 #include "sandboxd/container.h"
 #include "sandboxd/daemon.h"
 #include "sandboxd/engine.h"
@@ -411,47 +412,34 @@ int admin_c_sessions_top(struct admin_req *q, cJSON **ret, struct fronterr *e)
  * recent ones this process still holds). */
 int admin_c_session_logs(struct admin_req *q, cJSON **ret, struct fronterr *e)
 {
-        struct store_audit_row *rows = NULL;
+        cJSON *page = NULL, *a;
         char **lines = NULL;
-        size_t n_rows = 0, n_lines = 0;
+        size_t n_lines = 0;
         const char *user, *session;
-        cJSON *a;
         int limit = 0, r;
 
         if (admin_arg_key(q, &user, &session, e) < 0 ||
             admin_arg_limit(q, "limit", ADMIN_LOGS_DEFAULT, ADMIN_LOGS_MAX, &limit, e) < 0)
                 return -1;
-        r = store_audit_list(q->d->store, user, session, (size_t)limit, &rows, &n_rows);
+        r = audit_session_page(q->d->store, user, session, 0, (size_t)limit, &page);
         if (r < 0)
                 return fronterr_errno(e, r, NULL, NULL);
         r = log_session_lines(user, session, (size_t)limit, &lines, &n_lines);
         if (r < 0) {
-                store_audit_rows_free(rows, n_rows);
+                cJSON_Delete(page);
                 return fronterr_errno(e, r, NULL, NULL);
         }
         *ret = cJSON_CreateObject();
         cJSON_AddStringToObject(*ret, "user", user);
         cJSON_AddStringToObject(*ret, "session", session);
-        a = cJSON_AddArrayToObject(*ret, "audit");
-        for (size_t i = 0; i < n_rows; i++) {
-                cJSON *o = cJSON_CreateObject(), *detail = rows[i].detail ? cJSON_Parse(rows[i].detail) : NULL;
-                cJSON_AddNumberToObject(o, "id", (double)rows[i].id);
-                cJSON_AddNumberToObject(o, "ts", (double)rows[i].ts);
-                jsonutil_add_text(o, "actor", rows[i].actor);
-                jsonutil_add_text(o, "action", rows[i].action);
-                if (detail)
-                        cJSON_AddItemToObject(o, "detail", detail);
-                else
-                        jsonutil_add_text(o, "detail", rows[i].detail);
-                cJSON_AddItemToArray(a, o);
-        }
+        cJSON_AddItemToObject(*ret, "audit", cJSON_DetachItemFromObjectCaseSensitive(page, "audit"));
+        cJSON_Delete(page);
         a = cJSON_AddArrayToObject(*ret, "log");
         for (size_t i = 0; i < n_lines; i++) {
                 cJSON *line = cJSON_Parse(lines[i]);
                 if (line)
                         cJSON_AddItemToArray(a, line);
         }
-        store_audit_rows_free(rows, n_rows);
         log_lines_free(lines, n_lines);
         return 0;
 }

@@ -14,6 +14,7 @@
 #include <string.h>
 
 #include "api_internal.h"
+#include "sandboxd/audit.h"
 #include "sandboxd/daemon.h"
 #include "sandboxd/egress_rules.h"
 #include "sandboxd/files.h"
@@ -360,6 +361,23 @@ static void add_workspace_usage(cJSON *o, const struct sbx_config *cfg, const ch
         cJSON_AddItemToObject(o, "workspace_usage", wsquota_usage_to_json(&u));
 }
 
+/* The session's own audit rows, newest page first: only ever the token's user's
+ * rows (the key is q->tok.user), read from the store; a session is never made. */
+static int m_session_audit(struct api_req *q, cJSON **ret, struct fronterr *e)
+{
+        int64_t limit, before;
+        int r;
+
+        if (jparam_int(&q->args, "limit", 1, AUDIT_PAGE_MAX, 100, &limit, e) < 0 ||
+            jparam_int(&q->args, "before", 0, INT64_C(1) << 53, 0, &before, e) < 0)
+                return -1;
+        r = audit_session_page(q->d->store, q->tok.user, q->session, before, (size_t)limit, ret);
+        if (r < 0)
+                return fronterr_errno(e, r, NULL, "cannot read the session's audit rows");
+        cJSON_AddStringToObject(*ret, "session", q->session);
+        return 0;
+}
+
 static int m_session_info(struct api_req *q, cJSON **ret, struct fronterr *e)
 {
         struct session_info info;
@@ -598,6 +616,10 @@ static const struct api_method_doc methods_doc[] = {
          "{}",
          "{user, session, state, network_mode, private, datasets, ports, container_id, image, node, labels, resources, workspace_usage, egress, ...}",
          "The session's state, container, ports, privacy marks, labels, resources, disk usage and effective egress policy."},
+        {"session_audit", m_session_audit,
+         "{before?: id, limit?: 1-500 (100)}",
+         "{session, audit: [{id, ts, actor, action, detail}], next_before: id | null}",
+         "The session's audit rows (what was done to it and by whom: executions, files, egress decisions, pauses, snapshots), the newest limit of them older than before, oldest first; next_before pages further back (null: no older rows). Rows stay after the session is destroyed, until gc.audit_retention; never creates the session."},
         {"mark_private", m_mark_private,
          "{dataset, source?}",
          "{session, datasets, network_mode}",
@@ -671,8 +693,8 @@ static const struct api_method_doc methods_doc[] = {
         /* operator reads (issue 39): api_ops.c */
         {"list_users", api_m_list_users,
          "{}",
-         "{users: [{user, limits: {max_sessions_per_user, max_exec_per_user, max_services_per_session, max_spool_per_session, max_scripts_per_user, max_script_bytes_per_user, max_paused_sessions_per_user, max_session_cpus, max_session_memory, max_session_disk}, overrides: {key: value}, usage: {sessions, live_sessions, paused_sessions, executions_running, memory_bytes, cpu_total_ns}}]}",
-         "Operator tokens only (no params.session). Every user with a live token, a session or a quota override, by name, with the limits in force (the config's, or the user's overrides), their sessions and running executions, and the memory and CPU time their live containers use now (null when the engine cannot say), as sandboxctl quota.show and top."},
+         "{users: [{user, limits: {max_sessions_per_user, max_exec_per_user, max_services_per_session, max_spool_per_session, max_scripts_per_user, max_script_bytes_per_user, max_paused_sessions_per_user, max_session_cpus, max_session_memory, max_session_disk}, overrides: {key: value}, usage: {sessions, live_sessions, paused_sessions, executions_running, memory_bytes, cpu_total_ns}}], sessions: [{user, session, state, memory_bytes, memory_limit, cpu_total_ns, pids, executions_running}]}",
+         "Operator tokens only (no params.session). Every user with a live token, a session or a quota override, by name, with the limits in force (the config's, or the user's overrides), their sessions and running executions, and the memory and CPU time their live containers use now (null when the engine cannot say), as sandboxctl quota.show and top; sessions gives the same figures per live session (at most 1,000)."},
         {"pool_status", api_m_pool_status,
          "{}",
          "{pool: {size, ready, creating, claims, misses, created, failed, refill_per_s, waiting, waited, wait_expired, images: [{image, size, ready, waiting}]}}",

@@ -1,5 +1,6 @@
-/* store_ops.c — read-only queries for the operator's views (sandboxctl top and logs): a
- * session's audit rows and its execution count. Locking: the store lock, per call. */
+/* store_ops.c — read-only queries for the operator's views (sandboxctl top and logs) and
+ * for a session's owner (the API's session_audit): a session's audit rows, in pages, and
+ * its execution count. Locking: the store lock, per call. */
 #include <errno.h>
 #include <stdlib.h>
 #include <string.h>
@@ -16,26 +17,34 @@ void store_audit_rows_free(struct store_audit_row *rows, size_t n)
 int store_audit_list(struct store *s, const char *user, const char *session, size_t limit, struct store_audit_row **ret,
                      size_t *ret_n)
 {
+        return store_audit_page(s, user, session, 0, limit, ret, ret_n);
+}
+
+int store_audit_page(struct store *s, const char *user, const char *session, int64_t before_id, size_t limit,
+                     struct store_audit_row **ret, size_t *ret_n)
+{
         STORE_LOCK(s);
         _cleanup_(sq_end) struct store_query q = {};
         struct store_audit_row *rows;
         size_t n = 0;
         int r;
 
-        if (!store_key_ok(user) || !store_key_ok(session) || limit == 0 || limit > 100000)
+        if (!store_key_ok(user) || !store_key_ok(session) || limit == 0 || limit > 100000 || before_id < 0)
                 return -EINVAL;
         rows = calloc(limit, sizeof(*rows));
         if (!rows)
                 return -ENOMEM;
-        /* the newest `limit` rows, returned oldest first */
+        /* the newest `limit` rows (before before_id), returned oldest first */
         r = sq_start(&q, s,
                      "SELECT id, ts, actor, action, detail FROM (SELECT * FROM audit_log "
-                     "WHERE user_id = ?1 AND session_id = ?2 ORDER BY id DESC LIMIT ?3) ORDER BY id");
+                     "WHERE user_id = ?1 AND session_id = ?2 AND (?4 = 0 OR id < ?4) ORDER BY id DESC LIMIT ?3) "
+                     "ORDER BY id");
         if (r < 0)
                 goto fail;
         sq_text(&q, user);
         sq_text(&q, session);
         sq_int64(&q, (int64_t)limit);
+        sq_int64(&q, before_id);
         while (n < limit && (r = sq_step(&q)) > 0) {
                 const unsigned char *detail = sqlite3_column_text(q.stmt, 4);
                 rows[n].id = sq_col_int64(&q, 0);

@@ -452,15 +452,243 @@ describe('the browser console', { skip: !haveChromium && `no ${CHROMIUM}` }, () 
                 await signIn(opsPage, ops);
                 await opsPage.waitForFunction(() => document.getElementById('whoami').textContent === 'ops (operator)');
                 await opsPage.click('#ops-nav a[href="#/ops/top"]');
-                await opsPage.waitForSelector('#ops-body[data-page="top"] tr[data-user="carol"] svg.spark');
+                await opsPage.waitForSelector('#ops-body[data-page="top"] #top-users tr[data-user="carol"] svg.spark');
                 // a second sample gives the CPU chart its first point (a rate needs two)
                 await opsPage.waitForFunction(() => {
-                        const lines = document.querySelectorAll('#ops-body tr[data-user="carol"] svg.spark polyline');
+                        const lines = document.querySelectorAll('#top-users tr[data-user="carol"] svg.spark polyline');
                         return lines.length === 2 && [...lines].every((l) => l.getAttribute('points').split(' ').length >= 1 && l.getAttribute('points') !== '');
                 });
-                assert.match(await opsPage.$eval('#ops-body tr[data-user="carol"]', (e) => e.textContent), /MiB/);
+                assert.match(await opsPage.$eval('#top-users tr[data-user="carol"]', (e) => e.textContent), /MiB/);
                 await shot(opsPage, '11-operator-top');
                 await opsCtx.close();
+                assert.deepEqual(dialogs, [], 'no script ran a dialog');
+        });
+
+        test('audit rows, a blocked request, fork, restore and mark private; Top per session', { timeout: 300000 }, async () => {
+                // a connector token: mark_private is a connector's act
+                const erin = await d.createToken('erin', 'connector');
+                const fay = await d.createToken('fay');
+                let r = await call(port, ca, erin, 'create_session', { session: 'aud1' });
+                assert.equal(r.status, 200, JSON.stringify(r.body));
+                r = await call(port, ca, erin, 'write_file', { session: 'aud1', path: 'v.txt', content: 'before' });
+                assert.equal(r.status, 200, JSON.stringify(r.body));
+                // a request the egress proxy blocks (default deny): nothing leaves the machine
+                const connect = "python3 -c \"import socket; s = socket.create_connection(('127.0.0.1', 3128)); " +
+                        "s.sendall(b'CONNECT blocked.invalid:443 HTTP/1.1\\r\\n\\r\\n'); print(s.recv(12).decode())\"";
+                r = await call(port, ca, erin, 'exec', { session: 'aud1', command: connect });
+                assert.equal(r.status, 200, JSON.stringify(r.body));
+                assert.match(r.body.stdout, /^HTTP\/1\.[01] 403/, JSON.stringify(r.body));
+
+                const page = await newPage();
+                await signIn(page, erin);
+                await page.waitForSelector('#sessions tr[data-session="aud1"]');
+                await page.evaluate(() => (location.hash = '#/session/erin/aud1'));
+                // the blocked request on the session's page, and its audit rows (the exec among them)
+                await page.waitForSelector('#egress-blocked li.blocked[data-host="blocked.invalid"]');
+                await page.waitForSelector('#audit tr[data-audit-action="exec"]');
+                const detail = await page.$$eval('#audit tr[data-audit-action="exec"] td.detail', (l) => l.map((e) => e.textContent).join('\n'));
+                assert.match(detail, /"preview":"python3 -c/, 'the exec row names its command');
+
+                // a snapshot, then the file changed, then Restore from the snapshot's row: the file is back
+                await confirmClick(page, 'snapshot_session');
+                await page.waitForSelector('#snapshots tr[data-snapshot]');
+                const snap = await page.$eval('#snapshots tr[data-snapshot]', (e) => e.dataset.snapshot);
+                r = await call(port, ca, erin, 'write_file', { session: 'aud1', path: 'v.txt', content: 'after' });
+                assert.equal(r.status, 200, JSON.stringify(r.body));
+                // Fork from the live session under the name typed in Fork as
+                await page.type('#fork-name', 'aud1-copy');
+                await confirmClick(page, 'fork_session');
+                await page.waitForFunction(() => document.getElementById('action-status').textContent === 'Forked as aud1-copy.');
+                await page.waitForSelector('#sessions tr[data-session="aud1-copy"]');
+                r = await call(port, ca, erin, 'read_file', { session: 'aud1-copy', path: 'v.txt' });
+                assert.equal(r.body.content, 'after', 'the fork has the live workspace');
+                await page.click(`#snapshots tr[data-snapshot="${snap}"] [data-snapshot-action=restore]`);
+                await page.waitForSelector('#confirm[open]');
+                assert.match(await page.$eval('#confirm-text', (e) => e.textContent), /^Restore session aud1 from snapshot /);
+                await page.click('#confirm-ok');
+                await page.waitForFunction(() => /^Restored from /.test(document.getElementById('action-status').textContent));
+                r = await call(port, ca, erin, 'read_file', { session: 'aud1', path: 'v.txt' });
+                assert.equal(r.body.content, 'before', 'the restore put the snapshot back');
+
+                // Mark private with a dataset name: confirmed, and the session has no way out
+                await page.type('#private-dataset', 'payroll');
+                await page.click('#session-view [data-action=mark_private]');
+                await page.waitForSelector('#confirm[open]');
+                assert.match(await page.$eval('#confirm-text', (e) => e.textContent), /dataset payroll.*for good/);
+                await page.click('#confirm-ok');
+                await page.waitForFunction(() => document.getElementById('action-status').textContent === 'Mark private: done.');
+                r = await call(port, ca, erin, 'session_info', { session: 'aud1' });
+                assert.equal(r.body.private, true, JSON.stringify(r.body).slice(0, 300));
+                // session_info started it again: its page reads the policy once the table says running
+                await page.waitForSelector('#sessions tr[data-session="aud1"][data-state="running"]');
+                await page.click('#session-refresh');
+                await page.waitForSelector('#audit tr[data-audit-action="privacy.mark"]');
+                const actions = await page.$$eval('#audit tr[data-audit]', (l) => l.map((e) => e.dataset.auditAction));
+                for (const a of ['exec', 'snapshot.create', 'snapshot.restore', 'privacy.mark'])
+                        assert.ok(actions.includes(a), `an audit row ${a}: ${actions}`);
+                await page.waitForFunction(() => /private: no way out/.test(document.getElementById('egress-policy').textContent));
+                await shot(page, '12-audit-fork-restore-private');
+
+                r = await call(port, ca, erin, 'session_audit', { session: 'aud1-copy' });
+                assert.ok(r.body.audit.some((a) => a.action === 'session.fork'), JSON.stringify(r.body).slice(0, 500));
+                // session_audit pages back from the newest, each row once, oldest first in a page
+                const all = (await call(port, ca, erin, 'session_audit', { session: 'aud1', limit: 500 })).body;
+                assert.equal(all.next_before, null);
+                const ids = [];
+                for (let before = 0; ; ) {
+                        r = await call(port, ca, erin, 'session_audit', before ? { session: 'aud1', limit: 2, before } : { session: 'aud1', limit: 2 });
+                        assert.equal(r.status, 200, JSON.stringify(r.body));
+                        ids.unshift(...r.body.audit.map((a) => a.id));
+                        if (r.body.next_before === null) break;
+                        before = r.body.next_before;
+                }
+                assert.deepEqual(ids, all.audit.map((a) => a.id));
+                assert.ok(ids.length >= 5, `${ids.length} audit rows`);
+                assert.equal((await call(port, ca, erin, 'session_audit', { session: 'aud1', limit: 501 })).status, 400);
+                // another tenant asking for the same name reads its own (no) rows; an operator is refused
+                r = await call(port, ca, fay, 'session_audit', { session: 'aud1' });
+                assert.equal(r.status, 200, JSON.stringify(r.body));
+                assert.deepEqual(r.body.audit, []);
+                r = await call(port, ca, fay, 'list_sessions', {});
+                assert.ok(!r.body.sessions.some((x) => x.session === 'aud1'), 'asking made no session');
+                assert.equal((await call(port, ca, ops, 'session_audit', { session: 'aud1' })).status, 403);
+
+                // Top per session: the operator's chart rows for erin's live fork
+                const opsCtx = await browser.createBrowserContext();
+                const opsPage = await newPage(opsCtx);
+                await signIn(opsPage, ops);
+                await opsPage.waitForFunction(() => document.getElementById('whoami').textContent === 'ops (operator)');
+                await opsPage.click('#ops-nav a[href="#/ops/top"]');
+                const row = '#top-sessions tr[data-user="erin"][data-session="aud1-copy"]';
+                await opsPage.waitForFunction((sel) => {
+                        const lines = document.querySelectorAll(`${sel} svg.spark polyline`);
+                        return lines.length === 2 && [...lines].every((l) => l.getAttribute('points') !== '');
+                }, {}, row);
+                assert.match(await opsPage.$eval(row, (e) => e.textContent), /CPU.*MiB/s);
+                await shot(opsPage, '13-operator-top-sessions');
+                await opsCtx.close();
+                assert.deepEqual(dialogs, [], 'no script ran a dialog');
+        });
+
+        test('1,000 sessions: first paint, 200% zoom, the keyboard', { timeout: 120000 }, async () => {
+                const gus = await d.createToken('gus');
+                let r = await call(port, ca, gus, 'create_session', { session: 'kb1', labels: { kind: 'real' } });
+                assert.equal(r.status, 200, JSON.stringify(r.body));
+                const real = (await call(port, ca, gus, 'list_sessions', {})).body.sessions[0];
+                // 999 synthetic rows around the real one: list_sessions answered in the browser, no containers made
+                const now = Date.now();
+                const fake = Array.from({ length: 999 }, (_, i) => ({
+                        ...real,
+                        session: `s-${(0x100000000000 + i * 7919).toString(16)}`,
+                        labels: { team: `team-${i % 17}`, run: `nightly-${i}` },
+                        state: ['running', 'paused', 'stopped'][i % 3],
+                        executions: i % 50,
+                        created_at: now - i * 60000,
+                }));
+                const list = JSON.stringify({ sessions: [real, ...fake] });
+                const page = await newPage();
+                await page.setRequestInterception(true);
+                page.on('request', (q) => {
+                        if (new URL(q.url()).pathname === '/v1/list_sessions' && !q.postData()?.includes('"session"'))
+                                q.respond({ status: 200, contentType: 'application/json', body: list });
+                        else q.continue();
+                });
+                const figures = [];
+                for (let run = 0; run < 3; run++) {
+                        await page.goto(`${origin}/console/`, { waitUntil: 'load' });
+                        await page.type('#token', gus);
+                        // from Sign in to the first rows painted (the frame after they are placed) and to all 1,000
+                        await page.evaluate(() => {
+                                window.__paint = {};
+                                document.getElementById('signin-form').addEventListener('submit', () => {
+                                        const t0 = performance.now();
+                                        const tick = () => {
+                                                const n = document.querySelectorAll('#sessions tbody tr').length;
+                                                if (n > 0 && window.__paint.first === undefined) window.__paint.first = performance.now() - t0;
+                                                if (n >= 1000) window.__paint.all = performance.now() - t0;
+                                                else requestAnimationFrame(tick);
+                                        };
+                                        requestAnimationFrame(tick);
+                                }, { capture: true });
+                        });
+                        await page.click('#signin-form button[type=submit]');
+                        await page.waitForFunction(() => window.__paint.all !== undefined, { timeout: 60000 });
+                        figures.push(await page.evaluate(() => window.__paint));
+                }
+                assert.equal(await page.$$eval('#sessions tbody tr', (l) => l.length), 1000);
+                const fcp = await page.evaluate(() => performance.getEntriesByName('first-contentful-paint')[0]?.startTime ?? null);
+                console.log(`console, 1,000 sessions (synthetic list_sessions): first rows ${figures.map((f) => f.first.toFixed(0)).join(', ')} ms, all ${figures.map((f) => f.all.toFixed(0)).join(', ')} ms after Sign in; first contentful paint ${fcp?.toFixed(0)} ms`);
+
+                // the state filter over 1,000 rows: every third synthetic one is paused
+                await page.select('#filter-state', 'paused');
+                assert.equal(await page.$$eval('#sessions tbody tr:not([hidden])', (l) => l.length), 333);
+                assert.match(await page.$eval('#sessions-count', (e) => e.textContent), /^333 of 1000 sessions$/);
+                await page.select('#filter-state', '');
+                // 200% zoom: a 1280 x 800 window at twice the size is 640 x 400 CSS pixels at scale 2
+                await page.setViewport({ width: 640, height: 400, deviceScaleFactor: 2 });
+                const fits = (sel) =>
+                        page.$eval(sel, (t) => ({
+                                page: document.documentElement.scrollWidth <= window.innerWidth,
+                                right: Math.ceil(t.getBoundingClientRect().right) <= window.innerWidth,
+                                own: t.scrollWidth <= t.clientWidth,
+                        }));
+                await page.screenshot({ path: path.join(SHOTS, '14-zoom-200-sessions.png') });
+                assert.deepEqual(await fits('#sessions'), { page: true, right: true, own: true }, 'the sessions table fits at 200%');
+
+                // the keyboard: the filter, Tab to the one row shown, Enter opens it
+                await page.focus('#filter-label');
+                await page.keyboard.type('kind=real');
+                await page.waitForFunction(() => document.querySelectorAll('#sessions tbody tr:not([hidden])').length === 1);
+                await page.keyboard.press('Tab'); // the state filter
+                await page.keyboard.press('Tab');
+                assert.equal(await page.evaluate(() => document.activeElement.closest('tr')?.dataset.session), 'kb1');
+                await page.keyboard.press('Enter');
+                await page.waitForSelector('#session-view:not([hidden]) #session-facts[data-state="running"]');
+                await page.waitForSelector('#audit tbody tr');
+                await page.screenshot({ path: path.join(SHOTS, '15-zoom-200-session.png'), fullPage: true });
+                assert.deepEqual(await fits('#session-view'), { page: true, right: true, own: true }, 'the session page fits at 200%');
+                // Tab reaches every action of the session page
+                const wanted = await page.$$eval('#session-view button:not([hidden]), #session-view input, #session-view a[href]', (l) =>
+                        l.filter((e) => e.offsetParent !== null).map((e) => e.id || e.dataset.action || e.dataset.snapshotAction || e.getAttribute('href')));
+                await page.focus('#session-view a[href="#/"]');
+                const reached = new Set();
+                for (let i = 0; i < 60 && wanted.some((w) => !reached.has(w)); i++) {
+                        reached.add(await page.evaluate(() => {
+                                const e = document.activeElement;
+                                return e.id || e.dataset.action || e.dataset.snapshotAction || e.getAttribute('href');
+                        }));
+                        await page.keyboard.press('Tab');
+                }
+                assert.deepEqual(wanted.filter((w) => !reached.has(w)), [], 'every control is reached with Tab');
+                for (const a of ['pause_session', 'resume_session', 'snapshot_session', 'fork_session', 'mark_private', 'destroy_session'])
+                        assert.ok(wanted.includes(a), `${a} is on the page`);
+                // Enter on Pause asks; Enter on Confirm (focused) pauses
+                await page.focus('#session-view [data-action=resume_session]');
+                await page.keyboard.down('Shift');
+                await page.keyboard.press('Tab');
+                await page.keyboard.up('Shift');
+                assert.equal(await page.evaluate(() => document.activeElement.dataset.action), 'pause_session');
+                await page.keyboard.press('Enter');
+                await page.waitForSelector('#confirm[open]');
+                assert.equal(await page.evaluate(() => document.activeElement.id), 'confirm-ok');
+                await page.keyboard.press('Enter');
+                await page.waitForFunction(() => document.getElementById('action-status').textContent === 'Pause: done.');
+                r = await call(port, ca, gus, 'list_sessions', {});
+                assert.equal(r.body.sessions[0].state, 'paused');
+                // Destroy the same way: the page says so, and the row leaves the table
+                await page.focus('#session-view [data-action=mark_private]');
+                await page.keyboard.press('Tab');
+                assert.equal(await page.evaluate(() => document.activeElement.dataset.action), 'destroy_session');
+                await page.keyboard.press('Enter');
+                await page.waitForSelector('#confirm[open]');
+                assert.match(await page.$eval('#confirm-text', (e) => e.textContent), /^Destroy session kb1\?$/);
+                await page.keyboard.press('Enter');
+                await page.waitForSelector('#session-missing:not([hidden])');
+                assert.match(await page.$eval('#session-missing', (e) => e.textContent), /kb1 of user gus was destroyed/);
+                assert.equal(await page.$('#sessions tr[data-session="kb1"]'), null);
+                r = await call(port, ca, gus, 'list_sessions', {});
+                assert.deepEqual(r.body.sessions, []);
+                await page.close();
                 assert.deepEqual(dialogs, [], 'no script ran a dialog');
         });
 });

@@ -311,6 +311,38 @@ Test(store, audit_insert_and_count)
         cr_assert_eq(raw_int("SELECT COUNT(*) FROM audit_log WHERE detail = '{\"cmd\":\"ls\"}' AND ts > 0"), 1);
 }
 
+/* A session's rows read back from the newest in pages: each row once, oldest first in
+ * a page, another user's and another session's never. */
+Test(store, audit_page_reads_back_from_the_newest)
+{
+        struct store_audit_row *rows = NULL;
+        int64_t ids[5];
+        size_t n = 0;
+
+        for (int i = 0; i < 5; i++) {
+                cr_assert_eq(store_audit(st, "token:t1", "alice", "s1", "exec", NULL), 0);
+                ids[i] = raw_int("SELECT MAX(id) FROM audit_log");
+                cr_assert_eq(store_audit(st, "token:t2", "bob", "s1", "exec", NULL), 0);
+                cr_assert_eq(store_audit(st, "token:t1", "alice", "s2", "exec", NULL), 0);
+        }
+        cr_assert_eq(store_audit_page(st, "alice", "s1", 0, 2, &rows, &n), 0);
+        cr_assert_eq(n, 2);
+        cr_assert(rows[0].id == ids[3] && rows[1].id == ids[4], "the newest two, oldest first");
+        store_audit_rows_free(rows, n);
+        cr_assert_eq(store_audit_page(st, "alice", "s1", ids[3], 2, &rows, &n), 0);
+        cr_assert(n == 2 && rows[0].id == ids[1] && rows[1].id == ids[2], "the two before");
+        store_audit_rows_free(rows, n);
+        cr_assert_eq(store_audit_page(st, "alice", "s1", ids[1], 2, &rows, &n), 0);
+        cr_assert(n == 1 && rows[0].id == ids[0], "the last one");
+        cr_assert_str_eq(rows[0].actor, "token:t1");
+        store_audit_rows_free(rows, n);
+        cr_assert_eq(store_audit_page(st, "alice", "s1", ids[0], 2, &rows, &n), 0);
+        cr_assert_eq(n, 0);
+        store_audit_rows_free(rows, n);
+        cr_assert_eq(store_audit_page(st, "alice", "s1", -1, 2, &rows, &n), -EINVAL);
+        cr_assert_eq(store_audit_page(st, "alice", "s1", 0, 0, &rows, &n), -EINVAL);
+}
+
 Test(store, ports_reserve_is_all_or_nothing)
 {
         const int a[] = {31000, 31001, 31002}, b[] = {31003, 31002, 31004}, dup[] = {31005, 31005};

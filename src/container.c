@@ -4,7 +4,7 @@
  * (engine.h) made by the calling thread. The one state is the start line:
  * at most CONTAINER_STARTS_MAX creates-and-starts are with the engine at
  * once (CONTAINER_STARTS_PER_USER of one user's while another user waits),
- * the others wait their turn on starts_lock. 100 starts handed to dockerd at once on 2 cores took
+ * the others wait their turn (startline.h). 100 starts handed to dockerd at once on 2 cores took
  * it past 30 s for each of them; in line each takes about a second, and one
  * tenant's burst leaves slots to the others. */
 #include "sandboxd/container.h"
@@ -12,7 +12,6 @@
 #include <errno.h>
 #include <fcntl.h>
 #include <inttypes.h>
-#include <pthread.h>
 #include <stdio.h>
 #include <string.h>
 #include <sys/stat.h>
@@ -24,6 +23,7 @@
 #include "sandboxd/runner_proto.h"
 #include "sandboxd/sessspec.h"
 #include "sandboxd/sessuid.h"
+#include "sandboxd/startline.h"
 #include "sandboxd/utf8.h"
 
 /* Open (creating if needed) dir `name` under dirfd without following a
@@ -333,111 +333,11 @@ static int check_enforced(struct engine *e, const struct engine_spec *spec, stru
         return 0;
 }
 
-/* ---- the start line ---- */
+/* ---- the start line (startline.h) ---- */
 
-static pthread_mutex_t starts_lock = PTHREAD_MUTEX_INITIALIZER;
-static pthread_cond_t starts_cond;
-static pthread_once_t starts_once = PTHREAD_ONCE_INIT;
-static struct {
-        char user[SBX_ID_MAX + 1];
-        int n;
-} starting[CONTAINER_STARTS_MAX]; /* users with starts in flight; n == 0: free */
-static int starts_running;
-/* the starts waiting their turn, each a node on its thread's stack */
-struct start_waiter {
-        const char *user;
-        struct start_waiter *next;
-};
-static struct start_waiter *waiters;
-
-static void starts_init(void)
-{
-        pthread_condattr_t a;
-
-        pthread_condattr_init(&a);
-        pthread_condattr_setclock(&a, CLOCK_MONOTONIC);
-        pthread_cond_init(&starts_cond, &a);
-        pthread_condattr_destroy(&a);
-}
-
-/* user's entry in starting[] (starts_lock held), or NULL. */
-static int *user_starts(const char *user)
-{
-        for (size_t i = 0; i < ELEMENTSOF(starting); i++)
-                if (starting[i].n > 0 && strcmp(starting[i].user, user) == 0)
-                        return &starting[i].n;
-        return NULL;
-}
-
-/* May user's start go now (starts_lock held)? A free slot, and user under
- * CONTAINER_STARTS_PER_USER unless no other user waits: one tenant's burst
- * uses every slot only while nobody else needs one. */
-static bool start_may_go(const char *user, size_t *ret_waiting)
-{
-        const int *mine = user_starts(user);
-        bool others = false;
-
-        *ret_waiting = 0;
-        for (const struct start_waiter *w = waiters; w; w = w->next) {
-                (*ret_waiting)++;
-                others = others || strcmp(w->user, user) != 0;
-        }
-        return starts_running < CONTAINER_STARTS_MAX && (!mine || *mine < CONTAINER_STARTS_PER_USER || !others);
-}
-
-/* Wait for a slot in the start line, at most CONTAINER_START_QUEUE_MS.
- * 0, or -EBUSY with err set. */
-static int start_slot_take(const char *user, struct sbx_error *err)
-{
-        struct timespec until = sbx_deadline_after(CLOCK_MONOTONIC, CONTAINER_START_QUEUE_MS);
-        struct start_waiter me = {.user = user};
-        struct start_waiter **pp;
-        size_t waiting = 0;
-        int r = 0, *mine;
-
-        pthread_once(&starts_once, starts_init);
-        pthread_mutex_lock(&starts_lock);
-        me.next = waiters;
-        waiters = &me;
-        while (!start_may_go(user, &waiting)) {
-                if (pthread_cond_timedwait(&starts_cond, &starts_lock, &until) == ETIMEDOUT &&
-                    !start_may_go(user, &waiting)) {
-                        r = sbx_error_set(err, -EBUSY, 0,
-                                          "%d container starts are under way and %zu waiting; this one waited %d s: "
-                                          "try again",
-                                          starts_running, waiting - 1, CONTAINER_START_QUEUE_MS / 1000);
-                        break;
-                }
-        }
-        for (pp = &waiters; *pp != &me; pp = &(*pp)->next)
-                ;
-        *pp = me.next;
-        if (r == 0) {
-                starts_running++;
-                mine = user_starts(user);
-                for (size_t i = 0; !mine && i < ELEMENTSOF(starting); i++)
-                        if (starting[i].n == 0) {
-                                sbx_strlcpy(starting[i].user, user, sizeof(starting[i].user));
-                                mine = &starting[i].n;
-                        }
-                (*mine)++; /* a free entry exists: fewer than CONTAINER_STARTS_MAX run */
-        }
-        pthread_mutex_unlock(&starts_lock);
-        return r;
-}
-
-static void start_slot_give(const char *user)
-{
-        int *mine;
-
-        pthread_mutex_lock(&starts_lock);
-        starts_running--;
-        mine = user_starts(user);
-        if (mine)
-                (*mine)--;
-        pthread_cond_broadcast(&starts_cond);
-        pthread_mutex_unlock(&starts_lock);
-}
+_Static_assert(CONTAINER_STARTS_MAX <= STARTLINE_SLOTS_MAX, "the start line holds CONTAINER_STARTS_MAX");
+static struct startline starts =
+        STARTLINE_INIT("container starts", CONTAINER_STARTS_MAX, CONTAINER_STARTS_PER_USER, CONTAINER_START_QUEUE_MS);
 
 static int create_and_start(struct engine *e, const struct container_params *p, const struct engine_spec *spec,
                             char id[65], struct sbx_error *err);
@@ -550,11 +450,11 @@ int container_create_started(struct engine *e, const struct sbx_config *cfg, con
                         return r;
         }
 
-        r = start_slot_take(p->user ? p->user : "", err);
+        r = startline_take(&starts, p->user, NULL, err);
         if (r < 0)
                 return r;
         r = create_and_start(e, p, &spec, id, err);
-        start_slot_give(p->user ? p->user : "");
+        startline_give(&starts, p->user);
         if (r < 0)
                 return r;
         r = sustained_check(e, cfg, id, err);

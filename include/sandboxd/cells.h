@@ -195,8 +195,19 @@ bool cells_session_busy(struct cells *c, const char *user, const char *session);
 /* After SIGINT a cell has this long to come back before its interpreter is
  * restarted (state_lost timeout). */
 #define CELLS_INTERRUPT_GRACE_MS 3000
-/* An interpreter starts within this (a cold python kernel takes ~1 s). */
-#define CELLS_START_TIMEOUT_MS 60000
+/* An interpreter starts within this. A cold python kernel takes about
+ * 2.3 CPU seconds (3 s alone on 2 cores), but its container's cgroup shares
+ * the CPU with every busy sandbox: beside 100 of them it ran past 65 s. The
+ * start line below keeps at most CELLS_STARTS_MAX starts waiting on it. */
+#define CELLS_START_TIMEOUT_MS 180000
+/* The interpreter start line (startline.h): kernels starting at once, of
+ * them one user's while another user waits, and how long a start waits its
+ * turn before it is refused busy. A hundred python kernels started at once
+ * on 2 cores ran past CELLS_START_TIMEOUT_MS; in line each takes a second or
+ * two. A cell's timeout counts from when its kernel is ready, never in line. */
+#define CELLS_STARTS_MAX 4
+#define CELLS_STARTS_PER_USER 2
+#define CELLS_START_QUEUE_MS 300000
 /* Output one cell returns inline; the rest by reference. */
 #define CELLS_OUTPUT_CAP_BYTES (INT64_C(4) << 20)
 

@@ -1,8 +1,9 @@
 /* egress_rules.h — the egress policy as the fronts see it: allowlist
- * additions per user and per session (validated, capped, audited), the
- * effective policy of a session, and its egress audit rows as JSON. Shared
- * by the admin socket (sandboxctl egress ...) and the API (the connector
- * role's egress_allow, session_info). */
+ * additions per user and per session (validated, capped, audited), a
+ * session's own narrowing, the effective policy of a session, and its
+ * egress audit rows as JSON. Shared by the admin socket (sandboxctl egress
+ * ...) and the API (the connector role's egress_allow, any token's
+ * narrow_egress, session_info). */
 #ifndef SANDBOXD_EGRESS_RULES_H
 #define SANDBOXD_EGRESS_RULES_H
 
@@ -26,10 +27,27 @@ int egress_rules_change(struct store *st, const struct sbx_config *cfg, const ch
  * networking, no proxy) or "egress" (through the proxy, by allowlist). */
 const char *egress_rules_mode(struct privacy *p, const struct sbx_config *cfg, const char *user, const char *session);
 
-/* {"mode": ..., "allow": [{"pattern", "scope": config|user|session}, ...]}
- * ("allow" is empty unless the mode is egress). */
+/* {"mode": ..., "allow": [{"pattern", "scope": config|user|session}, ...],
+ * "narrowing"?: the session's own (egress_narrow_json)} ("allow" is empty
+ * unless the mode is egress). */
 cJSON *egress_rules_policy_json(struct store *st, struct privacy *p, const struct sbx_config *cfg, const char *user,
                                 const char *session);
+
+/* A session's own narrowing of its egress (issue 36: E2B's allowOut and
+ * denyOut). It narrows, never widens: the proxy checks the allowlist
+ * first, then the narrowing (egress_exec.c): a host an allow pattern
+ * matches passes; else, with allow_only, nothing passes; else a host a deny
+ * pattern matches does not. Patterns are checked and made canonical in n
+ * (egress_policy.h; `*` refused); each allow pattern must be covered by the
+ * operator's policy for the session (egress.allow, the user's and the
+ * session's additions), else -EACCES naming it. Stored (a restart keeps
+ * it; a fork and a snapshot carry it), replacing the one before; one with
+ * nothing in it removes it. Audited as egress.narrow. */
+struct store_egress_narrow;
+int egress_narrow_set(struct store *st, const struct sbx_config *cfg, const char *user, const char *session,
+                      struct store_egress_narrow *n, const char *actor, struct sbx_error *err);
+/* {only, allow: [...], deny: [...]}, as session_info's egress.narrowing shows it. */
+cJSON *egress_narrow_json(const struct store_egress_narrow *n);
 
 /* The newest `limit` egress rows of the session, newest first, as a JSON
  * array; NULL on a store error (r set). */

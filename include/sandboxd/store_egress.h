@@ -31,6 +31,24 @@ int store_egress_rule_remove(struct store *s, const char *user, const char *sess
 int store_egress_rules(struct store *s, const char *user, const char *session, struct store_egress_rule **ret,
                        size_t *ret_n);
 
+/* A session's own narrowing of its egress (migration 0039; egress_rules.h
+ * says what it means). Patterns are checked by the caller. */
+#define STORE_EGRESS_NARROW_MAX 32
+struct store_egress_narrow {
+        bool allow_only; /* only the allow patterns pass (none: no egress) */
+        size_t n_allow, n_deny;
+        char allow[STORE_EGRESS_NARROW_MAX][STORE_EGRESS_PATTERN_MAX];
+        char deny[STORE_EGRESS_NARROW_MAX][STORE_EGRESS_PATTERN_MAX];
+};
+/* Replace the session's narrowing with n (one with nothing in it removes
+ * it). -EINVAL past STORE_EGRESS_NARROW_MAX or on a bad key. */
+int store_egress_narrow_put(struct store *s, const char *user, const char *session, const struct store_egress_narrow *n,
+                            int64_t now_ms);
+/* The session's narrowing into *ret: 1 when it has one, 0 (ret emptied) when not. */
+int store_egress_narrow_get(struct store *s, const char *user, const char *session, struct store_egress_narrow *ret);
+/* Remove it (the session is destroyed). */
+int store_egress_narrow_drop(struct store *s, const char *user, const char *session);
+
 struct store_egress_entry {
         int64_t id;
         int64_t ts; /* unix ms */

@@ -22,6 +22,7 @@
 #include "sandboxd/privacy.h"
 #include "sandboxd/secrets.h"
 #include "sandboxd/service.h"
+#include "sandboxd/store_egress.h"
 #include "sandboxd/session.h"
 #include "sandboxd/token.h"
 #include "sandboxd/utf8.h"
@@ -452,6 +453,70 @@ static int m_egress_allow(struct api_req *q, cJSON **ret, struct fronterr *e)
         return 0;
 }
 
+/* One array member of patterns into dst (at most STORE_EGRESS_NARROW_MAX). */
+static int narrow_list(struct api_req *q, const char *name, char (*dst)[STORE_EGRESS_PATTERN_MAX], size_t *ret_n,
+                       struct fronterr *e)
+{
+        const cJSON *a = cJSON_GetObjectItemCaseSensitive(q->args.obj, name), *it;
+
+        *ret_n = 0;
+        if (!a || cJSON_IsNull(a))
+                return 0;
+        if (!cJSON_IsArray(a) || cJSON_GetArraySize(a) > STORE_EGRESS_NARROW_MAX)
+                return fronterr_set(e, "invalid", "params.%s must be an array of at most %d host patterns", name,
+                                    STORE_EGRESS_NARROW_MAX);
+        cJSON_ArrayForEach(it, a) {
+                if (!cJSON_IsString(it) || !sbx_strlcpy(dst[*ret_n], it->valuestring, STORE_EGRESS_PATTERN_MAX))
+                        return fronterr_set(e, "invalid", "params.%s holds host patterns (strings of at most %d)", name,
+                                            STORE_EGRESS_PATTERN_MAX - 1);
+                (*ret_n)++;
+        }
+        return 0;
+}
+
+/* Any token narrows its own session's egress (never widens it: egress_rules.h). */
+static int m_narrow_egress(struct api_req *q, cJSON **ret, struct fronterr *e)
+{
+        static const char *const known[] = {"session", "allow", "deny", "only", NULL};
+        _cleanup_free_ struct store_egress_narrow *n = calloc(1, sizeof(*n));
+        struct session_info info;
+        struct sbx_error err = {0};
+        const cJSON *it;
+        const char *mode;
+        int r;
+
+        if (!n)
+                return fronterr_set(e, "internal", "out of memory");
+        cJSON_ArrayForEach(it, q->args.obj) {
+                size_t i = 0;
+                while (known[i] && strcmp(known[i], it->string) != 0)
+                        i++;
+                if (!known[i])
+                        return fronterr_set(e, "invalid", "params.%.64s is not a member of narrow_egress", it->string);
+        }
+        if (narrow_list(q, "allow", n->allow, &n->n_allow, e) < 0 ||
+            narrow_list(q, "deny", n->deny, &n->n_deny, e) < 0 ||
+            jparam_bool(&q->args, "only", n->n_allow > 0, &n->allow_only, e) < 0)
+                return -1;
+        r = session_get_info(q->d->sessions, q->tok.user, q->session, &info);
+        if (r < 0)
+                return fronterr_errno(e, r, NULL, "no such session");
+        session_info_done(&info);
+        mode = egress_rules_mode(q->d->privacy, &q->d->cfg, q->tok.user, q->session);
+        if (strcmp(mode, "bridge") == 0)
+                return fronterr_set(e, "conflict",
+                                    "this daemon gives sessions raw networking (network_default bridge): their egress "
+                                    "does not pass the proxy, so a narrowing could not be enforced");
+        r = egress_narrow_set(q->d->store, &q->d->cfg, q->tok.user, q->session, n, q->actor, &err);
+        if (r < 0)
+                return fronterr_errno(e, r, &err, NULL);
+        *ret = egress_rules_policy_json(q->d->store, q->d->privacy, &q->d->cfg, q->tok.user, q->session);
+        if (!*ret)
+                return fronterr_set(e, "internal", "out of memory");
+        cJSON_AddStringToObject(*ret, "session", q->session);
+        return 0;
+}
+
 static int m_mark_private(struct api_req *q, cJSON **ret, struct fronterr *e)
 {
         const char *dataset, *source;
@@ -628,6 +693,10 @@ static const struct api_method_doc methods_doc[] = {
          "{pattern, scope?: session|user (session), remove?}",
          "the session's egress policy (as in session_info), session",
          "Connector tokens only. Add (or with remove, take back) an egress allowlist pattern for the session or for every session of the user."},
+        {"narrow_egress", m_narrow_egress,
+         "{allow?: [pattern], deny?: [pattern], only?: bool (true with allow)}",
+         "the session's egress policy (as in session_info, with narrowing), session",
+         "Narrow the session's own egress, replacing its narrowing ({} removes it): an allow pattern passes, else with only nothing does (only alone: no egress), else a deny pattern is refused. Never widens: each allow pattern must be allowed to the session already (forbidden, naming it, if not). Kept across restarts; forks and snapshots carry it."},
         /* secrets (issue 37) */
         {"set_secret", m_set_secret,
          "{name: [A-Z_][A-Z0-9_]{0,63}, value, hosts: [hostname, ...], header?}",

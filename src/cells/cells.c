@@ -376,7 +376,7 @@ int cells_run(struct cells *c, const struct cells_request *req, cJSON **ret, str
         cJSON_AddStringToObject(msg, "op", "execute");
         cJSON_AddNumberToObject(msg, "id", (double)id);
         cJSON_AddStringToObject(msg, "code", req->code);
-        deadline = start + (int64_t)timeout_s * 1000;
+        deadline = sbx_now_ms() + (int64_t)timeout_s * 1000; /* from when the kernel has it, not from the line */
         r = cells_ctx_send(x, msg, deadline);
         cJSON_Delete(msg);
         if (r < 0) {

@@ -19,6 +19,7 @@
 #include "sandboxd/pool.h"
 #include "sandboxd/runner.h"
 #include "sandboxd/session.h"
+#include "sandboxd/startline.h"
 #include "sandboxd/store_cells.h"
 #include "sandboxd/utf8.h"
 
@@ -273,19 +274,22 @@ static bool env_key_ok(const char *kv)
         return true;
 }
 
-/* Start a new generation (ctx busy, phase IDLE); waits for the kernel. */
+_Static_assert(CELLS_STARTS_MAX <= STARTLINE_SLOTS_MAX, "the start line holds CELLS_STARTS_MAX");
+static struct startline kernel_starts =
+        STARTLINE_INIT("interpreter starts", CELLS_STARTS_MAX, CELLS_STARTS_PER_USER, CELLS_START_QUEUE_MS);
+
+static int ctx_start_in_line(struct cell_ctx *x, const char *container_id, const char *const *envv,
+                             struct sbx_error *err);
+
+/* Start a new generation (ctx busy, phase IDLE); waits its turn in the
+ * start line, then for the kernel. */
 int cells_ctx_start(struct cell_ctx *x, const char *container_id, const char *const *env, struct sbx_error *err)
 {
         struct cells *c = x->c;
-        bool py = strcmp(x->language, "python") == 0;
-        char code_path[128], cell_dir[128], start_to[64], out_cap[64];
-        const char *argv_py[] = {"python3", "-I", code_path, "python3", NULL};
-        const char *argv_node[] = {"node", "--expose-internals", code_path, NULL};
+        char cell_dir[128], start_to[64], out_cap[64];
         const char *envv[CELLS_MAX_ENV + 4];
         size_t n_env = 0;
-        struct runner_exec *rx = NULL;
-        struct waiter_arg *wa;
-        int64_t deadline;
+        int64_t waited = 0;
         int r;
 
         for (size_t i = 0; env && env[i]; i++) {
@@ -310,6 +314,31 @@ int cells_ctx_start(struct cell_ctx *x, const char *container_id, const char *co
                         err, -ENOTCONN, 0,
                         "the session's runner is not connected: run_cell needs it (no docker exec fallback)");
         cells_ctx_join_waiter(x);
+        r = startline_take(&kernel_starts, x->user, &waited, err);
+        if (r < 0)
+                return r;
+        if (waited > 1000)
+                log_info("cells: %s:%s/%s waited %lld ms in the start line", x->user, x->session, x->name,
+                         (long long)waited);
+        r = ctx_start_in_line(x, container_id, envv, err);
+        startline_give(&kernel_starts, x->user);
+        return r;
+}
+
+/* cells_ctx_start's part in the start line: the bridge's job and the wait for its kernel. */
+static int ctx_start_in_line(struct cell_ctx *x, const char *container_id, const char *const *envv,
+                             struct sbx_error *err)
+{
+        struct cells *c = x->c;
+        bool py = strcmp(x->language, "python") == 0;
+        char code_path[128];
+        const char *argv_py[] = {"python3", "-I", code_path, "python3", NULL};
+        const char *argv_node[] = {"node", "--expose-internals", code_path, NULL};
+        struct runner_exec *rx = NULL;
+        struct waiter_arg *wa;
+        int64_t deadline, t0;
+        int r;
+
         pthread_mutex_lock(&x->lock);
         snprintf(code_path, sizeof(code_path), "/tmp/sbx-cell-%s-%lld.%s", x->name, (long long)x->generation + 1,
                  py ? "py" : "js");
@@ -372,15 +401,16 @@ int cells_ctx_start(struct cell_ctx *x, const char *container_id, const char *co
         }
         pthread_setname_np(x->waiter, "sbx-cellwait");
 
-        deadline = sbx_now_ms() + c->cfg->cells_start_timeout_ms + 5000;
+        t0 = sbx_now_ms();
+        deadline = t0 + c->cfg->cells_start_timeout_ms + 5000;
         pthread_mutex_lock(&x->lock);
         cells_ctx_persist_locked(x, true);
         while (x->phase == CTX_STARTING && !x->start_error[0] && cells_wait_until(&x->cond, &x->lock, deadline))
                 ;
         if (x->phase == CTX_READY) {
                 pthread_mutex_unlock(&x->lock);
-                log_info("cells: %s:%s/%s generation %lld ready (%s, kernel pid %d)", x->user, x->session, x->name,
-                         (long long)x->generation, x->language, x->kernel_pid);
+                log_info("cells: %s:%s/%s generation %lld ready in %lld ms (%s, kernel pid %d)", x->user, x->session,
+                         x->name, (long long)x->generation, (long long)(sbx_now_ms() - t0), x->language, x->kernel_pid);
                 return 0;
         }
         char msg[256];

@@ -29,6 +29,7 @@
 #include "sandboxd/metrics.h"
 #include "sandboxd/reqguard.h"
 #include "sandboxd/session.h"
+#include "sandboxd/store_egress.h"
 #include "sandboxd/engine.h"
 #include "sandboxd/wsquota.h"
 
@@ -50,6 +51,7 @@ static enum MHD_Result c_fork(struct e2b_req *q, struct MHD_Connection *conn);
 static enum MHD_Result c_snapshot(struct e2b_req *q, struct MHD_Connection *conn);
 static enum MHD_Result c_snapshot_list(struct e2b_req *q, struct MHD_Connection *conn);
 static enum MHD_Result c_snapshot_delete(struct e2b_req *q, struct MHD_Connection *conn);
+static enum MHD_Result c_network(struct e2b_req *q, struct MHD_Connection *conn);
 static enum MHD_Result c_unsupported(struct e2b_req *q, struct MHD_Connection *conn);
 
 /* E2B's routes and the core calls they make (cmd_table[]). */
@@ -74,8 +76,8 @@ static const struct e2b_route routes[] = {
         {"GET", "/snapshots", 0, 0, c_snapshot_list, "list_snapshots {session}, paginated here"},
         {"DELETE", "/templates/{snap}", 0, 0, c_snapshot_delete,
          "delete_snapshot (a snap- id; templates are the operator's)"},
-        {"PUT", "/sandboxes/{id}/network", 0, E2B_BODY_MAX, c_unsupported,
-         "(not mapped: egress_allow is a connector's)"},
+        {"PUT", "/sandboxes/{id}/network", 0, E2B_BODY_MAX, c_network,
+         "narrow_egress {allow, deny, only} (narrows the operator's policy, never widens it)"},
         {"GET", "/sandboxes/{id}/metrics", 0, 0, c_metrics, "list_sessions {session}, then the engine's stats"},
         {"GET", "/sandboxes/{id}/logs", 0, 0, c_unsupported, "(not called by the SDK 2.x)"},
         {"GET", "/health", E2B_ENVD_PORT, 0, e2b_envd_health, "(session state)"},
@@ -745,10 +747,80 @@ static cJSON *sandbox_object(struct e2b_req *q, const char *tmpl, bool with_toke
         return o;
 }
 
+/* One of allowOut, denyOut as narrow_egress patterns into a (a JSON
+ * array): a host name, *.suffix or one address ("/32" and "/128" are one
+ * address too); 0.0.0.0/0 and ::/0 (the SDK's ALL_TRAFFIC) in denyOut set
+ * *ret_all. NULL when fine, else why not (in why). */
+static const char *network_list(const cJSON *v, const char *name, cJSON *a, bool *ret_all, char *why, size_t why_size)
+{
+        const cJSON *it;
+
+        if (!v || cJSON_IsNull(v))
+                return NULL;
+        if (!cJSON_IsArray(v)) {
+                snprintf(why, why_size, "network.%s must be an array of strings", name);
+                return why;
+        }
+        cJSON_ArrayForEach(it, v) {
+                char entry[STORE_EGRESS_PATTERN_MAX];
+                char *slash;
+                if (!cJSON_IsString(it) || !sbx_strlcpy(entry, it->valuestring, sizeof(entry))) {
+                        snprintf(why, why_size, "network.%s must be an array of host names or addresses", name);
+                        return why;
+                }
+                if (ret_all && (strcmp(entry, "0.0.0.0/0") == 0 || strcmp(entry, "::/0") == 0)) {
+                        *ret_all = true;
+                        continue;
+                }
+                slash = strchr(entry, '/');
+                if (slash && (strcmp(slash, "/32") == 0 || strcmp(slash, "/128") == 0))
+                        *slash = '\0';
+                else if (slash) {
+                        snprintf(why, why_size,
+                                 "network.%s: %.64s: sandboxd takes host names, *.suffix and single addresses here, "
+                                 "not CIDR blocks (docs/e2b.md)",
+                                 name, it->valuestring);
+                        return why;
+                }
+                cJSON_AddItemToArray(a, cJSON_CreateString(entry));
+        }
+        return NULL;
+}
+
+/* E2B's network (allowOut, denyOut) and allow_internet_access as the
+ * params of narrow_egress into *ret (NULL when nothing narrows). E2B's
+ * rules: an allowOut entry passes even where denyOut says no, and
+ * allow_internet_access=false is denyOut 0.0.0.0/0. sandboxd's one more:
+ * allowOut alone also keeps the sandbox to those hosts (no default of
+ * everything to keep them out of). NULL when fine, else why not. */
+static const char *network_narrowing(const cJSON *n, const cJSON *internet, cJSON **ret, char *why, size_t why_size)
+{
+        cJSON *p = cJSON_CreateObject(), *allow, *deny;
+        bool all = cJSON_IsFalse(internet);
+        const char *bad;
+
+        *ret = NULL;
+        if (!p)
+                return "out of memory";
+        allow = cJSON_AddArrayToObject(p, "allow");
+        deny = cJSON_AddArrayToObject(p, "deny");
+        if ((bad = network_list(cJSON_GetObjectItemCaseSensitive(n, "allowOut"), "allowOut", allow, NULL, why,
+                                why_size)) ||
+            (bad = network_list(cJSON_GetObjectItemCaseSensitive(n, "denyOut"), "denyOut", deny, &all, why,
+                                why_size))) {
+                cJSON_Delete(p);
+                return bad;
+        }
+        cJSON_AddBoolToObject(p, "only", all || allow->child);
+        *ret = p;
+        return NULL;
+}
+
 /* network: {allowPublicTraffic} is served (getHost traffic behind the
- * access token when false, e2b_proxy.c); allowOut, denyOut and
- * maskRequestHost are refused, as is metadata naming E2B_TRAFFIC_LABEL.
- * NULL when the create goes on, else why not (in why). */
+ * access token when false, e2b_proxy.c), allowOut and denyOut narrow the
+ * egress (network_narrowing); maskRequestHost, egressProxy and rules are
+ * refused, as is metadata naming E2B_TRAFFIC_LABEL. NULL when the create
+ * goes on, else why not (in why). */
 static const char *create_network(const cJSON *b, bool *ret_private, char *why, size_t why_size)
 {
         const cJSON *n = cJSON_GetObjectItemCaseSensitive(b, "network"), *m, *it;
@@ -767,13 +839,27 @@ static const char *create_network(const cJSON *b, bool *ret_private, char *why, 
                         if (!cJSON_IsBool(it) && !cJSON_IsNull(it))
                                 return "network.allowPublicTraffic must be a boolean";
                         *ret_private = cJSON_IsFalse(it);
-                } else if (!cJSON_IsNull(it) && !(cJSON_IsArray(it) && !it->child)) {
+                } else if (strcmp(it->string, "allowOut") != 0 && strcmp(it->string, "denyOut") != 0 &&
+                           !cJSON_IsNull(it) && !(cJSON_IsArray(it) && !it->child) &&
+                           !(cJSON_IsObject(it) && !it->child)) {
                         snprintf(why, why_size, "network.%.64s is not supported by sandboxd yet (docs/e2b.md)",
                                  it->string);
                         return why;
                 }
         }
         return NULL;
+}
+
+/* narrow_egress with params (taken) on q->session; -1 with e set. */
+static int narrow(struct e2b_req *q, cJSON *params, struct fronterr *e)
+{
+        cJSON *res = NULL;
+
+        cJSON_AddStringToObject(params, "session", q->session);
+        if (e2b_call(q, "narrow_egress", params, &res, e) < 0)
+                return -1;
+        cJSON_Delete(res);
+        return 0;
 }
 
 /* fork_session into q->session from {key: from} ("session" or "snapshot"),
@@ -884,7 +970,8 @@ static enum MHD_Result c_create(struct e2b_req *q, struct MHD_Connection *conn)
         struct fronterr e = {0};
         int64_t timeout = 300; /* E2B's documented default (the SDK may leave it to the server) */
         bool private_traffic = false;
-        char why[128];
+        cJSON *narrowing = NULL;
+        char why[160];
 
         if (!b)
                 return ans;
@@ -917,10 +1004,15 @@ static enum MHD_Result c_create(struct e2b_req *q, struct MHD_Connection *conn)
         m = cJSON_GetObjectItemCaseSensitive(b, "allow_internet_access");
         if (m && !cJSON_IsBool(m) && !cJSON_IsNull(m))
                 return e2b_reply_error(conn, 400, "allow_internet_access must be a boolean");
-        if (cJSON_IsFalse(m))
-                return e2b_reply_error(conn, 400,
-                                       "allow_internet_access=false is not supported yet: a sandboxd session only "
-                                       "reaches what the operator's egress allowlist names (docs/e2b.md)");
+        if ((bad = network_narrowing(cJSON_GetObjectItemCaseSensitive(b, "network"), m, &narrowing, why, sizeof(why))))
+                return e2b_reply_error(conn, 400, "%s", bad);
+        if (!narrowing)
+                return e2b_reply_error(conn, 500, "out of memory");
+        if (!cJSON_IsTrue(cJSON_GetObjectItemCaseSensitive(narrowing, "only")) &&
+            !cJSON_GetObjectItemCaseSensitive(narrowing, "deny")->child) {
+                cJSON_Delete(narrowing); /* nothing narrows: the operator's policy as it is */
+                narrowing = NULL;
+        }
         m = cJSON_GetObjectItemCaseSensitive(b, "secure");
         if (m && !cJSON_IsBool(m) && !cJSON_IsNull(m))
                 return e2b_reply_error(conn, 400, "secure must be a boolean");
@@ -945,10 +1037,60 @@ static enum MHD_Result c_create(struct e2b_req *q, struct MHD_Connection *conn)
                         labels = cJSON_AddObjectToObject(params, "labels"); /* a bad one was refused above */
                 cJSON_AddStringToObject(labels, E2B_TRAFFIC_LABEL, "private");
         }
-        if (e2b_call(q, "create_session", params, &res, &e) < 0)
+        if (e2b_call(q, "create_session", params, &res, &e) < 0) {
+                cJSON_Delete(narrowing);
                 return e2b_reply_fronterr(conn, &e);
+        }
         cJSON_Delete(res);
+        /* before the SDK has the id, nothing runs in it yet: a sandbox whose narrowing is refused goes */
+        if (narrowing && narrow(q, TAKE_PTR(narrowing), &e) < 0) {
+                struct fronterr ignored = {0};
+                params = cJSON_CreateObject();
+                cJSON_AddStringToObject(params, "session", q->session);
+                cJSON_AddTrueToObject(params, "purge");
+                if (e2b_call(q, "destroy_session", params, &res, &ignored) == 0)
+                        cJSON_Delete(res);
+                return e2b_reply_fronterr(conn, &e);
+        }
         return e2b_reply_json(conn, 201, sandbox_object(q, t->valuestring, true));
+}
+
+/* updateNetwork: E2B replaces the sandbox's egress configuration whole
+ * (an omitted field is cleared): the narrowing is replaced. */
+static enum MHD_Result c_network(struct e2b_req *q, struct MHD_Connection *conn)
+{
+        static const char *const known[] = {"allowOut",    "denyOut", "allow_internet_access",
+                                            "egressProxy", "rules",   NULL};
+        enum MHD_Result ans = MHD_NO;
+        _cleanup_(cjson_freep) cJSON *b = body_object(q, conn, &ans);
+        const cJSON *m;
+        const char *bad;
+        cJSON *params = NULL;
+        struct fronterr e = {0};
+        char why[160];
+
+        if (!b)
+                return ans;
+        if ((bad = unknown_member(b, known)))
+                return e2b_reply_error(conn, 400, "unknown field %s", bad);
+        for (size_t i = 3; known[i]; i++) { /* egressProxy, rules */
+                m = cJSON_GetObjectItemCaseSensitive(b, known[i]);
+                if (m && !cJSON_IsNull(m) && !(cJSON_IsObject(m) && !m->child))
+                        return e2b_reply_error(conn, 400, "%s is not supported by sandboxd yet (docs/e2b.md)",
+                                               known[i]);
+        }
+        m = cJSON_GetObjectItemCaseSensitive(b, "allow_internet_access");
+        if (m && !cJSON_IsBool(m) && !cJSON_IsNull(m))
+                return e2b_reply_error(conn, 400, "allow_internet_access must be a boolean");
+        if (!e2b_session_exists(q))
+                return e2b_reply_error(conn, 404, "sandbox %s not found", q->sandbox);
+        if ((bad = network_narrowing(b, m, &params, why, sizeof(why))))
+                return e2b_reply_error(conn, 400, "%s", bad);
+        if (!params)
+                return e2b_reply_error(conn, 500, "out of memory");
+        if (narrow(q, params, &e) < 0)
+                return e2b_reply_fronterr(conn, &e);
+        return e2b_reply_raw(conn, 204, NULL, NULL, 0);
 }
 
 /* RFC 3339 of unix ms. */

@@ -1,4 +1,6 @@
-/* egress_exec.c — the proxy's network policy per execution (issue 37 item
+/* egress_exec.c — the proxy's narrowings after the allowlist: the
+ * session's own (issue 36, from the store: egress_rules.h) and the network
+ * policy per execution (issue 37 item
  * 3; docs/security.md, "Network policy per execution"): whose connection a
  * tunnel is, from the RP_EGRESS_FROM header the runner puts first on each
  * egress.sock connection, and whether its host passes that execution's
@@ -15,8 +17,10 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "sandboxd/egress_policy.h"
 #include "sandboxd/egress_rules.h"
 #include "sandboxd/runner_proto.h"
+#include "sandboxd/store_egress.h"
 #include "egress_internal.h"
 
 int egress_exec_from(struct tunnel *t, struct evbuffer *in)
@@ -52,12 +56,50 @@ int egress_exec_from(struct tunnel *t, struct evbuffer *in)
         return 1;
 }
 
+/* The session's own narrowing (egress_rules.h, egress_narrow_set), from
+ * the store: an allow pattern passes; else allow_only refuses; else a deny
+ * pattern refuses. */
+static bool session_allowed(struct tunnel *t, char *ret_reason, size_t reason_size, char *ret_detail,
+                            size_t detail_size)
+{
+        struct store_egress_narrow *n = malloc(sizeof(*n));
+        bool ok = true, denied = false;
+        int r;
+
+        if (!n) {
+                snprintf(ret_reason, reason_size, "narrowed:session");
+                snprintf(ret_detail, detail_size, "out of memory");
+                return false;
+        }
+        r = store_egress_narrow_get(t->eg->store, t->s->user, t->s->session, n);
+        if (r < 0) { /* a narrowing that cannot be read is not dropped in silence */
+                ok = false;
+                snprintf(ret_detail, detail_size, "cannot read this session's egress narrowing");
+        } else if (r > 0) {
+                bool allowed = false;
+                for (size_t i = 0; i < n->n_allow && !allowed; i++)
+                        allowed = egress_pattern_match(n->allow[i], t->host, t->port);
+                for (size_t i = 0; i < n->n_deny && !allowed && !denied; i++)
+                        denied = egress_pattern_match(n->deny[i], t->host, t->port);
+                ok = allowed || (!n->allow_only && !denied);
+                if (!ok)
+                        snprintf(ret_detail, detail_size, "%s:%d is outside this session's own narrowing (%s)", t->host,
+                                 t->port, denied ? "denied" : "not in its allow list");
+        }
+        free(n);
+        if (!ok)
+                snprintf(ret_reason, reason_size, "narrowed:session");
+        return ok;
+}
+
 bool egress_exec_allowed(struct tunnel *t, char *ret_reason, size_t reason_size, char *ret_detail, size_t detail_size)
 {
         struct egress_net *net;
         char id[40] = "";
         bool narrowed, ok = false;
 
+        if (!session_allowed(t, ret_reason, reason_size, ret_detail, detail_size))
+                return false;
         if (!t->eg->narrow_fn || t->from == RP_FROM_NONE)
                 return true;
         net = malloc(sizeof(*net));

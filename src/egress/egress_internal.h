@@ -173,8 +173,9 @@ bool egress_bytes_over(struct tunnel *t);
  * there is none: a client that is not the runner's), 0 to wait for more,
  * -1 when it is malformed (refused). */
 int egress_exec_from(struct tunnel *t, struct evbuffer *in);
-/* Whether t's host passes the narrowing of the execution it came from;
- * if not, the audit reason ("narrowed:<execution id>") and a detail. */
+/* Whether t's host passes the session's own narrowing, then that of the
+ * execution it came from; if not, the audit reason ("narrowed:session",
+ * "narrowed:<execution id>") and a detail. */
 bool egress_exec_allowed(struct tunnel *t, char *ret_reason, size_t reason_size, char *ret_detail, size_t detail_size);
 
 /* ---- egress_relay.c ---- */

@@ -1,10 +1,12 @@
-/* egress_rules.c — allowlist additions, the effective egress policy and
+/* egress_rules.c — allowlist additions, a session's own narrowing (checked
+ * against the policy it may only narrow), the effective egress policy and
  * the egress audit as JSON (egress_rules.h). No state, no locks: the store
- * is the truth for additions, the config for the rest. */
+ * is the truth for additions and narrowings, the config for the rest. */
 #include "sandboxd/egress_rules.h"
 
 #include <errno.h>
 #include <stdio.h>
+#include <stdlib.h>
 #include <string.h>
 
 #include "sandboxd/audit.h"
@@ -85,6 +87,12 @@ cJSON *egress_rules_policy_json(struct store *st, struct privacy *p, const struc
                         add_rule(a, rules[i].pattern, rules[i].session_id[0] ? "session" : "user");
         free(rules);
         cJSON_AddBoolToObject(o, "upstream_proxy", cfg->egress_upstream_proxy[0] != '\0');
+        if (session) {
+                struct store_egress_narrow *nw = malloc(sizeof(*nw));
+                if (nw && store_egress_narrow_get(st, user, session, nw) > 0)
+                        cJSON_AddItemToObject(o, "narrowing", egress_narrow_json(nw));
+                free(nw);
+        }
         return o;
 }
 
@@ -156,4 +164,142 @@ int egress_net_parse(const cJSON *v, struct egress_net *ret, struct sbx_error *e
                 ret->n_allow++;
         }
         return 0;
+}
+
+/* ---- a session's own narrowing ---- */
+
+/* A pattern split into its host part and ports: 0 = 80 and 443 (no port
+ * given), -1 = any (":*"), else that port. */
+struct pat {
+        char host[STORE_EGRESS_PATTERN_MAX];
+        int port;
+};
+
+static void pat_split(const char *p, struct pat *ret)
+{
+        const char *colon = p[0] == '[' ? strstr(p, "]:") : strrchr(p, ':');
+        size_t n;
+
+        if (p[0] == '[' && colon)
+                colon++;
+        n = colon ? (size_t)(colon - p) : strlen(p);
+        if (n >= sizeof(ret->host))
+                n = sizeof(ret->host) - 1;
+        memcpy(ret->host, p, n);
+        ret->host[n] = '\0';
+        ret->port = !colon ? 0 : strcmp(colon + 1, "*") == 0 ? -1 : atoi(colon + 1);
+}
+
+/* Does the host part q take in every name the host part p does? */
+static bool host_covers(const char *q, const char *p)
+{
+        size_t nq, np;
+
+        if (strcmp(q, "*") == 0)
+                return true;
+        if (strncmp(q, "*.", 2) != 0)
+                return strcmp(q, p) == 0;
+        if (strncmp(p, "*.", 2) == 0)
+                p++; /* "*.a.b" under "*.b": ".a.b" ends with ".b" */
+        nq = strlen(q + 1);
+        np = strlen(p);
+        return np > nq && strcmp(p + np - nq, q + 1) == 0;
+}
+
+/* Is every host and port the canonical pattern p names allowed by one of
+ * the patterns in policy? A pattern's ports are checked one by one: "h"
+ * (80 and 443) is covered by "h:80" with "h:443". */
+static bool pattern_covered(const char *p, char **policy, size_t n)
+{
+        struct pat want, q;
+        int units[2], n_units = 0;
+
+        pat_split(p, &want);
+        if (want.port == 0) {
+                units[n_units++] = 80;
+                units[n_units++] = 443;
+        } else {
+                units[n_units++] = want.port;
+        }
+        for (int u = 0; u < n_units; u++) {
+                bool ok = false;
+                for (size_t i = 0; i < n && !ok; i++) {
+                        pat_split(policy[i], &q);
+                        ok = host_covers(q.host, want.host) &&
+                             (q.port == -1 ||
+                              (units[u] != -1 &&
+                               (q.port == units[u] || (q.port == 0 && (units[u] == 80 || units[u] == 443)))));
+                }
+                if (!ok)
+                        return false;
+        }
+        return true;
+}
+
+int egress_narrow_set(struct store *st, const struct sbx_config *cfg, const char *user, const char *session,
+                      struct store_egress_narrow *n, const char *actor, struct sbx_error *err)
+{
+        struct store_egress_rule *rules = NULL;
+        char **policy = NULL, canon[STORE_EGRESS_PATTERN_MAX];
+        size_t n_policy = 0, n_rules = 0;
+        int r;
+
+        if (!session_id_valid(user) || !session_id_valid(session))
+                return sbx_error_set(err, -EINVAL, 0, "user and session are 1-64 characters of [A-Za-z0-9_.-]");
+        if (n->n_allow > STORE_EGRESS_NARROW_MAX || n->n_deny > STORE_EGRESS_NARROW_MAX)
+                return sbx_error_set(err, -EINVAL, 0, "at most %d allow and %d deny patterns", STORE_EGRESS_NARROW_MAX,
+                                     STORE_EGRESS_NARROW_MAX);
+        for (size_t i = 0; i < n->n_allow + n->n_deny; i++) {
+                char *p = i < n->n_allow ? n->allow[i] : n->deny[i - n->n_allow];
+                if (egress_pattern_check(p, false, canon, sizeof(canon), err) < 0)
+                        return -EINVAL;
+                sbx_strlcpy(p, canon, STORE_EGRESS_PATTERN_MAX);
+        }
+        /* the operator's policy for this session: the config's list, the user's and the session's additions */
+        r = egress_allow_parse(cfg->egress_allow, true, &policy, &n_policy, err);
+        if (r < 0)
+                return r;
+        if (store_egress_rules(st, user, session, &rules, &n_rules) == 0 && n_rules > 0) {
+                char **more = realloc(policy, (n_policy + n_rules) * sizeof(*policy));
+                if (!more) {
+                        r = -ENOMEM;
+                        goto out;
+                }
+                policy = more;
+                for (size_t i = 0; i < n_rules; i++)
+                        if ((policy[n_policy] = strdup(rules[i].pattern)))
+                                n_policy++;
+        }
+        for (size_t i = 0; i < n->n_allow; i++)
+                if (!pattern_covered(n->allow[i], policy, n_policy)) {
+                        r = sbx_error_set(err, -EACCES, 0,
+                                          "%s is not allowed to this session by the operator's egress policy: a "
+                                          "narrowing cannot widen it",
+                                          n->allow[i]);
+                        goto out;
+                }
+        r = store_egress_narrow_put(st, user, session, n, sbx_wall_ms());
+        if (r < 0) {
+                sbx_error_set(err, r, 0, "cannot store the egress narrowing: %s", strerror(-r));
+                goto out;
+        }
+        (void)audit_record_json(st, actor ? actor : "unknown", user, session, "egress.narrow", egress_narrow_json(n));
+out:
+        free(rules);
+        egress_strv_free(policy, n_policy);
+        return r;
+}
+
+cJSON *egress_narrow_json(const struct store_egress_narrow *n)
+{
+        cJSON *o = cJSON_CreateObject(), *a;
+
+        cJSON_AddBoolToObject(o, "only", n->allow_only);
+        a = cJSON_AddArrayToObject(o, "allow");
+        for (size_t i = 0; i < n->n_allow; i++)
+                cJSON_AddItemToArray(a, cJSON_CreateString(n->allow[i]));
+        a = cJSON_AddArrayToObject(o, "deny");
+        for (size_t i = 0; i < n->n_deny; i++)
+                cJSON_AddItemToArray(a, cJSON_CreateString(n->deny[i]));
+        return o;
 }

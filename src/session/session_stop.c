@@ -24,6 +24,7 @@
 #include "sandboxd/portpool.h"
 #include "sandboxd/sessuid.h"
 #include "sandboxd/store.h"
+#include "sandboxd/store_egress.h"
 #include "sandboxd/wsquota.h"
 
 /* ---- failures ---- */
@@ -518,6 +519,7 @@ int session_destroy(struct session_manager *m, const char *user, const char *id,
                 log_ctx(LOG_LEVEL_ERROR, user, id, NULL, "cannot delete session row: %s", strerror(-r));
         (void)store_session_options_delete(m->store, user, id);
         (void)store_session_secret_drop(m->store, user, id); /* its attached secrets (issue 37) */
+        (void)store_egress_narrow_drop(m->store, user, id);  /* its own egress narrowing (issue 36) */
         (void)store_session_spec_delete(m->store, user, id); /* labels and resources */
         pthread_mutex_lock(&m->lock);
         session_unlink_locked(m, s);

@@ -22,6 +22,7 @@
 #include "sandboxd/audit.h"
 #include "sandboxd/cells.h"
 #include "sandboxd/engine.h"
+#include "sandboxd/egress_rules.h"
 #include "sandboxd/events.h"
 #include "sandboxd/log.h"
 #include "sandboxd/privacy.h"
@@ -169,6 +170,12 @@ static cJSON *meta_build(const struct snapshot_ctx *c, const char *user, const c
                         if (rules[i].session_id[0]) /* the session's own; the user-wide ones are the user's anyway */
                                 cJSON_AddItemToArray(a, cJSON_CreateString(rules[i].pattern));
         free(rules);
+        {
+                struct store_egress_narrow *nw = malloc(sizeof(*nw));
+                if (nw && store_egress_narrow_get(c->store, user, session, nw) > 0)
+                        cJSON_AddItemToObject(m, "egress_narrowing", egress_narrow_json(nw));
+                free(nw);
+        }
         if (c->cells) {
                 cJSON *ctxs = NULL, *it, *out = cJSON_AddArrayToObject(m, "contexts");
                 if (cells_list(c->cells, user, session, &ctxs, NULL) == 0)
@@ -763,6 +770,25 @@ static int64_t count_of(const cJSON *v)
         return cJSON_IsNumber(v) && v->valuedouble > 0 && v->valuedouble < 9e18 ? (int64_t)v->valuedouble : 0;
 }
 
+/* The snapshotted session's own egress narrowing onto child, as it was
+ * (it narrows only; what it allowed was allowed to that session then). */
+static int narrowing_restore(struct store *st, const char *user, const char *child, const cJSON *o)
+{
+        _cleanup_free_ struct store_egress_narrow *n = calloc(1, sizeof(*n));
+        const cJSON *it;
+
+        if (!n)
+                return -ENOMEM;
+        n->allow_only = cJSON_IsTrue(cJSON_GetObjectItem(o, "only"));
+        cJSON_ArrayForEach(it, cJSON_GetObjectItem(o, "allow"))
+                if (cJSON_IsString(it) && n->n_allow < STORE_EGRESS_NARROW_MAX)
+                        sbx_strlcpy(n->allow[n->n_allow++], it->valuestring, STORE_EGRESS_PATTERN_MAX);
+        cJSON_ArrayForEach(it, cJSON_GetObjectItem(o, "deny"))
+                if (cJSON_IsString(it) && n->n_deny < STORE_EGRESS_NARROW_MAX)
+                        sbx_strlcpy(n->deny[n->n_deny++], it->valuestring, STORE_EGRESS_PATTERN_MAX);
+        return store_egress_narrow_put(st, user, child, n, sbx_wall_ms());
+}
+
 /* What the child gets of the environment besides its marks. */
 static int env_apply(const struct snapshot_ctx *c, const struct store_snapshot *snap, const char *user,
                      const char *child, const char *actor, struct sbx_error *err)
@@ -806,6 +832,8 @@ static int env_apply(const struct snapshot_ctx *c, const struct store_snapshot *
                 if (r == 0 && cJSON_IsString(it))
                         r = store_egress_rule_add(c->store, user, child, it->valuestring, actor, sbx_wall_ms(),
                                                   (size_t)c->cfg->egress_max_rules);
+        if (r == 0 && cJSON_IsObject(cJSON_GetObjectItem(m, "egress_narrowing")))
+                r = narrowing_restore(c->store, user, child, cJSON_GetObjectItem(m, "egress_narrowing"));
         if (c->cells)
                 cJSON_ArrayForEach(it, cJSON_GetObjectItem(m, "contexts")) {
                         const char *name = cJSON_GetStringValue(cJSON_GetObjectItem(it, "context"));

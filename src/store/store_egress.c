@@ -222,3 +222,109 @@ int store_gc_egress_prune(struct store *s, int64_t before_ms, bool dry_run)
                 return r;
         return r > 0 ? (int)sq_col_int64(&q, 0) : 0;
 }
+
+/* ---- a session's narrowing (migration 0039) ---- */
+
+static int narrow_row(struct store *s, const char *user, const char *session, const char *kind, const char *pattern,
+                      int64_t now_ms)
+{
+        _cleanup_(sq_end) struct store_query q = {};
+        int r = sq_start(&q, s,
+                         "INSERT INTO egress_narrowing (user_id, session_id, kind, pattern, created_at) "
+                         "VALUES (?1, ?2, ?3, ?4, ?5) ON CONFLICT DO NOTHING");
+
+        if (r < 0)
+                return r;
+        sq_text(&q, user);
+        sq_text(&q, session);
+        sq_text(&q, kind);
+        sq_text(&q, pattern);
+        sq_int64(&q, now_ms);
+        r = sq_exec(&q);
+        return r < 0 ? r : 0;
+}
+
+int store_egress_narrow_put(struct store *s, const char *user, const char *session, const struct store_egress_narrow *n,
+                            int64_t now_ms)
+{
+        STORE_LOCK(s);
+        struct store_tx tx __attribute__((cleanup(store_tx_rollbackp))) = {0};
+        int r;
+
+        if (!store_key_ok(user) || !store_key_ok(session) || n->n_allow > STORE_EGRESS_NARROW_MAX ||
+            n->n_deny > STORE_EGRESS_NARROW_MAX)
+                return -EINVAL;
+        r = store_tx_begin(s, &tx);
+        if (r < 0)
+                return r;
+        {
+                _cleanup_(sq_end) struct store_query q = {};
+                r = sq_start(&q, s, "DELETE FROM egress_narrowing WHERE user_id = ?1 AND session_id = ?2");
+                if (r < 0)
+                        return r;
+                sq_text(&q, user);
+                sq_text(&q, session);
+                r = sq_exec(&q);
+                if (r < 0)
+                        return r;
+        }
+        if (n->allow_only && (r = narrow_row(s, user, session, "only", "", now_ms)) < 0)
+                return r;
+        for (size_t i = 0; i < n->n_allow; i++)
+                if ((r = narrow_row(s, user, session, "allow", n->allow[i], now_ms)) < 0)
+                        return r;
+        for (size_t i = 0; i < n->n_deny; i++)
+                if ((r = narrow_row(s, user, session, "deny", n->deny[i], now_ms)) < 0)
+                        return r;
+        return store_tx_commit(&tx);
+}
+
+int store_egress_narrow_get(struct store *s, const char *user, const char *session, struct store_egress_narrow *ret)
+{
+        STORE_LOCK(s);
+        _cleanup_(sq_end) struct store_query q = {};
+        char kind[8];
+        bool any = false;
+        int r;
+
+        memset(ret, 0, sizeof(*ret));
+        if (!store_key_ok(user) || !store_key_ok(session))
+                return -EINVAL;
+        r = sq_start(&q, s,
+                     "SELECT kind, pattern FROM egress_narrowing WHERE user_id = ?1 AND session_id = ?2 "
+                     "ORDER BY kind, pattern");
+        if (r < 0)
+                return r;
+        sq_text(&q, user);
+        sq_text(&q, session);
+        while ((r = sq_step(&q)) > 0) {
+                any = true;
+                sq_col_text(&q, 0, kind, sizeof(kind));
+                if (strcmp(kind, "only") == 0)
+                        ret->allow_only = true;
+                else if (strcmp(kind, "allow") == 0 && ret->n_allow < STORE_EGRESS_NARROW_MAX)
+                        sq_col_text(&q, 1, ret->allow[ret->n_allow++], STORE_EGRESS_PATTERN_MAX);
+                else if (strcmp(kind, "deny") == 0 && ret->n_deny < STORE_EGRESS_NARROW_MAX)
+                        sq_col_text(&q, 1, ret->deny[ret->n_deny++], STORE_EGRESS_PATTERN_MAX);
+        }
+        if (r < 0)
+                return r;
+        return any ? 1 : 0;
+}
+
+int store_egress_narrow_drop(struct store *s, const char *user, const char *session)
+{
+        STORE_LOCK(s);
+        _cleanup_(sq_end) struct store_query q = {};
+        int r;
+
+        if (!store_key_ok(user) || !store_key_ok(session))
+                return -EINVAL;
+        r = sq_start(&q, s, "DELETE FROM egress_narrowing WHERE user_id = ?1 AND session_id = ?2");
+        if (r < 0)
+                return r;
+        sq_text(&q, user);
+        sq_text(&q, session);
+        r = sq_exec(&q);
+        return r < 0 ? r : 0;
+}

@@ -7,6 +7,7 @@
 import assert from 'node:assert/strict';
 import { execFile } from 'node:child_process';
 import fs from 'node:fs';
+import http from 'node:http';
 import https from 'node:https';
 import tls from 'node:tls';
 import path from 'node:path';
@@ -71,6 +72,11 @@ describe('E2B SDK against sandboxd (issue 36)', () => {
                 // running: room for them, as an operator expecting that many would give
                 const base = 14000 + Math.floor(Math.random() * 8) * 700;
                 d.env.SANDBOXD_PORT_RANGE = `${base}-${base + 699}`;
+                // the operator's egress policy the network test narrows: two names of loopback,
+                // where the test's own HTTP server listens
+                d.env.SANDBOXD_EGRESS_ALLOW = 'up.test:*, other.test:*';
+                d.env.SANDBOXD_EGRESS_RESOLVE = 'up.test=127.0.0.1, other.test=127.0.0.1, evil.test=127.0.0.1';
+                d.env.SANDBOXD_EGRESS_ALLOW_PRIVATE = '127.0.0.1/32';
                 d.env.SANDBOXD_LIMITS_EXEC_PER_USER = '200';
                 d.env.SANDBOXD_LIMITS_EXEC_GLOBAL = '200';
                 ({ ca, port } = await d.startHttps());
@@ -171,7 +177,9 @@ describe('E2B SDK against sandboxd (issue 36)', () => {
                                 headers: { 'X-API-Key': keyA, 'Content-Type': 'application/json' },
                                 body: JSON.stringify({ templateID: 'base', network: { allowOut: ['1.2.3.4'] } }),
                         });
-                        assert.equal(bad.status, 400, bad.body.toString());
+                        // a narrowing may not widen: 1.2.3.4 is not in the operator's policy
+                        assert.equal(bad.status, 403, bad.body.toString());
+                        assert.match(bad.body.toString(), /1\.2\.3\.4 is not allowed/);
                 } finally {
                         for (const [k, s] of [[keyA, a], [keyB, b]])
                                 await request(ca, port, 'DELETE', `/sandboxes/${s.sandboxID}`, { headers: { 'X-API-Key': k } });
@@ -297,6 +305,29 @@ describe('E2B SDK against sandboxd (issue 36)', () => {
                 assert.equal(out.end, 'CommandExitError');
                 assert.equal(out.exitCode, 7);
                 assert.equal(out.sandboxKilled, true);
+        });
+
+        test('network: allowOut keeps a sandbox to its hosts, updateNetwork denyOut replaces it, a fork carries it, allowInternetAccess false seals it; a widening is refused', async () => {
+                const up = http.createServer((req, res) => res.end('up'));
+                await new Promise((resolve) => up.listen(0, '127.0.0.1', resolve));
+                try {
+                        const { stdout, stderr, code } = await runProgram('e2b_network_program.mjs', { UP_PORT: String(up.address().port) });
+                        assert.equal(code, 0, `the E2B program failed:\n${stderr}\n${stdout}\n--- daemon log:\n${d.logTail()}`);
+                        const out = JSON.parse(stdout.trim().split('\n').pop());
+                        assert.equal(out.error, undefined, out.error);
+                        assert.deepEqual(out.allowOut, { up: '200', other: '403' });
+                        assert.deepEqual(out.denyOut, { up: '403', other: '200' });
+                        assert.match(out.widen, /evil\.test is not allowed to this session/);
+                        assert.deepEqual(out.afterWiden, { up: '403', other: '200' });
+                        assert.deepEqual(out.fork, { up: '403', other: '200' });
+                        assert.deepEqual(out.cleared, { up: '200', other: '200' });
+                        assert.deepEqual(out.sealed, { up: '403', other: '403' });
+                        assert.match(out.createWiden, /evil\.test is not allowed to this session/);
+                        assert.match(out.cidr, /not CIDR blocks/);
+                        assert.equal(out.left, 0);
+                } finally {
+                        up.close();
+                }
         });
 
         test('an unchanged E2B program: getInfo, getMetrics, fork keeps files then diverges, createSnapshot then create from it; another key: NotFoundError', async () => {

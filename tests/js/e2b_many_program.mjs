@@ -1,12 +1,12 @@
 // e2b_many_program.mjs — COUNT (default 100) @e2b/code-interpreter sandboxes
 // at once (issue 36): every one created in parallel, runs a command and a
-// Python one, writes and reads a file (and with CODE_EVERY=N one in N runs
-// code keeping a variable in its interpreter), then all are killed.
+// Python one, writes and reads a file, one in CODE_EVERY (default 10; 0:
+// none) runs code keeping a variable in its interpreter, then all are killed.
 // One JSON line out (e2b.test.mjs counts the daemon's fds and threads).
 import { Sandbox } from '@e2b/code-interpreter';
 
 const COUNT = Number(process.env.COUNT || 100);
-const CODE_EVERY = Number(process.env.CODE_EVERY || 0); // 0: none
+const CODE_EVERY = Number(process.env.CODE_EVERY ?? 10);
 const out = { count: COUNT };
 const t0 = Date.now();
 
@@ -20,9 +20,10 @@ async function one(i) {
                 const echo = await sbx.commands.run(`echo sandbox-${i}`, { timeoutMs: 600_000, ...WAIT });
                 await sbx.files.write('n.txt', String(i), WAIT);
                 const read = await sbx.files.read('n.txt', WAIT);
-                // runCode (an interpreter each) in every CODE_EVERY-th, off by default: a hundred
-                // interpreters starting at once on 2 cores, or ten beside 100 starting containers,
-                // run past their start deadline ("unavailable: ... did not start in time"; open)
+                // runCode (an interpreter each) in every CODE_EVERY-th: the interpreters start
+                // CELLS_STARTS_MAX at a time (cells.h), each cell's timeout counting from its
+                // kernel's start; all at once on 2 cores, 20 of them beside 100 starting
+                // containers ran past their start deadline ("did not start in time")
                 let code = { text: String(i * 2) };
                 if (CODE_EVERY && i % CODE_EVERY === 0) {
                         await sbx.runCode(`x = ${i}`, { timeoutMs: 600_000, ...WAIT });

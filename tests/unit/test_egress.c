@@ -976,3 +976,78 @@ Test(egress, the_runners_header_names_the_execution_whose_narrowing_applies)
         free(r);
         cr_assert(row, "the refusal's row names the execution");
 }
+
+/* GET http://host:<http_up>/ through the proxy as USER:SESS: its status line. */
+static bool get_status(const char *host, const char *want)
+{
+        char buf[4096], req[256];
+        int fd = proxy_conn();
+
+        snprintf(req, sizeof(req), "GET http://%s:%d/ HTTP/1.1\r\n\r\n", host, http_up.port);
+        send_str(fd, req);
+        recv_until(fd, buf, sizeof(buf), NULL, 10000);
+        close(fd);
+        return strncmp(buf, want, strlen(want)) == 0;
+}
+
+Test(egress, a_sessions_own_narrowing_narrows_never_widens_and_a_restart_keeps_it)
+{
+        struct store_egress_narrow *n = calloc(1, sizeof(*n));
+        struct sbx_error err = {0};
+        static const char *const covered[] = {"up.test:8080", "a.wild.test", "*.b.wild.test:*", "up.test"};
+        static const char *const widening[] = {"other.test", "wild.test", "*.test", "up.test.evil"};
+        struct store_egress_entry *r;
+
+        cr_assert_not_null(n);
+        for (size_t i = 0; i < ELEMENTSOF(covered); i++) {
+                memset(n, 0, sizeof(*n));
+                sbx_strlcpy(n->allow[n->n_allow++], covered[i], STORE_EGRESS_PATTERN_MAX);
+                cr_assert_eq(egress_narrow_set(st, &cfg, USER, SESS, n, "test", &err), 0, "%s: %s", covered[i],
+                             err.msg);
+        }
+        for (size_t i = 0; i < ELEMENTSOF(widening); i++) {
+                memset(n, 0, sizeof(*n));
+                sbx_strlcpy(n->allow[n->n_allow++], widening[i], STORE_EGRESS_PATTERN_MAX);
+                cr_assert_eq(egress_narrow_set(st, &cfg, USER, SESS, n, "test", &err), -EACCES, "%s", widening[i]);
+                cr_assert(strstr(err.msg, widening[i]), "%s", err.msg);
+        }
+        /* a connector's session addition is the operator's policy too */
+        cr_assert_eq(egress_rules_change(st, &cfg, USER, SESS, "other.test:*", false, "test", NULL), 0);
+        memset(n, 0, sizeof(*n));
+        n->allow_only = true;
+        sbx_strlcpy(n->allow[n->n_allow++], "UP.test:*", STORE_EGRESS_PATTERN_MAX);
+        sbx_strlcpy(n->allow[n->n_allow++], "other.test:*", STORE_EGRESS_PATTERN_MAX);
+        cr_assert_eq(egress_narrow_set(st, &cfg, USER, SESS, n, "test", &err), 0, "%s", err.msg);
+        cr_assert_str_eq(n->allow[0], "up.test:*", "made canonical");
+
+        start(); /* a fresh proxy, as after a restart: only the store knows */
+        cr_assert(get_status("up.test", "HTTP/1.1 200"));
+        cr_assert(get_status("other.test", "HTTP/1.1 200"));
+        cr_assert(get_status("echo.test", "HTTP/1.1 403"), "allowed by the operator, not by the narrowing");
+        size_t nr = rows(&r, 3), blocked = 0;
+        for (size_t i = 0; i < nr; i++)
+                if (strcmp(r[i].decision, "blocked") == 0) {
+                        blocked++;
+                        cr_assert_str_eq(r[i].reason, "narrowed:session");
+                        cr_assert_str_eq(r[i].host, "echo.test");
+                }
+        cr_assert_eq(blocked, 1);
+        free(r);
+
+        memset(n, 0, sizeof(*n)); /* replaced: only up.test refused */
+        sbx_strlcpy(n->deny[n->n_deny++], "up.test:*", STORE_EGRESS_PATTERN_MAX);
+        cr_assert_eq(egress_narrow_set(st, &cfg, USER, SESS, n, "test", &err), 0, "%s", err.msg);
+        cr_assert(get_status("up.test", "HTTP/1.1 403"));
+        cr_assert(get_status("echo.test", "HTTP/1.1 200"));
+        n->allow_only = true; /* only, nothing allowed: no egress */
+        n->n_deny = 0;
+        cr_assert_eq(egress_narrow_set(st, &cfg, USER, SESS, n, "test", &err), 0, "%s", err.msg);
+        cr_assert(get_status("echo.test", "HTTP/1.1 403"));
+        cr_assert(get_status("other.test", "HTTP/1.1 403"));
+
+        memset(n, 0, sizeof(*n)); /* nothing in it: removed */
+        cr_assert_eq(egress_narrow_set(st, &cfg, USER, SESS, n, "test", &err), 0, "%s", err.msg);
+        cr_assert_eq(store_egress_narrow_get(st, USER, SESS, n), 0);
+        cr_assert(get_status("up.test", "HTTP/1.1 200"));
+        free(n);
+}

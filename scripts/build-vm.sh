@@ -16,7 +16,9 @@
 # What it writes, under OUT (default /var/cache/sandboxd-vm/<kernel version>):
 #   vmlinux       the uncompressed guest kernel
 #   initrd.gz     busybox, the five modules, /init
-#   VERSION       the kernel package's version
+#   VERSION       the kernel package's version and this script's hash
+# and, with the default OUT, the link /var/cache/sandboxd-vm/current to it
+# (the config's microvm_dir).
 # Each is rebuilt only when the kernel package's version changes (--force:
 # always).
 #
@@ -27,10 +29,16 @@
 # cores, no /dev/kvm, TCG): /init at 1.89-2.55 s of guest uptime, 3.7-4.7 s
 # wall from exec to power-off, /dev/vport0p1 present.
 #
-# Not done yet (issue 38): the runner inside (it speaks over a unix socket;
-# the guest has /dev/vportNpM), the session's ext4 image on virtio-blk as
-# /workspace, the image's root file system, the QEMU jail (uid, -sandbox
-# on, cgroup, mount namespace), the engine behind the seam.
+# /init, given sbx.uid= and sbx.gid= on the kernel command line (the qemu
+# engine, src/qemu/), mounts /dev/vda (the session's ext4 workspace image)
+# on /workspace, a tmpfs on /tmp, and execs /sandboxd-runner as PID 1 on the
+# virtio-serial port named sandboxd.runner. The runner is not in initrd.gz:
+# the engine appends it as a second cpio archive when it creates a VM, so
+# the guest always runs the daemon's own runner (the kernel unpacks
+# concatenated archives). Without sbx.uid (the probe) /init powers off.
+#
+# Not done yet (issue 38): the image's root file system (the guest has
+# busybox only), more ports for egress and forwards.
 #
 # Usage: build-vm.sh [--out DIR] [--force] [--probe]
 set -euo pipefail
@@ -61,9 +69,12 @@ trap 'rm -rf "$work"' EXIT
 pkg=$(apt-cache depends linux-image-cloud-amd64 | awk '/Depends: linux-image-/ {print $2; exit}')
 [[ -n $pkg ]] || { log "no linux-image-cloud-amd64 in the apt sources"; exit 1; }
 ver=${pkg#linux-image-}
-out=${out:-/var/cache/sandboxd-vm/$ver}
 pkgver=$(apt-cache policy "$pkg" | awk '/Candidate:/ {print $2}')
-if ((!force)) && [[ -f $out/VERSION && $(cat "$out/VERSION") == "$pkgver" && -s $out/vmlinux && -s $out/initrd.gz ]]; then
+default_out=$((${#out} == 0))
+out=${out:-/var/cache/sandboxd-vm/$ver}
+# the kernel package's version and this script (its /init): either changed, the guest is rebuilt
+stamp="$pkgver $(sha256sum "${BASH_SOURCE[0]}" | cut -c1-16)"
+if ((!force)) && [[ -f $out/VERSION && $(cat "$out/VERSION") == "$stamp" && -s $out/vmlinux && -s $out/initrd.gz ]]; then
 	log "up to date: $out ($pkg $pkgver)"
 else
 	log "fetching $pkg $pkgver"
@@ -102,16 +113,38 @@ else
 		mount -t sysfs sys /sys
 		mount -t devtmpfs dev /dev
 		for m in virtio_ring virtio virtio_mmio virtio_blk virtio_console; do insmod /mod/$m.ko || exit 1; done
+		uid= gid=
+		for a in $(cat /proc/cmdline); do
+			case $a in sbx.uid=*) uid=${a#sbx.uid=} ;; sbx.gid=*) gid=${a#sbx.gid=} ;; esac
+		done
+		port=
+		for p in /sys/class/virtio-ports/*; do
+			[ "$(cat "$p/name" 2>/dev/null)" = sandboxd.runner ] && port=/dev/${p##*/}
+		done
 		echo "sandboxd-vm: init at $(cut -d' ' -f1 /proc/uptime) s; ports: $(ls /dev/vport* 2>/dev/null | tr '\n' ' ')"
-		poweroff -f
+		# the probe (no session's uid): nothing to run
+		[ -n "$uid" ] && [ -n "$gid" ] && [ -n "$port" ] && [ -x /sandboxd-runner ] || poweroff -f
+		mkdir -p /workspace /tmp /etc
+		mount -t tmpfs -o nosuid,nodev,noexec,mode=1777 tmp /tmp
+		if [ -b /dev/vda ]; then mount -t ext4 -o nosuid,nodev /dev/vda /workspace || poweroff -f; fi
+		echo "sandbox:x:$uid:$gid::/workspace:/bin/sh" >/etc/passwd
+		echo "sandbox:x:$gid:" >/etc/group
+		ip link set lo up
+		hostname sandbox
+		cd /workspace
+		export HOME=/workspace PATH=/bin
+		# the runner is PID 1 from here: its death panics the guest and QEMU exits (-no-reboot)
+		exec /sandboxd-runner --uid "$uid:$gid" "$port"
 	EOF
 	chmod 755 "$ir/init"
 	(cd "$ir" && find . | busybox cpio -o -H newc 2>/dev/null | gzip -1 >"$work/initrd.gz")
 	install -m 0644 "$work/vmlinux" "$out/vmlinux"
 	install -m 0644 "$work/initrd.gz" "$out/initrd.gz"
-	echo "$pkgver" >"$out/VERSION"
+	echo "$stamp" >"$out/VERSION"
 	log "built $out ($pkg $pkgver)"
 fi
+# what the daemon's microvm_dir names by default
+((default_out)) && ln -sfn "$ver" /var/cache/sandboxd-vm/current
 
 if ((probe)); then
 	need qemu-system-x86_64
@@ -124,7 +157,7 @@ if ((probe)); then
 		-kernel "$out/vmlinux" -initrd "$out/initrd.gz" \
 		-append "console=ttyS0 quiet lpj=4000000 tsc_early_khz=2000000 panic=-1 reboot=t" \
 		-device virtio-serial-device -chardev "socket,id=c0,path=$sock,server=on,wait=off" \
-		-device virtserialport,chardev=c0,name=runner 2>&1) || true
+		-device virtserialport,chardev=c0,name=sandboxd.runner 2>&1) || true
 	t1=$(date +%s%N)
 	line=$(grep -a 'sandboxd-vm: init' <<<"$outp" || true)
 	[[ -n $line ]] || { printf '%s\n' "$outp" | tail -20 >&2; log "probe: the guest never ran /init ($accel)"; exit 1; }

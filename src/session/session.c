@@ -22,6 +22,7 @@
 #include "sandboxd/audit.h"
 #include "sandboxd/container.h"
 #include "sandboxd/engine.h"
+#include "sandboxd/engine_qemu.h"
 #include "sandboxd/events.h"
 #include "sandboxd/log.h"
 #include "sandboxd/gateway.h"
@@ -832,7 +833,8 @@ int session_get_or_create(struct session_manager *m, const char *user, const cha
                              !engine_can(m->engine, ENGINE_CAP_ISOLATED_NETWORK)) &&
                             runner_hub_wait(m->runner, user, id, 0)) {
                                 r = 0;
-                                sbx_strlcpy(runtime, "runc", sizeof(runtime)); /* never a runner under runsc */
+                                /* never a runner under runsc; a VM's id says it is one */
+                                sbx_strlcpy(runtime, engine_qemu_id(old_id) ? "microvm" : "runc", sizeof(runtime));
                         } else {
                                 r = container_validate(m->engine, old_id, network, cause, sizeof(cause), runtime, err);
                         }

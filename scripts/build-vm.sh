@@ -18,7 +18,7 @@
 #   initrd.gz     busybox, the five modules, /init
 #   VERSION       the kernel package's version and this script's hash
 # and, with the default OUT, the link /var/cache/sandboxd-vm/current to it
-# (the config's microvm_dir).
+# (where the daemon looks for it).
 # Each is rebuilt only when the kernel package's version changes (--force:
 # always).
 #
@@ -143,7 +143,7 @@ else
 	echo "$stamp" >"$out/VERSION"
 	log "built $out ($pkg $pkgver)"
 fi
-# what the daemon's microvm_dir names by default
+# where the daemon looks for the guest (engine_qemu.h ENGINE_QEMU_GUEST_DIR)
 ((default_out)) && ln -sfn "$ver" /var/cache/sandboxd-vm/current
 
 if ((probe)); then

@@ -102,11 +102,8 @@ static const struct config_key keys[] = {
          "CPU limit per container, in CPUs (decimal)"},
         {"pids_limit", CFG_INT, F(pids_limit), 0, 8, 1 << 20, "256", NULL, "max processes per container"},
         {"runtime", CFG_ENUM, F(runtime), 0, 0, 0, "runc", "runc|runsc|microvm",
-         "runtime of sandbox containers (runsc: gVisor, sealed; microvm: a QEMU microVM, needs microvm_dir); per "
-         "user: sandboxctl runtime"},
-        {"microvm_dir", CFG_STRING, F(microvm_dir), 0, 0, 0, "", NULL,
-         "the microVM guest, vmlinux and initrd.gz (scripts/build-vm.sh: /var/cache/sandboxd-vm/current); empty: "
-         "runtime microvm is off (docs/microvm.md)"},
+         "runtime of sandbox containers (runsc: gVisor, sealed; microvm: a QEMU microVM, needs scripts/build-vm.sh's "
+         "guest); per user: sandboxctl runtime"},
         {"network_default", CFG_ENUM, F(network_default), 0, 0, 0, "none", "bridge|none",
          "network of sessions without private data: none = sealed (egress proxy, port forwards by the daemon); "
          "bridge = sandboxd's own bridge network, inter-container traffic off"},

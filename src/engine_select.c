@@ -3,7 +3,8 @@
  * seam's shared part, so that the engines sit between the two and the seam
  * knows none of them.
  *
- * With microvm_dir set, the Docker engine is wrapped in a router: a spec
+ * Where QEMU and scripts/build-vm.sh's guest (ENGINE_QEMU_GUEST_DIR) are
+ * installed, the Docker engine is wrapped in a router: a spec
  * whose runtime_class is "microvm" is created by the qemu engine
  * (engine_qemu.h), and every later call goes to the engine whose id it is
  * (a VM's id has its own prefix); everything else, and every call without
@@ -279,7 +280,7 @@ int engine_new_from_config(const struct sbx_config *cfg, struct engine **ret, st
         };
         struct engine_qemu_config q = {
                 .data_dir = cfg->data_dir,
-                .guest_dir = cfg->microvm_dir,
+                .guest_dir = ENGINE_QEMU_GUEST_DIR,
                 .disk_bytes = cfg->workspace_quota_bytes,
         };
         struct engine *docker, *vm;
@@ -289,11 +290,11 @@ int engine_new_from_config(const struct sbx_config *cfg, struct engine **ret, st
         if (strcmp(cfg->engine, "kubernetes") == 0)
                 return engine_kubernetes_new(&k, ret, err);
         r = engine_docker_new(cfg->docker_socket, cfg->docker_timeout_ms, &docker, err);
-        if (r < 0 || !cfg->microvm_dir[0])
-                return r < 0 ? r : (*ret = docker, 0);
+        if (r < 0)
+                return r;
         if (engine_qemu_new(&q, &vm, &qerr) < 0) {
-                /* the Docker sessions still run; runtime microvm is refused (runtime_check) */
-                log_warn("the microVM runtime is unavailable: %s", qerr.msg);
+                /* the Docker sessions run as ever; runtime microvm is refused (runtime_check) */
+                log_info("runtime microvm is unavailable: %s", qerr.msg);
                 *ret = docker;
                 return 0;
         }

@@ -11,7 +11,7 @@
  * runs ("shim disconnected"), without it 7 of 7 runs passed; executions use docker exec.
  *
  * microvm is a QEMU microVM per session (engine_qemu.h, docs/microvm.md), offered only when
- * the config's microvm_dir names a guest and QEMU is installed; its sessions are sealed too.
+ * scripts/build-vm.sh's guest and QEMU are installed; its sessions are sealed too.
  *
  * Locking: rt->lock guards runsc_ok, a cache of dockerd listing runsc (a positive answer is
  * kept; a negative one is asked again at the next container creation, after the operator may
@@ -88,9 +88,8 @@ int runtime_check(struct runtime *rt, const char *name, struct sbx_error *err)
                 /* the router answers itself (engine_select.c): no Docker call */
                 if (engine_has_runtime(rt->engine, "microvm", &ok, err) < 0 || !ok)
                         return sbx_error_set(err, -ENOTSUP, 0,
-                                             "runtime microvm is off: set microvm_dir to the guest that "
-                                             "scripts/build-vm.sh builds, with qemu-system-x86 installed "
-                                             "(docs/microvm.md)");
+                                             "runtime microvm is unavailable: it needs qemu-system-x86 and "
+                                             "the guest scripts/build-vm.sh builds (docs/microvm.md)");
                 return 0;
         }
         pthread_mutex_lock(&rt->lock);

@@ -3,7 +3,7 @@
  * (runtime.h; docs/microvm.md says what works and what does not yet).
  *
  * A "container" here is a VM: the guest kernel and initramfs built by
- * scripts/build-vm.sh (in the config's microvm_dir), the runner appended to
+ * scripts/build-vm.sh (ENGINE_QEMU_GUEST_DIR), the runner appended to
  * the initramfs and started by the guest's /init as PID 1 under the
  * session's uid, the session's workspace as an ext4 image on virtio-blk
  * (kept per session beside the VMs; workspace_drop deletes it), no network
@@ -40,6 +40,9 @@
 
 #define ENGINE_QEMU_ID_PREFIX "vm-"
 #define ENGINE_QEMU_RUNTIME "microvm" /* engine_spec.runtime_class of a VM */
+/* where scripts/build-vm.sh puts the guest: with it and QEMU, runtime microvm is offered (used
+ * only by users whose runtime policy says so) */
+#define ENGINE_QEMU_GUEST_DIR "/var/cache/sandboxd-vm/current"
 
 /* What the engine needs of the runner hub (runner.h), given by the daemon. */
 struct engine_qemu_runner {

@@ -27,7 +27,7 @@ void runtime_attach(struct runtime *rt, struct session_manager *sm);
 int runtime_for_user(struct runtime *rt, const char *user, char ret[RUNTIME_NAME_MAX]);
 /* Whether name ("runc" | "runsc" | "microvm") can run here: runc always; runsc only when dockerd
  * lists it (scripts/setup.sh registers it); microvm when the engine has a microVM engine beside it
- * (config microvm_dir, engine_qemu.h). -ENOTSUP naming why otherwise. */
+ * (QEMU and scripts/build-vm.sh's guest, engine_qemu.h). -ENOTSUP naming why otherwise. */
 int runtime_check(struct runtime *rt, const char *name, struct sbx_error *err);
 /* Set a user's override (name "runc" | "runsc" | "microvm"), or remove it (name NULL or "default"). */
 int runtime_set_user(struct runtime *rt, const char *user, const char *name, struct sbx_error *err);

@@ -91,8 +91,7 @@ static int state_load_locked(struct qemu *q, const char *id, struct qemu_vm *ret
 #undef NUM
 #undef STR
         cJSON *l, *labels = cJSON_GetObjectItem(j, "labels");
-        cJSON_ArrayForEach(l, labels)
-        {
+        cJSON_ArrayForEach(l, labels) {
                 if (ret->n_labels == ENGINE_MAX_LABELS || !cJSON_IsString(l))
                         break;
                 sbx_strlcpy(ret->labels[ret->n_labels].key, l->string, sizeof(ret->labels[0].key));
@@ -230,8 +229,8 @@ static int q_create(struct engine *e, const struct engine_spec *spec, char ret_i
                 sbx_strlcpy(vm.labels[vm.n_labels].value, spec->labels[i].value, sizeof(vm.labels[0].value));
                 vm.n_labels++;
         }
-        if (mkdir(q->dir, 0711) < 0 && errno != EEXIST)
-                return sbx_error_set(err, -errno, 0, "cannot make %s: %m", q->dir);
+        if ((mkdir(q->dir, 0711) < 0 && errno != EEXIST) || (mkdir(q->disks, 0711) < 0 && errno != EEXIST))
+                return sbx_error_set(err, -errno, 0, "cannot make %s: %m", q->disks);
         if (qemu_vm_path(q, vm.id, NULL, path, sizeof(path)) < 0 || mkdir(path, 0711) < 0)
                 return sbx_error_set(err, -EIO, 0, "cannot make the VM's directory under %s: %m", q->dir);
         r = qemu_vm_prepare(q, &vm, spec, err);
@@ -270,7 +269,10 @@ static int q_inspect(struct engine *e, const char *id, struct engine_container_i
         sbx_strlcpy(ret->id, vm.id, sizeof(ret->id));
         sbx_strlcpy(ret->name, vm.id, sizeof(ret->name));
         sbx_strlcpy(ret->image, "microvm", sizeof(ret->image));
-        sbx_strlcpy(ret->status, alive ? (vm.paused ? "paused" : "running") : vm.pid ? "exited" : "created",
+        sbx_strlcpy(ret->status,
+                    alive    ? (vm.paused ? "paused" : "running")
+                    : vm.pid ? "exited"
+                             : "created",
                     sizeof(ret->status));
         ret->running = alive;
         ret->pid = alive ? vm.pid : 0;

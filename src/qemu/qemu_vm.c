@@ -45,8 +45,8 @@ int qemu_setup(struct qemu *q, const struct engine_qemu_config *cfg, struct sbx_
         int fd;
 
         if (!cfg->guest_dir || !cfg->guest_dir[0])
-                return sbx_error_set(err, -ENOENT, 0, "no microvm_dir: the microVM runtime is off");
-        if (strchr(cfg->data_dir, ',') || strchr(cfg->guest_dir, ','))
+                return sbx_error_set(err, -ENOENT, 0, "no guest directory");
+        if (strchr(cfg->guest_dir, ',')) /* the VM's own files go as /proc/self/fd paths; the kernel does not */
                 return sbx_error_set(err, -EINVAL, 0, "QEMU's options cannot name a path with a comma");
         sbx_strlcpy(q->binary, cfg->qemu_binary ? cfg->qemu_binary : QEMU_DEFAULT_BINARY, sizeof(q->binary));
         if (access(q->binary, X_OK) < 0)
@@ -55,10 +55,9 @@ int qemu_setup(struct qemu *q, const struct engine_qemu_config *cfg, struct sbx_
             snprintf(q->initrd, sizeof(q->initrd), "%s/initrd.gz", cfg->guest_dir) >= (int)sizeof(q->initrd) ||
             snprintf(q->dir, sizeof(q->dir), "%s/vm", cfg->data_dir) >= (int)sizeof(q->dir) ||
             snprintf(q->disks, sizeof(q->disks), "%s/vm/disks", cfg->data_dir) >= (int)sizeof(q->disks))
-                return sbx_error_set(err, -ENAMETOOLONG, 0, "microvm_dir or data_dir is too long");
+                return sbx_error_set(err, -ENAMETOOLONG, 0, "the guest's or the data directory's path is too long");
         if (stat(q->kernel, &st) < 0 || stat(q->initrd, &st) < 0)
-                return sbx_error_set(err, -ENOENT, 0, "no guest in %s (scripts/build-vm.sh builds it)",
-                                     cfg->guest_dir);
+                return sbx_error_set(err, -ENOENT, 0, "no guest in %s (scripts/build-vm.sh builds it)", cfg->guest_dir);
         q->disk_bytes = cfg->disk_bytes > 0 ? cfg->disk_bytes : QEMU_DISK_DEFAULT;
         q->boot_timeout_ms = cfg->boot_timeout_ms > 0 ? cfg->boot_timeout_ms : QEMU_BOOT_TIMEOUT_MS;
         /* KVM where the device opens; a host whose KVM cannot run this guest (PVM) has none here
@@ -67,9 +66,7 @@ int qemu_setup(struct qemu *q, const struct engine_qemu_config *cfg, struct sbx_
         q->kvm = fd >= 0;
         if (fd >= 0)
                 close(fd);
-        if ((mkdir(q->dir, 0711) < 0 && errno != EEXIST) || (mkdir(q->disks, 0711) < 0 && errno != EEXIST))
-                return sbx_error_set(err, -errno, 0, "cannot make %s: %m", q->disks);
-        return 0;
+        return 0; /* the directories come with the first VM (q_create) */
 }
 
 /* ---- the process ---- */
@@ -256,7 +253,8 @@ static int run_tool(char *const argv[], int timeout_ms)
  * seeded from the host workspace), kept for every VM of the session. */
 static int disk_ensure(struct qemu *q, struct qemu_vm *vm, const struct engine_spec *spec, struct sbx_error *err)
 {
-        const char *user = qemu_vm_label(vm, CONTAINER_LABEL_USER), *session = qemu_vm_label(vm, CONTAINER_LABEL_SESSION);
+        const char *user = qemu_vm_label(vm, CONTAINER_LABEL_USER),
+                   *session = qemu_vm_label(vm, CONTAINER_LABEL_SESSION);
         char owner[64];
         struct stat st;
         int fd, r;
@@ -549,7 +547,8 @@ static pid_t spawn(const struct qemu_vm *vm, const int fds[3], char *const argv[
 
 int qemu_vm_boot(struct qemu *q, struct qemu_vm *vm, struct sbx_error *err)
 {
-        const char *user = qemu_vm_label(vm, CONTAINER_LABEL_USER), *session = qemu_vm_label(vm, CONTAINER_LABEL_SESSION);
+        const char *user = qemu_vm_label(vm, CONTAINER_LABEL_USER),
+                   *session = qemu_vm_label(vm, CONTAINER_LABEL_SESSION);
         char dir[SBX_PATH_MAX], append[256], mem[32], smp[16], drive[SBX_PATH_MAX + 64];
         const char *disk = strrchr(vm->disk, '/');
         struct engine_qemu_runner runner;
@@ -569,15 +568,47 @@ int qemu_vm_boot(struct qemu *q, struct qemu_vm *vm, struct sbx_error *err)
         snprintf(mem, sizeof(mem), "%" PRId64, mib < 128 ? 128 : mib);
         snprintf(smp, sizeof(smp), "%" PRId64, cpus < 1 ? 1 : cpus > 16 ? 16 : cpus);
         snprintf(drive, sizeof(drive), "file=/proc/self/fd/5%s,if=none,id=ws,format=raw", disk);
-        char *const argv[] = {
-                q->binary, "-M", "microvm,x-option-roms=off,rtc=off", "-accel", q->kvm ? "kvm" : "tcg", "-cpu",
-                q->kvm ? "host,-arch-capabilities" : "max", "-m", mem, "-smp", smp, "-nodefaults",
-                "-no-user-config", "-display", "none", "-no-reboot", "-nic", "none", "-kernel", q->kernel,
-                "-initrd", "/proc/self/fd/4/initrd", "-append", append, "-drive", drive, "-device", "virtio-blk-device,drive=ws",
-                "-device", "virtio-serial-device", "-chardev", "socket,id=runner,fd=3", "-device",
-                "virtserialport,chardev=runner,name=sandboxd.runner", "-serial", "file:/proc/self/fd/4/run/console.log", "-qmp",
-                "unix:/proc/self/fd/4/run/qmp.sock,server=on,wait=off", "-sandbox",
-                "on,obsolete=deny,elevateprivileges=deny,spawn=deny,resourcecontrol=deny", NULL};
+        char *const argv[] = {q->binary,
+                              "-M",
+                              "microvm,x-option-roms=off,rtc=off",
+                              "-accel",
+                              q->kvm ? "kvm" : "tcg",
+                              "-cpu",
+                              q->kvm ? "host,-arch-capabilities" : "max",
+                              "-m",
+                              mem,
+                              "-smp",
+                              smp,
+                              "-nodefaults",
+                              "-no-user-config",
+                              "-display",
+                              "none",
+                              "-no-reboot",
+                              "-nic",
+                              "none",
+                              "-kernel",
+                              q->kernel,
+                              "-initrd",
+                              "/proc/self/fd/4/initrd",
+                              "-append",
+                              append,
+                              "-drive",
+                              drive,
+                              "-device",
+                              "virtio-blk-device,drive=ws",
+                              "-device",
+                              "virtio-serial-device",
+                              "-chardev",
+                              "socket,id=runner,fd=3",
+                              "-device",
+                              "virtserialport,chardev=runner,name=sandboxd.runner",
+                              "-serial",
+                              "file:/proc/self/fd/4/run/console.log",
+                              "-qmp",
+                              "unix:/proc/self/fd/4/run/qmp.sock,server=on,wait=off",
+                              "-sandbox",
+                              "on,obsolete=deny,elevateprivileges=deny,spawn=deny,resourcecontrol=deny",
+                              NULL};
 
         _cleanup_close_ int vmfd = open(dir, O_PATH | O_DIRECTORY | O_CLOEXEC | O_NOFOLLOW);
         _cleanup_close_ int dfd = open(q->disks, O_PATH | O_DIRECTORY | O_CLOEXEC | O_NOFOLLOW);

@@ -23,7 +23,7 @@
 #include "sandboxd/session.h"
 #include "testenv.h"
 
-#define GUEST_DIR "/var/cache/sandboxd-vm/current"
+#define GUEST_DIR ENGINE_QEMU_GUEST_DIR
 
 static struct sbx_config cfg;
 static struct daemon *d;
@@ -145,7 +145,6 @@ Test(microvm, exec_files_pause_destroy)
         fixture_config(&cfg);
         cfg.port_range_lo = 30300; /* a range of this suite's own */
         cfg.port_range_hi = 30399;
-        snprintf(cfg.microvm_dir, sizeof(cfg.microvm_dir), "%s", GUEST_DIR);
         cfg.memory_bytes = 256 << 20;
         d = fixture_open_sockets(&cfg);
         qemu_before = count_qemu();
@@ -185,8 +184,7 @@ Test(microvm, exec_files_pause_destroy)
         free(out);
 
         /* files both ways, through the workspace image on virtio-blk */
-        cr_assert_eq(files_write(&d->files, "vmuser", "s", "note.txt", "in the vm", 9, path, &err), 0, "%s",
-                     err.msg);
+        cr_assert_eq(files_write(&d->files, "vmuser", "s", "note.txt", "in the vm", 9, path, &err), 0, "%s", err.msg);
         cr_assert_eq(sh("vmuser", "s", "cat /workspace/note.txt; grep -c ' /workspace ext4' /proc/mounts", &out), 0);
         cr_assert_str_eq(out, "in the vm1\n");
         free(out);

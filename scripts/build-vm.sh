@@ -130,6 +130,9 @@ else
 		echo "sandbox:x:$uid:$gid::/workspace:/bin/sh" >/etc/passwd
 		echo "sandbox:x:$gid:" >/etc/group
 		ip link set lo up
+		# QEMU can be killed at any time (stop, remove): dirty pages reach the disk within about 2 s
+		echo 100 >/proc/sys/vm/dirty_expire_centisecs
+		echo 100 >/proc/sys/vm/dirty_writeback_centisecs
 		hostname sandbox
 		cd /workspace
 		export HOME=/workspace PATH=/bin

@@ -165,6 +165,49 @@ const char *qemu_vm_label(const struct qemu_vm *vm, const char *key)
         return engine_label_get(vm->labels, vm->n_labels, key);
 }
 
+bool qemu_booted(struct qemu *q, const char *id)
+{
+        bool found = false;
+
+        pthread_mutex_lock(&q->lock);
+        for (size_t i = 0; i < q->n_booted && !found; i++)
+                found = strcmp(q->booted[i], id) == 0;
+        pthread_mutex_unlock(&q->lock);
+        return found;
+}
+
+void qemu_booted_set(struct qemu *q, const char *id, bool on)
+{
+        pthread_mutex_lock(&q->lock);
+        for (size_t i = 0; i < q->n_booted; i++)
+                if (strcmp(q->booted[i], id) == 0) {
+                        if (!on)
+                                memcpy(q->booted[i], q->booted[--q->n_booted], ENGINE_ID_STR_MAX);
+                        goto out;
+                }
+        if (on && q->n_booted == q->cap_booted) {
+                size_t cap = q->cap_booted ? 2 * q->cap_booted : 16;
+                void *p = realloc(q->booted, cap * ENGINE_ID_STR_MAX);
+                if (!p)
+                        goto out; /* then it reads as a VM of an earlier daemon: removed and made again */
+                q->booted = p;
+                q->cap_booted = cap;
+        }
+        if (on)
+                sbx_strlcpy(q->booted[q->n_booted++], id, ENGINE_ID_STR_MAX);
+out:
+        pthread_mutex_unlock(&q->lock);
+}
+
+/* A VM runs for this daemon when it is alive and this engine booted it: one that an earlier
+ * daemon booted still runs, but its runner channel (a socketpair) ended with that daemon, so
+ * it reads as exited, and reconciliation marks its session for a new one (docs/microvm.md). */
+static bool serving(struct qemu *q, const struct qemu_vm *vm, bool *ret_alive)
+{
+        *ret_alive = qemu_vm_alive(vm);
+        return *ret_alive && qemu_booted(q, vm->id);
+}
+
 /* ---- the ops ---- */
 
 static void q_free(struct engine *e)
@@ -172,6 +215,7 @@ static void q_free(struct engine *e)
         struct qemu *q = Q(e);
 
         pthread_mutex_destroy(&q->lock);
+        free(q->booted);
         free(q);
         free(e);
 }
@@ -252,7 +296,9 @@ static int q_start(struct engine *e, const char *id, struct sbx_error *err)
         if (r < 0)
                 return sbx_error_set(err, r, 0, "no VM %s", id);
         if (qemu_vm_alive(&vm))
-                return 0;
+                return qemu_booted(Q(e), id) ? 0
+                                             : sbx_error_set(err, -EBUSY, 409,
+                                                             "VM %s was booted by an earlier daemon: remove it", id);
         return qemu_vm_boot(Q(e), &vm, err);
 }
 
@@ -260,12 +306,15 @@ static int q_inspect(struct engine *e, const char *id, struct engine_container_i
 {
         struct qemu_vm vm;
         int r = qemu_state_load(Q(e), id, &vm);
-        bool alive;
+        bool alive, running;
 
         if (r < 0)
                 return sbx_error_set(err, r, 0, "no VM %s", id);
-        alive = qemu_vm_alive(&vm);
+        running = serving(Q(e), &vm, &alive);
         *ret = (struct engine_container_info){0};
+        if (alive && !running)
+                sbx_strlcpy(ret->error, "its runner channel ended with the daemon that booted it", sizeof(ret->error));
+        alive = running;
         sbx_strlcpy(ret->id, vm.id, sizeof(ret->id));
         sbx_strlcpy(ret->name, vm.id, sizeof(ret->name));
         sbx_strlcpy(ret->image, "microvm", sizeof(ret->image));
@@ -312,6 +361,7 @@ static int q_remove(struct engine *e, const char *id, struct sbx_error *err)
                         return r;
         }
         qemu_vm_dir_remove(Q(e), id); /* a state file that does not parse goes too */
+        qemu_booted_set(Q(e), id, false);
         return 0;
 }
 
@@ -355,7 +405,8 @@ static int q_list(struct engine *e, const char *const *label_filters, bool all,
 
                 if (!id_valid(de->d_name) || qemu_state_load(q, de->d_name, &vm) < 0)
                         continue;
-                bool alive = qemu_vm_alive(&vm);
+                bool alive;
+                alive = serving(q, &vm, &alive);
                 if ((!all && !alive) || !filters_pass(&vm, label_filters))
                         continue;
                 if (n == cap) {
@@ -401,7 +452,8 @@ static int q_pause(struct engine *e, const char *id, bool pause, struct sbx_erro
 
         if (r < 0)
                 return sbx_error_set(err, r, 0, "no VM %s", id);
-        if (!qemu_vm_alive(&vm) || vm.paused == pause)
+        bool alive;
+        if (!serving(q, &vm, &alive) || vm.paused == pause)
                 return sbx_error_set(err, -EBUSY, 409, "VM %s is not %s", id, pause ? "running" : "paused");
         r = qemu_qmp(q, &vm, pause ? "stop" : "cont", err);
         if (r < 0)

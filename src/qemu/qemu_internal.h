@@ -22,6 +22,9 @@ struct qemu {
         bool kvm;
         pthread_mutex_t lock;
         struct engine_qemu_runner runner;
+        /* the VMs this engine booted: only their runner channels reach this daemon's hub */
+        char (*booted)[ENGINE_ID_STR_MAX];
+        size_t n_booted, cap_booted;
 };
 
 /* One VM, as its state file has it. */
@@ -45,6 +48,10 @@ int qemu_vm_path(const struct qemu *q, const char *id, const char *name, char *b
 int qemu_state_load(struct qemu *q, const char *id, struct qemu_vm *ret);
 int qemu_state_save(struct qemu *q, const struct qemu_vm *vm);
 const char *qemu_vm_label(const struct qemu_vm *vm, const char *key);
+
+/* Whether this engine booted id (its channel is this daemon's); record or forget it. */
+bool qemu_booted(struct qemu *q, const char *id);
+void qemu_booted_set(struct qemu *q, const char *id, bool on);
 
 /* qemu_vm.c */
 int qemu_setup(struct qemu *q, const struct engine_qemu_config *cfg, struct sbx_error *err);

@@ -658,9 +658,11 @@ int qemu_vm_boot(struct qemu *q, struct qemu_vm *vm, struct sbx_error *err)
                         return sbx_error_set(err, r, 0, "the runner hub refused VM %s's channel: %s", vm->id,
                                              strerror(-r));
                 }
+                qemu_booted_set(q, vm->id, true);
                 while (sbx_now_ms() < deadline && qemu_vm_alive(vm))
                         if (runner.wait(runner.ud, user, session, 1000))
                                 return 0;
+                qemu_booted_set(q, vm->id, false);
         }
         if (sp[0] >= 0)
                 close(sp[0]);

@@ -2,7 +2,9 @@
  * where /dev/kvm opens): a user switched to `microvm` gets a QEMU microVM beside another user's
  * Docker session on the same daemon; exec runs in the guest (`uname -r` is the guest kernel's,
  * output and exit codes right), files go both ways through the workspace image, pause and
- * resume are QMP stop/cont, and destroying the session leaves no QEMU process and no VM files.
+ * resume are QMP stop/cont, a daemon restart gives the session a new VM on the same disk (the
+ * old VM's channel ended with the old daemon), and destroying the session leaves no QEMU
+ * process and no VM files.
  * Skipped, saying why, where QEMU or the guest (scripts/build-vm.sh) is missing. Every VM
  * carries the per-run label and is removed in the fini, also when a test fails. */
 #include <criterion/criterion.h>
@@ -202,6 +204,16 @@ Test(microvm, exec_files_pause_destroy)
         cr_assert_eq(sh("vmuser", "s", "cat /workspace/back.txt", &out), 0);
         cr_assert_str_eq(out, "from-exec\n");
         free(out);
+
+        /* a daemon restart: the VM's channel ended with the daemon, so the session gets a new VM
+         * at its next use, on the same disk, and the earlier daemon's QEMU is removed */
+        cr_assert_eq(sh("vmuser", "s", "sync", NULL), 0);
+        daemon_close(d);
+        d = fixture_open_sockets(&cfg);
+        cr_assert_eq(sh("vmuser", "s", "cat /workspace/back.txt", &out), 0);
+        cr_assert_str_eq(out, "from-exec\n");
+        free(out);
+        cr_assert_eq(count_qemu(), qemu_before + 1, "the earlier daemon's QEMU outlived the new VM's start");
 
         /* destroyed: no QEMU, no VM directory, no disk */
         cr_assert_eq(session_destroy(d->sessions, "vmuser", "s", true, &err), 0, "%s", err.msg);

@@ -423,7 +423,9 @@ void qemu_vm_dir_remove(struct qemu *q, const char *id)
                 (void)rmdir(path);
 }
 
-int qemu_vm_console(struct qemu *q, const struct qemu_vm *vm, int tail_lines, char **ret_text, struct sbx_error *err)
+/* The last tail_lines lines (< 0: all) of a file of QEMU's run directory, at most 64 KiB. */
+static int run_file_tail(struct qemu *q, const struct qemu_vm *vm, const char *name, int tail_lines, char **ret_text,
+                         struct sbx_error *err)
 {
         char path[SBX_PATH_MAX];
         _cleanup_close_ int fd = -1;
@@ -431,11 +433,11 @@ int qemu_vm_console(struct qemu *q, const struct qemu_vm *vm, int tail_lines, ch
         size_t cap = 65536, len = 0;
         char *buf;
 
-        if (qemu_vm_path(q, vm->id, "run/console.log", path, sizeof(path)) < 0)
+        if (qemu_vm_path(q, vm->id, name, path, sizeof(path)) < 0)
                 return sbx_error_set(err, -ENAMETOOLONG, 0, "path too long");
         fd = open(path, O_RDONLY | O_CLOEXEC | O_NOFOLLOW | O_NONBLOCK);
         if (fd < 0 || fstat(fd, &st) < 0 || !S_ISREG(st.st_mode))
-                return sbx_error_set(err, -ENOENT, 0, "VM %s has no console output", vm->id);
+                return sbx_error_set(err, -ENOENT, 0, "VM %s has no %s", vm->id, name);
         if (st.st_size > (off_t)cap)
                 (void)lseek(fd, st.st_size - (off_t)cap, SEEK_SET);
         buf = malloc(cap + 1);
@@ -460,6 +462,11 @@ int qemu_vm_console(struct qemu *q, const struct qemu_vm *vm, int tail_lines, ch
         }
         *ret_text = buf;
         return 0;
+}
+
+int qemu_vm_console(struct qemu *q, const struct qemu_vm *vm, int tail_lines, char **ret_text, struct sbx_error *err)
+{
+        return run_file_tail(q, vm, "run/console.log", tail_lines, ret_text, err);
 }
 
 /* ---- boot and end ---- */
@@ -666,11 +673,14 @@ int qemu_vm_boot(struct qemu *q, struct qemu_vm *vm, struct sbx_error *err)
         }
         if (sp[0] >= 0)
                 close(sp[0]);
-        _cleanup_free_ char *tail = NULL;
+        _cleanup_free_ char *tail = NULL, *qlog = NULL;
         bool died = !qemu_vm_alive(vm);
         (void)qemu_vm_kill(q, vm, 0, NULL);
         if (qemu_vm_console(q, vm, 5, &tail, NULL) < 0)
                 tail = NULL;
-        return sbx_error_set(err, -EIO, 0, "VM %s %s before its runner answered; console: %s", vm->id,
-                             died ? "exited" : "took too long", tail ? tail : "(none)");
+        if (run_file_tail(q, vm, "run/qemu.log", 3, &qlog, NULL) < 0) /* QEMU's own complaints */
+                qlog = NULL;
+        return sbx_error_set(err, -EIO, 0, "VM %s %s before its runner answered; console: %s; QEMU: %s", vm->id,
+                             died ? "exited" : "took too long", tail && *tail ? tail : "(none)",
+                             qlog && *qlog ? qlog : "(nothing)");
 }

@@ -116,6 +116,49 @@ static int count_qemu(void)
         return n;
 }
 
+/* The jail of the QEMU that runs as uid: its real uid, and seccomp and no_new_privs set. */
+static void expect_jailed(uid_t uid)
+{
+        char want[64], path[300], buf[4096];
+        DIR *p = opendir("/proc");
+        struct dirent *de;
+        bool found = false;
+
+        snprintf(want, sizeof(want), "sbx.uid=%u ", (unsigned)uid);
+        while (p && (de = readdir(p)) && !found) {
+                FILE *f;
+                size_t len;
+
+                if (de->d_name[0] < '1' || de->d_name[0] > '9')
+                        continue;
+                snprintf(path, sizeof(path), "/proc/%s/cmdline", de->d_name);
+                if (!(f = fopen(path, "r")))
+                        continue;
+                len = fread(buf, 1, sizeof(buf) - 1, f);
+                fclose(f);
+                for (size_t i = 0; i < len; i++)
+                        if (!buf[i])
+                                buf[i] = ' ';
+                buf[len] = '\0';
+                if (!strstr(buf, "qemu-system") || !strstr(buf, want))
+                        continue;
+                found = true;
+                snprintf(path, sizeof(path), "/proc/%s/status", de->d_name);
+                cr_assert_not_null(f = fopen(path, "r"));
+                len = fread(buf, 1, sizeof(buf) - 1, f);
+                fclose(f);
+                buf[len] = '\0';
+                snprintf(want, sizeof(want), "\nUid:\t%u\t%u\t%u\t%u\n", (unsigned)uid, (unsigned)uid, (unsigned)uid,
+                         (unsigned)uid);
+                cr_assert_not_null(strstr(buf, want), "QEMU is not the session's uid %u: %s", (unsigned)uid, buf);
+                cr_assert_not_null(strstr(buf, "\nNoNewPrivs:\t1\n"), "QEMU may gain privileges: %s", buf);
+                cr_assert_not_null(strstr(buf, "\nSeccomp:\t2\n"), "QEMU runs without its seccomp filter: %s", buf);
+        }
+        if (p)
+                closedir(p);
+        cr_assert(found, "no QEMU runs as the session's uid %u", (unsigned)uid);
+}
+
 static int count_vm_dirs(void)
 {
         char path[SBX_PATH_MAX];
@@ -169,6 +212,8 @@ Test(microvm, exec_files_pause_destroy)
         cr_assert_str_eq(info.runtime, "microvm");
         cr_assert_str_eq(info.network_mode, "none");
         cr_assert(engine_qemu_id(info.container_id), "a VM's id: %s", info.container_id);
+        cr_assert_neq(info.uid, 0);
+        expect_jailed(info.uid);
         session_info_done(&info);
         cr_assert_eq(count_qemu(), qemu_before + 1, "one QEMU for the session");
 

@@ -31,6 +31,8 @@
  * --only cells: the run_cell rows (cells.c).
  * --only snapshot: snapshot and fork of a 100 MB and a 1 GB workspace (snapshot.c).
  * --only pause: the pause and resume rows (pause.c).
+ * --only microvm: the microVM rows (microvm.c), not in the full run: they switch the bench user's
+ * runtime.
  *
  * --only network: cold session, then S2 sessions with their port blocks
  * (the gateway's listeners) against the PSS of the docker-proxy processes
@@ -710,7 +712,7 @@ static void usage(FILE *f)
         fprintf(f,
                 "Usage: sandboxd-bench [--quick] --daemon BIN --bench-id ID [--json PATH] [--log FILE]\n"
                 "                      [--pidfile FILE] [--baseline-port N] [--docker CLI]\n"
-                "                      [--only noisy|http|network|pool|restart|cells|snapshot|pause]\n"
+                "                      [--only noisy|http|network|pool|restart|cells|snapshot|pause|microvm]\n"
                 "                      [--http-ca FILE]\n"
                 "\n"
                 "Starts BIN (configured by the SANDBOXD_* environment, which this program reads\n"
@@ -743,7 +745,7 @@ int main(int argc, char **argv)
         char log_default[SBX_PATH_MAX + 16];
         int c, rc = 0, s1, s2;
         bool only_noisy = false, only_http = false, only_network = false, only_pool = false, only_restart = false,
-             only_cells = false, only_snapshot = false, only_pause = false;
+             only_cells = false, only_snapshot = false, only_pause = false, only_microvm = false;
 
         while ((c = getopt_long(argc, argv, "h", opts, NULL)) != -1) {
                 switch (c) {
@@ -791,6 +793,8 @@ int main(int argc, char **argv)
                                 only_snapshot = true;
                         else if (strcmp(optarg, "pause") == 0)
                                 only_pause = true;
+                        else if (strcmp(optarg, "microvm") == 0)
+                                only_microvm = true;
                         else {
                                 usage(stderr);
                                 return 2;
@@ -872,6 +876,11 @@ int main(int argc, char **argv)
         }
         if (only_pause) {
                 if (phase_pause(&b) < 0)
+                        rc = 1;
+                goto out;
+        }
+        if (only_microvm) {
+                if (phase_microvm(&b) < 0)
                         rc = 1;
                 goto out;
         }

@@ -115,6 +115,13 @@ int phase_snapshot(struct bench *b);
 
 /* pause.c: pause_session, resume_session, the first command after a resume, against plain Docker. */
 int phase_pause(struct bench *b);
+/* pause_session or resume_session (method) on session: ms, or -1 (why says). */
+double timed_session_call(struct bench *b, struct conn *c, const char *method, const char *session, char *why,
+                          size_t why_size);
+/* The Engine API's pause (or unpause) of container id: ms, or -1. */
+double timed_engine(struct bench *b, const char *id, bool pause);
+/* microvm.c: the microVM rows (cold first command, pause, resume). */
+int phase_microvm(struct bench *b);
 
 /* ---- for the report ---- */
 

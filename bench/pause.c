@@ -21,13 +21,13 @@
 
 #define PAUSE_SESSION "pausebench"
 
-/* pause_session or resume_session; ms, or -1 (why says). */
-static double timed_call(struct bench *b, struct conn *c, const char *method, char *why, size_t why_size)
+double timed_session_call(struct bench *b, struct conn *c, const char *method, const char *session, char *why,
+                          size_t why_size)
 {
         cJSON *p = cJSON_CreateObject(), *reply;
         double t0 = bench_now_ms(), dt;
 
-        cJSON_AddStringToObject(p, "session", PAUSE_SESSION);
+        cJSON_AddStringToObject(p, "session", session);
         reply = api_call(c, b->token, method, p, CALL_TIMEOUT_MS);
         dt = bench_now_ms() - t0;
         if (!reply_result(reply)) {
@@ -38,7 +38,12 @@ static double timed_call(struct bench *b, struct conn *c, const char *method, ch
         return dt;
 }
 
-static double timed_engine(struct bench *b, const char *id, bool pause)
+static double timed_call(struct bench *b, struct conn *c, const char *method, char *why, size_t why_size)
+{
+        return timed_session_call(b, c, method, PAUSE_SESSION, why, why_size);
+}
+
+double timed_engine(struct bench *b, const char *id, bool pause)
 {
         struct sbx_error err = {0};
         double t0 = bench_now_ms();

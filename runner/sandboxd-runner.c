@@ -24,7 +24,16 @@
  * The runner is non-dumpable (no ptrace, no /proc/<pid>/mem for the tenant's
  * uid). Tenant code runs as the same uid and can still kill it; the runner
  * is the container's main process, so its death stops the container and
- * the daemon recreates it on the next request. */
+ * the daemon recreates it on the next request.
+ *
+ * In a microVM (src/qemu/, docs/microvm.md) the channel is a virtio-serial
+ * port instead of a socket: the guest's /init starts the runner with the
+ * port's device (/dev/vport0p1) as its argument and --uid UID:GID. The port
+ * is opened once, as root, and held for good (a port has one opener at a
+ * time, so tenant code running as UID can never open it), then the runner
+ * drops to UID:GID. A port does not close when the host side goes away: it
+ * polls POLLHUP until the host is back, then says RP_HELLO again, as after
+ * a reconnect. */
 #include <dirent.h>
 #include <errno.h>
 #include <fcntl.h>
@@ -44,6 +53,7 @@
 #include <sys/un.h>
 #include <sys/wait.h>
 #include <termios.h>
+#include <grp.h>
 #include <time.h>
 #include <unistd.h>
 
@@ -59,6 +69,7 @@ static unsigned char *inbuf;
 static size_t in_len;
 static int sigpipe_fds[2] = {-1, -1};
 static const char *sock_path = RP_SOCKET_DIR "/" RP_SOCKET_NAME;
+static int port_fd = -1; /* a microVM's virtio-serial port, held for good; -1: a socket */
 
 int runner_net_start(const char *dir); /* runner_net.c: the network channels, on their own thread */
 
@@ -147,7 +158,7 @@ void send_failed(uint32_t tag, int err, const char *msg)
 
 static void disconnect(void)
 {
-        if (sock >= 0)
+        if (sock >= 0 && sock != port_fd)
                 close(sock);
         sock = -1;
         files_disconnected();
@@ -161,7 +172,7 @@ static void disconnect(void)
 static void flush_out(void)
 {
         while (sock >= 0 && out_off < out_len) {
-                ssize_t n = send(sock, outbuf + out_off, out_len - out_off, MSG_DONTWAIT | MSG_NOSIGNAL);
+                ssize_t n = write(sock, outbuf + out_off, out_len - out_off); /* non-blocking; SIGPIPE ignored */
                 if (n < 0) {
                         if (errno == EINTR)
                                 continue;
@@ -229,7 +240,7 @@ static void handle_frame(const struct rp_hdr *h, const unsigned char *p)
 static void read_sock(void)
 {
         for (;;) {
-                ssize_t n = recv(sock, inbuf + in_len, RP_HDR_LEN + RP_MAX_TO_RUNNER - in_len, MSG_DONTWAIT);
+                ssize_t n = read(sock, inbuf + in_len, RP_HDR_LEN + RP_MAX_TO_RUNNER - in_len);
                 if (n < 0 && errno == EINTR)
                         continue;
                 if (n < 0 && errno == EAGAIN)
@@ -265,6 +276,18 @@ static bool try_connect(void)
         struct rp_hello hello = {.protocol = RP_PROTOCOL, .pid = (uint32_t)getpid()};
         int fd;
 
+        if (port_fd >= 0) {
+                struct pollfd p = {.fd = port_fd, .events = POLLIN};
+                char junk[4096];
+
+                if (poll(&p, 1, 0) < 0 || (p.revents & POLLHUP))
+                        return false; /* no host on the other side yet */
+                /* what an earlier host connection left unread: the daemon says nothing before RP_HELLO */
+                while (read(port_fd, junk, sizeof(junk)) > 0)
+                        ;
+                fd = port_fd;
+                goto hello;
+        }
         if (strlen(sock_path) >= sizeof(sa.sun_path))
                 return false;
         strcpy(sa.sun_path, sock_path);
@@ -276,6 +299,7 @@ static bool try_connect(void)
                 return false;
         }
         fcntl(fd, F_SETFL, O_NONBLOCK);
+hello:
         sock = fd;
         out_len = out_off = 0;
         send_frame(RP_HELLO, 0, 0, &hello, sizeof(hello), RP_VERSION, strlen(RP_VERSION));
@@ -293,8 +317,18 @@ int main(int argc, char **argv)
                 printf("%s\n", RP_VERSION);
                 return 0;
         }
-        if (argc > 1)
+        if (argc > 3 && strcmp(argv[1], "--uid") == 0) {
+                unsigned uid, gid;
+
+                if (sscanf(argv[2], "%u:%u", &uid, &gid) != 2 || uid == 0 || gid == 0)
+                        return 2;
+                sock_path = argv[3];
+                port_fd = open(sock_path, O_RDWR | O_NONBLOCK | O_CLOEXEC | O_NOCTTY);
+                if (port_fd < 0 || setgroups(0, NULL) < 0 || setgid(gid) < 0 || setuid(uid) < 0)
+                        return 1;
+        } else if (argc > 1) {
                 sock_path = argv[1];
+        }
         prctl(PR_SET_DUMPABLE, 0);
         prctl(PR_SET_CHILD_SUBREAPER, 1);
         outbuf = malloc(OUT_CAP + 64 * 1024 + RP_HDR_LEN + RP_CHUNK);
@@ -306,7 +340,8 @@ int main(int argc, char **argv)
         sa.sa_handler = on_sigchld;
         sa.sa_flags = SA_RESTART | SA_NOCLDSTOP;
         sigaction(SIGCHLD, &sa, NULL);
-        net_start();
+        if (port_fd < 0)
+                net_start(); /* a microVM has no egress or forward sockets yet (docs/microvm.md) */
 
         for (;;) {
                 struct pollfd pfd[2 + EXEC_POLL_MAX];

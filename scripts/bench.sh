@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # bench.sh — measure sandboxd against plain Docker, in one run.
 #
-#   scripts/bench.sh [--quick] [--only noisy|http|network|pool|restart|cells|snapshot|pause|node|k8s] [--json PATH]
+#   scripts/bench.sh [--quick] [--only noisy|http|network|pool|restart|cells|snapshot|pause|microvm|node|k8s] [--json PATH]
 #
 # Runs scripts/setup.sh (unless SANDBOXD_SKIP_SETUP=1), builds the daemon and
 # sandboxd-bench into $SANDBOXD_BUILD_DIR (default build/), then runs
@@ -45,6 +45,11 @@
 #                resume (p50), each against the Engine API's pause/unpause of
 #                a plain container (and docker exec), with E2B's documented
 #                resume time (about 1 s) printed beside them (well under a minute)
+#   --only microvm  the microVM runtime (issue 38, docs/microvm.md): a new
+#                microvm session's first command (QEMU boot under TCG, or KVM)
+#                against docker run -d + docker exec, and pause/resume
+#                (QMP stop/cont) against the Engine API's pause/unpause;
+#                needs QEMU and scripts/build-vm.sh's guest (skipped otherwise)
 #   --only restart  R sessions (100 full, 30 quick), then only the restart
 #                rows: SIGKILL and start again, with the HTTPS front on
 #   --only k8s   the Kubernetes engine (issue 27) beside the Docker engine,
@@ -109,8 +114,8 @@ while (($#)); do
 			shift 2
 			continue
 		fi
-		[[ $# -ge 2 && ($2 == noisy || $2 == http || $2 == network || $2 == pool || $2 == restart || $2 == cells || $2 == snapshot || $2 == pause) ]] ||
-			{ echo "bench: --only takes: noisy, http, network, pool, restart, cells, snapshot, pause, node, k8s, e2b" >&2; exit 2; }
+		[[ $# -ge 2 && ($2 == noisy || $2 == http || $2 == network || $2 == pool || $2 == restart || $2 == cells || $2 == snapshot || $2 == pause || $2 == microvm) ]] ||
+			{ echo "bench: --only takes: noisy, http, network, pool, restart, cells, snapshot, pause, microvm, node, k8s, e2b" >&2; exit 2; }
 		quick+=(--only "$2")
 		[[ $2 == pool ]] && only_pool=1
 		[[ $2 == cells ]] && only_cells=1
@@ -123,7 +128,7 @@ while (($#)); do
 		;;
 	--json=*) json=${1#--json=} ;;
 	-h | --help) sed -n '2,/^# both sockets/s/^# \{0,1\}//p' "${BASH_SOURCE[0]}"; exit 0 ;;
-	*) echo "usage: scripts/bench.sh [--quick] [--only noisy|http|network|pool|restart|cells|snapshot|pause|node|k8s|e2b] [--json PATH]" >&2; exit 2 ;;
+	*) echo "usage: scripts/bench.sh [--quick] [--only noisy|http|network|pool|restart|cells|snapshot|pause|microvm|node|k8s|e2b] [--json PATH]" >&2; exit 2 ;;
 	esac
 	shift
 done

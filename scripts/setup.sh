@@ -33,6 +33,8 @@ PACKAGES=(
 	libevent-dev libhttp-parser-dev libssl-dev libyaml-dev
 	curl jq iproute2 procps ca-certificates python3
 	systemd socat runsc tini libarchive-dev
+	# the microVM runtime (docs/microvm.md): QEMU, and what scripts/build-vm.sh needs
+	qemu-system-x86 lz4
 	# the browser console's tests (tests/js/console.test.mjs, puppeteer-core)
 	chromium
 	# The Kubernetes testbed (scripts/k8s-testbed.sh): Go and the tools to
@@ -213,4 +215,6 @@ check_uid_range
 
 if [[ ${SANDBOXD_SKIP_IMAGES:-0} != 1 ]]; then
 	bash "$ROOT/scripts/build-images.sh"
+	# the microVM guest: kernel and initramfs, cached (seconds when up to date)
+	bash "$ROOT/scripts/build-vm.sh" || log "warning: no microVM guest (runtime microvm unavailable)"
 fi

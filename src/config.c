@@ -101,8 +101,9 @@ static const struct config_key keys[] = {
         {"cpus", CFG_CPUS, F(nano_cpus), 0, 10000000, INT64_C(256) * 1000000000, "1", NULL,
          "CPU limit per container, in CPUs (decimal)"},
         {"pids_limit", CFG_INT, F(pids_limit), 0, 8, 1 << 20, "256", NULL, "max processes per container"},
-        {"runtime", CFG_ENUM, F(runtime), 0, 0, 0, "runc", "runc|runsc",
-         "OCI runtime of sandbox containers (runsc: gVisor, sealed); per user: sandboxctl runtime"},
+        {"runtime", CFG_ENUM, F(runtime), 0, 0, 0, "runc", "runc|runsc|microvm",
+         "runtime of sandbox containers (runsc: gVisor, sealed; microvm: a QEMU microVM, needs scripts/build-vm.sh's "
+         "guest); per user: sandboxctl runtime"},
         {"network_default", CFG_ENUM, F(network_default), 0, 0, 0, "none", "bridge|none",
          "network of sessions without private data: none = sealed (egress proxy, port forwards by the daemon); "
          "bridge = sandboxd's own bridge network, inter-container traffic off"},

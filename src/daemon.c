@@ -11,6 +11,7 @@
 
 #include "sandboxd/engine.h"
 #include "sandboxd/engine_docker.h"
+#include "sandboxd/engine_qemu.h"
 #include "sandboxd/egress.h"
 #include "sandboxd/events.h"
 #include "sandboxd/exec.h"
@@ -127,6 +128,19 @@ static void node_runner(void *ud, const char *user, const char *session, int fd)
 {
         struct daemon *d = ud;
         (void)runner_hub_attach(d->runner, user, session, fd);
+}
+
+/* A microVM's runner channel (engine_qemu.h): the daemon's end of its socketpair. */
+static int vm_runner_attach(void *ud, const char *user, const char *session, int fd)
+{
+        struct daemon *d = ud;
+        return runner_hub_attach(d->runner, user, session, fd);
+}
+
+static bool vm_runner_wait(void *ud, const char *user, const char *session, int timeout_ms)
+{
+        struct daemon *d = ud;
+        return runner_hub_wait(d->runner, user, session, timeout_ms);
 }
 
 static void node_gateway(void *ud, const char *user, const char *session, int kind, int fd)
@@ -496,6 +510,9 @@ int daemon_open(const struct sbx_config *cfg, const struct daemon_options *opts,
                 goto fail;
         runner_hub_set_epoch_fn(d->runner, session_epoch, d->store);
         runner_hub_set_refused_fn(d->runner, local_refused, d->store);
+        engine_qemu_set_runner(d->engine, &(struct engine_qemu_runner){.attach = vm_runner_attach,
+                                                                       .wait = vm_runner_wait,
+                                                                       .ud = d});
         if (d->cfg.node_listen[0]) {
                 r = node_server_new(&d->cfg, &node_hooks, d, &d->node, err);
                 if (r < 0)

@@ -44,7 +44,7 @@
  *   session.logs    {user, session, limit?: 1-4096 (200)} → {user, session, audit: [{id, ts, actor, action,
  *                                                detail}], log: [the daemon's JSON log lines naming the session,
  *                                                of the last 4096 such lines this process wrote]}  oldest first
- *   user.runtime    {user, runtime?: runc|runsc|default} → {user, runtime (effective), override, default,
+ *   user.runtime    {user, runtime?: runc|runsc|microvm|default} → {user, runtime (effective), override, default,
  *                                                unavailable (why it cannot run here, or null), applies_to}
  *                                                (with runtime: sets or resets the user's override first)
  *   egress.log      {user, session, limit?: 1-4096 (200)} → {user, session, entries: [{id, ts, host, port,

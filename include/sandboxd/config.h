@@ -114,7 +114,7 @@ struct sbx_config {
         int workspace_inodes;
         int oom_score_adj;
         int64_t tmpfs_bytes;
-        char runtime[16];         /* "runc" | "runsc" (gVisor); per-user overrides in the store */
+        char runtime[16];         /* "runc" | "runsc" (gVisor) | "microvm"; per-user overrides in the store */
         char network_default[16]; /* "bridge" | "none" */
         char publish_ip[64];
         int forward_max_per_session;

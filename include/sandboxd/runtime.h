@@ -25,10 +25,11 @@ void runtime_attach(struct runtime *rt, struct session_manager *sm);
 
 /* The runtime of user's next container: the user's override, else the config's. */
 int runtime_for_user(struct runtime *rt, const char *user, char ret[RUNTIME_NAME_MAX]);
-/* Whether name ("runc" | "runsc") can run here: runc always; runsc only when dockerd lists it
- * (scripts/setup.sh registers it). -ENOTSUP naming why otherwise. */
+/* Whether name ("runc" | "runsc" | "microvm") can run here: runc always; runsc only when dockerd
+ * lists it (scripts/setup.sh registers it); microvm when the engine has a microVM engine beside it
+ * (QEMU and scripts/build-vm.sh's guest, engine_qemu.h). -ENOTSUP naming why otherwise. */
 int runtime_check(struct runtime *rt, const char *name, struct sbx_error *err);
-/* Set a user's override (name "runc" | "runsc"), or remove it (name NULL or "default"). */
+/* Set a user's override (name "runc" | "runsc" | "microvm"), or remove it (name NULL or "default"). */
 int runtime_set_user(struct runtime *rt, const char *user, const char *name, struct sbx_error *err);
 /* Whether name is a known runtime. */
 bool runtime_name_valid(const char *name);

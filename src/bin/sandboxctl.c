@@ -69,7 +69,7 @@ static void usage(FILE *f)
                 "                                       allow PATTERN (host, *.suffix, :port or :*) for\n"
                 "                                       every session of USER, or one session\n"
                 "  egress-deny USER PATTERN [--session S]  take such an addition back\n"
-                "  runtime USER [runc|runsc|default]    show or set the user's container runtime\n"
+                "  runtime USER [runc|runsc|microvm|default]  show or set the user's container runtime\n"
                 "                                       (runsc: gVisor, no network; new containers)\n"
                 "  snapshots [USER]                     workspace snapshots (every user's, or one's):\n"
                 "                                       size, kind, privacy, age\n"

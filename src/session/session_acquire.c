@@ -35,6 +35,7 @@
 #include "sandboxd/audit.h"
 #include "sandboxd/container.h"
 #include "sandboxd/engine.h"
+#include "sandboxd/engine_qemu.h"
 #include "sandboxd/gateway.h"
 #include "sandboxd/log.h"
 #include "sandboxd/portpool.h"
@@ -214,7 +215,8 @@ static int check_live_locked(struct session *s, char *cause, size_t cause_size, 
         if ((strcmp(network, "none") != 0 || sealed || !engine_can(m->engine, ENGINE_CAP_ISOLATED_NETWORK)) &&
             runner_hub_wait(m->runner, s->user, s->id, 0)) {
                 r = 0;
-                sbx_strlcpy(runtime, "runc", sizeof(runtime)); /* never a runner under runsc */
+                /* never a runner under runsc; a VM's id says it is one */
+                sbx_strlcpy(runtime, engine_qemu_id(old_id) ? "microvm" : "runc", sizeof(runtime));
         } else {
                 r = container_validate(m->engine, old_id, network, cause, cause_size, runtime, err);
         }

@@ -139,8 +139,9 @@ int session_make_container(struct session *s, const char *old_id, const char **n
                 if (r < 0)
                         return r;
         }
-        if (strcmp(ret_runtime, "runsc") == 0)
-                *network = "none"; /* gVisor sessions are sealed (runtime.c says why) */
+        bool microvm = strcmp(ret_runtime, "microvm") == 0;
+        if (strcmp(ret_runtime, "runsc") == 0 || microvm)
+                *network = "none"; /* gVisor sessions are sealed (runtime.c says why); a microVM has no NIC */
 
         if (old_id && old_id[0]) {
                 r = container_remove(m->engine, old_id, err);
@@ -202,7 +203,8 @@ int session_make_container(struct session *s, const char *old_id, const char **n
         bool priv = gateway_is_private(m->gateway, s->user, s->id);
         bool sealed = strcmp(*network, "none") == 0;
         /* a sealed container without a runner (gVisor, no binary) cannot be reached at all */
-        bool no_block = priv || (sealed && !runner_bin);
+        /* a microVM's runner has no forward channel yet (docs/microvm.md): no block it could not serve */
+        bool no_block = priv || (sealed && !runner_bin) || microvm;
         for (int attempt = 0;; attempt++) {
                 struct sbx_error e = {0};
 

@@ -1,0 +1,79 @@
+/* engine_qemu.h — the microVM engine behind the seam (engine.h): one QEMU
+ * `-M microvm` per container, for sessions whose runtime is `microvm`
+ * (runtime.h; docs/microvm.md says what works and what does not yet).
+ *
+ * A "container" here is a VM: the guest kernel and initramfs built by
+ * scripts/build-vm.sh (ENGINE_QEMU_GUEST_DIR), the runner appended to
+ * the initramfs and started by the guest's /init as PID 1 under the
+ * session's uid, the session's workspace as an ext4 image on virtio-blk
+ * (kept per session beside the VMs; workspace_drop deletes it), no network
+ * device at all, the runner channel a virtio-serial port, QMP on a unix
+ * socket for pause (stop/cont) and quit. KVM when /dev/kvm opens, TCG
+ * otherwise.
+ *
+ * The runner channel is a socketpair: one end is QEMU's chardev (fd=3), the
+ * other goes to the runner hub as an accepted connection would
+ * (engine_qemu_runner.attach, runner_hub_attach), so the hub, its framing,
+ * fencing and epochs are the same as for a container. QEMU runs as the
+ * session's uid and cannot reach the root-only runner directories; a
+ * socketpair also needs no path QEMU could swap.
+ *
+ * Jail: QEMU is exec'd after setgroups/setgid/setuid to the session's uid
+ * (never -runas, which -sandbox elevateprivileges=deny kills) with
+ * no_new_privs, `-sandbox on,obsolete=deny,elevateprivileges=deny,
+ * spawn=deny,resourcecontrol=deny`, guest memory and vCPUs from the spec.
+ *
+ * State: {data_dir}/vm/<id>/state (root's JSON: labels, uid, limits, pid
+ * and start time, paused), {data_dir}/vm/<id>/run/ (QEMU's: qmp.sock,
+ * console.log), {data_dir}/vm/disks/<sha256 of user/session>.img. list
+ * reads the directory, so --gc and restart reconciliation find VMs by their
+ * labels as they find containers. Ids are ENGINE_QEMU_ID_PREFIX and 32 hex.
+ *
+ * Threads: every op may run on any thread; a VM's state file is replaced
+ * whole (a temporary renamed over it) under the engine's lock. */
+#ifndef SANDBOXD_ENGINE_QEMU_H
+#define SANDBOXD_ENGINE_QEMU_H
+
+#include <stdbool.h>
+
+#include "sandboxd/engine.h"
+
+#define ENGINE_QEMU_ID_PREFIX "vm-"
+#define ENGINE_QEMU_RUNTIME "microvm" /* engine_spec.runtime_class of a VM */
+/* where scripts/build-vm.sh puts the guest: with it and QEMU, runtime microvm is offered (used
+ * only by users whose runtime policy says so) */
+#define ENGINE_QEMU_GUEST_DIR "/var/cache/sandboxd-vm/current"
+
+/* What the engine needs of the runner hub (runner.h), given by the daemon. */
+struct engine_qemu_runner {
+        /* hand the daemon's end of a VM's runner channel to the hub (it owns fd from here) */
+        int (*attach)(void *ud, const char *user, const char *session, int fd);
+        /* whether the session's runner said RP_HELLO within timeout_ms */
+        bool (*wait)(void *ud, const char *user, const char *session, int timeout_ms);
+        void *ud;
+};
+
+struct engine_qemu_config {
+        const char *data_dir;    /* VMs under {data_dir}/vm */
+        const char *guest_dir;   /* vmlinux and initrd.gz (scripts/build-vm.sh) */
+        const char *qemu_binary; /* NULL: /usr/bin/qemu-system-x86_64 */
+        int64_t disk_bytes;      /* a new workspace image's size; 0: 1 GiB */
+        int boot_timeout_ms;     /* start waits this long for the runner; 0: 120 s */
+};
+
+/* A qemu engine; -ENOENT naming what is missing (QEMU, the guest's files). */
+int engine_qemu_new(const struct engine_qemu_config *cfg, struct engine **ret, struct sbx_error *err);
+
+/* Set the hub calls on e: a qemu engine, or the router of engine_select.c
+ * that holds one; any other engine: nothing. Before the first create. */
+void engine_qemu_set_runner(struct engine *e, const struct engine_qemu_runner *r);
+/* The same, for the qemu engine itself (engine_select.c). */
+void engine_qemu_bind(struct engine *qemu, const struct engine_qemu_runner *r);
+
+/* Whether id names a VM of this engine. */
+bool engine_qemu_id(const char *id);
+
+/* "kvm" or "tcg": how this engine's VMs run. */
+const char *engine_qemu_accel(const struct engine *qemu);
+
+#endif

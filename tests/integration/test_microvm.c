@@ -1,0 +1,281 @@
+/* Integration tests of the microVM runtime (docs/microvm.md) against real QEMU under TCG (KVM
+ * where /dev/kvm opens): a user switched to `microvm` gets a QEMU microVM beside another user's
+ * Docker session on the same daemon; exec runs in the guest (`uname -r` is the guest kernel's,
+ * output and exit codes right), files go both ways through the workspace image, pause and
+ * resume are QMP stop/cont, a daemon restart gives the session a new VM on the same disk (the
+ * old VM's channel ended with the old daemon), and destroying the session leaves no QEMU
+ * process and no VM files.
+ * Skipped, saying why, where QEMU or the guest (scripts/build-vm.sh) is missing. Every VM
+ * carries the per-run label and is removed in the fini, also when a test fails. */
+#include <criterion/criterion.h>
+#include <dirent.h>
+#include <errno.h>
+#include <signal.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+#include "apiclient.h"
+#include "fixture.h"
+#include "sandboxd/engine_qemu.h"
+#include "sandboxd/exec.h"
+#include "sandboxd/files.h"
+#include "sandboxd/session.h"
+#include "testenv.h"
+
+#define GUEST_DIR ENGINE_QEMU_GUEST_DIR
+
+static struct sbx_config cfg;
+static struct daemon *d;
+
+/* Whatever a failed test left: every VM of this run, by the engine's own list and remove. */
+static void remove_vms(void)
+{
+        struct engine_qemu_config qc = {.data_dir = cfg.data_dir, .guest_dir = GUEST_DIR};
+        struct engine_container_summary *list = NULL;
+        struct engine *e = NULL;
+        size_t n = 0;
+
+        if (d) {
+                daemon_close(d);
+                d = NULL;
+        }
+        if (!cfg.data_dir[0] || engine_qemu_new(&qc, &e, NULL) < 0)
+                return;
+        if (engine_list(e, fixture_labels(), true, &list, &n, NULL) == 0)
+                for (size_t i = 0; i < n; i++)
+                        (void)engine_remove(e, list[i].id, NULL);
+        free(list);
+        engine_free(e);
+}
+
+TestSuite(microvm, .timeout = 600, .fini = remove_vms);
+
+static bool have_qemu(void)
+{
+        struct stat st;
+
+        if (access("/usr/bin/qemu-system-x86_64", X_OK) < 0) {
+                fprintf(stderr, "test_microvm: SKIPPED: no qemu-system-x86_64 (scripts/setup.sh installs it)\n");
+                return false;
+        }
+        if (stat(GUEST_DIR "/vmlinux", &st) < 0 || stat(GUEST_DIR "/initrd.gz", &st) < 0) {
+                fprintf(stderr, "test_microvm: SKIPPED: no guest in " GUEST_DIR " (scripts/build-vm.sh)\n");
+                return false;
+        }
+        return true;
+}
+
+static int sh(const char *user, const char *session, const char *command, char **ret_out)
+{
+        struct exec_request req = {
+                .user = user, .session = session, .command = command, .actor = "test", .timeout_s = 120};
+        struct exec_result res;
+        struct sbx_error err = {0};
+        int code;
+
+        cr_assert_eq(exec_run(d->exec, &req, &res, &err), 0, "exec %s: %s", command, err.msg);
+        code = res.exit_code;
+        if (ret_out)
+                *ret_out = strdup(res.stdout_head ? res.stdout_head : "");
+        exec_result_done(&res);
+        return code;
+}
+
+/* QEMU processes whose command line names this run's data_dir. */
+static int count_qemu(void)
+{
+        DIR *p = opendir("/proc");
+        struct dirent *de;
+        int n = 0;
+
+        while (p && (de = readdir(p))) {
+                char path[300], buf[4096];
+                FILE *f;
+                size_t len;
+
+                if (de->d_name[0] < '1' || de->d_name[0] > '9')
+                        continue;
+                snprintf(path, sizeof(path), "/proc/%s/cmdline", de->d_name);
+                f = fopen(path, "r");
+                if (!f)
+                        continue;
+                len = fread(buf, 1, sizeof(buf) - 1, f);
+                fclose(f);
+                for (size_t i = 0; i < len; i++)
+                        if (!buf[i])
+                                buf[i] = ' ';
+                buf[len] = '\0';
+                if (strstr(buf, "qemu-system") && strstr(buf, "sbx.uid="))
+                        n += strstr(buf, "microvm") != NULL;
+        }
+        if (p)
+                closedir(p);
+        return n;
+}
+
+/* The jail of the QEMU that runs as uid: its real uid, and seccomp and no_new_privs set. */
+static void expect_jailed(uid_t uid)
+{
+        char want[64], path[300], buf[4096];
+        DIR *p = opendir("/proc");
+        struct dirent *de;
+        bool found = false;
+
+        snprintf(want, sizeof(want), "sbx.uid=%u ", (unsigned)uid);
+        while (p && (de = readdir(p)) && !found) {
+                FILE *f;
+                size_t len;
+
+                if (de->d_name[0] < '1' || de->d_name[0] > '9')
+                        continue;
+                snprintf(path, sizeof(path), "/proc/%s/cmdline", de->d_name);
+                if (!(f = fopen(path, "r")))
+                        continue;
+                len = fread(buf, 1, sizeof(buf) - 1, f);
+                fclose(f);
+                for (size_t i = 0; i < len; i++)
+                        if (!buf[i])
+                                buf[i] = ' ';
+                buf[len] = '\0';
+                if (!strstr(buf, "qemu-system") || !strstr(buf, want))
+                        continue;
+                found = true;
+                snprintf(path, sizeof(path), "/proc/%s/status", de->d_name);
+                cr_assert_not_null(f = fopen(path, "r"));
+                len = fread(buf, 1, sizeof(buf) - 1, f);
+                fclose(f);
+                buf[len] = '\0';
+                snprintf(want, sizeof(want), "\nUid:\t%u\t%u\t%u\t%u\n", (unsigned)uid, (unsigned)uid, (unsigned)uid,
+                         (unsigned)uid);
+                cr_assert_not_null(strstr(buf, want), "QEMU is not the session's uid %u: %s", (unsigned)uid, buf);
+                cr_assert_not_null(strstr(buf, "\nNoNewPrivs:\t1\n"), "QEMU may gain privileges: %s", buf);
+                cr_assert_not_null(strstr(buf, "\nSeccomp:\t2\n"), "QEMU runs without its seccomp filter: %s", buf);
+        }
+        if (p)
+                closedir(p);
+        cr_assert(found, "no QEMU runs as the session's uid %u", (unsigned)uid);
+}
+
+static int count_vm_dirs(void)
+{
+        char path[SBX_PATH_MAX];
+        DIR *v;
+        struct dirent *de;
+        int n = 0;
+
+        snprintf(path, sizeof(path), "%s/vm", cfg.data_dir);
+        v = opendir(path);
+        while (v && (de = readdir(v)))
+                n += engine_qemu_id(de->d_name);
+        if (v)
+                closedir(v);
+        return n;
+}
+
+Test(microvm, exec_files_pause_destroy)
+{
+        struct session *s = NULL;
+        struct sbx_error err = {0};
+        struct session_info info;
+        struct files_read_result rd;
+        char *out = NULL, path[FILES_PATH_MAX], host_kernel[128] = "";
+        int qemu_before;
+        cJSON *r;
+
+        if (!have_qemu())
+                return;
+        fixture_config(&cfg);
+        cfg.port_range_lo = 30300; /* a range of this suite's own */
+        cfg.port_range_hi = 30399;
+        cfg.memory_bytes = 256 << 20;
+        d = fixture_open_sockets(&cfg);
+        qemu_before = count_qemu();
+
+        r = apic_admin(cfg.admin_socket, "{\"cmd\":\"user.runtime\",\"user\":\"vmuser\",\"runtime\":\"microvm\"}");
+        cr_assert(cJSON_IsTrue(cJSON_GetObjectItem(r, "ok")), "%s", cJSON_PrintUnformatted(r));
+        cJSON_Delete(r);
+
+        /* a Docker session beside it on the same daemon */
+        cr_assert_eq(session_get_or_create(d->sessions, "plain", "s", &s, &err), 0, "%s", err.msg);
+        session_release(s);
+        cr_assert_eq(sh("plain", "s", "uname -r", &out), 0);
+        snprintf(host_kernel, sizeof(host_kernel), "%s", out);
+        free(out);
+
+        cr_assert_eq(session_get_or_create(d->sessions, "vmuser", "s", &s, &err), 0, "the microVM session: %s",
+                     err.msg);
+        session_release(s);
+        cr_assert_eq(session_get_info(d->sessions, "vmuser", "s", &info), 0);
+        cr_assert_str_eq(info.runtime, "microvm");
+        cr_assert_str_eq(info.network_mode, "none");
+        cr_assert(engine_qemu_id(info.container_id), "a VM's id: %s", info.container_id);
+        cr_assert_neq(info.uid, 0);
+        expect_jailed(info.uid);
+        session_info_done(&info);
+        cr_assert_eq(count_qemu(), qemu_before + 1, "one QEMU for the session");
+
+        /* the guest's kernel answers, not the host's; output and exit codes come back */
+        cr_assert_eq(sh("vmuser", "s", "uname -r", &out), 0);
+        cr_assert_not_null(strstr(out, "-cloud-amd64"), "the guest kernel: %s", out);
+        cr_assert_str_neq(out, host_kernel, "the host's kernel answered: %s", out);
+        free(out);
+        cr_assert_eq(sh("vmuser", "s", "echo out; echo err >&2; exit 7", &out), 7);
+        cr_assert_str_eq(out, "out\n");
+        free(out);
+        cr_assert_eq(sh("vmuser", "s", "id -u; ls /sys/class/net", &out), 0);
+        cr_assert_eq(strstr(out, "eth"), NULL, "a network device in the guest: %s", out);
+        cr_assert_neq(atoi(out), 0, "the runner runs as root in the guest: %s", out);
+        free(out);
+
+        /* files both ways, through the workspace image on virtio-blk */
+        cr_assert_eq(files_write(&d->files, "vmuser", "s", "note.txt", "in the vm", 9, path, &err), 0, "%s", err.msg);
+        cr_assert_eq(sh("vmuser", "s", "cat /workspace/note.txt; grep -c ' /workspace ext4' /proc/mounts", &out), 0);
+        cr_assert_str_eq(out, "in the vm1\n");
+        free(out);
+        cr_assert_eq(sh("vmuser", "s", "echo from-exec > /workspace/back.txt", NULL), 0);
+        cr_assert_eq(files_read(&d->files, "vmuser", "s", "back.txt", 0, -1, &rd, &err), 0, "%s", err.msg);
+        cr_assert_str_eq(rd.data, "from-exec\n");
+        files_read_result_done(&rd);
+
+        /* pause and resume: QMP stop and cont; the guest carries on where it was */
+        cr_assert_eq(session_pause(d->sessions, "vmuser", "s", "request", NULL, &err), 0, "%s", err.msg);
+        cr_assert_eq(session_get_info(d->sessions, "vmuser", "s", &info), 0);
+        cr_assert_str_eq(session_state_to_string(info.state), "PAUSED");
+        session_info_done(&info);
+        cr_assert_eq(session_resume(d->sessions, "vmuser", "s", NULL, &err), 0, "%s", err.msg);
+        cr_assert_eq(sh("vmuser", "s", "cat /workspace/back.txt", &out), 0);
+        cr_assert_str_eq(out, "from-exec\n");
+        free(out);
+
+        /* a daemon restart: the VM's channel ended with the daemon, so the session gets a new VM
+         * at its next use, on the same disk, and the earlier daemon's QEMU is removed */
+        cr_assert_eq(sh("vmuser", "s", "sync", NULL), 0);
+        daemon_close(d);
+        d = fixture_open_sockets(&cfg);
+        cr_assert_eq(sh("vmuser", "s", "cat /workspace/back.txt", &out), 0);
+        cr_assert_str_eq(out, "from-exec\n");
+        free(out);
+        cr_assert_eq(count_qemu(), qemu_before + 1, "the earlier daemon's QEMU outlived the new VM's start");
+
+        /* destroyed: no QEMU, no VM directory, no disk */
+        cr_assert_eq(session_destroy(d->sessions, "vmuser", "s", true, &err), 0, "%s", err.msg);
+        cr_assert_eq(count_qemu(), qemu_before, "a QEMU outlived its session");
+        cr_assert_eq(count_vm_dirs(), 0, "a VM's files outlived its session");
+        {
+                char disks[SBX_PATH_MAX];
+                DIR *dd;
+                struct dirent *de;
+                int n = 0;
+                snprintf(disks, sizeof(disks), "%s/vm/disks", cfg.data_dir);
+                dd = opendir(disks);
+                while (dd && (de = readdir(dd)))
+                        n += de->d_name[0] != '.';
+                if (dd)
+                        closedir(dd);
+                cr_assert_eq(n, 0, "the session's disk outlived it");
+        }
+        cr_assert_eq(session_destroy(d->sessions, "plain", "s", true, &err), 0, "%s", err.msg);
+}

@@ -199,14 +199,13 @@ Test(microvm, exec_files_pause_destroy)
         cJSON_Delete(r);
 
         /* a Docker session beside it on the same daemon */
-        cr_assert_eq(session_get_or_create(d->sessions, "plain", "s", &s, &err), 0, "%s", err.msg);
+        cr_assert_eq(session_acquire(d->sessions, "plain", "s", &s, &err), 0, "%s", err.msg);
         session_release(s);
         cr_assert_eq(sh("plain", "s", "uname -r", &out), 0);
         snprintf(host_kernel, sizeof(host_kernel), "%s", out);
         free(out);
 
-        cr_assert_eq(session_get_or_create(d->sessions, "vmuser", "s", &s, &err), 0, "the microVM session: %s",
-                     err.msg);
+        cr_assert_eq(session_acquire(d->sessions, "vmuser", "s", &s, &err), 0, "the microVM session: %s", err.msg);
         session_release(s);
         cr_assert_eq(session_get_info(d->sessions, "vmuser", "s", &info), 0);
         cr_assert_str_eq(info.runtime, "microvm");

@@ -45,7 +45,7 @@
 #include "sandboxd/secrets.h"
 #include "egress_internal.h"
 
-#define LEAF_CACHE 64                     /* leaf certificates kept (sessions x hosts) */
+#define LEAF_CACHE 64                      /* leaf certificates kept (sessions x hosts) */
 #define LEAF_REFRESH_MS (24 * 3600 * 1000) /* a cached leaf older than this is made again */
 #define LEAF_DAYS 7
 #define ICPT_HIGH (256 * 1024) /* bytes buffered per direction before reading pauses */
@@ -586,8 +586,8 @@ static bool request_head(struct tunnel *t, struct evbuffer *in)
         http_parser_init(&t->parser, HTTP_REQUEST);
         t->parser.data = t;
         (void)http_parser_execute(&t->parser, &egress_request_settings, raw, n);
-        if ((HTTP_PARSER_ERRNO(&t->parser) != HPE_OK && HTTP_PARSER_ERRNO(&t->parser) != HPE_PAUSED) ||
-            !t->head_done || t->parser.upgrade || t->parser.method == HTTP_CONNECT) {
+        if ((HTTP_PARSER_ERRNO(&t->parser) != HPE_OK && HTTP_PARSER_ERRNO(&t->parser) != HPE_PAUSED) || !t->head_done ||
+            t->parser.upgrade || t->parser.method == HTTP_CONNECT) {
                 egress_tunnel_refuse(t, t->n_hdrs >= MAX_HEADERS ? 431 : 400, "bad_request",
                                      "an intercepted connection carries one HTTP/1.1 request");
                 return false;
@@ -650,7 +650,8 @@ static void icpt_cli_read(struct bufferevent *bev, void *arg)
                         return;
                 }
                 if (HTTP_PARSER_ERRNO(&t->parser) != HPE_OK && HTTP_PARSER_ERRNO(&t->parser) != HPE_PAUSED) {
-                        egress_tunnel_refuse(t, 400, "bad_request", http_errno_description(HTTP_PARSER_ERRNO(&t->parser)));
+                        egress_tunnel_refuse(t, 400, "bad_request",
+                                             http_errno_description(HTTP_PARSER_ERRNO(&t->parser)));
                         return;
                 }
         }
@@ -726,7 +727,6 @@ static void icpt_up_read(struct bufferevent *bev, void *arg)
 {
         (void)up_move(arg, bev);
 }
-
 
 
 static void icpt_up_event(struct bufferevent *bev, short what, void *arg)

@@ -693,10 +693,13 @@ static bool up_move(struct tunnel *t, struct bufferevent *bev)
                 if (HTTP_PARSER_ERRNO(&ic->rp) != HPE_OK && HTTP_PARSER_ERRNO(&ic->rp) != HPE_PAUSED) {
                         if (ic->resp_head)
                                 egress_tunnel_finish(t, "bad_response");
-                        else
+                        else /* a callback refused: the arena (egress_max_header) or MAX_HEADERS is full */
                                 egress_tunnel_refuse(t, 502, "bad_response",
-                                                     t->n_hdrs >= MAX_HEADERS || t->arena_len >= t->arena_cap
-                                                             ? "the response head is too large"
+                                                     HTTP_PARSER_ERRNO(&ic->rp) == HPE_CB_status ||
+                                                                     HTTP_PARSER_ERRNO(&ic->rp) ==
+                                                                             HPE_CB_header_field ||
+                                                                     HTTP_PARSER_ERRNO(&ic->rp) == HPE_CB_header_value
+                                                             ? "the response head is larger than the proxy takes"
                                                              : http_errno_description(HTTP_PARSER_ERRNO(&ic->rp)));
                         return false;
                 }

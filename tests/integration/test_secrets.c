@@ -327,7 +327,7 @@ Test(secrets, without_a_key_file_the_daemon_starts_and_refuses_set)
  * beside it), reached by name through egress.resolve: /check says whether
  * the Authorization header held the real value, /echo sends it back (in a
  * header, and three times in a body of 200 KB, so that one falls across
- * reads), /gzip answers with Content-Encoding: gzip. */
+ * reads), /gzip answers with Content-Encoding: gzip, /big with a 20 KB header. */
 static const char upstream_py[] =
         "import base64, http.server, ssl, sys, threading\n"
         "V = sys.argv[3]\n"
@@ -340,6 +340,7 @@ static const char upstream_py[] =
         "        self.send_response(200); self.send_header('Content-Length', str(len(b)))\n"
         "        self.send_header('X-Echo', a)\n"
         "        if self.path == '/gzip': self.send_header('Content-Encoding', 'gzip')\n"
+        "        if self.path == '/big': self.send_header('X-Big', 'y' * 20000)\n"
         "        self.end_headers(); self.wfile.write(b)\n"
         "    def do_POST(self):\n"
         "        self.rfile.read(int(self.headers.get('Content-Length', '0')))\n"
@@ -380,15 +381,14 @@ static void upstream_start(void)
         snprintf(cert, sizeof(cert), "%s/up.pem", up_dir);
         snprintf(key, sizeof(key), "%s/up.key", up_dir);
         snprintf(cmd, sizeof(cmd),
-                 "cd %s && openssl req -x509 -newkey ec -pkeyopt ec_paramgen_curve:prime256v1 -nodes -days 1 "
+                 "cd %s && { openssl req -x509 -newkey ec -pkeyopt ec_paramgen_curve:prime256v1 -nodes -days 1 "
                  "-subj '/CN=Test Upstream CA' -keyout upca.key -out upca.pem && "
                  "openssl req -newkey ec -pkeyopt ec_paramgen_curve:prime256v1 -nodes -subj /CN=api.test "
                  "-keyout up.key -out up.csr && "
                  "printf 'subjectAltName=DNS:api.test,DNS:other.test\\n' > ext && "
                  "openssl x509 -req -in up.csr -CA upca.pem -CAkey upca.key -CAcreateserial -days 1 -extfile ext "
-                 "-out up.pem",
+                 "-out up.pem; } >/dev/null 2>&1",
                  up_dir);
-        strcat(cmd, " >/dev/null 2>&1");
         cr_assert_eq(system(cmd), 0, "openssl");
         snprintf(path, sizeof(path), "%s/upstream.py", up_dir);
         f = fopen(path, "w");
@@ -540,16 +540,17 @@ Test(secrets, the_proxy_swaps_the_placeholder_for_its_host_only, .fini = upstrea
                  "c -H 'Host: other.test' -H \"Authorization: Bearer $GH\" https://api.test:%d/check; "
                  "c --data \"token=$GH\" https://api.test:%d/check; "
                  "c -u \"me:$GH\" https://api.test:%d/check; "
-                 "c https://api.test:%d/gzip; "
+                 "c https://api.test:%d/gzip; c https://api.test:%d/big; "
                  "curl -s --max-time 30 -o /dev/null --cacert /workspace/upca.pem https://api.test:%d/check; echo $?",
-                 up_tls, up_http, up_tls, up_tls, up_tls, up_tls, up_tls);
+                 up_tls, up_http, up_tls, up_tls, up_tls, up_tls, up_tls, up_tls);
         out = api_sh("sw", cmd);
-        cr_assert_str_eq(out, "403 403 403 403 200 502 60\n", "%s", out);
+        cr_assert_str_eq(out, "403 403 403 403 200 502 502 60\n", "%s", out);
         free(out);
         cr_assert(audited("sw", "api.test", "allowed", "intercepted"));
         cr_assert(audited("sw", "other.test", "blocked", "secret_refused"), "another host, intercepted");
         cr_assert(audited("sw", "api.test", "blocked", "secret_refused"), "Host != SNI, a body");
         cr_assert(audited("sw", "api.test", "blocked", "encoded_response"));
+        cr_assert(audited("sw", "api.test", "blocked", "bad_response"), "a response head past the cap");
 
         /* a session without secrets: a plain CONNECT, the upstream's own certificate */
         snprintf(cmd, sizeof(cmd),

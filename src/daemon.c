@@ -575,6 +575,7 @@ int daemon_open(const struct sbx_config *cfg, const struct daemon_options *opts,
                 goto fail;
         exec_set_quota(d->exec, d->quota);
         exec_engine_set_runner(d->exec, d->runner);
+        exec_engine_set_secrets(d->exec, d->secrets);
         d->files = (struct files_ctx){.cfg = &d->cfg, .sessions = d->sessions, .runner = d->runner, .exec = d->exec};
         d->metrics_ctx = (struct metrics_ctx){.started_at = d->started_at,
                                               .sessions = d->sessions,

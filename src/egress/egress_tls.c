@@ -289,7 +289,17 @@ bool egress_secrets_decide(struct tunnel *t)
                 egress_secrets_free(t->secrets, t->n_secrets);
                 t->secrets = NULL;
                 t->n_secrets = 0;
+                return true;
         }
+        /* only a value that may go to this host can be sent here, or echoed back: the others go
+         * (their placeholders stay, to be refused) */
+        for (size_t i = 0; i < t->n_secrets; i++)
+                if (t->secrets[i].value && !names_host(&t->secrets[i], t->host)) {
+                        OPENSSL_cleanse(t->secrets[i].value, t->secrets[i].value_len);
+                        free(t->secrets[i].value);
+                        t->secrets[i].value = NULL;
+                        t->secrets[i].value_len = 0;
+                }
         return true;
 }
 

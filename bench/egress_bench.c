@@ -2,7 +2,11 @@
  * HTTP request (p50/p95 of a fresh connection, request and response, to a
  * loopback upstream) and in throughput (MB/s through a CONNECT tunnel),
  * each against a direct loopback connection to the same upstream, in the
- * same run. Host-side: clients connect to a TCP front that hands each
+ * same run. And what interception adds (issue 37, Speed): an HTTPS request
+ * with a secret's placeholder through an intercepted CONNECT (two TLS
+ * handshakes, the swap) against the same request through a plain CONNECT
+ * (one handshake, end to end), p50 of each, interleaved; the CAs are made
+ * with the openssl CLI in a temporary directory. Host-side: clients connect to a TCP front that hands each
  * connection to egress_accept, as the gateway hands egress.sock's; the
  * container's runner hop (127.0.0.1:3128 -> egress.sock) is not included.
  *
@@ -19,12 +23,18 @@
 #include <sys/socket.h>
 #include <unistd.h>
 
+#include <openssl/err.h>
+#include <openssl/ssl.h>
+
 #include "sandboxd/config.h"
 #include "sandboxd/egress.h"
 #include "sandboxd/store.h"
 
 static struct egress *eg;
 static size_t source_bytes;
+static char tmpdir[] = "/tmp/sbx-egress-bench-XXXXXX";
+#define PLACEHOLDER "sbx_ph_0123456789abcdef0123456789abcdef"
+#define VALUE "bench-secret-value"
 
 static int listen_loopback(int *ret_port)
 {
@@ -90,15 +100,150 @@ static void *upstream(void *arg)
         }
 }
 
+/* Front: fd in the low 16 bits; bit 16 set: the session with the secret. */
 static void *front(void *arg)
 {
-        int lfd = (int)(intptr_t)arg;
+        int lfd = (int)(intptr_t)arg & 0xffff;
+        const char *session = ((intptr_t)arg >> 16) ? "sec" : "s";
         for (;;) {
                 int c = accept4(lfd, NULL, NULL, SOCK_CLOEXEC);
                 if (c < 0)
                         return NULL;
-                egress_accept(eg, "bench", "s", c);
+                egress_accept(eg, "bench", session, c);
         }
+}
+
+/* ---- interception (issue 37) ---- */
+
+static char *slurp(const char *name)
+{
+        char path[256], *buf = calloc(1, 1 << 16);
+        FILE *f;
+        snprintf(path, sizeof(path), "%s/%s", tmpdir, name);
+        f = fopen(path, "r");
+        if (!f || !buf || fread(buf, 1, (1 << 16) - 1, f) == 0)
+                exit(1);
+        fclose(f);
+        return buf;
+}
+
+static int sec_attached(const char *user, const char *session, struct egress_secret **ret, size_t *ret_n, void *ud)
+{
+        struct egress_secret *v;
+        *ret = NULL;
+        *ret_n = 0;
+        if (strcmp(session, "sec") != 0)
+                return 0;
+        v = calloc(1, sizeof(*v));
+        v->value = (unsigned char *)strdup(VALUE);
+        v->value_len = strlen(VALUE);
+        snprintf(v->name, sizeof(v->name), "B");
+        snprintf(v->placeholder, sizeof(v->placeholder), PLACEHOLDER);
+        snprintf(v->hosts[0], sizeof(v->hosts[0]), "tls.bench");
+        v->n_hosts = 1;
+        *ret = v;
+        *ret_n = 1;
+        return 0;
+}
+
+static int sec_ca(const char *user, const char *session, char **ret_cert, char **ret_key, void *ud)
+{
+        *ret_cert = slurp("sca.pem");
+        *ret_key = slurp("sca.key");
+        return 0;
+}
+
+/* TLS upstream: a request head in (its Authorization must hold the value), 5 bytes out. */
+static void *tls_upstream(void *arg)
+{
+        int lfd = (int)(intptr_t)arg;
+        char cert[256], key[256], buf[4096];
+        SSL_CTX *ctx = SSL_CTX_new(TLS_server_method());
+
+        snprintf(cert, sizeof(cert), "%s/up.pem", tmpdir);
+        snprintf(key, sizeof(key), "%s/up.key", tmpdir);
+        if (!ctx || SSL_CTX_use_certificate_chain_file(ctx, cert) != 1 ||
+            SSL_CTX_use_PrivateKey_file(ctx, key, SSL_FILETYPE_PEM) != 1)
+                exit(1);
+        for (;;) {
+                int c = accept4(lfd, NULL, NULL, SOCK_CLOEXEC), n = 0, r;
+                SSL *ssl = SSL_new(ctx);
+                if (c < 0)
+                        return NULL;
+                SSL_set_fd(ssl, c);
+                if (SSL_accept(ssl) == 1) {
+                        while (n < (int)sizeof(buf) - 1 && (r = SSL_read(ssl, buf + n, (int)sizeof(buf) - 1 - n)) > 0) {
+                                n += r;
+                                buf[n] = '\0';
+                                if (strstr(buf, "\r\n\r\n"))
+                                        break;
+                        }
+                        const char *ok =
+                                strstr(buf, "Bearer " VALUE) || strstr(buf, "Bearer " PLACEHOLDER)
+                                        ? "HTTP/1.1 200 OK\r\nContent-Length: 5\r\nConnection: close\r\n\r\nhello"
+                                        : "HTTP/1.1 401 No\r\nContent-Length: 0\r\nConnection: close\r\n\r\n";
+                        SSL_write(ssl, ok, (int)strlen(ok));
+                        SSL_shutdown(ssl);
+                }
+                SSL_free(ssl);
+                close(c);
+        }
+}
+
+/* One HTTPS request through a CONNECT on front_port, the client trusting ca; its time, or exit. */
+static double https_ms(int front_port, int tls_port, SSL_CTX *ctx)
+{
+        struct timespec a, b;
+        char req[512], head[256], buf[4096];
+        size_t n = 0;
+        int fd, r, got = 0;
+        SSL *ssl;
+
+        clock_gettime(CLOCK_MONOTONIC, &a);
+        fd = connect_port(front_port);
+        snprintf(req, sizeof(req), "CONNECT tls.bench:%d HTTP/1.1\r\n\r\n", tls_port);
+        if (write(fd, req, strlen(req)) < 0)
+                exit(1);
+        while (n < sizeof(head) - 1) {
+                if (read(fd, head + n, 1) != 1)
+                        exit(1);
+                head[++n] = '\0';
+                if (strstr(head, "\r\n\r\n"))
+                        break;
+        }
+        ssl = SSL_new(ctx);
+        SSL_set_fd(ssl, fd);
+        SSL_set_tlsext_host_name(ssl, "tls.bench");
+        SSL_set1_host(ssl, "tls.bench");
+        if (SSL_connect(ssl) != 1) {
+                ERR_print_errors_fp(stderr);
+                exit(1);
+        }
+        snprintf(req, sizeof(req),
+                 "GET / HTTP/1.1\r\nHost: tls.bench:%d\r\nAuthorization: Bearer " PLACEHOLDER "\r\n\r\n", tls_port);
+        SSL_write(ssl, req, (int)strlen(req));
+        while ((r = SSL_read(ssl, buf + got, (int)sizeof(buf) - 1 - got)) > 0)
+                got += r;
+        buf[got] = '\0';
+        SSL_free(ssl);
+        close(fd);
+        clock_gettime(CLOCK_MONOTONIC, &b);
+        if (!strstr(buf, "hello")) {
+                fprintf(stderr, "egress bench: no answer over HTTPS: %s\n", buf);
+                exit(1);
+        }
+        return (double)((b.tv_sec - a.tv_sec) * 1000000000LL + (b.tv_nsec - a.tv_nsec)) / 1e6;
+}
+
+static SSL_CTX *client_ctx(const char *ca)
+{
+        char path[256];
+        SSL_CTX *ctx = SSL_CTX_new(TLS_client_method());
+        snprintf(path, sizeof(path), "%s/%s", tmpdir, ca);
+        if (!ctx || SSL_CTX_load_verify_locations(ctx, path, NULL) != 1)
+                exit(1);
+        SSL_CTX_set_verify(ctx, SSL_VERIFY_PEER, NULL);
+        return ctx;
 }
 
 static size_t drain(int fd)
@@ -173,8 +318,10 @@ static double megabytes_per_s(int port, const char *connect_req)
 
 int main(int argc, char **argv)
 {
-        int requests = 500, megabytes = 512, http_port, src_port, front_port, hl, sl, fl;
-        char dir[] = "/tmp/sbx-egress-bench-XXXXXX", db[128], opt[512], req[256], creq[256];
+        int requests = 500, megabytes = 512, http_port, src_port, front_port, hl, sl, fl, tls_port, sec_port, tl, scl;
+        char *dir = tmpdir, db[128], opt[1536], req[256], creq[256];
+        double *plain_tls, *swapped_tls;
+        SSL_CTX *up_ctx, *sess_ctx;
         struct sbx_config cfg;
         struct sbx_error err = {0};
         struct store *st;
@@ -193,28 +340,51 @@ int main(int argc, char **argv)
         }
         signal(SIGPIPE, SIG_IGN);
         source_bytes = (size_t)megabytes << 20;
-        if (!mkdtemp(dir))
+        if (!mkdtemp(tmpdir))
                 return 1;
         snprintf(db, sizeof(db), "%s/bench.db", dir);
         if (store_open(db, &st, &err) < 0) {
                 fprintf(stderr, "%s\n", err.msg);
                 return 1;
         }
+        /* the upstream's CA and certificate, and the session's CA (what secrets_ca.c makes in the daemon) */
+        snprintf(opt, sizeof(opt),
+                 "cd %s && { openssl req -x509 -newkey ec -pkeyopt ec_paramgen_curve:prime256v1 -nodes -days 1 "
+                 "-subj /CN=upca -keyout upca.key -out upca.pem && "
+                 "openssl req -newkey ec -pkeyopt ec_paramgen_curve:prime256v1 -nodes -subj /CN=tls.bench "
+                 "-keyout up.key -out up.csr && printf 'subjectAltName=DNS:tls.bench\\n' > ext && "
+                 "openssl x509 -req -in up.csr -CA upca.pem -CAkey upca.key -CAcreateserial -days 1 -extfile ext "
+                 "-out up.pem && openssl req -x509 -newkey ec -pkeyopt ec_paramgen_curve:prime256v1 -nodes -days 1 "
+                 "-subj /CN=sca -addext basicConstraints=critical,CA:TRUE -keyout sca.key -out sca.pem; }"
+                 " >/dev/null 2>&1",
+                 dir);
+        if (system(opt) != 0) {
+                fprintf(stderr, "egress bench: openssl failed\n");
+                return 1;
+        }
+        snprintf(opt, sizeof(opt), "%s/upca.pem", dir);
+        setenv("SSL_CERT_FILE", opt, 1); /* the proxy trusts the upstream as a system CA */
         hl = listen_loopback(&http_port);
         sl = listen_loopback(&src_port);
         fl = listen_loopback(&front_port);
+        tl = listen_loopback(&tls_port);
+        scl = listen_loopback(&sec_port);
         pthread_create(&t, NULL, upstream, (void *)(intptr_t)hl);
         pthread_create(&t, NULL, upstream, (void *)(intptr_t)(sl | (1 << 16)));
+        pthread_create(&t, NULL, tls_upstream, (void *)(intptr_t)tl);
         config_defaults(&cfg);
-        snprintf(opt, sizeof(opt), "up.bench:%d, src.bench:%d", http_port, src_port);
+        snprintf(opt, sizeof(opt), "up.bench:%d, src.bench:%d, tls.bench:%d", http_port, src_port, tls_port);
         cfg.egress_conns_per_minute = 10000000; /* EGRESS_CONNS_PER_MINUTE would cap the bench's connections */
         if (config_set(&cfg, "egress.allow", opt, &err) < 0 ||
-            config_set(&cfg, "egress.resolve", "up.bench=127.0.0.1, src.bench=127.0.0.1", &err) < 0 ||
+            config_set(&cfg, "egress.resolve", "up.bench=127.0.0.1, src.bench=127.0.0.1, tls.bench=127.0.0.1", &err) <
+                    0 ||
             config_set(&cfg, "egress.allow_private", "127.0.0.1/32", &err) < 0 || egress_new(&cfg, st, &eg, &err) < 0) {
                 fprintf(stderr, "%s\n", err.msg);
                 return 1;
         }
+        egress_set_secrets_ops(eg, &(struct egress_secrets_ops){.attached = sec_attached, .ca = sec_ca}, NULL);
         pthread_create(&t, NULL, front, (void *)(intptr_t)fl);
+        pthread_create(&t, NULL, front, (void *)(intptr_t)(scl | (1 << 16)));
 
         direct = calloc((size_t)requests, sizeof(double));
         proxied = calloc((size_t)requests, sizeof(double));
@@ -228,12 +398,22 @@ int main(int argc, char **argv)
         snprintf(creq, sizeof(creq), "CONNECT src.bench:%d HTTP/1.1\r\n\r\n", src_port);
         mb_direct = megabytes_per_s(src_port, NULL);
         mb_proxied = megabytes_per_s(front_port, creq);
+        plain_tls = calloc((size_t)requests, sizeof(double));
+        swapped_tls = calloc((size_t)requests, sizeof(double));
+        up_ctx = client_ctx("upca.pem");
+        sess_ctx = client_ctx("sca.pem");
+        for (int i = 0; i < requests; i++) { /* interleaved, as above */
+                plain_tls[i] = https_ms(front_port, tls_port, up_ctx);
+                swapped_tls[i] = https_ms(sec_port, tls_port, sess_ctx);
+        }
         printf("{\"egress_http_requests\": %d, \"direct_p50_ms\": %.3f, \"direct_p95_ms\": %.3f, "
                "\"proxied_p50_ms\": %.3f, \"proxied_p95_ms\": %.3f, \"added_p50_ms\": %.3f, "
-               "\"tunnel_megabytes\": %d, \"direct_mb_s\": %.0f, \"proxied_mb_s\": %.0f}\n",
+               "\"tunnel_megabytes\": %d, \"direct_mb_s\": %.0f, \"proxied_mb_s\": %.0f, "
+               "\"https_connect_p50_ms\": %.3f, \"https_intercepted_p50_ms\": %.3f, \"intercept_added_p50_ms\": %.3f}\n",
                requests, pct(direct, requests, 0.5), pct(direct, requests, 0.95), pct(proxied, requests, 0.5),
                pct(proxied, requests, 0.95), pct(proxied, requests, 0.5) - pct(direct, requests, 0.5), megabytes,
-               mb_direct, mb_proxied);
+               mb_direct, mb_proxied, pct(plain_tls, requests, 0.5), pct(swapped_tls, requests, 0.5),
+               pct(swapped_tls, requests, 0.5) - pct(plain_tls, requests, 0.5));
         fflush(stdout);
         egress_free(eg);
         store_close(st);

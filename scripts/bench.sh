@@ -321,7 +321,10 @@ wait "$BENCH_PID"
 
 # The egress proxy against a direct loopback connection to the same upstream
 # (host-side, issue 14): added latency per plain HTTP request and MB/s
-# through a CONNECT tunnel. One JSON line beside the main results.
+# through a CONNECT tunnel; and an HTTPS request with a secret's placeholder
+# through an intercepted CONNECT against the same through a plain one
+# (issue 37: https_*_p50_ms, intercept_added_p50_ms). One JSON line beside
+# the main results.
 egress_args=(--requests 500 --megabytes 512)
 [[ ${quick[0]:-} == --quick ]] && egress_args=(--requests 100 --megabytes 64)
 "$BUILD/sandboxd-egress-bench" "${egress_args[@]}" | tee "${json%.json}-egress.json"

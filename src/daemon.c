@@ -26,6 +26,7 @@
 #include "sandboxd/runtime.h"
 #include "sandboxd/scripts.h"
 #include "sandboxd/secrets.h"
+#include "sandboxd/secrets_ca.h"
 #include "sandboxd/quota.h"
 #include "sandboxd/runner.h"
 #include "sandboxd/service.h"
@@ -381,6 +382,21 @@ static const struct session_pool_ops warm_pool_ops = {.applies = warm_applies,
                                                       .make_room = warm_make_room};
 
 /* The egress proxy's blocked decisions, as events (the proxy never calls the core). */
+/* Secrets at the egress proxy (issue 37): the session's attachments with
+ * their values opened, and its CA (secrets_ca.h). On the proxy's loop
+ * thread: store reads only. */
+static int egress_attached(const char *user, const char *session, struct egress_secret **ret, size_t *ret_n, void *ud)
+{
+        struct daemon *d = ud;
+        return secrets_egress_attached(d->secrets, d->store, user, session, ret, ret_n);
+}
+
+static int egress_session_ca(const char *user, const char *session, char **ret_cert, char **ret_key, void *ud)
+{
+        struct daemon *d = ud;
+        return secrets_ca_get(d->secrets, d->store, user, session, ret_cert, ret_key);
+}
+
 static void egress_blocked(const char *user, const char *session, const char *host, int port, const char *reason,
                            void *userdata)
 {
@@ -550,6 +566,10 @@ int daemon_open(const struct sbx_config *cfg, const struct daemon_options *opts,
                 egress_set_blocked_hook(d->egress, egress_blocked, NULL);
         if (r == 0)
                 egress_set_narrow_hook(d->egress, egress_narrowing, d->runner);
+        if (r == 0) {
+                static const struct egress_secrets_ops sec_ops = {.attached = egress_attached, .ca = egress_session_ca};
+                egress_set_secrets_ops(d->egress, &sec_ops, d);
+        }
         if (r == 0)
                 r = gateway_new(&d->cfg, d->egress, &d->gateway, err);
         if (r < 0)
@@ -572,6 +592,7 @@ int daemon_open(const struct sbx_config *cfg, const struct daemon_options *opts,
                 goto fail;
         exec_set_quota(d->exec, d->quota);
         exec_engine_set_runner(d->exec, d->runner);
+        exec_engine_set_secrets(d->exec, d->secrets);
         d->files = (struct files_ctx){.cfg = &d->cfg, .sessions = d->sessions, .runner = d->runner, .exec = d->exec};
         d->metrics_ctx = (struct metrics_ctx){.started_at = d->started_at,
                                               .sessions = d->sessions,

@@ -29,6 +29,7 @@
 
 #include "sandboxd/common.h"
 #include "sandboxd/config.h"
+#include "sandboxd/egress_policy.h" /* EGRESS_HOST_MAX */
 
 struct egress;
 struct store;
@@ -69,6 +70,30 @@ typedef bool (*egress_narrow_fn)(const char *user, const char *session, unsigned
                                  struct egress_net *ret, char ret_id[40], void *userdata);
 /* Set once, before the first connection; NULL: nothing is narrowed. */
 void egress_set_narrow_hook(struct egress *eg, egress_narrow_fn fn, void *userdata);
+/* Secrets (issue 37; docs/security.md "Secrets"). A session's attached
+ * secrets as the proxy needs them: each placeholder (refused anywhere it
+ * may not go), its hosts and header, and its value (NULL when it cannot be
+ * opened: then the proxy never swaps it). Values are wiped when freed. */
+#define EGRESS_SECRET_HOSTS 8
+struct egress_secret {
+        char name[65];
+        char placeholder[40];
+        char header[65]; /* "" = any header */
+        char hosts[EGRESS_SECRET_HOSTS][EGRESS_HOST_MAX];
+        size_t n_hosts;
+        unsigned char *value; /* malloc'd, NUL-terminated */
+        size_t value_len;
+};
+void egress_secrets_free(struct egress_secret *v, size_t n);
+struct egress_secrets_ops {
+        /* The session's attachments (malloc'd array; n 0 when none). */
+        int (*attached)(const char *user, const char *session, struct egress_secret **ret, size_t *ret_n, void *ud);
+        /* The session's CA, made on first use: certificate and key, PEM, malloc'd (the key wiped by the caller). */
+        int (*ca)(const char *user, const char *session, char **ret_cert_pem, char **ret_key_pem, void *ud);
+};
+/* Set once, before the first connection; without it nothing is intercepted
+ * and no placeholder is looked for. Called on the proxy's loop thread. */
+void egress_set_secrets_ops(struct egress *eg, const struct egress_secrets_ops *ops, void *userdata);
 /* Closes every tunnel and stops the thread. NULL is fine. */
 void egress_free(struct egress *eg);
 

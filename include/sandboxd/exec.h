@@ -191,6 +191,11 @@ void exec_set_quota(struct exec_engine *e, struct quota *q);
  * docker exec). Set once, before the first execution. */
 struct runner_hub;
 void exec_engine_set_runner(struct exec_engine *e, struct runner_hub *h);
+/* Mask the values of a session's attached secrets in its executions'
+ * output (issue 37, item 4; a second line of defence: the sandbox holds only
+ * placeholders). Set once, before the first execution; NULL: no masking. */
+struct secrets;
+void exec_engine_set_secrets(struct exec_engine *e, const struct secrets *s);
 /* After a restart. Executions the session's runner may still run (RUNNING
  * with a runner tag) are registered as live at once — they hold their
  * slots and caps, and exec_status waits on them — and re-adopted by

@@ -8,6 +8,7 @@
 #define SANDBOXD_RUNNER_DIR_H
 
 #include <stdbool.h>
+#include <stddef.h>
 
 #include "sandboxd/common.h"
 #include "sandboxd/config.h" /* SBX_PATH_MAX */
@@ -23,6 +24,14 @@ int runner_dir_listen(const char *root, const char *user, const char *session, b
 /* Listen on another socket name in the session's open directory (the
  * gateway's egress.sock, fwd.sock), replacing a stale one; mode 0666. */
 int runner_dir_listen_name(int dirfd, const char *name, int *ret_lfd);
+/* The session's CA bundle (secrets_ca.h), RP_SOCKET_DIR "/" this inside. */
+#define RUNNER_DIR_CA_BUNDLE "ca-bundle.pem"
+/* Write name (mode 0644) into the directory at dir, atomically (a
+ * temporary file renamed over it), opened without following links. 0, or
+ * -EEXIST when it is there already and replace is false. */
+int runner_dir_put_file(const char *dir, const char *name, const void *data, size_t len, bool replace);
+/* Whether the directory at dir holds name (not following links). */
+bool runner_dir_has(const char *dir, const char *name);
 /* Remove the directory and what sandboxd put in it. */
 void runner_dir_remove(const char *root, const char *user, const char *session);
 /* Rename the directory of (from) to that of (to), replacing a stale one of

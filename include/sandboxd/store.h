@@ -662,7 +662,15 @@ int store_session_secret_detach(struct store *s, const char *user, const char *s
 /* session's attachments by name. malloc'd array. */
 int store_session_secret_list(struct store *s, const char *user, const char *session, struct store_session_secret **ret,
                               size_t *ret_n);
-/* Every attachment of session (its destroy). */
+/* Every attachment of session and its CA (its destroy). */
 int store_session_secret_drop(struct store *s, const char *user, const char *session);
+
+/* The session's CA (issue 37; secrets_ca.h): its certificate (PEM) and its
+ * key sealed by secrets.c. add keeps an existing row (the first writer
+ * wins); get: -ENOENT when the session has none. */
+int store_session_ca_add(struct store *s, const char *user, const char *session, const char *cert_pem,
+                         const char *key_sealed);
+int store_session_ca_get(struct store *s, const char *user, const char *session, char **ret_cert_pem,
+                         char **ret_key_sealed);
 
 #endif

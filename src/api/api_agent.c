@@ -21,8 +21,12 @@
 #include "sandboxd/daemon.h"
 #include "sandboxd/exec.h"
 #include "sandboxd/log.h"
+#include "sandboxd/runner.h"
+#include "sandboxd/runner_dir.h"
+#include "sandboxd/runner_proto.h"
 #include "sandboxd/scripts.h"
 #include "sandboxd/secrets.h"
+#include "sandboxd/secrets_ca.h"
 #include "sandboxd/session.h"
 #include "sandboxd/store.h"
 #include "sandboxd/testrun.h"
@@ -107,6 +111,46 @@ static int env_add_default(const char **env, char **env_buf, size_t *n_env, size
         return 0;
 }
 
+/* A session with a secret attached trusts its own CA (secrets_ca.h): the
+ * bundle goes into its runner directory (root's, mounted read-only, so
+ * nothing in it was planted by the container) and the usual variables name
+ * it. Without a runner there is no egress proxy to intercept, and no bundle. */
+static int ca_env(struct api_req *q, const char **env, char **env_buf, size_t *n_env, size_t max, struct fronterr *e)
+{
+        static const char *const vars[] = {"SSL_CERT_FILE",  "REQUESTS_CA_BUNDLE", "NODE_EXTRA_CA_CERTS",
+                                           "CURL_CA_BUNDLE", "PIP_CERT",           "NPM_CONFIG_CAFILE"};
+        char dir[SBX_PATH_MAX];
+        _cleanup_free_ char *cert = NULL, *bundle = NULL;
+        size_t len = 0;
+        int r;
+
+        if (!q->d->secrets)
+                return 0;
+        /* the directory is the container's: made first (the execution would make it next anyway) */
+        if (api_preflight_session(q, e) < 0)
+                return -1;
+        if (runner_hub_dir(q->d->runner, q->tok.user, q->session, dir) < 0 || dir[0] != '/')
+                return 0;
+        if (!runner_dir_has(dir, RUNNER_DIR_CA_BUNDLE)) {
+                r = secrets_ca_get(q->d->secrets, q->d->store, q->tok.user, q->session, &cert, NULL);
+                if (r == 0)
+                        r = secrets_ca_bundle(cert, &bundle, &len);
+                if (r == 0)
+                        r = runner_dir_put_file(dir, RUNNER_DIR_CA_BUNDLE, bundle, len, false);
+                if (r < 0 && r != -EEXIST) {
+                        log_ctx(LOG_LEVEL_WARN, q->tok.user, q->session, NULL,
+                                "cannot write the session's CA bundle: %s", strerror(-r));
+                        return 0;
+                }
+        }
+        for (size_t i = 0; i < ELEMENTSOF(vars); i++) {
+                r = env_add_default(env, env_buf, n_env, max, vars[i], RP_SOCKET_DIR "/" RUNNER_DIR_CA_BUNDLE, e);
+                if (r < 0)
+                        return r;
+        }
+        return 0;
+}
+
 int api_agent_default_env(struct api_req *q, const char **env, char **env_buf, size_t *n_env, size_t max,
                           struct fronterr *e)
 {
@@ -132,6 +176,8 @@ int api_agent_default_env(struct api_req *q, const char **env, char **env_buf, s
                 r = fronterr_set(e, "internal", "cannot read the session's secrets");
         for (size_t i = 0; r == 0 && i < n_att; i++)
                 r = env_add_default(env, env_buf, n_env, max, att[i].name, att[i].placeholder, e);
+        if (r == 0 && n_att > 0)
+                r = ca_env(q, env, env_buf, n_env, max, e);
         return r;
 }
 

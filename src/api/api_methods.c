@@ -713,7 +713,7 @@ static const struct api_method_doc methods_doc[] = {
         {"attach_secret", m_attach_secret,
          "{name}",
          "{session, name, secrets: [name, ...]}",
-         "Connector tokens only. Attach one of the user's secrets to the session: its executions get name=placeholder in their environment (a random sbx_ph_ + 32 hex, per session and attachment), never the value. At most 16 per session; create_session {secrets} attaches at creation. A fork or a restore starts with none."},
+         "Connector tokens only. Attach one of the user's secrets to the session: its executions get name=placeholder in their environment (a random sbx_ph_ + 32 hex, per session and attachment), never the value. The egress proxy puts the value in place of the placeholder in a request header (or Basic auth) of an HTTPS request to one of the secret's hosts, intercepting TLS with a CA of the session's own (SSL_CERT_FILE, REQUESTS_CA_BUNDLE, NODE_EXTRA_CA_CERTS, CURL_CA_BUNDLE, PIP_CERT and NPM_CONFIG_CAFILE name its bundle in the executions); the placeholder sent anywhere else is refused (403, audited secret_refused), and the value coming back is replaced by the placeholder. At most 16 per session; create_session {secrets} attaches at creation. A fork or a restore starts with none."},
         {"detach_secret", m_detach_secret,
          "{name}",
          "{session, name, secrets: [name, ...]}",

@@ -366,6 +366,7 @@ void egress_free(struct egress *eg)
                 evdns_base_free(eg->dns, 0);
         if (eg->base)
                 event_base_free(eg->base);
+        egress_tls_free(eg->tls);
         egress_free_config(eg);
         pthread_cond_destroy(&eg->done_cond);
         pthread_mutex_destroy(&eg->lock);

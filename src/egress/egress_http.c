@@ -4,9 +4,12 @@
  * parsing is Debian's libhttp-parser; only the header filtering is written
  * here. Loop thread only. */
 #include <stdio.h>
+#include <stdlib.h>
 #include <string.h>
 #include <strings.h>
 
+#include "sandboxd/secrets.h"
+#include "sandboxd/utf8.h"
 #include "egress_internal.h"
 
 static int arena_add(struct tunnel *t, const char *at, size_t len, uint32_t *ret_off)
@@ -206,3 +209,199 @@ void egress_http_write_head(struct tunnel *t, struct evbuffer *out, bool absolut
         }
         evbuffer_add_printf(out, "Connection: close\r\n\r\n");
 }
+
+/* ---- secrets (issue 37): placeholders in a request head ---- */
+
+int egress_placeholder_find(const struct tunnel *t, const char *buf, size_t len, size_t *ret_at)
+{
+        static const char prefix[] = SECRETS_PLACEHOLDER_PREFIX;
+        const size_t plen = sizeof(prefix) - 1;
+        const char *p = buf, *end = buf + len;
+
+        while ((size_t)(end - p) >= plen && (p = memmem(p, (size_t)(end - p), prefix, plen)) != NULL) {
+                for (size_t i = 0; i < t->n_secrets; i++) {
+                        size_t n = strlen(t->secrets[i].placeholder);
+                        if (n > 0 && (size_t)(end - p) >= n && memcmp(p, t->secrets[i].placeholder, n) == 0) {
+                                *ret_at = (size_t)(p - buf);
+                                return (int)i;
+                        }
+                }
+                p++;
+        }
+        return -1;
+}
+
+bool egress_http_head_has_placeholder(const struct tunnel *t)
+{
+        size_t at;
+
+        if (egress_placeholder_find(t, t->arena + t->url, t->url_len, &at) >= 0)
+                return true;
+        for (int i = 0; i < t->n_hdrs; i++) {
+                const struct hdr *h = &t->hdrs[i];
+                if (egress_placeholder_find(t, t->arena + h->name, h->name_len, &at) >= 0 ||
+                    egress_placeholder_find(t, t->arena + h->value, h->value_len, &at) >= 0)
+                        return true;
+        }
+        return false;
+}
+
+static bool secret_names_host(const struct egress_secret *s, const char *host)
+{
+        for (size_t i = 0; i < s->n_hosts; i++)
+                if (strcasecmp(s->hosts[i], host) == 0)
+                        return true;
+        return false;
+}
+
+/* The Host header names t->host (and t->port, or 443 when it names none). */
+static bool host_header_matches(const struct tunnel *t, const struct hdr *h)
+{
+        const char *v = t->arena + h->value, *colon = memchr(v, ':', h->value_len);
+        size_t n = colon ? (size_t)(colon - v) : h->value_len;
+        int port = 443;
+
+        if (colon) {
+                char digits[8];
+                size_t dn = h->value_len - n - 1;
+                if (dn == 0 || dn >= sizeof(digits))
+                        return false;
+                memcpy(digits, colon + 1, dn);
+                digits[dn] = '\0';
+                if (strspn(digits, "0123456789") != dn)
+                        return false;
+                port = atoi(digits);
+        }
+        return n == strlen(t->host) && strncasecmp(v, t->host, n) == 0 && port == t->port;
+}
+
+#define SWAPS_MAX 16 /* values put into one request head, at most (SECRETS_VALUE_MAX each) */
+
+/* Copy v[0, len) to out with each placeholder replaced by its value where it
+ * may go; the reason to refuse otherwise. */
+static const char *swap_into(struct tunnel *t, struct evbuffer *out, const char *v, size_t len, const struct hdr *h,
+                             bool host_ok, int *swaps, char *detail, size_t dsize)
+{
+        size_t at;
+        int i;
+
+        while ((i = egress_placeholder_find(t, v, len, &at)) >= 0) {
+                const struct egress_secret *s = &t->secrets[i];
+                if (!host_ok || !s->value || !secret_names_host(s, t->host) ||
+                    (s->header[0] && !name_is(t, h, s->header))) {
+                        snprintf(detail, dsize,
+                                 "secret %s goes only in %s to its hosts, when the TLS name and the Host header "
+                                 "agree with the CONNECT",
+                                 s->name, s->header[0] ? s->header : "a header");
+                        return "secret_refused";
+                }
+                if (++*swaps > SWAPS_MAX) {
+                        snprintf(detail, dsize, "more than %d secret values in one request", SWAPS_MAX);
+                        return "secret_refused";
+                }
+                evbuffer_add(out, v, at);
+                evbuffer_add(out, s->value, s->value_len);
+                at += strlen(s->placeholder);
+                v += at;
+                len -= at;
+        }
+        evbuffer_add(out, v, len);
+        return NULL;
+}
+
+const char *egress_http_write_swapped(struct tunnel *t, struct evbuffer *out, const char *sni, char *ret_detail,
+                                      size_t detail_size)
+{
+        const struct hdr *host = NULL;
+        bool host_ok;
+        int swaps = 0;
+        size_t at;
+
+        if (egress_placeholder_find(t, t->arena + t->url, t->url_len, &at) >= 0) {
+                snprintf(ret_detail, detail_size, "a secret's placeholder goes only in a header");
+                return "secret_refused";
+        }
+        for (int i = 0; i < t->n_hdrs; i++) {
+                if (egress_placeholder_find(t, t->arena + t->hdrs[i].name, t->hdrs[i].name_len, &at) >= 0) {
+                        snprintf(ret_detail, detail_size, "a secret's placeholder goes only in a header's value");
+                        return "secret_refused";
+                }
+                if (name_is(t, &t->hdrs[i], "Host")) {
+                        if (host) {
+                                snprintf(ret_detail, detail_size, "more than one Host header");
+                                return "bad_request";
+                        }
+                        host = &t->hdrs[i];
+                }
+        }
+        host_ok = sni && strcasecmp(sni, t->host) == 0 && host && host_header_matches(t, host);
+        evbuffer_add_printf(out, "%s %.*s HTTP/1.1\r\n", t->method, (int)t->url_len, t->arena + t->url);
+        for (int i = 0; i < t->n_hdrs; i++) {
+                const struct hdr *h = &t->hdrs[i];
+                const char *v = t->arena + h->value, *why;
+                if ((hop_by_hop(t, h) && h != host) || name_is(t, h, "Accept-Encoding"))
+                        continue;
+                evbuffer_add(out, t->arena + h->name, h->name_len);
+                evbuffer_add(out, ": ", 2);
+                if (name_is(t, h, "Authorization") && h->value_len > 6 && strncasecmp(v, "Basic ", 6) == 0) {
+                        /* Basic auth: the placeholder is inside the base64 */
+                        unsigned char *raw = NULL;
+                        size_t raw_len = 0;
+                        if (base64_decode(v + 6, h->value_len - 6, &raw, &raw_len) == 0) {
+                                struct evbuffer *plain = evbuffer_new();
+                                char *enc = NULL;
+                                why = plain ? swap_into(t, plain, (const char *)raw, raw_len, h, host_ok, &swaps,
+                                                        ret_detail, detail_size)
+                                            : "internal";
+                                if (!why) {
+                                        size_t n = evbuffer_get_length(plain);
+                                        enc = base64_encode(evbuffer_pullup(plain, -1), n);
+                                        if (enc)
+                                                evbuffer_add_printf(out, "Basic %s\r\n", enc);
+                                        else
+                                                why = "internal";
+                                }
+                                if (plain) {
+                                        evbuffer_pullup(plain, -1);
+                                        evbuffer_free(plain);
+                                }
+                                free(enc);
+                                free(raw);
+                                if (why)
+                                        return why;
+                                continue;
+                        }
+                }
+                why = swap_into(t, out, v, h->value_len, h, host_ok, &swaps, ret_detail, detail_size);
+                if (why)
+                        return why;
+                evbuffer_add(out, "\r\n", 2);
+        }
+        evbuffer_add_printf(out, "Accept-Encoding: identity\r\nConnection: close\r\n\r\n");
+        return NULL;
+}
+
+/* The body of an intercepted request: trailers are refused (a header
+ * after the body is not looked at). */
+static int refuse_trailer(http_parser *p, const char *at, size_t len)
+{
+        return -1;
+}
+
+const http_parser_settings egress_icpt_body_settings = {
+        .on_header_field = refuse_trailer,
+        .on_header_value = refuse_trailer,
+        .on_body = egress_icpt_on_body,
+        .on_message_complete = egress_icpt_on_request_done,
+};
+
+/* An intercepted response: the status text and headers into t->arena (as a
+ * request's target and headers), the rest to egress_tls.c. */
+const http_parser_settings egress_icpt_response_settings = {
+        .on_status = on_url,
+        .on_header_field = on_field,
+        .on_header_value = on_value,
+        .on_headers_complete = egress_icpt_on_response_head,
+        .on_body = egress_icpt_on_response_body,
+        .on_message_complete = egress_icpt_on_response_done,
+};

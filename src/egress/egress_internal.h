@@ -71,6 +71,10 @@ struct egress {
 
         atomic_int n_open;
         atomic_uint_least64_t allowed, blocked;
+
+        struct egress_secrets_ops sec_ops; /* set before the first connection (egress_set_secrets_ops) */
+        void *sec_ud;
+        struct egress_tls *tls; /* egress_tls.c: TLS contexts and leaf certificates, loop thread only */
 };
 
 enum tstate { T_HEAD, T_RESOLVE, T_CONNECT, T_PROXY_HS, T_RELAY };
@@ -130,6 +134,11 @@ struct tunnel {
         bool from_runner, from_read, from_narrowed;
         uint16_t from;
         uint32_t from_tag;
+        /* secrets (issue 37; egress_tls.c): the session's attachments while this request needs them */
+        struct egress_secret *secrets;
+        size_t n_secrets;
+        bool intercept;    /* a CONNECT to a host an attached secret names: TLS is terminated here */
+        struct icpt *icpt; /* the intercepted connection's state */
 };
 
 /* Request head callbacks: url and headers into t->arena, head_done,
@@ -145,6 +154,45 @@ const char *egress_http_target(struct tunnel *t, const char **ret_path, size_t *
  * `absolute`, for an upstream proxy), Host from the target, hop-by-hop
  * headers dropped, Connection: close. */
 void egress_http_write_head(struct tunnel *t, struct evbuffer *out, bool absolute, const char *path, size_t path_len);
+
+/* The first attached placeholder in buf[0, len): its index in
+ * t->secrets, or -1; *ret_at its offset. */
+int egress_placeholder_find(const struct tunnel *t, const char *buf, size_t len, size_t *ret_at);
+/* Does the request head as parsed (target, header names and values) hold
+ * an attached placeholder? */
+bool egress_http_head_has_placeholder(const struct tunnel *t);
+/* An intercepted request's head as it goes upstream (egress_tls.c): the
+ * target as sent, hop-by-hop headers dropped, Accept-Encoding: identity,
+ * Connection: close, and each placeholder replaced by its value where it
+ * may be: sni, the Host header and t->host agree, the secret names
+ * t->host, and names this header if it names one. NULL when out holds
+ * the head; otherwise (also a placeholder in the target or in a header's
+ * name) the reason to refuse, with a detail that never holds a placeholder
+ * or a value. */
+const char *egress_http_write_swapped(struct tunnel *t, struct evbuffer *out, const char *sni, char *ret_detail,
+                                      size_t detail_size);
+/* An intercepted request's body (after its head) and an intercepted
+ * response: egress_tls.c's callbacks behind http_parser. */
+extern const http_parser_settings egress_icpt_body_settings;
+extern const http_parser_settings egress_icpt_response_settings;
+int egress_icpt_on_body(http_parser *p, const char *at, size_t len);
+int egress_icpt_on_request_done(http_parser *p);
+int egress_icpt_on_response_head(http_parser *p);
+int egress_icpt_on_response_body(http_parser *p, const char *at, size_t len);
+int egress_icpt_on_response_done(http_parser *p);
+
+/* ---- egress_tls.c (secrets: interception) ---- */
+
+/* After the policy allowed t: its session's attachments. A placeholder in
+ * the request head is refused (false: t is refused); a CONNECT to a host
+ * an attached secret names is intercepted (t->intercept). */
+bool egress_secrets_decide(struct tunnel *t);
+/* The intercepted tunnel's upstream is connected: TLS to it (verified),
+ * then the 200 and TLS to the client with a leaf of the session's CA. */
+void egress_icpt_start(struct tunnel *t);
+/* Release what interception holds (egress_tunnel_free). */
+void egress_icpt_free(struct tunnel *t);
+void egress_tls_free(struct egress_tls *tls);
 
 /* ---- egress_tunnel.c ---- */
 

@@ -212,6 +212,12 @@ static void start_relay(struct tunnel *t)
 /* The destination is connected (or the upstream proxy agreed): go. */
 static void upstream_ready(struct tunnel *t)
 {
+        if (t->intercept) { /* a host a secret goes to: TLS ends here (egress_tls.c) */
+                free(t->arena);
+                t->arena = NULL;
+                egress_icpt_start(t);
+                return;
+        }
         if (!t->is_connect) {
                 const char *path = "/";
                 size_t path_len = 1;
@@ -251,7 +257,10 @@ static void proxy_hs_read(struct bufferevent *bev, void *arg)
                 return;
         }
         evbuffer_drain(in, n);
-        start_relay(t);
+        if (t->intercept)
+                egress_icpt_start(t);
+        else
+                start_relay(t);
 }
 
 static void connect_event(struct bufferevent *bev, short what, void *arg)

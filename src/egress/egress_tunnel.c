@@ -103,6 +103,7 @@ void egress_tunnel_free(struct tunnel *t)
 {
         struct egress *eg = t->eg;
 
+        egress_icpt_free(t);
         dns_drop(t);
         if (t->s) {
                 if (t->prev)
@@ -420,6 +421,8 @@ static void decide(struct tunnel *t)
                 return;
         }
         if (!narrow_ok(t))
+                return;
+        if (!egress_secrets_decide(t))
                 return;
         if (!rate_ok(t)) {
                 egress_tunnel_refuse(t, 429, "cap_rate",

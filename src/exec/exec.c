@@ -7,6 +7,7 @@
  * e->lock (the registry, refs, workers) before x->lock (an execution's
  * state) and x->stdin_lock (its stdin queue); never a Docker call under
  * any of them. */
+#include "sandboxd/secrets_ca.h"
 #include "sandboxd/exec.h"
 
 #include <errno.h>
@@ -160,6 +161,11 @@ static void execution_free(struct execution *x)
         free(x->stdin_data);
         free(x->code);
         free(x->network);
+        egress_secrets_free(x->mask, x->n_mask);
+        for (int i = 0; i < 2; i++) {
+                free(x->mask_tail[i]);
+                x->mask_tail[i] = NULL;
+        }
         for (int i = 0; i < 2; i++)
                 if (x->spool_fd[i] >= 0)
                         close(x->spool_fd[i]);
@@ -167,6 +173,7 @@ static void execution_free(struct execution *x)
         pthread_mutex_destroy(&x->lock);
         pthread_cond_destroy(&x->cond);
         pthread_mutex_destroy(&x->stdin_lock);
+        pthread_mutex_destroy(&x->mask_lock);
         free(x);
 }
 
@@ -183,6 +190,7 @@ struct execution *execution_new(struct exec_engine *e, const char *id)
         pthread_mutex_init(&x->lock, NULL);
         pthread_cond_init(&x->cond, NULL);
         pthread_mutex_init(&x->stdin_lock, NULL);
+        pthread_mutex_init(&x->mask_lock, NULL);
         sbx_strlcpy(x->id, id, sizeof(x->id));
         for (int k = 0; k < 2; k++)
                 snprintf(x->spool[k], sizeof(x->spool[k]), "%s/%s.%s", e->spool_dir, x->id, k ? "stderr" : "stdout");
@@ -311,6 +319,11 @@ int exec_engine_new(const struct sbx_config *cfg, struct engine *d, struct store
 void exec_engine_set_runner(struct exec_engine *e, struct runner_hub *h)
 {
         e->runner = h;
+}
+
+void exec_engine_set_secrets(struct exec_engine *e, const struct secrets *s)
+{
+        e->secrets = s;
 }
 
 void exec_set_quota(struct exec_engine *e, struct quota *q)
@@ -479,6 +492,10 @@ static int build(struct exec_engine *e, const struct exec_request *req, struct e
         }
         x->on_output = req->on_output;
         x->userdata = req->userdata;
+        if (e->secrets && secrets_egress_attached(e->secrets, e->store, x->user, x->session, &x->mask, &x->n_mask) == 0)
+                for (size_t i = 0; i < x->n_mask; i++)
+                        if (x->mask[i].value && x->mask[i].value_len > x->mask_max)
+                                x->mask_max = x->mask[i].value_len;
         x->created_at = sbx_wall_ms();
         x->exit_code = -1;
         x->state = EXEC_PENDING;

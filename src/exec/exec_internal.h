@@ -34,6 +34,7 @@
 #include <stdint.h>
 
 #include "sandboxd/common.h"
+#include "sandboxd/egress.h"
 #include "sandboxd/exec.h"
 #include "sandboxd/reqctx.h"
 #include "sandboxd/runner.h"
@@ -42,6 +43,14 @@ struct engine_stream;
 struct session;
 
 struct execution {
+        /* the session's attached secrets whose values are masked in the output
+         * (exec_worker.c), read at the start; the last mask_max-1 bytes of each
+         * stream are held back until more come or it ends */
+        struct egress_secret *mask;
+        size_t n_mask, mask_max;
+        char *mask_tail[2];
+        size_t mask_tail_len[2];
+        pthread_mutex_t mask_lock; /* the tails: output (a runner's thread) and the end (the worker) */
         struct exec_engine *e;
         int refs;               /* e->lock */
         struct execution *next; /* e->live (e->lock) */
@@ -120,6 +129,7 @@ struct exec_engine {
         struct session_manager *sessions;
         struct quota *quota; /* per-user limits; NULL: the config defaults */
         struct runner_hub *runner;
+        const struct secrets *secrets; /* values masked in output (exec_engine_set_secrets) */
         char spool_dir[SBX_PATH_MAX + 16];
 
         pthread_mutex_t lock;

@@ -57,7 +57,87 @@ static const char kill_script[] =
 /* Writes stdin to the file $1 (a path the daemon chose). */
 static const char write_script[] = "umask 077; cat > \"$1\"";
 
+static void on_raw_chunk(struct execution *x, int k, const char *buf, size_t n);
+
+/* The output with each attached value replaced by its placeholder, across
+ * chunks: (held tail + buf), every whole value masked, the last mask_max-1
+ * bytes held back unless final (a value may continue in the next chunk). */
+static void on_chunk_masked(struct execution *x, int k, const char *buf, size_t n, bool final)
+{
+        size_t total = x->mask_tail_len[k] + n, cur = 0, keep;
+        char *w = malloc(total ? total : 1);
+
+        if (!w) {
+                /* no memory to mask: drop the chunk rather than pass a value */
+                return;
+        }
+        if (x->mask_tail_len[k])
+                memcpy(w, x->mask_tail[k], x->mask_tail_len[k]);
+        if (n)
+                memcpy(w + x->mask_tail_len[k], buf, n);
+        x->mask_tail_len[k] = 0;
+        for (;;) {
+                const char *best = NULL;
+                size_t bi = 0;
+                for (size_t i = 0; i < x->n_mask; i++) {
+                        const struct egress_secret *m = &x->mask[i];
+                        const char *p;
+                        if (!m->value || m->value_len > total - cur)
+                                continue;
+                        p = memmem(w + cur, total - cur, m->value, m->value_len);
+                        if (p && (!best || p < best)) {
+                                best = p;
+                                bi = i;
+                        }
+                }
+                if (!best)
+                        break;
+                if (best > w + cur)
+                        on_raw_chunk(x, k, w + cur, (size_t)(best - (w + cur)));
+                on_raw_chunk(x, k, x->mask[bi].placeholder, strlen(x->mask[bi].placeholder));
+                cur = (size_t)(best - w) + x->mask[bi].value_len;
+        }
+        keep = final ? 0 : x->mask_max - 1;
+        if (keep > total - cur)
+                keep = total - cur;
+        if (total - cur > keep)
+                on_raw_chunk(x, k, w + cur, total - cur - keep);
+        if (keep) {
+                if (!x->mask_tail[k])
+                        x->mask_tail[k] = malloc(x->mask_max);
+                if (x->mask_tail[k]) {
+                        memcpy(x->mask_tail[k], w + total - keep, keep);
+                        x->mask_tail_len[k] = keep;
+                }
+        }
+        explicit_bzero(w, total);
+        free(w);
+}
+
 static void on_chunk(struct execution *x, int k, const char *buf, size_t n)
+{
+        if (x->mask_max == 0) {
+                on_raw_chunk(x, k, buf, n);
+                return;
+        }
+        pthread_mutex_lock(&x->mask_lock);
+        on_chunk_masked(x, k, buf, n, false);
+        pthread_mutex_unlock(&x->mask_lock);
+}
+
+/* The held-back tails, at the end of the output. */
+static void mask_flush(struct execution *x)
+{
+        if (x->mask_max == 0)
+                return;
+        pthread_mutex_lock(&x->mask_lock);
+        for (int k = 0; k < 2; k++)
+                if (x->mask_tail_len[k])
+                        on_chunk_masked(x, k, NULL, 0, true);
+        pthread_mutex_unlock(&x->mask_lock);
+}
+
+static void on_raw_chunk(struct execution *x, int k, const char *buf, size_t n)
 {
         uint64_t cap = (uint64_t)x->e->cfg->exec_output_cap_bytes;
 
@@ -319,6 +399,7 @@ static const struct kill_ops runner_kill_ops = {.first = runner_first, .kill = r
 static void set_final_state(struct execution *x, struct session *s, uint64_t oom_before, enum exec_cause why,
                             bool container_died, bool sigkilled)
 {
+        mask_flush(x);
         if (why == EXEC_CAUSE_CANCELLED)
                 execution_set_state(x, EXEC_CANCELLED, EXEC_CAUSE_CANCELLED);
         else if (why == EXEC_CAUSE_TIMEOUT)
@@ -706,6 +787,7 @@ static void finish_failed(struct run *c, int r)
         snprintf(x->error, sizeof(x->error), "%s", c->err.msg[0] ? c->err.msg : strerror(-r));
         x->duration_ms = sbx_now_ms() - c->start;
         pthread_mutex_unlock(&x->lock);
+        mask_flush(x);
         execution_set_state(x, EXEC_FAILED, EXEC_CAUSE_ERROR);
         log_ctx(LOG_LEVEL_WARN, x->user, x->session, x->container_id[0] ? x->container_id : NULL,
                 "execution %s could not run: %s", x->id, x->error);
@@ -716,6 +798,7 @@ static void finish_failed(struct run *c, int r)
  * produced so far; the next daemon adopts it. */
 static void finish_detached(struct run *c)
 {
+        mask_flush(c->x);
         execution_persist(c->x);
         session_release(c->s);
         exec_mark_finished(c->x);

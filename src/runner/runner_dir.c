@@ -99,8 +99,55 @@ static void remove_at(int root, const char *hash)
                 (void)unlinkat(dfd, RUNNER_PEER_FILE, 0);
                 (void)unlinkat(dfd, RP_EGRESS_SOCKET_NAME, 0);
                 (void)unlinkat(dfd, RP_FWD_SOCKET_NAME, 0);
+                (void)unlinkat(dfd, RUNNER_DIR_CA_BUNDLE, 0);
+                (void)unlinkat(dfd, RUNNER_DIR_CA_BUNDLE ".tmp", 0);
         }
         (void)unlinkat(root, hash, AT_REMOVEDIR);
+}
+
+int runner_dir_put_file(const char *dir, const char *name, const void *data, size_t len, bool replace)
+{
+        _cleanup_close_ int dfd = open(dir, O_RDONLY | O_DIRECTORY | O_NOFOLLOW | O_CLOEXEC);
+        _cleanup_close_ int fd = -1;
+        char tmp[128];
+        const char *p = data;
+        struct stat st;
+
+        if (dfd < 0)
+                return -errno;
+        if (!replace && fstatat(dfd, name, &st, AT_SYMLINK_NOFOLLOW) == 0)
+                return -EEXIST;
+        snprintf(tmp, sizeof(tmp), "%s.tmp", name);
+        (void)unlinkat(dfd, tmp, 0);
+        fd = openat(dfd, tmp, O_WRONLY | O_CREAT | O_EXCL | O_NOFOLLOW | O_CLOEXEC, 0644);
+        if (fd < 0)
+                return -errno;
+        while (len > 0) {
+                ssize_t k = write(fd, p, len);
+                if (k < 0 && errno == EINTR)
+                        continue;
+                if (k <= 0) {
+                        int r = k < 0 ? -errno : -EIO;
+                        (void)unlinkat(dfd, tmp, 0);
+                        return r;
+                }
+                p += k;
+                len -= (size_t)k;
+        }
+        if (fchmod(fd, 0644) < 0 || renameat(dfd, tmp, dfd, name) < 0) {
+                int r = -errno;
+                (void)unlinkat(dfd, tmp, 0);
+                return r;
+        }
+        return 0;
+}
+
+bool runner_dir_has(const char *dir, const char *name)
+{
+        _cleanup_close_ int dfd = open(dir, O_RDONLY | O_DIRECTORY | O_NOFOLLOW | O_CLOEXEC);
+        struct stat st;
+
+        return dfd >= 0 && fstatat(dfd, name, &st, AT_SYMLINK_NOFOLLOW) == 0 && S_ISREG(st.st_mode);
 }
 
 void runner_dir_remove(const char *root_path, const char *user, const char *session)

@@ -242,5 +242,74 @@ int store_session_secret_drop(struct store *s, const char *user, const char *ses
         sq_text(&q, user);
         sq_text(&q, session);
         r = sq_exec(&q);
+        if (r < 0)
+                return r;
+        sq_end(&q);
+        r = sq_start(&q, s, "DELETE FROM session_ca WHERE user_id = ?1 AND session_id = ?2");
+        if (r < 0)
+                return r;
+        sq_text(&q, user);
+        sq_text(&q, session);
+        r = sq_exec(&q);
         return r < 0 ? r : 0;
+}
+
+int store_session_ca_add(struct store *s, const char *user, const char *session, const char *cert_pem,
+                         const char *key_sealed)
+{
+        STORE_LOCK(s);
+        _cleanup_(sq_end) struct store_query q = {};
+        int r;
+
+        if (!store_key_ok(user) || !session || !session[0] || !cert_pem || !key_sealed)
+                return -EINVAL;
+        /* the first writer wins: a racing second one reads the first's */
+        r = sq_start(&q, s,
+                     "INSERT OR IGNORE INTO session_ca (user_id, session_id, cert_pem, key_sealed, created_at) "
+                     "VALUES (?1, ?2, ?3, ?4, ?5)");
+        if (r < 0)
+                return r;
+        sq_text(&q, user);
+        sq_text(&q, session);
+        sq_text(&q, cert_pem);
+        sq_text(&q, key_sealed);
+        sq_int64(&q, sbx_wall_ms());
+        r = sq_exec(&q);
+        return r < 0 ? r : 0;
+}
+
+static char *col_dup(struct store_query *q, int col)
+{
+        const unsigned char *text = sqlite3_column_text(q->stmt, col);
+        return strdup(text ? (const char *)text : "");
+}
+
+int store_session_ca_get(struct store *s, const char *user, const char *session, char **ret_cert_pem,
+                         char **ret_key_sealed)
+{
+        STORE_LOCK(s);
+        _cleanup_(sq_end) struct store_query q = {};
+        _cleanup_free_ char *cert = NULL, *key = NULL;
+        int r;
+
+        if (!user || !session || !ret_cert_pem)
+                return -EINVAL;
+        r = sq_start(&q, s, "SELECT cert_pem, key_sealed FROM session_ca WHERE user_id = ?1 AND session_id = ?2");
+        if (r < 0)
+                return r;
+        sq_text(&q, user);
+        sq_text(&q, session);
+        r = sq_step(&q);
+        if (r < 0)
+                return r;
+        if (r == 0)
+                return -ENOENT;
+        cert = col_dup(&q, 0);
+        key = ret_key_sealed ? col_dup(&q, 1) : strdup("");
+        if (!cert || !key)
+                return -ENOMEM;
+        *ret_cert_pem = TAKE_PTR(cert);
+        if (ret_key_sealed)
+                *ret_key_sealed = TAKE_PTR(key);
+        return 0;
 }

@@ -6,14 +6,18 @@
 #include <dirent.h>
 #include <fcntl.h>
 #include <libgen.h>
+#include <signal.h>
 #include <stdio.h>
+#include <stdlib.h>
 #include <string.h>
 #include <sys/stat.h>
+#include <sys/wait.h>
 #include <unistd.h>
 
 #include "apiclient.h"
 #include "fixture.h"
 #include "sandboxd/secrets.h"
+#include "sandboxd/store_egress.h"
 #include "sandboxd/token.h"
 #include "testenv.h"
 
@@ -25,13 +29,13 @@ static struct sbx_config cfg;
 static struct daemon *d;
 static char tok_a[TOKEN_LEN + 1], tok_b[TOKEN_LEN + 1], conn_a[TOKEN_LEN + 1], conn_b[TOKEN_LEN + 1];
 
-static void open_daemon(bool with_key)
+/* cfg as the test set it (fixture_config first) */
+static void open_daemon_with(bool with_key)
 {
         char dir[SBX_PATH_MAX];
         struct daemon_options opts = {.extra_labels = fixture_labels(), .no_monitor = true, .sockets = true};
         struct sbx_error err = {0};
 
-        fixture_config(&cfg);
         snprintf(dir, sizeof(dir), "%s", cfg.data_dir);
         snprintf(cfg.api_socket, sizeof(cfg.api_socket), "%s/run/api.sock", dirname(dir));
         snprintf(cfg.admin_socket, sizeof(cfg.admin_socket), "%s/run/admin.sock", dir);
@@ -50,6 +54,12 @@ static void open_daemon(bool with_key)
         cr_assert_eq(token_create(d->store, "bob", TOKEN_ROLE_AGENT, tok_b, NULL, &err), 0);
         cr_assert_eq(token_create(d->store, "alice", TOKEN_ROLE_CONNECTOR, conn_a, NULL, &err), 0);
         cr_assert_eq(token_create(d->store, "bob", TOKEN_ROLE_CONNECTOR, conn_b, NULL, &err), 0);
+}
+
+static void open_daemon(bool with_key)
+{
+        fixture_config(&cfg);
+        open_daemon_with(with_key);
 }
 
 static cJSON *call(const char *token, const char *method, const char *params_json)
@@ -309,4 +319,281 @@ Test(secrets, without_a_key_file_the_daemon_starts_and_refuses_set)
         cr_assert_not_null(apic_result(r), "%s", cJSON_PrintUnformatted(r));
         cJSON_Delete(r);
         daemon_close(d);
+}
+
+/* ---- the swap at the egress proxy (issue 37, part 2) ----
+ * A host upstream on 127.0.0.1 (HTTPS with a CA of the test's own, made with
+ * the openssl CLI and trusted by the daemon through SSL_CERT_FILE; plain HTTP
+ * beside it), reached by name through egress.resolve: /check says whether
+ * the Authorization header held the real value, /echo sends it back (in a
+ * header, and three times in a body of 200 KB, so that one falls across
+ * reads), /gzip answers with Content-Encoding: gzip, /big with a 20 KB header. */
+static const char upstream_py[] =
+        "import base64, http.server, ssl, sys, threading\n"
+        "V = sys.argv[3]\n"
+        "class H(http.server.BaseHTTPRequestHandler):\n"
+        "    protocol_version = 'HTTP/1.1'\n"
+        "    def do_GET(self):\n"
+        "        a = self.headers.get('Authorization', '')\n"
+        "        ok = a in ('Bearer ' + V, 'Basic ' + base64.b64encode(('me:' + V).encode()).decode())\n"
+        "        b = (b'auth-ok' if ok else b'auth-bad') if self.path == '/check' else (b'x' * 65531 + a.encode()) * 3\n"
+        "        self.send_response(200); self.send_header('Content-Length', str(len(b)))\n"
+        "        self.send_header('X-Echo', a)\n"
+        "        if self.path == '/gzip': self.send_header('Content-Encoding', 'gzip')\n"
+        "        if self.path == '/big': self.send_header('X-Big', 'y' * 20000)\n"
+        "        self.end_headers(); self.wfile.write(b)\n"
+        "    def do_POST(self):\n"
+        "        self.rfile.read(int(self.headers.get('Content-Length', '0')))\n"
+        "        self.send_response(200); self.send_header('Content-Length', '6'); self.end_headers()\n"
+        "        self.wfile.write(b'posted')\n"
+        "    def log_message(self, *a): pass\n"
+        "h = http.server.ThreadingHTTPServer(('127.0.0.1', 0), H)\n"
+        "t = http.server.ThreadingHTTPServer(('127.0.0.1', 0), H)\n"
+        "c = ssl.SSLContext(ssl.PROTOCOL_TLS_SERVER); c.load_cert_chain(sys.argv[1], sys.argv[2])\n"
+        "t.socket = c.wrap_socket(t.socket, server_side=True)\n"
+        "threading.Thread(target=h.serve_forever, daemon=True).start()\n"
+        "print(h.server_address[1], t.server_address[1], flush=True)\n"
+        "t.serve_forever()\n";
+
+static pid_t up_pid;
+static char up_dir[512];
+static int up_http, up_tls;
+
+static void upstream_stop(void)
+{
+        if (up_pid > 0) {
+                kill(up_pid, SIGTERM);
+                waitpid(up_pid, NULL, 0);
+                up_pid = 0;
+        }
+}
+
+static void upstream_start(void)
+{
+        char cmd[4096], path[600], ca[600], cert[600], key[600];
+        int pipefd[2];
+        FILE *f;
+        char *dir = testenv_tmpdir();
+
+        snprintf(up_dir, sizeof(up_dir), "%s", dir);
+        free(dir);
+        snprintf(ca, sizeof(ca), "%s/upca.pem", up_dir);
+        snprintf(cert, sizeof(cert), "%s/up.pem", up_dir);
+        snprintf(key, sizeof(key), "%s/up.key", up_dir);
+        snprintf(cmd, sizeof(cmd),
+                 "cd %s && { openssl req -x509 -newkey ec -pkeyopt ec_paramgen_curve:prime256v1 -nodes -days 1 "
+                 "-subj '/CN=Test Upstream CA' -keyout upca.key -out upca.pem && "
+                 "openssl req -newkey ec -pkeyopt ec_paramgen_curve:prime256v1 -nodes -subj /CN=api.test "
+                 "-keyout up.key -out up.csr && "
+                 "printf 'subjectAltName=DNS:api.test,DNS:other.test\\n' > ext && "
+                 "openssl x509 -req -in up.csr -CA upca.pem -CAkey upca.key -CAcreateserial -days 1 -extfile ext "
+                 "-out up.pem; } >/dev/null 2>&1",
+                 up_dir);
+        cr_assert_eq(system(cmd), 0, "openssl");
+        snprintf(path, sizeof(path), "%s/upstream.py", up_dir);
+        f = fopen(path, "w");
+        cr_assert_not_null(f);
+        fputs(upstream_py, f);
+        fclose(f);
+        cr_assert_eq(pipe2(pipefd, O_CLOEXEC), 0);
+        up_pid = fork();
+        cr_assert_geq(up_pid, 0);
+        if (up_pid == 0) {
+                int null = open("/dev/null", O_WRONLY | O_CLOEXEC);
+                dup2(pipefd[1], 1);
+                dup2(null, 2); /* the refused requests' broken pipes are not news */
+                execlp("python3", "python3", path, cert, key, VALUE, (char *)NULL);
+                _exit(127);
+        }
+        close(pipefd[1]);
+        f = fdopen(pipefd[0], "r");
+        cr_assert(fscanf(f, "%d %d", &up_http, &up_tls) == 2, "the upstream did not start");
+        fclose(f);
+        /* the daemon trusts the upstream's CA as it would a system one */
+        setenv("SSL_CERT_FILE", ca, 1);
+}
+
+/* stdout of command in session, through the API (the session's environment applies) */
+static char *api_sh(const char *session, const char *command)
+{
+        cJSON *p = cJSON_CreateObject(), *r;
+        char *params, *out;
+
+        cJSON_AddStringToObject(p, "session", session);
+        cJSON_AddStringToObject(p, "command", command);
+        cJSON_AddNumberToObject(p, "timeout", 120);
+        params = cJSON_PrintUnformatted(p);
+        cJSON_Delete(p);
+        r = call(tok_a, "exec", params);
+        free(params);
+        cr_assert_not_null(apic_result(r), "%s", cJSON_PrintUnformatted(r));
+        cr_assert_not(reply_has_value(r), "the sandbox saw the value: %s", cJSON_PrintUnformatted(r));
+        out = strdup(apic_str(apic_result(r), "stdout"));
+        cJSON_Delete(r);
+        return out;
+}
+
+static bool audited(const char *session, const char *host, const char *decision, const char *reason)
+{
+        struct store_egress_entry *rows = NULL;
+        size_t n = 0;
+        bool seen = false;
+
+        cr_assert_eq(store_egress_log_list(d->store, "alice", session, 200, &rows, &n), 0);
+        for (size_t i = 0; i < n && !seen; i++)
+                seen = strcmp(rows[i].host, host) == 0 && strcmp(rows[i].decision, decision) == 0 &&
+                       strcmp(rows[i].reason, reason) == 0;
+        free(rows);
+        return seen;
+}
+
+static bool plain_closed(void *ud)
+{
+        return audited("plain", "api.test", "allowed", "closed");
+}
+
+Test(secrets, the_proxy_swaps_the_placeholder_for_its_host_only, .fini = upstream_stop)
+{
+        char cmd[2048], logpath[SBX_PATH_MAX], *out, *ph;
+        struct sbx_error err = {0};
+        cJSON *r, *wf;
+        FILE *f;
+        int logfd;
+
+        upstream_start();
+        /* the daemon's log: grepped for the value at the end */
+        snprintf(logpath, sizeof(logpath), "%s/daemon.log", up_dir);
+        logfd = open(logpath, O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0600);
+        cr_assert_geq(logfd, 0);
+        cr_assert_geq(dup2(logfd, 2), 0);
+        fixture_config(&cfg);
+        snprintf(cfg.image, sizeof(cfg.image), "%s", TESTENV_PYTHON_IMAGE);
+        snprintf(cfg.network_default, sizeof(cfg.network_default), "none");
+        snprintf(cfg.log_level, sizeof(cfg.log_level), "debug");
+        cfg.memory_bytes = 256 << 20;
+        cr_assert_eq(config_set(&cfg, "egress.allow", "api.test:*, other.test:*", &err), 0);
+        cr_assert_eq(config_set(&cfg, "egress.resolve", "api.test=127.0.0.1, other.test=127.0.0.1", &err), 0);
+        cr_assert_eq(config_set(&cfg, "egress.allow_private", "127.0.0.1/32", &err), 0);
+        open_daemon_with(true);
+
+        r = call(conn_a, "set_secret", "{\"name\":\"GH\",\"value\":\"" VALUE "\",\"hosts\":[\"api.test\"]}");
+        cr_assert_not_null(apic_result(r), "%s", cJSON_PrintUnformatted(r));
+        cJSON_Delete(r);
+        r = call(conn_a, "set_secret", "{\"name\":\"OTHER\",\"value\":\"other-value\",\"hosts\":[\"other.test\"]}");
+        cr_assert_not_null(apic_result(r), "%s", cJSON_PrintUnformatted(r));
+        cJSON_Delete(r);
+        r = call(conn_a, "create_session", "{\"session\":\"sw\",\"secrets\":[\"GH\",\"OTHER\"]}");
+        cr_assert_not_null(apic_result(r), "%s", cJSON_PrintUnformatted(r));
+        cJSON_Delete(r);
+        r = call(tok_a, "create_session", "{\"session\":\"plain\"}");
+        cr_assert_not_null(apic_result(r), "%s", cJSON_PrintUnformatted(r));
+        cJSON_Delete(r);
+        /* the upstream's CA, for the sandbox's own check of whose certificate it sees */
+        snprintf(cmd, sizeof(cmd), "%s/upca.pem", up_dir);
+        f = fopen(cmd, "r");
+        cr_assert_not_null(f);
+        {
+                char pem[8192];
+                size_t n = fread(pem, 1, sizeof(pem) - 1, f);
+                pem[n] = '\0';
+                fclose(f);
+                for (const char *const *s = (const char *const[]){"sw", "plain", NULL}; *s; s++) {
+                        wf = cJSON_CreateObject();
+                        cJSON_AddStringToObject(wf, "session", *s);
+                        cJSON_AddStringToObject(wf, "path", "/workspace/upca.pem");
+                        cJSON_AddStringToObject(wf, "content", pem);
+                        char *params = cJSON_PrintUnformatted(wf);
+                        cJSON_Delete(wf);
+                        r = call(tok_a, "write_file", params);
+                        free(params);
+                        cr_assert_not_null(apic_result(r), "%s", cJSON_PrintUnformatted(r));
+                        cJSON_Delete(r);
+                }
+        }
+
+        /* the real value reaches the secret's host; the sandbox trusts its session's CA through SSL_CERT_FILE &c. */
+        ph = api_sh("sw", "printf %s \"$GH\"");
+        cr_assert_eq(strncmp(ph, SECRETS_PLACEHOLDER_PREFIX, strlen(SECRETS_PLACEHOLDER_PREFIX)), 0, "%s", ph);
+
+        /* the value in the output (the test knows it; code in the sandbox would have to guess it) is
+         * masked as the placeholder, also when it comes in two writes (item 4) */
+        {
+                char want[128];
+                out = api_sh("sw",
+                             "v=sbx-test-secret-val; printf 'a%sb\\n' \"${v}ue-7f3a91c2d4e5b6a8\"; "
+                             "printf %s $v; /bin/echo ue-7f3a91c2d4e5b6a8-and-more");
+                snprintf(want, sizeof(want), "a%sb\n%s-and-more\n", ph, ph);
+                cr_assert_str_eq(out, want, "the value was not masked");
+                free(out);
+        }
+        snprintf(cmd, sizeof(cmd),
+                 "curl -sS --max-time 30 -H \"Authorization: Bearer $GH\" https://api.test:%d/check; echo; "
+                 "curl -sS --max-time 30 -u \"me:$GH\" https://api.test:%d/check; echo; "
+                 "python3 -c \"import urllib.request as u; print(u.urlopen(u.Request('https://api.test:%d/check', "
+                 "headers={'Authorization': 'Bearer $GH'}), timeout=30).read().decode())\"; "
+                 "env; cat /proc/*/environ | tr '\\0' '\\n'",
+                 up_tls, up_tls, up_tls);
+        out = api_sh("sw", cmd); /* which asserts the value is nowhere in it */
+        cr_assert_eq(strncmp(out, "auth-ok\nauth-ok\nauth-ok\n", 24), 0, "%s", out);
+        cr_assert_not_null(strstr(out, "GH=sbx_ph_"), "%s", out);
+        cr_assert_not_null(strstr(out, "SSL_CERT_FILE=/run/sandboxd/ca-bundle.pem"), "%s", out);
+        free(out);
+
+        /* an echoing upstream: the sandbox sees its placeholder, never the value (header and body, across reads) */
+        snprintf(cmd, sizeof(cmd),
+                 "curl -sS --max-time 30 -D /tmp/h -H \"Authorization: Bearer $GH\" https://api.test:%d/echo > /tmp/b; "
+                 "grep -o \"$GH\" /tmp/b | wc -l; grep -ci x-echo:.*sbx_ph_ /tmp/h; tr -d x < /tmp/b",
+                 up_tls);
+        out = api_sh("sw", cmd);
+        cr_assert_eq(strncmp(out, "3\n1\n", 4), 0, "the echo (placeholders in body, in header): %s", out);
+        free(out);
+
+        /* the placeholder anywhere else is refused (and audited): another host (intercepted, or plain HTTP),
+         * a Host header that is not the TLS name, a body; a compressed answer is not passed unread */
+        snprintf(cmd, sizeof(cmd),
+                 "c() { curl -s --max-time 30 -o /dev/null -w '%%{http_code} ' \"$@\"; }; "
+                 "c -H \"Authorization: Bearer $GH\" https://other.test:%d/check; "
+                 "c -H \"Authorization: Bearer $GH\" http://other.test:%d/check; "
+                 "c -H 'Host: other.test' -H \"Authorization: Bearer $GH\" https://api.test:%d/check; "
+                 "c --data \"token=$GH\" https://api.test:%d/check; "
+                 "c -u \"me:$GH\" https://api.test:%d/check; "
+                 "c https://api.test:%d/gzip; c https://api.test:%d/big; "
+                 "curl -s --max-time 30 -o /dev/null --cacert /workspace/upca.pem https://api.test:%d/check; echo $?",
+                 up_tls, up_http, up_tls, up_tls, up_tls, up_tls, up_tls, up_tls);
+        out = api_sh("sw", cmd);
+        cr_assert_str_eq(out, "403 403 403 403 200 502 502 60\n", "%s", out);
+        free(out);
+        cr_assert(audited("sw", "api.test", "allowed", "intercepted"));
+        cr_assert(audited("sw", "other.test", "blocked", "secret_refused"), "another host, intercepted");
+        cr_assert(audited("sw", "api.test", "blocked", "secret_refused"), "Host != SNI, a body");
+        cr_assert(audited("sw", "api.test", "blocked", "encoded_response"));
+        cr_assert(audited("sw", "api.test", "blocked", "bad_response"), "a response head past the cap");
+
+        /* a session without secrets: a plain CONNECT, the upstream's own certificate */
+        snprintf(cmd, sizeof(cmd),
+                 "curl -sS --max-time 30 --cacert /workspace/upca.pem https://api.test:%d/check; echo; "
+                 "echo ${SSL_CERT_FILE:-none}",
+                 up_tls);
+        out = api_sh("plain", cmd);
+        cr_assert_str_eq(out, "auth-bad\nnone\n", "%s", out);
+        free(out);
+        /* a plain tunnel's row is written when both ends have closed: after curl is done */
+        cr_assert(testenv_wait_until(plain_closed, NULL, 30000), "the plain CONNECT's row");
+
+        for (const char *const *s = (const char *const[]){"sw", "plain", NULL}; *s; s++) {
+                char p[96];
+                snprintf(p, sizeof(p), "{\"session\":\"%s\",\"purge\":true}", *s);
+                cJSON_Delete(call(tok_a, "destroy_session", p));
+        }
+        free(ph);
+        daemon_close(d);
+        fflush(stderr);
+        cr_assert_not(found_under(cfg.data_dir, VALUE), "the value is under data_dir");
+        cr_assert_not(found_under(up_dir, VALUE), "the value is in the daemon's log");
+        {
+                struct stat st;
+                cr_assert_eq(stat(logpath, &st), 0);
+                cr_assert_gt(st.st_size, 0, "the daemon logged nothing: the grep would prove nothing");
+        }
+        close(logfd);
 }

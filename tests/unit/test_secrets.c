@@ -1,6 +1,6 @@
 /* test_secrets.c — secrets.c (issue 37): sealing round trips and refuses
  * any change, the key file checks, and the validation of names, hosts,
- * headers and values. */
+ * headers and values; secrets_ca.c: the session's CA. */
 #include <criterion/criterion.h>
 #include <dirent.h>
 #include <errno.h>
@@ -13,6 +13,7 @@
 #include <unistd.h>
 
 #include "sandboxd/secrets.h"
+#include "sandboxd/secrets_ca.h"
 #include "sandboxd/store.h"
 #include "sandboxd/utf8.h"
 
@@ -334,5 +335,51 @@ Test(secrets, set_validates_header_and_value)
 
         store_close(st);
         cJSON_Delete(h);
+        secrets_free(s);
+}
+
+/* The session's CA (secrets_ca.c): made once, the same after the store is
+ * reopened (a daemon restart), another for another session (a fork is
+ * one), its key only sealed at rest, gone with the session's attachments. */
+Test(secrets, session_ca_is_kept_per_session_and_sealed)
+{
+        char db[PATH_MAX];
+        struct secrets *s = open_key(keypath);
+        struct sbx_error err = {0};
+        struct store *st = NULL;
+        char *c1 = NULL, *k1 = NULL, *c2 = NULL, *k2 = NULL, *c3 = NULL, *sealed = NULL, *bundle = NULL;
+        size_t len = 0;
+
+        snprintf(db, sizeof(db), "%s/test.db", datadir);
+        cr_assert_eq(store_open(db, &st, &err), 0, "%s", err.msg);
+        cr_assert_eq(secrets_ca_get(NULL, st, "alice", "s1", &c1, NULL), -EOPNOTSUPP);
+        cr_assert_eq(secrets_ca_get(s, st, "alice", "s1", &c1, &k1), 0);
+        cr_assert_not_null(strstr(c1, "BEGIN CERTIFICATE"));
+        cr_assert_not_null(strstr(k1, "PRIVATE KEY"));
+        store_close(st);
+        cr_assert_eq(store_open(db, &st, &err), 0, "%s", err.msg);
+        cr_assert_eq(secrets_ca_get(s, st, "alice", "s1", &c2, &k2), 0);
+        cr_assert_str_eq(c1, c2, "the CA changed across a reopen");
+        cr_assert_str_eq(k1, k2);
+        cr_assert_eq(secrets_ca_get(s, st, "alice", "s2", &c3, NULL), 0);
+        cr_assert_str_neq(c1, c3, "two sessions share a CA");
+        /* at rest the key is sealed, never PEM */
+        free(c2);
+        c2 = NULL;
+        cr_assert_eq(store_session_ca_get(st, "alice", "s1", &c2, &sealed), 0);
+        cr_assert_null(strstr(sealed, "PRIVATE KEY"));
+        cr_assert_eq(secrets_ca_bundle(c1, &bundle, &len), 0);
+        cr_assert_eq(strcmp(bundle + len - strlen(c1), c1), 0, "the bundle ends with the session's CA");
+        cr_assert_eq(store_session_secret_drop(st, "alice", "s1"), 0);
+        free(c2);
+        c2 = NULL;
+        cr_assert_eq(store_session_ca_get(st, "alice", "s1", &c2, NULL), -ENOENT, "the CA outlived its session");
+        free(c1);
+        free(c3);
+        free(sealed);
+        free(bundle);
+        secrets_ca_key_free(k1);
+        secrets_ca_key_free(k2);
+        store_close(st);
         secrets_free(s);
 }

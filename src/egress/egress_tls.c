@@ -1,0 +1,945 @@
+/* egress_tls.c — secrets at the egress proxy (issue 37; docs/security.md
+ * "Secrets"): which connection is intercepted, and the intercepted
+ * connection itself.
+ *
+ * Only a CONNECT to a host that one of the session's attached secrets names
+ * (after the allowlist and the execution's narrowing said yes) is
+ * intercepted; every other CONNECT is relayed byte for byte
+ * (egress_relay.c). An intercepted one: TLS to the upstream first, verified
+ * against the system store (OpenSSL's default paths, so SSL_CERT_FILE and
+ * SSL_CERT_DIR apply) with the CONNECT's host checked; then the 200 and TLS
+ * to the client with a leaf certificate for that host signed by the
+ * session's CA (cached per session and host), ALPN http/1.1 only. One
+ * request per connection: its head is parsed (http_parser), each
+ * placeholder replaced by its value where it may go
+ * (egress_http_write_swapped), its body scanned for placeholders (one is
+ * refused); the response's head and body go back with every value
+ * replaced by its placeholder, across reads (a tail of the longest value
+ * less one byte is held back), its length then given by the close;
+ * Accept-Encoding: identity goes upstream and an encoded response is
+ * refused rather than passed unread.
+ *
+ * Threads and locks: loop thread only, like every struct tunnel. */
+#include <errno.h>
+#include <event2/buffer.h>
+#include <event2/bufferevent.h>
+#include <event2/bufferevent_ssl.h>
+#include <event2/event.h>
+#include <openssl/bio.h>
+#include <openssl/crypto.h>
+#include <openssl/err.h>
+#include <openssl/evp.h>
+#include <openssl/pem.h>
+#include <openssl/rand.h>
+#include <openssl/ssl.h>
+#include <openssl/x509.h>
+#include <openssl/x509v3.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <strings.h>
+#include <sys/socket.h>
+#include <unistd.h>
+
+#include "sandboxd/log.h"
+#include "sandboxd/secrets.h"
+#include "egress_internal.h"
+
+#define LEAF_CACHE 64                      /* leaf certificates kept (sessions x hosts) */
+#define LEAF_REFRESH_MS (24 * 3600 * 1000) /* a cached leaf older than this is made again */
+#define LEAF_DAYS 7
+#define ICPT_HIGH (256 * 1024) /* bytes buffered per direction before reading pauses */
+
+struct leaf {
+        char user[65], session[65], host[EGRESS_HOST_MAX];
+        X509 *cert;
+        EVP_PKEY *key;
+        int64_t made, used;
+};
+
+struct egress_tls {
+        SSL_CTX *srv, *cli;
+        struct leaf leaves[LEAF_CACHE];
+};
+
+struct icpt {
+        bool up_ready, req_head, req_done, resp_head, resp_done, no_body;
+        int req_method;
+        int fail_status; /* set by a parser callback: refuse once the parser returned */
+        const char *fail_reason;
+        char fail_detail[256];
+        http_parser rp;
+        char scan[64]; /* the request body's last bytes, for a placeholder across reads */
+        size_t scan_len;
+        char *tail; /* the response's bytes held back (a value may continue) */
+        size_t tail_len, max_value;
+        char *work; /* tail + one read, for the replacement */
+        size_t work_cap;
+};
+
+/* ---- contexts and certificates ---- */
+
+static int alpn_select(SSL *ssl, const unsigned char **out, unsigned char *outlen, const unsigned char *in,
+                       unsigned int inlen, void *arg)
+{
+        static const unsigned char h11[] = "\x08http/1.1";
+        unsigned char *sel;
+
+        if (SSL_select_next_proto(&sel, outlen, h11, sizeof(h11) - 1, in, inlen) != OPENSSL_NPN_NEGOTIATED)
+                return SSL_TLSEXT_ERR_NOACK; /* no http/1.1 offered: no ALPN, which means HTTP/1.1 */
+        *out = sel;
+        return SSL_TLSEXT_ERR_OK;
+}
+
+static struct egress_tls *tls_get(struct egress *eg)
+{
+        struct egress_tls *tls = eg->tls;
+
+        if (tls)
+                return tls;
+        tls = calloc(1, sizeof(*tls));
+        if (!tls)
+                return NULL;
+        tls->srv = SSL_CTX_new(TLS_server_method());
+        tls->cli = SSL_CTX_new(TLS_client_method());
+        if (!tls->srv || !tls->cli || !SSL_CTX_set_min_proto_version(tls->srv, TLS1_2_VERSION) ||
+            !SSL_CTX_set_min_proto_version(tls->cli, TLS1_2_VERSION) ||
+            /* the system store as OpenSSL finds it: SSL_CERT_FILE and SSL_CERT_DIR apply */
+            !SSL_CTX_set_default_verify_paths(tls->cli) ||
+            SSL_CTX_set_alpn_protos(tls->cli, (const unsigned char *)"\x08http/1.1", 9) != 0) {
+                egress_tls_free(tls);
+                return NULL;
+        }
+        SSL_CTX_set_verify(tls->cli, SSL_VERIFY_PEER, NULL);
+        SSL_CTX_set_alpn_select_cb(tls->srv, alpn_select, NULL);
+        SSL_CTX_set_options(tls->srv, SSL_OP_NO_TICKET);
+        eg->tls = tls;
+        return tls;
+}
+
+void egress_tls_free(struct egress_tls *tls)
+{
+        if (!tls)
+                return;
+        for (size_t i = 0; i < LEAF_CACHE; i++) {
+                X509_free(tls->leaves[i].cert);
+                EVP_PKEY_free(tls->leaves[i].key);
+        }
+        SSL_CTX_free(tls->srv);
+        SSL_CTX_free(tls->cli);
+        free(tls);
+}
+
+static int add_ext(X509 *issuer, X509 *x, int nid, const char *value)
+{
+        X509V3_CTX ctx;
+        X509_EXTENSION *ext;
+        int ok;
+
+        X509V3_set_ctx_nodb(&ctx);
+        X509V3_set_ctx(&ctx, issuer, x, NULL, NULL, 0);
+        ext = X509V3_EXT_conf_nid(NULL, &ctx, nid, value);
+        if (!ext)
+                return -1;
+        ok = X509_add_ext(x, ext, -1);
+        X509_EXTENSION_free(ext);
+        return ok ? 0 : -1;
+}
+
+/* A leaf for host signed by the session's CA. */
+static int leaf_make(struct egress *eg, const char *user, const char *session, const char *host, X509 **ret_cert,
+                     EVP_PKEY **ret_key)
+{
+        char *cert_pem = NULL, *key_pem = NULL, san[EGRESS_HOST_MAX + 8];
+        BIO *b = NULL;
+        X509 *ca = NULL, *x = NULL;
+        EVP_PKEY *ca_key = NULL, *key = NULL;
+        unsigned char serial[16];
+        BIGNUM *bn = NULL;
+        X509_NAME *name;
+        int r = -EIO;
+
+        if (!eg->sec_ops.ca || eg->sec_ops.ca(user, session, &cert_pem, &key_pem, eg->sec_ud) < 0)
+                return -ENOENT;
+        b = BIO_new_mem_buf(cert_pem, -1);
+        ca = b ? PEM_read_bio_X509(b, NULL, NULL, NULL) : NULL;
+        BIO_free(b);
+        b = BIO_new_mem_buf(key_pem, -1);
+        ca_key = b ? PEM_read_bio_PrivateKey(b, NULL, NULL, NULL) : NULL;
+        BIO_free(b);
+        OPENSSL_cleanse(key_pem, strlen(key_pem));
+        free(key_pem);
+        free(cert_pem);
+        key = EVP_EC_gen("P-256");
+        x = X509_new();
+        if (!ca || !ca_key || !key || !x || RAND_bytes(serial, sizeof(serial)) != 1)
+                goto out;
+        serial[0] &= 0x7f;
+        bn = BN_bin2bn(serial, sizeof(serial), NULL);
+        name = X509_get_subject_name(x);
+        snprintf(san, sizeof(san), "DNS:%s", host);
+        if (!bn || !BN_to_ASN1_INTEGER(bn, X509_get_serialNumber(x)) || !X509_set_version(x, 2) ||
+            !X509_NAME_add_entry_by_txt(name, "CN", MBSTRING_ASC, (const unsigned char *)host, -1, -1, 0) ||
+            !X509_set_issuer_name(x, X509_get_subject_name(ca)) || !X509_gmtime_adj(X509_getm_notBefore(x), -3600) ||
+            !X509_gmtime_adj(X509_getm_notAfter(x), (long)LEAF_DAYS * 86400) || !X509_set_pubkey(x, key) ||
+            add_ext(ca, x, NID_subject_alt_name, san) < 0 ||
+            add_ext(ca, x, NID_basic_constraints, "critical,CA:FALSE") < 0 ||
+            add_ext(ca, x, NID_key_usage, "critical,digitalSignature") < 0 ||
+            add_ext(ca, x, NID_ext_key_usage, "serverAuth") < 0 ||
+            add_ext(ca, x, NID_subject_key_identifier, "hash") < 0 ||
+            add_ext(ca, x, NID_authority_key_identifier, "keyid:always") < 0 || !X509_sign(x, ca_key, EVP_sha256()))
+                goto out;
+        *ret_cert = x;
+        *ret_key = key;
+        x = NULL;
+        key = NULL;
+        r = 0;
+out:
+        BN_free(bn);
+        X509_free(ca);
+        X509_free(x);
+        EVP_PKEY_free(ca_key);
+        EVP_PKEY_free(key);
+        return r;
+}
+
+/* The cached leaf for (session, host), made when missing or old; the least
+ * recently used one makes room. */
+static struct leaf *leaf_get(struct egress *eg, struct egress_tls *tls, const char *user, const char *session,
+                             const char *host)
+{
+        int64_t now = sbx_now_ms();
+        struct leaf *l = NULL, *lru = &tls->leaves[0];
+
+        for (size_t i = 0; i < LEAF_CACHE; i++) {
+                struct leaf *c = &tls->leaves[i];
+                if (c->cert && strcmp(c->user, user) == 0 && strcmp(c->session, session) == 0 &&
+                    strcmp(c->host, host) == 0) {
+                        l = c;
+                        break;
+                }
+                if (!c->cert || (lru->cert && c->used < lru->used))
+                        lru = c;
+        }
+        if (l && now - l->made < LEAF_REFRESH_MS) {
+                l->used = now;
+                return l;
+        }
+        if (!l)
+                l = lru;
+        X509_free(l->cert);
+        EVP_PKEY_free(l->key);
+        memset(l, 0, sizeof(*l));
+        if (leaf_make(eg, user, session, host, &l->cert, &l->key) < 0) {
+                l->cert = NULL;
+                l->key = NULL;
+                return NULL;
+        }
+        sbx_strlcpy(l->user, user, sizeof(l->user));
+        sbx_strlcpy(l->session, session, sizeof(l->session));
+        sbx_strlcpy(l->host, host, sizeof(l->host));
+        l->made = l->used = now;
+        return l;
+}
+
+/* ---- the decision ---- */
+
+void egress_secrets_free(struct egress_secret *v, size_t n)
+{
+        if (!v)
+                return;
+        for (size_t i = 0; i < n; i++)
+                if (v[i].value) {
+                        OPENSSL_cleanse(v[i].value, v[i].value_len);
+                        free(v[i].value);
+                }
+        OPENSSL_cleanse(v, n * sizeof(*v));
+        free(v);
+}
+
+static bool names_host(const struct egress_secret *s, const char *host)
+{
+        for (size_t i = 0; i < s->n_hosts; i++)
+                if (strcasecmp(s->hosts[i], host) == 0)
+                        return true;
+        return false;
+}
+
+bool egress_secrets_decide(struct tunnel *t)
+{
+        struct egress *eg = t->eg;
+
+        if (!eg->sec_ops.attached)
+                return true;
+        if (eg->sec_ops.attached(t->s->user, t->s->session, &t->secrets, &t->n_secrets, eg->sec_ud) < 0) {
+                egress_tunnel_refuse(t, 503, "internal", "cannot read the session's secrets");
+                return false;
+        }
+        if (t->n_secrets == 0)
+                return true;
+        if (egress_http_head_has_placeholder(t)) {
+                egress_tunnel_refuse(t, 403, "secret_refused",
+                                     "a secret's placeholder goes only in a header of an HTTPS request to one of "
+                                     "its hosts");
+                return false;
+        }
+        for (size_t i = 0; t->is_connect && i < t->n_secrets && !t->intercept; i++)
+                t->intercept = t->secrets[i].value && names_host(&t->secrets[i], t->host);
+        if (!t->intercept) {
+                egress_secrets_free(t->secrets, t->n_secrets);
+                t->secrets = NULL;
+                t->n_secrets = 0;
+                return true;
+        }
+        /* only a value that may go to this host can be sent here, or echoed back: the others go
+         * (their placeholders stay, to be refused) */
+        for (size_t i = 0; i < t->n_secrets; i++)
+                if (t->secrets[i].value && !names_host(&t->secrets[i], t->host)) {
+                        OPENSSL_cleanse(t->secrets[i].value, t->secrets[i].value_len);
+                        free(t->secrets[i].value);
+                        t->secrets[i].value = NULL;
+                        t->secrets[i].value_len = 0;
+                }
+        return true;
+}
+
+void egress_icpt_free(struct tunnel *t)
+{
+        struct icpt *ic = t->icpt;
+
+        if (ic) {
+                /* a close_notify to the client: its read until the close is the whole response */
+                SSL *ssl = t->cli ? bufferevent_openssl_get_ssl(t->cli) : NULL;
+                if (ssl && SSL_is_init_finished(ssl))
+                        (void)SSL_shutdown(ssl);
+                if (ic->tail)
+                        OPENSSL_cleanse(ic->tail, ic->max_value);
+                if (ic->work)
+                        OPENSSL_cleanse(ic->work, ic->work_cap);
+                free(ic->tail);
+                free(ic->work);
+                free(ic);
+                t->icpt = NULL;
+        }
+        egress_secrets_free(t->secrets, t->n_secrets);
+        t->secrets = NULL;
+        t->n_secrets = 0;
+}
+
+/* ---- the response: values back to placeholders ---- */
+
+/* Write buf[0, len) (after the held-back tail) to the client with every
+ * value replaced by its placeholder; hold back the last max_value-1 bytes
+ * unless final. */
+static int mask_out(struct tunnel *t, const char *buf, size_t len, bool final)
+{
+        struct icpt *ic = t->icpt;
+        struct evbuffer *out = bufferevent_get_output(t->cli);
+        size_t n = ic->tail_len + len, cur = 0, keep;
+        char *w;
+
+        if (n > ic->work_cap) {
+                char *nw = malloc(n);
+                if (!nw)
+                        return -1;
+                if (ic->work) {
+                        OPENSSL_cleanse(ic->work, ic->work_cap);
+                        free(ic->work);
+                }
+                ic->work = nw;
+                ic->work_cap = n;
+        }
+        w = ic->work;
+        if (ic->tail_len)
+                memcpy(w, ic->tail, ic->tail_len);
+        if (len)
+                memcpy(w + ic->tail_len, buf, len);
+        ic->tail_len = 0;
+        for (;;) {
+                const char *best = NULL;
+                size_t bi = 0;
+                for (size_t i = 0; i < t->n_secrets; i++) {
+                        const struct egress_secret *s = &t->secrets[i];
+                        const char *p;
+                        if (!s->value || s->value_len > n - cur)
+                                continue;
+                        p = memmem(w + cur, n - cur, s->value, s->value_len);
+                        if (p && (!best || p < best)) {
+                                best = p;
+                                bi = i;
+                        }
+                }
+                if (!best)
+                        break;
+                evbuffer_add(out, w + cur, (size_t)(best - (w + cur)));
+                evbuffer_add(out, t->secrets[bi].placeholder, strlen(t->secrets[bi].placeholder));
+                cur = (size_t)(best - w) + t->secrets[bi].value_len;
+        }
+        /* a match starting before n-keep would have been found whole */
+        keep = final || ic->max_value == 0 ? 0 : ic->max_value - 1;
+        if (keep > n - cur)
+                keep = n - cur;
+        evbuffer_add(out, w + cur, n - cur - keep);
+        memcpy(ic->tail, w + n - keep, keep);
+        ic->tail_len = keep;
+        t->bytes_down += (int64_t)(n - keep); /* close enough: the bytes as the upstream sent them */
+        return 0;
+}
+
+static int fail(struct tunnel *t, int status, const char *reason, const char *detail)
+{
+        struct icpt *ic = t->icpt;
+
+        ic->fail_status = status;
+        ic->fail_reason = reason;
+        sbx_strlcpy(ic->fail_detail, detail, sizeof(ic->fail_detail));
+        return -1;
+}
+
+static bool hdr_is(const struct tunnel *t, const struct hdr *h, const char *name)
+{
+        return h->name_len == strlen(name) && strncasecmp(t->arena + h->name, name, h->name_len) == 0;
+}
+
+int egress_icpt_on_response_head(http_parser *p)
+{
+        struct tunnel *t = p->data;
+        struct icpt *ic = t->icpt;
+        bool interim = p->status_code / 100 == 1;
+        struct evbuffer *head;
+        int r;
+
+        /* no body follows: its length headers stay true */
+        ic->no_body = interim || p->status_code == 204 || p->status_code == 304 || ic->req_method == HTTP_HEAD;
+        for (int i = 0; i < t->n_hdrs && !ic->no_body; i++) {
+                const struct hdr *h = &t->hdrs[i];
+                const char *v = t->arena + h->value;
+                size_t n = h->value_len;
+                if (!hdr_is(t, h, "Content-Encoding"))
+                        continue;
+                while (n && (*v == ' ' || *v == '\t'))
+                        v++, n--;
+                while (n && (v[n - 1] == ' ' || v[n - 1] == '\t'))
+                        n--;
+                if (!(n == 8 && strncasecmp(v, "identity", 8) == 0))
+                        return fail(t, 502, "encoded_response",
+                                    "an encoded response from a host a secret goes to is not passed unread");
+        }
+        head = evbuffer_new();
+        if (!head)
+                return fail(t, 503, "internal", "out of memory");
+        evbuffer_add_printf(head, "HTTP/1.1 %u %.*s\r\n", p->status_code, (int)t->url_len, t->arena + t->url);
+        for (int i = 0; i < t->n_hdrs; i++) {
+                const struct hdr *h = &t->hdrs[i];
+                if (hdr_is(t, h, "Connection") || hdr_is(t, h, "Keep-Alive") || hdr_is(t, h, "Proxy-Connection"))
+                        continue;
+                /* the body's length changes with a replaced value: the close ends it */
+                if (!ic->no_body && (hdr_is(t, h, "Content-Length") || hdr_is(t, h, "Transfer-Encoding")))
+                        continue;
+                evbuffer_add(head, t->arena + h->name, h->name_len);
+                evbuffer_add(head, ": ", 2);
+                evbuffer_add(head, t->arena + h->value, h->value_len);
+                evbuffer_add(head, "\r\n", 2);
+        }
+        evbuffer_add_printf(head, interim ? "\r\n" : "Connection: close\r\n\r\n");
+        r = mask_out(t, (const char *)evbuffer_pullup(head, -1), evbuffer_get_length(head), true);
+        evbuffer_free(head);
+        if (r < 0)
+                return fail(t, 503, "internal", "out of memory");
+        /* the next head (after an interim one) starts afresh */
+        t->arena_len = 0;
+        t->n_hdrs = 0;
+        t->url_len = 0;
+        t->in_value = false;
+        ic->resp_head = !interim;
+        return ic->req_method == HTTP_HEAD ? 1 : 0;
+}
+
+int egress_icpt_on_response_body(http_parser *p, const char *at, size_t len)
+{
+        struct tunnel *t = p->data;
+        return mask_out(t, at, len, false) < 0 ? fail(t, 503, "internal", "out of memory") : 0;
+}
+
+int egress_icpt_on_response_done(http_parser *p)
+{
+        struct tunnel *t = p->data;
+        struct icpt *ic = t->icpt;
+
+        if (p->status_code / 100 == 1)
+                return 0;
+        ic->resp_done = true;
+        http_parser_pause(p, 1);
+        return mask_out(t, NULL, 0, true) < 0 ? fail(t, 503, "internal", "out of memory") : 0;
+}
+
+/* ---- the request body: no placeholder in it ---- */
+
+int egress_icpt_on_body(http_parser *p, const char *at, size_t len)
+{
+        struct tunnel *t = p->data;
+        struct icpt *ic = t->icpt;
+        const size_t keep = sizeof(SECRETS_PLACEHOLDER_PREFIX) - 1 + 2 * SECRETS_PLACEHOLDER_BYTES - 1;
+        char joined[128];
+        size_t at_off, n;
+
+        /* across reads: the last bytes before this read and the first of it */
+        n = ic->scan_len;
+        memcpy(joined, ic->scan, n);
+        memcpy(joined + n, at, len < keep ? len : keep);
+        n += len < keep ? len : keep;
+        if (egress_placeholder_find(t, joined, n, &at_off) >= 0 || egress_placeholder_find(t, at, len, &at_off) >= 0)
+                return fail(t, 403, "secret_refused", "a secret's placeholder goes only in a header, never a body");
+        if (len >= keep) {
+                memcpy(ic->scan, at + len - keep, keep);
+                ic->scan_len = keep;
+        } else {
+                size_t old = ic->scan_len + len > keep ? ic->scan_len + len - keep : 0;
+                memmove(ic->scan, ic->scan + old, ic->scan_len - old);
+                memcpy(ic->scan + ic->scan_len - old, at, len);
+                ic->scan_len = ic->scan_len - old + len;
+        }
+        return 0;
+}
+
+int egress_icpt_on_request_done(http_parser *p)
+{
+        struct tunnel *t = p->data;
+        t->icpt->req_done = true;
+        http_parser_pause(p, 1);
+        return 0;
+}
+
+/* ---- the connection ---- */
+
+static void icpt_cli_read(struct bufferevent *bev, void *arg);
+static void icpt_up_read(struct bufferevent *bev, void *arg);
+static void icpt_cli_event(struct bufferevent *bev, short what, void *arg);
+static void icpt_up_event(struct bufferevent *bev, short what, void *arg);
+
+static void refuse_failed(struct tunnel *t)
+{
+        struct icpt *ic = t->icpt;
+        if (ic->resp_head) /* the client has part of the response: end it */
+                egress_tunnel_finish(t, ic->fail_reason);
+        else
+                egress_tunnel_refuse(t, ic->fail_status, ic->fail_reason, ic->fail_detail);
+}
+
+/* The client's output drained: read the upstream again, or end once the
+ * response is out. */
+static void icpt_cli_write(struct bufferevent *bev, void *arg)
+{
+        struct tunnel *t = arg;
+        size_t n = evbuffer_get_length(bufferevent_get_output(bev));
+
+        if (t->icpt->resp_done || t->up_eof) {
+                if (n == 0)
+                        egress_tunnel_finish(t, t->icpt->resp_done ? "intercepted" : "upstream_closed");
+                else
+                        bufferevent_setwatermark(bev, EV_WRITE, 0, 0);
+                return;
+        }
+        if (t->up && n <= ICPT_HIGH / 2)
+                bufferevent_enable(t->up, EV_READ);
+}
+
+static void icpt_up_write(struct bufferevent *bev, void *arg)
+{
+        struct tunnel *t = arg;
+
+        if (!t->icpt->req_done && evbuffer_get_length(bufferevent_get_output(bev)) < ICPT_HIGH / 2)
+                bufferevent_enable(t->cli, EV_READ);
+}
+
+static void moved(struct tunnel *t, int64_t n)
+{
+        atomic_fetch_add(&t->s->bytes, n);
+        t->last_activity = sbx_now_ms();
+}
+
+/* The request's head: judged and swapped, then upstream. false: t is gone. */
+static bool request_head(struct tunnel *t, struct evbuffer *in)
+{
+        struct icpt *ic = t->icpt;
+        size_t cap = (size_t)t->eg->cfg.egress_max_header_bytes, n;
+        struct evbuffer_ptr end = evbuffer_search(in, "\r\n\r\n", 4, NULL);
+        const char *sni, *why;
+        char detail[256];
+        struct evbuffer *head;
+        char *raw;
+
+        if (end.pos < 0) {
+                if (evbuffer_get_length(in) > cap) {
+                        egress_tunnel_refuse(t, 431, "header_too_large", "the request head exceeds egress_max_header");
+                        return false;
+                }
+                return true;
+        }
+        n = (size_t)end.pos + 4;
+        if (n > cap) {
+                egress_tunnel_refuse(t, 431, "header_too_large", "the request head exceeds egress_max_header");
+                return false;
+        }
+        free(t->arena);
+        /* the response's head reuses the arena: the larger of the two caps */
+        t->arena = malloc(cap);
+        t->arena_cap = cap;
+        t->arena_len = t->url_len = 0;
+        t->n_hdrs = 0;
+        t->in_value = t->head_done = t->body_done = false;
+        raw = (char *)evbuffer_pullup(in, (ssize_t)n);
+        if (!t->arena || !raw) {
+                egress_tunnel_refuse(t, 503, "internal", "out of memory");
+                return false;
+        }
+        http_parser_init(&t->parser, HTTP_REQUEST);
+        t->parser.data = t;
+        (void)http_parser_execute(&t->parser, &egress_request_settings, raw, n);
+        if ((HTTP_PARSER_ERRNO(&t->parser) != HPE_OK && HTTP_PARSER_ERRNO(&t->parser) != HPE_PAUSED) || !t->head_done ||
+            t->parser.upgrade || t->parser.method == HTTP_CONNECT) {
+                egress_tunnel_refuse(t, t->n_hdrs >= MAX_HEADERS ? 431 : 400, "bad_request",
+                                     "an intercepted connection carries one HTTP/1.1 request");
+                return false;
+        }
+        evbuffer_drain(in, n);
+        ic->req_method = (int)t->parser.method;
+        sbx_strlcpy(t->method, http_method_str(t->parser.method), sizeof(t->method));
+        ic->req_done = t->body_done;
+        if (HTTP_PARSER_ERRNO(&t->parser) == HPE_PAUSED)
+                http_parser_pause(&t->parser, 0);
+        sni = SSL_get_servername(bufferevent_openssl_get_ssl(t->cli), TLSEXT_NAMETYPE_host_name);
+        head = evbuffer_new();
+        if (!head) {
+                egress_tunnel_refuse(t, 503, "internal", "out of memory");
+                return false;
+        }
+        why = egress_http_write_swapped(t, head, sni, detail, sizeof(detail));
+        if (why) {
+                evbuffer_free(head);
+                egress_tunnel_refuse(t, strcmp(why, "bad_request") == 0 ? 400 : 403, why, detail);
+                return false;
+        }
+        t->bytes_up += (int64_t)evbuffer_get_length(head);
+        moved(t, (int64_t)evbuffer_get_length(head));
+        evbuffer_add_buffer(bufferevent_get_output(t->up), head);
+        evbuffer_free(head);
+        /* the response's head is parsed into the arena from here */
+        t->arena_len = t->url_len = 0;
+        t->n_hdrs = 0;
+        t->in_value = false;
+        ic->req_head = true;
+        return true;
+}
+
+static void icpt_cli_read(struct bufferevent *bev, void *arg)
+{
+        struct tunnel *t = arg;
+        struct icpt *ic = t->icpt;
+        struct evbuffer *in = bufferevent_get_input(bev);
+        size_t fwd = 0, len;
+
+        if (!ic->req_head && (!request_head(t, in) || !ic->req_head))
+                return;
+        len = evbuffer_get_length(in);
+        if (ic->req_done) {
+                /* one request per connection */
+                evbuffer_drain(in, len);
+                bufferevent_disable(bev, EV_READ);
+                return;
+        }
+        while (fwd < len && !ic->req_done) {
+                struct evbuffer_ptr pos;
+                struct evbuffer_iovec v;
+                evbuffer_ptr_set(in, &pos, fwd, EVBUFFER_PTR_SET);
+                if (evbuffer_peek(in, -1, &pos, &v, 1) < 1)
+                        break;
+                fwd += http_parser_execute(&t->parser, &egress_icpt_body_settings, v.iov_base, v.iov_len);
+                if (ic->fail_status) {
+                        refuse_failed(t);
+                        return;
+                }
+                if (HTTP_PARSER_ERRNO(&t->parser) != HPE_OK && HTTP_PARSER_ERRNO(&t->parser) != HPE_PAUSED) {
+                        egress_tunnel_refuse(t, 400, "bad_request",
+                                             http_errno_description(HTTP_PARSER_ERRNO(&t->parser)));
+                        return;
+                }
+        }
+        evbuffer_remove_buffer(in, bufferevent_get_output(t->up), fwd);
+        t->bytes_up += (int64_t)fwd;
+        moved(t, (int64_t)fwd);
+        if (ic->req_done) {
+                evbuffer_drain(in, evbuffer_get_length(in));
+                bufferevent_disable(bev, EV_READ);
+        } else if (evbuffer_get_length(bufferevent_get_output(t->up)) >= ICPT_HIGH) {
+                bufferevent_disable(bev, EV_READ);
+        }
+        if (egress_bytes_over(t))
+                egress_tunnel_finish(t, "cap_bytes");
+}
+
+/* The upstream's bytes through the response parser. false: t is gone. */
+static bool up_move(struct tunnel *t, struct bufferevent *bev)
+{
+        struct icpt *ic = t->icpt;
+        struct evbuffer *in = bufferevent_get_input(bev);
+        size_t len = evbuffer_get_length(in), done = 0;
+
+        if (!ic->req_head) { /* nothing asked yet: an upstream that speaks first is not HTTP */
+                egress_tunnel_refuse(t, 502, "bad_response", "the upstream spoke before the request");
+                return false;
+        }
+        while (done < len && !ic->resp_done) {
+                struct evbuffer_ptr pos;
+                struct evbuffer_iovec v;
+                evbuffer_ptr_set(in, &pos, done, EVBUFFER_PTR_SET);
+                if (evbuffer_peek(in, -1, &pos, &v, 1) < 1)
+                        break;
+                done += http_parser_execute(&ic->rp, &egress_icpt_response_settings, v.iov_base, v.iov_len);
+                if (ic->fail_status) {
+                        refuse_failed(t);
+                        return false;
+                }
+                if (HTTP_PARSER_ERRNO(&ic->rp) != HPE_OK && HTTP_PARSER_ERRNO(&ic->rp) != HPE_PAUSED) {
+                        if (ic->resp_head)
+                                egress_tunnel_finish(t, "bad_response");
+                        else /* a callback refused: the arena (egress_max_header) or MAX_HEADERS is full */
+                                egress_tunnel_refuse(t, 502, "bad_response",
+                                                     HTTP_PARSER_ERRNO(&ic->rp) == HPE_CB_status ||
+                                                                     HTTP_PARSER_ERRNO(&ic->rp) ==
+                                                                             HPE_CB_header_field ||
+                                                                     HTTP_PARSER_ERRNO(&ic->rp) == HPE_CB_header_value
+                                                             ? "the response head is larger than the proxy takes"
+                                                             : http_errno_description(HTTP_PARSER_ERRNO(&ic->rp)));
+                        return false;
+                }
+        }
+        moved(t, (int64_t)done);
+        evbuffer_drain(in, ic->resp_done ? len : done);
+        if (egress_bytes_over(t)) {
+                egress_tunnel_finish(t, "cap_bytes");
+                return false;
+        }
+        if (ic->resp_done) {
+                bufferevent_disable(bev, EV_READ);
+                if (evbuffer_get_length(bufferevent_get_output(t->cli)) == 0) {
+                        egress_tunnel_finish(t, "intercepted");
+                        return false;
+                }
+                bufferevent_setwatermark(t->cli, EV_WRITE, 0, 0);
+                return true;
+        }
+        if (evbuffer_get_length(bufferevent_get_output(t->cli)) >= ICPT_HIGH) {
+                bufferevent_setwatermark(t->cli, EV_WRITE, ICPT_HIGH / 2, 0);
+                bufferevent_disable(bev, EV_READ);
+        }
+        return true;
+}
+
+static void icpt_up_read(struct bufferevent *bev, void *arg)
+{
+        (void)up_move(arg, bev);
+}
+
+
+static void icpt_up_event(struct bufferevent *bev, short what, void *arg)
+{
+        struct tunnel *t = arg;
+        struct icpt *ic = t->icpt;
+
+        if (what & BEV_EVENT_CONNECTED)
+                return;
+        if (what & BEV_EVENT_EOF) {
+                if (ic->resp_done)
+                        return;
+                /* what is still in its input goes first */
+                if (!up_move(t, bev) || ic->resp_done)
+                        return;
+                /* a body that ends with the close */
+                (void)http_parser_execute(&ic->rp, &egress_icpt_response_settings, NULL, 0);
+                if (ic->fail_status) {
+                        refuse_failed(t);
+                        return;
+                }
+                if (!ic->resp_head) {
+                        egress_tunnel_refuse(t, 502, "upstream_closed", "the upstream closed before its response");
+                        return;
+                }
+                t->up_eof = true;
+                if (!ic->resp_done && mask_out(t, NULL, 0, true) < 0) {
+                        egress_tunnel_finish(t, "internal");
+                        return;
+                }
+                bufferevent_disable(bev, EV_READ);
+                bufferevent_setwatermark(t->cli, EV_WRITE, 0, 0);
+                icpt_cli_write(t->cli, t);
+                return;
+        }
+        if (what & (BEV_EVENT_ERROR | BEV_EVENT_TIMEOUT)) {
+                if (ic->resp_head)
+                        egress_tunnel_finish(t, "upstream_error");
+                else
+                        egress_tunnel_refuse(t, 502, "upstream_error", "the upstream's connection failed");
+        }
+}
+
+static void icpt_cli_event(struct bufferevent *bev, short what, void *arg)
+{
+        struct tunnel *t = arg;
+
+        if (what & BEV_EVENT_CONNECTED)
+                return;
+        if (!t->icpt->req_head) {
+                /* the client's handshake failed (it does not trust the session's CA) or it left */
+                t->finished = true;
+                egress_tunnel_record(t, false, (what & BEV_EVENT_ERROR) ? "client_tls" : "client_gone");
+                egress_tunnel_free(t);
+                return;
+        }
+        if (what & BEV_EVENT_EOF) {
+                t->cli_eof = true;
+                bufferevent_disable(bev, EV_READ);
+                if (!t->icpt->req_done)
+                        egress_tunnel_finish(t, "client_gone");
+                return;
+        }
+        egress_tunnel_finish(t, "client_error");
+}
+
+/* bev's socket under TLS (the caller checked that bev holds no byte read
+ * or unwritten); bev is freed, never its fd. NULL when out of memory. */
+static struct bufferevent *ssl_over(struct tunnel *t, struct bufferevent *bev, SSL *ssl,
+                                    enum bufferevent_ssl_state state)
+{
+        evutil_socket_t fd = bufferevent_getfd(bev);
+        struct bufferevent *b;
+
+        if (fd < 0) {
+                SSL_free(ssl);
+                bufferevent_free(bev);
+                return NULL;
+        }
+        bufferevent_setfd(bev, -1);
+        bufferevent_free(bev);
+        b = bufferevent_openssl_socket_new(t->eg->base, fd, ssl, state, BEV_OPT_CLOSE_ON_FREE);
+        if (!b)
+                close(fd);
+        else
+                bufferevent_openssl_set_allow_dirty_shutdown(b, 1);
+        return b;
+}
+
+/* The upstream's TLS is up and verified: answer the CONNECT and take the
+ * client's TLS with the host's leaf. */
+static void client_start(struct tunnel *t)
+{
+        static const char ok[] = "HTTP/1.1 200 Connection established\r\n\r\n";
+        struct egress_tls *tls = t->eg->tls;
+        struct leaf *l = leaf_get(t->eg, tls, t->s->user, t->s->session, t->host);
+        SSL *ssl;
+        struct bufferevent *raw = t->cli;
+
+        if (!l) {
+                egress_tunnel_refuse(t, 503, "internal", "cannot make a certificate for this host");
+                return;
+        }
+        if (evbuffer_get_length(bufferevent_get_input(raw)) > 0) {
+                /* bytes before our answer: not a TLS client waiting for it */
+                egress_tunnel_refuse(t, 400, "bad_request", "bytes before the CONNECT's answer");
+                return;
+        }
+        ssl = SSL_new(tls->srv);
+        if (!ssl || !SSL_use_certificate(ssl, l->cert) || !SSL_use_PrivateKey(ssl, l->key)) {
+                SSL_free(ssl);
+                egress_tunnel_refuse(t, 503, "internal", "out of memory");
+                return;
+        }
+        /* 39 bytes into a fresh socket's buffer: written whole, before the handshake owns the socket */
+        if (send(bufferevent_getfd(raw), ok, sizeof(ok) - 1, MSG_NOSIGNAL) != (ssize_t)sizeof(ok) - 1) {
+                SSL_free(ssl);
+                t->finished = true;
+                egress_tunnel_record(t, false, "client_gone");
+                egress_tunnel_free(t);
+                return;
+        }
+        t->cli = ssl_over(t, raw, ssl, BUFFEREVENT_SSL_ACCEPTING);
+        if (!t->cli) {
+                t->finished = true;
+                egress_tunnel_record(t, false, "internal");
+                egress_tunnel_free(t);
+                return;
+        }
+        t->state = T_RELAY;
+        t->last_activity = sbx_now_ms();
+        event_del(t->timer);
+        egress_tunnel_arm(t, t->eg->cfg.egress_idle_timeout_ms);
+        bufferevent_setwatermark(t->cli, EV_READ, 0, ICPT_HIGH);
+        bufferevent_setcb(t->cli, icpt_cli_read, icpt_cli_write, icpt_cli_event, t);
+        bufferevent_setcb(t->up, icpt_up_read, icpt_up_write, icpt_up_event, t);
+        bufferevent_enable(t->cli, EV_READ | EV_WRITE);
+        bufferevent_enable(t->up, EV_READ | EV_WRITE);
+}
+
+static void up_handshake_event(struct bufferevent *bev, short what, void *arg)
+{
+        struct tunnel *t = arg;
+        SSL *ssl = bufferevent_openssl_get_ssl(bev);
+        char detail[256];
+        long v;
+
+        if (what & BEV_EVENT_CONNECTED) {
+                t->icpt->up_ready = true;
+                client_start(t);
+                return;
+        }
+        v = ssl ? SSL_get_verify_result(ssl) : X509_V_OK;
+        if (v != X509_V_OK)
+                snprintf(detail, sizeof(detail), "%s: certificate not trusted: %s", t->host,
+                         X509_verify_cert_error_string(v));
+        else
+                snprintf(detail, sizeof(detail), "%s: TLS handshake failed", t->host);
+        egress_tunnel_refuse(t, 502, "upstream_tls", detail);
+}
+
+void egress_icpt_start(struct tunnel *t)
+{
+        struct egress_tls *tls = tls_get(t->eg);
+        SSL *ssl;
+
+        t->icpt = calloc(1, sizeof(*t->icpt));
+        if (!tls || !t->icpt) {
+                egress_tunnel_refuse(t, 503, "internal", "cannot start TLS");
+                return;
+        }
+        for (size_t i = 0; i < t->n_secrets; i++)
+                if (t->secrets[i].value && t->secrets[i].value_len > t->icpt->max_value)
+                        t->icpt->max_value = t->secrets[i].value_len;
+        t->icpt->tail = malloc(t->icpt->max_value + 1);
+        http_parser_init(&t->icpt->rp, HTTP_RESPONSE);
+        t->icpt->rp.data = t;
+        ssl = SSL_new(tls->cli);
+        if (!t->icpt->tail || !ssl || !SSL_set_tlsext_host_name(ssl, t->host) || !SSL_set1_host(ssl, t->host)) {
+                SSL_free(ssl);
+                egress_tunnel_refuse(t, 503, "internal", "cannot start TLS");
+                return;
+        }
+        SSL_set_hostflags(ssl, X509_CHECK_FLAG_NO_PARTIAL_WILDCARDS);
+        if (evbuffer_get_length(bufferevent_get_input(t->up)) > 0) {
+                SSL_free(ssl);
+                egress_tunnel_refuse(t, 502, "bad_response", "the upstream spoke before TLS");
+                return;
+        }
+        t->up = ssl_over(t, t->up, ssl, BUFFEREVENT_SSL_CONNECTING);
+        if (!t->up) {
+                egress_tunnel_refuse(t, 502, "upstream_tls", "cannot start TLS to the upstream");
+                return;
+        }
+        bufferevent_setcb(t->up, NULL, NULL, up_handshake_event, t);
+        bufferevent_enable(t->up, EV_READ | EV_WRITE);
+}
+
+void egress_set_secrets_ops(struct egress *eg, const struct egress_secrets_ops *ops, void *userdata)
+{
+        eg->sec_ops = *ops;
+        eg->sec_ud = userdata;
+}

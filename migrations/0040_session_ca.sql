@@ -1,4 +1,4 @@
--- 0039: a session's own CA (issue 37, part 2): the egress proxy signs the leaf certificates of
+-- 0040: a session's own CA (issue 37, part 2): the egress proxy signs the leaf certificates of
 -- the hosts its attached secrets name with it, and the container trusts it through a bundle in
 -- its runner directory. The key is sealed with the secrets key (secrets.c), the certificate is
 -- public. One per session, kept across pause and restart, gone with the session; a fork or a

@@ -25,7 +25,7 @@
 #include "sandboxd/monitor.h"
 #include "sandboxd/node.h"
 #include "sandboxd/pool.h"
-#include "sandboxd/runner.h"
+#include "sandboxd/hub.h"
 #include "sandboxd/scripts.h"
 #include "sandboxd/service.h"
 #include "sandboxd/session.h"
@@ -392,7 +392,7 @@ static const struct config_old_key old_keys[] = {
         CONSTANT("http_max_unauthenticated_per_address", HTTP_MAX_UNAUTHENTICATED_PER_ADDRESS,
                  http_max_unauthenticated_per_address, CFG_INT, "http.h"),
         CONSTANT("http_timeout", HTTP_IDLE_TIMEOUT_S, http_timeout_s, CFG_DURATION, "http.h"),
-        CONSTANT("runner_heartbeat", RUNNER_HEARTBEAT_MS, runner_heartbeat_ms, CFG_MS, "runner.h"),
+        CONSTANT("runner_heartbeat", RUNNER_HEARTBEAT_MS, runner_heartbeat_ms, CFG_MS, "hub.h"),
         CONSTANT("cpu_shares", CONTAINER_CPU_SHARES, cpu_shares, CFG_INT, "container.h"),
         CONSTANT("oom_score_adj", CONTAINER_OOM_SCORE_ADJ, oom_score_adj, CFG_INT, "container.h"),
         CONSTANT("tmpfs_size", CONTAINER_TMPFS_BYTES, tmpfs_bytes, CFG_SIZE, "container.h"),

@@ -28,7 +28,7 @@
 #include "sandboxd/secrets.h"
 #include "sandboxd/secrets_ca.h"
 #include "sandboxd/quota.h"
-#include "sandboxd/runner.h"
+#include "sandboxd/hub.h"
 #include "sandboxd/service.h"
 #include "sandboxd/session.h"
 #include "sandboxd/sessuid.h"
@@ -43,7 +43,7 @@ static void drop_runner(const char *user, const char *session, const char *conta
                         void *userdata)
 {
         if (strcmp(cause, "destroyed") == 0)
-                runner_hub_drop(userdata, user, session);
+                hub_drop(userdata, user, session);
 }
 
 /* The gateway follows the port block: it stops serving a session whose
@@ -128,20 +128,20 @@ static int session_epoch(const char *user, const char *session, bool bump, uint6
 static void node_runner(void *ud, const char *user, const char *session, int fd)
 {
         struct daemon *d = ud;
-        (void)runner_hub_attach(d->runner, user, session, fd);
+        (void)hub_attach(d->runner, user, session, fd);
 }
 
 /* A microVM's runner channel (engine_qemu.h): the daemon's end of its socketpair. */
 static int vm_runner_attach(void *ud, const char *user, const char *session, int fd)
 {
         struct daemon *d = ud;
-        return runner_hub_attach(d->runner, user, session, fd);
+        return hub_attach(d->runner, user, session, fd);
 }
 
 static bool vm_runner_wait(void *ud, const char *user, const char *session, int timeout_ms)
 {
         struct daemon *d = ud;
-        return runner_hub_wait(d->runner, user, session, timeout_ms);
+        return hub_wait(d->runner, user, session, timeout_ms);
 }
 
 static void node_gateway(void *ud, const char *user, const char *session, int kind, int fd)
@@ -176,7 +176,7 @@ static int egress_connect_on_node(const char *user, const char *session, const s
 static void node_suspend(void *ud, const char *user, const char *session)
 {
         struct daemon *d = ud;
-        runner_hub_suspend(d->runner, user, session);
+        hub_suspend(d->runner, user, session);
 }
 
 static void adopt_runners(struct daemon *d, const char *node);
@@ -211,7 +211,7 @@ static void wait_claim_nodes(struct daemon *d)
 static void node_up(void *ud, const char *node, bool ready)
 {
         struct daemon *d = ud;
-        runner_hub_reopen(d->runner, node);
+        hub_reopen(d->runner, node);
         if (ready) /* else daemon_open is still on its way, and adopts them itself at its end */
                 adopt_runners(d, node);
 }
@@ -219,7 +219,7 @@ static void node_up(void *ud, const char *node, bool ready)
 static void node_fence(void *ud, const char *node)
 {
         struct daemon *d = ud;
-        size_t n = runner_hub_fence(d->runner, node); /* only the sessions placed on it */
+        size_t n = hub_fence(d->runner, node); /* only the sessions placed on it */
         cJSON *detail = cJSON_CreateObject();
         cJSON_AddStringToObject(detail, "node", node);
         cJSON_AddNumberToObject(detail, "sessions", (double)n);
@@ -315,9 +315,9 @@ static void adopt_runners(struct daemon *d, const char *node)
                 if (d->node && store_node_get(d->store, user, session, placed, sizeof(placed)) == 0 && placed[0] &&
                     (node ? strcmp(placed, node) != 0 : !node_server_node_connected(d->node, placed)))
                         continue;
-                if (runner_hub_adopt(d->runner, user, session) == 0)
+                if (hub_adopt(d->runner, user, session) == 0)
                         adopted++;
-                has_dir = runner_hub_dir(d->runner, user, session, dir) == 0;
+                has_dir = hub_dir(d->runner, user, session, dir) == 0;
                 if (ports && portpool_lookup(d->ports, user, session, ports) == 0)
                         n_ports = (size_t)per;
                 bool sealed = false;
@@ -409,7 +409,7 @@ static void egress_blocked(const char *user, const char *session, const char *ho
 static bool egress_narrowing(const char *user, const char *session, unsigned int from, uint32_t tag,
                              struct egress_net *ret, char ret_id[40], void *userdata)
 {
-        return runner_hub_narrowing(userdata, user, session, from, tag, ret, ret_id);
+        return hub_narrowing(userdata, user, session, from, tag, ret, ret_id);
 }
 
 /* privacy_mark's second step: the session's tunnels, closed before it returns. */
@@ -521,11 +521,11 @@ int daemon_open(const struct sbx_config *cfg, const struct daemon_options *opts,
         if (r < 0)
                 goto fail;
         /* the hub and its node link before the pool's recovery, which re-keys runner directories */
-        r = runner_hub_new(&d->cfg, &d->runner, err);
+        r = hub_new(&d->cfg, &d->runner, err);
         if (r < 0)
                 goto fail;
-        runner_hub_set_epoch_fn(d->runner, session_epoch, d->store);
-        runner_hub_set_refused_fn(d->runner, local_refused, d->store);
+        hub_set_epoch_fn(d->runner, session_epoch, d->store);
+        hub_set_refused_fn(d->runner, local_refused, d->store);
         engine_qemu_set_runner(d->engine, &(struct engine_qemu_runner){.attach = vm_runner_attach,
                                                                        .wait = vm_runner_wait,
                                                                        .ud = d});
@@ -533,7 +533,7 @@ int daemon_open(const struct sbx_config *cfg, const struct daemon_options *opts,
                 r = node_server_new(&d->cfg, &node_hooks, d, &d->node, err);
                 if (r < 0)
                         goto fail;
-                runner_hub_set_node(d->runner, &node_server_ops, d->node);
+                hub_set_node(d->runner, &node_server_ops, d->node);
                 wait_claim_nodes(d);
         }
         /* claims a previous daemon began are finished before the session rows load */
@@ -546,16 +546,16 @@ int daemon_open(const struct sbx_config *cfg, const struct daemon_options *opts,
         session_set_user_cap(d->sessions, user_session_cap, d);
         session_set_paused_cap(d->sessions, user_paused_cap, d);
         /* over a node link the node says, once it is connected (not waited for here) */
-        if (!d->node && !runner_hub_binary(d->runner))
+        if (!d->node && !hub_binary(d->runner))
                 log_warn("the runner binary is missing or not root-owned: containers run without it (docker exec)");
-        session_set_runner_hub(d->sessions, d->runner);
+        session_set_hub(d->sessions, d->runner);
         r = pool_new(&d->cfg, d->engine, d->store, d->runner, opts->extra_labels, &d->pool, err);
         if (r < 0)
                 goto fail;
         pool_set_load_fn(d->pool, live_sessions, d->sessions);
         session_set_pool(d->sessions, &warm_pool_ops, d->pool);
         (void)session_register_failure_handler(d->sessions, drop_runner, d->runner);
-        runner_hub_set_lost_handler(d->runner, runner_lost, d->sessions);
+        hub_set_lost_handler(d->runner, runner_lost, d->sessions);
         r = privacy_new(d->store, d->sessions, &d->privacy, err);
         if (r < 0)
                 goto fail;
@@ -587,12 +587,12 @@ int daemon_open(const struct sbx_config *cfg, const struct daemon_options *opts,
         if (r < 0)
                 goto fail;
         runtime_attach(d->runtime, d->sessions);
-        r = exec_engine_new(&d->cfg, d->engine, d->store, d->sessions, &d->exec, err);
+        r = exec_registry_new(&d->cfg, d->engine, d->store, d->sessions, &d->exec, err);
         if (r < 0)
                 goto fail;
         exec_set_quota(d->exec, d->quota);
-        exec_engine_set_runner(d->exec, d->runner);
-        exec_engine_set_secrets(d->exec, d->secrets);
+        exec_registry_set_runner(d->exec, d->runner);
+        exec_registry_set_secrets(d->exec, d->secrets);
         d->files = (struct files_ctx){.cfg = &d->cfg, .sessions = d->sessions, .runner = d->runner, .exec = d->exec};
         d->metrics_ctx = (struct metrics_ctx){.started_at = d->started_at,
                                               .sessions = d->sessions,
@@ -609,7 +609,7 @@ int daemon_open(const struct sbx_config *cfg, const struct daemon_options *opts,
                 sbx_error_set(err, r, 0, "out of memory");
                 goto fail;
         }
-        (void)exec_engine_recover(d->exec, NULL);
+        (void)exec_registry_recover(d->exec, NULL);
         r = cells_new(&d->cfg, d->store, d->sessions, d->runner, &d->cells, err);
         if (r < 0)
                 goto fail;
@@ -640,7 +640,7 @@ int daemon_open(const struct sbx_config *cfg, const struct daemon_options *opts,
         if (d->node) /* from here a node that (re)connects is served whole, gateway included */
                 node_server_gateway_ready(d->node);
         adopt_runners(d, NULL);
-        exec_engine_adopt(d->exec); /* executions the runners kept while the daemon was away */
+        exec_registry_adopt(d->exec); /* executions the runners kept while the daemon was away */
         if (!opts->no_monitor) {
                 r = monitor_start(&d->cfg, d->engine, d->sessions, &d->monitor, err);
                 if (r == 0)
@@ -670,7 +670,7 @@ void daemon_close(struct daemon *d)
         service_manager_free(d->services);
         pool_set_slot_fn(d->pool, NULL, NULL); /* no slot hook reaches the cells from here on */
         cells_free(d->cells);                  /* before the hub: its waiters hold runner jobs */
-        exec_engine_free(d->exec);             /* its workers were the last to ask session_busy */
+        exec_registry_free(d->exec);           /* its workers were the last to ask session_busy */
         if (d->sessions) {
                 session_set_busy_check(d->sessions, NULL, NULL);
                 session_set_pause_check(d->sessions, NULL, NULL);
@@ -683,9 +683,9 @@ void daemon_close(struct daemon *d)
         gateway_free(d->gateway);  /* its thread asks privacy and calls egress */
         egress_free(d->egress);    /* closes every tunnel, writing their rows */
         privacy_free(d->privacy);
-        pool_free(d->pool);         /* its thread uses the runner hub */
-        node_server_free(d->node);  /* stopped above; the pool's calls to the hub reached it until here */
-        runner_hub_free(d->runner); /* its thread calls into the sessions */
+        pool_free(d->pool);        /* its thread uses the runner hub */
+        node_server_free(d->node); /* stopped above; the pool's calls to the hub reached it until here */
+        hub_free(d->runner);       /* its thread calls into the sessions */
         session_manager_free(d->sessions);
         quota_free(d->quota); /* after every engine that asks it */
         portpool_free(d->ports);

@@ -1,6 +1,6 @@
 /* files.c — read, write and list files of a session's workspace from
  * inside its container (see files.h for why that is the symlink-safe way).
- * The session's runner does the I/O when it is connected (runner_ops.h:
+ * The session's runner does the I/O when it is connected (hub_ops.h:
  * openat2 confined to /workspace); otherwise fixed scripts run through
  * docker exec as the sandbox user, the path always an argv element, resolved
  * with readlink -f and refused outside /workspace. Both answer with the same
@@ -16,8 +16,8 @@
 
 #include "sandboxd/config.h"
 #include "sandboxd/exec.h"
-#include "sandboxd/runner.h"
-#include "sandboxd/runner_ops.h"
+#include "sandboxd/hub.h"
+#include "sandboxd/hub_ops.h"
 #include "sandboxd/session.h"
 #include "sandboxd/wsquota.h"
 
@@ -271,8 +271,8 @@ static int script_error(int code, const char *what, const char *path, const char
 /* Is the session's runner there to do it? (After a restart: listen again.) */
 static bool via_runner(const struct files_ctx *f, const char *user, const char *session)
 {
-        (void)runner_hub_adopt(f->runner, user, session);
-        return runner_hub_wait(f->runner, user, session, RUNNER_WAIT_MS);
+        (void)hub_adopt(f->runner, user, session);
+        return hub_wait(f->runner, user, session, RUNNER_WAIT_MS);
 }
 
 /* The session's container, with a reference the caller releases. */
@@ -309,7 +309,7 @@ int files_write(const struct files_ctx *f, const char *user, const char *session
         if (r < 0)
                 return r;
         r = via_runner(f, user, session)
-                    ? runner_file_write(f->runner, user, session, norm, data ? data : "", len, SCRIPT_TIMEOUT_MS)
+                    ? hub_file_write(f->runner, user, session, norm, data ? data : "", len, SCRIPT_TIMEOUT_MS)
                     : -ENOTCONN;
         if (r != -ENOTCONN) {
                 session_release(s);
@@ -372,9 +372,9 @@ int files_read(const struct files_ctx *f, const char *user, const char *session,
         r = open_container(f, user, session, &s, cid, err);
         if (r < 0)
                 return r;
-        r = via_runner(f, user, session) ? runner_file_read(f->runner, user, session, norm, offset, want, buf, &got,
-                                                            &size, SCRIPT_TIMEOUT_MS)
-                                         : -ENOTCONN;
+        r = via_runner(f, user, session)
+                    ? hub_file_read(f->runner, user, session, norm, offset, want, buf, &got, &size, SCRIPT_TIMEOUT_MS)
+                    : -ENOTCONN;
         if (r != -ENOTCONN) {
                 session_release(s);
                 if (r < 0)
@@ -481,7 +481,7 @@ int files_list(const struct files_ctx *f, const char *user, const char *session,
                 return r;
         if (via_runner(f, user, session)) {
                 struct list_acc acc = {.list = list};
-                r = runner_file_list(f->runner, user, session, norm, on_entry, &acc, &truncated, SCRIPT_TIMEOUT_MS);
+                r = hub_file_list(f->runner, user, session, norm, on_entry, &acc, &truncated, SCRIPT_TIMEOUT_MS);
                 if (r != -ENOTCONN) {
                         session_release(s);
                         if (r < 0)
@@ -544,7 +544,7 @@ done:
         return 0;
 }
 
-/* A change the runner makes (runner_file_change), else its script. */
+/* A change the runner makes (hub_file_change), else its script. */
 static int change(const struct files_ctx *f, const char *user, const char *session, uint16_t type, const char *what,
                   const char *path, const char *path2, struct sbx_error *err)
 {
@@ -567,7 +567,7 @@ static int change(const struct files_ctx *f, const char *user, const char *sessi
         if (r < 0)
                 return r;
         r = via_runner(f, user, session)
-                    ? runner_file_change(f->runner, user, session, type, norm, path2 ? norm2 : NULL, SCRIPT_TIMEOUT_MS)
+                    ? hub_file_change(f->runner, user, session, type, norm, path2 ? norm2 : NULL, SCRIPT_TIMEOUT_MS)
                     : -ENOTCONN;
         if (r != -ENOTCONN) {
                 session_release(s);

@@ -2,7 +2,7 @@
  * interpreters in a session's container whose state (globals, imports, open
  * files, working directory) lasts from cell to cell.
  *
- * Shape. A context is a *kernel bridge* run as a runner job (runner.h) in
+ * Shape. A context is a *kernel bridge* run as a runner job (hub.h) in
  * the session's container: under the session's uid, in its own process
  * group under a subreaper shim, inside the container's limits, exactly like
  * an execution. The bridge is a script the daemon carries embedded
@@ -70,7 +70,7 @@
 
 struct store;
 struct session_manager;
-struct runner_hub;
+struct hub;
 struct cells;
 
 #define CELLS_NAME_MAX 64 /* a context name: 1-64 of [A-Za-z0-9_.-] */
@@ -120,7 +120,7 @@ struct cells_execution_view {
         size_t len[CELLS_STREAMS];
 };
 
-int cells_new(const struct sbx_config *cfg, struct store *st, struct session_manager *sm, struct runner_hub *hub,
+int cells_new(const struct sbx_config *cfg, struct store *st, struct session_manager *sm, struct hub *hub,
               struct cells **ret, struct sbx_error *err);
 /* Stops the threads. Interpreters are left to their runners (their rows
  * stay live: the next daemon adopts them). NULL is fine. */

@@ -16,14 +16,14 @@ struct store;
 struct portpool;
 struct session_manager;
 struct monitor;
-struct exec_engine;
+struct exec_registry;
 struct service_manager;
 struct privacy;
 struct quota;
 struct api_server;
 struct admin_server;
 struct http_server;
-struct runner_hub;
+struct hub;
 struct egress;
 struct scripts;
 struct events;
@@ -37,22 +37,22 @@ struct daemon {
         struct portpool *ports;
         struct session_manager *sessions;
         struct monitor *monitor;
-        struct exec_engine *exec;
+        struct exec_registry *exec;
         struct service_manager *services;
         struct privacy *privacy;
-        struct runtime *runtime;   /* runc | runsc per user */
-        struct quota *quota;       /* per-user limits and their overrides */
-        struct runner_hub *runner; /* per-session runner sockets */
-        struct node_server *node;  /* the node link over TLS (node.listen), or NULL: in process */
-        struct pool *pool;         /* warm pool (pool.h) */
-        struct egress *egress;     /* the egress proxy behind egress.sock */
-        struct gateway *gateway;   /* egress.sock, fwd.sock and the host port listeners */
-        struct scripts *scripts;   /* the script cache's runs in flight (scripts.h) */
-        struct events *events;     /* the lifecycle event log (events.h; NULL: another daemon owns it) */
-        struct webhook *webhook;   /* its operator's webhook (webhook.h; NULL: none) */
-        struct cells *cells;       /* run_cell's interpreter contexts (cells.h) */
-        struct secrets *secrets;   /* the secrets' key (secrets.h; NULL: secrets_key_file unset) */
-        int64_t started_at;        /* unix ms */
+        struct runtime *runtime;  /* runc | runsc per user */
+        struct quota *quota;      /* per-user limits and their overrides */
+        struct hub *runner;       /* per-session runner sockets */
+        struct node_server *node; /* the node link over TLS (node.listen), or NULL: in process */
+        struct pool *pool;        /* warm pool (pool.h) */
+        struct egress *egress;    /* the egress proxy behind egress.sock */
+        struct gateway *gateway;  /* egress.sock, fwd.sock and the host port listeners */
+        struct scripts *scripts;  /* the script cache's runs in flight (scripts.h) */
+        struct events *events;    /* the lifecycle event log (events.h; NULL: another daemon owns it) */
+        struct webhook *webhook;  /* its operator's webhook (webhook.h; NULL: none) */
+        struct cells *cells;      /* run_cell's interpreter contexts (cells.h) */
+        struct secrets *secrets;  /* the secrets' key (secrets.h; NULL: secrets_key_file unset) */
+        int64_t started_at;       /* unix ms */
         /* the fronts, which fronts_open (fronts.h) starts above the daemon */
         struct api_server *api; /* the socket fronts (opts->sockets) */
         struct admin_server *admin;

@@ -101,7 +101,7 @@ void egress_free(struct egress *eg);
  * ownership of fd (closed on every path). Never blocks. */
 void egress_accept(struct egress *eg, const char *user, const char *session, int fd);
 /* The same, saying whether the peer is the session's verified runner
- * (runner_peer.h): only then is its RP_EGRESS_FROM header believed. */
+ * (hub_peer.h): only then is its RP_EGRESS_FROM header believed. */
 void egress_accept_from(struct egress *eg, const char *user, const char *session, int fd, bool from_runner);
 
 /* The ratchet: close every open tunnel of the session and return only once

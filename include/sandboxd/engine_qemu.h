@@ -13,7 +13,7 @@
  *
  * The runner channel is a socketpair: one end is QEMU's chardev (fd=3), the
  * other goes to the runner hub as an accepted connection would
- * (engine_qemu_runner.attach, runner_hub_attach), so the hub, its framing,
+ * (engine_qemu_runner.attach, hub_attach), so the hub, its framing,
  * fencing and epochs are the same as for a container. QEMU runs as the
  * session's uid and cannot reach the root-only runner directories; a
  * socketpair also needs no path QEMU could swap.
@@ -44,7 +44,7 @@
  * only by users whose runtime policy says so) */
 #define ENGINE_QEMU_GUEST_DIR "/var/cache/sandboxd-vm/current"
 
-/* What the engine needs of the runner hub (runner.h), given by the daemon. */
+/* What the engine needs of the runner hub (hub.h), given by the daemon. */
 struct engine_qemu_runner {
         /* hand the daemon's end of a VM's runner channel to the hub (it owns fd from here) */
         int (*attach)(void *ud, const char *user, const char *session, int fd);

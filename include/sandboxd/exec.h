@@ -8,7 +8,7 @@
  * byte counts; the rest is readable by offset with exec_read_output().
  *
  * Paths: an execution runs on the session's in-container runner when it
- * is connected (runner.h), else through docker exec; results say which
+ * is connected (hub.h), else through docker exec; results say which
  * (via) and, on the runner, the tree's usage.
  *
  * Process trees: on the runner each execution lives under its own child
@@ -45,7 +45,7 @@ struct engine;
 struct store;
 struct session_manager;
 struct quota;
-struct exec_engine;
+struct exec_registry;
 
 enum exec_state {
         EXEC_PENDING,
@@ -182,79 +182,79 @@ struct exec_result {
 };
 void exec_result_done(struct exec_result *r);
 
-int exec_engine_new(const struct sbx_config *cfg, struct engine *d, struct store *st, struct session_manager *sm,
-                    struct exec_engine **ret, struct sbx_error *err);
+int exec_registry_new(const struct sbx_config *cfg, struct engine *d, struct store *st, struct session_manager *sm,
+                      struct exec_registry **ret, struct sbx_error *err);
 /* Per-user limits (max_exec_per_user and its overrides) come from q from
  * now on; without one, from the config. q must outlive the engine. */
-void exec_set_quota(struct exec_engine *e, struct quota *q);
+void exec_set_quota(struct exec_registry *e, struct quota *q);
 /* Run executions on the session's runner when one is connected (else
  * docker exec). Set once, before the first execution. */
-struct runner_hub;
-void exec_engine_set_runner(struct exec_engine *e, struct runner_hub *h);
+struct hub;
+void exec_registry_set_runner(struct exec_registry *e, struct hub *h);
 /* Mask the values of a session's attached secrets in its executions'
  * output (issue 37, item 4; a second line of defence: the sandbox holds only
  * placeholders). Set once, before the first execution; NULL: no masking. */
 struct secrets;
-void exec_engine_set_secrets(struct exec_engine *e, const struct secrets *s);
+void exec_registry_set_secrets(struct exec_registry *e, const struct secrets *s);
 /* After a restart. Executions the session's runner may still run (RUNNING
  * with a runner tag) are registered as live at once — they hold their
  * slots and caps, and exec_status waits on them — and re-adopted by
- * exec_engine_adopt(). The others still PENDING or RUNNING are marked
+ * exec_registry_adopt(). The others still PENDING or RUNNING are marked
  * FAILED with cause daemon_restarted (their output so far stays readable).
- * Call it before the runner hub listens (runner_hub_expect). */
-int exec_engine_recover(struct exec_engine *e, size_t *ret_failed);
-/* Start re-adopting what exec_engine_recover registered (after the
+ * Call it before the runner hub listens (hub_expect). */
+int exec_registry_recover(struct exec_registry *e, size_t *ret_failed);
+/* Start re-adopting what exec_registry_recover registered (after the
  * sessions are reconciled): each resumes its output from the last byte of
  * its spool and keeps its deadline. One whose container is gone, or whose
  * runner does not come back within 30 s, ends FAILED (daemon_restarted). */
-void exec_engine_adopt(struct exec_engine *e);
+void exec_registry_adopt(struct exec_registry *e);
 /* Joins the workers, frees. NULL is fine. Executions on a runner are left
  * running there (their rows stay RUNNING for the next daemon to adopt);
  * those on docker exec are cancelled. */
-void exec_engine_free(struct exec_engine *e);
+void exec_registry_free(struct exec_registry *e);
 
 /* Start an execution; writes its id at once. Refusals (bad input, caps,
  * session errors) happen before anything runs and return -errno + err. */
-int exec_start(struct exec_engine *e, const struct exec_request *req, char ret_id[37], struct sbx_error *err);
+int exec_start(struct exec_registry *e, const struct exec_request *req, char ret_id[37], struct sbx_error *err);
 
 /* Start and wait for the end; *ret is a full result (head and tail). */
-int exec_run(struct exec_engine *e, const struct exec_request *req, struct exec_result *ret, struct sbx_error *err);
+int exec_run(struct exec_registry *e, const struct exec_request *req, struct exec_result *ret, struct sbx_error *err);
 
 /* Status of an execution of `user` (other users' ids are -ENOENT). Waits up
  * to wait_ms (capped at 60 s) for it to end or for output past the offsets.
  * With offsets >= 0 the result carries up to max_bytes of each stream from
  * those offsets in *_head (tail empty); with offsets < 0 head and tail. */
-int exec_status(struct exec_engine *e, const char *user, const char *id, int64_t stdout_offset, int64_t stderr_offset,
+int exec_status(struct exec_registry *e, const char *user, const char *id, int64_t stdout_offset, int64_t stderr_offset,
                 size_t max_bytes, int wait_ms, struct exec_result *ret, struct sbx_error *err);
 
 /* Executions of user (and session if non-NULL), newest first, whose state
  * is in states_mask (bit 1<<state; 0 = all), at most limit. */
-int exec_list(struct exec_engine *e, const char *user, const char *session, unsigned states_mask, size_t limit,
+int exec_list(struct exec_registry *e, const char *user, const char *session, unsigned states_mask, size_t limit,
               struct exec_result **ret, size_t *ret_n);
 /* The same, only executions that ended within the last within_ms (-1 = any,
  * as exec_list), the most recently ended first. The end is recorded in wall
  * time (rows outlive the daemon and the host's uptime), so the cutoff is
  * taken on the same clock here, never by the caller. */
-int exec_list_finished(struct exec_engine *e, const char *user, const char *session, unsigned states_mask,
+int exec_list_finished(struct exec_registry *e, const char *user, const char *session, unsigned states_mask,
                        int64_t within_ms, size_t limit, struct exec_result **ret, size_t *ret_n);
 void exec_result_list_free(struct exec_result *list, size_t n);
 
 /* Feed stdin of a running interactive execution; eof closes it once the
  * queue is written. Never waits: -EAGAIN when more than 1 MiB sent earlier
  * is still unread by the process. */
-int exec_send_stdin(struct exec_engine *e, const char *user, const char *id, const void *data, size_t len, bool eof,
+int exec_send_stdin(struct exec_registry *e, const char *user, const char *id, const void *data, size_t len, bool eof,
                     struct sbx_error *err);
 
 /* A tty execution's new window size (its programs get SIGWINCH). -EINVAL
  * if it has no terminal or the size is out of range, -EALREADY if it ended. */
-int exec_resize(struct exec_engine *e, const char *user, const char *id, int rows, int cols, struct sbx_error *err);
+int exec_resize(struct exec_registry *e, const char *user, const char *id, int rows, int cols, struct sbx_error *err);
 
 /* Cancel: SIGTERM, grace, SIGKILL of the execution's tree (force: SIGKILL
  * at once). A finished execution gives -EALREADY naming its state. */
-int exec_cancel(struct exec_engine *e, const char *user, const char *id, bool force, struct sbx_error *err);
+int exec_cancel(struct exec_registry *e, const char *user, const char *id, bool force, struct sbx_error *err);
 
 /* Running executions, globally and for one session (for stats and caps). */
-size_t exec_running_count(struct exec_engine *e, const char *user, const char *session);
+size_t exec_running_count(struct exec_registry *e, const char *user, const char *session);
 
 /* Resolve a workdir lexically under /workspace (NULL or "" is /workspace;
  * relative paths are under it); -EINVAL if it leaves /workspace. */
@@ -262,7 +262,7 @@ int exec_workdir_resolve(const char *in, char out[1024], struct sbx_error *err);
 
 /* Run a helper command in a session's container as part of the daemon's own
  * work (services, files): not audited as a user execution, not capped. */
-int exec_internal(struct exec_engine *e, const char *container_id, const char *const *argv, const void *stdin_data,
+int exec_internal(struct exec_registry *e, const char *container_id, const char *const *argv, const void *stdin_data,
                   size_t stdin_len, int timeout_ms, int *ret_exit, char **ret_out, size_t *ret_out_len,
                   struct sbx_error *err);
 

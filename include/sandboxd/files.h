@@ -1,7 +1,7 @@
 /* files.h — files in a session's workspace, read and written from INSIDE the
  * session's container, never through a host path.
  *
- * When the session's runner is connected it does the I/O (runner_ops.h): it
+ * When the session's runner is connected it does the I/O (hub_ops.h): it
  * resolves the path as the tenant's tools would, refuses (-EPERM) one that
  * leads outside /workspace (a link to /, /etc, /proc/self/root, `..` above
  * /workspace), and opens only with openat2(RESOLVE_IN_ROOT |
@@ -34,8 +34,8 @@
 
 #include "sandboxd/common.h"
 
-struct exec_engine;
-struct runner_hub;
+struct exec_registry;
+struct hub;
 struct sbx_config;
 struct session_manager;
 
@@ -44,8 +44,8 @@ struct session_manager;
 struct files_ctx {
         const struct sbx_config *cfg; /* max_file_bytes, workspace quota */
         struct session_manager *sessions;
-        struct runner_hub *runner;
-        struct exec_engine *exec; /* the docker exec fallback */
+        struct hub *runner;
+        struct exec_registry *exec; /* the docker exec fallback */
 };
 
 #define FILES_PATH_MAX 4096

@@ -14,7 +14,7 @@
  *     (protocol in runner_proto.h). No PortBindings, no docker-proxy.
  *
  * fwd.sock takes connections from the container's runner only
- * (runner_peer.h), checked at accept (by the node agent when the sockets
+ * (hub_peer.h), checked at accept (by the node agent when the sockets
  * are a node's: gateway_set_node below): tenant code that dials it is closed
  * at once, so it can neither take the control connection over nor hold the
  * pending slots the runner's data connections need. egress.sock takes
@@ -68,7 +68,7 @@ bool gateway_is_private(struct gateway *gw, const char *user, const char *sessio
 
 /* Serve the session: listen on its host ports (ports[n], on publish_ip),
  * on dir/fwd.sock, and on dir/egress.sock when egress is true. dir is the
- * session's runner directory (runner_hub_prepare), NULL when the container
+ * session's runner directory (hub_prepare), NULL when the container
  * has no runner (then host connections are closed at once; with a runner, a
  * client that comes while the runner's control connection is away waits for
  * it, within the 30 s pairing deadline). Idempotent; a

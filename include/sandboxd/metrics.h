@@ -40,7 +40,7 @@
 
 struct egress;
 struct engine;
-struct exec_engine;
+struct exec_registry;
 struct pool;
 struct node_server;
 struct portpool;
@@ -53,7 +53,7 @@ struct sbx_config;
 struct metrics_ctx {
         int64_t started_at; /* unix ms */
         struct session_manager *sessions;
-        struct exec_engine *exec;
+        struct exec_registry *exec;
         struct portpool *ports;
         struct egress *egress;
         struct pool *pool;

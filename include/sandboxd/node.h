@@ -7,8 +7,8 @@
  * channels (struct node_ops), a request for the gateway's sockets
  * (node_server_gateway), and calls back the other way: a connection the
  * node accepted from a session's runner, already checked to come from that
- * container's runner (runner_peer.h), handed to the hub as a connected fd
- * (runner_hub_attach); one accepted on egress.sock or fwd.sock (the latter
+ * container's runner (hub_peer.h), handed to the hub as a connected fd
+ * (hub_attach); one accepted on egress.sock or fwd.sock (the latter
  * checked the same way) handed to the gateway (gateway_attach); a client of
  * one of the session's published ports, which the node listens on with its
  * own publish_ip (node_server_publish), handed to the gateway as if its own
@@ -32,14 +32,14 @@
  * and every request about it goes to that node. An engine that places
  * containers itself (Kubernetes) names the node (engine_inspect's node,
  * the Pod's spec.nodeName): the hub opens the directory there once the Pod
- * is bound (runner_hub_prepare_on). Otherwise node_ops.open chooses
+ * is bound (hub_prepare_on). Otherwise node_ops.open chooses
  * (NODE_OPEN_NEW): node.name, else the session's node while connected, else
  * the connected node with the fewest sessions.
  *
  * On Kubernetes a node agent runs with data_dir = {K8S_NODE_DIR}/<its node
  * name> (certificate CN = the node's name), and a session Pod mounts
  * hostPath {K8S_NODE_DIR} with subPathExpr
- * "$(SBX_NODE_NAME)/runner/<runner_dir_key>" and SBX_NODE_NAME from the
+ * "$(SBX_NODE_NAME)/runner/<hub_dir_key>" and SBX_NODE_NAME from the
  * downward API (spec.nodeName). kubelet may make that directory before the
  * agent opens it: the agent accepts a root-owned directory (O_NOFOLLOW,
  * never a link) and makes it 0755.
@@ -71,8 +71,8 @@
  *             both sides have closed)
  *
  * Fencing. Every session has an epoch (store, migration 0030): one more each
- * time its container is made (runner_hub_prepare) or moved (a pool claim,
- * runner_hub_rekey). The control gives the node the epoch with each session
+ * time its container is made (hub_prepare) or moved (a pool claim,
+ * hub_rekey). The control gives the node the epoch with each session
  * it opens; the node presents it with every stream; a stream whose epoch is
  * not the session's current one is refused with an audit row
  * ("node_epoch_refused"); a stream about a session placed on another node
@@ -191,8 +191,8 @@ struct node_connect {
 /* ---- the link interface (what the runner hub calls) ---- */
 
 enum node_open_mode {
-        NODE_OPEN_NEW = 1,   /* a new container (runner_hub_prepare): placed (again) here */
-        NODE_OPEN_AGAIN = 2, /* the node came back (runner_hub_reopen): on the session's node */
+        NODE_OPEN_NEW = 1,   /* a new container (hub_prepare): placed (again) here */
+        NODE_OPEN_AGAIN = 2, /* the node came back (hub_reopen): on the session's node */
         NODE_OPEN_ADOPT = 3, /* after a restart, only if the directory exists (-ENOENT otherwise) */
 };
 
@@ -227,7 +227,7 @@ struct node_server_hooks {
         void (*gateway)(void *ud, const char *user, const char *session, int kind, int fd);
         /* The link under the session's runner connection is gone: the
          * connection closes next, its executions should wait for the runner
-         * to come back (runner_hub_suspend). */
+         * to come back (hub_suspend). */
         void (*suspend)(void *ud, const char *user, const char *session);
         /* A node agent (re)connected: open every session again (called on a
          * thread of the server's that may make requests); gateway_ready: the

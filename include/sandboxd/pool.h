@@ -31,7 +31,7 @@
  *      and the session takes the cold path. Then the slot's directory is
  *      renamed to the session's workspace (the
  *      bind mount follows the directory) and its runner directory and
- *      channel are re-keyed to the session (runner_hub_rekey);
+ *      channel are re-keyed to the session (hub_rekey);
  *   3. one transaction deletes the slot row, gives its uid to the session,
  *      records the container for the session and writes the session row
  *      RUNNING on it (store_pool_claim_commit).
@@ -64,7 +64,7 @@
 
 struct engine;
 struct store;
-struct runner_hub;
+struct hub;
 struct pool;
 
 #define POOL_MAX_IMAGES 32 /* images pooled at most (image first, then images in order) */
@@ -78,7 +78,7 @@ typedef size_t (*pool_load_fn)(void *userdata);
 typedef void (*pool_slot_fn)(void *userdata, const char *slot, const char *container_id, const char *user,
                              const char *session);
 
-int pool_new(const struct sbx_config *cfg, struct engine *d, struct store *st, struct runner_hub *h,
+int pool_new(const struct sbx_config *cfg, struct engine *d, struct store *st, struct hub *h,
              const char *const *extra_labels, struct pool **ret, struct sbx_error *err);
 void pool_set_load_fn(struct pool *p, pool_load_fn fn, void *userdata);
 /* Set (or, fn NULL, clear) the slot hook; waits for a call under way, so
@@ -91,12 +91,12 @@ void pool_free(struct pool *p);
 
 /* Finish every claim a previous daemon left half done. Run before the
  * session manager loads the session rows, with the runner hub already
- * wired to its node link (runner_hub_set_node): step 2's runner directory
+ * wired to its node link (hub_set_node): step 2's runner directory
  * is re-keyed through the hub, so over a node agent it is the node's
- * directory that is renamed (runner_hub_rekey). A claim that cannot be
+ * directory that is renamed (hub_rekey). A claim that cannot be
  * finished (the session's workspace has files, the node cannot be reached)
  * is given up: its slot is removed. */
-int pool_recover_claims(const struct sbx_config *cfg, struct store *st, struct engine *d, struct runner_hub *h,
+int pool_recover_claims(const struct sbx_config *cfg, struct store *st, struct engine *d, struct hub *h,
                         struct sbx_error *err);
 /* After a restart: adopt ready slots whose container runs (at most their
  * image's size: a pool turned off or made smaller gives its containers

@@ -1,7 +1,7 @@
 /* service.h — long-running processes in a session's container.
  *
  * On the session's runner (when connected): the runner supervises the
- * service under a subreaper shim (runner_ops.h), reports its exact PID and
+ * service under a subreaper shim (hub_ops.h), reports its exact PID and
  * exit code, and pushes its listening ports within about
  * RP_SVC_PORT_POLL_MS of the listen; a stop escalates SIGTERM, the grace,
  * SIGKILL over the service's whole tree. Logs and the port mapping are the
@@ -34,10 +34,10 @@
 struct engine;
 struct store;
 struct session_manager;
-struct exec_engine;
+struct exec_registry;
 struct quota;
 struct service_manager;
-struct runner_hub;
+struct hub;
 
 enum service_state {
         SERVICE_STARTING,
@@ -71,7 +71,7 @@ struct service_info {
 
 /* Registers itself as a session failure handler. */
 int service_manager_new(const struct sbx_config *cfg, struct engine *d, struct store *st, struct session_manager *sm,
-                        struct exec_engine *ex, struct service_manager **ret, struct sbx_error *err);
+                        struct exec_registry *ex, struct service_manager **ret, struct sbx_error *err);
 /* Start the monitor thread. */
 int service_manager_start(struct service_manager *m, struct sbx_error *err);
 /* Stop the monitor thread and free. Services keep running. NULL is fine. */
@@ -82,7 +82,7 @@ void service_set_quota(struct service_manager *m, struct quota *q);
 /* Services start on the session's runner when it is connected (supervised
  * there, ports reported as they open), else through docker exec. Call
  * before service_manager_start; h must outlive m. */
-void service_set_runner(struct service_manager *m, struct runner_hub *h);
+void service_set_runner(struct service_manager *m, struct hub *h);
 
 /* name: 1-64 of [A-Za-z0-9_.-]. -EEXIST if that name is running; -EUSERS
  * past max_services_per_session; -E2BIG for a command over

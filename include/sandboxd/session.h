@@ -85,8 +85,8 @@ void session_set_network_policy(struct session_manager *m, session_network_polic
 void session_set_runtime_policy(struct session_manager *m, session_runtime_fn fn, void *userdata);
 /* Containers made from now on get the runner (when its binary is usable).
  * Set once, before the first container is made. */
-struct runner_hub;
-void session_set_runner_hub(struct session_manager *m, struct runner_hub *h);
+struct hub;
+void session_set_hub(struct session_manager *m, struct hub *h);
 /* The warm pool as sessions see it: a narrow table the daemon fills from
  * pool.h, so the session module never includes the pool (as it reaches the
  * network policy). `pool` is handed back to each call. */

@@ -8,7 +8,7 @@
 #include "sandboxd/session.h"
 
 struct engine;
-struct exec_engine;
+struct exec_registry;
 struct session_manager;
 struct store;
 
@@ -16,7 +16,7 @@ struct store;
 struct usage_ctx {
         struct session_manager *sessions;
         struct engine *engine;
-        struct exec_engine *exec;
+        struct exec_registry *exec;
         struct store *store;
 };
 

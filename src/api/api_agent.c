@@ -21,8 +21,8 @@
 #include "sandboxd/daemon.h"
 #include "sandboxd/exec.h"
 #include "sandboxd/log.h"
-#include "sandboxd/runner.h"
-#include "sandboxd/runner_dir.h"
+#include "sandboxd/hub.h"
+#include "sandboxd/hub_dir.h"
 #include "sandboxd/runner_proto.h"
 #include "sandboxd/scripts.h"
 #include "sandboxd/secrets.h"
@@ -129,14 +129,14 @@ static int ca_env(struct api_req *q, const char **env, char **env_buf, size_t *n
         /* the directory is the container's: made first (the execution would make it next anyway) */
         if (api_preflight_session(q, e) < 0)
                 return -1;
-        if (runner_hub_dir(q->d->runner, q->tok.user, q->session, dir) < 0 || dir[0] != '/')
+        if (hub_dir(q->d->runner, q->tok.user, q->session, dir) < 0 || dir[0] != '/')
                 return 0;
-        if (!runner_dir_has(dir, RUNNER_DIR_CA_BUNDLE)) {
+        if (!hub_dir_has(dir, RUNNER_DIR_CA_BUNDLE)) {
                 r = secrets_ca_get(q->d->secrets, q->d->store, q->tok.user, q->session, &cert, NULL);
                 if (r == 0)
                         r = secrets_ca_bundle(cert, &bundle, &len);
                 if (r == 0)
-                        r = runner_dir_put_file(dir, RUNNER_DIR_CA_BUNDLE, bundle, len, false);
+                        r = hub_dir_put_file(dir, RUNNER_DIR_CA_BUNDLE, bundle, len, false);
                 if (r < 0 && r != -EEXIST) {
                         log_ctx(LOG_LEVEL_WARN, q->tok.user, q->session, NULL,
                                 "cannot write the session's CA bundle: %s", strerror(-r));

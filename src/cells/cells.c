@@ -17,7 +17,7 @@
 #include "sandboxd/sha256.h"
 #include "sandboxd/log.h"
 #include "sandboxd/pool.h"
-#include "sandboxd/runner.h"
+#include "sandboxd/hub.h"
 #include "sandboxd/session.h"
 #include "sandboxd/store_cells.h"
 #include "sandboxd/utf8.h"
@@ -277,7 +277,7 @@ static int cell_narrow(struct cell_ctx *x, const struct egress_net *net, const c
 
         pthread_mutex_lock(&x->rx_lock);
         if (x->rx)
-                r = runner_exec_set_network(x->rx, net, id);
+                r = hub_exec_set_network(x->rx, net, id);
         else if (net)
                 r = -ENOTSUP;
         pthread_mutex_unlock(&x->rx_lock);

@@ -23,7 +23,7 @@
 #include "sandboxd/sha256.h"
 #include "sandboxd/log.h"
 #include "sandboxd/pool.h"
-#include "sandboxd/runner.h"
+#include "sandboxd/hub.h"
 #include "sandboxd/session.h"
 #include "sandboxd/store_cells.h"
 #include "sandboxd/utf8.h"

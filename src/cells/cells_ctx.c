@@ -17,7 +17,7 @@
 #include "sandboxd/sha256.h"
 #include "sandboxd/log.h"
 #include "sandboxd/pool.h"
-#include "sandboxd/runner.h"
+#include "sandboxd/hub.h"
 #include "sandboxd/session.h"
 #include "sandboxd/startline.h"
 #include "sandboxd/store_cells.h"
@@ -108,7 +108,7 @@ void *cells_waiter_main(void *p)
 
         free(p);
         for (;;) {
-                r = runner_exec_wait(a.rx, 1000, &ex, &err);
+                r = hub_exec_wait(a.rx, 1000, &ex, &err);
                 if (r != -ETIMEDOUT)
                         break;
                 pthread_mutex_lock(&x->c->lock);
@@ -119,7 +119,7 @@ void *cells_waiter_main(void *p)
                         pthread_mutex_lock(&x->rx_lock);
                         x->rx = NULL;
                         pthread_mutex_unlock(&x->rx_lock);
-                        runner_exec_free(a.rx);
+                        hub_exec_free(a.rx);
                         pthread_mutex_lock(&x->lock);
                         x->waiter_done = true;
                         pthread_cond_broadcast(&x->cond);
@@ -131,8 +131,8 @@ void *cells_waiter_main(void *p)
         x->rx = NULL;
         pthread_mutex_unlock(&x->rx_lock);
         if (r == 0)
-                (void)runner_exec_forget(a.rx);
-        runner_exec_free(a.rx);
+                (void)hub_exec_forget(a.rx);
+        hub_exec_free(a.rx);
 
         pthread_mutex_lock(&x->lock);
         if (x->generation == a.generation) {
@@ -192,7 +192,7 @@ int cells_ctx_send(struct cell_ctx *x, const cJSON *msg, int64_t deadline)
         while (off < len) {
                 ssize_t n;
                 pthread_mutex_lock(&x->rx_lock);
-                n = x->rx ? runner_exec_write_stdin(x->rx, line + off, len - off) : -ECONNRESET;
+                n = x->rx ? hub_exec_write_stdin(x->rx, line + off, len - off) : -ECONNRESET;
                 pthread_mutex_unlock(&x->rx_lock);
                 if (n < 0) {
                         r = (int)n;
@@ -215,7 +215,7 @@ int cells_ctx_signal(struct cell_ctx *x, int sig)
 {
         int r;
         pthread_mutex_lock(&x->rx_lock);
-        r = x->rx ? runner_exec_signal(x->rx, sig) : -ESRCH;
+        r = x->rx ? hub_exec_signal(x->rx, sig) : -ESRCH;
         pthread_mutex_unlock(&x->rx_lock);
         return r;
 }
@@ -308,8 +308,8 @@ int cells_ctx_start(struct cell_ctx *x, const char *container_id, const char *co
         envv[n_env++] = out_cap;
         envv[n_env] = NULL;
 
-        (void)runner_hub_adopt(c->hub, x->user, x->session);
-        if (!runner_hub_wait(c->hub, x->user, x->session, CELLS_RUNNER_WAIT_MS))
+        (void)hub_adopt(c->hub, x->user, x->session);
+        if (!hub_wait(c->hub, x->user, x->session, CELLS_RUNNER_WAIT_MS))
                 return sbx_error_set(
                         err, -ENOTCONN, 0,
                         "the session's runner is not connected: run_cell needs it (no docker exec fallback)");
@@ -334,7 +334,7 @@ static int ctx_start_in_line(struct cell_ctx *x, const char *container_id, const
         char code_path[128];
         const char *argv_py[] = {"python3", "-I", code_path, "python3", NULL};
         const char *argv_node[] = {"node", "--expose-internals", code_path, NULL};
-        struct runner_exec *rx = NULL;
+        struct hub_exec *rx = NULL;
         struct waiter_arg *wa;
         int64_t deadline, t0;
         int r;
@@ -356,7 +356,7 @@ static int ctx_start_in_line(struct cell_ctx *x, const char *container_id, const
         x->line_skip = false;
 
         const char *src = py ? cells_bridge_python : cells_bridge_node;
-        struct runner_exec_spec spec = {
+        struct hub_exec_spec spec = {
                 .workdir = "/workspace",
                 .code_path = code_path,
                 .code = src,
@@ -365,7 +365,7 @@ static int ctx_start_in_line(struct cell_ctx *x, const char *container_id, const
                 .env = envv,
                 .stdin_pipe = true,
         };
-        r = runner_exec_start(c->hub, x->user, x->session, &spec, cells_on_output, x, &rx, err);
+        r = hub_exec_start(c->hub, x->user, x->session, &spec, cells_on_output, x, &rx, err);
         if (r < 0) {
                 pthread_mutex_lock(&x->lock);
                 x->phase = CTX_IDLE;
@@ -381,7 +381,7 @@ static int ctx_start_in_line(struct cell_ctx *x, const char *container_id, const
         } else {
                 *wa = (struct waiter_arg){.x = x, .rx = rx, .generation = x->generation};
                 pthread_mutex_lock(&x->lock);
-                x->tag = runner_exec_tag(rx);
+                x->tag = hub_exec_tag(rx);
                 r = -pthread_create(&x->waiter, NULL, cells_waiter_main, wa);
                 x->has_waiter = r == 0;
                 pthread_mutex_unlock(&x->lock);
@@ -392,8 +392,8 @@ static int ctx_start_in_line(struct cell_ctx *x, const char *container_id, const
                 pthread_mutex_lock(&x->rx_lock);
                 x->rx = NULL;
                 pthread_mutex_unlock(&x->rx_lock);
-                (void)runner_exec_signal(rx, SIGKILL);
-                runner_exec_free(rx);
+                (void)hub_exec_signal(rx, SIGKILL);
+                hub_exec_free(rx);
                 pthread_mutex_lock(&x->lock);
                 x->phase = CTX_IDLE;
                 pthread_mutex_unlock(&x->lock);

@@ -16,7 +16,7 @@
 #include "sandboxd/sha256.h"
 #include "sandboxd/log.h"
 #include "sandboxd/pool.h"
-#include "sandboxd/runner.h"
+#include "sandboxd/hub.h"
 #include "sandboxd/session.h"
 #include "sandboxd/store_cells.h"
 #include "sandboxd/utf8.h"
@@ -174,13 +174,13 @@ static void adopt_one(struct cells *c, struct cell_ctx *x)
 {
         const uint64_t have[2] = {0, 0};
         uint64_t start[2];
-        struct runner_exec *rx = NULL;
+        struct hub_exec *rx = NULL;
         struct sbx_error err = {0};
         struct waiter_arg *wa = NULL;
         int64_t deadline = sbx_now_ms() + CELLS_ADOPT_WAIT_MS;
         int r = -ETIMEDOUT;
 
-        (void)runner_hub_adopt(c->hub, x->user, x->session);
+        (void)hub_adopt(c->hub, x->user, x->session);
         while (r == -ETIMEDOUT && sbx_now_ms() < deadline) {
                 pthread_mutex_lock(&c->lock);
                 bool stopping = c->stopping;
@@ -199,8 +199,8 @@ static void adopt_one(struct cells *c, struct cell_ctx *x)
                 pthread_mutex_unlock(&x->lock);
                 x->line_len = 0;
                 x->line_skip = true;
-                r = runner_exec_adopt(c->hub, x->user, x->session, x->tag, have, cells_on_output, x, 1000, &rx, start,
-                                      &err);
+                r = hub_exec_adopt(c->hub, x->user, x->session, x->tag, have, cells_on_output, x, 1000, &rx, start,
+                                   &err);
         }
         if (r == 0) {
                 wa = malloc(sizeof(*wa));
@@ -232,10 +232,10 @@ static void adopt_one(struct cells *c, struct cell_ctx *x)
                 pthread_mutex_lock(&x->rx_lock);
                 x->rx = NULL;
                 pthread_mutex_unlock(&x->rx_lock);
-                (void)runner_exec_signal(rx, SIGKILL);
-                runner_exec_free(rx);
+                (void)hub_exec_signal(rx, SIGKILL);
+                hub_exec_free(rx);
         } else if (r == -ETIMEDOUT)
-                runner_hub_unexpect(c->hub, x->user, x->session, x->tag);
+                hub_unexpect(c->hub, x->user, x->session, x->tag);
         pthread_mutex_lock(&x->lock);
         x->phase = CTX_IDLE;
         x->adopting = x->adopt_pending = false;
@@ -320,7 +320,7 @@ static void recover(struct cells *c)
                 x->lost_generation = x->generation;
                 if (strcmp(r->state, "live") == 0 && r->runner_tag && c->hub) {
                         /* its job may still run: the runner keeps it for us (cells_adopt_main) */
-                        runner_hub_expect(c->hub, r->user, r->session, r->runner_tag);
+                        hub_expect(c->hub, r->user, r->session, r->runner_tag);
                         x->adopt_pending = x->adopt_busy = x->busy = true;
                 } else {
                         sbx_strlcpy(x->lost_cause, strcmp(r->state, "live") == 0 ? "daemon_restart" : r->lost_cause,
@@ -513,7 +513,7 @@ void cells_pool_slot(void *userdata, const char *slot, const char *container_id,
                 prestart_slot(c, slot, container_id);
 }
 
-int cells_new(const struct sbx_config *cfg, struct store *st, struct session_manager *sm, struct runner_hub *hub,
+int cells_new(const struct sbx_config *cfg, struct store *st, struct session_manager *sm, struct hub *hub,
               struct cells **ret, struct sbx_error *err)
 {
         struct cells *c = calloc(1, sizeof(*c));

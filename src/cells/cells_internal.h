@@ -25,7 +25,7 @@
 
 #include "cells_spool.h"
 #include "sandboxd/cells.h"
-#include "sandboxd/runner.h"
+#include "sandboxd/hub.h"
 
 /* The embedded bridges (harness_gen.c). */
 extern const char cells_bridge_python[];
@@ -85,7 +85,7 @@ struct cell_ctx {
         int64_t created_at;
 
         pthread_mutex_t rx_lock; /* the runner handle; never with lock held */
-        struct runner_exec *rx;
+        struct hub_exec *rx;
 
         pthread_mutex_t lock;
         pthread_cond_t cond; /* any change below */
@@ -142,7 +142,7 @@ struct cells {
         const struct sbx_config *cfg;
         struct store *store;
         struct session_manager *sessions;
-        struct runner_hub *hub;
+        struct hub *hub;
         pthread_mutex_t lock;
         pthread_cond_t cond; /* the reaper's sleep */
         struct cell_ctx *list;
@@ -161,7 +161,7 @@ struct cells {
 
 struct waiter_arg {
         struct cell_ctx *x;
-        struct runner_exec *rx;
+        struct hub_exec *rx;
         int64_t generation;
 };
 

@@ -181,7 +181,7 @@ static int map_spec(const struct engine_spec *s, struct create_body *b, struct s
         spec->cpu_shares = s->cpu_weight;
         spec->oom_score_adj = s->oom_score_adj;
         spec->readonly_rootfs = s->readonly_rootfs;
-        spec->init = true; /* and the runner as its command: runner_peer.h knows the runner as the init's first child */
+        spec->init = true; /* and the runner as its command: hub_peer.h knows the runner as the init's first child */
         spec->privileged = false;
         spec->network_mode = s->network ? s->network : "none";
         spec->runtime = s->runtime_class;

@@ -177,7 +177,7 @@ static void execution_free(struct execution *x)
         free(x);
 }
 
-struct execution *execution_new(struct exec_engine *e, const char *id)
+struct execution *execution_new(struct exec_registry *e, const char *id)
 {
         struct execution *x = calloc(1, sizeof(*x));
 
@@ -199,7 +199,7 @@ struct execution *execution_new(struct exec_engine *e, const char *id)
 
 void execution_unref(struct execution *x)
 {
-        struct exec_engine *e;
+        struct exec_registry *e;
         bool last;
 
         if (!x)
@@ -217,7 +217,7 @@ void execution_unrefp(struct execution **x)
         execution_unref(*x);
 }
 
-struct execution *execution_find_ref(struct exec_engine *e, const char *user, const char *id)
+struct execution *execution_find_ref(struct exec_registry *e, const char *user, const char *id)
 {
         struct execution *x;
 
@@ -293,10 +293,10 @@ void execution_set_state(struct execution *x, enum exec_state st, enum exec_caus
 
 /* ---- engine ---- */
 
-int exec_engine_new(const struct sbx_config *cfg, struct engine *d, struct store *st, struct session_manager *sm,
-                    struct exec_engine **ret, struct sbx_error *err)
+int exec_registry_new(const struct sbx_config *cfg, struct engine *d, struct store *st, struct session_manager *sm,
+                      struct exec_registry **ret, struct sbx_error *err)
 {
-        struct exec_engine *e = calloc(1, sizeof(*e));
+        struct exec_registry *e = calloc(1, sizeof(*e));
 
         if (!e)
                 return sbx_error_set(err, -ENOMEM, 0, "out of memory");
@@ -316,24 +316,24 @@ int exec_engine_new(const struct sbx_config *cfg, struct engine *d, struct store
         return 0;
 }
 
-void exec_engine_set_runner(struct exec_engine *e, struct runner_hub *h)
+void exec_registry_set_runner(struct exec_registry *e, struct hub *h)
 {
         e->runner = h;
 }
 
-void exec_engine_set_secrets(struct exec_engine *e, const struct secrets *s)
+void exec_registry_set_secrets(struct exec_registry *e, const struct secrets *s)
 {
         e->secrets = s;
 }
 
-void exec_set_quota(struct exec_engine *e, struct quota *q)
+void exec_set_quota(struct exec_registry *e, struct quota *q)
 {
         pthread_mutex_lock(&e->lock);
         e->quota = q;
         pthread_mutex_unlock(&e->lock);
 }
 
-void exec_engine_free(struct exec_engine *e)
+void exec_registry_free(struct exec_registry *e)
 {
         if (!e)
                 return;
@@ -348,7 +348,7 @@ void exec_engine_free(struct exec_engine *e)
         }
         while (e->workers > 0)
                 pthread_cond_wait(&e->idle, &e->lock);
-        /* registered for adoption, never started (exec_engine_adopt not called) */
+        /* registered for adoption, never started (exec_registry_adopt not called) */
         while (e->live) {
                 struct execution *x = e->live;
                 e->live = x->next;
@@ -423,7 +423,7 @@ static int argv_text(const char *const *argv, int64_t max_bytes, char **ret, str
         return 0;
 }
 
-static int build(struct exec_engine *e, const struct exec_request *req, struct execution **ret, struct sbx_error *err)
+static int build(struct exec_registry *e, const struct exec_request *req, struct execution **ret, struct sbx_error *err)
 {
         const struct sbx_config *cfg = e->cfg;
         _cleanup_(execution_unrefp) struct execution *x = NULL;
@@ -554,7 +554,7 @@ static int build(struct exec_engine *e, const struct exec_request *req, struct e
 }
 
 /* Build, admit, register and start; with ret_x, also hand back a reference. */
-static int start_internal(struct exec_engine *e, const struct exec_request *req, char ret_id[37],
+static int start_internal(struct exec_registry *e, const struct exec_request *req, char ret_id[37],
                           struct execution **ret_x, struct sbx_error *err)
 {
         struct execution *x = NULL;
@@ -587,12 +587,12 @@ static int start_internal(struct exec_engine *e, const struct exec_request *req,
         return 0;
 }
 
-int exec_start(struct exec_engine *e, const struct exec_request *req, char ret_id[37], struct sbx_error *err)
+int exec_start(struct exec_registry *e, const struct exec_request *req, char ret_id[37], struct sbx_error *err)
 {
         return start_internal(e, req, ret_id, NULL, err);
 }
 
-int exec_run(struct exec_engine *e, const struct exec_request *req, struct exec_result *ret, struct sbx_error *err)
+int exec_run(struct exec_registry *e, const struct exec_request *req, struct exec_result *ret, struct sbx_error *err)
 {
         char id[37];
         struct execution *x = NULL;
@@ -620,7 +620,7 @@ static int already_finished(const char *id, const char *state, struct sbx_error 
 
 /* The live execution id of user, with a reference, for a call that acts on
  * it; else the error for an id that is unknown, or finished. */
-static int live_ref(struct exec_engine *e, const char *user, const char *id, struct execution **ret,
+static int live_ref(struct exec_registry *e, const char *user, const char *id, struct execution **ret,
                     struct sbx_error *err)
 {
         struct store_execution row;
@@ -633,7 +633,7 @@ static int live_ref(struct exec_engine *e, const char *user, const char *id, str
         return already_finished(id, row.state, err);
 }
 
-int exec_send_stdin(struct exec_engine *e, const char *user, const char *id, const void *data, size_t len, bool eof,
+int exec_send_stdin(struct exec_registry *e, const char *user, const char *id, const void *data, size_t len, bool eof,
                     struct sbx_error *err)
 {
         struct execution *x;
@@ -682,7 +682,7 @@ int exec_send_stdin(struct exec_engine *e, const char *user, const char *id, con
         return r;
 }
 
-int exec_cancel(struct exec_engine *e, const char *user, const char *id, bool force, struct sbx_error *err)
+int exec_cancel(struct exec_registry *e, const char *user, const char *id, bool force, struct sbx_error *err)
 {
         struct execution *x;
         int r = live_ref(e, user, id, &x, err);
@@ -701,7 +701,7 @@ int exec_cancel(struct exec_engine *e, const char *user, const char *id, bool fo
         return r;
 }
 
-int exec_internal(struct exec_engine *e, const char *container_id, const char *const *argv, const void *stdin_data,
+int exec_internal(struct exec_registry *e, const char *container_id, const char *const *argv, const void *stdin_data,
                   size_t stdin_len, int timeout_ms, int *ret_exit, char **ret_out, size_t *ret_out_len,
                   struct sbx_error *err)
 {
@@ -722,7 +722,7 @@ int exec_internal(struct exec_engine *e, const char *container_id, const char *c
         return 0;
 }
 
-int exec_resize(struct exec_engine *e, const char *user, const char *id, int rows, int cols, struct sbx_error *err)
+int exec_resize(struct exec_registry *e, const char *user, const char *id, int rows, int cols, struct sbx_error *err)
 {
         struct execution *x;
         int r = live_ref(e, user, id, &x, err);
@@ -749,7 +749,7 @@ int exec_resize(struct exec_engine *e, const char *user, const char *id, int row
         else if (r == 0 && !x->rx)
                 r = sbx_error_set(err, -EAGAIN, 0, "busy: the terminal of execution %s is not attached yet; retry", id);
         else if (r == 0)
-                r = runner_exec_resize(x->rx, rows, cols);
+                r = hub_exec_resize(x->rx, rows, cols);
         if (r == 0) {
                 x->rows = rows;
                 x->cols = cols;

@@ -32,7 +32,7 @@ static bool holds_slot(struct execution *x)
         return r;
 }
 
-size_t exec_running_count(struct exec_engine *e, const char *user, const char *session)
+size_t exec_running_count(struct exec_registry *e, const char *user, const char *session)
 {
         size_t n = 0;
         pthread_mutex_lock(&e->lock);
@@ -51,7 +51,7 @@ static int cmp_str(const void *a, const void *b)
 
 /* What x would join, counted over the executions holding a slot. Under
  * e->lock. -ENOMEM only if the distinct users cannot be counted. */
-static int count_load(struct exec_engine *e, const struct execution *x, struct quota_exec_load *ret)
+static int count_load(struct exec_registry *e, const struct execution *x, struct quota_exec_load *ret)
 {
         _cleanup_free_ const char **others = NULL;
         size_t n = 0, cap = 0;
@@ -89,7 +89,7 @@ static int count_load(struct exec_engine *e, const struct execution *x, struct q
  * (both streams at EXEC_OUTPUT_CAP_BYTES) is made by removing the spools of the
  * session's oldest ended executions, like a log ring. Returns the bytes the
  * ended executions keep afterwards. No lock held: store and file I/O. */
-static int64_t spool_make_room(struct exec_engine *e, const char *user, const char *session, int64_t limit,
+static int64_t spool_make_room(struct exec_registry *e, const char *user, const char *session, int64_t limit,
                                int64_t want)
 {
         int64_t kept = 0;
@@ -114,7 +114,7 @@ static int64_t spool_make_room(struct exec_engine *e, const char *user, const ch
 }
 
 /* What the session's live executions may still spool. Under e->lock. */
-static uint64_t spool_live(struct exec_engine *e, const struct execution *x)
+static uint64_t spool_live(struct exec_registry *e, const struct execution *x)
 {
         uint64_t sum = 0;
         for (struct execution *y = e->live; y; y = y->next) {
@@ -128,7 +128,7 @@ static uint64_t spool_live(struct exec_engine *e, const struct execution *x)
         return sum;
 }
 
-int exec_admit(struct exec_engine *e, struct execution *x, struct sbx_error *err)
+int exec_admit(struct exec_registry *e, struct execution *x, struct sbx_error *err)
 {
         struct quota_limits lim;
         struct quota_exec_load load;
@@ -171,7 +171,7 @@ int exec_admit(struct exec_engine *e, struct execution *x, struct sbx_error *err
         return r;
 }
 
-void exec_admit_undo(struct exec_engine *e, struct execution *x)
+void exec_admit_undo(struct exec_registry *e, struct execution *x)
 {
         pthread_mutex_lock(&e->lock);
         for (struct execution **pp = &e->live; *pp; pp = &(*pp)->next)

@@ -3,7 +3,7 @@
  * One the runner runs outlives the daemon. Its row keeps the runner's tag,
  * its deadline and its spool share; a daemon that stops (gracefully or
  * not) leaves it RUNNING, and the next one registers it as live at once in
- * exec_engine_recover (it holds its slots) and, from exec_engine_adopt, a
+ * exec_registry_recover (it holds its slots) and, from exec_registry_adopt, a
  * worker re-adopts it from the runner with its output from the last byte
  * of its spool files. The runner forgets an execution only after its end
  * is persisted here. Anything the runner cannot hand back ends FAILED
@@ -30,7 +30,7 @@
 #define ADOPT_WAIT_MS 30000 /* a running container's runner reconnects within about a second */
 
 /* A live execution from a row the runner may still run. No worker yet. */
-static int adopt_register(struct exec_engine *e, const struct store_execution *row)
+static int adopt_register(struct exec_registry *e, const struct store_execution *row)
 {
         struct execution *x = execution_new(e, row->id); /* its reference is the registry's */
 
@@ -61,7 +61,7 @@ static int adopt_register(struct exec_engine *e, const struct store_execution *r
         x->exit_code = -1;
         x->state = EXEC_RUNNING;
         x->adopting = true;
-        runner_hub_expect(e->runner, x->user, x->session, x->runner_tag);
+        hub_expect(e->runner, x->user, x->session, x->runner_tag);
         pthread_mutex_lock(&e->lock);
         x->next = e->live;
         e->live = x;
@@ -101,7 +101,7 @@ static bool adopt_container_alive(struct execution *x)
 /* An adopted execution that cannot be followed: FAILED, daemon_restarted. */
 static void adopt_give_up(struct execution *x, const char *why)
 {
-        runner_hub_unexpect(x->e->runner, x->user, x->session, x->runner_tag);
+        hub_unexpect(x->e->runner, x->user, x->session, x->runner_tag);
         pthread_mutex_lock(&x->lock);
         snprintf(x->error, sizeof(x->error), "the daemon restarted while it ran and %s", why);
         x->duration_ms = sbx_wall_ms() - x->started_wall;
@@ -120,8 +120,8 @@ static void adopt_give_up(struct execution *x, const char *why)
 /* The worker of an execution adopted after a restart. */
 void exec_adopt_run(struct execution *x)
 {
-        struct exec_engine *e = x->e;
-        struct runner_exec *rx = NULL;
+        struct exec_registry *e = x->e;
+        struct hub_exec *rx = NULL;
         struct sbx_error err = {0};
         uint64_t have[2] = {0, 0}, from[2];
         int64_t until = sbx_now_ms() + ADOPT_WAIT_MS, now_wall, now;
@@ -142,8 +142,8 @@ void exec_adopt_run(struct execution *x)
                         snprintf(why, sizeof(why), "its container stopped while the daemon was away");
                         break;
                 }
-                r = runner_exec_adopt(e->runner, x->user, x->session, x->runner_tag, have, exec_on_runner_output, x,
-                                      250, &rx, from, &err);
+                r = hub_exec_adopt(e->runner, x->user, x->session, x->runner_tag, have, exec_on_runner_output, x, 250,
+                                   &rx, from, &err);
                 if (r == 0)
                         break;
                 if (r != -ETIMEDOUT)
@@ -189,7 +189,7 @@ void exec_adopt_run(struct execution *x)
         exec_mark_finished(x);
 }
 
-void exec_engine_adopt(struct exec_engine *e)
+void exec_registry_adopt(struct exec_registry *e)
 {
         for (;;) {
                 struct execution *x = NULL;
@@ -218,7 +218,7 @@ void exec_engine_adopt(struct exec_engine *e)
         }
 }
 
-int exec_engine_recover(struct exec_engine *e, size_t *ret_failed)
+int exec_registry_recover(struct exec_registry *e, size_t *ret_failed)
 {
         const char *cause = exec_cause_to_string(EXEC_CAUSE_DAEMON_RESTARTED);
         _cleanup_free_ struct store_execution *rows = NULL;

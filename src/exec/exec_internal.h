@@ -37,7 +37,7 @@
 #include "sandboxd/egress.h"
 #include "sandboxd/exec.h"
 #include "sandboxd/reqctx.h"
-#include "sandboxd/runner.h"
+#include "sandboxd/hub.h"
 
 struct engine_stream;
 struct session;
@@ -51,7 +51,7 @@ struct execution {
         char *mask_tail[2];
         size_t mask_tail_len[2];
         pthread_mutex_t mask_lock; /* the tails: output (a runner's thread) and the end (the worker) */
-        struct exec_engine *e;
+        struct exec_registry *e;
         int refs;               /* e->lock */
         struct execution *next; /* e->live (e->lock) */
 
@@ -103,33 +103,33 @@ struct execution {
         char runtime[32];
         char runner_version[64];
         /* durable (runner) executions */
-        uint32_t runner_tag;         /* 0 until the runner has it */
-        int64_t started_wall;        /* unix ms it began running */
-        int64_t deadline_wall;       /* unix ms of its timeout */
-        bool adopting;               /* registered from the store after a restart */
-        bool has_worker;             /* e->lock */
-        bool detach;                 /* the engine stops: leave it to the runner and the next daemon */
-        struct runner_exec *rx_done; /* ended on the runner: forgotten there once the end is persisted */
+        uint32_t runner_tag;      /* 0 until the runner has it */
+        int64_t started_wall;     /* unix ms it began running */
+        int64_t deadline_wall;    /* unix ms of its timeout */
+        bool adopting;            /* registered from the store after a restart */
+        bool has_worker;          /* e->lock */
+        bool detach;              /* the engine stops: leave it to the runner and the next daemon */
+        struct hub_exec *rx_done; /* ended on the runner: forgotten there once the end is persisted */
         bool tty;
         int rows, cols;
         struct egress_net *network; /* its narrowing (NULL: none), for the runner's table */
 
         pthread_mutex_t stdin_lock;
         struct engine_stream *stream;
-        struct runner_exec *rx; /* set instead of stream when the runner runs it (stdin_lock) */
+        struct hub_exec *rx; /* set instead of stream when the runner runs it (stdin_lock) */
         bool stdin_closed;
         uint64_t stdin_sent;
         int spool_fd[2];
 };
 
-struct exec_engine {
+struct exec_registry {
         const struct sbx_config *cfg;
         struct engine *engine;
         struct store *store;
         struct session_manager *sessions;
         struct quota *quota; /* per-user limits; NULL: the config defaults */
-        struct runner_hub *runner;
-        const struct secrets *secrets; /* values masked in output (exec_engine_set_secrets) */
+        struct hub *runner;
+        const struct secrets *secrets; /* values masked in output (exec_registry_set_secrets) */
         char spool_dir[SBX_PATH_MAX + 16];
 
         pthread_mutex_t lock;
@@ -143,12 +143,12 @@ struct exec_engine {
 
 /* A new execution with one reference (the caller's), its locks set up and
  * its spool paths named after id; everything else zero. NULL: no memory. */
-struct execution *execution_new(struct exec_engine *e, const char *id);
+struct execution *execution_new(struct exec_registry *e, const char *id);
 void execution_unref(struct execution *x); /* NULL is fine; takes e->lock */
 void execution_unrefp(struct execution **x);
 /* The live execution id (of user, unless NULL), with a reference; NULL if
  * it is not live. Takes e->lock. */
-struct execution *execution_find_ref(struct exec_engine *e, const char *user, const char *id);
+struct execution *execution_find_ref(struct exec_registry *e, const char *user, const char *id);
 /* Write the execution's row as it stands now. Takes x->lock. */
 void execution_persist(struct execution *x);
 /* Set the state (counted in the metrics when final) and wake waiters. */
@@ -161,9 +161,9 @@ enum exec_cause exec_cause_from_string(const char *s);
  * registry's and the worker's references, e->workers counted: or refuse it
  * with the cap or quota it would pass. Takes e->lock; store and file I/O
  * outside it. */
-int exec_admit(struct exec_engine *e, struct execution *x, struct sbx_error *err);
+int exec_admit(struct exec_registry *e, struct execution *x, struct sbx_error *err);
 /* Undo exec_admit's registration (its worker could not start). */
-void exec_admit_undo(struct exec_engine *e, struct execution *x);
+void exec_admit_undo(struct exec_registry *e, struct execution *x);
 
 /* ---- exec_worker.c ---- */
 
@@ -178,7 +178,7 @@ void exec_on_runner_output(void *ud, int stream, const void *data, size_t len);
  * how it ended (s may be NULL: no OOM count from before). -ESHUTDOWN when
  * the engine stops first: the execution is left to the runner, its row
  * RUNNING for the next daemon. */
-int exec_runner_loop(struct execution *x, struct session *s, uint64_t oom_before, struct runner_exec *rx, int64_t start,
+int exec_runner_loop(struct execution *x, struct session *s, uint64_t oom_before, struct hub_exec *rx, int64_t start,
                      int64_t deadline, struct sbx_error *err);
 /* Whether the engine stops, leaving the execution to its runner. */
 bool exec_read_detach(struct execution *x);

@@ -176,7 +176,7 @@ static void spool_sizes(const char *stdout_spool, struct exec_result *res, uint6
         }
 }
 
-int exec_status(struct exec_engine *e, const char *user, const char *id, int64_t stdout_offset, int64_t stderr_offset,
+int exec_status(struct exec_registry *e, const char *user, const char *id, int64_t stdout_offset, int64_t stderr_offset,
                 size_t max_bytes, int wait_ms, struct exec_result *ret, struct sbx_error *err)
 {
         struct execution *x = execution_find_ref(e, user, id);
@@ -215,7 +215,7 @@ int exec_status(struct exec_engine *e, const char *user, const char *id, int64_t
         return 0;
 }
 
-int exec_list(struct exec_engine *e, const char *user, const char *session, unsigned states_mask, size_t limit,
+int exec_list(struct exec_registry *e, const char *user, const char *session, unsigned states_mask, size_t limit,
               struct exec_result **ret, size_t *ret_n)
 {
         return exec_list_finished(e, user, session, states_mask, -1, limit, ret, ret_n);
@@ -246,7 +246,7 @@ static int by_finished_desc(const void *a, const void *b)
         return fx < fy ? 1 : fx > fy ? -1 : strcmp(x->id, y->id);
 }
 
-int exec_list_finished(struct exec_engine *e, const char *user, const char *session, unsigned states_mask,
+int exec_list_finished(struct exec_registry *e, const char *user, const char *session, unsigned states_mask,
                        int64_t within_ms, size_t limit, struct exec_result **ret, size_t *ret_n)
 {
         /* finished_at is created_at (wall) + duration: CLOCK_MONOTONIC here took the

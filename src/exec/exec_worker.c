@@ -188,7 +188,7 @@ bool exec_stdin_pump_locked(struct execution *x)
         while ((x->stream || x->rx) && !x->stdin_closed && x->stdin_off < x->stdin_len) {
                 const char *p = (char *)x->stdin_data + x->stdin_off;
                 size_t left = x->stdin_len - x->stdin_off;
-                ssize_t n = x->rx ? runner_exec_write_stdin(x->rx, p, left)
+                ssize_t n = x->rx ? hub_exec_write_stdin(x->rx, p, left)
                                   : engine_stream_write_some(x->e->engine, x->stream, p, left);
                 if (n == 0) {
                         pending = true;
@@ -206,7 +206,7 @@ bool exec_stdin_pump_locked(struct execution *x)
         }
         if (!pending && x->stdin_eof && (x->stream || x->rx) && !x->stdin_closed) {
                 if (x->rx)
-                        (void)runner_exec_close_stdin(x->rx);
+                        (void)hub_exec_close_stdin(x->rx);
                 else
                         (void)engine_stream_close_write(x->e->engine, x->stream);
                 x->stdin_closed = true;
@@ -264,7 +264,7 @@ void exec_audit(struct execution *x)
 /* In the session's container: write the code file (run_code), create the exec. */
 static int prepare(struct execution *x, char exec_id[65], struct sbx_error *err)
 {
-        struct exec_engine *e = x->e;
+        struct exec_registry *e = x->e;
         struct engine_exec_spec spec = {0};
         int r;
 
@@ -378,13 +378,13 @@ static const struct kill_ops fallback_kill = {.first = exec_fallback_first, .kil
 /* On the runner: its shim's process group. */
 static void runner_first(struct execution *x, bool hard)
 {
-        struct runner_exec *rx;
+        struct hub_exec *rx;
 
         pthread_mutex_lock(&x->stdin_lock);
         rx = x->rx;
         pthread_mutex_unlock(&x->stdin_lock);
         if (rx)
-                (void)runner_exec_signal(rx, hard ? SIGKILL : SIGTERM);
+                (void)hub_exec_signal(rx, hard ? SIGKILL : SIGTERM);
 }
 
 static void runner_kill(struct execution *x)
@@ -448,8 +448,8 @@ void exec_on_runner_output(void *ud, int stream, const void *data, size_t len)
  * back to docker exec); any other result is final and the state is set. */
 static int run_via_runner(struct execution *x, struct session *s, uint64_t oom_before, struct sbx_error *err)
 {
-        struct exec_engine *e = x->e;
-        struct runner_exec_spec spec = {
+        struct exec_registry *e = x->e;
+        struct hub_exec_spec spec = {
                 .workdir = x->workdir,
                 .code_path = x->code ? x->code_path : NULL,
                 .code = x->code,
@@ -463,20 +463,20 @@ static int run_via_runner(struct execution *x, struct session *s, uint64_t oom_b
                 .network = x->network,
                 .network_id = x->id,
         };
-        struct runner_exec *rx = NULL;
+        struct hub_exec *rx = NULL;
         int64_t start;
         int r;
 
-        (void)runner_hub_adopt(e->runner, x->user, x->session); /* after a restart: listen again */
-        if (!runner_hub_wait(e->runner, x->user, x->session, RUNNER_CONNECT_WAIT_MS))
+        (void)hub_adopt(e->runner, x->user, x->session); /* after a restart: listen again */
+        if (!hub_wait(e->runner, x->user, x->session, RUNNER_CONNECT_WAIT_MS))
                 return -ENOTCONN;
         if (open_spools(x) < 0)
                 return sbx_error_set(err, -EIO, 0, "cannot open the output spool: %m");
-        r = runner_exec_start(e->runner, x->user, x->session, &spec, exec_on_runner_output, x, &rx, err);
+        r = hub_exec_start(e->runner, x->user, x->session, &spec, exec_on_runner_output, x, &rx, err);
         if (r < 0)
                 return r;
         pthread_mutex_lock(&x->lock);
-        (void)runner_hub_version(e->runner, x->user, x->session, x->runner_version, sizeof(x->runner_version));
+        (void)hub_version(e->runner, x->user, x->session, x->runner_version, sizeof(x->runner_version));
         pthread_mutex_unlock(&x->lock);
         pthread_mutex_lock(&x->stdin_lock);
         x->rx = rx;
@@ -486,7 +486,7 @@ static int run_via_runner(struct execution *x, struct session *s, uint64_t oom_b
         start = sbx_now_ms();
         pthread_mutex_lock(&x->lock);
         sbx_strlcpy(x->via, "runner", sizeof(x->via));
-        x->runner_tag = runner_exec_tag(rx);
+        x->runner_tag = hub_exec_tag(rx);
         x->started_wall = sbx_wall_ms();
         x->deadline_wall = x->started_wall + (int64_t)x->timeout_s * 1000;
         pthread_mutex_unlock(&x->lock);
@@ -505,7 +505,7 @@ static void drop_runner_handle(struct execution *x)
         pthread_mutex_unlock(&x->stdin_lock);
 }
 
-int exec_runner_loop(struct execution *x, struct session *s, uint64_t oom_before, struct runner_exec *rx, int64_t start,
+int exec_runner_loop(struct execution *x, struct session *s, uint64_t oom_before, struct hub_exec *rx, int64_t start,
                      int64_t deadline, struct sbx_error *err)
 {
         enum { ENDED, LOST, DETACHED } end;
@@ -526,7 +526,7 @@ int exec_runner_loop(struct execution *x, struct session *s, uint64_t oom_before
                         break;
                 }
                 stdin_pending = kill.phase == KILL_NONE && stdin_pump(x);
-                r = runner_exec_wait(rx, stdin_pending ? 10 : SLICE_MS, &ex, &werr);
+                r = hub_exec_wait(rx, stdin_pending ? 10 : SLICE_MS, &ex, &werr);
                 if (r == 0) {
                         end = ENDED;
                         break;
@@ -539,7 +539,7 @@ int exec_runner_loop(struct execution *x, struct session *s, uint64_t oom_before
                 }
                 /* the runner could not start it (no such workdir, fork failed, ...) */
                 drop_runner_handle(x);
-                runner_exec_free(rx);
+                hub_exec_free(rx);
                 return sbx_error_set(err, r, 0, "%s", werr.msg);
         }
 
@@ -547,7 +547,7 @@ int exec_runner_loop(struct execution *x, struct session *s, uint64_t oom_before
         if (end == ENDED)
                 x->rx_done = rx; /* forgotten by the runner once its end is persisted */
         else
-                runner_exec_free(rx);
+                hub_exec_free(rx);
         if (end == DETACHED)
                 return -ESHUTDOWN;
 
@@ -567,8 +567,8 @@ void exec_forget_on_runner(struct execution *x)
 {
         if (!x->rx_done)
                 return;
-        (void)runner_exec_forget(x->rx_done);
-        runner_exec_free(x->rx_done);
+        (void)hub_exec_forget(x->rx_done);
+        hub_exec_free(x->rx_done);
         x->rx_done = NULL;
 }
 
@@ -608,7 +608,7 @@ struct run {
 static int step_open(struct run *c)
 {
         struct execution *x = c->x;
-        struct exec_engine *e = x->e;
+        struct exec_registry *e = x->e;
         int r;
 
         for (int attempt = 0;; attempt++) {
@@ -717,7 +717,7 @@ static void step_pump(struct run *c)
 static void step_reap(struct run *c)
 {
         struct execution *x = c->x;
-        struct exec_engine *e = x->e;
+        struct exec_registry *e = x->e;
         struct engine_exec_info info;
         bool killing = c->kill.phase != KILL_NONE;
         int r = -1;
@@ -834,7 +834,7 @@ static void run(struct execution *x)
  * live list, its slot freed, long-polls woken, the worker's reference dropped. */
 void exec_worker_done(struct execution *x)
 {
-        struct exec_engine *e = x->e;
+        struct exec_registry *e = x->e;
 
         pthread_mutex_lock(&e->lock);
         for (struct execution **pp = &e->live; *pp; pp = &(*pp)->next)
@@ -849,7 +849,7 @@ void exec_worker_done(struct execution *x)
         pthread_cond_broadcast(&x->cond);
         pthread_mutex_unlock(&x->lock);
         /* The worker still counts until its last reference is gone:
-         * execution_free reads x->e, which exec_engine_free frees as soon
+         * execution_free reads x->e, which exec_registry_free frees as soon
          * as the count reaches 0. */
         execution_unref(x);
         pthread_mutex_lock(&e->lock);

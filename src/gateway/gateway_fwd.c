@@ -2,7 +2,7 @@
  * sessions and the commands): a published port's host listener and the
  * splice of each forward with the runner's data connection, the session's
  * fwd.sock (the runner's control connection, data connections pairing by
- * id and token; the runner's only, runner_peer.h) and egress.sock (handed
+ * id and token; the runner's only, hub_peer.h) and egress.sock (handed
  * to the egress proxy, saying whether the peer is the runner).
  *
  * Threads and locks: loop thread only; the stats are atomics. Splicing
@@ -361,21 +361,21 @@ static void pending_read(struct bufferevent *bev, void *ud)
  * tenant code that dials fwd.sock would otherwise take the control over
  * (and with it the session's forwards) or hold the pending slots the
  * runner's data connections need. Refused at once, logged once a minute. */
-/* Whether the peer of fd is the session's runner (runner_peer.h), and why not. */
+/* Whether the peer of fd is the session's runner (hub_peer.h), and why not. */
 static bool peer_is_runner(struct gw_sess *s, evutil_socket_t fd, const char **ret_why)
 {
-        struct runner_peer peer;
+        struct hub_peer peer;
 
         *ret_why = "";
         if (s->dirfd < 0)
                 return false;
         if (s->peer.pid == 0) /* the runner the hub (or an earlier daemon) recorded */
-                (void)runner_peer_load(s->dirfd, &s->peer);
-        if (runner_peer_verify(fd, s->dirfd, &s->peer, &peer, ret_why) < 0)
+                (void)hub_peer_load(s->dirfd, &s->peer);
+        if (hub_peer_verify(fd, s->dirfd, &s->peer, &peer, ret_why) < 0)
                 return false;
         /* a runner, but of a container the session left (a lost node's Pod runs on): the hub
          * fenced it and keeps the list in the directory; the audit row is the hub's */
-        if (runner_peer_fenced(s->dirfd, &peer, NULL)) {
+        if (hub_peer_fenced(s->dirfd, &peer, NULL)) {
                 *ret_why = "the runner of an earlier container of the session (fenced)";
                 return false;
         }

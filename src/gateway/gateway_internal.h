@@ -14,7 +14,7 @@
 #include <stdint.h>
 
 #include "sandboxd/gateway.h"
-#include "sandboxd/runner_peer.h"
+#include "sandboxd/hub_peer.h"
 
 struct gw_cmd;
 
@@ -80,8 +80,8 @@ struct gw_sess {
         struct gw_pending *pending;
         size_t n_pending;
         uint32_t next_id;
-        /* fwd.sock takes the container's runner only (runner_peer.h) */
-        struct runner_peer peer;   /* the runner accepted last */
+        /* fwd.sock takes the container's runner only (hub_peer.h) */
+        struct hub_peer peer;      /* the runner accepted last */
         uint64_t impostors;        /* connections refused as not the runner */
         uint64_t impostors_said;   /* of them, the count last logged */
         int64_t impostors_said_ms; /* when (monotonic) */

@@ -478,7 +478,7 @@ static int delete_pod(struct k8s *k, const char *id, int grace_s, struct sbx_err
          * be pulled: the kubelet may take a minute to confirm it in back-off)
          * or has ended has nothing to kill: it goes at once. Should its
          * container start after all before the kubelet sees the Pod gone,
-         * its runner is refused (the session's epoch, runner_chan.c), as for
+         * its runner is refused (the session's epoch, hub_chan.c), as for
          * a lost node below. Any other waits for the kubelet, so its runner
          * is dead when this returns. */
         if (strcmp(state, "exited") == 0 || strcmp(state, "created") == 0 || !k8s_json_str(pod, "spec.nodeName") ||
@@ -488,7 +488,7 @@ static int delete_pod(struct k8s *k, const char *id, int grace_s, struct sbx_err
         /* Nor does one on a lost node: its kubelet is not there to confirm a
          * kill, and a grace would leave the object Terminating until it came
          * back. Its containers may run on; the session's epoch fences its
-         * runner (runner_chan.c), and the kubelet kills them once back, when it
+         * runner (hub_chan.c), and the kubelet kills them once back, when it
          * finds the Pod gone from the API. */
         else if (k8s_node_lost(k, k8s_json_str(pod, "spec.nodeName"), NULL, 0) || k8s_pod_node_lost(pod))
                 grace_s = 0;

@@ -391,7 +391,7 @@ static char *pod_body(const struct engine_k8s_config *cfg, const struct engine_s
         if (s->workdir)
                 cJSON_AddStringToObject(c, "workingDir", s->workdir);
         if (runner) {
-                /* Docker's Init: its own init (tini) as PID 1, the runner its first child (runner_peer.h) */
+                /* Docker's Init: its own init (tini) as PID 1, the runner its first child (hub_peer.h) */
                 cmd = cJSON_AddArrayToObject(c, "command");
                 cJSON_AddItemToArray(cmd, cJSON_CreateString(K8S_INIT_PATH));
                 cJSON_AddItemToArray(cmd, cJSON_CreateString("--"));

@@ -2,7 +2,7 @@
  * the control daemon (node.connect) over mutually authenticated TLS, makes
  * and listens in the session directories the control opens under
  * {data_dir}/runner, checks every connection to a runner.sock where the
- * check means something (runner_peer.h: SO_PEERCRED and /proc of this
+ * check means something (hub_peer.h: SO_PEERCRED and /proc of this
  * host), and relays each accepted runner connection as a stream, with the
  * session's epoch. It also listens on the sessions' published ports (its
  * own publish_ip, NODE_OP_PUBLISH), relaying each client as a stream, and
@@ -35,8 +35,8 @@
 
 #include "node_internal.h"
 #include "sandboxd/log.h"
-#include "sandboxd/runner_dir.h"
-#include "sandboxd/runner_peer.h"
+#include "sandboxd/hub_dir.h"
+#include "sandboxd/hub_peer.h"
 #include "sandboxd/runner_proto.h"
 
 #define IMPOSTOR_LOG_MS 60000
@@ -54,7 +54,7 @@ struct na_session {
                 int port, fd;
         } * pubs; /* published ports (NODE_OP_PUBLISH), on this node's publish_ip */
         size_t n_pubs;
-        struct runner_peer peer;
+        struct hub_peer peer;
         uint64_t impostors, impostors_said;
         int64_t impostors_said_ms;
 };
@@ -125,7 +125,7 @@ static bool has_dir(struct node_agent *a, const char *user, const char *session)
         char hash[33], path[SBX_PATH_MAX];
         struct stat st;
 
-        return runner_dir_key(user, session, hash) == 0 &&
+        return hub_dir_key(user, session, hash) == 0 &&
                snprintf(path, sizeof(path), "%s/%s", a->root, hash) < (int)sizeof(path) && lstat(path, &st) == 0 &&
                S_ISDIR(st.st_mode);
 }
@@ -155,14 +155,14 @@ static int op_open(struct node_agent *a, const struct node_req *rq, bool adopt, 
         if (s) {
                 s->epoch = rq->epoch;
                 char hash[33];
-                if (runner_dir_key(s->user, s->session, hash) < 0)
+                if (hub_dir_key(s->user, s->session, hash) < 0)
                         return sbx_error_set(err, -ENOMEM, 0, "out of memory");
                 snprintf(dir, SBX_PATH_MAX, "%s/%s", a->root, hash);
                 return 0;
         }
         if (a->n_sessions >= NODE_MAX_SESSIONS)
                 return sbx_error_set(err, -EMFILE, 0, "this node serves %d sessions already", NODE_MAX_SESSIONS);
-        r = runner_dir_listen(a->root, rq->user, rq->session, !adopt, &dfd, &lfd, dir, err);
+        r = hub_dir_listen(a->root, rq->user, rq->session, !adopt, &dfd, &lfd, dir, err);
         if (r < 0)
                 return r;
         s = calloc(1, sizeof(*s));
@@ -177,7 +177,7 @@ static int op_open(struct node_agent *a, const struct node_req *rq, bool adopt, 
         s->dirfd = dfd;
         s->lfd = lfd;
         s->egress_lfd = s->fwd_lfd = -1;
-        (void)runner_peer_load(dfd, &s->peer); /* the runner an earlier agent (or daemon) accepted */
+        (void)hub_peer_load(dfd, &s->peer); /* the runner an earlier agent (or daemon) accepted */
         s->next = a->sessions;
         a->sessions = s;
         a->n_sessions++;
@@ -188,7 +188,7 @@ static int op_open(struct node_agent *a, const struct node_req *rq, bool adopt, 
 static int gw_socket(struct na_session *s, int *lfd, const char *name, bool on, struct sbx_error *err)
 {
         if (on && *lfd < 0) {
-                int r = runner_dir_listen_name(s->dirfd, name, lfd);
+                int r = hub_dir_listen_name(s->dirfd, name, lfd);
                 if (r < 0)
                         return sbx_error_set(err, r, 0, "cannot listen on %s: %s", name, strerror(-r));
         } else if (!on && *lfd >= 0) {
@@ -311,7 +311,7 @@ static bool on_req(struct node_agent *a, struct nl *l, const struct node_hdr *h,
                 struct na_session *s = find(a, rq.user, rq.session);
                 if (s)
                         session_free(a, s);
-                runner_dir_remove(a->root, rq.user, rq.session);
+                hub_dir_remove(a->root, rq.user, rq.session);
         } else if (rq.op == NODE_OP_REKEY) {
                 if (!nl_key_ok(rq.user2, sizeof(rq.user2)) || !nl_key_ok(rq.session2, sizeof(rq.session2)))
                         return false;
@@ -320,7 +320,7 @@ static bool on_req(struct node_agent *a, struct nl *l, const struct node_hdr *h,
                 bool done = old && !s && !has_dir(a, rq.user, rq.session);
                 if (old && !done)
                         session_free(a, old); /* the target's stale one (an earlier container's) */
-                r = runner_dir_rename(a->root, rq.user, rq.session, rq.user2, rq.session2, dir, &e);
+                r = hub_dir_rename(a->root, rq.user, rq.session, rq.user2, rq.session2, dir, &e);
                 if (r == 0 && done)
                         old->epoch = rq.epoch;
                 if (r == 0 && s) {
@@ -538,7 +538,7 @@ static void impostor_refused(struct na_session *s, int fd, const char *why)
 static void accept_conn(struct node_agent *a, struct nl *l, struct na_session *s, uint32_t kind, int port, int lfd)
 {
         for (int round = 0; round < ACCEPT_ROUNDS; round++) {
-                struct runner_peer peer;
+                struct hub_peer peer;
                 const char *why = "";
                 int fd = accept4(lfd, NULL, NULL, SOCK_CLOEXEC | SOCK_NONBLOCK);
                 if (fd < 0)
@@ -546,13 +546,13 @@ static void accept_conn(struct node_agent *a, struct nl *l, struct na_session *s
                 /* runner.sock and fwd.sock: only the runner Docker started, checked here beside the
                  * container; egress.sock is the proxy the tenant reaches through the runner anyway */
                 const bool runner_only = kind == NODE_STREAM_RUNNER || kind == NODE_STREAM_FWD;
-                if (runner_only && runner_peer_verify(fd, s->dirfd, &s->peer, &peer, &why) < 0) {
+                if (runner_only && hub_peer_verify(fd, s->dirfd, &s->peer, &peer, &why) < 0) {
                         impostor_refused(s, fd, why);
                         continue;
                 }
                 if (runner_only && (peer.pid != s->peer.pid || peer.start != s->peer.start)) {
                         s->peer = peer;
-                        if (runner_peer_save(s->dirfd, &peer) < 0)
+                        if (hub_peer_save(s->dirfd, &peer) < 0)
                                 log_ctx(LOG_LEVEL_WARN, s->user, s->session, NULL,
                                         "cannot record the runner in its directory");
                 }

@@ -29,7 +29,7 @@
 #include "sandboxd/container.h"
 #include "sandboxd/engine.h"
 #include "sandboxd/log.h"
-#include "sandboxd/runner.h"
+#include "sandboxd/hub.h"
 #include "sandboxd/utf8.h"
 #include "sandboxd/sessuid.h"
 #include "sandboxd/store.h"
@@ -62,7 +62,7 @@ struct pool {
         const struct sbx_config *cfg;
         struct engine *engine;
         struct store *store;
-        struct runner_hub *runner;
+        struct hub *runner;
         char *labels[MAX_EXTRA + 2]; /* extra labels + sandboxd.pool=1, NULL-terminated */
         struct pool_image images[POOL_MAX_IMAGES];
         size_t n_images;
@@ -170,7 +170,7 @@ int pool_reconcile(struct pool *p, struct sbx_error *err)
                     strcmp(c->id, row->container_id) == 0 && img && adopted_of[img - p->images] < (size_t)img->size &&
                     strcmp(row->ws_quota, p->ws_quota) == 0 &&
                     (!p->ws_quota[0] || wsquota_mounted(p->cfg, POOL_USER, row->slot)) &&
-                    runner_hub_adopt(p->runner, POOL_USER, row->slot) == 0) {
+                    hub_adopt(p->runner, POOL_USER, row->slot) == 0) {
                         adopted_of[img - p->images]++;
                         adopted++;
                         continue;
@@ -262,8 +262,8 @@ static int refill_one(struct pool *p, struct pool_image *img, struct sbx_error *
                 r = wsquota_attach(p->cfg, POOL_USER, slot, err);
         if (r < 0)
                 goto fail;
-        runner_bin = runner_hub_binary(p->runner);
-        if (runner_bin && runner_hub_prepare(p->runner, POOL_USER, slot, runner_dir, err) < 0)
+        runner_bin = hub_binary(p->runner);
+        if (runner_bin && hub_prepare(p->runner, POOL_USER, slot, runner_dir, err) < 0)
                 goto fail;
         cp.user = POOL_USER;
         cp.session = slot;
@@ -280,7 +280,7 @@ static int refill_one(struct pool *p, struct pool_image *img, struct sbx_error *
         r = container_create_started(p->engine, p->cfg, &cp, id, err);
         if (r < 0)
                 goto fail;
-        if (runner_bin && !runner_hub_wait(p->runner, POOL_USER, slot, RUNNER_WAIT_MS)) {
+        if (runner_bin && !hub_wait(p->runner, POOL_USER, slot, RUNNER_WAIT_MS)) {
                 r = sbx_error_set(err, -ETIMEDOUT, 0, "the runner of pool slot %s did not connect", slot);
                 goto fail;
         }
@@ -429,7 +429,7 @@ bool pool_applies(struct pool *p, const char *user, const char *session, const c
         uid_t uid;
 
         if (!p || p->total_size <= 0 || strcmp(network, p->cfg->network_default) != 0 ||
-            (strcmp(network, "none") != 0 && p->cfg->ports_per_session > 0) || !runner_hub_binary(p->runner))
+            (strcmp(network, "none") != 0 && p->cfg->ports_per_session > 0) || !hub_binary(p->runner))
                 return false;
         bool private_data = true;
         if (store_private_any(p->store, user, session, &private_data) < 0 || private_data)
@@ -554,7 +554,7 @@ int pool_claim(struct pool *p, const char *user, const char *session, const char
                 }
                 /* a live runner vouches for its container; a slot whose runner is gone is dropped */
                 if (strcmp(row.network_mode, network) == 0 &&
-                    (!runner_hub_binary(p->runner) || runner_hub_wait(p->runner, POOL_USER, row.slot, 0)))
+                    (!hub_binary(p->runner) || hub_wait(p->runner, POOL_USER, row.slot, 0)))
                         break;
                 log_ctx(LOG_LEVEL_WARN, user, session, row.container_id, "pool: slot %s is not usable, dropped",
                         row.slot);
@@ -619,7 +619,7 @@ void pool_make_room(struct pool *p)
 
 /* ---- lifetime and stats ---- */
 
-int pool_new(const struct sbx_config *cfg, struct engine *d, struct store *st, struct runner_hub *h,
+int pool_new(const struct sbx_config *cfg, struct engine *d, struct store *st, struct hub *h,
              const char *const *extra_labels, struct pool **ret, struct sbx_error *err)
 {
         struct pool *p = calloc(1, sizeof(*p));

@@ -23,7 +23,7 @@
 #include "sandboxd/container.h"
 #include "sandboxd/engine.h"
 #include "sandboxd/log.h"
-#include "sandboxd/runner.h"
+#include "sandboxd/hub.h"
 #include "sandboxd/utf8.h"
 #include "sandboxd/sessuid.h"
 #include "sandboxd/store.h"
@@ -31,7 +31,7 @@
 
 /* Remove everything of a slot: container, runner directory, workspace, the engine's claim, uid, row (in
  * that order, so a crash in between leaves a row, or nothing pool_sweep_leftovers cannot find). */
-void pool_slot_discard(const struct sbx_config *cfg, struct store *st, struct engine *d, struct runner_hub *h,
+void pool_slot_discard(const struct sbx_config *cfg, struct store *st, struct engine *d, struct hub *h,
                        const char *slot, const char *container_id)
 {
         struct sbx_error e = {0};
@@ -44,9 +44,9 @@ void pool_slot_discard(const struct sbx_config *cfg, struct store *st, struct en
         if (container_id && container_id[0])
                 (void)store_container_removed(st, container_id, "pool_discarded", sbx_wall_ms());
         if (h)
-                runner_hub_drop(h, POOL_USER, slot);
+                hub_drop(h, POOL_USER, slot);
         else
-                (void)runner_hub_rekey(NULL, cfg, POOL_USER, slot, POOL_USER, slot, NULL);
+                (void)hub_rekey(NULL, cfg, POOL_USER, slot, POOL_USER, slot, NULL);
         if (wsquota_purge(cfg, POOL_USER, slot, &e) < 0 || container_workspace_purge(cfg, POOL_USER, slot, &e) < 0)
                 log_warn("pool: cannot purge the workspace of slot %s: %s", slot, e.msg);
         /* the engine's part (Kubernetes pvc mode: the slot's own claim, named after the slot) */
@@ -141,7 +141,7 @@ static int relabel_slot(struct store *st, struct engine *d, const struct store_p
 }
 
 /* Steps 2 and 3 of the claim (pool.h), idempotent: restart recovery runs them again. */
-int pool_finish_claim(const struct sbx_config *cfg, struct store *st, struct engine *d, struct runner_hub *h,
+int pool_finish_claim(const struct sbx_config *cfg, struct store *st, struct engine *d, struct hub *h,
                       const struct store_pool_slot *row, char ret_ws[SBX_PATH_MAX], uid_t *ret_uid,
                       struct sbx_error *err)
 {
@@ -166,7 +166,7 @@ int pool_finish_claim(const struct sbx_config *cfg, struct store *st, struct eng
         } else {
                 snprintf(ret_ws, SBX_PATH_MAX, "%s/workspaces/%s/%s", cfg->data_dir, row->user_id, row->session_id);
         }
-        r = runner_hub_rekey(h, cfg, POOL_USER, row->slot, row->user_id, row->session_id, err);
+        r = hub_rekey(h, cfg, POOL_USER, row->slot, row->user_id, row->session_id, err);
         if (r < 0 && r != -ENOENT)
                 return r;
         pool_hook("rekeyed");
@@ -177,7 +177,7 @@ int pool_finish_claim(const struct sbx_config *cfg, struct store *st, struct eng
         return 0;
 }
 
-int pool_recover_claims(const struct sbx_config *cfg, struct store *st, struct engine *d, struct runner_hub *h,
+int pool_recover_claims(const struct sbx_config *cfg, struct store *st, struct engine *d, struct hub *h,
                         struct sbx_error *err)
 {
         _cleanup_free_ struct store_pool_slot *rows = NULL;
@@ -269,7 +269,7 @@ size_t pool_sweep_leftovers(const struct sbx_config *cfg, struct store *st, stru
                         swept++;
                         if (!dry_run) {
                                 log_info("pool: removing the leftover slot directory %s", names[i]);
-                                (void)runner_hub_rekey(NULL, cfg, POOL_USER, names[i], POOL_USER, names[i], NULL);
+                                (void)hub_rekey(NULL, cfg, POOL_USER, names[i], POOL_USER, names[i], NULL);
                                 if (wsquota_purge(cfg, POOL_USER, names[i], NULL) == 0)
                                         (void)container_workspace_purge(cfg, POOL_USER, names[i], NULL);
                         }

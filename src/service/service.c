@@ -1,7 +1,7 @@
 /* service.c — the service manager (see service.h).
  *
  * Two paths. When the session's runner is connected it supervises the
- * service itself (runner_ops.h): exact PID, exit code, stop escalation over
+ * service itself (hub_ops.h): exact PID, exit code, stop escalation over
  * the whole tree, and a report within about RP_SVC_PORT_POLL_MS of a new
  * listening port, pushed to this module (on_runner_report marks the session
  * dirty and wakes the monitor thread, which applies the runner's latest
@@ -42,8 +42,8 @@
 #include "sandboxd/exec.h"
 #include "sandboxd/log.h"
 #include "sandboxd/quota.h"
-#include "sandboxd/runner.h"
-#include "sandboxd/runner_ops.h"
+#include "sandboxd/hub.h"
+#include "sandboxd/hub_ops.h"
 #include "sandboxd/session.h"
 #include "sandboxd/store.h"
 #include "sandboxd/wsquota.h"
@@ -166,20 +166,20 @@ static int start_via_runner(struct service_manager *m, const char *user, const c
                             const char *dir, const char *wd, const char *command, const char *const *env,
                             struct sbx_error *err)
 {
-        struct runner_svc_spec spec = {
+        struct hub_svc_spec spec = {
                 .dir = dir, .workdir = wd, .env = env, .command = command, .command_len = strlen(command)};
-        struct runner_svc_state st;
+        struct hub_svc_state st;
         char marker[128];
         int r;
 
         if (!m->runner)
                 return -ENOTCONN;
-        (void)runner_hub_adopt(m->runner, user, session); /* after a restart: listen again */
-        if (!runner_hub_wait(m->runner, user, session, RUNNER_WAIT_MS))
+        (void)hub_adopt(m->runner, user, session); /* after a restart: listen again */
+        if (!hub_wait(m->runner, user, session, RUNNER_WAIT_MS))
                 return -ENOTCONN;
         service_marker_of(row, marker, sizeof(marker));
         spec.marker = marker;
-        r = runner_svc_start(m->runner, user, session, &spec, m->cfg->docker_timeout_ms, &st);
+        r = hub_svc_start(m->runner, user, session, &spec, m->cfg->docker_timeout_ms, &st);
         if (r == -ENOTCONN || r == -E2BIG)
                 return -ENOTCONN; /* E2BIG: a command past one frame still runs through docker exec */
         if (r < 0)
@@ -336,27 +336,27 @@ fail:
 static bool stop_via_runner(struct service_manager *m, const char *user, const char *session, const char *marker,
                             struct sbx_error *err, int *ret_r)
 {
-        struct runner_svc_state st;
+        struct hub_svc_state st;
 
-        if (!m->runner || !runner_svc_get(m->runner, user, session, marker, &st))
+        if (!m->runner || !hub_svc_get(m->runner, user, session, marker, &st))
                 return false;
         *ret_r = 0;
         if (st.phase == RP_SVC_EXITED) {
-                runner_svc_forget(m->runner, user, session, marker);
+                hub_svc_forget(m->runner, user, session, marker);
                 return true;
         }
-        if (runner_svc_signal(m->runner, user, session, marker, SIGTERM) < 0)
+        if (hub_svc_signal(m->runner, user, session, marker, SIGTERM) < 0)
                 return false;
-        if (runner_svc_wait_end(m->runner, user, session, marker, m->cfg->service_stop_grace_ms, NULL)) {
-                runner_svc_forget(m->runner, user, session, marker);
+        if (hub_svc_wait_end(m->runner, user, session, marker, m->cfg->service_stop_grace_ms, NULL)) {
+                hub_svc_forget(m->runner, user, session, marker);
                 return true;
         }
-        if (!runner_svc_get(m->runner, user, session, marker, NULL) ||
-            runner_svc_signal(m->runner, user, session, marker, SIGKILL) < 0)
+        if (!hub_svc_get(m->runner, user, session, marker, NULL) ||
+            hub_svc_signal(m->runner, user, session, marker, SIGKILL) < 0)
                 return false; /* the connection went meanwhile */
-        if (runner_svc_wait_end(m->runner, user, session, marker, KILL_WAIT_MS, NULL))
-                runner_svc_forget(m->runner, user, session, marker);
-        else if (runner_svc_get(m->runner, user, session, marker, NULL))
+        if (hub_svc_wait_end(m->runner, user, session, marker, KILL_WAIT_MS, NULL))
+                hub_svc_forget(m->runner, user, session, marker);
+        else if (hub_svc_get(m->runner, user, session, marker, NULL))
                 *ret_r = sbx_error_set(err, -EIO, 0, "the service's processes did not end after SIGKILL");
         else
                 return false;
@@ -453,10 +453,10 @@ static int tail_via_runner(struct service_manager *m, const char *user, const ch
 
         if (!buf)
                 return -ENOMEM;
-        r = runner_file_read(m->runner, user, session, path, 0, 0, buf, &len, &size, m->cfg->docker_timeout_ms);
+        r = hub_file_read(m->runner, user, session, path, 0, 0, buf, &len, &size, m->cfg->docker_timeout_ms);
         if (r == 0 && size > 0)
-                r = runner_file_read(m->runner, user, session, path, size > LOG_TAIL_BYTES ? size - LOG_TAIL_BYTES : 0,
-                                     LOG_TAIL_BYTES, buf, &len, &size, m->cfg->docker_timeout_ms);
+                r = hub_file_read(m->runner, user, session, path, size > LOG_TAIL_BYTES ? size - LOG_TAIL_BYTES : 0,
+                                  LOG_TAIL_BYTES, buf, &len, &size, m->cfg->docker_timeout_ms);
         if (r == -ENOENT) {
                 r = 0;
                 len = 0;
@@ -501,7 +501,7 @@ int service_logs(struct service_manager *m, const char *user, const char *sessio
         if (r < 0)
                 return r;
         session_container_id(s, cid);
-        if (m->runner && runner_hub_wait(m->runner, user, session, RUNNER_WAIT_MS)) {
+        if (m->runner && hub_wait(m->runner, user, session, RUNNER_WAIT_MS)) {
                 for (int k = 0; k < 2 && r == 0; k++) {
                         snprintf(path[k], sizeof(path[k]), SERVICE_DIR "/%s/%s.log", name, k ? "stderr" : "stdout");
                         r = tail_via_runner(m, user, session, path[k], tail_lines, &outs[k]);
@@ -542,7 +542,7 @@ int service_logs(struct service_manager *m, const char *user, const char *sessio
 }
 
 int service_manager_new(const struct sbx_config *cfg, struct engine *d, struct store *st, struct session_manager *sm,
-                        struct exec_engine *ex, struct service_manager **ret, struct sbx_error *err)
+                        struct exec_registry *ex, struct service_manager **ret, struct sbx_error *err)
 {
         struct service_manager *m = calloc(1, sizeof(*m));
         pthread_condattr_t ca;
@@ -579,10 +579,10 @@ int service_manager_start(struct service_manager *m, struct sbx_error *err)
         return 0;
 }
 
-void service_set_runner(struct service_manager *m, struct runner_hub *h)
+void service_set_runner(struct service_manager *m, struct hub *h)
 {
         m->runner = h;
-        runner_svc_set_handler(h, service_on_runner_report, m);
+        hub_svc_set_handler(h, service_on_runner_report, m);
 }
 
 void service_set_quota(struct service_manager *m, struct quota *q)
@@ -597,7 +597,7 @@ void service_manager_free(struct service_manager *m)
         if (!m)
                 return;
         if (m->runner)
-                runner_svc_set_handler(m->runner, NULL, NULL); /* waits out a call under way */
+                hub_svc_set_handler(m->runner, NULL, NULL); /* waits out a call under way */
         pthread_mutex_lock(&m->wlock);
         m->stopping = true;
         pthread_cond_broadcast(&m->wake);

@@ -19,9 +19,9 @@ struct service_manager {
         struct engine *engine;
         struct store *store;
         struct session_manager *sessions;
-        struct exec_engine *exec;
-        struct quota *quota;       /* per-user limits; NULL: the config defaults (m->lock) */
-        struct runner_hub *runner; /* NULL: docker exec only */
+        struct exec_registry *exec;
+        struct quota *quota; /* per-user limits; NULL: the config defaults (m->lock) */
+        struct hub *runner;  /* NULL: docker exec only */
 
         pthread_mutex_t lock;  /* rows' read-modify-write */
         pthread_mutex_t wlock; /* `stopping`, the dirty sessions; with `wake` */

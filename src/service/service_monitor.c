@@ -23,8 +23,8 @@
 #include "sandboxd/engine.h"
 #include "sandboxd/exec.h"
 #include "sandboxd/log.h"
-#include "sandboxd/runner.h"
-#include "sandboxd/runner_ops.h"
+#include "sandboxd/hub.h"
+#include "sandboxd/hub_ops.h"
 #include "sandboxd/session.h"
 #include "sandboxd/store.h"
 #include "service_internal.h"
@@ -114,13 +114,13 @@ static bool apply_state(struct service_manager *m, const struct store_service *p
  * how many reports there were. */
 size_t service_apply_runner(struct service_manager *m, const char *user, const char *session)
 {
-        struct runner_svc_state *st = NULL;
+        struct hub_svc_state *st = NULL;
         struct store_service *rows = NULL;
         struct session_info si;
         size_t n_st = 0, n_rows = 0;
         bool have_si;
 
-        if (!m->runner || runner_svc_states(m->runner, user, session, &st, &n_st) < 0 || n_st == 0) {
+        if (!m->runner || hub_svc_states(m->runner, user, session, &st, &n_st) < 0 || n_st == 0) {
                 free(st);
                 return 0;
         }
@@ -138,7 +138,7 @@ size_t service_apply_runner(struct service_manager *m, const char *user, const c
                 if (!row || !service_is_active(row->state)) {
                         /* a start that failed or was stopped meanwhile, or not ours: the runner may drop it */
                         if (st[i].phase == RP_SVC_EXITED)
-                                runner_svc_forget(m->runner, user, session, st[i].marker);
+                                hub_svc_forget(m->runner, user, session, st[i].marker);
                         continue;
                 }
                 if (strcmp(row->state, "RUNNING") != 0)
@@ -146,7 +146,7 @@ size_t service_apply_runner(struct service_manager *m, const char *user, const c
                 if (st[i].phase == RP_SVC_RUNNING)
                         (void)apply_state(m, row, have_si ? &si : NULL, true, -1, st[i].ports, st[i].n_ports);
                 else if (apply_state(m, row, NULL, false, st[i].exit_code, NULL, 0))
-                        runner_svc_forget(m->runner, user, session, st[i].marker);
+                        hub_svc_forget(m->runner, user, session, st[i].marker);
         }
         if (have_si)
                 session_info_done(&si);
@@ -238,14 +238,14 @@ static void monitor_once(struct service_manager *m)
                        strcmp(rows[j].container_id, rows[i].container_id) == 0)
                         j++;
                 /* the runner's reports first (a pass catches any notice missed) */
-                bool runner = m->runner && runner_hub_wait(m->runner, rows[i].user_id, rows[i].session_id, 0) &&
+                bool runner = m->runner && hub_wait(m->runner, rows[i].user_id, rows[i].session_id, 0) &&
                               service_apply_runner(m, rows[i].user_id, rows[i].session_id) > 0;
                 /* only RUNNING rows with a pid are probed; STARTING/STOPPING belong to a call in progress */
                 size_t k = i;
                 for (size_t x = i; x < j; x++) {
                         char marker[128];
                         service_marker_of(&rows[x], marker, sizeof(marker));
-                        if (runner && runner_svc_get(m->runner, rows[x].user_id, rows[x].session_id, marker, NULL))
+                        if (runner && hub_svc_get(m->runner, rows[x].user_id, rows[x].session_id, marker, NULL))
                                 continue; /* the runner reports on it */
                         if (strcmp(rows[x].state, "RUNNING") == 0 && rows[x].pid > 0 && rows[x].container_id[0])
                                 rows[k++] = rows[x];

@@ -491,7 +491,7 @@ int session_register_teardown_notice(struct session_manager *m, session_failure_
         return register_handler(m, m->notices, &m->n_notices, fn, userdata);
 }
 
-void session_set_runner_hub(struct session_manager *m, struct runner_hub *h)
+void session_set_hub(struct session_manager *m, struct hub *h)
 {
         m->runner = h;
 }

@@ -39,7 +39,7 @@
 #include "sandboxd/gateway.h"
 #include "sandboxd/log.h"
 #include "sandboxd/portpool.h"
-#include "sandboxd/runner.h"
+#include "sandboxd/hub.h"
 #include "sandboxd/store.h"
 
 #include "session_internal.h"
@@ -76,8 +76,7 @@ static int bind_claimed(struct session *s, const char *network, const char *id)
         struct sbx_error e = {0};
         int r;
 
-        have_runner =
-                runner_hub_binary(m->runner) && runner_hub_prepare(m->runner, s->user, s->id, runner_dir, &e) == 0;
+        have_runner = hub_binary(m->runner) && hub_prepare(m->runner, s->user, s->id, runner_dir, &e) == 0;
         for (int attempt = 0;; attempt++) {
                 if (cfg->ports_per_session > 0 && have_runner) {
                         if (!ports)
@@ -213,7 +212,7 @@ static int check_live_locked(struct session *s, char *cause, size_t cause_size, 
          * set), where there is nothing to check and the inspect is a request to
          * the API server, twice per exec. */
         if ((strcmp(network, "none") != 0 || sealed || !engine_can(m->engine, ENGINE_CAP_ISOLATED_NETWORK)) &&
-            runner_hub_wait(m->runner, s->user, s->id, 0)) {
+            hub_wait(m->runner, s->user, s->id, 0)) {
                 r = 0;
                 /* never a runner under runsc; a VM's id says it is one */
                 sbx_strlcpy(runtime, engine_qemu_id(old_id) ? "microvm" : "runc", sizeof(runtime));

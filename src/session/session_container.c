@@ -19,8 +19,8 @@
 #include "sandboxd/gateway.h"
 #include "sandboxd/log.h"
 #include "sandboxd/portpool.h"
-#include "sandboxd/runner.h"
-#include "sandboxd/runner_dir.h"
+#include "sandboxd/hub.h"
+#include "sandboxd/hub_dir.h"
 #include "sandboxd/sessuid.h"
 #include "sandboxd/store.h"
 #include "sandboxd/wsquota.h"
@@ -105,7 +105,7 @@ static int open_on_node(const char *id, void *userdata, struct sbx_error *err)
                         return sbx_error_set(err, -ETIMEDOUT, 0, "container %.12s was placed on no node in time", id);
                 sbx_sleep_ms(pause);
         }
-        r = runner_hub_prepare_on(m->runner, s->user, s->id, info.node, dir, err);
+        r = hub_prepare_on(m->runner, s->user, s->id, info.node, dir, err);
         if (r < 0)
                 sbx_error_prefix(err, "opening the session on node %s", info.node);
         return r;
@@ -152,7 +152,7 @@ int session_make_container(struct session *s, const char *old_id, const char **n
                 (void)store_container_removed(m->store, old_id, "replaced", sbx_wall_ms());
                 /* removed, as far as its engine can tell: whatever still runs of it (a lost node's Pod)
                  * no longer serves the session */
-                runner_hub_fence_runner(m->runner, s->user, s->id);
+                hub_fence_runner(m->runner, s->user, s->id);
         }
         r = session_image(m, s, ret_image, err);
         if (r < 0)
@@ -177,20 +177,20 @@ int session_make_container(struct session *s, const char *old_id, const char **n
         char runner_dir[SBX_PATH_MAX];
         /* Not under gVisor: with the runner as its main process the gVisor sandbox of Debian 12's
          * runsc dies within seconds ("shim disconnected"), so runsc sessions use docker exec. */
-        const char *runner_bin = strcmp(ret_runtime, "runsc") == 0 ? NULL : runner_hub_binary(m->runner);
+        const char *runner_bin = strcmp(ret_runtime, "runsc") == 0 ? NULL : hub_binary(m->runner);
         /* An engine that places containers itself (kube-scheduler) over node agents: the node is
          * known once the container is placed, so the directory is opened there afterwards and the
          * spec names it relative to whichever agent's data_dir (node.h). */
-        bool on_node = runner_bin && m->engine->places && runner_hub_remote(m->runner);
+        bool on_node = runner_bin && m->engine->places && hub_remote(m->runner);
         if (on_node) {
                 char hash[33];
-                runner_hub_drop(m->runner, s->user, s->id); /* an earlier container's node: its directory goes */
-                if (runner_dir_key(s->user, s->id, hash) < 0)
+                hub_drop(m->runner, s->user, s->id); /* an earlier container's node: its directory goes */
+                if (hub_dir_key(s->user, s->id, hash) < 0)
                         return sbx_error_set(err, -ENOMEM, 0, "out of memory");
                 snprintf(runner_dir, sizeof(runner_dir), "runner/%s", hash);
         } else if (runner_bin) {
                 struct sbx_error re = {0};
-                if (runner_hub_prepare(m->runner, s->user, s->id, runner_dir, &re) < 0) {
+                if (hub_prepare(m->runner, s->user, s->id, runner_dir, &re) < 0) {
                         log_ctx(LOG_LEVEL_WARN, s->user, s->id, NULL, "no runner for this container: %s", re.msg);
                         runner_bin = NULL;
                 }

@@ -169,7 +169,7 @@ struct session_manager {
         session_user_cap_fn user_cap_fn; /* (m->lock) NULL: max_sessions_per_user */
         void *user_cap_ud;
         char image_id[80];                       /* cfg->image resolved to its id, "" until first use */
-        struct runner_hub *runner;               /* NULL: containers run without the runner */
+        struct hub *runner;                      /* NULL: containers run without the runner */
         const struct session_pool_ops *pool_ops; /* NULL: no warm pool */
         void *pool;
         struct gateway *gateway; /* NULL: no listeners, every session counts as private */

@@ -25,7 +25,7 @@
 #include "sandboxd/audit.h"
 #include "sandboxd/engine.h"
 #include "sandboxd/log.h"
-#include "sandboxd/runner.h"
+#include "sandboxd/hub.h"
 #include "sandboxd/store.h"
 
 /* How long a thawed session's runner may take to come back when the
@@ -82,12 +82,12 @@ int session_resume_locked(struct session *s, const char *reason)
                 if (r == 0 && !info.running)
                         r = -ENOENT; /* dead: replaced below like any failed container */
         }
-        runner_hub_set_frozen(m->runner, s->user, s->id, false);
+        hub_set_frozen(m->runner, s->user, s->id, false);
         /* after a restart while frozen the runner reconnects only now: give it
          * a moment, so the request that resumed it finds it (no wait at all
          * when the container has no runner or it never stopped talking) */
         if (r == 0)
-                (void)runner_hub_wait(m->runner, s->user, s->id, RESUME_RUNNER_WAIT_MS);
+                (void)hub_wait(m->runner, s->user, s->id, RESUME_RUNNER_WAIT_MS);
 
         pthread_mutex_lock(&s->lock);
         s->transitioning = false;
@@ -114,7 +114,7 @@ int session_resume_locked(struct session *s, const char *reason)
                 pthread_mutex_lock(&s->lock);
                 return 0; /* the caller's loop makes its successor */
         }
-        runner_hub_set_frozen(m->runner, s->user, s->id, true); /* still frozen */
+        hub_set_frozen(m->runner, s->user, s->id, true); /* still frozen */
         pthread_cond_broadcast(&s->cond);
         log_ctx(LOG_LEVEL_WARN, s->user, s->id, cid, "cannot resume the paused session: %s", e.msg);
         return r;
@@ -174,13 +174,13 @@ int session_pause(struct session_manager *m, const char *user, const char *id, c
                 goto out_locked;
         }
         t0 = sbx_now_ms();
-        runner_hub_set_frozen(m->runner, user, id, true); /* before the freeze: no heartbeat is missed */
+        hub_set_frozen(m->runner, user, id, true); /* before the freeze: no heartbeat is missed */
         r = engine_pause(m->engine, cid, &e);
         pthread_mutex_lock(&s->lock);
         s->transitioning = false;
         if (r < 0) {
                 pthread_mutex_unlock(&s->lock);
-                runner_hub_set_frozen(m->runner, user, id, false);
+                hub_set_frozen(m->runner, user, id, false);
                 pthread_mutex_lock(&s->lock);
                 pthread_cond_broadcast(&s->cond);
                 r = sbx_error_set(err, r, 0, "cannot pause session %s:%s: %s", user, id, e.msg);

@@ -14,7 +14,7 @@
 #include "apiclient.h"
 #include "fixture.h"
 #include "sandboxd/exec.h"
-#include "sandboxd/runner.h"
+#include "sandboxd/hub.h"
 #include "sandboxd/session.h"
 #include "sandboxd/sha256.h"
 #include "sandboxd/token.h"

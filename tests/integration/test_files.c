@@ -10,8 +10,8 @@
 #include "fixture.h"
 #include "sandboxd/files.h"
 #include "sandboxd/sessuid.h"
-#include "sandboxd/runner.h"
-#include "sandboxd/runner_ops.h"
+#include "sandboxd/hub.h"
+#include "sandboxd/hub_ops.h"
 #include "sandboxd/session.h"
 #include "testenv.h"
 
@@ -64,10 +64,10 @@ static void container_of(const char *session, char id[65])
         session_info_done(&info);
 }
 
-static uint64_t runner_file_ops(void)
+static uint64_t hub_file_ops(void)
 {
         uint64_t files, services;
-        runner_ops_counts(d->runner, &files, &services);
+        hub_ops_counts(d->runner, &files, &services);
         return files;
 }
 
@@ -198,7 +198,7 @@ Test(files, large_file_is_read_in_chunks)
         cr_assert_eq(r.len, 100000);
         cr_assert_eq(memcmp(r.data, buf + 1048000, 100000), 0);
         files_read_result_done(&r);
-        cr_assert_eq(runner_file_ops(), 3, "not through the runner"); /* 2.5 MB: several frames each way */
+        cr_assert_eq(hub_file_ops(), 3, "not through the runner"); /* 2.5 MB: several frames each way */
         free(buf);
         close_daemon();
 }
@@ -427,7 +427,7 @@ Test(files, symlink_escapes)
                 if (strcmp(list[i].name, "evil") == 0 || strcmp(list[i].name, "hostlink") == 0)
                         cr_assert_eq(list[i].type, FILES_SYMLINK, "%s", list[i].name);
         free(list);
-        cr_assert_geq(runner_file_ops(), 25, "these calls did not go through the runner");
+        cr_assert_geq(hub_file_ops(), 25, "these calls did not go through the runner");
         close_daemon();
 }
 
@@ -446,14 +446,14 @@ Test(files, runner_confines_to_the_workspace)
         open_daemon();
         write_ok("s1", "real/data.txt", "inside", 6);
         container_of("s1", cid);
-        cr_assert(runner_hub_wait(d->runner, "u1", "s1", 20000), "the runner did not connect");
+        cr_assert(hub_wait(d->runner, "u1", "s1", 20000), "the runner did not connect");
         cr_assert_eq(fixture_sh(cid,
                                 "cd /workspace && ln -s / slash && ln -s /proc/self/root procroot && "
                                 "ln -s /proc/self/cwd proccwd && ln -s .. up && mkdir -p a/b && "
                                 "ln -s ../../.. a/b/top && ln -s real linkdir && ln -s /workspace/real abslink",
                                 NULL),
                      0);
-        before = runner_file_ops();
+        before = hub_file_ops();
 
         const char *escapes[] = {"slash/etc/passwd", "procroot/etc/passwd", "proccwd/etc/passwd",
                                  "up/etc/passwd",    "a/b/top/etc/passwd",  "slash",
@@ -491,7 +491,7 @@ Test(files, runner_confines_to_the_workspace)
         /* and a link that climbs out and back stays refused, not re-rooted */
         cr_assert_eq(files_read(&d->files, "u1", "s1", "up/workspace/real/data.txt", 0, -1, &r, &err), -EPERM);
 
-        cr_assert_gt(runner_file_ops(), before, "the runner did not serve these calls");
+        cr_assert_gt(hub_file_ops(), before, "the runner did not serve these calls");
         close_daemon();
 }
 
@@ -545,10 +545,10 @@ Test(files, make_remove_move_through_the_runner)
         open_daemon();
         write_ok("s1", "seed", "x", 1);
         container_of("s1", cid);
-        cr_assert(runner_hub_wait(d->runner, "u1", "s1", 20000), "the runner did not connect");
-        before = runner_file_ops();
+        cr_assert(hub_wait(d->runner, "u1", "s1", 20000), "the runner did not connect");
+        before = hub_file_ops();
         change_ops(cid);
-        cr_assert_gt(runner_file_ops(), before, "the runner did not serve these calls");
+        cr_assert_gt(hub_file_ops(), before, "the runner did not serve these calls");
         close_daemon();
 }
 
@@ -577,6 +577,6 @@ Test(files, docker_exec_fallback)
         cr_assert_eq(fixture_sh(cid, "ln -s / /workspace/slash", NULL), 0);
         cr_assert_eq(files_read(&d->files, "u1", "s1", "slash/etc/passwd", 0, -1, &r, &err), -EPERM);
         change_ops(cid);
-        cr_assert_eq(runner_file_ops(), 0, "a runner served calls although none was mounted");
+        cr_assert_eq(hub_file_ops(), 0, "a runner served calls although none was mounted");
         close_daemon();
 }

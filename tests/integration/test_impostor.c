@@ -1,7 +1,7 @@
 /* Integration tests of who may be a session's runner (real dockerd): tenant
  * code that dials runner.sock and speaks the runner's hello while the
  * daemon restarts is never taken for the runner, and tenant connections to
- * fwd.sock never lock the runner's forwards out (runner_peer.h). */
+ * fwd.sock never lock the runner's forwards out (hub_peer.h). */
 #include <arpa/inet.h>
 #include <criterion/criterion.h>
 #include <errno.h>

@@ -42,9 +42,9 @@
 #include "sandboxd/exec.h"
 #include "sandboxd/gc.h"
 #include "sandboxd/pool.h"
-#include "sandboxd/runner.h"
+#include "sandboxd/hub.h"
 #include "sandboxd/node.h"
-#include "sandboxd/runner_dir.h"
+#include "sandboxd/hub_dir.h"
 #include "sandboxd/runner_proto.h"
 #include "sandboxd/session.h"
 #include "sandboxd/store.h"
@@ -1192,7 +1192,7 @@ static void claim_killed_after_relabel(const struct sbx_config *cfg)
                 if (fixture_wait(pool_is_full, NULL, 180000) < 0 || store_pool_list(d->store, &rows, &n) < 0)
                         _exit(4);
                 for (size_t i = 0; i < n; i++) /* adopted slots: their runners connect again */
-                        if (!runner_hub_wait(d->runner, POOL_USER, rows[i].slot, 30000))
+                        if (!hub_wait(d->runner, POOL_USER, rows[i].slot, 30000))
                                 _exit(5);
                 kill_stage = "relabelled";
                 pool_set_test_hook(kill_at);
@@ -1626,7 +1626,7 @@ Test(kubernetes, sessions_are_served_by_the_node_agent_of_the_node_their_pod_lan
                 cr_assert_not_null(strstr(cJSON_GetStringValue(cJSON_GetObjectItem(m, "subPathExpr")),
                                           "$(SBX_NODE_NAME)/runner/"));
                 cJSON_Delete(pod);
-                cr_assert_eq(runner_dir_key("u1", sess, hash), 0);
+                cr_assert_eq(hub_dir_key("u1", sess, hash), 0);
                 snprintf(path, sizeof(path), "%s/%s/runner/%s/" RP_SOCKET_NAME, node_dir, node, hash);
                 cr_assert_eq(access(path, F_OK), 0, "no runner socket at %s", path);
                 on[strcmp(node, "localhost") == 0 ? 0 : 1]++;

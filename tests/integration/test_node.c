@@ -26,8 +26,8 @@
 #include "sandboxd/metrics.h"
 #include "sandboxd/node.h"
 #include "sandboxd/privacy.h"
-#include "sandboxd/runner.h"
-#include "sandboxd/runner_dir.h"
+#include "sandboxd/hub.h"
+#include "sandboxd/hub_dir.h"
 #include "sandboxd/runner_proto.h"
 #include "sandboxd/service.h"
 #include "sandboxd/session.h"
@@ -107,7 +107,7 @@ Test(node, exec_and_run_go_through_a_separate_node_agent)
         exec_result_done(&res);
 
         /* the session's directory and socket are the node agent's, not the daemon's */
-        cr_assert_eq(runner_dir_key("u1", "s1", hash), 0);
+        cr_assert_eq(hub_dir_key("u1", "s1", hash), 0);
         snprintf(path, sizeof(path), "%s/runner/%s/" RP_SOCKET_NAME, node_dir, hash);
         cr_assert_eq(stat(path, &st), 0, "no runner socket in the node agent's directory");
         cr_assert(S_ISSOCK(st.st_mode));
@@ -199,7 +199,7 @@ static bool audit_has(const char *action)
 static bool hub_connected(void *ud)
 {
         (void)ud;
-        return runner_hub_wait(d->runner, "u1", "s9", 0);
+        return hub_wait(d->runner, "u1", "s9", 0);
 }
 
 Test(node, a_stream_from_an_old_epoch_is_refused_with_an_audit_row)
@@ -217,8 +217,8 @@ Test(node, a_stream_from_an_old_epoch_is_refused_with_an_audit_row)
         cr_assert_eq(node_client_connect(&ncfg, &nc, &err), 0, "%s", err.msg);
         cr_assert(TESTENV_WAIT_UNTIL(connected(NULL), 30000));
         /* a container made, then made again: two epochs */
-        cr_assert_eq(runner_hub_prepare(d->runner, "u1", "s9", dir, &err), 0, "%s", err.msg);
-        cr_assert_eq(runner_hub_prepare(d->runner, "u1", "s9", dir, &err), 0, "%s", err.msg);
+        cr_assert_eq(hub_prepare(d->runner, "u1", "s9", dir, &err), 0, "%s", err.msg);
+        cr_assert_eq(hub_prepare(d->runner, "u1", "s9", dir, &err), 0, "%s", err.msg);
         cr_assert_eq(store_epoch_get(d->store, "u1", "s9", &epoch), 0);
         cr_assert_eq(epoch, 2);
 
@@ -714,7 +714,7 @@ static void assert_dir_on(const char *session, const char *node, bool not_elsewh
         char hash[33], path[SBX_PATH_MAX];
         struct stat st;
 
-        cr_assert_eq(runner_dir_key("u1", session, hash), 0);
+        cr_assert_eq(hub_dir_key("u1", session, hash), 0);
         for (size_t i = 0; i < 2; i++) {
                 snprintf(path, sizeof(path), "%s/%s/runner/%s/" RP_SOCKET_NAME, agents_base, two[i], hash);
                 bool there = stat(path, &st) == 0 && S_ISSOCK(st.st_mode);

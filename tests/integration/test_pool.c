@@ -44,7 +44,7 @@
 #include "sandboxd/gc.h"
 #include "sandboxd/pool.h"
 #include "sandboxd/privacy.h"
-#include "sandboxd/runner.h"
+#include "sandboxd/hub.h"
 #include "sandboxd/session.h"
 #include "sandboxd/sessuid.h"
 #include "sandboxd/store.h"
@@ -684,7 +684,7 @@ Test(pool, sigkill_at_each_step_of_a_claim_leaves_the_container_with_the_session
                 session_info_done(&info);
                 /* its runner directory moved with it (on the node, over a node agent): the runner is
                  * the session's */
-                cr_assert(runner_hub_wait(d->runner, "u1", "k1", 30000),
+                cr_assert(hub_wait(d->runner, "u1", "k1", 30000),
                           "stage %s: the claimed container's runner is not connected as the session's", stages[k]);
                 wait_full();
                 cr_assert_eq(pool_dir_entries(), 1, "stage %s: leftover slot directories", stages[k]);

@@ -9,7 +9,7 @@
 
 #include "fixture.h"
 #include "sandboxd/exec.h"
-#include "sandboxd/runner.h"
+#include "sandboxd/hub.h"
 #include "sandboxd/session.h"
 #include "testenv.h"
 
@@ -56,10 +56,10 @@ Test(runner, connects_over_a_read_only_session_directory)
         char path[SBX_PATH_MAX + 64];
 
         open_daemon(NULL);
-        cr_assert_not_null(runner_hub_binary(d->runner), "the runner binary was not built next to the tests");
+        cr_assert_not_null(hub_binary(d->runner), "the runner binary was not built next to the tests");
         ensure_session("s1", cid);
-        cr_assert(runner_hub_wait(d->runner, "u1", "s1", 20000), "the runner did not connect");
-        cr_assert(runner_hub_version(d->runner, "u1", "s1", version, sizeof(version)));
+        cr_assert(hub_wait(d->runner, "u1", "s1", 20000), "the runner did not connect");
+        cr_assert(hub_version(d->runner, "u1", "s1", version, sizeof(version)));
         cr_assert_str_eq(version, RP_VERSION);
 
         /* the host side: root-owned, the parent closed to everyone else */
@@ -92,16 +92,16 @@ Test(runner, a_session_reaches_only_its_own_socket)
         open_daemon(NULL);
         ensure_session("s1", c1);
         ensure_session("s2", c2);
-        cr_assert(runner_hub_wait(d->runner, "u1", "s1", 20000));
-        cr_assert(runner_hub_wait(d->runner, "u1", "s2", 20000));
+        cr_assert(hub_wait(d->runner, "u1", "s1", 20000));
+        cr_assert(hub_wait(d->runner, "u1", "s2", 20000));
         /* the session's own sockets (runner, and the gateway's) and the record of
-         * which process is its runner (runner_peer.h), nothing else */
+         * which process is its runner (hub_peer.h), nothing else */
         cr_assert_eq(fixture_sh(c1, "ls -A /run/sandboxd | sort", &out), 0);
         cr_assert_str_eq(out, ".runner-peer\negress.sock\nfwd.sock\nrunner.sock\n");
         free(out);
-        runner_hub_drop(d->runner, "u1", "s2");
-        cr_assert(runner_hub_wait(d->runner, "u1", "s1", 1000), "dropping s2 affected s1");
-        cr_assert(!runner_hub_wait(d->runner, "u1", "s2", 0));
+        hub_drop(d->runner, "u1", "s2");
+        cr_assert(hub_wait(d->runner, "u1", "s1", 1000), "dropping s2 affected s1");
+        cr_assert(!hub_wait(d->runner, "u1", "s2", 0));
         daemon_close(d);
 }
 
@@ -111,9 +111,9 @@ Test(runner, without_the_binary_the_session_still_serves)
         char cid[65];
 
         open_daemon("/nonexistent/sandboxd-runner");
-        cr_assert_null(runner_hub_binary(d->runner));
+        cr_assert_null(hub_binary(d->runner));
         ensure_session("s1", cid);
-        cr_assert(!runner_hub_wait(d->runner, "u1", "s1", 0));
+        cr_assert(!hub_wait(d->runner, "u1", "s1", 0));
         run_sh("s1", "echo fallback", 0, &res);
         cr_assert_eq(res.exit_code, 0);
         cr_assert_eq(res.stdout_head_len, 9);
@@ -130,7 +130,7 @@ Test(runner, executions_run_on_the_runner_with_usage_and_provenance)
         memory_bytes = 768 << 20; /* room for the 200 MB below */
         open_daemon(NULL);
         ensure_session("s1", cid);
-        cr_assert(runner_hub_wait(d->runner, "u1", "s1", 20000));
+        cr_assert(hub_wait(d->runner, "u1", "s1", 20000));
         run_sh("s1", "echo out; echo err >&2; exit 3", 0, &res);
         cr_assert_str_eq(res.via, "runner");
         cr_assert_eq(res.state, EXEC_COMPLETED);
@@ -184,7 +184,7 @@ Test(runner, timeout_kills_env_i_and_setsid_escapees)
 
         open_daemon(NULL);
         ensure_session("s1", cid);
-        cr_assert(runner_hub_wait(d->runner, "u1", "s1", 20000));
+        cr_assert(hub_wait(d->runner, "u1", "s1", 20000));
         run_sh("s1", "env -i sh -c 'sleep 301 &'; setsid sleep 302 & sleep 300", 2, &res);
         cr_assert_str_eq(res.via, "runner");
         cr_assert_eq(res.state, EXEC_TIMEOUT);
@@ -220,7 +220,7 @@ Test(runner, a_runner_killed_by_tenant_code_recovers_on_the_next_request)
 
         open_daemon(NULL);
         ensure_session("s1", c1);
-        cr_assert(runner_hub_wait(d->runner, "u1", "s1", 20000));
+        cr_assert(hub_wait(d->runner, "u1", "s1", 20000));
         run_sh("s1",
                "for p in /proc/[0-9]*; do grep -q sandboxd-runner $p/cmdline 2>/dev/null && "
                "[ \"$(cat $p/comm)\" = sandboxd-runner ] && kill -9 ${p#/proc/}; done; sleep 5",
@@ -252,13 +252,13 @@ static bool has_cause(void *ud)
 Test(runner, a_stopped_runner_misses_its_heartbeats_and_the_session_recovers)
 {
         char c1[65];
-        struct cause_wait w = {"s1", "runner_unresponsive"};
+        struct cause_wait w = {"s1", "hub_unresponsive"};
 
         fixture_config(&cfg);
         cfg.runner_heartbeat_ms = 300;
         d = fixture_open(&cfg, false);
         ensure_session("s1", c1);
-        cr_assert(runner_hub_wait(d->runner, "u1", "s1", 20000));
+        cr_assert(hub_wait(d->runner, "u1", "s1", 20000));
         /* tenant code (same uid) stops the runner: it can no longer answer */
         cr_assert_eq(fixture_sh(c1,
                                 "for p in /proc/[0-9]*; do [ \"$(cat $p/comm 2>/dev/null)\" = sandboxd-runner ] && "
@@ -321,7 +321,7 @@ Test(runner, a_thousand_sequential_execs_leak_no_fd_or_thread)
 
         open_daemon(NULL);
         ensure_session("s1", cid);
-        cr_assert(runner_hub_wait(d->runner, "u1", "s1", 20000));
+        cr_assert(hub_wait(d->runner, "u1", "s1", 20000));
         for (int i = 0; i < 10; i++) { /* warm-up: the store's statements, the spool dir */
                 run_sh("s1", "true", 0, &res);
                 exec_result_done(&res);

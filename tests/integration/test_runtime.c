@@ -15,7 +15,7 @@
 #include "sandboxd/exec.h"
 #include "sandboxd/files.h"
 #include "sandboxd/privacy.h"
-#include "sandboxd/runner.h"
+#include "sandboxd/hub.h"
 #include "sandboxd/session.h"
 #include "testenv.h"
 
@@ -117,8 +117,8 @@ Test(runtime, per_user)
         expect_info("hirisk", "s", "runsc", "none");
 
         /* no runner under gVisor (session.c says why): executions go through docker exec */
-        if (runner_hub_binary(d->runner))
-                cr_assert_not(runner_hub_wait(d->runner, "hirisk", "s", 1000), "a runner runs under gVisor");
+        if (hub_binary(d->runner))
+                cr_assert_not(hub_wait(d->runner, "hirisk", "s", 1000), "a runner runs under gVisor");
 
         /* every result's provenance names the runtime */
         {

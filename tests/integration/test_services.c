@@ -12,8 +12,8 @@
 
 #include "fixture.h"
 #include "sandboxd/exec.h"
-#include "sandboxd/runner.h"
-#include "sandboxd/runner_ops.h"
+#include "sandboxd/hub.h"
+#include "sandboxd/hub_ops.h"
 #include "sandboxd/service.h"
 #include "sandboxd/session.h"
 #include "testenv.h"
@@ -260,7 +260,7 @@ Test(services, runner_reports_the_port_and_the_exact_pid)
         cr_assert_eq(service_start(d->services, "u1", "push", "web", "exec python3 -m http.server 8001", NULL, &info,
                                    &err),
                      0, "%s", err.msg);
-        runner_ops_counts(d->runner, &files, &services);
+        hub_ops_counts(d->runner, &files, &services);
         cr_assert_eq(services, 1, "the service did not start on the runner");
         struct want w = {"push", "web", SERVICE_RUNNING, true};
         cr_assert_geq(fixture_wait(reached, &w, 20000), 0, "the runner never reported the port");
@@ -419,7 +419,7 @@ Test(services, docker_exec_fallback)
         cr_assert_eq(service_stop(d->services, "u1", "fb", "s", &info, &err), 0, "%s", err.msg);
         cr_assert_eq(info.state, SERVICE_STOPPED);
         cr_assert_eq(count_procs("fb", "[s]leep 1000"), 0);
-        runner_ops_counts(d->runner, &files, &services);
+        hub_ops_counts(d->runner, &files, &services);
         cr_assert_eq(services, 0);
         daemon_close(d);
 }
@@ -434,7 +434,7 @@ Test(services, exit_while_the_daemon_is_away)
         open_daemon(NULL);
         cr_assert_eq(service_start(d->services, "u1", "away", "s", "sleep 2; exit 7", NULL, NULL, &err), 0, "%s",
                      err.msg);
-        runner_ops_counts(d->runner, &files, &services);
+        hub_ops_counts(d->runner, &files, &services);
         cr_assert_eq(services, 1, "not on the runner");
         daemon_close(d);    /* the container and the runner keep running */
         sbx_sleep_ms(3000); /* not a wait: the service ends (after its 2 s) while no daemon runs */

@@ -1,4 +1,4 @@
-/* stress_runner.c — the runner hub (runner.c, runner_ops.c) with fake
+/* stress_runner.c — the runner hub (hub.c, hub_ops.c) with fake
  * runners on its session sockets: the hub thread reads every connection
  * while worker threads start, wait for, forget and free executions, and a
  * reader asks for versions, services and counts.
@@ -12,7 +12,7 @@
  * What must hold: on the steady sessions every execution ends with exit 0
  * and its output delivered before the wait returned (the output counter is
  * a plain int written on the hub thread and read by the worker after
- * runner_exec_wait: ThreadSanitizer checks the hub orders the two); on the
+ * hub_exec_wait: ThreadSanitizer checks the hub orders the two); on the
  * flaky one an execution ends or is reported lost (-ECONNRESET), never
  * hangs past its wait. */
 #include <errno.h>
@@ -27,8 +27,8 @@
 #include <unistd.h>
 
 #include "sandboxd/config.h"
-#include "sandboxd/runner.h"
-#include "sandboxd/runner_ops.h"
+#include "sandboxd/hub.h"
+#include "sandboxd/hub_ops.h"
 #include "sandboxd/runner_proto.h"
 #include "stress.h"
 
@@ -37,7 +37,7 @@
 #define FLAKY_EVERY 7 /* executions served per connection of the flaky runner */
 
 static struct sbx_config cfg;
-static struct runner_hub *hub;
+static struct hub *hub;
 static char dirs[SESSIONS][SBX_PATH_MAX];
 static bool stop;          /* atomic */
 static int lost_reports;   /* atomic */
@@ -182,7 +182,7 @@ static void worker(int t, void *ud)
         int s = t % (SESSIONS + 1);
         int rounds = stress_n(600);
         const char *argv[] = {"true", NULL};
-        struct runner_exec_spec spec = {.workdir = "/workspace", .argv = argv};
+        struct hub_exec_spec spec = {.workdir = "/workspace", .argv = argv};
         char session[16];
 
         (void)ud;
@@ -191,10 +191,10 @@ static void worker(int t, void *ud)
                         char version[64], dir[SBX_PATH_MAX];
                         uint64_t files, services;
                         snprintf(session, sizeof(session), "s%d", k % SESSIONS);
-                        (void)runner_hub_version(hub, "u1", session, version, sizeof(version));
-                        (void)runner_hub_dir(hub, "u1", session, dir);
-                        (void)runner_svc_get(hub, "u1", session, "web-1", NULL);
-                        runner_ops_counts(hub, &files, &services);
+                        (void)hub_version(hub, "u1", session, version, sizeof(version));
+                        (void)hub_dir(hub, "u1", session, dir);
+                        (void)hub_svc_get(hub, "u1", session, "web-1", NULL);
+                        hub_ops_counts(hub, &files, &services);
                         sbx_sleep_ms(1); /* paces the reader */
                 }
                 return;
@@ -202,23 +202,23 @@ static void worker(int t, void *ud)
         snprintf(session, sizeof(session), "s%d", s);
         for (int k = 0; k < rounds; k++) {
                 struct sbx_error err = {0};
-                struct runner_exec *x = NULL;
+                struct hub_exec *x = NULL;
                 struct runner_exit ex;
                 struct outcome o = {0};
                 int r;
 
-                r = runner_exec_start(hub, "u1", session, &spec, on_output, &o, &x, &err);
+                r = hub_exec_start(hub, "u1", session, &spec, on_output, &o, &x, &err);
                 if (r == -ENOTCONN) {
                         STRESS_CHECK(s == SESSIONS - 1 || k == 0, "%s: runner gone: %s", session, err.msg);
-                        (void)runner_hub_wait(hub, "u1", session, 5000);
+                        (void)hub_wait(hub, "u1", session, 5000);
                         continue;
                 }
                 STRESS_CHECK(r == 0, "%s: start: %d %s", session, r, err.msg);
                 if (r < 0)
                         continue;
                 if (k % 10 == 3)
-                        (void)runner_exec_signal(x, SIGTERM);
-                r = runner_exec_wait(x, 10000, &ex, &err);
+                        (void)hub_exec_signal(x, SIGTERM);
+                r = hub_exec_wait(x, 10000, &ex, &err);
                 if (s == SESSIONS - 1) {
                         STRESS_CHECK(r == 0 || r == -ECONNRESET, "%s: wait: %d %s", session, r, err.msg);
                 } else {
@@ -230,19 +230,19 @@ static void worker(int t, void *ud)
                 }
                 __atomic_add_fetch(r == 0 ? &ended : &dropped, 1, __ATOMIC_RELAXED);
                 if (r == 0)
-                        (void)runner_exec_forget(x);
-                runner_exec_free(x);
+                        (void)hub_exec_forget(x);
+                hub_exec_free(x);
         }
 }
 
 /* The fakes are threads of this host process, not a container's runner. */
-static int any_peer(int fd, int dirfd, const struct runner_peer *known, struct runner_peer *ret, const char **ret_why)
+static int any_peer(int fd, int dirfd, const struct hub_peer *known, struct hub_peer *ret, const char **ret_why)
 {
         (void)fd;
         (void)dirfd;
         (void)known;
         (void)ret_why;
-        *ret = (struct runner_peer){.pid = 1};
+        *ret = (struct hub_peer){.pid = 1};
         return 0;
 }
 
@@ -254,16 +254,16 @@ int main(void)
         config_defaults(&cfg);
         snprintf(cfg.data_dir, sizeof(cfg.data_dir), "%s", stress_tmpdir());
         cfg.runner_heartbeat_ms = 1000; /* the fakes' PONGs race the workers' frames */
-        if (runner_hub_new(&cfg, &hub, &err) < 0) {
+        if (hub_new(&cfg, &hub, &err) < 0) {
                 fprintf(stderr, "stress_runner: hub: %s\n", err.msg);
                 return 2;
         }
-        runner_hub_set_lost_handler(hub, on_lost, NULL);
-        runner_hub_set_peer_check(hub, any_peer);
+        hub_set_lost_handler(hub, on_lost, NULL);
+        hub_set_peer_check(hub, any_peer);
         for (int s = 0; s < SESSIONS; s++) {
                 char session[16];
                 snprintf(session, sizeof(session), "s%d", s);
-                if (runner_hub_prepare(hub, "u1", session, dirs[s], &err) < 0) {
+                if (hub_prepare(hub, "u1", session, dirs[s], &err) < 0) {
                         fprintf(stderr, "stress_runner: prepare %s: %s\n", session, err.msg);
                         return 2;
                 }
@@ -272,7 +272,7 @@ int main(void)
         for (int s = 0; s < SESSIONS; s++) {
                 char session[16];
                 snprintf(session, sizeof(session), "s%d", s);
-                STRESS_CHECK(runner_hub_wait(hub, "u1", session, 10000), "the fake runner of %s never came", session);
+                STRESS_CHECK(hub_wait(hub, "u1", session, 10000), "the fake runner of %s never came", session);
         }
         stress_threads(SESSIONS * WORKERS_PER_SESSION + 1, worker, NULL);
         printf("stress_runner: %d executions ended, %d lost with the flaky runner's connection\n", ended, dropped);
@@ -282,6 +282,6 @@ int main(void)
         __atomic_store_n(&stop, true, __ATOMIC_RELEASE);
         for (int s = 0; s < SESSIONS; s++)
                 pthread_join(fakes[s], NULL);
-        runner_hub_free(hub);
+        hub_free(hub);
         return stress_done("stress_runner");
 }

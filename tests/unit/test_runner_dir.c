@@ -1,4 +1,4 @@
-/* Unit tests of a session's runner directory (runner_dir.c) as a node
+/* Unit tests of a session's runner directory (hub_dir.c) as a node
  * agent opens it: one kubelet made first for a Pod's subPath (root's,
  * empty, its own mode) is taken and made 0755; a link in its place, or a
  * directory of another owner, is refused. Needs root (chown); skipped
@@ -12,7 +12,7 @@
 #include <sys/stat.h>
 #include <unistd.h>
 
-#include "sandboxd/runner_dir.h"
+#include "sandboxd/hub_dir.h"
 #include "sandboxd/runner_proto.h"
 
 static char root[64];
@@ -37,7 +37,7 @@ TestSuite(runner_dir, .init = setup, .fini = cleanup);
 static void entry(const char *session, char path[SBX_PATH_MAX])
 {
         char hash[33];
-        cr_assert_eq(runner_dir_key("u1", session, hash), 0);
+        cr_assert_eq(hub_dir_key("u1", session, hash), 0);
         snprintf(path, SBX_PATH_MAX, "%s/%s", root, hash);
 }
 
@@ -46,7 +46,7 @@ static int listen_on(const char *session)
         char path[SBX_PATH_MAX];
         struct sbx_error err = {0};
         int dfd = -1, lfd = -1;
-        int r = runner_dir_listen(root, "u1", session, true, &dfd, &lfd, path, &err);
+        int r = hub_dir_listen(root, "u1", session, true, &dfd, &lfd, path, &err);
         if (r == 0) {
                 close(dfd);
                 close(lfd);

@@ -1,5 +1,5 @@
-/* Unit tests of the hub's fence in this process (runner_chan.c,
- * runner.c): once a session's container is removed and the next prepared, the runner of
+/* Unit tests of the hub's fence in this process (hub_chan.c,
+ * hub.c): once a session's container is removed and the next prepared, the runner of
  * the earlier one (a lost Kubernetes node's Pod runs on and keeps dialling
  * the same session directory) is cut off and refused by its container,
  * with the refusal told once; the new container's runner is taken.
@@ -19,12 +19,12 @@
 #include <unistd.h>
 
 #include "sandboxd/config.h"
-#include "sandboxd/runner.h"
-#include "sandboxd/runner_peer.h"
+#include "sandboxd/hub.h"
+#include "sandboxd/hub_peer.h"
 #include "sandboxd/runner_proto.h"
 
 static struct sbx_config cfg;
-static struct runner_hub *h;
+static struct hub *h;
 static char dir[SBX_PATH_MAX];
 static pthread_mutex_t lock = PTHREAD_MUTEX_INITIALIZER;
 static uint64_t epoch;
@@ -57,8 +57,7 @@ static void refused_fn(const char *user, const char *session, uint64_t presented
 }
 
 /* The container is the client's abstract socket name: "\0fence-<pid>-<container>". */
-static int container_peer(int fd, int dirfd, const struct runner_peer *known, struct runner_peer *ret,
-                          const char **ret_why)
+static int container_peer(int fd, int dirfd, const struct hub_peer *known, struct hub_peer *ret, const char **ret_why)
 {
         struct sockaddr_un sa;
         socklen_t len = sizeof(sa);
@@ -74,7 +73,7 @@ static int container_peer(int fd, int dirfd, const struct runner_peer *known, st
         if (sscanf(name, "fence-%*d-%d", &container) != 1)
                 return -EPERM;
         /* the runner's pid differs per connection; its container's init is the container */
-        *ret = (struct runner_peer){.pid = 1000 + container, .start = 1, .init_pid = 100 * container, .init_start = 7};
+        *ret = (struct hub_peer){.pid = 1000 + container, .start = 1, .init_pid = 100 * container, .init_start = 7};
         return 0;
 }
 
@@ -87,23 +86,23 @@ static void setup(void)
         cr_assert_not_null(mkdtemp(tmpl));
         snprintf(cfg.data_dir, sizeof(cfg.data_dir), "%s", tmpl);
         cfg.runner_heartbeat_ms = 60000;
-        cr_assert_eq(runner_hub_new(&cfg, &h, &err), 0, "%s", err.msg);
-        runner_hub_set_peer_check(h, container_peer);
-        runner_hub_set_epoch_fn(h, epoch_fn, NULL);
-        runner_hub_set_refused_fn(h, refused_fn, NULL);
-        cr_assert_eq(runner_hub_prepare(h, "u1", "s1", dir, &err), 0, "%s", err.msg);
+        cr_assert_eq(hub_new(&cfg, &h, &err), 0, "%s", err.msg);
+        hub_set_peer_check(h, container_peer);
+        hub_set_epoch_fn(h, epoch_fn, NULL);
+        hub_set_refused_fn(h, refused_fn, NULL);
+        cr_assert_eq(hub_prepare(h, "u1", "s1", dir, &err), 0, "%s", err.msg);
 }
 
 static void teardown(void)
 {
         char cmd[SBX_PATH_MAX + 16];
 
-        runner_hub_free(h);
+        hub_free(h);
         snprintf(cmd, sizeof(cmd), "rm -rf '%s'", cfg.data_dir);
         cr_assert_eq(system(cmd), 0);
 }
 
-TestSuite(runner_fence, .init = setup, .fini = teardown, .timeout = 60);
+TestSuite(hub_fence, .init = setup, .fini = teardown, .timeout = 60);
 
 /* A runner of container n dials the session socket and says hello. */
 static int dial(int container)
@@ -149,19 +148,19 @@ static int refusal_count(void)
         return n;
 }
 
-Test(runner_fence, a_new_container_fences_the_runner_of_the_old_one)
+Test(hub_fence, a_new_container_fences_the_runner_of_the_old_one)
 {
         struct sbx_error err = {0};
         char again[SBX_PATH_MAX];
         int a1, a2, a3, b;
 
         a1 = dial(1);
-        cr_assert(runner_hub_wait(h, "u1", "s1", 5000), "the first container's runner is taken");
+        cr_assert(hub_wait(h, "u1", "s1", 5000), "the first container's runner is taken");
 
         /* container 1 removed (its engine says), container 2 made: its runner has not come yet,
          * container 1's runs on */
-        runner_hub_fence_runner(h, "u1", "s1");
-        cr_assert_eq(runner_hub_prepare(h, "u1", "s1", again, &err), 0, "%s", err.msg);
+        hub_fence_runner(h, "u1", "s1");
+        cr_assert_eq(hub_prepare(h, "u1", "s1", again, &err), 0, "%s", err.msg);
         cr_assert_str_eq(again, dir, "the same session directory");
         cr_expect(closed_by_hub(a1), "the old runner's connection is closed by the fence");
         close(a1);
@@ -174,80 +173,80 @@ Test(runner_fence, a_new_container_fences_the_runner_of_the_old_one)
         cr_expect_eq(refusal_count(), 1);
         cr_expect_eq(refused_presented, 1, "the old container's epoch");
         cr_expect_eq(refused_current, 2, "the session's epoch now");
-        cr_expect_not(runner_hub_wait(h, "u1", "s1", 0), "no runner serves the session");
+        cr_expect_not(hub_wait(h, "u1", "s1", 0), "no runner serves the session");
 
         /* the new container's runner is taken */
         b = dial(2);
-        cr_assert(runner_hub_wait(h, "u1", "s1", 5000), "the new container's runner is taken");
+        cr_assert(hub_wait(h, "u1", "s1", 5000), "the new container's runner is taken");
         /* the old one, again: still refused, told once */
         a3 = dial(1);
         cr_expect(closed_by_hub(a3), "the old runner is refused while the new one serves");
         close(a3);
         cr_expect_eq(refusal_count(), 1, "one refusal on the record per old container");
-        cr_expect(runner_hub_wait(h, "u1", "s1", 0), "the new runner still serves");
+        cr_expect(hub_wait(h, "u1", "s1", 0), "the new runner still serves");
         close(b);
 }
 
-Test(runner_fence, a_restarted_daemon_refuses_the_same_runner)
+Test(hub_fence, a_restarted_daemon_refuses_the_same_runner)
 {
         struct sbx_error err = {0};
-        struct runner_hub *h2 = NULL;
+        struct hub *h2 = NULL;
         int a1, a2, b;
 
         a1 = dial(1);
-        cr_assert(runner_hub_wait(h, "u1", "s1", 5000));
-        runner_hub_fence_runner(h, "u1", "s1");
-        cr_assert_eq(runner_hub_prepare(h, "u1", "s1", dir, &err), 0, "%s", err.msg);
+        cr_assert(hub_wait(h, "u1", "s1", 5000));
+        hub_fence_runner(h, "u1", "s1");
+        cr_assert_eq(hub_prepare(h, "u1", "s1", dir, &err), 0, "%s", err.msg);
         cr_assert(closed_by_hub(a1), "fenced");
         close(a1);
         b = dial(2);
-        cr_assert(runner_hub_wait(h, "u1", "s1", 5000));
+        cr_assert(hub_wait(h, "u1", "s1", 5000));
         close(b);
         /* the list in the directory, which the gateway's fwd.sock checks too */
         {
                 int dfd = open(dir, O_RDONLY | O_DIRECTORY | O_CLOEXEC);
-                struct runner_peer old = {.pid = 1001, .start = 1, .init_pid = 100, .init_start = 7};
-                struct runner_peer cur = {.pid = 1002, .start = 1, .init_pid = 200, .init_start = 7};
+                struct hub_peer old = {.pid = 1001, .start = 1, .init_pid = 100, .init_start = 7};
+                struct hub_peer cur = {.pid = 1002, .start = 1, .init_pid = 200, .init_start = 7};
                 uint64_t e = 0;
                 cr_assert_geq(dfd, 0);
-                cr_expect(runner_peer_fenced(dfd, &old, &e), "container 1 is fenced in " RUNNER_FENCED_FILE);
+                cr_expect(hub_peer_fenced(dfd, &old, &e), "container 1 is fenced in " RUNNER_FENCED_FILE);
                 cr_expect_eq(e, 1);
-                cr_expect_not(runner_peer_fenced(dfd, &cur, NULL), "container 2 is not");
+                cr_expect_not(hub_peer_fenced(dfd, &cur, NULL), "container 2 is not");
                 close(dfd);
         }
-        runner_hub_free(h);
+        hub_free(h);
         h = NULL;
 
         /* the daemon again, over the same directories: it adopts the session's channel */
         snprintf(cfg.runner_binary, sizeof(cfg.runner_binary), "/bin/sh"); /* root's: adopt needs a binary */
-        cr_assert_eq(runner_hub_new(&cfg, &h2, &err), 0, "%s", err.msg);
+        cr_assert_eq(hub_new(&cfg, &h2, &err), 0, "%s", err.msg);
         h = h2; /* teardown frees it */
-        runner_hub_set_peer_check(h, container_peer);
-        runner_hub_set_epoch_fn(h, epoch_fn, NULL);
-        runner_hub_set_refused_fn(h, refused_fn, NULL);
-        cr_assert_eq(runner_hub_adopt(h, "u1", "s1"), 0);
+        hub_set_peer_check(h, container_peer);
+        hub_set_epoch_fn(h, epoch_fn, NULL);
+        hub_set_refused_fn(h, refused_fn, NULL);
+        cr_assert_eq(hub_adopt(h, "u1", "s1"), 0);
         a2 = dial(1);
         cr_expect(closed_by_hub(a2), "the old container's runner is still refused after the restart");
         close(a2);
         b = dial(2);
-        cr_expect(runner_hub_wait(h, "u1", "s1", 5000), "the current container's runner is taken");
+        cr_expect(hub_wait(h, "u1", "s1", 5000), "the current container's runner is taken");
         close(b);
 }
 
 /* A prepare alone (a claimed pool container is served under its session's
  * key) is not a new container: its runner stays. */
-Test(runner_fence, a_prepare_alone_fences_nothing)
+Test(hub_fence, a_prepare_alone_fences_nothing)
 {
         struct sbx_error err = {0};
         struct pollfd p;
         int a;
 
         a = dial(1);
-        cr_assert(runner_hub_wait(h, "u1", "s1", 5000));
-        cr_assert_eq(runner_hub_prepare(h, "u1", "s1", dir, &err), 0, "%s", err.msg);
+        cr_assert(hub_wait(h, "u1", "s1", 5000));
+        cr_assert_eq(hub_prepare(h, "u1", "s1", dir, &err), 0, "%s", err.msg);
         p = (struct pollfd){.fd = a, .events = POLLIN};
         cr_expect_eq(poll(&p, 1, 500), 0, "the runner's connection stays open");
-        cr_expect(runner_hub_wait(h, "u1", "s1", 0), "and it serves the session");
+        cr_expect(hub_wait(h, "u1", "s1", 0), "and it serves the session");
         cr_expect_eq(refusal_count(), 0);
         close(a);
 }

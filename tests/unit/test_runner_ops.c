@@ -1,7 +1,7 @@
 /* Unit tests of the daemon's side of runner files and services
- * (runner_ops.c) against a fake runner on the session socket: reports are
+ * (hub_ops.c) against a fake runner on the session socket: reports are
  * confined to their session, and every malformed one is a protocol error.
- * And the hub under floods (runner.c, runner_exec.c): a flooding runner
+ * And the hub under floods (hub.c, hub_exec.c): a flooding runner
  * starves no other session, output is acknowledged without a waiting
  * thread, and a flooding session is read its budget per turn. */
 #include <criterion/criterion.h>
@@ -17,12 +17,12 @@
 #include <unistd.h>
 
 #include "sandboxd/config.h"
-#include "sandboxd/runner.h"
-#include "sandboxd/runner_ops.h"
+#include "sandboxd/hub.h"
+#include "sandboxd/hub_ops.h"
 #include "sandboxd/runner_proto.h"
 
 static struct sbx_config cfg;
-static struct runner_hub *h;
+static struct hub *h;
 static char dir[SBX_PATH_MAX];
 static pthread_mutex_t lost_lock = PTHREAD_MUTEX_INITIALIZER;
 static int lost;
@@ -48,13 +48,13 @@ static int lost_count(void)
 }
 
 /* The fake runner is this host process, not a container's runner. */
-static int any_peer(int fd, int dirfd, const struct runner_peer *known, struct runner_peer *ret, const char **ret_why)
+static int any_peer(int fd, int dirfd, const struct hub_peer *known, struct hub_peer *ret, const char **ret_why)
 {
         (void)fd;
         (void)dirfd;
         (void)known;
         (void)ret_why;
-        *ret = (struct runner_peer){.pid = 1};
+        *ret = (struct hub_peer){.pid = 1};
         return 0;
 }
 
@@ -67,22 +67,22 @@ static void setup(void)
         cr_assert_not_null(mkdtemp(tmpl));
         snprintf(cfg.data_dir, sizeof(cfg.data_dir), "%s", tmpl);
         cfg.runner_heartbeat_ms = 60000;
-        cr_assert_eq(runner_hub_new(&cfg, &h, &err), 0, "%s", err.msg);
-        runner_hub_set_peer_check(h, any_peer);
-        runner_hub_set_lost_handler(h, on_lost, NULL);
-        cr_assert_eq(runner_hub_prepare(h, "u1", "s1", dir, &err), 0, "%s", err.msg);
+        cr_assert_eq(hub_new(&cfg, &h, &err), 0, "%s", err.msg);
+        hub_set_peer_check(h, any_peer);
+        hub_set_lost_handler(h, on_lost, NULL);
+        cr_assert_eq(hub_prepare(h, "u1", "s1", dir, &err), 0, "%s", err.msg);
 }
 
 static void teardown(void)
 {
         char cmd[SBX_PATH_MAX + 16];
 
-        runner_hub_free(h);
+        hub_free(h);
         snprintf(cmd, sizeof(cmd), "rm -rf '%s'", cfg.data_dir);
         cr_assert_eq(system(cmd), 0);
 }
 
-TestSuite(runner_ops, .init = setup, .fini = teardown, .timeout = 60);
+TestSuite(hub_ops, .init = setup, .fini = teardown, .timeout = 60);
 
 static void put(int fd, uint16_t type, uint32_t tag, const void *p1, size_t n1, const void *p2, size_t n2)
 {
@@ -105,7 +105,7 @@ static int fake_runner(void)
         for (int i = 0; i < 100 && connect(fd, (struct sockaddr *)&sa, sizeof(sa)) < 0; i++)
                 usleep(10000);
         put(fd, RP_HELLO, 0, &hello, sizeof(hello), "fake", 4);
-        cr_assert(runner_hub_wait(h, "u1", "s1", 5000), "the hub did not take the fake runner");
+        cr_assert(hub_wait(h, "u1", "s1", 5000), "the hub did not take the fake runner");
         return fd;
 }
 
@@ -121,28 +121,28 @@ static bool wait_for(bool (*pred)(void))
 
 static bool have_web(void)
 {
-        return runner_svc_get(h, "u1", "s1", "web-1", NULL);
+        return hub_svc_get(h, "u1", "s1", "web-1", NULL);
 }
 
-Test(runner_ops, a_report_lands_in_its_own_session_only)
+Test(hub_ops, a_report_lands_in_its_own_session_only)
 {
         struct rp_svc_state st = {.pid = 42, .phase = RP_SVC_RUNNING, .n_ports = 2, .ports = {8000, 8001}};
-        struct runner_svc_state got;
+        struct hub_svc_state got;
         int fd = fake_runner();
 
         put(fd, RP_SVC_STATE, 0, &st, sizeof(st), "web-1", 5);
         cr_assert(wait_for(have_web), "the report never arrived");
-        cr_assert(runner_svc_get(h, "u1", "s1", "web-1", &got));
+        cr_assert(hub_svc_get(h, "u1", "s1", "web-1", &got));
         cr_assert_eq(got.pid, 42);
         cr_assert_eq(got.n_ports, 2);
         cr_assert_eq(got.ports[1], 8001);
-        cr_assert_not(runner_svc_get(h, "u1", "s2", "web-1", NULL), "a report reached another session");
-        cr_assert_not(runner_svc_get(h, "u2", "s1", "web-1", NULL), "a report reached another user");
+        cr_assert_not(hub_svc_get(h, "u1", "s2", "web-1", NULL), "a report reached another session");
+        cr_assert_not(hub_svc_get(h, "u2", "s1", "web-1", NULL), "a report reached another user");
         /* the connection goes: so do its reports */
         close(fd);
-        for (int i = 0; i < 500 && runner_svc_get(h, "u1", "s1", "web-1", NULL); i++)
+        for (int i = 0; i < 500 && hub_svc_get(h, "u1", "s1", "web-1", NULL); i++)
                 usleep(10000);
-        cr_assert_not(runner_svc_get(h, "u1", "s1", "web-1", NULL));
+        cr_assert_not(hub_svc_get(h, "u1", "s1", "web-1", NULL));
         cr_assert_eq(lost_count(), 0, "an orderly close is not a protocol error");
 }
 
@@ -152,7 +152,7 @@ static bool lost_reached(void)
         return lost_count() >= lost_target;
 }
 
-Test(runner_ops, malformed_reports_close_the_connection)
+Test(hub_ops, malformed_reports_close_the_connection)
 {
         struct rp_svc_state ok = {.pid = 42, .phase = RP_SVC_RUNNING, .n_ports = 1, .ports = {8000}};
         struct rp_svc_state bad[8];
@@ -175,7 +175,7 @@ Test(runner_ops, malformed_reports_close_the_connection)
                 cr_assert(wait_for(lost_reached), "bad report %zu was accepted", i);
                 close(fd);
         }
-        cr_assert_str_eq(lost_cause, "runner_protocol_error");
+        cr_assert_str_eq(lost_cause, "hub_protocol_error");
 
         /* a marker past RP_MARKER_MAX, a failure without a request, a reply
          * with an errno past 4095, a daemon-to-runner type */
@@ -203,7 +203,7 @@ Test(runner_ops, malformed_reports_close_the_connection)
         lost_target = 12;
         cr_assert(wait_for(lost_reached));
         close(fd);
-        cr_assert_not(runner_svc_get(h, "u1", "s1", "a-1", NULL), "a rejected report was kept");
+        cr_assert_not(hub_svc_get(h, "u1", "s1", "a-1", NULL), "a rejected report was kept");
 }
 
 /* A fake runner that answers a read with more bytes than were asked for. */
@@ -223,7 +223,7 @@ static void *oversharing_runner(void *ud)
         return NULL;
 }
 
-Test(runner_ops, a_reply_past_the_request_is_refused)
+Test(hub_ops, a_reply_past_the_request_is_refused)
 {
         char buf[16];
         size_t len = 0;
@@ -232,16 +232,16 @@ Test(runner_ops, a_reply_past_the_request_is_refused)
         int fd = fake_runner();
 
         cr_assert_eq(pthread_create(&t, NULL, oversharing_runner, &fd), 0);
-        cr_assert_eq(runner_file_read(h, "u1", "s1", "/workspace/x", 0, 10, buf, &len, &size, 5000), -EIO);
+        cr_assert_eq(hub_file_read(h, "u1", "s1", "/workspace/x", 0, 10, buf, &len, &size, 5000), -EIO);
         pthread_join(t, NULL);
         /* and nobody answering is a timeout, not a hang */
-        cr_assert_eq(runner_file_read(h, "u1", "s1", "/workspace/x", 0, 10, buf, &len, &size, 200), -ETIMEDOUT);
+        cr_assert_eq(hub_file_read(h, "u1", "s1", "/workspace/x", 0, 10, buf, &len, &size, 200), -ETIMEDOUT);
         close(fd);
-        cr_assert_eq(runner_file_read(h, "u1", "s2", "/workspace/x", 0, 10, buf, &len, &size, 200), -ENOTCONN);
+        cr_assert_eq(hub_file_read(h, "u1", "s2", "/workspace/x", 0, 10, buf, &len, &size, 200), -ENOTCONN);
 }
 
 /* A runner connected for session sess of user on hub (prepared here), hello sent. */
-static int fake_runner_on(struct runner_hub *hub, const char *user, const char *sess)
+static int fake_runner_on(struct hub *hub, const char *user, const char *sess)
 {
         struct sbx_error err = {0};
         char d[SBX_PATH_MAX];
@@ -249,7 +249,7 @@ static int fake_runner_on(struct runner_hub *hub, const char *user, const char *
         struct rp_hello hello = {.protocol = RP_PROTOCOL, .pid = 1};
         int fd = socket(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC, 0);
 
-        cr_assert_eq(runner_hub_prepare(hub, user, sess, d, &err), 0, "%s", err.msg);
+        cr_assert_eq(hub_prepare(hub, user, sess, d, &err), 0, "%s", err.msg);
         snprintf(sa.sun_path, sizeof(sa.sun_path), "%s/" RP_SOCKET_NAME, d);
         for (int i = 0; i < 100 && connect(fd, (struct sockaddr *)&sa, sizeof(sa)) < 0; i++)
                 usleep(10000);
@@ -275,7 +275,7 @@ static void *flooding_runner(void *ud)
 
 /* One runner sending without pause must not keep the hub thread from the
  * other sessions' runners. */
-Test(runner_ops, a_flooding_runner_does_not_starve_the_others)
+Test(hub_ops, a_flooding_runner_does_not_starve_the_others)
 {
         int fd = fake_runner(), fd2;
         pthread_t t;
@@ -284,7 +284,7 @@ Test(runner_ops, a_flooding_runner_does_not_starve_the_others)
         cr_assert_eq(pthread_create(&t, NULL, flooding_runner, &fd), 0);
         usleep(100000); /* the hub is busy with the flood by now */
         fd2 = fake_runner_on(h, "u1", "s2");
-        served = runner_hub_wait(h, "u1", "s2", 5000);
+        served = hub_wait(h, "u1", "s2", 5000);
         flood_stop = 1;
         shutdown(fd, SHUT_RDWR);
         pthread_join(t, NULL);
@@ -295,7 +295,7 @@ Test(runner_ops, a_flooding_runner_does_not_starve_the_others)
 }
 
 struct stuck {
-        struct runner_hub *hub;
+        struct hub *hub;
         int fd;
 };
 
@@ -322,18 +322,18 @@ static void *big_writer(void *ud)
         char *data = calloc(1, len);
 
         if (data)
-                (void)runner_file_write(st->hub, "u9", "s1", "/workspace/big", data, len, 10000);
+                (void)hub_file_write(st->hub, "u9", "s1", "/workspace/big", data, len, 10000);
         free(data);
         return NULL;
 }
 
 /* A runner that never reads, while the daemon writes to it, must not keep
  * the hub thread (its heartbeat) from the other sessions' runners. */
-Test(runner_ops, a_runner_that_never_reads_does_not_block_the_hub)
+Test(hub_ops, a_runner_that_never_reads_does_not_block_the_hub)
 {
         struct sbx_config cfg2 = cfg;
         struct sbx_error err = {0};
-        struct runner_hub *hub = NULL;
+        struct hub *hub = NULL;
         char tmpl[] = "/tmp/sbx-runner-ops2-XXXXXX", cmd[SBX_PATH_MAX + 16];
         struct stuck st;
         pthread_t keep, writer;
@@ -343,23 +343,23 @@ Test(runner_ops, a_runner_that_never_reads_does_not_block_the_hub)
         cr_assert_not_null(mkdtemp(tmpl));
         snprintf(cfg2.data_dir, sizeof(cfg2.data_dir), "%s", tmpl);
         cfg2.runner_heartbeat_ms = 100;
-        cr_assert_eq(runner_hub_new(&cfg2, &hub, &err), 0, "%s", err.msg);
-        runner_hub_set_peer_check(hub, any_peer);
+        cr_assert_eq(hub_new(&cfg2, &hub, &err), 0, "%s", err.msg);
+        hub_set_peer_check(hub, any_peer);
         st.hub = hub;
         st.fd = fake_runner_on(hub, "u9", "s1");
-        cr_assert(runner_hub_wait(hub, "u9", "s1", 5000));
+        cr_assert(hub_wait(hub, "u9", "s1", 5000));
         flood_stop = 0;
         cr_assert_eq(pthread_create(&keep, NULL, pong_only_runner, &st), 0);
         cr_assert_eq(pthread_create(&writer, NULL, big_writer, &st), 0);
         usleep(300000); /* the writer is stuck and a ping has come due */
         fd2 = fake_runner_on(hub, "u9", "s2");
-        served = runner_hub_wait(hub, "u9", "s2", 1000); /* the writer's deadline is 2 s */
+        served = hub_wait(hub, "u9", "s2", 1000); /* the writer's deadline is 2 s */
         flood_stop = 1;
         pthread_join(writer, NULL);
         pthread_join(keep, NULL);
         close(st.fd);
         close(fd2);
-        runner_hub_free(hub);
+        hub_free(hub);
         snprintf(cmd, sizeof(cmd), "rm -rf '%s'", tmpl);
         cr_assert_eq(system(cmd), 0);
         cr_assert(served, "the hub thread waited on a runner that never reads");
@@ -397,29 +397,29 @@ static bool get_frame(int fd, struct rp_hdr *hdr, void *p, size_t cap)
 
 /* Start an execution on the runner of user/sess (fd) and take its RP_EXEC:
  * the execution's tag. */
-static uint32_t start_on(const char *sess, int fd, runner_output_fn fn, void *ud, struct runner_exec **ret)
+static uint32_t start_on(const char *sess, int fd, hub_output_fn fn, void *ud, struct hub_exec **ret)
 {
         const char *argv[] = {"true", NULL};
-        struct runner_exec_spec spec = {.workdir = "/workspace", .argv = argv};
+        struct hub_exec_spec spec = {.workdir = "/workspace", .argv = argv};
         struct sbx_error err = {0};
         static char payload[4096];
         struct rp_hdr hdr;
 
-        cr_assert_eq(runner_exec_start(h, "u1", sess, &spec, fn, ud, ret, &err), 0, "%s", err.msg);
+        cr_assert_eq(hub_exec_start(h, "u1", sess, &spec, fn, ud, ret, &err), 0, "%s", err.msg);
         cr_assert(get_frame(fd, &hdr, payload, sizeof(payload)));
         cr_assert_eq(hdr.type, RP_EXEC);
         return hdr.tag;
 }
 
-static void end_on(int fd, uint32_t tag, struct runner_exec *x)
+static void end_on(int fd, uint32_t tag, struct hub_exec *x)
 {
         struct rp_exit e = {0};
         struct runner_exit ex;
         struct sbx_error err = {0};
 
         put(fd, RP_EXIT, tag, &e, sizeof(e), NULL, 0);
-        cr_assert_eq(runner_exec_wait(x, 10000, &ex, &err), 0, "%s", err.msg);
-        runner_exec_free(x);
+        cr_assert_eq(hub_exec_wait(x, 10000, &ex, &err), 0, "%s", err.msg);
+        hub_exec_free(x);
 }
 
 static atomic_ullong flood_bytes; /* delivered to the flooding execution's callback */
@@ -436,11 +436,11 @@ static void count_output(void *ud, int stream, const void *data, size_t len)
  * and stops reading its pipe when they are full. The hub acknowledges what
  * it delivered as it goes, with no thread waiting for the execution (its
  * waiter is not woken per frame to do it). */
-Test(runner_ops, output_is_acknowledged_with_no_thread_waiting)
+Test(hub_ops, output_is_acknowledged_with_no_thread_waiting)
 {
         static char chunk[RP_CHUNK];
         const uint64_t total = 64 * RP_CHUNK;
-        struct runner_exec *x = NULL;
+        struct hub_exec *x = NULL;
         struct rp_offsets o = {{0, 0}};
         struct rp_hdr hdr;
         int fd = fake_runner(), acks = 0;
@@ -451,7 +451,7 @@ Test(runner_ops, output_is_acknowledged_with_no_thread_waiting)
         put(fd, RP_STARTED, tag, &pid, sizeof(pid), NULL, 0);
         for (uint64_t sent = 0; sent < total; sent += RP_CHUNK)
                 put(fd, RP_OUTPUT, tag, chunk, sizeof(chunk), NULL, 0);
-        /* nobody calls runner_exec_wait meanwhile */
+        /* nobody calls hub_exec_wait meanwhile */
         while (o.off[0] + RP_RETAIN_CAP / 2 < total) {
                 cr_assert(get_frame(fd, &hdr, &o, sizeof(o)),
                           "after %d acknowledgement(s) the runner still holds %" PRIu64 " of %" PRIu64
@@ -518,10 +518,10 @@ static bool quiet_delivered(void)
  * way and one more (RUNNER_READ_ROUNDS buffers each), plus the one partial
  * buffer read before. A hub that read a connection until it ran dry would
  * deliver the flood for as long as the writer keeps up. */
-Test(runner_ops, a_flooding_session_gets_its_budget_per_turn_and_no_more)
+Test(hub_ops, a_flooding_session_gets_its_budget_per_turn_and_no_more)
 {
         const uint64_t buffer = RP_HDR_LEN + RP_MAX_FROM_RUNNER, bound = (2 * RUNNER_READ_ROUNDS + 1) * buffer;
-        struct runner_exec *xa = NULL, *xb = NULL;
+        struct hub_exec *xa = NULL, *xb = NULL;
         struct flood f;
         pthread_t t;
         uint64_t before, meanwhile;
@@ -533,7 +533,7 @@ Test(runner_ops, a_flooding_session_gets_its_budget_per_turn_and_no_more)
         f.fd = fake_runner();
         f.tag = start_on("s1", f.fd, count_output, NULL, &xa);
         fdb = fake_runner_on(h, "u1", "s2");
-        cr_assert(runner_hub_wait(h, "u1", "s2", 5000));
+        cr_assert(hub_wait(h, "u1", "s2", 5000));
         uint32_t tb = start_on("s2", fdb, quiet_output, NULL, &xb);
         output_stop = 0;
         cr_assert_eq(pthread_create(&t, NULL, output_flood, &f), 0);
@@ -546,7 +546,7 @@ Test(runner_ops, a_flooding_session_gets_its_budget_per_turn_and_no_more)
         end_on(fdb, tb, xb);
         shutdown(f.fd, SHUT_RDWR);
         pthread_join(t, NULL);
-        runner_exec_free(xa);
+        hub_exec_free(xa);
         close(f.fd);
         close(fdb);
         cr_assert(delivered, "the quiet session's output was never delivered during the flood");

@@ -1,4 +1,4 @@
-/* Unit tests of the runner's credential check (runner_peer.c) without
+/* Unit tests of the runner's credential check (hub_peer.c) without
  * Docker: a "container" made here with a pid and a mount namespace of its
  * own, its init as PID 1, the session directory bind-mounted at
  * /run/sandboxd, this test binary at /run/sandboxd-runner and a /proc of
@@ -22,7 +22,7 @@
 #include <sys/wait.h>
 #include <unistd.h>
 
-#include "sandboxd/runner_peer.h"
+#include "sandboxd/hub_peer.h"
 
 static char dir[64], other[64];
 
@@ -36,7 +36,7 @@ static void cleanup(void)
         }
 }
 
-TestSuite(runner_peer, .fini = cleanup, .timeout = 60);
+TestSuite(hub_peer, .fini = cleanup, .timeout = 60);
 
 /* Connect to the session socket through the container's mount, then wait
  * until the host has judged (it closes the connection). No assertion here:
@@ -124,10 +124,10 @@ static int accept_one(int lfd)
         return fd;
 }
 
-Test(runner_peer, only_the_first_child_of_the_containers_init_is_the_runner_for_good)
+Test(hub_peer, only_the_first_child_of_the_containers_init_is_the_runner_for_good)
 {
         struct sockaddr_un sa = {.sun_family = AF_UNIX};
-        struct runner_peer peer = {0}, known;
+        struct hub_peer peer = {0}, known;
         const char *why = NULL;
         int lfd, dfd, odfd, fd, sp[2], status;
         pid_t c;
@@ -149,7 +149,7 @@ Test(runner_peer, only_the_first_child_of_the_containers_init_is_the_runner_for_
 
         /* this host process, on a socket pair */
         cr_assert_eq(socketpair(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC, 0, sp), 0);
-        cr_assert_eq(runner_peer_verify(sp[0], dfd, NULL, &peer, &why), -EPERM, "a host process passed");
+        cr_assert_eq(hub_peer_verify(sp[0], dfd, NULL, &peer, &why), -EPERM, "a host process passed");
         cr_log_info("host process: %s", why);
         close(sp[0]);
         close(sp[1]);
@@ -172,40 +172,40 @@ Test(runner_peer, only_the_first_child_of_the_containers_init_is_the_runner_for_
 
         /* the runner: passes, for this directory only */
         fd = accept_one(lfd);
-        cr_assert_eq(runner_peer_verify(fd, odfd, NULL, &peer, &why), -EPERM, "passed for another directory");
+        cr_assert_eq(hub_peer_verify(fd, odfd, NULL, &peer, &why), -EPERM, "passed for another directory");
         cr_log_info("another directory: %s", why);
-        cr_assert_eq(runner_peer_verify(fd, dfd, NULL, &peer, &why), 0, "the runner was refused: %s", why);
+        cr_assert_eq(hub_peer_verify(fd, dfd, NULL, &peer, &why), 0, "the runner was refused: %s", why);
         cr_assert_gt(peer.pid, 0);
         cr_assert_gt(peer.start, 0);
         /* what a restarted daemon reads back from the session directory */
-        cr_assert_eq(runner_peer_load(dfd, &known), -ENOENT);
-        cr_assert_eq(runner_peer_save(dfd, &peer), 0);
-        cr_assert_eq(runner_peer_load(dfd, &known), 0);
+        cr_assert_eq(hub_peer_load(dfd, &known), -ENOENT);
+        cr_assert_eq(hub_peer_save(dfd, &peer), 0);
+        cr_assert_eq(hub_peer_load(dfd, &known), 0);
         cr_assert(known.pid == peer.pid && known.start == peer.start && known.init_pid == peer.init_pid &&
                   known.init_start == peer.init_start && known.init_pid > 0);
-        cr_assert_eq(runner_peer_verify(fd, dfd, &known, &peer, &why), 0, "the known runner was refused: %s", why);
+        cr_assert_eq(hub_peer_verify(fd, dfd, &known, &peer, &why), 0, "the known runner was refused: %s", why);
         cr_assert_eq(peer.pid, known.pid);
         close(fd);
 
         /* its child: tenant code, even with the runner's identity known */
         fd = accept_one(lfd);
-        cr_assert_eq(runner_peer_verify(fd, dfd, &known, &peer, &why), -EPERM, "the runner's child passed");
+        cr_assert_eq(hub_peer_verify(fd, dfd, &known, &peer, &why), -EPERM, "the runner's child passed");
         cr_log_info("the runner's child: %s", why);
         close(fd);
 
         /* a younger child of the init: not the runner either, known or not */
         fd = accept_one(lfd);
-        cr_assert_eq(runner_peer_verify(fd, dfd, NULL, &peer, &why), -EPERM, "a younger child of the init passed");
+        cr_assert_eq(hub_peer_verify(fd, dfd, NULL, &peer, &why), -EPERM, "a younger child of the init passed");
         cr_assert(strstr(why, "older child"), "refused for another reason: %s", why);
-        cr_assert_eq(runner_peer_verify(fd, dfd, &known, &peer, &why), -EPERM, "a younger child of the init passed");
+        cr_assert_eq(hub_peer_verify(fd, dfd, &known, &peer, &why), -EPERM, "a younger child of the init passed");
         cr_assert(strstr(why, "is known"), "refused for another reason: %s", why);
         close(fd);
 
         /* a child of the init after the runner died: only knowing the runner tells */
         fd = accept_one(lfd);
-        cr_assert_eq(runner_peer_verify(fd, dfd, &known, &peer, &why), -EPERM, "a child after the runner passed");
+        cr_assert_eq(hub_peer_verify(fd, dfd, &known, &peer, &why), -EPERM, "a child after the runner passed");
         cr_assert(strstr(why, "is known"), "refused for another reason: %s", why);
-        cr_assert_eq(runner_peer_verify(fd, dfd, NULL, &peer, &why), 0, "%s", why);
+        cr_assert_eq(hub_peer_verify(fd, dfd, NULL, &peer, &why), 0, "%s", why);
         close(fd);
 
         cr_assert_eq(waitpid(c, &status, 0), c);

@@ -1,6 +1,6 @@
-/* runner_ops.c — workspace files and services over a session's runner
- * connection (see runner_ops.h for the contract, runner_proto.h for the
- * wire format; the hub in runner.c owns sockets and reads frames).
+/* hub_ops.c — workspace files and services over a session's runner
+ * connection (see hub_ops.h for the contract, runner_proto.h for the
+ * wire format; the hub in hub.c owns sockets and reads frames).
  *
  * A request is a `struct op` with a tag unique in this process, registered
  * before its frame is sent and matched on the reply by (user, session,
@@ -13,8 +13,8 @@
  *
  * Locks: o->lock guards o->ops, o->svcs and the counters; paired with
  * o->cond (CLOCK_REALTIME), broadcast on every reply, report and close.
- * A leaf: never held across runner_hub_send or the services callback. */
-#include "runner_internal.h"
+ * A leaf: never held across hub_send or the services callback. */
+#include "hub_internal.h"
 
 #include <errno.h>
 #include <pthread.h>
@@ -44,32 +44,32 @@ struct op {
         struct rp_file_reply rep;
         unsigned char *data;
         size_t len;
-        struct runner_svc_state st;
+        struct hub_svc_state st;
 };
 
 struct svc_entry {
         struct svc_entry *next;
         char user[65], session[65];
         uint64_t conn;
-        struct runner_svc_state st;
+        struct hub_svc_state st;
 };
 
-struct runner_ops {
-        struct runner_hub *h;
+struct hub_ops {
+        struct hub *h;
         pthread_mutex_t lock;
         pthread_cond_t cond;
         struct op *ops;
         struct svc_entry *svcs[BUCKETS]; /* by session_bucket() */
         uint32_t next_tag;
-        runner_svc_fn on_svc;
+        hub_svc_fn on_svc;
         void *svc_ud;
         int in_callback; /* calls of on_svc under way */
         uint64_t n_files, n_services;
 };
 
-struct runner_ops *runner_ops_new(struct runner_hub *h)
+struct hub_ops *hub_ops_new(struct hub *h)
 {
-        struct runner_ops *o = calloc(1, sizeof(*o));
+        struct hub_ops *o = calloc(1, sizeof(*o));
 
         if (!o)
                 return NULL;
@@ -79,7 +79,7 @@ struct runner_ops *runner_ops_new(struct runner_hub *h)
         return o;
 }
 
-void runner_ops_free(struct runner_ops *o)
+void hub_ops_free(struct hub_ops *o)
 {
         if (!o)
                 return;
@@ -114,7 +114,7 @@ static bool same_session(const char *u1, const char *s1, const char *u2, const c
 
 /* ---- requests ---- */
 
-static void op_free(struct runner_ops *o, struct op *op)
+static void op_free(struct hub_ops *o, struct op *op)
 {
         if (!op)
                 return;
@@ -130,12 +130,12 @@ static void op_free(struct runner_ops *o, struct op *op)
 }
 
 /* Register a request on the session's live connection. */
-static int op_new(struct runner_ops *o, const char *user, const char *session, bool svc, struct op **ret)
+static int op_new(struct hub_ops *o, const char *user, const char *session, bool svc, struct op **ret)
 {
         struct op *op;
         uint64_t conn;
 
-        if (!o || runner_hub_conn(o->h, user, session, &conn) < 0)
+        if (!o || hub_conn(o->h, user, session, &conn) < 0)
                 return -ENOTCONN;
         op = calloc(1, sizeof(*op));
         if (!op)
@@ -159,15 +159,15 @@ static int op_new(struct runner_ops *o, const char *user, const char *session, b
         return 0;
 }
 
-static int op_send(struct runner_ops *o, struct op *op, uint16_t type, uint16_t flags, const void *p1, size_t n1,
+static int op_send(struct hub_ops *o, struct op *op, uint16_t type, uint16_t flags, const void *p1, size_t n1,
                    const void *p2, size_t n2)
 {
-        int r = runner_hub_send(o->h, op->user, op->session, op->conn, type, flags, op->tag, p1, n1, p2, n2);
+        int r = hub_send(o->h, op->user, op->session, op->conn, type, flags, op->tag, p1, n1, p2, n2);
         return r < 0 ? -ENOTCONN : 0;
 }
 
 /* Wait for the reply: 0, -ECONNRESET, -ETIMEDOUT. */
-static int op_wait(struct runner_ops *o, struct op *op, int64_t until_ms)
+static int op_wait(struct hub_ops *o, struct op *op, int64_t until_ms)
 {
         int r;
 
@@ -186,7 +186,7 @@ static int op_wait(struct runner_ops *o, struct op *op, int64_t until_ms)
 }
 
 /* A request with the path after a struct rp_file_req; waits for the reply. */
-static int file_call(struct runner_ops *o, struct op *op, uint16_t type, uint64_t offset, uint64_t length,
+static int file_call(struct hub_ops *o, struct op *op, uint16_t type, uint64_t offset, uint64_t length,
                      const char *path, size_t extra, int64_t until_ms)
 {
         struct rp_file_req rq = {.offset = offset, .length = length};
@@ -212,10 +212,10 @@ static int file_call(struct runner_ops *o, struct op *op, uint16_t type, uint64_
         return r;
 }
 
-int runner_file_change(struct runner_hub *h, const char *user, const char *session, uint16_t type, const char *path,
-                       const char *path2, int timeout_ms)
+int hub_file_change(struct hub *h, const char *user, const char *session, uint16_t type, const char *path,
+                    const char *path2, int timeout_ms)
 {
-        struct runner_ops *o = runner_hub_ops(h);
+        struct hub_ops *o = hub_ops(h);
         _cleanup_free_ char *both = NULL;
         struct op *op = NULL;
         int r;
@@ -242,10 +242,10 @@ int runner_file_change(struct runner_hub *h, const char *user, const char *sessi
         return r;
 }
 
-int runner_file_read(struct runner_hub *h, const char *user, const char *session, const char *path, uint64_t offset,
-                     size_t length, char *buf, size_t *ret_len, uint64_t *ret_size, int timeout_ms)
+int hub_file_read(struct hub *h, const char *user, const char *session, const char *path, uint64_t offset,
+                  size_t length, char *buf, size_t *ret_len, uint64_t *ret_size, int timeout_ms)
 {
-        struct runner_ops *o = runner_hub_ops(h);
+        struct hub_ops *o = hub_ops(h);
         int64_t until = sbx_now_ms() + timeout_ms;
         struct op *op = NULL;
         size_t got = 0;
@@ -284,10 +284,10 @@ int runner_file_read(struct runner_hub *h, const char *user, const char *session
         return 0;
 }
 
-int runner_file_write(struct runner_hub *h, const char *user, const char *session, const char *path, const void *data,
-                      size_t len, int timeout_ms)
+int hub_file_write(struct hub *h, const char *user, const char *session, const char *path, const void *data, size_t len,
+                   int timeout_ms)
 {
-        struct runner_ops *o = runner_hub_ops(h);
+        struct hub_ops *o = hub_ops(h);
         int64_t until = sbx_now_ms() + timeout_ms;
         struct rp_file_req rq = {.length = len};
         const char *p = data;
@@ -345,10 +345,10 @@ int runner_file_write(struct runner_hub *h, const char *user, const char *sessio
         return r;
 }
 
-int runner_file_list(struct runner_hub *h, const char *user, const char *session, const char *path, runner_entry_fn fn,
-                     void *ud, bool *ret_truncated, int timeout_ms)
+int hub_file_list(struct hub *h, const char *user, const char *session, const char *path, hub_entry_fn fn, void *ud,
+                  bool *ret_truncated, int timeout_ms)
 {
-        struct runner_ops *o = runner_hub_ops(h);
+        struct hub_ops *o = hub_ops(h);
         int64_t until = sbx_now_ms() + timeout_ms;
         struct op *op = NULL;
         uint32_t start = 0;
@@ -404,10 +404,10 @@ int runner_file_list(struct runner_hub *h, const char *user, const char *session
 
 /* ---- services ---- */
 
-int runner_svc_start(struct runner_hub *h, const char *user, const char *session, const struct runner_svc_spec *spec,
-                     int timeout_ms, struct runner_svc_state *ret)
+int hub_svc_start(struct hub *h, const char *user, const char *session, const struct hub_svc_spec *spec, int timeout_ms,
+                  struct hub_svc_state *ret)
 {
-        struct runner_ops *o = runner_hub_ops(h);
+        struct hub_ops *o = hub_ops(h);
         struct rp_svc_start hdr = {0};
         size_t len = sizeof(hdr), envc = 0;
         _cleanup_free_ char *buf = NULL;
@@ -452,25 +452,25 @@ int runner_svc_start(struct runner_hub *h, const char *user, const char *session
         return r;
 }
 
-static int send_marker(struct runner_hub *h, const char *user, const char *session, uint16_t type, const void *p1,
-                       size_t n1, const char *marker)
+static int send_marker(struct hub *h, const char *user, const char *session, uint16_t type, const void *p1, size_t n1,
+                       const char *marker)
 {
         uint64_t conn;
 
-        if (!h || runner_hub_conn(h, user, session, &conn) < 0)
+        if (!h || hub_conn(h, user, session, &conn) < 0)
                 return -ENOTCONN;
-        return runner_hub_send(h, user, session, conn, type, 0, 0, p1, n1, marker, strlen(marker));
+        return hub_send(h, user, session, conn, type, 0, 0, p1, n1, marker, strlen(marker));
 }
 
-int runner_svc_signal(struct runner_hub *h, const char *user, const char *session, const char *marker, int sig)
+int hub_svc_signal(struct hub *h, const char *user, const char *session, const char *marker, int sig)
 {
         uint32_t s = (uint32_t)sig;
         return send_marker(h, user, session, RP_SVC_SIGNAL, &s, sizeof(s), marker);
 }
 
-void runner_svc_forget(struct runner_hub *h, const char *user, const char *session, const char *marker)
+void hub_svc_forget(struct hub *h, const char *user, const char *session, const char *marker)
 {
-        struct runner_ops *o = runner_hub_ops(h);
+        struct hub_ops *o = hub_ops(h);
 
         if (!o)
                 return;
@@ -486,8 +486,7 @@ void runner_svc_forget(struct runner_hub *h, const char *user, const char *sessi
         (void)send_marker(h, user, session, RP_SVC_FORGET, NULL, 0, marker);
 }
 
-static struct svc_entry *entry_find_locked(struct runner_ops *o, const char *user, const char *session,
-                                           const char *marker)
+static struct svc_entry *entry_find_locked(struct hub_ops *o, const char *user, const char *session, const char *marker)
 {
         for (struct svc_entry *e = o->svcs[session_bucket(user, session)]; e; e = e->next)
                 if (same_session(e->user, e->session, user, session) && strcmp(e->st.marker, marker) == 0)
@@ -495,10 +494,9 @@ static struct svc_entry *entry_find_locked(struct runner_ops *o, const char *use
         return NULL;
 }
 
-bool runner_svc_get(struct runner_hub *h, const char *user, const char *session, const char *marker,
-                    struct runner_svc_state *ret)
+bool hub_svc_get(struct hub *h, const char *user, const char *session, const char *marker, struct hub_svc_state *ret)
 {
-        struct runner_ops *o = runner_hub_ops(h);
+        struct hub_ops *o = hub_ops(h);
         struct svc_entry *e;
 
         if (!o)
@@ -511,11 +509,10 @@ bool runner_svc_get(struct runner_hub *h, const char *user, const char *session,
         return e != NULL;
 }
 
-int runner_svc_states(struct runner_hub *h, const char *user, const char *session, struct runner_svc_state **ret,
-                      size_t *ret_n)
+int hub_svc_states(struct hub *h, const char *user, const char *session, struct hub_svc_state **ret, size_t *ret_n)
 {
-        struct runner_ops *o = runner_hub_ops(h);
-        struct runner_svc_state *out;
+        struct hub_ops *o = hub_ops(h);
+        struct hub_svc_state *out;
         size_t n = 0;
 
         out = calloc(CACHE_MAX + 1, sizeof(*out));
@@ -533,10 +530,10 @@ int runner_svc_states(struct runner_hub *h, const char *user, const char *sessio
         return 0;
 }
 
-bool runner_svc_wait_end(struct runner_hub *h, const char *user, const char *session, const char *marker,
-                         int timeout_ms, struct runner_svc_state *ret)
+bool hub_svc_wait_end(struct hub *h, const char *user, const char *session, const char *marker, int timeout_ms,
+                      struct hub_svc_state *ret)
 {
-        struct runner_ops *o = runner_hub_ops(h);
+        struct hub_ops *o = hub_ops(h);
         struct timespec until = sbx_deadline_after(CLOCK_REALTIME, timeout_ms);
         bool ended = false;
 
@@ -560,9 +557,9 @@ bool runner_svc_wait_end(struct runner_hub *h, const char *user, const char *ses
         return ended;
 }
 
-void runner_svc_set_handler(struct runner_hub *h, runner_svc_fn fn, void *ud)
+void hub_svc_set_handler(struct hub *h, hub_svc_fn fn, void *ud)
 {
-        struct runner_ops *o = runner_hub_ops(h);
+        struct hub_ops *o = hub_ops(h);
 
         if (!o)
                 return;
@@ -574,9 +571,9 @@ void runner_svc_set_handler(struct runner_hub *h, runner_svc_fn fn, void *ud)
         pthread_mutex_unlock(&o->lock);
 }
 
-void runner_ops_counts(struct runner_hub *h, uint64_t *ret_files, uint64_t *ret_services)
+void hub_ops_counts(struct hub *h, uint64_t *ret_files, uint64_t *ret_services)
 {
-        struct runner_ops *o = runner_hub_ops(h);
+        struct hub_ops *o = hub_ops(h);
 
         *ret_files = *ret_services = 0;
         if (!o)
@@ -589,8 +586,8 @@ void runner_ops_counts(struct runner_hub *h, uint64_t *ret_files, uint64_t *ret_
 
 /* ---- frames from the runner (hub thread) ---- */
 
-static struct op *op_find_locked(struct runner_ops *o, const char *user, const char *session, uint64_t conn,
-                                 uint32_t tag, bool svc)
+static struct op *op_find_locked(struct hub_ops *o, const char *user, const char *session, uint64_t conn, uint32_t tag,
+                                 bool svc)
 {
         for (struct op *op = o->ops; op; op = op->next)
                 if (op->tag == tag && op->conn == conn && op->svc == svc && !op->done &&
@@ -599,7 +596,7 @@ static struct op *op_find_locked(struct runner_ops *o, const char *user, const c
         return NULL;
 }
 
-static bool file_reply(struct runner_ops *o, const char *user, const char *session, uint64_t conn,
+static bool file_reply(struct hub_ops *o, const char *user, const char *session, uint64_t conn,
                        const struct rp_hdr *hdr, const unsigned char *p)
 {
         struct rp_file_reply rep;
@@ -631,14 +628,14 @@ static bool file_reply(struct runner_ops *o, const char *user, const char *sessi
         return true; /* a reply nobody waits for any more (timed out) goes nowhere */
 }
 
-static bool svc_report(struct runner_ops *o, const char *user, const char *session, uint64_t conn,
+static bool svc_report(struct hub_ops *o, const char *user, const char *session, uint64_t conn,
                        const struct rp_hdr *hdr, const unsigned char *p)
 {
         struct rp_svc_state w;
-        struct runner_svc_state st = {0};
+        struct hub_svc_state st = {0};
         size_t mlen;
         bool notify = false;
-        runner_svc_fn fn;
+        hub_svc_fn fn;
         void *ud;
 
         if (hdr->len < sizeof(w) || hdr->len - sizeof(w) > RP_MARKER_MAX)
@@ -718,8 +715,8 @@ static bool svc_report(struct runner_ops *o, const char *user, const char *sessi
         return true;
 }
 
-bool runner_ops_frame(struct runner_ops *o, const char *user, const char *session, uint64_t conn,
-                      const struct rp_hdr *hdr, const unsigned char *p)
+bool hub_ops_frame(struct hub_ops *o, const char *user, const char *session, uint64_t conn, const struct rp_hdr *hdr,
+                   const unsigned char *p)
 {
         if (!o)
                 return false;
@@ -730,7 +727,7 @@ bool runner_ops_frame(struct runner_ops *o, const char *user, const char *sessio
         return false; /* a daemon-to-runner type */
 }
 
-void runner_ops_closed(struct runner_ops *o, const char *user, const char *session, uint64_t conn)
+void hub_ops_closed(struct hub_ops *o, const char *user, const char *session, uint64_t conn)
 {
         if (!o)
                 return;

@@ -1,8 +1,8 @@
-/* runner_dir.c — a session's runner directory and its listening socket
- * (runner_dir.h). Only root writes in it: the container mounts it
+/* hub_dir.c — a session's runner directory and its listening socket
+ * (hub_dir.h). Only root writes in it: the container mounts it
  * read-only, so nothing found in it was planted there, but every call
  * still opens relative to a directory fd without following links. */
-#include "sandboxd/runner_dir.h"
+#include "sandboxd/hub_dir.h"
 
 #include <errno.h>
 #include <fcntl.h>
@@ -13,11 +13,11 @@
 #include <sys/un.h>
 #include <unistd.h>
 
-#include "sandboxd/runner_peer.h"
+#include "sandboxd/hub_peer.h"
 #include "sandboxd/runner_proto.h"
 #include "sandboxd/sha256.h"
 
-int runner_dir_key(const char *user, const char *session, char ret[33])
+int hub_dir_key(const char *user, const char *session, char ret[33])
 {
         char key[140], hex[65];
         int n = snprintf(key, sizeof(key), "%s:%s", user, session);
@@ -28,15 +28,15 @@ int runner_dir_key(const char *user, const char *session, char ret[33])
         return 0;
 }
 
-int runner_dir_listen(const char *root_path, const char *user, const char *session, bool create, int *ret_dirfd,
-                      int *ret_lfd, char ret_path[SBX_PATH_MAX], struct sbx_error *err)
+int hub_dir_listen(const char *root_path, const char *user, const char *session, bool create, int *ret_dirfd,
+                   int *ret_lfd, char ret_path[SBX_PATH_MAX], struct sbx_error *err)
 {
         _cleanup_close_ int root = -1, dfd = -1, lfd = -1;
         char hash[33], path[SBX_PATH_MAX], proc[64];
         struct sockaddr_un sa = {.sun_family = AF_UNIX};
         struct stat st;
 
-        if (runner_dir_key(user, session, hash) < 0)
+        if (hub_dir_key(user, session, hash) < 0)
                 return sbx_error_set(err, -ENOMEM, 0, "out of memory");
         if (snprintf(path, sizeof(path), "%s/%s", root_path, hash) >= (int)sizeof(path))
                 return sbx_error_set(err, -ENAMETOOLONG, 0, "runner directory path too long");
@@ -73,7 +73,7 @@ int runner_dir_listen(const char *root_path, const char *user, const char *sessi
         return 0;
 }
 
-int runner_dir_listen_name(int dirfd, const char *name, int *ret_lfd)
+int hub_dir_listen_name(int dirfd, const char *name, int *ret_lfd)
 {
         _cleanup_close_ int lfd = -1;
         struct sockaddr_un sa = {.sun_family = AF_UNIX};
@@ -105,7 +105,7 @@ static void remove_at(int root, const char *hash)
         (void)unlinkat(root, hash, AT_REMOVEDIR);
 }
 
-int runner_dir_put_file(const char *dir, const char *name, const void *data, size_t len, bool replace)
+int hub_dir_put_file(const char *dir, const char *name, const void *data, size_t len, bool replace)
 {
         _cleanup_close_ int dfd = open(dir, O_RDONLY | O_DIRECTORY | O_NOFOLLOW | O_CLOEXEC);
         _cleanup_close_ int fd = -1;
@@ -142,7 +142,7 @@ int runner_dir_put_file(const char *dir, const char *name, const void *data, siz
         return 0;
 }
 
-bool runner_dir_has(const char *dir, const char *name)
+bool hub_dir_has(const char *dir, const char *name)
 {
         _cleanup_close_ int dfd = open(dir, O_RDONLY | O_DIRECTORY | O_NOFOLLOW | O_CLOEXEC);
         struct stat st;
@@ -150,23 +150,23 @@ bool runner_dir_has(const char *dir, const char *name)
         return dfd >= 0 && fstatat(dfd, name, &st, AT_SYMLINK_NOFOLLOW) == 0 && S_ISREG(st.st_mode);
 }
 
-void runner_dir_remove(const char *root_path, const char *user, const char *session)
+void hub_dir_remove(const char *root_path, const char *user, const char *session)
 {
         _cleanup_close_ int root = open(root_path, O_RDONLY | O_DIRECTORY | O_NOFOLLOW | O_CLOEXEC);
         char hash[33];
 
-        if (root >= 0 && runner_dir_key(user, session, hash) == 0)
+        if (root >= 0 && hub_dir_key(user, session, hash) == 0)
                 remove_at(root, hash);
 }
 
-int runner_dir_rename(const char *root_path, const char *from_user, const char *from_session, const char *to_user,
-                      const char *to_session, char ret_path[SBX_PATH_MAX], struct sbx_error *err)
+int hub_dir_rename(const char *root_path, const char *from_user, const char *from_session, const char *to_user,
+                   const char *to_session, char ret_path[SBX_PATH_MAX], struct sbx_error *err)
 {
         _cleanup_close_ int root = -1;
         char from[33], to[33];
         struct stat st;
 
-        if (runner_dir_key(from_user, from_session, from) < 0 || runner_dir_key(to_user, to_session, to) < 0)
+        if (hub_dir_key(from_user, from_session, from) < 0 || hub_dir_key(to_user, to_session, to) < 0)
                 return sbx_error_set(err, -ENOMEM, 0, "out of memory");
         root = open(root_path, O_RDONLY | O_DIRECTORY | O_NOFOLLOW | O_CLOEXEC);
         if (root < 0)

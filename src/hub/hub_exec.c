@@ -1,10 +1,10 @@
-/* runner_exec.c — executions carried over a session's runner connection:
+/* hub_exec.c — executions carried over a session's runner connection:
  * starting one (RP_EXEC), its output, stdin with its window, signals, the
  * terminal size, its end, and the frames the hub thread hands over for it
- * (see runner.h for the contract, runner_proto.h for the wire format).
+ * (see hub.h for the contract, runner_proto.h for the wire format).
  *
- * A handle (struct runner_exec) is on its channel's list (c->execs) from
- * start or adoption until runner_exec_free; the hub thread takes a
+ * A handle (struct hub_exec) is on its channel's list (c->execs) from
+ * start or adoption until hub_exec_free; the hub thread takes a
  * reference while it delivers a frame. Output is acknowledged (RP_ACK)
  * once on_output has persisted it: by the hub thread right after, with a
  * write that never waits, else (the frame could not go at once) by the
@@ -20,11 +20,11 @@
 #include <string.h>
 
 #include "sandboxd/egress_rules.h"
-#include "runner_internal.h"
+#include "hub_internal.h"
 
 #define ACK_EVERY (64 * 1024) /* unacknowledged bytes that wake the waiter to acknowledge them */
 
-void runner_exec_end(struct runner_exec *x, bool lost, int fail, const char *msg, const struct runner_exit *ex)
+void hub_exec_end(struct hub_exec *x, bool lost, int fail, const char *msg, const struct runner_exit *ex)
 {
         pthread_mutex_lock(&x->lock);
         if (!x->ended) {
@@ -40,9 +40,9 @@ void runner_exec_end(struct runner_exec *x, bool lost, int fail, const char *msg
         pthread_mutex_unlock(&x->lock);
 }
 
-struct runner_exec *runner_exec_new(runner_output_fn on_output, void *userdata)
+struct hub_exec *hub_exec_new(hub_output_fn on_output, void *userdata)
 {
-        struct runner_exec *x = calloc(1, sizeof(*x));
+        struct hub_exec *x = calloc(1, sizeof(*x));
 
         if (!x)
                 return NULL;
@@ -54,7 +54,7 @@ struct runner_exec *runner_exec_new(runner_output_fn on_output, void *userdata)
         return x;
 }
 
-static void exec_destroy(struct runner_exec *x)
+static void exec_destroy(struct hub_exec *x)
 {
         free(x->net);
         pthread_mutex_destroy(&x->lock);
@@ -62,10 +62,10 @@ static void exec_destroy(struct runner_exec *x)
         free(x);
 }
 
-void runner_exec_link_locked(struct runner_chan *c, struct runner_exec *x, uint32_t tag)
+void hub_exec_link_locked(struct hub_chan *c, struct hub_exec *x, uint32_t tag)
 {
         x->c = c;
-        runner_exec_set_cfd(x, c->cfd);
+        hub_exec_set_cfd(x, c->cfd);
         x->tag = tag;
         x->next = c->execs;
         c->execs = x;
@@ -74,9 +74,9 @@ void runner_exec_link_locked(struct runner_chan *c, struct runner_exec *x, uint3
 
 /* ---- frames from the runner (hub thread) ---- */
 
-static struct runner_exec *exec_find_ref(struct runner_hub *h, struct runner_chan *c, uint32_t tag)
+static struct hub_exec *exec_find_ref(struct hub *h, struct hub_chan *c, uint32_t tag)
 {
-        struct runner_exec *x;
+        struct hub_exec *x;
 
         pthread_mutex_lock(&h->lock);
         for (x = c->execs; x; x = x->next)
@@ -88,9 +88,9 @@ static struct runner_exec *exec_find_ref(struct runner_hub *h, struct runner_cha
         return x;
 }
 
-static void exec_unref(struct runner_exec *x)
+static void exec_unref(struct hub_exec *x)
 {
-        struct runner_hub *h;
+        struct hub *h;
         bool last;
 
         if (!x)
@@ -110,9 +110,9 @@ static void exec_unref(struct runner_exec *x)
  * holds the connection, or its socket is full), the waiter is woken to
  * acknowledge it as before. Offsets only grow: the runner ignores an older
  * acknowledgement that arrives after a newer one. */
-static void exec_ack_nowait(struct runner_exec *x, struct runner_chan *c, const struct rp_offsets *o)
+static void exec_ack_nowait(struct hub_exec *x, struct hub_chan *c, const struct rp_offsets *o)
 {
-        bool sent = runner_send_frame_nowait(c, c->cfd, RP_ACK, x->tag, o, sizeof(*o)) == 0;
+        bool sent = hub_send_frame_nowait(c, c->cfd, RP_ACK, x->tag, o, sizeof(*o)) == 0;
 
         pthread_mutex_lock(&x->lock);
         if (sent) {
@@ -127,9 +127,9 @@ static void exec_ack_nowait(struct runner_exec *x, struct runner_chan *c, const 
 
 /* A frame about one execution (RP_STARTED, RP_OUTPUT, RP_STDIN_ACK,
  * RP_EXIT, RP_FAILED). Returns false on a protocol error. */
-bool runner_exec_on_frame(struct runner_hub *h, struct runner_chan *c, const struct rp_hdr *hdr, const unsigned char *p)
+bool hub_exec_on_frame(struct hub *h, struct hub_chan *c, const struct rp_hdr *hdr, const unsigned char *p)
 {
-        struct runner_exec *x;
+        struct hub_exec *x;
 
         if (hdr->tag == 0)
                 return false;
@@ -145,7 +145,7 @@ bool runner_exec_on_frame(struct runner_hub *h, struct runner_chan *c, const str
                 ok = hdr->len <= RP_CHUNK && (hdr->flags & ~RP_OUT_STDERR) == 0;
                 if (ok && hdr->len > 0 && !x->ended) {
                         int k = (hdr->flags & RP_OUT_STDERR) ? 1 : 0;
-                        runner_output_fn fn;
+                        hub_output_fn fn;
                         pthread_mutex_lock(&x->lock);
                         fn = x->on_output; /* NULL once freed: its userdata may be gone */
                         x->in_callback += fn != NULL;
@@ -153,7 +153,7 @@ bool runner_exec_on_frame(struct runner_hub *h, struct runner_chan *c, const str
                         if (fn)
                                 fn(x->userdata, k, p, hdr->len);
                         pthread_mutex_lock(&x->lock);
-                        /* only runner_exec_free waits for the count (it cleared
+                        /* only hub_exec_free waits for the count (it cleared
                          * on_output): the waiter is not woken for every frame */
                         if (fn && --x->in_callback == 0 && !x->on_output)
                                 pthread_cond_broadcast(&x->cond);
@@ -194,7 +194,7 @@ bool runner_exec_on_frame(struct runner_hub *h, struct runner_chan *c, const str
                                           .cpu_user_ms = e.utime_us / 1000,
                                           .cpu_system_ms = e.stime_us / 1000,
                                           .max_rss_kb = e.maxrss_kb};
-                runner_exec_end(x, false, 0, NULL, &ex);
+                hub_exec_end(x, false, 0, NULL, &ex);
                 break;
         }
         case RP_FAILED: {
@@ -209,7 +209,7 @@ bool runner_exec_on_frame(struct runner_hub *h, struct runner_chan *c, const str
                 for (size_t i = 0; i < n; i++)
                         msg[i] = p[4 + i] >= 0x20 && p[4 + i] < 0x7f ? (char)p[4 + i] : '?';
                 msg[n] = '\0';
-                runner_exec_end(x, false, e > 0 && e < 4096 ? -(int)e : -EIO, msg, NULL);
+                hub_exec_end(x, false, e > 0 && e < 4096 ? -(int)e : -EIO, msg, NULL);
                 break;
         }
         default:
@@ -219,19 +219,19 @@ bool runner_exec_on_frame(struct runner_hub *h, struct runner_chan *c, const str
         return ok;
 }
 
-static bool tag_in_use_locked(struct runner_hub *h, struct runner_chan *c, uint32_t tag)
+static bool tag_in_use_locked(struct hub *h, struct hub_chan *c, uint32_t tag)
 {
-        for (struct runner_exec *x = c->execs; x; x = x->next)
+        for (struct hub_exec *x = c->execs; x; x = x->next)
                 if (x->tag == tag)
                         return true;
         for (size_t i = 0; i < c->n_jobs; i++)
                 if (c->jobs[i].tag == tag)
                         return true;
-        return runner_expected_locked(h, c->user, c->session, tag);
+        return hub_expected_locked(h, c->user, c->session, tag);
 }
 
 /* The RP_EXEC payload; malloc'd. */
-static int build_exec_payload(const struct runner_exec_spec *spec, char **ret, size_t *ret_len)
+static int build_exec_payload(const struct hub_exec_spec *spec, char **ret, size_t *ret_len)
 {
         struct rp_exec hdr = {0};
         size_t len = sizeof(hdr), argc = 0, envc = 0;
@@ -278,12 +278,12 @@ static int build_exec_payload(const struct runner_exec_spec *spec, char **ret, s
         return 0;
 }
 
-int runner_exec_start(struct runner_hub *h, const char *user, const char *session, const struct runner_exec_spec *spec,
-                      runner_output_fn on_output, void *userdata, struct runner_exec **ret, struct sbx_error *err)
+int hub_exec_start(struct hub *h, const char *user, const char *session, const struct hub_exec_spec *spec,
+                   hub_output_fn on_output, void *userdata, struct hub_exec **ret, struct sbx_error *err)
 {
         _cleanup_free_ char *payload = NULL;
-        struct runner_exec *x;
-        struct runner_chan *c;
+        struct hub_exec *x;
+        struct hub_chan *c;
         size_t len;
         int r;
 
@@ -295,7 +295,7 @@ int runner_exec_start(struct runner_hub *h, const char *user, const char *sessio
                                      RP_TTY_MAX_ROWS, RP_TTY_MAX_COLS);
         if (r < 0)
                 return sbx_error_set(err, r, 0, "the request does not fit a runner frame");
-        x = runner_exec_new(on_output, userdata);
+        x = hub_exec_new(on_output, userdata);
         if (!x || (spec->network && spec->network->set && !(x->net = malloc(sizeof(*x->net))))) {
                 if (x)
                         exec_destroy(x);
@@ -307,7 +307,7 @@ int runner_exec_start(struct runner_hub *h, const char *user, const char *sessio
         }
 
         pthread_mutex_lock(&h->lock);
-        c = runner_chan_find_locked(h, user, session);
+        c = hub_chan_find_locked(h, user, session);
         if (!c || c->cfd < 0 || !c->hello) {
                 pthread_mutex_unlock(&h->lock);
                 exec_destroy(x);
@@ -317,15 +317,15 @@ int runner_exec_start(struct runner_hub *h, const char *user, const char *sessio
                 if (++c->next_tag == 0)
                         c->next_tag = 1;
         while (tag_in_use_locked(h, c, c->next_tag));
-        runner_exec_link_locked(c, x, c->next_tag);
+        hub_exec_link_locked(c, x, c->next_tag);
         pthread_mutex_unlock(&h->lock);
 
-        r = runner_send_frame(c, runner_exec_cfd(x), RP_EXEC,
-                              (spec->stdin_pipe ? RP_EXEC_STDIN : 0) | (spec->tty ? RP_EXEC_TTY : 0) |
-                                      (x->net ? RP_EXEC_NARROWED : 0),
-                              x->tag, payload, len, NULL, 0);
+        r = hub_send_frame(c, hub_exec_cfd(x), RP_EXEC,
+                           (spec->stdin_pipe ? RP_EXEC_STDIN : 0) | (spec->tty ? RP_EXEC_TTY : 0) |
+                                   (x->net ? RP_EXEC_NARROWED : 0),
+                           x->tag, payload, len, NULL, 0);
         if (r < 0) {
-                runner_exec_free(x);
+                hub_exec_free(x);
                 return sbx_error_set(err, -ENOTCONN, 0, "cannot send the execution to the runner: %s", strerror(-r));
         }
         *ret = x;
@@ -334,18 +334,18 @@ int runner_exec_start(struct runner_hub *h, const char *user, const char *sessio
 
 /* Acknowledge what on_output has persisted. Caller holds x->lock; drops it
  * around the write. */
-static void exec_ack_locked(struct runner_exec *x)
+static void exec_ack_locked(struct hub_exec *x)
 {
         struct rp_offsets o = {{x->recv[0], x->recv[1]}};
 
         x->acked[0] = x->recv[0];
         x->acked[1] = x->recv[1];
         pthread_mutex_unlock(&x->lock);
-        (void)runner_send_frame(x->c, runner_exec_cfd(x), RP_ACK, 0, x->tag, &o, sizeof(o), NULL, 0);
+        (void)hub_send_frame(x->c, hub_exec_cfd(x), RP_ACK, 0, x->tag, &o, sizeof(o), NULL, 0);
         pthread_mutex_lock(&x->lock);
 }
 
-int runner_exec_wait(struct runner_exec *x, int timeout_ms, struct runner_exit *ret, struct sbx_error *err)
+int hub_exec_wait(struct hub_exec *x, int timeout_ms, struct runner_exit *ret, struct sbx_error *err)
 {
         struct timespec until = sbx_deadline_after(CLOCK_REALTIME, timeout_ms);
         int r;
@@ -376,7 +376,7 @@ int runner_exec_wait(struct runner_exec *x, int timeout_ms, struct runner_exit *
         return r;
 }
 
-ssize_t runner_exec_write_stdin(struct runner_exec *x, const void *data, size_t len)
+ssize_t hub_exec_write_stdin(struct hub_exec *x, const void *data, size_t len)
 {
         size_t room;
         int r;
@@ -395,32 +395,32 @@ ssize_t runner_exec_write_stdin(struct runner_exec *x, const void *data, size_t 
         pthread_mutex_unlock(&x->lock);
         if (len == 0)
                 return 0;
-        r = runner_send_frame(x->c, runner_exec_cfd(x), RP_STDIN, 0, x->tag, data, len, NULL, 0);
+        r = hub_send_frame(x->c, hub_exec_cfd(x), RP_STDIN, 0, x->tag, data, len, NULL, 0);
         return r < 0 ? r : (ssize_t)len;
 }
 
-int runner_exec_close_stdin(struct runner_exec *x)
+int hub_exec_close_stdin(struct hub_exec *x)
 {
-        return runner_send_frame(x->c, runner_exec_cfd(x), RP_STDIN_EOF, 0, x->tag, NULL, 0, NULL, 0);
+        return hub_send_frame(x->c, hub_exec_cfd(x), RP_STDIN_EOF, 0, x->tag, NULL, 0, NULL, 0);
 }
 
-int runner_exec_signal(struct runner_exec *x, int sig)
+int hub_exec_signal(struct hub_exec *x, int sig)
 {
         uint32_t s = (uint32_t)sig;
-        return runner_send_frame(x->c, runner_exec_cfd(x), RP_SIGNAL, 0, x->tag, &s, sizeof(s), NULL, 0);
+        return hub_send_frame(x->c, hub_exec_cfd(x), RP_SIGNAL, 0, x->tag, &s, sizeof(s), NULL, 0);
 }
 
-void runner_exec_free(struct runner_exec *x)
+void hub_exec_free(struct hub_exec *x)
 {
-        struct runner_hub *h;
-        struct runner_chan *c;
+        struct hub *h;
+        struct hub_chan *c;
 
         if (!x)
                 return;
         c = x->c;
         h = c->h;
         pthread_mutex_lock(&h->lock);
-        for (struct runner_exec **pp = &c->execs; *pp; pp = &(*pp)->next)
+        for (struct hub_exec **pp = &c->execs; *pp; pp = &(*pp)->next)
                 if (*pp == x) {
                         *pp = x->next;
                         break;
@@ -437,10 +437,10 @@ void runner_exec_free(struct runner_exec *x)
         exec_unref(x);
 }
 
-int runner_exec_set_network(struct runner_exec *x, const struct egress_net *net, const char *id)
+int hub_exec_set_network(struct hub_exec *x, const struct egress_net *net, const char *id)
 {
         struct egress_net *copy = NULL, *old;
-        struct runner_hub *h = x->c->h;
+        struct hub *h = x->c->h;
 
         if (net && net->set) {
                 copy = malloc(sizeof(*copy));
@@ -457,17 +457,17 @@ int runner_exec_set_network(struct runner_exec *x, const struct egress_net *net,
         return 0;
 }
 
-bool runner_hub_narrowing(struct runner_hub *h, const char *user, const char *session, unsigned int from, uint32_t tag,
-                          struct egress_net *ret, char ret_id[40])
+bool hub_narrowing(struct hub *h, const char *user, const char *session, unsigned int from, uint32_t tag,
+                   struct egress_net *ret, char ret_id[40])
 {
-        struct runner_chan *c;
+        struct hub_chan *c;
         bool found = false;
 
         if (!h || (from != RP_FROM_EXEC && from != RP_FROM_UNKNOWN))
                 return false;
         pthread_mutex_lock(&h->lock);
-        c = runner_chan_find_locked(h, user, session);
-        for (struct runner_exec *x = c ? c->execs : NULL; x && !found; x = x->next) {
+        c = hub_chan_find_locked(h, user, session);
+        for (struct hub_exec *x = c ? c->execs : NULL; x && !found; x = x->next) {
                 if (!x->net || (from == RP_FROM_EXEC && x->tag != tag))
                         continue;
                 found = true;
@@ -483,26 +483,26 @@ bool runner_hub_narrowing(struct runner_hub *h, const char *user, const char *se
         return found;
 }
 
-uint32_t runner_exec_tag(const struct runner_exec *x)
+uint32_t hub_exec_tag(const struct hub_exec *x)
 {
         return x ? x->tag : 0;
 }
 
-int runner_exec_forget(struct runner_exec *x)
+int hub_exec_forget(struct hub_exec *x)
 {
-        return runner_send_frame(x->c, runner_exec_cfd(x), RP_FORGET, 0, x->tag, NULL, 0, NULL, 0);
+        return hub_send_frame(x->c, hub_exec_cfd(x), RP_FORGET, 0, x->tag, NULL, 0, NULL, 0);
 }
 
-int runner_exec_resize(struct runner_exec *x, int rows, int cols)
+int hub_exec_resize(struct hub_exec *x, int rows, int cols)
 {
         struct rp_winsize w = {.rows = (uint16_t)rows, .cols = (uint16_t)cols};
 
         if (rows < 1 || rows > RP_TTY_MAX_ROWS || cols < 1 || cols > RP_TTY_MAX_COLS)
                 return -EINVAL;
-        return runner_send_frame(x->c, runner_exec_cfd(x), RP_RESIZE, 0, x->tag, &w, sizeof(w), NULL, 0);
+        return hub_send_frame(x->c, hub_exec_cfd(x), RP_RESIZE, 0, x->tag, &w, sizeof(w), NULL, 0);
 }
 
-void runner_exec_unref(struct runner_exec *x)
+void hub_exec_unref(struct hub_exec *x)
 {
         exec_unref(x);
 }

@@ -1,15 +1,15 @@
-/* runner_internal.h — between the runner hub's files. Not a public header.
+/* hub_internal.h — between the runner hub's files. Not a public header.
  *
- *   runner.c       the hub thread: connections, frames in and out, heartbeat
- *   runner_chan.c  a session's channel: directory, socket, wait, rename, drop
- *   runner_exec.c  executions over a connection
- *   runner_jobs.c  durable executions a reconnected runner still holds
- *   runner_ops.c   files and services over the same connections; it uses
- *                  only the last section (runner_hub_conn, runner_hub_send)
+ *   hub.c       the hub thread: connections, frames in and out, heartbeat
+ *   hub_chan.c  a session's channel: directory, socket, wait, rename, drop
+ *   hub_exec.c  executions over a connection
+ *   hub_jobs.c  durable executions a reconnected runner still holds
+ *   hub_ops.c   files and services over the same connections; it uses
+ *                  only the last section (hub_conn, hub_send)
  *
- * The lock rules are in runner.c's header. */
-#ifndef SANDBOXD_RUNNER_INTERNAL_H
-#define SANDBOXD_RUNNER_INTERNAL_H
+ * The lock rules are in hub.c's header. */
+#ifndef SANDBOXD_HUB_INTERNAL_H
+#define SANDBOXD_HUB_INTERNAL_H
 
 #include <pthread.h>
 #include <stdbool.h>
@@ -18,35 +18,35 @@
 #include <sys/types.h>
 
 #include "sandboxd/node.h"
-#include "sandboxd/runner.h"
-#include "sandboxd/runner_ops.h"
-#include "sandboxd/runner_peer.h"
+#include "sandboxd/hub.h"
+#include "sandboxd/hub_ops.h"
+#include "sandboxd/hub_peer.h"
 #include "sandboxd/runner_proto.h"
 
 /* An execution a reconnected runner still holds, until claimed. */
-struct runner_job {
+struct hub_job {
         uint32_t tag;
         struct rp_job r;
 };
 
 /* An execution the exec engine will adopt after a restart. */
-struct runner_expect {
+struct hub_expect {
         char user[65], session[65];
         uint32_t tag;
 };
 
 enum ep_kind { EP_LISTEN, EP_CONN };
 
-struct runner_chan;
+struct hub_chan;
 
 struct ep_ref {
-        struct runner_chan *c;
+        struct hub_chan *c;
         enum ep_kind kind;
 };
 
-struct runner_chan {
-        struct runner_hub *h;
-        struct runner_chan *next; /* h->chans */
+struct hub_chan {
+        struct hub *h;
+        struct hub_chan *next; /* h->chans */
         int refs;
         bool dead;
         char user[65], session[65];
@@ -55,33 +55,33 @@ struct runner_chan {
         bool hello;
         bool ever_hello;     /* since the last prepare (a new container) */
         bool waited_in_vain; /* a wait timed out before any runner came */
-        bool frozen;         /* its container is paused: no heartbeat is expected (runner_hub_set_frozen) */
+        bool frozen;         /* its container is paused: no heartbeat is expected (hub_set_frozen) */
         int64_t last_rx;     /* monotonic ms of the last frame (heartbeat) */
         int64_t last_ping;
         char version[64];
         uint32_t next_tag;
-        uint64_t conn_id; /* which connection: files and services (runner_ops.c) match it */
+        uint64_t conn_id; /* which connection: files and services (hub_ops.c) match it */
         struct ep_ref ep_listen, ep_conn;
         unsigned char *inbuf;
         size_t in_len;
-        struct runner_exec *execs;
+        struct hub_exec *execs;
         pthread_mutex_t wlock;
-        struct runner_job jobs[RP_MAX_JOBS]; /* listed by the runner after hello, not claimed yet */
+        struct hub_job jobs[RP_MAX_JOBS]; /* listed by the runner after hello, not claimed yet */
         size_t n_jobs;
         bool jobs_complete; /* RP_JOBS_END arrived on this connection */
         bool refused_once;  /* a connection was refused before its hello (since the last prepare) */
-        /* hub thread only: who may connect (runner_peer.h) */
-        struct runner_peer peer; /* the runner accepted last */
-        uint64_t peer_epoch;     /* the session's epoch when it was accepted */
+        /* hub thread only: who may connect (hub_peer.h) */
+        struct hub_peer peer; /* the runner accepted last */
+        uint64_t peer_epoch;  /* the session's epoch when it was accepted */
         /* the runners of the session's earlier containers (their inits), refused by epoch: a
          * container its engine could not kill (a lost Kubernetes node) keeps dialling */
-        struct runner_fenced {
-                struct runner_fence f;
+        struct hub_fenced {
+                struct hub_fence f;
                 uint64_t refused; /* connections refused from it */
         } fenced[RUNNER_FENCED_MAX];
         size_t n_fenced;
-        bool fenced_loaded; /* the list kept in the session directory was read (runner.c) */
-        /* h->lock: the session's container was removed (runner_hub_fence_runner): the hub thread
+        bool fenced_loaded; /* the list kept in the session directory was read (hub.c) */
+        /* h->lock: the session's container was removed (hub_fence_runner): the hub thread
          * fences the runner it knew before accepting any other */
         bool fence_pending;
         uint64_t epoch;            /* the session's epoch, as the last prepare made it (0: not known) */
@@ -93,16 +93,16 @@ struct runner_chan {
         int64_t resume_until; /* detached executions (cfd -1) wait for the runner until then */
 };
 
-struct runner_exec {
-        struct runner_chan *c;
-        struct runner_exec *next; /* c->execs (h->lock) */
-        int refs;                 /* h->lock */
+struct hub_exec {
+        struct hub_chan *c;
+        struct hub_exec *next; /* c->execs (h->lock) */
+        int refs;              /* h->lock */
         uint32_t tag;
-        struct egress_net *net; /* h->lock: its narrowing (NULL: none; runner_hub_narrowing) */
+        struct egress_net *net; /* h->lock: its narrowing (NULL: none; hub_narrowing) */
         char net_id[40];
         int cfd; /* the connection it is on (-1: detached, waiting for the runner to come back);
-                  * written under h->lock, read with runner_exec_cfd() */
-        runner_output_fn on_output;
+                  * written under h->lock, read with hub_exec_cfd() */
+        hub_output_fn on_output;
         void *userdata;
 
         pthread_mutex_t lock;
@@ -117,111 +117,110 @@ struct runner_exec {
         int in_callback;   /* on_output calls under way (x->lock) */
 };
 
-struct runner_hub {
+struct hub {
         const struct sbx_config *cfg;
         char root[SBX_PATH_MAX];
         char binary[SBX_PATH_MAX];
         pthread_mutex_t lock;
         pthread_cond_t cond;
-        struct runner_chan *chans;
+        struct hub_chan *chans;
         int epfd;
         int wake[2];
         bool stop;
         pthread_t thread;
-        runner_lost_fn on_lost;
+        hub_lost_fn on_lost;
         void *lost_ud;
-        struct runner_expect *expect; /* h->lock */
+        struct hub_expect *expect; /* h->lock */
         size_t n_expect;
         uint64_t next_conn_id;
-        struct runner_ops *ops;          /* files and services (runner_ops.c) */
-        runner_peer_fn peer_check;       /* h->lock; runner_peer_verify unless a test replaced it */
+        struct hub_ops *ops;             /* files and services (hub_ops.c) */
+        hub_peer_fn peer_check;          /* h->lock; hub_peer_verify unless a test replaced it */
         const struct node_ops *node_ops; /* the node over a link (node.h); NULL: this process */
         void *node;
-        runner_epoch_fn epoch_fn; /* session epochs (fencing); NULL: none */
+        hub_epoch_fn epoch_fn; /* session epochs (fencing); NULL: none */
         void *epoch_ud;
-        runner_refused_fn refused_fn; /* a fenced runner dialled (audit); NULL: none */
+        hub_refused_fn refused_fn; /* a fenced runner dialled (audit); NULL: none */
         void *refused_ud;
 };
 
-static inline int runner_exec_cfd(const struct runner_exec *x)
+static inline int hub_exec_cfd(const struct hub_exec *x)
 {
         return __atomic_load_n(&x->cfd, __ATOMIC_ACQUIRE);
 }
-static inline void runner_exec_set_cfd(struct runner_exec *x, int cfd)
+static inline void hub_exec_set_cfd(struct hub_exec *x, int cfd)
 {
         __atomic_store_n(&x->cfd, cfd, __ATOMIC_RELEASE);
 }
 
-/* ---- runner.c ---- */
+/* ---- hub.c ---- */
 
 /* Write one frame to cfd if it is still c's connection (-ECONNRESET if
  * not), with a deadline; takes c->wlock. */
-int runner_send_frame(struct runner_chan *c, int cfd, uint16_t type, uint16_t flags, uint32_t tag, const void *p1,
-                      size_t n1, const void *p2, size_t n2);
+int hub_send_frame(struct hub_chan *c, int cfd, uint16_t type, uint16_t flags, uint32_t tag, const void *p1, size_t n1,
+                   const void *p2, size_t n2);
 /* A frame of at most RP_NOWAIT_MAX payload bytes that never waits
  * (-EAGAIN: not now). Hub thread. */
 #define RP_NOWAIT_MAX 64
-int runner_send_frame_nowait(struct runner_chan *c, int cfd, uint16_t type, uint32_t tag, const void *p, size_t n);
+int hub_send_frame_nowait(struct hub_chan *c, int cfd, uint16_t type, uint32_t tag, const void *p, size_t n);
 /* Wake the hub thread (a channel was marked dead, or renamed). */
-void runner_hub_wake(struct runner_hub *h);
-void runner_chan_free(struct runner_chan *c);
+void hub_wake(struct hub *h);
+void hub_chan_free(struct hub_chan *c);
 
-/* ---- runner_chan.c ---- */
+/* ---- hub_chan.c ---- */
 
 /* The live (not dead) channel of the session, or NULL. Under h->lock. */
-struct runner_chan *runner_chan_find_locked(struct runner_hub *h, const char *user, const char *session);
+struct hub_chan *hub_chan_find_locked(struct hub *h, const char *user, const char *session);
 
-/* ---- runner_exec.c ---- */
+/* ---- hub_exec.c ---- */
 
 /* A handle with one reference, on no channel yet. NULL: no memory. */
-struct runner_exec *runner_exec_new(runner_output_fn on_output, void *userdata);
+struct hub_exec *hub_exec_new(hub_output_fn on_output, void *userdata);
 /* Put x on c's current connection under tag. Under h->lock. */
-void runner_exec_link_locked(struct runner_chan *c, struct runner_exec *x, uint32_t tag);
+void hub_exec_link_locked(struct hub_chan *c, struct hub_exec *x, uint32_t tag);
 /* Drop a reference taken under h->lock (x->refs++). */
-void runner_exec_unref(struct runner_exec *x);
+void hub_exec_unref(struct hub_exec *x);
 /* The end of an execution (the first one counts); wakes its waiter. */
-void runner_exec_end(struct runner_exec *x, bool lost, int fail, const char *msg, const struct runner_exit *ex);
+void hub_exec_end(struct hub_exec *x, bool lost, int fail, const char *msg, const struct runner_exit *ex);
 /* A frame about one execution, from the hub thread with no lock held.
  * False: a protocol error. */
-bool runner_exec_on_frame(struct runner_hub *h, struct runner_chan *c, const struct rp_hdr *hdr,
-                          const unsigned char *p);
+bool hub_exec_on_frame(struct hub *h, struct hub_chan *c, const struct rp_hdr *hdr, const unsigned char *p);
 
-/* ---- runner_jobs.c ---- */
+/* ---- hub_jobs.c ---- */
 
 /* A new connection's runner listed its jobs: executions detached when the
  * node link under the last one went resume on it (RP_RESUME from where
  * their output stopped), or end as lost if it no longer holds them. Hub
  * thread, no lock held. */
-void runner_jobs_resume_detached(struct runner_hub *h, struct runner_chan *c);
+void hub_jobs_resume_detached(struct hub *h, struct hub_chan *c);
 /* End the channel's detached executions as lost (all, or those past their
  * resume deadline). Under h->lock. */
-void runner_end_detached_locked(struct runner_chan *c, bool all, int64_t now);
+void hub_end_detached_locked(struct hub_chan *c, bool all, int64_t now);
 
 /* Whether the exec engine will adopt (session, tag). Under h->lock. */
-bool runner_expected_locked(struct runner_hub *h, const char *user, const char *session, uint32_t tag);
+bool hub_expected_locked(struct hub *h, const char *user, const char *session, uint32_t tag);
 /* RP_JOB and RP_JOBS_END, on the hub thread. False: a protocol error. */
-bool runner_job_listed(struct runner_hub *h, struct runner_chan *c, const struct rp_hdr *hdr, const unsigned char *p);
-bool runner_jobs_listed(struct runner_hub *h, struct runner_chan *c);
+bool hub_job_listed(struct hub *h, struct hub_chan *c, const struct rp_hdr *hdr, const unsigned char *p);
+bool hub_jobs_listed(struct hub *h, struct hub_chan *c);
 
-/* ---- for runner_ops.c ---- */
+/* ---- for hub_ops.c ---- */
 
 
-struct runner_ops *runner_hub_ops(struct runner_hub *h);
+struct hub_ops *hub_ops(struct hub *h);
 /* The id of the session's live connection (-ENOTCONN without one). */
-int runner_hub_conn(struct runner_hub *h, const char *user, const char *session, uint64_t *ret);
+int hub_conn(struct hub *h, const char *user, const char *session, uint64_t *ret);
 /* One frame on that very connection; -ENOTCONN if it is no longer the live one. */
-int runner_hub_send(struct runner_hub *h, const char *user, const char *session, uint64_t conn, uint16_t type,
-                    uint16_t flags, uint32_t tag, const void *p1, size_t n1, const void *p2, size_t n2);
+int hub_send(struct hub *h, const char *user, const char *session, uint64_t conn, uint16_t type, uint16_t flags,
+             uint32_t tag, const void *p1, size_t n1, const void *p2, size_t n2);
 
-/* runner_ops.c, called by runner.c */
-struct runner_ops *runner_ops_new(struct runner_hub *h);
-void runner_ops_free(struct runner_ops *o); /* NULL is fine */
+/* hub_ops.c, called by hub.c */
+struct hub_ops *hub_ops_new(struct hub *h);
+void hub_ops_free(struct hub_ops *o); /* NULL is fine */
 /* A frame of types RP_FILE_READ..RP_SVC_STATE from the runner, on the hub
  * thread with no lock held. False: a protocol error. */
-bool runner_ops_frame(struct runner_ops *o, const char *user, const char *session, uint64_t conn,
-                      const struct rp_hdr *hdr, const unsigned char *p);
+bool hub_ops_frame(struct hub_ops *o, const char *user, const char *session, uint64_t conn, const struct rp_hdr *hdr,
+                   const unsigned char *p);
 /* The connection went: its requests end with -ECONNRESET, its services'
  * reports are forgotten (the runner repeats them on its next hello). */
-void runner_ops_closed(struct runner_ops *o, const char *user, const char *session, uint64_t conn);
+void hub_ops_closed(struct hub_ops *o, const char *user, const char *session, uint64_t conn);
 
 #endif

@@ -1,6 +1,6 @@
-/* runner_ops.h — workspace files and services carried by a session's
+/* hub_ops.h — workspace files and services carried by a session's
  * runner (protocol: runner_proto.h, types 20-27). The daemon's half lives
- * in src/runner/runner_ops.c beside the hub (runner.c); files.c and service.c are
+ * in src/hub/hub_ops.c beside the hub (hub.c); files.c and service.c are
  * the callers, and fall back to docker exec when these return -ENOTCONN.
  *
  * Every reply is untrusted tenant input: lengths, errnos, pids, ports and
@@ -12,8 +12,8 @@
  * Locks: the ops lock guards the pending requests and the services cache
  * (paired with a condition variable broadcast on every reply and report).
  * It is a leaf: never held across a send or a callback. */
-#ifndef SANDBOXD_RUNNER_OPS_H
-#define SANDBOXD_RUNNER_OPS_H
+#ifndef SANDBOXD_HUB_OPS_H
+#define SANDBOXD_HUB_OPS_H
 
 #include <stdbool.h>
 #include <stddef.h>
@@ -21,7 +21,7 @@
 
 #include "sandboxd/runner_proto.h"
 
-struct runner_hub;
+struct hub;
 
 /* ---- files (paths: normalised, absolute, under /workspace) ---- */
 
@@ -30,26 +30,26 @@ struct runner_hub;
  * it (-ENOENT, -EISDIR, -EINVAL for a non-regular file, -EACCES, -EPERM for
  * a path that leads outside /workspace), -ENOTCONN without a runner,
  * -ETIMEDOUT past timeout_ms. */
-int runner_file_read(struct runner_hub *h, const char *user, const char *session, const char *path, uint64_t offset,
-                     size_t length, char *buf, size_t *ret_len, uint64_t *ret_size, int timeout_ms);
+int hub_file_read(struct hub *h, const char *user, const char *session, const char *path, uint64_t offset,
+                  size_t length, char *buf, size_t *ret_len, uint64_t *ret_size, int timeout_ms);
 /* Write data as the file's whole content (parents made, a temporary renamed
  * over the target), in frames that fit RP_MAX_TO_RUNNER. */
-int runner_file_write(struct runner_hub *h, const char *user, const char *session, const char *path, const void *data,
-                      size_t len, int timeout_ms);
+int hub_file_write(struct hub *h, const char *user, const char *session, const char *path, const void *data, size_t len,
+                   int timeout_ms);
 /* type: 'f' 'd' 'l' 'o'; name is not NUL-terminated (1..255 bytes, no '/'). */
-typedef void (*runner_entry_fn)(void *ud, char type, int64_t size, const char *name, size_t name_len);
-int runner_file_list(struct runner_hub *h, const char *user, const char *session, const char *path, runner_entry_fn fn,
-                     void *ud, bool *ret_truncated, int timeout_ms);
+typedef void (*hub_entry_fn)(void *ud, char type, int64_t size, const char *name, size_t name_len);
+int hub_file_list(struct hub *h, const char *user, const char *session, const char *path, hub_entry_fn fn, void *ud,
+                  bool *ret_truncated, int timeout_ms);
 
 /* A change (RP_FILE_MKDIR, RP_FILE_REMOVE, or RP_FILE_MOVE of path to
  * path2) done by the runner, confined as above: -EEXIST, -ENOENT,
  * -ENOTDIR, -EPERM, -EINVAL for /workspace itself, -ENOTCONN, -ETIMEDOUT. */
-int runner_file_change(struct runner_hub *h, const char *user, const char *session, uint16_t type, const char *path,
-                       const char *path2, int timeout_ms);
+int hub_file_change(struct hub *h, const char *user, const char *session, uint16_t type, const char *path,
+                    const char *path2, int timeout_ms);
 
 /* ---- services ---- */
 
-struct runner_svc_state {
+struct hub_svc_state {
         char marker[RP_MARKER_MAX + 1];
         int pid;
         enum rp_svc_phase phase;
@@ -59,7 +59,7 @@ struct runner_svc_state {
         int ports[RP_SVC_MAX_PORTS];
 };
 
-struct runner_svc_spec {
+struct hub_svc_spec {
         const char *marker;     /* 1..RP_MARKER_MAX printable bytes, no '/' or space */
         const char *dir;        /* under /workspace: run.sh, stdout.log, stderr.log, exit */
         const char *workdir;    /* absolute */
@@ -70,28 +70,26 @@ struct runner_svc_spec {
 
 /* Start a service under the runner; *ret is its first state (RUNNING with
  * its pid, or FAILED with err: ENOENT for a missing workdir). */
-int runner_svc_start(struct runner_hub *h, const char *user, const char *session, const struct runner_svc_spec *spec,
-                     int timeout_ms, struct runner_svc_state *ret);
+int hub_svc_start(struct hub *h, const char *user, const char *session, const struct hub_svc_spec *spec, int timeout_ms,
+                  struct hub_svc_state *ret);
 /* Signal the service's whole tree (SIGTERM, SIGKILL, ...). */
-int runner_svc_signal(struct runner_hub *h, const char *user, const char *session, const char *marker, int sig);
+int hub_svc_signal(struct hub *h, const char *user, const char *session, const char *marker, int sig);
 /* The daemon recorded the service's end: the runner and the cache drop it. */
-void runner_svc_forget(struct runner_hub *h, const char *user, const char *session, const char *marker);
+void hub_svc_forget(struct hub *h, const char *user, const char *session, const char *marker);
 /* The latest report for marker from the session's live runner. */
-bool runner_svc_get(struct runner_hub *h, const char *user, const char *session, const char *marker,
-                    struct runner_svc_state *ret);
+bool hub_svc_get(struct hub *h, const char *user, const char *session, const char *marker, struct hub_svc_state *ret);
 /* Every report held for the session (malloc'd array). */
-int runner_svc_states(struct runner_hub *h, const char *user, const char *session, struct runner_svc_state **ret,
-                      size_t *ret_n);
+int hub_svc_states(struct hub *h, const char *user, const char *session, struct hub_svc_state **ret, size_t *ret_n);
 /* Wait up to timeout_ms for marker to be reported ended. True if it is
  * (*ret then holds its end); false on timeout or a lost connection. */
-bool runner_svc_wait_end(struct runner_hub *h, const char *user, const char *session, const char *marker,
-                         int timeout_ms, struct runner_svc_state *ret);
+bool hub_svc_wait_end(struct hub *h, const char *user, const char *session, const char *marker, int timeout_ms,
+                      struct hub_svc_state *ret);
 /* Called on the hub thread after each report of a session's services (a
  * state or its ports changed). Must not block: hand the work over. */
-typedef void (*runner_svc_fn)(void *ud, const char *user, const char *session);
-void runner_svc_set_handler(struct runner_hub *h, runner_svc_fn fn, void *ud);
+typedef void (*hub_svc_fn)(void *ud, const char *user, const char *session);
+void hub_svc_set_handler(struct hub *h, hub_svc_fn fn, void *ud);
 
 /* How many file operations and service starts went through runners (tests). */
-void runner_ops_counts(struct runner_hub *h, uint64_t *ret_files, uint64_t *ret_services);
+void hub_ops_counts(struct hub *h, uint64_t *ret_files, uint64_t *ret_services);
 
 #endif

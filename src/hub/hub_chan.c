@@ -1,4 +1,4 @@
-/* runner_chan.c — a session's runner channel: its directory under
+/* hub_chan.c — a session's runner channel: its directory under
  * {data_dir}/runner (root 0755 in a root 0700 parent, bind-mounted
  * read-only into the session's container), the listening runner.sock in
  * it, and the calls that find, wait for, rename (warm pool claims) and drop
@@ -6,8 +6,8 @@
  * container could have changed.
  *
  * Locks: h->lock for the channel list and a channel's fields (see
- * runner.c); no file system call under it. Only the hub thread frees a
- * channel: runner_hub_drop and runner_hub_rekey only mark one dead. */
+ * hub.c); no file system call under it. Only the hub thread frees a
+ * channel: hub_drop and hub_rekey only mark one dead. */
 #include <errno.h>
 #include <fcntl.h>
 #include <pthread.h>
@@ -19,19 +19,19 @@
 #include <sys/un.h>
 #include <unistd.h>
 
-#include "runner_internal.h"
+#include "hub_internal.h"
 #include "sandboxd/log.h"
-#include "sandboxd/runner_dir.h"
+#include "sandboxd/hub_dir.h"
 
-struct runner_chan *runner_chan_find_locked(struct runner_hub *h, const char *user, const char *session)
+struct hub_chan *hub_chan_find_locked(struct hub *h, const char *user, const char *session)
 {
-        for (struct runner_chan *c = h->chans; c; c = c->next)
+        for (struct hub_chan *c = h->chans; c; c = c->next)
                 if (!c->dead && strcmp(c->user, user) == 0 && strcmp(c->session, session) == 0)
                         return c;
         return NULL;
 }
 
-const char *runner_hub_binary(struct runner_hub *h)
+const char *hub_binary(struct hub *h)
 {
         struct stat st;
 
@@ -44,30 +44,30 @@ const char *runner_hub_binary(struct runner_hub *h)
         return h->binary;
 }
 
-void runner_hub_set_epoch_fn(struct runner_hub *h, runner_epoch_fn fn, void *userdata)
+void hub_set_epoch_fn(struct hub *h, hub_epoch_fn fn, void *userdata)
 {
         h->epoch_fn = fn;
         h->epoch_ud = userdata;
 }
 
-void runner_hub_set_refused_fn(struct runner_hub *h, runner_refused_fn fn, void *userdata)
+void hub_set_refused_fn(struct hub *h, hub_refused_fn fn, void *userdata)
 {
         h->refused_fn = fn;
         h->refused_ud = userdata;
 }
 
-void runner_hub_set_node(struct runner_hub *h, const struct node_ops *ops, void *node)
+void hub_set_node(struct hub *h, const struct node_ops *ops, void *node)
 {
         h->node_ops = ops;
         h->node = node;
 }
 
-bool runner_hub_remote(const struct runner_hub *h)
+bool hub_remote(const struct hub *h)
 {
         return h && h->node_ops;
 }
 
-static int session_epoch(struct runner_hub *h, const char *user, const char *session, bool bump, uint64_t *ret,
+static int session_epoch(struct hub *h, const char *user, const char *session, bool bump, uint64_t *ret,
                          struct sbx_error *err)
 {
         *ret = 0;
@@ -82,10 +82,10 @@ static int session_epoch(struct runner_hub *h, const char *user, const char *ses
 /* A channel for (user, session) in dir; dirfd and lfd are -1 over a node
  * link. Returns the channel now listed (another thread's if it was
  * first: ours goes). */
-static int chan_add(struct runner_hub *h, const char *user, const char *session, const char *dir, int dirfd, int lfd,
+static int chan_add(struct hub *h, const char *user, const char *session, const char *dir, int dirfd, int lfd,
                     struct sbx_error *err)
 {
-        struct runner_chan *c = calloc(1, sizeof(*c));
+        struct hub_chan *c = calloc(1, sizeof(*c));
 
         if (c)
                 c->inbuf = malloc(RP_HDR_LEN + RP_MAX_FROM_RUNNER);
@@ -108,10 +108,10 @@ static int chan_add(struct runner_hub *h, const char *user, const char *session,
         c->ep_conn = (struct ep_ref){c, EP_CONN};
         pthread_mutex_init(&c->wlock, NULL);
         pthread_mutex_lock(&h->lock);
-        if (runner_chan_find_locked(h, user, session)) {
+        if (hub_chan_find_locked(h, user, session)) {
                 /* another thread prepared it meanwhile: it listens on the same socket file */
                 pthread_mutex_unlock(&h->lock);
-                runner_chan_free(c);
+                hub_chan_free(c);
                 return 0;
         }
         if (c->lfd >= 0) {
@@ -124,16 +124,15 @@ static int chan_add(struct runner_hub *h, const char *user, const char *session,
         return 0;
 }
 
-int runner_hub_prepare(struct runner_hub *h, const char *user, const char *session, char ret_dir[SBX_PATH_MAX],
-                       struct sbx_error *err)
+int hub_prepare(struct hub *h, const char *user, const char *session, char ret_dir[SBX_PATH_MAX], struct sbx_error *err)
 {
-        return runner_hub_prepare_on(h, user, session, NULL, ret_dir, err);
+        return hub_prepare_on(h, user, session, NULL, ret_dir, err);
 }
 
-int runner_hub_prepare_on(struct runner_hub *h, const char *user, const char *session, const char *node,
-                          char ret_dir[SBX_PATH_MAX], struct sbx_error *err)
+int hub_prepare_on(struct hub *h, const char *user, const char *session, const char *node, char ret_dir[SBX_PATH_MAX],
+                   struct sbx_error *err)
 {
-        struct runner_chan *c;
+        struct hub_chan *c;
         char path[SBX_PATH_MAX];
         uint64_t epoch;
         int dfd = -1, lfd = -1, r;
@@ -143,7 +142,7 @@ int runner_hub_prepare_on(struct runner_hub *h, const char *user, const char *se
         if (r < 0)
                 return r;
         pthread_mutex_lock(&h->lock);
-        c = runner_chan_find_locked(h, user, session);
+        c = hub_chan_find_locked(h, user, session);
         if (c) {
                 c->waited_in_vain = false; /* a new container: its runner is worth waiting for */
                 c->refused_once = false;
@@ -156,14 +155,14 @@ int runner_hub_prepare_on(struct runner_hub *h, const char *user, const char *se
         if (h->node_ops) /* the node learns the new epoch, and listens again if it had restarted */
                 r = h->node_ops->open(h->node, user, session, epoch, NODE_OPEN_NEW, node, path, err);
         else if (!c)
-                r = runner_dir_listen(h->root, user, session, true, &dfd, &lfd, path, err);
+                r = hub_dir_listen(h->root, user, session, true, &dfd, &lfd, path, err);
         if (r < 0)
                 return r;
         if (!c)
                 r = chan_add(h, user, session, path, dfd, lfd, err);
         if (r == 0 && !c) {
                 pthread_mutex_lock(&h->lock);
-                c = runner_chan_find_locked(h, user, session);
+                c = hub_chan_find_locked(h, user, session);
                 if (c)
                         c->epoch = epoch;
                 pthread_mutex_unlock(&h->lock);
@@ -173,32 +172,32 @@ int runner_hub_prepare_on(struct runner_hub *h, const char *user, const char *se
         return r;
 }
 
-void runner_hub_fence_runner(struct runner_hub *h, const char *user, const char *session)
+void hub_fence_runner(struct hub *h, const char *user, const char *session)
 {
-        struct runner_chan *c;
+        struct hub_chan *c;
 
         if (!h || h->node_ops) /* over a link the node checks epochs itself (node.h) */
                 return;
         pthread_mutex_lock(&h->lock);
-        c = runner_chan_find_locked(h, user, session);
+        c = hub_chan_find_locked(h, user, session);
         if (c)
                 c->fence_pending = true;
         pthread_mutex_unlock(&h->lock);
         if (c)
-                runner_hub_wake(h); /* up before the next container exists */
+                hub_wake(h); /* up before the next container exists */
 }
 
-int runner_hub_adopt(struct runner_hub *h, const char *user, const char *session)
+int hub_adopt(struct hub *h, const char *user, const char *session)
 {
         char dir[SBX_PATH_MAX];
         uint64_t epoch;
         int dfd = -1, lfd = -1, r;
         bool known;
 
-        if (!h || !runner_hub_binary(h))
+        if (!h || !hub_binary(h))
                 return -ENOENT;
         pthread_mutex_lock(&h->lock);
-        known = runner_chan_find_locked(h, user, session) != NULL;
+        known = hub_chan_find_locked(h, user, session) != NULL;
         pthread_mutex_unlock(&h->lock);
         if (known)
                 return 0;
@@ -207,22 +206,22 @@ int runner_hub_adopt(struct runner_hub *h, const char *user, const char *session
                 if (r == 0)
                         r = h->node_ops->open(h->node, user, session, epoch, NODE_OPEN_ADOPT, NULL, dir, NULL);
         } else {
-                r = runner_dir_listen(h->root, user, session, false, &dfd, &lfd, dir, NULL);
+                r = hub_dir_listen(h->root, user, session, false, &dfd, &lfd, dir, NULL);
         }
         if (r < 0)
                 return r == -ENOENT ? -ENOENT : r;
         return chan_add(h, user, session, dir, dfd, lfd, NULL);
 }
 
-int runner_hub_dir(struct runner_hub *h, const char *user, const char *session, char ret_dir[SBX_PATH_MAX])
+int hub_dir(struct hub *h, const char *user, const char *session, char ret_dir[SBX_PATH_MAX])
 {
-        struct runner_chan *c;
+        struct hub_chan *c;
         int r = -ENOENT;
 
         if (!h)
                 return -ENOENT;
         pthread_mutex_lock(&h->lock);
-        c = runner_chan_find_locked(h, user, session);
+        c = hub_chan_find_locked(h, user, session);
         if (c) {
                 sbx_strlcpy(ret_dir, c->dir, SBX_PATH_MAX);
                 r = 0;
@@ -231,29 +230,29 @@ int runner_hub_dir(struct runner_hub *h, const char *user, const char *session, 
         return r;
 }
 
-void runner_hub_drop(struct runner_hub *h, const char *user, const char *session)
+void hub_drop(struct hub *h, const char *user, const char *session)
 {
-        struct runner_chan *c;
+        struct hub_chan *c;
 
         if (!h)
                 return;
         pthread_mutex_lock(&h->lock);
-        c = runner_chan_find_locked(h, user, session);
+        c = hub_chan_find_locked(h, user, session);
         if (c)
                 c->dead = true;
         pthread_mutex_unlock(&h->lock);
-        runner_hub_wake(h);
+        hub_wake(h);
         if (h->node_ops)
                 h->node_ops->drop(h->node, user, session);
         else
-                runner_dir_remove(h->root, user, session); /* the gateway's sockets too (gateway_drop may come later) */
+                hub_dir_remove(h->root, user, session); /* the gateway's sockets too (gateway_drop may come later) */
 }
 
-int runner_hub_rekey(struct runner_hub *h, const struct sbx_config *cfg, const char *from_user,
-                     const char *from_session, const char *to_user, const char *to_session, struct sbx_error *err)
+int hub_rekey(struct hub *h, const struct sbx_config *cfg, const char *from_user, const char *from_session,
+              const char *to_user, const char *to_session, struct sbx_error *err)
 {
         char root_path[SBX_PATH_MAX], path[SBX_PATH_MAX];
-        struct runner_chan *c, *old;
+        struct hub_chan *c, *old;
         uint64_t epoch = 0;
         int r;
 
@@ -262,7 +261,7 @@ int runner_hub_rekey(struct runner_hub *h, const struct sbx_config *cfg, const c
         else if (snprintf(root_path, sizeof(root_path), "%s/runner", cfg->data_dir) >= (int)sizeof(root_path))
                 return sbx_error_set(err, -ENAMETOOLONG, 0, "runner directory path too long");
         if (!h && strcmp(from_user, to_user) == 0 && strcmp(from_session, to_session) == 0) {
-                runner_dir_remove(root_path, to_user, to_session); /* the same key: remove the directory */
+                hub_dir_remove(root_path, to_user, to_session); /* the same key: remove the directory */
                 return 0;
         }
         if (h) {
@@ -271,7 +270,7 @@ int runner_hub_rekey(struct runner_hub *h, const struct sbx_config *cfg, const c
                 if (r < 0)
                         return r;
                 pthread_mutex_lock(&h->lock);
-                old = runner_chan_find_locked(h, to_user, to_session);
+                old = hub_chan_find_locked(h, to_user, to_session);
                 if (old)
                         old->dead = true; /* the target's stale channel (an earlier container's runner) */
                 pthread_mutex_unlock(&h->lock);
@@ -279,18 +278,18 @@ int runner_hub_rekey(struct runner_hub *h, const struct sbx_config *cfg, const c
         if (h && h->node_ops)
                 r = h->node_ops->rekey(h->node, from_user, from_session, to_user, to_session, epoch, path, err);
         else
-                r = runner_dir_rename(root_path, from_user, from_session, to_user, to_session, path, err);
+                r = hub_dir_rename(root_path, from_user, from_session, to_user, to_session, path, err);
         if (r < 0 || !h)
                 return r;
         pthread_mutex_lock(&h->lock);
-        c = runner_chan_find_locked(h, from_user, from_session);
+        c = hub_chan_find_locked(h, from_user, from_session);
         if (c) {
                 sbx_strlcpy(c->user, to_user, sizeof(c->user));
                 sbx_strlcpy(c->session, to_session, sizeof(c->session));
                 sbx_strlcpy(c->dir, path, sizeof(c->dir));
         }
         pthread_mutex_unlock(&h->lock);
-        runner_hub_wake(h);
+        hub_wake(h);
         return 0;
 }
 
@@ -301,12 +300,12 @@ struct chan_key {
         char user[65], session[65];
 };
 
-static size_t chan_keys_locked(struct runner_hub *h, struct chan_key **ret)
+static size_t chan_keys_locked(struct hub *h, struct chan_key **ret)
 {
         struct chan_key *keys = NULL;
         size_t n = 0, cap = 0;
 
-        for (struct runner_chan *c = h->chans; c; c = c->next) {
+        for (struct hub_chan *c = h->chans; c; c = c->next) {
                 if (c->dead)
                         continue;
                 if (n == cap) {
@@ -326,7 +325,7 @@ static size_t chan_keys_locked(struct runner_hub *h, struct chan_key **ret)
 
 /* The live channels' keys of the sessions placed on node (NULL: all). The
  * placement is asked with no hub lock held (it is the store). */
-static size_t chan_keys_of(struct runner_hub *h, const char *node, struct chan_key **ret)
+static size_t chan_keys_of(struct hub *h, const char *node, struct chan_key **ret)
 {
         struct chan_key *keys = NULL;
         size_t n, kept = 0;
@@ -341,7 +340,7 @@ static size_t chan_keys_of(struct runner_hub *h, const char *node, struct chan_k
         return kept;
 }
 
-void runner_hub_reopen(struct runner_hub *h, const char *node)
+void hub_reopen(struct hub *h, const char *node)
 {
         struct chan_key *keys = NULL;
         size_t n, failed = 0;
@@ -367,7 +366,7 @@ void runner_hub_reopen(struct runner_hub *h, const char *node)
         free(keys);
 }
 
-size_t runner_hub_fence(struct runner_hub *h, const char *node)
+size_t hub_fence(struct hub *h, const char *node)
 {
         struct chan_key *keys = NULL;
         size_t n;
@@ -377,11 +376,11 @@ size_t runner_hub_fence(struct runner_hub *h, const char *node)
         n = chan_keys_of(h, node, &keys);
         pthread_mutex_lock(&h->lock);
         for (size_t i = 0; i < n; i++) {
-                struct runner_chan *c = runner_chan_find_locked(h, keys[i].user, keys[i].session);
+                struct hub_chan *c = hub_chan_find_locked(h, keys[i].user, keys[i].session);
                 if (c)
-                        runner_end_detached_locked(c, true, 0);
+                        hub_end_detached_locked(c, true, 0);
         }
-        runner_lost_fn lost = h->on_lost;
+        hub_lost_fn lost = h->on_lost;
         void *lost_ud = h->lost_ud;
         pthread_mutex_unlock(&h->lock);
         for (size_t i = 0; i < n; i++) {
@@ -394,7 +393,7 @@ size_t runner_hub_fence(struct runner_hub *h, const char *node)
         return n;
 }
 
-bool runner_hub_wait(struct runner_hub *h, const char *user, const char *session, int timeout_ms)
+bool hub_wait(struct hub *h, const char *user, const char *session, int timeout_ms)
 {
         struct timespec until = sbx_deadline_after(CLOCK_REALTIME, timeout_ms);
         bool ok = false;
@@ -403,7 +402,7 @@ bool runner_hub_wait(struct runner_hub *h, const char *user, const char *session
                 return false;
         pthread_mutex_lock(&h->lock);
         for (;;) {
-                struct runner_chan *c = runner_chan_find_locked(h, user, session);
+                struct hub_chan *c = hub_chan_find_locked(h, user, session);
                 if (!c)
                         break;
                 if (c->cfd >= 0 && c->hello) {
@@ -423,12 +422,12 @@ bool runner_hub_wait(struct runner_hub *h, const char *user, const char *session
         return ok;
 }
 
-void runner_hub_set_frozen(struct runner_hub *h, const char *user, const char *session, bool frozen)
+void hub_set_frozen(struct hub *h, const char *user, const char *session, bool frozen)
 {
         if (!h)
                 return;
         pthread_mutex_lock(&h->lock);
-        struct runner_chan *c = runner_chan_find_locked(h, user, session);
+        struct hub_chan *c = hub_chan_find_locked(h, user, session);
         if (c) {
                 c->frozen = frozen;
                 /* thawed: its silence while frozen was not its fault */
@@ -438,7 +437,7 @@ void runner_hub_set_frozen(struct runner_hub *h, const char *user, const char *s
         pthread_mutex_unlock(&h->lock);
 }
 
-bool runner_hub_version(struct runner_hub *h, const char *user, const char *session, char *ret, size_t size)
+bool hub_version(struct hub *h, const char *user, const char *session, char *ret, size_t size)
 {
         bool ok = false;
 
@@ -447,7 +446,7 @@ bool runner_hub_version(struct runner_hub *h, const char *user, const char *sess
         if (!h)
                 return false;
         pthread_mutex_lock(&h->lock);
-        struct runner_chan *c = runner_chan_find_locked(h, user, session);
+        struct hub_chan *c = hub_chan_find_locked(h, user, session);
         if (c && c->cfd >= 0 && c->hello) {
                 sbx_strlcpy(ret, c->version, size);
                 ok = true;

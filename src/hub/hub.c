@@ -1,14 +1,14 @@
-/* runner.c — the runner hub: one thread (sbx-runner) that accepts and
+/* hub.c — the runner hub: one thread (sbx-runner) that accepts and
  * reads every session's runner connection, checks and dispatches its
  * frames, pings it (heartbeat) and retires dropped channels; and writing
- * frames to a connection (see runner.h for the contract, runner_proto.h for
+ * frames to a connection (see hub.h for the contract, runner_proto.h for
  * the wire format). The rest of the hub: per-session channels and their
- * directories in runner_chan.c, executions over a connection in
- * runner_exec.c, what a reconnected runner still holds (durable
- * executions) in runner_jobs.c, files and services in runner_ops.c; what
- * they share is in runner_internal.h.
+ * directories in hub_chan.c, executions over a connection in
+ * hub_exec.c, what a reconnected runner still holds (durable
+ * executions) in hub_jobs.c, files and services in hub_ops.c; what
+ * they share is in hub_internal.h.
  *
- * Locks (the same in every runner_*.c file):
+ * Locks (the same in every file of src/hub/):
  *   h->lock   the channel list, every channel's fds, connection state,
  *             refs, jobs and executions list, every execution's refs, and
  *             h->expect; paired with h->cond, broadcast when a runner
@@ -22,7 +22,7 @@
  * Only the hub thread reads connections, closes fds and frees channels, so
  * an epoll event never points at freed memory: a dropped channel is only
  * marked, and the thread retires it between two epoll batches. */
-#include "sandboxd/runner.h"
+#include "sandboxd/hub.h"
 
 #include <errno.h>
 #include <fcntl.h>
@@ -37,7 +37,7 @@
 #include <sys/stat.h>
 #include <unistd.h>
 
-#include "runner_internal.h"
+#include "hub_internal.h"
 #include "sandboxd/log.h"
 
 #define WRITE_DEADLINE_MS 2000
@@ -46,12 +46,12 @@
 
 /* Close a channel's connection: every execution on it is lost. Hub thread
  * only (it owns reads and closes). Takes h->lock. */
-static void conn_close(struct runner_hub *h, struct runner_chan *c, const char *why)
+static void conn_close(struct hub *h, struct hub_chan *c, const char *why)
 {
         pthread_mutex_lock(&h->lock);
         if (c->cfd < 0) {
                 if (c->dead)
-                        runner_end_detached_locked(c, true, 0);
+                        hub_end_detached_locked(c, true, 0);
                 pthread_mutex_unlock(&h->lock);
                 return;
         }
@@ -60,17 +60,17 @@ static void conn_close(struct runner_hub *h, struct runner_chan *c, const char *
         (void)shutdown(c->cfd, SHUT_RDWR);
         if (c->suspend && !c->dead) {
                 /* the node link went, not the runner: its executions wait for it to come back */
-                for (struct runner_exec *x = c->execs; x; x = x->next)
+                for (struct hub_exec *x = c->execs; x; x = x->next)
                         if (x->cfd == c->cfd)
-                                runner_exec_set_cfd(x, -1);
+                                hub_exec_set_cfd(x, -1);
                 c->resume_until = sbx_now_ms() + h->cfg->node_fence_ms;
         } else {
-                runner_end_detached_locked(c, true, 0);
+                hub_end_detached_locked(c, true, 0);
         }
         c->suspend = false;
-        for (struct runner_exec *x = c->execs; x; x = x->next)
+        for (struct hub_exec *x = c->execs; x; x = x->next)
                 if (x->cfd == c->cfd)
-                        runner_exec_end(x, true, -ECONNRESET, "the runner connection was lost", NULL);
+                        hub_exec_end(x, true, -ECONNRESET, "the runner connection was lost", NULL);
         c->n_jobs = 0;
         c->jobs_complete = false;
         pthread_mutex_unlock(&h->lock);
@@ -84,7 +84,7 @@ static void conn_close(struct runner_hub *h, struct runner_chan *c, const char *
         c->in_len = 0;
         pthread_mutex_unlock(&h->lock);
         pthread_mutex_unlock(&c->wlock);
-        runner_ops_closed(h->ops, c->user, c->session, conn_id);
+        hub_ops_closed(h->ops, c->user, c->session, conn_id);
         if (why)
                 log_ctx(LOG_LEVEL_DEBUG, c->user, c->session, NULL, "runner connection closed: %s", why);
 }
@@ -92,7 +92,7 @@ static void conn_close(struct runner_hub *h, struct runner_chan *c, const char *
 /* A runner that broke the protocol or stopped answering is treated like a
  * dead container (an orderly end of stream is the container's own death,
  * which the monitor sees). Hub thread. */
-static void conn_fail(struct runner_hub *h, struct runner_chan *c, const char *cause, const char *why)
+static void conn_fail(struct hub *h, struct hub_chan *c, const char *cause, const char *why)
 {
         bool was_hello = c->hello, quiet; /* hello is written by this (the hub) thread only */
 
@@ -136,7 +136,7 @@ static int write_all(int fd, const void *buf, size_t len, int64_t until)
 
 /* Whether cfd is still the channel's connection (a writer holds c->wlock,
  * so it is not closed meanwhile). */
-static bool conn_is(struct runner_chan *c, int cfd)
+static bool conn_is(struct hub_chan *c, int cfd)
 {
         pthread_mutex_lock(&c->h->lock);
         bool same = c->cfd == cfd && cfd >= 0;
@@ -144,8 +144,8 @@ static bool conn_is(struct runner_chan *c, int cfd)
         return same;
 }
 
-int runner_send_frame(struct runner_chan *c, int cfd, uint16_t type, uint16_t flags, uint32_t tag, const void *p1,
-                      size_t n1, const void *p2, size_t n2)
+int hub_send_frame(struct hub_chan *c, int cfd, uint16_t type, uint16_t flags, uint32_t tag, const void *p1, size_t n1,
+                   const void *p2, size_t n2)
 {
         struct rp_hdr hdr = {.len = (uint32_t)(n1 + n2), .type = type, .flags = flags, .tag = tag};
         int64_t until = sbx_now_ms() + WRITE_DEADLINE_MS;
@@ -178,7 +178,7 @@ int runner_send_frame(struct runner_chan *c, int cfd, uint16_t type, uint16_t fl
  * to the thread that waits for the execution. One send of header and
  * payload: a unix stream socket takes a frame this small whole or not at
  * all. */
-int runner_send_frame_nowait(struct runner_chan *c, int cfd, uint16_t type, uint32_t tag, const void *p, size_t n)
+int hub_send_frame_nowait(struct hub_chan *c, int cfd, uint16_t type, uint32_t tag, const void *p, size_t n)
 {
         unsigned char buf[RP_HDR_LEN + RP_NOWAIT_MAX];
         struct rp_hdr hdr = {.len = (uint32_t)n, .type = type, .flags = 0, .tag = tag};
@@ -213,7 +213,7 @@ int runner_send_frame_nowait(struct runner_chan *c, int cfd, uint16_t type, uint
 
 /* Returns false on a protocol error. Every field is checked here or by
  * the handler the frame goes to (jobs, files and services, executions). */
-static bool handle_frame(struct runner_hub *h, struct runner_chan *c, const struct rp_hdr *hdr, const unsigned char *p)
+static bool handle_frame(struct hub *h, struct hub_chan *c, const struct rp_hdr *hdr, const unsigned char *p)
 {
         if (!c->hello) {
                 struct rp_hello hello;
@@ -241,23 +241,23 @@ static bool handle_frame(struct runner_hub *h, struct runner_chan *c, const stru
         if (hdr->type == RP_PONG)
                 return hdr->len == 0;
         if (hdr->type == RP_JOB)
-                return runner_job_listed(h, c, hdr, p);
+                return hub_job_listed(h, c, hdr, p);
         if (hdr->type == RP_JOBS_END) {
                 if (hdr->len != 0)
                         return false;
-                runner_jobs_resume_detached(h, c); /* before the rest is forgotten */
-                return runner_jobs_listed(h, c);
+                hub_jobs_resume_detached(h, c); /* before the rest is forgotten */
+                return hub_jobs_listed(h, c);
         }
         if (hdr->type >= RP_FILE_READ && hdr->type <= RP_SVC_STATE)
-                return runner_ops_frame(h->ops, c->user, c->session, c->conn_id, hdr, p);
-        return runner_exec_on_frame(h, c, hdr, p);
+                return hub_ops_frame(h->ops, c->user, c->session, c->conn_id, hdr, p);
+        return hub_exec_on_frame(h, c, hdr, p);
 }
 
 /* Reads at most RUNNER_READ_ROUNDS buffers per call: the socket is level
  * triggered, so a runner that never pauses is read again on the next
  * epoll_wait, after the other sessions' events, instead of holding the hub. */
 
-static void conn_read(struct runner_hub *h, struct runner_chan *c)
+static void conn_read(struct hub *h, struct hub_chan *c)
 {
         for (int round = 0; round < RUNNER_READ_ROUNDS; round++) {
                 size_t off = 0;
@@ -281,13 +281,13 @@ static void conn_read(struct runner_hub *h, struct runner_chan *c)
                                 break;
                         memcpy(&hdr, c->inbuf + off, RP_HDR_LEN);
                         if (hdr.len > RP_MAX_FROM_RUNNER) {
-                                conn_fail(h, c, "runner_protocol_error", "oversized frame");
+                                conn_fail(h, c, "hub_protocol_error", "oversized frame");
                                 return;
                         }
                         if (c->in_len - off < RP_HDR_LEN + hdr.len)
                                 break;
                         if (!handle_frame(h, c, &hdr, c->inbuf + off + RP_HDR_LEN)) {
-                                conn_fail(h, c, "runner_protocol_error", "invalid frame");
+                                conn_fail(h, c, "hub_protocol_error", "invalid frame");
                                 return;
                         }
                         off += RP_HDR_LEN + hdr.len;
@@ -303,7 +303,7 @@ static void conn_read(struct runner_hub *h, struct runner_chan *c)
 
 /* Tenant code dialling runner.sock is refused: logged at once the first
  * time, then once a minute with the count, so a loop cannot flood the log. */
-static void impostor_refused(struct runner_chan *c, int fd, const char *why)
+static void impostor_refused(struct hub_chan *c, int fd, const char *why)
 {
         int64_t now = sbx_now_ms();
 
@@ -321,7 +321,7 @@ static void impostor_refused(struct runner_chan *c, int fd, const char *why)
 }
 
 /* Make fd the channel's connection. Under h->lock. -EBUSY if it has one. */
-static int conn_install_locked(struct runner_hub *h, struct runner_chan *c, int fd)
+static int conn_install_locked(struct hub *h, struct hub_chan *c, int fd)
 {
         if (c->cfd >= 0)
                 return -EBUSY;
@@ -342,39 +342,39 @@ static int conn_install_locked(struct runner_hub *h, struct runner_chan *c, int 
 }
 
 /* The fence outlives the daemon: the list is kept in the session directory
- * (runner_peer.h), so a restarted daemon, and the gateway's fwd.sock, refuse
+ * (hub_peer.h), so a restarted daemon, and the gateway's fwd.sock, refuse
  * the same runners. Hub thread. */
-static void fenced_save(struct runner_chan *c)
+static void fenced_save(struct hub_chan *c)
 {
-        struct runner_fence list[RUNNER_FENCED_MAX];
+        struct hub_fence list[RUNNER_FENCED_MAX];
 
         for (size_t i = 0; i < c->n_fenced; i++)
                 list[i] = c->fenced[i].f;
-        if (runner_fence_save(c->dirfd, list, c->n_fenced) < 0)
+        if (hub_fence_save(c->dirfd, list, c->n_fenced) < 0)
                 log_ctx(LOG_LEVEL_WARN, c->user, c->session, NULL,
                         "cannot record the fenced runners in the session directory: a restarted daemon would not "
                         "know them");
 }
 
-static void fenced_load(struct runner_chan *c)
+static void fenced_load(struct hub_chan *c)
 {
-        struct runner_fence list[RUNNER_FENCED_MAX];
+        struct hub_fence list[RUNNER_FENCED_MAX];
         size_t n = 0;
 
         if (c->fenced_loaded)
                 return;
         c->fenced_loaded = true;
-        if (runner_fence_load(c->dirfd, list, &n) < 0)
+        if (hub_fence_load(c->dirfd, list, &n) < 0)
                 return;
         for (size_t i = 0; i < n; i++)
-                c->fenced[c->n_fenced++] = (struct runner_fenced){.f = list[i]};
+                c->fenced[c->n_fenced++] = (struct hub_fenced){.f = list[i]};
 }
 
-/* c's session had its container removed (runner_hub_fence_runner): the
+/* c's session had its container removed (hub_fence_runner): the
  * runner known so far belongs to that container, and is fenced by its init
  * (pid and start time): its connection closes, and whatever that container
  * dials later is refused. Hub thread. */
-static void fence_apply(struct runner_hub *h, struct runner_chan *c)
+static void fence_apply(struct hub *h, struct hub_chan *c)
 {
         uint64_t epoch;
         bool pending;
@@ -389,17 +389,17 @@ static void fence_apply(struct runner_hub *h, struct runner_chan *c)
         if (!pending)
                 return;
         if (c->peer.pid == 0) /* after a restart: the runner an earlier daemon knew */
-                (void)runner_peer_load(c->dirfd, &c->peer);
+                (void)hub_peer_load(c->dirfd, &c->peer);
         if (c->peer.pid != 0) {
                 if (c->n_fenced == RUNNER_FENCED_MAX) {
                         memmove(&c->fenced[0], &c->fenced[1], (RUNNER_FENCED_MAX - 1) * sizeof(c->fenced[0]));
                         c->n_fenced--;
                 }
                 c->fenced[c->n_fenced++] =
-                        (struct runner_fenced){.f.init_pid = c->peer.init_pid,
-                                               .f.init_start = c->peer.init_start,
-                                               .f.epoch = c->peer_epoch ? c->peer_epoch : (epoch ? epoch - 1 : 0)};
-                c->peer = (struct runner_peer){0};
+                        (struct hub_fenced){.f.init_pid = c->peer.init_pid,
+                                            .f.init_start = c->peer.init_start,
+                                            .f.epoch = c->peer_epoch ? c->peer_epoch : (epoch ? epoch - 1 : 0)};
+                c->peer = (struct hub_peer){0};
                 c->peer_epoch = 0;
                 (void)unlinkat(c->dirfd, RUNNER_PEER_FILE, 0);
                 fenced_save(c);
@@ -412,7 +412,7 @@ static void fence_apply(struct runner_hub *h, struct runner_chan *c)
 }
 
 /* A fenced container's runner dialled: refused, on the record once per container. */
-static void fenced_refused(struct runner_hub *h, struct runner_chan *c, int fd, struct runner_fenced *f)
+static void fenced_refused(struct hub *h, struct hub_chan *c, int fd, struct hub_fenced *f)
 {
         uint64_t now = 0;
 
@@ -430,7 +430,7 @@ static void fenced_refused(struct runner_hub *h, struct runner_chan *c, int fd, 
                 h->refused_fn(c->user, c->session, f->f.epoch, now, h->refused_ud);
 }
 
-static struct runner_fenced *fenced_find(struct runner_chan *c, const struct runner_peer *peer)
+static struct hub_fenced *fenced_find(struct hub_chan *c, const struct hub_peer *peer)
 {
         for (size_t i = 0; i < c->n_fenced; i++)
                 if (c->fenced[i].f.init_pid == peer->init_pid && c->fenced[i].f.init_start == peer->init_start)
@@ -438,11 +438,11 @@ static struct runner_fenced *fenced_find(struct runner_chan *c, const struct run
         return NULL;
 }
 
-static void conn_accept(struct runner_hub *h, struct runner_chan *c)
+static void conn_accept(struct hub *h, struct hub_chan *c)
 {
         fence_apply(h, c); /* before any connection is judged */
         for (;;) {
-                struct runner_peer peer;
+                struct hub_peer peer;
                 const char *why = "";
                 int fd = accept4(c->lfd, NULL, NULL, SOCK_CLOEXEC | SOCK_NONBLOCK);
                 if (fd < 0)
@@ -450,16 +450,16 @@ static void conn_accept(struct runner_hub *h, struct runner_chan *c)
                 /* only the runner Docker started: tenant code in the container is
                  * refused here, before it can take the slot or make the runner wait */
                 pthread_mutex_lock(&h->lock);
-                runner_peer_fn check = h->peer_check;
+                hub_peer_fn check = h->peer_check;
                 pthread_mutex_unlock(&h->lock);
                 if (c->peer.pid == 0) /* after a restart: the runner an earlier daemon knew */
-                        (void)runner_peer_load(c->dirfd, &c->peer);
+                        (void)hub_peer_load(c->dirfd, &c->peer);
                 if (check(fd, c->dirfd, &c->peer, &peer, &why) < 0) {
                         impostor_refused(c, fd, why);
                         continue;
                 }
                 /* a runner, but of an earlier container of the session: fenced by its epoch */
-                struct runner_fenced *fenced = fenced_find(c, &peer);
+                struct hub_fenced *fenced = fenced_find(c, &peer);
                 if (fenced) {
                         fenced_refused(h, c, fd, fenced);
                         continue;
@@ -469,7 +469,7 @@ static void conn_accept(struct runner_hub *h, struct runner_chan *c)
                         c->peer_epoch = c->epoch;
                         pthread_mutex_unlock(&h->lock);
                         c->peer = peer;
-                        if (runner_peer_save(c->dirfd, &peer) < 0)
+                        if (hub_peer_save(c->dirfd, &peer) < 0)
                                 log_ctx(LOG_LEVEL_WARN, c->user, c->session, NULL,
                                         "cannot record the runner in its directory: a restarted daemon checks it "
                                         "by its ancestry alone");
@@ -482,12 +482,12 @@ static void conn_accept(struct runner_hub *h, struct runner_chan *c)
         }
 }
 
-int runner_hub_attach(struct runner_hub *h, const char *user, const char *session, int fd)
+int hub_attach(struct hub *h, const char *user, const char *session, int fd)
 {
         int r = -ENOENT;
 
         pthread_mutex_lock(&h->lock);
-        struct runner_chan *c = runner_chan_find_locked(h, user, session);
+        struct hub_chan *c = hub_chan_find_locked(h, user, session);
         if (c)
                 r = conn_install_locked(h, c, fd);
         pthread_mutex_unlock(&h->lock);
@@ -499,16 +499,16 @@ int runner_hub_attach(struct runner_hub *h, const char *user, const char *sessio
         return r;
 }
 
-void runner_hub_suspend(struct runner_hub *h, const char *user, const char *session)
+void hub_suspend(struct hub *h, const char *user, const char *session)
 {
         pthread_mutex_lock(&h->lock);
-        struct runner_chan *c = runner_chan_find_locked(h, user, session);
+        struct hub_chan *c = hub_chan_find_locked(h, user, session);
         if (c && c->cfd >= 0)
                 c->suspend = true;
         pthread_mutex_unlock(&h->lock);
 }
 
-void runner_chan_free(struct runner_chan *c)
+void hub_chan_free(struct hub_chan *c)
 {
         if (c->lfd >= 0)
                 close(c->lfd);
@@ -520,12 +520,12 @@ void runner_chan_free(struct runner_chan *c)
 }
 
 /* Retire dropped channels that nobody references any more. Hub thread. */
-static void reap_dead(struct runner_hub *h)
+static void reap_dead(struct hub *h)
 {
         for (;;) {
-                struct runner_chan *dead = NULL;
+                struct hub_chan *dead = NULL;
                 pthread_mutex_lock(&h->lock);
-                for (struct runner_chan **pp = &h->chans; *pp; pp = &(*pp)->next)
+                for (struct hub_chan **pp = &h->chans; *pp; pp = &(*pp)->next)
                         if ((*pp)->dead) {
                                 dead = *pp;
                                 break;
@@ -539,7 +539,7 @@ static void reap_dead(struct runner_hub *h)
                         pthread_mutex_unlock(&h->lock);
                         return; /* an execution handle still points at it: next pass */
                 }
-                for (struct runner_chan **pp = &h->chans; *pp; pp = &(*pp)->next)
+                for (struct hub_chan **pp = &h->chans; *pp; pp = &(*pp)->next)
                         if (*pp == dead) {
                                 *pp = dead->next;
                                 break;
@@ -547,27 +547,27 @@ static void reap_dead(struct runner_hub *h)
                 if (dead->lfd >= 0)
                         (void)epoll_ctl(h->epfd, EPOLL_CTL_DEL, dead->lfd, NULL);
                 pthread_mutex_unlock(&h->lock);
-                runner_chan_free(dead);
+                hub_chan_free(dead);
         }
 }
 
 /* Ping every connected runner each heartbeat interval; one silent for
  * three intervals is treated like a dead container, unless its container
  * is paused (frozen): then it is neither pinged nor judged. Hub thread. */
-static void heartbeat(struct runner_hub *h)
+static void heartbeat(struct hub *h)
 {
         int64_t now = sbx_now_ms(), every = h->cfg->runner_heartbeat_ms;
 
         pthread_mutex_lock(&h->lock);
-        for (struct runner_chan *c = h->chans; c; c = c->next)
-                runner_end_detached_locked(c, false, now);
+        for (struct hub_chan *c = h->chans; c; c = c->next)
+                hub_end_detached_locked(c, false, now);
         pthread_mutex_unlock(&h->lock);
 
         for (;;) {
-                struct runner_chan *late = NULL, *due = NULL;
+                struct hub_chan *late = NULL, *due = NULL;
                 int cfd = -1;
                 pthread_mutex_lock(&h->lock);
-                for (struct runner_chan *c = h->chans; c && !late && !due; c = c->next) {
+                for (struct hub_chan *c = h->chans; c && !late && !due; c = c->next) {
                         if (c->dead || c->cfd < 0 || c->frozen)
                                 continue; /* a frozen runner cannot answer: it is not lost */
                         if (now - c->last_rx > 3 * every)
@@ -580,10 +580,10 @@ static void heartbeat(struct runner_hub *h)
                 }
                 pthread_mutex_unlock(&h->lock);
                 if (late)
-                        conn_fail(h, late, "runner_unresponsive", "no heartbeat answer");
+                        conn_fail(h, late, "hub_unresponsive", "no heartbeat answer");
                 else if (!due)
                         return;
-                else if (runner_send_frame_nowait(due, cfd, RP_PING, 0, NULL, 0) == -EAGAIN) {
+                else if (hub_send_frame_nowait(due, cfd, RP_PING, 0, NULL, 0) == -EAGAIN) {
                         /* a writer holds it, or its socket is full: try again soon,
                          * so a long write does not cost a busy runner its pings */
                         pthread_mutex_lock(&h->lock);
@@ -595,12 +595,12 @@ static void heartbeat(struct runner_hub *h)
 
 /* Every fence a prepare asked for since the last round. Hub thread (which
  * alone frees channels: c stays valid unlocked). */
-static void fence_all(struct runner_hub *h)
+static void fence_all(struct hub *h)
 {
         for (;;) {
-                struct runner_chan *c = NULL;
+                struct hub_chan *c = NULL;
                 pthread_mutex_lock(&h->lock);
-                for (struct runner_chan *x = h->chans; x && !c; x = x->next)
+                for (struct hub_chan *x = h->chans; x && !c; x = x->next)
                         if (!x->dead && x->fence_pending)
                                 c = x;
                 pthread_mutex_unlock(&h->lock);
@@ -612,7 +612,7 @@ static void fence_all(struct runner_hub *h)
 
 static void *hub_main(void *ud)
 {
-        struct runner_hub *h = ud;
+        struct hub *h = ud;
         struct epoll_event evs[MAX_EVENTS];
 
         pthread_setname_np(pthread_self(), "sbx-runner");
@@ -645,7 +645,7 @@ static void *hub_main(void *ud)
         return NULL;
 }
 
-void runner_hub_wake(struct runner_hub *h)
+void hub_wake(struct hub *h)
 {
         if (write(h->wake[1], "w", 1) < 0) {
                 /* the pipe is full: the thread is already due to wake */
@@ -654,16 +654,16 @@ void runner_hub_wake(struct runner_hub *h)
 
 /* ---- public ---- */
 
-int runner_hub_new(const struct sbx_config *cfg, struct runner_hub **ret, struct sbx_error *err)
+int hub_new(const struct sbx_config *cfg, struct hub **ret, struct sbx_error *err)
 {
-        struct runner_hub *h = calloc(1, sizeof(*h));
+        struct hub *h = calloc(1, sizeof(*h));
         struct epoll_event ev = {.events = EPOLLIN, .data.ptr = NULL};
         int r;
 
         if (!h)
                 return sbx_error_set(err, -ENOMEM, 0, "out of memory");
         h->cfg = cfg;
-        h->peer_check = runner_peer_verify;
+        h->peer_check = hub_peer_verify;
         h->wake[0] = h->wake[1] = -1;
         snprintf(h->root, sizeof(h->root), "%s/runner", cfg->data_dir);
         if (cfg->runner_binary[0]) {
@@ -692,7 +692,7 @@ int runner_hub_new(const struct sbx_config *cfg, struct runner_hub **ret, struct
                 r = sbx_error_set(err, -errno, 0, "cannot set up the runner hub: %m");
                 goto fail;
         }
-        h->ops = runner_ops_new(h);
+        h->ops = hub_ops_new(h);
         if (!h->ops) {
                 r = sbx_error_set(err, -ENOMEM, 0, "out of memory");
                 goto fail;
@@ -705,7 +705,7 @@ int runner_hub_new(const struct sbx_config *cfg, struct runner_hub **ret, struct
         *ret = h;
         return 0;
 fail:
-        runner_ops_free(h->ops);
+        hub_ops_free(h->ops);
         if (h->epfd >= 0)
                 close(h->epfd);
         for (int i = 0; i < 2; i++)
@@ -717,25 +717,25 @@ fail:
         return r;
 }
 
-void runner_hub_free(struct runner_hub *h)
+void hub_free(struct hub *h)
 {
         if (!h)
                 return;
         pthread_mutex_lock(&h->lock);
         h->stop = true;
         pthread_mutex_unlock(&h->lock);
-        runner_hub_wake(h);
+        hub_wake(h);
         pthread_join(h->thread, NULL);
         while (h->chans) {
-                struct runner_chan *c = h->chans;
+                struct hub_chan *c = h->chans;
                 h->chans = c->next;
                 if (c->cfd >= 0)
                         close(c->cfd);
-                for (struct runner_exec *x = c->execs; x; x = x->next)
+                for (struct hub_exec *x = c->execs; x; x = x->next)
                         x->c = NULL; /* handles outliving the hub must not exist; be safe */
-                runner_chan_free(c);
+                hub_chan_free(c);
         }
-        runner_ops_free(h->ops);
+        hub_ops_free(h->ops);
         close(h->epfd);
         close(h->wake[0]);
         close(h->wake[1]);
@@ -745,7 +745,7 @@ void runner_hub_free(struct runner_hub *h)
         free(h);
 }
 
-void runner_hub_set_lost_handler(struct runner_hub *h, runner_lost_fn fn, void *userdata)
+void hub_set_lost_handler(struct hub *h, hub_lost_fn fn, void *userdata)
 {
         pthread_mutex_lock(&h->lock);
         h->on_lost = fn;
@@ -753,28 +753,28 @@ void runner_hub_set_lost_handler(struct runner_hub *h, runner_lost_fn fn, void *
         pthread_mutex_unlock(&h->lock);
 }
 
-void runner_hub_set_peer_check(struct runner_hub *h, runner_peer_fn fn)
+void hub_set_peer_check(struct hub *h, hub_peer_fn fn)
 {
         pthread_mutex_lock(&h->lock);
         h->peer_check = fn;
         pthread_mutex_unlock(&h->lock);
 }
 
-/* ---- for runner_ops.c ---- */
+/* ---- for hub_ops.c ---- */
 
-struct runner_ops *runner_hub_ops(struct runner_hub *h)
+struct hub_ops *hub_ops(struct hub *h)
 {
         return h ? h->ops : NULL;
 }
 
-int runner_hub_conn(struct runner_hub *h, const char *user, const char *session, uint64_t *ret)
+int hub_conn(struct hub *h, const char *user, const char *session, uint64_t *ret)
 {
         int r = -ENOTCONN;
 
         if (!h)
                 return r;
         pthread_mutex_lock(&h->lock);
-        struct runner_chan *c = runner_chan_find_locked(h, user, session);
+        struct hub_chan *c = hub_chan_find_locked(h, user, session);
         if (c && c->cfd >= 0 && c->hello) {
                 *ret = c->conn_id;
                 r = 0;
@@ -783,14 +783,14 @@ int runner_hub_conn(struct runner_hub *h, const char *user, const char *session,
         return r;
 }
 
-int runner_hub_send(struct runner_hub *h, const char *user, const char *session, uint64_t conn, uint16_t type,
-                    uint16_t flags, uint32_t tag, const void *p1, size_t n1, const void *p2, size_t n2)
+int hub_send(struct hub *h, const char *user, const char *session, uint64_t conn, uint16_t type, uint16_t flags,
+             uint32_t tag, const void *p1, size_t n1, const void *p2, size_t n2)
 {
-        struct runner_chan *c;
+        struct hub_chan *c;
         int cfd, r;
 
         pthread_mutex_lock(&h->lock);
-        c = runner_chan_find_locked(h, user, session);
+        c = hub_chan_find_locked(h, user, session);
         if (!c || c->cfd < 0 || !c->hello || c->conn_id != conn) {
                 pthread_mutex_unlock(&h->lock);
                 return -ENOTCONN;
@@ -798,7 +798,7 @@ int runner_hub_send(struct runner_hub *h, const char *user, const char *session,
         cfd = c->cfd;
         c->refs++; /* reap_dead leaves it alone meanwhile */
         pthread_mutex_unlock(&h->lock);
-        r = runner_send_frame(c, cfd, type, flags, tag, p1, n1, p2, n2);
+        r = hub_send_frame(c, cfd, type, flags, tag, p1, n1, p2, n2);
         pthread_mutex_lock(&h->lock);
         c->refs--;
         pthread_mutex_unlock(&h->lock);

@@ -1,4 +1,4 @@
-/* runner_peer.h — whether the process at the other end of a connection to
+/* hub_peer.h — whether the process at the other end of a connection to
  * a session directory's socket (runner.sock, fwd.sock) is that container's
  * runner, and not tenant code that dialled the same socket.
  *
@@ -36,8 +36,8 @@
  * the runner from tenant code there. runsc sessions get no runner and no
  * session directory (session_container.c), so there is nothing to
  * impersonate; a runner under runsc would be refused (fails closed). */
-#ifndef SANDBOXD_RUNNER_PEER_H
-#define SANDBOXD_RUNNER_PEER_H
+#ifndef SANDBOXD_HUB_PEER_H
+#define SANDBOXD_HUB_PEER_H
 
 #include <stdbool.h>
 #include <stddef.h>
@@ -46,7 +46,7 @@
 
 /* The runner, by pid and start time (clock ticks after boot: a process is
  * unique by both), and its container's init the same way. */
-struct runner_peer {
+struct hub_peer {
         pid_t pid; /* as the daemon sees it; 0: none */
         uint64_t start;
         pid_t init_pid;
@@ -61,37 +61,36 @@ struct runner_peer {
  * and any other child of that runner's init is refused (the runner of that
  * container is known, even once it is dead and the init, held by a
  * debugger, has not exited). */
-int runner_peer_verify(int fd, int dirfd, const struct runner_peer *known, struct runner_peer *ret,
-                       const char **ret_why);
+int hub_peer_verify(int fd, int dirfd, const struct hub_peer *known, struct hub_peer *ret, const char **ret_why);
 
 /* The runner accepted last is also kept in the session directory (root's,
  * read-only in the container), so a restarted daemon knows it too. Not a
  * secret: numbers only, which the container may read. */
 #define RUNNER_PEER_FILE ".runner-peer"
 /* Read it: 0, -ENOENT, or -EPROTO for a file that does not parse. */
-int runner_peer_load(int dirfd, struct runner_peer *ret);
+int hub_peer_load(int dirfd, struct hub_peer *ret);
 /* Replace it (a temporary renamed over it). One writer per directory. */
-int runner_peer_save(int dirfd, const struct runner_peer *peer);
+int hub_peer_save(int dirfd, const struct hub_peer *peer);
 
 /* The runners of a session's earlier containers, fenced by their init (the
- * hub, runner.h runner_hub_set_refused_fn): a container its engine could not
+ * hub, hub.h hub_set_refused_fn): a container its engine could not
  * kill (a lost Kubernetes node's Pod) may dial the same directory, and its
- * runner passes runner_peer_verify. Kept in the directory too, so a
+ * runner passes hub_peer_verify. Kept in the directory too, so a
  * restarted daemon and the gateway (fwd.sock) refuse them as well: one
  * "init_pid init_start epoch" a line, the newest last. */
 #define RUNNER_FENCED_FILE ".runner-fenced"
 #define RUNNER_FENCED_MAX 4 /* earlier containers remembered per session (the oldest goes first) */
-struct runner_fence {
+struct hub_fence {
         pid_t init_pid;
         uint64_t init_start;
         uint64_t epoch; /* the session's epoch while that container was current */
 };
 /* Read the list: 0 (*ret_n may be 0), -ENOENT without one. */
-int runner_fence_load(int dirfd, struct runner_fence ret[RUNNER_FENCED_MAX], size_t *ret_n);
+int hub_fence_load(int dirfd, struct hub_fence ret[RUNNER_FENCED_MAX], size_t *ret_n);
 /* Replace it (a temporary renamed over it). One writer per directory. */
-int runner_fence_save(int dirfd, const struct runner_fence *list, size_t n);
-/* Whether peer (as runner_peer_verify returned it) is the runner of a fenced
+int hub_fence_save(int dirfd, const struct hub_fence *list, size_t n);
+/* Whether peer (as hub_peer_verify returned it) is the runner of a fenced
  * container of this directory; *ret_epoch (may be NULL) that container's epoch. */
-bool runner_peer_fenced(int dirfd, const struct runner_peer *peer, uint64_t *ret_epoch);
+bool hub_peer_fenced(int dirfd, const struct hub_peer *peer, uint64_t *ret_epoch);
 
 #endif

@@ -1,24 +1,24 @@
-/* runner_jobs.c — durable executions: what a reconnected runner still
+/* hub_jobs.c — durable executions: what a reconnected runner still
  * holds after a daemon restart.
  *
  * The exec engine tells the hub which (session, tag) it will adopt
- * (runner_hub_expect; h->expect). A runner lists what it holds right after
+ * (hub_expect; h->expect). A runner lists what it holds right after
  * its hello (RP_JOB frames into c->jobs, then RP_JOBS_END); on the end of
  * that list the hub forgets every job nobody expects (RP_FORGET, its tree
- * killed if it still runs), and runner_exec_adopt() claims the others,
+ * killed if it still runs), and hub_exec_adopt() claims the others,
  * resuming their output from the offsets the daemon has (RP_RESUME).
  *
- * Locks: h->lock for h->expect and a channel's jobs (see runner.c); no
+ * Locks: h->lock for h->expect and a channel's jobs (see hub.c); no
  * frame is written under it. */
 #include <errno.h>
 #include <pthread.h>
 #include <stdio.h>
 #include <string.h>
 
-#include "runner_internal.h"
+#include "hub_internal.h"
 #include "sandboxd/log.h"
 
-bool runner_expected_locked(struct runner_hub *h, const char *user, const char *session, uint32_t tag)
+bool hub_expected_locked(struct hub *h, const char *user, const char *session, uint32_t tag)
 {
         for (size_t i = 0; i < h->n_expect; i++)
                 if (h->expect[i].tag == tag && strcmp(h->expect[i].user, user) == 0 &&
@@ -27,7 +27,7 @@ bool runner_expected_locked(struct runner_hub *h, const char *user, const char *
         return false;
 }
 
-static void unexpect_locked(struct runner_hub *h, const char *user, const char *session, uint32_t tag)
+static void unexpect_locked(struct hub *h, const char *user, const char *session, uint32_t tag)
 {
         for (size_t i = 0; i < h->n_expect; i++)
                 if (h->expect[i].tag == tag && strcmp(h->expect[i].user, user) == 0 &&
@@ -38,7 +38,7 @@ static void unexpect_locked(struct runner_hub *h, const char *user, const char *
 }
 
 /* RP_JOB: one execution the runner holds. Hub thread. */
-bool runner_job_listed(struct runner_hub *h, struct runner_chan *c, const struct rp_hdr *hdr, const unsigned char *p)
+bool hub_job_listed(struct hub *h, struct hub_chan *c, const struct rp_hdr *hdr, const unsigned char *p)
 {
         struct rp_job r;
         bool ok = true;
@@ -57,14 +57,14 @@ bool runner_job_listed(struct runner_hub *h, struct runner_chan *c, const struct
         for (size_t i = 0; ok && i < c->n_jobs; i++)
                 ok = c->jobs[i].tag != hdr->tag;
         if (ok)
-                c->jobs[c->n_jobs++] = (struct runner_job){.tag = hdr->tag, .r = r};
+                c->jobs[c->n_jobs++] = (struct hub_job){.tag = hdr->tag, .r = r};
         pthread_mutex_unlock(&h->lock);
         return ok;
 }
 
 /* RP_JOBS_END: a job nobody will adopt is forgotten (its tree killed if it
- * still runs); the others wait for runner_exec_adopt(). Hub thread. */
-bool runner_jobs_listed(struct runner_hub *h, struct runner_chan *c)
+ * still runs); the others wait for hub_exec_adopt(). Hub thread. */
+bool hub_jobs_listed(struct hub *h, struct hub_chan *c)
 {
         uint32_t forget[RP_MAX_JOBS];
         size_t n = 0;
@@ -78,7 +78,7 @@ bool runner_jobs_listed(struct runner_hub *h, struct runner_chan *c)
         c->jobs_complete = true;
         cfd = c->cfd;
         for (size_t i = 0; i < c->n_jobs;) {
-                if (runner_expected_locked(h, c->user, c->session, c->jobs[i].tag)) {
+                if (hub_expected_locked(h, c->user, c->session, c->jobs[i].tag)) {
                         i++;
                         continue;
                 }
@@ -88,7 +88,7 @@ bool runner_jobs_listed(struct runner_hub *h, struct runner_chan *c)
         pthread_cond_broadcast(&h->cond);
         pthread_mutex_unlock(&h->lock);
         for (size_t i = 0; i < n; i++)
-                (void)runner_send_frame_nowait(c, cfd, RP_FORGET, forget[i], NULL, 0);
+                (void)hub_send_frame_nowait(c, cfd, RP_FORGET, forget[i], NULL, 0);
         if (n)
                 log_ctx(LOG_LEVEL_INFO, c->user, c->session, NULL,
                         "the runner held %zu executions nobody adopts: dropped", n);
@@ -96,14 +96,14 @@ bool runner_jobs_listed(struct runner_hub *h, struct runner_chan *c)
 }
 
 
-void runner_hub_expect(struct runner_hub *h, const char *user, const char *session, uint32_t tag)
+void hub_expect(struct hub *h, const char *user, const char *session, uint32_t tag)
 {
-        struct runner_expect *p;
+        struct hub_expect *p;
 
         if (!h || tag == 0)
                 return;
         pthread_mutex_lock(&h->lock);
-        if (!runner_expected_locked(h, user, session, tag)) {
+        if (!hub_expected_locked(h, user, session, tag)) {
                 p = realloc(h->expect, (h->n_expect + 1) * sizeof(*p));
                 if (p) {
                         h->expect = p;
@@ -117,7 +117,7 @@ void runner_hub_expect(struct runner_hub *h, const char *user, const char *sessi
         pthread_mutex_unlock(&h->lock);
 }
 
-void runner_hub_unexpect(struct runner_hub *h, const char *user, const char *session, uint32_t tag)
+void hub_unexpect(struct hub *h, const char *user, const char *session, uint32_t tag)
 {
         if (!h)
                 return;
@@ -126,23 +126,23 @@ void runner_hub_unexpect(struct runner_hub *h, const char *user, const char *ses
         pthread_mutex_unlock(&h->lock);
 }
 
-int runner_exec_adopt(struct runner_hub *h, const char *user, const char *session, uint32_t tag, const uint64_t have[2],
-                      runner_output_fn on_output, void *userdata, int timeout_ms, struct runner_exec **ret,
-                      uint64_t ret_start[2], struct sbx_error *err)
+int hub_exec_adopt(struct hub *h, const char *user, const char *session, uint32_t tag, const uint64_t have[2],
+                   hub_output_fn on_output, void *userdata, int timeout_ms, struct hub_exec **ret,
+                   uint64_t ret_start[2], struct sbx_error *err)
 {
         struct timespec until = sbx_deadline_after(CLOCK_REALTIME, timeout_ms);
         struct rp_offsets o = {{have[0], have[1]}};
-        struct runner_chan *c = NULL;
-        struct runner_exec *x;
+        struct hub_chan *c = NULL;
+        struct hub_exec *x;
         struct rp_job job;
         size_t i;
         int r;
 
-        if (!h || runner_hub_adopt(h, user, session) < 0)
+        if (!h || hub_adopt(h, user, session) < 0)
                 return sbx_error_set(err, -ENOENT, 0, "the session has no runner");
         pthread_mutex_lock(&h->lock);
         for (;;) {
-                c = runner_chan_find_locked(h, user, session);
+                c = hub_chan_find_locked(h, user, session);
                 if (c && c->cfd >= 0 && c->hello && c->jobs_complete)
                         break;
                 c = NULL;
@@ -160,7 +160,7 @@ int runner_exec_adopt(struct runner_hub *h, const char *user, const char *sessio
                 pthread_mutex_unlock(&h->lock);
                 return sbx_error_set(err, -ENOENT, 0, "the runner no longer holds it");
         }
-        x = runner_exec_new(on_output, userdata);
+        x = hub_exec_new(on_output, userdata);
         if (!x) {
                 pthread_mutex_unlock(&h->lock);
                 return sbx_error_set(err, -ENOMEM, 0, "out of memory");
@@ -168,7 +168,7 @@ int runner_exec_adopt(struct runner_hub *h, const char *user, const char *sessio
         job = c->jobs[i].r;
         c->jobs[i] = c->jobs[--c->n_jobs];
         unexpect_locked(h, user, session, tag);
-        runner_exec_link_locked(c, x, tag);
+        hub_exec_link_locked(c, x, tag);
         for (int k = 0; k < 2; k++) {
                 /* the runner computes the same: it kept [acked, produced) */
                 uint64_t at = have[k] < job.acked[k] ? job.acked[k] : have[k];
@@ -176,9 +176,9 @@ int runner_exec_adopt(struct runner_hub *h, const char *user, const char *sessio
         }
         pthread_mutex_unlock(&h->lock);
 
-        r = runner_send_frame(c, runner_exec_cfd(x), RP_RESUME, 0, tag, &o, sizeof(o), NULL, 0);
+        r = hub_send_frame(c, hub_exec_cfd(x), RP_RESUME, 0, tag, &o, sizeof(o), NULL, 0);
         if (r < 0) {
-                runner_exec_free(x);
+                hub_exec_free(x);
                 return sbx_error_set(err, -ECONNRESET, 0, "the runner connection was lost");
         }
         ret_start[0] = x->recv[0];
@@ -189,21 +189,21 @@ int runner_exec_adopt(struct runner_hub *h, const char *user, const char *sessio
 
 /* ---- executions detached by a lost node link (node.h) ---- */
 
-void runner_end_detached_locked(struct runner_chan *c, bool all, int64_t now)
+void hub_end_detached_locked(struct hub_chan *c, bool all, int64_t now)
 {
         if (!all && (c->resume_until == 0 || now < c->resume_until))
                 return;
-        for (struct runner_exec *x = c->execs; x; x = x->next)
+        for (struct hub_exec *x = c->execs; x; x = x->next)
                 if (x->cfd == -1)
-                        runner_exec_end(x, true, -ECONNRESET, "the node link was lost and its runner did not come back",
-                                        NULL);
+                        hub_exec_end(x, true, -ECONNRESET, "the node link was lost and its runner did not come back",
+                                     NULL);
         c->resume_until = 0;
 }
 
-void runner_jobs_resume_detached(struct runner_hub *h, struct runner_chan *c)
+void hub_jobs_resume_detached(struct hub *h, struct hub_chan *c)
 {
         struct {
-                struct runner_exec *x;
+                struct hub_exec *x;
                 struct rp_offsets o;
         } resume[RP_MAX_JOBS];
         size_t n = 0, lost = 0;
@@ -211,14 +211,14 @@ void runner_jobs_resume_detached(struct runner_hub *h, struct runner_chan *c)
 
         pthread_mutex_lock(&h->lock);
         cfd = c->cfd;
-        for (struct runner_exec *x = c->execs; x; x = x->next) {
+        for (struct hub_exec *x = c->execs; x; x = x->next) {
                 if (x->cfd != -1)
                         continue;
                 size_t i;
                 for (i = 0; i < c->n_jobs && c->jobs[i].tag != x->tag; i++)
                         ;
                 if (i == c->n_jobs || n == RP_MAX_JOBS) {
-                        runner_exec_end(x, true, -ECONNRESET, "the runner no longer holds it", NULL);
+                        hub_exec_end(x, true, -ECONNRESET, "the runner no longer holds it", NULL);
                         lost++;
                         continue;
                 }
@@ -226,23 +226,23 @@ void runner_jobs_resume_detached(struct runner_hub *h, struct runner_chan *c)
                 c->jobs[i] = c->jobs[--c->n_jobs];
                 pthread_mutex_lock(&x->lock);
                 for (int k = 0; k < 2; k++) {
-                        /* as runner_exec_adopt: the runner kept [acked, produced) */
+                        /* as hub_exec_adopt: the runner kept [acked, produced) */
                         uint64_t at = x->recv[k] < job.acked[k] ? job.acked[k] : x->recv[k];
                         x->recv[k] = x->acked[k] = at > job.produced[k] ? job.produced[k] : at;
                 }
                 resume[n].o = (struct rp_offsets){{x->recv[0], x->recv[1]}};
                 pthread_mutex_unlock(&x->lock);
-                runner_exec_set_cfd(x, cfd);
+                hub_exec_set_cfd(x, cfd);
                 x->refs++;
                 resume[n++].x = x;
         }
         c->resume_until = 0;
         pthread_mutex_unlock(&h->lock);
         for (size_t i = 0; i < n; i++) {
-                struct runner_exec *x = resume[i].x;
-                if (runner_send_frame(c, cfd, RP_RESUME, 0, x->tag, &resume[i].o, sizeof(resume[i].o), NULL, 0) < 0)
-                        runner_exec_end(x, true, -ECONNRESET, "the runner connection was lost", NULL);
-                runner_exec_unref(x); /* the reference taken above */
+                struct hub_exec *x = resume[i].x;
+                if (hub_send_frame(c, cfd, RP_RESUME, 0, x->tag, &resume[i].o, sizeof(resume[i].o), NULL, 0) < 0)
+                        hub_exec_end(x, true, -ECONNRESET, "the runner connection was lost", NULL);
+                hub_exec_unref(x); /* the reference taken above */
         }
         if (n || lost)
                 log_ctx(LOG_LEVEL_INFO, c->user, c->session, NULL,

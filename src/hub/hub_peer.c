@@ -1,10 +1,10 @@
-/* runner_peer.c — is the peer of a session socket that container's runner
- * (the rules and why they suffice: runner_peer.h). Reads /proc only, never
+/* hub_peer.c — is the peer of a session socket that container's runner
+ * (the rules and why they suffice: hub_peer.h). Reads /proc only, never
  * Docker: it runs on the hub and gateway threads, at every connection.
  * Paths inside the container are resolved with openat2 in the peer's own
  * root, never following a link the tenant could have planted. No state, no
  * locks. */
-#include "sandboxd/runner_peer.h"
+#include "sandboxd/hub_peer.h"
 
 #include <dirent.h>
 #include <errno.h>
@@ -205,8 +205,7 @@ static int oldest_child(int root, long nspid, uint64_t start, const char **why)
         return r;
 }
 
-int runner_peer_verify(int fd, int dirfd, const struct runner_peer *known, struct runner_peer *ret,
-                       const char **ret_why)
+int hub_peer_verify(int fd, int dirfd, const struct hub_peer *known, struct hub_peer *ret, const char **ret_why)
 {
         struct ucred cred;
         socklen_t len = sizeof(cred);
@@ -295,14 +294,14 @@ alive:
                 goto refuse;
         if (pidfd >= 0 && syscall(SYS_pidfd_send_signal, pidfd, 0, NULL, 0) < 0)
                 goto refuse;
-        *ret = (struct runner_peer){.pid = cred.pid, .start = st.start, .init_pid = st.ppid, .init_start = pst.start};
+        *ret = (struct hub_peer){.pid = cred.pid, .start = st.start, .init_pid = st.ppid, .init_start = pst.start};
         return 0;
 refuse:
         *ret_why = why;
         return r;
 }
 
-int runner_peer_load(int dirfd, struct runner_peer *ret)
+int hub_peer_load(int dirfd, struct hub_peer *ret)
 {
         char buf[128];
         long long pid, init_pid;
@@ -314,14 +313,14 @@ int runner_peer_load(int dirfd, struct runner_peer *ret)
         if (sscanf(buf, "%lld %llu %lld %llu", &pid, &start, &init_pid, &init_start) != 4 || pid <= 0 ||
             init_pid <= 0 || pid > INT32_MAX || init_pid > INT32_MAX)
                 return -EPROTO;
-        *ret = (struct runner_peer){.pid = (pid_t)pid,
-                                    .start = start,
-                                    .init_pid = (pid_t)init_pid,
-                                    .init_start = init_start};
+        *ret = (struct hub_peer){.pid = (pid_t)pid,
+                                 .start = start,
+                                 .init_pid = (pid_t)init_pid,
+                                 .init_start = init_start};
         return 0;
 }
 
-int runner_peer_save(int dirfd, const struct runner_peer *peer)
+int hub_peer_save(int dirfd, const struct hub_peer *peer)
 {
         static const char tmp[] = RUNNER_PEER_FILE ".tmp";
         char buf[128];
@@ -346,7 +345,7 @@ int runner_peer_save(int dirfd, const struct runner_peer *peer)
         return 0;
 }
 
-int runner_fence_load(int dirfd, struct runner_fence ret[RUNNER_FENCED_MAX], size_t *ret_n)
+int hub_fence_load(int dirfd, struct hub_fence ret[RUNNER_FENCED_MAX], size_t *ret_n)
 {
         char buf[RUNNER_FENCED_MAX * 80 + 1], *line, *save = NULL;
         size_t n = 0;
@@ -358,13 +357,13 @@ int runner_fence_load(int dirfd, struct runner_fence ret[RUNNER_FENCED_MAX], siz
                 long long pid;
                 unsigned long long start, epoch;
                 if (sscanf(line, "%lld %llu %llu", &pid, &start, &epoch) == 3 && pid > 0 && pid <= INT32_MAX)
-                        ret[n++] = (struct runner_fence){.init_pid = (pid_t)pid, .init_start = start, .epoch = epoch};
+                        ret[n++] = (struct hub_fence){.init_pid = (pid_t)pid, .init_start = start, .epoch = epoch};
         }
         *ret_n = n;
         return 0;
 }
 
-int runner_fence_save(int dirfd, const struct runner_fence *list, size_t n)
+int hub_fence_save(int dirfd, const struct hub_fence *list, size_t n)
 {
         static const char tmp[] = RUNNER_FENCED_FILE ".tmp";
         char buf[RUNNER_FENCED_MAX * 80];
@@ -386,12 +385,12 @@ int runner_fence_save(int dirfd, const struct runner_fence *list, size_t n)
         return 0;
 }
 
-bool runner_peer_fenced(int dirfd, const struct runner_peer *peer, uint64_t *ret_epoch)
+bool hub_peer_fenced(int dirfd, const struct hub_peer *peer, uint64_t *ret_epoch)
 {
-        struct runner_fence list[RUNNER_FENCED_MAX];
+        struct hub_fence list[RUNNER_FENCED_MAX];
         size_t n = 0;
 
-        if (runner_fence_load(dirfd, list, &n) < 0)
+        if (hub_fence_load(dirfd, list, &n) < 0)
                 return false;
         for (size_t i = 0; i < n; i++)
                 if (list[i].init_pid == peer->init_pid && list[i].init_start == peer->init_start) {

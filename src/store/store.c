@@ -209,6 +209,18 @@ int store_exec_simple(struct store *s, const char *sql)
         return r < 0 ? r : 0;
 }
 
+int store_exec_key(struct store *s, const char *sql, const char *user, const char *session)
+{
+        _cleanup_(sq_end) struct store_query q = {};
+        int r = sq_start(&q, s, sql);
+        if (r < 0)
+                return r;
+        sq_text(&q, user);
+        sq_text(&q, session);
+        r = sq_exec(&q);
+        return r < 0 ? r : 0;
+}
+
 /* Grow a malloc'd array by one element; returns the new slot or NULL. */
 int sq_collect(struct store_query *q, size_t elem, void (*read_row)(struct store_query *q, void *row), void **ret,
                size_t *ret_n)

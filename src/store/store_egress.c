@@ -257,17 +257,9 @@ int store_egress_narrow_put(struct store *s, const char *user, const char *sessi
         r = store_tx_begin(s, &tx);
         if (r < 0)
                 return r;
-        {
-                _cleanup_(sq_end) struct store_query q = {};
-                r = sq_start(&q, s, "DELETE FROM egress_narrowing WHERE user_id = ?1 AND session_id = ?2");
-                if (r < 0)
-                        return r;
-                sq_text(&q, user);
-                sq_text(&q, session);
-                r = sq_exec(&q);
-                if (r < 0)
-                        return r;
-        }
+        r = store_exec_key(s, "DELETE FROM egress_narrowing WHERE user_id = ?1 AND session_id = ?2", user, session);
+        if (r < 0)
+                return r;
         if (n->allow_only && (r = narrow_row(s, user, session, "only", "", now_ms)) < 0)
                 return r;
         for (size_t i = 0; i < n->n_allow; i++)
@@ -315,16 +307,8 @@ int store_egress_narrow_get(struct store *s, const char *user, const char *sessi
 int store_egress_narrow_drop(struct store *s, const char *user, const char *session)
 {
         STORE_LOCK(s);
-        _cleanup_(sq_end) struct store_query q = {};
-        int r;
 
         if (!store_key_ok(user) || !store_key_ok(session))
                 return -EINVAL;
-        r = sq_start(&q, s, "DELETE FROM egress_narrowing WHERE user_id = ?1 AND session_id = ?2");
-        if (r < 0)
-                return r;
-        sq_text(&q, user);
-        sq_text(&q, session);
-        r = sq_exec(&q);
-        return r < 0 ? r : 0;
+        return store_exec_key(s, "DELETE FROM egress_narrowing WHERE user_id = ?1 AND session_id = ?2", user, session);
 }

@@ -69,6 +69,8 @@ int sq_collect(struct store_query *q, size_t elem, void (*read_row)(struct store
 #define SQ_COLLECT(q, read_row, ret, ret_n) sq_collect((q), sizeof(**(ret)), (read_row), (void **)(ret), (ret_n))
 
 int store_exec_simple(struct store *s, const char *sql);
+/* sql with ?1 = user and ?2 = session (a session's rows removed, say); 0 or -errno. */
+int store_exec_key(struct store *s, const char *sql, const char *user, const char *session);
 /* Grow a malloc'd array by one element; returns the new slot or NULL. */
 void *store_array_push(void **array, size_t *n, size_t *cap, size_t elem);
 

@@ -231,27 +231,14 @@ int store_session_secret_list(struct store *s, const char *user, const char *ses
 int store_session_secret_drop(struct store *s, const char *user, const char *session)
 {
         STORE_LOCK(s);
-        _cleanup_(sq_end) struct store_query q = {};
         int r;
 
         if (!user || !session)
                 return -EINVAL;
-        r = sq_start(&q, s, "DELETE FROM session_secrets WHERE user_id = ?1 AND session_id = ?2");
+        r = store_exec_key(s, "DELETE FROM session_secrets WHERE user_id = ?1 AND session_id = ?2", user, session);
         if (r < 0)
                 return r;
-        sq_text(&q, user);
-        sq_text(&q, session);
-        r = sq_exec(&q);
-        if (r < 0)
-                return r;
-        sq_end(&q);
-        r = sq_start(&q, s, "DELETE FROM session_ca WHERE user_id = ?1 AND session_id = ?2");
-        if (r < 0)
-                return r;
-        sq_text(&q, user);
-        sq_text(&q, session);
-        r = sq_exec(&q);
-        return r < 0 ? r : 0;
+        return store_exec_key(s, "DELETE FROM session_ca WHERE user_id = ?1 AND session_id = ?2", user, session);
 }
 
 int store_session_ca_add(struct store *s, const char *user, const char *session, const char *cert_pem,

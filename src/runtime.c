@@ -63,7 +63,8 @@ void runtime_free(struct runtime *rt)
         free(rt);
 }
 
-int runtime_for_user(struct runtime *rt, const char *user, char ret[RUNTIME_NAME_MAX])
+int runtime_for_user(struct runtime *rt, const char *user, char ret[RUNTIME_NAME_MAX],
+                     char ret_override[RUNTIME_NAME_MAX])
 {
         char over[16];
         int r = store_user_runtime_get(rt->store, user, over);
@@ -71,6 +72,8 @@ int runtime_for_user(struct runtime *rt, const char *user, char ret[RUNTIME_NAME
         if (r < 0)
                 return r;
         sbx_strlcpy(ret, over[0] ? over : rt->cfg->runtime, RUNTIME_NAME_MAX);
+        if (ret_override)
+                sbx_strlcpy(ret_override, over, RUNTIME_NAME_MAX);
         return 0;
 }
 
@@ -131,7 +134,7 @@ int runtime_set_user(struct runtime *rt, const char *user, const char *name, str
 static int session_policy(const char *user, char ret[16], struct sbx_error *err, void *ud)
 {
         struct runtime *rt = ud;
-        int r = runtime_for_user(rt, user, ret);
+        int r = runtime_for_user(rt, user, ret, NULL);
 
         if (r < 0)
                 return sbx_error_set(err, r, 0, "cannot read the runtime policy of %s: %s", user, strerror(-r));

@@ -474,6 +474,11 @@ int secrets_detach(struct store *st, const char *user, const char *session, cons
         return 0;
 }
 
+void secrets_detach_all(struct store *st, const char *user, const char *session)
+{
+        (void)store_session_secret_drop(st, user, session);
+}
+
 cJSON *secrets_attached_names(struct store *st, const char *user, const char *session)
 {
         _cleanup_free_ struct store_session_secret *rows = NULL;

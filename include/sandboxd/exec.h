@@ -255,6 +255,8 @@ int exec_cancel(struct exec_registry *e, const char *user, const char *id, bool 
 
 /* Running executions, globally and for one session (for stats and caps). */
 size_t exec_running_count(struct exec_registry *e, const char *user, const char *session);
+/* Executions the store records for one session, ended or not. */
+int exec_count_recorded(struct exec_registry *e, const char *user, const char *session, int64_t *ret);
 
 /* Resolve a workdir lexically under /workspace (NULL or "" is /workspace;
  * relative paths are under it); -EINVAL if it leaves /workspace. */
@@ -276,5 +278,28 @@ int exec_internal(struct exec_registry *e, const char *container_id, const char 
 /* Bytes of each stream spooled per execution; the rest is counted and
  * dropped (max_spool_per_session bounds a session's disk). */
 #define EXEC_OUTPUT_CAP_BYTES (INT64_C(64) << 20)
+
+/* ---- tasks (exec_tasks.c): durable handles on one execution each, the MCP
+ * tasks extension's. A user's task is another user's -ENOENT. ---- */
+struct store_task;
+/* An offset past any output: a status read that returns no bytes. */
+#define EXEC_OFFSET_NONE (INT64_MAX / 2)
+#define EXEC_TASK_TTL_MS (60 * 60 * 1000) /* a task lives this long from its creation */
+#define EXEC_TASK_POLL_MS 1000            /* the poll interval it suggests */
+#define EXEC_TASKS_PER_USER 64            /* live tasks per user */
+#define EXEC_TASKS_MAX 4096               /* live tasks in all */
+/* Whether id looks like a task id (32 lowercase hex). */
+bool exec_task_id_valid(const char *id);
+/* A task on user's execution_id, which must be in session; tool is "exec" or
+ * "run_code". -EINVAL, -ENOENT (no such execution there), -EBUSY (the caps). */
+int exec_task_create(struct exec_registry *e, const char *user, const char *session, const char *execution_id,
+                     const char *tool, struct store_task *ret, struct sbx_error *err);
+/* User's live task task_id (-ENOENT: unknown, expired, another user's, or malformed). */
+int exec_task_get(struct exec_registry *e, const char *user, const char *task_id, struct store_task *ret,
+                  struct sbx_error *err);
+/* Cancel task t (read by exec_task_get): -EALREADY when it already was, or its
+ * execution has ended; else the cancel is recorded (for good) and the
+ * execution cancelled. */
+int exec_task_cancel(struct exec_registry *e, const char *user, struct store_task *t, struct sbx_error *err);
 
 #endif

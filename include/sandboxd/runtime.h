@@ -23,8 +23,10 @@ void runtime_free(struct runtime *rt);
  * one when that runtime cannot run). */
 void runtime_attach(struct runtime *rt, struct session_manager *sm);
 
-/* The runtime of user's next container: the user's override, else the config's. */
-int runtime_for_user(struct runtime *rt, const char *user, char ret[RUNTIME_NAME_MAX]);
+/* The runtime of user's next container: the user's override, else the config's; and in
+ * ret_override (when not NULL) the override alone, "" when the user has none. */
+int runtime_for_user(struct runtime *rt, const char *user, char ret[RUNTIME_NAME_MAX],
+                     char ret_override[RUNTIME_NAME_MAX]);
 /* Whether name ("runc" | "runsc" | "microvm") can run here: runc always; runsc only when dockerd
  * lists it (scripts/setup.sh registers it); microvm when the engine has a microVM engine beside it
  * (QEMU and scripts/build-vm.sh's guest, engine_qemu.h). -ENOTSUP naming why otherwise. */

@@ -92,6 +92,8 @@ int secrets_attach(struct store *st, const char *user, const char *session, cons
                    struct sbx_error *err);
 int secrets_detach(struct store *st, const char *user, const char *session, const char *name, const char *actor,
                    struct sbx_error *err);
+/* Drop every attachment of session (a new session of an old name starts with none). */
+void secrets_detach_all(struct store *st, const char *user, const char *session);
 /* The names attached to session, a JSON array; NULL on a store error or OOM. */
 cJSON *secrets_attached_names(struct store *st, const char *user, const char *session);
 /* names (create_session's params.secrets): an array of at most

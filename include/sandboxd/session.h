@@ -177,6 +177,35 @@ void session_info_done(struct session_info *info);
 
 /* Snapshot without side effects (no activity, no Docker). -ENOENT if unknown. */
 int session_get_info(struct session_manager *m, const char *user, const char *session, struct session_info *ret);
+/* ---- what a session was made with (session_record.c): its labels and
+ * requested resources (the rules are sessspec.h's; fixed at creation) and its
+ * options (image, default env, TTL). ---- */
+struct store_session_spec;
+struct store_session_options;
+/* Record want for user's session id unless one is there: *ret_inserted says
+ * which; -EEXIST (err says so) when the recorded one differs. */
+int session_spec_record(struct session_manager *m, const char *user, const char *id,
+                        const struct store_session_spec *want, bool *ret_inserted, struct sbx_error *err);
+/* 0 when an existing session's recorded spec (none counts as empty) equals
+ * want, -EEXIST (err says so) when it differs. */
+int session_spec_check(struct session_manager *m, const char *user, const char *id,
+                       const struct store_session_spec *want, struct sbx_error *err);
+/* The recorded spec (free with store_session_spec_done); -ENOENT when none. */
+int session_spec_get(struct session_manager *m, const char *user, const char *id, struct store_session_spec *ret);
+/* Drop the recorded spec (a session that was never made, or is gone). */
+void session_spec_forget(struct session_manager *m, const char *user, const char *id);
+/* The recorded options (free with store_session_options_done); -ENOENT when none. */
+int session_options_get(struct session_manager *m, const char *user, const char *id, struct store_session_options *ret);
+/* Record what create_session makes id with: spec (NULL: none) replacing any
+ * left by a call that made nothing, then opt (when it sets anything). On
+ * failure nothing is left: -EEXIST, or the store's error; err says which. */
+int session_record_made(struct session_manager *m, const char *user, const char *id,
+                        const struct store_session_spec *spec, const struct store_session_options *opt,
+                        bool *ret_spec_new, struct sbx_error *err);
+/* Drop the recorded spec and options (the session was not made). */
+void session_record_forget(struct session_manager *m, const char *user, const char *id);
+/* Set (ttl_s > 0) or clear (0) the session's TTL, counted from now. */
+int session_set_ttl(struct session_manager *m, const char *user, const char *id, int64_t ttl_s, struct sbx_error *err);
 /* All known sessions, filtered by user and/or state (NULL = any). */
 int session_list(struct session_manager *m, const char *user, const enum session_state *state,
                  struct session_info **ret, size_t *ret_n);

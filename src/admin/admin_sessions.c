@@ -448,7 +448,7 @@ int admin_c_session_logs(struct admin_req *q, cJSON **ret, struct fronterr *e)
 int admin_c_user_runtime(struct admin_req *q, cJSON **ret, struct fronterr *e)
 {
         const char *user, *name;
-        char effective[RUNTIME_NAME_MAX], over[16];
+        char effective[RUNTIME_NAME_MAX], over[RUNTIME_NAME_MAX];
         struct sbx_error err = {0};
         int r;
 
@@ -465,9 +465,7 @@ int admin_c_user_runtime(struct admin_req *q, cJSON **ret, struct fronterr *e)
                 cJSON_AddStringToObject(detail, "runtime", name);
                 admin_audit(q, user, NULL, "user.runtime", detail);
         }
-        r = runtime_for_user(q->d->runtime, user, effective);
-        if (r == 0)
-                r = store_user_runtime_get(q->d->store, user, over);
+        r = runtime_for_user(q->d->runtime, user, effective, over);
         if (r < 0)
                 return fronterr_errno(e, r, NULL, NULL);
         *ret = cJSON_CreateObject();

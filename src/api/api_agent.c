@@ -465,7 +465,7 @@ static void add_options(struct api_req *q, const char *session, cJSON *o)
         struct store_session_options opt = {0};
 
         cJSON_AddItemToObject(o, "secrets", secrets_attached_names(q->d->store, q->tok.user, session));
-        if (store_session_options_get(q->d->store, q->tok.user, session, &opt) < 0) {
+        if (session_options_get(q->d->sessions, q->tok.user, session, &opt) < 0) {
                 cJSON_AddNullToObject(o, "expires_at");
                 return;
         }
@@ -614,30 +614,20 @@ static int create_session_claimed(struct api_req *q, const char *image, int64_t 
         opt.env_json = env_json;
         opt.expires_at = ttl > 0 ? sbx_wall_ms() + ttl * 1000 : 0;
         opt.created_at = sbx_wall_ms();
-        /* a spec left by an earlier call that made no session is replaced: this call creates it */
-        (void)store_session_spec_delete(q->d->store, q->tok.user, q->session);
-        if (spec && api_spec_record(q, spec, &spec_new, e) < 0)
-                return -1;
-        if (opt.image[0] || opt.env_json || opt.expires_at) {
-                r = store_session_options_set(q->d->store, q->tok.user, q->session, &opt);
-                if (r < 0) {
-                        (void)store_session_spec_delete(q->d->store, q->tok.user, q->session);
-                        return fronterr_errno(e, r, NULL, "cannot record the session's options");
-                }
-        }
+        r = session_record_made(q->d->sessions, q->tok.user, q->session, spec, &opt, &spec_new, &err);
+        if (r < 0)
+                return fronterr_errno(e, r, &err, NULL);
         r = session_acquire(q->d->sessions, q->tok.user, q->session, &s, &err);
         if (r < 0) {
-                if (session_get_info(q->d->sessions, q->tok.user, q->session, &info) == 0) {
+                if (session_get_info(q->d->sessions, q->tok.user, q->session, &info) == 0)
                         session_info_done(&info);
-                } else {
-                        (void)store_session_options_delete(q->d->store, q->tok.user, q->session);
-                        (void)store_session_spec_delete(q->d->store, q->tok.user, q->session);
-                }
+                else
+                        session_record_forget(q->d->sessions, q->tok.user, q->session);
                 return fronterr_errno(e, r, &err, "the session's container is not available");
         }
         session_release(s);
         /* a name attached by an earlier session of this name is not this one's */
-        (void)store_session_secret_drop(q->d->store, q->tok.user, q->session);
+        secrets_detach_all(q->d->store, q->tok.user, q->session);
         cJSON_ArrayForEach(it, secrets) {
                 r = secrets_attach(q->d->store, q->tok.user, q->session, it->valuestring, q->actor, &err);
                 if (r < 0) /* deleted since the check: the session stands, without it */
@@ -703,7 +693,7 @@ int api_m_destroy_session(struct api_req *q, cJSON **ret, struct fronterr *e)
 
 int api_m_set_session_ttl(struct api_req *q, cJSON **ret, struct fronterr *e)
 {
-        struct store_session_options opt = {0};
+        struct sbx_error err = {0};
         struct session_info info;
         int64_t ttl;
         cJSON *detail;
@@ -718,16 +708,9 @@ int api_m_set_session_ttl(struct api_req *q, cJSON **ret, struct fronterr *e)
         if (session_get_info(q->d->sessions, q->tok.user, q->session, &info) < 0)
                 return fronterr_set(e, "not_found", "no session %s", q->session);
         session_info_done(&info);
-        r = store_session_options_get(q->d->store, q->tok.user, q->session, &opt);
-        if (r < 0 && r != -ENOENT)
-                return fronterr_errno(e, r, NULL, "cannot read the session's options");
-        opt.expires_at = ttl > 0 ? sbx_wall_ms() + ttl * 1000 : 0;
-        if (!opt.created_at)
-                opt.created_at = sbx_wall_ms();
-        r = store_session_options_set(q->d->store, q->tok.user, q->session, &opt);
-        store_session_options_done(&opt);
+        r = session_set_ttl(q->d->sessions, q->tok.user, q->session, ttl, &err);
         if (r < 0)
-                return fronterr_errno(e, r, NULL, "cannot record the session's TTL");
+                return fronterr_errno(e, r, &err, NULL);
         detail = cJSON_CreateObject();
         cJSON_AddNumberToObject(detail, "ttl_seconds", (double)ttl);
         (void)audit_record_json(q->d->store, q->actor, q->tok.user, q->session, "session.ttl", detail);
@@ -758,7 +741,7 @@ static cJSON *session_row(const struct api_req *q, const struct session_info *s,
         cJSON_AddStringToObject(o, "state", state);
         cJSON_AddStringToObject(o, "image", s->image);
         jsonutil_add_text(o, "runtime", s->runtime); /* null: none yet, or the engine's default */
-        if (store_exec_count(q->d->store, s->user, s->session, &execs) == 0)
+        if (exec_count_recorded(q->d->exec, s->user, s->session, &execs) == 0)
                 cJSON_AddNumberToObject(o, "executions", (double)execs);
         cJSON_AddNumberToObject(o, "executions_running", (double)exec_running_count(q->d->exec, s->user, s->session));
         daemon_session_node(q->d, s->user, s->session, node, sizeof(node));

@@ -21,7 +21,7 @@
 #include "sandboxd/token.h"
 
 #define API_WAIT_SLICE_MS 1000
-#define API_OFFSET_NONE (INT64_MAX / 2) /* an offset past any output: cheap status polls */
+#define API_OFFSET_NONE EXEC_OFFSET_NONE /* an offset past any output: cheap status polls */
 
 struct sockserver;
 
@@ -83,13 +83,8 @@ void api_idem_bind_execution(struct api_req *q, const char *execution_id);
  * result). In api_methods.c. */
 int api_execution_reply(struct api_req *q, const char *id, cJSON **ret, struct fronterr *e);
 
-/* api_tasks.c: the MCP tasks methods (create_task, get_task, cancel_task).
- * A task lives API_TASK_TTL_MS; a user holds at most API_TASKS_PER_USER
- * live ones (API_TASKS_MAX in all). */
-#define API_TASK_TTL_MS (60 * 60 * 1000)
-#define API_TASK_POLL_MS 1000
-#define API_TASKS_PER_USER 64
-#define API_TASKS_MAX 4096
+/* api_tasks.c: the MCP tasks methods (create_task, get_task, cancel_task),
+ * over exec.h's tasks. */
 api_method_fn api_tasks_method_find(const char *name);
 /* A method that needs no params.session (it names its object by id alone). */
 bool api_tasks_sessionless(const char *name);

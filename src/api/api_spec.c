@@ -2,8 +2,8 @@
  * recording them when a call creates a session (create_session, or the
  * first call of any session method that names them), refusing a later call
  * that asks for different ones, and showing them in session_info and
- * list_sessions. The rules are sessspec.h's; the row is the store's
- * (session_spec). No state, no threads. */
+ * list_sessions. The rules are sessspec.h's; the row is the session
+ * module's (session_spec_*, session.h). No state, no threads. */
 #include <errno.h>
 #include <string.h>
 
@@ -36,25 +36,15 @@ int api_spec_parse(struct api_req *q, struct store_session_spec *ret, bool *ret_
 
 int api_spec_record(struct api_req *q, const struct store_session_spec *want, bool *ret_inserted, struct fronterr *e)
 {
-        struct store_session_spec have = {0}, w = *want;
-        int r;
+        struct sbx_error err = {0};
+        int r = session_spec_record(q->d->sessions, q->tok.user, q->session, want, ret_inserted, &err);
 
-        w.created_at = sbx_wall_ms();
-        r = store_session_spec_claim(q->d->store, q->tok.user, q->session, &w, &have, ret_inserted);
-        if (r < 0)
-                return fronterr_errno(e, r, NULL, "cannot record the session's labels and resources");
-        r = sessspec_equal(&have, want) ? 0
-                                        : fronterr_set(e, "conflict",
-                                                       "session %s was created with other labels or resources; they "
-                                                       "are fixed at creation (destroy_session it to change them)",
-                                                       q->session);
-        store_session_spec_done(&have);
-        return r;
+        return r < 0 ? fronterr_errno(e, r, &err, NULL) : 0;
 }
 
 int api_spec_first_use(struct api_req *q, bool *ret_recorded, struct fronterr *e)
 {
-        struct store_session_spec want = {0}, have = {0};
+        struct store_session_spec want = {0};
         struct session_info info;
         bool given, known;
         int r;
@@ -67,19 +57,12 @@ int api_spec_first_use(struct api_req *q, bool *ret_recorded, struct fronterr *e
                 return r;
         known = session_get_info(q->d->sessions, q->tok.user, q->session, &info) == 0;
         if (known) {
+                struct sbx_error err = {0};
+
                 session_info_done(&info);
-                /* a session made without a spec has none: asking for one now is asking for another */
-                r = store_session_spec_get(q->d->store, q->tok.user, q->session, &have);
-                if (r < 0 && r != -ENOENT)
-                        r = fronterr_errno(e, r, NULL, "cannot read the session's labels and resources");
-                else if (!sessspec_equal(&have, &want))
-                        r = fronterr_set(e, "conflict",
-                                         "session %s exists with other labels or resources; they are fixed at "
-                                         "creation (destroy_session it to change them)",
-                                         q->session);
-                else
-                        r = 0;
-                store_session_spec_done(&have);
+                r = session_spec_check(q->d->sessions, q->tok.user, q->session, &want, &err);
+                if (r < 0)
+                        r = fronterr_errno(e, r, &err, NULL);
         } else {
                 r = api_spec_record(q, &want, ret_recorded, e);
         }
@@ -95,13 +78,13 @@ void api_spec_forget_unmade(struct api_req *q)
                 session_info_done(&info);
                 return;
         }
-        (void)store_session_spec_delete(q->d->store, q->tok.user, q->session);
+        session_spec_forget(q->d->sessions, q->tok.user, q->session);
 }
 
 void api_spec_add(struct api_req *q, const char *session, cJSON *o)
 {
         struct store_session_spec spec = {0};
-        bool have = store_session_spec_get(q->d->store, q->tok.user, session, &spec) == 0;
+        bool have = session_spec_get(q->d->sessions, q->tok.user, session, &spec) == 0;
 
         sessspec_add_json(o, &q->d->cfg, have ? &spec : NULL);
         store_session_spec_done(&spec);
@@ -130,7 +113,7 @@ bool api_spec_matches(struct api_req *q, const char *session, const cJSON *filte
 
         if (!filter)
                 return true;
-        if (store_session_spec_get(q->d->store, q->tok.user, session, &spec) < 0)
+        if (session_spec_get(q->d->sessions, q->tok.user, session, &spec) < 0)
                 return false;
         ok = sessspec_labels_match(spec.labels_json, filter);
         store_session_spec_done(&spec);
@@ -142,7 +125,7 @@ void api_spec_add_labels(struct api_req *q, const char *session, cJSON *o)
         struct store_session_spec spec = {0};
         cJSON *labels;
 
-        if (store_session_spec_get(q->d->store, q->tok.user, session, &spec) == 0 && spec.labels_json &&
+        if (session_spec_get(q->d->sessions, q->tok.user, session, &spec) == 0 && spec.labels_json &&
             (labels = cJSON_Parse(spec.labels_json)))
                 cJSON_AddItemToObject(o, "labels", labels);
         store_session_spec_done(&spec);

@@ -1,14 +1,10 @@
 /* api_tasks.c — the API methods behind the MCP tasks extension
  * (io.modelcontextprotocol/tasks): create_task, get_task, cancel_task.
  *
- * A task is a durable handle (the mcp_tasks table, migration 0013) on one
- * execution that an MCP tool call started; its status is derived from that
- * execution's state each time it is read, so nothing has to keep it up to
- * date. Tasks belong to the token's user: another user's task id is
- * not_found, exactly like an unknown or expired one. Each user holds at
- * most API_TASKS_PER_USER live tasks (API_TASKS_MAX in all); a task lives
- * API_TASK_TTL_MS from its creation, and expired rows are deleted at the
- * next creation (and by `sandboxd --gc`).
+ * A task is a durable handle on one execution that an MCP tool call
+ * started; the exec module keeps them (exec_tasks.c: ownership, caps, expiry,
+ * cancel). This file reads params and shows a task with its status, derived
+ * from its execution's state each time it is read.
  *
  * These methods are registered through api_tasks_method_find (called by
  * api_method_find); get_task and cancel_task need no params.session. */
@@ -32,18 +28,6 @@ static int p_str(struct api_req *q, const char *name, size_t max, const char **r
                 return fronterr_set(e, "invalid", "params.%s is too long", name);
         *ret = v->valuestring;
         return 0;
-}
-
-static bool task_id_ok(const char *id)
-{
-        size_t n = strlen(id);
-
-        if (n != 32)
-                return false;
-        for (size_t i = 0; i < n; i++)
-                if (!((id[i] >= '0' && id[i] <= '9') || (id[i] >= 'a' && id[i] <= 'f')))
-                        return false;
-        return true;
 }
 
 /* The task with its status, from the execution's current state. */
@@ -103,40 +87,15 @@ static int m_create_task(struct api_req *q, cJSON **ret, struct fronterr *e)
 {
         const char *exec_id, *tool;
         struct store_task t = {0};
-        struct exec_result res;
         struct sbx_error err = {0};
         int r;
 
         if (p_str(q, "execution_id", sizeof(t.execution_id) - 1, &exec_id, e) < 0 ||
             p_str(q, "tool", sizeof(t.tool) - 1, &tool, e) < 0)
                 return -1;
-        if (strcmp(tool, "exec") != 0 && strcmp(tool, "run_code") != 0)
-                return fronterr_set(e, "invalid", "params.tool must be exec or run_code");
-        r = exec_status(q->d->exec, q->tok.user, exec_id, API_OFFSET_NONE, API_OFFSET_NONE, 1, 0, &res, &err);
+        r = exec_task_create(q->d->exec, q->tok.user, q->session, exec_id, tool, &t, &err);
         if (r < 0)
                 return fronterr_errno(e, r, &err, NULL);
-        r = strcmp(res.session, q->session);
-        exec_result_done(&res);
-        if (r != 0)
-                return fronterr_set(e, "not_found", "no execution %s in session %s", exec_id, q->session);
-
-        r = sbx_random_hex(t.task_id, 16);
-        if (r < 0)
-                return fronterr_set(e, "internal", "no randomness for a task id");
-        snprintf(t.user_id, sizeof(t.user_id), "%s", q->tok.user);
-        snprintf(t.session_id, sizeof(t.session_id), "%s", q->session);
-        snprintf(t.execution_id, sizeof(t.execution_id), "%s", exec_id);
-        snprintf(t.tool, sizeof(t.tool), "%s", tool);
-        t.ttl_ms = API_TASK_TTL_MS;
-        t.poll_interval_ms = API_TASK_POLL_MS;
-        t.created_at = t.updated_at = sbx_wall_ms();
-        t.expires_at = t.created_at + t.ttl_ms;
-        r = store_task_add(q->d->store, &t, t.created_at, API_TASKS_PER_USER, API_TASKS_MAX);
-        if (r == -EDQUOT)
-                return fronterr_set(e, "busy", "too many live tasks (at most %d per user): follow or cancel some first",
-                                    API_TASKS_PER_USER);
-        if (r < 0)
-                return fronterr_errno(e, r, NULL, "cannot record the task");
         *ret = task_json(q, &t);
         return 0;
 }
@@ -144,17 +103,14 @@ static int m_create_task(struct api_req *q, cJSON **ret, struct fronterr *e)
 static int own_task(struct api_req *q, struct store_task *t, struct fronterr *e)
 {
         const char *id;
+        struct sbx_error err = {0};
         int r;
 
         if (p_str(q, "task_id", 64, &id, e) < 0)
                 return -1;
-        if (!task_id_ok(id))
-                return fronterr_set(e, "not_found", "no task %.64s", id);
-        r = store_task_get(q->d->store, q->tok.user, id, sbx_wall_ms(), t);
-        if (r == -ENOENT)
-                return fronterr_set(e, "not_found", "no task %s", id);
+        r = exec_task_get(q->d->exec, q->tok.user, id, t, &err);
         if (r < 0)
-                return fronterr_errno(e, r, NULL, "cannot read the task");
+                return fronterr_errno(e, r, &err, NULL);
         return 0;
 }
 
@@ -169,34 +125,19 @@ static int m_get_task(struct api_req *q, cJSON **ret, struct fronterr *e)
 }
 
 /* A task already cancelled, or whose execution already ended, cannot be
- * cancelled (already_finished); otherwise the request is recorded, which makes the task
- * cancelled for good, and the execution is cancelled. */
+ * cancelled (already_finished); otherwise the cancel is recorded, which makes
+ * the task cancelled for good, and the execution is cancelled (exec_tasks.c). */
 static int m_cancel_task(struct api_req *q, cJSON **ret, struct fronterr *e)
 {
         struct store_task t;
-        struct exec_result res;
         struct sbx_error err = {0};
         int r;
 
         if (own_task(q, &t, e) < 0)
                 return -1;
-        if (t.cancel_requested)
-                return fronterr_set(e, "already_finished", "task %s is already cancelled", t.task_id);
-        if (exec_status(q->d->exec, q->tok.user, t.execution_id, API_OFFSET_NONE, API_OFFSET_NONE, 1, 0, &res, &err) ==
-            0) {
-                bool final = exec_state_is_final(res.state);
-                exec_result_done(&res);
-                if (final)
-                        return fronterr_set(e, "already_finished", "task %s has already ended", t.task_id);
-        }
-        r = store_task_mark_cancel(q->d->store, q->tok.user, t.task_id, sbx_wall_ms());
-        if (r < 0 && r != -ENOENT)
-                return fronterr_errno(e, r, NULL, "cannot record the cancel");
-        t.cancel_requested = true;
-        r = exec_cancel(q->d->exec, q->tok.user, t.execution_id, false, &err);
-        if (r < 0 && r != -ENOENT && r != -EALREADY)
-                log_ctx(LOG_LEVEL_WARN, q->tok.user, t.session_id, NULL, "api: cancel_task %s: %s", t.task_id,
-                        err.msg[0] ? err.msg : strerror(-r));
+        r = exec_task_cancel(q->d->exec, q->tok.user, &t, &err);
+        if (r < 0)
+                return fronterr_errno(e, r, &err, NULL);
         *ret = task_json(q, &t);
         return 0;
 }

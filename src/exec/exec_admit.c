@@ -32,6 +32,11 @@ static bool holds_slot(struct execution *x)
         return r;
 }
 
+int exec_count_recorded(struct exec_registry *e, const char *user, const char *session, int64_t *ret)
+{
+        return store_exec_count(e->store, user, session, ret);
+}
+
 size_t exec_running_count(struct exec_registry *e, const char *user, const char *session)
 {
         size_t n = 0;

@@ -9,6 +9,7 @@
  *                   with the TERM -> KILL escalation as a small state
  *   exec_adopt.c    after a restart: executions the runner still runs
  *   exec_results.c  reading results: live or stored, spool files, lists
+ *   exec_tasks.c    tasks: durable handles on one execution each (MCP tasks)
  *
  * Locks (the same in every file):
  *   e->lock   the registry of live executions (e->live), every execution's

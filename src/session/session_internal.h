@@ -10,6 +10,8 @@
  *   session_share.c      admission against the session caps, and the fair
  *                        share of limits.sessions (which session gives way)
  *   session_pause.c      pause and resume, the idle pause, the paused caps
+ *   session_record.c     what a session was made with (labels, resources,
+ *                        options) as the store keeps it, for the fronts
  * Private to src/; other modules use sandboxd/session.h.
  *
  * Locks (every piece keeps them):

@@ -252,35 +252,20 @@ int store_session_options_get(struct store *s, const char *user, const char *ses
 int store_session_options_delete(struct store *s, const char *user, const char *session)
 {
         STORE_LOCK(s);
-        _cleanup_(sq_end) struct store_query q = {};
-        int r;
 
         if (!store_key_ok(user) || !store_key_ok(session))
                 return -EINVAL;
-        r = sq_start(&q, s, "DELETE FROM session_options WHERE user_id = ?1 AND session_id = ?2");
-        if (r < 0)
-                return r;
-        sq_text(&q, user);
-        sq_text(&q, session);
-        r = sq_exec(&q);
-        return r < 0 ? r : 0;
+        return store_exec_key(s, "DELETE FROM session_options WHERE user_id = ?1 AND session_id = ?2", user, session);
 }
 
 int store_session_options_clear_ttl(struct store *s, const char *user, const char *session)
 {
         STORE_LOCK(s);
-        _cleanup_(sq_end) struct store_query q = {};
-        int r;
 
         if (!store_key_ok(user) || !store_key_ok(session))
                 return -EINVAL;
-        r = sq_start(&q, s, "UPDATE session_options SET expires_at = NULL WHERE user_id = ?1 AND session_id = ?2");
-        if (r < 0)
-                return r;
-        sq_text(&q, user);
-        sq_text(&q, session);
-        r = sq_exec(&q);
-        return r < 0 ? r : 0;
+        return store_exec_key(s, "UPDATE session_options SET expires_at = NULL WHERE user_id = ?1 AND session_id = ?2",
+                              user, session);
 }
 
 int store_session_options_expired(struct store *s, int64_t now_ms, size_t limit, char (**ret_users)[65],

@@ -56,14 +56,7 @@ int store_context_delete(struct store *s, const char *user, const char *session,
 int store_context_delete_session(struct store *s, const char *user, const char *session)
 {
         STORE_LOCK(s);
-        _cleanup_(sq_end) struct store_query q = {};
-        int r = sq_start(&q, s, "DELETE FROM contexts WHERE user_id = ?1 AND session_id = ?2");
-        if (r < 0)
-                return r;
-        sq_text(&q, user);
-        sq_text(&q, session);
-        r = sq_exec(&q);
-        return r < 0 ? r : 0;
+        return store_exec_key(s, "DELETE FROM contexts WHERE user_id = ?1 AND session_id = ?2", user, session);
 }
 
 int store_context_list(struct store *s, const char *user, const char *session, struct store_context **ret,

@@ -78,23 +78,11 @@ int store_gc_session_forget(struct store *s, const char *user, const char *sessi
                 return -ESTALE;
         sq_end(&q);
         /* create_session's options go with the session (issue 17) */
-        r = sq_start(&q, s, "DELETE FROM session_options WHERE user_id = ?1 AND session_id = ?2");
+        r = store_exec_key(s, "DELETE FROM session_options WHERE user_id = ?1 AND session_id = ?2", user, session);
         if (r < 0)
                 return r;
-        sq_text(&q, user);
-        sq_text(&q, session);
-        r = sq_exec(&q);
-        if (r < 0)
-                return r;
-        sq_end(&q);
         /* and its labels and resources (issue 29) */
-        r = sq_start(&q, s, "DELETE FROM session_spec WHERE user_id = ?1 AND session_id = ?2");
-        if (r < 0)
-                return r;
-        sq_text(&q, user);
-        sq_text(&q, session);
-        r = sq_exec(&q);
-        return r < 0 ? r : 0;
+        return store_exec_key(s, "DELETE FROM session_spec WHERE user_id = ?1 AND session_id = ?2", user, session);
 }
 
 int store_gc_port_release(struct store *s, int port, const char *user, const char *session)

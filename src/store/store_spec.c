@@ -97,18 +97,10 @@ int store_session_spec_get(struct store *s, const char *user, const char *sessio
 int store_session_spec_delete(struct store *s, const char *user, const char *session)
 {
         STORE_LOCK(s);
-        _cleanup_(sq_end) struct store_query q = {};
-        int r;
 
         if (!store_key_ok(user) || !store_key_ok(session))
                 return -EINVAL;
-        r = sq_start(&q, s, "DELETE FROM session_spec WHERE user_id = ?1 AND session_id = ?2");
-        if (r < 0)
-                return r;
-        sq_text(&q, user);
-        sq_text(&q, session);
-        r = sq_exec(&q);
-        return r < 0 ? r : 0;
+        return store_exec_key(s, "DELETE FROM session_spec WHERE user_id = ?1 AND session_id = ?2", user, session);
 }
 
 void store_session_labels_free(struct store_session_labels *rows, size_t n)

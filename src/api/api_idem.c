@@ -4,8 +4,8 @@
  *
  * A request carrying params.idempotency_key is keyed by (token user, method,
  * key) and fingerprinted by the SHA-256 of its canonical params (keys sorted
- * at every level, the key itself left out). The key is claimed in the store
- * (store_idem_claim: a UNIQUE insert) before the method runs, so of two
+ * at every level, the key itself left out; idem.h). The key is claimed
+ * (idem_claim: a UNIQUE insert in the store) before the method runs, so of two
  * concurrent duplicates only one runs; the other waits for the first to
  * finish and answers as a retry would. Then, within API_IDEMPOTENCY_WINDOW_S:
  *   - the same key and the same request answer with the first call's
@@ -32,8 +32,7 @@
 #include "api_internal.h"
 #include "sandboxd/daemon.h"
 #include "sandboxd/log.h"
-#include "sandboxd/sha256.h"
-#include "sandboxd/store.h"
+#include "sandboxd/idem.h"
 
 #define IDEM_PENDING_SLICE_MS 200
 
@@ -63,93 +62,9 @@ static bool idem_method(const char *method, enum idem_kind *ret_kind)
         return false;
 }
 
-bool api_idem_key_valid(const char *key)
+static struct idem_ref ref_of(const struct api_req *q)
 {
-        size_t n = 0;
-
-        if (!key)
-                return false;
-        for (const char *p = key; *p; p++, n++) {
-                char c = *p;
-                bool ok = (c >= 'A' && c <= 'Z') || (c >= 'a' && c <= 'z') || (c >= '0' && c <= '9') || c == '-' ||
-                          c == '_' || c == '.' || c == ':';
-                if (!ok || n >= STORE_IDEM_KEY_MAX)
-                        return false;
-        }
-        return n > 0;
-}
-
-static int member_cmp(const void *a, const void *b)
-{
-        const cJSON *x = *(const cJSON *const *)a, *y = *(const cJSON *const *)b;
-        return strcmp(x->string ? x->string : "", y->string ? y->string : "");
-}
-
-/* A copy of v with every object's members sorted by name (requests are
- * small: reqguard bounds their elements and depth before they are parsed). */
-static cJSON *canonical(const cJSON *v)
-{
-        _cleanup_free_ const cJSON **members = NULL;
-        const cJSON *it;
-        size_t n = 0;
-        cJSON *out;
-
-        if (cJSON_IsArray(v)) {
-                out = cJSON_CreateArray();
-                cJSON_ArrayForEach(it, v)
-                        cJSON_AddItemToArray(out, canonical(it));
-                return out;
-        }
-        if (!cJSON_IsObject(v))
-                return cJSON_Duplicate(v, false);
-        out = cJSON_CreateObject();
-        cJSON_ArrayForEach(it, v)
-                n++;
-        members = calloc(n ? n : 1, sizeof(*members));
-        if (!out || !members) {
-                cJSON_Delete(out);
-                return NULL;
-        }
-        n = 0;
-        cJSON_ArrayForEach(it, v)
-                members[n++] = it;
-        qsort(members, n, sizeof(*members), member_cmp);
-        for (size_t i = 0; i < n; i++)
-                cJSON_AddItemToObject(out, members[i]->string ? members[i]->string : "", canonical(members[i]));
-        return out;
-}
-
-/* The fingerprint of a request: method and canonical params, the key left out. */
-static int request_hash(const char *method, const cJSON *params, char out[65])
-{
-        cJSON *copy = cJSON_Duplicate(params, true), *canon;
-        char *text;
-        struct sha256 h;
-        uint8_t digest[32];
-        int r;
-
-        if (!copy)
-                return -ENOMEM;
-        cJSON_DeleteItemFromObjectCaseSensitive(copy, "idempotency_key");
-        /* a retry is the same request under a new trace (reqctx.h) */
-        cJSON_DeleteItemFromObjectCaseSensitive(copy, "traceparent");
-        cJSON_DeleteItemFromObjectCaseSensitive(copy, "request_id");
-        canon = canonical(copy);
-        cJSON_Delete(copy);
-        text = canon ? cJSON_PrintUnformatted(canon) : NULL;
-        cJSON_Delete(canon);
-        if (!text)
-                return -ENOMEM;
-        sha256_init(&h);
-        sha256_update(&h, method, strlen(method) + 1);
-        sha256_update(&h, text, strlen(text));
-        r = sha256_final(&h, digest);
-        free(text);
-        if (r < 0)
-                return r;
-        for (int i = 0; i < 32; i++)
-                snprintf(out + 2 * i, 3, "%02x", digest[i]);
-        return 0;
+        return (struct idem_ref){q->d->store, q->tok.user, q->method, q->idem_key};
 }
 
 void api_idem_bind_execution(struct api_req *q, const char *execution_id)
@@ -158,7 +73,9 @@ void api_idem_bind_execution(struct api_req *q, const char *execution_id)
 
         if (!q->idem_key)
                 return;
-        r = store_idem_set_execution(q->d->store, q->tok.user, q->method, q->idem_key, execution_id);
+        struct idem_ref k = ref_of(q);
+
+        r = idem_bind_execution(&k, execution_id);
         if (r < 0)
                 log_ctx(LOG_LEVEL_WARN, q->tok.user, q->session, NULL,
                         "api: cannot record execution %s under its idempotency key: %s", execution_id, strerror(-r));
@@ -201,7 +118,8 @@ static int wait_pending(struct api_req *q, struct store_idem *row, struct fronte
                 sbx_sleep_ms(IDEM_PENDING_SLICE_MS);
                 if (api_should_abandon(q))
                         return 2;
-                r = store_idem_get(q->d->store, q->tok.user, q->method, q->idem_key, row);
+                struct idem_ref k = ref_of(q);
+                r = idem_get(&k, row);
                 if (r == -ENOENT)
                         return 0;
                 if (r < 0)
@@ -223,21 +141,19 @@ int api_idem_call(struct api_req *q, api_method_fn fn, cJSON **ret, struct front
                 return fronterr_set(e, "invalid", "%s does not take params.idempotency_key", q->method);
         if (!cJSON_IsString(k))
                 return fronterr_set(e, "bad_request", "params.idempotency_key must be a string");
-        if (!api_idem_key_valid(k->valuestring))
+        if (!idem_key_valid(k->valuestring))
                 return fronterr_set(e, "invalid", "params.idempotency_key must be 1-%d characters of [A-Za-z0-9._:-]",
-                                    STORE_IDEM_KEY_MAX);
-        r = request_hash(q->method, q->params, hash);
+                                    IDEM_KEY_MAX);
+        r = idem_fingerprint(q->method, q->params, hash);
         if (r < 0)
                 return fronterr_set(e, "internal", "out of memory");
         q->idem_key = k->valuestring;
 
         for (;;) {
                 struct store_idem row = {0};
-                int64_t now = sbx_wall_ms(); /* stored, and judged by --gc: unix ms (store.h) */
+                struct idem_ref ref = ref_of(q);
 
-                r = store_idem_claim(q->d->store, q->tok.user, q->method, q->idem_key, hash, now,
-                                     now + (int64_t)q->d->cfg.idempotency_window_s * 1000,
-                                     q->d->cfg.idempotency_max_keys, &row);
+                r = idem_claim(&ref, hash, q->d->cfg.idempotency_window_s, q->d->cfg.idempotency_max_keys, &row);
                 if (r == -EDQUOT)
                         return fronterr_set(
                                 e, "quota_exceeded",
@@ -263,10 +179,12 @@ int api_idem_call(struct api_req *q, api_method_fn fn, cJSON **ret, struct front
                         return r;
         }
 
+        struct idem_ref ref = ref_of(q);
+
         r = fn(q, ret, e);
         if (r == 0 && kind == IDEM_RESULT) {
                 char *text = cJSON_PrintUnformatted(*ret);
-                int s = text ? store_idem_finish(q->d->store, q->tok.user, q->method, q->idem_key, text) : -ENOMEM;
+                int s = text ? idem_finish(&ref, text) : -ENOMEM;
                 free(text);
                 if (s >= 0)
                         return 0;
@@ -275,6 +193,6 @@ int api_idem_call(struct api_req *q, api_method_fn fn, cJSON **ret, struct front
                         strerror(-s));
         }
         if (!q->idem_bound || kind != IDEM_EXECUTION)
-                (void)store_idem_release(q->d->store, q->tok.user, q->method, q->idem_key);
+                idem_release(&ref);
         return r;
 }

@@ -73,8 +73,6 @@ const struct api_method_doc *api_tasks_method_doc_at(size_t i);
  * method takes one (a table of method names), else just run fn. Same
  * returns as a method. */
 int api_idem_call(struct api_req *q, api_method_fn fn, cJSON **ret, struct fronterr *e);
-/* 1-STORE_IDEM_KEY_MAX characters of [A-Za-z0-9._:-]. */
-bool api_idem_key_valid(const char *key);
 /* A method that starts an execution names it to the key it runs under (a
  * no-op without one); retries then answer from that execution. */
 void api_idem_bind_execution(struct api_req *q, const char *execution_id);

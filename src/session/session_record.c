@@ -22,8 +22,7 @@ int session_spec_record(struct session_manager *m, const char *user, const char 
         w.created_at = sbx_wall_ms();
         r = store_session_spec_claim(m->store, user, id, &w, &have, ret_inserted);
         if (r < 0)
-                return sbx_error_set(err, r, 0, "cannot record the session's labels and resources: %s",
-                                     strerror(-r));
+                return sbx_error_set(err, r, 0, "cannot record the session's labels and resources: %s", strerror(-r));
         r = sessspec_equal(&have, want) ? 0
                                         : sbx_error_set(err, -EEXIST, 0,
                                                         "session %s was created with other labels or resources; "
@@ -65,8 +64,7 @@ void session_spec_forget(struct session_manager *m, const char *user, const char
         (void)store_session_spec_delete(m->store, user, id);
 }
 
-int session_options_get(struct session_manager *m, const char *user, const char *id,
-                        struct store_session_options *ret)
+int session_options_get(struct session_manager *m, const char *user, const char *id, struct store_session_options *ret)
 {
         return store_session_options_get(m->store, user, id, ret);
 }
@@ -101,8 +99,7 @@ void session_record_forget(struct session_manager *m, const char *user, const ch
         session_spec_forget(m, user, id);
 }
 
-int session_set_ttl(struct session_manager *m, const char *user, const char *id, int64_t ttl_s,
-                    struct sbx_error *err)
+int session_set_ttl(struct session_manager *m, const char *user, const char *id, int64_t ttl_s, struct sbx_error *err)
 {
         struct store_session_options opt = {0};
         int r;

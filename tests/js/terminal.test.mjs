@@ -18,6 +18,9 @@ describe('the terminal WebSocket', () => {
 
         before(async () => {
                 d = new Daemon();
+                // room for nine shells, so the terminals' own cap (8 per user) is the one reached
+                d.env.SANDBOXD_LIMITS_EXEC_PER_USER = '20';
+                d.env.SANDBOXD_LIMITS_EXEC_GLOBAL = '20';
                 ({ ca, port } = await d.startHttps());
                 token = await d.createToken('alice');
                 url = `wss://127.0.0.1:${port}/v1/terminal`;

@@ -75,7 +75,8 @@ int websocket_reader_init(struct websocket_reader *r, size_t max_message)
 {
         memset(r, 0, sizeof(*r));
         r->max_message = max_message;
-        r->in_cap = max_message + WEBSOCKET_HEADER_MAX;
+        /* a whole frame always fits: a data frame up to the cap, a control frame up to 125 */
+        r->in_cap = (max_message > WEBSOCKET_CONTROL_MAX ? max_message : WEBSOCKET_CONTROL_MAX) + WEBSOCKET_HEADER_MAX;
         r->in = malloc(r->in_cap);
         r->msg = malloc(max_message ? max_message : 1);
         if (!r->in || !r->msg) {

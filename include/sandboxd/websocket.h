@@ -55,9 +55,9 @@ int websocket_accept_key(const char *key, char ret[WEBSOCKET_ACCEPT_LEN + 1]);
 size_t websocket_frame_header(uint8_t ret[WEBSOCKET_HEADER_MAX], enum websocket_opcode op, uint64_t len);
 
 /* The reader of one client. Bytes go in through websocket_reader_space and
- * websocket_reader_commit (at most max_message + WEBSOCKET_HEADER_MAX wait
- * at once, so a whole frame always fits); websocket_reader_next hands out
- * messages. */
+ * websocket_reader_commit (at most the larger of max_message and
+ * WEBSOCKET_CONTROL_MAX, + WEBSOCKET_HEADER_MAX, wait at once, so a whole
+ * frame always fits); websocket_reader_next hands out messages. */
 struct websocket_reader {
         size_t max_message;
         uint8_t *in; /* raw bytes not yet parsed */

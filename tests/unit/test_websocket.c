@@ -201,6 +201,18 @@ Test(websocket, fragmented_control_is_refused, .init = setup, .fini = teardown)
         expect_close(buf, frame(buf, 0x09, "p", 1, 0, false), WEBSOCKET_CLOSE_PROTOCOL);
 }
 
+Test(websocket, full_ping_fits_a_small_reader, .init = setup, .fini = teardown)
+{
+        uint8_t buf[300], payload[WEBSOCKET_CONTROL_MAX];
+        struct websocket_message m;
+
+        memset(payload, 'p', sizeof(payload));
+        cr_assert_eq(websocket_reader_feed(&r, buf, frame(buf, 0x89, payload, sizeof(payload), 0, false)), 0);
+        cr_assert_eq(websocket_reader_next(&r, &m), 1);
+        cr_assert_eq(m.op, WEBSOCKET_PING);
+        cr_assert_eq(m.len, WEBSOCKET_CONTROL_MAX);
+}
+
 Test(websocket, long_control_is_refused, .init = setup, .fini = teardown)
 {
         uint8_t buf[300], payload[126] = {0};
@@ -295,10 +307,52 @@ Test(websocket, close_reason_not_utf8_is_refused, .init = setup, .fini = teardow
 
 Test(websocket, room_is_bounded, .init = setup, .fini = teardown)
 {
-        uint8_t big[MAX + WEBSOCKET_HEADER_MAX + 1] = {0};
+        /* MAX is below a control frame's 125: the room is for the larger */
+        uint8_t big[WEBSOCKET_CONTROL_MAX + WEBSOCKET_HEADER_MAX + 1] = {0};
         size_t room;
 
         cr_assert_eq(websocket_reader_feed(&r, big, sizeof(big)), -ENOBUFS);
         websocket_reader_space(&r, &room);
-        cr_assert_eq(room, MAX + WEBSOCKET_HEADER_MAX);
+        cr_assert_eq(room, WEBSOCKET_CONTROL_MAX + WEBSOCKET_HEADER_MAX);
+}
+
+/* Random bytes in random pieces (a fixed seed, so a failure repeats): the
+ * reader never reads or writes out of bounds (run under the sanitizers in
+ * CI), never takes more than its room, and every message it hands out fits
+ * the cap; a refusal names one of the three codes. */
+Test(websocket, random_input_is_handled, .init = setup, .fini = teardown)
+{
+        unsigned seed = 12345;
+
+        for (int round = 0; round < 2000; round++) {
+                struct websocket_message m;
+                bool ended = false;
+
+                websocket_reader_done(&r);
+                cr_assert_eq(websocket_reader_init(&r, MAX), 0);
+                for (int step = 0; step < 20 && !ended; step++) {
+                        uint8_t chunk[40];
+                        size_t room, n = (size_t)(rand_r(&seed) % sizeof(chunk));
+                        int k;
+
+                        for (size_t i = 0; i < n; i++)
+                                chunk[i] = (uint8_t)rand_r(&seed);
+                        if (step == 0 && n)
+                                chunk[0] &= 0x8f; /* often a valid first byte, so parsing goes deeper */
+                        if (step == 0 && n > 1)
+                                chunk[1] |= 0x80;
+                        websocket_reader_space(&r, &room);
+                        if (n > room)
+                                n = room;
+                        cr_assert_eq(websocket_reader_feed(&r, chunk, n), 0);
+                        while ((k = websocket_reader_next(&r, &m)) == 1)
+                                cr_assert_leq(m.len, (m.op & 0x08) ? WEBSOCKET_CONTROL_MAX : MAX);
+                        if (k < 0) {
+                                cr_assert(r.close_code == WEBSOCKET_CLOSE_PROTOCOL ||
+                                          r.close_code == WEBSOCKET_CLOSE_BAD_DATA ||
+                                          r.close_code == WEBSOCKET_CLOSE_TOO_BIG);
+                                ended = true;
+                        }
+                }
+        }
 }

@@ -1,8 +1,10 @@
-// api.js — the console's only door to sandboxd: POST /v1/<method> and the
-// GET /v1/events stream of this origin, with the token in an Authorization
-// header. The token lives in this module's variable and nowhere else (no
+// api.js — the console's only door to sandboxd: POST /v1/<method>, the
+// GET /v1/events stream and the terminal's WebSocket of this origin, with the
+// token in an Authorization header (the WebSocket: in its first message).
+// The token lives in this module's variable and nowhere else (no
 // URL, cookie, localStorage or sessionStorage): closing or reloading the tab
-// forgets it. Any 401 signs the tab out (a revoked or expired token).
+// forgets it. Any 401 (a close with 4401 on the WebSocket) signs the tab out
+// (a revoked or expired token).
 
 let token = null;
 let onSignedOut = () => {};
@@ -109,4 +111,20 @@ export async function followEvents(since, onEvent, onStatus, signal) {
                 await new Promise((r) => setTimeout(r, backoff));
                 backoff = Math.min(backoff * 2, 10000);
         }
+}
+
+/** A WebSocket to path (/v1/terminal) of this origin speaking protocol. Its
+ *  first message is first with the token added: the token is never in the
+ *  URL or a header. A close with 4401 (the token refused: revoked, expired
+ *  or wrong) signs the tab out, as a 401 does. */
+export function openSocket(path, protocol, first) {
+        if (token === null) throw new ApiError(401, 'unauthorized', 'not signed in');
+        const mine = token;
+        const ws = new WebSocket(`${location.protocol === 'https:' ? 'wss:' : 'ws:'}//${location.host}${path}`, protocol);
+        ws.binaryType = 'arraybuffer';
+        ws.addEventListener('open', () => ws.send(JSON.stringify({ ...first, token: mine })));
+        ws.addEventListener('close', (ev) => {
+                if (ev.code === 4401 && token === mine) unauthorized();
+        });
+        return ws;
 }

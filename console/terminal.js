@@ -1,18 +1,17 @@
-// terminal.js — a terminal into the session on its page (issue 39): a tty
-// execution of the session's shell (exec {tty, rows, cols}, as any execution
-// of the token's user), its output read by get_execution long-polls from the
-// offset read so far, keys sent by send_stdin in order (one request in
-// flight), and the screen's size followed by resize_terminal. A small screen
+// terminal.js — a terminal into the session on its page (issue 39): a
+// WebSocket to /v1/terminal (sandboxd.terminal.v1, api.js openSocket), whose
+// daemon end runs the session's shell as a tty execution of the token's user
+// (as any execution: exec {tty, rows, cols}) and carries its output as binary
+// frames, the keys typed as binary frames and the screen's size as
+// {"type":"resize"} messages, in order on the one connection. A small screen
 // model: text, CR, LF, backspace, tab, cursor moves and erases; colours and
 // other escape sequences are dropped. Output reaches the page as text nodes
 // only, never as HTML.
-import { call } from './api.js';
+import { openSocket } from './api.js';
 
 const $ = (id) => document.getElementById(id);
 const SCROLLBACK = 2000; // lines kept
-const POLL_WAIT_S = 10; // a get_execution long-poll
-const TIMEOUT_S = 3600; // the terminal's limit (the daemon's default exec.timeout_max); refused: its default
-const SHELL = 'exec "${SHELL:-/bin/sh}" -i';
+const PROTOCOL = 'sandboxd.terminal.v1';
 const KEYS = {
         Enter: '\r',
         Backspace: '\x7f',
@@ -30,7 +29,7 @@ const KEYS = {
 };
 
 let session = null; // the session of the page
-let t = null; // the open terminal: { session, id, lines, row, col, esc, off, queue, sending, rows, cols, sizing, closed }
+let t = null; // the open terminal: { session, ws, id, lines, row, col, esc, queue, rows, cols, closed, decoder }
 
 export function init() {
         const screen = $('terminal-screen');
@@ -75,41 +74,60 @@ function measure() {
         return { rows: fit(h / lineHeight), cols: fit(w / (box.width / 10 || 8)) };
 }
 
-async function open() {
+function open() {
         if (!session || (t && !t.closed)) return;
         const { rows, cols } = measure();
-        const me = { session, id: null, lines: [''], row: 0, col: 0, esc: null, off: 0, queue: '', sending: false, rows, cols, sizing: false, closed: false };
+        let ws;
+        try {
+                ws = openSocket('/v1/terminal', PROTOCOL, { type: 'auth', session, rows, cols });
+        } catch (e) {
+                setState('closed', `Cannot open a terminal: ${e.message}`);
+                return;
+        }
+        const me = { session, ws, id: null, lines: [''], row: 0, col: 0, esc: null, queue: [], rows, cols, closed: false, decoder: new TextDecoder() };
         t = me;
         $('terminal-screen').replaceChildren();
         setState('starting', 'Starting a shell…');
-        const params = { session, command: SHELL, tty: true, rows, cols, background: true };
-        let r;
+        ws.addEventListener('message', (ev) => onMessage(me, ev.data));
+        ws.addEventListener('close', (ev) => {
+                if (me.closed) return;
+                me.closed = true;
+                if (t !== me) return;
+                if (me.id === null) setState('closed', `Cannot open a terminal: ${me.error || ev.reason || `connection closed (${ev.code})`}`);
+                else setState('ended', me.exit || `Terminal lost: ${me.error || ev.reason || `connection closed (${ev.code})`}`);
+        });
+}
+
+function onMessage(me, data) {
+        if (typeof data !== 'string') {
+                write(me, me.decoder.decode(new Uint8Array(data), { stream: true }));
+                render(me);
+                return;
+        }
+        let m;
         try {
-                try {
-                        r = await call('exec', { ...params, timeout_seconds: TIMEOUT_S });
-                } catch (e) {
-                        if (!/timeout_seconds/.test(e.message)) throw e;
-                        r = await call('exec', params); // a lower exec.timeout_max: the default limit
-                }
-        } catch (e) {
+                m = JSON.parse(data);
+        } catch {
+                return;
+        }
+        if (m.type === 'ready') {
+                me.id = m.execution_id;
+                const screen = $('terminal-screen');
+                screen.dataset.rows = me.rows;
+                screen.dataset.cols = me.cols;
                 if (t === me) {
-                        me.closed = true;
-                        setState('closed', `Cannot open a terminal: ${e.message}`);
+                        setState('running', `Shell running (${me.cols} × ${me.rows}).`);
+                        screen.focus();
                 }
-                return;
+                for (const b of me.queue.splice(0)) me.ws.send(b);
+                resize();
+        } else if (m.type === 'exit') {
+                me.exit = `The shell ended (${m.state}${m.exit_code !== undefined && m.exit_code !== null ? `, exit ${m.exit_code}` : ''}).`;
+        } else if (m.type === 'error') {
+                me.error = m.message || m.code;
+        } else if (m.type === 'warning' && t === me) {
+                $('terminal-status').textContent = `Not done: ${m.message || m.code}`;
         }
-        if (me.closed) {
-                call('cancel_execution', { session: me.session, execution_id: r.execution_id, force: true }).catch(() => {});
-                return;
-        }
-        me.id = r.execution_id;
-        const screen = $('terminal-screen');
-        screen.dataset.rows = rows;
-        screen.dataset.cols = cols;
-        setState('running', `Shell running (${cols} × ${rows}).`);
-        screen.focus();
-        if (me.queue) flush(me);
-        pump(me);
 }
 
 function close(text) {
@@ -117,90 +135,32 @@ function close(text) {
         const me = t;
         t = null;
         me.closed = true;
-        if (me.id) call('cancel_execution', { session: me.session, execution_id: me.id, force: true }).catch(() => {});
+        me.ws.close(1000, 'closed'); // the daemon cancels the shell with its connection
         setState('closed', text);
 }
 
-/** Read the terminal's output until it ends or is closed. */
-async function pump(me) {
-        const decoder = new TextDecoder();
-        while (!me.closed) {
-                let r;
-                try {
-                        r = await call('get_execution', {
-                                session: me.session,
-                                execution_id: me.id,
-                                wait: POLL_WAIT_S,
-                                stdout_offset: me.off,
-                                encoding: 'base64',
-                        });
-                } catch (e) {
-                        if (!me.closed) {
-                                me.closed = true;
-                                if (t === me) setState('ended', `Terminal lost: ${e.message}`);
-                        }
-                        return;
-                }
-                if (me.closed) return;
-                if (r.stdout && r.stdout_next_offset > me.off) {
-                        const bin = atob(r.stdout);
-                        const bytes = new Uint8Array(bin.length);
-                        for (let i = 0; i < bin.length; i++) bytes[i] = bin.charCodeAt(i);
-                        me.off = r.stdout_next_offset;
-                        write(me, decoder.decode(bytes, { stream: true }));
-                        render(me);
-                }
-                if (r.state !== 'running' && r.state !== 'pending' && !(r.stdout_bytes > me.off)) {
-                        me.closed = true;
-                        if (t === me) setState('ended', `The shell ended (${r.state}${r.exit_code !== undefined && r.exit_code !== null ? `, exit ${r.exit_code}` : ''}).`);
-                        return;
-                }
-        }
-}
+const encoder = new TextEncoder();
 
 function send(s) {
         if (!t || t.closed || !s) return;
-        t.queue += s;
-        if (t.id && !t.sending) flush(t);
+        const bytes = encoder.encode(s);
+        if (t.id === null) t.queue.push(bytes);
+        else t.ws.send(bytes);
 }
 
-/** Send the queued keys, one send_stdin at a time so they arrive in order. */
-async function flush(me) {
-        me.sending = true;
-        while (me.queue && !me.closed) {
-                const data = me.queue;
-                me.queue = '';
-                try {
-                        await call('send_stdin', { session: me.session, execution_id: me.id, data });
-                } catch (e) {
-                        $('terminal-status').textContent = `Input not sent: ${e.message}`;
-                        break;
-                }
-        }
-        me.sending = false;
-}
-
-async function resize() {
+/** Follow the screen's size; the message goes in order with the keys. */
+function resize() {
         const me = t;
-        if (!me.id || me.sizing) return;
-        me.sizing = true;
-        for (;;) {
-                const { rows, cols } = measure();
-                if ((rows === me.rows && cols === me.cols) || me.closed) break;
-                try {
-                        await call('resize_terminal', { session: me.session, execution_id: me.id, rows, cols });
-                } catch (e) {
-                        $('terminal-status').textContent = `Cannot resize the terminal: ${e.message}`;
-                        break;
-                }
-                me.rows = rows;
-                me.cols = cols;
-                const screen = $('terminal-screen');
-                screen.dataset.rows = rows;
-                screen.dataset.cols = cols;
-                $('terminal-status').textContent = `Shell running (${cols} × ${rows}).`;
-        }
-        me.sizing = false;
+        if (!me || me.id === null || me.closed) return;
+        const { rows, cols } = measure();
+        if (rows === me.rows && cols === me.cols) return;
+        me.ws.send(JSON.stringify({ type: 'resize', rows, cols }));
+        me.rows = rows;
+        me.cols = cols;
+        const screen = $('terminal-screen');
+        screen.dataset.rows = rows;
+        screen.dataset.cols = cols;
+        $('terminal-status').textContent = `Shell running (${cols} × ${rows}).`;
 }
 
 function onKey(ev) {

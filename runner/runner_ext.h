@@ -2,7 +2,9 @@
  * runner binary): the main loop and framing in sandboxd-runner.c,
  * executions in runner_execution.c, their processes and terminals in
  * runner_proc.c, workspace files in runner_files.c, services in
- * runner_svc.c, all on the main thread's one poll loop. The network
+ * runner_svc.c, all on the main thread's one poll loop. (runner_watch.c, directory
+ * watchers for E2B's WatchDir, has its header runner_watch.h and is not yet
+ * part of the binary: issue 36, its frames are still to come.) The network
  * channels (runner_net.c) run on a second thread with an epoll loop of its
  * own: it shares no state with these (only the pure reconnect_step) and
  * blocks every signal, so SIGCHLD always reaches the main loop. */

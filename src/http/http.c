@@ -2,7 +2,8 @@
  * with GnuTLS, bearer tokens, POST /v1/<method> through the API dispatcher
  * (api_call), and SSE for streamed executions. No logic of its own beyond
  * routing, authentication and formatting. SSE streams are http_sse.c, the
- * MCP endpoint http_mcp.c, the browser console's files http_console.c.
+ * MCP endpoint http_mcp.c, the browser console's files http_console.c and its
+ * terminal, a WebSocket, http_terminal.c.
  *
  * Threads: MHD's listening thread accepts (on_accept applies the caps
  * first); every connection gets one MHD thread (MHD_USE_THREAD_PER_CONNECTION,
@@ -318,6 +319,12 @@ static void request_begin(struct http_server *srv, struct MHD_Connection *conn, 
                         __atomic_store_n(&hc->authed, true, __ATOMIC_RELAXED);
                 return;
         }
+        if (strcmp(url, "/v1/terminal") == 0) { /* a WebSocket: its token comes in its first message */
+                int st = http_terminal_check(srv, conn, verb, &rq->code, rq->msg, sizeof(rq->msg));
+                rq->terminal = st == 0;
+                rq->status = st;
+                return;
+        }
         rq->mcp = strcmp(url, "/mcp") == 0;
         rq->events = strcmp(url, "/v1/events") == 0 && strcmp(verb, MHD_HTTP_METHOD_GET) == 0; /* http_events.c */
         if (!rq->mcp && strncmp(url, "/v1/", 4) != 0)
@@ -437,6 +444,8 @@ static enum MHD_Result on_request(void *cls, struct MHD_Connection *conn, const 
                 request_begin(srv, conn, hc, rq, url, verb);
                 if (rq->console)
                         return http_console_request(conn, url, verb);
+                if (rq->terminal)
+                        return http_terminal_request(srv, conn, hc, &rq->term);
                 if (rq->e2b && e2b_decided(rq->e2b))
                         return (enum MHD_Result)e2b_respond(rq->e2b, conn,
                                                             hc->api.auth_failures >= HTTP_MAX_AUTH_FAILURES);
@@ -499,6 +508,7 @@ static void on_completed(void *cls, struct MHD_Connection *conn, void **con_cls,
                 (void)MHD_set_connection_option(conn, MHD_CONNECTION_OPTION_TIMEOUT,
                                                 (unsigned)srv->d->cfg.http_timeout_s);
         e2b_req_free(rq->e2b);
+        http_terminal_done(rq->term);
         free(rq->body);
         free(rq);
         *con_cls = NULL;
@@ -880,8 +890,10 @@ void http_server_stop(struct http_server *srv)
                 pthread_join(srv->reaper, NULL);
         /* every wait in a handler polls srv->stopping: the connection threads end;
          * an upgraded one's waits for its relay, ended here (the API front's) */
-        if (srv->mhd && !srv->metrics)
+        if (srv->mhd && !srv->metrics) {
                 e2b_proxy_stop();
+                http_terminal_stop();
+        }
         if (srv->mhd)
                 MHD_stop_daemon(srv->mhd);
         pthread_mutex_lock(&srv->lock);

@@ -15,6 +15,7 @@
 #include "sandboxd/http.h"
 
 struct http_mcp_session;
+struct term;
 
 struct http_conn;
 
@@ -77,7 +78,23 @@ struct http_req {
         bool console;        /* /console/... (http_console.c) */
         bool timeout_off;    /* the connection's idle limit is lifted while this request is answered */
         struct e2b_req *e2b; /* E2B's control API or envd (src/e2b/, e2b.h) */
+        bool terminal;       /* GET /v1/terminal, a WebSocket (http_terminal.c) */
+        struct term *term;   /* its connection once answered (a reference, dropped by on_completed) */
 };
+
+/* The console's terminal over a WebSocket (http_terminal.c). */
+#define HTTP_TERMINAL_PROTOCOL "sandboxd.terminal.v1" /* the Sec-WebSocket-Protocol it speaks */
+/* Whether the request may be upgraded: 0, or an HTTP status with *ret_code
+ * and msg (403 for an Origin not of this front, before anything else). */
+int http_terminal_check(struct http_server *srv, struct MHD_Connection *conn, const char *verb, const char **ret_code,
+                        char *msg, size_t msg_size);
+/* The 101 (or a refusal past the caps); *ret the reference of the request. */
+enum MHD_Result http_terminal_request(struct http_server *srv, struct MHD_Connection *conn, struct http_conn *hc,
+                                      struct term **ret);
+/* The request is done: drop its reference (NULL: nothing). */
+void http_terminal_done(struct term *t);
+/* End every terminal (the server stops); MHD_stop_daemon then waits for their CLOSE. */
+void http_terminal_stop(void);
 
 /* The request's trace id (reqctx.h): its traceparent or X-Request-Id
  * header, else params.traceparent / params.request_id, else a fresh one. */

@@ -1,7 +1,9 @@
 // The browser console (console/, served at /console/ by the HTTPS front) in
 // a real browser: Debian's chromium driven by puppeteer-core, against a real
 // sandboxd over HTTPS. Sign in, a session appearing live, its page with an
-// execution's output, pause and resume, a download, another tenant editing
+// execution's output, a terminal over its WebSocket (the token in no URL or
+// header; a page of another origin refused, 403 before the upgrade; a
+// revoked token signed out by the socket's 4401), pause and resume, a download, another tenant editing
 // the URL, an operator token seeing every user's sessions and its pages
 // (users and quotas, pool, nodes, health) that a tenant neither sees nor reads,
 // hostile output and file names shown as text with no script run, a
@@ -171,6 +173,15 @@ describe('the browser console', { skip: !haveChromium && `no ${CHROMIUM}` }, () 
                 const seen = (re) =>
                         page.waitForFunction((src) => new RegExp(src).test(document.getElementById('terminal-screen').textContent), {}, re.source);
                 const size = () => page.$eval('#terminal-screen', (e) => `${e.dataset.rows} ${e.dataset.cols}`);
+                // over a WebSocket: no API request while it runs, and the token in neither its URL nor its headers
+                const termCdp = await page.createCDPSession();
+                await termCdp.send('Network.enable');
+                const sockets = [];
+                termCdp.on('Network.webSocketCreated', (e) => sockets.push({ url: e.url }));
+                termCdp.on('Network.webSocketWillSendHandshakeRequest', (e) => (sockets.at(-1).headers = e.request.headers));
+                const apiCalls = [];
+                const onRequest = (req) => req.url().includes('/v1/') && !req.url().endsWith('/v1/events') && apiCalls.push(req.url());
+                page.on('request', onRequest);
                 await page.click('#terminal-open');
                 await page.waitForSelector('#terminal-screen[data-state="running"]');
                 await page.focus('#terminal-screen');
@@ -195,6 +206,13 @@ describe('the browser console', { skip: !haveChromium && `no ${CHROMIUM}` }, () 
                 await seen(/\n<img src=x onerror=alert\(9\)>ok\n/);
                 assert.equal(await page.$$eval('#terminal-screen img', (l) => l.length), 0);
                 await shot(page, '3b-terminal');
+                page.off('request', onRequest);
+                await termCdp.detach();
+                assert.deepEqual(apiCalls, [], 'the terminal made no API request of its own');
+                assert.equal(sockets.length, 1, JSON.stringify(sockets));
+                assert.equal(sockets[0].url, `wss://127.0.0.1:${port}/v1/terminal`);
+                assert.equal(sockets[0].headers['Sec-WebSocket-Protocol'], 'sandboxd.terminal.v1');
+                assert.ok(!JSON.stringify(sockets[0]).includes(alice), 'the token is in no URL or header');
                 await page.click('#terminal-close');
                 await page.waitForSelector('#terminal-screen[data-state="closed"]');
                 assert.match(await screenText(), /ok/, 'the screen keeps what it showed');
@@ -336,7 +354,43 @@ describe('the browser console', { skip: !haveChromium && `no ${CHROMIUM}` }, () 
                         r.body.sessions.some((s) => s.session === 'live1' && s.state === 'running'),
                         'the cross-origin destroy did nothing',
                 );
+                // the terminal's WebSocket refuses a page of another origin: it never opens
+                const crossWs = await evil.evaluate(
+                        (u) =>
+                                new Promise((res) => {
+                                        const ws = new WebSocket(u, 'sandboxd.terminal.v1');
+                                        ws.onopen = () => res('open');
+                                        ws.onclose = (ev) => res(`closed ${ev.code}`);
+                                }),
+                        `wss://127.0.0.1:${port}/v1/terminal`,
+                );
+                assert.equal(crossWs, 'closed 1006');
+                // ... with a 403 before the upgrade (seen from Node, which reads the status)
+                assert.equal(await upgradeStatus(`http://127.0.0.1:${other.address().port}`), 403);
+                assert.equal(await upgradeStatus(origin), 101);
+                assert.equal(await upgradeStatus(null), 101); // no Origin: not a browser, no forgery
                 await evil.close();
+
+                // a revoked token is signed out by the terminal's WebSocket (close 4401)
+                const r2 = await socketRequest(d.adminSocket, { cmd: 'token.create', user: 'alice', role: 'agent' });
+                assert.ok(r2.ok, JSON.stringify(r2));
+                const termPage = await newPage();
+                await signIn(termPage, r2.result.token);
+                await termPage.evaluate(() => (location.hash = '#/session/alice/live1'));
+                await termPage.waitForSelector('#session-view:not([hidden]) #terminal-open:not([hidden])');
+                await termPage.waitForSelector('#session-facts[data-state="running"]');
+                const revokedCdp = await termPage.createCDPSession();
+                await revokedCdp.send('Network.enable');
+                const frames = [];
+                revokedCdp.on('Network.webSocketFrameReceived', (e) => frames.push(e.response.payloadData));
+                r = await socketRequest(d.adminSocket, { cmd: 'token.revoke', id: r2.result.id });
+                assert.ok(r.ok, JSON.stringify(r));
+                await termPage.click('#terminal-open');
+                await termPage.waitForSelector('#signin-view:not([hidden])');
+                assert.match(await termPage.$eval('#signin-error', (e) => e.textContent), /revoked/);
+                assert.ok(frames.some((f) => /"code":"unauthorized"/.test(f)), JSON.stringify(frames));
+                await shot(termPage, '8a-terminal-signed-out');
+                await termPage.close();
 
                 // a revoked token is signed out at its next request
                 r = await socketRequest(d.adminSocket, { cmd: 'token.revoke', id: aliceId });
@@ -348,6 +402,32 @@ describe('the browser console', { skip: !haveChromium && `no ${CHROMIUM}` }, () 
 
                 assert.deepEqual(dialogs, [], 'no script ran a dialog');
         });
+
+        /** The status of a WebSocket upgrade to /v1/terminal sent with origin (null: none). */
+        function upgradeStatus(o) {
+                return new Promise((resolve, reject) => {
+                        const headers = {
+                                Connection: 'Upgrade',
+                                Upgrade: 'websocket',
+                                'Sec-WebSocket-Version': '13',
+                                'Sec-WebSocket-Key': 'dGhlIHNhbXBsZSBub25jZQ==',
+                                'Sec-WebSocket-Protocol': 'sandboxd.terminal.v1',
+                        };
+                        if (o) headers.Origin = o;
+                        const req = https.request({ hostname: '127.0.0.1', port, path: '/v1/terminal', headers, ca });
+                        req.on('upgrade', (res, sock) => {
+                                assert.equal(res.headers['sec-websocket-accept'], 's3pPLMBiTxaQ9kYGzzhZRbK+xOo=');
+                                sock.destroy();
+                                resolve(res.statusCode);
+                        });
+                        req.on('response', (res) => {
+                                res.resume();
+                                resolve(res.statusCode);
+                        });
+                        req.on('error', reject);
+                        req.end();
+                });
+        }
 
         /** Poll an API call from Node until ok(body) (60 s at most). */
         async function until(token, method, params, ok) {

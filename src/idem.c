@@ -101,8 +101,7 @@ int idem_fingerprint(const char *method, const cJSON *params, char out[65])
         return 0;
 }
 
-int idem_claim(const struct idem_ref *k, const char *hash, int64_t window_s, int64_t max_keys,
-               struct store_idem *ret)
+int idem_claim(const struct idem_ref *k, const char *hash, int64_t window_s, int64_t max_keys, struct store_idem *ret)
 {
         int64_t now = sbx_wall_ms();
 

@@ -30,8 +30,7 @@ int idem_fingerprint(const char *method, const cJSON *params, char out[65]);
 /* Claim k for a request of fingerprint hash, for window_s seconds: 1 when
  * claimed, 0 when already held (*ret is its row: free with store_idem_done),
  * -EDQUOT when the user holds max_keys live keys. */
-int idem_claim(const struct idem_ref *k, const char *hash, int64_t window_s, int64_t max_keys,
-               struct store_idem *ret);
+int idem_claim(const struct idem_ref *k, const char *hash, int64_t window_s, int64_t max_keys, struct store_idem *ret);
 /* k's row now (-ENOENT: released meanwhile). */
 int idem_get(const struct idem_ref *k, struct store_idem *ret);
 /* k is answered by execution_id's record from now on. */

@@ -21,13 +21,10 @@
 #include "sandboxd/daemon.h"
 #include "sandboxd/exec.h"
 #include "sandboxd/log.h"
-#include "sandboxd/hub.h"
-#include "sandboxd/hub_dir.h"
-#include "sandboxd/runner_proto.h"
 #include "sandboxd/scripts.h"
 #include "sandboxd/secrets.h"
-#include "sandboxd/secrets_ca.h"
 #include "sandboxd/session.h"
+#include "sandboxd/sessenv.h"
 #include "sandboxd/store.h"
 #include "sandboxd/testrun.h"
 #include "sandboxd/utf8.h"
@@ -91,94 +88,16 @@ static int parse_session_env(struct api_req *q, char **ret_json, struct fronterr
         return *ret_json ? 0 : fronterr_set(e, "internal", "out of memory");
 }
 
-/* Append NAME=value to env unless the request names NAME itself (its own value wins). */
-static int env_add_default(const char **env, char **env_buf, size_t *n_env, size_t max, const char *name,
-                           const char *value, struct fronterr *e)
-{
-        size_t nl = strlen(name);
-
-        for (size_t i = 0; i < *n_env; i++)
-                if (strncmp(env[i], name, nl) == 0 && env[i][nl] == '=')
-                        return 0;
-        if (*n_env >= max)
-                return fronterr_set(e, "too_large", "params.env and the session's environment exceed %zu entries", max);
-        if (asprintf(&env_buf[*n_env], "%s=%s", name, value) < 0) {
-                env_buf[*n_env] = NULL;
-                return fronterr_set(e, "internal", "out of memory");
-        }
-        env[*n_env] = env_buf[*n_env];
-        (*n_env)++;
-        return 0;
-}
-
-/* A session with a secret attached trusts its own CA (secrets_ca.h): the
- * bundle goes into its runner directory (root's, mounted read-only, so
- * nothing in it was planted by the container) and the usual variables name
- * it. Without a runner there is no egress proxy to intercept, and no bundle. */
-static int ca_env(struct api_req *q, const char **env, char **env_buf, size_t *n_env, size_t max, struct fronterr *e)
-{
-        static const char *const vars[] = {"SSL_CERT_FILE",  "REQUESTS_CA_BUNDLE", "NODE_EXTRA_CA_CERTS",
-                                           "CURL_CA_BUNDLE", "PIP_CERT",           "NPM_CONFIG_CAFILE"};
-        char dir[SBX_PATH_MAX];
-        _cleanup_free_ char *cert = NULL, *bundle = NULL;
-        size_t len = 0;
-        int r;
-
-        if (!q->d->secrets)
-                return 0;
-        /* the directory is the container's: made first (the execution would make it next anyway) */
-        if (api_preflight_session(q, e) < 0)
-                return -1;
-        if (hub_dir(q->d->runner, q->tok.user, q->session, dir) < 0 || dir[0] != '/')
-                return 0;
-        if (!hub_dir_has(dir, RUNNER_DIR_CA_BUNDLE)) {
-                r = secrets_ca_get(q->d->secrets, q->d->store, q->tok.user, q->session, &cert, NULL);
-                if (r == 0)
-                        r = secrets_ca_bundle(cert, &bundle, &len);
-                if (r == 0)
-                        r = hub_dir_put_file(dir, RUNNER_DIR_CA_BUNDLE, bundle, len, false);
-                if (r < 0 && r != -EEXIST) {
-                        log_ctx(LOG_LEVEL_WARN, q->tok.user, q->session, NULL,
-                                "cannot write the session's CA bundle: %s", strerror(-r));
-                        return 0;
-                }
-        }
-        for (size_t i = 0; i < ELEMENTSOF(vars); i++) {
-                r = env_add_default(env, env_buf, n_env, max, vars[i], RP_SOCKET_DIR "/" RUNNER_DIR_CA_BUNDLE, e);
-                if (r < 0)
-                        return r;
-        }
-        return 0;
-}
-
 int api_agent_default_env(struct api_req *q, const char **env, char **env_buf, size_t *n_env, size_t max,
                           struct fronterr *e)
 {
-        struct store_session_options o = {0};
-        _cleanup_free_ struct store_session_secret *att = NULL;
-        size_t n_att = 0;
-        cJSON *obj = NULL, *it;
-        int r = 0;
+        const struct sessenv c = {q->d->sessions, q->d->store, q->d->secrets, q->d->runner, q->d->egress};
+        struct sessenv_vec v = {env, env_buf, *n_env, max};
+        struct sbx_error err = {0};
+        int r = sessenv_add(&c, q->tok.user, q->session, &v, &err);
 
-        if (store_session_options_get(q->d->store, q->tok.user, q->session, &o) == 0 && o.env_json)
-                obj = cJSON_Parse(o.env_json);
-        store_session_options_done(&o);
-        cJSON_ArrayForEach(it, obj) {
-                if (!cJSON_IsString(it) || !it->string)
-                        continue;
-                r = env_add_default(env, env_buf, n_env, max, it->string, it->valuestring, e);
-                if (r < 0)
-                        break;
-        }
-        cJSON_Delete(obj);
-        /* attached secrets (issue 37): their placeholders, never their values */
-        if (r == 0 && store_session_secret_list(q->d->store, q->tok.user, q->session, &att, &n_att) < 0)
-                r = fronterr_set(e, "internal", "cannot read the session's secrets");
-        for (size_t i = 0; r == 0 && i < n_att; i++)
-                r = env_add_default(env, env_buf, n_env, max, att[i].name, att[i].placeholder, e);
-        if (r == 0 && n_att > 0)
-                r = ca_env(q, env, env_buf, n_env, max, e);
-        return r;
+        *n_env = v.n;
+        return r < 0 ? fronterr_errno(e, r, &err, NULL) : 0;
 }
 
 /* ---- the script cache ---- */

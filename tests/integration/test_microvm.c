@@ -278,3 +278,72 @@ Test(microvm, exec_files_pause_destroy)
         }
         cr_assert_eq(session_destroy(d->sessions, "plain", "s", true, &err), 0, "%s", err.msg);
 }
+
+/* A daemon with user vmuser switched to microvm, its session s booted. */
+static void vm_session(const char *session)
+{
+        struct session *s = NULL;
+        struct sbx_error err = {0};
+        cJSON *r;
+
+        fixture_config(&cfg);
+        cfg.port_range_lo = 30300;
+        cfg.port_range_hi = 30399;
+        cfg.memory_bytes = 256 << 20;
+        d = fixture_open_sockets(&cfg);
+        r = apic_admin(cfg.admin_socket, "{\"cmd\":\"user.runtime\",\"user\":\"vmuser\",\"runtime\":\"microvm\"}");
+        cr_assert(cJSON_IsTrue(cJSON_GetObjectItem(r, "ok")), "%s", cJSON_PrintUnformatted(r));
+        cJSON_Delete(r);
+        cr_assert_eq(session_acquire(d->sessions, "vmuser", session, &s, &err), 0, "the microVM session: %s", err.msg);
+        session_release(s);
+}
+
+/* A process left running in the guest (setsid, so the execution's end does not take it) and a
+ * file in the guest's tmpfs /tmp: the memory of this VM, which no disk holds. */
+static void guest_state_plant(const char *session, const char *mark)
+{
+        char cmd[256];
+
+        snprintf(cmd, sizeof(cmd),
+                 "setsid sleep 100000 </dev/null >/dev/null 2>&1 & echo $! > /tmp/bg.pid; echo %s > /tmp/mark", mark);
+        cr_assert_eq(sh("vmuser", session, cmd, NULL), 0);
+}
+
+/* The planted process still runs (the same pid) and /tmp still says mark. */
+static void guest_state_expect(const char *session, const char *mark)
+{
+        char *out = NULL, want[128];
+
+        cr_assert_eq(sh("vmuser", session, "kill -0 $(cat /tmp/bg.pid) && echo alive; cat /tmp/mark", &out), 0,
+                     "the guest lost its process or /tmp: %s", out ? out : "");
+        snprintf(want, sizeof(want), "alive\n%s\n", mark);
+        cr_assert_str_eq(out, want);
+        free(out);
+}
+
+Test(microvm, pause_keeps_processes)
+{
+        struct sbx_error err = {0};
+        struct session_info info;
+        char *before = NULL, *after = NULL;
+
+        if (!have_qemu())
+                return;
+        vm_session("s");
+        guest_state_plant("s", "kept");
+        cr_assert_eq(sh("vmuser", "s", "cat /tmp/bg.pid", &before), 0);
+
+        /* QMP stop through the engine seam's pause: the guest's clock and processes stand still */
+        cr_assert_eq(session_pause(d->sessions, "vmuser", "s", "request", NULL, &err), 0, "%s", err.msg);
+        cr_assert_eq(session_get_info(d->sessions, "vmuser", "s", &info), 0);
+        cr_assert_str_eq(session_state_to_string(info.state), "PAUSED");
+        session_info_done(&info);
+        cr_assert_eq(session_resume(d->sessions, "vmuser", "s", NULL, &err), 0, "%s", err.msg);
+
+        guest_state_expect("s", "kept");
+        cr_assert_eq(sh("vmuser", "s", "cat /tmp/bg.pid", &after), 0);
+        cr_assert_str_eq(after, before, "the background process is another one");
+        free(before);
+        free(after);
+        cr_assert_eq(session_destroy(d->sessions, "vmuser", "s", true, &err), 0, "%s", err.msg);
+}

@@ -23,6 +23,7 @@
 #include "sandboxd/exec.h"
 #include "sandboxd/files.h"
 #include "sandboxd/session.h"
+#include "sandboxd/snapshot.h"
 #include "testenv.h"
 
 #define GUEST_DIR ENGINE_QEMU_GUEST_DIR
@@ -346,4 +347,85 @@ Test(microvm, pause_keeps_processes)
         free(before);
         free(after);
         cr_assert_eq(session_destroy(d->sessions, "vmuser", "s", true, &err), 0, "%s", err.msg);
+}
+
+/* The snapshot's directory exists (its files kept) or not. */
+static bool snap_dir_exists(const char *id)
+{
+        char path[SBX_PATH_MAX];
+        struct stat st;
+
+        snprintf(path, sizeof(path), "%s/snapshots/vmuser/%s", cfg.data_dir, id);
+        return stat(path, &st) == 0;
+}
+
+Test(microvm, memory_snapshot_fork_restore)
+{
+        struct sbx_error err = {0};
+        struct store_snapshot snap;
+        struct session *s = NULL;
+        char id[STORE_SNAPSHOT_ID_MAX + 1], forked[STORE_SNAPSHOT_ID_MAX + 1], *pid = NULL, *out = NULL;
+
+        if (!have_qemu())
+                return;
+        vm_session("s");
+        guest_state_plant("s", "parent");
+        cr_assert_eq(sh("vmuser", "s", "cat /tmp/bg.pid", &pid), 0);
+        cr_assert_eq(sh("vmuser", "s", "echo on-disk > /workspace/disk.txt", NULL), 0);
+
+        /* a Docker session asking for memory is told why not */
+        cr_assert_eq(session_acquire(d->sessions, "plain", "s", &s, &err), 0, "%s", err.msg);
+        session_release(s);
+        cr_assert_eq(snapshot_take_memory(&d->snapshots, "plain", "s", NULL, true, "test", &snap, &err), -EOPNOTSUPP);
+        cr_assert_not_null(strstr(err.msg, "microvm"), "%s", err.msg);
+
+        err = (struct sbx_error){0};
+        cr_assert_eq(snapshot_take_memory(&d->snapshots, "vmuser", "s", "mem", true, "test", &snap, &err), 0, "%s",
+                     err.msg);
+        cr_assert_str_eq(snap.kind, "microvm");
+        cr_assert_gt(snap.bytes, 0);
+        sbx_strlcpy(id, snap.id, sizeof(id));
+        store_snapshot_done(&snap);
+        guest_state_expect("s", "parent"); /* the parent ran on */
+
+        /* two forks: both have the parent's process and /tmp, and its disk */
+        cr_assert_eq(snapshot_fork(&d->snapshots, "vmuser", NULL, "mem", "f1", "test", forked, &err), 0, "%s", err.msg);
+        cr_assert_str_eq(forked, id);
+        cr_assert_eq(snapshot_fork(&d->snapshots, "vmuser", NULL, "mem", "f2", "test", forked, &err), 0, "%s", err.msg);
+        guest_state_expect("f1", "parent");
+        guest_state_expect("f2", "parent");
+        cr_assert_eq(sh("vmuser", "f1", "cat /tmp/bg.pid", &out), 0);
+        cr_assert_str_eq(out, pid, "the fork's process is not the parent's");
+        free(out);
+        cr_assert_eq(sh("vmuser", "f2", "cat /workspace/disk.txt", &out), 0);
+        cr_assert_str_eq(out, "on-disk\n");
+        free(out);
+
+        /* they diverge; the parent is untouched */
+        cr_assert_eq(sh("vmuser", "f1", "echo f1 > /tmp/mark", NULL), 0);
+        cr_assert_eq(sh("vmuser", "f2", "echo f2 > /tmp/mark; kill $(cat /tmp/bg.pid); echo f2 > /workspace/disk.txt",
+                        NULL),
+                     0);
+        guest_state_expect("f1", "f1");
+        cr_assert_eq(sh("vmuser", "f2", "cat /tmp/mark; kill -0 $(cat /tmp/bg.pid) 2>/dev/null || echo gone", &out), 0);
+        cr_assert_str_eq(out, "f2\ngone\n");
+        free(out);
+        guest_state_expect("s", "parent");
+        cr_assert_eq(sh("vmuser", "s", "cat /workspace/disk.txt", &out), 0);
+        cr_assert_str_eq(out, "on-disk\n");
+        free(out);
+
+        /* restore: the parent goes back to the snapshot's instant, its later change gone */
+        cr_assert_eq(sh("vmuser", "s", "echo later > /tmp/mark", NULL), 0);
+        cr_assert_eq(snapshot_restore(&d->snapshots, "vmuser", "s", "mem", "test", NULL, &err), 0, "%s", err.msg);
+        guest_state_expect("s", "parent");
+
+        /* deleted: its files go (the forks run on, their pages their own or still mapped) */
+        cr_assert_eq(snapshot_delete(&d->snapshots, "vmuser", "mem", "test", &err), 0, "%s", err.msg);
+        cr_assert(!snap_dir_exists(id), "the snapshot's files outlived it");
+        guest_state_expect("f1", "f1");
+        free(pid);
+        for (const char *const *k = (const char *const[]){"s", "f1", "f2", NULL}; *k; k++)
+                cr_assert_eq(session_destroy(d->sessions, "vmuser", *k, true, &err), 0, "%s", err.msg);
+        cr_assert_eq(session_destroy(d->sessions, "plain", "s", true, &err), 0, "%s", err.msg);
 }

@@ -429,3 +429,41 @@ Test(microvm, memory_snapshot_fork_restore)
                 cr_assert_eq(session_destroy(d->sessions, "vmuser", *k, true, &err), 0, "%s", err.msg);
         cr_assert_eq(session_destroy(d->sessions, "plain", "s", true, &err), 0, "%s", err.msg);
 }
+
+Test(microvm, pause_to_disk)
+{
+        struct sbx_error err = {0};
+        struct session_info info;
+        char *before = NULL, *after = NULL;
+        int qemu_before;
+
+        if (!have_qemu())
+                return;
+        qemu_before = count_qemu();
+        vm_session("s");
+        guest_state_plant("s", "saved");
+        cr_assert_eq(sh("vmuser", "s", "cat /tmp/bg.pid", &before), 0);
+        cr_assert_eq(count_qemu(), qemu_before + 1);
+
+        cr_assert_eq(session_pause(d->sessions, "vmuser", "s", "to_disk", NULL, &err), 0, "%s", err.msg);
+        cr_assert_eq(count_qemu(), qemu_before, "QEMU outlived a pause to disk");
+        cr_assert_eq(session_get_info(d->sessions, "vmuser", "s", &info), 0);
+        cr_assert_str_eq(session_state_to_string(info.state), "PAUSED");
+        session_info_done(&info);
+
+        cr_assert_eq(session_resume(d->sessions, "vmuser", "s", NULL, &err), 0, "%s", err.msg);
+        cr_assert_eq(count_qemu(), qemu_before + 1);
+        guest_state_expect("s", "saved");
+        cr_assert_eq(sh("vmuser", "s", "cat /tmp/bg.pid", &after), 0);
+        cr_assert_str_eq(after, before);
+        free(before);
+        free(after);
+
+        /* any request resumes it too */
+        cr_assert_eq(session_pause(d->sessions, "vmuser", "s", "to_disk", NULL, &err), 0, "%s", err.msg);
+        cr_assert_eq(count_qemu(), qemu_before);
+        guest_state_expect("s", "saved");
+        cr_assert_eq(session_destroy(d->sessions, "vmuser", "s", true, &err), 0, "%s", err.msg);
+        cr_assert_eq(count_qemu(), qemu_before);
+        cr_assert_eq(count_vm_dirs(), 0, "a VM's files outlived its session");
+}

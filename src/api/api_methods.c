@@ -782,9 +782,9 @@ static const struct api_method_doc methods_doc[] = {
          "The calling token's user, id and role (no params.session; any token, an operator's too): what a client such as the console may offer it."},
         /* snapshots, restore and fork (issue 28): api_snapshot.c */
         {"snapshot_session", api_m_snapshot_session,
-         "{name?, memory?}",
+         "{name?, with_memory?}",
          "{snapshot, name, session, kind: image|archive|microvm, state, bytes, workspace_size, private, created_at, environment: {image_name, image_id, runtime, env_names, egress, labels, resources, contexts, workspace_mode}}",
-         "Save the session's workspace, taken at a frozen point (the container is paused for the copy; a paused session stays paused), with what recreates its environment and its privacy marks. Counts against limits.snapshots_per_user and limits.snapshot_bytes_per_user (quota_exceeded). With memory: true (a microvm session only; others are refused, saying so) the VM's processes and memory are kept too (kind microvm): restore_session and fork_session from it bring them back where they were."},
+         "Save the session's workspace, taken at a frozen point (the container is paused for the copy; a paused session stays paused), with what recreates its environment and its privacy marks. Counts against limits.snapshots_per_user and limits.snapshot_bytes_per_user (quota_exceeded). With with_memory: true (a microvm session only; not params.memory, which every call reads as the session's memory limit; others are refused, saying so) the VM's processes and memory are kept too (kind microvm): restore_session and fork_session from it bring them back where they were."},
         {"list_snapshots", api_m_list_snapshots,
          "{session?}",
          "{snapshots: [as snapshot_session], count, bytes, max_count, max_bytes}",

@@ -42,7 +42,7 @@ int api_m_snapshot_session(struct api_req *q, cJSON **ret, struct fronterr *e)
         bool memory = false;
 
         if (jparam_string(&q->args, "name", false, &name, e) < 0 ||
-            jparam_bool(&q->args, "memory", false, &memory, e) < 0)
+            jparam_bool(&q->args, "with_memory", false, &memory, e) < 0)
                 return -1;
         if (name && !snapshot_name_valid(name))
                 return fronterr_set(e, "invalid",

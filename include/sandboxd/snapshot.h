@@ -24,7 +24,10 @@
  * user with the snapshot's environment and files: own uid, ports and
  * channels; a private snapshot's marks are recorded on it before its first
  * container exists. A fork carries no process memory: its contexts report
- * state_lost {cause: "forked"} (docs/architecture.md says why).
+ * state_lost {cause: "forked"} (docs/architecture.md says why), except from
+ * a memory snapshot of a microvm session (kind microvm,
+ * snapshot_take_memory), whose forks run on with the guest's processes (the
+ * contexts' bookkeeping still says forked).
  *
  * Extraction never trusts the stored copy either: every path is walked from
  * the target's fd one component at a time with O_NOFOLLOW; absolute paths,

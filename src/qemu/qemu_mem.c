@@ -324,8 +324,11 @@ void qemu_mem_ram_drop(struct qemu *q, const char *id)
 {
         char path[SBX_PATH_MAX];
 
-        if (ram_path(q, id, path, sizeof(path)) == 0)
+        if (ram_path(q, id, path, sizeof(path)) == 0) {
                 (void)unlink(path);
+                *strrchr(path, '/') = '\0';
+                (void)rmdir(path); /* the last VM's: the directory goes too (ram_make makes it again) */
+        }
 }
 
 /* The VM's RAM file, made anew (empty: a cold boot; from its save: a resume), the VM's uid's. */
@@ -339,6 +342,8 @@ static int ram_make(struct qemu *q, const struct qemu_vm *vm, int from)
                 return r;
         (void)unlink(path);
         fd = open(path, O_RDWR | O_CREAT | O_EXCL | O_NOFOLLOW | O_CLOEXEC, 0600);
+        if (fd < 0 && errno == ENOENT && ram_path(q, vm->id, path, sizeof(path)) == 0) /* a drop's rmdir between */
+                fd = open(path, O_RDWR | O_CREAT | O_EXCL | O_NOFOLLOW | O_CLOEXEC, 0600);
         if (fd < 0)
                 return -errno;
         r = from >= 0 ? copy_sparse(from, fd) : 0;

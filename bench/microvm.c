@@ -8,7 +8,11 @@
  *                          same flags as a session container;
  *   microvm_pause, microvm_resume  pause_session / resume_session on a
  *                          microvm session (QMP stop / cont), against the
- *                          Engine API's pause / unpause of a plain container.
+ *                          Engine API's pause / unpause of a plain container;
+ *   microvm_memory_snapshot, microvm_clone_first_command, microvm_clone_idle_pss
+ *   and _rss, microvm_pause_to_disk, microvm_resume_from_disk: memory that
+ *                          lasts (src/qemu/qemu_mem.c), the clones against
+ *                          `docker run -d` + `docker exec true`.
  * Samples alternate: ours, then the baseline's, so both see the same load. */
 #include <stdio.h>
 #include <stdlib.h>
@@ -30,6 +34,181 @@ static int set_runtime(struct bench *b, const char *runtime)
         rc = reply_result(r) ? 0 : -1;
         cJSON_Delete(r);
         return rc;
+}
+
+#define MEM_SESSION "mem0"
+
+static double timed_params(struct bench *b, struct conn *c, const char *method, cJSON *params, char *ret_snap,
+                           size_t size, char *why, size_t why_size)
+{
+        double t0 = bench_now_ms(), dt;
+        cJSON *reply = api_call(c, b->token, method, params, 600000);
+        const cJSON *res = reply_result(reply);
+
+        dt = bench_now_ms() - t0;
+        if (!res) {
+                reply_error(reply, why, why_size);
+                dt = -1;
+        } else if (ret_snap) {
+                snprintf(ret_snap, size, "%s", json_str(res, "snapshot") ? json_str(res, "snapshot") : "");
+        }
+        cJSON_Delete(reply);
+        return dt;
+}
+
+/* The Pss and Rss (MiB) of the QEMU of session's VM, from its state file's pid. */
+static int vm_memory(struct bench *b, struct conn *c, const char *session, double *ret_pss, double *ret_rss)
+{
+        char id[128], path[SBX_PATH_MAX + 160], buf[8192];
+        FILE *f;
+        size_t n;
+        cJSON *j;
+        int pid = 0;
+
+        if (session_container(b, c, session, id, sizeof(id)) < 0)
+                return -1;
+        snprintf(path, sizeof(path), "%s/vm/%s/state", b->cfg.data_dir, id);
+        if (!(f = fopen(path, "r")))
+                return -1;
+        n = fread(buf, 1, sizeof(buf) - 1, f);
+        fclose(f);
+        buf[n] = '\0';
+        if ((j = cJSON_Parse(buf))) {
+                pid = cJSON_IsNumber(cJSON_GetObjectItem(j, "pid")) ? cJSON_GetObjectItem(j, "pid")->valueint : 0;
+                cJSON_Delete(j);
+        }
+        snprintf(path, sizeof(path), "/proc/%d/smaps_rollup", pid);
+        if (pid <= 0 || !(f = fopen(path, "r")))
+                return -1;
+        *ret_pss = *ret_rss = -1;
+        while (fgets(buf, sizeof(buf), f)) {
+                long kb;
+                if (sscanf(buf, "Pss: %ld kB", &kb) == 1)
+                        *ret_pss = kb / 1024.0;
+                else if (sscanf(buf, "Rss: %ld kB", &kb) == 1)
+                        *ret_rss = kb / 1024.0;
+        }
+        fclose(f);
+        return *ret_pss >= 0 && *ret_rss >= 0 ? 0 : -1;
+}
+
+/* Memory that lasts (qemu_mem.c): a memory snapshot of vm0, clones of it to their first command,
+ * what an idle clone costs, and a pause to disk and back. */
+static int memory_rows(struct bench *b, struct conn *c, const char *accel, int n_forks)
+{
+        struct measurement *ms = report_add(&b->rep, "microvm_memory_snapshot", "ms");
+        struct measurement *mf = report_add(&b->rep, "microvm_clone_first_command", "ms");
+        struct measurement *mpss = report_add(&b->rep, "microvm_clone_idle_pss", "MiB");
+        struct measurement *mrss = report_add(&b->rep, "microvm_clone_idle_rss", "MiB");
+        struct measurement *md = report_add(&b->rep, "microvm_pause_to_disk", "ms");
+        struct measurement *mu = report_add(&b->rep, "microvm_resume_from_disk", "ms");
+        int nf = n_forks < 2 ? 2 : n_forks * 2, nd = b->quick ? 3 : 10, errors = 0;
+        char why[512], snap[80] = "", name[32], ws[SBX_PATH_MAX], bid[80];
+        double run_ms, ex;
+
+        snprintf(ms->note, sizeof(ms->note),
+                 "%s: snapshot_session {with_memory: true} of a running microvm session "
+                 "(256 MiB guest; QMP stop, x-ignore-shared state, RAM and disk copied, cont)",
+                 accel);
+        {
+                /* its own session, made with a 256 MiB guest (params.memory on its first call) */
+                cJSON *p = cJSON_CreateObject(), *reply;
+                bool ok;
+                cJSON_AddStringToObject(p, "session", MEM_SESSION);
+                cJSON_AddStringToObject(p, "command", "true");
+                cJSON_AddStringToObject(p, "memory", "256m");
+                reply = api_call(c, b->token, "exec", p, CALL_TIMEOUT_MS);
+                ok = reply_result(reply) != NULL;
+                if (!ok)
+                        reply_error(reply, why, sizeof(why));
+                cJSON_Delete(reply);
+                if (!ok) {
+                        say("microvm: the 256 MiB session failed: %s", why);
+                        return 1;
+                }
+        }
+        snprintf(mf->note, sizeof(mf->note),
+                 "%s: fork_session from that snapshot (RAM mapped private from a sealed memfd, "
+                 "-incoming, runner's hello) then exec true",
+                 accel);
+        mf->has_baseline = true;
+        snprintf(mf->baseline_desc, sizeof(mf->baseline_desc), "docker run -d, then docker exec <id> true");
+        snprintf(mpss->note, sizeof(mpss->note), "%s: QEMU's Pss per idle clone (%d clones of one snapshot)", accel,
+                 nf);
+        snprintf(mrss->note, sizeof(mrss->note), "%s: QEMU's Rss per idle clone (pages shared counted whole)", accel);
+        snprintf(md->note, sizeof(md->note), "%s: pause_session {to_disk: true}: stop, save, QEMU quits", accel);
+        snprintf(mu->note, sizeof(mu->note), "%s: resume_session of it: QEMU -incoming, the runner's hello", accel);
+        for (int i = 0; i < nd + 1; i++) {
+                cJSON *p = cJSON_CreateObject();
+                char s2[80];
+                cJSON_AddStringToObject(p, "session", MEM_SESSION);
+                cJSON_AddBoolToObject(p, "with_memory", true);
+                double t = timed_params(b, c, "snapshot_session", p, s2, sizeof(s2), why, sizeof(why));
+                if (t < 0) {
+                        say("microvm: memory snapshot failed: %s", why);
+                        return errors + 1;
+                }
+                if (i == 0) {
+                        snprintf(snap, sizeof(snap), "%s", s2); /* the one the clones come from */
+                        continue;
+                }
+                series_add(&ms->s, t);
+                p = cJSON_CreateObject();
+                cJSON_AddStringToObject(p, "snapshot", s2);
+                cJSON_Delete(api_call(c, b->token, "delete_snapshot", p, CALL_TIMEOUT_MS));
+        }
+        for (int i = 0; i < nf; i++) {
+                cJSON *p = cJSON_CreateObject(), *from;
+                snprintf(name, sizeof(name), "clone%d", i);
+                cJSON_AddStringToObject(p, "session", name);
+                from = cJSON_AddObjectToObject(p, "from");
+                cJSON_AddStringToObject(from, "snapshot", snap);
+                double t = timed_params(b, c, "fork_session", p, NULL, 0, why, sizeof(why));
+                double t2 = t >= 0 ? timed_exec(b, c, name, "true", why, sizeof(why)) : -1;
+                if (t < 0 || t2 < 0) {
+                        say("microvm: clone failed: %s", why);
+                        errors++;
+                        continue;
+                }
+                series_add(&mf->s, t + t2);
+                if (make_workspace(b, 3200 + i, ws, sizeof(ws)) == 0 &&
+                    baseline_run(b, ws, false, bid, sizeof(bid), &run_ms) == 0) {
+                        if ((ex = docker_exec_cli(b, bid)) >= 0)
+                                series_add(&mf->base, run_ms + ex);
+                        docker_rm(b, bid);
+                }
+        }
+        sleep(2); /* idle: what the clones hold once their first commands are done */
+        for (int i = 0; i < nf; i++) {
+                double pss, rss;
+                snprintf(name, sizeof(name), "clone%d", i);
+                if (vm_memory(b, c, name, &pss, &rss) == 0) {
+                        series_add(&mpss->s, pss);
+                        series_add(&mrss->s, rss);
+                }
+                (void)admin_destroy(b, name);
+        }
+        for (int i = 0; i < nd; i++) {
+                cJSON *p = cJSON_CreateObject();
+                cJSON_AddStringToObject(p, "session", MEM_SESSION);
+                cJSON_AddBoolToObject(p, "to_disk", true);
+                double t = timed_params(b, c, "pause_session", p, NULL, 0, why, sizeof(why));
+                double r = t >= 0 ? timed_session_call(b, c, "resume_session", MEM_SESSION, why, sizeof(why)) : -1;
+                if (t < 0 || r < 0) {
+                        say("microvm: pause to disk failed: %s", why);
+                        errors++;
+                        continue;
+                }
+                series_add(&md->s, t);
+                series_add(&mu->s, r);
+        }
+        {
+                cJSON *p = cJSON_CreateObject();
+                cJSON_AddStringToObject(p, "snapshot", snap);
+                cJSON_Delete(api_call(c, b->token, "delete_snapshot", p, CALL_TIMEOUT_MS));
+        }
+        (void)admin_destroy(b, MEM_SESSION);
+        return errors;
 }
 
 int phase_microvm(struct bench *b)
@@ -101,6 +280,7 @@ int phase_microvm(struct bench *b)
         }
         if (id[0])
                 docker_rm(b, id);
+        errors += memory_rows(b, &c, accel, n_cold);
         (void)admin_destroy(b, "vm0");
         conn_close(&c);
         (void)set_runtime(b, "default");

@@ -117,9 +117,14 @@ else
 		for a in $(cat /proc/cmdline); do
 			case $a in sbx.uid=*) uid=${a#sbx.uid=} ;; sbx.gid=*) gid=${a#sbx.gid=} ;; esac
 		done
-		port=
-		for p in /sys/class/virtio-ports/*; do
-			[ "$(cat "$p/name" 2>/dev/null)" = sandboxd.runner ] && port=/dev/${p##*/}
+		# a port's name comes from the host after the driver binds: wait for it (up to 10 s)
+		port= n=0
+		while [ -z "$port" ] && [ $n -lt 100 ]; do
+			for p in /sys/class/virtio-ports/*; do
+				[ "$(cat "$p/name" 2>/dev/null)" = sandboxd.runner ] && port=/dev/${p##*/}
+			done
+			[ -n "$port" ] || [ -z "$uid" ] || { n=$((n + 1)); sleep 0.1; }
+			[ -n "$uid" ] || break
 		done
 		echo "sandboxd-vm: init at $(cut -d' ' -f1 /proc/uptime) s; ports: $(ls /dev/vport* 2>/dev/null | tr '\n' ' ')"
 		# the probe (no session's uid): nothing to run

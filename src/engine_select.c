@@ -263,6 +263,13 @@ void engine_qemu_set_runner(struct engine *e, const struct engine_qemu_runner *r
                 engine_qemu_bind(R(e)->vm, runner);
 }
 
+struct engine *engine_qemu_of(struct engine *e)
+{
+        if (e && e->ops->free == r_free)
+                return R(e)->vm;
+        return e && e->name && strcmp(e->name, "qemu") == 0 ? e : NULL;
+}
+
 int engine_new_from_config(const struct sbx_config *cfg, struct engine **ret, struct sbx_error *err)
 {
         struct engine_k8s_config k = {

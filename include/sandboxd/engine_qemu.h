@@ -76,4 +76,33 @@ bool engine_qemu_id(const char *id);
 /* "kvm" or "tcg": how this engine's VMs run. */
 const char *engine_qemu_accel(const struct engine *qemu);
 
+/* The qemu engine of e: e itself, the one the router of engine_select.c
+ * holds, or NULL (no microVMs on this daemon). */
+struct engine *engine_qemu_of(struct engine *e);
+
+/* ---- memory (src/qemu/qemu_mem.c, docs/microvm.md) ----
+ * Guest RAM is a file (the VM's run/ram, mapped shared), so a save is QMP
+ * stop and a migration of the devices' state (x-ignore-shared) to an fd.
+ * e: the qemu engine (engine_qemu_of; NULL or another: -EOPNOTSUPP). */
+
+/* Stop VM id, write its memory snapshot into dirfd (memory.state, the
+ * frozen RAM memory.ram, the workspace disk disk.img; root's files), run it
+ * on unless it was paused. -EDQUOT when its RAM and disk hold more than
+ * room bytes; *ret_bytes what the files take. */
+int engine_qemu_mem_snapshot(struct engine *e, const char *id, int dirfd, int64_t room, int64_t *ret_bytes,
+                             struct sbx_error *err);
+/* The next VM made for user/session boots from the memory snapshot in dir
+ * (a root-owned directory that engine_qemu_mem_snapshot filled): the disk
+ * copied in as the session's, the frozen RAM mapped private (shared
+ * copy-on-write by every VM booted from it), every process where it was. */
+int engine_qemu_mem_expect(struct engine *e, const char *user, const char *session, const char *dir,
+                           struct sbx_error *err);
+/* Pause VM id (paused already: QMP stop) to disk: its device state saved
+ * beside its RAM file, QEMU gone. It reads as paused (inspect, list, also
+ * to a restarted daemon); unpause boots it again from the save, every
+ * process where it was; stop forgets the save. */
+int engine_qemu_pause_to_disk(struct engine *e, const char *id, struct sbx_error *err);
+/* Forget an expectation nobody claimed (a fork that failed before its VM). */
+void engine_qemu_mem_unexpect(struct engine *e, const char *user, const char *session);
+
 #endif

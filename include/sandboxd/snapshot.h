@@ -24,7 +24,10 @@
  * user with the snapshot's environment and files: own uid, ports and
  * channels; a private snapshot's marks are recorded on it before its first
  * container exists. A fork carries no process memory: its contexts report
- * state_lost {cause: "forked"} (docs/architecture.md says why).
+ * state_lost {cause: "forked"} (docs/architecture.md says why), except from
+ * a memory snapshot of a microvm session (kind microvm,
+ * snapshot_take_memory), whose forks run on with the guest's processes (the
+ * contexts' bookkeeping still says forked).
  *
  * Extraction never trusts the stored copy either: every path is walked from
  * the target's fd one component at a time with O_NOFOLLOW; absolute paths,
@@ -74,6 +77,16 @@ bool snapshot_name_valid(const char *name);
  * with store_snapshot_done). */
 int snapshot_take(const struct snapshot_ctx *c, const char *user, const char *session, const char *name,
                   const char *actor, struct store_snapshot *ret, struct sbx_error *err);
+
+/* snapshot_take, and with memory the session's processes too: a microvm
+ * session only (-EOPNOTSUPP otherwise, saying so), kind "microvm": its VM
+ * stopped for an instant, its device state, frozen RAM and workspace disk
+ * kept (engine_qemu_mem_snapshot), counted against the same quotas.
+ * restore_session and fork_session from such a snapshot boot the
+ * session's next VM from it: processes, /tmp and files where they were;
+ * every VM booted from one snapshot shares its RAM copy-on-write. */
+int snapshot_take_memory(const struct snapshot_ctx *c, const char *user, const char *session, const char *name,
+                         bool memory, const char *actor, struct store_snapshot *ret, struct sbx_error *err);
 
 /* Stop user:session and put its workspace back from snapshot (id or name,
  * of the same user; any of its snapshots). */

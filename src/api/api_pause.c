@@ -39,12 +39,13 @@ static int known(struct api_req *q, struct fronterr *e)
 int api_m_pause_session(struct api_req *q, cJSON **ret, struct fronterr *e)
 {
         struct sbx_error err = {0};
-        bool was = false;
+        bool was = false, to_disk = false;
         int r;
 
-        if (known(q, e) < 0)
+        if (known(q, e) < 0 || jparam_bool(&q->args, "to_disk", false, &to_disk, e) < 0)
                 return -1;
-        r = session_pause(q->d->sessions, q->tok.user, q->session, "request", &was, &err);
+        /* to_disk: a microVM's memory saved and QEMU gone (engine_qemu.h); others pause in memory */
+        r = session_pause(q->d->sessions, q->tok.user, q->session, to_disk ? "to_disk" : "request", &was, &err);
         if (r == -EOPNOTSUPP)
                 return fronterr_set(e, "unavailable", "%s", err.msg);
         if (r == -ENOENT)

@@ -39,12 +39,15 @@ int api_m_snapshot_session(struct api_req *q, cJSON **ret, struct fronterr *e)
         struct sbx_error err = {0};
         int r;
 
-        if (jparam_string(&q->args, "name", false, &name, e) < 0)
+        bool memory = false;
+
+        if (jparam_string(&q->args, "name", false, &name, e) < 0 ||
+            jparam_bool(&q->args, "with_memory", false, &memory, e) < 0)
                 return -1;
         if (name && !snapshot_name_valid(name))
                 return fronterr_set(e, "invalid",
                                     "params.name must be 1-64 of [A-Za-z0-9._-], not starting with . or - or snap-");
-        r = snapshot_take(&q->d->snapshots, q->tok.user, q->session, name, q->actor, &snap, &err);
+        r = snapshot_take_memory(&q->d->snapshots, q->tok.user, q->session, name, memory, q->actor, &snap, &err);
         if (r < 0)
                 return fronterr_errno(e, r, &err, NULL);
         *ret = snapshot_to_json(&snap);

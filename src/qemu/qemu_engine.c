@@ -85,6 +85,9 @@ static int state_load_locked(struct qemu *q, const char *id, struct qemu_vm *ret
         ret->pid_start = (uint64_t)NUM("pid_start");
         ret->created = (int64_t)NUM("created");
         ret->paused = cJSON_IsTrue(cJSON_GetObjectItem(j, "paused"));
+        ret->ram_private = cJSON_IsTrue(cJSON_GetObjectItem(j, "ram_private"));
+        ret->saved = cJSON_IsTrue(cJSON_GetObjectItem(j, "saved"));
+        sbx_strlcpy(ret->incoming, STR("incoming"), sizeof(ret->incoming));
         sbx_strlcpy(ret->started_at, STR("started_at"), sizeof(ret->started_at));
         sbx_strlcpy(ret->finished_at, STR("finished_at"), sizeof(ret->finished_at));
         sbx_strlcpy(ret->disk, STR("disk"), sizeof(ret->disk));
@@ -117,6 +120,9 @@ static int state_save_locked(struct qemu *q, const struct qemu_vm *vm)
         cJSON_AddNumberToObject(j, "pid_start", (double)vm->pid_start);
         cJSON_AddNumberToObject(j, "created", (double)vm->created);
         cJSON_AddBoolToObject(j, "paused", vm->paused);
+        cJSON_AddBoolToObject(j, "ram_private", vm->ram_private);
+        cJSON_AddBoolToObject(j, "saved", vm->saved);
+        cJSON_AddStringToObject(j, "incoming", vm->incoming);
         cJSON_AddStringToObject(j, "started_at", vm->started_at);
         cJSON_AddStringToObject(j, "finished_at", vm->finished_at);
         cJSON_AddStringToObject(j, "disk", vm->disk);
@@ -214,6 +220,7 @@ static void q_free(struct engine *e)
 {
         struct qemu *q = Q(e);
 
+        qemu_mem_free(q);
         pthread_mutex_destroy(&q->lock);
         free(q->booted);
         free(q);
@@ -277,7 +284,9 @@ static int q_create(struct engine *e, const struct engine_spec *spec, char ret_i
                 return sbx_error_set(err, -errno, 0, "cannot make %s: %m", q->disks);
         if (qemu_vm_path(q, vm.id, NULL, path, sizeof(path)) < 0 || mkdir(path, 0711) < 0)
                 return sbx_error_set(err, -EIO, 0, "cannot make the VM's directory under %s: %m", q->dir);
-        r = qemu_vm_prepare(q, &vm, spec, err);
+        r = qemu_mem_claim(q, &vm, err); /* a session made from a memory snapshot: its disk first */
+        if (r == 0)
+                r = qemu_vm_prepare(q, &vm, spec, err);
         if (r == 0)
                 r = qemu_state_save(q, &vm);
         if (r < 0) {
@@ -310,7 +319,7 @@ static int q_inspect(struct engine *e, const char *id, struct engine_container_i
 
         if (r < 0)
                 return sbx_error_set(err, r, 0, "no VM %s", id);
-        running = serving(Q(e), &vm, &alive);
+        running = serving(Q(e), &vm, &alive) || vm.saved; /* paused to disk: QEMU comes back at unpause */
         *ret = (struct engine_container_info){0};
         if (alive && !running)
                 sbx_strlcpy(ret->error, "its runner channel ended with the daemon that booted it", sizeof(ret->error));
@@ -324,7 +333,7 @@ static int q_inspect(struct engine *e, const char *id, struct engine_container_i
                              : "created",
                     sizeof(ret->status));
         ret->running = alive;
-        ret->pid = alive ? vm.pid : 0;
+        ret->pid = alive && !vm.saved ? vm.pid : 0;
         sbx_strlcpy(ret->started_at, vm.started_at, sizeof(ret->started_at));
         sbx_strlcpy(ret->finished_at, vm.finished_at, sizeof(ret->finished_at));
         sbx_strlcpy(ret->network_mode, "none", sizeof(ret->network_mode));
@@ -345,6 +354,8 @@ static int q_stop(struct engine *e, const char *id, int timeout_s, struct sbx_er
 
         if (r < 0)
                 return sbx_error_set(err, r, 0, "no VM %s", id);
+        if (vm.saved)
+                qemu_mem_saved_drop(Q(e), &vm); /* stopped: its processes end, never to be resumed */
         return qemu_vm_kill(Q(e), &vm, timeout_s * 1000, err);
 }
 
@@ -361,7 +372,9 @@ static int q_remove(struct engine *e, const char *id, struct sbx_error *err)
                         return r;
         }
         qemu_vm_dir_remove(Q(e), id); /* a state file that does not parse goes too */
+        qemu_mem_ram_drop(Q(e), id);
         qemu_booted_set(Q(e), id, false);
+        qemu_mem_sweep(Q(e));
         return 0;
 }
 
@@ -398,6 +411,7 @@ static int q_list(struct engine *e, const char *const *label_filters, bool all,
 
         *ret_list = NULL;
         *ret_n = 0;
+        qemu_mem_sweep(q);
         if (!d)
                 return errno == ENOENT ? 0 : sbx_error_set(err, -errno, 0, "cannot read %s: %m", q->dir);
         while ((de = readdir(d))) {
@@ -406,7 +420,7 @@ static int q_list(struct engine *e, const char *const *label_filters, bool all,
                 if (!id_valid(de->d_name) || qemu_state_load(q, de->d_name, &vm) < 0)
                         continue;
                 bool alive;
-                alive = serving(q, &vm, &alive);
+                alive = serving(q, &vm, &alive) || vm.saved;
                 if ((!all && !alive) || !filters_pass(&vm, label_filters))
                         continue;
                 if (n == cap) {
@@ -453,11 +467,19 @@ static int q_pause(struct engine *e, const char *id, bool pause, struct sbx_erro
         if (r < 0)
                 return sbx_error_set(err, r, 0, "no VM %s", id);
         bool alive;
+        if (!pause && vm.saved) {
+                /* paused to disk (qemu_mem.c): QEMU again, from the save, and the guest runs on */
+                r = qemu_vm_boot(q, &vm, err);
+                if (r < 0)
+                        return r;
+                goto record;
+        }
         if (!serving(q, &vm, &alive) || vm.paused == pause)
                 return sbx_error_set(err, -EBUSY, 409, "VM %s is not %s", id, pause ? "running" : "paused");
         r = qemu_qmp(q, &vm, pause ? "stop" : "cont", err);
         if (r < 0)
                 return r;
+record:
         pthread_mutex_lock(&q->lock);
         r = state_load_locked(q, id, &vm);
         if (r == 0) {

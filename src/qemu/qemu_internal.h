@@ -11,6 +11,9 @@
 
 #include "sandboxd/engine_qemu.h"
 
+#define QEMU_PENDING_MAX 64
+#define QEMU_FROZEN_MAX 64
+
 struct qemu {
         char dir[SBX_PATH_MAX];   /* {data_dir}/vm */
         char disks[SBX_PATH_MAX]; /* {data_dir}/vm/disks */
@@ -25,7 +28,26 @@ struct qemu {
         /* the VMs this engine booted: only their runner channels reach this daemon's hub */
         char (*booted)[ENGINE_ID_STR_MAX];
         size_t n_booted, cap_booted;
+        /* qemu_mem.c: sessions whose next VM boots from a memory snapshot, and frozen RAM shared */
+        struct qemu_pending {
+                char user[128], session[128], dir[SBX_PATH_MAX];
+        } pending[QEMU_PENDING_MAX];
+        size_t n_pending;
+        struct qemu_frozen {
+                int src, memfd; /* the frozen RAM file (its link count says whether it is kept), its memfd */
+                dev_t dev;
+                ino_t ino;
+        } frozen[QEMU_FROZEN_MAX];
+        size_t n_frozen;
 };
+
+/* a memory snapshot's files (qemu_mem.c), in the snapshot's directory */
+#define QEMU_MEM_STATE "memory.state" /* the devices' state, QEMU's migration stream */
+#define QEMU_MEM_RAM "memory.ram"     /* the guest's RAM, frozen */
+#define QEMU_MEM_DISK "disk.img"      /* the workspace disk at the same instant */
+/* a VM paused to disk: its state and RAM in its own directory */
+#define QEMU_MEM_SAVED "memory.state"
+#define QEMU_MEM_SAVED_RAM "memory.ram"
 
 /* One VM, as its state file has it. */
 struct qemu_vm {
@@ -39,6 +61,9 @@ struct qemu_vm {
         bool paused;
         char started_at[40], finished_at[40];
         char disk[SBX_PATH_MAX];
+        char incoming[SBX_PATH_MAX]; /* boot from this memory snapshot's directory ("": a cold boot) */
+        bool ram_private;            /* its RAM is a snapshot's frozen RAM, mapped private */
+        bool saved;                  /* paused to disk: QEMU gone, QEMU_MEM_SAVED and _RAM kept */
         struct engine_kv labels[ENGINE_MAX_LABELS];
         size_t n_labels;
 };
@@ -68,5 +93,33 @@ int qemu_vm_console(struct qemu *q, const struct qemu_vm *vm, int tail_lines, ch
 int qemu_qmp(struct qemu *q, const struct qemu_vm *vm, const char *command, struct sbx_error *err);
 void qemu_now_rfc3339(char ret[40]);
 int qemu_disk_drop(struct qemu *q, const char *user, const char *session, struct sbx_error *err);
+int qemu_disk_path(const struct qemu *q, const char *user, const char *session, char *buf, size_t size);
+
+/* qemu_mem.c */
+/* Stop the VM, save its state and copy its RAM and disk into dirfd (the
+ * snapshot's directory), run it on unless it was paused. -EDQUOT past room bytes. */
+int qemu_mem_snapshot(struct qemu *q, const char *id, int dirfd, int64_t room, int64_t *ret_bytes,
+                      struct sbx_error *err);
+/* The next VM made for user/session boots from the memory snapshot in dir (root's). */
+int qemu_mem_expect(struct qemu *q, const char *user, const char *session, const char *dir, struct sbx_error *err);
+void qemu_mem_unexpect(struct qemu *q, const char *user, const char *session, char ret_dir[SBX_PATH_MAX]);
+/* q_create: when vm's session is expected, vm boots from that snapshot (its disk put in place). */
+int qemu_mem_claim(struct qemu *q, struct qemu_vm *vm, struct sbx_error *err);
+/* QEMU's -object for the guest's RAM; *ret_ramfd: the frozen RAM for fd 6, or -1. */
+int qemu_mem_args(struct qemu *q, const struct qemu_vm *vm, int64_t mib, char *obj, size_t size, int *ret_ramfd,
+                  struct sbx_error *err);
+/* After QEMU -incoming defer started: load the state, the guest runs, its runner says hello again on chan. */
+int qemu_mem_incoming(struct qemu *q, struct qemu_vm *vm, int chan, int64_t deadline, struct sbx_error *err);
+void qemu_mem_free(struct qemu *q);
+/* Let go of the frozen RAM of snapshots deleted since (q_remove, q_list call it). */
+void qemu_mem_sweep(struct qemu *q);
+/* A paused VM's memory saved (QEMU_MEM_SAVED, QEMU_MEM_SAVED_RAM) and QEMU gone; booting it again resumes it. */
+int qemu_mem_pause_to_disk(struct qemu *q, const char *id, struct sbx_error *err);
+/* A saved VM that will never be resumed (stopped), or was: its saved files go. */
+void qemu_mem_saved_drop(struct qemu *q, struct qemu_vm *vm);
+/* After a boot from memory: the VM is an ordinary one again (incoming cleared, a save dropped). */
+void qemu_mem_booted(struct qemu *q, struct qemu_vm *vm);
+/* The VM's RAM file (on tmpfs) goes: q_remove. */
+void qemu_mem_ram_drop(struct qemu *q, const char *id);
 
 #endif

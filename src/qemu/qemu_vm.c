@@ -208,7 +208,7 @@ int qemu_qmp(struct qemu *q, const struct qemu_vm *vm, const char *command, stru
 
 /* ---- what a VM is made of ---- */
 
-static int disk_path(const struct qemu *q, const char *user, const char *session, char *buf, size_t size)
+int qemu_disk_path(const struct qemu *q, const char *user, const char *session, char *buf, size_t size)
 {
         char key[2 * SBX_PATH_MAX], hex[65];
         int n = snprintf(key, sizeof(key), "%s/%s", user, session);
@@ -261,7 +261,7 @@ static int disk_ensure(struct qemu *q, struct qemu_vm *vm, const struct engine_s
 
         if (!user || !session)
                 return sbx_error_set(err, -EINVAL, 0, "a microVM needs the session's labels");
-        if (disk_path(q, user, session, vm->disk, sizeof(vm->disk)) < 0)
+        if (qemu_disk_path(q, user, session, vm->disk, sizeof(vm->disk)) < 0)
                 return sbx_error_set(err, -EINVAL, 0, "no disk path for the session");
         if (lstat(vm->disk, &st) == 0)
                 return S_ISREG(st.st_mode) && st.st_uid == vm->uid
@@ -399,7 +399,7 @@ int qemu_disk_drop(struct qemu *q, const char *user, const char *session, struct
 {
         char path[SBX_PATH_MAX];
 
-        if (disk_path(q, user, session, path, sizeof(path)) < 0)
+        if (qemu_disk_path(q, user, session, path, sizeof(path)) < 0)
                 return sbx_error_set(err, -EINVAL, 0, "no disk path for the session");
         if (unlink(path) < 0 && errno != ENOENT)
                 return sbx_error_set(err, -errno, 0, "cannot remove %s: %m", path);
@@ -408,8 +408,8 @@ int qemu_disk_drop(struct qemu *q, const char *user, const char *session, struct
 
 void qemu_vm_dir_remove(struct qemu *q, const char *id)
 {
-        static const char *const files[] = {"run/qmp.sock", "run/console.log", "run/qemu.log",
-                                            "initrd",       "state",           "state.tmp"};
+        static const char *const files[] = {"run/qmp.sock", "run/console.log", "run/qemu.log", "initrd",
+                                            "state",        "state.tmp",       QEMU_MEM_SAVED, QEMU_MEM_SAVED_RAM};
         char path[SBX_PATH_MAX];
 
         /* unlink never follows a link; QEMU's uid may have made nothing else in run/ that
@@ -494,17 +494,18 @@ gone:;
 /* The forked child's part: the session's uid, QEMU's fds (0-2; 3 the
  * runner channel; 4 the VM's directory and 5 the disks', O_PATH, so that
  * QEMU reaches its files through /proc/self/fd whatever the modes of the
- * directories above them), then exec. Only async-signal-safe calls. */
-static void child_exec(const struct qemu_vm *vm, const int fds[3], char *const argv[])
+ * directories above them; 6 a snapshot's frozen RAM when fds[3] >= 0),
+ * then exec. Only async-signal-safe calls. */
+static void child_exec(const struct qemu_vm *vm, const int fds[4], char *const argv[])
 {
         sigset_t none;
-        int hi[3], nul, lfd;
+        int hi[4] = {-1, -1, -1, -1}, nul, lfd;
 
         sigemptyset(&none);
         sigprocmask(SIG_SETMASK, &none, NULL);
         signal(SIGPIPE, SIG_DFL);
-        for (int i = 0; i < 3; i++)
-                if ((hi[i] = fcntl(fds[i], F_DUPFD_CLOEXEC, 10)) < 0)
+        for (int i = 0; i < 4; i++)
+                if ((i < 3 || fds[i] >= 0) && (hi[i] = fcntl(fds[i], F_DUPFD_CLOEXEC, 10)) < 0)
                         _exit(126);
         if (setgroups(0, NULL) < 0 || setgid(vm->gid) < 0 || setuid(vm->uid) < 0 ||
             prctl(PR_SET_NO_NEW_PRIVS, 1, 0, 0, 0) < 0)
@@ -513,15 +514,15 @@ static void child_exec(const struct qemu_vm *vm, const int fds[3], char *const a
         nul = open("/dev/null", O_RDWR | O_CLOEXEC);
         lfd = openat(hi[1], "run/qemu.log", O_WRONLY | O_CREAT | O_APPEND | O_CLOEXEC | O_NOFOLLOW, 0600);
         if (nul < 0 || lfd < 0 || dup2(nul, 0) < 0 || dup2(nul, 1) < 0 || dup2(lfd, 2) < 0 || dup2(hi[0], 3) < 0 ||
-            dup2(hi[1], 4) < 0 || dup2(hi[2], 5) < 0)
+            dup2(hi[1], 4) < 0 || dup2(hi[2], 5) < 0 || (hi[3] >= 0 && dup2(hi[3], 6) < 0))
                 _exit(126);
-        syscall(SYS_close_range, 6u, ~0u, 0u);
+        syscall(SYS_close_range, hi[3] >= 0 ? 7u : 6u, ~0u, 0u);
         execv(argv[0], argv);
         _exit(127);
 }
 
 /* QEMU, twice forked so that it outlives the daemon; its pid. */
-static pid_t spawn(const struct qemu_vm *vm, const int fds[3], char *const argv[])
+static pid_t spawn(const struct qemu_vm *vm, const int fds[4], char *const argv[])
 {
         int pp[2];
         pid_t c, g = -1;
@@ -557,9 +558,11 @@ int qemu_vm_boot(struct qemu *q, struct qemu_vm *vm, struct sbx_error *err)
         const char *user = qemu_vm_label(vm, CONTAINER_LABEL_USER),
                    *session = qemu_vm_label(vm, CONTAINER_LABEL_SESSION);
         char dir[SBX_PATH_MAX], append[256], mem[32], smp[16], drive[SBX_PATH_MAX + 64];
+        char ramobj[SBX_PATH_MAX + 128]; /* qemu_mem.c: the guest's RAM in a file */
         const char *disk = strrchr(vm->disk, '/');
         struct engine_qemu_runner runner;
-        int sp[2], r;
+        bool incoming = vm->incoming[0] || vm->saved; /* qemu_mem.c: booted from a memory save */
+        int sp[2], r, ramfd = -1;
         int64_t mib = vm->memory > 0 ? vm->memory >> 20 : 512, cpus = (vm->nano_cpus + 999999999) / 1000000000;
 
         pthread_mutex_lock(&q->lock);
@@ -575,9 +578,14 @@ int qemu_vm_boot(struct qemu *q, struct qemu_vm *vm, struct sbx_error *err)
         snprintf(mem, sizeof(mem), "%" PRId64, mib < 128 ? 128 : mib);
         snprintf(smp, sizeof(smp), "%" PRId64, cpus < 1 ? 1 : cpus > 16 ? 16 : cpus);
         snprintf(drive, sizeof(drive), "file=/proc/self/fd/5%s,if=none,id=ws,format=raw", disk);
+        r = qemu_mem_args(q, vm, mib < 128 ? 128 : mib, ramobj, sizeof(ramobj), &ramfd, err);
+        if (r < 0)
+                return r;
         char *const argv[] = {q->binary,
                               "-M",
-                              "microvm,x-option-roms=off,rtc=off",
+                              "microvm,x-option-roms=off,rtc=off,memory-backend=ram",
+                              "-object",
+                              ramobj,
                               "-accel",
                               q->kvm ? "kvm" : "tcg",
                               "-cpu",
@@ -615,15 +623,18 @@ int qemu_vm_boot(struct qemu *q, struct qemu_vm *vm, struct sbx_error *err)
                               "unix:/proc/self/fd/4/run/qmp.sock,server=on,wait=off",
                               "-sandbox",
                               "on,obsolete=deny,elevateprivileges=deny,spawn=deny,resourcecontrol=deny",
+                              incoming ? "-incoming" : NULL,
+                              "defer",
                               NULL};
 
         _cleanup_close_ int vmfd = open(dir, O_PATH | O_DIRECTORY | O_CLOEXEC | O_NOFOLLOW);
         _cleanup_close_ int dfd = open(q->disks, O_PATH | O_DIRECTORY | O_CLOEXEC | O_NOFOLLOW);
+        _cleanup_close_ int ramfd_owned = ramfd;
         if (vmfd < 0 || dfd < 0)
                 return sbx_error_set(err, -errno, 0, "cannot open VM %s's directories: %m", vm->id);
         if (socketpair(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC, 0, sp) < 0)
                 return sbx_error_set(err, -errno, 0, "socketpair: %m");
-        pid_t pid = spawn(vm, (const int[3]){sp[1], vmfd, dfd}, argv);
+        pid_t pid = spawn(vm, (const int[4]){sp[1], vmfd, dfd, ramfd}, argv);
         close(sp[1]);
         if (pid < 0) {
                 close(sp[0]);
@@ -649,6 +660,20 @@ int qemu_vm_boot(struct qemu *q, struct qemu_vm *vm, struct sbx_error *err)
          * container's start check expects it to run. */
         int64_t deadline = sbx_now_ms() + q->boot_timeout_ms;
         bool spoke = false;
+        if (incoming) {
+                /* qemu_mem.c: the guest's state goes in and it runs on; its runner says hello again */
+                struct sbx_error ie = {0};
+                int ir = qemu_mem_incoming(q, vm, sp[0], deadline, &ie);
+                if (ir < 0) {
+                        _cleanup_free_ char *ql = NULL;
+                        close(sp[0]);
+                        (void)qemu_vm_kill(q, vm, 0, NULL);
+                        if (run_file_tail(q, vm, "run/qemu.log", 3, &ql, NULL) < 0)
+                                ql = NULL;
+                        return sbx_error_set(err, ir, 0, "%s; QEMU: %s", ie.msg, ql && *ql ? ql : "(nothing)");
+                }
+                qemu_mem_booted(q, vm);
+        }
         while (!spoke && sbx_now_ms() < deadline && qemu_vm_alive(vm)) {
                 struct pollfd p = {.fd = sp[0], .events = POLLIN};
                 if (poll(&p, 1, 1000) > 0) {

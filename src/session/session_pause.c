@@ -24,6 +24,7 @@
 
 #include "sandboxd/audit.h"
 #include "sandboxd/engine.h"
+#include "sandboxd/engine_qemu.h"
 #include "sandboxd/log.h"
 #include "sandboxd/hub.h"
 #include "sandboxd/store.h"
@@ -176,6 +177,12 @@ int session_pause(struct session_manager *m, const char *user, const char *id, c
         t0 = sbx_now_ms();
         hub_set_frozen(m->runner, user, id, true); /* before the freeze: no heartbeat is missed */
         r = engine_pause(m->engine, cid, &e);
+        if (r == 0 && engine_qemu_id(cid) && (strcmp(reason, "idle") == 0 || strcmp(reason, "to_disk") == 0)) {
+                /* a microVM's memory to disk and QEMU gone; the resume boots it from the save */
+                struct sbx_error de = {0};
+                if (engine_qemu_pause_to_disk(engine_qemu_of(m->engine), cid, &de) < 0)
+                        log_ctx(LOG_LEVEL_WARN, user, id, cid, "paused in memory, not to disk: %s", de.msg);
+        }
         pthread_mutex_lock(&s->lock);
         s->transitioning = false;
         if (r < 0) {

@@ -22,6 +22,7 @@
 #include "sandboxd/audit.h"
 #include "sandboxd/cells.h"
 #include "sandboxd/engine.h"
+#include "sandboxd/engine_qemu.h"
 #include "sandboxd/egress_rules.h"
 #include "sandboxd/events.h"
 #include "sandboxd/log.h"
@@ -332,6 +333,7 @@ struct capture {
         int64_t room; /* bytes left of the user's limits.snapshot_bytes_per_user */
         bool reflinked;
         bool was_paused;
+        bool memory; /* kind microvm: the VM's memory, devices and disk (engine_qemu.h) */
 };
 
 static int capture_files(struct capture *k, struct sbx_error *err)
@@ -391,6 +393,13 @@ static int capture_held(void *ud, const char *cid, struct sbx_error *err)
         struct engine_container_info info;
         bool paused_here = false;
         int r;
+
+        if (k->memory) {
+                /* QMP stop is the frozen point; the VM runs on after (a paused one stays paused) */
+                if (!cid[0])
+                        return sbx_error_set(err, -ESRCH, 409, "the session has no VM running: no memory to keep");
+                return engine_qemu_mem_snapshot(engine_qemu_of(e), cid, k->outdir, k->room, &k->bytes, err);
+        }
 
         if (cid[0] && engine_inspect(e, cid, &info, NULL) == 0) {
                 k->was_paused = strcmp(info.status, "paused") == 0;
@@ -466,9 +475,16 @@ static int quota_error(const struct sbx_config *cfg, int64_t count, int64_t byte
 int snapshot_take(const struct snapshot_ctx *c, const char *user, const char *session, const char *name,
                   const char *actor, struct store_snapshot *ret, struct sbx_error *err)
 {
+        return snapshot_take_memory(c, user, session, name, false, actor, ret, err);
+}
+
+int snapshot_take_memory(const struct snapshot_ctx *c, const char *user, const char *session, const char *name,
+                         bool memory, const char *actor, struct store_snapshot *ret, struct sbx_error *err)
+{
         struct session_info info;
         struct store_snapshot row = {0};
-        struct capture k = {.c = c, .user = user, .session = session, .outdir = -1, .image = loop_mode(c->cfg)};
+        struct capture k = {
+                .c = c, .user = user, .session = session, .outdir = -1, .image = loop_mode(c->cfg), .memory = memory};
         char hex[17];
         cJSON *meta, *detail;
         int64_t count = 0, bytes = 0;
@@ -482,8 +498,18 @@ int snapshot_take(const struct snapshot_ctx *c, const char *user, const char *se
                 return r;
         if (session_get_info(c->sessions, user, session, &info) < 0)
                 return sbx_error_set(err, -ENOENT, 0, "no session %s", session);
+        if (memory && strcmp(info.runtime, ENGINE_QEMU_RUNTIME) != 0) {
+                r = sbx_error_set(err, -EOPNOTSUPP, 0,
+                                  "memory snapshots need runtime microvm; this session runs %s, whose snapshots keep "
+                                  "files only (snapshot_session without memory)",
+                                  info.runtime[0] ? info.runtime : "runc");
+                session_info_done(&info);
+                return r;
+        }
         meta = meta_build(c, user, session, &info);
         session_info_done(&info);
+        if (meta && memory)
+                cJSON_AddBoolToObject(meta, "memory", true);
         if (!meta || sbx_random_hex(hex, 8) < 0) {
                 cJSON_Delete(meta);
                 return sbx_error_set(err, -ENOMEM, 0, "cannot describe the snapshot");
@@ -492,7 +518,7 @@ int snapshot_take(const struct snapshot_ctx *c, const char *user, const char *se
         sbx_strlcpy(row.user, user, sizeof(row.user));
         sbx_strlcpy(row.session, session, sizeof(row.session));
         sbx_strlcpy(row.name, name ? name : "", sizeof(row.name));
-        sbx_strlcpy(row.kind, k.image ? "image" : "archive", sizeof(row.kind));
+        sbx_strlcpy(row.kind, memory ? "microvm" : k.image ? "image" : "archive", sizeof(row.kind));
         row.meta_json = cJSON_PrintUnformatted(meta);
         cJSON_Delete(meta);
         row.datasets_json = datasets_build(c, user, session);
@@ -527,7 +553,7 @@ int snapshot_take(const struct snapshot_ctx *c, const char *user, const char *se
         free(row.datasets_json);
         row.datasets_json = datasets_build(c, user, session);
         row.private_ = row.datasets_json != NULL;
-        r = store_snapshot_ready(c->store, user, row.id, k.bytes, k.image ? k.size : 0, row.datasets_json);
+        r = store_snapshot_ready(c->store, user, row.id, k.bytes, k.image && !memory ? k.size : 0, row.datasets_json);
         if (r < 0) {
                 r = sbx_error_set(err, r, 0, "cannot record the snapshot: %s", strerror(-r));
                 goto fail;
@@ -681,10 +707,30 @@ static int fill_tree_live(const struct fill *f, int src, struct sbx_error *err)
         return snaparchive_unpack(src, ws, f->uid, unpack_limit(f->c->cfg), NULL, err);
 }
 
+/* The snapshot's directory as a path (the qemu engine opens it when the session's VM is made). */
+static int snap_path(const struct sbx_config *cfg, const char *user, const char *id, char *buf, size_t size)
+{
+        int n = snprintf(buf, size, "%s/%s/%s/%s", cfg->data_dir, SNAP_DIR, user, id);
+        return n < 0 || (size_t)n >= size ? -ENAMETOOLONG : 0;
+}
+
+/* kind microvm: the session's next VM boots from the snapshot (its disk, memory and devices). */
+static int fill_memory(const struct fill *f, struct sbx_error *err)
+{
+        char path[SBX_PATH_MAX];
+
+        if (snap_path(f->c->cfg, f->user, f->snap->id, path, sizeof(path)) < 0)
+                return sbx_error_set(err, -ENAMETOOLONG, 0, "the snapshot's path is too long");
+        return engine_qemu_mem_expect(engine_qemu_of(f->c->engine), f->user, f->session, path, err);
+}
+
 static int fill_held(void *ud, const char *cid, struct sbx_error *err)
 {
         struct fill *f = ud;
         _cleanup_close_ int src = -1;
+
+        if (strcmp(f->snap->kind, "microvm") == 0)
+                return fill_memory(f, err); /* the session is stopped: its next VM is the snapshot's */
 
         (void)cid; /* a fork's fresh container: held, so no request reaches it until the files are in */
         if (strcmp(f->snap->kind, "image") == 0)
@@ -699,6 +745,11 @@ static int snap_usable(const struct snapshot_ctx *c, const struct store_snapshot
 {
         if (strcmp(s->state, "ready") != 0)
                 return sbx_error_set(err, -EBUSY, 0, "snapshot %s is still being taken", s->id);
+        if (strcmp(s->kind, "microvm") == 0)
+                return engine_qemu_of(c->engine)
+                               ? 0
+                               : sbx_error_set(err, -EOPNOTSUPP, 0,
+                                               "snapshot %s keeps a microVM's memory and this daemon runs none", s->id);
         if ((strcmp(s->kind, "image") == 0) != loop_mode(c->cfg))
                 return sbx_error_set(
                         err, -EINVAL, 0,
@@ -892,6 +943,11 @@ int snapshot_fork(const struct snapshot_ctx *c, const char *user, const char *fr
                 r = fill_image(&f, err);
                 if (r < 0)
                         goto out;
+        } else if (strcmp(snap.kind, "microvm") == 0) {
+                /* its first VM boots from the snapshot: processes, /tmp and disk where they were */
+                r = fill_memory(&f, err);
+                if (r < 0)
+                        goto out;
         }
         r = session_acquire(c->sessions, user, to_session, &s, err);
         made = session_get_info(c->sessions, user, to_session, &info) == 0;
@@ -931,6 +987,8 @@ out:
         if (r < 0) {
                 struct sbx_error de = {0};
                 atomic_fetch_add(&n_failed, 1);
+                if (strcmp(snap.kind, "microvm") == 0)
+                        engine_qemu_mem_unexpect(engine_qemu_of(c->engine), user, to_session);
                 if (made && session_destroy(c->sessions, user, to_session, true, &de) < 0)
                         log_ctx(LOG_LEVEL_WARN, user, to_session, NULL, "fork failed and its session stays: %s",
                                 de.msg);

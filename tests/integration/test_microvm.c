@@ -23,6 +23,7 @@
 #include "sandboxd/exec.h"
 #include "sandboxd/files.h"
 #include "sandboxd/session.h"
+#include "sandboxd/snapshot.h"
 #include "testenv.h"
 
 #define GUEST_DIR ENGINE_QEMU_GUEST_DIR
@@ -277,4 +278,222 @@ Test(microvm, exec_files_pause_destroy)
                 cr_assert_eq(n, 0, "the session's disk outlived it");
         }
         cr_assert_eq(session_destroy(d->sessions, "plain", "s", true, &err), 0, "%s", err.msg);
+}
+
+/* A daemon with user vmuser switched to microvm, its session s booted. */
+static void vm_session(const char *session)
+{
+        struct session *s = NULL;
+        struct sbx_error err = {0};
+        cJSON *r;
+
+        fixture_config(&cfg);
+        cfg.port_range_lo = 30300;
+        cfg.port_range_hi = 30399;
+        cfg.memory_bytes = 256 << 20;
+        d = fixture_open_sockets(&cfg);
+        r = apic_admin(cfg.admin_socket, "{\"cmd\":\"user.runtime\",\"user\":\"vmuser\",\"runtime\":\"microvm\"}");
+        cr_assert(cJSON_IsTrue(cJSON_GetObjectItem(r, "ok")), "%s", cJSON_PrintUnformatted(r));
+        cJSON_Delete(r);
+        cr_assert_eq(session_acquire(d->sessions, "vmuser", session, &s, &err), 0, "the microVM session: %s", err.msg);
+        session_release(s);
+}
+
+/* A process left running in the guest (setsid, so the execution's end does not take it) and a
+ * file in the guest's tmpfs /tmp: the memory of this VM, which no disk holds. */
+static void guest_state_plant(const char *session, const char *mark)
+{
+        char cmd[256];
+
+        snprintf(cmd, sizeof(cmd),
+                 "setsid sleep 100000 </dev/null >/dev/null 2>&1 & echo $! > /tmp/bg.pid; echo %s > /tmp/mark", mark);
+        cr_assert_eq(sh("vmuser", session, cmd, NULL), 0);
+}
+
+/* The planted process still runs (the same pid) and /tmp still says mark. */
+static void guest_state_expect(const char *session, const char *mark)
+{
+        char *out = NULL, want[128];
+
+        cr_assert_eq(sh("vmuser", session, "kill -0 $(cat /tmp/bg.pid) && echo alive; cat /tmp/mark", &out), 0,
+                     "the guest lost its process or /tmp: %s", out ? out : "");
+        snprintf(want, sizeof(want), "alive\n%s\n", mark);
+        cr_assert_str_eq(out, want);
+        free(out);
+}
+
+Test(microvm, pause_keeps_processes)
+{
+        struct sbx_error err = {0};
+        struct session_info info;
+        char *before = NULL, *after = NULL;
+
+        if (!have_qemu())
+                return;
+        vm_session("s");
+        guest_state_plant("s", "kept");
+        cr_assert_eq(sh("vmuser", "s", "cat /tmp/bg.pid", &before), 0);
+
+        /* QMP stop through the engine seam's pause: the guest's clock and processes stand still */
+        cr_assert_eq(session_pause(d->sessions, "vmuser", "s", "request", NULL, &err), 0, "%s", err.msg);
+        cr_assert_eq(session_get_info(d->sessions, "vmuser", "s", &info), 0);
+        cr_assert_str_eq(session_state_to_string(info.state), "PAUSED");
+        session_info_done(&info);
+        cr_assert_eq(session_resume(d->sessions, "vmuser", "s", NULL, &err), 0, "%s", err.msg);
+
+        guest_state_expect("s", "kept");
+        cr_assert_eq(sh("vmuser", "s", "cat /tmp/bg.pid", &after), 0);
+        cr_assert_str_eq(after, before, "the background process is another one");
+        free(before);
+        free(after);
+        cr_assert_eq(session_destroy(d->sessions, "vmuser", "s", true, &err), 0, "%s", err.msg);
+}
+
+/* The snapshot's directory exists (its files kept) or not. */
+static bool snap_dir_exists(const char *id)
+{
+        char path[SBX_PATH_MAX];
+        struct stat st;
+
+        snprintf(path, sizeof(path), "%s/snapshots/vmuser/%s", cfg.data_dir, id);
+        return stat(path, &st) == 0;
+}
+
+Test(microvm, memory_snapshot_fork_restore)
+{
+        struct sbx_error err = {0};
+        struct store_snapshot snap;
+        struct session *s = NULL;
+        char id[STORE_SNAPSHOT_ID_MAX + 1], forked[STORE_SNAPSHOT_ID_MAX + 1], *pid = NULL, *out = NULL;
+
+        if (!have_qemu())
+                return;
+        vm_session("s");
+        guest_state_plant("s", "parent");
+        cr_assert_eq(sh("vmuser", "s", "cat /tmp/bg.pid", &pid), 0);
+        cr_assert_eq(sh("vmuser", "s", "echo on-disk > /workspace/disk.txt", NULL), 0);
+
+        /* a Docker session asking for memory is told why not */
+        cr_assert_eq(session_acquire(d->sessions, "plain", "s", &s, &err), 0, "%s", err.msg);
+        session_release(s);
+        cr_assert_eq(snapshot_take_memory(&d->snapshots, "plain", "s", NULL, true, "test", &snap, &err), -EOPNOTSUPP);
+        cr_assert_not_null(strstr(err.msg, "microvm"), "%s", err.msg);
+
+        err = (struct sbx_error){0};
+        cr_assert_eq(snapshot_take_memory(&d->snapshots, "vmuser", "s", "mem", true, "test", &snap, &err), 0, "%s",
+                     err.msg);
+        cr_assert_str_eq(snap.kind, "microvm");
+        cr_assert_gt(snap.bytes, 0);
+        sbx_strlcpy(id, snap.id, sizeof(id));
+        store_snapshot_done(&snap);
+        guest_state_expect("s", "parent"); /* the parent ran on */
+
+        /* two forks: both have the parent's process and /tmp, and its disk */
+        cr_assert_eq(snapshot_fork(&d->snapshots, "vmuser", NULL, "mem", "f1", "test", forked, &err), 0, "%s", err.msg);
+        cr_assert_str_eq(forked, id);
+        cr_assert_eq(snapshot_fork(&d->snapshots, "vmuser", NULL, "mem", "f2", "test", forked, &err), 0, "%s", err.msg);
+        guest_state_expect("f1", "parent");
+        guest_state_expect("f2", "parent");
+        cr_assert_eq(sh("vmuser", "f1", "cat /tmp/bg.pid", &out), 0);
+        cr_assert_str_eq(out, pid, "the fork's process is not the parent's");
+        free(out);
+        cr_assert_eq(sh("vmuser", "f2", "cat /workspace/disk.txt", &out), 0);
+        cr_assert_str_eq(out, "on-disk\n");
+        free(out);
+
+        /* they diverge; the parent is untouched */
+        cr_assert_eq(sh("vmuser", "f1", "echo f1 > /tmp/mark", NULL), 0);
+        cr_assert_eq(sh("vmuser", "f2", "echo f2 > /tmp/mark; kill $(cat /tmp/bg.pid); echo f2 > /workspace/disk.txt",
+                        NULL),
+                     0);
+        guest_state_expect("f1", "f1");
+        cr_assert_eq(sh("vmuser", "f2", "cat /tmp/mark; kill -0 $(cat /tmp/bg.pid) 2>/dev/null || echo gone", &out), 0);
+        cr_assert_str_eq(out, "f2\ngone\n");
+        free(out);
+        guest_state_expect("s", "parent");
+        cr_assert_eq(sh("vmuser", "s", "cat /workspace/disk.txt", &out), 0);
+        cr_assert_str_eq(out, "on-disk\n");
+        free(out);
+
+        /* restore: the parent goes back to the snapshot's instant, its later change gone */
+        cr_assert_eq(sh("vmuser", "s", "echo later > /tmp/mark", NULL), 0);
+        cr_assert_eq(snapshot_restore(&d->snapshots, "vmuser", "s", "mem", "test", NULL, &err), 0, "%s", err.msg);
+        guest_state_expect("s", "parent");
+
+        /* deleted: its files go (the forks run on, their pages their own or still mapped) */
+        cr_assert_eq(snapshot_delete(&d->snapshots, "vmuser", "mem", "test", &err), 0, "%s", err.msg);
+        cr_assert(!snap_dir_exists(id), "the snapshot's files outlived it");
+        guest_state_expect("f1", "f1");
+        free(pid);
+        for (const char *const *k = (const char *const[]){"s", "f1", "f2", NULL}; *k; k++)
+                cr_assert_eq(session_destroy(d->sessions, "vmuser", *k, true, &err), 0, "%s", err.msg);
+        cr_assert_eq(session_destroy(d->sessions, "plain", "s", true, &err), 0, "%s", err.msg);
+}
+
+/* Whether the QEMU of session's VM runs: the pid in its state file is a live qemu-system (not a
+ * count of every QEMU: other suites on this host run VMs too). */
+static bool vm_qemu_running(const char *session)
+{
+        struct session_info info;
+        char path[SBX_PATH_MAX + 128], buf[16384];
+        FILE *f;
+        size_t n;
+        int pid = 0;
+        cJSON *j;
+
+        cr_assert_eq(session_get_info(d->sessions, "vmuser", session, &info), 0);
+        snprintf(path, sizeof(path), "%s/vm/%s/state", cfg.data_dir, info.container_id);
+        session_info_done(&info);
+        cr_assert_not_null(f = fopen(path, "r"), "no state file %s", path);
+        n = fread(buf, 1, sizeof(buf) - 1, f);
+        fclose(f);
+        buf[n] = '\0';
+        cr_assert_not_null(j = cJSON_Parse(buf));
+        if (cJSON_IsNumber(cJSON_GetObjectItem(j, "pid")))
+                pid = cJSON_GetObjectItem(j, "pid")->valueint;
+        cJSON_Delete(j);
+        if (pid <= 0)
+                return false;
+        snprintf(path, sizeof(path), "/proc/%d/cmdline", pid);
+        if (!(f = fopen(path, "r")))
+                return false;
+        n = fread(buf, 1, sizeof(buf) - 1, f);
+        fclose(f);
+        buf[n] = '\0';
+        return strstr(buf, "qemu-system") != NULL; /* argv[0] */
+}
+
+Test(microvm, pause_to_disk)
+{
+        struct sbx_error err = {0};
+        struct session_info info;
+        char *before = NULL, *after = NULL;
+
+        if (!have_qemu())
+                return;
+        vm_session("s");
+        guest_state_plant("s", "saved");
+        cr_assert_eq(sh("vmuser", "s", "cat /tmp/bg.pid", &before), 0);
+        cr_assert(vm_qemu_running("s"));
+
+        cr_assert_eq(session_pause(d->sessions, "vmuser", "s", "to_disk", NULL, &err), 0, "%s", err.msg);
+        cr_assert(!vm_qemu_running("s"), "QEMU outlived a pause to disk");
+        cr_assert_eq(session_get_info(d->sessions, "vmuser", "s", &info), 0);
+        cr_assert_str_eq(session_state_to_string(info.state), "PAUSED");
+        session_info_done(&info);
+
+        cr_assert_eq(session_resume(d->sessions, "vmuser", "s", NULL, &err), 0, "%s", err.msg);
+        cr_assert(vm_qemu_running("s"));
+        guest_state_expect("s", "saved");
+        cr_assert_eq(sh("vmuser", "s", "cat /tmp/bg.pid", &after), 0);
+        cr_assert_str_eq(after, before);
+        free(before);
+        free(after);
+
+        /* any request resumes it too */
+        cr_assert_eq(session_pause(d->sessions, "vmuser", "s", "to_disk", NULL, &err), 0, "%s", err.msg);
+        cr_assert(!vm_qemu_running("s"));
+        guest_state_expect("s", "saved");
+        cr_assert_eq(session_destroy(d->sessions, "vmuser", "s", true, &err), 0, "%s", err.msg);
+        cr_assert_eq(count_vm_dirs(), 0, "a VM's files outlived its session");
 }

@@ -19,6 +19,8 @@
 #include "api_internal.h"
 #include "sandboxd/audit.h"
 #include "sandboxd/daemon.h"
+#include "sandboxd/egress.h"
+#include "sandboxd/egress_pkg.h"
 #include "sandboxd/exec.h"
 #include "sandboxd/log.h"
 #include "sandboxd/hub.h"
@@ -157,6 +159,7 @@ int api_agent_default_env(struct api_req *q, const char **env, char **env_buf, s
         struct store_session_options o = {0};
         _cleanup_free_ struct store_session_secret *att = NULL;
         size_t n_att = 0;
+        const struct egress_pkg_policy *pkg;
         cJSON *obj = NULL, *it;
         int r = 0;
 
@@ -176,7 +179,15 @@ int api_agent_default_env(struct api_req *q, const char **env, char **env_buf, s
                 r = fronterr_set(e, "internal", "cannot read the session's secrets");
         for (size_t i = 0; r == 0 && i < n_att; i++)
                 r = env_add_default(env, env_buf, n_env, max, att[i].name, att[i].placeholder, e);
-        if (r == 0 && n_att > 0)
+        /* the package policy (issue 37 item 2): pip and npm pointed at the operator's index and registry,
+         * which the proxy intercepts with the session's CA like a secret's host */
+        pkg = egress_packages_for(q->d->egress, q->tok.user);
+        if (r == 0 && pkg && pkg->eco[EGRESS_PKG_PYPI].on)
+                r = env_add_default(env, env_buf, n_env, max, "PIP_INDEX_URL", pkg->eco[EGRESS_PKG_PYPI].url, e);
+        if (r == 0 && pkg && pkg->eco[EGRESS_PKG_NPM].on)
+                r = env_add_default(env, env_buf, n_env, max, "npm_config_registry", pkg->eco[EGRESS_PKG_NPM].url, e);
+        if (r == 0 && (n_att > 0 || (pkg && ((pkg->eco[EGRESS_PKG_PYPI].on && pkg->eco[EGRESS_PKG_PYPI].https) ||
+                                             (pkg->eco[EGRESS_PKG_NPM].on && pkg->eco[EGRESS_PKG_NPM].https)))))
                 r = ca_env(q, env, env_buf, n_env, max, e);
         return r;
 }

@@ -411,7 +411,8 @@ int egress_icpt_on_response_head(http_parser *p)
 
         /* no body follows: its length headers stay true */
         ic->no_body = interim || p->status_code == 204 || p->status_code == 304 || ic->req_method == HTTP_HEAD;
-        for (int i = 0; i < t->n_hdrs && !ic->no_body; i++) {
+        /* (a registry's connection with no value to mask passes an encoded body through) */
+        for (int i = 0; i < t->n_hdrs && !ic->no_body && ic->max_value > 0; i++) {
                 const struct hdr *h = &t->hdrs[i];
                 const char *v = t->arena + h->value;
                 size_t n = h->value_len;
@@ -605,6 +606,8 @@ static bool request_head(struct tunnel *t, struct evbuffer *in)
         evbuffer_drain(in, n);
         ic->req_method = (int)t->parser.method;
         sbx_strlcpy(t->method, http_method_str(t->parser.method), sizeof(t->method));
+        if (t->pkg_eco >= 0 && !egress_packages_check(t, t->arena + t->url, t->url_len))
+                return false;
         ic->req_done = t->body_done;
         if (HTTP_PARSER_ERRNO(&t->parser) == HPE_PAUSED)
                 http_parser_pause(&t->parser, 0);

@@ -94,8 +94,8 @@ bool egress_pkg_range_ok(const char *range);
  * path on eco's registry or file host is for: 1 when it names one, 0 when
  * it is no package's (an index root, npm's /-/ endpoints), -1 when it
  * cannot be read (bad percent-encoding, a name of other characters). */
-int egress_pkg_from_path(const struct egress_pkg_eco_policy *ep, enum egress_pkg_eco eco, const char *path,
-                         size_t len, char ret_name[EGRESS_PKG_NAME_MAX], char ret_version[EGRESS_PKG_VERSION_MAX]);
+int egress_pkg_from_path(const struct egress_pkg_eco_policy *ep, enum egress_pkg_eco eco, const char *path, size_t len,
+                         char ret_name[EGRESS_PKG_NAME_MAX], char ret_version[EGRESS_PKG_VERSION_MAX]);
 
 /* May name (normalized) at version ("" = the package as a whole) be
  * fetched? false: *ret_why says which rule or "not on the allow list". */

@@ -147,8 +147,8 @@ static bool clause_holds(const char *c, size_t len, const char *version)
         vl = len;
         if ((strcmp(op, "==") == 0 || strcmp(op, "!=") == 0) && vl >= 2 && strcmp(v + vl - 2, ".*") == 0) {
                 /* a prefix: ==1.2.* holds for 1.2 and 1.2.x */
-                bool in = strncasecmp(version, v, vl - 2) == 0 &&
-                          (version[vl - 2] == '\0' || version[vl - 2] == '.' || !isdigit((unsigned char)version[vl - 2]));
+                bool in = strncasecmp(version, v, vl - 2) == 0 && (version[vl - 2] == '\0' || version[vl - 2] == '.' ||
+                                                                   !isdigit((unsigned char)version[vl - 2]));
                 return op[0] == '=' ? in : !in;
         }
         if (strcmp(op, "===") == 0)
@@ -228,11 +228,10 @@ bool egress_pkg_range_ok(const char *range)
                                 j++;
                         while (j < len && k < 3 && strchr("=!<>~", c[j]))
                                 op[k++] = c[j++];
-                        if (strchr("=!<>~", c[j]) || !(strcmp(op, "==") == 0 || strcmp(op, "===") == 0 ||
-                                                       strcmp(op, "!=") == 0 || strcmp(op, "<") == 0 ||
-                                                       strcmp(op, "<=") == 0 || strcmp(op, ">") == 0 ||
-                                                       strcmp(op, ">=") == 0 || strcmp(op, "~=") == 0 ||
-                                                       strcmp(op, "=") == 0))
+                        if (strchr("=!<>~", c[j]) ||
+                            !(strcmp(op, "==") == 0 || strcmp(op, "===") == 0 || strcmp(op, "!=") == 0 ||
+                              strcmp(op, "<") == 0 || strcmp(op, "<=") == 0 || strcmp(op, ">") == 0 ||
+                              strcmp(op, ">=") == 0 || strcmp(op, "~=") == 0 || strcmp(op, "=") == 0))
                                 return false;
                 }
                 if (!e)
@@ -290,7 +289,9 @@ bool egress_pkg_allowed(const struct egress_pkg_eco_policy *ep, const char *name
 
 static int hexval(char c)
 {
-        return isdigit((unsigned char)c) ? c - '0' : isxdigit((unsigned char)c) ? tolower((unsigned char)c) - 'a' + 10 : -1;
+        return isdigit((unsigned char)c)    ? c - '0'
+               : isxdigit((unsigned char)c) ? tolower((unsigned char)c) - 'a' + 10
+                                            : -1;
 }
 
 /* path up to ? or #, percent-decoded into ret (NUL-terminated); -1 on bad escapes, a NUL, or too long. */
@@ -403,7 +404,7 @@ static int pypi_path(const struct egress_pkg_eco_policy *ep, const char *p, char
                         return 0;
                 if (!slash || slash[1] == '\0')
                         return set_name(EGRESS_PKG_PYPI, n, slash ? (size_t)(slash - n) : strlen(n), ret_name) < 0 ? -1
-                                                                                                                    : 1;
+                                                                                                                   : 1;
         }
         /* the JSON API: /pypi/<name>/json, /pypi/<name>/<version>/json */
         if (strncmp(p, "/pypi/", 6) == 0 && ends_with(p, len, "/json")) {
@@ -466,8 +467,8 @@ static int npm_path(const struct egress_pkg_eco_policy *ep, const char *p, char 
         return 1;
 }
 
-int egress_pkg_from_path(const struct egress_pkg_eco_policy *ep, enum egress_pkg_eco eco, const char *path,
-                         size_t len, char ret_name[EGRESS_PKG_NAME_MAX], char ret_version[EGRESS_PKG_VERSION_MAX])
+int egress_pkg_from_path(const struct egress_pkg_eco_policy *ep, enum egress_pkg_eco eco, const char *path, size_t len,
+                         char ret_name[EGRESS_PKG_NAME_MAX], char ret_version[EGRESS_PKG_VERSION_MAX])
 {
         char p[2048];
 
@@ -564,8 +565,9 @@ static int rules_parse(enum egress_pkg_eco eco, const cJSON *a, struct egress_pk
                         return sbx_error_set(err, -EINVAL, 0, "%s: \"%.64s\" names no package", what, s);
                 for (size_t i = 0; i < nl; i++)
                         if (!glob_char_ok(s[i]))
-                                return sbx_error_set(err, -EINVAL, 0, "%s: \"%.64s\": a name is letters, digits, "
-                                                                      "- _ . ~ @ / and the glob's * ? [ ]",
+                                return sbx_error_set(err, -EINVAL, 0,
+                                                     "%s: \"%.64s\": a name is letters, digits, "
+                                                     "- _ . ~ @ / and the glob's * ? [ ]",
                                                      what, s);
                 memcpy(raw, s, nl);
                 raw[nl] = '\0';

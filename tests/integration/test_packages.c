@@ -263,8 +263,9 @@ Test(packages, pip_and_npm_install_by_policy, .fini = registry_stop)
         free(out);
 
         /* pip: the allowed version installs; a denied version of it, and a denied package, do not */
-        out = api_sh("pk", "pip install --no-cache-dir goodpkg==1.0 2>&1; echo rc=$?; "
-                           "python3 -c 'import goodpkg; print(\"have\", goodpkg.VERSION)'");
+        out = api_sh("pk",
+                     "pip install --no-cache-dir goodpkg==1.0 2>&1; echo rc=$?; "
+                     "python3 -c 'import goodpkg; print(\"have\", goodpkg.VERSION)'");
         cr_assert(strstr(out, "rc=0\nhave 1.0\n"), "%s", out);
         free(out);
         out = api_sh("pk", "pip install --no-cache-dir goodpkg==2.0 2>&1; echo rc=$?");
@@ -290,20 +291,23 @@ Test(packages, pip_and_npm_install_by_policy, .fini = registry_stop)
                  "docker cp /usr/bin/node %s:/workspace/npm/node >/dev/null",
                  id, id);
         cr_assert_eq(system(cmd), 0, "docker cp");
-        out = api_sh("pk", "mkdir -p /workspace/app && cd /workspace/app && export PATH=/workspace/npm:$PATH && "
-                           "node /workspace/npm/bin/npm-cli.js install --no-audit --no-fund --no-update-notifier "
-                           "okpkg@1.0.0 2>&1; echo rc=$?; node -e 'console.log(\"have\", require(\"okpkg\").v)'");
+        out = api_sh("pk",
+                     "mkdir -p /workspace/app && cd /workspace/app && export PATH=/workspace/npm:$PATH && "
+                     "node /workspace/npm/bin/npm-cli.js install --no-audit --no-fund --no-update-notifier "
+                     "okpkg@1.0.0 2>&1; echo rc=$?; node -e 'console.log(\"have\", require(\"okpkg\").v)'");
         cr_assert(strstr(out, "rc=0\nhave 1.0.0\n"), "%s", out);
         free(out);
-        out = api_sh("pk", "cd /workspace/app && export PATH=/workspace/npm:$PATH && "
-                           "node /workspace/npm/bin/npm-cli.js install --no-audit --no-fund --no-update-notifier "
-                           "okpkg@2.0.0 2>&1; echo rc=$?");
+        out = api_sh("pk",
+                     "cd /workspace/app && export PATH=/workspace/npm:$PATH && "
+                     "node /workspace/npm/bin/npm-cli.js install --no-audit --no-fund --no-update-notifier "
+                     "okpkg@2.0.0 2>&1; echo rc=$?");
         cr_assert(strstr(out, "blocked by sandboxd package policy: okpkg 2.0.0"), "%s", out);
         cr_assert_null(strstr(out, "rc=0\n"), "%s", out);
         free(out);
-        out = api_sh("pk", "cd /workspace/app && export PATH=/workspace/npm:$PATH && "
-                           "node /workspace/npm/bin/npm-cli.js install --no-audit --no-fund --no-update-notifier "
-                           "badpkg 2>&1; echo rc=$?");
+        out = api_sh("pk",
+                     "cd /workspace/app && export PATH=/workspace/npm:$PATH && "
+                     "node /workspace/npm/bin/npm-cli.js install --no-audit --no-fund --no-update-notifier "
+                     "badpkg 2>&1; echo rc=$?");
         cr_assert(strstr(out, "blocked by sandboxd package policy: badpkg"), "%s", out);
         cr_assert_null(strstr(out, "rc=0\n"), "%s", out);
         free(out);

@@ -195,7 +195,8 @@ static void *tls_upstream(void *arg)
                                          "HTTP/1.1 200 OK\r\nContent-Length: %lld\r\nConnection: close\r\n\r\n",
                                          (long long)DOWNLOAD_MB << 20);
                                 SSL_write(ssl, head, (int)strlen(head));
-                                for (long long left = (long long)DOWNLOAD_MB << 20; left > 0; left -= (long long)sizeof(chunk))
+                                for (long long left = (long long)DOWNLOAD_MB << 20; left > 0;
+                                     left -= (long long)sizeof(chunk))
                                         if (SSL_write(ssl, chunk, (int)sizeof(chunk)) <= 0)
                                                 break;
                                 ok = "";
@@ -209,16 +210,15 @@ static void *tls_upstream(void *arg)
         }
 }
 
-/* One HTTPS request through a CONNECT on front_port, the client trusting ca; its time, or exit. */
-static double https_ms(int front_port, int tls_port, SSL_CTX *ctx)
+/* A CONNECT to tls.bench on front_port, then TLS over it (the client
+ * trusting ctx's CA) and the request for path; exits on a failure. */
+static SSL *https_request(int front_port, int tls_port, SSL_CTX *ctx, const char *path, int *ret_fd)
 {
-        struct timespec a, b;
-        char req[512], head[256], buf[4096];
+        char req[512], head[256];
         size_t n = 0;
-        int fd, r, got = 0;
+        int fd;
         SSL *ssl;
 
-        clock_gettime(CLOCK_MONOTONIC, &a);
         fd = connect_port(front_port);
         snprintf(req, sizeof(req), "CONNECT tls.bench:%d HTTP/1.1\r\n\r\n", tls_port);
         if (write(fd, req, strlen(req)) < 0)
@@ -239,65 +239,66 @@ static double https_ms(int front_port, int tls_port, SSL_CTX *ctx)
                 exit(1);
         }
         snprintf(req, sizeof(req),
-                 "GET / HTTP/1.1\r\nHost: tls.bench:%d\r\nAuthorization: Bearer " PLACEHOLDER "\r\n\r\n", tls_port);
+                 "GET %s HTTP/1.1\r\nHost: tls.bench:%d\r\nAuthorization: Bearer " PLACEHOLDER "\r\n\r\n", path,
+                 tls_port);
         SSL_write(ssl, req, (int)strlen(req));
+        *ret_fd = fd;
+        return ssl;
+}
+
+static double since_ms(const struct timespec *a)
+{
+        struct timespec b;
+        clock_gettime(CLOCK_MONOTONIC, &b);
+        return (double)((b.tv_sec - a->tv_sec) * 1000000000LL + (b.tv_nsec - a->tv_nsec)) / 1e6;
+}
+
+/* One HTTPS request through a CONNECT on front_port, the client trusting ca; its time, or exit. */
+static double https_ms(int front_port, int tls_port, SSL_CTX *ctx)
+{
+        struct timespec a;
+        char buf[4096];
+        int fd, r, got = 0;
+        SSL *ssl;
+        double ms;
+
+        clock_gettime(CLOCK_MONOTONIC, &a);
+        ssl = https_request(front_port, tls_port, ctx, "/", &fd);
         while ((r = SSL_read(ssl, buf + got, (int)sizeof(buf) - 1 - got)) > 0)
                 got += r;
         buf[got] = '\0';
         SSL_free(ssl);
         close(fd);
-        clock_gettime(CLOCK_MONOTONIC, &b);
+        ms = since_ms(&a);
         if (!strstr(buf, "hello")) {
                 fprintf(stderr, "egress bench: no answer over HTTPS: %s\n", buf);
                 exit(1);
         }
-        return (double)((b.tv_sec - a.tv_sec) * 1000000000LL + (b.tv_nsec - a.tv_nsec)) / 1e6;
+        return ms;
 }
 
 /* MB/s of one DOWNLOAD_MB download over HTTPS through a CONNECT on front_port. */
 static double https_download_mb_s(int front_port, int tls_port, SSL_CTX *ctx)
 {
-        struct timespec a, b;
-        char req[512], head[256], buf[64 * 1024];
-        size_t n = 0, got = 0;
+        struct timespec a;
+        static char buf[64 * 1024];
+        size_t got = 0;
         int fd, r;
         SSL *ssl;
+        double ms;
 
         clock_gettime(CLOCK_MONOTONIC, &a);
-        fd = connect_port(front_port);
-        snprintf(req, sizeof(req), "CONNECT tls.bench:%d HTTP/1.1\r\n\r\n", tls_port);
-        if (write(fd, req, strlen(req)) < 0)
-                exit(1);
-        while (n < sizeof(head) - 1) {
-                if (read(fd, head + n, 1) != 1)
-                        exit(1);
-                head[++n] = '\0';
-                if (strstr(head, "\r\n\r\n"))
-                        break;
-        }
-        ssl = SSL_new(ctx);
-        SSL_set_fd(ssl, fd);
-        SSL_set_tlsext_host_name(ssl, "tls.bench");
-        SSL_set1_host(ssl, "tls.bench");
-        if (SSL_connect(ssl) != 1) {
-                ERR_print_errors_fp(stderr);
-                exit(1);
-        }
-        snprintf(req, sizeof(req),
-                 "GET /big HTTP/1.1\r\nHost: tls.bench:%d\r\nAuthorization: Bearer " PLACEHOLDER "\r\n\r\n",
-                 tls_port);
-        SSL_write(ssl, req, (int)strlen(req));
+        ssl = https_request(front_port, tls_port, ctx, "/big", &fd);
         while ((r = SSL_read(ssl, buf, (int)sizeof(buf))) > 0)
                 got += (size_t)r;
         SSL_free(ssl);
         close(fd);
-        clock_gettime(CLOCK_MONOTONIC, &b);
+        ms = since_ms(&a);
         if (got < (size_t)DOWNLOAD_MB << 20) {
                 fprintf(stderr, "egress bench: the HTTPS download was cut at %zu bytes\n", got);
                 exit(1);
         }
-        return (double)got / (1 << 20) /
-               ((double)((b.tv_sec - a.tv_sec) * 1000000000LL + (b.tv_nsec - a.tv_nsec)) / 1e9);
+        return (double)got / (1 << 20) / (ms / 1000);
 }
 
 static SSL_CTX *client_ctx(const char *ca)

@@ -108,46 +108,18 @@ static void registry_stop(void)
 
 static void registry_start(void)
 {
-        char cmd[4096], path[600], ca[600], cert[600], key[600], hits[600];
-        int pipefd[2];
-        FILE *f;
+        char ca[600], cert[600], key[600], hits[600];
         char *dir = testenv_tmpdir();
 
         snprintf(reg_dir, sizeof(reg_dir), "%s", dir);
         free(dir);
-        snprintf(ca, sizeof(ca), "%s/regca.pem", reg_dir);
-        snprintf(cert, sizeof(cert), "%s/reg.pem", reg_dir);
-        snprintf(key, sizeof(key), "%s/reg.key", reg_dir);
+        fixture_upstream_cert(reg_dir, "pypi.test,npm.test");
+        snprintf(ca, sizeof(ca), "%s/upca.pem", reg_dir);
+        snprintf(cert, sizeof(cert), "%s/up.pem", reg_dir);
+        snprintf(key, sizeof(key), "%s/up.key", reg_dir);
         snprintf(hits, sizeof(hits), "%s/hits.log", reg_dir);
-        snprintf(cmd, sizeof(cmd),
-                 "cd %s && { openssl req -x509 -newkey ec -pkeyopt ec_paramgen_curve:prime256v1 -nodes -days 1 "
-                 "-subj '/CN=Test Registry CA' -keyout regca.key -out regca.pem && "
-                 "openssl req -newkey ec -pkeyopt ec_paramgen_curve:prime256v1 -nodes -subj /CN=pypi.test "
-                 "-keyout reg.key -out reg.csr && "
-                 "printf 'subjectAltName=DNS:pypi.test,DNS:npm.test\\n' > ext && "
-                 "openssl x509 -req -in reg.csr -CA regca.pem -CAkey regca.key -CAcreateserial -days 1 -extfile ext "
-                 "-out reg.pem; } >/dev/null 2>&1",
-                 reg_dir);
-        cr_assert_eq(system(cmd), 0, "openssl");
-        snprintf(path, sizeof(path), "%s/registry.py", reg_dir);
-        f = fopen(path, "w");
-        cr_assert_not_null(f);
-        fputs(registry_py, f);
-        fclose(f);
-        cr_assert_eq(pipe2(pipefd, O_CLOEXEC), 0);
-        reg_pid = fork();
-        cr_assert_geq(reg_pid, 0);
-        if (reg_pid == 0) {
-                int null = open("/dev/null", O_WRONLY | O_CLOEXEC);
-                dup2(pipefd[1], 1);
-                dup2(null, 2);
-                execlp("python3", "python3", path, cert, key, hits, (char *)NULL);
-                _exit(127);
-        }
-        close(pipefd[1]);
-        f = fdopen(pipefd[0], "r");
-        cr_assert(fscanf(f, "%d", &reg_port) == 1, "the registry did not start");
-        fclose(f);
+        reg_pid = fixture_python_upstream(reg_dir, "registry.py", registry_py,
+                                          (const char *const[]){cert, key, hits, NULL}, &reg_port, 1);
         /* the daemon trusts the registry's CA as it would a system one */
         setenv("SSL_CERT_FILE", ca, 1);
 }

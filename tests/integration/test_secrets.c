@@ -374,45 +374,20 @@ static void upstream_stop(void)
 
 static void upstream_start(void)
 {
-        char cmd[4096], path[600], ca[600], cert[600], key[600];
-        int pipefd[2];
-        FILE *f;
+        char cert[600], key[600], ca[600];
+        int ports[2];
         char *dir = testenv_tmpdir();
 
         snprintf(up_dir, sizeof(up_dir), "%s", dir);
         free(dir);
+        fixture_upstream_cert(up_dir, "api.test,other.test");
         snprintf(ca, sizeof(ca), "%s/upca.pem", up_dir);
         snprintf(cert, sizeof(cert), "%s/up.pem", up_dir);
         snprintf(key, sizeof(key), "%s/up.key", up_dir);
-        snprintf(cmd, sizeof(cmd),
-                 "cd %s && { openssl req -x509 -newkey ec -pkeyopt ec_paramgen_curve:prime256v1 -nodes -days 1 "
-                 "-subj '/CN=Test Upstream CA' -keyout upca.key -out upca.pem && "
-                 "openssl req -newkey ec -pkeyopt ec_paramgen_curve:prime256v1 -nodes -subj /CN=api.test "
-                 "-keyout up.key -out up.csr && "
-                 "printf 'subjectAltName=DNS:api.test,DNS:other.test\\n' > ext && "
-                 "openssl x509 -req -in up.csr -CA upca.pem -CAkey upca.key -CAcreateserial -days 1 -extfile ext "
-                 "-out up.pem; } >/dev/null 2>&1",
-                 up_dir);
-        cr_assert_eq(system(cmd), 0, "openssl");
-        snprintf(path, sizeof(path), "%s/upstream.py", up_dir);
-        f = fopen(path, "w");
-        cr_assert_not_null(f);
-        fputs(upstream_py, f);
-        fclose(f);
-        cr_assert_eq(pipe2(pipefd, O_CLOEXEC), 0);
-        up_pid = fork();
-        cr_assert_geq(up_pid, 0);
-        if (up_pid == 0) {
-                int null = open("/dev/null", O_WRONLY | O_CLOEXEC);
-                dup2(pipefd[1], 1);
-                dup2(null, 2); /* the refused requests' broken pipes are not news */
-                execlp("python3", "python3", path, cert, key, VALUE, (char *)NULL);
-                _exit(127);
-        }
-        close(pipefd[1]);
-        f = fdopen(pipefd[0], "r");
-        cr_assert(fscanf(f, "%d %d", &up_http, &up_tls) == 2, "the upstream did not start");
-        fclose(f);
+        up_pid = fixture_python_upstream(up_dir, "upstream.py", upstream_py,
+                                         (const char *const[]){cert, key, VALUE, NULL}, ports, 2);
+        up_http = ports[0];
+        up_tls = ports[1];
         /* the daemon trusts the upstream's CA as it would a system one */
         setenv("SSL_CERT_FILE", ca, 1);
 }

@@ -458,7 +458,8 @@ static int npm_path(const struct egress_pkg_eco_policy *ep, const char *p, char 
                 size_t bl = (size_t)(end - base), fl = strlen(f);
                 if (fl > bl + 5 && strncasecmp(f, base, bl) == 0 && f[bl] == '-' && ends_with(f, fl, ".tgz"))
                         return set_version(f + bl + 1, fl - bl - 5, ret_version) < 0 ? -1 : 1;
-                return 1; /* some other file of the package's: the package is named, no version */
+                /* a file under one package named for another (or none): not read as the first's */
+                return -1;
         }
         /* a version document: <name>/<version> (a dist-tag names no version) */
         rest++;

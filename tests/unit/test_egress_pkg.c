@@ -188,6 +188,8 @@ Test(egress_pkg, which_package_a_path_is_for)
         cr_assert_eq(from(npm, EGRESS_PKG_NPM, "/-/npm/v1/security/advisories/bulk", n, v), 0);
         cr_assert_eq(from(npm, EGRESS_PKG_NPM, "/", n, v), 0);
         cr_assert_eq(from(npm, EGRESS_PKG_NPM, "/@scopeonly", n, v), -1);
+        cr_assert_eq(from(npm, EGRESS_PKG_NPM, "/okpkg/-/badpkg-1.0.0.tgz", n, v), -1,
+                     "a tarball under another package's name");
         egress_pkg_free(p);
 }
 

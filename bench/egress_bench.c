@@ -5,7 +5,9 @@
  * same run. And what interception adds (issue 37, Speed): an HTTPS request
  * with a secret's placeholder through an intercepted CONNECT (two TLS
  * handshakes, the swap) against the same request through a plain CONNECT
- * (one handshake, end to end), p50 of each, interleaved; the CAs are made
+ * (one handshake, end to end), p50 of each, interleaved; and a 100 MB
+ * download the same two ways (MB/s, the median of 3 each, interleaved:
+ * the intercepted one is decrypted, masked and encrypted again); the CAs are made
  * with the openssl CLI in a temporary directory. Host-side: clients connect to a TCP front that hands each
  * connection to egress_accept, as the gateway hands egress.sock's; the
  * container's runner hop (127.0.0.1:3128 -> egress.sock) is not included.
@@ -35,6 +37,8 @@ static size_t source_bytes;
 static char tmpdir[] = "/tmp/sbx-egress-bench-XXXXXX";
 #define PLACEHOLDER "sbx_ph_0123456789abcdef0123456789abcdef"
 #define VALUE "bench-secret-value"
+#define DOWNLOAD_MB 100 /* issue 37, Speed: a 100 MB intercepted download against a plain CONNECT's */
+#define DOWNLOAD_RUNS 3
 
 static int listen_loopback(int *ret_port)
 {
@@ -182,7 +186,23 @@ static void *tls_upstream(void *arg)
                                 strstr(buf, "Bearer " VALUE) || strstr(buf, "Bearer " PLACEHOLDER)
                                         ? "HTTP/1.1 200 OK\r\nContent-Length: 5\r\nConnection: close\r\n\r\nhello"
                                         : "HTTP/1.1 401 No\r\nContent-Length: 0\r\nConnection: close\r\n\r\n";
-                        SSL_write(ssl, ok, (int)strlen(ok));
+                        if (strncmp(buf, "GET /big ", 9) == 0) {
+                                /* the download: DOWNLOAD_MB of bytes no value is in */
+                                static char chunk[64 * 1024];
+                                char head[128];
+                                memset(chunk, 'd', sizeof(chunk));
+                                snprintf(head, sizeof(head),
+                                         "HTTP/1.1 200 OK\r\nContent-Length: %lld\r\nConnection: close\r\n\r\n",
+                                         (long long)DOWNLOAD_MB << 20);
+                                SSL_write(ssl, head, (int)strlen(head));
+                                for (long long left = (long long)DOWNLOAD_MB << 20; left > 0;
+                                     left -= (long long)sizeof(chunk))
+                                        if (SSL_write(ssl, chunk, (int)sizeof(chunk)) <= 0)
+                                                break;
+                                ok = "";
+                        }
+                        if (*ok)
+                                SSL_write(ssl, ok, (int)strlen(ok));
                         SSL_shutdown(ssl);
                 }
                 SSL_free(ssl);
@@ -190,16 +210,15 @@ static void *tls_upstream(void *arg)
         }
 }
 
-/* One HTTPS request through a CONNECT on front_port, the client trusting ca; its time, or exit. */
-static double https_ms(int front_port, int tls_port, SSL_CTX *ctx)
+/* A CONNECT to tls.bench on front_port, then TLS over it (the client
+ * trusting ctx's CA) and the request for path; exits on a failure. */
+static SSL *https_request(int front_port, int tls_port, SSL_CTX *ctx, const char *path, int *ret_fd)
 {
-        struct timespec a, b;
-        char req[512], head[256], buf[4096];
+        char req[512], head[256];
         size_t n = 0;
-        int fd, r, got = 0;
+        int fd;
         SSL *ssl;
 
-        clock_gettime(CLOCK_MONOTONIC, &a);
         fd = connect_port(front_port);
         snprintf(req, sizeof(req), "CONNECT tls.bench:%d HTTP/1.1\r\n\r\n", tls_port);
         if (write(fd, req, strlen(req)) < 0)
@@ -220,19 +239,66 @@ static double https_ms(int front_port, int tls_port, SSL_CTX *ctx)
                 exit(1);
         }
         snprintf(req, sizeof(req),
-                 "GET / HTTP/1.1\r\nHost: tls.bench:%d\r\nAuthorization: Bearer " PLACEHOLDER "\r\n\r\n", tls_port);
+                 "GET %s HTTP/1.1\r\nHost: tls.bench:%d\r\nAuthorization: Bearer " PLACEHOLDER "\r\n\r\n", path,
+                 tls_port);
         SSL_write(ssl, req, (int)strlen(req));
+        *ret_fd = fd;
+        return ssl;
+}
+
+static double since_ms(const struct timespec *a)
+{
+        struct timespec b;
+        clock_gettime(CLOCK_MONOTONIC, &b);
+        return (double)((b.tv_sec - a->tv_sec) * 1000000000LL + (b.tv_nsec - a->tv_nsec)) / 1e6;
+}
+
+/* One HTTPS request through a CONNECT on front_port, the client trusting ca; its time, or exit. */
+static double https_ms(int front_port, int tls_port, SSL_CTX *ctx)
+{
+        struct timespec a;
+        char buf[4096];
+        int fd, r, got = 0;
+        SSL *ssl;
+        double ms;
+
+        clock_gettime(CLOCK_MONOTONIC, &a);
+        ssl = https_request(front_port, tls_port, ctx, "/", &fd);
         while ((r = SSL_read(ssl, buf + got, (int)sizeof(buf) - 1 - got)) > 0)
                 got += r;
         buf[got] = '\0';
         SSL_free(ssl);
         close(fd);
-        clock_gettime(CLOCK_MONOTONIC, &b);
+        ms = since_ms(&a);
         if (!strstr(buf, "hello")) {
                 fprintf(stderr, "egress bench: no answer over HTTPS: %s\n", buf);
                 exit(1);
         }
-        return (double)((b.tv_sec - a.tv_sec) * 1000000000LL + (b.tv_nsec - a.tv_nsec)) / 1e6;
+        return ms;
+}
+
+/* MB/s of one DOWNLOAD_MB download over HTTPS through a CONNECT on front_port. */
+static double https_download_mb_s(int front_port, int tls_port, SSL_CTX *ctx)
+{
+        struct timespec a;
+        static char buf[64 * 1024];
+        size_t got = 0;
+        int fd, r;
+        SSL *ssl;
+        double ms;
+
+        clock_gettime(CLOCK_MONOTONIC, &a);
+        ssl = https_request(front_port, tls_port, ctx, "/big", &fd);
+        while ((r = SSL_read(ssl, buf, (int)sizeof(buf))) > 0)
+                got += (size_t)r;
+        SSL_free(ssl);
+        close(fd);
+        ms = since_ms(&a);
+        if (got < (size_t)DOWNLOAD_MB << 20) {
+                fprintf(stderr, "egress bench: the HTTPS download was cut at %zu bytes\n", got);
+                exit(1);
+        }
+        return (double)got / (1 << 20) / (ms / 1000);
 }
 
 static SSL_CTX *client_ctx(const char *ca)
@@ -320,7 +386,7 @@ int main(int argc, char **argv)
 {
         int requests = 500, megabytes = 512, http_port, src_port, front_port, hl, sl, fl, tls_port, sec_port, tl, scl;
         char *dir = tmpdir, db[128], opt[1536], req[256], creq[256];
-        double *plain_tls, *swapped_tls;
+        double *plain_tls, *swapped_tls, dl_plain[DOWNLOAD_RUNS], dl_icpt[DOWNLOAD_RUNS];
         SSL_CTX *up_ctx, *sess_ctx;
         struct sbx_config cfg;
         struct sbx_error err = {0};
@@ -406,14 +472,22 @@ int main(int argc, char **argv)
                 plain_tls[i] = https_ms(front_port, tls_port, up_ctx);
                 swapped_tls[i] = https_ms(sec_port, tls_port, sess_ctx);
         }
+        for (int i = 0; i < DOWNLOAD_RUNS; i++) { /* interleaved; the median of each */
+                dl_plain[i] = https_download_mb_s(front_port, tls_port, up_ctx);
+                dl_icpt[i] = https_download_mb_s(sec_port, tls_port, sess_ctx);
+        }
         printf("{\"egress_http_requests\": %d, \"direct_p50_ms\": %.3f, \"direct_p95_ms\": %.3f, "
                "\"proxied_p50_ms\": %.3f, \"proxied_p95_ms\": %.3f, \"added_p50_ms\": %.3f, "
                "\"tunnel_megabytes\": %d, \"direct_mb_s\": %.0f, \"proxied_mb_s\": %.0f, "
-               "\"https_connect_p50_ms\": %.3f, \"https_intercepted_p50_ms\": %.3f, \"intercept_added_p50_ms\": %.3f}\n",
+               "\"https_connect_p50_ms\": %.3f, \"https_intercepted_p50_ms\": %.3f, \"intercept_added_p50_ms\": %.3f, "
+               "\"https_download_megabytes\": %d, \"https_connect_mb_s\": %.0f, \"https_intercepted_mb_s\": %.0f, "
+               "\"intercept_throughput_ratio\": %.2f}\n",
                requests, pct(direct, requests, 0.5), pct(direct, requests, 0.95), pct(proxied, requests, 0.5),
                pct(proxied, requests, 0.95), pct(proxied, requests, 0.5) - pct(direct, requests, 0.5), megabytes,
                mb_direct, mb_proxied, pct(plain_tls, requests, 0.5), pct(swapped_tls, requests, 0.5),
-               pct(swapped_tls, requests, 0.5) - pct(plain_tls, requests, 0.5));
+               pct(swapped_tls, requests, 0.5) - pct(plain_tls, requests, 0.5), DOWNLOAD_MB,
+               pct(dl_plain, DOWNLOAD_RUNS, 0.5), pct(dl_icpt, DOWNLOAD_RUNS, 0.5),
+               pct(dl_icpt, DOWNLOAD_RUNS, 0.5) / pct(dl_plain, DOWNLOAD_RUNS, 0.5));
         fflush(stdout);
         egress_free(eg);
         store_close(st);

@@ -132,7 +132,12 @@ async function pump() {
         busy = true;
         while (queue.length) {
                 const m = queue.shift();
-                if (m.op === 'execute' && typeof m.code === 'string') await execute(m.id, m.code);
+                if (m.op === 'execute' && typeof m.code === 'string') {
+                        // the session's environment (secrets' placeholders, CA and package variables)
+                        if (m.env && typeof m.env === 'object')
+                                for (const [k, v] of Object.entries(m.env)) if (typeof v === 'string') process.env[k] = v;
+                        await execute(m.id, m.code);
+                }
                 else if (m.op === 'stats') protoWrite({ ev: 'stats', id: m.id, rss_kb: Math.round(process.memoryUsage().rss / 1024) });
                 else if (m.op === 'shutdown') process.exit(0);
         }

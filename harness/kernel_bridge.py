@@ -476,6 +476,14 @@ def main():
         cid = msg.get("id")
         if op == "execute" and isinstance(msg.get("code"), str):
             cell_begin(cid)
+            env = msg.get("env")
+            if isinstance(env, dict) and env:
+                # the session's environment (secrets' placeholders, CA and package variables), which a
+                # kernel started ahead of its session lacks: set in the kernel, silently, before the code
+                env = {k: v for k, v in env.items() if isinstance(k, str) and isinstance(v, str)}
+                if run_cell("__import__('os').environ.update(__import__('json').loads(%r))" % json.dumps(env),
+                            cid, True, None) is None:
+                    return 0
             reply = run(msg["code"], cid)
             if reply is None:
                 return 0

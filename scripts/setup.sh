@@ -30,7 +30,7 @@ PACKAGES=(
 	libcurl4-openssl-dev libcjson-dev libsqlite3-dev sqlite3 libcriterion-dev
 	docker.io iptables mmdebstrap mount busybox-static musl-tools e2fsprogs
 	libmicrohttpd-dev libgnutls28-dev openssl
-	libevent-dev libhttp-parser-dev libssl-dev libyaml-dev
+	libevent-dev libhttp-parser-dev libssl-dev libyaml-dev zlib1g-dev
 	curl jq iproute2 procps ca-certificates python3
 	systemd socat runsc tini libarchive-dev
 	# the microVM runtime (docs/microvm.md): QEMU, and what scripts/build-vm.sh needs

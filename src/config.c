@@ -13,6 +13,7 @@
 #include "sandboxd/container.h"
 #include "sandboxd/e2b.h"
 #include "sandboxd/egress.h"
+#include "sandboxd/egress_pkg.h"
 #include "sandboxd/egress_policy.h"
 #include "sandboxd/egress_rules.h"
 #include "sandboxd/engine.h"
@@ -263,6 +264,9 @@ static const struct config_key keys[] = {
          "static name=ip overrides for the egress proxy's resolver (internal mirrors, tests)"},
         {"egress.upstream_proxy", CFG_STRING, F(egress_upstream_proxy), 0, 0, 0, "", NULL,
          "http://host:port: allowed egress goes through this proxy (CONNECT); empty: direct"},
+        {"egress.packages_file", CFG_STRING, F(egress_packages_file), 0, 0, 0, "", NULL,
+         "JSON file of the package policy (PyPI and npm: index and registry URLs, allow and deny rules, per user "
+         "with a default; docs/security.md \"Packages by policy\"); needs secrets_key_file; empty: none"},
         {"egress.max_bytes_per_session", CFG_SIZE, F(egress_max_bytes_per_session), 0, 0, INT64_C(1) << 50, "0", NULL,
          "egress bytes (both ways) per session since the daemon started; 0: no cap"},
         /* [webhook] */
@@ -917,6 +921,15 @@ static int check_cross(const struct sbx_config *cfg, struct sbx_error *err)
                 free(o);
                 if (r == 0 && cfg->egress_upstream_proxy[0])
                         r = egress_upstream_parse(cfg->egress_upstream_proxy, host, &port, err);
+                if (r == 0 && cfg->egress_packages_file[0]) {
+                        struct egress_pkg_policies *pp = NULL;
+                        r = egress_pkg_load(cfg->egress_packages_file, &pp, err);
+                        egress_pkg_free(pp);
+                        if (r == 0 && !cfg->secrets_key_file[0])
+                                r = sbx_error_set(err, -EINVAL, 0,
+                                                  "egress.packages_file needs secrets_key_file (the sessions' CAs "
+                                                  "that intercept the registries are sealed under it)");
+                }
                 if (r < 0)
                         return r;
         }

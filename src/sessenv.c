@@ -8,6 +8,8 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "sandboxd/egress.h"
+#include "sandboxd/egress_pkg.h"
 #include "sandboxd/hub.h"
 #include "sandboxd/hub_dir.h"
 #include "sandboxd/log.h"
@@ -87,6 +89,7 @@ int sessenv_add(const struct sessenv *c, const char *user, const char *session, 
         struct store_session_options o = {0};
         _cleanup_free_ struct store_session_secret *att = NULL;
         size_t n_att = 0;
+        const struct egress_pkg_policy *pkg;
         cJSON *obj = NULL, *it;
         int r = 0;
 
@@ -106,7 +109,15 @@ int sessenv_add(const struct sessenv *c, const char *user, const char *session, 
                 r = sbx_error_set(err, r, 0, "cannot read the session's secrets: %s", strerror(-r));
         for (size_t i = 0; r == 0 && i < n_att; i++)
                 r = add(v, att[i].name, att[i].placeholder, err);
-        if (r == 0 && n_att > 0)
+        /* the package policy (issue 37 item 2): pip and npm pointed at the operator's index and registry,
+         * which the proxy intercepts with the session's CA like a secret's host */
+        pkg = egress_packages_for(c->egress, user);
+        if (r == 0 && pkg && pkg->eco[EGRESS_PKG_PYPI].on)
+                r = add(v, "PIP_INDEX_URL", pkg->eco[EGRESS_PKG_PYPI].url, err);
+        if (r == 0 && pkg && pkg->eco[EGRESS_PKG_NPM].on)
+                r = add(v, "npm_config_registry", pkg->eco[EGRESS_PKG_NPM].url, err);
+        if (r == 0 && (n_att > 0 || (pkg && ((pkg->eco[EGRESS_PKG_PYPI].on && pkg->eco[EGRESS_PKG_PYPI].https) ||
+                                             (pkg->eco[EGRESS_PKG_NPM].on && pkg->eco[EGRESS_PKG_NPM].https)))))
                 r = add_ca(c, user, session, v, err);
         return r;
 }

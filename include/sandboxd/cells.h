@@ -68,6 +68,8 @@
 #include "sandboxd/common.h"
 #include "sandboxd/config.h"
 
+struct egress_secret;
+
 struct store;
 struct session_manager;
 struct hub;
@@ -97,7 +99,16 @@ struct cells_request {
         const char *code;
         int timeout_s;          /* 0: exec.timeout_default; capped at exec.timeout_max */
         const char *const *env; /* "K=V", NULL-terminated: the environment of a context it starts */
-        const char *actor;      /* for the audit log: "token:<id>", ... */
+        /* "K=V", NULL-terminated: the session's environment every execution gets (secrets'
+         * placeholders, the CA and package variables; issue 37), set in the interpreter before
+         * the cell whenever it differs from what that interpreter was given (a warm pool slot's
+         * kernel started before the session had any). NULL: none */
+        const char *const *session_env;
+        /* the values of the session's attached secrets (egress.h), masked as their placeholders in
+         * the cell's outputs and spool; read only during cells_run. NULL: none */
+        const struct egress_secret *mask;
+        size_t n_mask;
+        const char *actor; /* for the audit log: "token:<id>", ... */
         /* the cell's network narrowing (egress_rules.h; NULL or not set: the session's egress):
          * the kernel serving it is narrowed from the cell's start to its end */
         const struct egress_net *network;

@@ -185,12 +185,13 @@ struct sbx_config {
         int64_t max_file_bytes;
 
         /* egress proxy (egress.h, docs/security.md) */
-        char egress_allow[4096];             /* patterns (egress_policy.h); "" = nothing */
-        char egress_allow_private[1024];     /* CIDR list exempt from the SSRF guard */
-        char egress_resolve[2048];           /* name=ip,... static resolver overrides */
-        char egress_upstream_proxy[300];     /* http://host:port or "" */
-        char secrets_key_file[SBX_PATH_MAX]; /* secrets.h: the key sealing secrets at rest; "" = secrets off */
-        int egress_max_tunnels;              /* open proxy connections, all sessions */
+        char egress_allow[4096];                 /* patterns (egress_policy.h); "" = nothing */
+        char egress_allow_private[1024];         /* CIDR list exempt from the SSRF guard */
+        char egress_resolve[2048];               /* name=ip,... static resolver overrides */
+        char egress_upstream_proxy[300];         /* http://host:port or "" */
+        char egress_packages_file[SBX_PATH_MAX]; /* egress_pkg.h: the package policy (JSON); "" = none */
+        char secrets_key_file[SBX_PATH_MAX];     /* secrets.h: the key sealing secrets at rest; "" = secrets off */
+        int egress_max_tunnels;                  /* open proxy connections, all sessions */
         int egress_max_tunnels_per_session;
         int egress_max_tunnels_per_user;
         int egress_conns_per_minute;          /* new connections per session per minute */

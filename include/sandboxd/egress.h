@@ -94,6 +94,10 @@ struct egress_secrets_ops {
 /* Set once, before the first connection; without it nothing is intercepted
  * and no placeholder is looked for. Called on the proxy's loop thread. */
 void egress_set_secrets_ops(struct egress *eg, const struct egress_secrets_ops *ops, void *userdata);
+/* The user's package policy (egress.packages_file; egress_pkg.h), or NULL:
+ * read-only for the daemon's life, any thread. */
+struct egress_pkg_policy;
+const struct egress_pkg_policy *egress_packages_for(struct egress *eg, const char *user);
 /* Closes every tunnel and stops the thread. NULL is fine. */
 void egress_free(struct egress *eg);
 

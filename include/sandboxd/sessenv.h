@@ -1,8 +1,10 @@
 /* sessenv.h — the environment every execution and cell of a session starts
  * with, after the request's own (whose names win): the session's default env
  * (create_session's params.env), the placeholders of its attached secrets,
- * and, when it has any, the variables that make its programs trust its CA
- * (secrets_ca.h), whose bundle this writes into its runner directory.
+ * the package policy's index and registry (egress_pkg.h), and, when it has
+ * secrets or an intercepted registry, the variables that make its programs
+ * trust its CA (secrets_ca.h), whose bundle this writes into its runner
+ * directory.
  * The fronts call this; it reads the store, the secrets and the hub. */
 #ifndef SANDBOXD_SESSENV_H
 #define SANDBOXD_SESSENV_H

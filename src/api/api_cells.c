@@ -14,6 +14,8 @@
 #include "api_internal.h"
 #include "sandboxd/cells.h"
 #include "sandboxd/daemon.h"
+#include "sandboxd/egress.h"
+#include "sandboxd/secrets_ca.h"
 
 #define API_CELL_MAX_ENV 256
 
@@ -140,7 +142,9 @@ int api_m_run_cell(struct api_req *q, cJSON **ret, struct fronterr *e)
         const cJSON *env_obj = cJSON_GetObjectItemCaseSensitive(q->params, "env"), *it;
         const char *env[API_CELL_MAX_ENV + 1] = {0};
         char *env_buf[API_CELL_MAX_ENV] = {0};
-        size_t n_env = 0;
+        size_t n_env = 0, n_req;
+        struct egress_secret *mask = NULL;
+        size_t n_mask = 0;
         int64_t timeout;
         bool stream;
         _cleanup_free_ struct egress_net *net = NULL;
@@ -180,6 +184,18 @@ int api_m_run_cell(struct api_req *q, cJSON **ret, struct fronterr *e)
                         n_env++;
                 }
         }
+        /* the session's environment, as an exec of it gets (issue 37): after the request's own,
+         * which wins; and its secrets' values, masked in the cell's outputs */
+        n_req = n_env;
+        r = api_agent_default_env(q, env, env_buf, &n_env, API_CELL_MAX_ENV, e);
+        if (r < 0)
+                goto out;
+        env[n_env] = NULL;
+        if (q->d->secrets &&
+            secrets_egress_attached(q->d->secrets, q->d->store, q->tok.user, q->session, &mask, &n_mask) < 0) {
+                r = fronterr_set(e, "internal", "cannot read the session's secrets");
+                goto out;
+        }
         {
                 struct cells_request req = {
                         .user = q->tok.user,
@@ -189,6 +205,9 @@ int api_m_run_cell(struct api_req *q, cJSON **ret, struct fronterr *e)
                         .code = code,
                         .timeout_s = (int)timeout,
                         .env = n_env ? env : NULL,
+                        .session_env = n_env > n_req ? env + n_req : NULL,
+                        .mask = mask,
+                        .n_mask = n_mask,
                         .actor = q->actor,
                         .network = net,
                         .on_output = stream ? on_cell_output : NULL,
@@ -204,6 +223,7 @@ int api_m_run_cell(struct api_req *q, cJSON **ret, struct fronterr *e)
                 }
         }
 out:
+        egress_secrets_free(mask, n_mask);
         for (size_t i = 0; i < n_env; i++)
                 free(env_buf[i]);
         return r;

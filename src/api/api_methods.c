@@ -623,7 +623,7 @@ static const struct api_method_doc methods_doc[] = {
         {"run_cell", api_m_run_cell,
          "{code, language?: python|node, context?, timeout_seconds?, env?, stream?, network?}",
          "{context, language, generation, execution_count, status: ok|error|timeout|died, outputs: [...], stdout, stderr, error?, state_lost?: {cause, generation}, timed_out?, truncated?, duration_ms, session}",
-         "Run a cell in a stateful interpreter context (a Jupyter kernel for python, the bridge's own for node): variables, imports and open files stay for the next cell. Outputs include images (image/png base64). With stream: true, output arrives as events while the cell runs."},
+         "Run a cell in a stateful interpreter context (a Jupyter kernel for python, the bridge's own for node): variables, imports and open files stay for the next cell. Outputs include images (image/png base64). With stream: true, output arrives as events while the cell runs. A cell sees the session's environment as an exec does (attached secrets' placeholders, the CA and package-policy variables; env? applies when the context starts and wins), also in a kernel a warm pool slot started ahead; attached secrets' values are masked as their placeholders in its outputs."},
         {"list_contexts", api_m_list_contexts,
          "{}",
          "{contexts: [{context, language, generation, execution_count, state: idle|busy|stopped, rss_kb, last_used, pending_state_lost?}]}",

@@ -284,6 +284,46 @@ static int cell_narrow(struct cell_ctx *x, const struct egress_net *net, const c
         return r;
 }
 
+/* The session's environment into the cell's execute message, when this
+ * generation's interpreter has not been given it as it is now (the bridge
+ * sets it in the interpreter before the code; issue 37: a warm slot's
+ * kernel started before its session had any). x is ours (busy). */
+static void add_session_env(struct cell_ctx *x, cJSON *msg, const char *const *env)
+{
+        size_t len = 1;
+        char *joined, *p;
+        cJSON *o;
+
+        if (!env || !env[0])
+                return;
+        for (size_t i = 0; env[i]; i++)
+                len += strlen(env[i]) + 1;
+        joined = malloc(len);
+        if (!joined)
+                return;
+        p = joined;
+        for (size_t i = 0; env[i]; i++)
+                p += sprintf(p, "%s\n", env[i]);
+        *p = '\0';
+        if (x->env_sent && x->env_generation == x->generation && strcmp(x->env_sent, joined) == 0) {
+                free(joined);
+                return;
+        }
+        o = cJSON_AddObjectToObject(msg, "env");
+        for (size_t i = 0; o && env[i]; i++) {
+                const char *eq = strchr(env[i], '=');
+                char name[256];
+                if (!eq || (size_t)(eq - env[i]) >= sizeof(name))
+                        continue;
+                memcpy(name, env[i], (size_t)(eq - env[i]));
+                name[eq - env[i]] = '\0';
+                cJSON_AddStringToObject(o, name, eq + 1);
+        }
+        free(x->env_sent);
+        x->env_sent = joined;
+        x->env_generation = x->generation;
+}
+
 int cells_run(struct cells *c, const struct cells_request *req, cJSON **ret, struct sbx_error *err)
 {
         const char *name = req->context ? req->context : CELLS_DEFAULT;
@@ -363,6 +403,8 @@ int cells_run(struct cells *c, const struct cells_request *req, cJSON **ret, str
         x->dropped = false;
         x->cancel_requested = x->cancel_force = false;
         sbx_strlcpy(x->exec_id, exec_id, sizeof(x->exec_id));
+        x->mask = req->mask;
+        x->n_mask = req->mask ? req->n_mask : 0;
         x->spool = spool;
         pthread_cond_broadcast(&x->cond);
         x->truncated = x->done = false;
@@ -376,6 +418,7 @@ int cells_run(struct cells *c, const struct cells_request *req, cJSON **ret, str
         cJSON_AddStringToObject(msg, "op", "execute");
         cJSON_AddNumberToObject(msg, "id", (double)id);
         cJSON_AddStringToObject(msg, "code", req->code);
+        add_session_env(x, msg, req->session_env);
         deadline = sbx_now_ms() + (int64_t)timeout_s * 1000; /* from when the kernel has it, not from the line */
         r = cells_ctx_send(x, msg, deadline);
         cJSON_Delete(msg);
@@ -467,6 +510,10 @@ int cells_run(struct cells *c, const struct cells_request *req, cJSON **ret, str
 out:
         if (narrowed)
                 (void)cell_narrow(x, NULL, NULL);
+        pthread_mutex_lock(&x->lock);
+        x->mask = NULL; /* the caller's: gone once we return */
+        x->n_mask = 0;
+        pthread_mutex_unlock(&x->lock);
         cJSON_Delete(lost);
         cells_ctx_release(x);
 out_unref:

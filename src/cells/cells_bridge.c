@@ -20,6 +20,7 @@
 
 #include "cells_internal.h"
 #include "sandboxd/audit.h"
+#include "sandboxd/egress.h"
 #include "sandboxd/sha256.h"
 #include "sandboxd/log.h"
 #include "sandboxd/pool.h"
@@ -332,6 +333,46 @@ static void line_release(struct cell_ctx *x)
         }
 }
 
+/* Every string in the tree with each secret's value replaced by its
+ * placeholder (issue 37 item 4, as exec output is masked): a value inside
+ * one protocol line is masked; the bridge cuts long stream text into chunks,
+ * and a value split across two of them is not (docs/security.md). */
+static void mask_tree(cJSON *n, const struct egress_secret *m, size_t n_mask)
+{
+        for (; n; n = n->next) {
+                if (n->child)
+                        mask_tree(n->child, m, n_mask);
+                if (!cJSON_IsString(n) || !n->valuestring)
+                        continue;
+                for (size_t i = 0; i < n_mask; i++) {
+                        const char *v = (const char *)m[i].value, *s = n->valuestring, *at;
+                        size_t vl = m[i].value_len, pl = strlen(m[i].placeholder), out = 0, cap;
+                        char *w;
+                        if (!v || vl == 0 || !(at = memmem(s, strlen(s), v, vl)))
+                                continue;
+                        cap = strlen(s) / vl * pl + strlen(s) + 1;
+                        w = malloc(cap);
+                        if (!w) { /* no memory to mask: the string goes rather than pass a value */
+                                cJSON_SetValuestring(n, "");
+                                break;
+                        }
+                        while (at) {
+                                memcpy(w + out, s, (size_t)(at - s));
+                                out += (size_t)(at - s);
+                                memcpy(w + out, m[i].placeholder, pl);
+                                out += pl;
+                                s = at + vl;
+                                at = memmem(s, strlen(s), v, vl);
+                        }
+                        memcpy(w + out, s, strlen(s) + 1);
+                        if (!cJSON_SetValuestring(n, w))
+                                cJSON_SetValuestring(n, "");
+                        explicit_bzero(w, cap);
+                        free(w);
+                }
+        }
+}
+
 /* The line in x->line (hub thread); released once it is parsed. */
 static void handle_line(struct cell_ctx *x)
 {
@@ -351,6 +392,8 @@ static void handle_line(struct cell_ctx *x)
                 return; /* not a protocol line: ignored */
         }
         pthread_mutex_lock(&x->lock);
+        if (x->n_mask)
+                mask_tree(j, x->mask, x->n_mask);
         if (x->adopting) {
                 if (strcmp(ev, "replay_begin") == 0) {
                         const cJSON *id = cJSON_GetObjectItemCaseSensitive(j, "id");

@@ -440,6 +440,7 @@ void cells_ctx_unref(struct cell_ctx *x)
         cJSON_Delete(x->vars);
         cJSON_Delete(x->last_result);
         free(x->line);
+        free(x->env_sent);
         pthread_mutex_destroy(&x->lock);
         pthread_mutex_destroy(&x->rx_lock);
         pthread_cond_destroy(&x->cond);

@@ -112,9 +112,13 @@ struct cell_ctx {
         bool interrupt_requested;
         bool cancel_requested, cancel_force; /* cancel_execution of the cell in flight */
         char exec_id[37];                    /* the cell in flight ("" between cells) */
-        struct cell_spool *spool;            /* its output by reference (NULL: none) */
-        int stubs;                           /* by-reference entries in outputs */
-        bool dropped;                        /* output not kept anywhere (a line past line_max) */
+        const struct egress_secret *mask;    /* the cell's values to mask (cells_request), NULL between cells */
+        size_t n_mask;
+        char *env_sent; /* the session env last set in this generation's interpreter */
+        int64_t env_generation;
+        struct cell_spool *spool; /* its output by reference (NULL: none) */
+        int stubs;                /* by-reference entries in outputs */
+        bool dropped;             /* output not kept anywhere (a line past line_max) */
         /* after a daemon restart (adopted job): lines are ignored until the
          * bridge's replay_begin; the replayed cell holds the context (busy)
          * until it is done or the interpreter ends */

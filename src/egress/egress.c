@@ -278,6 +278,7 @@ static void *loop_main(void *arg)
 
 static void egress_free_config(struct egress *eg)
 {
+        egress_pkg_free(eg->pkg);
         egress_strv_free(eg->allow, eg->n_allow);
         free(eg->priv);
         free(eg->ovr);
@@ -307,6 +308,8 @@ int egress_new(const struct sbx_config *cfg, struct store *store, struct egress 
                 r = egress_overrides_parse(cfg->egress_resolve, &eg->ovr, &eg->n_ovr, err);
         if (r == 0 && cfg->egress_upstream_proxy[0])
                 r = egress_upstream_parse(cfg->egress_upstream_proxy, eg->up_host, &eg->up_port, err);
+        if (r == 0 && cfg->egress_packages_file[0])
+                r = egress_pkg_load(cfg->egress_packages_file, &eg->pkg, err);
         if (r < 0)
                 goto fail;
         eg->base = event_base_new();

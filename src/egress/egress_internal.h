@@ -16,6 +16,7 @@
 
 #include "sandboxd/config.h"
 #include "sandboxd/egress.h"
+#include "sandboxd/egress_pkg.h"
 #include "sandboxd/egress_policy.h"
 
 #define MAX_HEADERS 100
@@ -74,7 +75,8 @@ struct egress {
 
         struct egress_secrets_ops sec_ops; /* set before the first connection (egress_set_secrets_ops) */
         void *sec_ud;
-        struct egress_tls *tls; /* egress_tls.c: TLS contexts and leaf certificates, loop thread only */
+        struct egress_tls *tls;          /* egress_tls.c: TLS contexts and leaf certificates, loop thread only */
+        struct egress_pkg_policies *pkg; /* egress.packages_file, read-only after egress_new (egress_packages.c) */
 };
 
 enum tstate { T_HEAD, T_RESOLVE, T_CONNECT, T_PROXY_HS, T_RELAY };
@@ -139,6 +141,9 @@ struct tunnel {
         size_t n_secrets;
         bool intercept;    /* a CONNECT to a host an attached secret names: TLS is terminated here */
         struct icpt *icpt; /* the intercepted connection's state */
+        /* packages by policy (egress_packages.c): the registry this CONNECT goes to, or -1 */
+        int pkg_eco;
+        const struct egress_pkg_eco_policy *pkg_policy;
 };
 
 /* Request head callbacks: url and headers into t->arena, head_done,
@@ -194,6 +199,16 @@ void egress_icpt_start(struct tunnel *t);
 void egress_icpt_free(struct tunnel *t);
 void egress_tls_free(struct egress_tls *tls);
 
+/* ---- egress_packages.c (packages by policy) ---- */
+
+/* After the secrets' decision: a CONNECT to a registry host of the user's
+ * package policy is intercepted (t->pkg_eco); a plain http:// request to
+ * one is judged now (path: its origin form). false: t was refused. */
+bool egress_packages_decide(struct tunnel *t, const char *path, size_t path_len);
+/* An intercepted request's target (origin form) on t->pkg_eco's registry:
+ * false when it is refused (a denied package: 403, audited). */
+bool egress_packages_check(struct tunnel *t, const char *path, size_t path_len);
+
 /* ---- egress_tunnel.c ---- */
 
 /* A new tunnel on fd for session s, reading its request head (the caller
@@ -208,6 +223,10 @@ void egress_tunnel_record(struct tunnel *t, bool allowed, const char *reason);
 void egress_tunnel_free(struct tunnel *t);
 /* Refuse: an error response to the client, then close once it is written. */
 void egress_tunnel_refuse(struct tunnel *t, int status, const char *reason, const char *detail);
+/* The same with the status line's text and a body of the caller's
+ * (content_type, body), which a client prints (pip, npm). */
+void egress_tunnel_refuse_body(struct tunnel *t, int status, const char *phrase, const char *reason,
+                               const char *content_type, const char *body);
 /* The end of an allowed tunnel: its row, then close. */
 void egress_tunnel_finish(struct tunnel *t, const char *reason);
 /* (Re)arm t's timer ms from now. */

@@ -16,8 +16,9 @@
  * refused); the response's head and body go back with every value
  * replaced by its placeholder, across reads (a tail of the longest value
  * less one byte is held back), its length then given by the close;
- * Accept-Encoding: identity goes upstream and an encoded response is
- * refused rather than passed unread.
+ * Accept-Encoding: identity goes upstream; a response in one gzip or
+ * deflate layer anyway is decoded (zlib, at most INFLATE_MAX), masked and
+ * sent on decoded, any other encoding refused rather than passed unread.
  *
  * Threads and locks: loop thread only, like every struct tunnel. */
 #include <errno.h>
@@ -40,6 +41,7 @@
 #include <strings.h>
 #include <sys/socket.h>
 #include <unistd.h>
+#include <zlib.h>
 
 #include "sandboxd/log.h"
 #include "sandboxd/secrets.h"
@@ -48,7 +50,9 @@
 #define LEAF_CACHE 64                      /* leaf certificates kept (sessions x hosts) */
 #define LEAF_REFRESH_MS (24 * 3600 * 1000) /* a cached leaf older than this is made again */
 #define LEAF_DAYS 7
-#define ICPT_HIGH (256 * 1024) /* bytes buffered per direction before reading pauses */
+#define ICPT_HIGH (256 * 1024)         /* bytes buffered per direction before reading pauses */
+#define INFLATE_MAX (INT64_C(1) << 30) /* a compressed response's decoded bytes, at most (a zip bomb's end) */
+#define INFLATE_CHUNK (64 * 1024)
 
 struct leaf {
         char user[65], session[65], host[EGRESS_HOST_MAX];
@@ -75,6 +79,9 @@ struct icpt {
         size_t tail_len, max_value;
         char *work; /* tail + one read, for the replacement */
         size_t work_cap;
+        z_stream *z; /* a gzip or deflate response being decoded to be masked */
+        bool z_end;
+        int64_t inflated;
 };
 
 /* ---- contexts and certificates ---- */
@@ -318,6 +325,10 @@ void egress_icpt_free(struct tunnel *t)
                         OPENSSL_cleanse(ic->work, ic->work_cap);
                 free(ic->tail);
                 free(ic->work);
+                if (ic->z) {
+                        inflateEnd(ic->z);
+                        free(ic->z);
+                }
                 free(ic);
                 t->icpt = NULL;
         }
@@ -411,7 +422,8 @@ int egress_icpt_on_response_head(http_parser *p)
 
         /* no body follows: its length headers stay true */
         ic->no_body = interim || p->status_code == 204 || p->status_code == 304 || ic->req_method == HTTP_HEAD;
-        for (int i = 0; i < t->n_hdrs && !ic->no_body; i++) {
+        /* (a registry's connection with no value to mask passes an encoded body through) */
+        for (int i = 0; i < t->n_hdrs && !ic->no_body && ic->max_value > 0; i++) {
                 const struct hdr *h = &t->hdrs[i];
                 const char *v = t->arena + h->value;
                 size_t n = h->value_len;
@@ -421,9 +433,24 @@ int egress_icpt_on_response_head(http_parser *p)
                         v++, n--;
                 while (n && (v[n - 1] == ' ' || v[n - 1] == '\t'))
                         n--;
-                if (!(n == 8 && strncasecmp(v, "identity", 8) == 0))
-                        return fail(t, 502, "encoded_response",
-                                    "an encoded response from a host a secret goes to is not passed unread");
+                if (n == 8 && strncasecmp(v, "identity", 8) == 0)
+                        continue;
+                /* one gzip or deflate layer is decoded here, masked, and sent on decoded */
+                if (!ic->z &&
+                    ((n == 4 && strncasecmp(v, "gzip", 4) == 0) || (n == 6 && strncasecmp(v, "x-gzip", 6) == 0) ||
+                     (n == 7 && strncasecmp(v, "deflate", 7) == 0))) {
+                        ic->z = calloc(1, sizeof(*ic->z));
+                        /* 15 + 32: a gzip or a zlib header, detected */
+                        if (!ic->z || inflateInit2(ic->z, 15 + 32) != Z_OK) {
+                                free(ic->z);
+                                ic->z = NULL;
+                                return fail(t, 503, "internal", "out of memory");
+                        }
+                        continue;
+                }
+                return fail(t, 502, "encoded_response",
+                            "an encoding other than one gzip or deflate layer, from a host a secret goes to, is "
+                            "not passed unread");
         }
         head = evbuffer_new();
         if (!head)
@@ -435,6 +462,8 @@ int egress_icpt_on_response_head(http_parser *p)
                         continue;
                 /* the body's length changes with a replaced value: the close ends it */
                 if (!ic->no_body && (hdr_is(t, h, "Content-Length") || hdr_is(t, h, "Transfer-Encoding")))
+                        continue;
+                if (ic->z && hdr_is(t, h, "Content-Encoding")) /* it goes on decoded */
                         continue;
                 evbuffer_add(head, t->arena + h->name, h->name_len);
                 evbuffer_add(head, ": ", 2);
@@ -455,9 +484,45 @@ int egress_icpt_on_response_head(http_parser *p)
         return ic->req_method == HTTP_HEAD ? 1 : 0;
 }
 
+/* A compressed body's bytes, decoded and masked. */
+static int inflate_out(struct tunnel *t, const char *at, size_t len)
+{
+        struct icpt *ic = t->icpt;
+        unsigned char buf[INFLATE_CHUNK];
+
+        if (ic->z_end)
+                return 0; /* bytes after the stream's end: not part of it */
+        ic->z->next_in = (unsigned char *)(uintptr_t)at;
+        ic->z->avail_in = (uInt)len;
+        do {
+                int zr;
+                size_t got;
+                ic->z->next_out = buf;
+                ic->z->avail_out = sizeof(buf);
+                zr = inflate(ic->z, Z_NO_FLUSH);
+                if (zr != Z_OK && zr != Z_STREAM_END && zr != Z_BUF_ERROR)
+                        return fail(t, 502, "bad_response", "the response's encoded body cannot be decoded");
+                got = sizeof(buf) - ic->z->avail_out;
+                ic->inflated += (int64_t)got;
+                if (ic->inflated > INFLATE_MAX)
+                        return fail(t, 502, "bad_response", "the response's body decodes to more than 1 GiB");
+                if (got && mask_out(t, (const char *)buf, got, false) < 0)
+                        return fail(t, 503, "internal", "out of memory");
+                if (zr == Z_STREAM_END) {
+                        ic->z_end = true;
+                        break;
+                }
+                if (zr == Z_BUF_ERROR && got == 0)
+                        break; /* needs more input */
+        } while (ic->z->avail_in > 0 || ic->z->avail_out == 0);
+        return 0;
+}
+
 int egress_icpt_on_response_body(http_parser *p, const char *at, size_t len)
 {
         struct tunnel *t = p->data;
+        if (t->icpt->z)
+                return inflate_out(t, at, len);
         return mask_out(t, at, len, false) < 0 ? fail(t, 503, "internal", "out of memory") : 0;
 }
 
@@ -605,6 +670,8 @@ static bool request_head(struct tunnel *t, struct evbuffer *in)
         evbuffer_drain(in, n);
         ic->req_method = (int)t->parser.method;
         sbx_strlcpy(t->method, http_method_str(t->parser.method), sizeof(t->method));
+        if (t->pkg_eco >= 0 && !egress_packages_check(t, t->arena + t->url, t->url_len))
+                return false;
         ic->req_done = t->body_done;
         if (HTTP_PARSER_ERRNO(&t->parser) == HPE_PAUSED)
                 http_parser_pause(&t->parser, 0);

@@ -162,8 +162,19 @@ void egress_tunnel_refuse(struct tunnel *t, int status, const char *reason, cons
         };
         const char *text = "Error";
         char body[512];
-        int n;
 
+        for (size_t i = 0; i < ELEMENTSOF(texts); i++)
+                if (texts[i].status == status)
+                        text = texts[i].text;
+        if (snprintf(body, sizeof(body), "sandboxd egress: %s%s%s\n", reason, detail ? ": " : "",
+                     detail ? detail : "") < 0)
+                body[0] = '\0';
+        egress_tunnel_refuse_body(t, status, text, reason, "text/plain", body);
+}
+
+void egress_tunnel_refuse_body(struct tunnel *t, int status, const char *phrase, const char *reason,
+                               const char *content_type, const char *body)
+{
         if (t->finished)
                 return;
         t->finished = true;
@@ -175,21 +186,15 @@ void egress_tunnel_refuse(struct tunnel *t, int status, const char *reason, cons
         }
         if (t->timer)
                 event_del(t->timer);
-        for (size_t i = 0; i < ELEMENTSOF(texts); i++)
-                if (texts[i].status == status)
-                        text = texts[i].text;
-        n = snprintf(body, sizeof(body), "sandboxd egress: %s%s%s\n", reason, detail ? ": " : "", detail ? detail : "");
-        if (n < 0 || (size_t)n >= sizeof(body))
-                n = (int)strlen(body);
         if (!t->cli) {
                 egress_tunnel_free(t);
                 return;
         }
         bufferevent_disable(t->cli, EV_READ);
         evbuffer_add_printf(bufferevent_get_output(t->cli),
-                            "HTTP/1.1 %d %s\r\nContent-Type: text/plain\r\nContent-Length: %d\r\n"
-                            "Connection: close\r\nX-Sandboxd-Egress: %s\r\n\r\n%.*s",
-                            status, text, n, reason, n, body);
+                            "HTTP/1.1 %d %s\r\nContent-Type: %s\r\nContent-Length: %zu\r\n"
+                            "Connection: close\r\nX-Sandboxd-Egress: %s\r\n\r\n%s",
+                            status, phrase, content_type, strlen(body), reason, body);
         bufferevent_setcb(t->cli, NULL, close_after_flush, close_after_flush_event, t);
         bufferevent_enable(t->cli, EV_WRITE);
 }
@@ -424,6 +429,8 @@ static void decide(struct tunnel *t)
                 return;
         if (!egress_secrets_decide(t))
                 return;
+        if (!egress_packages_decide(t, path, path_len))
+                return;
         if (!rate_ok(t)) {
                 egress_tunnel_refuse(t, 429, "cap_rate",
                                      "too many new connections this minute (egress_conns_per_minute)");
@@ -533,6 +540,7 @@ static struct tunnel *tunnel_new(struct egress *eg, struct esess *s, int fd)
         }
         t->eg = eg;
         t->s = s;
+        t->pkg_eco = -1;
         t->started = sbx_now_ms();
         t->started_wall = sbx_wall_ms();
         atomic_fetch_add(&eg->n_open, 1);

@@ -5,6 +5,8 @@
 #include <criterion/criterion.h>
 #include <dirent.h>
 #include <errno.h>
+#include <fcntl.h>
+#include <unistd.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -220,4 +222,63 @@ char *fixture_run(struct daemon *d, const char *session, const char *command, in
                 *ret_code = res.exit_code;
         exec_result_done(&res);
         return out;
+}
+
+void fixture_upstream_cert(const char *dir, const char *dns_names)
+{
+        char cmd[4096], san[1024], cn[256];
+        size_t o = 0;
+
+        snprintf(cn, sizeof(cn), "%.*s", (int)strcspn(dns_names, ","), dns_names);
+        for (const char *p = dns_names; *p && o < sizeof(san) - 8;) {
+                size_t n = strcspn(p, ",");
+                o += (size_t)snprintf(san + o, sizeof(san) - o, "%sDNS:%.*s", o ? "," : "", (int)n, p);
+                p += n + (p[n] == ',');
+        }
+        snprintf(cmd, sizeof(cmd),
+                 "cd %s && { openssl req -x509 -newkey ec -pkeyopt ec_paramgen_curve:prime256v1 -nodes -days 1 "
+                 "-subj '/CN=Test Upstream CA' -keyout upca.key -out upca.pem && "
+                 "openssl req -newkey ec -pkeyopt ec_paramgen_curve:prime256v1 -nodes -subj /CN=%s "
+                 "-keyout up.key -out up.csr && printf 'subjectAltName=%s\\n' > ext && "
+                 "openssl x509 -req -in up.csr -CA upca.pem -CAkey upca.key -CAcreateserial -days 1 -extfile ext "
+                 "-out up.pem; } >/dev/null 2>&1",
+                 dir, cn, san);
+        cr_assert_eq(system(cmd), 0, "openssl");
+}
+
+pid_t fixture_python_upstream(const char *dir, const char *name, const char *script, const char *const *args,
+                              int *ret_ports, int n_ports)
+{
+        char path[1024];
+        const char *argv[16];
+        int pipefd[2], argc = 0;
+        pid_t pid;
+        FILE *f;
+
+        snprintf(path, sizeof(path), "%s/%s", dir, name);
+        f = fopen(path, "w");
+        cr_assert_not_null(f);
+        fputs(script, f);
+        fclose(f);
+        argv[argc++] = "python3";
+        argv[argc++] = path;
+        for (size_t i = 0; args && args[i] && argc < 15; i++)
+                argv[argc++] = args[i];
+        argv[argc] = NULL;
+        cr_assert_eq(pipe2(pipefd, O_CLOEXEC), 0);
+        pid = fork();
+        cr_assert_geq(pid, 0);
+        if (pid == 0) {
+                int null = open("/dev/null", O_WRONLY | O_CLOEXEC);
+                dup2(pipefd[1], 1);
+                dup2(null, 2); /* the refused requests' broken pipes are not news */
+                execvp("python3", (char *const *)argv);
+                _exit(127);
+        }
+        close(pipefd[1]);
+        f = fdopen(pipefd[0], "r");
+        for (int i = 0; i < n_ports; i++)
+                cr_assert(fscanf(f, "%d", &ret_ports[i]) == 1, "%s did not start", name);
+        fclose(f);
+        return pid;
 }

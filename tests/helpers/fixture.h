@@ -34,6 +34,16 @@ int fixture_docker_cli(const char *args);
  * only from test constants); its exit status, stdout and stderr in *ret_out
  * (malloc'd). */
 int fixture_sandboxctl(const char *bin_dir, const char *admin_socket, const char *args, char **ret_out);
+/* A loopback HTTPS upstream's pieces (issue 37's tests): in dir, a CA of
+ * the test's own (upca.pem, upca.key) and a certificate it signs for
+ * dns_names (comma-separated; the first is the CN: up.pem, up.key), made
+ * with the openssl CLI. Asserts. */
+void fixture_upstream_cert(const char *dir, const char *dns_names);
+/* script (python3) written to dir/name and started with args (NULL-ended);
+ * its first line on stdout holds n_ports port numbers. Its pid (the caller
+ * stops it); stderr goes to /dev/null. Asserts. */
+pid_t fixture_python_upstream(const char *dir, const char *name, const char *script, const char *const *args,
+                              int *ret_ports, int n_ports);
 /* The container id of user:session (asserts the session exists). */
 void fixture_container_of(struct daemon *d, const char *user, const char *session, char ret_id[65]);
 /* Poll until pred(ud) holds (0) or timeout_ms passes first (-1); see

@@ -13,6 +13,7 @@
 #include <stdlib.h>
 #include <string.h>
 #include <sys/prctl.h>
+#include <sys/stat.h>
 #include <sys/wait.h>
 #include <unistd.h>
 
@@ -1214,4 +1215,122 @@ Test(cells, an_output_flood_leaves_the_kernel_alive, .init = setup, .fini = tear
         cr_assert_eq(apic_num(res, "generation"), 1);
         cr_assert_str_eq(result_text(res), "1");
         cJSON_Delete(r);
+}
+
+/* ---- a cell sees its session's environment, and its secrets masked (issue 37) ---- */
+
+#define CELL_SECRET "sbx-cell-secret-value-5c2e81f0"
+
+static void setup_pool_secrets(void)
+{
+        char dir[SBX_PATH_MAX];
+        FILE *f;
+
+        fixture_config(&cfg);
+        keep_cfg = true;
+        snprintf(dir, sizeof(dir), "%s", cfg.data_dir);
+        /* beside data_dir, never in it */
+        snprintf(cfg.secrets_key_file, sizeof(cfg.secrets_key_file), "%s/secrets.key", dirname(dir));
+        f = fopen(cfg.secrets_key_file, "w");
+        cr_assert_not_null(f);
+        fputs("0123456789abcdef0123456789abcdef0123456789abcdef0123456789abcdef\n", f);
+        fclose(f);
+        cr_assert_eq(chmod(cfg.secrets_key_file, 0600), 0);
+        pool_size = 1;
+        open_daemon(true);
+}
+
+static char *cell_stdout(const cJSON *res)
+{
+        const cJSON *o;
+        size_t n = 0;
+        char *s = calloc(1, 1);
+
+        cJSON_ArrayForEach(o, cJSON_GetObjectItem(res, "outputs")) {
+                const char *t = apic_str(o, "type");
+                if (strcmp(t, "stream") == 0 || strcmp(t, "error") == 0) {
+                        const char *txt = strcmp(t, "stream") == 0 ? apic_str(o, "text") : apic_str(o, "value");
+                        s = realloc(s, n + strlen(txt) + 1);
+                        memcpy(s + n, txt, strlen(txt) + 1);
+                        n += strlen(txt);
+                }
+        }
+        return s;
+}
+
+/* The warm slot's kernel started before the session had a secret: its
+ * first cell still sees the placeholder and the CA variables an exec of the
+ * session sees, and the value, printed or raised, comes back masked; a
+ * node context (started on demand) too. */
+Test(cells, a_cell_sees_the_session_env_and_its_secrets_masked, .init = setup_pool_secrets, .fini = teardown)
+{
+        cJSON *r, *e;
+        char *out, *text, want[256], ph[64];
+
+        cr_assert(TESTENV_WAIT_UNTIL(pool_full(), 120000), "the pool filled");
+        r = apic_call(cfg.api_socket, tok_conn, "set_secret",
+                      apic_json("{\"name\":\"GH\",\"value\":\"" CELL_SECRET "\",\"hosts\":[\"api.test\"]}"));
+        cr_assert_not_null(apic_result(r), "%s", cJSON_PrintUnformatted(r));
+        cJSON_Delete(r);
+        r = apic_call(cfg.api_socket, tok_conn, "create_session",
+                      apic_json("{\"session\":\"sec\",\"secrets\":[\"GH\"]}"));
+        cr_assert_not_null(apic_result(r), "%s", cJSON_PrintUnformatted(r));
+        cJSON_Delete(r);
+        e = apic_call(cfg.api_socket, tok_a, "exec", apic_json("{\"session\":\"sec\",\"command\":\"printf %s $GH\"}"));
+        cr_assert_not_null(apic_result(e), "%s", cJSON_PrintUnformatted(e));
+        snprintf(ph, sizeof(ph), "%s", apic_str(apic_result(e), "stdout"));
+        cJSON_Delete(e);
+        cr_assert_eq(strncmp(ph, "sbx_ph_", 7), 0, "%s", ph);
+
+        r = cell("sec", NULL,
+                 "import os\nprint(os.environ.get('GH'), os.environ.get('SSL_CERT_FILE'))\n"
+                 "v = 'sbx-cell-secret-' + 'value-5c2e81f0'\nprint('v=' + v)\nv",
+                 0);
+        cr_assert(cJSON_IsTrue(cJSON_GetObjectItem(apic_result(r), "prestarted")), "%s", cJSON_PrintUnformatted(r));
+        text = cJSON_PrintUnformatted(r);
+        cr_assert_null(strstr(text, CELL_SECRET), "the value reached the cell's result: %s", text);
+        free(text);
+        out = cell_stdout(apic_result(r));
+        snprintf(want, sizeof(want), "%s /run/sandboxd/ca-bundle.pem\nv=%s\n", ph, ph);
+        cr_assert_str_eq(out, want);
+        free(out);
+        snprintf(want, sizeof(want), "'%s'", ph);
+        cr_assert_str_eq(result_text(apic_result(r)), want);
+        cJSON_Delete(r);
+
+        /* a subprocess of the kernel inherits it; an error's text is masked too */
+        r = cell("sec", NULL,
+                 "import subprocess\nprint(subprocess.run(['sh', '-c', 'echo $GH'], capture_output=True, "
+                 "text=True).stdout, end='')\nraise ValueError(v)",
+                 0);
+        out = cell_stdout(apic_result(r));
+        snprintf(want, sizeof(want), "%s\n%s", ph, ph);
+        cr_assert_str_eq(out, want);
+        free(out);
+        text = cJSON_PrintUnformatted(r);
+        cr_assert_null(strstr(text, CELL_SECRET), "the value reached the cell's result: %s", text);
+        free(text);
+        cJSON_Delete(r);
+
+        /* a node context, started on demand */
+        {
+                cJSON *p = cJSON_CreateObject();
+                cJSON_AddStringToObject(p, "session", "sec");
+                cJSON_AddStringToObject(p, "context", "js");
+                cJSON_AddStringToObject(p, "language", "node");
+                cJSON_AddStringToObject(p, "code",
+                                        "console.log(process.env.GH + ' sbx-cell-secret-' + "
+                                        "'value-5c2e81f0')");
+                r = apic_call(cfg.api_socket, tok_a, "run_cell", p);
+        }
+        cr_assert_not_null(apic_result(r), "%s", cJSON_PrintUnformatted(r));
+        out = cell_stdout(apic_result(r));
+        snprintf(want, sizeof(want), "%s %s\n", ph, ph);
+        cr_assert_str_eq(out, want);
+        free(out);
+        cJSON_Delete(r);
+        cJSON_Delete(
+                apic_call(cfg.api_socket, tok_a, "destroy_session", apic_json("{\"session\":\"sec\",\"purge\":true}")));
+        keep_cfg = false;
+        pool_size = 0;
 }

@@ -327,9 +327,10 @@ Test(secrets, without_a_key_file_the_daemon_starts_and_refuses_set)
  * beside it), reached by name through egress.resolve: /check says whether
  * the Authorization header held the real value, /echo sends it back (in a
  * header, and three times in a body of 200 KB, so that one falls across
- * reads), /gzip answers with Content-Encoding: gzip, /big with a 20 KB header. */
+ * reads), /gzip the same body gzipped (Content-Encoding: gzip), /brotli
+ * claims Content-Encoding: br, /big has a 20 KB header. */
 static const char upstream_py[] =
-        "import base64, http.server, ssl, sys, threading\n"
+        "import base64, gzip, http.server, ssl, sys, threading\n"
         "V = sys.argv[3]\n"
         "class H(http.server.BaseHTTPRequestHandler):\n"
         "    protocol_version = 'HTTP/1.1'\n"
@@ -337,9 +338,12 @@ static const char upstream_py[] =
         "        a = self.headers.get('Authorization', '')\n"
         "        ok = a in ('Bearer ' + V, 'Basic ' + base64.b64encode(('me:' + V).encode()).decode())\n"
         "        b = (b'auth-ok' if ok else b'auth-bad') if self.path == '/check' else (b'x' * 65531 + a.encode()) * 3\n"
+        "        if self.path == '/gzip': b = gzip.compress(b)\n"
+        "        if self.path == '/brotli': b = b'not really'\n"
         "        self.send_response(200); self.send_header('Content-Length', str(len(b)))\n"
         "        self.send_header('X-Echo', a)\n"
         "        if self.path == '/gzip': self.send_header('Content-Encoding', 'gzip')\n"
+        "        if self.path == '/brotli': self.send_header('Content-Encoding', 'br')\n"
         "        if self.path == '/big': self.send_header('X-Big', 'y' * 20000)\n"
         "        self.end_headers(); self.wfile.write(b)\n"
         "    def do_POST(self):\n"
@@ -370,45 +374,20 @@ static void upstream_stop(void)
 
 static void upstream_start(void)
 {
-        char cmd[4096], path[600], ca[600], cert[600], key[600];
-        int pipefd[2];
-        FILE *f;
+        char cert[600], key[600], ca[600];
+        int ports[2];
         char *dir = testenv_tmpdir();
 
         snprintf(up_dir, sizeof(up_dir), "%s", dir);
         free(dir);
+        fixture_upstream_cert(up_dir, "api.test,other.test");
         snprintf(ca, sizeof(ca), "%s/upca.pem", up_dir);
         snprintf(cert, sizeof(cert), "%s/up.pem", up_dir);
         snprintf(key, sizeof(key), "%s/up.key", up_dir);
-        snprintf(cmd, sizeof(cmd),
-                 "cd %s && { openssl req -x509 -newkey ec -pkeyopt ec_paramgen_curve:prime256v1 -nodes -days 1 "
-                 "-subj '/CN=Test Upstream CA' -keyout upca.key -out upca.pem && "
-                 "openssl req -newkey ec -pkeyopt ec_paramgen_curve:prime256v1 -nodes -subj /CN=api.test "
-                 "-keyout up.key -out up.csr && "
-                 "printf 'subjectAltName=DNS:api.test,DNS:other.test\\n' > ext && "
-                 "openssl x509 -req -in up.csr -CA upca.pem -CAkey upca.key -CAcreateserial -days 1 -extfile ext "
-                 "-out up.pem; } >/dev/null 2>&1",
-                 up_dir);
-        cr_assert_eq(system(cmd), 0, "openssl");
-        snprintf(path, sizeof(path), "%s/upstream.py", up_dir);
-        f = fopen(path, "w");
-        cr_assert_not_null(f);
-        fputs(upstream_py, f);
-        fclose(f);
-        cr_assert_eq(pipe2(pipefd, O_CLOEXEC), 0);
-        up_pid = fork();
-        cr_assert_geq(up_pid, 0);
-        if (up_pid == 0) {
-                int null = open("/dev/null", O_WRONLY | O_CLOEXEC);
-                dup2(pipefd[1], 1);
-                dup2(null, 2); /* the refused requests' broken pipes are not news */
-                execlp("python3", "python3", path, cert, key, VALUE, (char *)NULL);
-                _exit(127);
-        }
-        close(pipefd[1]);
-        f = fdopen(pipefd[0], "r");
-        cr_assert(fscanf(f, "%d %d", &up_http, &up_tls) == 2, "the upstream did not start");
-        fclose(f);
+        up_pid = fixture_python_upstream(up_dir, "upstream.py", upstream_py,
+                                         (const char *const[]){cert, key, VALUE, NULL}, ports, 2);
+        up_http = ports[0];
+        up_tls = ports[1];
         /* the daemon trusts the upstream's CA as it would a system one */
         setenv("SSL_CERT_FILE", ca, 1);
 }
@@ -548,8 +527,22 @@ Test(secrets, the_proxy_swaps_the_placeholder_for_its_host_only, .fini = upstrea
         cr_assert_eq(strncmp(out, "3\n1\n", 4), 0, "the echo (placeholders in body, in header): %s", out);
         free(out);
 
+        /* a gzip echo: decoded at the proxy, masked, sent on decoded (item 1's "compressed bodies are not
+         * passed through unread") */
+        snprintf(cmd, sizeof(cmd),
+                 "curl -sS --max-time 30 -D /tmp/h -H \"Authorization: Bearer $GH\" https://api.test:%d/gzip > /tmp/b; "
+                 "grep -o \"$GH\" /tmp/b | wc -l; grep -ci content-encoding /tmp/h; wc -c < /tmp/b",
+                 up_tls);
+        out = api_sh("sw", cmd);
+        {
+                char want[64];
+                snprintf(want, sizeof(want), "3\n0\n%zu\n", (size_t)3 * (65531 + strlen("Bearer ") + strlen(ph)));
+                cr_assert_str_eq(out, want, "the gzip echo (placeholders, no encoding, its length)");
+        }
+        free(out);
+
         /* the placeholder anywhere else is refused (and audited): another host (intercepted, or plain HTTP),
-         * a Host header that is not the TLS name, a body; a compressed answer is not passed unread */
+         * a Host header that is not the TLS name, a body; an encoding not decoded here is not passed unread */
         snprintf(cmd, sizeof(cmd),
                  "c() { curl -s --max-time 30 -o /dev/null -w '%%{http_code} ' \"$@\"; }; "
                  "c -H \"Authorization: Bearer $GH\" https://other.test:%d/check; "
@@ -557,7 +550,7 @@ Test(secrets, the_proxy_swaps_the_placeholder_for_its_host_only, .fini = upstrea
                  "c -H 'Host: other.test' -H \"Authorization: Bearer $GH\" https://api.test:%d/check; "
                  "c --data \"token=$GH\" https://api.test:%d/check; "
                  "c -u \"me:$GH\" https://api.test:%d/check; "
-                 "c https://api.test:%d/gzip; c https://api.test:%d/big; "
+                 "c https://api.test:%d/brotli; c https://api.test:%d/big; "
                  "curl -s --max-time 30 -o /dev/null --cacert /workspace/upca.pem https://api.test:%d/check; echo $?",
                  up_tls, up_http, up_tls, up_tls, up_tls, up_tls, up_tls, up_tls);
         out = api_sh("sw", cmd);

@@ -263,6 +263,11 @@ void engine_qemu_set_runner(struct engine *e, const struct engine_qemu_runner *r
                 engine_qemu_bind(R(e)->vm, runner);
 }
 
+const char *engine_microvm_accel(const struct engine *e)
+{
+        return e && e->ops->free == r_free ? engine_qemu_accel(((const struct router *)e->priv)->vm) : NULL;
+}
+
 int engine_new_from_config(const struct sbx_config *cfg, struct engine **ret, struct sbx_error *err)
 {
         struct engine_k8s_config k = {

@@ -24,6 +24,7 @@
 #include <fcntl.h>
 #include <inttypes.h>
 #include <stdio.h>
+#include <stdlib.h>
 #include <string.h>
 #include <sys/stat.h>
 #include <unistd.h>
@@ -157,6 +158,28 @@ int qemu_cgroup_make(const struct qemu_vm *vm, int64_t mem_bytes, int fds[QEMU_C
                 }
         }
         return 0;
+}
+
+bool qemu_cgroup_oom_killed(const char *id)
+{
+        char path[SBX_PATH_MAX], buf[512];
+        int fd;
+        ssize_t n;
+
+        if (cg_v2())
+                snprintf(path, sizeof(path), CG_ROOT "/" CG_PARENT "/%s/memory.events", id);
+        else
+                snprintf(path, sizeof(path), CG_ROOT "/memory/" CG_PARENT "/%s/memory.oom_control", id);
+        fd = open(path, O_RDONLY | O_CLOEXEC | O_NOFOLLOW);
+        if (fd < 0)
+                return false;
+        n = read(fd, buf, sizeof(buf) - 1);
+        close(fd);
+        if (n <= 0)
+                return false;
+        buf[n] = '\0';
+        const char *p = strstr(buf, "oom_kill ");
+        return p && strtoll(p + strlen("oom_kill "), NULL, 10) > 0;
 }
 
 /* rmdir of a cgroup once no task is left in it: QEMU killed is a zombie until its reaper

@@ -343,6 +343,15 @@ static int q_inspect(struct engine *e, const char *id, struct engine_container_i
         *ret = (struct engine_container_info){0};
         if (alive && !running)
                 sbx_strlcpy(ret->error, why.msg, sizeof(ret->error));
+        if (!alive && vm.pid) {
+                /* QEMU is not this daemon's child: no exit status; the cgroup and the console say why */
+                _cleanup_free_ char *console = NULL;
+                ret->oom_killed = qemu_cgroup_oom_killed(vm.id);
+                if (qemu_vm_console(Q(e), &vm, 40, &console, NULL) == 0 && strstr(console, "Kernel panic"))
+                        sbx_strlcpy(ret->error, "the guest's kernel panicked", sizeof(ret->error));
+                else
+                        sbx_strlcpy(ret->error, "QEMU ended (killed, or its guest powered off)", sizeof(ret->error));
+        }
         alive = running;
         sbx_strlcpy(ret->id, vm.id, sizeof(ret->id));
         sbx_strlcpy(ret->name, vm.id, sizeof(ret->name));

@@ -86,5 +86,7 @@ int qemu_disk_drop(struct qemu *q, const char *user, const char *session, struct
 #define QEMU_CG_PIDS 64                       /* QEMU's threads (vCPUs, main loop, RCU, I/O workers) */
 int qemu_cgroup_make(const struct qemu_vm *vm, int64_t mem_bytes, int fds[QEMU_CG_MAX], char *note, size_t note_size);
 void qemu_cgroup_remove(const char *id);
+/* Whether the memory cgroup's OOM killer killed a task of QEMU's cgroup (cgroup v1 oom_kill). */
+bool qemu_cgroup_oom_killed(const char *id);
 
 #endif

@@ -25,6 +25,7 @@
 #include "sandboxd/engine_qemu.h"
 #include "sandboxd/exec.h"
 #include "sandboxd/files.h"
+#include "sandboxd/runtime.h"
 #include "sandboxd/session.h"
 #include "testenv.h"
 
@@ -496,4 +497,166 @@ Test(microvm, adopted_after_sigkill)
 
         cr_assert_eq(session_destroy(d->sessions, "vmuser", "s", true, &err), 0, "%s", err.msg);
         cr_assert_eq(count_qemu(), qemu_before, "a QEMU outlived its session");
+}
+
+/* Whether `echo after` runs in the session (an exec that cannot start is a no, not a failure). */
+static bool echo_runs(const char *user, const char *session)
+{
+        struct exec_request req = {
+                .user = user, .session = session, .command = "echo after", .actor = "test", .timeout_s = 60};
+        struct exec_result res;
+        bool ok;
+
+        if (exec_run(d->exec, &req, &res, NULL) < 0)
+                return false;
+        ok = res.exit_code == 0 && res.stdout_head && strcmp(res.stdout_head, "after\n") == 0;
+        exec_result_done(&res);
+        return ok;
+}
+
+/* The session's QEMU pid, from its state file. */
+static pid_t vm_pid(const char *id)
+{
+        char path[SBX_PATH_MAX + 64], buf[16384];
+        FILE *f;
+        size_t n;
+        char *p;
+
+        snprintf(path, sizeof(path), "%s/vm/%s/state", cfg.data_dir, id);
+        if (!(f = fopen(path, "r")))
+                return -1;
+        n = fread(buf, 1, sizeof(buf) - 1, f);
+        fclose(f);
+        buf[n] = '\0';
+        p = strstr(buf, "\"pid\":");
+        return p ? (pid_t)atoi(p + 6) : -1;
+}
+
+static bool session_in_error(const char *user, const char *session)
+{
+        struct session_info info;
+        bool r;
+
+        if (session_get_info(d->sessions, user, session, &info) < 0)
+                return false;
+        r = info.state == SESSION_ERROR;
+        session_info_done(&info);
+        return r;
+}
+
+/* A hostile guest: it floods the channel, cannot reach the channel's port to write frames of
+ * its own, fills its disk, forks without end and loses its kernel. Each time the host and
+ * another session (Docker, same daemon) carry on, and the session says what happened. */
+Test(microvm, hostile_guest)
+{
+        struct session *s = NULL;
+        struct sbx_error err = {0};
+        struct session_info info;
+        struct exec_result res;
+        char id[37], vm_before[ENGINE_ID_STR_MAX], *out = NULL;
+
+        if (!have_qemu())
+                return;
+        fixture_config(&cfg);
+        cfg.port_range_lo = 30300;
+        cfg.port_range_hi = 30399;
+        cfg.memory_bytes = 256 << 20;
+        cfg.pids_limit = 64;
+        cfg.workspace_quota_bytes = 64 << 20; /* the VM's disk: quick to fill under TCG */
+        d = fixture_open(&cfg, true);         /* with the monitor, which sees a VM die */
+        cr_assert_eq(runtime_set_user(d->runtime, "vmuser", "microvm", &err), 0, "%s", err.msg);
+        cr_assert_eq(session_acquire(d->sessions, "plain", "s", &s, &err), 0, "%s", err.msg);
+        session_release(s);
+        cr_assert_eq(session_acquire(d->sessions, "vmuser", "s", &s, &err), 0, "%s", err.msg);
+        session_release(s);
+
+        /* a flood: 64 MiB of output as fast as the guest writes it; the other session answers
+         * meanwhile, the flood ends with its bytes counted, and the VM still serves */
+        struct exec_request flood = {.user = "vmuser",
+                                     .session = "s",
+                                     .command = "head -c 67108864 /dev/zero",
+                                     .actor = "test",
+                                     .timeout_s = 300};
+        cr_assert_eq(exec_start(d->exec, &flood, id, &err), 0, "%s", err.msg);
+        cr_assert_eq(sh("plain", "s", "echo ok", &out), 0);
+        cr_assert_str_eq(out, "ok\n");
+        free(out);
+        for (int i = 0; i < 60; i++) {
+                cr_assert_eq(exec_status(d->exec, "vmuser", id, -1, -1, 0, 10000, &res, NULL), 0);
+                if (exec_state_is_final(res.state))
+                        break;
+                exec_result_done(&res);
+        }
+        cr_assert_eq(res.state, EXEC_COMPLETED, "the flood: %s %s", exec_state_to_string(res.state), res.error);
+        cr_assert_eq(res.stdout_bytes, 67108864, "the flood's bytes: %llu", (unsigned long long)res.stdout_bytes);
+        exec_result_done(&res);
+        cr_assert_eq(sh("vmuser", "s", "echo still", &out), 0);
+        cr_assert_str_eq(out, "still\n");
+        free(out);
+
+        /* garbage frames: the channel's port is the runner's alone (opened once as root, one
+         * opener at a time), so the session's uid cannot write a frame to it */
+        cr_assert_neq(sh("vmuser", "s", "printf 'garbage' > /dev/vport0p1", NULL), 0,
+                      "the session's uid wrote to the runner's port");
+        cr_assert_neq(sh("vmuser", "s", "cat /dev/vport0p1", NULL), 0, "the session's uid read the runner's port");
+
+        /* a full disk: the workspace image is a fixed size; the writer gets ENOSPC, the
+         * session goes on, the host's file stays that size */
+        cr_assert_neq(sh("vmuser", "s",
+                         "dd if=/dev/zero of=/workspace/fill bs=1M 2>/tmp/dd.err; rc=$?; cat /tmp/dd.err; exit $rc",
+                         &out),
+                      0);
+        cr_assert_not_null(strstr(out, "No space left"), "filling the disk: %s", out);
+        free(out);
+        cr_assert_eq(sh("vmuser", "s", "rm /workspace/fill && echo gone", &out), 0);
+        cr_assert_str_eq(out, "gone\n");
+        free(out);
+
+        /* a fork bomb: the session's PID limit (RLIMIT_NPROC in the guest) stops it; the
+         * execution's timeout ends it, and the next one runs. Under TCG on one vCPU the bomb
+         * can starve the runner past three heartbeats: the hub then gives the session up
+         * (ERROR, hub_unresponsive) and the next request boots a new VM (docs/microvm.md) */
+        cr_assert_eq(session_get_info(d->sessions, "vmuser", "s", &info), 0);
+        snprintf(vm_before, sizeof(vm_before), "%s", info.container_id);
+        session_info_done(&info);
+        struct exec_request bomb = {.user = "vmuser",
+                                    .session = "s",
+                                    .command = "b() { b | b & }; b; sleep 30",
+                                    .actor = "test",
+                                    .timeout_s = 10};
+        cr_assert_eq(exec_run(d->exec, &bomb, &res, &err), 0, "%s", err.msg);
+        cr_assert_eq(res.cause, EXEC_CAUSE_TIMEOUT, "the bomb: %s", exec_cause_to_string(res.cause));
+        exec_result_done(&res);
+        cr_assert_eq(sh("plain", "s", "echo ok", &out), 0);
+        free(out);
+        cr_assert(TESTENV_WAIT_UNTIL(echo_runs("vmuser", "s"), 60000), "the VM did not serve after the bomb");
+        cr_assert_eq(session_get_info(d->sessions, "vmuser", "s", &info), 0);
+        fprintf(stderr, "test_microvm: after the fork bomb: %s (%s)\n",
+                strcmp(info.container_id, vm_before) == 0 ? "the same VM" : "a new VM", info.error_cause);
+        session_info_done(&info);
+
+        /* a kernel panic: /proc/sysrq-trigger is root's and the session's uid is not, so the
+         * guest cannot panic its kernel on purpose; its VM dying (QEMU killed from outside, as a
+         * panic with panic=-1 and -no-reboot ends it) is seen: the session is ERROR with a cause */
+        cr_assert_neq(sh("vmuser", "s", "echo c > /proc/sysrq-trigger", NULL), 0, "the session's uid can panic");
+        cr_assert_eq(session_get_info(d->sessions, "vmuser", "s", &info), 0);
+        pid_t qpid = vm_pid(info.container_id);
+        session_info_done(&info);
+        cr_assert_gt(qpid, 0);
+        cr_assert_eq(kill(qpid, SIGKILL), 0);
+        cr_assert(TESTENV_WAIT_UNTIL(session_in_error("vmuser", "s"), 60000), "the VM's death was not seen");
+        cr_assert_eq(session_get_info(d->sessions, "vmuser", "s", &info), 0);
+        cr_assert_str_eq(info.error_cause, "QEMU ended (killed, or its guest powered off)", "cause: %s",
+                         info.error_cause);
+        fprintf(stderr, "test_microvm: a dead VM's session: ERROR, cause %s: %s\n", info.error_cause, info.last_error);
+        session_info_done(&info);
+        cr_assert_eq(sh("plain", "s", "echo ok", &out), 0);
+        free(out);
+        /* its next use boots a new VM on the same disk */
+        cr_assert_eq(sh("vmuser", "s", "echo back", &out), 0);
+        cr_assert_str_eq(out, "back\n");
+        free(out);
+
+        cr_assert_eq(session_destroy(d->sessions, "vmuser", "s", true, &err), 0, "%s", err.msg);
+        cr_assert_eq(session_destroy(d->sessions, "plain", "s", true, &err), 0, "%s", err.msg);
 }

@@ -349,6 +349,9 @@ int main(int argc, char **argv)
                 sock_path = argv[3];
                 port_fd = open(sock_path, O_RDWR | O_NONBLOCK | O_CLOEXEC | O_NOCTTY);
                 guest_nproc();
+                /* ahead of the tenant's processes (proc_leader_exec puts them back at 0): a fork
+                 * bomb on one TCG vCPU must not starve the heartbeat */
+                (void)setpriority(PRIO_PROCESS, 0, -10);
                 if (port_fd < 0 || setgroups(0, NULL) < 0 || setgid(gid) < 0 || setuid(uid) < 0)
                         return 1;
         } else if (argc > 1) {

@@ -151,6 +151,7 @@ void proc_leader_exec(const char *workdir, char **argv, char **envp, bool tty)
         signal(SIGPIPE, SIG_DFL);
         signal(SIGCHLD, SIG_DFL);
         signal(SIGTERM, SIG_DFL);
+        (void)setpriority(PRIO_PROCESS, 0, 0); /* a microVM's runner runs at -10; the tenant never */
         setsid();
         if (tty)
                 (void)ioctl(0, TIOCSCTTY, 0); /* the new session's controlling terminal */

@@ -213,6 +213,8 @@ static void describe_exit(const struct engine_container_info *info, char *buf, s
 {
         if (info->oom_killed)
                 snprintf(buf, size, "oom_killed");
+        else if (info->error[0]) /* the engine's own reason (a microVM: no exit code to give) */
+                snprintf(buf, size, "%s", info->error);
         else
                 snprintf(buf, size, "exited with code %d", info->exit_code);
 }

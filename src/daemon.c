@@ -131,10 +131,13 @@ static void node_runner(void *ud, const char *user, const char *session, int fd)
         (void)hub_attach(d->runner, user, session, fd);
 }
 
-/* A microVM's runner channel (engine_qemu.h): the daemon's end of its socketpair. */
+/* A microVM's runner channel (engine_qemu.h): the daemon's connection to the VM's channel
+ * socket. A VM adopted after a restart may come before its session's channel is listed
+ * (reconciliation runs before adopt_runners): hub_adopt lists it first. */
 static int vm_runner_attach(void *ud, const char *user, const char *session, int fd)
 {
         struct daemon *d = ud;
+        (void)hub_adopt(d->runner, user, session);
         return hub_attach(d->runner, user, session, fd);
 }
 

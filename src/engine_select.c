@@ -270,6 +270,11 @@ struct engine *engine_qemu_of(struct engine *e)
         return e && e->name && strcmp(e->name, "qemu") == 0 ? e : NULL;
 }
 
+const char *engine_microvm_accel(const struct engine *e)
+{
+        return e && e->ops->free == r_free ? engine_qemu_accel(((const struct router *)e->priv)->vm) : NULL;
+}
+
 int engine_new_from_config(const struct sbx_config *cfg, struct engine **ret, struct sbx_error *err)
 {
         struct engine_k8s_config k = {

@@ -58,6 +58,8 @@ static void exit_cause(struct monitor *mon, const char *id, char *cause, size_t 
                 cause[0] = '\0';
         else if (info.oom_killed)
                 snprintf(cause, size, "oom_killed");
+        else if (info.error[0]) /* the engine's own reason (a microVM: no exit code to give) */
+                snprintf(cause, size, "%s", info.error);
         else
                 snprintf(cause, size, "exited with code %d", info.exit_code);
 }

@@ -11,6 +11,7 @@
 #include "sandboxd/daemon.h"
 #include "sandboxd/egress.h"
 #include "sandboxd/engine.h"
+#include "sandboxd/engine_qemu.h"
 #include "sandboxd/events.h"
 #include "sandboxd/exec.h"
 #include "sandboxd/jsonutil.h"
@@ -290,6 +291,8 @@ cJSON *opsview_health(struct daemon *d)
         cJSON_AddNumberToObject(o, "uptime_s", (double)((sbx_wall_ms() - d->started_at) / 1000));
         docker = cJSON_AddObjectToObject(o, "docker");
         cJSON_AddBoolToObject(docker, "ok", r == 0);
+        if (engine_microvm_accel(d->engine))
+                cJSON_AddStringToObject(o, "microvm", engine_microvm_accel(d->engine));
         if (r == 0)
                 cJSON_AddStringToObject(docker, "version", version);
         else
@@ -307,6 +310,8 @@ static void add_engine(cJSON *o, struct daemon *d)
         unsigned unenforced = container_unenforced(d->engine, &d->cfg);
 
         cJSON_AddStringToObject(en, "name", d->engine->name);
+        if (engine_microvm_accel(d->engine)) /* runtime microvm offered: how its VMs run */
+                cJSON_AddStringToObject(en, "microvm", engine_microvm_accel(d->engine));
         for (unsigned i = 0; engine_cap_name(i); i++) {
                 if (engine_can(d->engine, 1u << i))
                         cJSON_AddItemToArray(caps, cJSON_CreateString(engine_cap_name(i)));

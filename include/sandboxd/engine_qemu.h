@@ -11,12 +11,17 @@
  * socket for pause (stop/cont) and quit. KVM when /dev/kvm opens, TCG
  * otherwise.
  *
- * The runner channel is a socketpair: one end is QEMU's chardev (fd=3), the
- * other goes to the runner hub as an accepted connection would
+ * The runner channel is a unix socket the daemon binds in the VM's own
+ * directory (root's: no path QEMU's uid could swap) and hands to QEMU
+ * listening, as its chardev (fd=3, server=on); the daemon dials it and the
+ * connection goes to the runner hub as an accepted one would
  * (engine_qemu_runner.attach, hub_attach), so the hub, its framing,
- * fencing and epochs are the same as for a container. QEMU runs as the
- * session's uid and cannot reach the root-only runner directories; a
- * socketpair also needs no path QEMU could swap.
+ * fencing and epochs are the same as for a container. QEMU accepts again
+ * after a connection ends, so a restarted daemon dials the same socket and
+ * adopts a VM that still runs (its pid, start time and channel are in the
+ * state file); the guest's runner says RP_HELLO again when the host side
+ * comes back. QEMU runs as the session's uid and cannot reach the
+ * root-only runner directories.
  *
  * Jail: QEMU is exec'd after setgroups/setgid/setuid to the session's uid
  * (never -runas, which -sandbox elevateprivileges=deny kills) with
@@ -24,7 +29,8 @@
  * spawn=deny,resourcecontrol=deny`, guest memory and vCPUs from the spec.
  *
  * State: {data_dir}/vm/<id>/state (root's JSON: labels, uid, limits, pid
- * and start time, paused), {data_dir}/vm/<id>/run/ (QEMU's: qmp.sock,
+ * and start time, paused, channel), {data_dir}/vm/<id>/runner.sock (the
+ * channel), {data_dir}/vm/<id>/run/ (QEMU's: qmp.sock,
  * console.log), {data_dir}/vm/disks/<sha256 of user/session>.img. list
  * reads the directory, so --gc and restart reconciliation find VMs by their
  * labels as they find containers. Ids are ENGINE_QEMU_ID_PREFIX and 32 hex.
@@ -104,5 +110,8 @@ int engine_qemu_mem_expect(struct engine *e, const char *user, const char *sessi
 int engine_qemu_pause_to_disk(struct engine *e, const char *id, struct sbx_error *err);
 /* Forget an expectation nobody claimed (a fork that failed before its VM). */
 void engine_qemu_mem_unexpect(struct engine *e, const char *user, const char *session);
+/* "kvm" or "tcg": how the microVMs of e (the router of engine_select.c) run; NULL where e
+ * runs none (no QEMU or guest, or another engine). */
+const char *engine_microvm_accel(const struct engine *e);
 
 #endif

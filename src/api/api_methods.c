@@ -398,6 +398,8 @@ static int m_session_info(struct api_req *q, cJSON **ret, struct fronterr *e)
         jsonutil_add_lower(*ret, "state", session_state_to_string(info.state));
         jsonutil_add_text(*ret, "network_mode", info.network_mode);
         jsonutil_add_text(*ret, "runtime", info.runtime);
+        if (info.accel[0]) /* a microVM's: kvm or tcg */
+                cJSON_AddStringToObject(*ret, "accel", info.accel);
         cJSON_AddBoolToObject(*ret, "pooled", info.pooled);
         cJSON_AddBoolToObject(*ret, "private",
                               q->d->privacy && privacy_is_private(q->d->privacy, q->tok.user, q->session));

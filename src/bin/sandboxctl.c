@@ -180,6 +180,8 @@ static void print_health(const cJSON *r)
                 printf("docker:  ok (%s)\n", str(docker, "version"));
         else
                 printf("docker:  unreachable: %s\n", str(docker, "error"));
+        if (cJSON_IsString(cJSON_GetObjectItemCaseSensitive(r, "microvm")))
+                printf("microvm: %s\n", str(r, "microvm"));
 }
 
 /* The engine and the settings of the config it cannot enforce (engine.h). */
@@ -190,7 +192,10 @@ static void print_engine(const cJSON *en)
 
         if (!cJSON_IsObject(en))
                 return;
-        printf("engine:              %s, unenforced:", str(en, "name"));
+        printf("engine:              %s, ", str(en, "name"));
+        if (cJSON_IsString(cJSON_GetObjectItemCaseSensitive(en, "microvm")))
+                printf("microvm: %s, ", str(en, "microvm"));
+        printf("unenforced:");
         cJSON_ArrayForEach(it, missing) {
                 if (cJSON_IsString(it)) {
                         printf(" %s", it->valuestring);

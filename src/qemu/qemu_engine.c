@@ -81,6 +81,7 @@ static int state_load_locked(struct qemu *q, const char *id, struct qemu_vm *ret
         ret->gid = (gid_t)NUM("gid");
         ret->memory = (int64_t)NUM("memory");
         ret->nano_cpus = (int64_t)NUM("nano_cpus");
+        ret->pids_limit = (int64_t)NUM("pids_limit");
         ret->pid = (pid_t)NUM("pid");
         ret->pid_start = (uint64_t)NUM("pid_start");
         ret->created = (int64_t)NUM("created");
@@ -88,9 +89,11 @@ static int state_load_locked(struct qemu *q, const char *id, struct qemu_vm *ret
         ret->ram_private = cJSON_IsTrue(cJSON_GetObjectItem(j, "ram_private"));
         ret->saved = cJSON_IsTrue(cJSON_GetObjectItem(j, "saved"));
         sbx_strlcpy(ret->incoming, STR("incoming"), sizeof(ret->incoming));
+        ret->listening = strcmp(STR("channel"), "listen") == 0;
         sbx_strlcpy(ret->started_at, STR("started_at"), sizeof(ret->started_at));
         sbx_strlcpy(ret->finished_at, STR("finished_at"), sizeof(ret->finished_at));
         sbx_strlcpy(ret->disk, STR("disk"), sizeof(ret->disk));
+        sbx_strlcpy(ret->cgroup_note, STR("cgroup_note"), sizeof(ret->cgroup_note));
 #undef NUM
 #undef STR
         cJSON *l, *labels = cJSON_GetObjectItem(j, "labels");
@@ -116,6 +119,7 @@ static int state_save_locked(struct qemu *q, const struct qemu_vm *vm)
         cJSON_AddNumberToObject(j, "gid", vm->gid);
         cJSON_AddNumberToObject(j, "memory", (double)vm->memory);
         cJSON_AddNumberToObject(j, "nano_cpus", (double)vm->nano_cpus);
+        cJSON_AddNumberToObject(j, "pids_limit", (double)vm->pids_limit);
         cJSON_AddNumberToObject(j, "pid", vm->pid);
         cJSON_AddNumberToObject(j, "pid_start", (double)vm->pid_start);
         cJSON_AddNumberToObject(j, "created", (double)vm->created);
@@ -123,9 +127,13 @@ static int state_save_locked(struct qemu *q, const struct qemu_vm *vm)
         cJSON_AddBoolToObject(j, "ram_private", vm->ram_private);
         cJSON_AddBoolToObject(j, "saved", vm->saved);
         cJSON_AddStringToObject(j, "incoming", vm->incoming);
+        if (vm->listening) /* runner.sock in the VM's directory, QMP at run/qmp.sock */
+                cJSON_AddStringToObject(j, "channel", "listen");
         cJSON_AddStringToObject(j, "started_at", vm->started_at);
         cJSON_AddStringToObject(j, "finished_at", vm->finished_at);
         cJSON_AddStringToObject(j, "disk", vm->disk);
+        if (vm->cgroup_note[0])
+                cJSON_AddStringToObject(j, "cgroup_note", vm->cgroup_note);
         for (size_t i = 0; i < vm->n_labels; i++)
                 cJSON_AddStringToObject(labels, vm->labels[i].key, vm->labels[i].value);
         text = cJSON_PrintUnformatted(j);
@@ -205,13 +213,27 @@ out:
         pthread_mutex_unlock(&q->lock);
 }
 
-/* A VM runs for this daemon when it is alive and this engine booted it: one that an earlier
- * daemon booted still runs, but its runner channel (a socketpair) ended with that daemon, so
- * it reads as exited, and reconciliation marks its session for a new one (docs/microvm.md). */
-static bool serving(struct qemu *q, const struct qemu_vm *vm, bool *ret_alive)
+/* A VM runs for this daemon when it is alive and its runner channel is this daemon's hub's:
+ * one this engine booted, or one an earlier daemon booted whose channel listens
+ * (vm->listening), dialled again here (qemu_vm_adopt). A paused one is dialled when it is
+ * resumed (its runner cannot answer while the guest is stopped). A live VM booted with a
+ * socketpair by an earlier version, or whose runner does not answer, reads as exited, and
+ * reconciliation marks its session for a new one (docs/microvm.md). why: the reason then. */
+static bool serving(struct qemu *q, const struct qemu_vm *vm, bool *ret_alive, struct sbx_error *why)
 {
         *ret_alive = qemu_vm_alive(vm);
-        return *ret_alive && qemu_booted(q, vm->id);
+        if (!*ret_alive)
+                return false;
+        if (qemu_booted(q, vm->id))
+                return true;
+        if (!vm->listening) {
+                if (why)
+                        sbx_error_set(why, -ENOTCONN, 0, "its runner channel ended with the daemon that booted it");
+                return false;
+        }
+        if (vm->paused)
+                return true;
+        return qemu_vm_adopt(q, vm, why) == 0;
 }
 
 /* ---- the ops ---- */
@@ -222,6 +244,7 @@ static void q_free(struct engine *e)
 
         qemu_mem_free(q);
         pthread_mutex_destroy(&q->lock);
+        pthread_mutex_destroy(&q->adopt_lock);
         free(q->booted);
         free(q);
         free(e);
@@ -274,6 +297,7 @@ static int q_create(struct engine *e, const struct engine_spec *spec, char ret_i
         vm.gid = spec->gid;
         vm.memory = spec->memory_bytes;
         vm.nano_cpus = spec->nano_cpus;
+        vm.pids_limit = spec->pids_limit;
         vm.created = sbx_wall_ms() / 1000;
         for (size_t i = 0; i < spec->n_labels && vm.n_labels < ENGINE_MAX_LABELS; i++) {
                 sbx_strlcpy(vm.labels[vm.n_labels].key, spec->labels[i].key, sizeof(vm.labels[0].key));
@@ -304,10 +328,14 @@ static int q_start(struct engine *e, const char *id, struct sbx_error *err)
 
         if (r < 0)
                 return sbx_error_set(err, r, 0, "no VM %s", id);
-        if (qemu_vm_alive(&vm))
-                return qemu_booted(Q(e), id) ? 0
-                                             : sbx_error_set(err, -EBUSY, 409,
-                                                             "VM %s was booted by an earlier daemon: remove it", id);
+        if (qemu_vm_alive(&vm)) {
+                struct sbx_error why = {0};
+                bool alive;
+                return serving(Q(e), &vm, &alive, &why) || !alive
+                               ? 0
+                               : sbx_error_set(err, -EBUSY, 409,
+                                               "VM %s was booted by an earlier daemon (%s): remove it", id, why.msg);
+        }
         return qemu_vm_boot(Q(e), &vm, err);
 }
 
@@ -315,14 +343,24 @@ static int q_inspect(struct engine *e, const char *id, struct engine_container_i
 {
         struct qemu_vm vm;
         int r = qemu_state_load(Q(e), id, &vm);
+        struct sbx_error why = {0};
         bool alive, running;
 
         if (r < 0)
                 return sbx_error_set(err, r, 0, "no VM %s", id);
-        running = serving(Q(e), &vm, &alive) || vm.saved; /* paused to disk: QEMU comes back at unpause */
+        running = serving(Q(e), &vm, &alive, &why) || vm.saved; /* paused to disk: QEMU comes back at unpause */
         *ret = (struct engine_container_info){0};
         if (alive && !running)
-                sbx_strlcpy(ret->error, "its runner channel ended with the daemon that booted it", sizeof(ret->error));
+                sbx_strlcpy(ret->error, why.msg, sizeof(ret->error));
+        if (!alive && vm.pid && !vm.saved) {
+                /* QEMU is not this daemon's child: no exit status; the cgroup and the console say why */
+                _cleanup_free_ char *console = NULL;
+                ret->oom_killed = qemu_cgroup_oom_killed(vm.id);
+                if (qemu_vm_console(Q(e), &vm, 40, &console, NULL) == 0 && strstr(console, "Kernel panic"))
+                        sbx_strlcpy(ret->error, "the guest's kernel panicked", sizeof(ret->error));
+                else
+                        sbx_strlcpy(ret->error, "QEMU ended (killed, or its guest powered off)", sizeof(ret->error));
+        }
         alive = running;
         sbx_strlcpy(ret->id, vm.id, sizeof(ret->id));
         sbx_strlcpy(ret->name, vm.id, sizeof(ret->name));
@@ -420,7 +458,7 @@ static int q_list(struct engine *e, const char *const *label_filters, bool all,
                 if (!id_valid(de->d_name) || qemu_state_load(q, de->d_name, &vm) < 0)
                         continue;
                 bool alive;
-                alive = serving(q, &vm, &alive) || vm.saved;
+                alive = serving(q, &vm, &alive, NULL) || vm.saved;
                 if ((!all && !alive) || !filters_pass(&vm, label_filters))
                         continue;
                 if (n == cap) {
@@ -474,11 +512,17 @@ static int q_pause(struct engine *e, const char *id, bool pause, struct sbx_erro
                         return r;
                 goto record;
         }
-        if (!serving(q, &vm, &alive) || vm.paused == pause)
+        if (!serving(q, &vm, &alive, NULL) || vm.paused == pause)
                 return sbx_error_set(err, -EBUSY, 409, "VM %s is not %s", id, pause ? "running" : "paused");
         r = qemu_qmp(q, &vm, pause ? "stop" : "cont", err);
         if (r < 0)
                 return r;
+        /* paused when an earlier daemon stopped: its runner is dialled now that it can answer */
+        if (!pause && !qemu_booted(q, id)) {
+                r = qemu_vm_adopt(q, &vm, err);
+                if (r < 0)
+                        return r;
+        }
 record:
         pthread_mutex_lock(&q->lock);
         r = state_load_locked(q, id, &vm);
@@ -537,9 +581,11 @@ int engine_qemu_new(const struct engine_qemu_config *cfg, struct engine **ret, s
                 return sbx_error_set(err, -ENOMEM, 0, "out of memory");
         }
         pthread_mutex_init(&q->lock, NULL);
+        pthread_mutex_init(&q->adopt_lock, NULL);
         r = qemu_setup(q, cfg, err);
         if (r < 0) {
                 pthread_mutex_destroy(&q->lock);
+                pthread_mutex_destroy(&q->adopt_lock);
                 free(q);
                 free(e);
                 return r;

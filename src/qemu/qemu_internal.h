@@ -24,6 +24,9 @@ struct qemu {
         int boot_timeout_ms;
         bool kvm;
         pthread_mutex_t lock;
+        /* held while a live VM of an earlier daemon is dialled and adopted (qemu_vm_adopt), so
+         * that two callers never dial one VM twice; never with lock held */
+        pthread_mutex_t adopt_lock;
         struct engine_qemu_runner runner;
         /* the VMs this engine booted: only their runner channels reach this daemon's hub */
         char (*booted)[ENGINE_ID_STR_MAX];
@@ -54,16 +57,18 @@ struct qemu_vm {
         char id[ENGINE_ID_STR_MAX];
         uid_t uid;
         gid_t gid;
-        int64_t memory, nano_cpus;
+        int64_t memory, nano_cpus, pids_limit;
         pid_t pid;          /* QEMU's, 0: never started */
         uint64_t pid_start; /* its start time (clock ticks), so a reused pid is not it */
         int64_t created;    /* unix seconds */
         bool paused;
+        bool listening; /* its runner channel is a listening socket (run.sock): a later daemon can dial it */
         char started_at[40], finished_at[40];
         char disk[SBX_PATH_MAX];
         char incoming[SBX_PATH_MAX]; /* boot from this memory snapshot's directory ("": a cold boot) */
         bool ram_private;            /* its RAM is a snapshot's frozen RAM, mapped private */
         bool saved;                  /* paused to disk: QEMU gone, QEMU_MEM_SAVED and _RAM kept */
+        char cgroup_note[160];       /* what of its cgroup could not be made ("": all of it) */
         struct engine_kv labels[ENGINE_MAX_LABELS];
         size_t n_labels;
 };
@@ -85,6 +90,9 @@ int qemu_vm_prepare(struct qemu *q, struct qemu_vm *vm, const struct engine_spec
 /* Exec QEMU jailed, hand its runner channel to the hub and wait for the runner. */
 int qemu_vm_boot(struct qemu *q, struct qemu_vm *vm, struct sbx_error *err);
 bool qemu_vm_alive(const struct qemu_vm *vm);
+/* A live VM that an earlier daemon booted: dial its runner channel, wait for the guest
+ * runner's RP_HELLO and hand the channel to the hub. 0, or -errno with err saying why. */
+int qemu_vm_adopt(struct qemu *q, const struct qemu_vm *vm, struct sbx_error *err);
 /* QMP quit, then SIGKILL after timeout_ms (0: at once); gone already is 0. */
 int qemu_vm_kill(struct qemu *q, struct qemu_vm *vm, int timeout_ms, struct sbx_error *err);
 void qemu_vm_dir_remove(struct qemu *q, const char *id);
@@ -121,5 +129,17 @@ void qemu_mem_saved_drop(struct qemu *q, struct qemu_vm *vm);
 void qemu_mem_booted(struct qemu *q, struct qemu_vm *vm);
 /* The VM's RAM file (on tmpfs) goes: q_remove. */
 void qemu_mem_ram_drop(struct qemu *q, const char *id);
+
+/* qemu_cgroup.c: QEMU's cgroup (cpu, memory, pids) with the VM's limits, guest RAM mem_bytes;
+ * fds: each controller's cgroup.procs to write "0" to before the uid drops (-1: none); note:
+ * what could not be made. */
+#define QEMU_CG_MAX 3
+#define QEMU_CG_OVERHEAD (INT64_C(256) << 20) /* QEMU's own memory beside guest RAM; TCG's cache is capped below it */
+#define QEMU_CG_TB_MIB "128"                  /* -accel tcg,tb-size (MiB), inside QEMU_CG_OVERHEAD */
+#define QEMU_CG_PIDS 64                       /* QEMU's threads (vCPUs, main loop, RCU, I/O workers) */
+int qemu_cgroup_make(const struct qemu_vm *vm, int64_t mem_bytes, int fds[QEMU_CG_MAX], char *note, size_t note_size);
+void qemu_cgroup_remove(const char *id);
+/* Whether the memory cgroup's OOM killer killed a task of QEMU's cgroup (cgroup v1 oom_kill). */
+bool qemu_cgroup_oom_killed(const char *id);
 
 #endif

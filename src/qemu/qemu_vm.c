@@ -27,6 +27,7 @@
 
 #include "qemu_internal.h"
 #include "sandboxd/container.h"
+#include "sandboxd/runner_proto.h"
 #include "sandboxd/sha256.h"
 
 extern char **environ;
@@ -38,6 +39,8 @@ extern char **environ;
 #define QEMU_MKFS_TIMEOUT_MS 60000
 #define QEMU_QMP_TIMEOUT_S 5
 #define QEMU_KILL_WAIT_MS 10000
+#define QEMU_ADOPT_WAIT_MS 15000   /* a live guest's runner says RP_HELLO within its 1 s redial backoff */
+#define QEMU_CHANNEL "runner.sock" /* in the VM's directory (root's): the runner channel's socket */
 
 int qemu_setup(struct qemu *q, const struct engine_qemu_config *cfg, struct sbx_error *err)
 {
@@ -408,8 +411,8 @@ int qemu_disk_drop(struct qemu *q, const char *user, const char *session, struct
 
 void qemu_vm_dir_remove(struct qemu *q, const char *id)
 {
-        static const char *const files[] = {"run/qmp.sock", "run/console.log", "run/qemu.log", "initrd",
-                                            "state",        "state.tmp",       QEMU_MEM_SAVED, QEMU_MEM_SAVED_RAM};
+        static const char *const files[] = {"run/qmp.sock", "run/console.log", "run/qemu.log",     "initrd",    "state",
+                                            "state.tmp",    QEMU_MEM_SAVED,    QEMU_MEM_SAVED_RAM, QEMU_CHANNEL};
         char path[SBX_PATH_MAX];
 
         /* unlink never follows a link; QEMU's uid may have made nothing else in run/ that
@@ -421,6 +424,7 @@ void qemu_vm_dir_remove(struct qemu *q, const char *id)
                 (void)rmdir(path);
         if (qemu_vm_path(q, id, NULL, path, sizeof(path)) == 0)
                 (void)rmdir(path);
+        qemu_cgroup_remove(id);
 }
 
 /* The last tail_lines lines (< 0: all) of a file of QEMU's run directory, at most 64 KiB. */
@@ -469,6 +473,124 @@ int qemu_vm_console(struct qemu *q, const struct qemu_vm *vm, int tail_lines, ch
         return run_file_tail(q, vm, "run/console.log", tail_lines, ret_text, err);
 }
 
+/* ---- the runner channel ---- */
+
+/* The runner channel's socket, bound and listening by the daemon in the VM's directory
+ * (root's, 0711: QEMU's uid can neither swap nor reach it by name); QEMU gets the listening
+ * descriptor as its chardev (fd=3, server=on) and accepts one connection at a time, again
+ * after each ends, so a restarted daemon dials the same socket. */
+static int channel_listen(int vmfd, struct sbx_error *err)
+{
+        struct sockaddr_un sa = {.sun_family = AF_UNIX};
+        int fd;
+
+        snprintf(sa.sun_path, sizeof(sa.sun_path), "/proc/self/fd/%d/" QEMU_CHANNEL, vmfd);
+        if (unlinkat(vmfd, QEMU_CHANNEL, 0) < 0 && errno != ENOENT)
+                return sbx_error_set(err, -errno, 0, "cannot replace the runner channel's socket: %m");
+        fd = socket(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC, 0);
+        if (fd < 0)
+                return sbx_error_set(err, -errno, 0, "socket: %m");
+        if (bind(fd, (struct sockaddr *)&sa, sizeof(sa)) < 0 || fchmodat(vmfd, QEMU_CHANNEL, 0600, 0) < 0 ||
+            listen(fd, 1) < 0) {
+                int r = -errno;
+                close(fd);
+                return sbx_error_set(err, r, 0, "cannot listen for the runner channel: %s", strerror(-r));
+        }
+        return fd;
+}
+
+/* Dial the VM's runner channel and wait, until deadline and while QEMU lives, for the guest
+ * runner's first frame: it must be RP_HELLO (peeked, left for the hub). -EPROTO: something
+ * else came first (bytes of an earlier connection): a new connection starts clean. */
+static int channel_connect(int vmfd, int *ret_fd)
+{
+        struct sockaddr_un sa = {.sun_family = AF_UNIX};
+        struct stat st;
+        _cleanup_close_ int fd = -1;
+
+        /* root's socket in root's directory: never a link, never one QEMU's uid made */
+        if (fstatat(vmfd, QEMU_CHANNEL, &st, AT_SYMLINK_NOFOLLOW) < 0 || !S_ISSOCK(st.st_mode) || st.st_uid != 0)
+                return -ENOENT;
+        snprintf(sa.sun_path, sizeof(sa.sun_path), "/proc/self/fd/%d/" QEMU_CHANNEL, vmfd);
+        fd = socket(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC | SOCK_NONBLOCK, 0);
+        if (fd < 0)
+                return -errno;
+        if (connect(fd, (struct sockaddr *)&sa, sizeof(sa)) < 0)
+                return -errno; /* a listening socket's backlog takes it at once, accepted or not */
+        *ret_fd = fd;
+        fd = -1;
+        return 0;
+}
+
+static int channel_dial(const struct qemu_vm *vm, int vmfd, int64_t deadline, int *ret_fd)
+{
+        _cleanup_close_ int fd = -1;
+        int r = channel_connect(vmfd, &fd);
+
+        if (r < 0)
+                return r;
+        for (;;) {
+                struct pollfd p = {.fd = fd, .events = POLLIN};
+                struct rp_hdr h;
+                int64_t left = deadline - sbx_now_ms();
+
+                if (left <= 0 || !qemu_vm_alive(vm))
+                        return -ETIMEDOUT;
+                if (poll(&p, 1, left < 1000 ? (int)left : 1000) <= 0)
+                        continue;
+                ssize_t n = recv(fd, &h, sizeof(h), MSG_PEEK | MSG_DONTWAIT);
+                if (n == 0 || (n < 0 && errno != EAGAIN && errno != EINTR))
+                        return -ECONNRESET; /* QEMU closed it: another connection holds the channel */
+                if (n < (ssize_t)RP_HDR_LEN) {
+                        sbx_sleep_ms(5); /* the rest of the header is on its way */
+                        continue;
+                }
+                if (h.type != RP_HELLO || h.len < sizeof(struct rp_hello) || h.len > sizeof(struct rp_hello) + 63)
+                        return -EPROTO;
+                *ret_fd = fd;
+                fd = -1;
+                return 0;
+        }
+}
+
+int qemu_vm_adopt(struct qemu *q, const struct qemu_vm *vm, struct sbx_error *err)
+{
+        const char *user = qemu_vm_label(vm, CONTAINER_LABEL_USER),
+                   *session = qemu_vm_label(vm, CONTAINER_LABEL_SESSION);
+        struct engine_qemu_runner runner;
+        char dir[SBX_PATH_MAX];
+        int64_t deadline = sbx_now_ms() + QEMU_ADOPT_WAIT_MS;
+        int fd = -1, r = -EPROTO;
+
+        pthread_mutex_lock(&q->lock);
+        runner = q->runner;
+        pthread_mutex_unlock(&q->lock);
+        if (!runner.attach || !user || !session || !vm->listening)
+                return sbx_error_set(err, -EINVAL, 0, "VM %s cannot be adopted (no hub, labels or channel)", vm->id);
+        if (qemu_vm_path(q, vm->id, NULL, dir, sizeof(dir)) < 0)
+                return sbx_error_set(err, -ENAMETOOLONG, 0, "path too long");
+        _cleanup_close_ int vmfd = open(dir, O_PATH | O_DIRECTORY | O_CLOEXEC | O_NOFOLLOW);
+        if (vmfd < 0)
+                return sbx_error_set(err, -errno, 0, "cannot open VM %s's directory: %m", vm->id);
+        pthread_mutex_lock(&q->adopt_lock);
+        if (qemu_booted(q, vm->id)) { /* another caller adopted it meanwhile */
+                pthread_mutex_unlock(&q->adopt_lock);
+                return 0;
+        }
+        for (int attempt = 0; attempt < 3 && r == -EPROTO; attempt++)
+                r = channel_dial(vm, vmfd, deadline, &fd);
+        if (r == 0) {
+                r = runner.attach(runner.ud, user, session, fd); /* the hub owns fd from here */
+                if (r == 0)
+                        qemu_booted_set(q, vm->id, true);
+        }
+        pthread_mutex_unlock(&q->adopt_lock);
+        if (r < 0)
+                return sbx_error_set(err, r, 0, "VM %s still runs but its runner did not answer when dialled again: %s",
+                                     vm->id, strerror(-r));
+        return 0;
+}
+
 /* ---- boot and end ---- */
 
 int qemu_vm_kill(struct qemu *q, struct qemu_vm *vm, int timeout_ms, struct sbx_error *err)
@@ -496,7 +618,7 @@ gone:;
  * QEMU reaches its files through /proc/self/fd whatever the modes of the
  * directories above them; 6 a snapshot's frozen RAM when fds[3] >= 0),
  * then exec. Only async-signal-safe calls. */
-static void child_exec(const struct qemu_vm *vm, const int fds[4], char *const argv[])
+static void child_exec(const struct qemu_vm *vm, const int fds[4], const int cg[QEMU_CG_MAX], char *const argv[])
 {
         sigset_t none;
         int hi[4] = {-1, -1, -1, -1}, nul, lfd;
@@ -504,6 +626,10 @@ static void child_exec(const struct qemu_vm *vm, const int fds[4], char *const a
         sigemptyset(&none);
         sigprocmask(SIG_SETMASK, &none, NULL);
         signal(SIGPIPE, SIG_DFL);
+        /* into QEMU's cgroup while still root (qemu_cgroup.c): "0" is the writer itself */
+        for (int i = 0; i < QEMU_CG_MAX; i++)
+                if (cg[i] >= 0 && write(cg[i], "0", 1) != 1)
+                        _exit(125);
         for (int i = 0; i < 4; i++)
                 if ((i < 3 || fds[i] >= 0) && (hi[i] = fcntl(fds[i], F_DUPFD_CLOEXEC, 10)) < 0)
                         _exit(126);
@@ -522,7 +648,7 @@ static void child_exec(const struct qemu_vm *vm, const int fds[4], char *const a
 }
 
 /* QEMU, twice forked so that it outlives the daemon; its pid. */
-static pid_t spawn(const struct qemu_vm *vm, const int fds[4], char *const argv[])
+static pid_t spawn(const struct qemu_vm *vm, const int fds[4], const int cg[QEMU_CG_MAX], char *const argv[])
 {
         int pp[2];
         pid_t c, g = -1;
@@ -540,7 +666,7 @@ static pid_t spawn(const struct qemu_vm *vm, const int fds[4], char *const argv[
                 if (setsid() >= 0)
                         gc = fork();
                 if (gc == 0)
-                        child_exec(vm, fds, argv);
+                        child_exec(vm, fds, cg, argv);
                 (void)!write(pp[1], &gc, sizeof(gc));
                 _exit(gc > 0 ? 0 : 1);
         }
@@ -557,12 +683,12 @@ int qemu_vm_boot(struct qemu *q, struct qemu_vm *vm, struct sbx_error *err)
 {
         const char *user = qemu_vm_label(vm, CONTAINER_LABEL_USER),
                    *session = qemu_vm_label(vm, CONTAINER_LABEL_SESSION);
-        char dir[SBX_PATH_MAX], append[256], mem[32], smp[16], drive[SBX_PATH_MAX + 64];
+        char dir[SBX_PATH_MAX], append[320], mem[32], smp[16], drive[SBX_PATH_MAX + 64];
         char ramobj[SBX_PATH_MAX + 128]; /* qemu_mem.c: the guest's RAM in a file */
         const char *disk = strrchr(vm->disk, '/');
         struct engine_qemu_runner runner;
         bool incoming = vm->incoming[0] || vm->saved; /* qemu_mem.c: booted from a memory save */
-        int sp[2], r, ramfd = -1;
+        int lfd, cfd = -1, r, ramfd = -1;
         int64_t mib = vm->memory > 0 ? vm->memory >> 20 : 512, cpus = (vm->nano_cpus + 999999999) / 1000000000;
 
         pthread_mutex_lock(&q->lock);
@@ -575,116 +701,93 @@ int qemu_vm_boot(struct qemu *q, struct qemu_vm *vm, struct sbx_error *err)
         snprintf(append, sizeof(append),
                  "console=ttyS0 quiet lpj=4000000 tsc_early_khz=2000000 panic=-1 reboot=t sbx.uid=%u sbx.gid=%u",
                  (unsigned)vm->uid, (unsigned)vm->gid);
+        /* the session's PID limit, for the guest's runner (RLIMIT_NPROC of the uid) */
+        if (vm->pids_limit > 0) {
+                size_t n = strlen(append);
+                snprintf(append + n, sizeof(append) - n, " sbx.nproc=%" PRId64, vm->pids_limit);
+        }
         snprintf(mem, sizeof(mem), "%" PRId64, mib < 128 ? 128 : mib);
         snprintf(smp, sizeof(smp), "%" PRId64, cpus < 1 ? 1 : cpus > 16 ? 16 : cpus);
         snprintf(drive, sizeof(drive), "file=/proc/self/fd/5%s,if=none,id=ws,format=raw", disk);
         r = qemu_mem_args(q, vm, mib < 128 ? 128 : mib, ramobj, sizeof(ramobj), &ramfd, err);
         if (r < 0)
                 return r;
-        char *const argv[] = {q->binary,
-                              "-M",
-                              "microvm,x-option-roms=off,rtc=off,memory-backend=ram",
-                              "-object",
-                              ramobj,
-                              "-accel",
-                              q->kvm ? "kvm" : "tcg",
-                              "-cpu",
-                              q->kvm ? "host,-arch-capabilities" : "max",
-                              "-m",
-                              mem,
-                              "-smp",
-                              smp,
-                              "-nodefaults",
-                              "-no-user-config",
-                              "-display",
-                              "none",
-                              "-no-reboot",
-                              "-nic",
-                              "none",
-                              "-kernel",
-                              q->kernel,
-                              "-initrd",
-                              "/proc/self/fd/4/initrd",
-                              "-append",
-                              append,
-                              "-drive",
-                              drive,
-                              "-device",
-                              "virtio-blk-device,drive=ws",
-                              "-device",
-                              "virtio-serial-device",
-                              "-chardev",
-                              "socket,id=runner,fd=3",
-                              "-device",
-                              "virtserialport,chardev=runner,name=sandboxd.runner",
-                              "-serial",
-                              "file:/proc/self/fd/4/run/console.log",
-                              "-qmp",
-                              "unix:/proc/self/fd/4/run/qmp.sock,server=on,wait=off",
-                              "-sandbox",
+        char *const argv[] = {q->binary, "-M", "microvm,x-option-roms=off,rtc=off,memory-backend=ram", "-object",
+                              ramobj, "-accel",
+                              /* TCG's translation cache, capped inside QEMU's cgroup (qemu_cgroup.c) */
+                              q->kvm ? "kvm" : "tcg,tb-size=" QEMU_CG_TB_MIB, "-cpu",
+                              q->kvm ? "host,-arch-capabilities" : "max", "-m", mem, "-smp", smp, "-nodefaults",
+                              "-no-user-config", "-display", "none", "-no-reboot", "-nic", "none", "-kernel", q->kernel,
+                              "-initrd", "/proc/self/fd/4/initrd", "-append", append, "-drive", drive, "-device",
+                              "virtio-blk-device,drive=ws", "-device", "virtio-serial-device", "-chardev",
+                              /* the runner channel: a socket that listens (channel_listen), so that a
+                               * restarted daemon dials the same VM again (qemu_vm_adopt) */
+                              "socket,id=runner,fd=3,server=on,wait=off", "-device",
+                              "virtserialport,chardev=runner,name=sandboxd.runner", "-serial",
+                              "file:/proc/self/fd/4/run/console.log", "-qmp",
+                              "unix:/proc/self/fd/4/run/qmp.sock,server=on,wait=off", "-sandbox",
                               "on,obsolete=deny,elevateprivileges=deny,spawn=deny,resourcecontrol=deny",
-                              incoming ? "-incoming" : NULL,
-                              "defer",
-                              NULL};
+                              incoming ? "-incoming" : NULL, "defer", NULL};
 
         _cleanup_close_ int vmfd = open(dir, O_PATH | O_DIRECTORY | O_CLOEXEC | O_NOFOLLOW);
         _cleanup_close_ int dfd = open(q->disks, O_PATH | O_DIRECTORY | O_CLOEXEC | O_NOFOLLOW);
         _cleanup_close_ int ramfd_owned = ramfd;
         if (vmfd < 0 || dfd < 0)
                 return sbx_error_set(err, -errno, 0, "cannot open VM %s's directories: %m", vm->id);
-        if (socketpair(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC, 0, sp) < 0)
-                return sbx_error_set(err, -errno, 0, "socketpair: %m");
-        pid_t pid = spawn(vm, (const int[4]){sp[1], vmfd, dfd, ramfd}, argv);
-        close(sp[1]);
-        if (pid < 0) {
-                close(sp[0]);
+        int cg[QEMU_CG_MAX];
+        (void)qemu_cgroup_make(vm, (mib < 128 ? 128 : mib) << 20, cg, vm->cgroup_note, sizeof(vm->cgroup_note));
+        lfd = channel_listen(vmfd, err);
+        pid_t pid = lfd < 0 ? lfd : spawn(vm, (const int[4]){lfd, vmfd, dfd, ramfd}, cg, argv);
+        for (int i = 0; i < QEMU_CG_MAX; i++)
+                if (cg[i] >= 0)
+                        close(cg[i]);
+        if (lfd < 0)
+                return lfd;
+        close(lfd); /* QEMU's alone from here: only it accepts on the channel */
+        if (pid < 0)
                 return sbx_error_set(err, (int)pid, 0, "cannot start QEMU: %s", strerror((int)-pid));
-        }
         char state;
         vm->pid = pid;
         if (proc_stat(pid, &state, &vm->pid_start) < 0)
                 vm->pid_start = 0; /* gone already: alive never matches */
         vm->paused = false;
+        vm->listening = true;
         qemu_now_rfc3339(vm->started_at);
         vm->finished_at[0] = '\0';
         r = qemu_state_save(q, vm);
         if (r < 0) {
-                close(sp[0]);
                 kill(pid, SIGKILL);
                 return sbx_error_set(err, r, 0, "cannot record VM %s: %s", vm->id, strerror(-r));
         }
-        (void)fcntl(sp[0], F_SETFL, O_NONBLOCK);
         /* The channel goes to the hub once the guest's runner has spoken (its RP_HELLO waits in
-         * the socket): the hub's heartbeat would give up on a guest still booting, and a closed
-         * socketpair cannot be dialled again. Started means the runner answers, as a
-         * container's start check expects it to run. */
+         * the socket): the hub's heartbeat would give up on a guest still booting. Started
+         * means the runner answers, as a container's start check expects it to run. */
         int64_t deadline = sbx_now_ms() + q->boot_timeout_ms;
-        bool spoke = false;
         if (incoming) {
-                /* qemu_mem.c: the guest's state goes in and it runs on; its runner says hello again */
+                /* qemu_mem.c: the guest's state goes in and it runs on; told to start over, its
+                 * runner says hello again on the channel */
                 struct sbx_error ie = {0};
-                int ir = qemu_mem_incoming(q, vm, sp[0], deadline, &ie);
+                int ir = channel_connect(vmfd, &cfd);
+                if (ir == 0)
+                        ir = qemu_mem_incoming(q, vm, cfd, deadline, &ie);
+                else
+                        sbx_error_set(&ie, ir, 0, "cannot dial VM %s's runner channel: %s", vm->id, strerror(-ir));
                 if (ir < 0) {
                         _cleanup_free_ char *ql = NULL;
-                        close(sp[0]);
+                        if (cfd >= 0)
+                                close(cfd);
                         (void)qemu_vm_kill(q, vm, 0, NULL);
                         if (run_file_tail(q, vm, "run/qemu.log", 3, &ql, NULL) < 0)
                                 ql = NULL;
                         return sbx_error_set(err, ir, 0, "%s; QEMU: %s", ie.msg, ql && *ql ? ql : "(nothing)");
                 }
                 qemu_mem_booted(q, vm);
+                r = 0;
+        } else {
+                r = channel_dial(vm, vmfd, deadline, &cfd);
         }
-        while (!spoke && sbx_now_ms() < deadline && qemu_vm_alive(vm)) {
-                struct pollfd p = {.fd = sp[0], .events = POLLIN};
-                if (poll(&p, 1, 1000) > 0) {
-                        if (!(p.revents & POLLIN))
-                                break; /* QEMU closed its end */
-                        spoke = true;
-                }
-        }
-        if (spoke) {
-                r = runner.attach(runner.ud, user, session, sp[0]); /* the hub owns it from here */
-                sp[0] = -1;
+        if (r == 0) {
+                r = runner.attach(runner.ud, user, session, cfd); /* the hub owns it from here */
                 if (r < 0) {
                         (void)qemu_vm_kill(q, vm, 0, NULL);
                         return sbx_error_set(err, r, 0, "the runner hub refused VM %s's channel: %s", vm->id,
@@ -696,8 +799,6 @@ int qemu_vm_boot(struct qemu *q, struct qemu_vm *vm, struct sbx_error *err)
                                 return 0;
                 qemu_booted_set(q, vm->id, false);
         }
-        if (sp[0] >= 0)
-                close(sp[0]);
         _cleanup_free_ char *tail = NULL, *qlog = NULL;
         bool died = !qemu_vm_alive(vm);
         (void)qemu_vm_kill(q, vm, 0, NULL);

@@ -2,9 +2,10 @@
  * where /dev/kvm opens): a user switched to `microvm` gets a QEMU microVM beside another user's
  * Docker session on the same daemon; exec runs in the guest (`uname -r` is the guest kernel's,
  * output and exit codes right), files go both ways through the workspace image, pause and
- * resume are QMP stop/cont, a daemon restart gives the session a new VM on the same disk (the
- * old VM's channel ended with the old daemon), and destroying the session leaves no QEMU
- * process and no VM files.
+ * resume are QMP stop/cont, a daemon restart (a stop, or SIGKILL) adopts the running VM: the
+ * session stays RUNNING on the same VM, a process started before is still there and an
+ * execution started before finishes, and destroying the session leaves no QEMU process and
+ * no VM files.
  * Skipped, saying why, where QEMU or the guest (scripts/build-vm.sh) is missing. Every VM
  * carries the per-run label and is removed in the fini, also when a test fails. */
 #include <criterion/criterion.h>
@@ -14,7 +15,9 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/prctl.h>
 #include <sys/stat.h>
+#include <sys/wait.h>
 #include <unistd.h>
 
 #include "apiclient.h"
@@ -22,6 +25,7 @@
 #include "sandboxd/engine_qemu.h"
 #include "sandboxd/exec.h"
 #include "sandboxd/files.h"
+#include "sandboxd/runtime.h"
 #include "sandboxd/session.h"
 #include "sandboxd/snapshot.h"
 #include "testenv.h"
@@ -85,7 +89,34 @@ static int sh(const char *user, const char *session, const char *command, char *
         return code;
 }
 
-/* QEMU processes whose command line names this run's data_dir. */
+/* Whether process pid carries this run's SANDBOXD_TEST_RUN (QEMU inherits the daemon's
+ * environment): other suites, and other runs at the same time, boot VMs too. */
+static bool this_run(const char *pid)
+{
+        const char *run = getenv("SANDBOXD_TEST_RUN");
+        char path[300], want[160], *buf;
+        size_t len;
+        FILE *f;
+        bool found = false;
+
+        if (!run || !run[0])
+                return true;
+        snprintf(want, sizeof(want), "SANDBOXD_TEST_RUN=%s", run);
+        snprintf(path, sizeof(path), "/proc/%s/environ", pid);
+        if (!(f = fopen(path, "r")))
+                return false;
+        buf = malloc(65536);
+        len = buf ? fread(buf, 1, 65535, f) : 0;
+        fclose(f);
+        for (size_t i = 0; i < len && !found; i += strlen(buf + i) + 1) {
+                buf[len] = '\0';
+                found = strcmp(buf + i, want) == 0;
+        }
+        free(buf);
+        return found;
+}
+
+/* QEMU processes of this run. */
 static int count_qemu(void)
 {
         DIR *p = opendir("/proc");
@@ -109,8 +140,8 @@ static int count_qemu(void)
                         if (!buf[i])
                                 buf[i] = ' ';
                 buf[len] = '\0';
-                if (strstr(buf, "qemu-system") && strstr(buf, "sbx.uid="))
-                        n += strstr(buf, "microvm") != NULL;
+                if (strstr(buf, "qemu-system") && strstr(buf, "sbx.uid=") && strstr(buf, "microvm"))
+                        n += this_run(de->d_name);
         }
         if (p)
                 closedir(p);
@@ -158,6 +189,58 @@ static void expect_jailed(uid_t uid)
         if (p)
                 closedir(p);
         cr_assert(found, "no QEMU runs as the session's uid %u", (unsigned)uid);
+}
+
+/* A file of the VM's cgroup under one controller (cgroup v1, this host); NULL: none. */
+static char *cg_read(const char *controller, const char *id, const char *name)
+{
+        char path[512], buf[256];
+        FILE *f;
+        size_t n;
+
+        snprintf(path, sizeof(path), "/sys/fs/cgroup/%s/sandboxd-vm/%s/%s", controller, id, name);
+        if (!(f = fopen(path, "r")))
+                return NULL;
+        n = fread(buf, 1, sizeof(buf) - 1, f);
+        fclose(f);
+        buf[n] = '\0';
+        return strdup(buf);
+}
+
+/* QEMU runs in a cgroup of its own with the session's limits, where the host has the
+ * controller (docs/microvm.md); a missing one is skipped, saying so. */
+static void expect_cgroup(const char *id, int64_t guest_mem, int64_t nano_cpus)
+{
+        char *v;
+
+        if (access("/sys/fs/cgroup/cgroup.controllers", F_OK) == 0) {
+                fprintf(stderr, "test_microvm: cgroup checks SKIPPED: cgroup v2 here, the checks read v1 files\n");
+                return;
+        }
+        if ((v = cg_read("memory", id, "memory.limit_in_bytes"))) {
+                cr_assert_eq(strtoll(v, NULL, 10), guest_mem + (256 << 20), "memory limit %s", v);
+                free(v);
+                v = cg_read("memory", id, "tasks");
+                cr_assert(v && v[0], "QEMU is not in its memory cgroup");
+                free(v);
+        } else {
+                fprintf(stderr, "test_microvm: memory cgroup SKIPPED: no memory controller\n");
+        }
+        if ((v = cg_read("cpu", id, "cpu.cfs_quota_us"))) {
+                cr_assert_eq(strtoll(v, NULL, 10), nano_cpus > 0 ? nano_cpus / 10000 : -1, "cpu quota %s", v);
+                free(v);
+        } else {
+                fprintf(stderr, "test_microvm: cpu cgroup SKIPPED: no cpu controller\n");
+        }
+        if ((v = cg_read("pids", id, "pids.max"))) {
+                cr_assert_eq(atoi(v), 64, "pids.max %s", v);
+                free(v);
+                v = cg_read("pids", id, "tasks");
+                cr_assert(v && v[0], "QEMU is not in its pids cgroup");
+                free(v);
+        } else {
+                fprintf(stderr, "test_microvm: pids cgroup SKIPPED: no pids controller\n");
+        }
 }
 
 static int count_vm_dirs(void)
@@ -214,6 +297,10 @@ Test(microvm, exec_files_pause_destroy)
         cr_assert(engine_qemu_id(info.container_id), "a VM's id: %s", info.container_id);
         cr_assert_neq(info.uid, 0);
         expect_jailed(info.uid);
+        cr_assert(strcmp(info.accel, "tcg") == 0 || strcmp(info.accel, "kvm") == 0, "accel '%s'", info.accel);
+        char first_vm[ENGINE_ID_STR_MAX];
+        snprintf(first_vm, sizeof(first_vm), "%s", info.container_id);
+        expect_cgroup(info.container_id, cfg.memory_bytes, cfg.nano_cpus);
         session_info_done(&info);
         cr_assert_eq(count_qemu(), qemu_before + 1, "one QEMU for the session");
 
@@ -250,20 +337,32 @@ Test(microvm, exec_files_pause_destroy)
         cr_assert_str_eq(out, "from-exec\n");
         free(out);
 
-        /* a daemon restart: the VM's channel ended with the daemon, so the session gets a new VM
-         * at its next use, on the same disk, and the earlier daemon's QEMU is removed */
-        cr_assert_eq(sh("vmuser", "s", "sync", NULL), 0);
+        /* a daemon restart (a stop): the VM keeps running and the new daemon dials its channel
+         * again, so the session keeps the same VM */
+        char vm_id[ENGINE_ID_STR_MAX];
+        cr_assert_eq(session_get_info(d->sessions, "vmuser", "s", &info), 0);
+        snprintf(vm_id, sizeof(vm_id), "%s", info.container_id);
+        session_info_done(&info);
         daemon_close(d);
         d = fixture_open_sockets(&cfg);
+        cr_assert_eq(session_get_info(d->sessions, "vmuser", "s", &info), 0);
+        cr_assert_str_eq(session_state_to_string(info.state), "RUNNING");
+        cr_assert_str_eq(info.container_id, vm_id, "the restart replaced the VM");
+        session_info_done(&info);
         cr_assert_eq(sh("vmuser", "s", "cat /workspace/back.txt", &out), 0);
         cr_assert_str_eq(out, "from-exec\n");
         free(out);
-        cr_assert_eq(count_qemu(), qemu_before + 1, "the earlier daemon's QEMU outlived the new VM's start");
+        cr_assert_eq(count_qemu(), qemu_before + 1, "one QEMU for the session after the restart");
 
         /* destroyed: no QEMU, no VM directory, no disk */
         cr_assert_eq(session_destroy(d->sessions, "vmuser", "s", true, &err), 0, "%s", err.msg);
         cr_assert_eq(count_qemu(), qemu_before, "a QEMU outlived its session");
         cr_assert_eq(count_vm_dirs(), 0, "a VM's files outlived its session");
+        {
+                char cg[512];
+                snprintf(cg, sizeof(cg), "/sys/fs/cgroup/memory/sandboxd-vm/%s", first_vm);
+                cr_assert_neq(access(cg, F_OK), 0, "the VM's cgroup outlived it");
+        }
         {
                 char disks[SBX_PATH_MAX];
                 DIR *dd;
@@ -277,6 +376,288 @@ Test(microvm, exec_files_pause_destroy)
                         closedir(dd);
                 cr_assert_eq(n, 0, "the session's disk outlived it");
         }
+        cr_assert_eq(session_destroy(d->sessions, "plain", "s", true, &err), 0, "%s", err.msg);
+}
+
+/* Long-poll until the execution ends. */
+static void wait_final(const char *user, const char *id, struct exec_result *res)
+{
+        for (int i = 0; i < 30; i++) {
+                cr_assert_eq(exec_status(d->exec, user, id, -1, -1, 0, 10000, res, NULL), 0, "no execution %s", id);
+                if (exec_state_is_final(res->state))
+                        return;
+                exec_result_done(res);
+        }
+        cr_assert_fail("execution %s did not end", id);
+}
+
+/* The child of adopted_after_sigkill: a daemon that switches the user to microvm, boots the
+ * session's VM, starts an execution that waits for /tmp/go in the guest, says its id and
+ * the VM's once the execution runs on the runner, and waits to be killed. No assertion. */
+static void child_daemon(int fd)
+{
+        struct exec_request req = {.user = "vmuser",
+                                   .session = "s",
+                                   .command =
+                                           "echo $$ > /tmp/long.pid; while [ ! -e /tmp/go ]; do sleep 0.2; done; "
+                                           "echo survived",
+                                   .actor = "test",
+                                   .timeout_s = 600};
+        struct session_info info;
+        struct session *s = NULL;
+        char ids[2][ENGINE_ID_STR_MAX] = {{0}};
+        struct daemon *cd;
+        cJSON *r;
+
+        prctl(PR_SET_PDEATHSIG, SIGKILL); /* never outlive the test, whatever fails there */
+        cd = fixture_open_sockets(&cfg);
+        r = apic_admin(cfg.admin_socket, "{\"cmd\":\"user.runtime\",\"user\":\"vmuser\",\"runtime\":\"microvm\"}");
+        if (!cJSON_IsTrue(cJSON_GetObjectItem(r, "ok")))
+                _exit(1);
+        cJSON_Delete(r);
+        if (session_acquire(cd->sessions, "vmuser", "s", &s, NULL) < 0)
+                _exit(2);
+        session_release(s);
+        if (session_get_info(cd->sessions, "vmuser", "s", &info) < 0)
+                _exit(3);
+        snprintf(ids[1], sizeof(ids[1]), "%s", info.container_id);
+        session_info_done(&info);
+        if (exec_start(cd->exec, &req, ids[0], NULL) < 0)
+                _exit(4);
+        for (int k = 0;; k++) {
+                struct exec_result res;
+                if (k == 600 || exec_status(cd->exec, "vmuser", ids[0], -1, -1, 0, 100, &res, NULL) < 0)
+                        _exit(5);
+                bool on_runner = res.state == EXEC_RUNNING && strcmp(res.via, "runner") == 0;
+                exec_result_done(&res);
+                if (on_runner)
+                        break;
+        }
+        (void)!write(fd, ids, sizeof(ids));
+        pause();
+        _exit(0);
+}
+
+Test(microvm, adopted_after_sigkill)
+{
+        char ids[2][ENGINE_ID_STR_MAX], *out = NULL;
+        struct session_info info;
+        struct exec_result res;
+        struct sbx_error err = {0};
+        int pipefd[2], qemu_before, st = 0;
+        pid_t pid;
+
+        if (!have_qemu())
+                return;
+        fixture_config(&cfg);
+        cfg.port_range_lo = 30300;
+        cfg.port_range_hi = 30399;
+        cfg.memory_bytes = 256 << 20;
+        qemu_before = count_qemu();
+        cr_assert_eq(pipe(pipefd), 0);
+        pid = fork(); /* before this process starts any thread */
+        if (pid < 0)
+                cr_assert_fail("fork: %m");
+        if (pid == 0)
+                child_daemon(pipefd[1]);
+        close(pipefd[1]);
+        ssize_t n = read(pipefd[0], ids, sizeof(ids));
+        close(pipefd[0]);
+        if (n != (ssize_t)sizeof(ids)) {
+                kill(pid, SIGKILL);
+                waitpid(pid, &st, 0);
+                cr_assert_fail("the child daemon did not start the execution in its VM (exit %d)",
+                               WIFEXITED(st) ? WEXITSTATUS(st) : -1);
+        }
+        /* the daemon dies as SIGKILL has it: nothing closed, nothing saved; QEMU runs on */
+        kill(pid, SIGKILL);
+        waitpid(pid, NULL, 0);
+        cr_assert_eq(count_qemu(), qemu_before + 1, "the VM did not outlive its daemon");
+
+        d = fixture_open_sockets(&cfg); /* the same data_dir: reconciliation adopts the VM */
+        cr_assert_eq(session_get_info(d->sessions, "vmuser", "s", &info), 0);
+        cr_assert_str_eq(session_state_to_string(info.state), "RUNNING", "cause %s", info.error_cause);
+        cr_assert_str_eq(info.container_id, ids[1], "the restart replaced the VM");
+        session_info_done(&info);
+
+        /* the process the execution started before the kill is still there, and new exec works */
+        cr_assert_eq(sh("vmuser", "s", "kill -0 $(cat /tmp/long.pid) && echo alive", &out), 0);
+        cr_assert_str_eq(out, "alive\n");
+        free(out);
+        /* the execution started before finishes, its output carried to the new daemon */
+        cr_assert_eq(sh("vmuser", "s", "touch /tmp/go", NULL), 0);
+        wait_final("vmuser", ids[0], &res);
+        cr_assert_eq(res.state, EXEC_COMPLETED, "state %s cause %s: %s", exec_state_to_string(res.state),
+                     exec_cause_to_string(res.cause), res.error);
+        cr_assert_eq(res.exit_code, 0);
+        cr_assert_str_eq(res.via, "runner");
+        cr_assert(res.stdout_head_len == 9 && memcmp(res.stdout_head, "survived\n", 9) == 0, "stdout: %.*s",
+                  (int)res.stdout_head_len, res.stdout_head);
+        exec_result_done(&res);
+        cr_assert_eq(count_qemu(), qemu_before + 1, "one QEMU for the session after the restart");
+
+        cr_assert_eq(session_destroy(d->sessions, "vmuser", "s", true, &err), 0, "%s", err.msg);
+        cr_assert_eq(count_qemu(), qemu_before, "a QEMU outlived its session");
+}
+
+/* Whether `echo after` runs in the session (an exec that cannot start is a no, not a failure). */
+static bool echo_runs(const char *user, const char *session)
+{
+        struct exec_request req = {
+                .user = user, .session = session, .command = "echo after", .actor = "test", .timeout_s = 60};
+        struct exec_result res;
+        bool ok;
+
+        if (exec_run(d->exec, &req, &res, NULL) < 0)
+                return false;
+        ok = res.exit_code == 0 && res.stdout_head && strcmp(res.stdout_head, "after\n") == 0;
+        exec_result_done(&res);
+        return ok;
+}
+
+/* The session's QEMU pid, from its state file. */
+static pid_t vm_pid(const char *id)
+{
+        char path[SBX_PATH_MAX + 64], buf[16384];
+        FILE *f;
+        size_t n;
+        char *p;
+
+        snprintf(path, sizeof(path), "%s/vm/%s/state", cfg.data_dir, id);
+        if (!(f = fopen(path, "r")))
+                return -1;
+        n = fread(buf, 1, sizeof(buf) - 1, f);
+        fclose(f);
+        buf[n] = '\0';
+        p = strstr(buf, "\"pid\":");
+        return p ? (pid_t)atoi(p + 6) : -1;
+}
+
+static bool session_in_error(const char *user, const char *session)
+{
+        struct session_info info;
+        bool r;
+
+        if (session_get_info(d->sessions, user, session, &info) < 0)
+                return false;
+        r = info.state == SESSION_ERROR;
+        session_info_done(&info);
+        return r;
+}
+
+/* A hostile guest: it floods the channel, cannot reach the channel's port to write frames of
+ * its own, fills its disk, forks without end and loses its kernel. Each time the host and
+ * another session (Docker, same daemon) carry on, and the session says what happened. */
+Test(microvm, hostile_guest)
+{
+        struct session *s = NULL;
+        struct sbx_error err = {0};
+        struct session_info info;
+        struct exec_result res;
+        char id[37], vm_before[ENGINE_ID_STR_MAX], *out = NULL;
+
+        if (!have_qemu())
+                return;
+        fixture_config(&cfg);
+        cfg.port_range_lo = 30300;
+        cfg.port_range_hi = 30399;
+        cfg.memory_bytes = 256 << 20;
+        cfg.pids_limit = 64;
+        cfg.workspace_quota_bytes = 64 << 20; /* the VM's disk: quick to fill under TCG */
+        d = fixture_open(&cfg, true);         /* with the monitor, which sees a VM die */
+        cr_assert_eq(runtime_set_user(d->runtime, "vmuser", "microvm", &err), 0, "%s", err.msg);
+        cr_assert_eq(session_acquire(d->sessions, "plain", "s", &s, &err), 0, "%s", err.msg);
+        session_release(s);
+        cr_assert_eq(session_acquire(d->sessions, "vmuser", "s", &s, &err), 0, "%s", err.msg);
+        session_release(s);
+
+        /* a flood: 64 MiB of output as fast as the guest writes it; the other session answers
+         * meanwhile, the flood ends with its bytes counted, and the VM still serves */
+        struct exec_request flood = {.user = "vmuser",
+                                     .session = "s",
+                                     .command = "head -c 67108864 /dev/zero",
+                                     .actor = "test",
+                                     .timeout_s = 300};
+        cr_assert_eq(exec_start(d->exec, &flood, id, &err), 0, "%s", err.msg);
+        cr_assert_eq(sh("plain", "s", "echo ok", &out), 0);
+        cr_assert_str_eq(out, "ok\n");
+        free(out);
+        for (int i = 0; i < 60; i++) {
+                cr_assert_eq(exec_status(d->exec, "vmuser", id, -1, -1, 0, 10000, &res, NULL), 0);
+                if (exec_state_is_final(res.state))
+                        break;
+                exec_result_done(&res);
+        }
+        cr_assert_eq(res.state, EXEC_COMPLETED, "the flood: %s %s", exec_state_to_string(res.state), res.error);
+        cr_assert_eq(res.stdout_bytes, 67108864, "the flood's bytes: %llu", (unsigned long long)res.stdout_bytes);
+        exec_result_done(&res);
+        cr_assert_eq(sh("vmuser", "s", "echo still", &out), 0);
+        cr_assert_str_eq(out, "still\n");
+        free(out);
+
+        /* garbage frames: the channel's port is the runner's alone (opened once as root, one
+         * opener at a time), so the session's uid cannot write a frame to it */
+        cr_assert_neq(sh("vmuser", "s", "printf 'garbage' > /dev/vport0p1", NULL), 0,
+                      "the session's uid wrote to the runner's port");
+        cr_assert_neq(sh("vmuser", "s", "cat /dev/vport0p1", NULL), 0, "the session's uid read the runner's port");
+
+        /* a full disk: the workspace image is a fixed size; the writer gets ENOSPC, the
+         * session goes on, the host's file stays that size */
+        cr_assert_neq(sh("vmuser", "s",
+                         "dd if=/dev/zero of=/workspace/fill bs=1M 2>/tmp/dd.err; rc=$?; cat /tmp/dd.err; exit $rc",
+                         &out),
+                      0);
+        cr_assert_not_null(strstr(out, "No space left"), "filling the disk: %s", out);
+        free(out);
+        cr_assert_eq(sh("vmuser", "s", "rm /workspace/fill && echo gone", &out), 0);
+        cr_assert_str_eq(out, "gone\n");
+        free(out);
+
+        /* a fork bomb: the session's PID limit (RLIMIT_NPROC in the guest) stops it; the
+         * execution's timeout ends it, and the next one runs, on the same VM: the runner runs
+         * at nice -10 in the guest and the tenant's processes at 0, so on one TCG vCPU the
+         * bomb does not starve its heartbeat (without that the hub gave the session up) */
+        cr_assert_eq(session_get_info(d->sessions, "vmuser", "s", &info), 0);
+        snprintf(vm_before, sizeof(vm_before), "%s", info.container_id);
+        session_info_done(&info);
+        struct exec_request bomb = {.user = "vmuser",
+                                    .session = "s",
+                                    .command = "b() { b | b & }; b; sleep 30",
+                                    .actor = "test",
+                                    .timeout_s = 10};
+        cr_assert_eq(exec_run(d->exec, &bomb, &res, &err), 0, "%s", err.msg);
+        cr_assert_eq(res.cause, EXEC_CAUSE_TIMEOUT, "the bomb: %s", exec_cause_to_string(res.cause));
+        exec_result_done(&res);
+        cr_assert_eq(sh("plain", "s", "echo ok", &out), 0);
+        free(out);
+        cr_assert(TESTENV_WAIT_UNTIL(echo_runs("vmuser", "s"), 60000), "the VM did not serve after the bomb");
+        cr_assert_eq(session_get_info(d->sessions, "vmuser", "s", &info), 0);
+        cr_assert_str_eq(info.container_id, vm_before, "the bomb cost the session its VM (%s)", info.error_cause);
+        session_info_done(&info);
+
+        /* a kernel panic: /proc/sysrq-trigger is root's and the session's uid is not, so the
+         * guest cannot panic its kernel on purpose; its VM dying (QEMU killed from outside, as a
+         * panic with panic=-1 and -no-reboot ends it) is seen: the session is ERROR with a cause */
+        cr_assert_neq(sh("vmuser", "s", "echo c > /proc/sysrq-trigger", NULL), 0, "the session's uid can panic");
+        cr_assert_eq(session_get_info(d->sessions, "vmuser", "s", &info), 0);
+        pid_t qpid = vm_pid(info.container_id);
+        session_info_done(&info);
+        cr_assert_gt(qpid, 0);
+        cr_assert_eq(kill(qpid, SIGKILL), 0);
+        cr_assert(TESTENV_WAIT_UNTIL(session_in_error("vmuser", "s"), 60000), "the VM's death was not seen");
+        cr_assert_eq(session_get_info(d->sessions, "vmuser", "s", &info), 0);
+        cr_assert_str_eq(info.error_cause, "QEMU ended (killed, or its guest powered off)", "cause: %s",
+                         info.error_cause);
+        fprintf(stderr, "test_microvm: a dead VM's session: ERROR, cause %s: %s\n", info.error_cause, info.last_error);
+        session_info_done(&info);
+        cr_assert_eq(sh("plain", "s", "echo ok", &out), 0);
+        free(out);
+        /* its next use boots a new VM on the same disk */
+        cr_assert_eq(sh("vmuser", "s", "echo back", &out), 0);
+        cr_assert_str_eq(out, "back\n");
+        free(out);
+
+        cr_assert_eq(session_destroy(d->sessions, "vmuser", "s", true, &err), 0, "%s", err.msg);
         cr_assert_eq(session_destroy(d->sessions, "plain", "s", true, &err), 0, "%s", err.msg);
 }
 

@@ -84,13 +84,11 @@ void watch_frame(const struct rp_hdr *h, const unsigned char *p)
                 return;
         }
         if (h->tag == 0 || h->len < sizeof(struct rp_file_req) + 2 || p[h->len - 1] != '\0' ||
-            memchr(p + sizeof(struct rp_file_req), '\0', h->len - sizeof(struct rp_file_req)) !=
-                    p + h->len - 1) {
+            memchr(p + sizeof(struct rp_file_req), '\0', h->len - sizeof(struct rp_file_req)) != p + h->len - 1) {
                 reply(h->tag, EINVAL);
                 return;
         }
-        watch_start(h->tag, h->flags & RP_WATCH_RECURSIVE,
-                    (const char *)p + sizeof(struct rp_file_req));
+        watch_start(h->tag, h->flags & RP_WATCH_RECURSIVE, (const char *)p + sizeof(struct rp_file_req));
 }
 
 void watch_disconnected(void)
@@ -136,8 +134,7 @@ void watch_tick(void)
                                 if (len == 0 || len > RP_WATCH_NAME_MAX || ev[k].kind < 1 ||
                                     ev[k].kind > RP_WATCH_KIND_MAX)
                                         continue;
-                                send_frame(RP_WATCH_EVENT, (uint16_t)ev[k].kind, x->tag, ev[k].name, len, NULL,
-                                           0);
+                                send_frame(RP_WATCH_EVENT, (uint16_t)ev[k].kind, x->tag, ev[k].name, len, NULL, 0);
                         }
                         drained = n < TAKE_BATCH;
                 }

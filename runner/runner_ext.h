@@ -2,9 +2,9 @@
  * runner binary): the main loop and framing in sandboxd-runner.c,
  * executions in runner_execution.c, their processes and terminals in
  * runner_proc.c, workspace files in runner_files.c, services in
- * runner_svc.c, all on the main thread's one poll loop. (runner_watch.c, directory
- * watchers for E2B's WatchDir, has its header runner_watch.h and is not yet
- * part of the binary: issue 36, its frames are still to come.) The network
+ * runner_svc.c, directory watches for E2B's WatchDir in runner_watches.c
+ * (over runner_watch.c's watcher, header runner_watch.h), all on the main
+ * thread's one poll loop. The network
  * channels (runner_net.c) run on a second thread with an epoll loop of its
  * own: it shares no state with these (only the pure reconnect_step) and
  * blocks every signal, so SIGCHLD always reaches the main loop. */
@@ -85,6 +85,13 @@ int ws_open_dir(const char *resolved, int missing, mode_t mode);
 /* openat2(RESOLVE_IN_ROOT | RESOLVE_NO_MAGICLINKS) of a resolved path below
  * /workspace; an O_NOFOLLOW walk where the kernel lacks openat2. */
 int ws_open(const char *resolved, int flags, mode_t mode);
+
+/* runner_watches.c */
+void watch_frame(const struct rp_hdr *h, const unsigned char *p); /* RP_WATCH_START, RP_WATCH_STOP */
+void watch_disconnected(void);                                    /* every watch ends with the connection */
+nfds_t watch_poll_fill(struct pollfd *pfd);                       /* at most RP_WATCH_MAX */
+void watch_poll_ready(const struct pollfd *pfd, nfds_t n);
+void watch_tick(void); /* send queued events while the outgoing buffer has room */
 
 /* runner_net.c */
 /* shim runs an execution (tag; narrowed: RP_EXEC_NARROWED) or a service

@@ -162,6 +162,7 @@ static void disconnect(void)
                 close(sock);
         sock = -1;
         files_disconnected();
+        watch_disconnected();
         /* A frame may be half-written: the next connection starts clean.
          * Executions keep their unacknowledged output and their exit. */
         out_len = out_off = 0;
@@ -226,6 +227,10 @@ static void handle_frame(const struct rp_hdr *h, const unsigned char *p)
         case RP_FILE_REMOVE:
         case RP_FILE_MOVE:
                 files_frame(h, p);
+                break;
+        case RP_WATCH_START:
+        case RP_WATCH_STOP:
+                watch_frame(h, p);
                 break;
         case RP_SVC_START:
         case RP_SVC_SIGNAL:
@@ -372,9 +377,9 @@ int main(int argc, char **argv)
                 net_start(); /* a microVM has no egress or forward sockets yet (docs/microvm.md) */
 
         for (;;) {
-                struct pollfd pfd[2 + EXEC_POLL_MAX];
+                struct pollfd pfd[2 + EXEC_POLL_MAX + RP_WATCH_MAX];
                 struct exec_pollref who[EXEC_POLL_MAX];
-                nfds_t n = 0, nj;
+                nfds_t n = 0, nj, nw;
                 int64_t now = now_ms(), timeout = 1000;
 
                 if (sock < 0)
@@ -385,12 +390,13 @@ int main(int argc, char **argv)
                 if (sock >= 0)
                         pfd[n++] = (struct pollfd){.fd = sock, .events = POLLIN | (out_len > out_off ? POLLOUT : 0)};
                 nj = exec_poll_fill(pfd + n, who, now, &timeout);
+                nw = watch_poll_fill(pfd + n + nj);
                 {
                         int t = svc_timeout(now);
                         if (t >= 0 && t < timeout)
                                 timeout = t;
                 }
-                if (poll(pfd, n + nj, (int)timeout) < 0 && errno != EINTR)
+                if (poll(pfd, n + nj + nw, (int)timeout) < 0 && errno != EINTR)
                         return 1;
                 /* the daemon's frames first: they may end executions polled below */
                 for (nfds_t i = 0; i < n; i++) {
@@ -411,9 +417,12 @@ int main(int argc, char **argv)
                 for (nfds_t i = 0; i < nj; i++)
                         if (pfd[n + i].revents)
                                 exec_poll_ready(&who[i], &pfd[n + i]);
+                /* watches the daemon's frames above stopped are no longer polled: only live fds match */
+                watch_poll_ready(pfd + n + nj, nw);
                 reap();
                 exec_tick();
                 svc_tick(now_ms());
+                watch_tick();
                 flush_out();
         }
 }

@@ -605,3 +605,42 @@ int files_move(const struct files_ctx *f, const char *user, const char *session,
 {
         return change(f, user, session, RP_FILE_MOVE, "move", src, dst, err);
 }
+
+int files_watch(const struct files_ctx *f, const char *user, const char *session, const char *path, bool recursive,
+                struct hub_watch **ret, struct sbx_error *err)
+{
+        char norm[FILES_PATH_MAX], cid[65];
+        struct session *s = NULL;
+        int r;
+
+        r = files_normalize(path, norm, err);
+        if (r < 0)
+                return r;
+        r = open_container(f, user, session, &s, cid, err);
+        if (r < 0)
+                return r;
+        r = via_runner(f, user, session)
+                    ? hub_watch_start(f->runner, user, session, norm, recursive, SCRIPT_TIMEOUT_MS, ret)
+                    : -ENOTCONN;
+        session_release(s);
+        switch (r) {
+        case 0:
+                return 0;
+        case -ENOTCONN:
+                return sbx_error_set(err, -ENOTSUP, 0,
+                                     "watch: %s: watching needs the session's runner, and this container has none",
+                                     norm);
+        case -EMFILE:
+                return sbx_error_set(err, -EUSERS, 0, "busy: the session has %d directory watches already",
+                                     HUB_WATCH_PER_SESSION);
+        case -ENFILE:
+                return sbx_error_set(err, -EUSERS, 0, "busy: the daemon has %d directory watches already",
+                                     HUB_WATCH_GLOBAL);
+        case -ENOSPC:
+                return sbx_error_set(err, -EUSERS, 0,
+                                     "busy: watch %s: the container's inotify limits (max_user_watches) are reached",
+                                     norm);
+        default:
+                return errno_error(r, "watch", norm, err);
+        }
+}

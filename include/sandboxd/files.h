@@ -103,6 +103,13 @@ int files_list(const struct files_ctx *f, const char *user, const char *session,
 
 /* Make a directory and its missing parents (0755). -EEXIST when the path
  * exists already (whatever it is), -EPERM, -ENOTDIR as for write. */
+struct hub_watch;
+/* Watch the directory path (under /workspace; with recursive, everything
+ * below it) through the session's runner (hub_ops.h: hub_watch_take,
+ * hub_watch_stop). -ENOTSUP without a runner, -EUSERS past a cap (busy:),
+ * -ENOENT, -ENOTDIR, -EPERM (outside, through a link) with err. */
+int files_watch(const struct files_ctx *f, const char *user, const char *session, const char *path, bool recursive,
+                struct hub_watch **ret, struct sbx_error *err);
 int files_mkdir(const struct files_ctx *f, const char *user, const char *session, const char *path,
                 struct sbx_error *err);
 /* Remove a path: a file, a symlink itself (never its target), a directory

@@ -47,6 +47,43 @@ int hub_file_list(struct hub *h, const char *user, const char *session, const ch
 int hub_file_change(struct hub *h, const char *user, const char *session, uint16_t type, const char *path,
                     const char *path2, int timeout_ms);
 
+/* ---- directory watches (RP_WATCH_*; E2B's WatchDir) ----
+ *
+ * A watch lives on the session's connection: when that closes (the
+ * container stopped, was removed or its runner went) the watch ends and
+ * hub_watch_take says -ECONNRESET. Its events wait in a queue of at most
+ * HUB_WATCH_QUEUE events and HUB_WATCH_QUEUE_BYTES bytes of names; past it
+ * they are dropped and the next take says lost, so a runner that floods
+ * never grows the daemon. At most HUB_WATCH_PER_SESSION watches per session
+ * and HUB_WATCH_GLOBAL in the process. */
+#define HUB_WATCH_QUEUE 512
+#define HUB_WATCH_QUEUE_BYTES (64 * 1024)
+#define HUB_WATCH_PER_SESSION 16
+#define HUB_WATCH_GLOBAL 256
+
+struct hub_watch;
+struct hub_watch_event {
+        int kind;   /* E2B's EventType: 1 create, 2 write, 3 remove, 4 rename, 5 chmod */
+        char *name; /* relative to the watched directory, NUL-terminated (no NUL inside) */
+};
+
+/* Watch path (a directory under /workspace), with recursive everything
+ * below it. -EMFILE past HUB_WATCH_PER_SESSION, -ENFILE past
+ * HUB_WATCH_GLOBAL, the runner's -ENOENT, -ENOTDIR, -EPERM, -ENOSPC,
+ * -ENOTCONN, -ETIMEDOUT. */
+int hub_watch_start(struct hub *h, const char *user, const char *session, const char *path, bool recursive,
+                    int timeout_ms, struct hub_watch **ret);
+/* Wait up to timeout_ms for an event, then take up to max (names malloc'd:
+ * hub_watch_events_free). The count (0 on timeout), or -ECONNRESET once the
+ * watch ended with its connection. *ret_lost: events were dropped since the
+ * last take. */
+int hub_watch_take(struct hub_watch *w, struct hub_watch_event *out, size_t max, int timeout_ms, bool *ret_lost);
+void hub_watch_events_free(struct hub_watch_event *ev, size_t n);
+/* Stop it (RP_WATCH_STOP) and free it. NULL is fine. */
+void hub_watch_stop(struct hub_watch *w);
+/* Watches open now (tests). */
+size_t hub_watch_count(struct hub *h);
+
 /* ---- services ---- */
 
 struct hub_svc_state {

@@ -132,6 +132,26 @@
  *                 destination's (made if missing): a symlink is moved as a
  *                 link, an existing destination file is replaced.
  *
+ * Directory watchers (types 43-45, protocol 4; issue 36: E2B's WatchDir).
+ *   RP_WATCH_START (43) daemon -> runner, tag = the watch (the daemon's
+ *                 file tags); flags RP_WATCH_RECURSIVE; payload as
+ *                 RP_FILE_MKDIR (struct rp_file_req, unused, then the path).
+ *                 The directory is resolved and opened as for RP_FILE_LIST;
+ *                 answered by one RP_FILE_REPLY (err: ENOTDIR, ENOENT, EPERM,
+ *                 EMFILE past RP_WATCH_MAX watches, ENOSPC when the user's
+ *                 inotify limits are reached).
+ *   RP_WATCH_STOP (44) daemon -> runner, empty: forget the watch (no reply;
+ *                 an unknown tag is ignored). A connection that closes
+ *                 stops every watch the runner held.
+ *   RP_WATCH_EVENT (45) runner -> daemon, tag = the watch: flags the kind
+ *                 (E2B's EventType, 1 create .. 5 chmod) and the payload the
+ *                 name relative to the watched directory (1..RP_WATCH_NAME_MAX
+ *                 bytes, no NUL, not absolute); or flags RP_WATCH_LOST with
+ *                 an empty payload: events were dropped (the runner's queue
+ *                 or directory cap, or the kernel's queue, overflowed).
+ *                 Sent only while the outgoing buffer has room: past that,
+ *                 events wait in the watcher's bounded queue and overflow.
+ *
  * Services (types 24-27). A service is named by its marker (the daemon's
  * "<name>-<start ms>"); the runner keeps up to RP_SVC_MAX of them, each under
  * a shim of its own (a child subreaper: the service's whole tree), output in
@@ -159,7 +179,8 @@
 /* 2: durable executions (RP_JOB, RP_RESUME, RP_ACK, RP_FORGET), tty; 3: RP_FILE_MKDIR, RP_FILE_REMOVE,
  * RP_FILE_MOVE (a runner of 2 would skip them and leave the call to time out: it is refused at its hello,
  * and its container's files go through docker exec) */
-#define RP_PROTOCOL 3
+/* 4: RP_WATCH_START, RP_WATCH_STOP, RP_WATCH_EVENT (a runner of 3 would leave a watch unanswered) */
+#define RP_PROTOCOL 4
 #define RP_SOCKET_DIR "/run/sandboxd"
 #define RP_SOCKET_NAME "runner.sock"
 #define RP_BINARY_PATH "/run/sandboxd-runner"
@@ -214,6 +235,10 @@ enum rp_type {
         RP_FILE_MKDIR = 40,
         RP_FILE_REMOVE = 41,
         RP_FILE_MOVE = 42,
+        /* 43-45: directory watchers (protocol 4) */
+        RP_WATCH_START = 43,
+        RP_WATCH_STOP = 44,
+        RP_WATCH_EVENT = 45,
 };
 
 #define RP_OUT_STDERR 1u
@@ -275,6 +300,12 @@ struct rp_fwd_open {
         uint32_t reserved;
         uint64_t token; /* echoed in RP_FWD_DATA */
 };
+
+#define RP_WATCH_RECURSIVE 1u  /* RP_WATCH_START flags */
+#define RP_WATCH_LOST 0x100u   /* RP_WATCH_EVENT flags: events were dropped */
+#define RP_WATCH_KIND_MAX 5    /* RP_WATCH_EVENT kinds 1..5 */
+#define RP_WATCH_NAME_MAX 4096 /* bytes of an event's name */
+#define RP_WATCH_MAX 64        /* watches one runner holds */
 
 #define RP_FW_BEGIN 1u
 #define RP_FW_END 2u

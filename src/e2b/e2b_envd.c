@@ -13,12 +13,14 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/random.h>
 
 #include "e2b_internal.h"
 #include "sandboxd/config.h"
 #include "sandboxd/daemon.h"
 #include "sandboxd/exec.h"
 #include "sandboxd/files.h"
+#include "sandboxd/hub_ops.h"
 #include "sandboxd/http.h"
 #include "sandboxd/jsonutil.h"
 #include "sandboxd/metrics.h"
@@ -652,9 +654,13 @@ struct stream {
         double out_off, err_off;
         char *buf;
         size_t len, off;
-        bool ended; /* the end-of-stream envelope is queued */
-        bool pty;   /* a terminal: its output goes out as `pty` data */
+        bool ended;              /* the end-of-stream envelope is queued */
+        bool pty;                /* a terminal: its output goes out as `pty` data */
+        struct hub_watch *watch; /* a WatchDir stream: its watch (else an execution's) */
+        int64_t until;           /* WatchDir: monotonic ms its Connect-Timeout-Ms ends it (0: none) */
 };
+
+static void watch_step(struct stream *s);
 
 static void frame(struct stream *s, uint8_t flags, cJSON *msg)
 {
@@ -701,6 +707,10 @@ static void stream_end(struct stream *s, const char *code, const char *msg)
  * an end event and the end of the stream, or a keepalive. */
 static void stream_step(struct stream *s)
 {
+        if (s->watch) {
+                watch_step(s);
+                return;
+        }
         struct fronterr e = {0};
         cJSON *params = cJSON_CreateObject(), *res = NULL, *v, *o;
         const char *state;
@@ -789,6 +799,7 @@ static ssize_t stream_read(void *cls, uint64_t pos, char *buf, size_t max)
 static void stream_free(void *cls)
 {
         struct stream *s = cls;
+        hub_watch_stop(s->watch); /* the client went, or the stream ended */
         free(s->buf);
         free(s);
 }
@@ -1225,4 +1236,277 @@ enum MHD_Result e2b_envd_move(struct e2b_req *q, struct MHD_Connection *conn)
         if (r < 0)
                 return files_error(conn, r, &err);
         return e2b_reply_json(conn, 200, made_entry(dst, "file"));
+}
+
+/* ---- WatchDir and the watcher calls (a runner's directory watch: hub_ops.h) ---- */
+
+#define WATCH_TAKE 64
+#define WATCHERS_MAX HUB_WATCH_GLOBAL
+#define WATCHER_IDLE_MS (10 * 60 * 1000) /* a watcher nobody polled that long is removed */
+#define WATCHER_ENDED_MS (60 * 1000)     /* one whose sandbox went, once nobody asked for that long */
+
+static const char *const event_types[] = {"EVENT_TYPE_UNSPECIFIED", "EVENT_TYPE_CREATE", "EVENT_TYPE_WRITE",
+                                          "EVENT_TYPE_REMOVE",      "EVENT_TYPE_RENAME", "EVENT_TYPE_CHMOD"};
+
+static cJSON *fs_event(const struct hub_watch_event *ev)
+{
+        cJSON *o = cJSON_CreateObject();
+        jsonutil_add_text(o, "name", ev->name); /* a tenant's file name: made valid UTF-8 */
+        cJSON_AddStringToObject(o, "type", event_types[ev->kind >= 1 && ev->kind <= 5 ? ev->kind : 0]);
+        return o;
+}
+
+/* The request's path and recursive flag, and a watch on it; -1 with e. */
+static int watch_open(struct e2b_req *q, const cJSON *m, struct hub_watch **ret, struct fronterr *e)
+{
+        const char *p = cJSON_GetStringValue(cJSON_GetObjectItemCaseSensitive(m, "path"));
+        const cJSON *rec = cJSON_GetObjectItemCaseSensitive(m, "recursive");
+        char mapped[FILES_PATH_MAX], ws[FILES_PATH_MAX];
+        struct sbx_error err = {0};
+        int r;
+
+        if (!p || strlen(p) >= FILES_PATH_MAX)
+                return fronterr_set(e, "bad_request", "path must be a path of at most %d bytes", FILES_PATH_MAX - 1),
+                       -1;
+        if (rec && !cJSON_IsNull(rec) && !cJSON_IsBool(rec))
+                return fronterr_set(e, "bad_request", "recursive must be a boolean"), -1;
+        if (cJSON_IsTrue(cJSON_GetObjectItemCaseSensitive(m, "includeEntry")))
+                return fronterr_set(e, "unimplemented",
+                                    "includeEntry is not supported yet: events carry name and type"),
+                       -1;
+        if (!map_path(p, mapped, sizeof(mapped)) || files_normalize(mapped, ws, &err) < 0)
+                return fronterr_set(e, "invalid", "%s is outside the sandbox's home %s (sandboxd serves only it)", p,
+                                    E2B_HOME),
+                       -1;
+        r = files_watch(&q->d->files, q->tok.user, q->session, ws, cJSON_IsTrue(rec), ret, &err);
+        if (r < 0) {
+                fronterr_errno(e, r, &err, NULL);
+                return -1;
+        }
+        return 0;
+}
+
+/* One long-poll of the watch: its events, a keepalive, or its end. */
+static void watch_step(struct stream *s)
+{
+        struct hub_watch_event ev[WATCH_TAKE];
+        int64_t wait = E2B_POLL_WAIT_S * 1000;
+        bool lost = false;
+        int n;
+
+        if (s->until) {
+                int64_t left = s->until - sbx_now_ms();
+                if (left <= 0) {
+                        stream_end(s, "deadline_exceeded", "the watch reached its timeout");
+                        return;
+                }
+                if (left < wait)
+                        wait = left;
+        }
+        n = hub_watch_take(s->watch, ev, WATCH_TAKE, (int)wait, &lost);
+        if (n < 0) {
+                stream_end(s, "unavailable", "the sandbox stopped: its watch ended");
+                return;
+        }
+        for (int i = 0; i < n; i++) {
+                cJSON *o = cJSON_CreateObject();
+                cJSON_AddItemToObject(o, "filesystem", fs_event(&ev[i]));
+                frame(s, 0, o);
+        }
+        hub_watch_events_free(ev, (size_t)n);
+        if (lost) /* as envd, whose watcher ends with its error */
+                stream_end(s, "resource_exhausted",
+                           "events were lost: the directory changed faster than the watch was read (its queue "
+                           "overflowed)");
+        else if (n == 0) {
+                cJSON *o = cJSON_CreateObject();
+                cJSON_AddObjectToObject(o, "keepalive");
+                frame(s, 0, o);
+        }
+}
+
+/* WatchDir: a start event, then the directory's events until the client
+ * goes, its timeout, or the sandbox stops. */
+enum MHD_Result e2b_envd_watch_dir(struct e2b_req *q, struct MHD_Connection *conn)
+{
+        enum MHD_Result ans;
+        _cleanup_(cjson_freep) cJSON *m = NULL;
+        struct stream *s = stream_request(q, conn, &m, &ans);
+        const char *t = MHD_lookup_connection_value(conn, MHD_HEADER_KIND, "Connect-Timeout-Ms");
+        struct fronterr e = {0};
+        cJSON *o;
+        int status;
+
+        if (!s)
+                return ans;
+        if (watch_open(q, m, &s->watch, &e) < 0) {
+                stream_end(s, connect_code(e.code, &status), e.msg);
+                return stream_response(conn, s, 200);
+        }
+        if (t && *t && strlen(t) <= 10 && strspn(t, "0123456789") == strlen(t) && atoll(t) > 0)
+                s->until = sbx_now_ms() + atoll(t);
+        o = cJSON_CreateObject();
+        cJSON_AddObjectToObject(o, "start");
+        frame(s, 0, o);
+        return stream_response(conn, s, 200);
+}
+
+/* CreateWatcher's watchers: a watch each, named by a random id, owned by the
+ * sandbox (user and session) that made it. */
+struct watcher {
+        char id[33];
+        char user[65];
+        char session[sizeof(((struct e2b_req *)0)->session)];
+        struct hub_watch *w;
+        int64_t last; /* monotonic ms of its last call */
+        bool ended;
+};
+
+static pthread_mutex_t watchers_lock = PTHREAD_MUTEX_INITIALIZER;
+static struct watcher *watchers[WATCHERS_MAX];
+static size_t n_watchers;
+
+static void watcher_drop_locked(size_t i)
+{
+        hub_watch_stop(watchers[i]->w);
+        free(watchers[i]);
+        watchers[i] = watchers[--n_watchers];
+}
+
+static void watchers_sweep_locked(int64_t now)
+{
+        for (size_t i = 0; i < n_watchers;)
+                if (now - watchers[i]->last > WATCHER_IDLE_MS ||
+                    (watchers[i]->ended && now - watchers[i]->last > WATCHER_ENDED_MS))
+                        watcher_drop_locked(i);
+                else
+                        i++;
+}
+
+void e2b_envd_watchers_stop(void)
+{
+        pthread_mutex_lock(&watchers_lock);
+        while (n_watchers)
+                watcher_drop_locked(n_watchers - 1);
+        pthread_mutex_unlock(&watchers_lock);
+}
+
+/* The caller's watcher named by the message's watcherId, under watchers_lock (held on success). */
+static ssize_t watcher_find_locked(struct e2b_req *q, const cJSON *m)
+{
+        const char *id = cJSON_GetStringValue(cJSON_GetObjectItemCaseSensitive(m, "watcherId"));
+
+        if (!id)
+                return -1;
+        for (size_t i = 0; i < n_watchers; i++)
+                if (strcmp(watchers[i]->id, id) == 0 && strcmp(watchers[i]->user, q->tok.user) == 0 &&
+                    strcmp(watchers[i]->session, q->session) == 0)
+                        return (ssize_t)i;
+        return -1; /* another sandbox's watcher is not found either */
+}
+
+enum MHD_Result e2b_envd_create_watcher(struct e2b_req *q, struct MHD_Connection *conn)
+{
+        enum MHD_Result ans = MHD_NO;
+        _cleanup_(cjson_freep) cJSON *m = unary_body(q, conn, &ans);
+        struct fronterr e = {0};
+        struct watcher *x;
+        unsigned char rnd[16];
+        cJSON *out;
+
+        if (!m)
+                return ans;
+        if (!e2b_session_exists(q))
+                return unary_error(conn, "not_found", "sandbox %s not found", q->sandbox);
+        x = calloc(1, sizeof(*x));
+        if (!x || getrandom(rnd, sizeof(rnd), 0) != sizeof(rnd)) {
+                free(x);
+                return unary_error(conn, "internal", "out of memory");
+        }
+        for (size_t i = 0; i < sizeof(rnd); i++)
+                snprintf(x->id + 2 * i, 3, "%02x", rnd[i]);
+        sbx_strlcpy(x->user, q->tok.user, sizeof(x->user));
+        sbx_strlcpy(x->session, q->session, sizeof(x->session));
+        if (watch_open(q, m, &x->w, &e) < 0) {
+                free(x);
+                return unary_fronterr(conn, &e);
+        }
+        x->last = sbx_now_ms();
+        pthread_mutex_lock(&watchers_lock);
+        watchers_sweep_locked(x->last);
+        if (n_watchers >= WATCHERS_MAX) { /* the hub's global cap holds first; this is a second bound */
+                pthread_mutex_unlock(&watchers_lock);
+                hub_watch_stop(x->w);
+                free(x);
+                return unary_error(conn, "busy", "busy: the daemon has %d watchers already", WATCHERS_MAX);
+        }
+        watchers[n_watchers++] = x;
+        out = cJSON_CreateObject();
+        cJSON_AddStringToObject(out, "watcherId", x->id);
+        pthread_mutex_unlock(&watchers_lock);
+        return e2b_reply_json(conn, 200, out);
+}
+
+enum MHD_Result e2b_envd_get_watcher_events(struct e2b_req *q, struct MHD_Connection *conn)
+{
+        enum MHD_Result ans = MHD_NO;
+        _cleanup_(cjson_freep) cJSON *m = unary_body(q, conn, &ans);
+        struct hub_watch_event ev[WATCH_TAKE];
+        cJSON *out, *a;
+        bool lost = false, any_lost = false;
+        ssize_t i;
+        int n;
+
+        if (!m)
+                return ans;
+        pthread_mutex_lock(&watchers_lock);
+        watchers_sweep_locked(sbx_now_ms());
+        i = watcher_find_locked(q, m);
+        if (i < 0) {
+                pthread_mutex_unlock(&watchers_lock);
+                return unary_error(conn, "not_found", "watcher not found");
+        }
+        watchers[i]->last = sbx_now_ms();
+        out = cJSON_CreateObject();
+        a = cJSON_AddArrayToObject(out, "events");
+        /* what is queued now (at most HUB_WATCH_QUEUE), never waiting: the lock is the registry's */
+        while ((n = hub_watch_take(watchers[i]->w, ev, WATCH_TAKE, 0, &lost)) > 0) {
+                for (int k = 0; k < n; k++)
+                        cJSON_AddItemToArray(a, fs_event(&ev[k]));
+                hub_watch_events_free(ev, (size_t)n);
+                any_lost |= lost;
+        }
+        any_lost |= lost;
+        if (n < 0 && cJSON_GetArraySize(a) == 0) {
+                watcher_drop_locked((size_t)i);
+                pthread_mutex_unlock(&watchers_lock);
+                cJSON_Delete(out);
+                return unary_error(conn, "unavailable", "the sandbox stopped: its watcher ended");
+        }
+        pthread_mutex_unlock(&watchers_lock);
+        if (any_lost) {
+                cJSON_Delete(out);
+                return unary_error(conn, "resource_exhausted",
+                                   "events were lost: the directory changed faster than the watcher was read (its "
+                                   "queue overflowed); the watcher goes on");
+        }
+        return e2b_reply_json(conn, 200, out);
+}
+
+enum MHD_Result e2b_envd_remove_watcher(struct e2b_req *q, struct MHD_Connection *conn)
+{
+        enum MHD_Result ans = MHD_NO;
+        _cleanup_(cjson_freep) cJSON *m = unary_body(q, conn, &ans);
+        ssize_t i;
+
+        if (!m)
+                return ans;
+        pthread_mutex_lock(&watchers_lock);
+        i = watcher_find_locked(q, m);
+        if (i >= 0)
+                watcher_drop_locked((size_t)i);
+        pthread_mutex_unlock(&watchers_lock);
+        if (i < 0)
+                return unary_error(conn, "not_found", "watcher not found");
+        return e2b_reply_json(conn, 200, cJSON_CreateObject());
 }

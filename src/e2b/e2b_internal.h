@@ -105,6 +105,12 @@ enum MHD_Result e2b_envd_list_dir(struct e2b_req *q, struct MHD_Connection *conn
 enum MHD_Result e2b_envd_make_dir(struct e2b_req *q, struct MHD_Connection *conn);
 enum MHD_Result e2b_envd_remove(struct e2b_req *q, struct MHD_Connection *conn);
 enum MHD_Result e2b_envd_move(struct e2b_req *q, struct MHD_Connection *conn);
+enum MHD_Result e2b_envd_watch_dir(struct e2b_req *q, struct MHD_Connection *conn);
+enum MHD_Result e2b_envd_create_watcher(struct e2b_req *q, struct MHD_Connection *conn);
+enum MHD_Result e2b_envd_get_watcher_events(struct e2b_req *q, struct MHD_Connection *conn);
+enum MHD_Result e2b_envd_remove_watcher(struct e2b_req *q, struct MHD_Connection *conn);
+/* Stop every CreateWatcher watcher (the server stops, before the hub goes). */
+void e2b_envd_watchers_stop(void);
 
 /* e2b_jupyter.c: the code interpreter's API (port 49999). */
 enum MHD_Result e2b_jupyter_execute(struct e2b_req *q, struct MHD_Connection *conn);

@@ -688,6 +688,7 @@ static void quit_init(void)
 
 void e2b_proxy_stop(void)
 {
+        e2b_envd_watchers_stop();
         pthread_once(&quit_once, quit_init);
         if (quit_pipe[1] >= 0)
                 (void)!write(quit_pipe[1], "q", 1);

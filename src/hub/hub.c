@@ -248,7 +248,7 @@ static bool handle_frame(struct hub *h, struct hub_chan *c, const struct rp_hdr 
                 hub_jobs_resume_detached(h, c); /* before the rest is forgotten */
                 return hub_jobs_listed(h, c);
         }
-        if (hdr->type >= RP_FILE_READ && hdr->type <= RP_SVC_STATE)
+        if ((hdr->type >= RP_FILE_READ && hdr->type <= RP_SVC_STATE) || hdr->type == RP_WATCH_EVENT)
                 return hub_ops_frame(h->ops, c->user, c->session, c->conn_id, hdr, p);
         return hub_exec_on_frame(h, c, hdr, p);
 }

@@ -215,7 +215,7 @@ int hub_send(struct hub *h, const char *user, const char *session, uint64_t conn
 /* hub_ops.c, called by hub.c */
 struct hub_ops *hub_ops_new(struct hub *h);
 void hub_ops_free(struct hub_ops *o); /* NULL is fine */
-/* A frame of types RP_FILE_READ..RP_SVC_STATE from the runner, on the hub
+/* A frame of types RP_FILE_READ..RP_SVC_STATE or RP_WATCH_EVENT from the runner, on the hub
  * thread with no lock held. False: a protocol error. */
 bool hub_ops_frame(struct hub_ops *o, const char *user, const char *session, uint64_t conn, const struct rp_hdr *hdr,
                    const unsigned char *p);

@@ -54,8 +54,21 @@ struct svc_entry {
         struct hub_svc_state st;
 };
 
+struct hub_watch {
+        struct hub_ops *o;
+        struct hub_watch *next; /* o->watches */
+        char user[65], session[65];
+        uint64_t conn;
+        uint32_t tag;
+        bool ended, lost;
+        struct hub_watch_event q[HUB_WATCH_QUEUE]; /* a ring: head, n */
+        size_t head, n, bytes;
+};
+
 struct hub_ops {
         struct hub *h;
+        struct hub_watch *watches;
+        size_t n_watches;
         pthread_mutex_t lock;
         pthread_cond_t cond;
         struct op *ops;
@@ -584,6 +597,149 @@ void hub_ops_counts(struct hub *h, uint64_t *ret_files, uint64_t *ret_services)
         pthread_mutex_unlock(&o->lock);
 }
 
+/* ---- directory watches ---- */
+
+static void watch_unlink_locked(struct hub_ops *o, struct hub_watch *w)
+{
+        for (struct hub_watch **pp = &o->watches; *pp; pp = &(*pp)->next)
+                if (*pp == w) {
+                        *pp = w->next;
+                        o->n_watches--;
+                        break;
+                }
+}
+
+static void watch_free(struct hub_watch *w)
+{
+        for (size_t i = 0; i < w->n; i++)
+                free(w->q[(w->head + i) % HUB_WATCH_QUEUE].name);
+        free(w);
+}
+
+int hub_watch_start(struct hub *h, const char *user, const char *session, const char *path, bool recursive,
+                    int timeout_ms, struct hub_watch **ret)
+{
+        struct hub_ops *o = hub_ops(h);
+        struct rp_file_req rq = {0};
+        struct hub_watch *w;
+        struct op *op = NULL;
+        size_t mine = 0;
+        int r;
+
+        r = op_new(o, user, session, false, &op);
+        if (r < 0)
+                return r;
+        w = calloc(1, sizeof(*w));
+        if (!w) {
+                op_free(o, op);
+                return -ENOMEM;
+        }
+        w->o = o;
+        sbx_strlcpy(w->user, user, sizeof(w->user));
+        sbx_strlcpy(w->session, session, sizeof(w->session));
+        w->conn = op->conn;
+        w->tag = op->tag; /* unique in the process: the watch keeps its start's tag */
+        pthread_mutex_lock(&o->lock);
+        for (struct hub_watch *x = o->watches; x; x = x->next)
+                mine += same_session(x->user, x->session, user, session);
+        r = mine >= HUB_WATCH_PER_SESSION ? -EMFILE : o->n_watches >= HUB_WATCH_GLOBAL ? -ENFILE : 0;
+        if (r == 0) { /* listed before the start goes out: the first events may follow its reply at once */
+                w->next = o->watches;
+                o->watches = w;
+                o->n_watches++;
+        }
+        pthread_mutex_unlock(&o->lock);
+        if (r == 0)
+                r = op_send(o, op, RP_WATCH_START, recursive ? RP_WATCH_RECURSIVE : 0, &rq, sizeof(rq), path,
+                            strlen(path) + 1);
+        if (r == 0)
+                r = op_wait(o, op, sbx_now_ms() + timeout_ms);
+        if (r == -ECONNRESET)
+                r = -ENOTCONN;
+        if (r == 0 && op->rep.err)
+                r = -op->rep.err;
+        if (r == -ETIMEDOUT) /* it may start late: the runner drops it */
+                (void)hub_send(o->h, user, session, w->conn, RP_WATCH_STOP, 0, w->tag, NULL, 0, NULL, 0);
+        op_free(o, op);
+        if (r < 0) {
+                pthread_mutex_lock(&o->lock);
+                watch_unlink_locked(o, w);
+                pthread_mutex_unlock(&o->lock);
+                watch_free(w);
+                return r;
+        }
+        *ret = w;
+        return 0;
+}
+
+int hub_watch_take(struct hub_watch *w, struct hub_watch_event *out, size_t max, int timeout_ms, bool *ret_lost)
+{
+        struct hub_ops *o = w->o;
+        int64_t until = sbx_now_ms() + timeout_ms;
+        size_t k = 0;
+        int r;
+
+        pthread_mutex_lock(&o->lock);
+        while (!w->n && !w->lost && !w->ended) {
+                int64_t left = until - sbx_now_ms();
+                struct timespec ts;
+                if (left <= 0)
+                        break;
+                ts = sbx_deadline_after(CLOCK_REALTIME, left);
+                pthread_cond_timedwait(&o->cond, &o->lock, &ts);
+        }
+        for (; k < max && w->n; k++) {
+                out[k] = w->q[w->head];
+                w->q[w->head].name = NULL;
+                w->bytes -= strlen(out[k].name);
+                w->head = (w->head + 1) % HUB_WATCH_QUEUE;
+                w->n--;
+        }
+        *ret_lost = w->lost;
+        w->lost = false;
+        r = k == 0 && !*ret_lost && w->ended ? -ECONNRESET : (int)k;
+        pthread_mutex_unlock(&o->lock);
+        return r;
+}
+
+void hub_watch_events_free(struct hub_watch_event *ev, size_t n)
+{
+        for (size_t i = 0; i < n; i++) {
+                free(ev[i].name);
+                ev[i].name = NULL;
+        }
+}
+
+void hub_watch_stop(struct hub_watch *w)
+{
+        struct hub_ops *o;
+        bool ended;
+
+        if (!w)
+                return;
+        o = w->o;
+        pthread_mutex_lock(&o->lock);
+        watch_unlink_locked(o, w);
+        ended = w->ended;
+        pthread_mutex_unlock(&o->lock);
+        if (!ended)
+                (void)hub_send(o->h, w->user, w->session, w->conn, RP_WATCH_STOP, 0, w->tag, NULL, 0, NULL, 0);
+        watch_free(w);
+}
+
+size_t hub_watch_count(struct hub *h)
+{
+        struct hub_ops *o = hub_ops(h);
+        size_t n;
+
+        if (!o)
+                return 0;
+        pthread_mutex_lock(&o->lock);
+        n = o->n_watches;
+        pthread_mutex_unlock(&o->lock);
+        return n;
+}
+
 /* ---- frames from the runner (hub thread) ---- */
 
 static struct op *op_find_locked(struct hub_ops *o, const char *user, const char *session, uint64_t conn, uint32_t tag,
@@ -715,11 +871,56 @@ static bool svc_report(struct hub_ops *o, const char *user, const char *session,
         return true;
 }
 
+/* RP_WATCH_EVENT: checked, then queued on its watch if there is room. */
+static bool watch_event(struct hub_ops *o, const char *user, const char *session, uint64_t conn,
+                        const struct rp_hdr *hdr, const unsigned char *p)
+{
+        struct hub_watch *w;
+
+        if (hdr->tag == 0)
+                return false;
+        if (hdr->flags == RP_WATCH_LOST) {
+                if (hdr->len != 0)
+                        return false;
+        } else if (hdr->flags < 1 || hdr->flags > RP_WATCH_KIND_MAX || hdr->len < 1 || hdr->len > RP_WATCH_NAME_MAX ||
+                   memchr(p, '\0', hdr->len) || p[0] == '/') {
+                return false;
+        }
+        pthread_mutex_lock(&o->lock);
+        for (w = o->watches; w; w = w->next)
+                if (w->tag == hdr->tag && w->conn == conn && !w->ended &&
+                    same_session(w->user, w->session, user, session))
+                        break;
+        if (w && hdr->flags == RP_WATCH_LOST) {
+                w->lost = true;
+        } else if (w && (w->n >= HUB_WATCH_QUEUE || w->bytes + hdr->len > HUB_WATCH_QUEUE_BYTES)) {
+                w->lost = true; /* nobody takes them fast enough: dropped, and said */
+        } else if (w) {
+                struct hub_watch_event *e = &w->q[(w->head + w->n) % HUB_WATCH_QUEUE];
+                e->name = malloc(hdr->len + 1);
+                if (!e->name) {
+                        w->lost = true;
+                } else {
+                        memcpy(e->name, p, hdr->len);
+                        e->name[hdr->len] = '\0';
+                        e->kind = hdr->flags;
+                        w->n++;
+                        w->bytes += hdr->len;
+                }
+        }
+        if (w)
+                pthread_cond_broadcast(&o->cond);
+        pthread_mutex_unlock(&o->lock);
+        return true; /* a watch just stopped: its last events go nowhere */
+}
+
 bool hub_ops_frame(struct hub_ops *o, const char *user, const char *session, uint64_t conn, const struct rp_hdr *hdr,
                    const unsigned char *p)
 {
         if (!o)
                 return false;
+        if (hdr->type == RP_WATCH_EVENT)
+                return watch_event(o, user, session, conn, hdr, p);
         if (hdr->type == RP_FILE_REPLY)
                 return file_reply(o, user, session, conn, hdr, p);
         if (hdr->type == RP_SVC_STATE)
@@ -737,6 +938,9 @@ void hub_ops_closed(struct hub_ops *o, const char *user, const char *session, ui
                         op->done = true;
                         op->err = -ECONNRESET;
                 }
+        for (struct hub_watch *w = o->watches; w; w = w->next)
+                if (w->conn == conn && same_session(w->user, w->session, user, session))
+                        w->ended = true;
         for (struct svc_entry **pp = &o->svcs[session_bucket(user, session)]; *pp;) {
                 struct svc_entry *e = *pp;
                 if (e->conn == conn && same_session(e->user, e->session, user, session)) {

@@ -287,6 +287,17 @@ describe('E2B SDK against sandboxd (issue 36)', () => {
                         );
         });
 
+        test('an unchanged E2B program: watchDir sees a file a command writes; a recursive watch sees one in a subdirectory', async () => {
+                const { stdout, stderr, code } = await runProgram('e2b_watch_program.mjs');
+                assert.equal(code, 0, `the watch program failed:\n${stderr}\n${stdout}\n--- daemon log:\n${d.logTail()}`);
+                const out = JSON.parse(stdout.trim().split('\n').pop());
+                assert.deepEqual(out.flat.slice(0, 2), ['create', 'write']);
+                assert.ok(out.deep.includes('sub/deeper/inner.txt'), JSON.stringify(out.deep));
+                assert.ok(out.deep.includes('sub/later/new.txt'), JSON.stringify(out.deep));
+                assert.equal(out.outside, 'InvalidArgumentError');
+                assert.equal(out.missing, 'FileNotFoundError');
+        });
+
         test('an unchanged E2B program with a PTY: tty, size, TERM, resize, input, kill, exit', async () => {
                 const { stdout, stderr, code } = await runProgram('e2b_pty_program.mjs');
                 assert.equal(code, 0, `the E2B PTY program failed:\n${stderr}\n${stdout}\n--- daemon log:\n${d.logTail()}`);

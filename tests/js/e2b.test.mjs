@@ -247,6 +247,9 @@ describe('E2B SDK against sandboxd (issue 36)', () => {
                 assert.equal(out.read, 'hi from e2b');
                 assert.deepEqual(out.list, ['hello.txt:file', 'other.txt:file']);
                 assert.equal(out.catViaShell, 'hi from e2b');
+                // E2B's home by its own name inside the sandbox too: /home/user is the workspace
+                assert.equal(out.catAbsolute, 'hi from e2b');
+                assert.equal(out.cdHome, 'hello.txt\nother.txt\n');
                 assert.equal(out.info.sandboxId, out.sandboxId);
                 assert.equal(out.info.templateId, 'base');
                 assert.equal(out.info.state, 'running');

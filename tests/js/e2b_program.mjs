@@ -30,6 +30,8 @@ try {
         out.read = await sbx.files.read('/home/user/notes/hello.txt');
         out.list = (await sbx.files.list('/home/user/notes')).map((e) => `${e.name}:${e.type}`);
         out.catViaShell = (await sbx.commands.run('cat notes/hello.txt')).stdout;
+        out.catAbsolute = (await sbx.commands.run('cat /home/user/notes/hello.txt')).stdout;
+        out.cdHome = (await sbx.commands.run('cd /home/user && ls notes')).stdout;
         out.info = await sbx.getInfo();
         out.listed = (await Sandbox.list({ query: { metadata: { run: process.env.RUN_TAG } } }).nextItems()).map(
                 (s) => s.sandboxId,

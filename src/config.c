@@ -131,6 +131,8 @@ static const struct config_key keys[] = {
         {"connections.max_per_uid", CFG_INT, F(max_connections_per_uid), 0, 0, 1000000, "0", NULL,
          "open connections to the API or admin socket per peer uid (SO_PEERCRED); root is not capped; "
          "0: limits.sessions"},
+        {"connections.auth_timeout", CFG_MS, F(auth_timeout_ms), 0, 100, 600000, "5s", NULL,
+         "a new API socket or HTTPS connection must send an authenticated request within this"},
         {"connections.idle_timeout", CFG_MS, F(connection_idle_timeout_ms), 0, 1000, 86400000, "5m", NULL,
          "an API or admin connection with no request this long is closed"},
         /* [http] */
@@ -324,8 +326,7 @@ struct config_old_key {
 static const struct config_old_key old_keys[] = {
         RENAMED("max_connections", "connections.max"),
         RENAMED("max_connections_per_uid", "connections.max_per_uid"),
-        CONSTANT("auth_timeout", API_AUTH_TIMEOUT_MS, auth_timeout_ms, CFG_MS, "api.h"),
-        CONSTANT("connections.auth_timeout", API_AUTH_TIMEOUT_MS, auth_timeout_ms, CFG_MS, "api.h"),
+        RENAMED("auth_timeout", "connections.auth_timeout"),
         RENAMED("connection_idle_timeout", "connections.idle_timeout"),
         RENAMED("http_listen", "http.listen"),
         RENAMED("tls_cert", "http.tls_cert"),

@@ -198,10 +198,6 @@ void api_server_stop(struct api_server *s);
  * time, 32 covers a burst of reconnects without letting one uid starve the
  * accept loop. */
 #define API_MAX_UNAUTHENTICATED_PER_UID 32
-/* A new API socket or HTTPS connection must send an authenticated request
- * within this (ms): an agent's first request comes at once, and a slow
- * sender cannot hold a slot longer. Was connections.auth_timeout. */
-#define API_AUTH_TIMEOUT_MS 5000
 /* An idempotency_key answers a retry for a day: longer than any client's
  * retry loop, short enough that the table stays small. */
 #define API_IDEMPOTENCY_WINDOW_S (24 * 3600)

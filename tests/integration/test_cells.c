@@ -1201,7 +1201,9 @@ Test(cells, an_output_flood_leaves_the_kernel_alive, .init = setup, .fini = tear
                  "import sys\ns = 'y' * 65535 + '\\n'\nfor i in range(17 * 1024): sys.stdout.write(s)\nprint('end')",
                  600);
         res = apic_result(r);
-        cr_assert_str_eq(apic_str(res, "status"), "ok", "%.2000s", cJSON_PrintUnformatted(r));
+        cr_assert_str_eq(apic_str(res, "status"), "ok", "status %s, error %.1000s, stderr %.1000s, state_lost %.200s",
+                         apic_str(res, "status"), cJSON_PrintUnformatted(cJSON_GetObjectItem(res, "error")),
+                         apic_str(res, "stderr"), cJSON_PrintUnformatted(cJSON_GetObjectItem(res, "state_lost")));
         cr_assert_null(cJSON_GetObjectItem(res, "state_lost"));
         cr_assert(cJSON_IsTrue(cJSON_GetObjectItem(res, "truncated")));
         cr_assert(cJSON_IsTrue(cJSON_GetObjectItem(res, "output_dropped")), "what was not kept is reported");

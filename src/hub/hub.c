@@ -685,6 +685,7 @@ int hub_new(const struct sbx_config *cfg, struct hub **ret, struct sbx_error *er
         }
         (void)chmod(h->root, 0700);
         pthread_mutex_init(&h->lock, NULL);
+        pthread_mutex_init(&h->open_lock, NULL);
         pthread_cond_init(&h->cond, NULL);
         h->epfd = epoll_create1(EPOLL_CLOEXEC);
         if (h->epfd < 0 || pipe2(h->wake, O_CLOEXEC | O_NONBLOCK) < 0 ||
@@ -712,6 +713,7 @@ fail:
                 if (h->wake[i] >= 0)
                         close(h->wake[i]);
         pthread_mutex_destroy(&h->lock);
+        pthread_mutex_destroy(&h->open_lock);
         pthread_cond_destroy(&h->cond);
         free(h);
         return r;
@@ -740,6 +742,7 @@ void hub_free(struct hub *h)
         close(h->wake[0]);
         close(h->wake[1]);
         pthread_mutex_destroy(&h->lock);
+        pthread_mutex_destroy(&h->open_lock);
         pthread_cond_destroy(&h->cond);
         free(h->expect);
         free(h);

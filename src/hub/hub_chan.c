@@ -141,6 +141,8 @@ int hub_prepare_on(struct hub *h, const char *user, const char *session, const c
         r = session_epoch(h, user, session, true, &epoch, err);
         if (r < 0)
                 return r;
+        if (!h->node_ops)
+                pthread_mutex_lock(&h->open_lock);
         pthread_mutex_lock(&h->lock);
         c = hub_chan_find_locked(h, user, session);
         if (c) {
@@ -156,11 +158,13 @@ int hub_prepare_on(struct hub *h, const char *user, const char *session, const c
                 r = h->node_ops->open(h->node, user, session, epoch, NODE_OPEN_NEW, node, path, err);
         else if (!c)
                 r = hub_dir_listen(h->root, user, session, true, &dfd, &lfd, path, err);
+        if (r == 0 && !c)
+                r = chan_add(h, user, session, path, dfd, lfd, err);
+        if (!h->node_ops)
+                pthread_mutex_unlock(&h->open_lock);
         if (r < 0)
                 return r;
-        if (!c)
-                r = chan_add(h, user, session, path, dfd, lfd, err);
-        if (r == 0 && !c) {
+        if (!c) {
                 pthread_mutex_lock(&h->lock);
                 c = hub_chan_find_locked(h, user, session);
                 if (c)
@@ -196,21 +200,27 @@ int hub_adopt(struct hub *h, const char *user, const char *session)
 
         if (!h || !hub_binary(h))
                 return -ENOENT;
-        pthread_mutex_lock(&h->lock);
-        known = hub_chan_find_locked(h, user, session) != NULL;
-        pthread_mutex_unlock(&h->lock);
-        if (known)
-                return 0;
         if (h->node_ops) {
+                pthread_mutex_lock(&h->lock);
+                known = hub_chan_find_locked(h, user, session) != NULL;
+                pthread_mutex_unlock(&h->lock);
+                if (known)
+                        return 0;
                 r = session_epoch(h, user, session, false, &epoch, NULL);
                 if (r == 0)
                         r = h->node_ops->open(h->node, user, session, epoch, NODE_OPEN_ADOPT, NULL, dir, NULL);
-        } else {
-                r = hub_dir_listen(h->root, user, session, false, &dfd, &lfd, dir, NULL);
+                return r < 0 ? r : chan_add(h, user, session, dir, dfd, lfd, NULL);
         }
-        if (r < 0)
-                return r == -ENOENT ? -ENOENT : r;
-        return chan_add(h, user, session, dir, dfd, lfd, NULL);
+        /* every adopter after a restart calls this at once: one binds the socket (open_lock) */
+        pthread_mutex_lock(&h->open_lock);
+        pthread_mutex_lock(&h->lock);
+        known = hub_chan_find_locked(h, user, session) != NULL;
+        pthread_mutex_unlock(&h->lock);
+        r = known ? 0 : hub_dir_listen(h->root, user, session, false, &dfd, &lfd, dir, NULL);
+        if (r == 0 && !known)
+                r = chan_add(h, user, session, dir, dfd, lfd, NULL);
+        pthread_mutex_unlock(&h->open_lock);
+        return r;
 }
 
 int hub_dir(struct hub *h, const char *user, const char *session, char ret_dir[SBX_PATH_MAX])

@@ -123,6 +123,11 @@ struct hub {
         char binary[SBX_PATH_MAX];
         pthread_mutex_t lock;
         pthread_cond_t cond;
+        /* Held from the look-up of a session's channel to its chan_add when its socket is
+         * bound here (no node link): two threads binding the same socket file (the
+         * adopters after a restart all call hub_adopt) would each unlink the other's, and
+         * the channel kept could listen on a socket no path reaches. Taken before lock. */
+        pthread_mutex_t open_lock;
         struct hub_chan *chans;
         int epfd;
         int wake[2];

@@ -12,6 +12,7 @@
 #include <fcntl.h>
 #include <poll.h>
 #include <pthread.h>
+#include <stdint.h>
 #include <stdio.h>
 #include <string.h>
 #include <sys/socket.h>
@@ -249,4 +250,50 @@ Test(hub_fence, a_prepare_alone_fences_nothing)
         cr_expect(hub_wait(h, "u1", "s1", 0), "and it serves the session");
         cr_expect_eq(refusal_count(), 0);
         close(a);
+}
+
+/* After a restart every adopter (sessions, cells, executions, files, services) calls
+ * hub_adopt for the same session at once: one of them binds the socket, and the
+ * channel kept listens on the socket the path names. (Each binding its own, one
+ * unlinked the other's file and the channel kept could be one no runner reaches:
+ * "its runner did not come back", seen in CI.) */
+#define ADOPTERS 8
+
+static pthread_barrier_t adopt_barrier;
+
+static void *adopter(void *p)
+{
+        (void)p;
+        pthread_barrier_wait(&adopt_barrier);
+        return (void *)(intptr_t)hub_adopt(h, "u1", "s1");
+}
+
+Test(hub_fence, concurrent_adopters_after_a_restart_listen_on_one_socket)
+{
+        struct sbx_error err = {0};
+
+        snprintf(cfg.runner_binary, sizeof(cfg.runner_binary), "/bin/sh"); /* root's: adopt needs a binary */
+        for (int round = 0; round < 40; round++) {
+                pthread_t t[ADOPTERS];
+                int b;
+
+                hub_free(h);
+                h = NULL;
+                cr_assert_eq(hub_new(&cfg, &h, &err), 0, "%s", err.msg);
+                hub_set_peer_check(h, container_peer);
+                hub_set_epoch_fn(h, epoch_fn, NULL);
+                hub_set_refused_fn(h, refused_fn, NULL);
+                pthread_barrier_init(&adopt_barrier, NULL, ADOPTERS);
+                for (int i = 0; i < ADOPTERS; i++)
+                        cr_assert_eq(pthread_create(&t[i], NULL, adopter, NULL), 0);
+                for (int i = 0; i < ADOPTERS; i++) {
+                        void *r;
+                        pthread_join(t[i], &r);
+                        cr_assert_eq((intptr_t)r, 0, "round %d: hub_adopt: %s", round, strerror(-(int)(intptr_t)r));
+                }
+                pthread_barrier_destroy(&adopt_barrier);
+                b = dial(1); /* asserts that the socket file is one the hub listens on */
+                cr_assert(hub_wait(h, "u1", "s1", 5000), "round %d: the runner is taken", round);
+                close(b);
+        }
 }

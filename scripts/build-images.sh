@@ -255,22 +255,27 @@ build_python_base() {
 }
 
 build_python() {
-	local base hash t0 old
+	local base hash t0 old dir
 	t0=$(now)
 	base=$(build_python_base)
 	hash=$({
 		echo "sandboxd/python"
-		cat "$ROOT/images/python/Dockerfile"
+		cat "$ROOT/images/python/Dockerfile" "$ROOT/images/python/sbx-statx.c"
 		echo "$base"
 		declare -f build_python
 	} | sha256)
 	reuse python "$hash" "$PYTHON_REF" && return 0
 
 	log "python: building (recipe ${hash:0:12})"
+	dir=$WORK/python
+	mkdir -p "$dir"
+	cp "$ROOT/images/python/Dockerfile" "$dir/Dockerfile"
+	# the host's glibc is the image's (both Debian 12): built here, the image has no compiler
+	gcc -O2 -Wall -Werror -shared -fPIC -o "$dir/sbx-statx.so" "$ROOT/images/python/sbx-statx.c"
 	old=$("$DOCKER" image inspect -f '{{.Id}}' "$PYTHON_REF" 2>/dev/null || true)
 	"$DOCKER" build --network none --force-rm --quiet \
 		--build-arg "BASE=$base" \
-		--label "sandboxd.recipe=$hash" -t "$PYTHON_REF" "$ROOT/images/python" >/dev/null
+		--label "sandboxd.recipe=$hash" -t "$PYTHON_REF" "$dir" >/dev/null
 	drop_superseded "$old"
 	drop_old_bases "$base"
 	log "python: built in $(since "$t0")"

@@ -179,3 +179,42 @@ out:
         daemon_close(d);
         d = NULL;
 }
+
+/* The python image under gVisor: coreutils work. This runsc refuses statx with
+ * AT_NO_AUTOMOUNT (EINVAL), which coreutils 9.1 always passes, so `ls /` failed in
+ * every gVisor session until the image loaded images/python/sbx-statx.c. */
+Test(runtime, coreutils_work_under_gvisor)
+{
+        struct session *s = NULL;
+        struct sbx_error err = {0};
+        bool has_runsc = false;
+        char *out = NULL;
+        cJSON *r;
+
+        cr_assert_eq(docker_has_runtime(testenv_docker(), "runsc", &has_runsc, &err), 0, "%s", err.msg);
+        if (!has_runsc) {
+                fprintf(stderr, "test_runtime: SKIP coreutils_work_under_gvisor: dockerd has no runsc runtime\n");
+                return;
+        }
+        fixture_config(&cfg);
+        cfg.port_range_lo = 30200;
+        cfg.port_range_hi = 30299;
+        snprintf(cfg.image, sizeof(cfg.image), "%s", TESTENV_PYTHON_IMAGE);
+        d = fixture_open_sockets(&cfg);
+        r = admin_ok("{\"cmd\":\"user.runtime\",\"user\":\"hirisk\",\"runtime\":\"runsc\"}");
+        cJSON_Delete(r);
+        cr_assert_eq(session_acquire(d->sessions, "hirisk", "c", &s, &err), 0, "%s", err.msg);
+        session_release(s);
+        expect_info("hirisk", "c", "runsc", "none");
+        cr_assert_eq(sh("hirisk", "c",
+                        "ls / >/dev/null && ls -la /workspace >/dev/null && stat -c %F / && "
+                        "echo x > /workspace/f && cp /workspace/f /workspace/g && du -s /workspace >/dev/null && "
+                        "dmesg | head -1",
+                        &out),
+                     0);
+        cr_assert_not_null(strstr(out, "directory"), "stat: %s", out);
+        cr_assert_not_null(strstr(out, "gVisor"), "under gVisor: %s", out);
+        free(out);
+        daemon_close(d);
+        d = NULL;
+}

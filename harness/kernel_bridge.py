@@ -242,10 +242,24 @@ def _sbx_bound_output(cap, buffered, note):
         sent[name] = sent.get(name, 0) + len(string)
         if string:
             write(self, string)
-        buf = getattr(self, "_buffer", None)
-        if buf is not None and buf.tell() > buffered:
+        if pending(self) > buffered:
             self.flush()
         return n
+
+    def pending(stream):
+        # what the stream holds unsent. The I/O thread swaps the buffer for a new one
+        # and closes the old (ipykernel 6's _flush_buffer) at any time: read it under
+        # the stream's own lock, and a buffer closed meanwhile holds nothing unsent
+        # (a tell() on it raised ValueError into the cell, which then ended "error")
+        lock = getattr(stream, "_buffer_lock", None)
+        try:
+            if lock is None:
+                buf = getattr(stream, "_buffer", None)
+                return buf.tell() if buf is not None else 0
+            with lock:
+                return stream._buffer.tell()
+        except (ValueError, AttributeError):
+            return 0
 
     def begin(*_a):
         sent.clear()

@@ -1469,8 +1469,9 @@ enum MHD_Result e2b_envd_get_watcher_events(struct e2b_req *q, struct MHD_Connec
         struct hub_watch_event ev[WATCH_TAKE];
         cJSON *out, *a;
         bool lost = false, any_lost = false;
+        size_t taken = 0;
         ssize_t i;
-        int n;
+        int n = 0;
 
         if (!m)
                 return ans;
@@ -1484,11 +1485,13 @@ enum MHD_Result e2b_envd_get_watcher_events(struct e2b_req *q, struct MHD_Connec
         watchers[i]->last = sbx_now_ms();
         out = cJSON_CreateObject();
         a = cJSON_AddArrayToObject(out, "events");
-        /* what is queued now (at most HUB_WATCH_QUEUE), never waiting: the lock is the registry's */
-        while ((n = hub_watch_take(watchers[i]->w, ev, WATCH_TAKE, 0, &lost)) > 0) {
+        /* what is queued now, never waiting (the lock is the registry's), and at most
+         * HUB_WATCH_QUEUE: events that keep coming while this takes wait for the next call */
+        while (taken < HUB_WATCH_QUEUE && (n = hub_watch_take(watchers[i]->w, ev, WATCH_TAKE, 0, &lost)) > 0) {
                 for (int k = 0; k < n; k++)
                         cJSON_AddItemToArray(a, fs_event(&ev[k]));
                 hub_watch_events_free(ev, (size_t)n);
+                taken += (size_t)n;
                 any_lost |= lost;
         }
         any_lost |= lost;

@@ -65,10 +65,13 @@
 #                HTTPS (tests/js/e2b_bench.mjs, issue 36): Sandbox.create() to
 #                its first command with the pool warm (against the Engine API's
 #                create, start and exec of a plain container), commands.run
-#                ('true') (against /v1/exec of the same session and the Engine
-#                API's exec), runCode('1+1') on a warm context; samples
-#                interleaved; JSON in <json>-e2b.json (a few minutes; --quick:
-#                fewer samples). Needs `npm ci --prefix tests`.
+#                ('true') (against /v1/exec of the same argv in the same
+#                session, /v1/exec of `true` alone: what the login shell
+#                costs, and the Engine API's exec), runCode('1+1') on a warm
+#                context; samples interleaved; JSON in <json>-e2b.json (a few
+#                minutes; --quick: fewer samples). Needs `npm ci --prefix
+#                tests`. BENCH_IMAGE=IMAGE runs the daemon's sessions on
+#                another image (an image change before it is tagged).
 #   --json PATH  where to write the results
 #
 # Every container made here is removed on exit, success or failure: the

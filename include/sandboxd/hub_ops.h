@@ -79,6 +79,10 @@ int hub_watch_start(struct hub *h, const char *user, const char *session, const 
  * last take. */
 int hub_watch_take(struct hub_watch *w, struct hub_watch_event *out, size_t max, int timeout_ms, bool *ret_lost);
 void hub_watch_events_free(struct hub_watch_event *ev, size_t n);
+/* The watch ended with its connection (what hub_watch_take says as
+ * -ECONNRESET once its queue is read), without taking anything. It still
+ * counts against the caps until hub_watch_stop. */
+bool hub_watch_ended(struct hub_watch *w);
 /* Stop it (RP_WATCH_STOP) and free it. NULL is fine. */
 void hub_watch_stop(struct hub_watch *w);
 /* Watches open now (tests). */

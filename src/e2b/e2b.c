@@ -1358,6 +1358,8 @@ static enum MHD_Result c_kill(struct e2b_req *q, struct MHD_Connection *conn)
         if (e2b_call(q, "destroy_session", params, &res, &e) < 0)
                 return e2b_reply_fronterr(conn, &e);
         cJSON_Delete(res);
+        /* its watchers' watches back now, not when the hub sees the runner go */
+        e2b_envd_watchers_forget(q->tok.user, q->session);
         return e2b_reply_raw(conn, 204, NULL, NULL, 0);
 }
 

@@ -1243,7 +1243,6 @@ enum MHD_Result e2b_envd_move(struct e2b_req *q, struct MHD_Connection *conn)
 #define WATCH_TAKE 64
 #define WATCHERS_MAX HUB_WATCH_GLOBAL
 #define WATCHER_IDLE_MS (10 * 60 * 1000) /* a watcher nobody polled that long is removed */
-#define WATCHER_ENDED_MS (60 * 1000)     /* one whose sandbox went, once nobody asked for that long */
 
 static const char *const event_types[] = {"EVENT_TYPE_UNSPECIFIED", "EVENT_TYPE_CREATE", "EVENT_TYPE_WRITE",
                                           "EVENT_TYPE_REMOVE",      "EVENT_TYPE_RENAME", "EVENT_TYPE_CHMOD"};
@@ -1359,7 +1358,6 @@ struct watcher {
         char session[sizeof(((struct e2b_req *)0)->session)];
         struct hub_watch *w;
         int64_t last; /* monotonic ms of its last call */
-        bool ended;
 };
 
 static pthread_mutex_t watchers_lock = PTHREAD_MUTEX_INITIALIZER;
@@ -1373,14 +1371,28 @@ static void watcher_drop_locked(size_t i)
         watchers[i] = watchers[--n_watchers];
 }
 
-static void watchers_sweep_locked(int64_t now)
+/* Remove the watchers nobody polled for WATCHER_IDLE_MS and, with
+ * ended, those whose watch ended with their sandbox (stopped or killed: a
+ * killed sandbox's watchers can never be polled again, and each holds one
+ * of the hub's HUB_WATCH_GLOBAL watches until it is stopped). */
+static void watchers_sweep_locked(int64_t now, bool ended)
 {
         for (size_t i = 0; i < n_watchers;)
-                if (now - watchers[i]->last > WATCHER_IDLE_MS ||
-                    (watchers[i]->ended && now - watchers[i]->last > WATCHER_ENDED_MS))
+                if (now - watchers[i]->last > WATCHER_IDLE_MS || (ended && hub_watch_ended(watchers[i]->w)))
                         watcher_drop_locked(i);
                 else
                         i++;
+}
+
+void e2b_envd_watchers_forget(const char *user, const char *session)
+{
+        pthread_mutex_lock(&watchers_lock);
+        for (size_t i = 0; i < n_watchers;)
+                if (strcmp(watchers[i]->user, user) == 0 && strcmp(watchers[i]->session, session) == 0)
+                        watcher_drop_locked(i);
+                else
+                        i++;
+        pthread_mutex_unlock(&watchers_lock);
 }
 
 void e2b_envd_watchers_stop(void)
@@ -1427,13 +1439,16 @@ enum MHD_Result e2b_envd_create_watcher(struct e2b_req *q, struct MHD_Connection
                 snprintf(x->id + 2 * i, 3, "%02x", rnd[i]);
         sbx_strlcpy(x->user, q->tok.user, sizeof(x->user));
         sbx_strlcpy(x->session, q->session, sizeof(x->session));
+        /* room first: the ended and idle ones give their watches back before this one counts against the caps */
+        pthread_mutex_lock(&watchers_lock);
+        watchers_sweep_locked(sbx_now_ms(), true);
+        pthread_mutex_unlock(&watchers_lock);
         if (watch_open(q, m, &x->w, &e) < 0) {
                 free(x);
                 return unary_fronterr(conn, &e);
         }
         x->last = sbx_now_ms();
         pthread_mutex_lock(&watchers_lock);
-        watchers_sweep_locked(x->last);
         if (n_watchers >= WATCHERS_MAX) { /* the hub's global cap holds first; this is a second bound */
                 pthread_mutex_unlock(&watchers_lock);
                 hub_watch_stop(x->w);
@@ -1454,13 +1469,14 @@ enum MHD_Result e2b_envd_get_watcher_events(struct e2b_req *q, struct MHD_Connec
         struct hub_watch_event ev[WATCH_TAKE];
         cJSON *out, *a;
         bool lost = false, any_lost = false;
+        size_t taken = 0;
         ssize_t i;
-        int n;
+        int n = 0;
 
         if (!m)
                 return ans;
         pthread_mutex_lock(&watchers_lock);
-        watchers_sweep_locked(sbx_now_ms());
+        watchers_sweep_locked(sbx_now_ms(), false); /* an ended one is told below, as unavailable */
         i = watcher_find_locked(q, m);
         if (i < 0) {
                 pthread_mutex_unlock(&watchers_lock);
@@ -1469,11 +1485,13 @@ enum MHD_Result e2b_envd_get_watcher_events(struct e2b_req *q, struct MHD_Connec
         watchers[i]->last = sbx_now_ms();
         out = cJSON_CreateObject();
         a = cJSON_AddArrayToObject(out, "events");
-        /* what is queued now (at most HUB_WATCH_QUEUE), never waiting: the lock is the registry's */
-        while ((n = hub_watch_take(watchers[i]->w, ev, WATCH_TAKE, 0, &lost)) > 0) {
+        /* what is queued now, never waiting (the lock is the registry's), and at most
+         * HUB_WATCH_QUEUE: events that keep coming while this takes wait for the next call */
+        while (taken < HUB_WATCH_QUEUE && (n = hub_watch_take(watchers[i]->w, ev, WATCH_TAKE, 0, &lost)) > 0) {
                 for (int k = 0; k < n; k++)
                         cJSON_AddItemToArray(a, fs_event(&ev[k]));
                 hub_watch_events_free(ev, (size_t)n);
+                taken += (size_t)n;
                 any_lost |= lost;
         }
         any_lost |= lost;
@@ -1486,7 +1504,7 @@ enum MHD_Result e2b_envd_get_watcher_events(struct e2b_req *q, struct MHD_Connec
         pthread_mutex_unlock(&watchers_lock);
         if (any_lost) {
                 cJSON_Delete(out);
-                return unary_error(conn, "resource_exhausted",
+                return unary_error(conn, "busy", /* resource_exhausted */
                                    "events were lost: the directory changed faster than the watcher was read (its "
                                    "queue overflowed); the watcher goes on");
         }

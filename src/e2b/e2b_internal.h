@@ -109,6 +109,9 @@ enum MHD_Result e2b_envd_watch_dir(struct e2b_req *q, struct MHD_Connection *con
 enum MHD_Result e2b_envd_create_watcher(struct e2b_req *q, struct MHD_Connection *conn);
 enum MHD_Result e2b_envd_get_watcher_events(struct e2b_req *q, struct MHD_Connection *conn);
 enum MHD_Result e2b_envd_remove_watcher(struct e2b_req *q, struct MHD_Connection *conn);
+/* Stop the CreateWatcher watchers of a session (killed: they can never
+ * be polled again, and their watches count against the hub's caps). */
+void e2b_envd_watchers_forget(const char *user, const char *session);
 /* Stop every CreateWatcher watcher (the server stops, before the hub goes). */
 void e2b_envd_watchers_stop(void);
 

@@ -702,6 +702,16 @@ int hub_watch_take(struct hub_watch *w, struct hub_watch_event *out, size_t max,
         return r;
 }
 
+bool hub_watch_ended(struct hub_watch *w)
+{
+        bool ended;
+
+        pthread_mutex_lock(&w->o->lock);
+        ended = w->ended;
+        pthread_mutex_unlock(&w->o->lock);
+        return ended;
+}
+
 void hub_watch_events_free(struct hub_watch_event *ev, size_t n)
 {
         for (size_t i = 0; i < n; i++) {

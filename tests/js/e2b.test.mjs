@@ -784,4 +784,222 @@ describe('E2B SDK against sandboxd (issue 36)', () => {
                         assert.equal(await start('/bin/sh', ['-c', 'ls -A /workspace; ls /etc/passwd']), '/etc/passwd\n');
                 });
         });
+
+        // The watcher calls (envd's CreateWatcher, GetWatcherEvents, RemoveWatcher: the JS SDK 2.x
+        // uses WatchDir, so a Connect client here), the watch caps (HUB_WATCH_PER_SESSION 16,
+        // HUB_WATCH_GLOBAL 256) and an event flood against the bounded queues.
+        describe('watchers', () => {
+                let key, keyOther;
+                const made = []; // [key, sandboxID] to kill
+                const api = (k, method, p, body) =>
+                        request(ca, port, method, p, {
+                                headers: { 'X-API-Key': k, 'Content-Type': 'application/json' },
+                                body: body === undefined ? undefined : JSON.stringify(body),
+                        });
+                const mk = async (k) => {
+                        const r = await api(k, 'POST', '/sandboxes', { templateID: 'base', timeout: 900 });
+                        assert.equal(r.status, 201, r.body.toString());
+                        const b = JSON.parse(r.body);
+                        made.push([k, b.sandboxID]);
+                        return { id: b.sandboxID, token: b.envdAccessToken, key: k };
+                };
+                const kill = async (s) => {
+                        const r = await api(s.key, 'DELETE', `/sandboxes/${s.id}`);
+                        assert.equal(r.status, 204, r.body.toString());
+                };
+                /** A unary filesystem call in sandbox s (token: s's own unless given): { status, body }. */
+                const fsCall = async (s, method, body, token = s.token) => {
+                        const r = await request(ca, port, 'POST', `/filesystem.Filesystem/${method}`, {
+                                headers: { 'E2b-Sandbox-Id': s.id, 'E2b-Sandbox-Port': '49983', 'X-Access-Token': token, 'Content-Type': 'application/json' },
+                                body: JSON.stringify(body),
+                        });
+                        const text = r.body.toString();
+                        return { status: r.status, body: text ? JSON.parse(text) : {} };
+                };
+                /** Run argv in s to its end through Start; its stdout. */
+                const run = async (s, args) => {
+                        const r = await request(ca, port, 'POST', '/process.Process/Start', {
+                                headers: { 'E2b-Sandbox-Id': s.id, 'E2b-Sandbox-Port': '49983', 'X-Access-Token': s.token, 'Content-Type': 'application/connect+json' },
+                                body: envelope({ process: { cmd: '/bin/sh', args: ['-c', args] } }),
+                        });
+                        assert.equal(r.status, 200, r.body.toString());
+                        const f = frames(r.body);
+                        assert.deepEqual(f.at(-1).msg, {}, JSON.stringify(f.at(-1).msg));
+                        const end = f.find((x) => x.msg.event?.end)?.msg.event.end;
+                        assert.equal(end?.exitCode, 0, JSON.stringify(f.map((x) => x.msg)));
+                        return Buffer.concat(f.filter((x) => x.msg.event?.data?.stdout).map((x) => Buffer.from(x.msg.event.data.stdout, 'base64'))).toString();
+                };
+                const create = async (s, path, recursive = false) => fsCall(s, 'CreateWatcher', { path, recursive });
+                /** Poll watcher id of s until an event matches pred (30 s at most): every event seen. */
+                const pollUntil = async (s, id, pred, what) => {
+                        const seen = [];
+                        const until = Date.now() + 30000;
+                        for (;;) {
+                                const r = await fsCall(s, 'GetWatcherEvents', { watcherId: id });
+                                assert.equal(r.status, 200, JSON.stringify(r.body));
+                                seen.push(...r.body.events);
+                                if (seen.some(pred)) return seen;
+                                if (Date.now() > until) throw new Error(`never saw ${what} in ${JSON.stringify(seen)}`);
+                                await new Promise((res) => setTimeout(res, 100));
+                        }
+                };
+                const daemonRss = () => Number(/VmRSS:\s+(\d+) kB/.exec(fs.readFileSync(`/proc/${d.proc.pid}/status`, 'utf8'))[1]) * 1024;
+
+                before(async () => {
+                        const mint = async (user) => {
+                                const r = await socketRequest(d.adminSocket, { cmd: 'token.create', user, role: 'agent', format: 'e2b' });
+                                assert.ok(r.ok, JSON.stringify(r));
+                                return r.result.token;
+                        };
+                        key = await mint('e2b-watcher');
+                        keyOther = await mint('e2b-watcher-other');
+                });
+
+                after(async () => {
+                        for (const [k, id] of made) await api(k, 'DELETE', `/sandboxes/${id}`);
+                });
+
+                test('CreateWatcher, GetWatcherEvents, RemoveWatcher: events polled; the id is its sandbox\'s alone; a removed one is gone', async () => {
+                        const [a, a2, b] = await Promise.all([mk(key), mk(key), mk(keyOther)]);
+                        await run(a, 'mkdir -p /workspace/pw');
+                        const c = await create(a, '/home/user/pw');
+                        assert.equal(c.status, 200, JSON.stringify(c.body));
+                        assert.match(c.body.watcherId, /^[0-9a-f]{32}$/);
+                        const w = c.body.watcherId;
+                        const none = await fsCall(a, 'GetWatcherEvents', { watcherId: w });
+                        assert.deepEqual([none.status, none.body], [200, { events: [] }]);
+                        await run(a, 'echo hi > /workspace/pw/one.txt');
+                        const seen = await pollUntil(a, w, (e) => e.name === 'one.txt' && e.type === 'EVENT_TYPE_WRITE', 'the write');
+                        assert.ok(seen.some((e) => e.name === 'one.txt' && e.type === 'EVENT_TYPE_CREATE'), JSON.stringify(seen));
+                        // another sandbox of the same tenant, and another tenant's: not found, and nothing taken
+                        await run(a, 'echo hi > /workspace/pw/two.txt');
+                        for (const other of [a2, b]) {
+                                for (const m of ['GetWatcherEvents', 'RemoveWatcher']) {
+                                        const r = await fsCall(other, m, { watcherId: w });
+                                        assert.equal(r.status, 404, `${m} from another sandbox: ${JSON.stringify(r.body)}`);
+                                        assert.equal(r.body.code, 'not_found');
+                                }
+                        }
+                        // the other tenant's token on this sandbox's id: refused before any watcher is looked at
+                        const forged = await fsCall(a, 'GetWatcherEvents', { watcherId: w }, b.token);
+                        assert.notEqual(forged.status, 200, JSON.stringify(forged.body));
+                        // the events were not taken by those calls: still here for the owner
+                        await pollUntil(a, w, (e) => e.name === 'two.txt' && e.type === 'EVENT_TYPE_CREATE', 'two.txt');
+                        // malformed: no id, or an id of nobody
+                        assert.equal((await fsCall(a, 'GetWatcherEvents', {})).body.code, 'not_found');
+                        assert.equal((await fsCall(a, 'GetWatcherEvents', { watcherId: '0'.repeat(32) })).body.code, 'not_found');
+                        const rm = await fsCall(a, 'RemoveWatcher', { watcherId: w });
+                        assert.deepEqual([rm.status, rm.body], [200, {}]);
+                        for (const m of ['GetWatcherEvents', 'RemoveWatcher'])
+                                assert.equal((await fsCall(a, m, { watcherId: w })).body.code, 'not_found', `${m} after the remove`);
+                        // outside the home, and a missing directory, as WatchDir
+                        assert.equal((await create(a, '/etc')).body.code, 'invalid_argument');
+                        assert.equal((await create(a, '/home/user/missing')).body.code, 'not_found');
+                        await Promise.all([kill(a), kill(a2), kill(b)]);
+                });
+
+                test('an event flood: the queue stays bounded, the loss is reported and the watcher goes on; the daemon\'s memory stays flat', async () => {
+                        const s = await mk(key);
+                        await run(s, 'mkdir -p /workspace/flood');
+                        const c = await create(s, '/home/user/flood');
+                        assert.equal(c.status, 200, JSON.stringify(c.body));
+                        const w = c.body.watcherId;
+                        const rssBefore = daemonRss();
+                        // 20,000 files with 200-byte names, twice over (create, write; then remove): about
+                        // 12 MB of names through the runner's watch, nobody polling
+                        const out = await run(
+                                s,
+                                'cd /workspace/flood && python3 -c "\nimport os\nfor i in range(20000):\n    n = str(i).rjust(200, chr(120))\n    with open(n, chr(119)) as f: f.write(chr(121))\nfor n in os.listdir(): os.unlink(n)\nprint(len(os.listdir()))"',
+                        );
+                        assert.equal(out, '0\n');
+                        const lost = await fsCall(s, 'GetWatcherEvents', { watcherId: w });
+                        assert.equal(lost.status, 429, JSON.stringify(lost.body));
+                        assert.equal(lost.body.code, 'resource_exhausted');
+                        assert.match(lost.body.message, /events were lost.*the watcher goes on/);
+                        const rssAfter = daemonRss();
+                        console.log(`flood: daemon VmRSS ${rssBefore} -> ${rssAfter} bytes`);
+                        // the daemon holds at most HUB_WATCH_QUEUE (512) events and 64 KiB of names per watch
+                        assert.ok(rssAfter - rssBefore < 8 * 1024 * 1024, `the daemon's RSS grew by ${rssAfter - rssBefore} bytes`);
+                        // the watcher goes on. The runner may still be passing on the flood's tail (the
+                        // kernel's queue), so a later poll can report another loss, which hides whatever
+                        // came before it, a marker too: after each loss a new marker, until one is seen
+                        // (the tail is finite); every answer holds at most HUB_WATCH_QUEUE events
+                        const answers = [];
+                        const until = Date.now() + 60000;
+                        let marked = false;
+                        for (let k = 0; !marked; k++) {
+                                await run(s, `echo after > /workspace/flood/after-${k}.txt`);
+                                for (;;) {
+                                        const r = await fsCall(s, 'GetWatcherEvents', { watcherId: w });
+                                        answers.push(r.status === 200 ? r.body.events.length : r.status);
+                                        if (r.status === 429) {
+                                                assert.match(r.body.message, /events were lost/);
+                                                break;
+                                        }
+                                        assert.equal(r.status, 200, JSON.stringify(r.body));
+                                        assert.ok(r.body.events.length <= 512, `one poll gave ${r.body.events.length} events`);
+                                        if (r.body.events.some((e) => /^after-\d+\.txt$/.test(e.name))) {
+                                                marked = true;
+                                                break;
+                                        }
+                                        if (Date.now() > until) throw new Error(`no marker seen after the flood: ${answers}`);
+                                        await new Promise((res) => setTimeout(res, 100));
+                                }
+                        }
+                        console.log(`flood: polls after the first loss (events, or 429 for a loss): ${answers}`);
+                        await kill(s);
+                });
+
+                test('the caps: 16 watches per sandbox, 256 in the daemon; a killed sandbox\'s watchers give theirs back', async () => {
+                        const boxes = await Promise.all(Array.from({ length: 17 }, () => mk(key)));
+                        await Promise.all(boxes.map((s) => run(s, 'mkdir -p /workspace/cap')));
+                        const ids = await Promise.all(
+                                boxes.slice(0, 16).map(async (s) => {
+                                        const mine = [];
+                                        for (let i = 0; i < 16; i++) {
+                                                const r = await create(s, '/home/user/cap');
+                                                assert.equal(r.status, 200, `watcher ${i} of ${s.id}: ${JSON.stringify(r.body)}`);
+                                                mine.push(r.body.watcherId);
+                                        }
+                                        return mine;
+                                }),
+                        );
+                        // the 17th in a sandbox: refused by the session's cap
+                        const seventeenth = await create(boxes[0], '/home/user/cap');
+                        assert.equal(seventeenth.body.code, 'resource_exhausted', JSON.stringify(seventeenth.body));
+                        assert.match(seventeenth.body.message, /the session has 16 directory watches/);
+                        // 256 held in all: a sandbox with none of its own is refused by the daemon's cap,
+                        // through CreateWatcher and through WatchDir alike
+                        const last = boxes[16];
+                        const full = await create(last, '/home/user/cap');
+                        assert.equal(full.body.code, 'resource_exhausted', JSON.stringify(full.body));
+                        assert.match(full.body.message, /the daemon has 256 directory watches/);
+                        const stream = await request(ca, port, 'POST', '/filesystem.Filesystem/WatchDir', {
+                                headers: { 'E2b-Sandbox-Id': last.id, 'E2b-Sandbox-Port': '49983', 'X-Access-Token': last.token, 'Content-Type': 'application/connect+json' },
+                                body: envelope({ path: '/home/user/cap' }),
+                        });
+                        const end = frames(stream.body).at(-1);
+                        assert.equal(end.flags, 2);
+                        assert.equal(end.msg.error?.code, 'resource_exhausted', JSON.stringify(end.msg));
+                        // one removed: room for one
+                        assert.equal((await fsCall(boxes[0], 'RemoveWatcher', { watcherId: ids[0][0] })).status, 200);
+                        const one = await create(last, '/home/user/cap');
+                        assert.equal(one.status, 200, JSON.stringify(one.body));
+                        assert.equal((await create(last, '/home/user/cap')).body.code, 'resource_exhausted');
+                        // a killed sandbox's 16 watchers can never be polled again: the next CreateWatcher
+                        // finds their watches ended and gives them back
+                        await kill(boxes[1]);
+                        for (let i = 0; i < 15; i++) {
+                                const r = await create(last, '/home/user/cap');
+                                assert.equal(r.status, 200, `watcher ${i + 2} of the last sandbox after the kill: ${JSON.stringify(r.body)}`);
+                        }
+                        await Promise.all(boxes.filter((s) => s !== boxes[1]).map(kill));
+                        // every watch given back: a new sandbox gets its 16 again
+                        const fresh = await mk(key);
+                        await run(fresh, 'mkdir -p /workspace/cap');
+                        for (let i = 0; i < 16; i++)
+                                assert.equal((await create(fresh, '/home/user/cap')).status, 200, `watcher ${i} of a new sandbox`);
+                        await kill(fresh);
+                });
+        });
 });

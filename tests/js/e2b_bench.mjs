@@ -9,10 +9,13 @@
 //   e2b_commands_run          commands.run('true') on a running sandbox,
 //                             against POST /v1/exec of the same argv (the
 //                             SDK's `/bin/bash -l -c true`) in the same
-//                             session and the Engine API's exec of `true` in
-//                             a plain container
+//                             session, /v1/exec of `true` alone (what the
+//                             login shell costs: v1_exec_true) and the Engine
+//                             API's exec of `true` in a plain container
 //   e2b_run_code              runCode('1+1') on a warm context, against
 //                             POST /v1/run_cell of the same in the same context
+// BENCH_IMAGE runs the daemon's sessions on another image (an image change
+// measured before it is tagged sandboxd/python:latest).
 // Prints a table (p50, p95 in ms) and writes JSON to the path given as the
 // first argument. The daemon (instance SANDBOXD_TEST_RUN) and the baseline
 // containers (label sandboxd.bench=SANDBOXD_TEST_RUN) are removed on exit.
@@ -113,7 +116,7 @@ function api(method, params, ok) {
 }
 
 /** /v1/exec of the argv the SDK's commands.run('true') sends (a login bash), so both run the same. */
-const apiExec = (session) => api('exec', { session, argv: ['/bin/bash', '-l', '-c', 'true'] }, (o) => o.exit_code === 0);
+const apiExec = (session, argv = ['/bin/bash', '-l', '-c', 'true']) => api('exec', { session, argv }, (o) => o.exit_code === 0);
 /** /v1/run_cell of 1+1 in the context runCode uses (python's default). */
 const apiCell = (session) => api('run_cell', { session, code: '1+1' }, (o) => o.status === 'ok');
 
@@ -165,6 +168,7 @@ async function client() {
                 for (let i = 0; i < n; i++) {
                         add('e2b_commands_run', 'sandboxd', await timed(() => sbx.commands.run('true')));
                         add('e2b_commands_run', 'v1_exec', await timed(() => apiExec(session)));
+                        add('e2b_commands_run', 'v1_exec_true', await timed(() => apiExec(session, ['true'])));
                         add('e2b_commands_run', 'docker', await timed(() => dockerExecTrue(base)));
                         add('e2b_run_code', 'sandboxd', await timed(async () => {
                                 const r = await code.runCode('1+1');
@@ -190,6 +194,8 @@ async function driver(jsonPath) {
         const d = new Daemon();
         d.env.SANDBOXD_POOL_SIZE = '2';
         d.env.SANDBOXD_POOL_WAIT = '0';
+        // an image not yet tagged latest (an A/B of an image change); the baselines stay on IMAGE
+        if (process.env.BENCH_IMAGE) d.env.SANDBOXD_IMAGE = process.env.BENCH_IMAGE;
         let failed = false;
         try {
                 const { port } = await d.startHttps();

@@ -633,6 +633,9 @@ int files_watch(const struct files_ctx *f, const char *user, const char *session
         case -EMFILE:
                 return sbx_error_set(err, -EUSERS, 0, "busy: the session has %d directory watches already",
                                      HUB_WATCH_PER_SESSION);
+        case -EDQUOT:
+                return sbx_error_set(err, -EUSERS, 0, "busy: the user has %d directory watches already",
+                                     HUB_WATCH_PER_USER);
         case -ENFILE:
                 return sbx_error_set(err, -EUSERS, 0, "busy: the daemon has %d directory watches already",
                                      HUB_WATCH_GLOBAL);

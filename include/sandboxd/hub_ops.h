@@ -54,11 +54,13 @@ int hub_file_change(struct hub *h, const char *user, const char *session, uint16
  * hub_watch_take says -ECONNRESET. Its events wait in a queue of at most
  * HUB_WATCH_QUEUE events and HUB_WATCH_QUEUE_BYTES bytes of names; past it
  * they are dropped and the next take says lost, so a runner that floods
- * never grows the daemon. At most HUB_WATCH_PER_SESSION watches per session
- * and HUB_WATCH_GLOBAL in the process. */
+ * never grows the daemon. At most HUB_WATCH_PER_SESSION watches per session,
+ * HUB_WATCH_PER_USER per user (so one tenant's sessions cannot hold every
+ * watch) and HUB_WATCH_GLOBAL in the process. */
 #define HUB_WATCH_QUEUE 512
 #define HUB_WATCH_QUEUE_BYTES (64 * 1024)
 #define HUB_WATCH_PER_SESSION 16
+#define HUB_WATCH_PER_USER 64
 #define HUB_WATCH_GLOBAL 256
 
 struct hub_watch;
@@ -68,7 +70,8 @@ struct hub_watch_event {
 };
 
 /* Watch path (a directory under /workspace), with recursive everything
- * below it. -EMFILE past HUB_WATCH_PER_SESSION, -ENFILE past
+ * below it. -EMFILE past HUB_WATCH_PER_SESSION, -EDQUOT past
+ * HUB_WATCH_PER_USER, -ENFILE past
  * HUB_WATCH_GLOBAL, the runner's -ENOENT, -ENOTDIR, -EPERM, -ENOSPC,
  * -ENOTCONN, -ETIMEDOUT. */
 int hub_watch_start(struct hub *h, const char *user, const char *session, const char *path, bool recursive,

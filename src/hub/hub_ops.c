@@ -623,7 +623,7 @@ int hub_watch_start(struct hub *h, const char *user, const char *session, const 
         struct rp_file_req rq = {0};
         struct hub_watch *w;
         struct op *op = NULL;
-        size_t mine = 0;
+        size_t mine = 0, users = 0;
         int r;
 
         r = op_new(o, user, session, false, &op);
@@ -640,9 +640,14 @@ int hub_watch_start(struct hub *h, const char *user, const char *session, const 
         w->conn = op->conn;
         w->tag = op->tag; /* unique in the process: the watch keeps its start's tag */
         pthread_mutex_lock(&o->lock);
-        for (struct hub_watch *x = o->watches; x; x = x->next)
+        for (struct hub_watch *x = o->watches; x; x = x->next) {
                 mine += same_session(x->user, x->session, user, session);
-        r = mine >= HUB_WATCH_PER_SESSION ? -EMFILE : o->n_watches >= HUB_WATCH_GLOBAL ? -ENFILE : 0;
+                users += strcmp(x->user, user) == 0;
+        }
+        r = mine >= HUB_WATCH_PER_SESSION ? -EMFILE
+            : users >= HUB_WATCH_PER_USER ? -EDQUOT
+            : o->n_watches >= HUB_WATCH_GLOBAL ? -ENFILE
+                                               : 0;
         if (r == 0) { /* listed before the start goes out: the first events may follow its reply at once */
                 w->next = o->watches;
                 o->watches = w;

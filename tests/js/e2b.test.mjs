@@ -787,9 +787,9 @@ describe('E2B SDK against sandboxd (issue 36)', () => {
 
         // The watcher calls (envd's CreateWatcher, GetWatcherEvents, RemoveWatcher: the JS SDK 2.x
         // uses WatchDir, so a Connect client here), the watch caps (HUB_WATCH_PER_SESSION 16,
-        // HUB_WATCH_GLOBAL 256) and an event flood against the bounded queues.
+        // HUB_WATCH_PER_USER 64, HUB_WATCH_GLOBAL 256) and an event flood against the bounded queues.
         describe('watchers', () => {
-                let key, keyOther;
+                let key, keyOther, capKeys;
                 const made = []; // [key, sandboxID] to kill
                 const api = (k, method, p, body) =>
                         request(ca, port, method, p, {
@@ -853,6 +853,7 @@ describe('E2B SDK against sandboxd (issue 36)', () => {
                         };
                         key = await mint('e2b-watcher');
                         keyOther = await mint('e2b-watcher-other');
+                        capKeys = await Promise.all([0, 1, 2, 3].map((i) => mint(`e2b-watcher-cap${i}`)));
                 });
 
                 after(async () => {
@@ -950,9 +951,12 @@ describe('E2B SDK against sandboxd (issue 36)', () => {
                         await kill(s);
                 });
 
-                test('the caps: 16 watches per sandbox, 256 in the daemon; a killed sandbox\'s watchers give theirs back', async () => {
-                        const boxes = await Promise.all(Array.from({ length: 17 }, () => mk(key)));
-                        await Promise.all(boxes.map((s) => run(s, 'mkdir -p /workspace/cap')));
+                test('the caps: 16 watches per sandbox, 64 per user, 256 in the daemon; a killed sandbox\'s watchers give theirs back', async () => {
+                        // 16 sandboxes of four users hold 16 watches each: 64 per user, 256 in all
+                        const boxes = await Promise.all(Array.from({ length: 16 }, (_, i) => mk(capKeys[i % 4])));
+                        const spare = await mk(capKeys[0]); // a fifth sandbox of a user at its cap
+                        const last = await mk(key); // another user's
+                        await Promise.all([...boxes, spare, last].map((s) => run(s, 'mkdir -p /workspace/cap')));
                         const ids = await Promise.all(
                                 boxes.slice(0, 16).map(async (s) => {
                                         const mine = [];
@@ -968,9 +972,12 @@ describe('E2B SDK against sandboxd (issue 36)', () => {
                         const seventeenth = await create(boxes[0], '/home/user/cap');
                         assert.equal(seventeenth.body.code, 'resource_exhausted', JSON.stringify(seventeenth.body));
                         assert.match(seventeenth.body.message, /the session has 16 directory watches/);
-                        // 256 held in all: a sandbox with none of its own is refused by the daemon's cap,
+                        // a user's fifth sandbox, with none of its own: refused by the user's cap
+                        const over = await create(spare, '/home/user/cap');
+                        assert.equal(over.body.code, 'resource_exhausted', JSON.stringify(over.body));
+                        assert.match(over.body.message, /the user has 64 directory watches/);
+                        // 256 held in all: another user's sandbox with none is refused by the daemon's cap,
                         // through CreateWatcher and through WatchDir alike
-                        const last = boxes[16];
                         const full = await create(last, '/home/user/cap');
                         assert.equal(full.body.code, 'resource_exhausted', JSON.stringify(full.body));
                         assert.match(full.body.message, /the daemon has 256 directory watches/);
@@ -993,7 +1000,7 @@ describe('E2B SDK against sandboxd (issue 36)', () => {
                                 const r = await create(last, '/home/user/cap');
                                 assert.equal(r.status, 200, `watcher ${i + 2} of the last sandbox after the kill: ${JSON.stringify(r.body)}`);
                         }
-                        await Promise.all(boxes.filter((s) => s !== boxes[1]).map(kill));
+                        await Promise.all([...boxes.filter((s) => s !== boxes[1]), spare, last].map(kill));
                         // every watch given back: a new sandbox gets its 16 again
                         const fresh = await mk(key);
                         await run(fresh, 'mkdir -p /workspace/cap');

@@ -1314,6 +1314,25 @@ Test(cells, a_cell_sees_the_session_env_and_its_secrets_masked, .init = setup_po
         free(text);
         cJSON_Delete(r);
 
+        /* a value printed in pieces, each flushed (a stream message, a protocol line of its own), is masked
+         * across them: on stdout, on stderr, and cut inside a multi-byte character's neighbourhood */
+        r = cell("sec", NULL,
+                 "import sys\nfor p in ['a:sbx-cell-secret-', 'val', 'ue-5c2e81f0', ':\u00e9\\n']:\n"
+                 "    sys.stdout.write(p); sys.stdout.flush()\n"
+                 "for p in ['sbx-cell-secr', 'et-value-5c2e81f0\\n']:\n"
+                 "    sys.stderr.write(p); sys.stderr.flush()\n"
+                 "sys.stdout.write('sbx-cell-secret-value-5c2e81'); sys.stdout.flush()",
+                 0);
+        cr_assert_not_null(apic_result(r), "%s", cJSON_PrintUnformatted(r));
+        text = cJSON_PrintUnformatted(r);
+        cr_assert_null(strstr(text, CELL_SECRET), "the value reached the cell's result: %s", text);
+        free(text);
+        out = cell_stdout(apic_result(r));
+        snprintf(want, sizeof(want), "a:%s:\u00e9\n%s\nsbx-cell-secret-value-5c2e81", ph, ph);
+        cr_assert_str_eq(out, want, "%s", out);
+        free(out);
+        cJSON_Delete(r);
+
         /* a node context, started on demand */
         {
                 cJSON *p = cJSON_CreateObject();

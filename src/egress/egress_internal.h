@@ -208,6 +208,11 @@ bool egress_packages_decide(struct tunnel *t, const char *path, size_t path_len)
 /* An intercepted request's target (origin form) on t->pkg_eco's registry:
  * false when it is refused (a denied package: 403, audited). */
 bool egress_packages_check(struct tunnel *t, const char *path, size_t path_len);
+/* Is the allowed request's target the index page of a package whose
+ * versions the policy tells apart (egress_pkg_has_ranges)? Then its
+ * response is filtered (egress_pkg_filter_page); ret_name the package. */
+bool egress_packages_filter_wanted(struct tunnel *t, const char *path, size_t path_len,
+                                   char ret_name[EGRESS_PKG_NAME_MAX]);
 
 /* ---- egress_tunnel.c ---- */
 

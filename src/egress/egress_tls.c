@@ -82,6 +82,11 @@ struct icpt {
         z_stream *z; /* a gzip or deflate response being decoded to be masked */
         bool z_end;
         int64_t inflated;
+        /* a package's index page, filtered (egress_packages_filter_wanted): held whole, then sent */
+        bool filter, held;
+        char filter_name[EGRESS_PKG_NAME_MAX];
+        struct evbuffer *fhead, *fbody; /* while held */
+        bool fjson;
 };
 
 /* ---- contexts and certificates ---- */
@@ -329,6 +334,10 @@ void egress_icpt_free(struct tunnel *t)
                         inflateEnd(ic->z);
                         free(ic->z);
                 }
+                if (ic->fhead)
+                        evbuffer_free(ic->fhead);
+                if (ic->fbody)
+                        evbuffer_free(ic->fbody);
                 free(ic);
                 t->icpt = NULL;
         }
@@ -422,8 +431,10 @@ int egress_icpt_on_response_head(http_parser *p)
 
         /* no body follows: its length headers stay true */
         ic->no_body = interim || p->status_code == 204 || p->status_code == 304 || ic->req_method == HTTP_HEAD;
-        /* (a registry's connection with no value to mask passes an encoded body through) */
-        for (int i = 0; i < t->n_hdrs && !ic->no_body && ic->max_value > 0; i++) {
+        /* a package's index page is held whole and filtered: only a 200 is a page */
+        ic->held = ic->filter && !ic->no_body && p->status_code == 200;
+        /* (a registry's connection with no value to mask passes an encoded body through, but for a page) */
+        for (int i = 0; i < t->n_hdrs && !ic->no_body && (ic->max_value > 0 || ic->held); i++) {
                 const struct hdr *h = &t->hdrs[i];
                 const char *v = t->arena + h->value;
                 size_t n = h->value_len;
@@ -465,14 +476,31 @@ int egress_icpt_on_response_head(http_parser *p)
                         continue;
                 if (ic->z && hdr_is(t, h, "Content-Encoding")) /* it goes on decoded */
                         continue;
+                if (ic->held && hdr_is(t, h, "Content-Type"))
+                        ic->fjson =
+                                t->pkg_eco == EGRESS_PKG_NPM || memmem(t->arena + h->value, h->value_len, "json", 4);
+                if (ic->held && (hdr_is(t, h, "ETag") || hdr_is(t, h, "Content-MD5") || hdr_is(t, h, "Digest")))
+                        continue; /* they were of the page before the filter */
                 evbuffer_add(head, t->arena + h->name, h->name_len);
                 evbuffer_add(head, ": ", 2);
                 evbuffer_add(head, t->arena + h->value, h->value_len);
                 evbuffer_add(head, "\r\n", 2);
         }
+        if (ic->held && t->pkg_eco == EGRESS_PKG_NPM)
+                ic->fjson = true;
         evbuffer_add_printf(head, interim ? "\r\n" : "Connection: close\r\n\r\n");
-        r = mask_out(t, (const char *)evbuffer_pullup(head, -1), evbuffer_get_length(head), true);
-        evbuffer_free(head);
+        if (ic->held) {
+                ic->fbody = evbuffer_new();
+                if (!ic->fbody) {
+                        evbuffer_free(head);
+                        return fail(t, 503, "internal", "out of memory");
+                }
+                ic->fhead = head; /* sent with the filtered page */
+                r = 0;
+        } else {
+                r = mask_out(t, (const char *)evbuffer_pullup(head, -1), evbuffer_get_length(head), true);
+                evbuffer_free(head);
+        }
         if (r < 0)
                 return fail(t, 503, "internal", "out of memory");
         /* the next head (after an interim one) starts afresh */
@@ -482,6 +510,47 @@ int egress_icpt_on_response_head(http_parser *p)
         t->in_value = false;
         ic->resp_head = !interim;
         return ic->req_method == HTTP_HEAD ? 1 : 0;
+}
+
+/* The response body's (decoded) bytes: masked to the client, or held for the filter. */
+static int body_out(struct tunnel *t, const char *buf, size_t len)
+{
+        struct icpt *ic = t->icpt;
+
+        if (!ic->held)
+                return mask_out(t, buf, len, false) < 0 ? fail(t, 503, "internal", "out of memory") : 0;
+        if (evbuffer_get_length(ic->fbody) + len > EGRESS_PKG_PAGE_MAX)
+                return fail(t, 502, "page_too_large",
+                            "a package's index page over 32 MiB, which the proxy filters whole, is not passed");
+        return evbuffer_add(ic->fbody, buf, len) < 0 ? fail(t, 503, "internal", "out of memory") : 0;
+}
+
+/* The held page filtered, then its head and itself masked to the client. */
+static int page_out(struct tunnel *t)
+{
+        struct icpt *ic = t->icpt;
+        size_t len = evbuffer_get_length(ic->fbody), out_len = 0, dropped = 0;
+        char *out = NULL;
+        const char *in = len ? (const char *)evbuffer_pullup(ic->fbody, -1) : "";
+        int r;
+
+        if (len && !in)
+                return fail(t, 503, "internal", "out of memory");
+        r = egress_pkg_filter_page(t->pkg_policy, (enum egress_pkg_eco)t->pkg_eco, ic->filter_name, ic->fjson, in, len,
+                                   &out, &out_len, &dropped);
+        if (r < 0)
+                return fail(t, 502, "bad_response",
+                            r == -ENOMEM ? "out of memory" : "a package's index page that cannot be read to filter");
+        ic->held = false;
+        if (dropped)
+                log_ctx(LOG_LEVEL_INFO, t->s->user, t->s->session, NULL,
+                        "egress: %zu refused file(s) or version(s) of %s marked in its index page on %s", dropped,
+                        ic->filter_name, t->host);
+        r = mask_out(t, (const char *)evbuffer_pullup(ic->fhead, -1), evbuffer_get_length(ic->fhead), true);
+        if (r == 0)
+                r = mask_out(t, out, out_len, true);
+        free(out);
+        return r < 0 ? fail(t, 503, "internal", "out of memory") : 0;
 }
 
 /* A compressed body's bytes, decoded and masked. */
@@ -506,8 +575,8 @@ static int inflate_out(struct tunnel *t, const char *at, size_t len)
                 ic->inflated += (int64_t)got;
                 if (ic->inflated > INFLATE_MAX)
                         return fail(t, 502, "bad_response", "the response's body decodes to more than 1 GiB");
-                if (got && mask_out(t, (const char *)buf, got, false) < 0)
-                        return fail(t, 503, "internal", "out of memory");
+                if (got && body_out(t, (const char *)buf, got) < 0)
+                        return -1;
                 if (zr == Z_STREAM_END) {
                         ic->z_end = true;
                         break;
@@ -523,7 +592,7 @@ int egress_icpt_on_response_body(http_parser *p, const char *at, size_t len)
         struct tunnel *t = p->data;
         if (t->icpt->z)
                 return inflate_out(t, at, len);
-        return mask_out(t, at, len, false) < 0 ? fail(t, 503, "internal", "out of memory") : 0;
+        return body_out(t, at, len);
 }
 
 int egress_icpt_on_response_done(http_parser *p)
@@ -533,6 +602,8 @@ int egress_icpt_on_response_done(http_parser *p)
 
         if (p->status_code / 100 == 1)
                 return 0;
+        if (ic->held && page_out(t) < 0)
+                return -1;
         ic->resp_done = true;
         http_parser_pause(p, 1);
         return mask_out(t, NULL, 0, true) < 0 ? fail(t, 503, "internal", "out of memory") : 0;
@@ -585,7 +656,7 @@ static void icpt_up_event(struct bufferevent *bev, short what, void *arg);
 static void refuse_failed(struct tunnel *t)
 {
         struct icpt *ic = t->icpt;
-        if (ic->resp_head) /* the client has part of the response: end it */
+        if (ic->resp_head && !ic->held) /* the client has part of the response: end it */
                 egress_tunnel_finish(t, ic->fail_reason);
         else
                 egress_tunnel_refuse(t, ic->fail_status, ic->fail_reason, ic->fail_detail);
@@ -672,6 +743,7 @@ static bool request_head(struct tunnel *t, struct evbuffer *in)
         sbx_strlcpy(t->method, http_method_str(t->parser.method), sizeof(t->method));
         if (t->pkg_eco >= 0 && !egress_packages_check(t, t->arena + t->url, t->url_len))
                 return false;
+        ic->filter = egress_packages_filter_wanted(t, t->arena + t->url, t->url_len, ic->filter_name);
         ic->req_done = t->body_done;
         if (HTTP_PARSER_ERRNO(&t->parser) == HPE_PAUSED)
                 http_parser_pause(&t->parser, 0);
@@ -768,7 +840,7 @@ static bool up_move(struct tunnel *t, struct bufferevent *bev)
                         return false;
                 }
                 if (HTTP_PARSER_ERRNO(&ic->rp) != HPE_OK && HTTP_PARSER_ERRNO(&ic->rp) != HPE_PAUSED) {
-                        if (ic->resp_head)
+                        if (ic->resp_head && !ic->held)
                                 egress_tunnel_finish(t, "bad_response");
                         else /* a callback refused: the arena (egress_max_header) or MAX_HEADERS is full */
                                 egress_tunnel_refuse(t, 502, "bad_response",
@@ -832,6 +904,10 @@ static void icpt_up_event(struct bufferevent *bev, short what, void *arg)
                         egress_tunnel_refuse(t, 502, "upstream_closed", "the upstream closed before its response");
                         return;
                 }
+                if (ic->held) {
+                        egress_tunnel_refuse(t, 502, "upstream_closed", "the upstream closed within an index page");
+                        return;
+                }
                 t->up_eof = true;
                 if (!ic->resp_done && mask_out(t, NULL, 0, true) < 0) {
                         egress_tunnel_finish(t, "internal");
@@ -843,7 +919,7 @@ static void icpt_up_event(struct bufferevent *bev, short what, void *arg)
                 return;
         }
         if (what & (BEV_EVENT_ERROR | BEV_EVENT_TIMEOUT)) {
-                if (ic->resp_head)
+                if (ic->resp_head && !ic->held)
                         egress_tunnel_finish(t, "upstream_error");
                 else
                         egress_tunnel_refuse(t, 502, "upstream_error", "the upstream's connection failed");

@@ -9,13 +9,17 @@
  * against the system store (OpenSSL's default paths, so SSL_CERT_FILE and
  * SSL_CERT_DIR apply) with the CONNECT's host checked; then the 200 and TLS
  * to the client with a leaf certificate for that host signed by the
- * session's CA (cached per session and host), ALPN http/1.1 only. One
- * request per connection: its head is parsed (http_parser), each
+ * session's CA (cached per session and host), ALPN http/1.1 only. Each
+ * request on it (kept alive: at most ICPT_MAX_REQUESTS, ICPT_KEEPALIVE_IDLE_MS
+ * idle between them, while the client and the upstream both keep it; a
+ * pipelined request waits for the response before it) is judged on its
+ * own: its head is parsed (http_parser), each
  * placeholder replaced by its value where it may go
  * (egress_http_write_swapped), its body scanned for placeholders (one is
  * refused); the response's head and body go back with every value
  * replaced by its placeholder, across reads (a tail of the longest value
- * less one byte is held back), its length then given by the close;
+ * less one byte is held back), its length then given by chunked encoding
+ * (or the close, when the connection ends with it);
  * Accept-Encoding: identity goes upstream; a response in one gzip or
  * deflate layer anyway is decoded (zlib, at most INFLATE_MAX), masked and
  * sent on decoded, any other encoding refused rather than passed unread.
@@ -53,6 +57,8 @@
 #define ICPT_HIGH (256 * 1024)         /* bytes buffered per direction before reading pauses */
 #define INFLATE_MAX (INT64_C(1) << 30) /* a compressed response's decoded bytes, at most (a zip bomb's end) */
 #define INFLATE_CHUNK (64 * 1024)
+#define ICPT_MAX_REQUESTS 100        /* requests on one intercepted connection: the last one closes it */
+#define ICPT_KEEPALIVE_IDLE_MS 15000 /* idle between two of them, at most */
 
 struct leaf {
         char user[65], session[65], host[EGRESS_HOST_MAX];
@@ -87,6 +93,11 @@ struct icpt {
         char filter_name[EGRESS_PKG_NAME_MAX];
         struct evbuffer *fhead, *fbody; /* while held */
         bool fjson;
+        /* keep-alive: the client asked for it (and the bound allows it), the response keeps it (chunked
+         * to the client when it has a body: its length changes with a value masked) */
+        bool client_keep, keep, chunked;
+        int n_requests, served;
+        struct evbuffer *cbuf; /* one chunk's bytes, being masked */
 };
 
 /* ---- contexts and certificates ---- */
@@ -338,6 +349,8 @@ void egress_icpt_free(struct tunnel *t)
                         evbuffer_free(ic->fhead);
                 if (ic->fbody)
                         evbuffer_free(ic->fbody);
+                if (ic->cbuf)
+                        evbuffer_free(ic->cbuf);
                 free(ic);
                 t->icpt = NULL;
         }
@@ -354,7 +367,7 @@ void egress_icpt_free(struct tunnel *t)
 static int mask_out(struct tunnel *t, const char *buf, size_t len, bool final)
 {
         struct icpt *ic = t->icpt;
-        struct evbuffer *out = bufferevent_get_output(t->cli);
+        struct evbuffer *cli_out = bufferevent_get_output(t->cli), *out = ic->chunked ? ic->cbuf : cli_out;
         size_t n = ic->tail_len + len, cur = 0, keep;
         char *w;
 
@@ -403,6 +416,11 @@ static int mask_out(struct tunnel *t, const char *buf, size_t len, bool final)
         memcpy(ic->tail, w + n - keep, keep);
         ic->tail_len = keep;
         t->bytes_down += (int64_t)(n - keep); /* close enough: the bytes as the upstream sent them */
+        if (ic->chunked && evbuffer_get_length(out) > 0) {
+                evbuffer_add_printf(cli_out, "%zx\r\n", evbuffer_get_length(out));
+                evbuffer_add_buffer(cli_out, out);
+                evbuffer_add(cli_out, "\r\n", 2);
+        }
         return 0;
 }
 
@@ -488,7 +506,15 @@ int egress_icpt_on_response_head(http_parser *p)
         }
         if (ic->held && t->pkg_eco == EGRESS_PKG_NPM)
                 ic->fjson = true;
-        evbuffer_add_printf(head, interim ? "\r\n" : "Connection: close\r\n\r\n");
+        /* kept alive when both ends keep it: a body then goes chunked */
+        ic->keep = !interim && ic->client_keep && http_should_keep_alive(p);
+        if (interim)
+                evbuffer_add(head, "\r\n", 2);
+        else if (ic->keep)
+                evbuffer_add_printf(head, "%sConnection: keep-alive\r\n\r\n",
+                                    ic->no_body ? "" : "Transfer-Encoding: chunked\r\n");
+        else
+                evbuffer_add_printf(head, "Connection: close\r\n\r\n");
         if (ic->held) {
                 ic->fbody = evbuffer_new();
                 if (!ic->fbody) {
@@ -500,6 +526,7 @@ int egress_icpt_on_response_head(http_parser *p)
         } else {
                 r = mask_out(t, (const char *)evbuffer_pullup(head, -1), evbuffer_get_length(head), true);
                 evbuffer_free(head);
+                ic->chunked = ic->keep && !ic->no_body;
         }
         if (r < 0)
                 return fail(t, 503, "internal", "out of memory");
@@ -547,6 +574,7 @@ static int page_out(struct tunnel *t)
                         "egress: %zu refused file(s) or version(s) of %s marked in its index page on %s", dropped,
                         ic->filter_name, t->host);
         r = mask_out(t, (const char *)evbuffer_pullup(ic->fhead, -1), evbuffer_get_length(ic->fhead), true);
+        ic->chunked = ic->keep;
         if (r == 0)
                 r = mask_out(t, out, out_len, true);
         free(out);
@@ -606,7 +634,11 @@ int egress_icpt_on_response_done(http_parser *p)
                 return -1;
         ic->resp_done = true;
         http_parser_pause(p, 1);
-        return mask_out(t, NULL, 0, true) < 0 ? fail(t, 503, "internal", "out of memory") : 0;
+        if (mask_out(t, NULL, 0, true) < 0)
+                return fail(t, 503, "internal", "out of memory");
+        if (ic->chunked)
+                evbuffer_add(bufferevent_get_output(t->cli), "0\r\n\r\n", 5);
+        return 0;
 }
 
 /* ---- the request body: no placeholder in it ---- */
@@ -739,6 +771,10 @@ static bool request_head(struct tunnel *t, struct evbuffer *in)
                 return false;
         }
         evbuffer_drain(in, n);
+        ic->n_requests++;
+        ic->client_keep = http_should_keep_alive(&t->parser) && ic->n_requests < ICPT_MAX_REQUESTS;
+        t->up_keep = ic->client_keep;
+        t->idle_ms = 0;
         ic->req_method = (int)t->parser.method;
         sbx_strlcpy(t->method, http_method_str(t->parser.method), sizeof(t->method));
         if (t->pkg_eco >= 0 && !egress_packages_check(t, t->arena + t->url, t->url_len))
@@ -782,8 +818,7 @@ static void icpt_cli_read(struct bufferevent *bev, void *arg)
                 return;
         len = evbuffer_get_length(in);
         if (ic->req_done) {
-                /* one request per connection */
-                evbuffer_drain(in, len);
+                /* what follows is the next request: read once this one's response is out */
                 bufferevent_disable(bev, EV_READ);
                 return;
         }
@@ -808,13 +843,52 @@ static void icpt_cli_read(struct bufferevent *bev, void *arg)
         t->bytes_up += (int64_t)fwd;
         moved(t, (int64_t)fwd);
         if (ic->req_done) {
-                evbuffer_drain(in, evbuffer_get_length(in));
                 bufferevent_disable(bev, EV_READ);
         } else if (evbuffer_get_length(bufferevent_get_output(t->up)) >= ICPT_HIGH) {
                 bufferevent_disable(bev, EV_READ);
         }
         if (egress_bytes_over(t))
                 egress_tunnel_finish(t, "cap_bytes");
+}
+
+/* The response is out and both ends keep the connection: ready for the
+ * next request (one the client sent already is read from the loop). */
+static void icpt_next(struct tunnel *t)
+{
+        struct icpt *ic = t->icpt;
+        int64_t idle = t->eg->cfg.egress_idle_timeout_ms;
+
+        ic->req_head = ic->req_done = ic->resp_head = ic->resp_done = ic->no_body = false;
+        ic->keep = ic->chunked = ic->filter = ic->held = ic->fjson = ic->client_keep = false;
+        ic->fail_status = 0;
+        ic->fail_reason = NULL;
+        ic->scan_len = 0;
+        ic->tail_len = 0; /* flushed with the response's end */
+        if (ic->z) {
+                inflateEnd(ic->z);
+                free(ic->z);
+                ic->z = NULL;
+        }
+        ic->z_end = false;
+        ic->inflated = 0;
+        if (ic->fhead)
+                evbuffer_free(ic->fhead);
+        if (ic->fbody)
+                evbuffer_free(ic->fbody);
+        ic->fhead = ic->fbody = NULL;
+        http_parser_init(&ic->rp, HTTP_RESPONSE);
+        ic->rp.data = t;
+        t->arena_len = t->url_len = 0;
+        t->n_hdrs = 0;
+        t->in_value = false;
+        t->up_keep = false;
+        ic->served++;
+        t->idle_ms = (int)(idle < ICPT_KEEPALIVE_IDLE_MS ? idle : ICPT_KEEPALIVE_IDLE_MS);
+        t->last_activity = sbx_now_ms();
+        event_del(t->timer);
+        egress_tunnel_arm(t, t->idle_ms);
+        bufferevent_enable(t->cli, EV_READ);
+        bufferevent_trigger(t->cli, EV_READ, BEV_TRIG_IGNORE_WATERMARKS | BEV_TRIG_DEFER_CALLBACKS);
 }
 
 /* The upstream's bytes through the response parser. false: t is gone. */
@@ -824,6 +898,10 @@ static bool up_move(struct tunnel *t, struct bufferevent *bev)
         struct evbuffer *in = bufferevent_get_input(bev);
         size_t len = evbuffer_get_length(in), done = 0;
 
+        if (!ic->req_head && ic->served > 0) { /* between two requests: not HTTP either, end it */
+                egress_tunnel_finish(t, "bad_response");
+                return false;
+        }
         if (!ic->req_head) { /* nothing asked yet: an upstream that speaks first is not HTTP */
                 egress_tunnel_refuse(t, 502, "bad_response", "the upstream spoke before the request");
                 return false;
@@ -859,6 +937,10 @@ static bool up_move(struct tunnel *t, struct bufferevent *bev)
                 egress_tunnel_finish(t, "cap_bytes");
                 return false;
         }
+        if (ic->resp_done && ic->keep) {
+                icpt_next(t);
+                return true;
+        }
         if (ic->resp_done) {
                 bufferevent_disable(bev, EV_READ);
                 if (evbuffer_get_length(bufferevent_get_output(t->cli)) == 0) {
@@ -888,6 +970,18 @@ static void icpt_up_event(struct bufferevent *bev, short what, void *arg)
 
         if (what & BEV_EVENT_CONNECTED)
                 return;
+        if (!ic->req_head && ic->served > 0) { /* it closed between two requests: so does the client's */
+                if ((what & BEV_EVENT_EOF) && evbuffer_get_length(bufferevent_get_output(t->cli)) > 0) {
+                        /* once the last response is out (icpt_cli_write) */
+                        t->up_eof = true;
+                        bufferevent_disable(bev, EV_READ);
+                        bufferevent_disable(t->cli, EV_READ);
+                        bufferevent_setwatermark(t->cli, EV_WRITE, 0, 0);
+                        return;
+                }
+                egress_tunnel_finish(t, (what & BEV_EVENT_EOF) ? "intercepted" : "upstream_error");
+                return;
+        }
         if (what & BEV_EVENT_EOF) {
                 if (ic->resp_done)
                         return;
@@ -932,6 +1026,10 @@ static void icpt_cli_event(struct bufferevent *bev, short what, void *arg)
 
         if (what & BEV_EVENT_CONNECTED)
                 return;
+        if (!t->icpt->req_head && t->icpt->served > 0) { /* the client left between two requests */
+                egress_tunnel_finish(t, "intercepted");
+                return;
+        }
         if (!t->icpt->req_head) {
                 /* the client's handshake failed (it does not trust the session's CA) or it left */
                 t->finished = true;
@@ -1058,10 +1156,12 @@ void egress_icpt_start(struct tunnel *t)
                 if (t->secrets[i].value && t->secrets[i].value_len > t->icpt->max_value)
                         t->icpt->max_value = t->secrets[i].value_len;
         t->icpt->tail = malloc(t->icpt->max_value + 1);
+        t->icpt->cbuf = evbuffer_new();
         http_parser_init(&t->icpt->rp, HTTP_RESPONSE);
         t->icpt->rp.data = t;
         ssl = SSL_new(tls->cli);
-        if (!t->icpt->tail || !ssl || !SSL_set_tlsext_host_name(ssl, t->host) || !SSL_set1_host(ssl, t->host)) {
+        if (!t->icpt->tail || !t->icpt->cbuf || !ssl || !SSL_set_tlsext_host_name(ssl, t->host) ||
+            !SSL_set1_host(ssl, t->host)) {
                 SSL_free(ssl);
                 egress_tunnel_refuse(t, 503, "internal", "cannot start TLS");
                 return;

@@ -192,7 +192,7 @@ static bool registry_saw(const char *needle)
 
 Test(packages, pip_and_npm_install_by_policy, .fini = registry_stop)
 {
-        char path[SBX_PATH_MAX], cmd[4096], dir[SBX_PATH_MAX], id[65], *out;
+        char path[SBX_PATH_MAX], cmd[4096], dir[SBX_PATH_MAX], id[65], want[128], *out;
         struct daemon_options opts = {.extra_labels = fixture_labels(), .no_monitor = true, .sockets = true};
         struct sbx_error err = {0};
         cJSON *r;
@@ -304,6 +304,26 @@ Test(packages, pip_and_npm_install_by_policy, .fini = registry_stop)
         free(out);
         cr_assert(audited("pk", "npm.test", "package_blocked:okpkg@2.0.0"));
         cr_assert(audited("pk", "npm.test", "package_blocked:badpkg"));
+
+        /* an intercepted connection is kept alive (curl reuses it: no new connect), each request judged on its
+         * own (a refused one ends it), at most 100 requests on one */
+        snprintf(cmd, sizeof(cmd),
+                 "curl -s -w '%%{http_code}:%%{num_connects} ' -o /dev/null https://npm.test:%d/okpkg "
+                 "-o /dev/null https://npm.test:%d/okpkg/-/okpkg-1.0.0.tgz "
+                 "-o /dev/null https://npm.test:%d/okpkg/-/okpkg-2.0.0.tgz -o /dev/null https://npm.test:%d/okpkg",
+                 reg_port, reg_port, reg_port, reg_port);
+        out = api_sh("pk", cmd);
+        cr_assert_str_eq(out, "200:1 200:0 403:0 200:1 ");
+        free(out);
+        snprintf(cmd, sizeof(cmd), "curl -s -o /dev/null -w '%%{num_connects}' 'https://npm.test:%d/okpkg?[1-101]'",
+                 reg_port);
+        out = api_sh("pk", cmd);
+        want[0] = '1';
+        memset(want + 1, '0', 99);
+        want[100] = '1';
+        want[101] = '\0';
+        cr_assert_str_eq(out, want, "a new connection for the 101st request only");
+        free(out);
         cr_assert(registry_saw("/okpkg/-/okpkg-1.0.0.tgz"));
         cr_assert_not(registry_saw("badpkg"));
         cr_assert_not(registry_saw("okpkg-2.0.0"));

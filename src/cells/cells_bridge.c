@@ -549,14 +549,9 @@ static void handle_line(struct cell_ctx *x)
                                 int k = st == CELL_STDOUT ? 0 : 1;
                                 size_t tl = strlen(text);
                                 if (x->n_mask && x->mask_max > 1) {
-                                        /* a value split across chunks: the other stream's held text first */
+                                        /* each stream on its own, as an execution's: the kernel may
+                                         * interleave the other's text within a value's pieces */
                                         char *m;
-                                        if (x->mask_tail_len[1 - k]) {
-                                                size_t hold = x->mask_tail_len[k];
-                                                x->mask_tail_len[k] = 0;
-                                                cells_mask_flush_locked(x);
-                                                x->mask_tail_len[k] = hold;
-                                        }
                                         m = stream_masked(x, k, text, tl, false, &tl);
                                         if (m && tl)
                                                 stream_out(x, st, cJSON_CreateString(m), tl, len);

@@ -102,4 +102,30 @@ int egress_pkg_from_path(const struct egress_pkg_eco_policy *ep, enum egress_pkg
 bool egress_pkg_allowed(const struct egress_pkg_eco_policy *ep, const char *name, const char *version,
                         const char **ret_why);
 
+/* ---- index pages (filtered so that pip and npm pick an allowed version) ---- */
+
+#define EGRESS_PKG_PAGE_MAX (32 << 20) /* an index page or packument filtered whole in memory, at most */
+
+/* Is path a package's index page on eco's registry (PyPI: <prefix>/NAME/,
+ * PEP 503 or 691; npm: the packument <prefix>/NAME)? Its name then. */
+bool egress_pkg_index_of(const struct egress_pkg_eco_policy *ep, enum egress_pkg_eco eco, const char *path, size_t len,
+                         char ret_name[EGRESS_PKG_NAME_MAX]);
+/* Does a rule with a version range match name (normalized)? Only then can
+ * its index page hold a version the policy refuses. */
+bool egress_pkg_has_ranges(const struct egress_pkg_eco_policy *ep, const char *name);
+/* name's index page in[0, len) steered off the versions the policy
+ * refuses, so that an install picks an allowed one and asking for a
+ * refused one still names the policy: PyPI HTML (PEP 503) and JSON (PEP
+ * 691): each refused file marked yanked (PEP 592: pip ignores it unless
+ * pinned with ==) with "blocked by sandboxd package policy: NAME VERSION";
+ * an npm packument: refused versions moved from "versions" to
+ * "policyRestrictions" (npm-pick-manifest picks another, or fails E403
+ * printing its message), their "time" entries and dist-tags dropped, and
+ * "latest", when it was refused, made the newest allowed release. *ret
+ * (malloc'd, *ret_len bytes, NUL-terminated) and how many files or
+ * versions were refused; -EINVAL when JSON cannot be read, -E2BIG over
+ * EGRESS_PKG_PAGE_MAX. */
+int egress_pkg_filter_page(const struct egress_pkg_eco_policy *ep, enum egress_pkg_eco eco, const char *name, bool json,
+                           const char *in, size_t len, char **ret, size_t *ret_len, size_t *ret_dropped);
+
 #endif

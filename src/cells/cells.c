@@ -13,6 +13,7 @@
 
 #include "cells_internal.h"
 #include "sandboxd/audit.h"
+#include "sandboxd/egress.h"
 #include "sandboxd/egress_rules.h"
 #include "sandboxd/sha256.h"
 #include "sandboxd/log.h"
@@ -405,6 +406,11 @@ int cells_run(struct cells *c, const struct cells_request *req, cJSON **ret, str
         sbx_strlcpy(x->exec_id, exec_id, sizeof(x->exec_id));
         x->mask = req->mask;
         x->n_mask = req->mask ? req->n_mask : 0;
+        x->mask_max = 0;
+        x->mask_tail_len[0] = x->mask_tail_len[1] = 0;
+        for (size_t i = 0; i < x->n_mask; i++)
+                if (x->mask[i].value && x->mask[i].value_len > x->mask_max)
+                        x->mask_max = x->mask[i].value_len;
         x->spool = spool;
         pthread_cond_broadcast(&x->cond);
         x->truncated = x->done = false;
@@ -473,6 +479,7 @@ int cells_run(struct cells *c, const struct cells_request *req, cJSON **ret, str
                 }
                 (void)cells_wait_until(&x->cond, &x->lock, grace_end ? grace_end : deadline);
         }
+        cells_mask_flush_locked(x); /* a cell that ended without its "done" (a timeout, a death) */
         send_progress(x, &sent, req);
 
         if (x->done && x->done_count >= 0)
@@ -513,6 +520,14 @@ out:
         pthread_mutex_lock(&x->lock);
         x->mask = NULL; /* the caller's: gone once we return */
         x->n_mask = 0;
+        for (int k = 0; k < 2; k++) {
+                if (x->mask_tail[k])
+                        explicit_bzero(x->mask_tail[k], x->mask_max + 4);
+                free(x->mask_tail[k]);
+                x->mask_tail[k] = NULL;
+                x->mask_tail_len[k] = 0;
+        }
+        x->mask_max = 0;
         pthread_mutex_unlock(&x->lock);
         cJSON_Delete(lost);
         cells_ctx_release(x);

@@ -335,8 +335,9 @@ static void line_release(struct cell_ctx *x)
 
 /* Every string in the tree with each secret's value replaced by its
  * placeholder (issue 37 item 4, as exec output is masked): a value inside
- * one protocol line is masked; the bridge cuts long stream text into chunks,
- * and a value split across two of them is not (docs/security.md). */
+ * one protocol line. Stream text is masked again across chunks
+ * (stream_masked): the bridge cuts long text, and the kernel's own writes
+ * may split a value. */
 static void mask_tree(cJSON *n, const struct egress_secret *m, size_t n_mask)
 {
         for (; n; n = n->next) {
@@ -370,6 +371,113 @@ static void mask_tree(cJSON *n, const struct egress_secret *m, size_t n_mask)
                         explicit_bzero(w, cap);
                         free(w);
                 }
+        }
+}
+
+/* Stream k's text (0 stdout, 1 stderr) after its held-back tail, with
+ * every value replaced by its placeholder; the last mask_max-1 bytes (to a
+ * UTF-8 boundary) are held back for the next chunk unless final, as an
+ * execution's output is (exec_worker.c). What goes out now (malloc'd,
+ * *ret_len bytes), or NULL out of memory (the text is dropped rather than
+ * pass a value). Under x->lock. */
+static char *stream_masked(struct cell_ctx *x, int k, const char *text, size_t tl, bool final, size_t *ret_len)
+{
+        size_t total = x->mask_tail_len[k] + tl, cur = 0, keep, o = 0, cap = 0, min_len = SIZE_MAX;
+        char *w = malloc(total + 1), *out = NULL;
+
+        for (size_t i = 0; i < x->n_mask; i++) {
+                if (!x->mask[i].value || x->mask[i].value_len == 0)
+                        continue;
+                if (strlen(x->mask[i].placeholder) > cap)
+                        cap = strlen(x->mask[i].placeholder);
+                if (x->mask[i].value_len < min_len)
+                        min_len = x->mask[i].value_len;
+        }
+        /* at most total/min_len values, each replaced by at most cap bytes */
+        cap = total + (min_len == SIZE_MAX ? 0 : total / min_len + 1) * cap + 1;
+        out = w ? malloc(cap) : NULL;
+        if (!out) {
+                free(w);
+                if (x->mask_tail[k])
+                        explicit_bzero(x->mask_tail[k], x->mask_tail_len[k]);
+                x->mask_tail_len[k] = 0;
+                return NULL;
+        }
+        if (x->mask_tail_len[k]) /* (never memcpy from NULL: the compiler would take the tail as allocated) */
+                memcpy(w, x->mask_tail[k], x->mask_tail_len[k]);
+        if (tl)
+                memcpy(w + x->mask_tail_len[k], text, tl);
+        for (;;) {
+                const char *best = NULL;
+                size_t bi = 0;
+                for (size_t i = 0; i < x->n_mask; i++) {
+                        const struct egress_secret *m = &x->mask[i];
+                        const char *at;
+                        if (!m->value || m->value_len == 0 || m->value_len > total - cur)
+                                continue;
+                        at = memmem(w + cur, total - cur, m->value, m->value_len);
+                        if (at && (!best || at < best)) {
+                                best = at;
+                                bi = i;
+                        }
+                }
+                if (!best)
+                        break;
+                memcpy(out + o, w + cur, (size_t)(best - (w + cur)));
+                o += (size_t)(best - (w + cur));
+                memcpy(out + o, x->mask[bi].placeholder, strlen(x->mask[bi].placeholder));
+                o += strlen(x->mask[bi].placeholder);
+                cur = (size_t)(best - w) + x->mask[bi].value_len;
+        }
+        /* a value starting before total-keep would have been found whole */
+        keep = final ? 0 : x->mask_max - 1;
+        if (keep > total - cur)
+                keep = total - cur;
+        while (keep < total - cur && ((unsigned char)w[total - keep] & 0xc0) == 0x80)
+                keep++; /* not inside a character: each output is UTF-8 */
+        memcpy(out + o, w + cur, total - cur - keep);
+        o += total - cur - keep;
+        out[o] = '\0';
+        if (keep && !x->mask_tail[k])
+                x->mask_tail[k] = malloc(x->mask_max + 4);
+        if (keep && x->mask_tail[k] && keep <= x->mask_max + 3) {
+                memcpy(x->mask_tail[k], w + total - keep, keep);
+                x->mask_tail_len[k] = keep;
+        } else {
+                x->mask_tail_len[k] = 0; /* no memory to hold it: dropped rather than pass a value's start */
+        }
+        explicit_bzero(w, total + 1);
+        free(w);
+        *ret_len = o;
+        return out;
+}
+
+/* Stream text (st's, NUL-terminated, tl bytes) as the cell's output: the spool, then outputs. */
+static void stream_out(struct cell_ctx *x, enum cell_stream st, cJSON *text, size_t tl, size_t cost)
+{
+        uint64_t off = 0;
+        bool sp = x->spool && cell_spool_append(x->spool, st, text->valuestring, tl, &off) == 0;
+        cJSON *o = cJSON_CreateObject();
+
+        cJSON_AddStringToObject(o, "type", "stream");
+        cJSON_AddStringToObject(o, "name", cell_stream_name(st));
+        cJSON_AddItemToObject(o, "text", text);
+        add_output(x, o, cost, st, sp, off, tl);
+}
+
+void cells_mask_flush_locked(struct cell_ctx *x)
+{
+        for (int k = 0; k < 2; k++) {
+                size_t tl = 0;
+                char *m;
+                if (!x->mask_tail_len[k])
+                        continue;
+                m = stream_masked(x, k, "", 0, true, &tl);
+                if (m && tl)
+                        stream_out(x, k == 0 ? CELL_STDOUT : CELL_STDERR, cJSON_CreateString(m), tl, tl);
+                if (m)
+                        explicit_bzero(m, tl);
+                free(m);
         }
 }
 
@@ -438,16 +546,24 @@ static void handle_line(struct cell_ctx *x)
                         const char *name = cells_str_of(j, "name"), *text = cells_str_of(j, "text");
                         if (name && text && (strcmp(name, "stdout") == 0 || strcmp(name, "stderr") == 0)) {
                                 enum cell_stream st = strcmp(name, "stdout") == 0 ? CELL_STDOUT : CELL_STDERR;
+                                int k = st == CELL_STDOUT ? 0 : 1;
                                 size_t tl = strlen(text);
-                                uint64_t off = 0;
-                                bool sp = x->spool && cell_spool_append(x->spool, st, text, tl, &off) == 0;
-                                o = cJSON_CreateObject();
-                                cJSON_AddStringToObject(o, "type", "stream");
-                                cJSON_AddStringToObject(o, "name", name);
-                                cJSON_AddItemToObject(o, "text", take_string(j, "text"));
-                                add_output(x, o, len, st, sp, off, tl);
+                                if (x->n_mask && x->mask_max > 1) {
+                                        /* each stream on its own, as an execution's: the kernel may
+                                         * interleave the other's text within a value's pieces */
+                                        char *m;
+                                        m = stream_masked(x, k, text, tl, false, &tl);
+                                        if (m && tl)
+                                                stream_out(x, st, cJSON_CreateString(m), tl, len);
+                                        if (m)
+                                                explicit_bzero(m, tl);
+                                        free(m);
+                                } else {
+                                        stream_out(x, st, take_string(j, "text"), tl, len);
+                                }
                         }
                 } else if (strcmp(ev, "display_data") == 0 || strcmp(ev, "execute_result") == 0) {
+                        cells_mask_flush_locked(x); /* held stream text goes first, in order */
                         cJSON *data = mime_bundle(cJSON_GetObjectItemCaseSensitive(j, "data"));
                         cJSON *md = cJSON_GetObjectItemCaseSensitive(j, "metadata");
                         if (data) {
@@ -462,6 +578,7 @@ static void handle_line(struct cell_ctx *x)
                                 add_output(x, o, len, CELL_OUTPUTS, sp, off, ol);
                         }
                 } else if (strcmp(ev, "error") == 0) {
+                        cells_mask_flush_locked(x);
                         cJSON *tb = cJSON_GetObjectItemCaseSensitive(j, "traceback"), *it, *next;
                         o = cJSON_CreateObject();
                         cJSON_AddStringToObject(o, "type", "error");
@@ -478,9 +595,11 @@ static void handle_line(struct cell_ctx *x)
                         bool sp = spool_output(x, o, &off, &ol);
                         add_output(x, o, len, CELL_OUTPUTS, sp, off, ol);
                 } else if (strcmp(ev, "clear_output") == 0) {
+                        x->mask_tail_len[0] = x->mask_tail_len[1] = 0;
                         cJSON_Delete(x->outputs);
                         x->outputs = NULL;
                 } else if (strcmp(ev, "done") == 0) {
+                        cells_mask_flush_locked(x);
                         const cJSON *n = cJSON_GetObjectItemCaseSensitive(j, "execution_count");
                         if (cJSON_IsNumber(n) && n->valuedouble >= 0 && n->valuedouble < 1e12)
                                 x->done_count = (int64_t)n->valuedouble;

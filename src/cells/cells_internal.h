@@ -114,6 +114,9 @@ struct cell_ctx {
         char exec_id[37];                    /* the cell in flight ("" between cells) */
         const struct egress_secret *mask;    /* the cell's values to mask (cells_request), NULL between cells */
         size_t n_mask;
+        size_t mask_max;    /* the longest value: a stream's last mask_max-1 bytes wait for the next chunk */
+        char *mask_tail[2]; /* stdout, stderr: text held back (a value may go on in the next chunk) */
+        size_t mask_tail_len[2];
         char *env_sent; /* the session env last set in this generation's interpreter */
         int64_t env_generation;
         struct cell_spool *spool; /* its output by reference (NULL: none) */
@@ -192,5 +195,8 @@ bool cells_wait_until(pthread_cond_t *cv, pthread_mutex_t *m, int64_t deadline);
 void *cells_waiter_main(void *p);
 void cells_on_output(void *ud, int stream, const void *data, size_t len);
 cJSON *cells_lost_report_locked(struct cell_ctx *x);
+/* The stream text held back for a value split across chunks, out now
+ * (masked) as the cell's output: the cell ended, or other output follows. */
+void cells_mask_flush_locked(struct cell_ctx *x);
 
 #endif

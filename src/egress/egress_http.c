@@ -377,7 +377,7 @@ const char *egress_http_write_swapped(struct tunnel *t, struct evbuffer *out, co
                         return why;
                 evbuffer_add(out, "\r\n", 2);
         }
-        evbuffer_add_printf(out, "Accept-Encoding: identity\r\nConnection: close\r\n\r\n");
+        evbuffer_add_printf(out, "Accept-Encoding: identity\r\n%s\r\n", t->up_keep ? "" : "Connection: close\r\n");
         return NULL;
 }
 

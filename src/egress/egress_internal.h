@@ -141,6 +141,10 @@ struct tunnel {
         size_t n_secrets;
         bool intercept;    /* a CONNECT to a host an attached secret names: TLS is terminated here */
         struct icpt *icpt; /* the intercepted connection's state */
+        /* an intercepted connection kept alive (egress_tls.c): the idle deadline between its requests
+         * (0: egress_idle_timeout_ms), and whether the request now going upstream asks to keep it */
+        int idle_ms;
+        bool up_keep;
         /* packages by policy (egress_packages.c): the registry this CONNECT goes to, or -1 */
         int pkg_eco;
         const struct egress_pkg_eco_policy *pkg_policy;
@@ -168,7 +172,7 @@ int egress_placeholder_find(const struct tunnel *t, const char *buf, size_t len,
 bool egress_http_head_has_placeholder(const struct tunnel *t);
 /* An intercepted request's head as it goes upstream (egress_tls.c): the
  * target as sent, hop-by-hop headers dropped, Accept-Encoding: identity,
- * Connection: close, and each placeholder replaced by its value where it
+ * Connection: close unless t->up_keep, and each placeholder replaced by its value where it
  * may be: sni, the Host header and t->host agree, the secret names
  * t->host, and names this header if it names one. NULL when out holds
  * the head; otherwise (also a placeholder in the target or in a header's
@@ -208,6 +212,11 @@ bool egress_packages_decide(struct tunnel *t, const char *path, size_t path_len)
 /* An intercepted request's target (origin form) on t->pkg_eco's registry:
  * false when it is refused (a denied package: 403, audited). */
 bool egress_packages_check(struct tunnel *t, const char *path, size_t path_len);
+/* Is the allowed request's target the index page of a package whose
+ * versions the policy tells apart (egress_pkg_has_ranges)? Then its
+ * response is filtered (egress_pkg_filter_page); ret_name the package. */
+bool egress_packages_filter_wanted(struct tunnel *t, const char *path, size_t path_len,
+                                   char ret_name[EGRESS_PKG_NAME_MAX]);
 
 /* ---- egress_tunnel.c ---- */
 

@@ -2,7 +2,9 @@
  * globs, version ranges and which package a registry URL is for. Pure
  * functions over a policy parsed once and read-only after: no locks.
  * fnmatch for the globs; the version order is the few lines PEP 440 and
- * semver agree on (no Debian C library parses both). */
+ * semver agree on (no Debian C library parses both). Index pages (PEP 503
+ * HTML, PEP 691 JSON, npm packuments) are rewritten here so that pip and
+ * npm steer clear of refused versions (egress_pkg_filter_page). */
 #include "sandboxd/egress_pkg.h"
 
 #include <cjson/cJSON.h>
@@ -478,6 +480,301 @@ int egress_pkg_from_path(const struct egress_pkg_eco_policy *ep, enum egress_pkg
                 return -1;
         return eco == EGRESS_PKG_PYPI ? pypi_path(ep, p, ret_name, ret_version)
                                       : npm_path(ep, p, ret_name, ret_version);
+}
+
+/* ---- index pages ---- */
+
+bool egress_pkg_index_of(const struct egress_pkg_eco_policy *ep, enum egress_pkg_eco eco, const char *path, size_t len,
+                         char ret_name[EGRESS_PKG_NAME_MAX])
+{
+        char p[2048];
+        size_t pl = strlen(ep->prefix);
+        const char *n, *slash;
+
+        if (path_decode(path, len, p, sizeof(p)) < 0 || strncmp(p, ep->prefix, pl) != 0 || p[pl] != '/')
+                return false;
+        n = p + pl + 1;
+        if (eco == EGRESS_PKG_PYPI) {
+                slash = strchr(n, '/');
+                if (*n == '\0' || (slash && slash[1] != '\0'))
+                        return false;
+                return set_name(eco, n, slash ? (size_t)(slash - n) : strlen(n), ret_name) == 0;
+        }
+        if (*n == '\0' || strncmp(n, "-/", 2) == 0)
+                return false;
+        if (*n == '@') { /* @scope/name */
+                const char *s = strchr(n, '/');
+                if (!s)
+                        return false;
+                slash = strchr(s + 1, '/');
+        } else {
+                slash = strchr(n, '/');
+        }
+        if (slash && slash[1] != '\0')
+                return false;
+        return set_name(eco, n, slash ? (size_t)(slash - n) : strlen(n), ret_name) == 0;
+}
+
+bool egress_pkg_has_ranges(const struct egress_pkg_eco_policy *ep, const char *name)
+{
+        for (size_t i = 0; i < ep->n_deny; i++)
+                if (ep->deny[i].range[0] && rule_matches(EGRESS_PKG_PYPI, &ep->deny[i], name))
+                        return true;
+        for (size_t i = 0; i < ep->n_allow; i++)
+                if (ep->allow[i].range[0] && rule_matches(EGRESS_PKG_PYPI, &ep->allow[i], name))
+                        return true;
+        return false;
+}
+
+static const char *find_ci(const char *h, size_t hl, const char *needle)
+{
+        size_t nl = strlen(needle);
+
+        for (size_t i = 0; i + nl <= hl; i++)
+                if (strncasecmp(h + i, needle, nl) == 0)
+                        return h + i;
+        return NULL;
+}
+
+/* Does the anchor tag a[0, len) link a distribution file the policy refuses? Its name and version then. */
+static bool anchor_refused(const struct egress_pkg_eco_policy *ep, const char *a, size_t len,
+                           char name[EGRESS_PKG_NAME_MAX], char version[EGRESS_PKG_VERSION_MAX])
+{
+        char file[1024];
+        const char *h = a, *v, *e, *last, *why;
+        size_t vl;
+
+        /* the href attribute: a space before it, then = and a value, quoted or not */
+        for (;;) {
+                h = find_ci(h, len - (size_t)(h - a), "href");
+                if (!h)
+                        return false;
+                if (isspace((unsigned char)h[-1]))
+                        break;
+                h += 4;
+        }
+        v = h + 4;
+        while (v < a + len && isspace((unsigned char)*v))
+                v++;
+        if (v >= a + len || *v != '=')
+                return false;
+        v++;
+        while (v < a + len && isspace((unsigned char)*v))
+                v++;
+        if (v < a + len && (*v == '"' || *v == '\'')) {
+                e = memchr(v + 1, *v, len - (size_t)(v + 1 - a));
+                v++;
+        } else {
+                for (e = v; e < a + len && !isspace((unsigned char)*e) && *e != '>'; e++)
+                        ;
+        }
+        if (!e)
+                return false;
+        vl = (size_t)(e - v);
+        for (size_t i = 0; i < vl; i++)
+                if (v[i] == '#' || v[i] == '?') {
+                        vl = i;
+                        break;
+                }
+        last = memrchr(v, '/', vl);
+        if (last) {
+                vl -= (size_t)(last + 1 - v);
+                v = last + 1;
+        }
+        if (path_decode(v, vl, file, sizeof(file)) < 0 || pypi_file(file, strlen(file), name, version) != 1)
+                return false; /* not a file read as one: its download is judged when it is asked for */
+        return !egress_pkg_allowed(ep, name, version, &why);
+}
+
+struct growbuf {
+        char *p;
+        size_t len, cap;
+        bool oom;
+};
+
+static void gb_add(struct growbuf *b, const char *s, size_t n)
+{
+        if (b->oom)
+                return;
+        if (b->len + n + 1 > b->cap) {
+                size_t cap = (b->len + n + 1) * 2;
+                char *np = realloc(b->p, cap);
+                if (!np) {
+                        b->oom = true;
+                        return;
+                }
+                b->p = np;
+                b->cap = cap;
+        }
+        memcpy(b->p + b->len, s, n);
+        b->len += n;
+        b->p[b->len] = '\0';
+}
+
+/* PEP 503: each refused file's anchor gets data-yanked (PEP 592) with the policy's message, unless it has one. */
+static void filter_html(const struct egress_pkg_eco_policy *ep, const char *in, size_t len, struct growbuf *out,
+                        size_t *ret_refused)
+{
+        char name[EGRESS_PKG_NAME_MAX], version[EGRESS_PKG_VERSION_MAX], attr[EGRESS_PKG_NAME_MAX + 128];
+        size_t i = 0;
+
+        while (i < len) {
+                const char *a = in + i, *tag_end;
+                for (;;) {
+                        a = find_ci(a, len - (size_t)(a - in), "<a");
+                        if (!a || a + 2 >= in + len || isspace((unsigned char)a[2]))
+                                break;
+                        a += 2;
+                }
+                tag_end = a ? memchr(a, '>', len - (size_t)(a - in)) : NULL;
+                if (!a || !tag_end) {
+                        gb_add(out, in + i, len - i);
+                        break;
+                }
+                gb_add(out, in + i, (size_t)(a + 2 - (in + i)));
+                if (anchor_refused(ep, a, (size_t)(tag_end - a), name, version) &&
+                    !find_ci(a, (size_t)(tag_end - a), "data-yanked")) {
+                        /* the name and version are of name_char_ok and set_version's characters: no quote */
+                        int n = snprintf(attr, sizeof(attr),
+                                         " data-yanked=\"blocked by sandboxd package policy: %s %s\"", name, version);
+                        gb_add(out, attr, (size_t)n);
+                        (*ret_refused)++;
+                }
+                i = (size_t)(a + 2 - in);
+        }
+}
+
+/* PEP 691: each refused file gets "yanked": the policy's message. */
+static void pypi_json_filter(const struct egress_pkg_eco_policy *ep, cJSON *root, size_t *ret_refused)
+{
+        cJSON *files = cJSON_GetObjectItemCaseSensitive(root, "files"), *it;
+        const char *why;
+
+        for (it = cJSON_IsArray(files) ? files->child : NULL; it; it = it->next) {
+                const char *f = cJSON_GetStringValue(cJSON_GetObjectItemCaseSensitive(it, "filename"));
+                char n[EGRESS_PKG_NAME_MAX], v[EGRESS_PKG_VERSION_MAX], msg[EGRESS_PKG_NAME_MAX + 96];
+                cJSON *y;
+                if (!cJSON_IsObject(it) || !f || pypi_file(f, strlen(f), n, v) != 1 ||
+                    egress_pkg_allowed(ep, n, v, &why))
+                        continue;
+                y = cJSON_GetObjectItemCaseSensitive(it, "yanked");
+                if (y && !cJSON_IsFalse(y))
+                        continue;
+                snprintf(msg, sizeof(msg), "blocked by sandboxd package policy: %s %s", n, v);
+                cJSON_DeleteItemFromObjectCaseSensitive(it, "yanked");
+                cJSON_AddStringToObject(it, "yanked", msg);
+                (*ret_refused)++;
+        }
+}
+
+/* npm: refused versions move to policyRestrictions (npm-pick-manifest takes another, or fails with its
+ * message: E403), their times and tags go, and "latest" becomes the newest allowed release. */
+static int npm_filter(const struct egress_pkg_eco_policy *ep, const char *name, cJSON *root, size_t *ret_refused)
+{
+        cJSON *versions = cJSON_GetObjectItemCaseSensitive(root, "versions");
+        cJSON *tags = cJSON_GetObjectItemCaseSensitive(root, "dist-tags");
+        cJSON *time = cJSON_GetObjectItemCaseSensitive(root, "time"), *it, *next, *restr = NULL, *rv = NULL;
+        struct growbuf msg = {0};
+        const char *why, *best = NULL;
+        bool latest_gone = false;
+
+        if (!cJSON_IsObject(versions))
+                return 0;
+        for (it = versions->child; it; it = next) {
+                next = it->next;
+                if (egress_pkg_allowed(ep, name, it->string, &why))
+                        continue;
+                if (!restr) {
+                        cJSON_DeleteItemFromObjectCaseSensitive(root, "policyRestrictions");
+                        restr = cJSON_AddObjectToObject(root, "policyRestrictions");
+                        rv = restr ? cJSON_AddObjectToObject(restr, "versions") : NULL;
+                        if (!rv)
+                                return -ENOMEM;
+                        gb_add(&msg, "blocked by sandboxd package policy: ", 36);
+                        gb_add(&msg, name, strlen(name));
+                }
+                if (msg.len < 400) {
+                        gb_add(&msg, *ret_refused ? ", " : " ", *ret_refused ? 2 : 1);
+                        gb_add(&msg, it->string, strlen(it->string));
+                } else if (msg.len < 405) {
+                        gb_add(&msg, ", ...", 5);
+                }
+                cJSON_AddItemToObject(rv, it->string, cJSON_DetachItemViaPointer(versions, it));
+                (*ret_refused)++;
+        }
+        if (!restr)
+                return 0;
+        if (msg.oom || !cJSON_AddStringToObject(restr, "message", msg.p)) {
+                free(msg.p);
+                return -ENOMEM;
+        }
+        free(msg.p);
+        for (it = cJSON_IsObject(time) ? time->child : NULL; it; it = next) {
+                next = it->next;
+                if (cJSON_GetObjectItemCaseSensitive(rv, it->string))
+                        cJSON_Delete(cJSON_DetachItemViaPointer(time, it));
+        }
+        for (it = cJSON_IsObject(tags) ? tags->child : NULL; it; it = next) {
+                const char *v = cJSON_GetStringValue(it);
+                next = it->next;
+                if (!v || !cJSON_GetObjectItemCaseSensitive(versions, v)) {
+                        latest_gone |= strcmp(it->string, "latest") == 0;
+                        cJSON_Delete(cJSON_DetachItemViaPointer(tags, it));
+                }
+        }
+        if (!latest_gone)
+                return 0;
+        /* npm takes "latest" when it satisfies the range: the newest allowed release, else the newest allowed */
+        for (int pre = 0; pre < 2 && !best; pre++)
+                for (it = versions->child; it; it = it->next)
+                        if ((pre || !strchr(it->string, '-')) &&
+                            (!best || egress_pkg_version_cmp(it->string, best) > 0))
+                                best = it->string;
+        if (best && !cJSON_AddStringToObject(tags, "latest", best))
+                return -ENOMEM;
+        return 0;
+}
+
+int egress_pkg_filter_page(const struct egress_pkg_eco_policy *ep, enum egress_pkg_eco eco, const char *name, bool json,
+                           const char *in, size_t len, char **ret, size_t *ret_len, size_t *ret_refused)
+{
+        cJSON *root;
+        char *out;
+        size_t refused = 0;
+        int r = 0;
+
+        if (len > EGRESS_PKG_PAGE_MAX)
+                return -E2BIG;
+        if (eco == EGRESS_PKG_PYPI && !json) {
+                struct growbuf b = {0};
+                filter_html(ep, in, len, &b, &refused);
+                gb_add(&b, "", 0);
+                if (b.oom) {
+                        free(b.p);
+                        return -ENOMEM;
+                }
+                *ret = b.p;
+                *ret_len = b.len;
+                *ret_refused = refused;
+                return 0;
+        }
+        root = cJSON_ParseWithLength(in, len);
+        if (!cJSON_IsObject(root)) {
+                cJSON_Delete(root);
+                return -EINVAL;
+        }
+        if (eco == EGRESS_PKG_PYPI)
+                pypi_json_filter(ep, root, &refused);
+        else
+                r = npm_filter(ep, name, root, &refused);
+        out = r == 0 ? cJSON_PrintUnformatted(root) : NULL;
+        cJSON_Delete(root);
+        if (!out)
+                return r < 0 ? r : -ENOMEM;
+        *ret = out;
+        *ret_len = strlen(out);
+        *ret_refused = refused;
+        return 0;
 }
 
 int egress_pkg_eco_for_host(const struct egress_pkg_policy *pol, const char *host, int port)

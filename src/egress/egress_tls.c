@@ -9,13 +9,17 @@
  * against the system store (OpenSSL's default paths, so SSL_CERT_FILE and
  * SSL_CERT_DIR apply) with the CONNECT's host checked; then the 200 and TLS
  * to the client with a leaf certificate for that host signed by the
- * session's CA (cached per session and host), ALPN http/1.1 only. One
- * request per connection: its head is parsed (http_parser), each
+ * session's CA (cached per session and host), ALPN http/1.1 only. Each
+ * request on it (kept alive: at most ICPT_MAX_REQUESTS, ICPT_KEEPALIVE_IDLE_MS
+ * idle between them, while the client and the upstream both keep it; a
+ * pipelined request waits for the response before it) is judged on its
+ * own: its head is parsed (http_parser), each
  * placeholder replaced by its value where it may go
  * (egress_http_write_swapped), its body scanned for placeholders (one is
  * refused); the response's head and body go back with every value
  * replaced by its placeholder, across reads (a tail of the longest value
- * less one byte is held back), its length then given by the close;
+ * less one byte is held back), its length then given by chunked encoding
+ * (or the close, when the connection ends with it);
  * Accept-Encoding: identity goes upstream; a response in one gzip or
  * deflate layer anyway is decoded (zlib, at most INFLATE_MAX), masked and
  * sent on decoded, any other encoding refused rather than passed unread.
@@ -53,6 +57,8 @@
 #define ICPT_HIGH (256 * 1024)         /* bytes buffered per direction before reading pauses */
 #define INFLATE_MAX (INT64_C(1) << 30) /* a compressed response's decoded bytes, at most (a zip bomb's end) */
 #define INFLATE_CHUNK (64 * 1024)
+#define ICPT_MAX_REQUESTS 100        /* requests on one intercepted connection: the last one closes it */
+#define ICPT_KEEPALIVE_IDLE_MS 15000 /* idle between two of them, at most */
 
 struct leaf {
         char user[65], session[65], host[EGRESS_HOST_MAX];
@@ -82,6 +88,16 @@ struct icpt {
         z_stream *z; /* a gzip or deflate response being decoded to be masked */
         bool z_end;
         int64_t inflated;
+        /* a package's index page, filtered (egress_packages_filter_wanted): held whole, then sent */
+        bool filter, held;
+        char filter_name[EGRESS_PKG_NAME_MAX];
+        struct evbuffer *fhead, *fbody; /* while held */
+        bool fjson;
+        /* keep-alive: the client asked for it (and the bound allows it), the response keeps it (chunked
+         * to the client when it has a body: its length changes with a value masked) */
+        bool client_keep, keep, chunked;
+        int n_requests, served;
+        struct evbuffer *cbuf; /* one chunk's bytes, being masked */
 };
 
 /* ---- contexts and certificates ---- */
@@ -329,6 +345,12 @@ void egress_icpt_free(struct tunnel *t)
                         inflateEnd(ic->z);
                         free(ic->z);
                 }
+                if (ic->fhead)
+                        evbuffer_free(ic->fhead);
+                if (ic->fbody)
+                        evbuffer_free(ic->fbody);
+                if (ic->cbuf)
+                        evbuffer_free(ic->cbuf);
                 free(ic);
                 t->icpt = NULL;
         }
@@ -345,7 +367,7 @@ void egress_icpt_free(struct tunnel *t)
 static int mask_out(struct tunnel *t, const char *buf, size_t len, bool final)
 {
         struct icpt *ic = t->icpt;
-        struct evbuffer *out = bufferevent_get_output(t->cli);
+        struct evbuffer *cli_out = bufferevent_get_output(t->cli), *out = ic->chunked ? ic->cbuf : cli_out;
         size_t n = ic->tail_len + len, cur = 0, keep;
         char *w;
 
@@ -394,6 +416,11 @@ static int mask_out(struct tunnel *t, const char *buf, size_t len, bool final)
         memcpy(ic->tail, w + n - keep, keep);
         ic->tail_len = keep;
         t->bytes_down += (int64_t)(n - keep); /* close enough: the bytes as the upstream sent them */
+        if (ic->chunked && evbuffer_get_length(out) > 0) {
+                evbuffer_add_printf(cli_out, "%zx\r\n", evbuffer_get_length(out));
+                evbuffer_add_buffer(cli_out, out);
+                evbuffer_add(cli_out, "\r\n", 2);
+        }
         return 0;
 }
 
@@ -422,8 +449,10 @@ int egress_icpt_on_response_head(http_parser *p)
 
         /* no body follows: its length headers stay true */
         ic->no_body = interim || p->status_code == 204 || p->status_code == 304 || ic->req_method == HTTP_HEAD;
-        /* (a registry's connection with no value to mask passes an encoded body through) */
-        for (int i = 0; i < t->n_hdrs && !ic->no_body && ic->max_value > 0; i++) {
+        /* a package's index page is held whole and filtered: only a 200 is a page */
+        ic->held = ic->filter && !ic->no_body && p->status_code == 200;
+        /* (a registry's connection with no value to mask passes an encoded body through, but for a page) */
+        for (int i = 0; i < t->n_hdrs && !ic->no_body && (ic->max_value > 0 || ic->held); i++) {
                 const struct hdr *h = &t->hdrs[i];
                 const char *v = t->arena + h->value;
                 size_t n = h->value_len;
@@ -465,14 +494,40 @@ int egress_icpt_on_response_head(http_parser *p)
                         continue;
                 if (ic->z && hdr_is(t, h, "Content-Encoding")) /* it goes on decoded */
                         continue;
+                if (ic->held && hdr_is(t, h, "Content-Type"))
+                        ic->fjson =
+                                t->pkg_eco == EGRESS_PKG_NPM || memmem(t->arena + h->value, h->value_len, "json", 4);
+                if (ic->held && (hdr_is(t, h, "ETag") || hdr_is(t, h, "Content-MD5") || hdr_is(t, h, "Digest")))
+                        continue; /* they were of the page before the filter */
                 evbuffer_add(head, t->arena + h->name, h->name_len);
                 evbuffer_add(head, ": ", 2);
                 evbuffer_add(head, t->arena + h->value, h->value_len);
                 evbuffer_add(head, "\r\n", 2);
         }
-        evbuffer_add_printf(head, interim ? "\r\n" : "Connection: close\r\n\r\n");
-        r = mask_out(t, (const char *)evbuffer_pullup(head, -1), evbuffer_get_length(head), true);
-        evbuffer_free(head);
+        if (ic->held && t->pkg_eco == EGRESS_PKG_NPM)
+                ic->fjson = true;
+        /* kept alive when both ends keep it: a body then goes chunked */
+        ic->keep = !interim && ic->client_keep && http_should_keep_alive(p);
+        if (interim)
+                evbuffer_add(head, "\r\n", 2);
+        else if (ic->keep)
+                evbuffer_add_printf(head, "%sConnection: keep-alive\r\n\r\n",
+                                    ic->no_body ? "" : "Transfer-Encoding: chunked\r\n");
+        else
+                evbuffer_add_printf(head, "Connection: close\r\n\r\n");
+        if (ic->held) {
+                ic->fbody = evbuffer_new();
+                if (!ic->fbody) {
+                        evbuffer_free(head);
+                        return fail(t, 503, "internal", "out of memory");
+                }
+                ic->fhead = head; /* sent with the filtered page */
+                r = 0;
+        } else {
+                r = mask_out(t, (const char *)evbuffer_pullup(head, -1), evbuffer_get_length(head), true);
+                evbuffer_free(head);
+                ic->chunked = ic->keep && !ic->no_body;
+        }
         if (r < 0)
                 return fail(t, 503, "internal", "out of memory");
         /* the next head (after an interim one) starts afresh */
@@ -482,6 +537,48 @@ int egress_icpt_on_response_head(http_parser *p)
         t->in_value = false;
         ic->resp_head = !interim;
         return ic->req_method == HTTP_HEAD ? 1 : 0;
+}
+
+/* The response body's (decoded) bytes: masked to the client, or held for the filter. */
+static int body_out(struct tunnel *t, const char *buf, size_t len)
+{
+        struct icpt *ic = t->icpt;
+
+        if (!ic->held)
+                return mask_out(t, buf, len, false) < 0 ? fail(t, 503, "internal", "out of memory") : 0;
+        if (evbuffer_get_length(ic->fbody) + len > EGRESS_PKG_PAGE_MAX)
+                return fail(t, 502, "page_too_large",
+                            "a package's index page over 32 MiB, which the proxy filters whole, is not passed");
+        return evbuffer_add(ic->fbody, buf, len) < 0 ? fail(t, 503, "internal", "out of memory") : 0;
+}
+
+/* The held page filtered, then its head and itself masked to the client. */
+static int page_out(struct tunnel *t)
+{
+        struct icpt *ic = t->icpt;
+        size_t len = evbuffer_get_length(ic->fbody), out_len = 0, dropped = 0;
+        char *out = NULL;
+        const char *in = len ? (const char *)evbuffer_pullup(ic->fbody, -1) : "";
+        int r;
+
+        if (len && !in)
+                return fail(t, 503, "internal", "out of memory");
+        r = egress_pkg_filter_page(t->pkg_policy, (enum egress_pkg_eco)t->pkg_eco, ic->filter_name, ic->fjson, in, len,
+                                   &out, &out_len, &dropped);
+        if (r < 0)
+                return fail(t, 502, "bad_response",
+                            r == -ENOMEM ? "out of memory" : "a package's index page that cannot be read to filter");
+        ic->held = false;
+        if (dropped)
+                log_ctx(LOG_LEVEL_INFO, t->s->user, t->s->session, NULL,
+                        "egress: %zu refused file(s) or version(s) of %s marked in its index page on %s", dropped,
+                        ic->filter_name, t->host);
+        r = mask_out(t, (const char *)evbuffer_pullup(ic->fhead, -1), evbuffer_get_length(ic->fhead), true);
+        ic->chunked = ic->keep;
+        if (r == 0)
+                r = mask_out(t, out, out_len, true);
+        free(out);
+        return r < 0 ? fail(t, 503, "internal", "out of memory") : 0;
 }
 
 /* A compressed body's bytes, decoded and masked. */
@@ -506,8 +603,8 @@ static int inflate_out(struct tunnel *t, const char *at, size_t len)
                 ic->inflated += (int64_t)got;
                 if (ic->inflated > INFLATE_MAX)
                         return fail(t, 502, "bad_response", "the response's body decodes to more than 1 GiB");
-                if (got && mask_out(t, (const char *)buf, got, false) < 0)
-                        return fail(t, 503, "internal", "out of memory");
+                if (got && body_out(t, (const char *)buf, got) < 0)
+                        return -1;
                 if (zr == Z_STREAM_END) {
                         ic->z_end = true;
                         break;
@@ -523,7 +620,7 @@ int egress_icpt_on_response_body(http_parser *p, const char *at, size_t len)
         struct tunnel *t = p->data;
         if (t->icpt->z)
                 return inflate_out(t, at, len);
-        return mask_out(t, at, len, false) < 0 ? fail(t, 503, "internal", "out of memory") : 0;
+        return body_out(t, at, len);
 }
 
 int egress_icpt_on_response_done(http_parser *p)
@@ -533,9 +630,15 @@ int egress_icpt_on_response_done(http_parser *p)
 
         if (p->status_code / 100 == 1)
                 return 0;
+        if (ic->held && page_out(t) < 0)
+                return -1;
         ic->resp_done = true;
         http_parser_pause(p, 1);
-        return mask_out(t, NULL, 0, true) < 0 ? fail(t, 503, "internal", "out of memory") : 0;
+        if (mask_out(t, NULL, 0, true) < 0)
+                return fail(t, 503, "internal", "out of memory");
+        if (ic->chunked)
+                evbuffer_add(bufferevent_get_output(t->cli), "0\r\n\r\n", 5);
+        return 0;
 }
 
 /* ---- the request body: no placeholder in it ---- */
@@ -585,7 +688,7 @@ static void icpt_up_event(struct bufferevent *bev, short what, void *arg);
 static void refuse_failed(struct tunnel *t)
 {
         struct icpt *ic = t->icpt;
-        if (ic->resp_head) /* the client has part of the response: end it */
+        if (ic->resp_head && !ic->held) /* the client has part of the response: end it */
                 egress_tunnel_finish(t, ic->fail_reason);
         else
                 egress_tunnel_refuse(t, ic->fail_status, ic->fail_reason, ic->fail_detail);
@@ -668,10 +771,15 @@ static bool request_head(struct tunnel *t, struct evbuffer *in)
                 return false;
         }
         evbuffer_drain(in, n);
+        ic->n_requests++;
+        ic->client_keep = http_should_keep_alive(&t->parser) && ic->n_requests < ICPT_MAX_REQUESTS;
+        t->up_keep = ic->client_keep;
+        t->idle_ms = 0;
         ic->req_method = (int)t->parser.method;
         sbx_strlcpy(t->method, http_method_str(t->parser.method), sizeof(t->method));
         if (t->pkg_eco >= 0 && !egress_packages_check(t, t->arena + t->url, t->url_len))
                 return false;
+        ic->filter = egress_packages_filter_wanted(t, t->arena + t->url, t->url_len, ic->filter_name);
         ic->req_done = t->body_done;
         if (HTTP_PARSER_ERRNO(&t->parser) == HPE_PAUSED)
                 http_parser_pause(&t->parser, 0);
@@ -710,8 +818,7 @@ static void icpt_cli_read(struct bufferevent *bev, void *arg)
                 return;
         len = evbuffer_get_length(in);
         if (ic->req_done) {
-                /* one request per connection */
-                evbuffer_drain(in, len);
+                /* what follows is the next request: read once this one's response is out */
                 bufferevent_disable(bev, EV_READ);
                 return;
         }
@@ -736,13 +843,52 @@ static void icpt_cli_read(struct bufferevent *bev, void *arg)
         t->bytes_up += (int64_t)fwd;
         moved(t, (int64_t)fwd);
         if (ic->req_done) {
-                evbuffer_drain(in, evbuffer_get_length(in));
                 bufferevent_disable(bev, EV_READ);
         } else if (evbuffer_get_length(bufferevent_get_output(t->up)) >= ICPT_HIGH) {
                 bufferevent_disable(bev, EV_READ);
         }
         if (egress_bytes_over(t))
                 egress_tunnel_finish(t, "cap_bytes");
+}
+
+/* The response is out and both ends keep the connection: ready for the
+ * next request (one the client sent already is read from the loop). */
+static void icpt_next(struct tunnel *t)
+{
+        struct icpt *ic = t->icpt;
+        int64_t idle = t->eg->cfg.egress_idle_timeout_ms;
+
+        ic->req_head = ic->req_done = ic->resp_head = ic->resp_done = ic->no_body = false;
+        ic->keep = ic->chunked = ic->filter = ic->held = ic->fjson = ic->client_keep = false;
+        ic->fail_status = 0;
+        ic->fail_reason = NULL;
+        ic->scan_len = 0;
+        ic->tail_len = 0; /* flushed with the response's end */
+        if (ic->z) {
+                inflateEnd(ic->z);
+                free(ic->z);
+                ic->z = NULL;
+        }
+        ic->z_end = false;
+        ic->inflated = 0;
+        if (ic->fhead)
+                evbuffer_free(ic->fhead);
+        if (ic->fbody)
+                evbuffer_free(ic->fbody);
+        ic->fhead = ic->fbody = NULL;
+        http_parser_init(&ic->rp, HTTP_RESPONSE);
+        ic->rp.data = t;
+        t->arena_len = t->url_len = 0;
+        t->n_hdrs = 0;
+        t->in_value = false;
+        t->up_keep = false;
+        ic->served++;
+        t->idle_ms = (int)(idle < ICPT_KEEPALIVE_IDLE_MS ? idle : ICPT_KEEPALIVE_IDLE_MS);
+        t->last_activity = sbx_now_ms();
+        event_del(t->timer);
+        egress_tunnel_arm(t, t->idle_ms);
+        bufferevent_enable(t->cli, EV_READ);
+        bufferevent_trigger(t->cli, EV_READ, BEV_TRIG_IGNORE_WATERMARKS | BEV_TRIG_DEFER_CALLBACKS);
 }
 
 /* The upstream's bytes through the response parser. false: t is gone. */
@@ -752,6 +898,10 @@ static bool up_move(struct tunnel *t, struct bufferevent *bev)
         struct evbuffer *in = bufferevent_get_input(bev);
         size_t len = evbuffer_get_length(in), done = 0;
 
+        if (!ic->req_head && ic->served > 0) { /* between two requests: not HTTP either, end it */
+                egress_tunnel_finish(t, "bad_response");
+                return false;
+        }
         if (!ic->req_head) { /* nothing asked yet: an upstream that speaks first is not HTTP */
                 egress_tunnel_refuse(t, 502, "bad_response", "the upstream spoke before the request");
                 return false;
@@ -768,7 +918,7 @@ static bool up_move(struct tunnel *t, struct bufferevent *bev)
                         return false;
                 }
                 if (HTTP_PARSER_ERRNO(&ic->rp) != HPE_OK && HTTP_PARSER_ERRNO(&ic->rp) != HPE_PAUSED) {
-                        if (ic->resp_head)
+                        if (ic->resp_head && !ic->held)
                                 egress_tunnel_finish(t, "bad_response");
                         else /* a callback refused: the arena (egress_max_header) or MAX_HEADERS is full */
                                 egress_tunnel_refuse(t, 502, "bad_response",
@@ -786,6 +936,10 @@ static bool up_move(struct tunnel *t, struct bufferevent *bev)
         if (egress_bytes_over(t)) {
                 egress_tunnel_finish(t, "cap_bytes");
                 return false;
+        }
+        if (ic->resp_done && ic->keep) {
+                icpt_next(t);
+                return true;
         }
         if (ic->resp_done) {
                 bufferevent_disable(bev, EV_READ);
@@ -816,6 +970,18 @@ static void icpt_up_event(struct bufferevent *bev, short what, void *arg)
 
         if (what & BEV_EVENT_CONNECTED)
                 return;
+        if (!ic->req_head && ic->served > 0) { /* it closed between two requests: so does the client's */
+                if ((what & BEV_EVENT_EOF) && evbuffer_get_length(bufferevent_get_output(t->cli)) > 0) {
+                        /* once the last response is out (icpt_cli_write) */
+                        t->up_eof = true;
+                        bufferevent_disable(bev, EV_READ);
+                        bufferevent_disable(t->cli, EV_READ);
+                        bufferevent_setwatermark(t->cli, EV_WRITE, 0, 0);
+                        return;
+                }
+                egress_tunnel_finish(t, (what & BEV_EVENT_EOF) ? "intercepted" : "upstream_error");
+                return;
+        }
         if (what & BEV_EVENT_EOF) {
                 if (ic->resp_done)
                         return;
@@ -832,6 +998,10 @@ static void icpt_up_event(struct bufferevent *bev, short what, void *arg)
                         egress_tunnel_refuse(t, 502, "upstream_closed", "the upstream closed before its response");
                         return;
                 }
+                if (ic->held) {
+                        egress_tunnel_refuse(t, 502, "upstream_closed", "the upstream closed within an index page");
+                        return;
+                }
                 t->up_eof = true;
                 if (!ic->resp_done && mask_out(t, NULL, 0, true) < 0) {
                         egress_tunnel_finish(t, "internal");
@@ -843,7 +1013,7 @@ static void icpt_up_event(struct bufferevent *bev, short what, void *arg)
                 return;
         }
         if (what & (BEV_EVENT_ERROR | BEV_EVENT_TIMEOUT)) {
-                if (ic->resp_head)
+                if (ic->resp_head && !ic->held)
                         egress_tunnel_finish(t, "upstream_error");
                 else
                         egress_tunnel_refuse(t, 502, "upstream_error", "the upstream's connection failed");
@@ -856,6 +1026,10 @@ static void icpt_cli_event(struct bufferevent *bev, short what, void *arg)
 
         if (what & BEV_EVENT_CONNECTED)
                 return;
+        if (!t->icpt->req_head && t->icpt->served > 0) { /* the client left between two requests */
+                egress_tunnel_finish(t, "intercepted");
+                return;
+        }
         if (!t->icpt->req_head) {
                 /* the client's handshake failed (it does not trust the session's CA) or it left */
                 t->finished = true;
@@ -982,10 +1156,12 @@ void egress_icpt_start(struct tunnel *t)
                 if (t->secrets[i].value && t->secrets[i].value_len > t->icpt->max_value)
                         t->icpt->max_value = t->secrets[i].value_len;
         t->icpt->tail = malloc(t->icpt->max_value + 1);
+        t->icpt->cbuf = evbuffer_new();
         http_parser_init(&t->icpt->rp, HTTP_RESPONSE);
         t->icpt->rp.data = t;
         ssl = SSL_new(tls->cli);
-        if (!t->icpt->tail || !ssl || !SSL_set_tlsext_host_name(ssl, t->host) || !SSL_set1_host(ssl, t->host)) {
+        if (!t->icpt->tail || !t->icpt->cbuf || !ssl || !SSL_set_tlsext_host_name(ssl, t->host) ||
+            !SSL_set1_host(ssl, t->host)) {
                 SSL_free(ssl);
                 egress_tunnel_refuse(t, 503, "internal", "cannot start TLS");
                 return;

@@ -218,7 +218,7 @@ void egress_tunnel_arm(struct tunnel *t, int ms)
 static void tunnel_timer(evutil_socket_t fd, short what, void *arg)
 {
         struct tunnel *t = arg;
-        int64_t idle;
+        int64_t idle, limit;
 
         switch (t->state) {
         case T_HEAD:
@@ -231,10 +231,11 @@ static void tunnel_timer(evutil_socket_t fd, short what, void *arg)
                 return;
         case T_RELAY:
                 idle = sbx_now_ms() - t->last_activity;
-                if (idle >= t->eg->cfg.egress_idle_timeout_ms)
+                limit = t->idle_ms > 0 ? t->idle_ms : t->eg->cfg.egress_idle_timeout_ms;
+                if (idle >= limit)
                         egress_tunnel_finish(t, "idle_timeout");
                 else
-                        egress_tunnel_arm(t, (int)(t->eg->cfg.egress_idle_timeout_ms - idle));
+                        egress_tunnel_arm(t, (int)(limit - idle));
                 return;
         }
 }

@@ -1260,6 +1260,24 @@ static char *cell_stdout(const cJSON *res)
         return s;
 }
 
+/* The text of a cell's stream outputs of one name, in order. */
+static char *cell_stream_text(const cJSON *res, const char *name)
+{
+        const cJSON *o;
+        size_t n = 0;
+        char *s = calloc(1, 1);
+
+        cJSON_ArrayForEach(o, cJSON_GetObjectItem(res, "outputs")) {
+                const char *type = apic_str(o, "type"), *nm = apic_str(o, "name"), *txt = apic_str(o, "text");
+                if (!type || !nm || !txt || strcmp(type, "stream") != 0 || strcmp(nm, name) != 0)
+                        continue;
+                s = realloc(s, n + strlen(txt) + 1);
+                memcpy(s + n, txt, strlen(txt) + 1);
+                n += strlen(txt);
+        }
+        return s;
+}
+
 /* The warm slot's kernel started before the session had a secret: its
  * first cell still sees the placeholder and the CA variables an exec of the
  * session sees, and the value, printed or raised, comes back masked; a
@@ -1312,6 +1330,30 @@ Test(cells, a_cell_sees_the_session_env_and_its_secrets_masked, .init = setup_po
         text = cJSON_PrintUnformatted(r);
         cr_assert_null(strstr(text, CELL_SECRET), "the value reached the cell's result: %s", text);
         free(text);
+        cJSON_Delete(r);
+
+        /* a value printed in pieces, each flushed (a stream message, a protocol line of its own), is masked
+         * across them: on stdout, on stderr, and cut inside a multi-byte character's neighbourhood */
+        r = cell("sec", NULL,
+                 "import sys\nfor p in ['a:sbx-cell-secret-', 'val', 'ue-5c2e81f0', ':\u00e9\\n']:\n"
+                 "    sys.stdout.write(p); sys.stdout.flush()\n"
+                 "for p in ['sbx-cell-secr', 'et-value-5c2e81f0\\n']:\n"
+                 "    sys.stderr.write(p); sys.stderr.flush()\n"
+                 "sys.stdout.write('sbx-cell-secret-value-5c2e81'); sys.stdout.flush()",
+                 0);
+        cr_assert_not_null(apic_result(r), "%s", cJSON_PrintUnformatted(r));
+        text = cJSON_PrintUnformatted(r);
+        cr_assert_null(strstr(text, CELL_SECRET), "the value reached the cell's result: %s", text);
+        free(text);
+        /* per stream: the kernel may interleave stdout and stderr messages in another order */
+        out = cell_stream_text(apic_result(r), "stdout");
+        snprintf(want, sizeof(want), "a:%s:\u00e9\nsbx-cell-secret-value-5c2e81", ph);
+        cr_assert_str_eq(out, want, "%s", out);
+        free(out);
+        out = cell_stream_text(apic_result(r), "stderr");
+        snprintf(want, sizeof(want), "%s\n", ph);
+        cr_assert_str_eq(out, want, "%s", out);
+        free(out);
         cJSON_Delete(r);
 
         /* a node context, started on demand */

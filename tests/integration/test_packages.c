@@ -5,6 +5,8 @@
  * test's own that the daemon trusts (SSL_CERT_FILE), reached by name
  * through egress.resolve. The sandbox trusts its session's CA (the proxy
  * intercepts the registry hosts) through PIP_CERT and NPM_CONFIG_CAFILE.
+ * The index pages of packages with a denied version are filtered, so an
+ * install with no version picks the newest allowed one.
  * npm is the host's (its self-contained directory and node binary, copied
  * into the session's workspace: the image has node but no npm). */
 #include <criterion/criterion.h>
@@ -78,6 +80,14 @@ static const char registry_py[] =
         "        R[f'/packages/{fn}'] = ('application/octet-stream', w)\n"
         "        links += f'<a href=\"/packages/{fn}#sha256={hashlib.sha256(w).hexdigest()}\">{fn}</a>\\n'\n"
         "    R[f'/simple/{n}/'] = ('text/html', f'<html><body>{links}</body></html>'.encode())\n"
+        "files = []\n"
+        "for v in ['1.0', '2.0']:\n"
+        "    fn = f'jsonpkg-{v}-py3-none-any.whl'; w = wheel('jsonpkg', v)\n"
+        "    R[f'/packages/{fn}'] = ('application/octet-stream', w)\n"
+        "    files.append({'filename': fn, 'url': f'/packages/{fn}', 'hashes': {'sha256': "
+        "hashlib.sha256(w).hexdigest()}})\n"
+        "R['/simple/jsonpkg/'] = ('application/vnd.pypi.simple.v1+json', json.dumps({'meta': {'api-version': '1.0'}, "
+        "'name': 'jsonpkg', 'files': files}).encode())\n"
         "js = {'okpkg': ['1.0.0', '2.0.0'], 'badpkg': ['1.0.0']}\n"
         "for n, vs in js.items():\n"
         "    doc = {'name': n, 'dist-tags': {'latest': vs[-1]}, 'versions': {}}\n"
@@ -182,7 +192,7 @@ static bool registry_saw(const char *needle)
 
 Test(packages, pip_and_npm_install_by_policy, .fini = registry_stop)
 {
-        char path[SBX_PATH_MAX], cmd[4096], dir[SBX_PATH_MAX], id[65], *out;
+        char path[SBX_PATH_MAX], cmd[4096], dir[SBX_PATH_MAX], id[65], want[128], *out;
         struct daemon_options opts = {.extra_labels = fixture_labels(), .no_monitor = true, .sockets = true};
         struct sbx_error err = {0};
         cJSON *r;
@@ -203,7 +213,7 @@ Test(packages, pip_and_npm_install_by_policy, .fini = registry_stop)
         cr_assert_not_null(f);
         fprintf(f,
                 "{\"default\": {\"pypi\": {\"index\": \"https://pypi.test:%d/simple/\", "
-                "\"deny\": [\"evilpkg\", \"goodpkg >=2\"]},"
+                "\"deny\": [\"evilpkg\", \"goodpkg >=2\", \"jsonpkg >=2\"]},"
                 " \"npm\": {\"registry\": \"https://npm.test:%d/\", \"deny\": [\"badpkg\", \"okpkg >=2\"]}}}\n",
                 reg_port, reg_port);
         fclose(f);
@@ -234,18 +244,19 @@ Test(packages, pip_and_npm_install_by_policy, .fini = registry_stop)
         cr_assert_str_eq(out, cmd);
         free(out);
 
-        /* pip: the allowed version installs; a denied version of it, and a denied package, do not */
+        /* pip: with no version asked, the newest allowed one installs (the index page marks 2.0 yanked, PEP 503
+         * HTML and PEP 691 JSON alike); a denied version asked for, and a denied package, do not */
         out = api_sh("pk",
-                     "pip install --no-cache-dir goodpkg==1.0 2>&1; echo rc=$?; "
-                     "python3 -c 'import goodpkg; print(\"have\", goodpkg.VERSION)'");
-        cr_assert(strstr(out, "rc=0\nhave 1.0\n"), "%s", out);
+                     "pip install --no-cache-dir goodpkg jsonpkg 2>&1; echo rc=$?; "
+                     "python3 -c 'import goodpkg, jsonpkg; print(\"have\", goodpkg.VERSION, jsonpkg.VERSION)'");
+        cr_assert(strstr(out, "rc=0\nhave 1.0 1.0\n"), "%s", out);
         free(out);
         out = api_sh("pk", "pip install --no-cache-dir goodpkg==2.0 2>&1; echo rc=$?");
         cr_assert(strstr(out, "blocked by sandboxd package policy: goodpkg 2.0"), "%s", out);
         cr_assert(strstr(out, "rc=1\n"), "%s", out);
         free(out);
-        /* pip logs a failed index page at debug only: the message is there with -vv, the failure always */
-        out = api_sh("pk", "pip install -vv --no-cache-dir evilpkg 2>&1; echo rc=$?");
+        /* a package denied whole: pip's default level names the policy (a page of another type is a warning) */
+        out = api_sh("pk", "pip install --no-cache-dir evilpkg 2>&1; echo rc=$?");
         cr_assert(strstr(out, "blocked by sandboxd package policy: evilpkg"), "%s", out);
         cr_assert(strstr(out, "No matching distribution found for evilpkg"), "%s", out);
         cr_assert(strstr(out, "rc=1\n"), "%s", out);
@@ -255,6 +266,8 @@ Test(packages, pip_and_npm_install_by_policy, .fini = registry_stop)
         cr_assert(registry_saw("/packages/goodpkg-1.0-"), "the allowed wheel came from the registry");
         cr_assert_not(registry_saw("evilpkg"), "the registry was asked for the denied package");
         cr_assert_not(registry_saw("goodpkg-2.0"), "the registry was asked for the denied version");
+        cr_assert(registry_saw("/packages/jsonpkg-1.0-"));
+        cr_assert_not(registry_saw("jsonpkg-2.0"));
 
         /* npm: the host's npm and node in the workspace */
         fixture_container_of(d, "alice", "pk", id);
@@ -266,7 +279,7 @@ Test(packages, pip_and_npm_install_by_policy, .fini = registry_stop)
         out = api_sh("pk",
                      "mkdir -p /workspace/app && cd /workspace/app && export PATH=/workspace/npm:$PATH && "
                      "node /workspace/npm/bin/npm-cli.js install --no-audit --no-fund --no-update-notifier "
-                     "okpkg@1.0.0 2>&1; echo rc=$?; node -e 'console.log(\"have\", require(\"okpkg\").v)'");
+                     "okpkg 2>&1; echo rc=$?; node -e 'console.log(\"have\", require(\"okpkg\").v)'");
         cr_assert(strstr(out, "rc=0\nhave 1.0.0\n"), "%s", out);
         free(out);
         out = api_sh("pk",
@@ -283,8 +296,34 @@ Test(packages, pip_and_npm_install_by_policy, .fini = registry_stop)
         cr_assert(strstr(out, "blocked by sandboxd package policy: badpkg"), "%s", out);
         cr_assert_null(strstr(out, "rc=0\n"), "%s", out);
         free(out);
+        /* npm refused 2.0.0 from the packument (policyRestrictions): the tarball itself is still refused */
+        snprintf(cmd, sizeof(cmd), "curl -s -w ' %%{http_code}' https://npm.test:%d/okpkg/-/okpkg-2.0.0.tgz", reg_port);
+        out = api_sh("pk", cmd);
+        cr_assert(strstr(out, "blocked by sandboxd package policy: okpkg 2.0.0"), "%s", out);
+        cr_assert(strstr(out, " 403"), "%s", out);
+        free(out);
         cr_assert(audited("pk", "npm.test", "package_blocked:okpkg@2.0.0"));
         cr_assert(audited("pk", "npm.test", "package_blocked:badpkg"));
+
+        /* an intercepted connection is kept alive (curl reuses it: no new connect), each request judged on its
+         * own (a refused one ends it), at most 100 requests on one */
+        snprintf(cmd, sizeof(cmd),
+                 "curl -s -w '%%{http_code}:%%{num_connects} ' -o /dev/null https://npm.test:%d/okpkg "
+                 "-o /dev/null https://npm.test:%d/okpkg/-/okpkg-1.0.0.tgz "
+                 "-o /dev/null https://npm.test:%d/okpkg/-/okpkg-2.0.0.tgz -o /dev/null https://npm.test:%d/okpkg",
+                 reg_port, reg_port, reg_port, reg_port);
+        out = api_sh("pk", cmd);
+        cr_assert_str_eq(out, "200:1 200:0 403:0 200:1 ");
+        free(out);
+        snprintf(cmd, sizeof(cmd), "curl -s -o /dev/null -w '%%{num_connects}' 'https://npm.test:%d/okpkg?[1-101]'",
+                 reg_port);
+        out = api_sh("pk", cmd);
+        want[0] = '1';
+        memset(want + 1, '0', 99);
+        want[100] = '1';
+        want[101] = '\0';
+        cr_assert_str_eq(out, want, "a new connection for the 101st request only");
+        free(out);
         cr_assert(registry_saw("/okpkg/-/okpkg-1.0.0.tgz"));
         cr_assert_not(registry_saw("badpkg"));
         cr_assert_not(registry_saw("okpkg-2.0.0"));

@@ -541,6 +541,19 @@ Test(secrets, the_proxy_swaps_the_placeholder_for_its_host_only, .fini = upstrea
         }
         free(out);
 
+        /* one connection kept alive (curl reuses it: no new connect): the echo comes back chunked and masked,
+         * the next request is swapped again, and one whose Host is not the TLS name is refused on it */
+        snprintf(cmd, sizeof(cmd),
+                 "curl -sS --max-time 30 -w '%%{http_code}:%%{num_connects} ' -H \"Authorization: Bearer $GH\" "
+                 "-o /tmp/e https://api.test:%d/echo -o /tmp/c https://api.test:%d/check "
+                 "--next -s --max-time 30 -w '%%{http_code}:%%{num_connects} ' -o /dev/null -H 'Host: other.test' "
+                 "-H \"Authorization: Bearer $GH\" https://api.test:%d/check; "
+                 "echo; grep -o \"$GH\" /tmp/e | wc -l; cat /tmp/c",
+                 up_tls, up_tls, up_tls);
+        out = api_sh("sw", cmd);
+        cr_assert_str_eq(out, "200:1 200:0 403:0 \n3\nauth-ok", "%s", out);
+        free(out);
+
         /* the placeholder anywhere else is refused (and audited): another host (intercepted, or plain HTTP),
          * a Host header that is not the TLS name, a body; an encoding not decoded here is not passed unread */
         snprintf(cmd, sizeof(cmd),

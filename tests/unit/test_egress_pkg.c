@@ -1,7 +1,9 @@
 /* Unit tests of egress_pkg (issue 37 item 2): the policy file, name
  * normalization and globs, version order and ranges, which package a
  * registry path is for, and the decision over allow and deny lists. */
+#include <cjson/cJSON.h>
 #include <criterion/criterion.h>
+#include <errno.h>
 #include <string.h>
 
 #include "sandboxd/egress_pkg.h"
@@ -221,5 +223,107 @@ Test(egress_pkg, allow_and_deny_with_versions)
         cr_assert_str_eq(why, "not on the allow list");
         cr_assert_not(egress_pkg_allowed(npm, "express", "", &why));
         cr_assert_not(egress_pkg_allowed(npm, "@other/thing", "", &why));
+        egress_pkg_free(p);
+}
+
+Test(egress_pkg, index_pages_lose_the_refused_versions)
+{
+        struct egress_pkg_policies *p = parse_ok(policy);
+        const struct egress_pkg_policy *a = egress_pkg_for_user(p, "alice");
+        const struct egress_pkg_eco_policy *py = &a->eco[EGRESS_PKG_PYPI], *npm = &a->eco[EGRESS_PKG_NPM];
+        static const char html[] =
+                "<html><body>\n"
+                "<a href=\"../../packages/requests-2.31.0-py3-none-any.whl#sha256=aa\">requests-2.31.0-py3-none-any.whl"
+                "</a><br/>\n"
+                "<A data-dist-info-metadata=\"sha256=bb\" HREF='/p/requests-2.32.3-py3-none-any.whl'>x</A><br/>\n"
+                "<a href=\"/p/requests-2.32.3.tar.gz\">requests-2.32.3.tar.gz</a>\n"
+                "<a href=\"/p/requests-2.30%2B1.tar.gz\">local</a>\n"
+                "<a name=\"x\">no href</a></body></html>\n";
+        static const char json[] =
+                "{\"meta\":{\"api-version\":\"1.1\"},\"name\":\"requests\",\"versions\":[\"2.31.0\","
+                "\"2.32.3\"],\"files\":[{\"filename\":\"requests-2.31.0.tar.gz\"},"
+                "{\"filename\":\"requests-2.32.3-py3-none-any.whl\"}]}";
+        static const char pack[] =
+                "{\"name\":\"left-pad\",\"dist-tags\":{\"latest\":\"1.3.0\",\"beta\":\"1.3.0\","
+                "\"old\":\"1.1.0\"},\"versions\":{\"1.1.0\":{},\"1.2.0\":{},\"1.2.1-rc.1\":{},"
+                "\"1.3.0\":{}},\"time\":{\"created\":\"x\",\"1.3.0\":\"y\",\"1.2.0\":\"z\"}}";
+        char name[EGRESS_PKG_NAME_MAX], *out = NULL;
+        size_t out_len = 0, dropped = 0;
+        cJSON *j;
+
+        cr_assert(egress_pkg_index_of(py, EGRESS_PKG_PYPI, "/simple/Requests/", strlen("/simple/Requests/"), name));
+        cr_assert_str_eq(name, "requests");
+        cr_assert_not(egress_pkg_index_of(py, EGRESS_PKG_PYPI, "/simple/", strlen("/simple/"), name));
+        cr_assert_not(egress_pkg_index_of(py, EGRESS_PKG_PYPI, "/packages/requests-2.31.0.tar.gz",
+                                          strlen("/packages/requests-2.31.0.tar.gz"), name));
+        cr_assert(egress_pkg_index_of(npm, EGRESS_PKG_NPM, "/@ok%2fthing", strlen("/@ok%2fthing"), name));
+        cr_assert_str_eq(name, "@ok/thing");
+        cr_assert(egress_pkg_index_of(npm, EGRESS_PKG_NPM, "/left-pad", strlen("/left-pad"), name));
+        cr_assert_not(egress_pkg_index_of(npm, EGRESS_PKG_NPM, "/left-pad/1.2.0", strlen("/left-pad/1.2.0"), name));
+        cr_assert_not(egress_pkg_index_of(npm, EGRESS_PKG_NPM, "/left-pad/-/left-pad-1.2.0.tgz",
+                                          strlen("/left-pad/-/left-pad-1.2.0.tgz"), name));
+        cr_assert(egress_pkg_has_ranges(py, "requests"));
+        cr_assert_not(egress_pkg_has_ranges(py, "numpy"), "nothing to filter: its page streams through");
+        cr_assert(egress_pkg_has_ranges(npm, "lodash"), "an allow rule's range counts too");
+
+        /* PEP 503: the refused files are yanked with the policy's message, the rest stays byte for byte */
+        cr_assert_eq(egress_pkg_filter_page(py, EGRESS_PKG_PYPI, "requests", false, html, strlen(html), &out, &out_len,
+                                            &dropped),
+                     0);
+        cr_assert_eq(out_len, strlen(out));
+        cr_assert_eq(dropped, 2, "%s", out);
+        cr_assert_str_eq(out,
+                         "<html><body>\n"
+                         "<a href=\"../../packages/requests-2.31.0-py3-none-any.whl#sha256=aa\">requests-2.31.0-py3-"
+                         "none-any.whl</a><br/>\n"
+                         "<A data-yanked=\"blocked by sandboxd package policy: requests 2.32.3\" "
+                         "data-dist-info-metadata=\"sha256=bb\" HREF='/p/requests-2.32.3-py3-none-any.whl'>x</A><br/>\n"
+                         "<a data-yanked=\"blocked by sandboxd package policy: requests 2.32.3\" "
+                         "href=\"/p/requests-2.32.3.tar.gz\">requests-2.32.3.tar.gz</a>\n"
+                         "<a href=\"/p/requests-2.30%2B1.tar.gz\">local</a>\n"
+                         "<a name=\"x\">no href</a></body></html>\n");
+        free(out);
+
+        /* PEP 691 */
+        cr_assert_eq(egress_pkg_filter_page(py, EGRESS_PKG_PYPI, "requests", true, json, strlen(json), &out, &out_len,
+                                            &dropped),
+                     0);
+        cr_assert_eq(dropped, 1);
+        cr_assert_str_eq(out,
+                         "{\"meta\":{\"api-version\":\"1.1\"},\"name\":\"requests\",\"versions\":[\"2.31.0\","
+                         "\"2.32.3\"],\"files\":[{\"filename\":\"requests-2.31.0.tar.gz\"},"
+                         "{\"filename\":\"requests-2.32.3-py3-none-any.whl\",\"yanked\":\"blocked by sandboxd "
+                         "package policy: requests 2.32.3\"}]}");
+        free(out);
+
+        /* npm: the denied version goes to policyRestrictions, its time and tags go; latest is the newest allowed
+         * release */
+        cr_assert_eq(egress_pkg_filter_page(npm, EGRESS_PKG_NPM, "left-pad", true, pack, strlen(pack), &out, &out_len,
+                                            &dropped),
+                     0);
+        j = cJSON_Parse(out);
+        cr_assert_not_null(j, "%s", out);
+        cr_assert_eq(dropped, 1);
+        cr_assert_null(cJSON_GetObjectItem(cJSON_GetObjectItem(j, "versions"), "1.3.0"), "%s", out);
+        cr_assert_not_null(cJSON_GetObjectItem(cJSON_GetObjectItem(j, "versions"), "1.2.1-rc.1"), "%s", out);
+        cr_assert_not_null(cJSON_GetObjectItem(cJSON_GetObjectItem(cJSON_GetObjectItem(j, "policyRestrictions"),
+                                                                   "versions"),
+                                               "1.3.0"),
+                           "%s", out);
+        cr_assert_str_eq(cJSON_GetStringValue(
+                                 cJSON_GetObjectItem(cJSON_GetObjectItem(j, "policyRestrictions"), "message")),
+                         "blocked by sandboxd package policy: left-pad 1.3.0");
+        cr_assert_null(cJSON_GetObjectItem(cJSON_GetObjectItem(j, "time"), "1.3.0"), "%s", out);
+        cr_assert_not_null(cJSON_GetObjectItem(cJSON_GetObjectItem(j, "time"), "1.2.0"), "%s", out);
+        cr_assert_null(cJSON_GetObjectItem(cJSON_GetObjectItem(j, "dist-tags"), "beta"), "%s", out);
+        cr_assert_str_eq(cJSON_GetStringValue(cJSON_GetObjectItem(cJSON_GetObjectItem(j, "dist-tags"), "latest")),
+                         "1.2.0", "%s", out);
+        cr_assert_str_eq(cJSON_GetStringValue(cJSON_GetObjectItem(cJSON_GetObjectItem(j, "dist-tags"), "old")),
+                         "1.1.0");
+        cJSON_Delete(j);
+        free(out);
+
+        cr_assert_eq(egress_pkg_filter_page(npm, EGRESS_PKG_NPM, "left-pad", true, "[1", 2, &out, &out_len, &dropped),
+                     -EINVAL);
         egress_pkg_free(p);
 }

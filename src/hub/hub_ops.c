@@ -644,8 +644,8 @@ int hub_watch_start(struct hub *h, const char *user, const char *session, const 
                 mine += same_session(x->user, x->session, user, session);
                 users += strcmp(x->user, user) == 0;
         }
-        r = mine >= HUB_WATCH_PER_SESSION ? -EMFILE
-            : users >= HUB_WATCH_PER_USER ? -EDQUOT
+        r = mine >= HUB_WATCH_PER_SESSION      ? -EMFILE
+            : users >= HUB_WATCH_PER_USER      ? -EDQUOT
             : o->n_watches >= HUB_WATCH_GLOBAL ? -ENFILE
                                                : 0;
         if (r == 0) { /* listed before the start goes out: the first events may follow its reply at once */

@@ -293,6 +293,11 @@ void engine_qemu_set_runner(struct engine *e, const struct engine_qemu_runner *r
                 engine_qemu_bind(R(e)->vm, runner);
 }
 
+bool engine_microvm_id(const char *id)
+{
+        return engine_qemu_id(id);
+}
+
 const char *engine_microvm_accel(const struct engine *e)
 {
         return e && e->ops->free == r_free ? engine_qemu_accel(((const struct router *)e->priv)->vm) : NULL;

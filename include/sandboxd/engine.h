@@ -405,6 +405,13 @@ int engine_new_from_config(const struct sbx_config *cfg, struct engine **ret, st
 /* Free an engine (accepts NULL). No other thread may use it any more. */
 void engine_free(struct engine *e);
 
+/* The microVMs beside Docker (engine_select.c's router; runtime.h's microvm), named without
+ * the engine that runs them. engine_microvm_accel: "kvm" or "tcg", how the microVMs of e run;
+ * NULL where e runs none (no QEMU or guest, or another engine). engine_microvm_id: whether
+ * id names one of them (a container id of any engine otherwise). */
+const char *engine_microvm_accel(const struct engine *e);
+bool engine_microvm_id(const char *id);
+
 static inline bool engine_can(const struct engine *e, unsigned cap)
 {
         return (e->capabilities & cap) == cap;

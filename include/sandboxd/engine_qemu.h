@@ -108,8 +108,5 @@ int engine_qemu_mem_expect(struct engine *e, const char *user, const char *sessi
 int engine_qemu_pause_to_disk(struct engine *e, const char *id, struct sbx_error *err);
 /* Forget an expectation nobody claimed (a fork that failed before its VM). */
 void engine_qemu_mem_unexpect(struct engine *e, const char *user, const char *session);
-/* "kvm" or "tcg": how the microVMs of e (the router of engine_select.c) run; NULL where e
- * runs none (no QEMU or guest, or another engine). */
-const char *engine_microvm_accel(const struct engine *e);
 
 #endif

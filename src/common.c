@@ -1,4 +1,5 @@
-/* common.c — the error carrier, clocks, random ids, the removal of a tree.
+/* common.c — the error carrier, clocks, random ids, the removal of a tree,
+ * the sparse copy of a file.
  * No state, no locks. */
 #include "sandboxd/common.h"
 
@@ -321,4 +322,64 @@ int sbx_remove_tree_at(int top)
                 if (!progress)
                         return r < 0 ? r : -ENOTEMPTY;
         }
+}
+
+#define COPY_CHUNK (1 << 20)
+
+/* Copy [off, off + len) of in to the same place in out. */
+static int copy_range(int in, int out, off_t off, off_t len)
+{
+        _cleanup_free_ char *buf = NULL; /* the plain way's, made on first need */
+
+        while (len > 0) {
+                loff_t a = off, b = off;
+                size_t want = (size_t)(len < (1 << 30) ? len : (1 << 30));
+                ssize_t n = copy_file_range(in, &a, out, &b, want, 0);
+                if (n < 0 && (errno == EXDEV || errno == ENOSYS || errno == EOPNOTSUPP || errno == EINVAL)) {
+                        if (!buf && !(buf = malloc(COPY_CHUNK)))
+                                return -ENOMEM;
+                        n = pread(in, buf, want < COPY_CHUNK ? want : COPY_CHUNK, off);
+                        if (n > 0) {
+                                ssize_t w = pwrite(out, buf, (size_t)n, off);
+                                if (w != n)
+                                        return w < 0 ? -errno : -EIO;
+                        }
+                }
+                if (n < 0) {
+                        if (errno == EINTR)
+                                continue;
+                        return -errno;
+                }
+                if (n == 0)
+                        return 0; /* the file shrank: the rest is a hole */
+                off += n;
+                len -= n;
+        }
+        return 0;
+}
+
+int sbx_copy_sparse(int src, int dst)
+{
+        struct stat st;
+        off_t data = 0, hole;
+        int r;
+
+        if (fstat(src, &st) < 0)
+                return -errno;
+        for (;;) {
+                data = lseek(src, data, SEEK_DATA);
+                if (data < 0) {
+                        if (errno == ENXIO)
+                                break; /* no data past here */
+                        return -errno;
+                }
+                hole = lseek(src, data, SEEK_HOLE);
+                if (hole < 0)
+                        return -errno;
+                r = copy_range(src, dst, data, hole - data);
+                if (r < 0)
+                        return r;
+                data = hole;
+        }
+        return ftruncate(dst, st.st_size) < 0 ? -errno : 0;
 }

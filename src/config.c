@@ -21,6 +21,7 @@
 #include "sandboxd/events.h"
 #include "sandboxd/exec.h"
 #include "sandboxd/gateway.h"
+#include "sandboxd/gc.h"
 #include "sandboxd/http.h"
 #include "sandboxd/metrics.h"
 #include "sandboxd/monitor.h"
@@ -279,8 +280,6 @@ static const struct config_key keys[] = {
         {"webhook.ca", CFG_STRING, F(webhook_ca), 0, 0, 0, "", NULL,
          "PEM CA bundle that signs an https webhook receiver (empty: the system's)"},
         /* [gc] */
-        {"gc.max_age", CFG_DURATION, F(max_age_s), 0, 60, 86400 * 3650, "7d", NULL,
-         "gc removes containers older than this"},
         {"gc.execution_retention", CFG_DURATION, F(execution_retention_s), 0, 60, 86400 * 3650, "7d", NULL,
          "gc removes execution output spools older than this"},
         {"gc.audit_retention", CFG_DURATION, F(audit_retention_s), 0, -1, 86400 * 3650, "90d", NULL,
@@ -385,7 +384,8 @@ static const struct config_old_key old_keys[] = {
         RENAMED("webhook_secret_file", "webhook.secret_file"),
         RENAMED("webhook_events", "webhook.events"),
         RENAMED("webhook_ca", "webhook.ca"),
-        RENAMED("max_age", "gc.max_age"),
+        CONSTANT("max_age", GC_MAX_AGE_S, max_age_s, CFG_DURATION, "gc.h"),
+        CONSTANT("gc.max_age", GC_MAX_AGE_S, max_age_s, CFG_DURATION, "gc.h"),
         RENAMED("execution_retention", "gc.execution_retention"),
         RENAMED("audit_retention", "gc.audit_retention"),
         RENAMED("workspace_retention", "gc.workspace_retention"),
@@ -825,7 +825,7 @@ static int parse_line(struct sbx_config *cfg, char *line, char *section, size_t 
                         return sbx_error_set(err, -EINVAL, 0,
                                              "key '%s' is not in [%s]: it belongs before the first section", key,
                                              section);
-                if (!find_key(full) && is_old_key(key))
+                if (!find_key(full) && !is_old_key(full) && is_old_key(key))
                         return unknown_key(key, err); /* an old flat name under a section */
                 key = full;
         }

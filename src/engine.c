@@ -7,8 +7,8 @@
 #include <string.h>
 
 static const char *const cap_names[ENGINE_CAP_COUNT] = {
-        "pids_limit", "memory_swap", "cpu_weight", "oom_score_adj",    "runtime_class", "pause",
-        "exec",       "events",      "stats",      "isolated_network", "tmpfs_size",    "logs",
+        "pids_limit", "memory_swap", "cpu_weight",       "oom_score_adj", "runtime_class", "pause",          "exec",
+        "events",     "stats",       "isolated_network", "tmpfs_size",    "logs",          "memory_capture",
 };
 
 const char *engine_cap_name(unsigned i)

@@ -9,8 +9,9 @@
  * (engine_qemu.h), and every later call goes to the engine whose id it is
  * (a VM's id has its own prefix); everything else, and every call without
  * an id (events, networks, images, the exec fallback's streams), is
- * Docker's. So microVM sessions and Docker sessions share one daemon, and
- * callers still see one engine. No state beyond the two engines, no locks. */
+ * Docker's; the memory ops (pause to disk, a memory capture, a boot from
+ * one: ENGINE_CAP_MEMORY_CAPTURE) are the VMs'. So microVM sessions and
+ * Docker sessions share one daemon, and callers still see one engine. No state beyond the two engines, no locks. */
 #include "sandboxd/engine.h"
 
 #include <stdlib.h>
@@ -149,6 +150,30 @@ static int r_unpause(struct engine *e, const char *id, struct sbx_error *err)
         return engine_unpause(by_id(e, id), id, err);
 }
 
+/* The memory ops: a VM's id goes to the qemu engine, a container's to Docker, which has none
+ * (-EOPNOTSUPP); a boot from a capture makes a VM, so it is the qemu engine's. */
+static int r_pause_to_disk(struct engine *e, const char *id, struct sbx_error *err)
+{
+        return engine_pause_to_disk(by_id(e, id), id, err);
+}
+
+static int r_memory_capture(struct engine *e, const char *id, int dirfd, int64_t room, int64_t *ret_bytes,
+                            struct sbx_error *err)
+{
+        return engine_memory_capture(by_id(e, id), id, dirfd, room, ret_bytes, err);
+}
+
+static int r_memory_boot(struct engine *e, const char *user, const char *session, const char *dir,
+                         struct sbx_error *err)
+{
+        return engine_memory_boot(R(e)->vm, user, session, dir, err);
+}
+
+static void r_memory_boot_cancel(struct engine *e, const char *user, const char *session)
+{
+        engine_memory_boot_cancel(R(e)->vm, user, session);
+}
+
 static int r_events_follow(struct engine *e, const char *const *label_filters, const char *const *actions,
                            engine_event_cb cb, void *userdata, volatile bool *stop, long reconnect_limit_ms,
                            struct sbx_error *err)
@@ -238,6 +263,10 @@ static int router_new(struct engine *docker, struct engine *vm, struct engine **
         r->ops.stats = r_stats;
         r->ops.pause = r_pause;
         r->ops.unpause = r_unpause;
+        r->ops.pause_to_disk = r_pause_to_disk;
+        r->ops.memory_capture = r_memory_capture;
+        r->ops.memory_boot = r_memory_boot;
+        r->ops.memory_boot_cancel = r_memory_boot_cancel;
         r->ops.events_follow = docker->ops->events_follow ? r_events_follow : NULL;
         r->ops.network_ensure = docker->ops->network_ensure ? r_network_ensure : NULL;
         r->ops.network_list = docker->ops->network_list ? r_network_list : NULL;
@@ -250,7 +279,8 @@ static int router_new(struct engine *docker, struct engine *vm, struct engine **
         r->ops.fallback_run = docker->ops->fallback_run ? r_fallback_run : NULL;
         e->ops = &r->ops;
         e->name = docker->name;
-        e->capabilities = docker->capabilities;
+        /* Docker's, and the memory ops where the VMs have them (engine.h: ENGINE_CAP_MEMORY_CAPTURE) */
+        e->capabilities = docker->capabilities | (vm->capabilities & ENGINE_CAP_MEMORY_CAPTURE);
         e->places = docker->places;
         e->priv = r;
         *ret = e;
@@ -263,11 +293,9 @@ void engine_qemu_set_runner(struct engine *e, const struct engine_qemu_runner *r
                 engine_qemu_bind(R(e)->vm, runner);
 }
 
-struct engine *engine_qemu_of(struct engine *e)
+bool engine_microvm_id(const char *id)
 {
-        if (e && e->ops->free == r_free)
-                return R(e)->vm;
-        return e && e->name && strcmp(e->name, "qemu") == 0 ? e : NULL;
+        return engine_qemu_id(id);
 }
 
 const char *engine_microvm_accel(const struct engine *e)

@@ -11,7 +11,6 @@
 #include "sandboxd/daemon.h"
 #include "sandboxd/egress.h"
 #include "sandboxd/engine.h"
-#include "sandboxd/engine_qemu.h"
 #include "sandboxd/events.h"
 #include "sandboxd/exec.h"
 #include "sandboxd/jsonutil.h"

@@ -42,7 +42,9 @@ static int add(struct sessenv_vec *v, const char *name, const char *value, struc
 /* A session with a secret attached trusts its own CA (secrets_ca.h): the
  * bundle goes into its runner directory (root's, mounted read-only, so
  * nothing in it was planted by the container) and the usual variables name
- * it. Without a runner there is no egress proxy to intercept, and no bundle. */
+ * it. The caller acquired the session, so the directory exists (the hub
+ * makes it with the container); without one there is no runner, no egress
+ * proxy to intercept, and no bundle. */
 static int add_ca(const struct sessenv *c, const char *user, const char *session, struct sessenv_vec *v,
                   struct sbx_error *err)
 {
@@ -50,17 +52,11 @@ static int add_ca(const struct sessenv *c, const char *user, const char *session
                                            "CURL_CA_BUNDLE", "PIP_CERT",           "NPM_CONFIG_CAFILE"};
         char dir[SBX_PATH_MAX];
         _cleanup_free_ char *cert = NULL, *bundle = NULL;
-        struct session *s = NULL;
         size_t len = 0;
         int r;
 
         if (!c->secrets)
                 return 0;
-        /* the directory is the container's: made first (the execution would make it next anyway) */
-        r = session_acquire(c->sessions, user, session, &s, err);
-        if (r < 0)
-                return r;
-        session_release(s);
         if (hub_dir(c->hub, user, session, dir) < 0 || dir[0] != '/')
                 return 0;
         if (!hub_dir_has(dir, RUNNER_DIR_CA_BUNDLE)) {

@@ -72,6 +72,12 @@ DIR *sbx_opendir_dup(int fd);
  * removes nothing fails instead (-ENOTEMPTY, or the last error). */
 int sbx_remove_tree_at(int top);
 
+/* Copy src's data extents into dst at the same offsets (SEEK_DATA/SEEK_HOLE,
+ * so holes stay holes) with copy_file_range, or pread/pwrite where it cannot
+ * (another file system, a memfd), then truncate dst to src's size. dst is
+ * not synced: that is the caller's. 0 or -errno. */
+int sbx_copy_sparse(int src, int dst);
+
 /* strlcpy-like: always NUL-terminates, returns true if it fit. */
 bool sbx_strlcpy(char *dst, const char *src, size_t size);
 

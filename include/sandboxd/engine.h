@@ -3,7 +3,8 @@
  *
  * Like crun's `struct libcrun_cgroup_manager`, an engine is a `struct engine`
  * whose `ops` table is filled by one implementation (src/docker/,
- * engine_docker.h; src/kubernetes/, engine_kubernetes.h) and whose `priv`
+ * engine_docker.h; src/kubernetes/, engine_kubernetes.h; src/qemu/,
+ * engine_qemu.h, behind engine_select.c's router) and whose `priv`
  * only that implementation reads. Callers
  * (sessions, containers, pool, exec's fallback, services, the monitor, gc,
  * usage, runtime, metrics, the daemon) call the engine_* wrappers below and
@@ -68,8 +69,12 @@ enum {
         ENGINE_CAP_ISOLATED_NETWORK = 1u << 9, /* a sandboxd-owned network, no traffic between containers */
         ENGINE_CAP_TMPFS_SIZE = 1u << 10,      /* a size bound on a tmpfs mount */
         ENGINE_CAP_LOGS = 1u << 11,            /* the main process's output, for start failures */
+        /* a container's memory kept on disk and booted from again: pause to disk, a memory capture,
+         * a boot from a capture (a microVM: its RAM is a file). A router (engine_select.c) has the bit
+         * when one of its engines has it; an op on a container of the other is -EOPNOTSUPP. */
+        ENGINE_CAP_MEMORY_CAPTURE = 1u << 12,
 };
-#define ENGINE_CAP_COUNT 12
+#define ENGINE_CAP_COUNT 13
 
 /* The name of capability bit i ("pids_limit"), or NULL past the last. */
 const char *engine_cap_name(unsigned i);
@@ -295,6 +300,26 @@ struct engine_ops {
          * running (pause) or not paused (unpause). */
         int (*pause)(struct engine *e, const char *id, struct sbx_error *err);
         int (*unpause)(struct engine *e, const char *id, struct sbx_error *err);
+        /* The to-disk half of a pause (ENGINE_CAP_MEMORY_CAPTURE): a container pause
+         * froze has its memory saved to disk and its process ended; it reads as
+         * paused (inspect, list, also to a restarted daemon); unpause boots it
+         * again from the save, every process where it was; stop forgets the
+         * save. On failure it stays paused in memory. */
+        int (*pause_to_disk)(struct engine *e, const char *id, struct sbx_error *err);
+        /* A memory capture (ENGINE_CAP_MEMORY_CAPTURE): stop container id,
+         * write its memory, device state and workspace disk into dirfd (root's
+         * files), run it on unless it was paused. -EDQUOT when they would take
+         * more than room bytes; *ret_bytes what the files take. */
+        int (*memory_capture)(struct engine *e, const char *id, int dirfd, int64_t room, int64_t *ret_bytes,
+                              struct sbx_error *err);
+        /* A boot from a capture: the next container made for user/session
+         * starts from the capture in dir (a root-owned directory that
+         * memory_capture filled), its disk copied in as the session's, every
+         * process where it was. boot_cancel forgets one nobody claimed (a fork
+         * that failed before its container). */
+        int (*memory_boot)(struct engine *e, const char *user, const char *session, const char *dir,
+                           struct sbx_error *err);
+        void (*memory_boot_cancel)(struct engine *e, const char *user, const char *session);
         /* Blocks on the calling thread; reconnects without losing or repeating
          * events while the engine can say so (docker_events_follow). Kubernetes
          * also tells "lost" (ev->cause says why: its node is NotReady or gone)
@@ -380,6 +405,13 @@ int engine_new_from_config(const struct sbx_config *cfg, struct engine **ret, st
 /* Free an engine (accepts NULL). No other thread may use it any more. */
 void engine_free(struct engine *e);
 
+/* The microVMs beside Docker (engine_select.c's router; runtime.h's microvm), named without
+ * the engine that runs them. engine_microvm_accel: "kvm" or "tcg", how the microVMs of e run;
+ * NULL where e runs none (no QEMU or guest, or another engine). engine_microvm_id: whether
+ * id names one of them (a container id of any engine otherwise). */
+const char *engine_microvm_accel(const struct engine *e);
+bool engine_microvm_id(const char *id);
+
 static inline bool engine_can(const struct engine *e, unsigned cap)
 {
         return (e->capabilities & cap) == cap;
@@ -457,6 +489,31 @@ static inline int engine_unpause(struct engine *e, const char *id, struct sbx_er
         if (!e->ops->unpause)
                 return sbx_error_set(err, -EOPNOTSUPP, 0, "the %s engine cannot pause", e->name);
         return e->ops->unpause(e, id, err);
+}
+static inline int engine_pause_to_disk(struct engine *e, const char *id, struct sbx_error *err)
+{
+        if (!engine_can(e, ENGINE_CAP_MEMORY_CAPTURE) || !e->ops->pause_to_disk)
+                return sbx_error_set(err, -EOPNOTSUPP, 0, "the %s engine cannot pause to disk", e->name);
+        return e->ops->pause_to_disk(e, id, err);
+}
+static inline int engine_memory_capture(struct engine *e, const char *id, int dirfd, int64_t room, int64_t *ret_bytes,
+                                        struct sbx_error *err)
+{
+        if (!engine_can(e, ENGINE_CAP_MEMORY_CAPTURE) || !e->ops->memory_capture)
+                return sbx_error_set(err, -EOPNOTSUPP, 0, "the %s engine cannot keep a container's memory", e->name);
+        return e->ops->memory_capture(e, id, dirfd, room, ret_bytes, err);
+}
+static inline int engine_memory_boot(struct engine *e, const char *user, const char *session, const char *dir,
+                                     struct sbx_error *err)
+{
+        if (!engine_can(e, ENGINE_CAP_MEMORY_CAPTURE) || !e->ops->memory_boot)
+                return sbx_error_set(err, -EOPNOTSUPP, 0, "the %s engine cannot boot from a memory capture", e->name);
+        return e->ops->memory_boot(e, user, session, dir, err);
+}
+static inline void engine_memory_boot_cancel(struct engine *e, const char *user, const char *session)
+{
+        if (engine_can(e, ENGINE_CAP_MEMORY_CAPTURE) && e->ops->memory_boot_cancel)
+                e->ops->memory_boot_cancel(e, user, session);
 }
 static inline int engine_events_follow(struct engine *e, const char *const *label_filters, const char *const *actions,
                                        engine_event_cb cb, void *userdata, volatile bool *stop, long reconnect_limit_ms,

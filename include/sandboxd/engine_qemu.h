@@ -82,14 +82,12 @@ bool engine_qemu_id(const char *id);
 /* "kvm" or "tcg": how this engine's VMs run. */
 const char *engine_qemu_accel(const struct engine *qemu);
 
-/* The qemu engine of e: e itself, the one the router of engine_select.c
- * holds, or NULL (no microVMs on this daemon). */
-struct engine *engine_qemu_of(struct engine *e);
-
 /* ---- memory (src/qemu/qemu_mem.c, docs/microvm.md) ----
  * Guest RAM is a file (the VM's run/ram, mapped shared), so a save is QMP
  * stop and a migration of the devices' state (x-ignore-shared) to an fd.
- * e: the qemu engine (engine_qemu_of; NULL or another: -EOPNOTSUPP). */
+ * These are the qemu engine's memory ops (engine.h: pause_to_disk,
+ * memory_capture, memory_boot, memory_boot_cancel), which the rest of the
+ * daemon calls through the seam. e: the qemu engine (another: -EOPNOTSUPP). */
 
 /* Stop VM id, write its memory snapshot into dirfd (memory.state, the
  * frozen RAM memory.ram, the workspace disk disk.img; root's files), run it
@@ -110,8 +108,5 @@ int engine_qemu_mem_expect(struct engine *e, const char *user, const char *sessi
 int engine_qemu_pause_to_disk(struct engine *e, const char *id, struct sbx_error *err);
 /* Forget an expectation nobody claimed (a fork that failed before its VM). */
 void engine_qemu_mem_unexpect(struct engine *e, const char *user, const char *session);
-/* "kvm" or "tcg": how the microVMs of e (the router of engine_select.c) run; NULL where e
- * runs none (no QEMU or guest, or another engine). */
-const char *engine_microvm_accel(const struct engine *e);
 
 #endif

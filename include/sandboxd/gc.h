@@ -41,7 +41,13 @@
 #include "sandboxd/common.h"
 #include "sandboxd/config.h"
 
-/* A session with a request this recent is in use: gc.max_age leaves its
+/* gc stops the container of a session created this long ago (s), however
+ * active, once it is quiet: a backstop under idle_timeout against a container
+ * that runs for weeks (its workspace stays; the next request makes a fresh
+ * one). Was gc.max_age. */
+#define GC_MAX_AGE_S (7 * 86400)
+
+/* A session with a request this recent is in use: GC_MAX_AGE_S leaves its
  * container alone until it is quiet. */
 #define GC_RECENT_MS 60000
 

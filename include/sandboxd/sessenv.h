@@ -5,7 +5,8 @@
  * secrets or an intercepted registry, the variables that make its programs
  * trust its CA (secrets_ca.h), whose bundle this writes into its runner
  * directory.
- * The fronts call this; it reads the store, the secrets and the hub. */
+ * The fronts call this after acquiring the session; it reads the store, the
+ * secrets and the hub. */
 #ifndef SANDBOXD_SESSENV_H
 #define SANDBOXD_SESSENV_H
 
@@ -37,8 +38,9 @@ struct sessenv_vec {
 };
 
 /* Append user:session's environment to v, skipping names v already has.
- * May make the session's container (the CA bundle goes into its runner
- * directory). -E2BIG past v->max, -ENOMEM, or the session's error; err says. */
+ * The caller acquired the session first (session_acquire), so its runner
+ * directory exists: the CA bundle goes there; this makes no container.
+ * -E2BIG past v->max, -ENOMEM, or the store's error; err says. */
 int sessenv_add(const struct sessenv *c, const char *user, const char *session, struct sessenv_vec *v,
                 struct sbx_error *err);
 

@@ -81,7 +81,7 @@ int snapshot_take(const struct snapshot_ctx *c, const char *user, const char *se
 /* snapshot_take, and with memory the session's processes too: a microvm
  * session only (-EOPNOTSUPP otherwise, saying so), kind "microvm": its VM
  * stopped for an instant, its device state, frozen RAM and workspace disk
- * kept (engine_qemu_mem_snapshot), counted against the same quotas.
+ * kept (engine_memory_capture, engine.h), counted against the same quotas.
  * restore_session and fork_session from such a snapshot boot the
  * session's next VM from it: processes, /tmp and files where they were;
  * every VM booted from one snapshot shares its RAM copy-on-write. */

@@ -187,6 +187,10 @@ int api_m_run_cell(struct api_req *q, cJSON **ret, struct fronterr *e)
         /* the session's environment, as an exec of it gets (issue 37): after the request's own,
          * which wins; and its secrets' values, masked in the cell's outputs */
         n_req = n_env;
+        /* with secrets on, the session first: its runner directory takes the CA bundle (sessenv.h);
+         * without, the cell acquires it as ever (cells.h) */
+        if (q->d->secrets && (r = api_preflight_session(q, e)) < 0)
+                goto out;
         r = api_agent_default_env(q, env, env_buf, &n_env, API_CELL_MAX_ENV, e);
         if (r < 0)
                 goto out;

@@ -297,9 +297,10 @@ static int run_execution_code(struct api_req *q, enum exec_language lang, const 
                 }
         }
 
-        if (api_agent_default_env(q, env, env_buf, &n_env, API_MAX_ENV, e) < 0)
-                goto out;
+        /* the session first: its runner directory takes the CA bundle of the default env */
         if (api_preflight_session(q, e) < 0)
+                goto out;
+        if (api_agent_default_env(q, env, env_buf, &n_env, API_MAX_ENV, e) < 0)
                 goto out;
         if (stream && !background) {
                 sink = api_sink_new();

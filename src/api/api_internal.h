@@ -151,8 +151,10 @@ int api_m_session_info(struct api_req *q, cJSON **ret, struct fronterr *e);
 /* Methods that act on the user, not one session: params.session optional. */
 bool api_method_user_level(const char *name);
 
-/* Append the session's default environment (create_session's env) to
- * env/env_buf, skipping names env already has. */
+/* Append the session's default environment (create_session's env, its
+ * secrets' placeholders, the CA bundle's variables: sessenv.h) to
+ * env/env_buf, skipping names env already has. Call it after
+ * api_preflight_session (or another session_acquire): it makes no container. */
 int api_agent_default_env(struct api_req *q, const char **env, char **env_buf, size_t *n_env, size_t max,
                           struct fronterr *e);
 /* run_code {script}: the saved script's language and code (malloc'd). */

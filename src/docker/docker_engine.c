@@ -527,7 +527,8 @@ int engine_docker_new(const char *socket_path, long timeout_ms, struct engine **
         e->ops = &docker_ops;
         e->name = "docker";
         /* Docker enforces the whole spec and has every operation. */
-        e->capabilities = (1u << ENGINE_CAP_COUNT) - 1;
+        /* every one but the memory capture: a container's memory lives in the kernel, not in a file */
+        e->capabilities = ((1u << ENGINE_CAP_COUNT) - 1) & ~ENGINE_CAP_MEMORY_CAPTURE;
         *ret = e;
         return 0;
 }

@@ -17,7 +17,7 @@
  * one conditional statement (store_gc_*) that the row still says what gc
  * decided on, so the daemon wins every race it can be seen to be in:
  *   - idle and old containers: the row must still name the container, with
- *     the same quiet last_activity (and, for gc.max_age, no execution running).
+ *     the same quiet last_activity (and, for GC_MAX_AGE_S, no execution running).
  *     The session is marked STOPPED (cause gc_idle / gc_max_age) and only
  *     then is the container removed. A request that slips in between finds
  *     its container vanished, which the daemon treats as recoverable: it
@@ -399,7 +399,7 @@ static void gc_containers(struct gc *g)
                            row->last_activity < g->now - GC_RECENT_MS) {
                         gc_fmt_age(g->now - c->created * 1000, a, sizeof(a));
                         gc_fmt_age((int64_t)g->cfg->max_age_s * 1000, b, sizeof(b));
-                        snprintf(reason, sizeof(reason), "created %s ago (gc.max_age %s)", a, b);
+                        snprintf(reason, sizeof(reason), "created %s ago (GC_MAX_AGE_S %s)", a, b);
                         /* Not used since we looked: last_activity must not have moved. */
                         remove_owned(g, j, (size_t)i, GC_OLD_CONTAINERS, row->last_activity + 1, true, "gc_max_age",
                                      reason);

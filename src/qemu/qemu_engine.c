@@ -566,6 +566,10 @@ static const struct engine_ops qemu_ops = {
         .logs = q_logs,
         .pause = q_pause_op,
         .unpause = q_unpause_op,
+        .pause_to_disk = engine_qemu_pause_to_disk,
+        .memory_capture = engine_qemu_mem_snapshot,
+        .memory_boot = engine_qemu_mem_expect,
+        .memory_boot_cancel = engine_qemu_mem_unexpect,
         .workspace_drop = q_workspace_drop,
 };
 
@@ -592,7 +596,7 @@ int engine_qemu_new(const struct engine_qemu_config *cfg, struct engine **ret, s
         }
         e->ops = &qemu_ops;
         e->name = "qemu";
-        e->capabilities = ENGINE_CAP_PAUSE | ENGINE_CAP_LOGS;
+        e->capabilities = ENGINE_CAP_PAUSE | ENGINE_CAP_LOGS | ENGINE_CAP_MEMORY_CAPTURE;
         e->priv = q;
         *ret = e;
         return 0;

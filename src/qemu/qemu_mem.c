@@ -48,7 +48,6 @@
 
 #define MEM_TIMEOUT_MS 60000 /* a save or a load: a few MiB of state and a wait for QEMU */
 #define QMP_LINE_MAX 16384
-#define COPY_CHUNK (1 << 20)
 
 /* ---- QMP with fds ---- */
 
@@ -215,48 +214,6 @@ static int qmp_save(struct qmp *m, const struct qemu_vm *vm, int state_fd, struc
 
 /* ---- files ---- */
 
-/* Copy src's data extents into dst (holes stay holes), dst truncated to src's size. */
-static int copy_sparse(int src, int dst)
-{
-        _cleanup_free_ char *buf = NULL; /* where copy_file_range cannot (a memfd), made on first need */
-        struct stat st;
-        off_t data = 0, hole;
-
-        if (fstat(src, &st) < 0)
-                return -errno;
-        for (;;) {
-                data = lseek(src, data, SEEK_DATA);
-                if (data < 0)
-                        break; /* ENXIO: no data past here */
-                hole = lseek(src, data, SEEK_HOLE);
-                if (hole < 0)
-                        return -errno;
-                while (data < hole) {
-                        loff_t a = data, b = data;
-                        size_t want = (size_t)(hole - data < (1 << 30) ? hole - data : (1 << 30));
-                        ssize_t n = copy_file_range(src, &a, dst, &b, want, 0);
-                        if (n < 0 && (errno == EXDEV || errno == EINVAL || errno == EOPNOTSUPP || errno == ENOSYS)) {
-                                if (!buf && !(buf = malloc(COPY_CHUNK)))
-                                        return -ENOMEM;
-                                n = pread(src, buf, want < COPY_CHUNK ? want : COPY_CHUNK, data);
-                                if (n > 0 && pwrite(dst, buf, (size_t)n, data) != n)
-                                        return -EIO;
-                        }
-                        if (n < 0 && errno == EINTR)
-                                continue;
-                        if (n < 0)
-                                return -errno;
-                        if (n == 0)
-                                break;
-                        data += n;
-                }
-                data = hole;
-        }
-        if (data < 0 && errno != ENXIO)
-                return -errno;
-        return ftruncate(dst, st.st_size) < 0 ? -errno : 0;
-}
-
 /* A file of the VM's uid (QEMU made it, or it is the session's disk): never a link, never another's. */
 static int open_uid_file(const char *path, uid_t uid)
 {
@@ -279,7 +236,7 @@ static int copy_into(int srcfd, int dirfd, const char *name, mode_t mode)
 
         if (dst < 0)
                 return -errno;
-        r = copy_sparse(srcfd, dst);
+        r = sbx_copy_sparse(srcfd, dst);
         if (r == 0 && fsync(dst) < 0)
                 r = -errno;
         return r;
@@ -346,7 +303,7 @@ static int ram_make(struct qemu *q, const struct qemu_vm *vm, int from)
                 fd = open(path, O_RDWR | O_CREAT | O_EXCL | O_NOFOLLOW | O_CLOEXEC, 0600);
         if (fd < 0)
                 return -errno;
-        r = from >= 0 ? copy_sparse(from, fd) : 0;
+        r = from >= 0 ? sbx_copy_sparse(from, fd) : 0;
         if (r == 0 && fchown(fd, vm->uid, vm->gid) < 0)
                 r = -errno;
         if (r < 0) {
@@ -591,7 +548,7 @@ int qemu_mem_claim(struct qemu *q, struct qemu_vm *vm, struct sbx_error *err)
         _cleanup_close_ int dst = open(tmp, O_WRONLY | O_CREAT | O_EXCL | O_NOFOLLOW | O_CLOEXEC, 0600);
         if (dst < 0)
                 return sbx_error_set(err, -errno, 0, "cannot make %s: %m", tmp);
-        r = copy_sparse(src, dst);
+        r = sbx_copy_sparse(src, dst);
         if (r == 0 && fchown(dst, vm->uid, vm->gid) < 0)
                 r = -errno;
         if (r == 0 && rename(tmp, disk) < 0)
@@ -650,7 +607,7 @@ static int frozen_memfd(struct qemu *q, int ramfd)
         int mfd = memfd_create("sbx-frozen-ram", MFD_CLOEXEC | MFD_ALLOW_SEALING);
         if (mfd < 0)
                 return -errno;
-        r = copy_sparse(ramfd, mfd);
+        r = sbx_copy_sparse(ramfd, mfd);
         if (r == 0 && fcntl(mfd, F_ADD_SEALS, F_SEAL_WRITE | F_SEAL_SHRINK | F_SEAL_GROW | F_SEAL_SEAL) < 0)
                 r = -errno;
         if (r < 0) {

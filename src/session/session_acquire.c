@@ -35,7 +35,6 @@
 #include "sandboxd/audit.h"
 #include "sandboxd/container.h"
 #include "sandboxd/engine.h"
-#include "sandboxd/engine_qemu.h"
 #include "sandboxd/gateway.h"
 #include "sandboxd/log.h"
 #include "sandboxd/portpool.h"
@@ -215,7 +214,7 @@ static int check_live_locked(struct session *s, char *cause, size_t cause_size, 
             hub_wait(m->runner, s->user, s->id, 0)) {
                 r = 0;
                 /* never a runner under runsc; a VM's id says it is one */
-                sbx_strlcpy(runtime, engine_qemu_id(old_id) ? "microvm" : "runc", sizeof(runtime));
+                sbx_strlcpy(runtime, engine_microvm_id(old_id) ? "microvm" : "runc", sizeof(runtime));
         } else {
                 r = container_validate(m->engine, old_id, network, cause, cause_size, runtime, err);
         }

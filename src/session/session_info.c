@@ -8,7 +8,7 @@
 #include <errno.h>
 #include <string.h>
 
-#include "sandboxd/engine_qemu.h"
+#include "sandboxd/engine.h"
 #include "sandboxd/portpool.h"
 #include "sandboxd/sessuid.h"
 
@@ -23,7 +23,7 @@ static void snapshot_locked(struct session *s, struct session_info *info)
         sbx_strlcpy(info->image, s->image, sizeof(info->image));
         sbx_strlcpy(info->network_mode, s->network_mode, sizeof(info->network_mode));
         sbx_strlcpy(info->runtime, s->runtime, sizeof(info->runtime));
-        if (strcmp(s->runtime, ENGINE_QEMU_RUNTIME) == 0 && engine_microvm_accel(s->mgr->engine))
+        if (strcmp(s->runtime, "microvm") == 0 && engine_microvm_accel(s->mgr->engine))
                 sbx_strlcpy(info->accel, engine_microvm_accel(s->mgr->engine), sizeof(info->accel));
         sbx_strlcpy(info->workspace, s->workspace, sizeof(info->workspace));
         sbx_strlcpy(info->last_error, s->last_error, sizeof(info->last_error));

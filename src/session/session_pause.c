@@ -24,7 +24,6 @@
 
 #include "sandboxd/audit.h"
 #include "sandboxd/engine.h"
-#include "sandboxd/engine_qemu.h"
 #include "sandboxd/log.h"
 #include "sandboxd/hub.h"
 #include "sandboxd/store.h"
@@ -177,10 +176,14 @@ int session_pause(struct session_manager *m, const char *user, const char *id, c
         t0 = sbx_now_ms();
         hub_set_frozen(m->runner, user, id, true); /* before the freeze: no heartbeat is missed */
         r = engine_pause(m->engine, cid, &e);
-        if (r == 0 && engine_qemu_id(cid) && (strcmp(reason, "idle") == 0 || strcmp(reason, "to_disk") == 0)) {
-                /* a microVM's memory to disk and QEMU gone; the resume boots it from the save */
+        if (r == 0 && engine_can(m->engine, ENGINE_CAP_MEMORY_CAPTURE) &&
+            (strcmp(reason, "idle") == 0 || strcmp(reason, "to_disk") == 0)) {
+                /* where the engine keeps memory on disk (a microVM), its memory goes there and its
+                 * process ends; the resume boots it from the save. A container whose engine cannot
+                 * (-EOPNOTSUPP: a Docker one beside the VMs) stays paused in memory, as it would anyway. */
                 struct sbx_error de = {0};
-                if (engine_qemu_pause_to_disk(engine_qemu_of(m->engine), cid, &de) < 0)
+                int dr = engine_pause_to_disk(m->engine, cid, &de);
+                if (dr < 0 && dr != -EOPNOTSUPP)
                         log_ctx(LOG_LEVEL_WARN, user, id, cid, "paused in memory, not to disk: %s", de.msg);
         }
         pthread_mutex_lock(&s->lock);

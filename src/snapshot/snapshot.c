@@ -22,7 +22,6 @@
 #include "sandboxd/audit.h"
 #include "sandboxd/cells.h"
 #include "sandboxd/engine.h"
-#include "sandboxd/engine_qemu.h"
 #include "sandboxd/egress_rules.h"
 #include "sandboxd/events.h"
 #include "sandboxd/log.h"
@@ -333,7 +332,7 @@ struct capture {
         int64_t room; /* bytes left of the user's limits.snapshot_bytes_per_user */
         bool reflinked;
         bool was_paused;
-        bool memory; /* kind microvm: the VM's memory, devices and disk (engine_qemu.h) */
+        bool memory; /* kind microvm: the VM's memory, devices and disk (engine.h: memory_capture) */
 };
 
 static int capture_files(struct capture *k, struct sbx_error *err)
@@ -398,7 +397,7 @@ static int capture_held(void *ud, const char *cid, struct sbx_error *err)
                 /* QMP stop is the frozen point; the VM runs on after (a paused one stays paused) */
                 if (!cid[0])
                         return sbx_error_set(err, -ESRCH, 409, "the session has no VM running: no memory to keep");
-                return engine_qemu_mem_snapshot(engine_qemu_of(e), cid, k->outdir, k->room, &k->bytes, err);
+                return engine_memory_capture(e, cid, k->outdir, k->room, &k->bytes, err);
         }
 
         if (cid[0] && engine_inspect(e, cid, &info, NULL) == 0) {
@@ -498,7 +497,7 @@ int snapshot_take_memory(const struct snapshot_ctx *c, const char *user, const c
                 return r;
         if (session_get_info(c->sessions, user, session, &info) < 0)
                 return sbx_error_set(err, -ENOENT, 0, "no session %s", session);
-        if (memory && strcmp(info.runtime, ENGINE_QEMU_RUNTIME) != 0) {
+        if (memory && strcmp(info.runtime, "microvm") != 0) {
                 r = sbx_error_set(err, -EOPNOTSUPP, 0,
                                   "memory snapshots need runtime microvm; this session runs %s, whose snapshots keep "
                                   "files only (snapshot_session without memory)",
@@ -707,7 +706,7 @@ static int fill_tree_live(const struct fill *f, int src, struct sbx_error *err)
         return snaparchive_unpack(src, ws, f->uid, unpack_limit(f->c->cfg), NULL, err);
 }
 
-/* The snapshot's directory as a path (the qemu engine opens it when the session's VM is made). */
+/* The snapshot's directory as a path (the engine opens it when the session's VM is made). */
 static int snap_path(const struct sbx_config *cfg, const char *user, const char *id, char *buf, size_t size)
 {
         int n = snprintf(buf, size, "%s/%s/%s/%s", cfg->data_dir, SNAP_DIR, user, id);
@@ -721,7 +720,7 @@ static int fill_memory(const struct fill *f, struct sbx_error *err)
 
         if (snap_path(f->c->cfg, f->user, f->snap->id, path, sizeof(path)) < 0)
                 return sbx_error_set(err, -ENAMETOOLONG, 0, "the snapshot's path is too long");
-        return engine_qemu_mem_expect(engine_qemu_of(f->c->engine), f->user, f->session, path, err);
+        return engine_memory_boot(f->c->engine, f->user, f->session, path, err);
 }
 
 static int fill_held(void *ud, const char *cid, struct sbx_error *err)
@@ -746,7 +745,7 @@ static int snap_usable(const struct snapshot_ctx *c, const struct store_snapshot
         if (strcmp(s->state, "ready") != 0)
                 return sbx_error_set(err, -EBUSY, 0, "snapshot %s is still being taken", s->id);
         if (strcmp(s->kind, "microvm") == 0)
-                return engine_qemu_of(c->engine)
+                return engine_can(c->engine, ENGINE_CAP_MEMORY_CAPTURE)
                                ? 0
                                : sbx_error_set(err, -EOPNOTSUPP, 0,
                                                "snapshot %s keeps a microVM's memory and this daemon runs none", s->id);
@@ -988,7 +987,7 @@ out:
                 struct sbx_error de = {0};
                 atomic_fetch_add(&n_failed, 1);
                 if (strcmp(snap.kind, "microvm") == 0)
-                        engine_qemu_mem_unexpect(engine_qemu_of(c->engine), user, to_session);
+                        engine_memory_boot_cancel(c->engine, user, to_session);
                 if (made && session_destroy(c->sessions, user, to_session, true, &de) < 0)
                         log_ctx(LOG_LEVEL_WARN, user, to_session, NULL, "fork failed and its session stays: %s",
                                 de.msg);

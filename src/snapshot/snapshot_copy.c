@@ -14,39 +14,9 @@
 
 #include "snapshot_internal.h"
 
-#define COPY_CHUNK (1 << 20)
-
-static int copy_range(int in, int out, off_t off, off_t len)
-{
-        _cleanup_free_ char *buf = NULL; /* the plain way's, made on first need */
-
-        while (len > 0) {
-                loff_t a = off, b = off;
-                ssize_t n = copy_file_range(in, &a, out, &b, (size_t)(len < (1 << 30) ? len : (1 << 30)), 0);
-                if (n < 0 && (errno == EXDEV || errno == ENOSYS || errno == EOPNOTSUPP || errno == EINVAL)) {
-                        if (!buf && !(buf = malloc(COPY_CHUNK)))
-                                return -ENOMEM;
-                        n = pread(in, buf, (size_t)(len < COPY_CHUNK ? len : COPY_CHUNK), off);
-                        if (n > 0 && pwrite(out, buf, (size_t)n, off) != n)
-                                return errno ? -errno : -EIO;
-                }
-                if (n < 0) {
-                        if (errno == EINTR)
-                                continue;
-                        return -errno;
-                }
-                if (n == 0)
-                        return 0; /* the file shrank: the rest is a hole */
-                off += n;
-                len -= n;
-        }
-        return 0;
-}
-
 int snapcopy_file(int srcfd, int dstfd, bool *ret_reflinked, int64_t *ret_bytes)
 {
         struct stat st;
-        off_t data = 0, hole;
         int r;
 
         *ret_reflinked = false;
@@ -57,23 +27,9 @@ int snapcopy_file(int srcfd, int dstfd, bool *ret_reflinked, int64_t *ret_bytes)
         if (ioctl(dstfd, FICLONE, srcfd) == 0) {
                 *ret_reflinked = true;
         } else {
-                for (;;) {
-                        data = lseek(srcfd, data, SEEK_DATA);
-                        if (data < 0) {
-                                if (errno == ENXIO)
-                                        break; /* no data past here */
-                                return -errno;
-                        }
-                        hole = lseek(srcfd, data, SEEK_HOLE);
-                        if (hole < 0)
-                                return -errno;
-                        r = copy_range(srcfd, dstfd, data, hole - data);
-                        if (r < 0)
-                                return r;
-                        data = hole;
-                }
-                if (ftruncate(dstfd, st.st_size) < 0)
-                        return -errno;
+                r = sbx_copy_sparse(srcfd, dstfd); /* its data extents only (common.h) */
+                if (r < 0)
+                        return r;
         }
         if (fsync(dstfd) < 0)
                 return -errno;

@@ -319,7 +319,7 @@ Test(gc, idle_old_and_orphan_containers_go_foreign_ones_stay)
         raw_container((const char *const[]){CONTAINER_LABEL_MANAGED "=1", other_inst, CONTAINER_LABEL_USER "=alice",
                                             CONTAINER_LABEL_SESSION "=idle", NULL},
                       other);
-        sbx_sleep_ms(2100); /* not a wait: ages them past gc.max_age 1 s (Docker's Created has whole seconds) */
+        sbx_sleep_ms(2100); /* not a wait: ages them past a max_age_s of 1 s (Docker's Created has whole seconds) */
 
         run_gc(&cfg, false, &rep);
         expect_kind(&rep, GC_IDLE_CONTAINERS, 1, 0);
@@ -1175,7 +1175,7 @@ Test(gc, the_daemon_wins_every_race_in_the_store)
                      -ESTALE);
         /* the daemon replaced the container */
         cr_assert_eq(store_gc_session_take_container(st, "alice", "s", "c0", now + 1, false, "gc_idle", now), -ESTALE);
-        /* an execution is running (gc.max_age wants the session quiet) */
+        /* an execution is running (GC_MAX_AGE_S wants the session quiet) */
         {
                 char ex[37];
                 put_exec(&cfg, st, "alice", "s", "RUNNING", 0, -1, -1, ex);

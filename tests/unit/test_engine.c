@@ -1,7 +1,8 @@
 /* test_engine.c — the engine seam (engine.h) without dockerd: the Docker
  * engine's create body is byte for byte the one container.c sent before the
  * seam; capabilities say what an engine leaves out, and the container code
- * refuses what would weaken isolation (against the fake engine). */
+ * refuses what would weaken isolation (against the fake engine); the memory
+ * ops go to an engine only behind ENGINE_CAP_MEMORY_CAPTURE. */
 #include <criterion/criterion.h>
 #include <errno.h>
 #include <stdio.h>
@@ -183,4 +184,68 @@ Test(engine, the_fake_engine_reports_its_missing_pid_limit_and_refuses_a_runtime
         cr_assert_eq(container_create_started(fe, &cfg, &p, id, &err), 0, "%s", err.msg);
         cr_assert(fake_engine_is_running(fe, id));
         engine_free(fe);
+}
+
+/* An engine whose memory ops count their calls. */
+static int mem_calls;
+static int mem_pause_to_disk(struct engine *e, const char *id, struct sbx_error *err)
+{
+        (void)e, (void)err;
+        mem_calls++;
+        return strcmp(id, "vm-1") == 0 ? 0 : -ENOENT;
+}
+static int mem_capture(struct engine *e, const char *id, int dirfd, int64_t room, int64_t *ret_bytes,
+                       struct sbx_error *err)
+{
+        (void)e, (void)id, (void)dirfd, (void)err;
+        mem_calls++;
+        *ret_bytes = room / 2;
+        return 0;
+}
+static int mem_boot(struct engine *e, const char *user, const char *session, const char *dir, struct sbx_error *err)
+{
+        (void)e, (void)user, (void)session, (void)dir, (void)err;
+        mem_calls++;
+        return 0;
+}
+static void mem_boot_cancel(struct engine *e, const char *user, const char *session)
+{
+        (void)e, (void)user, (void)session;
+        mem_calls++;
+}
+
+Test(engine, memory_ops_go_only_to_an_engine_with_the_capability)
+{
+        static const struct engine_ops ops = {.pause_to_disk = mem_pause_to_disk,
+                                              .memory_capture = mem_capture,
+                                              .memory_boot = mem_boot,
+                                              .memory_boot_cancel = mem_boot_cancel};
+        struct engine without = {.ops = &ops, .name = "plain", .capabilities = ENGINE_CAP_PAUSE};
+        struct engine with = {.ops = &ops, .name = "vms", .capabilities = ENGINE_CAP_MEMORY_CAPTURE};
+        struct engine no_ops = {.ops = &(const struct engine_ops){0},
+                                .name = "empty",
+                                .capabilities = ENGINE_CAP_MEMORY_CAPTURE};
+        struct sbx_error err = {0};
+        int64_t bytes = 0;
+
+        mem_calls = 0;
+        cr_assert_eq(engine_pause_to_disk(&without, "vm-1", &err), -EOPNOTSUPP);
+        cr_assert_not_null(strstr(err.msg, "the plain engine cannot pause to disk"), "%s", err.msg);
+        cr_assert_eq(engine_memory_capture(&without, "vm-1", 3, 100, &bytes, &err), -EOPNOTSUPP);
+        cr_assert_eq(engine_memory_boot(&without, "alice", "s1", "/x", &err), -EOPNOTSUPP);
+        engine_memory_boot_cancel(&without, "alice", "s1");
+        cr_assert_eq(mem_calls, 0, "an op ran on an engine without the capability");
+
+        /* the bit without the op is still -EOPNOTSUPP, never a NULL call */
+        cr_assert_eq(engine_memory_capture(&no_ops, "vm-1", 3, 100, &bytes, &err), -EOPNOTSUPP);
+        engine_memory_boot_cancel(&no_ops, "alice", "s1");
+
+        cr_assert_eq(engine_pause_to_disk(&with, "vm-1", &err), 0);
+        cr_assert_eq(engine_pause_to_disk(&with, "vm-2", &err), -ENOENT, "the op's own answer comes back");
+        cr_assert_eq(engine_memory_capture(&with, "vm-1", 3, 100, &bytes, &err), 0);
+        cr_assert_eq(bytes, 50);
+        cr_assert_eq(engine_memory_boot(&with, "alice", "s1", "/x", &err), 0);
+        engine_memory_boot_cancel(&with, "alice", "s1");
+        cr_assert_eq(mem_calls, 5);
+        cr_assert_str_eq(engine_cap_name(12), "memory_capture");
 }

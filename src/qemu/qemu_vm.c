@@ -27,6 +27,7 @@
 
 #include "qemu_internal.h"
 #include "sandboxd/container.h"
+#include "sandboxd/log.h"
 #include "sandboxd/runner_proto.h"
 #include "sandboxd/sha256.h"
 
@@ -411,8 +412,9 @@ int qemu_disk_drop(struct qemu *q, const char *user, const char *session, struct
 
 void qemu_vm_dir_remove(struct qemu *q, const char *id)
 {
-        static const char *const files[] = {"run/qmp.sock", "run/console.log", "run/qemu.log",     "initrd",    "state",
-                                            "state.tmp",    QEMU_MEM_SAVED,    QEMU_MEM_SAVED_RAM, QEMU_CHANNEL};
+        static const char *const files[] = {"run/qmp.sock", "run/console.log", "run/qemu.log", "initrd",
+                                            "state",        "state.tmp",       QEMU_MEM_SAVED, QEMU_MEM_SAVED_RAM,
+                                            QEMU_CHANNEL,   QEMU_NET_CHANNEL};
         char path[SBX_PATH_MAX];
 
         /* unlink never follows a link; QEMU's uid may have made nothing else in run/ that
@@ -585,6 +587,12 @@ int qemu_vm_adopt(struct qemu *q, const struct qemu_vm *vm, struct sbx_error *er
                         qemu_booted_set(q, vm->id, true);
         }
         pthread_mutex_unlock(&q->adopt_lock);
+        if (r == 0) {
+                int nr = qemu_net_attach(q, vm, vmfd);
+                if (nr < 0)
+                        log_ctx(LOG_LEVEL_WARN, user, session, vm->id, "microVM: no egress or forwards: %s",
+                                strerror(-nr));
+        }
         if (r < 0)
                 return sbx_error_set(err, r, 0, "VM %s still runs but its runner did not answer when dialled again: %s",
                                      vm->id, strerror(-r));
@@ -616,12 +624,12 @@ gone:;
 /* The forked child's part: the session's uid, QEMU's fds (0-2; 3 the
  * runner channel; 4 the VM's directory and 5 the disks', O_PATH, so that
  * QEMU reaches its files through /proc/self/fd whatever the modes of the
- * directories above them; 6 a snapshot's frozen RAM when fds[3] >= 0),
- * then exec. Only async-signal-safe calls. */
-static void child_exec(const struct qemu_vm *vm, const int fds[4], const int cg[QEMU_CG_MAX], char *const argv[])
+ * directories above them; 6 a snapshot's frozen RAM when fds[3] >= 0; 7 the
+ * net channel, qemu_net.c), then exec. Only async-signal-safe calls. */
+static void child_exec(const struct qemu_vm *vm, const int fds[5], const int cg[QEMU_CG_MAX], char *const argv[])
 {
         sigset_t none;
-        int hi[4] = {-1, -1, -1, -1}, nul, lfd;
+        int hi[5] = {-1, -1, -1, -1, -1}, nul, lfd;
 
         sigemptyset(&none);
         sigprocmask(SIG_SETMASK, &none, NULL);
@@ -630,7 +638,7 @@ static void child_exec(const struct qemu_vm *vm, const int fds[4], const int cg[
         for (int i = 0; i < QEMU_CG_MAX; i++)
                 if (cg[i] >= 0 && write(cg[i], "0", 1) != 1)
                         _exit(125);
-        for (int i = 0; i < 4; i++)
+        for (int i = 0; i < 5; i++)
                 if ((i < 3 || fds[i] >= 0) && (hi[i] = fcntl(fds[i], F_DUPFD_CLOEXEC, 10)) < 0)
                         _exit(126);
         if (setgroups(0, NULL) < 0 || setgid(vm->gid) < 0 || setuid(vm->uid) < 0 ||
@@ -640,15 +648,18 @@ static void child_exec(const struct qemu_vm *vm, const int fds[4], const int cg[
         nul = open("/dev/null", O_RDWR | O_CLOEXEC);
         lfd = openat(hi[1], "run/qemu.log", O_WRONLY | O_CREAT | O_APPEND | O_CLOEXEC | O_NOFOLLOW, 0600);
         if (nul < 0 || lfd < 0 || dup2(nul, 0) < 0 || dup2(nul, 1) < 0 || dup2(lfd, 2) < 0 || dup2(hi[0], 3) < 0 ||
-            dup2(hi[1], 4) < 0 || dup2(hi[2], 5) < 0 || (hi[3] >= 0 && dup2(hi[3], 6) < 0))
+            dup2(hi[1], 4) < 0 || dup2(hi[2], 5) < 0 || (hi[3] >= 0 && dup2(hi[3], 6) < 0) ||
+            (hi[4] >= 0 && dup2(hi[4], 7) < 0))
                 _exit(126);
-        syscall(SYS_close_range, hi[3] >= 0 ? 7u : 6u, ~0u, 0u);
+        if (hi[3] < 0)
+                close(6);
+        syscall(SYS_close_range, hi[4] >= 0 ? 8u : 7u, ~0u, 0u);
         execv(argv[0], argv);
         _exit(127);
 }
 
 /* QEMU, twice forked so that it outlives the daemon; its pid. */
-static pid_t spawn(const struct qemu_vm *vm, const int fds[4], const int cg[QEMU_CG_MAX], char *const argv[])
+static pid_t spawn(const struct qemu_vm *vm, const int fds[5], const int cg[QEMU_CG_MAX], char *const argv[])
 {
         int pp[2];
         pid_t c, g = -1;
@@ -706,6 +717,11 @@ int qemu_vm_boot(struct qemu *q, struct qemu_vm *vm, struct sbx_error *err)
                 size_t n = strlen(append);
                 snprintf(append + n, sizeof(append) - n, " sbx.nproc=%" PRId64, vm->pids_limit);
         }
+        /* the session has egress: the guest's runner sets the proxy variables */
+        if (vm->egress) {
+                size_t n = strlen(append);
+                snprintf(append + n, sizeof(append) - n, " sbx.egress=1");
+        }
         snprintf(mem, sizeof(mem), "%" PRId64, mib < 128 ? 128 : mib);
         snprintf(smp, sizeof(smp), "%" PRId64, cpus < 1 ? 1 : cpus > 16 ? 16 : cpus);
         snprintf(drive, sizeof(drive), "file=/proc/self/fd/5%s,if=none,id=ws,format=raw", disk);
@@ -723,7 +739,11 @@ int qemu_vm_boot(struct qemu *q, struct qemu_vm *vm, struct sbx_error *err)
                               /* the runner channel: a socket that listens (channel_listen), so that a
                                * restarted daemon dials the same VM again (qemu_vm_adopt) */
                               "socket,id=runner,fd=3,server=on,wait=off", "-device",
-                              "virtserialport,chardev=runner,name=sandboxd.runner", "-serial",
+                              "virtserialport,chardev=runner,name=sandboxd.runner", "-chardev",
+                              /* egress and forwards, multiplexed (qemu_net.c); after the runner's
+                               * port, which stays /dev/vport0p1 */
+                              "socket,id=net,fd=7,server=on,wait=off", "-device",
+                              "virtserialport,chardev=net,name=" QEMU_NET_PORT_NAME, "-serial",
                               "file:/proc/self/fd/4/run/console.log", "-qmp",
                               "unix:/proc/self/fd/4/run/qmp.sock,server=on,wait=off", "-sandbox",
                               "on,obsolete=deny,elevateprivileges=deny,spawn=deny,resourcecontrol=deny",
@@ -737,13 +757,19 @@ int qemu_vm_boot(struct qemu *q, struct qemu_vm *vm, struct sbx_error *err)
         int cg[QEMU_CG_MAX];
         (void)qemu_cgroup_make(vm, (mib < 128 ? 128 : mib) << 20, cg, vm->cgroup_note, sizeof(vm->cgroup_note));
         lfd = channel_listen(vmfd, err);
-        pid_t pid = lfd < 0 ? lfd : spawn(vm, (const int[4]){lfd, vmfd, dfd, ramfd}, cg, argv);
+        int nfd = lfd < 0 ? -1 : qemu_net_listen(vmfd, err);
+        if (lfd >= 0 && nfd < 0) {
+                close(lfd);
+                lfd = nfd;
+        }
+        pid_t pid = lfd < 0 ? lfd : spawn(vm, (const int[5]){lfd, vmfd, dfd, ramfd, nfd}, cg, argv);
         for (int i = 0; i < QEMU_CG_MAX; i++)
                 if (cg[i] >= 0)
                         close(cg[i]);
         if (lfd < 0)
                 return lfd;
-        close(lfd); /* QEMU's alone from here: only it accepts on the channel */
+        close(lfd); /* QEMU's alone from here: only it accepts on the channels */
+        close(nfd);
         if (pid < 0)
                 return sbx_error_set(err, (int)pid, 0, "cannot start QEMU: %s", strerror((int)-pid));
         char state;
@@ -752,6 +778,7 @@ int qemu_vm_boot(struct qemu *q, struct qemu_vm *vm, struct sbx_error *err)
                 vm->pid_start = 0; /* gone already: alive never matches */
         vm->paused = false;
         vm->listening = true;
+        vm->net = true;
         qemu_now_rfc3339(vm->started_at);
         vm->finished_at[0] = '\0';
         r = qemu_state_save(q, vm);
@@ -794,9 +821,15 @@ int qemu_vm_boot(struct qemu *q, struct qemu_vm *vm, struct sbx_error *err)
                                              strerror(-r));
                 }
                 qemu_booted_set(q, vm->id, true);
+                /* egress and forwards: the guest's runner syncs on it when it comes up */
+                int nr = qemu_net_attach(q, vm, vmfd);
+                if (nr < 0)
+                        log_ctx(LOG_LEVEL_WARN, user, session, vm->id, "microVM: no egress or forwards: %s",
+                                strerror(-nr));
                 while (sbx_now_ms() < deadline && qemu_vm_alive(vm))
                         if (runner.wait(runner.ud, user, session, 1000))
                                 return 0;
+                qemu_net_detach(q, vm->id);
                 qemu_booted_set(q, vm->id, false);
         }
         _cleanup_free_ char *tail = NULL, *qlog = NULL;

@@ -95,6 +95,10 @@ int qemu_setup(struct qemu *q, const struct engine_qemu_config *cfg, struct sbx_
 int qemu_vm_prepare(struct qemu *q, struct qemu_vm *vm, const struct engine_spec *spec, struct sbx_error *err);
 /* Exec QEMU jailed, hand its runner channel to the hub and wait for the runner. */
 int qemu_vm_boot(struct qemu *q, struct qemu_vm *vm, struct sbx_error *err);
+/* A channel's socket `name` in the VM's directory vmfd (root's): bound and listening, for
+ * QEMU's chardev; or dialled (nonblocking; -ENOENT unless it is root's socket). */
+int qemu_sock_listen(int vmfd, const char *name, struct sbx_error *err);
+int qemu_sock_connect(int vmfd, const char *name, int *ret_fd);
 bool qemu_vm_alive(const struct qemu_vm *vm);
 /* A live VM that an earlier daemon booted: dial its runner channel, wait for the guest
  * runner's RP_HELLO and hand the channel to the hub. 0, or -errno with err saying why. */
@@ -112,8 +116,6 @@ int qemu_disk_path(const struct qemu *q, const char *user, const char *session, 
 /* qemu_net.c */
 #define QEMU_NET_CHANNEL "net.sock"       /* in the VM's directory (root's): the net port's socket */
 #define QEMU_NET_PORT_NAME "sandboxd.net" /* its virtio-serial port (runner/vmux.h: VMUX_PORT_NAME) */
-/* Bind and listen on the VM's net channel socket (QEMU's fd 7). */
-int qemu_net_listen(int vmfd, struct sbx_error *err);
 /* Dial the net channel of vm (booted or adopted here) and serve its streams; a VM booted
  * without the port: nothing. 0 or -errno. */
 int qemu_net_attach(struct qemu *q, const struct qemu_vm *vm, int vmfd);

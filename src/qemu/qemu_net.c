@@ -17,13 +17,8 @@
  * Locks: q->net_lock guards the list; a vmux is stopped (joined) with no
  * lock held, and its thread takes only q->lock (to read q->runner). */
 #include <errno.h>
-#include <fcntl.h>
-#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
-#include <sys/socket.h>
-#include <sys/stat.h>
-#include <sys/un.h>
 #include <unistd.h>
 
 #include "qemu_internal.h"
@@ -40,26 +35,6 @@ struct qemu_net {
         char user[128], session[128];
         struct vmux *m;
 };
-
-int qemu_net_listen(int vmfd, struct sbx_error *err)
-{
-        struct sockaddr_un sa = {.sun_family = AF_UNIX};
-        int fd;
-
-        snprintf(sa.sun_path, sizeof(sa.sun_path), "/proc/self/fd/%d/" QEMU_NET_CHANNEL, vmfd);
-        if (unlinkat(vmfd, QEMU_NET_CHANNEL, 0) < 0 && errno != ENOENT)
-                return sbx_error_set(err, -errno, 0, "cannot replace the net channel's socket: %m");
-        fd = socket(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC, 0);
-        if (fd < 0)
-                return sbx_error_set(err, -errno, 0, "socket: %m");
-        if (bind(fd, (struct sockaddr *)&sa, sizeof(sa)) < 0 || fchmodat(vmfd, QEMU_NET_CHANNEL, 0600, 0) < 0 ||
-            listen(fd, 1) < 0) {
-                int r = -errno;
-                close(fd);
-                return sbx_error_set(err, r, 0, "cannot listen for the net channel: %s", strerror(-r));
-        }
-        return fd;
-}
 
 /* A stream the guest opened (the vmux's thread). */
 static void opened(void *ud, uint16_t kind, int fd)
@@ -113,10 +88,8 @@ int qemu_net_attach(struct qemu *q, const struct qemu_vm *vm, int vmfd)
 {
         const char *user = qemu_vm_label(vm, CONTAINER_LABEL_USER),
                    *session = qemu_vm_label(vm, CONTAINER_LABEL_SESSION);
-        struct sockaddr_un sa = {.sun_family = AF_UNIX};
-        struct stat st;
         struct qemu_net *n, *old;
-        int fd;
+        int fd = -1, r;
 
         if (!vm->net || !user || !session)
                 return 0; /* booted without the port (an earlier daemon's VM): no network, as then */
@@ -127,18 +100,9 @@ int qemu_net_attach(struct qemu *q, const struct qemu_vm *vm, int vmfd)
         free_list(old);
         if (stopped)
                 return -ESHUTDOWN;
-        /* root's socket in root's directory: never a link, never one QEMU's uid made */
-        if (fstatat(vmfd, QEMU_NET_CHANNEL, &st, AT_SYMLINK_NOFOLLOW) < 0 || !S_ISSOCK(st.st_mode) || st.st_uid != 0)
-                return -ENOENT;
-        snprintf(sa.sun_path, sizeof(sa.sun_path), "/proc/self/fd/%d/" QEMU_NET_CHANNEL, vmfd);
-        fd = socket(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC | SOCK_NONBLOCK, 0);
-        if (fd < 0)
-                return -errno;
-        if (connect(fd, (struct sockaddr *)&sa, sizeof(sa)) < 0) {
-                int r = -errno;
-                close(fd);
+        r = qemu_sock_connect(vmfd, QEMU_NET_CHANNEL, &fd);
+        if (r < 0)
                 return r;
-        }
         n = calloc(1, sizeof(*n));
         if (!n) {
                 close(fd);

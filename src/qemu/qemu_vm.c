@@ -477,43 +477,40 @@ int qemu_vm_console(struct qemu *q, const struct qemu_vm *vm, int tail_lines, ch
 
 /* ---- the runner channel ---- */
 
-/* The runner channel's socket, bound and listening by the daemon in the VM's directory
- * (root's, 0711: QEMU's uid can neither swap nor reach it by name); QEMU gets the listening
- * descriptor as its chardev (fd=3, server=on) and accepts one connection at a time, again
- * after each ends, so a restarted daemon dials the same socket. */
-static int channel_listen(int vmfd, struct sbx_error *err)
+/* A channel's socket (the runner channel's, the net port's), bound and listening by the daemon
+ * in the VM's directory (root's, 0711: QEMU's uid can neither swap nor reach it by name);
+ * QEMU gets the listening descriptor as a chardev (server=on) and accepts one connection at a
+ * time, again after each ends, so a restarted daemon dials the same socket. */
+int qemu_sock_listen(int vmfd, const char *name, struct sbx_error *err)
 {
         struct sockaddr_un sa = {.sun_family = AF_UNIX};
         int fd;
 
-        snprintf(sa.sun_path, sizeof(sa.sun_path), "/proc/self/fd/%d/" QEMU_CHANNEL, vmfd);
-        if (unlinkat(vmfd, QEMU_CHANNEL, 0) < 0 && errno != ENOENT)
-                return sbx_error_set(err, -errno, 0, "cannot replace the runner channel's socket: %m");
+        snprintf(sa.sun_path, sizeof(sa.sun_path), "/proc/self/fd/%d/%s", vmfd, name);
+        if (unlinkat(vmfd, name, 0) < 0 && errno != ENOENT)
+                return sbx_error_set(err, -errno, 0, "cannot replace %s: %m", name);
         fd = socket(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC, 0);
         if (fd < 0)
                 return sbx_error_set(err, -errno, 0, "socket: %m");
-        if (bind(fd, (struct sockaddr *)&sa, sizeof(sa)) < 0 || fchmodat(vmfd, QEMU_CHANNEL, 0600, 0) < 0 ||
+        if (bind(fd, (struct sockaddr *)&sa, sizeof(sa)) < 0 || fchmodat(vmfd, name, 0600, 0) < 0 ||
             listen(fd, 1) < 0) {
                 int r = -errno;
                 close(fd);
-                return sbx_error_set(err, r, 0, "cannot listen for the runner channel: %s", strerror(-r));
+                return sbx_error_set(err, r, 0, "cannot listen on %s: %s", name, strerror(-r));
         }
         return fd;
 }
 
-/* Dial the VM's runner channel and wait, until deadline and while QEMU lives, for the guest
- * runner's first frame: it must be RP_HELLO (peeked, left for the hub). -EPROTO: something
- * else came first (bytes of an earlier connection): a new connection starts clean. */
-static int channel_connect(int vmfd, int *ret_fd)
+int qemu_sock_connect(int vmfd, const char *name, int *ret_fd)
 {
         struct sockaddr_un sa = {.sun_family = AF_UNIX};
         struct stat st;
         _cleanup_close_ int fd = -1;
 
         /* root's socket in root's directory: never a link, never one QEMU's uid made */
-        if (fstatat(vmfd, QEMU_CHANNEL, &st, AT_SYMLINK_NOFOLLOW) < 0 || !S_ISSOCK(st.st_mode) || st.st_uid != 0)
+        if (fstatat(vmfd, name, &st, AT_SYMLINK_NOFOLLOW) < 0 || !S_ISSOCK(st.st_mode) || st.st_uid != 0)
                 return -ENOENT;
-        snprintf(sa.sun_path, sizeof(sa.sun_path), "/proc/self/fd/%d/" QEMU_CHANNEL, vmfd);
+        snprintf(sa.sun_path, sizeof(sa.sun_path), "/proc/self/fd/%d/%s", vmfd, name);
         fd = socket(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC | SOCK_NONBLOCK, 0);
         if (fd < 0)
                 return -errno;
@@ -524,10 +521,13 @@ static int channel_connect(int vmfd, int *ret_fd)
         return 0;
 }
 
+/* Dial the VM's runner channel and wait, until deadline and while QEMU lives, for the guest
+ * runner's first frame: it must be RP_HELLO (peeked, left for the hub). -EPROTO: something
+ * else came first (bytes of an earlier connection): a new connection starts clean. */
 static int channel_dial(const struct qemu_vm *vm, int vmfd, int64_t deadline, int *ret_fd)
 {
         _cleanup_close_ int fd = -1;
-        int r = channel_connect(vmfd, &fd);
+        int r = qemu_sock_connect(vmfd, QEMU_CHANNEL, &fd);
 
         if (r < 0)
                 return r;
@@ -736,7 +736,7 @@ int qemu_vm_boot(struct qemu *q, struct qemu_vm *vm, struct sbx_error *err)
                               "-no-user-config", "-display", "none", "-no-reboot", "-nic", "none", "-kernel", q->kernel,
                               "-initrd", "/proc/self/fd/4/initrd", "-append", append, "-drive", drive, "-device",
                               "virtio-blk-device,drive=ws", "-device", "virtio-serial-device", "-chardev",
-                              /* the runner channel: a socket that listens (channel_listen), so that a
+                              /* the runner channel: a socket that listens (qemu_sock_listen), so that a
                                * restarted daemon dials the same VM again (qemu_vm_adopt) */
                               "socket,id=runner,fd=3,server=on,wait=off", "-device",
                               "virtserialport,chardev=runner,name=sandboxd.runner", "-chardev",
@@ -756,8 +756,8 @@ int qemu_vm_boot(struct qemu *q, struct qemu_vm *vm, struct sbx_error *err)
                 return sbx_error_set(err, -errno, 0, "cannot open VM %s's directories: %m", vm->id);
         int cg[QEMU_CG_MAX];
         (void)qemu_cgroup_make(vm, (mib < 128 ? 128 : mib) << 20, cg, vm->cgroup_note, sizeof(vm->cgroup_note));
-        lfd = channel_listen(vmfd, err);
-        int nfd = lfd < 0 ? -1 : qemu_net_listen(vmfd, err);
+        lfd = qemu_sock_listen(vmfd, QEMU_CHANNEL, err);
+        int nfd = lfd < 0 ? -1 : qemu_sock_listen(vmfd, QEMU_NET_CHANNEL, err);
         if (lfd >= 0 && nfd < 0) {
                 close(lfd);
                 lfd = nfd;
@@ -794,7 +794,7 @@ int qemu_vm_boot(struct qemu *q, struct qemu_vm *vm, struct sbx_error *err)
                 /* qemu_mem.c: the guest's state goes in and it runs on; told to start over, its
                  * runner says hello again on the channel */
                 struct sbx_error ie = {0};
-                int ir = channel_connect(vmfd, &cfd);
+                int ir = qemu_sock_connect(vmfd, QEMU_CHANNEL, &cfd);
                 if (ir == 0)
                         ir = qemu_mem_incoming(q, vm, cfd, deadline, &ie);
                 else

@@ -1100,6 +1100,20 @@ Test(microvm, egress_forwards_ratchet)
                 free(out);
         }
 
+        /* a daemon restart: the VM is adopted, its net port dialled again and synced anew (the
+         * guest drops the old connection's streams); the forward and egress work again */
+        daemon_close(d);
+        d = fixture_open(&cfg, true);
+        cr_assert_geq(fixture_wait(forward_answers, &host_port, 90000), 0,
+                      "after a restart the block's port %d never reached the guest's service again", host_port);
+        snprintf(cmd, sizeof(cmd), "wget -q -O - http://up.test:%d/", up);
+        cr_assert_eq(sh("vmuser", "net", cmd, &out), 0, "wget after the restart: %s", out);
+        cr_assert_str_eq(out, "hello");
+        free(out);
+        cr_assert_eq(session_get_info(d->sessions, "vmuser", "net", &info), 0);
+        cr_assert_eq(info.ports[0], host_port, "the block moved");
+        session_info_done(&info);
+
         /* the ratchet: private, the session is served nothing */
         cr_assert_eq(privacy_mark(d->privacy, "vmuser", "net", "payroll", "hr", "test", &err), 0, "%s", err.msg);
         int64_t t0 = sbx_now_ms();

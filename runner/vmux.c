@@ -390,7 +390,7 @@ static bool chan_flush(struct vmux *m)
         }
         if (m->cout_off == m->cout_len)
                 m->cout_off = m->cout_len = 0;
-        else if (m->cout_off > COUT_DATA) {
+        else if (m->cout_off >= COUT_DATA / 4) { /* what is sent goes, so new data finds room (copied at most 4x) */
                 memmove(m->cout, m->cout + m->cout_off, m->cout_len - m->cout_off);
                 m->cout_len -= m->cout_off;
                 m->cout_off = 0;

@@ -12,11 +12,23 @@
  *   microvm_memory_snapshot, microvm_clone_first_command, microvm_clone_idle_pss
  *   and _rss, microvm_pause_to_disk, microvm_resume_from_disk: memory that
  *                          lasts (src/qemu/qemu_mem.c), the clones against
- *                          `docker run -d` + `docker exec true`.
+ *                          `docker run -d` + `docker exec true`;
+ *   microvm_forward_get    a GET of a 64 KiB file from a service in the guest
+ *                          (busybox httpd) through the session's port block
+ *                          on 127.0.0.1 (the gateway, the net port's stream,
+ *                          the guest's runner), a new connection each, against
+ *                          the same GET from python's http.server in a plain
+ *                          container through `docker run -p`.
  * Samples alternate: ours, then the baseline's, so both see the same load. */
+#include <arpa/inet.h>
+#include <netinet/in.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/socket.h>
+#include <sys/time.h>
+#include <errno.h>
+#include <sys/stat.h>
 #include <unistd.h>
 
 #include "harness.h"
@@ -211,6 +223,118 @@ static int memory_rows(struct bench *b, struct conn *c, const char *accel, int n
         return errors;
 }
 
+/* GET /f from 127.0.0.1:port on a new connection: ms to the whole reply (want bytes of body
+ * at least), -1 when it falls short. */
+static double timed_get(int port, size_t want)
+{
+        struct sockaddr_in sa = {.sin_family = AF_INET,
+                                 .sin_port = htons((uint16_t)port),
+                                 .sin_addr.s_addr = htonl(INADDR_LOOPBACK)};
+        static const char req[] = "GET /f HTTP/1.0\r\n\r\n";
+        struct timeval tv = {30, 0};
+        char buf[16384];
+        size_t got = 0;
+        double t0 = bench_now_ms();
+        int fd = socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0);
+
+        if (fd < 0)
+                return -1;
+        setsockopt(fd, SOL_SOCKET, SO_RCVTIMEO, &tv, sizeof(tv));
+        if (connect(fd, (struct sockaddr *)&sa, sizeof(sa)) < 0 ||
+            send(fd, req, sizeof(req) - 1, MSG_NOSIGNAL) != (ssize_t)sizeof(req) - 1) {
+                close(fd);
+                return -1;
+        }
+        for (;;) {
+                ssize_t n = recv(fd, buf, sizeof(buf), 0);
+                if (n <= 0)
+                        break;
+                got += (size_t)n;
+        }
+        close(fd);
+        return got >= want ? bench_now_ms() - t0 : -1;
+}
+
+#define FWD_FILE_BYTES 65536
+
+/* microvm_forward_get on session vm0 (a running microVM), against a plain container's -p. */
+static int forward_rows(struct bench *b, struct conn *c, const char *accel, int n)
+{
+        struct measurement *m = report_add(&b->rep, "microvm_forward_get", "ms");
+        char why[512], ws[SBX_PATH_MAX + 16], path[SBX_PATH_MAX + 32], id[80] = "";
+        cJSON *p, *reply;
+        int port = 0, base_port, errors = 0;
+
+        m->has_baseline = true;
+        snprintf(m->baseline_desc, sizeof(m->baseline_desc),
+                 "GET of the same file from python3 -m http.server in docker run -p, 127.0.0.1");
+        snprintf(m->note, sizeof(m->note),
+                 "%s: GET of %d bytes from busybox httpd in the guest through the port block, a new connection each",
+                 accel, FWD_FILE_BYTES);
+        if (timed_exec(b, c, "vm0", "mkdir -p /workspace/www && head -c 65536 /dev/zero > /workspace/www/f", why,
+                       sizeof(why)) < 0) {
+                say("microvm: forward: %s", why);
+                return 1;
+        }
+        p = cJSON_CreateObject();
+        cJSON_AddStringToObject(p, "session", "vm0");
+        cJSON_AddStringToObject(p, "name", "web");
+        cJSON_AddStringToObject(p, "command", "httpd -f -p 8000 -h /workspace/www");
+        reply = api_call(c, b->token, "start_service", p, CALL_TIMEOUT_MS);
+        cJSON_Delete(reply);
+        p = cJSON_CreateObject();
+        cJSON_AddStringToObject(p, "session", "vm0");
+        reply = api_call(c, b->token, "session_info", p, CALL_TIMEOUT_MS);
+        const cJSON *ports = cJSON_GetObjectItem(reply_result(reply), "ports"), *it;
+        cJSON_ArrayForEach(it, ports)
+                if (cJSON_GetNumberValue(cJSON_GetObjectItem(it, "container_port")) == 8000)
+                        port = (int)cJSON_GetNumberValue(cJSON_GetObjectItem(it, "host_port"));
+        cJSON_Delete(reply);
+        /* the baseline: the same file, python's server in a plain container published with -p */
+        base_port = b->base_port;
+        if (make_workspace(b, 3200, ws, sizeof(ws)) == 0) {
+                snprintf(path, sizeof(path), "%s/www", ws);
+                if (mkdir(path, 0755) == 0 || errno == EEXIST) {
+                        snprintf(path, sizeof(path), "%s/www/f", ws);
+                        FILE *f = fopen(path, "w");
+                        if (f) {
+                                for (int i = 0; i < FWD_FILE_BYTES; i++)
+                                        fputc(0, f);
+                                fclose(f);
+                                chmod(path, 0644);
+                        }
+                }
+                if (baseline_run(b, ws, true, id, sizeof(id), &(double){0}) == 0) {
+                        char *argv[] = {
+                                (char *)b->docker, "exec",           "-d", id, "python3", "-m", "http.server", "8000",
+                                "--directory",     "/workspace/www", NULL};
+                        if (run_cmd(argv, NULL, 0, why, sizeof(why)) != 0)
+                                say("microvm: forward baseline: %s", why);
+                }
+        }
+        /* both servers answer before any sample (a bounded wait for each to listen) */
+        for (int i = 0; i < 300 && port > 0 && timed_get(port, FWD_FILE_BYTES) < 0; i++)
+                usleep(100 * 1000);
+        for (int i = 0; i < 300 && id[0] && timed_get(base_port, FWD_FILE_BYTES) < 0; i++)
+                usleep(100 * 1000);
+        if (port <= 0)
+                say("microvm: forward: the session has no port for 8000");
+        for (int i = 0; i < n && port > 0; i++) {
+                double a = timed_get(port, FWD_FILE_BYTES), z = id[0] ? timed_get(base_port, FWD_FILE_BYTES) : -1;
+                if (a < 0)
+                        errors++;
+                else
+                        series_add(&m->s, a);
+                if (z >= 0)
+                        series_add(&m->base, z);
+        }
+        if (id[0])
+                docker_rm(b, id);
+        if (errors)
+                snprintf(m->note + strlen(m->note), sizeof(m->note) - strlen(m->note), "; %d failed", errors);
+        return errors ? 1 : 0;
+}
+
 int phase_microvm(struct bench *b)
 {
         const char *accel = access("/dev/kvm", R_OK | W_OK) == 0 ? "KVM" : "TCG";
@@ -280,6 +404,7 @@ int phase_microvm(struct bench *b)
         }
         if (id[0])
                 docker_rm(b, id);
+        errors += forward_rows(b, &c, accel, n * 3);
         errors += memory_rows(b, &c, accel, n_cold);
         (void)admin_destroy(b, "vm0");
         conn_close(&c);

@@ -42,6 +42,7 @@
 
 #include "runner_ext.h"
 #include "sandboxd/runner_proto.h"
+#include "vmux.h"
 
 #define MAX_PAIRS 4096
 #define SCRATCH (64 * 1024)
@@ -68,6 +69,7 @@ struct pair {
 };
 
 static char net_dir[108];
+static struct vmux *vm_mux; /* in a microVM: the streams go over its net port (vmux.h) */
 static int epfd = -1, lfd = -1, ctrl = -1;
 static struct ep ep_listen = {K_LISTEN, NULL, 0}, ep_ctrl = {K_CTRL, NULL, 0};
 static unsigned char ctrl_in[CTRL_IN_MAX];
@@ -88,6 +90,9 @@ static int unix_connect(const char *name)
         struct sockaddr_un sa = {.sun_family = AF_UNIX};
         int fd;
 
+        /* a microVM: a stream to the daemon's gateway instead, refused at once without a host */
+        if (vm_mux)
+                return vmux_open(vm_mux, strcmp(name, RP_EGRESS_SOCKET_NAME) == 0 ? VMUX_KIND_EGRESS : VMUX_KIND_FWD);
         if ((size_t)snprintf(sa.sun_path, sizeof(sa.sun_path), "%s/%s", net_dir, name) >= sizeof(sa.sun_path))
                 return -1;
         fd = socket(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC | SOCK_NONBLOCK, 0);
@@ -626,16 +631,32 @@ static void *net_main(void *ud __attribute__((unused)))
         return NULL;
 }
 
+static int net_thread(void);
+
 /* Start the network thread; dir is the runner directory (RP_SOCKET_DIR). */
 int runner_net_start(const char *dir);
 int runner_net_start(const char *dir)
 {
-        pthread_t t;
-        pthread_attr_t attr;
-
         if (strlen(dir) >= sizeof(net_dir))
                 return -1;
         strcpy(net_dir, dir);
+        return net_thread();
+}
+
+/* In a microVM: the same thread, its egress.sock and fwd.sock connections streams over the
+ * virtio-serial port fd (VMUX_PORT_NAME, held for good; vmux.h). */
+int runner_net_start_vm(int fd);
+int runner_net_start_vm(int fd)
+{
+        vm_mux = vmux_start(fd, false, NULL, NULL);
+        return vm_mux ? net_thread() : -1;
+}
+
+static int net_thread(void)
+{
+        pthread_t t;
+        pthread_attr_t attr;
+
         epfd = epoll_create1(EPOLL_CLOEXEC);
         if (epfd < 0)
                 return -1;

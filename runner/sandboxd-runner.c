@@ -31,7 +31,9 @@
  * port's device (/dev/vport0p1) as its argument and --uid UID:GID. The port
  * is opened once, as root, and held for good (a port has one opener at a
  * time, so tenant code running as UID can never open it), then the runner
- * drops to UID:GID. A port does not close when the host side goes away: it
+ * drops to UID:GID. The port named VMUX_PORT_NAME, opened the same way, carries
+ * its egress.sock and fwd.sock connections as streams (vmux.h, runner_net.c).
+ * A port does not close when the host side goes away: it
  * polls POLLHUP until the host is back, then says RP_HELLO again, as after
  * a reconnect. */
 #include <dirent.h>
@@ -59,6 +61,7 @@
 
 #include "runner_ext.h"
 #include "sandboxd/runner_proto.h"
+#include "vmux.h"
 
 #define OUT_CAP (1024 * 1024) /* frames waiting for the daemon */
 
@@ -72,6 +75,7 @@ static const char *sock_path = RP_SOCKET_DIR "/" RP_SOCKET_NAME;
 static int port_fd = -1; /* a microVM's virtio-serial port, held for good; -1: a socket */
 
 int runner_net_start(const char *dir); /* runner_net.c: the network channels, on their own thread */
+int runner_net_start_vm(int fd);       /* the same in a microVM, over its net port (vmux.h) */
 
 static void net_start(void)
 {
@@ -337,8 +341,69 @@ static void guest_nproc(void)
         }
 }
 
+/* In a microVM: the virtio-serial port named name (/sys/class/virtio-ports/vportNpM/name),
+ * opened as root and held for good like the runner's own; -1 when there is none. */
+static int guest_port(const char *name)
+{
+        DIR *d = opendir("/sys/class/virtio-ports");
+        struct dirent *de;
+        int fd = -1;
+
+        if (!d)
+                return -1;
+        while (fd < 0 && (de = readdir(d))) {
+                char path[300], buf[64];
+                int nf;
+                ssize_t n;
+                if (strncmp(de->d_name, "vport", 5) != 0 || strchr(de->d_name, '/'))
+                        continue;
+                snprintf(path, sizeof(path), "/sys/class/virtio-ports/%s/name", de->d_name);
+                nf = open(path, O_RDONLY | O_CLOEXEC);
+                n = nf >= 0 ? read(nf, buf, sizeof(buf) - 1) : -1;
+                if (nf >= 0)
+                        close(nf);
+                if (n <= 0)
+                        continue;
+                buf[n] = '\0';
+                buf[strcspn(buf, "\n")] = '\0';
+                if (strcmp(buf, name) != 0)
+                        continue;
+                snprintf(path, sizeof(path), "/dev/%s", de->d_name);
+                fd = open(path, O_RDWR | O_NONBLOCK | O_CLOEXEC | O_NOCTTY);
+        }
+        closedir(d);
+        return fd;
+}
+
+/* In a microVM whose session has egress (sbx.egress=1 on the kernel command line): the
+ * proxy variables a container's environment has (container.c), for every execution. */
+static void guest_egress_env(void)
+{
+        char buf[1024];
+        int fd = open("/proc/cmdline", O_RDONLY | O_CLOEXEC);
+        ssize_t n = fd >= 0 ? read(fd, buf, sizeof(buf) - 1) : -1;
+        static const char *const proxy[] = {"HTTP_PROXY", "HTTPS_PROXY", "http_proxy", "https_proxy"};
+
+        if (fd >= 0)
+                close(fd);
+        if (n <= 0)
+                return;
+        buf[n] = '\0';
+        buf[strcspn(buf, "\n")] = '\0';
+        strcat(buf, " ");
+        if (!strstr(buf, " sbx.egress=1 "))
+                return;
+        for (size_t i = 0; i < sizeof(proxy) / sizeof(proxy[0]); i++)
+                setenv(proxy[i], "http://127.0.0.1:3128", 1);
+        setenv("NO_PROXY", "localhost,127.0.0.1", 1);
+        setenv("no_proxy", "localhost,127.0.0.1", 1);
+}
+_Static_assert(RP_EGRESS_PORT == 3128, "the proxy variables name the egress port");
+
 int main(int argc, char **argv)
 {
+        int net_fd = -1;
+
         struct sigaction sa = {0};
         int64_t next_connect = 0, backoff = 5;
 
@@ -353,7 +418,11 @@ int main(int argc, char **argv)
                         return 2;
                 sock_path = argv[3];
                 port_fd = open(sock_path, O_RDWR | O_NONBLOCK | O_CLOEXEC | O_NOCTTY);
+                /* named by the host with the runner's port, which /init waited for */
+                for (int i = 0; i < 20 && (net_fd = guest_port(VMUX_PORT_NAME)) < 0; i++)
+                        usleep(50 * 1000);
                 guest_nproc();
+                guest_egress_env();
                 /* ahead of the tenant's processes (proc_leader_exec puts them back at 0): a fork
                  * bomb on one TCG vCPU must not starve the heartbeat */
                 (void)setpriority(PRIO_PROCESS, 0, -10);
@@ -374,7 +443,9 @@ int main(int argc, char **argv)
         sa.sa_flags = SA_RESTART | SA_NOCLDSTOP;
         sigaction(SIGCHLD, &sa, NULL);
         if (port_fd < 0)
-                net_start(); /* a microVM has no egress or forward sockets yet (docs/microvm.md) */
+                net_start();
+        else if (net_fd >= 0)
+                (void)runner_net_start_vm(net_fd); /* egress and forwards over the net port */
 
         for (;;) {
                 struct pollfd pfd[2 + EXEC_POLL_MAX + RP_WATCH_MAX];

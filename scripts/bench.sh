@@ -48,7 +48,9 @@
 #   --only microvm  the microVM runtime (issue 38, docs/microvm.md): a new
 #                microvm session's first command (QEMU boot under TCG, or KVM)
 #                against docker run -d + docker exec, and pause/resume
-#                (QMP stop/cont) against the Engine API's pause/unpause;
+#                (QMP stop/cont) against the Engine API's pause/unpause, a GET
+#                through the port block from a service in the guest against
+#                docker run -p (microvm_forward_get), and memory that lasts;
 #                needs QEMU and scripts/build-vm.sh's guest (skipped otherwise)
 #   --only restart  R sessions (100 full, 30 quick), then only the restart
 #                rows: SIGKILL and start again, with the HTTPS front on

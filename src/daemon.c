@@ -147,6 +147,15 @@ static bool vm_runner_wait(void *ud, const char *user, const char *session, int 
         return hub_wait(d->runner, user, session, timeout_ms);
 }
 
+/* A stream a microVM's runner opened on its net port: the session's egress.sock or fwd.sock,
+ * as a node agent's (the guest's runner alone can open the port, so the peer is the runner). */
+static void vm_net_attach(void *ud, const char *user, const char *session, int kind, int fd)
+{
+        struct daemon *d = ud;
+        gateway_attach(d->gateway, user, session, kind == ENGINE_QEMU_NET_EGRESS ? NODE_STREAM_EGRESS : NODE_STREAM_FWD,
+                       fd);
+}
+
 static void node_gateway(void *ud, const char *user, const char *session, int kind, int fd)
 {
         struct daemon *d = ud;
@@ -531,6 +540,7 @@ int daemon_open(const struct sbx_config *cfg, const struct daemon_options *opts,
         hub_set_refused_fn(d->runner, local_refused, d->store);
         engine_qemu_set_runner(d->engine, &(struct engine_qemu_runner){.attach = vm_runner_attach,
                                                                        .wait = vm_runner_wait,
+                                                                       .net = vm_net_attach,
                                                                        .ud = d});
         if (d->cfg.node_listen[0]) {
                 r = node_server_new(&d->cfg, &node_hooks, d, &d->node, err);
@@ -682,9 +692,10 @@ void daemon_close(struct daemon *d)
         if (d->runtime && d->sessions)
                 runtime_attach(NULL, d->sessions);
         runtime_free(d->runtime);
-        node_server_stop(d->node); /* its links hand connections to the gateway and the hub */
-        gateway_free(d->gateway);  /* its thread asks privacy and calls egress */
-        egress_free(d->egress);    /* closes every tunnel, writing their rows */
+        node_server_stop(d->node);                       /* its links hand connections to the gateway and the hub */
+        engine_qemu_net_stop(engine_qemu_of(d->engine)); /* the VMs' net threads too */
+        gateway_free(d->gateway);                        /* its thread asks privacy and calls egress */
+        egress_free(d->egress);                          /* closes every tunnel, writing their rows */
         privacy_free(d->privacy);
         pool_free(d->pool);        /* its thread uses the runner hub */
         node_server_free(d->node); /* stopped above; the pool's calls to the hub reached it until here */

@@ -7,7 +7,8 @@
  * the initramfs and started by the guest's /init as PID 1 under the
  * session's uid, the session's workspace as an ext4 image on virtio-blk
  * (kept per session beside the VMs; workspace_drop deletes it), no network
- * device at all, the runner channel a virtio-serial port, QMP on a unix
+ * device at all, the runner channel a virtio-serial port (egress and port
+ * forwards a second one, multiplexed: src/qemu/qemu_net.c), QMP on a unix
  * socket for pause (stop/cont) and quit. KVM when /dev/kvm opens, TCG
  * otherwise.
  *
@@ -56,6 +57,11 @@ struct engine_qemu_runner {
         int (*attach)(void *ud, const char *user, const char *session, int fd);
         /* whether the session's runner said RP_HELLO within timeout_ms */
         bool (*wait)(void *ud, const char *user, const char *session, int timeout_ms);
+        /* a stream the guest's runner opened on the VM's net port (kind ENGINE_QEMU_NET_*): a
+         * connection to the session's egress.sock or fwd.sock, as a node agent hands them to the
+         * gateway (gateway_attach); it owns fd from here. Called on the VM's net thread. NULL:
+         * the VMs have no network. */
+        void (*net)(void *ud, const char *user, const char *session, int kind, int fd);
         void *ud;
 };
 
@@ -75,6 +81,15 @@ int engine_qemu_new(const struct engine_qemu_config *cfg, struct engine **ret, s
 void engine_qemu_set_runner(struct engine *e, const struct engine_qemu_runner *r);
 /* The same, for the qemu engine itself (engine_select.c). */
 void engine_qemu_bind(struct engine *qemu, const struct engine_qemu_runner *r);
+
+/* The kinds of engine_qemu_runner.net's streams. */
+#define ENGINE_QEMU_NET_EGRESS 1 /* a client of the guest's proxy endpoint: egress.sock */
+#define ENGINE_QEMU_NET_FWD 2    /* the runner's fwd.sock connection (control or data) */
+
+/* Stop every VM's net channel (joined: no net call runs after this) and make none from here
+ * on: the daemon, before it frees what engine_qemu_runner.net reaches. e: the qemu
+ * engine (engine_qemu_of); NULL or another: nothing. */
+void engine_qemu_net_stop(struct engine *e);
 
 /* Whether id names a VM of this engine. */
 bool engine_qemu_id(const char *id);

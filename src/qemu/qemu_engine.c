@@ -90,6 +90,8 @@ static int state_load_locked(struct qemu *q, const char *id, struct qemu_vm *ret
         ret->saved = cJSON_IsTrue(cJSON_GetObjectItem(j, "saved"));
         sbx_strlcpy(ret->incoming, STR("incoming"), sizeof(ret->incoming));
         ret->listening = strcmp(STR("channel"), "listen") == 0;
+        ret->net = cJSON_IsTrue(cJSON_GetObjectItem(j, "net"));
+        ret->egress = cJSON_IsTrue(cJSON_GetObjectItem(j, "egress"));
         sbx_strlcpy(ret->started_at, STR("started_at"), sizeof(ret->started_at));
         sbx_strlcpy(ret->finished_at, STR("finished_at"), sizeof(ret->finished_at));
         sbx_strlcpy(ret->disk, STR("disk"), sizeof(ret->disk));
@@ -129,6 +131,8 @@ static int state_save_locked(struct qemu *q, const struct qemu_vm *vm)
         cJSON_AddStringToObject(j, "incoming", vm->incoming);
         if (vm->listening) /* runner.sock in the VM's directory, QMP at run/qmp.sock */
                 cJSON_AddStringToObject(j, "channel", "listen");
+        cJSON_AddBoolToObject(j, "net", vm->net);
+        cJSON_AddBoolToObject(j, "egress", vm->egress);
         cJSON_AddStringToObject(j, "started_at", vm->started_at);
         cJSON_AddStringToObject(j, "finished_at", vm->finished_at);
         cJSON_AddStringToObject(j, "disk", vm->disk);
@@ -242,9 +246,11 @@ static void q_free(struct engine *e)
 {
         struct qemu *q = Q(e);
 
+        qemu_net_stop(q); /* their threads read q->runner */
         qemu_mem_free(q);
         pthread_mutex_destroy(&q->lock);
         pthread_mutex_destroy(&q->adopt_lock);
+        pthread_mutex_destroy(&q->net_lock);
         free(q->booted);
         free(q);
         free(e);
@@ -299,6 +305,10 @@ static int q_create(struct engine *e, const struct engine_spec *spec, char ret_i
         vm.nano_cpus = spec->nano_cpus;
         vm.pids_limit = spec->pids_limit;
         vm.created = sbx_wall_ms() / 1000;
+        /* a session with egress has the proxy variables (container.c): its guest's runner sets them */
+        for (size_t i = 0; spec->env && spec->env[i]; i++)
+                if (strncmp(spec->env[i], "HTTP_PROXY=", 11) == 0)
+                        vm.egress = true;
         for (size_t i = 0; i < spec->n_labels && vm.n_labels < ENGINE_MAX_LABELS; i++) {
                 sbx_strlcpy(vm.labels[vm.n_labels].key, spec->labels[i].key, sizeof(vm.labels[0].key));
                 sbx_strlcpy(vm.labels[vm.n_labels].value, spec->labels[i].value, sizeof(vm.labels[0].value));
@@ -409,6 +419,7 @@ static int q_remove(struct engine *e, const char *id, struct sbx_error *err)
                 if (r < 0)
                         return r;
         }
+        qemu_net_detach(Q(e), id);
         qemu_vm_dir_remove(Q(e), id); /* a state file that does not parse goes too */
         qemu_mem_ram_drop(Q(e), id);
         qemu_booted_set(Q(e), id, false);
@@ -586,10 +597,12 @@ int engine_qemu_new(const struct engine_qemu_config *cfg, struct engine **ret, s
         }
         pthread_mutex_init(&q->lock, NULL);
         pthread_mutex_init(&q->adopt_lock, NULL);
+        pthread_mutex_init(&q->net_lock, NULL);
         r = qemu_setup(q, cfg, err);
         if (r < 0) {
                 pthread_mutex_destroy(&q->lock);
                 pthread_mutex_destroy(&q->adopt_lock);
+                pthread_mutex_destroy(&q->net_lock);
                 free(q);
                 free(e);
                 return r;
@@ -609,6 +622,12 @@ void engine_qemu_bind(struct engine *e, const struct engine_qemu_runner *r)
         pthread_mutex_lock(&q->lock);
         q->runner = *r;
         pthread_mutex_unlock(&q->lock);
+}
+
+void engine_qemu_net_stop(struct engine *e)
+{
+        if (e && e->name && strcmp(e->name, "qemu") == 0)
+                qemu_net_stop(Q(e));
 }
 
 const char *engine_qemu_accel(const struct engine *e)

@@ -28,6 +28,10 @@ struct qemu {
          * that two callers never dial one VM twice; never with lock held */
         pthread_mutex_t adopt_lock;
         struct engine_qemu_runner runner;
+        /* qemu_net.c: the VMs' net channels (net_lock; never with lock held) */
+        pthread_mutex_t net_lock;
+        struct qemu_net *nets;
+        bool net_stopped;
         /* the VMs this engine booted: only their runner channels reach this daemon's hub */
         char (*booted)[ENGINE_ID_STR_MAX];
         size_t n_booted, cap_booted;
@@ -63,6 +67,8 @@ struct qemu_vm {
         int64_t created;    /* unix seconds */
         bool paused;
         bool listening; /* its runner channel is a listening socket (run.sock): a later daemon can dial it */
+        bool net;       /* it has the net port (QEMU_NET_CHANNEL): egress and forwards (qemu_net.c) */
+        bool egress;    /* its session has egress: the guest's runner sets the proxy variables */
         char started_at[40], finished_at[40];
         char disk[SBX_PATH_MAX];
         char incoming[SBX_PATH_MAX]; /* boot from this memory snapshot's directory ("": a cold boot) */
@@ -89,6 +95,10 @@ int qemu_setup(struct qemu *q, const struct engine_qemu_config *cfg, struct sbx_
 int qemu_vm_prepare(struct qemu *q, struct qemu_vm *vm, const struct engine_spec *spec, struct sbx_error *err);
 /* Exec QEMU jailed, hand its runner channel to the hub and wait for the runner. */
 int qemu_vm_boot(struct qemu *q, struct qemu_vm *vm, struct sbx_error *err);
+/* A channel's socket `name` in the VM's directory vmfd (root's): bound and listening, for
+ * QEMU's chardev; or dialled (nonblocking; -ENOENT unless it is root's socket). */
+int qemu_sock_listen(int vmfd, const char *name, struct sbx_error *err);
+int qemu_sock_connect(int vmfd, const char *name, int *ret_fd);
 bool qemu_vm_alive(const struct qemu_vm *vm);
 /* A live VM that an earlier daemon booted: dial its runner channel, wait for the guest
  * runner's RP_HELLO and hand the channel to the hub. 0, or -errno with err saying why. */
@@ -102,6 +112,17 @@ int qemu_qmp(struct qemu *q, const struct qemu_vm *vm, const char *command, stru
 void qemu_now_rfc3339(char ret[40]);
 int qemu_disk_drop(struct qemu *q, const char *user, const char *session, struct sbx_error *err);
 int qemu_disk_path(const struct qemu *q, const char *user, const char *session, char *buf, size_t size);
+
+/* qemu_net.c */
+#define QEMU_NET_CHANNEL "net.sock"       /* in the VM's directory (root's): the net port's socket */
+#define QEMU_NET_PORT_NAME "sandboxd.net" /* its virtio-serial port (runner/vmux.h: VMUX_PORT_NAME) */
+/* Dial the net channel of vm (booted or adopted here) and serve its streams; a VM booted
+ * without the port: nothing. 0 or -errno. */
+int qemu_net_attach(struct qemu *q, const struct qemu_vm *vm, int vmfd);
+/* VM id's net channel goes (removal). */
+void qemu_net_detach(struct qemu *q, const char *id);
+/* Every net channel goes, and none is made from here on (the daemon closes). */
+void qemu_net_stop(struct qemu *q);
 
 /* qemu_mem.c */
 /* Stop the VM, save its state and copy its RAM and disk into dirfd (the

@@ -27,6 +27,7 @@
 
 #include "qemu_internal.h"
 #include "sandboxd/container.h"
+#include "sandboxd/log.h"
 #include "sandboxd/runner_proto.h"
 #include "sandboxd/sha256.h"
 
@@ -411,8 +412,9 @@ int qemu_disk_drop(struct qemu *q, const char *user, const char *session, struct
 
 void qemu_vm_dir_remove(struct qemu *q, const char *id)
 {
-        static const char *const files[] = {"run/qmp.sock", "run/console.log", "run/qemu.log",     "initrd",    "state",
-                                            "state.tmp",    QEMU_MEM_SAVED,    QEMU_MEM_SAVED_RAM, QEMU_CHANNEL};
+        static const char *const files[] = {"run/qmp.sock", "run/console.log", "run/qemu.log", "initrd",
+                                            "state",        "state.tmp",       QEMU_MEM_SAVED, QEMU_MEM_SAVED_RAM,
+                                            QEMU_CHANNEL,   QEMU_NET_CHANNEL};
         char path[SBX_PATH_MAX];
 
         /* unlink never follows a link; QEMU's uid may have made nothing else in run/ that
@@ -475,43 +477,40 @@ int qemu_vm_console(struct qemu *q, const struct qemu_vm *vm, int tail_lines, ch
 
 /* ---- the runner channel ---- */
 
-/* The runner channel's socket, bound and listening by the daemon in the VM's directory
- * (root's, 0711: QEMU's uid can neither swap nor reach it by name); QEMU gets the listening
- * descriptor as its chardev (fd=3, server=on) and accepts one connection at a time, again
- * after each ends, so a restarted daemon dials the same socket. */
-static int channel_listen(int vmfd, struct sbx_error *err)
+/* A channel's socket (the runner channel's, the net port's), bound and listening by the daemon
+ * in the VM's directory (root's, 0711: QEMU's uid can neither swap nor reach it by name);
+ * QEMU gets the listening descriptor as a chardev (server=on) and accepts one connection at a
+ * time, again after each ends, so a restarted daemon dials the same socket. */
+int qemu_sock_listen(int vmfd, const char *name, struct sbx_error *err)
 {
         struct sockaddr_un sa = {.sun_family = AF_UNIX};
         int fd;
 
-        snprintf(sa.sun_path, sizeof(sa.sun_path), "/proc/self/fd/%d/" QEMU_CHANNEL, vmfd);
-        if (unlinkat(vmfd, QEMU_CHANNEL, 0) < 0 && errno != ENOENT)
-                return sbx_error_set(err, -errno, 0, "cannot replace the runner channel's socket: %m");
+        snprintf(sa.sun_path, sizeof(sa.sun_path), "/proc/self/fd/%d/%s", vmfd, name);
+        if (unlinkat(vmfd, name, 0) < 0 && errno != ENOENT)
+                return sbx_error_set(err, -errno, 0, "cannot replace %s: %m", name);
         fd = socket(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC, 0);
         if (fd < 0)
                 return sbx_error_set(err, -errno, 0, "socket: %m");
-        if (bind(fd, (struct sockaddr *)&sa, sizeof(sa)) < 0 || fchmodat(vmfd, QEMU_CHANNEL, 0600, 0) < 0 ||
+        if (bind(fd, (struct sockaddr *)&sa, sizeof(sa)) < 0 || fchmodat(vmfd, name, 0600, 0) < 0 ||
             listen(fd, 1) < 0) {
                 int r = -errno;
                 close(fd);
-                return sbx_error_set(err, r, 0, "cannot listen for the runner channel: %s", strerror(-r));
+                return sbx_error_set(err, r, 0, "cannot listen on %s: %s", name, strerror(-r));
         }
         return fd;
 }
 
-/* Dial the VM's runner channel and wait, until deadline and while QEMU lives, for the guest
- * runner's first frame: it must be RP_HELLO (peeked, left for the hub). -EPROTO: something
- * else came first (bytes of an earlier connection): a new connection starts clean. */
-static int channel_connect(int vmfd, int *ret_fd)
+int qemu_sock_connect(int vmfd, const char *name, int *ret_fd)
 {
         struct sockaddr_un sa = {.sun_family = AF_UNIX};
         struct stat st;
         _cleanup_close_ int fd = -1;
 
         /* root's socket in root's directory: never a link, never one QEMU's uid made */
-        if (fstatat(vmfd, QEMU_CHANNEL, &st, AT_SYMLINK_NOFOLLOW) < 0 || !S_ISSOCK(st.st_mode) || st.st_uid != 0)
+        if (fstatat(vmfd, name, &st, AT_SYMLINK_NOFOLLOW) < 0 || !S_ISSOCK(st.st_mode) || st.st_uid != 0)
                 return -ENOENT;
-        snprintf(sa.sun_path, sizeof(sa.sun_path), "/proc/self/fd/%d/" QEMU_CHANNEL, vmfd);
+        snprintf(sa.sun_path, sizeof(sa.sun_path), "/proc/self/fd/%d/%s", vmfd, name);
         fd = socket(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC | SOCK_NONBLOCK, 0);
         if (fd < 0)
                 return -errno;
@@ -522,10 +521,13 @@ static int channel_connect(int vmfd, int *ret_fd)
         return 0;
 }
 
+/* Dial the VM's runner channel and wait, until deadline and while QEMU lives, for the guest
+ * runner's first frame: it must be RP_HELLO (peeked, left for the hub). -EPROTO: something
+ * else came first (bytes of an earlier connection): a new connection starts clean. */
 static int channel_dial(const struct qemu_vm *vm, int vmfd, int64_t deadline, int *ret_fd)
 {
         _cleanup_close_ int fd = -1;
-        int r = channel_connect(vmfd, &fd);
+        int r = qemu_sock_connect(vmfd, QEMU_CHANNEL, &fd);
 
         if (r < 0)
                 return r;
@@ -585,6 +587,12 @@ int qemu_vm_adopt(struct qemu *q, const struct qemu_vm *vm, struct sbx_error *er
                         qemu_booted_set(q, vm->id, true);
         }
         pthread_mutex_unlock(&q->adopt_lock);
+        if (r == 0) {
+                int nr = qemu_net_attach(q, vm, vmfd);
+                if (nr < 0)
+                        log_ctx(LOG_LEVEL_WARN, user, session, vm->id, "microVM: no egress or forwards: %s",
+                                strerror(-nr));
+        }
         if (r < 0)
                 return sbx_error_set(err, r, 0, "VM %s still runs but its runner did not answer when dialled again: %s",
                                      vm->id, strerror(-r));
@@ -616,12 +624,12 @@ gone:;
 /* The forked child's part: the session's uid, QEMU's fds (0-2; 3 the
  * runner channel; 4 the VM's directory and 5 the disks', O_PATH, so that
  * QEMU reaches its files through /proc/self/fd whatever the modes of the
- * directories above them; 6 a snapshot's frozen RAM when fds[3] >= 0),
- * then exec. Only async-signal-safe calls. */
-static void child_exec(const struct qemu_vm *vm, const int fds[4], const int cg[QEMU_CG_MAX], char *const argv[])
+ * directories above them; 6 a snapshot's frozen RAM when fds[3] >= 0; 7 the
+ * net channel, qemu_net.c), then exec. Only async-signal-safe calls. */
+static void child_exec(const struct qemu_vm *vm, const int fds[5], const int cg[QEMU_CG_MAX], char *const argv[])
 {
         sigset_t none;
-        int hi[4] = {-1, -1, -1, -1}, nul, lfd;
+        int hi[5] = {-1, -1, -1, -1, -1}, nul, lfd;
 
         sigemptyset(&none);
         sigprocmask(SIG_SETMASK, &none, NULL);
@@ -630,7 +638,7 @@ static void child_exec(const struct qemu_vm *vm, const int fds[4], const int cg[
         for (int i = 0; i < QEMU_CG_MAX; i++)
                 if (cg[i] >= 0 && write(cg[i], "0", 1) != 1)
                         _exit(125);
-        for (int i = 0; i < 4; i++)
+        for (int i = 0; i < 5; i++)
                 if ((i < 3 || fds[i] >= 0) && (hi[i] = fcntl(fds[i], F_DUPFD_CLOEXEC, 10)) < 0)
                         _exit(126);
         if (setgroups(0, NULL) < 0 || setgid(vm->gid) < 0 || setuid(vm->uid) < 0 ||
@@ -640,15 +648,18 @@ static void child_exec(const struct qemu_vm *vm, const int fds[4], const int cg[
         nul = open("/dev/null", O_RDWR | O_CLOEXEC);
         lfd = openat(hi[1], "run/qemu.log", O_WRONLY | O_CREAT | O_APPEND | O_CLOEXEC | O_NOFOLLOW, 0600);
         if (nul < 0 || lfd < 0 || dup2(nul, 0) < 0 || dup2(nul, 1) < 0 || dup2(lfd, 2) < 0 || dup2(hi[0], 3) < 0 ||
-            dup2(hi[1], 4) < 0 || dup2(hi[2], 5) < 0 || (hi[3] >= 0 && dup2(hi[3], 6) < 0))
+            dup2(hi[1], 4) < 0 || dup2(hi[2], 5) < 0 || (hi[3] >= 0 && dup2(hi[3], 6) < 0) ||
+            (hi[4] >= 0 && dup2(hi[4], 7) < 0))
                 _exit(126);
-        syscall(SYS_close_range, hi[3] >= 0 ? 7u : 6u, ~0u, 0u);
+        if (hi[3] < 0)
+                close(6);
+        syscall(SYS_close_range, hi[4] >= 0 ? 8u : 7u, ~0u, 0u);
         execv(argv[0], argv);
         _exit(127);
 }
 
 /* QEMU, twice forked so that it outlives the daemon; its pid. */
-static pid_t spawn(const struct qemu_vm *vm, const int fds[4], const int cg[QEMU_CG_MAX], char *const argv[])
+static pid_t spawn(const struct qemu_vm *vm, const int fds[5], const int cg[QEMU_CG_MAX], char *const argv[])
 {
         int pp[2];
         pid_t c, g = -1;
@@ -706,6 +717,11 @@ int qemu_vm_boot(struct qemu *q, struct qemu_vm *vm, struct sbx_error *err)
                 size_t n = strlen(append);
                 snprintf(append + n, sizeof(append) - n, " sbx.nproc=%" PRId64, vm->pids_limit);
         }
+        /* the session has egress: the guest's runner sets the proxy variables */
+        if (vm->egress) {
+                size_t n = strlen(append);
+                snprintf(append + n, sizeof(append) - n, " sbx.egress=1");
+        }
         snprintf(mem, sizeof(mem), "%" PRId64, mib < 128 ? 128 : mib);
         snprintf(smp, sizeof(smp), "%" PRId64, cpus < 1 ? 1 : cpus > 16 ? 16 : cpus);
         snprintf(drive, sizeof(drive), "file=/proc/self/fd/5%s,if=none,id=ws,format=raw", disk);
@@ -720,10 +736,14 @@ int qemu_vm_boot(struct qemu *q, struct qemu_vm *vm, struct sbx_error *err)
                               "-no-user-config", "-display", "none", "-no-reboot", "-nic", "none", "-kernel", q->kernel,
                               "-initrd", "/proc/self/fd/4/initrd", "-append", append, "-drive", drive, "-device",
                               "virtio-blk-device,drive=ws", "-device", "virtio-serial-device", "-chardev",
-                              /* the runner channel: a socket that listens (channel_listen), so that a
+                              /* the runner channel: a socket that listens (qemu_sock_listen), so that a
                                * restarted daemon dials the same VM again (qemu_vm_adopt) */
                               "socket,id=runner,fd=3,server=on,wait=off", "-device",
-                              "virtserialport,chardev=runner,name=sandboxd.runner", "-serial",
+                              "virtserialport,chardev=runner,name=sandboxd.runner", "-chardev",
+                              /* egress and forwards, multiplexed (qemu_net.c); after the runner's
+                               * port, which stays /dev/vport0p1 */
+                              "socket,id=net,fd=7,server=on,wait=off", "-device",
+                              "virtserialport,chardev=net,name=" QEMU_NET_PORT_NAME, "-serial",
                               "file:/proc/self/fd/4/run/console.log", "-qmp",
                               "unix:/proc/self/fd/4/run/qmp.sock,server=on,wait=off", "-sandbox",
                               "on,obsolete=deny,elevateprivileges=deny,spawn=deny,resourcecontrol=deny",
@@ -736,14 +756,20 @@ int qemu_vm_boot(struct qemu *q, struct qemu_vm *vm, struct sbx_error *err)
                 return sbx_error_set(err, -errno, 0, "cannot open VM %s's directories: %m", vm->id);
         int cg[QEMU_CG_MAX];
         (void)qemu_cgroup_make(vm, (mib < 128 ? 128 : mib) << 20, cg, vm->cgroup_note, sizeof(vm->cgroup_note));
-        lfd = channel_listen(vmfd, err);
-        pid_t pid = lfd < 0 ? lfd : spawn(vm, (const int[4]){lfd, vmfd, dfd, ramfd}, cg, argv);
+        lfd = qemu_sock_listen(vmfd, QEMU_CHANNEL, err);
+        int nfd = lfd < 0 ? -1 : qemu_sock_listen(vmfd, QEMU_NET_CHANNEL, err);
+        if (lfd >= 0 && nfd < 0) {
+                close(lfd);
+                lfd = nfd;
+        }
+        pid_t pid = lfd < 0 ? lfd : spawn(vm, (const int[5]){lfd, vmfd, dfd, ramfd, nfd}, cg, argv);
         for (int i = 0; i < QEMU_CG_MAX; i++)
                 if (cg[i] >= 0)
                         close(cg[i]);
         if (lfd < 0)
                 return lfd;
-        close(lfd); /* QEMU's alone from here: only it accepts on the channel */
+        close(lfd); /* QEMU's alone from here: only it accepts on the channels */
+        close(nfd);
         if (pid < 0)
                 return sbx_error_set(err, (int)pid, 0, "cannot start QEMU: %s", strerror((int)-pid));
         char state;
@@ -752,6 +778,7 @@ int qemu_vm_boot(struct qemu *q, struct qemu_vm *vm, struct sbx_error *err)
                 vm->pid_start = 0; /* gone already: alive never matches */
         vm->paused = false;
         vm->listening = true;
+        vm->net = true;
         qemu_now_rfc3339(vm->started_at);
         vm->finished_at[0] = '\0';
         r = qemu_state_save(q, vm);
@@ -767,7 +794,7 @@ int qemu_vm_boot(struct qemu *q, struct qemu_vm *vm, struct sbx_error *err)
                 /* qemu_mem.c: the guest's state goes in and it runs on; told to start over, its
                  * runner says hello again on the channel */
                 struct sbx_error ie = {0};
-                int ir = channel_connect(vmfd, &cfd);
+                int ir = qemu_sock_connect(vmfd, QEMU_CHANNEL, &cfd);
                 if (ir == 0)
                         ir = qemu_mem_incoming(q, vm, cfd, deadline, &ie);
                 else
@@ -794,9 +821,15 @@ int qemu_vm_boot(struct qemu *q, struct qemu_vm *vm, struct sbx_error *err)
                                              strerror(-r));
                 }
                 qemu_booted_set(q, vm->id, true);
+                /* egress and forwards: the guest's runner syncs on it when it comes up */
+                int nr = qemu_net_attach(q, vm, vmfd);
+                if (nr < 0)
+                        log_ctx(LOG_LEVEL_WARN, user, session, vm->id, "microVM: no egress or forwards: %s",
+                                strerror(-nr));
                 while (sbx_now_ms() < deadline && qemu_vm_alive(vm))
                         if (runner.wait(runner.ud, user, session, 1000))
                                 return 0;
+                qemu_net_detach(q, vm->id);
                 qemu_booted_set(q, vm->id, false);
         }
         _cleanup_free_ char *tail = NULL, *qlog = NULL;

@@ -203,8 +203,8 @@ int session_make_container(struct session *s, const char *old_id, const char **n
         bool priv = gateway_is_private(m->gateway, s->user, s->id);
         bool sealed = strcmp(*network, "none") == 0;
         /* a sealed container without a runner (gVisor, no binary) cannot be reached at all */
-        /* a microVM's runner has no forward channel yet (docs/microvm.md): no block it could not serve */
-        bool no_block = priv || (sealed && !runner_bin) || microvm;
+        /* a microVM's runner reaches the gateway over its net port (src/qemu/qemu_net.c) */
+        bool no_block = priv || (sealed && !runner_bin);
         for (int attempt = 0;; attempt++) {
                 struct sbx_error e = {0};
 

@@ -8,26 +8,36 @@
  * no VM files.
  * Skipped, saying why, where QEMU or the guest (scripts/build-vm.sh) is missing. Every VM
  * carries the per-run label and is removed in the fini, also when a test fails. */
+#include <arpa/inet.h>
 #include <criterion/criterion.h>
 #include <dirent.h>
 #include <errno.h>
+#include <fcntl.h>
+#include <netinet/in.h>
 #include <signal.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include <sys/prctl.h>
+#include <sys/socket.h>
 #include <sys/stat.h>
+#include <sys/time.h>
 #include <sys/wait.h>
 #include <unistd.h>
 
 #include "apiclient.h"
 #include "fixture.h"
+#include "sandboxd/container.h"
+#include "sandboxd/egress_rules.h"
 #include "sandboxd/engine_qemu.h"
 #include "sandboxd/exec.h"
 #include "sandboxd/files.h"
+#include "sandboxd/privacy.h"
 #include "sandboxd/runtime.h"
+#include "sandboxd/service.h"
 #include "sandboxd/session.h"
 #include "sandboxd/snapshot.h"
+#include "sandboxd/store_egress.h"
 #include "testenv.h"
 
 #define GUEST_DIR ENGINE_QEMU_GUEST_DIR
@@ -595,11 +605,16 @@ Test(microvm, hostile_guest)
         cr_assert_str_eq(out, "still\n");
         free(out);
 
-        /* garbage frames: the channel's port is the runner's alone (opened once as root, one
-         * opener at a time), so the session's uid cannot write a frame to it */
-        cr_assert_neq(sh("vmuser", "s", "printf 'garbage' > /dev/vport0p1", NULL), 0,
-                      "the session's uid wrote to the runner's port");
-        cr_assert_neq(sh("vmuser", "s", "cat /dev/vport0p1", NULL), 0, "the session's uid read the runner's port");
+        /* garbage frames: both ports (the runner channel's, the net port's) are the runner's
+         * alone (opened once as root, one opener at a time), so the session's uid can neither
+         * write a frame to them nor read one; the device names are the guest kernel's */
+        cr_assert_eq(sh("vmuser", "s",
+                        "n=0; for p in /dev/vport*; do n=$((n+1)); printf garbage > $p 2>/dev/null && echo wrote $p; "
+                        "cat $p >/dev/null 2>&1 && echo read $p; done; echo ports=$n",
+                        &out),
+                     0);
+        cr_assert_str_eq(out, "ports=2\n", "the session's uid reached a port: %s", out);
+        free(out);
 
         /* a full disk: the workspace image is a fixed size; the writer gets ENOSPC, the
          * session goes on, the host's file stays that size */
@@ -877,4 +892,244 @@ Test(microvm, pause_to_disk)
         guest_state_expect("s", "saved");
         cr_assert_eq(session_destroy(d->sessions, "vmuser", "s", true, &err), 0, "%s", err.msg);
         cr_assert_eq(count_vm_dirs(), 0, "a VM's files outlived its session");
+}
+
+/* ---- egress and forwards over the net port (src/qemu/qemu_net.c, runner/vmux.h) ---- */
+
+/* A plain HTTP upstream on the host's loopback (python), answering "hello"; its port. */
+static pid_t up_pid;
+static int upstream_start(void)
+{
+        static const char py[] =
+                "import http.server, sys\n"
+                "class H(http.server.BaseHTTPRequestHandler):\n"
+                "    def do_GET(self):\n"
+                "        self.send_response(200); self.send_header('Content-Length', '5')\n"
+                "        self.end_headers(); self.wfile.write(b'hello')\n"
+                "    def log_message(self, *a): pass\n"
+                "h = http.server.ThreadingHTTPServer(('127.0.0.1', 0), H)\n"
+                "print(h.server_address[1], flush=True)\n"
+                "h.serve_forever()\n";
+        int pipefd[2], port = 0;
+        FILE *f;
+
+        cr_assert_eq(pipe2(pipefd, O_CLOEXEC), 0);
+        up_pid = fork();
+        cr_assert_geq(up_pid, 0);
+        if (up_pid == 0) {
+                prctl(PR_SET_PDEATHSIG, SIGKILL);
+                dup2(pipefd[1], 1);
+                execlp("python3", "python3", "-c", py, (char *)NULL);
+                _exit(127);
+        }
+        close(pipefd[1]);
+        f = fdopen(pipefd[0], "r");
+        cr_assert(f && fscanf(f, "%d", &port) == 1, "the upstream did not start");
+        fclose(f);
+        return port;
+}
+
+static void upstream_stop(void)
+{
+        if (up_pid > 0) {
+                kill(up_pid, SIGKILL);
+                waitpid(up_pid, NULL, 0);
+                up_pid = 0;
+        }
+}
+
+/* GET / from 127.0.0.1:port on the host; the whole reply (malloc'd), NULL if nothing connects. */
+static char *host_get(int port)
+{
+        struct sockaddr_in sa = {.sin_family = AF_INET,
+                                 .sin_port = htons((uint16_t)port),
+                                 .sin_addr.s_addr = htonl(INADDR_LOOPBACK)};
+        struct timeval tv = {60, 0};
+        static const char req[] = "GET / HTTP/1.0\r\n\r\n";
+        char *buf = calloc(1, 65536);
+        size_t len = 0;
+        int fd = socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0);
+
+        cr_assert(fd >= 0 && buf);
+        setsockopt(fd, SOL_SOCKET, SO_RCVTIMEO, &tv, sizeof(tv));
+        if (connect(fd, (struct sockaddr *)&sa, sizeof(sa)) < 0) {
+                close(fd);
+                free(buf);
+                return NULL;
+        }
+        cr_assert_eq(send(fd, req, sizeof(req) - 1, MSG_NOSIGNAL), (ssize_t)sizeof(req) - 1);
+        for (;;) {
+                ssize_t n = recv(fd, buf + len, 65535 - len, 0);
+                if (n <= 0)
+                        break;
+                len += (size_t)n;
+        }
+        close(fd);
+        return buf;
+}
+
+/* Whether the session's audit rows hold a row for host with decision and reason ("": any). */
+static bool egress_row(const char *session, const char *host, const char *decision, const char *reason)
+{
+        struct store_egress_entry *rows = NULL;
+        size_t n = 0;
+        bool seen = false;
+
+        cr_assert_eq(store_egress_log_list(d->store, "vmuser", session, 200, &rows, &n), 0);
+        for (size_t i = 0; i < n; i++)
+                seen |= strcmp(rows[i].host, host) == 0 && strcmp(rows[i].decision, decision) == 0 &&
+                        (!reason[0] || strcmp(rows[i].reason, reason) == 0);
+        free(rows);
+        return seen;
+}
+
+static bool service_port_seen(void *ud)
+{
+        struct service_info *list = NULL;
+        size_t n = 0;
+        bool seen = false;
+
+        (void)ud;
+        if (service_list(d->services, "vmuser", "net", &list, &n) < 0)
+                return false;
+        for (size_t i = 0; i < n; i++)
+                for (size_t k = 0; k < list[i].n_ports; k++)
+                        seen |= list[i].ports[k].container_port == CONTAINER_PORT_BASE &&
+                                list[i].ports[k].host_port > 0;
+        free(list);
+        return seen;
+}
+
+static bool forward_answers(void *ud)
+{
+        char *out = host_get(*(int *)ud);
+        bool ok = out && strstr(out, "from-the-guest");
+        free(out);
+        return ok;
+}
+
+/* One boot: egress through the daemon's proxy with the session's policy and audit, an
+ * execution's narrowing attributed to it (the runner's RP_EGRESS_FROM over the port), a
+ * service in the guest reached through the session's port block on the host's 127.0.0.1, and
+ * the ratchet: once private, the VM has no way out and the block is closed. */
+Test(microvm, egress_forwards_ratchet)
+{
+        struct sbx_error err = {0};
+        struct session *s = NULL;
+        struct session_info info;
+        struct exec_request req = {.user = "vmuser", .session = "net", .actor = "test", .timeout_s = 120};
+        struct exec_result res;
+        struct egress_net none = {.set = true};
+        char cmd[512], reason[64], *out = NULL;
+        int up, host_port;
+
+        if (!have_qemu())
+                return;
+        up = upstream_start();
+        fixture_config(&cfg);
+        cfg.port_range_lo = 30300;
+        cfg.port_range_hi = 30399;
+        cfg.memory_bytes = 256 << 20;
+        cr_assert_eq(config_set(&cfg, "egress.allow", "up.test:*", &err), 0, "%s", err.msg);
+        cr_assert_eq(config_set(&cfg, "egress.resolve", "up.test=127.0.0.1, blocked.test=127.0.0.1", &err), 0, "%s",
+                     err.msg);
+        cr_assert_eq(config_set(&cfg, "egress.allow_private", "127.0.0.1/32", &err), 0, "%s", err.msg);
+        d = fixture_open(&cfg, true); /* with the monitor: the service's ports are applied by it */
+        cr_assert_eq(runtime_set_user(d->runtime, "vmuser", "microvm", &err), 0, "%s", err.msg);
+        cr_assert_eq(session_acquire(d->sessions, "vmuser", "net", &s, &err), 0, "the microVM session: %s", err.msg);
+        session_release(s);
+        cr_assert_eq(session_get_info(d->sessions, "vmuser", "net", &info), 0);
+        cr_assert_str_eq(info.runtime, "microvm");
+        cr_assert_gt(info.n_ports, 0, "a microVM session has its port block");
+        host_port = info.ports[0];
+        session_info_done(&info);
+
+        /* still no network device: only the proxy variables and the runner's endpoint */
+        cr_assert_eq(sh("vmuser", "net", "ls /sys/class/net; echo $http_proxy", &out), 0);
+        cr_assert_str_eq(out, "lo\nhttp://127.0.0.1:3128\n", "the guest's network: %s", out);
+        free(out);
+
+        /* egress through the daemon's proxy, by name, with its policy and its audit rows */
+        snprintf(cmd, sizeof(cmd), "wget -q -O - http://up.test:%d/", up);
+        cr_assert_eq(sh("vmuser", "net", cmd, &out), 0, "wget through the proxy: %s", out);
+        cr_assert_str_eq(out, "hello");
+        free(out);
+        snprintf(cmd, sizeof(cmd), "wget -q -O - http://blocked.test:%d/ 2>&1; echo rc=$?", up);
+        cr_assert_eq(sh("vmuser", "net", cmd, &out), 0);
+        cr_assert_not_null(strstr(out, "403"), "the blocked name: %s", out);
+        free(out);
+        cr_assert(egress_row("net", "up.test", "allowed", ""), "the allowed request has its row");
+        cr_assert(egress_row("net", "blocked.test", "blocked", "not_allowed"), "the blocked request has its row");
+        /* without the proxy there is no way out: no route at all */
+        snprintf(cmd, sizeof(cmd), "wget -q -Y off -T 10 -O - http://127.0.0.1:%d/ 2>&1; echo rc=$?", up);
+        cr_assert_eq(sh("vmuser", "net", cmd, &out), 0);
+        cr_assert_null(strstr(out, "hello"), "reached the host without the proxy: %s", out);
+        free(out);
+
+        /* an execution narrowed to nothing: refused, and the row names that execution */
+        snprintf(cmd, sizeof(cmd), "http_proxy=http://127.0.0.1:3128 wget -q -O - http://up.test:%d/ 2>&1; echo rc=$?",
+                 up);
+        req.command = cmd;
+        req.network = &none;
+        cr_assert_eq(exec_run(d->exec, &req, &res, &err), 0, "%s", err.msg);
+        cr_assert_not_null(strstr(res.stdout_head ? res.stdout_head : "", "403"), "narrowed: %s",
+                           res.stdout_head ? res.stdout_head : "");
+        snprintf(reason, sizeof(reason), "narrowed:%s", res.id);
+        exec_result_done(&res);
+        cr_assert(egress_row("net", "up.test", "blocked", reason), "the refusal's row names the execution");
+
+        /* a service in the guest, reached through the session's port block on the host */
+        cr_assert_eq(sh("vmuser", "net", "mkdir -p /workspace/www && echo from-the-guest > /workspace/www/index.html",
+                        NULL),
+                     0);
+        cr_assert_eq(service_start(d->services, "vmuser", "net", "web", "httpd -f -p 8000 -h /workspace/www", NULL,
+                                   NULL, &err),
+                     0, "%s", err.msg);
+        /* until httpd listens, a forward finds nothing there and the client is closed */
+        if (fixture_wait(forward_answers, &host_port, 60000) < 0) {
+                char *ps = NULL;
+                (void)sh("vmuser", "net", "ps; cat /proc/net/tcp /proc/net/tcp6", &ps);
+                cr_assert_fail("the block's port %d never reached the guest's service; guest: %s", host_port, ps);
+        }
+        /* and the service says which of its ports the block forwards, as in a container */
+        cr_assert_geq(fixture_wait(service_port_seen, NULL, 30000), 0, "the service's port was never detected");
+        /* a few at once, each its own stream */
+        for (int i = 0; i < 8; i++) {
+                out = host_get(host_port);
+                cr_assert(out && strstr(out, "from-the-guest"), "forward %d: %s", i, out ? out : "(none)");
+                free(out);
+        }
+
+        /* a daemon restart: the VM is adopted, its net port dialled again and synced anew (the
+         * guest drops the old connection's streams); the forward and egress work again */
+        daemon_close(d);
+        d = fixture_open(&cfg, true);
+        cr_assert_geq(fixture_wait(forward_answers, &host_port, 90000), 0,
+                      "after a restart the block's port %d never reached the guest's service again", host_port);
+        snprintf(cmd, sizeof(cmd), "wget -q -O - http://up.test:%d/", up);
+        cr_assert_eq(sh("vmuser", "net", cmd, &out), 0, "wget after the restart: %s", out);
+        cr_assert_str_eq(out, "hello");
+        free(out);
+        cr_assert_eq(session_get_info(d->sessions, "vmuser", "net", &info), 0);
+        cr_assert_eq(info.ports[0], host_port, "the block moved");
+        session_info_done(&info);
+
+        /* the ratchet: private, the session is served nothing */
+        cr_assert_eq(privacy_mark(d->privacy, "vmuser", "net", "payroll", "hr", "test", &err), 0, "%s", err.msg);
+        int64_t t0 = sbx_now_ms();
+        snprintf(cmd, sizeof(cmd), "wget -q -T 60 -O - http://up.test:%d/ 2>&1; echo rc=$?", up);
+        cr_assert_eq(sh("vmuser", "net", cmd, &out), 0);
+        /* (busybox's wget dies of a proxy connection that ends before any byte of an answer) */
+        fprintf(stderr, "test_microvm: private: the proxy refused in %lld ms: %s", (long long)(sbx_now_ms() - t0), out);
+        cr_assert_null(strstr(out, "hello"), "a private session reached out: %s", out);
+        cr_assert_null(strstr(out, "rc=0"), "a private session's request succeeded: %s", out);
+        free(out);
+        out = host_get(host_port);
+        cr_assert(!out || !strstr(out, "from-the-guest"), "a private session's port still forwards: %s", out);
+        free(out);
+
+        cr_assert_eq(session_destroy(d->sessions, "vmuser", "net", true, &err), 0, "%s", err.msg);
+        daemon_close(d);
+        d = NULL;
+        upstream_stop();
 }

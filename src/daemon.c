@@ -692,10 +692,10 @@ void daemon_close(struct daemon *d)
         if (d->runtime && d->sessions)
                 runtime_attach(NULL, d->sessions);
         runtime_free(d->runtime);
-        node_server_stop(d->node);                       /* its links hand connections to the gateway and the hub */
-        engine_qemu_net_stop(engine_qemu_of(d->engine)); /* the VMs' net threads too */
-        gateway_free(d->gateway);                        /* its thread asks privacy and calls egress */
-        egress_free(d->egress);                          /* closes every tunnel, writing their rows */
+        node_server_stop(d->node);     /* its links hand connections to the gateway and the hub */
+        engine_qemu_unbind(d->engine); /* the VMs' net threads too */
+        gateway_free(d->gateway);      /* its thread asks privacy and calls egress */
+        egress_free(d->egress);        /* closes every tunnel, writing their rows */
         privacy_free(d->privacy);
         pool_free(d->pool);        /* its thread uses the runner hub */
         node_server_free(d->node); /* stopped above; the pool's calls to the hub reached it until here */

@@ -293,6 +293,14 @@ void engine_qemu_set_runner(struct engine *e, const struct engine_qemu_runner *r
                 engine_qemu_bind(R(e)->vm, runner);
 }
 
+void engine_qemu_unbind(struct engine *e)
+{
+        if (e && e->ops->free == r_free)
+                engine_qemu_net_stop(R(e)->vm);
+        else
+                engine_qemu_net_stop(e);
+}
+
 bool engine_microvm_id(const char *id)
 {
         return engine_qemu_id(id);

@@ -87,9 +87,10 @@ void engine_qemu_bind(struct engine *qemu, const struct engine_qemu_runner *r);
 #define ENGINE_QEMU_NET_FWD 2    /* the runner's fwd.sock connection (control or data) */
 
 /* Stop every VM's net channel (joined: no net call runs after this) and make none from here
- * on: the daemon, before it frees what engine_qemu_runner.net reaches. e: the qemu
- * engine (engine_qemu_of); NULL or another: nothing. */
+ * on: the daemon, before it frees what engine_qemu_runner.net reaches. e: a qemu engine,
+ * or the router of engine_select.c that holds one (engine_qemu_unbind); another: nothing. */
 void engine_qemu_net_stop(struct engine *e);
+void engine_qemu_unbind(struct engine *e);
 
 /* Whether id names a VM of this engine. */
 bool engine_qemu_id(const char *id);

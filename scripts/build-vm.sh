@@ -37,8 +37,12 @@
 # the guest always runs the daemon's own runner (the kernel unpacks
 # concatenated archives). Without sbx.uid (the probe) /init powers off.
 #
-# Not done yet (issue 38): the image's root file system (the guest has
-# busybox only), more ports for egress and forwards.
+# The session's image is not built here: the daemon makes its root file
+# system (an ext4 image per image id, src/qemu/qemu_rootfs.c) and attaches
+# it read-only as a second disk; the runner, PID 1 here, mounts it and
+# chroots into it before it drops to the uid (docs/microvm.md). Without it
+# (the probe, or an image that could not be made) the guest is busybox's.
+# Not done yet (issue 38): more ports for egress and forwards.
 #
 # Usage: build-vm.sh [--out DIR] [--force] [--probe]
 set -euo pipefail

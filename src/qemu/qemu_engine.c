@@ -316,8 +316,10 @@ static int q_create(struct engine *e, const struct engine_spec *spec, char ret_i
                 return sbx_error_set(err, -errno, 0, "cannot make %s: %m", q->disks);
         if (qemu_vm_path(q, vm.id, NULL, path, sizeof(path)) < 0 || mkdir(path, 0711) < 0)
                 return sbx_error_set(err, -EIO, 0, "cannot make the VM's directory under %s: %m", q->dir);
-        /* the image's root file system (qemu_rootfs.c); without it the busybox guest, saying why */
-        if (spec->image && spec->image[0]) {
+        r = qemu_mem_claim(q, &vm, err); /* a session made from a memory snapshot: its disk first */
+        /* the image's root file system (qemu_rootfs.c; a memory snapshot's VM has the
+         * snapshot's); without it the busybox guest, saying why */
+        if (r == 0 && !vm.incoming[0] && spec->image && spec->image[0]) {
                 struct sbx_error rerr = {0};
                 if (qemu_rootfs_get(q, spec->image, qemu_vm_label(&vm, CONTAINER_LABEL_INSTANCE), vm.rootfs, &rerr) <
                     0) {
@@ -326,7 +328,6 @@ static int q_create(struct engine *e, const struct engine_spec *spec, char ret_i
                         log_warn("microvm: VM %s boots the busybox guest: %s", vm.id, vm.rootfs_note);
                 }
         }
-        r = qemu_mem_claim(q, &vm, err); /* a session made from a memory snapshot: its disk first */
         if (r == 0)
                 r = qemu_vm_prepare(q, &vm, spec, err);
         if (r == 0)

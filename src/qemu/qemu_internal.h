@@ -49,6 +49,7 @@ struct qemu {
 #define QEMU_MEM_STATE "memory.state" /* the devices' state, QEMU's migration stream */
 #define QEMU_MEM_RAM "memory.ram"     /* the guest's RAM, frozen */
 #define QEMU_MEM_DISK "disk.img"      /* the workspace disk at the same instant */
+#define QEMU_MEM_ROOTFS "rootfs"      /* the path of the VM's root file system (qemu_rootfs.c), if it had one */
 /* a VM paused to disk: its state and RAM in its own directory */
 #define QEMU_MEM_SAVED "memory.state"
 #define QEMU_MEM_SAVED_RAM "memory.ram"

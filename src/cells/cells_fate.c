@@ -370,14 +370,16 @@ static void recover(struct cells *c)
         free(rows);
 }
 
-/* A forked session's copy of a context (snapshot.h): its name, language
- * and counts, no interpreter; the next cell reports state_lost "forked". */
-int cells_mark_forked(struct cells *c, const char *user, const char *session, const char *name, const char *language,
-                      int64_t generation, int64_t execution_count)
+/* A forked session's copy of a context (snapshot.h): its name, language and counts; with a
+ * runner tag (a memory snapshot's fork) its job is taken back once the session runs, else it
+ * has no interpreter and the next cell reports state_lost "forked". */
+static int mark_copy(struct cells *c, const char *user, const char *session, const char *name, const char *language,
+                     int64_t generation, int64_t execution_count, uint32_t runner_tag)
 {
         struct cell_ctx *x;
 
-        if (!cells_name_valid(name) || (strcmp(language, "python") != 0 && strcmp(language, "node") != 0))
+        if (!cells_name_valid(name) || (strcmp(language, "python") != 0 && strcmp(language, "node") != 0) ||
+            (runner_tag && !c->hub))
                 return -EINVAL;
         pthread_mutex_lock(&c->lock);
         if (cells_find_locked(c, user, session, name)) {
@@ -391,15 +393,32 @@ int cells_mark_forked(struct cells *c, const char *user, const char *session, co
         }
         x->generation = x->lost_generation = generation;
         x->execution_count = execution_count;
-        sbx_strlcpy(x->lost_cause, "forked", sizeof(x->lost_cause));
+        if (runner_tag) {
+                x->tag = runner_tag;
+                x->carried = true;
+                /* before the session's first VM boots: its runner keeps the job for us
+                 * (adopter_main, once the session runs) */
+                hub_expect(c->hub, user, session, runner_tag);
+                x->adopt_pending = x->adopt_busy = x->busy = true;
+        } else {
+                sbx_strlcpy(x->lost_cause, "forked", sizeof(x->lost_cause));
+        }
         pthread_mutex_lock(&x->lock);
-        cells_ctx_persist_locked(x, false);
+        cells_ctx_persist_locked(x, runner_tag != 0);
         pthread_mutex_unlock(&x->lock);
         x->next = c->list;
         c->list = x;
         c->n++;
+        if (runner_tag)
+                pthread_cond_broadcast(&c->cond); /* the adopter */
         pthread_mutex_unlock(&c->lock);
         return 0;
+}
+
+int cells_mark_forked(struct cells *c, const char *user, const char *session, const char *name, const char *language,
+                      int64_t generation, int64_t execution_count)
+{
+        return mark_copy(c, user, session, name, language, generation, execution_count, 0);
 }
 
 uint32_t cells_runner_tag(struct cells *c, const char *user, const char *session, const char *name)
@@ -422,38 +441,8 @@ uint32_t cells_runner_tag(struct cells *c, const char *user, const char *session
 int cells_mark_carried(struct cells *c, const char *user, const char *session, const char *name, const char *language,
                        int64_t generation, int64_t execution_count, uint32_t runner_tag)
 {
-        struct cell_ctx *x;
-
-        if (!cells_name_valid(name) || (strcmp(language, "python") != 0 && strcmp(language, "node") != 0) ||
-            runner_tag == 0 || !c->hub)
-                return -EINVAL;
-        pthread_mutex_lock(&c->lock);
-        if (cells_find_locked(c, user, session, name)) {
-                pthread_mutex_unlock(&c->lock);
-                return -EEXIST;
-        }
-        x = cells_ctx_alloc(c, user, session, name, language);
-        if (!x) {
-                pthread_mutex_unlock(&c->lock);
-                return -ENOMEM;
-        }
-        x->generation = x->lost_generation = generation;
-        x->execution_count = execution_count;
-        x->tag = runner_tag;
-        x->carried = true;
-        /* before the session's first VM boots: its runner keeps the job for us (adopter_main,
-         * once the session runs) */
-        hub_expect(c->hub, user, session, runner_tag);
-        x->adopt_pending = x->adopt_busy = x->busy = true;
-        pthread_mutex_lock(&x->lock);
-        cells_ctx_persist_locked(x, true);
-        pthread_mutex_unlock(&x->lock);
-        x->next = c->list;
-        c->list = x;
-        c->n++;
-        pthread_cond_broadcast(&c->cond); /* the adopter */
-        pthread_mutex_unlock(&c->lock);
-        return 0;
+        return runner_tag ? mark_copy(c, user, session, name, language, generation, execution_count, runner_tag)
+                          : -EINVAL;
 }
 
 /* ---- the warm pool's pre-started contexts ---- */

@@ -47,6 +47,7 @@
 #include <stdlib.h>
 #include <string.h>
 #include <sys/ioctl.h>
+#include <sys/mount.h>
 #include <sys/prctl.h>
 #include <sys/resource.h>
 #include <sys/socket.h>
@@ -400,6 +401,78 @@ static void guest_egress_env(void)
 }
 _Static_assert(RP_EGRESS_PORT == 3128, "the proxy variables name the egress port");
 
+/* In a microVM whose VM has the session's image as a second disk (src/qemu/qemu_rootfs.c: the
+ * virtio-blk serial "sbxroot", read-only ext4): mount it read-only on /newroot, the workspace
+ * (mounted by /init on /workspace), a fresh tmpfs on /tmp, /proc, /sys and /dev in it, chroot
+ * into it, and take the image's environment (its /.sandboxd/env, NUL-separated K=V), so that
+ * every process of the session runs in the image: python3, the cell harness's libraries.
+ * Before the uid drops; the port is open already. Anything failing before the chroot leaves
+ * the busybox guest as it was, saying why on the console (the VM's console.log). */
+static void guest_root(void)
+{
+        char dev[64] = "", serial[32], path[96];
+        DIR *d = opendir("/sys/block");
+        struct dirent *de;
+
+        while (d && (de = readdir(d))) {
+                if (strncmp(de->d_name, "vd", 2) != 0 || strlen(de->d_name) > 8)
+                        continue;
+                snprintf(path, sizeof(path), "/sys/block/%s/serial", de->d_name);
+                int fd = open(path, O_RDONLY | O_CLOEXEC);
+                ssize_t n = fd >= 0 ? read(fd, serial, sizeof(serial) - 1) : -1;
+                if (fd >= 0)
+                        close(fd);
+                serial[n > 0 ? n : 0] = '\0';
+                serial[strcspn(serial, "\n")] = '\0';
+                if (strcmp(serial, "sbxroot") == 0)
+                        snprintf(dev, sizeof(dev), "/dev/%s", de->d_name);
+        }
+        if (d)
+                closedir(d);
+        if (!dev[0])
+                return; /* no image: the busybox guest */
+        static const struct {
+                const char *src, *target, *type;
+                unsigned long flags;
+                const char *data;
+        } m[] = {
+                {NULL, "/newroot", "ext4", MS_RDONLY | MS_NOSUID | MS_NODEV, NULL},
+                {"/workspace", "/newroot/workspace", NULL, MS_BIND, NULL},
+                {"tmp", "/newroot/tmp", "tmpfs", MS_NOSUID | MS_NODEV | MS_NOEXEC, "mode=1777"},
+                {"proc", "/newroot/proc", "proc", MS_NOSUID | MS_NODEV | MS_NOEXEC, NULL},
+                {"sys", "/newroot/sys", "sysfs", MS_RDONLY | MS_NOSUID | MS_NODEV | MS_NOEXEC, NULL},
+                {"/dev", "/newroot/dev", NULL, MS_BIND | MS_REC, NULL},
+        };
+        (void)mkdir("/newroot", 0755);
+        for (size_t i = 0; i < sizeof(m) / sizeof(m[0]); i++) {
+                if (mount(m[i].src ? m[i].src : dev, m[i].target, m[i].type, m[i].flags, m[i].data) < 0) {
+                        fprintf(stderr, "sandboxd-runner: no root file system: mount %s: %s\n", m[i].target,
+                                strerror(errno));
+                        if (i > 0)
+                                (void)umount2("/newroot", MNT_DETACH);
+                        return;
+                }
+        }
+        if (chdir("/newroot") < 0 || chroot(".") < 0 || chdir("/workspace") < 0) {
+                fprintf(stderr, "sandboxd-runner: cannot enter the root file system: %s\n", strerror(errno));
+                return; /* half entered: the session's execs will say what they lack */
+        }
+        /* the image's environment replaces /init's (PATH=/bin of busybox) */
+        int fd = open("/.sandboxd/env", O_RDONLY | O_CLOEXEC | O_NOFOLLOW);
+        static char env[64 * 1024];
+        ssize_t n = fd >= 0 ? read(fd, env, sizeof(env) - 1) : -1;
+        if (fd >= 0)
+                close(fd);
+        if (n > 0) {
+                env[n] = '\0';
+                clearenv();
+                for (char *p = env; p < env + n; p += strlen(p) + 1)
+                        if (strchr(p, '='))
+                                putenv(p); /* env is static: putenv keeps the pointer */
+        }
+        fprintf(stderr, "sandboxd-runner: root file system %s\n", dev);
+}
+
 int main(int argc, char **argv)
 {
         int net_fd = -1;
@@ -422,6 +495,7 @@ int main(int argc, char **argv)
                 for (int i = 0; i < 20 && (net_fd = guest_port(VMUX_PORT_NAME)) < 0; i++)
                         usleep(50 * 1000);
                 guest_nproc();
+                guest_root();       /* the image's environment first: the proxy's variables win */
                 guest_egress_env();
                 /* ahead of the tenant's processes (proc_leader_exec puts them back at 0): a fork
                  * bomb on one TCG vCPU must not starve the heartbeat */

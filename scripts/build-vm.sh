@@ -37,8 +37,12 @@
 # the guest always runs the daemon's own runner (the kernel unpacks
 # concatenated archives). Without sbx.uid (the probe) /init powers off.
 #
-# Not done yet (issue 38): the image's root file system (the guest has
-# busybox only), more ports for egress and forwards.
+# The session's image is not built here: the daemon makes its root file
+# system (an ext4 image per image id, src/qemu/qemu_rootfs.c) and attaches
+# it read-only as a second disk; the runner, PID 1 here, mounts it and
+# chroots into it before it drops to the uid (docs/microvm.md). Without it
+# (the probe, or an image that could not be made) the guest is busybox's.
+# Not done yet (issue 38): more ports for egress and forwards.
 #
 # Usage: build-vm.sh [--out DIR] [--force] [--probe]
 set -euo pipefail
@@ -72,8 +76,9 @@ ver=${pkg#linux-image-}
 pkgver=$(apt-cache policy "$pkg" | awk '/Candidate:/ {print $2}')
 default_out=$((${#out} == 0))
 out=${out:-/var/cache/sandboxd-vm/$ver}
-# the kernel package's version and this script (its /init): either changed, the guest is rebuilt
-stamp="$pkgver $(sha256sum "${BASH_SOURCE[0]}" | cut -c1-16)"
+# the kernel package's version and this script (its /init) less its comment lines: either
+# changed, the guest is rebuilt (a comment alone rebuilds nothing)
+stamp="$pkgver $(grep -v '^[[:space:]]*#' "${BASH_SOURCE[0]}" | sha256sum | cut -c1-16)"
 if ((!force)) && [[ -f $out/VERSION && $(cat "$out/VERSION") == "$stamp" && -s $out/vmlinux && -s $out/initrd.gz ]]; then
 	log "up to date: $out ($pkg $pkgver)"
 else

@@ -330,6 +330,7 @@ int engine_new_from_config(const struct sbx_config *cfg, struct engine **ret, st
                 .data_dir = cfg->data_dir,
                 .guest_dir = ENGINE_QEMU_GUEST_DIR,
                 .disk_bytes = cfg->workspace_quota_bytes,
+                .docker_socket = cfg->docker_socket,
         };
         struct engine *docker, *vm;
         struct sbx_error qerr = {0};

@@ -192,6 +192,16 @@ bool cells_name_valid(const char *name);
  * "forked"} instead of starting fresh in silence. -EEXIST: it has one. */
 int cells_mark_forked(struct cells *c, const char *user, const char *session, const char *name, const char *language,
                       int64_t generation, int64_t execution_count);
+/* The runner's tag of the job that runs the context's interpreter (0: none runs): a memory
+ * snapshot records it, since the job is in the VM's memory. */
+uint32_t cells_runner_tag(struct cells *c, const char *user, const char *session, const char *name);
+/* A session made from a memory snapshot (a microVM's fork or restore, snapshot.h): its context
+ * name runs on in the job runner_tag that came with the guest's memory, so it is taken back as
+ * after a daemon restart (the hub is told to keep the job; the adopter takes it and the next
+ * cell runs in the same interpreter, its variables there), instead of state_lost "forked". An
+ * existing context of that name (a restore) is replaced. */
+int cells_mark_carried(struct cells *c, const char *user, const char *session, const char *name, const char *language,
+                       int64_t generation, int64_t execution_count, uint32_t runner_tag);
 /* A cell (or a variables request) of one of the session's contexts is
  * running: the fair share of limits.sessions does not stop such a session. */
 bool cells_session_busy(struct cells *c, const char *user, const char *session);

@@ -66,11 +66,13 @@ struct engine_qemu_runner {
 };
 
 struct engine_qemu_config {
-        const char *data_dir;    /* VMs under {data_dir}/vm */
-        const char *guest_dir;   /* vmlinux and initrd.gz (scripts/build-vm.sh) */
-        const char *qemu_binary; /* NULL: /usr/bin/qemu-system-x86_64 */
-        int64_t disk_bytes;      /* a new workspace image's size; 0: 1 GiB */
-        int boot_timeout_ms;     /* start waits this long for the runner; 0: 120 s */
+        const char *data_dir;      /* VMs under {data_dir}/vm */
+        const char *guest_dir;     /* vmlinux and initrd.gz (scripts/build-vm.sh) */
+        const char *qemu_binary;   /* NULL: /usr/bin/qemu-system-x86_64 */
+        int64_t disk_bytes;        /* a new workspace image's size; 0: 1 GiB */
+        int boot_timeout_ms;       /* start waits this long for the runner; 0: 120 s */
+        const char *docker_socket; /* the Docker the sessions' images are exported from (their root
+                                    * file systems, qemu_rootfs.c); NULL: the busybox guest only */
 };
 
 /* A qemu engine; -ENOENT naming what is missing (QEMU, the guest's files). */

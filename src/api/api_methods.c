@@ -801,8 +801,8 @@ static const struct api_method_doc methods_doc[] = {
          "Stop the session (its processes end; contexts report state_lost restored) and put its workspace back from one of the user's snapshots, byte for byte; the next request starts its container. A private snapshot's marks are put on the session first."},
         {"fork_session", api_m_fork_session,
          "{from: {session} | {snapshot: id | name}, session}",
-         "session_info of the new session, plus forked_from and state_lost: forked",
-         "Make the new session params.session of the same user from a snapshot, or from a live session (snapshotted first; that snapshot is not kept). It gets its own uid, ports and channels, the snapshot's image, env, egress additions, labels, resources and privacy marks (a private source gives a private session from the start), and is served from the warm pool where it can be. Files only: its interpreter contexts report state_lost forked."},
+         "session_info of the new session, plus forked_from and state_lost: forked (not from a microvm memory snapshot)",
+         "Make the new session params.session of the same user from a snapshot, or from a live session (snapshotted first; that snapshot is not kept). It gets its own uid, ports and channels, the snapshot's image, env, egress additions, labels, resources and privacy marks (a private source gives a private session from the start), and is served from the warm pool where it can be. Files only: its interpreter contexts report state_lost forked; from a microvm session's memory snapshot (snapshot_session with_memory) its guest's processes and interpreter contexts run on, variables kept."},
 };
 // clang-format on
 

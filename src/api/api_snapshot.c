@@ -155,6 +155,16 @@ int api_m_fork_session(struct api_req *q, cJSON **ret, struct fronterr *e)
                 cJSON_AddStringToObject(f, "session", from_session);
         else
                 cJSON_AddStringToObject(f, "snapshot", snap_id);
-        cJSON_AddStringToObject(*ret, "state_lost", "forked");
+        {
+                /* a memory snapshot's fork keeps its interpreters (cells_mark_carried) */
+                struct store_snapshot snap;
+                bool memory = false;
+                if (store_snapshot_get(q->d->store, q->tok.user, snap_id, &snap) == 0) {
+                        memory = strcmp(snap.kind, "microvm") == 0;
+                        store_snapshot_done(&snap);
+                }
+                if (!memory)
+                        cJSON_AddStringToObject(*ret, "state_lost", "forked");
+        }
         return 0;
 }

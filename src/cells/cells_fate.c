@@ -202,6 +202,16 @@ static void adopt_one(struct cells *c, struct cell_ctx *x)
                 r = hub_exec_adopt(c->hub, x->user, x->session, x->tag, have, cells_on_output, x, 1000, &rx, start,
                                    &err);
         }
+        if (r == 0 && !x->container_id[0]) {
+                /* a memory fork's context (cells_mark_carried): its VM is the session's current one */
+                struct session_info info;
+                if (session_get_info(c->sessions, x->user, x->session, &info) == 0) {
+                        pthread_mutex_lock(&x->lock);
+                        sbx_strlcpy(x->container_id, info.container_id, sizeof(x->container_id));
+                        pthread_mutex_unlock(&x->lock);
+                        session_info_done(&info);
+                }
+        }
         if (r == 0) {
                 wa = malloc(sizeof(*wa));
                 pthread_mutex_lock(&x->rx_lock);
@@ -224,8 +234,9 @@ static void adopt_one(struct cells *c, struct cell_ctx *x)
                         cJSON_AddStringToObject(m, "op", "replay");
                         (void)cells_ctx_send(x, m, sbx_now_ms() + 5000);
                         cJSON_Delete(m);
-                        log_info("cells: %s:%s/%s generation %lld adopted after a restart", x->user, x->session,
-                                 x->name, (long long)x->generation);
+                        log_info("cells: %s:%s/%s generation %lld adopted %s", x->user, x->session, x->name,
+                                 (long long)x->generation,
+                                 x->carried ? "from a memory snapshot's guest" : "after a restart");
                         return;
                 }
                 free(wa);
@@ -239,7 +250,11 @@ static void adopt_one(struct cells *c, struct cell_ctx *x)
         pthread_mutex_lock(&x->lock);
         x->phase = CTX_IDLE;
         x->adopting = x->adopt_pending = false;
-        sbx_strlcpy(x->lost_cause, x->strong_cause[0] ? x->strong_cause : "daemon_restart", sizeof(x->lost_cause));
+        sbx_strlcpy(x->lost_cause,
+                    x->strong_cause[0] ? x->strong_cause
+                    : x->carried       ? "forked"
+                                       : "daemon_restart",
+                    sizeof(x->lost_cause));
         x->lost_reported = false;
         char lost[sizeof(x->lost_cause)];
         memcpy(lost, x->lost_cause, sizeof(lost));
@@ -250,6 +265,19 @@ static void adopt_one(struct cells *c, struct cell_ctx *x)
         pthread_mutex_unlock(&x->lock);
         log_info("cells: %s:%s/%s could not be adopted after a restart (%s): %s", x->user, x->session, x->name,
                  r == -ETIMEDOUT ? "its runner did not come back" : "its job is gone", lost);
+}
+
+/* A memory fork's session has its VM (cells_mark_carried is called before it boots). */
+static bool session_runs(struct cells *c, const char *user, const char *session)
+{
+        struct session_info info;
+        bool runs;
+
+        if (session_get_info(c->sessions, user, session, &info) < 0)
+                return false;
+        runs = info.state == SESSION_RUNNING && info.container_id[0];
+        session_info_done(&info);
+        return runs;
 }
 
 static void *adopter_main(void *p)
@@ -264,7 +292,8 @@ static void *adopter_main(void *p)
                         if (y->adopt_pending) {
                                 /* its runner is frozen with its paused session and reconnects
                                  * only once a request resumes it (cells_ctx_acquire does): not yet */
-                                if (session_is_paused(c->sessions, y->user, y->session)) {
+                                if (session_is_paused(c->sessions, y->user, y->session) ||
+                                    (y->carried && !session_runs(c, y->user, y->session))) {
                                         deferred = true;
                                         continue;
                                 }
@@ -274,6 +303,13 @@ static void *adopter_main(void *p)
                         }
                 if (!x && deferred && !c->stopping) {
                         struct timespec ts = sbx_deadline_after(CLOCK_MONOTONIC, 500);
+                        (void)pthread_cond_timedwait(&c->cond, &c->lock, &ts);
+                        pthread_mutex_unlock(&c->lock);
+                        continue;
+                }
+                if (!x && !c->stopping) {
+                        /* a memory fork's contexts come later (cells_mark_carried broadcasts) */
+                        struct timespec ts = sbx_deadline_after(CLOCK_MONOTONIC, 5000);
                         (void)pthread_cond_timedwait(&c->cond, &c->lock, &ts);
                         pthread_mutex_unlock(&c->lock);
                         continue;
@@ -334,14 +370,16 @@ static void recover(struct cells *c)
         free(rows);
 }
 
-/* A forked session's copy of a context (snapshot.h): its name, language
- * and counts, no interpreter; the next cell reports state_lost "forked". */
-int cells_mark_forked(struct cells *c, const char *user, const char *session, const char *name, const char *language,
-                      int64_t generation, int64_t execution_count)
+/* A forked session's copy of a context (snapshot.h): its name, language and counts; with a
+ * runner tag (a memory snapshot's fork) its job is taken back once the session runs, else it
+ * has no interpreter and the next cell reports state_lost "forked". */
+static int mark_copy(struct cells *c, const char *user, const char *session, const char *name, const char *language,
+                     int64_t generation, int64_t execution_count, uint32_t runner_tag)
 {
         struct cell_ctx *x;
 
-        if (!cells_name_valid(name) || (strcmp(language, "python") != 0 && strcmp(language, "node") != 0))
+        if (!cells_name_valid(name) || (strcmp(language, "python") != 0 && strcmp(language, "node") != 0) ||
+            (runner_tag && !c->hub))
                 return -EINVAL;
         pthread_mutex_lock(&c->lock);
         if (cells_find_locked(c, user, session, name)) {
@@ -355,15 +393,56 @@ int cells_mark_forked(struct cells *c, const char *user, const char *session, co
         }
         x->generation = x->lost_generation = generation;
         x->execution_count = execution_count;
-        sbx_strlcpy(x->lost_cause, "forked", sizeof(x->lost_cause));
+        if (runner_tag) {
+                x->tag = runner_tag;
+                x->carried = true;
+                /* before the session's first VM boots: its runner keeps the job for us
+                 * (adopter_main, once the session runs) */
+                hub_expect(c->hub, user, session, runner_tag);
+                x->adopt_pending = x->adopt_busy = x->busy = true;
+        } else {
+                sbx_strlcpy(x->lost_cause, "forked", sizeof(x->lost_cause));
+        }
         pthread_mutex_lock(&x->lock);
-        cells_ctx_persist_locked(x, false);
+        cells_ctx_persist_locked(x, runner_tag != 0);
         pthread_mutex_unlock(&x->lock);
         x->next = c->list;
         c->list = x;
         c->n++;
+        if (runner_tag)
+                pthread_cond_broadcast(&c->cond); /* the adopter */
         pthread_mutex_unlock(&c->lock);
         return 0;
+}
+
+int cells_mark_forked(struct cells *c, const char *user, const char *session, const char *name, const char *language,
+                      int64_t generation, int64_t execution_count)
+{
+        return mark_copy(c, user, session, name, language, generation, execution_count, 0);
+}
+
+uint32_t cells_runner_tag(struct cells *c, const char *user, const char *session, const char *name)
+{
+        struct cell_ctx *x;
+        uint32_t tag = 0;
+
+        pthread_mutex_lock(&c->lock);
+        x = cells_find_locked(c, user, session, name);
+        if (x) {
+                pthread_mutex_lock(&x->lock);
+                if (x->phase == CTX_READY && !x->waiter_done)
+                        tag = x->tag;
+                pthread_mutex_unlock(&x->lock);
+        }
+        pthread_mutex_unlock(&c->lock);
+        return tag;
+}
+
+int cells_mark_carried(struct cells *c, const char *user, const char *session, const char *name, const char *language,
+                       int64_t generation, int64_t execution_count, uint32_t runner_tag)
+{
+        return runner_tag ? mark_copy(c, user, session, name, language, generation, execution_count, runner_tag)
+                          : -EINVAL;
 }
 
 /* ---- the warm pool's pre-started contexts ---- */

@@ -21,6 +21,8 @@
 #include <unistd.h>
 
 #include "qemu_internal.h"
+#include "sandboxd/container.h"
+#include "sandboxd/log.h"
 
 static struct qemu *Q(struct engine *e)
 {
@@ -96,6 +98,8 @@ static int state_load_locked(struct qemu *q, const char *id, struct qemu_vm *ret
         sbx_strlcpy(ret->finished_at, STR("finished_at"), sizeof(ret->finished_at));
         sbx_strlcpy(ret->disk, STR("disk"), sizeof(ret->disk));
         sbx_strlcpy(ret->cgroup_note, STR("cgroup_note"), sizeof(ret->cgroup_note));
+        sbx_strlcpy(ret->rootfs, STR("rootfs"), sizeof(ret->rootfs));
+        sbx_strlcpy(ret->rootfs_note, STR("rootfs_note"), sizeof(ret->rootfs_note));
 #undef NUM
 #undef STR
         cJSON *l, *labels = cJSON_GetObjectItem(j, "labels");
@@ -138,6 +142,10 @@ static int state_save_locked(struct qemu *q, const struct qemu_vm *vm)
         cJSON_AddStringToObject(j, "disk", vm->disk);
         if (vm->cgroup_note[0])
                 cJSON_AddStringToObject(j, "cgroup_note", vm->cgroup_note);
+        if (vm->rootfs[0])
+                cJSON_AddStringToObject(j, "rootfs", vm->rootfs);
+        if (vm->rootfs_note[0])
+                cJSON_AddStringToObject(j, "rootfs_note", vm->rootfs_note);
         for (size_t i = 0; i < vm->n_labels; i++)
                 cJSON_AddStringToObject(labels, vm->labels[i].key, vm->labels[i].value);
         text = cJSON_PrintUnformatted(j);
@@ -319,6 +327,17 @@ static int q_create(struct engine *e, const struct engine_spec *spec, char ret_i
         if (qemu_vm_path(q, vm.id, NULL, path, sizeof(path)) < 0 || mkdir(path, 0711) < 0)
                 return sbx_error_set(err, -EIO, 0, "cannot make the VM's directory under %s: %m", q->dir);
         r = qemu_mem_claim(q, &vm, err); /* a session made from a memory snapshot: its disk first */
+        /* the image's root file system (qemu_rootfs.c; a memory snapshot's VM has the
+         * snapshot's); without it the busybox guest, saying why */
+        if (r == 0 && !vm.incoming[0] && spec->image && spec->image[0]) {
+                struct sbx_error rerr = {0};
+                if (qemu_rootfs_get(q, spec->image, qemu_vm_label(&vm, CONTAINER_LABEL_INSTANCE), vm.rootfs, &rerr) <
+                    0) {
+                        snprintf(vm.rootfs_note, sizeof(vm.rootfs_note), "no root file system from image %s: %s",
+                                 spec->image, rerr.msg);
+                        log_warn("microvm: VM %s boots the busybox guest: %s", vm.id, vm.rootfs_note);
+                }
+        }
         if (r == 0)
                 r = qemu_vm_prepare(q, &vm, spec, err);
         if (r == 0)

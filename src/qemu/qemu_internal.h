@@ -20,6 +20,7 @@ struct qemu {
         char kernel[SBX_PATH_MAX];
         char initrd[SBX_PATH_MAX];
         char binary[SBX_PATH_MAX];
+        char docker_socket[SBX_PATH_MAX]; /* qemu_rootfs.c: the Docker that has the sessions' images */
         int64_t disk_bytes;
         int boot_timeout_ms;
         bool kvm;
@@ -52,6 +53,7 @@ struct qemu {
 #define QEMU_MEM_STATE "memory.state" /* the devices' state, QEMU's migration stream */
 #define QEMU_MEM_RAM "memory.ram"     /* the guest's RAM, frozen */
 #define QEMU_MEM_DISK "disk.img"      /* the workspace disk at the same instant */
+#define QEMU_MEM_ROOTFS "rootfs"      /* the path of the VM's root file system (qemu_rootfs.c), if it had one */
 /* a VM paused to disk: its state and RAM in its own directory */
 #define QEMU_MEM_SAVED "memory.state"
 #define QEMU_MEM_SAVED_RAM "memory.ram"
@@ -75,6 +77,8 @@ struct qemu_vm {
         bool ram_private;            /* its RAM is a snapshot's frozen RAM, mapped private */
         bool saved;                  /* paused to disk: QEMU gone, QEMU_MEM_SAVED and _RAM kept */
         char cgroup_note[160];       /* what of its cgroup could not be made ("": all of it) */
+        char rootfs[SBX_PATH_MAX];   /* qemu_rootfs.c: the image's root file system, read-only ("": busybox) */
+        char rootfs_note[256];       /* why it has none although its spec named an image */
         struct engine_kv labels[ENGINE_MAX_LABELS];
         size_t n_labels;
 };
@@ -150,6 +154,15 @@ void qemu_mem_saved_drop(struct qemu *q, struct qemu_vm *vm);
 void qemu_mem_booted(struct qemu *q, struct qemu_vm *vm);
 /* The VM's RAM file (on tmpfs) goes: q_remove. */
 void qemu_mem_ram_drop(struct qemu *q, const char *id);
+
+/* qemu_rootfs.c: the root file system of Docker image `image` (a name or an id) as an ext4
+ * image, made at its first use (by one caller; the others wait) under {data_dir}/vm/rootfs and
+ * never changed; its path. -ETIMEDOUT past QEMU_ROOTFS_TIMEOUT_MS; err says which step failed.
+ * instance: the label the export's short-lived container carries. */
+#define QEMU_ROOTFS_TIMEOUT_MS (600 * 1000)
+#define QEMU_ROOTFS_SERIAL "sbxroot" /* the virtio-blk serial the guest's runner finds it by */
+int qemu_rootfs_get(struct qemu *q, const char *image, const char *instance, char ret_path[SBX_PATH_MAX],
+                    struct sbx_error *err);
 
 /* qemu_cgroup.c: QEMU's cgroup (cpu, memory, pids) with the VM's limits, guest RAM mem_bytes;
  * fds: each controller's cgroup.procs to write "0" to before the uid drops (-1: none); note:

@@ -366,6 +366,16 @@ int qemu_mem_snapshot(struct qemu *q, const char *id, int dirfd, int64_t room, i
         }
         if (r == 0 && fsync(statefd) < 0)
                 r = sbx_error_set(err, -errno, 0, "cannot write the memory state: %m");
+        if (r == 0 && vm.rootfs[0]) {
+                /* the VM's root file system: every VM from this snapshot has the same disk (the
+                 * session's image may be gone from Docker by then; the cached file never changes) */
+                int fd = openat(dirfd, QEMU_MEM_ROOTFS, O_WRONLY | O_CREAT | O_EXCL | O_NOFOLLOW | O_CLOEXEC, 0600);
+                size_t n = strlen(vm.rootfs);
+                if (fd < 0 || write(fd, vm.rootfs, n) != (ssize_t)n || fsync(fd) < 0)
+                        r = sbx_error_set(err, -EIO, 0, "cannot record the VM's root file system");
+                if (fd >= 0)
+                        close(fd);
+        }
         if (!vm.paused) {
                 char reply[512];
                 int c = qmp_call(&m, "{\"execute\":\"cont\"}\n", -1, reply, sizeof(reply));
@@ -538,6 +548,16 @@ int qemu_mem_claim(struct qemu *q, struct qemu_vm *vm, struct sbx_error *err)
                 return sbx_error_set(err, -ENOENT, 0, "the memory snapshot at %s has lost its files", dir);
         /* the guest's RAM is the frozen file's size, whatever the session's limit says now */
         vm->memory = (int64_t)st.st_size;
+        /* its devices are the snapshot's: the same root file system, or none */
+        vm->rootfs[0] = vm->rootfs_note[0] = '\0';
+        {
+                _cleanup_close_ int rf = openat(d, QEMU_MEM_ROOTFS, O_RDONLY | O_NOFOLLOW | O_CLOEXEC);
+                ssize_t n = rf >= 0 ? read(rf, vm->rootfs, sizeof(vm->rootfs) - 1) : 0;
+                vm->rootfs[n > 0 ? n : 0] = '\0';
+                if (vm->rootfs[0] && access(vm->rootfs, R_OK) < 0)
+                        return sbx_error_set(err, -ENOENT, 0, "the memory snapshot's root file system %s is gone",
+                                             vm->rootfs);
+        }
         sbx_strlcpy(vm->incoming, dir, sizeof(vm->incoming));
         vm->ram_private = true;
         /* the snapshot's disk, the session's from now on: beside, then renamed over */

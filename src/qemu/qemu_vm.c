@@ -40,6 +40,7 @@ extern char **environ;
 #define QEMU_MKFS_TIMEOUT_MS 60000
 #define QEMU_QMP_TIMEOUT_S 5
 #define QEMU_KILL_WAIT_MS 10000
+#define QEMU_SPAWN_FDS 6 /* what QEMU gets from 3 on: child_exec */
 #define QEMU_ADOPT_WAIT_MS 15000   /* a live guest's runner says RP_HELLO within its 1 s redial backoff */
 #define QEMU_CHANNEL "runner.sock" /* in the VM's directory (root's): the runner channel's socket */
 
@@ -62,6 +63,8 @@ int qemu_setup(struct qemu *q, const struct engine_qemu_config *cfg, struct sbx_
                 return sbx_error_set(err, -ENAMETOOLONG, 0, "the guest's or the data directory's path is too long");
         if (stat(q->kernel, &st) < 0 || stat(q->initrd, &st) < 0)
                 return sbx_error_set(err, -ENOENT, 0, "no guest in %s (scripts/build-vm.sh builds it)", cfg->guest_dir);
+        if (cfg->docker_socket)
+                sbx_strlcpy(q->docker_socket, cfg->docker_socket, sizeof(q->docker_socket));
         q->disk_bytes = cfg->disk_bytes > 0 ? cfg->disk_bytes : QEMU_DISK_DEFAULT;
         q->boot_timeout_ms = cfg->boot_timeout_ms > 0 ? cfg->boot_timeout_ms : QEMU_BOOT_TIMEOUT_MS;
         /* KVM where the device opens; a host whose KVM cannot run this guest (PVM) has none here
@@ -625,11 +628,13 @@ gone:;
  * runner channel; 4 the VM's directory and 5 the disks', O_PATH, so that
  * QEMU reaches its files through /proc/self/fd whatever the modes of the
  * directories above them; 6 a snapshot's frozen RAM when fds[3] >= 0; 7 the
- * net channel, qemu_net.c), then exec. Only async-signal-safe calls. */
-static void child_exec(const struct qemu_vm *vm, const int fds[5], const int cg[QEMU_CG_MAX], char *const argv[])
+ * net channel, qemu_net.c; 8 the image's root file system, read-only, when
+ * fds[5] >= 0), then exec. Only async-signal-safe calls. */
+static void child_exec(const struct qemu_vm *vm, const int fds[QEMU_SPAWN_FDS], const int cg[QEMU_CG_MAX],
+                       char *const argv[])
 {
         sigset_t none;
-        int hi[5] = {-1, -1, -1, -1, -1}, nul, lfd;
+        int hi[QEMU_SPAWN_FDS] = {-1, -1, -1, -1, -1, -1}, nul, lfd;
 
         sigemptyset(&none);
         sigprocmask(SIG_SETMASK, &none, NULL);
@@ -638,7 +643,7 @@ static void child_exec(const struct qemu_vm *vm, const int fds[5], const int cg[
         for (int i = 0; i < QEMU_CG_MAX; i++)
                 if (cg[i] >= 0 && write(cg[i], "0", 1) != 1)
                         _exit(125);
-        for (int i = 0; i < 5; i++)
+        for (int i = 0; i < QEMU_SPAWN_FDS; i++)
                 if ((i < 3 || fds[i] >= 0) && (hi[i] = fcntl(fds[i], F_DUPFD_CLOEXEC, 10)) < 0)
                         _exit(126);
         if (setgroups(0, NULL) < 0 || setgid(vm->gid) < 0 || setuid(vm->uid) < 0 ||
@@ -647,19 +652,20 @@ static void child_exec(const struct qemu_vm *vm, const int fds[5], const int cg[
         /* opened as the uid, in its own directory: a link it planted leads nowhere it cannot go */
         nul = open("/dev/null", O_RDWR | O_CLOEXEC);
         lfd = openat(hi[1], "run/qemu.log", O_WRONLY | O_CREAT | O_APPEND | O_CLOEXEC | O_NOFOLLOW, 0600);
-        if (nul < 0 || lfd < 0 || dup2(nul, 0) < 0 || dup2(nul, 1) < 0 || dup2(lfd, 2) < 0 || dup2(hi[0], 3) < 0 ||
-            dup2(hi[1], 4) < 0 || dup2(hi[2], 5) < 0 || (hi[3] >= 0 && dup2(hi[3], 6) < 0) ||
-            (hi[4] >= 0 && dup2(hi[4], 7) < 0))
+        if (nul < 0 || lfd < 0 || dup2(nul, 0) < 0 || dup2(nul, 1) < 0 || dup2(lfd, 2) < 0)
                 _exit(126);
-        if (hi[3] < 0)
-                close(6);
-        syscall(SYS_close_range, hi[4] >= 0 ? 8u : 7u, ~0u, 0u);
+        /* fds[i] becomes 3 + i; an optional one absent leaves its number closed */
+        for (int i = 0; i < QEMU_SPAWN_FDS; i++)
+                if (hi[i] >= 0 ? dup2(hi[i], 3 + i) < 0 : close(3 + i) < 0 && errno != EBADF)
+                        _exit(126);
+        syscall(SYS_close_range, 3u + QEMU_SPAWN_FDS, ~0u, 0u);
         execv(argv[0], argv);
         _exit(127);
 }
 
 /* QEMU, twice forked so that it outlives the daemon; its pid. */
-static pid_t spawn(const struct qemu_vm *vm, const int fds[5], const int cg[QEMU_CG_MAX], char *const argv[])
+static pid_t spawn(const struct qemu_vm *vm, const int fds[QEMU_SPAWN_FDS], const int cg[QEMU_CG_MAX],
+                   char *const argv[])
 {
         int pp[2];
         pid_t c, g = -1;
@@ -728,26 +734,52 @@ int qemu_vm_boot(struct qemu *q, struct qemu_vm *vm, struct sbx_error *err)
         r = qemu_mem_args(q, vm, mib < 128 ? 128 : mib, ramobj, sizeof(ramobj), &ramfd, err);
         if (r < 0)
                 return r;
-        char *const argv[] = {q->binary, "-M", "microvm,x-option-roms=off,rtc=off,memory-backend=ram", "-object",
-                              ramobj, "-accel",
-                              /* TCG's translation cache, capped inside QEMU's cgroup (qemu_cgroup.c) */
-                              q->kvm ? "kvm" : "tcg,tb-size=" QEMU_CG_TB_MIB, "-cpu",
-                              q->kvm ? "host,-arch-capabilities" : "max", "-m", mem, "-smp", smp, "-nodefaults",
-                              "-no-user-config", "-display", "none", "-no-reboot", "-nic", "none", "-kernel", q->kernel,
-                              "-initrd", "/proc/self/fd/4/initrd", "-append", append, "-drive", drive, "-device",
-                              "virtio-blk-device,drive=ws", "-device", "virtio-serial-device", "-chardev",
-                              /* the runner channel: a socket that listens (qemu_sock_listen), so that a
-                               * restarted daemon dials the same VM again (qemu_vm_adopt) */
-                              "socket,id=runner,fd=3,server=on,wait=off", "-device",
-                              "virtserialport,chardev=runner,name=sandboxd.runner", "-chardev",
-                              /* egress and forwards, multiplexed (qemu_net.c); after the runner's
-                               * port, which stays /dev/vport0p1 */
-                              "socket,id=net,fd=7,server=on,wait=off", "-device",
-                              "virtserialport,chardev=net,name=" QEMU_NET_PORT_NAME, "-serial",
-                              "file:/proc/self/fd/4/run/console.log", "-qmp",
-                              "unix:/proc/self/fd/4/run/qmp.sock,server=on,wait=off", "-sandbox",
-                              "on,obsolete=deny,elevateprivileges=deny,spawn=deny,resourcecontrol=deny",
-                              incoming ? "-incoming" : NULL, "defer", NULL};
+        char *argv[64] = {q->binary, "-M", "microvm,x-option-roms=off,rtc=off,memory-backend=ram", "-object", ramobj,
+                          "-accel",
+                          /* TCG's translation cache, capped inside QEMU's cgroup (qemu_cgroup.c) */
+                          q->kvm ? "kvm" : "tcg,tb-size=" QEMU_CG_TB_MIB, "-cpu",
+                          q->kvm ? "host,-arch-capabilities" : "max", "-m", mem, "-smp", smp, "-nodefaults",
+                          "-no-user-config", "-display", "none", "-no-reboot", "-nic", "none", "-kernel", q->kernel,
+                          "-initrd", "/proc/self/fd/4/initrd", "-append", append, "-drive", drive, "-device",
+                          "virtio-blk-device,drive=ws", "-device", "virtio-serial-device", "-chardev",
+                          /* the runner channel: a socket that listens (qemu_sock_listen), so that a
+                           * restarted daemon dials the same VM again (qemu_vm_adopt) */
+                          "socket,id=runner,fd=3,server=on,wait=off", "-device",
+                          "virtserialport,chardev=runner,name=sandboxd.runner", "-chardev",
+                          /* egress and forwards, multiplexed (qemu_net.c); after the runner's
+                           * port, which stays /dev/vport0p1 */
+                          "socket,id=net,fd=7,server=on,wait=off", "-device",
+                          "virtserialport,chardev=net,name=" QEMU_NET_PORT_NAME, "-serial",
+                          "file:/proc/self/fd/4/run/console.log", "-qmp",
+                          "unix:/proc/self/fd/4/run/qmp.sock,server=on,wait=off", "-sandbox",
+                          "on,obsolete=deny,elevateprivileges=deny,spawn=deny,resourcecontrol=deny", NULL};
+        size_t argc = 0;
+        while (argv[argc])
+                argc++;
+        if (vm->rootfs[0]) {
+                /* the image's root file system, read-only, after the workspace (vda): vdb, which
+                 * the guest's runner finds by its serial (qemu_rootfs.c, the runner's guest_root) */
+                argv[argc++] = "-drive";
+                argv[argc++] = "file=/proc/self/fd/8,if=none,id=root,format=raw,readonly=on";
+                argv[argc++] = "-device";
+                argv[argc++] = "virtio-blk-device,drive=root,serial=" QEMU_ROOTFS_SERIAL;
+        }
+        if (incoming) {
+                argv[argc++] = "-incoming";
+                argv[argc++] = "defer";
+        }
+        argv[argc] = NULL;
+        _cleanup_close_ int rootfd = -1;
+        if (vm->rootfs[0]) {
+                rootfd = open(vm->rootfs, O_RDONLY | O_NOFOLLOW | O_CLOEXEC);
+                if (rootfd < 0) {
+                        int e = -errno;
+                        if (ramfd >= 0)
+                                close(ramfd);
+                        return sbx_error_set(err, e, 0, "cannot open the root file system %s: %s", vm->rootfs,
+                                             strerror(-e));
+                }
+        }
 
         _cleanup_close_ int vmfd = open(dir, O_PATH | O_DIRECTORY | O_CLOEXEC | O_NOFOLLOW);
         _cleanup_close_ int dfd = open(q->disks, O_PATH | O_DIRECTORY | O_CLOEXEC | O_NOFOLLOW);
@@ -762,7 +794,7 @@ int qemu_vm_boot(struct qemu *q, struct qemu_vm *vm, struct sbx_error *err)
                 close(lfd);
                 lfd = nfd;
         }
-        pid_t pid = lfd < 0 ? lfd : spawn(vm, (const int[5]){lfd, vmfd, dfd, ramfd, nfd}, cg, argv);
+        pid_t pid = lfd < 0 ? lfd : spawn(vm, (const int[QEMU_SPAWN_FDS]){lfd, vmfd, dfd, ramfd, nfd, rootfd}, cg, argv);
         for (int i = 0; i < QEMU_CG_MAX; i++)
                 if (cg[i] >= 0)
                         close(cg[i]);

@@ -189,6 +189,11 @@ static cJSON *meta_build(const struct snapshot_ctx *c, const char *user, const c
                                                       cJSON_Duplicate(cJSON_GetObjectItem(it, "generation"), 1));
                                 cJSON_AddItemToObject(x, "execution_count",
                                                       cJSON_Duplicate(cJSON_GetObjectItem(it, "execution_count"), 1));
+                                /* the interpreter's job: a memory snapshot's forks take it back */
+                                const char *name = cJSON_GetStringValue(cJSON_GetObjectItem(it, "context"));
+                                uint32_t tag = name ? cells_runner_tag(c->cells, user, session, name) : 0;
+                                if (tag)
+                                        cJSON_AddNumberToObject(x, "runner_tag", tag);
                                 cJSON_AddItemToArray(out, x);
                         }
                 cJSON_Delete(ctxs);
@@ -847,6 +852,8 @@ static int env_apply(const struct snapshot_ctx *c, const struct store_snapshot *
         struct store_session_options opt = {0};
         int r = 0;
 
+        bool memory = strcmp(snap->kind, "microvm") == 0; /* its guest's processes come with it */
+
         if (!m)
                 return sbx_error_set(err, -EINVAL, 0, "snapshot %s has no readable environment", snap->id);
         x = cJSON_GetObjectItem(m, "image_name");
@@ -888,6 +895,14 @@ static int env_apply(const struct snapshot_ctx *c, const struct store_snapshot *
                 cJSON_ArrayForEach(it, cJSON_GetObjectItem(m, "contexts")) {
                         const char *name = cJSON_GetStringValue(cJSON_GetObjectItem(it, "context"));
                         const char *lang = cJSON_GetStringValue(cJSON_GetObjectItem(it, "language"));
+                        int64_t tag = count_of(cJSON_GetObjectItem(it, "runner_tag"));
+                        /* a memory snapshot's interpreters are in its guest's memory: they run on */
+                        if (name && lang && memory && tag > 0 && tag <= UINT32_MAX &&
+                            cells_mark_carried(c->cells, user, child, name, lang,
+                                               count_of(cJSON_GetObjectItem(it, "generation")),
+                                               count_of(cJSON_GetObjectItem(it, "execution_count")),
+                                               (uint32_t)tag) == 0)
+                                continue;
                         if (name && lang)
                                 (void)cells_mark_forked(c->cells, user, child, name, lang,
                                                         count_of(cJSON_GetObjectItem(it, "generation")),

@@ -29,6 +29,8 @@
 #include "fixture.h"
 #include "sandboxd/container.h"
 #include "sandboxd/egress_rules.h"
+#include "sandboxd/cells.h"
+#include "sandboxd/daemon.h"
 #include "sandboxd/engine_qemu.h"
 #include "sandboxd/exec.h"
 #include "sandboxd/files.h"
@@ -1132,4 +1134,168 @@ Test(microvm, egress_forwards_ratchet)
         daemon_close(d);
         d = NULL;
         upstream_stop();
+
+/* The session's image is the guest's root file system (qemu_rootfs.c): made once from the
+ * python image (docker export into an ext4 image), read-only on a second virtio-blk disk; the
+ * runner chroots into it, so python3 and the cell harness's matplotlib are there. */
+Test(microvm, image_root_fs_python_cells)
+{
+        struct sbx_error err = {0};
+        struct session_info info;
+        struct session *s = NULL;
+        char *out = NULL, path[SBX_PATH_MAX + 128];
+        cJSON *r, *o;
+
+        if (!have_qemu())
+                return;
+        fixture_config(&cfg);
+        cfg.port_range_lo = 30300;
+        cfg.port_range_hi = 30399;
+        snprintf(cfg.image, sizeof(cfg.image), "%s", TESTENV_PYTHON_IMAGE);
+        cfg.memory_bytes = 768 << 20; /* a kernel with matplotlib */
+        cfg.pids_limit = 256;
+        if (cfg.exec_timeout_max_s < 600)
+                cfg.exec_timeout_max_s = 600; /* the cells' deadline below */
+        d = fixture_open_sockets(&cfg);
+        r = apic_admin(cfg.admin_socket, "{\"cmd\":\"user.runtime\",\"user\":\"vmuser\",\"runtime\":\"microvm\"}");
+        cr_assert(cJSON_IsTrue(cJSON_GetObjectItem(r, "ok")), "%s", cJSON_PrintUnformatted(r));
+        cJSON_Delete(r);
+        cr_assert_eq(session_acquire(d->sessions, "vmuser", "s", &s, &err), 0, "the microVM session: %s", err.msg);
+        session_release(s);
+
+        /* the VM has the image's root file system, read-only (its state file names it, no note) */
+        cr_assert_eq(session_get_info(d->sessions, "vmuser", "s", &info), 0);
+        snprintf(path, sizeof(path), "%s/vm/%s/state", cfg.data_dir, info.container_id);
+        session_info_done(&info);
+        {
+                FILE *f = fopen(path, "r");
+                char buf[16384];
+                size_t n;
+                cr_assert_not_null(f, "no state file %s", path);
+                n = fread(buf, 1, sizeof(buf) - 1, f);
+                fclose(f);
+                buf[n] = '\0';
+                cr_assert_not_null(strstr(buf, "\"rootfs\":"), "no root file system: %s", buf);
+                cr_assert_null(strstr(buf, "rootfs_note"), "%s", buf);
+        }
+        cr_assert_eq(sh("vmuser", "s",
+                        "python3 -c 'import sys, matplotlib; print(sys.version_info[0], matplotlib.get_backend())'; "
+                        "uname -r; grep -c '^/dev/vdb / ext4 ro,' /proc/mounts; "
+                        "grep -c ' /workspace ext4 rw,' /proc/mounts; echo $HOME",
+                        &out),
+                     0, "%s", out);
+        cr_assert(strncmp(out, "3 agg\n", 6) == 0 || strncmp(out, "3 Agg\n", 6) == 0, "%s", out);
+        cr_assert_not_null(strstr(out, "-cloud-amd64\n1\n1\n/workspace\n"), "%s", out);
+        free(out);
+        /* read-only: the uid cannot write the image, and neither could root (ro mount) */
+        cr_assert_neq(sh("vmuser", "s", "touch /usr/local/x 2>/dev/null", NULL), 0);
+        cr_assert_eq(sh("vmuser", "s", "echo w > /workspace/w.txt && echo t > /tmp/t && cat /workspace/w.txt /tmp/t",
+                        &out),
+                     0);
+        cr_assert_str_eq(out, "w\nt\n");
+        free(out);
+
+        /* a cell in the python kernel, then a chart: image/png */
+        /* TCG on a shared host: the kernel's first matplotlib import builds its font cache */
+        struct cells_request req = {
+                .user = "vmuser", .session = "s", .code = "x = 41", .actor = "test", .timeout_s = 600};
+        cr_assert_eq(cells_run(d->cells, &req, &r, &err), 0, "%s", err.msg);
+        cr_assert_str_eq(cJSON_GetStringValue(cJSON_GetObjectItem(r, "status")), "ok", "%s", cJSON_PrintUnformatted(r));
+        cJSON_Delete(r);
+        req.code = "import matplotlib.pyplot as plt\nplt.plot([1, 3, 2])\nprint(x + 1)";
+        cr_assert_eq(cells_run(d->cells, &req, &r, &err), 0, "%s", err.msg);
+        cr_assert_str_eq(cJSON_GetStringValue(cJSON_GetObjectItem(r, "stdout")), "42\n", "%s",
+                         cJSON_PrintUnformatted(r));
+        o = NULL;
+        {
+                cJSON *it;
+                cJSON_ArrayForEach(it, cJSON_GetObjectItem(r, "outputs")) {
+                        cJSON *data = cJSON_GetObjectItem(it, "data");
+                        if (!o && cJSON_GetObjectItem(data, "image/png"))
+                                o = it;
+                }
+        }
+        cr_assert_not_null(o, "no image/png: %s", cJSON_PrintUnformatted(r));
+        cr_assert_gt(strlen(cJSON_GetStringValue(cJSON_GetObjectItem(cJSON_GetObjectItem(o, "data"), "image/png"))),
+                     100);
+        cJSON_Delete(r);
+
+        /* a memory snapshot's forks keep the interpreter (its job is in the guest's memory): x is
+         * there in both, no state_lost, and they diverge; the parent is untouched */
+        struct store_snapshot snap;
+        char forked[STORE_SNAPSHOT_ID_MAX + 1];
+        cr_assert_eq(snapshot_take_memory(&d->snapshots, "vmuser", "s", "mem", true, "test", &snap, &err), 0, "%s",
+                     err.msg);
+        store_snapshot_done(&snap);
+        cr_assert_eq(snapshot_fork(&d->snapshots, "vmuser", NULL, "mem", "f1", "test", forked, &err), 0, "%s", err.msg);
+        cr_assert_eq(snapshot_fork(&d->snapshots, "vmuser", NULL, "mem", "f2", "test", forked, &err), 0, "%s", err.msg);
+        static const struct {
+                const char *session, *code, *want;
+        } steps[] = {
+                {"f1", "print(x)\nx = 1", "41\n"}, {"f2", "print(x)\nx = 2", "41\n"}, {"f1", "print(x)", "1\n"},
+                {"f2", "print(x)", "2\n"},         {"s", "print(x)", "41\n"},
+        };
+        for (size_t i = 0; i < sizeof(steps) / sizeof(steps[0]); i++) {
+                req.session = steps[i].session;
+                req.code = steps[i].code;
+                cr_assert_eq(cells_run(d->cells, &req, &r, &err), 0, "%s", err.msg);
+                cr_assert_null(cJSON_GetObjectItem(r, "state_lost"), "%s: %s", steps[i].session,
+                               cJSON_PrintUnformatted(r));
+                cr_assert_str_eq(cJSON_GetStringValue(cJSON_GetObjectItem(r, "stdout")), steps[i].want, "%s: %s",
+                                 steps[i].session, cJSON_PrintUnformatted(r));
+                cJSON_Delete(r);
+        }
+        cr_assert_eq(snapshot_delete(&d->snapshots, "vmuser", "mem", "test", &err), 0, "%s", err.msg);
+        for (const char *const *k = (const char *const[]){"s", "f1", "f2", NULL}; *k; k++)
+                cr_assert_eq(session_destroy(d->sessions, "vmuser", *k, true, &err), 0, "%s", err.msg);
+}
+
+/* Where the image's root file system cannot be made the VM boots the busybox guest and its
+ * state says why (and the log): here its cache directory's name is taken by a file. */
+Test(microvm, busybox_guest_without_image)
+{
+        struct sbx_error err = {0};
+        struct session_info info;
+        char *out = NULL, path[SBX_PATH_MAX + 128];
+        FILE *f;
+
+        if (!have_qemu())
+                return;
+        fixture_config(&cfg);
+        cr_assert(mkdir(cfg.data_dir, 0711) == 0 || errno == EEXIST, "%s: %s", cfg.data_dir, strerror(errno));
+        snprintf(path, sizeof(path), "%s/vm", cfg.data_dir);
+        cr_assert(mkdir(path, 0711) == 0 || errno == EEXIST, "%s: %s", path, strerror(errno));
+        snprintf(path, sizeof(path), "%s/vm/rootfs", cfg.data_dir);
+        cr_assert_not_null(f = fopen(path, "w"));
+        fclose(f);
+        cfg.port_range_lo = 30300;
+        cfg.port_range_hi = 30399;
+        cfg.memory_bytes = 256 << 20;
+        d = fixture_open_sockets(&cfg);
+        {
+                cJSON *r = apic_admin(cfg.admin_socket,
+                                      "{\"cmd\":\"user.runtime\",\"user\":\"vmuser\",\"runtime\":\"microvm\"}");
+                cr_assert(cJSON_IsTrue(cJSON_GetObjectItem(r, "ok")), "%s", cJSON_PrintUnformatted(r));
+                cJSON_Delete(r);
+                struct session *s = NULL;
+                cr_assert_eq(session_acquire(d->sessions, "vmuser", "s", &s, &err), 0, "%s", err.msg);
+                session_release(s);
+        }
+        cr_assert_eq(sh("vmuser", "s", "grep -c ' / ' /proc/mounts; ls /usr 2>/dev/null | wc -l; uname -r", &out), 0);
+        cr_assert_not_null(strstr(out, "-cloud-amd64"), "%s", out);
+        cr_assert(strncmp(out, "0\n0\n", 4) == 0 || strncmp(out, "1\n0\n", 4) == 0, "not the busybox guest: %s", out);
+        free(out);
+        cr_assert_eq(session_get_info(d->sessions, "vmuser", "s", &info), 0);
+        snprintf(path, sizeof(path), "%s/vm/%s/state", cfg.data_dir, info.container_id);
+        session_info_done(&info);
+        {
+                char buf[16384];
+                size_t n;
+                cr_assert_not_null(f = fopen(path, "r"), "no state file %s", path);
+                n = fread(buf, 1, sizeof(buf) - 1, f);
+                fclose(f);
+                buf[n] = '\0';
+                cr_assert_not_null(strstr(buf, "\"rootfs_note\":\"no root file system from image"), "%s", buf);
+        }
+        cr_assert_eq(session_destroy(d->sessions, "vmuser", "s", true, &err), 0, "%s", err.msg);
 }

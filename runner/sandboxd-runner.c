@@ -495,7 +495,7 @@ int main(int argc, char **argv)
                 for (int i = 0; i < 20 && (net_fd = guest_port(VMUX_PORT_NAME)) < 0; i++)
                         usleep(50 * 1000);
                 guest_nproc();
-                guest_root();       /* the image's environment first: the proxy's variables win */
+                guest_root(); /* the image's environment first: the proxy's variables win */
                 guest_egress_env();
                 /* ahead of the tenant's processes (proc_leader_exec puts them back at 0): a fork
                  * bomb on one TCG vCPU must not starve the heartbeat */

@@ -8,12 +8,14 @@
 #include <fcntl.h>
 #include <netdb.h>
 #include <netinet/in.h>
+#include <signal.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include <sys/random.h>
 #include <sys/socket.h>
 #include <sys/stat.h>
+#include <sys/wait.h>
 #include <time.h>
 #include <unistd.h>
 
@@ -382,4 +384,36 @@ int sbx_copy_sparse(int src, int dst)
                 data = hole;
         }
         return ftruncate(dst, st.st_size) < 0 ? -errno : 0;
+}
+
+int sbx_wait_child(pid_t pid, int64_t deadline)
+{
+        int status;
+
+        for (;;) {
+                pid_t w = waitpid(pid, &status, WNOHANG);
+                if (w == pid)
+                        return WIFEXITED(status) ? WEXITSTATUS(status) : -EINTR;
+                if (w < 0 && errno != EINTR)
+                        return -errno;
+                if (sbx_now_ms() >= deadline) {
+                        kill(pid, SIGKILL);
+                        while (waitpid(pid, NULL, 0) < 0 && errno == EINTR) /* SIGKILL: it ends at once */
+                                ;
+                        return -ETIMEDOUT;
+                }
+                sbx_sleep_ms(20);
+        }
+}
+
+bool sbx_env_key_valid(const char *kv)
+{
+        const char *eq = strchr(kv, '=');
+
+        if (!eq || eq == kv || (kv[0] >= '0' && kv[0] <= '9'))
+                return false;
+        for (const char *p = kv; p < eq; p++)
+                if (!((*p >= 'a' && *p <= 'z') || (*p >= 'A' && *p <= 'Z') || (*p >= '0' && *p <= '9') || *p == '_'))
+                        return false;
+        return true;
 }

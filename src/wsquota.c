@@ -112,7 +112,6 @@ static bool dir_is_empty(int fd)
 static int run_tool(char *const argv[], int timeout_ms)
 {
         int64_t until = sbx_now_ms() + timeout_ms;
-        int status;
         pid_t pid = fork();
 
         if (pid < 0)
@@ -127,20 +126,7 @@ static int run_tool(char *const argv[], int timeout_ms)
                 execv(argv[0], argv);
                 _exit(127);
         }
-        for (;;) {
-                pid_t w = waitpid(pid, &status, WNOHANG);
-                if (w == pid)
-                        return WIFEXITED(status) ? WEXITSTATUS(status) : -EINTR;
-                if (w < 0 && errno != EINTR)
-                        return -errno;
-                if (sbx_now_ms() >= until) {
-                        kill(pid, SIGKILL);
-                        while (waitpid(pid, NULL, 0) < 0 && errno == EINTR) /* SIGKILL: it ends at once */
-                                ;
-                        return -ETIMEDOUT;
-                }
-                sbx_sleep_ms(20);
-        }
+        return sbx_wait_child(pid, until);
 }
 
 /* Make {images}/<user>/<session>.ext4: a sparse file of workspace.quota

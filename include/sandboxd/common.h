@@ -9,6 +9,7 @@
 #include <stddef.h>
 #include <stdint.h>
 #include <stdlib.h>
+#include <sys/types.h>
 #include <time.h>
 
 #define SBX_VERSION "0.1.0"
@@ -77,6 +78,15 @@ int sbx_remove_tree_at(int top);
  * (another file system, a memfd), then truncate dst to src's size. dst is
  * not synced: that is the caller's. 0 or -errno. */
 int sbx_copy_sparse(int src, int dst);
+
+/* Reap child pid: its exit status (a signal's end: -EINTR), or -errno; past
+ * deadline (sbx_now_ms) it is SIGKILLed, reaped and -ETIMEDOUT said. Polled
+ * every 20 ms: there is no waitpid with a timeout. */
+int sbx_wait_child(pid_t pid, int64_t deadline);
+
+/* Whether kv is NAME=value with NAME a portable environment name
+ * ([A-Za-z_][A-Za-z0-9_]*). */
+bool sbx_env_key_valid(const char *kv);
 
 /* strlcpy-like: always NUL-terminates, returns true if it fit. */
 bool sbx_strlcpy(char *dst, const char *src, size_t size);

@@ -263,17 +263,6 @@ void cells_ctx_kill(struct cell_ctx *x, const char *cause, bool silent)
                          CELLS_KILL_WAIT_MS);
 }
 
-static bool env_key_ok(const char *kv)
-{
-        const char *eq = strchr(kv, '=');
-        if (!eq || eq == kv || (kv[0] >= '0' && kv[0] <= '9'))
-                return false;
-        for (const char *p = kv; p < eq; p++)
-                if (!((*p >= 'a' && *p <= 'z') || (*p >= 'A' && *p <= 'Z') || (*p >= '0' && *p <= '9') || *p == '_'))
-                        return false;
-        return true;
-}
-
 _Static_assert(CELLS_STARTS_MAX <= STARTLINE_SLOTS_MAX, "the start line holds CELLS_STARTS_MAX");
 static struct startline kernel_starts =
         STARTLINE_INIT("interpreter starts", CELLS_STARTS_MAX, CELLS_STARTS_PER_USER, CELLS_START_QUEUE_MS);
@@ -295,7 +284,7 @@ int cells_ctx_start(struct cell_ctx *x, const char *container_id, const char *co
         for (size_t i = 0; env && env[i]; i++) {
                 if (n_env >= CELLS_MAX_ENV)
                         return sbx_error_set(err, -E2BIG, 0, "more than %d environment variables", CELLS_MAX_ENV);
-                if (!env_key_ok(env[i]))
+                if (!sbx_env_key_valid(env[i]))
                         return sbx_error_set(err, -EINVAL, 0, "environment names must be [A-Za-z_][A-Za-z0-9_]*");
                 envv[n_env++] = env[i];
         }

@@ -93,27 +93,6 @@ static pid_t start(const struct qemu *q, char *const argv[], int in_fd, int out_
         return pid < 0 ? -errno : pid;
 }
 
-/* Its exit status, or -ETIMEDOUT (killed at deadline). */
-static int finish(pid_t pid, int64_t deadline)
-{
-        int status;
-
-        for (;;) {
-                pid_t w = waitpid(pid, &status, WNOHANG);
-                if (w == pid)
-                        return WIFEXITED(status) ? WEXITSTATUS(status) : -EINTR;
-                if (w < 0 && errno != EINTR)
-                        return -errno;
-                if (sbx_now_ms() >= deadline) {
-                        kill(pid, SIGKILL);
-                        while (waitpid(pid, NULL, 0) < 0 && errno == EINTR) /* SIGKILL: it ends at once */
-                                ;
-                        return -ETIMEDOUT;
-                }
-                sbx_sleep_ms(20); /* no timed waitpid: polled until the deadline */
-        }
-}
-
 /* Run argv until deadline; its stdout into out (NULL: dropped), the tail of its stderr into why. */
 static int run(const struct qemu *q, char *const argv[], char *out, size_t out_size, char *why, size_t why_size,
                int64_t deadline)
@@ -128,7 +107,7 @@ static int run(const struct qemu *q, char *const argv[], char *out, size_t out_s
         pid = start(q, argv, -1, out ? ofd : -1, efd);
         if (pid < 0)
                 return (int)pid;
-        r = finish(pid, deadline);
+        r = sbx_wait_child(pid, deadline);
         if (out)
                 memfd_text(ofd, out, out_size, false);
         memfd_text(efd, why, why_size, true);
@@ -145,18 +124,6 @@ static bool image_ref_valid(const char *s)
         for (; *s; s++)
                 if (!((*s >= 'a' && *s <= 'z') || (*s >= 'A' && *s <= 'Z') || (*s >= '0' && *s <= '9') ||
                       strchr("._-/:@", *s)))
-                        return false;
-        return true;
-}
-
-static bool env_key_valid(const char *kv)
-{
-        const char *eq = strchr(kv, '=');
-
-        if (!eq || eq == kv || (kv[0] >= '0' && kv[0] <= '9'))
-                return false;
-        for (const char *p = kv; p < eq; p++)
-                if (!((*p >= 'a' && *p <= 'z') || (*p >= 'A' && *p <= 'Z') || (*p >= '0' && *p <= '9') || *p == '_'))
                         return false;
         return true;
 }
@@ -198,7 +165,7 @@ static int write_env(int root, const cJSON *env)
         if (fd < 0)
                 return -errno;
         cJSON_ArrayForEach(e, env) {
-                if (!cJSON_IsString(e) || !env_key_valid(e->valuestring) || strlen(e->valuestring) > 4096)
+                if (!cJSON_IsString(e) || !sbx_env_key_valid(e->valuestring) || strlen(e->valuestring) > 4096)
                         continue; /* not K=V: the image's config is not the guest's business */
                 size_t n = strlen(e->valuestring) + 1;
                 if (write(fd, e->valuestring, n) != (ssize_t)n) {
@@ -311,8 +278,8 @@ static int make(struct qemu *q, const char *image, const char *hex, const cJSON 
                 pid_t ep = tp < 0 ? tp : start(q, eargv, -1, p[1], eefd);
                 close(p[0]);
                 close(p[1]);
-                int re = ep < 0 ? (int)ep : finish(ep, deadline);
-                int rt = tp < 0 ? (int)tp : finish(tp, deadline);
+                int re = ep < 0 ? (int)ep : sbx_wait_child(ep, deadline);
+                int rt = tp < 0 ? (int)tp : sbx_wait_child(tp, deadline);
                 if (eefd >= 0)
                         memfd_text(eefd, why, sizeof(why), true);
                 if (tefd >= 0)

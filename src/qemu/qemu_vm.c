@@ -40,7 +40,7 @@ extern char **environ;
 #define QEMU_MKFS_TIMEOUT_MS 60000
 #define QEMU_QMP_TIMEOUT_S 5
 #define QEMU_KILL_WAIT_MS 10000
-#define QEMU_SPAWN_FDS 6 /* what QEMU gets from 3 on: child_exec */
+#define QEMU_SPAWN_FDS 6           /* what QEMU gets from 3 on: child_exec */
 #define QEMU_ADOPT_WAIT_MS 15000   /* a live guest's runner says RP_HELLO within its 1 s redial backoff */
 #define QEMU_CHANNEL "runner.sock" /* in the VM's directory (root's): the runner channel's socket */
 
@@ -794,7 +794,8 @@ int qemu_vm_boot(struct qemu *q, struct qemu_vm *vm, struct sbx_error *err)
                 close(lfd);
                 lfd = nfd;
         }
-        pid_t pid = lfd < 0 ? lfd : spawn(vm, (const int[QEMU_SPAWN_FDS]){lfd, vmfd, dfd, ramfd, nfd, rootfd}, cg, argv);
+        pid_t pid =
+                lfd < 0 ? lfd : spawn(vm, (const int[QEMU_SPAWN_FDS]){lfd, vmfd, dfd, ramfd, nfd, rootfd}, cg, argv);
         for (int i = 0; i < QEMU_CG_MAX; i++)
                 if (cg[i] >= 0)
                         close(cg[i]);

@@ -1134,6 +1134,7 @@ Test(microvm, egress_forwards_ratchet)
         daemon_close(d);
         d = NULL;
         upstream_stop();
+}
 
 /* The session's image is the guest's root file system (qemu_rootfs.c): made once from the
  * python image (docker export into an ext4 image), read-only on a second virtio-blk disk; the

@@ -85,6 +85,10 @@ struct egress_secret {
         size_t value_len;
 };
 void egress_secrets_free(struct egress_secret *v, size_t n);
+/* The earliest value of v[0..n) in buf[0..len) (values NULL or empty are skipped): its
+ * place, its index in *ret_i; NULL when none is there. What every mask runs (the
+ * proxy's response bodies, executions' and cells' output). */
+const char *egress_secret_find(const struct egress_secret *v, size_t n, const char *buf, size_t len, size_t *ret_i);
 struct egress_secrets_ops {
         /* The session's attachments (malloc'd array; n 0 when none). */
         int (*attached)(const char *user, const char *session, struct egress_secret **ret, size_t *ret_n, void *ud);

@@ -408,19 +408,8 @@ static char *stream_masked(struct cell_ctx *x, int k, const char *text, size_t t
         if (tl)
                 memcpy(w + x->mask_tail_len[k], text, tl);
         for (;;) {
-                const char *best = NULL;
                 size_t bi = 0;
-                for (size_t i = 0; i < x->n_mask; i++) {
-                        const struct egress_secret *m = &x->mask[i];
-                        const char *at;
-                        if (!m->value || m->value_len == 0 || m->value_len > total - cur)
-                                continue;
-                        at = memmem(w + cur, total - cur, m->value, m->value_len);
-                        if (at && (!best || at < best)) {
-                                best = at;
-                                bi = i;
-                        }
-                }
+                const char *best = egress_secret_find(x->mask, x->n_mask, w + cur, total - cur, &bi);
                 if (!best)
                         break;
                 memcpy(out + o, w + cur, (size_t)(best - (w + cur)));

@@ -267,6 +267,23 @@ static struct leaf *leaf_get(struct egress *eg, struct egress_tls *tls, const ch
 
 /* ---- the decision ---- */
 
+const char *egress_secret_find(const struct egress_secret *v, size_t n, const char *buf, size_t len, size_t *ret_i)
+{
+        const char *best = NULL;
+
+        for (size_t i = 0; i < n; i++) {
+                const char *p;
+                if (!v[i].value || v[i].value_len == 0 || v[i].value_len > len)
+                        continue;
+                p = memmem(buf, len, v[i].value, v[i].value_len);
+                if (p && (!best || p < best)) {
+                        best = p;
+                        *ret_i = i;
+                }
+        }
+        return best;
+}
+
 void egress_secrets_free(struct egress_secret *v, size_t n)
 {
         if (!v)
@@ -389,19 +406,8 @@ static int mask_out(struct tunnel *t, const char *buf, size_t len, bool final)
                 memcpy(w + ic->tail_len, buf, len);
         ic->tail_len = 0;
         for (;;) {
-                const char *best = NULL;
                 size_t bi = 0;
-                for (size_t i = 0; i < t->n_secrets; i++) {
-                        const struct egress_secret *s = &t->secrets[i];
-                        const char *p;
-                        if (!s->value || s->value_len > n - cur)
-                                continue;
-                        p = memmem(w + cur, n - cur, s->value, s->value_len);
-                        if (p && (!best || p < best)) {
-                                best = p;
-                                bi = i;
-                        }
-                }
+                const char *best = egress_secret_find(t->secrets, t->n_secrets, w + cur, n - cur, &bi);
                 if (!best)
                         break;
                 evbuffer_add(out, w + cur, (size_t)(best - (w + cur)));

@@ -77,19 +77,8 @@ static void on_chunk_masked(struct execution *x, int k, const char *buf, size_t 
                 memcpy(w + x->mask_tail_len[k], buf, n);
         x->mask_tail_len[k] = 0;
         for (;;) {
-                const char *best = NULL;
                 size_t bi = 0;
-                for (size_t i = 0; i < x->n_mask; i++) {
-                        const struct egress_secret *m = &x->mask[i];
-                        const char *p;
-                        if (!m->value || m->value_len > total - cur)
-                                continue;
-                        p = memmem(w + cur, total - cur, m->value, m->value_len);
-                        if (p && (!best || p < best)) {
-                                best = p;
-                                bi = i;
-                        }
-                }
+                const char *best = egress_secret_find(x->mask, x->n_mask, w + cur, total - cur, &bi);
                 if (!best)
                         break;
                 if (best > w + cur)

@@ -153,7 +153,11 @@ static char *api_sh(const char *session, const char *command)
         r = call(tok_a, "exec", params);
         free(params);
         cr_assert_not_null(apic_result(r), "%s", cJSON_PrintUnformatted(r));
-        if (asprintf(&out, "%s%s", apic_str(apic_result(r), "stdout"), apic_str(apic_result(r), "stderr")) < 0)
+        /* the end state last, so an assertion on the output shows how the command ended */
+        if (asprintf(&out, "%s%s[%s %s exit %g%s]", apic_str(apic_result(r), "stdout"),
+                     apic_str(apic_result(r), "stderr"), apic_str(apic_result(r), "state"),
+                     apic_str(apic_result(r), "cause"), apic_num(apic_result(r), "exit_code"),
+                     cJSON_IsTrue(cJSON_GetObjectItemCaseSensitive(apic_result(r), "truncated")) ? " truncated" : "") < 0)
                 out = NULL;
         cr_assert_not_null(out);
         cJSON_Delete(r);
@@ -239,7 +243,7 @@ Test(packages, pip_and_npm_install_by_policy, .fini = registry_stop)
         out = api_sh("pk", "echo \"$PIP_INDEX_URL $npm_config_registry $PIP_CERT $NPM_CONFIG_CAFILE\"");
         snprintf(cmd, sizeof(cmd),
                  "https://pypi.test:%d/simple/ https://npm.test:%d/ /run/sandboxd/ca-bundle.pem "
-                 "/run/sandboxd/ca-bundle.pem\n",
+                 "/run/sandboxd/ca-bundle.pem\n[completed exited exit 0]",
                  reg_port, reg_port);
         cr_assert_str_eq(out, cmd);
         free(out);

@@ -32,6 +32,8 @@
 #include <event2/bufferevent.h>
 #include <event2/bufferevent_ssl.h>
 #include <event2/event.h>
+#include <netinet/in.h>
+#include <netinet/tcp.h>
 #include <openssl/bio.h>
 #include <openssl/crypto.h>
 #include <openssl/err.h>
@@ -1146,12 +1148,16 @@ static struct bufferevent *ssl_over(struct tunnel *t, struct bufferevent *bev, S
 {
         evutil_socket_t fd = bufferevent_getfd(bev);
         struct bufferevent *b;
+        int one = 1;
 
         if (fd < 0) {
                 SSL_free(ssl);
                 bufferevent_free(bev);
                 return NULL;
         }
+        /* each message goes out whole, in a record or a few: Nagle would hold the last small one for the
+         * peer's delayed ACK, 40 ms a request on a kept-alive connection (not TCP, a unix socket: no-op) */
+        (void)setsockopt(fd, IPPROTO_TCP, TCP_NODELAY, &one, sizeof(one));
         bufferevent_setfd(bev, -1);
         bufferevent_free(bev);
         b = bufferevent_openssl_socket_new(t->eg->base, fd, ssl, state, BEV_OPT_CLOSE_ON_FREE);

@@ -7,7 +7,9 @@
  * handshakes, the swap) against the same request through a plain CONNECT
  * (one handshake, end to end), p50 of each, interleaved; and a 100 MB
  * download the same two ways (MB/s, the median of 3 each, interleaved:
- * the intercepted one is decrypted, masked and encrypted again); the CAs are made
+ * the intercepted one is decrypted, masked and encrypted again); and
+ * requests on one kept-alive HTTPS connection (the first, with its
+ * handshakes, left out), intercepted against plain, p50 per request; the CAs are made
  * with the openssl CLI in a temporary directory. Host-side: clients connect to a TCP front that hands each
  * connection to egress_accept, as the gateway hands egress.sock's; the
  * container's runner hop (127.0.0.1:3128 -> egress.sock) is not included.
@@ -39,6 +41,7 @@ static char tmpdir[] = "/tmp/sbx-egress-bench-XXXXXX";
 #define VALUE "bench-secret-value"
 #define DOWNLOAD_MB 100 /* issue 37, Speed: a 100 MB intercepted download against a plain CONNECT's */
 #define DOWNLOAD_RUNS 3
+#define KEEPALIVE_PER_CONN 50 /* requests on one kept-alive connection (interception keeps at most 100) */
 
 static int listen_loopback(int *ret_port)
 {
@@ -157,10 +160,26 @@ static int sec_ca(const char *user, const char *session, char **ret_cert, char *
         return 0;
 }
 
+/* One request head into buf (NUL-terminated): false at the connection's end. */
+static bool read_head(SSL *ssl, char *buf, size_t cap)
+{
+        int n = 0, r;
+
+        buf[0] = '\0';
+        while (n < (int)cap - 1 && (r = SSL_read(ssl, buf + n, (int)cap - 1 - n)) > 0) {
+                n += r;
+                buf[n] = '\0';
+                if (strstr(buf, "\r\n\r\n"))
+                        return true;
+        }
+        return false;
+}
+
 /* TLS upstream: a request head in (its Authorization must hold the value), 5 bytes out. */
 static void *tls_upstream(void *arg)
 {
         int lfd = (int)(intptr_t)arg;
+        static const char ka[] = "HTTP/1.1 200 OK\r\nContent-Length: 5\r\n\r\nhello";
         char cert[256], key[256], buf[4096];
         SSL_CTX *ctx = SSL_CTX_new(TLS_server_method());
 
@@ -170,18 +189,18 @@ static void *tls_upstream(void *arg)
             SSL_CTX_use_PrivateKey_file(ctx, key, SSL_FILETYPE_PEM) != 1)
                 exit(1);
         for (;;) {
-                int c = accept4(lfd, NULL, NULL, SOCK_CLOEXEC), n = 0, r;
+                int c = accept4(lfd, NULL, NULL, SOCK_CLOEXEC);
                 SSL *ssl = SSL_new(ctx);
                 if (c < 0)
                         return NULL;
                 SSL_set_fd(ssl, c);
                 if (SSL_accept(ssl) == 1) {
-                        while (n < (int)sizeof(buf) - 1 && (r = SSL_read(ssl, buf + n, (int)sizeof(buf) - 1 - n)) > 0) {
-                                n += r;
-                                buf[n] = '\0';
-                                if (strstr(buf, "\r\n\r\n"))
-                                        break;
-                        }
+                        /* GET /ka is kept alive: the next request on it */
+                        while (read_head(ssl, buf, sizeof(buf)) && strncmp(buf, "GET /ka ", 8) == 0 &&
+                               SSL_write(ssl, ka, (int)sizeof(ka) - 1) > 0)
+                                ;
+                        if (!strstr(buf, "\r\n\r\n") || strncmp(buf, "GET /ka ", 8) == 0)
+                                goto done;
                         const char *ok =
                                 strstr(buf, "Bearer " VALUE) || strstr(buf, "Bearer " PLACEHOLDER)
                                         ? "HTTP/1.1 200 OK\r\nContent-Length: 5\r\nConnection: close\r\n\r\nhello"
@@ -203,6 +222,7 @@ static void *tls_upstream(void *arg)
                         }
                         if (*ok)
                                 SSL_write(ssl, ok, (int)strlen(ok));
+done:
                         SSL_shutdown(ssl);
                 }
                 SSL_free(ssl);
@@ -275,6 +295,52 @@ static double https_ms(int front_port, int tls_port, SSL_CTX *ctx)
                 exit(1);
         }
         return ms;
+}
+
+/* Read one response to GET /ka (Content-Length: 5 from the upstream, chunked through interception). */
+static void ka_response(SSL *ssl)
+{
+        char buf[1024];
+        int got = 0, r;
+
+        for (;;) {
+                char *end;
+                if ((r = SSL_read(ssl, buf + got, (int)sizeof(buf) - 1 - got)) <= 0) {
+                        fprintf(stderr, "egress bench: a kept-alive connection ended\n");
+                        exit(1);
+                }
+                got += r;
+                buf[got] = '\0';
+                end = strstr(buf, "\r\n\r\n");
+                if (!end)
+                        continue;
+                if (strstr(buf, "chunked") ? got >= 5 && strcmp(buf + got - 5, "0\r\n\r\n") == 0
+                                           : got >= (int)(end + 4 - buf) + 5)
+                        return;
+        }
+}
+
+/* Requests 2..n on one kept-alive HTTPS connection through a CONNECT on
+ * front_port (the first pays the handshakes): each one's time into ms. */
+static void https_keepalive_ms(int front_port, int tls_port, SSL_CTX *ctx, int n, double *ms)
+{
+        char req[512];
+        int fd;
+        SSL *ssl = https_request(front_port, tls_port, ctx, "/ka", &fd);
+
+        ka_response(ssl);
+        snprintf(req, sizeof(req),
+                 "GET /ka HTTP/1.1\r\nHost: tls.bench:%d\r\nAuthorization: Bearer " PLACEHOLDER "\r\n\r\n", tls_port);
+        for (int i = 0; i < n - 1; i++) {
+                struct timespec a;
+                clock_gettime(CLOCK_MONOTONIC, &a);
+                if (SSL_write(ssl, req, (int)strlen(req)) <= 0)
+                        exit(1);
+                ka_response(ssl);
+                ms[i] = since_ms(&a);
+        }
+        SSL_free(ssl);
+        close(fd);
 }
 
 /* MB/s of one DOWNLOAD_MB download over HTTPS through a CONNECT on front_port. */
@@ -386,7 +452,8 @@ int main(int argc, char **argv)
 {
         int requests = 500, megabytes = 512, http_port, src_port, front_port, hl, sl, fl, tls_port, sec_port, tl, scl;
         char *dir = tmpdir, db[128], opt[1536], req[256], creq[256];
-        double *plain_tls, *swapped_tls, dl_plain[DOWNLOAD_RUNS], dl_icpt[DOWNLOAD_RUNS];
+        double *plain_tls, *swapped_tls, dl_plain[DOWNLOAD_RUNS], dl_icpt[DOWNLOAD_RUNS], *ka_plain, *ka_icpt;
+        int ka_n = 0;
         SSL_CTX *up_ctx, *sess_ctx;
         struct sbx_config cfg;
         struct sbx_error err = {0};
@@ -472,6 +539,13 @@ int main(int argc, char **argv)
                 plain_tls[i] = https_ms(front_port, tls_port, up_ctx);
                 swapped_tls[i] = https_ms(sec_port, tls_port, sess_ctx);
         }
+        /* kept alive: KEEPALIVE_PER_CONN requests a connection (the interception's bound is 100), interleaved */
+        ka_plain = calloc((size_t)requests + KEEPALIVE_PER_CONN, sizeof(double));
+        ka_icpt = calloc((size_t)requests + KEEPALIVE_PER_CONN, sizeof(double));
+        for (; ka_n < requests; ka_n += KEEPALIVE_PER_CONN - 1) {
+                https_keepalive_ms(front_port, tls_port, up_ctx, KEEPALIVE_PER_CONN, ka_plain + ka_n);
+                https_keepalive_ms(sec_port, tls_port, sess_ctx, KEEPALIVE_PER_CONN, ka_icpt + ka_n);
+        }
         for (int i = 0; i < DOWNLOAD_RUNS; i++) { /* interleaved; the median of each */
                 dl_plain[i] = https_download_mb_s(front_port, tls_port, up_ctx);
                 dl_icpt[i] = https_download_mb_s(sec_port, tls_port, sess_ctx);
@@ -481,13 +555,16 @@ int main(int argc, char **argv)
                "\"tunnel_megabytes\": %d, \"direct_mb_s\": %.0f, \"proxied_mb_s\": %.0f, "
                "\"https_connect_p50_ms\": %.3f, \"https_intercepted_p50_ms\": %.3f, \"intercept_added_p50_ms\": %.3f, "
                "\"https_download_megabytes\": %d, \"https_connect_mb_s\": %.0f, \"https_intercepted_mb_s\": %.0f, "
-               "\"intercept_throughput_ratio\": %.2f}\n",
+               "\"intercept_throughput_ratio\": %.2f, \"https_keepalive_requests\": %d, "
+               "\"https_keepalive_connect_p50_ms\": %.3f, \"https_keepalive_intercepted_p50_ms\": %.3f, "
+               "\"keepalive_intercept_added_p50_ms\": %.3f}\n",
                requests, pct(direct, requests, 0.5), pct(direct, requests, 0.95), pct(proxied, requests, 0.5),
                pct(proxied, requests, 0.95), pct(proxied, requests, 0.5) - pct(direct, requests, 0.5), megabytes,
                mb_direct, mb_proxied, pct(plain_tls, requests, 0.5), pct(swapped_tls, requests, 0.5),
                pct(swapped_tls, requests, 0.5) - pct(plain_tls, requests, 0.5), DOWNLOAD_MB,
                pct(dl_plain, DOWNLOAD_RUNS, 0.5), pct(dl_icpt, DOWNLOAD_RUNS, 0.5),
-               pct(dl_icpt, DOWNLOAD_RUNS, 0.5) / pct(dl_plain, DOWNLOAD_RUNS, 0.5));
+               pct(dl_icpt, DOWNLOAD_RUNS, 0.5) / pct(dl_plain, DOWNLOAD_RUNS, 0.5), ka_n, pct(ka_plain, ka_n, 0.5),
+               pct(ka_icpt, ka_n, 0.5), pct(ka_icpt, ka_n, 0.5) - pct(ka_plain, ka_n, 0.5));
         fflush(stdout);
         egress_free(eg);
         store_close(st);

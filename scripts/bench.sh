@@ -328,8 +328,11 @@ wait "$BENCH_PID"
 # (host-side, issue 14): added latency per plain HTTP request and MB/s
 # through a CONNECT tunnel; and an HTTPS request with a secret's placeholder
 # through an intercepted CONNECT against the same through a plain one
-# (issue 37: https_*_p50_ms, intercept_added_p50_ms). One JSON line beside
-# the main results.
+# (issue 37: https_*_p50_ms, intercept_added_p50_ms), requests on one
+# kept-alive connection the same two ways (https_keepalive_*_p50_ms,
+# keepalive_intercept_added_p50_ms) and a 100 MB download the same two ways
+# (https_*_mb_s, intercept_throughput_ratio). One JSON line beside the main
+# results.
 egress_args=(--requests 500 --megabytes 512)
 [[ ${quick[0]:-} == --quick ]] && egress_args=(--requests 100 --megabytes 64)
 "$BUILD/sandboxd-egress-bench" "${egress_args[@]}" | tee "${json%.json}-egress.json"

@@ -102,6 +102,11 @@ void egress_set_secrets_ops(struct egress *eg, const struct egress_secrets_ops *
  * read-only for the daemon's life, any thread. */
 struct egress_pkg_policy;
 const struct egress_pkg_policy *egress_packages_for(struct egress *eg, const char *user);
+/* Tests only: fn(user, package) runs on the index page filter's worker
+ * just before a held page is filtered (off the loop thread). Set before
+ * the first connection. */
+typedef void (*egress_filter_hook_fn)(const char *user, const char *package, void *userdata);
+void egress_set_filter_hook(struct egress *eg, egress_filter_hook_fn fn, void *userdata);
 /* Closes every tunnel and stops the thread. NULL is fine. */
 void egress_free(struct egress *eg);
 

@@ -20,7 +20,9 @@
  * threads fill (accepted fds, ratchet closes), the per-session caps and the
  * statistics. egress_tunnel.c owns a connection from its head to its audit
  * row (policy, lookup, decision), egress_relay.c its bytes (connect and
- * relay), egress_http.c the request head's parsing and rewrite.
+ * relay), egress_http.c the request head's parsing and rewrite, egress_tls.c
+ * interception and egress_filter.c the package index pages it filters off
+ * this thread.
  *
  * Threads and locks: the loop thread owns every tunnel and the libevent
  * objects. egress_accept and egress_close_session (any thread) hand work
@@ -361,6 +363,7 @@ void egress_free(struct egress *eg)
                 next = s->next;
                 free(s);
         }
+        egress_filter_free(eg); /* its workers' event is on the base */
         if (eg->wake)
                 event_free(eg->wake);
         if (eg->sweep)

@@ -75,8 +75,11 @@ struct egress {
 
         struct egress_secrets_ops sec_ops; /* set before the first connection (egress_set_secrets_ops) */
         void *sec_ud;
-        struct egress_tls *tls;          /* egress_tls.c: TLS contexts and leaf certificates, loop thread only */
-        struct egress_pkg_policies *pkg; /* egress.packages_file, read-only after egress_new (egress_packages.c) */
+        struct egress_tls *tls;            /* egress_tls.c: TLS contexts and leaf certificates, loop thread only */
+        struct egress_pkg_policies *pkg;   /* egress.packages_file, read-only after egress_new (egress_packages.c) */
+        struct egress_filter *filter;      /* egress_filter.c: index pages filtered off the loop, made with the first */
+        egress_filter_hook_fn filter_hook; /* set before the first connection (egress_set_filter_hook) */
+        void *filter_hook_ud;
 };
 
 enum tstate { T_HEAD, T_RESOLVE, T_CONNECT, T_PROXY_HS, T_RELAY };
@@ -145,9 +148,11 @@ struct tunnel {
          * (0: egress_idle_timeout_ms), and whether the request now going upstream asks to keep it */
         int idle_ms;
         bool up_keep;
+        bool row_done; /* the last request's row is written, none for the connection's end (icpt_next) */
         /* packages by policy (egress_packages.c): the registry this CONNECT goes to, or -1 */
         int pkg_eco;
         const struct egress_pkg_eco_policy *pkg_policy;
+        struct egress_filter_job *icpt_job; /* its index page in the filter's pool (egress_filter.c), or NULL */
 };
 
 /* Request head callbacks: url and headers into t->arena, head_done,
@@ -218,6 +223,34 @@ bool egress_packages_check(struct tunnel *t, const char *path, size_t path_len);
 bool egress_packages_filter_wanted(struct tunnel *t, const char *path, size_t path_len,
                                    char ret_name[EGRESS_PKG_NAME_MAX]);
 
+/* ---- egress_filter.c (index pages filtered off the loop) ---- */
+
+struct egress_filter_job {
+        struct egress_filter_job *next;
+        struct tunnel *t; /* NULL once the tunnel is gone (under the pool's lock) */
+        char user[65];
+        const struct egress_pkg_eco_policy *ep;
+        enum egress_pkg_eco eco;
+        char name[EGRESS_PKG_NAME_MAX];
+        bool json;
+        struct evbuffer *in; /* the held page: the worker's from submit */
+        /* egress_pkg_filter_page's result */
+        int r;
+        char *out;
+        size_t out_len, dropped;
+};
+
+/* Hand j (its ep, eco, name, json and in set; j is the pool's from here)
+ * to a worker for t: 0, -EBUSY past the pool's caps (global, per user), or
+ * -ENOMEM (j is then still the caller's). */
+int egress_filter_submit(struct tunnel *t, struct egress_filter_job *j);
+/* t goes: its job, if any, is dropped when done (egress_tunnel_free). */
+void egress_filter_detach(struct tunnel *t);
+/* Stop the workers and free the pool (egress_free, after the loop). */
+void egress_filter_free(struct egress *eg);
+/* The filtered page of t's job, on the loop thread (egress_tls.c). */
+void egress_icpt_filtered(struct tunnel *t, struct egress_filter_job *j);
+
 /* ---- egress_tunnel.c ---- */
 
 /* A new tunnel on fd for session s, reading its request head (the caller
@@ -236,7 +269,9 @@ void egress_tunnel_refuse(struct tunnel *t, int status, const char *reason, cons
  * (content_type, body), which a client prints (pip, npm). */
 void egress_tunnel_refuse_body(struct tunnel *t, int status, const char *phrase, const char *reason,
                                const char *content_type, const char *body);
-/* The end of an allowed tunnel: its row, then close. */
+/* The end of an allowed tunnel: its row (none when an intercepted
+ * connection ends between two requests: icpt_next wrote the last one), then
+ * close. */
 void egress_tunnel_finish(struct tunnel *t, const char *reason);
 /* (Re)arm t's timer ms from now. */
 void egress_tunnel_arm(struct tunnel *t, int ms);

@@ -13,7 +13,8 @@
  * naming the policy instead (pip warns of that at its default level, of a
  * 403 only at debug). The index page of a package that a rule with a
  * version range matches is filtered (egress_tls.c holds the response
- * whole, egress_pkg_filter_page drops the refused versions).
+ * whole, egress_pkg_filter_page drops the refused versions off the loop
+ * thread: egress_filter.c).
  *
  * Threads and locks: loop thread only; the policy is read-only. */
 #include <stdio.h>

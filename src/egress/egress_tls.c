@@ -24,12 +24,16 @@
  * deflate layer anyway is decoded (zlib, at most INFLATE_MAX), masked and
  * sent on decoded, any other encoding refused rather than passed unread.
  *
- * Threads and locks: loop thread only, like every struct tunnel. */
+ * Threads and locks: loop thread only, like every struct tunnel; a held
+ * index page is filtered on egress_filter.c's workers, and its result comes
+ * back to this thread (egress_icpt_filtered). */
 #include <errno.h>
 #include <event2/buffer.h>
 #include <event2/bufferevent.h>
 #include <event2/bufferevent_ssl.h>
 #include <event2/event.h>
+#include <netinet/in.h>
+#include <netinet/tcp.h>
 #include <openssl/bio.h>
 #include <openssl/crypto.h>
 #include <openssl/err.h>
@@ -93,6 +97,7 @@ struct icpt {
         char filter_name[EGRESS_PKG_NAME_MAX];
         struct evbuffer *fhead, *fbody; /* while held */
         bool fjson;
+        bool filtering; /* the held page is in the filter's pool (egress_filter.c): the upstream is not read */
         /* keep-alive: the client asked for it (and the bound allows it), the response keeps it (chunked
          * to the client when it has a body: its length changes with a value masked) */
         bool client_keep, keep, chunked;
@@ -347,6 +352,7 @@ void egress_icpt_free(struct tunnel *t)
 {
         struct icpt *ic = t->icpt;
 
+        egress_filter_detach(t);
         if (ic) {
                 /* a close_notify to the client: its read until the close is the whole response */
                 SSL *ssl = t->cli ? bufferevent_openssl_get_ssl(t->cli) : NULL;
@@ -388,6 +394,12 @@ static int mask_out(struct tunnel *t, const char *buf, size_t len, bool final)
         size_t n = ic->tail_len + len, cur = 0, keep;
         char *w;
 
+        if (ic->max_value == 0) { /* no value to mask (a registry's connection): no copy, no scan */
+                if (len && evbuffer_add(out, buf, len) < 0)
+                        return -1;
+                t->bytes_down += (int64_t)len;
+                goto framed;
+        }
         if (n > ic->work_cap) {
                 char *nw = malloc(n);
                 if (!nw)
@@ -422,6 +434,7 @@ static int mask_out(struct tunnel *t, const char *buf, size_t len, bool final)
         memcpy(ic->tail, w + n - keep, keep);
         ic->tail_len = keep;
         t->bytes_down += (int64_t)(n - keep); /* close enough: the bytes as the upstream sent them */
+framed:
         if (ic->chunked && evbuffer_get_length(out) > 0) {
                 evbuffer_add_printf(cli_out, "%zx\r\n", evbuffer_get_length(out));
                 evbuffer_add_buffer(cli_out, out);
@@ -558,32 +571,51 @@ static int body_out(struct tunnel *t, const char *buf, size_t len)
         return evbuffer_add(ic->fbody, buf, len) < 0 ? fail(t, 503, "internal", "out of memory") : 0;
 }
 
-/* The held page filtered, then its head and itself masked to the client. */
-static int page_out(struct tunnel *t)
+/* The held page to the filter's pool (egress_filter.c): filtered off the
+ * loop thread, then written by egress_icpt_filtered. */
+static int page_submit(struct tunnel *t)
 {
         struct icpt *ic = t->icpt;
-        size_t len = evbuffer_get_length(ic->fbody), out_len = 0, dropped = 0;
-        char *out = NULL;
-        const char *in = len ? (const char *)evbuffer_pullup(ic->fbody, -1) : "";
+        struct egress_filter_job *j = calloc(1, sizeof(*j));
         int r;
 
-        if (len && !in)
+        if (!j)
                 return fail(t, 503, "internal", "out of memory");
-        r = egress_pkg_filter_page(t->pkg_policy, (enum egress_pkg_eco)t->pkg_eco, ic->filter_name, ic->fjson, in, len,
-                                   &out, &out_len, &dropped);
-        if (r < 0)
+        j->ep = t->pkg_policy;
+        j->eco = (enum egress_pkg_eco)t->pkg_eco;
+        memcpy(j->name, ic->filter_name, sizeof(j->name));
+        j->json = ic->fjson;
+        j->in = ic->fbody;
+        r = egress_filter_submit(t, j);
+        if (r < 0) {
+                free(j); /* ic->fbody is still ic's */
+                return r == -EBUSY ? fail(t, 503, "filter_busy",
+                                          "too many package index pages are being filtered; try again")
+                                   : fail(t, 503, "internal", "out of memory");
+        }
+        ic->fbody = NULL; /* the worker's now */
+        ic->filtering = true;
+        return 0;
+}
+
+/* The filtered page: its head and itself masked to the client. */
+static int page_out(struct tunnel *t, const struct egress_filter_job *j)
+{
+        struct icpt *ic = t->icpt;
+        int r;
+
+        if (j->r < 0)
                 return fail(t, 502, "bad_response",
-                            r == -ENOMEM ? "out of memory" : "a package's index page that cannot be read to filter");
+                            j->r == -ENOMEM ? "out of memory" : "a package's index page that cannot be read to filter");
         ic->held = false;
-        if (dropped)
+        if (j->dropped)
                 log_ctx(LOG_LEVEL_INFO, t->s->user, t->s->session, NULL,
-                        "egress: %zu refused file(s) or version(s) of %s marked in its index page on %s", dropped,
+                        "egress: %zu refused file(s) or version(s) of %s marked in its index page on %s", j->dropped,
                         ic->filter_name, t->host);
         r = mask_out(t, (const char *)evbuffer_pullup(ic->fhead, -1), evbuffer_get_length(ic->fhead), true);
         ic->chunked = ic->keep;
         if (r == 0)
-                r = mask_out(t, out, out_len, true);
-        free(out);
+                r = mask_out(t, j->out, j->out_len, true);
         return r < 0 ? fail(t, 503, "internal", "out of memory") : 0;
 }
 
@@ -636,8 +668,10 @@ int egress_icpt_on_response_done(http_parser *p)
 
         if (p->status_code / 100 == 1)
                 return 0;
-        if (ic->held && page_out(t) < 0)
-                return -1;
+        if (ic->held) { /* the rest once the pool filtered it (egress_icpt_filtered) */
+                http_parser_pause(p, 1);
+                return page_submit(t);
+        }
         ic->resp_done = true;
         http_parser_pause(p, 1);
         if (mask_out(t, NULL, 0, true) < 0)
@@ -777,6 +811,7 @@ static bool request_head(struct tunnel *t, struct evbuffer *in)
                 return false;
         }
         evbuffer_drain(in, n);
+        t->row_done = false;
         ic->n_requests++;
         ic->client_keep = http_should_keep_alive(&t->parser) && ic->n_requests < ICPT_MAX_REQUESTS;
         t->up_keep = ic->client_keep;
@@ -864,6 +899,13 @@ static void icpt_next(struct tunnel *t)
         struct icpt *ic = t->icpt;
         int64_t idle = t->eg->cfg.egress_idle_timeout_ms;
 
+        /* each request on the connection has its row, as the first one has: the next starts afresh, and
+         * the connection's end between two requests writes none (egress_tunnel_finish) */
+        egress_tunnel_record(t, true, "intercepted");
+        t->row_done = true;
+        t->bytes_up = t->bytes_down = 0;
+        t->started = sbx_now_ms();
+        t->started_wall = sbx_wall_ms();
         ic->req_head = ic->req_done = ic->resp_head = ic->resp_done = ic->no_body = false;
         ic->keep = ic->chunked = ic->filter = ic->held = ic->fjson = ic->client_keep = false;
         ic->fail_status = 0;
@@ -912,7 +954,7 @@ static bool up_move(struct tunnel *t, struct bufferevent *bev)
                 egress_tunnel_refuse(t, 502, "bad_response", "the upstream spoke before the request");
                 return false;
         }
-        while (done < len && !ic->resp_done) {
+        while (done < len && !ic->resp_done && !ic->filtering) {
                 struct evbuffer_ptr pos;
                 struct evbuffer_iovec v;
                 evbuffer_ptr_set(in, &pos, done, EVBUFFER_PTR_SET);
@@ -938,10 +980,14 @@ static bool up_move(struct tunnel *t, struct bufferevent *bev)
                 }
         }
         moved(t, (int64_t)done);
-        evbuffer_drain(in, ic->resp_done ? len : done);
+        evbuffer_drain(in, ic->resp_done || ic->filtering ? len : done);
         if (egress_bytes_over(t)) {
                 egress_tunnel_finish(t, "cap_bytes");
                 return false;
+        }
+        if (ic->filtering) { /* nothing more of this response: read again with the next request */
+                bufferevent_disable(bev, EV_READ);
+                return true;
         }
         if (ic->resp_done && ic->keep) {
                 icpt_next(t);
@@ -963,6 +1009,37 @@ static bool up_move(struct tunnel *t, struct bufferevent *bev)
         return true;
 }
 
+void egress_icpt_filtered(struct tunnel *t, struct egress_filter_job *j)
+{
+        struct icpt *ic = t->icpt;
+
+        if (t->finished) /* refused meanwhile: its answer is being written */
+                return;
+        ic->filtering = false;
+        if (page_out(t, j) < 0) {
+                refuse_failed(t);
+                return;
+        }
+        ic->resp_done = true;
+        if (mask_out(t, NULL, 0, true) < 0) {
+                egress_tunnel_finish(t, "internal");
+                return;
+        }
+        if (ic->chunked)
+                evbuffer_add(bufferevent_get_output(t->cli), "0\r\n\r\n", 5);
+        t->last_activity = sbx_now_ms();
+        if (ic->keep && !t->up_eof && !t->cli_eof) {
+                bufferevent_enable(t->up, EV_READ);
+                icpt_next(t);
+                return;
+        }
+        if (evbuffer_get_length(bufferevent_get_output(t->cli)) == 0) {
+                egress_tunnel_finish(t, "intercepted");
+                return;
+        }
+        bufferevent_setwatermark(t->cli, EV_WRITE, 0, 0);
+}
+
 static void icpt_up_read(struct bufferevent *bev, void *arg)
 {
         (void)up_move(arg, bev);
@@ -976,6 +1053,11 @@ static void icpt_up_event(struct bufferevent *bev, short what, void *arg)
 
         if (what & BEV_EVENT_CONNECTED)
                 return;
+        if (ic->filtering) { /* the response is whole: its page goes out, then the connection ends */
+                t->up_eof = true;
+                bufferevent_disable(bev, EV_READ | EV_WRITE);
+                return;
+        }
         if (!ic->req_head && ic->served > 0) { /* it closed between two requests: so does the client's */
                 if ((what & BEV_EVENT_EOF) && evbuffer_get_length(bufferevent_get_output(t->cli)) > 0) {
                         /* once the last response is out (icpt_cli_write) */
@@ -995,9 +1077,15 @@ static void icpt_up_event(struct bufferevent *bev, short what, void *arg)
                 if (!up_move(t, bev) || ic->resp_done)
                         return;
                 /* a body that ends with the close */
-                (void)http_parser_execute(&ic->rp, &egress_icpt_response_settings, NULL, 0);
+                if (!ic->filtering)
+                        (void)http_parser_execute(&ic->rp, &egress_icpt_response_settings, NULL, 0);
                 if (ic->fail_status) {
                         refuse_failed(t);
+                        return;
+                }
+                if (ic->filtering) { /* the page is whole: it goes out once filtered, then the end */
+                        t->up_eof = true;
+                        bufferevent_disable(bev, EV_READ);
                         return;
                 }
                 if (!ic->resp_head) {
@@ -1060,12 +1148,16 @@ static struct bufferevent *ssl_over(struct tunnel *t, struct bufferevent *bev, S
 {
         evutil_socket_t fd = bufferevent_getfd(bev);
         struct bufferevent *b;
+        int one = 1;
 
         if (fd < 0) {
                 SSL_free(ssl);
                 bufferevent_free(bev);
                 return NULL;
         }
+        /* each message goes out whole, in a record or a few: Nagle would hold the last small one for the
+         * peer's delayed ACK, 40 ms a request on a kept-alive connection (not TCP, a unix socket: no-op) */
+        (void)setsockopt(fd, IPPROTO_TCP, TCP_NODELAY, &one, sizeof(one));
         bufferevent_setfd(bev, -1);
         bufferevent_free(bev);
         b = bufferevent_openssl_socket_new(t->eg->base, fd, ssl, state, BEV_OPT_CLOSE_ON_FREE);

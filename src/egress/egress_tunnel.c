@@ -205,7 +205,8 @@ void egress_tunnel_finish(struct tunnel *t, const char *reason)
         if (t->finished)
                 return;
         t->finished = true;
-        egress_tunnel_record(t, true, reason);
+        if (!t->row_done)
+                egress_tunnel_record(t, true, reason);
         egress_tunnel_free(t);
 }
 

@@ -53,8 +53,8 @@ static void add_stream_field(struct cell_ctx *x, cJSON *res, enum cell_stream st
         size_t hl = 0, tl = 0;
 
         if (!x->spool || total <= inl_len || total <= 2 * (uint64_t)h ||
-            cell_spool_read(x->c->spool_dir, x->exec_id, st, 0, h, &head, &hl) < 0 ||
-            cell_spool_read(x->c->spool_dir, x->exec_id, st, total - h, h, &tail, &tl) < 0) {
+            cell_spool_read_live(x->spool, x->c->spool_dir, x->exec_id, st, 0, h, &head, &hl) < 0 ||
+            cell_spool_read_live(x->spool, x->c->spool_dir, x->exec_id, st, total - h, h, &tail, &tl) < 0) {
                 free(head);
                 cJSON_AddStringToObject(res, cell_stream_name(st), inl);
                 return;
@@ -223,8 +223,10 @@ static void record_begin(struct cells *c, const char *user, const char *session,
                 slot = oldest_s;
         else if (!slot)
                 slot = oldest;
-        if (slot->used)
-                cell_spool_remove(c->spool_dir, slot->id);
+        if (slot->used) {
+                cell_spool_remove(c->spool_dir, slot->id, slot->kept);
+                cell_spool_kept_free(slot->kept);
+        }
         *slot = (struct cell_record){.used = true, .seq = ++c->recent_seq, .created_at = sbx_wall_ms()};
         sbx_strlcpy(slot->id, id, sizeof(slot->id));
         sbx_strlcpy(slot->user, user, sizeof(slot->user));
@@ -234,8 +236,9 @@ static void record_begin(struct cells *c, const char *user, const char *session,
         pthread_mutex_unlock(&c->lock);
 }
 
+/* The cell ended; takes kept (its spool's memory). */
 static void record_end(struct cells *c, const char *user, const char *session, const char *id, const cJSON *res,
-                       const uint64_t total[CELL_STREAMS])
+                       const uint64_t total[CELL_STREAMS], struct cell_spool_kept *kept)
 {
         struct cell_record *r;
         const cJSON *st = cJSON_GetObjectItemCaseSensitive(res, "status");
@@ -250,8 +253,15 @@ static void record_end(struct cells *c, const char *user, const char *session, c
                 r->truncated = cJSON_IsTrue(cJSON_GetObjectItemCaseSensitive(res, "truncated"));
                 r->lost = cJSON_IsTrue(cJSON_GetObjectItemCaseSensitive(res, "output_dropped"));
                 r->duration_ms = cJSON_IsNumber(d) ? (int64_t)d->valuedouble : 0;
+                cell_spool_kept_free(r->kept);
+                r->kept = kept;
+                kept = NULL;
+                if (r->kept && r->kept->lost)
+                        r->lost = true;
         }
         pthread_mutex_unlock(&c->lock);
+        if (kept) /* evicted meanwhile: its files went with it (all three names) */
+                cell_spool_kept_free(kept);
 }
 
 /* Drop the records (and spools) of a session's cells, or of one context's. */
@@ -262,7 +272,9 @@ void cells_records_drop(struct cells *c, const char *user, const char *session, 
                 struct cell_record *r = &c->recent[i];
                 if (r->used && r->final && strcmp(r->user, user) == 0 && strcmp(r->session, session) == 0 &&
                     (!context || strcmp(r->context, context) == 0)) {
-                        cell_spool_remove(c->spool_dir, r->id);
+                        cell_spool_remove(c->spool_dir, r->id, r->kept);
+                        cell_spool_kept_free(r->kept);
+                        r->kept = NULL;
                         r->used = false;
                 }
         }
@@ -434,8 +446,7 @@ int cells_run(struct cells *c, const struct cells_request *req, cJSON **ret, str
                 x->spool = NULL;
                 x->exec_id[0] = '\0';
                 pthread_mutex_unlock(&x->lock);
-                cell_spool_close(spool);
-                record_end(c, req->user, req->session, exec_id, NULL, total);
+                record_end(c, req->user, req->session, exec_id, NULL, total, cell_spool_close(spool));
                 goto out;
         }
 
@@ -509,8 +520,7 @@ int cells_run(struct cells *c, const struct cells_request *req, cJSON **ret, str
         x->exec_id[0] = '\0';
         pthread_cond_broadcast(&x->cond); /* a cancel_execution waits for this */
         pthread_mutex_unlock(&x->lock);
-        cell_spool_close(spool);
-        record_end(c, req->user, req->session, exec_id, res, total);
+        record_end(c, req->user, req->session, exec_id, res, total, cell_spool_close(spool));
         *ret = res;
         r = 0;
         audit_cell(x, req, res);
@@ -660,20 +670,44 @@ int cells_execution(struct cells *c, const char *user, const char *session, cons
         v.created_at = rec->created_at;
         v.duration_ms = rec->final ? rec->duration_ms : sbx_wall_ms() - rec->created_at;
         memcpy(v.total, rec->total, sizeof(v.total));
-        if (!rec->final)
+        for (int k = 0; k < CELLS_STREAMS; k++)
+                v.offset[k] = offsets[k] > 0 ? (uint64_t)offsets[k] : 0;
+        /* a stream still in memory is read here, under the lock that keeps it;
+         * one with a file after the locks are dropped */
+        bool in_file[CELLS_STREAMS] = {true, true, true};
+        int r = 0;
+        if (!rec->final) {
                 for (struct cell_ctx *y = c->list; y; y = y->next) {
                         pthread_mutex_lock(&y->lock);
                         if (strcmp(y->exec_id, execution_id) == 0)
-                                for (int k = 0; k < CELLS_STREAMS; k++)
+                                for (int k = 0; k < CELLS_STREAMS; k++) {
                                         v.total[k] = cell_spool_total(y->spool, k);
+                                        if (offsets[k] >= 0 && v.offset[k] < v.total[k] && r == 0 &&
+                                            !cell_spool_has_file(y->spool, k)) {
+                                                in_file[k] = false;
+                                                r = cell_spool_read_live(y->spool, c->spool_dir, execution_id, k,
+                                                                         v.offset[k], max, &v.data[k], &v.len[k]);
+                                        }
+                                }
                         pthread_mutex_unlock(&y->lock);
                 }
+        } else if (rec->kept) {
+                for (int k = 0; k < CELLS_STREAMS; k++)
+                        if (offsets[k] >= 0 && v.offset[k] < v.total[k] && r == 0 && !rec->kept->file[k]) {
+                                in_file[k] = false;
+                                r = cell_spool_read_kept(rec->kept, c->spool_dir, execution_id, k, v.offset[k], max,
+                                                         &v.data[k], &v.len[k]);
+                        }
+        }
         pthread_mutex_unlock(&c->lock);
+        if (r < 0) {
+                cells_execution_view_done(&v);
+                return sbx_error_set(err, r, 0, "cannot read the output of cell %s", execution_id);
+        }
         for (int k = 0; k < CELLS_STREAMS; k++) {
-                v.offset[k] = offsets[k] > 0 ? (uint64_t)offsets[k] : 0;
-                if (offsets[k] < 0 || v.offset[k] >= v.total[k])
+                if (offsets[k] < 0 || v.offset[k] >= v.total[k] || !in_file[k])
                         continue;
-                int r = cell_spool_read(c->spool_dir, execution_id, k, v.offset[k], max, &v.data[k], &v.len[k]);
+                r = cell_spool_read(c->spool_dir, execution_id, k, v.offset[k], max, &v.data[k], &v.len[k]);
                 if (r < 0 && r != -ENOENT) {
                         cells_execution_view_done(&v);
                         return sbx_error_set(err, r, 0, "cannot read the output of cell %s", execution_id);

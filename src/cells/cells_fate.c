@@ -658,6 +658,8 @@ void cells_free(struct cells *c)
                 cells_ctx_unref(e->x);
                 free(e);
         }
+        for (size_t i = 0; i < CELLS_RECENT_MAX; i++)
+                cell_spool_kept_free(c->recent[i].kept);
         pthread_mutex_destroy(&c->lock);
         pthread_cond_destroy(&c->cond);
         free(c);

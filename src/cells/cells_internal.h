@@ -68,6 +68,7 @@ struct cell_record {
         uint64_t total[CELL_STREAMS];
         bool truncated, lost;
         int64_t created_at, duration_ms;
+        struct cell_spool_kept *kept; /* the ended cell's streams in memory (NULL: running, or files) */
 };
 
 enum ctx_phase {

@@ -157,7 +157,8 @@ static char *api_sh(const char *session, const char *command)
         if (asprintf(&out, "%s%s[%s %s exit %g%s]", apic_str(apic_result(r), "stdout"),
                      apic_str(apic_result(r), "stderr"), apic_str(apic_result(r), "state"),
                      apic_str(apic_result(r), "cause"), apic_num(apic_result(r), "exit_code"),
-                     cJSON_IsTrue(cJSON_GetObjectItemCaseSensitive(apic_result(r), "truncated")) ? " truncated" : "") < 0)
+                     cJSON_IsTrue(cJSON_GetObjectItemCaseSensitive(apic_result(r), "truncated")) ? " truncated" : "") <
+            0)
                 out = NULL;
         cr_assert_not_null(out);
         cJSON_Delete(r);

@@ -372,9 +372,6 @@ static void recover(struct cells *c)
         free(rows);
 }
 
-/* A forked session's copy of a context (snapshot.h): its name, language and counts; with a
- * runner tag (a memory snapshot's fork) its job is taken back once the session runs, else it
- * has no interpreter and the next cell reports state_lost "forked". */
 /* A restore's copy over the session's own context x (a reference held): its generation ended
  * with the VM the restore removed; once its waiter is done it becomes the snapshot's, as a
  * fork's would. -EBUSY when it is still held (a cell that did not end with its VM). */
@@ -420,6 +417,10 @@ static int carry_over(struct cells *c, struct cell_ctx *x, const char *language,
         return 0;
 }
 
+/* A forked session's copy of a context (snapshot.h): its name, language and counts; with a
+ * runner tag (a memory snapshot's fork) its job is taken back once the session runs, else it
+ * has no interpreter and the next cell reports state_lost "forked". A restore's, over a context
+ * of that name: carry_over. */
 static int mark_copy(struct cells *c, const char *user, const char *session, const char *name, const char *language,
                      int64_t generation, int64_t execution_count, uint32_t runner_tag)
 {

@@ -648,7 +648,7 @@ int runner_net_start(const char *dir)
 int runner_net_start_vm(int fd);
 int runner_net_start_vm(int fd)
 {
-        vm_mux = vmux_start(fd, false, NULL, NULL);
+        vm_mux = vmux_start(fd, false, NULL, NULL, NULL);
         return vm_mux ? net_thread() : -1;
 }
 

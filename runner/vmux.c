@@ -35,6 +35,7 @@ _Static_assert(sizeof(struct vmux_hdr) == 12, "the header is 12 bytes on the wir
 
 struct stream {
         uint32_t id;
+        uint16_t kind;
         int fd;
         char *out; /* from the peer, for fd (VMUX_WINDOW) */
         size_t out_len;
@@ -56,6 +57,7 @@ struct vmux {
         int chan;
         bool host;
         vmux_opened_fn opened;
+        vmux_dropped_fn dropped_fn;
         void *ud;
         pthread_t thread;
         int wake[2];
@@ -64,6 +66,12 @@ struct vmux {
         bool stop, ended, synced;
         struct pend pend[VMUX_STREAMS_MAX];
         size_t n_pend, n_live; /* n_live: streams the loop holds */
+        size_t n_conn;         /* of those, connections: all but the forward control stream */
+        uint32_t fwd_ctl;      /* the live forward control stream's id (0: none) */
+        /* the loop's: the guest's connections dropped since its last sync (its VMUX_DROPPED);
+         * the host's: whether this sync's VMUX_DROPPED came */
+        uint32_t dropped;
+        bool dropped_seen;
         uint32_t next_id;
         /* the loop's */
         bool scanning, connected;
@@ -127,14 +135,18 @@ static void stream_free(struct vmux *m, struct stream *s, bool tell)
                         break;
                 }
         close(s->fd);
-        free(s->out);
-        free(s);
         pthread_mutex_lock(&m->lock);
         m->n_live = m->n_st;
+        if (m->fwd_ctl == s->id)
+                m->fwd_ctl = 0;
+        else
+                m->n_conn--;
         pthread_mutex_unlock(&m->lock);
+        free(s->out);
+        free(s);
 }
 
-static struct stream *stream_new(struct vmux *m, uint32_t id, int fd)
+static struct stream *stream_new(struct vmux *m, uint32_t id, uint16_t kind, int fd)
 {
         struct stream *s = m->n_st < VMUX_STREAMS_MAX ? calloc(1, sizeof(*s)) : NULL;
 
@@ -147,11 +159,18 @@ static struct stream *stream_new(struct vmux *m, uint32_t id, int fd)
                 return NULL;
         }
         s->id = id;
+        s->kind = kind;
         s->fd = fd;
         s->credit = s->rwin = VMUX_WINDOW;
         m->st[m->n_st++] = s;
         pthread_mutex_lock(&m->lock);
         m->n_live = m->n_st;
+        /* the runner dials its forward control connection before any data one (it opens those
+         * only when the control asks), so a forward stream while none is live is the control */
+        if (kind == VMUX_KIND_FWD && m->fwd_ctl == 0)
+                m->fwd_ctl = id;
+        else
+                m->n_conn++;
         pthread_mutex_unlock(&m->lock);
         return s;
 }
@@ -159,6 +178,12 @@ static struct stream *stream_new(struct vmux *m, uint32_t id, int fd)
 /* Every stream goes, the opens queued too (an earlier connection's). */
 static void drop_all(struct vmux *m)
 {
+        if (!m->host) {
+                pthread_mutex_lock(&m->lock);
+                if (m->dropped < UINT32_MAX - VMUX_STREAMS_MAX)
+                        m->dropped += (uint32_t)m->n_conn;
+                pthread_mutex_unlock(&m->lock);
+        }
         while (m->n_st)
                 stream_free(m, m->st[0], false);
         pthread_mutex_lock(&m->lock);
@@ -186,6 +211,7 @@ static void host_resync(struct vmux *m)
         m->scanned = 0;
         m->in_len = 0;
         m->last_id = 0;
+        m->dropped_seen = false;
         m->cout_len = m->cout_off = 0; /* a frame cut short here is ended by the break */
         if (getrandom(&m->nonce, sizeof(m->nonce), 0) != (ssize_t)sizeof(m->nonce))
                 m->nonce ^= (uint64_t)time(NULL) * 0x9e3779b97f4a7c15ull + (uintptr_t)m;
@@ -232,8 +258,23 @@ static bool frame(struct vmux *m, const struct vmux_hdr *h, const unsigned char 
                 m->cout_len = m->cout_off = 0;
                 memcpy(&m->nonce, p, sizeof(m->nonce));
                 cout_frame(m, VMUX_SYNC_ACK, 0, 0, &m->nonce, sizeof(m->nonce));
+                if (m->dropped) {
+                        /* what the host before (or the guest this memory came from) had open */
+                        cout_frame(m, VMUX_DROPPED, 0, 0, &m->dropped, sizeof(m->dropped));
+                        m->dropped = 0;
+                }
                 set_synced(m, true);
                 return true;
+        case VMUX_DROPPED: {
+                uint32_t n;
+                if (!m->host || h->len != sizeof(n) || h->id != 0 || m->dropped_seen)
+                        return false;
+                memcpy(&n, p, sizeof(n));
+                m->dropped_seen = true;
+                if (m->dropped_fn && n > 0)
+                        m->dropped_fn(m->ud, n);
+                return true;
+        }
         case VMUX_OPEN: {
                 int sv[2];
                 if (!m->host || h->len != 0 || (h->kind != VMUX_KIND_EGRESS && h->kind != VMUX_KIND_FWD) ||
@@ -245,7 +286,7 @@ static bool frame(struct vmux *m, const struct vmux_hdr *h, const unsigned char 
                         cout_frame(m, VMUX_CLOSE, 0, h->id, NULL, 0); /* refused: the guest's client is closed */
                         return true;
                 }
-                if (!stream_new(m, h->id, sv[0])) {
+                if (!stream_new(m, h->id, h->kind, sv[0])) {
                         close(sv[1]);
                         cout_frame(m, VMUX_CLOSE, 0, h->id, NULL, 0);
                         return true;
@@ -491,7 +532,7 @@ static void take_opens(struct vmux *m)
         m->n_pend = 0;
         pthread_mutex_unlock(&m->lock);
         for (size_t i = 0; i < n; i++) {
-                if (!synced(m) || !stream_new(m, p[i].id, p[i].fd)) {
+                if (!synced(m) || !stream_new(m, p[i].id, p[i].kind, p[i].fd)) {
                         if (!synced(m))
                                 close(p[i].fd);
                         continue;
@@ -603,7 +644,7 @@ static void *loop(void *ud)
 
 /* ---- public ---- */
 
-struct vmux *vmux_start(int chan, bool host, vmux_opened_fn opened, void *ud)
+struct vmux *vmux_start(int chan, bool host, vmux_opened_fn opened, vmux_dropped_fn dropped, void *ud)
 {
         struct vmux *m = calloc(1, sizeof(*m));
 
@@ -618,6 +659,7 @@ struct vmux *vmux_start(int chan, bool host, vmux_opened_fn opened, void *ud)
         fcntl(chan, F_SETFL, fcntl(chan, F_GETFL) | O_NONBLOCK); /* the loop never blocks on it */
         m->host = host;
         m->opened = opened;
+        m->dropped_fn = dropped;
         m->ud = ud;
         pthread_mutex_init(&m->lock, NULL);
         if (pthread_create(&m->thread, NULL, loop, m) != 0) {
@@ -648,6 +690,14 @@ int vmux_open(struct vmux *m, uint16_t kind)
         pthread_mutex_unlock(&m->lock);
         (void)!write(m->wake[1], "o", 1);
         return sv[1];
+}
+
+size_t vmux_connections(struct vmux *m)
+{
+        pthread_mutex_lock(&m->lock);
+        size_t n = m->n_conn;
+        pthread_mutex_unlock(&m->lock);
+        return n;
 }
 
 bool vmux_ended(struct vmux *m)

@@ -33,6 +33,7 @@
 #define SANDBOXD_VMUX_H
 
 #include <stdbool.h>
+#include <stddef.h>
 #include <stdint.h>
 
 #define VMUX_PORT_NAME "sandboxd.net" /* the virtio-serial port's name */
@@ -50,6 +51,8 @@ enum vmux_type {
         VMUX_CREDIT = 5, /* uint32: bytes written on since the last credit */
         VMUX_EOF = 6,
         VMUX_CLOSE = 7,
+        VMUX_DROPPED = 8, /* guest→host, right after VMUX_SYNC_ACK, at most one per sync: uint32, the
+                           * connections it dropped since the last sync (vmux_connections) */
 };
 
 enum vmux_kind {
@@ -70,13 +73,22 @@ struct vmux;
  * the callee owns from here (the other end is the stream). Called on the
  * vmux's thread. */
 typedef void (*vmux_opened_fn)(void *ud, uint16_t kind, int fd);
+/* Host end: the guest dropped count connections since the sync before (its host went, or a
+ * fork or restore of its memory began a new connection): what was not carried. Called on the
+ * vmux's thread, at most once per sync. */
+typedef void (*vmux_dropped_fn)(void *ud, uint32_t count);
 
 /* A vmux on chan (made nonblocking; the vmux owns it) and its thread. host:
- * the daemon's end (opened is called for each stream); else the guest's. */
-struct vmux *vmux_start(int chan, bool host, vmux_opened_fn opened, void *ud);
+ * the daemon's end (opened is called for each stream, dropped, if not NULL, for the
+ * guest's report); else the guest's. */
+struct vmux *vmux_start(int chan, bool host, vmux_opened_fn opened, vmux_dropped_fn dropped, void *ud);
 /* Guest end: a new stream of kind; the local end of it, or -1 at once
  * when the host is not there (not synced) or the caps are reached. */
 int vmux_open(struct vmux *m, uint16_t kind);
+/* The connections its streams carry now: every open stream but the runner's forward control
+ * stream (egress clients, forwarded connections); what a fork, a restore or a new connection
+ * of the port resets. */
+size_t vmux_connections(struct vmux *m);
 /* Whether its thread ended (the channel closed: the VM is gone). */
 bool vmux_ended(struct vmux *m);
 /* Stop the thread, close every stream and the channel, free. */

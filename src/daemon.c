@@ -156,6 +156,24 @@ static void vm_net_attach(void *ud, const char *user, const char *session, int k
                        fd);
 }
 
+/* Connections of a VM's net port reset, never carried (engine_qemu_runner.dropped): an event
+ * and a log line, so no connection goes silently (issue 38). */
+static void vm_net_dropped(void *ud, const char *user, const char *session, size_t count, const char *cause)
+{
+        cJSON *detail = cJSON_CreateObject();
+        char *js;
+
+        (void)ud;
+        cJSON_AddNumberToObject(detail, "count", (double)count);
+        cJSON_AddStringToObject(detail, "cause", cause);
+        js = cJSON_PrintUnformatted(detail);
+        cJSON_Delete(detail);
+        events_emit(EVENT_SESSION_CONNECTIONS_DROPPED, user, session, js);
+        free(js);
+        log_ctx(LOG_LEVEL_INFO, user, session, NULL, "microvm: %zu connections through the net port reset (%s)", count,
+                cause);
+}
+
 static void node_gateway(void *ud, const char *user, const char *session, int kind, int fd)
 {
         struct daemon *d = ud;
@@ -541,6 +559,7 @@ int daemon_open(const struct sbx_config *cfg, const struct daemon_options *opts,
         engine_qemu_set_runner(d->engine, &(struct engine_qemu_runner){.attach = vm_runner_attach,
                                                                        .wait = vm_runner_wait,
                                                                        .net = vm_net_attach,
+                                                                       .dropped = vm_net_dropped,
                                                                        .ud = d});
         if (d->cfg.node_listen[0]) {
                 r = node_server_new(&d->cfg, &node_hooks, d, &d->node, err);

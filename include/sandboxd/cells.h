@@ -199,7 +199,8 @@ uint32_t cells_runner_tag(struct cells *c, const char *user, const char *session
  * name runs on in the job runner_tag that came with the guest's memory, so it is taken back as
  * after a daemon restart (the hub is told to keep the job; the adopter takes it and the next
  * cell runs in the same interpreter, its variables there), instead of state_lost "forked". An
- * existing context of that name (a restore) is replaced. */
+ * existing context of that name (a restore) is replaced once its generation ended with the
+ * removed VM (-EBUSY when it is still held after CELLS_KILL_WAIT_MS). */
 int cells_mark_carried(struct cells *c, const char *user, const char *session, const char *name, const char *language,
                        int64_t generation, int64_t execution_count, uint32_t runner_tag);
 /* A cell (or a variables request) of one of the session's contexts is

@@ -255,6 +255,9 @@ void engine_exec_result_done(struct engine_exec_result *r);
 /* The table an engine fills; every entry's meaning is stated here, for any
  * engine. "id" is what create returned (a container, a Pod: the engine's
  * own handle, at most ENGINE_ID_STR_MAX - 1 bytes). */
+/* A memory capture's count of the connections it could not keep (memory_capture). */
+#define ENGINE_MEMORY_CONNECTIONS "memory.connections"
+
 struct engine_ops {
         /* Free the engine's own state (priv); no call is in flight. */
         void (*free)(struct engine *e);
@@ -312,6 +315,9 @@ struct engine_ops {
          * more than room bytes; *ret_bytes what the files take. */
         int (*memory_capture)(struct engine *e, const char *id, int dirfd, int64_t room, int64_t *ret_bytes,
                               struct sbx_error *err);
+        /* memory_capture also writes ENGINE_MEMORY_CONNECTIONS into dirfd (decimal text): the
+         * connections open through the runner at that instant (egress clients, forwarded
+         * connections), which no boot from the capture carries: each such boot drops them. */
         /* A boot from a capture: the next container made for user/session
          * starts from the capture in dir (a root-owned directory that
          * memory_capture filled), its disk copied in as the session's, every

@@ -62,6 +62,11 @@ struct engine_qemu_runner {
          * gateway (gateway_attach); it owns fd from here. Called on the VM's net thread. NULL:
          * the VMs have no network. */
         void (*net)(void *ud, const char *user, const char *session, int kind, int fd);
+        /* count connections through the VM's net port were reset, never carried (cause: "removed",
+         * the VM went; "reconnected", its port dialled anew; "not_carried", the guest dropped
+         * them at its first sync: a VM booted from memory or adopted after a restart). Called on
+         * the VM's net thread or the remover's. NULL: not reported. */
+        void (*dropped)(void *ud, const char *user, const char *session, size_t count, const char *cause);
         void *ud;
 };
 

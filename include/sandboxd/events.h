@@ -82,6 +82,8 @@ struct events_sub;
 #define EVENT_SNAPSHOT_DELETED "snapshot.deleted"
 #define EVENT_SESSION_RESTORED "session.restored"
 #define EVENT_SESSION_FORKED "session.forked"
+/* connections through a microVM's net port reset, never carried: {count, cause} */
+#define EVENT_SESSION_CONNECTIONS_DROPPED "session.connections_dropped"
 #define EVENT_GAP "gap"
 #define EVENT_OVERFLOW "overflow"
 

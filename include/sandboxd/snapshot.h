@@ -89,7 +89,9 @@ int snapshot_take_memory(const struct snapshot_ctx *c, const char *user, const c
                          bool memory, const char *actor, struct store_snapshot *ret, struct sbx_error *err);
 
 /* Stop user:session and put its workspace back from snapshot (id or name,
- * of the same user; any of its snapshots). */
+ * of the same user; any of its snapshots). From a memory snapshot (kind
+ * microvm) the session runs again at once on the snapshot's guest when any
+ * of its interpreter contexts ran then: those run on (cells_mark_carried). */
 int snapshot_restore(const struct snapshot_ctx *c, const char *user, const char *session, const char *snapshot,
                      const char *actor, struct store_snapshot *ret_snap, struct sbx_error *err);
 
@@ -97,6 +99,10 @@ int snapshot_restore(const struct snapshot_ctx *c, const char *user, const char 
  * session from_session (a snapshot taken first, deleted after). The
  * session must not exist (-EEXIST). Its container is started (from the
  * warm pool where it can be). ret_snapshot: the id it was made from. */
+/* A memory snapshot's connections open through its VM's net port when it was taken
+ * (ENGINE_MEMORY_CONNECTIONS): every restore or fork from it drops them. 0 for any other. */
+int64_t snapshot_dropped_connections(const struct sbx_config *cfg, const char *user, const char *snapshot_id);
+
 int snapshot_fork(const struct snapshot_ctx *c, const char *user, const char *from_session, const char *from_snapshot,
                   const char *to_session, const char *actor, char ret_snapshot[STORE_SNAPSHOT_ID_MAX + 1],
                   struct sbx_error *err);

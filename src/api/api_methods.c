@@ -797,11 +797,11 @@ static const struct api_method_doc methods_doc[] = {
          "Delete one of the user's snapshots and its files (no params.session)."},
         {"restore_session", api_m_restore_session,
          "{snapshot: id | name}",
-         "{session, snapshot, restored, state: stopped, private}",
-         "Stop the session (its processes end; contexts report state_lost restored) and put its workspace back from one of the user's snapshots, byte for byte; the next request starts its container. A private snapshot's marks are put on the session first."},
+         "{session, snapshot, restored, state: stopped|running, private, dropped_connections?}",
+         "Stop the session (its processes end; contexts report state_lost restored) and put its workspace back from one of the user's snapshots, byte for byte; the next request starts its container. A private snapshot's marks are put on the session first. From a microvm memory snapshot the guest's processes come back too, and the contexts that ran an interpreter then run on in it, variables as they were (the session starts at once: state running); dropped_connections says how many connections the snapshot's guest had open, which the restored VM does not carry (event session.connections_dropped)."},
         {"fork_session", api_m_fork_session,
          "{from: {session} | {snapshot: id | name}, session}",
-         "session_info of the new session, plus forked_from and state_lost: forked (not from a microvm memory snapshot)",
+         "session_info of the new session, plus forked_from and state_lost: forked (not from a microvm memory snapshot; from one, dropped_connections: the connections its guest had open, which the fork does not carry)",
          "Make the new session params.session of the same user from a snapshot, or from a live session (snapshotted first; that snapshot is not kept). It gets its own uid, ports and channels, the snapshot's image, env, egress additions, labels, resources and privacy marks (a private source gives a private session from the start), and is served from the warm pool where it can be. Files only: its interpreter contexts report state_lost forked; from a microvm session's memory snapshot (snapshot_session with_memory) its guest's processes and interpreter contexts run on, variables kept."},
 };
 // clang-format on

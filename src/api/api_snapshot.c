@@ -101,8 +101,21 @@ int api_m_restore_session(struct api_req *q, cJSON **ret, struct fronterr *e)
         cJSON_AddStringToObject(*ret, "session", q->session);
         cJSON_AddStringToObject(*ret, "snapshot", snap.id);
         cJSON_AddBoolToObject(*ret, "restored", true);
-        cJSON_AddStringToObject(*ret, "state", "stopped");
+        {
+                /* a memory restore whose contexts run on has started the session */
+                struct session_info info;
+                bool running = false;
+                if (session_get_info(q->d->sessions, q->tok.user, q->session, &info) == 0) {
+                        running = info.state == SESSION_RUNNING;
+                        session_info_done(&info);
+                }
+                cJSON_AddStringToObject(*ret, "state", running ? "running" : "stopped");
+        }
         cJSON_AddBoolToObject(*ret, "private", snap.private_);
+        if (strcmp(snap.kind, "microvm") == 0)
+                /* connections the snapshot's guest had open: the restored VM does not carry them */
+                cJSON_AddNumberToObject(*ret, "dropped_connections",
+                                        (double)snapshot_dropped_connections(&q->d->cfg, q->tok.user, snap.id));
         store_snapshot_done(&snap);
         return 0;
 }
@@ -165,6 +178,9 @@ int api_m_fork_session(struct api_req *q, cJSON **ret, struct fronterr *e)
                 }
                 if (!memory)
                         cJSON_AddStringToObject(*ret, "state_lost", "forked");
+                else /* connections its guest had open: the fork does not carry them */
+                        cJSON_AddNumberToObject(*ret, "dropped_connections",
+                                                (double)snapshot_dropped_connections(&q->d->cfg, q->tok.user, snap_id));
         }
         return 0;
 }

@@ -107,7 +107,9 @@ static void on_session_failure(const char *user, const char *session, const char
                 pthread_mutex_lock(&x->lock);
                 /* adopt_pending: a job kept across a restart, not taken back yet
                  * (its session paused meanwhile): it is lost with the container */
-                if (x->phase != CTX_IDLE || x->waiter_done || x->adopt_pending) {
+                /* a memory snapshot's context waits for the session's next VM, not this one */
+                bool next_vm = x->carried && x->adopt_pending && !x->container_id[0] && !destroyed;
+                if (!next_vm && (x->phase != CTX_IDLE || x->waiter_done || x->adopt_pending)) {
                         const char *k = cause_from_session(cause);
                         sbx_strlcpy(x->strong_cause, k, sizeof(x->strong_cause));
                         /* the generation may already have ended as merely killed, a
@@ -252,7 +254,7 @@ static void adopt_one(struct cells *c, struct cell_ctx *x)
         x->adopting = x->adopt_pending = false;
         sbx_strlcpy(x->lost_cause,
                     x->strong_cause[0] ? x->strong_cause
-                    : x->carried       ? "forked"
+                    : x->carried       ? x->carry_cause
                                        : "daemon_restart",
                     sizeof(x->lost_cause));
         x->lost_reported = false;
@@ -370,9 +372,55 @@ static void recover(struct cells *c)
         free(rows);
 }
 
+/* A restore's copy over the session's own context x (a reference held): its generation ended
+ * with the VM the restore removed; once its waiter is done it becomes the snapshot's, as a
+ * fork's would. -EBUSY when it is still held (a cell that did not end with its VM). */
+static int carry_over(struct cells *c, struct cell_ctx *x, const char *language, int64_t generation,
+                      int64_t execution_count, uint32_t runner_tag)
+{
+        int64_t deadline = sbx_now_ms() + CELLS_KILL_WAIT_MS;
+
+        pthread_mutex_lock(&x->lock);
+        /* a cell in the removed VM ends with its runner connection */
+        while ((x->busy || x->adopt_pending) && cells_wait_until(&x->cond, &x->lock, deadline))
+                ;
+        if (x->busy || x->adopt_pending) {
+                pthread_mutex_unlock(&x->lock);
+                return -EBUSY;
+        }
+        x->busy = true;
+        pthread_mutex_unlock(&x->lock);
+        cells_ctx_kill(x, "restored", false); /* its generation's waiter joined */
+        pthread_mutex_lock(&x->lock);
+        if (x->phase != CTX_IDLE || x->has_waiter) {
+                x->busy = false;
+                pthread_cond_broadcast(&x->cond);
+                pthread_mutex_unlock(&x->lock);
+                return -EBUSY;
+        }
+        sbx_strlcpy(x->language, language, sizeof(x->language));
+        x->generation = x->lost_generation = generation;
+        x->execution_count = execution_count;
+        x->tag = runner_tag;
+        x->container_id[0] = x->lost_cause[0] = x->strong_cause[0] = x->kill_cause[0] = x->bridge_cause[0] = '\0';
+        x->kill_silent = x->lost_reported = x->waiter_done = x->adopting = x->adopted_cell = false;
+        x->prestarted_generation = 0;
+        x->carried = true;
+        sbx_strlcpy(x->carry_cause, "restored", sizeof(x->carry_cause));
+        hub_expect(c->hub, x->user, x->session, runner_tag);
+        x->adopt_pending = x->adopt_busy = true; /* busy already */
+        cells_ctx_persist_locked(x, true);
+        pthread_mutex_unlock(&x->lock);
+        pthread_mutex_lock(&c->lock);
+        pthread_cond_broadcast(&c->cond); /* the adopter */
+        pthread_mutex_unlock(&c->lock);
+        return 0;
+}
+
 /* A forked session's copy of a context (snapshot.h): its name, language and counts; with a
  * runner tag (a memory snapshot's fork) its job is taken back once the session runs, else it
- * has no interpreter and the next cell reports state_lost "forked". */
+ * has no interpreter and the next cell reports state_lost "forked". A restore's, over a context
+ * of that name: carry_over. */
 static int mark_copy(struct cells *c, const char *user, const char *session, const char *name, const char *language,
                      int64_t generation, int64_t execution_count, uint32_t runner_tag)
 {
@@ -382,7 +430,15 @@ static int mark_copy(struct cells *c, const char *user, const char *session, con
             (runner_tag && !c->hub))
                 return -EINVAL;
         pthread_mutex_lock(&c->lock);
-        if (cells_find_locked(c, user, session, name)) {
+        x = cells_find_locked(c, user, session, name);
+        if (x && runner_tag) {
+                x->refs++;
+                pthread_mutex_unlock(&c->lock);
+                int r = carry_over(c, x, language, generation, execution_count, runner_tag);
+                cells_ctx_unref(x);
+                return r;
+        }
+        if (x) {
                 pthread_mutex_unlock(&c->lock);
                 return -EEXIST;
         }
@@ -396,6 +452,7 @@ static int mark_copy(struct cells *c, const char *user, const char *session, con
         if (runner_tag) {
                 x->tag = runner_tag;
                 x->carried = true;
+                sbx_strlcpy(x->carry_cause, "forked", sizeof(x->carry_cause));
                 /* before the session's first VM boots: its runner keeps the job for us
                  * (adopter_main, once the session runs) */
                 hub_expect(c->hub, user, session, runner_tag);

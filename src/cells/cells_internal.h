@@ -127,9 +127,10 @@ struct cell_ctx {
          * bridge's replay_begin; the replayed cell holds the context (busy)
          * until it is done or the interpreter ends */
         bool adopting, adopted_cell, adopt_busy;
-        bool adopt_pending; /* the adopter has yet to take its job back */
-        bool carried;       /* from a memory snapshot (cells_mark_carried): adopted once its session runs */
-        bool deleted;       /* no longer listed: its row is gone and stays gone (or not listed yet: a pool slot's) */
+        bool adopt_pending;   /* the adopter has yet to take its job back */
+        bool carried;         /* from a memory snapshot (cells_mark_carried): adopted once its session runs */
+        char carry_cause[16]; /* a carried job that cannot be taken back: "forked" or "restored" */
+        bool deleted;         /* no longer listed: its row is gone and stays gone (or not listed yet: a pool slot's) */
         int64_t prestarted_generation; /* started ahead in a pool slot (cells_pool_slot) */
         cJSON *last_result;            /* the last cell's result, for last_cell */
         /* the request in flight */

@@ -125,6 +125,8 @@ int qemu_disk_path(const struct qemu *q, const char *user, const char *session, 
 int qemu_net_attach(struct qemu *q, const struct qemu_vm *vm, int vmfd);
 /* VM id's net channel goes (removal). */
 void qemu_net_detach(struct qemu *q, const char *id);
+/* The connections VM id's net port carries now (vmux_connections; 0 without one). */
+size_t qemu_net_connections(struct qemu *q, const char *id);
 /* Every net channel goes, and none is made from here on (the daemon closes). */
 void qemu_net_stop(struct qemu *q);
 

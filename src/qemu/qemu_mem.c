@@ -43,6 +43,7 @@
 
 #include "qemu_internal.h"
 #include "sandboxd/container.h"
+#include "sandboxd/log.h"
 #include "sandboxd/runner_proto.h"
 #include "sandboxd/sha256.h"
 
@@ -229,7 +230,9 @@ static int open_uid_file(const char *path, uid_t uid)
         return fd;
 }
 
-static int copy_into(int srcfd, int dirfd, const char *name, mode_t mode)
+/* A sparse copy of srcfd as dirfd/name; with sync, on disk before it returns (else the
+ * caller's sync_at does that later). */
+static int copy_into(int srcfd, int dirfd, const char *name, mode_t mode, bool sync)
 {
         _cleanup_close_ int dst = openat(dirfd, name, O_WRONLY | O_CREAT | O_EXCL | O_NOFOLLOW | O_CLOEXEC, mode);
         int r;
@@ -237,9 +240,16 @@ static int copy_into(int srcfd, int dirfd, const char *name, mode_t mode)
         if (dst < 0)
                 return -errno;
         r = sbx_copy_sparse(srcfd, dst);
-        if (r == 0 && fsync(dst) < 0)
+        if (r == 0 && sync && fsync(dst) < 0)
                 r = -errno;
         return r;
+}
+
+static int sync_at(int dirfd, const char *name)
+{
+        _cleanup_close_ int fd = openat(dirfd, name, O_RDONLY | O_NOFOLLOW | O_CLOEXEC);
+
+        return fd < 0 || fsync(fd) < 0 ? -errno : 0;
 }
 
 static int64_t allocated(int dirfd, const char *name)
@@ -352,15 +362,32 @@ int qemu_mem_snapshot(struct qemu *q, const char *id, int dirfd, int64_t room, i
         statefd = openat(dirfd, QEMU_MEM_STATE, O_WRONLY | O_CREAT | O_EXCL | O_NOFOLLOW | O_CLOEXEC, 0600);
         if (statefd < 0)
                 return sbx_error_set(err, -errno, 0, "cannot create the memory state: %m");
+        int64_t t[5];
+        t[0] = sbx_now_ms();
         r = qmp_open(q, &vm, sbx_now_ms() + 5000, &m, err);
         if (r < 0)
                 return r;
+        t[1] = sbx_now_ms();
         r = qmp_save(&m, &vm, statefd, err);
+        t[2] = t[3] = sbx_now_ms();
         /* stopped: QEMU flushed the disk, the RAM file stands still */
         if (r == 0) {
-                r = copy_into(ramfd, dirfd, QEMU_MEM_RAM, 0400);
+                /* what the guest holds open through its net port: no VM from this carries it */
+                char num[24];
+                int fd = openat(dirfd, ENGINE_MEMORY_CONNECTIONS, O_WRONLY | O_CREAT | O_EXCL | O_NOFOLLOW | O_CLOEXEC,
+                                0600);
+                int n = snprintf(num, sizeof(num), "%zu\n", qemu_net_connections(q, id));
+                if (fd < 0 || write(fd, num, (size_t)n) != n)
+                        r = sbx_error_set(err, -EIO, 0, "cannot record the VM's open connections");
+                if (fd >= 0)
+                        close(fd);
+        }
+        if (r == 0) {
+                /* into the page cache while stopped; written back after the guest runs on */
+                r = copy_into(ramfd, dirfd, QEMU_MEM_RAM, 0400, false);
+                t[3] = sbx_now_ms();
                 if (r == 0)
-                        r = copy_into(diskfd, dirfd, QEMU_MEM_DISK, 0600);
+                        r = copy_into(diskfd, dirfd, QEMU_MEM_DISK, 0600, false);
                 if (r < 0)
                         sbx_error_set(err, r, 0, "cannot copy the VM's memory or disk: %s", strerror(-r));
         }
@@ -383,8 +410,19 @@ int qemu_mem_snapshot(struct qemu *q, const char *id, int dirfd, int64_t room, i
                         r = sbx_error_set(err, c, 0, "VM %s did not run on after its snapshot: %s", id, reply);
         }
         qmp_close(&m);
+        int64_t t_cont = sbx_now_ms();
+        /* the snapshot is whole only once its copies are on disk (the caller marks it ready after) */
+        if (r == 0 && (sync_at(dirfd, QEMU_MEM_RAM) < 0 || sync_at(dirfd, QEMU_MEM_DISK) < 0))
+                r = sbx_error_set(err, -errno, 0, "cannot write the VM's memory or disk: %m");
         if (r < 0)
                 return r;
+        t[4] = sbx_now_ms();
+        log_ctx(LOG_LEVEL_INFO, qemu_vm_label(&vm, CONTAINER_LABEL_USER), qemu_vm_label(&vm, CONTAINER_LABEL_SESSION),
+                id,
+                "microvm: memory snapshot: QMP %lld ms, stop and state %lld ms, RAM copied %lld ms, disk copied "
+                "and cont %lld ms (the guest stood %lld ms), written back %lld ms",
+                (long long)(t[1] - t[0]), (long long)(t[2] - t[1]), (long long)(t[3] - t[2]),
+                (long long)(t_cont - t[3]), (long long)(t_cont - t[1]), (long long)(t[4] - t_cont));
         *ret_bytes =
                 allocated(dirfd, QEMU_MEM_STATE) + allocated(dirfd, QEMU_MEM_RAM) + allocated(dirfd, QEMU_MEM_DISK);
         return 0;
@@ -440,7 +478,7 @@ int qemu_mem_pause_to_disk(struct qemu *q, const char *id, struct sbx_error *err
                         dir = open(path, O_RDONLY | O_DIRECTORY | O_NOFOLLOW | O_CLOEXEC);
                 if (dir >= 0)
                         (void)unlinkat(dir, QEMU_MEM_SAVED_RAM, 0);
-                r = src >= 0 && dir >= 0 ? copy_into(src, dir, QEMU_MEM_SAVED_RAM, 0600) : -ENOENT;
+                r = src >= 0 && dir >= 0 ? copy_into(src, dir, QEMU_MEM_SAVED_RAM, 0600, true) : -ENOENT;
                 if (r < 0) {
                         /* QEMU is gone and its RAM cannot be kept: the session starts again */
                         if (dir >= 0)
@@ -563,6 +601,7 @@ int qemu_mem_claim(struct qemu *q, struct qemu_vm *vm, struct sbx_error *err)
         /* the snapshot's disk, the session's from now on: beside, then renamed over */
         if (qemu_disk_path(q, user, session, disk, sizeof(disk)) < 0)
                 return sbx_error_set(err, -EINVAL, 0, "no disk path for the session");
+        int64_t t0 = sbx_now_ms();
         snprintf(tmp, sizeof(tmp), "%s.restore", disk);
         (void)unlink(tmp);
         _cleanup_close_ int dst = open(tmp, O_WRONLY | O_CREAT | O_EXCL | O_NOFOLLOW | O_CLOEXEC, 0600);
@@ -577,6 +616,8 @@ int qemu_mem_claim(struct qemu *q, struct qemu_vm *vm, struct sbx_error *err)
                 (void)unlink(tmp);
                 return sbx_error_set(err, r, 0, "cannot put the snapshot's disk in place: %s", strerror(-r));
         }
+        log_ctx(LOG_LEVEL_INFO, user, session, vm->id, "microvm: from memory: the snapshot's disk copied in %lld ms",
+                (long long)(sbx_now_ms() - t0));
         return 0;
 }
 
@@ -624,6 +665,7 @@ static int frozen_memfd(struct qemu *q, int ramfd)
         if (fd >= 0)
                 return fd;
         /* made outside the lock: two first forks at once make two, the second is kept uncached */
+        int64_t t0 = sbx_now_ms();
         int mfd = memfd_create("sbx-frozen-ram", MFD_CLOEXEC | MFD_ALLOW_SEALING);
         if (mfd < 0)
                 return -errno;
@@ -634,6 +676,8 @@ static int frozen_memfd(struct qemu *q, int ramfd)
                 close(mfd);
                 return r;
         }
+        log_info("microvm: a snapshot's frozen RAM (%lld MiB) read into its shared memfd in %lld ms",
+                 (long long)(st.st_size >> 20), (long long)(sbx_now_ms() - t0));
         pthread_mutex_lock(&q->lock);
         if (q->n_frozen < QEMU_FROZEN_MAX) {
                 struct qemu_frozen *f = &q->frozen[q->n_frozen];
@@ -753,9 +797,14 @@ int qemu_mem_incoming(struct qemu *q, struct qemu_vm *vm, int chan, int64_t dead
         }
         if (statefd < 0)
                 return sbx_error_set(err, -ENOENT, 0, "VM %s: no memory state to load", vm->id);
+        /* where the time goes (docs/microvm.md): QEMU's start to its QMP, the state in, cont, the
+         * runner's hello */
+        int64_t t[5];
+        t[0] = sbx_now_ms();
         r = qmp_open(q, vm, deadline, &m, err);
         if (r < 0)
                 return r;
+        t[1] = sbx_now_ms();
         r = qmp_call(&m, CAPS_IGNORE_SHARED, -1, reply, sizeof(reply));
         if (r == 0)
                 r = qmp_call(&m, "{\"execute\":\"getfd\",\"arguments\":{\"fdname\":\"sbxmem\"}}\n", statefd, reply,
@@ -774,9 +823,11 @@ int qemu_mem_incoming(struct qemu *q, struct qemu_vm *vm, int chan, int64_t dead
                 else
                         sbx_sleep_ms(1);
         }
+        t[2] = sbx_now_ms();
         if (r == 0 && !strstr(reply, "\"running\": true"))
                 r = qmp_call(&m, "{\"execute\":\"cont\"}\n", -1, reply, sizeof(reply));
         qmp_close(&m);
+        t[3] = sbx_now_ms();
         if (r < 0)
                 return sbx_error_set(err, r, 0, "VM %s: loading its memory failed (%s): %.300s", vm->id, strerror(-r),
                                      reply);
@@ -788,6 +839,10 @@ int qemu_mem_incoming(struct qemu *q, struct qemu_vm *vm, int chan, int64_t dead
         if (r < 0)
                 return sbx_error_set(err, r, 0, "VM %s: its runner did not say hello after the restore: %s", vm->id,
                                      strerror(-r));
+        t[4] = sbx_now_ms();
+        log_ctx(LOG_LEVEL_INFO, qemu_vm_label(vm, CONTAINER_LABEL_USER), qemu_vm_label(vm, CONTAINER_LABEL_SESSION),
+                vm->id, "microvm: from memory: QMP up %lld ms, state in %lld ms, cont %lld ms, runner hello %lld ms",
+                (long long)(t[1] - t[0]), (long long)(t[2] - t[1]), (long long)(t[3] - t[2]), (long long)(t[4] - t[3]));
         return 0;
 }
 

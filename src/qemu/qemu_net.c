@@ -51,9 +51,35 @@ static void opened(void *ud, uint16_t kind, int fd)
                 close(fd);
 }
 
-static void net_free(struct qemu_net *n)
+/* count connections of n's VM were reset (engine_qemu_runner.dropped). */
+static void report_dropped(struct qemu_net *n, size_t count, const char *cause)
 {
+        struct engine_qemu_runner runner;
+
+        if (count == 0)
+                return;
+        pthread_mutex_lock(&n->q->lock);
+        runner = n->q->runner;
+        pthread_mutex_unlock(&n->q->lock);
+        if (runner.dropped)
+                runner.dropped(runner.ud, n->user, n->session, count, cause);
+}
+
+/* The guest's VMUX_DROPPED (the vmux's thread). */
+static void guest_dropped(void *ud, uint32_t count)
+{
+        report_dropped(ud, count, "not_carried");
+}
+
+/* Stopped; what its streams still carried is reported with cause (NULL: not reported: the
+ * daemon stops, and the next daemon hears it from the guest). */
+static void net_free(struct qemu_net *n, const char *cause)
+{
+        size_t open = vmux_ended(n->m) ? 0 : vmux_connections(n->m);
+
         vmux_stop(n->m);
+        if (cause)
+                report_dropped(n, open, cause);
         free(n);
 }
 
@@ -75,11 +101,11 @@ static struct qemu_net *unlink_locked(struct qemu *q, const char *id)
         return out;
 }
 
-static void free_list(struct qemu_net *n)
+static void free_list(struct qemu_net *n, const char *cause)
 {
         while (n) {
                 struct qemu_net *next = n->next;
-                net_free(n);
+                net_free(n, cause);
                 n = next;
         }
 }
@@ -97,7 +123,7 @@ int qemu_net_attach(struct qemu *q, const struct qemu_vm *vm, int vmfd)
         old = unlink_locked(q, vm->id);
         bool stopped = q->net_stopped;
         pthread_mutex_unlock(&q->net_lock);
-        free_list(old);
+        free_list(old, "reconnected");
         if (stopped)
                 return -ESHUTDOWN;
         r = qemu_sock_connect(vmfd, QEMU_NET_CHANNEL, &fd);
@@ -112,7 +138,7 @@ int qemu_net_attach(struct qemu *q, const struct qemu_vm *vm, int vmfd)
         sbx_strlcpy(n->id, vm->id, sizeof(n->id));
         sbx_strlcpy(n->user, user, sizeof(n->user));
         sbx_strlcpy(n->session, session, sizeof(n->session));
-        n->m = vmux_start(fd, true, opened, n); /* takes fd */
+        n->m = vmux_start(fd, true, opened, guest_dropped, n); /* takes fd */
         if (!n->m) {
                 free(n);
                 return -ENOMEM;
@@ -120,7 +146,7 @@ int qemu_net_attach(struct qemu *q, const struct qemu_vm *vm, int vmfd)
         pthread_mutex_lock(&q->net_lock);
         if (q->net_stopped) {
                 pthread_mutex_unlock(&q->net_lock);
-                net_free(n);
+                net_free(n, NULL);
                 return -ESHUTDOWN;
         }
         n->next = q->nets;
@@ -129,12 +155,24 @@ int qemu_net_attach(struct qemu *q, const struct qemu_vm *vm, int vmfd)
         return 0;
 }
 
+size_t qemu_net_connections(struct qemu *q, const char *id)
+{
+        size_t n = 0;
+
+        pthread_mutex_lock(&q->net_lock);
+        for (struct qemu_net *x = q->nets; x; x = x->next)
+                if (strcmp(x->id, id) == 0 && !vmux_ended(x->m))
+                        n = vmux_connections(x->m);
+        pthread_mutex_unlock(&q->net_lock);
+        return n;
+}
+
 void qemu_net_detach(struct qemu *q, const char *id)
 {
         pthread_mutex_lock(&q->net_lock);
         struct qemu_net *old = unlink_locked(q, id);
         pthread_mutex_unlock(&q->net_lock);
-        free_list(old);
+        free_list(old, "removed");
 }
 
 void qemu_net_stop(struct qemu *q)
@@ -144,5 +182,5 @@ void qemu_net_stop(struct qemu *q)
         q->nets = NULL;
         q->net_stopped = true;
         pthread_mutex_unlock(&q->net_lock);
-        free_list(all);
+        free_list(all, NULL);
 }

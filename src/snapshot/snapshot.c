@@ -599,13 +599,20 @@ fail_row:
 
 /* ---- putting files into a session ---- */
 
+/* A non-negative count from a stored number, 0 when absent or out of range. */
+static int64_t count_of(const cJSON *v)
+{
+        return cJSON_IsNumber(v) && v->valuedouble > 0 && v->valuedouble < 9e18 ? (int64_t)v->valuedouble : 0;
+}
+
 struct fill {
         const struct snapshot_ctx *c;
         const struct store_snapshot *snap;
         const char *user, *session;
         uid_t uid;
-        bool live; /* the session's container runs on the workspace: fill it in place, frozen */
-        bool take; /* image: the snapshot is a fork's own, deleted after: its file is moved, not copied */
+        bool live;      /* the session's container runs on the workspace: fill it in place, frozen */
+        bool take;      /* image: the snapshot is a fork's own, deleted after: its file is moved, not copied */
+        size_t carried; /* a memory restore: the contexts that run on in the snapshot's guest */
 };
 
 static int open_snap_file(const struct fill *f, struct sbx_error *err)
@@ -718,6 +725,21 @@ static int snap_path(const struct sbx_config *cfg, const char *user, const char 
         return n < 0 || (size_t)n >= size ? -ENAMETOOLONG : 0;
 }
 
+int64_t snapshot_dropped_connections(const struct sbx_config *cfg, const char *user, const char *snapshot_id)
+{
+        _cleanup_close_ int d = snap_dir(cfg, user, snapshot_id, false), fd = -1;
+        char buf[24];
+        ssize_t n = 0;
+
+        if (d >= 0)
+                fd = openat(d, ENGINE_MEMORY_CONNECTIONS, O_RDONLY | O_NOFOLLOW | O_CLOEXEC);
+        if (fd >= 0)
+                n = read(fd, buf, sizeof(buf) - 1);
+        buf[n > 0 ? n : 0] = '\0';
+        long long v = strtoll(buf, NULL, 10);
+        return v > 0 && v <= 1 << 20 ? (int64_t)v : 0;
+}
+
 /* kind microvm: the session's next VM boots from the snapshot (its disk, memory and devices). */
 static int fill_memory(const struct fill *f, struct sbx_error *err)
 {
@@ -728,13 +750,45 @@ static int fill_memory(const struct fill *f, struct sbx_error *err)
         return engine_memory_boot(f->c->engine, f->user, f->session, path, err);
 }
 
+/* A memory restore: the snapshot's running contexts take the session's over, their jobs kept
+ * for its next VM (the snapshot's guest), as a fork's are (env_apply); the count. */
+static size_t contexts_carry(const struct fill *f)
+{
+        cJSON *m = f->c->cells ? cJSON_Parse(f->snap->meta_json) : NULL, *it;
+        size_t n = 0;
+
+        cJSON_ArrayForEach(it, cJSON_GetObjectItem(m, "contexts")) {
+                const char *name = cJSON_GetStringValue(cJSON_GetObjectItem(it, "context"));
+                const char *lang = cJSON_GetStringValue(cJSON_GetObjectItem(it, "language"));
+                int64_t tag = count_of(cJSON_GetObjectItem(it, "runner_tag"));
+                if (!name || !lang || tag <= 0 || tag > UINT32_MAX)
+                        continue; /* no interpreter ran in it then: it reports state_lost restored */
+                int r = cells_mark_carried(f->c->cells, f->user, f->session, name, lang,
+                                           count_of(cJSON_GetObjectItem(it, "generation")),
+                                           count_of(cJSON_GetObjectItem(it, "execution_count")), (uint32_t)tag);
+                if (r == 0)
+                        n++;
+                else
+                        log_ctx(LOG_LEVEL_WARN, f->user, f->session, NULL,
+                                "context %s does not run on from snapshot %s (%s): it reports state_lost restored",
+                                name, f->snap->id, strerror(-r));
+        }
+        cJSON_Delete(m);
+        return n;
+}
+
 static int fill_held(void *ud, const char *cid, struct sbx_error *err)
 {
         struct fill *f = ud;
         _cleanup_close_ int src = -1;
 
-        if (strcmp(f->snap->kind, "microvm") == 0)
-                return fill_memory(f, err); /* the session is stopped: its next VM is the snapshot's */
+        if (strcmp(f->snap->kind, "microvm") == 0) {
+                /* the session is stopped: its next VM is the snapshot's, its contexts with it */
+                int r = fill_memory(f, err);
+                if (r == 0)
+                        f->carried = contexts_carry(f);
+                return r;
+        }
 
         (void)cid; /* a fork's fresh container: held, so no request reaches it until the files are in */
         if (strcmp(f->snap->kind, "image") == 0)
@@ -794,11 +848,27 @@ int snapshot_restore(const struct snapshot_ctx *c, const char *user, const char 
         r = session_hold(c->sessions, user, session, true, "restored", fill_held, &f, err);
         if (r < 0)
                 goto out;
+        if (f.carried > 0) {
+                /* the carried contexts are taken back once the session runs: it runs now (the VM
+                 * boots from the snapshot), so their next cell finds its interpreter */
+                struct session *s = NULL;
+                r = session_acquire(c->sessions, user, session, &s, err);
+                if (r < 0) {
+                        sbx_error_prefix(err, "the workspace and memory are restored; the session did not start");
+                        goto out;
+                }
+                session_release(s);
+        }
         atomic_fetch_add(&n_restored, 1);
         detail = cJSON_CreateObject();
         cJSON_AddStringToObject(detail, "snapshot", snap.id);
         cJSON_AddStringToObject(detail, "from_session", snap.session);
         cJSON_AddBoolToObject(detail, "private", snap.private_);
+        if (strcmp(snap.kind, "microvm") == 0) {
+                cJSON_AddNumberToObject(detail, "contexts_carried", (double)f.carried);
+                cJSON_AddNumberToObject(detail, "dropped_connections",
+                                        (double)snapshot_dropped_connections(c->cfg, user, snap.id));
+        }
         {
                 char *js = cJSON_PrintUnformatted(detail);
                 events_emit(EVENT_SESSION_RESTORED, user, session, js);
@@ -818,12 +888,6 @@ out:
 }
 
 /* ---- fork ---- */
-
-/* A non-negative count from a stored number, 0 when absent or out of range. */
-static int64_t count_of(const cJSON *v)
-{
-        return cJSON_IsNumber(v) && v->valuedouble > 0 && v->valuedouble < 9e18 ? (int64_t)v->valuedouble : 0;
-}
 
 /* The snapshotted session's own egress narrowing onto child, as it was
  * (it narrows only; what it allowed was allowed to that session then). */
@@ -988,6 +1052,9 @@ int snapshot_fork(const struct snapshot_ctx *c, const char *user, const char *fr
         cJSON_AddStringToObject(detail, "snapshot", snap.id);
         cJSON_AddStringToObject(detail, "from_session", snap.session);
         cJSON_AddBoolToObject(detail, "private", snap.private_);
+        if (strcmp(snap.kind, "microvm") == 0)
+                cJSON_AddNumberToObject(detail, "dropped_connections",
+                                        (double)snapshot_dropped_connections(c->cfg, user, snap.id));
         {
                 char *js = cJSON_PrintUnformatted(detail);
                 events_emit(EVENT_SESSION_FORKED, user, to_session, js);

@@ -32,6 +32,7 @@
 #include "sandboxd/cells.h"
 #include "sandboxd/daemon.h"
 #include "sandboxd/engine_qemu.h"
+#include "sandboxd/events.h"
 #include "sandboxd/exec.h"
 #include "sandboxd/files.h"
 #include "sandboxd/privacy.h"
@@ -1010,6 +1011,83 @@ static bool forward_answers(void *ud)
         return ok;
 }
 
+/* A connection to the block's port left open: the request not finished, so the guest's httpd
+ * holds it (for its 60 s header timeout). The socket. */
+static int host_hold(int port)
+{
+        struct sockaddr_in sa = {.sin_family = AF_INET,
+                                 .sin_port = htons((uint16_t)port),
+                                 .sin_addr.s_addr = htonl(INADDR_LOOPBACK)};
+        static const char part[] = "GET / HTTP/1.0\r\n";
+        int fd = socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0);
+
+        cr_assert(fd >= 0);
+        cr_assert_eq(connect(fd, (struct sockaddr *)&sa, sizeof(sa)), 0, "%m");
+        cr_assert_eq(send(fd, part, sizeof(part) - 1, MSG_NOSIGNAL), (ssize_t)sizeof(part) - 1);
+        return fd;
+}
+
+/* The guest's httpd (port 8000) has an established connection (*ud true: the forward's
+ * stream is open), or none (*ud false). */
+static bool guest_conn_open(void *ud)
+{
+        char *out = NULL;
+        bool open, want = *(bool *)ud;
+
+        if (sh("vmuser", "net",
+               "cat /proc/net/tcp /proc/net/tcp6 | awk '$2 ~ /0100007F:1F40$/ && $4 == \"01\"' | wc -l", &out) != 0) {
+                free(out);
+                return false;
+        }
+        open = out && atoi(out) >= 1;
+        free(out);
+        return open == want;
+}
+
+/* The newest event id of vmuser's now (where dropped_seen starts). */
+static int64_t events_mark(void)
+{
+        struct event **evs = NULL;
+        size_t n = 0;
+        bool gap = false;
+        int64_t oldest = 0, next = 0;
+
+        cr_assert_eq(events_flush(10000), 0);
+        cr_assert_eq(events_read("vmuser", -1, 1, &evs, &n, &gap, &oldest, &next), 0);
+        events_free_array(evs, n);
+        return next;
+}
+
+struct dropped_want {
+        int64_t after;
+        const char *session;
+};
+
+/* A session.connections_dropped event of the session after w->after, cause not_carried, at
+ * least one connection. */
+static bool dropped_seen(void *ud)
+{
+        struct dropped_want *w = ud;
+        struct event **evs = NULL;
+        size_t n = 0;
+        bool gap = false, seen = false;
+        int64_t oldest = 0, next = 0;
+
+        (void)events_flush(5000);
+        if (events_read("vmuser", w->after, 200, &evs, &n, &gap, &oldest, &next) < 0)
+                return false;
+        for (size_t i = 0; i < n && !seen; i++) {
+                cJSON *o = cJSON_Parse(evs[i]->data);
+                seen = strcmp(evs[i]->type, EVENT_SESSION_CONNECTIONS_DROPPED) == 0 &&
+                       strcmp(evs[i]->session, w->session) == 0 &&
+                       cJSON_GetNumberValue(cJSON_GetObjectItem(o, "count")) >= 1 &&
+                       strcmp(cJSON_GetStringValue(cJSON_GetObjectItem(o, "cause")) ?: "", "not_carried") == 0;
+                cJSON_Delete(o);
+        }
+        events_free_array(evs, n);
+        return seen;
+}
+
 /* One boot: egress through the daemon's proxy with the session's policy and audit, an
  * execution's narrowing attributed to it (the runner's RP_EGRESS_FROM over the port), a
  * service in the guest reached through the session's port block on the host's 127.0.0.1, and
@@ -1102,10 +1180,38 @@ Test(microvm, egress_forwards_ratchet)
                 free(out);
         }
 
+        /* what cannot be carried is reported: a connection open through the block when a memory
+         * snapshot is taken is counted in it, and its fork, whose guest drops it, says so (the
+         * fork's result and a session.connections_dropped event); the parent keeps it */
+        bool yes = true, no = false;
+        int held = host_hold(host_port);
+        cr_assert_geq(fixture_wait(guest_conn_open, &yes, 60000), 0, "the held connection never reached httpd");
+        struct store_snapshot snap;
+        char forked[STORE_SNAPSHOT_ID_MAX + 1];
+        cr_assert_eq(snapshot_take_memory(&d->snapshots, "vmuser", "net", "conn", true, "test", &snap, &err), 0, "%s",
+                     err.msg);
+        cr_assert_geq(snapshot_dropped_connections(&cfg, "vmuser", snap.id), 1, "the snapshot counts no connection");
+        store_snapshot_done(&snap);
+        struct dropped_want want = {.after = events_mark(), .session = "netf"};
+        cr_assert_eq(snapshot_fork(&d->snapshots, "vmuser", NULL, "conn", "netf", "test", forked, &err), 0, "%s",
+                     err.msg);
+        cr_assert_geq(fixture_wait(dropped_seen, &want, 60000), 0, "the fork's dropped connection was not reported");
+        cr_assert_eq(session_destroy(d->sessions, "vmuser", "netf", true, &err), 0, "%s", err.msg);
+        cr_assert_eq(snapshot_delete(&d->snapshots, "vmuser", "conn", "test", &err), 0, "%s", err.msg);
+        close(held);
+        cr_assert_geq(fixture_wait(guest_conn_open, &no, 60000), 0, "the closed connection stayed in the guest");
+
         /* a daemon restart: the VM is adopted, its net port dialled again and synced anew (the
-         * guest drops the old connection's streams); the forward and egress work again */
+         * guest drops the old connection's streams, and says how many: one held open here); the
+         * forward and egress work again */
+        held = host_hold(host_port);
+        cr_assert_geq(fixture_wait(guest_conn_open, &yes, 60000), 0, "the held connection never reached httpd");
+        want = (struct dropped_want){.after = events_mark(), .session = "net"};
         daemon_close(d);
+        close(held);
         d = fixture_open(&cfg, true);
+        cr_assert_geq(fixture_wait(dropped_seen, &want, 90000), 0,
+                      "the connection the restart dropped was not reported");
         cr_assert_geq(fixture_wait(forward_answers, &host_port, 90000), 0,
                       "after a restart the block's port %d never reached the guest's service again", host_port);
         snprintf(cmd, sizeof(cmd), "wget -q -O - http://up.test:%d/", up);
@@ -1246,6 +1352,22 @@ Test(microvm, image_root_fs_python_cells)
                                  steps[i].session, cJSON_PrintUnformatted(r));
                 cJSON_Delete(r);
         }
+        /* a restore from it brings the parent's interpreter back as it was then: x changed
+         * after the snapshot is 41 again, and no state_lost (the session runs at once) */
+        req.session = "s";
+        req.code = "x = 99";
+        cr_assert_eq(cells_run(d->cells, &req, &r, &err), 0, "%s", err.msg);
+        cJSON_Delete(r);
+        cr_assert_eq(snapshot_restore(&d->snapshots, "vmuser", "s", "mem", "test", NULL, &err), 0, "%s", err.msg);
+        cr_assert_eq(session_get_info(d->sessions, "vmuser", "s", &info), 0);
+        cr_assert_str_eq(session_state_to_string(info.state), "RUNNING");
+        session_info_done(&info);
+        req.code = "print(x)";
+        cr_assert_eq(cells_run(d->cells, &req, &r, &err), 0, "%s", err.msg);
+        cr_assert_null(cJSON_GetObjectItem(r, "state_lost"), "restored: %s", cJSON_PrintUnformatted(r));
+        cr_assert_str_eq(cJSON_GetStringValue(cJSON_GetObjectItem(r, "stdout")), "41\n", "restored: %s",
+                         cJSON_PrintUnformatted(r));
+        cJSON_Delete(r);
         cr_assert_eq(snapshot_delete(&d->snapshots, "vmuser", "mem", "test", &err), 0, "%s", err.msg);
         for (const char *const *k = (const char *const[]){"s", "f1", "f2", NULL}; *k; k++)
                 cr_assert_eq(session_destroy(d->sessions, "vmuser", *k, true, &err), 0, "%s", err.msg);

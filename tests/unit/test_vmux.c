@@ -60,8 +60,8 @@ static void pair_up(void)
 
         n_host = 0;
         cr_assert_eq(socketpair(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC | SOCK_NONBLOCK, 0, ch), 0);
-        host = vmux_start(ch[0], true, opened, NULL);
-        guest = vmux_start(ch[1], false, NULL, NULL);
+        host = vmux_start(ch[0], true, opened, NULL, NULL);
+        guest = vmux_start(ch[1], false, NULL, NULL, NULL);
         cr_assert(host && guest);
 }
 
@@ -238,7 +238,7 @@ Test(vmux, a_guest_out_of_line_is_resynced_and_loses_its_streams)
         memset(big, 'x', sizeof(big));
         cr_assert_eq(socketpair(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC, 0, ch), 0);
         setsockopt(ch[1], SOL_SOCKET, SO_RCVTIMEO, &tv, sizeof(tv));
-        host = vmux_start(ch[0], true, opened, NULL);
+        host = vmux_start(ch[0], true, opened, NULL, NULL);
         cr_assert_not_null(host);
 
         /* past the window: h is never read, so once its socket is full no credit comes, and a
@@ -278,6 +278,84 @@ Test(vmux, a_guest_out_of_line_is_resynced_and_loses_its_streams)
         char b[3];
         cr_assert_eq(recv(h, b, 3, MSG_WAITALL), 3);
         cr_assert_eq(memcmp(b, "abc", 3), 0);
+        vmux_stop(host);
+        close(ch[1]);
+        for (int i = 0; i < n_host; i++)
+                close(host_fd[i]);
+}
+
+static uint32_t dropped_total;
+static int dropped_calls;
+
+static void dropped(void *ud, uint32_t count)
+{
+        (void)ud;
+        pthread_mutex_lock(&mu);
+        dropped_total += count;
+        dropped_calls++;
+        pthread_mutex_unlock(&mu);
+}
+
+static bool dropped_is(uint32_t want)
+{
+        int64_t until = sbx_now_ms() + DEADLINE_MS;
+
+        while (sbx_now_ms() < until) {
+                pthread_mutex_lock(&mu);
+                bool ok = dropped_total == want;
+                pthread_mutex_unlock(&mu);
+                if (ok)
+                        return true;
+                poll(NULL, 0, 5);
+        }
+        return false;
+}
+
+/* What cannot be carried is counted: the host counts its connections (the runner's forward
+ * control stream, the first forward stream while none is live, is not one), and the guest's
+ * VMUX_DROPPED after a sync reaches the dropped callback, once per sync. */
+Test(vmux, connections_counted_and_drops_reported)
+{
+        int ch[2];
+        struct timeval tv = {20, 0};
+
+        n_host = 0;
+        dropped_total = 0;
+        dropped_calls = 0;
+        cr_assert_eq(socketpair(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC, 0, ch), 0);
+        setsockopt(ch[1], SOL_SOCKET, SO_RCVTIMEO, &tv, sizeof(tv));
+        host = vmux_start(ch[0], true, opened, dropped, NULL);
+        cr_assert_not_null(host);
+
+        sync_as_guest(ch[1]);
+        uint32_t n = 3;
+        frame_out(ch[1], VMUX_DROPPED, 0, 0, &n, sizeof(n));
+        cr_assert(dropped_is(3), "the guest's report did not reach the callback");
+        frame_out(ch[1], VMUX_OPEN, VMUX_KIND_FWD, 1, NULL, 0);    /* the control */
+        frame_out(ch[1], VMUX_OPEN, VMUX_KIND_FWD, 2, NULL, 0);    /* a forwarded connection */
+        frame_out(ch[1], VMUX_OPEN, VMUX_KIND_EGRESS, 3, NULL, 0); /* an egress client */
+        int h = host_stream(2);
+        cr_assert_eq(vmux_connections(host), 2);
+        /* the data stream ends: one connection left */
+        frame_out(ch[1], VMUX_CLOSE, 0, 2, NULL, 0);
+        int64_t until = sbx_now_ms() + DEADLINE_MS;
+        while (vmux_connections(host) != 1 && sbx_now_ms() < until)
+                poll(NULL, 0, 5);
+        cr_assert_eq(vmux_connections(host), 1);
+
+        /* a second report in one sync is a protocol error: resynced, its streams dropped */
+        frame_out(ch[1], VMUX_DROPPED, 0, 0, &n, sizeof(n));
+        cr_assert(closed_soon(h), "a second VMUX_DROPPED in one sync was taken");
+        until = sbx_now_ms() + DEADLINE_MS;
+        while (vmux_connections(host) != 0 && sbx_now_ms() < until)
+                poll(NULL, 0, 5);
+        cr_assert_eq(vmux_connections(host), 0);
+        /* the next sync may report again */
+        sync_as_guest(ch[1]);
+        n = 2;
+        frame_out(ch[1], VMUX_DROPPED, 0, 0, &n, sizeof(n));
+        cr_assert(dropped_is(5));
+        cr_assert_eq(dropped_calls, 2);
         vmux_stop(host);
         close(ch[1]);
         for (int i = 0; i < n_host; i++)

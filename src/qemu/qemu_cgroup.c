@@ -193,7 +193,7 @@ bool qemu_cgroup_oom_killed(const char *id)
 
 /* rmdir of a cgroup once no task is left in it: QEMU killed is a zombie until its reaper
  * (init: it was forked twice) takes it, which is soon; one that is still there after
- * QEMU_CG_RMDIR_MS stays, and the next VM's qemu_cgroup_sweep comes back to it. */
+ * QEMU_CG_RMDIR_MS stays, and qemu_cgroup_sweep (startup reconciliation, --gc) comes back to it. */
 #define QEMU_CG_RMDIR_MS 2000
 static void cg_rmdir(const char *dir)
 {

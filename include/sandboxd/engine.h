@@ -412,7 +412,8 @@ void engine_free(struct engine *e);
 const char *engine_microvm_accel(const struct engine *e);
 bool engine_microvm_id(const char *id);
 
-/* A microVM engine's leftovers (src/qemu/qemu_gc.c): VM cgroups whose VM is gone (always), and
+/* A microVM engine's leftovers (src/qemu/qemu_gc.c): VM cgroups that a VM's removal of this data
+ * directory could not take (always; never another daemon's, never one with a task), and
  * with rootfs the images' root file systems {data_dir}/vm/rootfs/<hex>.img that no VM of this
  * data directory and no memory snapshot names, unused for ENGINE_MICROVM_ROOTFS_GC_AGE_S, whose
  * per-image lock is free (nobody makes or waits for it). note is told each one removed (r 0;

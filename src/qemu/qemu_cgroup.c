@@ -21,11 +21,13 @@
  * forked child writes "0" (itself) to it before it drops to the session's
  * uid (qemu_vm.c, child_exec), so no QEMU instruction ever runs outside.
  *
- * Left behind: a cgroup whose VM's directory is gone (QEMU outlived the
- * wait at removal, or the daemon died between the two) is removed by
- * qemu_cgroup_sweep, at startup reconciliation and by --gc, under a
- * host-wide lock (QEMU_CG_LOCK) that a boot holds shared from the cgroup's
- * making until QEMU is in it. */
+ * Left behind: a VM's removal (qemu_vm_dir_remove) keeps the VM's empty
+ * directory while its cgroup cannot go (QEMU outlived the wait, or the
+ * daemon died before); qemu_cgroup_sweep, at startup reconciliation and by
+ * --gc, removes such cgroups and then the directory: only this data
+ * directory's VMs, never another daemon's. It runs under a host-wide lock
+ * (QEMU_CG_LOCK) that a boot holds shared from the cgroup's making until
+ * QEMU is in it. */
 #include <dirent.h>
 #include <errno.h>
 #include <fcntl.h>
@@ -203,19 +205,22 @@ static void cg_rmdir(const char *dir)
                 sbx_sleep_ms(20);
 }
 
-void qemu_cgroup_remove(const char *id)
+bool qemu_cgroup_remove(const char *id)
 {
         char dir[SBX_PATH_MAX];
+        bool gone = true;
 
         if (cg_v2()) {
                 snprintf(dir, sizeof(dir), CG_ROOT "/" CG_PARENT "/%s", id);
                 cg_rmdir(dir);
-                return;
+                return access(dir, F_OK) < 0;
         }
         for (int i = 0; i < QEMU_CG_MAX; i++) {
                 snprintf(dir, sizeof(dir), CG_ROOT "/%s/" CG_PARENT "/%s", v1_controllers[i], id);
                 cg_rmdir(dir);
+                gone = gone && access(dir, F_OK) < 0;
         }
+        return gone;
 }
 
 /* The lock that keeps a sweep (exclusive) from removing a cgroup between its making and QEMU
@@ -254,7 +259,13 @@ static bool cg_has_task(const char *dir)
 }
 
 /* One directory base/sandboxd-vm: each VM cgroup whose VM has no directory under vm_dir. */
-static size_t sweep_base(const char *base, const char *vm_dir, bool dry_run, qemu_cg_note note, void *ud)
+struct swept {
+        char ids[64][ENGINE_ID_STR_MAX];
+        size_t n;
+};
+
+static size_t sweep_base(const char *base, const char *vm_dir, bool dry_run, qemu_cg_note note, void *ud,
+                         struct swept *sw)
 {
         char parent[SBX_PATH_MAX], path[SBX_PATH_MAX + 80];
         size_t n = 0;
@@ -267,8 +278,14 @@ static size_t sweep_base(const char *base, const char *vm_dir, bool dry_run, qem
         while (d && (de = readdir(d))) {
                 if (!engine_qemu_id(de->d_name))
                         continue;
+                /* only this data directory's: a VM directory without its state is a removal that
+                 * left the cgroup (qemu_vm_dir_remove); no directory is another daemon's VM, a
+                 * state file a VM still there (its removal takes the cgroup) */
                 snprintf(path, sizeof(path), "%s/%s", vm_dir, de->d_name);
-                if (lstat(path, &st) == 0) /* its VM is there: its removal (q_remove) takes the cgroup */
+                if (lstat(path, &st) < 0 || !S_ISDIR(st.st_mode))
+                        continue;
+                snprintf(path, sizeof(path), "%s/%s/state", vm_dir, de->d_name);
+                if (lstat(path, &st) == 0)
                         continue;
                 snprintf(path, sizeof(path), "%s/%s", parent, de->d_name);
                 /* one with a task in it (a live QEMU's, maybe another daemon's) is never touched:
@@ -281,6 +298,8 @@ static size_t sweep_base(const char *base, const char *vm_dir, bool dry_run, qem
                 if (note)
                         note(ud, path, r);
                 n += r == 0;
+                if (r == 0 && !dry_run && sw->n < ELEMENTSOF(sw->ids)) /* its directory goes after the pass */
+                        sbx_strlcpy(sw->ids[sw->n++], de->d_name, sizeof(sw->ids[0]));
         }
         if (d)
                 closedir(d);
@@ -296,15 +315,29 @@ size_t qemu_cgroup_sweep(const char *vm_dir, bool dry_run, qemu_cg_note note, vo
                 log_warn("microvm: cgroup sweep skipped: %s is held", QEMU_CG_LOCK);
                 return 0;
         }
+        struct swept *sw = calloc(1, sizeof(*sw));
+        if (!sw) {
+                if (lk >= 0)
+                        close(lk);
+                return 0;
+        }
         if (cg_v2()) {
-                n = sweep_base(CG_ROOT, vm_dir, dry_run, note, ud);
+                n = sweep_base(CG_ROOT, vm_dir, dry_run, note, ud, sw);
         } else {
                 for (int i = 0; i < QEMU_CG_MAX; i++) {
                         char base[SBX_PATH_MAX];
                         snprintf(base, sizeof(base), CG_ROOT "/%s", v1_controllers[i]);
-                        n += sweep_base(base, vm_dir, dry_run, note, ud);
+                        n += sweep_base(base, vm_dir, dry_run, note, ud, sw);
                 }
         }
+        /* the VM directories kept for these cgroups, once none of theirs is left */
+        for (size_t i = 0; i < sw->n; i++) {
+                char vm[SBX_PATH_MAX + 80];
+                snprintf(vm, sizeof(vm), "%s/%s", vm_dir, sw->ids[i]);
+                if (qemu_cgroup_remove(sw->ids[i]))
+                        (void)rmdir(vm);
+        }
+        free(sw);
         if (lk >= 0)
                 close(lk);
         return n;

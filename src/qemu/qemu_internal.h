@@ -172,7 +172,8 @@ int qemu_rootfs_get(struct qemu *q, const char *image, const char *instance, cha
 #define QEMU_CG_TB_MIB "128"                  /* -accel tcg,tb-size (MiB), inside QEMU_CG_OVERHEAD */
 #define QEMU_CG_PIDS 64                       /* QEMU's threads (vCPUs, main loop, RCU, I/O workers) */
 int qemu_cgroup_make(const struct qemu_vm *vm, int64_t mem_bytes, int fds[QEMU_CG_MAX], char *note, size_t note_size);
-void qemu_cgroup_remove(const char *id);
+/* Every cgroup of id removed (waiting a little for a killed QEMU): whether none is left. */
+bool qemu_cgroup_remove(const char *id);
 /* Whether the memory cgroup's OOM killer killed a task of QEMU's cgroup (cgroup v1 oom_kill). */
 bool qemu_cgroup_oom_killed(const char *id);
 /* The host-wide lock between a boot (shared, from qemu_cgroup_make until QEMU is in its
@@ -180,8 +181,9 @@ bool qemu_cgroup_oom_killed(const char *id);
 #define QEMU_CG_LOCK "/run/sandboxd-vm-cgroup.lock"
 #define QEMU_CG_LOCK_MS 5000
 int qemu_cgroup_lock(bool exclusive, int timeout_ms);
-/* Remove (dry_run: only name) every VM cgroup left without its VM: no directory under vm_dir
- * ({data_dir}/vm) and no task in it; note(ud, path, 0 or -errno) for each. How many went. */
+/* Remove (dry_run: only name) every VM cgroup left without its VM: a VM directory under vm_dir
+ * ({data_dir}/vm) without its state file (a removal that left it), no task in it; then that
+ * directory. note(ud, path, 0 or -errno) for each. How many went. */
 typedef void (*qemu_cg_note)(void *ud, const char *path, int r);
 size_t qemu_cgroup_sweep(const char *vm_dir, bool dry_run, qemu_cg_note note, void *ud);
 

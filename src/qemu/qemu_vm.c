@@ -429,9 +429,9 @@ void qemu_vm_dir_remove(struct qemu *q, const char *id)
                 (void)rmdir(path);
         if (qemu_vm_path(q, id, QEMU_JAIL_DIR, path, sizeof(path)) == 0) /* qemu_jail.c's mount point, empty */
                 (void)rmdir(path);
-        if (qemu_vm_path(q, id, NULL, path, sizeof(path)) == 0)
+        /* a cgroup that cannot go yet keeps the (empty) directory: qemu_cgroup_sweep comes back to both */
+        if (qemu_cgroup_remove(id) && qemu_vm_path(q, id, NULL, path, sizeof(path)) == 0)
                 (void)rmdir(path);
-        qemu_cgroup_remove(id);
 }
 
 /* The last tail_lines lines (< 0: all) of a file of QEMU's run directory, at most 64 KiB. */

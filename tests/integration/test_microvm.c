@@ -1452,13 +1452,24 @@ static bool gc_has(const struct gc_report *rep, enum gc_kind kind, const char *t
         return false;
 }
 
-/* A crash leaves a VM's cgroup behind (the daemon SIGKILLed with QEMU gone, or QEMU outliving
- * the wait at removal): startup reconciliation removes one whose VM is gone, and so does --gc
- * (dry run: only named). One whose VM directory is still there is left to the VM's removal;
- * one with a task in it (a live QEMU, maybe another daemon's) is never touched. No QEMU boots. */
+static void write_text(const char *path, const char *text)
+{
+        FILE *f = fopen(path, "w");
+        cr_assert_not_null(f, "%s: %s", path, strerror(errno));
+        fputs(text, f);
+        fclose(f);
+}
+
+/* A VM's removal that cannot take its cgroup (QEMU outlived the wait, or the daemon was killed
+ * between the two) keeps the VM's empty directory, without its state: startup reconciliation
+ * removes that cgroup and then the directory, and so does --gc (a dry run only names it). A
+ * VM still there (its state file) keeps its cgroup until its removal; a cgroup with a task in
+ * it (a live QEMU) and one of no VM of this data directory (another daemon's) are never
+ * touched. No QEMU boots. */
 Test(microvm, leftover_cgroups_swept)
 {
-        char gone[ENGINE_ID_STR_MAX], kept[ENGINE_ID_STR_MAX], busy[ENGINE_ID_STR_MAX], path[SBX_PATH_MAX + 64];
+        char gone[ENGINE_ID_STR_MAX], kept[ENGINE_ID_STR_MAX], busy[ENGINE_ID_STR_MAX], foreign[ENGINE_ID_STR_MAX];
+        char path[SBX_PATH_MAX + 64];
         struct gc_report rep;
         pid_t child;
 
@@ -1477,13 +1488,20 @@ Test(microvm, leftover_cgroups_swept)
         fake_vm_id(gone);
         fake_vm_id(kept);
         fake_vm_id(busy);
+        fake_vm_id(foreign);
         cg_mk(gone);
         cg_mk(kept);
         cg_mk(busy);
+        cg_mk(foreign);
         snprintf(path, sizeof(path), "%s/vm", cfg.data_dir);
         cr_assert(mkdir(path, 0711) == 0 || errno == EEXIST);
-        snprintf(path, sizeof(path), "%s/vm/%s", cfg.data_dir, kept);
-        cr_assert_eq(mkdir(path, 0711), 0, "%s: %s", path, strerror(errno));
+        const char *dirs[] = {gone, kept, busy};
+        for (size_t i = 0; i < 3; i++) {
+                snprintf(path, sizeof(path), "%s/vm/%s", cfg.data_dir, dirs[i]);
+                cr_assert_eq(mkdir(path, 0711), 0, "%s: %s", path, strerror(errno));
+        }
+        snprintf(path, sizeof(path), "%s/vm/%s/state", cfg.data_dir, kept);
+        write_text(path, "{\"uid\":1234}");
         child = fork();
         cr_assert_geq(child, 0);
         if (child == 0) {
@@ -1508,25 +1526,30 @@ Test(microvm, leftover_cgroups_swept)
                               cg_ctrls[i]);
                 cr_expect(cg_exists(cg_ctrls[i], kept), "%s: the cgroup of a VM still there went", cg_ctrls[i]);
                 cr_expect(cg_exists(cg_ctrls[i], busy), "%s: a cgroup with a task in it went", cg_ctrls[i]);
+                cr_expect(cg_exists(cg_ctrls[i], foreign), "%s: another daemon's cgroup went", cg_ctrls[i]);
         }
+        snprintf(path, sizeof(path), "%s/vm/%s", cfg.data_dir, gone);
+        cr_expect_neq(access(path, F_OK), 0, "the VM directory kept for its cgroup stayed");
         daemon_close(d);
         d = NULL;
 
         /* --gc: a dry run names it, a real run removes it */
         cg_mk(gone);
+        cr_assert_eq(mkdir(path, 0711), 0);
         run_gc(true, &rep);
         snprintf(path, sizeof(path), "/memory/sandboxd-vm/%s", gone);
         cr_expect(gc_has(&rep, GC_VM_CGROUPS, path), "the dry run does not name %s", path);
-        cr_expect_not(gc_has(&rep, GC_VM_CGROUPS, busy), "the dry run names the busy cgroup");
+        cr_expect_eq(rep.kinds[GC_VM_CGROUPS].count, 3);
         gc_report_done(&rep);
         cr_expect(cg_exists("memory", gone), "a dry run removed a cgroup");
         run_gc(false, &rep);
         cr_expect(gc_has(&rep, GC_VM_CGROUPS, path), "gc does not report %s", path);
-        cr_expect_geq(rep.kinds[GC_VM_CGROUPS].count, 3);
+        cr_expect_eq(rep.kinds[GC_VM_CGROUPS].count, 3);
         gc_report_done(&rep);
         for (size_t i = 0; i < 3; i++) {
                 cr_expect_not(cg_exists(cg_ctrls[i], gone), "%s: gc left a cgroup without its VM", cg_ctrls[i]);
-                cr_expect(cg_exists(cg_ctrls[i], kept) && cg_exists(cg_ctrls[i], busy),
+                cr_expect(cg_exists(cg_ctrls[i], kept) && cg_exists(cg_ctrls[i], busy) &&
+                                  cg_exists(cg_ctrls[i], foreign),
                           "%s: gc removed one it must keep", cg_ctrls[i]);
         }
 
@@ -1535,8 +1558,13 @@ Test(microvm, leftover_cgroups_swept)
         cg_rm(gone);
         cg_rm(kept);
         cg_rm(busy);
-        snprintf(path, sizeof(path), "%s/vm/%s", cfg.data_dir, kept);
-        (void)rmdir(path);
+        cg_rm(foreign);
+        snprintf(path, sizeof(path), "%s/vm/%s/state", cfg.data_dir, kept);
+        (void)unlink(path);
+        for (size_t i = 0; i < 3; i++) {
+                snprintf(path, sizeof(path), "%s/vm/%s", cfg.data_dir, dirs[i]);
+                (void)rmdir(path);
+        }
 }
 
 /* An ext4 image stand-in of a root file system: name in {data_dir}/vm/rootfs, last used age_s ago. */
@@ -1563,13 +1591,6 @@ static bool rootfs_there(const char *name)
         return access(path, F_OK) == 0;
 }
 
-static void write_text(const char *path, const char *text)
-{
-        FILE *f = fopen(path, "w");
-        cr_assert_not_null(f, "%s: %s", path, strerror(errno));
-        fputs(text, f);
-        fclose(f);
-}
 
 /* `sandboxd --gc` removes the root file systems of image ids that no VM (a live or paused
  * session's) and no memory snapshot names and that were last used more than a day ago, and a

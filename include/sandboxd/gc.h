@@ -22,8 +22,8 @@
  *   - this instance's bridge network (sandboxd-<instance>) when
  *     network_default is not bridge and no container is attached to it
  *     (Docker refuses while one is: then it is kept);
- *   - runtime microvm (engine.h, engine_microvm_gc): VM cgroups whose VM is
- *     gone and that hold no task, and the images' root file systems that no
+ *   - runtime microvm (engine.h, engine_microvm_gc): VM cgroups that a VM's
+ *     removal here could not take (no task in them), and the images' root file systems that no
  *     VM and no memory snapshot names, unused for a day, not being made;
  * then it vacuums the store.
  *

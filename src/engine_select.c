@@ -311,6 +311,20 @@ const char *engine_microvm_accel(const struct engine *e)
         return e && e->ops->free == r_free ? engine_qemu_accel(((const struct router *)e->priv)->vm) : NULL;
 }
 
+int engine_microvm_gc(struct engine *e, const struct engine_microvm_gc *o)
+{
+        if (e && e->ops->free == r_free)
+                return engine_qemu_gc_run(R(e)->vm, o);
+        return engine_qemu_gc_run(e, o);
+}
+
+int engine_microvm_rootfs_note(struct engine *e, const char *id, char *buf, size_t size)
+{
+        if (e && e->ops->free == r_free)
+                return engine_qemu_rootfs_note(R(e)->vm, id, buf, size);
+        return engine_qemu_rootfs_note(e, id, buf, size);
+}
+
 int engine_new_from_config(const struct sbx_config *cfg, struct engine **ret, struct sbx_error *err)
 {
         struct engine_k8s_config k = {

@@ -418,6 +418,27 @@ void engine_free(struct engine *e);
 const char *engine_microvm_accel(const struct engine *e);
 bool engine_microvm_id(const char *id);
 
+/* A microVM engine's leftovers (src/qemu/qemu_gc.c): VM cgroups that a VM's removal of this data
+ * directory could not take (always; never another daemon's, never one with a task), and
+ * with rootfs the images' root file systems {data_dir}/vm/rootfs/<hex>.img that no VM of this
+ * data directory and no memory snapshot names, unused for ENGINE_MICROVM_ROOTFS_GC_AGE_S, whose
+ * per-image lock is free (nobody makes or waits for it). note is told each one removed (r 0;
+ * dry_run: would be), kept because it is being made (r -EBUSY) or that failed (r -errno).
+ * Startup reconciliation sweeps the cgroups, --gc both. -EOPNOTSUPP where e runs no microVMs. */
+#define ENGINE_MICROVM_ROOTFS_GC_AGE_S (24 * 3600)
+enum { ENGINE_MICROVM_GC_CGROUP, ENGINE_MICROVM_GC_ROOTFS };
+struct engine_microvm_gc {
+        bool dry_run;
+        bool rootfs;
+        int64_t now_ms; /* 0: the clock */
+        void (*note)(void *ud, int kind, const char *what, uint64_t bytes, const char *reason, int r);
+        void *ud;
+};
+int engine_microvm_gc(struct engine *e, const struct engine_microvm_gc *o);
+/* Microvm VM id's rootfs_note (why it boots the busybox guest, not its image) into buf: "" when
+ * it has its image's root file system. -ENOENT: no such VM; -EOPNOTSUPP: e runs none. */
+int engine_microvm_rootfs_note(struct engine *e, const char *id, char *buf, size_t size);
+
 static inline bool engine_can(const struct engine *e, unsigned cap)
 {
         return (e->capabilities & cap) == cap;

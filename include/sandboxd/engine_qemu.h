@@ -132,4 +132,10 @@ int engine_qemu_pause_to_disk(struct engine *e, const char *id, struct sbx_error
 /* Forget an expectation nobody claimed (a fork that failed before its VM). */
 void engine_qemu_mem_unexpect(struct engine *e, const char *user, const char *session);
 
+/* ---- leftovers (src/qemu/qemu_gc.c; engine.h: engine_microvm_gc, engine_microvm_rootfs_note,
+ * which the router of engine_select.c forwards here). qemu: the qemu engine; another:
+ * -EOPNOTSUPP. */
+int engine_qemu_gc_run(struct engine *qemu, const struct engine_microvm_gc *o);
+int engine_qemu_rootfs_note(struct engine *qemu, const char *id, char *buf, size_t size);
+
 #endif

@@ -22,6 +22,9 @@
  *   - this instance's bridge network (sandboxd-<instance>) when
  *     network_default is not bridge and no container is attached to it
  *     (Docker refuses while one is: then it is kept);
+ *   - runtime microvm (engine.h, engine_microvm_gc): VM cgroups that a VM's
+ *     removal here could not take (no task in them), and the images' root file systems that no
+ *     VM and no memory snapshot names, unused for a day, not being made;
  * then it vacuums the store.
  *
  * What it never touches: containers without the sandboxd labels or of
@@ -69,13 +72,15 @@ enum gc_kind {
         GC_UIDS,
         GC_STORE,
         GC_NETWORKS,
-        GC_SNAPSHOTS, /* past gc.snapshot_retention, or a copy a crash cut short (snapshot.h) */
+        GC_SNAPSHOTS,  /* past gc.snapshot_retention, or a copy a crash cut short (snapshot.h) */
+        GC_VM_CGROUPS, /* a microVM's cgroup left without its VM (qemu_cgroup.c) */
+        GC_VM_ROOTFS,  /* an image's root file system nothing uses (qemu_gc.c) */
 };
-#define GC_KIND_COUNT 14
+#define GC_KIND_COUNT 16
 
 /* "idle_containers", "old_containers", "orphan_containers", "error_sessions",
  * "ports", "services", "execution_spools", "workspaces", "audit_rows", "idempotency_keys",
- * "session_uids", "store", "networks", "snapshots". */
+ * "session_uids", "store", "networks", "snapshots", "vm_cgroups", "vm_rootfs". */
 const char *gc_kind_name(enum gc_kind k);
 
 struct gc_count {

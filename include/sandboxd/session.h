@@ -161,8 +161,10 @@ struct session_info {
         char container_id[65];
         char image[256];
         char network_mode[16];
-        char runtime[16]; /* of the current container ("" unknown: none yet, or the engine's default) */
-        char accel[8];    /* runtime microvm: "kvm" or "tcg" (engine_microvm_accel); else "" */
+        char runtime[16];      /* of the current container ("" unknown: none yet, or the engine's default) */
+        char accel[8];         /* runtime microvm: "kvm" or "tcg" (engine_microvm_accel); else "" */
+        char rootfs_note[256]; /* runtime microvm: why its VM boots the busybox guest, not the image ("": it does
+                                * not; session_get_info only) */
         char workspace[SBX_PATH_MAX];
         uid_t uid;  /* the session's host uid (sessuid.h); 0 while it has none */
         int *ports; /* host ports of the block (malloc'd, free with session_info_done) */

@@ -67,6 +67,10 @@ static cJSON *session_json(struct daemon *d, const struct session_info *s)
         jsonutil_add_text(o, "image", s->image);
         jsonutil_add_text(o, "network_mode", s->network_mode);
         jsonutil_add_text(o, "runtime", s->runtime);
+        if (s->accel[0]) /* a microVM's: kvm or tcg */
+                cJSON_AddStringToObject(o, "accel", s->accel);
+        if (s->rootfs_note[0]) /* a microVM on the busybox guest: why not the image (session.show) */
+                cJSON_AddStringToObject(o, "rootfs_note", s->rootfs_note);
         char node[NODE_NAME_MAX + 1];
         daemon_session_node(d, s->user, s->session, node, sizeof(node));
         jsonutil_add_text(o, "node", node); /* the node agent serving it (node.listen); null in one process */

@@ -400,6 +400,8 @@ static int m_session_info(struct api_req *q, cJSON **ret, struct fronterr *e)
         jsonutil_add_text(*ret, "runtime", info.runtime);
         if (info.accel[0]) /* a microVM's: kvm or tcg */
                 cJSON_AddStringToObject(*ret, "accel", info.accel);
+        if (info.rootfs_note[0]) /* a microVM on the busybox guest: why not the image */
+                cJSON_AddStringToObject(*ret, "rootfs_note", info.rootfs_note);
         cJSON_AddBoolToObject(*ret, "pooled", info.pooled);
         cJSON_AddBoolToObject(*ret, "private",
                               q->d->privacy && privacy_is_private(q->d->privacy, q->tok.user, q->session));

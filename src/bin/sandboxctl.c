@@ -361,7 +361,12 @@ static void print_show(const cJSON *r)
         printf("container:     %s\n", str(r, "container_id"));
         printf("image:         %s\n", str(r, "image"));
         printf("network:       %s%s\n", str(r, "network_mode"), flag(r, "private") ? " (private)" : "");
-        printf("runtime:       %s\n", str(r, "runtime"));
+        printf("runtime:       %s", str(r, "runtime"));
+        if (cJSON_IsString(cJSON_GetObjectItemCaseSensitive(r, "accel")))
+                printf(" (%s)", str(r, "accel"));
+        printf("\n");
+        if (cJSON_IsString(cJSON_GetObjectItemCaseSensitive(r, "rootfs_note")))
+                printf("root fs:       busybox guest: %s\n", str(r, "rootfs_note"));
         if (cJSON_IsNumber(cJSON_GetObjectItemCaseSensitive(r, "uid")))
                 printf("host uid:      %.0f\n", cJSON_GetObjectItemCaseSensitive(r, "uid")->valuedouble);
         else

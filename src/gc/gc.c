@@ -75,14 +75,14 @@
 static const char *const kind_names[GC_KIND_COUNT] = {
         "idle_containers",  "old_containers", "orphan_containers", "error_sessions",   "ports",        "services",
         "execution_spools", "workspaces",     "audit_rows",        "idempotency_keys", "session_uids", "store",
-        "networks",         "snapshots",
+        "networks",         "snapshots",      "vm_cgroups",        "vm_rootfs",
 };
 
 /* What an item is, in log lines. */
 static const char *const kind_items[GC_KIND_COUNT] = {
-        "idle container", "old container",   "orphan container", "ERROR session", "port allocation",
-        "service row",    "execution spool", "workspace",        "audit rows",    "idempotency keys",
-        "session uid",    "store",           "network",          "snapshot",
+        "idle container",  "old container", "orphan container", "ERROR session",    "port allocation", "service row",
+        "execution spool", "workspace",     "audit rows",       "idempotency keys", "session uid",     "store",
+        "network",         "snapshot",      "microVM cgroup",   "root file system",
 };
 
 const char *gc_kind_name(enum gc_kind k)
@@ -636,6 +636,28 @@ static void gc_snapshots(struct gc *g)
         store_snapshot_list_free(list, n);
 }
 
+/* The microVM engine's leftovers: cgroups without their VM, root file systems nothing uses
+ * (engine_qemu.h). A daemon without the microVM runtime has none. */
+static void vm_note(void *ud, int kind, const char *what, uint64_t bytes, const char *reason, int r)
+{
+        struct gc *g = ud;
+        enum gc_kind k = kind == ENGINE_MICROVM_GC_ROOTFS ? GC_VM_ROOTFS : GC_VM_CGROUPS;
+
+        if (r == -EBUSY)
+                gc_note_kept(g, k, what, NULL, NULL, reason);
+        else if (r < 0)
+                gc_note_failed(g, k, what, NULL, NULL, reason, strerror(-r));
+        else
+                gc_note_done(g, k, what, NULL, NULL, bytes, reason);
+}
+
+static void gc_vm(struct gc *g)
+{
+        struct engine_microvm_gc o = {.dry_run = g->dry_run, .rootfs = true, .now_ms = g->now, .note = vm_note, .ud = g};
+
+        (void)engine_microvm_gc(g->engine, &o);
+}
+
 /* The egress proxy's decisions keep the audit retention too. */
 static void gc_egress_log(struct gc *g)
 {
@@ -817,6 +839,7 @@ int gc_run(const struct sbx_config *cfg, const struct gc_options *opts, struct g
         gc_spools(&g);
         gc_audit(&g);
         gc_snapshots(&g);
+        gc_vm(&g); /* after the snapshots: a memory snapshot removed no longer keeps its root file system */
         gc_egress_log(&g);
         gc_idempotency_keys(&g);
         gc_events(&g);

@@ -19,17 +19,28 @@
  *
  * QEMU enters them itself: the daemon opens each cgroup.procs and the
  * forked child writes "0" (itself) to it before it drops to the session's
- * uid (qemu_vm.c, child_exec), so no QEMU instruction ever runs outside. */
+ * uid (qemu_vm.c, child_exec), so no QEMU instruction ever runs outside.
+ *
+ * Left behind: a VM's removal (qemu_vm_dir_remove) keeps the VM's empty
+ * directory while its cgroup cannot go (QEMU outlived the wait, or the
+ * daemon died before); qemu_cgroup_sweep, at startup reconciliation and by
+ * --gc, removes such cgroups and then the directory: only this data
+ * directory's VMs, never another daemon's. It runs under a host-wide lock
+ * (QEMU_CG_LOCK) that a boot holds shared from the cgroup's making until
+ * QEMU is in it. */
+#include <dirent.h>
 #include <errno.h>
 #include <fcntl.h>
 #include <inttypes.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/file.h>
 #include <sys/stat.h>
 #include <unistd.h>
 
 #include "qemu_internal.h"
+#include "sandboxd/log.h"
 
 #define CG_ROOT "/sys/fs/cgroup"
 #define CG_PARENT "sandboxd-vm"
@@ -184,7 +195,7 @@ bool qemu_cgroup_oom_killed(const char *id)
 
 /* rmdir of a cgroup once no task is left in it: QEMU killed is a zombie until its reaper
  * (init: it was forked twice) takes it, which is soon; one that is still there after
- * QEMU_CG_RMDIR_MS stays, and the next VM's qemu_cgroup_sweep comes back to it. */
+ * QEMU_CG_RMDIR_MS stays, and qemu_cgroup_sweep (startup reconciliation, --gc) comes back to it. */
 #define QEMU_CG_RMDIR_MS 2000
 static void cg_rmdir(const char *dir)
 {
@@ -194,17 +205,140 @@ static void cg_rmdir(const char *dir)
                 sbx_sleep_ms(20);
 }
 
-void qemu_cgroup_remove(const char *id)
+bool qemu_cgroup_remove(const char *id)
 {
         char dir[SBX_PATH_MAX];
+        bool gone = true;
 
         if (cg_v2()) {
                 snprintf(dir, sizeof(dir), CG_ROOT "/" CG_PARENT "/%s", id);
                 cg_rmdir(dir);
-                return;
+                return access(dir, F_OK) < 0;
         }
         for (int i = 0; i < QEMU_CG_MAX; i++) {
                 snprintf(dir, sizeof(dir), CG_ROOT "/%s/" CG_PARENT "/%s", v1_controllers[i], id);
                 cg_rmdir(dir);
+                gone = gone && access(dir, F_OK) < 0;
         }
+        return gone;
+}
+
+/* The lock that keeps a sweep (exclusive) from removing a cgroup between its making and QEMU
+ * entering it (shared, qemu_vm.c's boot): host-wide, as the cgroups are. -1: none (the caller
+ * goes on without it; a sweep skips its pass). */
+int qemu_cgroup_lock(bool exclusive, int timeout_ms)
+{
+        int64_t deadline = sbx_now_ms() + timeout_ms;
+        int fd = open(QEMU_CG_LOCK, O_RDWR | O_CREAT | O_NOFOLLOW | O_CLOEXEC, 0600);
+
+        if (fd < 0)
+                return -1;
+        while (flock(fd, (exclusive ? LOCK_EX : LOCK_SH) | LOCK_NB) < 0) {
+                if ((errno != EWOULDBLOCK && errno != EINTR) || sbx_now_ms() >= deadline) {
+                        close(fd);
+                        return -1;
+                }
+                sbx_sleep_ms(10); /* flock has no timed wait; holders keep it for milliseconds */
+        }
+        return fd;
+}
+
+static bool cg_has_task(const char *dir)
+{
+        char path[SBX_PATH_MAX + 32], c;
+        int fd;
+        ssize_t n;
+
+        snprintf(path, sizeof(path), "%s/cgroup.procs", dir);
+        fd = open(path, O_RDONLY | O_CLOEXEC | O_NOFOLLOW);
+        if (fd < 0)
+                return false;
+        n = read(fd, &c, 1);
+        close(fd);
+        return n > 0;
+}
+
+/* One directory base/sandboxd-vm: each VM cgroup whose VM has no directory under vm_dir. */
+struct swept {
+        char ids[64][ENGINE_ID_STR_MAX];
+        size_t n;
+};
+
+static size_t sweep_base(const char *base, const char *vm_dir, bool dry_run, qemu_cg_note note, void *ud,
+                         struct swept *sw)
+{
+        char parent[SBX_PATH_MAX], path[SBX_PATH_MAX + 80];
+        size_t n = 0;
+        DIR *d;
+        struct dirent *de;
+        struct stat st;
+
+        snprintf(parent, sizeof(parent), "%s/" CG_PARENT, base);
+        d = opendir(parent);
+        while (d && (de = readdir(d))) {
+                if (!engine_qemu_id(de->d_name))
+                        continue;
+                /* only this data directory's: a VM directory without its state is a removal that
+                 * left the cgroup (qemu_vm_dir_remove); no directory is another daemon's VM, a
+                 * state file a VM still there (its removal takes the cgroup) */
+                snprintf(path, sizeof(path), "%s/%s", vm_dir, de->d_name);
+                if (lstat(path, &st) < 0 || !S_ISDIR(st.st_mode))
+                        continue;
+                snprintf(path, sizeof(path), "%s/%s/state", vm_dir, de->d_name);
+                if (lstat(path, &st) == 0)
+                        continue;
+                snprintf(path, sizeof(path), "%s/%s", parent, de->d_name);
+                /* one with a task in it (a live QEMU's, maybe another daemon's) is never touched:
+                 * skipped when its cgroup.procs names one, and rmdir fails (EBUSY) on it anyway */
+                if (cg_has_task(path))
+                        continue;
+                int r = dry_run ? 0 : rmdir(path) < 0 ? -errno : 0;
+                if (r == -EBUSY)
+                        continue;
+                if (note)
+                        note(ud, path, r);
+                n += r == 0;
+                if (r == 0 && !dry_run && sw->n < ELEMENTSOF(sw->ids)) /* its directory goes after the pass */
+                        sbx_strlcpy(sw->ids[sw->n++], de->d_name, sizeof(sw->ids[0]));
+        }
+        if (d)
+                closedir(d);
+        return n;
+}
+
+size_t qemu_cgroup_sweep(const char *vm_dir, bool dry_run, qemu_cg_note note, void *ud)
+{
+        size_t n = 0;
+        int lk = dry_run ? -2 : qemu_cgroup_lock(true, QEMU_CG_LOCK_MS);
+
+        if (lk == -1) {
+                log_warn("microvm: cgroup sweep skipped: %s is held", QEMU_CG_LOCK);
+                return 0;
+        }
+        struct swept *sw = calloc(1, sizeof(*sw));
+        if (!sw) {
+                if (lk >= 0)
+                        close(lk);
+                return 0;
+        }
+        if (cg_v2()) {
+                n = sweep_base(CG_ROOT, vm_dir, dry_run, note, ud, sw);
+        } else {
+                for (int i = 0; i < QEMU_CG_MAX; i++) {
+                        char base[SBX_PATH_MAX];
+                        snprintf(base, sizeof(base), CG_ROOT "/%s", v1_controllers[i]);
+                        n += sweep_base(base, vm_dir, dry_run, note, ud, sw);
+                }
+        }
+        /* the VM directories kept for these cgroups, once none of theirs is left */
+        for (size_t i = 0; i < sw->n; i++) {
+                char vm[SBX_PATH_MAX + 80];
+                snprintf(vm, sizeof(vm), "%s/%s", vm_dir, sw->ids[i]);
+                if (qemu_cgroup_remove(sw->ids[i]))
+                        (void)rmdir(vm);
+        }
+        free(sw);
+        if (lk >= 0)
+                close(lk);
+        return n;
 }

@@ -174,8 +174,40 @@ int qemu_rootfs_get(struct qemu *q, const char *image, const char *instance, cha
 #define QEMU_CG_TB_MIB "128"                  /* -accel tcg,tb-size (MiB), inside QEMU_CG_OVERHEAD */
 #define QEMU_CG_PIDS 64                       /* QEMU's threads (vCPUs, main loop, RCU, I/O workers) */
 int qemu_cgroup_make(const struct qemu_vm *vm, int64_t mem_bytes, int fds[QEMU_CG_MAX], char *note, size_t note_size);
-void qemu_cgroup_remove(const char *id);
+/* Every cgroup of id removed (waiting a little for a killed QEMU): whether none is left. */
+bool qemu_cgroup_remove(const char *id);
 /* Whether the memory cgroup's OOM killer killed a task of QEMU's cgroup (cgroup v1 oom_kill). */
 bool qemu_cgroup_oom_killed(const char *id);
+/* The host-wide lock between a boot (shared, from qemu_cgroup_make until QEMU is in its
+ * cgroup) and a sweep (exclusive): its fd, or -1 past timeout_ms. */
+#define QEMU_CG_LOCK "/run/sandboxd-vm-cgroup.lock"
+#define QEMU_CG_LOCK_MS 5000
+int qemu_cgroup_lock(bool exclusive, int timeout_ms);
+/* Remove (dry_run: only name) every VM cgroup left without its VM: a VM directory under vm_dir
+ * ({data_dir}/vm) without its state file (a removal that left it), no task in it; then that
+ * directory. note(ud, path, 0 or -errno) for each. How many went. */
+typedef void (*qemu_cg_note)(void *ud, const char *path, int r);
+size_t qemu_cgroup_sweep(const char *vm_dir, bool dry_run, qemu_cg_note note, void *ud);
+
+/* qemu_jail.c: QEMU's private mount namespace, planned by the daemon (qemu_jail_prepare, which
+ * makes the VM's empty jail/ directory) and entered by the forked child while still root
+ * (qemu_jail_enter: system calls only). Inside: /usr and the lib links read-only, the
+ * loader's cache, /proc, a few /dev nodes (and /dev/kvm when used), QEMU_JAIL_KERNEL and the
+ * VM's directory at QEMU_JAIL_VM; nothing else of the host. */
+#define QEMU_JAIL_DIR "jail"
+#define QEMU_JAIL_KERNEL "/vmlinux"
+#define QEMU_JAIL_VM "/vm"
+#define QEMU_JAIL_STEPS 40
+enum { QEMU_JAIL_MKDIR, QEMU_JAIL_FILE, QEMU_JAIL_SYMLINK, QEMU_JAIL_BIND, QEMU_JAIL_BIND_RO, QEMU_JAIL_PROC };
+struct qemu_jail {
+        char root[SBX_PATH_MAX]; /* {data_dir}/vm/<id>/jail: the tmpfs's mount point */
+        struct qemu_jail_step {
+                int kind;
+                char src[SBX_PATH_MAX], dst[SBX_PATH_MAX];
+        } steps[QEMU_JAIL_STEPS];
+        size_t n;
+};
+int qemu_jail_prepare(const struct qemu *q, const char *vm_dir, struct qemu_jail *j, struct sbx_error *err);
+int qemu_jail_enter(const struct qemu_jail *j);
 
 #endif

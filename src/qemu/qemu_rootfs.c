@@ -364,6 +364,33 @@ out:
         return r;
 }
 
+/* A made root file system in use again: its mtime says so to --gc (qemu_gc.c), which removes only
+ * one unused for ENGINE_MICROVM_ROOTFS_GC_AGE_S and re-reads the mtime under the image's lock; the touch is
+ * made under that lock (shared), so gc either sees it or removed the file before (then: -ENOENT,
+ * and the caller makes it again). */
+static int rootfs_touch(const char *dir, const char *hex, const char *path)
+{
+        char lock[SBX_PATH_MAX + 80];
+        int64_t deadline = sbx_now_ms() + QEMU_CG_LOCK_MS;
+        struct stat st;
+        int r;
+
+        snprintf(lock, sizeof(lock), "%s/%s.lock", dir, hex);
+        _cleanup_close_ int lfd = open(lock, O_RDWR | O_CREAT | O_NOFOLLOW | O_CLOEXEC, 0600);
+        if (lfd < 0)
+                return -errno;
+        /* a maker holds it for minutes: then the file is not there yet and the caller waits as a maker */
+        while (flock(lfd, LOCK_SH | LOCK_NB) < 0) {
+                if ((errno != EWOULDBLOCK && errno != EINTR) || sbx_now_ms() >= deadline)
+                        return -EWOULDBLOCK;
+                sbx_sleep_ms(20);
+        }
+        r = stat(path, &st) == 0 && S_ISREG(st.st_mode) ? 0 : -ENOENT;
+        if (r == 0)
+                (void)utimensat(AT_FDCWD, path, NULL, 0);
+        return r; /* the lock goes with lfd */
+}
+
 int qemu_rootfs_get(struct qemu *q, const char *image, const char *instance, char ret_path[SBX_PATH_MAX],
                     struct sbx_error *err)
 {
@@ -378,10 +405,11 @@ int qemu_rootfs_get(struct qemu *q, const char *image, const char *instance, cha
         if (!image || !image_ref_valid(image))
                 return sbx_error_set(err, -EINVAL, 0, "not an image reference the microVM takes");
         /* an id already made: no Docker needed (the image may be gone from it since) */
+        snprintf(dir, sizeof(dir), "%s/" ROOTFS_DIR, q->dir);
         if (strncmp(image, "sha256:", 7) == 0 && strlen(image) == 7 + 64 &&
             strspn(image + 7, "0123456789abcdef") == 64 &&
-            snprintf(ret_path, SBX_PATH_MAX, "%s/" ROOTFS_DIR "/%s.img", q->dir, image + 7) < SBX_PATH_MAX &&
-            stat(ret_path, &st) == 0 && S_ISREG(st.st_mode))
+            snprintf(ret_path, SBX_PATH_MAX, "%s/%s.img", dir, image + 7) < SBX_PATH_MAX &&
+            rootfs_touch(dir, image + 7, ret_path) == 0)
                 return 0;
         if (!docker || !q->docker_socket[0])
                 return sbx_error_set(err, -ENOENT, 0, "no docker CLI or Docker socket to export the image with");
@@ -414,7 +442,7 @@ int qemu_rootfs_get(struct qemu *q, const char *image, const char *instance, cha
                 goto done;
         }
         r = 0;
-        if (stat(ret_path, &st) == 0 && S_ISREG(st.st_mode))
+        if (rootfs_touch(dir, hex, ret_path) == 0)
                 goto done;
         /* one maker per image: another thread's or daemon's first use holds it until the image is there */
         snprintf(lock, sizeof(lock), "%s/%s.lock", dir, hex);
@@ -434,8 +462,10 @@ int qemu_rootfs_get(struct qemu *q, const char *image, const char *instance, cha
                 }
                 sbx_sleep_ms(100); /* flock has no timed wait: the holder is making it */
         }
-        if (stat(ret_path, &st) == 0 && S_ISREG(st.st_mode))
+        if (stat(ret_path, &st) == 0 && S_ISREG(st.st_mode)) {
+                (void)utimensat(AT_FDCWD, ret_path, NULL, 0);
                 goto done; /* made by the holder we waited for */
+        }
         {
                 int64_t t0 = sbx_now_ms();
                 r = make(q, image, hex, env, instance, ret_path, deadline, err);

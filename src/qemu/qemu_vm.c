@@ -427,9 +427,11 @@ void qemu_vm_dir_remove(struct qemu *q, const char *id)
                         (void)unlink(path);
         if (qemu_vm_path(q, id, "run", path, sizeof(path)) == 0)
                 (void)rmdir(path);
-        if (qemu_vm_path(q, id, NULL, path, sizeof(path)) == 0)
+        if (qemu_vm_path(q, id, QEMU_JAIL_DIR, path, sizeof(path)) == 0) /* qemu_jail.c's mount point, empty */
                 (void)rmdir(path);
-        qemu_cgroup_remove(id);
+        /* a cgroup that cannot go yet keeps the (empty) directory: qemu_cgroup_sweep comes back to both */
+        if (qemu_cgroup_remove(id) && qemu_vm_path(q, id, NULL, path, sizeof(path)) == 0)
+                (void)rmdir(path);
 }
 
 /* The last tail_lines lines (< 0: all) of a file of QEMU's run directory, at most 64 KiB. */
@@ -625,13 +627,14 @@ gone:;
 }
 
 /* The forked child's part: the session's uid, QEMU's fds (0-2; 3 the
- * runner channel; 4 the VM's directory and 5 the disks', O_PATH, so that
- * QEMU reaches its files through /proc/self/fd whatever the modes of the
- * directories above them; 6 a snapshot's frozen RAM when fds[3] >= 0; 7 the
+ * runner channel; 4 the VM's directory and 5 the session's disk, O_PATH, so
+ * that QEMU reaches its files through /proc/self/fd whatever the modes of the
+ * directories above them and its jail; 6 a snapshot's frozen RAM when fds[3] >= 0; 7 the
  * net channel, qemu_net.c; 8 the image's root file system, read-only, when
- * fds[5] >= 0), then exec. Only async-signal-safe calls. */
+ * fds[5] >= 0), its private mount namespace (qemu_jail.c) while still root,
+ * then exec. Only async-signal-safe calls. */
 static void child_exec(const struct qemu_vm *vm, const int fds[QEMU_SPAWN_FDS], const int cg[QEMU_CG_MAX],
-                       char *const argv[])
+                       const struct qemu_jail *jail, char *const argv[])
 {
         sigset_t none;
         int hi[QEMU_SPAWN_FDS] = {-1, -1, -1, -1, -1, -1}, nul, lfd;
@@ -646,6 +649,8 @@ static void child_exec(const struct qemu_vm *vm, const int fds[QEMU_SPAWN_FDS], 
         for (int i = 0; i < QEMU_SPAWN_FDS; i++)
                 if ((i < 3 || fds[i] >= 0) && (hi[i] = fcntl(fds[i], F_DUPFD_CLOEXEC, 10)) < 0)
                         _exit(126);
+        if (qemu_jail_enter(jail) < 0)
+                _exit(124);
         if (setgroups(0, NULL) < 0 || setgid(vm->gid) < 0 || setuid(vm->uid) < 0 ||
             prctl(PR_SET_NO_NEW_PRIVS, 1, 0, 0, 0) < 0)
                 _exit(126);
@@ -665,7 +670,7 @@ static void child_exec(const struct qemu_vm *vm, const int fds[QEMU_SPAWN_FDS], 
 
 /* QEMU, twice forked so that it outlives the daemon; its pid. */
 static pid_t spawn(const struct qemu_vm *vm, const int fds[QEMU_SPAWN_FDS], const int cg[QEMU_CG_MAX],
-                   char *const argv[])
+                   const struct qemu_jail *jail, char *const argv[])
 {
         int pp[2];
         pid_t c, g = -1;
@@ -683,7 +688,7 @@ static pid_t spawn(const struct qemu_vm *vm, const int fds[QEMU_SPAWN_FDS], cons
                 if (setsid() >= 0)
                         gc = fork();
                 if (gc == 0)
-                        child_exec(vm, fds, cg, argv);
+                        child_exec(vm, fds, cg, jail, argv);
                 (void)!write(pp[1], &gc, sizeof(gc));
                 _exit(gc > 0 ? 0 : 1);
         }
@@ -730,7 +735,8 @@ int qemu_vm_boot(struct qemu *q, struct qemu_vm *vm, struct sbx_error *err)
         }
         snprintf(mem, sizeof(mem), "%" PRId64, mib < 128 ? 128 : mib);
         snprintf(smp, sizeof(smp), "%" PRId64, cpus < 1 ? 1 : cpus > 16 ? 16 : cpus);
-        snprintf(drive, sizeof(drive), "file=/proc/self/fd/5%s,if=none,id=ws,format=raw", disk);
+        /* the session's disk itself (fd 5), never its directory: the other sessions' disks are there */
+        snprintf(drive, sizeof(drive), "file=/proc/self/fd/5,if=none,id=ws,format=raw");
         r = qemu_mem_args(q, vm, mib < 128 ? 128 : mib, ramobj, sizeof(ramobj), &ramfd, err);
         if (r < 0)
                 return r;
@@ -739,9 +745,9 @@ int qemu_vm_boot(struct qemu *q, struct qemu_vm *vm, struct sbx_error *err)
                           /* TCG's translation cache, capped inside QEMU's cgroup (qemu_cgroup.c) */
                           q->kvm ? "kvm" : "tcg,tb-size=" QEMU_CG_TB_MIB, "-cpu",
                           q->kvm ? "host,-arch-capabilities" : "max", "-m", mem, "-smp", smp, "-nodefaults",
-                          "-no-user-config", "-display", "none", "-no-reboot", "-nic", "none", "-kernel", q->kernel,
-                          "-initrd", "/proc/self/fd/4/initrd", "-append", append, "-drive", drive, "-device",
-                          "virtio-blk-device,drive=ws", "-device", "virtio-serial-device", "-chardev",
+                          "-no-user-config", "-display", "none", "-no-reboot", "-nic", "none", "-kernel",
+                          QEMU_JAIL_KERNEL, "-initrd", "/proc/self/fd/4/initrd", "-append", append, "-drive", drive,
+                          "-device", "virtio-blk-device,drive=ws", "-device", "virtio-serial-device", "-chardev",
                           /* the runner channel: a socket that listens (qemu_sock_listen), so that a
                            * restarted daemon dials the same VM again (qemu_vm_adopt) */
                           "socket,id=runner,fd=3,server=on,wait=off", "-device",
@@ -782,11 +788,19 @@ int qemu_vm_boot(struct qemu *q, struct qemu_vm *vm, struct sbx_error *err)
         }
 
         _cleanup_close_ int vmfd = open(dir, O_PATH | O_DIRECTORY | O_CLOEXEC | O_NOFOLLOW);
-        _cleanup_close_ int dfd = open(q->disks, O_PATH | O_DIRECTORY | O_CLOEXEC | O_NOFOLLOW);
+        _cleanup_close_ int dfd = open(vm->disk, O_PATH | O_CLOEXEC | O_NOFOLLOW);
         _cleanup_close_ int ramfd_owned = ramfd;
         if (vmfd < 0 || dfd < 0)
-                return sbx_error_set(err, -errno, 0, "cannot open VM %s's directories: %m", vm->id);
+                return sbx_error_set(err, -errno, 0, "cannot open VM %s's directory or disk: %m", vm->id);
+        _cleanup_free_ struct qemu_jail *jail = malloc(sizeof(*jail));
+        if (!jail)
+                return sbx_error_set(err, -ENOMEM, 0, "out of memory");
+        r = qemu_jail_prepare(q, dir, jail, err);
+        if (r < 0)
+                return r;
         int cg[QEMU_CG_MAX];
+        /* a sweep (qemu_cgroup_sweep) waits until QEMU is in its cgroup */
+        int cglock = qemu_cgroup_lock(false, QEMU_CG_LOCK_MS);
         (void)qemu_cgroup_make(vm, (mib < 128 ? 128 : mib) << 20, cg, vm->cgroup_note, sizeof(vm->cgroup_note));
         lfd = qemu_sock_listen(vmfd, QEMU_CHANNEL, err);
         int nfd = lfd < 0 ? -1 : qemu_sock_listen(vmfd, QEMU_NET_CHANNEL, err);
@@ -795,10 +809,13 @@ int qemu_vm_boot(struct qemu *q, struct qemu_vm *vm, struct sbx_error *err)
                 lfd = nfd;
         }
         pid_t pid =
-                lfd < 0 ? lfd : spawn(vm, (const int[QEMU_SPAWN_FDS]){lfd, vmfd, dfd, ramfd, nfd, rootfd}, cg, argv);
+                lfd < 0 ? lfd
+                        : spawn(vm, (const int[QEMU_SPAWN_FDS]){lfd, vmfd, dfd, ramfd, nfd, rootfd}, cg, jail, argv);
         for (int i = 0; i < QEMU_CG_MAX; i++)
                 if (cg[i] >= 0)
                         close(cg[i]);
+        if (cglock >= 0)
+                close(cglock);
         if (lfd < 0)
                 return lfd;
         close(lfd); /* QEMU's alone from here: only it accepts on the channels */

@@ -66,6 +66,9 @@ int session_get_info(struct session_manager *m, const char *user, const char *id
         pthread_mutex_unlock(&s->lock);
         session_unref(s);
         fill_ports(m, ret);
+        if (ret->accel[0] && engine_microvm_id(ret->container_id)) /* read outside the session's lock */
+                (void)engine_microvm_rootfs_note(m->engine, ret->container_id, ret->rootfs_note,
+                                                 sizeof(ret->rootfs_note));
         return 0;
 }
 

@@ -71,6 +71,8 @@ int session_reconcile(struct session_manager *m, struct session_reconcile_report
                 free(list);
                 return r;
         }
+        /* microVM cgroups that a crash left without their VM (engine_qemu.h) */
+        (void)engine_microvm_gc(m->engine, &(struct engine_microvm_gc){.dry_run = false});
 
         /* Sessions: adopt their container if it runs, else mark ERROR. */
         for (size_t i = 0; i < n_all; i++) {

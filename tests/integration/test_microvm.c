@@ -19,10 +19,12 @@
 #include <stdlib.h>
 #include <string.h>
 #include <sys/prctl.h>
+#include <sys/file.h>
 #include <sys/socket.h>
 #include <sys/stat.h>
 #include <sys/time.h>
 #include <sys/wait.h>
+#include <time.h>
 #include <unistd.h>
 
 #include "apiclient.h"
@@ -35,6 +37,7 @@
 #include "sandboxd/events.h"
 #include "sandboxd/exec.h"
 #include "sandboxd/files.h"
+#include "sandboxd/gc.h"
 #include "sandboxd/privacy.h"
 #include "sandboxd/runtime.h"
 #include "sandboxd/service.h"
@@ -256,6 +259,8 @@ static void expect_cgroup(const char *id, int64_t guest_mem, int64_t nano_cpus)
         }
 }
 
+static void expect_private_root(const char *id, const char *other);
+
 static int count_vm_dirs(void)
 {
         char path[SBX_PATH_MAX];
@@ -314,6 +319,8 @@ Test(microvm, exec_files_pause_destroy)
         char first_vm[ENGINE_ID_STR_MAX];
         snprintf(first_vm, sizeof(first_vm), "%s", info.container_id);
         expect_cgroup(info.container_id, cfg.memory_bytes, cfg.nano_cpus);
+        expect_private_root(info.container_id, NULL);
+        cr_assert_str_eq(info.rootfs_note, "", "a VM on its image has no rootfs_note: %s", info.rootfs_note);
         session_info_done(&info);
         cr_assert_eq(count_qemu(), qemu_before + 1, "one QEMU for the session");
 
@@ -544,6 +551,63 @@ static pid_t vm_pid(const char *id)
         buf[n] = '\0';
         p = strstr(buf, "\"pid\":");
         return p ? (pid_t)atoi(p + 6) : -1;
+}
+
+/* QEMU's private mount namespace (qemu_jail.c), seen from the host: its / is the jail's tmpfs,
+ * read-only; it has /usr, its kernel and its own VM directory at /vm; nothing else of the host:
+ * not /etc's files, not the data directory, so neither another VM's directory (other) nor the
+ * disks. */
+static void expect_private_root(const char *id, const char *other)
+{
+        char path[SBX_PATH_MAX + 160], buf[16384];
+        struct stat a, b;
+        pid_t pid = vm_pid(id);
+        FILE *f;
+        size_t n;
+
+        cr_assert_gt(pid, 0, "VM %s has no QEMU", id);
+        snprintf(path, sizeof(path), "/proc/%d/mountinfo", (int)pid);
+        cr_assert_not_null(f = fopen(path, "r"), "%s", path);
+        n = fread(buf, 1, sizeof(buf) - 1, f);
+        fclose(f);
+        buf[n] = '\0';
+        /* "ID PARENT MAJ:MIN ROOT MOUNTPOINT OPTIONS ... - FSTYPE SOURCE ..." */
+        bool root = false;
+        for (char *line = strtok(buf, "\n"); line; line = strtok(NULL, "\n")) {
+                char mroot[512], mpoint[512], opts[256];
+                if (sscanf(line, "%*d %*d %*s %511s %511s %255s", mroot, mpoint, opts) != 3)
+                        continue;
+                if (strcmp(mpoint, "/") == 0) {
+                        cr_assert_not_null(strstr(line, " - tmpfs sandboxd-qemu "), "QEMU's / is not its jail: %s",
+                                           line);
+                        cr_assert_eq(strncmp(opts, "ro", 2), 0, "QEMU's / is writable: %s", line);
+                        root = true;
+                }
+                cr_assert_neq(strncmp(mpoint, cfg.data_dir, strlen(cfg.data_dir)), 0,
+                              "the data directory is mounted in QEMU's view: %s", line);
+        }
+        cr_assert(root, "no / in QEMU's mountinfo");
+        snprintf(path, sizeof(path), "/proc/%d/root/usr/bin", (int)pid);
+        cr_assert_eq(access(path, F_OK), 0, "no /usr in QEMU's view");
+        snprintf(path, sizeof(path), "/proc/%d/root/vmlinux", (int)pid);
+        cr_assert_eq(access(path, F_OK), 0, "no kernel in QEMU's view");
+        snprintf(path, sizeof(path), "/proc/%d/root/etc/passwd", (int)pid);
+        cr_assert_neq(access(path, F_OK), 0, "the host's /etc is in QEMU's view");
+        snprintf(path, sizeof(path), "/proc/%d/root/vm", (int)pid);
+        cr_assert_eq(stat(path, &a), 0, "no /vm in QEMU's view");
+        snprintf(path, sizeof(path), "%s/vm/%s", cfg.data_dir, id);
+        cr_assert_eq(stat(path, &b), 0);
+        cr_assert(a.st_dev == b.st_dev && a.st_ino == b.st_ino, "QEMU's /vm is not its own VM directory");
+        snprintf(path, sizeof(path), "/proc/%d/root%s", (int)pid, cfg.data_dir);
+        cr_assert_neq(access(path, F_OK), 0, "the data directory %s is in QEMU's view", cfg.data_dir);
+        snprintf(path, sizeof(path), "/proc/%d/root%s/vm/disks", (int)pid, cfg.data_dir);
+        cr_assert_neq(access(path, F_OK), 0, "the disks are in QEMU's view");
+        if (other) {
+                snprintf(path, sizeof(path), "%s/vm/%s", cfg.data_dir, other);
+                cr_assert_eq(access(path, F_OK), 0, "no VM %s on the host", other);
+                snprintf(path, sizeof(path), "/proc/%d/root%s/vm/%s", (int)pid, cfg.data_dir, other);
+                cr_assert_neq(access(path, F_OK), 0, "VM %s's directory is in VM %s's view", other, id);
+        }
 }
 
 static bool session_in_error(const char *user, const char *session)
@@ -793,6 +857,16 @@ Test(microvm, memory_snapshot_fork_restore)
         cr_assert_eq(snapshot_fork(&d->snapshots, "vmuser", NULL, "mem", "f2", "test", forked, &err), 0, "%s", err.msg);
         guest_state_expect("f1", "parent");
         guest_state_expect("f2", "parent");
+        {
+                /* each fork's QEMU sees its own VM directory and not the other's */
+                struct session_info i1, i2;
+                cr_assert_eq(session_get_info(d->sessions, "vmuser", "f1", &i1), 0);
+                cr_assert_eq(session_get_info(d->sessions, "vmuser", "f2", &i2), 0);
+                expect_private_root(i1.container_id, i2.container_id);
+                expect_private_root(i2.container_id, i1.container_id);
+                session_info_done(&i1);
+                session_info_done(&i2);
+        }
         cr_assert_eq(sh("vmuser", "f1", "cat /tmp/bg.pid", &out), 0);
         cr_assert_str_eq(out, pid, "the fork's process is not the parent's");
         free(out);
@@ -1410,7 +1484,21 @@ Test(microvm, busybox_guest_without_image)
         free(out);
         cr_assert_eq(session_get_info(d->sessions, "vmuser", "s", &info), 0);
         snprintf(path, sizeof(path), "%s/vm/%s/state", cfg.data_dir, info.container_id);
+        /* session_info says why (issue 38), and so does session.show (sandboxctl show) */
+        cr_assert_not_null(strstr(info.rootfs_note, "no root file system from image"), "rootfs_note '%s'",
+                           info.rootfs_note);
+        cr_assert(strcmp(info.accel, "tcg") == 0 || strcmp(info.accel, "kvm") == 0, "accel '%s'", info.accel);
         session_info_done(&info);
+        {
+                cJSON *r = apic_admin(cfg.admin_socket,
+                                      "{\"cmd\":\"session.show\",\"user\":\"vmuser\",\"session\":\"s\"}");
+                cJSON *res = cJSON_GetObjectItem(r, "result"), *note = cJSON_GetObjectItem(res, "rootfs_note");
+                cr_assert(cJSON_IsTrue(cJSON_GetObjectItem(r, "ok")), "%s", cJSON_PrintUnformatted(r));
+                cr_assert(cJSON_IsString(note) && strstr(note->valuestring, "no root file system from image"), "%s",
+                          cJSON_PrintUnformatted(r));
+                cr_assert(cJSON_IsString(cJSON_GetObjectItem(res, "accel")), "%s", cJSON_PrintUnformatted(r));
+                cJSON_Delete(r);
+        }
         {
                 char buf[16384];
                 size_t n;
@@ -1421,4 +1509,295 @@ Test(microvm, busybox_guest_without_image)
                 cr_assert_not_null(strstr(buf, "\"rootfs_note\":\"no root file system from image"), "%s", buf);
         }
         cr_assert_eq(session_destroy(d->sessions, "vmuser", "s", true, &err), 0, "%s", err.msg);
+}
+
+/* ---- leftovers: cgroups without their VM, root file systems nothing uses (qemu_gc.c) ---- */
+
+static void fake_vm_id(char ret[ENGINE_ID_STR_MAX])
+{
+        static const char hex[] = "0123456789abcdef";
+        int n = snprintf(ret, ENGINE_ID_STR_MAX, "%s", ENGINE_QEMU_ID_PREFIX);
+
+        for (int i = 0; i < 32; i++)
+                ret[n + i] = hex[(unsigned)rand() % 16];
+        ret[n + 32] = '\0';
+        cr_assert(engine_qemu_id(ret), "%s", ret);
+}
+
+static const char *const cg_ctrls[] = {"cpu", "memory", "pids"};
+
+static bool cg_exists(const char *ctrl, const char *id)
+{
+        char path[256];
+        snprintf(path, sizeof(path), "/sys/fs/cgroup/%s/sandboxd-vm/%s", ctrl, id);
+        return access(path, F_OK) == 0;
+}
+
+static void cg_mk(const char *id)
+{
+        char path[256];
+        for (size_t i = 0; i < 3; i++) {
+                snprintf(path, sizeof(path), "/sys/fs/cgroup/%s/sandboxd-vm", cg_ctrls[i]);
+                cr_assert(mkdir(path, 0755) == 0 || errno == EEXIST, "%s: %s", path, strerror(errno));
+                snprintf(path, sizeof(path), "/sys/fs/cgroup/%s/sandboxd-vm/%s", cg_ctrls[i], id);
+                cr_assert(mkdir(path, 0755) == 0 || errno == EEXIST, "%s: %s", path, strerror(errno));
+        }
+}
+
+static void cg_rm(const char *id)
+{
+        char path[256];
+        for (size_t i = 0; i < 3; i++) {
+                snprintf(path, sizeof(path), "/sys/fs/cgroup/%s/sandboxd-vm/%s", cg_ctrls[i], id);
+                (void)rmdir(path);
+        }
+}
+
+static void run_gc(bool dry_run, struct gc_report *rep)
+{
+        struct gc_options o = {.dry_run = dry_run};
+        struct sbx_error err = {0};
+
+        memset(rep, 0, sizeof(*rep));
+        cr_assert_eq(gc_run(&cfg, &o, rep, &err), 0, "gc_run: %s", err.msg);
+}
+
+/* The report has kind's item whose id ends with tail, removed (or, dry, to be). */
+static bool gc_has(const struct gc_report *rep, enum gc_kind kind, const char *tail)
+{
+        for (size_t i = 0; i < rep->n_items; i++) {
+                size_t a = strlen(rep->items[i].id), b = strlen(tail);
+                if (rep->items[i].kind == kind && !rep->items[i].failed && a >= b &&
+                    strcmp(rep->items[i].id + a - b, tail) == 0)
+                        return true;
+        }
+        return false;
+}
+
+static void write_text(const char *path, const char *text)
+{
+        FILE *f = fopen(path, "w");
+        cr_assert_not_null(f, "%s: %s", path, strerror(errno));
+        fputs(text, f);
+        fclose(f);
+}
+
+/* A VM's removal that cannot take its cgroup (QEMU outlived the wait, or the daemon was killed
+ * between the two) keeps the VM's empty directory, without its state: startup reconciliation
+ * removes that cgroup and then the directory, and so does --gc (a dry run only names it). A
+ * VM still there (its state file) keeps its cgroup until its removal; a cgroup with a task in
+ * it (a live QEMU) and one of no VM of this data directory (another daemon's) are never
+ * touched. No QEMU boots. */
+Test(microvm, leftover_cgroups_swept)
+{
+        char gone[ENGINE_ID_STR_MAX], kept[ENGINE_ID_STR_MAX], busy[ENGINE_ID_STR_MAX], foreign[ENGINE_ID_STR_MAX];
+        char path[SBX_PATH_MAX + 64];
+        struct gc_report rep;
+        pid_t child;
+
+        if (!have_qemu())
+                return;
+        if (access("/sys/fs/cgroup/cgroup.controllers", F_OK) == 0 || access("/sys/fs/cgroup/cpu/tasks", F_OK) < 0 ||
+            access("/sys/fs/cgroup/memory/tasks", F_OK) < 0 || access("/sys/fs/cgroup/pids/tasks", F_OK) < 0) {
+                fprintf(stderr, "test_microvm: leftover_cgroups_swept SKIPPED: needs cgroup v1 cpu, memory, pids\n");
+                return;
+        }
+        srand((unsigned)getpid() ^ (unsigned)time(NULL));
+        fixture_config(&cfg);
+        d = fixture_open_sockets(&cfg);
+        daemon_close(d);
+        d = NULL;
+        fake_vm_id(gone);
+        fake_vm_id(kept);
+        fake_vm_id(busy);
+        fake_vm_id(foreign);
+        cg_mk(gone);
+        cg_mk(kept);
+        cg_mk(busy);
+        cg_mk(foreign);
+        snprintf(path, sizeof(path), "%s/vm", cfg.data_dir);
+        cr_assert(mkdir(path, 0711) == 0 || errno == EEXIST);
+        const char *dirs[] = {gone, kept, busy};
+        for (size_t i = 0; i < 3; i++) {
+                snprintf(path, sizeof(path), "%s/vm/%s", cfg.data_dir, dirs[i]);
+                cr_assert_eq(mkdir(path, 0711), 0, "%s: %s", path, strerror(errno));
+        }
+        snprintf(path, sizeof(path), "%s/vm/%s/state", cfg.data_dir, kept);
+        write_text(path, "{\"uid\":1234}");
+        child = fork();
+        cr_assert_geq(child, 0);
+        if (child == 0) {
+                prctl(PR_SET_PDEATHSIG, SIGKILL);
+                for (;;)
+                        pause();
+        }
+        for (size_t i = 0; i < 3; i++) {
+                char procs[256], pid[32];
+                snprintf(procs, sizeof(procs), "/sys/fs/cgroup/%s/sandboxd-vm/%s/cgroup.procs", cg_ctrls[i], busy);
+                FILE *f = fopen(procs, "w");
+                cr_assert_not_null(f, "%s", procs);
+                snprintf(pid, sizeof(pid), "%d", (int)child);
+                cr_assert_gt(fputs(pid, f), -1);
+                cr_assert_eq(fclose(f), 0, "%s: %s", procs, strerror(errno));
+        }
+
+        /* startup reconciliation */
+        d = fixture_open_sockets(&cfg);
+        for (size_t i = 0; i < 3; i++) {
+                cr_expect_not(cg_exists(cg_ctrls[i], gone), "%s: a cgroup without its VM outlived the restart",
+                              cg_ctrls[i]);
+                cr_expect(cg_exists(cg_ctrls[i], kept), "%s: the cgroup of a VM still there went", cg_ctrls[i]);
+                cr_expect(cg_exists(cg_ctrls[i], busy), "%s: a cgroup with a task in it went", cg_ctrls[i]);
+                cr_expect(cg_exists(cg_ctrls[i], foreign), "%s: another daemon's cgroup went", cg_ctrls[i]);
+        }
+        snprintf(path, sizeof(path), "%s/vm/%s", cfg.data_dir, gone);
+        cr_expect_neq(access(path, F_OK), 0, "the VM directory kept for its cgroup stayed");
+        daemon_close(d);
+        d = NULL;
+
+        /* --gc: a dry run names it, a real run removes it */
+        cg_mk(gone);
+        cr_assert_eq(mkdir(path, 0711), 0);
+        run_gc(true, &rep);
+        snprintf(path, sizeof(path), "/memory/sandboxd-vm/%s", gone);
+        cr_expect(gc_has(&rep, GC_VM_CGROUPS, path), "the dry run does not name %s", path);
+        cr_expect_eq(rep.kinds[GC_VM_CGROUPS].count, 3);
+        gc_report_done(&rep);
+        cr_expect(cg_exists("memory", gone), "a dry run removed a cgroup");
+        run_gc(false, &rep);
+        cr_expect(gc_has(&rep, GC_VM_CGROUPS, path), "gc does not report %s", path);
+        cr_expect_eq(rep.kinds[GC_VM_CGROUPS].count, 3);
+        gc_report_done(&rep);
+        for (size_t i = 0; i < 3; i++) {
+                cr_expect_not(cg_exists(cg_ctrls[i], gone), "%s: gc left a cgroup without its VM", cg_ctrls[i]);
+                cr_expect(cg_exists(cg_ctrls[i], kept) && cg_exists(cg_ctrls[i], busy) &&
+                                  cg_exists(cg_ctrls[i], foreign),
+                          "%s: gc removed one it must keep", cg_ctrls[i]);
+        }
+
+        kill(child, SIGKILL);
+        waitpid(child, NULL, 0);
+        cg_rm(gone);
+        cg_rm(kept);
+        cg_rm(busy);
+        cg_rm(foreign);
+        snprintf(path, sizeof(path), "%s/vm/%s/state", cfg.data_dir, kept);
+        (void)unlink(path);
+        for (size_t i = 0; i < 3; i++) {
+                snprintf(path, sizeof(path), "%s/vm/%s", cfg.data_dir, dirs[i]);
+                (void)rmdir(path);
+        }
+}
+
+/* An ext4 image stand-in of a root file system: name in {data_dir}/vm/rootfs, last used age_s ago. */
+static void rootfs_file(const char *name, int64_t age_s)
+{
+        char path[SBX_PATH_MAX + 128];
+        struct timespec t[2];
+        FILE *f;
+
+        snprintf(path, sizeof(path), "%s/vm/rootfs/%s", cfg.data_dir, name);
+        cr_assert_not_null(f = fopen(path, "w"), "%s", path);
+        fputs("not really ext4", f);
+        fclose(f);
+        clock_gettime(CLOCK_REALTIME, &t[0]);
+        t[0].tv_sec -= age_s;
+        t[1] = t[0];
+        cr_assert_eq(utimensat(AT_FDCWD, path, t, 0), 0);
+}
+
+static bool rootfs_there(const char *name)
+{
+        char path[SBX_PATH_MAX + 128];
+        snprintf(path, sizeof(path), "%s/vm/rootfs/%s", cfg.data_dir, name);
+        return access(path, F_OK) == 0;
+}
+
+
+/* `sandboxd --gc` removes the root file systems of image ids that no VM (a live or paused
+ * session's) and no memory snapshot names and that were last used more than a day ago, and a
+ * make cut short; never one in use, one used lately, or one being made (its lock held). */
+Test(microvm, unused_root_fs_swept)
+{
+        char hex[6][65], name[6][80], vm[ENGINE_ID_STR_MAX], path[SBX_PATH_MAX + 128], text[SBX_PATH_MAX + 128];
+        const int64_t old = 2 * 86400;
+        struct gc_report rep;
+        int lfd;
+
+        if (!have_qemu())
+                return;
+        srand((unsigned)getpid() ^ (unsigned)time(NULL));
+        fixture_config(&cfg);
+        d = fixture_open_sockets(&cfg);
+        daemon_close(d);
+        d = NULL;
+        for (int i = 0; i < 6; i++) {
+                memset(hex[i], "abcdef"[i], 64);
+                hex[i][64] = '\0';
+                snprintf(name[i], sizeof(name[i]), "%s.img%s", hex[i], i == 5 ? ".new" : "");
+        }
+        snprintf(path, sizeof(path), "%s/vm", cfg.data_dir);
+        cr_assert(mkdir(path, 0711) == 0 || errno == EEXIST);
+        snprintf(path, sizeof(path), "%s/vm/rootfs", cfg.data_dir);
+        cr_assert(mkdir(path, 0711) == 0 || errno == EEXIST);
+        rootfs_file(name[0], old); /* unused: goes */
+        rootfs_file(name[1], old); /* a VM's: stays */
+        rootfs_file(name[2], old); /* a memory snapshot's: stays */
+        rootfs_file(name[3], old); /* being made (its lock held): stays */
+        rootfs_file(name[4], 60);  /* used a minute ago: stays */
+        rootfs_file(name[5], old); /* a make cut short: goes */
+        fake_vm_id(vm);
+        snprintf(path, sizeof(path), "%s/vm/%s", cfg.data_dir, vm);
+        cr_assert_eq(mkdir(path, 0711), 0);
+        snprintf(path, sizeof(path), "%s/vm/%s/state", cfg.data_dir, vm);
+        snprintf(text, sizeof(text), "{\"uid\":1234,\"rootfs\":\"%s/vm/rootfs/%s\"}", cfg.data_dir, name[1]);
+        write_text(path, text);
+        snprintf(path, sizeof(path), "%s/snapshots", cfg.data_dir);
+        (void)mkdir(path, 0711);
+        snprintf(path, sizeof(path), "%s/snapshots/vmuser", cfg.data_dir);
+        (void)mkdir(path, 0711);
+        snprintf(path, sizeof(path), "%s/snapshots/vmuser/snap-leftover-test", cfg.data_dir);
+        cr_assert_eq(mkdir(path, 0700), 0);
+        snprintf(path, sizeof(path), "%s/snapshots/vmuser/snap-leftover-test/rootfs", cfg.data_dir);
+        snprintf(text, sizeof(text), "%s/vm/rootfs/%s", cfg.data_dir, name[2]);
+        write_text(path, text);
+        snprintf(path, sizeof(path), "%s/vm/rootfs/%s.lock", cfg.data_dir, hex[3]);
+        lfd = open(path, O_RDWR | O_CREAT | O_CLOEXEC, 0600);
+        cr_assert_geq(lfd, 0);
+        cr_assert_eq(flock(lfd, LOCK_EX), 0);
+
+        run_gc(true, &rep);
+        cr_expect(gc_has(&rep, GC_VM_ROOTFS, name[0]) && gc_has(&rep, GC_VM_ROOTFS, name[5]),
+                  "the dry run does not name the unused ones");
+        for (int i = 1; i < 5; i++)
+                cr_expect_not(gc_has(&rep, GC_VM_ROOTFS, name[i]), "the dry run names %s", name[i]);
+        gc_report_done(&rep);
+        for (int i = 0; i < 6; i++)
+                cr_expect(rootfs_there(name[i]), "a dry run removed %s", name[i]);
+
+        run_gc(false, &rep);
+        cr_expect_eq(rep.kinds[GC_VM_ROOTFS].count, 2);
+        gc_report_done(&rep);
+        cr_expect_not(rootfs_there(name[0]), "an unused root file system stayed");
+        cr_expect_not(rootfs_there(name[5]), "a make cut short stayed");
+        cr_expect(rootfs_there(name[1]), "a VM's root file system went");
+        cr_expect(rootfs_there(name[2]), "a memory snapshot's root file system went");
+        cr_expect(rootfs_there(name[3]), "one being made went");
+        cr_expect(rootfs_there(name[4]), "one used lately went");
+
+        /* made: the lock is free, and nobody uses it */
+        close(lfd);
+        run_gc(false, &rep);
+        cr_expect_eq(rep.kinds[GC_VM_ROOTFS].count, 1);
+        gc_report_done(&rep);
+        cr_expect_not(rootfs_there(name[3]), "an unused one whose lock is free stayed");
+
+        snprintf(path, sizeof(path), "%s/snapshots/vmuser/snap-leftover-test/rootfs", cfg.data_dir);
+        unlink(path);
+        snprintf(path, sizeof(path), "%s/snapshots/vmuser/snap-leftover-test", cfg.data_dir);
+        rmdir(path);
+        snprintf(path, sizeof(path), "%s/vm/%s/state", cfg.data_dir, vm);
+        unlink(path);
+        snprintf(path, sizeof(path), "%s/vm/%s", cfg.data_dir, vm);
+        rmdir(path);
 }

@@ -197,7 +197,7 @@ static bool registry_saw(const char *needle)
 
 Test(packages, pip_and_npm_install_by_policy, .fini = registry_stop)
 {
-        char path[SBX_PATH_MAX], cmd[4096], dir[SBX_PATH_MAX], id[65], want[128], *out;
+        char path[SBX_PATH_MAX], cmd[4096], dir[SBX_PATH_MAX], id[65], want[160], *out;
         struct daemon_options opts = {.extra_labels = fixture_labels(), .no_monitor = true, .sockets = true};
         struct sbx_error err = {0};
         cJSON *r;
@@ -318,7 +318,7 @@ Test(packages, pip_and_npm_install_by_policy, .fini = registry_stop)
                  "-o /dev/null https://npm.test:%d/okpkg/-/okpkg-2.0.0.tgz -o /dev/null https://npm.test:%d/okpkg",
                  reg_port, reg_port, reg_port, reg_port);
         out = api_sh("pk", cmd);
-        cr_assert_str_eq(out, "200:1 200:0 403:0 200:1 ");
+        cr_assert_str_eq(out, "200:1 200:0 403:0 200:1 [completed exited exit 0]");
         free(out);
         snprintf(cmd, sizeof(cmd), "curl -s -o /dev/null -w '%%{num_connects}' 'https://npm.test:%d/okpkg?[1-101]'",
                  reg_port);
@@ -326,7 +326,7 @@ Test(packages, pip_and_npm_install_by_policy, .fini = registry_stop)
         want[0] = '1';
         memset(want + 1, '0', 99);
         want[100] = '1';
-        want[101] = '\0';
+        snprintf(want + 101, sizeof(want) - 101, "[completed exited exit 0]");
         cr_assert_str_eq(out, want, "a new connection for the 101st request only");
         free(out);
         cr_assert(registry_saw("/okpkg/-/okpkg-1.0.0.tgz"));

@@ -321,7 +321,7 @@ int secrets_set(const struct secrets *s, struct store *st, const char *user, con
         snprintf(row.hosts_json, sizeof(row.hosts_json), "%s", hosts_json);
         snprintf(row.header, sizeof(row.header), "%s", header ? header : "");
         row.updated_at = sbx_now_ms();
-        r = store_secret_put(st, &row, sealed, SECRETS_MAX_PER_USER);
+        r = store_secret_put(st, &row, sealed, SECRETS_MAX_PER_USER, STORE_SECRET_UPSERT, NULL, NULL);
         if (r == -EDQUOT)
                 return sbx_error_set(err, r, 0, "a user holds at most %d secrets: delete_secret makes room",
                                      SECRETS_MAX_PER_USER);
@@ -347,6 +347,46 @@ int secrets_delete(struct store *st, const char *user, const char *name, const c
         return 0;
 }
 
+int secrets_put_hostless(const struct secrets *s, struct store *st, const char *user, const char *name,
+                         const void *value, size_t len, enum store_secret_mode mode, const char *metadata_json,
+                         const char *actor, struct store_secret *ret, struct sbx_error *err)
+{
+        struct store_secret row = {0};
+        _cleanup_free_ char *sealed = NULL;
+        int r;
+
+        if (!s)
+                return sbx_error_set(err, -EOPNOTSUPP, 0,
+                                     "secrets are off in this daemon: the operator sets secrets_key_file");
+        if (!secrets_name_valid(name))
+                return sbx_error_set(err, -EINVAL, 0,
+                                     "name must be 1-%d characters of A-Z, 0-9 and _, not starting with a digit",
+                                     SECRETS_NAME_MAX);
+        if (len == 0 || len > SECRETS_VALUE_MAX)
+                return sbx_error_set(err, len ? -E2BIG : -EINVAL, 0, "value must be 1 to %d bytes", SECRETS_VALUE_MAX);
+        if (memchr(value, '\0', len) || memchr(value, '\r', len) || memchr(value, '\n', len))
+                return sbx_error_set(err, -EINVAL, 0, "value must not contain a NUL, CR or LF byte");
+        r = secrets_seal(s, user, name, value, len, &sealed);
+        if (r < 0)
+                return sbx_error_set(err, r, 0, "cannot seal secret %s", name);
+        snprintf(row.user_id, sizeof(row.user_id), "%s", user);
+        snprintf(row.name, sizeof(row.name), "%s", name);
+        snprintf(row.hosts_json, sizeof(row.hosts_json), "[]"); /* only where a sandbox's rule sends it */
+        row.updated_at = sbx_now_ms();
+        r = store_secret_put(st, &row, sealed, SECRETS_MAX_PER_USER, mode, metadata_json, ret);
+        if (r == -EDQUOT)
+                return sbx_error_set(err, r, 0, "a user holds at most %d secrets: delete one to make room",
+                                     SECRETS_MAX_PER_USER);
+        if (r == -EEXIST)
+                return sbx_error_set(err, r, 0, "secret %s exists already (update it instead)", name);
+        if (r == -ENOENT)
+                return sbx_error_set(err, r, 0, "no secret %s", name);
+        if (r < 0)
+                return sbx_error_set(err, r, 0, "cannot store secret %s", name);
+        audit_secret(st, actor, user, "secret.set", name);
+        return 0;
+}
+
 cJSON *secrets_list_json(struct store *st, const char *user)
 {
         _cleanup_free_ struct store_secret *rows = NULL;
@@ -367,6 +407,8 @@ cJSON *secrets_list_json(struct store *st, const char *user)
                         cJSON_AddNullToObject(e, "header");
                 cJSON_AddNumberToObject(e, "created_at", (double)rows[i].created_at);
                 cJSON_AddNumberToObject(e, "updated_at", (double)rows[i].updated_at);
+                cJSON_AddStringToObject(e, "id", rows[i].secret_id);
+                cJSON_AddNumberToObject(e, "version", (double)rows[i].version);
                 cJSON_AddItemToArray(a, e);
         }
         cJSON_AddNumberToObject(o, "count", (double)n);

@@ -21,6 +21,7 @@
 #include <stddef.h>
 
 #include "sandboxd/common.h"
+#include "sandboxd/store.h"
 
 struct store;
 
@@ -68,6 +69,13 @@ int secrets_unseal(const struct secrets *s, const char *user, const char *name, 
  * s NULL (no key file): -EOPNOTSUPP. */
 int secrets_set(const struct secrets *s, struct store *st, const char *user, const char *name, const void *value,
                 size_t len, const cJSON *hosts, const char *header, const char *actor, struct sbx_error *err);
+/* E2B's create and update (STORE_SECRET_CREATE or _UPDATE): a secret with
+ * no hosts of its own (it reaches a host only through a session's
+ * attachment that names one, e2b's transform rules), metadata_json as
+ * store_secret_put takes it; ret gets the row stored. Audited as set. */
+int secrets_put_hostless(const struct secrets *s, struct store *st, const char *user, const char *name,
+                         const void *value, size_t len, enum store_secret_mode mode, const char *metadata_json,
+                         const char *actor, struct store_secret *ret, struct sbx_error *err);
 int secrets_delete(struct store *st, const char *user, const char *name, const char *actor, struct sbx_error *err);
 /* {secrets: [{name, hosts, header, created_at, updated_at}], count, max_count}; NULL on OOM or a store error. */
 cJSON *secrets_list_json(struct store *st, const char *user);

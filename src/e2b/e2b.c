@@ -36,6 +36,12 @@
 #define E2B_KEY_LEN 32
 #define E2B_MAC_HEX 64
 #define E2B_LIST_LIMIT_MAX 100
+/* network.rules (transform headers, Secret.fill's ${e2b.secrets.NAME}): the
+ * proxy swaps a placeholder the sandbox sends but sets no header of its own
+ * yet, so a rule is refused whole rather than half-applied */
+#define RULES_REFUSED                                                                                                  \
+        "network.rules is not supported by sandboxd yet: its egress proxy does not set transform headers (nor "        \
+        "${e2b.secrets.NAME} in them), so nothing was created or changed (docs/e2b.md \"Secrets\")"
 #define E2B_FORK_MAX 10 /* forks per request: each snapshots the source once more */
 
 static enum MHD_Result c_create(struct e2b_req *q, struct MHD_Connection *conn);
@@ -876,6 +882,8 @@ static const char *create_network(const cJSON *b, bool *ret_private, char *why, 
                 } else if (strcmp(it->string, "allowOut") != 0 && strcmp(it->string, "denyOut") != 0 &&
                            !cJSON_IsNull(it) && !(cJSON_IsArray(it) && !it->child) &&
                            !(cJSON_IsObject(it) && !it->child)) {
+                        if (strcmp(it->string, "rules") == 0)
+                                return RULES_REFUSED;
                         snprintf(why, why_size, "network.%.64s is not supported by sandboxd yet (docs/e2b.md)",
                                  it->string);
                         return why;
@@ -1110,8 +1118,10 @@ static enum MHD_Result c_network(struct e2b_req *q, struct MHD_Connection *conn)
         for (size_t i = 3; known[i]; i++) { /* egressProxy, rules */
                 m = cJSON_GetObjectItemCaseSensitive(b, known[i]);
                 if (m && !cJSON_IsNull(m) && !(cJSON_IsObject(m) && !m->child))
-                        return e2b_reply_error(conn, 400, "%s is not supported by sandboxd yet (docs/e2b.md)",
-                                               known[i]);
+                        return strcmp(known[i], "rules") == 0
+                                       ? e2b_reply_error(conn, 400, "%s", RULES_REFUSED)
+                                       : e2b_reply_error(conn, 400, "%s is not supported by sandboxd yet (docs/e2b.md)",
+                                                         known[i]);
         }
         m = cJSON_GetObjectItemCaseSensitive(b, "allow_internet_access");
         if (m && !cJSON_IsBool(m) && !cJSON_IsNull(m))

@@ -173,6 +173,26 @@ describe('E2B /secrets against sandboxd (issues 36, 37)', () => {
                 assert.deepEqual(filesHolding(d.dir, `admin-value2-${TAG}`), []);
         });
 
+        test('a sandbox\'s network.rules (Secret.fill in a transform header): 400 saying the proxy does not set them yet; nothing created or changed', async () => {
+                const rules = { 'api.example.com': [{ transform: { headers: { Authorization: 'Bearer ${e2b.secrets.gh}' } } }] };
+                const c = await api('POST', '/sandboxes', { templateID: 'base', timeout: 300, network: { rules } });
+                assert.equal(c.status, 400, c.body);
+                assert.match(JSON.parse(c.body).message, /network\.rules is not supported by sandboxd yet: its egress proxy does not set transform headers/);
+                const l = await api('GET', '/v2/sandboxes');
+                assert.equal(l.status, 200, l.body);
+                assert.deepEqual(JSON.parse(l.body), []);
+                const made = await api('POST', '/sandboxes', { templateID: 'base', timeout: 300 });
+                assert.equal(made.status, 201, made.body);
+                const id = JSON.parse(made.body).sandboxID;
+                try {
+                        const u = await api('PUT', `/sandboxes/${id}/network`, { allowOut: [], rules });
+                        assert.equal(u.status, 400, u.body);
+                        assert.match(JSON.parse(u.body).message, /network\.rules is not supported by sandboxd yet/);
+                } finally {
+                        assert.equal((await api('DELETE', `/sandboxes/${id}`)).status, 204);
+                }
+        });
+
         test('malformed requests: 400 with the reason, and nothing stored', async () => {
                 const n = `bad_${TAG}`;
                 const cases = [

@@ -286,13 +286,9 @@ static void audit_secret(struct store *st, const char *actor, const char *user, 
         audit_record_json(st, actor, user, NULL, action, d); /* takes d */
 }
 
-int secrets_set(const struct secrets *s, struct store *st, const char *user, const char *name, const void *value,
-                size_t len, const cJSON *hosts, const char *header, const char *actor, struct sbx_error *err)
+/* The key, the name and the value as every write takes them. */
+static int input_check(const struct secrets *s, const char *name, const void *value, size_t len, struct sbx_error *err)
 {
-        struct store_secret row = {0};
-        _cleanup_free_ char *hosts_json = NULL, *sealed = NULL;
-        int r;
-
         if (!s)
                 return sbx_error_set(err, -EOPNOTSUPP, 0,
                                      "secrets are off in this daemon: the operator sets secrets_key_file");
@@ -305,6 +301,19 @@ int secrets_set(const struct secrets *s, struct store *st, const char *user, con
         /* the value may go into an HTTP header: a NUL, CR or LF would end or split it */
         if (memchr(value, '\0', len) || memchr(value, '\r', len) || memchr(value, '\n', len))
                 return sbx_error_set(err, -EINVAL, 0, "value must not contain a NUL, CR or LF byte");
+        return 0;
+}
+
+int secrets_set(const struct secrets *s, struct store *st, const char *user, const char *name, const void *value,
+                size_t len, const cJSON *hosts, const char *header, const char *actor, struct sbx_error *err)
+{
+        struct store_secret row = {0};
+        _cleanup_free_ char *hosts_json = NULL, *sealed = NULL;
+        int r;
+
+        r = input_check(s, name, value, len, err);
+        if (r < 0)
+                return r;
         if (header && !header_valid(header))
                 return sbx_error_set(err, -EINVAL, 0, "header must be an HTTP header name (A-Z, a-z, 0-9, -; 1-%d)",
                                      SECRETS_HEADER_MAX);
@@ -355,17 +364,9 @@ int secrets_put_hostless(const struct secrets *s, struct store *st, const char *
         _cleanup_free_ char *sealed = NULL;
         int r;
 
-        if (!s)
-                return sbx_error_set(err, -EOPNOTSUPP, 0,
-                                     "secrets are off in this daemon: the operator sets secrets_key_file");
-        if (!secrets_name_valid(name))
-                return sbx_error_set(err, -EINVAL, 0,
-                                     "name must be 1-%d characters of A-Z, 0-9 and _, not starting with a digit",
-                                     SECRETS_NAME_MAX);
-        if (len == 0 || len > SECRETS_VALUE_MAX)
-                return sbx_error_set(err, len ? -E2BIG : -EINVAL, 0, "value must be 1 to %d bytes", SECRETS_VALUE_MAX);
-        if (memchr(value, '\0', len) || memchr(value, '\r', len) || memchr(value, '\n', len))
-                return sbx_error_set(err, -EINVAL, 0, "value must not contain a NUL, CR or LF byte");
+        r = input_check(s, name, value, len, err);
+        if (r < 0)
+                return r;
         r = secrets_seal(s, user, name, value, len, &sealed);
         if (r < 0)
                 return sbx_error_set(err, r, 0, "cannot seal secret %s", name);

@@ -208,35 +208,55 @@ static const char *body_value(const cJSON *b, struct MHD_Connection *conn, enum 
         return v->valuestring;
 }
 
+/* What create and update read first: a connector's key, the body (only
+ * known members), its value and its metadata (*ret_meta NULL: none given).
+ * NULL with an answer queued in *ans. */
+static cJSON *put_body(struct e2b_req *q, struct MHD_Connection *conn, const char *const *known, const char **ret_value,
+                       char **ret_meta, enum MHD_Result *ans)
+{
+        struct fronterr e = {0};
+        char why[160];
+        const char *bad;
+        cJSON *b;
+
+        if (!connector(q, conn, ans))
+                return NULL;
+        b = e2b_parse_object(q->body, q->len, &e);
+        if (!b) {
+                *ans = e2b_reply_fronterr(conn, &e);
+                return NULL;
+        }
+        if ((bad = e2b_unknown_member(b, known)))
+                *ans = e2b_reply_error(conn, 400, "unknown field %.64s", bad);
+        else if (!(*ret_value = body_value(b, conn, ans)))
+                ;
+        else if (!metadata_check(cJSON_GetObjectItemCaseSensitive(b, "metadata"), ret_meta, why, sizeof(why)))
+                *ans = e2b_reply_error(conn, 400, "%s", why);
+        else
+                return b;
+        cJSON_Delete(b);
+        return NULL;
+}
+
 enum MHD_Result e2b_secret_create(struct e2b_req *q, struct MHD_Connection *conn)
 {
         static const char *const known[] = {"name", "value", "metadata", NULL};
-        struct fronterr e = {0};
-        _cleanup_(cjson_freep) cJSON *b = NULL;
+        enum MHD_Result ans = MHD_NO;
+        const char *value = NULL;
         _cleanup_free_ char *meta = NULL;
+        _cleanup_(cjson_freep) cJSON *b = put_body(q, conn, known, &value, &meta, &ans);
         struct store_secret row = {0};
         struct sbx_error err = {0};
-        enum MHD_Result ans = MHD_NO;
         char name[SECRETS_NAME_MAX + 1], why[160], actor[64];
         const cJSON *n;
-        const char *value, *bad;
         int r;
 
-        if (!connector(q, conn, &ans))
-                return ans;
-        b = e2b_parse_object(q->body, q->len, &e);
         if (!b)
-                return e2b_reply_fronterr(conn, &e);
-        if ((bad = e2b_unknown_member(b, known)))
-                return e2b_reply_error(conn, 400, "unknown field %.64s", bad);
+                return ans;
         n = cJSON_GetObjectItemCaseSensitive(b, "name");
         if (!cJSON_IsString(n))
                 return e2b_reply_error(conn, 400, "name is required (a string)");
         if (!e2b_secret_name(n->valuestring, name, why, sizeof(why)))
-                return e2b_reply_error(conn, 400, "%s", why);
-        if (!(value = body_value(b, conn, &ans)))
-                return ans;
-        if (!metadata_check(cJSON_GetObjectItemCaseSensitive(b, "metadata"), &meta, why, sizeof(why)))
                 return e2b_reply_error(conn, 400, "%s", why);
         actor_of(q, actor, sizeof(actor));
         r = secrets_put_hostless(q->d->secrets, q->d->store, q->tok.user, name, value, strlen(value),
@@ -249,27 +269,17 @@ enum MHD_Result e2b_secret_create(struct e2b_req *q, struct MHD_Connection *conn
 enum MHD_Result e2b_secret_update(struct e2b_req *q, struct MHD_Connection *conn)
 {
         static const char *const known[] = {"value", "metadata", NULL};
-        struct fronterr e = {0};
-        _cleanup_(cjson_freep) cJSON *b = NULL;
+        enum MHD_Result ans = MHD_NO;
+        const char *value = NULL;
         _cleanup_free_ char *meta = NULL;
+        _cleanup_(cjson_freep) cJSON *b = put_body(q, conn, known, &value, &meta, &ans);
         struct store_secret row = {0}, out = {0};
         struct sbx_error err = {0};
-        enum MHD_Result ans = MHD_NO;
-        char why[160], actor[64];
-        const char *value, *bad;
+        char actor[64];
         int r;
 
-        if (!connector(q, conn, &ans))
-                return ans;
-        b = e2b_parse_object(q->body, q->len, &e);
         if (!b)
-                return e2b_reply_fronterr(conn, &e);
-        if ((bad = e2b_unknown_member(b, known)))
-                return e2b_reply_error(conn, 400, "unknown field %.64s", bad);
-        if (!(value = body_value(b, conn, &ans)))
                 return ans;
-        if (!metadata_check(cJSON_GetObjectItemCaseSensitive(b, "metadata"), &meta, why, sizeof(why)))
-                return e2b_reply_error(conn, 400, "%s", why);
         if (!secret_find(q, conn, &row, &ans))
                 return ans;
         actor_of(q, actor, sizeof(actor));

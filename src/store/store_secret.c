@@ -27,16 +27,21 @@ static void secret_from_row(struct store_query *q, void *p)
         row->version = sq_col_int64(q, 7);
 }
 
-/* Under the store lock: the row of user's name into ret (may be NULL). */
-static int secret_row_locked(struct store *s, const char *user, const char *name, struct store_secret *ret)
+/* Under the store lock: the row of user's secret whose column (name or
+ * secret_id) is key, into ret (may be NULL). */
+static int secret_row_locked(struct store *s, const char *user, const char *column, const char *key,
+                             struct store_secret *ret)
 {
         _cleanup_(sq_end) struct store_query q = {};
-        int r = sq_start(&q, s, "SELECT " SECRET_COLUMNS " FROM secrets WHERE user_id = ?1 AND name = ?2");
+        int r = sq_start(&q, s,
+                         strcmp(column, "secret_id") == 0
+                                 ? "SELECT " SECRET_COLUMNS " FROM secrets WHERE user_id = ?1 AND secret_id = ?2"
+                                 : "SELECT " SECRET_COLUMNS " FROM secrets WHERE user_id = ?1 AND name = ?2");
 
         if (r < 0)
                 return r;
         sq_text(&q, user);
-        sq_text(&q, name);
+        sq_text(&q, key);
         r = sq_step(&q);
         if (r <= 0)
                 return r < 0 ? r : -ENOENT;
@@ -120,27 +125,16 @@ int store_secret_put(struct store *s, const struct store_secret *row, const char
         if (r < 0)
                 return r;
         sq_end(&q);
-        return row_out ? secret_row_locked(s, row->user_id, row->name, row_out) : 0;
+        return row_out ? secret_row_locked(s, row->user_id, "name", row->name, row_out) : 0;
 }
 
 int store_secret_get_by_id(struct store *s, const char *user, const char *secret_id, struct store_secret *ret)
 {
         STORE_LOCK(s);
-        _cleanup_(sq_end) struct store_query q = {};
-        int r;
 
         if (!user || !secret_id || !ret)
                 return -EINVAL;
-        r = sq_start(&q, s, "SELECT " SECRET_COLUMNS " FROM secrets WHERE user_id = ?1 AND secret_id = ?2");
-        if (r < 0)
-                return r;
-        sq_text(&q, user);
-        sq_text(&q, secret_id);
-        r = sq_step(&q);
-        if (r <= 0)
-                return r < 0 ? r : -ENOENT;
-        secret_from_row(&q, ret);
-        return 0;
+        return secret_row_locked(s, user, "secret_id", secret_id, ret);
 }
 
 int store_secret_metadata(struct store *s, const char *user, const char *name, char **ret)

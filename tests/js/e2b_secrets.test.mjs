@@ -7,34 +7,20 @@
 import assert from 'node:assert/strict';
 import { execFile } from 'node:child_process';
 import fs from 'node:fs';
-import https from 'node:https';
 import path from 'node:path';
-import tls from 'node:tls';
 import { after, before, describe, test } from 'node:test';
 import { fileURLToPath } from 'node:url';
 
-import { Daemon, RUN_ID, socketRequest } from './harness.mjs';
+import { Daemon, RUN_ID, httpsRequest, socketRequest } from './harness.mjs';
 
 const HERE = path.dirname(fileURLToPath(import.meta.url));
 const TAG = `t${RUN_ID}`.toLowerCase().replace(/[^a-z0-9]/g, '').slice(0, 40);
 
-function request(ca, port, method, urlPath, { headers = {}, body } = {}) {
-        return new Promise((resolve, reject) => {
-                const req = https.request(
-                        { hostname: '127.0.0.1', port, path: urlPath, method, headers, ca, timeout: 60000,
-                          checkServerIdentity: (_host, cert) => tls.checkServerIdentity('127.0.0.1', cert) },
-                        (res) => {
-                                const chunks = [];
-                                res.on('data', (c) => chunks.push(c));
-                                res.on('end', () => resolve({ status: res.statusCode, headers: res.headers, body: Buffer.concat(chunks).toString() }));
-                                res.on('error', reject);
-                        },
-                );
-                req.on('error', reject);
-                req.on('timeout', () => req.destroy(new Error(`${method} ${urlPath}: no answer in 60 s`)));
-                req.end(body);
-        });
-}
+/** httpsRequest with the body as text. */
+const request = async (...args) => {
+        const r = await httpsRequest(...args);
+        return { ...r, body: r.body.toString() };
+};
 
 /** Every file under dir holding needle (bytes), by path. */
 function filesHolding(dir, needle) {

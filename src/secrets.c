@@ -15,6 +15,7 @@
 #include <openssl/rand.h>
 #include <stdlib.h>
 #include <string.h>
+#include <strings.h>
 #include <sys/stat.h>
 #include <unistd.h>
 
@@ -517,6 +518,77 @@ int secrets_detach(struct store *st, const char *user, const char *session, cons
         return 0;
 }
 
+int secrets_rule_check(const cJSON *hosts, const char *header, const char *tmpl, char **ret_hosts_json,
+                       struct sbx_error *err)
+{
+        /* the proxy writes these itself, or they frame the body: never a secret's */
+        static const char *const reserved[] = {"Host",   "Connection",        "Proxy-Connection", "Keep-Alive",
+                                               "TE",     "Trailer",           "Upgrade",          "Content-Length",
+                                               "Expect", "Transfer-Encoding", "Accept-Encoding",  "Proxy-Authorization",
+                                               NULL};
+        const char *mark;
+        size_t n;
+        int r;
+
+        if (!header || !header_valid(header))
+                return sbx_error_set(err, -EINVAL, 0,
+                                     "a rule's header must be an HTTP header name (A-Z, a-z, 0-9, -; 1-%d)",
+                                     SECRETS_HEADER_MAX);
+        for (size_t i = 0; reserved[i]; i++)
+                if (strcasecmp(header, reserved[i]) == 0)
+                        return sbx_error_set(err, -EINVAL, 0, "a rule cannot set %s (the proxy writes it)",
+                                             reserved[i]);
+        n = tmpl ? strlen(tmpl) : 0;
+        if (n == 0 || n > SECRETS_RULE_VALUE_MAX)
+                return sbx_error_set(err, -EINVAL, 0, "a rule's header value must be 1-%d bytes",
+                                     SECRETS_RULE_VALUE_MAX);
+        for (size_t i = 0; i < n; i++)
+                if (((unsigned char)tmpl[i] < 0x20 && tmpl[i] != '\t') || (unsigned char)tmpl[i] >= 0x7f)
+                        return sbx_error_set(err, -EINVAL, 0, "a rule's header value must be printable ASCII");
+        mark = strstr(tmpl, SECRETS_RULE_MARK);
+        if (!mark || strstr(mark + 1, SECRETS_RULE_MARK))
+                return sbx_error_set(err, -EINVAL, 0, "a rule's header value must hold %s exactly once",
+                                     SECRETS_RULE_MARK);
+        r = secrets_hosts_check(hosts, ret_hosts_json, err);
+        if (r == 0 && strlen(*ret_hosts_json) >= STORE_SECRET_HOSTS_JSON_MAX) {
+                free(*ret_hosts_json);
+                *ret_hosts_json = NULL;
+                return sbx_error_set(err, -EINVAL, 0, "hosts are too long");
+        }
+        return r;
+}
+
+int secrets_attach_rule(struct store *st, const char *user, const char *session, const char *name, const cJSON *hosts,
+                        const char *header, const char *tmpl, const char *actor, struct sbx_error *err)
+{
+        _cleanup_free_ struct store_session_secret *rows = NULL;
+        _cleanup_free_ char *hosts_json = NULL;
+        char filled[STORE_SECRET_TEMPLATE_MAX];
+        const char *mark;
+        size_t n = 0;
+        int r = secrets_rule_check(hosts, header, tmpl, &hosts_json, err);
+
+        if (r < 0)
+                return r;
+        r = secrets_attach(st, user, session, name, actor, err);
+        if (r < 0)
+                return r;
+        r = store_session_secret_list(st, user, session, &rows, &n);
+        for (size_t i = 0; r == 0 && i < n; i++) {
+                if (strcmp(rows[i].name, name) != 0)
+                        continue;
+                mark = strstr(tmpl, SECRETS_RULE_MARK);
+                snprintf(filled, sizeof(filled), "%.*s%s%s", (int)(mark - tmpl), tmpl, rows[i].placeholder,
+                         mark + strlen(SECRETS_RULE_MARK));
+                r = store_session_secret_set_rule(st, user, session, name, hosts_json, header, filled);
+                OPENSSL_cleanse(filled, sizeof(filled));
+                if (r == 0)
+                        return 0;
+        }
+        (void)store_session_secret_detach(st, user, session, name);
+        return sbx_error_set(err, r < 0 ? r : -EIO, 0, "cannot set the rule of secret %s", name);
+}
+
 void secrets_detach_all(struct store *st, const char *user, const char *session)
 {
         (void)store_session_secret_drop(st, user, session);
@@ -565,7 +637,8 @@ int secrets_check_names(struct store *st, const char *user, const cJSON *names, 
 static int front_attachment(struct store *st, const char *user, const char *session, const struct jparams *p,
                             const char *actor, bool attach, cJSON **ret, struct fronterr *e)
 {
-        const char *name;
+        const char *name, *header = NULL, *tmpl = NULL;
+        const cJSON *hosts;
         struct sbx_error err = {0};
         cJSON *names;
         int r;
@@ -574,8 +647,17 @@ static int front_attachment(struct store *st, const char *user, const char *sess
                 return fronterr_set(e, "bad_request", "params.session is required");
         if (jparam_string(p, "name", true, &name, e) < 0)
                 return -1;
-        r = attach ? secrets_attach(st, user, session, name, actor, &err)
-                   : secrets_detach(st, user, session, name, actor, &err);
+        if (attach &&
+            (jparam_string(p, "header", false, &header, e) < 0 || jparam_string(p, "template", false, &tmpl, e) < 0))
+                return -1;
+        hosts = attach ? cJSON_GetObjectItemCaseSensitive(p->obj, "hosts") : NULL;
+        if (hosts && cJSON_IsNull(hosts))
+                hosts = NULL;
+        if ((hosts || header || tmpl) && !(hosts && header && tmpl))
+                return fronterr_set(e, "bad_request", "a rule is hosts, header and template together");
+        r = hosts    ? secrets_attach_rule(st, user, session, name, hosts, header, tmpl, actor, &err)
+            : attach ? secrets_attach(st, user, session, name, actor, &err)
+                     : secrets_detach(st, user, session, name, actor, &err);
         if (r < 0)
                 return fronterr_errno(e, r, &err, NULL);
         names = secrets_attached_names(st, user, session);

@@ -663,16 +663,26 @@ int store_secret_delete(struct store *s, const char *user, const char *name);
 /* Attachments of secrets to sessions (issue 37, part 2): name=placeholder
  * in the session's executions' environment. */
 #define STORE_SECRET_PLACEHOLDER_MAX 40 /* "sbx_ph_" + 32 hex */
+#define STORE_SECRET_TEMPLATE_MAX 600   /* a rule's header value, its placeholder in it (secrets.c bounds it) */
 struct store_session_secret {
         char name[STORE_SECRET_NAME_MAX + 1];
         char placeholder[STORE_SECRET_PLACEHOLDER_MAX];
         int64_t created_at; /* unix ms */
+        /* its rule (migration 0042; "" when none): the hosts in place of the secret's, the header the
+         * egress proxy sets on requests to them and that header's value with the placeholder in it */
+        char rule_hosts_json[STORE_SECRET_HOSTS_JSON_MAX];
+        char rule_header[65];
+        char rule_template[STORE_SECRET_TEMPLATE_MAX];
 };
 /* Attach user's secret name to session with placeholder; -ENOENT when the
  * user has no such secret, -EEXIST when it is attached already, -EDQUOT
  * past max_per_session attachments. One lock covers the checks and the write. */
 int store_session_secret_attach(struct store *s, const char *user, const char *session, const char *name,
                                 const char *placeholder, int max_per_session);
+/* Set the rule of name's attachment to session (all three non-empty);
+ * -ENOENT when name is not attached to it. */
+int store_session_secret_set_rule(struct store *s, const char *user, const char *session, const char *name,
+                                  const char *hosts_json, const char *header, const char *tmpl);
 /* -ENOENT when name is not attached to session. */
 int store_session_secret_detach(struct store *s, const char *user, const char *session, const char *name);
 /* session's attachments by name. malloc'd array. */

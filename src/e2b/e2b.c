@@ -36,12 +36,6 @@
 #define E2B_KEY_LEN 32
 #define E2B_MAC_HEX 64
 #define E2B_LIST_LIMIT_MAX 100
-/* network.rules (transform headers, Secret.fill's ${e2b.secrets.NAME}): the
- * proxy swaps a placeholder the sandbox sends but sets no header of its own
- * yet, so a rule is refused whole rather than half-applied */
-#define RULES_REFUSED                                                                                                  \
-        "network.rules is not supported by sandboxd yet: its egress proxy does not set transform headers (nor "        \
-        "${e2b.secrets.NAME} in them), so nothing was created or changed (docs/e2b.md \"Secrets\")"
 #define E2B_FORK_MAX 10 /* forks per request: each snapshots the source once more */
 
 static enum MHD_Result c_create(struct e2b_req *q, struct MHD_Connection *conn);
@@ -880,10 +874,8 @@ static const char *create_network(const cJSON *b, bool *ret_private, char *why, 
                                 return "network.allowPublicTraffic must be a boolean";
                         *ret_private = cJSON_IsFalse(it);
                 } else if (strcmp(it->string, "allowOut") != 0 && strcmp(it->string, "denyOut") != 0 &&
-                           !cJSON_IsNull(it) && !(cJSON_IsArray(it) && !it->child) &&
-                           !(cJSON_IsObject(it) && !it->child)) {
-                        if (strcmp(it->string, "rules") == 0)
-                                return RULES_REFUSED;
+                           strcmp(it->string, "rules") != 0 && !cJSON_IsNull(it) &&
+                           !(cJSON_IsArray(it) && !it->child) && !(cJSON_IsObject(it) && !it->child)) {
                         snprintf(why, why_size, "network.%.64s is not supported by sandboxd yet (docs/e2b.md)",
                                  it->string);
                         return why;
@@ -1013,7 +1005,8 @@ static enum MHD_Result c_create(struct e2b_req *q, struct MHD_Connection *conn)
         int64_t timeout = 300; /* E2B's documented default (the SDK may leave it to the server) */
         bool private_traffic = false;
         cJSON *narrowing = NULL;
-        char why[160];
+        _cleanup_(cjson_freep) cJSON *rules = NULL;
+        char why[512];
 
         if (!b)
                 return ans;
@@ -1039,6 +1032,9 @@ static enum MHD_Result c_create(struct e2b_req *q, struct MHD_Connection *conn)
                                                unsupported[i]);
         }
         if ((bad = create_network(b, &private_traffic, why, sizeof(why))))
+                return e2b_reply_error(conn, 400, "%s", bad);
+        m = cJSON_GetObjectItemCaseSensitive(cJSON_GetObjectItemCaseSensitive(b, "network"), "rules");
+        if (m && !cJSON_IsNull(m) && (bad = e2b_rules_parse(q, m, &rules, why, sizeof(why))))
                 return e2b_reply_error(conn, 400, "%s", bad);
         m = cJSON_GetObjectItemCaseSensitive(b, "autoPause");
         if (cJSON_IsTrue(m))
@@ -1084,8 +1080,9 @@ static enum MHD_Result c_create(struct e2b_req *q, struct MHD_Connection *conn)
                 return e2b_reply_fronterr(conn, &e);
         }
         cJSON_Delete(res);
-        /* before the SDK has the id, nothing runs in it yet: a sandbox whose narrowing is refused goes */
-        if (narrowing && narrow(q, TAKE_PTR(narrowing), &e) < 0) {
+        /* before the SDK has the id, nothing runs in it yet: a sandbox whose narrowing or rules are refused goes */
+        if ((narrowing && narrow(q, TAKE_PTR(narrowing), &e) < 0) ||
+            (rules && e2b_rules_apply(q, rules, false, &e) < 0)) {
                 struct fronterr ignored = {0};
                 params = cJSON_CreateObject();
                 cJSON_AddStringToObject(params, "session", q->session);
@@ -1105,34 +1102,33 @@ static enum MHD_Result c_network(struct e2b_req *q, struct MHD_Connection *conn)
                                             "egressProxy", "rules",   NULL};
         enum MHD_Result ans = MHD_NO;
         _cleanup_(cjson_freep) cJSON *b = body_object(q, conn, &ans);
-        const cJSON *m;
+        const cJSON *m, *rm;
         const char *bad;
         cJSON *params = NULL;
+        _cleanup_(cjson_freep) cJSON *rules = NULL;
         struct fronterr e = {0};
-        char why[160];
+        char why[512];
 
         if (!b)
                 return ans;
         if ((bad = e2b_unknown_member(b, known)))
                 return e2b_reply_error(conn, 400, "unknown field %s", bad);
-        for (size_t i = 3; known[i]; i++) { /* egressProxy, rules */
-                m = cJSON_GetObjectItemCaseSensitive(b, known[i]);
-                if (m && !cJSON_IsNull(m) && !(cJSON_IsObject(m) && !m->child))
-                        return strcmp(known[i], "rules") == 0
-                                       ? e2b_reply_error(conn, 400, "%s", RULES_REFUSED)
-                                       : e2b_reply_error(conn, 400, "%s is not supported by sandboxd yet (docs/e2b.md)",
-                                                         known[i]);
-        }
+        m = cJSON_GetObjectItemCaseSensitive(b, "egressProxy");
+        if (m && !cJSON_IsNull(m) && !(cJSON_IsObject(m) && !m->child))
+                return e2b_reply_error(conn, 400, "egressProxy is not supported by sandboxd yet (docs/e2b.md)");
         m = cJSON_GetObjectItemCaseSensitive(b, "allow_internet_access");
         if (m && !cJSON_IsBool(m) && !cJSON_IsNull(m))
                 return e2b_reply_error(conn, 400, "allow_internet_access must be a boolean");
         if (!e2b_session_exists(q))
                 return e2b_reply_error(conn, 404, "sandbox %s not found", q->sandbox);
+        rm = cJSON_GetObjectItemCaseSensitive(b, "rules");
+        if (rm && !cJSON_IsNull(rm) && (bad = e2b_rules_parse(q, rm, &rules, why, sizeof(why))))
+                return e2b_reply_error(conn, 400, "%s", bad);
         if ((bad = network_narrowing(b, m, &params, why, sizeof(why))))
                 return e2b_reply_error(conn, 400, "%s", bad);
         if (!params)
                 return e2b_reply_error(conn, 500, "out of memory");
-        if (narrow(q, params, &e) < 0)
+        if (narrow(q, params, &e) < 0 || e2b_rules_apply(q, rules, true, &e) < 0)
                 return e2b_reply_fronterr(conn, &e);
         return e2b_reply_raw(conn, 204, NULL, NULL, 0);
 }

@@ -134,6 +134,12 @@ enum MHD_Result e2b_secret_update(struct e2b_req *q, struct MHD_Connection *conn
 enum MHD_Result e2b_secret_delete(struct e2b_req *q, struct MHD_Connection *conn);
 /* E2B's secret name as the store's (upper case); false with why naming the broken rule. */
 bool e2b_secret_name(const char *in, char out[65], char *why, size_t why_size);
+/* network.rules ({domain: [{transform: {headers: {Name: "... ${e2b.secrets.NAME} ..."}}}]}) as
+ * attach_secret's params, one per secret ({name, hosts, header, template}), in *ret; NULL, or
+ * why not (each secret known, each header naming one, each domain a host name, the caps). */
+const char *e2b_rules_parse(struct e2b_req *q, const cJSON *rules, cJSON **ret, char *why, size_t why_size);
+/* attach_secret for each of attach on q->session; replace: detach the rules' attachments first. */
+int e2b_rules_apply(struct e2b_req *q, const cJSON *attach, bool replace, struct fronterr *e);
 
 /* e2b_jupyter.c: the code interpreter's API (port 49999). */
 enum MHD_Result e2b_jupyter_execute(struct e2b_req *q, struct MHD_Connection *conn);

@@ -360,3 +360,173 @@ enum MHD_Result e2b_secret_list(struct e2b_req *q, struct MHD_Connection *conn)
                 return e2b_reply_error(conn, 500, "out of memory");
         return e2b_reply_page(conn, out, next);
 }
+
+/* ---- network.rules (docs/e2b.md "Secrets"): a secret's header set by the egress proxy ---- */
+
+#define E2B_RULE_DOMAINS_MAX SECRETS_MAX_HOSTS       /* domains in network.rules */
+#define E2B_RULE_HEADERS_MAX SECRETS_MAX_PER_SESSION /* headers in all its transforms */
+#define E2B_RULE_MARK "${e2b.secrets."
+
+/* One header of a transform: its secret (the store's name) and its value
+ * with the secret's mark as SECRETS_RULE_MARK; NULL, or why not. */
+static const char *rule_header(struct e2b_req *q, const char *domain, const char *hname, const cJSON *v,
+                               char name[SECRETS_NAME_MAX + 1], char *tmpl, size_t tmpl_size, char *why,
+                               size_t why_size)
+{
+        const char *mark, *end;
+        char e2b_name[E2B_SECRET_NAME_MAX + 1], rule[160];
+        struct store_secret row;
+
+        if (!cJSON_IsString(v)) {
+                snprintf(why, why_size, "network.rules[%.64s]: header %.64s must be a string", domain, hname);
+                return why;
+        }
+        mark = strstr(v->valuestring, E2B_RULE_MARK);
+        if (!mark) {
+                snprintf(why, why_size,
+                         "network.rules[%.64s]: header %.64s holds no ${e2b.secrets.NAME}: sandboxd's proxy sets "
+                         "only a secret's header (a plain header belongs in the request itself; docs/e2b.md)",
+                         domain, hname);
+                return why;
+        }
+        end = strchr(mark, '}');
+        if (!end || (size_t)(end - mark) - strlen(E2B_RULE_MARK) > E2B_SECRET_NAME_MAX) {
+                snprintf(why, why_size, "network.rules[%.64s]: header %.64s has an unclosed ${e2b.secrets.", domain,
+                         hname);
+                return why;
+        }
+        if (strstr(end, E2B_RULE_MARK)) {
+                snprintf(why, why_size, "network.rules[%.64s]: header %.64s names more than one secret (one here)",
+                         domain, hname);
+                return why;
+        }
+        snprintf(e2b_name, sizeof(e2b_name), "%.*s", (int)(end - mark - strlen(E2B_RULE_MARK)),
+                 mark + strlen(E2B_RULE_MARK));
+        if (!e2b_secret_name(e2b_name, name, rule, sizeof(rule)) ||
+            store_secret_get(q->d->store, q->tok.user, name, &row, NULL) < 0) {
+                snprintf(why, why_size, "network.rules[%.64s]: no secret %.128s (the Secrets API lists yours)", domain,
+                         e2b_name);
+                return why;
+        }
+        if ((size_t)snprintf(tmpl, tmpl_size, "%.*s%s%s", (int)(mark - v->valuestring), v->valuestring,
+                             SECRETS_RULE_MARK, end + 1) >= tmpl_size) {
+                snprintf(why, why_size, "network.rules[%.64s]: header %.64s is longer than %d bytes", domain, hname,
+                         SECRETS_RULE_VALUE_MAX);
+                return why;
+        }
+        return NULL;
+}
+
+const char *e2b_rules_parse(struct e2b_req *q, const cJSON *rules, cJSON **ret, char *why, size_t why_size)
+{
+        _cleanup_(cjson_freep) cJSON *out = cJSON_CreateArray();
+        const cJSON *dom, *rule, *hdr;
+        int n_dom = 0, n_hdr = 0;
+
+        *ret = NULL;
+        if (!out)
+                return "out of memory";
+        if (!cJSON_IsObject(rules))
+                return "network.rules must be an object of domains";
+        cJSON_ArrayForEach(dom, rules) {
+                if (++n_dom > E2B_RULE_DOMAINS_MAX) {
+                        snprintf(why, why_size, "network.rules names at most %d domains", E2B_RULE_DOMAINS_MAX);
+                        return why;
+                }
+                if (!cJSON_IsArray(dom)) {
+                        snprintf(why, why_size, "network.rules[%.64s] must be an array of rules", dom->string);
+                        return why;
+                }
+                cJSON_ArrayForEach(rule, dom) {
+                        const cJSON *tr = cJSON_GetObjectItemCaseSensitive(rule, "transform");
+                        const cJSON *hs = cJSON_GetObjectItemCaseSensitive(tr, "headers");
+                        if (!cJSON_IsObject(rule) || (rule->child && (rule->child->next || !tr)) ||
+                            (tr && !cJSON_IsObject(tr)) || (tr && tr->child && (tr->child->next || !hs)) ||
+                            (hs && !cJSON_IsObject(hs))) {
+                                snprintf(why, why_size,
+                                         "network.rules[%.64s]: a rule is {transform: {headers: {Name: value}}}",
+                                         dom->string);
+                                return why;
+                        }
+                        cJSON_ArrayForEach(hdr, hs) {
+                                char name[SECRETS_NAME_MAX + 1], tmpl[SECRETS_RULE_VALUE_MAX + 1];
+                                _cleanup_free_ char *hosts_json = NULL;
+                                struct sbx_error err = {0};
+                                cJSON *a = NULL, *it, *hosts;
+                                const char *bad;
+
+                                if (++n_hdr > E2B_RULE_HEADERS_MAX) {
+                                        snprintf(why, why_size, "network.rules sets at most %d headers",
+                                                 E2B_RULE_HEADERS_MAX);
+                                        return why;
+                                }
+                                if ((bad = rule_header(q, dom->string, hdr->string, hdr, name, tmpl, sizeof(tmpl), why,
+                                                       why_size)))
+                                        return bad;
+                                cJSON_ArrayForEach(it, out)
+                                        if (strcmp(cJSON_GetStringValue(cJSON_GetObjectItem(it, "name")), name) == 0)
+                                                a = it;
+                                if (!a) {
+                                        a = cJSON_CreateObject();
+                                        cJSON_AddItemToArray(out, a);
+                                        cJSON_AddStringToObject(a, "name", name);
+                                        cJSON_AddArrayToObject(a, "hosts");
+                                        cJSON_AddStringToObject(a, "header", hdr->string);
+                                        cJSON_AddStringToObject(a, "template", tmpl);
+                                } else if (strcasecmp(cJSON_GetStringValue(cJSON_GetObjectItem(a, "header")),
+                                                      hdr->string) != 0 ||
+                                           strcmp(cJSON_GetStringValue(cJSON_GetObjectItem(a, "template")), tmpl) !=
+                                                   0) {
+                                        snprintf(why, why_size,
+                                                 "network.rules: secret %.64s is in two different headers (one "
+                                                 "header per secret here; docs/e2b.md)",
+                                                 name);
+                                        return why;
+                                }
+                                hosts = cJSON_GetObjectItem(a, "hosts");
+                                cJSON_AddItemToArray(hosts, cJSON_CreateString(dom->string));
+                                /* the domain a host name, the header and its value as the proxy takes them */
+                                if (secrets_rule_check(hosts, hdr->string, tmpl, &hosts_json, &err) < 0) {
+                                        snprintf(why, why_size, "network.rules[%.64s]: %s", dom->string, err.msg);
+                                        return why;
+                                }
+                        }
+                }
+        }
+        *ret = TAKE_PTR(out);
+        return NULL;
+}
+
+int e2b_rules_apply(struct e2b_req *q, const cJSON *attach, bool replace, struct fronterr *e)
+{
+        const cJSON *it;
+        cJSON *res = NULL;
+
+        if (replace) { /* updateNetwork: the rules before go (an omitted field is cleared) */
+                _cleanup_free_ struct store_session_secret *rows = NULL;
+                size_t n = 0;
+                if (store_session_secret_list(q->d->store, q->tok.user, q->session, &rows, &n) < 0)
+                        return fronterr_set(e, "internal", "cannot list the sandbox's secrets");
+                for (size_t i = 0; i < n; i++) {
+                        cJSON *p;
+                        if (!rows[i].rule_hosts_json[0])
+                                continue;
+                        p = cJSON_CreateObject();
+                        cJSON_AddStringToObject(p, "session", q->session);
+                        cJSON_AddStringToObject(p, "name", rows[i].name);
+                        if (e2b_call(q, "detach_secret", p, &res, e) < 0)
+                                return -1;
+                        cJSON_Delete(res);
+                }
+        }
+        cJSON_ArrayForEach(it, attach) {
+                cJSON *p = cJSON_Duplicate(it, true);
+                if (!p)
+                        return fronterr_set(e, "internal", "out of memory");
+                cJSON_AddStringToObject(p, "session", q->session);
+                if (e2b_call(q, "attach_secret", p, &res, e) < 0)
+                        return -1;
+                cJSON_Delete(res);
+        }
+        return 0;
+}

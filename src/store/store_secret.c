@@ -242,6 +242,9 @@ static void attachment_from_row(struct store_query *q, void *p)
         sq_col_text(q, 0, row->name, sizeof(row->name));
         sq_col_text(q, 1, row->placeholder, sizeof(row->placeholder));
         row->created_at = sq_col_int64(q, 2);
+        sq_col_text(q, 3, row->rule_hosts_json, sizeof(row->rule_hosts_json));
+        sq_col_text(q, 4, row->rule_header, sizeof(row->rule_header));
+        sq_col_text(q, 5, row->rule_template, sizeof(row->rule_template));
 }
 
 int store_session_secret_attach(struct store *s, const char *user, const char *session, const char *name,
@@ -287,6 +290,32 @@ int store_session_secret_attach(struct store *s, const char *user, const char *s
         return r < 0 ? r : 0;
 }
 
+int store_session_secret_set_rule(struct store *s, const char *user, const char *session, const char *name,
+                                  const char *hosts_json, const char *header, const char *tmpl)
+{
+        STORE_LOCK(s);
+        _cleanup_(sq_end) struct store_query q = {};
+        int r;
+
+        if (!user || !session || !name || !hosts_json || !hosts_json[0] || !header || !header[0] || !tmpl || !tmpl[0] ||
+            strlen(hosts_json) >= STORE_SECRET_HOSTS_JSON_MAX || strlen(header) > 64 ||
+            strlen(tmpl) >= STORE_SECRET_TEMPLATE_MAX)
+                return -EINVAL;
+        r = sq_start(&q, s,
+                     "UPDATE session_secrets SET rule_hosts_json = ?4, rule_header = ?5, rule_template = ?6 "
+                     "WHERE user_id = ?1 AND session_id = ?2 AND name = ?3");
+        if (r < 0)
+                return r;
+        sq_text(&q, user);
+        sq_text(&q, session);
+        sq_text(&q, name);
+        sq_text(&q, hosts_json);
+        sq_text(&q, header);
+        sq_text(&q, tmpl);
+        r = sq_exec(&q);
+        return r < 0 ? r : r == 0 ? -ENOENT : 0;
+}
+
 int store_session_secret_detach(struct store *s, const char *user, const char *session, const char *name)
 {
         STORE_LOCK(s);
@@ -314,9 +343,10 @@ int store_session_secret_list(struct store *s, const char *user, const char *ses
 
         if (!user || !session || !ret || !ret_n)
                 return -EINVAL;
-        r = sq_start(&q, s,
-                     "SELECT name, placeholder, created_at FROM session_secrets "
-                     "WHERE user_id = ?1 AND session_id = ?2 ORDER BY name");
+        r = sq_start(
+                &q, s,
+                "SELECT name, placeholder, created_at, rule_hosts_json, rule_header, rule_template FROM session_secrets "
+                "WHERE user_id = ?1 AND session_id = ?2 ORDER BY name");
         if (r < 0)
                 return r;
         sq_text(&q, user);

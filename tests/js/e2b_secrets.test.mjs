@@ -159,23 +159,42 @@ describe('E2B /secrets against sandboxd (issues 36, 37)', () => {
                 assert.deepEqual(filesHolding(d.dir, `admin-value2-${TAG}`), []);
         });
 
-        test('a sandbox\'s network.rules (Secret.fill in a transform header): 400 saying the proxy does not set them yet; nothing created or changed', async () => {
-                const rules = { 'api.example.com': [{ transform: { headers: { Authorization: 'Bearer ${e2b.secrets.gh}' } } }] };
-                const c = await api('POST', '/sandboxes', { templateID: 'base', timeout: 300, network: { rules } });
-                assert.equal(c.status, 400, c.body);
-                assert.match(JSON.parse(c.body).message, /network\.rules is not supported by sandboxd yet: its egress proxy does not set transform headers/);
+        test('a sandbox\'s network.rules (Secret.fill in a transform header): parsed at create and in updateNetwork; a bad rule is a 400 naming it and creates nothing', async () => {
+                const n = `rule_${TAG}`;
+                const made0 = await api('POST', '/secrets', { name: n, value: `rule-value-${TAG}` });
+                assert.equal(made0.status, 201, made0.body);
+                const rule = (domain, value) => ({ [domain]: [{ transform: { headers: { Authorization: value } } }] });
+                const fill = '${e2b.secrets.' + n + '}';
+                const bad = [
+                        [rule('api.example.com', 'Bearer ${e2b.secrets.nosuch_' + TAG + '}'), /no secret nosuch_/],
+                        [rule('api.example.com', 'Bearer plain'), /holds no \$\{e2b\.secrets\.NAME\}/],
+                        [rule('not a host', `Bearer ${fill}`), /network\.rules\[not a host\]: hosts/],
+                        [rule('api.example.com', `${fill} ${fill}`), /exactly once|more than one/],
+                        [{ 'api.example.com': [{ transform: { headers: { Host: fill } } }] }, /cannot set Host/],
+                        [{ 'api.example.com': [{ other: {} }] }, /a rule is \{transform/],
+                ];
+                for (const [rules, re] of bad) {
+                        const c = await api('POST', '/sandboxes', { templateID: 'base', timeout: 300, network: { rules } });
+                        assert.equal(c.status, 400, c.body);
+                        assert.match(JSON.parse(c.body).message, re);
+                }
                 const l = await api('GET', '/v2/sandboxes');
                 assert.equal(l.status, 200, l.body);
                 assert.deepEqual(JSON.parse(l.body), []);
-                const made = await api('POST', '/sandboxes', { templateID: 'base', timeout: 300 });
+                const made = await api('POST', '/sandboxes', { templateID: 'base', timeout: 300, network: { rules: rule('api.example.com', `Bearer ${fill}`) } });
                 assert.equal(made.status, 201, made.body);
                 const id = JSON.parse(made.body).sandboxID;
                 try {
-                        const u = await api('PUT', `/sandboxes/${id}/network`, { allowOut: [], rules });
-                        assert.equal(u.status, 400, u.body);
-                        assert.match(JSON.parse(u.body).message, /network\.rules is not supported by sandboxd yet/);
+                        const u = await api('PUT', `/sandboxes/${id}/network`, { allowOut: [], rules: rule('api.example.org', `token ${fill}`) });
+                        assert.equal(u.status, 204, u.body);
+                        const v = await api('PUT', `/sandboxes/${id}/network`, { rules: rule('api.example.org', 'Bearer ${e2b.secrets.nosuch}') });
+                        assert.equal(v.status, 400, v.body);
+                        assert.match(JSON.parse(v.body).message, /no secret nosuch/);
+                        const w = await api('PUT', `/sandboxes/${id}/network`, {});
+                        assert.equal(w.status, 204, w.body);
                 } finally {
                         assert.equal((await api('DELETE', `/sandboxes/${id}`)).status, 204);
+                        assert.equal((await api('DELETE', `/secrets/${n}`)).status, 204);
                 }
         });
 

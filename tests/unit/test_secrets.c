@@ -463,3 +463,65 @@ Test(secrets, session_ca_is_kept_per_session_and_sealed)
         store_close(st);
         secrets_free(s);
 }
+
+/* A rule on an attachment (E2B's network.rules): checked before anything is
+ * attached; the egress loader takes its hosts, header and value (the
+ * placeholder in it) in place of the secret's; a plain attachment keeps
+ * the secret's. */
+Test(secrets, a_rule_on_an_attachment)
+{
+        char db[PATH_MAX], *hj = NULL;
+        struct secrets *s = open_key(keypath);
+        struct sbx_error err = {0};
+        cJSON *h = cJSON_Parse("[\"API.example.com\"]"), *bad = cJSON_Parse("[\"*.example.com\"]");
+        struct store *st = NULL;
+        struct egress_secret *v = NULL;
+        size_t n = 0;
+        char want[128];
+
+        snprintf(db, sizeof(db), "%s/test.db", datadir);
+        cr_assert_eq(store_open(db, &st, &err), 0, "%s", err.msg);
+        cr_assert_eq(secrets_put_hostless(s, st, "alice", "GH", "v1", 2, STORE_SECRET_CREATE, NULL, "test", NULL, &err),
+                     0, "%s", err.msg);
+        cr_assert_eq(secrets_put_hostless(s, st, "alice", "OTHER", "v2", 2, STORE_SECRET_CREATE, NULL, "test", NULL,
+                                          &err),
+                     0, "%s", err.msg);
+        cr_assert_eq(secrets_rule_check(h, "Authorization", "Bearer ${secret}", &hj, &err), 0, "%s", err.msg);
+        cr_assert_str_eq(hj, "[\"api.example.com\"]");
+        free(hj);
+        hj = NULL;
+        cr_assert_eq(secrets_rule_check(h, "Authorization", "Bearer plain", &hj, &err), -EINVAL);
+        cr_assert_eq(secrets_rule_check(h, "Authorization", "${secret}${secret}", &hj, &err), -EINVAL);
+        cr_assert_eq(secrets_rule_check(h, "Host", "${secret}", &hj, &err), -EINVAL);
+        cr_assert_eq(secrets_rule_check(h, "transfer-encoding", "${secret}", &hj, &err), -EINVAL);
+        cr_assert_eq(secrets_rule_check(h, "X Bad", "${secret}", &hj, &err), -EINVAL);
+        cr_assert_eq(secrets_rule_check(h, "X-Key", "a\x01${secret}", &hj, &err), -EINVAL);
+        cr_assert_eq(secrets_rule_check(bad, "X-Key", "${secret}", &hj, &err), -EINVAL);
+        cr_assert_null(hj);
+        /* a bad rule attaches nothing */
+        cr_assert_eq(secrets_attach_rule(st, "alice", "s1", "GH", bad, "X-Key", "${secret}", "test", &err), -EINVAL);
+        cr_assert_eq(secrets_attach_rule(st, "alice", "s1", "NOSUCH", h, "X-Key", "${secret}", "test", &err), -ENOENT);
+        cr_assert_eq(secrets_egress_attached(s, st, "alice", "s1", &v, &n), 0);
+        cr_assert_eq(n, 0);
+        cr_assert_eq(secrets_attach_rule(st, "alice", "s1", "GH", h, "Authorization", "Bearer ${secret}!", "test",
+                                         &err),
+                     0, "%s", err.msg);
+        cr_assert_eq(secrets_attach(st, "alice", "s1", "OTHER", "test", &err), 0, "%s", err.msg);
+        cr_assert_eq(secrets_egress_attached(s, st, "alice", "s1", &v, &n), 0);
+        cr_assert_eq(n, 2);
+        cr_assert_str_eq(v[0].name, "GH");
+        cr_assert_eq(v[0].n_hosts, 1);
+        cr_assert_str_eq(v[0].hosts[0], "api.example.com");
+        cr_assert_str_eq(v[0].header, "Authorization");
+        snprintf(want, sizeof(want), "Bearer %s!", v[0].placeholder);
+        cr_assert_str_eq(v[0].inject, want);
+        cr_assert_str_eq((const char *)v[0].value, "v1");
+        cr_assert_str_eq(v[1].name, "OTHER");
+        cr_assert_eq(v[1].n_hosts, 0, "a hostless secret attached plainly goes nowhere");
+        cr_assert_str_eq(v[1].inject, "");
+        egress_secrets_free(v, n);
+        cJSON_Delete(h);
+        cJSON_Delete(bad);
+        store_close(st);
+        secrets_free(s);
+}

@@ -852,8 +852,8 @@ static const char *network_narrowing(const cJSON *n, const cJSON *internet, cJSO
 
 /* network: {allowPublicTraffic} is served (getHost traffic behind the
  * access token when false, e2b_proxy.c), allowOut and denyOut narrow the
- * egress (network_narrowing); maskRequestHost, egressProxy and rules are
- * refused, as is metadata naming E2B_TRAFFIC_LABEL. NULL when the create
+ * egress (network_narrowing), rules are e2b_rules_parse's; maskRequestHost
+ * and egressProxy are refused, as is metadata naming E2B_TRAFFIC_LABEL. NULL when the create
  * goes on, else why not (in why). */
 static const char *create_network(const cJSON *b, bool *ret_private, char *why, size_t why_size)
 {

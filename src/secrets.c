@@ -15,6 +15,7 @@
 #include <openssl/rand.h>
 #include <stdlib.h>
 #include <string.h>
+#include <strings.h>
 #include <sys/stat.h>
 #include <unistd.h>
 
@@ -286,13 +287,9 @@ static void audit_secret(struct store *st, const char *actor, const char *user, 
         audit_record_json(st, actor, user, NULL, action, d); /* takes d */
 }
 
-int secrets_set(const struct secrets *s, struct store *st, const char *user, const char *name, const void *value,
-                size_t len, const cJSON *hosts, const char *header, const char *actor, struct sbx_error *err)
+/* The key, the name and the value as every write takes them. */
+static int input_check(const struct secrets *s, const char *name, const void *value, size_t len, struct sbx_error *err)
 {
-        struct store_secret row = {0};
-        _cleanup_free_ char *hosts_json = NULL, *sealed = NULL;
-        int r;
-
         if (!s)
                 return sbx_error_set(err, -EOPNOTSUPP, 0,
                                      "secrets are off in this daemon: the operator sets secrets_key_file");
@@ -305,6 +302,19 @@ int secrets_set(const struct secrets *s, struct store *st, const char *user, con
         /* the value may go into an HTTP header: a NUL, CR or LF would end or split it */
         if (memchr(value, '\0', len) || memchr(value, '\r', len) || memchr(value, '\n', len))
                 return sbx_error_set(err, -EINVAL, 0, "value must not contain a NUL, CR or LF byte");
+        return 0;
+}
+
+int secrets_set(const struct secrets *s, struct store *st, const char *user, const char *name, const void *value,
+                size_t len, const cJSON *hosts, const char *header, const char *actor, struct sbx_error *err)
+{
+        struct store_secret row = {0};
+        _cleanup_free_ char *hosts_json = NULL, *sealed = NULL;
+        int r;
+
+        r = input_check(s, name, value, len, err);
+        if (r < 0)
+                return r;
         if (header && !header_valid(header))
                 return sbx_error_set(err, -EINVAL, 0, "header must be an HTTP header name (A-Z, a-z, 0-9, -; 1-%d)",
                                      SECRETS_HEADER_MAX);
@@ -321,7 +331,7 @@ int secrets_set(const struct secrets *s, struct store *st, const char *user, con
         snprintf(row.hosts_json, sizeof(row.hosts_json), "%s", hosts_json);
         snprintf(row.header, sizeof(row.header), "%s", header ? header : "");
         row.updated_at = sbx_now_ms();
-        r = store_secret_put(st, &row, sealed, SECRETS_MAX_PER_USER);
+        r = store_secret_put(st, &row, sealed, SECRETS_MAX_PER_USER, STORE_SECRET_UPSERT, NULL, NULL);
         if (r == -EDQUOT)
                 return sbx_error_set(err, r, 0, "a user holds at most %d secrets: delete_secret makes room",
                                      SECRETS_MAX_PER_USER);
@@ -347,6 +357,38 @@ int secrets_delete(struct store *st, const char *user, const char *name, const c
         return 0;
 }
 
+int secrets_put_hostless(const struct secrets *s, struct store *st, const char *user, const char *name,
+                         const void *value, size_t len, enum store_secret_mode mode, const char *metadata_json,
+                         const char *actor, struct store_secret *ret, struct sbx_error *err)
+{
+        struct store_secret row = {0};
+        _cleanup_free_ char *sealed = NULL;
+        int r;
+
+        r = input_check(s, name, value, len, err);
+        if (r < 0)
+                return r;
+        r = secrets_seal(s, user, name, value, len, &sealed);
+        if (r < 0)
+                return sbx_error_set(err, r, 0, "cannot seal secret %s", name);
+        snprintf(row.user_id, sizeof(row.user_id), "%s", user);
+        snprintf(row.name, sizeof(row.name), "%s", name);
+        snprintf(row.hosts_json, sizeof(row.hosts_json), "[]"); /* only where a sandbox's rule sends it */
+        row.updated_at = sbx_now_ms();
+        r = store_secret_put(st, &row, sealed, SECRETS_MAX_PER_USER, mode, metadata_json, ret);
+        if (r == -EDQUOT)
+                return sbx_error_set(err, r, 0, "a user holds at most %d secrets: delete one to make room",
+                                     SECRETS_MAX_PER_USER);
+        if (r == -EEXIST)
+                return sbx_error_set(err, r, 0, "secret %s exists already (update it instead)", name);
+        if (r == -ENOENT)
+                return sbx_error_set(err, r, 0, "no secret %s", name);
+        if (r < 0)
+                return sbx_error_set(err, r, 0, "cannot store secret %s", name);
+        audit_secret(st, actor, user, "secret.set", name);
+        return 0;
+}
+
 cJSON *secrets_list_json(struct store *st, const char *user)
 {
         _cleanup_free_ struct store_secret *rows = NULL;
@@ -367,6 +409,8 @@ cJSON *secrets_list_json(struct store *st, const char *user)
                         cJSON_AddNullToObject(e, "header");
                 cJSON_AddNumberToObject(e, "created_at", (double)rows[i].created_at);
                 cJSON_AddNumberToObject(e, "updated_at", (double)rows[i].updated_at);
+                cJSON_AddStringToObject(e, "id", rows[i].secret_id);
+                cJSON_AddNumberToObject(e, "version", (double)rows[i].version);
                 cJSON_AddItemToArray(a, e);
         }
         cJSON_AddNumberToObject(o, "count", (double)n);
@@ -474,6 +518,77 @@ int secrets_detach(struct store *st, const char *user, const char *session, cons
         return 0;
 }
 
+int secrets_rule_check(const cJSON *hosts, const char *header, const char *tmpl, char **ret_hosts_json,
+                       struct sbx_error *err)
+{
+        /* the proxy writes these itself, or they frame the body: never a secret's */
+        static const char *const reserved[] = {"Host",   "Connection",        "Proxy-Connection", "Keep-Alive",
+                                               "TE",     "Trailer",           "Upgrade",          "Content-Length",
+                                               "Expect", "Transfer-Encoding", "Accept-Encoding",  "Proxy-Authorization",
+                                               NULL};
+        const char *mark;
+        size_t n;
+        int r;
+
+        if (!header || !header_valid(header))
+                return sbx_error_set(err, -EINVAL, 0,
+                                     "a rule's header must be an HTTP header name (A-Z, a-z, 0-9, -; 1-%d)",
+                                     SECRETS_HEADER_MAX);
+        for (size_t i = 0; reserved[i]; i++)
+                if (strcasecmp(header, reserved[i]) == 0)
+                        return sbx_error_set(err, -EINVAL, 0, "a rule cannot set %s (the proxy writes it)",
+                                             reserved[i]);
+        n = tmpl ? strlen(tmpl) : 0;
+        if (n == 0 || n > SECRETS_RULE_VALUE_MAX)
+                return sbx_error_set(err, -EINVAL, 0, "a rule's header value must be 1-%d bytes",
+                                     SECRETS_RULE_VALUE_MAX);
+        for (size_t i = 0; i < n; i++)
+                if (((unsigned char)tmpl[i] < 0x20 && tmpl[i] != '\t') || (unsigned char)tmpl[i] >= 0x7f)
+                        return sbx_error_set(err, -EINVAL, 0, "a rule's header value must be printable ASCII");
+        mark = strstr(tmpl, SECRETS_RULE_MARK);
+        if (!mark || strstr(mark + 1, SECRETS_RULE_MARK))
+                return sbx_error_set(err, -EINVAL, 0, "a rule's header value must hold %s exactly once",
+                                     SECRETS_RULE_MARK);
+        r = secrets_hosts_check(hosts, ret_hosts_json, err);
+        if (r == 0 && strlen(*ret_hosts_json) >= STORE_SECRET_HOSTS_JSON_MAX) {
+                free(*ret_hosts_json);
+                *ret_hosts_json = NULL;
+                return sbx_error_set(err, -EINVAL, 0, "hosts are too long");
+        }
+        return r;
+}
+
+int secrets_attach_rule(struct store *st, const char *user, const char *session, const char *name, const cJSON *hosts,
+                        const char *header, const char *tmpl, const char *actor, struct sbx_error *err)
+{
+        _cleanup_free_ struct store_session_secret *rows = NULL;
+        _cleanup_free_ char *hosts_json = NULL;
+        char filled[STORE_SECRET_TEMPLATE_MAX];
+        const char *mark;
+        size_t n = 0;
+        int r = secrets_rule_check(hosts, header, tmpl, &hosts_json, err);
+
+        if (r < 0)
+                return r;
+        r = secrets_attach(st, user, session, name, actor, err);
+        if (r < 0)
+                return r;
+        r = store_session_secret_list(st, user, session, &rows, &n);
+        for (size_t i = 0; r == 0 && i < n; i++) {
+                if (strcmp(rows[i].name, name) != 0)
+                        continue;
+                mark = strstr(tmpl, SECRETS_RULE_MARK);
+                snprintf(filled, sizeof(filled), "%.*s%s%s", (int)(mark - tmpl), tmpl, rows[i].placeholder,
+                         mark + strlen(SECRETS_RULE_MARK));
+                r = store_session_secret_set_rule(st, user, session, name, hosts_json, header, filled);
+                OPENSSL_cleanse(filled, sizeof(filled));
+                if (r == 0)
+                        return 0;
+        }
+        (void)store_session_secret_detach(st, user, session, name);
+        return sbx_error_set(err, r < 0 ? r : -EIO, 0, "cannot set the rule of secret %s", name);
+}
+
 void secrets_detach_all(struct store *st, const char *user, const char *session)
 {
         (void)store_session_secret_drop(st, user, session);
@@ -522,7 +637,8 @@ int secrets_check_names(struct store *st, const char *user, const cJSON *names, 
 static int front_attachment(struct store *st, const char *user, const char *session, const struct jparams *p,
                             const char *actor, bool attach, cJSON **ret, struct fronterr *e)
 {
-        const char *name;
+        const char *name, *header = NULL, *tmpl = NULL;
+        const cJSON *hosts;
         struct sbx_error err = {0};
         cJSON *names;
         int r;
@@ -531,8 +647,17 @@ static int front_attachment(struct store *st, const char *user, const char *sess
                 return fronterr_set(e, "bad_request", "params.session is required");
         if (jparam_string(p, "name", true, &name, e) < 0)
                 return -1;
-        r = attach ? secrets_attach(st, user, session, name, actor, &err)
-                   : secrets_detach(st, user, session, name, actor, &err);
+        if (attach &&
+            (jparam_string(p, "header", false, &header, e) < 0 || jparam_string(p, "template", false, &tmpl, e) < 0))
+                return -1;
+        hosts = attach ? cJSON_GetObjectItemCaseSensitive(p->obj, "hosts") : NULL;
+        if (hosts && cJSON_IsNull(hosts))
+                hosts = NULL;
+        if ((hosts || header || tmpl) && !(hosts && header && tmpl))
+                return fronterr_set(e, "bad_request", "a rule is hosts, header and template together");
+        r = hosts    ? secrets_attach_rule(st, user, session, name, hosts, header, tmpl, actor, &err)
+            : attach ? secrets_attach(st, user, session, name, actor, &err)
+                     : secrets_detach(st, user, session, name, actor, &err);
         if (r < 0)
                 return fronterr_errno(e, r, &err, NULL);
         names = secrets_attached_names(st, user, session);

@@ -234,9 +234,15 @@ int secrets_egress_attached(const struct secrets *s, struct store *st, const cha
                 snprintf(v[i].name, sizeof(v[i].name), "%s", att[i].name);
                 snprintf(v[i].placeholder, sizeof(v[i].placeholder), "%s", att[i].placeholder);
                 if (store_secret_get(st, user, att[i].name, &row, &sealed) < 0)
-                        continue; /* deleted meanwhile: its placeholder is still refused */
-                snprintf(v[i].header, sizeof(v[i].header), "%s", row.header);
-                hosts_fill(&v[i], row.hosts_json);
+                        continue;                /* deleted meanwhile: its placeholder is still refused */
+                if (att[i].rule_hosts_json[0]) { /* a rule: its hosts and its header, not the secret's */
+                        snprintf(v[i].header, sizeof(v[i].header), "%s", att[i].rule_header);
+                        snprintf(v[i].inject, sizeof(v[i].inject), "%s", att[i].rule_template);
+                        hosts_fill(&v[i], att[i].rule_hosts_json);
+                } else {
+                        snprintf(v[i].header, sizeof(v[i].header), "%s", row.header);
+                        hosts_fill(&v[i], row.hosts_json);
+                }
                 if (s && secrets_unseal(s, user, att[i].name, sealed, &val) == 0) {
                         v[i].value = malloc(val->len + 1);
                         if (v[i].value) {

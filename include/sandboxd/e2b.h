@@ -10,7 +10,8 @@
  * session. Templates map to images (e2b.templates: "name=image,..."; by
  * default base and code-interpreter-v1 to the configured image).
  *
- * Routing: the control routes (/sandboxes..., /v2/sandboxes) carry X-API-Key;
+ * Routing: the control routes (/sandboxes..., /v2/sandboxes, /snapshots,
+ * /templates/..., /secrets... on the user's secrets: e2b_secrets.c) carry X-API-Key;
  * an in-sandbox request is one that names E2b-Sandbox-Id (E2b-Sandbox-Port
  * 49983: envd; 49999: the code interpreter, on run_cell) and carries the
  * sandbox's access token (X-Access-Token, or E2B-Traffic-Access-Token, the

@@ -75,11 +75,15 @@ void egress_set_narrow_hook(struct egress *eg, egress_narrow_fn fn, void *userda
  * may not go), its hosts and header, and its value (NULL when it cannot be
  * opened: then the proxy never swaps it). Values are wiped when freed. */
 #define EGRESS_SECRET_HOSTS 8
+#define EGRESS_INJECT_MAX 600 /* STORE_SECRET_TEMPLATE_MAX */
 struct egress_secret {
         char name[65];
         char placeholder[40];
         char header[65]; /* "" = any header */
         char hosts[EGRESS_SECRET_HOSTS][EGRESS_HOST_MAX];
+        /* a rule's (E2B's network.rules): header's value, its placeholder in it, set by the proxy on
+         * requests to hosts in place of the sandbox's; "" = no rule */
+        char inject[EGRESS_INJECT_MAX];
         size_t n_hosts;
         unsigned char *value; /* malloc'd, NUL-terminated */
         size_t value_len;

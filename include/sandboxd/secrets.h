@@ -21,6 +21,7 @@
 #include <stddef.h>
 
 #include "sandboxd/common.h"
+#include "sandboxd/store.h"
 
 struct store;
 
@@ -68,6 +69,13 @@ int secrets_unseal(const struct secrets *s, const char *user, const char *name, 
  * s NULL (no key file): -EOPNOTSUPP. */
 int secrets_set(const struct secrets *s, struct store *st, const char *user, const char *name, const void *value,
                 size_t len, const cJSON *hosts, const char *header, const char *actor, struct sbx_error *err);
+/* E2B's create and update (STORE_SECRET_CREATE or _UPDATE): a secret with
+ * no hosts of its own (it reaches a host only through a session's
+ * attachment that names one, e2b's transform rules), metadata_json as
+ * store_secret_put takes it; ret gets the row stored. Audited as set. */
+int secrets_put_hostless(const struct secrets *s, struct store *st, const char *user, const char *name,
+                         const void *value, size_t len, enum store_secret_mode mode, const char *metadata_json,
+                         const char *actor, struct store_secret *ret, struct sbx_error *err);
 int secrets_delete(struct store *st, const char *user, const char *name, const char *actor, struct sbx_error *err);
 /* {secrets: [{name, hosts, header, created_at, updated_at}], count, max_count}; NULL on OOM or a store error. */
 cJSON *secrets_list_json(struct store *st, const char *user);
@@ -92,6 +100,20 @@ int secrets_attach(struct store *st, const char *user, const char *session, cons
                    struct sbx_error *err);
 int secrets_detach(struct store *st, const char *user, const char *session, const char *name, const char *actor,
                    struct sbx_error *err);
+/* A rule on the attachment (E2B's network.rules): hosts (as secrets_hosts_check)
+ * in place of the secret's, and a header the egress proxy sets on HTTPS
+ * requests to them, replacing the sandbox's header of that name: header an
+ * HTTP header name (not Host, a hop-by-hop one or a body's framing), tmpl
+ * its value, 1-SECRETS_RULE_VALUE_MAX bytes of printable ASCII, space and
+ * tab, holding SECRETS_RULE_MARK exactly once: the attachment's placeholder
+ * goes there, and the proxy swaps the value in. secrets_attach with the
+ * rule set before it returns; on a bad rule nothing is attached. */
+#define SECRETS_RULE_VALUE_MAX 512
+#define SECRETS_RULE_MARK "${secret}"
+int secrets_rule_check(const cJSON *hosts, const char *header, const char *tmpl, char **ret_hosts_json,
+                       struct sbx_error *err);
+int secrets_attach_rule(struct store *st, const char *user, const char *session, const char *name, const cJSON *hosts,
+                        const char *header, const char *tmpl, const char *actor, struct sbx_error *err);
 /* Drop every attachment of session (a new session of an old name starts with none). */
 void secrets_detach_all(struct store *st, const char *user, const char *session);
 /* The names attached to session, a JSON array; NULL on a store error or OOM. */

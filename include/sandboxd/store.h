@@ -632,13 +632,29 @@ struct store_secret {
         char hosts_json[STORE_SECRET_HOSTS_JSON_MAX];
         char header[65];                /* "" = none named */
         int64_t created_at, updated_at; /* unix ms */
+        char secret_id[32];             /* "sec_" + 24 hex, stable (migration 0041) */
+        int64_t version;                /* 1 when made, one more per new value */
+};
+#define STORE_SECRET_METADATA_MAX 65536 /* the metadata's JSON text (secrets.c bounds it tighter) */
+enum store_secret_mode {
+        STORE_SECRET_UPSERT, /* insert or replace (set_secret) */
+        STORE_SECRET_CREATE, /* insert only: -EEXIST when the name is taken */
+        STORE_SECRET_UPDATE, /* a new value only: -ENOENT when there is none; hosts and header kept */
 };
 /* Insert or replace user's secret row->name with sealed (base64 text); a
- * replacement keeps created_at. A new name past max_per_user is -EDQUOT. */
-int store_secret_put(struct store *s, const struct store_secret *row, const char *sealed, int max_per_user);
+ * replacement keeps created_at and the id, and counts one more version. A
+ * new name past max_per_user is -EDQUOT. metadata_json (a JSON object)
+ * replaces the metadata; NULL keeps it ({} on insert). On success
+ * row_out (may be NULL) gets the row as stored. */
+int store_secret_put(struct store *s, const struct store_secret *row, const char *sealed, int max_per_user,
+                     enum store_secret_mode mode, const char *metadata_json, struct store_secret *row_out);
 /* The row (without its value) and, if ret_sealed, its sealed text
  * (malloc'd). -ENOENT when user has no such secret. */
 int store_secret_get(struct store *s, const char *user, const char *name, struct store_secret *ret, char **ret_sealed);
+/* The row whose id is secret_id; -ENOENT when user has none. */
+int store_secret_get_by_id(struct store *s, const char *user, const char *secret_id, struct store_secret *ret);
+/* The secret's metadata (a JSON object's text, malloc'd); -ENOENT when none. */
+int store_secret_metadata(struct store *s, const char *user, const char *name, char **ret);
 /* user's secrets by name, never their values. malloc'd array. */
 int store_secret_list(struct store *s, const char *user, struct store_secret **ret, size_t *ret_n);
 /* -ENOENT when user has no such secret. */
@@ -647,16 +663,26 @@ int store_secret_delete(struct store *s, const char *user, const char *name);
 /* Attachments of secrets to sessions (issue 37, part 2): name=placeholder
  * in the session's executions' environment. */
 #define STORE_SECRET_PLACEHOLDER_MAX 40 /* "sbx_ph_" + 32 hex */
+#define STORE_SECRET_TEMPLATE_MAX 600   /* a rule's header value, its placeholder in it (secrets.c bounds it) */
 struct store_session_secret {
         char name[STORE_SECRET_NAME_MAX + 1];
         char placeholder[STORE_SECRET_PLACEHOLDER_MAX];
         int64_t created_at; /* unix ms */
+        /* its rule (migration 0042; "" when none): the hosts in place of the secret's, the header the
+         * egress proxy sets on requests to them and that header's value with the placeholder in it */
+        char rule_hosts_json[STORE_SECRET_HOSTS_JSON_MAX];
+        char rule_header[65];
+        char rule_template[STORE_SECRET_TEMPLATE_MAX];
 };
 /* Attach user's secret name to session with placeholder; -ENOENT when the
  * user has no such secret, -EEXIST when it is attached already, -EDQUOT
  * past max_per_session attachments. One lock covers the checks and the write. */
 int store_session_secret_attach(struct store *s, const char *user, const char *session, const char *name,
                                 const char *placeholder, int max_per_session);
+/* Set the rule of name's attachment to session (all three non-empty);
+ * -ENOENT when name is not attached to it. */
+int store_session_secret_set_rule(struct store *s, const char *user, const char *session, const char *name,
+                                  const char *hosts_json, const char *header, const char *tmpl);
 /* -ENOENT when name is not attached to session. */
 int store_session_secret_detach(struct store *s, const char *user, const char *session, const char *name);
 /* session's attachments by name. malloc'd array. */

@@ -80,6 +80,11 @@ static const struct e2b_route routes[] = {
          "narrow_egress {allow, deny, only} (narrows the operator's policy, never widens it)"},
         {"GET", "/sandboxes/{id}/metrics", 0, 0, c_metrics, "list_sessions {session}, then the engine's stats"},
         {"GET", "/sandboxes/{id}/logs", 0, 0, c_unsupported, "(not called by the SDK 2.x)"},
+        {"GET", "/secrets", 0, 0, e2b_secret_list, "list_secrets, paginated here"},
+        {"POST", "/secrets", 0, E2B_BODY_MAX, e2b_secret_create, "set_secret's store, with no hosts (e2b_secrets.c)"},
+        {"GET", "/secrets/{sec}", 0, 0, e2b_secret_get, "list_secrets' row, by id or name"},
+        {"POST", "/secrets/{sec}", 0, E2B_BODY_MAX, e2b_secret_update, "set_secret's store: a new version"},
+        {"DELETE", "/secrets/{sec}", 0, 0, e2b_secret_delete, "delete_secret"},
         {"GET", "/health", E2B_ENVD_PORT, 0, e2b_envd_health, "(session state)"},
         {"GET", "/files", E2B_ENVD_PORT, 0, e2b_envd_download, "read_file {encoding: base64}, paged"},
         {"POST", "/files", E2B_ENVD_PORT, E2B_UPLOAD_MAX, e2b_envd_upload, "write_file {encoding: base64}"},
@@ -368,13 +373,28 @@ static bool template_id_valid(const char *s, size_t n)
         return true;
 }
 
-/* path matches pattern; {id} (a sandbox), {ctx} (a context) or {snap} (a
- * template id) is one segment, copied to id. */
-static bool path_match(const char *pattern, const char *path, char id[E2B_ID_MAX + 1], bool *ret_bad_id)
+/* path matches pattern; {id} (a sandbox), {ctx} (a context), {snap} (a
+ * template id) or {sec} (a secret's id or name, checked by e2b_secrets.c)
+ * is one segment, copied to id. */
+static bool path_match(const char *pattern, const char *path, char id[E2B_SEGMENT_MAX + 1], bool *ret_bad_id)
 {
         const char *p = pattern, *u = path;
 
         while (*p) {
+                if (strncmp(p, "{sec}", 5) == 0) {
+                        size_t n = strcspn(u, "/");
+                        if (n == 0)
+                                return false;
+                        if (n > E2B_SEGMENT_MAX) {
+                                *ret_bad_id = true;
+                        } else {
+                                memcpy(id, u, n);
+                                id[n] = '\0';
+                        }
+                        u += n;
+                        p += 5;
+                        continue;
+                }
                 if (strncmp(p, "{snap}", 6) == 0) {
                         size_t n = strcspn(u, "/");
                         if (n == 0)
@@ -440,7 +460,8 @@ bool e2b_claims(const struct daemon *d, struct MHD_Connection *conn, const char 
         return proxy_target(d, conn, id) > 0 || MHD_lookup_connection_value(conn, MHD_HEADER_KIND, "E2b-Sandbox-Id") ||
                strcmp(url, "/sandboxes") == 0 || strncmp(url, "/sandboxes/", 11) == 0 ||
                strcmp(url, "/v2/sandboxes") == 0 || strncmp(url, "/v2/sandboxes/", 14) == 0 ||
-               strcmp(url, "/snapshots") == 0 || strncmp(url, "/templates/", 11) == 0;
+               strcmp(url, "/snapshots") == 0 || strncmp(url, "/templates/", 11) == 0 || strcmp(url, "/secrets") == 0 ||
+               strncmp(url, "/secrets/", 9) == 0;
 }
 
 bool e2b_decided(const struct e2b_req *q)
@@ -513,7 +534,7 @@ int e2b_begin(struct daemon *d, const struct api_conn *c, struct MHD_Connection 
                 sbx_strlcpy(q->sandbox, sid, sizeof(q->sandbox));
         }
         for (size_t i = 0; i < ELEMENTSOF(routes); i++) {
-                char id[E2B_ID_MAX + 1] = "";
+                char id[E2B_SEGMENT_MAX + 1] = "";
                 if (routes[i].port != want_port || !path_match(routes[i].path, url, id, &bad_id))
                         continue;
                 path_known = true;
@@ -521,12 +542,18 @@ int e2b_begin(struct daemon *d, const struct api_conn *c, struct MHD_Connection 
                         q->route = &routes[i];
                         if (want_port)
                                 sbx_strlcpy(q->context, id, sizeof(q->context));
+                        else if (strstr(routes[i].path, "{sec}"))
+                                sbx_strlcpy(q->secret, id, sizeof(q->secret));
                         else if (strstr(routes[i].path, "{snap}"))
                                 sbx_strlcpy(q->snapshot, id, sizeof(q->snapshot));
                         else
                                 sbx_strlcpy(q->sandbox, id, sizeof(q->sandbox));
                         break;
                 }
+        }
+        if (bad_id && strncmp(url, "/secrets/", 9) == 0) {
+                e2b_decide(q, 400, "a secret id or name is at most %d characters", E2B_SEGMENT_MAX);
+                return 0;
         }
         if (bad_id && strncmp(url, "/templates/", 11) == 0) {
                 e2b_decide(q, 400, "a template id is 1-%d characters of [a-z0-9-]", E2B_ID_MAX);
@@ -647,8 +674,7 @@ static cJSON *body_object(struct e2b_req *q, struct MHD_Connection *conn, enum M
         return o;
 }
 
-/* Every member of o is one of names; else the first that is not. */
-static const char *unknown_member(const cJSON *o, const char *const *names)
+const char *e2b_unknown_member(const cJSON *o, const char *const *names)
 {
         const cJSON *m;
 
@@ -826,8 +852,8 @@ static const char *network_narrowing(const cJSON *n, const cJSON *internet, cJSO
 
 /* network: {allowPublicTraffic} is served (getHost traffic behind the
  * access token when false, e2b_proxy.c), allowOut and denyOut narrow the
- * egress (network_narrowing); maskRequestHost, egressProxy and rules are
- * refused, as is metadata naming E2B_TRAFFIC_LABEL. NULL when the create
+ * egress (network_narrowing), rules are e2b_rules_parse's; maskRequestHost
+ * and egressProxy are refused, as is metadata naming E2B_TRAFFIC_LABEL. NULL when the create
  * goes on, else why not (in why). */
 static const char *create_network(const cJSON *b, bool *ret_private, char *why, size_t why_size)
 {
@@ -848,8 +874,8 @@ static const char *create_network(const cJSON *b, bool *ret_private, char *why, 
                                 return "network.allowPublicTraffic must be a boolean";
                         *ret_private = cJSON_IsFalse(it);
                 } else if (strcmp(it->string, "allowOut") != 0 && strcmp(it->string, "denyOut") != 0 &&
-                           !cJSON_IsNull(it) && !(cJSON_IsArray(it) && !it->child) &&
-                           !(cJSON_IsObject(it) && !it->child)) {
+                           strcmp(it->string, "rules") != 0 && !cJSON_IsNull(it) &&
+                           !(cJSON_IsArray(it) && !it->child) && !(cJSON_IsObject(it) && !it->child)) {
                         snprintf(why, why_size, "network.%.64s is not supported by sandboxd yet (docs/e2b.md)",
                                  it->string);
                         return why;
@@ -979,11 +1005,12 @@ static enum MHD_Result c_create(struct e2b_req *q, struct MHD_Connection *conn)
         int64_t timeout = 300; /* E2B's documented default (the SDK may leave it to the server) */
         bool private_traffic = false;
         cJSON *narrowing = NULL;
-        char why[160];
+        _cleanup_(cjson_freep) cJSON *rules = NULL;
+        char why[512];
 
         if (!b)
                 return ans;
-        if ((bad = unknown_member(b, known)))
+        if ((bad = e2b_unknown_member(b, known)))
                 return e2b_reply_error(conn, 400, "unknown field %s", bad);
         t = cJSON_GetObjectItemCaseSensitive(b, "templateID");
         if (!cJSON_IsString(t) || !t->valuestring[0])
@@ -1005,6 +1032,9 @@ static enum MHD_Result c_create(struct e2b_req *q, struct MHD_Connection *conn)
                                                unsupported[i]);
         }
         if ((bad = create_network(b, &private_traffic, why, sizeof(why))))
+                return e2b_reply_error(conn, 400, "%s", bad);
+        m = cJSON_GetObjectItemCaseSensitive(cJSON_GetObjectItemCaseSensitive(b, "network"), "rules");
+        if (m && !cJSON_IsNull(m) && (bad = e2b_rules_parse(q, m, &rules, why, sizeof(why))))
                 return e2b_reply_error(conn, 400, "%s", bad);
         m = cJSON_GetObjectItemCaseSensitive(b, "autoPause");
         if (cJSON_IsTrue(m))
@@ -1050,8 +1080,9 @@ static enum MHD_Result c_create(struct e2b_req *q, struct MHD_Connection *conn)
                 return e2b_reply_fronterr(conn, &e);
         }
         cJSON_Delete(res);
-        /* before the SDK has the id, nothing runs in it yet: a sandbox whose narrowing is refused goes */
-        if (narrowing && narrow(q, TAKE_PTR(narrowing), &e) < 0) {
+        /* before the SDK has the id, nothing runs in it yet: a sandbox whose narrowing or rules are refused goes */
+        if ((narrowing && narrow(q, TAKE_PTR(narrowing), &e) < 0) ||
+            (rules && e2b_rules_apply(q, rules, false, &e) < 0)) {
                 struct fronterr ignored = {0};
                 params = cJSON_CreateObject();
                 cJSON_AddStringToObject(params, "session", q->session);
@@ -1071,38 +1102,38 @@ static enum MHD_Result c_network(struct e2b_req *q, struct MHD_Connection *conn)
                                             "egressProxy", "rules",   NULL};
         enum MHD_Result ans = MHD_NO;
         _cleanup_(cjson_freep) cJSON *b = body_object(q, conn, &ans);
-        const cJSON *m;
+        const cJSON *m, *rm;
         const char *bad;
         cJSON *params = NULL;
+        _cleanup_(cjson_freep) cJSON *rules = NULL;
         struct fronterr e = {0};
-        char why[160];
+        char why[512];
 
         if (!b)
                 return ans;
-        if ((bad = unknown_member(b, known)))
+        if ((bad = e2b_unknown_member(b, known)))
                 return e2b_reply_error(conn, 400, "unknown field %s", bad);
-        for (size_t i = 3; known[i]; i++) { /* egressProxy, rules */
-                m = cJSON_GetObjectItemCaseSensitive(b, known[i]);
-                if (m && !cJSON_IsNull(m) && !(cJSON_IsObject(m) && !m->child))
-                        return e2b_reply_error(conn, 400, "%s is not supported by sandboxd yet (docs/e2b.md)",
-                                               known[i]);
-        }
+        m = cJSON_GetObjectItemCaseSensitive(b, "egressProxy");
+        if (m && !cJSON_IsNull(m) && !(cJSON_IsObject(m) && !m->child))
+                return e2b_reply_error(conn, 400, "egressProxy is not supported by sandboxd yet (docs/e2b.md)");
         m = cJSON_GetObjectItemCaseSensitive(b, "allow_internet_access");
         if (m && !cJSON_IsBool(m) && !cJSON_IsNull(m))
                 return e2b_reply_error(conn, 400, "allow_internet_access must be a boolean");
         if (!e2b_session_exists(q))
                 return e2b_reply_error(conn, 404, "sandbox %s not found", q->sandbox);
+        rm = cJSON_GetObjectItemCaseSensitive(b, "rules");
+        if (rm && !cJSON_IsNull(rm) && (bad = e2b_rules_parse(q, rm, &rules, why, sizeof(why))))
+                return e2b_reply_error(conn, 400, "%s", bad);
         if ((bad = network_narrowing(b, m, &params, why, sizeof(why))))
                 return e2b_reply_error(conn, 400, "%s", bad);
         if (!params)
                 return e2b_reply_error(conn, 500, "out of memory");
-        if (narrow(q, params, &e) < 0)
+        if (narrow(q, params, &e) < 0 || e2b_rules_apply(q, rules, true, &e) < 0)
                 return e2b_reply_fronterr(conn, &e);
         return e2b_reply_raw(conn, 204, NULL, NULL, 0);
 }
 
-/* RFC 3339 of unix ms. */
-static void add_time(cJSON *o, const char *key, double ms)
+void e2b_add_time(cJSON *o, const char *key, double ms)
 {
         char buf[40];
         time_t s = (time_t)(ms / 1000);
@@ -1138,8 +1169,8 @@ static cJSON *listed(struct e2b_req *q, const cJSON *s)
         template_of(&q->d->cfg, cJSON_IsString(image) ? image->valuestring : NULL, tmpl, sizeof(tmpl));
         cJSON_AddStringToObject(o, "templateID", tmpl);
         cJSON_AddStringToObject(o, "clientID", "sandboxd");
-        add_time(o, "startedAt", cJSON_GetNumberValue(cJSON_GetObjectItemCaseSensitive(s, "created_at")));
-        add_time(o, "endAt", cJSON_GetNumberValue(cJSON_GetObjectItemCaseSensitive(s, "expires_at")));
+        e2b_add_time(o, "startedAt", cJSON_GetNumberValue(cJSON_GetObjectItemCaseSensitive(s, "created_at")));
+        e2b_add_time(o, "endAt", cJSON_GetNumberValue(cJSON_GetObjectItemCaseSensitive(s, "expires_at")));
         cJSON_AddNumberToObject(o, "cpuCount", cJSON_IsNumber(cpu) && cpu->valuedouble >= 1 ? cpu->valuedouble : 1);
         cJSON_AddNumberToObject(o, "memoryMB", cJSON_IsNumber(mem) ? mem->valuedouble / (1024 * 1024) : 0);
         cJSON_AddNumberToObject(o, "diskSizeMB", cJSON_IsNumber(disk) ? disk->valuedouble / (1024 * 1024) : 0);
@@ -1213,7 +1244,7 @@ static int session_cmp(const void *a, const void *b)
 
 /* 200 with the JSON array out (consumed) and, when next is not empty, the
  * x-next-token header with which the SDK's paginators ask for more. */
-static enum MHD_Result reply_page(struct MHD_Connection *conn, cJSON *out, const char *next)
+enum MHD_Result e2b_reply_page(struct MHD_Connection *conn, cJSON *out, const char *next)
 {
         char *text = cJSON_PrintUnformatted(out);
         struct MHD_Response *resp;
@@ -1300,7 +1331,7 @@ static enum MHD_Result c_list(struct e2b_req *q, struct MHD_Connection *conn)
                 }
         }
         cJSON_Delete(res);
-        return reply_page(conn, out, v2 && k == (size_t)limit ? why : "");
+        return e2b_reply_page(conn, out, v2 && k == (size_t)limit ? why : "");
 }
 
 /* The sandbox as list_sessions {session} shows it, looked up by index
@@ -1425,7 +1456,7 @@ static int apply_timeout(struct e2b_req *q, struct MHD_Connection *conn, const c
 
         if (!b)
                 return -1;
-        if ((bad = unknown_member(b, known))) {
+        if ((bad = e2b_unknown_member(b, known))) {
                 *ans = e2b_reply_error(conn, 400, "unknown field %s", bad);
                 return -1;
         }
@@ -1525,7 +1556,7 @@ static enum MHD_Result c_metrics(struct e2b_req *q, struct MHD_Connection *conn)
         if (!have)
                 return e2b_reply_json(conn, 200, out);
         o = cJSON_CreateObject();
-        add_time(o, "timestamp", (double)now);
+        e2b_add_time(o, "timestamp", (double)now);
         cJSON_AddNumberToObject(o, "timestampUnix", (double)(now / 1000));
         cJSON_AddNumberToObject(o, "cpuCount", cpus);
         pct = age_ms > 0 ? (double)st.cpu_total_ns / 1e6 / age_ms / cpus * 100 : 0;
@@ -1588,7 +1619,7 @@ static enum MHD_Result c_fork(struct e2b_req *q, struct MHD_Connection *conn)
                 return e2b_reply_fronterr(conn, &e);
         sbx_strlcpy(tmpl, cJSON_GetStringValue(cJSON_GetObjectItemCaseSensitive(o, "templateID")) ?: "", sizeof(tmpl));
         cJSON_Delete(o);
-        if ((bad = unknown_member(b, known)))
+        if ((bad = e2b_unknown_member(b, known)))
                 return e2b_reply_error(conn, 400, "unknown field %s", bad);
         if (body_timeout(q, conn, b, 1, &timeout, &ans) < 0)
                 return ans;
@@ -1622,7 +1653,7 @@ static enum MHD_Result c_snapshot(struct e2b_req *q, struct MHD_Connection *conn
         if (!(o = find(q, &e)))
                 return e2b_reply_fronterr(conn, &e);
         cJSON_Delete(o);
-        if ((bad = unknown_member(b, known)))
+        if ((bad = e2b_unknown_member(b, known)))
                 return e2b_reply_error(conn, 400, "unknown field %s", bad);
         name = cJSON_GetObjectItemCaseSensitive(b, "name");
         if (name && !cJSON_IsNull(name) && !cJSON_IsString(name))
@@ -1722,7 +1753,7 @@ static enum MHD_Result c_snapshot_list(struct e2b_req *q, struct MHD_Connection 
                         cJSON_Delete(v[i]);
                 }
         }
-        return reply_page(conn, out, last);
+        return e2b_reply_page(conn, out, last);
 }
 
 /* DELETE /templates/{snap} (SDK deleteSnapshot): one of the caller's

@@ -14,6 +14,8 @@
 #include "sandboxd/token.h"
 
 #define E2B_SESSION_PREFIX "e2b-"
+/* the longest path segment a route takes ({sec}: E2B's secret names) */
+#define E2B_SEGMENT_MAX 128
 /* the one user inside an E2B sandbox here: every command and file operation runs as it */
 #define E2B_USER "user"
 /* The label of a sandbox created with network.allowPublicTraffic false
@@ -31,6 +33,7 @@ struct e2b_req {
         char sandbox[E2B_ID_MAX + 1];                          /* the route's {id}, or E2b-Sandbox-Id */
         char context[E2B_ID_MAX + 1];                          /* the code interpreter's {ctx} */
         char snapshot[E2B_ID_MAX + 1];                         /* a template route's {snap} */
+        char secret[E2B_SEGMENT_MAX + 1];                      /* a secret route's {sec} */
         char session[sizeof(E2B_SESSION_PREFIX) + E2B_ID_MAX]; /* "e2b-" + sandbox */
         int status;                                            /* != 0: answered from the headers */
         char msg[256];
@@ -75,6 +78,14 @@ enum MHD_Result e2b_reply_error(struct MHD_Connection *conn, int status, const c
 /* A core error as E2B's (its code's status). */
 enum MHD_Result e2b_reply_fronterr(struct MHD_Connection *conn, const struct fronterr *e);
 
+/* 200 with the JSON array out (consumed) and, when next is not empty, the
+ * x-next-token header with which the SDK's paginators ask for more. */
+enum MHD_Result e2b_reply_page(struct MHD_Connection *conn, cJSON *out, const char *next);
+/* Every member of o is one of names (NULL-ended); else the first that is not. */
+const char *e2b_unknown_member(const cJSON *o, const char *const *names);
+/* RFC 3339 of unix ms into o[key] (null when ms is not after 1970). */
+void e2b_add_time(cJSON *o, const char *key, double ms);
+
 /* Answer from the headers: status and message (e2b_respond sends them). */
 void e2b_decide(struct e2b_req *q, int status, const char *fmt, ...) __attribute__((format(printf, 3, 4)));
 /* The token is the access token of q->sandbox for the user it names (set in q->tok.user). */
@@ -114,6 +125,21 @@ enum MHD_Result e2b_envd_remove_watcher(struct e2b_req *q, struct MHD_Connection
 void e2b_envd_watchers_forget(const char *user, const char *session);
 /* Stop every CreateWatcher watcher (the server stops, before the hub goes). */
 void e2b_envd_watchers_stop(void);
+
+/* e2b_secrets.c: E2B's /secrets on sandboxd's secrets (secrets.h). */
+enum MHD_Result e2b_secret_list(struct e2b_req *q, struct MHD_Connection *conn);
+enum MHD_Result e2b_secret_create(struct e2b_req *q, struct MHD_Connection *conn);
+enum MHD_Result e2b_secret_get(struct e2b_req *q, struct MHD_Connection *conn);
+enum MHD_Result e2b_secret_update(struct e2b_req *q, struct MHD_Connection *conn);
+enum MHD_Result e2b_secret_delete(struct e2b_req *q, struct MHD_Connection *conn);
+/* E2B's secret name as the store's (upper case); false with why naming the broken rule. */
+bool e2b_secret_name(const char *in, char out[65], char *why, size_t why_size);
+/* network.rules ({domain: [{transform: {headers: {Name: "... ${e2b.secrets.NAME} ..."}}}]}) as
+ * attach_secret's params, one per secret ({name, hosts, header, template}), in *ret; NULL, or
+ * why not (each secret known, each header naming one, each domain a host name, the caps). */
+const char *e2b_rules_parse(struct e2b_req *q, const cJSON *rules, cJSON **ret, char *why, size_t why_size);
+/* attach_secret for each of attach on q->session; replace: detach the rules' attachments first. */
+int e2b_rules_apply(struct e2b_req *q, const cJSON *attach, bool replace, struct fronterr *e);
 
 /* e2b_jupyter.c: the code interpreter's API (port 49999). */
 enum MHD_Result e2b_jupyter_execute(struct e2b_req *q, struct MHD_Connection *conn);

@@ -275,12 +275,27 @@ static bool host_header_matches(const struct tunnel *t, const struct hdr *h)
         return n == strlen(t->host) && strncasecmp(v, t->host, n) == 0 && port == t->port;
 }
 
+/* Does a rule set s's header on this request (its host is one of the rule's)? */
+static bool injects_here(const struct tunnel *t, const struct egress_secret *s)
+{
+        return s->inject[0] && s->header[0] && s->value && secret_names_host(s, t->host);
+}
+
+/* Is h a header a rule sets here (so the sandbox's is dropped)? */
+static bool injected(const struct tunnel *t, const struct hdr *h)
+{
+        for (size_t i = 0; i < t->n_secrets; i++)
+                if (injects_here(t, &t->secrets[i]) && name_is(t, h, t->secrets[i].header))
+                        return true;
+        return false;
+}
+
 #define SWAPS_MAX 16 /* values put into one request head, at most (SECRETS_VALUE_MAX each) */
 
 /* Copy v[0, len) to out with each placeholder replaced by its value where it
  * may go; the reason to refuse otherwise. */
-static const char *swap_into(struct tunnel *t, struct evbuffer *out, const char *v, size_t len, const struct hdr *h,
-                             bool host_ok, int *swaps, char *detail, size_t dsize)
+static const char *swap_into(struct tunnel *t, struct evbuffer *out, const char *v, size_t len, const char *hname,
+                             size_t hname_len, bool host_ok, int *swaps, char *detail, size_t dsize)
 {
         size_t at;
         int i;
@@ -288,7 +303,8 @@ static const char *swap_into(struct tunnel *t, struct evbuffer *out, const char 
         while ((i = egress_placeholder_find(t, v, len, &at)) >= 0) {
                 const struct egress_secret *s = &t->secrets[i];
                 if (!host_ok || !s->value || !secret_names_host(s, t->host) ||
-                    (s->header[0] && !name_is(t, h, s->header))) {
+                    (s->header[0] &&
+                     (strlen(s->header) != hname_len || strncasecmp(hname, s->header, hname_len) != 0))) {
                         snprintf(detail, dsize,
                                  "secret %s goes only in %s to its hosts, when the TLS name and the Host header "
                                  "agree with the CONNECT",
@@ -339,7 +355,7 @@ const char *egress_http_write_swapped(struct tunnel *t, struct evbuffer *out, co
         for (int i = 0; i < t->n_hdrs; i++) {
                 const struct hdr *h = &t->hdrs[i];
                 const char *v = t->arena + h->value, *why;
-                if ((hop_by_hop(t, h) && h != host) || name_is(t, h, "Accept-Encoding"))
+                if ((hop_by_hop(t, h) && h != host) || name_is(t, h, "Accept-Encoding") || injected(t, h))
                         continue;
                 evbuffer_add(out, t->arena + h->name, h->name_len);
                 evbuffer_add(out, ": ", 2);
@@ -350,8 +366,8 @@ const char *egress_http_write_swapped(struct tunnel *t, struct evbuffer *out, co
                         if (base64_decode(v + 6, h->value_len - 6, &raw, &raw_len) == 0) {
                                 struct evbuffer *plain = evbuffer_new();
                                 char *enc = NULL;
-                                why = plain ? swap_into(t, plain, (const char *)raw, raw_len, h, host_ok, &swaps,
-                                                        ret_detail, detail_size)
+                                why = plain ? swap_into(t, plain, (const char *)raw, raw_len, t->arena + h->name,
+                                                        h->name_len, host_ok, &swaps, ret_detail, detail_size)
                                             : "internal";
                                 if (!why) {
                                         size_t n = evbuffer_get_length(plain);
@@ -372,7 +388,22 @@ const char *egress_http_write_swapped(struct tunnel *t, struct evbuffer *out, co
                                 continue;
                         }
                 }
-                why = swap_into(t, out, v, h->value_len, h, host_ok, &swaps, ret_detail, detail_size);
+                why = swap_into(t, out, v, h->value_len, t->arena + h->name, h->name_len, host_ok, &swaps, ret_detail,
+                                detail_size);
+                if (why)
+                        return why;
+                evbuffer_add(out, "\r\n", 2);
+        }
+        /* the rules' headers (E2B's network.rules), in place of the sandbox's of those names: through
+         * the same swap, so the same checks (TLS name = Host = the rule's host) apply */
+        for (size_t i = 0; i < t->n_secrets; i++) {
+                const struct egress_secret *s = &t->secrets[i];
+                const char *why;
+                if (!injects_here(t, s))
+                        continue;
+                evbuffer_add_printf(out, "%s: ", s->header);
+                why = swap_into(t, out, s->inject, strlen(s->inject), s->header, strlen(s->header), host_ok, &swaps,
+                                ret_detail, detail_size);
                 if (why)
                         return why;
                 evbuffer_add(out, "\r\n", 2);

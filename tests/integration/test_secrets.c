@@ -603,3 +603,93 @@ Test(secrets, the_proxy_swaps_the_placeholder_for_its_host_only, .fini = upstrea
         }
         close(logfd);
 }
+
+/* A rule on an attachment (E2B's network.rules, docs/e2b.md "Secrets"): the proxy sets the header
+ * on requests to the rule's host, with the real value swapped in; the sandbox sends no header (or
+ * a wrong one, dropped); another host gets none; the sandbox's env and files never hold the value. */
+Test(secrets, a_rule_sets_the_header_for_its_host_only, .fini = upstream_stop)
+{
+        char cmd[2048], pem[8192];
+        struct sbx_error err = {0};
+        cJSON *r, *wf;
+        char *out, *params;
+        FILE *f;
+        size_t n;
+
+        upstream_start();
+        fixture_config(&cfg);
+        snprintf(cfg.image, sizeof(cfg.image), "%s", TESTENV_PYTHON_IMAGE);
+        snprintf(cfg.network_default, sizeof(cfg.network_default), "none");
+        cfg.memory_bytes = 256 << 20;
+        cr_assert_eq(config_set(&cfg, "egress.allow", "api.test:*, other.test:*", &err), 0);
+        cr_assert_eq(config_set(&cfg, "egress.resolve", "api.test=127.0.0.1, other.test=127.0.0.1", &err), 0);
+        cr_assert_eq(config_set(&cfg, "egress.allow_private", "127.0.0.1/32", &err), 0);
+        open_daemon_with(true);
+
+        /* the secret's own host is other.test: the rule's (api.test) takes its place */
+        r = call(conn_a, "set_secret", "{\"name\":\"GH\",\"value\":\"" VALUE "\",\"hosts\":[\"other.test\"]}");
+        cr_assert_not_null(apic_result(r), "%s", cJSON_PrintUnformatted(r));
+        cJSON_Delete(r);
+        r = call(tok_a, "create_session", "{\"session\":\"ru\"}");
+        cr_assert_not_null(apic_result(r), "%s", cJSON_PrintUnformatted(r));
+        cJSON_Delete(r);
+        /* bad rules attach nothing */
+        expect_code(call(conn_a, "attach_secret",
+                         "{\"session\":\"ru\",\"name\":\"GH\",\"hosts\":[\"api.test\"],\"header\":\"Authorization\","
+                         "\"template\":\"Bearer plain\"}"),
+                    "invalid", "a template without ${secret}");
+        expect_code(call(conn_a, "attach_secret",
+                         "{\"session\":\"ru\",\"name\":\"GH\",\"hosts\":[\"api.test\"],\"header\":\"Host\","
+                         "\"template\":\"${secret}\"}"),
+                    "invalid", "a header the proxy writes");
+        expect_code(call(conn_a, "attach_secret",
+                         "{\"session\":\"ru\",\"name\":\"GH\",\"hosts\":[\"not a host\"],\"header\":\"Authorization\","
+                         "\"template\":\"${secret}\"}"),
+                    "invalid", "a bad host");
+        expect_code(call(conn_a, "attach_secret", "{\"session\":\"ru\",\"name\":\"GH\",\"hosts\":[\"api.test\"]}"),
+                    "bad_request", "hosts without header and template");
+        r = call(conn_a, "attach_secret",
+                 "{\"session\":\"ru\",\"name\":\"GH\",\"hosts\":[\"api.test\"],\"header\":\"Authorization\","
+                 "\"template\":\"Bearer ${secret}\"}");
+        cr_assert_not_null(apic_result(r), "%s", cJSON_PrintUnformatted(r));
+        cJSON_Delete(r);
+
+        snprintf(cmd, sizeof(cmd), "%s/upca.pem", up_dir);
+        f = fopen(cmd, "r");
+        cr_assert_not_null(f);
+        n = fread(pem, 1, sizeof(pem) - 1, f);
+        pem[n] = '\0';
+        fclose(f);
+        wf = cJSON_CreateObject();
+        cJSON_AddStringToObject(wf, "session", "ru");
+        cJSON_AddStringToObject(wf, "path", "/workspace/upca.pem");
+        cJSON_AddStringToObject(wf, "content", pem);
+        params = cJSON_PrintUnformatted(wf);
+        cJSON_Delete(wf);
+        r = call(tok_a, "write_file", params);
+        free(params);
+        cr_assert_not_null(apic_result(r), "%s", cJSON_PrintUnformatted(r));
+        cJSON_Delete(r);
+
+        /* no header sent, a wrong one (dropped), Python's client; other.test: a plain tunnel, no header */
+        snprintf(cmd, sizeof(cmd),
+                 "curl -sS --max-time 30 https://api.test:%d/check; echo; "
+                 "curl -sS --max-time 30 -H 'Authorization: Bearer wrong' https://api.test:%d/check; echo; "
+                 "python3 -c \"import urllib.request as u; "
+                 "print(u.urlopen('https://api.test:%d/check', timeout=30).read().decode())\"; "
+                 "curl -sS --max-time 30 --cacert /workspace/upca.pem https://other.test:%d/check; echo; "
+                 "curl -sS --max-time 30 -D - -o /dev/null https://api.test:%d/echo | grep -ci x-echo:.*sbx_ph_; "
+                 "env; cat /proc/*/environ | tr '\\0' '\\n'; "
+                 "grep -rl sbx-test-secret-val /workspace /tmp /etc /root /run 2>/dev/null | wc -l",
+                 up_tls, up_tls, up_tls, up_tls, up_tls);
+        out = api_sh("ru", cmd); /* which asserts the value is nowhere in it */
+        cr_assert_eq(strncmp(out, "auth-ok\nauth-ok\nauth-ok\nauth-bad\n1\n", 35), 0, "%s", out);
+        cr_assert_not_null(strstr(out, "GH=sbx_ph_"), "%s", out);
+        cr_assert_eq(strcmp(out + strlen(out) - 2, "0\n"), 0, "a file holds the value: %s", out);
+        free(out);
+        cr_assert(audited("ru", "api.test", "allowed", "intercepted"));
+
+        cJSON_Delete(call(tok_a, "destroy_session", "{\"session\":\"ru\",\"purge\":true}"));
+        daemon_close(d);
+        cr_assert_not(found_under(cfg.data_dir, VALUE), "the value is under data_dir");
+}

@@ -8,37 +8,13 @@ import assert from 'node:assert/strict';
 import { execFile } from 'node:child_process';
 import fs from 'node:fs';
 import http from 'node:http';
-import https from 'node:https';
-import tls from 'node:tls';
 import path from 'node:path';
 import { after, before, describe, test } from 'node:test';
 import { fileURLToPath } from 'node:url';
 
-import { Daemon, RUN_ID, socketRequest } from './harness.mjs';
+import { Daemon, RUN_ID, httpsRequest as request, socketRequest } from './harness.mjs';
 
 const HERE = path.dirname(fileURLToPath(import.meta.url));
-
-/** One HTTPS request trusting only ca: { status, headers, body (Buffer) }. */
-function request(ca, port, method, urlPath, { headers = {}, body } = {}) {
-        return new Promise((resolve, reject) => {
-                const req = https.request(
-                        { hostname: '127.0.0.1', port, path: urlPath, method, headers, ca, timeout: 60000,
-                          // the cert names 127.0.0.1, where the test connects; Host names the sandbox
-                          checkServerIdentity: (_host, cert) => tls.checkServerIdentity('127.0.0.1', cert) },
-                        (res) => {
-                                const chunks = [];
-                                res.on('data', (c) => chunks.push(c));
-                                res.on('end', () =>
-                                        resolve({ status: res.statusCode, headers: res.headers, body: Buffer.concat(chunks) }),
-                                );
-                                res.on('error', reject);
-                        },
-                );
-                req.on('error', reject);
-                req.on('timeout', () => req.destroy(new Error(`${method} ${urlPath}: no answer in 60 s`)));
-                req.end(body);
-        });
-}
 
 /** A Connect envelope around a JSON message. */
 function envelope(obj, flags = 0) {

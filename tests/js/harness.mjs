@@ -6,9 +6,11 @@
 import assert from 'node:assert/strict';
 import { execFileSync, spawn } from 'node:child_process';
 import fs from 'node:fs';
+import https from 'node:https';
 import net from 'node:net';
 import os from 'node:os';
 import path from 'node:path';
+import tls from 'node:tls';
 import { fileURLToPath } from 'node:url';
 
 export const ROOT = path.resolve(path.dirname(fileURLToPath(import.meta.url)), '..', '..');
@@ -330,4 +332,26 @@ export async function execPacedTicks(callTool, n, args = {}) {
         );
         for (const r of await Promise.all(acks)) assert.equal(r.isError ?? false, false, JSON.stringify(r));
         return { result, seen };
+}
+
+/** One HTTPS request to 127.0.0.1:port trusting only ca (the E2B tests' front): { status, headers, body (Buffer) }. */
+export function httpsRequest(ca, port, method, urlPath, { headers = {}, body } = {}) {
+        return new Promise((resolve, reject) => {
+                const req = https.request(
+                        { hostname: '127.0.0.1', port, path: urlPath, method, headers, ca, timeout: 60000,
+                          // the cert names 127.0.0.1, where the test connects; Host names the sandbox
+                          checkServerIdentity: (_host, cert) => tls.checkServerIdentity('127.0.0.1', cert) },
+                        (res) => {
+                                const chunks = [];
+                                res.on('data', (c) => chunks.push(c));
+                                res.on('end', () =>
+                                        resolve({ status: res.statusCode, headers: res.headers, body: Buffer.concat(chunks) }),
+                                );
+                                res.on('error', reject);
+                        },
+                );
+                req.on('error', reject);
+                req.on('timeout', () => req.destroy(new Error(`${method} ${urlPath}: no answer in 60 s`)));
+                req.end(body);
+        });
 }

@@ -338,6 +338,86 @@ Test(secrets, set_validates_header_and_value)
         secrets_free(s);
 }
 
+/* E2B's /secrets on the same rows (migration 0041): a stable id, a version
+ * one more per new value from either front, metadata kept or replaced,
+ * create-only and update-only, hostless rows; the cap holds for both. */
+Test(secrets, ids_versions_and_metadata)
+{
+        char db[PATH_MAX], *meta = NULL;
+        struct secrets *s = open_key(keypath);
+        struct sbx_error err = {0};
+        cJSON *h = cJSON_Parse("[\"api.example.com\"]");
+        struct store *st = NULL;
+        struct store_secret row, again, byid;
+
+        snprintf(db, sizeof(db), "%s/test.db", datadir);
+        cr_assert_eq(store_open(db, &st, &err), 0, "%s", err.msg);
+        cr_assert_eq(secrets_put_hostless(s, st, "alice", "GH", "v1", 2, STORE_SECRET_CREATE, "{\"team\":\"a\"}",
+                                          "test", &row, &err),
+                     0, "%s", err.msg);
+        cr_assert_eq(strncmp(row.secret_id, "sec_", 4), 0, "%s", row.secret_id);
+        cr_assert_eq(strlen(row.secret_id), 28);
+        cr_assert_eq(row.version, 1);
+        cr_assert_str_eq(row.hosts_json, "[]");
+        cr_assert_eq(secrets_put_hostless(s, st, "alice", "GH", "v", 1, STORE_SECRET_CREATE, NULL, "test", NULL, &err),
+                     -EEXIST);
+        cr_assert_eq(secrets_put_hostless(s, st, "alice", "NONE", "v", 1, STORE_SECRET_UPDATE, NULL, "test", NULL,
+                                          &err),
+                     -ENOENT);
+        cr_assert_eq(store_secret_get(st, "alice", "NONE", &again, NULL), -ENOENT, "an update made a row");
+        /* a new value keeps id and metadata; set_secret's is a new version too, and sets hosts */
+        cr_assert_eq(secrets_put_hostless(s, st, "alice", "GH", "v2", 2, STORE_SECRET_UPDATE, NULL, "test", &again,
+                                          &err),
+                     0, "%s", err.msg);
+        cr_assert_str_eq(again.secret_id, row.secret_id);
+        cr_assert_eq(again.version, 2);
+        cr_assert_eq(store_secret_metadata(st, "alice", "GH", &meta), 0);
+        cr_assert_str_eq(meta, "{\"team\":\"a\"}");
+        free(meta);
+        cr_assert_eq(secrets_set(s, st, "alice", "GH", "v3", 2, h, NULL, "test", &err), 0, "%s", err.msg);
+        cr_assert_eq(store_secret_get_by_id(st, "alice", row.secret_id, &byid), 0);
+        cr_assert_str_eq(byid.name, "GH");
+        cr_assert_eq(byid.version, 3);
+        cr_assert_str_eq(byid.hosts_json, "[\"api.example.com\"]");
+        cr_assert_eq(secrets_put_hostless(s, st, "alice", "GH", "v4", 2, STORE_SECRET_UPDATE, "{}", "test", &again,
+                                          &err),
+                     0, "%s", err.msg);
+        cr_assert_eq(again.version, 4);
+        cr_assert_str_eq(again.hosts_json, "[\"api.example.com\"]", "an E2B update keeps the hosts");
+        cr_assert_eq(store_secret_metadata(st, "alice", "GH", &meta), 0);
+        cr_assert_str_eq(meta, "{}");
+        free(meta);
+        /* another user sees neither the id nor the name */
+        cr_assert_eq(store_secret_get_by_id(st, "bob", row.secret_id, &byid), -ENOENT);
+        cr_assert_eq(secrets_put_hostless(s, st, "bob", "GH", "v", 1, STORE_SECRET_UPDATE, NULL, "test", NULL, &err),
+                     -ENOENT);
+        /* the name and value rules are set_secret's */
+        cr_assert_eq(secrets_put_hostless(s, st, "alice", "gh", "v", 1, STORE_SECRET_CREATE, NULL, "test", NULL, &err),
+                     -EINVAL);
+        cr_assert_eq(secrets_put_hostless(s, st, "alice", "T", "a\nb", 3, STORE_SECRET_CREATE, NULL, "test", NULL,
+                                          &err),
+                     -EINVAL);
+        cr_assert_eq(secrets_put_hostless(NULL, st, "alice", "T", "v", 1, STORE_SECRET_CREATE, NULL, "test", NULL,
+                                          &err),
+                     -EOPNOTSUPP);
+        for (int i = 1; i < SECRETS_MAX_PER_USER; i++) {
+                char name[16];
+                snprintf(name, sizeof(name), "S%d", i);
+                cr_assert_eq(secrets_put_hostless(s, st, "alice", name, "v", 1, STORE_SECRET_CREATE, NULL, "test", NULL,
+                                                  &err),
+                             0, "%s", err.msg);
+        }
+        cr_assert_eq(secrets_put_hostless(s, st, "alice", "ONE_MORE", "v", 1, STORE_SECRET_CREATE, NULL, "test", NULL,
+                                          &err),
+                     -EDQUOT);
+        cr_assert_eq(secrets_delete(st, "alice", "GH", "test", &err), 0, "%s", err.msg);
+        cr_assert_eq(store_secret_get_by_id(st, "alice", row.secret_id, &byid), -ENOENT);
+
+        store_close(st);
+        cJSON_Delete(h);
+        secrets_free(s);
+}
+
 /* The session's CA (secrets_ca.c): made once, the same after the store is
  * reopened (a daemon restart), another for another session (a fork is
  * one), its key only sealed at rest, gone with the session's attachments. */
@@ -380,6 +460,68 @@ Test(secrets, session_ca_is_kept_per_session_and_sealed)
         free(bundle);
         secrets_ca_key_free(k1);
         secrets_ca_key_free(k2);
+        store_close(st);
+        secrets_free(s);
+}
+
+/* A rule on an attachment (E2B's network.rules): checked before anything is
+ * attached; the egress loader takes its hosts, header and value (the
+ * placeholder in it) in place of the secret's; a plain attachment keeps
+ * the secret's. */
+Test(secrets, a_rule_on_an_attachment)
+{
+        char db[PATH_MAX], *hj = NULL;
+        struct secrets *s = open_key(keypath);
+        struct sbx_error err = {0};
+        cJSON *h = cJSON_Parse("[\"API.example.com\"]"), *bad = cJSON_Parse("[\"*.example.com\"]");
+        struct store *st = NULL;
+        struct egress_secret *v = NULL;
+        size_t n = 0;
+        char want[128];
+
+        snprintf(db, sizeof(db), "%s/test.db", datadir);
+        cr_assert_eq(store_open(db, &st, &err), 0, "%s", err.msg);
+        cr_assert_eq(secrets_put_hostless(s, st, "alice", "GH", "v1", 2, STORE_SECRET_CREATE, NULL, "test", NULL, &err),
+                     0, "%s", err.msg);
+        cr_assert_eq(secrets_put_hostless(s, st, "alice", "OTHER", "v2", 2, STORE_SECRET_CREATE, NULL, "test", NULL,
+                                          &err),
+                     0, "%s", err.msg);
+        cr_assert_eq(secrets_rule_check(h, "Authorization", "Bearer ${secret}", &hj, &err), 0, "%s", err.msg);
+        cr_assert_str_eq(hj, "[\"api.example.com\"]");
+        free(hj);
+        hj = NULL;
+        cr_assert_eq(secrets_rule_check(h, "Authorization", "Bearer plain", &hj, &err), -EINVAL);
+        cr_assert_eq(secrets_rule_check(h, "Authorization", "${secret}${secret}", &hj, &err), -EINVAL);
+        cr_assert_eq(secrets_rule_check(h, "Host", "${secret}", &hj, &err), -EINVAL);
+        cr_assert_eq(secrets_rule_check(h, "transfer-encoding", "${secret}", &hj, &err), -EINVAL);
+        cr_assert_eq(secrets_rule_check(h, "X Bad", "${secret}", &hj, &err), -EINVAL);
+        cr_assert_eq(secrets_rule_check(h, "X-Key", "a\x01${secret}", &hj, &err), -EINVAL);
+        cr_assert_eq(secrets_rule_check(bad, "X-Key", "${secret}", &hj, &err), -EINVAL);
+        cr_assert_null(hj);
+        /* a bad rule attaches nothing */
+        cr_assert_eq(secrets_attach_rule(st, "alice", "s1", "GH", bad, "X-Key", "${secret}", "test", &err), -EINVAL);
+        cr_assert_eq(secrets_attach_rule(st, "alice", "s1", "NOSUCH", h, "X-Key", "${secret}", "test", &err), -ENOENT);
+        cr_assert_eq(secrets_egress_attached(s, st, "alice", "s1", &v, &n), 0);
+        cr_assert_eq(n, 0);
+        cr_assert_eq(secrets_attach_rule(st, "alice", "s1", "GH", h, "Authorization", "Bearer ${secret}!", "test",
+                                         &err),
+                     0, "%s", err.msg);
+        cr_assert_eq(secrets_attach(st, "alice", "s1", "OTHER", "test", &err), 0, "%s", err.msg);
+        cr_assert_eq(secrets_egress_attached(s, st, "alice", "s1", &v, &n), 0);
+        cr_assert_eq(n, 2);
+        cr_assert_str_eq(v[0].name, "GH");
+        cr_assert_eq(v[0].n_hosts, 1);
+        cr_assert_str_eq(v[0].hosts[0], "api.example.com");
+        cr_assert_str_eq(v[0].header, "Authorization");
+        snprintf(want, sizeof(want), "Bearer %s!", v[0].placeholder);
+        cr_assert_str_eq(v[0].inject, want);
+        cr_assert_str_eq((const char *)v[0].value, "v1");
+        cr_assert_str_eq(v[1].name, "OTHER");
+        cr_assert_eq(v[1].n_hosts, 0, "a hostless secret attached plainly goes nowhere");
+        cr_assert_str_eq(v[1].inject, "");
+        egress_secrets_free(v, n);
+        cJSON_Delete(h);
+        cJSON_Delete(bad);
         store_close(st);
         secrets_free(s);
 }

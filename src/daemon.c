@@ -626,6 +626,10 @@ int daemon_open(const struct sbx_config *cfg, const struct daemon_options *opts,
         exec_registry_set_runner(d->exec, d->runner);
         exec_registry_set_secrets(d->exec, d->secrets);
         d->files = (struct files_ctx){.cfg = &d->cfg, .sessions = d->sessions, .runner = d->runner, .exec = d->exec};
+        d->launch = (struct launch_ctx){.cfg = &d->cfg,
+                                        .privacy = d->privacy,
+                                        .exec = d->exec,
+                                        .env = {d->sessions, d->store, d->secrets, d->runner, d->egress}};
         d->metrics_ctx = (struct metrics_ctx){.started_at = d->started_at,
                                               .sessions = d->sessions,
                                               .exec = d->exec,

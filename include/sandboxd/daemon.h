@@ -8,6 +8,7 @@
 #include "sandboxd/common.h"
 #include "sandboxd/config.h"
 #include "sandboxd/files.h"
+#include "sandboxd/launch.h"
 #include "sandboxd/metrics.h"
 #include "sandboxd/snapshot.h"
 
@@ -63,6 +64,7 @@ struct daemon {
         struct files_ctx files;
         struct metrics_ctx metrics_ctx;
         struct snapshot_ctx snapshots; /* workspace snapshots, restore and fork (snapshot.h) */
+        struct launch_ctx launch;      /* an execution's preflight and start (launch.h) */
 };
 
 struct daemon_options {

@@ -5,8 +5,8 @@
  * secrets or an intercepted registry, the variables that make its programs
  * trust its CA (secrets_ca.h), whose bundle this writes into its runner
  * directory.
- * The fronts call this after acquiring the session; it reads the store, the
- * secrets and the hub. */
+ * launch_exec (launch.h) calls this after acquiring the session, as does
+ * run_cell's front; it reads the store, the secrets and the hub. */
 #ifndef SANDBOXD_SESSENV_H
 #define SANDBOXD_SESSENV_H
 

@@ -20,6 +20,7 @@
 #include "sandboxd/audit.h"
 #include "sandboxd/daemon.h"
 #include "sandboxd/exec.h"
+#include "sandboxd/launch.h"
 #include "sandboxd/log.h"
 #include "sandboxd/scripts.h"
 #include "sandboxd/secrets.h"
@@ -91,10 +92,9 @@ static int parse_session_env(struct api_req *q, char **ret_json, struct fronterr
 int api_agent_default_env(struct api_req *q, const char **env, char **env_buf, size_t *n_env, size_t max,
                           struct fronterr *e)
 {
-        const struct sessenv c = {q->d->sessions, q->d->store, q->d->secrets, q->d->runner, q->d->egress};
         struct sessenv_vec v = {env, env_buf, *n_env, max};
         struct sbx_error err = {0};
-        int r = sessenv_add(&c, q->tok.user, q->session, &v, &err);
+        int r = sessenv_add(&q->d->launch.env, q->tok.user, q->session, &v, &err);
 
         *n_env = v.n;
         return r < 0 ? fronterr_errno(e, r, &err, NULL) : 0;
@@ -280,9 +280,9 @@ int api_m_run_tests(struct api_req *q, cJSON **ret, struct fronterr *e)
         char marker[TESTRUN_MARKER_MAX], id[37];
         const char *env[ENV_MAX_ENTRIES + 1] = {0};
         char *env_buf[ENV_MAX_ENTRIES] = {0};
-        size_t program_len, n_env = 0, out_len = 0;
+        struct launch_request lr = {.env = {env, env_buf, 0, ENV_MAX_ENTRIES}};
+        size_t program_len, out_len = 0;
         struct testrun_report rep = {0};
-        struct session *s = NULL;
         struct sbx_error err = {0};
         struct exec_result res;
         cJSON *sum;
@@ -292,7 +292,7 @@ int api_m_run_tests(struct api_req *q, cJSON **ret, struct fronterr *e)
             jparam_string(&q->args, "tests", true, &tests, e) < 0 ||
             jparam_string(&q->args, "code", false, &code, e) < 0 ||
             jparam_int(&q->args, "timeout_seconds", 0, q->d->cfg.exec_timeout_max_s, 0, &timeout, e) < 0 ||
-            api_param_network(q, &net, e) < 0)
+            api_param_network_parse(q, &net, e) < 0)
                 return -1;
         if (testrun_language_from_string(language, &tl) < 0)
                 return fronterr_set(e, "invalid", "params.language must be python or node");
@@ -304,24 +304,17 @@ int api_m_run_tests(struct api_req *q, cJSON **ret, struct fronterr *e)
         r = testrun_program(tl, code, tests, marker, &program, &program_len, &err);
         if (r < 0)
                 return fronterr_errno(e, r, &err, NULL);
-        r = session_acquire(q->d->sessions, q->tok.user, q->session, &s, &err);
-        if (r < 0)
-                return fronterr_errno(e, r, &err, "the session's container is not available");
-        session_release(s);
-        if (api_agent_default_env(q, env, env_buf, &n_env, ENV_MAX_ENTRIES, e) < 0)
-                goto out;
-        struct exec_request req = {
+        lr.exec = (struct exec_request){
                 .user = q->tok.user,
                 .session = q->session,
                 .language = tl == TESTRUN_PYTHON ? EXEC_LANG_PYTHON : EXEC_LANG_NODE,
                 .code = program,
                 .code_len = program_len,
                 .timeout_s = (int)timeout,
-                .env = n_env ? env : NULL,
                 .actor = q->actor,
                 .network = net,
         };
-        r = exec_start(q->d->exec, &req, id, &err);
+        r = launch_exec(&q->d->launch, &lr, id, &err);
         if (r < 0) {
                 r = fronterr_errno(e, r, &err, NULL);
                 goto out;
@@ -371,8 +364,7 @@ int api_m_run_tests(struct api_req *q, cJSON **ret, struct fronterr *e)
         r = 0;
 out:
         testrun_report_done(&rep);
-        for (size_t i = 0; i < n_env; i++)
-                free(env_buf[i]);
+        launch_request_done(&lr);
         return r;
 }
 

@@ -15,6 +15,7 @@
 #include "sandboxd/daemon.h"
 #include "sandboxd/exec.h"
 #include "sandboxd/jsonutil.h"
+#include "sandboxd/launch.h"
 #include "sandboxd/log.h"
 #include "sandboxd/utf8.h"
 
@@ -154,11 +155,11 @@ static int own_execution(struct api_req *q, const char *id, struct exec_result *
 
 
 /* After the start: background gives the id and state at once; otherwise
- * wait for the end (streaming into sink if any), then the full result. */
-static int execution_reply(struct api_req *q, const char *id, bool background, bool base64, bool cached,
-                           struct api_sink *sink, cJSON **ret, struct fronterr *e)
+ * wait for the end (streaming into sink if any), then the full result. *res
+ * (zeroed by the caller, who frees it) keeps what the answer was made of. */
+static int execution_reply(struct api_req *q, const char *id, bool background, bool base64, struct api_sink *sink,
+                           struct exec_result *res, cJSON **ret, struct fronterr *e)
 {
-        struct exec_result res;
         struct sbx_error err = {0};
         int r;
 
@@ -174,29 +175,34 @@ static int execution_reply(struct api_req *q, const char *id, bool background, b
         {
                 /* background: the state only (cheap); otherwise the full result */
                 int64_t off = background ? API_OFFSET_NONE : -1;
-                r = exec_status(q->d->exec, q->tok.user, id, off, off, background ? 1 : 0, 0, &res, &err);
+                r = exec_status(q->d->exec, q->tok.user, id, off, off, background ? 1 : 0, 0, res, &err);
         }
         if (r < 0)
                 return fronterr_errno(e, r, &err, NULL);
         if (background) {
                 *ret = cJSON_CreateObject();
                 cJSON_AddStringToObject(*ret, "execution_id", id);
-                jsonutil_add_lower(*ret, "state", exec_state_to_string(res.state));
-        } else if (res.state == EXEC_FAILED && res.cause == EXEC_CAUSE_ERROR) {
-                r = fronterr_set(e, "unavailable", "execution %s could not run: %s", id, res.error);
+                jsonutil_add_lower(*ret, "state", exec_state_to_string(res->state));
+        } else if (res->state == EXEC_FAILED && res->cause == EXEC_CAUSE_ERROR) {
+                r = fronterr_set(e, "unavailable", "execution %s could not run: %s", id, res->error);
         } else {
-                *ret = exec_json(&res, base64, false, false);
-                if (*ret && cached)
-                        api_agent_add_cached(q, &res, *ret, true); /* run_code: what the cache saved */
+                *ret = exec_json(res, base64, false, false);
         }
-        exec_result_done(&res);
         return r;
+}
+
+/* run_code's answer to a run it waited for: what the script cache saved. */
+static void add_cached(struct api_req *q, bool background, const struct exec_result *res, cJSON *ret)
+{
+        if (ret && !background)
+                api_agent_add_cached(q, res, ret, true);
 }
 
 int api_execution_reply(struct api_req *q, const char *id, cJSON **ret, struct fronterr *e)
 {
-        struct exec_result res;
+        struct exec_result res = {0};
         bool background, base64;
+        int r;
 
         if (jparam_bool(&q->args, "background", false, &background, e) < 0 ||
             api_param_encoding(q, "encoding", &base64, e) < 0)
@@ -204,7 +210,12 @@ int api_execution_reply(struct api_req *q, const char *id, cJSON **ret, struct f
         if (own_execution(q, id, &res, e) < 0)
                 return -1;
         exec_result_done(&res);
-        return execution_reply(q, id, background, base64, strcmp(q->method, "run_code") == 0, NULL, ret, e);
+        res = (struct exec_result){0};
+        r = execution_reply(q, id, background, base64, NULL, &res, ret, e);
+        if (r == 0 && strcmp(q->method, "run_code") == 0)
+                add_cached(q, background, &res, *ret);
+        exec_result_done(&res);
+        return r;
 }
 
 /* params.argv: an array of 1..EXEC_ARGV_MAX strings, borrowed into a
@@ -231,124 +242,154 @@ static int param_argv(const cJSON *a, const char ***ret, struct fronterr *e)
         return 0;
 }
 
-/* code_override: run_code {script} (the saved script's code). */
-static int run_execution_code(struct api_req *q, enum exec_language lang, const char *code_override, bool cache,
-                              cJSON **ret, struct fronterr *e)
-{
-        const char *command = NULL, *code = NULL, *workdir = NULL, *stdin_s = NULL;
-        int64_t timeout, rows, cols;
-        bool background, interactive, stream, base64, tty;
-        const cJSON *env_obj = cJSON_GetObjectItemCaseSensitive(q->params, "env");
-        const cJSON *argv_obj = cJSON_GetObjectItemCaseSensitive(q->params, "argv");
-        _cleanup_free_ const char **argv = NULL;
-        _cleanup_free_ struct egress_net *net = NULL;
-        const char *env[API_MAX_ENV + 1] = {0};
-        char *env_buf[API_MAX_ENV] = {0};
-        size_t n_env = 0;
-        struct api_sink *sink = NULL;
-        struct sbx_error err = {0};
-        char id[37];
-        int r = -1;
+/* An exec or run_code call as its parameters say, each read and checked
+ * once: the launch request (launch.h) and how to answer. */
+struct exec_call {
+        struct launch_request launch;
+        const char *env[API_MAX_ENV + 1];
+        char *env_buf[API_MAX_ENV];
+        const char **argv;          /* malloc'd vector (its words are params') */
+        struct egress_net *network; /* malloc'd, or NULL: the session's egress */
+        bool background, stream, base64;
+        struct api_sink *sink;  /* stream and not background: its output as it comes */
+        struct exec_result res; /* what the reply was made of */
+};
 
+/* params.env: an object of strings, the request's own variables. */
+static int param_env(const cJSON *o, struct sessenv_vec *v, struct fronterr *e)
+{
+        const cJSON *it;
+
+        if (!o || cJSON_IsNull(o))
+                return 0;
+        if (!cJSON_IsObject(o))
+                return fronterr_set(e, "bad_request", "params.env must be an object of strings");
+        cJSON_ArrayForEach(it, o) {
+                if (!cJSON_IsString(it) || !it->string)
+                        return fronterr_set(e, "bad_request", "params.env values must be strings");
+                if (v->n >= v->max)
+                        return fronterr_set(e, "too_large", "params.env has more than %zu entries", v->max);
+                if (asprintf(&v->buf[v->n], "%s=%s", it->string, it->valuestring) < 0) {
+                        v->buf[v->n] = NULL;
+                        return fronterr_set(e, "internal", "out of memory");
+                }
+                v->env[v->n] = v->buf[v->n];
+                v->n++;
+        }
+        return 0;
+}
+
+/* Every parameter of exec (lang NONE) or run_code (code_override: a saved
+ * script's code) into c, in the order the API has always checked them. */
+static int parse_exec_call(struct api_req *q, enum exec_language lang, const char *code_override, struct exec_call *c,
+                           struct fronterr *e)
+{
+        struct exec_request *x = &c->launch.exec;
+        const cJSON *argv_obj = cJSON_GetObjectItemCaseSensitive(q->params, "argv");
+        const char *stdin_s = NULL;
+        int64_t timeout, rows, cols;
+
+        c->launch.env = (struct sessenv_vec){c->env, c->env_buf, 0, API_MAX_ENV};
+        *x = (struct exec_request){.user = q->tok.user, .session = q->session, .language = lang, .actor = q->actor};
         if (cJSON_IsNull(argv_obj))
                 argv_obj = NULL;
         if (lang == EXEC_LANG_NONE) {
-                if (jparam_string(&q->args, "command", argv_obj == NULL, &command, e) < 0)
+                if (jparam_string(&q->args, "command", argv_obj == NULL, &x->command, e) < 0)
                         return -1;
-                if (argv_obj && (command || param_argv(argv_obj, &argv, e) < 0))
-                        return command ? fronterr_set(e, "bad_request",
-                                                      "params.command and params.argv exclude each other")
-                                       : -1;
+                if (argv_obj && (x->command || param_argv(argv_obj, &c->argv, e) < 0))
+                        return x->command ? fronterr_set(e, "bad_request",
+                                                         "params.command and params.argv exclude each other")
+                                          : -1;
+                x->argv = c->argv;
         } else if (code_override) {
-                code = code_override;
-        } else if (jparam_string(&q->args, "code", true, &code, e) < 0) {
+                x->code = code_override;
+        } else if (jparam_string(&q->args, "code", true, &x->code, e) < 0) {
                 return -1;
         }
         if (jparam_int(&q->args, "timeout_seconds", 0, q->d->cfg.exec_timeout_max_s, 0, &timeout, e) < 0 ||
-            jparam_string(&q->args, "workdir", false, &workdir, e) < 0 ||
+            jparam_string(&q->args, "workdir", false, &x->workdir, e) < 0 ||
             jparam_string(&q->args, "stdin", false, &stdin_s, e) < 0 ||
-            jparam_bool(&q->args, "background", false, &background, e) < 0 ||
-            jparam_bool(&q->args, "interactive", false, &interactive, e) < 0 ||
-            jparam_bool(&q->args, "stream", false, &stream, e) < 0 ||
-            api_param_encoding(q, "encoding", &base64, e) < 0 || jparam_bool(&q->args, "tty", false, &tty, e) < 0 ||
+            jparam_bool(&q->args, "background", false, &c->background, e) < 0 ||
+            jparam_bool(&q->args, "interactive", false, &x->interactive, e) < 0 ||
+            jparam_bool(&q->args, "stream", false, &c->stream, e) < 0 ||
+            api_param_encoding(q, "encoding", &c->base64, e) < 0 ||
+            jparam_bool(&q->args, "tty", false, &x->tty, e) < 0 ||
             jparam_int(&q->args, "rows", 1, EXEC_TTY_MAX_ROWS, 24, &rows, e) < 0 ||
-            jparam_int(&q->args, "cols", 1, EXEC_TTY_MAX_COLS, 80, &cols, e) < 0 || api_param_network(q, &net, e) < 0)
+            jparam_int(&q->args, "cols", 1, EXEC_TTY_MAX_COLS, 80, &cols, e) < 0 ||
+            api_param_network_parse(q, &c->network, e) < 0)
                 return -1;
-        if (env_obj && !cJSON_IsNull(env_obj)) {
-                const cJSON *it;
-                if (!cJSON_IsObject(env_obj))
-                        return fronterr_set(e, "bad_request", "params.env must be an object of strings");
-                cJSON_ArrayForEach(it, env_obj) {
-                        if (!cJSON_IsString(it) || !it->string) {
-                                r = fronterr_set(e, "bad_request", "params.env values must be strings");
-                                goto out;
-                        }
-                        if (n_env >= API_MAX_ENV) {
-                                r = fronterr_set(e, "too_large", "params.env has more than %d entries", API_MAX_ENV);
-                                goto out;
-                        }
-                        if (asprintf(&env_buf[n_env], "%s=%s", it->string, it->valuestring) < 0) {
-                                env_buf[n_env] = NULL;
-                                r = fronterr_set(e, "internal", "out of memory");
-                                goto out;
-                        }
-                        env[n_env] = env_buf[n_env];
-                        n_env++;
-                }
-        }
+        x->timeout_s = (int)timeout;
+        x->stdin_data = stdin_s;
+        x->stdin_len = stdin_s ? strlen(stdin_s) : 0;
+        x->rows = (int)rows;
+        x->cols = (int)cols;
+        x->network = c->network;
+        return param_env(cJSON_GetObjectItemCaseSensitive(q->params, "env"), &c->launch.env, e);
+}
 
-        /* the session first: its runner directory takes the CA bundle of the default env */
-        if (api_preflight_session(q, e) < 0)
-                goto out;
-        if (api_agent_default_env(q, env, env_buf, &n_env, API_MAX_ENV, e) < 0)
-                goto out;
-        if (stream && !background) {
-                sink = api_sink_new();
-                if (!sink) {
-                        r = fronterr_set(e, "internal", "out of memory");
-                        goto out;
-                }
+/* exec and run_code up to the start: the parameters, the sink, one launch
+ * (launch.h). */
+static int start_call(struct api_req *q, enum exec_language lang, const char *code_override, struct exec_call *c,
+                      char id[37], struct fronterr *e)
+{
+        struct sbx_error err = {0};
+        int r = parse_exec_call(q, lang, code_override, c, e);
+
+        if (r < 0)
+                return r;
+        if (c->stream && !c->background) {
+                c->sink = api_sink_new();
+                if (!c->sink)
+                        return fronterr_set(e, "internal", "out of memory");
+                c->launch.exec.on_output = api_sink_on_output;
+                c->launch.exec.userdata = (void *)(uintptr_t)api_sink_handle(c->sink);
         }
-        struct exec_request req = {
-                .user = q->tok.user,
-                .session = q->session,
-                .command = command,
-                .argv = argv,
-                .language = lang,
-                .code = code,
-                .timeout_s = (int)timeout,
-                .workdir = workdir,
-                .env = n_env ? env : NULL,
-                .stdin_data = stdin_s,
-                .stdin_len = stdin_s ? strlen(stdin_s) : 0,
-                .interactive = interactive,
-                .tty = tty,
-                .rows = (int)rows,
-                .cols = (int)cols,
-                .actor = q->actor,
-                .network = net,
-                .on_output = sink ? api_sink_on_output : NULL,
-                .userdata = sink ? (void *)(uintptr_t)api_sink_handle(sink) : NULL,
-        };
-        r = exec_start(q->d->exec, &req, id, &err);
-        if (r < 0) {
-                r = fronterr_errno(e, r, &err, NULL);
-                goto out;
-        }
-        if (cache)
-                api_agent_note_run(q, id, lang, code);
-        api_idem_bind_execution(q, id);
-        r = execution_reply(q, id, background, base64, lang != EXEC_LANG_NONE, sink, ret, e);
-out:
-        api_sink_free(sink);
-        for (size_t i = 0; i < n_env; i++)
-                free(env_buf[i]);
-        return r;
+        r = launch_exec(&q->d->launch, &c->launch, id, &err);
+        return r < 0 ? fronterr_errno(e, r, &err, NULL) : 0;
+}
+
+static void exec_call_done(struct exec_call *c)
+{
+        api_sink_free(c->sink);
+        launch_request_done(&c->launch);
+        free(c->argv);
+        free(c->network);
+        exec_result_done(&c->res);
 }
 
 int api_m_exec(struct api_req *q, cJSON **ret, struct fronterr *e)
 {
-        return run_execution_code(q, EXEC_LANG_NONE, NULL, false, ret, e);
+        struct exec_call c = {0};
+        char id[37];
+        int r = start_call(q, EXEC_LANG_NONE, NULL, &c, id, e);
+
+        if (r == 0) {
+                api_idem_bind_execution(q, id);
+                r = execution_reply(q, id, c.background, c.base64, c.sink, &c.res, ret, e);
+        }
+        exec_call_done(&c);
+        return r;
+}
+
+/* run_code: an exec of code (code_override: a saved script's), with the
+ * script cache around it (cache: remember the code for a run that passes). */
+static int run_code(struct api_req *q, enum exec_language lang, const char *code_override, bool cache, cJSON **ret,
+                    struct fronterr *e)
+{
+        struct exec_call c = {0};
+        char id[37];
+        int r = start_call(q, lang, code_override, &c, id, e);
+
+        if (r == 0) {
+                if (cache)
+                        api_agent_note_run(q, id, lang, c.launch.exec.code);
+                api_idem_bind_execution(q, id);
+                r = execution_reply(q, id, c.background, c.base64, c.sink, &c.res, ret, e);
+                if (r == 0)
+                        add_cached(q, c.background, &c.res, *ret);
+        }
+        exec_call_done(&c);
+        return r;
 }
 
 int api_m_run_code(struct api_req *q, cJSON **ret, struct fronterr *e)
@@ -370,7 +411,7 @@ int api_m_run_code(struct api_req *q, cJSON **ret, struct fronterr *e)
                         return fronterr_set(e, "invalid", "params.code and params.script exclude each other");
                 if (api_agent_script_code(q, script, &lang, &saved, e) < 0)
                         return -1;
-                r = run_execution_code(q, lang, saved, cache, ret, e);
+                r = run_code(q, lang, saved, cache, ret, e);
                 return r;
         }
         if (jparam_string(&q->args, "language", true, &language, e) < 0)
@@ -383,7 +424,7 @@ int api_m_run_code(struct api_req *q, cJSON **ret, struct fronterr *e)
                 lang = EXEC_LANG_BASH;
         else
                 return fronterr_set(e, "invalid", "params.language must be python, node or bash");
-        return run_execution_code(q, lang, NULL, cache, ret, e);
+        return run_code(q, lang, NULL, cache, ret, e);
 }
 
 int api_m_get_execution(struct api_req *q, cJSON **ret, struct fronterr *e)

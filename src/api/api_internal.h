@@ -118,8 +118,10 @@ int api_wait_final(struct api_req *q, const char *id, struct api_sink *s, int64_
 /* ---- what the method files share (api_methods.c) ---- */
 /* params.network of exec, run_code, run_cell and run_tests: 0 and *ret
  * NULL when absent or null, else *ret the narrowing (malloc'd); a bad shape
- * is bad_request (400). */
+ * is bad_request (400). _parse only reads it (launch_exec refuses it for a
+ * bridge session); api_param_network refuses that here (unavailable). */
 struct egress_net;
+int api_param_network_parse(struct api_req *q, struct egress_net **ret, struct fronterr *e);
 int api_param_network(struct api_req *q, struct egress_net **ret, struct fronterr *e);
 /* params.<name>: "utf8" (default) or "base64". */
 int api_param_encoding(struct api_req *q, const char *name, bool *ret_base64, struct fronterr *e);
@@ -154,7 +156,8 @@ bool api_method_user_level(const char *name);
 /* Append the session's default environment (create_session's env, its
  * secrets' placeholders, the CA bundle's variables: sessenv.h) to
  * env/env_buf, skipping names env already has. Call it after
- * api_preflight_session (or another session_acquire): it makes no container. */
+ * api_preflight_session (or another session_acquire): it makes no container.
+ * run_cell's: exec, run_code and run_tests get it from launch_exec. */
 int api_agent_default_env(struct api_req *q, const char **env, char **env_buf, size_t *n_env, size_t max,
                           struct fronterr *e);
 /* run_code {script}: the saved script's language and code (malloc'd). */

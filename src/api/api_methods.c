@@ -19,6 +19,7 @@
 #include "sandboxd/egress_rules.h"
 #include "sandboxd/files.h"
 #include "sandboxd/jsonutil.h"
+#include "sandboxd/launch.h"
 #include "sandboxd/privacy.h"
 #include "sandboxd/secrets.h"
 #include "sandboxd/service.h"
@@ -33,9 +34,9 @@
 /* params.network of an execution (egress_rules.h: egress_net_parse):
  * *ret the narrowing (malloc'd), or NULL for the session's egress. The
  * runner attributes each proxied connection to its execution and the proxy
- * narrows by it (docs/security.md, "Network policy per execution"); a
- * bridge session has no proxy to narrow by (unavailable). */
-int api_param_network(struct api_req *q, struct egress_net **ret, struct fronterr *e)
+ * narrows by it (docs/security.md, "Network policy per execution");
+ * launch_exec refuses it for a bridge session (launch.h). */
+int api_param_network_parse(struct api_req *q, struct egress_net **ret, struct fronterr *e)
 {
         struct egress_net *net = malloc(sizeof(*net));
         struct sbx_error err = {0};
@@ -54,14 +55,25 @@ int api_param_network(struct api_req *q, struct egress_net **ret, struct fronter
                 free(net);
                 return 0;
         }
-        /* bridge: raw networking, no proxy to narrow by: refused rather than run unnarrowed */
-        if (strcmp(egress_rules_mode(q->d->privacy, &q->d->cfg, q->tok.user, q->session), "bridge") == 0) {
-                free(net);
-                return fronterr_set(e, "unavailable",
-                                    "params.network needs the egress proxy (network_default none): a bridge "
-                                    "session's network cannot be narrowed per execution");
-        }
         *ret = net;
+        return 0;
+}
+
+/* The same, refused here for a bridge session (run_cell, which starts
+ * without launch_exec). */
+int api_param_network(struct api_req *q, struct egress_net **ret, struct fronterr *e)
+{
+        struct sbx_error err = {0};
+        int r;
+
+        if (api_param_network_parse(q, ret, e) < 0)
+                return -1;
+        r = launch_network_check(&q->d->launch, q->tok.user, q->session, *ret, &err);
+        if (r < 0) {
+                free(*ret);
+                *ret = NULL;
+                return fronterr_set(e, "unavailable", "%s", err.msg);
+        }
         return 0;
 }
 

@@ -466,6 +466,8 @@ static int build(struct exec_registry *e, const struct exec_request *req, struct
         r = check_env(req->env, &n_env, err);
         if (r < 0)
                 return r;
+        if (req->tty && (r = check_winsize(req->rows ? req->rows : 24, req->cols ? req->cols : 80, err)) < 0)
+                return r;
 
         (void)sbx_uuid(id);
         x = execution_new(e, id);
@@ -474,6 +476,11 @@ static int build(struct exec_registry *e, const struct exec_request *req, struct
         r = exec_workdir_resolve(req->workdir, x->workdir, err);
         if (r < 0)
                 return r;
+        if (e->secrets &&
+            secrets_egress_attached(e->secrets, e->store, req->user, req->session, &x->mask, &x->n_mask) == 0)
+                for (size_t i = 0; i < x->n_mask; i++)
+                        if (x->mask[i].value && x->mask[i].value_len > x->mask_max)
+                                x->mask_max = x->mask[i].value_len;
         sbx_strlcpy(x->user, req->user, sizeof(x->user));
         sbx_strlcpy(x->session, req->session, sizeof(x->session));
         sbx_strlcpy(x->actor, req->actor, sizeof(x->actor));
@@ -482,8 +489,6 @@ static int build(struct exec_registry *e, const struct exec_request *req, struct
         x->tty = req->tty;
         x->rows = req->rows ? req->rows : 24;
         x->cols = req->cols ? req->cols : 80;
-        if (x->tty && (r = check_winsize(x->rows, x->cols, err)) < 0)
-                return r;
         if (req->network && req->network->set) {
                 x->network = malloc(sizeof(*x->network));
                 if (!x->network)
@@ -492,10 +497,6 @@ static int build(struct exec_registry *e, const struct exec_request *req, struct
         }
         x->on_output = req->on_output;
         x->userdata = req->userdata;
-        if (e->secrets && secrets_egress_attached(e->secrets, e->store, x->user, x->session, &x->mask, &x->n_mask) == 0)
-                for (size_t i = 0; i < x->n_mask; i++)
-                        if (x->mask[i].value && x->mask[i].value_len > x->mask_max)
-                                x->mask_max = x->mask[i].value_len;
         x->created_at = sbx_wall_ms();
         x->exit_code = -1;
         x->state = EXEC_PENDING;

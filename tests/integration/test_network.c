@@ -19,9 +19,11 @@
 #include "fixture.h"
 #include "sandboxd/container.h"
 #include "sandboxd/docker.h"
+#include "sandboxd/egress_rules.h"
 #include "sandboxd/exec.h"
 #include "sandboxd/gateway.h"
 #include "sandboxd/gc.h"
+#include "sandboxd/launch.h"
 #include "sandboxd/privacy.h"
 #include "sandboxd/service.h"
 #include "sandboxd/session.h"
@@ -474,6 +476,20 @@ Test(network, bridge_mode_uses_an_own_network_without_inter_container_traffic)
         out = sh("b", "echo ${HTTP_PROXY:-none}", NULL);
         cr_assert_str_eq(out, "none\n", "bridge sessions network directly");
         free(out);
+        /* a narrowing per execution needs the proxy: launch_exec refuses it for a bridge session */
+        {
+                struct egress_net net = {.set = true};
+                const char *env[2] = {0};
+                char *env_buf[1] = {0};
+                struct launch_request lr = {
+                        .exec = {.user = "u1", .session = "b", .command = "true", .network = &net},
+                        .env = {env, env_buf, 0, 1},
+                };
+                cr_assert_eq(launch_exec(&d->launch, &lr, id, &err), -EHOSTUNREACH);
+                cr_assert(strstr(err.msg, "cannot be narrowed per execution"), "%s", err.msg);
+                launch_request_done(&lr);
+                err.msg[0] = '\0';
+        }
         container_network_name(&cfg, name, sizeof(name));
         cr_assert_eq(docker_network_inspect_option(testenv_docker(), name, CONTAINER_NETWORK_ICC_OPTION, icc,
                                                    sizeof(icc), &err),

@@ -643,10 +643,17 @@ void engine_qemu_bind(struct engine *e, const struct engine_qemu_runner *r)
         pthread_mutex_unlock(&q->lock);
 }
 
+struct qemu *qemu_of(struct engine *e)
+{
+        return e && e->name && strcmp(e->name, "qemu") == 0 ? e->priv : NULL;
+}
+
 void engine_qemu_net_stop(struct engine *e)
 {
-        if (e && e->name && strcmp(e->name, "qemu") == 0)
-                qemu_net_stop(Q(e));
+        struct qemu *q = qemu_of(e);
+
+        if (q)
+                qemu_net_stop(q);
 }
 
 const char *engine_qemu_accel(const struct engine *e)

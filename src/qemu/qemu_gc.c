@@ -197,11 +197,6 @@ static void cg_note(void *ud, const char *path, int r)
                 o->note(o->ud, ENGINE_MICROVM_GC_CGROUP, path, 0, "a VM cgroup without its VM", r);
 }
 
-static struct qemu *qemu_of(struct engine *e)
-{
-        return e && e->name && strcmp(e->name, "qemu") == 0 ? e->priv : NULL;
-}
-
 int engine_qemu_gc_run(struct engine *e, const struct engine_microvm_gc *o)
 {
         struct qemu *q = qemu_of(e);

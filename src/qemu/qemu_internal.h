@@ -207,6 +207,9 @@ struct qemu_jail {
         } steps[QEMU_JAIL_STEPS];
         size_t n;
 };
+/* e's QEMU engine, or NULL when e is another engine (the router hands any). */
+struct qemu *qemu_of(struct engine *e);
+
 int qemu_jail_prepare(const struct qemu *q, const char *vm_dir, struct qemu_jail *j, struct sbx_error *err);
 int qemu_jail_enter(const struct qemu_jail *j);
 

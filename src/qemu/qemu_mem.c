@@ -848,11 +848,6 @@ int qemu_mem_incoming(struct qemu *q, struct qemu_vm *vm, int chan, int64_t dead
 
 /* ---- the public face (engine_qemu.h) ---- */
 
-static struct qemu *qemu_of(struct engine *e)
-{
-        return e && e->name && strcmp(e->name, "qemu") == 0 ? e->priv : NULL;
-}
-
 int engine_qemu_mem_snapshot(struct engine *e, const char *id, int dirfd, int64_t room, int64_t *ret_bytes,
                              struct sbx_error *err)
 {
